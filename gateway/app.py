@@ -1,0 +1,155 @@
+"""The composition root: builds the core, the ways in and the HTTP server from one configuration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from gateway import __version__
+from gateway.config import GatewayConfig
+from gateway.core.gateway import Gateway
+from gateway.northbound.streamable_http import StreamableHttpEndpoint, http_error
+from gateway.policy.origin import OriginPolicy
+from gateway.southbound.websocket import ProviderWebSockets
+
+log = logging.getLogger("gateway")
+
+GATEWAY_KEY = web.AppKey("gateway", Gateway)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+CORS_ALLOW_HEADERS = (
+    "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID"
+)
+
+
+def origin_middleware(policy: OriginPolicy) -> Middleware:
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        refusal = policy.check(origin, request.headers.get("Host"))
+        if refusal is not None:
+            return http_error(refusal.status, refusal.error, refusal.description)
+        if origin is None:
+            return await handler(request)
+        # An allowed browser origin: answer preflights and expose the session header.
+        cors = {
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Expose-Headers": "Mcp-Session-Id",
+            "Vary": "Origin",
+        }
+        if request.method == "OPTIONS":
+            cors["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"
+            cors["Access-Control-Allow-Headers"] = request.headers.get(
+                "Access-Control-Request-Headers", CORS_ALLOW_HEADERS
+            )
+            return web.Response(status=204, headers=cors)
+        response = await handler(request)
+        if not response.prepared:
+            response.headers.update(cors)
+        return response
+
+    return check
+
+
+def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Application:
+    gateway = gateway or Gateway(config)
+    policy = OriginPolicy(config.allowed_origins, config.is_loopback, config.allowed_hosts, config.host)
+    app = web.Application(
+        middlewares=[origin_middleware(policy)],
+        client_max_size=config.limits.max_body_bytes,
+    )
+    app[GATEWAY_KEY] = gateway
+    clients = StreamableHttpEndpoint(gateway)
+    providers = ProviderWebSockets(gateway)
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "alive", "version": __version__})
+
+    async def readyz(_: web.Request) -> web.Response:
+        if gateway.listening:
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "starting"}, status=503)
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = gateway.metrics.render()
+        return web.Response(body=body, headers={"Content-Type": gateway.metrics.content_type})
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_routes(providers.routes())
+    app.router.add_route("*", "/{tail:.*}", clients.handle)
+
+    async def on_startup(_: web.Application) -> None:
+        gateway.start()
+
+    async def on_shutdown(_: web.Application) -> None:
+        await gateway.shutdown()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
+    return app
+
+
+class GatewayServer:
+    """A running gateway: the aiohttp runner bound to its address (used by the CLI and the tests)."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.gateway = Gateway(config)
+        self.app = build_app(config, self.gateway)
+        self.runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+        self.port = config.port
+
+    @property
+    def url(self) -> str:
+        host = self.config.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.config.host, self.config.port, reuse_address=True)
+        await site.start()
+        # The bound socket tells the real port when port 0 (any free port) was asked for.
+        sockets = getattr(site._server, "sockets", None) or []
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        self.gateway.listening = True
+
+    async def stop(self) -> None:
+        self.gateway.listening = False
+        await self.runner.cleanup()
+
+
+async def serve(config: GatewayConfig, ready: Callable[[GatewayServer], None] | None = None) -> None:
+    """Run until SIGTERM or SIGINT, then stop accepting, answer what is pending, close links."""
+    server = GatewayServer(config)
+    await server.start()
+    log.info("mcp-gateway %s listening on %s", __version__, server.url)
+    if config.insecure_lan and not config.is_loopback:
+        log.warning(
+            "INSECURE-LAN: bound to %s without authentication; anyone on the network can call devices",
+            config.host,
+        )
+    if ready is not None:
+        ready(server)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await server.stop()
+        log.info("stopped")

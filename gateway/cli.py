@@ -1,0 +1,167 @@
+"""The `mcp-gateway` command: run the gateway, check its configuration, talk to a running one."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from gateway import __version__
+from gateway.client import GatewayCallError
+from gateway.config import (
+    DEFAULT_PORT,
+    ConfigError,
+    GatewayConfig,
+    is_loopback_host,
+    load_config,
+    masked_dump,
+)
+
+
+def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
+    flags: dict[str, Any] = {}
+    if getattr(args, "host", None) is not None:
+        flags["host"] = args.host
+    if getattr(args, "port", None) is not None:
+        flags["port"] = args.port
+    if getattr(args, "insecure_lan", False):
+        flags["insecure_lan"] = True
+    if getattr(args, "log_level", None) is not None:
+        flags["logging.level"] = args.log_level
+    return flags
+
+
+def _load(args: argparse.Namespace) -> GatewayConfig:
+    return load_config(getattr(args, "config", None), flags=_config_flags(args))
+
+
+def refuse_insecure_bind(config: GatewayConfig) -> str | None:
+    """The reason `run` must not start, or None."""
+    if is_loopback_host(config.host) or config.auth_configured or config.insecure_lan:
+        return None
+    return (
+        f"refusing to listen on {config.host} without authentication: anyone on the network could call "
+        "devices. Bind to 127.0.0.1, configure authentication, or pass --insecure-lan to accept the risk."
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gateway.app import serve
+    from gateway.logs import setup_logging
+
+    config = _load(args)
+    refusal = refuse_insecure_bind(config)
+    if refusal is not None:
+        print(f"mcp-gateway: {refusal}", file=sys.stderr)
+        return 2
+    setup_logging(config.logging.level, config.logging.format, config.insecure_lan and not config.is_loopback)
+    asyncio.run(serve(config))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if args.action == "check":
+        refusal = refuse_insecure_bind(config)
+        if refusal is not None:
+            print(f"mcp-gateway: configuration loads, but `run` would refuse it: {refusal}", file=sys.stderr)
+            return 2
+        print("configuration OK")
+        return 0
+    sys.stdout.write(orjson.dumps(masked_dump(config), option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+def cmd_slots(args: argparse.Namespace) -> int:
+    from gateway.client import GatewayClient, render_slots
+
+    async def go() -> int:
+        async with GatewayClient(args.url, "_broker") as client:
+            result = await client.call_tool("providers_list", {})
+        sys.stdout.write(render_slots(result) + "\n")
+        return 0
+
+    return asyncio.run(go())
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    from gateway.client import GatewayClient, parse_arguments, render_result
+
+    try:
+        arguments = parse_arguments(args.arguments)
+    except ValueError as exc:
+        print(f"mcp-gateway call: {exc}", file=sys.stderr)
+        return 2
+
+    async def go() -> int:
+        async with GatewayClient(args.url, args.slot) as client:
+            result = await client.call_tool(args.tool, arguments)
+        sys.stdout.write(render_result(result) + "\n")
+        return 1 if result.get("isError") else 0
+
+    return asyncio.run(go())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mcp-gateway", description="Edge MCP broker for plants and labs.")
+    parser.add_argument("--version", action="version", version=f"mcp-gateway {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--config", help="TOML config file (default: $MCP_GATEWAY_CONFIG, else built-in defaults)")
+
+    run = commands.add_parser("run", help="run the gateway")
+    with_config(run)
+    run.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    run.add_argument("--port", type=int, help=f"port to bind (default {DEFAULT_PORT})")
+    run.add_argument("--insecure-lan", action="store_true", help="allow a LAN bind without authentication")
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    run.set_defaults(func=cmd_run)
+
+    config = commands.add_parser("config", help="check or show the effective configuration")
+    config.add_argument("action", choices=["check", "show"])
+    with_config(config)
+    config.add_argument("--host")
+    config.add_argument("--port", type=int)
+    config.add_argument("--insecure-lan", action="store_true")
+    config.set_defaults(func=cmd_config)
+
+    default_url = f"http://127.0.0.1:{DEFAULT_PORT}"
+    slots = commands.add_parser("slots", help="list the slots of a running gateway")
+    slots.add_argument("--url", default=default_url, help=f"gateway URL (default {default_url})")
+    slots.set_defaults(func=cmd_slots)
+
+    call = commands.add_parser("call", help="call a tool on a slot of a running gateway")
+    call.add_argument("slot")
+    call.add_argument("tool")
+    call.add_argument("arguments", nargs="*", metavar="key=value", help="arguments; values are JSON or text")
+    call.add_argument("--url", default=default_url, help=f"gateway URL (default {default_url})")
+    call.set_defaults(func=cmd_call)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        return 2
+    except GatewayCallError as exc:
+        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

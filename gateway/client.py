@@ -1,0 +1,145 @@
+"""A small MCP client for technicians (`mcp-gateway slots`, `mcp-gateway call`), on aiohttp.
+
+It speaks the session era to `/<slot>/mcp` of a running gateway: initialize, one call, DELETE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from gateway import __version__
+from gateway.core.versions import LATEST_HANDSHAKE
+
+
+class GatewayCallError(Exception):
+    """The gateway answered with a JSON-RPC error or an HTTP failure; the message says which."""
+
+
+def parse_arguments(pairs: list[str]) -> dict[str, Any]:
+    """`key=value` pairs; a value that parses as JSON is taken as JSON (numbers, booleans, objects)."""
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"argument {pair!r} is not key=value")
+        try:
+            arguments[key] = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            arguments[key] = text
+    return arguments
+
+
+def render_result(result: dict[str, Any]) -> str:
+    if "structuredContent" in result:
+        return orjson.dumps(result["structuredContent"], option=orjson.OPT_INDENT_2).decode()
+    texts = [block.get("text", "") for block in result.get("content", []) if block.get("type") == "text"]
+    return "\n".join(texts) if texts else orjson.dumps(result, option=orjson.OPT_INDENT_2).decode()
+
+
+def render_slots(result: dict[str, Any]) -> str:
+    providers = (result.get("structuredContent") or {}).get("providers", [])
+    if not providers:
+        return "no slots yet"
+    lines = [f"{'SLOT':24} {'STATE':10} {'TRANSPORT':14} {'TOOLS':>5} {'PENDING':>7}"]
+    for entry in providers:
+        state = entry.get("state", "connected") if entry.get("connected") else "empty"
+        lines.append(
+            f"{entry['name']:24} {state:10} {entry.get('transport', '-') or '-':14} "
+            f"{entry.get('tools', 0):>5} {entry.get('pending', 0):>7}"
+        )
+    return "\n".join(lines)
+
+
+class GatewayClient:
+    def __init__(self, base_url: str, slot: str, timeout_s: float = 90.0) -> None:
+        self.url = f"{base_url.rstrip('/')}/{quote(slot, safe='')}/mcp"
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.session_id: str | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._next_id = 0
+
+    async def __aenter__(self) -> GatewayClient:
+        self._http = aiohttp.ClientSession(timeout=self.timeout)
+        try:
+            await self.request(
+                "initialize",
+                {
+                    "protocolVersion": LATEST_HANDSHAKE,
+                    "capabilities": {},
+                    "clientInfo": {"name": "mcp-gateway-cli", "version": __version__},
+                },
+            )
+            await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        except BaseException:
+            await self._http.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._http is not None
+        if self.session_id is not None:
+            with contextlib.suppress(aiohttp.ClientError):
+                await self._http.delete(self.url, headers=self._headers())
+        await self._http.close()
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        if self.session_id:
+            headers["Mcp-Session-Id"] = self.session_id
+            headers["MCP-Protocol-Version"] = LATEST_HANDSHAKE
+        return headers
+
+    async def _post(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        assert self._http is not None
+        try:
+            async with self._http.post(self.url, data=orjson.dumps(message), headers=self._headers()) as response:
+                if "Mcp-Session-Id" in response.headers:
+                    self.session_id = response.headers["Mcp-Session-Id"]
+                if response.status == 202:
+                    return None
+                content_type = response.headers.get("Content-Type", "")
+                if content_type.startswith("text/event-stream"):
+                    return await _last_response_event(response)
+                body = await response.read()
+                try:
+                    decoded: dict[str, Any] = orjson.loads(body)
+                except orjson.JSONDecodeError:
+                    raise GatewayCallError(f"HTTP {response.status}: {body[:200].decode(errors='replace')}") from None
+                if response.status >= 400 and "error" not in decoded:
+                    raise GatewayCallError(f"HTTP {response.status}: {decoded}")
+                return decoded
+        except aiohttp.ClientConnectionError as exc:
+            raise GatewayCallError(f"cannot reach the gateway at {self.url}: {exc}") from exc
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._next_id += 1
+        answer = await self._post({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
+        if answer is None:
+            raise GatewayCallError(f"no answer to {method}")
+        if "error" in answer:
+            error = answer["error"]
+            raise GatewayCallError(f"{error.get('message')} (code {error.get('code')})")
+        result: dict[str, Any] = answer["result"]
+        return result
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("tools/call", {"name": name, "arguments": arguments})
+
+
+async def _last_response_event(response: aiohttp.ClientResponse) -> dict[str, Any] | None:
+    answer: dict[str, Any] | None = None
+    async for raw in response.content:
+        line = raw.decode().rstrip("\r\n")
+        if line.startswith("data:"):
+            message = orjson.loads(line[5:].strip())
+            if isinstance(message, dict) and ("result" in message or "error" in message):
+                answer = message
+    return answer

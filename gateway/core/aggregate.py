@@ -1,0 +1,103 @@
+"""`_all`: every opted-in provider's tools behind one name, kept current as providers come and go."""
+
+from __future__ import annotations
+
+from gateway import __version__
+from gateway.core import errors
+from gateway.core.jsonrpc import JsonObject, notification
+from gateway.core.names import ALL_SLOT
+from gateway.core.naming import aggregate_names
+from gateway.core.routing import ClientContext, Target, forward_to
+from gateway.core.schema_hash import tools_hash
+from gateway.core.slots import Listener, SlotRegistry
+from gateway.telemetry.metrics import Metrics
+
+ORIGIN_META_KEY = "io.github.mcp-gateway/origin"
+"""_meta on each aggregate tool naming the slot and tool it stands for."""
+
+
+class AggregateTarget(Target):
+    name = ALL_SLOT
+
+    def __init__(self, registry: SlotRegistry, metrics: Metrics) -> None:
+        self.registry = registry
+        self.metrics = metrics
+        self.listeners: set[Listener] = set()
+        self.routes: dict[str, tuple[str, str]] = {}
+        self.tools: list[JsonObject] = []
+        self.catalog_hash = tools_hash([])
+        registry.membership_listeners.append(self.rebuild)
+
+    def server_info(self) -> JsonObject:
+        return {"name": "mcp-gateway _all", "version": __version__}
+
+    def capabilities(self) -> JsonObject:
+        return {"tools": {"listChanged": True}}
+
+    def instructions(self) -> str | None:
+        members = ", ".join(self.members()) or "none yet"
+        return (
+            "Tools of every provider that opted in to the aggregate, named <slot>-<tool>. "
+            f"Providers now: {members}. The list changes as providers connect and disconnect; "
+            "re-read tools/list after notifications/tools/list_changed."
+        )
+
+    def members(self) -> list[str]:
+        return sorted(
+            slot.name
+            for slot in self.registry.slots.values()
+            if (session := slot.live) is not None and session.ready and session.aggregate
+        )
+
+    def attach(self, listener: Listener) -> None:
+        self.listeners.add(listener)
+
+    def detach(self, listener: Listener) -> None:
+        self.listeners.discard(listener)
+
+    def rebuild(self) -> None:
+        """Recompute names from the current members; tell listeners when the catalog changed."""
+        entries: list[tuple[str, str]] = []
+        by_key: dict[tuple[str, str], JsonObject] = {}
+        for slot_name in self.members():
+            session = self.registry.slots[slot_name].session
+            assert session is not None
+            for tool in session.tools:
+                key = (slot_name, tool["name"])
+                if key not in by_key:
+                    entries.append(key)
+                    by_key[key] = tool
+        routes = aggregate_names(entries)
+        tools: list[JsonObject] = []
+        for name, key in routes.items():
+            tool = dict(by_key[key])
+            meta = tool.get("_meta")
+            tool["_meta"] = {
+                **(meta if isinstance(meta, dict) else {}),
+                ORIGIN_META_KEY: {"slot": key[0], "tool": key[1]},
+            }
+            tool["name"] = name
+            tools.append(tool)
+        new_hash = tools_hash(tools)
+        self.routes = routes
+        self.tools = tools
+        if new_hash != self.catalog_hash:
+            self.catalog_hash = new_hash
+            message = notification("notifications/tools/list_changed")
+            for listener in list(self.listeners):
+                listener.deliver(message)
+
+    async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
+        if method == "tools/list":
+            return {"tools": self.tools}
+        if method != "tools/call":
+            raise errors.method_not_found(method, "_all (it serves tools only)")
+        name = (params or {}).get("name")
+        route = self.routes.get(name) if isinstance(name, str) else None
+        if route is None:
+            raise errors.unknown_tool(str(name), "_all")
+        slot_name, tool = route
+        session = self.registry.slots[slot_name].live
+        if session is None:
+            raise errors.not_connected(slot_name)
+        return await forward_to(session, ctx, method, {**(params or {}), "name": tool}, self.metrics)

@@ -1,0 +1,66 @@
+"""Named errors the core raises; every one becomes a JSON-RPC error a caller can act on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.core import jsonrpc
+
+
+class RpcError(Exception):
+    """A JSON-RPC error to send back to the caller, with its code, message and optional data."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_error(self) -> jsonrpc.JsonObject:
+        return jsonrpc.error_object(self.code, self.message, self.data)
+
+    def response(self, request_id: Any) -> jsonrpc.JsonObject:
+        return jsonrpc.error_response(request_id, self.code, self.message, self.data)
+
+
+# The three texts of WIRE.md §2.4 are shared with mcp-broker; clients match on them.
+def not_connected(slot: str) -> RpcError:
+    return RpcError(jsonrpc.UNAVAILABLE, f'Provider "{slot}" not connected', {"slot": slot, "reason": "not_connected"})
+
+
+def disconnected(slot: str) -> RpcError:
+    return RpcError(jsonrpc.UNAVAILABLE, f'Provider "{slot}" disconnected', {"slot": slot, "reason": "disconnected"})
+
+
+def deadline(slot: str, timeout_ms: int) -> RpcError:
+    return RpcError(
+        jsonrpc.UNAVAILABLE,
+        f'Provider "{slot}" did not respond within {timeout_ms}ms. The provider is still connected but sent '
+        "no answer for this request; see provider_status on _broker, or raise the slot's request_timeout_ms",
+        {"slot": slot, "reason": "deadline", "timeout_ms": timeout_ms},
+    )
+
+
+def shutting_down(slot: str) -> RpcError:
+    return RpcError(
+        jsonrpc.UNAVAILABLE,
+        f'Provider "{slot}" disconnected: the gateway is shutting down',
+        {"slot": slot, "reason": "shutdown"},
+    )
+
+
+def too_many_pending(scope: str, limit: int) -> RpcError:
+    return RpcError(
+        jsonrpc.UNAVAILABLE,
+        f"Too many requests in flight for {scope} (limit {limit}); wait for answers or raise the limit",
+        {"reason": "pending_limit", "scope": scope, "limit": limit},
+    )
+
+
+def method_not_found(method: str, where: str) -> RpcError:
+    return RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} is not served by {where}")
+
+
+def unknown_tool(name: str, where: str) -> RpcError:
+    # The same answer for a forbidden name and an unknown one, so names cannot be probed.
+    return RpcError(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name} is not offered by {where}; call tools/list")

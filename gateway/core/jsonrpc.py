@@ -1,0 +1,149 @@
+"""JSON-RPC 2.0 parsing and classification: bytes in, one typed view out, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import orjson
+
+# Standard JSON-RPC codes and the MCP additions the gateway emits.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# Gateway codes shared with mcp-broker: unavailable (not connected, disconnected, deadline, held)
+# and forbidden.
+UNAVAILABLE = -32000
+FORBIDDEN = -32001
+# Stateless-era (2026-07-28) codes.
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+JsonId = str | int
+JsonObject = dict[str, Any]
+
+
+class Kind(Enum):
+    REQUEST = "request"
+    NOTIFICATION = "notification"
+    RESPONSE = "response"  # result or error
+    BATCH = "batch"
+    INVALID = "invalid"
+
+
+@dataclass(slots=True)
+class Message:
+    """One decoded JSON-RPC message and what the gateway needs to route it."""
+
+    kind: Kind
+    body: Any  # the decoded JSON value; a dict for every kind except BATCH and INVALID
+    problem: str = ""  # for INVALID: what is wrong, in words a sender can act on
+
+    @property
+    def id(self) -> Any:
+        return self.body.get("id") if isinstance(self.body, dict) else None
+
+    @property
+    def method(self) -> str:
+        return self.body.get("method", "") if isinstance(self.body, dict) else ""
+
+    @property
+    def params(self) -> JsonObject | None:
+        params = self.body.get("params") if isinstance(self.body, dict) else None
+        return params if isinstance(params, dict) else None
+
+
+class ParseError(ValueError):
+    """The bytes are not JSON at all."""
+
+
+def loads(data: bytes | str) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ParseError(str(exc)) from exc
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value)
+
+
+def _valid_id(value: Any) -> bool:
+    # bool is an int subclass but never a valid id.
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def classify(value: Any) -> Message:
+    """Classify an already-decoded JSON value as one JSON-RPC message."""
+    if isinstance(value, list):
+        return Message(Kind.BATCH, value, "JSON-RPC batches are not supported; send one message at a time")
+    if not isinstance(value, dict):
+        return Message(Kind.INVALID, value, "a JSON-RPC message must be a JSON object")
+    method = value.get("method")
+    has_id = "id" in value
+    if method is not None:
+        if not isinstance(method, str) or not method:
+            return Message(Kind.INVALID, value, '"method" must be a non-empty string')
+        params = value.get("params")
+        if params is not None and not isinstance(params, dict | list):
+            return Message(Kind.INVALID, value, '"params" must be an object')
+        if not has_id:
+            return Message(Kind.NOTIFICATION, value)
+        if not _valid_id(value["id"]):
+            return Message(Kind.INVALID, value, '"id" must be a string or an integer')
+        return Message(Kind.REQUEST, value)
+    if has_id and ("result" in value or "error" in value):
+        return Message(Kind.RESPONSE, value)
+    return Message(Kind.INVALID, value, 'not a request, notification or response (no "method", no "result")')
+
+
+def parse(data: bytes | str) -> Message:
+    """Decode and classify; malformed JSON becomes an INVALID message instead of an exception."""
+    try:
+        value = loads(data)
+    except ParseError as exc:
+        return Message(Kind.INVALID, None, f"malformed JSON: {exc}")
+    return classify(value)
+
+
+def error_object(code: int, message: str, data: Any = None) -> JsonObject:
+    error: JsonObject = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return error
+
+
+def error_response(request_id: Any, code: int, message: str, data: Any = None) -> JsonObject:
+    return {"jsonrpc": "2.0", "id": request_id, "error": error_object(code, message, data)}
+
+
+def result_response(request_id: Any, result: Any) -> JsonObject:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def notification(method: str, params: JsonObject | None = None) -> JsonObject:
+    message: JsonObject = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def normalize_error(error: Any) -> JsonObject:
+    """Accept what real boards send: an error without a numeric code becomes -32603, message kept."""
+    if not isinstance(error, dict):
+        return error_object(INTERNAL_ERROR, str(error) if error is not None else "Provider returned an error")
+    code = error.get("code")
+    message = error.get("message")
+    if isinstance(code, int) and not isinstance(code, bool) and isinstance(message, str):
+        return error
+    fixed: JsonObject = {
+        "code": code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR,
+        "message": message if isinstance(message, str) else "Provider returned an error without a message",
+    }
+    if "data" in error:
+        fixed["data"] = error["data"]
+    return fixed

@@ -1,0 +1,571 @@
+"""The gateway-owned MCP session with one provider (WIRE.md §2.4, §2.5).
+
+The gateway initializes each provider once, caches what it learns, numbers every request it
+forwards with its own ids, enforces deadlines and the pending bound, and routes what the provider
+sends back: responses to their waiting caller, progress and request-tied log messages to that
+caller's stream, everything else to the slot's listeners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway import __version__
+from gateway.core import errors, jsonrpc
+from gateway.core.jsonrpc import JsonId, JsonObject, Kind
+from gateway.core.link import CLOSE_POLICY, ProviderLink
+from gateway.core.schema_hash import tools_hash
+from gateway.core.versions import LATEST_HANDSHAKE
+
+log = logging.getLogger("gateway.provider")
+
+NotificationSink = Callable[[JsonObject], None]
+"""Receives a notification (already rewritten for the client) on the stream of one request."""
+
+RELATED_REQUEST_KEY = "io.github.mcp-gateway/relatedRequest"
+"""Optional _meta key on a provider notification naming the gateway request id it belongs to.
+
+Stream transports have no other way to tie a log message to a request; the Python provider API sets
+it, boards may. It is removed before the notification reaches a client."""
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    request_timeout_ms: int = 60_000
+    tool_timeouts_ms: dict[str, int] = field(default_factory=dict)
+    initialize_timeout_ms: int = 10_000
+    max_pending: int = 256
+    numeric_ids: bool = False
+    max_tools_pages: int = 64
+
+    def timeout_for(self, method: str, params: JsonObject | None) -> int:
+        if method == "tools/call" and params is not None:
+            tool = params.get("name")
+            if isinstance(tool, str) and tool in self.tool_timeouts_ms:
+                return self.tool_timeouts_ms[tool]
+        return self.request_timeout_ms
+
+
+class SessionObserver(Protocol):
+    """What the slot registry hears from a provider session."""
+
+    def session_ready(self, session: ProviderSession) -> None: ...
+
+    def session_tools_changed(self, session: ProviderSession) -> None: ...
+
+    def session_notification(self, session: ProviderSession, message: JsonObject) -> None: ...
+
+    def session_closed(self, session: ProviderSession, reason: str) -> None: ...
+
+    def session_registered(self, session: ProviderSession) -> None: ...
+
+
+@dataclass(slots=True)
+class Pending:
+    future: asyncio.Future[JsonObject]
+    method: str
+    started: float
+    timeout_ms: int
+    sink: NotificationSink | None = None
+    client_progress_token: Any = None
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class SessionCounters:
+    requests: int = 0
+    errors: int = 0
+    deadlines: int = 0
+    unparsable: int = 0
+    unmatched_responses: int = 0
+    protocol_violations: int = 0
+    heartbeat_misses: int = 0
+    notifications: int = 0
+
+
+class ProviderSession:
+    """One provider link bound to one slot, from connect to close."""
+
+    def __init__(
+        self,
+        slot: str,
+        link: ProviderLink,
+        settings: SessionSettings,
+        observer: SessionObserver,
+        *,
+        aggregate: bool = False,
+        hello: JsonObject | None = None,
+    ) -> None:
+        self.slot = slot
+        self.link = link
+        self.settings = settings
+        self.observer = observer
+        self.aggregate = aggregate
+        self.hello: JsonObject | None = hello
+        self.state = "initializing"  # -> ready -> closed
+        self.close_reason = ""
+        self.connected_at = time.time()
+        self.init_result: JsonObject | None = None
+        self.tools: list[JsonObject] = []
+        self.tools_hash = ""
+        self.pending: dict[JsonId, Pending] = {}
+        self.counters = SessionCounters()
+        self.last_seen = time.monotonic()
+        self.awaiting_heartbeat = False
+        self.missed_heartbeats = 0
+        self.last_error = ""
+        self._next_id = 0
+        self._ready = asyncio.Event()
+        self._alive = asyncio.Event()
+        self._relist_task: asyncio.Task[None] | None = None
+        self._relist_again = False
+        self._start_task: asyncio.Task[None] | None = None
+        self._warned: set[str] = set()
+
+    # -- identity and cached state -------------------------------------------------------------
+
+    @property
+    def numeric_ids(self) -> bool:
+        return self.settings.numeric_ids or self.link.info.numeric_ids or self._hello_numeric()
+
+    def _hello_numeric(self) -> bool:
+        return isinstance(self.hello, dict) and self.hello.get("ids") == "numeric"
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    @property
+    def capabilities(self) -> JsonObject:
+        caps = (self.init_result or {}).get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    @property
+    def server_info(self) -> JsonObject:
+        info = (self.init_result or {}).get("serverInfo")
+        return info if isinstance(info, dict) else {"name": self.slot, "version": ""}
+
+    @property
+    def instructions(self) -> str | None:
+        text = (self.init_result or {}).get("instructions")
+        return text if isinstance(text, str) else None
+
+    @property
+    def protocol_version(self) -> str:
+        version = (self.init_result or {}).get("protocolVersion")
+        return version if isinstance(version, str) else ""
+
+    def _new_id(self) -> JsonId:
+        self._next_id += 1
+        return self._next_id if self.numeric_ids else f"brk-{self._next_id}"
+
+    def warn_once(self, kind: str, text: str, *args: Any) -> None:
+        """At most one warning per slot per kind of fault; the counters carry the rest."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning(text, *args, extra={"slot": self.slot, "fault": kind})
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._start_task = asyncio.get_running_loop().create_task(self._initialize())
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        if self.state == "ready":
+            return
+        if self.state == "closed":
+            raise errors.disconnected(self.slot)
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout_s)
+        except TimeoutError:
+            raise errors.deadline(self.slot, int(timeout_s * 1000)) from None
+        if self.state != "ready":
+            raise errors.disconnected(self.slot)
+
+    async def _initialize(self) -> None:
+        timeout = self.settings.initialize_timeout_ms
+        params = {
+            "protocolVersion": LATEST_HANDSHAKE,
+            "capabilities": {},
+            "clientInfo": {"name": "mcp-gateway", "version": __version__},
+        }
+        try:
+            reply = await self.request("initialize", params, timeout_ms=timeout, internal=True)
+            if "error" in reply:
+                error = jsonrpc.normalize_error(reply["error"])
+                raise errors.RpcError(error["code"], error["message"])
+            result = reply.get("result")
+            if not isinstance(result, dict):
+                raise errors.RpcError(jsonrpc.INTERNAL_ERROR, "initialize result is not an object")
+            self.init_result = result
+            await self.send_message(jsonrpc.notification("notifications/initialized"))
+            self.tools = await self._list_tools()
+            self.tools_hash = tools_hash(self.tools)
+        except errors.RpcError as exc:
+            if self.state == "closed":
+                return
+            self.last_error = f"initialize failed: {exc.message}"
+            log.warning(
+                "provider for slot %s failed to initialize: %s",
+                self.slot,
+                exc.message,
+                extra={"slot": self.slot},
+            )
+            await self.close(CLOSE_POLICY, f"Provider must answer initialize and tools/list: {exc.message}")
+            return
+        except asyncio.CancelledError:
+            return
+        self.state = "ready"
+        self._ready.set()
+        self.observer.session_ready(self)
+
+    async def _list_tools(self) -> list[JsonObject]:
+        tools: list[JsonObject] = []
+        cursor: Any = None
+        seen: set[str] = set()
+        for _ in range(self.settings.max_tools_pages):
+            params: JsonObject = {} if cursor is None else {"cursor": cursor}
+            reply = await self.request(
+                "tools/list", params, timeout_ms=self.settings.initialize_timeout_ms, internal=True
+            )
+            if "error" in reply:
+                error = jsonrpc.normalize_error(reply["error"])
+                if error["code"] == jsonrpc.METHOD_NOT_FOUND and not tools:
+                    return []
+                raise errors.RpcError(error["code"], f"tools/list failed: {error['message']}")
+            result = reply.get("result")
+            page = result.get("tools") if isinstance(result, dict) else None
+            if not isinstance(page, list):
+                raise errors.RpcError(jsonrpc.INTERNAL_ERROR, "tools/list result has no tools array")
+            tools.extend(tool for tool in page if isinstance(tool, dict) and isinstance(tool.get("name"), str))
+            cursor = result.get("nextCursor") if isinstance(result, dict) else None
+            if not isinstance(cursor, str) or not cursor:
+                return tools
+            if cursor in seen:
+                self.warn_once("cursor_loop", "provider for slot %s repeats a tools/list cursor", self.slot)
+                return tools
+            seen.add(cursor)
+        self.warn_once("cursor_pages", "provider for slot %s pages tools/list past the cap", self.slot)
+        return tools
+
+    def relist(self) -> None:
+        """Fetch the tool list again (list_changed, or a new schema hash in a hello)."""
+        if self.state != "ready":
+            return
+        if self._relist_task is not None and not self._relist_task.done():
+            self._relist_again = True
+            return
+        self._relist_task = asyncio.get_running_loop().create_task(self._relist())
+
+    async def _relist(self) -> None:
+        while True:
+            self._relist_again = False
+            try:
+                tools = await self._list_tools()
+            except errors.RpcError as exc:
+                self.last_error = f"re-listing tools failed: {exc.message}"
+                self.warn_once("relist", "re-listing tools of slot %s failed: %s", self.slot, exc.message)
+                return
+            new_hash = tools_hash(tools)
+            if new_hash != self.tools_hash:
+                self.tools = tools
+                self.tools_hash = new_hash
+                self.observer.session_tools_changed(self)
+            if not self._relist_again:
+                return
+
+    async def close(self, code: int, reason: str) -> None:
+        """Close the link and answer everything pending (idempotent)."""
+        if self.state == "closed":
+            return
+        self.link_lost(reason)
+        with contextlib.suppress(Exception):
+            await self.link.close(code, reason)
+
+    def link_lost(self, reason: str, error: errors.RpcError | None = None) -> None:
+        """The transport is gone: answer every pending request at once and tell the registry."""
+        if self.state == "closed":
+            return
+        self.state = "closed"
+        self.close_reason = reason
+        self._ready.set()
+        failure = error or errors.disconnected(self.slot)
+        pending, self.pending = self.pending, {}
+        for entry in pending.values():
+            if entry.timer is not None:
+                entry.timer.cancel()
+            if not entry.future.done():
+                entry.future.set_exception(failure)
+        for task in (self._relist_task, self._start_task):
+            if task is not None and not task.done() and task is not asyncio.current_task():
+                task.cancel()
+        self.observer.session_closed(self, reason)
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    def heartbeat(self) -> bool:
+        """One heartbeat sweep. False means the provider missed the previous ping and must go."""
+        if self.awaiting_heartbeat:
+            self.missed_heartbeats += 1
+            self.counters.heartbeat_misses += 1
+            return False
+        self.awaiting_heartbeat = True
+        self._send_ping()
+        return True
+
+    def _send_ping(self) -> None:
+        if self.link.info.native_ping:
+            with contextlib.suppress(Exception):
+                self.link.send_ping()
+            return
+        asyncio.get_running_loop().create_task(self._json_ping())
+
+    async def _json_ping(self) -> None:
+        with contextlib.suppress(errors.RpcError):
+            await self.request("ping", None, timeout_ms=self.settings.request_timeout_ms, internal=True)
+
+    def mark_alive(self) -> None:
+        """Any frame or pong from the provider proves the link is alive."""
+        self.last_seen = time.monotonic()
+        self.awaiting_heartbeat = False
+        self._alive.set()
+
+    async def probe(self, timeout_ms: int) -> bool:
+        """Ping now and wait briefly for any sign of life (used before a liveness takeover)."""
+        if self.state == "closed":
+            return False
+        if self.missed_heartbeats:
+            return False
+        self._alive.clear()
+        self._send_ping()
+        try:
+            await asyncio.wait_for(self._alive.wait(), timeout_ms / 1000)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- outbound -----------------------------------------------------------------------------
+
+    async def send_message(self, message: JsonObject) -> None:
+        try:
+            await self.link.send(jsonrpc.dumps(message))
+        except (ConnectionError, RuntimeError) as exc:
+            self.link_lost(f"send failed: {exc}")
+            raise errors.disconnected(self.slot) from exc
+
+    async def request(
+        self,
+        method: str,
+        params: JsonObject | None,
+        *,
+        timeout_ms: int | None = None,
+        sink: NotificationSink | None = None,
+        client_progress_token: Any = None,
+        internal: bool = False,
+    ) -> JsonObject:
+        """Forward one request under a gateway id and wait for the provider's response object.
+
+        Returns the response message (with "result" or a normalised "error"); raises RpcError for
+        the gateway's own failures (not connected, disconnected, deadline, pending bound).
+        """
+        if self.state == "closed":
+            raise errors.disconnected(self.slot)
+        if len(self.pending) >= self.settings.max_pending:
+            raise errors.too_many_pending(f'slot "{self.slot}"', self.settings.max_pending)
+        if timeout_ms is None:
+            timeout_ms = self.settings.timeout_for(method, params)
+        if not internal:
+            self.counters.requests += 1
+        request_id = self._new_id()
+        message: JsonObject = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            if client_progress_token is not None:
+                # The provider echoes our token, which is our own unique id for the request.
+                meta = dict(params.get("_meta") or {})
+                meta["progressToken"] = request_id
+                params = {**params, "_meta": meta}
+            message["params"] = params
+        loop = asyncio.get_running_loop()
+        entry = Pending(
+            future=loop.create_future(),
+            method=method,
+            started=time.monotonic(),
+            timeout_ms=timeout_ms,
+            sink=sink,
+            client_progress_token=client_progress_token,
+        )
+        # Registered before the send so an immediate answer finds it; removed if the send fails.
+        self.pending[request_id] = entry
+        entry.timer = loop.call_later(timeout_ms / 1000, self._expire, request_id)
+        try:
+            await self.link.send(jsonrpc.dumps(message))
+        except (ConnectionError, RuntimeError) as exc:
+            self._forget(request_id)
+            self.link_lost(f"send failed: {exc}")
+            raise errors.disconnected(self.slot) from exc
+        try:
+            return await entry.future
+        except asyncio.CancelledError:
+            # The caller went away: tell the provider, forget the request.
+            if self._forget(request_id):
+                self._cancel_upstream(request_id, "client disconnected")
+            raise
+
+    def _forget(self, request_id: JsonId) -> bool:
+        entry = self.pending.pop(request_id, None)
+        if entry is None:
+            return False
+        if entry.timer is not None:
+            entry.timer.cancel()
+        return True
+
+    def _expire(self, request_id: JsonId) -> None:
+        entry = self.pending.pop(request_id, None)
+        if entry is None or entry.future.done():
+            return
+        self.counters.deadlines += 1
+        entry.future.set_exception(errors.deadline(self.slot, entry.timeout_ms))
+        self._cancel_upstream(request_id, f"gateway deadline of {entry.timeout_ms}ms passed")
+
+    def _cancel_upstream(self, request_id: JsonId, reason: str) -> None:
+        if self.state == "closed":
+            return
+        cancel = jsonrpc.notification("notifications/cancelled", {"requestId": request_id, "reason": reason})
+
+        async def send() -> None:
+            with contextlib.suppress(errors.RpcError):
+                await self.send_message(cancel)
+
+        asyncio.get_running_loop().create_task(send())
+
+    # -- inbound ------------------------------------------------------------------------------
+
+    def receive(self, data: bytes | str) -> None:
+        """Handle one message from the provider; never raises on bad input."""
+        self.mark_alive()
+        message = jsonrpc.parse(data)
+        self.receive_message(message)
+
+    def receive_message(self, message: jsonrpc.Message) -> None:
+        kind = message.kind
+        if kind is Kind.RESPONSE:
+            self._on_response(message.body)
+        elif kind is Kind.NOTIFICATION:
+            self._on_notification(message.body)
+        elif kind is Kind.REQUEST:
+            self._on_provider_request(message.body)
+        elif kind is Kind.BATCH:
+            self.counters.protocol_violations += 1
+            self.warn_once("batch", "provider for slot %s sent a batch; batches are not relayed", self.slot)
+        else:
+            self.counters.unparsable += 1
+            self.warn_once("unparsable", "unparsable message from provider for slot %s: %s", self.slot, message.problem)
+
+    def _on_response(self, body: JsonObject) -> None:
+        request_id = body.get("id")
+        entry = self.pending.pop(request_id, None) if isinstance(request_id, str | int) else None
+        if entry is None or type(request_id) is bool:
+            self.counters.unmatched_responses += 1
+            self.warn_once(
+                "unmatched",
+                "provider for slot %s answered id %r that nobody waits for (late, duplicate, or wrong id type)",
+                self.slot,
+                request_id,
+            )
+            return
+        if entry.timer is not None:
+            entry.timer.cancel()
+        if "error" in body:
+            self.counters.errors += 1
+            body = {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc.normalize_error(body["error"])}
+        if not entry.future.done():
+            entry.future.set_result(body)
+
+    def _on_notification(self, body: JsonObject) -> None:
+        method = body["method"]
+        params = body.get("params")
+        params = params if isinstance(params, dict) else {}
+        self.counters.notifications += 1
+        if method == "notifications/progress":
+            token = params.get("progressToken")
+            entry = self.pending.get(token) if isinstance(token, str | int) else None
+            if entry is not None and entry.sink is not None:
+                entry.sink(jsonrpc.notification(method, {**params, "progressToken": entry.client_progress_token}))
+            return
+        meta = params.get("_meta")
+        if isinstance(meta, dict) and RELATED_REQUEST_KEY in meta:
+            entry = self.pending.get(meta[RELATED_REQUEST_KEY])
+            rest = {key: value for key, value in meta.items() if key != RELATED_REQUEST_KEY}
+            params = {**params, "_meta": rest} if rest else {k: v for k, v in params.items() if k != "_meta"}
+            if entry is not None and entry.sink is not None:
+                entry.sink(jsonrpc.notification(method, params))
+                return
+            body = jsonrpc.notification(method, params)
+        if method == "notifications/tools/list_changed":
+            self.relist()
+            return
+        if method in ("notifications/register", "notifications/hello"):
+            self._on_register(method, params)
+            return
+        if method == "notifications/cancelled" or method.startswith("broker/"):
+            # Cancels of provider-to-client requests have nothing to cancel; broker/* notifications
+            # (telemetry, audit results) belong to the governance layer.
+            return
+        self.observer.session_notification(self, body)
+
+    def _on_register(self, method: str, params: JsonObject) -> None:
+        hello = params.get("hello") if method == "notifications/register" else params
+        if method == "notifications/register" and "aggregate" in params:
+            self.aggregate = params.get("aggregate") is True
+        if isinstance(hello, dict):
+            old_schema = (self.hello or {}).get("schema")
+            self.hello = hello
+            if old_schema is not None and hello.get("schema") != old_schema:
+                self.relist()
+        self.observer.session_registered(self)
+
+    def _on_provider_request(self, body: JsonObject) -> None:
+        method = body["method"]
+        request_id = body["id"]
+        if method == "ping":
+            reply = jsonrpc.result_response(request_id, {})
+        else:
+            reply = jsonrpc.error_response(
+                request_id,
+                jsonrpc.METHOD_NOT_FOUND,
+                f"Method not found: the gateway does not relay {method} from providers",
+            )
+        asyncio.get_running_loop().create_task(self._reply(reply))
+
+    async def _reply(self, reply: JsonObject) -> None:
+        with contextlib.suppress(errors.RpcError):
+            await self.send_message(reply)
+
+    # -- status -------------------------------------------------------------------------------
+
+    def status(self) -> JsonObject:
+        return {
+            "state": self.state,
+            "transport": self.link.info.transport,
+            "remote": self.link.info.remote,
+            "identity": self.link.info.identity,
+            "connected_since": self.connected_at,
+            "pending": len(self.pending),
+            "aggregate": self.aggregate,
+            "hello": self.hello,
+            "server_info": self.server_info,
+            "protocol_version": self.protocol_version,
+            "tools": len(self.tools),
+            "tools_hash": self.tools_hash,
+            "heartbeat_misses": self.counters.heartbeat_misses,
+            "last_seen_s_ago": round(time.monotonic() - self.last_seen, 3),
+            "id_style": "numeric" if self.numeric_ids else "brk",
+            "counters": vars(self.counters).copy(),
+            "last_error": self.last_error or None,
+        }

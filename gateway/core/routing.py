@@ -1,0 +1,322 @@
+"""Routing a client's request to what answers it: a slot's provider, the aggregate, or the gateway.
+
+Every northbound transport turns its input into a ClientContext plus one JSON-RPC request and calls
+`Target.handle`; the answer is a JSON-RPC response carrying the client's own id. Era rules that do
+not depend on HTTP (stateless result stamping, which methods exist in which era) live here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.core import errors, jsonrpc
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.provider_session import NotificationSink, ProviderSession
+from gateway.core.slots import Listener, Slot, SlotRegistry
+from gateway.core.upstream_state import level_rank
+from gateway.core.versions import LATEST_HANDSHAKE, STATELESS_VERSIONS, negotiate_handshake
+from gateway.telemetry.metrics import Metrics
+
+SESSION = "session"
+STATELESS = "stateless"
+
+META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+# Envelope keys that describe the client to the gateway; a session-era provider never sees them.
+ENVELOPE_KEYS = frozenset({META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL})
+
+CACHEABLE_METHODS = frozenset(
+    {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
+)
+SESSION_ONLY_METHODS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
+
+
+@dataclass
+class ClientContext:
+    """Who asks, in which era, and where request-tied notifications go."""
+
+    era: str
+    protocol_version: str
+    listener: Hashable | None = None  # the session (or stream) that owns upstream state
+    sink: NotificationSink | None = None
+    log_level: str | None = None  # stateless era: the per-request opt-in
+    principal: str | None = None
+    client_capabilities: JsonObject = field(default_factory=dict)
+    on_pending: Callable[[int], None] | None = None
+
+    def emit(self, message: JsonObject) -> None:
+        """Deliver a request-tied notification, honouring the era's logging rule."""
+        if self.sink is None:
+            return
+        if message.get("method") == "notifications/message" and self.era == STATELESS:
+            params = message.get("params") or {}
+            if self.log_level is None or level_rank(params.get("level")) < level_rank(self.log_level):
+                return
+        self.sink(message)
+
+
+def strip_envelope(params: JsonObject | None) -> JsonObject | None:
+    """Remove the stateless-era envelope keys before a request goes to a session-era provider."""
+    if params is None:
+        return None
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or not ENVELOPE_KEYS.intersection(meta):
+        return params
+    rest = {key: value for key, value in meta.items() if key not in ENVELOPE_KEYS}
+    cleaned = {key: value for key, value in params.items() if key != "_meta"}
+    if rest:
+        cleaned["_meta"] = rest
+    return cleaned
+
+
+def progress_token(params: JsonObject | None) -> Any:
+    meta = params.get("_meta") if params else None
+    return meta.get("progressToken") if isinstance(meta, dict) else None
+
+
+class Target:
+    """Something a client can talk to at /<name>/mcp."""
+
+    name: str = ""
+
+    def server_info(self) -> JsonObject:
+        raise NotImplementedError
+
+    def capabilities(self) -> JsonObject:
+        raise NotImplementedError
+
+    def instructions(self) -> str | None:
+        return None
+
+    def attach(self, listener: Listener) -> None:
+        """Start sending this target's notifications to a client stream."""
+
+    def detach(self, listener: Listener) -> None:
+        """Stop sending notifications to a stream (it closed or its session ended)."""
+
+    async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
+        """Answer one request with a result object, or raise RpcError."""
+        raise NotImplementedError
+
+    # -- shared behaviour ---------------------------------------------------------------------
+
+    def initialize_result(self, requested_version: object) -> JsonObject:
+        result: JsonObject = {
+            "protocolVersion": negotiate_handshake(requested_version),
+            "capabilities": self.capabilities(),
+            "serverInfo": self.server_info(),
+        }
+        instructions = self.instructions()
+        if instructions:
+            result["instructions"] = instructions
+        return result
+
+    def discover_result(self) -> JsonObject:
+        result: JsonObject = {
+            "supportedVersions": list(STATELESS_VERSIONS),
+            "capabilities": self.capabilities(),
+            "serverInfo": self.server_info(),
+        }
+        instructions = self.instructions()
+        if instructions:
+            result["instructions"] = instructions
+        return result
+
+    async def handle(self, ctx: ClientContext, request: JsonObject) -> JsonObject:
+        """Answer one request (never raises for the caller's mistakes or a provider's failure)."""
+        request_id = request.get("id")
+        method = request.get("method", "")
+        params = request.get("params")
+        if params is not None and not isinstance(params, dict):
+            return jsonrpc.error_response(request_id, jsonrpc.INVALID_PARAMS, '"params" must be an object')
+        try:
+            if ctx.era == STATELESS and method in SESSION_ONLY_METHODS:
+                raise errors.method_not_found(method, f"the {STATELESS_VERSIONS[-1]} protocol")
+            if method == "ping":
+                result: JsonObject = {}
+            elif method == "server/discover":
+                result = self.discover_result()
+            elif method == "initialize":
+                raise errors.RpcError(jsonrpc.INVALID_REQUEST, "initialize is only valid as the first request")
+            else:
+                result = await self.dispatch(ctx, method, params)
+        except errors.RpcError as exc:
+            return exc.response(request_id)
+        if ctx.era == STATELESS:
+            result = self.stamp_stateless(method, result)
+        return jsonrpc.result_response(request_id, result)
+
+    def stamp_stateless(self, method: str, result: JsonObject) -> JsonObject:
+        """Add what every 2026-07-28 result carries: resultType, serverInfo, and cache hints."""
+        stamped = dict(result)
+        stamped.setdefault("resultType", "complete")
+        meta = stamped.get("_meta")
+        meta = dict(meta) if isinstance(meta, dict) else {}
+        meta[META_SERVER_INFO] = self.server_info()
+        stamped["_meta"] = meta
+        if method in CACHEABLE_METHODS or method == "server/discover":
+            stamped.setdefault("ttlMs", 0)
+            stamped.setdefault("cacheScope", "private")
+        return stamped
+
+
+def gateway_capabilities(provider_caps: JsonObject) -> JsonObject:
+    """What a slot advertises: the provider's capabilities, with tools.listChanged always on
+    (the gateway itself tells clients when a provider comes, goes or changes its tools)."""
+    caps = dict(provider_caps)
+    tools = caps.get("tools")
+    caps["tools"] = {**(tools if isinstance(tools, dict) else {}), "listChanged": True}
+    return caps
+
+
+class SlotTarget(Target):
+    """A named slot: answered from the provider session's cache or forwarded to the provider."""
+
+    def __init__(self, registry: SlotRegistry, slot: Slot, metrics: Metrics) -> None:
+        self.registry = registry
+        self.slot = slot
+        self.name = slot.name
+        self.metrics = metrics
+
+    # -- description --------------------------------------------------------------------------
+
+    def server_info(self) -> JsonObject:
+        session = self.slot.live
+        if session is not None and session.ready:
+            return session.server_info
+        return {"name": self.name, "version": ""}
+
+    def capabilities(self) -> JsonObject:
+        session = self.slot.live
+        return gateway_capabilities(session.capabilities if session is not None and session.ready else {})
+
+    def instructions(self) -> str | None:
+        session = self.slot.live
+        return session.instructions if session is not None and session.ready else None
+
+    def initialize_result(self, requested_version: object) -> JsonObject:
+        return super().initialize_result(requested_version or LATEST_HANDSHAKE)
+
+    def attach(self, listener: Listener) -> None:
+        self.slot.listeners.add(listener)
+
+    def detach(self, listener: Listener) -> None:
+        self.slot.listeners.discard(listener)
+        uris, level = self.slot.upstream.forget(listener)
+        session = self.slot.live
+        if session is None or not session.ready or (not uris and level is None):
+            return
+        requests: list[tuple[str, JsonObject]] = [("resources/unsubscribe", {"uri": uri}) for uri in uris]
+        if level is not None and "logging" in session.capabilities:
+            requests.append(("logging/setLevel", {"level": level}))
+        asyncio.get_running_loop().create_task(self._send_quietly(session, requests))
+
+    @staticmethod
+    async def _send_quietly(session: ProviderSession, requests: list[tuple[str, JsonObject]]) -> None:
+        for method, params in requests:
+            with contextlib.suppress(errors.RpcError):
+                await session.request(method, params, internal=True)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    async def provider(self) -> ProviderSession:
+        session = self.slot.live
+        if session is None:
+            raise errors.not_connected(self.name)
+        await session.wait_ready(session.settings.initialize_timeout_ms / 1000)
+        return session
+
+    async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
+        if method == "tools/list":
+            session = await self.provider()
+            if params and params.get("cursor") is not None:
+                raise errors.RpcError(jsonrpc.INVALID_PARAMS, "Invalid cursor: the gateway lists all tools at once")
+            return {"tools": session.tools}
+        if method == "logging/setLevel":
+            return await self._set_level(ctx, params)
+        if method in ("resources/subscribe", "resources/unsubscribe"):
+            return await self._subscription(ctx, method, params)
+        if method.startswith("notifications/"):
+            raise errors.RpcError(jsonrpc.INVALID_REQUEST, f"{method} is a notification; send it without an id")
+        return await self.forward(ctx, method, params)
+
+    async def forward(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
+        session = await self.provider()
+        return await forward_to(session, ctx, method, params, self.metrics)
+
+    async def _set_level(self, ctx: ClientContext, params: JsonObject | None) -> JsonObject:
+        level = (params or {}).get("level")
+        if not isinstance(level, str):
+            raise errors.RpcError(jsonrpc.INVALID_PARAMS, 'logging/setLevel needs "level", e.g. "info"')
+        if ctx.listener is None:
+            return {}
+        changed = self.slot.upstream.set_level(ctx.listener, level)
+        session = self.slot.live
+        if changed is not None and session is not None and session.ready and "logging" in session.capabilities:
+            await forward_to(session, ctx, "logging/setLevel", {"level": changed}, self.metrics)
+        return {}
+
+    async def _subscription(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
+        uri = (params or {}).get("uri")
+        if not isinstance(uri, str):
+            raise errors.RpcError(jsonrpc.INVALID_PARAMS, f'{method} needs "uri"')
+        session = await self.provider()
+        who = ctx.listener if ctx.listener is not None else object()
+        if method == "resources/subscribe":
+            if self.slot.upstream.subscribe(uri, who):
+                try:
+                    await forward_to(session, ctx, method, {"uri": uri}, self.metrics)
+                except errors.RpcError:
+                    self.slot.upstream.unsubscribe(uri, who)
+                    raise
+        elif self.slot.upstream.unsubscribe(uri, who):
+            await forward_to(session, ctx, method, {"uri": uri}, self.metrics)
+        return {}
+
+
+async def forward_to(
+    session: ProviderSession,
+    ctx: ClientContext,
+    method: str,
+    params: JsonObject | None,
+    metrics: Metrics,
+) -> JsonObject:
+    """Send one request to a provider and return its result, or raise its error as RpcError."""
+    params = strip_envelope(params)
+    token = progress_token(params)
+    slot = session.slot
+    metrics.calls.labels(slot, method).inc()
+    started = time.perf_counter()
+    metrics.slot_pending.labels(slot).inc()
+    try:
+        reply = await session.request(
+            method,
+            params,
+            sink=ctx.emit if ctx.sink is not None else None,
+            client_progress_token=token,
+        )
+    except errors.RpcError as exc:
+        reason = exc.data.get("reason", "other") if isinstance(exc.data, dict) else "other"
+        metrics.call_errors.labels(slot, reason).inc()
+        raise
+    finally:
+        metrics.slot_pending.labels(slot).dec()
+        metrics.latency.labels(slot).observe(time.perf_counter() - started)
+    if "error" in reply:
+        error = reply["error"]
+        metrics.call_errors.labels(slot, "provider").inc()
+        raise errors.RpcError(error["code"], error["message"], error.get("data"))
+    result = reply.get("result")
+    if not isinstance(result, dict):
+        metrics.call_errors.labels(slot, "provider").inc()
+        raise errors.RpcError(jsonrpc.INTERNAL_ERROR, f'Provider "{slot}" returned a result that is not an object')
+    return result

@@ -1,0 +1,145 @@
+"""Session-era client sessions: random ids, one target each, idle expiry and a cap."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from typing import Any
+
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.routing import Target
+from gateway.core.streams import MessageQueue
+from gateway.telemetry.metrics import Metrics
+
+
+class ClientSession:
+    """One client's session with one target; it is also that client's notification listener."""
+
+    def __init__(
+        self,
+        session_id: str,
+        target: Target,
+        protocol_version: str,
+        client_info: Any,
+        capabilities: Any,
+        principal: str | None,
+    ) -> None:
+        self.id = session_id
+        self.target = target
+        self.protocol_version = protocol_version
+        self.client_info = client_info if isinstance(client_info, dict) else {}
+        self.capabilities = capabilities if isinstance(capabilities, dict) else {}
+        self.principal = principal
+        self.created = time.time()
+        self.last_active = time.monotonic()
+        self.stream: MessageQueue | None = None
+        self.in_flight: dict[Any, asyncio.Task[Any]] = {}
+        self.initialized = False
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def deliver(self, message: JsonObject) -> None:
+        stream = self.stream
+        if stream is not None and not stream.closed:
+            stream.put(message)
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+    def idle_seconds(self, now: float) -> float:
+        if self.in_flight or (self.stream is not None and not self.stream.closed):
+            return 0.0
+        return now - self.last_active
+
+    def cancel(self, client_request_id: Any) -> bool:
+        task = self.in_flight.get(client_request_id)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True
+
+
+class SessionLimitReached(Exception):
+    pass
+
+
+class SessionStore:
+    def __init__(self, max_sessions: int, idle_timeout_s: float, metrics: Metrics) -> None:
+        self.max_sessions = max_sessions
+        self.idle_timeout_s = idle_timeout_s
+        self.metrics = metrics
+        self.sessions: dict[str, ClientSession] = {}
+        self.expired = 0
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def create(
+        self,
+        target: Target,
+        protocol_version: str,
+        client_info: Any,
+        capabilities: Any,
+        principal: str | None,
+    ) -> ClientSession:
+        if len(self.sessions) >= self.max_sessions:
+            self.sweep()
+            if len(self.sessions) >= self.max_sessions:
+                raise SessionLimitReached(self.max_sessions)
+        session_id = secrets.token_urlsafe(24)  # visible ASCII, 192 random bits
+        session = ClientSession(session_id, target, protocol_version, client_info, capabilities, principal)
+        self.sessions[session_id] = session
+        target.attach(session)
+        self.metrics.sessions.set(len(self.sessions))
+        return session
+
+    def get(self, session_id: str) -> ClientSession | None:
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.touch()
+        return session
+
+    def close(self, session_id: str) -> bool:
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            return False
+        self._end(session)
+        self.metrics.sessions.set(len(self.sessions))
+        return True
+
+    def _end(self, session: ClientSession) -> None:
+        session.target.detach(session)
+        if session.stream is not None:
+            session.stream.close()
+        for task in session.in_flight.values():
+            task.cancel()
+
+    def sweep(self) -> int:
+        now = time.monotonic()
+        stale = [s for s in self.sessions.values() if s.idle_seconds(now) > self.idle_timeout_s]
+        for session in stale:
+            del self.sessions[session.id]
+            self._end(session)
+            self.expired += 1
+            self.metrics.sessions_expired.inc()
+        if stale:
+            self.metrics.sessions.set(len(self.sessions))
+        return len(stale)
+
+    def start(self) -> None:
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
+
+    async def _sweep_loop(self) -> None:
+        interval = max(0.05, min(self.idle_timeout_s / 4, 30.0))
+        while True:
+            await asyncio.sleep(interval)
+            self.sweep()
+
+    async def shutdown(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for session_id in list(self.sessions):
+            self.close(session_id)

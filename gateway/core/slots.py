@@ -1,0 +1,304 @@
+"""Slots: which provider holds which name, who may take it over, and who listens to it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway.config import GatewayConfig
+from gateway.core import errors, jsonrpc
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, ProviderLink
+from gateway.core.names import SlotNameError, check_slot_name
+from gateway.core.provider_session import ProviderSession, SessionSettings
+from gateway.core.upstream_state import UpstreamState, level_rank
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("gateway.slots")
+
+
+class Listener(Hashable, Protocol):
+    """A client stream that wants a slot's notifications."""
+
+    def deliver(self, message: JsonObject) -> None: ...
+
+
+class SlotRefused(Exception):
+    """A provider may not have this slot; `reason` fits a close frame, `code` an error envelope."""
+
+    def __init__(self, reason: str, code: int = jsonrpc.UNAVAILABLE, kind: str = "refused") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+        self.kind = kind
+
+
+@dataclass
+class Slot:
+    name: str
+    declared: bool = False
+    session: ProviderSession | None = None
+    listeners: set[Listener] = field(default_factory=set)
+    last_tools_hash: str = ""
+    connects: int = 0
+    last_disconnect: float | None = None
+    last_disconnect_reason: str = ""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    upstream: UpstreamState = field(default_factory=UpstreamState)
+
+    @property
+    def live(self) -> ProviderSession | None:
+        session = self.session
+        return session if session is not None and session.state != "closed" else None
+
+    def broadcast(self, message: JsonObject) -> None:
+        """Send a provider notification to the listeners that asked for it."""
+        method = message.get("method")
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if method == "notifications/resources/updated":
+            uri = params.get("uri")
+            for listener in list(self.listeners):
+                if isinstance(uri, str) and self.upstream.subscribed(uri, listener):
+                    listener.deliver(message)
+            return
+        if method == "notifications/message":
+            rank = level_rank(params.get("level"))
+            for listener in list(self.listeners):
+                wanted = self.upstream.log_levels.get(listener)
+                if wanted is None or rank >= level_rank(wanted):
+                    listener.deliver(message)
+            return
+        for listener in list(self.listeners):
+            listener.deliver(message)
+
+
+TOOLS_CHANGED = jsonrpc.notification("notifications/tools/list_changed")
+
+
+class SlotRegistry:
+    """Owns every slot and every provider session; implements the session observer."""
+
+    def __init__(self, config: GatewayConfig, metrics: Metrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.slots: dict[str, Slot] = {}
+        self.membership_listeners: list[Callable[[], None]] = []
+        self.started_at = time.time()
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._closing = False
+        for name in config.slots.declared:
+            self.slots[name] = Slot(name, declared=True)
+
+    # -- lookup -------------------------------------------------------------------------------
+
+    def check_name(self, name: str) -> None:
+        """Raise SlotNameError / SlotRefused for a name nobody may use here."""
+        check_slot_name(name)
+        if self.config.slots.only_declared and name not in self.config.slots.declared:
+            raise SlotRefused(
+                f'Slot "{name}" is not declared on this gateway; add it under [slots.declared] or fix the name',
+                jsonrpc.FORBIDDEN,
+                "undeclared",
+            )
+
+    def slot(self, name: str) -> Slot:
+        """The slot called `name`, created on first reference (bounded by limits.max_slots)."""
+        existing = self.slots.get(name)
+        if existing is not None:
+            return existing
+        self.check_name(name)
+        if len(self.slots) >= self.config.limits.max_slots:
+            self._prune()
+            if len(self.slots) >= self.config.limits.max_slots:
+                raise SlotRefused(
+                    f"Too many slots (limit {self.config.limits.max_slots}); raise limits.max_slots. Slot: {name}",
+                    jsonrpc.UNAVAILABLE,
+                    "slot_limit",
+                )
+        created = Slot(name)
+        self.slots[name] = created
+        return created
+
+    def _prune(self) -> None:
+        for name, slot in list(self.slots.items()):
+            if not slot.declared and slot.session is None and not slot.listeners and slot.connects == 0:
+                del self.slots[name]
+
+    def live_sessions(self) -> list[ProviderSession]:
+        return [slot.session for slot in self.slots.values() if slot.live is not None]  # type: ignore[misc]
+
+    def settings_for(self, name: str, link: ProviderLink) -> SessionSettings:
+        providers = self.config.providers
+        per_slot = self.config.slot_settings(name)
+        id_style = (per_slot.id_style if per_slot and per_slot.id_style else None) or providers.id_style
+        return SessionSettings(
+            request_timeout_ms=(per_slot.request_timeout_ms if per_slot else None) or providers.request_timeout_ms,
+            tool_timeouts_ms=dict(per_slot.tool_timeouts_ms) if per_slot else {},
+            initialize_timeout_ms=providers.initialize_timeout_ms,
+            max_pending=self.config.limits.max_pending_per_slot,
+            numeric_ids=id_style == "numeric" or link.info.numeric_ids,
+            max_tools_pages=providers.max_tools_pages,
+        )
+
+    def takeover_policy(self, name: str) -> str:
+        per_slot = self.config.slot_settings(name)
+        return (per_slot.takeover if per_slot and per_slot.takeover else None) or self.config.providers.takeover
+
+    # -- providers ----------------------------------------------------------------------------
+
+    async def attach(
+        self,
+        name: str,
+        link: ProviderLink,
+        *,
+        aggregate: bool = False,
+        hello: JsonObject | None = None,
+    ) -> ProviderSession:
+        """Give `name` to a newly connected provider, or raise SlotRefused."""
+        if self._closing:
+            raise SlotRefused("Gateway is shutting down; reconnect later", jsonrpc.UNAVAILABLE, "shutdown")
+        try:
+            slot = self.slot(name)
+        except SlotNameError as exc:
+            self.metrics.provider_refusals.labels("bad_name").inc()
+            raise SlotRefused(f"{exc}", jsonrpc.UNAVAILABLE, "bad_name") from exc
+        except SlotRefused as exc:
+            self.metrics.provider_refusals.labels(exc.kind).inc()
+            raise
+        async with slot.lock:
+            incumbent = slot.live
+            if incumbent is not None:
+                await self._resolve_takeover(slot, incumbent, link)
+            session = ProviderSession(name, link, self.settings_for(name, link), self, aggregate=aggregate, hello=hello)
+            slot.session = session
+            slot.connects += 1
+        self.metrics.provider_connects.labels(name, link.info.transport).inc()
+        self.metrics.slot_connected.labels(name).set(1)
+        log.info(
+            "provider attached to slot %s over %s from %s",
+            name,
+            link.info.transport,
+            link.info.remote,
+            extra={"slot": name},
+        )
+        session.start()
+        return session
+
+    async def _resolve_takeover(self, slot: Slot, incumbent: ProviderSession, link: ProviderLink) -> None:
+        policy = self.takeover_policy(slot.name)
+        same_identity = link.info.identity is not None and link.info.identity == incumbent.link.info.identity
+        if policy == "always" and same_identity:
+            reason = "Replaced by a newer connection of the same provider identity"
+        elif policy == "reject" or await incumbent.probe(self.config.providers.takeover_probe_ms):
+            self.metrics.provider_refusals.labels("held").inc()
+            raise SlotRefused(
+                f'Slot already held by a live provider; call provider_status on _broker. Slot: "{slot.name}"',
+                jsonrpc.UNAVAILABLE,
+                "held",
+            )
+        else:
+            reason = "Replaced: this link missed its heartbeat and a new provider claimed the slot"
+        log.info("slot %s taken over (%s)", slot.name, policy, extra={"slot": slot.name})
+        await incumbent.close(CLOSE_POLICY, reason)
+
+    # -- SessionObserver ----------------------------------------------------------------------
+
+    def _owner(self, session: ProviderSession) -> Slot | None:
+        slot = self.slots.get(session.slot)
+        return slot if slot is not None and slot.session is session else None
+
+    def session_ready(self, session: ProviderSession) -> None:
+        slot = self._owner(session)
+        if slot is None:
+            return
+        replay = slot.upstream.replay()
+        if replay:
+            asyncio.get_running_loop().create_task(self._replay(session, replay))
+        if slot.last_tools_hash != session.tools_hash:
+            slot.last_tools_hash = session.tools_hash
+            slot.broadcast(TOOLS_CHANGED)
+        self._membership_changed()
+
+    async def _replay(self, session: ProviderSession, requests: list[tuple[str, JsonObject]]) -> None:
+        for method, params in requests:
+            try:
+                await session.request(method, params, internal=True)
+            except errors.RpcError as exc:
+                session.warn_once("replay", "replaying %s to slot %s failed: %s", method, session.slot, exc.message)
+                return
+
+    def session_tools_changed(self, session: ProviderSession) -> None:
+        slot = self._owner(session)
+        if slot is None:
+            return
+        slot.last_tools_hash = session.tools_hash
+        slot.broadcast(TOOLS_CHANGED)
+        if session.aggregate:
+            self._membership_changed()
+
+    def session_notification(self, session: ProviderSession, message: JsonObject) -> None:
+        slot = self._owner(session)
+        if slot is not None:
+            slot.broadcast(message)
+
+    def session_registered(self, session: ProviderSession) -> None:
+        if self._owner(session) is not None and session.ready:
+            self._membership_changed()
+
+    def session_closed(self, session: ProviderSession, reason: str) -> None:
+        slot = self._owner(session)
+        if slot is None:
+            return
+        slot.session = None
+        slot.last_disconnect = time.time()
+        slot.last_disconnect_reason = reason
+        self.metrics.slot_connected.labels(session.slot).set(0)
+        self.metrics.slot_pending.labels(session.slot).set(0)
+        log.info("provider left slot %s: %s", session.slot, reason, extra={"slot": session.slot})
+        if session.ready:
+            self._membership_changed()
+
+    def _membership_changed(self) -> None:
+        for listener in list(self.membership_listeners):
+            listener()
+
+    # -- liveness and shutdown ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.config.providers.heartbeat_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            self.heartbeat_sweep()
+
+    def heartbeat_sweep(self) -> None:
+        for session in self.live_sessions():
+            if not session.heartbeat():
+                self.metrics.heartbeat_misses.labels(session.slot).inc()
+                session.warn_once("heartbeat", "provider for slot %s missed its heartbeat; dropping it", session.slot)
+                interval = self.config.providers.heartbeat_interval_s
+                asyncio.get_running_loop().create_task(
+                    session.close(CLOSE_POLICY, f"No answer to heartbeat ping within {interval:g}s; reconnect")
+                )
+
+    async def shutdown(self) -> None:
+        """Refuse newcomers, answer every pending request with a named error, close every link."""
+        self._closing = True
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat_task
+        sessions = self.live_sessions()
+        for session in sessions:
+            session.link_lost("gateway shutting down", errors.shutting_down(session.slot))
+        for session in sessions:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(session.link.close(CLOSE_GOING_AWAY, "Gateway shutting down"), 2.0)

@@ -1,0 +1,1 @@
+"""northbound layer."""

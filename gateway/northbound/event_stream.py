@@ -1,0 +1,42 @@
+"""Server-sent events on aiohttp: open a stream, write JSON-RPC messages as events, keep it alive."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import orjson
+from aiohttp import web
+
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.streams import MessageQueue
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache, no-transform",
+    "X-Accel-Buffering": "no",
+}
+
+
+def encode_event(message: JsonObject, event: str = "message") -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(message) + b"\n\n"
+
+
+KEEPALIVE = b": keepalive\n\n"
+
+
+async def open_stream(request: web.Request, extra_headers: Mapping[str, str] | None = None) -> web.StreamResponse:
+    response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(extra_headers or {})})
+    await response.prepare(request)
+    return response
+
+
+async def pump(response: web.StreamResponse, queue: MessageQueue, keepalive_s: float) -> None:
+    """Write queued messages as events until the queue closes; comment lines keep idle streams open."""
+    while True:
+        message = await queue.get(timeout=keepalive_s)
+        if message is None:
+            if queue.closed:
+                return
+            await response.write(KEEPALIVE)
+            continue
+        await response.write(encode_event(message))

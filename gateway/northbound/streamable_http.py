@@ -1,0 +1,509 @@
+"""MCP Streamable HTTP for clients at `/<slot>/mcp`, both protocol eras on one endpoint (MCP.md).
+
+The MCP-Protocol-Version header picks the era: a stateless-era version goes to the stateless
+handler; none, or a session-era version, to the session handler. Answers are JSON, or SSE as soon as
+a request-tied notification (progress, a log message) arrives or the answer takes longer than the
+keepalive interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.core import errors, jsonrpc, stateless
+from gateway.core.gateway import Gateway
+from gateway.core.jsonrpc import JsonObject, Kind
+from gateway.core.names import SlotNameError, decode_path_segment
+from gateway.core.routing import (
+    META_SUBSCRIPTION_ID,
+    SESSION,
+    STATELESS,
+    ClientContext,
+    SlotTarget,
+    Target,
+)
+from gateway.core.sessions import ClientSession, SessionLimitReached
+from gateway.core.slots import SlotRefused
+from gateway.core.stateless import Rejection
+from gateway.core.streams import MessageQueue
+from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS, STATELESS_VERSIONS, is_known
+from gateway.northbound import event_stream
+
+log = logging.getLogger("gateway.northbound.http")
+
+SESSION_HEADER = "Mcp-Session-Id"
+JSON_TYPE = "application/json"
+SSE_TYPE = "text/event-stream"
+
+
+def json_response(message: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(message), status=status, content_type=JSON_TYPE, headers=headers)
+
+
+def rpc_error(status: int, code: int, message: str, request_id: Any = None, data: Any = None) -> web.Response:
+    return json_response(jsonrpc.error_response(request_id, code, message, data), status=status)
+
+
+def http_error(status: int, error: str, description: str) -> web.Response:
+    return json_response({"error": error, "error_description": description}, status=status)
+
+
+def accepts(request: web.Request) -> tuple[bool, bool]:
+    """(accepts JSON, accepts SSE); a missing Accept header accepts both."""
+    accept = request.headers.get("Accept", "")
+    if not accept or "*/*" in accept:
+        return True, True
+    return (JSON_TYPE in accept or "application/*" in accept), (SSE_TYPE in accept or "text/*" in accept)
+
+
+class RequestStream:
+    """The HTTP answer to one request: JSON, unless notifications arrive first (then SSE)."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        headers: dict[str, str],
+        queue_limit: int,
+        keepalive_s: float,
+        sse_allowed: bool,
+    ) -> None:
+        self.request = request
+        self.headers = headers
+        self.keepalive_s = keepalive_s
+        self.sse_allowed = sse_allowed
+        self.queue = MessageQueue(queue_limit)
+        self.response: web.StreamResponse | None = None
+        self.final: JsonObject | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        if sse_allowed:
+            # A long call commits to SSE so keepalives hold the connection open through proxies.
+            self._timer = asyncio.get_running_loop().call_later(keepalive_s, self._start_sse)
+
+    def sink(self, message: JsonObject) -> None:
+        if not self.sse_allowed or self.final is not None:
+            return
+        if self.queue.put(message):
+            self._start_sse()
+
+    def _start_sse(self) -> None:
+        if self._writer is None and self.final is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    async def _write_loop(self) -> None:
+        self.response = await event_stream.open_stream(self.request, self.headers)
+        await event_stream.pump(self.response, self.queue, self.keepalive_s)
+        if self.final is not None:
+            await self.response.write(event_stream.encode_event(self.final))
+        await self.response.write_eof()
+
+    async def finish(self, final: JsonObject, status: int = 200) -> web.StreamResponse:
+        self.final = final
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._writer is None:
+            return json_response(final, status=status, headers=self.headers)
+        self.queue.close()
+        await self._writer
+        assert self.response is not None
+        return self.response
+
+    def abort(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
+
+
+class SubscriptionStream:
+    """One stateless-era `subscriptions/listen` stream: only the notification kinds asked for."""
+
+    KIND_BY_METHOD = {
+        "notifications/tools/list_changed": "toolsListChanged",
+        "notifications/prompts/list_changed": "promptsListChanged",
+        "notifications/resources/list_changed": "resourcesListChanged",
+    }
+
+    def __init__(self, subscription_id: Any, honored: JsonObject, queue_limit: int) -> None:
+        self.subscription_id = subscription_id
+        self.honored = honored
+        self.uris = set(honored.get("resourceSubscriptions") or ())
+        self.queue = MessageQueue(queue_limit)
+
+    def deliver(self, message: JsonObject) -> None:
+        method = message.get("method")
+        params = message.get("params")
+        params = dict(params) if isinstance(params, dict) else {}
+        if method == "notifications/resources/updated":
+            if params.get("uri") not in self.uris:
+                return
+        else:
+            kind = self.KIND_BY_METHOD.get(str(method))
+            if kind is None or not self.honored.get(kind):
+                return
+        meta = params.get("_meta")
+        params["_meta"] = {
+            **(meta if isinstance(meta, dict) else {}),
+            META_SUBSCRIPTION_ID: self.subscription_id,
+        }
+        self.queue.put(jsonrpc.notification(str(method), params))
+
+
+class StreamableHttpEndpoint:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.limits = gateway.config.limits
+
+    # -- entry --------------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Serve `/<slot>/mcp`; anything else under the catch-all route is a 404 with directions."""
+        parts = request.rel_url.raw_path.split("/")
+        if len(parts) != 3 or parts[2] != "mcp" or not parts[1]:
+            return http_error(
+                404,
+                "not_found",
+                "No such endpoint. Clients use /<slot>/mcp (or /_all/mcp, /_broker/mcp); "
+                "providers use /provider/<slot> or /providers.",
+            )
+        name = decode_path_segment(parts[1])
+        try:
+            target = self.gateway.target(name)
+        except SlotNameError as exc:
+            return http_error(404, "unknown_slot", str(exc))
+        except SlotRefused as exc:
+            return http_error(404 if exc.kind == "undeclared" else 503, "slot_refused", exc.reason)
+        version = request.headers.get("MCP-Protocol-Version")
+        if version in STATELESS_VERSIONS:
+            return await self.stateless(request, target)
+        if version is not None and not is_known(version):
+            return rpc_error(
+                400,
+                jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
+                f"Unsupported MCP-Protocol-Version {version[:40]!r}",
+                data={"supported": list(HANDSHAKE_VERSIONS + STATELESS_VERSIONS), "requested": version[:40]},
+            )
+        if request.method == "POST":
+            return await self.session_post(request, target, version)
+        if request.method == "GET":
+            return await self.session_get(request, target)
+        if request.method == "DELETE":
+            return self.session_delete(request, target)
+        return web.Response(status=405, headers={"Allow": "GET, POST, DELETE"})
+
+    async def read_message(self, request: web.Request) -> jsonrpc.Message | web.Response:
+        if request.content_length is not None and request.content_length > self.limits.max_body_bytes:
+            return http_error(
+                413,
+                "body_too_large",
+                f"Request body is {request.content_length} bytes; the limit is {self.limits.max_body_bytes} "
+                "(limits.max_body_bytes)",
+            )
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return http_error(
+                413,
+                "body_too_large",
+                f"Request body exceeds {self.limits.max_body_bytes} bytes (limits.max_body_bytes)",
+            )
+        message = jsonrpc.parse(body)
+        if message.kind is Kind.INVALID:
+            self.gateway.metrics.unparsable.labels("client").inc()
+            code = jsonrpc.PARSE_ERROR if message.body is None else jsonrpc.INVALID_REQUEST
+            return rpc_error(400, code, f"Invalid JSON-RPC: {message.problem}")
+        if message.kind is Kind.BATCH:
+            return rpc_error(
+                400, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are not supported; send one message per POST"
+            )
+        return message
+
+    def context_headers(self, session: ClientSession | None) -> dict[str, str]:
+        return {SESSION_HEADER: session.id} if session is not None else {}
+
+    async def exchange(
+        self,
+        request: web.Request,
+        target: Target,
+        ctx: ClientContext,
+        body: JsonObject,
+        session: ClientSession | None,
+    ) -> web.StreamResponse:
+        """Run one request through the core and answer it as JSON or SSE."""
+        _, sse_ok = accepts(request)
+        stream = RequestStream(
+            request,
+            self.context_headers(session),
+            self.limits.notification_queue,
+            self.limits.sse_keepalive_s,
+            sse_ok,
+        )
+        ctx.sink = stream.sink
+        request_id = body.get("id")
+        task = asyncio.current_task()
+        if session is not None:
+            if len(session.in_flight) >= self.limits.max_pending_per_client:
+                stream.abort()
+                error = errors.too_many_pending("this client session", self.limits.max_pending_per_client)
+                return json_response(error.response(request_id), headers=self.context_headers(session))
+            assert task is not None
+            session.in_flight[request_id] = task
+        try:
+            answer = await target.handle(ctx, body)
+        except BaseException:
+            stream.abort()
+            raise
+        finally:
+            if session is not None and session.in_flight.get(request_id) is task:
+                del session.in_flight[request_id]
+                session.touch()
+        status = 200
+        if ctx.era == STATELESS and "error" in answer:
+            status = stateless.http_status(answer["error"]["code"])
+        return await stream.finish(answer, status)
+
+    # -- session era --------------------------------------------------------------------------
+
+    def find_session(self, request: web.Request, target: Target) -> ClientSession | web.Response:
+        session_id = request.headers.get(SESSION_HEADER)
+        if not session_id:
+            return rpc_error(400, jsonrpc.INVALID_REQUEST, "Missing Mcp-Session-Id header; send initialize first")
+        session = self.gateway.sessions.get(session_id)
+        if session is None or session.target is not target:
+            return rpc_error(
+                404, jsonrpc.INVALID_REQUEST, "Unknown or expired session; send initialize to start a new one"
+            )
+        return session
+
+    async def session_post(self, request: web.Request, target: Target, version: str | None) -> web.StreamResponse:
+        message = await self.read_message(request)
+        if isinstance(message, web.Response):
+            return message
+        body = message.body
+        if message.kind is Kind.REQUEST and message.method == "initialize":
+            return self.initialize(target, body)
+        if (
+            message.kind is Kind.REQUEST
+            and message.method == "server/discover"
+            and SESSION_HEADER not in request.headers
+        ):
+            # Lets a probing client learn that this endpoint also speaks the stateless era.
+            result = target.stamp_stateless("server/discover", target.discover_result())
+            return json_response(jsonrpc.result_response(body["id"], result))
+        found = self.find_session(request, target)
+        if isinstance(found, web.Response):
+            return found
+        session = found
+        if message.kind is Kind.NOTIFICATION:
+            self.client_notification(session, message)
+            return web.Response(status=202, headers=self.context_headers(session))
+        if message.kind is Kind.RESPONSE:
+            # The gateway sends clients no requests yet (server-to-client relay is a later issue).
+            return web.Response(status=202, headers=self.context_headers(session))
+        ctx = ClientContext(
+            era=SESSION,
+            protocol_version=version or DEFAULT_HEADERLESS_VERSION,
+            listener=session,
+            principal=session.principal,
+            client_capabilities=session.capabilities,
+        )
+        return await self.exchange(request, target, ctx, body, session)
+
+    def initialize(self, target: Target, body: JsonObject) -> web.Response:
+        params = body.get("params")
+        params = params if isinstance(params, dict) else {}
+        result = target.initialize_result(params.get("protocolVersion"))
+        try:
+            session = self.gateway.sessions.create(
+                target,
+                result["protocolVersion"],
+                params.get("clientInfo"),
+                params.get("capabilities"),
+                principal=None,
+            )
+        except SessionLimitReached:
+            return rpc_error(
+                503,
+                jsonrpc.UNAVAILABLE,
+                f"Too many client sessions (limit {self.limits.max_sessions}); end idle ones with DELETE or "
+                "raise limits.max_sessions",
+                body.get("id"),
+            )
+        return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session.id})
+
+    def client_notification(self, session: ClientSession, message: jsonrpc.Message) -> None:
+        method = message.method
+        if method == "notifications/initialized":
+            session.initialized = True
+        elif method == "notifications/cancelled":
+            request_id = (message.params or {}).get("requestId")
+            session.cancel(request_id)
+        # Other client notifications (roots/list_changed, progress of client work) have no
+        # receiver behind a gateway-owned provider session; they are acknowledged and dropped.
+
+    async def session_get(self, request: web.Request, target: Target) -> web.StreamResponse:
+        found = self.find_session(request, target)
+        if isinstance(found, web.Response):
+            return found
+        session = found
+        _, sse_ok = accepts(request)
+        if not sse_ok:
+            return http_error(406, "not_acceptable", "The GET stream is text/event-stream; accept it")
+        if session.stream is not None and not session.stream.closed:
+            return http_error(409, "stream_open", "This session already has a GET stream open; use that one")
+        queue = MessageQueue(self.limits.notification_queue)
+        session.stream = queue
+        self.gateway.client_streams.add(queue)
+        metrics = self.gateway.metrics.streams.labels("get")
+        metrics.inc()
+        try:
+            response = await event_stream.open_stream(request, self.context_headers(session))
+            await event_stream.pump(response, queue, self.limits.sse_keepalive_s)
+            with contextlib.suppress(ConnectionError):
+                await response.write_eof()
+            return response
+        finally:
+            metrics.dec()
+            queue.close()
+            self.gateway.client_streams.discard(queue)
+            if session.stream is queue:
+                session.stream = None
+            session.touch()
+
+    def session_delete(self, request: web.Request, target: Target) -> web.Response:
+        found = self.find_session(request, target)
+        if isinstance(found, web.Response):
+            return found
+        self.gateway.sessions.close(found.id)
+        return web.Response(status=200)
+
+    # -- stateless era ------------------------------------------------------------------------
+
+    async def stateless(self, request: web.Request, target: Target) -> web.StreamResponse:
+        if request.method != "POST":
+            return web.Response(status=405, headers={"Allow": "POST"})
+        json_ok, sse_ok = accepts(request)
+        if not json_ok and not sse_ok:
+            return http_error(406, "not_acceptable", "Accept application/json and text/event-stream")
+        message = await self.read_message(request)
+        if isinstance(message, web.Response):
+            return message
+        body = message.body
+        if message.kind is Kind.NOTIFICATION or message.kind is Kind.RESPONSE:
+            # No client-to-server notifications exist in this era; cancellation is closing the stream.
+            return web.Response(status=202)
+        duplicated = stateless.duplicated_routing_header(
+            (name.decode("latin-1"), value.decode("latin-1")) for name, value in request.raw_headers
+        )
+        if duplicated is not None:
+            return self.rejection(
+                body,
+                Rejection(jsonrpc.HEADER_MISMATCH, f"{duplicated} header appears more than once"),
+            )
+        headers = {key.lower(): value for key, value in request.headers.items()}
+        verdict = stateless.check_request(body, headers)
+        if isinstance(verdict, Rejection):
+            return self.rejection(body, verdict)
+        if message.method == "initialize":
+            return self.rejection(
+                body,
+                Rejection(jsonrpc.METHOD_NOT_FOUND, "initialize does not exist in 2026-07-28; just send requests"),
+            )
+        ctx = ClientContext(
+            era=STATELESS,
+            protocol_version=verdict.protocol_version,
+            log_level=verdict.log_level,
+            client_capabilities=verdict.client_capabilities if isinstance(verdict.client_capabilities, dict) else {},
+        )
+        if message.method == "subscriptions/listen":
+            if not sse_ok:
+                return http_error(406, "not_acceptable", "subscriptions/listen answers with text/event-stream")
+            return await self.listen(request, target, ctx, body)
+        return await self.exchange(request, target, ctx, body, None)
+
+    def rejection(self, body: JsonObject, rejection: Rejection) -> web.Response:
+        return rpc_error(
+            stateless.http_status(rejection.code),
+            rejection.code,
+            rejection.message,
+            body.get("id"),
+            rejection.data,
+        )
+
+    async def listen(
+        self, request: web.Request, target: Target, ctx: ClientContext, body: JsonObject
+    ) -> web.StreamResponse:
+        request_id = body["id"]
+        params = body.get("params") or {}
+        wanted = params.get("notifications")
+        if not isinstance(wanted, dict):
+            return self.rejection(
+                body,
+                Rejection(jsonrpc.INVALID_PARAMS, 'subscriptions/listen needs "notifications"'),
+            )
+        if self.gateway.open_subscriptions >= self.limits.max_subscriptions:
+            return rpc_error(
+                200,
+                jsonrpc.INTERNAL_ERROR,
+                f"Subscription limit reached ({self.limits.max_subscriptions}); raise limits.max_subscriptions",
+                request_id,
+            )
+        honored = self.honored_filter(target, wanted)
+        stream = SubscriptionStream(request_id, honored, self.limits.notification_queue)
+        ctx.listener = stream
+        target.attach(stream)
+        self.gateway.client_streams.add(stream.queue)
+        self.gateway.open_subscriptions += 1
+        metrics = self.gateway.metrics.streams.labels("listen")
+        metrics.inc()
+        try:
+            for uri in stream.uris:
+                if isinstance(target, SlotTarget):
+                    with contextlib.suppress(errors.RpcError):
+                        await target.dispatch(ctx, "resources/subscribe", {"uri": uri})
+            response = await event_stream.open_stream(request)
+            ack = jsonrpc.notification(
+                "notifications/subscriptions/acknowledged",
+                {"notifications": honored, "_meta": {META_SUBSCRIPTION_ID: request_id}},
+            )
+            await response.write(event_stream.encode_event(ack))
+            await event_stream.pump(response, stream.queue, self.limits.sse_keepalive_s)
+            if not stream.queue.overflowed:
+                # Graceful end (gateway shutdown): the listen result tells the client it was deliberate.
+                final = jsonrpc.result_response(
+                    request_id,
+                    target.stamp_stateless("subscriptions/listen", {"_meta": {META_SUBSCRIPTION_ID: request_id}}),
+                )
+                with contextlib.suppress(ConnectionError):
+                    await response.write(event_stream.encode_event(final))
+            with contextlib.suppress(ConnectionError):
+                await response.write_eof()
+            return response
+        finally:
+            metrics.dec()
+            self.gateway.open_subscriptions -= 1
+            stream.queue.close()
+            self.gateway.client_streams.discard(stream.queue)
+            target.detach(stream)
+
+    @staticmethod
+    def honored_filter(target: Target, wanted: JsonObject) -> JsonObject:
+        caps = target.capabilities()
+        honored: JsonObject = {}
+        if wanted.get("toolsListChanged"):
+            honored["toolsListChanged"] = True
+        if wanted.get("promptsListChanged") and "prompts" in caps:
+            honored["promptsListChanged"] = True
+        if wanted.get("resourcesListChanged") and "resources" in caps:
+            honored["resourcesListChanged"] = True
+        uris = wanted.get("resourceSubscriptions")
+        resources = caps.get("resources")
+        if isinstance(uris, list) and isinstance(resources, dict) and resources.get("subscribe"):
+            honored["resourceSubscriptions"] = [uri for uri in uris if isinstance(uri, str)]
+        return honored

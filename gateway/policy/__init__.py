@@ -1,0 +1,1 @@
+"""Decisions about who may do what: origins and hosts now; authentication and authority later."""

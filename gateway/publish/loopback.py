@@ -1,0 +1,52 @@
+"""In-process publishing: an SDK server attached to a gateway in the same event loop, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from gateway.core.gateway import Gateway
+from gateway.core.link import LinkInfo
+from gateway.core.provider_session import ProviderSession
+from gateway.publish.sdk_bridge import SdkServer, SdkSession
+
+
+class LoopbackLink:
+    def __init__(self) -> None:
+        self.info = LinkInfo(transport="loopback", remote="in-process")
+        self.session: SdkSession | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    async def send(self, data: bytes) -> None:
+        if self.session is None or self.task is None or self.task.done():
+            raise ConnectionError("loopback provider stopped")
+        await self.session.feed(data)
+
+    def send_ping(self) -> None:
+        """Loopback links use JSON-RPC ping (info.native_ping is false)."""
+
+    async def close(self, code: int, reason: str) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+
+
+async def attach_loopback(
+    gateway: Gateway, slot: str, server: SdkServer, *, aggregate: bool = False
+) -> ProviderSession:
+    """Publish `server` in `slot` of an in-process gateway; returns the provider session."""
+    link = LoopbackLink()
+    holder: dict[str, ProviderSession] = {}
+
+    async def deliver(data: bytes) -> None:
+        session = holder.get("session")
+        if session is not None:
+            session.receive(data)
+
+    link.session = SdkSession(server, deliver)
+    link.task = asyncio.get_running_loop().create_task(link.session.run())
+    provider = await gateway.registry.attach(slot, link, aggregate=aggregate)
+    holder["session"] = provider
+    link.task.add_done_callback(lambda _: provider.link_lost("loopback provider stopped"))
+    return provider

@@ -1,0 +1,226 @@
+"""Publish SDK servers to a gateway over `/provider/<slot>` or `/providers`, reconnecting on loss."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import anyio
+import orjson
+
+from gateway.publish.sdk_bridge import SdkServer, SdkSession
+
+log = logging.getLogger("gateway.publish")
+
+
+def register_frame(aggregate: bool, hello: dict[str, Any] | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if aggregate:
+        params["aggregate"] = True
+    if hello:
+        params["hello"] = hello
+    frame: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/register"}
+    if params:
+        frame["params"] = params
+    return frame
+
+
+class Backoff:
+    """Full-jitter exponential back-off: a random wait up to a ceiling that doubles per failure."""
+
+    def __init__(self, initial_s: float = 0.5, max_s: float = 30.0) -> None:
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self.failures = 0
+
+    def next_delay(self) -> float:
+        ceiling = min(self.max_s, self.initial_s * (2**self.failures))
+        self.failures += 1
+        return random.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class _PublisherBase:
+    def __init__(
+        self,
+        gateway_url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        reconnect: bool = True,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        max_msg_size: int = 4 * 1024 * 1024,
+    ) -> None:
+        base = gateway_url.rstrip("/")
+        if base.startswith("http"):
+            base = "ws" + base[4:]
+        self.base_url = base
+        self.headers = dict(headers or {})
+        self.reconnect = reconnect
+        self.backoff = Backoff(backoff_initial_s, backoff_max_s)
+        self.max_msg_size = max_msg_size
+        self.connected = asyncio.Event()
+        self.connections = 0
+        self.last_close: tuple[int | None, str] | None = None
+        self._stop = asyncio.Event()
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+
+    def url(self) -> str:
+        raise NotImplementedError
+
+    async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect with jittered back-off until `stop()`."""
+        async with aiohttp.ClientSession() as http:
+            while not self._stop.is_set():
+                try:
+                    async with http.ws_connect(
+                        self.url(), headers=self.headers, autoping=True, max_msg_size=self.max_msg_size
+                    ) as ws:
+                        self._ws = ws
+                        self.connections += 1
+                        self.connected.set()
+                        self.backoff.reset()
+                        await self._serve(ws)
+                        self.last_close = (ws.close_code, _reason(ws))
+                except (aiohttp.ClientError, OSError) as exc:
+                    self.last_close = (None, str(exc))
+                finally:
+                    self._ws = None
+                    self.connected.clear()
+                if self.last_close and self.last_close[0] not in (None, 1000):
+                    log.info("gateway closed the link: %s %s", *self.last_close)
+                if not self.reconnect or self._stop.is_set():
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), self.backoff.next_delay())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        ws = self._ws
+        if ws is not None and not ws.closed:
+            await ws.close()
+
+    async def drop(self) -> None:
+        """Close the current connection abruptly (tests use it to simulate a lost link)."""
+        ws = self._ws
+        if ws is not None:
+            await ws.close(code=1001)
+
+
+def _reason(ws: aiohttp.ClientWebSocketResponse) -> str:
+    exc = ws.exception()
+    return str(exc) if exc else ""
+
+
+async def _read_frames(ws: aiohttp.ClientWebSocketResponse) -> Any:
+    async for msg in ws:
+        if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+            yield msg.data
+        elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.ERROR):
+            return
+
+
+class Publisher(_PublisherBase):
+    """One SDK server in one slot over the dedicated path `/provider/<slot>`."""
+
+    def __init__(
+        self,
+        server: SdkServer,
+        gateway_url: str,
+        slot: str,
+        *,
+        aggregate: bool = False,
+        hello: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(gateway_url, **options)
+        self.server = server
+        self.slot = slot
+        self.aggregate = aggregate
+        self.hello = hello
+
+    def url(self) -> str:
+        return f"{self.base_url}/provider/{quote(self.slot, safe='')}"
+
+    async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        if self.aggregate or self.hello:
+            await ws.send_bytes(orjson.dumps(register_frame(self.aggregate, self.hello)))
+
+        async def send(data: bytes) -> None:
+            if not ws.closed:
+                await ws.send_str(data.decode())
+
+        session = SdkSession(self.server, send)
+        async with anyio.create_task_group() as group:
+            group.start_soon(session.run)
+            async for data in _read_frames(ws):
+                await session.feed(data)
+            await session.close_input()
+            group.cancel_scope.cancel()
+
+
+class MultiplexedPublisher(_PublisherBase):
+    """Several SDK servers, each in its own slot, over one `/providers` WebSocket."""
+
+    def __init__(
+        self,
+        servers: dict[str, SdkServer],
+        gateway_url: str,
+        *,
+        aggregate: bool = False,
+        hello: dict[str, dict[str, Any]] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(gateway_url, **options)
+        self.servers = dict(servers)
+        self.aggregate = aggregate
+        self.hello = hello or {}
+        self.errors: list[dict[str, Any]] = []
+
+    def url(self) -> str:
+        return f"{self.base_url}/providers"
+
+    async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        sessions: dict[str, SdkSession] = {}
+
+        def sender(slot: str) -> Any:
+            prefix = b'{"provider":' + orjson.dumps(slot) + b',"payload":'
+
+            async def send(data: bytes) -> None:
+                if not ws.closed:
+                    await ws.send_str((prefix + data + b"}").decode())
+
+            return send
+
+        async with anyio.create_task_group() as group:
+            for slot, server in self.servers.items():
+                register = register_frame(self.aggregate, self.hello.get(slot))
+                await ws.send_bytes(orjson.dumps({"provider": slot, "payload": register}))
+                sessions[slot] = SdkSession(server, sender(slot))
+                group.start_soon(sessions[slot].run)
+            async for data in _read_frames(ws):
+                try:
+                    frame = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    continue
+                if not isinstance(frame, dict) or frame.get("provider") not in sessions:
+                    continue
+                payload = frame.get("payload")
+                if isinstance(payload, dict) and payload.get("id", 0) is None and "error" in payload:
+                    # The gateway refused this slot (held, reserved, forbidden).
+                    self.errors.append({"slot": frame["provider"], **payload["error"]})
+                    continue
+                await sessions[frame["provider"]].feed(orjson.dumps(payload))
+            for session in sessions.values():
+                await session.close_input()
+            group.cancel_scope.cancel()

@@ -1,0 +1,1 @@
+"""southbound layer."""

@@ -1,0 +1,299 @@
+"""WebSocket ways in for providers: `/provider/<slot>` (one slot) and `/providers` (enveloped, many).
+
+Byte-compatible with mcp-broker's DirectTransport/MultiplexTransport and libmcpb: the URL or the
+first envelope claims a slot, a register frame opts in to `_all`, refusals are 1008 closes (or error
+envelopes on a multiplexed link), oversized messages 1009. Everything else is the core's job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from aiohttp import WSMsgType, web
+
+from gateway.core import jsonrpc
+from gateway.core.gateway import Gateway
+from gateway.core.link import CLOSE_POLICY, LinkInfo, close_reason
+from gateway.core.names import SlotPathError, slot_from_raw_path
+from gateway.core.provider_session import ProviderSession
+from gateway.core.slots import SlotRefused
+from gateway.southbound import envelope
+
+log = logging.getLogger("gateway.southbound.websocket")
+
+DEDICATED_PREFIX = "/provider"
+MULTIPLEXED_PATH = "/providers"
+
+
+def _remote(request: web.Request) -> str:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(request.remote or "")
+
+
+class WebSocketLink:
+    """One dedicated WebSocket carrying one slot."""
+
+    def __init__(self, ws: web.WebSocketResponse, info: LinkInfo) -> None:
+        self.ws = ws
+        self.info = info
+
+    async def send(self, data: bytes) -> None:
+        if self.ws.closed:
+            raise ConnectionError("WebSocket closed")
+        await self.ws.send_frame(data, WSMsgType.TEXT)
+
+    def send_ping(self) -> None:
+        if not self.ws.closed:
+            asyncio.get_running_loop().create_task(_quiet_ping(self.ws))
+
+    async def close(self, code: int, reason: str) -> None:
+        await self.ws.close(code=code, message=close_reason(reason).encode())
+
+
+async def _quiet_ping(ws: web.WebSocketResponse) -> None:
+    with contextlib.suppress(Exception):
+        await ws.ping()
+
+
+class MultiplexedSocket:
+    """One `/providers` WebSocket and the slots it holds."""
+
+    def __init__(self, ws: web.WebSocketResponse, remote: str) -> None:
+        self.ws = ws
+        self.remote = remote
+        self.sessions: dict[str, ProviderSession] = {}
+        self.last_ping = 0.0
+
+    def ping(self, min_gap_s: float) -> None:
+        # Every slot on the socket asks for a heartbeat; one ping frame answers for all of them.
+        now = time.monotonic()
+        if now - self.last_ping >= min_gap_s and not self.ws.closed:
+            self.last_ping = now
+            asyncio.get_running_loop().create_task(_quiet_ping(self.ws))
+
+
+class MultiplexedSlotLink:
+    """One slot on a multiplexed socket."""
+
+    def __init__(self, socket: MultiplexedSocket, slot: str, info: LinkInfo) -> None:
+        self.socket = socket
+        self.slot = slot
+        self.info = info
+
+    async def send(self, data: bytes) -> None:
+        if self.socket.ws.closed or self.socket.sessions.get(self.slot) is None:
+            raise ConnectionError("slot no longer on this socket")
+        await self.socket.ws.send_frame(envelope.wrap(self.slot, data), WSMsgType.TEXT)
+
+    def send_ping(self) -> None:
+        self.socket.ping(min_gap_s=1.0)
+
+    async def close(self, code: int, reason: str) -> None:
+        # The socket stays open for its other slots; this one is told why it lost the slot.
+        self.socket.sessions.pop(self.slot, None)
+        if not self.socket.ws.closed:
+            with contextlib.suppress(Exception):
+                await self.socket.ws.send_frame(
+                    envelope.error_envelope(self.slot, jsonrpc.UNAVAILABLE, reason), WSMsgType.TEXT
+                )
+
+
+class ProviderWebSockets:
+    """aiohttp handlers for both provider WebSocket paths."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get(MULTIPLEXED_PATH, self.multiplexed),
+            web.get(DEDICATED_PREFIX, self.dedicated),
+            web.get(DEDICATED_PREFIX + "/{rest:.*}", self.dedicated),
+        ]
+
+    def _response(self) -> web.WebSocketResponse:
+        return web.WebSocketResponse(
+            autoping=False,
+            max_msg_size=self.gateway.config.limits.max_frame_bytes,
+            decode_text=False,
+            compress=False,
+        )
+
+    # -- /provider/<slot> ---------------------------------------------------------------------
+
+    async def dedicated(self, request: web.Request) -> web.StreamResponse:
+        try:
+            slot = slot_from_raw_path(request.rel_url.raw_path, DEDICATED_PREFIX)
+        except SlotPathError as exc:
+            self.gateway.metrics.provider_refusals.labels("bad_path").inc()
+            return web.json_response({"error": "bad_provider_path", "error_description": str(exc)}, status=400)
+        # A name no provider may use (reserved, too long, undeclared, held) is refused after the
+        # upgrade with 1008, as mcp-broker does, so WebSocket clients can read the reason.
+        ws = self._response()
+        await ws.prepare(request)
+        info = LinkInfo(transport="websocket", remote=_remote(request), native_ping=True)
+        link = WebSocketLink(ws, info)
+        try:
+            session = await self.gateway.registry.attach(slot, link)
+        except SlotRefused as exc:
+            await ws.close(code=CLOSE_POLICY, message=close_reason(exc.reason).encode())
+            return ws
+        reason = "provider closed the connection"
+        first = True
+        try:
+            async for msg in ws:
+                if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    data: bytes = msg.data if isinstance(msg.data, bytes) else msg.data.encode()
+                    if first:
+                        first = False
+                        if await self._first_dedicated_frame(ws, slot, session, data):
+                            reason = "framing mismatch: envelope on /provider/<slot>"
+                            break
+                        continue
+                    session.receive(data)
+                elif msg.type is WSMsgType.PING:
+                    session.mark_alive()
+                    await ws.pong(msg.data)
+                elif msg.type is WSMsgType.PONG:
+                    session.mark_alive()
+                elif msg.type is WSMsgType.ERROR:
+                    reason = f"WebSocket error: {ws.exception()}"
+                    break
+        finally:
+            session.link_lost(f"{reason} (close code {ws.close_code})")
+        return ws
+
+    async def _first_dedicated_frame(
+        self, ws: web.WebSocketResponse, slot: str, session: ProviderSession, data: bytes
+    ) -> bool:
+        """Consume a register frame or catch an envelope; True when the link must close."""
+        message = jsonrpc.parse(data)
+        registration = envelope.registration(message.body)
+        if registration is not None:
+            session.aggregate = registration.aggregate
+            if registration.hello is not None:
+                session.hello = registration.hello
+            self.gateway.registry.session_registered(session)
+            return False
+        if envelope.looks_like_envelope(message.body):
+            announced = envelope.decode_envelope(message.body)
+            assert announced is not None
+            detail = (
+                f'Provider "{slot}" is registered on the slot-scoped path "{DEDICATED_PREFIX}/{slot}", which carries '
+                f"plain JSON-RPC frames, but its first frame is a multiplex envelope (it announced slot "
+                f'"{announced.provider}"). This is a MultiplexTransport pointed at a DirectTransport URL. Connect '
+                f"it to {MULTIPLEXED_PATH}, or send bare JSON-RPC here."
+            )
+            with contextlib.suppress(Exception):
+                await ws.send_frame(
+                    envelope.error_envelope(announced.provider, jsonrpc.UNAVAILABLE, detail), WSMsgType.TEXT
+                )
+            self.gateway.metrics.provider_refusals.labels("framing").inc()
+            await session.close(
+                CLOSE_POLICY,
+                f"Envelope frame on slot-scoped path {DEDICATED_PREFIX}/{slot}: use DirectTransport here, "
+                f"or connect to {MULTIPLEXED_PATH}",
+            )
+            return True
+        session.receive_message(message)
+        return False
+
+    # -- /providers ---------------------------------------------------------------------------
+
+    async def multiplexed(self, request: web.Request) -> web.StreamResponse:
+        ws = self._response()
+        await ws.prepare(request)
+        socket = MultiplexedSocket(ws, _remote(request))
+        first = True
+        reason = "provider closed the connection"
+        try:
+            async for msg in ws:
+                if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    data: bytes = msg.data if isinstance(msg.data, bytes) else msg.data.encode()
+                    message = jsonrpc.parse(data)
+                    if first:
+                        first = False
+                        if envelope.looks_like_bare_jsonrpc(message.body):
+                            await self._refuse_bare_frame(ws, message)
+                            reason = "framing mismatch: bare JSON-RPC on /providers"
+                            break
+                    await self._multiplexed_frame(socket, message)
+                elif msg.type is WSMsgType.PING:
+                    for session in socket.sessions.values():
+                        session.mark_alive()
+                    await ws.pong(msg.data)
+                elif msg.type is WSMsgType.PONG:
+                    for session in socket.sessions.values():
+                        session.mark_alive()
+                elif msg.type is WSMsgType.ERROR:
+                    reason = f"WebSocket error: {ws.exception()}"
+                    break
+        finally:
+            sessions, socket.sessions = socket.sessions, {}
+            for session in sessions.values():
+                session.link_lost(f"{reason} (close code {ws.close_code})")
+        return ws
+
+    async def _refuse_bare_frame(self, ws: web.WebSocketResponse, message: jsonrpc.Message) -> None:
+        method = message.method or "(none)"
+        detail = (
+            f'A provider connected to the multiplexed path "{MULTIPLEXED_PATH}", which carries envelope frames '
+            f'{{"provider":"<slot>","payload":{{...}}}}, but sent a plain JSON-RPC frame (method "{method}"). '
+            f"This is a DirectTransport pointed at a MultiplexTransport URL. Connect it to "
+            f"{DEDICATED_PREFIX}/<name>, or wrap every frame in an envelope."
+        )
+        self.gateway.metrics.provider_refusals.labels("framing").inc()
+        with contextlib.suppress(Exception):
+            await ws.send_frame(envelope.error_message(jsonrpc.UNAVAILABLE, detail), WSMsgType.TEXT)
+        await ws.close(
+            code=CLOSE_POLICY,
+            message=close_reason(
+                f"Plain JSON-RPC on multiplex path {MULTIPLEXED_PATH}: use MultiplexTransport here, "
+                f"or connect to {DEDICATED_PREFIX}/<name>"
+            ).encode(),
+        )
+
+    async def _multiplexed_frame(self, socket: MultiplexedSocket, message: jsonrpc.Message) -> None:
+        frame = envelope.decode_envelope(message.body)
+        if frame is None:
+            self.gateway.metrics.unparsable.labels("provider").inc()
+            if message.kind is jsonrpc.Kind.INVALID and message.body is None:
+                log.warning("unparsable frame on %s from %s", MULTIPLEXED_PATH, socket.remote)
+            return
+        session = socket.sessions.get(frame.provider)
+        if session is None or session.state == "closed":
+            session = await self._claim(socket, frame)
+            if session is None:
+                return
+            if envelope.registration(frame.payload) is not None:
+                return
+        if isinstance(frame.payload, dict | list):
+            session.mark_alive()
+            session.receive_message(jsonrpc.classify(frame.payload))
+        else:
+            session.counters.unparsable += 1
+
+    async def _claim(self, socket: MultiplexedSocket, frame: envelope.Envelope) -> ProviderSession | None:
+        registration = envelope.registration(frame.payload)
+        info = LinkInfo(transport="websocket-mux", remote=socket.remote, native_ping=True)
+        link = MultiplexedSlotLink(socket, frame.provider, info)
+        try:
+            session = await self.gateway.registry.attach(
+                frame.provider,
+                link,
+                aggregate=registration.aggregate if registration else False,
+                hello=registration.hello if registration else None,
+            )
+        except SlotRefused as exc:
+            with contextlib.suppress(Exception):
+                await socket.ws.send_frame(
+                    envelope.error_envelope(frame.provider, exc.code, exc.reason), WSMsgType.TEXT
+                )
+            return None
+        socket.sessions[frame.provider] = session
+        return session
