@@ -38,6 +38,10 @@ class Gateway:
         target = self._slot_targets.get(name)
         slot = self.registry.slot(name)
         if target is None or target.slot is not slot:
+            if len(self._slot_targets) >= self.config.limits.max_slots:
+                # Forget targets of slots the registry pruned, so this map stays bounded too.
+                slots = self.registry.slots
+                self._slot_targets = {k: t for k, t in self._slot_targets.items() if slots.get(k) is t.slot}
             target = SlotTarget(self.registry, slot, self.metrics)
             self._slot_targets[name] = target
         return target

@@ -1,0 +1,82 @@
+"""The benchmark's one SDK server process: its own Streamable HTTP endpoint and a gateway publisher.
+
+Both paths of `bench.relay` reach this one process, so the server side of a call costs the same on
+each: `/mcp` on this process's uvicorn port (direct) and the gateway slot it publishes (relayed).
+
+    python -m bench.relay_server --port 8123 --gateway http://127.0.0.1:3000 --slot bench
+
+It prints one line, `ready`, once uvicorn listens and the publisher holds its WebSocket, and runs
+until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+
+from gateway.publish import Publisher
+
+
+def bench_server() -> MCPServer:
+    """A server whose one tool costs next to nothing, so the transports are what is measured."""
+    server = MCPServer("bench", instructions="Benchmark server: add two integers.")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    return server
+
+
+async def serve(port: int, gateway_url: str, slot: str) -> None:
+    server = bench_server()
+    # The SDK's defaults: a stateful session manager that answers session-era POSTs as SSE
+    # (json_response=False) and 2026-07-28 requests as JSON unless they run long. The benchmark
+    # compares against the server as its authors ship it.
+    app = server.streamable_http_app()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
+    http = uvicorn.Server(config)
+    publisher = Publisher(server, gateway_url, slot)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    # uvicorn would install its own signal handlers; this process owns them.
+    http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+
+    http_task = asyncio.create_task(http.serve())
+    publish_task = asyncio.create_task(publisher.run())
+    while not (http.started and publisher.connected.is_set()):
+        if http_task.done() or publish_task.done():
+            break
+        await asyncio.sleep(0.02)
+    print("ready" if http.started and publisher.connected.is_set() else "failed", flush=True)
+    stop_task = asyncio.create_task(stop.wait())
+    await asyncio.wait({stop_task, http_task, publish_task}, return_when=asyncio.FIRST_COMPLETED)
+    await publisher.stop()
+    http.should_exit = True
+    for task in (publish_task, http_task, stop_task):
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(task, 5)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="bench.relay_server", description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--gateway", required=True, help="gateway URL, e.g. http://127.0.0.1:3000")
+    parser.add_argument("--slot", default="bench")
+    args = parser.parse_args()
+    asyncio.run(serve(args.port, args.gateway, args.slot))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

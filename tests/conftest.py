@@ -1,0 +1,103 @@
+"""Shared fixtures: a real gateway on a free loopback port, real SDK providers and clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from gateway.app import GatewayServer
+from gateway.config import GatewayConfig
+from gateway.publish import MultiplexedPublisher, Publisher
+from gateway.publish.sdk_bridge import SdkServer
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll until `predicate()` holds; fail the test (never hang) when it does not within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+GatewayFactory = Callable[..., Awaitable[GatewayServer]]
+
+
+@pytest.fixture
+async def gateway_factory() -> AsyncIterator[GatewayFactory]:
+    """Start gateways with config overrides, e.g. `await gateway_factory(providers={"takeover": "reject"})`."""
+    servers: list[GatewayServer] = []
+
+    async def make(**overrides: Any) -> GatewayServer:
+        config = GatewayConfig.model_validate({"port": 0, **overrides})
+        server = GatewayServer(config)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        await server.stop()
+
+
+@pytest.fixture
+async def gateway(gateway_factory: GatewayFactory) -> GatewayServer:
+    return await gateway_factory()
+
+
+class Publishers:
+    """Runs publishers as background tasks and stops them at the end of the test."""
+
+    def __init__(self) -> None:
+        self.running: list[tuple[Publisher | MultiplexedPublisher, asyncio.Task[None]]] = []
+
+    async def start(
+        self,
+        server: GatewayServer,
+        slot: str,
+        provider: SdkServer,
+        *,
+        wait_ready: bool = True,
+        **options: Any,
+    ) -> Publisher:
+        publisher = Publisher(provider, server.url, slot, **options)
+        self.running.append((publisher, asyncio.create_task(publisher.run())))
+        if wait_ready:
+            await wait_ready_slot(server, slot)
+        return publisher
+
+    async def start_multiplexed(
+        self, server: GatewayServer, providers: dict[str, SdkServer], *, wait_ready: bool = True, **options: Any
+    ) -> MultiplexedPublisher:
+        publisher = MultiplexedPublisher(providers, server.url, **options)
+        self.running.append((publisher, asyncio.create_task(publisher.run())))
+        if wait_ready:
+            for slot in providers:
+                await wait_ready_slot(server, slot)
+        return publisher
+
+    async def stop_all(self) -> None:
+        for publisher, task in self.running:
+            await publisher.stop()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 5)
+
+
+async def wait_ready_slot(server: GatewayServer, slot: str, timeout: float = 5.0) -> None:
+    def ready() -> bool:
+        entry = server.gateway.registry.slots.get(slot)
+        return entry is not None and entry.live is not None and entry.live.ready
+
+    await wait_for(ready, timeout, f"slot {slot} to be ready")
+
+
+@pytest.fixture
+async def publishers() -> AsyncIterator[Publishers]:
+    helper = Publishers()
+    yield helper
+    await helper.stop_all()

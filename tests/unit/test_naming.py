@@ -1,0 +1,148 @@
+"""Tool names in the aggregate (WIRE.md §6, gateway/core/naming.py): `<slot>-<tool>`, safe, <= 64, unique."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.core.naming import MAX_NAME, aggregate_names, base_name, sanitize
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def test_name_is_slot_dash_tool() -> None:
+    assert base_name("pump-1", "read_pressure") == "pump-1-read_pressure"
+    assert aggregate_names([("pump-1", "start")]) == {"pump-1-start": ("pump-1", "start")}
+
+
+def test_separator_can_be_configured() -> None:
+    assert base_name("pump-1", "start", separator="_") == "pump-1_start"
+
+
+@pytest.mark.parametrize(
+    ("slot", "tool", "expected"),
+    [
+        ("cell 3", "get.status", "cell_3-get_status"),
+        ("a/b", "x:y", "a_b-x_y"),
+        ("café", "lire", "caf_-lire"),  # one underscore per character, not per byte
+        ("泵", "启动", "_-__"),
+        ("ok", "tab\there", "ok-tab_here"),
+    ],
+)
+def test_characters_outside_the_safe_set_become_underscores(slot: str, tool: str, expected: str) -> None:
+    assert base_name(slot, tool) == expected
+
+
+def test_sanitize_keeps_safe_characters() -> None:
+    assert sanitize("Az09_-") == "Az09_-"
+
+
+def test_exactly_64_characters_is_not_cut() -> None:
+    slot, tool = "s" * 30, "t" * 33  # 30 + 1 + 33 = 64
+    assert base_name(slot, tool) == f"{slot}-{tool}"
+
+
+def test_too_long_name_is_cut_and_given_a_hash_of_the_full_pair() -> None:
+    name = base_name("pump-station-north-" + "x" * 30, "read_pressure_sensor_" + "y" * 20)
+    assert len(name) == MAX_NAME
+    # Pinned: clients echo these names, so they must not change between gateway versions.
+    assert name == "pump-station-north-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx-read_-97ff674f"
+    assert re.fullmatch(r"[A-Za-z0-9_-]{55}-[0-9a-f]{8}", name)
+
+
+def test_hash_suffix_is_deterministic() -> None:
+    slot, tool = "s" * 50, "t" * 50
+    assert base_name(slot, tool) == base_name(slot, tool)
+    assert aggregate_names([(slot, tool)]) == aggregate_names([(slot, tool)])
+
+
+def test_long_pairs_sharing_a_prefix_get_different_names() -> None:
+    slot = "s" * 40
+    first = base_name(slot, "t" * 30 + "_open")
+    second = base_name(slot, "t" * 30 + "_shut")
+    assert first[:55] == second[:55]
+    assert first != second
+
+
+def test_hash_is_of_the_unsanitised_pair() -> None:
+    # "a.b" and "a_b" sanitise alike; the hash still tells the long forms apart.
+    assert base_name("a.b" + "s" * 60, "t") != base_name("a_b" + "s" * 60, "t")
+
+
+def test_collision_keeps_the_first_and_numbers_the_rest_in_order() -> None:
+    names = aggregate_names([("a.b", "c"), ("a_b", "c"), ("a-b", "c"), ("a", "b-c")])
+    assert names == {
+        "a_b-c": ("a.b", "c"),
+        "a_b-c-2": ("a_b", "c"),
+        "a-b-c": ("a-b", "c"),
+        "a-b-c-2": ("a", "b-c"),
+    }
+    assert list(names) == ["a_b-c", "a_b-c-2", "a-b-c", "a-b-c-2"]
+
+
+def test_third_collision_gets_dash_3() -> None:
+    names = aggregate_names([("x y", "t"), ("x.y", "t"), ("x:y", "t")])
+    assert list(names) == ["x_y-t", "x_y-t-2", "x_y-t-3"]
+
+
+def test_collision_of_a_64_character_base_stays_within_64() -> None:
+    slot, tool = "s" * 30, "t" * 33  # a 64-character base
+    names = list(aggregate_names([(slot, tool), (slot, tool), (slot, tool)]))
+    assert names == [f"{slot}-{tool}", f"{slot}-{'t' * 31}-2", f"{slot}-{'t' * 31}-3"]
+    assert all(len(name) == MAX_NAME for name in names)
+
+
+def test_collision_of_a_hashed_base_stays_within_64() -> None:
+    slot = "a" * 70
+    names = list(aggregate_names([(slot, "x"), (slot, "x")]))
+    assert names[0] == "a" * 55 + "-f21b01ea"
+    assert names[1] == "a" * 55 + "-f21b01-2"
+    assert all(len(name) == MAX_NAME for name in names)
+
+
+def test_a_numbered_name_taken_by_a_later_base_is_numbered_again() -> None:
+    names = aggregate_names([("a", "b"), ("a", "b"), ("a", "b-2")])
+    assert names == {"a-b": ("a", "b"), "a-b-2": ("a", "b"), "a-b-2-2": ("a", "b-2")}
+
+
+def test_tenth_collision_of_a_64_character_base_stays_within_64() -> None:
+    slot, tool = "s" * 30, "t" * 33
+    names = list(aggregate_names([(slot, tool)] * 12))
+    assert len(set(names)) == 12
+    assert names[-1] == f"{slot}-{'t' * 30}-12"
+    assert all(len(name) == MAX_NAME for name in names)
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+any_text = st.text(max_size=80)
+entries_strategy = st.lists(st.tuples(any_text, any_text), max_size=25)
+# Few distinct characters make collisions (after sanitising and cutting) likely.
+clashing_text = st.text(alphabet="ab.-_ é", max_size=70)
+clashing_entries = st.lists(st.tuples(clashing_text, clashing_text), max_size=25)
+
+
+@settings(database=None, max_examples=200, deadline=None)
+@given(entries_strategy)
+def test_every_name_is_safe_and_every_entry_gets_its_own(entries: list[tuple[str, str]]) -> None:
+    names = aggregate_names(entries)
+    assert all(SAFE_NAME.fullmatch(name) for name in names)
+    # Nothing is dropped and the caller's order is kept (names are dict keys, hence unique).
+    assert list(names.values()) == entries
+
+
+@settings(database=None, max_examples=200, deadline=None)
+@given(clashing_entries)
+def test_names_stay_safe_and_unique_under_heavy_collisions(entries: list[tuple[str, str]]) -> None:
+    names = aggregate_names(entries)
+    assert all(SAFE_NAME.fullmatch(name) for name in names)
+    assert list(names.values()) == entries
+
+
+@settings(database=None, max_examples=100, deadline=None)
+@given(clashing_entries)
+def test_same_membership_in_the_same_order_gives_the_same_names(entries: list[tuple[str, str]]) -> None:
+    assert aggregate_names(entries) == aggregate_names(list(entries))
