@@ -17,6 +17,7 @@ from gateway.core.gateway import Gateway
 from gateway.northbound.streamable_http import StreamableHttpEndpoint, http_error
 from gateway.policy.origin import OriginPolicy
 from gateway.southbound.websocket import ProviderWebSockets
+from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway")
 
@@ -27,12 +28,46 @@ CORS_ALLOW_HEADERS = (
 )
 
 
-def origin_middleware(policy: OriginPolicy) -> Middleware:
+def endpoint_kind(path: str) -> str:
+    """A bounded label for /metrics: which kind of endpoint a request went to."""
+    if path in ("/healthz", "/readyz", "/metrics"):
+        return path[1:]
+    if path == "/providers" or path.startswith("/provider/") or path == "/provider":
+        return "provider"
+    if path == "/_broker/mcp":
+        return "broker"
+    if path == "/_all/mcp":
+        return "all"
+    if path.endswith("/mcp") and path.count("/") == 2:
+        return "slot"
+    return "other"
+
+
+def request_metrics_middleware(metrics: Metrics) -> Middleware:
+    @web.middleware
+    async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
+        kind = endpoint_kind(request.rel_url.raw_path)
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            metrics.http_requests.labels(kind, str(exc.status)).inc()
+            raise
+        metrics.http_requests.labels(kind, str(response.status)).inc()
+        return response
+
+    return count
+
+
+CORS_HEADERS_KEY = web.RequestKey("cors_headers", dict[str, str])
+
+
+def origin_middleware(policy: OriginPolicy, metrics: Metrics) -> Middleware:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         origin = request.headers.get("Origin")
         refusal = policy.check(origin, request.headers.get("Host"))
         if refusal is not None:
+            metrics.refusals.labels(refusal.error).inc()
             return http_error(refusal.status, refusal.error, refusal.description)
         if origin is None:
             return await handler(request)
@@ -48,22 +83,30 @@ def origin_middleware(policy: OriginPolicy) -> Middleware:
                 "Access-Control-Request-Headers", CORS_ALLOW_HEADERS
             )
             return web.Response(status=204, headers=cors)
-        response = await handler(request)
-        if not response.prepared:
-            response.headers.update(cors)
-        return response
+        # Set when the response is prepared, so streamed answers (SSE) that the handler starts
+        # itself carry the headers too; a browser hides a stream without them.
+        request[CORS_HEADERS_KEY] = cors
+        return await handler(request)
 
     return check
+
+
+async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: the CORS headers the origin check granted this request, if any."""
+    cors = request.get(CORS_HEADERS_KEY)
+    if cors is not None:
+        response.headers.update(cors)
 
 
 def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Application:
     gateway = gateway or Gateway(config)
     policy = OriginPolicy(config.allowed_origins, config.is_loopback, config.allowed_hosts, config.host)
     app = web.Application(
-        middlewares=[origin_middleware(policy)],
+        middlewares=[request_metrics_middleware(gateway.metrics), origin_middleware(policy, gateway.metrics)],
         client_max_size=config.limits.max_body_bytes,
     )
     app[GATEWAY_KEY] = gateway
+    app.on_response_prepare.append(add_cors_headers)
     clients = StreamableHttpEndpoint(gateway)
     providers = ProviderWebSockets(gateway)
 
@@ -90,6 +133,7 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
 
     async def on_shutdown(_: web.Application) -> None:
         await gateway.shutdown()
+        await providers.shutdown()
 
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
@@ -123,6 +167,7 @@ class GatewayServer:
         sockets = getattr(site._server, "sockets", None) or []
         if sockets:
             self.port = sockets[0].getsockname()[1]
+        self.gateway.bound_port = self.port
         self.gateway.listening = True
 
     async def stop(self) -> None:

@@ -106,6 +106,47 @@ def cmd_call(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def cmd_schema_hash(args: argparse.Namespace) -> int:
+    """The canonical tools hash (PUMP1.md) of a schema file, or of what a live slot lists."""
+    from gateway.core.schema_hash import tools_hash
+
+    if (args.file is None) == (args.slot is None):
+        print("mcp-gateway schema-hash: give either a schema FILE or --slot SLOT", file=sys.stderr)
+        return 2
+    if args.file is not None:
+        try:
+            with open(args.file, "rb") as f:
+                document = orjson.loads(f.read())
+        except orjson.JSONDecodeError as exc:
+            print(f"mcp-gateway schema-hash: {args.file} is not valid JSON: {exc}", file=sys.stderr)
+            return 2
+        # The schema file is the tools array; a saved tools/list result ({"tools": [...]}) works too.
+        tools = document.get("tools") if isinstance(document, dict) else document
+        if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+            print(f"mcp-gateway schema-hash: {args.file} holds no array of tool objects", file=sys.stderr)
+            return 2
+        print(tools_hash(tools))
+        return 0
+
+    from gateway.client import GatewayClient
+
+    async def go() -> int:
+        listed: list[dict[str, Any]] = []
+        async with GatewayClient(args.url, args.slot) as client:
+            params: dict[str, Any] = {}
+            while True:
+                result = await client.request("tools/list", params)
+                listed.extend(result.get("tools", []))
+                cursor = result.get("nextCursor")
+                if not isinstance(cursor, str) or not cursor:
+                    break
+                params = {"cursor": cursor}
+        print(tools_hash(listed))
+        return 0
+
+    return asyncio.run(go())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-gateway", description="Edge MCP broker for plants and labs.")
     parser.add_argument("--version", action="version", version=f"mcp-gateway {__version__}")
@@ -141,6 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("arguments", nargs="*", metavar="key=value", help="arguments; values are JSON or text")
     call.add_argument("--url", default=default_url, help=f"gateway URL (default {default_url})")
     call.set_defaults(func=cmd_call)
+
+    schema_hash = commands.add_parser(
+        "schema-hash", help="canonical hash of a tools schema file, or of the tools a live slot lists"
+    )
+    schema_hash.add_argument("file", nargs="?", help="schema file: the tools array (e.g. device/schemas/pump-1.json)")
+    schema_hash.add_argument("--slot", help="hash the tools/list of this slot on a running gateway instead")
+    schema_hash.add_argument("--url", default=default_url, help=f"gateway URL for --slot (default {default_url})")
+    schema_hash.set_defaults(func=cmd_schema_hash)
     return parser
 
 

@@ -282,6 +282,11 @@ def _origin_of(key: str, sources: Mapping[str, str], file_label: str) -> str:
     for candidate, label in sources.items():
         if key == candidate or key.startswith(candidate + "."):
             return label
+    # A validator on a parent (slots.declared checks its names) reports the parent's key; blame the
+    # override below it rather than a file (or "defaults") that may not mention it at all.
+    for candidate, label in sources.items():
+        if candidate.startswith(key + "."):
+            return label
     return file_label
 
 

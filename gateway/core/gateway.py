@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from gateway.config import GatewayConfig
@@ -9,10 +10,14 @@ from gateway.core.aggregate import AggregateTarget
 from gateway.core.introspect import BrokerTarget
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.routing import SlotTarget, Target
+from gateway.core.scrape import ScrapeSync
 from gateway.core.sessions import SessionStore
 from gateway.core.slots import SlotRegistry
 from gateway.core.streams import MessageQueue
 from gateway.telemetry.metrics import Metrics
+
+SHUTDOWN_GRACE_S = 1.0
+"""At shutdown, how long client requests just answered by the core get to finish writing their answer."""
 
 
 class Gateway:
@@ -25,9 +30,17 @@ class Gateway:
         self.broker = BrokerTarget(self)
         self.started_at = time.time()
         self.listening = False
+        self.bound_port: int | None = None
+        """The port actually bound (config.port may be 0, meaning any free port); set by the server."""
         self.open_subscriptions = 0
         self.client_streams: set[MessageQueue] = set()
         self._slot_targets: dict[str, SlotTarget] = {}
+        self.metrics.before_render.append(ScrapeSync(self))
+
+    def base_url(self) -> str:
+        """The URL clients and providers use: public_url if configured, else the bound address."""
+        port = self.bound_port if self.bound_port is not None else self.config.port
+        return self.config.model_copy(update={"port": port}).base_url()
 
     def target(self, name: str) -> Target:
         """What answers at /<name>/mcp; raises SlotNameError or SlotRefused for names nobody may use."""
@@ -51,7 +64,15 @@ class Gateway:
         self.sessions.start()
 
     async def shutdown(self) -> None:
+        # Providers first: every request still waiting on one is answered with the named
+        # "shutting down" error while its client's exchange is open. Ending client sessions first
+        # would cancel those requests, and clients would get a bare "Request cancelled" instead.
+        await self.registry.shutdown()
+        # Those requests now end on their own within a loop turn or two; let them finish before
+        # their sessions are ended, or the ending would cancel them before they wrote their answer.
+        in_flight = [task for session in self.sessions.sessions.values() for task in session.in_flight.values()]
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=SHUTDOWN_GRACE_S)
         for queue in list(self.client_streams):
             queue.close()
         await self.sessions.shutdown()
-        await self.registry.shutdown()

@@ -1,14 +1,23 @@
-"""`_broker`: the gateway's own MCP server, describing itself and its providers."""
+"""`_broker`: the gateway's own MCP server, describing itself, its providers and what is wrong.
+
+Tools and resources show the same data (status.py builds it, diagnose.py judges it, guide.py writes
+the how-to pages from it). Results carry structuredContent plus the same JSON as text; a bad
+argument is a JSON-RPC -32602 that says what to pass instead.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
 
 import orjson
 
 from gateway import __version__
-from gateway.core import errors, jsonrpc
+from gateway.config import masked_dump
+from gateway.core import errors, jsonrpc, status
+from gateway.core.diagnose import Problem, diagnose, worst
+from gateway.core.guide import TOPICS, GuideInput, render
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import BROKER_SLOT
 from gateway.core.routing import ClientContext, Target
@@ -17,13 +26,298 @@ from gateway.core.slots import Listener
 if TYPE_CHECKING:
     from gateway.core.gateway import Gateway
 
+JSON_TYPE = "application/json"
+MARKDOWN_TYPE = "text/markdown"
+READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
-def _json_result(value: Any) -> JsonObject:
-    return {
-        "content": [{"type": "text", "text": orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()}],
-        "structuredContent": value,
-        "isError": False,
-    }
+
+def _nullable(kind: str | list[str]) -> JsonObject:
+    kinds = [kind] if isinstance(kind, str) else list(kind)
+    return {"type": [*kinds, "null"]}
+
+
+COUNTERS_SCHEMA: JsonObject = {"type": "object", "additionalProperties": {"type": "integer"}}
+
+PROVIDER_STATUS_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "description": "The slot name"},
+        "connected": {"type": "boolean", "description": "A provider holds the slot now"},
+        "state": {"enum": ["empty", "initializing", "ready"]},
+        "declared": {"type": "boolean", "description": "Listed under [slots.declared]"},
+        "transport": {**_nullable("string"), "description": "websocket, websocket-mux, loopback, ..."},
+        "remote": {**_nullable("string"), "description": "The provider's address"},
+        "identity": _nullable("string"),
+        "connected_since": {**_nullable("string"), "description": "ISO-8601 UTC"},
+        "connected_for_s": _nullable("number"),
+        "pending": {"type": "integer", "description": "Requests in flight towards the provider"},
+        "max_pending": {"type": "integer"},
+        "aggregate": {"type": "boolean", "description": "The provider opted in to _all"},
+        "in_aggregate": {"type": "boolean", "description": "Its tools are listed in _all now"},
+        "hello": {**_nullable("object"), "description": "device_id, firmware, schema, ids from the register frame"},
+        "server_info": _nullable("object"),
+        "protocol_version": _nullable("string"),
+        "tools": {"type": "integer", "description": "Number of tools the provider lists"},
+        "tools_hash": {**_nullable("string"), "description": "Hash of the tool list"},
+        "heartbeat_misses": {"type": "integer", "description": "Missed heartbeats since the gateway started"},
+        "last_seen_s_ago": _nullable("number"),
+        "id_style": {"enum": ["brk", "numeric"]},
+        "request_timeout_ms": {"type": "integer"},
+        "tool_timeouts_ms": COUNTERS_SCHEMA,
+        "takeover": {"enum": ["liveness", "reject", "always"]},
+        "counters": {
+            "anyOf": [COUNTERS_SCHEMA, {"type": "null"}],
+            "description": "This link: requests, errors, deadlines, unparsable, unmatched_responses, ...",
+        },
+        "counters_total": {**COUNTERS_SCHEMA, "description": "The same counters over every link since start"},
+        "last_error": _nullable("string"),
+        "connects": {"type": "integer"},
+        "last_disconnect": {**_nullable("string"), "description": "ISO-8601 UTC"},
+        "last_disconnect_reason": _nullable("string"),
+        "listeners": {"type": "integer", "description": "Client streams receiving this slot's notifications"},
+        "client_sessions": {"type": "integer"},
+        "resource_subscriptions": {"type": "integer"},
+        "client_url": {"type": "string"},
+        "provider_url": {"type": "string"},
+    },
+    "required": [
+        "name",
+        "connected",
+        "state",
+        "declared",
+        "transport",
+        "connected_since",
+        "pending",
+        "aggregate",
+        "hello",
+        "tools",
+        "tools_hash",
+        "heartbeat_misses",
+        "id_style",
+        "counters",
+        "counters_total",
+        "last_error",
+        "last_disconnect",
+        "last_disconnect_reason",
+        "listeners",
+        "client_sessions",
+    ],
+}
+
+PROVIDERS_LIST_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {
+        "count": {"type": "integer"},
+        "connected": {"type": "integer"},
+        "providers": {"type": "array", "items": PROVIDER_STATUS_SCHEMA},
+    },
+    "required": ["count", "connected", "providers"],
+}
+
+BROKER_INFO_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "version": {"type": "string"},
+        "started_at": {"type": "string", "description": "ISO-8601 UTC"},
+        "uptime_s": {"type": "number"},
+        "host": {"type": "string"},
+        "port": {"type": "integer"},
+        "url": {"type": "string", "description": "Base URL clients and providers use"},
+        "public_url": _nullable("string"),
+        "tls": {"type": "boolean"},
+        "insecure_lan": {"type": "boolean", "description": "Listening on the network without authentication"},
+        "warnings": {"type": "array", "items": {"type": "string"}},
+        "paths": {"type": "object", "additionalProperties": {"type": "string"}},
+        "urls": {"type": "object", "additionalProperties": {"type": "string"}},
+        "security": {"type": "object"},
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "limits": {"type": "object"},
+        "providers": {"type": "object"},
+        "protocol_versions": {"type": "object"},
+    },
+    "required": [
+        "name",
+        "version",
+        "started_at",
+        "uptime_s",
+        "host",
+        "port",
+        "url",
+        "insecure_lan",
+        "paths",
+        "counts",
+        "limits",
+    ],
+}
+
+PROBLEM_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "Stable problem id, e.g. slot.disconnected"},
+        "severity": {"enum": ["error", "warning", "info"]},
+        "slot": {"type": "string"},
+        "summary": {"type": "string"},
+        "evidence": {"type": "string"},
+        "fix": {"type": "string"},
+    },
+    "required": ["id", "severity", "summary", "evidence", "fix"],
+}
+
+DIAGNOSIS_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {
+        "status": {"enum": ["ok", "info", "warning", "error"], "description": "The worst severity found"},
+        "checked_at": {"type": "string", "description": "ISO-8601 UTC"},
+        "slot": {"type": "string"},
+        "count": {"type": "integer"},
+        "problems": {"type": "array", "items": PROBLEM_SCHEMA},
+    },
+    "required": ["status", "checked_at", "count", "problems"],
+}
+
+NO_ARGUMENTS: JsonObject = {"type": "object", "properties": {}, "additionalProperties": False}
+
+TOOLS: list[JsonObject] = [
+    {
+        "name": "broker_info",
+        "title": "Gateway information",
+        "description": "What this gateway is and how to reach it: version, start time and uptime, base URL and "
+        "every path (provider WebSocket, client MCP, _all, _broker, health, metrics), security posture "
+        "(insecure_lan is true when it listens on the network without authentication), counts of slots, "
+        "connected providers and client sessions, and the limits in force.",
+        "inputSchema": NO_ARGUMENTS,
+        "outputSchema": BROKER_INFO_SCHEMA,
+        "annotations": READ_ONLY,
+    },
+    {
+        "name": "providers_list",
+        "title": "List slots",
+        "description": "Every slot the gateway knows (declared in the config, held by a provider now or before, or "
+        "asked for by a client), sorted by name, each with the same fields as provider_status. Use it to find "
+        "slot names and which devices are connected.",
+        "inputSchema": NO_ARGUMENTS,
+        "outputSchema": PROVIDERS_LIST_SCHEMA,
+        "annotations": READ_ONLY,
+    },
+    {
+        "name": "provider_status",
+        "title": "One slot in detail",
+        "description": "Details of one slot and its provider: state, transport and remote address, connected "
+        "since, pending requests, the device's hello (device_id, firmware, schema), tool count and tool-list "
+        "hash, heartbeat misses, counters of misbehaviour (unparsable messages, responses nobody waited for, "
+        "deadlines), the last error and the last disconnect with its reason, and the URLs to reach it.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "The slot name, e.g. pump-1 (see providers_list)"}
+            },
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+        "outputSchema": PROVIDER_STATUS_SCHEMA,
+        "annotations": READ_ONLY,
+    },
+    {
+        "name": "broker_diagnose",
+        "title": "Diagnose problems",
+        "description": "What is wrong right now, worst first: each problem has an id (e.g. slot.disconnected, "
+        "provider.heartbeat_misses, provider.unmatched_responses, security.insecure_lan), a severity "
+        "(error, warning, info), the slot it concerns, the evidence, and the fix. Pass slot to look at one slot "
+        "only; a name never seen is reported as slot.unknown. Start here when a device or a call does not work.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"slot": {"type": "string", "description": "Only problems of this slot"}},
+            "additionalProperties": False,
+        },
+        "outputSchema": DIAGNOSIS_SCHEMA,
+        "annotations": READ_ONLY,
+    },
+    {
+        "name": "broker_guide",
+        "title": "How-to guide",
+        "description": "A Markdown page written for this gateway's real addresses and configuration. Topics: "
+        + "; ".join(f"{topic} ({text})" for topic, text in TOPICS.items())
+        + ". Without a topic: index.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"topic": {"enum": list(TOPICS), "description": "Which page; default index"}},
+            "additionalProperties": False,
+        },
+        "annotations": READ_ONLY,
+    },
+]
+TOOL_ARGUMENTS = {tool["name"]: set(tool["inputSchema"]["properties"]) for tool in TOOLS}
+
+STATIC_RESOURCES: list[JsonObject] = [
+    {
+        "uri": "broker://info",
+        "name": "info",
+        "title": "Gateway information",
+        "description": "The same JSON as the broker_info tool",
+        "mimeType": JSON_TYPE,
+    },
+    {
+        "uri": "broker://providers",
+        "name": "providers",
+        "title": "All slots",
+        "description": "The same JSON as the providers_list tool",
+        "mimeType": JSON_TYPE,
+    },
+    {
+        "uri": "broker://diagnose",
+        "name": "diagnose",
+        "title": "Diagnosis",
+        "description": "The same JSON as the broker_diagnose tool without a slot",
+        "mimeType": JSON_TYPE,
+    },
+    *[
+        {
+            "uri": f"broker://guide/{topic}",
+            "name": f"guide-{topic}",
+            "title": f"Guide: {topic}",
+            "description": text,
+            "mimeType": MARKDOWN_TYPE,
+        }
+        for topic, text in TOPICS.items()
+    ],
+]
+
+RESOURCE_TEMPLATES: list[JsonObject] = [
+    {
+        "uriTemplate": "broker://providers/{name}",
+        "name": "provider",
+        "title": "One slot",
+        "description": "The same JSON as provider_status for the slot {name} (percent-encoded)",
+        "mimeType": JSON_TYPE,
+    },
+    {
+        "uriTemplate": "broker://guide/{topic}",
+        "name": "guide",
+        "title": "Guide page",
+        "description": "Guide page {topic}: " + ", ".join(TOPICS),
+        "mimeType": MARKDOWN_TYPE,
+    },
+]
+
+PROVIDER_PREFIX = "broker://providers/"
+GUIDE_PREFIX = "broker://guide/"
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+def json_result(value: JsonObject) -> JsonObject:
+    return {"content": [{"type": "text", "text": _dumps(value)}], "structuredContent": value, "isError": False}
+
+
+def text_result(text: str) -> JsonObject:
+    return {"content": [{"type": "text", "text": text}], "isError": False}
+
+
+def invalid(message: str, **data: Any) -> errors.RpcError:
+    return errors.RpcError(jsonrpc.INVALID_PARAMS, message, data or None)
 
 
 class BrokerTarget(Target):
@@ -33,14 +327,24 @@ class BrokerTarget(Target):
         self.gateway = gateway
         self.listeners: set[Listener] = set()
 
+    # -- description --------------------------------------------------------------------------
+
     def server_info(self) -> JsonObject:
-        return {"name": "mcp-gateway _broker", "version": __version__}
+        return {"name": BROKER_SLOT, "title": "mcp-gateway introspection", "version": __version__}
 
     def capabilities(self) -> JsonObject:
-        return {"tools": {"listChanged": False}}
+        return {"tools": {"listChanged": False}, "resources": {"subscribe": False, "listChanged": False}}
 
     def instructions(self) -> str | None:
-        return "Introspection of this gateway: its configuration, providers and their health."
+        text = (
+            "Introspection of this MCP gateway and the devices behind it. When a device or a call does not work, "
+            "call broker_diagnose first (optionally with slot); provider_status shows one slot in detail; "
+            "providers_list lists slot names; broker_guide explains how to connect boards, clients and hosts "
+            "using this gateway's real URLs."
+        )
+        if status.insecure_lan(self.gateway):
+            text += " " + status.INSECURE_LAN_WARNING + "."
+        return text
 
     def attach(self, listener: Listener) -> None:
         self.listeners.add(listener)
@@ -48,80 +352,122 @@ class BrokerTarget(Target):
     def detach(self, listener: Listener) -> None:
         self.listeners.discard(listener)
 
-    def tool_list(self) -> list[JsonObject]:
-        empty = {"type": "object", "properties": {}, "additionalProperties": False}
-        return [
-            {
-                "name": "broker_info",
-                "description": "What this gateway is: version, uptime, address, and security posture.",
-                "inputSchema": empty,
-                "annotations": {"readOnlyHint": True, "idempotentHint": True},
-            },
-            {
-                "name": "providers_list",
-                "description": "Every known slot with whether a provider is connected.",
-                "inputSchema": empty,
-                "annotations": {"readOnlyHint": True, "idempotentHint": True},
-            },
-            {
-                "name": "provider_status",
-                "description": "Details of one slot's provider: transport, connected since, pending requests, "
-                "hello, tool-list hash, heartbeat misses.",
-                "inputSchema": {
-                    "type": "object",
-                    "properties": {"name": {"type": "string", "description": "The slot name, e.g. pump-1"}},
-                    "required": ["name"],
-                    "additionalProperties": False,
-                },
-                "annotations": {"readOnlyHint": True, "idempotentHint": True},
-            },
-        ]
+    # -- data ---------------------------------------------------------------------------------
 
     def broker_info(self) -> JsonObject:
-        config = self.gateway.config
-        return {
-            "name": "mcp-gateway",
-            "version": __version__,
-            "started_at": self.gateway.started_at,
-            "uptime_s": round(time.time() - self.gateway.started_at, 3),
-            "host": config.host,
-            "port": config.port,
-            "url": config.base_url(),
-            "insecure_lan": config.insecure_lan and not config.is_loopback,
-        }
+        return status.broker_info(self.gateway)
+
+    def providers_list(self) -> JsonObject:
+        return status.providers_list(self.gateway)
 
     def provider_status(self, name: str) -> JsonObject:
         slot = self.gateway.registry.slots.get(name)
         if slot is None:
-            raise errors.RpcError(jsonrpc.INVALID_PARAMS, f'Unknown provider: "{name}"; call providers_list')
-        status: JsonObject = {
-            "name": name,
-            "connected": slot.live is not None,
-            "declared": slot.declared,
-            "connects": slot.connects,
-            "last_disconnect": slot.last_disconnect,
-            "last_disconnect_reason": slot.last_disconnect_reason or None,
-            "listeners": len(slot.listeners),
-        }
-        if slot.live is not None:
-            status.update(slot.live.status())
-        return status
+            known = sorted(self.gateway.registry.slots)
+            raise invalid(
+                f'Unknown provider: "{name}". Known slots: {", ".join(known) or "none yet"}; call providers_list '
+                "for details, or broker_diagnose with this slot to learn why it is missing.",
+                name=name,
+                known=known,
+            )
+        return status.provider_status(self.gateway, slot)
+
+    def problems(self, slot: str | None = None) -> list[Problem]:
+        return diagnose(status.diagnosis_view(self.gateway), slot)
+
+    def diagnosis(self, slot: str | None = None) -> JsonObject:
+        problems = self.problems(slot)
+        result: JsonObject = {"status": worst(problems), "checked_at": status.iso(time.time())}
+        if slot is not None:
+            result["slot"] = slot
+        result["count"] = len(problems)
+        result["problems"] = [problem.to_json() for problem in problems]
+        return result
+
+    def guide(self, topic: str) -> str:
+        providers = status.providers_list(self.gateway)["providers"]
+        data = GuideInput(
+            info=status.broker_info(self.gateway),
+            providers=providers,
+            problems=self.problems(),
+            config=masked_dump(self.gateway.config),
+        )
+        return render(topic, data)
+
+    # -- MCP ----------------------------------------------------------------------------------
 
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         if method == "tools/list":
-            return {"tools": self.tool_list()}
-        if method != "tools/call":
-            raise errors.method_not_found(method, "_broker")
-        name = (params or {}).get("name")
-        arguments = (params or {}).get("arguments") or {}
+            return {"tools": TOOLS}
+        if method == "tools/call":
+            return self.call_tool(params or {})
+        if method == "resources/list":
+            return {"resources": STATIC_RESOURCES}
+        if method == "resources/templates/list":
+            return {"resourceTemplates": RESOURCE_TEMPLATES}
+        if method == "resources/read":
+            return self.read_resource(params or {})
+        raise errors.method_not_found(method, "_broker (it serves tools and resources)")
+
+    def call_tool(self, params: JsonObject) -> JsonObject:
+        name = params.get("name")
+        if not isinstance(name, str) or name not in TOOL_ARGUMENTS:
+            raise errors.unknown_tool(str(name), "_broker")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise invalid(f'{name}: "arguments" must be an object')
+        unexpected = sorted(set(arguments) - TOOL_ARGUMENTS[name])
+        if unexpected:
+            allowed = ", ".join(sorted(TOOL_ARGUMENTS[name])) or "none"
+            raise invalid(f"{name}: unexpected argument(s) {', '.join(unexpected)}; allowed: {allowed}")
         if name == "broker_info":
-            return _json_result(self.broker_info())
+            return json_result(self.broker_info())
         if name == "providers_list":
-            slots = self.gateway.registry.slots
-            return _json_result({"providers": [self.provider_status(n) for n in sorted(slots)]})
+            return json_result(self.providers_list())
         if name == "provider_status":
-            slot = arguments.get("name") if isinstance(arguments, dict) else None
-            if not isinstance(slot, str):
-                raise errors.RpcError(jsonrpc.INVALID_PARAMS, 'provider_status needs "name", the slot name')
-            return _json_result(self.provider_status(slot))
-        raise errors.unknown_tool(str(name), "_broker")
+            slot = arguments.get("name")
+            if not isinstance(slot, str) or not slot:
+                raise invalid('provider_status needs "name", the slot name (a string); call providers_list for names')
+            return json_result(self.provider_status(slot))
+        if name == "broker_diagnose":
+            slot = arguments.get("slot")
+            if slot is not None and (not isinstance(slot, str) or not slot):
+                raise invalid('broker_diagnose: "slot" must be a non-empty string, or left out for every slot')
+            return json_result(self.diagnosis(slot))
+        topic = arguments.get("topic", "index")
+        if topic not in TOPICS:
+            raise invalid(f"broker_guide: unknown topic {topic!r}; topics: {', '.join(TOPICS)}", topics=list(TOPICS))
+        return text_result(self.guide(topic))
+
+    def read_resource(self, params: JsonObject) -> JsonObject:
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            raise invalid('resources/read needs "uri", e.g. broker://info')
+        if uri == "broker://info":
+            return self._json_contents(uri, self.broker_info())
+        if uri == "broker://providers":
+            return self._json_contents(uri, self.providers_list())
+        if uri == "broker://diagnose":
+            return self._json_contents(uri, self.diagnosis())
+        if uri.startswith(PROVIDER_PREFIX) and len(uri) > len(PROVIDER_PREFIX):
+            name = unquote(uri[len(PROVIDER_PREFIX) :])
+            return self._json_contents(uri, self.provider_status(name))
+        if uri.startswith(GUIDE_PREFIX) and uri[len(GUIDE_PREFIX) :] in TOPICS:
+            text = self.guide(uri[len(GUIDE_PREFIX) :])
+            return {"contents": [{"uri": uri, "mimeType": MARKDOWN_TYPE, "text": text}]}
+        raise invalid(
+            f"Unknown resource: {uri}. _broker serves broker://info, broker://providers, broker://providers/<name>, "
+            f"broker://diagnose and broker://guide/<topic> (topics: {', '.join(TOPICS)}); see resources/list",
+            uri=uri,
+        )
+
+    @staticmethod
+    def _json_contents(uri: str, value: JsonObject) -> JsonObject:
+        return {"contents": [{"uri": uri, "mimeType": JSON_TYPE, "text": _dumps(value)}]}
+
+
+def provider_resource_uri(name: str) -> str:
+    """The resource URI of one slot (the name percent-encoded)."""
+    return PROVIDER_PREFIX + quote(name, safe="")

@@ -22,6 +22,8 @@ FORBIDDEN = -32001
 HEADER_MISMATCH = -32020
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_PROTOCOL_VERSION = -32022
+# Session-era answer to a request the client cancelled (LSP's RequestCancelled, as the SDK sends it).
+REQUEST_CANCELLED = -32800
 
 JsonId = str | int
 JsonObject = dict[str, Any]

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 from gateway import __version__
 from gateway.core import errors, jsonrpc
@@ -33,6 +33,12 @@ RELATED_REQUEST_KEY = "io.github.mcp-gateway/relatedRequest"
 
 Stream transports have no other way to tie a log message to a request; the Python provider API sets
 it, boards may. It is removed before the notification reaches a client."""
+
+
+def _is_gateway_id(value: Any) -> TypeGuard[JsonId]:
+    """Could `value` be one of our request ids? Guards the pending table against lookups by true
+    (equal to 1 in Python, so it would match request 1) and by unhashable JSON (a TypeError)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 @dataclass(frozen=True)
@@ -469,8 +475,8 @@ class ProviderSession:
 
     def _on_response(self, body: JsonObject) -> None:
         request_id = body.get("id")
-        entry = self.pending.pop(request_id, None) if isinstance(request_id, str | int) else None
-        if entry is None or type(request_id) is bool:
+        entry = self.pending.pop(request_id, None) if _is_gateway_id(request_id) else None
+        if entry is None:
             self.counters.unmatched_responses += 1
             self.warn_once(
                 "unmatched",
@@ -494,13 +500,14 @@ class ProviderSession:
         self.counters.notifications += 1
         if method == "notifications/progress":
             token = params.get("progressToken")
-            entry = self.pending.get(token) if isinstance(token, str | int) else None
+            entry = self.pending.get(token) if _is_gateway_id(token) else None
             if entry is not None and entry.sink is not None:
                 entry.sink(jsonrpc.notification(method, {**params, "progressToken": entry.client_progress_token}))
             return
         meta = params.get("_meta")
         if isinstance(meta, dict) and RELATED_REQUEST_KEY in meta:
-            entry = self.pending.get(meta[RELATED_REQUEST_KEY])
+            related = meta[RELATED_REQUEST_KEY]
+            entry = self.pending.get(related) if _is_gateway_id(related) else None
             rest = {key: value for key, value in meta.items() if key != RELATED_REQUEST_KEY}
             params = {**params, "_meta": rest} if rest else {k: v for k, v in params.items() if k != "_meta"}
             if entry is not None and entry.sink is not None:

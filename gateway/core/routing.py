@@ -18,9 +18,9 @@ from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.provider_session import NotificationSink, ProviderSession
 from gateway.core.slots import Listener, Slot, SlotRegistry
-from gateway.core.upstream_state import level_rank
+from gateway.core.upstream_state import LOG_LEVELS, level_rank
 from gateway.core.versions import LATEST_HANDSHAKE, STATELESS_VERSIONS, negotiate_handshake
-from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.metrics import Metrics, method_label
 
 SESSION = "session"
 STATELESS = "stateless"
@@ -255,8 +255,12 @@ class SlotTarget(Target):
 
     async def _set_level(self, ctx: ClientContext, params: JsonObject | None) -> JsonObject:
         level = (params or {}).get("level")
-        if not isinstance(level, str):
-            raise errors.RpcError(jsonrpc.INVALID_PARAMS, 'logging/setLevel needs "level", e.g. "info"')
+        # Checked here because the level is shared: an unknown one would be sent upstream for every
+        # client and replayed on each reconnect.
+        if not isinstance(level, str) or level not in LOG_LEVELS:
+            raise errors.RpcError(
+                jsonrpc.INVALID_PARAMS, f'logging/setLevel needs "level", one of: {", ".join(LOG_LEVELS)}'
+            )
         if ctx.listener is None:
             return {}
         changed = self.slot.upstream.set_level(ctx.listener, level)
@@ -294,9 +298,9 @@ async def forward_to(
     params = strip_envelope(params)
     token = progress_token(params)
     slot = session.slot
-    metrics.calls.labels(slot, method).inc()
+    metrics.calls.labels(slot, method_label(method)).inc()
     started = time.perf_counter()
-    metrics.slot_pending.labels(slot).inc()
+    # Pending requests are read from the session at scrape time (mcpgw_slot_pending_requests).
     try:
         reply = await session.request(
             method,
@@ -309,7 +313,6 @@ async def forward_to(
         metrics.call_errors.labels(slot, reason).inc()
         raise
     finally:
-        metrics.slot_pending.labels(slot).dec()
         metrics.latency.labels(slot).observe(time.perf_counter() - started)
     if "error" in reply:
         error = reply["error"]

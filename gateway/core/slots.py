@@ -15,7 +15,7 @@ from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, ProviderLink
 from gateway.core.names import SlotNameError, check_slot_name
-from gateway.core.provider_session import ProviderSession, SessionSettings
+from gateway.core.provider_session import ProviderSession, SessionCounters, SessionSettings
 from gateway.core.upstream_state import UpstreamState, level_rank
 from gateway.telemetry.metrics import Metrics
 
@@ -48,6 +48,10 @@ class Slot:
     connects: int = 0
     last_disconnect: float | None = None
     last_disconnect_reason: str = ""
+    last_error: str = ""
+    # Counters of this slot's links that have ended; with the live link's they give totals since start
+    # (a link dropped for a missed heartbeat or a failed initialize takes its evidence with it otherwise).
+    history: SessionCounters = field(default_factory=SessionCounters)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     upstream: UpstreamState = field(default_factory=UpstreamState)
 
@@ -55,6 +59,15 @@ class Slot:
     def live(self) -> ProviderSession | None:
         session = self.session
         return session if session is not None and session.state != "closed" else None
+
+    def counter_totals(self) -> dict[str, int]:
+        """Every counter summed over all links this slot has had since the gateway started."""
+        totals = vars(self.history).copy()
+        session = self.session
+        if session is not None:
+            for key, value in vars(session.counters).items():
+                totals[key] = totals.get(key, 0) + value
+        return totals
 
     def broadcast(self, message: JsonObject) -> None:
         """Send a provider notification to the listeners that asked for it."""
@@ -220,9 +233,10 @@ class SlotRegistry:
         replay = slot.upstream.replay()
         if replay:
             asyncio.get_running_loop().create_task(self._replay(session, replay))
-        if slot.last_tools_hash != session.tools_hash:
-            slot.last_tools_hash = session.tools_hash
-            slot.broadcast(TOOLS_CHANGED)
+        # Every (re)connect is announced, even with an unchanged tool list: a client that asked
+        # while the slot was empty got "not connected" and must learn that the tools are back.
+        slot.last_tools_hash = session.tools_hash
+        slot.broadcast(TOOLS_CHANGED)
         self._membership_changed()
 
     async def _replay(self, session: ProviderSession, requests: list[tuple[str, JsonObject]]) -> None:
@@ -258,11 +272,15 @@ class SlotRegistry:
         slot.session = None
         slot.last_disconnect = time.time()
         slot.last_disconnect_reason = reason
+        slot.last_error = session.last_error
+        for key, value in vars(session.counters).items():
+            setattr(slot.history, key, getattr(slot.history, key) + value)
         self.metrics.slot_connected.labels(session.slot).set(0)
-        self.metrics.slot_pending.labels(session.slot).set(0)
+        self.metrics.provider_disconnects.labels(session.slot).inc()
         log.info("provider left slot %s: %s", session.slot, reason, extra={"slot": session.slot})
-        if session.ready:
-            self._membership_changed()
+        # The session is already "closed" here, so `ready` cannot tell whether it was a member;
+        # listeners rebuild from the live members and only announce a real change.
+        self._membership_changed()
 
     def _membership_changed(self) -> None:
         for listener in list(self.membership_listeners):

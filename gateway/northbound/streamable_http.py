@@ -246,21 +246,32 @@ class StreamableHttpEndpoint:
         )
         ctx.sink = stream.sink
         request_id = body.get("id")
-        task = asyncio.current_task()
+        if session is not None and len(session.in_flight) >= self.limits.max_pending_per_client:
+            stream.abort()
+            error = errors.too_many_pending("this client session", self.limits.max_pending_per_client)
+            return json_response(error.response(request_id), headers=self.context_headers(session))
+        # The work runs as its own task: the client's notifications/cancelled (or its session ending)
+        # cancels only the work, and this exchange still ends with an answer; a client disconnect
+        # cancels this handler, and awaiting the task passes that cancellation on to the work.
+        work = asyncio.ensure_future(target.handle(ctx, body))
         if session is not None:
-            if len(session.in_flight) >= self.limits.max_pending_per_client:
-                stream.abort()
-                error = errors.too_many_pending("this client session", self.limits.max_pending_per_client)
-                return json_response(error.response(request_id), headers=self.context_headers(session))
-            assert task is not None
-            session.in_flight[request_id] = task
+            session.in_flight[request_id] = work
+        handler = asyncio.current_task()
         try:
-            answer = await target.handle(ctx, body)
+            answer = await work
+        except asyncio.CancelledError:
+            if work.cancelled() and handler is not None and not handler.cancelling():
+                # Cancelled on the client's behalf: the session era ends a request's stream only
+                # with a response, so it gets "Request cancelled" as the SDK's own servers send it.
+                answer = jsonrpc.error_response(request_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled")
+            else:
+                stream.abort()
+                raise
         except BaseException:
             stream.abort()
             raise
         finally:
-            if session is not None and session.in_flight.get(request_id) is task:
+            if session is not None and session.in_flight.get(request_id) is work:
                 del session.in_flight[request_id]
                 session.touch()
         status = 200

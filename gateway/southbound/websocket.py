@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
 from aiohttp import WSMsgType, web
 
 from gateway.core import jsonrpc
 from gateway.core.gateway import Gateway
-from gateway.core.link import CLOSE_POLICY, LinkInfo, close_reason
+from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, LinkInfo, close_reason
 from gateway.core.names import SlotPathError, slot_from_raw_path
 from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
@@ -67,14 +66,21 @@ class MultiplexedSocket:
         self.ws = ws
         self.remote = remote
         self.sessions: dict[str, ProviderSession] = {}
-        self.last_ping = 0.0
+        self.ping_outstanding = False
+        self.warned_unparsable = False
 
-    def ping(self, min_gap_s: float) -> None:
-        # Every slot on the socket asks for a heartbeat; one ping frame answers for all of them.
-        now = time.monotonic()
-        if now - self.last_ping >= min_gap_s and not self.ws.closed:
-            self.last_ping = now
+    def ping(self) -> None:
+        # Every slot on the socket asks for a heartbeat (and a takeover probe for one more); one
+        # ping frame answers for all of them. A new ping is sent only when the last one has had its
+        # pong, so no sweep or probe is ever left waiting for a pong to a ping that was never sent.
+        if not self.ping_outstanding and not self.ws.closed:
+            self.ping_outstanding = True
             asyncio.get_running_loop().create_task(_quiet_ping(self.ws))
+
+    def pong(self) -> None:
+        self.ping_outstanding = False
+        for session in self.sessions.values():
+            session.mark_alive()
 
 
 class MultiplexedSlotLink:
@@ -91,7 +97,7 @@ class MultiplexedSlotLink:
         await self.socket.ws.send_frame(envelope.wrap(self.slot, data), WSMsgType.TEXT)
 
     def send_ping(self) -> None:
-        self.socket.ping(min_gap_s=1.0)
+        self.socket.ping()
 
     async def close(self, code: int, reason: str) -> None:
         # The socket stays open for its other slots; this one is told why it lost the slot.
@@ -101,6 +107,12 @@ class MultiplexedSlotLink:
                 await self.socket.ws.send_frame(
                     envelope.error_envelope(self.slot, jsonrpc.UNAVAILABLE, reason), WSMsgType.TEXT
                 )
+        if not self.socket.sessions and self.socket.ping_outstanding and not self.socket.ws.closed:
+            # The last slot of a socket that stopped answering pings (a missed heartbeat, a failed
+            # takeover probe): the socket itself is dead, so close it and let the board reconnect
+            # instead of leaving a half-open socket behind.
+            with contextlib.suppress(Exception):
+                await self.socket.ws.close(code=code, message=close_reason(reason).encode())
 
 
 class ProviderWebSockets:
@@ -108,6 +120,16 @@ class ProviderWebSockets:
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
+        self.sockets: set[MultiplexedSocket] = set()
+
+    async def shutdown(self) -> None:
+        """Close every `/providers` socket with 1001 (their slots were already released by the core).
+
+        Dedicated sockets are closed by their slot's link; a multiplexed socket outlives its slots,
+        so without this it would be cut without a close frame when the server stops."""
+        for socket in list(self.sockets):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(socket.ws.close(code=CLOSE_GOING_AWAY, message=b"Gateway shutting down"), 2.0)
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -209,6 +231,7 @@ class ProviderWebSockets:
         ws = self._response()
         await ws.prepare(request)
         socket = MultiplexedSocket(ws, _remote(request))
+        self.sockets.add(socket)
         first = True
         reason = "provider closed the connection"
         try:
@@ -228,12 +251,12 @@ class ProviderWebSockets:
                         session.mark_alive()
                     await ws.pong(msg.data)
                 elif msg.type is WSMsgType.PONG:
-                    for session in socket.sessions.values():
-                        session.mark_alive()
+                    socket.pong()
                 elif msg.type is WSMsgType.ERROR:
                     reason = f"WebSocket error: {ws.exception()}"
                     break
         finally:
+            self.sockets.discard(socket)
             sessions, socket.sessions = socket.sessions, {}
             for session in sessions.values():
                 session.link_lost(f"{reason} (close code {ws.close_code})")
@@ -262,7 +285,9 @@ class ProviderWebSockets:
         frame = envelope.decode_envelope(message.body)
         if frame is None:
             self.gateway.metrics.unparsable.labels("provider").inc()
-            if message.kind is jsonrpc.Kind.INVALID and message.body is None:
+            if message.kind is jsonrpc.Kind.INVALID and message.body is None and not socket.warned_unparsable:
+                # Once per socket: a noisy serial bridge must not flood the log; the metric counts.
+                socket.warned_unparsable = True
                 log.warning("unparsable frame on %s from %s", MULTIPLEXED_PATH, socket.remote)
             return
         session = socket.sessions.get(frame.provider)

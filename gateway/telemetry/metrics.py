@@ -3,11 +3,37 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# Label values must stay bounded: a client may send any method name, so only MCP's own are kept.
+KNOWN_METHODS = frozenset(
+    {
+        "tools/call",
+        "tools/list",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+        "ping",
+    }
+)
+
+PROVIDER_FAULT_KINDS = ("unparsable", "unmatched_responses", "protocol_violations")
+"""Per-slot counters of provider misbehaviour, copied from the sessions at scrape time."""
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else "other"
 
 
 class Metrics:
@@ -63,11 +89,38 @@ class Metrics:
         self.refusals = Counter(
             "mcpgw_client_refusals", "Client requests refused before routing", ["reason"], registry=r
         )
+        self.provider_disconnects = Counter(
+            "mcpgw_provider_disconnects", "Provider links that ended (any reason)", ["slot"], registry=r
+        )
+        self.provider_faults = Counter(
+            "mcpgw_provider_faults",
+            "Provider misbehaviour: unparsable messages, responses nobody waited for, batches",
+            ["slot", "kind"],
+            registry=r,
+        )
+        self.slot_tools = Gauge("mcpgw_slot_tools", "Tools the slot's provider lists", ["slot"], registry=r)
+        self.slot_in_aggregate = Gauge(
+            "mcpgw_slot_in_aggregate", "1 when the slot's tools are part of _all", ["slot"], registry=r
+        )
+        self.aggregate_tools = Gauge("mcpgw_aggregate_tools", "Tools listed by _all", registry=r)
+        self.slots = Gauge("mcpgw_slots", "Slots the gateway tracks (declared, held or asked for)", registry=r)
+        self.info = Gauge(
+            "mcpgw_info",
+            "Always 1; labels carry the version and the security posture",
+            ["version", "insecure_lan"],
+            registry=r,
+        )
+        self.start_time = Gauge("mcpgw_start_time_seconds", "Unix time the gateway started", registry=r)
+        self.before_render: list[Callable[[], None]] = []
+        """Called before each scrape to copy state that is read, not counted (pending, connected, faults)."""
 
     def forget_slot(self, slot: str) -> None:
-        for metric in (self.slot_connected, self.slot_pending):
+        """Drop the gauges of a slot the registry no longer tracks (keeps label sets bounded)."""
+        for metric in (self.slot_connected, self.slot_pending, self.slot_tools, self.slot_in_aggregate):
             with contextlib.suppress(KeyError):
                 metric.remove(slot)
 
     def render(self) -> bytes:
+        for refresh in self.before_render:
+            refresh()
         return generate_latest(self.registry)

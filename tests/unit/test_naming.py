@@ -125,7 +125,7 @@ clashing_text = st.text(alphabet="ab.-_ é", max_size=70)
 clashing_entries = st.lists(st.tuples(clashing_text, clashing_text), max_size=25)
 
 
-@settings(database=None, max_examples=200, deadline=None)
+@settings(database=None, max_examples=100, deadline=None)
 @given(entries_strategy)
 def test_every_name_is_safe_and_every_entry_gets_its_own(entries: list[tuple[str, str]]) -> None:
     names = aggregate_names(entries)
@@ -134,7 +134,7 @@ def test_every_name_is_safe_and_every_entry_gets_its_own(entries: list[tuple[str
     assert list(names.values()) == entries
 
 
-@settings(database=None, max_examples=200, deadline=None)
+@settings(database=None, max_examples=100, deadline=None)
 @given(clashing_entries)
 def test_names_stay_safe_and_unique_under_heavy_collisions(entries: list[tuple[str, str]]) -> None:
     names = aggregate_names(entries)
@@ -142,7 +142,7 @@ def test_names_stay_safe_and_unique_under_heavy_collisions(entries: list[tuple[s
     assert list(names.values()) == entries
 
 
-@settings(database=None, max_examples=100, deadline=None)
+@settings(database=None, max_examples=50, deadline=None)
 @given(clashing_entries)
 def test_same_membership_in_the_same_order_gives_the_same_names(entries: list[tuple[str, str]]) -> None:
     assert aggregate_names(entries) == aggregate_names(list(entries))

@@ -1,0 +1,402 @@
+"""What is wrong with this gateway right now, as a list of named problems with evidence and a fix.
+
+Pure: a snapshot of the registry, the client sessions and the configuration in, problems out. The
+snapshot is taken by `gateway.core.status`; `broker_diagnose`, `broker://diagnose` and the
+troubleshooting guide show the result. Every problem id is documented in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote
+
+Severity = Literal["error", "warning", "info"]
+SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
+
+NEAR_CAP = 0.8
+"""A bounded resource counts as nearly exhausted at this share of its limit."""
+
+
+@dataclass(frozen=True)
+class SlotView:
+    """One slot as diagnosis sees it."""
+
+    name: str
+    declared: bool = False
+    connected: bool = False
+    state: str = "empty"  # empty | initializing | ready
+    transport: str | None = None
+    id_style: str = "brk"
+    pending: int = 0
+    max_pending: int = 256
+    connects: int = 0
+    connected_for_s: float | None = None
+    last_disconnect_ago_s: float | None = None
+    last_disconnect_reason: str = ""
+    last_error: str = ""
+    request_timeout_ms: int = 60_000
+    counters: Mapping[str, int] = field(default_factory=dict)
+    """Totals over every link this slot has had since the gateway started."""
+
+
+@dataclass(frozen=True)
+class GatewayView:
+    """The gateway as diagnosis sees it."""
+
+    url: str
+    host: str
+    is_loopback: bool
+    insecure_lan: bool
+    public_url: str | None = None
+    allowed_origins: Sequence[str] = ()
+    heartbeat_interval_s: float = 30.0
+    initialize_timeout_ms: int = 10_000
+    sessions: int = 0
+    max_sessions: int = 1024
+    subscriptions: int = 0
+    max_subscriptions: int = 256
+    max_slots: int = 1024
+    aggregate_members: Sequence[str] = ()
+    slots: Sequence[SlotView] = ()
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    severity: Severity
+    summary: str
+    evidence: str
+    fix: str
+    slot: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"id": self.id, "severity": self.severity}
+        if self.slot is not None:
+            entry["slot"] = self.slot
+        entry.update(summary=self.summary, evidence=self.evidence, fix=self.fix)
+        return entry
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "at an unknown time"
+    if seconds < 120:
+        return f"{seconds:.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def _last_link(slot: SlotView) -> str:
+    if slot.last_disconnect_reason:
+        return f"the last provider left {_ago(slot.last_disconnect_ago_s)}: {slot.last_disconnect_reason}"
+    return "no provider has connected since the gateway started"
+
+
+def _ws_base(view: GatewayView) -> str:
+    return view.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+
+
+def _provider_url(view: GatewayView, slot: str) -> str:
+    name = slot if slot == "<slot>" else quote(slot, safe="")
+    return f"{_ws_base(view)}/provider/{name}"
+
+
+# -- slot problems ----------------------------------------------------------------------------
+
+
+def _slot_presence(view: GatewayView, slot: SlotView) -> list[Problem]:
+    if slot.connected:
+        return []
+    if slot.last_error.startswith("initialize failed"):
+        return [
+            Problem(
+                "provider.initialize_failed",
+                "error",
+                f'The provider for "{slot.name}" connected but did not complete initialize and tools/list',
+                f"{slot.last_error}; {_last_link(slot)}",
+                "The provider must answer initialize, then tools/list, within "
+                f"providers.initialize_timeout_ms ({view.initialize_timeout_ms} ms). Check the device's log for "
+                "the failure; raise providers.initialize_timeout_ms for a slow board.",
+                slot.name,
+            )
+        ]
+    if slot.declared:
+        return [
+            Problem(
+                "slot.disconnected",
+                "error",
+                f'Declared slot "{slot.name}" has no provider',
+                f"declared under [slots.declared]; {_last_link(slot)}",
+                f"Power the device and check its network, then connect it to {_provider_url(view, slot.name)}. "
+                "Clients of this slot get 'Provider \"" + slot.name + "\" not connected' until then.",
+                slot.name,
+            )
+        ]
+    if slot.connects:
+        return [
+            Problem(
+                "slot.disconnected",
+                "warning",
+                f'Slot "{slot.name}" lost its provider',
+                f"{_last_link(slot)}; it had {slot.connects} connection(s) since start",
+                f"Reconnect the provider to {_provider_url(view, slot.name)}; if it should always be there, "
+                "declare it under [slots.declared] so its absence is an error.",
+                slot.name,
+            )
+        ]
+    return [
+        Problem(
+            "slot.never_connected",
+            "warning",
+            f'Clients asked for slot "{slot.name}" but no provider ever connected to it',
+            "the name was referenced by a client request; no provider has used it since the gateway started",
+            f"Check the spelling against providers_list; or connect a provider to {_provider_url(view, slot.name)}.",
+            slot.name,
+        )
+    ]
+
+
+def _slot_faults(view: GatewayView, slot: SlotView) -> list[Problem]:
+    problems: list[Problem] = []
+    counters = slot.counters
+    misses = counters.get("heartbeat_misses", 0)
+    if misses:
+        problems.append(
+            Problem(
+                "provider.heartbeat_misses",
+                "warning",
+                f'The provider for "{slot.name}" missed heartbeats and was dropped',
+                f"{misses} missed heartbeat(s) at an interval of {view.heartbeat_interval_s:g}s since start; "
+                f"{slot.connects} connection(s); {_last_link(slot)}",
+                "The provider must answer WebSocket pings (or JSON-RPC ping) within one heartbeat interval. "
+                "Check Wi-Fi signal and power; a board that blocks its loop for long (sensor reads, flash writes) "
+                "needs to service the socket; raise providers.heartbeat_interval_s for sleepy devices.",
+                slot.name,
+            )
+        )
+    unparsable = counters.get("unparsable", 0)
+    if unparsable:
+        problems.append(
+            Problem(
+                "provider.unparsable_messages",
+                "warning",
+                f'The provider for "{slot.name}" sent messages that are not JSON-RPC',
+                f"{unparsable} unparsable message(s) since start (each was dropped; the first one is in the log)",
+                "Send exactly one JSON-RPC 2.0 object per WebSocket text frame (wrapped in an envelope on "
+                "/providers); keep debug prints and log text off the link.",
+                slot.name,
+            )
+        )
+    unmatched = counters.get("unmatched_responses", 0)
+    if unmatched:
+        if slot.id_style == "numeric":
+            hint = (
+                "This slot sends integer ids; echo them as integers. If the provider expects brk-<n> strings, "
+                'remove id_style = "numeric" for it.'
+            )
+        else:
+            hint = (
+                'This slot sends string ids like "brk-7" and the answer must carry exactly that string. A board '
+                'that parses ids as numbers needs integer ids: set id_style = "numeric" under '
+                f'[slots.declared.{slot.name}] or send hello {{"ids": "numeric"}} in its register frame.'
+            )
+        problems.append(
+            Problem(
+                "provider.unmatched_responses",
+                "warning",
+                f'The provider for "{slot.name}" answered requests nobody waits for',
+                f"{unmatched} response(s) with an unknown id since start (id style {slot.id_style}); "
+                "late answers after a deadline count here too",
+                hint,
+                slot.name,
+            )
+        )
+    violations = counters.get("protocol_violations", 0)
+    if violations:
+        problems.append(
+            Problem(
+                "provider.protocol_violations",
+                "warning",
+                f'The provider for "{slot.name}" sent JSON-RPC batches',
+                f"{violations} batch(es) since start; batches are not relayed",
+                "Send one JSON-RPC message per frame (batches were removed from MCP in 2025-06-18).",
+                slot.name,
+            )
+        )
+    deadlines = counters.get("deadlines", 0)
+    if deadlines:
+        problems.append(
+            Problem(
+                "provider.deadlines",
+                "warning",
+                f'Requests to "{slot.name}" ran past their deadline',
+                f"{deadlines} request(s) got no answer within their deadline since start "
+                f"(slot default {slot.request_timeout_ms} ms)",
+                "The provider is slow or drops requests. Check it answers every request id once; for tools that "
+                f"legitimately take long set tool_timeouts_ms under [slots.declared.{slot.name}], or raise its "
+                "request_timeout_ms.",
+                slot.name,
+            )
+        )
+    if slot.connected and slot.max_pending and slot.pending >= slot.max_pending * NEAR_CAP:
+        full = slot.pending >= slot.max_pending
+        problems.append(
+            Problem(
+                "provider.pending_high",
+                "error" if full else "warning",
+                f'Requests to "{slot.name}" are piling up',
+                f"{slot.pending} of at most {slot.max_pending} requests in flight"
+                + ("; new requests are refused" if full else ""),
+                "The provider answers slower than clients call it. Find the slow tool with provider_status and "
+                "the latency histogram in /metrics; reduce client concurrency or raise limits.max_pending_per_slot.",
+                slot.name,
+            )
+        )
+    if slot.connected and slot.last_error:
+        problems.append(
+            Problem(
+                "provider.error",
+                "warning",
+                f'The provider for "{slot.name}" reported a failure',
+                slot.last_error,
+                "See the gateway log for this slot; the provider keeps serving its previous tool list meanwhile.",
+                slot.name,
+            )
+        )
+    return problems
+
+
+# -- gateway-wide problems --------------------------------------------------------------------
+
+
+def _near(used: int, limit: int) -> bool:
+    return limit > 0 and used >= limit * NEAR_CAP
+
+
+def _gateway_problems(view: GatewayView) -> list[Problem]:
+    problems: list[Problem] = []
+    if view.insecure_lan and not view.is_loopback:
+        problems.append(
+            Problem(
+                "security.insecure_lan",
+                "warning",
+                "The gateway listens on the network without authentication (--insecure-lan)",
+                f"bound to {view.host} with insecure_lan = true; anyone who can reach {view.url} can call every device",
+                'Bind to 127.0.0.1 (host = "127.0.0.1") and reach the gateway through a reverse proxy that '
+                "authenticates, or restrict the network with a firewall; drop --insecure-lan once authentication "
+                "is configured.",
+            )
+        )
+    if not view.is_loopback and not view.public_url:
+        problems.append(
+            Problem(
+                "config.public_url_missing",
+                "info",
+                "Guides show a loopback URL because public_url is not set",
+                f"bound to {view.host}; guides and broker_info show {view.url}",
+                'Set public_url (e.g. "http://gateway.plant.lan:3000") so guides show the address boards and '
+                "clients on the network use.",
+            )
+        )
+    if not view.allowed_origins:
+        problems.append(
+            Problem(
+                "security.no_origins_configured",
+                "info",
+                "Browser-based clients are refused (no allowed origins)",
+                "allowed_origins is empty: requests with an Origin header get HTTP 403 origin_not_allowed; native "
+                "clients and boards (no Origin header) are not affected",
+                "To use a browser client (web console, browser Inspector), add its origin to allowed_origins, e.g. "
+                '["http://localhost:6274"].',
+            )
+        )
+    if _near(view.sessions, view.max_sessions):
+        problems.append(
+            Problem(
+                "sessions.near_cap",
+                "error" if view.sessions >= view.max_sessions else "warning",
+                "Client sessions are close to their limit",
+                f"{view.sessions} of at most {view.max_sessions} session-era client sessions are held",
+                "Clients should end sessions with DELETE when done; lower limits.session_idle_timeout_s so idle "
+                "ones expire sooner, or raise limits.max_sessions.",
+            )
+        )
+    if _near(view.subscriptions, view.max_subscriptions):
+        problems.append(
+            Problem(
+                "subscriptions.near_cap",
+                "error" if view.subscriptions >= view.max_subscriptions else "warning",
+                "Open subscriptions/listen streams are close to their limit",
+                f"{view.subscriptions} of at most {view.max_subscriptions} streams are open",
+                "Close streams that are no longer read, or raise limits.max_subscriptions.",
+            )
+        )
+    if _near(len(view.slots), view.max_slots):
+        problems.append(
+            Problem(
+                "slots.near_cap",
+                "warning",
+                "The number of slots is close to its limit",
+                f"{len(view.slots)} of at most {view.max_slots} slots are tracked",
+                "Raise limits.max_slots, or set slots.only_declared = true so unknown names are refused.",
+            )
+        )
+    if not any(slot.connects for slot in view.slots):
+        problems.append(
+            Problem(
+                "providers.none",
+                "info",
+                "No provider has connected yet",
+                "no slot has had a provider since the gateway started",
+                f"Connect a board or server to {_provider_url(view, '<slot>')} (one slot) or to "
+                f"{_ws_base(view)}/providers (many slots); see broker_guide topic publish-provider.",
+            )
+        )
+    if not view.aggregate_members:
+        problems.append(
+            Problem(
+                "aggregate.empty",
+                "info",
+                "_all lists no tools: no provider has opted in",
+                "no ready provider registered with aggregate = true",
+                'A provider joins _all by sending {"jsonrpc":"2.0","method":"notifications/register",'
+                '"params":{"aggregate":true}} as its first frame (in an envelope on /providers).',
+            )
+        )
+    return problems
+
+
+def diagnose(view: GatewayView, slot: str | None = None) -> list[Problem]:
+    """Every problem, worst first; with `slot`, only that slot's (a name never seen is itself a finding)."""
+    if slot is not None:
+        found = next((entry for entry in view.slots if entry.name == slot), None)
+        if found is None:
+            known = ", ".join(entry.name for entry in view.slots) or "none"
+            return [
+                Problem(
+                    "slot.unknown",
+                    "warning",
+                    f'No slot "{slot}" has been seen',
+                    f"no provider or client has used this name since the gateway started; known slots: {known}",
+                    f"Check the spelling against providers_list; a provider creates the slot by connecting to "
+                    f"{_provider_url(view, slot)}.",
+                    slot,
+                )
+            ]
+        problems = _slot_presence(view, found) + _slot_faults(view, found)
+    else:
+        problems = _gateway_problems(view)
+        for entry in view.slots:
+            problems.extend(_slot_presence(view, entry))
+            problems.extend(_slot_faults(view, entry))
+    return sorted(problems, key=lambda p: (SEVERITY_ORDER[p.severity], p.slot or "", p.id))
+
+
+def worst(problems: Sequence[Problem]) -> str:
+    """'ok' when nothing is wrong, else the most severe level present."""
+    if not problems:
+        return "ok"
+    return min((p.severity for p in problems), key=lambda s: SEVERITY_ORDER[s])

@@ -1,0 +1,60 @@
+"""Before each /metrics scrape, copy into the metrics what is read from live state rather than counted.
+
+Gauges (connected, pending, tools, sessions) are set from the registry so they can never drift, and
+the per-slot fault counters of provider sessions become Prometheus counters by their increase since
+the last scrape, so the hot path of a provider session needs no metrics code at all.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway import __version__
+from gateway.telemetry.metrics import PROVIDER_FAULT_KINDS
+
+if TYPE_CHECKING:
+    from gateway.core.gateway import Gateway
+
+
+class ScrapeSync:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self._counted: dict[tuple[str, str], int] = {}
+        self._slots_shown: set[str] = set()
+        metrics = gateway.metrics
+        config = gateway.config
+        metrics.info.labels(__version__, str(config.insecure_lan and not config.is_loopback).lower()).set(1)
+        metrics.start_time.set(gateway.started_at)
+
+    def __call__(self) -> None:
+        gateway = self.gateway
+        metrics = gateway.metrics
+        slots = gateway.registry.slots
+        for name in self._slots_shown - slots.keys():
+            metrics.forget_slot(name)
+        self._slots_shown = set(slots)
+        members = set(gateway.aggregate.members())
+        for name, slot in slots.items():
+            session = slot.live
+            metrics.slot_connected.labels(name).set(1 if session is not None else 0)
+            metrics.slot_pending.labels(name).set(len(session.pending) if session is not None else 0)
+            metrics.slot_tools.labels(name).set(len(session.tools) if session is not None and session.ready else 0)
+            metrics.slot_in_aggregate.labels(name).set(1 if name in members else 0)
+            totals = slot.counter_totals()
+            for kind in PROVIDER_FAULT_KINDS:
+                self._advance(name, kind, totals.get(kind, 0))
+        metrics.slots.set(len(slots))
+        metrics.aggregate_tools.set(len(gateway.aggregate.tools))
+        metrics.sessions.set(len(gateway.sessions.sessions))
+
+    def _advance(self, slot: str, kind: str, total: int) -> None:
+        """Add to the Prometheus counter what the slot's own counter gained since the last scrape."""
+        key = (slot, kind)
+        gained = total - self._counted.get(key, 0)
+        if gained <= 0:
+            return
+        self._counted[key] = total
+        metrics = self.gateway.metrics
+        metrics.provider_faults.labels(slot, kind).inc(gained)
+        if kind == "unparsable":
+            metrics.unparsable.labels("provider").inc(gained)

@@ -1,0 +1,249 @@
+"""Views of the running gateway as plain JSON: broker_info, provider_status, and the diagnosis snapshot.
+
+One place reads the live objects (registry, sessions, configuration); `_broker`'s tools, its
+resources, the guide and diagnosis all render from what these functions return.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from gateway import __version__
+from gateway.core.diagnose import GatewayView, SlotView
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.names import ALL_SLOT, BROKER_SLOT
+from gateway.core.slots import Slot
+from gateway.core.versions import HANDSHAKE_VERSIONS, STATELESS_VERSIONS
+
+if TYPE_CHECKING:
+    from gateway.core.gateway import Gateway
+
+PROVIDER_PATH = "/provider/<slot>"
+PROVIDERS_PATH = "/providers"
+CLIENT_PATH = "/<slot>/mcp"
+ALL_PATH = f"/{ALL_SLOT}/mcp"
+BROKER_PATH = f"/{BROKER_SLOT}/mcp"
+PATHS = {
+    "provider": PROVIDER_PATH,
+    "providers": PROVIDERS_PATH,
+    "client": CLIENT_PATH,
+    "all": ALL_PATH,
+    "broker": BROKER_PATH,
+    "healthz": "/healthz",
+    "readyz": "/readyz",
+    "metrics": "/metrics",
+}
+INSECURE_LAN_WARNING = (
+    "INSECURE-LAN: listening on the network without authentication; anyone who can reach this address can "
+    "call every device"
+)
+
+
+def iso(timestamp: float | None) -> str | None:
+    """Unix time as ISO-8601 UTC with milliseconds, e.g. 2026-01-31T12:00:00.123Z."""
+    if timestamp is None:
+        return None
+    moment = datetime.fromtimestamp(timestamp, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def ws_url(http_url: str) -> str:
+    return http_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+
+
+def client_url(gateway: Gateway, slot: str) -> str:
+    return f"{gateway.base_url()}/{quote(slot, safe='')}/mcp"
+
+
+def provider_url(gateway: Gateway, slot: str) -> str:
+    return f"{ws_url(gateway.base_url())}/provider/{quote(slot, safe='')}"
+
+
+def insecure_lan(gateway: Gateway) -> bool:
+    return gateway.config.insecure_lan and not gateway.config.is_loopback
+
+
+def slot_state(slot: Slot) -> str:
+    session = slot.live
+    if session is None:
+        return "empty"
+    return "ready" if session.ready else "initializing"
+
+
+def client_sessions_of(gateway: Gateway, name: str) -> int:
+    return sum(1 for session in gateway.sessions.sessions.values() if session.target.name == name)
+
+
+def provider_status(gateway: Gateway, slot: Slot) -> JsonObject:
+    """Everything known about one slot and its provider; every key is present, null when unknown."""
+    now = time.time()
+    session = slot.live
+    settings = session.settings if session is not None else None
+    per_slot = gateway.config.slot_settings(slot.name)
+    providers = gateway.config.providers
+    totals = slot.counter_totals()
+    # The live link's own error; with no link, why the last one ended badly (e.g. initialize failed).
+    last_error = session.last_error if session is not None else slot.last_error
+    status: JsonObject = {
+        "name": slot.name,
+        "connected": session is not None,
+        "state": slot_state(slot),
+        "declared": slot.declared,
+        "transport": session.link.info.transport if session else None,
+        "remote": (session.link.info.remote or None) if session else None,
+        "identity": session.link.info.identity if session else None,
+        "connected_since": iso(session.connected_at) if session else None,
+        "connected_for_s": round(now - session.connected_at, 3) if session else None,
+        "pending": len(session.pending) if session else 0,
+        "max_pending": gateway.config.limits.max_pending_per_slot,
+        "aggregate": session.aggregate if session else False,
+        "in_aggregate": session is not None and session.ready and session.aggregate,
+        "hello": session.hello if session else None,
+        "server_info": session.server_info if session and session.ready else None,
+        "protocol_version": (session.protocol_version or None) if session else None,
+        "tools": len(session.tools) if session and session.ready else 0,
+        "tools_hash": (session.tools_hash or None) if session else None,
+        "heartbeat_misses": totals.get("heartbeat_misses", 0),
+        "last_seen_s_ago": round(time.monotonic() - session.last_seen, 3) if session else None,
+        "id_style": ("numeric" if session.numeric_ids else "brk")
+        if session
+        else ((per_slot.id_style if per_slot and per_slot.id_style else None) or providers.id_style),
+        "request_timeout_ms": settings.request_timeout_ms
+        if settings
+        else ((per_slot.request_timeout_ms if per_slot else None) or providers.request_timeout_ms),
+        "tool_timeouts_ms": dict(per_slot.tool_timeouts_ms) if per_slot else {},
+        "takeover": gateway.registry.takeover_policy(slot.name),
+        "counters": vars(session.counters).copy() if session else None,
+        "counters_total": totals,
+        "last_error": last_error or None,
+        "connects": slot.connects,
+        "last_disconnect": iso(slot.last_disconnect),
+        "last_disconnect_reason": slot.last_disconnect_reason or None,
+        "listeners": len(slot.listeners),
+        "client_sessions": client_sessions_of(gateway, slot.name),
+        "resource_subscriptions": len(slot.upstream.subscribers),
+        "client_url": client_url(gateway, slot.name),
+        "provider_url": provider_url(gateway, slot.name),
+    }
+    return status
+
+
+def providers_list(gateway: Gateway) -> JsonObject:
+    slots = gateway.registry.slots
+    providers = [provider_status(gateway, slots[name]) for name in sorted(slots)]
+    return {
+        "count": len(providers),
+        "connected": sum(1 for entry in providers if entry["connected"]),
+        "providers": providers,
+    }
+
+
+def broker_info(gateway: Gateway) -> JsonObject:
+    config = gateway.config
+    now = time.time()
+    slots = gateway.registry.slots.values()
+    base = gateway.base_url()
+    lan = insecure_lan(gateway)
+    return {
+        "name": "mcp-gateway",
+        "version": __version__,
+        "started_at": iso(gateway.started_at),
+        "uptime_s": round(now - gateway.started_at, 3),
+        "host": config.host,
+        "port": gateway.bound_port if gateway.bound_port is not None else config.port,
+        "url": base,
+        "public_url": config.public_url,
+        "tls": base.startswith("https://"),
+        "insecure_lan": lan,
+        "warnings": [INSECURE_LAN_WARNING] if lan else [],
+        "paths": dict(PATHS),
+        "urls": {
+            "provider": f"{ws_url(base)}{PROVIDER_PATH}",
+            "providers": f"{ws_url(base)}{PROVIDERS_PATH}",
+            "client": f"{base}{CLIENT_PATH}",
+            "all": f"{base}{ALL_PATH}",
+            "broker": f"{base}{BROKER_PATH}",
+            "healthz": f"{base}/healthz",
+            "readyz": f"{base}/readyz",
+            "metrics": f"{base}/metrics",
+        },
+        "security": {
+            "loopback_only": config.is_loopback,
+            "authentication": "none",
+            "insecure_lan": lan,
+            "allowed_origins": list(config.allowed_origins),
+            "allowed_hosts": list(config.allowed_hosts),
+        },
+        "counts": {
+            "slots": len(gateway.registry.slots),
+            "declared": sum(1 for slot in slots if slot.declared),
+            "connected": sum(1 for slot in slots if slot.live is not None),
+            "ready": sum(1 for slot in slots if slot.live is not None and slot.live.ready),
+            "aggregate_members": len(gateway.aggregate.members()),
+            "aggregate_tools": len(gateway.aggregate.tools),
+            "sessions": len(gateway.sessions.sessions),
+            "sessions_expired": gateway.sessions.expired,
+            "subscriptions": gateway.open_subscriptions,
+            "client_streams": len(gateway.client_streams),
+        },
+        "limits": config.limits.model_dump(),
+        "providers": {
+            "heartbeat_interval_s": config.providers.heartbeat_interval_s,
+            "takeover": config.providers.takeover,
+            "request_timeout_ms": config.providers.request_timeout_ms,
+            "initialize_timeout_ms": config.providers.initialize_timeout_ms,
+            "id_style": config.providers.id_style,
+            "only_declared": config.slots.only_declared,
+        },
+        "protocol_versions": {"session": list(HANDSHAKE_VERSIONS), "stateless": list(STATELESS_VERSIONS)},
+    }
+
+
+def diagnosis_view(gateway: Gateway) -> GatewayView:
+    """The snapshot `diagnose` works on, taken now."""
+    config = gateway.config
+    now = time.time()
+    slots: list[SlotView] = []
+    for name in sorted(gateway.registry.slots):
+        slot = gateway.registry.slots[name]
+        session = slot.live
+        status = provider_status(gateway, slot)
+        slots.append(
+            SlotView(
+                name=name,
+                declared=slot.declared,
+                connected=session is not None,
+                state=status["state"],
+                transport=status["transport"],
+                id_style=status["id_style"],
+                pending=status["pending"],
+                max_pending=session.settings.max_pending if session else config.limits.max_pending_per_slot,
+                connects=slot.connects,
+                connected_for_s=status["connected_for_s"],
+                last_disconnect_ago_s=now - slot.last_disconnect if slot.last_disconnect is not None else None,
+                last_disconnect_reason=slot.last_disconnect_reason,
+                last_error=status["last_error"] or "",
+                request_timeout_ms=status["request_timeout_ms"],
+                counters=status["counters_total"],
+            )
+        )
+    return GatewayView(
+        url=gateway.base_url(),
+        host=config.host,
+        is_loopback=config.is_loopback,
+        insecure_lan=config.insecure_lan,
+        public_url=config.public_url,
+        allowed_origins=tuple(config.allowed_origins),
+        heartbeat_interval_s=config.providers.heartbeat_interval_s,
+        initialize_timeout_ms=config.providers.initialize_timeout_ms,
+        sessions=len(gateway.sessions.sessions),
+        max_sessions=config.limits.max_sessions,
+        subscriptions=gateway.open_subscriptions,
+        max_subscriptions=config.limits.max_subscriptions,
+        max_slots=config.limits.max_slots,
+        aggregate_members=tuple(gateway.aggregate.members()),
+        slots=tuple(slots),
+    )

@@ -1,0 +1,256 @@
+"""Origin and Host checks on every HTTP and WebSocket entry, client side and provider side.
+
+A browser page may reach the gateway only from an allowed origin (DNS-rebinding and cross-site
+request defence); native clients and boards send no Origin and pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from mcp import Client
+
+from gateway.app import GatewayServer
+from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
+from tests.support.servers import demo_server
+
+# The demo provider logs on purpose (logging is deprecated in 2026-07-28, still part of the session era).
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+
+ALLOWED = ["https://console.plant.lan", "http://localhost:*", "https://*.plant.lan"]
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}},
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+UPGRADE_HEADERS = {
+    "Connection": "Upgrade",
+    "Upgrade": "websocket",
+    "Sec-WebSocket-Version": "13",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+}
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+@pytest.fixture
+async def guarded(gateway_factory: GatewayFactory) -> GatewayServer:
+    return await gateway_factory(allowed_origins=ALLOWED)
+
+
+async def start_session(http: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None) -> str:
+    async with http.post(url, data=orjson.dumps(INITIALIZE), headers={**MCP_HEADERS, **(headers or {})}) as response:
+        assert response.status == 200, await response.text()
+        session_id: str = response.headers["Mcp-Session-Id"]
+        return session_id
+
+
+async def refused_json(response: aiohttp.ClientResponse, status: int = 403) -> dict[str, Any]:
+    assert response.status == status
+    assert response.headers["Content-Type"].startswith("application/json")
+    assert "Access-Control-Allow-Origin" not in response.headers
+    body: dict[str, Any] = await response.json()
+    return body
+
+
+# -- Origin ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["POST", "GET", "DELETE"])
+async def test_foreign_origin_is_refused_on_the_client_endpoint(
+    guarded: GatewayServer, http: aiohttp.ClientSession, method: str
+) -> None:
+    url = f"{guarded.url}/pump-1/mcp"
+    session_id = await start_session(http, url)
+    headers = {**MCP_HEADERS, "Mcp-Session-Id": session_id, "Origin": "https://evil.example"}
+    async with http.request(method, url, data=orjson.dumps(INITIALIZE), headers=headers) as response:
+        body = await refused_json(response)
+    assert body["error"] == "origin_not_allowed"
+    assert "https://evil.example" in body["error_description"]
+    assert "allowed_origins" in body["error_description"]
+    assert "MCP_GATEWAY_ALLOWED_ORIGINS" in body["error_description"]
+    assert guarded.gateway.sessions.get(session_id) is not None  # a refused DELETE ends nothing
+
+
+async def test_default_config_refuses_every_browser_origin(gateway: GatewayServer, http: aiohttp.ClientSession) -> None:
+    headers = {**MCP_HEADERS, "Origin": f"http://127.0.0.1:{gateway.port}"}
+    async with http.post(f"{gateway.url}/pump-1/mcp", data=orjson.dumps(INITIALIZE), headers=headers) as response:
+        assert (await refused_json(response))["error"] == "origin_not_allowed"
+    assert not gateway.gateway.sessions.sessions
+
+
+@pytest.mark.parametrize("path", ["/provider/pump-1", "/providers"])
+async def test_foreign_origin_is_refused_on_provider_websockets(
+    guarded: GatewayServer, http: aiohttp.ClientSession, path: str
+) -> None:
+    headers = {**UPGRADE_HEADERS, "Origin": "https://evil.example"}
+    async with http.get(guarded.url + path, headers=headers) as response:
+        body = await refused_json(response)
+    assert body["error"] == "origin_not_allowed"
+    assert "allowed_origins" in body["error_description"]
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await http.ws_connect(guarded.url + path, headers={"Origin": "https://evil.example"})
+    assert refused.value.status == 403
+    assert "pump-1" not in guarded.gateway.registry.slots
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://localhost",  # the pattern names a port
+        "http://localhost:80x",
+        "https://localhost:8443",  # another scheme
+        "http://console.plant.lan",
+        "https://plant.lan",  # *. needs a subdomain
+        "https://hmi.plant.lan.evil.example",
+        "https://console.plant.lan:8443",
+        "null",
+    ],
+)
+async def test_near_misses_of_allowed_origins_are_refused(
+    guarded: GatewayServer, http: aiohttp.ClientSession, origin: str
+) -> None:
+    headers = {**MCP_HEADERS, "Origin": origin}
+    async with http.post(f"{guarded.url}/pump-1/mcp", data=orjson.dumps(INITIALIZE), headers=headers) as response:
+        assert (await refused_json(response))["error"] == "origin_not_allowed"
+
+
+@pytest.mark.parametrize(
+    "origin", ["https://console.plant.lan", "http://localhost:5173", "https://hmi.plant.lan", "https://a.b.plant.lan"]
+)
+async def test_allowed_origins_pass_with_cors_headers(
+    guarded: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession, origin: str
+) -> None:
+    await publishers.start(guarded, "pump-1", demo_server("pump"))
+    url = f"{guarded.url}/pump-1/mcp"
+    headers = {**MCP_HEADERS, "Origin": origin}
+    async with http.post(url, data=orjson.dumps(INITIALIZE), headers=headers) as response:
+        assert response.status == 200
+        assert response.headers["Access-Control-Allow-Origin"] == origin
+        assert "Mcp-Session-Id" in response.headers["Access-Control-Expose-Headers"]
+        assert "Origin" in response.headers["Vary"]
+        session_id = response.headers["Mcp-Session-Id"]
+    headers["Mcp-Session-Id"] = session_id
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+    async with http.post(url, data=orjson.dumps(call), headers=headers) as response:
+        assert response.status == 200
+        assert response.headers["Access-Control-Allow-Origin"] == origin
+        assert (await response.json())["result"]["structuredContent"] == {"result": 3}
+
+
+async def test_streamed_answers_carry_cors_headers_too(
+    guarded: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    """A page reads the GET stream and SSE answers with fetch(); without the header the browser hides them."""
+    await publishers.start(guarded, "pump-1", demo_server("pump"))
+    origin = "http://localhost:5173"
+    url = f"{guarded.url}/pump-1/mcp"
+    session_id = await start_session(http, url, {"Origin": origin})
+    headers = {**MCP_HEADERS, "Origin": origin, "Mcp-Session-Id": session_id}
+    async with http.get(url, headers={**headers, "Accept": "text/event-stream"}) as stream:
+        assert stream.status == 200
+        assert stream.headers["Content-Type"].startswith("text/event-stream")
+        assert stream.headers["Access-Control-Allow-Origin"] == origin
+        assert "Mcp-Session-Id" in stream.headers["Access-Control-Expose-Headers"]
+    call = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "hi"}, "_meta": {"progressToken": 1}},
+    }
+    async with http.post(url, data=orjson.dumps(call), headers=headers) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")  # progress made it a stream
+        assert response.headers["Access-Control-Allow-Origin"] == origin
+        await response.read()
+
+
+async def test_preflight_from_an_allowed_origin_is_204(guarded: GatewayServer, http: aiohttp.ClientSession) -> None:
+    headers = {
+        "Origin": "https://hmi.plant.lan",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, mcp-session-id, mcp-protocol-version",
+    }
+    async with http.options(f"{guarded.url}/pump-1/mcp", headers=headers) as response:
+        assert response.status == 204
+        assert response.headers["Access-Control-Allow-Origin"] == "https://hmi.plant.lan"
+        assert "POST" in response.headers["Access-Control-Allow-Methods"]
+        assert "DELETE" in response.headers["Access-Control-Allow-Methods"]
+        assert "mcp-session-id" in response.headers["Access-Control-Allow-Headers"].lower()
+    async with http.options(
+        f"{guarded.url}/pump-1/mcp", headers={**headers, "Origin": "https://evil.example"}
+    ) as response:
+        assert (await refused_json(response))["error"] == "origin_not_allowed"
+
+
+async def test_requests_without_origin_pass_everywhere(
+    guarded: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    await publishers.start(guarded, "pump-1", demo_server("pump"))  # a provider WebSocket without Origin
+    async with Client(f"{guarded.url}/pump-1/mcp", mode="legacy") as client:
+        assert (await client.call_tool("add", {"a": 1, "b": 1})).structured_content == {"result": 2}
+    async with http.get(f"{guarded.url}/healthz") as response:
+        assert response.status == 200
+        assert "Access-Control-Allow-Origin" not in response.headers
+
+
+async def test_providers_from_an_allowed_origin_connect(guarded: GatewayServer, http: aiohttp.ClientSession) -> None:
+    ws = await http.ws_connect(f"{guarded.url}/provider/pump-1", headers={"Origin": "https://console.plant.lan"})
+    try:
+        await wait_for(lambda: "pump-1" in guarded.gateway.registry.slots, what="the slot to be claimed")
+        frame = await ws.receive_json(timeout=5)
+        assert frame["method"] == "initialize"  # the gateway opened its session with the provider
+    finally:
+        await ws.close()
+
+
+# -- Host (DNS rebinding) --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:{port}", "127.0.0.1.nip.io:{port}", "192.168.1.20"])
+async def test_foreign_host_is_refused_while_bound_to_loopback(
+    gateway: GatewayServer, http: aiohttp.ClientSession, host: str
+) -> None:
+    headers = {**MCP_HEADERS, "Host": host.format(port=gateway.port)}
+    async with http.post(f"{gateway.url}/pump-1/mcp", data=orjson.dumps(INITIALIZE), headers=headers) as response:
+        body = await refused_json(response)
+    assert body["error"] == "host_not_allowed"
+    assert "allowed_hosts" in body["error_description"]
+    async with http.get(f"{gateway.url}/provider/pump-1", headers={**UPGRADE_HEADERS, **headers}) as response:
+        assert (await refused_json(response))["error"] == "host_not_allowed"
+    assert not gateway.gateway.sessions.sessions
+
+
+@pytest.mark.parametrize("host", ["localhost:{port}", "127.0.0.1:{port}", "localhost", "[::1]:{port}", "LOCALHOST"])
+async def test_loopback_hosts_pass(gateway: GatewayServer, http: aiohttp.ClientSession, host: str) -> None:
+    headers = {"Host": host.format(port=gateway.port)}
+    await start_session(http, f"{gateway.url}/pump-1/mcp", headers)
+
+
+async def test_allowed_hosts_extend_the_loopback_names(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    server = await gateway_factory(allowed_hosts=["pump-gw.plant.lan"])
+    url = f"{server.url}/pump-1/mcp"
+    await start_session(http, url, {"Host": f"pump-gw.plant.lan:{server.port}"})
+    await start_session(http, url, {"Host": f"localhost:{server.port}"})
+    async with http.post(
+        url, data=orjson.dumps(INITIALIZE), headers={**MCP_HEADERS, "Host": "other.plant.lan"}
+    ) as response:
+        assert (await refused_json(response))["error"] == "host_not_allowed"
+    await publishers.start(server, "pump-1", demo_server("pump"), headers={"Host": "pump-gw.plant.lan"})
+    await wait_ready_slot(server, "pump-1")
+
+
+async def test_host_is_not_checked_on_a_lan_bind(gateway_factory: GatewayFactory, http: aiohttp.ClientSession) -> None:
+    server = await gateway_factory(host="0.0.0.0", insecure_lan=True)
+    await start_session(http, f"{server.url}/pump-1/mcp", {"Host": "pump-gw.plant.lan"})

@@ -1,0 +1,266 @@
+"""/metrics, /healthz and /readyz as an operator's scraper and probes see them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import orjson
+import pytest
+from mcp import Client, MCPError
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.app import GatewayServer
+from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.support.servers import demo_server
+
+Labels = dict[str, str]
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+class Scrape:
+    """One parsed /metrics answer."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.samples: list[tuple[str, Labels, float]] = []
+        self.types: dict[str, str] = {}
+        for family in text_string_to_metric_families(text):
+            self.types[family.name] = family.type
+            for sample in family.samples:
+                self.samples.append((sample.name, dict(sample.labels), sample.value))
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """The sample called `name` whose labels include `labels` (None when absent)."""
+        for sample_name, sample_labels, value in self.samples:
+            if sample_name == name and all(sample_labels.get(k) == v for k, v in labels.items()):
+                return value
+        return None
+
+    def get(self, name: str, **labels: str) -> float:
+        value = self.value(name, **labels)
+        return 0.0 if value is None else value
+
+
+async def scrape(http: aiohttp.ClientSession, server: GatewayServer) -> Scrape:
+    async with http.get(f"{server.url}/metrics") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        return Scrape(await response.text())
+
+
+async def test_healthz_and_readyz_answer_json(gateway: GatewayServer, http: aiohttp.ClientSession) -> None:
+    async with http.get(f"{gateway.url}/healthz") as response:
+        assert response.status == 200
+        body = orjson.loads(await response.read())
+        assert body["status"] == "alive"
+        assert body["version"]
+    async with http.get(f"{gateway.url}/readyz") as response:
+        assert response.status == 200
+        assert orjson.loads(await response.read())["status"] == "ready"
+
+
+async def test_every_family_is_exposed_with_its_type(gateway: GatewayServer, http: aiohttp.ClientSession) -> None:
+    metrics = await scrape(http, gateway)
+    expected = {
+        "mcpgw_slot_connected": "gauge",
+        "mcpgw_slot_pending_requests": "gauge",
+        "mcpgw_calls": "counter",
+        "mcpgw_call_errors": "counter",
+        "mcpgw_call_latency_seconds": "histogram",
+        "mcpgw_heartbeat_misses": "counter",
+        "mcpgw_provider_connects": "counter",
+        "mcpgw_provider_disconnects": "counter",
+        "mcpgw_provider_refusals": "counter",
+        "mcpgw_provider_faults": "counter",
+        "mcpgw_unparsable_messages": "counter",
+        "mcpgw_client_sessions": "gauge",
+        "mcpgw_client_sessions_expired": "counter",
+        "mcpgw_client_streams": "gauge",
+        "mcpgw_http_requests": "counter",
+        "mcpgw_client_refusals": "counter",
+        "mcpgw_slot_tools": "gauge",
+        "mcpgw_slot_in_aggregate": "gauge",
+        "mcpgw_aggregate_tools": "gauge",
+        "mcpgw_slots": "gauge",
+        "mcpgw_info": "gauge",
+        "mcpgw_start_time_seconds": "gauge",
+    }
+    assert {name: metrics.types.get(name) for name in expected} == expected
+    assert metrics.value("mcpgw_info", insecure_lan="false") == 1
+    assert metrics.get("mcpgw_start_time_seconds") > 0
+
+
+async def test_a_call_counts_and_a_disconnect_flips_connected(
+    gateway: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    publisher = await publishers.start(gateway, "pump-1", demo_server("pump"), aggregate=True)
+    before = await scrape(http, gateway)
+    assert before.value("mcpgw_slot_connected", slot="pump-1") == 1
+    assert before.value("mcpgw_slot_tools", slot="pump-1") == 4
+    assert before.value("mcpgw_slot_in_aggregate", slot="pump-1") == 1
+    assert before.value("mcpgw_aggregate_tools") == 4
+    assert before.get("mcpgw_provider_connects_total", slot="pump-1", transport="websocket") == 1
+
+    async with Client(f"{gateway.url}/pump-1/mcp", mode="legacy") as client:
+        assert (await client.call_tool("add", {"a": 2, "b": 3})).structured_content == {"result": 5}
+        during = await scrape(http, gateway)
+        assert during.value("mcpgw_client_sessions") == 1
+        with pytest.raises(MCPError):  # a method no MCP server has is counted as "other"
+            await _raw_call(http, gateway, "pump-1", "vendor/custom")
+    after = await scrape(http, gateway)
+    tool_calls = "mcpgw_calls_total", "tools/call"
+    assert after.get(tool_calls[0], slot="pump-1", method=tool_calls[1]) == 1
+    assert before.get(tool_calls[0], slot="pump-1", method=tool_calls[1]) == 0
+    # Two answered requests (the tool call, the made-up method) were timed.
+    assert after.get("mcpgw_call_latency_seconds_count", slot="pump-1") == 2
+    assert after.get("mcpgw_call_latency_seconds_bucket", slot="pump-1", le="+Inf") == 2
+    assert after.get("mcpgw_call_latency_seconds_sum", slot="pump-1") > 0
+    assert after.get("mcpgw_calls_total", slot="pump-1", method="other") == 1
+    assert after.get("mcpgw_call_errors_total", slot="pump-1", kind="provider") == 1
+    assert not [labels for name, labels, _ in after.samples if labels.get("method") == "vendor/custom"]
+    assert after.get("mcpgw_http_requests_total", endpoint="slot", status="200") >= 2
+
+    await publisher.stop()
+    await wait_for(lambda: gateway.gateway.registry.slots["pump-1"].live is None, what="pump-1 to leave")
+    gone = await scrape(http, gateway)
+    assert gone.value("mcpgw_slot_connected", slot="pump-1") == 0
+    assert gone.value("mcpgw_slot_tools", slot="pump-1") == 0
+    assert gone.value("mcpgw_aggregate_tools") == 0
+    assert gone.get("mcpgw_provider_disconnects_total", slot="pump-1") == 1
+
+
+async def _raw_call(http: aiohttp.ClientSession, server: GatewayServer, slot: str, method: str) -> None:
+    """A request with a made-up method, sent as a stateless-era POST; raise MCPError with its error."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": method,
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+        },
+    }
+    headers = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Accept": "application/json"}
+    async with http.post(f"{server.url}/{slot}/mcp", data=orjson.dumps(body), headers=headers) as response:
+        answer = orjson.loads(await response.read())
+    error = answer["error"]
+    raise MCPError(error["code"], error["message"])
+
+
+async def test_declared_slot_is_shown_disconnected_from_the_start(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    gateway = await gateway_factory(slots={"declared": {"pump-9": {}}})
+    metrics = await scrape(http, gateway)
+    assert metrics.value("mcpgw_slot_connected", slot="pump-9") == 0
+    assert metrics.value("mcpgw_slot_pending_requests", slot="pump-9") == 0
+    assert metrics.value("mcpgw_slots") == 1
+
+
+async def test_pending_requests_are_read_from_the_provider_session(
+    gateway: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    await publishers.start(gateway, "pump-1", demo_server("pump"))
+    async with Client(f"{gateway.url}/pump-1/mcp", mode="2026-07-28") as client:
+        slow = asyncio.create_task(client.call_tool("sleep", {"seconds": 0.5}))
+        await wait_for(lambda: bool(gateway.gateway.registry.slots["pump-1"].live.pending), what="a pending call")  # type: ignore[union-attr]
+        assert (await scrape(http, gateway)).value("mcpgw_slot_pending_requests", slot="pump-1") == 1
+        await slow
+    assert (await scrape(http, gateway)).value("mcpgw_slot_pending_requests", slot="pump-1") == 0
+
+
+async def test_unparsable_messages_on_both_sides_and_heartbeat_misses(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    gateway = await gateway_factory(providers={"heartbeat_interval_s": 0.2})
+    ws = await http.ws_connect(f"ws://127.0.0.1:{gateway.port}/provider/garbled", autoping=False)
+    try:
+        request = orjson.loads((await ws.receive()).data)
+        assert request["method"] == "initialize"
+        await ws.send_str("{not json")
+        await ws.send_str('{"jsonrpc":"2.0","id":"brk-999","result":{}}')  # nobody waits for it
+        # Pings are never answered: the gateway drops the link at the second sweep.
+        await wait_for(lambda: gateway.gateway.registry.slots["garbled"].live is None, what="garbled to be dropped")
+    finally:
+        await ws.close()
+    async with http.post(f"{gateway.url}/any-1/mcp", data=b"{oops", headers={"Accept": "application/json"}) as reply:
+        assert reply.status == 400
+    metrics = await scrape(http, gateway)
+    assert metrics.get("mcpgw_unparsable_messages_total", side="provider") == 1
+    assert metrics.get("mcpgw_unparsable_messages_total", side="client") == 1
+    assert metrics.get("mcpgw_provider_faults_total", slot="garbled", kind="unparsable") == 1
+    assert metrics.get("mcpgw_provider_faults_total", slot="garbled", kind="unmatched_responses") == 1
+    assert metrics.get("mcpgw_heartbeat_misses_total", slot="garbled") == 1
+    assert metrics.get("mcpgw_provider_disconnects_total", slot="garbled") == 1
+    # Counted once: a second scrape does not add the same faults again.
+    again = await scrape(http, gateway)
+    assert again.get("mcpgw_provider_faults_total", slot="garbled", kind="unparsable") == 1
+
+
+async def test_sessions_expire_and_are_counted(gateway_factory: GatewayFactory, http: aiohttp.ClientSession) -> None:
+    gateway = await gateway_factory(limits={"session_idle_timeout_s": 0.2})
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    async with http.post(f"{gateway.url}/_broker/mcp", data=orjson.dumps(initialize), headers=headers) as reply:
+        assert reply.status == 200
+    assert (await scrape(http, gateway)).value("mcpgw_client_sessions") == 1
+    await wait_for(lambda: gateway.gateway.sessions.expired == 1, what="the idle session to expire")
+    metrics = await scrape(http, gateway)
+    assert metrics.value("mcpgw_client_sessions") == 0
+    assert metrics.value("mcpgw_client_sessions_expired_total") == 1
+
+
+async def test_open_streams_are_counted(gateway: GatewayServer, http: aiohttp.ClientSession) -> None:
+    async with Client(f"{gateway.url}/_all/mcp", mode="2026-07-28") as client, client.listen(tools_list_changed=True):
+        metrics = await scrape(http, gateway)
+        assert metrics.value("mcpgw_client_streams", kind="listen") == 1
+    await wait_for(lambda: gateway.gateway.open_subscriptions == 0, what="the listen stream to close")
+    assert (await scrape(http, gateway)).value("mcpgw_client_streams", kind="listen") == 0
+
+
+async def test_refused_origins_are_counted(gateway: GatewayServer, http: aiohttp.ClientSession) -> None:
+    async with http.get(f"{gateway.url}/healthz", headers={"Origin": "https://evil.example"}) as reply:
+        assert reply.status == 403
+    metrics = await scrape(http, gateway)
+    assert metrics.get("mcpgw_client_refusals_total", reason="origin_not_allowed") == 1
+    assert metrics.get("mcpgw_http_requests_total", endpoint="healthz", status="403") == 1
+
+
+async def test_insecure_lan_is_a_label_of_mcpgw_info(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    gateway = await gateway_factory(host="0.0.0.0", insecure_lan=True)
+    metrics = await scrape(http, gateway)
+    assert metrics.value("mcpgw_info", insecure_lan="true") == 1
+
+
+async def test_slots_that_are_forgotten_leave_the_gauges(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    # Clients asking for names nobody publishes create slots; when the bound is reached they are
+    # pruned, and their gauges go with them, so label sets stay bounded.
+    gateway = await gateway_factory(limits={"max_slots": 2})
+    headers = {"Accept": "application/json"}
+    for name in ("typo-1", "typo-2"):
+        async with http.get(f"{gateway.url}/{name}/mcp", headers=headers):
+            pass
+    assert (await scrape(http, gateway)).value("mcpgw_slot_connected", slot="typo-1") == 0
+    async with http.get(f"{gateway.url}/typo-3/mcp", headers=headers):
+        pass
+    metrics = await scrape(http, gateway)
+    assert metrics.value("mcpgw_slot_connected", slot="typo-1") is None
+    assert metrics.value("mcpgw_slot_connected", slot="typo-3") == 0

@@ -1,0 +1,241 @@
+"""Configuration (gateway/config.py): defaults < TOML file < MCP_GATEWAY_* environment < flags, failing closed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from pydantic import SecretStr
+
+from gateway.config import DEFAULT_PORT, ConfigError, GatewayConfig, load_config, masked_dump
+
+
+def write(tmp_path: Path, text: str, name: str = "gateway.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_listen_on_loopback_port_3000() -> None:
+    config = load_config(environ={})
+    assert config.port == DEFAULT_PORT == 3000
+    assert config.host == "127.0.0.1"
+    assert config.is_loopback
+    assert not config.insecure_lan
+    assert config.base_url() == "http://127.0.0.1:3000"
+    assert config.providers.takeover == "liveness"
+    assert config.providers.heartbeat_interval_s == 30.0
+    assert config.providers.request_timeout_ms == 60_000
+    assert config.providers.id_style == "brk"
+
+
+def test_toml_file_is_loaded(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+port = 4100
+allowed_origins = ["https://console.plant.lan"]
+
+[limits]
+max_body_bytes = 1000
+
+[providers]
+takeover = "reject"
+
+[slots.declared."pump-1"]
+request_timeout_ms = 5000
+tool_timeouts_ms = { home_axis = 90000 }
+""",
+    )
+    config = load_config(path, environ={})
+    assert config.port == 4100
+    assert config.allowed_origins == ["https://console.plant.lan"]
+    assert config.limits.max_body_bytes == 1000
+    assert config.limits.max_frame_bytes == 1_048_576  # untouched defaults stay
+    assert config.providers.takeover == "reject"
+    pump = config.slot_settings("pump-1")
+    assert pump is not None
+    assert pump.request_timeout_ms == 5000
+    assert pump.tool_timeouts_ms == {"home_axis": 90_000}
+    assert config.slot_settings("pump-2") is None
+
+
+def test_config_file_can_be_named_by_the_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, "port = 4101\n")
+    assert load_config(environ={"MCP_GATEWAY_CONFIG": str(path)}).port == 4101
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("nope = 1\n", "'nope'"),
+        ("[limits]\nmax_bogus = 1\n", "'limits.max_bogus'"),
+        ('[slots.declared."pump-1"]\ntimeout = 5\n', "'slots.declared.pump-1.timeout'"),
+    ],
+)
+def test_unknown_key_in_file_names_the_key_and_the_file(tmp_path: Path, text: str, key: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    message = str(caught.value)
+    assert message.startswith(f"config file {path}: unknown setting {key}")
+
+
+def test_missing_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "missing.toml"
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert str(caught.value) == f"config file {path}: not found"
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "port = = 3\n")
+    with pytest.raises(ConfigError, match=rf"^config file {path}: invalid TOML"):
+        load_config(path, environ={})
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("port = 70000\n", "'port'"),
+        ('port = "high"\n', "'port'"),
+        ("[limits]\nmax_body_bytes = 0\n", "'limits.max_body_bytes'"),
+        ('[providers]\ntakeover = "sometimes"\n', "'providers.takeover'"),
+        ('[logging]\nlevel = "loud"\n', "'logging.level'"),
+    ],
+)
+def test_invalid_value_names_the_key(tmp_path: Path, text: str, key: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert str(caught.value).startswith(f"config file {path}: setting {key}: ")
+
+
+def test_environment_overrides_a_setting() -> None:
+    assert load_config(environ={"MCP_GATEWAY_PORT": "4000"}).port == 4000
+
+
+def test_environment_overrides_a_nested_setting() -> None:
+    config = load_config(environ={"MCP_GATEWAY_LIMITS__MAX_BODY_BYTES": "10"})
+    assert config.limits.max_body_bytes == 10
+
+
+def test_environment_values_are_json_when_they_parse_else_text() -> None:
+    config = load_config(
+        environ={
+            "MCP_GATEWAY_ALLOWED_ORIGINS": '["https://a.plant.lan", "http://localhost:*"]',
+            "MCP_GATEWAY_INSECURE_LAN": "true",
+            "MCP_GATEWAY_HOST": "0.0.0.0",
+            "MCP_GATEWAY_LOGGING__LEVEL": "debug",
+        }
+    )
+    assert config.allowed_origins == ["https://a.plant.lan", "http://localhost:*"]
+    assert config.insecure_lan is True
+    assert config.host == "0.0.0.0"
+    assert config.logging.level == "debug"
+
+
+def test_environment_can_configure_a_declared_slot() -> None:
+    config = load_config(environ={"MCP_GATEWAY_SLOTS__DECLARED__PUMP-1__REQUEST_TIMEOUT_MS": "5000"})
+    pump = config.slot_settings("pump-1")
+    assert pump is not None
+    assert pump.request_timeout_ms == 5000
+
+
+@pytest.mark.parametrize(
+    "name", ["MCP_GATEWAY_NOPE", "MCP_GATEWAY_LIMITS__NOPE", "MCP_GATEWAY_PORT__X", "MCP_GATEWAY_LIMITS____X"]
+)
+def test_unknown_environment_variable_is_an_error_naming_it(name: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ={name: "1"})
+    assert str(caught.value).startswith(f"environment variable {name}: no such setting")
+
+
+def test_unrelated_environment_is_ignored() -> None:
+    assert load_config(environ={"PATH": "/usr/bin", "MCP_GATEWAYX": "1", "MCP_OTHER_PORT": "1"}).port == 3000
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "key"),
+    [
+        ("MCP_GATEWAY_PORT", "abc", "'port'"),
+        ("MCP_GATEWAY_LIMITS__MAX_BODY_BYTES", "0", "'limits.max_body_bytes'"),
+    ],
+)
+def test_invalid_environment_value_names_the_variable_and_the_key(name: str, value: str, key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ={name: value})
+    assert str(caught.value).startswith(f"environment variable {name}: setting {key}: ")
+
+
+def test_flags_override_environment_override_file(tmp_path: Path) -> None:
+    path = write(tmp_path, 'port = 4100\nhost = "127.0.0.2"\n[limits]\nmax_body_bytes = 1000\n')
+    environ = {"MCP_GATEWAY_PORT": "4200", "MCP_GATEWAY_LIMITS__MAX_BODY_BYTES": "2000"}
+    assert load_config(path, environ={}).port == 4100
+    from_env = load_config(path, environ=environ)
+    assert (from_env.port, from_env.host, from_env.limits.max_body_bytes) == (4200, "127.0.0.2", 2000)
+    from_flags = load_config(path, environ=environ, flags={"port": 4300, "limits.max_body_bytes": 3000})
+    assert (from_flags.port, from_flags.host, from_flags.limits.max_body_bytes) == (4300, "127.0.0.2", 3000)
+    # A flag left unset does not override anything.
+    assert load_config(path, environ=environ, flags={"port": None}).port == 4200
+
+
+def test_invalid_flag_value_names_the_flag() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ={}, flags={"port": 99999})
+    assert str(caught.value).startswith("command-line flag for port: setting 'port': ")
+
+
+@pytest.mark.parametrize(
+    ("slot", "reason"),
+    [
+        ("_all", "reserved"),
+        ("_x", "reserved"),
+        ("a" * 65, "65 bytes"),
+        ("tab\there", "control characters"),
+    ],
+)
+def test_declared_slot_with_an_invalid_name_is_refused(tmp_path: Path, slot: str, reason: str) -> None:
+    path = write(tmp_path, f"[slots.declared.{orjson.dumps(slot).decode()}]\nrequest_timeout_ms = 5\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    message = str(caught.value)
+    assert message.startswith(f"config file {path}: setting 'slots.declared': ")
+    assert reason in message
+
+
+def test_declared_slot_refused_from_the_environment_names_the_variable() -> None:
+    name = "MCP_GATEWAY_SLOTS__DECLARED___ALL__REQUEST_TIMEOUT_MS"
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ={name: "5"})
+    message = str(caught.value)
+    assert message.startswith(f"environment variable {name}: setting 'slots.declared': ")
+    assert "reserved" in message
+
+
+def test_masked_dump_is_plain_json_of_the_effective_values() -> None:
+    config = load_config(environ={"MCP_GATEWAY_PORT": "4000"})
+    dumped = masked_dump(config)
+    assert dumped == orjson.loads(orjson.dumps(dumped))
+    assert dumped["port"] == 4000
+    assert dumped["limits"]["max_body_bytes"] == 4_194_304
+    assert dumped == config.model_dump()
+
+
+class _ConfigWithSecrets(GatewayConfig):
+    # No secret setting exists yet (authentication comes later); this stands for one.
+    upstream_token: SecretStr | None = None
+    tokens: dict[str, SecretStr] = {}
+    token_list: list[SecretStr] = []
+
+
+def test_masked_dump_masks_secrets_wherever_they_are() -> None:
+    config = _ConfigWithSecrets.model_validate(
+        {"upstream_token": "s3cret-a", "tokens": {"pump-1": "s3cret-b"}, "token_list": ["s3cret-c"]}
+    )
+    dumped = masked_dump(config)
+    assert dumped["upstream_token"] == "***"
+    assert dumped["tokens"] == {"pump-1": "***"}
+    assert dumped["token_list"] == ["***"]
+    assert b"s3cret" not in orjson.dumps(dumped)

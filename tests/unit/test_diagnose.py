@@ -1,0 +1,182 @@
+"""broker_diagnose's judgement, as a pure function of a snapshot (no gateway, no sockets)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gateway.core.diagnose import GatewayView, Problem, SlotView, diagnose, worst
+
+URL = "http://127.0.0.1:3000"
+
+
+def view(*slots: SlotView, **overrides: object) -> GatewayView:
+    base = GatewayView(
+        url=URL,
+        host="127.0.0.1",
+        is_loopback=True,
+        insecure_lan=False,
+        allowed_origins=("http://localhost:*",),
+        aggregate_members=("pump-1",),
+        slots=slots,
+    )
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+def ready(name: str = "pump-1", **overrides: object) -> SlotView:
+    slot = SlotView(name=name, connected=True, state="ready", transport="websocket", connects=1)
+    return replace(slot, **overrides)  # type: ignore[arg-type]
+
+
+def ids(problems: list[Problem]) -> list[str]:
+    return [problem.id for problem in problems]
+
+
+def only(problems: list[Problem], problem_id: str) -> Problem:
+    found = [problem for problem in problems if problem.id == problem_id]
+    assert len(found) == 1, ids(problems)
+    return found[0]
+
+
+def test_a_healthy_gateway_has_no_problems() -> None:
+    problems = diagnose(view(ready()))
+    assert problems == []
+    assert worst(problems) == "ok"
+
+
+def test_a_fresh_gateway_explains_what_to_do_first() -> None:
+    problems = diagnose(view(allowed_origins=(), aggregate_members=()))
+    assert ids(problems) == ["aggregate.empty", "providers.none", "security.no_origins_configured"]
+    assert {problem.severity for problem in problems} == {"info"}
+    assert worst(problems) == "info"
+    assert "ws://127.0.0.1:3000/provider/<slot>" in only(problems, "providers.none").fix
+    assert "ws://127.0.0.1:3000/providers" in only(problems, "providers.none").fix
+    assert '"aggregate":true' in only(problems, "aggregate.empty").fix
+
+
+def test_declared_slot_without_provider_is_an_error_with_its_provider_url() -> None:
+    problems = diagnose(view(ready(), SlotView(name="pump 9", declared=True)))
+    problem = only(problems, "slot.disconnected")
+    assert problem.severity == "error"
+    assert problem.slot == "pump 9"
+    assert "no provider has connected since the gateway started" in problem.evidence
+    assert "ws://127.0.0.1:3000/provider/pump%209" in problem.fix
+    assert worst(problems) == "error"
+
+
+def test_undeclared_slot_that_lost_its_provider_is_a_warning_with_the_reason() -> None:
+    lost = SlotView(
+        name="pump-2",
+        connects=3,
+        last_disconnect_ago_s=42,
+        last_disconnect_reason="provider closed the connection (close code 1001)",
+    )
+    problem = only(diagnose(view(ready(), lost)), "slot.disconnected")
+    assert problem.severity == "warning"
+    assert "42s ago" in problem.evidence
+    assert "close code 1001" in problem.evidence
+    assert "3 connection(s)" in problem.evidence
+
+
+def test_a_name_clients_asked_for_but_no_provider_used() -> None:
+    problem = only(diagnose(view(ready(), SlotView(name="pmup-1"))), "slot.never_connected")
+    assert problem.severity == "warning"
+    assert "spelling" in problem.fix
+
+
+def test_failed_initialize_is_reported_instead_of_a_plain_disconnect() -> None:
+    failed = SlotView(
+        name="pump-1",
+        declared=True,
+        connects=1,
+        last_error="initialize failed: boom",
+        last_disconnect_reason="Provider must answer initialize and tools/list: boom",
+        last_disconnect_ago_s=1,
+    )
+    problems = diagnose(view(failed, initialize_timeout_ms=2500), "pump-1")
+    assert ids(problems) == ["provider.initialize_failed"]
+    assert "initialize failed: boom" in problems[0].evidence
+    assert "2500 ms" in problems[0].fix
+
+
+def test_heartbeat_misses_name_the_interval() -> None:
+    slot = ready(counters={"heartbeat_misses": 2})
+    problem = only(diagnose(view(slot, heartbeat_interval_s=7.5)), "provider.heartbeat_misses")
+    assert problem.severity == "warning"
+    assert "2 missed heartbeat(s) at an interval of 7.5s" in problem.evidence
+    assert "heartbeat_interval_s" in problem.fix
+
+
+def test_unparsable_messages_and_batches() -> None:
+    problems = diagnose(view(ready(counters={"unparsable": 3, "protocol_violations": 1})))
+    assert "3 unparsable" in only(problems, "provider.unparsable_messages").evidence
+    assert "1 batch" in only(problems, "provider.protocol_violations").evidence
+
+
+def test_unmatched_responses_hint_at_the_id_type() -> None:
+    string_ids = only(diagnose(view(ready(counters={"unmatched_responses": 4}))), "provider.unmatched_responses")
+    assert "id style brk" in string_ids.evidence
+    assert 'id_style = "numeric"' in string_ids.fix
+    assert "[slots.declared.pump-1]" in string_ids.fix
+    numeric = only(
+        diagnose(view(ready(id_style="numeric", counters={"unmatched_responses": 1}))),
+        "provider.unmatched_responses",
+    )
+    assert "integer ids" in numeric.fix
+
+
+def test_deadlines_name_the_slot_timeout() -> None:
+    slot = ready(counters={"deadlines": 2}, request_timeout_ms=1500)
+    problem = only(diagnose(view(slot)), "provider.deadlines")
+    assert "2 request(s)" in problem.evidence
+    assert "1500 ms" in problem.evidence
+    assert "tool_timeouts_ms" in problem.fix
+
+
+def test_pending_near_and_at_the_bound() -> None:
+    assert diagnose(view(ready(pending=7, max_pending=10))) == []
+    near = only(diagnose(view(ready(pending=8, max_pending=10))), "provider.pending_high")
+    assert near.severity == "warning"
+    full = only(diagnose(view(ready(pending=10, max_pending=10))), "provider.pending_high")
+    assert full.severity == "error"
+    assert "refused" in full.evidence
+
+
+def test_sessions_and_subscriptions_near_their_caps() -> None:
+    problems = diagnose(view(ready(), sessions=9, max_sessions=10, subscriptions=10, max_subscriptions=10))
+    assert only(problems, "sessions.near_cap").severity == "warning"
+    assert only(problems, "subscriptions.near_cap").severity == "error"
+    assert "9 of at most 10" in only(problems, "sessions.near_cap").evidence
+
+
+def test_insecure_lan_only_off_loopback() -> None:
+    lan = view(ready(), host="0.0.0.0", is_loopback=False, insecure_lan=True, public_url="http://gw.plant.lan:3000")
+    problem = only(diagnose(lan), "security.insecure_lan")
+    assert problem.severity == "warning"
+    assert "0.0.0.0" in problem.evidence
+    assert "config.public_url_missing" not in ids(diagnose(lan))
+    # insecure_lan = true while bound to loopback changes nothing, so it is not a finding.
+    assert diagnose(view(ready(), insecure_lan=True)) == []
+
+
+def test_lan_bind_without_public_url_says_guides_show_loopback() -> None:
+    lan = view(ready(), host="0.0.0.0", is_loopback=False, insecure_lan=True)
+    assert only(diagnose(lan), "config.public_url_missing").severity == "info"
+
+
+def test_filter_by_slot_and_an_unknown_name() -> None:
+    gateway = view(ready(counters={"unparsable": 1}), SlotView(name="pump-2", declared=True), insecure_lan=True)
+    assert ids(diagnose(gateway, "pump-1")) == ["provider.unparsable_messages"]
+    assert ids(diagnose(gateway, "pump-2")) == ["slot.disconnected"]
+    unknown = diagnose(gateway, "ghost")
+    assert ids(unknown) == ["slot.unknown"]
+    assert unknown[0].slot == "ghost"
+    assert "known slots: pump-1, pump-2" in unknown[0].evidence
+
+
+def test_problems_are_sorted_worst_first_and_serialise_without_an_empty_slot() -> None:
+    problems = diagnose(view(ready(counters={"deadlines": 1}), SlotView(name="a", declared=True), allowed_origins=()))
+    assert [problem.severity for problem in problems] == ["error", "warning", "info"]
+    info = problems[-1].to_json()
+    assert "slot" not in info
+    assert list(info) == ["id", "severity", "summary", "evidence", "fix"]
+    assert problems[0].to_json()["slot"] == "a"

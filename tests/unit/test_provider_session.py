@@ -1,0 +1,577 @@
+"""The gateway-owned session with one provider (gateway/core/provider_session.py, WIRE.md §2.4-2.5).
+
+Driven through an in-memory link that stands for a transport: the tests read the JSON-RPC messages
+the core sends and feed it the messages a board would answer with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.core import errors
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.link import CLOSE_POLICY, LinkInfo
+from gateway.core.provider_session import RELATED_REQUEST_KEY, ProviderSession, SessionSettings
+from gateway.core.schema_hash import tools_hash
+from gateway.core.versions import LATEST_HANDSHAKE
+
+SLOT = "pump-1"
+ADD = {"name": "add", "inputSchema": {"type": "object"}}
+ECHO = {"name": "echo", "inputSchema": {"type": "object"}}
+INIT_RESULT = {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {"tools": {"listChanged": True}, "logging": {}},
+    "serverInfo": {"name": "pump-fw", "version": "1.2.0"},
+    "instructions": "Start the pump before reading pressure.",
+}
+
+
+class MemoryLink:
+    """A provider link whose far end is the test: what the core sends lands in `outbox`."""
+
+    def __init__(self, *, numeric_ids: bool = False, native_ping: bool = False) -> None:
+        self.info = LinkInfo(transport="memory", numeric_ids=numeric_ids, native_ping=native_ping)
+        self.outbox: asyncio.Queue[JsonObject] = asyncio.Queue()
+        self.pings = 0
+        self.closed: tuple[int, str] | None = None
+        self.broken = False
+
+    async def send(self, data: bytes) -> None:
+        if self.broken:
+            raise ConnectionError("peer went away")
+        self.outbox.put_nowait(orjson.loads(data))
+
+    def send_ping(self) -> None:
+        self.pings += 1
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closed = (code, reason)
+
+    async def next(self) -> JsonObject:
+        return await asyncio.wait_for(self.outbox.get(), 2.0)
+
+    def drain(self) -> list[JsonObject]:
+        messages = []
+        while not self.outbox.empty():
+            messages.append(self.outbox.get_nowait())
+        return messages
+
+
+class Recorder:
+    """The slot registry's side: records what the session tells it."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.notifications: list[JsonObject] = []
+        self.closed_reasons: list[str] = []
+
+    def session_ready(self, session: ProviderSession) -> None:
+        self.events.append("ready")
+
+    def session_tools_changed(self, session: ProviderSession) -> None:
+        self.events.append("tools_changed")
+
+    def session_notification(self, session: ProviderSession, message: JsonObject) -> None:
+        self.notifications.append(message)
+
+    def session_closed(self, session: ProviderSession, reason: str) -> None:
+        self.closed_reasons.append(reason)
+
+    def session_registered(self, session: ProviderSession) -> None:
+        self.events.append("registered")
+
+
+def make_session(
+    link: MemoryLink | None = None, recorder: Recorder | None = None, **settings: Any
+) -> tuple[ProviderSession, MemoryLink, Recorder]:
+    link = link or MemoryLink()
+    recorder = recorder or Recorder()
+    return ProviderSession(SLOT, link, SessionSettings(**settings), recorder), link, recorder
+
+
+def answer(session: ProviderSession, request_id: Any, result: Any = None, **extra: Any) -> None:
+    message: JsonObject = {"jsonrpc": "2.0", "id": request_id, **extra}
+    if not extra:
+        message["result"] = {} if result is None else result
+    session.receive(orjson.dumps(message))
+
+
+def notify(session: ProviderSession, method: str, params: JsonObject) -> None:
+    session.receive(orjson.dumps({"jsonrpc": "2.0", "method": method, "params": params}))
+
+
+async def handshake(session: ProviderSession, link: MemoryLink, tools: list[JsonObject]) -> None:
+    session.start()
+    init = await link.next()
+    answer(session, init["id"], INIT_RESULT)
+    assert (await link.next())["method"] == "notifications/initialized"
+    listing = await link.next()
+    answer(session, listing["id"], {"tools": tools})
+    await session.wait_ready(1.0)
+
+
+# -- initialize handshake and caching ------------------------------------------------------------
+
+
+async def test_handshake_sequence_and_cache() -> None:
+    session, link, recorder = make_session()
+    session.start()
+
+    init = await link.next()
+    assert init == {
+        "jsonrpc": "2.0",
+        "id": "brk-1",
+        "method": "initialize",
+        "params": {
+            "protocolVersion": LATEST_HANDSHAKE,
+            "capabilities": {},
+            "clientInfo": {"name": "mcp-gateway", "version": init["params"]["clientInfo"]["version"]},
+        },
+    }
+    assert session.state == "initializing"
+    answer(session, "brk-1", INIT_RESULT)
+
+    assert await link.next() == {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    first_page = await link.next()
+    assert first_page == {"jsonrpc": "2.0", "id": "brk-2", "method": "tools/list", "params": {}}
+    answer(session, "brk-2", {"tools": [ADD], "nextCursor": "page-2"})
+    second_page = await link.next()
+    assert second_page == {"jsonrpc": "2.0", "id": "brk-3", "method": "tools/list", "params": {"cursor": "page-2"}}
+    answer(session, "brk-3", {"tools": [ECHO, {"no": "name"}]})
+
+    await session.wait_ready(1.0)
+    assert session.ready
+    assert recorder.events == ["ready"]
+    assert session.capabilities == INIT_RESULT["capabilities"]
+    assert session.server_info == {"name": "pump-fw", "version": "1.2.0"}
+    assert session.instructions == "Start the pump before reading pressure."
+    assert session.protocol_version == "2025-06-18"
+    # Entries without a string name cannot be called and are not cached.
+    assert session.tools == [ADD, ECHO]
+    assert session.tools_hash == tools_hash([ADD, ECHO])
+    assert session.status()["tools"] == 2
+    assert link.drain() == []
+
+
+async def test_defaults_when_the_provider_omits_server_info() -> None:
+    session, link, _ = make_session()
+    session.start()
+    answer(session, (await link.next())["id"], {"protocolVersion": "2024-11-05", "capabilities": "odd"})
+    await link.next()
+    answer(session, (await link.next())["id"], {"tools": []})
+    await session.wait_ready(1.0)
+    assert session.server_info == {"name": SLOT, "version": ""}
+    assert session.capabilities == {}
+    assert session.instructions is None
+
+
+async def test_cursor_loop_is_cut() -> None:
+    session, link, _ = make_session()
+    session.start()
+    answer(session, (await link.next())["id"], INIT_RESULT)
+    await link.next()
+    answer(session, (await link.next())["id"], {"tools": [ADD], "nextCursor": "again"})
+    repeat = await link.next()
+    assert repeat["params"] == {"cursor": "again"}
+    answer(session, repeat["id"], {"tools": [ECHO], "nextCursor": "again"})
+    await session.wait_ready(1.0)
+    assert session.tools == [ADD, ECHO]
+    assert link.drain() == []
+
+
+async def test_endless_paging_stops_at_the_page_cap() -> None:
+    session, link, _ = make_session(max_tools_pages=3)
+    session.start()
+    answer(session, (await link.next())["id"], INIT_RESULT)
+    await link.next()
+    for page in range(3):
+        listing = await link.next()
+        answer(session, listing["id"], {"tools": [{"name": f"t{page}"}], "nextCursor": f"c{page}"})
+    await session.wait_ready(1.0)
+    assert [tool["name"] for tool in session.tools] == ["t0", "t1", "t2"]
+    assert link.drain() == []
+
+
+async def test_provider_without_tools_list_is_ready_with_no_tools() -> None:
+    session, link, _ = make_session()
+    session.start()
+    answer(session, (await link.next())["id"], INIT_RESULT)
+    await link.next()
+    answer(session, (await link.next())["id"], error={"code": -32601, "message": "Method not found"})
+    await session.wait_ready(1.0)
+    assert session.tools == []
+
+
+async def test_initialize_error_closes_the_link_with_the_reason() -> None:
+    session, link, recorder = make_session()
+    session.start()
+    answer(session, (await link.next())["id"], error={"message": "busy"})
+    with pytest.raises(errors.RpcError) as caught:
+        await session.wait_ready(1.0)
+    assert caught.value.message == f'Provider "{SLOT}" disconnected'
+    assert link.closed == (CLOSE_POLICY, "Provider must answer initialize and tools/list: busy")
+    assert session.last_error == "initialize failed: busy"
+    assert recorder.closed_reasons == ["Provider must answer initialize and tools/list: busy"]
+
+
+async def test_list_changed_relists_and_tells_the_registry() -> None:
+    session, link, recorder = make_session()
+    await handshake(session, link, [ADD])
+    notify(session, "notifications/tools/list_changed", {})
+    listing = await link.next()
+    assert listing["method"] == "tools/list"
+    answer(session, listing["id"], {"tools": [ADD, ECHO]})
+    await asyncio.wait_for(session._relist_task, 1.0)  # type: ignore[arg-type]
+    assert recorder.events == ["ready", "tools_changed"]
+    assert session.tools_hash == tools_hash([ADD, ECHO])
+    assert recorder.notifications == []
+
+
+# -- ids -----------------------------------------------------------------------------------------
+
+
+async def test_brk_ids_by_default() -> None:
+    session, link, _ = make_session()
+    task = asyncio.create_task(session.request("tools/call", {"name": "add"}))
+    sent = await link.next()
+    assert sent == {"jsonrpc": "2.0", "id": "brk-1", "method": "tools/call", "params": {"name": "add"}}
+    answer(session, "brk-1", {"content": []})
+    assert await task == {"jsonrpc": "2.0", "id": "brk-1", "result": {"content": []}}
+    assert session.status()["id_style"] == "brk"
+
+
+@pytest.mark.parametrize(
+    "numeric_source",
+    ["settings", "link", "hello"],
+)
+async def test_numeric_ids(numeric_source: str) -> None:
+    link = MemoryLink(numeric_ids=numeric_source == "link")
+    recorder = Recorder()
+    session = ProviderSession(
+        SLOT,
+        link,
+        SessionSettings(numeric_ids=numeric_source == "settings"),
+        recorder,
+        hello={"device_id": "24:6f", "ids": "numeric"} if numeric_source == "hello" else None,
+    )
+    first = asyncio.create_task(session.request("ping", None))
+    second = asyncio.create_task(session.request("ping", None))
+    assert (await link.next())["id"] == 1
+    assert (await link.next())["id"] == 2
+    answer(session, 2)
+    answer(session, 1)
+    assert (await first)["id"] == 1
+    assert (await second)["id"] == 2
+    assert session.status()["id_style"] == "numeric"
+
+
+async def test_provider_must_echo_the_id_type() -> None:
+    session, link, _ = make_session(numeric_ids=True)
+    task = asyncio.create_task(session.request("ping", None))
+    await link.next()
+    answer(session, "1")  # a string where the gateway sent the integer 1
+    assert session.counters.unmatched_responses == 1
+    assert not task.done()
+    answer(session, 1)
+    assert (await task)["id"] == 1
+
+
+async def test_boolean_id_does_not_steal_the_answer_to_request_1() -> None:
+    # true == 1 in Python; a provider answering id true must not complete (or lose) request 1.
+    session, link, _ = make_session(numeric_ids=True)
+    task = asyncio.create_task(session.request("ping", None))
+    await link.next()
+    answer(session, True)
+    assert session.counters.unmatched_responses == 1
+    assert 1 in session.pending
+    answer(session, 1)
+    assert (await asyncio.wait_for(task, 1.0))["id"] == 1
+
+
+# -- deadlines, bounds, failures -----------------------------------------------------------------
+
+
+async def test_deadline_error_names_the_slot_and_the_time() -> None:
+    session, link, _ = make_session()
+    with pytest.raises(errors.RpcError) as caught:
+        await session.request("tools/call", {"name": "sleep"}, timeout_ms=20)
+    error = caught.value.to_error()
+    assert error["code"] == -32000
+    assert error["message"].startswith(f'Provider "{SLOT}" did not respond within 20ms')
+    assert error["data"] == {"slot": SLOT, "reason": "deadline", "timeout_ms": 20}
+    assert session.counters.deadlines == 1
+    assert session.pending == {}
+    sent = await link.next()
+    # The provider is told to stop working on it.
+    cancel = await link.next()
+    assert cancel == {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": sent["id"], "reason": "gateway deadline of 20ms passed"},
+    }
+    # A late answer is counted, never delivered.
+    answer(session, sent["id"])
+    assert session.counters.unmatched_responses == 1
+
+
+def test_per_tool_deadline() -> None:
+    settings = SessionSettings(request_timeout_ms=5000, tool_timeouts_ms={"home_axis": 90_000})
+    assert settings.timeout_for("tools/call", {"name": "home_axis"}) == 90_000
+    assert settings.timeout_for("tools/call", {"name": "add"}) == 5000
+    assert settings.timeout_for("resources/read", {"name": "home_axis"}) == 5000
+    assert settings.timeout_for("tools/call", None) == 5000
+
+
+async def test_pending_bound() -> None:
+    session, link, _ = make_session(max_pending=1)
+    first = asyncio.create_task(session.request("ping", None))
+    await link.next()
+    with pytest.raises(errors.RpcError) as caught:
+        await session.request("ping", None)
+    assert caught.value.code == -32000
+    assert caught.value.message == (
+        f'Too many requests in flight for slot "{SLOT}" (limit 1); wait for answers or raise the limit'
+    )
+    answer(session, "brk-1")
+    await first
+    # Room again once answered.
+    second = asyncio.create_task(session.request("ping", None))
+    answer(session, (await link.next())["id"])
+    await second
+
+
+async def test_send_failure_answers_disconnected_and_leaves_nothing_pending() -> None:
+    session, link, recorder = make_session()
+    link.broken = True
+    with pytest.raises(errors.RpcError) as caught:
+        await session.request("ping", None)
+    assert caught.value.message == f'Provider "{SLOT}" disconnected'
+    assert session.pending == {}
+    assert session.state == "closed"
+    assert recorder.closed_reasons == ["send failed: peer went away"]
+
+
+async def test_link_lost_answers_every_pending_request_at_once() -> None:
+    session, link, recorder = make_session()
+    calls = [asyncio.create_task(session.request("tools/call", {"name": "sleep"})) for _ in range(3)]
+    for _ in calls:
+        await link.next()
+    session.link_lost("websocket closed")
+    for call in calls:
+        with pytest.raises(errors.RpcError) as caught:
+            await call
+        assert caught.value.code == -32000
+        assert caught.value.message == f'Provider "{SLOT}" disconnected'
+    assert session.pending == {}
+    assert recorder.closed_reasons == ["websocket closed"]
+    # Later requests fail at once, and a second loss is not reported twice.
+    with pytest.raises(errors.RpcError, match="disconnected"):
+        await session.request("ping", None)
+    session.link_lost("again")
+    assert recorder.closed_reasons == ["websocket closed"]
+
+
+async def test_caller_going_away_cancels_upstream() -> None:
+    session, link, _ = make_session()
+    task = asyncio.create_task(session.request("tools/call", {"name": "sleep"}))
+    sent = await link.next()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert session.pending == {}
+    cancel = await link.next()
+    assert cancel["method"] == "notifications/cancelled"
+    assert cancel["params"] == {"requestId": sent["id"], "reason": "client disconnected"}
+
+
+# -- inbound routing -----------------------------------------------------------------------------
+
+
+async def test_progress_token_is_mapped_back_to_the_clients_token() -> None:
+    session, link, recorder = make_session()
+    delivered: list[JsonObject] = []
+    params = {"name": "sleep", "_meta": {"progressToken": "client-7", "traceparent": "00-abc"}}
+    task = asyncio.create_task(
+        session.request("tools/call", params, sink=delivered.append, client_progress_token="client-7")
+    )
+    sent = await link.next()
+    # The provider sees the gateway's own id as the token; other _meta keys travel unchanged.
+    assert sent["params"]["_meta"] == {"progressToken": "brk-1", "traceparent": "00-abc"}
+    notify(session, "notifications/progress", {"progressToken": "brk-1", "progress": 0.5, "total": 1})
+    notify(session, "notifications/progress", {"progressToken": "brk-99", "progress": 1})
+    assert delivered == [
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": {"progressToken": "client-7", "progress": 0.5, "total": 1},
+        }
+    ]
+    # Progress for nobody is dropped, never broadcast.
+    assert recorder.notifications == []
+    answer(session, "brk-1")
+    await task
+
+
+async def test_boolean_progress_token_is_not_request_1() -> None:
+    session, link, _ = make_session(numeric_ids=True)
+    delivered: list[JsonObject] = []
+    task = asyncio.create_task(
+        session.request("tools/call", {"name": "sleep"}, sink=delivered.append, client_progress_token="c")
+    )
+    assert (await link.next())["params"]["_meta"] == {"progressToken": 1}
+    notify(session, "notifications/progress", {"progressToken": True, "progress": 1})
+    notify(session, "notifications/progress", {"progressToken": 1, "progress": 2})
+    assert [message["params"] for message in delivered] == [{"progressToken": "c", "progress": 2}]
+    answer(session, 1)
+    await task
+
+
+async def test_related_request_key_routes_a_log_message_to_the_request_and_is_stripped() -> None:
+    session, link, recorder = make_session()
+    delivered: list[JsonObject] = []
+    task = asyncio.create_task(session.request("tools/call", {"name": "sleep"}, sink=delivered.append))
+    await link.next()
+    notify(
+        session,
+        "notifications/message",
+        {"level": "info", "data": "step 1", "_meta": {RELATED_REQUEST_KEY: "brk-1"}},
+    )
+    notify(
+        session,
+        "notifications/message",
+        {"level": "info", "data": "step 2", "_meta": {RELATED_REQUEST_KEY: "brk-1", "traceparent": "00-abc"}},
+    )
+    assert delivered == [
+        {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "step 1"}},
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/message",
+            "params": {"level": "info", "data": "step 2", "_meta": {"traceparent": "00-abc"}},
+        },
+    ]
+    assert recorder.notifications == []
+    answer(session, "brk-1")
+    await task
+
+
+async def test_related_request_that_is_no_longer_pending_goes_to_the_slot_stripped() -> None:
+    session, _, recorder = make_session()
+    notify(session, "notifications/message", {"level": "info", "data": "late", "_meta": {RELATED_REQUEST_KEY: 5}})
+    assert recorder.notifications == [
+        {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "late"}}
+    ]
+
+
+@pytest.mark.parametrize("related", [[1], {"id": 1}, None, True])
+async def test_malformed_related_request_key_never_breaks_the_link(related: Any) -> None:
+    session, _, recorder = make_session()
+    notify(session, "notifications/message", {"level": "info", "data": "x", "_meta": {RELATED_REQUEST_KEY: related}})
+    assert recorder.notifications == [
+        {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}
+    ]
+
+
+async def test_other_notifications_go_to_the_slot_unchanged() -> None:
+    session, _, recorder = make_session()
+    notify(session, "notifications/resources/updated", {"uri": "demo://a"})
+    assert recorder.notifications == [
+        {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "demo://a"}}
+    ]
+
+
+async def test_unmatched_and_duplicate_responses_are_counted() -> None:
+    session, link, _ = make_session()
+    task = asyncio.create_task(session.request("ping", None))
+    await link.next()
+    answer(session, "brk-1")
+    answer(session, "brk-1")  # duplicate
+    answer(session, "brk-404")  # nobody asked
+    assert (await task)["result"] == {}
+    assert session.counters.unmatched_responses == 2
+
+
+async def test_error_without_code_is_normalised() -> None:
+    session, link, _ = make_session()
+    task = asyncio.create_task(session.request("tools/call", {"name": "fail"}))
+    await link.next()
+    answer(session, "brk-1", error={"message": "motor stalled"})
+    assert await task == {"jsonrpc": "2.0", "id": "brk-1", "error": {"code": -32603, "message": "motor stalled"}}
+    assert session.counters.errors == 1
+
+
+async def test_provider_ping_is_answered_with_an_empty_result() -> None:
+    session, link, _ = make_session()
+    session.receive(b'{"jsonrpc":"2.0","id":"dev-1","method":"ping"}')
+    assert await link.next() == {"jsonrpc": "2.0", "id": "dev-1", "result": {}}
+
+
+@pytest.mark.parametrize("method", ["sampling/createMessage", "roots/list", "elicitation/create", "broker/unknown"])
+async def test_other_provider_requests_are_answered_method_not_found(method: str) -> None:
+    session, link, _ = make_session()
+    session.receive(orjson.dumps({"jsonrpc": "2.0", "id": 42, "method": method, "params": {}}))
+    reply = await link.next()
+    assert reply["id"] == 42
+    assert reply["error"]["code"] == -32601
+    assert method in reply["error"]["message"]
+
+
+async def test_bad_input_is_counted_and_never_raises() -> None:
+    session, link, recorder = make_session()
+    session.receive(b"\x00garbage")
+    session.receive(b'{"jsonrpc":"2.0"}')
+    session.receive(b'[{"jsonrpc":"2.0","method":"ping","id":1}]')
+    assert session.counters.unparsable == 2
+    assert session.counters.protocol_violations == 1
+    assert recorder.notifications == []
+    assert link.drain() == []
+    assert session.state == "initializing"
+
+
+async def test_hello_notification_updates_identity_and_ids() -> None:
+    session, link, recorder = make_session()
+    notify(session, "notifications/hello", {"device_id": "24:6f", "ids": "numeric"})
+    assert recorder.events == ["registered"]
+    assert session.hello == {"device_id": "24:6f", "ids": "numeric"}
+    task = asyncio.create_task(session.request("ping", None))
+    assert (await link.next())["id"] == 1
+    answer(session, 1)
+    await task
+
+
+# -- heartbeat -----------------------------------------------------------------------------------
+
+
+async def test_second_sweep_without_any_inbound_message_drops_the_provider() -> None:
+    session, link, _ = make_session(link=MemoryLink(native_ping=True))
+    assert session.heartbeat() is True
+    assert link.pings == 1
+    assert session.heartbeat() is False
+    assert session.counters.heartbeat_misses == 1
+    assert session.missed_heartbeats == 1
+
+
+async def test_any_inbound_message_resets_the_heartbeat() -> None:
+    session, link, _ = make_session(link=MemoryLink(native_ping=True))
+    assert session.heartbeat() is True
+    notify(session, "notifications/message", {"level": "debug", "data": "alive"})
+    assert session.heartbeat() is True
+    session.mark_alive()  # what a transport does on a pong frame
+    assert session.heartbeat() is True
+    session.receive(b"not even json")  # unparsable still proves the link carries bytes
+    assert session.heartbeat() is True
+    assert link.pings == 4
+    assert session.counters.heartbeat_misses == 0
+
+
+async def test_heartbeat_without_native_ping_sends_a_jsonrpc_ping() -> None:
+    session, link, _ = make_session()
+    assert session.heartbeat() is True
+    ping = await link.next()
+    assert ping == {"jsonrpc": "2.0", "id": "brk-1", "method": "ping"}
+    answer(session, ping["id"])
+    assert session.heartbeat() is True
+    answer(session, (await link.next())["id"])
