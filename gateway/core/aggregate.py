@@ -6,7 +6,7 @@ from gateway import __version__
 from gateway.core import errors
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.names import ALL_SLOT
-from gateway.core.naming import aggregate_names
+from gateway.core.naming import NameBook
 from gateway.core.routing import ClientContext, Target, forward_to
 from gateway.core.schema_hash import tools_hash
 from gateway.core.slots import Listener, SlotRegistry
@@ -26,6 +26,7 @@ class AggregateTarget(Target):
         self.routes: dict[str, tuple[str, str]] = {}
         self.tools: list[JsonObject] = []
         self.catalog_hash = tools_hash([])
+        self.names = NameBook(max_retired=4 * registry.config.limits.max_slots)
         registry.membership_listeners.append(self.rebuild)
 
     def server_info(self) -> JsonObject:
@@ -56,7 +57,9 @@ class AggregateTarget(Target):
         self.listeners.discard(listener)
 
     def rebuild(self) -> None:
-        """Recompute names from the current members; tell listeners when the catalog changed."""
+        """Recompute the catalog from the current members; tell listeners when it changed.
+
+        Names come from a NameBook, so a name keeps its meaning for the gateway's lifetime."""
         entries: list[tuple[str, str]] = []
         by_key: dict[tuple[str, str], JsonObject] = {}
         for slot_name in self.members():
@@ -67,7 +70,7 @@ class AggregateTarget(Target):
                 if key not in by_key:
                     entries.append(key)
                     by_key[key] = tool
-        routes = aggregate_names(entries)
+        routes = self.names.names_for(entries)
         tools: list[JsonObject] = []
         for name, key in routes.items():
             tool = dict(by_key[key])

@@ -100,7 +100,9 @@ async def test_long_names_are_cut_with_a_hash_and_stay_within_64(
         assert [await answer_of(client, name) for name in names] == [f"pump:{fits}", f"pump:{long_a}", f"pump:{long_b}"]
 
 
-async def test_collisions_get_a_numbered_suffix_by_slot_order(gateway: GatewayServer, publishers: Publishers) -> None:
+async def test_a_colliding_newcomer_never_takes_a_name_already_given(
+    gateway: GatewayServer, publishers: Publishers
+) -> None:
     changes: list[str] = []
 
     async def on_message(message: Any) -> None:
@@ -116,10 +118,11 @@ async def test_collisions_get_a_numbered_suffix_by_slot_order(gateway: GatewaySe
         assert await names_of(client) == ["a-b-c"]
         await publishers.start(gateway, "a", board("slot a", ["b-c"]), aggregate=True)
         await wait_for(lambda: len(changes) == 2, what="list_changed for a")
-        # Slots sort "a" before "a-b", so the newcomer keeps the plain name and a-b's tool moves.
-        assert await names_of(client) == ["a-b-c", "a-b-c-2"]
-        assert await answer_of(client, "a-b-c") == "slot a:b-c"
-        assert await answer_of(client, "a-b-c-2") == "slot a-b:c"
+        # Slots sort "a" before "a-b", but "a-b-c" already means a-b's tool: a client holding the old
+        # list must never reach another device with it, so the newcomer gets the suffix.
+        assert sorted(await names_of(client)) == ["a-b-c", "a-b-c-2"]
+        assert await answer_of(client, "a-b-c") == "slot a-b:c"
+        assert await answer_of(client, "a-b-c-2") == "slot a:b-c"
 
 
 async def test_collisions_at_the_length_limit_stay_within_64(gateway: GatewayServer, publishers: Publishers) -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.naming import MAX_NAME, aggregate_names, base_name, sanitize
+from gateway.core.naming import MAX_NAME, NameBook, aggregate_names, base_name, sanitize
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -89,28 +89,35 @@ def test_third_collision_gets_dash_3() -> None:
 
 
 def test_collision_of_a_64_character_base_stays_within_64() -> None:
-    slot, tool = "s" * 30, "t" * 33  # a 64-character base
-    names = list(aggregate_names([(slot, tool), (slot, tool), (slot, tool)]))
-    assert names == [f"{slot}-{tool}", f"{slot}-{'t' * 31}-2", f"{slot}-{'t' * 31}-3"]
+    # Three distinct pairs whose names differ only in characters the rule replaces.
+    slot, tool = "s" * 30, "t" * 32
+    names = list(aggregate_names([(slot, tool + "."), (slot, tool + " "), (slot, tool + ":")]))
+    assert names == [f"{slot}-{tool}_", f"{slot}-{'t' * 31}-2", f"{slot}-{'t' * 31}-3"]
     assert all(len(name) == MAX_NAME for name in names)
 
 
 def test_collision_of_a_hashed_base_stays_within_64() -> None:
     slot = "a" * 70
-    names = list(aggregate_names([(slot, "x"), (slot, "x")]))
-    assert names[0] == "a" * 55 + "-f21b01ea"
-    assert names[1] == "a" * 55 + "-f21b01-2"
+    first = base_name(slot, "x")
+    # A pair whose plain name happens to equal the first pair's hashed name.
+    names = list(aggregate_names([(slot, "x"), (first[:55], first[56:])]))
+    assert names == [first, first[:62] + "-2"]
     assert all(len(name) == MAX_NAME for name in names)
 
 
 def test_a_numbered_name_taken_by_a_later_base_is_numbered_again() -> None:
-    names = aggregate_names([("a", "b"), ("a", "b"), ("a", "b-2")])
-    assert names == {"a-b": ("a", "b"), "a-b-2": ("a", "b"), "a-b-2-2": ("a", "b-2")}
+    names = aggregate_names([("a", "b"), ("a", "b."), ("a", "b-2")])
+    assert names == {"a-b": ("a", "b"), "a-b_": ("a", "b."), "a-b-2": ("a", "b-2")}
+    names = aggregate_names([("a", "b"), ("a.", "b"), ("a", "b-2")])
+    assert names == {"a-b": ("a", "b"), "a_-b": ("a.", "b"), "a-b-2": ("a", "b-2")}
+    names = aggregate_names([("a", "b"), ("a", "b "), ("a", "b_"), ("a", "b-2")])
+    assert list(names) == ["a-b", "a-b_", "a-b_-2", "a-b-2"]
 
 
 def test_tenth_collision_of_a_64_character_base_stays_within_64() -> None:
-    slot, tool = "s" * 30, "t" * 33
-    names = list(aggregate_names([(slot, tool)] * 12))
+    slot, tool = "s" * 30, "t" * 32
+    unsafe = " .:;,!?@#$%&"
+    names = list(aggregate_names([(slot, tool + char) for char in unsafe]))
     assert len(set(names)) == 12
     assert names[-1] == f"{slot}-{'t' * 30}-12"
     assert all(len(name) == MAX_NAME for name in names)
@@ -128,6 +135,7 @@ clashing_entries = st.lists(st.tuples(clashing_text, clashing_text), max_size=25
 @settings(database=None, max_examples=100, deadline=None)
 @given(entries_strategy)
 def test_every_name_is_safe_and_every_entry_gets_its_own(entries: list[tuple[str, str]]) -> None:
+    entries = list(dict.fromkeys(entries))  # the aggregate never lists one (slot, tool) twice
     names = aggregate_names(entries)
     assert all(SAFE_NAME.fullmatch(name) for name in names)
     # Nothing is dropped and the caller's order is kept (names are dict keys, hence unique).
@@ -137,6 +145,7 @@ def test_every_name_is_safe_and_every_entry_gets_its_own(entries: list[tuple[str
 @settings(database=None, max_examples=100, deadline=None)
 @given(clashing_entries)
 def test_names_stay_safe_and_unique_under_heavy_collisions(entries: list[tuple[str, str]]) -> None:
+    entries = list(dict.fromkeys(entries))
     names = aggregate_names(entries)
     assert all(SAFE_NAME.fullmatch(name) for name in names)
     assert list(names.values()) == entries
@@ -146,3 +155,32 @@ def test_names_stay_safe_and_unique_under_heavy_collisions(entries: list[tuple[s
 @given(clashing_entries)
 def test_same_membership_in_the_same_order_gives_the_same_names(entries: list[tuple[str, str]]) -> None:
     assert aggregate_names(entries) == aggregate_names(list(entries))
+
+
+def test_name_book_keeps_a_name_when_a_colliding_slot_joins_first_in_order() -> None:
+    book = NameBook()
+    assert book.names_for([("a-b", "c")]) == {"a-b-c": ("a-b", "c")}
+    # Slot "a" sorts before "a-b", but the name "a-b-c" already means ("a-b", "c").
+    assert book.names_for([("a", "b-c"), ("a-b", "c")]) == {"a-b-c-2": ("a", "b-c"), "a-b-c": ("a-b", "c")}
+
+
+def test_name_book_never_gives_a_departed_pairs_name_to_another_pair() -> None:
+    book = NameBook()
+    book.names_for([("a-b", "c")])
+    assert book.names_for([("a", "b-c")]) == {"a-b-c-2": ("a", "b-c")}
+    # The pair that left gets its own name back when it returns.
+    assert book.names_for([("a", "b-c"), ("a-b", "c")])["a-b-c"] == ("a-b", "c")
+
+
+def test_name_book_forgets_the_oldest_departed_names_beyond_its_bound() -> None:
+    book = NameBook(max_retired=2)
+    for index in range(5):
+        book.names_for([(f"s{index}", "t")])
+    assert len(book.by_pair) == 3  # the present pair and the two most recently departed
+    assert ("s0", "t") not in book.by_pair
+    assert ("s3", "t") in book.by_pair
+
+
+def test_fresh_name_book_matches_aggregate_names() -> None:
+    entries = [("a", "b-c"), ("a-b", "c"), ("x" * 70, "y"), ("a", "b c")]
+    assert NameBook().names_for(entries) == aggregate_names(entries)
