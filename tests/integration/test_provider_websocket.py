@@ -1,0 +1,368 @@
+"""The provider WebSocket ways in (WIRE.md §2, §2.1-2.3): `/provider/<slot>` and `/providers`.
+
+Real SDK servers published with gateway.publish, real SDK clients in both eras, and raw sockets
+where a test needs exact bytes, close codes and reasons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+import pytest
+from mcp import Client
+
+from gateway.app import GatewayServer
+from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
+from tests.support.servers import demo_server
+from tests.support.southbound import Boards, provider_status, ws_url
+
+MODES = ["legacy", "2026-07-28"]
+
+
+@pytest.fixture
+async def boards() -> AsyncIterator[Boards]:
+    helper = Boards()
+    yield helper
+    await helper.aclose()
+
+
+async def call_add(gateway: GatewayServer, slot_path: str, mode: str = "legacy") -> Any:
+    async with Client(f"{gateway.url}/{slot_path}/mcp", mode=mode) as client:
+        result = await client.call_tool("add", {"a": 2, "b": 3})
+    return result.structured_content
+
+
+async def all_tool_names(gateway: GatewayServer, mode: str = "legacy") -> set[str]:
+    async with Client(f"{gateway.url}/_all/mcp", mode=mode) as client:
+        return {tool.name for tool in (await client.list_tools()).tools}
+
+
+# -- serving ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_dedicated_and_multiplexed_providers_serve_sdk_clients(
+    gateway: GatewayServer, publishers: Publishers, mode: str
+) -> None:
+    await publishers.start(gateway, "ded-1", demo_server("ded"))
+    await publishers.start_multiplexed(gateway, {"mux-a": demo_server("a"), "mux-b": demo_server("b")})
+    for slot in ("ded-1", "mux-a", "mux-b"):
+        async with Client(f"{gateway.url}/{slot}/mcp", mode=mode) as client:
+            tools = await client.list_tools()
+            assert {tool.name for tool in tools.tools} == {"add", "echo", "sleep", "fail"}
+            result = await client.call_tool("add", {"a": 20, "b": 22})
+            assert result.structured_content == {"result": 42}
+            slept = await client.call_tool("sleep", {"seconds": 0})
+            assert slept.content[0].text == "slept 0.0"  # type: ignore[union-attr]
+    assert (await provider_status(gateway.url, "ded-1"))["transport"] == "websocket"
+    assert (await provider_status(gateway.url, "mux-a"))["transport"] == "websocket-mux"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_aggregate_is_opt_in_per_slot(gateway: GatewayServer, publishers: Publishers, mode: str) -> None:
+    await publishers.start(gateway, "joined", demo_server("joined"), aggregate=True)
+    await publishers.start(gateway, "private", demo_server("private"))
+    await publishers.start_multiplexed(gateway, {"mux-joined": demo_server("m")}, aggregate=True)
+    await publishers.start_multiplexed(gateway, {"mux-private": demo_server("p")})
+    names = await all_tool_names(gateway, mode)
+    assert {"joined-add", "joined-sleep", "mux-joined-add"} <= names
+    assert not any(name.startswith(("private-", "mux-private-")) for name in names)
+    async with Client(f"{gateway.url}/_all/mcp", mode=mode) as client:
+        result = await client.call_tool("mux-joined-add", {"a": 1, "b": 2})
+        assert result.structured_content == {"result": 3}
+    assert (await provider_status(gateway.url, "joined"))["aggregate"] is True
+    assert (await provider_status(gateway.url, "private"))["aggregate"] is False
+
+
+async def test_hello_in_register_frame_is_shown_in_provider_status(
+    gateway: GatewayServer, publishers: Publishers
+) -> None:
+    hello = {"device_id": "24:6f:28:aa:bb:cc", "firmware": {"name": "pump-fw", "version": "1.4.2"}}
+    await publishers.start(gateway, "pump-1", demo_server("pump"), hello=hello)
+    await publishers.start_multiplexed(gateway, {"pump-2": demo_server("pump")}, hello={"pump-2": hello})
+    for slot in ("pump-1", "pump-2"):
+        status = await provider_status(gateway.url, slot)
+        assert status["connected"] is True
+        assert status["hello"] == hello
+        assert status["aggregate"] is False  # a hello alone does not opt in
+
+
+async def read_events(response: aiohttp.ClientResponse, into: list[dict[str, Any]]) -> None:
+    async for raw in response.content:
+        line = raw.decode().strip()
+        if line.startswith("data:") and line[5:].strip():
+            into.append(orjson.loads(line[5:].strip()))
+
+
+@pytest.mark.parametrize("path", ["/provider/pump-1", "/providers"])
+async def test_register_frame_is_consumed_not_forwarded(gateway: GatewayServer, boards: Boards, path: str) -> None:
+    """A client listening on the slot before the board connects sees the board's log, never its register."""
+    base = f"{gateway.url}/pump-1/mcp"
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
+    async with boards.http.post(base, json=initialize, headers=headers) as response:
+        assert response.status == 200
+        headers["Mcp-Session-Id"] = response.headers["Mcp-Session-Id"]
+        headers["MCP-Protocol-Version"] = "2025-06-18"
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    async with boards.http.post(base, json=initialized, headers=headers) as response:
+        assert response.status == 202
+    events: list[dict[str, Any]] = []
+    stream = await boards.http.get(base, headers={**headers, "Accept": "text/event-stream"})
+    reader = asyncio.create_task(read_events(stream, events))
+    try:
+        register = {"jsonrpc": "2.0", "method": "notifications/register", "params": {"hello": {"device_id": "d1"}}}
+        first = register if path != "/providers" else {"provider": "pump-1", "payload": register}
+        board = await boards.connect(gateway.url, path, first_frame=first)
+        await wait_ready_slot(gateway, "pump-1")
+        # A second register later on (a new hello) is consumed as well.
+        await board.send({**register, "params": {"hello": {"device_id": "d2"}}}, "pump-1")
+        log = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "up"}}
+        await board.send(log, "pump-1")
+        await wait_for(lambda: any(e.get("method") == "notifications/message" for e in events), what="log event")
+        assert not any(e.get("method") == "notifications/register" for e in events), events
+        assert (await provider_status(gateway.url, "pump-1"))["hello"] == {"device_id": "d2"}
+    finally:
+        reader.cancel()
+        stream.close()
+
+
+async def test_percent_encoded_slot_name_is_one_slot(gateway: GatewayServer, publishers: Publishers) -> None:
+    publisher = await publishers.start(gateway, "a/b", demo_server("ab"))
+    assert publisher.url().endswith("/provider/a%2Fb")
+    assert await call_add(gateway, "a%2Fb") == {"result": 5}
+    status = await provider_status(gateway.url, "a/b")
+    assert status["name"] == "a/b"
+    assert status["connected"] is True
+    assert "a" not in gateway.gateway.registry.slots
+
+
+# -- refusals -----------------------------------------------------------------------------------
+
+
+def upgrade_headers() -> dict[str, str]:
+    return {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(),
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "hint"),
+    [
+        ("/provider", "Missing slot name"),
+        ("/provider/", "Empty slot name"),
+        ("/provider/a/b", "Too many path segments"),
+        ("/provider/a/", "Too many path segments"),
+    ],
+)
+async def test_path_without_exactly_one_slot_is_http_400(
+    gateway: GatewayServer, boards: Boards, path: str, hint: str
+) -> None:
+    async with boards.http.get(gateway.url + path, headers=upgrade_headers()) as response:
+        assert response.status == 400
+        assert response.content_type == "application/json"
+        body = await response.json()
+    assert body["error"] == "bad_provider_path"
+    assert body["error_description"].startswith(hint)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await boards.http.ws_connect(ws_url(gateway.url, path))
+    assert refused.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("name", "reason_start"),
+    [
+        ("_all", 'Provider "_all" is reserved'),
+        ("_broker", 'Provider "_broker" is reserved'),
+        ("_x", 'Provider "_x" is reserved'),
+        ("a" * 65, "Slot name is 65 bytes; the limit is 64"),
+        ("é" * 33, "Slot name is 66 bytes; the limit is 64"),
+        ("_" + "é" * 31, 'Provider "_ééé'),  # a reason longer than a close frame holds is cut
+    ],
+)
+async def test_unusable_names_are_closed_1008_with_short_reason(
+    gateway: GatewayServer, boards: Boards, name: str, reason_start: str
+) -> None:
+    encoded = quote(name, safe="")
+    board = await boards.connect(gateway.url, f"/provider/{encoded}")
+    code, reason = await board.wait_closed()
+    assert code == 1008
+    assert reason.startswith(reason_start)
+    assert len(reason.encode()) <= 123
+    if name.startswith("_é"):
+        assert reason.endswith("...")  # cut on a character boundary, so it still decodes as UTF-8
+    assert name not in gateway.gateway.registry.slots
+
+
+async def test_longest_names_are_accepted(gateway: GatewayServer, publishers: Publishers) -> None:
+    for name in ("a" * 64, "é" * 32):
+        await publishers.start(gateway, name, demo_server("long"))
+        status = await provider_status(gateway.url, name)
+        assert status["connected"] is True
+
+
+async def test_only_declared_slots_refuse_other_names(
+    gateway_factory: GatewayFactory, publishers: Publishers, boards: Boards
+) -> None:
+    gateway = await gateway_factory(slots={"only_declared": True, "declared": {"pump-1": {}, "pump-2": {}}})
+    await publishers.start(gateway, "pump-1", demo_server("pump"))
+    assert await call_add(gateway, "pump-1") == {"result": 5}
+
+    board = await boards.connect(gateway.url, "/provider/pump-9")
+    code, reason = await board.wait_closed()
+    assert code == 1008
+    assert reason.startswith('Slot "pump-9" is not declared')
+    assert len(reason.encode()) <= 123
+
+    mux = await boards.connect(gateway.url, "/providers")
+    await mux.send({"jsonrpc": "2.0", "method": "notifications/register"}, "pump-9")
+    refusal = await mux.take(lambda m: m.get("id", 0) is None, what="the refusal envelope")
+    assert refusal["error"]["code"] == -32001
+    assert refusal["error"]["message"].startswith('Slot "pump-9" is not declared')
+    # The same socket may still publish a declared slot.
+    await mux.send({"jsonrpc": "2.0", "method": "notifications/register"}, "pump-2")
+    await wait_ready_slot(gateway, "pump-2")
+    assert not mux.closed.is_set()
+
+
+async def test_envelope_on_dedicated_path_is_a_framing_mismatch(gateway: GatewayServer, boards: Boards) -> None:
+    envelope = {"provider": "other", "payload": {"jsonrpc": "2.0", "method": "notifications/register"}}
+    board = await boards.connect(gateway.url, "/provider/pump-1", first_frame=envelope)
+    code, reason = await board.wait_closed()
+    assert code == 1008
+    assert reason.startswith("Envelope frame on slot-scoped path /provider/pump-1")
+    assert "/providers" in reason
+    # The explanation comes in the framing the peer speaks: an envelope addressed to the announced slot.
+    answers = [text for text in board.texts if text.startswith('{"provider":"other"')]
+    assert len(answers) == 1
+    answer = orjson.loads(answers[0])
+    assert answer["payload"]["id"] is None
+    assert answer["payload"]["error"]["code"] == -32000
+    assert answer["payload"]["error"]["message"].startswith('Provider "pump-1" is registered on the slot-scoped path')
+    assert not (await provider_status(gateway.url, "pump-1"))["connected"]
+
+
+async def test_bare_jsonrpc_on_multiplexed_path_is_a_framing_mismatch(gateway: GatewayServer, boards: Boards) -> None:
+    first = {"jsonrpc": "2.0", "method": "notifications/register", "params": {"aggregate": True}}
+    board = await boards.connect(gateway.url, "/providers", first_frame=first)
+    code, reason = await board.wait_closed()
+    assert code == 1008
+    assert reason == (
+        "Plain JSON-RPC on multiplex path /providers: use MultiplexTransport here, or connect to /provider/<name>"
+    )
+    assert len(board.texts) == 1
+    answer = orjson.loads(board.texts[0])
+    assert list(answer) == ["jsonrpc", "id", "error"]
+    assert answer["id"] is None
+    assert answer["error"]["code"] == -32000
+    assert 'plain JSON-RPC frame (method "notifications/register")' in answer["error"]["message"]
+
+
+async def test_refused_slot_on_multiplexed_link_keeps_its_other_slots(
+    gateway: GatewayServer, publishers: Publishers, boards: Boards
+) -> None:
+    await publishers.start(gateway, "held", demo_server("held"))
+    publisher = await publishers.start_multiplexed(
+        gateway, {"mux-ok": demo_server("ok"), "_broker": demo_server("x"), "held": demo_server("y")}, wait_ready=False
+    )
+    await wait_ready_slot(gateway, "mux-ok")
+    await wait_for(lambda: len(publisher.errors) == 2, what="two refusals")
+    refusals = {error["slot"]: error for error in publisher.errors}
+    assert refusals["_broker"]["code"] == -32000
+    assert refusals["_broker"]["message"] == 'Provider "_broker" is reserved by the broker'
+    assert refusals["held"]["code"] == -32000
+    assert refusals["held"]["message"].startswith("Slot already held by a live provider")
+    assert await call_add(gateway, "mux-ok") == {"result": 5}
+    assert (await provider_status(gateway.url, "held"))["transport"] == "websocket"
+
+    # The exact bytes of a refusal envelope, and a socket that keeps serving afterwards.
+    board = await boards.connect(gateway.url, "/providers")
+    await board.send({"jsonrpc": "2.0", "method": "notifications/register"}, "_all")
+    await board.take(lambda m: m.get("id", 0) is None, what="the refusal")
+    assert board.texts[0] == (
+        '{"provider":"_all","payload":{"jsonrpc":"2.0","id":null,"error":'
+        '{"code":-32000,"message":"Provider \\"_all\\" is reserved by the broker"}}}'
+    )
+    await board.send({"jsonrpc": "2.0", "method": "notifications/register"}, "raw-ok")
+    await wait_ready_slot(gateway, "raw-ok")
+
+
+# -- size and liveness --------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # echo logs via ctx.info
+async def test_frame_over_the_limit_closes_1009(
+    gateway_factory: GatewayFactory, publishers: Publishers, boards: Boards
+) -> None:
+    gateway = await gateway_factory(limits={"max_frame_bytes": 4096})
+    await publishers.start(gateway, "bystander", demo_server("b"))
+    board = await boards.connect(gateway.url, "/provider/big")
+    await wait_ready_slot(gateway, "big")
+    await board.send_raw('{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"' + "x" * 5000 + '"}}')
+    code, _ = await board.wait_closed()
+    assert code == 1009
+    await wait_for(lambda: gateway.gateway.registry.slots["big"].live is None, what="slot freed")
+
+    # An SDK provider whose answer is too big: the link closes 1009 and the caller is told at once.
+    publisher = await publishers.start(gateway, "chatty", demo_server("c"), reconnect=False)
+    async with Client(f"{gateway.url}/chatty/mcp", mode="legacy") as client:
+        with pytest.raises(Exception, match='Provider "chatty" disconnected'):
+            await client.call_tool("echo", {"text": "y" * 6000})
+    await wait_for(lambda: publisher.last_close is not None, what="publisher to see the close")
+    assert publisher.last_close is not None and publisher.last_close[0] == 1009
+    assert await call_add(gateway, "bystander") == {"result": 5}
+
+
+HEARTBEAT = {"providers": {"heartbeat_interval_s": 0.25}}
+
+
+@pytest.mark.parametrize("path", ["/provider/silent", "/providers"])
+async def test_provider_that_never_answers_pings_is_dropped(
+    gateway_factory: GatewayFactory, boards: Boards, path: str
+) -> None:
+    gateway = await gateway_factory(**HEARTBEAT)
+    first = {"provider": "silent", "payload": {"jsonrpc": "2.0", "method": "notifications/register"}}
+    board = await boards.connect(gateway.url, path, first_frame=first if path == "/providers" else None)
+    await wait_ready_slot(gateway, "silent")
+    board.answers_pings = False
+    await wait_for(lambda: gateway.gateway.registry.slots["silent"].live is None, what="silent slot to be freed")
+    assert board.pings_seen >= 1
+    status = await provider_status(gateway.url, "silent")
+    assert status["connected"] is False
+    assert "heartbeat" in status["last_disconnect_reason"]
+    if path == "/providers":
+        # Each slot of the socket is told why it lost the slot, then the dead socket is closed.
+        refusal = await board.take(lambda m: m.get("id", 0) is None, what="the slot's error envelope")
+        assert "heartbeat" in refusal["error"]["message"]
+    code, reason = await board.wait_closed()
+    assert code == 1008
+    assert "heartbeat" in reason
+
+
+async def test_providers_that_answer_pings_stay(gateway_factory: GatewayFactory, publishers: Publishers) -> None:
+    gateway = await gateway_factory(**HEARTBEAT)
+    dedicated = await publishers.start(gateway, "alive-1", demo_server("a"))
+    multiplexed = await publishers.start_multiplexed(gateway, {"alive-2": demo_server("b"), "alive-3": demo_server()})
+    await asyncio.sleep(1.3)  # five heartbeat sweeps
+    assert dedicated.connections == 1
+    assert multiplexed.connections == 1
+    for slot in ("alive-1", "alive-2", "alive-3"):
+        status = await provider_status(gateway.url, slot)
+        assert status["connected"] is True
+        assert status["heartbeat_misses"] == 0
+        assert await call_add(gateway, slot) == {"result": 5}
