@@ -1,0 +1,219 @@
+"""The device side of MCP: one JSON-RPC frame in, at most one frame out (WIRE.md §3).
+
+Transport-free (a WebSocket, a serial line or MQTT feeds it frames) and plain Python, so it runs on
+MicroPython and under CPython. Answers `initialize`, `ping`, `tools/list` (paged so that every
+answer fits the frame cap) and `tools/call`; takes notifications silently (calls finish at once,
+so `notifications/cancelled` has nothing to cancel); answers anything else with a named JSON-RPC
+error and keeps serving. A `tools/call` whose id and bytes repeat one of the last few calls is
+answered from a small cache of recent responses instead of acting twice (MQTT QoS 1 redelivery);
+`initialize` clears the cache, because a new gateway session numbers its requests afresh.
+
+API
+---
+Dispatcher(registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None)
+    registry     mcpdevice.registry.ToolRegistry (the schema file)
+    handlers     {tool name: fn(arguments dict) -> CallToolResult dict}; must match the registry
+    server_info  {"name": ..., "version": ...} for the initialize result
+    log          optional function(event, **fields), told about errors (first of a kind, then
+                 every hundredth) and duplicates
+    .handle(frame: bytes) -> bytes, a list of bytes (one frame in parts), or None
+    .oversize(size, head: bytes) -> bytes      the answer to a frame too large to read; `head`
+                                               (its first bytes) gives the request id when present
+    .counts      {"requests": n, "duplicates": n, "errors": n}
+tool_budget(frame_max) -> int   the largest tool (compact bytes) one tools/list answer can carry
+assemble(answer) -> bytes or None   one answer as a single bytes object (for CPython callers such as
+                                    the simulator; a board's transport streams the parts instead)
+"""
+
+import json
+
+from mcpdevice import results
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+_ENVELOPE = 96  # '{"jsonrpc":"2.0","id":,"result":{"tools":[]' plus '],"nextCursor":"NN"}}'
+_ID_ROOM = 32  # ids the tool budget is planned for; the gateway's look like "brk-1234"
+_COMPACT = (",", ":")
+
+
+def tool_budget(frame_max):
+    return frame_max - _ENVELOPE - _ID_ROOM
+
+
+def assemble(answer):
+    if answer is None or not isinstance(answer, list):
+        return answer
+    out = bytearray()
+    for part in answer:
+        for chunk in part.chunks() if hasattr(part, "chunks") else (part,):
+            out.extend(chunk)
+    return bytes(out)
+
+
+def _valid_id(value):
+    return type(value) is str or type(value) is int
+
+
+class Dispatcher:
+    def __init__(self, registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None):
+        names = registry.names
+        odd = [name for name in names if name not in handlers] + [name for name in handlers if name not in names]
+        if odd:
+            raise ValueError("tool handlers and schema disagree on: " + ", ".join(odd))
+        self.registry = registry
+        self.handlers = handlers
+        self.server_info = server_info
+        self.instructions = instructions
+        self.frame_max = frame_max
+        self.cache_size = cache_size
+        self._cache = []  # (request id, hash of the request frame, response bytes), oldest first
+        self._log = log
+        self._seen = {}
+        self.counts = {"requests": 0, "duplicates": 0, "errors": 0}
+
+    def handle(self, frame):
+        try:
+            message = json.loads(frame)
+        except Exception:
+            return self._error(None, PARSE_ERROR, "Parse error: the frame is not valid JSON (%d bytes)" % len(frame))
+        if type(message) is not dict:
+            return self._error(None, INVALID_REQUEST, "Invalid Request: send one JSON-RPC object per frame, no batches")
+        method = message.get("method")
+        request_id = message.get("id")
+        if method is None and ("result" in message or "error" in message):
+            return None  # an answer to a request of ours; the device sends none that it waits for
+        if "id" not in message and type(method) is str:
+            return None  # a notification
+        if not _valid_id(request_id):
+            return self._error(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+        if type(method) is not str or message.get("jsonrpc") != "2.0":
+            return self._error(request_id, INVALID_REQUEST, 'Invalid Request: needs "jsonrpc":"2.0" and a method')
+        params = message.get("params")
+        message = None
+        if params is None:
+            params = {}
+        elif type(params) is not dict:
+            return self._error(request_id, INVALID_PARAMS, "Invalid params: params must be an object")
+        self.counts["requests"] += 1
+        if method == "tools/call":
+            return self._call(request_id, params, frame)
+        if method == "tools/list":
+            return self._list(request_id, params.get("cursor"))
+        if method == "ping":
+            return self._result(request_id, {})
+        if method == "initialize":
+            version = params.get("protocolVersion")
+            self._cache = []
+            result = {
+                "protocolVersion": version if version in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": self.server_info,
+            }
+            if self.instructions:
+                result["instructions"] = self.instructions
+            return self._result(request_id, result)
+        return self._error(
+            request_id,
+            METHOD_NOT_FOUND,
+            "Method not found: %s. This device answers initialize, ping, tools/list and tools/call" % method,
+        )
+
+    def oversize(self, size, head):
+        return self._error(
+            _id_in(head),
+            INVALID_REQUEST,
+            "Request too large: %d bytes; this device accepts frames of at most %d bytes" % (size, self.frame_max),
+        )
+
+    def _list(self, request_id, cursor):
+        first = 0
+        if cursor is not None:
+            if type(cursor) is not str or not cursor.isdigit() or not 0 < int(cursor) < len(self.registry.names):
+                return self._error(request_id, INVALID_PARAMS, "Invalid params: unknown cursor " + json.dumps(cursor))
+            first = int(cursor)
+        head = '{"jsonrpc":"2.0","id":%s,"result":{"tools":[' % json.dumps(request_id)
+        tools, after = self.registry.page(first, self.frame_max - _ENVELOPE - len(head))
+        parts = [head.encode()]
+        for tool in tools:
+            if len(parts) > 1:
+                parts.append(b",")
+            parts.append(tool)
+        parts.append(b"]}}" if after is None else ('],"nextCursor":"%d"}}' % after).encode())
+        return parts
+
+    def _call(self, request_id, params, frame):
+        fingerprint = hash(frame)
+        for entry in self._cache:
+            if entry[0] == request_id and type(entry[0]) is type(request_id) and entry[1] == fingerprint:
+                self.counts["duplicates"] += 1
+                self._note("duplicate_request", "id %s answered from the cache" % json.dumps(request_id))
+                return entry[2]
+        name = params.get("name")
+        handler = self.handlers.get(name) if type(name) is str else None
+        arguments = params.get("arguments")
+        if handler is None:
+            return self._error(
+                request_id,
+                INVALID_PARAMS,
+                "Unknown tool: %s. This device offers %s" % (json.dumps(name), ", ".join(self.registry.names)),
+            )
+        if arguments is None:
+            arguments = {}
+        elif type(arguments) is not dict:
+            return self._error(request_id, INVALID_PARAMS, "Invalid params: arguments must be an object")
+        try:
+            result = handler(arguments)
+        except Exception as exc:  # a bug in a tool must not take the device off the air
+            self._note("tool_failed", "%s: %r" % (name, exc))
+            result = results.error("Tool %s failed inside the device: %r" % (name, exc))
+        response = self._result(request_id, result)
+        cache = [entry for entry in self._cache if entry[0] != request_id]
+        cache.append((request_id, fingerprint, response))
+        self._cache = cache[-self.cache_size :]
+        return response
+
+    def _result(self, request_id, result):
+        response = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=_COMPACT).encode()
+        if len(response) > self.frame_max:
+            return self._error(request_id, INTERNAL_ERROR, "Response too large: %d bytes" % len(response))
+        return response
+
+    def _error(self, request_id, code, message):
+        self.counts["errors"] += 1
+        self._note("request_error", message)
+        error = {"code": code, "message": message}
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}, separators=_COMPACT).encode()
+
+    def _note(self, event, detail):
+        # The first of a kind, then every hundredth: the counts carry the rest.
+        if self._log is None:
+            return
+        kind = event + detail[:12]
+        seen = self._seen.get(kind, 0) + 1
+        self._seen[kind] = seen
+        if seen == 1 or seen % 100 == 0:
+            self._log(event, detail=detail, seen=seen)
+
+
+def _id_in(head):
+    """The request id in the first bytes of a frame, or None."""
+    at = head.find(b'"id"')
+    rest = head[at + 4 :].lstrip() if at >= 0 else b""
+    if not rest.startswith(b":"):
+        return None
+    rest = rest[1:].lstrip()
+    end = 0
+    if rest.startswith(b'"'):
+        end = rest.find(b'"', 1) + 1
+    else:
+        while end < len(rest) and rest[end] in b"-0123456789":
+            end += 1
+    try:
+        value = json.loads(rest[:end])
+    except Exception:
+        return None
+    return value if _valid_id(value) else None

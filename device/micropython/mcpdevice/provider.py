@@ -1,0 +1,131 @@
+"""The provider link loop: connect, register, serve frames, and come back after every loss.
+
+Transport-independent: it takes a factory of transports with the interface described in
+mcpdevice.websocket (connect, recv, send, close, describe; LinkClosed below when the peer closes),
+so serial and MQTT transports plug in unchanged.
+One request and one response are in memory at a time; the dispatcher answers synchronously.
+
+Liveness: every frame from the gateway, pings included, counts as contact (and is passed on to
+`on_heard`, which feeds the pump's dead-man). A link silent for `silence_s` is dropped and dialled
+again, because a gateway that pings every 30 s is gone when nothing came for 90 s. Reconnects wait
+a full-jitter exponential back-off between `backoff_min_s` and `backoff_max_s`, reset once a link
+carried traffic, so that a plant full of boards does not hammer a restarting gateway in step.
+
+API
+---
+register_frame(hello, aggregate=True) -> bytes    the first frame (WIRE.md §2.1, §3.4)
+Provider(dispatcher, make_transport, first_frame, silence_s=90, backoff_min_s=1, backoff_max_s=30,
+         on_heard=None, before_connect=None, log=None)
+    make_transport   function() -> a new, unconnected transport
+    before_connect   optional coroutine function run before each dial (e.g. bring Wi-Fi up)
+    await .run()     forever
+    .links           links made so far; .connected: a link is up now
+"""
+
+import asyncio
+import json
+import os
+
+from mcpdevice.clock import ticks_diff, ticks_ms
+
+
+class LinkClosed(Exception):
+    """Raised by a transport when the peer closes the link; args: (close code, reason)."""
+
+
+def register_frame(hello, aggregate=True):
+    params = {"hello": hello}
+    if aggregate:
+        params["aggregate"] = True
+    frame = {"jsonrpc": "2.0", "method": "notifications/register", "params": params}
+    return json.dumps(frame, separators=(",", ":")).encode()
+
+
+def _jitter():
+    return int.from_bytes(os.urandom(2), "big") / 65535
+
+
+class Provider:
+    def __init__(
+        self,
+        dispatcher,
+        make_transport,
+        first_frame,
+        silence_s=90,
+        backoff_min_s=1,
+        backoff_max_s=30,
+        on_heard=None,
+        before_connect=None,
+        log=None,
+    ):
+        self.dispatcher = dispatcher
+        self.make_transport = make_transport
+        self.first_frame = first_frame
+        self.silence_ms = int(silence_s * 1000)
+        self.backoff_min_s = backoff_min_s
+        self.backoff_max_s = backoff_max_s
+        self.on_heard = on_heard
+        self.before_connect = before_connect
+        self._log = log or (lambda event, **fields: None)
+        self.links = 0
+        self.connected = False
+        self._carried = False
+
+    async def run(self):
+        failures = 0
+        while True:
+            transport = None
+            self._carried = False
+            try:
+                if self.before_connect is not None:
+                    await self.before_connect()
+                transport = self.make_transport()
+                await transport.connect()
+                self.links += 1
+                self.connected = True
+                self._log("link_up", url=transport.describe(), links=self.links)
+                await transport.send(self.first_frame)
+                reason = await self._serve(transport)
+            except LinkClosed as exc:
+                reason = "closed, code %d: %s" % exc.args
+            except Exception as exc:  # OSError, EOFError, timeouts, a refused handshake: all mean "dial again"
+                reason = "%s: %s" % (type(exc).__name__, exc)
+            finally:
+                self.connected = False
+                if transport is not None:
+                    await transport.close(1001, "device reconnecting")
+            if self._carried:
+                failures = 0
+            ceiling = min(self.backoff_max_s, self.backoff_min_s * (2 ** min(failures, 16)))
+            delay = ceiling / 2 + ceiling / 2 * _jitter()
+            failures += 1
+            # Every lost link is logged; the failed dials of a long outage only now and then.
+            if failures <= 3 or failures % 20 == 0:
+                self._log("link_down", reason=reason, retry_in_s=round(delay, 2), failed_dials=failures - 1)
+            await asyncio.sleep(delay)
+
+    async def _serve(self, transport):
+        """Serve one link until it goes silent (returns why) or fails (raises)."""
+        heard = ticks_ms()
+        dispatcher = self.dispatcher
+        while True:
+            remaining_ms = self.silence_ms - ticks_diff(ticks_ms(), heard)
+            if remaining_ms <= 0:
+                return "no frame or ping from the gateway for %d s" % (self.silence_ms // 1000)
+            try:
+                message = await asyncio.wait_for(transport.recv(), remaining_ms / 1000)
+            except asyncio.TimeoutError:
+                continue
+            heard = ticks_ms()
+            if self.on_heard is not None:
+                self.on_heard()
+            if message is None:
+                continue
+            self._carried = True
+            if isinstance(message, tuple):  # (size, first bytes) of a message over the frame cap
+                answer = dispatcher.oversize(message[0], message[1])
+            else:
+                answer = dispatcher.handle(message)
+            message = None
+            if answer is not None:
+                await transport.send(answer)
