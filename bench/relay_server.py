@@ -35,12 +35,12 @@ def bench_server() -> MCPServer:
     return server
 
 
-async def serve(port: int, gateway_url: str, slot: str) -> None:
+async def serve(port: int, gateway_url: str, slot: str, json_response: bool) -> None:
     server = bench_server()
-    # The SDK's defaults: a stateful session manager that answers session-era POSTs as SSE
-    # (json_response=False) and 2026-07-28 requests as JSON unless they run long. The benchmark
-    # compares against the server as its authors ship it.
-    app = server.streamable_http_app()
+    # By default the SDK's defaults: a stateful session manager that answers session-era POSTs as
+    # SSE (json_response=False) and 2026-07-28 requests as JSON unless they run long. The benchmark
+    # compares against the server as its authors ship it; --json-response shows the cheaper mode.
+    app = server.streamable_http_app(json_response=json_response)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
     http = uvicorn.Server(config)
     publisher = Publisher(server, gateway_url, slot)
@@ -49,8 +49,7 @@ async def serve(port: int, gateway_url: str, slot: str) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    # uvicorn would install its own signal handlers; this process owns them.
-    http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    # uvicorn catches SIGTERM itself while it serves, then re-raises it into the handler above.
 
     http_task = asyncio.create_task(http.serve())
     publish_task = asyncio.create_task(publisher.run())
@@ -73,8 +72,9 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--gateway", required=True, help="gateway URL, e.g. http://127.0.0.1:3000")
     parser.add_argument("--slot", default="bench")
+    parser.add_argument("--json-response", action="store_true", help="answer session-era POSTs as JSON, not SSE")
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.gateway, args.slot))
+    asyncio.run(serve(args.port, args.gateway, args.slot, args.json_response))
     return 0
 
 

@@ -1,0 +1,393 @@
+"""Relay benchmark: SDK client -> gateway -> SDK server over WebSocket, against the same client calling
+the same server directly over its own Streamable HTTP, in one run.
+
+    python -m bench.relay            # full run, a few minutes on a 2-core machine
+    python -m bench.relay --quick    # smoke run, a few seconds
+
+Starts the gateway and one SDK server process (which serves `/mcp` itself and publishes itself into
+the gateway), then alternates direct and gateway rounds so machine noise hits both alike, and prints
+each figure as its median over the rounds with its ratio to the direct path. See
+docs/performance.md for what the figures mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import os
+import platform
+import signal
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+import aiohttp
+from mcp import Client
+
+from bench.devices import Devices
+from bench.load import SequentialClient, WorkerPool
+from bench.processes import Child, cpu_seconds, free_port, machine_busy_seconds, memory_kib
+from bench.report import Row, median, missed, percentile, render
+
+REPO = Path(__file__).resolve().parent.parent
+SLOT = "bench"
+PATHS = ("direct", "gateway")
+MODES = ("legacy", "2026-07-28")
+MODE_LABELS = {"legacy": "session era", "2026-07-28": "2026-07-28"}
+LATENCY_TARGET = 1.10
+THROUGHPUT_TARGET = 0.90
+
+
+@dataclass
+class Options:
+    rounds: int
+    calls: int
+    warmup: int
+    concurrency: int
+    duration: float
+    workers: int
+    devices: int
+    modes: Sequence[str]
+    json_response: bool
+
+
+def parse_options(argv: Sequence[str] | None) -> Options:
+    parser = argparse.ArgumentParser(prog="python -m bench.relay", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, help="alternating direct/gateway rounds (default 5; quick 1)")
+    parser.add_argument("--calls", type=int, help="timed sequential calls per round and path (default 400; quick 30)")
+    parser.add_argument("--warmup", type=int, help="untimed calls before each sequential run (default 50; quick 5)")
+    parser.add_argument("--concurrency", type=int, default=32, help="concurrent client sessions (default 32)")
+    parser.add_argument("--duration", type=float, help="seconds of each throughput window (default 4; quick 0.5)")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="processes the concurrent clients are spread over (default 2)"
+    )
+    parser.add_argument("--devices", type=int, help="extra devices for the RSS-per-device figure (default 50; quick 5)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"protocol eras, comma-separated (default {MODES})")
+    parser.add_argument(
+        "--json-response",
+        action="store_true",
+        help="direct baseline answers session-era calls as JSON instead of the SDK's default SSE",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run of a few seconds (figures are not meaningful)"
+    )
+    args = parser.parse_args(argv)
+    quick = args.quick
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    unknown = [mode for mode in modes if mode not in MODES]
+    if unknown or not modes:
+        parser.error(f"--modes takes {', '.join(MODES)}; got {args.modes!r}")
+    options = Options(
+        rounds=args.rounds if args.rounds is not None else (1 if quick else 5),
+        calls=args.calls if args.calls is not None else (30 if quick else 400),
+        warmup=args.warmup if args.warmup is not None else (5 if quick else 50),
+        concurrency=args.concurrency,
+        duration=args.duration if args.duration is not None else (0.5 if quick else 4.0),
+        workers=max(1, min(args.workers, args.concurrency)),
+        devices=args.devices if args.devices is not None else (5 if quick else 50),
+        modes=modes,
+        json_response=args.json_response,
+    )
+    if min(options.rounds, options.calls, options.concurrency) < 1 or options.duration <= 0 or options.warmup < 0:
+        parser.error("--rounds, --calls, --concurrency and --duration must be positive, --warmup not negative")
+    return options
+
+
+# -- the processes under test -------------------------------------------------------------------
+
+
+class Stack:
+    """The gateway and the SDK server, each its own process on a free loopback port."""
+
+    def __init__(self, json_response: bool = False) -> None:
+        self.json_response = json_response
+        self.gateway_port = free_port()
+        self.server_port = free_port()
+        self.gateway_url = f"http://127.0.0.1:{self.gateway_port}"
+        self.urls = {
+            "direct": f"http://127.0.0.1:{self.server_port}/mcp",
+            "gateway": f"{self.gateway_url}/{SLOT}/mcp",
+        }
+        self.children: list[Child] = []
+
+    @property
+    def gateway(self) -> Child:
+        return self.children[0]
+
+    @property
+    def server(self) -> Child:
+        return self.children[1]
+
+    async def start(self) -> None:
+        # The gateway's built-in defaults: no config file or MCP_GATEWAY_* setting of this shell leaks in.
+        gateway_env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY_")}
+        gateway_args = ["-m", "gateway.cli", "run", "--port", str(self.gateway_port)]
+        self.children.append(Child("gateway", gateway_args, REPO, env=gateway_env))
+        await self._wait_healthy(f"{self.gateway_url}/healthz", self.gateway)
+        server_args = ["-m", "bench.relay_server", "--port", str(self.server_port), "--gateway", self.gateway_url]
+        server_args += ["--slot", SLOT, *(["--json-response"] if self.json_response else [])]
+        self.children.append(Child("server", server_args, REPO))
+        line = await asyncio.to_thread(self.server.read_line, 30.0)
+        if line != "ready":
+            raise RuntimeError(f"the SDK server did not start:\n{self.server.output()[-3000:]}")
+        await self._wait_slot_ready()
+
+    async def _wait_healthy(self, url: str, child: Child) -> None:
+        deadline = time.monotonic() + 30
+        async with aiohttp.ClientSession() as http:
+            while time.monotonic() < deadline:
+                if not child.alive():
+                    break
+                with contextlib.suppress(aiohttp.ClientError, OSError):
+                    async with http.get(url) as response:
+                        if response.status == 200:
+                            return
+                await asyncio.sleep(0.05)
+        raise RuntimeError(f"the {child.name} did not come up:\n{child.output()[-3000:]}")
+
+    async def _wait_slot_ready(self) -> None:
+        """The gateway has initialized the server and cached its tools once a listing shows `add`."""
+        deadline = time.monotonic() + 30
+        last_error = ""
+        while time.monotonic() < deadline:
+            try:
+                async with Client(self.urls["gateway"], mode="legacy") as client:
+                    tools = await client.list_tools()
+                if any(tool.name == "add" for tool in tools.tools):
+                    return
+            except Exception as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"slot {SLOT} never became ready through the gateway: {last_error}")
+
+    def cpu(self) -> dict[str, float]:
+        return {
+            "client": time.process_time(),
+            "server": cpu_seconds(self.server.pid),
+            "gateway": cpu_seconds(self.gateway.pid),
+        }
+
+    def busy(self, worker_pids: Sequence[int]) -> dict[str, float]:
+        return {
+            "wall": time.monotonic(),
+            "clients": sum(cpu_seconds(pid) for pid in worker_pids),
+            "server": cpu_seconds(self.server.pid),
+            "gateway": cpu_seconds(self.gateway.pid),
+        }
+
+    async def settle(self, max_wait_s: float = 3.0) -> None:
+        """Wait until the gateway and the server are idle: closing the previous run's 32 sessions
+        goes on after the clients leave and would otherwise be charged to the next measurement."""
+        deadline = time.monotonic() + max_wait_s
+        while time.monotonic() < deadline:
+            before = cpu_seconds(self.server.pid) + cpu_seconds(self.gateway.pid)
+            await asyncio.sleep(0.1)
+            if cpu_seconds(self.server.pid) + cpu_seconds(self.gateway.pid) - before < 0.005:
+                return
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+# figures[mode][path][name] -> one value per round
+Figures = dict[str, dict[str, dict[str, list[float]]]]
+
+
+def new_figures() -> Figures:
+    return defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+
+
+async def sequential_round(stack: Stack, options: Options, mode: str, path: str, figures: Figures) -> None:
+    async with SequentialClient(stack.urls[path], mode) as client:
+        await client.warm_up(options.warmup)
+        await stack.settle()
+        before = stack.cpu()
+        latencies = await client.timed_calls(options.calls)
+        after = stack.cpu()
+    into = figures[mode][path]
+    into["latency_median"].append(median(latencies) * 1000)
+    into["latency_p95"].append(percentile(latencies, 0.95) * 1000)
+    for process in ("client", "server", "gateway"):
+        into[f"cpu_{process}"].append((after[process] - before[process]) / options.calls * 1e6)
+    into["cpu_total"].append(
+        sum(after[process] - before[process] for process in ("client", "server", "gateway")) / options.calls * 1e6
+    )
+
+
+async def throughput_round(
+    stack: Stack, pool: WorkerPool, options: Options, mode: str, path: str, figures: Figures
+) -> None:
+    await pool.open(stack.urls[path], mode, options.concurrency)
+    await stack.settle()
+    try:
+        before: dict[str, float] = {}
+        result = await pool.run(options.duration, at_start=lambda: before.update(stack.busy(pool.pids)))
+        after = stack.busy(pool.pids)
+    finally:
+        await pool.close_clients()
+    # How many cores each side kept busy shows which process limits the rate (2 cores in all here).
+    elapsed = after["wall"] - before["wall"]
+    for process in ("clients", "server", "gateway"):
+        figures[mode][path][f"busy_{process}"].append((after[process] - before[process]) / elapsed)
+    if result.errors:
+        print(
+            f"  warning: {result.errors} failed calls on the {path} path ({mode}): {result.first_error}",
+            file=sys.stderr,
+        )
+    figures[mode][path]["throughput"].append(result.per_second)
+
+
+async def memory_per_device(stack: Stack, count: int) -> tuple[float, float]:
+    """(gateway RSS in KiB with only the bench slot, extra RSS in KiB per connected device)."""
+    idle = memory_kib(stack.gateway.pid)["VmRSS"]
+    if count == 0:
+        return idle, float("nan")
+    devices = Devices(stack.gateway_url, count)
+    await devices.start()
+    try:
+        await devices.wait_listed(60)
+        await asyncio.sleep(0.5)  # the gateway has read the last tools/list answer and is idle again
+        loaded = memory_kib(stack.gateway.pid)["VmRSS"]
+    finally:
+        await devices.stop()
+    return idle, (loaded - idle) / count
+
+
+# -- the table ----------------------------------------------------------------------------------
+
+
+def mode_rows(mode: str, figures: Figures, options: Options) -> list[Row]:
+    label = MODE_LABELS[mode]
+    direct, gateway = figures[mode]["direct"], figures[mode]["gateway"]
+
+    def row(
+        name: str, metric: str, unit: str, target: str = "", limit: float | None = None, higher: bool = False
+    ) -> Row:
+        ratios = [g / d if d else float("nan") for d, g in zip(direct[name], gateway[name], strict=True)]
+        return Row(metric, unit, median(direct[name]), median(gateway[name]), ratios, target, limit, higher)
+
+    return [
+        row("latency_median", f"{label}: sequential call, median", "ms", target=f"<= {LATENCY_TARGET:.2f}x",
+            limit=LATENCY_TARGET),
+        row("latency_p95", f"{label}: sequential call, p95", "ms"),
+        row("throughput", f"{label}: throughput, {options.concurrency} clients", "calls/s",
+            target=f">= {THROUGHPUT_TARGET:.2f}x", limit=THROUGHPUT_TARGET, higher=True),
+        row("cpu_total", f"{label}: CPU per sequential call, all processes", "us"),
+        row("cpu_client", f"{label}: CPU per sequential call, client", "us"),
+        row("cpu_server", f"{label}: CPU per sequential call, SDK server", "us"),
+        Row(f"{label}: CPU per sequential call, gateway", "us", None, median(gateway["cpu_gateway"])),
+        row("busy_clients", f"{label}: throughput, cores busy in client workers", "cores"),
+        row("busy_server", f"{label}: throughput, cores busy in SDK server", "cores"),
+        Row(f"{label}: throughput, cores busy in gateway", "cores", None, median(gateway["busy_gateway"])),
+    ]  # fmt: skip
+
+
+def memory_rows(idle_kib: float, per_device_kib: float, peak_kib: float, devices: int) -> list[Row]:
+    return [
+        Row("gateway RSS, idle with 1 slot", "MiB", None, idle_kib / 1024),
+        Row(f"gateway RSS per connected device ({devices} devices)", "KiB", None, per_device_kib),
+        Row("gateway peak RSS over the run (VmHWM)", "MiB", None, peak_kib / 1024),
+    ]
+
+
+class BackgroundLoad:
+    """CPU the rest of the machine used while the benchmark ran (other tenants, other test runs)."""
+
+    def __init__(self, own_pids: Callable[[], Sequence[int]]) -> None:
+        self.own_pids = own_pids
+        self.start = self._sample()
+
+    def _sample(self) -> tuple[float, float, float]:
+        own = time.process_time() + sum(cpu_seconds(pid) for pid in self.own_pids())
+        return time.monotonic(), machine_busy_seconds(), own
+
+    def cores(self) -> float:
+        wall, busy, own = self._sample()
+        elapsed = wall - self.start[0]
+        if elapsed <= 0:
+            return 0.0
+        return max(0.0, ((busy - self.start[1]) - (own - self.start[2])) / elapsed)
+
+
+def preamble(options: Options, workers: int) -> str:
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"bench.relay {now}: {os.cpu_count()} CPUs, Python {platform.python_version()}, mcp {version('mcp')}, "
+        f"aiohttp {version('aiohttp')}, uvicorn {version('uvicorn')}\n"
+        f"rounds={options.rounds} calls={options.calls} warmup={options.warmup} concurrency={options.concurrency} "
+        f"duration={options.duration}s workers={workers} devices={options.devices} modes={','.join(options.modes)} "
+        f"direct={'json' if options.json_response else 'sdk-default'}"
+    )
+
+
+async def run(options: Options, progress: Callable[[str], None]) -> tuple[list[Row], float]:
+    """The table's rows and the cores other processes on the machine kept busy meanwhile."""
+    stack = Stack(options.json_response)
+    pool = WorkerPool(options.workers)
+    try:
+        await stack.start()
+        progress(f"gateway pid {stack.gateway.pid} on {stack.gateway_url}, SDK server pid {stack.server.pid}")
+        background = BackgroundLoad(lambda: [stack.gateway.pid, stack.server.pid, *pool.pids])
+        idle_kib, per_device_kib = await memory_per_device(stack, options.devices)
+        figures = new_figures()
+        for index in range(options.rounds):
+            # Alternate which path goes first so drift (thermal, other tenants) hits both alike.
+            order = PATHS if index % 2 == 0 else tuple(reversed(PATHS))
+            for mode in options.modes:
+                for path in order:
+                    await sequential_round(stack, options, mode, path, figures)
+            for mode in options.modes:
+                for path in order:
+                    await throughput_round(stack, pool, options, mode, path, figures)
+            progress(f"round {index + 1}/{options.rounds} done")
+        peak_kib = memory_kib(stack.gateway.pid)["VmHWM"]
+        other_cores = background.cores()
+    finally:
+        pool.stop()
+        stack.stop()
+    rows: list[Row] = []
+    for mode in options.modes:
+        rows.extend(mode_rows(mode, figures, options))
+    rows.extend(memory_rows(idle_kib, per_device_kib, peak_kib, options.devices))
+    return rows, other_cores
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(argv)
+    # SIGTERM unwinds like Ctrl-C, so the gateway, the server and the workers are stopped too.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    print(preamble(options, options.workers), flush=True)
+
+    def progress(text: str) -> None:
+        print(f"  {text}", file=sys.stderr, flush=True)
+
+    try:
+        rows, other_cores = asyncio.run(run(options, progress))
+    except KeyboardInterrupt:
+        print("bench.relay: interrupted; gateway, server and client workers stopped", file=sys.stderr)
+        return 130
+    print()
+    print(render(rows))
+    print()
+    print(f"Other processes on the machine kept {other_cores:.2f} of {os.cpu_count()} cores busy during the run.")
+    misses = missed(rows)
+    if misses:
+        for row in misses:
+            print(f"TARGET MISSED: {row.metric}: ratio {row.ratio:.2f}x, target {row.target}")
+    else:
+        print("All targets met.")
+    # A measurement, not a test: missing a target is reported above, not through the exit code.
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
