@@ -298,7 +298,8 @@ async def forward_to(
     params = strip_envelope(params)
     token = progress_token(params)
     slot = session.slot
-    metrics.calls.labels(slot, method_label(method)).inc()
+    calls, latency = metrics.call_metrics(slot, method_label(method))
+    calls.inc()
     started = time.perf_counter()
     # Pending requests are read from the session at scrape time (mcpgw_slot_pending_requests).
     try:
@@ -313,7 +314,7 @@ async def forward_to(
         metrics.call_errors.labels(slot, reason).inc()
         raise
     finally:
-        metrics.latency.labels(slot).observe(time.perf_counter() - started)
+        latency.observe(time.perf_counter() - started)
     if "error" in reply:
         error = reply["error"]
         metrics.call_errors.labels(slot, "provider").inc()

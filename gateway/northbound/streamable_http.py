@@ -250,6 +250,16 @@ class StreamableHttpEndpoint:
             stream.abort()
             error = errors.too_many_pending("this client session", self.limits.max_pending_per_client)
             return json_response(error.response(request_id), headers=self.context_headers(session))
+        if session is None:
+            # Stateless era: nothing but a disconnect can cancel the request, and a disconnect
+            # cancels this handler, so the work needs no task of its own.
+            try:
+                answer = await target.handle(ctx, body)
+            except BaseException:
+                stream.abort()
+                raise
+            status = stateless.http_status(answer["error"]["code"]) if "error" in answer else 200
+            return await stream.finish(answer, status)
         # The work runs as its own task: the client's notifications/cancelled (or its session ending)
         # cancels only the work, and this exchange still ends with an answer; a client disconnect
         # cancels this handler, and awaiting the task passes that cancellation on to the work.
@@ -274,10 +284,7 @@ class StreamableHttpEndpoint:
             if session is not None and session.in_flight.get(request_id) is work:
                 del session.in_flight[request_id]
                 session.touch()
-        status = 200
-        if ctx.era == STATELESS and "error" in answer:
-            status = stateless.http_status(answer["error"]["code"])
-        return await stream.finish(answer, status)
+        return await stream.finish(answer)
 
     # -- session era --------------------------------------------------------------------------
 

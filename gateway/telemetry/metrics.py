@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -113,12 +114,27 @@ class Metrics:
         self.start_time = Gauge("mcpgw_start_time_seconds", "Unix time the gateway started", registry=r)
         self.before_render: list[Callable[[], None]] = []
         """Called before each scrape to copy state that is read, not counted (pending, connected, faults)."""
+        self._call_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    def call_metrics(self, slot: str, method: str) -> tuple[Any, Any]:
+        """The (calls counter, latency histogram) children of one slot and method, looked up once.
+
+        `labels()` takes a lock and builds a key on every call; the hot path asks for the same
+        children on every forwarded request, so they are kept here (bounded like the label sets)."""
+        key = (slot, method)
+        children = self._call_children.get(key)
+        if children is None:
+            children = (self.calls.labels(slot, method), self.latency.labels(slot))
+            self._call_children[key] = children
+        return children
 
     def forget_slot(self, slot: str) -> None:
         """Drop the gauges of a slot the registry no longer tracks (keeps label sets bounded)."""
         for metric in (self.slot_connected, self.slot_pending, self.slot_tools, self.slot_in_aggregate):
             with contextlib.suppress(KeyError):
                 metric.remove(slot)
+        for key in [key for key in self._call_children if key[0] == slot]:
+            del self._call_children[key]
 
     def render(self) -> bytes:
         for refresh in self.before_render:
