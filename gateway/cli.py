@@ -20,6 +20,7 @@ from gateway.config import (
     load_config,
     masked_dump,
 )
+from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
 
 
 def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -58,8 +59,68 @@ def cmd_run(args: argparse.Namespace) -> int:
     if refusal is not None:
         print(f"mcp-gateway: {refusal}", file=sys.stderr)
         return 2
+    sim_pumps = getattr(args, "sim_pumps", 0) or 0
+    if sim_pumps < 0:
+        print("mcp-gateway: --sim-pumps must be 0 or more", file=sys.stderr)
+        return 2
     setup_logging(config.logging.level, config.logging.format, config.insecure_lan and not config.is_loopback)
-    asyncio.run(serve(config))
+    if sim_pumps:
+        from sim.embedded import serve_with_simulator
+
+        asyncio.run(serve_with_simulator(config, sim_pumps, args.sim_control_port))
+    else:
+        asyncio.run(serve(config))
+    return 0
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    """Publish simulated pumps (pump-<first> ...) into a gateway until SIGTERM or SIGINT."""
+    if not args.gateway.startswith(("http://", "https://", "ws://", "wss://")):
+        print(
+            f"mcp-gateway sim: --gateway must start with http://, https://, ws:// or wss://, got {args.gateway!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if not 1 <= args.pumps <= 1000 or args.first < 0 or args.deadman_s <= 0 or args.dry_run_s <= 0:
+        print(
+            "mcp-gateway sim: --pumps must be between 1 and 1000, --first 0 or more, --deadman-s and --dry-run-s "
+            "greater than 0",
+            file=sys.stderr,
+        )
+        return 2
+    from gateway.logs import setup_logging
+    from sim.pump import PumpSettings
+    from sim.simulator import SimulatorSettings, run
+
+    setup_logging(args.log_level, "auto")
+    pump = PumpSettings(deadman_s=args.deadman_s, dry_run_s=args.dry_run_s)
+    settings = SimulatorSettings(pumps=args.pumps, first=args.first, pump=pump)
+    asyncio.run(run(args.gateway, settings, args.control_port))
+    return 0
+
+
+def cmd_sim_fault(args: argparse.Namespace) -> int:
+    from sim.control_client import post_fault
+
+    status, body = asyncio.run(post_fault(args.control, args.slot, args.fault, args.clear, args.seconds))
+    if status != 200:
+        print(f"mcp-gateway sim-fault: {body.get('error_description') or body}", file=sys.stderr)
+        return 1
+    sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+def cmd_sim_status(args: argparse.Namespace) -> int:
+    from sim.control_client import get_pumps, render_pumps
+
+    status, body = asyncio.run(get_pumps(args.control))
+    if status != 200:
+        print(f"mcp-gateway sim-status: {body.get('error_description') or body}", file=sys.stderr)
+        return 1
+    if args.json:
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render_pumps(body) + "\n")
     return 0
 
 
@@ -161,6 +222,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, help=f"port to bind (default {DEFAULT_PORT})")
     run.add_argument("--insecure-lan", action="store_true", help="allow a LAN bind without authentication")
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    run.add_argument(
+        "--sim-pumps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also publish N simulated pumps (pump-1 ... pump-N) into this gateway over WebSocket (default 0)",
+    )
+    run.add_argument(
+        "--sim-control-port",
+        type=int,
+        default=SIM_CONTROL_PORT,
+        metavar="PORT",
+        help=f"loopback port of the simulator's control endpoint (default {SIM_CONTROL_PORT}; 0: any free port)",
+    )
     run.set_defaults(func=cmd_run)
 
     config = commands.add_parser("config", help="check or show the effective configuration")
@@ -190,6 +265,65 @@ def build_parser() -> argparse.ArgumentParser:
     schema_hash.add_argument("--slot", help="hash the tools/list of this slot on a running gateway instead")
     schema_hash.add_argument("--url", default=default_url, help=f"gateway URL for --slot (default {default_url})")
     schema_hash.set_defaults(func=cmd_schema_hash)
+
+    sim = commands.add_parser(
+        "sim", help="publish simulated pump-1 devices into a gateway", description=cmd_sim.__doc__
+    )
+    sim.add_argument(
+        "--gateway",
+        default=default_url,
+        metavar="URL",
+        help=f"the gateway's base URL, http(s):// or ws(s):// (default {default_url})",
+    )
+    sim.add_argument("--pumps", type=int, default=1, metavar="N", help="how many pumps (default 1)")
+    sim.add_argument("--first", type=int, default=1, metavar="K", help="number of the first slot, pump-K (default 1)")
+    sim.add_argument(
+        "--control-port",
+        type=int,
+        default=SIM_CONTROL_PORT,
+        metavar="PORT",
+        help=f"loopback port of the control endpoint (default {SIM_CONTROL_PORT}; 0: any free port)",
+    )
+    sim.add_argument(
+        "--deadman-s",
+        type=float,
+        default=90.0,
+        metavar="S",
+        help="silence from the gateway after which a turning pump stops with link_lost (default 90)",
+    )
+    sim.add_argument(
+        "--dry-run-s",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how long a pump runs dry before it latches dry_run (default 5)",
+    )
+    sim.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sim.set_defaults(func=cmd_sim)
+
+    default_control = f"http://127.0.0.1:{SIM_CONTROL_PORT}"
+    sim_fault = commands.add_parser("sim-fault", help="inject or clear a fault on a simulated pump")
+    sim_fault.add_argument("slot", help="the simulated pump, e.g. pump-1")
+    sim_fault.add_argument("fault", help="dry_run, overtemp, sensor_failure, reboot or link_drop")
+    sim_fault.add_argument("--clear", action="store_true", help="clear the condition (link_drop: reconnect now)")
+    sim_fault.add_argument("--seconds", type=float, help="link_drop: stay offline this long before dialling again")
+    sim_fault.add_argument(
+        "--control",
+        default=default_control,
+        metavar="URL",
+        help=f"the simulator's control endpoint (default {default_control})",
+    )
+    sim_fault.set_defaults(func=cmd_sim_fault)
+
+    sim_status = commands.add_parser("sim-status", help="show the simulated pumps, their links and faults")
+    sim_status.add_argument(
+        "--control",
+        default=default_control,
+        metavar="URL",
+        help=f"the simulator's control endpoint (default {default_control})",
+    )
+    sim_status.add_argument("--json", action="store_true", help="print the control endpoint's JSON")
+    sim_status.set_defaults(func=cmd_sim_status)
     return parser
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from typing import Any
 from urllib.parse import quote
 
@@ -13,6 +12,7 @@ import aiohttp
 import anyio
 import orjson
 
+from gateway.core.backoff import Backoff
 from gateway.publish.sdk_bridge import SdkServer, SdkSession
 
 log = logging.getLogger("gateway.publish")
@@ -28,23 +28,6 @@ def register_frame(aggregate: bool, hello: dict[str, Any] | None) -> dict[str, A
     if params:
         frame["params"] = params
     return frame
-
-
-class Backoff:
-    """Full-jitter exponential back-off: a random wait up to a ceiling that doubles per failure."""
-
-    def __init__(self, initial_s: float = 0.5, max_s: float = 30.0) -> None:
-        self.initial_s = initial_s
-        self.max_s = max_s
-        self.failures = 0
-
-    def next_delay(self) -> float:
-        ceiling = min(self.max_s, self.initial_s * (2**self.failures))
-        self.failures += 1
-        return random.uniform(ceiling / 2, ceiling)
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 class _PublisherBase:

@@ -1,0 +1,270 @@
+"""pump-1 through the gateway: the MicroPython board (Unix port) against the simulator, same call.
+
+    python -m bench.pump_paths            # 5 rounds of 400 calls per path and era, about a minute
+    python -m bench.pump_paths --quick    # smoke run, a few seconds (figures not meaningful)
+
+Four processes on free loopback ports: the gateway (`python -m gateway.cli run`), pump-1 as the
+MicroPython provider on the Unix port (`micropython -X heapsize=96K device/micropython/main.py`,
+simulated hardware), and pump-2 from the simulator (`python -m gateway.cli sim --first 2`); the
+benchmark process holds one SDK client per path. Both pumps run the same pump code and list the
+same tools, so what differs is the runtime and the transport code: MicroPython with the device's own
+WebSocket client against CPython with aiohttp. The call is `get_status` (no side effects), timed from
+`call_tool` to the parsed result. Rounds alternate which path goes first; each figure is the median
+over rounds, the ratio is board / simulator as the median of the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+from mcp import Client
+
+from bench.processes import Child, cpu_seconds, free_port
+from bench.report import median, percentile, ratio
+
+REPO = Path(__file__).resolve().parent.parent
+DEVICE_DIR = REPO / "device" / "micropython"
+SCHEMA_FILE = REPO / "device" / "schemas" / "pump-1.json"
+PATHS = {"board": "pump-1", "simulator": "pump-2"}
+MODES = ("legacy", "2026-07-28")
+MODE_LABELS = {"legacy": "session era", "2026-07-28": "2026-07-28"}
+TOOL = "get_status"
+
+
+@dataclass
+class Options:
+    rounds: int
+    calls: int
+    warmup: int
+    modes: Sequence[str]
+
+
+def parse_options(argv: Sequence[str] | None) -> Options:
+    parser = argparse.ArgumentParser(prog="python -m bench.pump_paths", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, help="alternating board/simulator rounds (default 5; quick 1)")
+    parser.add_argument("--calls", type=int, help="timed calls per round, path and era (default 400; quick 20)")
+    parser.add_argument("--warmup", type=int, help="untimed calls before each timed run (default 30; quick 3)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"protocol eras, comma-separated (default {MODES})")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 20 calls")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    unknown = [mode for mode in modes if mode not in MODES]
+    if unknown or not modes:
+        parser.error(f"--modes takes {', '.join(MODES)}")
+    return Options(
+        rounds=args.rounds or (1 if quick else 5),
+        calls=args.calls or (20 if quick else 400),
+        warmup=args.warmup or (3 if quick else 30),
+        modes=modes,
+    )
+
+
+def micropython() -> str:
+    beside = Path(sys.executable).parent / "micropython"
+    return str(beside) if beside.exists() else "micropython"
+
+
+class Stack:
+    """The gateway, the board on the Unix port and the simulator, each its own process."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.children: list[Child] = []
+        self.board: subprocess.Popen[bytes] | None = None
+        self.board_log = work / "board.log"
+
+    @property
+    def gateway(self) -> Child:
+        return self.children[0]
+
+    @property
+    def simulator(self) -> Child:
+        return self.children[1]
+
+    def pid(self, path: str) -> int:
+        if path == "board":
+            assert self.board is not None
+            return self.board.pid
+        return self.simulator.pid
+
+    async def start(self) -> None:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY_")}
+        self.children.append(Child("gateway", ["-m", "gateway.cli", "run", "--port", str(self.port)], REPO, env=env))
+        await self._wait_healthy()
+        await asyncio.to_thread(self._launch_board)
+        sim_args = ["-m", "gateway.cli", "sim", "--gateway", self.url, "--pumps", "1", "--first", "2"]
+        self.children.append(Child("simulator", [*sim_args, "--control-port", "0", "--log-level", "warning"], REPO))
+        line = await asyncio.to_thread(self.simulator.read_line, 30.0)
+        if not line.startswith("simulator:"):
+            raise RuntimeError(f"the simulator did not start:\n{self.simulator.output()[-3000:]}")
+        for slot in PATHS.values():
+            await self._wait_slot_ready(slot)
+
+    def _launch_board(self) -> None:
+        config = self.work / "board.json"
+        config.write_bytes(orjson.dumps({"gateway_url": self.url, "schema_path": str(SCHEMA_FILE), "slot": "pump-1"}))
+        with self.board_log.open("wb") as log:
+            self.board = subprocess.Popen(
+                [micropython(), "-X", "heapsize=96K", str(DEVICE_DIR / "main.py"), "--config", str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "MICROPYPATH": f".frozen:{DEVICE_DIR}"},
+            )
+
+    async def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + 30
+        async with aiohttp.ClientSession() as http:
+            while time.monotonic() < deadline and self.gateway.alive():
+                with contextlib.suppress(aiohttp.ClientError, OSError):
+                    async with http.get(f"{self.url}/readyz") as response:
+                        if response.status == 200:
+                            return
+                await asyncio.sleep(0.05)
+        raise RuntimeError(f"the gateway did not come up:\n{self.gateway.output()[-3000:]}")
+
+    async def _wait_slot_ready(self, slot: str) -> None:
+        deadline = time.monotonic() + 30
+        last_error = ""
+        while time.monotonic() < deadline:
+            try:
+                async with Client(f"{self.url}/{slot}/mcp", mode="legacy") as client:
+                    if any(tool.name == TOOL for tool in (await client.list_tools()).tools):
+                        return
+            except Exception as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+            await asyncio.sleep(0.1)
+        board = self.board_log.read_text(errors="replace")[-2000:] if slot == "pump-1" else ""
+        raise RuntimeError(f"{slot} never became ready through the gateway: {last_error}\n{board}")
+
+    def stop(self) -> None:
+        if self.board is not None and self.board.poll() is None:
+            self.board.terminate()
+            try:
+                self.board.wait(5)
+            except subprocess.TimeoutExpired:
+                self.board.kill()
+                self.board.wait()
+        for child in reversed(self.children):
+            child.stop()
+
+
+# figures[mode][path][name] -> one value per round
+Figures = dict[str, dict[str, dict[str, list[float]]]]
+
+
+async def call(client: Client) -> None:
+    result = await client.call_tool(TOOL, {})
+    structured = result.structured_content
+    if result.is_error or not isinstance(structured, dict) or "state" not in structured:
+        raise RuntimeError(f"unexpected answer to {TOOL}: {result!r}"[:300])
+
+
+async def timed_round(stack: Stack, options: Options, mode: str, path: str, figures: Figures) -> None:
+    async with Client(f"{stack.url}/{PATHS[path]}/mcp", mode=mode) as client:
+        for _ in range(options.warmup):
+            await call(client)
+        latencies: list[float] = []
+        pid = stack.pid(path)
+        before = (cpu_seconds(stack.gateway.pid), cpu_seconds(pid))
+        for _ in range(options.calls):
+            started = time.perf_counter()
+            await call(client)
+            latencies.append(time.perf_counter() - started)
+        after = (cpu_seconds(stack.gateway.pid), cpu_seconds(pid))
+    into = figures[mode][path]
+    into["median"].append(median(latencies) * 1000)
+    into["p95"].append(percentile(latencies, 0.95) * 1000)
+    into["cpu_gateway"].append((after[0] - before[0]) / options.calls * 1e6)
+    into["cpu_device"].append((after[1] - before[1]) / options.calls * 1e6)
+
+
+ROWS = (
+    ("median", "sequential get_status, median", "ms"),
+    ("p95", "sequential get_status, p95", "ms"),
+    ("cpu_device", "CPU per call, pump process", "us"),
+    ("cpu_gateway", "CPU per call, gateway", "us"),
+)
+
+
+def render(figures: Figures, modes: Sequence[str]) -> str:
+    header = ["metric", "board (MicroPython)", "simulator (CPython)", "ratio board/sim", "ratio range"]
+    lines: list[list[str]] = []
+    for mode in modes:
+        for key, label, unit in ROWS:
+            board = figures[mode]["board"][key]
+            sim = figures[mode]["simulator"][key]
+            per_round = [ratio(b, s) for b, s in zip(board, sim, strict=True)]
+            fmt = "{:.2f}" if unit == "ms" else "{:,.0f}"
+            spread = f"{min(per_round):.2f}-{max(per_round):.2f}" if len(per_round) > 1 else ""
+            lines.append(
+                [
+                    f"{MODE_LABELS[mode]}: {label} ({unit})",
+                    fmt.format(median(board)),
+                    fmt.format(median(sim)),
+                    f"{median(per_round):.2f}x",
+                    spread,
+                ]
+            )
+    widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
+
+    def row(cells: Sequence[str]) -> str:
+        return (
+            "| " + " | ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)) + " |"
+        )
+
+    separator = (
+        "|" + "|".join(":" + "-" * (w + 1) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
+    )
+    return "\n".join([row(header), separator, *(row(line) for line in lines)])
+
+
+async def run(options: Options) -> Figures:
+    figures: Figures = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    with tempfile.TemporaryDirectory() as tmp:
+        stack = Stack(Path(tmp))
+        try:
+            await stack.start()
+            for index in range(options.rounds):
+                order = ("board", "simulator") if index % 2 == 0 else ("simulator", "board")
+                for mode in options.modes:
+                    for path in order:
+                        await timed_round(stack, options, mode, path, figures)
+                print(f"round {index + 1}/{options.rounds} done", file=sys.stderr, flush=True)
+        finally:
+            stack.stop()
+    return figures
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(argv)
+    figures = asyncio.run(run(options))
+    today = datetime.date.today().isoformat()
+    print(
+        f"pump-1 through the gateway, board vs simulator: {options.rounds} rounds x {options.calls} calls of {TOOL} "
+        f"per path and era, {today}, Python {platform.python_version()}, {os.cpu_count()} cores"
+    )
+    print(render(figures, options.modes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

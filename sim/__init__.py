@@ -1,0 +1,15 @@
+"""sim: simulated pump-1 devices published into a gateway (`mcp-gateway sim`, `mcp-gateway run --sim-pumps`).
+
+Each simulated pump runs the board's own code under CPython (pump1.physics, controller, tools and
+mcpdevice's dispatcher and registry over device/schemas/pump-1.json), so its tools and behaviour are
+the board's; only the link differs: an aiohttp WebSocket to `/provider/<slot>`. Faults are injected
+through the simulator's control endpoint (sim.control, `mcp-gateway sim-fault`), never through MCP.
+
+Modules: firmware (the device modules and the schema), pump (one pump: physics to dispatcher, faults,
+reboot), link (one pump's WebSocket and its reconnects), simulator (N pumps, their tick, the control
+server), control (the HTTP control API), control_client (the CLI side), embedded (`run --sim-pumps`).
+This file imports nothing, so the CLI can read the defaults below without loading the simulator.
+"""
+
+DEFAULT_CONTROL_PORT = 3901
+FIRMWARE_NAME = "pump-1-sim"

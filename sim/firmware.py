@@ -1,0 +1,62 @@
+"""The device's own pump-1 modules, imported under CPython: the simulator runs the board's code.
+
+pump1 and mcpdevice live in device/micropython; the distribution installs them as top-level packages
+(pyproject maps the folder), so the same import works from a checkout and from an installed wheel.
+The tool schema is device/schemas/pump-1.json, shipped inside this package as sim/schemas/pump-1.json
+(a link in the repository, the file itself in a wheel). These modules carry no annotations: to mypy
+they are Any, and the simulator types the few values it takes from them at this boundary.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pump1
+from mcpdevice import dispatcher, provider, schema_index, websocket
+from pump1 import controller, hardware_sim, physics, tools
+
+from gateway.core.schema_hash import tools_hash
+
+FAULT_CONDITIONS: tuple[str, ...] = tuple(physics.FAULTS)  # dry_run, sensor_failure, overtemp
+TRIP_C: float = float(physics.TRIP_C)
+SERVER_INFO: dict[str, str] = {"name": str(pump1.SERVER_NAME), "version": str(pump1.FIRMWARE_VERSION)}
+INSTRUCTIONS: str = str(pump1.INSTRUCTIONS)
+BOARD_FRAME_MAX = 4096  # the board's default frame cap: tools/list is paged exactly as a board pages it
+
+
+def schema_file() -> Path:
+    return Path(str(resources.files("sim") / "schemas" / "pump-1.json"))
+
+
+def schema_hash(path: Path) -> str:
+    """The canonical hash of the tools the simulator serves, for its hello (PUMP1.md "Schema hash")."""
+    tools_array: list[dict[str, Any]] = orjson.loads(path.read_bytes())
+    return tools_hash(tools_array)
+
+
+def load_registry(path: Path, frame_max: int = BOARD_FRAME_MAX) -> Any:
+    """mcpdevice's ToolRegistry over the schema file; raises ValueError naming what is wrong."""
+    return schema_index.load(str(path), dispatcher.tool_budget(frame_max))
+
+
+def provider_url(gateway_url: str, slot: str) -> str:
+    """ws(s)://host:port/provider/<slot>, from an http(s):// or ws(s):// base, as the board builds it."""
+    return str(websocket.provider_url(gateway_url, slot))
+
+
+def register_frame(hello: dict[str, Any]) -> bytes:
+    """The first frame on a link: notifications/register with aggregate true and the hello."""
+    frame: bytes = provider.register_frame(hello, True)
+    return frame
+
+
+def assemble(answer: Any) -> bytes | None:
+    """One dispatcher answer (bytes, parts of a paged tools/list, or None) as one frame."""
+    frame: bytes | None = dispatcher.assemble(answer)
+    return frame
+
+
+__all__ = ["controller", "dispatcher", "hardware_sim", "physics", "tools"]

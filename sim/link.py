@@ -1,0 +1,230 @@
+"""One simulated pump's link to the gateway: a WebSocket to `/provider/<slot>`, as the board dials it.
+
+The board's link loop (mcpdevice.provider) over aiohttp: dial, send the register frame (aggregate
+true, the hello), answer every frame with the pump's dispatcher, answer WebSocket pings (each frame
+and each ping feeds the pump's dead-man), drop a link silent for `silence_s`, and dial again after a
+full-jitter back-off (gateway.core.backoff.Backoff) that is reset once a link carried a request, so
+a gateway that accepts and at once refuses the pump is not hammered.
+
+The control interface cuts the link on purpose:
+- drop(offline_s): the socket is shut down without a WebSocket close (the gateway sees the TCP
+  connection end, as when a board loses power or a cable), then the pump dials again after the
+  back-off, or after `offline_s` seconds when given; reconnect() ends such an offline period early;
+- restart(): a reboot; the socket is cut the same way and the pump dials again at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from typing import Any
+
+import aiohttp
+
+from gateway import __version__
+from gateway.core.backoff import Backoff
+from sim import FIRMWARE_NAME, firmware
+from sim.pump import SimulatedPump
+
+log = logging.getLogger("sim")
+
+HEAD_BYTES = 96  # of a frame over the cap, kept to name its request id (as the board does)
+USER_AGENT = f"{FIRMWARE_NAME}/{__version__}"
+
+
+class PumpLink:
+    def __init__(
+        self,
+        pump: SimulatedPump,
+        gateway_url: str,
+        http: aiohttp.ClientSession,
+        hello: dict[str, Any],
+        *,
+        silence_s: float = 90.0,
+        connect_timeout_s: float = 10.0,
+        backoff_min_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+    ) -> None:
+        self.pump = pump
+        self.url = firmware.provider_url(gateway_url, pump.slot)
+        self.http = http
+        self.first_frame = firmware.register_frame(hello)
+        self.silence_s = silence_s
+        self.connect_timeout_s = connect_timeout_s
+        self.backoff = Backoff(backoff_min_s, backoff_max_s)
+        self.links = 0  # links made so far
+        self.connected = False
+        self.last_down_reason: str | None = None
+        self.offline_until: float | None = None  # time.monotonic() until which the pump does not dial
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._wake = asyncio.Event()  # ends a back-off or offline wait early
+        self._redial_now = False
+        self._cut_reason: str | None = None  # why the control interface cut the current link
+        self._stop = asyncio.Event()
+        self._carried = False  # the current link carried a request
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"sim-link-{self.pump.slot}")
+
+    async def stop(self) -> None:
+        """Close politely (1001) and stop dialling."""
+        self._stop.set()
+        self._wake.set()
+        ws = self._ws
+        if ws is not None and not ws.closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(code=1001, message=b"simulator stopping"), 2.0)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    # -- what the control interface does ----------------------------------------------------------
+
+    def drop(self, offline_s: float | None = None) -> None:
+        if offline_s is not None:
+            self.offline_until = time.monotonic() + offline_s
+        self._cut("link_drop from the control endpoint")
+
+    def reconnect(self) -> None:
+        """End an offline period (or a back-off wait): dial now."""
+        self.offline_until = None
+        self._redial_now = True
+        self._wake.set()
+
+    def restart(self) -> None:
+        self.offline_until = None
+        self._redial_now = True
+        self._cut("reboot from the control endpoint")
+        self._wake.set()
+
+    def offline_for_s(self) -> float | None:
+        if self.offline_until is None:
+            return None
+        left = self.offline_until - time.monotonic()
+        return round(left, 3) if left > 0 else None
+
+    def _cut(self, reason: str) -> None:
+        ws = self._ws
+        if ws is None:
+            return
+        self._cut_reason = reason
+        sock = ws.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # no close frame: the peer just sees the connection end
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            await self._wait_offline()
+            if self._stop.is_set():
+                return
+            self._redial_now = False
+            carried = await self._link_once()
+            if self._stop.is_set():
+                return
+            if carried:
+                self.backoff.reset()
+            if self._redial_now:
+                continue
+            delay = self.backoff.next_delay()
+            if self.backoff.failures <= 3 or self.backoff.failures % 20 == 0:
+                log.info("%s link down (%s); dialling again in %.2f s", self.pump.slot, self.last_down_reason, delay)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    async def _wait_offline(self) -> None:
+        while self.offline_until is not None and not self._stop.is_set():
+            left = self.offline_until - time.monotonic()
+            if left <= 0:
+                self.offline_until = None
+                return
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), left)
+
+    async def _link_once(self) -> bool:
+        """One link from dial to loss; True when it carried a request."""
+        try:
+            # The whole dial (TCP connect and handshake) is bounded, as on the board.
+            ws = await asyncio.wait_for(
+                self.http.ws_connect(
+                    self.url,
+                    autoping=False,  # pings are answered below, where they also feed the dead-man
+                    max_msg_size=0,  # frames over the board's cap are refused by name, not by closing
+                    timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=2.0),
+                    headers={"User-Agent": USER_AGENT},
+                ),
+                self.connect_timeout_s,
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self.last_down_reason = f"{type(exc).__name__}: {exc}"
+            return False
+        self._ws = ws
+        if self.offline_until is not None:  # cut while dialling
+            self._cut("link_drop from the control endpoint")
+        self.links += 1
+        self.connected = True
+        log.info("%s link up to %s (link %d)", self.pump.slot, self.url, self.links)
+        self._carried = False
+        try:
+            await ws.send_frame(self.first_frame, aiohttp.WSMsgType.TEXT)
+            await self._serve(ws)
+        except (aiohttp.ClientError, OSError) as exc:
+            self.last_down_reason = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.connected = False
+            self._ws = None
+            if self._cut_reason is not None:
+                self.last_down_reason, self._cut_reason = self._cut_reason, None
+            if not ws.closed:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(ws.close(code=1001, message=b"device reconnecting"), 1.0)
+        return self._carried
+
+    async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        pump = self.pump
+        heard = time.monotonic()
+        while True:
+            remaining = self.silence_s - (time.monotonic() - heard)
+            if remaining <= 0:
+                self.last_down_reason = f"no frame or ping from the gateway for {self.silence_s:g} s"
+                return
+            try:
+                msg = await ws.receive(timeout=remaining)
+            except TimeoutError:
+                continue
+            if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                heard = time.monotonic()
+                pump.heard()
+                data: bytes = msg.data.encode() if isinstance(msg.data, str) else msg.data
+                self._carried = True
+                if len(data) > pump.settings.frame_max_bytes:
+                    answer: bytes | None = pump.oversize(len(data), data[:HEAD_BYTES])
+                else:
+                    answer = pump.handle(data)
+                if answer is not None:
+                    await ws.send_frame(answer, aiohttp.WSMsgType.TEXT)
+            elif msg.type is aiohttp.WSMsgType.PING:
+                heard = time.monotonic()
+                pump.heard()
+                await ws.pong(msg.data)
+            elif msg.type is aiohttp.WSMsgType.PONG:
+                heard = time.monotonic()
+                pump.heard()
+            else:  # CLOSE, CLOSING, CLOSED, ERROR
+                if msg.type is aiohttp.WSMsgType.CLOSE:
+                    self.last_down_reason = f"closed by the gateway, code {msg.data}: {msg.extra or ''}".rstrip(": ")
+                else:
+                    error = ws.exception()
+                    self.last_down_reason = f"connection lost: {error}" if error else "connection lost"
+                return

@@ -1,0 +1,118 @@
+"""One simulated pump-1: the board's physics, simulated hardware, controller, tools and dispatcher.
+
+The physical pump (sim.firmware.physics.PumpPhysics: speed, motor temperature and the injected
+conditions) outlives a reboot; the board (controller, dispatcher, their counters) does not. That is
+what a real reboot does: the drive stops when the board's outputs fall to zero, the motor stays as
+warm as it was, a dry suction side stays dry, and the new firmware starts with run_hours and uptime
+at 0 (the board keeps neither in flash).
+
+Fault conditions (dry_run, overtemp, sensor_failure) are the physics model's own injections:
+- dry_run: no water. Flow reads 0 and pressure almost nothing; the controller latches `dry_run` once
+  the pump has run dry for dry_run_s, so a stopped pump trips only after it is started.
+- overtemp: blocked cooling. The winding jumps just above the trip limit, so the drive trips on the
+  next tick, and keeps heating while the condition lasts; once cleared it cools with the thermal lag
+  and reset_fault succeeds below 85 degC.
+- sensor_failure: the flow and pressure loops read nothing (null); the pump trips on the next tick
+  and reset_fault succeeds once the condition is cleared.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sim import firmware
+
+log = logging.getLogger("sim")
+
+OVERTEMP_JUMP_C = 5.0  # how far above the trip limit an injected overtemp puts the winding
+
+
+@dataclass(frozen=True)
+class PumpSettings:
+    """What each simulated board is configured with (the board's config keys of the same names)."""
+
+    deadman_s: float = 90.0
+    dry_run_s: float = 5.0
+    default_setpoint_rpm: int = 1450
+    thermal_tau_s: float = 60.0
+    frame_max_bytes: int = firmware.BOARD_FRAME_MAX
+
+
+class SimulatedPump:
+    def __init__(self, slot: str, registry: Any, settings: PumpSettings) -> None:
+        self.slot = slot
+        self.device_id = f"sim-{slot}"
+        self.settings = settings
+        self._registry = registry
+        self.physics: Any = firmware.physics.PumpPhysics(thermal_tau_s=settings.thermal_tau_s)
+        self.boots = 0
+        self.controller: Any = None
+        self.dispatcher: Any = None
+        self._boot()
+
+    def _boot(self) -> None:
+        hardware = firmware.hardware_sim.SimulatedHardware(self.physics)
+        self.controller = firmware.controller.PumpController(
+            hardware,
+            deadman_s=self.settings.deadman_s,
+            default_setpoint_rpm=self.settings.default_setpoint_rpm,
+            dry_run_s=self.settings.dry_run_s,
+            on_event=self._event,
+        )
+        self.dispatcher = firmware.dispatcher.Dispatcher(
+            self._registry,
+            firmware.tools.handlers(self.controller),
+            firmware.SERVER_INFO,
+            instructions=firmware.INSTRUCTIONS,
+            frame_max=self.settings.frame_max_bytes,
+            log=self._event,
+        )
+        self.boots += 1
+
+    def _event(self, event: str, **fields: Any) -> None:
+        # The board's own log events (fault, fault_reset, request_error, duplicate_request).
+        level = logging.INFO if event in ("fault", "fault_reset") else logging.DEBUG
+        log.log(level, "%s %s %s", self.slot, event, fields.get("code") or fields.get("detail") or "")
+
+    # -- what the link and the tick call --------------------------------------------------------
+
+    def tick(self) -> None:
+        self.controller.tick()
+
+    def heard(self) -> None:
+        """A frame or a ping from the gateway: feeds the dead-man, as on the board."""
+        self.controller.heard()
+
+    def handle(self, frame: bytes) -> bytes | None:
+        return firmware.assemble(self.dispatcher.handle(frame))
+
+    def oversize(self, size: int, head: bytes) -> bytes:
+        answer: bytes = self.dispatcher.oversize(size, head)
+        return answer
+
+    # -- the control interface ------------------------------------------------------------------
+
+    def injected(self) -> list[str]:
+        return [kind for kind in firmware.FAULT_CONDITIONS if self.physics.injected(kind)]
+
+    def inject(self, condition: str) -> None:
+        self.physics.inject(condition)
+        if condition == "overtemp":
+            self.physics.motor_temp_c = max(self.physics.motor_temp_c, firmware.TRIP_C + OVERTEMP_JUMP_C)
+        self.tick()  # let the board see it now rather than on the next tick
+
+    def clear(self, condition: str) -> None:
+        self.physics.clear(condition)
+        self.tick()
+
+    def reboot(self) -> None:
+        self.controller.hardware.safe_stop()
+        self._boot()
+        log.info("%s rebooted (boot %d)", self.slot, self.boots)
+
+    def status(self) -> dict[str, Any]:
+        """The status object get_status returns, read without counting as contact from the gateway."""
+        status: dict[str, Any] = self.controller.status()
+        return status

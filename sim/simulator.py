@@ -1,0 +1,241 @@
+"""N simulated pump-1 devices: their boards, one control tick, their links, and the control endpoint.
+
+API
+---
+SimulatorSettings(pumps, first=1, pump=PumpSettings(), tick_ms=100, silence_s=90, backoff_min_s=1,
+                  backoff_max_s=30, connect_timeout_s=10)
+Simulator(gateway_url or None, settings) slots pump-<first> ... pump-<first + pumps - 1>
+    await .start_control(port, flag)     bind the control endpoint on 127.0.0.1 (0: any free port);
+                                         raises OSError naming `flag` when the port is taken
+    .control_url                         http://127.0.0.1:<port> once bound
+    .start(gateway_url=None)             the tick and every pump's link (in the running event loop)
+    await .stop()                        links closed (1001), tick and control endpoint stopped
+    .apply(slot, fault, clear=False, seconds=None) -> the pump's state; raises UnknownPump, BadFault
+    .state(slot) -> dict                 slot, device_id, link, injected conditions, boots, status
+run(gateway_url, settings, control_port) prints where it publishes and its control URL, runs until
+                                         SIGTERM or SIGINT (`mcp-gateway sim`)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from gateway import __version__
+from sim import FIRMWARE_NAME, firmware
+from sim.link import PumpLink
+from sim.pump import PumpSettings, SimulatedPump
+
+log = logging.getLogger("sim")
+
+EVENTS = ("reboot", "link_drop")
+FAULTS = (*firmware.FAULT_CONDITIONS, *EVENTS)
+
+
+class UnknownPump(LookupError):
+    pass
+
+
+class BadFault(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SimulatorSettings:
+    pumps: int
+    first: int = 1
+    pump: PumpSettings = field(default_factory=PumpSettings)
+    tick_ms: int = 100
+    silence_s: float = 90.0
+    backoff_min_s: float = 1.0
+    backoff_max_s: float = 30.0
+    connect_timeout_s: float = 10.0
+
+    @property
+    def slots(self) -> list[str]:
+        return [f"pump-{number}" for number in range(self.first, self.first + self.pumps)]
+
+
+class Simulator:
+    def __init__(self, gateway_url: str | None, settings: SimulatorSettings) -> None:
+        if settings.pumps < 1:
+            raise ValueError("the simulator needs at least one pump")
+        self.gateway_url = gateway_url
+        self.settings = settings
+        path = firmware.schema_file()
+        registry = firmware.load_registry(path, settings.pump.frame_max_bytes)
+        self.schema_hash = firmware.schema_hash(path)
+        self.pumps = {slot: SimulatedPump(slot, registry, settings.pump) for slot in settings.slots}
+        self.links: dict[str, PumpLink] = {}
+        self.control_url: str | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._tick: asyncio.Task[None] | None = None
+        self._control: web.AppRunner | None = None
+
+    def hello(self, pump: SimulatedPump) -> dict[str, Any]:
+        return {
+            "device_id": pump.device_id,
+            "firmware": {"name": FIRMWARE_NAME, "version": __version__},
+            "schema": self.schema_hash,
+        }
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def start_control(self, port: int, flag: str = "--control-port") -> str:
+        from sim.control import control_app
+
+        runner = web.AppRunner(control_app(self), access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", port)
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise OSError(
+                f"cannot open the simulator's control endpoint on 127.0.0.1:{port}: {exc.strerror or exc}; "
+                f"choose another port with {flag} (0 picks a free one)"
+            ) from exc
+        self._control = runner
+        bound = runner.addresses[0][1]
+        self.control_url = f"http://127.0.0.1:{bound}"
+        return self.control_url
+
+    def start(self, gateway_url: str | None = None) -> None:
+        """Start the tick and the links (inside the running loop); `gateway_url` if not given before."""
+        self.gateway_url = gateway_url or self.gateway_url
+        if self.gateway_url is None:
+            raise ValueError("the simulator needs the gateway's URL")
+        # One connection per pump, however many: no pool limit (aiohttp's default is 100).
+        self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        settings = self.settings
+        for slot, pump in self.pumps.items():
+            link = PumpLink(
+                pump,
+                self.gateway_url,
+                self._http,
+                self.hello(pump),
+                silence_s=settings.silence_s,
+                connect_timeout_s=settings.connect_timeout_s,
+                backoff_min_s=settings.backoff_min_s,
+                backoff_max_s=settings.backoff_max_s,
+            )
+            self.links[slot] = link
+            link.start()
+        self._tick = asyncio.get_running_loop().create_task(self._ticker(), name="sim-tick")
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(link.stop() for link in self.links.values()))
+        if self._tick is not None:
+            self._tick.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tick
+        for pump in self.pumps.values():
+            pump.controller.hardware.safe_stop()
+        if self._http is not None:
+            await self._http.close()
+        if self._control is not None:
+            await self._control.cleanup()
+            self._control = None
+
+    async def _ticker(self) -> None:
+        """Every pump's control tick (ramp, sensors, fault detection, dead-man) every tick_ms."""
+        period = self.settings.tick_ms / 1000
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while True:
+            for pump in self.pumps.values():
+                try:
+                    pump.tick()
+                except Exception:  # one pump's bug must not stop the others
+                    log.exception("%s: control tick failed", pump.slot)
+            due += period
+            now = loop.time()
+            due = max(due, now)  # fell behind (a busy machine): skip, do not burst
+            await asyncio.sleep(due - now)
+
+    # -- the control interface --------------------------------------------------------------------
+
+    def pump(self, slot: str) -> SimulatedPump:
+        pump = self.pumps.get(slot)
+        if pump is None:
+            raise UnknownPump(f"no simulated pump {slot!r}; this simulator runs {', '.join(self.pumps)}")
+        return pump
+
+    def apply(self, slot: str, fault: str, clear: bool = False, seconds: float | None = None) -> dict[str, Any]:
+        pump = self.pump(slot)
+        if fault not in FAULTS:
+            raise BadFault(f"unknown fault {fault!r}; valid faults: {', '.join(FAULTS)}")
+        if seconds is not None and fault != "link_drop":
+            raise BadFault("seconds applies to link_drop only (how long the pump stays offline)")
+        if seconds is not None and not 0 <= seconds <= 86_400:
+            raise BadFault("seconds must be between 0 and 86400")
+        link = self.links.get(slot)
+        if fault == "reboot":
+            if clear:
+                raise BadFault("reboot is an event, there is nothing to clear")
+            pump.reboot()
+            if link is not None:
+                link.restart()
+        elif fault == "link_drop":
+            if link is not None:
+                if clear:
+                    link.reconnect()
+                else:
+                    link.drop(seconds)
+        elif clear:
+            pump.clear(fault)
+        else:
+            pump.inject(fault)
+        log.info("%s: %s%s from the control endpoint", slot, fault, " cleared" if clear else "")
+        return self.state(slot)
+
+    def state(self, slot: str) -> dict[str, Any]:
+        pump = self.pump(slot)
+        link = self.links.get(slot)
+        return {
+            "slot": slot,
+            "device_id": pump.device_id,
+            "link": {
+                "url": link.url if link else None,
+                "connected": bool(link and link.connected),
+                "links": link.links if link else 0,
+                "offline_for_s": link.offline_for_s() if link else None,
+                "last_down_reason": link.last_down_reason if link else None,
+            },
+            "injected": pump.injected(),
+            "boots": pump.boots,
+            "status": pump.status(),
+        }
+
+    def states(self) -> list[dict[str, Any]]:
+        return [self.state(slot) for slot in self.pumps]
+
+
+async def run(gateway_url: str, settings: SimulatorSettings, control_port: int) -> None:
+    """`mcp-gateway sim`: publish the pumps and serve the control endpoint until SIGTERM or SIGINT."""
+    simulator = Simulator(gateway_url, settings)
+    control = await simulator.start_control(control_port)
+    simulator.start()
+    slots = settings.slots
+    names = slots[0] if len(slots) == 1 else f"{slots[0]} ... {slots[-1]}"
+    where = firmware.provider_url(gateway_url, slots[0]).rsplit("/", 1)[0] + "/<slot>"
+    print(f"simulator: {len(slots)} pump(s), {names}, publishing to {where}")
+    print(f"control: {control}   (mcp-gateway sim-status --control {control})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await simulator.stop()
+        print("simulator stopped", file=sys.stderr)

@@ -1,0 +1,124 @@
+"""The commands as a user runs them: `mcp-gateway run --sim-pumps 1` and `mcp-gateway sim`, real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import sys
+from pathlib import Path
+
+import orjson
+
+from gateway.app import GatewayServer
+from tests.conftest import wait_ready_slot
+from tests.integration.test_shutdown import free_port, wait_until_ready
+from tests.sim.conftest import cli
+from tests.support.southbound import provider_status
+
+REPO = Path(__file__).resolve().parents[2]
+CONTROL_URL = re.compile(rb"http://127\.0\.0\.1:\d+")
+
+
+async def spawn(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        *args,
+        cwd=REPO,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def line_matching(stream: asyncio.StreamReader | None, pattern: re.Pattern[bytes], timeout: float = 10) -> bytes:
+    assert stream is not None
+    seen: list[bytes] = []
+    async with asyncio.timeout(timeout):
+        while True:
+            line = await stream.readline()
+            assert line, f"the process closed its output before {pattern.pattern!r}: {b''.join(seen).decode()}"
+            seen.append(line)
+            if pattern.search(line):
+                return line
+
+
+async def wait_connected(url: str, slot: str, timeout: float = 10) -> dict[str, object]:
+    async with asyncio.timeout(timeout):
+        while True:
+            status = await provider_status(url, slot)
+            if status["state"] == "ready":
+                return status
+            await asyncio.sleep(0.05)
+
+
+async def stop(process: asyncio.subprocess.Process) -> int:
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return await asyncio.wait_for(process.wait(), 10)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+
+
+async def test_run_with_a_simulated_pump_answers_the_readme_calls() -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    gateway = await spawn("run", "--port", str(port), "--sim-pumps", "1", "--sim-control-port", "0")
+    try:
+        await wait_until_ready(url, gateway)
+        control = CONTROL_URL.search(await line_matching(gateway.stderr, re.compile(rb"simulated pump-1 attached")))
+        assert control is not None
+        status = await wait_connected(url, "pump-1")
+        assert status["transport"] == "websocket"  # the real path, not an in-process shortcut
+
+        code, out, err = await cli("call", "pump-1", "get_status", "--url", url)
+        assert (code, err) == (0, "")
+        assert orjson.loads(out)["state"] == "stopped"
+        code, out, _ = await cli("call", "pump-1", "start", "speed_rpm=1200", "--url", url)
+        assert code == 0
+        assert orjson.loads(out)["setpoint_rpm"] == 1200
+
+        code, out, _ = await cli("sim-status", "--control", control.group().decode())
+        assert code == 0
+        assert out.splitlines()[1].split()[:2] == ["pump-1", "up"]
+    finally:
+        assert await stop(gateway) == 0
+
+
+async def test_sim_command_publishes_n_pumps_into_a_gateway_and_stops_cleanly(gateway: GatewayServer) -> None:
+    ws_url = gateway.url.replace("http://", "ws://")  # ws:// is accepted as well as http://
+    simulator = await spawn("sim", "--gateway", ws_url, "--pumps", "2", "--first", "3", "--control-port", "0")
+    try:
+        first = await line_matching(simulator.stdout, re.compile(rb"^simulator: "))
+        assert b"2 pump(s), pump-3 ... pump-4" in first
+        control = CONTROL_URL.search(await line_matching(simulator.stdout, re.compile(rb"^control: ")))
+        assert control is not None
+        for slot in ("pump-3", "pump-4"):
+            await wait_ready_slot(gateway, slot, timeout=10)
+
+        code, out, _ = await cli("sim-fault", "--control", control.group().decode(), "pump-4", "sensor_failure")
+        assert code == 0
+        assert orjson.loads(out)["status"]["fault"]["code"] == "sensor_failure"
+    finally:
+        assert await stop(simulator) == 0
+    status = await provider_status(gateway.url, "pump-3")
+    assert status["connected"] is False
+    assert "1001" in str(status["last_disconnect_reason"])  # a polite close: going away
+
+
+async def test_sim_command_refuses_a_url_it_cannot_dial() -> None:
+    code, _, err = await cli("sim", "--gateway", "ftp://127.0.0.1:3000", "--pumps", "2")
+    assert code == 2
+    assert "--gateway must start with http://, https://, ws:// or wss://" in err
+    for flags in (("--pumps", "0"), ("--deadman-s", "0")):
+        code, _, err = await cli("sim", *flags)
+        assert code == 2
+        assert "--pumps must be between 1 and 1000" in err
+    code, _, err = await cli("run", "--sim-pumps", "-1")
+    assert code == 2
+    assert "--sim-pumps must be 0 or more" in err
