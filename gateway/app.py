@@ -6,107 +6,35 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from gateway import __version__
 from gateway.config import GatewayConfig
 from gateway.core.gateway import Gateway
-from gateway.northbound.streamable_http import StreamableHttpEndpoint, http_error
+from gateway.entry import add_cors_headers, entry_gate, origin_check
+from gateway.northbound.streamable_http import StreamableHttpEndpoint
 from gateway.policy.origin import OriginPolicy
 from gateway.southbound.websocket import ProviderWebSockets
-from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway")
 
 GATEWAY_KEY = web.AppKey("gateway", Gateway)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-CORS_ALLOW_HEADERS = (
-    "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID"
-)
-
-
-def endpoint_kind(path: str) -> str:
-    """A bounded label for /metrics: which kind of endpoint a request went to."""
-    if path in ("/healthz", "/readyz", "/metrics"):
-        return path[1:]
-    if path == "/providers" or path.startswith("/provider/") or path == "/provider":
-        return "provider"
-    if path == "/_broker/mcp":
-        return "broker"
-    if path == "/_all/mcp":
-        return "all"
-    if path.endswith("/mcp") and path.count("/") == 2:
-        return "slot"
-    return "other"
-
-
-def request_metrics_middleware(metrics: Metrics) -> Middleware:
-    @web.middleware
-    async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
-        kind = endpoint_kind(request.rel_url.raw_path)
-        try:
-            response = await handler(request)
-        except web.HTTPException as exc:
-            metrics.http_requests.labels(kind, str(exc.status)).inc()
-            raise
-        metrics.http_requests.labels(kind, str(response.status)).inc()
-        return response
-
-    return count
-
-
-CORS_HEADERS_KEY = web.RequestKey("cors_headers", dict[str, str])
-
-
-def origin_middleware(policy: OriginPolicy, metrics: Metrics) -> Middleware:
-    @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        origin = request.headers.get("Origin")
-        refusal = policy.check(origin, request.headers.get("Host"))
-        if refusal is not None:
-            metrics.refusals.labels(refusal.error).inc()
-            return http_error(refusal.status, refusal.error, refusal.description)
-        if origin is None:
-            return await handler(request)
-        # An allowed browser origin: answer preflights and expose the session header.
-        cors = {
-            "Access-Control-Allow-Origin": origin,
-            "Access-Control-Expose-Headers": "Mcp-Session-Id",
-            "Vary": "Origin",
-        }
-        if request.method == "OPTIONS":
-            cors["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"
-            cors["Access-Control-Allow-Headers"] = request.headers.get(
-                "Access-Control-Request-Headers", CORS_ALLOW_HEADERS
-            )
-            return web.Response(status=204, headers=cors)
-        # Set when the response is prepared, so streamed answers (SSE) that the handler starts
-        # itself carry the headers too; a browser hides a stream without them.
-        request[CORS_HEADERS_KEY] = cors
-        return await handler(request)
-
-    return check
-
-
-async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """on_response_prepare: the CORS headers the origin check granted this request, if any."""
-    cors = request.get(CORS_HEADERS_KEY)
-    if cors is not None:
-        response.headers.update(cors)
 
 
 def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Application:
     gateway = gateway or Gateway(config)
     policy = OriginPolicy(config.allowed_origins, config.is_loopback, config.allowed_hosts, config.host)
     app = web.Application(
-        middlewares=[request_metrics_middleware(gateway.metrics), origin_middleware(policy, gateway.metrics)],
+        middlewares=[entry_gate(gateway.metrics, [origin_check(policy, gateway.metrics)])],
         client_max_size=config.limits.max_body_bytes,
     )
     app[GATEWAY_KEY] = gateway
-    app.on_response_prepare.append(add_cors_headers)
+    if config.allowed_origins:
+        # Only an allowed browser origin gets CORS headers; with none configured every browser
+        # request is refused at the gate, so the per-response hook is not needed.
+        app.on_response_prepare.append(add_cors_headers)
     clients = StreamableHttpEndpoint(gateway)
     providers = ProviderWebSockets(gateway)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.principal import ANONYMOUS, Principal
 from gateway.core.provider_session import NotificationSink, ProviderSession
 from gateway.core.slots import Listener, Slot, SlotRegistry
 from gateway.core.upstream_state import LOG_LEVELS, level_rank
@@ -49,7 +50,7 @@ class ClientContext:
     listener: Hashable | None = None  # the session (or stream) that owns upstream state
     sink: NotificationSink | None = None
     log_level: str | None = None  # stateless era: the per-request opt-in
-    principal: str | None = None
+    principal: Principal = ANONYMOUS
     client_capabilities: JsonObject = field(default_factory=dict)
     on_pending: Callable[[int], None] | None = None
 
@@ -232,7 +233,8 @@ class SlotTarget(Target):
         session = self.slot.live
         if session is None:
             raise errors.not_connected(self.name)
-        await session.wait_ready(session.settings.initialize_timeout_ms / 1000)
+        if not session.ready:
+            await session.wait_ready(session.settings.initialize_timeout_ms / 1000)
         return session
 
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.principal import Principal
 from gateway.core.routing import Target
 from gateway.core.streams import MessageQueue
 from gateway.telemetry.metrics import Metrics
@@ -24,7 +25,7 @@ class ClientSession:
         protocol_version: str,
         client_info: Any,
         capabilities: Any,
-        principal: str | None,
+        principal: Principal,
     ) -> None:
         self.id = session_id
         self.target = target
@@ -81,7 +82,7 @@ class SessionStore:
         protocol_version: str,
         client_info: Any,
         capabilities: Any,
-        principal: str | None,
+        principal: Principal,
     ) -> ClientSession:
         if len(self.sessions) >= self.max_sessions:
             self.sweep()

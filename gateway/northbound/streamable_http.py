@@ -20,6 +20,7 @@ from gateway.core import errors, jsonrpc, stateless
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.names import SlotNameError, decode_path_segment
+from gateway.core.principal import ANONYMOUS
 from gateway.core.routing import (
     META_SUBSCRIPTION_ID,
     SESSION,
@@ -343,7 +344,7 @@ class StreamableHttpEndpoint:
                 result["protocolVersion"],
                 params.get("clientInfo"),
                 params.get("capabilities"),
-                principal=None,
+                principal=ANONYMOUS,
             )
         except SessionLimitReached:
             return rpc_error(
@@ -416,16 +417,14 @@ class StreamableHttpEndpoint:
         if message.kind is Kind.NOTIFICATION or message.kind is Kind.RESPONSE:
             # No client-to-server notifications exist in this era; cancellation is closing the stream.
             return web.Response(status=202)
-        duplicated = stateless.duplicated_routing_header(
-            (name.decode("latin-1"), value.decode("latin-1")) for name, value in request.raw_headers
-        )
+        # aiohttp's header view keeps repeated headers and looks names up case-insensitively.
+        duplicated = stateless.duplicated_routing_header(request.headers.items())
         if duplicated is not None:
             return self.rejection(
                 body,
                 Rejection(jsonrpc.HEADER_MISMATCH, f"{duplicated} header appears more than once"),
             )
-        headers = {key.lower(): value for key, value in request.headers.items()}
-        verdict = stateless.check_request(body, headers)
+        verdict = stateless.check_request(body, request.headers)
         if isinstance(verdict, Rejection):
             return self.rejection(body, verdict)
         if message.method == "initialize":

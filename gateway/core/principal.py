@@ -1,0 +1,24 @@
+"""Who is calling: the identity the policy layer established for one client request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller (or the anonymous one), with the scopes it was granted.
+
+    `kind` says how it was established: "anonymous" (no authentication configured, loopback),
+    "token" (a static token), "oauth" (a JWT from the authorization server), "hmac" (a signed request).
+    """
+
+    name: str
+    kind: str = "anonymous"
+    scopes: frozenset[str] = field(default_factory=frozenset)
+
+    def has_scopes(self, required: frozenset[str] | set[str] | list[str]) -> bool:
+        return set(required) <= self.scopes
+
+
+ANONYMOUS = Principal("anonymous")

@@ -1,0 +1,114 @@
+"""The one gate every HTTP and WebSocket request passes before any handler: counted, then checked.
+
+Checks are policy decisions (gateway/policy/) applied in order; the first refusal answers the request.
+Adding a check (authentication, rate limits) means adding one step here, so no way in can miss it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from gateway.northbound.streamable_http import http_error
+from gateway.policy.origin import OriginPolicy
+from gateway.telemetry.metrics import Metrics
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Check = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
+"""A policy step: None lets the request through; a response refuses it."""
+
+CORS_ALLOW_HEADERS = (
+    "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID"
+)
+CORS_HEADERS_KEY = web.RequestKey("cors_headers", dict[str, str])
+
+
+def endpoint_kind(path: str) -> str:
+    """A bounded label for /metrics: which kind of endpoint a request went to."""
+    if path in ("/healthz", "/readyz", "/metrics"):
+        return path[1:]
+    if path == "/providers" or path.startswith("/provider/") or path == "/provider":
+        return "provider"
+    if path == "/_broker/mcp":
+        return "broker"
+    if path == "/_all/mcp":
+        return "all"
+    if path.endswith("/mcp") and path.count("/") == 2:
+        return "slot"
+    return "other"
+
+
+class RequestCounter:
+    """mcpgw_http_requests children, looked up once per (endpoint kind, status)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.children: dict[tuple[str, int], object] = {}
+
+    def count(self, kind: str, status: int) -> None:
+        child = self.children.get((kind, status))
+        if child is None:
+            child = self.metrics.http_requests.labels(kind, str(status))
+            self.children[(kind, status)] = child
+        child.inc()  # type: ignore[attr-defined]
+
+
+def origin_check(policy: OriginPolicy, metrics: Metrics) -> Check:
+    """Origin and Host (DNS rebinding) on every entry; CORS for allowed browser origins."""
+
+    async def check(request: web.Request) -> web.StreamResponse | None:
+        origin = request.headers.get("Origin")
+        refusal = policy.check(origin, request.headers.get("Host"))
+        if refusal is not None:
+            metrics.refusals.labels(refusal.error).inc()
+            return http_error(refusal.status, refusal.error, refusal.description)
+        if origin is None:
+            return None
+        cors = {
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Expose-Headers": "Mcp-Session-Id",
+            "Vary": "Origin",
+        }
+        if request.method == "OPTIONS":
+            cors["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"
+            cors["Access-Control-Allow-Headers"] = request.headers.get(
+                "Access-Control-Request-Headers", CORS_ALLOW_HEADERS
+            )
+            return web.Response(status=204, headers=cors)
+        # Added when the response is prepared, so streamed answers (SSE) that a handler starts itself
+        # carry them too; a browser hides a stream without them.
+        request[CORS_HEADERS_KEY] = cors
+        return None
+
+    return check
+
+
+async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: the CORS headers the origin check granted this request, if any."""
+    cors = request.get(CORS_HEADERS_KEY)
+    if cors is not None:
+        response.headers.update(cors)
+
+
+def entry_gate(metrics: Metrics, checks: list[Check]) -> Middleware:
+    counter = RequestCounter(metrics)
+
+    @web.middleware
+    async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        kind = endpoint_kind(request.rel_url.raw_path)
+        try:
+            for check in checks:
+                refusal = await check(request)
+                if refusal is not None:
+                    counter.count(kind, refusal.status)
+                    return refusal
+            response = await handler(request)
+        except web.HTTPException as exc:
+            counter.count(kind, exc.status)
+            raise
+        counter.count(kind, response.status)
+        return response
+
+    return gate
