@@ -12,6 +12,13 @@ import time
 from pathlib import Path
 from typing import IO
 
+UNLIMITED_RATE_ENV = {
+    "MCP_GATEWAY_LIMITS__RATE__PER_PRINCIPAL__RATE_PER_S": "0",
+    "MCP_GATEWAY_LIMITS__RATE__PER_SLOT__RATE_PER_S": "0",
+}
+"""The one change from the built-in defaults a bench makes: rate limits off. A bench drives far more
+than one caller's default 50 requests/s on purpose, and measures the relay, not the limiter."""
+
 
 def free_port() -> int:
     """A loopback port nobody listens on right now (the child binds it a moment later)."""

@@ -34,7 +34,7 @@ import aiohttp
 import orjson
 from mcp import Client
 
-from bench.processes import Child, cpu_seconds, free_port
+from bench.processes import UNLIMITED_RATE_ENV, Child, cpu_seconds, free_port
 from bench.report import median, percentile, ratio
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,6 +107,7 @@ class Stack:
 
     async def start(self) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY_")}
+        env.update(UNLIMITED_RATE_ENV)
         self.children.append(Child("gateway", ["-m", "gateway.cli", "run", "--port", str(self.port)], REPO, env=env))
         await self._wait_healthy()
         await asyncio.to_thread(self._launch_board)

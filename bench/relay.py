@@ -32,7 +32,7 @@ from mcp import Client
 
 from bench.devices import Devices
 from bench.load import SequentialClient, WorkerPool
-from bench.processes import Child, cpu_seconds, free_port, machine_busy_seconds, memory_kib
+from bench.processes import UNLIMITED_RATE_ENV, Child, cpu_seconds, free_port, machine_busy_seconds, memory_kib
 from bench.report import Row, median, missed, percentile, render
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,6 +127,7 @@ class Stack:
     async def start(self) -> None:
         # The gateway's built-in defaults: no config file or MCP_GATEWAY_* setting of this shell leaks in.
         gateway_env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY_")}
+        gateway_env.update(UNLIMITED_RATE_ENV)
         gateway_args = ["-m", "gateway.cli", "run", "--port", str(self.gateway_port)]
         self.children.append(Child("gateway", gateway_args, REPO, env=gateway_env))
         await self._wait_healthy(f"{self.gateway_url}/healthz", self.gateway)

@@ -13,9 +13,12 @@ from aiohttp import web
 from gateway import __version__
 from gateway.config import GatewayConfig
 from gateway.core.gateway import Gateway
-from gateway.entry import add_cors_headers, entry_gate, origin_check
+from gateway.entry import add_cors_headers, entry_gate, origin_check, rate_limit_admission
 from gateway.northbound.streamable_http import StreamableHttpEndpoint
+from gateway.policy.client_auth import ClientAuth
 from gateway.policy.origin import OriginPolicy
+from gateway.policy.provider_auth import ProviderAuthPolicy
+from gateway.policy.tls import ServerTls
 from gateway.southbound.websocket import ProviderWebSockets
 
 log = logging.getLogger("gateway")
@@ -26,8 +29,14 @@ GATEWAY_KEY = web.AppKey("gateway", Gateway)
 def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Application:
     gateway = gateway or Gateway(config)
     policy = OriginPolicy(config.allowed_origins, config.is_loopback, config.allowed_hosts, config.host)
+    checks = [origin_check(policy, gateway.metrics)]
+    # Only when [auth] configures some: an open loopback gateway pays nothing per request for it.
+    client_auth = ClientAuth.from_config(config, gateway)
+    if client_auth is not None:
+        checks.append(client_auth.check)
+        gateway.auth_posture = client_auth.posture
     app = web.Application(
-        middlewares=[entry_gate(gateway.metrics, [origin_check(policy, gateway.metrics)])],
+        middlewares=[entry_gate(gateway.metrics, checks)],
         client_max_size=config.limits.max_body_bytes,
     )
     app[GATEWAY_KEY] = gateway
@@ -35,8 +44,11 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
         # Only an allowed browser origin gets CORS headers; with none configured every browser
         # request is refused at the gate, so the per-response hook is not needed.
         app.on_response_prepare.append(add_cors_headers)
-    clients = StreamableHttpEndpoint(gateway)
-    providers = ProviderWebSockets(gateway)
+    limiter = gateway.rate_limiter
+    clients = StreamableHttpEndpoint(
+        gateway, rate_limit_admission(limiter, gateway.metrics) if limiter.enabled else None
+    )
+    providers = ProviderWebSockets(gateway, ProviderAuthPolicy(config.providers.auth, gateway.metrics))
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "alive", "version": __version__})
@@ -54,6 +66,8 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_routes(providers.routes())
+    if client_auth is not None:
+        app.router.add_routes(client_auth.routes())  # RFC 9728 metadata, before the catch-all
     app.router.add_route("*", "/{tail:.*}", clients.handle)
 
     async def on_startup(_: web.Application) -> None:
@@ -65,6 +79,17 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
 
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
+    if client_auth is not None:
+        auth = client_auth
+
+        async def start_auth(_: web.Application) -> None:
+            await auth.start()
+
+        async def stop_auth(_: web.Application) -> None:
+            await auth.close()
+
+        app.on_startup.append(start_auth)
+        app.on_cleanup.append(stop_auth)
     return app
 
 
@@ -74,6 +99,8 @@ class GatewayServer:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.gateway = Gateway(config)
+        # Built first: a certificate or key that cannot be used stops startup (ConfigError).
+        self.tls = ServerTls(config.tls, self.gateway.metrics) if config.tls.enabled else None
         self.app = build_app(config, self.gateway)
         self.runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
         self.port = config.port
@@ -85,11 +112,17 @@ class GatewayServer:
             host = "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        return f"{self.config.scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.config.host, self.config.port, reuse_address=True)
+        site = web.TCPSite(
+            self.runner,
+            self.config.host,
+            self.config.port,
+            reuse_address=True,
+            ssl_context=self.tls.context if self.tls is not None else None,
+        )
         await site.start()
         # The bound socket tells the real port when port 0 (any free port) was asked for.
         sockets = getattr(site._server, "sockets", None) or []
@@ -102,13 +135,19 @@ class GatewayServer:
         self.gateway.listening = False
         await self.runner.cleanup()
 
+    def reload_tls(self) -> bool:
+        """SIGHUP: load the certificate and key again; new handshakes use them (False: old pair kept)."""
+        if self.tls is None:
+            return False
+        return self.tls.reload()
+
 
 async def serve(config: GatewayConfig, ready: Callable[[GatewayServer], None] | None = None) -> None:
     """Run until SIGTERM or SIGINT, then stop accepting, answer what is pending, close links."""
     server = GatewayServer(config)
     await server.start()
     log.info("mcp-gateway %s listening on %s", __version__, server.url)
-    if config.insecure_lan and not config.is_loopback:
+    if config.lan_without_auth:
         log.warning(
             "INSECURE-LAN: bound to %s without authentication; anyone on the network can call devices",
             config.host,
@@ -120,6 +159,10 @@ async def serve(config: GatewayConfig, ready: Callable[[GatewayServer], None] | 
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stop.set)
+    if server.tls is not None:
+        # Only with TLS: without it there is nothing to reload, and SIGHUP keeps its default meaning.
+        with contextlib.suppress(NotImplementedError, AttributeError):
+            loop.add_signal_handler(signal.SIGHUP, server.reload_tls)
     try:
         await stop.wait()
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -63,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if sim_pumps < 0:
         print("mcp-gateway: --sim-pumps must be 0 or more", file=sys.stderr)
         return 2
-    setup_logging(config.logging.level, config.logging.format, config.insecure_lan and not config.is_loopback)
+    setup_logging(config.logging.level, config.logging.format, config.lan_without_auth)
     if sim_pumps:
         from sim.embedded import serve_with_simulator
 
@@ -89,13 +90,21 @@ def cmd_sim(args: argparse.Namespace) -> int:
         )
         return 2
     from gateway.logs import setup_logging
+    from gateway.publish.websocket import client_ssl
+    from sim.link import LinkSecurity, provider_token
     from sim.pump import PumpSettings
     from sim.simulator import SimulatorSettings, run
 
+    try:
+        token = provider_token(args.provider_token_file)
+        trust = client_ssl(None, args.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        print(f"mcp-gateway sim: {exc}", file=sys.stderr)
+        return 2
     setup_logging(args.log_level, "auto")
     pump = PumpSettings(deadman_s=args.deadman_s, dry_run_s=args.dry_run_s)
     settings = SimulatorSettings(pumps=args.pumps, first=args.first, pump=pump)
-    asyncio.run(run(args.gateway, settings, args.control_port))
+    asyncio.run(run(args.gateway, settings, args.control_port, LinkSecurity(token, trust)))
     return 0
 
 
@@ -131,17 +140,81 @@ def cmd_config(args: argparse.Namespace) -> int:
         if refusal is not None:
             print(f"mcp-gateway: configuration loads, but `run` would refuse it: {refusal}", file=sys.stderr)
             return 2
+        from gateway.policy.client_auth import check_client_auth
+
+        check_client_auth(config)  # token files and a JWKS file are read as `run` reads them
         print("configuration OK")
         return 0
     sys.stdout.write(orjson.dumps(masked_dump(config), option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
 
 
+def _configured_token_file(args: argparse.Namespace) -> str | None:
+    """The first auth.token_files entry of the config file named by --config or $MCP_GATEWAY_CONFIG.
+
+    Read as plain TOML, not validated: the secrets the configuration names (environment variables of
+    the service) need not exist in the shell of whoever creates a token."""
+    import os
+    from pathlib import Path
+
+    from gateway.config import ENV_CONFIG_FILE, read_toml
+
+    name = getattr(args, "config", None) or os.environ.get(ENV_CONFIG_FILE)
+    if not name:
+        return None
+    files = read_toml(Path(name)).get("auth", {}).get("token_files")
+    return files[0] if isinstance(files, list) and files and isinstance(files[0], str) else None
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    """Create a random token for NAME, store only its SHA-256 in the token file, print it once."""
+    from pathlib import Path
+
+    from gateway.policy.token_files import TokenFileError, create_token, default_token_file
+
+    configured = _configured_token_file(args)
+    path = Path(args.file or configured or default_token_file())
+    try:
+        token = create_token(path, args.name, args.scope, replace=args.replace)
+    except (TokenFileError, OSError) as exc:
+        print(f"mcp-gateway token create: {exc}", file=sys.stderr)
+        return 2
+    # The token alone on stdout (TOKEN=$(mcp-gateway token create ...) works); the notes on stderr.
+    sys.stdout.write(token + "\n")
+    sys.stdout.flush()
+    scopes = " ".join(args.scope) or "none"
+    notes = [
+        f'Created token "{args.name}" (scopes: {scopes}) in {path}.',
+        "The token is printed once, on standard output: only its SHA-256 is stored, so it cannot be shown again.",
+        "Clients send it as the header:  Authorization: Bearer <token>",
+    ]
+    if configured is None or Path(configured).resolve() != path.resolve():
+        notes.append(
+            f'The gateway uses this file once the configuration lists it:  [auth] token_files = ["{path.resolve()}"]'
+        )
+    print("\n".join(notes), file=sys.stderr)
+    return 0
+
+
+def _client_token(args: argparse.Namespace) -> str | None:
+    """The client token for slots/call/schema-hash: --token-file, else $MCP_GATEWAY_TOKEN, else none."""
+    import os
+
+    from gateway.config import ENV_CLIENT_TOKEN
+
+    if getattr(args, "token_file", None):
+        try:
+            return _read_credential_file(args.token_file, "--token-file")
+        except ValueError as exc:
+            raise GatewayCallError(str(exc)) from None
+    return os.environ.get(ENV_CLIENT_TOKEN, "").strip() or None
+
+
 def cmd_slots(args: argparse.Namespace) -> int:
     from gateway.client import GatewayClient, render_slots
 
     async def go() -> int:
-        async with GatewayClient(args.url, "_broker") as client:
+        async with GatewayClient(args.url, "_broker", token=_client_token(args)) as client:
             result = await client.call_tool("providers_list", {})
         sys.stdout.write(render_slots(result) + "\n")
         return 0
@@ -159,7 +232,7 @@ def cmd_call(args: argparse.Namespace) -> int:
         return 2
 
     async def go() -> int:
-        async with GatewayClient(args.url, args.slot) as client:
+        async with GatewayClient(args.url, args.slot, token=_client_token(args)) as client:
             result = await client.call_tool(args.tool, arguments)
         sys.stdout.write(render_result(result) + "\n")
         return 1 if result.get("isError") else 0
@@ -193,7 +266,7 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         listed: list[dict[str, Any]] = []
-        async with GatewayClient(args.url, args.slot) as client:
+        async with GatewayClient(args.url, args.slot, token=_client_token(args)) as client:
             params: dict[str, Any] = {}
             while True:
                 result = await client.request("tools/list", params)
@@ -206,6 +279,77 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(go())
+
+
+def _read_credential_file(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{what} {path}: cannot be read ({exc})") from None
+    if not text:
+        raise ValueError(f"{what} {path} is empty")
+    return text
+
+
+def cmd_stdio(args: argparse.Namespace) -> int:
+    """Serve MCP on stdin/stdout, forwarding every message to a running gateway's /<slot>/mcp."""
+    import os
+
+    from gateway.config import ENV_CLIENT_TOKEN
+    from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name
+    from gateway.logs import setup_logging
+    from gateway.northbound.stdio_bridge import BearerToken, Credentials, HmacKey, StdioBridge, main
+
+    def refuse(reason: str) -> int:
+        print(f"mcp-gateway stdio: {reason}", file=sys.stderr)
+        return 2
+
+    if not args.url.startswith(("http://", "https://")):
+        return refuse(f"--url must start with http:// or https://, got {args.url!r}")
+    if args.slot not in (ALL_SLOT, BROKER_SLOT):
+        try:
+            check_slot_name(args.slot)
+        except SlotNameError as exc:
+            return refuse(f"--slot: {exc}")
+    if (args.hmac_key_id is None) != (args.hmac_secret_file is None):
+        return refuse("request signing needs both --hmac-key-id and --hmac-secret-file")
+    if args.hmac_key_id is not None and args.token_file is not None:
+        return refuse("give --token-file or the --hmac-* options, not both")
+    credentials: Credentials | None = None
+    try:
+        if args.hmac_key_id is not None:
+            secret = _read_credential_file(args.hmac_secret_file, "--hmac-secret-file")
+            credentials = HmacKey(args.hmac_key_id, secret.encode("utf-8"))
+        elif args.token_file is not None:
+            credentials = BearerToken(_read_credential_file(args.token_file, "--token-file"))
+        elif os.environ.get(ENV_CLIENT_TOKEN, "").strip():
+            credentials = BearerToken(os.environ[ENV_CLIENT_TOKEN].strip())
+        context = ssl.create_default_context(cafile=args.ca_file) if args.ca_file else None
+    except (ValueError, OSError, ssl.SSLError) as exc:
+        return refuse(str(exc))
+    # stdout belongs to the MCP host: logs go to stderr only.
+    setup_logging(args.log_level, "text")
+    main(StdioBridge(args.url, args.slot, credentials, context))
+    return 0
+
+
+def cmd_tls_self_signed(args: argparse.Namespace) -> int:
+    """Create a local CA and a server certificate signed by it, then print where each file goes."""
+    from pathlib import Path
+
+    from gateway.policy.tls_self_signed import SelfSignedError, create, default_names, instructions
+
+    hosts, ips = default_names()
+    if args.host or args.ip:
+        hosts, ips = args.host or [], args.ip or []
+    try:
+        issued = create(Path(args.dir), hosts, ips, days=args.days, force=args.force, new_ca=args.new_ca)
+    except SelfSignedError as exc:
+        print(f"mcp-gateway tls self-signed: {exc}", file=sys.stderr)
+        return 2
+    print(instructions(issued, args.port))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,8 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
     config.set_defaults(func=cmd_config)
 
     default_url = f"http://127.0.0.1:{DEFAULT_PORT}"
+    token_help = "a file holding a client token, for a gateway with [auth] (default: $MCP_GATEWAY_TOKEN, if set)"
     slots = commands.add_parser("slots", help="list the slots of a running gateway")
     slots.add_argument("--url", default=default_url, help=f"gateway URL (default {default_url})")
+    slots.add_argument("--token-file", metavar="FILE", help=token_help)
     slots.set_defaults(func=cmd_slots)
 
     call = commands.add_parser("call", help="call a tool on a slot of a running gateway")
@@ -256,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("tool")
     call.add_argument("arguments", nargs="*", metavar="key=value", help="arguments; values are JSON or text")
     call.add_argument("--url", default=default_url, help=f"gateway URL (default {default_url})")
+    call.add_argument("--token-file", metavar="FILE", help=token_help)
     call.set_defaults(func=cmd_call)
 
     schema_hash = commands.add_parser(
@@ -264,7 +411,53 @@ def build_parser() -> argparse.ArgumentParser:
     schema_hash.add_argument("file", nargs="?", help="schema file: the tools array (e.g. device/schemas/pump-1.json)")
     schema_hash.add_argument("--slot", help="hash the tools/list of this slot on a running gateway instead")
     schema_hash.add_argument("--url", default=default_url, help=f"gateway URL for --slot (default {default_url})")
+    schema_hash.add_argument("--token-file", metavar="FILE", help=token_help)
     schema_hash.set_defaults(func=cmd_schema_hash)
+
+    stdio = commands.add_parser(
+        "stdio",
+        help="serve MCP on stdin/stdout, forwarding to a running gateway (for hosts that launch a command)",
+        description=cmd_stdio.__doc__,
+    )
+    stdio.add_argument("--slot", default="_all", help="the slot to serve (default _all: every opted-in provider)")
+    stdio.add_argument("--url", default=default_url, help=f"the gateway's base URL (default {default_url})")
+    stdio.add_argument(
+        "--token-file", metavar="FILE", help="a file holding the bearer token (default: $MCP_GATEWAY_TOKEN, if set)"
+    )
+    stdio.add_argument("--hmac-key-id", metavar="ID", help="sign every request with this [auth.hmac] key id")
+    stdio.add_argument("--hmac-secret-file", metavar="FILE", help="a file holding that key's secret")
+    stdio.add_argument("--ca-file", metavar="FILE", help="CA certificate(s) to trust for an https:// gateway")
+    stdio.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    stdio.set_defaults(func=cmd_stdio)
+
+    token = commands.add_parser("token", help="manage static client tokens ([auth] token_files)")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    token_create = token_commands.add_parser(
+        "create",
+        help="create a client token and print it once",
+        description="Create a random 256-bit client token for NAME with the given scopes. Only its SHA-256 is "
+        "written to the token file (created mode 0600, replaced atomically); the token is printed once on "
+        "standard output and cannot be shown again.",
+    )
+    token_create.add_argument("name", help="the caller the token stands for, e.g. scada")
+    token_create.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        metavar="SCOPE",
+        help="a scope to grant (repeat for several), e.g. pump-1 or metrics; see [auth] required_scopes",
+    )
+    token_create.add_argument(
+        "--file",
+        metavar="PATH",
+        help="token file (default: the first [auth] token_files entry of --config / $MCP_GATEWAY_CONFIG, else "
+        "/etc/mcp-gateway/tokens.toml when /etc/mcp-gateway exists, else ./tokens.toml)",
+    )
+    token_create.add_argument(
+        "--replace", action="store_true", help="replace an existing token of that name (the old one stops working)"
+    )
+    with_config(token_create)
+    token_create.set_defaults(func=cmd_token_create)
 
     sim = commands.add_parser(
         "sim", help="publish simulated pump-1 devices into a gateway", description=cmd_sim.__doc__
@@ -298,8 +491,43 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="how long a pump runs dry before it latches dry_run (default 5)",
     )
+    sim.add_argument(
+        "--provider-token-file",
+        metavar="FILE",
+        help="file holding the provider secret, sent as X-Provider-Token when the gateway has [providers.auth] "
+        "(default: $MCP_SIM_PROVIDER_TOKEN, else none)",
+    )
+    sim.add_argument("--ca-file", metavar="FILE", help="CA certificate to trust for a wss:// gateway (e.g. tls/ca.pem)")
     sim.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     sim.set_defaults(func=cmd_sim)
+
+    tls = commands.add_parser("tls", help="TLS certificates for the gateway")
+    tls_commands = tls.add_subparsers(dest="tls_command", required=True)
+    self_signed = tls_commands.add_parser(
+        "self-signed",
+        help="create a local CA and a server certificate for a site without a PKI",
+        description=cmd_tls_self_signed.__doc__,
+    )
+    self_signed.add_argument("--dir", default="tls", help="where to write the files (default ./tls)")
+    self_signed.add_argument(
+        "--host",
+        action="append",
+        metavar="NAME",
+        help="a DNS name the certificate is valid for (repeat; default: this machine's hostname, "
+        "<hostname>.local, localhost, and 127.0.0.1, ::1)",
+    )
+    self_signed.add_argument("--ip", action="append", metavar="ADDR", help="an IP address it is valid for (repeat)")
+    self_signed.add_argument(
+        "--days", type=int, default=825, metavar="N", help="validity of the server certificate (default 825)"
+    )
+    self_signed.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port shown in the printed URLs (default {DEFAULT_PORT})"
+    )
+    self_signed.add_argument("--force", action="store_true", help="overwrite existing files")
+    self_signed.add_argument(
+        "--new-ca", action="store_true", help="make a new CA even if DIR has one (boards then need the new ca.pem)"
+    )
+    self_signed.set_defaults(func=cmd_tls_self_signed)
 
     default_control = f"http://127.0.0.1:{SIM_CONTROL_PORT}"
     sim_fault = commands.add_parser("sim-fault", help="inject or clear a fault on a simulated pump")

@@ -57,8 +57,10 @@ def render_slots(result: dict[str, Any]) -> str:
 
 
 class GatewayClient:
-    def __init__(self, base_url: str, slot: str, timeout_s: float = 90.0) -> None:
+    def __init__(self, base_url: str, slot: str, timeout_s: float = 90.0, token: str | None = None) -> None:
         self.url = f"{base_url.rstrip('/')}/{quote(slot, safe='')}/mcp"
+        self.token = token
+        """A client token for a gateway with [auth]: sent as Authorization: Bearer, only to this URL."""
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.session_id: str | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -92,6 +94,8 @@ class GatewayClient:
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         if self.session_id:
             headers["Mcp-Session-Id"] = self.session_id
             headers["MCP-Protocol-Version"] = LATEST_HANDSHAKE
@@ -113,7 +117,13 @@ class GatewayClient:
                     decoded: dict[str, Any] = orjson.loads(body)
                 except orjson.JSONDecodeError:
                     raise GatewayCallError(f"HTTP {response.status}: {body[:200].decode(errors='replace')}") from None
-                if response.status >= 400 and "error" not in decoded:
+                error = decoded.get("error") if isinstance(decoded, dict) else None
+                if response.status >= 400 and not isinstance(error, dict):
+                    # Not a JSON-RPC error: a refusal before routing (authentication, origin, limits).
+                    if isinstance(error, str):
+                        raise GatewayCallError(
+                            f"HTTP {response.status} {error}: {decoded.get('error_description', '')}"
+                        )
                     raise GatewayCallError(f"HTTP {response.status}: {decoded}")
                 return decoded
         except aiohttp.ClientConnectionError as exc:

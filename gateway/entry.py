@@ -11,8 +11,12 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from gateway.northbound.streamable_http import http_error
+from gateway.core import jsonrpc
+from gateway.core.routing import SlotTarget, Target
+from gateway.northbound.streamable_http import Admission, http_error, json_response
 from gateway.policy.origin import OriginPolicy
+from gateway.policy.rate_limit import RateLimiter
+from gateway.policy.request_principal import request_principal
 from gateway.telemetry.metrics import Metrics
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -68,7 +72,9 @@ def origin_check(policy: OriginPolicy, metrics: Metrics) -> Check:
             return None
         cors = {
             "Access-Control-Allow-Origin": origin,
-            "Access-Control-Expose-Headers": "Mcp-Session-Id",
+            # WWW-Authenticate: a browser client finds the OAuth metadata through it on a 401;
+            # Retry-After: when to try again after a 429 (rate limit).
+            "Access-Control-Expose-Headers": "Mcp-Session-Id, WWW-Authenticate, Retry-After",
             "Vary": "Origin",
         }
         if request.method == "OPTIONS":
@@ -83,6 +89,26 @@ def origin_check(policy: OriginPolicy, metrics: Metrics) -> Check:
         return None
 
     return check
+
+
+def rate_limit_admission(limiter: RateLimiter, metrics: Metrics) -> Admission:
+    """Token buckets on each client request: the caller's, and the slot's when the path names one.
+
+    `/_all/mcp` learns the slot only when it routes a tools/call; the aggregate charges it then.
+    A refusal is HTTP 429 with Retry-After (whole seconds, rounded up) and a JSON-RPC -32029 body
+    whose data.retryAfterMs is exact, carrying the request's id."""
+
+    def admit(request: web.Request, target: Target, message: jsonrpc.Message) -> web.Response | None:
+        slot = target.name if isinstance(target, SlotTarget) else None
+        limited = limiter.admit(request_principal(request), slot)
+        if limited is None:
+            return None
+        metrics.rate_limited.labels(limited.scope).inc()
+        metrics.limit_hit(limited.limit)
+        body = jsonrpc.error_response(message.id, jsonrpc.RATE_LIMITED, limited.message(), limited.data())
+        return json_response(body, status=429, headers={"Retry-After": str(limited.retry_after_header)})
+
+    return admit
 
 
 async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:

@@ -8,16 +8,36 @@ taken port stops the command before anything listens; the pumps dial once the li
 from __future__ import annotations
 
 import logging
+import ssl
 
 from gateway.app import GatewayServer, serve
 from gateway.config import GatewayConfig
+from sim.link import LinkSecurity, provider_token
 from sim.simulator import Simulator, SimulatorSettings
 
 log = logging.getLogger("sim")
 
 
+def own_listener_security(config: GatewayConfig) -> LinkSecurity:
+    """The pumps dial this process's own listener: the shared secret when that is the mode (else
+    $MCP_SIM_PROVIDER_TOKEN, for an identity allowed pump-*), and TLS without verification."""
+    auth = config.providers.auth
+    if auth.mode == "shared" and auth.shared_secret is not None:
+        token: str | None = auth.shared_secret.secret.get_secret_value()
+    else:
+        token = provider_token(None)
+    trust: ssl.SSLContext | bool = True
+    if config.tls.enabled:
+        # The peer is the listener this very process holds, reached on its own address; there is no
+        # one in between to verify, and the certificate may name only the plant's DNS names.
+        trust = ssl.create_default_context()
+        trust.check_hostname = False
+        trust.verify_mode = ssl.CERT_NONE
+    return LinkSecurity(token, trust)
+
+
 async def serve_with_simulator(config: GatewayConfig, pumps: int, control_port: int) -> None:
-    simulator = Simulator(None, SimulatorSettings(pumps=pumps))
+    simulator = Simulator(None, SimulatorSettings(pumps=pumps), own_listener_security(config))
     control = await simulator.start_control(control_port, "--sim-control-port")
 
     def attach(server: GatewayServer) -> None:

@@ -18,8 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
+import ssl
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -33,6 +37,32 @@ log = logging.getLogger("sim")
 
 HEAD_BYTES = 96  # of a frame over the cap, kept to name its request id (as the board does)
 USER_AGENT = f"{FIRMWARE_NAME}/{__version__}"
+TOKEN_HEADER = "X-Provider-Token"
+TOKEN_ENV = "MCP_SIM_PROVIDER_TOKEN"
+"""The provider secret from the environment when no --provider-token-file is given."""
+
+
+@dataclass(frozen=True)
+class LinkSecurity:
+    """How the pumps prove who they are (the provider secret, as X-Provider-Token) and what TLS
+    they trust for wss:// (aiohttp's `ssl=`: a context, or True for the system's CAs)."""
+
+    token: str | None = field(default=None, repr=False)
+    ssl: ssl.SSLContext | bool = True
+
+
+def provider_token(file: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The secret from `file` (stripped), else from $MCP_SIM_PROVIDER_TOKEN, else None.
+
+    Raises OSError naming the file when it cannot be read or is empty."""
+    if file is not None:
+        with open(file, encoding="utf-8") as handle:
+            token = handle.read().strip()
+        if not token:
+            raise OSError(f"provider token file {file} is empty")
+        return token
+    token = (os.environ if environ is None else environ).get(TOKEN_ENV, "").strip()
+    return token or None
 
 
 class PumpLink:
@@ -47,8 +77,13 @@ class PumpLink:
         connect_timeout_s: float = 10.0,
         backoff_min_s: float = 1.0,
         backoff_max_s: float = 30.0,
+        security: LinkSecurity | None = None,
     ) -> None:
         self.pump = pump
+        self.security = security or LinkSecurity()
+        self.headers = {"User-Agent": USER_AGENT}
+        if self.security.token is not None:
+            self.headers[TOKEN_HEADER] = self.security.token
         self.url = firmware.provider_url(gateway_url, pump.slot)
         self.http = http
         self.first_frame = firmware.register_frame(hello)
@@ -162,7 +197,8 @@ class PumpLink:
                     autoping=False,  # pings are answered below, where they also feed the dead-man
                     max_msg_size=0,  # frames over the board's cap are refused by name, not by closing
                     timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=2.0),
-                    headers={"User-Agent": USER_AGENT},
+                    headers=self.headers,
+                    ssl=self.security.ssl,
                 ),
                 self.connect_timeout_s,
             )

@@ -4,7 +4,8 @@ API
 ---
 SimulatorSettings(pumps, first=1, pump=PumpSettings(), tick_ms=100, silence_s=90, backoff_min_s=1,
                   backoff_max_s=30, connect_timeout_s=10)
-Simulator(gateway_url or None, settings) slots pump-<first> ... pump-<first + pumps - 1>
+Simulator(gateway_url or None, settings, security=None) slots pump-<first> ... pump-<first + pumps - 1>;
+                                         security: sim.link.LinkSecurity (provider token, TLS trust)
     await .start_control(port, flag)     bind the control endpoint on 127.0.0.1 (0: any free port);
                                          raises OSError naming `flag` when the port is taken
     .control_url                         http://127.0.0.1:<port> once bound
@@ -12,7 +13,7 @@ Simulator(gateway_url or None, settings) slots pump-<first> ... pump-<first + pu
     await .stop()                        links closed (1001), tick and control endpoint stopped
     .apply(slot, fault, clear=False, seconds=None) -> the pump's state; raises UnknownPump, BadFault
     .state(slot) -> dict                 slot, device_id, link, injected conditions, boots, status
-run(gateway_url, settings, control_port) prints where it publishes and its control URL, runs until
+run(gateway_url, settings, control_port, security=None) prints where it publishes and its control URL, runs until
                                          SIGTERM or SIGINT (`mcp-gateway sim`)
 """
 
@@ -31,7 +32,7 @@ from aiohttp import web
 
 from gateway import __version__
 from sim import FIRMWARE_NAME, firmware
-from sim.link import PumpLink
+from sim.link import LinkSecurity, PumpLink
 from sim.pump import PumpSettings, SimulatedPump
 
 log = logging.getLogger("sim")
@@ -65,11 +66,14 @@ class SimulatorSettings:
 
 
 class Simulator:
-    def __init__(self, gateway_url: str | None, settings: SimulatorSettings) -> None:
+    def __init__(
+        self, gateway_url: str | None, settings: SimulatorSettings, security: LinkSecurity | None = None
+    ) -> None:
         if settings.pumps < 1:
             raise ValueError("the simulator needs at least one pump")
         self.gateway_url = gateway_url
         self.settings = settings
+        self.security = security or LinkSecurity()
         path = firmware.schema_file()
         registry = firmware.load_registry(path, settings.pump.frame_max_bytes)
         self.schema_hash = firmware.schema_hash(path)
@@ -126,6 +130,7 @@ class Simulator:
                 connect_timeout_s=settings.connect_timeout_s,
                 backoff_min_s=settings.backoff_min_s,
                 backoff_max_s=settings.backoff_max_s,
+                security=self.security,
             )
             self.links[slot] = link
             link.start()
@@ -219,9 +224,11 @@ class Simulator:
         return [self.state(slot) for slot in self.pumps]
 
 
-async def run(gateway_url: str, settings: SimulatorSettings, control_port: int) -> None:
+async def run(
+    gateway_url: str, settings: SimulatorSettings, control_port: int, security: LinkSecurity | None = None
+) -> None:
     """`mcp-gateway sim`: publish the pumps and serve the control endpoint until SIGTERM or SIGINT."""
-    simulator = Simulator(gateway_url, settings)
+    simulator = Simulator(gateway_url, settings, security)
     control = await simulator.start_control(control_port)
     simulator.start()
     slots = settings.slots

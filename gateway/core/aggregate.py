@@ -10,6 +10,7 @@ from gateway.core.naming import NameBook
 from gateway.core.routing import ClientContext, Target, forward_to
 from gateway.core.schema_hash import tools_hash
 from gateway.core.slots import Listener, SlotRegistry
+from gateway.policy.rate_limit import RateLimiter
 from gateway.telemetry.metrics import Metrics
 
 ORIGIN_META_KEY = "io.github.mcp-gateway/origin"
@@ -19,9 +20,11 @@ ORIGIN_META_KEY = "io.github.mcp-gateway/origin"
 class AggregateTarget(Target):
     name = ALL_SLOT
 
-    def __init__(self, registry: SlotRegistry, metrics: Metrics) -> None:
+    def __init__(self, registry: SlotRegistry, metrics: Metrics, rate_limiter: RateLimiter | None = None) -> None:
         self.registry = registry
         self.metrics = metrics
+        self.rate_limiter = rate_limiter
+        """Charges the slot a tools/call is routed to; the HTTP entry cannot, it does not know the slot."""
         self.listeners: set[Listener] = set()
         self.routes: dict[str, tuple[str, str]] = {}
         self.tools: list[JsonObject] = []
@@ -55,6 +58,9 @@ class AggregateTarget(Target):
 
     def detach(self, listener: Listener) -> None:
         self.listeners.discard(listener)
+
+    def listed_tools(self) -> list[JsonObject]:
+        return self.tools
 
     def rebuild(self) -> None:
         """Recompute the catalog from the current members; tell listeners when it changed.
@@ -103,4 +109,10 @@ class AggregateTarget(Target):
         session = self.registry.slots[slot_name].live
         if session is None:
             raise errors.not_connected(slot_name)
+        if self.rate_limiter is not None:
+            limited = self.rate_limiter.admit(slot=slot_name)
+            if limited is not None:
+                self.metrics.rate_limited.labels(limited.scope).inc()
+                self.metrics.limit_hit(limited.limit)
+                raise errors.rate_limited(limited.message(), limited.data())
         return await forward_to(session, ctx, method, {**(params or {}), "name": tool}, self.metrics)

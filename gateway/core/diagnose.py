@@ -51,6 +51,12 @@ class GatewayView:
     insecure_lan: bool
     public_url: str | None = None
     allowed_origins: Sequence[str] = ()
+    provider_auth: str = "none"
+    """[providers.auth] mode: none, shared or identities."""
+    static_tokens: int = 0
+    """Static client tokens configured ([auth] tokens and token files)."""
+    tls: bool = False
+    """Whether the listener serves TLS."""
     heartbeat_interval_s: float = 30.0
     initialize_timeout_ms: int = 10_000
     sessions: int = 0
@@ -288,6 +294,31 @@ def _gateway_problems(view: GatewayView) -> list[Problem]:
                 'Bind to 127.0.0.1 (host = "127.0.0.1") and reach the gateway through a reverse proxy that '
                 "authenticates, or restrict the network with a firewall; drop --insecure-lan once authentication "
                 "is configured.",
+            )
+        )
+    if not view.is_loopback and view.provider_auth == "none":
+        problems.append(
+            Problem(
+                "security.providers_unauthenticated",
+                "warning",
+                "Any device on the network can publish a slot (provider authentication is off)",
+                f'bound to {view.host} with [providers.auth] mode = "none": whoever reaches '
+                f"{_ws_base(view)}/provider/<slot> can claim a free slot and answer its clients' calls",
+                'Give each board a secret: set [providers.auth] mode = "identities" with one identity per device and '
+                'the slots it may publish (or mode = "shared" for a quick setup), and put the secret in the board\'s '
+                "provider_token (X-Provider-Token); see docs/security.md.",
+            )
+        )
+    if not view.is_loopback and view.static_tokens and not view.tls:
+        problems.append(
+            Problem(
+                "security.static_tokens_without_tls",
+                "warning",
+                "Static client tokens work only from this machine: the listener has no TLS",
+                f"bound to {view.host} with {view.static_tokens} static tokens and no [tls]; clients on other "
+                "machines get 401 not_tls (a token sent over plain HTTP could be read on the way)",
+                "Configure [tls] (mcp-gateway tls self-signed makes a certificate), replace any token already sent "
+                "over plain HTTP (mcp-gateway token create NAME --replace), or use OAuth access tokens.",
             )
         )
     if not view.is_loopback and not view.public_url:

@@ -57,6 +57,11 @@ def too_many_pending(scope: str, limit: int) -> RpcError:
     )
 
 
+def rate_limited(message: str, data: dict[str, Any]) -> RpcError:
+    """-32029: data carries retryAfterMs and the scope (principal or slot) of the bucket that refused."""
+    return RpcError(jsonrpc.RATE_LIMITED, message, data)
+
+
 def method_not_found(method: str, where: str) -> RpcError:
     return RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} is not served by {where}")
 

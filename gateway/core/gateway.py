@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from gateway.config import GatewayConfig
 from gateway.core.aggregate import AggregateTarget
 from gateway.core.introspect import BrokerTarget
+from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.routing import SlotTarget, Target
 from gateway.core.scrape import ScrapeSync
 from gateway.core.sessions import SessionStore
 from gateway.core.slots import SlotRegistry
 from gateway.core.streams import MessageQueue
+from gateway.policy.rate_limit import BucketSpec, RateLimiter
 from gateway.telemetry.metrics import Metrics
 
 SHUTDOWN_GRACE_S = 1.0
@@ -25,8 +28,18 @@ class Gateway:
         self.config = config
         self.metrics = metrics or Metrics()
         self.registry = SlotRegistry(config, self.metrics)
-        self.sessions = SessionStore(config.limits.max_sessions, config.limits.session_idle_timeout_s, self.metrics)
-        self.aggregate = AggregateTarget(self.registry, self.metrics)
+        limits = config.limits
+        self.sessions = SessionStore(
+            limits.max_sessions, limits.session_idle_timeout_s, self.metrics, limits.max_sessions_per_principal
+        )
+        # Pure and clock-driven; the HTTP entry charges principals (and slots it can name), the
+        # aggregate charges the slot a tools/call is routed to.
+        self.rate_limiter = RateLimiter(
+            BucketSpec(limits.rate.per_principal.rate_per_s, limits.rate.per_principal.burst),
+            BucketSpec(limits.rate.per_slot.rate_per_s, limits.rate.per_slot.burst),
+            limits.rate.max_buckets,
+        )
+        self.aggregate = AggregateTarget(self.registry, self.metrics, self.rate_limiter)
         self.broker = BrokerTarget(self)
         self.started_at = time.time()
         self.listening = False
@@ -34,6 +47,9 @@ class Gateway:
         """The port actually bound (config.port may be 0, meaning any free port); set by the server."""
         self.open_subscriptions = 0
         self.client_streams: set[MessageQueue] = set()
+        self.auth_posture: Callable[[], JsonObject] | None = None
+        """Client authentication in force (static tokens, OAuth issuer, HMAC keys), for broker_info;
+        set by the composition root when [auth] configures any (None: no client authentication)."""
         self._slot_targets: dict[str, SlotTarget] = {}
         self.metrics.before_render.append(ScrapeSync(self))
 

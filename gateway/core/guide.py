@@ -204,6 +204,27 @@ def _for(problem: Problem) -> str:
     return f" (slot `{problem.slot}`)" if problem.slot else ""
 
 
+def _provider_auth_note(mode: str) -> list[str]:
+    """How a provider proves who it is here, when [providers.auth] asks it to (nothing otherwise)."""
+    if mode == "none":
+        return []
+    which = (
+        "the shared provider secret"
+        if mode == "shared"
+        else "its own secret, whose identity lists the slot names it may publish"
+    )
+    return [
+        "## Provider secret",
+        "",
+        f"This gateway admits providers with {which}: send `X-Provider-Token: <secret>` (or "
+        "`Authorization: Bearer <secret>`) on the WebSocket upgrade. Without it the upgrade gets HTTP 401; a "
+        "name the identity may not publish gets HTTP 403 (or, on `/providers`, an error envelope -32001 "
+        "`Provider registration forbidden`). pump-1 boards: `provider_token` in config.json; Python: "
+        "`Publisher(..., token=secret)`.",
+        "",
+    ]
+
+
 def page_publish_provider(data: GuideInput) -> str:
     info = data.info
     urls = info["urls"]
@@ -245,6 +266,7 @@ def page_publish_provider(data: GuideInput) -> str:
         'of the tool list; a change makes the gateway re-list), and `"ids": "numeric"` for a board that '
         "needs integer request ids. `provider_status` shows it.",
         "",
+        *_provider_auth_note(info["security"].get("provider_auth", "none")),
         "## Many slots per WebSocket: `/providers`",
         "",
         f"Connect to `{urls['providers']}`. Every frame, both ways, is an envelope "
@@ -310,6 +332,70 @@ def page_publish_provider(data: GuideInput) -> str:
     return "\n".join(lines)
 
 
+def _python_client(slot_url: str, authenticated: bool) -> str:
+    if not authenticated:
+        return (
+            "from mcp import Client\n\n"
+            f'async with Client("{slot_url}") as client:\n'
+            "    tools = await client.list_tools()\n"
+            '    result = await client.call_tool("<tool>", {})'
+        )
+    return (
+        "import os\n\n"
+        "import httpx2\n"
+        "from mcp import Client\n"
+        "from mcp.client.streamable_http import streamable_http_client\n\n"
+        'token = os.environ["MCP_GATEWAY_TOKEN"]\n'
+        'headers = {"Authorization": f"Bearer {token}"}\n'
+        "# A long read timeout: answers may stream for a while (SSE).\n"
+        "http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))\n"
+        f'async with Client(streamable_http_client("{slot_url}", http_client=http)) as client:\n'
+        "    tools = await client.list_tools()\n"
+        '    result = await client.call_tool("<tool>", {})'
+    )
+
+
+def _client_authentication(data: GuideInput, slot_url: str) -> list[str]:
+    """How a client proves who it is here (nothing when the gateway asks no authentication)."""
+    auth = data.info["security"].get("auth") or {}
+    if not any(auth.values()):
+        return []
+    lines = [
+        "## Authentication",
+        "",
+        "Every client request needs a token in the `Authorization` header (never in the URL): "
+        "`Authorization: Bearer <token>`. Without one the answer is HTTP 401 with a `WWW-Authenticate` header; "
+        "a token without the scopes an endpoint needs gets 403 `insufficient_scope`. A session belongs to the "
+        "caller that opened it. The gateway never passes a client's token on to a provider.",
+        "",
+    ]
+    if auth.get("static_tokens"):
+        lines.append(
+            f"- Static tokens ({auth['static_tokens']} configured): an operator creates one with "
+            "`mcp-gateway token create NAME --scope <scope>` and hands it over once. From another machine they "
+            + (
+                "work because the listener serves TLS."
+                if data.info.get("tls")
+                else "work only once TLS is configured; until then only from this machine."
+            )
+        )
+    if auth.get("oauth"):
+        lines.append(
+            f"- OAuth 2.1 access tokens from `{auth['oauth']}`, whose audience (`aud`, RFC 8707 `resource`) is the "
+            f"endpoint's own URL, e.g. `{slot_url}`. Clients discover the authorization server from the RFC 9728 "
+            'metadata named in the 401\'s `WWW-Authenticate: Bearer resource_metadata="..."`.'
+        )
+    if auth.get("hmac_keys"):
+        lines.append(f"- Signed requests (HMAC-SHA256, {auth['hmac_keys']} keys), used by `mcp-gateway stdio`.")
+    required = (data.config.get("auth") or {}).get("required_scopes") or {}
+    if required:
+        rules = ", ".join(f"`{key}`: {' '.join(scopes) or '(none)'}" for key, scopes in required.items())
+        lines.append(f"- Scopes required (exact slot name first, else the first matching pattern): {rules}.")
+    lines.append("- `/metrics` needs the scope `metrics`.")
+    lines.append("")
+    return lines
+
+
 def page_connect_client(data: GuideInput) -> str:
     info = data.info
     urls = info["urls"]
@@ -326,6 +412,8 @@ def page_connect_client(data: GuideInput) -> str:
             "clientInfo": {"name": "curl", "version": "0"},
         },
     }
+    auth = info["security"].get("auth") or {}
+    authenticated = any(auth.values())
     lines = _header(data, "Connect a client")
     lines += [
         "Every slot is an MCP server at its own URL, spoken over **MCP Streamable HTTP**:",
@@ -344,20 +432,16 @@ def page_connect_client(data: GuideInput) -> str:
         "The gateway answers `initialize` itself from what the provider told it, so a client can connect while "
         'its provider is away; calls then fail with `Provider "<slot>" not connected` until it is back.',
         "",
+        *_client_authentication(data, slot_url),
         "## Python (official SDK)",
         "",
-        _code(
-            "from mcp import Client\n\n"
-            f'async with Client("{slot_url}") as client:\n'
-            "    tools = await client.list_tools()\n"
-            '    result = await client.call_tool("<tool>", {})',
-            "python",
-        ),
+        _code(_python_client(slot_url, authenticated), "python"),
         "",
         "## From a shell",
         "",
         _code(
-            f"mcp-gateway slots --url {info['url']}\n"
+            ("export MCP_GATEWAY_TOKEN=<token>   # or --token-file FILE on each command\n" if authenticated else "")
+            + f"mcp-gateway slots --url {info['url']}\n"
             f"mcp-gateway call {shlex.quote(slot)} <tool> key=value --url {info['url']}\n"
             f"npx @modelcontextprotocol/inspector --cli {slot_url} --transport http --method tools/list",
             "sh",
@@ -368,7 +452,8 @@ def page_connect_client(data: GuideInput) -> str:
         _code(
             f"curl -i {slot_url} -H 'Content-Type: application/json' "
             "-H 'Accept: application/json, text/event-stream' \\\n"
-            f"  -d '{_json(initialize)}'",
+            + ('  -H "Authorization: Bearer $MCP_GATEWAY_TOKEN" \\\n' if authenticated else "")
+            + f"  -d '{_json(initialize)}'",
             "sh",
         ),
         "",

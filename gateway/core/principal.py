@@ -20,5 +20,11 @@ class Principal:
     def has_scopes(self, required: frozenset[str] | set[str] | list[str]) -> bool:
         return set(required) <= self.scopes
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """Who this is, whatever scopes this one request was granted: a session opened with one token
+        still belongs to the same caller when a refreshed token carries other scopes."""
+        return (self.kind, self.name)
+
 
 ANONYMOUS = Principal("anonymous")

@@ -108,6 +108,18 @@ class Target:
         """Answer one request with a result object, or raise RpcError."""
         raise NotImplementedError
 
+    def listed_tools(self) -> list[JsonObject]:
+        """The tools this target lists now, as cached by the gateway (none when it keeps no cache)."""
+        return []
+
+    def tool_input_schema(self, name: object) -> object:
+        """The input schema of a listed tool, or None (the stateless era checks Mcp-Param-* headers
+        against it: providers behind the gateway never see the HTTP headers)."""
+        for tool in self.listed_tools():
+            if tool.get("name") == name:
+                return tool.get("inputSchema")
+        return None
+
     # -- shared behaviour ---------------------------------------------------------------------
 
     def initialize_result(self, requested_version: object) -> JsonObject:
@@ -206,6 +218,10 @@ class SlotTarget(Target):
 
     def initialize_result(self, requested_version: object) -> JsonObject:
         return super().initialize_result(requested_version or LATEST_HANDSHAKE)
+
+    def listed_tools(self) -> list[JsonObject]:
+        session = self.slot.live
+        return session.tools if session is not None and session.ready else []
 
     def attach(self, listener: Listener) -> None:
         self.slot.listeners.add(listener)
@@ -314,6 +330,8 @@ async def forward_to(
     except errors.RpcError as exc:
         reason = exc.data.get("reason", "other") if isinstance(exc.data, dict) else "other"
         metrics.call_errors.labels(slot, reason).inc()
+        if reason == "pending_limit":
+            metrics.limit_hit("max_pending_per_slot")
         raise
     finally:
         latency.observe(time.perf_counter() - started)

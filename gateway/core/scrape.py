@@ -9,11 +9,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pydantic import BaseModel
+
 from gateway import __version__
+from gateway.config import LimitsConfig
 from gateway.telemetry.metrics import PROVIDER_FAULT_KINDS
 
 if TYPE_CHECKING:
     from gateway.core.gateway import Gateway
+
+
+def limit_values(limits: LimitsConfig) -> dict[str, float]:
+    """Every numeric bound under [limits] by its dotted key (rate.per_slot.burst ...), for mcpgw_limit."""
+    values: dict[str, float] = {}
+
+    def walk(prefix: str, section: BaseModel) -> None:
+        for name in type(section).model_fields:
+            value = getattr(section, name)
+            if isinstance(value, BaseModel):
+                walk(f"{prefix}{name}.", value)
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                values[prefix + name] = float(value)
+
+    walk("", limits)
+    return values
 
 
 class ScrapeSync:
@@ -23,8 +42,13 @@ class ScrapeSync:
         self._slots_shown: set[str] = set()
         metrics = gateway.metrics
         config = gateway.config
-        metrics.info.labels(__version__, str(config.insecure_lan and not config.is_loopback).lower()).set(1)
+        metrics.info.labels(__version__, str(config.lan_without_auth).lower()).set(1)
         metrics.start_time.set(gateway.started_at)
+        for name, value in limit_values(config.limits).items():
+            metrics.limit.labels(name).set(value)
+        if config.auth.hmac is not None:
+            metrics.limit.labels("auth.hmac.nonce_cache").set(config.auth.hmac.nonce_cache)
+            metrics.limit.labels("auth.hmac.max_skew_s").set(config.auth.hmac.max_skew_s)
 
     def __call__(self) -> None:
         gateway = self.gateway
@@ -45,7 +69,12 @@ class ScrapeSync:
                 self._advance(name, kind, totals.get(kind, 0))
         metrics.slots.set(len(slots))
         metrics.aggregate_tools.set(len(gateway.aggregate.tools))
-        metrics.sessions.set(len(gateway.sessions.sessions))
+        sessions = gateway.sessions
+        metrics.sessions.set(len(sessions.sessions))
+        metrics.sessions_largest_principal.set(max(sessions.per_principal.values(), default=0))
+        metrics.client_in_flight.set(sum(len(session.in_flight) for session in sessions.sessions.values()))
+        for scope, table in gateway.rate_limiter.tables.items():
+            metrics.rate_buckets.labels(scope).set(len(table))
 
     def _advance(self, slot: str, kind: str, total: int) -> None:
         """Add to the Prometheus counter what the slot's own counter gained since the last scrape."""

@@ -64,15 +64,26 @@ class ClientSession:
 
 
 class SessionLimitReached(Exception):
-    pass
+    """No session for this caller now: `limit` names the bound ("max_sessions" or "max_sessions_per_principal")."""
+
+    def __init__(self, limit: str, value: int, principal: str | None = None) -> None:
+        super().__init__(f"{limit} ({value}) reached")
+        self.limit = limit
+        self.value = value
+        self.principal = principal
 
 
 class SessionStore:
-    def __init__(self, max_sessions: int, idle_timeout_s: float, metrics: Metrics) -> None:
+    def __init__(
+        self, max_sessions: int, idle_timeout_s: float, metrics: Metrics, max_per_principal: int | None = None
+    ) -> None:
         self.max_sessions = max_sessions
+        self.max_per_principal = max_per_principal
         self.idle_timeout_s = idle_timeout_s
         self.metrics = metrics
         self.sessions: dict[str, ClientSession] = {}
+        self.per_principal: dict[tuple[str, str], int] = {}
+        """Sessions held by each principal (kind, name); principals with none are removed, so this stays bounded."""
         self.expired = 0
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -87,10 +98,16 @@ class SessionStore:
         if len(self.sessions) >= self.max_sessions:
             self.sweep()
             if len(self.sessions) >= self.max_sessions:
-                raise SessionLimitReached(self.max_sessions)
+                raise SessionLimitReached("max_sessions", self.max_sessions)
+        limit = self.max_per_principal
+        if limit is not None and self.per_principal.get(principal.key, 0) >= limit:
+            self.sweep()
+            if self.per_principal.get(principal.key, 0) >= limit:
+                raise SessionLimitReached("max_sessions_per_principal", limit, principal.name)
         session_id = secrets.token_urlsafe(24)  # visible ASCII, 192 random bits
         session = ClientSession(session_id, target, protocol_version, client_info, capabilities, principal)
         self.sessions[session_id] = session
+        self.per_principal[principal.key] = self.per_principal.get(principal.key, 0) + 1
         target.attach(session)
         self.metrics.sessions.set(len(self.sessions))
         return session
@@ -110,6 +127,12 @@ class SessionStore:
         return True
 
     def _end(self, session: ClientSession) -> None:
+        owner = session.principal.key
+        held = self.per_principal.get(owner, 0) - 1
+        if held > 0:
+            self.per_principal[owner] = held
+        else:
+            self.per_principal.pop(owner, None)
         session.target.detach(session)
         if session.stream is not None:
             session.stream.close()

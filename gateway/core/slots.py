@@ -129,6 +129,7 @@ class SlotRegistry:
         if len(self.slots) >= self.config.limits.max_slots:
             self._prune()
             if len(self.slots) >= self.config.limits.max_slots:
+                self.metrics.limit_hit("max_slots")
                 raise SlotRefused(
                     f"Too many slots (limit {self.config.limits.max_slots}); raise limits.max_slots. Slot: {name}",
                     jsonrpc.UNAVAILABLE,

@@ -134,3 +134,161 @@ def check_request(body: Mapping[str, Any], headers: Mapping[str, str]) -> Envelo
         client_info=meta.get(META_CLIENT_INFO),
         log_level=level if isinstance(level, str) else None,
     )
+
+
+def carries_envelope(body: Mapping[str, Any]) -> bool:
+    """Whether a request is shaped for the stateless era (its params._meta names a protocol version).
+
+    Decides the era of a request whose MCP-Protocol-Version header names no version this gateway
+    knows: a stateless-era request is answered by the stateless ladder (which echoes the version and
+    lists the stateless versions), anything else with the session era's unsupported-version error."""
+    params = body.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and META_PROTOCOL_VERSION in meta
+
+
+# -- Mcp-Param-* headers (SEP-2243) ------------------------------------------------------------
+#
+# A tool may annotate an argument with `"x-mcp-header": "<Token>"`; a stateless-era client then
+# mirrors that argument into the header `Mcp-Param-<Token>` so intermediaries can route on it. The
+# gateway is the HTTP server here: providers behind it never see the headers, so it checks them
+# against the tool's cached input schema before forwarding.
+
+X_MCP_HEADER = "x-mcp-header"
+PARAM_HEADER_PREFIX = "Mcp-Param-"
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP field name (RFC 9110 token)
+_HEADER_TYPES = frozenset({"string", "integer", "boolean"})
+_CANONICAL_DECIMAL = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")
+# JSON Schema 2020-12 keywords whose values are subschemas, by the shape of the value. Data keywords
+# (default, const, enum, examples) are never entered and $ref is never followed.
+_ONE_SUBSCHEMA = frozenset(
+    {
+        "items",
+        "contains",
+        "unevaluatedItems",
+        "additionalProperties",
+        "propertyNames",
+        "unevaluatedProperties",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contentSchema",
+    }
+)
+_LIST_OF_SUBSCHEMAS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_MAP_OF_SUBSCHEMAS = frozenset({"patternProperties", "dependentSchemas", "$defs", "definitions"})
+
+
+def _schema_positions(root: Any) -> list[tuple[tuple[str, ...] | None, dict[str, Any]]]:
+    """Every schema position with its chain of `properties` keys from the root (None once the chain
+    leaves pure `properties`, e.g. inside `items` or `anyOf`); iterative, so any depth is safe."""
+    found: list[tuple[tuple[str, ...] | None, dict[str, Any]]] = []
+    stack: list[tuple[tuple[str, ...] | None, Any]] = [((), root)]
+    while stack:
+        path, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        found.append((path, node))
+        for keyword, value in node.items():
+            if keyword == "properties" and isinstance(value, dict):
+                stack.extend(((*path, name) if path is not None else None, sub) for name, sub in value.items())
+            elif keyword in _ONE_SUBSCHEMA:
+                stack.append((None, value))
+            elif keyword in _LIST_OF_SUBSCHEMAS and isinstance(value, list):
+                stack.extend((None, sub) for sub in value)
+            elif keyword in _MAP_OF_SUBSCHEMAS and isinstance(value, dict):
+                stack.extend((None, sub) for sub in value.values())
+    return found
+
+
+def header_annotations(input_schema: Any) -> list[tuple[tuple[str, ...], str, dict[str, Any]]] | None:
+    """(argument path, header token, property schema) for each annotated argument; None when an
+    annotation is invalid (off a pure `properties` chain, not a token, on a type other than
+    string/integer/boolean, or a duplicate): clients drop such a tool, so nothing is checked."""
+    annotated: list[tuple[tuple[str, ...], str, dict[str, Any]]] = []
+    seen: set[str] = set()
+    for path, schema in _schema_positions(input_schema):
+        if X_MCP_HEADER not in schema:
+            continue
+        token = schema[X_MCP_HEADER]
+        if not path or not isinstance(token, str) or not _TOKEN.fullmatch(token):
+            return None
+        if schema.get("type") not in _HEADER_TYPES or token.lower() in seen:
+            return None
+        seen.add(token.lower())
+        annotated.append((path, token, schema))
+    return annotated
+
+
+def _argument_at(arguments: Any, path: tuple[str, ...]) -> Any:
+    node = arguments
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def _rendered(value: Any) -> str | None:
+    """The header form of an argument, as a client writes it; None for values a header cannot carry."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if not isinstance(value, str | int | float):
+        return None
+    try:
+        return str(value)
+    except ValueError:  # an int beyond the interpreter's digit limit
+        return None
+
+
+def _header_matches(schema_type: Any, value: Any, rendered: str, decoded: str) -> bool:
+    """Integers compare by value (`42` matches `42.0` in the header); everything else as text."""
+    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if schema_type == "integer" and not isinstance(value, bool) and integral and _CANONICAL_DECIMAL.fullmatch(decoded):
+        whole, _, fraction = decoded.partition(".")
+        return not fraction.strip("0") and int(whole) == int(value)
+    return decoded == rendered
+
+
+def check_param_headers(input_schema: Any, arguments: Any, raw_headers: Iterable[tuple[str, str]]) -> Rejection | None:
+    """Check a `tools/call`'s `Mcp-Param-*` headers against its arguments (SEP-2243).
+
+    Each annotated argument and its header must be present together and agree (after decoding a
+    `=?base64?…?=` value), or be absent together (`null` counts as absent). A repeated header, a
+    malformed base64 value, a header without its argument and an argument without its header are
+    all -32020; so is a value that differs. `raw_headers` keeps repeats (a folded mapping hides them).
+    """
+    annotated = header_annotations(input_schema)
+    if not annotated:
+        return None
+    values: dict[str, str] = {}
+    repeated: set[str] = set()
+    for name, value in raw_headers:
+        key = name.lower()
+        if key in values:
+            repeated.add(key)
+        values[key] = value
+    for path, token, schema in annotated:
+        header = f"{PARAM_HEADER_PREFIX}{token}"
+        key = header.lower()
+        raw = values.get(key)
+        argument = ".".join(path)
+        value = _argument_at(arguments, path)
+        if raw is not None and key in repeated:
+            return Rejection(jsonrpc.HEADER_MISMATCH, f"{header} header appears more than once")
+        rendered = None if value is None else _rendered(value)
+        if rendered is None:
+            if raw is not None:
+                return Rejection(
+                    jsonrpc.HEADER_MISMATCH, f"{header} header is present but argument {argument!r} is not"
+                )
+            continue
+        if raw is None:
+            return Rejection(jsonrpc.HEADER_MISMATCH, f"{header} header is missing; argument {argument!r} is present")
+        decoded = decode_header_value(raw)
+        if decoded is None:
+            return Rejection(jsonrpc.HEADER_MISMATCH, f"{header} header carries malformed =?base64?...?= encoding")
+        if not _header_matches(schema.get("type"), value, rendered, decoded):
+            return Rejection(jsonrpc.HEADER_MISMATCH, f"{header} header does not match argument {argument!r}")
+    return None

@@ -63,7 +63,21 @@ def provider_url(gateway: Gateway, slot: str) -> str:
 
 
 def insecure_lan(gateway: Gateway) -> bool:
-    return gateway.config.insecure_lan and not gateway.config.is_loopback
+    return gateway.config.lan_without_auth
+
+
+NO_CLIENT_AUTH: JsonObject = {"static_tokens": 0, "oauth": None, "hmac_keys": 0}
+
+
+def client_auth(gateway: Gateway) -> JsonObject:
+    """Which client credentials the gateway accepts: counts and the OAuth issuer, never a secret."""
+    return gateway.auth_posture() if gateway.auth_posture is not None else dict(NO_CLIENT_AUTH)
+
+
+def authentication_modes(auth: JsonObject) -> str:
+    """'none', or the accepted kinds joined by '+', e.g. 'static_tokens+oauth'."""
+    modes = [mode for mode in ("static_tokens", "oauth", "hmac_keys") if auth.get(mode)]
+    return "+".join(modes) or "none"
 
 
 def slot_state(slot: Slot) -> str:
@@ -147,6 +161,7 @@ def broker_info(gateway: Gateway) -> JsonObject:
     slots = gateway.registry.slots.values()
     base = gateway.base_url()
     lan = insecure_lan(gateway)
+    auth = client_auth(gateway)
     return {
         "name": "mcp-gateway",
         "version": __version__,
@@ -172,10 +187,13 @@ def broker_info(gateway: Gateway) -> JsonObject:
         },
         "security": {
             "loopback_only": config.is_loopback,
-            "authentication": "none",
+            "authentication": authentication_modes(auth),
+            "auth": auth,
             "insecure_lan": lan,
             "allowed_origins": list(config.allowed_origins),
             "allowed_hosts": list(config.allowed_hosts),
+            "provider_auth": config.providers.auth.mode,
+            "tls_listener": config.tls.enabled,
         },
         "counts": {
             "slots": len(gateway.registry.slots),
@@ -234,9 +252,12 @@ def diagnosis_view(gateway: Gateway) -> GatewayView:
         url=gateway.base_url(),
         host=config.host,
         is_loopback=config.is_loopback,
-        insecure_lan=config.insecure_lan,
+        insecure_lan=config.lan_without_auth,
         public_url=config.public_url,
         allowed_origins=tuple(config.allowed_origins),
+        provider_auth=config.providers.auth.mode,
+        static_tokens=int(client_auth(gateway).get("static_tokens") or 0),
+        tls=config.tls.enabled,
         heartbeat_interval_s=config.providers.heartbeat_interval_s,
         initialize_timeout_ms=config.providers.initialize_timeout_ms,
         sessions=len(gateway.sessions.sessions),

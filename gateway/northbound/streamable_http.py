@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -20,7 +21,7 @@ from gateway.core import errors, jsonrpc, stateless
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.names import SlotNameError, decode_path_segment
-from gateway.core.principal import ANONYMOUS
+from gateway.core.principal import Principal
 from gateway.core.routing import (
     META_SUBSCRIPTION_ID,
     SESSION,
@@ -35,12 +36,17 @@ from gateway.core.stateless import Rejection
 from gateway.core.streams import MessageQueue
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS, STATELESS_VERSIONS, is_known
 from gateway.northbound import event_stream
+from gateway.policy.request_principal import request_principal
 
 log = logging.getLogger("gateway.northbound.http")
 
 SESSION_HEADER = "Mcp-Session-Id"
 JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream"
+
+Admission = Callable[[web.Request, Target, jsonrpc.Message], web.Response | None]
+"""A policy step run on every client JSON-RPC request once it is parsed (rate limits): None admits
+it, a response refuses it. Built by the composition root, so this transport holds no policy."""
 
 
 def json_response(message: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -157,9 +163,10 @@ class SubscriptionStream:
 
 
 class StreamableHttpEndpoint:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, admission: Admission | None = None) -> None:
         self.gateway = gateway
         self.limits = gateway.config.limits
+        self.admission = admission
 
     # -- entry --------------------------------------------------------------------------------
 
@@ -184,12 +191,7 @@ class StreamableHttpEndpoint:
         if version in STATELESS_VERSIONS:
             return await self.stateless(request, target)
         if version is not None and not is_known(version):
-            return rpc_error(
-                400,
-                jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
-                f"Unsupported MCP-Protocol-Version {version[:40]!r}",
-                data={"supported": list(HANDSHAKE_VERSIONS + STATELESS_VERSIONS), "requested": version[:40]},
-            )
+            return await self.unknown_version(request, target, version)
         if request.method == "POST":
             return await self.session_post(request, target, version)
         if request.method == "GET":
@@ -198,8 +200,30 @@ class StreamableHttpEndpoint:
             return self.session_delete(request, target)
         return web.Response(status=405, headers={"Allow": "GET, POST, DELETE"})
 
+    async def unknown_version(self, request: web.Request, target: Target, version: str) -> web.StreamResponse:
+        """A version this gateway does not speak. A request shaped for the stateless era goes through
+        its ladder, which answers -32022 listing the stateless versions (a stateless client retries
+        with one of those); anything else gets every version this endpoint speaks. Either way the
+        error carries the request's id when the body has one."""
+        request_id = None
+        if request.method == "POST":
+            message = await self.read_message(request)
+            if isinstance(message, web.Response):
+                return message
+            if message.kind is Kind.REQUEST and stateless.carries_envelope(message.body):
+                return await self.stateless(request, target)
+            request_id = message.body.get("id") if message.kind is Kind.REQUEST else None
+        return rpc_error(
+            400,
+            jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
+            f"Unsupported MCP-Protocol-Version {version[:40]!r}",
+            request_id,
+            data={"supported": list(HANDSHAKE_VERSIONS + STATELESS_VERSIONS), "requested": version[:40]},
+        )
+
     async def read_message(self, request: web.Request) -> jsonrpc.Message | web.Response:
         if request.content_length is not None and request.content_length > self.limits.max_body_bytes:
+            self.gateway.metrics.limit_hit("max_body_bytes")
             return http_error(
                 413,
                 "body_too_large",
@@ -209,6 +233,7 @@ class StreamableHttpEndpoint:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
+            self.gateway.metrics.limit_hit("max_body_bytes")
             return http_error(
                 413,
                 "body_too_large",
@@ -249,6 +274,7 @@ class StreamableHttpEndpoint:
         request_id = body.get("id")
         if session is not None and len(session.in_flight) >= self.limits.max_pending_per_client:
             stream.abort()
+            self.gateway.metrics.limit_hit("max_pending_per_client")
             error = errors.too_many_pending("this client session", self.limits.max_pending_per_client)
             return json_response(error.response(request_id), headers=self.context_headers(session))
         if session is None:
@@ -260,7 +286,7 @@ class StreamableHttpEndpoint:
                 stream.abort()
                 raise
             status = stateless.http_status(answer["error"]["code"]) if "error" in answer else 200
-            return await stream.finish(answer, status)
+            return self.counted(await stream.finish(answer, status), stream.queue, "request")
         # The work runs as its own task: the client's notifications/cancelled (or its session ending)
         # cancels only the work, and this exchange still ends with an answer; a client disconnect
         # cancels this handler, and awaiting the task passes that cancellation on to the work.
@@ -285,7 +311,20 @@ class StreamableHttpEndpoint:
             if session is not None and session.in_flight.get(request_id) is work:
                 del session.in_flight[request_id]
                 session.touch()
-        return await stream.finish(answer)
+        return self.counted(await stream.finish(answer), stream.queue, "request")
+
+    def counted(self, response: web.StreamResponse, queue: MessageQueue, kind: str) -> web.StreamResponse:
+        """Count a stream that notification_queue cut off (the client fell too far behind)."""
+        if queue.overflowed:
+            self.gateway.metrics.stream_overflows.labels(kind).inc()
+            self.gateway.metrics.limit_hit("notification_queue")
+        return response
+
+    def admit(self, request: web.Request, target: Target, message: jsonrpc.Message) -> web.Response | None:
+        """Run the admission step on a client request (notifications and responses are not counted)."""
+        if self.admission is None or message.kind is not Kind.REQUEST:
+            return None
+        return self.admission(request, target, message)
 
     # -- session era --------------------------------------------------------------------------
 
@@ -298,15 +337,22 @@ class StreamableHttpEndpoint:
             return rpc_error(
                 404, jsonrpc.INVALID_REQUEST, "Unknown or expired session; send initialize to start a new one"
             )
+        if session.principal.key != request_principal(request).key:
+            # A session id is not a credential: knowing another caller's id opens nothing.
+            self.gateway.metrics.auth_failures.labels("session_owner").inc()
+            return http_error(403, "forbidden", "This session belongs to another caller. Open a session of your own.")
         return session
 
     async def session_post(self, request: web.Request, target: Target, version: str | None) -> web.StreamResponse:
         message = await self.read_message(request)
         if isinstance(message, web.Response):
             return message
+        refusal = self.admit(request, target, message)
+        if refusal is not None:
+            return refusal
         body = message.body
         if message.kind is Kind.REQUEST and message.method == "initialize":
-            return self.initialize(target, body)
+            return self.initialize(target, body, request_principal(request))
         if (
             message.kind is Kind.REQUEST
             and message.method == "server/discover"
@@ -334,7 +380,7 @@ class StreamableHttpEndpoint:
         )
         return await self.exchange(request, target, ctx, body, session)
 
-    def initialize(self, target: Target, body: JsonObject) -> web.Response:
+    def initialize(self, target: Target, body: JsonObject, principal: Principal) -> web.Response:
         params = body.get("params")
         params = params if isinstance(params, dict) else {}
         result = target.initialize_result(params.get("protocolVersion"))
@@ -344,15 +390,30 @@ class StreamableHttpEndpoint:
                 result["protocolVersion"],
                 params.get("clientInfo"),
                 params.get("capabilities"),
-                principal=ANONYMOUS,
+                principal=principal,
             )
-        except SessionLimitReached:
+        except SessionLimitReached as exc:
+            self.gateway.metrics.limit_hit(exc.limit)
+            if exc.limit == "max_sessions_per_principal":
+                # The caller's own quota (others still get sessions): 429, like a rate limit, but
+                # without Retry-After; sessions free up when their owner ends them or they idle out.
+                return rpc_error(
+                    429,
+                    jsonrpc.UNAVAILABLE,
+                    f'Too many sessions for "{exc.principal}" (limit {exc.value}, '
+                    "limits.max_sessions_per_principal); end sessions you no longer use with DELETE on their "
+                    f"endpoint (Mcp-Session-Id header), or wait: idle ones expire after "
+                    f"{self.limits.session_idle_timeout_s:g} s",
+                    body.get("id"),
+                    {"reason": "session_limit", "limit": "max_sessions_per_principal", "value": exc.value},
+                )
             return rpc_error(
                 503,
                 jsonrpc.UNAVAILABLE,
                 f"Too many client sessions (limit {self.limits.max_sessions}); end idle ones with DELETE or "
                 "raise limits.max_sessions",
                 body.get("id"),
+                {"reason": "session_limit", "limit": "max_sessions", "value": exc.value},
             )
         return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session.id})
 
@@ -386,7 +447,7 @@ class StreamableHttpEndpoint:
             await event_stream.pump(response, queue, self.limits.sse_keepalive_s)
             with contextlib.suppress(ConnectionError):
                 await response.write_eof()
-            return response
+            return self.counted(response, queue, "get")
         finally:
             metrics.dec()
             queue.close()
@@ -413,6 +474,9 @@ class StreamableHttpEndpoint:
         message = await self.read_message(request)
         if isinstance(message, web.Response):
             return message
+        refusal = self.admit(request, target, message)
+        if refusal is not None:
+            return refusal
         body = message.body
         if message.kind is Kind.NOTIFICATION or message.kind is Kind.RESPONSE:
             # No client-to-server notifications exist in this era; cancellation is closing the stream.
@@ -427,6 +491,12 @@ class StreamableHttpEndpoint:
         verdict = stateless.check_request(body, request.headers)
         if isinstance(verdict, Rejection):
             return self.rejection(body, verdict)
+        if message.method == "tools/call":
+            params = body.get("params") or {}
+            schema = target.tool_input_schema(params.get("name"))
+            mismatch = stateless.check_param_headers(schema, params.get("arguments"), request.headers.items())
+            if mismatch is not None:
+                return self.rejection(body, mismatch)
         if message.method == "initialize":
             return self.rejection(
                 body,
@@ -436,6 +506,7 @@ class StreamableHttpEndpoint:
             era=STATELESS,
             protocol_version=verdict.protocol_version,
             log_level=verdict.log_level,
+            principal=request_principal(request),
             client_capabilities=verdict.client_capabilities if isinstance(verdict.client_capabilities, dict) else {},
         )
         if message.method == "subscriptions/listen":
@@ -465,6 +536,7 @@ class StreamableHttpEndpoint:
                 Rejection(jsonrpc.INVALID_PARAMS, 'subscriptions/listen needs "notifications"'),
             )
         if self.gateway.open_subscriptions >= self.limits.max_subscriptions:
+            self.gateway.metrics.limit_hit("max_subscriptions")
             return rpc_error(
                 200,
                 jsonrpc.INTERNAL_ERROR,
@@ -501,7 +573,7 @@ class StreamableHttpEndpoint:
                     await response.write(event_stream.encode_event(final))
             with contextlib.suppress(ConnectionError):
                 await response.write_eof()
-            return response
+            return self.counted(response, stream.queue, "listen")
         finally:
             metrics.dec()
             self.gateway.open_subscriptions -= 1

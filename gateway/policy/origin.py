@@ -60,8 +60,22 @@ class OriginPolicy:
             return True
         return _host_name(host) in self.allowed_hosts
 
+    def own_origin(self, origin: str | None, host: str | None) -> bool:
+        """Whether `origin` is this gateway's own origin: the Host it was reached at, when that Host
+        names this gateway (a loopback name, the bind address, or an allowed_hosts entry).
+
+        Only a page served from this very host and port carries that origin, and the gateway serves
+        no pages, so admitting it opens nothing; a rebinding page carries its own name (evil.com),
+        which is never one of this gateway's. MCP clients that send an Origin equal to the URL they
+        talk to (the conformance suite does) are therefore served without configuration."""
+        if origin is None or host is None or _host_name(host) not in self.allowed_hosts:
+            return False
+        origin = origin.lower().rstrip("/")
+        host = host.strip().lower()
+        return origin in (f"http://{host}", f"https://{host}")
+
     def check(self, origin: str | None, host: str | None) -> Refusal | None:
-        if not self.origin_allowed(origin):
+        if not self.origin_allowed(origin) and not self.own_origin(origin, host):
             return Refusal(
                 403,
                 "origin_not_allowed",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl as ssl_module
 from typing import Any
 from urllib.parse import quote
 
@@ -30,12 +31,28 @@ def register_frame(aggregate: bool, hello: dict[str, Any] | None) -> dict[str, A
     return frame
 
 
+TOKEN_HEADER = "X-Provider-Token"
+
+
+def client_ssl(ssl: ssl_module.SSLContext | bool | None, ca_file: str | None) -> ssl_module.SSLContext | bool:
+    """What aiohttp's `ssl=` gets: the given context, or one trusting `ca_file` (e.g. the ca.pem of
+    `mcp-gateway tls self-signed`), else True (the system's CAs; only used for wss://)."""
+    if ssl is not None and ca_file is not None:
+        raise ValueError("give ssl or ca_file, not both")
+    if ca_file is not None:
+        return ssl_module.create_default_context(cafile=ca_file)
+    return True if ssl is None else ssl
+
+
 class _PublisherBase:
     def __init__(
         self,
         gateway_url: str,
         *,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ssl: ssl_module.SSLContext | bool | None = None,
+        ca_file: str | None = None,
         reconnect: bool = True,
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 30.0,
@@ -46,6 +63,9 @@ class _PublisherBase:
             base = "ws" + base[4:]
         self.base_url = base
         self.headers = dict(headers or {})
+        if token is not None:
+            self.headers[TOKEN_HEADER] = token
+        self.ssl = client_ssl(ssl, ca_file)
         self.reconnect = reconnect
         self.backoff = Backoff(backoff_initial_s, backoff_max_s)
         self.max_msg_size = max_msg_size
@@ -67,7 +87,7 @@ class _PublisherBase:
             while not self._stop.is_set():
                 try:
                     async with http.ws_connect(
-                        self.url(), headers=self.headers, autoping=True, max_msg_size=self.max_msg_size
+                        self.url(), headers=self.headers, autoping=True, max_msg_size=self.max_msg_size, ssl=self.ssl
                     ) as ws:
                         self._ws = ws
                         self.connections += 1

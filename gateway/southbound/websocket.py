@@ -3,6 +3,10 @@
 Byte-compatible with mcp-broker's DirectTransport/MultiplexTransport and libmcpb: the URL or the
 first envelope claims a slot, a register frame opts in to `_all`, refusals are 1008 closes (or error
 envelopes on a multiplexed link), oversized messages 1009. Everything else is the core's job.
+
+Who may connect and which slots an identity may publish is decided by the provider policy that the
+composition root passes in (gateway/policy/provider_auth.py); this module only asks it and answers
+with what it says: an HTTP refusal before the upgrade, or an error envelope for one slot.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from aiohttp import WSMsgType, web
 
 from gateway.core import jsonrpc
 from gateway.core.gateway import Gateway
-from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, LinkInfo, close_reason
+from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TOO_BIG, LinkInfo, close_reason
 from gateway.core.names import SlotPathError, slot_from_raw_path
 from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
+from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
 from gateway.southbound import envelope
 
 log = logging.getLogger("gateway.southbound.websocket")
@@ -62,9 +67,10 @@ async def _quiet_ping(ws: web.WebSocketResponse) -> None:
 class MultiplexedSocket:
     """One `/providers` WebSocket and the slots it holds."""
 
-    def __init__(self, ws: web.WebSocketResponse, remote: str) -> None:
+    def __init__(self, ws: web.WebSocketResponse, remote: str, credential: ProviderCredential) -> None:
         self.ws = ws
         self.remote = remote
+        self.credential = credential
         self.sessions: dict[str, ProviderSession] = {}
         self.ping_outstanding = False
         self.warned_unparsable = False
@@ -118,8 +124,9 @@ class MultiplexedSlotLink:
 class ProviderWebSockets:
     """aiohttp handlers for both provider WebSocket paths."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, auth: ProviderAuthPolicy) -> None:
         self.gateway = gateway
+        self.auth = auth
         self.sockets: set[MultiplexedSocket] = set()
 
     async def shutdown(self) -> None:
@@ -146,19 +153,30 @@ class ProviderWebSockets:
             compress=False,
         )
 
+    @staticmethod
+    def _refusal_response(refusal: ProviderAuthRefusal) -> web.Response:
+        return web.json_response(refusal.body(), status=refusal.status, headers=refusal.headers())
+
     # -- /provider/<slot> ---------------------------------------------------------------------
 
     async def dedicated(self, request: web.Request) -> web.StreamResponse:
+        # Authentication first: a peer without a valid secret learns nothing about paths or slots.
+        credential = self.auth.authenticate(request.headers)
+        if isinstance(credential, ProviderAuthRefusal):
+            return self._refusal_response(credential)
         try:
             slot = slot_from_raw_path(request.rel_url.raw_path, DEDICATED_PREFIX)
         except SlotPathError as exc:
             self.gateway.metrics.provider_refusals.labels("bad_path").inc()
             return web.json_response({"error": "bad_provider_path", "error_description": str(exc)}, status=400)
+        forbidden = self.auth.slot_refusal(credential, slot)
+        if forbidden is not None:
+            return self._refusal_response(forbidden)
         # A name no provider may use (reserved, too long, undeclared, held) is refused after the
         # upgrade with 1008, as mcp-broker does, so WebSocket clients can read the reason.
         ws = self._response()
         await ws.prepare(request)
-        info = LinkInfo(transport="websocket", remote=_remote(request), native_ping=True)
+        info = LinkInfo(transport="websocket", remote=_remote(request), identity=credential.identity, native_ping=True)
         link = WebSocketLink(ws, info)
         try:
             session = await self.gateway.registry.attach(slot, link)
@@ -185,6 +203,8 @@ class ProviderWebSockets:
                     session.mark_alive()
                 elif msg.type is WSMsgType.ERROR:
                     reason = f"WebSocket error: {ws.exception()}"
+                    if ws.close_code == CLOSE_TOO_BIG:
+                        self.gateway.metrics.limit_hit("max_frame_bytes")
                     break
         finally:
             session.link_lost(f"{reason} (close code {ws.close_code})")
@@ -228,9 +248,12 @@ class ProviderWebSockets:
     # -- /providers ---------------------------------------------------------------------------
 
     async def multiplexed(self, request: web.Request) -> web.StreamResponse:
+        credential = self.auth.authenticate(request.headers)
+        if isinstance(credential, ProviderAuthRefusal):
+            return self._refusal_response(credential)
         ws = self._response()
         await ws.prepare(request)
-        socket = MultiplexedSocket(ws, _remote(request))
+        socket = MultiplexedSocket(ws, _remote(request), credential)
         self.sockets.add(socket)
         first = True
         reason = "provider closed the connection"
@@ -254,6 +277,8 @@ class ProviderWebSockets:
                     socket.pong()
                 elif msg.type is WSMsgType.ERROR:
                     reason = f"WebSocket error: {ws.exception()}"
+                    if ws.close_code == CLOSE_TOO_BIG:
+                        self.gateway.metrics.limit_hit("max_frame_bytes")
                     break
         finally:
             self.sockets.discard(socket)
@@ -304,8 +329,18 @@ class ProviderWebSockets:
             session.counters.unparsable += 1
 
     async def _claim(self, socket: MultiplexedSocket, frame: envelope.Envelope) -> ProviderSession | None:
+        forbidden = self.auth.slot_refusal(socket.credential, frame.provider)
+        if forbidden is not None:
+            # Only this slot is refused; the socket keeps the slots it may publish.
+            with contextlib.suppress(Exception):
+                await socket.ws.send_frame(
+                    envelope.error_envelope(frame.provider, jsonrpc.FORBIDDEN, forbidden.description), WSMsgType.TEXT
+                )
+            return None
         registration = envelope.registration(frame.payload)
-        info = LinkInfo(transport="websocket-mux", remote=socket.remote, native_ping=True)
+        info = LinkInfo(
+            transport="websocket-mux", remote=socket.remote, identity=socket.credential.identity, native_ping=True
+        )
         link = MultiplexedSlotLink(socket, frame.provider, info)
         try:
             session = await self.gateway.registry.attach(

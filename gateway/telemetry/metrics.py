@@ -73,6 +73,15 @@ class Metrics:
         self.provider_refusals = Counter(
             "mcpgw_provider_refusals", "Provider links or slots refused", ["reason"], registry=r
         )
+        self.provider_auth_refusals = Counter(
+            "mcpgw_provider_auth_refusals",
+            "Provider connections or slots refused by [providers.auth]",
+            ["reason"],  # missing_secret, unknown_secret, slot_forbidden
+            registry=r,
+        )
+        self.tls_reloads = Counter(
+            "mcpgw_tls_reloads", "Certificate reloads on SIGHUP by result (ok, failed)", ["result"], registry=r
+        )
         self.unparsable = Counter(
             "mcpgw_unparsable_messages", "Messages that were not valid JSON-RPC", ["side"], registry=r
         )
@@ -89,6 +98,49 @@ class Metrics:
         )
         self.refusals = Counter(
             "mcpgw_client_refusals", "Client requests refused before routing", ["reason"], registry=r
+        )
+        self.auth_failures = Counter(
+            "mcpgw_auth_failures",
+            "Client requests refused by authentication ([auth])",
+            # missing, malformed, invalid, expired, not_yet_valid, wrong_issuer, wrong_audience, unknown_key,
+            # insufficient_scope, not_tls, keys_unavailable, session_owner; signed requests: clock_skew,
+            # bad_signature, replayed, nonce_cache_full
+            ["reason"],
+            registry=r,
+        )
+        self.jwks_fetches = Counter(
+            "mcpgw_jwks_fetches", "Fetches of the authorization server's keys ([auth.oauth])", ["outcome"], registry=r
+        )
+        # Bounds ([limits]): each one's configured value, and how often it refused something.
+        self.limit = Gauge(
+            "mcpgw_limit", "Configured value of each bound, by its configuration key", ["limit"], registry=r
+        )
+        self.limit_hits = Counter(
+            "mcpgw_limit_hits",
+            "Times a bound refused or cut something, by its configuration key",
+            ["limit"],
+            registry=r,
+        )
+        self.rate_limited = Counter(
+            "mcpgw_rate_limited",
+            "Client requests refused by a rate limit",
+            ["scope"],  # principal, slot
+            registry=r,
+        )
+        self.rate_buckets = Gauge("mcpgw_rate_buckets", "Rate-limit buckets held", ["scope"], registry=r)
+        self.stream_overflows = Counter(
+            "mcpgw_client_stream_overflows",
+            "Client streams closed because the client fell limits.notification_queue messages behind",
+            ["kind"],  # get, listen, request
+            registry=r,
+        )
+        self.client_in_flight = Gauge(
+            "mcpgw_client_requests_in_flight", "Session-era client requests being answered", registry=r
+        )
+        self.sessions_largest_principal = Gauge(
+            "mcpgw_client_sessions_largest_principal",
+            "Sessions held by the principal holding the most (compare with limits.max_sessions_per_principal)",
+            registry=r,
         )
         self.provider_disconnects = Counter(
             "mcpgw_provider_disconnects", "Provider links that ended (any reason)", ["slot"], registry=r
@@ -127,6 +179,10 @@ class Metrics:
             children = (self.calls.labels(slot, method), self.latency.labels(slot))
             self._call_children[key] = children
         return children
+
+    def limit_hit(self, limit: str) -> None:
+        """A bound refused something; `limit` is its key under [limits] (e.g. "max_body_bytes")."""
+        self.limit_hits.labels(limit).inc()
 
     def forget_slot(self, slot: str) -> None:
         """Drop the gauges of a slot the registry no longer tracks (keeps label sets bounded)."""

@@ -82,8 +82,36 @@ async def test_foreign_origin_is_refused_on_the_client_endpoint(
     assert guarded.gateway.sessions.get(session_id) is not None  # a refused DELETE ends nothing
 
 
-async def test_default_config_refuses_every_browser_origin(gateway: GatewayServer, http: aiohttp.ClientSession) -> None:
-    headers = {**MCP_HEADERS, "Origin": f"http://127.0.0.1:{gateway.port}"}
+@pytest.mark.parametrize("origin", ["http://127.0.0.1:{other}", "http://localhost:{other}", "https://evil.example"])
+async def test_default_config_refuses_every_foreign_browser_origin(
+    gateway: GatewayServer, http: aiohttp.ClientSession, origin: str
+) -> None:
+    # A page on another local port (a dev server, a hostile local app) is another origin.
+    headers = {**MCP_HEADERS, "Origin": origin.format(other=gateway.port + 1)}
+    async with http.post(f"{gateway.url}/pump-1/mcp", data=orjson.dumps(INITIALIZE), headers=headers) as response:
+        assert (await refused_json(response))["error"] == "origin_not_allowed"
+    assert not gateway.gateway.sessions.sessions
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1", "localhost"])
+async def test_the_gateways_own_origin_is_served_without_configuration(
+    gateway: GatewayServer, http: aiohttp.ClientSession, name: str
+) -> None:
+    # The MCP conformance suite's dns-rebinding-protection sends Origin = the URL it talks to; only a
+    # page served from this host and port could carry it, and the gateway serves no pages.
+    own = f"{name}:{gateway.port}"
+    headers = {**MCP_HEADERS, "Host": own, "Origin": f"http://{own}"}
+    async with http.post(f"{gateway.url}/pump-1/mcp", data=orjson.dumps(INITIALIZE), headers=headers) as response:
+        assert response.status == 200, await response.text()
+        assert response.headers["Mcp-Session-Id"]
+
+
+async def test_a_rebinding_page_naming_itself_in_host_and_origin_is_refused(
+    gateway: GatewayServer, http: aiohttp.ClientSession
+) -> None:
+    # evil.example resolved to 127.0.0.1: Origin and Host agree, but neither names this gateway.
+    own = f"evil.example:{gateway.port}"
+    headers = {**MCP_HEADERS, "Host": own, "Origin": f"http://{own}"}
     async with http.post(f"{gateway.url}/pump-1/mcp", data=orjson.dumps(INITIALIZE), headers=headers) as response:
         assert (await refused_json(response))["error"] == "origin_not_allowed"
     assert not gateway.gateway.sessions.sessions

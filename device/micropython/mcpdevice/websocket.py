@@ -16,6 +16,9 @@ Transport interface (what mcpdevice.provider needs; a serial or MQTT transport o
 Errors: mcpdevice.provider.LinkClosed(code, reason) when the peer closes; OSError or EOFError when the socket dies.
 
 provider_url(base, slot) -> "ws://host:port/provider/<percent-encoded slot>" (http -> ws).
+
+A provider secret (`token`) is sent as `X-Provider-Token` on the upgrade when the gateway has
+provider authentication; a refusal (HTTP 401 or 403) is an OSError carrying the gateway's JSON body.
 """
 
 import asyncio
@@ -66,8 +69,9 @@ def _slices(data):
 
 
 class WebSocketTransport:
-    def __init__(self, url, frame_max=4096, timeout_s=10, ssl=None, agent="mcpdevice"):
+    def __init__(self, url, frame_max=4096, timeout_s=10, ssl=None, agent="mcpdevice", token=None):
         self.url = url
+        self.token = token
         self.frame_max = frame_max
         self.timeout_s = timeout_s
         self.ssl = ssl
@@ -101,8 +105,15 @@ class WebSocketTransport:
         self._writer.write(
             (
                 "GET /%s HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nUser-Agent: %s\r\n\r\n"
-                % (path, host if ":" not in host else "[%s]" % host, port, key.decode(), self.agent)
+                "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nUser-Agent: %s\r\n%s\r\n"
+                % (
+                    path,
+                    host if ":" not in host else "[%s]" % host,
+                    port,
+                    key.decode(),
+                    self.agent,
+                    "X-Provider-Token: %s\r\n" % self.token if self.token else "",
+                )
             ).encode()
         )
         await self._writer.drain()

@@ -58,6 +58,18 @@ def _hardware(settings):
     return SimulatedHardware()
 
 
+def _der(data):
+    # Some ports' mbedTLS is built without PEM parsing (the Unix port's is): hand it DER, which
+    # every port reads. The first certificate of a PEM file is the CA the board trusts.
+    begin = data.find(b"-----BEGIN CERTIFICATE-----")
+    if begin < 0:
+        return data
+    end = data.find(b"-----END", begin)
+    import binascii
+
+    return binascii.a2b_base64(data[begin + 27 : end if end > 0 else len(data)].replace(b"\n", b"").replace(b"\r", b""))
+
+
 def _tls(settings):
     url = settings["gateway_url"]
     if not (url.startswith("wss:") or url.startswith("https:")):
@@ -69,7 +81,10 @@ def _tls(settings):
         context.verify_mode = ssl.CERT_NONE
     elif settings["ca_file"]:
         with open(settings["ca_file"], "rb") as f:
-            context.load_verify_locations(cadata=f.read())
+            context.load_verify_locations(cadata=_der(f.read()))
+        # MicroPython's client context starts at CERT_NONE (CPython's at CERT_REQUIRED): without
+        # this line any certificate would be accepted, whatever the CA file says.
+        context.verify_mode = ssl.CERT_REQUIRED
     else:
         raise ValueError("a wss:// gateway needs ca_file (or tls_insecure: true in a lab)")
     return context
@@ -113,8 +128,10 @@ def build(settings):
     agent = "%s/%s" % (FIRMWARE_NAME, FIRMWARE_VERSION)
     timeout_s = settings["connect_timeout_s"]
 
+    token = settings["provider_token"]
+
     def make_transport():
-        return WebSocketTransport(url, frame_max, timeout_s, tls, agent)
+        return WebSocketTransport(url, frame_max, timeout_s, tls, agent, token)
 
     before_connect = None
     wifi = settings["wifi"]

@@ -27,7 +27,8 @@ DEFAULTS = {
     "dry_run_s": 5,
     "heap_log_s": 0,  # log free and used heap this often (0: never)
     "watchdog_s": 10,  # ESP32 hardware watchdog; 0 disables it (e.g. while developing)
-    "ca_file": None,  # PEM/DER CA certificate for wss://
+    "ca_file": None,  # PEM/DER CA certificate for wss:// (the ca.pem of `mcp-gateway tls self-signed`)
+    "provider_token": None,  # the secret sent as X-Provider-Token when the gateway has [providers.auth]
     "tls_insecure": False,  # wss:// without checking the certificate (a lab only)
     "esp32": {
         "pwm_pin": 25,  # speed reference: PWM, 0-100 % duty = 0-2900 rpm, filtered to the drive's analog in
@@ -101,4 +102,7 @@ def load(path):
         raise ConfigError('hardware must be "esp32" or "sim"')
     if not isinstance(merged["slot"], str) or not merged["slot"] or merged["slot"].startswith("_"):
         raise ConfigError("slot must be a name that does not start with _")
+    token = merged["provider_token"]
+    if token is not None and (type(token) is not str or not token or "\r" in token or "\n" in token):
+        raise ConfigError("provider_token must be a non-empty string on one line")
     return merged

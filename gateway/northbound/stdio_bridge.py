@@ -1,0 +1,553 @@
+"""`mcp-gateway stdio`: a stdio MCP server that forwards to a running gateway's `/<slot>/mcp`.
+
+For hosts that can only launch a command (desktop MCP hosts, IDE plugins): the host writes
+newline-delimited JSON-RPC to stdin and reads it from stdout; the bridge speaks the session era to
+the gateway over HTTP. Every client message becomes one POST (answers come back as JSON or SSE and
+are written out as they arrive); after `notifications/initialized` the bridge holds the session's
+GET stream open and relays its notifications (list_changed, resource updates). At EOF on stdin it
+ends the gateway session with DELETE.
+
+stdout carries JSON-RPC and nothing else, one message per line; logs go to stderr.
+
+When the gateway cannot be reached, a request is answered at once with a JSON-RPC error that says
+so, and the next message tries again. When the gateway forgot the session (it restarted, or the
+session idled out) the bridge opens a new one with the client's own initialize parameters, resends
+the message, and tells the client `notifications/tools/list_changed` (the tools may differ now).
+
+Authentication: a bearer token, or HMAC-SHA256 request signing (gateway/policy/hmac_signing.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import ssl
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Protocol
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from gateway.core import jsonrpc
+from gateway.core.jsonrpc import JsonObject, Kind
+from gateway.policy import hmac_signing
+
+log = logging.getLogger("gateway.stdio")
+
+SESSION_HEADER = "Mcp-Session-Id"
+VERSION_HEADER = "MCP-Protocol-Version"
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""Longest stdin line read; a longer one is answered with an error and skipped."""
+CONNECT_TIMEOUT_S = 5.0
+EOF_GRACE_S = 1.5
+"""After stdin closes, how long answers still in flight may take before they are cancelled. Hosts
+kill a server that has not exited a couple of seconds after closing its stdin."""
+DELETE_TIMEOUT_S = 1.0
+STREAM_RETRY_S = (0.25, 5.0)
+"""First and longest pause before the GET stream is opened again after it ended."""
+REQUEST_ID_PREFIX = "mcp-gateway-stdio-"
+
+Emit = Callable[[JsonObject], Awaitable[None]]
+
+
+# -- authentication --------------------------------------------------------------------------------
+
+
+class Credentials(Protocol):
+    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]: ...
+
+
+class NoCredentials:
+    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
+        return {}
+
+
+@dataclass(frozen=True)
+class BearerToken:
+    token: str
+
+    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@dataclass(frozen=True)
+class HmacKey:
+    key_id: str
+    secret: bytes
+
+    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
+        return hmac_signing.sign(self.key_id, self.secret, method, path, body)
+
+
+# -- stdio ------------------------------------------------------------------------------------------
+
+
+class Stdout:
+    """Writes whole JSON-RPC messages, one per line, in the order they are handed over."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.lock = asyncio.Lock()
+        self.gone = asyncio.Event()
+        """Set when the host closed its end of stdout: nobody reads answers any more."""
+
+    async def write(self, message: JsonObject) -> None:
+        line = orjson.dumps(message) + b"\n"
+        async with self.lock:
+            if self.gone.is_set():
+                return
+            try:
+                # A thread, so a host that is slow to read stalls this writer, not the event loop.
+                await asyncio.to_thread(self._write, line)
+            except (BrokenPipeError, ValueError, OSError):
+                self.gone.set()
+
+    def _write(self, line: bytes) -> None:
+        self.stream.write(line)
+        self.stream.flush()
+
+
+TOO_LONG = b"\x00too long"
+"""Stands for a stdin line over MAX_LINE_BYTES (no JSON text starts with a NUL byte)."""
+
+
+async def stdin_lines(stream: BinaryIO) -> AsyncIterator[bytes]:
+    """Lines of stdin (without the newline) until EOF; a line over MAX_LINE_BYTES comes out as TOO_LONG."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stream)
+    except (ValueError, OSError):
+        # Not a pipe, socket or terminal (a regular file): read it in a thread instead.
+        while line := await asyncio.to_thread(stream.readline):
+            yield TOO_LONG if len(line) > MAX_LINE_BYTES else line.rstrip(b"\r\n")
+        return
+    while True:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial.strip():
+                yield exc.partial
+            return
+        except asyncio.LimitOverrunError:
+            await _skip_line(reader)
+            yield TOO_LONG
+            continue
+        yield line.rstrip(b"\r\n")
+
+
+async def _skip_line(reader: asyncio.StreamReader) -> None:
+    while True:
+        try:
+            await reader.readuntil(b"\n")
+            return
+        except asyncio.LimitOverrunError as exc:
+            await reader.readexactly(exc.consumed)
+        except asyncio.IncompleteReadError:
+            return
+
+
+# -- the gateway side -------------------------------------------------------------------------------
+
+
+class BridgeError(Exception):
+    """The message could not be forwarded; the text says why, for the client."""
+
+
+class Unreachable(BridgeError):
+    """The gateway could not be reached (refused, timed out, reset before an answer)."""
+
+
+class SessionRefused(BridgeError):
+    """The gateway answered, but would not open a new session for the client."""
+
+
+@dataclass
+class Answer:
+    status: int
+    body: Any = None
+    """The decoded JSON body of a non-SSE answer (None when empty or not JSON)."""
+    session_id: str | None = None
+
+
+def _rpc_error(request_id: Any, code: int, message: str, data: Any = None) -> JsonObject:
+    return jsonrpc.error_response(request_id, code, message, data)
+
+
+class StdioBridge:
+    def __init__(
+        self,
+        base_url: str,
+        slot: str,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        endpoint = f"{base_url.rstrip('/')}/{quote(slot, safe='')}/mcp"
+        self.url = URL(endpoint, encoded=True)
+        self.slot = slot
+        self.credentials = credentials or NoCredentials()
+        self.ssl = ssl_context
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self.init_params: JsonObject | None = None
+        """The client's own initialize params, replayed when the gateway lost the session."""
+        self.session_lock = asyncio.Lock()
+        self.http: aiohttp.ClientSession | None = None
+        self.out: Stdout | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.stream_task: asyncio.Task[None] | None = None
+        self._internal_ids = 0
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _headers(self, method: str, body: bytes, session_id: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json, text/event-stream"}
+        if body:
+            headers["Content-Type"] = "application/json"
+        if session_id is not None:
+            headers[SESSION_HEADER] = session_id
+            if self.protocol_version:
+                headers[VERSION_HEADER] = self.protocol_version
+        headers.update(self.credentials.headers(method, self.url.raw_path_qs, body))
+        return headers
+
+    def _unreachable(self, exc: BaseException) -> Unreachable:
+        detail = str(exc) or type(exc).__name__
+        return Unreachable(f"{type(exc).__name__}: {detail}")
+
+    async def emit(self, message: Any) -> None:
+        """Write one message from the gateway to the client; anything that is not a JSON object is dropped."""
+        if not isinstance(message, dict):
+            log.warning("dropped a non-object message from the gateway")
+            return
+        assert self.out is not None
+        await self.out.write(message)
+
+    async def post(self, message: JsonObject, session_id: str | None, on_message: Emit) -> Answer:
+        """POST one message; SSE events and a JSON body are handed to `on_message` as they arrive."""
+        assert self.http is not None
+        body = orjson.dumps(message)
+        try:
+            async with self.http.post(
+                self.url, data=body, headers=self._headers("POST", body, session_id), ssl=self.ssl or True
+            ) as response:
+                answer = Answer(response.status, session_id=response.headers.get(SESSION_HEADER))
+                content_type = response.headers.get("Content-Type", "")
+                if response.status == 200 and content_type.startswith("text/event-stream"):
+                    async for event in sse_messages(response.content):
+                        await on_message(event)
+                    return answer
+                raw = await response.read()
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            raise self._unreachable(exc) from exc
+        if raw:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                answer.body = orjson.loads(raw)
+        if answer.status == 200 and answer.body is not None:
+            await on_message(answer.body)
+        return answer
+
+    # -- session ----------------------------------------------------------------------------
+
+    def _next_internal_id(self) -> str:
+        self._internal_ids += 1
+        return f"{REQUEST_ID_PREFIX}{self._internal_ids}"
+
+    async def _open_session(self) -> None:
+        """initialize + notifications/initialized with the client's parameters (session lock held)."""
+        assert self.init_params is not None
+        request = {"jsonrpc": "2.0", "id": self._next_internal_id(), "method": "initialize", "params": self.init_params}
+        results: list[Any] = []
+
+        async def keep(message: JsonObject) -> None:
+            results.append(message)
+
+        answer = await self.post(request, None, keep)
+        result = results[-1].get("result") if results and isinstance(results[-1], dict) else None
+        if answer.status != 200 or not isinstance(result, dict) or answer.session_id is None:
+            raise SessionRefused(
+                f"The gateway at {self.url} would not open a session for this client "
+                f"(HTTP {answer.status}): {_describe(answer.body)}"
+            )
+        self.session_id = answer.session_id
+        self.protocol_version = result.get("protocolVersion")
+        await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, self.session_id, keep)
+        log.info("opened a new gateway session on %s", self.url)
+
+    async def renew(self, stale: str | None) -> None:
+        """The gateway no longer knows session `stale`: open a new one (once, however many notice)."""
+        async with self.session_lock:
+            if self.session_id != stale or self.init_params is None:
+                return
+            self.session_id = None
+            await self._open_session()
+        # The new session may see other tools (a restarted gateway, providers that came or went).
+        await self.emit(jsonrpc.notification("notifications/tools/list_changed"))
+
+    async def current_session(self) -> tuple[str | None, bool]:
+        """The session to use, and whether it was opened just now: when the client sent initialize
+        but has no session (the gateway was down then, or forgot it), one is opened for it."""
+        async with self.session_lock:
+            if self.session_id is None and self.init_params is not None:
+                await self._open_session()
+                self.start_stream()
+                return self.session_id, True
+            return self.session_id, False
+
+    # -- one client message -----------------------------------------------------------------
+
+    async def handle_line(self, line: bytes) -> None:
+        if line == TOO_LONG:
+            await self.emit(_rpc_error(None, jsonrpc.INVALID_REQUEST, f"Message longer than {MAX_LINE_BYTES} bytes"))
+            return
+        message = jsonrpc.parse(line)
+        if message.kind is Kind.INVALID:
+            code = jsonrpc.PARSE_ERROR if message.body is None else jsonrpc.INVALID_REQUEST
+            await self.emit(_rpc_error(message.id, code, f"Invalid JSON-RPC: {message.problem}"))
+            return
+        if message.kind is Kind.BATCH:
+            await self.emit(_rpc_error(None, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are not supported"))
+            return
+        try:
+            await self.forward(message)
+        except Unreachable as exc:
+            log.warning("gateway at %s unreachable: %s", self.url, exc)
+            if message.kind is Kind.REQUEST:
+                await self.emit(
+                    _rpc_error(
+                        message.id,
+                        jsonrpc.UNAVAILABLE,
+                        f"Cannot reach the MCP gateway at {self.url} ({exc}). Is `mcp-gateway run` running "
+                        "there? This bridge tries again with the next message.",
+                        {"reason": "gateway_unreachable", "url": str(self.url)},
+                    )
+                )
+        except SessionRefused as exc:
+            log.warning("%s", exc)
+            if message.kind is Kind.REQUEST:
+                await self.emit(_rpc_error(message.id, jsonrpc.UNAVAILABLE, str(exc), {"reason": "session_refused"}))
+
+    async def forward(self, message: jsonrpc.Message) -> None:
+        body: JsonObject = message.body
+        if message.kind is Kind.REQUEST and message.method == "server/discover":
+            # This bridge speaks the session era; a client probing for 2026-07-28 falls back to initialize.
+            await self.emit(
+                _rpc_error(
+                    message.id,
+                    jsonrpc.METHOD_NOT_FOUND,
+                    "Method not found: server/discover; this bridge speaks the session era, send initialize",
+                )
+            )
+            return
+        if message.kind is Kind.REQUEST and message.method == "initialize":
+            await self.initialize(body)
+            return
+        answered = False
+
+        async def relay(reply: Any) -> None:
+            nonlocal answered
+            if isinstance(reply, dict) and reply.get("id") == message.id and ("result" in reply or "error" in reply):
+                answered = True
+            await self.emit(reply)
+
+        initialized = message.kind is Kind.NOTIFICATION and message.method == "notifications/initialized"
+        session_id, opened = await self.current_session()
+        if initialized and opened:
+            return  # opening the session sent notifications/initialized already
+        answer = await self.post(body, session_id, relay)
+        if answer.status == 404 and session_id is not None and _is_jsonrpc(answer.body):
+            # The gateway forgot the session (restart, idle expiry): a new one, then the message again.
+            log.info("gateway session %s... is gone; opening a new one", session_id[:6])
+            await self.renew(session_id)
+            answer = await self.post(body, self.session_id, relay)
+        if initialized and answer.status < 400:
+            self.start_stream()
+        if message.kind is Kind.REQUEST and answer.status == 200 and not answered:
+            # An SSE answer cut short (the gateway closes a stream its reader falls far behind on).
+            await self.emit(
+                _rpc_error(
+                    message.id,
+                    jsonrpc.UNAVAILABLE,
+                    "The gateway's answer stream ended without a response; send the request again",
+                    {"reason": "stream_ended"},
+                )
+            )
+        await self.relay_refusal(message, answer)
+
+    async def initialize(self, body: JsonObject) -> None:
+        params = body.get("params")
+        async with self.session_lock:
+            self.init_params = params if isinstance(params, dict) else {}
+            if self.session_id is not None:
+                await self.end_session()
+            answer = await self.post(body, None, self.emit)
+            if answer.status == 200 and answer.session_id is not None:
+                self.session_id = answer.session_id
+                result = answer.body.get("result") if isinstance(answer.body, dict) else None
+                if isinstance(result, dict):
+                    self.protocol_version = result.get("protocolVersion")
+        await self.relay_refusal(jsonrpc.Message(Kind.REQUEST, body), answer)
+
+    async def relay_refusal(self, message: jsonrpc.Message, answer: Answer) -> None:
+        """An HTTP refusal (4xx/5xx) of a request becomes the request's JSON-RPC error."""
+        if answer.status < 400:
+            return
+        if message.kind is not Kind.REQUEST:
+            log.warning("the gateway refused a %s (HTTP %d): %s", message.method, answer.status, _describe(answer.body))
+            return
+        if _is_jsonrpc(answer.body) and isinstance(answer.body.get("error"), dict):
+            await self.emit({**answer.body, "id": message.id})
+            return
+        code = jsonrpc.FORBIDDEN if answer.status in (401, 403) else jsonrpc.UNAVAILABLE
+        if answer.status in (400, 404, 405, 406, 413):
+            code = jsonrpc.INVALID_REQUEST
+        await self.emit(
+            _rpc_error(
+                message.id,
+                code,
+                f"The gateway refused the request (HTTP {answer.status}): {_describe(answer.body)}",
+                {"httpStatus": answer.status, **(answer.body if isinstance(answer.body, dict) else {})},
+            )
+        )
+
+    # -- the GET stream ---------------------------------------------------------------------
+
+    def start_stream(self) -> None:
+        if self.stream_task is None or self.stream_task.done():
+            self.stream_task = asyncio.get_running_loop().create_task(self.stream_loop())
+
+    async def stream_loop(self) -> None:
+        """Hold the session's GET stream open and relay what comes on it, reopening it when it ends."""
+        pause = STREAM_RETRY_S[0]
+        while True:
+            try:
+                session_id, _ = await self.current_session()
+                if session_id is None:
+                    return
+                status = await self.listen(session_id)
+                if status == 404:
+                    await self.renew(session_id)
+                    continue
+                if status in (405, 406):
+                    log.info("the gateway offers no GET stream (HTTP %d); notifications come with answers only", status)
+                    return
+                if status == 200:
+                    pause = STREAM_RETRY_S[0]
+            except BridgeError as exc:
+                log.debug("GET stream: %s", exc)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, STREAM_RETRY_S[1])
+
+    async def listen(self, session_id: str) -> int:
+        assert self.http is not None
+        try:
+            async with self.http.get(
+                self.url, headers=self._headers("GET", b"", session_id), ssl=self.ssl or True
+            ) as response:
+                if response.status != 200:
+                    return response.status
+                async for event in sse_messages(response.content):
+                    await self.emit(event)
+                return 200
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            raise self._unreachable(exc) from exc
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    async def end_session(self) -> None:
+        session_id, self.session_id = self.session_id, None
+        if session_id is None or self.http is None:
+            return
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with self.http.delete(
+                self.url,
+                headers=self._headers("DELETE", b"", session_id),
+                ssl=self.ssl or True,
+                timeout=aiohttp.ClientTimeout(total=DELETE_TIMEOUT_S),
+            ) as response:
+                log.info("ended the gateway session (HTTP %d)", response.status)
+
+    async def run(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
+        self.out = Stdout(stdout)
+        timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, stop.set)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            self.http = http
+            reading = loop.create_task(self.read(stdin))
+            stopping = loop.create_task(stop.wait())
+            gone = loop.create_task(self.out.gone.wait())
+            await asyncio.wait({reading, stopping, gone}, return_when=asyncio.FIRST_COMPLETED)
+            gone.cancel()
+            if reading.done() and not stop.is_set() and not self.out.gone.is_set():
+                # EOF: let answers in flight arrive briefly, then give up on them.
+                pending = set(self.tasks)
+                if pending:
+                    await asyncio.wait(pending, timeout=EOF_GRACE_S)
+            for task in (reading, stopping, *self.tasks, *([self.stream_task] if self.stream_task else [])):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(reading, stopping, *self.tasks, return_exceptions=True)
+            if self.stream_task is not None:
+                await asyncio.gather(self.stream_task, return_exceptions=True)
+            await self.end_session()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signum)
+
+    async def read(self, stdin: BinaryIO) -> None:
+        async for line in stdin_lines(stdin):
+            if not line.strip():
+                continue
+            task = asyncio.get_running_loop().create_task(self.handle_line(line))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _is_jsonrpc(body: Any) -> bool:
+    return isinstance(body, dict) and body.get("jsonrpc") == "2.0"
+
+
+def _describe(body: Any) -> str:
+    """A refusal's text for a person: the error description, the JSON-RPC message, or a short dump."""
+    if isinstance(body, dict):
+        if isinstance(body.get("error"), dict):
+            return str(body["error"].get("message", ""))[:500]
+        if "error_description" in body:
+            return f"{body.get('error')}: {body['error_description']}"[:500]
+    return "no details" if body is None else orjson.dumps(body)[:300].decode(errors="replace")
+
+
+async def sse_messages(content: aiohttp.StreamReader) -> AsyncIterator[Any]:
+    """The JSON value of each SSE event's data (comments and keepalives skipped, multi-line data joined)."""
+    data: list[bytes] = []
+    async for raw in content:
+        line = raw.rstrip(b"\r\n")
+        if not line:
+            if data:
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    yield orjson.loads(b"\n".join(data))
+                data = []
+            continue
+        if line.startswith(b"data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(b" ") else value)
+    if data:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            yield orjson.loads(b"\n".join(data))
+
+
+def main(bridge: StdioBridge) -> None:
+    asyncio.run(bridge.run(sys.stdin.buffer, sys.stdout.buffer))

@@ -1,0 +1,355 @@
+"""Client authentication: the entry-gate step that establishes who calls a client endpoint.
+
+It runs after the Origin/Host check, and only when [auth] configures something (an unauthenticated
+loopback gateway does not pay for it). It covers every client way in: `is_client_path` is the one
+predicate, and it counts every path that is not the gateway's own (provider sockets, /healthz,
+/readyz, /.well-known/...), so a way in added later (/<slot>/sse, /<slot>/messages, a raw WebSocket
+at /<slot>) is protected without being listed anywhere. /metrics needs a caller with the `metrics`
+scope once client authentication is configured.
+
+Credentials are checked by a chain of verifiers, one module per kind (static_tokens.py, oauth.py,
+request signing): each says "not mine", "this caller" or "refused" (verifier.py). A caller must then
+hold the scopes [auth] required_scopes names for the slot. The caller is stored on the request
+(request_principal.py) for the handlers: sessions belong to the caller that opened them.
+
+Refusals follow RFC 6750 and RFC 9728: 401 with `WWW-Authenticate: Bearer resource_metadata="..."`
+(plus error="invalid_token" when a token was sent and is bad), 403 with error="insufficient_scope",
+each with a JSON body that says what to do. No credential is ever logged, echoed or passed on.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from gateway.config import GatewayConfig
+from gateway.core.gateway import Gateway
+from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name, decode_path_segment
+from gateway.core.principal import Principal
+from gateway.northbound.streamable_http import http_error, json_response
+from gateway.policy.hmac_auth import HmacVerifier
+from gateway.policy.oauth import OAuthVerifier, protected_resource_metadata
+from gateway.policy.request_principal import PRINCIPAL_KEY
+from gateway.policy.static_tokens import StaticTokenVerifier
+from gateway.policy.verifier import AuthFailure, Endpoint, Verifier, bearer_token
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("gateway.policy.client_auth")
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+METRICS_PATH = "/metrics"
+METRICS_SCOPE = "metrics"
+WELL_KNOWN_PREFIX = "/.well-known/"
+METADATA_PREFIX = "/.well-known/oauth-protected-resource"
+REALM = "mcp-gateway"
+RETRY_AFTER_S = 5
+
+VerifierFactory = Callable[[GatewayConfig, Metrics], Verifier | None]
+
+VERIFIER_FACTORIES: tuple[VerifierFactory, ...] = (
+    # First: a request that carries signing headers is judged by its signature, whatever else it sends.
+    HmacVerifier.from_config,
+    StaticTokenVerifier.from_config,
+    OAuthVerifier.from_config,
+)
+"""The chain, in order. A factory returns None when its kind is not configured, and raises
+ConfigError when its configuration cannot be used. A new kind of credential (signed requests, say)
+is one module with a verifier and one line here."""
+
+
+# -- which requests need a caller ------------------------------------------------------------------
+
+
+def is_provider_path(raw_path: str) -> bool:
+    return raw_path in ("/providers", "/provider") or raw_path.startswith("/provider/")
+
+
+def is_client_path(raw_path: str) -> bool:
+    """True for every way a client reaches a slot (/<slot>/mcp, /_all/mcp, /_broker/mcp, and any later
+    one): everything except provider sockets, health checks, /metrics and /.well-known documents."""
+    return not (
+        raw_path in OPEN_PATHS
+        or raw_path == METRICS_PATH
+        or raw_path.startswith(WELL_KNOWN_PREFIX)
+        or is_provider_path(raw_path)
+    )
+
+
+def path_slot(raw_path: str) -> str | None:
+    """The slot a client path names: its first segment, percent-decoded (/pump-1/mcp -> pump-1)."""
+    segment = raw_path[1:].split("/", 1)[0]
+    return decode_path_segment(segment) if segment else None
+
+
+class RequiredScopes:
+    """[auth] required_scopes: an exact key wins, else the first matching pattern in file order."""
+
+    def __init__(self, table: Mapping[str, list[str]]) -> None:
+        self.exact = {key: tuple(scopes) for key, scopes in table.items()}
+        self.patterns = [
+            (re.compile(fnmatch.translate(key)), tuple(scopes))
+            for key, scopes in table.items()
+            if any(char in key for char in "*?[")
+        ]
+
+    def for_slot(self, slot: str | None) -> tuple[str, ...]:
+        if slot is None:
+            return ()
+        scopes = self.exact.get(slot)
+        if scopes is not None:
+            return scopes
+        for pattern, pattern_scopes in self.patterns:
+            if pattern.match(slot):
+                return pattern_scopes
+        return ()
+
+
+# -- answers -----------------------------------------------------------------------------------------
+
+
+def _header_text(text: str) -> str:
+    """RFC 6750 error_description characters only (printable ASCII without '"' and '\\')."""
+    return "".join(char if " " <= char <= "~" and char not in '"\\' else "'" if char == '"' else "?" for char in text)
+
+
+def www_authenticate(
+    *,
+    resource_metadata: str | None,
+    error: str | None = None,
+    description: str | None = None,
+    scope: str | None = None,
+) -> str:
+    params: list[str] = []
+    if resource_metadata is None:
+        params.append(f'realm="{REALM}"')
+    if error is not None:
+        params.append(f'error="{error}"')
+    if description is not None:
+        params.append(f'error_description="{_header_text(description)}"')
+    if scope is not None:
+        params.append(f'scope="{scope}"')
+    if resource_metadata is not None:
+        params.append(f'resource_metadata="{resource_metadata}"')
+    return "Bearer " + ", ".join(params)
+
+
+def refusal(failure: AuthFailure, endpoint: Endpoint) -> web.Response:
+    response = http_error(failure.status, failure.error, failure.description)
+    if failure.status == 503:
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    elif failure.reason == "missing":
+        response.headers["WWW-Authenticate"] = www_authenticate(resource_metadata=endpoint.metadata_url)
+    elif failure.status == 403:
+        response.headers["WWW-Authenticate"] = www_authenticate(
+            resource_metadata=endpoint.metadata_url,
+            error=failure.error,
+            description=failure.description,
+            scope=" ".join(endpoint.required_scopes),
+        )
+    else:
+        response.headers["WWW-Authenticate"] = www_authenticate(
+            resource_metadata=endpoint.metadata_url, error=failure.error, description=failure.description
+        )
+    return response
+
+
+def resource_name(slot: str | None) -> str:
+    if slot is None:
+        return "mcp-gateway metrics"
+    if slot == ALL_SLOT:
+        return "mcp-gateway: every slot in the aggregate (_all)"
+    if slot == BROKER_SLOT:
+        return "mcp-gateway: the gateway itself (_broker)"
+    return f'mcp-gateway slot "{slot}"'
+
+
+# -- the step ----------------------------------------------------------------------------------------
+
+
+class ClientAuth:
+    def __init__(self, config: GatewayConfig, gateway: Gateway, verifiers: list[Verifier]) -> None:
+        self.config = config
+        self.gateway = gateway
+        self.metrics = gateway.metrics
+        self.verifiers = verifiers
+        self.oauth = config.auth.oauth
+        self.required = RequiredScopes(config.auth.required_scopes)
+        self._base: tuple[int | None, str] | None = None
+
+    @classmethod
+    def from_config(
+        cls, config: GatewayConfig, gateway: Gateway, factories: tuple[VerifierFactory, ...] = VERIFIER_FACTORIES
+    ) -> ClientAuth | None:
+        """The authentication step, or None when [auth] configures nothing (ConfigError when unusable)."""
+        if not config.auth_configured:
+            return None
+        verifiers = [verifier for factory in factories if (verifier := factory(config, gateway.metrics)) is not None]
+        return cls(config, gateway, verifiers)
+
+    # -- what a request calls ------------------------------------------------------------------
+
+    def base_url(self) -> str:
+        port = self.gateway.bound_port
+        if self._base is None or self._base[0] != port:
+            self._base = (port, self.gateway.base_url())
+        return self._base[1]
+
+    def endpoint(self, slot: str | None, *, metrics: bool = False) -> Endpoint:
+        base = self.base_url()
+        scopes: tuple[str, ...]
+        if metrics:
+            path, scopes = METRICS_PATH, (METRICS_SCOPE,)
+        elif slot is not None:
+            path, scopes = f"/{quote(slot, safe='', errors='surrogateescape')}/mcp", self.required.for_slot(slot)
+        else:
+            path, scopes = "/", ()
+        metadata = f"{base}{METADATA_PREFIX}{path}" if self.oauth is not None and path != "/" else None
+        return Endpoint(slot=slot, resource=f"{base}{path}", metadata_url=metadata, required_scopes=scopes)
+
+    # -- the entry-gate check ------------------------------------------------------------------
+
+    async def check(self, request: web.Request) -> web.StreamResponse | None:
+        path = request.rel_url.raw_path
+        if path == METRICS_PATH:
+            endpoint = self.endpoint(None, metrics=True)
+        elif is_client_path(path):
+            endpoint = self.endpoint(path_slot(path))
+        else:
+            return None
+        outcome = await self.authenticate(request, endpoint)
+        if isinstance(outcome, Principal) and not outcome.has_scopes(frozenset(endpoint.required_scopes)):
+            outcome = AuthFailure(
+                "insufficient_scope",
+                f"{outcome.name} may not call this endpoint: it needs the scope(s) "
+                f"{' '.join(endpoint.required_scopes)} and was granted {' '.join(sorted(outcome.scopes)) or 'none'}.",
+                status=403,
+                error="insufficient_scope",
+            )
+        if isinstance(outcome, AuthFailure):
+            self.metrics.auth_failures.labels(outcome.reason).inc()
+            log.debug(
+                "client authentication refused",
+                extra={"reason": outcome.reason, "path": path[:200], "peer": request.remote},
+            )
+            return refusal(outcome, endpoint)
+        request[PRINCIPAL_KEY] = outcome
+        return None
+
+    async def authenticate(self, request: web.Request, endpoint: Endpoint) -> Principal | AuthFailure:
+        bearer = bearer_token(request)
+        if isinstance(bearer, AuthFailure):
+            return bearer
+        for verifier in self.verifiers:
+            outcome = await verifier.verify(request, bearer, endpoint)
+            if outcome is not None:
+                return outcome
+        if bearer is not None:
+            return AuthFailure(
+                "invalid", "The bearer token is not known to this gateway (mistyped, revoked, or for another gateway)."
+            )
+        if "Authorization" in request.headers:
+            return AuthFailure("malformed", "Only Authorization: Bearer <token> is accepted here.")
+        return AuthFailure("missing", self.how_to_authenticate(endpoint), error="unauthorized")
+
+    def how_to_authenticate(self, endpoint: Endpoint) -> str:
+        ways = []
+        if self.oauth is not None:
+            ways.append(
+                f"an access token from {self.oauth.issuer} with audience {endpoint.resource} "
+                f"(metadata: {endpoint.metadata_url})"
+            )
+        if self.config.auth.tokens or self.config.auth.token_files:
+            ways.append("a client token of this gateway ([auth] tokens, or one made with `mcp-gateway token create`)")
+        if not ways and self.config.auth.hmac is not None:
+            return (
+                "This endpoint needs authentication: sign the request with an [auth.hmac] key "
+                "(X-MCPGW-Key-Id, X-MCPGW-Timestamp, X-MCPGW-Nonce, X-MCPGW-Signature; see docs/security.md)."
+            )
+        if not ways:
+            ways.append("a credential this gateway accepts")
+        signed = " Or sign the request with an [auth.hmac] key (docs/security.md)." if self.config.auth.hmac else ""
+        return (
+            "This endpoint needs authentication: send Authorization: Bearer <token> with "
+            + " or ".join(ways)
+            + "."
+            + signed
+        )
+
+    # -- RFC 9728 metadata ---------------------------------------------------------------------
+
+    def routes(self) -> list[web.RouteDef]:
+        if self.oauth is None:
+            return []
+        return [web.get(METADATA_PREFIX + "/{tail:.*}", self.metadata)]
+
+    async def metadata(self, request: web.Request) -> web.Response:
+        assert self.oauth is not None
+        tail = request.rel_url.raw_path[len(METADATA_PREFIX) :]
+        if tail == METRICS_PATH:
+            endpoint = self.endpoint(None, metrics=True)
+            return json_response(
+                protected_resource_metadata(
+                    endpoint.resource, self.oauth, endpoint.required_scopes, resource_name(None)
+                )
+            )
+        parts = tail.split("/")
+        if len(parts) == 3 and parts[0] == "" and parts[1] and parts[2] == "mcp":
+            slot = decode_path_segment(parts[1])
+            try:
+                if slot not in (ALL_SLOT, BROKER_SLOT):
+                    check_slot_name(slot)
+            except SlotNameError as exc:
+                return http_error(404, "unknown_slot", str(exc))
+            endpoint = self.endpoint(slot)
+            return json_response(
+                protected_resource_metadata(
+                    endpoint.resource, self.oauth, endpoint.required_scopes, resource_name(slot)
+                )
+            )
+        return http_error(
+            404,
+            "not_found",
+            f"Protected-resource metadata lives at {METADATA_PREFIX}/<slot>/mcp (and {METADATA_PREFIX}/metrics).",
+        )
+
+    # -- life cycle and posture ----------------------------------------------------------------
+
+    def posture(self) -> dict[str, Any]:
+        """For broker_info: how many static tokens and HMAC keys, which OAuth issuer (never a secret)."""
+        posture: dict[str, Any] = {"static_tokens": 0, "oauth": None, "hmac_keys": 0}
+        for verifier in self.verifiers:
+            posture.update(verifier.posture())
+        return posture
+
+    async def start(self) -> None:
+        posture = self.posture()
+        log.info(
+            "client authentication required: %d static tokens, OAuth issuer %s, %d HMAC keys",
+            posture["static_tokens"],
+            posture["oauth"] or "none",
+            posture["hmac_keys"],
+        )
+        if posture["static_tokens"] and not self.config.tls.enabled and not self.config.is_loopback:
+            log.warning(
+                "static tokens are accepted only from this machine while TLS is off: clients on %s get 401 "
+                "not_tls until [tls] is configured",
+                self.config.host,
+            )
+        for verifier in self.verifiers:
+            await verifier.start()
+
+    async def close(self) -> None:
+        for verifier in self.verifiers:
+            await verifier.close()
+
+
+def check_client_auth(config: GatewayConfig) -> None:
+    """Build every configured verifier once, as `run` would (for `config check`); ConfigError if unusable."""
+    for factory in VERIFIER_FACTORIES:
+        factory(config, Metrics())

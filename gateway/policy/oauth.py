@@ -1,0 +1,390 @@
+"""OAuth 2.1 resource server: JWT access tokens checked against the authorization server's keys.
+
+A token is accepted when its signature verifies with a key from the configured JWKS (fetched over
+HTTP with aiohttp, or read from a file), with an accepted public-key algorithm, and its claims hold:
+`iss` is the configured issuer, `exp` and `nbf` are in range (with leeway), `sub` names the caller,
+and `aud` is the canonical URL of the endpoint called (`<base>/<slot>/mcp`, RFC 8707), so a token
+obtained for pump-1 does not open pump-2. Scopes come from `scope` (space-separated) or `scp` (list).
+
+The key set is fetched at start, again every `jwks_refresh_s`, and when a token names a key id the
+set does not hold (key rotation). That last refetch happens at most once per `jwks_refetch_min_s`
+and concurrent askers share one fetch, so tokens with made-up key ids cannot make the gateway hammer
+the authorization server. A failed refresh keeps the keys already held.
+
+Everything here is policy; the core never imports a JOSE library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jwt
+import orjson
+from aiohttp import web
+
+from gateway.config import ConfigError, GatewayConfig, OAuthConfig
+from gateway.core.principal import Principal
+from gateway.policy.verifier import AuthFailure, Endpoint
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("gateway.policy.oauth")
+
+MAX_JWKS_BYTES = 1_048_576
+MAX_JWKS_KEYS = 100
+FETCH_TIMEOUT_S = 10.0
+RETRY_AFTER_FAILURE_S = 30.0
+"""After a failed scheduled refresh, the next attempt comes this soon (or at jwks_refresh_s if sooner)."""
+MAX_CANDIDATE_KEYS = 8
+"""A token without a key id is tried against at most this many keys of its algorithm."""
+MAX_SUBJECT_CHARS = 256
+
+RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
+EC_ALGORITHMS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
+
+
+class JwksError(Exception):
+    """A key set that cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    kid: str | None
+    algorithms: frozenset[str]
+    key: Any
+    """The public key object PyJWT verifies with."""
+
+
+def key_algorithms(jwk: dict[str, Any]) -> frozenset[str]:
+    """The algorithms one JWK may verify: its `alg` if it names one, else what its key type allows."""
+    alg = jwk.get("alg")
+    if isinstance(alg, str):
+        return frozenset({alg})
+    kty = jwk.get("kty")
+    if kty == "RSA":
+        return RSA_ALGORITHMS
+    if kty == "EC" and jwk.get("crv") in EC_ALGORITHMS:
+        return frozenset({EC_ALGORITHMS[jwk["crv"]]})
+    if kty == "OKP" and jwk.get("crv") in ("Ed25519", "Ed448"):
+        return frozenset({"EdDSA"})
+    return frozenset()
+
+
+def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[SigningKey]:
+    """The signing keys of a JWKS document usable with the allowed algorithms (JwksError if none).
+
+    Keys for encryption (`use` other than "sig"), symmetric keys and keys of other algorithms are
+    skipped: they cannot verify an access token under this configuration."""
+    if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
+        raise JwksError('not a JWKS: expected a JSON object with a "keys" array')
+    entries = document["keys"]
+    if len(entries) > MAX_JWKS_KEYS:
+        raise JwksError(f"{len(entries)} keys; at most {MAX_JWKS_KEYS} are accepted")
+    keys: list[SigningKey] = []
+    skipped = 0
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("use", "sig") != "sig" or entry.get("kty") == "oct":
+            skipped += 1
+            continue
+        algorithms = key_algorithms(entry) & frozenset(allowed)
+        kid = entry.get("kid")
+        if not algorithms or (kid is not None and not isinstance(kid, str)):
+            skipped += 1
+            continue
+        try:
+            key = jwt.PyJWK(entry, algorithm=sorted(algorithms)[0]).key
+        except (jwt.PyJWTError, ValueError, TypeError, KeyError):
+            skipped += 1
+            continue
+        keys.append(SigningKey(kid, algorithms, key))
+    if not keys:
+        raise JwksError(
+            f"no usable signing key ({skipped} skipped): none is a public signing key for {', '.join(sorted(allowed))}"
+        )
+    return keys
+
+
+def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:
+    """`scope` (RFC 8693/9068: one space-separated string) or `scp` (a list, as some servers write it)."""
+    scopes: set[str] = set()
+    for name in ("scope", "scp"):
+        value = claims.get(name)
+        if isinstance(value, str):
+            scopes.update(value.split())
+        elif isinstance(value, list):
+            scopes.update(item for item in value if isinstance(item, str) and item)
+    return frozenset(scopes)
+
+
+def failure_for(exc: Exception, settings: OAuthConfig, audience: str) -> AuthFailure:
+    """What a client is told about a token PyJWT refused (never the token itself)."""
+    if isinstance(exc, jwt.ExpiredSignatureError):
+        return AuthFailure("expired", "The access token has expired; get a new one from the authorization server.")
+    if isinstance(exc, jwt.ImmatureSignatureError):
+        return AuthFailure(
+            "not_yet_valid",
+            "The access token is not valid yet (nbf or iat lies in the future); check the clocks of the "
+            "authorization server and this gateway.",
+        )
+    if isinstance(exc, jwt.InvalidIssuerError):
+        return AuthFailure(
+            "wrong_issuer", f"The access token was issued by another issuer; this gateway accepts {settings.issuer}."
+        )
+    if isinstance(exc, jwt.InvalidAudienceError):
+        return AuthFailure(
+            "wrong_audience",
+            f"The access token is not meant for this endpoint: its audience (aud) must be {audience}. "
+            f"Request it with resource={audience} (RFC 8707).",
+        )
+    if isinstance(exc, jwt.MissingRequiredClaimError):
+        return AuthFailure("invalid", f"The access token lacks the {exc.claim!r} claim.")
+    if isinstance(exc, jwt.InvalidSignatureError):
+        return AuthFailure(
+            "invalid", "The access token's signature does not verify with the authorization server's keys."
+        )
+    return AuthFailure("invalid", "The access token is not valid.")
+
+
+def protected_resource_metadata(
+    resource: str, settings: OAuthConfig, scopes: tuple[str, ...], resource_name: str
+) -> dict[str, Any]:
+    """RFC 9728 protected-resource metadata of one endpoint."""
+    return {
+        "resource": resource,
+        "authorization_servers": list(settings.authorization_servers or [settings.issuer]),
+        "scopes_supported": list(scopes),
+        "bearer_methods_supported": ["header"],
+        "resource_name": resource_name,
+    }
+
+
+def looks_like_jwt(token: str) -> bool:
+    return token.count(".") == 2
+
+
+class JwksCache:
+    """The authorization server's signing keys, kept fresh without ever blocking the event loop."""
+
+    def __init__(self, settings: OAuthConfig, metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.allowed = frozenset(settings.algorithms)
+        self.keys: list[SigningKey] = []
+        self.loaded = False
+        self.fetches = 0
+        self.last_on_demand = -math.inf
+        self._inflight: asyncio.Future[bool] | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._refresher: asyncio.Task[None] | None = None
+
+    @property
+    def source(self) -> str:
+        return self.settings.jwks_url or f"file {self.settings.jwks_file}"
+
+    def load_file_now(self) -> None:
+        """At startup with jwks_file: read and parse it at once, so a bad file stops the gateway."""
+        assert self.settings.jwks_file is not None
+        try:
+            document = orjson.loads(Path(self.settings.jwks_file).read_bytes())
+            self.keys = parse_jwks(document, self.allowed)
+        except (OSError, orjson.JSONDecodeError, JwksError) as exc:
+            raise ConfigError(f"auth.oauth.jwks_file {self.settings.jwks_file}: {exc}") from exc
+        self.loaded = True
+
+    async def _document(self) -> Any:
+        if self.settings.jwks_file is not None:
+            data = await asyncio.to_thread(Path(self.settings.jwks_file).read_bytes)
+            return orjson.loads(data)
+        assert self.settings.jwks_url is not None
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
+        # No redirects: the keys come from the configured URL or not at all.
+        async with self._http.get(self.settings.jwks_url, allow_redirects=False, timeout=timeout) as response:
+            if response.status != 200:
+                raise JwksError(f"HTTP {response.status}")
+            body = await response.content.read(MAX_JWKS_BYTES + 1)
+        if len(body) > MAX_JWKS_BYTES:
+            raise JwksError(f"larger than {MAX_JWKS_BYTES} bytes")
+        return orjson.loads(body)
+
+    async def _fetch(self) -> bool:
+        self.fetches += 1
+        try:
+            keys = parse_jwks(await self._document(), self.allowed)
+        except (JwksError, aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
+            self.metrics.jwks_fetches.labels("error").inc()
+            log.warning(
+                "cannot load the authorization server's keys from %s (keeping %d): %s", self.source, len(self.keys), exc
+            )
+            return False
+        self.metrics.jwks_fetches.labels("ok").inc()
+        if {key.kid for key in keys} != {key.kid for key in self.keys}:
+            log.info("authorization server keys loaded from %s: %d keys", self.source, len(keys))
+        self.keys = keys
+        self.loaded = True
+        return True
+
+    async def refresh(self) -> bool:
+        """Fetch the key set now; concurrent callers share one fetch."""
+        if self._inflight is None:
+            self._inflight = asyncio.ensure_future(self._fetch())
+            self._inflight.add_done_callback(self._clear_inflight)
+        return await asyncio.shield(self._inflight)
+
+    def _clear_inflight(self, _: asyncio.Future[bool]) -> None:
+        self._inflight = None
+
+    async def refresh_on_demand(self) -> bool:
+        """A refetch asked for by a request (unknown key id, nothing loaded yet): rate-limited."""
+        if self._inflight is not None:
+            return await asyncio.shield(self._inflight)
+        now = self.clock()
+        if now - self.last_on_demand < self.settings.jwks_refetch_min_s:
+            return False
+        self.last_on_demand = now
+        return await self.refresh()
+
+    def find(self, kid: str | None, alg: str) -> list[SigningKey]:
+        return [key for key in self.keys if alg in key.algorithms and (kid is None or key.kid == kid)]
+
+    async def candidates(self, kid: str | None, alg: str) -> list[SigningKey] | None:
+        """Keys that may have signed a token with this header; None when no key set is available at all."""
+        if not self.loaded:
+            await self.refresh_on_demand()
+            if not self.loaded:
+                return None
+        found = self.find(kid, alg)
+        unknown_kid = not found and kid is not None and all(key.kid != kid for key in self.keys)
+        # Perhaps the authorization server rotated its keys since the last fetch.
+        if unknown_kid and await self.refresh_on_demand():
+            found = self.find(kid, alg)
+        return found[:MAX_CANDIDATE_KEYS]
+
+    async def _refresh_loop(self) -> None:
+        if not self.loaded:
+            await self.refresh()
+        while True:
+            delay = (
+                self.settings.jwks_refresh_s
+                if self.loaded
+                else min(self.settings.jwks_refresh_s, RETRY_AFTER_FAILURE_S)
+            )
+            await asyncio.sleep(delay)
+            await self.refresh()
+
+    def start(self) -> None:
+        self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop())
+
+    async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        if self._inflight is not None:
+            self._inflight.cancel()
+        if self._http is not None:
+            await self._http.close()
+
+
+class OAuthVerifier:
+    kind = "oauth"
+
+    def __init__(self, settings: OAuthConfig, metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.keys = JwksCache(settings, metrics, clock)
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig, metrics: Metrics) -> OAuthVerifier | None:
+        settings = config.auth.oauth
+        if settings is None:
+            return None
+        if config.host in ("0.0.0.0", "::", "") and not config.public_url:
+            # The audience of a token is this gateway's canonical URL; a wildcard bind has none.
+            raise ConfigError(
+                f"auth.oauth: bound to {config.host!r}, so the gateway cannot know the URL clients use, which "
+                "access tokens must name as their audience; set public_url (e.g. https://gateway.plant.lan:3000)"
+            )
+        verifier = cls(settings, metrics)
+        if settings.jwks_file is not None:
+            verifier.keys.load_file_now()
+        return verifier
+
+    async def verify(
+        self, request: web.Request, bearer: str | None, endpoint: Endpoint
+    ) -> Principal | AuthFailure | None:
+        if bearer is None or not looks_like_jwt(bearer):
+            return None
+        return await self.validate(bearer, endpoint.resource)
+
+    async def validate(self, token: str, audience: str) -> Principal | AuthFailure:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            return AuthFailure("malformed", "The bearer token looks like a JWT but its header cannot be decoded.")
+        alg = header.get("alg")
+        if not isinstance(alg, str) or alg not in self.keys.allowed:
+            return AuthFailure(
+                "invalid",
+                "The access token's signature algorithm is not accepted here "
+                f"(accepted: {', '.join(self.settings.algorithms)}).",
+            )
+        kid = header.get("kid")
+        if kid is not None and not isinstance(kid, str):
+            return AuthFailure("malformed", "The access token's key id (kid) is not a string.")
+        candidates = await self.keys.candidates(kid, alg)
+        if candidates is None:
+            return AuthFailure(
+                "keys_unavailable",
+                "The gateway cannot load the authorization server's keys right now, so it cannot check tokens; "
+                "try again shortly (operators: see the gateway log and mcpgw_jwks_fetches).",
+                status=503,
+                error="temporarily_unavailable",
+            )
+        if not candidates:
+            return AuthFailure(
+                "unknown_key", "The access token is signed with a key the authorization server does not publish."
+            )
+        failure: AuthFailure | None = None
+        for key in candidates:
+            try:
+                claims = jwt.decode(
+                    token,
+                    key.key,
+                    algorithms=[alg],
+                    audience=audience,
+                    issuer=self.settings.issuer,
+                    leeway=self.settings.leeway_s,
+                    options={"require": ["exp", "iss", "aud", "sub"]},
+                )
+            except jwt.InvalidSignatureError as exc:
+                failure = failure_for(exc, self.settings, audience)
+                continue  # without a kid, another key of the set may have signed it
+            except jwt.PyJWTError as exc:
+                return failure_for(exc, self.settings, audience)
+            except (TypeError, ValueError):
+                failure = AuthFailure("invalid", "The access token is not valid.")
+                continue
+            subject = claims.get("sub")
+            if not isinstance(subject, str) or not subject:
+                return AuthFailure("invalid", "The access token's subject (sub) is empty.")
+            return Principal(subject[:MAX_SUBJECT_CHARS], self.kind, scopes_from_claims(claims))
+        return failure or AuthFailure("invalid", "The access token is not valid.")
+
+    def posture(self) -> dict[str, Any]:
+        return {"oauth": self.settings.issuer}
+
+    async def start(self) -> None:
+        self.keys.start()
+
+    async def close(self) -> None:
+        await self.keys.close()

@@ -1,0 +1,158 @@
+"""Who may connect as a provider, and which slot names each provider identity may publish.
+
+Applied by the provider WebSocket handlers at the upgrade (and per claimed slot on `/providers`);
+this module holds the rules, the transport only asks. Three modes ([providers.auth]):
+
+- none: any peer that reaches the port may publish any slot (identity None).
+- shared: one secret for every provider; the identity is "shared".
+- identities: a secret per identity, each limited to the slot patterns it lists (fnmatch,
+  case-sensitive: "pump-*" admits "pump-1", not "Pump-1").
+
+The secret comes in `X-Provider-Token: <secret>` or `Authorization: Bearer <secret>`. Every
+comparison is between SHA-256 digests (equal length) with `hmac.compare_digest`, and every configured
+identity is compared, so the time taken says nothing about which secret came close. No secret and
+no header value is ever logged or put in a response.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from gateway.config import ProviderAuthConfig
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("gateway.policy.provider_auth")
+
+TOKEN_HEADER = "X-Provider-Token"
+SHARED_IDENTITY = "shared"
+REALM = 'Bearer realm="provider"'
+
+
+@dataclass(frozen=True)
+class ProviderCredential:
+    """An admitted provider connection: its identity and the slot patterns it may publish (None: any)."""
+
+    identity: str | None
+    patterns: tuple[str, ...] | None = None
+
+    def allows(self, slot: str) -> bool:
+        return self.patterns is None or any(fnmatchcase(slot, pattern) for pattern in self.patterns)
+
+
+@dataclass(frozen=True)
+class ProviderAuthRefusal:
+    """Why a provider is turned away: an HTTP answer before the upgrade, or (for one slot on
+    `/providers`) the message of a -32001 error envelope."""
+
+    status: int
+    error: str
+    description: str
+    reason: str  # the metrics label
+    www_authenticate: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.error, "error_description": self.description}
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": self.www_authenticate} if self.www_authenticate else {}
+
+
+def presented_secret(headers: Mapping[str, str]) -> str | None:
+    """The provider secret from X-Provider-Token, else from `Authorization: Bearer`; None when absent."""
+    token = headers.get(TOKEN_HEADER)
+    if token is not None and token.strip():
+        return token.strip()
+    authorization = headers.get("Authorization", "")
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8")).digest()
+
+
+@dataclass(frozen=True)
+class _Identity:
+    name: str
+    digest: bytes
+    patterns: tuple[str, ...]
+
+
+class ProviderAuthPolicy:
+    """The provider admission rules of one gateway, built from [providers.auth]."""
+
+    def __init__(self, config: ProviderAuthConfig, metrics: Metrics) -> None:
+        self.mode = config.mode
+        self.metrics = metrics
+        self._identities: list[_Identity] = []
+        if config.mode == "shared":
+            assert config.shared_secret is not None
+            self._identities.append(
+                _Identity(SHARED_IDENTITY, _digest(config.shared_secret.secret.get_secret_value()), ("*",))
+            )
+        elif config.mode == "identities":
+            for entry in config.identities:
+                digest = bytes.fromhex(entry.secret_sha256())
+                self._identities.append(_Identity(entry.name, digest, tuple(entry.slots)))
+
+    def authenticate(self, headers: Mapping[str, str]) -> ProviderCredential | ProviderAuthRefusal:
+        """Admit or refuse a provider connection from its upgrade request's headers."""
+        if self.mode == "none":
+            return ProviderCredential(None)
+        secret = presented_secret(headers)
+        if secret is None:
+            return self._refuse(
+                401,
+                "provider_token_required",
+                f"This gateway admits providers with a secret only. Send it in the {TOKEN_HEADER} header "
+                "(or Authorization: Bearer) on the WebSocket upgrade; the gateway's operator can tell you which "
+                "secret this device should use ([providers.auth] in the gateway's configuration).",
+                "missing_secret",
+                REALM,
+            )
+        digest = _digest(secret)
+        match: _Identity | None = None
+        for identity in self._identities:
+            # No early exit: every identity is compared, so timing does not reveal a near match.
+            if hmac.compare_digest(digest, identity.digest) and match is None:
+                match = identity
+        if match is None:
+            return self._refuse(
+                401,
+                "invalid_provider_token",
+                f"The provider secret sent in {TOKEN_HEADER} (or Authorization: Bearer) is not known to this "
+                "gateway. Check the secret configured on the device against [providers.auth] on the gateway.",
+                "unknown_secret",
+                REALM + ', error="invalid_token"',
+            )
+        if self.mode == "shared":
+            return ProviderCredential(SHARED_IDENTITY)
+        return ProviderCredential(match.name, match.patterns)
+
+    def slot_refusal(self, credential: ProviderCredential, slot: str) -> ProviderAuthRefusal | None:
+        """None when `credential` may publish `slot`; else the refusal (HTTP 403 or a -32001 envelope)."""
+        if credential.allows(slot):
+            return None
+        patterns = ", ".join(credential.patterns or ())
+        return self._refuse(
+            403,
+            "provider_slot_forbidden",
+            f'Provider registration forbidden: identity "{credential.identity}" may publish only slots matching '
+            f'{patterns}, not "{slot}". Connect under one of those names, or ask the gateway\'s operator to add '
+            f"this slot to the identity's slots in [providers.auth].",
+            "slot_forbidden",
+        )
+
+    def _refuse(
+        self, status: int, error: str, description: str, reason: str, www_authenticate: str | None = None
+    ) -> ProviderAuthRefusal:
+        self.metrics.provider_auth_refusals.labels(reason).inc()
+        return ProviderAuthRefusal(status, error, description, reason, www_authenticate)

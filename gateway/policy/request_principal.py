@@ -1,0 +1,21 @@
+"""Where the caller established by client authentication travels with one HTTP request.
+
+The entry gate's authentication step stores the Principal under PRINCIPAL_KEY; every client way in
+(and every later policy step: rate limits, session ownership) reads it with `request_principal`.
+A typed aiohttp RequestKey rather than the string "principal": aiohttp warns once per process about
+string keys, and a typo in a string key would silently read as anonymous.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.core.principal import ANONYMOUS, Principal
+
+PRINCIPAL_KEY = web.RequestKey("principal", Principal)
+
+
+def request_principal(request: web.Request) -> Principal:
+    """The authenticated caller of this request; ANONYMOUS when no client authentication is configured."""
+    principal: Principal = request.get(PRINCIPAL_KEY, ANONYMOUS)
+    return principal

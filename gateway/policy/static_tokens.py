@@ -1,0 +1,187 @@
+"""Static client tokens: for small sites without an authorization server.
+
+Tokens come from the configuration ([[auth.tokens]]: a SHA-256, or the token in an environment
+variable or a file) and from token files written by `mcp-gateway token create`. Each maps to a named
+principal with scopes. The presented token is hashed and compared with every known hash using
+`hmac.compare_digest` (no early exit), so timing says nothing about which hash came close.
+
+A static token is a long-lived secret: over plain HTTP it would cross the plant network readable by
+anyone on the path. It is therefore accepted from another machine only when the listener serves TLS;
+without TLS only clients on this machine (loopback) may use one (and a reverse proxy on this machine
+that terminates TLS counts as such a client).
+
+Token files are re-read when they change (checked at most once a second), so `token create` and
+revoking by deleting an entry need no restart. A file that becomes invalid keeps its previous tokens
+(logged as an error); a file that disappears revokes its tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from gateway.config import ConfigError, GatewayConfig
+from gateway.core.principal import Principal
+from gateway.policy.token_files import TokenFileError, read_token_file
+from gateway.policy.verifier import AuthFailure, Endpoint, is_loopback_peer
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("gateway.policy.static_tokens")
+
+RELOAD_CHECK_S = 1.0
+"""How often (at most) token files are checked for changes, on the request path."""
+
+
+@dataclass(frozen=True)
+class StaticToken:
+    principal: Principal
+    digest: bytes
+    """Raw SHA-256 of the token."""
+    origin: str
+    """Where it was configured ("config" or a token file path), for error messages."""
+
+
+FileStamp = tuple[int, int, int]  # (inode, size, mtime_ns)
+
+
+def _stamp(path: Path) -> FileStamp | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def tokens_from_file(path: Path) -> list[StaticToken]:
+    return [
+        StaticToken(Principal(entry.name, "token", frozenset(entry.scopes)), bytes.fromhex(entry.sha256), str(path))
+        for entry in read_token_file(path)
+    ]
+
+
+def check_unique(tokens: list[StaticToken]) -> None:
+    """Two tokens with one name, or one token under two names, would make the caller ambiguous."""
+    by_name: dict[str, str] = {}
+    by_digest: dict[bytes, str] = {}
+    for token in tokens:
+        name = token.principal.name
+        if name in by_name:
+            raise TokenFileError(f"the token name {name!r} is used in both {by_name[name]} and {token.origin}")
+        by_name[name] = token.origin
+        owner = by_digest.setdefault(token.digest, name)
+        if owner != name:
+            raise TokenFileError(f"tokens {owner!r} and {name!r} are the same token; give each its own")
+
+
+class StaticTokenVerifier:
+    kind = "token"
+
+    def __init__(
+        self,
+        configured: list[StaticToken],
+        files: list[Path],
+        *,
+        tls: bool,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.configured = configured
+        self.files = files
+        self.tls = tls
+        self.clock = clock
+        self.by_file: dict[Path, list[StaticToken]] = {}
+        self.stamps: dict[Path, FileStamp | None] = {}
+        for path in files:
+            self.stamps[path] = _stamp(path)
+            self.by_file[path] = tokens_from_file(path)
+        self.tokens = self._combine()
+        self.checked_at = clock()
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig, metrics: Metrics) -> StaticTokenVerifier | None:
+        auth = config.auth
+        if not auth.tokens and not auth.token_files:
+            return None
+        configured = [
+            StaticToken(Principal(entry.name, "token", frozenset(entry.scopes)), bytes.fromhex(entry.digest), "config")
+            for entry in auth.tokens
+        ]
+        try:
+            return cls(configured, [Path(name) for name in auth.token_files], tls=config.tls.enabled)
+        except TokenFileError as exc:
+            raise ConfigError(f"auth.token_files: {exc}") from exc
+
+    def _combine(self) -> list[StaticToken]:
+        tokens = [*self.configured, *(token for path in self.files for token in self.by_file.get(path, []))]
+        check_unique(tokens)
+        return tokens
+
+    def reload_if_changed(self) -> None:
+        """Pick up token files edited since the last look (at most once per RELOAD_CHECK_S)."""
+        now = self.clock()
+        if now - self.checked_at < RELOAD_CHECK_S:
+            return
+        self.checked_at = now
+        for path in self.files:
+            stamp = _stamp(path)
+            if stamp == self.stamps.get(path):
+                continue
+            self.stamps[path] = stamp
+            previous = self.by_file.get(path, [])
+            if stamp is None:
+                # Deleting the file revokes its tokens (fail closed).
+                self.by_file[path] = []
+                log.warning("token file %s is gone: its %d tokens no longer work", path, len(previous))
+                continue
+            try:
+                self.by_file[path] = tokens_from_file(path)
+                self.tokens = self._combine()
+            except TokenFileError as exc:
+                self.by_file[path] = previous
+                log.error("token file %s changed but cannot be used, keeping its previous tokens: %s", path, exc)
+                continue
+            log.info("token file %s reloaded: %d tokens", path, len(self.by_file[path]))
+        self.tokens = self._combine()
+
+    def match(self, bearer: str) -> StaticToken | None:
+        digest = hashlib.sha256(bearer.encode("utf-8")).digest()
+        found: StaticToken | None = None
+        for token in self.tokens:  # every one, no early exit
+            if hmac.compare_digest(token.digest, digest):
+                found = token
+        return found
+
+    async def verify(
+        self, request: web.Request, bearer: str | None, endpoint: Endpoint
+    ) -> Principal | AuthFailure | None:
+        if bearer is None:
+            return None
+        if self.files:
+            self.reload_if_changed()
+        token = self.match(bearer)
+        if token is None:
+            return None
+        if not self.tls and not is_loopback_peer(request.remote):
+            return AuthFailure(
+                "not_tls",
+                "Static tokens are accepted from other machines only over TLS, and this gateway serves plain "
+                "HTTP: configure [tls] on the gateway (the token may have been seen on the way; replace it), "
+                "or call from the gateway's own machine.",
+            )
+        return token.principal
+
+    def posture(self) -> dict[str, Any]:
+        return {"static_tokens": len(self.tokens)}
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

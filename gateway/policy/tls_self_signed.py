@@ -1,0 +1,311 @@
+"""`mcp-gateway tls self-signed`: a local CA and a server certificate for a site without a PKI.
+
+Files in the chosen directory:
+    ca.pem          the local CA's certificate: what clients and boards trust (copy it to each board)
+    ca-key.pem      the CA's key (0600): needed to issue the next server certificate; keep it safe
+    server.pem      the gateway's certificate, signed by the CA, valid for the given names and addresses
+    server-key.pem  its key (0600)
+
+An existing CA in the directory (ca.pem and ca-key.pem) is reused, so renewing the server
+certificate does not touch the boards; `new_ca` makes a new one. Existing files are never
+overwritten without `force`. Keys are ECDSA P-256: small and fast on an ESP32's mbedTLS.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_CERT = "ca.pem"
+CA_KEY = "ca-key.pem"
+SERVER_CERT = "server.pem"
+SERVER_KEY = "server-key.pem"
+DEFAULT_DAYS = 825
+CA_DAYS = 3650
+CLOCK_SKEW = datetime.timedelta(hours=1)
+"""Certificates start this long in the past, so a peer whose clock is a little behind accepts them."""
+
+
+class SelfSignedError(Exception):
+    """The files cannot be made as asked; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Issued:
+    directory: Path
+    dns_names: tuple[str, ...]
+    ip_addresses: tuple[str, ...]
+    not_after: datetime.datetime
+    serial: int
+    ca_reused: bool
+
+    def path(self, name: str) -> Path:
+        return self.directory / name
+
+
+@dataclass(frozen=True)
+class Authority:
+    certificate: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+
+
+def default_names() -> tuple[list[str], list[str]]:
+    """This machine's names: its hostname, <hostname>.local (mDNS), localhost; 127.0.0.1 and ::1."""
+    hostname = socket.gethostname().strip() or "localhost"
+    short = hostname.split(".", 1)[0]
+    names = [hostname, f"{short}.local", "localhost"]
+    return list(dict.fromkeys(names)), ["127.0.0.1", "::1"]
+
+
+def check_dns_name(name: str) -> str:
+    labels = name.split(".")
+    for index, label in enumerate(labels):
+        wildcard = index == 0 and label == "*" and len(labels) > 2
+        if not wildcard and not (
+            0 < len(label) <= 63
+            and label[0] != "-"
+            and label[-1] != "-"
+            and all(c.isascii() and (c.isalnum() or c == "-") for c in label)
+        ):
+            raise SelfSignedError(f"--host {name!r} is not a DNS name (letters, digits, '-', dots)")
+    return name.lower()
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _cert_pem(certificate: x509.Certificate) -> bytes:
+    return certificate.public_bytes(serialization.Encoding.PEM)
+
+
+def new_authority(label: str, days: int = CA_DAYS) -> Authority:
+    key = _new_key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"mcp-gateway local CA ({label})"[:64])])
+    now = _now()
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return Authority(certificate, key)
+
+
+def issue(
+    authority: Authority,
+    dns_names: Sequence[str],
+    ip_addresses: Sequence[str],
+    days: int,
+    *,
+    client: bool = False,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A leaf certificate signed by `authority`: a server's (serverAuth) or, with `client`, a client's."""
+    key = _new_key()
+    common_name = (dns_names[0] if dns_names else ip_addresses[0])[:64]
+    alternative: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+    alternative += [x509.IPAddress(ipaddress.ip_address(address)) for address in ip_addresses]
+    now = _now()
+    ca_not_after = authority.certificate.not_valid_after_utc
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(authority.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        # Never past the CA's own end: a chain is only as valid as its shortest link.
+        .not_valid_after(min(now + datetime.timedelta(days=days), ca_not_after))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
+            critical=False,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(authority.key.public_key()), critical=False)
+    )
+    if alternative:
+        builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
+    return builder.sign(authority.key, hashes.SHA256()), key
+
+
+def load_authority(directory: Path) -> Authority:
+    try:
+        certificate = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
+        key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise SelfSignedError(
+            f"the CA in {directory} ({CA_CERT}, {CA_KEY}) cannot be read: {exc}; "
+            "pass --new-ca --force to replace it (boards then need the new ca.pem)"
+        ) from exc
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise SelfSignedError(f"{directory / CA_KEY} is not an EC key made by this command; pass --new-ca --force")
+    return Authority(certificate, key)
+
+
+def _write(path: Path, data: bytes, mode: int, force: bool) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    descriptor = os.open(path, flags, mode)
+    try:
+        # An existing file keeps its old mode through O_TRUNC; a key must not stay readable by others.
+        os.fchmod(descriptor, mode)
+        os.write(descriptor, data)
+    finally:
+        os.close(descriptor)
+
+
+def create(
+    directory: Path,
+    dns_names: Sequence[str],
+    ip_addresses: Sequence[str],
+    *,
+    days: int = DEFAULT_DAYS,
+    force: bool = False,
+    new_ca: bool = False,
+) -> Issued:
+    """Make (or reuse) the CA and issue a server certificate into `directory`."""
+    if not 1 <= days <= CA_DAYS:
+        raise SelfSignedError(f"--days must be between 1 and {CA_DAYS}, got {days}")
+    names = tuple(dict.fromkeys(check_dns_name(name) for name in dns_names))
+    addresses: list[str] = []
+    for address in ip_addresses:
+        try:
+            addresses.append(str(ipaddress.ip_address(address)))
+        except ValueError:
+            raise SelfSignedError(f"--ip {address!r} is not an IP address") from None
+    if not names and not addresses:
+        raise SelfSignedError("give at least one --host or --ip for the certificate")
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    ca_files = [directory / CA_CERT, directory / CA_KEY]
+    ca_present = [path.exists() for path in ca_files]
+    reuse = all(ca_present) and not new_ca
+    if any(ca_present) and not all(ca_present) and not new_ca:
+        missing = next(path for path, present in zip(ca_files, ca_present, strict=True) if not present)
+        raise SelfSignedError(
+            f"{missing} is missing but the rest of the CA is there; restore it, or pass --new-ca --force "
+            "(boards then need the new ca.pem)"
+        )
+    targets = [directory / SERVER_CERT, directory / SERVER_KEY] + ([] if reuse else ca_files)
+    existing = [str(path) for path in targets if path.exists()]
+    if existing and not force:
+        raise SelfSignedError(
+            f"refusing to overwrite {', '.join(existing)}; pass --force to replace "
+            + ("them" if len(existing) > 1 else "it")
+        )
+
+    authority = load_authority(directory) if reuse else new_authority((names or tuple(addresses))[0])
+    certificate, key = issue(authority, names, addresses, days)
+    if not reuse:
+        _write(directory / CA_KEY, _key_pem(authority.key), 0o600, force)
+        _write(directory / CA_CERT, _cert_pem(authority.certificate), 0o644, force)
+    # Key before certificate: a reload between the two writes then fails on the mismatch and keeps
+    # the old pair, instead of pairing an old key with a new certificate unnoticed.
+    _write(directory / SERVER_KEY, _key_pem(key), 0o600, force)
+    _write(directory / SERVER_CERT, _cert_pem(certificate), 0o644, force)
+    return Issued(
+        directory=directory,
+        dns_names=names,
+        ip_addresses=tuple(addresses),
+        not_after=certificate.not_valid_after_utc,
+        serial=certificate.serial_number,
+        ca_reused=reuse,
+    )
+
+
+def instructions(issued: Issued, port: int) -> str:
+    """What to put in the gateway's configuration and on a board, with this run's paths and names."""
+    directory = issued.directory.resolve()
+    # A board reaches the gateway over the network: show a name (or address) that is not loopback.
+    candidates = [name for name in issued.dns_names if name != "localhost"]
+    candidates += [a for a in issued.ip_addresses if not ipaddress.ip_address(a).is_loopback]
+    board_host = (candidates or [*issued.dns_names, *issued.ip_addresses])[0]
+    if ":" in board_host:
+        board_host = f"[{board_host}]"
+    valid_for = ", ".join([*issued.dns_names, *issued.ip_addresses])
+    ca_line = "reused the existing local CA (boards keep their ca.pem)" if issued.ca_reused else "new local CA"
+    lines = [
+        f"Created in {directory} ({ca_line}):",
+        f"  {CA_CERT:<15} the local CA's certificate: give it to every client and board",
+        f"  {CA_KEY:<15} the CA's key (0600): needed to renew server.pem; keep it off the network",
+        f"  {SERVER_CERT:<15} the gateway's certificate for {valid_for}",
+        f"  {'':<15} valid until {issued.not_after:%Y-%m-%d} (serial {issued.serial:x})",
+        f"  {SERVER_KEY:<15} its key (0600)",
+        "",
+        "Gateway configuration (TOML):",
+        "",
+        "  [tls]",
+        f'  cert_file = "{directory / SERVER_CERT}"',
+        f'  key_file = "{directory / SERVER_KEY}"',
+        "",
+        "  Restart the gateway: it then serves https:// and wss:// only. After renewing the files,",
+        "  SIGHUP (kill -HUP <pid>, or systemctl reload) makes a running gateway use them.",
+        "",
+        "On a MicroPython board (pump-1): copy the CA and point the board at wss://",
+        "",
+        f"  mpremote fs cp {directory / CA_CERT} :ca.pem",
+        f'  config.json:  "gateway_url": "wss://{board_host}:{port}",  "ca_file": "ca.pem"',
+        "",
+        "  The board checks the gateway's name against the certificate: use one of the names above.",
+        "",
+        "Python publishers and clients:",
+        "",
+        f'  Publisher(server, "wss://{board_host}:{port}", slot="...", ca_file="{directory / CA_CERT}")',
+        f"  mcp-gateway sim --gateway wss://{board_host}:{port} --ca-file {directory / CA_CERT}",
+        f"  SSL_CERT_FILE={directory / CA_CERT} (for tools that read it), or your client's CA setting",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,202 @@
+"""Token files: the static client tokens `mcp-gateway token create` writes, and the gateway reads.
+
+A token file is TOML and holds no token, only what is needed to recognise one:
+
+    [[tokens]]
+    name = "scada"
+    scopes = ["pump-1", "metrics"]
+    sha256 = "<hex SHA-256 of the token>"
+    created = "2026-01-31T12:00:00Z"
+
+The token itself is printed once at creation and never stored. Files are written atomically (a
+temporary file in the same directory, then rename) with mode 0600, so a reader never sees half a
+file and nobody but the owner can read the hashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import stat
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+from pydantic import Field, ValidationError, field_validator
+
+from gateway.config import PrincipalName, Scope, Section, check_sha256_hex
+
+APPLIANCE_DIR = Path("/etc/mcp-gateway")
+TOKEN_BYTES = 32
+"""256 random bits per token (secrets.token_urlsafe: 43 URL-safe characters)."""
+HEADER = (
+    "# mcp-gateway client tokens, written by `mcp-gateway token create`.\n"
+    "# Only SHA-256 hashes are stored: a token is shown once, when it is created.\n"
+    "# Delete an entry to revoke its token; the gateway notices changes to this file.\n"
+)
+
+
+RULES = {
+    "name": "a token name is 1 to 64 letters, digits and . _ @ : + -, starting with a letter or digit",
+    "scopes": "a scope is 1 to 128 printable ASCII characters without spaces, double quotes or backslashes",
+}
+
+
+class TokenFileError(Exception):
+    """A token file cannot be used; the message names the file and what is wrong."""
+
+
+class TokenEntry(Section):
+    name: PrincipalName
+    scopes: list[Scope] = Field(default_factory=list)
+    sha256: Annotated[str, Field(min_length=64, max_length=64)]
+    created: str | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        return check_sha256_hex(value, "sha256")
+
+
+class TokenFile(Section):
+    tokens: list[TokenEntry] = Field(default_factory=list)
+
+
+def default_token_file() -> Path:
+    """/etc/mcp-gateway/tokens.toml on an appliance (the directory exists), else ./tokens.toml."""
+    return APPLIANCE_DIR / "tokens.toml" if APPLIANCE_DIR.is_dir() else Path("tokens.toml")
+
+
+def token_sha256(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def parse_token_file(text: str, path: Path) -> list[TokenEntry]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TokenFileError(f"token file {path}: invalid TOML: {exc}") from exc
+    try:
+        entries = TokenFile.model_validate(data).tokens
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise TokenFileError(f"token file {path}: {where}: {first['msg']}") from exc
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.name in seen:
+            raise TokenFileError(f"token file {path}: the name {entry.name!r} appears twice")
+        seen.add(entry.name)
+    return entries
+
+
+def check_not_writable_by_others(path: Path, mode: int) -> None:
+    """Whoever can write a token file can add a token of their own: refuse group/world-writable files."""
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise TokenFileError(
+            f"token file {path}: writable by users other than its owner (mode {stat.S_IMODE(mode):04o}); "
+            f"run `chmod 600 {path}`"
+        )
+
+
+def read_token_file(path: Path) -> list[TokenEntry]:
+    """The entries of one token file; TokenFileError when it is missing, unsafe or invalid."""
+    try:
+        with path.open("rb") as handle:
+            check_not_writable_by_others(path, os.fstat(handle.fileno()).st_mode)
+            text = handle.read().decode("utf-8")
+    except FileNotFoundError as exc:
+        raise TokenFileError(
+            f"token file {path}: not found; create it with `mcp-gateway token create NAME --file {path}`"
+        ) from exc
+    except (PermissionError, IsADirectoryError) as exc:
+        raise TokenFileError(f"token file {path}: not readable ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise TokenFileError(f"token file {path}: not UTF-8 text") from exc
+    return parse_token_file(text, path)
+
+
+def render_token_file(entries: list[TokenEntry]) -> str:
+    # Names, scopes and hashes are restricted to printable ASCII without quote or backslash, so a
+    # JSON string is also a valid TOML basic string.
+    lines = [HEADER]
+    for entry in entries:
+        lines.append("[[tokens]]")
+        lines.append(f"name = {orjson.dumps(entry.name).decode()}")
+        lines.append(f"scopes = [{', '.join(orjson.dumps(scope).decode() for scope in entry.scopes)}]")
+        lines.append(f'sha256 = "{entry.sha256}"')
+        if entry.created is not None:
+            lines.append(f"created = {orjson.dumps(entry.created).decode()}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one step: a mode-0600 temporary file beside it, then rename."""
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    # The rename itself is durable only once the directory is synced.
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def create_token(path: Path, name: str, scopes: list[str], *, replace: bool = False) -> str:
+    """Add a new random token for `name` to the token file at `path` and return the token.
+
+    Refuses (TokenFileError) a file others can read or write, a name already present unless
+    `replace`, and invalid names or scopes. Only the token's SHA-256 is written.
+    """
+    entries: list[TokenEntry] = []
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None:
+        if not stat.S_ISREG(mode):
+            raise TokenFileError(f"token file {path}: not a regular file")
+        if mode & 0o077:
+            raise TokenFileError(
+                f"token file {path}: readable or writable by users other than its owner "
+                f"(mode {stat.S_IMODE(mode):04o}); run `chmod 600 {path}` first"
+            )
+        entries = read_token_file(path)
+    existing = [entry for entry in entries if entry.name == name]
+    if existing and not replace:
+        raise TokenFileError(
+            f"token file {path}: a token named {name!r} exists already; pass --replace to replace it "
+            "(the old token stops working)"
+        )
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    try:
+        entry = TokenEntry(
+            name=name,
+            scopes=list(dict.fromkeys(scopes)),
+            sha256=token_sha256(token),
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
+    except ValidationError as exc:
+        field = str(exc.errors()[0]["loc"][0])
+        raise TokenFileError(RULES.get(field, str(exc))) from exc
+    kept = [item for item in entries if item.name != name]
+    write_atomically(path, render_token_file([*kept, entry]))
+    return token

@@ -1,0 +1,130 @@
+"""How the conformance runner judges a run: what fails CI, what is excused, what is a stale list entry.
+
+The runner itself needs node and the suite (CI runs it); its judgement is plain Python and is pinned
+down here on made-up results, so a change that would let a gateway failure through shows up in
+pytest everywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.run import (
+    EXPECTED_FAILURES,
+    PENDING,
+    SUITES,
+    Entry,
+    Run,
+    Unrunnable,
+    Verdict,
+    judge,
+    read_list,
+)
+
+SESSION = SUITES[0]
+
+
+def run(leg: str, **checks: str) -> Run:
+    """A run whose checks are given as scenario__check=STATUS."""
+    result = Run(SESSION, leg)
+    for key, status in checks.items():
+        scenario, check = key.split("__")
+        result.checks[(scenario, check)] = status
+        result.summary[scenario] = (0, 0)
+    return result
+
+
+def verdict_of(
+    gateway: Run, baseline: Run | None, expected: list[Entry] | None = None, pending: list[Entry] | None = None
+) -> Verdict:
+    verdict = Verdict()
+    judge(gateway, baseline, expected or [], pending or [], verdict)
+    return verdict
+
+
+BASELINE = run("baseline", tools__list="SUCCESS", sampling__call="SUCCESS", streams__json="SUCCESS")
+
+
+def test_a_gateway_failure_nobody_listed_is_unexpected() -> None:
+    verdict = verdict_of(run("ws", tools__list="FAILURE", sampling__call="SUCCESS", streams__json="SUCCESS"), BASELINE)
+    assert len(verdict.unexpected) == 1
+    assert "tools:list FAILURE" in verdict.unexpected[0]
+
+
+@pytest.mark.parametrize("status", ["WARNING", "SKIPPED", None])
+def test_worse_than_the_fixture_alone_is_a_deviation_even_without_a_failure(status: str | None) -> None:
+    checks = {"tools__list": "SUCCESS", "sampling__call": "SUCCESS"}
+    if status is not None:
+        checks["streams__json"] = status
+    verdict = verdict_of(run("ws", **checks), BASELINE)
+    assert len(verdict.unexpected) == 1
+    assert f"streams:json {status or 'MISSING'}" in verdict.unexpected[0]
+
+
+def test_info_where_the_fixture_passed_is_no_deviation() -> None:
+    # The gateway answers JSON where the SDK streams SSE; the suite reports INFO, not a problem.
+    verdict = verdict_of(run("ws", tools__list="SUCCESS", sampling__call="SUCCESS", streams__json="INFO"), BASELINE)
+    assert verdict == Verdict()
+
+
+def test_a_pending_gateway_feature_is_excused_and_reported() -> None:
+    pending = [Entry("sampling", None, "relay")]
+    verdict = verdict_of(
+        run("ws", tools__list="SUCCESS", sampling__call="FAILURE", streams__json="SUCCESS"), BASELINE, [], pending
+    )
+    assert not verdict.unexpected
+    assert not verdict.stale
+    assert len(verdict.pending) == 1
+
+
+def test_a_pending_entry_that_passes_is_stale() -> None:
+    pending = [Entry("sampling", "call", "relay")]
+    verdict = verdict_of(
+        run("ws", tools__list="SUCCESS", sampling__call="SUCCESS", streams__json="SUCCESS"), BASELINE, [], pending
+    )
+    assert len(verdict.stale) == 1
+    assert "sampling:call is listed as pending" in verdict.stale[0]
+
+
+def test_a_check_level_entry_excuses_only_that_check() -> None:
+    pending = [Entry("sampling", "other", "relay")]
+    verdict = verdict_of(
+        run("ws", tools__list="SUCCESS", sampling__call="FAILURE", streams__json="SUCCESS"), BASELINE, [], pending
+    )
+    assert len(verdict.unexpected) == 1
+    assert len(verdict.stale) == 1
+
+
+def test_pending_gateway_features_never_excuse_the_fixture_alone() -> None:
+    verdict = verdict_of(run("baseline", sampling__call="FAILURE"), None, [], [Entry("sampling", None, "relay")])
+    assert len(verdict.unexpected) == 1
+    assert not verdict.stale
+
+
+def test_expected_failures_excuse_every_leg_and_go_stale_when_they_pass() -> None:
+    expected = [Entry("tasks", None, "extension")]
+    assert verdict_of(run("baseline", tasks__life="FAILURE"), None, expected).expected
+    assert verdict_of(run("ws", tasks__life="FAILURE"), run("baseline", tasks__life="FAILURE"), expected).expected
+    assert verdict_of(run("baseline", tasks__life="SUCCESS"), None, expected).stale
+
+
+def test_an_entry_for_a_scenario_this_suite_did_not_run_is_not_stale() -> None:
+    verdict = verdict_of(BASELINE, None, [Entry("tasks", None, "extension")])
+    assert verdict == Verdict()
+
+
+def test_every_list_entry_carries_a_reason(tmp_path: Path) -> None:
+    listing = tmp_path / "list.txt"
+    listing.write_text("# a comment\n\nscenario-a  # why\nscenario-b:check-1   # why not\n")
+    assert read_list(listing) == [Entry("scenario-a", None, "why"), Entry("scenario-b", "check-1", "why not")]
+    listing.write_text("scenario-c\n")
+    with pytest.raises(Unrunnable, match="needs a '# reason'"):
+        read_list(listing)
+
+
+def test_the_shipped_lists_parse() -> None:
+    expected = read_list(EXPECTED_FAILURES)
+    assert expected and all(entry.scenario.startswith("tasks-") for entry in expected)
+    assert read_list(PENDING)
