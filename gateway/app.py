@@ -35,6 +35,7 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
     if client_auth is not None:
         checks.append(client_auth.check)
         gateway.auth_posture = client_auth.posture
+        gateway.aggregate.slot_scopes = client_auth.required.for_slot
     app = web.Application(
         middlewares=[entry_gate(gateway.metrics, checks)],
         client_max_size=config.limits.max_body_bytes,

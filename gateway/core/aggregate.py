@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gateway import __version__
 from gateway.core import errors
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.names import ALL_SLOT
 from gateway.core.naming import NameBook
+from gateway.core.principal import Principal
 from gateway.core.routing import ClientContext, Target, forward_to
 from gateway.core.schema_hash import tools_hash
 from gateway.core.slots import Listener, SlotRegistry
@@ -30,6 +33,10 @@ class AggregateTarget(Target):
         self.tools: list[JsonObject] = []
         self.catalog_hash = tools_hash([])
         self.names = NameBook(max_retired=4 * registry.config.limits.max_slots)
+        self.slot_scopes: Callable[[str], tuple[str, ...]] | None = None
+        """The scopes a caller needs for each member slot, set by the composition root when client
+        authentication is configured: `_all` shows and routes a slot's tools only to callers who
+        could call that slot directly, so the aggregate is never a way around a slot's scopes."""
         registry.membership_listeners.append(self.rebuild)
 
     def server_info(self) -> JsonObject:
@@ -96,14 +103,23 @@ class AggregateTarget(Target):
             for listener in list(self.listeners):
                 listener.deliver(message)
 
+    def may_call(self, principal: Principal, slot: str) -> bool:
+        return self.slot_scopes is None or principal.has_scopes(self.slot_scopes(slot))
+
+    def tools_for(self, principal: Principal) -> list[JsonObject]:
+        if self.slot_scopes is None:
+            return self.tools
+        return [tool for tool in self.tools if self.may_call(principal, self.routes[tool["name"]][0])]
+
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         if method == "tools/list":
-            return {"tools": self.tools}
+            return {"tools": self.tools_for(ctx.principal)}
         if method != "tools/call":
             raise errors.method_not_found(method, "_all (it serves tools only)")
         name = (params or {}).get("name")
         route = self.routes.get(name) if isinstance(name, str) else None
-        if route is None:
+        if route is None or not self.may_call(ctx.principal, route[0]):
+            # The same answer for a tool the caller may not call as for an unknown one.
             raise errors.unknown_tool(str(name), "_all")
         slot_name, tool = route
         session = self.registry.slots[slot_name].live

@@ -193,6 +193,30 @@ async def test_a_token_for_slot_a_is_refused_on_slot_b(
 
 
 @pytest.mark.parametrize("mode", [SESSION_ERA, STATELESS_ERA])
+async def test_all_never_bypasses_a_slots_scopes(
+    gateway_factory: GatewayFactory, publishers: Publishers, mode: str
+) -> None:
+    server = await gateway_factory(auth=static_auth())
+    await publishers.start(server, "pump-1", demo_server("one"), aggregate=True)
+    await publishers.start(server, "pump-2", demo_server("two"), aggregate=True)
+    await wait_for(lambda: len(server.gateway.aggregate.members()) == 2, what="both pumps in _all")
+    async with sdk_client(f"{server.url}/_all/mcp", SCADA, mode) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert names == {"pump-1-add", "pump-1-echo", "pump-1-sleep", "pump-1-fail"}
+        allowed = await client.call_tool("pump-1-add", {"a": 1, "b": 1})
+        assert allowed.structured_content == {"result": 2}
+        with pytest.raises(Exception) as refused:
+            await client.call_tool("pump-2-add", {"a": 1, "b": 1})
+        with pytest.raises(Exception) as unknown:
+            await client.call_tool("pump-9-add", {"a": 1, "b": 1})
+        # A slot the caller may not call looks exactly like one that does not exist.
+        assert str(refused.value).replace("pump-2", "X") == str(unknown.value).replace("pump-9", "X")
+    async with sdk_client(f"{server.url}/_all/mcp", OPS, mode) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert {"pump-1-add", "pump-2-add"} <= names
+
+
+@pytest.mark.parametrize("mode", [SESSION_ERA, STATELESS_ERA])
 async def test_sdk_clients_of_both_eras_call_with_a_static_token(
     gateway_factory: GatewayFactory, publishers: Publishers, mode: str
 ) -> None:
