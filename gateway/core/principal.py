@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -17,7 +18,7 @@ class Principal:
     kind: str = "anonymous"
     scopes: frozenset[str] = field(default_factory=frozenset)
 
-    def has_scopes(self, required: frozenset[str] | set[str] | list[str]) -> bool:
+    def has_scopes(self, required: Iterable[str]) -> bool:
         return set(required) <= self.scopes
 
     @property
