@@ -14,16 +14,24 @@ from gateway import __version__
 from gateway.config import GatewayConfig
 from gateway.core.gateway import Gateway
 from gateway.entry import add_cors_headers, entry_gate, origin_check, rate_limit_admission
+from gateway.northbound.groups_http import GroupEndpoints
+from gateway.northbound.sse import LegacySseEndpoint
 from gateway.northbound.streamable_http import StreamableHttpEndpoint
+from gateway.northbound.websocket import ClientWebSockets
 from gateway.policy.client_auth import ClientAuth
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.provider_auth import ProviderAuthPolicy
 from gateway.policy.tls import ServerTls
+from gateway.southbound.remote import RemoteUpstreams
+from gateway.southbound.supervisor import StdioUpstreams
 from gateway.southbound.websocket import ProviderWebSockets
 
 log = logging.getLogger("gateway")
 
 GATEWAY_KEY = web.AppKey("gateway", Gateway)
+ANY_PATH = r"/{tail:[\s\S]*}"
+"""Every path, newlines included (%0A decodes to one; `.*` would stop there and leave aiohttp's plain-text
+404), so the catch-all answers every path it is meant to with a JSON error."""
 
 
 def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Application:
@@ -36,6 +44,7 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
         checks.append(client_auth.check)
         gateway.auth_posture = client_auth.posture
         gateway.aggregate.slot_scopes = client_auth.required.for_slot
+        gateway.groups.slot_scopes = client_auth.required.for_slot
     app = web.Application(
         middlewares=[entry_gate(gateway.metrics, checks)],
         client_max_size=config.limits.max_body_bytes,
@@ -46,9 +55,10 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
         # request is refused at the gate, so the per-response hook is not needed.
         app.on_response_prepare.append(add_cors_headers)
     limiter = gateway.rate_limiter
-    clients = StreamableHttpEndpoint(
-        gateway, rate_limit_admission(limiter, gateway.metrics) if limiter.enabled else None
-    )
+    admission = rate_limit_admission(limiter, gateway.metrics) if limiter.enabled else None
+    clients = StreamableHttpEndpoint(gateway, admission)
+    legacy_sse = LegacySseEndpoint(gateway, admission)
+    client_sockets = ClientWebSockets(gateway, admission)
     providers = ProviderWebSockets(gateway, ProviderAuthPolicy(config.providers.auth, gateway.metrics))
 
     async def healthz(_: web.Request) -> web.Response:
@@ -69,7 +79,13 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
     app.router.add_routes(providers.routes())
     if client_auth is not None:
         app.router.add_routes(client_auth.routes())  # RFC 9728 metadata, before the catch-all
-    app.router.add_route("*", "/{tail:.*}", clients.handle)
+    # One-segment and /<slot>/sse, /<slot>/messages paths: aiohttp tries routes with a longer fixed
+    # prefix first, so these never take /healthz, /provider/..., /mcp/... (docs/protocol.md).
+    app.router.add_routes(legacy_sse.routes())
+    app.router.add_routes(client_sockets.routes())
+    # /mcp, /mcp/<group>, /groups, /mcp-servers: the tool-group bridge (docs/groups.md).
+    app.router.add_routes(GroupEndpoints(gateway, clients, client_sockets).routes())
+    app.router.add_route("*", ANY_PATH, clients.handle)
 
     async def on_startup(_: web.Application) -> None:
         gateway.start()
@@ -105,6 +121,9 @@ class GatewayServer:
         self.app = build_app(config, self.gateway)
         self.runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
         self.port = config.port
+        # Their slots are reserved now, before the listener accepts a board that could claim one.
+        self.stdio_upstreams = StdioUpstreams(self.gateway)
+        self.remote_upstreams = RemoteUpstreams(self.gateway)
 
     @property
     def url(self) -> str:
@@ -131,10 +150,17 @@ class GatewayServer:
             self.port = sockets[0].getsockname()[1]
         self.gateway.bound_port = self.port
         self.gateway.listening = True
+        # Children start once the listener is up: /healthz and /readyz answer while they start.
+        self.stdio_upstreams.start()
+        self.remote_upstreams.start()  # likewise: a slow or absent server never delays the listener
 
     async def stop(self) -> None:
         self.gateway.listening = False
+        self.stdio_upstreams.halt()  # no restarts while the core answers what is pending
+        self.remote_upstreams.halt()
         await self.runner.cleanup()
+        await self.stdio_upstreams.stop()  # every child gone: SIGTERM, SIGKILL after its stop_grace_s
+        await self.remote_upstreams.stop()  # sessions were DELETEd as the core closed the links
 
     def reload_tls(self) -> bool:
         """SIGHUP: load the certificate and key again; new handshakes use them (False: old pair kept)."""

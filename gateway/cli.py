@@ -34,7 +34,37 @@ def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
         flags["insecure_lan"] = True
     if getattr(args, "log_level", None) is not None:
         flags["logging.level"] = args.log_level
+    if getattr(args, "stdio", None):
+        flags["upstreams.stdio"] = list(args.stdio)  # added to the [[upstreams.stdio]] of the file
+    if getattr(args, "remote", None):
+        flags["upstreams.remote"] = list(args.remote)  # added to the [[upstreams.remote]] of the file
     return flags
+
+
+def remote_upstream_flag(text: str) -> dict[str, Any]:
+    """--remote NAME=URL: a remote upstream without credentials, transport auto (the rest needs the config file)."""
+    name, sep, url = text.partition("=")
+    if not sep or not name.strip() or not url.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=URL, e.g. files=https://files.plant.lan/mcp, got {text!r}")
+    return {"name": name.strip(), "url": url.strip()}
+
+
+def stdio_upstream_flag(text: str) -> dict[str, Any]:
+    """--stdio NAME=COMMAND: a stdio upstream; COMMAND is split like a shell would split it (no shell runs it)."""
+    import shlex
+
+    name, sep, command = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=COMMAND, e.g. memory='npx -y @modelcontextprotocol/server-memory', got {text!r}"
+        )
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: COMMAND cannot be split: {exc}") from None
+    if not argv:
+        raise argparse.ArgumentTypeError(f"{name}: COMMAND is empty")
+    return {"name": name.strip(), "command": argv}
 
 
 def _load(args: argparse.Namespace) -> GatewayConfig:
@@ -366,6 +396,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, help=f"port to bind (default {DEFAULT_PORT})")
     run.add_argument("--insecure-lan", action="store_true", help="allow a LAN bind without authentication")
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    run.add_argument(
+        "--stdio",
+        action="append",
+        type=stdio_upstream_flag,
+        metavar="NAME=COMMAND",
+        help="run COMMAND as a stdio MCP server in slot NAME, supervised by the gateway (repeatable; adds to "
+        "[[upstreams.stdio]]; e.g. --stdio memory='npx -y @modelcontextprotocol/server-memory')",
+    )
+    run.add_argument(
+        "--remote",
+        action="append",
+        type=remote_upstream_flag,
+        metavar="NAME=URL",
+        help="serve the MCP server at URL (Streamable HTTP, either era) in slot NAME (repeatable; adds to "
+        "[[upstreams.remote]]; credentials and other transports only in the config file)",
+    )
     run.add_argument(
         "--sim-pumps",
         type=int,

@@ -10,6 +10,7 @@ import hashlib
 import ipaddress
 import os
 import re
+import shlex
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -111,6 +112,15 @@ class LimitsConfig(Section):
     """Open stateless-era subscriptions/listen streams across all clients."""
     max_sessions_per_principal: PositiveInt = 64
     """Session-era sessions one principal may hold at once, so one caller cannot use up max_sessions."""
+    max_relayed_requests_per_client: PositiveInt = 16
+    """Provider requests (sampling, elicitation, roots) waiting on one client's answer at once: per
+    session-era session, or per stateless-era call; more are answered -32000 to the provider."""
+    max_input_required_states: PositiveInt = 256
+    """Stateless-era calls held open after an input_required result until the client retries with
+    inputResponses (each ends at its call's deadline); more are answered -32000 to the client."""
+    input_required_gather_ms: PositiveInt = 50
+    """After a provider's first request during a stateless-era call, how long the gateway waits for
+    more before answering input_required (a provider asking several things at once gets one round)."""
     rate: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
 
 
@@ -118,10 +128,12 @@ MIN_PROVIDER_SECRET_CHARS = 16
 """A provider secret shorter than this is refused: it could be guessed from the plant network."""
 
 
-def read_secret(env: str | None, file: str | None, what: str) -> SecretStr:
+def read_secret(env: str | None, file: str | None, what: str, min_chars: int = MIN_PROVIDER_SECRET_CHARS) -> SecretStr:
     """The secret named by exactly one of `env` (a variable name) or `file` (a path), stripped.
 
-    Read once at load time so a missing variable or file stops the gateway before it listens."""
+    Read once at load time so a missing variable or file stops the gateway before it listens.
+    `min_chars` guards secrets the gateway checks; a credential it only sends (to a remote
+    upstream) is as long as its issuer made it, so those pass min_chars=1."""
     if (env is None) == (file is None):
         raise ValueError(f"{what}: give exactly one of env (a variable name) or file (a path)")
     if env is not None:
@@ -134,15 +146,15 @@ def read_secret(env: str | None, file: str | None, what: str) -> SecretStr:
             text = Path(file).read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ValueError(f"{what}: file {file} not found") from None
-        except (PermissionError, IsADirectoryError) as exc:
-            raise ValueError(f"{what}: file {file} is not readable ({exc.strerror})") from None
         except UnicodeDecodeError:
             raise ValueError(f"{what}: file {file} is not UTF-8 text") from None
+        except OSError as exc:  # not readable, a directory, below a file, a name too long, ...
+            raise ValueError(f"{what}: file {file} is not readable ({exc.strerror or exc})") from None
     secret = text.strip()
-    if len(secret) < MIN_PROVIDER_SECRET_CHARS:
+    if len(secret) < min_chars:
         where = f"environment variable {env}" if env is not None else f"file {file}"
         raise ValueError(
-            f"{what}: the secret in {where} is shorter than {MIN_PROVIDER_SECRET_CHARS} characters; "
+            f"{what}: the secret in {where} is shorter than {min_chars} characters; "
             "use a random one (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
         )
     return SecretStr(secret)
@@ -520,6 +532,334 @@ class AuthConfig(Section):
         return bool(self.tokens or self.token_files or self.oauth is not None or self.hmac is not None)
 
 
+# ---------------------------------------------------------------------------------------------
+# [upstreams]: MCP servers the gateway runs or reaches itself, each in its own slot
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+"""An environment variable name a child process can be given (POSIX portable names)."""
+
+
+def _is_dir(path: str) -> bool:
+    """Path.is_dir, but False for a name the system refuses (too long, a NUL) instead of an exception."""
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+class StdioUpstreamConfig(Section):
+    """One [[upstreams.stdio]] entry: a command the gateway runs as a child speaking MCP on stdin/stdout."""
+
+    name: str
+    """The slot the child's tools are served in (/<name>/mcp); no board may claim it."""
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    """The program and its arguments, e.g. ["npx", "-y", "@modelcontextprotocol/server-memory"]; a string
+    is split like a shell would (shlex), but no shell runs it."""
+    cwd: str | None = None
+    """Working directory of the child (default: the gateway's)."""
+    env: dict[str, SecretStr] = Field(default_factory=dict)
+    """Variables given to the child with these values (they win over everything else). Masked in
+    `config show`: they often hold the upstream's own keys (better kept out of the file: env_passthrough)."""
+    env_passthrough: list[str] = Field(default_factory=list)
+    """Names of the gateway's own variables copied to the child when set. Nothing else of the gateway's
+    environment reaches it except PATH, HOME, LANG, LC_ALL, TZ and TMPDIR (see docs/upstreams.md)."""
+    startup_timeout_s: PositiveFloat = 10.0
+    """The child must answer the gateway's initialize and tools/list within this, else it is killed and restarted."""
+    restart_initial_s: PositiveFloat = 1.0
+    """First wait before restarting a child that exited; doubles per failure in a row (jittered)."""
+    restart_max_s: PositiveFloat = 60.0
+    """Longest wait between restarts."""
+    stable_after_s: PositiveFloat = 60.0
+    """A child that served this long before it ended restarts at once and its back-off starts over."""
+    stop_grace_s: PositiveFloat = 5.0
+    """On shutdown (or when the gateway drops it) the child gets SIGTERM, then SIGKILL after this long."""
+    max_stderr_bytes: PositiveInt = 16_384
+    """The child's most recent stderr lines kept for provider_status (older lines are dropped)."""
+    aggregate: bool = False
+    """Also offer the child's tools in _all."""
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"command {value!r} cannot be split: {exc}") from None
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _slot_name(cls, value: str) -> str:
+        try:
+            check_slot_name(value)
+        except SlotNameError as exc:
+            raise ValueError(f"upstream {value!r}: {exc}") from exc
+        return value
+
+    @field_validator("env", "env_passthrough")
+    @classmethod
+    def _env_names(cls, value: Any) -> Any:
+        for name in value:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name (letters, digits, _)")
+        return value
+
+    @model_validator(mode="after")
+    def _cwd_exists(self) -> StdioUpstreamConfig:
+        if self.restart_max_s < self.restart_initial_s:
+            raise ValueError("restart_max_s must be at least restart_initial_s")
+        if self.cwd is not None and not _is_dir(self.cwd):
+            raise ValueError(f"cwd {self.cwd}: not a directory")
+        return self
+
+
+RemoteTransport = Literal["auto", "streamable-http", "sse"]
+HTTP_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+"""An HTTP header name (RFC 9110 token)."""
+HOP_HEADERS = frozenset(
+    {"host", "content-length", "content-type", "accept", "connection", "transfer-encoding", "mcp-session-id"}
+    | {"mcp-protocol-version", "mcp-method", "mcp-name", "last-event-id"}
+)
+"""Headers the remote link writes itself; a credential may not replace them."""
+
+
+def _header_name(name: str, what: str) -> str:
+    if not HTTP_TOKEN.match(name):
+        raise ValueError(f"{what}: {name!r} is not an HTTP header name")
+    if name.lower() in HOP_HEADERS or name.lower().startswith("mcp-param-"):
+        raise ValueError(f"{what}: {name!r} is written by the gateway itself and cannot carry a credential")
+    return name
+
+
+def _header_value(value: str, what: str) -> str:
+    if any(ch in value for ch in "\r\n\0"):
+        raise ValueError(f"{what}: the value contains a line break or NUL")
+    return value
+
+
+class UpstreamSecretConfig(Section):
+    """A credential the gateway sends to a remote upstream: from an environment variable or a file (exactly one)."""
+
+    env: str | None = None
+    file: str | None = None
+    _secret: SecretStr = PrivateAttr(default_factory=lambda: SecretStr(""))
+
+    @model_validator(mode="after")
+    def _load(self) -> UpstreamSecretConfig:
+        secret = read_secret(self.env, self.file, "secret", min_chars=1)
+        self._secret = SecretStr(_header_value(secret.get_secret_value(), "secret"))
+        return self
+
+    @property
+    def secret(self) -> SecretStr:
+        return self._secret
+
+
+def _check_remote_url(url: str, what: str, allow_insecure_http: bool) -> str:
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("https", "http") or not parsed.hostname:
+        raise ValueError(f"{what} {url!r} is not an http(s) URL")
+    if parsed.username is not None or parsed.password is not None:
+        raise ValueError(
+            f"{what} {url!r}: no credentials in the URL; use secret, headers_file or oauth_client_credentials"
+        )
+    if parsed.fragment:
+        raise ValueError(f"{what} {url!r}: a URL fragment is never sent; remove it")
+    if parsed.scheme == "http" and not is_loopback_host(parsed.hostname) and not allow_insecure_http:
+        raise ValueError(
+            f"{what} {url!r}: plain http would expose the gateway's credentials and every call on the network; "
+            "use https (http is accepted on a loopback address, or with allow_insecure_http = true)"
+        )
+    return url
+
+
+class RemoteOAuthConfig(Section):
+    """[upstreams.remote.oauth_client_credentials]: the gateway gets its own access token (RFC 6749 §4.4)."""
+
+    token_url: str | None = None
+    """The authorization server's token endpoint. Unset: discovered from the upstream's metadata (its 401's
+    resource_metadata, RFC 9728, then the authorization server's RFC 8414 metadata), through the SSRF guard."""
+    client_id: Annotated[str, Field(min_length=1)]
+    client_secret: UpstreamSecretConfig
+    scope: str | None = None
+    """Space-separated scopes to ask for (none: the authorization server's default)."""
+    audience: str | None = None
+    """Sent as `audience` (Auth0, Okta and others name the API this way)."""
+    resource: str | None = None
+    """Sent as `resource` (RFC 8707), e.g. the upstream's URL; some servers require it, some refuse it."""
+    auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    """How the client secret reaches the token endpoint: HTTP Basic (default) or form fields."""
+
+
+class RemoteUpstreamConfig(Section):
+    """One [[upstreams.remote]] entry: an MCP server the gateway reaches over HTTP, served in its own slot."""
+
+    name: str
+    """The slot the server's tools are served in (/<name>/mcp); no board may claim it."""
+    url: str
+    """The server's MCP endpoint, e.g. https://tools.plant.lan/mcp (for transport "sse": its SSE URL)."""
+    transport: RemoteTransport = "auto"
+    """auto: Streamable HTTP, probing server/discover (2026-07-28) and falling back to initialize;
+    streamable-http: Streamable HTTP with the initialize handshake only (session era); sse: legacy HTTP+SSE."""
+    header_name: str | None = None
+    """The header that carries `secret` (default Authorization, sent as "Bearer <secret>" unless the secret
+    already names a scheme, e.g. "Basic ..."); e.g. X-API-Key for an API key."""
+    secret: UpstreamSecretConfig | None = None
+    """A static credential: {env = "VAR"} or {file = "/path"}."""
+    headers_file: str | None = None
+    """A file of `Name: value` lines (blank lines and # comments ignored), each sent on every request."""
+    oauth_client_credentials: RemoteOAuthConfig | None = None
+    aggregate: bool = False
+    """Also offer the server's tools in _all."""
+    request_timeout_ms: PositiveInt | None = None
+    """Deadline of a call forwarded to this server (default: providers.request_timeout_ms)."""
+    allow_insecure_http: bool = False
+    """Accept a plain http URL on a non-loopback host (credentials and calls travel unencrypted)."""
+    ca_file: str | None = None
+    """PEM CA certificates to verify the server's TLS certificate with (default: the system's)."""
+    connect_timeout_s: PositiveFloat = 10.0
+    """How long connecting (and each handshake step) may take before the attempt counts as failed."""
+    reconnect_initial_s: PositiveFloat = 0.5
+    """First wait before connecting again after the server was unreachable; doubles per failure (jittered)."""
+    reconnect_max_s: PositiveFloat = 30.0
+    """Longest wait between attempts."""
+    tools_poll_s: Annotated[float, Field(ge=0)] = 60.0
+    """2026-07-28 servers without subscriptions/listen: how often tools/list is fetched again to notice
+    changes (0: never)."""
+    _headers: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _slot_name(cls, value: str) -> str:
+        try:
+            check_slot_name(value)
+        except SlotNameError as exc:
+            raise ValueError(f"upstream {value!r}: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RemoteUpstreamConfig:
+        what = f"upstream {self.name!r}"
+        _check_remote_url(self.url, f"{what}: url", self.allow_insecure_http)
+        kinds = [kind for kind in ("secret", "headers_file", "oauth_client_credentials") if getattr(self, kind)]
+        if len(kinds) > 1:
+            raise ValueError(f"{what}: give one credential, not {' and '.join(kinds)}")
+        if self.header_name is not None and self.secret is None:
+            raise ValueError(f"{what}: header_name needs secret = {{env = ...}} or {{file = ...}}")
+        if self.reconnect_max_s < self.reconnect_initial_s:
+            raise ValueError(f"{what}: reconnect_max_s must be at least reconnect_initial_s")
+        if self.ca_file is not None and not _is_file(self.ca_file):
+            raise ValueError(f"{what}: ca_file {self.ca_file}: not found")
+        oauth = self.oauth_client_credentials
+        if oauth is not None and oauth.token_url is not None:
+            _check_remote_url(oauth.token_url, f"{what}: token_url", self.allow_insecure_http)
+        headers: dict[str, SecretStr] = {}
+        if self.secret is not None:
+            name = _header_name(self.header_name or "Authorization", f"{what}: header_name")
+            value = self.secret.secret.get_secret_value()
+            if name.lower() == "authorization" and " " not in value:
+                value = f"Bearer {value}"
+            headers[name] = SecretStr(value)
+        if self.headers_file is not None:
+            headers = _read_headers_file(self.headers_file, what)
+        self._headers = headers
+        return self
+
+    @property
+    def static_headers(self) -> dict[str, SecretStr]:
+        """The credential headers sent on every request (none with OAuth or without a credential)."""
+        return dict(self._headers)
+
+
+def _read_headers_file(path: str, what: str) -> dict[str, SecretStr]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{what}: headers_file {path} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{what}: headers_file {path} is not readable UTF-8 text ({exc})") from None
+    headers: dict[str, SecretStr] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, colon, value = line.partition(":")
+        where = f"{what}: headers_file {path} line {number}"
+        if not colon or not value.strip():
+            raise ValueError(f"{where}: expected `Name: value`")
+        headers[_header_name(name.strip(), where)] = SecretStr(_header_value(value.strip(), where))
+    if not headers:
+        raise ValueError(f"{what}: headers_file {path} holds no `Name: value` line")
+    return headers
+
+
+class UpstreamsConfig(Section):
+    """[upstreams]: MCP servers behind the gateway that it runs (stdio) or reaches (remote) itself."""
+
+    stdio: list[StdioUpstreamConfig] = Field(default_factory=list)
+    remote: list[RemoteUpstreamConfig] = Field(default_factory=list)
+    """MCP servers reached over Streamable HTTP or legacy SSE ([[upstreams.remote]]; docs/upstreams.md)."""
+
+    def names(self) -> list[str]:
+        """Every upstream's slot name, stdio ones first, in file order."""
+        return [upstream.name for upstream in self.stdio] + [upstream.name for upstream in self.remote]
+
+    @model_validator(mode="after")
+    def _unique(self) -> UpstreamsConfig:
+        names = self.names()
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"upstream names must be unique (each is a slot); repeated: {', '.join(repeated)}")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# [groups.<name>]: tool groups served at /mcp and /mcp/<name> (gateway/core/groups.py)
+
+GROUP_ENV_PREFIX = "MCP_GROUP_"
+"""MCP_GROUP_<NAME>=true|false turns a configured group on or off at start (the original bridge's toggles)."""
+GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+RESERVED_GROUP_NAMES = frozenset({"mcp", "sse", "messages", "overview", "groups", "tool"})
+"""Not group names: /mcp/mcp, /mcp/sse and /mcp/messages stay the endpoints of a slot named "mcp", and
+overview, groups and tool are topics of the guidance tool."""
+GROUPS_SEPARATOR = re.compile(r"^[_-]{1,4}$")
+"""Only _ and -: a separator can then never occur in the built-in tool names (guidance, search)."""
+
+
+def group_env_name(group: str) -> str:
+    """The toggle variable of a group: MCP_GROUP_ + its name upper-cased, '-' as '_'."""
+    return GROUP_ENV_PREFIX + group.upper().replace("-", "_")
+
+
+class GroupConfig(Section):
+    """One [groups.<name>]: the tools of matching slots whose names start with one of the prefixes."""
+
+    slots: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] = Field(
+        default_factory=lambda: ["*"]
+    )
+    """Slot names or fnmatch patterns (case-sensitive), e.g. ["pump-*", "tank-1"]; default every slot."""
+    tools: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """Tool-name prefixes, e.g. ["get_", "set_speed"]; empty: every tool of the matching slots."""
+    enabled: bool = True
+    """Served at /mcp and /mcp/<name>; MCP_GROUP_<NAME>=true|false overrides it at start."""
+    description: str = ""
+    """What the group is for, in words an agent can choose by (shown by guidance and GET /groups)."""
+    _enabled_by: str = PrivateAttr(default="config")
+
+    @property
+    def enabled_by(self) -> str:
+        """Where `enabled` came from: "config", or the environment variable that set it."""
+        return self._enabled_by
+
+
 class LoggingConfig(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "text"] = "auto"
@@ -545,6 +885,50 @@ class GatewayConfig(Section):
     tls: TlsConfig = Field(default_factory=TlsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     """Client authentication ([auth]): static tokens, OAuth 2.1 access tokens, required scopes."""
+    upstreams: UpstreamsConfig = Field(default_factory=UpstreamsConfig)
+    """MCP servers the gateway runs as children ([[upstreams.stdio]]) or reaches itself."""
+
+    groups: dict[str, GroupConfig] = Field(default_factory=dict)
+    """Tool groups ([groups.<name>]): /mcp serves every enabled one, /mcp/<name> one (docs/groups.md)."""
+    groups_separator: str = "__"
+    """Between slot and tool in /mcp names: <slot>__<tool> as the original MCP bridge named them."""
+
+    @field_validator("groups")
+    @classmethod
+    def _group_names(cls, value: dict[str, GroupConfig]) -> dict[str, GroupConfig]:
+        toggles: dict[str, str] = {}
+        for name in value:
+            if not GROUP_NAME.match(name):
+                raise ValueError(
+                    f"group {name!r}: a group name is 1 to 64 letters, digits, _ or -, starting with a letter "
+                    "or digit (it is a URL path segment, /mcp/<name>)"
+                )
+            if name in RESERVED_GROUP_NAMES:
+                raise ValueError(f"group {name!r}: reserved ({', '.join(sorted(RESERVED_GROUP_NAMES))}); rename it")
+            other = toggles.setdefault(group_env_name(name), name)
+            if other != name:
+                raise ValueError(
+                    f"groups {other!r} and {name!r} would share the toggle {group_env_name(name)}; rename one"
+                )
+        return value
+
+    @field_validator("groups_separator")
+    @classmethod
+    def _separator(cls, value: str) -> str:
+        if not GROUPS_SEPARATOR.match(value):
+            raise ValueError('use 1 to 4 of the characters _ and -, e.g. "__" (the default) or "-"')
+        return value
+
+    @model_validator(mode="after")
+    def _upstreams_declared(self) -> GatewayConfig:
+        if self.slots.only_declared:
+            for name in self.upstreams.names():
+                if name not in self.slots.declared:
+                    raise ValueError(
+                        f"upstream {name!r}: slots.only_declared is true but the slot is not declared; "
+                        f"add [slots.declared.{name}]"
+                    )
+        return self
 
     @property
     def is_loopback(self) -> bool:
@@ -651,8 +1035,16 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str,
                 "see docs/configuration.md for the names"
             )
         node = overrides
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
+        for depth, part in enumerate(path[:-1], start=1):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                # MCP_GATEWAY_LIMITS=5 next to MCP_GATEWAY_LIMITS__MAX_SLOTS=3: no table to set a key in.
+                above = ".".join(path[:depth])
+                raise ConfigError(
+                    f"environment variable {name}: {sources.get(above, above)} already sets {above!r} to a value "
+                    "that is not a table, so no key can be set inside it; remove one of the two"
+                )
+            node = child
         node[path[-1]] = _env_value(text)
         sources[".".join(path)] = f"environment variable {name}"
     return overrides, sources
@@ -668,6 +1060,11 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: not readable ({exc.strerror})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: invalid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        # TOML is UTF-8; tomllib decodes before it parses, so this is not a TOMLDecodeError.
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+    except OSError as exc:  # a directory, a name too long, ...
+        raise ConfigError(f"config file {path}: not readable ({exc.strerror or exc})") from exc
 
 
 def load_config(
@@ -697,10 +1094,12 @@ def load_config(
         parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = value
+        existing = node.get(parts[-1])
+        # A repeatable flag (--stdio NAME=COMMAND) adds to the entries of the file and environment.
+        node[parts[-1]] = [*existing, *value] if isinstance(value, list) and isinstance(existing, list) else value
         sources[key] = f"command-line flag for {key}"
     try:
-        return GatewayConfig.model_validate(data)
+        config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = _describe(first["loc"])
@@ -708,6 +1107,36 @@ def load_config(
         if first["type"] == "extra_forbidden":
             raise ConfigError(f"{origin}: unknown setting {key!r}; see docs/configuration.md") from exc
         raise ConfigError(f"{origin}: setting {key!r}: {first['msg']}") from exc
+    apply_group_toggles(config, environ)
+    return config
+
+
+GROUP_TOGGLE_VALUES = {"true": True, "false": False}
+
+
+def apply_group_toggles(config: GatewayConfig, environ: Mapping[str, str]) -> None:
+    """MCP_GROUP_<NAME>=true|false turns [groups.<name>] on or off (read once, at start).
+
+    Fails closed like MCP_GATEWAY_*: a value other than true or false, or a variable naming no
+    configured group (a typo would otherwise leave a group silently in its default state), stops
+    the gateway with a message naming the variable."""
+    by_variable = {group_env_name(name): name for name in config.groups}
+    for variable, text in sorted(environ.items()):
+        if not variable.startswith(GROUP_ENV_PREFIX):
+            continue
+        name = by_variable.get(variable)
+        if name is None:
+            known = ", ".join(sorted(by_variable)) or "none: no [groups.<name>] is configured"
+            raise ConfigError(
+                f"environment variable {variable}: no such group; toggles of the configured groups: {known}. "
+                "Fix the name, define the group under [groups.<name>], or remove the variable"
+            )
+        value = GROUP_TOGGLE_VALUES.get(text.strip().lower())
+        if value is None:
+            raise ConfigError(f"environment variable {variable}: {text[:40]!r} is not true or false")
+        group = config.groups[name]
+        group.enabled = value
+        group._enabled_by = f"environment variable {variable}"
 
 
 def _origin_of(key: str, sources: Mapping[str, str], file_label: str) -> str:

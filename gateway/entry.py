@@ -12,8 +12,9 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from gateway.core import jsonrpc
+from gateway.core.groups import is_bridge_path
 from gateway.core.routing import SlotTarget, Target
-from gateway.northbound.streamable_http import Admission, http_error, json_response
+from gateway.northbound.http_io import Admission, Refusal, http_error
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.rate_limit import RateLimiter
 from gateway.policy.request_principal import request_principal
@@ -39,8 +40,12 @@ def endpoint_kind(path: str) -> str:
         return "broker"
     if path == "/_all/mcp":
         return "all"
+    if is_bridge_path(path):
+        return "groups"  # /mcp, /mcp/<group>, /groups, /mcp-servers
     if path.endswith("/mcp") and path.count("/") == 2:
         return "slot"
+    if path.count("/") == 2 and (path.endswith("/sse") or path.endswith("/messages")):
+        return "sse"
     return "other"
 
 
@@ -96,9 +101,10 @@ def rate_limit_admission(limiter: RateLimiter, metrics: Metrics) -> Admission:
 
     `/_all/mcp` learns the slot only when it routes a tools/call; the aggregate charges it then.
     A refusal is HTTP 429 with Retry-After (whole seconds, rounded up) and a JSON-RPC -32029 body
-    whose data.retryAfterMs is exact, carrying the request's id."""
+    whose data.retryAfterMs is exact, carrying the request's id. Legacy SSE and raw WebSocket
+    clients get that JSON-RPC answer on their stream, since their request was already accepted."""
 
-    def admit(request: web.Request, target: Target, message: jsonrpc.Message) -> web.Response | None:
+    def admit(request: web.Request, target: Target, message: jsonrpc.Message) -> Refusal | None:
         slot = target.name if isinstance(target, SlotTarget) else None
         limited = limiter.admit(request_principal(request), slot)
         if limited is None:
@@ -106,7 +112,7 @@ def rate_limit_admission(limiter: RateLimiter, metrics: Metrics) -> Admission:
         metrics.rate_limited.labels(limited.scope).inc()
         metrics.limit_hit(limited.limit)
         body = jsonrpc.error_response(message.id, jsonrpc.RATE_LIMITED, limited.message(), limited.data())
-        return json_response(body, status=429, headers={"Retry-After": str(limited.retry_after_header)})
+        return Refusal(429, body, {"Retry-After": str(limited.retry_after_header)})
 
     return admit
 
@@ -124,6 +130,8 @@ def entry_gate(metrics: Metrics, checks: list[Check]) -> Middleware:
     @web.middleware
     async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
         kind = endpoint_kind(request.rel_url.raw_path)
+        if kind == "other" and request.headers.get("Upgrade", "").lower() == "websocket":
+            kind = "websocket"  # a raw WebSocket client at /<slot>
         try:
             for check in checks:
                 refusal = await check(request)

@@ -39,6 +39,20 @@ class SlotView:
     request_timeout_ms: int = 60_000
     counters: Mapping[str, int] = field(default_factory=dict)
     """Totals over every link this slot has had since the gateway started."""
+    upstream: Mapping[str, Any] | None = None
+    """provider_status "upstream": what a configured upstream's manager knows (None for boards)."""
+
+
+@dataclass(frozen=True)
+class GroupCheck:
+    """One enabled tool group ([groups.<name>]) as diagnosis sees it."""
+
+    name: str
+    slot_patterns: Sequence[str]
+    prefixes: Sequence[str]
+    members: Sequence[str]
+    """Ready slots matching its patterns now."""
+    tools: int
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,8 @@ class GatewayView:
     max_slots: int = 1024
     aggregate_members: Sequence[str] = ()
     slots: Sequence[SlotView] = ()
+    groups: Sequence[GroupCheck] = ()
+    """Enabled tool groups."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +129,170 @@ def _provider_url(view: GatewayView, slot: str) -> str:
 # -- slot problems ----------------------------------------------------------------------------
 
 
+def _stderr_evidence(upstream: Mapping[str, Any], lines: int = 5) -> str:
+    tail = [str(line) for line in upstream.get("stderr_tail") or []][-lines:]
+    return "last stderr lines: " + (" | ".join(tail) if tail else "(none)")
+
+
+def _stdio_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> list[Problem]:
+    """A stdio upstream is not a board: its absence is a child that exits, hangs or cannot start."""
+    name = slot.name
+    command = " ".join(str(part) for part in upstream.get("command") or [])
+    failures = int(upstream.get("failures_in_a_row") or 0)
+    last_exit = upstream.get("last_exit") or "none yet"
+    next_in = upstream.get("next_restart_in_s")
+    restart = f"; next start in {next_in:.1f}s" if isinstance(next_in, int | float) else ""
+    run_by_hand = (
+        f"Run the command by hand with the same working directory and environment to see it fail: {command}. "
+        "The child sees only PATH, HOME, LANG, LC_ALL, TZ, TMPDIR and the variables named in its env and "
+        f"env_passthrough (provider_status {name!r} lists them): a missing variable is a common cause. "
+        "An MCP stdio server must answer initialize on stdin/stdout and log only to stderr."
+    )
+    if upstream.get("crash_loop"):
+        return [
+            Problem(
+                "upstream.crash_loop",
+                "error",
+                f'The stdio upstream "{name}" keeps ending: {failures} times in a row',
+                f"last end: {last_exit}{restart} (back-off doubles up to restart_max_s "
+                f"{upstream.get('restart_max_s')}s); {_stderr_evidence(upstream)}",
+                run_by_hand,
+                name,
+            )
+        ]
+    if slot.connected:
+        return []
+    if upstream.get("last_exit_kind") == "startup_timeout":
+        return [
+            Problem(
+                "upstream.startup_timeout",
+                "error",
+                f'The stdio upstream "{name}" did not answer initialize and tools/list in time',
+                f"last end: {last_exit}{restart}; {_stderr_evidence(upstream)}",
+                f"The child must answer within startup_timeout_s ({upstream.get('startup_timeout_s')}s); raise it "
+                f"for a slow starter (a package manager fetching on first run). {run_by_hand}",
+                name,
+            )
+        ]
+    if upstream.get("state") == "starting" and not upstream.get("last_exit"):
+        return [
+            Problem(
+                "upstream.starting",
+                "info",
+                f'The stdio upstream "{name}" is starting',
+                f"pid {upstream.get('pid')}; it has startup_timeout_s ({upstream.get('startup_timeout_s')}s) "
+                "to answer initialize and tools/list",
+                "Wait; clients get 'Provider \"" + name + "\" not connected' until it is ready.",
+                name,
+            )
+        ]
+    return [
+        Problem(
+            "upstream.down",
+            "warning",
+            f'The stdio upstream "{name}" is not serving',
+            f"state {upstream.get('state')}; last end: {last_exit}{restart}; {_stderr_evidence(upstream)}",
+            f"The gateway restarts it on its own. If it keeps ending: {run_by_hand}",
+            name,
+        )
+    ]
+
+
+def _remote_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> list[Problem]:
+    """A remote upstream is reached by the gateway: its absence is a server it cannot reach or that refuses it."""
+    name = slot.name
+    url = upstream.get("url")
+    state = upstream.get("state")
+    failures = int(upstream.get("failures_in_a_row") or 0)
+    next_in = upstream.get("next_attempt_in_s")
+    retry = f"; next attempt in {next_in:.1f}s" if isinstance(next_in, int | float) else ""
+    evidence = (
+        f"{url}: {upstream.get('last_error') or 'no error recorded'}{retry}; {failures} failed attempt(s) in a row"
+    )
+    waiting = (
+        f"Clients get 'Provider \"{name}\" not connected' until it succeeds; the gateway keeps trying with back-off."
+    )
+    if state == "auth_failed":
+        credential = (upstream.get("credential") or {}).get("kind", "none")
+        if credential == "oauth client credentials":
+            fix = (
+                "Check client_id and client_secret with the authorization server's administrator, the token_url, "
+                "scope and audience under oauth_client_credentials, and that the server accepts tokens from it."
+            )
+        elif credential == "none":
+            fix = (
+                "The server requires a credential: configure secret (with header_name), headers_file or "
+                "oauth_client_credentials."
+            )
+        else:
+            fix = (
+                "Replace the secret (the file or environment variable named by secret, or headers_file) with one the "
+                "server accepts, check header_name, and restart the gateway (secrets are read at start)."
+            )
+        return [
+            Problem(
+                "upstream.auth_failed",
+                "error",
+                f'The remote upstream "{name}" refuses the gateway\'s credentials ({credential})',
+                evidence,
+                f"{fix} {waiting}",
+                name,
+            )
+        ]
+    if state in ("unreachable", "incompatible", "refused"):
+        return [
+            Problem(
+                "upstream.unreachable",
+                "error",
+                f'The remote upstream "{name}" cannot be reached',
+                evidence,
+                "Check the URL (provider_status shows it), that the server runs and listens there, DNS and firewalls, "
+                "TLS (ca_file for a private CA), and that it speaks MCP over the configured transport "
+                f"({upstream.get('transport')}). {waiting}",
+                name,
+            )
+        ]
+    if slot.connected:
+        return []
+    if state == "connecting" and not failures:
+        return [
+            Problem(
+                "upstream.connecting",
+                "info",
+                f'The remote upstream "{name}" is being connected',
+                f"{url}: attempt {upstream.get('attempts')}",
+                f"Wait a moment. {waiting}",
+                name,
+            )
+        ]
+    return [
+        Problem(
+            "upstream.down",
+            "warning",
+            f'The remote upstream "{name}" is not serving',
+            f"state {state}; {evidence}",
+            f"The gateway connects again on its own. {waiting}",
+            name,
+        )
+    ]
+
+
+def _upstream_presence(view: GatewayView, slot: SlotView) -> list[Problem] | None:
+    """Problems of a configured upstream's slot, or None when the slot is not one (or of a kind not known here)."""
+    upstream = slot.upstream
+    if upstream is None:
+        return None
+    if upstream.get("kind") == "stdio":
+        return _stdio_upstream_presence(slot, upstream)
+    if upstream.get("kind") == "remote":
+        return _remote_upstream_presence(slot, upstream)
+    return None
+
+
 def _slot_presence(view: GatewayView, slot: SlotView) -> list[Problem]:
+    upstream = _upstream_presence(view, slot)
+    if upstream is not None:
+        return upstream
     if slot.connected:
         return []
     if slot.last_error.startswith("initialize failed"):
@@ -191,7 +370,10 @@ def _slot_faults(view: GatewayView, slot: SlotView) -> list[Problem]:
                 "warning",
                 f'The provider for "{slot.name}" sent messages that are not JSON-RPC',
                 f"{unparsable} unparsable message(s) since start (each was dropped; the first one is in the log)",
-                "Send exactly one JSON-RPC 2.0 object per WebSocket text frame (wrapped in an envelope on "
+                "The child prints text on stdout, where only JSON-RPC lines belong: log to stderr instead (the "
+                "latest such lines are in provider_status upstream.stdout_not_jsonrpc_tail)."
+                if slot.transport == "stdio" or (slot.upstream or {}).get("kind") == "stdio"
+                else "Send exactly one JSON-RPC 2.0 object per WebSocket text frame (wrapped in an envelope on "
                 "/providers); keep debug prints and log text off the link.",
                 slot.name,
             )
@@ -397,6 +579,42 @@ def _gateway_problems(view: GatewayView) -> list[Problem]:
                 '"params":{"aggregate":true}} as its first frame (in an envelope on /providers).',
             )
         )
+    problems.extend(_group_problems(view))
+    return problems
+
+
+def _group_problems(view: GatewayView) -> list[Problem]:
+    """Enabled groups that serve nothing although providers are ready: most often a typo in the
+    group's slot patterns or tool prefixes, which would otherwise only show as an agent missing tools."""
+    ready = [slot.name for slot in view.slots if slot.state == "ready"]
+    if not ready:
+        return []
+    problems: list[Problem] = []
+    for group in view.groups:
+        if not group.members:
+            problems.append(
+                Problem(
+                    "group.no_members",
+                    "info",
+                    f'Tool group "{group.name}" has no members: /mcp/{group.name} lists no device tool',
+                    f"its slot patterns {', '.join(group.slot_patterns)} match none of the {len(ready)} ready "
+                    f"slots ({', '.join(ready[:10])}{', …' if len(ready) > 10 else ''})",
+                    f"Check slots under [groups.{group.name}] against providers_list (fnmatch patterns, "
+                    "case-sensitive), or connect the devices it is meant for.",
+                )
+            )
+        elif not group.tools:
+            problems.append(
+                Problem(
+                    "group.no_tools",
+                    "warning",
+                    f'Tool group "{group.name}" lists no tool although it has members',
+                    f"no tool of {', '.join(group.members[:10])} starts with one of its prefixes "
+                    f"{', '.join(group.prefixes)}",
+                    f"Check tools under [groups.{group.name}] against the tools the members list "
+                    "(prefixes are case-sensitive; guidance with topic groups shows them).",
+                )
+            )
     return problems
 
 

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from gateway.config import GatewayConfig
 from gateway.core.aggregate import AggregateTarget
+from gateway.core.groups import GroupCatalog
+from gateway.core.input_required import InputRequired
 from gateway.core.introspect import BrokerTarget
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
@@ -30,7 +32,18 @@ class Gateway:
         self.registry = SlotRegistry(config, self.metrics)
         limits = config.limits
         self.sessions = SessionStore(
-            limits.max_sessions, limits.session_idle_timeout_s, self.metrics, limits.max_sessions_per_principal
+            limits.max_sessions,
+            limits.session_idle_timeout_s,
+            self.metrics,
+            limits.max_sessions_per_principal,
+            limits.max_relayed_requests_per_client,
+        )
+        # Stateless-era calls whose provider asked the client something (gateway/core/input_required.py).
+        self.input_required = InputRequired(
+            limits.max_input_required_states,
+            limits.max_relayed_requests_per_client,
+            limits.input_required_gather_ms,
+            self.metrics,
         )
         # Pure and clock-driven; the HTTP entry charges principals (and slots it can name), the
         # aggregate charges the slot a tools/call is routed to.
@@ -40,6 +53,8 @@ class Gateway:
             limits.rate.max_buckets,
         )
         self.aggregate = AggregateTarget(self.registry, self.metrics, self.rate_limiter)
+        # /mcp and /mcp/<group>: served by their own routes (gateway/northbound/groups_http.py), not by target().
+        self.groups = GroupCatalog(self.registry, self.metrics, self.rate_limiter, self.base_url)
         self.broker = BrokerTarget(self)
         self.started_at = time.time()
         self.listening = False
@@ -84,6 +99,7 @@ class Gateway:
         # "shutting down" error while its client's exchange is open. Ending client sessions first
         # would cancel those requests, and clients would get a bare "Request cancelled" instead.
         await self.registry.shutdown()
+        self.input_required.close()
         # Those requests now end on their own within a loop turn or two; let them finish before
         # their sessions are ended, or the ending would cancel them before they wrote their answer.
         in_flight = [task for session in self.sessions.sessions.values() for task in session.in_flight.values()]

@@ -153,8 +153,11 @@ def page_index(data: GuideInput) -> str:
         f"| Provider, one slot per WebSocket | `{urls['provider']}` |",
         f"| Provider, many slots per WebSocket (envelopes) | `{urls['providers']}` |",
         f"| Client, one slot (MCP Streamable HTTP) | `{urls['client']}` |",
+        f"| Client, one slot (legacy HTTP+SSE; raw WebSocket) | `{urls['sse']}`; `{urls['client_websocket']}` |",
         f"| Client, aggregate of opted-in slots | `{urls['all']}` |",
         f"| Client, this introspection server | `{urls['broker']}` |",
+        f"| Client, tool groups (`<slot>{info['groups']['separator']}<tool>`, guidance, search) | `{urls['mcp']}`, "
+        f"`{urls['mcp']}/<group>` |",
         f"| Liveness / readiness | `{urls['healthz']}`, `{urls['readyz']}` |",
         f"| Prometheus metrics | `{urls['metrics']}` |",
         "",
@@ -304,7 +307,10 @@ def page_publish_provider(data: GuideInput) -> str:
         f"- Messages larger than {limits['max_frame_bytes']} bytes (`limits.max_frame_bytes`) close the link "
         f"with 1009. At most {limits['max_pending_per_slot']} requests are in flight towards one slot.",
         "- Send `notifications/tools/list_changed` when the tool list changes; the gateway re-lists and tells "
-        "clients. Requests the provider sends are answered: `ping` with `{}`, anything else with -32601.",
+        "clients. Requests the provider sends: `ping` is answered `{}`; `sampling/createMessage`, "
+        "`elicitation/create` and `roots/list` go to the client whose request caused them (name it with "
+        '`_meta["io.github.mcp-gateway/relatedRequest"]` = the gateway id of that request when several are '
+        "pending), if it declared the capability; anything else gets -32601.",
         f"- A second provider for a held slot {_takeover_rule(providers['takeover'], providers['takeover_probe_ms'])}.",
         "",
         "## From Python (an SDK server)",
@@ -422,12 +428,17 @@ def page_connect_client(data: GuideInput) -> str:
         f"- every opted-in slot at once: `{urls['all']}` (tools named `<slot>-<tool>`; the list changes as "
         "providers come and go and clients get `notifications/tools/list_changed`)",
         f"- this gateway itself: `{urls['broker']}`",
+        f"- tool groups: `{urls['mcp']}` (every enabled group, tools named "
+        f"`<slot>{info['groups']['separator']}<tool>` as the original MCP bridge named them, plus `guidance` and "
+        f"`search` to find the right tool) and `{urls['mcp']}/<group>` (one group); `{urls['groups']}` and "
+        f"`{urls['mcp_servers']}` list groups and slots as JSON",
         "",
         "Both protocol eras work on the same URL: the session era "
         f"({', '.join(versions['session'])}: `initialize`, then the `Mcp-Session-Id` header) and the stateless "
         f"era ({', '.join(versions['stateless'])}: no initialize, version and capabilities in `_meta` and "
-        "headers). The `MCP-Protocol-Version` header picks the era. The legacy HTTP+SSE transport (`/sse`) is "
-        "not served by this version.",
+        "headers). The `MCP-Protocol-Version` header picks the era. Older clients can use the legacy HTTP+SSE "
+        f"transport (`{urls['sse']}`, session era) and WebSocket clients `{urls['client_websocket']}` (one "
+        "JSON-RPC message per text frame, `initialize` first).",
         "",
         "The gateway answers `initialize` itself from what the provider told it, so a client can connect while "
         'its provider is away; calls then fail with `Provider "<slot>" not connected` until it is back.',
@@ -648,6 +659,13 @@ TROUBLE_PROVIDER: list[tuple[str, str, str]] = [
         "own slot name; a rebooted board gets the slot back once the old link misses a heartbeat.",
     ),
     (
+        "close 1008 (error envelope -32000 on /providers)",
+        '`Provider "<slot>" is managed by a stdio upstream` / `... by a remote upstream`',
+        "The gateway itself runs or reaches this slot's server ([[upstreams.stdio]] / --stdio, "
+        "[[upstreams.remote]] / --remote): give the device another slot name, or remove the upstream from the "
+        "configuration.",
+    ),
+    (
         "close 1008",
         "`Replaced: this link missed its heartbeat and a new provider claimed the slot` / `Replaced by a newer "
         "connection of the same provider identity`",
@@ -694,7 +712,14 @@ TROUBLE_PROVIDER: list[tuple[str, str, str]] = [
     (
         "JSON-RPC error -32601 to a provider request",
         "`Method not found: the gateway does not relay <method> from providers`",
-        "Providers may send `ping`; other requests to clients are not relayed in this version.",
+        "Providers may send `ping`, `sampling/createMessage`, `elicitation/create` and `roots/list`; nothing else.",
+    ),
+    (
+        "JSON-RPC error -32601 to a sampling, elicitation or roots request",
+        "`Method not found: the gateway did not relay <method> to a client: <why>`",
+        "`<why>` says it: the client did not declare the capability (ask only when "
+        '`_meta["io.github.mcp-gateway/clientCapabilities"]` of the call has it), no client request is '
+        'pending, or several are and the request names none (set `_meta["io.github.mcp-gateway/relatedRequest"]`).',
     ),
 ]
 
@@ -720,6 +745,18 @@ TROUBLE_CLIENT: list[tuple[str, str, str]] = [
         "-32000",
         '`Provider "<slot>" disconnected: the gateway is shutting down`',
         "Retry after the gateway is back.",
+    ),
+    (
+        "-32000",
+        '`Upstream "<slot>" answered HTTP <status>: <start of its answer>`',
+        "The remote upstream refused this request at the HTTP level (a proxy error, a 403 for this tool, ...); "
+        "its own JSON-RPC errors are passed on unchanged instead. Check the remote server.",
+    ),
+    (
+        "-32000",
+        '`Upstream "<slot>" ended the answer before it was complete: <why>`',
+        "The remote upstream's connection broke mid-answer (it restarted or a proxy cut it); the call may or may "
+        "not have run. Check before retrying a call that changes something.",
     ),
     (
         "-32000",

@@ -79,6 +79,11 @@ PROVIDER_STATUS_SCHEMA: JsonObject = {
         "resource_subscriptions": {"type": "integer"},
         "client_url": {"type": "string"},
         "provider_url": {"type": "string"},
+        "upstream": {
+            **_nullable("object"),
+            "description": "A configured upstream (stdio child, remote server): its command or URL, state, restarts, "
+            "last exit, stderr tail; null for boards",
+        },
     },
     "required": [
         "name",
@@ -135,6 +140,12 @@ BROKER_INFO_SCHEMA: JsonObject = {
         "limits": {"type": "object"},
         "providers": {"type": "object"},
         "protocol_versions": {"type": "object"},
+        "groups": {
+            "type": "object",
+            "description": "Tool groups served at /mcp and /mcp/<group>: separator, each configured group with "
+            "enabled, enabled_by (config or the MCP_GROUP_* variable), members now and tool count; mcp_tools: "
+            "the slot tools /mcp lists now",
+        },
     },
     "required": [
         "name",
@@ -183,9 +194,10 @@ TOOLS: list[JsonObject] = [
         "name": "broker_info",
         "title": "Gateway information",
         "description": "What this gateway is and how to reach it: version, start time and uptime, base URL and "
-        "every path (provider WebSocket, client MCP, _all, _broker, health, metrics), security posture "
-        "(insecure_lan is true when it listens on the network without authentication), counts of slots, "
-        "connected providers and client sessions, and the limits in force.",
+        "every path (provider WebSocket, client MCP, _all, _broker, /mcp tool groups, health, metrics), security "
+        "posture (insecure_lan is true when it listens on the network without authentication), counts of slots, "
+        "connected providers and client sessions, the limits in force, and the tool groups (enabled or not, "
+        "members now).",
         "inputSchema": NO_ARGUMENTS,
         "outputSchema": BROKER_INFO_SCHEMA,
         "annotations": READ_ONLY,

@@ -24,16 +24,18 @@ def check_slot_name(name: str) -> str:
     size = len(name.encode("utf-8", errors="surrogatepass"))
     if size > MAX_SLOT_BYTES:
         raise SlotNameError(f"Slot name is {size} bytes; the limit is {MAX_SLOT_BYTES} bytes of UTF-8")
+    # Before any message quotes the name: a percent-decoded URL can carry bytes that are not UTF-8
+    # (as surrogate escapes), which no JSON answer can hold.
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SlotNameError("Slot name is not valid UTF-8") from exc
     if name in (BROKER_SLOT, ALL_SLOT):
         raise SlotNameError(f'Provider "{name}" is reserved by the broker')
     if name.startswith("_"):
         raise SlotNameError(f'Provider "{name}" is reserved: names starting with "_" belong to the gateway')
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
         raise SlotNameError("Slot name contains control characters")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise SlotNameError("Slot name is not valid UTF-8") from exc
     return name
 
 

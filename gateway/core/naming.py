@@ -1,4 +1,7 @@
-"""Tool names in the aggregate (WIRE.md §6): `<slot>-<tool>`, safe characters, at most 64, unique."""
+"""Tool names over many slots (WIRE.md §6): `<slot><separator><tool>`, safe characters, at most 64, unique.
+
+`_all` uses "-" (`<slot>-<tool>`); the tool-group endpoints /mcp use `groups_separator`, "__" by default
+(`<slot>__<tool>`, as the original MCP bridge named them). The rules are the same for both."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 The gateway initializes each provider once, caches what it learns, numbers every request it
 forwards with its own ids, enforces deadlines and the pending bound, and routes what the provider
 sends back: responses to their waiting caller, progress and request-tied log messages to that
-caller's stream, everything else to the slot's listeners.
+caller's stream, requests towards a client (sampling, elicitation, roots) to the relay of the client
+request they belong to, everything else to the slot's listeners.
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ from gateway import __version__
 from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.core.link import CLOSE_POLICY, ProviderLink
+from gateway.core.relay import (
+    PROVIDER_FACING_CAPABILITIES,
+    RELATED_REQUEST_KEY,
+    RELAYED_METHODS,
+    RelayMetrics,
+    RequestRelay,
+    outcome_of,
+    refusal,
+)
 from gateway.core.schema_hash import tools_hash
 from gateway.core.versions import LATEST_HANDSHAKE
 
@@ -28,11 +38,7 @@ log = logging.getLogger("gateway.provider")
 NotificationSink = Callable[[JsonObject], None]
 """Receives a notification (already rewritten for the client) on the stream of one request."""
 
-RELATED_REQUEST_KEY = "io.github.mcp-gateway/relatedRequest"
-"""Optional _meta key on a provider notification naming the gateway request id it belongs to.
-
-Stream transports have no other way to tie a log message to a request; the Python provider API sets
-it, boards may. It is removed before the notification reaches a client."""
+__all__ = ["RELATED_REQUEST_KEY", "NotificationSink", "Pending", "ProviderSession", "SessionSettings"]
 
 
 def _is_gateway_id(value: Any) -> TypeGuard[JsonId]:
@@ -81,6 +87,20 @@ class Pending:
     sink: NotificationSink | None = None
     client_progress_token: Any = None
     timer: asyncio.TimerHandle | None = None
+    relay: RequestRelay | None = None
+    """What to do with the provider's requests towards the client of this request; None for the
+    gateway's own requests (initialize, tools/list, heartbeats, replays)."""
+
+
+@dataclass(slots=True)
+class Relayed:
+    """A provider request being relayed to a client, under the provider's own id."""
+
+    task: asyncio.Task[None]
+    owner: Pending
+    """The client request it belongs to."""
+    ended: str = ""
+    """Set when the request it belongs to ended first (and the provider got its error): the outcome."""
 
 
 @dataclass
@@ -121,6 +141,9 @@ class ProviderSession:
         self.tools: list[JsonObject] = []
         self.tools_hash = ""
         self.pending: dict[JsonId, Pending] = {}
+        self.relayed: dict[JsonId, Relayed] = {}
+        self.relay_metrics: RelayMetrics | None = None
+        """Set by the slot registry: counts relayed requests (mcpgw_relay_requests, mcpgw_relay_in_flight)."""
         self.counters = SessionCounters()
         self.last_seen = time.monotonic()
         self.awaiting_heartbeat = False
@@ -133,6 +156,8 @@ class ProviderSession:
         self._relist_again = False
         self._start_task: asyncio.Task[None] | None = None
         self._warned: set[str] = set()
+        self._answers: set[asyncio.Task[None]] = set()
+        """Answers to the provider's own requests on their way out (held so none is collected early)."""
 
     # -- identity and cached state -------------------------------------------------------------
 
@@ -198,7 +223,9 @@ class ProviderSession:
         timeout = self.settings.initialize_timeout_ms
         params = {
             "protocolVersion": LATEST_HANDSHAKE,
-            "capabilities": {},
+            # The gateway can relay these to the client that causes them; each request is checked
+            # against that client's own capabilities (gateway/core/relay.py).
+            "capabilities": {key: dict(value) for key, value in PROVIDER_FACING_CAPABILITIES.items()},
             "clientInfo": {"name": "mcp-gateway", "version": __version__},
         }
         try:
@@ -308,6 +335,8 @@ class ProviderSession:
                 entry.timer.cancel()
             if not entry.future.done():
                 entry.future.set_exception(failure)
+        for record in self.relayed.values():
+            record.task.cancel()  # nobody left to answer
         for task in (self._relist_task, self._start_task):
             if task is not None and not task.done() and task is not asyncio.current_task():
                 task.cancel()
@@ -374,11 +403,13 @@ class ProviderSession:
         sink: NotificationSink | None = None,
         client_progress_token: Any = None,
         internal: bool = False,
+        relay: RequestRelay | None = None,
     ) -> JsonObject:
         """Forward one request under a gateway id and wait for the provider's response object.
 
         Returns the response message (with "result" or a normalised "error"); raises RpcError for
-        the gateway's own failures (not connected, disconnected, deadline, pending bound).
+        the gateway's own failures (not connected, disconnected, deadline, pending bound). `relay`
+        takes the provider's requests towards the client while this request is pending.
         """
         if self.state == "closed":
             raise errors.disconnected(self.slot)
@@ -405,6 +436,7 @@ class ProviderSession:
             timeout_ms=timeout_ms,
             sink=sink,
             client_progress_token=client_progress_token,
+            relay=relay,
         )
         # Registered before the send so an immediate answer finds it; removed if the send fails.
         self.pending[request_id] = entry
@@ -412,23 +444,26 @@ class ProviderSession:
         try:
             await self.link.send(jsonrpc.dumps(message))
         except (ConnectionError, RuntimeError) as exc:
-            self._forget(request_id)
+            self._forget(request_id, "the provider link failed")
             self.link_lost(f"send failed: {exc}")
             raise errors.disconnected(self.slot) from exc
         try:
             return await entry.future
-        except asyncio.CancelledError:
-            # The caller went away: tell the provider, forget the request.
-            if self._forget(request_id):
-                self._cancel_upstream(request_id, "client disconnected")
+        except asyncio.CancelledError as cancel:
+            # The caller went away (or gave up, saying why: `task.cancel(reason)`): tell the
+            # provider, forget the request.
+            why = cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else "client disconnected"
+            if self._forget(request_id, why):
+                self._cancel_upstream(request_id, why)
             raise
 
-    def _forget(self, request_id: JsonId) -> bool:
+    def _forget(self, request_id: JsonId, why: str) -> bool:
         entry = self.pending.pop(request_id, None)
         if entry is None:
             return False
         if entry.timer is not None:
             entry.timer.cancel()
+        self._end_relays(entry, why)
         return True
 
     def _expire(self, request_id: JsonId) -> None:
@@ -437,7 +472,21 @@ class ProviderSession:
             return
         self.counters.deadlines += 1
         entry.future.set_exception(errors.deadline(self.slot, entry.timeout_ms))
+        self._end_relays(entry, f"the request it belongs to passed the gateway deadline of {entry.timeout_ms}ms")
         self._cancel_upstream(request_id, f"gateway deadline of {entry.timeout_ms}ms passed")
+
+    def _end_relays(self, owner: Pending, why: str) -> None:
+        """The client request `owner` ended: its relayed requests end too, and the provider gets `why`
+        for each at once (before the cancel of the request they belong to, which goes out next)."""
+        if not self.relayed:
+            return
+        for request_id, record in self.relayed.items():
+            if record.owner is owner and not record.task.done():
+                record.ended = "client_gone" if why == "client disconnected" else "ended"
+                record.task.cancel()
+                if self.state != "closed":
+                    reply = jsonrpc.error_response(request_id, jsonrpc.UNAVAILABLE, why, {"reason": record.ended})
+                    self._answer(reply)
 
     def _cancel_upstream(self, request_id: JsonId, reason: str) -> None:
         if self.state == "closed":
@@ -487,6 +536,8 @@ class ProviderSession:
             return
         if entry.timer is not None:
             entry.timer.cancel()
+        if self.relayed:
+            self._end_relays(entry, "the request it belongs to was answered")
         if "error" in body:
             self.counters.errors += 1
             body = {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc.normalize_error(body["error"])}
@@ -498,6 +549,11 @@ class ProviderSession:
         params = body.get("params")
         params = params if isinstance(params, dict) else {}
         self.counters.notifications += 1
+        if method == "notifications/cancelled":
+            # The provider gave up a request it sent towards a client; never forwarded as is (its
+            # id means nothing to the client), the relay tells the client under the id it got.
+            self._provider_cancelled(params.get("requestId"))
+            return
         if method == "notifications/progress":
             token = params.get("progressToken")
             entry = self.pending.get(token) if _is_gateway_id(token) else None
@@ -520,9 +576,8 @@ class ProviderSession:
         if method in ("notifications/register", "notifications/hello"):
             self._on_register(method, params)
             return
-        if method == "notifications/cancelled" or method.startswith("broker/"):
-            # Cancels of provider-to-client requests have nothing to cancel; broker/* notifications
-            # (telemetry, audit results) belong to the governance layer.
+        if method.startswith("broker/"):
+            # broker/* notifications (telemetry, audit results) belong to the governance layer.
             return
         self.observer.session_notification(self, body)
 
@@ -542,13 +597,100 @@ class ProviderSession:
         request_id = body["id"]
         if method == "ping":
             reply = jsonrpc.result_response(request_id, {})
-        else:
+        elif method not in RELAYED_METHODS:
             reply = jsonrpc.error_response(
                 request_id,
                 jsonrpc.METHOD_NOT_FOUND,
                 f"Method not found: the gateway does not relay {method} from providers",
             )
-        asyncio.get_running_loop().create_task(self._reply(reply))
+        elif request_id in self.relayed:
+            self.counters.protocol_violations += 1
+            reply = jsonrpc.error_response(
+                request_id,
+                jsonrpc.INVALID_REQUEST,
+                f"Request id {request_id!r} is already in use by a request of yours the gateway is relaying",
+            )
+        else:
+            params = body.get("params")
+            params = params if isinstance(params, dict) else None
+            owner = self._attribute(method, params)
+            if isinstance(owner, errors.RpcError):
+                self._count_relay(method, outcome_of(owner))
+                reply = owner.response(request_id)
+            else:
+                assert owner.relay is not None
+                task = asyncio.get_running_loop().create_task(
+                    self._relay(request_id, owner.relay, method, params), name=f"relay {method} for {self.slot}"
+                )
+                self.relayed[request_id] = Relayed(task, owner)
+                return
+        self._answer(reply)
+
+    def _answer(self, reply: JsonObject) -> None:
+        """Send an answer to a request of the provider without waiting for the send."""
+        task = asyncio.get_running_loop().create_task(self._reply(reply))
+        self._answers.add(task)
+        task.add_done_callback(self._answers.discard)
+
+    def _attribute(self, method: str, params: JsonObject | None) -> Pending | errors.RpcError:
+        """The client request a provider request belongs to (docs/protocol.md): the one it names in
+        _meta, else the only client request pending, else the only one whose client is waiting."""
+        meta = params.get("_meta") if params is not None else None
+        if isinstance(meta, dict) and RELATED_REQUEST_KEY in meta:
+            related = meta[RELATED_REQUEST_KEY]
+            entry = self.pending.get(related) if _is_gateway_id(related) else None
+            if entry is None or entry.relay is None:
+                return refusal(method, f"the request it names ({related!r}) is not a pending client request", "ended")
+            return entry
+        clients = [entry for entry in self.pending.values() if entry.relay is not None]
+        if len(clients) == 1:
+            return clients[0]
+        waiting = [entry for entry in clients if entry.relay is not None and entry.relay.waiting]
+        if len(waiting) == 1:
+            return waiting[0]
+        if not clients:
+            why = "no client request is pending on this provider"
+        else:
+            why = (
+                f"{len(waiting)} client requests are pending and the request does not name one "
+                f"(_meta {RELATED_REQUEST_KEY!r})"
+            )
+        return refusal(method, why, "unattributed")
+
+    async def _relay(self, request_id: JsonId, relay: RequestRelay, method: str, params: JsonObject | None) -> None:
+        """Relay one provider request and send the provider the answer under its own id."""
+        metrics = self.relay_metrics
+        if metrics is not None:
+            metrics.started()
+        reply: JsonObject | None = None
+        try:
+            result = await relay.relay(method, params)
+            reply = jsonrpc.result_response(request_id, result)
+            outcome = "answered"
+        except errors.RpcError as exc:
+            reply = exc.response(request_id)
+            outcome = outcome_of(exc)
+        except asyncio.CancelledError:
+            # The provider cancelled it, the link is gone, or the request it belongs to ended (and
+            # _end_relays answered the provider already).
+            record = self.relayed.get(request_id)
+            outcome = record.ended if record is not None and record.ended else "cancelled"
+        finally:
+            self.relayed.pop(request_id, None)
+            if metrics is not None:
+                metrics.finished()
+        self._count_relay(method, outcome)
+        if reply is not None and self.state != "closed":
+            await self._reply(reply)
+
+    def _provider_cancelled(self, request_id: Any) -> None:
+        record = self.relayed.get(request_id) if _is_gateway_id(request_id) else None
+        if record is not None:
+            record.task.cancel()  # no answer goes back: the provider gave it up
+
+    def _count_relay(self, method: str, outcome: str) -> None:
+        if self.relay_metrics is not None:
+            self.relay_metrics.counted(method, outcome)
 
     async def _reply(self, reply: JsonObject) -> None:
         with contextlib.suppress(errors.RpcError):

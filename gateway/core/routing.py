@@ -15,9 +15,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core import errors, jsonrpc
+from gateway.core.input_required import Caller, InputRequired
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.principal import ANONYMOUS, Principal
 from gateway.core.provider_session import NotificationSink, ProviderSession
+from gateway.core.relay import (
+    ASKING_METHODS,
+    CALLER_CAPABILITIES_KEY,
+    ClientRequester,
+    NoRelay,
+    RequestRelay,
+    SessionRelay,
+    relay_capabilities,
+)
 from gateway.core.slots import Listener, Slot, SlotRegistry
 from gateway.core.upstream_state import LOG_LEVELS, level_rank
 from gateway.core.versions import LATEST_HANDSHAKE, STATELESS_VERSIONS, negotiate_handshake
@@ -53,6 +63,12 @@ class ClientContext:
     principal: Principal = ANONYMOUS
     client_capabilities: JsonObject = field(default_factory=dict)
     on_pending: Callable[[int], None] | None = None
+    requester: ClientRequester | None = None
+    """Session era: sends a request to this client on this request's stream and awaits the answer
+    (sampling, elicitation, roots from the provider); None when the way in cannot carry one."""
+    input_required: InputRequired | None = None
+    """Stateless era: the gateway's held calls, for translating a provider's requests towards the
+    client into input_required results; None when the way in offers no such translation."""
 
     def emit(self, message: JsonObject) -> None:
         """Deliver a request-tied notification, honouring the era's logging rule."""
@@ -305,6 +321,28 @@ class SlotTarget(Target):
         return {}
 
 
+def relay_for(ctx: ClientContext, method: str) -> RequestRelay:
+    """What happens to the provider's requests towards the client while `ctx`'s request is pending."""
+    if ctx.era == SESSION:
+        if ctx.requester is None:
+            return NoRelay("the client's connection cannot carry requests to it")
+        return SessionRelay(ctx.client_capabilities, ctx.requester)
+    if method in ASKING_METHODS:
+        return NoRelay("this way in has no input_required translation")
+    return NoRelay(f"a stateless-era {method} cannot ask for input (only tools/call, prompts/get, resources/read)")
+
+
+def with_caller_capabilities(params: JsonObject | None, capabilities: JsonObject) -> JsonObject:
+    """Tell the provider what this caller can be asked (CALLER_CAPABILITIES_KEY in _meta)."""
+    params = dict(params or {})
+    meta = params.get("_meta")
+    params["_meta"] = {
+        **(meta if isinstance(meta, dict) else {}),
+        CALLER_CAPABILITIES_KEY: relay_capabilities(capabilities),
+    }
+    return params
+
+
 async def forward_to(
     session: ProviderSession,
     ctx: ClientContext,
@@ -312,21 +350,45 @@ async def forward_to(
     params: JsonObject | None,
     metrics: Metrics,
 ) -> JsonObject:
-    """Send one request to a provider and return its result, or raise its error as RpcError."""
+    """Send one request to a provider and return its result, or raise its error as RpcError.
+
+    A request that may make the provider ask its client something (tools/call, prompts/get,
+    resources/read) tells the provider the caller's capabilities; in the stateless era it is served
+    through the input_required translation (gateway/core/input_required.py)."""
     params = strip_envelope(params)
     token = progress_token(params)
+    sink = ctx.emit if ctx.sink is not None else None
+    if method not in ASKING_METHODS:
+        return await call_provider(session, method, params, metrics, relay_for(ctx, method), sink, token)
+    params = with_caller_capabilities(params, ctx.client_capabilities)
+    book = ctx.input_required
+    if ctx.era != STATELESS or book is None:
+        return await call_provider(session, method, params, metrics, relay_for(ctx, method), sink, token)
+
+    async def call(relay: RequestRelay, forwarded: JsonObject, held_sink: NotificationSink) -> JsonObject:
+        return await call_provider(session, method, forwarded, metrics, relay, held_sink, token)
+
+    caller = Caller(ctx.client_capabilities, ctx.principal.key, sink, token)
+    return await book.serve(session, method, params, caller, session.settings.timeout_for(method, params), call)
+
+
+async def call_provider(
+    session: ProviderSession,
+    method: str,
+    params: JsonObject | None,
+    metrics: Metrics,
+    relay: RequestRelay,
+    sink: NotificationSink | None,
+    token: Any,
+) -> JsonObject:
+    """One request to a provider, counted in the metrics; its result, or its error as RpcError."""
     slot = session.slot
     calls, latency = metrics.call_metrics(slot, method_label(method))
     calls.inc()
     started = time.perf_counter()
     # Pending requests are read from the session at scrape time (mcpgw_slot_pending_requests).
     try:
-        reply = await session.request(
-            method,
-            params,
-            sink=ctx.emit if ctx.sink is not None else None,
-            client_progress_token=token,
-        )
+        reply = await session.request(method, params, sink=sink, client_progress_token=token, relay=relay)
     except errors.RpcError as exc:
         reason = exc.data.get("reason", "other") if isinstance(exc.data, dict) else "other"
         metrics.call_errors.labels(slot, reason).inc()

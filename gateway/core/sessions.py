@@ -10,6 +10,7 @@ from typing import Any
 
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.principal import Principal
+from gateway.core.relay import ClientRequests
 from gateway.core.routing import Target
 from gateway.core.streams import MessageQueue
 from gateway.telemetry.metrics import Metrics
@@ -26,6 +27,7 @@ class ClientSession:
         client_info: Any,
         capabilities: Any,
         principal: Principal,
+        max_relayed: int = 16,
     ) -> None:
         self.id = session_id
         self.target = target
@@ -37,7 +39,13 @@ class ClientSession:
         self.last_active = time.monotonic()
         self.stream: MessageQueue | None = None
         self.in_flight: dict[Any, asyncio.Task[Any]] = {}
+        self.requests = ClientRequests(max_relayed)
+        """Requests providers sent this client through the gateway (sampling, elicitation, roots)
+        that it has not answered yet; the transport hands the client's responses to `requests.resolve`."""
         self.initialized = False
+        self.transport = "streamable-http"
+        """The way in that holds this session ("streamable-http", "sse", "websocket"); a session is
+        reachable only through the way in that opened it."""
 
     def __hash__(self) -> int:
         return hash(self.id)
@@ -56,7 +64,10 @@ class ClientSession:
         return now - self.last_active
 
     def cancel(self, client_request_id: Any) -> bool:
-        task = self.in_flight.get(client_request_id)
+        # The id comes from the client's notifications/cancelled as any JSON value: only a string or an
+        # integer can name a request (an object is unhashable, and true would match request 1).
+        valid = isinstance(client_request_id, str | int) and not isinstance(client_request_id, bool)
+        task = self.in_flight.get(client_request_id) if valid else None
         if task is None or task.done():
             return False
         task.cancel()
@@ -75,9 +86,15 @@ class SessionLimitReached(Exception):
 
 class SessionStore:
     def __init__(
-        self, max_sessions: int, idle_timeout_s: float, metrics: Metrics, max_per_principal: int | None = None
+        self,
+        max_sessions: int,
+        idle_timeout_s: float,
+        metrics: Metrics,
+        max_per_principal: int | None = None,
+        max_relayed_per_session: int = 16,
     ) -> None:
         self.max_sessions = max_sessions
+        self.max_relayed_per_session = max_relayed_per_session
         self.max_per_principal = max_per_principal
         self.idle_timeout_s = idle_timeout_s
         self.metrics = metrics
@@ -105,7 +122,15 @@ class SessionStore:
             if self.per_principal.get(principal.key, 0) >= limit:
                 raise SessionLimitReached("max_sessions_per_principal", limit, principal.name)
         session_id = secrets.token_urlsafe(24)  # visible ASCII, 192 random bits
-        session = ClientSession(session_id, target, protocol_version, client_info, capabilities, principal)
+        session = ClientSession(
+            session_id,
+            target,
+            protocol_version,
+            client_info,
+            capabilities,
+            principal,
+            max_relayed=self.max_relayed_per_session,
+        )
         self.sessions[session_id] = session
         self.per_principal[principal.key] = self.per_principal.get(principal.key, 0) + 1
         target.attach(session)
@@ -134,6 +159,7 @@ class SessionStore:
         else:
             self.per_principal.pop(owner, None)
         session.target.detach(session)
+        session.requests.close()
         if session.stream is not None:
             session.stream.close()
         for task in session.in_flight.values():

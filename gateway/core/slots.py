@@ -16,6 +16,7 @@ from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, ProviderLink
 from gateway.core.names import SlotNameError, check_slot_name
 from gateway.core.provider_session import ProviderSession, SessionCounters, SessionSettings
+from gateway.core.relay import RelayMetrics
 from gateway.core.upstream_state import UpstreamState, level_rank
 from gateway.telemetry.metrics import Metrics
 
@@ -26,6 +27,20 @@ class Listener(Hashable, Protocol):
     """A client stream that wants a slot's notifications."""
 
     def deliver(self, message: JsonObject) -> None: ...
+
+
+class UpstreamManager(Protocol):
+    """Who runs a slot's provider when it is a configured upstream (a stdio child, a remote server).
+
+    A managed slot is refused to every other provider; its manager attaches its own links with
+    `attach(..., manager=self)` and its state is shown in provider_status as "upstream"."""
+
+    kind: str
+    """Shown in the refusal: 'Provider "<slot>" is managed by a <kind>', e.g. "stdio upstream"."""
+
+    def status_extra(self) -> JsonObject:
+        """What the manager knows (process, restarts, stderr tail, ...), present whether or not a link is up."""
+        ...
 
 
 class SlotRefused(Exception):
@@ -102,6 +117,9 @@ class SlotRegistry:
         self.metrics = metrics
         self.slots: dict[str, Slot] = {}
         self.membership_listeners: list[Callable[[], None]] = []
+        self.relay_metrics = RelayMetrics(metrics)
+        self.managers: dict[str, UpstreamManager] = {}
+        """Slots whose provider is a configured upstream, and who runs it (see `manage`)."""
         self.started_at = time.time()
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._closing = False
@@ -139,8 +157,16 @@ class SlotRegistry:
         self.slots[name] = created
         return created
 
+    def manage(self, name: str, manager: UpstreamManager) -> Slot:
+        """Reserve `name` for a configured upstream before the gateway listens (so no board claims it)."""
+        slot = self.slot(name)
+        self.managers[name] = manager
+        return slot
+
     def _prune(self) -> None:
         for name, slot in list(self.slots.items()):
+            if name in self.managers:
+                continue
             if not slot.declared and slot.session is None and not slot.listeners and slot.connects == 0:
                 del self.slots[name]
 
@@ -151,10 +177,17 @@ class SlotRegistry:
         providers = self.config.providers
         per_slot = self.config.slot_settings(name)
         id_style = (per_slot.id_style if per_slot and per_slot.id_style else None) or providers.id_style
+        # An upstream may give its handshake its own deadline (a child process can start slowly);
+        # a manager that has none (no `startup_timeout_ms` attribute) gets the providers' one.
+        startup_ms = getattr(self.managers.get(name), "startup_timeout_ms", None)
+        # Likewise its own call deadline (a remote upstream's request_timeout_ms); [slots.declared] wins.
+        upstream_ms = getattr(self.managers.get(name), "request_timeout_ms", None)
         return SessionSettings(
-            request_timeout_ms=(per_slot.request_timeout_ms if per_slot else None) or providers.request_timeout_ms,
+            request_timeout_ms=(per_slot.request_timeout_ms if per_slot else None)
+            or (upstream_ms if isinstance(upstream_ms, int) else None)
+            or providers.request_timeout_ms,
             tool_timeouts_ms=dict(per_slot.tool_timeouts_ms) if per_slot else {},
-            initialize_timeout_ms=providers.initialize_timeout_ms,
+            initialize_timeout_ms=startup_ms if isinstance(startup_ms, int) else providers.initialize_timeout_ms,
             max_pending=self.config.limits.max_pending_per_slot,
             numeric_ids=id_style == "numeric" or link.info.numeric_ids,
             max_tools_pages=providers.max_tools_pages,
@@ -173,6 +206,7 @@ class SlotRegistry:
         *,
         aggregate: bool = False,
         hello: JsonObject | None = None,
+        manager: UpstreamManager | None = None,
     ) -> ProviderSession:
         """Give `name` to a newly connected provider, or raise SlotRefused."""
         if self._closing:
@@ -185,11 +219,17 @@ class SlotRegistry:
         except SlotRefused as exc:
             self.metrics.provider_refusals.labels(exc.kind).inc()
             raise
+        owner = self.managers.get(name)
+        if owner is not None and owner is not manager:
+            # mcp-broker's wording: the slot belongs to a configured upstream, not to whoever dials in.
+            self.metrics.provider_refusals.labels("managed").inc()
+            raise SlotRefused(f'Provider "{name}" is managed by a {owner.kind}', jsonrpc.UNAVAILABLE, "managed")
         async with slot.lock:
             incumbent = slot.live
             if incumbent is not None:
                 await self._resolve_takeover(slot, incumbent, link)
             session = ProviderSession(name, link, self.settings_for(name, link), self, aggregate=aggregate, hello=hello)
+            session.relay_metrics = self.relay_metrics
             slot.session = session
             slot.connects += 1
         self.metrics.provider_connects.labels(name, link.info.transport).inc()
@@ -254,8 +294,9 @@ class SlotRegistry:
             return
         slot.last_tools_hash = session.tools_hash
         slot.broadcast(TOOLS_CHANGED)
-        if session.aggregate:
-            self._membership_changed()
+        # Every provider, not only _all's members: tool groups (/mcp) include any ready slot. A
+        # catalog that does not contain this slot rebuilds to the same hash and announces nothing.
+        self._membership_changed()
 
     def session_notification(self, session: ProviderSession, message: JsonObject) -> None:
         slot = self._owner(session)

@@ -77,6 +77,14 @@ def decode_header_value(value: str | None) -> str | None:
         return None
 
 
+def encode_header_value(text: str) -> str:
+    """A header value as a client writes it: plain when it is printable ASCII without surrounding
+    spaces, else `=?base64?...?=` of its UTF-8 (the inverse of decode_header_value)."""
+    if text == text.strip() and all(" " <= char <= "~" for char in text) and not _SENTINEL.fullmatch(text):
+        return text
+    return "=?base64?" + base64.b64encode(text.encode("utf-8", errors="surrogatepass")).decode("ascii") + "?="
+
+
 def duplicated_routing_header(raw_headers: Iterable[tuple[str, str]]) -> str | None:
     seen: set[str] = set()
     for name, _ in raw_headers:
@@ -214,7 +222,9 @@ def header_annotations(input_schema: Any) -> list[tuple[tuple[str, ...], str, di
         token = schema[X_MCP_HEADER]
         if not path or not isinstance(token, str) or not _TOKEN.fullmatch(token):
             return None
-        if schema.get("type") not in _HEADER_TYPES or token.lower() in seen:
+        kind = schema.get("type")
+        # `type` is whatever the provider's schema says (a list, an object): only these strings qualify.
+        if not isinstance(kind, str) or kind not in _HEADER_TYPES or token.lower() in seen:
             return None
         seen.add(token.lower())
         annotated.append((path, token, schema))
@@ -249,6 +259,17 @@ def _header_matches(schema_type: Any, value: Any, rendered: str, decoded: str) -
         whole, _, fraction = decoded.partition(".")
         return not fraction.strip("0") and int(whole) == int(value)
     return decoded == rendered
+
+
+def param_headers(input_schema: Any, arguments: Any) -> dict[str, str]:
+    """The `Mcp-Param-*` headers a client sends with a `tools/call` (what check_param_headers expects)."""
+    headers: dict[str, str] = {}
+    for path, token, _ in header_annotations(input_schema) or ():
+        value = _argument_at(arguments, path)
+        rendered = None if value is None else _rendered(value)
+        if rendered is not None:
+            headers[f"{PARAM_HEADER_PREFIX}{token}"] = encode_header_value(rendered)
+    return headers
 
 
 def check_param_headers(input_schema: Any, arguments: Any, raw_headers: Iterable[tuple[str, str]]) -> Rejection | None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from gateway import __version__
-from gateway.core.diagnose import GatewayView, SlotView
+from gateway.core.diagnose import GatewayView, GroupCheck, SlotView
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.slots import Slot
@@ -32,6 +32,13 @@ PATHS = {
     "client": CLIENT_PATH,
     "all": ALL_PATH,
     "broker": BROKER_PATH,
+    "mcp": "/mcp",
+    "mcp_group": "/mcp/<group>",
+    "groups": "/groups",
+    "mcp_servers": "/mcp-servers",
+    "sse": "/<slot>/sse",
+    "messages": "/<slot>/messages?sessionId=<id>",
+    "client_websocket": "/<slot>",
     "healthz": "/healthz",
     "readyz": "/readyz",
     "metrics": "/metrics",
@@ -85,6 +92,22 @@ def slot_state(slot: Slot) -> str:
     if session is None:
         return "empty"
     return "ready" if session.ready else "initializing"
+
+
+def upstream_status(gateway: Gateway, slot: Slot) -> JsonObject | None:
+    """What a configured upstream's manager (or, failing one, the live link) knows beyond the core.
+
+    The manager answers whether or not a link is up, so a child that keeps crashing still shows its
+    restarts and stderr tail; a link may offer its own `status_extra()` (strings, numbers, lists)."""
+    manager = gateway.registry.managers.get(slot.name)
+    if manager is not None:
+        return manager.status_extra()
+    session = slot.live
+    hook = getattr(session.link, "status_extra", None) if session is not None else None
+    if callable(hook):
+        extra = hook()
+        return extra if isinstance(extra, dict) else None
+    return None
 
 
 def client_sessions_of(gateway: Gateway, name: str) -> int:
@@ -141,6 +164,7 @@ def provider_status(gateway: Gateway, slot: Slot) -> JsonObject:
         "resource_subscriptions": len(slot.upstream.subscribers),
         "client_url": client_url(gateway, slot.name),
         "provider_url": provider_url(gateway, slot.name),
+        "upstream": upstream_status(gateway, slot),
     }
     return status
 
@@ -181,6 +205,11 @@ def broker_info(gateway: Gateway) -> JsonObject:
             "client": f"{base}{CLIENT_PATH}",
             "all": f"{base}{ALL_PATH}",
             "broker": f"{base}{BROKER_PATH}",
+            "mcp": f"{base}/mcp",
+            "groups": f"{base}/groups",
+            "mcp_servers": f"{base}/mcp-servers",
+            "sse": f"{base}/<slot>/sse",
+            "client_websocket": f"{ws_url(base)}/<slot>",
             "healthz": f"{base}/healthz",
             "readyz": f"{base}/readyz",
             "metrics": f"{base}/metrics",
@@ -217,6 +246,7 @@ def broker_info(gateway: Gateway) -> JsonObject:
             "only_declared": config.slots.only_declared,
         },
         "protocol_versions": {"session": list(HANDSHAKE_VERSIONS), "stateless": list(STATELESS_VERSIONS)},
+        "groups": gateway.groups.info(),
     }
 
 
@@ -246,6 +276,7 @@ def diagnosis_view(gateway: Gateway) -> GatewayView:
                 last_error=status["last_error"] or "",
                 request_timeout_ms=status["request_timeout_ms"],
                 counters=status["counters_total"],
+                upstream=status["upstream"],
             )
         )
     return GatewayView(
@@ -266,5 +297,15 @@ def diagnosis_view(gateway: Gateway) -> GatewayView:
         max_subscriptions=config.limits.max_subscriptions,
         max_slots=config.limits.max_slots,
         aggregate_members=tuple(gateway.aggregate.members()),
+        groups=tuple(
+            GroupCheck(
+                name=spec.name,
+                slot_patterns=spec.slot_patterns,
+                prefixes=spec.prefixes,
+                members=tuple(slot for slot in gateway.groups.ready_slots() if spec.has_slot(slot)),
+                tools=sum(1 for tool in gateway.groups.tools if spec.name in tool.enabled_groups),
+            )
+            for spec in gateway.groups.enabled
+        ),
         slots=tuple(slots),
     )

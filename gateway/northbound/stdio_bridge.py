@@ -14,6 +14,14 @@ so, and the next message tries again. When the gateway forgot the session (it re
 session idled out) the bridge opens a new one with the client's own initialize parameters, resends
 the message, and tells the client `notifications/tools/list_changed` (the tools may differ now).
 
+A host pinned to the stateless era (2026-07-28: its requests carry the protocol version in
+params._meta, and it sends no initialize) is passed through: each request becomes a stateless-era
+POST with the routing headers that era needs (Mcp-Method, Mcp-Name, and Mcp-Param-* from the input
+schemas of the tools/list answers the bridge relayed), no session is opened, and the host's
+notifications/cancelled closes the request's HTTP answer, which cancels it upstream. A host that
+probes with server/discover is answered -32601 and speaks the session era: hosts on stdio expect
+list changes, resource subscriptions and log levels, which only a session carries.
+
 Authentication: a bearer token, or HMAC-SHA256 request signing (gateway/policy/hmac_signing.py).
 """
 
@@ -34,7 +42,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from gateway.core import jsonrpc
+from gateway.core import jsonrpc, routing, stateless
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.policy import hmac_signing
 
@@ -180,6 +188,29 @@ def _rpc_error(request_id: Any, code: int, message: str, data: Any = None) -> Js
     return jsonrpc.error_response(request_id, code, message, data)
 
 
+class Relay:
+    """Writes out what the gateway sends while one client message is forwarded, and notes whether
+    the answer to that message (a request with `request_id`) was among it."""
+
+    def __init__(self, emit: Emit, request_id: Any) -> None:
+        self.emit = emit
+        self.request_id = request_id
+        self.answered = False
+        self.on_answer: Callable[[JsonObject], None] | None = None
+
+    async def __call__(self, reply: Any) -> None:
+        if (
+            self.request_id is not None
+            and isinstance(reply, dict)
+            and reply.get("id") == self.request_id
+            and ("result" in reply or "error" in reply)
+        ):
+            self.answered = True
+            if self.on_answer is not None:
+                self.on_answer(reply)
+        await self.emit(reply)
+
+
 class StdioBridge:
     def __init__(
         self,
@@ -203,6 +234,10 @@ class StdioBridge:
         self.tasks: set[asyncio.Task[None]] = set()
         self.stream_task: asyncio.Task[None] | None = None
         self._internal_ids = 0
+        self.tool_schemas: dict[str, Any] = {}
+        """Input schemas from the tools/list answers relayed so far, by tool name."""
+        self.stateless_calls: dict[Any, asyncio.Task[Any]] = {}
+        """Stateless-era requests in flight by the host's id (notifications/cancelled cancels one)."""
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -229,14 +264,20 @@ class StdioBridge:
         assert self.out is not None
         await self.out.write(message)
 
-    async def post(self, message: JsonObject, session_id: str | None, on_message: Emit) -> Answer:
+    async def post(
+        self,
+        message: JsonObject,
+        session_id: str | None,
+        on_message: Emit,
+        extra_headers: dict[str, str] | None = None,
+    ) -> Answer:
         """POST one message; SSE events and a JSON body are handed to `on_message` as they arrive."""
         assert self.http is not None
         body = orjson.dumps(message)
+        headers = self._headers("POST", body, session_id)
+        headers.update(extra_headers or {})
         try:
-            async with self.http.post(
-                self.url, data=body, headers=self._headers("POST", body, session_id), ssl=self.ssl or True
-            ) as response:
+            async with self.http.post(self.url, data=body, headers=headers, ssl=self.ssl or True) as response:
                 answer = Answer(response.status, session_id=response.headers.get(SESSION_HEADER))
                 content_type = response.headers.get("Content-Type", "")
                 if response.status == 200 and content_type.startswith("text/event-stream"):
@@ -348,14 +389,15 @@ class StdioBridge:
         if message.kind is Kind.REQUEST and message.method == "initialize":
             await self.initialize(body)
             return
-        answered = False
-
-        async def relay(reply: Any) -> None:
-            nonlocal answered
-            if isinstance(reply, dict) and reply.get("id") == message.id and ("result" in reply or "error" in reply):
-                answered = True
-            await self.emit(reply)
-
+        if message.kind is Kind.REQUEST and stateless.carries_envelope(body):
+            await self.forward_stateless(message)
+            return
+        if message.kind is Kind.NOTIFICATION and message.method == "notifications/cancelled":
+            call = self.stateless_calls.get((message.params or {}).get("requestId"))
+            if call is not None:
+                call.cancel()  # closing its HTTP answer is how the stateless era cancels upstream
+                return
+        relay = self.relay_for(message)
         initialized = message.kind is Kind.NOTIFICATION and message.method == "notifications/initialized"
         session_id, opened = await self.current_session()
         if initialized and opened:
@@ -368,7 +410,25 @@ class StdioBridge:
             answer = await self.post(body, self.session_id, relay)
         if initialized and answer.status < 400:
             self.start_stream()
-        if message.kind is Kind.REQUEST and answer.status == 200 and not answered:
+        await self.finish(message, answer, relay)
+
+    def relay_for(self, message: jsonrpc.Message) -> Relay:
+        """What writes the gateway's messages for one client message out, noting its answer (and the
+        tools' input schemas in a tools/list answer, for the stateless era's Mcp-Param-* headers)."""
+        relay = Relay(self.emit, message.id if message.kind is Kind.REQUEST else None)
+        if message.method == "tools/list":
+            relay.on_answer = self.learn_tools
+        return relay
+
+    def learn_tools(self, reply: JsonObject) -> None:
+        result = reply.get("result")
+        tools = result.get("tools") if isinstance(result, dict) else None
+        for tool in tools if isinstance(tools, list) else ():
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                self.tool_schemas[tool["name"]] = tool.get("inputSchema")
+
+    async def finish(self, message: jsonrpc.Message, answer: Answer, relay: Relay) -> None:
+        if message.kind is Kind.REQUEST and answer.status == 200 and not relay.answered:
             # An SSE answer cut short (the gateway closes a stream its reader falls far behind on).
             await self.emit(
                 _rpc_error(
@@ -379,6 +439,39 @@ class StdioBridge:
                 )
             )
         await self.relay_refusal(message, answer)
+
+    async def forward_stateless(self, message: jsonrpc.Message) -> None:
+        """A 2026-07-28 request (it carries its protocol version in params._meta): passed through as
+        a stateless-era POST, with the routing headers that era needs, outside any session."""
+        body: JsonObject = message.body
+        relay = self.relay_for(message)
+        task = asyncio.current_task()
+        if task is not None:
+            self.stateless_calls[message.id] = task
+        try:
+            answer = await self.post(body, None, relay, self.stateless_headers(body))
+        finally:
+            if self.stateless_calls.get(message.id) is task:
+                del self.stateless_calls[message.id]
+        await self.finish(message, answer, relay)
+
+    def stateless_headers(self, body: JsonObject) -> dict[str, str]:
+        """MCP-Protocol-Version, Mcp-Method, Mcp-Name and Mcp-Param-*, as the body says (the gateway
+        checks them against it); a value that is not text is left out for the gateway to refuse."""
+        params = body.get("params")
+        params = params if isinstance(params, dict) else {}
+        meta = params.get("_meta")
+        version = meta.get(routing.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
+        method = body["method"]
+        headers = {VERSION_HEADER: version} if isinstance(version, str) else {}
+        headers["Mcp-Method"] = stateless.encode_header_value(method)
+        name_key = stateless.NAME_PARAM.get(method)
+        name = params.get(name_key) if name_key is not None else None
+        if isinstance(name, str):
+            headers["Mcp-Name"] = stateless.encode_header_value(name)
+        if method == "tools/call" and isinstance(name, str):
+            headers.update(stateless.param_headers(self.tool_schemas.get(name), params.get("arguments")))
+        return headers
 
     async def initialize(self, body: JsonObject) -> None:
         params = body.get("params")

@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from gateway.core import errors, jsonrpc, stateless
@@ -30,35 +28,32 @@ from gateway.core.routing import (
     SlotTarget,
     Target,
 )
-from gateway.core.sessions import ClientSession, SessionLimitReached
+from gateway.core.sessions import ClientSession
 from gateway.core.slots import SlotRefused
 from gateway.core.stateless import Rejection
 from gateway.core.streams import MessageQueue
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS, STATELESS_VERSIONS, is_known
-from gateway.northbound import event_stream
+from gateway.northbound import event_stream, http_io, session_era
+from gateway.northbound.http_io import (
+    JSON_TYPE,
+    NO_SUCH_ENDPOINT,
+    WELL_KNOWN_SEGMENT,
+    Admission,
+    Refusal,
+    http_error,
+    json_response,
+    rpc_error,
+)
 from gateway.policy.request_principal import request_principal
 
 log = logging.getLogger("gateway.northbound.http")
 
 SESSION_HEADER = "Mcp-Session-Id"
-JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream"
+HOW_TO_END = "end sessions you no longer use with DELETE on their endpoint (Mcp-Session-Id header)"
 
-Admission = Callable[[web.Request, Target, jsonrpc.Message], web.Response | None]
-"""A policy step run on every client JSON-RPC request once it is parsed (rate limits): None admits
-it, a response refuses it. Built by the composition root, so this transport holds no policy."""
-
-
-def json_response(message: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(message), status=status, content_type=JSON_TYPE, headers=headers)
-
-
-def rpc_error(status: int, code: int, message: str, request_id: Any = None, data: Any = None) -> web.Response:
-    return json_response(jsonrpc.error_response(request_id, code, message, data), status=status)
-
-
-def http_error(status: int, error: str, description: str) -> web.Response:
-    return json_response({"error": error, "error_description": description}, status=status)
+__all__ = ["Admission", "StreamableHttpEndpoint", "http_error", "json_response", "rpc_error"]
+"""Admission and the JSON answers moved to http_io.py; they stay importable from here."""
 
 
 def accepts(request: web.Request) -> tuple[bool, bool]:
@@ -98,6 +93,13 @@ class RequestStream:
             return
         if self.queue.put(message):
             self._start_sse()
+
+    def send_request(self, message: JsonObject) -> bool:
+        """Put a request to the client on this stream (forcing SSE); False when it cannot carry one."""
+        if not self.sse_allowed or self.final is not None or not self.queue.put(message):
+            return False
+        self._start_sse()
+        return True
 
     def _start_sse(self) -> None:
         if self._writer is None and self.final is None:
@@ -173,13 +175,8 @@ class StreamableHttpEndpoint:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Serve `/<slot>/mcp`; anything else under the catch-all route is a 404 with directions."""
         parts = request.rel_url.raw_path.split("/")
-        if len(parts) != 3 or parts[2] != "mcp" or not parts[1]:
-            return http_error(
-                404,
-                "not_found",
-                "No such endpoint. Clients use /<slot>/mcp (or /_all/mcp, /_broker/mcp); "
-                "providers use /provider/<slot> or /providers.",
-            )
+        if len(parts) != 3 or parts[2] != "mcp" or not parts[1] or parts[1] == WELL_KNOWN_SEGMENT:
+            return http_error(404, "not_found", NO_SUCH_ENDPOINT)
         name = decode_path_segment(parts[1])
         try:
             target = self.gateway.target(name)
@@ -187,6 +184,12 @@ class StreamableHttpEndpoint:
             return http_error(404, "unknown_slot", str(exc))
         except SlotRefused as exc:
             return http_error(404 if exc.kind == "undeclared" else 503, "slot_refused", exc.reason)
+        return await self.serve(request, target)
+
+    async def serve(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """Serve one request to `target` in the era its headers pick. Targets that are not slots (the
+        tool-group endpoints /mcp and /mcp/<group>) come here directly: each target object lives as
+        long as the gateway, so a session opened on it is bound to it like a slot's."""
         version = request.headers.get("MCP-Protocol-Version")
         if version in STATELESS_VERSIONS:
             return await self.stateless(request, target)
@@ -213,42 +216,19 @@ class StreamableHttpEndpoint:
             if message.kind is Kind.REQUEST and stateless.carries_envelope(message.body):
                 return await self.stateless(request, target)
             request_id = message.body.get("id") if message.kind is Kind.REQUEST else None
+        # Header bytes that are not UTF-8 reach us as surrogate escapes, which no JSON answer can hold:
+        # echo them as U+FFFD.
+        shown = version[:40].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         return rpc_error(
             400,
             jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
-            f"Unsupported MCP-Protocol-Version {version[:40]!r}",
+            f"Unsupported MCP-Protocol-Version {shown!r}",
             request_id,
-            data={"supported": list(HANDSHAKE_VERSIONS + STATELESS_VERSIONS), "requested": version[:40]},
+            data={"supported": list(HANDSHAKE_VERSIONS + STATELESS_VERSIONS), "requested": shown},
         )
 
     async def read_message(self, request: web.Request) -> jsonrpc.Message | web.Response:
-        if request.content_length is not None and request.content_length > self.limits.max_body_bytes:
-            self.gateway.metrics.limit_hit("max_body_bytes")
-            return http_error(
-                413,
-                "body_too_large",
-                f"Request body is {request.content_length} bytes; the limit is {self.limits.max_body_bytes} "
-                "(limits.max_body_bytes)",
-            )
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            self.gateway.metrics.limit_hit("max_body_bytes")
-            return http_error(
-                413,
-                "body_too_large",
-                f"Request body exceeds {self.limits.max_body_bytes} bytes (limits.max_body_bytes)",
-            )
-        message = jsonrpc.parse(body)
-        if message.kind is Kind.INVALID:
-            self.gateway.metrics.unparsable.labels("client").inc()
-            code = jsonrpc.PARSE_ERROR if message.body is None else jsonrpc.INVALID_REQUEST
-            return rpc_error(400, code, f"Invalid JSON-RPC: {message.problem}")
-        if message.kind is Kind.BATCH:
-            return rpc_error(
-                400, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are not supported; send one message per POST"
-            )
-        return message
+        return await http_io.read_message(request, self.limits, self.gateway.metrics)
 
     def context_headers(self, session: ClientSession | None) -> dict[str, str]:
         return {SESSION_HEADER: session.id} if session is not None else {}
@@ -272,11 +252,14 @@ class StreamableHttpEndpoint:
         )
         ctx.sink = stream.sink
         request_id = body.get("id")
-        if session is not None and len(session.in_flight) >= self.limits.max_pending_per_client:
-            stream.abort()
-            self.gateway.metrics.limit_hit("max_pending_per_client")
-            error = errors.too_many_pending("this client session", self.limits.max_pending_per_client)
-            return json_response(error.response(request_id), headers=self.context_headers(session))
+        if session is not None:
+            # A provider's sampling, elicitation or roots request for this call goes out on this
+            # call's own stream, never on another one (docs/protocol.md).
+            ctx.requester = session.requests.via(stream.send_request)
+            crowded = session_era.too_many_pending(self.gateway, len(session.in_flight), request_id)
+            if crowded is not None:
+                stream.abort()
+                return json_response(crowded, headers=self.context_headers(session))
         if session is None:
             # Stateless era: nothing but a disconnect can cancel the request, and a disconnect
             # cancels this handler, so the work needs no task of its own.
@@ -287,30 +270,14 @@ class StreamableHttpEndpoint:
                 raise
             status = stateless.http_status(answer["error"]["code"]) if "error" in answer else 200
             return self.counted(await stream.finish(answer, status), stream.queue, "request")
-        # The work runs as its own task: the client's notifications/cancelled (or its session ending)
-        # cancels only the work, and this exchange still ends with an answer; a client disconnect
-        # cancels this handler, and awaiting the task passes that cancellation on to the work.
-        work = asyncio.ensure_future(target.handle(ctx, body))
-        if session is not None:
-            session.in_flight[request_id] = work
-        handler = asyncio.current_task()
+        # The client's notifications/cancelled (or its session ending) cancels only the work, and
+        # this exchange still ends with an answer; a client disconnect cancels this handler, and
+        # that cancellation reaches the work (session_era.run_request).
         try:
-            answer = await work
-        except asyncio.CancelledError:
-            if work.cancelled() and handler is not None and not handler.cancelling():
-                # Cancelled on the client's behalf: the session era ends a request's stream only
-                # with a response, so it gets "Request cancelled" as the SDK's own servers send it.
-                answer = jsonrpc.error_response(request_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled")
-            else:
-                stream.abort()
-                raise
+            answer = await session_era.run_request(session, target, ctx, body)
         except BaseException:
             stream.abort()
             raise
-        finally:
-            if session is not None and session.in_flight.get(request_id) is work:
-                del session.in_flight[request_id]
-                session.touch()
         return self.counted(await stream.finish(answer), stream.queue, "request")
 
     def counted(self, response: web.StreamResponse, queue: MessageQueue, kind: str) -> web.StreamResponse:
@@ -324,7 +291,8 @@ class StreamableHttpEndpoint:
         """Run the admission step on a client request (notifications and responses are not counted)."""
         if self.admission is None or message.kind is not Kind.REQUEST:
             return None
-        return self.admission(request, target, message)
+        refusal: Refusal | None = self.admission(request, target, message)
+        return refusal.response() if refusal is not None else None
 
     # -- session era --------------------------------------------------------------------------
 
@@ -333,14 +301,12 @@ class StreamableHttpEndpoint:
         if not session_id:
             return rpc_error(400, jsonrpc.INVALID_REQUEST, "Missing Mcp-Session-Id header; send initialize first")
         session = self.gateway.sessions.get(session_id)
-        if session is None or session.target is not target:
+        if session is None or session.target is not target or session.transport != "streamable-http":
             return rpc_error(
                 404, jsonrpc.INVALID_REQUEST, "Unknown or expired session; send initialize to start a new one"
             )
-        if session.principal.key != request_principal(request).key:
-            # A session id is not a credential: knowing another caller's id opens nothing.
-            self.gateway.metrics.auth_failures.labels("session_owner").inc()
-            return http_error(403, "forbidden", "This session belongs to another caller. Open a session of your own.")
+        if session_era.owner_mismatch(session, request_principal(request), self.gateway):
+            return http_error(403, "forbidden", session_era.OWNER_MISMATCH)
         return session
 
     async def session_post(self, request: web.Request, target: Target, version: str | None) -> web.StreamResponse:
@@ -366,10 +332,12 @@ class StreamableHttpEndpoint:
             return found
         session = found
         if message.kind is Kind.NOTIFICATION:
-            self.client_notification(session, message)
+            session_era.client_notification(session, message)
             return web.Response(status=202, headers=self.context_headers(session))
         if message.kind is Kind.RESPONSE:
-            # The gateway sends clients no requests yet (server-to-client relay is a later issue).
+            # The client's answer to a request a provider sent it through the gateway; one nobody
+            # waits for (late, or after its call ended) is acknowledged and dropped.
+            session.requests.resolve(body)
             return web.Response(status=202, headers=self.context_headers(session))
         ctx = ClientContext(
             era=SESSION,
@@ -384,48 +352,19 @@ class StreamableHttpEndpoint:
         params = body.get("params")
         params = params if isinstance(params, dict) else {}
         result = target.initialize_result(params.get("protocolVersion"))
-        try:
-            session = self.gateway.sessions.create(
-                target,
-                result["protocolVersion"],
-                params.get("clientInfo"),
-                params.get("capabilities"),
-                principal=principal,
-            )
-        except SessionLimitReached as exc:
-            self.gateway.metrics.limit_hit(exc.limit)
-            if exc.limit == "max_sessions_per_principal":
-                # The caller's own quota (others still get sessions): 429, like a rate limit, but
-                # without Retry-After; sessions free up when their owner ends them or they idle out.
-                return rpc_error(
-                    429,
-                    jsonrpc.UNAVAILABLE,
-                    f'Too many sessions for "{exc.principal}" (limit {exc.value}, '
-                    "limits.max_sessions_per_principal); end sessions you no longer use with DELETE on their "
-                    f"endpoint (Mcp-Session-Id header), or wait: idle ones expire after "
-                    f"{self.limits.session_idle_timeout_s:g} s",
-                    body.get("id"),
-                    {"reason": "session_limit", "limit": "max_sessions_per_principal", "value": exc.value},
-                )
-            return rpc_error(
-                503,
-                jsonrpc.UNAVAILABLE,
-                f"Too many client sessions (limit {self.limits.max_sessions}); end idle ones with DELETE or "
-                "raise limits.max_sessions",
-                body.get("id"),
-                {"reason": "session_limit", "limit": "max_sessions", "value": exc.value},
-            )
+        session = session_era.create_session(
+            self.gateway,
+            target,
+            principal,
+            body.get("id"),
+            HOW_TO_END,
+            result["protocolVersion"],
+            params.get("clientInfo"),
+            params.get("capabilities"),
+        )
+        if isinstance(session, Refusal):
+            return session.response()
         return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session.id})
-
-    def client_notification(self, session: ClientSession, message: jsonrpc.Message) -> None:
-        method = message.method
-        if method == "notifications/initialized":
-            session.initialized = True
-        elif method == "notifications/cancelled":
-            request_id = (message.params or {}).get("requestId")
-            session.cancel(request_id)
-        # Other client notifications (roots/list_changed, progress of client work) have no
-        # receiver behind a gateway-owned provider session; they are acknowledged and dropped.
 
     async def session_get(self, request: web.Request, target: Target) -> web.StreamResponse:
         found = self.find_session(request, target)
@@ -508,6 +447,7 @@ class StreamableHttpEndpoint:
             log_level=verdict.log_level,
             principal=request_principal(request),
             client_capabilities=verdict.client_capabilities if isinstance(verdict.client_capabilities, dict) else {},
+            input_required=self.gateway.input_required,
         )
         if message.method == "subscriptions/listen":
             if not sse_ok:

@@ -30,6 +30,7 @@ from aiohttp import web
 
 from gateway.config import GatewayConfig
 from gateway.core.gateway import Gateway
+from gateway.core.groups import BRIDGE_PATH, BRIDGE_TARGET, is_bridge_path
 from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name, decode_path_segment
 from gateway.core.principal import Principal
 from gateway.northbound.streamable_http import http_error, json_response
@@ -166,6 +167,8 @@ def resource_name(slot: str | None) -> str:
         return "mcp-gateway: every slot in the aggregate (_all)"
     if slot == BROKER_SLOT:
         return "mcp-gateway: the gateway itself (_broker)"
+    if slot == BRIDGE_TARGET:
+        return "mcp-gateway: tool groups (/mcp, /mcp/<group>, /groups, /mcp-servers)"
     return f'mcp-gateway slot "{slot}"'
 
 
@@ -200,11 +203,15 @@ class ClientAuth:
             self._base = (port, self.gateway.base_url())
         return self._base[1]
 
-    def endpoint(self, slot: str | None, *, metrics: bool = False) -> Endpoint:
+    def endpoint(self, slot: str | None, *, metrics: bool = False, bridge: bool = False) -> Endpoint:
         base = self.base_url()
         scopes: tuple[str, ...]
         if metrics:
             path, scopes = METRICS_PATH, (METRICS_SCOPE,)
+        elif bridge:
+            # /mcp, /mcp/<group>, /groups, /mcp-servers: one resource (an OAuth token for /mcp serves them
+            # all), the scopes of required_scopes key "_mcp"; each group still filters by slot scopes.
+            slot, path, scopes = BRIDGE_TARGET, BRIDGE_PATH, self.required.for_slot(BRIDGE_TARGET)
         elif slot is not None:
             path, scopes = f"/{quote(slot, safe='', errors='surrogateescape')}/mcp", self.required.for_slot(slot)
         else:
@@ -219,7 +226,7 @@ class ClientAuth:
         if path == METRICS_PATH:
             endpoint = self.endpoint(None, metrics=True)
         elif is_client_path(path):
-            endpoint = self.endpoint(path_slot(path))
+            endpoint = self.endpoint(None, bridge=True) if is_bridge_path(path) else self.endpoint(path_slot(path))
         else:
             return None
         outcome = await self.authenticate(request, endpoint)
@@ -286,7 +293,7 @@ class ClientAuth:
     def routes(self) -> list[web.RouteDef]:
         if self.oauth is None:
             return []
-        return [web.get(METADATA_PREFIX + "/{tail:.*}", self.metadata)]
+        return [web.get(METADATA_PREFIX + r"/{tail:[\s\S]*}", self.metadata)]
 
     async def metadata(self, request: web.Request) -> web.Response:
         assert self.oauth is not None
@@ -296,6 +303,13 @@ class ClientAuth:
             return json_response(
                 protected_resource_metadata(
                     endpoint.resource, self.oauth, endpoint.required_scopes, resource_name(None)
+                )
+            )
+        if is_bridge_path(tail):  # /mcp, /mcp/<group>, /groups, /mcp-servers: one resource, <base>/mcp
+            endpoint = self.endpoint(None, bridge=True)
+            return json_response(
+                protected_resource_metadata(
+                    endpoint.resource, self.oauth, endpoint.required_scopes, resource_name(BRIDGE_TARGET)
                 )
             )
         parts = tail.split("/")
@@ -315,7 +329,8 @@ class ClientAuth:
         return http_error(
             404,
             "not_found",
-            f"Protected-resource metadata lives at {METADATA_PREFIX}/<slot>/mcp (and {METADATA_PREFIX}/metrics).",
+            f"Protected-resource metadata lives at {METADATA_PREFIX}/<slot>/mcp (and {METADATA_PREFIX}/mcp, "
+            f"{METADATA_PREFIX}/metrics).",
         )
 
     # -- life cycle and posture ----------------------------------------------------------------

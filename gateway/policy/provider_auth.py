@@ -76,7 +76,9 @@ def presented_secret(headers: Mapping[str, str]) -> str | None:
 
 
 def _digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode("utf-8")).digest()
+    # Header bytes that are not UTF-8 arrive as surrogate escapes: hash the bytes as they were sent
+    # (they match no configured secret, which is UTF-8 text) instead of failing the upgrade with a 500.
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
 
 
 @dataclass(frozen=True)

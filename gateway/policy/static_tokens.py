@@ -55,7 +55,7 @@ FileStamp = tuple[int, int, int]  # (inode, size, mtime_ns)
 def _stamp(path: Path) -> FileStamp | None:
     try:
         info = path.stat()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the name
         return None
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 

@@ -114,10 +114,10 @@ def read_token_file(path: Path) -> list[TokenEntry]:
         raise TokenFileError(
             f"token file {path}: not found; create it with `mcp-gateway token create NAME --file {path}`"
         ) from exc
-    except (PermissionError, IsADirectoryError) as exc:
-        raise TokenFileError(f"token file {path}: not readable ({exc.strerror})") from exc
     except UnicodeDecodeError as exc:
         raise TokenFileError(f"token file {path}: not UTF-8 text") from exc
+    except (OSError, ValueError) as exc:  # not readable, a directory, below a file, a name too long, a NUL
+        raise TokenFileError(f"token file {path}: not readable ({getattr(exc, 'strerror', None) or exc})") from exc
     return parse_token_file(text, path)
 
 

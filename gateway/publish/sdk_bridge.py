@@ -30,13 +30,15 @@ def lowlevel(server: SdkServer) -> Server[Any]:
 
 
 def encode(message: SessionMessage) -> bytes:
-    """Serialise an outgoing message; a notification sent while serving a request names it.
+    """Serialise an outgoing message; a notification or request sent while serving a request names it.
 
-    Stream transports cannot otherwise tell the gateway which request a log message belongs to."""
+    Stream transports cannot otherwise tell the gateway which request a log message belongs to, or
+    which client a sampling, elicitation or roots request must go to (the SDK marks both with
+    `related_request_id` when they are sent on the request's own channel)."""
     body: dict[str, Any] = message.message.model_dump(by_alias=True, exclude_unset=True, mode="json")
     metadata = message.metadata
     if (
-        isinstance(message.message, types.JSONRPCNotification)
+        isinstance(message.message, types.JSONRPCNotification | types.JSONRPCRequest)
         and isinstance(metadata, ServerMessageMetadata)
         and metadata.related_request_id is not None
         and body.get("method") != "notifications/progress"

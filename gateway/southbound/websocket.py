@@ -142,7 +142,7 @@ class ProviderWebSockets:
         return [
             web.get(MULTIPLEXED_PATH, self.multiplexed),
             web.get(DEDICATED_PREFIX, self.dedicated),
-            web.get(DEDICATED_PREFIX + "/{rest:.*}", self.dedicated),
+            web.get(DEDICATED_PREFIX + r"/{rest:[\s\S]*}", self.dedicated),
         ]
 
     def _response(self) -> web.WebSocketResponse:
@@ -151,6 +151,18 @@ class ProviderWebSockets:
             max_msg_size=self.gateway.config.limits.max_frame_bytes,
             decode_text=False,
             compress=False,
+        )
+
+    @staticmethod
+    def _not_an_upgrade() -> web.Response:
+        # Without this aiohttp's prepare() answers a plain GET with a text/plain 400.
+        return web.json_response(
+            {
+                "error": "bad_upgrade",
+                "error_description": "This is a provider WebSocket endpoint: connect with a WebSocket client "
+                "(ws:// or wss://) sending a valid RFC 6455 upgrade request.",
+            },
+            status=400,
         )
 
     @staticmethod
@@ -175,6 +187,8 @@ class ProviderWebSockets:
         # A name no provider may use (reserved, too long, undeclared, held) is refused after the
         # upgrade with 1008, as mcp-broker does, so WebSocket clients can read the reason.
         ws = self._response()
+        if not ws.can_prepare(request).ok:
+            return self._not_an_upgrade()
         await ws.prepare(request)
         info = LinkInfo(transport="websocket", remote=_remote(request), identity=credential.identity, native_ping=True)
         link = WebSocketLink(ws, info)
@@ -252,6 +266,8 @@ class ProviderWebSockets:
         if isinstance(credential, ProviderAuthRefusal):
             return self._refusal_response(credential)
         ws = self._response()
+        if not ws.can_prepare(request).ok:
+            return self._not_an_upgrade()
         await ws.prepare(request)
         socket = MultiplexedSocket(ws, _remote(request), credential)
         self.sockets.add(socket)

@@ -164,6 +164,22 @@ class Metrics:
             registry=r,
         )
         self.start_time = Gauge("mcpgw_start_time_seconds", "Unix time the gateway started", registry=r)
+        self.relay_requests = Counter(
+            "mcpgw_relay_requests",
+            "Requests providers sent towards clients (sampling, elicitation, roots), by how they ended",
+            # outcome: answered, client_error, unattributed, no_capability, no_channel, client_gone,
+            # relay_limit, ended, cancelled, other (docs/protocol.md)
+            ["method", "outcome"],
+            registry=r,
+        )
+        self.relay_in_flight = Gauge(
+            "mcpgw_relay_in_flight", "Provider requests relayed towards clients and not answered yet", registry=r
+        )
+        self.input_required_held = Gauge(
+            "mcpgw_input_required_held",
+            "Stateless-era calls held open until the client retries with inputResponses",
+            registry=r,
+        )
         self.before_render: list[Callable[[], None]] = []
         """Called before each scrape to copy state that is read, not counted (pending, connected, faults)."""
         self._call_children: dict[tuple[str, str], tuple[Any, Any]] = {}

@@ -112,6 +112,31 @@ def is_stateless(ctx: Context) -> bool:
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
 
 
+# Behind mcp-gateway (docs/protocol.md, "Requests from providers to clients"): the gateway initializes
+# the fixture once with its own capabilities and names each call's caller's capabilities in _meta;
+# a request the fixture sends the client may name its key in a stateless-era inputRequests map.
+GATEWAY_CALLER_CAPABILITIES = "io.github.mcp-gateway/clientCapabilities"
+GATEWAY_INPUT_KEY = "io.github.mcp-gateway/inputKey"
+
+
+def caller_capabilities(ctx: Context) -> types.ClientCapabilities | None:
+    """The capabilities of the client this call serves: the gateway's per-call word when there is one
+    (one gateway session serves many clients), else what the connection declared."""
+    meta = ctx.request_context.meta or {}
+    named = meta.get(GATEWAY_CALLER_CAPABILITIES)
+    if isinstance(named, dict):
+        return types.ClientCapabilities.model_validate(named)
+    return ctx.client_capabilities
+
+
+def keyed(request: types.InputRequest, key: str) -> types.InputRequest:
+    """`request` with the key it has in this tool's inputRequests, for a gateway that translates it."""
+    params = request.params if request.params is not None else types.RequestParams()
+    meta = dict(params.meta or {})
+    meta[GATEWAY_INPUT_KEY] = key
+    return request.model_copy(update={"params": params.model_copy(update={"meta": meta})})
+
+
 def elicit_request(message: str, schema: dict[str, Any]) -> types.ElicitRequest:
     return types.ElicitRequest(params=types.ElicitRequestFormParams(message=message, requested_schema=schema))
 
@@ -356,19 +381,26 @@ def _stateless_tools(server: MCPServer, seal: StateSeal) -> None:
     the same fixture serves a session-era link (a gateway's) and a stateless-era client."""
 
     async def ask(ctx: Context, requests: dict[str, types.InputRequest]) -> dict[str, Any]:
-        """Session era: send each request to the client now and collect the answers."""
+        """Session era: send every request to the client at once and collect the answers; a request
+        the client (or a gateway on its behalf) refuses leaves its MCPError as the answer."""
         answers: dict[str, Any] = {}
-        for key, request in requests.items():
+
+        async def one(key: str, request: types.InputRequest) -> None:
+            result_type: type[Any]
             if isinstance(request, types.ElicitRequest):
-                params = request.params
-                assert isinstance(params, types.ElicitRequestFormParams)
-                answers[key] = await ctx.session.elicit_form(
-                    params.message, params.requested_schema, related_request_id=ctx.request_context.request_id
-                )
+                result_type = types.ElicitResult
             elif isinstance(request, types.CreateMessageRequest):
-                answers[key] = await client_request(ctx, request, types.CreateMessageResult)
+                result_type = types.CreateMessageResult
             else:
-                answers[key] = await client_request(ctx, request, types.ListRootsResult)
+                result_type = types.ListRootsResult
+            try:
+                answers[key] = await client_request(ctx, keyed(request, key), result_type)
+            except MCPError as exc:
+                answers[key] = exc
+
+        async with anyio.create_task_group() as group:
+            for key, request in requests.items():
+                group.start_soon(one, key, request)
         return answers
 
     async def gather(ctx: Context, requests: dict[str, types.InputRequest], state: str | None = None) -> Any:
@@ -382,7 +414,7 @@ def _stateless_tools(server: MCPServer, seal: StateSeal) -> None:
 
     @server.tool(description="Needs the sampling capability the caller did not declare", structured_output=False)
     async def test_missing_capability(ctx: Context) -> types.CallToolResult:
-        caps = ctx.client_capabilities
+        caps = caller_capabilities(ctx)
         if caps is None or caps.sampling is None:
             data = types.MissingRequiredClientCapabilityErrorData(
                 required_capabilities=types.ClientCapabilities(sampling=types.SamplingCapability())
@@ -494,7 +526,7 @@ def _stateless_tools(server: MCPServer, seal: StateSeal) -> None:
 
     @server.tool(description="Asks only for what the client declared it can answer (SEP-2322)")
     async def test_input_required_result_capabilities(ctx: Context) -> Any:
-        caps = ctx.client_capabilities
+        caps = caller_capabilities(ctx)
         requests: dict[str, types.InputRequest] = {}
         if caps is not None and caps.sampling is not None:
             requests["sample"] = sampling_request("Say hello", 50)

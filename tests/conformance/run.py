@@ -9,8 +9,7 @@ against three legs:
 
 - `baseline`: tests/conformance/fixture_server.py alone, over the SDK's own Streamable HTTP;
 - `conformance-ws`: the same fixture published into a gateway over WebSocket (gateway.publish);
-- `conformance-stdio`: the fixture as a stdio upstream of the gateway. A stub until the gateway has
-  stdio upstreams (a later issue): set STDIO_UPSTREAMS to True and the leg runs.
+- `conformance-stdio`: the fixture as a stdio upstream of the gateway (`--stdio NAME=COMMAND`).
 
 Every check of a gateway leg is compared with the baseline's: a check that fails, warns, is skipped
 or is missing where the fixture alone passed it is a deviation. Deviations fail the run unless
@@ -51,9 +50,8 @@ PENDING_LABEL = "NOT YET IMPLEMENTED (issue 5)"
 
 WS_SLOT = "conformance-ws"
 STDIO_SLOT = "conformance-stdio"
-# The gateway has no stdio upstreams yet (`upstreams.stdio`, `--stdio NAME=COMMAND`); the issue that
-# adds them sets this to True, and the leg starts the gateway with the fixture as a stdio upstream.
-STDIO_UPSTREAMS = False
+# The stdio leg starts the gateway with the fixture as a stdio upstream (`--stdio NAME=COMMAND`).
+STDIO_UPSTREAMS = True
 
 SUITE_TIMEOUT_S = 300
 STARTUP_TIMEOUT_S = 30

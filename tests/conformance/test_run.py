@@ -127,4 +127,4 @@ def test_every_list_entry_carries_a_reason(tmp_path: Path) -> None:
 def test_the_shipped_lists_parse() -> None:
     expected = read_list(EXPECTED_FAILURES)
     assert expected and all(entry.scenario.startswith("tasks-") for entry in expected)
-    assert read_list(PENDING)
+    assert read_list(PENDING) == []  # every gateway feature the suite checks is in (issue 5 emptied it)

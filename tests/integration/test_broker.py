@@ -147,11 +147,20 @@ async def test_broker_info_names_the_real_address_and_paths(
         "client": "/<slot>/mcp",
         "all": "/_all/mcp",
         "broker": "/_broker/mcp",
+        "mcp": "/mcp",
+        "mcp_group": "/mcp/<group>",
+        "groups": "/groups",
+        "mcp_servers": "/mcp-servers",
+        "sse": "/<slot>/sse",
+        "messages": "/<slot>/messages?sessionId=<id>",
+        "client_websocket": "/<slot>",
         "healthz": "/healthz",
         "readyz": "/readyz",
         "metrics": "/metrics",
     }
     assert info["urls"]["provider"] == f"ws://127.0.0.1:{gateway.port}/provider/<slot>"
+    assert info["urls"]["sse"] == f"{gateway.url}/<slot>/sse"
+    assert info["urls"]["client_websocket"] == f"ws://127.0.0.1:{gateway.port}/<slot>"
     assert (datetime.now(UTC) - parse_iso(info["started_at"])).total_seconds() < 60
     assert info["uptime_s"] >= 0
     assert info["counts"]["slots"] == 1

@@ -524,3 +524,57 @@ def test_bad_options_stop_the_bridge_before_it_serves(
     captured = capsys.readouterr()
     assert captured.out == ""  # stdout belongs to the host, even for errors
     assert needle in captured.err
+
+
+async def test_without_slot_the_bridge_serves_all(gateway: GatewayServer, publishers: Publishers) -> None:
+    """A host configuration with just `["stdio"]` reaches every provider that opted in to `_all`."""
+    await publishers.start(gateway, "pump-1", demo_server("pump-1"), aggregate=True)
+    await wait_for(lambda: gateway.gateway.aggregate.members() == ["pump-1"], what="pump-1 in _all")
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "gateway.cli", "stdio", "--url", gateway.url], cwd=str(REPO)
+    )
+    async with Client(params, mode="legacy") as client:
+        assert client.server_info is not None and client.server_info.name == "mcp-gateway _all"
+        assert await text_of(client, "pump-1-echo", {"text": "default slot"}) == "default slot"
+        assert [session.target.name for session in gateway.gateway.sessions.sessions.values()] == ["_all"]
+
+
+async def test_a_stateless_era_host_is_passed_through_without_a_session(
+    gateway: GatewayServer, publishers: Publishers
+) -> None:
+    """A host pinned to 2026-07-28 gets its requests passed through as stateless-era POSTs, with the
+    routing headers (Mcp-Name, Mcp-Param-* from the schema the host listed) the gateway checks."""
+    from tests.integration.test_conformance_regressions import routed_server
+
+    await publishers.start(gateway, "router", routed_server())
+    async with Client(bridge(gateway.url, slot="router"), mode="2026-07-28") as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["route"]
+        # Non-ASCII travels base64-encoded in Mcp-Param-Region; the gateway checks it against the body.
+        routed = await client.call_tool("route", {"region": "nord-ü", "priority": 3})
+        assert routed.structured_content == {"result": "nord-ü/3/"}
+        assert gateway.gateway.sessions.sessions == {}  # nothing held at the gateway for this host
+
+
+async def test_a_stateless_hosts_cancel_closes_the_call_and_the_provider_hears_it(
+    gateway: GatewayServer, publishers: Publishers
+) -> None:
+    from tests.integration.test_http_session_era import pump_server
+
+    cancelled: list[float] = []
+    await publishers.start(gateway, "pump-1", pump_server(cancelled))
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    raw = await RawBridge.start(gateway.url)
+    try:
+        call = {"name": "sleep", "arguments": {"seconds": 30}, "_meta": meta}
+        await raw.send({"jsonrpc": "2.0", "id": "s-1", "method": "tools/call", "params": call})
+        slot = gateway.gateway.registry.slots["pump-1"]
+        await wait_for(lambda: slot.live is not None and len(slot.live.pending) == 1, what="the call at pump-1")
+        await raw.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "s-1"}})
+        await wait_for(lambda: cancelled == [30.0], what="the provider to see notifications/cancelled")
+        # The bridge goes on: the next stateless request is answered.
+        await raw.send({"jsonrpc": "2.0", "id": "s-2", "method": "tools/list", "params": {"_meta": meta}})
+        listed = await raw.receive()
+        assert listed["id"] == "s-2" and "sleep" in {tool["name"] for tool in listed["result"]["tools"]}
+        assert gateway.gateway.sessions.sessions == {}
+    finally:
+        assert await raw.close() == 0

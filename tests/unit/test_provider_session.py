@@ -128,7 +128,8 @@ async def test_handshake_sequence_and_cache() -> None:
         "method": "initialize",
         "params": {
             "protocolVersion": LATEST_HANDSHAKE,
-            "capabilities": {},
+            # What the gateway can relay to the client that causes a request (gateway/core/relay.py).
+            "capabilities": {"sampling": {"tools": {}}, "elicitation": {"form": {}, "url": {}}, "roots": {}},
             "clientInfo": {"name": "mcp-gateway", "version": init["params"]["clientInfo"]["version"]},
         },
     }

@@ -58,6 +58,11 @@ def _valid_id(value):
     return type(value) is str or type(value) is int
 
 
+def _digits(text):
+    # Not str.isdigit(): under CPython it is true for "²" and other digits that int() refuses.
+    return len(text) > 0 and all("0" <= char <= "9" for char in text)
+
+
 class Dispatcher:
     def __init__(self, registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None):
         names = registry.names
@@ -132,7 +137,7 @@ class Dispatcher:
     def _list(self, request_id, cursor):
         first = 0
         if cursor is not None:
-            if type(cursor) is not str or not cursor.isdigit() or not 0 < int(cursor) < len(self.registry.names):
+            if type(cursor) is not str or not _digits(cursor) or not 0 < int(cursor) < len(self.registry.names):
                 return self._error(request_id, INVALID_PARAMS, "Invalid params: unknown cursor " + json.dumps(cursor))
             first = int(cursor)
         head = '{"jsonrpc":"2.0","id":%s,"result":{"tools":[' % json.dumps(request_id)
@@ -185,6 +190,14 @@ class Dispatcher:
     def _error(self, request_id, code, message):
         self.counts["errors"] += 1
         self._note("request_error", message)
+        answer = self._error_frame(request_id, code, message)
+        while len(answer) > self.frame_max and len(message) > 3:
+            # A message quoting a long method or tool name is cut so that the answer fits the cap.
+            message = message[: max(0, len(message) - (len(answer) - self.frame_max) - 3)] + "..."
+            answer = self._error_frame(request_id, code, message)
+        return answer
+
+    def _error_frame(self, request_id, code, message):
         error = {"code": code, "message": message}
         return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}, separators=_COMPACT).encode()
 
@@ -212,6 +225,8 @@ def _id_in(head):
     else:
         while end < len(rest) and rest[end] in b"-0123456789":
             end += 1
+        if end == len(rest) or rest[end] not in b" \t\r\n,}":
+            return None  # cut off by the end of the head, a fraction, or not JSON: not the request's id
     try:
         value = json.loads(rest[:end])
     except Exception:

@@ -1,0 +1,429 @@
+"""Tool groups: the bridge endpoints /mcp (every enabled group) and /mcp/<group> (one group).
+
+A group is configured as slot patterns plus tool-name prefixes ([groups.<name>]). Its tools are those
+of every ready slot matching a pattern (any provider: a board, a stdio or remote upstream; joining
+`_all` is not needed) whose names start with a prefix, named `<slot><separator><tool>` (default
+`<slot>__<tool>`, the original MCP bridge's names) with the 64-character cap and collision rules of
+`_all` (naming.py). One NameBook serves every group, so a tool has the same name at /mcp and at
+/mcp/<group>, and a name never changes meaning while the gateway runs.
+
+Like `_all`, a group is never a way around a slot's scopes: a caller sees and calls only tools of
+slots it could call directly, the built-in `guidance` and `search` included. Each group endpoint
+charges the slot a tools/call is routed to against that slot's rate limit, and tells its listeners
+`notifications/tools/list_changed` when its own catalog changes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from urllib.parse import quote, unquote
+
+from gateway import __version__
+from gateway.config import GatewayConfig, group_env_name
+from gateway.core import bridge_tools, errors
+from gateway.core.aggregate import ORIGIN_META_KEY
+from gateway.core.jsonrpc import JsonObject, notification
+from gateway.core.naming import NameBook
+from gateway.core.principal import Principal
+from gateway.core.routing import ClientContext, Target, forward_to
+from gateway.core.schema_hash import tools_hash
+from gateway.core.slots import Listener, SlotRegistry
+from gateway.policy.rate_limit import RateLimiter
+from gateway.telemetry.metrics import Metrics
+
+BRIDGE_PATH = "/mcp"
+BRIDGE_TARGET = "_mcp"
+"""The name of the /mcp target, and the [auth] required_scopes key of /mcp, /mcp/<group>, /groups and
+/mcp-servers. It starts with "_", so no slot can have it (and no session of a slot is counted as its)."""
+GROUPS_PATH = "/groups"
+SERVERS_PATH = "/mcp-servers"
+SLOT_SEGMENTS = frozenset({"mcp", "sse", "messages"})
+"""/mcp/mcp, /mcp/sse and /mcp/messages stay the endpoints of a slot named "mcp" (no group has these names)."""
+
+
+def is_bridge_path(raw_path: str) -> bool:
+    """True for the paths the bridge serves: /mcp, /mcp/<group>, /groups and /mcp-servers.
+
+    Segments are compared percent-decoded, as the router matches them, so authentication and the
+    handler always agree on which endpoint a request is for."""
+    segments = [unquote(segment) for segment in raw_path.split("/")]
+    if segments in (["", "mcp"], ["", "groups"], ["", "mcp-servers"]):
+        return True
+    return len(segments) == 3 and segments[1] == "mcp" and bool(segments[2]) and segments[2] not in SLOT_SEGMENTS
+
+
+def slot_url(base_url: str, slot: str) -> str:
+    return f"{base_url}/{quote(slot, safe='')}/mcp"
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One configured group, as the gateway started with it."""
+
+    name: str
+    slot_patterns: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    enabled: bool
+    description: str
+    enabled_by: str = "config"
+
+    @property
+    def toggle(self) -> str:
+        """The environment variable that turns it on or off at start."""
+        return group_env_name(self.name)
+
+    def has_slot(self, slot: str) -> bool:
+        return any(fnmatch.fnmatchcase(slot, pattern) for pattern in self.slot_patterns)
+
+    def has_tool(self, tool: str) -> bool:
+        return not self.prefixes or any(tool.startswith(prefix) for prefix in self.prefixes)
+
+
+def specs_from_config(config: GatewayConfig) -> list[GroupSpec]:
+    """The configured groups in file order (MCP_GROUP_* toggles already applied by load_config)."""
+    return [
+        GroupSpec(
+            name=name,
+            slot_patterns=tuple(group.slots),
+            prefixes=tuple(group.tools),
+            enabled=group.enabled,
+            description=group.description,
+            enabled_by=group.enabled_by,
+        )
+        for name, group in config.groups.items()
+    ]
+
+
+@dataclass(frozen=True)
+class CatalogTool:
+    """One tool of one ready slot, with the groups that include it and its /mcp name."""
+
+    slot: str
+    tool: JsonObject
+    """As the provider lists it (its own name)."""
+    groups: tuple[str, ...]
+    """Every configured group that includes it, enabled or not."""
+    enabled_groups: tuple[str, ...]
+    name: str | None
+    """Its name at /mcp and /mcp/<group>; None when no enabled group includes it."""
+    listed: JsonObject | None
+    """The tool as the group endpoints list it (bridge name, origin in _meta); None like `name`."""
+
+    @property
+    def original(self) -> str:
+        return str(self.tool["name"])
+
+    @property
+    def description(self) -> str:
+        description = self.tool.get("description")
+        return description if isinstance(description, str) else ""
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """A group as one caller may see it: only members and tools of slots it could call."""
+
+    spec: GroupSpec
+    members: list[str]
+    tools: list[CatalogTool]
+
+
+@dataclass(frozen=True)
+class CatalogView:
+    """What `guidance` and `search` answer from: the live catalog as one caller at one endpoint sees it."""
+
+    base_url: str
+    separator: str
+    endpoint_group: str | None
+    """The group of /mcp/<group> the caller is connected to; None at /mcp."""
+    groups: list[GroupView]
+    tools: list[CatalogTool]
+    """Every tool of every ready slot the caller may call, in or out of a group."""
+    slots: list[str] = field(default_factory=list)
+    """Ready slots the caller may call."""
+
+    @property
+    def endpoint_url(self) -> str:
+        return self.group_url(self.endpoint_group)
+
+    def group_url(self, group: str | None) -> str:
+        return f"{self.base_url}{BRIDGE_PATH}" + (f"/{group}" if group else "")
+
+    def slot_url(self, slot: str) -> str:
+        return slot_url(self.base_url, slot)
+
+    def callable_here(self, tool: CatalogTool) -> bool:
+        if tool.name is None:
+            return False
+        return self.endpoint_group is None or self.endpoint_group in tool.enabled_groups
+
+    def group(self, name: str) -> GroupView | None:
+        return next((view for view in self.groups if view.spec.name == name), None)
+
+
+class GroupCatalog:
+    """Every ready slot's tools sorted into the configured groups; owns the /mcp and /mcp/<group> targets."""
+
+    def __init__(
+        self,
+        registry: SlotRegistry,
+        metrics: Metrics,
+        rate_limiter: RateLimiter | None = None,
+        base_url: Callable[[], str] = lambda: "",
+    ) -> None:
+        config = registry.config
+        self.registry = registry
+        self.metrics = metrics
+        self.rate_limiter = rate_limiter
+        self.base_url = base_url
+        self.separator = config.groups_separator
+        self.specs = specs_from_config(config)
+        self.names = NameBook(self.separator, max_retired=4 * config.limits.max_slots)
+        self.tools: list[CatalogTool] = []
+        self.by_name: dict[str, CatalogTool] = {}
+        self.slot_scopes: Callable[[str], tuple[str, ...]] | None = None
+        """The scopes a caller needs for each slot, set by the composition root when client authentication
+        is configured (the same hook as `_all`'s): a group shows and routes a slot's tools only to callers
+        who could call that slot directly."""
+        self.bridge = GroupTarget(self, None)
+        self.targets = {spec.name: GroupTarget(self, spec) for spec in self.specs if spec.enabled}
+        registry.membership_listeners.append(self.rebuild)
+
+    # -- lookup ---------------------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> list[GroupSpec]:
+        return [spec for spec in self.specs if spec.enabled]
+
+    def target_for(self, group: str) -> GroupTarget | None:
+        """The target of /mcp/<group>; None for a group that is not configured or not enabled."""
+        return self.targets.get(group)
+
+    def ready_slots(self) -> list[str]:
+        return sorted(
+            name for name, slot in self.registry.slots.items() if (session := slot.live) is not None and session.ready
+        )
+
+    def may_call(self, principal: Principal, slot: str) -> bool:
+        return self.slot_scopes is None or principal.has_scopes(self.slot_scopes(slot))
+
+    # -- the catalog ----------------------------------------------------------------------------
+
+    def rebuild(self) -> None:
+        """Recompute every tool's groups and name from the ready slots; each endpoint whose own list
+        changed tells its listeners. Names come from one NameBook: stable for the gateway's lifetime."""
+        found: list[tuple[str, JsonObject, tuple[str, ...], tuple[str, ...]]] = []
+        seen: set[tuple[str, str]] = set()
+        for slot_name in self.ready_slots():
+            session = self.registry.slots[slot_name].session
+            assert session is not None
+            for tool in session.tools:
+                tool_name = tool.get("name")
+                if not isinstance(tool_name, str) or (slot_name, tool_name) in seen:
+                    continue
+                seen.add((slot_name, tool_name))
+                groups = tuple(s.name for s in self.specs if s.has_slot(slot_name) and s.has_tool(tool_name))
+                enabled = tuple(s.name for s in self.specs if s.enabled and s.name in groups)
+                found.append((slot_name, tool, groups, enabled))
+        routes = self.names.names_for((slot, str(tool["name"])) for slot, tool, _, enabled in found if enabled)
+        name_of = {pair: name for name, pair in routes.items()}
+        tools: list[CatalogTool] = []
+        for slot_name, tool, groups, enabled in found:
+            name = name_of.get((slot_name, str(tool["name"])))
+            tools.append(
+                CatalogTool(slot_name, tool, groups, enabled, name, _listed(tool, slot_name, name) if name else None)
+            )
+        self.tools = tools
+        self.by_name = {tool.name: tool for tool in tools if tool.name is not None}
+        for target in (self.bridge, *self.targets.values()):
+            target.refresh()
+
+    def view(self, principal: Principal, endpoint_group: str | None) -> CatalogView:
+        visible = [tool for tool in self.tools if self.may_call(principal, tool.slot)]
+        slots = [slot for slot in self.ready_slots() if self.may_call(principal, slot)]
+        groups = [
+            GroupView(
+                spec,
+                [slot for slot in slots if spec.has_slot(slot)],
+                [tool for tool in visible if spec.name in tool.groups],
+            )
+            for spec in self.specs
+        ]
+        return CatalogView(self.base_url(), self.separator, endpoint_group, groups, visible, slots)
+
+    # -- GET /groups and GET /mcp-servers ---------------------------------------------------------
+
+    def groups_listing(self, principal: Principal) -> JsonObject:
+        """Every configured group, enabled or not, with its members and tool count now."""
+        view = self.view(principal, None)
+        return {
+            "endpoint": view.endpoint_url,
+            "separator": self.separator,
+            "count": len(view.groups),
+            "enabled": sum(1 for group in view.groups if group.spec.enabled),
+            "groups": [
+                {
+                    "name": group.spec.name,
+                    "enabled": group.spec.enabled,
+                    "enabled_by": group.spec.enabled_by,
+                    "toggle": group.spec.toggle,
+                    "description": group.spec.description,
+                    "endpoint": view.group_url(group.spec.name),
+                    "slot_patterns": list(group.spec.slot_patterns),
+                    "tool_prefixes": list(group.spec.prefixes),
+                    "members": group.members,
+                    "tools": len(group.tools),
+                }
+                for group in view.groups
+            ],
+        }
+
+    def servers_listing(self, principal: Principal) -> list[JsonObject]:
+        """Every slot the caller may call (the original bridge's MCP server list: name, url, tools), with
+        its transport, whether a provider holds it, and which enabled groups' slot patterns match it."""
+        base = self.base_url()
+        servers: list[JsonObject] = []
+        for name in sorted(self.registry.slots):
+            if not self.may_call(principal, name):
+                continue
+            session = self.registry.slots[name].live
+            ready = session is not None and session.ready
+            servers.append(
+                {
+                    "name": name,
+                    "url": slot_url(base, name),
+                    "transport": session.link.info.transport if session is not None else None,
+                    "connected": session is not None,
+                    "ready": ready,
+                    "tools": len(session.tools) if session is not None and ready else 0,
+                    "groups": [spec.name for spec in self.enabled if spec.has_slot(name)],
+                }
+            )
+        return servers
+
+    def info(self) -> JsonObject:
+        """For broker_info: the groups and their state, unfiltered (broker_info is the operator's view)."""
+        return {
+            "separator": self.separator,
+            "configured": [
+                {
+                    "name": spec.name,
+                    "enabled": spec.enabled,
+                    "enabled_by": spec.enabled_by,
+                    "members": [slot for slot in self.ready_slots() if spec.has_slot(slot)],
+                    "tools": sum(1 for tool in self.tools if spec.name in tool.groups),
+                }
+                for spec in self.specs
+            ],
+            "mcp_tools": len(self.bridge.tools),
+        }
+
+
+def _listed(tool: JsonObject, slot: str, name: str) -> JsonObject:
+    listed = dict(tool)
+    meta = listed.get("_meta")
+    listed["_meta"] = {
+        **(meta if isinstance(meta, dict) else {}),
+        ORIGIN_META_KEY: {"slot": slot, "tool": tool["name"]},
+    }
+    listed["name"] = name
+    return listed
+
+
+class GroupTarget(Target):
+    """/mcp (spec None: every enabled group) or /mcp/<group>: tools only, plus `guidance` and `search`."""
+
+    def __init__(self, catalog: GroupCatalog, spec: GroupSpec | None) -> None:
+        self.catalog = catalog
+        self.spec = spec
+        self.group = spec.name if spec is not None else None
+        self.name = BRIDGE_TARGET if spec is None else f"{BRIDGE_TARGET}/{spec.name}"
+        self.path = BRIDGE_PATH if spec is None else f"{BRIDGE_PATH}/{spec.name}"
+        self.listeners: set[Listener] = set()
+        self.tools: list[CatalogTool] = []
+        self.catalog_hash = tools_hash([])
+
+    # -- description ----------------------------------------------------------------------------
+
+    def server_info(self) -> JsonObject:
+        return {"name": f"mcp-gateway {self.path}", "version": __version__}
+
+    def capabilities(self) -> JsonObject:
+        return {"tools": {"listChanged": True}}
+
+    def instructions(self) -> str | None:
+        separator = self.catalog.separator
+        if self.spec is None:
+            groups = ", ".join(spec.name for spec in self.catalog.enabled) or "none enabled"
+            what = f"Tools of the enabled tool groups ({groups})"
+        else:
+            what = f'Tools of the tool group "{self.spec.name}"' + (
+                f" ({self.spec.description})" if self.spec.description else ""
+            )
+        return (
+            f"{what}, named <slot>{separator}<tool>: the device or server, then its own tool name. "
+            "When unsure which tool fits, call guidance (topic overview, a group name or a tool name); "
+            "search finds tools of every slot by words in their names and descriptions. The list changes "
+            "as providers come and go; re-read tools/list after notifications/tools/list_changed."
+        )
+
+    def attach(self, listener: Listener) -> None:
+        self.listeners.add(listener)
+
+    def detach(self, listener: Listener) -> None:
+        self.listeners.discard(listener)
+
+    # -- the catalog ----------------------------------------------------------------------------
+
+    def includes(self, tool: CatalogTool) -> bool:
+        if tool.name is None:
+            return False
+        return self.group is None or self.group in tool.enabled_groups
+
+    def refresh(self) -> None:
+        tools = [tool for tool in self.catalog.tools if self.includes(tool)]
+        listed = [tool.listed for tool in tools if tool.listed is not None]
+        new_hash = tools_hash(listed)
+        self.tools = tools
+        if new_hash != self.catalog_hash:
+            self.catalog_hash = new_hash
+            message = notification("notifications/tools/list_changed")
+            for listener in list(self.listeners):
+                listener.deliver(message)
+
+    def listed_tools(self) -> list[JsonObject]:
+        return [*bridge_tools.TOOLS, *(tool.listed for tool in self.tools if tool.listed is not None)]
+
+    def tools_for(self, principal: Principal) -> list[JsonObject]:
+        visible: Iterable[CatalogTool] = (tool for tool in self.tools if self.catalog.may_call(principal, tool.slot))
+        return [*bridge_tools.TOOLS, *(tool.listed for tool in visible if tool.listed is not None)]
+
+    # -- requests -------------------------------------------------------------------------------
+
+    async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
+        if method == "tools/list":
+            return {"tools": self.tools_for(ctx.principal)}
+        if method != "tools/call":
+            raise errors.method_not_found(method, f"{self.path} (it serves tools only)")
+        params = params or {}
+        name = params.get("name")
+        if name in bridge_tools.NAMES:
+            view = self.catalog.view(ctx.principal, self.group)
+            return bridge_tools.call(str(name), params.get("arguments"), view)
+        tool = self.catalog.by_name.get(name) if isinstance(name, str) else None
+        if tool is None or not self.includes(tool) or not self.catalog.may_call(ctx.principal, tool.slot):
+            # The same answer for a tool the caller may not call as for an unknown one.
+            raise errors.unknown_tool(str(name), self.path)
+        session = self.catalog.registry.slots[tool.slot].live
+        if session is None:
+            raise errors.not_connected(tool.slot)
+        limiter = self.catalog.rate_limiter
+        if limiter is not None:
+            limited = limiter.admit(slot=tool.slot)
+            if limited is not None:
+                self.catalog.metrics.rate_limited.labels(limited.scope).inc()
+                self.catalog.metrics.limit_hit(limited.limit)
+                raise errors.rate_limited(limited.message(), limited.data())
+        return await forward_to(session, ctx, method, {**params, "name": tool.original}, self.catalog.metrics)

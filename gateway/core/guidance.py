@@ -1,0 +1,407 @@
+"""The pages of the built-in `guidance` tool: Markdown for an agent, written from the live catalog.
+
+Pure: a CatalogView in (what one caller may see at one endpoint), one page out. Topics: overview
+(what is here, which group for which job, how names work), groups (every configured group and its
+state), a group name (its tools and when to use each), a tool name (its description, arguments,
+result and when to use it). Identical tools of several slots (ten pumps) are described once, with
+every name they can be called by.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from gateway.core.jsonrpc import JsonObject
+
+if TYPE_CHECKING:
+    from gateway.core.groups import CatalogTool, CatalogView, GroupView
+
+OVERVIEW = "overview"
+GROUPS = "groups"
+TOOL_TOPIC = "tool"
+MAX_LISTED = 40
+"""Overview lists at most this many distinct tools; more are found with search or a group's page."""
+MAX_GROUP_LISTED = 200
+"""A group's page lists at most this many distinct tools (the page stays readable for an agent)."""
+MAX_SENTENCE = 240
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+"""A sentence ends before a capital letter ("e.g. 'set speed'" does not end one)."""
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence (or line) of a description, cut to a readable length."""
+    text = " ".join(text.strip().splitlines()[0].split()) if text.strip() else ""
+    sentence = _SENTENCE_END.split(text, maxsplit=1)[0]
+    if len(sentence) > MAX_SENTENCE:
+        sentence = sentence[: MAX_SENTENCE - 1].rstrip() + "…"
+    return sentence
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def code_list(names: Iterable[str]) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
+# -- tools ---------------------------------------------------------------------------------------
+
+
+def _type_of(schema: Any) -> str:
+    if not isinstance(schema, dict):
+        return "any"
+    if "enum" in schema and isinstance(schema["enum"], list):
+        return "one of " + ", ".join(repr(value) for value in schema["enum"][:12])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = " or ".join(str(k) for k in kind)
+    if kind == "array":
+        return f"array of {_type_of(schema.get('items'))}"
+    if kind is None:
+        for key in ("anyOf", "oneOf"):
+            options = schema.get(key)
+            if isinstance(options, list) and options:
+                return " or ".join(_type_of(option) for option in options[:4])
+        return "any"
+    return str(kind)
+
+
+def _bounds(schema: JsonObject) -> list[str]:
+    notes: list[str] = []
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None and high is not None:
+        notes.append(f"{low} to {high}")
+    elif low is not None:
+        notes.append(f"at least {low}")
+    elif high is not None:
+        notes.append(f"at most {high}")
+    if "default" in schema:
+        notes.append(f"default {schema['default']!r}")
+    return notes
+
+
+def arguments_summary(schema: Any) -> list[str]:
+    """One Markdown line per argument: name, type, required, bounds, description."""
+    if not isinstance(schema, dict):
+        return []
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return []
+    required = schema.get("required")
+    required = set(required) if isinstance(required, list) else set()
+    lines = []
+    for name, value in properties.items():
+        prop: JsonObject = value if isinstance(value, dict) else {}
+        notes = [_type_of(prop), "required" if name in required else "optional", *_bounds(prop)]
+        description = prop.get("description")
+        text = f": {first_sentence(description)}" if isinstance(description, str) and description.strip() else ""
+        lines.append(f"- `{name}` ({', '.join(notes)}){text}")
+    return lines
+
+
+def short_arguments(schema: Any) -> str:
+    """`speed_rpm` (required), `ramp` — or "no arguments"."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict) or not schema["properties"]:
+        return "no arguments"
+    required = schema.get("required")
+    required = set(required) if isinstance(required, list) else set()
+    return ", ".join(f"`{name}`" + (" (required)" if name in required else "") for name in schema["properties"])
+
+
+def usage_hint(tool: JsonObject) -> str:
+    """What the tool's annotations say about calling it (providers may omit them: then be careful)."""
+    annotations = tool.get("annotations")
+    annotations = annotations if isinstance(annotations, dict) else {}
+    if annotations.get("readOnlyHint") is True:
+        return "It only reads: safe to call at any time, as often as needed."
+    if annotations.get("destructiveHint") is True:
+        return (
+            "It changes the equipment's state and may not be undone: read the current state first, call it "
+            "only when the user asked for this change, then read again to confirm."
+        )
+    if annotations.get("idempotentHint") is True:
+        return "It changes state; repeating the same call has no further effect. Read the state after calling it."
+    return (
+        "Its provider does not mark it read-only: treat it as changing the device's state unless its "
+        "description says it only reads; read the state before and after."
+    )
+
+
+def _result_summary(tool: JsonObject) -> str:
+    schema = tool.get("outputSchema")
+    if isinstance(schema, dict) and isinstance(schema.get("properties"), dict) and schema["properties"]:
+        return "A structured result (structuredContent) with: " + code_list(schema["properties"]) + "."
+    return "Content blocks (usually text); no output schema is declared."
+
+
+def _siblings(tool: CatalogTool, view: CatalogView) -> list[CatalogTool]:
+    """The same tool (same own name and description) on other slots the caller may use."""
+    return [
+        other
+        for other in view.tools
+        if other is not tool and other.original == tool.original and other.description == tool.description
+    ]
+
+
+def how_to_call(tool: CatalogTool, view: CatalogView) -> str:
+    if view.callable_here(tool):
+        return f"Call it here as `{tool.name}`."
+    if tool.name is not None:
+        return f"Call it as `{tool.name}` at {view.group_url(None)} (it is not in this group)."
+    where = view.slot_url(tool.slot)
+    return f"It is in no enabled group: call it as `{tool.original}` on its slot's own endpoint {where}."
+
+
+def page_tool(tool: CatalogTool, view: CatalogView) -> str:
+    title = tool.name or tool.original
+    groups = code_list(tool.enabled_groups) or "none enabled"
+    lines = [
+        f"# `{title}`",
+        "",
+        f"Tool `{tool.original}` of slot `{tool.slot}` (groups: {groups}). {how_to_call(tool, view)}",
+        "",
+        "## What it does",
+        "",
+        tool.description.strip() or "Its provider gives no description; rely on its name and arguments.",
+        "",
+        "## Arguments",
+        "",
+        *(arguments_summary(tool.tool.get("inputSchema")) or ["None: call it with `{}`."]),
+        "",
+        "## Result",
+        "",
+        _result_summary(tool.tool),
+        "",
+        "## When to use it",
+        "",
+        (first_sentence(tool.description) + " " if tool.description.strip() else "") + usage_hint(tool.tool),
+    ]
+    siblings = _siblings(tool, view)
+    if siblings:
+        lines += ["", "## The same tool on other slots", ""]
+        for other in siblings:
+            lines.append(f"- `{other.slot}`: {how_to_call(other, view)}")
+    return "\n".join(lines)
+
+
+# -- groups and the overview ---------------------------------------------------------------------
+
+
+def _distinct(tools: Iterable[CatalogTool]) -> list[list[CatalogTool]]:
+    """Tools bunched by (own name, description): one entry for the same tool on many slots."""
+    bunches: dict[tuple[str, str], list[CatalogTool]] = {}
+    for tool in tools:
+        bunches.setdefault((tool.original, tool.description), []).append(tool)
+    return list(bunches.values())
+
+
+def _tool_entries(tools: Iterable[CatalogTool], view: CatalogView, limit: int | None = None) -> list[str]:
+    lines: list[str] = []
+    bunches = _distinct(tools)
+    for bunch in bunches[:limit]:
+        first = bunch[0]
+        slots = ", ".join(tool.slot for tool in bunch)
+        names = [
+            f"`{tool.name}`" if tool.name is not None else f"`{tool.original}` at /{tool.slot}/mcp" for tool in bunch
+        ]
+        summary = first_sentence(first.description) or "no description."
+        arguments = short_arguments(first.tool.get("inputSchema"))
+        lines.append(
+            f"- **{first.original}** on {slots}: {summary} Arguments: {arguments}. Call as {', '.join(names)}."
+        )
+    if limit is not None and len(bunches) > limit:
+        lines.append(f"- … and {len(bunches) - limit} more: use `search`, or `guidance` with a group name.")
+    return lines
+
+
+def _state(group: GroupView) -> str:
+    spec = group.spec
+    if spec.enabled:
+        return "enabled" + (f" ({spec.enabled_by})" if spec.enabled_by != "config" else "")
+    how = f"{spec.toggle}=true" if spec.enabled_by == "config" else f"{spec.enabled_by} unset or true"
+    return f"disabled ({how}, or enabled = true under [groups.{spec.name}], then restart the gateway)"
+
+
+def page_groups(view: CatalogView) -> str:
+    lines = [
+        "# Tool groups",
+        "",
+        f"Every enabled group is served at {view.group_url(None)} and on its own at {view.group_url('<group>')}. "
+        "Members are the ready slots whose names match the group's slot patterns; its tools are theirs whose "
+        "names start with one of its prefixes (all, when it has none).",
+        "",
+    ]
+    if not view.groups:
+        lines.append(
+            "No group is configured: /mcp serves only `guidance` and `search`. `search` still finds every slot's "
+            "tools; each slot is also its own MCP server at " + view.slot_url("<slot>") + "."
+        )
+        return "\n".join(lines)
+    lines += [
+        "| Group | State | Slots now | Tools | Slot patterns | Tool prefixes | What it is for |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for group in view.groups:
+        spec = group.spec
+        lines.append(
+            f"| `{spec.name}` | {cell(_state(group))} | {cell(', '.join(group.members) or 'none now')} | "
+            f"{len(group.tools)} | {cell(code_list(spec.slot_patterns))} | "
+            f"{cell(code_list(spec.prefixes) or 'all tools')} | {cell(spec.description or '(no description)')} |"
+        )
+    lines += ["", "Call `guidance` with a group's name for its tools and when to use each."]
+    return "\n".join(lines)
+
+
+def page_group(group: GroupView, view: CatalogView) -> str:
+    spec = group.spec
+    lines = [f"# Group `{spec.name}`", ""]
+    if spec.description:
+        lines += [spec.description, ""]
+    if spec.enabled:
+        lines.append(
+            f"Served at {view.group_url(spec.name)} and, with the other enabled groups, at {view.group_url(None)}."
+        )
+    else:
+        lines.append(
+            f"Not served now: {_state(group)}. Until then its tools are reachable on their slots' own endpoints."
+        )
+    prefixes = code_list(spec.prefixes) or "all tools"
+    lines += [
+        "",
+        f"Slot patterns: {code_list(spec.slot_patterns)}; members now: {', '.join(group.members) or 'none'}. "
+        f"Tool prefixes: {prefixes}.",
+        "",
+        f"## Tools ({len(group.tools)})",
+        "",
+    ]
+    if not group.tools:
+        lines.append(
+            "None now: no ready slot matches the patterns, or no tool name starts with a prefix. Slots ready now: "
+            + (", ".join(view.slots) or "none")
+            + "."
+        )
+        return "\n".join(lines)
+    lines += _tool_entries(group.tools, view, MAX_GROUP_LISTED)
+    lines += ["", "For one tool's arguments and result, call `guidance` with its name."]
+    return "\n".join(lines)
+
+
+def page_overview(view: CatalogView) -> str:
+    here = [tool for tool in view.tools if view.callable_here(tool)]
+    slots_here = sorted({tool.slot for tool in here})
+    endpoint = view.group(view.endpoint_group) if view.endpoint_group else None
+    if endpoint is not None:
+        what = f"the tool group `{endpoint.spec.name}`" + (
+            f": {endpoint.spec.description}" if endpoint.spec.description else ""
+        )
+    else:
+        what = "every enabled tool group"
+    lines = [
+        "# What this endpoint offers",
+        "",
+        f"You are connected to {view.endpoint_url}, {what}. It offers {plural(len(here), 'tool')} of "
+        f"{plural(len(slots_here), 'slot')} ({', '.join(slots_here) or 'none ready now'}), plus `guidance` "
+        "and `search`.",
+        "",
+        f"Tool names are `<slot>{view.separator}<tool>`: the slot (a device or an MCP server behind this gateway), "
+        "then the tool's own name. Call a tool by its name exactly as tools/list gives it.",
+        "",
+    ]
+    enabled = [group for group in view.groups if group.spec.enabled]
+    disabled = [group for group in view.groups if not group.spec.enabled]
+    if enabled:
+        lines += [
+            "## Which group for which job",
+            "",
+            "| Group | What it is for | Slots now | Tools | Endpoint |",
+            "|---|---|---|---|---|",
+        ]
+        for group in enabled:
+            spec = group.spec
+            lines.append(
+                f"| `{spec.name}` | {cell(spec.description or '(no description)')} | "
+                f"{cell(', '.join(group.members) or 'none now')} | {len(group.tools)} | {view.group_url(spec.name)} |"
+            )
+        lines.append("")
+    else:
+        lines += ["No tool group is enabled, so no device tool is listed here; `search` still finds them.", ""]
+    if disabled:
+        lines += [
+            "Disabled groups (not served): "
+            + ", ".join(f"`{group.spec.name}`" for group in disabled)
+            + ". An operator enables one with enabled = true under [groups.<name>] or MCP_GROUP_<NAME>=true, "
+            "then restarts the gateway.",
+            "",
+        ]
+    if here:
+        lines += ["## Tools here", "", *_tool_entries(here, view, MAX_LISTED), ""]
+    outside = sorted({tool.slot for tool in view.tools if tool.name is None})
+    if outside:
+        lines += [
+            "## Slots in no enabled group",
+            "",
+            "Their tools are not listed here; `search` finds them, and each slot is its own MCP server:",
+            "",
+            *(f"- `{slot}`: {view.slot_url(slot)}" for slot in outside),
+            "",
+        ]
+    lines += [
+        "## How to work",
+        "",
+        '1. Unsure which tool fits? Call `search` with a few words (`{"query": "pump speed"}`), or `guidance` '
+        "with a group's or a tool's name.",
+        "2. Before a tool that changes equipment (start, stop, set, write), read the current state with the "
+        "slot's read tool; afterwards read it again to confirm the change.",
+        "3. Devices come and go: after notifications/tools/list_changed call tools/list again. "
+        '`Provider "<slot>" not connected` means that device is offline now.',
+    ]
+    return "\n".join(lines)
+
+
+# -- dispatch ------------------------------------------------------------------------------------
+
+
+def find_tool(topic: str, view: CatalogView) -> CatalogTool | None:
+    """A tool by its /mcp name, else by its own name (preferring one callable at this endpoint)."""
+    for tool in view.tools:
+        if tool.name == topic:
+            return tool
+    named = [tool for tool in view.tools if tool.original == topic]
+    here = [tool for tool in named if view.callable_here(tool)]
+    candidates = here or named
+    return candidates[0] if candidates else None
+
+
+def render(topic: str, view: CatalogView) -> str | None:
+    """The page for `topic`, or None when it names nothing the caller may see."""
+    if topic == OVERVIEW:
+        return page_overview(view)
+    if topic == GROUPS:
+        return page_groups(view)
+    group = view.group(topic)
+    if group is not None:
+        return page_group(group, view)
+    tool = find_tool(topic, view)
+    if tool is not None:
+        return page_tool(tool, view)
+    return None
+
+
+def unknown_topic(topic: str, view: CatalogView, suggestions: list[str]) -> str:
+    groups = ", ".join(group.spec.name for group in view.groups) or "none configured"
+    text = (
+        f"Unknown guidance topic {topic[:80]!r}. Topics: overview, groups, a group name ({groups}), or a tool "
+        "name as tools/list gives it."
+    )
+    if suggestions:
+        text += " Tools whose names or descriptions share words with it: " + code_list(suggestions) + "."
+    return text

@@ -1,0 +1,389 @@
+"""The stateless era's answer when a provider asks its client something: `input_required` (SEP-2322).
+
+A 2026-07-28 client has no stream the gateway could send it a request on. When the provider of its
+tools/call, prompts/get or resources/read sends sampling/createMessage, elicitation/create or
+roots/list, the gateway answers the client's request with
+
+    {"resultType": "input_required", "inputRequests": {"<key>": {"method": ..., "params": ...}},
+     "requestState": "<sealed>"}
+
+and keeps the provider's call, and the provider's requests, open. The client retries its request
+(a new id) with `inputResponses` keyed like `inputRequests` and the echoed `requestState`; the gateway
+checks the state's seal (HMAC with a key of this gateway run), answers the held provider requests,
+and the retry waits for the same provider call, which may ask again (another round) or finish.
+Held calls are bounded (limits.max_input_required_states) and end at the call's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.core import errors, jsonrpc
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.relay import (
+    INPUT_KEY,
+    RELAYED_METHODS,
+    RequestRelay,
+    client_params,
+    missing_capability,
+    refusal,
+)
+from gateway.telemetry.metrics import Metrics
+
+STATE_PREFIX = "mcpgw1"
+"""Marks a requestState this gateway issued; any other state belongs to the provider and passes through."""
+
+EXPIRY_GRACE_S = 1.0
+"""A held call outlives its deadline by this much, so the provider's own deadline error reaches a
+client that is waiting rather than an "expired" one."""
+
+MAX_KEY_CHARS = 128
+"""Longest input key a provider may name (INPUT_KEY); longer ones get a minted key."""
+
+NotificationSink = Callable[[JsonObject], None]
+ProviderCall = Callable[[RequestRelay, JsonObject, NotificationSink], Awaitable[JsonObject]]
+"""Starts the provider call with the params to forward; the relay takes its requests towards the
+client, the sink its request-tied notifications (both follow whichever client request waits now)."""
+
+
+def _state_error(message: str, reason: str) -> errors.RpcError:
+    return errors.RpcError(jsonrpc.INVALID_PARAMS, message, {"reason": reason})
+
+
+class StateSeal:
+    """Issues and checks requestState values: `mcpgw1.<run>.<call>.<round>.<hmac>`.
+
+    The key lives only in this process, so a state cannot be forged or altered, and a state from an
+    earlier run of the gateway is recognised as such (its run differs)."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+        self.run = secrets.token_hex(4)
+
+    def seal(self, call_id: int, round_number: int) -> str:
+        body = f"{STATE_PREFIX}.{self.run}.{call_id}.{round_number}"
+        return f"{body}.{self._mac(body)}"
+
+    @staticmethod
+    def owns(state: object) -> bool:
+        return isinstance(state, str) and state.startswith(f"{STATE_PREFIX}.")
+
+    def open(self, state: str) -> int:
+        """The call id sealed in `state`; RpcError -32602 when it was altered or is from another run."""
+        parts = state.split(".")
+        if len(parts) == 5 and parts[1] != self.run:
+            raise _state_error(
+                "requestState was issued by an earlier run of this gateway; send the request again without "
+                "requestState and inputResponses",
+                "expired",
+            )
+        body = ".".join(parts[:4])
+        if len(parts) != 5 or not hmac.compare_digest(parts[4], self._mac(body)) or not parts[2].isdigit():
+            raise _state_error("requestState failed its integrity check: it was altered or not issued here", "tampered")
+        return int(parts[2])
+
+    def _mac(self, body: str) -> str:
+        return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The client request now waiting on a call: what may be relayed to it and where its notifications go."""
+
+    capabilities: JsonObject
+    principal: tuple[str, str]
+    sink: NotificationSink | None = None
+    progress_token: Any = None
+
+
+@dataclass
+class Question:
+    """A provider request held until the client answers it in a retry."""
+
+    key: str
+    method: str
+    params: JsonObject | None
+    future: asyncio.Future[JsonObject]
+
+
+def _subject(method: str, params: JsonObject) -> Any:
+    """What a request is about (a tool or prompt name, a resource URI): a retry must name the same."""
+    return params.get("uri") if method == "resources/read" else params.get("name")
+
+
+class HeldCall:
+    """One provider call of a stateless-era client, from its first request to its final answer."""
+
+    def __init__(self, book: InputRequired, call_id: int, session: object, method: str, params: JsonObject) -> None:
+        self.book = book
+        self.call_id = call_id
+        self.session = session
+        self.method = method
+        self.subject = _subject(method, params)
+        self.caller: Caller | None = None
+        self.principal: tuple[str, str] | None = None
+        self.questions: dict[str, Question] = {}
+        self.offered: dict[str, JsonObject] = {}
+        self.minted: dict[str, int] = {}
+        self.round = 0
+        self.waiters = 0
+        self.held = False
+        self.deadline = 0.0
+        self.expiry: asyncio.TimerHandle | None = None
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[JsonObject] | None = None
+
+    # -- the provider's side (RequestRelay) ----------------------------------------------------
+
+    @property
+    def waiting(self) -> bool:
+        return self.waiters > 0
+
+    async def relay(self, method: str, params: JsonObject | None) -> JsonObject:
+        capabilities = self.caller.capabilities if self.caller is not None else {}
+        missing = missing_capability(capabilities, method, params)
+        if missing is not None:
+            raise refusal(method, f"the client did not declare the {missing} capability", "no_capability")
+        if len(self.questions) >= self.book.max_questions:
+            raise errors.RpcError(
+                jsonrpc.UNAVAILABLE,
+                f"Too many requests waiting on this client (limit {self.book.max_questions}, "
+                "limits.max_relayed_requests_per_client)",
+                {"reason": "relay_limit", "limit": self.book.max_questions},
+            )
+        key = self._key(method, params)
+        offered = self.offered.pop(key, None)
+        if offered is not None:
+            return offered  # the client answered before it was asked (a key it knew)
+        question = Question(key, method, client_params(params), asyncio.get_running_loop().create_future())
+        self.questions[key] = question
+        self.changed.set()
+        try:
+            return await question.future
+        finally:
+            if self.questions.get(key) is question:
+                del self.questions[key]
+
+    def emit(self, message: JsonObject) -> None:
+        """A notification tied to the call: to the client request waiting now, if any."""
+        caller = self.caller
+        if caller is None or caller.sink is None or not self.waiting:
+            return
+        if message.get("method") == "notifications/progress":
+            if caller.progress_token is None:
+                return
+            message = jsonrpc.notification(
+                "notifications/progress", {**(message.get("params") or {}), "progressToken": caller.progress_token}
+            )
+        caller.sink(message)
+
+    def _key(self, method: str, params: JsonObject | None) -> str:
+        meta = params.get("_meta") if params is not None else None
+        named = meta.get(INPUT_KEY) if isinstance(meta, dict) else None
+        if isinstance(named, str) and 0 < len(named) <= MAX_KEY_CHARS and named not in self.questions:
+            return named
+        kind = RELAYED_METHODS[method]
+        while True:
+            self.minted[kind] = self.minted.get(kind, 0) + 1
+            key = f"{kind}-{self.minted[kind]}"
+            if key not in self.questions:
+                return key
+
+    # -- the client's side ---------------------------------------------------------------------
+
+    def start(self, call: Awaitable[JsonObject], timeout_ms: int) -> None:
+        self.deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        self.task = asyncio.ensure_future(call)
+        self.task.add_done_callback(lambda _: self.changed.set())
+
+    async def serve(self, caller: Caller, responses: dict[str, JsonObject]) -> JsonObject:
+        """Wait, on behalf of one client request, for the call's answer or its next questions."""
+        self.caller = caller
+        self.principal = caller.principal
+        self._answer(responses)
+        self.waiters += 1
+        try:
+            return await self._outcome()
+        except asyncio.CancelledError:
+            if self.waiters == 1:
+                # Closing the stream is how a stateless-era client cancels: the call ends.
+                self.abandon("client disconnected")
+            raise
+        finally:
+            self.waiters -= 1
+
+    def _answer(self, responses: dict[str, JsonObject]) -> None:
+        self.offered = {}
+        for key, answer in responses.items():
+            question = self.questions.pop(key, None)
+            if question is not None and not question.future.done():
+                question.future.set_result(answer)
+            else:
+                # Not asked (yet): the provider may still ask it during this call. Keys nobody asks
+                # for are ignored (SEP-2322: unexpected inputResponses are not an error).
+                self.offered[key] = answer
+
+    async def _outcome(self) -> JsonObject:
+        task = self.task
+        assert task is not None
+        while True:
+            if task.done():
+                self.book.release(self)
+                return self._final(task)
+            if self.questions:
+                # A provider may ask several things at once: give the rest a moment to arrive, so
+                # they go out in one input_required result instead of one round each.
+                await asyncio.wait({task}, timeout=self.book.gather_s)
+                if task.done() or not self.questions:
+                    continue
+                return self.book.input_required(self)
+            self.changed.clear()
+            await self.changed.wait()
+
+    @staticmethod
+    def _final(task: asyncio.Task[JsonObject]) -> JsonObject:
+        if task.cancelled():
+            raise errors.RpcError(
+                jsonrpc.UNAVAILABLE,
+                "The call was abandoned before it finished (its deadline passed while it waited for input)",
+                {"reason": "expired"},
+            )
+        return task.result()
+
+    def abandon(self, why: str) -> None:
+        """End the call: the provider's call is cancelled, and it gets `why` for each request it holds."""
+        self.book.release(self)
+        if self.task is not None and not self.task.done():
+            self.task.cancel(why)
+
+
+class InputRequired:
+    """Every held stateless-era call of this gateway, and the seal of their request states."""
+
+    def __init__(self, limit: int, max_questions: int, gather_ms: int, metrics: Metrics) -> None:
+        self.limit = limit
+        self.max_questions = max_questions
+        self.gather_s = gather_ms / 1000
+        self.metrics = metrics
+        self.seal = StateSeal()
+        self.calls: dict[int, HeldCall] = {}
+        self._next_id = 0
+
+    async def serve(
+        self,
+        session: object,
+        method: str,
+        params: JsonObject,
+        caller: Caller,
+        timeout_ms: int,
+        call: ProviderCall,
+    ) -> JsonObject:
+        """Answer one stateless-era request that may ask its client for input (see the module docstring)."""
+        responses, state, forwarded = self._split(params)
+        if state is not None and self.seal.owns(state):
+            held = self._resume(state, session, method, params, caller)
+        else:
+            self._next_id += 1
+            held = HeldCall(self, self._next_id, session, method, params)
+            held.start(call(held, forwarded, held.emit), timeout_ms)
+        return await held.serve(caller, responses)
+
+    @staticmethod
+    def _split(params: JsonObject) -> tuple[dict[str, JsonObject], str | None, JsonObject]:
+        """(inputResponses, requestState, the params to forward); RpcError -32602 when malformed."""
+        state = params.get("requestState")
+        if "requestState" in params and not isinstance(state, str):
+            raise _state_error("requestState must be the string an input_required result carried", "malformed")
+        responses: dict[str, JsonObject] = {}
+        if "inputResponses" in params:
+            given = params["inputResponses"]
+            if not isinstance(given, dict):
+                raise _state_error(
+                    "inputResponses must be an object: each inputRequests key mapped to the client's result",
+                    "malformed",
+                )
+            for key, value in given.items():
+                if not isinstance(value, dict):
+                    raise _state_error(
+                        f"inputResponses[{key!r}] must be an object (the result of the request under that key)",
+                        "malformed",
+                    )
+            responses = given
+        if state is not None and not StateSeal.owns(state):
+            # Not ours: the provider issued it (a provider that answers input_required itself).
+            return {}, state, params
+        forwarded = {key: value for key, value in params.items() if key not in ("inputResponses", "requestState")}
+        return responses, state, forwarded
+
+    def _resume(self, state: str, session: object, method: str, params: JsonObject, caller: Caller) -> HeldCall:
+        held = self.calls.get(self.seal.open(state))
+        if held is None:
+            raise _state_error(
+                "requestState has expired: the call it continues finished or passed its deadline; send the "
+                "request again without requestState and inputResponses",
+                "expired",
+            )
+        if (
+            held.session is not session
+            or held.method != method
+            or held.subject != _subject(method, params)
+            or held.principal != caller.principal
+        ):
+            raise _state_error(
+                "requestState belongs to another request: retry the same method, name and arguments as the "
+                "caller that got it",
+                "mismatch",
+            )
+        return held
+
+    def input_required(self, held: HeldCall) -> JsonObject:
+        """Hold `held` (bounded) and build the input_required result asking its open questions."""
+        if not held.held:
+            if len(self.calls) >= self.limit:
+                self.metrics.limit_hit("max_input_required_states")
+                held.abandon("too many calls are waiting for client input (limits.max_input_required_states)")
+                raise errors.RpcError(
+                    jsonrpc.UNAVAILABLE,
+                    f"Too many calls are waiting for client input (limit {self.limit}, "
+                    "limits.max_input_required_states); try again later",
+                    {"reason": "input_required_limit", "limit": self.limit},
+                )
+            held.held = True
+            self.calls[held.call_id] = held
+            loop = asyncio.get_running_loop()
+            held.expiry = loop.call_at(
+                held.deadline + EXPIRY_GRACE_S, held.abandon, "the client did not send its inputResponses in time"
+            )
+            self.metrics.input_required_held.set(len(self.calls))
+        held.round += 1
+        requests: JsonObject = {}
+        for question in held.questions.values():
+            request: JsonObject = {"method": question.method}
+            if question.params is not None:
+                request["params"] = question.params
+            requests[question.key] = request
+        return {
+            "resultType": "input_required",
+            "inputRequests": requests,
+            "requestState": self.seal.seal(held.call_id, held.round),
+        }
+
+    def release(self, held: HeldCall) -> None:
+        """Stop holding `held` (it answered, was abandoned, or expired)."""
+        if self.calls.get(held.call_id) is held:
+            del self.calls[held.call_id]
+            self.metrics.input_required_held.set(len(self.calls))
+        if held.expiry is not None:
+            held.expiry.cancel()
+            held.expiry = None
+
+    def close(self) -> None:
+        """Gateway shutdown: every held call ends."""
+        for held in list(self.calls.values()):
+            held.abandon("the gateway is shutting down")

@@ -1,0 +1,226 @@
+"""A session-era client on one message channel: legacy HTTP+SSE and raw WebSocket clients.
+
+Streamable HTTP answers each request on its own HTTP exchange. These two transports instead carry
+the client's messages in one at a time (POSTs to `/<slot>/messages`, or text frames) and every
+message for the client out on one ordered stream (the SSE stream, or the socket): answers, the
+progress and log notifications of a request, list changes, resource updates, and requests a
+provider sends to the client. The channel is the session: it opens with the stream and ends when
+the stream closes, which cancels what the client still has in flight (its providers get
+notifications/cancelled).
+
+The outgoing stream is the session's `stream` queue: the core reaches the client with
+`session.deliver()` or the request's `ClientContext.sink`, and the server-to-client relay
+(gateway/core/relay.py) sends a provider's sampling, elicitation or roots request on it through the
+request's `ClientContext.requester`; the client's answer comes back through `receive()` like any
+other message and goes to `session.requests`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from gateway.core import jsonrpc
+from gateway.core.gateway import Gateway
+from gateway.core.jsonrpc import JsonObject, Kind
+from gateway.core.routing import SESSION, ClientContext, Target
+from gateway.core.sessions import ClientSession
+from gateway.core.streams import MessageQueue
+from gateway.northbound import session_era
+from gateway.northbound.http_io import Admission, Refusal
+
+Admit = Callable[[jsonrpc.Message], Refusal | None]
+"""The admission step (rate limits) bound to the request that opened the channel."""
+
+ResponseHandler = Callable[[ClientSession, jsonrpc.Message], None]
+"""Takes a client's answer to a request the gateway sent it (server-to-client relay)."""
+
+
+def bind_admission(admission: Admission | None, request: web.Request, target: Target) -> Admit | None:
+    """The admission step for every request on a channel: charged to the caller and the slot that
+    the request opening the channel (GET /<slot>/sse, the WebSocket upgrade) named."""
+    if admission is None:
+        return None
+    step = admission
+
+    def admit(message: jsonrpc.Message) -> Refusal | None:
+        return step(request, target, message)
+
+    return admit
+
+
+def _client_id(value: Any) -> Any:
+    """The id to answer an unusable message with: its own when valid, else null (JSON-RPC 2.0 §5)."""
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return None
+
+
+class ClientChannel:
+    """One client session whose messages all travel on one channel (see the module docstring)."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        target: Target,
+        session: ClientSession,
+        transport: str,
+        admit: Admit | None = None,
+        on_response: ResponseHandler | None = None,
+    ) -> None:
+        self.gateway = gateway
+        self.target = target
+        self.session = session
+        self.admit = admit
+        self.on_response = on_response
+        self.outbox = MessageQueue(gateway.config.limits.notification_queue)
+        session.stream = self.outbox
+        session.transport = transport
+        gateway.client_streams.add(self.outbox)
+        self.handshaken = False
+        """True once initialize was answered: requests other than ping wait for it."""
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.active: set[Any] = set()
+        """Ids of the client's requests not answered yet, held from the moment a request is read
+        (the session's in_flight map learns them only once their task runs)."""
+        self.closed = False
+
+    @property
+    def id(self) -> str:
+        return self.session.id
+
+    def send(self, message: JsonObject) -> None:
+        """Queue one message for the client (dropped once the channel is closed)."""
+        self.outbox.put(message)
+
+    def refuse(self, request_id: Any, code: int, text: str, data: Any = None) -> None:
+        self.send(jsonrpc.error_response(request_id, code, text, data))
+
+    # -- messages from the client -------------------------------------------------------------
+
+    def receive(self, message: jsonrpc.Message) -> None:
+        """Take one message from the client; everything it causes goes out on the outbox."""
+        if self.closed:
+            return
+        self.session.touch()
+        if message.kind is Kind.INVALID:
+            self.gateway.metrics.unparsable.labels("client").inc()
+            code = jsonrpc.PARSE_ERROR if message.body is None else jsonrpc.INVALID_REQUEST
+            self.refuse(_client_id(message.id), code, f"Invalid JSON-RPC: {message.problem}")
+            return
+        if message.kind is Kind.BATCH:
+            self.refuse(None, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are not supported; send one message at a time")
+            return
+        if message.kind is Kind.NOTIFICATION:
+            session_era.client_notification(self.session, message)
+            return
+        if message.kind is Kind.RESPONSE:
+            if self.on_response is not None:
+                self.on_response(self.session, message)
+            else:
+                # The client's answer to a request its provider sent it (gateway/core/relay.py).
+                self.session.requests.resolve(message.body)
+            return
+        self.request(message)
+
+    def request(self, message: jsonrpc.Message) -> None:
+        body: JsonObject = message.body
+        request_id = body["id"]
+        if self.admit is not None:
+            refusal = self.admit(message)
+            if refusal is not None:
+                self.send(refusal.error)
+                return
+        method = message.method
+        if method == "initialize":
+            self.initialize(body)
+            return
+        if method == "server/discover":
+            # A client probing for the stateless era falls back to initialize on any error.
+            self.refuse(
+                request_id,
+                jsonrpc.METHOD_NOT_FOUND,
+                "Method not found: server/discover; this endpoint speaks the session era, send initialize",
+            )
+            return
+        if not self.handshaken and method != "ping":
+            self.refuse(
+                request_id,
+                jsonrpc.INVALID_REQUEST,
+                f"Send initialize first: {method} is not answered before the session's initialize",
+            )
+            return
+        if request_id in self.active:
+            self.refuse(
+                request_id,
+                jsonrpc.INVALID_REQUEST,
+                f"Request id {request_id!r} is already in flight on this session; use a new id for each request",
+            )
+            return
+        crowded = session_era.too_many_pending(self.gateway, len(self.active), request_id)
+        if crowded is not None:
+            self.send(crowded)
+            return
+        self.active.add(request_id)
+        task = asyncio.get_running_loop().create_task(self.answer(body))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def initialize(self, body: JsonObject) -> None:
+        """Answer initialize from the gateway's cache; the provider session is the gateway's own."""
+        if self.handshaken:
+            self.refuse(
+                body["id"],
+                jsonrpc.INVALID_REQUEST,
+                "initialize was already answered on this session; open a new connection for a new session",
+            )
+            return
+        params = body.get("params")
+        params = params if isinstance(params, dict) else {}
+        result = self.target.initialize_result(params.get("protocolVersion"))
+        session = self.session
+        session.protocol_version = result["protocolVersion"]
+        client_info = params.get("clientInfo")
+        session.client_info = client_info if isinstance(client_info, dict) else {}
+        capabilities = params.get("capabilities")
+        session.capabilities = capabilities if isinstance(capabilities, dict) else {}
+        self.handshaken = True
+        self.send(jsonrpc.result_response(body["id"], result))
+
+    async def answer(self, body: JsonObject) -> None:
+        session = self.session
+        ctx = ClientContext(
+            era=SESSION,
+            protocol_version=session.protocol_version,
+            listener=session,
+            sink=self.send,
+            principal=session.principal,
+            client_capabilities=session.capabilities,
+            # Requests from the provider to this client go out on the channel, like everything else.
+            requester=session.requests.via(self.outbox.put),
+        )
+        try:
+            self.send(await session_era.run_request(session, self.target, ctx, body))
+        finally:
+            self.active.discard(body["id"])
+
+    # -- the end ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """End the session: stop its notifications, cancel its requests (upstream too)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.gateway.sessions.close(self.session.id)
+        self.outbox.close()
+        self.gateway.client_streams.discard(self.outbox)
+        tasks = list(self.tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*tasks, return_exceptions=True)

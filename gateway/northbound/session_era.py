@@ -1,0 +1,120 @@
+"""What every session-era way in does alike, whatever carries the messages.
+
+Streamable HTTP (`/<slot>/mcp` with `Mcp-Session-Id`), legacy HTTP+SSE and raw WebSocket clients all
+hold a ClientSession of the core: opened within the session limits, bound to the caller that opened
+it, told apart by the client's own request ids, and ended when the client goes. This module holds
+those rules once; the transports only move bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gateway.core import errors, jsonrpc
+from gateway.core.gateway import Gateway
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.principal import Principal
+from gateway.core.routing import ClientContext, Target
+from gateway.core.sessions import ClientSession, SessionLimitReached
+from gateway.northbound.http_io import Refusal
+
+
+def create_session(
+    gateway: Gateway,
+    target: Target,
+    principal: Principal,
+    request_id: Any,
+    how_to_end: str,
+    protocol_version: str,
+    client_info: Any = None,
+    capabilities: Any = None,
+) -> ClientSession | Refusal:
+    """A new session for `principal` on `target`, or the refusal naming the limit that stopped it.
+
+    `how_to_end` tells the caller how its transport ends a session it no longer uses."""
+    limits = gateway.config.limits
+    try:
+        return gateway.sessions.create(target, protocol_version, client_info, capabilities, principal=principal)
+    except SessionLimitReached as exc:
+        gateway.metrics.limit_hit(exc.limit)
+        if exc.limit == "max_sessions_per_principal":
+            # The caller's own quota (others still get sessions): 429, like a rate limit, but
+            # without Retry-After; sessions free up when their owner ends them or they idle out.
+            return Refusal(
+                429,
+                jsonrpc.error_response(
+                    request_id,
+                    jsonrpc.UNAVAILABLE,
+                    f'Too many sessions for "{exc.principal}" (limit {exc.value}, '
+                    f"limits.max_sessions_per_principal); {how_to_end}, or wait: idle ones expire after "
+                    f"{limits.session_idle_timeout_s:g} s",
+                    {"reason": "session_limit", "limit": "max_sessions_per_principal", "value": exc.value},
+                ),
+            )
+        return Refusal(
+            503,
+            jsonrpc.error_response(
+                request_id,
+                jsonrpc.UNAVAILABLE,
+                f"Too many client sessions (limit {limits.max_sessions}); {how_to_end}, or raise limits.max_sessions",
+                {"reason": "session_limit", "limit": "max_sessions", "value": exc.value},
+            ),
+        )
+
+
+def owner_mismatch(session: ClientSession, principal: Principal, gateway: Gateway) -> bool:
+    """True when `principal` is not the caller that opened `session`. A session id is not a
+    credential: knowing another caller's id opens nothing (counted as an authentication failure)."""
+    if session.principal.key == principal.key:
+        return False
+    gateway.metrics.auth_failures.labels("session_owner").inc()
+    return True
+
+
+OWNER_MISMATCH = "This session belongs to another caller. Open a session of your own."
+
+
+def client_notification(session: ClientSession, message: jsonrpc.Message) -> None:
+    """A notification from the client: `initialized` marks the session, `cancelled` cancels the
+    named request (its provider gets notifications/cancelled). Others (roots/list_changed, progress
+    of client work) have no receiver behind a gateway-owned provider session; they are dropped."""
+    method = message.method
+    if method == "notifications/initialized":
+        session.initialized = True
+    elif method == "notifications/cancelled":
+        request_id = (message.params or {}).get("requestId")
+        session.cancel(request_id)
+
+
+def too_many_pending(gateway: Gateway, in_flight: int, request_id: Any) -> JsonObject | None:
+    """The error for a request over limits.max_pending_per_client while the session has `in_flight`
+    requests unanswered, or None when it may run."""
+    limit = gateway.config.limits.max_pending_per_client
+    if in_flight < limit:
+        return None
+    gateway.metrics.limit_hit("max_pending_per_client")
+    return errors.too_many_pending("this client session", limit).response(request_id)
+
+
+async def run_request(session: ClientSession, target: Target, ctx: ClientContext, body: JsonObject) -> JsonObject:
+    """Answer one request of `session`, always with a response carrying the client's id.
+
+    The work runs as its own task, registered in the session under the client's id: the client's
+    notifications/cancelled (or its session ending) cancels only the work, and the request is still
+    answered, with "Request cancelled" as the SDK's own servers send it. Cancelling the caller of
+    this function (the client went away) passes the cancellation on to the work, and raises."""
+    request_id = body.get("id")
+    work = asyncio.ensure_future(target.handle(ctx, body))
+    session.in_flight[request_id] = work
+    caller = asyncio.current_task()
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if work.cancelled() and caller is not None and not caller.cancelling():
+            return jsonrpc.error_response(request_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled")
+        raise
+    finally:
+        if session.in_flight.get(request_id) is work:
+            del session.in_flight[request_id]
+            session.touch()

@@ -1,0 +1,159 @@
+"""Legacy HTTP+SSE for clients (the MCP 2024-11-05 transport): `GET /<slot>/sse`, `POST /<slot>/messages`.
+
+`GET /<slot>/sse` opens the session and its stream. The first event tells the client where to post:
+
+    event: endpoint
+    data: /<percent-encoded slot>/messages?sessionId=<id>
+
+and every message for the session follows as `event: message` (answers, notifications, requests a
+provider sends the client), with `: keepalive` comments in quiet times (limits.sse_keepalive_s).
+`POST /<slot>/messages?sessionId=<id>` takes one JSON-RPC message and answers 202 Accepted at once;
+what the message causes comes on the stream. The session ends when its stream closes.
+
+Refusals of the POST itself are HTTP: a missing sessionId is 400, an unknown or ended session 404
+(JSON-RPC -32600 body, as Streamable HTTP answers an unknown Mcp-Session-Id; mcp-broker answers 400
+text/plain "Unknown or expired session"), a session of another caller 403, a body over
+limits.max_body_bytes 413, a body that is not one JSON-RPC message 400. Refusals of a request inside
+an accepted POST (rate limit -32029, too many in flight, initialize not sent yet) are its JSON-RPC
+answer on the stream, so an SDK client sees them as the request's error.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import quote
+
+from aiohttp import web
+
+from gateway.core import jsonrpc
+from gateway.core.gateway import Gateway
+from gateway.core.names import SlotNameError, decode_path_segment
+from gateway.core.routing import Target
+from gateway.core.slots import SlotRefused
+from gateway.core.versions import DEFAULT_HEADERLESS_VERSION
+from gateway.northbound import event_stream, http_io, session_era
+from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
+from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal, http_error, rpc_error
+from gateway.northbound.streamable_http import accepts
+from gateway.policy.request_principal import request_principal
+
+log = logging.getLogger("gateway.northbound.sse")
+
+STREAM_SEGMENT = "sse"
+MESSAGES_SEGMENT = "messages"
+SESSION_PARAM = "sessionId"
+TRANSPORT = "sse"
+HOW_TO_END = "close SSE streams you no longer use"
+
+
+def endpoint_event(slot: str, session_id: str) -> bytes:
+    """The first event of a stream: where this session's messages are posted (a path on this host)."""
+    path = f"/{quote(slot, safe='')}/{MESSAGES_SEGMENT}?{SESSION_PARAM}={session_id}"
+    return b"event: endpoint\ndata: " + path.encode() + b"\n\n"
+
+
+class LegacySseEndpoint:
+    def __init__(
+        self,
+        gateway: Gateway,
+        admission: Admission | None = None,
+        on_response: ResponseHandler | None = None,
+    ) -> None:
+        self.gateway = gateway
+        self.limits = gateway.config.limits
+        self.admission = admission
+        self.on_response = on_response
+        self.channels: dict[str, ClientChannel] = {}
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.route("*", "/{slot}/" + STREAM_SEGMENT, self.stream),
+            web.route("*", "/{slot}/" + MESSAGES_SEGMENT, self.message),
+        ]
+
+    def resolve(self, request: web.Request) -> tuple[str, Target] | web.Response:
+        """The slot the path names and what answers it, or the HTTP refusal."""
+        segment = request.rel_url.raw_path.split("/")[1]
+        if segment == WELL_KNOWN_SEGMENT:
+            return http_error(404, "not_found", NO_SUCH_ENDPOINT)
+        name = decode_path_segment(segment)
+        try:
+            return name, self.gateway.target(name)
+        except SlotNameError as exc:
+            return http_error(404, "unknown_slot", str(exc))
+        except SlotRefused as exc:
+            return http_error(404 if exc.kind == "undeclared" else 503, "slot_refused", exc.reason)
+
+    # -- GET /<slot>/sse ------------------------------------------------------------------------
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        if request.method != "GET":
+            return web.Response(status=405, headers={"Allow": "GET"})
+        resolved = self.resolve(request)
+        if isinstance(resolved, web.Response):
+            return resolved
+        slot, target = resolved
+        _, sse_ok = accepts(request)
+        if not sse_ok:
+            return http_error(406, "not_acceptable", f"/{STREAM_SEGMENT} is a text/event-stream; accept it")
+        session = session_era.create_session(
+            self.gateway, target, request_principal(request), None, HOW_TO_END, DEFAULT_HEADERLESS_VERSION
+        )
+        if isinstance(session, Refusal):
+            return session.response()
+        admit = bind_admission(self.admission, request, target)
+        channel = ClientChannel(self.gateway, target, session, TRANSPORT, admit, self.on_response)
+        self.channels[channel.id] = channel
+        metrics = self.gateway.metrics.streams.labels(TRANSPORT)
+        metrics.inc()
+        response = web.StreamResponse()
+        try:
+            response = await event_stream.open_stream(request)
+            await response.write(endpoint_event(slot, channel.id))
+            await event_stream.pump(response, channel.outbox, self.limits.sse_keepalive_s)
+            if channel.outbox.overflowed:
+                self.gateway.metrics.stream_overflows.labels(TRANSPORT).inc()
+                self.gateway.metrics.limit_hit("notification_queue")
+            await response.write_eof()
+        except ConnectionError:
+            log.debug("SSE client of session %s... went away", channel.id[:6])
+        finally:
+            # The stream is the session: closed by the client, cut by the network (a keepalive
+            # write fails), or ended by the gateway (shutdown, the client fell too far behind).
+            metrics.dec()
+            self.channels.pop(channel.id, None)
+            await channel.close()
+        return response
+
+    # -- POST /<slot>/messages?sessionId= -------------------------------------------------------
+
+    async def message(self, request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return web.Response(status=405, headers={"Allow": "POST"})
+        resolved = self.resolve(request)
+        if isinstance(resolved, web.Response):
+            return resolved
+        slot, target = resolved
+        session_id = request.rel_url.query.get(SESSION_PARAM)
+        if not session_id:
+            return rpc_error(
+                400,
+                jsonrpc.INVALID_REQUEST,
+                f"Missing {SESSION_PARAM} query parameter: open GET /{quote(slot, safe='')}/{STREAM_SEGMENT} "
+                "and post to the endpoint its first event names",
+            )
+        channel = self.channels.get(session_id)
+        if channel is None or channel.target is not target:
+            return rpc_error(
+                404,
+                jsonrpc.INVALID_REQUEST,
+                f"Unknown or expired session: its SSE stream is closed; open GET /{quote(slot, safe='')}/"
+                f"{STREAM_SEGMENT} for a new one",
+            )
+        if session_era.owner_mismatch(channel.session, request_principal(request), self.gateway):
+            return http_error(403, "forbidden", session_era.OWNER_MISMATCH)
+        message = await http_io.read_message(request, self.limits, self.gateway.metrics)
+        if isinstance(message, web.Response):
+            return message
+        channel.receive(message)
+        return web.Response(status=202)

@@ -1,0 +1,152 @@
+"""Raw WebSocket clients at `ws[s]://HOST:PORT/<slot>`: one JSON-RPC message per text frame.
+
+The socket is one session-era session (gateway/northbound/channel.py): the client sends initialize
+first and the gateway answers it from the provider's cached description; every answer carries the
+client's own id; the slot's notifications, and the progress and log notifications of the client's
+requests, are pushed on the socket. Closing the socket ends the session and cancels what is still in
+flight (providers get notifications/cancelled).
+
+The upgrade request passes the entry gate like every request (Origin/Host, client authentication,
+the slot's required scopes); a slot nobody may use, or a session limit, is refused with an HTTP
+answer before the upgrade. After it: a frame over limits.max_frame_bytes closes with 1009, bad JSON
+is answered with a JSON-RPC parse error (id null), a batch with -32600, a rate-limited request with
+its -32029 answer. Binary frames are read as UTF-8 text, as mcp-broker does.
+
+Route: `/<slot>` is a catch-all for one-segment paths, so it never sees the gateway's own one-segment
+routes (/healthz, /readyz, /metrics, /provider, /providers, /mcp, /groups, /mcp-servers): slots with
+those names are reachable over Streamable HTTP and SSE, but not over a raw WebSocket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import orjson
+from aiohttp import WSMsgType, web
+
+from gateway.core import jsonrpc
+from gateway.core.gateway import Gateway
+from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TOO_BIG, close_reason
+from gateway.core.names import SlotNameError, decode_path_segment
+from gateway.core.routing import Target
+from gateway.core.slots import SlotRefused
+from gateway.core.versions import DEFAULT_HEADERLESS_VERSION
+from gateway.northbound import session_era
+from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
+from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal, http_error
+from gateway.policy.request_principal import request_principal
+
+log = logging.getLogger("gateway.northbound.websocket")
+
+TRANSPORT = "websocket"
+SUBPROTOCOL = "mcp"
+"""Echoed when a client asks for it (a browser closes a socket whose asked-for protocol is not echoed)."""
+HOW_TO_END = "close WebSocket connections you no longer use"
+WRITER_GRACE_S = 2.0
+
+
+def is_upgrade(request: web.Request) -> bool:
+    return request.method == "GET" and request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+class ClientWebSockets:
+    def __init__(
+        self,
+        gateway: Gateway,
+        admission: Admission | None = None,
+        on_response: ResponseHandler | None = None,
+    ) -> None:
+        self.gateway = gateway
+        self.limits = gateway.config.limits
+        self.admission = admission
+        self.on_response = on_response
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.route("*", "/{slot}", self.handle)]
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if not is_upgrade(request):
+            return http_error(404, "not_found", NO_SUCH_ENDPOINT)
+        name = decode_path_segment(request.rel_url.raw_path[1:])
+        try:
+            target = self.gateway.target(name)
+        except SlotNameError as exc:
+            return http_error(404, "unknown_slot", str(exc))
+        except SlotRefused as exc:
+            return http_error(404 if exc.kind == "undeclared" else 503, "slot_refused", exc.reason)
+        return await self.serve(request, target)
+
+    async def serve(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """One client socket on `target` (a slot, `_all`, `_broker`, or any other target a route names)."""
+        ws = web.WebSocketResponse(
+            max_msg_size=self.limits.max_frame_bytes,
+            heartbeat=self.limits.sse_keepalive_s,
+            protocols=(SUBPROTOCOL,),
+            decode_text=False,
+            compress=False,
+        )
+        if not ws.can_prepare(request).ok:
+            return http_error(400, "bad_upgrade", "Not a valid WebSocket upgrade request (RFC 6455 handshake)")
+        session = session_era.create_session(
+            self.gateway, target, request_principal(request), None, HOW_TO_END, DEFAULT_HEADERLESS_VERSION
+        )
+        if isinstance(session, Refusal):
+            return session.response()
+        admit = bind_admission(self.admission, request, target)
+        channel = ClientChannel(self.gateway, target, session, TRANSPORT, admit, self.on_response)
+        metrics = self.gateway.metrics.streams.labels(TRANSPORT)
+        metrics.inc()
+        writer: asyncio.Task[None] | None = None
+        try:
+            await ws.prepare(request)
+            writer = asyncio.get_running_loop().create_task(self.write_loop(ws, channel))
+            async for msg in ws:
+                if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    channel.receive(jsonrpc.parse(msg.data))
+                elif msg.type is WSMsgType.ERROR:
+                    # aiohttp has closed the socket already (1009 for a frame over max_msg_size).
+                    if getattr(msg.data, "code", None) == CLOSE_TOO_BIG:
+                        self.gateway.metrics.limit_hit("max_frame_bytes")
+                    log.debug("client socket of session %s... closed: %s", channel.id[:6], msg.data)
+                    break
+        finally:
+            metrics.dec()
+            await channel.close()
+            if writer is not None:
+                # Closing the channel closed its outbox, so the writer ends by itself once it has
+                # finished a close handshake it started; only a peer that stopped reading keeps it.
+                await asyncio.wait({writer}, timeout=WRITER_GRACE_S)
+                writer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await writer
+            if not ws.closed and ws.prepared:
+                with contextlib.suppress(Exception):
+                    await ws.close()
+        return ws
+
+    async def write_loop(self, ws: web.WebSocketResponse, channel: ClientChannel) -> None:
+        """Send the session's messages in order; when the gateway ends the session, close the socket
+        with a reason (the client fell too far behind, or the gateway is shutting down)."""
+        outbox = channel.outbox
+        try:
+            while (message := await outbox.get()) is not None:
+                await ws.send_frame(orjson.dumps(message), WSMsgType.TEXT)
+        except ConnectionError:
+            return
+        if channel.closed or ws.closed:
+            return
+        if outbox.overflowed:
+            self.gateway.metrics.stream_overflows.labels(TRANSPORT).inc()
+            self.gateway.metrics.limit_hit("notification_queue")
+            code, reason = (
+                CLOSE_POLICY,
+                f"Client too slow: more than {outbox.limit} messages waiting (limits.notification_queue)",
+            )
+        elif not self.gateway.listening:
+            code, reason = CLOSE_GOING_AWAY, "Gateway shutting down"
+        else:
+            code, reason = CLOSE_GOING_AWAY, "Session ended by the gateway"
+        with contextlib.suppress(Exception):
+            await ws.close(code=code, message=close_reason(reason).encode())

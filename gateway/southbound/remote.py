@@ -1,0 +1,366 @@
+"""Remote upstreams: configured MCP servers reached over HTTP, each kept attached to its own slot.
+
+One `RemoteUpstream` per `[[upstreams.remote]]` entry owns that slot (no board may claim it) and
+loops: reach the server and pick the era (transport "auto": probe `server/discover` and fall back to
+`initialize` by the SDK's rules; "streamable-http": the session era; "sse": the legacy transport),
+attach a link, serve until the link ends, then wait a jittered, doubling back-off and connect again.
+A server that cannot be reached or refuses the gateway's credentials is never attached: its clients
+get `Provider "<name>" not connected`, and provider_status ("upstream") and diagnose
+(`upstream.unreachable`, `upstream.auth_failed`) say why and when the next attempt is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from gateway import __version__
+from gateway.config import RemoteUpstreamConfig
+from gateway.core import jsonrpc
+from gateway.core.backoff import Backoff
+from gateway.core.gateway import Gateway
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.link import CLOSE_GOING_AWAY
+from gateway.core.slots import SlotRefused
+from gateway.core.status import iso
+from gateway.policy.ssrf import GuardedResolver, UpstreamPlace, resolve_place
+from gateway.southbound.remote_auth import (
+    ClientCredentials,
+    Credentials,
+    StaticCredentials,
+    UpstreamAuthFailed,
+    UpstreamError,
+    UpstreamUnreachable,
+)
+from gateway.southbound.remote_http import MAX_ERROR_BODY, RemoteHttp, tls_context
+from gateway.southbound.remote_link import RemoteLink
+from gateway.southbound.remote_sse import LegacySseLink
+from gateway.southbound.remote_streamable import GATEWAY_INFO, StreamableHttpLink, content_type
+from gateway.southbound.remote_wire import (
+    ACCEPT_BOTH,
+    ERA_SESSION,
+    ERA_STATELESS,
+    METHOD,
+    PROTOCOL_VERSION,
+    discover_verdict,
+    envelope,
+    public_url,
+    snippet,
+    stateless_request,
+)
+from gateway.southbound.sse_events import SseTooLarge, read_events
+
+log = logging.getLogger("gateway.remote")
+
+USER_AGENT = {"User-Agent": f"mcp-gateway/{__version__}"}
+
+
+class UpstreamIncompatible(UpstreamError):
+    state = "incompatible"
+
+
+class RemoteUpstream:
+    """Keeps one configured remote MCP server attached to the slot named after it."""
+
+    kind = "remote upstream"
+
+    def __init__(self, config: RemoteUpstreamConfig, gateway: Gateway) -> None:
+        self.config = config
+        self.name = config.name
+        self.gateway = gateway
+        self.request_timeout_ms = config.request_timeout_ms
+        self.backoff = Backoff(config.reconnect_initial_s, config.reconnect_max_s)
+        self.state = "idle"  # idle -> connecting -> connected -> unreachable|auth_failed|... -> connecting ...
+        self.era: str | None = None
+        self.link: RemoteLink | None = None
+        self.last_link: RemoteLink | None = None
+        self.attempts = 0
+        self.connects = 0
+        self.failures = 0
+        self.last_error = ""
+        self.last_error_at: float | None = None
+        self.connected_since: float | None = None
+        self.place = UpstreamPlace()
+        self.credentials: Credentials = StaticCredentials(config)
+        self.http: RemoteHttp | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._guarded: aiohttp.ClientSession | None = None
+        self._retry_at: float | None = None
+        self._attempting = False
+        self._stopping = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        gateway.registry.manage(config.name, self)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        config = self.config
+        limits = self.gateway.config.limits
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=config.connect_timeout_s, sock_connect=config.connect_timeout_s
+        )
+        connector = aiohttp.TCPConnector(ssl=tls_context(config.ca_file), limit=limits.max_pending_per_slot + 8)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=USER_AGENT)
+        if config.oauth_client_credentials is not None:
+            self.credentials = ClientCredentials(
+                config.oauth_client_credentials,
+                config.url,
+                self._session,
+                self._guarded_session,
+                lambda: self.place,
+                config.connect_timeout_s,
+            )
+        self.http = RemoteHttp(self.name, self._session, self.credentials)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _guarded_session(self) -> aiohttp.ClientSession:
+        """For URLs learned from the upstream: every resolved address passes the SSRF guard."""
+        if self._guarded is None:
+            connector = aiohttp.TCPConnector(ssl=tls_context(self.config.ca_file), resolver=GuardedResolver(self.place))
+            self._guarded = aiohttp.ClientSession(connector=connector, headers=USER_AGENT)
+        return self._guarded
+
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def halt(self) -> None:
+        """No more attempts (shutdown has begun); the core closes a live link itself."""
+        self._stopping = True
+        self._wake.set()
+
+    async def stop(self) -> None:
+        self.halt()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        link = self.link
+        if link is not None and not link.ending():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(link.close(CLOSE_GOING_AWAY, "Gateway shutting down"), 2.0)
+        for session in (self._session, self._guarded):
+            if session is not None:
+                await session.close()
+        self.state = "stopped"
+
+    async def _run(self) -> None:
+        while not self.stopping():
+            initialized = await self._attempt()
+            if self.stopping():
+                break
+            if initialized:
+                self.backoff.reset()
+            delay = self.backoff.next_delay()
+            self._retry_at = time.monotonic() + delay
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+            self._retry_at = None
+
+    async def _attempt(self) -> bool:
+        """Reach the server, attach, serve until the link ends; True when the handshake had completed."""
+        self.attempts += 1
+        if not self.failures:
+            # After a failure the state keeps naming it (auth_failed, unreachable) until an attempt
+            # succeeds, so status and diagnose do not flicker to "connecting" on every retry.
+            self.state = "connecting"
+        self._attempting = True
+        link: RemoteLink | None = None
+        try:
+            link = await self._connect()
+            session = await self.gateway.registry.attach(self.name, link, aggregate=self.config.aggregate, manager=self)
+        except UpstreamError as exc:
+            if link is not None:
+                await link.close(CLOSE_GOING_AWAY, str(exc))
+            self._failed(exc.state, str(exc))
+            return False
+        except SlotRefused as exc:
+            if link is not None:
+                await link.close(CLOSE_GOING_AWAY, exc.reason)
+            self._failed("refused", exc.reason)
+            return False
+        finally:
+            self._attempting = False
+        link.bind(session)
+        self.link = self.last_link = link
+        self.state = "connected"
+        self.connects += 1
+        self.connected_since = time.time()
+        if self.failures:
+            log.info("remote upstream %s reachable again", self.name, extra={"slot": self.name})
+        self.failures = 0
+        await link.ended.wait()
+        self.link = None
+        self.connected_since = None
+        initialized = session.init_result is not None
+        error = link.end_error
+        if error is not None:
+            self._failed(error.state, str(error))
+        elif session.last_error:
+            self._failed("disconnected", session.last_error)
+        else:
+            self.state = "disconnected"
+            self.last_error = link.end_reason or session.close_reason
+            self.last_error_at = time.time()
+        return initialized
+
+    def _failed(self, state: str, message: str) -> None:
+        self.state = state
+        self.failures += 1
+        self.last_error = message
+        self.last_error_at = time.time()
+        if self.failures == 1:
+            log.warning("remote upstream %s: %s: %s", self.name, state, message, extra={"slot": self.name})
+
+    # -- reaching the server ------------------------------------------------------------------
+
+    async def _connect(self) -> RemoteLink:
+        config = self.config
+        assert self.http is not None
+        self.place = await resolve_place(urlsplit(config.url).hostname or "")
+        limits = self.gateway.config.limits
+        max_event_bytes = limits.max_frame_bytes
+        timeout_s = config.connect_timeout_s
+        if config.transport == "sse":
+            self.era = None
+            sse = LegacySseLink(self.name, config.url, self.http, max_event_bytes=max_event_bytes, timeout_s=timeout_s)
+            await sse.open()
+            self.era = "legacy-sse"
+            return sse
+        discovered = await self._discover() if config.transport == "auto" else None
+        if discovered is None:
+            if config.transport != "auto":
+                await self._preflight()
+            self.era = ERA_SESSION
+        else:
+            self.era = ERA_STATELESS
+        return StreamableHttpLink(
+            self.name,
+            config.url,
+            self.http,
+            era=self.era,
+            discovered=discovered,
+            stream_retry_max_s=config.reconnect_max_s,
+            tools_poll_s=config.tools_poll_s,
+            max_event_bytes=max_event_bytes,
+            timeout_s=timeout_s,
+        )
+
+    async def _discover(self) -> JsonObject | None:
+        """Probe server/discover: its result when the server speaks 2026-07-28, None to fall back to initialize."""
+        assert self.http is not None
+        message = {"jsonrpc": "2.0", "id": "gw-discover", "method": "server/discover", "params": {}}
+        body = stateless_request(message, envelope({}, dict(GATEWAY_INFO), None))
+        headers = {
+            "Accept": ACCEPT_BOTH,
+            "Content-Type": "application/json",
+            PROTOCOL_VERSION: ERA_STATELESS,
+            METHOD: "server/discover",
+        }
+        timeout = aiohttp.ClientTimeout(total=self.config.connect_timeout_s)
+        response = await self.http.open("POST", self.config.url, headers, jsonrpc.dumps(body), timeout)
+        try:
+            if response.status == 403:
+                raise UpstreamAuthFailed(f"{public_url(self.config.url)} answered HTTP 403 to the gateway's credential")
+            reply: JsonObject | None = None
+            try:
+                if content_type(response) == "text/event-stream" and response.status == 200:
+                    async for event in read_events(response.content.iter_any(), 1_048_576):
+                        parsed = jsonrpc.parse(event.data) if event.data else None
+                        if parsed is not None and parsed.kind is jsonrpc.Kind.RESPONSE:
+                            reply = parsed.body
+                            break
+                else:
+                    parsed = jsonrpc.parse(await response.content.read(1_048_576))
+                    reply = parsed.body if parsed.kind is jsonrpc.Kind.RESPONSE else None
+            except (aiohttp.ClientError, TimeoutError, SseTooLarge):
+                reply = None
+        finally:
+            response.release()
+        if reply is None:
+            return None
+        try:
+            return discover_verdict(reply)
+        except ValueError as exc:
+            raise UpstreamIncompatible(f"{public_url(self.config.url)}: {exc}") from exc
+
+    async def _preflight(self) -> None:
+        """Session era: prove the server is reachable and takes the credential before attaching
+        (a GET without a session changes nothing on the server; any answer but 401/403 will do)."""
+        assert self.http is not None
+        timeout = aiohttp.ClientTimeout(total=self.config.connect_timeout_s)
+        response = await self.http.open("GET", self.config.url, {"Accept": "text/event-stream"}, None, timeout)
+        try:
+            if response.status == 403:
+                detail = snippet(await response.content.read(MAX_ERROR_BODY))
+                raise UpstreamAuthFailed(f"{public_url(self.config.url)} answered HTTP 403 {detail}".rstrip())
+        finally:
+            response.release()
+
+    # -- status -------------------------------------------------------------------------------
+
+    def credential_status(self) -> JsonObject:
+        return self.credentials.status()
+
+    def status_extra(self) -> JsonObject:
+        config = self.config
+        link = self.link or self.last_link
+        extra = link.status_extra() if link is not None else {}
+        retry_in = max(self._retry_at - time.monotonic(), 0.0) if self._retry_at is not None else None
+        status: JsonObject = {
+            "kind": "remote",
+            "state": self.state,
+            "url": public_url(config.url),
+            "transport": config.transport,
+            "era": self.era,
+            "protocol_version": extra.get("protocol_version"),
+            "session": bool(extra.get("session")) if self.link is not None else False,
+            "get_stream": extra.get("get_stream") if self.link is not None else None,
+            "listen": extra.get("listen") if self.link is not None else None,
+            "stream_opens": extra.get("stream_opens", 0),
+            "stream_drops": extra.get("stream_drops", 0),
+            "last_stream_error": extra.get("last_stream_error"),
+            "reinitializes": extra.get("reinitializes", 0),
+            "attempts": self.attempts,
+            "connects": self.connects,
+            "reconnects": max(self.connects - 1, 0),
+            "failures_in_a_row": self.failures,
+            "last_error": self.last_error or None,
+            "last_error_at": iso(self.last_error_at),
+            "connected_since": iso(self.connected_since),
+            "next_attempt_in_s": round(retry_in, 3) if retry_in is not None else None,
+            "attempt_in_progress": self._attempting,
+            "reconnect_initial_s": config.reconnect_initial_s,
+            "reconnect_max_s": config.reconnect_max_s,
+            "credential": self.credential_status(),
+            "auth_retries": self.http.auth_retries if self.http is not None else 0,
+        }
+        if "endpoint" in extra:
+            status["endpoint"] = extra["endpoint"]
+        return status
+
+
+class RemoteUpstreams:
+    """Every configured remote upstream; the composition root starts them once the listener is up."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.upstreams = [RemoteUpstream(config, gateway) for config in gateway.config.upstreams.remote]
+
+    def start(self) -> None:
+        for upstream in self.upstreams:
+            upstream.start()
+
+    def halt(self) -> None:
+        for upstream in self.upstreams:
+            upstream.halt()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(upstream.stop() for upstream in self.upstreams))
+
+
+__all__ = ["RemoteUpstream", "RemoteUpstreams", "UpstreamAuthFailed", "UpstreamIncompatible", "UpstreamUnreachable"]

@@ -1,0 +1,278 @@
+"""The gateway's own credentials for a remote upstream: a static header, or an OAuth client-credentials token.
+
+A client's token never goes upstream: the link builds every request's headers from scratch, and the
+only credential on them comes from here. An OAuth token is fetched before first use, kept until
+shortly before it expires (refreshed early), and fetched again once when the upstream answers 401.
+With no token_url configured, the token endpoint is discovered from the upstream's metadata
+(RFC 9728, then RFC 8414 or OpenID discovery); every URL learned that way passes the SSRF guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, Protocol
+from urllib.parse import quote_plus, urlsplit
+
+import aiohttp
+import orjson
+
+from gateway.config import RemoteOAuthConfig, RemoteUpstreamConfig
+from gateway.core.jsonrpc import JsonObject
+from gateway.policy.ssrf import UpstreamPlace, learned_url_refusal, origin_of
+from gateway.southbound.remote_wire import public_url, snippet, www_authenticate_params
+
+log = logging.getLogger("gateway.remote")
+
+MAX_METADATA_BYTES = 65_536
+REFRESH_MARGIN_MAX_S = 60.0
+REFRESH_MARGIN_SHARE = 0.2
+"""A token is refreshed when less than min(60 s, 20% of its lifetime) is left."""
+
+
+class UpstreamError(Exception):
+    """The remote upstream cannot be used now; `state` names why for status and diagnose."""
+
+    state = "unreachable"
+
+
+class UpstreamUnreachable(UpstreamError):
+    state = "unreachable"
+
+
+class UpstreamAuthFailed(UpstreamError):
+    state = "auth_failed"
+
+
+class UpstreamDropped(UpstreamError):
+    """The connection broke during one exchange (the server may still be up): that request fails, the link stays."""
+
+
+class Credentials(Protocol):
+    kind: str
+
+    async def headers(self) -> dict[str, str]:
+        """The credential headers for the next request (fetching a token first when needed)."""
+        ...
+
+    async def rejected(self, challenge: str | None) -> bool:
+        """The upstream answered 401: True when a fresh credential is ready and one retry makes sense."""
+        ...
+
+    def status(self) -> JsonObject: ...
+
+
+class StaticCredentials:
+    """Headers from the configuration (secret + header_name, or headers_file), or none at all."""
+
+    def __init__(self, config: RemoteUpstreamConfig) -> None:
+        self._headers = config.static_headers
+        self.kind = "static header" if self._headers else "none"
+
+    async def headers(self) -> dict[str, str]:
+        return {name: value.get_secret_value() for name, value in self._headers.items()}
+
+    async def rejected(self, challenge: str | None) -> bool:
+        return False  # the same header would be refused again
+
+    def status(self) -> JsonObject:
+        return {"kind": self.kind, "headers": sorted(self._headers)}
+
+
+def _basic(client_id: str, secret: str) -> str:
+    # RFC 6749 §2.3.1: both parts are form-urlencoded before they are joined and base64-encoded.
+    raw = f"{quote_plus(client_id)}:{quote_plus(secret)}".encode()
+    return "Basic " + base64.b64encode(raw).decode("ascii")
+
+
+async def _read_json(response: aiohttp.ClientResponse, what: str) -> Any:
+    body = await response.content.read(MAX_METADATA_BYTES + 1)
+    if len(body) > MAX_METADATA_BYTES:
+        raise UpstreamAuthFailed(f"{what} is larger than {MAX_METADATA_BYTES} bytes")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise UpstreamAuthFailed(f"{what} is not JSON: {snippet(body)}") from None
+
+
+class ClientCredentials:
+    """OAuth 2.0 client credentials grant (RFC 6749 §4.4) with an early-refreshed cached token."""
+
+    kind = "oauth client credentials"
+
+    def __init__(
+        self,
+        config: RemoteOAuthConfig,
+        upstream_url: str,
+        http: aiohttp.ClientSession,
+        guarded_http: Callable[[], Awaitable[aiohttp.ClientSession]],
+        place: Callable[[], UpstreamPlace],
+        timeout_s: float,
+    ) -> None:
+        self.config = config
+        self.upstream_url = upstream_url
+        self.http = http
+        self.guarded_http = guarded_http
+        self.place = place
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.token_url = config.token_url
+        self.token_url_learned = False
+        self.token: str | None = None
+        self.expires_at: float | None = None
+        self.refresh_at: float | None = None
+        self.fetches = 0
+        self.last_error = ""
+        self._lock = asyncio.Lock()
+
+    def _fresh(self) -> bool:
+        return self.token is not None and (self.refresh_at is None or time.monotonic() < self.refresh_at)
+
+    async def headers(self) -> dict[str, str]:
+        if not self._fresh() and self.token_url is not None:
+            async with self._lock:
+                if not self._fresh():
+                    await self._fetch()
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    async def rejected(self, challenge: str | None) -> bool:
+        stale = self.token
+        async with self._lock:
+            if self.token is not None and self.token != stale:
+                return True  # another request already fetched a new token
+            self.token = None
+            if self.token_url is None:
+                await self._discover(challenge)
+            await self._fetch()
+        return True
+
+    async def _fetch(self) -> None:
+        assert self.token_url is not None
+        config = self.config
+        secret = config.client_secret.secret.get_secret_value()
+        form = {"grant_type": "client_credentials"}
+        for key in ("scope", "audience", "resource"):
+            value = getattr(config, key)
+            if value:
+                form[key] = value
+        headers = {"Accept": "application/json"}
+        if config.auth_method == "client_secret_basic":
+            headers["Authorization"] = _basic(config.client_id, secret)
+        else:
+            form.update(client_id=config.client_id, client_secret=secret)
+        where = public_url(self.token_url)
+        session = await self.guarded_http() if self.token_url_learned else self.http
+        self.fetches += 1
+        try:
+            async with session.post(
+                self.token_url, data=form, headers=headers, allow_redirects=False, timeout=self.timeout
+            ) as response:
+                if response.status != 200:
+                    body = await response.content.read(MAX_METADATA_BYTES)
+                    self._fail(
+                        f"token endpoint {where} refused the client credentials: HTTP {response.status} {snippet(body)}"
+                    )
+                answer = await _read_json(response, f"the answer of token endpoint {where}")
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._fail(f"token endpoint {where} unreachable: {exc or type(exc).__name__}")
+        if (
+            not isinstance(answer, dict)
+            or not isinstance(answer.get("access_token"), str)
+            or not answer["access_token"]
+        ):
+            self._fail(f"token endpoint {where} answered without an access_token")
+        token_type = answer.get("token_type", "Bearer")
+        if not isinstance(token_type, str) or token_type.lower() != "bearer":
+            self._fail(f"token endpoint {where} issued a {token_type!r} token; only Bearer tokens can be sent")
+        now = time.monotonic()
+        lifetime = answer.get("expires_in")
+        self.token = answer["access_token"]
+        if isinstance(lifetime, int | float) and not isinstance(lifetime, bool) and lifetime > 0:
+            margin = min(REFRESH_MARGIN_MAX_S, lifetime * REFRESH_MARGIN_SHARE)
+            self.expires_at = now + lifetime
+            self.refresh_at = now + lifetime - margin
+        else:
+            self.expires_at = self.refresh_at = None  # kept until the upstream refuses it
+        self.last_error = ""
+
+    def _fail(self, message: str) -> NoReturn:
+        self.last_error = message
+        self.token = None
+        raise UpstreamAuthFailed(message)
+
+    async def _get_metadata(self, url: str, what: str) -> Any:
+        """Fetch a metadata document: same-origin ones as configured, others through the SSRF guard."""
+        upstream = origin_of(self.upstream_url)
+        if origin_of(url) == upstream:
+            session = self.http
+        else:
+            refusal = learned_url_refusal(url, self.place())
+            if refusal is not None:
+                self._fail(f"{what} not fetched (SSRF guard): {refusal}")
+            session = await self.guarded_http()
+        try:
+            async with session.get(
+                url, headers={"Accept": "application/json"}, allow_redirects=False, timeout=self.timeout
+            ) as response:
+                if response.status != 200:
+                    return None
+                return await _read_json(response, what)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._fail(f"{what} at {public_url(url)} could not be fetched: {exc or type(exc).__name__}")
+
+    async def _discover(self, challenge: str | None) -> None:
+        """Find the token endpoint: protected-resource metadata, then the authorization server's."""
+        params = www_authenticate_params(challenge) if challenge else {}
+        parts = urlsplit(self.upstream_url)
+        base = f"{parts.scheme}://{parts.netloc}"
+        path = parts.path.rstrip("/")
+        candidates = (
+            [params["resource_metadata"]]
+            if params.get("resource_metadata")
+            else [f"{base}/.well-known/oauth-protected-resource{path}", f"{base}/.well-known/oauth-protected-resource"]
+        )
+        issuer: str | None = None
+        for url in candidates:
+            document = await self._get_metadata(url, "protected-resource metadata")
+            servers = document.get("authorization_servers") if isinstance(document, dict) else None
+            if isinstance(servers, list) and servers and isinstance(servers[0], str):
+                issuer = servers[0]
+                break
+        if issuer is None:
+            self._fail(
+                "the upstream names no authorization server (no RFC 9728 metadata); set token_url under "
+                "oauth_client_credentials"
+            )
+        assert issuer is not None
+        issuer_parts = urlsplit(issuer)
+        issuer_base = f"{issuer_parts.scheme}://{issuer_parts.netloc}"
+        issuer_path = issuer_parts.path.rstrip("/")
+        for url in (
+            f"{issuer_base}/.well-known/oauth-authorization-server{issuer_path}",
+            f"{issuer_base}{issuer_path}/.well-known/openid-configuration",
+        ):
+            document = await self._get_metadata(url, "authorization-server metadata")
+            endpoint = document.get("token_endpoint") if isinstance(document, dict) else None
+            if isinstance(endpoint, str) and endpoint:
+                refusal = learned_url_refusal(endpoint, self.place())
+                if refusal is not None:
+                    self._fail(f"token endpoint {endpoint!r} not used (SSRF guard): {refusal}")
+                self.token_url = endpoint
+                self.token_url_learned = True
+                log.info("discovered token endpoint %s for %s", public_url(endpoint), public_url(self.upstream_url))
+                return
+        self._fail(f"authorization server {issuer!r} publishes no token_endpoint; set token_url")
+
+    def status(self) -> JsonObject:
+        now = time.monotonic()
+        return {
+            "kind": self.kind,
+            "token_url": public_url(self.token_url) if self.token_url else None,
+            "token_url_discovered": self.token_url_learned,
+            "token": "held" if self.token else "none",
+            "token_expires_in_s": round(self.expires_at - now, 1) if self.token and self.expires_at else None,
+            "token_fetches": self.fetches,
+            "last_error": self.last_error or None,
+        }

@@ -1,0 +1,137 @@
+"""What every remote link shares: binding to its provider session, feeding it, ending once.
+
+A remote link is created by the upstream's manager (gateway/southbound/remote.py) after it has
+reached the server, attached to the slot, then bound to the session the registry made for it.
+Whatever ends it (the core closing it, the server gone, credentials refused) ends it once: `ended`
+is set, `end_reason` and `end_error` say why, and the manager decides when to connect again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from gateway.core import jsonrpc
+from gateway.core.jsonrpc import JsonId, JsonObject
+from gateway.core.link import LinkInfo
+from gateway.core.provider_session import ProviderSession
+from gateway.southbound.remote_auth import UpstreamError
+from gateway.southbound.remote_http import RemoteHttp
+from gateway.southbound.remote_wire import public_url
+
+log = logging.getLogger("gateway.remote")
+
+
+class RemoteLink:
+    """Base of the Streamable HTTP and legacy SSE links (gateway.core.link.ProviderLink)."""
+
+    transport = "remote"
+
+    def __init__(self, name: str, url: str, http: RemoteHttp, max_event_bytes: int, timeout_s: float) -> None:
+        self.name = name
+        self.url = url
+        self.http = http
+        self.max_event_bytes = max_event_bytes
+        self.timeout_s = timeout_s
+        self.info = LinkInfo(transport=self.transport, remote=public_url(url))
+        self.session: ProviderSession | None = None
+        self.closed = False
+        self.ended = asyncio.Event()
+        self.end_reason = ""
+        self.end_error: UpstreamError | None = None
+        self._inbox: list[bytes] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._ids = itertools.count(1)
+
+    # -- the session --------------------------------------------------------------------------
+
+    def bind(self, session: ProviderSession) -> None:
+        """The registry made `session` for this link; deliver what arrived before it existed."""
+        self.session = session
+        inbox, self._inbox = self._inbox, []
+        for data in inbox:
+            session.receive(data)
+
+    def feed(self, data: bytes) -> None:
+        """One message from the server (or answered by the link itself) to the core."""
+        if self.session is None:
+            self._inbox.append(data)
+        else:
+            self.session.receive(data)
+
+    def feed_message(self, message: JsonObject) -> None:
+        self.feed(jsonrpc.dumps(message))
+
+    def is_pending(self, request_id: JsonId) -> bool:
+        return self.session is not None and request_id in self.session.pending
+
+    def answer_if_pending(self, reply: JsonObject) -> None:
+        """Answer a request the server could not: only while the core still waits for it (a late
+        answer to a request that hit its deadline would count as an unmatched response)."""
+        request_id = reply.get("id")
+        if isinstance(request_id, str | int) and self.is_pending(request_id):
+            self.feed_message(reply)
+
+    def internal_id(self, what: str) -> str:
+        """An id for the link's own requests; never a `brk-<n>` or integer id of the core."""
+        return f"gw-{what}-{next(self._ids)}"
+
+    # -- tasks and ending ---------------------------------------------------------------------
+
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _cancel_tasks(self) -> None:
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+
+    def ending(self) -> bool:
+        """The link has ended or is ending (a method, not an attribute: it changes while loops await)."""
+        return self.closed
+
+    def lose(self, reason: str, error: UpstreamError | None = None) -> None:
+        """The server is gone or refuses the gateway: end the link and answer every pending call now."""
+        if self.closed:
+            return
+        self.closed = True
+        self.end_reason = reason
+        self.end_error = error
+        log.warning("remote upstream %s: %s", self.name, reason, extra={"slot": self.name})
+        self._cancel_tasks()
+        if self.session is not None:
+            self.session.link_lost(reason)
+        self.ended.set()
+
+    async def close(self, code: int, reason: str) -> None:
+        """The core ends the link (shutdown, failed handshake, missed heartbeat): say goodbye, stop."""
+        if self.closed:
+            self.ended.set()
+            return
+        self.closed = True
+        self.end_reason = reason
+        self._cancel_tasks()
+        with contextlib.suppress(Exception):
+            await self.goodbye()
+        self.ended.set()
+
+    async def goodbye(self) -> None:
+        """Tell the server the gateway is leaving (a session-era DELETE); nothing by default."""
+
+    async def send(self, data: bytes) -> None:
+        """One message from the core; each transport translates it."""
+        raise NotImplementedError
+
+    def send_ping(self) -> None:
+        """Remote links use JSON-RPC ping (info.native_ping is false)."""
+
+    def status_extra(self) -> JsonObject:
+        return {}

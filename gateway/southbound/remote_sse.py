@@ -1,0 +1,128 @@
+"""A provider link to a remote MCP server over the legacy HTTP+SSE transport (protocol 2024-11-05).
+
+`open()` GETs the SSE URL and waits for the `endpoint` event, which names where to POST messages; the
+endpoint must stay on the SSE URL's origin (the SSRF guard), else the link is refused. Messages from
+the core are POSTed there (202); every answer and server message arrives as a `message` event on the
+stream. The server's session lives as long as that stream: when it ends, the link ends, every pending
+call is answered at once, and the upstream's manager connects again with back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from gateway.core import jsonrpc
+from gateway.policy.ssrf import SsrfRefused, same_origin_url
+from gateway.southbound.remote_auth import UpstreamAuthFailed, UpstreamDropped, UpstreamUnreachable
+from gateway.southbound.remote_http import MAX_ERROR_BODY, RemoteHttp
+from gateway.southbound.remote_link import RemoteLink
+from gateway.southbound.remote_wire import ERA_LEGACY_SSE, http_failure, public_url, stream_broken
+from gateway.southbound.sse_events import SseEvent, SseTooLarge, read_events
+
+EVENT_STREAM = "text/event-stream"
+
+
+class UnsafeEndpoint(UpstreamUnreachable):
+    """The SSE `endpoint` event names a URL the gateway will not POST to."""
+
+
+class LegacySseLink(RemoteLink):
+    transport = "remote-sse"
+
+    def __init__(self, name: str, url: str, http: RemoteHttp, *, max_event_bytes: int, timeout_s: float) -> None:
+        super().__init__(name, url, http, max_event_bytes, timeout_s)
+        self.endpoint: str | None = None
+        self._response: aiohttp.ClientResponse | None = None
+        self._events: AsyncIterator[SseEvent] | None = None
+
+    async def open(self) -> None:
+        """Open the stream and learn the message endpoint; raises UpstreamError when that fails."""
+        response = await self.http.open("GET", self.url, {"Accept": EVENT_STREAM})
+        kind = response.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+        if response.status != 200 or kind != EVENT_STREAM:
+            response.release()
+            raise UpstreamUnreachable(
+                f"{public_url(self.url)} answered HTTP {response.status} ({kind or 'no body'}), not an SSE stream"
+            )
+        self._response = response
+        self._events = read_events(response.content.iter_any(), self.max_event_bytes)
+        try:
+            self.endpoint = await asyncio.wait_for(self._endpoint(), self.timeout_s)
+        except BaseException:
+            response.release()
+            raise
+        self.spawn(self._read_stream())
+
+    async def _endpoint(self) -> str:
+        assert self._events is not None
+        try:
+            async for event in self._events:
+                if event.event == "endpoint":
+                    try:
+                        return same_origin_url(event.data.strip(), self.url, "SSE endpoint")
+                    except SsrfRefused as exc:
+                        raise UnsafeEndpoint(str(exc)) from exc
+                if event.event == "message" and event.data:
+                    self.feed(event.data.encode())
+        except (aiohttp.ClientError, SseTooLarge) as exc:
+            raise UpstreamUnreachable(f"{public_url(self.url)}: the SSE stream broke: {exc}") from exc
+        raise UpstreamUnreachable(f"{public_url(self.url)}: the SSE stream ended before its endpoint event")
+
+    async def _read_stream(self) -> None:
+        assert self._events is not None and self._response is not None
+        why = "the upstream ended its SSE stream"
+        try:
+            async for event in self._events:
+                if event.event == "message" and event.data:
+                    self.feed(event.data.encode())
+        except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
+            why = f"the upstream's SSE stream broke: {exc or type(exc).__name__}"
+        finally:
+            self._response.release()
+        self.lose(why)
+
+    async def send(self, data: bytes) -> None:
+        if self.ending() or self.endpoint is None:
+            raise ConnectionError(self.end_reason or "remote link closed")
+        message = jsonrpc.loads(data)
+        request_id = message.get("id") if isinstance(message, dict) and "method" in message else None
+        try:
+            response = await self.http.open(
+                "POST",
+                self.endpoint,
+                {"Content-Type": "application/json"},
+                data,
+                aiohttp.ClientTimeout(total=self.timeout_s),
+            )
+        except (UpstreamUnreachable, UpstreamAuthFailed) as exc:
+            self.lose(f"the upstream is unreachable: {exc}", exc)
+            raise ConnectionError(str(exc)) from exc
+        except UpstreamDropped as exc:
+            if request_id is not None:
+                self.answer_if_pending(stream_broken(request_id, self.name, str(exc)))
+            return
+        try:
+            if response.status == 404:
+                self.lose("the upstream no longer knows this SSE session (HTTP 404)")
+                raise ConnectionError(self.end_reason)
+            if response.status >= 300 and request_id is not None:
+                body = await response.content.read(MAX_ERROR_BODY)
+                self.answer_if_pending(http_failure(request_id, self.name, response.status, body))
+        finally:
+            response.release()
+
+    async def goodbye(self) -> None:
+        if self._response is not None:
+            self._response.release()
+
+    def status_extra(self) -> dict[str, object]:
+        return {
+            "era": ERA_LEGACY_SSE,
+            "protocol_version": self.session.protocol_version if self.session is not None else None,
+            "session": self.endpoint is not None,
+            "get_stream": "open" if not self.ending() else "closed",
+            "endpoint": public_url(self.endpoint) if self.endpoint else None,
+        }

@@ -1,0 +1,654 @@
+"""A provider link to a remote MCP server over Streamable HTTP, in either era.
+
+The core sends its usual session messages (initialize, notifications/initialized, tools/list,
+forwarded requests under `brk-<n>` ids, notifications/cancelled, ping) through `send()` and hears
+everything back through `session.receive()`. This link translates:
+
+Session era (the server answered initialize): each message is POSTed with the `Mcp-Session-Id` the
+initialize response carried and the negotiated `MCP-Protocol-Version`; a JSON or event-stream answer
+is fed back; a GET stream carries the server's own notifications and requests, reopened with jittered
+back-off when it drops (405: the server offers none). A 404 for the session means the server forgot
+it (it restarted): the link replays the gateway's initialize and initialized, the log level and
+resource subscriptions, retries the request once, and asks the core to re-list tools; callers never
+see the difference. DELETE ends the session when the gateway closes the link.
+
+Stateless era (2026-07-28, found by the manager's server/discover probe): the link answers the core's
+initialize itself from the discover result, swallows notifications/initialized, and sends every
+request with the `_meta` envelope (the gateway's capabilities and clientInfo, the log level) and the
+MCP-Protocol-Version, Mcp-Method, Mcp-Name (and Mcp-Param-*) headers. ping becomes a discover probe,
+logging/setLevel a per-request log level, resources/subscribe a resource on the subscriptions/listen
+stream that also carries list changes; a server without subscriptions/listen has its tools re-listed
+every `tools_poll_s`. Cancelling a request closes its response stream, which is the cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+
+from gateway import __version__
+from gateway.core import jsonrpc
+from gateway.core.backoff import Backoff
+from gateway.core.jsonrpc import JsonId, JsonObject, Kind
+from gateway.southbound.remote_auth import UpstreamAuthFailed, UpstreamDropped, UpstreamError, UpstreamUnreachable
+from gateway.southbound.remote_http import MAX_ERROR_BODY, RemoteHttp
+from gateway.southbound.remote_link import RemoteLink
+from gateway.southbound.remote_wire import (
+    ACCEPT_BOTH,
+    ERA_SESSION,
+    ERA_STATELESS,
+    LAST_EVENT_ID,
+    PROTOCOL_VERSION,
+    SESSION_ID,
+    envelope,
+    http_failure,
+    initialize_from_discover,
+    listen_filter,
+    stateless_headers,
+    stateless_request,
+    stream_broken,
+    without_subscription_id,
+)
+from gateway.southbound.sse_events import SseTooLarge, read_events
+
+log = logging.getLogger("gateway.remote")
+
+JSON = "application/json"
+EVENT_STREAM = "text/event-stream"
+TOOLS_CHANGED = jsonrpc.notification("notifications/tools/list_changed")
+STREAM_RETRY_INITIAL_S = 0.5
+GATEWAY_INFO: JsonObject = {"name": "mcp-gateway", "version": __version__}
+
+
+class ReinitializeFailed(UpstreamError):
+    pass
+
+
+def content_type(response: aiohttp.ClientResponse) -> str:
+    return response.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+
+
+class StreamableHttpLink(RemoteLink):
+    transport = "remote-http"
+
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        http: RemoteHttp,
+        *,
+        era: str,
+        discovered: JsonObject | None = None,
+        max_event_bytes: int,
+        timeout_s: float,
+        stream_retry_max_s: float = 30.0,
+        tools_poll_s: float = 60.0,
+    ) -> None:
+        super().__init__(name, url, http, max_event_bytes, timeout_s)
+        self.era = era
+        self.discovered = discovered or {}
+        self.stream_retry_max_s = stream_retry_max_s
+        self.tools_poll_s = tools_poll_s
+        self.inflight: dict[JsonId, asyncio.Task[None]] = {}
+        # Session era
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self.init_message: JsonObject | None = None
+        self.initialized_message: JsonObject | None = None
+        self.reinitializes = 0
+        self._reinit_lock = asyncio.Lock()
+        self.get_stream = "none"  # none | open | reconnecting | unsupported | refused (HTTP n)
+        self.stream_opens = 0
+        self.stream_drops = 0
+        self.last_stream_error = ""
+        # State a client asked the server to keep: replayed on a new session (session era), or carried
+        # by every request and the listen stream (stateless era).
+        self.log_level: str | None = None
+        self.subscriptions: set[str] = set()
+        # Stateless era
+        self.client_capabilities: JsonObject = {}
+        self.client_info: JsonObject = dict(GATEWAY_INFO)
+        self.listen = "none"  # none | open | reconnecting | polling
+        self.listen_unsupported = False
+        """The server answered subscriptions/listen with method-not-found."""
+        self._listen_task: asyncio.Task[None] | None = None
+
+    @property
+    def stateless(self) -> bool:
+        return self.era == ERA_STATELESS
+
+    # -- from the core ------------------------------------------------------------------------
+
+    async def send(self, data: bytes) -> None:
+        if self.ending():
+            raise ConnectionError(self.end_reason or "remote link closed")
+        message = jsonrpc.loads(data)
+        if not isinstance(message, dict):
+            return
+        method = message.get("method")
+        if isinstance(method, str) and "id" in message:
+            if self.stateless:
+                self._stateless_request(message, method)
+            else:
+                self._session_request(message, method)
+        elif isinstance(method, str):
+            if self.stateless:
+                self._stateless_notification(message, method)
+            else:
+                await self._session_notification(message, method)
+        elif not self.stateless:
+            await self._post_one_way(message)  # the core's answer to a request from the server
+
+    def _start_exchange(self, message: JsonObject) -> None:
+        request_id = message["id"]
+        task = self.spawn(self._exchange(message))
+        self.inflight[request_id] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self.inflight.get(request_id) is done:
+                del self.inflight[request_id]
+
+        task.add_done_callback(forget)
+
+    def _cancel_inflight(self, params: Any) -> None:
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        task = self.inflight.pop(request_id, None) if isinstance(request_id, str | int) else None
+        if task is not None:
+            task.cancel()
+
+    def _track_state(self, method: str, params: Any) -> None:
+        params = params if isinstance(params, dict) else {}
+        if method == "logging/setLevel" and isinstance(params.get("level"), str):
+            self.log_level = params["level"]
+        elif method == "resources/subscribe" and isinstance(params.get("uri"), str):
+            self.subscriptions.add(params["uri"])
+        elif method == "resources/unsubscribe" and isinstance(params.get("uri"), str):
+            self.subscriptions.discard(params["uri"])
+
+    # -- session era --------------------------------------------------------------------------
+
+    def _session_request(self, message: JsonObject, method: str) -> None:
+        if method == "initialize":
+            self.init_message = message
+        self._track_state(method, message.get("params"))
+        self._start_exchange(message)
+
+    async def _session_notification(self, message: JsonObject, method: str) -> None:
+        if method == "notifications/initialized":
+            self.initialized_message = message
+            await self._post_one_way(message, retry_lost_session=False)
+            self.spawn(self._get_stream())
+            return
+        await self._post_one_way(message)
+        if method == "notifications/cancelled":
+            # The server was told; the POST still waiting for an answer that will not come is dropped.
+            self._cancel_inflight(message.get("params"))
+
+    def _session_headers(self, method: str | None) -> dict[str, str]:
+        headers = {"Accept": ACCEPT_BOTH, "Content-Type": JSON}
+        if method != "initialize":
+            if self.session_id is not None:
+                headers[SESSION_ID] = self.session_id
+            if self.protocol_version is not None:
+                headers[PROTOCOL_VERSION] = self.protocol_version
+        return headers
+
+    async def _post_one_way(self, message: JsonObject, *, retry_lost_session: bool = True) -> None:
+        """POST a notification or a response (202 expected); raise ConnectionError when the server is gone."""
+        for attempt in range(2):
+            if retry_lost_session:
+                await self._settled()  # (the handshake's own initialized must not wait for itself)
+            sent_session = self.session_id
+            try:
+                response = await self.http.open(
+                    "POST",
+                    self.url,
+                    self._session_headers(message.get("method")),
+                    jsonrpc.dumps(message),
+                    aiohttp.ClientTimeout(total=self.timeout_s),
+                )
+            except (UpstreamUnreachable, UpstreamAuthFailed) as exc:
+                self.lose(self._describe(exc), exc)
+                raise ConnectionError(str(exc)) from exc
+            except UpstreamDropped:
+                return  # best effort: a lost notification is not worth the link
+            lost_session = response.status == 404 and sent_session is not None
+            response.release()
+            if not (lost_session and retry_lost_session and attempt == 0):
+                return
+            await self._reinitialize(sent_session)
+            if self.ending():
+                raise ConnectionError(self.end_reason)
+
+    async def _exchange(self, message: JsonObject) -> None:
+        """POST one request and feed its answer (and whatever else its stream carries) to the core."""
+        request_id = message["id"]
+        method = message.get("method")
+        for attempt in range(2):
+            await self._settled()
+            sent_session = self.session_id
+            if self.stateless:
+                headers = {"Accept": ACCEPT_BOTH, "Content-Type": JSON, **self._stateless_headers(message)}
+                body = stateless_request(message, self._envelope())
+            else:
+                headers = self._session_headers(str(method))
+                body = message
+            try:
+                response = await self.http.open("POST", self.url, headers, jsonrpc.dumps(body))
+            except (UpstreamUnreachable, UpstreamAuthFailed) as exc:
+                self.lose(self._describe(exc), exc)
+                return
+            except UpstreamDropped as exc:
+                self.answer_if_pending(stream_broken(request_id, self.name, str(exc)))
+                return
+            try:
+                lost_session = (
+                    response.status == 404 and sent_session is not None and method != "initialize" and attempt == 0
+                )
+                if not lost_session:
+                    await self._read_answer(request_id, method, response)
+                    return
+            finally:
+                response.release()
+            await self._reinitialize(sent_session)
+            if self.ending():
+                return
+
+    async def _read_answer(self, request_id: JsonId, method: Any, response: aiohttp.ClientResponse) -> None:
+        status = response.status
+        if status >= 300:
+            body = await response.content.read(MAX_ERROR_BODY)
+            self.answer_if_pending(http_failure(request_id, self.name, status, body))
+            return
+        if method == "initialize" and not self.stateless:
+            self.session_id = response.headers.get(SESSION_ID) or None
+        kind = content_type(response)
+        try:
+            if kind == JSON:
+                body = await response.content.read(self.max_event_bytes + 1)
+                if len(body) > self.max_event_bytes:
+                    raise SseTooLarge(f"the answer is larger than {self.max_event_bytes} bytes")
+                self._from_server(body, request_id, method)
+                return
+            if kind == EVENT_STREAM:
+                async for event in read_events(response.content.iter_any(), self.max_event_bytes):
+                    if event.data and self._from_server(event.data.encode(), request_id, method):
+                        return
+                self.answer_if_pending(stream_broken(request_id, self.name, "the event stream ended without it"))
+                return
+        except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
+            self.answer_if_pending(stream_broken(request_id, self.name, str(exc) or type(exc).__name__))
+            return
+        why = "HTTP 202 without a body" if status == 202 else f"unexpected content type {kind or 'none'!r}"
+        self.answer_if_pending(stream_broken(request_id, self.name, why))
+
+    def _from_server(self, data: bytes, request_id: JsonId | None, method: Any = None) -> bool:
+        """Feed one message from the server; True when it is the answer to `request_id`."""
+        parsed = jsonrpc.parse(data)
+        if parsed.kind is Kind.RESPONSE and request_id is not None and parsed.body.get("id") == request_id:
+            result = parsed.body.get("result")
+            if method == "initialize" and isinstance(result, dict) and isinstance(result.get("protocolVersion"), str):
+                self.protocol_version = result["protocolVersion"]
+            self.feed(data)
+            return True
+        if self.stateless and parsed.kind is Kind.NOTIFICATION:
+            self.feed_message(without_subscription_id(parsed.body))
+            return False
+        self.feed(data)
+        return False
+
+    async def _settled(self) -> None:
+        """Wait while a new session is being started, so the next request carries its id."""
+        if self._reinit_lock.locked():
+            async with self._reinit_lock:
+                pass
+
+    async def _reinitialize(self, stale_session: str | None) -> None:
+        """The server forgot session `stale_session`: start a new one as the gateway did the first time."""
+        async with self._reinit_lock:
+            if self.ending() or self.session_id != stale_session:
+                return  # ended meanwhile, or another request already started the new session
+            self.reinitializes += 1
+            log.info(
+                "remote upstream %s forgot its session (HTTP 404); initializing again",
+                self.name,
+                extra={"slot": self.name},
+            )
+            try:
+                await self._handshake_again()
+            except UpstreamError as exc:
+                self.lose(f"initializing again after the upstream lost its session failed: {exc}", exc)
+                return
+        # The server may have changed (a new version after a restart): the core re-lists and tells
+        # clients only if the tools differ.
+        self.feed_message(TOOLS_CHANGED)
+
+    async def _handshake_again(self) -> None:
+        if self.init_message is None:
+            raise ReinitializeFailed("the gateway's initialize was never sent")
+        # The stale id stays until the new one is known: a request sent meanwhile meets a 404 and
+        # waits for this handshake (never goes out without a session and earns a 400).
+        initialize = {**self.init_message, "id": self.internal_id("initialize")}
+        reply, headers = await self._call(initialize)
+        result = reply.get("result")
+        if not isinstance(result, dict):
+            error = jsonrpc.normalize_error(reply.get("error"))
+            raise ReinitializeFailed(f"initialize answered {error['code']} {error['message']}")
+        self.session_id = headers.get(SESSION_ID) or None
+        version = result.get("protocolVersion")
+        self.protocol_version = version if isinstance(version, str) else self.protocol_version
+        if self.initialized_message is not None:
+            await self._post_one_way(self.initialized_message, retry_lost_session=False)
+        replay: list[tuple[str, JsonObject]] = []
+        if self.log_level is not None:
+            replay.append(("logging/setLevel", {"level": self.log_level}))
+        replay.extend(("resources/subscribe", {"uri": uri}) for uri in sorted(self.subscriptions))
+        for method, params in replay:
+            request = {"jsonrpc": "2.0", "id": self.internal_id("replay"), "method": method, "params": params}
+            try:
+                await self._call(request)
+            except UpstreamDropped:
+                continue
+
+    async def _call(self, message: JsonObject) -> tuple[JsonObject, Any]:
+        """One request of the link's own; returns the answer and the response headers. Other messages
+        on its stream go to the core. Raises UpstreamError when there is no answer."""
+        request_id = message["id"]
+        if self.stateless:
+            headers = {"Accept": ACCEPT_BOTH, "Content-Type": JSON, **self._stateless_headers(message)}
+            body = stateless_request(message, self._envelope())
+        else:
+            headers = self._session_headers(str(message.get("method")))
+            body = message
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        response = await self.http.open("POST", self.url, headers, jsonrpc.dumps(body), timeout)
+        try:
+            kind = content_type(response)
+            try:
+                if kind == JSON or response.status >= 300:
+                    data = await response.content.read(self.max_event_bytes)
+                    parsed = jsonrpc.parse(data)
+                    if parsed.kind is Kind.RESPONSE:
+                        return parsed.body, response.headers
+                    return http_failure(request_id, self.name, response.status, data), response.headers
+                if kind == EVENT_STREAM:
+                    async for event in read_events(response.content.iter_any(), self.max_event_bytes):
+                        if not event.data:
+                            continue
+                        parsed = jsonrpc.parse(event.data)
+                        if parsed.kind is Kind.RESPONSE and parsed.body.get("id") == request_id:
+                            return parsed.body, response.headers
+                        self._from_server(event.data.encode(), None)
+            except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
+                raise UpstreamDropped(f"{message.get('method')}: {exc or type(exc).__name__}") from exc
+            raise UpstreamDropped(f"{message.get('method')}: no answer (HTTP {response.status}, {kind or 'no body'})")
+        finally:
+            response.release()
+
+    async def _get_stream(self) -> None:
+        """The server's own messages (session era): one GET stream, reopened with back-off when it drops."""
+        backoff = Backoff(STREAM_RETRY_INITIAL_S, self.stream_retry_max_s)
+        last_event_id: str | None = None
+        while not self.ending():
+            session_id = self.session_id
+            if session_id is None:
+                self.get_stream = "none"  # a server without sessions has nothing to stream
+                return
+            headers = {"Accept": EVENT_STREAM, SESSION_ID: session_id}
+            if self.protocol_version is not None:
+                headers[PROTOCOL_VERSION] = self.protocol_version
+            if last_event_id is not None:
+                headers[LAST_EVENT_ID] = last_event_id
+            try:
+                response = await self.http.open("GET", self.url, headers)
+            except UpstreamAuthFailed as exc:
+                self.lose(self._describe(exc), exc)
+                return
+            except UpstreamError as exc:
+                self.last_stream_error = str(exc)
+            else:
+                try:
+                    if response.status == 405:
+                        self.get_stream = "unsupported"
+                        return
+                    if response.status == 404:
+                        response.release()
+                        await self._reinitialize(session_id)
+                        continue
+                    if response.status != 200 or content_type(response) != EVENT_STREAM:
+                        self.get_stream = f"refused (HTTP {response.status})"
+                        self.last_stream_error = f"GET answered HTTP {response.status} {content_type(response)}"
+                    else:
+                        self.get_stream = "open"
+                        self.stream_opens += 1
+                        backoff.reset()
+                        async for event in read_events(response.content.iter_any(), self.max_event_bytes):
+                            if event.id is not None:
+                                last_event_id = event.id
+                            if event.data:
+                                self._from_server(event.data.encode(), None)
+                        self.last_stream_error = "the server ended the GET stream"
+                except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
+                    self.last_stream_error = f"GET stream broke: {exc or type(exc).__name__}"
+                finally:
+                    response.release()
+            if self.ending():
+                return
+            self.get_stream = "reconnecting"
+            self.stream_drops += 1
+            await asyncio.sleep(backoff.next_delay())
+
+    async def goodbye(self) -> None:
+        if self.stateless or self.session_id is None:
+            return
+        headers = {SESSION_ID: self.session_id}
+        if self.protocol_version is not None:
+            headers[PROTOCOL_VERSION] = self.protocol_version
+        response = await self.http.open("DELETE", self.url, headers, None, aiohttp.ClientTimeout(total=2.0))
+        response.release()
+
+    # -- stateless era ------------------------------------------------------------------------
+
+    def _envelope(self) -> JsonObject:
+        return envelope(self.client_capabilities, self.client_info, self.log_level)
+
+    def _stateless_headers(self, message: JsonObject) -> dict[str, str]:
+        schema = None
+        params = message.get("params")
+        if message.get("method") == "tools/call" and isinstance(params, dict) and self.session is not None:
+            name = params.get("name")
+            schema = next((tool.get("inputSchema") for tool in self.session.tools if tool.get("name") == name), None)
+        return stateless_headers(message, schema)
+
+    def _stateless_request(self, message: JsonObject, method: str) -> None:
+        request_id = message["id"]
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if method == "initialize":
+            # The gateway's own client description travels in every request's envelope.
+            if isinstance(params.get("capabilities"), dict):
+                self.client_capabilities = params["capabilities"]
+            if isinstance(params.get("clientInfo"), dict):
+                self.client_info = params["clientInfo"]
+            self.feed_message(initialize_from_discover(request_id, self.discovered, self.name))
+            return
+        if method == "ping":
+            self.spawn(self._ping(request_id))
+            return
+        if method == "logging/setLevel":
+            self._track_state(method, params)
+            self.feed_message(jsonrpc.result_response(request_id, {}))
+            return
+        if method in ("resources/subscribe", "resources/unsubscribe"):
+            if self.listen_unsupported:
+                self.feed_message(
+                    jsonrpc.error_response(
+                        request_id,
+                        jsonrpc.METHOD_NOT_FOUND,
+                        f'Method not found: {method} needs subscriptions/listen, which upstream "{self.name}" '
+                        "does not serve",
+                    )
+                )
+                return
+            before = set(self.subscriptions)
+            self._track_state(method, params)
+            if self.subscriptions != before:
+                self._restart_listen(refetch=False)
+            self.feed_message(jsonrpc.result_response(request_id, {}))
+            return
+        self._start_exchange(message)
+
+    def _stateless_notification(self, message: JsonObject, method: str) -> None:
+        if method == "notifications/initialized":
+            self._restart_listen(refetch=False)
+        elif method == "notifications/cancelled":
+            # 2026-07-28: closing the request's response stream is its cancellation.
+            self._cancel_inflight(message.get("params"))
+        # No other client notification exists in this era.
+
+    async def _ping(self, request_id: JsonId) -> None:
+        """ping is gone in 2026-07-28; server/discover is the cheapest request that proves the server answers."""
+        discover = {"jsonrpc": "2.0", "id": self.internal_id("ping"), "method": "server/discover", "params": {}}
+        try:
+            reply, _ = await self._call(discover)
+        except (UpstreamUnreachable, UpstreamAuthFailed) as exc:
+            self.lose(self._describe(exc), exc)
+            return
+        except UpstreamError as exc:
+            self.answer_if_pending(stream_broken(request_id, self.name, str(exc)))
+            return
+        if "result" in reply:
+            self.answer_if_pending(jsonrpc.result_response(request_id, {}))
+        else:
+            error = jsonrpc.normalize_error(reply.get("error"))
+            self.answer_if_pending({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+    def _restart_listen(self, *, refetch: bool) -> None:
+        if self._listen_task is not None:
+            self._listen_task.cancel()
+        if self.ending():
+            return
+        capabilities = self.discovered.get("capabilities")
+        wanted = listen_filter(capabilities if isinstance(capabilities, dict) else {}, sorted(self.subscriptions))
+        if not wanted or self.listen_unsupported:
+            self.listen = "none"
+            self._listen_task = self.spawn(self._poll_tools()) if self.tools_poll_s > 0 else None
+            return
+        self._listen_task = self.spawn(self._listen_stream(refetch))
+
+    async def _listen_stream(self, refetch: bool) -> None:
+        """subscriptions/listen: list changes and subscribed resource updates, reopened when it drops."""
+        backoff = Backoff(STREAM_RETRY_INITIAL_S, self.stream_retry_max_s)
+        capabilities = self.discovered.get("capabilities")
+        capabilities = capabilities if isinstance(capabilities, dict) else {}
+        while not self.ending():
+            wanted = listen_filter(capabilities, sorted(self.subscriptions))
+            listen_id = self.internal_id("listen")
+            message = {
+                "jsonrpc": "2.0",
+                "id": listen_id,
+                "method": "subscriptions/listen",
+                "params": {"notifications": wanted},
+            }
+            headers = {"Accept": ACCEPT_BOTH, "Content-Type": JSON, **self._stateless_headers(message)}
+            body = stateless_request(message, self._envelope())
+            try:
+                response = await self.http.open("POST", self.url, headers, jsonrpc.dumps(body))
+            except UpstreamAuthFailed as exc:
+                self.lose(self._describe(exc), exc)
+                return
+            except UpstreamError as exc:
+                self.last_stream_error = str(exc)
+            else:
+                try:
+                    if content_type(response) == EVENT_STREAM and response.status == 200:
+                        async for event in read_events(response.content.iter_any(), self.max_event_bytes):
+                            if not event.data:
+                                continue
+                            parsed = jsonrpc.parse(event.data)
+                            if parsed.kind is Kind.NOTIFICATION:
+                                if parsed.body["method"] == "notifications/subscriptions/acknowledged":
+                                    self.listen = "open"
+                                    self.stream_opens += 1
+                                    backoff.reset()
+                                    if refetch:
+                                        # No replay across listen streams: whatever changed meanwhile is
+                                        # found by listing again (the core announces only real changes).
+                                        self.feed_message(TOOLS_CHANGED)
+                                    refetch = True
+                                else:
+                                    self.feed_message(without_subscription_id(parsed.body))
+                            elif parsed.kind is Kind.RESPONSE and parsed.body.get("id") == listen_id:
+                                break  # the server ended the subscription gracefully
+                        self.last_stream_error = "the server ended the subscriptions/listen stream"
+                    else:
+                        data = await response.content.read(MAX_ERROR_BODY)
+                        answer = jsonrpc.parse(data) if data else None
+                        error = (
+                            answer.body.get("error") if answer is not None and answer.kind is Kind.RESPONSE else None
+                        )
+                        if response.status == 404 or (
+                            isinstance(error, dict) and error.get("code") == jsonrpc.METHOD_NOT_FOUND
+                        ):
+                            self.listen_unsupported = True
+                            self.listen = "none"
+                            if self.tools_poll_s > 0:
+                                await self._poll_tools()
+                            return
+                        self.last_stream_error = f"subscriptions/listen answered HTTP {response.status}"
+                except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
+                    self.last_stream_error = f"subscriptions/listen broke: {exc or type(exc).__name__}"
+                finally:
+                    response.release()
+            if self.ending():
+                return
+            self.listen = "reconnecting"
+            self.stream_drops += 1
+            refetch = True
+            await asyncio.sleep(backoff.next_delay())
+
+    async def _poll_tools(self) -> None:
+        """No way to hear of changes: ask the core to re-list every tools_poll_s."""
+        self.listen = "polling"
+        while not self.ending():
+            await asyncio.sleep(self.tools_poll_s)
+            self.feed_message(TOOLS_CHANGED)
+
+    # -- status -------------------------------------------------------------------------------
+
+    def _describe(self, exc: UpstreamError) -> str:
+        if isinstance(exc, UpstreamAuthFailed):
+            return f"the upstream refused the gateway's credentials: {exc}"
+        return f"the upstream is unreachable: {exc}"
+
+    def status_extra(self) -> JsonObject:
+        if self.stateless:
+            return {
+                "era": ERA_STATELESS,
+                "protocol_version": ERA_STATELESS,
+                "session": False,
+                "get_stream": None,
+                "listen": "unsupported" if self.listen_unsupported and self.listen == "none" else self.listen,
+                "stream_opens": self.stream_opens,
+                "stream_drops": self.stream_drops,
+                "last_stream_error": self.last_stream_error or None,
+                "reinitializes": 0,
+                "log_level": self.log_level,
+                "subscriptions": len(self.subscriptions),
+            }
+        return {
+            "era": ERA_SESSION,
+            "protocol_version": self.protocol_version,
+            "session": self.session_id is not None,
+            "get_stream": self.get_stream,
+            "listen": None,
+            "stream_opens": self.stream_opens,
+            "stream_drops": self.stream_drops,
+            "last_stream_error": self.last_stream_error or None,
+            "reinitializes": self.reinitializes,
+            "log_level": self.log_level,
+            "subscriptions": len(self.subscriptions),
+        }

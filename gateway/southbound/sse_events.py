@@ -1,0 +1,107 @@
+"""Reading a text/event-stream (server-sent events) from a remote MCP server, one event at a time.
+
+Pure and incremental: bytes in as they arrive, complete events out (the WHATWG event-stream rules:
+CR, LF or CRLF line ends, `field: value` lines, comments starting with ":", an event dispatched at
+a blank line). An event larger than the configured bound is an error rather than unbounded memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+
+class SseTooLarge(ValueError):
+    """An event grew past the bound; the stream cannot be trusted to continue."""
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+    retry_ms: int | None = None
+
+
+class SseDecoder:
+    def __init__(self, max_event_bytes: int) -> None:
+        self.max_event_bytes = max_event_bytes
+        self._buffer = b""
+        self._skip_lf = False
+        self._event = ""
+        self._data: list[str] = []
+        self._data_bytes = 0
+        self._id: str | None = None
+        self._retry: int | None = None
+
+    def feed(self, chunk: bytes) -> list[SseEvent]:
+        """Decode what `chunk` completes; incomplete lines wait for the next chunk."""
+        events: list[SseEvent] = []
+        data = self._buffer + chunk
+        start = 0
+        index = 0
+        length = len(data)
+        while index < length:
+            byte = data[index]
+            if byte in (0x0A, 0x0D):
+                if byte == 0x0A and self._skip_lf and index == start:
+                    # The LF of a CRLF split across lines: already ended the line.
+                    self._skip_lf = False
+                    start = index = index + 1
+                    continue
+                self._skip_lf = byte == 0x0D
+                event = self._line(data[start:index].decode("utf-8", errors="replace"))
+                if event is not None:
+                    events.append(event)
+                start = index = index + 1
+                continue
+            self._skip_lf = False
+            index += 1
+        self._buffer = data[start:]
+        if len(self._buffer) + self._data_bytes > self.max_event_bytes:
+            raise SseTooLarge(f"an event is larger than {self.max_event_bytes} bytes")
+        return events
+
+    def _line(self, line: str) -> SseEvent | None:
+        if not line:
+            return self._dispatch()
+        if line.startswith(":"):
+            return None
+        name, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+            self._data_bytes += len(value) + 1
+            if self._data_bytes > self.max_event_bytes:
+                raise SseTooLarge(f"an event is larger than {self.max_event_bytes} bytes")
+        elif name == "id":
+            if "\0" not in value:
+                self._id = value
+        elif name == "retry" and value.isdigit():
+            self._retry = int(value)
+        return None
+
+    def _dispatch(self) -> SseEvent | None:
+        if not self._data and not self._event:
+            self._reset()
+            return None
+        event = SseEvent(self._event or "message", "\n".join(self._data), self._id, self._retry)
+        self._reset()
+        return event
+
+    def _reset(self) -> None:
+        self._event = ""
+        self._data = []
+        self._data_bytes = 0
+        self._retry = None
+
+
+async def read_events(chunks: AsyncIterator[bytes], max_event_bytes: int) -> AsyncIterator[SseEvent]:
+    """Events from an async iterator of body chunks (e.g. aiohttp's `response.content.iter_any()`)."""
+    decoder = SseDecoder(max_event_bytes)
+    async for chunk in chunks:
+        for event in decoder.feed(chunk):
+            yield event
