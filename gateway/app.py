@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -22,9 +23,15 @@ from gateway.policy.client_auth import ClientAuth
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.provider_auth import ProviderAuthPolicy
 from gateway.policy.tls import ServerTls
+from gateway.southbound.hotplug import Enumerator, HotplugPorts
+from gateway.southbound.mqtt import MqttBrokers
 from gateway.southbound.remote import RemoteUpstreams
+from gateway.southbound.serial import SerialLines
 from gateway.southbound.supervisor import StdioUpstreams
 from gateway.southbound.websocket import ProviderWebSockets
+
+if TYPE_CHECKING:
+    from gateway.discovery.mdns import MdnsAdvertiser
 
 log = logging.getLogger("gateway")
 
@@ -113,7 +120,8 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
 class GatewayServer:
     """A running gateway: the aiohttp runner bound to its address (used by the CLI and the tests)."""
 
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, *, serial_enumerator: Enumerator | None = None) -> None:
+        """`serial_enumerator`: where hot-plugged serial ports come from (default: udev, else polling)."""
         self.config = config
         self.gateway = Gateway(config)
         # Built first: a certificate or key that cannot be used stops startup (ConfigError).
@@ -124,6 +132,11 @@ class GatewayServer:
         # Their slots are reserved now, before the listener accepts a board that could claim one.
         self.stdio_upstreams = StdioUpstreams(self.gateway)
         self.remote_upstreams = RemoteUpstreams(self.gateway)
+        self.mqtt = MqttBrokers(self.gateway)
+        self.serial = SerialLines(self.gateway)
+        hotplug = config.serial.hotplug
+        self.hotplug = HotplugPorts(self.serial, hotplug, serial_enumerator) if hotplug.enabled else None
+        self.mdns: MdnsAdvertiser | None = None
 
     @property
     def url(self) -> str:
@@ -153,14 +166,34 @@ class GatewayServer:
         # Children start once the listener is up: /healthz and /readyz answer while they start.
         self.stdio_upstreams.start()
         self.remote_upstreams.start()  # likewise: a slow or absent server never delays the listener
+        self.mqtt.start()  # and an absent broker: its boards attach once it is reached
+        self.serial.start()  # and a port that is missing or busy: it is opened again with back-off
+        if self.hotplug is not None:
+            self.hotplug.start()
+        if self.config.mdns.enabled:
+            from gateway.discovery.mdns import MdnsAdvertiser  # zeroconf is loaded only by a gateway that advertises
+
+            # What the sockets are bound to, not the configured name: only addresses that answer are advertised.
+            bound = [sock.getsockname()[0] for sock in sockets] or [self.config.host]
+            self.mdns = MdnsAdvertiser(self.config, bound, self.port)
+            self.gateway.discovery = self.mdns.status
+            self.mdns.start()  # in the background: probing the name must not delay serving
 
     async def stop(self) -> None:
         self.gateway.listening = False
+        if self.mdns is not None:
+            await self.mdns.stop()  # goodbye first: browsers drop the gateway before its port closes
         self.stdio_upstreams.halt()  # no restarts while the core answers what is pending
         self.remote_upstreams.halt()
+        self.mqtt.halt()  # no new MQTT slots while the core answers what is pending
+        self.serial.halt()  # no port reopened or hot-plugged while the core answers what is pending
         await self.runner.cleanup()
         await self.stdio_upstreams.stop()  # every child gone: SIGTERM, SIGKILL after its stop_grace_s
         await self.remote_upstreams.stop()  # sessions were DELETEd as the core closed the links
+        await self.mqtt.stop()  # likewise: MCP over MQTT servers were told notifications/disconnected
+        if self.hotplug is not None:
+            await self.hotplug.stop()
+        await self.serial.stop()  # every port closed (its boards were told the gateway is shutting down)
 
     def reload_tls(self) -> bool:
         """SIGHUP: load the certificate and key again; new handshakes use them (False: old pair kept)."""

@@ -38,6 +38,12 @@ def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
         flags["upstreams.stdio"] = list(args.stdio)  # added to the [[upstreams.stdio]] of the file
     if getattr(args, "remote", None):
         flags["upstreams.remote"] = list(args.remote)  # added to the [[upstreams.remote]] of the file
+    if getattr(args, "mqtt", None):
+        flags["mqtt.brokers"] = [{"url": url} for url in args.mqtt]  # added to the [[mqtt.brokers]] of the file
+    if getattr(args, "mdns", None) is not None:
+        flags["mdns.enabled"] = args.mdns
+    if getattr(args, "serial", None):
+        flags["serial.ports"] = list(args.serial)  # added to the [[serial.ports]] of the file
     return flags
 
 
@@ -47,6 +53,24 @@ def remote_upstream_flag(text: str) -> dict[str, Any]:
     if not sep or not name.strip() or not url.strip():
         raise argparse.ArgumentTypeError(f"expected NAME=URL, e.g. files=https://files.plant.lan/mcp, got {text!r}")
     return {"name": name.strip(), "url": url.strip()}
+
+
+def serial_port_flag(text: str) -> dict[str, Any]:
+    """--serial PATH[@BAUD]: a serial port to serve, at BAUD (default 115200; the rest in the config file)."""
+    path, sep, baud = text.rpartition("@")
+    if not sep or not baud.isdigit():
+        path = text
+        baud = ""
+    if not path.strip():
+        raise argparse.ArgumentTypeError(f"expected PATH[@BAUD], e.g. /dev/ttyUSB0@921600, got {text!r}")
+    return {"path": path.strip(), **({"baud": int(baud)} if baud else {})}
+
+
+def mqtt_url_flag(text: str) -> str:
+    """--mqtt URL: mqtt://HOST[:PORT] or mqtts://HOST[:PORT]."""
+    if not text.startswith(("mqtt://", "mqtts://")):
+        raise argparse.ArgumentTypeError(f"expected mqtt://HOST[:PORT] or mqtts://HOST[:PORT], got {text!r}")
+    return text
 
 
 def stdio_upstream_flag(text: str) -> dict[str, Any]:
@@ -105,7 +129,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    """Publish simulated pumps (pump-<first> ...) into a gateway until SIGTERM or SIGINT."""
+    """Publish simulated pumps (pump-<first> ...) into a gateway, or through an MQTT broker, until SIGTERM or SIGINT."""
+    if args.mqtt is None and (args.profile is not None or args.mqtt_username or args.mqtt_password_file):
+        print("mcp-gateway sim: --profile and --mqtt-* options need --mqtt URL", file=sys.stderr)
+        return 2
+    serial_choices = [flag for flag, given in (("--serial", args.serial), ("--serial-pty", args.serial_pty)) if given]
+    if len(serial_choices) > 1 or (serial_choices and args.mqtt is not None):
+        print("mcp-gateway sim: choose one of --serial PATH[@BAUD], --serial-pty and --mqtt URL", file=sys.stderr)
+        return 2
+    if args.serial_link is not None and not args.serial_pty:
+        print("mcp-gateway sim: --serial-link names the pseudo-terminal of --serial-pty", file=sys.stderr)
+        return 2
     if not args.gateway.startswith(("http://", "https://", "ws://", "wss://")):
         print(
             f"mcp-gateway sim: --gateway must start with http://, https://, ws:// or wss://, got {args.gateway!r}",
@@ -122,8 +156,27 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from gateway.logs import setup_logging
     from gateway.publish.websocket import client_ssl
     from sim.link import LinkSecurity, provider_token
+    from sim.mqtt import MqttTarget
     from sim.pump import PumpSettings
     from sim.simulator import SimulatorSettings, run
+
+    mqtt = None
+    if args.mqtt is not None:
+        try:
+            mqtt = MqttTarget(
+                url=args.mqtt,
+                profile=args.profile or "plain",
+                topic_prefix=args.topic_prefix,
+                username=args.mqtt_username,
+                password_file=args.mqtt_password_file,
+                ca_file=args.ca_file,
+            )
+            from sim.mqtt import check_target
+
+            check_target(mqtt)
+        except ValueError as exc:
+            print(f"mcp-gateway sim: {exc}", file=sys.stderr)
+            return 2
 
     try:
         token = provider_token(args.provider_token_file)
@@ -134,7 +187,15 @@ def cmd_sim(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, "auto")
     pump = PumpSettings(deadman_s=args.deadman_s, dry_run_s=args.dry_run_s)
     settings = SimulatorSettings(pumps=args.pumps, first=args.first, pump=pump)
-    asyncio.run(run(args.gateway, settings, args.control_port, LinkSecurity(token, trust)))
+    serial = None
+    if args.serial is not None or args.serial_pty:
+        from sim.serial_line import SerialTarget
+
+        line = args.serial or {}
+        serial = SerialTarget(
+            path=line.get("path"), pty=args.serial_pty, link=args.serial_link, baud=line.get("baud", 115_200)
+        )
+    asyncio.run(run(args.gateway, settings, args.control_port, LinkSecurity(token, trust), mqtt, serial))
     return 0
 
 
@@ -160,6 +221,21 @@ def cmd_sim_status(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(render_pumps(body) + "\n")
+    return 0
+
+
+def cmd_discover(args: argparse.Namespace) -> int:
+    """Browse _mcp-broker._tcp and _mcp._tcp with mDNS and list every gateway found (exit 0 even if none)."""
+    if not 0 < args.timeout <= 60:
+        print("mcp-gateway discover: --timeout must be more than 0 and at most 60 seconds", file=sys.stderr)
+        return 2
+    from gateway.discovery.browse import browse, render
+
+    found = asyncio.run(browse(args.timeout, args.interface))
+    if args.json:
+        sys.stdout.write(orjson.dumps([entry.to_json() for entry in found], option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render(found, args.timeout) + "\n")
     return 0
 
 
@@ -413,6 +489,22 @@ def build_parser() -> argparse.ArgumentParser:
         "[[upstreams.remote]]; credentials and other transports only in the config file)",
     )
     run.add_argument(
+        "--mqtt",
+        action="append",
+        type=mqtt_url_flag,
+        metavar="URL",
+        help="connect to the MQTT broker at URL (mqtt://HOST:PORT or mqtts://) for boards (plain profile) and "
+        "MCP over MQTT servers (repeatable; adds to [[mqtt.brokers]]; credentials only in the config file)",
+    )
+    run.add_argument(
+        "--serial",
+        action="append",
+        type=serial_port_flag,
+        metavar="PATH[@BAUD]",
+        help="serve the board on this serial port (e.g. /dev/ttyUSB0@921600; default baud 115200; repeatable; "
+        "adds to [[serial.ports]]; slot patterns, frame cap and debug mode only in the config file)",
+    )
+    run.add_argument(
         "--sim-pumps",
         type=int,
         default=0,
@@ -425,6 +517,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=SIM_CONTROL_PORT,
         metavar="PORT",
         help=f"loopback port of the simulator's control endpoint (default {SIM_CONTROL_PORT}; 0: any free port)",
+    )
+    run.add_argument(
+        "--mdns",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="advertise the gateway on the local network with mDNS, or not (default: [mdns] enabled, off unless "
+        "configured; see docs/discovery.md)",
     )
     run.set_defaults(func=cmd_run)
 
@@ -543,7 +642,45 @@ def build_parser() -> argparse.ArgumentParser:
         help="file holding the provider secret, sent as X-Provider-Token when the gateway has [providers.auth] "
         "(default: $MCP_SIM_PROVIDER_TOKEN, else none)",
     )
-    sim.add_argument("--ca-file", metavar="FILE", help="CA certificate to trust for a wss:// gateway (e.g. tls/ca.pem)")
+    sim.add_argument(
+        "--ca-file",
+        metavar="FILE",
+        help="CA certificate to trust for a wss:// gateway or mqtts:// broker (e.g. tls/ca.pem)",
+    )
+    sim.add_argument(
+        "--mqtt",
+        type=mqtt_url_flag,
+        metavar="URL",
+        help="publish through the MQTT broker at URL (mqtt://HOST:PORT) instead of a WebSocket to --gateway",
+    )
+    sim.add_argument(
+        "--profile",
+        choices=["plain", "mcp"],
+        help="with --mqtt: plain (mcpb/<slot>/..., MQTT 3.1.1, default) or mcp (MCP over MQTT, EMQX specification)",
+    )
+    sim.add_argument(
+        "--topic-prefix", default="mcpb", metavar="PREFIX", help="plain profile topic prefix (default mcpb)"
+    )
+    sim.add_argument("--mqtt-username", metavar="NAME", help="broker username (e.g. the slot, with the appliance ACL)")
+    sim.add_argument("--mqtt-password-file", metavar="FILE", help="file holding the broker password")
+    sim.add_argument(
+        "--serial",
+        type=serial_port_flag,
+        metavar="PATH[@BAUD]",
+        help="put the pumps on this serial line instead (a tty wired to the gateway's port; one pump registers "
+        "its slot, several share the line with envelopes)",
+    )
+    sim.add_argument(
+        "--serial-pty",
+        action="store_true",
+        help="put the pumps on a new pseudo-terminal and print the path the gateway opens "
+        "(mcp-gateway run --serial PATH); see docs/device-serial.md",
+    )
+    sim.add_argument(
+        "--serial-link",
+        metavar="PATH",
+        help="with --serial-pty: also make a symbolic link at PATH to the gateway's end (a name that stays the same)",
+    )
     sim.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     sim.set_defaults(func=cmd_sim)
 
@@ -598,6 +735,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim_status.add_argument("--json", action="store_true", help="print the control endpoint's JSON")
     sim_status.set_defaults(func=cmd_sim_status)
+
+    discover = commands.add_parser(
+        "discover",
+        help="list the gateways advertised on the local network (mDNS)",
+        description=cmd_discover.__doc__,
+    )
+    discover.add_argument(
+        "--timeout", type=float, default=3.0, metavar="S", help="how long to browse, in seconds (default 3)"
+    )
+    discover.add_argument("--json", action="store_true", help="print a JSON array (empty when none is found)")
+    discover.add_argument(
+        "--interface",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="browse only on the interface holding this address (repeat for several; default every interface)",
+    )
+    discover.set_defaults(func=cmd_discover)
     return parser
 
 

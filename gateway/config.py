@@ -822,6 +822,207 @@ class UpstreamsConfig(Section):
 
 
 # ---------------------------------------------------------------------------------------------
+# [mqtt]: boards and MCP servers reached through MQTT brokers (gateway/southbound/mqtt.py, WIRE.md §5)
+
+MqttProfile = Literal["plain", "mcp"]
+MQTT_PROFILES: tuple[MqttProfile, ...] = ("plain", "mcp")
+MQTT_TOPIC_LEVEL = re.compile(r"^[^+#\x00]+$")
+
+
+class MqttBrokerConfig(Section):
+    """One [[mqtt.brokers]] entry: one connection to one broker, carrying the profiles it enables."""
+
+    url: str
+    """mqtt://HOST[:PORT] (default port 1883) or mqtts://HOST[:PORT] (TLS, default port 8883)."""
+    username: str | None = None
+    password: UpstreamSecretConfig | None = None
+    """{env = "VAR"} or {file = "/path"}; sent with `username` when connecting."""
+    ca_file: str | None = None
+    """PEM CA certificates to verify an mqtts:// broker with (default: the system's)."""
+    client_id: str | None = None
+    """The gateway's MQTT client id; default mcp-gateway-<random>, new on each connection (the MCP over
+    MQTT specification wants a new mcp-client-id for each initialization)."""
+    profiles: list[MqttProfile] = Field(default_factory=lambda: list(MQTT_PROFILES))
+    """plain: boards under <topic_prefix>/<slot>/...; mcp: MCP over MQTT servers (EMQX specification)."""
+    protocol: Literal["5", "3.1.1"] = "5"
+    """MQTT version of the connection; 3.1.1 only with the plain profile alone."""
+    topic_prefix: str = "mcpb"
+    """Plain profile: the first topic level(s) of every board's topics, e.g. "site-a/cell-3/mcpb"."""
+    server_filter: list[str] = Field(default_factory=lambda: ["#"])
+    """MCP profile: server-name filters to discover ($mcp-server/presence/+/<filter>); a broker that suggests
+    filters in its CONNACK (MCP-SERVER-NAME-FILTERS) overrides them."""
+    slot_naming: Literal["last_segment", "dashed"] = "last_segment"
+    """MCP profile: a server's slot is the last level of its server-name (plant/pumps/pump-7 -> pump-7), or the
+    whole server-name with "/" replaced by "-" (plant-pumps-pump-7)."""
+    aggregate: bool = False
+    """MCP profile: offer the servers' tools in _all too (plain-profile boards opt in themselves)."""
+    max_payload_bytes: PositiveInt = 1_048_576
+    """A larger message is dropped unread and counted (oversize)."""
+    keepalive_s: Annotated[int, Field(ge=5, le=65535)] = 30
+    connect_timeout_s: PositiveFloat = 10.0
+    reconnect_initial_s: PositiveFloat = 0.5
+    """First wait before connecting again after the broker was lost; doubles per failure (jittered)."""
+    reconnect_max_s: PositiveFloat = 30.0
+
+    @field_validator("server_filter", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MqttBrokerConfig:
+        parsed = urlsplit(self.url)
+        what = f"mqtt broker {self.url!r}"
+        if parsed.scheme not in ("mqtt", "mqtts") or not parsed.hostname:
+            raise ValueError(f"{what}: use mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")
+        if parsed.username is not None or parsed.password is not None:
+            raise ValueError(f"{what}: no credentials in the URL; use username and password = {{env|file}}")
+        if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
+            raise ValueError(f"{what}: a broker URL has no path, query or fragment")
+        try:
+            parsed.port  # noqa: B018 (raises ValueError for a port out of range)
+        except ValueError as exc:
+            raise ValueError(f"{what}: {exc}") from None
+        if not self.profiles:
+            raise ValueError(f"{what}: profiles is empty; enable plain, mcp or both")
+        if self.protocol == "3.1.1" and "mcp" in self.profiles:
+            raise ValueError(f'{what}: MCP over MQTT needs MQTT 5; use protocol = "5" or profiles = ["plain"]')
+        if self.password is not None and self.username is None:
+            raise ValueError(f"{what}: password needs a username")
+        if self.ca_file is not None and not _is_file(self.ca_file):
+            raise ValueError(f"{what}: ca_file {self.ca_file}: not found")
+        prefix = self.topic_prefix
+        levels_ok = all(MQTT_TOPIC_LEVEL.match(level) for level in prefix.split("/"))
+        if not prefix or prefix.startswith("$") or not levels_ok:
+            raise ValueError(
+                f"{what}: topic_prefix {prefix!r}: one or more topic levels without '+', '#', empty levels or a "
+                'leading \'$\', e.g. "mcpb" or "site-a/cell-3/mcpb"'
+            )
+        for pattern in self.server_filter:
+            levels = pattern.split("/")
+            if (
+                not pattern
+                or "\x00" in pattern
+                or any(("#" in level and level != "#") or ("+" in level and level != "+") for level in levels)
+                or "#" in levels[:-1]
+            ):
+                raise ValueError(f"{what}: server_filter {pattern!r} is not an MQTT topic filter")
+        if self.client_id is not None and (not self.client_id or any(c in self.client_id for c in "/+#\x00")):
+            raise ValueError(f"{what}: client_id must be non-empty, without '/', '+', '#' (it is used in topics)")
+        if self.reconnect_max_s < self.reconnect_initial_s:
+            raise ValueError(f"{what}: reconnect_max_s must be at least reconnect_initial_s")
+        return self
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or ""
+
+    @property
+    def port(self) -> int:
+        parsed = urlsplit(self.url)
+        return parsed.port or (8883 if parsed.scheme == "mqtts" else 1883)
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme == "mqtts"
+
+    @property
+    def label(self) -> str:
+        """How the broker is named in metrics, logs and status: scheme, host and port, never a credential."""
+        host = self.host
+        return f"{urlsplit(self.url).scheme}://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+
+class MqttConfig(Section):
+    """[mqtt]: the brokers the gateway connects to (docs/configuration.md, docs/mqtt-broker.md)."""
+
+    brokers: list[MqttBrokerConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> MqttConfig:
+        labels = [broker.label for broker in self.brokers]
+        repeated = sorted({label for label in labels if labels.count(label) > 1})
+        if repeated:
+            raise ValueError(f"each broker once (one connection per broker); repeated: {', '.join(repeated)}")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# [serial]: boards on serial lines, UART or USB (gateway/southbound/serial.py, WIRE.md §4)
+
+DEFAULT_SERIAL_BAUD = 115_200
+DEFAULT_SERIAL_FRAME_CAP = 8192
+DEFAULT_HOTPLUG_VID_PID = ("303a:1001", "10c4:ea60", "1a86:7523", "1a86:55d4", "0403:6001")
+"""WIRE.md §4: Espressif USB-JTAG/serial, Silicon Labs CP210x, WCH CH340 and CH9102, FTDI FT232R."""
+VID_PID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
+
+
+class SerialLineConfig(Section):
+    """What a serial port carries and which slots a board on it may publish (ports and hot-plug alike)."""
+
+    baud: Annotated[int, Field(ge=50, le=12_000_000)] = DEFAULT_SERIAL_BAUD
+    frame_cap: Annotated[int, Field(ge=256, le=1_048_576)] = DEFAULT_SERIAL_FRAME_CAP
+    """Largest decoded JSON message accepted on the port; a larger frame is dropped and counted (oversize)."""
+    slots: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] = Field(
+        default_factory=lambda: ["*"]
+    )
+    """Slot names or fnmatch patterns a board on this port may publish (serial boards are trusted by port)."""
+    debug_json_lines: bool = False
+    """Also accept a line starting with { as one unframed JSON message (a person at a terminal). No CRC:
+    never on a port that drives actuators in production."""
+
+
+class SerialPortConfig(SerialLineConfig):
+    """One [[serial.ports]] entry: a tty the gateway opens and keeps open (and reopens when it fails)."""
+
+    path: Annotated[str, Field(min_length=1)]
+    """e.g. /dev/ttyUSB0, or better a stable /dev/serial/by-id/... name."""
+
+
+class SerialHotplugConfig(SerialLineConfig):
+    """[serial.hotplug]: attach USB serial devices whose VID:PID is listed when they are plugged in."""
+
+    enabled: bool = False
+    """Off on a developer machine (the gateway would take every ESP32 plugged in to be flashed); the
+    appliance's config turns it on."""
+    vid_pid: list[str] = Field(default_factory=lambda: list(DEFAULT_HOTPLUG_VID_PID))
+    backend: Literal["auto", "udev", "poll"] = "auto"
+    """auto: udev events where udev runs (pyudev), else polling pyserial's port list."""
+    poll_interval_s: PositiveFloat = 2.0
+
+    @field_validator("vid_pid")
+    @classmethod
+    def _vid_pid(cls, value: list[str]) -> list[str]:
+        normalized = [entry.strip().lower() for entry in value]
+        for entry in normalized:
+            if not VID_PID.match(entry):
+                raise ValueError(f"{entry!r} is not VID:PID in hex, e.g. 303a:1001")
+        return normalized
+
+
+class SerialConfig(Section):
+    """[serial]: configured ports, USB hot-plug, and how a failing port is retried."""
+
+    ports: list[SerialPortConfig] = Field(default_factory=list)
+    hotplug: SerialHotplugConfig = Field(default_factory=SerialHotplugConfig)
+    retry_initial_s: PositiveFloat = 0.5
+    """First wait before opening a port again after it failed or disappeared; doubles per failure (jittered)."""
+    retry_max_s: PositiveFloat = 30.0
+    write_timeout_s: PositiveFloat = 5.0
+    """A frame not written within this long (a board that stopped reading its USB port) fails the port."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SerialConfig:
+        paths = [port.path for port in self.ports]
+        repeated = sorted({path for path in paths if paths.count(path) > 1})
+        if repeated:
+            raise ValueError(f"each serial port once; repeated: {', '.join(repeated)}")
+        if self.retry_max_s < self.retry_initial_s:
+            raise ValueError("retry_max_s must be at least retry_initial_s")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
 # [groups.<name>]: tool groups served at /mcp and /mcp/<name> (gateway/core/groups.py)
 
 GROUP_ENV_PREFIX = "MCP_GROUP_"
@@ -866,6 +1067,35 @@ class LoggingConfig(Section):
     """auto: text on a terminal, one JSON object per line otherwise."""
 
 
+MDNS_INSTANCE_NAME_BYTES = 63
+"""A DNS-SD instance name is one DNS label: at most 63 bytes of UTF-8."""
+
+
+class MdnsConfig(Section):
+    """[mdns]: advertise the gateway on the local network (docs/discovery.md)."""
+
+    enabled: bool = False
+    """Advertise _mcp-broker._tcp and _mcp._tcp. Off on a developer machine; the appliance's config turns it on."""
+    instance_name: str | None = None
+    """The name clients list, e.g. "Line 3 gateway"; default "mcp-gateway on <hostname>". Shown to the network."""
+    interfaces: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """Advertise only on these interfaces (names such as "eth0", or addresses the listener serves); default every
+    interface the listener serves. A loopback-bound gateway is never advertised."""
+    refresh_s: PositiveFloat = 30.0
+    """How often the interface addresses are read again: a changed address is re-advertised, a failure retried."""
+
+    @field_validator("instance_name")
+    @classmethod
+    def _instance_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip() or len(value.encode("utf-8")) > MDNS_INSTANCE_NAME_BYTES:
+            raise ValueError(f"an instance name is 1 to {MDNS_INSTANCE_NAME_BYTES} bytes of UTF-8 text")
+        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+            raise ValueError("an instance name cannot hold control characters")
+        return value
+
+
 class GatewayConfig(Section):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
@@ -887,6 +1117,12 @@ class GatewayConfig(Section):
     """Client authentication ([auth]): static tokens, OAuth 2.1 access tokens, required scopes."""
     upstreams: UpstreamsConfig = Field(default_factory=UpstreamsConfig)
     """MCP servers the gateway runs as children ([[upstreams.stdio]]) or reaches itself."""
+    mdns: MdnsConfig = Field(default_factory=MdnsConfig)
+    """mDNS advertisement ([mdns]): off by default; see docs/discovery.md."""
+    mqtt: MqttConfig = Field(default_factory=MqttConfig)
+    """MQTT brokers ([[mqtt.brokers]]): boards (plain profile) and MCP over MQTT servers; docs/mqtt-broker.md."""
+    serial: SerialConfig = Field(default_factory=SerialConfig)
+    """Boards on serial lines ([serial]): configured ports and USB hot-plug; docs/device-serial.md."""
 
     groups: dict[str, GroupConfig] = Field(default_factory=dict)
     """Tool groups ([groups.<name>]): /mcp serves every enabled one, /mcp/<name> one (docs/groups.md)."""

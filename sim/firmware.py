@@ -47,9 +47,12 @@ def provider_url(gateway_url: str, slot: str) -> str:
     return str(websocket.provider_url(gateway_url, slot))
 
 
-def register_frame(hello: dict[str, Any]) -> bytes:
-    """The first frame on a link: notifications/register with aggregate true and the hello."""
-    frame: bytes = provider.register_frame(hello, True)
+def register_frame(hello: dict[str, Any], slot: str | None = None) -> bytes:
+    """The first frame on a link: notifications/register with aggregate true and the hello; links without a
+    URL (MQTT's status topic, serial) name their slot in it."""
+    frame: bytes = (
+        provider.register_frame(hello, True, slot) if slot is not None else provider.register_frame(hello, True)
+    )
     return frame
 
 

@@ -4,15 +4,20 @@ API
 ---
 SimulatorSettings(pumps, first=1, pump=PumpSettings(), tick_ms=100, silence_s=90, backoff_min_s=1,
                   backoff_max_s=30, connect_timeout_s=10)
-Simulator(gateway_url or None, settings, security=None) slots pump-<first> ... pump-<first + pumps - 1>;
-                                         security: sim.link.LinkSecurity (provider token, TLS trust)
+Simulator(gateway_url or None, settings, security=None, mqtt=None) slots pump-<first> ... pump-<first + pumps - 1>;
+                                         security: sim.link.LinkSecurity (provider token, TLS trust);
+                                         mqtt: sim.mqtt.MqttTarget publishes through an MQTT broker
+                                         (plain or mcp profile) instead of a WebSocket to the gateway;
+                                         serial: sim.serial_line.SerialTarget puts the pumps on one serial
+                                         line (a tty, or a pseudo-terminal made here) instead
     await .start_control(port, flag)     bind the control endpoint on 127.0.0.1 (0: any free port);
                                          raises OSError naming `flag` when the port is taken
     .control_url                         http://127.0.0.1:<port> once bound
     .start(gateway_url=None)             the tick and every pump's link (in the running event loop)
     await .stop()                        links closed (1001), tick and control endpoint stopped
     .apply(slot, fault, clear=False, seconds=None) -> the pump's state; raises UnknownPump, BadFault
-    .state(slot) -> dict                 slot, device_id, link, injected conditions, boots, status
+    .state(slot) -> dict                 slot, device_id, link, injected conditions, boots, status, and
+                                         the board's request counts (requests, duplicates, errors)
 run(gateway_url, settings, control_port, security=None) prints where it publishes and its control URL, runs until
                                          SIGTERM or SIGINT (`mcp-gateway sim`)
 """
@@ -33,7 +38,9 @@ from aiohttp import web
 from gateway import __version__
 from sim import FIRMWARE_NAME, firmware
 from sim.link import LinkSecurity, PumpLink
+from sim.mqtt import MqttPumpLink, MqttTarget
 from sim.pump import PumpSettings, SimulatedPump
+from sim.serial_line import SerialLine, SerialPumpLink, SerialTarget
 
 log = logging.getLogger("sim")
 
@@ -67,18 +74,26 @@ class SimulatorSettings:
 
 class Simulator:
     def __init__(
-        self, gateway_url: str | None, settings: SimulatorSettings, security: LinkSecurity | None = None
+        self,
+        gateway_url: str | None,
+        settings: SimulatorSettings,
+        security: LinkSecurity | None = None,
+        mqtt: MqttTarget | None = None,
+        serial: SerialTarget | None = None,
     ) -> None:
         if settings.pumps < 1:
             raise ValueError("the simulator needs at least one pump")
         self.gateway_url = gateway_url
         self.settings = settings
         self.security = security or LinkSecurity()
+        self.mqtt = mqtt
+        self.serial = serial
+        self.serial_line: SerialLine | None = None
         path = firmware.schema_file()
         registry = firmware.load_registry(path, settings.pump.frame_max_bytes)
         self.schema_hash = firmware.schema_hash(path)
         self.pumps = {slot: SimulatedPump(slot, registry, settings.pump) for slot in settings.slots}
-        self.links: dict[str, PumpLink] = {}
+        self.links: dict[str, PumpLink | MqttPumpLink | SerialPumpLink] = {}
         self.control_url: str | None = None
         self._http: aiohttp.ClientSession | None = None
         self._tick: asyncio.Task[None] | None = None
@@ -115,6 +130,12 @@ class Simulator:
     def start(self, gateway_url: str | None = None) -> None:
         """Start the tick and the links (inside the running loop); `gateway_url` if not given before."""
         self.gateway_url = gateway_url or self.gateway_url
+        if self.serial is not None:
+            self._start_serial(self.serial)
+            return
+        if self.mqtt is not None:
+            self._start_mqtt(self.mqtt)
+            return
         if self.gateway_url is None:
             raise ValueError("the simulator needs the gateway's URL")
         # One connection per pump, however many: no pool limit (aiohttp's default is 100).
@@ -134,6 +155,38 @@ class Simulator:
             )
             self.links[slot] = link
             link.start()
+        self._tick = asyncio.get_running_loop().create_task(self._ticker(), name="sim-tick")
+
+    def _start_mqtt(self, target: MqttTarget) -> None:
+        settings = self.settings
+        for slot, pump in self.pumps.items():
+            link = MqttPumpLink(
+                pump,
+                target,
+                self.hello(pump),
+                connect_timeout_s=settings.connect_timeout_s,
+                backoff_min_s=settings.backoff_min_s,
+                backoff_max_s=settings.backoff_max_s,
+            )
+            self.links[slot] = link
+            link.start()
+        self._tick = asyncio.get_running_loop().create_task(self._ticker(), name="sim-tick")
+
+    def _start_serial(self, target: SerialTarget) -> None:
+        settings = self.settings
+        line = SerialLine(
+            target,
+            self.pumps,
+            {slot: self.hello(pump) for slot, pump in self.pumps.items()},
+            silence_s=settings.silence_s,
+            backoff_min_s=settings.backoff_min_s,
+            backoff_max_s=settings.backoff_max_s,
+        )
+        if target.pty:
+            line.open_pty()  # now, so that the path the gateway opens can be shown at once
+        self.serial_line = line
+        self.links.update(line.views)
+        line.start()
         self._tick = asyncio.get_running_loop().create_task(self._ticker(), name="sim-tick")
 
     async def stop(self) -> None:
@@ -218,6 +271,7 @@ class Simulator:
             "injected": pump.injected(),
             "boots": pump.boots,
             "status": pump.status(),
+            "requests": dict(pump.dispatcher.counts),
         }
 
     def states(self) -> list[dict[str, Any]]:
@@ -225,15 +279,35 @@ class Simulator:
 
 
 async def run(
-    gateway_url: str, settings: SimulatorSettings, control_port: int, security: LinkSecurity | None = None
+    gateway_url: str,
+    settings: SimulatorSettings,
+    control_port: int,
+    security: LinkSecurity | None = None,
+    mqtt: MqttTarget | None = None,
+    serial: SerialTarget | None = None,
 ) -> None:
     """`mcp-gateway sim`: publish the pumps and serve the control endpoint until SIGTERM or SIGINT."""
-    simulator = Simulator(gateway_url, settings, security)
+    simulator = Simulator(gateway_url, settings, security, mqtt, serial)
     control = await simulator.start_control(control_port)
     simulator.start()
     slots = settings.slots
     names = slots[0] if len(slots) == 1 else f"{slots[0]} ... {slots[-1]}"
-    where = firmware.provider_url(gateway_url, slots[0]).rsplit("/", 1)[0] + "/<slot>"
+    if simulator.serial_line is not None:
+        line = simulator.serial_line
+        port = (line.target.link or line.gateway_path) if line.target.pty else line.target.path
+        framing = "envelopes, one slot per pump" if line.enveloped else "one slot"
+        where = f"serial line {port} ({framing})"
+        if line.target.pty:
+            where += f"; serve it with: mcp-gateway run --serial {port}"
+    elif mqtt is not None:
+        pattern = (
+            f"{mqtt.topic_prefix}/<slot>/..."
+            if mqtt.profile == "plain"
+            else f"$mcp-server/.../{mqtt.server_prefix}/<slot>"
+        )
+        where = f"{mqtt.url} ({mqtt.profile} profile, {pattern})"
+    else:
+        where = firmware.provider_url(gateway_url, slots[0]).rsplit("/", 1)[0] + "/<slot>"
     print(f"simulator: {len(slots)} pump(s), {names}, publishing to {where}")
     print(f"control: {control}   (mcp-gateway sim-status --control {control})", flush=True)
     stop = asyncio.Event()

@@ -14,6 +14,7 @@ from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
 from gateway.publish import MultiplexedPublisher, Publisher
 from gateway.publish.sdk_bridge import SdkServer
+from tests.support.mosquitto import Mosquitto
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
@@ -101,3 +102,29 @@ async def publishers() -> AsyncIterator[Publishers]:
     helper = Publishers()
     yield helper
     await helper.stop_all()
+
+
+MosquittoFactory = Callable[..., Awaitable[Mosquitto]]
+
+
+@pytest.fixture
+async def mosquitto_factory(tmp_path: Any) -> AsyncIterator[MosquittoFactory]:
+    """Start real mosquitto brokers on free loopback ports: `await mosquitto_factory(users=..., acl=...)`
+    (tests/support/mosquitto.py); every one is stopped at the end of the test."""
+    brokers: list[Mosquitto] = []
+
+    async def make(**options: Any) -> Mosquitto:
+        broker = Mosquitto(tmp_path / f"mosquitto-{len(brokers)}", **options)
+        brokers.append(broker)
+        await broker.start()
+        return broker
+
+    yield make
+    for broker in brokers:
+        await broker.stop()
+
+
+@pytest.fixture
+async def mosquitto(mosquitto_factory: MosquittoFactory) -> Mosquitto:
+    """An anonymous mosquitto on a free loopback port."""
+    return await mosquitto_factory()

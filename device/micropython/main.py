@@ -16,6 +16,26 @@ def _config_path():
     return getenv("PUMP1_CONFIG") or "config.json"
 
 
+# The transport module of each `transport` setting: only the configured one is loaded, because an
+# unused one would hold heap that a 96 KB board needs.
+TRANSPORT_MODULES = {
+    "websocket": "mcpdevice.websocket",
+    "mqtt": "mcpdevice.mqtt",
+    "serial": "mcpdevice.serial_transport",
+}
+
+
+def _transport_module(path):
+    # A peek at the file; config.load() below checks it whole and names whatever is wrong.
+    try:
+        import json
+
+        with open(path) as f:
+            return TRANSPORT_MODULES.get(json.load(f).get("transport"), "mcpdevice.websocket")
+    except Exception:
+        return "mcpdevice.websocket"
+
+
 def _unload(name):
     # Boot-only modules go once used, so that the heap gets their room back.
     del sys.modules[name]
@@ -50,14 +70,16 @@ def _boot(path):
 
 # The modules that stay loaded come first, so that the boot-only ones stack above them and leave
 # one free block behind when unloaded instead of holes between resident objects.
+_path = _config_path()
+__import__(_transport_module(_path))
+gc.collect()
 import mcpdevice.dispatcher  # noqa: E402, F401
 import mcpdevice.registry  # noqa: E402, F401
-import mcpdevice.websocket  # noqa: E402, F401
 import pump1.app  # noqa: E402, F401
 import pump1.tools  # noqa: E402, F401
 
 gc.collect()
-_parts, _settings = _boot(_config_path())
+_parts, _settings = _boot(_path)
 gc.collect()
 if _parts is not None:
     pump1.app.run(_parts, _settings)

@@ -82,6 +82,10 @@ class GatewayView:
     slots: Sequence[SlotView] = ()
     groups: Sequence[GroupCheck] = ()
     """Enabled tool groups."""
+    mdns: Mapping[str, Any] = field(default_factory=lambda: {"enabled": False, "state": "off"})
+    """The mDNS advertisement's status (gateway.discovery.mdns: state, reason, addresses)."""
+    mqtt: Sequence[Mapping[str, Any]] = ()
+    """Each MQTT broker connection's status (gateway.southbound.mqtt: state, last_error, dropped counters)."""
 
 
 @dataclass(frozen=True)
@@ -580,7 +584,89 @@ def _gateway_problems(view: GatewayView) -> list[Problem]:
             )
         )
     problems.extend(_group_problems(view))
+    problems.extend(_mdns_problems(view))
+    problems.extend(_mqtt_problems(view))
     return problems
+
+
+def _mqtt_problems(view: GatewayView) -> list[Problem]:
+    """A broker the gateway cannot reach, and messages it received but could not use."""
+    problems: list[Problem] = []
+    for broker in view.mqtt:
+        label = str(broker.get("broker"))
+        if not broker.get("connected"):
+            problems.append(
+                Problem(
+                    "mqtt.broker_unreachable",
+                    "error",
+                    f"MQTT broker {label} is not connected: its boards and servers are detached",
+                    f"{broker.get('last_error') or 'not connected yet'}; {broker.get('attempts', 0)} attempts, "
+                    f"next in {broker.get('next_attempt_in_s')}s",
+                    "Check that the broker runs (systemctl status mosquitto), its address and port in "
+                    "[[mqtt.brokers]] url, and the gateway's username and password (a refusal names 'Not "
+                    "authorized'); see docs/mqtt-broker.md.",
+                )
+            )
+        elif broker.get("subscribe_error"):
+            problems.append(
+                Problem(
+                    "mqtt.subscription_refused",
+                    "error",
+                    f"MQTT broker {label} refused some of the gateway's subscriptions",
+                    str(broker.get("subscribe_error")),
+                    "Give the gateway's broker user read access to its topics in the broker's ACL file "
+                    "(docs/mqtt-broker.md).",
+                )
+            )
+        dropped = {reason: count for reason, count in (broker.get("dropped") or {}).items() if count}
+        if dropped:
+            examples = broker.get("dropped_examples") or {}
+            counts = ", ".join(f"{reason} {count}" for reason, count in sorted(dropped.items()))
+            latest = "; ".join(f"{reason}: {examples[reason]}" for reason in sorted(dropped) if reason in examples)
+            problems.append(
+                Problem(
+                    "mqtt.messages_dropped",
+                    "warning",
+                    f"MQTT broker {label}: messages were dropped",
+                    f"{counts} since the gateway started; latest: {latest}",
+                    "malformed: fix the device's payloads (one JSON-RPC message per MQTT message, status = the "
+                    "register frame with params.slot); wrong_topic: check topic_prefix and the device's topic names; "
+                    "oversize: raise max_payload_bytes or shrink the device's messages; unregistered: the device "
+                    "must publish its status (or presence) first; refused: the slot is held, reserved or "
+                    "undeclared (provider_status). See docs/protocol.md.",
+                )
+            )
+    return problems
+
+
+def _mdns_problems(view: GatewayView) -> list[Problem]:
+    """[mdns] is on but boards and clients cannot find the gateway by browsing."""
+    state = view.mdns.get("state")
+    reason = str(view.mdns.get("reason") or "")
+    if state == "not_advertised":
+        return [
+            Problem(
+                "mdns.not_advertised",
+                "info",
+                "mDNS is enabled but nothing is advertised: the gateway listens on loopback only",
+                reason,
+                'Bind to the network (host = "0.0.0.0", with [auth] configured) so boards and clients can reach and '
+                "find the gateway, or turn mDNS off ([mdns] enabled = false, or run --no-mdns).",
+            )
+        ]
+    if state == "failed":
+        return [
+            Problem(
+                "mdns.failed",
+                "warning",
+                "The gateway cannot advertise itself with mDNS: browsing does not find it",
+                f"{reason}; retried every refresh, the gateway itself serves normally",
+                "Check that the network interface has an address and multicast on (ip link show: MULTICAST), that "
+                "the firewall lets UDP port 5353 through, and the names in [mdns] interfaces. Boards and clients can "
+                "always use the gateway's address directly; see docs/discovery.md.",
+            )
+        ]
+    return []
 
 
 def _group_problems(view: GatewayView) -> list[Problem]:

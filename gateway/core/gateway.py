@@ -65,6 +65,15 @@ class Gateway:
         self.auth_posture: Callable[[], JsonObject] | None = None
         """Client authentication in force (static tokens, OAuth issuer, HMAC keys), for broker_info;
         set by the composition root when [auth] configures any (None: no client authentication)."""
+        self.discovery: Callable[[], JsonObject] | None = None
+        """The mDNS advertisement's state, for broker_info and diagnosis; set by the composition root
+        when [mdns] is enabled (None: not advertising)."""
+        self.mqtt_status: Callable[[], list[JsonObject]] | None = None
+        """Each MQTT broker connection's state and dropped-message counters, for broker_info and diagnosis;
+        set by the composition root when [[mqtt.brokers]] configures any (None: no MQTT)."""
+        self.serial_status: Callable[[], JsonObject] | None = None
+        """Each serial port's state and frame counters, and hot-plug, for broker_info and diagnosis; set by the
+        composition root when [serial] configures ports or hot-plug (None: no serial lines)."""
         self._slot_targets: dict[str, SlotTarget] = {}
         self.metrics.before_render.append(ScrapeSync(self))
 

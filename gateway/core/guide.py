@@ -207,6 +207,31 @@ def _for(problem: Problem) -> str:
     return f" (slot `{problem.slot}`)" if problem.slot else ""
 
 
+def _discovery_note(info: JsonObject) -> list[str]:
+    """How a board finds this gateway without a configured address: mDNS, when it is advertised."""
+    mdns = info.get("mdns") or {}
+    lines = ["## Finding the gateway", ""]
+    if mdns.get("state") == "advertising":
+        scheme = "wss" if info["tls"] else "ws"
+        host = str(mdns["host"]).rstrip(".")
+        lines += [
+            f"This gateway advertises itself with mDNS as **{mdns['instance']}** (`_mcp-broker._tcp` and "
+            f"`_mcp._tcp`, port {mdns['port']}, addresses {', '.join(mdns['addresses'])}). A board can dial "
+            f"`{scheme}://{host}:{mdns['port']}/provider/<slot>` where its network stack resolves `.local` names, "
+            "or browse `_mcp-broker._tcp` and read the TXT keys (`provider`, `providers`, `tls`, `pauth`). "
+            "`mcp-gateway discover` lists it from any machine on the network. See docs/discovery.md.",
+            "",
+        ]
+    else:
+        reason = mdns.get("reason") or "mDNS is off (`[mdns] enabled = true`, or `run --mdns`, turns it on)"
+        lines += [
+            f"Boards cannot find this gateway by browsing: {reason}. Give each board the gateway's address "
+            f"(`{info['urls']['provider']}` with a network address or name in place of the host).",
+            "",
+        ]
+    return lines
+
+
 def _provider_auth_note(mode: str) -> list[str]:
     """How a provider proves who it is here, when [providers.auth] asks it to (nothing otherwise)."""
     if mode == "none":
@@ -226,6 +251,57 @@ def _provider_auth_note(mode: str) -> list[str]:
         "`Publisher(..., token=secret)`.",
         "",
     ]
+
+
+def _mqtt_section(data: GuideInput, slot: str) -> list[str]:
+    """Boards and MCP over MQTT servers reaching this gateway through its brokers (docs/mqtt-broker.md)."""
+    brokers: list[JsonObject] = list(data.info.get("mqtt") or [])
+    lines = ["## Over MQTT", ""]
+    if not brokers:
+        return [
+            *lines,
+            "This gateway connects to no MQTT broker. Boards that speak MQTT (`umqtt.simple`) and MCP over MQTT "
+            "servers reach it once `[[mqtt.brokers]]` names a broker (or `mcp-gateway run --mqtt mqtt://HOST:PORT`); "
+            "see docs/mqtt-broker.md.",
+            "",
+        ]
+    for broker in brokers:
+        state = "connected" if broker.get("connected") else f"not connected ({broker.get('last_error') or 'yet'})"
+        lines += [f"Broker `{broker['broker']}`: {state}.", ""]
+        plain = broker.get("plain")
+        if isinstance(plain, dict):
+            prefix = plain["topic_prefix"]
+            status = {
+                "jsonrpc": "2.0",
+                "method": "notifications/register",
+                "params": {"slot": slot, "aggregate": True, "hello": {"device_id": "a4:cf:12:34:56:78"}},
+            }
+            lines += [
+                f"Plain profile (MQTT 3.1.1 or 5, QoS 1): publish this **retained** on `{prefix}/{slot}/status` "
+                f"with a last will of an **empty retained** message on the same topic, subscribe to "
+                f"`{prefix}/{slot}/down` and answer every request there on `{prefix}/{slot}/up`, one JSON-RPC "
+                "message per MQTT message:",
+                "",
+                _code(_json(status), "json"),
+                "",
+                "An empty status detaches the slot at once; publish the status again on every reconnect. Answer a "
+                "repeated request id from a cache of your last answers instead of acting twice (QoS 1 redelivers). "
+                "With the appliance's broker the board's MQTT username is its slot name.",
+                "",
+            ]
+        mcp = broker.get("mcp")
+        if isinstance(mcp, dict):
+            filters = ", ".join(f"`$mcp-server/presence/+/{name_filter}`" for name_filter in mcp["server_filters"])
+            lines += [
+                f"MCP over MQTT ({mcp['spec']}, MQTT 5): the gateway discovers servers on {filters} and bridges each "
+                "server-name into a slot (its last level unless `slot_naming` says otherwise). Publish "
+                "`notifications/server/online` retained on `$mcp-server/presence/<server-id>/<server-name>` with an "
+                "empty retained will there; the gateway's `initialize` arrives on "
+                "`$mcp-server/<server-id>/<server-name>` and names its client id in the `MCP-MQTT-CLIENT-ID` user "
+                "property.",
+                "",
+            ]
+    return lines
 
 
 def page_publish_provider(data: GuideInput) -> str:
@@ -270,6 +346,7 @@ def page_publish_provider(data: GuideInput) -> str:
         "needs integer request ids. `provider_status` shows it.",
         "",
         *_provider_auth_note(info["security"].get("provider_auth", "none")),
+        *_discovery_note(info),
         "## Many slots per WebSocket: `/providers`",
         "",
         f"Connect to `{urls['providers']}`. Every frame, both ways, is an envelope "
@@ -313,6 +390,7 @@ def page_publish_provider(data: GuideInput) -> str:
         "pending), if it declared the capability; anything else gets -32601.",
         f"- A second provider for a held slot {_takeover_rule(providers['takeover'], providers['takeover_probe_ms'])}.",
         "",
+        *_mqtt_section(data, slot),
         "## From Python (an SDK server)",
         "",
         _code(

@@ -87,6 +87,27 @@ def authentication_modes(auth: JsonObject) -> str:
     return "+".join(modes) or "none"
 
 
+MDNS_OFF: JsonObject = {"enabled": False, "state": "off"}
+
+
+def mdns_status(gateway: Gateway) -> JsonObject:
+    """What the gateway advertises on the local network ([mdns]): names, addresses, TXT keys; never a secret."""
+    return gateway.discovery() if gateway.discovery is not None else dict(MDNS_OFF)
+
+
+def mqtt_status(gateway: Gateway) -> list[JsonObject]:
+    """Each MQTT broker connection ([[mqtt.brokers]]): state, subscriptions, dropped messages; never a secret."""
+    return gateway.mqtt_status() if gateway.mqtt_status is not None else []
+
+
+SERIAL_OFF: JsonObject = {"ports": [], "hotplug": {"enabled": False}}
+
+
+def serial_status(gateway: Gateway) -> JsonObject:
+    """Each serial port ([serial]): state, slots, frames in and out, dropped frames by reason; and hot-plug."""
+    return gateway.serial_status() if gateway.serial_status is not None else dict(SERIAL_OFF)
+
+
 def slot_state(slot: Slot) -> str:
     session = slot.live
     if session is None:
@@ -247,6 +268,9 @@ def broker_info(gateway: Gateway) -> JsonObject:
         },
         "protocol_versions": {"session": list(HANDSHAKE_VERSIONS), "stateless": list(STATELESS_VERSIONS)},
         "groups": gateway.groups.info(),
+        "mdns": mdns_status(gateway),
+        "mqtt": mqtt_status(gateway),
+        "serial": serial_status(gateway),
     }
 
 
@@ -297,6 +321,8 @@ def diagnosis_view(gateway: Gateway) -> GatewayView:
         max_subscriptions=config.limits.max_subscriptions,
         max_slots=config.limits.max_slots,
         aggregate_members=tuple(gateway.aggregate.members()),
+        mdns=mdns_status(gateway),
+        mqtt=tuple(mqtt_status(gateway)),
         groups=tuple(
             GroupCheck(
                 name=spec.name,

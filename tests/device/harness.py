@@ -98,7 +98,10 @@ class Device:
             await self._reader
 
 
-async def start_device(micropython: str, config_path: Path, config: Message) -> Device:
+async def start_device(
+    micropython: str, config_path: Path, config: Message, libraries: tuple[Path, ...] = ()
+) -> Device:
+    """Run the app; `libraries`: folders of third-party modules (what `mip` installs on a board)."""
     await asyncio.to_thread(config_path.write_bytes, orjson.dumps(config))
     process = await asyncio.create_subprocess_exec(
         micropython,
@@ -111,7 +114,7 @@ async def start_device(micropython: str, config_path: Path, config: Message) -> 
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         # asyncio is frozen into the binary: keep ".frozen" on the path next to the device code.
-        env={**os.environ, "MICROPYPATH": f".frozen:{DEVICE_DIR}"},
+        env={**os.environ, "MICROPYPATH": ":".join([".frozen", str(DEVICE_DIR), *map(str, libraries)])},
     )
     return Device(process, config)
 

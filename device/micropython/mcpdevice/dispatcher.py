@@ -15,7 +15,7 @@ Dispatcher(registry, handlers, server_info, instructions=None, frame_max=4096, c
     handlers     {tool name: fn(arguments dict) -> CallToolResult dict}; must match the registry
     server_info  {"name": ..., "version": ...} for the initialize result
     log          optional function(event, **fields), told about errors (first of a kind, then
-                 every hundredth) and duplicates
+                 every hundredth), duplicates, and errors the gateway sends with id null
     .handle(frame: bytes) -> bytes, a list of bytes (one frame in parts), or None
     .oversize(size, head: bytes) -> bytes      the answer to a frame too large to read; `head`
                                                (its first bytes) gives the request id when present
@@ -90,6 +90,11 @@ class Dispatcher:
         method = message.get("method")
         request_id = message.get("id")
         if method is None and ("result" in message or "error" in message):
+            error = message.get("error")
+            if request_id is None and type(error) is dict:
+                # Addressed to no request: the gateway refusing this board (over MQTT, where no close
+                # reason exists). The console is the only place a person sees why the slot stays empty.
+                self._note("gateway_error", str(error.get("message"))[:200])
             return None  # an answer to a request of ours; the device sends none that it waits for
         if "id" not in message and type(method) is str:
             return None  # a notification

@@ -13,13 +13,16 @@ carried traffic, so that a plant full of boards does not hammer a restarting gat
 
 API
 ---
-register_frame(hello, aggregate=True) -> bytes    the first frame (WIRE.md §2.1, §3.4)
+register_frame(hello, aggregate=True, slot=None) -> bytes    the first frame (WIRE.md §2.1, §3.4); links
+                                                  without a URL (serial, MQTT) name their slot in it
 Provider(dispatcher, make_transport, first_frame, silence_s=90, backoff_min_s=1, backoff_max_s=30,
          on_heard=None, before_connect=None, log=None)
     make_transport   function() -> a new, unconnected transport
     before_connect   optional coroutine function run before each dial (e.g. bring Wi-Fi up)
     await .run()     forever
     .links           links made so far; .connected: a link is up now
+    .transport       the transport of the link up now, or None; the app calls its optional
+                     .shutdown() (synchronous) on its way out
 """
 
 import asyncio
@@ -33,8 +36,10 @@ class LinkClosed(Exception):
     """Raised by a transport when the peer closes the link; args: (close code, reason)."""
 
 
-def register_frame(hello, aggregate=True):
+def register_frame(hello, aggregate=True, slot=None):
     params = {"hello": hello}
+    if slot is not None:
+        params["slot"] = slot
     if aggregate:
         params["aggregate"] = True
     frame = {"jsonrpc": "2.0", "method": "notifications/register", "params": params}
@@ -69,6 +74,7 @@ class Provider:
         self._log = log or (lambda event, **fields: None)
         self.links = 0
         self.connected = False
+        self.transport = None
         self._carried = False
 
     async def run(self):
@@ -80,6 +86,7 @@ class Provider:
                 if self.before_connect is not None:
                     await self.before_connect()
                 transport = self.make_transport()
+                self.transport = transport
                 await transport.connect()
                 self.links += 1
                 self.connected = True
@@ -94,6 +101,7 @@ class Provider:
                 self.connected = False
                 if transport is not None:
                     await transport.close(1001, "device reconnecting")
+                self.transport = None
             if self._carried:
                 failures = 0
             ceiling = min(self.backoff_max_s, self.backoff_min_s * (2 ** min(failures, 16)))

@@ -1,6 +1,7 @@
 """The running pump-1 app: the control tick and the gateway link, until the process ends.
 
-API: run(parts, settings)   parts: pump1.build.build(settings); the motor is stopped on every way out.
+API: run(parts, settings)   parts: pump1.build.build(settings); the motor is stopped on every way out,
+and a transport with a `shutdown()` (MQTT: clear the retained status) is closed on it.
 """
 
 import asyncio
@@ -47,3 +48,7 @@ def run(parts, settings):
     finally:
         hardware.safe_stop()
         log("motor_stopped", reason="app ended")
+        transport = provider.transport
+        if transport is not None and hasattr(transport, "shutdown"):
+            transport.shutdown()  # now, instead of when the broker's keepalive runs out
+            log("link_closed", reason="app ended")

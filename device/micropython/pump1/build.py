@@ -4,7 +4,10 @@ Needed once: main.py unloads this module (and mcpdevice.schema_index) after boot
 gets the room back.
 
 API: build(settings) -> (hardware, controller, provider, watchdog)   settings: pump1.config.load();
-     raises ValueError or OSError naming the problem (schema file missing or invalid, wss without CA).
+     raises ValueError or OSError naming the problem (schema file missing or invalid, TLS without CA).
+The link is the WebSocket transport, or with `transport: "mqtt"` the plain MQTT profile
+(mcpdevice.mqtt, on umqtt.simple), or with `transport: "serial"` COBS frames on a UART or tty
+(mcpdevice.serial_transport); only the chosen transport's module is imported.
 """
 
 import sys
@@ -12,7 +15,6 @@ import sys
 from mcpdevice.dispatcher import Dispatcher, tool_budget
 from mcpdevice.log import log
 from mcpdevice.provider import Provider, register_frame
-from mcpdevice.websocket import WebSocketTransport, provider_url
 from pump1 import FIRMWARE_NAME, FIRMWARE_VERSION, INSTRUCTIONS, SERVER_NAME, tools
 from pump1.controller import PumpController
 from pump1.schema_hash import SCHEMA_HASH
@@ -70,9 +72,8 @@ def _der(data):
     return binascii.a2b_base64(data[begin + 27 : end if end > 0 else len(data)].replace(b"\n", b"").replace(b"\r", b""))
 
 
-def _tls(settings):
-    url = settings["gateway_url"]
-    if not (url.startswith("wss:") or url.startswith("https:")):
+def _tls(settings, secure, what):
+    if not secure:
         return None
     import ssl
 
@@ -86,7 +87,7 @@ def _tls(settings):
         # this line any certificate would be accepted, whatever the CA file says.
         context.verify_mode = ssl.CERT_REQUIRED
     else:
-        raise ValueError("a wss:// gateway needs ca_file (or tls_insecure: true in a lab)")
+        raise ValueError("a %s needs ca_file (or tls_insecure: true in a lab)" % what)
     return context
 
 
@@ -97,10 +98,64 @@ def _watchdog(settings):
     return machine.WDT(timeout=int(settings["watchdog_s"] * 1000))
 
 
+def _link(settings, frame_max):
+    """A function that makes a new transport of the configured kind for each dial."""
+    timeout_s = settings["connect_timeout_s"]
+    slot = settings["slot"]
+    if settings["transport"] == "mqtt":
+        mqtt = settings["mqtt"]
+        # The TLS context before the transport's modules, for the same one block of heap.
+        tls = _tls(settings, mqtt["tls"], "mqtts broker (mqtt.tls)")
+        from mcpdevice.mqtt import MqttTransport
+
+        port = mqtt["port"] or (8883 if tls else 1883)
+        client_id = mqtt["client_id"] or "mcpb-" + slot
+        broker, prefix, user, password, keepalive_s = (
+            mqtt["broker"],
+            mqtt["prefix"],
+            mqtt["user"],
+            mqtt["password"],
+            mqtt["keepalive_s"],
+        )
+
+        def make_mqtt():
+            return MqttTransport(
+                broker, port, prefix, slot, client_id, user, password, keepalive_s, frame_max, timeout_s, tls, log
+            )
+
+        return make_mqtt
+    if settings["transport"] == "serial":
+        from mcpdevice.serial_transport import SerialTransport
+
+        serial = settings["serial"]
+        if not serial["path"] and serial["uart"] != "console" and sys.platform != "esp32":
+            raise ValueError('serial transport on the Unix port needs serial.path (a tty) or serial.uart "console"')
+        line = (serial["uart"], serial["baud"], serial["tx"], serial["rx"], serial["path"], frame_max, serial["rxbuf"])
+
+        def make_serial():
+            return SerialTransport(*line)
+
+        return make_serial
+    from mcpdevice.websocket import WebSocketTransport, provider_url
+
+    url = provider_url(settings["gateway_url"], slot)
+    tls = _tls(settings, url.startswith("wss:"), "wss:// gateway")
+    agent = "%s/%s" % (FIRMWARE_NAME, FIRMWARE_VERSION)
+    token = settings["provider_token"]
+
+    def make_websocket():
+        return WebSocketTransport(url, frame_max, timeout_s, tls, agent, token)
+
+    return make_websocket
+
+
 def build(settings):
     from mcpdevice import schema_index
 
     frame_max = settings["frame_max_bytes"]
+    # The link first: a TLS context needs one block of about 3 KB, which the heap still has in one
+    # piece before the schema is read.
+    make_transport = _link(settings, frame_max)
     registry = schema_index.load(_schema_path(settings), tool_budget(frame_max))
     hardware = _hardware(settings)
     controller = PumpController(
@@ -123,15 +178,7 @@ def build(settings):
         "firmware": {"name": FIRMWARE_NAME, "version": FIRMWARE_VERSION},
         "schema": SCHEMA_HASH,
     }
-    url = provider_url(settings["gateway_url"], settings["slot"])
-    tls = _tls(settings)
-    agent = "%s/%s" % (FIRMWARE_NAME, FIRMWARE_VERSION)
-    timeout_s = settings["connect_timeout_s"]
-
-    token = settings["provider_token"]
-
-    def make_transport():
-        return WebSocketTransport(url, frame_max, timeout_s, tls, agent, token)
+    url = make_transport().describe()
 
     before_connect = None
     wifi = settings["wifi"]
@@ -144,7 +191,7 @@ def build(settings):
     provider = Provider(
         dispatcher,
         make_transport,
-        register_frame(hello),
+        register_frame(hello, slot=settings["slot"] if settings["transport"] != "websocket" else None),
         silence_s=settings["link_timeout_s"],
         backoff_min_s=settings["backoff_min_s"],
         backoff_max_s=settings["backoff_max_s"],

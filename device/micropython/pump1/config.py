@@ -10,6 +10,7 @@ API: load(path) -> dict (DEFAULTS with the file's values); raises ConfigError.
 import json
 
 DEFAULTS = {
+    "transport": "websocket",  # "websocket" (gateway_url), "mqtt" (docs/device-mqtt.md) or "serial" (docs/device-serial.md)
     "gateway_url": "ws://192.168.1.10:3000",  # the gateway's base URL; /provider/<slot> is added
     "slot": "pump-1",
     "device_id": None,  # default: the ESP32's MAC (machine.unique_id), "unix-pump-1" on the Unix port
@@ -30,6 +31,24 @@ DEFAULTS = {
     "ca_file": None,  # PEM/DER CA certificate for wss:// (the ca.pem of `mcp-gateway tls self-signed`)
     "provider_token": None,  # the secret sent as X-Provider-Token when the gateway has [providers.auth]
     "tls_insecure": False,  # wss:// without checking the certificate (a lab only)
+    "mqtt": {
+        "broker": "",  # the MQTT broker's host name or IP address
+        "port": None,  # default 1883, or 8883 with tls
+        "user": None,
+        "password": None,
+        "client_id": None,  # default "mcpb-<slot>": the broker then lets one board at a time serve the slot
+        "prefix": "mcpb",  # topics <prefix>/<slot>/status, /down and /up; the gateway's prefix
+        "tls": False,  # mqtts, checked against ca_file (or not at all with tls_insecure, a lab only)
+        "keepalive_s": 60,  # MQTT keepalive: a dead board's will is published within 1.5 times this
+    },
+    "serial": {
+        "uart": None,  # ESP32: 1 or 2 (default 2, on the pins below), or "console" (the REPL's port)
+        "baud": 115200,
+        "tx": 17,  # UART2's usual pins on a WROOM module; never GPIO 6-11 (the flash)
+        "rx": 16,
+        "rxbuf": 4096,  # ESP32 receive buffer: a whole request fits while the app is busy
+        "path": None,  # Unix port: the tty to open, e.g. /dev/ttyUSB0 (or "console" in uart)
+    },
     "esp32": {
         "pwm_pin": 25,  # speed reference: PWM, 0-100 % duty = 0-2900 rpm, filtered to the drive's analog in
         "pwm_freq_hz": 1000,
@@ -45,6 +64,9 @@ DEFAULTS = {
 }
 
 _NUMBER = (int, float)
+TRANSPORTS = ("websocket", "mqtt", "serial")
+# umqtt.simple writes SUBSCRIBE with a one-byte length: the topic <prefix>/<slot>/down fits in 122 bytes.
+_MQTT_TOPIC_MAX = 122
 
 
 class ConfigError(Exception):
@@ -79,6 +101,54 @@ def _check(merged, given, defaults, where):
         merged[key] = value
 
 
+def _mqtt_name_problem(name, what):
+    # The rules of gateway/southbound/mqtt_topics.py (prefix_problem, slot_level_problem).
+    for char in "+#\x00":
+        if char in name:
+            return "%s must not contain +, # or NUL" % what
+    if what == "slot" and "/" in name:
+        return "slot must not contain / when transport is mqtt (it is one topic level)"
+    if name.startswith("$") or "//" in name or name.startswith("/") or name.endswith("/"):
+        return "%s must not start with $ or have an empty topic level" % what
+    return None
+
+
+def _check_mqtt(mqtt, slot):
+    if not isinstance(mqtt["broker"], str) or not mqtt["broker"]:
+        raise ConfigError("mqtt.broker must name the broker (host name or IP address) when transport is mqtt")
+    port = mqtt["port"]
+    if port is not None and (type(port) is not int or not 0 < port < 65536):
+        raise ConfigError("mqtt.port must be a port number")
+    for key in ("user", "password", "client_id"):
+        value = mqtt[key]
+        if value is not None and (type(value) is not str or not value):
+            raise ConfigError("mqtt.%s must be a non-empty string" % key)
+    if mqtt["password"] is not None and mqtt["user"] is None:
+        raise ConfigError("mqtt.password needs mqtt.user")
+    prefix = mqtt["prefix"]
+    problem = _mqtt_name_problem(prefix, "mqtt.prefix") if prefix else "mqtt.prefix must not be empty"
+    problem = problem or _mqtt_name_problem(slot, "slot")
+    if problem:
+        raise ConfigError(problem)
+    if len(prefix.encode()) + len(slot.encode()) + 6 > _MQTT_TOPIC_MAX:
+        raise ConfigError("mqtt.prefix and slot together must stay within %d bytes" % (_MQTT_TOPIC_MAX - 6))
+    if type(mqtt["keepalive_s"]) is not int or not 0 <= mqtt["keepalive_s"] < 65536:
+        raise ConfigError("mqtt.keepalive_s must be a whole number of seconds (0: no keepalive)")
+
+
+def _check_serial(serial):
+    if serial["uart"] not in (None, 1, 2, "console"):
+        raise ConfigError('serial.uart must be 1 or 2 (a UART on its own pins) or "console"')
+    if type(serial["baud"]) is not int or serial["baud"] <= 0:
+        raise ConfigError("serial.baud must be a whole number of bits per second, e.g. 115200")
+    for key in ("tx", "rx", "rxbuf"):
+        if type(serial[key]) is not int or serial[key] < 0:
+            raise ConfigError("serial.%s must be a whole number" % key)
+    path = serial["path"]
+    if path is not None and (type(path) is not str or not path):
+        raise ConfigError("serial.path must name a tty, e.g. /dev/ttyUSB0")
+
+
 def load(path):
     try:
         with open(path) as f:
@@ -102,6 +172,12 @@ def load(path):
         raise ConfigError('hardware must be "esp32" or "sim"')
     if not isinstance(merged["slot"], str) or not merged["slot"] or merged["slot"].startswith("_"):
         raise ConfigError("slot must be a name that does not start with _")
+    if merged["transport"] not in TRANSPORTS:
+        raise ConfigError("transport must be one of %s" % ", ".join(TRANSPORTS))
+    if merged["transport"] == "mqtt":
+        _check_mqtt(merged["mqtt"], merged["slot"])
+    if merged["transport"] == "serial":
+        _check_serial(merged["serial"])
     token = merged["provider_token"]
     if token is not None and (type(token) is not str or not token or "\r" in token or "\n" in token):
         raise ConfigError("provider_token must be a non-empty string on one line")

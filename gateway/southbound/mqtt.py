@@ -1,0 +1,215 @@
+"""MQTT ways in (WIRE.md §5): one connection per configured broker, carrying the profiles it enables.
+
+`MqttBroker` owns one broker: its connection (gateway/southbound/mqtt_client.py), the plain profile
+(mqtt_plain.py: boards under `<prefix>/<slot>/...`) and MCP over MQTT (mqtt_mcp.py: servers found by
+their presence), the counters of what it dropped, and what provider_status and broker_diagnose show.
+Every message is routed on the event loop thread, in arrival order:
+
+    size check (oversize) -> the profile that owns the topic (else wrong_topic) -> the slot's link
+
+While the broker is away every slot it carried is detached (pending callers get
+`Provider "<slot>" disconnected` at once, later ones `not connected`); after the reconnect the
+subscriptions are made again and the retained statuses and presences bring the slots back.
+
+`MqttBrokers` is every configured broker; the composition root starts them once the listener is up
+and stops them after the core has closed every link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from gateway.config import MqttBrokerConfig
+from gateway.core.gateway import Gateway
+from gateway.core.jsonrpc import JsonObject
+from gateway.southbound import mqtt_topics
+from gateway.southbound.mqtt_client import BrokerClient, ConnectOptions, InboundMessage, NotConnected, Outbound
+from gateway.southbound.mqtt_connack import ConnackLimits
+from gateway.southbound.mqtt_drops import DropCounter, MqttMetrics
+from gateway.southbound.mqtt_mcp import McpProfile
+from gateway.southbound.mqtt_plain import PlainProfile
+
+log = logging.getLogger("gateway.mqtt")
+
+
+class MqttBroker:
+    """One broker connection and the slots it carries."""
+
+    def __init__(self, config: MqttBrokerConfig, gateway: Gateway, metrics: MqttMetrics) -> None:
+        self.config = config
+        self.label = config.label
+        self.gateway = gateway
+        self.metrics = metrics
+        self.drops = DropCounter(self.label, metrics)
+        self.plain = PlainProfile(self) if "plain" in config.profiles else None
+        self.mcp = McpProfile(self) if "mcp" in config.profiles else None
+        self.client = BrokerClient(config, self, self._connect_options)
+        self.subscribed: list[str] = []
+        self.subscribe_error = ""
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._halted = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.metrics.connected.labels(self.label).set(0)
+        self.client.start()
+
+    def halt(self) -> None:
+        """No more slots from this broker (shutdown has begun)."""
+        self._halted = True
+        self.client.halt()
+
+    async def stop(self) -> None:
+        self.halt()
+        farewell: list[Outbound] = []
+        if self.mcp is not None:
+            # A clean goodbye on the gateway's presence topic; servers end its sessions (the will says
+            # the same when the gateway dies without one).
+            topic, payload = self.mcp.will(self.client.client_id)
+            farewell.append(Outbound(topic, payload, user_properties=self._mcp_users(self.client.client_id)))
+        await self.client.stop(farewell)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.metrics.connected.labels(self.label).set(0)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("MQTT broker %s: background work failed", self.label, exc_info=task.exception())
+
+    @staticmethod
+    def _mcp_users(client_id: str) -> tuple[tuple[str, str], ...]:
+        return (
+            (mqtt_topics.PROP_COMPONENT_TYPE, mqtt_topics.COMPONENT_CLIENT),
+            (mqtt_topics.PROP_MQTT_CLIENT_ID, client_id),
+        )
+
+    def _connect_options(self, client_id: str) -> ConnectOptions:
+        if self.mcp is None:
+            return ConnectOptions()
+        from gateway import __version__
+
+        topic, payload = self.mcp.will(client_id)
+        meta = f'{{"name":"mcp-gateway","version":"{__version__}"}}'
+        return ConnectOptions(
+            will=Outbound(topic, payload, retain=False, user_properties=self._mcp_users(client_id)),
+            user_properties=(
+                (mqtt_topics.PROP_COMPONENT_TYPE, mqtt_topics.COMPONENT_CLIENT),
+                (mqtt_topics.PROP_META, meta),
+            ),
+        )
+
+    # -- ClientEvents ---------------------------------------------------------------------------
+
+    def connected(self, limits: ConnackLimits) -> None:
+        self.metrics.connected.labels(self.label).set(1)
+        self.metrics.connects.labels(self.label).inc()
+        filters: list[tuple[str, bool]] = []
+        if self.plain is not None:
+            filters += self.plain.filters()
+        if self.mcp is not None:
+            filters += self.mcp.filters(limits)
+        self.spawn(self._subscribe(filters))
+
+    async def _subscribe(self, filters: list[tuple[str, bool]]) -> None:
+        try:
+            codes = await self.client.subscribe(filters)
+        except NotConnected:
+            return
+        refused = [topic for (topic, _), code in zip(filters, codes, strict=False) if code >= 0x80]
+        self.subscribed = [topic for (topic, _), code in zip(filters, codes, strict=False) if code < 0x80]
+        self.subscribe_error = ""
+        if refused:
+            self.subscribe_error = f"the broker refused the subscriptions {', '.join(refused)} (check its ACL)"
+            log.warning("MQTT broker %s: %s", self.label, self.subscribe_error)
+
+    def disconnected(self, reason: str) -> None:
+        self.metrics.connected.labels(self.label).set(0)
+        self.metrics.losses.labels(self.label).inc()
+        self.subscribed = []
+        for profile in (self.plain, self.mcp):
+            if profile is not None:
+                profile.broker_lost(reason)
+
+    def message(self, message: InboundMessage) -> None:
+        self.metrics.messages.labels(self.label, "in").inc()
+        if self._halted:
+            return
+        topic = message.topic
+        profile: PlainProfile | McpProfile | None = None
+        if self.mcp is not None and self.mcp.owns(topic):
+            profile = self.mcp
+        elif self.plain is not None and self.plain.owns(topic):
+            profile = self.plain
+        if profile is None:
+            self.drops.count("wrong_topic", topic, "no enabled profile uses this topic")
+            return
+        size = len(message.payload)
+        if size > self.config.max_payload_bytes:
+            self.drops.count(
+                "oversize",
+                topic,
+                f"{size} bytes, max_payload_bytes is {self.config.max_payload_bytes}",
+                profile.slot_of(topic),
+            )
+            return
+        profile.handle(topic, message.payload)
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def status(self) -> JsonObject:
+        status: JsonObject = {
+            "broker": self.label,
+            "profiles": list(self.config.profiles),
+            **self.client.status(),
+            "subscriptions": list(self.subscribed),
+            "subscribe_error": self.subscribe_error or None,
+            "dropped": dict(self.drops.totals),
+            "dropped_examples": dict(self.drops.last),
+        }
+        if self.plain is not None:
+            status["plain"] = {"topic_prefix": self.plain.prefix, "boards": sorted(self.plain.links)}
+        if self.mcp is not None:
+            status["mcp"] = {
+                "spec": f"{mqtt_topics.SPEC_NAME} {mqtt_topics.SPEC_REVISION} ({mqtt_topics.SPEC_SOURCE})",
+                **self.mcp.status(),
+            }
+        return status
+
+
+class MqttBrokers:
+    """Every [[mqtt.brokers]] entry of the configuration."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        brokers = gateway.config.mqtt.brokers
+        self.metrics = MqttMetrics(gateway.metrics) if brokers else None
+        self.brokers = [MqttBroker(config, gateway, self.metrics) for config in brokers] if self.metrics else []
+        if self.brokers:
+            gateway.mqtt_status = self.status
+
+    def start(self) -> None:
+        for broker in self.brokers:
+            broker.start()
+
+    def halt(self) -> None:
+        for broker in self.brokers:
+            broker.halt()
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*(broker.stop() for broker in self.brokers))
+
+    def status(self) -> list[JsonObject]:
+        return [broker.status() for broker in self.brokers]

@@ -1,0 +1,475 @@
+"""One connection to one MQTT broker: paho-mqtt in its own thread, every event handed to asyncio.
+
+paho's network loop runs in the thread `loop_start` makes; its callbacks only post to the event loop
+(`call_soon_threadsafe`), so everything the gateway does with a message happens on the loop thread,
+in arrival order. Publishing and subscribing are called from the loop thread (paho allows that).
+
+Each connection is a fresh paho client, and reconnecting is this module's loop, not paho's: a paho
+client keeps QoS 1 messages that were not acknowledged and sends them again on its next connection,
+and a request whose caller was already answered "disconnected" must never reach a pump after the
+broker comes back. A new client per connection forgets them. Back-off between attempts is the
+gateway's full-jitter doubling (gateway.core.backoff), reset once a connection was accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import socket
+import ssl
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from gateway.config import MqttBrokerConfig
+from gateway.core.backoff import Backoff
+from gateway.southbound import mqtt_topics
+from gateway.southbound.mqtt_connack import ConnackLimits, read_connack
+
+log = logging.getLogger("gateway.mqtt")
+
+UserProperties = Sequence[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    topic: str
+    payload: bytes
+    retain: bool
+    user_properties: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """A message to publish later: a connection's will, or a farewell before DISCONNECT."""
+
+    topic: str
+    payload: bytes
+    retain: bool = False
+    user_properties: UserProperties = ()
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    """What one connection announces: its will and the CONNECT user properties (MQTT 5)."""
+
+    will: Outbound | None = None
+    user_properties: UserProperties = ()
+
+
+class ClientEvents(Protocol):
+    """What the owner of a connection hears, always on the event loop thread."""
+
+    def connected(self, limits: ConnackLimits) -> None: ...
+
+    def disconnected(self, reason: str) -> None: ...
+
+    def message(self, message: InboundMessage) -> None: ...
+
+
+class NotConnected(ConnectionError):
+    pass
+
+
+def default_client_id() -> str:
+    return f"mcp-gateway-{secrets.token_hex(6)}"
+
+
+def _reason(code: Any) -> str:
+    return str(code.getName()) if isinstance(code, ReasonCode) else str(code)
+
+
+def _lost_reason(code: Any) -> str:
+    # paho reports a connection that broke (the broker stopped, the network failed) as the MQTT 5
+    # reason "Unspecified error"; a DISCONNECT from the broker carries its own reason.
+    text = _reason(code)
+    return "the broker or the network closed it" if text == "Unspecified error" else text
+
+
+def _user_properties(properties: Any) -> tuple[tuple[str, str], ...]:
+    users = getattr(properties, "UserProperty", None) if properties is not None else None
+    return tuple((str(key), str(value)) for key, value in users) if users else ()
+
+
+class BrokerClient:
+    """Keeps one broker connected; `state` is idle, connecting, connected, backoff or stopped."""
+
+    def __init__(
+        self,
+        config: MqttBrokerConfig,
+        events: ClientEvents,
+        options: Callable[[str], ConnectOptions],
+    ) -> None:
+        self.config = config
+        self.label = config.label
+        self.events = events
+        self.options = options
+        self.v5 = config.protocol == "5"
+        self.backoff = Backoff(config.reconnect_initial_s, config.reconnect_max_s)
+        self.state = "idle"
+        self.client_id = config.client_id or default_client_id()
+        self.limits = ConnackLimits()
+        self.connected = False
+        self.connects = 0
+        self.attempts = 0
+        self.losses = 0
+        self.last_error = ""
+        self.last_error_at: float | None = None
+        self.connected_since: float | None = None
+        self.next_attempt_at: float | None = None
+        self._client: paho.Client | None = None
+        self._generation = 0
+        self._connack: asyncio.Future[bool] | None = None
+        self._ended: asyncio.Event | None = None
+        self._subacks: dict[int, asyncio.Future[list[int]]] = {}
+        self._stopping = False
+        self.hold_until: float | None = None
+        """time.monotonic() until which no connection is attempted (`cut(hold_s)`)."""
+        self._redial_now = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run(), name=f"mqtt {self.label}")
+
+    def halt(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    async def stop(self, farewell: Sequence[Outbound] = ()) -> None:
+        """Publish `farewell` messages (when connected), DISCONNECT (so no will is sent), end the thread."""
+        self.halt()
+        client = self._client
+        if client is not None and self.connected:
+            for message in farewell:
+                with contextlib.suppress(ConnectionError):
+                    self.publish(
+                        message.topic, message.payload, retain=message.retain, user_properties=message.user_properties
+                    )
+            self._fail("stopped")
+            client.disconnect()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if client is not None:
+            await asyncio.to_thread(client.loop_stop)
+        self.state = "stopped"
+
+    def cut(self, hold_s: float | None = None) -> None:
+        """End the connection without DISCONNECT, as a lost network does (the broker publishes the will),
+        then connect again after the back-off, or after `hold_s` seconds when given."""
+        if hold_s is not None:
+            self.hold_until = time.monotonic() + hold_s
+        client = self._client
+        sock = client.socket() if client is not None else None
+        if isinstance(sock, socket.socket):  # an SSLSocket too
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def redial(self) -> None:
+        """Connect again now: ends a hold or a back-off wait (a connection that is up stays up)."""
+        self.hold_until = None
+        self._redial_now = True
+        self._wake.set()
+
+    async def _hold(self) -> None:
+        while self.hold_until is not None and not self._stopping:
+            left = self.hold_until - time.monotonic()
+            if left <= 0:
+                self.hold_until = None
+                return
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), left)
+
+    def stopping(self) -> bool:
+        """Stopping has begun (a method, not an attribute: it changes while the loop awaits)."""
+        return self._stopping
+
+    async def _run(self) -> None:
+        try:
+            while not self.stopping():
+                await self._hold()
+                if self.stopping():
+                    break
+                self._redial_now = False
+                accepted = await self._connect_once()
+                if self.stopping():
+                    break
+                if accepted:
+                    self.backoff.reset()
+                if self._redial_now or self.hold_until is not None:
+                    continue
+                delay = self.backoff.next_delay()
+                self.state = "backoff"
+                self.next_attempt_at = time.monotonic() + delay
+                log.info("MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                self.next_attempt_at = None
+        finally:
+            if self.connected:
+                self._lost("gateway shutting down")
+
+    def _fail(self, text: str) -> None:
+        self.last_error = text
+        self.last_error_at = time.time()
+
+    def _new_client(self, generation: int) -> paho.Client:
+        config = self.config
+        if config.client_id is None and self.connects:
+            # The MCP over MQTT specification wants a new mcp-client-id for each initialization.
+            self.client_id = default_client_id()
+        client = paho.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            protocol=paho.MQTTv5 if self.v5 else paho.MQTTv311,
+            clean_session=None if self.v5 else True,
+            reconnect_on_failure=False,
+        )
+        client.connect_timeout = config.connect_timeout_s
+        if config.username is not None:
+            password = config.password.secret.get_secret_value() if config.password is not None else None
+            client.username_pw_set(config.username, password)
+        if config.tls:
+            context = ssl.create_default_context(cafile=config.ca_file)
+            client.tls_set_context(context)
+        options = self.options(self.client_id)
+        if options.will is not None:
+            will = options.will
+            client.will_set(
+                will.topic,
+                will.payload,
+                qos=mqtt_topics.QOS,
+                retain=will.retain,
+                properties=self._props(will.user_properties),
+            )
+        client.on_connect = lambda _c, _u, _f, code, props: self._post(self._on_connack, generation, code, props)
+        client.on_disconnect = lambda _c, _u, _f, code, _p: self._post(self._on_lost, generation, _lost_reason(code))
+        client.on_message = lambda _c, _u, msg: self._post(self._on_message, generation, msg)
+        client.on_subscribe = lambda _c, _u, mid, codes, _p: self._post(self._on_suback, generation, mid, codes)
+        return client
+
+    def _post(self, handler: Callable[..., None], *args: Any) -> None:
+        """From paho's thread to the event loop (a closed loop at shutdown is not an error here)."""
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(handler, *args)
+
+    def _props(self, users: UserProperties, packet: int = PacketTypes.PUBLISH) -> Properties | None:
+        if not self.v5 or not users:
+            return None
+        props = Properties(packet)  # type: ignore[no-untyped-call]
+        props.UserProperty = list(users)
+        return props
+
+    async def _connect_once(self) -> bool:
+        """One connection from dial to loss; True when the broker accepted it."""
+        self._generation += 1
+        generation = self._generation
+        self.state = "connecting"
+        self.attempts += 1
+        client = self._new_client(generation)
+        loop = asyncio.get_running_loop()
+        self._connack = loop.create_future()
+        self._ended = asyncio.Event()
+        connect_props = self._props(self.options(self.client_id).user_properties, PacketTypes.CONNECT)
+        if self.v5:
+            connect_props = connect_props or Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            connect_props.SessionExpiryInterval = 0  # the spec's session expiry 0: nothing outlives a connection
+        config = self.config
+        try:
+            if self.v5:
+                await asyncio.to_thread(
+                    client.connect,
+                    config.host,
+                    config.port,
+                    config.keepalive_s,
+                    clean_start=True,
+                    properties=connect_props,
+                )
+            else:
+                await asyncio.to_thread(client.connect, config.host, config.port, config.keepalive_s)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            self._fail(f"cannot connect: {exc}")
+            return False
+        if self.stopping():
+            client.disconnect()
+            return False
+        sock = client.socket()
+        if isinstance(sock, socket.socket):
+            # paho leaves Nagle on: each small answer would wait for a delayed ACK (40 ms on Linux).
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._client = client
+        client.loop_start()
+        accepted = False
+        try:
+            try:
+                accepted = await asyncio.wait_for(asyncio.shield(self._connack), config.connect_timeout_s)
+            except TimeoutError:
+                self._fail(f"no CONNACK within {config.connect_timeout_s:g}s")
+            if accepted:
+                await self._ended.wait()
+        finally:
+            if self.connected:
+                self._lost(self.last_error or "connection ended")
+            self._generation += 1  # late events of this client are ignored from here on
+            with contextlib.suppress(Exception):
+                client.disconnect()
+            await asyncio.to_thread(client.loop_stop)
+            self._client = None
+        return accepted
+
+    # -- events (on the loop thread) ------------------------------------------------------------
+
+    def _on_connack(self, generation: int, code: Any, properties: Any) -> None:
+        if generation != self._generation or self._connack is None or self._connack.done():
+            return
+        if isinstance(code, ReasonCode) and code.is_failure:
+            self._fail(f"refused by the broker: {_reason(code)}")
+            log.warning("MQTT broker %s refused the connection: %s", self.label, _reason(code))
+            self._connack.set_result(False)
+            return
+        self.limits = read_connack(properties)
+        self.connected = True
+        self.connects += 1
+        self.connected_since = time.time()
+        self.state = "connected"
+        self._connack.set_result(True)
+        log.info("connected to MQTT broker %s as %s", self.label, self.client_id)
+        for problem in self.limits.problems():
+            log.warning("MQTT broker %s: %s", self.label, problem)
+        self.events.connected(self.limits)
+
+    def _on_lost(self, generation: int, reason: str) -> None:
+        if generation != self._generation:
+            return
+        self._fail(f"connection lost: {reason}")
+        if self.connected:
+            self._lost(self.last_error)
+        if self._connack is not None and not self._connack.done():
+            self._connack.set_result(False)
+        if self._ended is not None:
+            self._ended.set()
+
+    def _lost(self, reason: str) -> None:
+        self.connected = False
+        self.connected_since = None
+        self.losses += 1
+        subacks, self._subacks = self._subacks, {}
+        for future in subacks.values():
+            if not future.done():
+                future.set_exception(NotConnected(reason))
+        if not self._stopping:
+            log.warning("MQTT broker %s: %s", self.label, reason)
+        self.events.disconnected(reason)
+
+    def _on_message(self, generation: int, msg: paho.MQTTMessage) -> None:
+        if generation != self._generation or not self.connected:
+            return
+        self.events.message(
+            InboundMessage(
+                topic=msg.topic,
+                payload=bytes(msg.payload),
+                retain=bool(msg.retain),
+                user_properties=_user_properties(getattr(msg, "properties", None)),
+            )
+        )
+
+    def _on_suback(self, generation: int, mid: int, codes: list[Any]) -> None:
+        future = self._subacks.pop(mid, None) if generation == self._generation else None
+        if future is not None and not future.done():
+            future.set_result([code.value if isinstance(code, ReasonCode) else int(code) for code in codes])
+
+    # -- what the profiles call (on the loop thread) --------------------------------------------
+
+    def _live(self) -> paho.Client:
+        client = self._client
+        if client is None or not self.connected:
+            raise NotConnected(f"not connected to MQTT broker {self.label}")
+        return client
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        retain: bool = False,
+        user_properties: UserProperties = (),
+        expiry_s: int | None = None,
+    ) -> None:
+        """Queue one message at QoS 1 (or the broker's maximum, if lower); NotConnected when the broker is away."""
+        client = self._live()
+        props = self._props(user_properties)
+        if expiry_s is not None and self.v5:
+            props = props or Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            props.MessageExpiryInterval = expiry_s
+        info = client.publish(
+            topic, payload, qos=min(mqtt_topics.QOS, self.limits.maximum_qos), retain=retain, properties=props
+        )
+        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            raise NotConnected(f"publishing to MQTT broker {self.label} failed: {paho.error_string(info.rc)}")
+
+    async def subscribe(self, filters: Sequence[tuple[str, bool]]) -> list[int]:
+        """Subscribe at QoS 1 (`(filter, no_local)` pairs); the SUBACK reason codes, in order (>= 0x80: refused)."""
+        client = self._live()
+        topics: list[tuple[str, Any]]
+        if self.v5:
+            topics = [(topic, SubscribeOptions(qos=mqtt_topics.QOS, noLocal=no_local)) for topic, no_local in filters]
+        else:
+            topics = [(topic, mqtt_topics.QOS) for topic, _ in filters]
+        rc, mid = client.subscribe(topics)
+        if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or mid is None:
+            raise NotConnected(f"subscribing at MQTT broker {self.label} failed: {paho.error_string(rc)}")
+        # Registered before this coroutine yields: the SUBACK's event is queued behind us on the loop.
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._subacks[mid] = future
+        try:
+            return await asyncio.wait_for(future, self.config.connect_timeout_s)
+        except TimeoutError:
+            self._subacks.pop(mid, None)
+            raise NotConnected(
+                f"no SUBACK from MQTT broker {self.label} within {self.config.connect_timeout_s:g}s"
+            ) from None
+
+    def unsubscribe(self, topics: Sequence[str]) -> None:
+        client = self._client
+        if client is not None and self.connected and topics:
+            client.unsubscribe(list(topics))
+
+    def status(self) -> dict[str, Any]:
+        from gateway.core.status import iso
+
+        return {
+            "state": self.state,
+            "connected": self.connected,
+            "client_id": self.client_id,
+            "protocol": self.config.protocol,
+            "connects": self.connects,
+            "attempts": self.attempts,
+            "connection_losses": self.losses,
+            "connected_since": iso(self.connected_since),
+            "last_error": self.last_error or None,
+            "last_error_at": iso(self.last_error_at),
+            "next_attempt_in_s": round(max(self.next_attempt_at - time.monotonic(), 0.0), 3)
+            if self.next_attempt_at is not None
+            else None,
+        }

@@ -1,0 +1,82 @@
+"""MQTT messages the gateway did not act on: counted per broker, per slot and in the metrics.
+
+A message is dropped, never fatal: the connection and every other slot carry on. Reasons:
+
+- malformed: the payload is not one JSON-RPC message (or a status/presence that is not a register
+  frame / `notifications/server/online`, or names another slot than its topic);
+- wrong_topic: a topic the gateway subscribed to by wildcard but cannot use (a reserved or over-long
+  slot level, a presence topic without a server-name, an RPC topic of another client);
+- oversize: larger than the broker's max_payload_bytes (dropped unread);
+- unregistered: traffic on a slot or server instance that has not announced itself (no status or
+  presence seen), e.g. a board publishing `up` before its status;
+- refused: an announcement the gateway could not bridge into a slot (the slot is held by another
+  provider, reserved, undeclared, or the broker refused the subscription).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import Counter, Gauge
+
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("gateway.mqtt")
+
+REASONS = ("malformed", "wrong_topic", "oversize", "unregistered", "refused")
+MAX_TRACKED_SLOTS = 1024
+"""Per-slot counts are kept for this many names; past that, only the broker's totals count (a noisy
+publisher inventing slot names cannot grow the gateway's memory)."""
+
+
+class MqttMetrics:
+    """The MQTT series, registered once per gateway on its own registry."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        r = metrics.registry
+        self.connected = Gauge("mcpgw_mqtt_connected", "1 while the broker connection is up", ["broker"], registry=r)
+        self.connects = Counter("mcpgw_mqtt_connects", "Broker connections accepted", ["broker"], registry=r)
+        self.losses = Counter(
+            "mcpgw_mqtt_connection_losses", "Broker connections that ended (any reason)", ["broker"], registry=r
+        )
+        self.messages = Counter(
+            "mcpgw_mqtt_messages", "MQTT messages by direction (in, out)", ["broker", "direction"], registry=r
+        )
+        self.dropped = Counter(
+            "mcpgw_mqtt_dropped_messages",
+            "MQTT messages dropped: malformed, wrong_topic, oversize, unregistered, refused",
+            ["broker", "reason"],
+            registry=r,
+        )
+
+
+class DropCounter:
+    """One broker's dropped messages: totals, per slot (bounded), metric, and a warning per reason."""
+
+    def __init__(self, broker: str, metrics: MqttMetrics) -> None:
+        self.broker = broker
+        self.metrics = metrics
+        self.totals: dict[str, int] = dict.fromkeys(REASONS, 0)
+        self.per_slot: dict[str, dict[str, int]] = {}
+        self.last: dict[str, str] = {}
+        """The latest example of each reason (topic and what was wrong), for broker_diagnose."""
+        self._warned: set[str] = set()
+
+    def count(self, reason: str, topic: str, detail: str, slot: str | None = None) -> None:
+        self.totals[reason] = self.totals.get(reason, 0) + 1
+        self.metrics.dropped.labels(self.broker, reason).inc()
+        example = f"{topic[:160]}: {detail}"
+        self.last[reason] = example
+        if slot is not None:
+            counts = self.per_slot.get(slot)
+            if counts is None and len(self.per_slot) < MAX_TRACKED_SLOTS:
+                counts = self.per_slot[slot] = {}
+            if counts is not None:
+                counts[reason] = counts.get(reason, 0) + 1
+        if reason not in self._warned:
+            # Once per reason and broker: a misconfigured board repeats itself; the counters carry the rest.
+            self._warned.add(reason)
+            log.warning("MQTT broker %s: dropped a message (%s) on %s", self.broker, reason, example)
+
+    def of_slot(self, slot: str) -> dict[str, int]:
+        return dict(self.per_slot.get(slot, {}))

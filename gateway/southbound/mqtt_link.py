@@ -1,0 +1,86 @@
+"""What both MQTT profiles share: the broker context they run in and the base of their provider links."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+from gateway.config import MqttBrokerConfig
+from gateway.core import jsonrpc
+from gateway.core.gateway import Gateway
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.link import LinkInfo
+from gateway.core.provider_session import ProviderSession
+from gateway.southbound.mqtt_client import BrokerClient, UserProperties
+from gateway.southbound.mqtt_drops import DropCounter, MqttMetrics
+
+
+class BrokerContext(Protocol):
+    """One broker connection as its profiles see it (gateway/southbound/mqtt.py implements it)."""
+
+    label: str
+    config: MqttBrokerConfig
+    client: BrokerClient
+    drops: DropCounter
+    gateway: Gateway
+    metrics: MqttMetrics
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in the background, tracked so that stopping the broker ends it."""
+        ...
+
+
+class MqttLink:
+    """A provider link over a broker: publish to reach the provider; the profile feeds what it sends."""
+
+    def __init__(self, broker: BrokerContext, slot: str, info: LinkInfo) -> None:
+        self.broker = broker
+        self.slot = slot
+        self.info = info
+        self.session: ProviderSession | None = None
+        self.closed = False
+        self.close_reason = ""
+        # A request is never delivered after the caller's deadline: the broker discards it (MQTT 5
+        # message expiry; a board that was away reconnecting must not start a pump minutes later).
+        self.expiry_s = math.ceil(broker.gateway.config.providers.request_timeout_ms / 1000)
+
+    def publish(self, topic: str, data: bytes, user_properties: UserProperties = ()) -> None:
+        if self.closed:
+            raise ConnectionError(f"the MQTT link of slot {self.slot} is closed ({self.close_reason})")
+        self.broker.client.publish(topic, data, user_properties=user_properties, expiry_s=self.expiry_s)
+        self.broker.metrics.messages.labels(self.broker.label, "out").inc()
+
+    def is_closed(self) -> bool:
+        """Read again after an await (the link may have been closed meanwhile)."""
+        return self.closed
+
+    def send_ping(self) -> None:
+        """MQTT links use JSON-RPC ping (info.native_ping is false)."""
+
+    def lost(self, reason: str) -> None:
+        """The provider is gone (offline announcement, broker lost): answer its callers now."""
+        if not self.closed:
+            self.closed = True
+            self.close_reason = reason
+        if self.session is not None:
+            self.session.link_lost(reason)
+
+    def deliver(self, topic: str, message: jsonrpc.Message) -> None:
+        """Hand one decoded message to the session, or drop it when it is not one JSON-RPC message."""
+        if message.kind is jsonrpc.Kind.INVALID or message.kind is jsonrpc.Kind.BATCH:
+            what = message.problem or "a batch (send one JSON-RPC message per MQTT message)"
+            self.broker.drops.count("malformed", topic, what, self.slot)
+            return
+        session = self.session
+        if session is not None:
+            session.mark_alive()
+            session.receive_message(message)
+
+    def common_status(self) -> JsonObject:
+        return {
+            "kind": "mqtt",
+            "broker": self.broker.label,
+            "client_id": self.broker.client.client_id,
+            "dropped": self.broker.drops.of_slot(self.slot),
+        }

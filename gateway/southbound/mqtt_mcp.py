@@ -1,0 +1,295 @@
+"""MCP over MQTT (the EMQX specification pinned in mqtt_topics): the gateway as MCP client of each server.
+
+Discovery: the gateway subscribes to `$mcp-server/presence/+/<filter>` for each server-name filter
+(the broker's MCP-SERVER-NAME-FILTERS from the CONNACK when it suggests some, else the configured
+ones). A retained `notifications/server/online` names one server instance (server-id, server-name).
+
+Bridging: each server-name becomes one slot (`slot_naming`); of several instances of one
+server-name one serves the slot, the next takes over when it goes. For the serving instance the
+gateway subscribes to its RPC topic (No Local) and its capability topic, then attaches a link: the
+core's `initialize` goes to the server's control topic, everything after it to the RPC topic, every
+PUBLISH with the MCP-COMPONENT-TYPE and MCP-MQTT-CLIENT-ID user properties.
+
+Leaving: an empty presence (the server's will, or its clean shutdown) or `notifications/disconnected`
+on the RPC topic detaches the slot at once; when the core lets a server go (a missed heartbeat,
+shutdown) the gateway says `notifications/disconnected` on the RPC topic and unsubscribes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import orjson
+
+from gateway.core import jsonrpc
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.link import LinkInfo
+from gateway.core.names import SlotNameError, check_slot_name
+from gateway.core.slots import SlotRefused
+from gateway.southbound import mqtt_topics
+from gateway.southbound.mqtt_client import NotConnected
+from gateway.southbound.mqtt_connack import ConnackLimits
+from gateway.southbound.mqtt_link import BrokerContext, MqttLink
+from gateway.southbound.mqtt_topics import ServerAddress
+
+MAX_INSTANCES = 4096
+"""Known server instances per broker (presence announcements); more are dropped and counted."""
+DISCONNECTED = jsonrpc.dumps(jsonrpc.notification(mqtt_topics.METHOD_DISCONNECTED))
+
+
+def slot_for(server_name: str, rule: str) -> str:
+    """The slot a server-name is bridged into: its last level, or the whole name with '/' as '-'."""
+    if rule == "dashed":
+        return server_name.replace("/", "-")
+    return server_name.rsplit("/", 1)[-1]
+
+
+@dataclass
+class Instance:
+    address: ServerAddress
+    description: str = ""
+
+
+class McpLink(MqttLink):
+    def __init__(self, broker: BrokerContext, slot: str, instance: Instance) -> None:
+        address = instance.address
+        self.address = address
+        self.instance = instance
+        client_id = broker.client.client_id
+        self.client_id = client_id
+        self.rpc = mqtt_topics.rpc_topic(client_id, address.server_id, address.server_name)
+        self.control = mqtt_topics.server_control_topic(address.server_id, address.server_name)
+        self.capability = mqtt_topics.server_capability_topic(address.server_id, address.server_name)
+        self.initialized = False
+        self.users = (
+            (mqtt_topics.PROP_COMPONENT_TYPE, mqtt_topics.COMPONENT_CLIENT),
+            (mqtt_topics.PROP_MQTT_CLIENT_ID, client_id),
+        )
+        info = LinkInfo(transport="mqtt-mcp", remote=f"{broker.label} {address.server_name} ({address.server_id})")
+        super().__init__(broker, slot, info)
+        self.released = False
+        self.profile: McpProfile | None = None
+
+    async def send(self, data: bytes) -> None:
+        topic = self.rpc
+        if not self.initialized and _is_initialize(data):
+            topic = self.control  # the handshake opens on the server's control topic
+        self.publish(topic, data, self.users)
+
+    async def close(self, code: int, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.close_reason = reason
+        # De-initialize: the server forgets this client session and the gateway its topics.
+        with contextlib.suppress(ConnectionError):
+            self.broker.client.publish(self.rpc, DISCONNECTED, user_properties=self.users)
+        profile = self.profile
+        if profile is not None:
+            profile.release(self)
+
+    def status_extra(self) -> dict[str, object]:
+        return {
+            **self.common_status(),
+            "profile": "mcp",
+            "spec": f"{mqtt_topics.SPEC_NAME} {mqtt_topics.SPEC_REVISION}",
+            "server_id": self.address.server_id,
+            "server_name": self.address.server_name,
+            "description": self.instance.description or None,
+            "topics": {"control": self.control, "rpc": self.rpc, "capability": self.capability},
+        }
+
+
+def _is_initialize(data: bytes) -> bool:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and value.get("method") == "initialize" and "id" in value
+
+
+class McpProfile:
+    """Every MCP over MQTT server instance one broker announces."""
+
+    def __init__(self, broker: BrokerContext) -> None:
+        self.broker = broker
+        self.rule = broker.config.slot_naming
+        self.instances: dict[str, Instance] = {}
+        self.by_server: dict[str, McpLink] = {}
+        self.by_slot: dict[str, McpLink] = {}
+        self.server_filters: list[str] = list(broker.config.server_filter)
+
+    def filters(self, limits: ConnackLimits) -> list[tuple[str, bool]]:
+        # The broker's suggestion is binding (the specification's MUST); else the configured filters.
+        self.server_filters = limits.suggested_server_filters() or list(self.broker.config.server_filter)
+        return [(mqtt_topics.server_presence_filter(name_filter), False) for name_filter in self.server_filters]
+
+    @staticmethod
+    def owns(topic: str) -> bool:
+        return topic.startswith((mqtt_topics.SERVER_ROOT + "/", mqtt_topics.RPC_ROOT + "/"))
+
+    def will(self, client_id: str) -> tuple[str, bytes]:
+        """The gateway's will: `notifications/disconnected` on its presence topic (servers end its sessions)."""
+        return mqtt_topics.client_presence_topic(client_id), DISCONNECTED
+
+    def broker_lost(self, reason: str) -> None:
+        links = list(self.by_server.values())
+        self.by_server.clear()
+        self.by_slot.clear()
+        self.instances.clear()  # the retained presences arrive again after the next subscription
+        for link in links:
+            link.released = True
+            link.lost(f"MQTT broker {self.broker.label} {reason}")
+
+    def slot_of(self, topic: str) -> str | None:
+        address = mqtt_topics.parse_server_presence(topic) or mqtt_topics.parse_server_capability(topic)
+        if address is None:
+            rpc = mqtt_topics.parse_rpc(topic)
+            address = rpc.server if rpc is not None else None
+        return slot_for(address.server_name, self.rule) if address is not None else None
+
+    def handle(self, topic: str, payload: bytes) -> None:
+        drops = self.broker.drops
+        if topic.startswith(mqtt_topics.RPC_ROOT + "/"):
+            rpc = mqtt_topics.parse_rpc(topic)
+            if rpc is None or rpc.client_id != self.broker.client.client_id:
+                drops.count("wrong_topic", topic, "not an RPC topic of this gateway's client id")
+                return
+            self._rpc(topic, rpc.server, payload)
+            return
+        presence = mqtt_topics.parse_server_presence(topic)
+        if presence is not None:
+            self._presence(topic, presence, payload)
+            return
+        capability = mqtt_topics.parse_server_capability(topic)
+        if capability is not None:
+            link = self.by_server.get(capability.server_id)
+            if link is None or link.address != capability or link.session is None:
+                drops.count("unregistered", topic, "no bridged server instance publishes here")
+                return
+            link.deliver(topic, jsonrpc.parse(payload))
+            return
+        drops.count("wrong_topic", topic, "not a presence, capability or RPC topic with a server-id and server-name")
+
+    # -- presence ---------------------------------------------------------------------------------
+
+    def _presence(self, topic: str, address: ServerAddress, payload: bytes) -> None:
+        drops = self.broker.drops
+        slot = slot_for(address.server_name, self.rule)
+        if not mqtt_topics.valid_client_id(address.server_id) or not mqtt_topics.valid_server_name(address.server_name):
+            drops.count("wrong_topic", topic, "server-id or server-name holds '+', '#' or an empty level", slot)
+            return
+        if not payload:
+            self.instances.pop(address.server_id, None)
+            link = self.by_server.get(address.server_id)
+            if link is not None and link.address == address:
+                self.release(link)
+                link.lost(
+                    f"MCP server {address.server_name} ({address.server_id}) went offline: its presence was "
+                    "emptied (its will, or a clean shutdown)"
+                )
+                self._activate_next(link.slot)
+            return
+        body = jsonrpc.parse(payload).body
+        if not isinstance(body, dict) or body.get("method") != mqtt_topics.METHOD_SERVER_ONLINE or "id" in body:
+            drops.count("malformed", topic, f"a presence must be {mqtt_topics.METHOD_SERVER_ONLINE}", slot)
+            return
+        params = body.get("params")
+        description = params.get("description") if isinstance(params, dict) else None
+        if address.server_id not in self.instances and len(self.instances) >= MAX_INSTANCES:
+            drops.count("refused", topic, f"more than {MAX_INSTANCES} server instances on this broker", slot)
+            return
+        instance = Instance(address, description if isinstance(description, str) else "")
+        self.instances[address.server_id] = instance
+        current = self.by_server.get(address.server_id)
+        if current is not None:
+            # The same instance announced itself again: it reconnected and its client sessions are gone.
+            self.release(current)
+            current.lost(f"MCP server {address.server_name} ({address.server_id}) announced itself again")
+        if slot not in self.by_slot:
+            self._activate(topic, slot, instance)
+
+    def _activate_next(self, slot: str) -> None:
+        if slot in self.by_slot:
+            return
+        for instance in self.instances.values():
+            if slot_for(instance.address.server_name, self.rule) == slot:
+                self._activate(mqtt_topics.server_presence_topic(instance.address.server_id, slot), slot, instance)
+                return
+
+    def _activate(self, topic: str, slot: str, instance: Instance) -> None:
+        try:
+            check_slot_name(slot)
+        except SlotNameError as exc:
+            self.broker.drops.count("refused", topic, f"slot {slot!r}: {exc}", slot)
+            return
+        link = McpLink(self.broker, slot, instance)
+        link.profile = self
+        self.by_server[instance.address.server_id] = link
+        self.by_slot[slot] = link
+        self.broker.spawn(self._bridge(link))
+
+    async def _bridge(self, link: McpLink) -> None:
+        client = self.broker.client
+        try:
+            # Before the initialize request (the specification's order): the RPC topic with No Local.
+            codes = await client.subscribe([(link.rpc, True), (link.capability, False)])
+        except NotConnected:
+            return  # broker_lost answers for it
+        if any(code >= 0x80 for code in codes):
+            self.release(link)
+            link.closed = True
+            self.broker.drops.count(
+                "refused", link.rpc, f"the broker refused the subscription (reason codes {codes})", link.slot
+            )
+            return
+        if link.closed:
+            return
+        try:
+            session = await self.broker.gateway.registry.attach(link.slot, link, aggregate=self.broker.config.aggregate)
+        except SlotRefused as exc:
+            self.release(link)
+            link.closed = True
+            self.broker.drops.count("refused", link.rpc, exc.reason, link.slot)
+            return
+        link.session = session
+        if link.is_closed():  # the server went offline while the slot was being attached
+            session.link_lost(link.close_reason)
+
+    def release(self, link: McpLink) -> None:
+        """Forget `link` (it no longer serves its slot) and unsubscribe its topics."""
+        if link.released:
+            return
+        link.released = True
+        if self.by_server.get(link.address.server_id) is link:
+            del self.by_server[link.address.server_id]
+        if self.by_slot.get(link.slot) is link:
+            del self.by_slot[link.slot]
+        self.broker.client.unsubscribe([link.rpc, link.capability])
+
+    # -- RPC --------------------------------------------------------------------------------------
+
+    def _rpc(self, topic: str, address: ServerAddress, payload: bytes) -> None:
+        link = self.by_server.get(address.server_id)
+        if link is None or link.address != address or link.session is None:
+            self.broker.drops.count("unregistered", topic, "no bridged server instance answers on this topic")
+            return
+        message = jsonrpc.parse(payload)
+        if message.kind is jsonrpc.Kind.NOTIFICATION and message.method == mqtt_topics.METHOD_DISCONNECTED:
+            # The server ended this client session; the specification: consider it offline.
+            self.instances.pop(address.server_id, None)
+            self.release(link)
+            link.lost(f"MCP server {address.server_name} ({address.server_id}) sent notifications/disconnected")
+            self._activate_next(link.slot)
+            return
+        if message.kind is jsonrpc.Kind.RESPONSE:
+            link.initialized = True
+        link.deliver(topic, message)
+
+    def status(self) -> JsonObject:
+        return {
+            "server_filters": list(self.server_filters),
+            "instances": len(self.instances),
+            "bridged": sorted(self.by_slot),
+        }

@@ -1,0 +1,165 @@
+"""The plain MQTT profile (WIRE.md §5.1): boards under `<prefix>/<slot>/{status,down,up}`, one slot each.
+
+A board announces itself with its register frame as a retained message on `status` (its last will
+is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. The gateway:
+
+- attaches the slot when a status arrives; a status for a live slot from the same device (its hello's
+  device_id) is the board reconnecting: the session takes it as a new register frame (aggregate,
+  hello; a new schema hash re-lists its tools) and calls in flight go on. A status naming another
+  device replaces the link;
+- detaches it at once when the status is emptied (the board's will, or a clean shutdown): pending
+  callers get `Provider "<slot>" disconnected`;
+- checks liveness with JSON-RPC ping over down/up (the core's heartbeat); a board that misses one is
+  detached, and attached again when it is heard from on `up` while its status still stands;
+- detaches every slot of a broker whose connection is lost; the retained statuses bring them back
+  once the gateway has reconnected and subscribed again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from gateway.core import jsonrpc
+from gateway.core.link import LinkInfo
+from gateway.core.slots import SlotRefused
+from gateway.southbound import envelope, mqtt_topics
+from gateway.southbound.mqtt_link import BrokerContext, MqttLink
+
+
+def _device_id(hello: object) -> object:
+    return hello.get("device_id") if isinstance(hello, dict) else None
+
+
+class PlainLink(MqttLink):
+    def __init__(self, broker: BrokerContext, slot: str, prefix: str) -> None:
+        self.topics = {kind: mqtt_topics.plain_topic(prefix, slot, kind) for kind in ("status", "down", "up")}
+        info = LinkInfo(transport="mqtt", remote=f"{broker.label} {prefix}/{slot}")
+        super().__init__(broker, slot, info)
+
+    async def send(self, data: bytes) -> None:
+        self.publish(self.topics["down"], data)
+
+    async def close(self, code: int, reason: str) -> None:
+        # The core let go of the slot (a missed heartbeat, a takeover, shutdown). The board stays on the
+        # broker; nothing on the wire tells it, as a closed WebSocket would, so nothing is sent.
+        if not self.closed:
+            self.closed = True
+            self.close_reason = reason
+
+    def status_extra(self) -> dict[str, object]:
+        return {**self.common_status(), "profile": "plain", "topics": dict(self.topics)}
+
+
+class PlainProfile:
+    """Every plain-profile board of one broker."""
+
+    def __init__(self, broker: BrokerContext) -> None:
+        self.broker = broker
+        self.prefix = broker.config.topic_prefix
+        self.links: dict[str, PlainLink] = {}
+        self.announced: dict[str, envelope.Registration] = {}
+        """The standing (non-empty) status of each board, so that a board detached for a missed
+        heartbeat is attached again when it is heard from."""
+
+    def filters(self) -> list[tuple[str, bool]]:
+        return [
+            (mqtt_topics.plain_filter(self.prefix, "status"), False),
+            (mqtt_topics.plain_filter(self.prefix, "up"), False),
+        ]
+
+    def owns(self, topic: str) -> bool:
+        return topic.startswith(self.prefix + "/")
+
+    def broker_lost(self, reason: str) -> None:
+        links, self.links = self.links, {}
+        self.announced.clear()  # the retained statuses arrive again after the next subscription
+        for link in links.values():
+            link.lost(f"MQTT broker {self.broker.label} {reason}")
+
+    def slot_of(self, topic: str) -> str | None:
+        address = mqtt_topics.parse_plain(self.prefix, topic)
+        return address.slot if address is not None else None
+
+    def handle(self, topic: str, payload: bytes) -> None:
+        address = mqtt_topics.parse_plain(self.prefix, topic)
+        if address is None:
+            self.broker.drops.count("wrong_topic", topic, "not <prefix>/<slot>/status|up with a usable slot name")
+            return
+        if address.kind == "status":
+            self._status(topic, address.slot, payload)
+        elif address.kind == "up":
+            self._up(topic, address.slot, payload)
+        else:
+            self.broker.drops.count("wrong_topic", topic, "the gateway does not read down topics", address.slot)
+
+    def _status(self, topic: str, slot: str, payload: bytes) -> None:
+        if not payload:
+            self.announced.pop(slot, None)
+            link = self.links.pop(slot, None)
+            if link is not None:
+                link.lost("device went offline: its status was emptied (its last will, or a clean shutdown)")
+            return
+        message = jsonrpc.parse(payload)
+        registration = envelope.registration(message.body)
+        if registration is None:
+            self.broker.drops.count(
+                "malformed", topic, "a status must be the register frame (notifications/register)", slot
+            )
+            return
+        if registration.slot != slot:
+            self.broker.drops.count(
+                "malformed", topic, f"params.slot {registration.slot!r} does not match the topic's slot", slot
+            )
+            return
+        self.announced[slot] = registration
+        old = self.links.pop(slot, None)
+        if old is not None:
+            session = old.session
+            live = not old.closed and session is not None and session.state != "closed"
+            if live and session is not None and _device_id(session.hello) == _device_id(registration.hello):
+                self.links[slot] = old
+                old.deliver(topic, message)  # the board reconnected: same session, updated registration
+                return
+            old.lost("a new status replaced the device's registration")
+        self._attach(slot, registration)
+
+    def _attach(self, slot: str, registration: envelope.Registration) -> None:
+        link = PlainLink(self.broker, slot, self.prefix)
+        self.links[slot] = link
+        self.broker.spawn(self._attach_link(link, registration))
+
+    async def _attach_link(self, link: PlainLink, registration: envelope.Registration) -> None:
+        try:
+            session = await self.broker.gateway.registry.attach(
+                link.slot, link, aggregate=registration.aggregate, hello=registration.hello
+            )
+        except SlotRefused as exc:
+            if self.links.get(link.slot) is link:
+                del self.links[link.slot]
+            link.closed = True
+            self.broker.drops.count("refused", link.topics["status"], exc.reason, link.slot)
+            # The board cannot see a close reason; an error with id null on its down topic is the nearest.
+            refusal = jsonrpc.dumps(jsonrpc.error_response(None, exc.code, exc.reason))
+            with contextlib.suppress(ConnectionError):
+                self.broker.client.publish(link.topics["down"], refusal)
+            return
+        link.session = session
+        if link.is_closed():  # the board went offline while the slot was being attached
+            session.link_lost(link.close_reason)
+
+    def _up(self, topic: str, slot: str, payload: bytes) -> None:
+        link = self.links.get(slot)
+        if link is None or link.closed:
+            registration = self.announced.get(slot)
+            if registration is None:
+                self.broker.drops.count("unregistered", topic, "no status from this board; publish status first", slot)
+                return
+            # Heard from again after the core let it go (a missed heartbeat): its status still
+            # stands, so it gets the slot back with a new session. This message belonged to the old one.
+            self.links.pop(slot, None)
+            self._attach(slot, registration)
+            return
+        if link.session is None:
+            self.broker.drops.count("unregistered", topic, "the slot is still being attached", slot)
+            return
+        link.deliver(topic, jsonrpc.parse(payload))

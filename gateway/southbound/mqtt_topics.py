@@ -1,0 +1,231 @@
+"""Every MQTT topic, topic filter and user-property name the gateway uses, for both profiles (WIRE.md §5).
+
+This module is the single agreement between the gateway (gateway/southbound/mqtt*.py), the simulator
+(sim/) and the MicroPython transport (device/micropython), which mirrors these names: change a name
+here and there together.
+
+Plain profile (WIRE.md §5.1; MQTT 3.1.1 or 5, what umqtt.simple can do), QoS 1 everywhere:
+
+    <prefix>/<slot>/status   device -> gateway, RETAINED: the register frame
+                             {"jsonrpc":"2.0","method":"notifications/register",
+                              "params":{"slot":"<slot>","aggregate":true,"hello":{...}}}
+                             The device's last will is an EMPTY retained message on the same topic:
+                             an empty status means "offline" and detaches the slot.
+    <prefix>/<slot>/down     gateway -> device: one JSON-RPC message per MQTT message
+    <prefix>/<slot>/up       device -> gateway: one JSON-RPC message per MQTT message
+
+    Prefix rules: default "mcpb"; one or more topic levels separated by "/" (e.g. "site-a/cell-3/mcpb"),
+    no empty level (so no leading, trailing or doubled "/"), no "+", "#" or NUL, and not starting with
+    "$" (brokers reserve "$" topics). The <slot> level is the slot name itself: 1..64 bytes of UTF-8,
+    no "/", "+", "#" or NUL, not starting with "_" (reserved names); `params.slot` of the register frame
+    must equal it.
+
+MCP over MQTT (the EMQX specification, MQTT 5 only), the revision pinned below in SPEC_*:
+
+    $mcp-server/<server-id>/<server-name>             control topic: the client's `initialize`
+    $mcp-server/capability/<server-id>/<server-name>  server's list_changed / resources/updated
+    $mcp-server/presence/<server-id>/<server-name>    RETAINED `notifications/server/online`;
+                                                      empty retained message (also the will) = offline
+    $mcp-client/presence/<mcp-client-id>              client's `notifications/disconnected` (also its will)
+    $mcp-client/capability/<mcp-client-id>            client's list_changed notifications
+    $mcp-rpc/<mcp-client-id>/<server-id>/<server-name>  requests, responses and notifications both ways;
+                                                      both sides subscribe with No Local
+
+    server-id and mcp-client-id are MQTT client ids (no "/", "+", "#"); server-name is hierarchical
+    ("type/sub-type/name"), no "+" or "#". QoS 1 for every PUBLISH and SUBSCRIBE, session expiry 0.
+    CONNECT carries user properties MCP-COMPONENT-TYPE and MCP-META; every PUBLISH carries
+    MCP-COMPONENT-TYPE and MCP-MQTT-CLIENT-ID. The broker MAY put MCP-SERVER-NAME (to a server),
+    MCP-SERVER-NAME-FILTERS and MCP-RBAC (to a client) in CONNACK; a client given
+    MCP-SERVER-NAME-FILTERS must subscribe to presence with those filters instead of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+QOS = 1
+
+# --- The specification revision this module follows (MCP over MQTT, EMQX) ----------------------------
+SPEC_NAME = "MCP over MQTT (EMQX)"
+# The transport document is versioned alongside the MCP revision it extends; the EMQX documentation
+# ("EMQX AI / MCP over MQTT / Specification", docs.emqx.com) publishes the same text.
+SPEC_REVISION = "2025-03-26"
+SPEC_SOURCE = "mqtt-ai/mcp-over-mqtt specification/2025-03-26/basic/mqtt_transport.md"
+SPEC_COMMIT = "cd3a13a0748cd29a5dcc34df6adeed7f2de084d3"
+
+# --- MCP over MQTT: user properties -------------------------------------------------------------------
+# CONNECT (both components) and PUBLISH (both components).
+PROP_COMPONENT_TYPE = "MCP-COMPONENT-TYPE"
+# CONNECT only: a JSON object describing the component (version, implementation, location).
+PROP_META = "MCP-META"
+# PUBLISH only: the MQTT client id of the sender.
+PROP_MQTT_CLIENT_ID = "MCP-MQTT-CLIENT-ID"
+# CONNACK, broker -> server: the server-name the server MUST use.
+PROP_SERVER_NAME = "MCP-SERVER-NAME"
+# CONNACK, broker -> client: a JSON array of server-name filters the client MUST use for presence.
+PROP_SERVER_NAME_FILTERS = "MCP-SERVER-NAME-FILTERS"
+# CONNACK, broker -> client: a JSON array of {"server_name", "role_name"} objects.
+PROP_RBAC = "MCP-RBAC"
+
+COMPONENT_CLIENT = "mcp-client"
+COMPONENT_SERVER = "mcp-server"
+
+# --- MCP over MQTT: methods of the transport ----------------------------------------------------------
+METHOD_SERVER_ONLINE = "notifications/server/online"
+METHOD_DISCONNECTED = "notifications/disconnected"
+
+# --- MCP over MQTT: topics ----------------------------------------------------------------------------
+SERVER_ROOT = "$mcp-server"
+CLIENT_ROOT = "$mcp-client"
+RPC_ROOT = "$mcp-rpc"
+PRESENCE = "presence"
+CAPABILITY = "capability"
+
+DEFAULT_SERVER_NAME_FILTER = "#"
+
+
+def server_control_topic(server_id: str, server_name: str) -> str:
+    return f"{SERVER_ROOT}/{server_id}/{server_name}"
+
+
+def server_capability_topic(server_id: str, server_name: str) -> str:
+    return f"{SERVER_ROOT}/{CAPABILITY}/{server_id}/{server_name}"
+
+
+def server_presence_topic(server_id: str, server_name: str) -> str:
+    return f"{SERVER_ROOT}/{PRESENCE}/{server_id}/{server_name}"
+
+
+def client_presence_topic(client_id: str) -> str:
+    return f"{CLIENT_ROOT}/{PRESENCE}/{client_id}"
+
+
+def client_capability_topic(client_id: str) -> str:
+    return f"{CLIENT_ROOT}/{CAPABILITY}/{client_id}"
+
+
+def rpc_topic(client_id: str, server_id: str, server_name: str) -> str:
+    return f"{RPC_ROOT}/{client_id}/{server_id}/{server_name}"
+
+
+def server_presence_filter(server_name_filter: str) -> str:
+    """What a client subscribes to for discovery: every instance of every matching server-name."""
+    return f"{SERVER_ROOT}/{PRESENCE}/+/{server_name_filter}"
+
+
+def server_capability_filter(server_id: str, server_name_filter: str) -> str:
+    return f"{SERVER_ROOT}/{CAPABILITY}/{server_id}/{server_name_filter}"
+
+
+@dataclass(frozen=True)
+class ServerAddress:
+    """One server instance: its MQTT client id and its (hierarchical) server-name."""
+
+    server_id: str
+    server_name: str
+
+
+def _split_server_address(levels: list[str]) -> ServerAddress | None:
+    if len(levels) < 2 or not levels[0] or not all(levels[1:]):
+        return None
+    return ServerAddress(levels[0], "/".join(levels[1:]))
+
+
+def parse_server_presence(topic: str) -> ServerAddress | None:
+    """`$mcp-server/presence/<server-id>/<server-name>` -> its address, else None."""
+    levels = topic.split("/")
+    if levels[:2] != [SERVER_ROOT, PRESENCE]:
+        return None
+    return _split_server_address(levels[2:])
+
+
+def parse_server_capability(topic: str) -> ServerAddress | None:
+    levels = topic.split("/")
+    if levels[:2] != [SERVER_ROOT, CAPABILITY]:
+        return None
+    return _split_server_address(levels[2:])
+
+
+@dataclass(frozen=True)
+class RpcAddress:
+    client_id: str
+    server: ServerAddress
+
+
+def parse_rpc(topic: str) -> RpcAddress | None:
+    """`$mcp-rpc/<mcp-client-id>/<server-id>/<server-name>` -> its parts, else None."""
+    levels = topic.split("/")
+    if len(levels) < 4 or levels[0] != RPC_ROOT or not levels[1]:
+        return None
+    server = _split_server_address(levels[2:])
+    return RpcAddress(levels[1], server) if server is not None else None
+
+
+def valid_client_id(value: str) -> bool:
+    """server-id and mcp-client-id: any non-empty string without "/", "+", "#" (they sit in topics)."""
+    return bool(value) and not any(c in value for c in "/+#\x00")
+
+
+def valid_server_name(value: str) -> bool:
+    """A hierarchical name without wildcards or empty levels."""
+    return bool(value) and "+" not in value and "#" not in value and "\x00" not in value and all(value.split("/"))
+
+
+# --- Plain profile ------------------------------------------------------------------------------------
+DEFAULT_PREFIX = "mcpb"
+STATUS: Literal["status"] = "status"
+DOWN: Literal["down"] = "down"
+UP: Literal["up"] = "up"
+PlainKind = Literal["status", "down", "up"]
+
+
+def prefix_problem(prefix: str) -> str | None:
+    """Why `prefix` cannot be a plain-profile topic prefix, or None when it can."""
+    if not prefix:
+        return "the topic prefix is empty"
+    if prefix.startswith("$"):
+        return "the topic prefix starts with '$' (reserved by brokers)"
+    if any(c in prefix for c in "+#\x00"):
+        return "the topic prefix contains '+', '#' or NUL"
+    if not all(prefix.split("/")):
+        return "the topic prefix has an empty level (leading, trailing or doubled '/')"
+    return None
+
+
+def slot_level_problem(slot: str) -> str | None:
+    """Why `slot` cannot be the <slot> level of a plain-profile topic, or None when it can."""
+    if not slot or len(slot.encode()) > 64:
+        return "the slot name must be 1 to 64 bytes"
+    if any(c in slot for c in "/+#\x00"):
+        return "the slot name contains '/', '+', '#' or NUL"
+    if slot.startswith("_"):
+        return "slot names starting with '_' are reserved"
+    return None
+
+
+def plain_topic(prefix: str, slot: str, kind: PlainKind) -> str:
+    return f"{prefix}/{slot}/{kind}"
+
+
+def plain_filter(prefix: str, kind: PlainKind) -> str:
+    """What the gateway subscribes to: `<prefix>/+/status` and `<prefix>/+/up`."""
+    return f"{prefix}/+/{kind}"
+
+
+@dataclass(frozen=True)
+class PlainAddress:
+    slot: str
+    kind: PlainKind
+
+
+def parse_plain(prefix: str, topic: str) -> PlainAddress | None:
+    """`<prefix>/<slot>/<status|down|up>` -> its slot and kind, else None (a wrong topic)."""
+    head = prefix + "/"
+    if not topic.startswith(head):
+        return None
+    rest = topic[len(head) :].split("/")
+    if len(rest) != 2 or rest[1] not in (STATUS, DOWN, UP) or slot_level_problem(rest[0]) is not None:
+        return None
+    kind: PlainKind = STATUS if rest[1] == STATUS else DOWN if rest[1] == DOWN else UP
+    return PlainAddress(rest[0], kind)

@@ -1,0 +1,678 @@
+"""The serial way in (WIRE.md §2, §4): boards on a UART or USB serial line, one slot or many per port.
+
+What this module holds: opening a tty with pyserial (DTR and RTS held de-asserted, so that opening a
+port never resets a board through its auto-reset circuit; an exclusive lock, so that two programs
+never share a line), reading it without threads (the port's file descriptor on the event loop), the
+frames of gateway/southbound/framing.py both ways, registration, and supervision: a port that
+cannot be opened, fails or disappears detaches its slots at once (their pending callers get
+`Provider "<slot>" disconnected`) and is opened again after a jittered, doubling back-off.
+
+Registration: a serial line has no URL, so a board names its slot in its first frame,
+`notifications/register` with `params.slot` (and optional `aggregate`, `hello`), or sends envelopes
+`{"provider":"<slot>","payload":...}` with one register envelope per slot (a name is also claimed the
+first time it appears in an envelope). A serial line has no connection either: a register frame
+always starts a new link for its slot (the board restarted its link loop, or rebooted), and the old
+link's pending callers are answered at once. A port whose board has not registered asks for it with
+the notification `broker/register` (when the port opens, and at most once a second when an
+unregistered board speaks), so a board that was registered with a gateway that restarted comes back
+without waiting for its own silence timeout.
+
+Trust: whoever is on the cable. Each port (and the hot-plug settings) lists the slot names a board
+on it may publish (`slots`, fnmatch patterns); [providers.auth] secrets do not apply to serial lines.
+The identity shown in provider_status is `serial:<port>` (hot-plugged: the USB device's stable id),
+so the `always` takeover policy lets a board plugged back in replace its own stale link.
+
+Heartbeats are JSON-RPC `ping` requests (LinkInfo.native_ping is false); the core sends them.
+POSIX only (the event loop watches the port's file descriptor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fnmatch
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import serial
+from prometheus_client import Counter, Gauge
+
+from gateway.config import SerialConfig, SerialLineConfig
+from gateway.core import jsonrpc
+from gateway.core.backoff import Backoff
+from gateway.core.gateway import Gateway
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.link import LinkInfo
+from gateway.core.provider_session import ProviderSession
+from gateway.core.slots import SlotRefused
+from gateway.core.status import iso
+from gateway.southbound import envelope, framing
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("gateway.southbound.serial")
+
+READ_CHUNK = 4096
+REGISTER_REQUEST = b'{"jsonrpc":"2.0","method":"broker/register"}'
+"""Sent to a port whose board has not registered: 'send your register frame (again)'."""
+REGISTER_REQUEST_EVERY_S = 1.0
+MAX_BACKLOG = 64
+"""Messages read while an earlier one (a register frame) is still being attached; more are dropped."""
+TRANSPORT = "serial"
+PORT_DROP_REASONS = (*framing.DROP_REASONS, "unregistered", "refused", "backlog")
+"""framing's reasons, and: unregistered (a valid message from a board that has not registered),
+refused (a register frame for a slot the port may not publish, or that the core refused), backlog
+(more than MAX_BACKLOG messages waiting while a register frame was being attached)."""
+
+
+class SerialMetrics:
+    """The serial series, registered once per gateway on its own registry."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        r = metrics.registry
+        self.open = Gauge("mcpgw_serial_port_open", "1 while the serial port is open", ["port"], registry=r)
+        self.failures = Counter(
+            "mcpgw_serial_port_failures",
+            "Serial ports that could not be opened, failed or disappeared",
+            ["port"],
+            registry=r,
+        )
+        self.frames = Counter(
+            "mcpgw_serial_frames", "Valid serial frames by direction (in, out)", ["port", "direction"], registry=r
+        )
+        self.dropped = Counter(
+            "mcpgw_serial_dropped_frames",
+            "Serial frames dropped: " + ", ".join(PORT_DROP_REASONS),
+            ["port", "reason"],
+            registry=r,
+        )
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """One port to serve: where it is, how to talk on it, and what a board on it may publish."""
+
+    path: str
+    line: SerialLineConfig
+    source: str = "config"  # "config" or "hotplug"
+    stable_id: str | None = None
+    """Hot-plugged: the USB device's stable id (VID:PID and serial number or bus location)."""
+    usb: JsonObject | None = None
+    """Hot-plugged: what the enumerator knows (vid_pid, serial_number, location, description)."""
+
+    @property
+    def identity(self) -> str:
+        return f"serial:{self.stable_id or self.path}"
+
+
+@dataclass
+class PortCounters:
+    opens: int = 0
+    failures: int = 0
+    frames_in: int = 0
+    frames_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    unregistered: int = 0
+    refused: int = 0
+    backlog: int = 0
+    register_requests: int = 0
+    dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(framing.DROP_REASONS, 0))
+
+
+class SerialSlotLink:
+    """One slot on a serial port (the core's provider link)."""
+
+    def __init__(self, port: SerialPort, slot: str, enveloped: bool) -> None:
+        self.port = port
+        self.slot = slot
+        self.enveloped = enveloped
+        self.session: ProviderSession | None = None
+        self.info = LinkInfo(
+            transport=TRANSPORT,
+            remote=port.spec.path,
+            identity=port.spec.identity,
+            extra={"framing": "cobs+crc32", "enveloped": "yes" if enveloped else "no"},
+        )
+
+    @property
+    def attached(self) -> bool:
+        return self.port.links.get(self.slot) is self
+
+    async def send(self, data: bytes) -> None:
+        if not self.attached:
+            raise ConnectionError("the slot is no longer on this serial port")
+        await self.port.send_message(envelope.wrap(self.slot, data) if self.enveloped else data)
+
+    def send_ping(self) -> None:
+        """Serial links use JSON-RPC ping (info.native_ping is false)."""
+
+    async def close(self, code: int, reason: str) -> None:
+        # The core let go of the slot (a missed heartbeat, a takeover, shutdown); the port stays
+        # open for the board's next register frame. The board is told why, as an error with id null.
+        if not self.attached:
+            return
+        del self.port.links[self.slot]
+        refusal = (
+            envelope.error_envelope(self.slot, jsonrpc.UNAVAILABLE, reason)
+            if self.enveloped
+            else envelope.error_message(jsonrpc.UNAVAILABLE, reason)
+        )
+        with contextlib.suppress(ConnectionError):
+            await self.port.send_message(refusal)
+
+    def status_extra(self) -> JsonObject:
+        return {"kind": TRANSPORT, "enveloped": self.enveloped, **self.port.status()}
+
+
+class SerialPort:
+    """One tty, from open to close, again and again: frames in and out, slots attached to it."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        spec: PortSpec,
+        settings: SerialConfig,
+        metrics: SerialMetrics,
+    ) -> None:
+        self.gateway = gateway
+        self.spec = spec
+        self.settings = settings
+        self.decoder = framing.FrameDecoder(spec.line.frame_cap, debug_json_lines=spec.line.debug_json_lines)
+        self.counters = PortCounters()
+        self.links: dict[str, SerialSlotLink] = {}
+        self.state = "idle"  # idle -> opening -> open -> backoff -> opening ... -> stopped
+        self.opened_at: float | None = None
+        self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        self.backoff = Backoff(settings.retry_initial_s, settings.retry_max_s)
+        self._serial: serial.Serial | None = None
+        self._fd: int | None = None
+        self._lost: asyncio.Future[str] | None = None
+        self._inbox: asyncio.Queue[bytes] = asyncio.Queue(MAX_BACKLOG)
+        self._write_lock = asyncio.Lock()
+        self._asked_at = 0.0
+        self._retry_at: float | None = None
+        self._stopping = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._dropped_seen = dict(self.decoder.dropped)
+        self._warned: set[str] = set()
+        self._m_dropped = {reason: metrics.dropped.labels(spec.path, reason) for reason in PORT_DROP_REASONS}
+        self._m_frames_in = metrics.frames.labels(spec.path, "in")
+        self._m_frames_out = metrics.frames.labels(spec.path, "out")
+        self._m_open = metrics.open.labels(spec.path)
+        self._m_failures = metrics.failures.labels(spec.path)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"serial {self.spec.path}")
+
+    def stopping(self) -> bool:
+        """halt() was called (a method, not an attribute: it changes while the loop awaits)."""
+        return self._stopping
+
+    def halt(self) -> None:
+        """No more reopening (shutdown, or the device was unplugged); an open port stays until stop()."""
+        self._stopping = True
+        self._wake.set()
+
+    async def stop(self, reason: str = "gateway shutting down") -> None:
+        """Close the port (its slots detached with `reason`) and end supervision."""
+        self.halt()
+        self._lose(f"closed: {reason}")
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while not self.stopping():
+            served = False
+            try:
+                served = await self._serve_once()
+            except Exception as exc:  # a bug here must not end supervision: record it, retry
+                log.exception("serial port %s: serving failed", self.spec.path)
+                self._record_error(f"internal error: {exc!r}")
+            if self.stopping():
+                break
+            if served:
+                self.backoff.reset()
+            delay = self.backoff.next_delay()
+            self.state = "backoff"
+            self._retry_at = time.monotonic() + delay
+            if self.backoff.failures <= 3 or self.backoff.failures % 20 == 0:
+                log.warning("serial port %s: %s; opening it again in %.1fs", self.spec.path, self.last_error, delay)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+            self._retry_at = None
+        self.state = "stopped"
+
+    async def _serve_once(self) -> bool:
+        """Open the port and serve it until it fails; True when a valid frame came in on the way."""
+        self.state = "opening"
+        try:
+            port = open_port(self.spec.path, self.spec.line.baud)
+        except (serial.SerialException, OSError, ValueError) as exc:
+            self._record_error(f"cannot open: {describe(exc)}")
+            return False
+        loop = asyncio.get_running_loop()
+        self._serial = port
+        self._fd = port.fileno()
+        self._lost = loop.create_future()
+        self.decoder.reset()
+        self.counters.opens += 1
+        self.state = "open"
+        self.opened_at = time.time()
+        frames_before = self.counters.frames_in
+        self._m_open.set(1)
+        log.info("serial port %s open at %d baud", self.spec.path, self.spec.line.baud)
+        consumer = loop.create_task(self._consume(), name=f"serial {self.spec.path} inbox")
+        loop.add_reader(self._fd, self._readable)
+        try:
+            await self._ask_register(opening=True)
+            reason = await self._lost
+        finally:
+            loop.remove_reader(self._fd)
+            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+            self._drain_inbox()
+            self._close_port()
+        self._detach_all(f"serial port {self.spec.path} {reason}")
+        if not self._stopping:
+            self._record_error(reason)
+        return self.counters.frames_in > frames_before
+
+    def _close_port(self) -> None:
+        port, self._serial, self._fd = self._serial, None, None
+        self.opened_at = None
+        self._m_open.set(0)
+        if port is not None:
+            with contextlib.suppress(Exception):
+                port.close()
+
+    def _lose(self, reason: str) -> None:
+        """The port failed, disappeared or is being closed: end serving it (once)."""
+        lost = self._lost
+        if lost is not None and not lost.done():
+            lost.set_result(reason)
+
+    def _record_error(self, reason: str) -> None:
+        self.counters.failures += 1
+        self._m_failures.inc()
+        self.last_error = reason
+        self.last_error_at = time.time()
+
+    def _detach_all(self, reason: str) -> None:
+        links, self.links = self.links, {}
+        for link in links.values():
+            if link.session is not None:
+                link.session.link_lost(reason)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _readable(self) -> None:
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._lose(f"failed: read error: {describe(exc)}")
+            return
+        if not data:
+            self._lose("closed: the device went away (end of file)")
+            return
+        self.counters.bytes_in += len(data)
+        for message in self.decoder.feed(data):
+            self.counters.frames_in += 1
+            self._m_frames_in.inc()
+            try:
+                self._inbox.put_nowait(message)
+            except asyncio.QueueFull:
+                self._count_drop("backlog")
+        self._sync_decoder_drops()
+
+    def _sync_decoder_drops(self) -> None:
+        for reason, total in self.decoder.dropped.items():
+            new = total - self._dropped_seen[reason]
+            if new:
+                self._dropped_seen[reason] = total
+                self.counters.dropped[reason] += new
+                self._m_dropped[reason].inc(new)
+                self._warn_once(reason)
+
+    def _count_drop(self, reason: str) -> None:
+        if reason in self.counters.dropped:
+            self.counters.dropped[reason] += 1
+        else:
+            setattr(self.counters, reason, getattr(self.counters, reason) + 1)
+        self._m_dropped[reason].inc()
+        self._warn_once(reason)
+
+    def _warn_once(self, reason: str) -> None:
+        # Once per reason and port: a noisy line repeats itself; the counters carry the rest.
+        if reason not in self._warned:
+            self._warned.add(reason)
+            log.warning("serial port %s: dropped a frame (%s); see provider_status or /metrics", self.spec.path, reason)
+
+    def _drain_inbox(self) -> None:
+        while not self._inbox.empty():
+            self._inbox.get_nowait()
+
+    async def _consume(self) -> None:
+        """Handle messages in the order they arrived; a register frame is attached before the next."""
+        while True:
+            data = await self._inbox.get()
+            try:
+                await self._message(data)
+            except Exception:  # one bad message must not stop the port
+                log.exception("serial port %s: handling a message failed", self.spec.path)
+
+    async def _message(self, data: bytes) -> None:
+        message = jsonrpc.parse(data)
+        body = message.body
+        if isinstance(body, dict) and "jsonrpc" not in body:
+            frame = envelope.decode_envelope(body)
+            if frame is not None:
+                await self._enveloped(frame)
+                return
+        registration = envelope.registration(body)
+        if registration is not None:
+            await self._register(registration, None)
+            return
+        link = self._bare_link()
+        if link is None or link.session is None:
+            self._count_drop("unregistered")
+            await self._ask_register()
+            return
+        link.session.mark_alive()
+        link.session.receive_message(message)
+
+    def _bare_link(self) -> SerialSlotLink | None:
+        for link in self.links.values():
+            if not link.enveloped:
+                return link
+        return None
+
+    async def _enveloped(self, frame: envelope.Envelope) -> None:
+        registration = envelope.registration(frame.payload)
+        link = self.links.get(frame.provider)
+        if registration is not None:
+            await self._register(registration, frame.provider)
+            return
+        if link is None:
+            # WIRE.md §2.1: a name is also registered the first time it is seen in an envelope.
+            link = await self._attach(frame.provider, envelope.Registration(False, None, frame.provider), True)
+            if link is None:
+                return
+        if link.session is None:
+            self._count_drop("unregistered")
+            return
+        link.session.mark_alive()
+        if isinstance(frame.payload, dict | list):
+            link.session.receive_message(jsonrpc.classify(frame.payload))
+        else:
+            link.session.counters.unparsable += 1
+
+    async def _register(self, registration: envelope.Registration, provider: str | None) -> None:
+        enveloped = provider is not None
+        slot = provider if provider is not None else registration.slot
+        if slot is None:
+            self._count_drop("refused")
+            await self._send_refusal(
+                None,
+                jsonrpc.UNAVAILABLE,
+                "A board on a serial port names its slot: send notifications/register with params.slot "
+                '(e.g. {"jsonrpc":"2.0","method":"notifications/register","params":{"slot":"pump-1"}}), '
+                "or envelopes",
+            )
+            return
+        # A register frame starts a new link: the board restarted, whatever it had is gone.
+        replaced = [self.links.get(slot)] if enveloped else list(self.links.values())
+        for old in replaced:
+            if old is not None:
+                del self.links[old.slot]
+                if old.session is not None:
+                    old.session.link_lost(f"the board on serial port {self.spec.path} registered again")
+        await self._attach(slot, registration, enveloped)
+
+    def allows(self, slot: str) -> bool:
+        return any(fnmatch.fnmatchcase(slot, pattern) for pattern in self.spec.line.slots)
+
+    async def _attach(self, slot: str, registration: envelope.Registration, enveloped: bool) -> SerialSlotLink | None:
+        if not self.allows(slot):
+            self._count_drop("refused")
+            patterns = ", ".join(self.spec.line.slots)
+            await self._send_refusal(
+                slot if enveloped else None,
+                jsonrpc.FORBIDDEN,
+                f'Serial port {self.spec.path} may not publish slot "{slot}"; its slots setting allows: {patterns}',
+            )
+            return None
+        link = SerialSlotLink(self, slot, enveloped)
+        self.links[slot] = link
+        try:
+            session = await self.gateway.registry.attach(
+                slot, link, aggregate=registration.aggregate, hello=registration.hello
+            )
+        except SlotRefused as exc:
+            if self.links.get(slot) is link:
+                del self.links[slot]
+            self._count_drop("refused")
+            await self._send_refusal(slot if enveloped else None, exc.code, exc.reason)
+            return None
+        link.session = session
+        if not link.attached:  # the port was lost while the slot was being attached
+            session.link_lost(f"serial port {self.spec.path} closed")
+            return None
+        return link
+
+    async def _send_refusal(self, slot: str | None, code: int, reason: str) -> None:
+        refusal = (
+            envelope.error_envelope(slot, code, reason) if slot is not None else envelope.error_message(code, reason)
+        )
+        log.warning("serial port %s: %s", self.spec.path, reason)
+        with contextlib.suppress(ConnectionError):
+            await self.send_message(refusal)
+
+    async def _ask_register(self, *, opening: bool = False) -> None:
+        """Ask the board to register: as the port opens, and at most once a second after that."""
+        now = time.monotonic()
+        if opening:
+            self._asked_at = 0.0  # the board's first unregistered frame gets its own request
+        elif now - self._asked_at < REGISTER_REQUEST_EVERY_S:
+            return
+        else:
+            self._asked_at = now
+        self.counters.register_requests += 1
+        with contextlib.suppress(ConnectionError):
+            await self.send_message(REGISTER_REQUEST)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    async def send_message(self, message: bytes) -> None:
+        """Write one message as one frame (frames never interleave); ConnectionError when the port is gone."""
+        data = memoryview(framing.wire_bytes(message))
+        async with self._write_lock:
+            fd = self._fd
+            if fd is None:
+                raise ConnectionError(f"serial port {self.spec.path} is not open")
+            deadline = time.monotonic() + self.settings.write_timeout_s
+            while data:
+                try:
+                    written = os.write(fd, data)
+                except BlockingIOError:
+                    written = 0
+                except OSError as exc:
+                    self._lose(f"failed: write error: {describe(exc)}")
+                    raise ConnectionError(f"serial port {self.spec.path}: {describe(exc)}") from None
+                data = data[written:]
+                if data and not await self._writable(fd, deadline - time.monotonic()):
+                    self._lose(
+                        f"failed: a frame could not be written within {self.settings.write_timeout_s:g}s "
+                        "(serial.write_timeout_s); the board stopped reading"
+                    )
+                    raise ConnectionError(f"serial port {self.spec.path}: write timed out")
+            self.counters.frames_out += 1
+            self.counters.bytes_out += len(framing.FRAME_LEAD) + len(message)
+            self._m_frames_out.inc()
+
+    async def _writable(self, fd: int, timeout_s: float) -> bool:
+        if timeout_s <= 0 or self._fd != fd:
+            return False
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def writable() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_writer(fd, writable)
+        lost = self._lost
+        try:
+            waiters: set[asyncio.Future[Any]] = {ready} if lost is None else {ready, lost}
+            await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            return ready.done() and self._fd == fd
+        finally:
+            with contextlib.suppress(Exception):
+                loop.remove_writer(fd)
+            if not ready.done():
+                ready.cancel()
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def status(self) -> JsonObject:
+        spec = self.spec
+        counters = self.counters
+        now = time.monotonic()
+        return {
+            "path": spec.path,
+            "source": spec.source,
+            "usb": spec.usb,
+            "state": self.state,
+            "open_since": iso(self.opened_at),
+            "baud": spec.line.baud,
+            "frame_cap": spec.line.frame_cap,
+            "debug_json_lines": spec.line.debug_json_lines,
+            "slots_allowed": list(spec.line.slots),
+            "slots": sorted(self.links),
+            "opens": counters.opens,
+            "failures": counters.failures,
+            "last_error": self.last_error,
+            "last_error_at": iso(self.last_error_at),
+            "next_retry_in_s": round(max(self._retry_at - now, 0.0), 3) if self._retry_at is not None else None,
+            "frames_in": counters.frames_in,
+            "frames_out": counters.frames_out,
+            "bytes_in": counters.bytes_in,
+            "bytes_out": counters.bytes_out,
+            "debug_lines": self.decoder.debug_lines,
+            "dropped": {
+                **counters.dropped,
+                "unregistered": counters.unregistered,
+                "refused": counters.refused,
+                "backlog": counters.backlog,
+            },
+            "dropped_total": sum(counters.dropped.values())
+            + counters.unregistered
+            + counters.refused
+            + counters.backlog,
+            "register_requests": counters.register_requests,
+        }
+
+
+def open_port(path: str, baud: int) -> serial.Serial:
+    """Open `path` raw at `baud`, non-blocking, exclusively, with DTR and RTS de-asserted from the start.
+
+    The line states are set before open() so that pyserial applies them as it opens; on a tty that
+    has no modem lines (a pseudo-terminal) pyserial ignores them."""
+    port = serial.Serial()
+    port.port = path
+    port.baudrate = baud
+    port.timeout = 0
+    port.write_timeout = 0
+    port.exclusive = True
+    port.dtr = False
+    port.rts = False
+    port.open()
+    return port
+
+
+def describe(exc: BaseException) -> str:
+    """An OS error in words, e.g. 'No such file or directory (ENOENT)'."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        # pyserial wraps the OS error in a message naming the port again; the port is named already.
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        return f"{os.strerror(exc.errno)} ({name})"
+    return str(exc) or type(exc).__name__
+
+
+class SerialLines:
+    """Every serial port the gateway serves: the configured ones, and the hot-plugged ones as they come."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.settings = gateway.config.serial
+        self.ports: dict[str, SerialPort] = {}
+        self.metrics = SerialMetrics(gateway.metrics)
+        self.hotplug_status: Callable[[], JsonObject] | None = None
+        """Set by hot-plug (gateway/southbound/hotplug.py) when it runs."""
+        self._started = False
+        self._halted = False
+        for config in self.settings.ports:
+            self.ports[config.path] = SerialPort(gateway, PortSpec(config.path, config), self.settings, self.metrics)
+        if self.ports or self.settings.hotplug.enabled:
+            gateway.serial_status = self.status
+
+    def start(self) -> None:
+        self._started = True
+        for port in self.ports.values():
+            port.start()
+
+    def configured(self, path: str) -> bool:
+        """A path the configuration names (hot-plug leaves it alone), compared by real path too."""
+        if path in self.ports and self.ports[path].spec.source == "config":
+            return True
+        real = os.path.realpath(path)
+        return any(
+            port.spec.source == "config" and os.path.realpath(port.spec.path) == real for port in self.ports.values()
+        )
+
+    def add(self, spec: PortSpec) -> SerialPort | None:
+        """Serve a port that appeared (hot-plug); None when it is already served or shutdown has begun."""
+        if self._halted or spec.path in self.ports or self.configured(spec.path):
+            return None
+        port = SerialPort(self.gateway, spec, self.settings, self.metrics)
+        self.ports[spec.path] = port
+        if self._started:
+            port.start()
+        return port
+
+    async def remove(self, path: str, reason: str) -> None:
+        """A hot-plugged port went away: detach its slots now and stop reopening it."""
+        port = self.ports.get(path)
+        if port is None or port.spec.source == "config":
+            return
+        del self.ports[path]
+        await port.stop(reason)
+
+    def halt(self) -> None:
+        self._halted = True
+        for port in self.ports.values():
+            port.halt()
+
+    async def stop(self) -> None:
+        self.halt()
+        await asyncio.gather(*(port.stop() for port in self.ports.values()))
+
+    def status(self) -> JsonObject:
+        hotplug = self.hotplug_status() if self.hotplug_status is not None else {"enabled": False}
+        return {"ports": [self.ports[path].status() for path in sorted(self.ports)], "hotplug": hotplug}

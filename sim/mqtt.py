@@ -1,0 +1,330 @@
+"""One simulated pump's link through an MQTT broker, in either profile of WIRE.md §5.
+
+The pump's code is the board's (the dispatcher answers every request, its duplicate cache answers a
+redelivered QoS 1 request without acting twice); only the transport differs from sim.link. The
+connection is the gateway's own broker client (gateway.southbound.mqtt_client: paho in its thread,
+events handed to the event loop, reconnects with back-off), one per pump, as each board has its own.
+
+plain (MQTT 3.1.1, what umqtt.simple does on a board): client id = the device id; last will an empty
+retained `<prefix>/<slot>/status`; on connect: subscribe `down`, publish the register frame (with
+params.slot, aggregate, hello) retained on `status`; every request on `down` is answered on `up`.
+
+mcp (MQTT 5, the EMQX specification in gateway.southbound.mqtt_topics): client id = server-id = the
+device id, server-name `<server_prefix>/<slot>` (or the broker's MCP-SERVER-NAME); last will an empty
+retained presence; on connect: subscribe the control topic and publish `notifications/server/online`
+retained on the presence topic. An `initialize` on the control topic names its client in the
+MCP-MQTT-CLIENT-ID user property: the pump subscribes that client's RPC topic (No Local) and presence,
+then answers on the RPC topic, where the rest of the session runs; the client's
+`notifications/disconnected` (its presence, or the RPC topic) ends that session.
+
+Control interface (as sim.link): drop(offline_s) cuts the connection without DISCONNECT (the broker
+publishes the will: the gateway detaches the slot), reconnect() ends an offline period, restart() is
+a reboot (cut, and connect again at once); stop() clears the retained announcement and disconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from gateway import __version__
+from gateway.config import MqttBrokerConfig
+from gateway.southbound import mqtt_topics
+from gateway.southbound.mqtt_client import BrokerClient, ConnectOptions, InboundMessage, NotConnected, Outbound
+from gateway.southbound.mqtt_connack import ConnackLimits
+from sim import FIRMWARE_NAME, firmware
+from sim.pump import SimulatedPump
+
+log = logging.getLogger("sim")
+
+HEAD_BYTES = 96
+DEFAULT_SERVER_PREFIX = "sim/pumps"
+MqttProfile = Literal["plain", "mcp"]
+
+
+@dataclass(frozen=True)
+class MqttTarget:
+    """Where and how the pumps publish: the broker URL, the profile and the broker credential."""
+
+    url: str
+    profile: MqttProfile = "plain"
+    topic_prefix: str = mqtt_topics.DEFAULT_PREFIX
+    server_prefix: str = DEFAULT_SERVER_PREFIX
+    instance: str | None = None
+    """MCP profile: a suffix of the server-id (<device id>-<instance>), for several instances of one pump."""
+    username: str | None = None
+    password_file: str | None = field(default=None, repr=False)
+    ca_file: str | None = None
+
+
+class MqttPumpLink:
+    def __init__(
+        self,
+        pump: SimulatedPump,
+        target: MqttTarget,
+        hello: dict[str, Any],
+        *,
+        connect_timeout_s: float = 10.0,
+        backoff_min_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+    ) -> None:
+        self.pump = pump
+        self.target = target
+        self.hello = hello
+        self.plain = target.profile == "plain"
+        self.server_id = f"{pump.device_id}-{target.instance}" if target.instance else pump.device_id
+        self.server_name = f"{target.server_prefix}/{pump.slot}"
+        config = MqttBrokerConfig.model_validate(
+            {
+                "url": target.url,
+                "username": target.username,
+                "password": {"file": target.password_file} if target.password_file else None,
+                "ca_file": target.ca_file,
+                "client_id": pump.device_id if self.plain else self.server_id,
+                "profiles": [target.profile],
+                "protocol": "3.1.1" if self.plain else "5",
+                "topic_prefix": target.topic_prefix,
+                "connect_timeout_s": connect_timeout_s,
+                "reconnect_initial_s": backoff_min_s,
+                "reconnect_max_s": max(backoff_max_s, backoff_min_s),
+            }
+        )
+        self.client = BrokerClient(config, _Events(self), self._options)
+        self.clients: set[str] = set()
+        """MCP profile: the clients (gateways) with a session on this pump."""
+        self.last_down_reason: str | None = None
+        self._cut_reason: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- topics ------------------------------------------------------------------------------------
+
+    def _plain(self, kind: mqtt_topics.PlainKind) -> str:
+        return mqtt_topics.plain_topic(self.target.topic_prefix, self.pump.slot, kind)
+
+    @property
+    def announce_topic(self) -> str:
+        if self.plain:
+            return self._plain("status")
+        return mqtt_topics.server_presence_topic(self.server_id, self.server_name)
+
+    @property
+    def url(self) -> str:
+        return f"{self.target.url} {self.announce_topic}"
+
+    @property
+    def users(self) -> tuple[tuple[str, str], ...]:
+        if self.plain:
+            return ()
+        return (
+            (mqtt_topics.PROP_COMPONENT_TYPE, mqtt_topics.COMPONENT_SERVER),
+            (mqtt_topics.PROP_MQTT_CLIENT_ID, self.server_id),
+        )
+
+    def _options(self, client_id: str) -> ConnectOptions:
+        will = Outbound(self.announce_topic, b"", retain=True, user_properties=self.users)
+        if self.plain:
+            return ConnectOptions(will=will)
+        meta = orjson.dumps({"name": FIRMWARE_NAME, "version": __version__}).decode()
+        return ConnectOptions(
+            will=will,
+            user_properties=(
+                (mqtt_topics.PROP_COMPONENT_TYPE, mqtt_topics.COMPONENT_SERVER),
+                (mqtt_topics.PROP_META, meta),
+            ),
+        )
+
+    # -- what the simulator reads -----------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self.client.connected
+
+    @property
+    def links(self) -> int:
+        return self.client.connects
+
+    def offline_for_s(self) -> float | None:
+        until = self.client.hold_until
+        if until is None:
+            return None
+        left = until - time.monotonic()
+        return round(left, 3) if left > 0 else None
+
+    # -- lifecycle and the control interface -----------------------------------------------------
+
+    def start(self) -> None:
+        self.client.start()
+
+    async def stop(self) -> None:
+        # A clean shutdown clears the retained announcement itself (the will is for unclean ends).
+        await self.client.stop([Outbound(self.announce_topic, b"", retain=True, user_properties=self.users)])
+        for task in list(self._tasks):
+            task.cancel()
+
+    def drop(self, offline_s: float | None = None) -> None:
+        self._cut_reason = "link_drop from the control endpoint"
+        self.client.cut(offline_s)
+
+    def reconnect(self) -> None:
+        self.client.redial()
+
+    def restart(self) -> None:
+        self._cut_reason = "reboot from the control endpoint"
+        self.client.cut()
+        self.client.redial()
+
+    # -- what the connection tells (through _Events) ----------------------------------------------
+
+    def on_connected(self, limits: ConnackLimits) -> None:
+        if not self.plain:
+            suggested = limits.user_property(mqtt_topics.PROP_SERVER_NAME)
+            if suggested and mqtt_topics.valid_server_name(suggested):
+                self.server_name = suggested  # the broker's suggestion is binding
+        log.info("%s link up to %s (link %d)", self.pump.slot, self.url, self.client.connects)
+        self.clients.clear()
+        self._spawn(self._announce())
+
+    async def _announce(self) -> None:
+        try:
+            if self.plain:
+                await self.client.subscribe([(self._plain("down"), False)])
+                frame = firmware.register_frame(self.hello, self.pump.slot)
+            else:
+                await self.client.subscribe(
+                    [(mqtt_topics.server_control_topic(self.server_id, self.server_name), False)]
+                )
+                online = {
+                    "jsonrpc": "2.0",
+                    "method": mqtt_topics.METHOD_SERVER_ONLINE,
+                    "params": {
+                        "server_name": self.server_name,
+                        "description": f"Simulated pump-1 {self.pump.slot}: a centrifugal pump with start, stop, "
+                        "set_speed, get_status and reset_fault",
+                        "meta": {"device_id": self.pump.device_id, "firmware": self.hello.get("firmware")},
+                    },
+                }
+                frame = orjson.dumps(online)
+            self.client.publish(self.announce_topic, frame, retain=True, user_properties=self.users)
+        except NotConnected:
+            return
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def on_disconnected(self, reason: str) -> None:
+        self.last_down_reason = self._cut_reason or reason
+        self._cut_reason = None
+        self.clients.clear()
+
+    def on_message(self, message: InboundMessage) -> None:
+        self.pump.heard()
+        if self.plain:
+            if message.topic == self._plain("down"):
+                self._answer(message.payload, self._plain("up"))
+            return
+        self._mcp_message(message)
+
+    def _answer(self, payload: bytes, topic: str) -> None:
+        pump = self.pump
+        if len(payload) > pump.settings.frame_max_bytes:
+            answer: bytes | None = pump.oversize(len(payload), payload[:HEAD_BYTES])
+        else:
+            answer = pump.handle(payload)
+        if answer is not None:
+            with contextlib.suppress(NotConnected):
+                self.client.publish(topic, answer, user_properties=self.users)
+
+    # -- MCP over MQTT, the server side ----------------------------------------------------------
+
+    def _mcp_message(self, message: InboundMessage) -> None:
+        topic = message.topic
+        if topic == mqtt_topics.server_control_topic(self.server_id, self.server_name):
+            client_id = next(
+                (value for key, value in message.user_properties if key.upper() == mqtt_topics.PROP_MQTT_CLIENT_ID),
+                None,
+            )
+            if client_id is None or not mqtt_topics.valid_client_id(client_id):
+                log.warning(
+                    "%s: initialize without a usable %s; ignored", self.pump.slot, mqtt_topics.PROP_MQTT_CLIENT_ID
+                )
+                return
+            self._spawn(self._open_session(client_id, message.payload))
+            return
+        rpc = mqtt_topics.parse_rpc(topic)
+        if rpc is not None and rpc.client_id in self.clients:
+            if _is_disconnected(message.payload):
+                self._close_session(rpc.client_id)
+                return
+            self._answer(message.payload, topic)
+            return
+        if topic.startswith(mqtt_topics.CLIENT_ROOT + "/" + mqtt_topics.PRESENCE + "/"):
+            client_id = topic.rsplit("/", 1)[-1]
+            if client_id in self.clients and _is_disconnected(message.payload):
+                self._close_session(client_id)
+
+    def _client_topics(self, client_id: str) -> list[str]:
+        return [
+            mqtt_topics.rpc_topic(client_id, self.server_id, self.server_name),
+            mqtt_topics.client_capability_topic(client_id),
+            mqtt_topics.client_presence_topic(client_id),
+        ]
+
+    async def _open_session(self, client_id: str, initialize: bytes) -> None:
+        rpc, capability, presence = self._client_topics(client_id)
+        try:
+            # Subscribed before the answer (the specification's order), the RPC topic with No Local.
+            await self.client.subscribe([(rpc, True), (capability, False), (presence, False)])
+        except NotConnected:
+            return
+        self.clients.add(client_id)
+        self._answer(initialize, rpc)
+
+    def _close_session(self, client_id: str) -> None:
+        self.clients.discard(client_id)
+        self.client.unsubscribe(self._client_topics(client_id))
+
+
+class _Events:
+    """The connection's events, handed to the link (whose `connected` is the simulator's flag)."""
+
+    def __init__(self, link: MqttPumpLink) -> None:
+        self.link = link
+
+    def connected(self, limits: ConnackLimits) -> None:
+        self.link.on_connected(limits)
+
+    def disconnected(self, reason: str) -> None:
+        self.link.on_disconnected(reason)
+
+    def message(self, message: InboundMessage) -> None:
+        self.link.on_message(message)
+
+
+def _is_disconnected(payload: bytes) -> bool:
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and value.get("method") == mqtt_topics.METHOD_DISCONNECTED and "id" not in value
+
+
+def check_target(target: MqttTarget) -> None:
+    """Raise ValueError naming what is wrong with `target` (the URL, the prefix, the password file)."""
+    MqttBrokerConfig.model_validate(
+        {
+            "url": target.url,
+            "username": target.username,
+            "password": {"file": target.password_file} if target.password_file else None,
+            "ca_file": target.ca_file,
+            "profiles": [target.profile],
+            "topic_prefix": target.topic_prefix,
+        }
+    )

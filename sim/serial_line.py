@@ -1,0 +1,356 @@
+"""Simulated pumps on a serial line, as boards on a UART or USB cable publish them (WIRE.md §4).
+
+The pumps run the board's code (sim.pump); only the link differs from sim.link: COBS frames with a
+CRC-32 (gateway.southbound.framing, the same codec the gateway reads them with), each preceded by a
+0x00. One pump registers bare (`notifications/register` with `params.slot`); several share the line
+as a multi-slot board does, with envelopes `{"provider":"<slot>","payload":...}` and one register
+envelope per pump. The pumps register when the line opens, when the gateway asks (`broker/register`),
+after `silence_s` without a frame for them (the board's silence watchdog), and after a reboot.
+
+Where the line is (SerialTarget):
+- `path`: a tty to open, as a board's USB adapter or one end of a null-modem pair; reopened with
+  back-off when it fails;
+- `pty`: a pseudo-terminal made here; the gateway opens its other end, `gateway_path` (printed by
+  `mcp-gateway sim --serial-pty`), e.g. `mcp-gateway run --serial /dev/pts/5`. `link` also puts a
+  symbolic link at a fixed name, like the /dev/serial/by-id names of real adapters.
+
+Control interface (as sim.link, per pump): drop(offline_s) makes the pump fall silent (its answers stop,
+the gateway's heartbeat drops it) and register again once the offline period ends; reconnect() ends
+it now; restart() is a reboot (the pump registers again at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import tty
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.core.backoff import Backoff
+from gateway.southbound import framing
+from sim import firmware
+from sim.pump import SimulatedPump
+
+log = logging.getLogger("sim")
+
+HEAD_BYTES = 96
+MAX_UNWRITTEN = 65_536
+"""Bytes held for a line nobody reads (the gateway has not opened its end yet); older ones are dropped."""
+REGISTER_REQUEST = b'{"jsonrpc":"2.0","method":"broker/register"}'
+
+
+@dataclass(frozen=True)
+class SerialTarget:
+    path: str | None = None
+    """A tty to open (e.g. /dev/ttyUSB1 wired to the gateway's port, or a pseudo-terminal's end)."""
+    pty: bool = False
+    """Make a pseudo-terminal; the gateway opens `SerialLine.gateway_path`."""
+    link: str | None = None
+    """With pty: also a symbolic link to the gateway's end at this path (replaced if it exists)."""
+    baud: int = 115_200
+
+    def describe(self) -> str:
+        return f"pseudo-terminal {self.link or ''}".rstrip() if self.pty else f"serial {self.path}"
+
+
+class SerialLine:
+    """One tty carrying one or more pumps."""
+
+    def __init__(
+        self,
+        target: SerialTarget,
+        pumps: dict[str, SimulatedPump],
+        hellos: dict[str, dict[str, Any]],
+        *,
+        silence_s: float = 90.0,
+        backoff_min_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+    ) -> None:
+        if target.pty == (target.path is not None):
+            raise ValueError("a serial target is either a path to open or a new pseudo-terminal")
+        self.target = target
+        self.pumps = pumps
+        self.hellos = hellos
+        self.enveloped = len(pumps) > 1
+        self.silence_s = silence_s
+        self.backoff = Backoff(backoff_min_s, backoff_max_s)
+        self.views = {slot: SerialPumpLink(self, slot) for slot in pumps}
+        self.gateway_path: str | None = None
+        self.is_open = False
+        self.opens = 0
+        self.last_down_reason: str | None = None
+        self.decoder = framing.FrameDecoder(1 << 20)
+        self._fd: int | None = None
+        self._port: Any = None  # the pyserial port, in path mode
+        self._pty_slave: int | None = None
+        self._unwritten = bytearray()
+        self._lost: asyncio.Future[str] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def open_pty(self) -> str:
+        """Make the pseudo-terminal now (before start), so that its path can be printed first."""
+        master, slave = os.openpty()
+        tty.setraw(slave)  # no echo: the gateway's frames must not come back to it
+        os.set_blocking(master, False)
+        self._fd, self._pty_slave = master, slave  # the slave stays open: the gateway may close and reopen it
+        self.gateway_path = os.ttyname(slave)
+        if self.target.link is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.target.link)
+            os.symlink(self.gateway_path, self.target.link)
+        return self.target.link or self.gateway_path
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-serial-line")
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result("simulator stopping")
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for fd in (self._fd, self._pty_slave):
+            if fd is not None and self._port is None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._pty_slave = None
+        if self.target.link is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.target.link)
+
+    async def _run(self) -> None:
+        if self.target.pty and self._fd is None:
+            self.open_pty()
+        watchdog = asyncio.get_running_loop().create_task(self._silence_watchdog())
+        try:
+            while not self._stop.is_set():
+                carried = await self._serve_once()
+                if self._stop.is_set():
+                    return
+                if carried:
+                    self.backoff.reset()
+                delay = self.backoff.next_delay()
+                log.info(
+                    "serial line %s down (%s); opening it again in %.2f s", self.where, self.last_down_reason, delay
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+        finally:
+            watchdog.cancel()
+
+    @property
+    def where(self) -> str:
+        return self.gateway_path or self.target.path or "?"
+
+    async def _serve_once(self) -> bool:
+        loop = asyncio.get_running_loop()
+        if self.target.path is not None:
+            from gateway.southbound.serial import describe, open_port
+
+            try:
+                self._port = open_port(self.target.path, self.target.baud)
+            except Exception as exc:
+                self.last_down_reason = f"cannot open {self.target.path}: {describe(exc)}"
+                return False
+            self._fd = self._port.fileno()
+        fd = self._fd
+        assert fd is not None
+        self._lost = loop.create_future()
+        self.is_open = True
+        self.opens += 1
+        frames_before = self.decoder.frames
+        self.decoder.reset()
+        loop.add_reader(fd, self._readable)
+        try:
+            self._write(framing.FRAME_LEAD)
+            for slot in self.pumps:
+                self.register(slot)
+            self.last_down_reason = await self._lost
+        finally:
+            self.is_open = False
+            loop.remove_reader(fd)
+            with contextlib.suppress(Exception):
+                loop.remove_writer(fd)
+            self._unwritten.clear()
+            if self._port is not None:
+                with contextlib.suppress(Exception):
+                    self._port.close()
+                self._port = None
+                self._fd = None
+        return self.decoder.frames > frames_before
+
+    def _lose(self, reason: str) -> None:
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(reason)
+
+    # -- the line -------------------------------------------------------------------------------
+
+    def register(self, slot: str) -> None:
+        """Send the pump's register frame (bare, or one envelope per pump) unless it is offline."""
+        view = self.views[slot]
+        if not self.is_open or view.offline_for_s() is not None:
+            return
+        view.offline_until = None
+        view.registrations += 1
+        view.heard_at = time.monotonic()
+        hello = self.hellos[slot]
+        if self.enveloped:
+            register = firmware.register_frame(hello)
+            self._send(b'{"provider":' + orjson.dumps(slot) + b',"payload":' + register + b"}")
+        else:
+            self._send(firmware.register_frame(hello, slot))
+
+    def _send(self, message: bytes) -> None:
+        self._write(framing.wire_bytes(message))
+
+    def _write(self, data: bytes) -> None:
+        fd = self._fd
+        if fd is None:
+            return
+        self._unwritten += data
+        if len(self._unwritten) > MAX_UNWRITTEN:
+            del self._unwritten[: len(self._unwritten) - MAX_UNWRITTEN]
+        self._flush()
+
+    def _flush(self) -> None:
+        fd = self._fd
+        if fd is None:
+            return
+        while self._unwritten:
+            try:
+                written = os.write(fd, self._unwritten)
+            except BlockingIOError:
+                asyncio.get_running_loop().add_writer(fd, self._writable)
+                return
+            except OSError as exc:
+                self._unwritten.clear()
+                self._lose(f"write failed: {exc}")
+                return
+            del self._unwritten[:written]
+
+    def _writable(self) -> None:
+        if self._fd is not None:
+            asyncio.get_running_loop().remove_writer(self._fd)
+        self._flush()
+
+    def _readable(self) -> None:
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            data = os.read(fd, 65_536)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._lose(f"read failed: {exc}")
+            return
+        if not data:
+            self._lose("the line hung up")
+            return
+        for message in self.decoder.feed(data):
+            self._message(message)
+
+    def _message(self, data: bytes) -> None:
+        if data == REGISTER_REQUEST:  # the gateway asks every board on the line to register
+            for slot in self.pumps:
+                self.register(slot)
+            return
+        slot = next(iter(self.pumps))
+        if self.enveloped:
+            try:
+                value = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return
+            if not isinstance(value, dict) or value.get("provider") not in self.pumps or "payload" not in value:
+                return
+            slot = value["provider"]
+            data = orjson.dumps(value["payload"])
+        view = self.views[slot]
+        if view.offline_for_s() is not None:
+            return  # fallen silent on purpose: the gateway hears nothing from this pump
+        pump = self.pumps[slot]
+        pump.heard()
+        view.heard_at = time.monotonic()
+        view.carried = True
+        if len(data) > pump.settings.frame_max_bytes:
+            answer: bytes | None = pump.oversize(len(data), data[:HEAD_BYTES])
+        else:
+            answer = pump.handle(data)
+        if answer is not None:
+            if self.enveloped:
+                answer = b'{"provider":' + orjson.dumps(slot) + b',"payload":' + answer + b"}"
+            self._send(answer)
+
+    async def _silence_watchdog(self) -> None:
+        """As the board: a pump that heard nothing for silence_s registers again; an offline one comes back."""
+        while True:
+            await asyncio.sleep(min(1.0, self.silence_s / 4))
+            now = time.monotonic()
+            for slot, view in self.views.items():
+                if (view.offline_until is not None and view.offline_until <= now) or (
+                    view.offline_until is None and now - view.heard_at >= self.silence_s
+                ):
+                    self.register(slot)
+
+
+class SerialPumpLink:
+    """One pump's view of its serial line, with the control interface of sim.link.PumpLink."""
+
+    def __init__(self, line: SerialLine, slot: str) -> None:
+        self.line = line
+        self.slot = slot
+        self.offline_until: float | None = None
+        self.registrations = 0
+        self.heard_at = time.monotonic()
+        self.carried = False
+
+    @property
+    def url(self) -> str:
+        return f"serial {self.line.where}"
+
+    @property
+    def connected(self) -> bool:
+        return self.line.is_open and self.offline_for_s() is None
+
+    @property
+    def links(self) -> int:
+        return self.registrations
+
+    @property
+    def last_down_reason(self) -> str | None:
+        return self.line.last_down_reason
+
+    def start(self) -> None:
+        """The line starts once, for all its pumps (Simulator starts it)."""
+
+    async def stop(self) -> None:
+        await self.line.stop()
+
+    def offline_for_s(self) -> float | None:
+        if self.offline_until is None:
+            return None
+        left = self.offline_until - time.monotonic()
+        return round(left, 3) if left > 0 else None
+
+    def drop(self, offline_s: float | None = None) -> None:
+        # The pump falls silent; without a given period it stays silent until the back-off would
+        # have it dial again (the board's silence watchdog), here one second.
+        self.offline_until = time.monotonic() + (offline_s if offline_s is not None else 1.0)
+
+    def reconnect(self) -> None:
+        self.offline_until = None
+        self.line.register(self.slot)
+
+    def restart(self) -> None:
+        self.offline_until = None
+        self.line.register(self.slot)

@@ -1,0 +1,352 @@
+"""mDNS: the gateway advertises how to connect and nothing else, says goodbye, and `discover` finds it.
+
+Multicast needs an interface that carries it, and a CI machine may have none (or one on a real
+network the test must not talk to). The `multicast_link` fixture makes its own: a veth pair (a
+dummy interface where veth is unavailable) with a private address from 198.18.0.0/15 (RFC 2544,
+for tests) and multicast on. The gateway binds to that address, so it advertises there and only
+there; the browser and `mcp-gateway discover` listen on it too, and the kernel loops multicast back
+to them. Creating an interface needs root (CAP_NET_ADMIN) and iproute2: without them these tests
+FAIL with what is missing. They are never skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pytest
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+from zeroconf import ServiceStateChange, Zeroconf
+from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
+
+from gateway import __version__
+from gateway.app import GatewayServer
+from gateway.config import GatewayConfig
+from tests.conftest import GatewayFactory, Publishers, wait_for
+
+BROKER_TYPE = "_mcp-broker._tcp.local."
+MCP_TYPE = "_mcp._tcp.local."
+
+
+@dataclass(frozen=True)
+class MulticastLink:
+    interface: str
+    address: str
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10, check=False)
+
+
+def _setup(steps: list[list[str]]) -> str | None:
+    """Run `ip` steps in order; the first error, or None when all succeeded."""
+    for step in steps:
+        done = _ip(*step)
+        if done.returncode != 0:
+            return f"ip {' '.join(step)}: {done.stderr.strip()}"
+    return None
+
+
+def _multicast_flag(interface: str) -> bool:
+    with open(f"/sys/class/net/{interface}/flags", encoding="ascii") as flags:
+        return bool(int(flags.read().strip(), 16) & 0x1000)
+
+
+@pytest.fixture(scope="module")
+def multicast_link() -> Iterator[MulticastLink]:
+    """A private interface that carries multicast, removed again when the module's tests are done.
+
+    A veth pair first (docker hosts always have the module), then a dummy interface, and last the
+    loopback interface with an extra address and multicast switched on (restored afterwards)."""
+    if shutil.which("ip") is None:
+        pytest.fail("the mDNS tests need iproute2 (`ip`) to create a test interface: apt-get install iproute2")
+    tag = os.getpid() % 100_000
+    name, peer = f"mgw{tag}a", f"mgw{tag}b"
+    address = f"198.18.{tag % 250}.{1 + 4 * (tag % 60)}"
+    _ip("link", "del", name)  # a leftover of an interrupted run with the same process id
+    errors: list[str] = []
+    for kind, links in (("veth", [name, peer]), ("dummy", [name])):
+        created = ["link", "add", name, "type", kind] + (["peer", "name", peer] if kind == "veth" else [])
+        steps = [created, ["addr", "add", f"{address}/30", "dev", name]]
+        steps += [["link", "set", link, "multicast", "on", "up"] for link in links]
+        error = _setup(steps)
+        if error is None:
+            try:
+                yield MulticastLink(name, address)
+            finally:
+                _ip("link", "del", name)  # takes the veth peer with it
+            return
+        errors.append(f"{kind}: {error}")
+        _ip("link", "del", name)
+    was_on = _multicast_flag("lo")
+    error = _setup([["addr", "add", f"{address}/32", "dev", "lo"], ["link", "set", "lo", "multicast", "on"]])
+    if error is None:
+        try:
+            yield MulticastLink("lo", address)
+        finally:
+            _ip("addr", "del", f"{address}/32", "dev", "lo")
+            _ip("link", "set", "lo", "multicast", "on" if was_on else "off")
+        return
+    _ip("addr", "del", f"{address}/32", "dev", "lo")
+    errors.append(f"loopback: {error}")
+    pytest.fail(
+        "the mDNS tests need a network interface that carries multicast and could not make one ("
+        + "; ".join(errors)
+        + "). Run the tests as root with CAP_NET_ADMIN (a container needs --cap-add NET_ADMIN)."
+    )
+
+
+class Watcher:
+    """A zeroconf browser on the test link, recording what it sees for both service types."""
+
+    def __init__(self, address: str) -> None:
+        self.zeroconf = AsyncZeroconf(interfaces=[address])
+        self.events: list[tuple[str, str, ServiceStateChange]] = []
+        self.browser: AsyncServiceBrowser | None = None
+
+    def start(self) -> None:
+        def on_change(zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:
+            self.events.append((service_type, name, state_change))
+
+        self.browser = AsyncServiceBrowser(self.zeroconf.zeroconf, [BROKER_TYPE, MCP_TYPE], handlers=[on_change])
+
+    def saw(self, name: str, change: ServiceStateChange) -> bool:
+        return any(event[1] == name and event[2] is change for event in self.events)
+
+    async def resolve(self, service_type: str, name: str) -> AsyncServiceInfo:
+        info = AsyncServiceInfo(service_type, name)
+        assert await info.async_request(self.zeroconf.zeroconf, 3000), f"{name} did not answer for its records"
+        return info
+
+    def everything_heard(self) -> str:
+        """Every record the browser has received, as text: names, targets, TXT strings, addresses."""
+        parts: list[str] = []
+        for records in self.zeroconf.zeroconf.cache.cache.values():
+            for record in records:
+                parts.append(record.name)
+                for attribute in ("alias", "server", "text", "address"):
+                    value = getattr(record, attribute, None)
+                    if isinstance(value, bytes):
+                        parts.append(value.decode("latin-1"))
+                    elif value is not None:
+                        parts.append(str(value))
+        return "\n".join(parts)
+
+    async def close(self) -> None:
+        if self.browser is not None:
+            await self.browser.async_cancel()
+        await self.zeroconf.async_close()
+
+
+@pytest.fixture
+async def watcher(multicast_link: MulticastLink) -> Any:
+    watching = Watcher(multicast_link.address)
+    yield watching
+    await watching.close()
+
+
+def valve_server() -> MCPServer:
+    """A provider whose tool name is as distinctive as its slot name: neither may reach the network."""
+    server = MCPServer("valves")
+
+    @server.tool()
+    def open_valve_qx7(position: int) -> int:
+        """Open the valve."""
+        return position
+
+    return server
+
+
+async def run_discover(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "discover",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode is not None
+    return process.returncode, stdout.decode(), stderr.decode()
+
+
+async def call_broker(server: GatewayServer, tool: str, arguments: dict[str, Any] | None = None) -> Any:
+    async with Client(f"{server.url}/_broker/mcp", mode="legacy") as client:
+        result = await client.call_tool(tool, arguments or {})
+    if result.structured_content is not None:
+        return result.structured_content
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_the_advertisement_says_how_to_connect_and_names_no_slot_and_says_goodbye(
+    multicast_link: MulticastLink, watcher: Watcher, publishers: Publishers
+) -> None:
+    instance = f"mdns test {secrets.token_hex(4)}"
+    config = GatewayConfig.model_validate(
+        {
+            "host": multicast_link.address,
+            "port": 0,
+            "insecure_lan": True,
+            "mdns": {"enabled": True, "instance_name": instance},
+        }
+    )
+    server = GatewayServer(config)
+    await server.start()
+    stopped = False
+    try:
+        slot = f"line9-valve-{secrets.token_hex(3)}"
+        await publishers.start(server, slot, valve_server())
+        watcher.start()
+        names = {service_type: f"{instance}.{service_type}" for service_type in (BROKER_TYPE, MCP_TYPE)}
+        await wait_for(
+            lambda: all(watcher.saw(name, ServiceStateChange.Added) for name in names.values()),
+            10,
+            "the browser to see both service types",
+        )
+        expected_txt = {
+            "txtvers": "1",
+            "version": __version__,
+            "proto": "2025-11-25,2026-07-28",
+            "tls": "0",
+            "auth": "none",
+            "pauth": "none",
+            "provider": "/provider/",
+            "providers": "/providers",
+            "client": "/{slot}/mcp",
+            "all": "/_all/mcp",
+            "broker": "/_broker/mcp",
+            "path": "/_all/mcp",
+        }
+        for service_type, name in names.items():
+            info = await watcher.resolve(service_type, name)
+            assert info.port == server.port  # the bound port, not the configured 0
+            assert info.parsed_addresses() == [multicast_link.address]
+            assert info.server is not None and info.server.endswith(".local.")
+            assert info.decoded_properties == expected_txt
+        heard = watcher.everything_heard()
+        assert slot not in heard
+        assert "open_valve_qx7" not in heard
+        assert "valves" not in heard
+
+        # A board that found the gateway connects with what the advertisement says.
+        info = await watcher.resolve(BROKER_TYPE, names[BROKER_TYPE])
+        async with Client(f"http://{info.parsed_addresses()[0]}:{info.port}/{slot}/mcp", mode="legacy") as client:
+            assert (await client.call_tool("open_valve_qx7", {"position": 40})).structured_content == {"result": 40}
+
+        status = (await call_broker(server, "broker_info"))["mdns"]
+        assert status["state"] == "advertising"
+        assert status["addresses"] == [multicast_link.address]
+        assert status["interfaces"] == [multicast_link.interface]
+        assert status["names"] == {BROKER_TYPE: names[BROKER_TYPE], MCP_TYPE: names[MCP_TYPE]}
+        page = await call_broker(server, "broker_guide", {"topic": "publish-provider"})
+        assert f"advertises itself with mDNS as **{instance}**" in page
+        assert f"addresses {multicast_link.address}" in page
+
+        await publishers.stop_all()
+        publishers.running.clear()
+        await server.stop()
+        stopped = True
+        # Goodbye packets (TTL 0) remove the service at once; without them browsers would keep it
+        # until its records expire, more than an hour for the service pointer.
+        await wait_for(
+            lambda: all(watcher.saw(name, ServiceStateChange.Removed) for name in names.values()),
+            5,
+            "the goodbye for both service types",
+        )
+    finally:
+        if not stopped:
+            await server.stop()
+
+
+async def test_discover_lists_the_gateway_as_json_and_as_text(
+    multicast_link: MulticastLink, gateway_factory: GatewayFactory
+) -> None:
+    instance = f"discover test {secrets.token_hex(4)}"
+    server = await gateway_factory(
+        host=multicast_link.address, insecure_lan=True, mdns={"enabled": True, "instance_name": instance}
+    )
+    await wait_for(lambda: server.mdns is not None and server.mdns.state == "advertising", 10, "the advertisement")
+
+    code, out, err = await run_discover("--json", "--timeout", "2", "--interface", multicast_link.address)
+    assert code == 0, err
+    found = {entry["name"]: entry for entry in orjson.loads(out)}
+    assert instance in found, out
+    entry = found[instance]
+    assert entry["kind"] == "gateway"
+    assert entry["url"] == f"http://{multicast_link.address}:{server.port}"
+    assert entry["port"] == server.port
+    assert entry["addresses"] == [multicast_link.address]
+    assert entry["service_types"] == [BROKER_TYPE, MCP_TYPE]
+    assert entry["txt"]["provider"] == "/provider/"
+    assert entry["txt"]["tls"] == "0"
+
+    code, out, err = await run_discover("--timeout", "2", "--interface", multicast_link.address)
+    assert code == 0, err
+    assert instance in out
+    assert f"url        http://{multicast_link.address}:{server.port}" in out
+
+
+async def test_discover_with_nothing_advertised_says_none_found_and_exits_0(multicast_link: MulticastLink) -> None:
+    code, out, err = await run_discover("--timeout", "0.5", "--interface", multicast_link.address)
+    assert code == 0, err
+    assert out.startswith("no gateway found")
+    code, out, err = await run_discover("--json", "--timeout", "0.5", "--interface", multicast_link.address)
+    assert code == 0, err
+    assert orjson.loads(out) == []
+
+
+async def test_multicast_off_is_logged_once_diagnosed_and_not_fatal(
+    multicast_link: MulticastLink, gateway_factory: GatewayFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway.mdns")
+    assert _ip("link", "set", multicast_link.interface, "multicast", "off").returncode == 0
+    try:
+        server = await gateway_factory(
+            host=multicast_link.address, insecure_lan=True, mdns={"enabled": True, "refresh_s": 0.05}
+        )
+        await wait_for(lambda: server.mdns is not None and server.mdns.state == "failed", 5, "the failure")
+        await asyncio.sleep(0.3)  # several refreshes, each failing the same way
+        warnings = [record for record in caplog.records if record.name == "gateway.mdns"]
+        assert len(warnings) == 1
+        assert f"multicast is off on {multicast_link.interface}" in warnings[0].getMessage()
+
+        problems = (await call_broker(server, "broker_diagnose"))["problems"]
+        problem = next(p for p in problems if p["id"] == "mdns.failed")
+        assert problem["severity"] == "warning"
+        assert f"ip link set {multicast_link.interface} multicast on" in problem["evidence"]
+        assert (await call_broker(server, "broker_info"))["name"] == "mcp-gateway"  # still serving
+
+        # Multicast back on: the next refresh advertises, without a restart.
+        assert _ip("link", "set", multicast_link.interface, "multicast", "on").returncode == 0
+        await wait_for(lambda: server.mdns is not None and server.mdns.state == "advertising", 10, "the recovery")
+    finally:
+        _ip("link", "set", multicast_link.interface, "multicast", "on")
+
+
+async def test_a_loopback_gateway_is_not_advertised_and_diagnosis_says_why(gateway_factory: GatewayFactory) -> None:
+    server = await gateway_factory(mdns={"enabled": True})
+    await wait_for(lambda: server.mdns is not None and server.mdns.state == "not_advertised", 5, "the decision")
+    info = await call_broker(server, "broker_info")
+    assert info["mdns"]["addresses"] == []
+    problems = (await call_broker(server, "broker_diagnose"))["problems"]
+    problem = next(p for p in problems if p["id"] == "mdns.not_advertised")
+    assert "127.0.0.1" in problem["evidence"]
+
+
+async def test_mdns_is_off_by_default(gateway: GatewayServer) -> None:
+    assert gateway.mdns is None
+    assert (await call_broker(gateway, "broker_info"))["mdns"] == {"enabled": False, "state": "off"}
+    page = await call_broker(gateway, "broker_guide", {"topic": "publish-provider"})
+    assert "Boards cannot find this gateway by browsing: mDNS is off" in page

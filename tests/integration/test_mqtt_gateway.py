@@ -1,0 +1,594 @@
+"""MQTT ways in (WIRE.md §5) against a real mosquitto on a free loopback port.
+
+The simulator publishes pump-1s through the broker in both profiles (the board's own code behind a
+paho connection); raw paho clients play the boards and spies whose bytes a test must control.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import paho.mqtt.client as paho
+import pytest
+from mcp import Client, MCPError
+
+from gateway.app import GatewayServer
+from gateway.southbound import mqtt_topics
+from sim import firmware
+from sim.mqtt import MqttProfile, MqttPumpLink, MqttTarget
+from sim.pump import PumpSettings, SimulatedPump
+from sim.simulator import Simulator, SimulatorSettings
+from tests.conftest import GatewayFactory, MosquittoFactory, wait_for, wait_ready_slot
+from tests.support.mosquitto import Mosquitto, free_port
+from tests.support.mqtt_peer import RawPeer
+from tests.support.southbound import provider_status
+
+REPO = Path(__file__).resolve().parents[2]
+MODES = ("legacy", "2026-07-28")
+QUICK = {"reconnect_initial_s": 0.05, "reconnect_max_s": 0.3, "connect_timeout_s": 3}
+
+
+async def mqtt_gateway(gateway_factory: GatewayFactory, broker: Mosquitto, **broker_options: Any) -> GatewayServer:
+    return await gateway_factory(mqtt={"brokers": [{"url": broker.url, **QUICK, **broker_options}]})
+
+
+def simulator(url: str, profile: MqttProfile, first: int = 1, **target: Any) -> Simulator:
+    settings = SimulatorSettings(pumps=1, first=first, backoff_min_s=0.05, backoff_max_s=0.3)
+    sim = Simulator(None, settings, mqtt=MqttTarget(url, profile, **target))
+    sim.start()
+    return sim
+
+
+async def call(url: str, slot: str, tool: str, arguments: dict[str, Any] | None = None, mode: str = "legacy") -> Any:
+    async with Client(f"{url}/{slot}/mcp", mode=mode) as client:
+        result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+async def broker_tool(url: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
+    async with Client(f"{url}/_broker/mcp", mode="legacy") as client:
+        result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, result
+    return result.structured_content
+
+
+async def wait_gone(server: GatewayServer, slot: str, timeout: float = 5.0) -> str:
+    entry = server.gateway.registry.slots.get(slot)
+    await wait_for(lambda: entry is not None and entry.live is None, timeout, f"slot {slot} to be detached")
+    assert entry is not None
+    return entry.last_disconnect_reason
+
+
+class Board:
+    """A plain-profile board by hand: the pump's own dispatcher behind a raw paho connection.
+
+    `hold_calls`: tools/call requests are executed but neither answered nor acknowledged (their
+    message ids wait in `held`), as when a board loses its connection between acting and answering."""
+
+    def __init__(self, port: int, slot: str, *, client_id: str | None = None, clean: bool = True) -> None:
+        self.port = port
+        self.slot = slot
+        self.client_id = client_id or f"board-{slot}"
+        self.clean = clean
+        self.pump = SimulatedPump(slot, firmware.load_registry(firmware.schema_file()), PumpSettings())
+        self.executed: dict[str, int] = {}
+        for name, handler in list(self.pump.dispatcher.handlers.items()):
+            self.pump.dispatcher.handlers[name] = self._counting(name, handler)
+        self.hello = {"device_id": f"board-{slot}", "schema": firmware.schema_hash(firmware.schema_file())}
+        self.hold_calls = False
+        self.answer_calls = True
+        self.held: list[int] = []
+        self.held_event = asyncio.Event()
+        self.deliveries: list[tuple[bool, bytes]] = []  # (dup flag, payload) of every tools/call received
+        self.peer: RawPeer | None = None
+        self.topics = {kind: mqtt_topics.plain_topic("mcpb", slot, kind) for kind in ("status", "down", "up")}
+
+    def _counting(self, name: str, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def run(arguments: Any) -> Any:
+            self.executed[name] = self.executed.get(name, 0) + 1
+            return handler(arguments)
+
+        return run
+
+    async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        peer = RawPeer(
+            self.port,
+            self.client_id,
+            v5=False,
+            clean=self.clean,
+            will=(self.topics["status"], b"", True),
+            manual_ack=True,
+            on_message=lambda _peer, message: self._post(loop, message),
+        )
+        self.peer = peer
+        assert await peer.connect() == "Success"
+        if self.clean or not self.held:
+            await peer.subscribe(self.topics["down"])
+        frame = firmware.register_frame(self.hello, self.slot)
+        peer.client.publish(self.topics["status"], frame, qos=1, retain=True)
+
+    def _post(self, loop: asyncio.AbstractEventLoop, message: paho.MQTTMessage) -> None:
+        loop.call_soon_threadsafe(self._request, message)
+
+    def _request(self, message: paho.MQTTMessage) -> None:
+        peer = self.peer
+        assert peer is not None
+        payload = bytes(message.payload)
+        body = orjson.loads(payload)
+        if body.get("method") == "tools/call":
+            self.deliveries.append((bool(message.dup), payload))
+        answer = firmware.assemble(self.pump.dispatcher.handle(payload))
+        if body.get("method") == "tools/call" and (self.hold_calls or not self.answer_calls):
+            if self.hold_calls:
+                self.held.append(message.mid)
+                self.held_event.set()
+            else:
+                peer.client.ack(message.mid, 1)
+            return
+        if answer is not None:
+            peer.client.publish(self.topics["up"], answer, qos=1)
+        peer.client.ack(message.mid, 1)
+
+    async def disconnect(self) -> None:
+        if self.peer is not None:
+            await self.peer.disconnect()
+
+
+# -- MCP over MQTT -----------------------------------------------------------------------------------
+
+
+async def test_mcp_over_mqtt_pump_found_by_presence_driven_in_both_eras_and_detached_by_its_will(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    spy = RawPeer(mosquitto.port, "spy")
+    assert await spy.connect() == "Success"
+    await spy.subscribe("$mcp-server/#", "$mcp-rpc/#")
+    server = await mqtt_gateway(gateway_factory, mosquitto, profiles=["mcp"])
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "sim", "--mqtt", mosquitto.url, "--profile", "mcp",
+        "--control-port", "0", "--log-level", "warning",
+        cwd=REPO, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await wait_ready_slot(server, "pump-1", timeout=15)
+
+        # On the wire: the retained presence found the server; the handshake opened on its control
+        # topic and went on over the RPC topic, every message of the gateway carrying its identity.
+        presence = await spy.next(lambda seen: seen.topic.startswith("$mcp-server/presence/"))
+        assert presence.topic == "$mcp-server/presence/sim-pump-1/sim/pumps/pump-1"
+        assert orjson.loads(presence.payload)["method"] == "notifications/server/online"
+        client_id = server.mqtt.brokers[0].client.client_id
+        initialize = await spy.next(lambda seen: seen.topic == "$mcp-server/sim-pump-1/sim/pumps/pump-1")
+        assert orjson.loads(initialize.payload)["method"] == "initialize"
+        assert initialize.user_property("MCP-COMPONENT-TYPE") == "mcp-client"
+        assert initialize.user_property("MCP-MQTT-CLIENT-ID") == client_id
+        rpc = f"$mcp-rpc/{client_id}/sim-pump-1/sim/pumps/pump-1"
+        answer = await spy.next(lambda seen: seen.topic == rpc and b'"result"' in seen.payload)
+        assert answer.user_property("MCP-COMPONENT-TYPE") == "mcp-server"
+
+        for mode in MODES:
+            async with Client(f"{server.url}/pump-1/mcp", mode=mode) as client:
+                tools = {tool.name for tool in (await client.list_tools()).tools}
+                assert {"start", "stop", "get_status", "set_speed", "reset_fault"} <= tools
+                started = await client.call_tool("start", {"speed_rpm": 1200})
+                assert not started.is_error, started.content
+                answer_now = await client.call_tool("get_status", {})
+                assert answer_now.structured_content is not None
+                assert answer_now.structured_content["setpoint_rpm"] == 1200
+
+        status = await provider_status(server.url, "pump-1")
+        assert status["transport"] == "mqtt-mcp"
+        assert status["upstream"]["server_name"] == "sim/pumps/pump-1"
+        assert status["upstream"]["server_id"] == "sim-pump-1"
+        assert status["upstream"]["topics"]["rpc"] == rpc
+
+        # Killed without DISCONNECT: the broker publishes its will (an empty retained presence).
+        process.kill()
+        await process.wait()
+        reason = await wait_gone(server, "pump-1")
+        assert "presence was emptied" in reason
+        async with Client(f"{server.url}/pump-1/mcp", mode="legacy") as client:
+            with pytest.raises(MCPError, match='Provider "pump-1" not connected'):
+                await client.call_tool("get_status", {})
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await spy.disconnect()
+
+
+async def test_server_notifications_disconnected_detaches_and_another_instance_takes_the_slot(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    server = await mqtt_gateway(gateway_factory, mosquitto, profiles=["mcp"])
+    first = simulator(mosquitto.url, "mcp", server_prefix="plant/a", instance="a")
+    try:
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        profile = server.mqtt.brokers[0].mcp
+        assert profile is not None
+        # A second server whose name ends in pump-1 waits: the slot is served by one instance at a time.
+        second = simulator(mosquitto.url, "mcp", server_prefix="plant/b", instance="b")
+        try:
+            await wait_for(lambda: len(profile.instances) == 2, 5, "both presences")
+            assert (await provider_status(server.url, "pump-1"))["upstream"]["server_name"] == "plant/a/pump-1"
+            # The first server ends the gateway's session: the slot is detached at once, and the waiting
+            # server of the same slot name is bridged in its place.
+            peer = first.links["pump-1"]
+            assert isinstance(peer, MqttPumpLink)
+            client_id = server.mqtt.brokers[0].client.client_id
+            peer.client.publish(
+                mqtt_topics.rpc_topic(client_id, "sim-pump-1-a", "plant/a/pump-1"),
+                orjson.dumps({"jsonrpc": "2.0", "method": "notifications/disconnected"}),
+                user_properties=peer.users,
+            )
+            entry = server.gateway.registry.slots["pump-1"]
+            await wait_for(
+                lambda: "notifications/disconnected" in entry.last_disconnect_reason, 5, "the de-initialization"
+            )
+
+            def served_by_b() -> bool:
+                session = entry.live
+                return session is not None and session.ready and "plant/b/pump-1" in session.link.info.remote
+
+            await wait_for(served_by_b, 5, "the second server in the slot")
+            assert (await call(server.url, "pump-1", "get_status"))["state"] == "stopped"
+        finally:
+            await second.stop()
+    finally:
+        await first.stop()
+
+
+async def test_gateway_shutdown_ends_its_mcp_sessions_on_the_wire(mosquitto: Mosquitto) -> None:
+    from gateway.config import GatewayConfig
+
+    spy = RawPeer(mosquitto.port, "spy")
+    assert await spy.connect() == "Success"
+    await spy.subscribe("$mcp-client/#", "$mcp-rpc/#")
+    config = GatewayConfig.model_validate({"port": 0, "mqtt": {"brokers": [{"url": mosquitto.url, **QUICK}]}})
+    server = GatewayServer(config)
+    await server.start()
+    sim = simulator(mosquitto.url, "mcp")
+    try:
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        client_id = server.mqtt.brokers[0].client.client_id
+        await server.stop()
+        # The core closes the link: notifications/disconnected on the RPC topic; then the gateway says
+        # goodbye on its presence topic before DISCONNECT (its will says the same if it dies instead).
+        rpc = await spy.next(lambda seen: seen.topic == f"$mcp-rpc/{client_id}/sim-pump-1/sim/pumps/pump-1")
+        while orjson.loads(rpc.payload).get("method") != "notifications/disconnected":
+            rpc = await spy.next(lambda seen: seen.topic.startswith("$mcp-rpc/"))
+        farewell = await spy.next(lambda seen: seen.topic == f"$mcp-client/presence/{client_id}")
+        assert orjson.loads(farewell.payload) == {"jsonrpc": "2.0", "method": "notifications/disconnected"}
+        assert farewell.user_property("MCP-MQTT-CLIENT-ID") == client_id
+        assert server.mqtt.brokers[0].client.state == "stopped"
+    finally:
+        await sim.stop()
+        await spy.disconnect()
+
+
+# -- plain profile -----------------------------------------------------------------------------------
+
+
+async def test_plain_profile_simulator_driven_through_the_gateway(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    spy = RawPeer(mosquitto.port, "spy", v5=False)
+    assert await spy.connect() == "Success"
+    await spy.subscribe("mcpb/#")
+    server = await mqtt_gateway(gateway_factory, mosquitto, profiles=["plain"], protocol="3.1.1")
+    sim = simulator(mosquitto.url, "plain")
+    stopped = False
+    try:
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        status_message = await spy.next(lambda seen: seen.topic == "mcpb/pump-1/status")
+        frame = orjson.loads(status_message.payload)
+        assert frame["method"] == "notifications/register"
+        assert frame["params"]["slot"] == "pump-1"
+        assert frame["params"]["aggregate"] is True
+        assert frame["params"]["hello"]["device_id"] == "sim-pump-1"
+
+        for mode in MODES:
+            await call(server.url, "pump-1", "start", {"speed_rpm": 1300}, mode)
+            status = await call(server.url, "pump-1", "get_status", {}, mode)
+            assert status["setpoint_rpm"] == 1300
+        down = await spy.next(lambda seen: seen.topic == "mcpb/pump-1/down" and b'"tools/call"' in seen.payload)
+        assert orjson.loads(down.payload)["params"]["name"] in ("start", "get_status")
+
+        status = await provider_status(server.url, "pump-1")
+        assert status["transport"] == "mqtt"
+        assert status["in_aggregate"] is True
+        assert status["hello"]["device_id"] == "sim-pump-1"
+        assert status["upstream"]["topics"] == {
+            "status": "mcpb/pump-1/status",
+            "down": "mcpb/pump-1/down",
+            "up": "mcpb/pump-1/up",
+        }
+        # The publish guide tells the next board what to send, on this gateway's broker and prefix.
+        async with Client(f"{server.url}/_broker/mcp", mode="legacy") as broker_client:
+            guide = await broker_client.call_tool("broker_guide", {"topic": "publish-provider"})
+        page = guide.content[0].text  # type: ignore[union-attr]
+        assert f"Broker `{mosquitto.url}`: connected." in page
+        assert "mcpb/pump-2/status" in page and "mcpb/pump-2/down" in page and "mcpb/pump-2/up" in page
+
+        # A clean shutdown empties the retained status: the slot goes at once.
+        await sim.stop()
+        stopped = True
+        reason = await wait_gone(server, "pump-1")
+        assert "status was emptied" in reason
+        cleared = await spy.next(lambda seen: seen.topic == "mcpb/pump-1/status" and not seen.payload)
+        assert cleared.payload == b""
+    finally:
+        if not stopped:
+            await sim.stop()
+        await spy.disconnect()
+
+
+async def test_plain_board_that_stops_answering_heartbeats_is_detached_and_its_callers_answered(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    server = await gateway_factory(
+        providers={"heartbeat_interval_s": 0.3}, mqtt={"brokers": [{"url": mosquitto.url, **QUICK}]}
+    )
+    board = Board(mosquitto.port, "pump-3")
+    await board.connect()
+    try:
+        await wait_ready_slot(server, "pump-3", timeout=10)
+        board.answer_calls = False  # the board keeps its connection but answers nothing any more
+        board.pump.dispatcher.handle = lambda _frame: None
+        async with Client(f"{server.url}/pump-3/mcp", mode="legacy") as client:
+            # Answered when the heartbeat finds the board silent, not at the call's 60 s deadline.
+            with pytest.raises(MCPError, match='Provider "pump-3" disconnected'):
+                await client.call_tool("get_status", {})
+        reason = server.gateway.registry.slots["pump-3"].last_disconnect_reason
+        assert "heartbeat" in reason
+    finally:
+        await board.disconnect()
+
+
+async def test_a_redelivered_qos1_request_is_answered_once_and_acted_on_once(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    server = await mqtt_gateway(gateway_factory, mosquitto, profiles=["plain"])
+    board = Board(mosquitto.port, "pump-5", client_id="board-pump-5-persistent", clean=False)
+    await board.connect()
+    try:
+        await wait_ready_slot(server, "pump-5", timeout=10)
+        board.hold_calls = True
+        async with Client(f"{server.url}/pump-5/mcp", mode="legacy") as client:
+            call_task = asyncio.create_task(client.call_tool("start", {"speed_rpm": 1000}))
+            await asyncio.wait_for(board.held_event.wait(), 5)
+            # The board acted, then lost its connection before answering or acknowledging: it reconnects
+            # to its persistent session, and the broker delivers the same request again (DUP set).
+            assert board.executed.get("start") == 1
+            await board.disconnect()
+            board.hold_calls = False
+            await board.connect()
+            result = await asyncio.wait_for(call_task, 10)
+        assert not result.is_error, result.content
+        assert [dup for dup, _ in board.deliveries] == [False, True]
+        assert board.deliveries[0][1] == board.deliveries[1][1]  # the very same request, same id
+        assert board.executed.get("start") == 1  # the redelivery was answered from the board's cache
+        assert board.pump.dispatcher.counts["duplicates"] == 1
+        assert board.pump.controller.status()["setpoint_rpm"] == 1000
+        # The board's reconnect (same device, same status) did not detach the slot.
+        assert server.gateway.registry.slots["pump-5"].connects == 1
+    finally:
+        await board.disconnect()
+
+
+# -- broker outage -------------------------------------------------------------------------------------
+
+NAMED = re.compile(r'Provider "pump-\d" (disconnected|not connected)')
+
+
+async def test_broker_restart_under_load_callers_get_named_errors_and_the_gateway_recovers(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    server = await gateway_factory(
+        providers={"request_timeout_ms": 30_000},
+        limits={"rate": {"per_principal": {"rate_per_s": 0}, "per_slot": {"rate_per_s": 0}}},
+        mqtt={"brokers": [{"url": mosquitto.url, **QUICK}]},
+    )
+    plain = simulator(mosquitto.url, "plain", first=1)
+    mcp = simulator(mosquitto.url, "mcp", first=2)
+    silent = Board(mosquitto.port, "pump-9")  # answers the handshake, never a tool call
+    silent.answer_calls = False
+    await silent.connect()
+    outcomes: list[tuple[str, float]] = []
+    stop_load = asyncio.Event()
+
+    async def load(slot: str) -> None:
+        async with Client(f"{server.url}/{slot}/mcp", mode="2026-07-28") as client:
+            while not stop_load.is_set():
+                started = time.monotonic()
+                try:
+                    await client.call_tool("get_status", {})
+                    outcomes.append(("ok", time.monotonic() - started))
+                except MCPError as exc:
+                    outcomes.append((str(exc), time.monotonic() - started))
+                    await asyncio.sleep(0.05)
+
+    try:
+        for slot in ("pump-1", "pump-2", "pump-9"):
+            await wait_ready_slot(server, slot, timeout=10)
+        async with Client(f"{server.url}/pump-9/mcp", mode="legacy") as held_client:
+            held = asyncio.create_task(held_client.call_tool("get_status", {}))
+            entry = server.gateway.registry.slots["pump-9"]
+            await wait_for(lambda: entry.live is not None and len(entry.live.pending) == 1, 5, "the held call")
+            workers = [asyncio.create_task(load(slot)) for slot in ("pump-1", "pump-2", "pump-1", "pump-2")]
+            await wait_for(lambda: sum(1 for kind, _ in outcomes if kind == "ok") >= 20, 10, "calls under load")
+
+            await mosquitto.restart(down_s=0.5)
+            # The call in flight on the lost broker is answered at once, by name.
+            with pytest.raises(MCPError, match='Provider "pump-9" disconnected'):
+                await asyncio.wait_for(held, 5)
+
+            for slot in ("pump-1", "pump-2"):
+                await wait_ready_slot(server, slot, timeout=15)
+            recovered = len(outcomes)
+            await wait_for(lambda: len(outcomes) >= recovered + 20, 10, "calls after the restart")
+            stop_load.set()
+            await asyncio.wait_for(asyncio.gather(*workers), 10)
+
+        errors = [kind for kind, _ in outcomes if kind != "ok"]
+        assert errors, "the outage was never seen by a caller"
+        assert all(NAMED.search(kind) for kind in errors), set(errors)
+        assert outcomes[-1][0] == "ok"
+        broker = server.mqtt.brokers[0].status()
+        assert broker["connects"] >= 2 and broker["connection_losses"] >= 1
+        assert set(broker["subscriptions"]) == {"mcpb/+/status", "mcpb/+/up", "$mcp-server/presence/+/#"}
+        async with Client(f"{server.url}/pump-2/mcp", mode="legacy") as client:
+            assert not (await client.call_tool("get_status", {})).is_error
+    finally:
+        stop_load.set()
+        await plain.stop()
+        await mcp.stop()
+        await silent.disconnect()
+
+
+async def test_unreachable_broker_is_diagnosed_and_its_slots_answer_not_connected(
+    gateway_factory: GatewayFactory,
+) -> None:
+    port = free_port()
+    server = await gateway_factory(mqtt={"brokers": [{"url": f"mqtt://127.0.0.1:{port}", **QUICK}]})
+    await wait_for(lambda: server.mqtt.brokers[0].client.attempts >= 2, 5, "connection attempts")
+    diagnosis = await broker_tool(server.url, "broker_diagnose")
+    found = [problem for problem in diagnosis["problems"] if problem["id"] == "mqtt.broker_unreachable"]
+    assert found and found[0]["severity"] == "error"
+    assert f"127.0.0.1:{port}" in found[0]["summary"]
+    assert "cannot connect" in found[0]["evidence"]
+
+
+# -- bad input -------------------------------------------------------------------------------------------
+
+
+async def test_malformed_payloads_wrong_topics_and_oversize_messages_are_dropped_and_counted(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    server = await mqtt_gateway(gateway_factory, mosquitto, max_payload_bytes=5000)  # above a board page (4 KB)
+    sim = simulator(mosquitto.url, "plain")
+    rogue = RawPeer(mosquitto.port, "rogue")
+    assert await rogue.connect() == "Success"
+    try:
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        register = orjson.dumps({"jsonrpc": "2.0", "method": "notifications/register", "params": {"slot": "other"}})
+        sends: list[tuple[str, bytes]] = [
+            ("mcpb/pump-1/up", b"{not json"),  # malformed, on an attached slot
+            ("mcpb/pump-1/up", b"[1, 2]"),  # malformed: a batch
+            ("mcpb/pump-7/status", b"hello"),  # malformed status
+            ("mcpb/pump-7/status", register),  # malformed: params.slot names another slot
+            ("$mcp-server/presence/srv-1/plant/x", b'{"jsonrpc":"2.0","method":"ping","id":1}'),  # malformed presence
+            ("mcpb/_reserved/up", b"{}"),  # wrong topic: a reserved slot name
+            ("mcpb/" + "x" * 65 + "/up", b"{}"),  # wrong topic: a slot name over 64 bytes
+            ("$mcp-server/presence/only-an-id", b"{}"),  # wrong topic: no server-name
+            ("mcpb/pump-1/up", b'{"jsonrpc":"2.0","method":"x","params":{"pad":"' + b"x" * 6000 + b'"}}'),  # oversize
+            ("mcpb/ghost/up", b'{"jsonrpc":"2.0","id":"brk-1","result":{}}'),  # unregistered: no status
+        ]
+        for topic, payload in sends:
+            rogue.publish(topic, payload)
+        expected = {"malformed": 5, "wrong_topic": 3, "oversize": 1, "unregistered": 1}
+        drops = server.mqtt.brokers[0].drops
+        await wait_for(lambda: {k: drops.totals[k] for k in expected} == expected, 5, f"counts {expected}")
+        assert "pump-7" not in {name for name, slot in server.gateway.registry.slots.items() if slot.live}
+
+        # The attached board is unharmed and carries its own share of the count.
+        assert (await call(server.url, "pump-1", "get_status"))["state"] == "stopped"
+        status = await provider_status(server.url, "pump-1")
+        assert status["upstream"]["dropped"] == {"malformed": 2, "oversize": 1}
+
+        metrics = await fetch_metrics(server)
+        label = f'broker="{mosquitto.url}"'
+        for reason, count in expected.items():
+            assert f'mcpgw_mqtt_dropped_messages_total{{{label},reason="{reason}"}} {count}.0' in metrics
+
+        diagnosis = await broker_tool(server.url, "broker_diagnose")
+        dropped = [problem for problem in diagnosis["problems"] if problem["id"] == "mqtt.messages_dropped"]
+        assert dropped and dropped[0]["severity"] == "warning"
+        assert "malformed 5, oversize 1, unregistered 1, wrong_topic 3" in dropped[0]["evidence"]
+    finally:
+        await rogue.disconnect()
+        await sim.stop()
+
+
+async def fetch_metrics(server: GatewayServer) -> str:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http, http.get(f"{server.url}/metrics") as response:
+        return await response.text()
+
+
+# -- the appliance broker's credentials ------------------------------------------------------------------
+
+IMAGE = REPO / "image" / "mosquitto"
+
+
+def appliance_config(directory: Path, lan_port: int, gateway_port: int) -> str:
+    """The shipped image/mosquitto/mcp-gateway.conf, adapted to test ports and files (and no log noise)."""
+    text = (IMAGE / "mcp-gateway.conf").read_text()
+    text = text.replace("/etc/mosquitto/mcp-gateway/", f"{directory}/")
+    text = re.sub(r"(?m)^listener 1883$", f"listener {lan_port} 127.0.0.1", text)
+    text = re.sub(r"(?m)^listener 1884 127\.0\.0\.1$", f"listener {gateway_port} 127.0.0.1", text)
+    assert f"listener {lan_port}" in text and f"listener {gateway_port}" in text
+    return text + f"log_dest file {directory}/mosquitto.log\n"
+
+
+async def test_appliance_acl_confines_each_board_to_its_own_topics(
+    gateway_factory: GatewayFactory, mosquitto_factory: MosquittoFactory, tmp_path: Path
+) -> None:
+    from tests.support.mosquitto import write_password_file
+
+    directory = tmp_path / "appliance"
+    directory.mkdir()
+    (directory / "acl").write_text((IMAGE / "acl").read_text())
+    secrets = {"mcp-gateway": "gateway-secret-0123", "pump-1": "pump-1-secret-0123", "pump-2": "pump-2-secret-0123"}
+    write_password_file(directory / "passwd", secrets)
+    lan, loopback = free_port(), free_port()
+    broker = await mosquitto_factory(config_text=appliance_config(directory, lan, loopback), port=lan)
+    (directory / "gateway-password").write_text(secrets["mcp-gateway"])
+    server = await gateway_factory(
+        mqtt={
+            "brokers": [
+                {
+                    "url": f"mqtt://127.0.0.1:{loopback}",
+                    "username": "mcp-gateway",
+                    "password": {"file": str(directory / "gateway-password")},
+                    **QUICK,
+                }
+            ]
+        }
+    )
+    await wait_for(lambda: server.mqtt.brokers[0].client.connected, 5, "the gateway on its loopback listener")
+
+    # Without the right password nobody gets in.
+    wrong = RawPeer(lan, "intruder", v5=False, username="pump-1", password="guess")
+    assert await wrong.connect() == "Not authorized"
+    anonymous = RawPeer(lan, "anonymous", v5=False)
+    assert await anonymous.connect() == "Not authorized"
+
+    # pump-2's credential cannot speak for pump-1: the broker drops what it publishes there.
+    forger = RawPeer(lan, "forger", v5=False, username="pump-2", password=secrets["pump-2"])
+    assert await forger.connect() == "Success"
+    forged = firmware.register_frame({"device_id": "forged"}, "pump-1")
+    forger.publish("mcpb/pump-1/status", forged, retain=True)
+    forger.publish("mcpb/pump-1/up", b'{"jsonrpc":"2.0","id":"brk-1","result":{}}')
+    await forger.disconnect()
+
+    (directory / "pump-2-password").write_text(secrets["pump-2"])
+    sim = simulator(broker.url, "plain", first=2, username="pump-2", password_file=str(directory / "pump-2-password"))
+    try:
+        await wait_ready_slot(server, "pump-2", timeout=10)
+        assert (await call(server.url, "pump-2", "get_status"))["state"] == "stopped"
+        # Everything from the same client arrives in order: had the forged status passed, it would be here.
+        assert "pump-1" not in server.gateway.registry.slots
+        assert server.mqtt.brokers[0].drops.totals["unregistered"] == 0
+    finally:
+        await sim.stop()

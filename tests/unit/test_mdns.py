@@ -1,0 +1,141 @@
+"""mDNS without the network: which addresses are advertised, what the TXT record holds, how it is
+switched on, and the appliance's default configuration (tests/integration/test_mdns.py puts it on
+a real link)."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import _config_flags, build_parser, refuse_insecure_bind
+from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.discovery.mdns import HostAddress, default_instance_name, served_addresses, txt_properties
+from gateway.policy.client_auth import check_client_auth
+from gateway.policy.tls_self_signed import create as create_tls
+from gateway.policy.token_files import create_token
+
+REPO = Path(__file__).resolve().parents[2]
+
+MACHINE = [
+    HostAddress("lo", "127.0.0.1"),
+    HostAddress("lo", "::1"),
+    HostAddress("eth0", "192.168.1.20"),
+    HostAddress("eth0", "fe80::1"),
+    HostAddress("eth0", "fd00::20"),
+    HostAddress("wlan0", "10.0.0.7"),
+]
+
+
+def addresses(bound: list[str], only: list[str] | None = None) -> list[str]:
+    return [entry.address for entry in served_addresses(bound, MACHINE, only or [])]
+
+
+def test_a_wildcard_bind_advertises_every_address_of_its_family_but_loopback() -> None:
+    assert addresses(["0.0.0.0"]) == ["192.168.1.20", "10.0.0.7"]
+    # asyncio binds "::" IPv6-only: IPv4 peers could not connect, so no IPv4 address is advertised.
+    assert addresses(["::"]) == ["fe80::1", "fd00::20"]
+    assert addresses(["0.0.0.0", "::"]) == ["192.168.1.20", "fe80::1", "fd00::20", "10.0.0.7"]
+
+
+def test_a_specific_bind_advertises_that_address_only() -> None:
+    assert addresses(["10.0.0.7"]) == ["10.0.0.7"]
+
+
+def test_a_loopback_bind_advertises_nothing() -> None:
+    assert addresses(["127.0.0.1"]) == []
+    assert addresses(["::1"]) == []
+
+
+def test_interfaces_keep_the_listed_names_and_addresses() -> None:
+    assert addresses(["0.0.0.0"], ["eth0"]) == ["192.168.1.20"]
+    assert addresses(["0.0.0.0"], ["10.0.0.7"]) == ["10.0.0.7"]
+    assert addresses(["10.0.0.7"], ["eth0"]) == []  # listed, but the listener does not serve it
+
+
+def test_the_txt_record_says_how_to_connect_and_names_nothing_behind_the_gateway() -> None:
+    digest = "ab" * 32
+    config = GatewayConfig.model_validate(
+        {
+            "host": "0.0.0.0",
+            "public_url": "https://gateway.plant.lan:3000/",
+            "slots": {"declared": {"secret-pump-77": {}}},
+            "groups": {"hidden-group-42": {"slots": ["secret-*"]}},
+            "auth": {
+                "tokens": [{"name": "scada-ops-13", "sha256": digest}],
+                "required_scopes": {"secret-pump-77": ["scope-zeta-9"]},
+            },
+            "providers": {
+                "auth": {
+                    "mode": "identities",
+                    "identities": [{"name": "board-kappa-5", "sha256": "cd" * 32, "slots": ["pump-omega-*"]}],
+                }
+            },
+        }
+    )
+    txt = txt_properties(config)
+    assert txt == {
+        "txtvers": "1",
+        "version": txt["version"],
+        "proto": "2025-11-25,2026-07-28",
+        "tls": "0",
+        "auth": "token",
+        "pauth": "identities",
+        "provider": "/provider/",
+        "providers": "/providers",
+        "client": "/{slot}/mcp",
+        "all": "/_all/mcp",
+        "broker": "/_broker/mcp",
+        "path": "/_all/mcp",
+        "url": "https://gateway.plant.lan:3000",
+    }
+    advertised = " ".join([*txt, *txt.values(), default_instance_name()])
+    for name in ("secret-pump-77", "hidden-group-42", "scada-ops-13", "scope-zeta-9", "board-kappa-5", "omega", digest):
+        assert name not in advertised
+
+
+def test_mdns_is_off_by_default_and_switched_by_file_environment_and_flag(tmp_path: Path) -> None:
+    assert load_config(environ={}).mdns.enabled is False
+    assert load_config(environ={"MCP_GATEWAY_MDNS__ENABLED": "true"}).mdns.enabled is True
+    on = tmp_path / "on.toml"
+    on.write_text("[mdns]\nenabled = true\n")
+    assert load_config(on, environ={}).mdns.enabled is True
+    parser = build_parser()
+    off = _config_flags(parser.parse_args(["run", "--no-mdns"]))
+    assert load_config(on, environ={}, flags=off).mdns.enabled is False
+    assert load_config(environ={}, flags=_config_flags(parser.parse_args(["run", "--mdns"]))).mdns.enabled is True
+    assert "mdns.enabled" not in _config_flags(parser.parse_args(["run"]))  # the file decides
+
+
+@pytest.mark.parametrize("name", ["", "   ", "x" * 64, "é" * 32, "line\n3"])
+def test_an_instance_name_that_cannot_be_a_dns_label_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match=r"mdns\.instance_name"):
+        load_config(environ={}, flags={"mdns.instance_name": name})
+
+
+def test_an_instance_name_of_63_bytes_is_accepted() -> None:
+    assert load_config(environ={}, flags={"mdns.instance_name": "é" * 31 + "x"}).mdns.instance_name == "é" * 31 + "x"
+
+
+def test_the_appliance_configuration_advertises_and_run_accepts_it(tmp_path: Path) -> None:
+    """image/mcp-gateway.toml, with the files first boot makes, loads and passes `run`'s checks."""
+    text = (REPO / "image" / "mcp-gateway.toml").read_text(encoding="utf-8")
+    assert text.count("/etc/mcp-gateway/") >= 4
+    etc = tmp_path / "etc"
+    create_tls(etc / "tls", ["gateway.plant.lan"], ["192.168.1.20"])
+    create_token(etc / "tokens.toml", "operator", [], replace=False)
+    (etc / "provider-secret").write_text(secrets.token_urlsafe(32) + "\n")
+    local = tmp_path / "mcp-gateway.toml"
+    local.write_text(text.replace("/etc/mcp-gateway/", f"{etc}/"), encoding="utf-8")
+
+    config = load_config(local, environ={})
+    assert config.mdns.enabled is True
+    assert config.host == "0.0.0.0"
+    assert config.port == 3000
+    assert config.tls.enabled
+    assert refuse_insecure_bind(config) is None
+    check_client_auth(config)
+    assert txt_properties(config)["tls"] == "1"
+    assert txt_properties(config)["auth"] == "token"
+    assert txt_properties(config)["pauth"] == "shared"

@@ -1,0 +1,143 @@
+"""MQTT's pure parts: topic names and their parsing, CONNACK defaults, the [mqtt] configuration, --mqtt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from gateway.cli import build_parser
+from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.southbound import mqtt_topics
+from gateway.southbound.mqtt_connack import read_connack
+from gateway.southbound.mqtt_mcp import slot_for
+
+
+def test_topics_follow_the_pinned_specification_revision() -> None:
+    assert mqtt_topics.SPEC_REVISION == "2025-03-26"
+    assert mqtt_topics.server_presence_topic("srv-1", "plant/pumps/p7") == "$mcp-server/presence/srv-1/plant/pumps/p7"
+    assert mqtt_topics.server_control_topic("srv-1", "plant/p7") == "$mcp-server/srv-1/plant/p7"
+    assert mqtt_topics.server_capability_topic("srv-1", "p7") == "$mcp-server/capability/srv-1/p7"
+    assert mqtt_topics.rpc_topic("gw", "srv-1", "plant/p7") == "$mcp-rpc/gw/srv-1/plant/p7"
+    assert mqtt_topics.client_presence_topic("gw") == "$mcp-client/presence/gw"
+    assert mqtt_topics.client_capability_topic("gw") == "$mcp-client/capability/gw"
+    assert mqtt_topics.server_presence_filter("plant/#") == "$mcp-server/presence/+/plant/#"
+    assert mqtt_topics.PROP_COMPONENT_TYPE == "MCP-COMPONENT-TYPE"
+    assert mqtt_topics.PROP_MQTT_CLIENT_ID == "MCP-MQTT-CLIENT-ID"
+
+
+def test_parsing_mcp_topics() -> None:
+    presence = mqtt_topics.parse_server_presence("$mcp-server/presence/srv-1/plant/pumps/p7")
+    assert presence == mqtt_topics.ServerAddress("srv-1", "plant/pumps/p7")
+    assert mqtt_topics.parse_server_presence("$mcp-server/presence/srv-1") is None  # no server-name
+    assert mqtt_topics.parse_server_presence("$mcp-server/presence/srv-1/a//b") is None  # empty level
+    rpc = mqtt_topics.parse_rpc("$mcp-rpc/gw/srv-1/plant/p7")
+    assert rpc is not None and rpc.client_id == "gw" and rpc.server.server_name == "plant/p7"
+    assert mqtt_topics.parse_rpc("$mcp-rpc/gw/srv-1") is None
+    assert not mqtt_topics.valid_client_id("a/b") and mqtt_topics.valid_client_id("sim-pump-1")
+    assert not mqtt_topics.valid_server_name("a/+/b") and mqtt_topics.valid_server_name("a/b")
+
+
+def test_plain_topics_and_prefix_rules() -> None:
+    assert mqtt_topics.plain_topic("site-a/mcpb", "pump-1", "down") == "site-a/mcpb/pump-1/down"
+    assert mqtt_topics.plain_filter("mcpb", "status") == "mcpb/+/status"
+    assert mqtt_topics.parse_plain("mcpb", "mcpb/pump-1/up") == mqtt_topics.PlainAddress("pump-1", "up")
+    assert mqtt_topics.parse_plain("site/mcpb", "site/mcpb/pump-1/status") == mqtt_topics.PlainAddress(
+        "pump-1", "status"
+    )
+    for wrong in ("mcpb/_all/up", "mcpb/" + "x" * 65 + "/up", "mcpb/pump-1/other", "other/pump-1/up"):
+        assert mqtt_topics.parse_plain("mcpb", wrong) is None, wrong
+    assert mqtt_topics.prefix_problem("mcpb") is None
+    for bad in ("", "$SYS", "a/+/b", "a//b", "/mcpb", "mcpb/"):
+        assert mqtt_topics.prefix_problem(bad) is not None, bad
+
+
+def test_slot_naming_rules() -> None:
+    assert slot_for("plant/pumps/pump-7", "last_segment") == "pump-7"
+    assert slot_for("plant/pumps/pump-7", "dashed") == "plant-pumps-pump-7"
+    assert slot_for("pump-7", "last_segment") == "pump-7"
+
+
+def test_absent_connack_properties_read_as_their_mqtt5_defaults() -> None:
+    # mosquitto leaves out Retain Available, Maximum QoS, Wildcard Subscription Available, ... when true/2.
+    bare = read_connack(Properties(PacketTypes.CONNACK))
+    assert bare.retain_available and bare.wildcard_subscription_available and bare.shared_subscription_available
+    assert bare.maximum_qos == 2 and bare.maximum_packet_size is None and bare.receive_maximum == 65535
+    assert bare.problems() == []
+    assert read_connack(None) == bare  # MQTT 3.1.1: no properties at all
+    props = Properties(PacketTypes.CONNACK)
+    props.RetainAvailable = 0
+    props.MaximumQoS = 1
+    props.UserProperty = [("MCP-SERVER-NAME-FILTERS", '["plant/#", "lab/+"]')]
+    limits = read_connack(props)
+    assert not limits.retain_available and limits.maximum_qos == 1
+    assert limits.problems() and "Retain Available" in limits.problems()[0]
+    assert limits.suggested_server_filters() == ["plant/#", "lab/+"]
+    garbled = Properties(PacketTypes.CONNACK)
+    garbled.UserProperty = [("MCP-SERVER-NAME-FILTERS", "not json")]
+    assert read_connack(garbled).suggested_server_filters() is None
+
+
+def broker(**entry: Any) -> GatewayConfig:
+    return GatewayConfig.model_validate({"mqtt": {"brokers": [{"url": "mqtt://127.0.0.1", **entry}]}})
+
+
+def test_broker_config_defaults_and_derived_values() -> None:
+    config = broker().mqtt.brokers[0]
+    assert config.profiles == ["plain", "mcp"] and config.protocol == "5" and config.topic_prefix == "mcpb"
+    assert config.server_filter == ["#"] and config.slot_naming == "last_segment"
+    assert (config.host, config.port, config.tls, config.label) == ("127.0.0.1", 1883, False, "mqtt://127.0.0.1:1883")
+    secure = broker(url="mqtts://broker.plant.lan", server_filter="plant/#").mqtt.brokers[0]
+    assert secure.port == 8883 and secure.tls and secure.server_filter == ["plant/#"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "fragment"),
+    [
+        ({"url": "http://broker"}, "mqtt://HOST"),
+        ({"url": "mqtt://user:pw@broker"}, "no credentials in the URL"),
+        ({"url": "mqtt://broker/path"}, "no path"),
+        ({"protocol": "3.1.1"}, "needs MQTT 5"),
+        ({"profiles": []}, "profiles is empty"),
+        ({"topic_prefix": "a/+/b"}, "topic_prefix"),
+        ({"topic_prefix": "$SYS"}, "topic_prefix"),
+        ({"server_filter": ["a/#/b"]}, "not an MQTT topic filter"),
+        ({"client_id": "a/b"}, "client_id"),
+        ({"password": {"env": "MQTT_TEST_UNSET_VARIABLE"}}, "is not set"),
+        ({"username": "gw", "ca_file": "/nonexistent/ca.pem"}, "ca_file"),
+    ],
+)
+def test_broker_config_refuses_what_cannot_work(entry: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment.replace("+", r"\+").replace("$", r"\$")):
+        broker(**entry)
+
+
+def test_plain_only_broker_may_use_mqtt_311() -> None:
+    assert broker(profiles=["plain"], protocol="3.1.1").mqtt.brokers[0].protocol == "3.1.1"
+
+
+def test_each_broker_once() -> None:
+    with pytest.raises(ValueError, match="each broker once"):
+        GatewayConfig.model_validate(
+            {"mqtt": {"brokers": [{"url": "mqtt://127.0.0.1"}, {"url": "mqtt://127.0.0.1:1883"}]}}
+        )
+
+
+def test_run_mqtt_flag_adds_brokers(tmp_path: Any) -> None:
+    args = build_parser().parse_args(["run", "--mqtt", "mqtt://127.0.0.1:1883", "--mqtt", "mqtt://10.0.0.5:1884"])
+    file = tmp_path / "gw.toml"
+    file.write_text('[[mqtt.brokers]]\nurl = "mqtts://broker.plant.lan"\nprofiles = ["mcp"]\n')
+    from gateway.cli import _config_flags
+
+    config = load_config(file, environ={}, flags=_config_flags(args))
+    assert [entry.label for entry in config.mqtt.brokers] == [
+        "mqtts://broker.plant.lan:8883",
+        "mqtt://127.0.0.1:1883",
+        "mqtt://10.0.0.5:1884",
+    ]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--mqtt", "tcp://127.0.0.1"])
+    with pytest.raises(ConfigError, match=r"mqtt\.brokers"):
+        load_config(None, environ={}, flags={"mqtt.brokers": [{"url": "mqtt://x", "bogus": 1}]})

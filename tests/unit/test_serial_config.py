@@ -1,0 +1,157 @@
+"""[serial] configuration, `run --serial PATH[@BAUD]`, and the choice of hot-plug enumerator."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.cli import _config_flags, build_parser
+from gateway.config import DEFAULT_HOTPLUG_VID_PID, ConfigError, GatewayConfig, load_config
+from gateway.southbound.hotplug import (
+    DiffingEnumerator,
+    EnumeratorUnavailable,
+    PollingEnumerator,
+    PortEvent,
+    UsbPort,
+    choose_enumerator,
+    udev_running,
+)
+
+
+def test_defaults_serve_no_port_and_hot_plug_is_off() -> None:
+    serial = GatewayConfig().serial
+    assert serial.ports == []
+    assert serial.hotplug.enabled is False
+    assert serial.hotplug.vid_pid == list(DEFAULT_HOTPLUG_VID_PID)
+    assert serial.hotplug.vid_pid == ["303a:1001", "10c4:ea60", "1a86:7523", "1a86:55d4", "0403:6001"]
+
+
+def test_a_port_entry_and_its_defaults() -> None:
+    config = GatewayConfig.model_validate({"serial": {"ports": [{"path": "/dev/ttyUSB0", "slots": ["pump-*"]}]}})
+    port = config.serial.ports[0]
+    assert (port.path, port.baud, port.frame_cap, port.slots, port.debug_json_lines) == (
+        "/dev/ttyUSB0",
+        115_200,
+        8192,
+        ["pump-*"],
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("serial", "message"),
+    [
+        ({"ports": [{"path": "/dev/ttyUSB0"}, {"path": "/dev/ttyUSB0"}]}, "each serial port once"),
+        ({"ports": [{"path": "/dev/ttyUSB0", "baud": 0}]}, "serial.ports.0.baud"),
+        ({"ports": [{"path": "/dev/ttyUSB0", "frame_cap": 10}]}, "serial.ports.0.frame_cap"),
+        ({"ports": [{"path": "/dev/ttyUSB0", "slots": []}]}, "serial.ports.0.slots"),
+        ({"ports": [{"path": ""}]}, "serial.ports.0.path"),
+        ({"ports": [{"path": "/dev/x", "speed": 9600}]}, "unknown setting 'serial.ports.0.speed'"),
+        ({"hotplug": {"vid_pid": ["303a-1001"]}}, "not VID:PID in hex"),
+        ({"hotplug": {"backend": "sysfs"}}, "serial.hotplug.backend"),
+        ({"retry_initial_s": 5, "retry_max_s": 1}, "retry_max_s must be at least retry_initial_s"),
+    ],
+)
+def test_bad_settings_are_refused_by_name(tmp_path: object, serial: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, environ={}, flags={"serial": serial})
+
+
+def test_vid_pid_is_case_insensitive() -> None:
+    config = GatewayConfig.model_validate({"serial": {"hotplug": {"vid_pid": ["303A:1001"]}}})
+    assert config.serial.hotplug.vid_pid == ["303a:1001"]
+
+
+def test_environment_turns_hot_plug_on() -> None:
+    config = load_config(None, environ={"MCP_GATEWAY_SERIAL__HOTPLUG__ENABLED": "true"})
+    assert config.serial.hotplug.enabled is True
+
+
+@pytest.mark.parametrize(
+    ("flag", "entry"),
+    [
+        ("/dev/ttyUSB0", {"path": "/dev/ttyUSB0"}),
+        ("/dev/ttyUSB0@921600", {"path": "/dev/ttyUSB0", "baud": 921600}),
+        ("/dev/serial/by-id/usb-Espressif@x", {"path": "/dev/serial/by-id/usb-Espressif@x"}),
+    ],
+)
+def test_run_serial_flag_adds_ports(flag: str, entry: dict[str, object]) -> None:
+    args = build_parser().parse_args(["run", "--serial", flag, "--serial", "/dev/ttyACM0"])
+    flags = _config_flags(args)
+    assert flags["serial.ports"] == [entry, {"path": "/dev/ttyACM0"}]
+    config = load_config(None, environ={}, flags=flags)
+    assert [port.path for port in config.serial.ports] == [entry["path"], "/dev/ttyACM0"]
+
+
+def test_run_serial_flag_adds_to_the_ports_of_the_file(tmp_path: object) -> None:
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    file = tmp_path / "gateway.toml"
+    file.write_text('[[serial.ports]]\npath = "/dev/ttyUSB0"\nslots = ["pump-1"]\n')
+    args = build_parser().parse_args(["run", "--config", str(file), "--serial", "/dev/ttyUSB1@9600"])
+    config = load_config(str(file), environ={}, flags=_config_flags(args))
+    assert [(port.path, port.baud, port.slots) for port in config.serial.ports] == [
+        ("/dev/ttyUSB0", 115_200, ["pump-1"]),
+        ("/dev/ttyUSB1", 9600, ["*"]),
+    ]
+
+
+def test_run_serial_flag_needs_a_path() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--serial", "@9600"])
+
+
+# -- hot-plug enumerators -----------------------------------------------------------------------
+
+
+def usb(device: str, vid_pid: str = "303a:1001", serial_number: str = "A") -> UsbPort:
+    vid, pid = (int(part, 16) for part in vid_pid.split(":"))
+    return UsbPort(device, vid, pid, serial_number)
+
+
+def test_diffing_reports_attach_detach_and_a_swapped_device() -> None:
+    events: list[PortEvent] = []
+    enumerator = DiffingEnumerator()
+    enumerator.start(events.append)
+    enumerator.update([usb("/dev/ttyACM0"), usb("/dev/ttyUSB0", "10c4:ea60", "B")])
+    enumerator.update([usb("/dev/ttyACM0")])
+    enumerator.update([usb("/dev/ttyACM0", serial_number="C")])  # another board on the same node
+    assert [(event.action, event.port.device, event.port.serial_number) for event in events] == [
+        ("attach", "/dev/ttyACM0", "A"),
+        ("attach", "/dev/ttyUSB0", "B"),
+        ("detach", "/dev/ttyUSB0", "B"),
+        ("detach", "/dev/ttyACM0", "A"),
+        ("attach", "/dev/ttyACM0", "C"),
+    ]
+
+
+def test_stable_id_names_the_board_not_the_node() -> None:
+    assert usb("/dev/ttyACM0", serial_number="F4:12").stable_id == "usb:303a:1001:F4:12"
+    assert UsbPort("/dev/ttyUSB3", 0x1A86, 0x7523, None, "1-1.4:1.0").stable_id == "usb:1a86:7523:1-1.4:1.0"
+
+
+async def test_polling_enumerator_reads_the_list_every_interval() -> None:
+    listed: list[list[UsbPort]] = [[], [usb("/dev/ttyACM0")], [usb("/dev/ttyACM0")], []]
+    events: list[PortEvent] = []
+    enumerator = PollingEnumerator(0.01, lambda: listed.pop(0) if len(listed) > 1 else listed[0])
+    enumerator.start(events.append)
+    for _ in range(200):
+        if len(events) >= 2:
+            break
+        await asyncio.sleep(0.01)
+    await enumerator.stop()
+    assert [event.action for event in events] == ["attach", "detach"]
+
+
+def test_auto_falls_back_to_polling_without_udev_and_udev_refuses_by_name() -> None:
+    config = GatewayConfig.model_validate({"serial": {"hotplug": {"enabled": True}}}).serial.hotplug
+    if udev_running():
+        assert choose_enumerator(config).name == "udev"
+        return
+    assert choose_enumerator(config).name == "poll"
+    forced = config.model_copy(update={"backend": "udev"})
+    with pytest.raises(EnumeratorUnavailable, match=r"udev is not running here .* use backend = auto or poll"):
+        choose_enumerator(forced)
+    assert choose_enumerator(config.model_copy(update={"backend": "poll"})).name == "poll"
