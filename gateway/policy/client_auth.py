@@ -67,14 +67,21 @@ is one module with a verifier and one line here."""
 # -- which requests need a caller ------------------------------------------------------------------
 
 
+OPEN_METHODS = frozenset({"GET", "HEAD"})
+"""The only methods the provider upgrades, probes, /metrics and /.well-known documents answer; any other
+method on those paths reaches the client routes (POST /provider/mcp is slot "provider"), so it is a
+client request and authenticated as one."""
+
+
 def is_provider_path(raw_path: str) -> bool:
     return raw_path in ("/providers", "/provider") or raw_path.startswith("/provider/")
 
 
-def is_client_path(raw_path: str) -> bool:
+def is_client_path(raw_path: str, method: str = "GET") -> bool:
     """True for every way a client reaches a slot (/<slot>/mcp, /_all/mcp, /_broker/mcp, and any later
-    one): everything except provider sockets, health checks, /metrics and /.well-known documents."""
-    return not (
+    one): everything except provider sockets, health checks, /metrics and /.well-known documents,
+    which are fetched with GET (or HEAD) only."""
+    return method not in OPEN_METHODS or not (
         raw_path in OPEN_PATHS
         or raw_path == METRICS_PATH
         or raw_path.startswith(WELL_KNOWN_PREFIX)
@@ -223,9 +230,9 @@ class ClientAuth:
 
     async def check(self, request: web.Request) -> web.StreamResponse | None:
         path = request.rel_url.raw_path
-        if path == METRICS_PATH:
+        if path == METRICS_PATH and request.method in OPEN_METHODS:
             endpoint = self.endpoint(None, metrics=True)
-        elif is_client_path(path):
+        elif is_client_path(path, request.method):
             endpoint = self.endpoint(None, bridge=True) if is_bridge_path(path) else self.endpoint(path_slot(path))
         else:
             return None

@@ -155,6 +155,23 @@ async def test_no_token_gets_401_with_www_authenticate(
     assert await metric(http, server, 'mcpgw_auth_failures_total{reason="missing"}') == 3
 
 
+@pytest.mark.parametrize("slot", ["provider", "providers", "healthz", "metrics"])
+async def test_a_slot_named_like_a_gateway_path_still_needs_a_token(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession, publishers: Publishers, slot: str
+) -> None:
+    # The provider upgrades, probes and /metrics answer GET only: a POST to /provider/mcp is slot
+    # "provider" on the client routes, and must be authenticated like any other slot.
+    server = await gateway_factory(auth=static_auth())
+    await publishers.start(server, slot, demo_server(slot))
+    status, _, body = await post(http, f"{server.url}/{slot}/mcp")
+    assert status == 401, body
+    status, _, _ = await post(http, f"{server.url}/{slot}/mcp", headers=bearer(OPS))
+    assert status == 200
+    for path in ("/provider", "/providers", "/healthz", "/metrics"):
+        status, _, _ = await post(http, server.url + path)
+        assert status == 401, path
+
+
 async def test_a_wrong_token_gets_401_invalid_token(
     gateway_factory: GatewayFactory, http: aiohttp.ClientSession
 ) -> None:

@@ -288,6 +288,9 @@ def test_required_scopes_exact_key_wins_then_first_pattern_in_file_order() -> No
 def test_which_paths_are_client_ways_in(path: str, client: bool, slot: str | None) -> None:
     assert is_client_path(path) is client
     assert path_slot(path) == slot
+    # Those paths answer GET only; any other method reaches the client routes (slot "provider", ...).
+    assert is_client_path(path, "POST") is True
+    assert is_client_path(path, "HEAD") is client
 
 
 def test_www_authenticate_headers() -> None:
