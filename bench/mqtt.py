@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
 import os
 import platform
@@ -25,17 +24,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
-from mcp import Client
-
-from bench.processes import UNLIMITED_RATE_ENV, Child, cpu_seconds, free_port
-from bench.report import median, percentile, ratio
+from bench.processes import PUMP_TOOL, Child, free_port, gateway_env, timed_get_status, wait_healthy, wait_slot_ready
+from bench.report import MODE_LABELS, MODES, markdown_table, median, percentile, round_ratios, spread
 
 REPO = Path(__file__).resolve().parent.parent
 PATHS = {"websocket": "pump-1", "mqtt plain": "pump-2", "mqtt mcp": "pump-3"}
@@ -44,9 +39,6 @@ SIM_ARGS = {
     "mqtt plain": ["--first", "2", "--profile", "plain"],
     "mqtt mcp": ["--first", "3", "--profile", "mcp"],
 }
-MODES = ("legacy", "2026-07-28")
-MODE_LABELS = {"legacy": "session era", "2026-07-28": "2026-07-28"}
-TOOL = "get_status"
 
 
 @dataclass
@@ -108,11 +100,9 @@ class Stack:
             self.broker = subprocess.Popen(  # noqa: ASYNC220 (starting it does not block)
                 [mosquitto_binary(), "-c", str(config)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
-        env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY_")}
-        env.update(UNLIMITED_RATE_ENV)
         run = ["-m", "gateway.cli", "run", "--port", str(self.port), "--mqtt", self.broker_url]
-        self.children["gateway"] = Child("gateway", run, REPO, env=env)
-        await self._wait_healthy()
+        self.children["gateway"] = Child("gateway", run, REPO, env=gateway_env())
+        await wait_healthy(f"{self.url}/readyz", self.children["gateway"])
         for path, extra in SIM_ARGS.items():
             target = ["--gateway", self.url] if path == "websocket" else ["--mqtt", self.broker_url]
             args = ["-m", "gateway.cli", "sim", *target, "--pumps", "1", *extra, "--control-port", "0"]
@@ -122,32 +112,7 @@ class Stack:
             if not line.startswith("simulator:"):
                 raise RuntimeError(f"the {path} simulator did not start:\n{child.output()[-3000:]}")
         for slot in PATHS.values():
-            await self._wait_slot_ready(slot)
-
-    async def _wait_healthy(self) -> None:
-        gateway = self.children["gateway"]
-        deadline = time.monotonic() + 30
-        async with aiohttp.ClientSession() as http:
-            while time.monotonic() < deadline and gateway.alive():
-                with contextlib.suppress(aiohttp.ClientError, OSError):
-                    async with http.get(f"{self.url}/readyz") as response:
-                        if response.status == 200:
-                            return
-                await asyncio.sleep(0.05)
-        raise RuntimeError(f"the gateway did not come up:\n{gateway.output()[-3000:]}")
-
-    async def _wait_slot_ready(self, slot: str) -> None:
-        deadline = time.monotonic() + 30
-        last_error = ""
-        while time.monotonic() < deadline:
-            try:
-                async with Client(f"{self.url}/{slot}/mcp", mode="legacy") as client:
-                    if any(tool.name == TOOL for tool in (await client.list_tools()).tools):
-                        return
-            except Exception as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"{slot} never became ready through the gateway: {last_error}")
+            await wait_slot_ready(self.url, slot)
 
     def stop(self) -> None:
         for child in reversed(list(self.children.values())):
@@ -165,29 +130,13 @@ class Stack:
 Figures = dict[str, dict[str, dict[str, list[float]]]]
 
 
-async def call(client: Client) -> None:
-    result = await client.call_tool(TOOL, {})
-    structured = result.structured_content
-    if result.is_error or not isinstance(structured, dict) or "state" not in structured:
-        raise RuntimeError(f"unexpected answer to {TOOL}: {result!r}"[:300])
-
-
 async def timed_round(stack: Stack, options: Options, mode: str, path: str, figures: Figures) -> None:
-    async with Client(f"{stack.url}/{PATHS[path]}/mcp", mode=mode) as client:
-        for _ in range(options.warmup):
-            await call(client)
-        latencies: list[float] = []
-        gateway = stack.children["gateway"].pid
-        before = cpu_seconds(gateway)
-        for _ in range(options.calls):
-            started = time.perf_counter()
-            await call(client)
-            latencies.append(time.perf_counter() - started)
-        after = cpu_seconds(gateway)
+    url, gateway = f"{stack.url}/{PATHS[path]}/mcp", stack.children["gateway"].pid
+    latencies, (cpu,) = await timed_get_status(url, mode, options.calls, options.warmup, [gateway])
     into = figures[mode][path]
     into["median"].append(median(latencies) * 1000)
     into["p95"].append(percentile(latencies, 0.95) * 1000)
-    into["cpu_gateway"].append((after - before) / options.calls * 1e6)
+    into["cpu_gateway"].append(cpu / options.calls * 1e6)
 
 
 ROWS = (
@@ -208,22 +157,12 @@ def render(figures: Figures, modes: Sequence[str]) -> str:
             cells = [f"{MODE_LABELS[mode]}: {label} ({unit})", *(fmt.format(median(values[p])) for p in paths)]
             spreads = []
             for path in paths[1:]:
-                per_round = [ratio(value, base) for value, base in zip(values[path], values[paths[0]], strict=True)]
+                per_round = round_ratios(values[path], values[paths[0]])
                 cells.append(f"{median(per_round):.2f}x")
-                spreads.append(f"{min(per_round):.2f}-{max(per_round):.2f}" if len(per_round) > 1 else "")
+                spreads.append(spread(per_round))
             cells.append(" / ".join(spreads).strip(" /"))
             lines.append(cells)
-    widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
-
-    def row(cells: Sequence[str]) -> str:
-        return (
-            "| " + " | ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)) + " |"
-        )
-
-    separator = (
-        "|" + "|".join(":" + "-" * (w + 1) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
-    )
-    return "\n".join([row(header), separator, *(row(line) for line in lines)])
+    return markdown_table(header, lines)
 
 
 async def run(options: Options) -> Figures:
@@ -249,8 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures = asyncio.run(run(options))
     today = datetime.date.today().isoformat()
     print(
-        f"pump-1 over MQTT vs WebSocket: {options.rounds} rounds x {options.calls} calls of {TOOL} per path and era, "
-        f"{today}, Python {platform.python_version()}, {os.cpu_count()} cores"
+        f"pump-1 over MQTT vs WebSocket: {options.rounds} rounds x {options.calls} calls of {PUMP_TOOL} "
+        f"per path and era, {today}, Python {platform.python_version()}, {os.cpu_count()} cores"
     )
     print(render(figures, options.modes))
     return 0

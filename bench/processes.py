@@ -1,7 +1,9 @@
-"""The benchmark's OS processes: free loopback ports, start/stop with captured logs, /proc readings."""
+"""The benchmark's OS processes: free loopback ports, start/stop with captured logs, /proc readings,
+waiting until a gateway serves a slot, and the timed get_status calls of the pump benchmarks."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -9,8 +11,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
+
+import aiohttp
+from mcp import Client
 
 UNLIMITED_RATE_ENV = {
     "MCP_GATEWAY_LIMITS__RATE__PER_PRINCIPAL__RATE_PER_S": "0",
@@ -18,6 +24,17 @@ UNLIMITED_RATE_ENV = {
 }
 """The one change from the built-in defaults a bench makes: rate limits off. A bench drives far more
 than one caller's default 50 requests/s on purpose, and measures the relay, not the limiter."""
+
+PUMP_TOOL = "get_status"
+"""What the pump benchmarks call: no side effects, a structured answer of a few hundred bytes."""
+
+
+def gateway_env() -> dict[str, str]:
+    """The environment of a gateway under test: this one without MCP_GATEWAY_* (no config file or
+    setting of the calling shell leaks in, so it runs its built-in defaults), rate limits off."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY_")}
+    env.update(UNLIMITED_RATE_ENV)
+    return env
 
 
 def free_port() -> int:
@@ -113,3 +130,61 @@ class Child:
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.log.close()
+
+
+async def wait_healthy(url: str, child: Child, timeout_s: float = 30.0) -> None:
+    """Poll `url` (a gateway's /readyz, say) until it answers 200; RuntimeError with the child's log
+    when the child exits or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline and child.alive():
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with http.get(url) as response:
+                    if response.status == 200:
+                        return
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"the {child.name} did not come up:\n{child.output()[-3000:]}")
+
+
+async def wait_slot_ready(gateway_url: str, slot: str, tool: str = PUMP_TOOL, timeout_s: float = 30.0) -> None:
+    """Wait until a session-era client of `slot` through the gateway lists `tool` (the gateway has
+    initialized the provider and cached its tools)."""
+    deadline = time.monotonic() + timeout_s
+    last_error = ""
+    while time.monotonic() < deadline:
+        try:
+            async with Client(f"{gateway_url}/{slot}/mcp", mode="legacy") as client:
+                if any(listed.name == tool for listed in (await client.list_tools()).tools):
+                    return
+        except Exception as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{slot} never became ready through the gateway: {last_error}")
+
+
+async def call_get_status(client: Client) -> None:
+    """One get_status; RuntimeError unless the answer is the pump's status object."""
+    result = await client.call_tool(PUMP_TOOL, {})
+    structured = result.structured_content
+    if result.is_error or not isinstance(structured, dict) or "state" not in structured:
+        raise RuntimeError(f"unexpected answer to {PUMP_TOOL}: {result!r}"[:300])
+
+
+async def timed_get_status(
+    url: str, mode: str, calls: int, warmup: int, pids: Sequence[int]
+) -> tuple[list[float], list[float]]:
+    """Sequential get_status calls on one new SDK client of `url` in protocol era `mode`.
+
+    After `warmup` untimed calls, `calls` timed ones, each from `call_tool` to its parsed result.
+    Returns their latencies in seconds and the CPU seconds each of `pids` used over the timed calls."""
+    async with Client(url, mode=mode) as client:
+        for _ in range(warmup):
+            await call_get_status(client)
+        latencies: list[float] = []
+        before = [cpu_seconds(pid) for pid in pids]
+        for _ in range(calls):
+            started = time.perf_counter()
+            await call_get_status(client)
+            latencies.append(time.perf_counter() - started)
+        after = [cpu_seconds(pid) for pid in pids]
+    return latencies, [end - start for start, end in zip(before, after, strict=True)]

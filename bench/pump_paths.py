@@ -17,33 +17,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
 import os
 import platform
 import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 import orjson
-from mcp import Client
 
-from bench.processes import UNLIMITED_RATE_ENV, Child, cpu_seconds, free_port
-from bench.report import median, percentile, ratio
+from bench.processes import PUMP_TOOL, Child, free_port, gateway_env, timed_get_status, wait_healthy, wait_slot_ready
+from bench.report import MODE_LABELS, MODES, markdown_table, median, percentile, round_ratios, spread
 
 REPO = Path(__file__).resolve().parent.parent
 DEVICE_DIR = REPO / "device" / "micropython"
 SCHEMA_FILE = REPO / "device" / "schemas" / "pump-1.json"
 PATHS = {"board": "pump-1", "simulator": "pump-2"}
-MODES = ("legacy", "2026-07-28")
-MODE_LABELS = {"legacy": "session era", "2026-07-28": "2026-07-28"}
-TOOL = "get_status"
 
 
 @dataclass
@@ -106,10 +99,9 @@ class Stack:
         return self.simulator.pid
 
     async def start(self) -> None:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY_")}
-        env.update(UNLIMITED_RATE_ENV)
-        self.children.append(Child("gateway", ["-m", "gateway.cli", "run", "--port", str(self.port)], REPO, env=env))
-        await self._wait_healthy()
+        run = ["-m", "gateway.cli", "run", "--port", str(self.port)]
+        self.children.append(Child("gateway", run, REPO, env=gateway_env()))
+        await wait_healthy(f"{self.url}/readyz", self.gateway)
         await asyncio.to_thread(self._launch_board)
         sim_args = ["-m", "gateway.cli", "sim", "--gateway", self.url, "--pumps", "1", "--first", "2"]
         self.children.append(Child("simulator", [*sim_args, "--control-port", "0", "--log-level", "warning"], REPO))
@@ -131,30 +123,12 @@ class Stack:
                 env={**os.environ, "MICROPYPATH": f".frozen:{DEVICE_DIR}"},
             )
 
-    async def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + 30
-        async with aiohttp.ClientSession() as http:
-            while time.monotonic() < deadline and self.gateway.alive():
-                with contextlib.suppress(aiohttp.ClientError, OSError):
-                    async with http.get(f"{self.url}/readyz") as response:
-                        if response.status == 200:
-                            return
-                await asyncio.sleep(0.05)
-        raise RuntimeError(f"the gateway did not come up:\n{self.gateway.output()[-3000:]}")
-
     async def _wait_slot_ready(self, slot: str) -> None:
-        deadline = time.monotonic() + 30
-        last_error = ""
-        while time.monotonic() < deadline:
-            try:
-                async with Client(f"{self.url}/{slot}/mcp", mode="legacy") as client:
-                    if any(tool.name == TOOL for tool in (await client.list_tools()).tools):
-                        return
-            except Exception as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
-            await asyncio.sleep(0.1)
-        board = self.board_log.read_text(errors="replace")[-2000:] if slot == "pump-1" else ""
-        raise RuntimeError(f"{slot} never became ready through the gateway: {last_error}\n{board}")
+        try:
+            await wait_slot_ready(self.url, slot)
+        except RuntimeError as exc:
+            board = self.board_log.read_text(errors="replace")[-2000:] if slot == "pump-1" else ""
+            raise RuntimeError(f"{exc}\n{board}") from None
 
     def stop(self) -> None:
         if self.board is not None and self.board.poll() is None:
@@ -172,30 +146,14 @@ class Stack:
 Figures = dict[str, dict[str, dict[str, list[float]]]]
 
 
-async def call(client: Client) -> None:
-    result = await client.call_tool(TOOL, {})
-    structured = result.structured_content
-    if result.is_error or not isinstance(structured, dict) or "state" not in structured:
-        raise RuntimeError(f"unexpected answer to {TOOL}: {result!r}"[:300])
-
-
 async def timed_round(stack: Stack, options: Options, mode: str, path: str, figures: Figures) -> None:
-    async with Client(f"{stack.url}/{PATHS[path]}/mcp", mode=mode) as client:
-        for _ in range(options.warmup):
-            await call(client)
-        latencies: list[float] = []
-        pid = stack.pid(path)
-        before = (cpu_seconds(stack.gateway.pid), cpu_seconds(pid))
-        for _ in range(options.calls):
-            started = time.perf_counter()
-            await call(client)
-            latencies.append(time.perf_counter() - started)
-        after = (cpu_seconds(stack.gateway.pid), cpu_seconds(pid))
+    url, pids = f"{stack.url}/{PATHS[path]}/mcp", [stack.gateway.pid, stack.pid(path)]
+    latencies, (cpu_gateway, cpu_device) = await timed_get_status(url, mode, options.calls, options.warmup, pids)
     into = figures[mode][path]
     into["median"].append(median(latencies) * 1000)
     into["p95"].append(percentile(latencies, 0.95) * 1000)
-    into["cpu_gateway"].append((after[0] - before[0]) / options.calls * 1e6)
-    into["cpu_device"].append((after[1] - before[1]) / options.calls * 1e6)
+    into["cpu_gateway"].append(cpu_gateway / options.calls * 1e6)
+    into["cpu_device"].append(cpu_device / options.calls * 1e6)
 
 
 ROWS = (
@@ -213,29 +171,18 @@ def render(figures: Figures, modes: Sequence[str]) -> str:
         for key, label, unit in ROWS:
             board = figures[mode]["board"][key]
             sim = figures[mode]["simulator"][key]
-            per_round = [ratio(b, s) for b, s in zip(board, sim, strict=True)]
+            per_round = round_ratios(board, sim)
             fmt = "{:.2f}" if unit == "ms" else "{:,.0f}"
-            spread = f"{min(per_round):.2f}-{max(per_round):.2f}" if len(per_round) > 1 else ""
             lines.append(
                 [
                     f"{MODE_LABELS[mode]}: {label} ({unit})",
                     fmt.format(median(board)),
                     fmt.format(median(sim)),
                     f"{median(per_round):.2f}x",
-                    spread,
+                    spread(per_round),
                 ]
             )
-    widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
-
-    def row(cells: Sequence[str]) -> str:
-        return (
-            "| " + " | ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)) + " |"
-        )
-
-    separator = (
-        "|" + "|".join(":" + "-" * (w + 1) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
-    )
-    return "\n".join([row(header), separator, *(row(line) for line in lines)])
+    return markdown_table(header, lines)
 
 
 async def run(options: Options) -> Figures:
@@ -260,8 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures = asyncio.run(run(options))
     today = datetime.date.today().isoformat()
     print(
-        f"pump-1 through the gateway, board vs simulator: {options.rounds} rounds x {options.calls} calls of {TOOL} "
-        f"per path and era, {today}, Python {platform.python_version()}, {os.cpu_count()} cores"
+        f"pump-1 through the gateway, board vs simulator: {options.rounds} rounds x {options.calls} calls of "
+        f"{PUMP_TOOL} per path and era, {today}, Python {platform.python_version()}, {os.cpu_count()} cores"
     )
     print(render(figures, options.modes))
     return 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
 import os
 import platform
@@ -27,19 +26,23 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-import aiohttp
-from mcp import Client
-
 from bench.devices import Devices
 from bench.load import SequentialClient, WorkerPool
-from bench.processes import UNLIMITED_RATE_ENV, Child, cpu_seconds, free_port, machine_busy_seconds, memory_kib
-from bench.report import Row, median, missed, percentile, render
+from bench.processes import (
+    Child,
+    cpu_seconds,
+    free_port,
+    gateway_env,
+    machine_busy_seconds,
+    memory_kib,
+    wait_healthy,
+    wait_slot_ready,
+)
+from bench.report import MODE_LABELS, MODES, Row, median, missed, percentile, render
 
 REPO = Path(__file__).resolve().parent.parent
 SLOT = "bench"
 PATHS = ("direct", "gateway")
-MODES = ("legacy", "2026-07-28")
-MODE_LABELS = {"legacy": "session era", "2026-07-28": "2026-07-28"}
 LATENCY_TARGET = 1.10
 THROUGHPUT_TARGET = 0.90
 
@@ -126,46 +129,17 @@ class Stack:
 
     async def start(self) -> None:
         # The gateway's built-in defaults: no config file or MCP_GATEWAY_* setting of this shell leaks in.
-        gateway_env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY_")}
-        gateway_env.update(UNLIMITED_RATE_ENV)
         gateway_args = ["-m", "gateway.cli", "run", "--port", str(self.gateway_port)]
-        self.children.append(Child("gateway", gateway_args, REPO, env=gateway_env))
-        await self._wait_healthy(f"{self.gateway_url}/healthz", self.gateway)
+        self.children.append(Child("gateway", gateway_args, REPO, env=gateway_env()))
+        await wait_healthy(f"{self.gateway_url}/healthz", self.gateway)
         server_args = ["-m", "bench.relay_server", "--port", str(self.server_port), "--gateway", self.gateway_url]
         server_args += ["--slot", SLOT, *(["--json-response"] if self.json_response else [])]
         self.children.append(Child("server", server_args, REPO))
         line = await asyncio.to_thread(self.server.read_line, 30.0)
         if line != "ready":
             raise RuntimeError(f"the SDK server did not start:\n{self.server.output()[-3000:]}")
-        await self._wait_slot_ready()
-
-    async def _wait_healthy(self, url: str, child: Child) -> None:
-        deadline = time.monotonic() + 30
-        async with aiohttp.ClientSession() as http:
-            while time.monotonic() < deadline:
-                if not child.alive():
-                    break
-                with contextlib.suppress(aiohttp.ClientError, OSError):
-                    async with http.get(url) as response:
-                        if response.status == 200:
-                            return
-                await asyncio.sleep(0.05)
-        raise RuntimeError(f"the {child.name} did not come up:\n{child.output()[-3000:]}")
-
-    async def _wait_slot_ready(self) -> None:
-        """The gateway has initialized the server and cached its tools once a listing shows `add`."""
-        deadline = time.monotonic() + 30
-        last_error = ""
-        while time.monotonic() < deadline:
-            try:
-                async with Client(self.urls["gateway"], mode="legacy") as client:
-                    tools = await client.list_tools()
-                if any(tool.name == "add" for tool in tools.tools):
-                    return
-            except Exception as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"slot {SLOT} never became ready through the gateway: {last_error}")
+        # The gateway has initialized the server and cached its tools once a listing shows `add`.
+        await wait_slot_ready(self.gateway_url, SLOT, "add")
 
     def cpu(self) -> dict[str, float]:
         return {

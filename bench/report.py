@@ -1,4 +1,4 @@
-"""Statistics over benchmark rounds and the table `bench.relay` prints (pure functions, no I/O)."""
+"""Statistics over benchmark rounds and the tables the benchmarks print (pure functions, no I/O)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+MODES = ("legacy", "2026-07-28")
+"""The protocol eras a benchmark's SDK clients speak (mcp.Client's `mode`)."""
+MODE_LABELS = {"legacy": "session era", "2026-07-28": "2026-07-28"}
 
 
 def median(values: Sequence[float]) -> float:
@@ -75,7 +79,13 @@ def _number(value: float | None, unit: str) -> str:
     return f"{value:.2f}"
 
 
-def _spread(ratios: Sequence[float]) -> str:
+def round_ratios(values: Sequence[float], baselines: Sequence[float]) -> list[float]:
+    """Each round's value ÷ the baseline measured in the same round."""
+    return [ratio(value, baseline) for value, baseline in zip(values, baselines, strict=True)]
+
+
+def spread(ratios: Sequence[float]) -> str:
+    """The lowest and highest round's ratio ("0.98-1.07"), or "" with fewer than two rounds."""
     finite = [value for value in ratios if not math.isnan(value)]
     if len(finite) < 2:
         return ""
@@ -94,7 +104,7 @@ def render(rows: Sequence[Row]) -> str:
                 _number(row.direct, row.unit),
                 _number(row.gateway, row.unit),
                 "-" if row_ratio is None else ("n/a" if math.isnan(row_ratio) else f"{row_ratio:.2f}x"),
-                _spread(row.round_ratios),
+                spread(row.round_ratios),
                 row.target,
                 row.verdict,
             ]
@@ -113,6 +123,19 @@ def render(rows: Sequence[Row]) -> str:
     )
     separator = separator + "|"
     return "\n".join([fmt(header), separator, *(fmt(line) for line in lines)])
+
+
+def markdown_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    """A Markdown table of text cells: the first column left-aligned, the figures right-aligned."""
+    widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
+
+    def row(cells: Sequence[str]) -> str:
+        return (
+            "| " + " | ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)) + " |"
+        )
+
+    separator = "|" + "|".join(":" + "-" * (w + 1) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths))
+    return "\n".join([row(header), separator + "|", *(row(line) for line in lines)])
 
 
 def missed(rows: Sequence[Row]) -> list[Row]:
