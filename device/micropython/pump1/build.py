@@ -75,8 +75,11 @@ def _der(data):
 def _tls(settings, secure, what):
     if not secure:
         return None
+    import gc
     import ssl
 
+    # The context wants one block of about 3 KB: give it back what config parsing left behind.
+    gc.collect()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if settings["tls_insecure"]:
         context.verify_mode = ssl.CERT_NONE
