@@ -1,14 +1,18 @@
 """Heap of the MicroPython provider library plus pump-1 on the Unix port: after import, after boot,
-and after 1,000 tool calls, which must not grow it. Run: `python -m bench.device_heap`.
+and after 1,000 tool calls, which must not grow it.
+
+    python -m bench.device_heap            # 3 runs of 1,000 calls per column, about 10 s
+    python -m bench.device_heap --quick    # smoke run: 1 run of 200 calls (figures not meaningful)
 
 Two measurements, both under `-X heapsize=96K` (an ESP32 without PSRAM):
 - in-process: the app's own modules boot as main.py boots them, then 1,000 calls go straight into
   the dispatcher (no network), from source (.py) and from the deployment form (.mpy);
-- end to end: the real app connected to a real gateway, 1,000 calls from a client through the
-  gateway, heap read from the device's own `heap` log lines.
-Heap figures are deterministic to a few blocks, so each is the median of a few runs. The first 100
-calls fill the bounded response cache; the ratio compares the heap after 1,000 calls with the heap
-after 100 in the same run (1.000 = the calls do not grow it).
+- end to end: the real app connected to a real gateway (`python -m gateway.cli run`, its own
+  process, rate limits off: the calls come far faster than one caller's default 50/s), 1,000 calls
+  from a client through the gateway, heap read from the device's own `heap` log lines.
+Heap figures are deterministic to a few blocks, so each is the median of a few runs. The first tenth
+of the calls (100 of 1,000) fills the bounded response cache; the ratio compares the heap after all
+calls with the heap after that tenth in the same run (1.000 = the calls do not grow it).
 """
 
 from __future__ import annotations
@@ -20,21 +24,22 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from gateway.app import GatewayServer
+from bench.processes import Child, free_port, gateway_env, wait_healthy, wait_slot_ready
 from gateway.client import GatewayClient
-from gateway.config import GatewayConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEVICE_DIR = REPO / "device" / "micropython"
 SCHEMA_FILE = REPO / "device" / "schemas" / "pump-1.json"
 HEAP = "96K"
-CALLS = 1000
+STAGES = ("interpreter", "imported", "booted", "initialized", "after_base", "after_all")
 
-# Runs inside MicroPython: the boot order of main.py, then CALLS calls into the dispatcher.
+# Runs inside MicroPython: the boot order of main.py, then COUNT calls into the dispatcher (BASE: the
+# call after which the heap is read to compare the end with).
 PROBE = """
 import gc, sys, json
 def used():
@@ -49,10 +54,9 @@ def unload(name):
 report("interpreter")
 import mcpdevice.dispatcher, mcpdevice.registry, mcpdevice.websocket, pump1.app, pump1.tools
 report("imported")
-from pump1 import config
+from pump1 import build, config
 settings = config.load(sys.argv[1])
 unload("pump1.config")
-from pump1 import build
 hardware, controller, provider, watchdog = build.build(settings)
 unload("pump1.build")
 unload("mcpdevice.schema_index")
@@ -81,10 +85,33 @@ for n in range(COUNT):
     controller.tick()
     frame = '{"jsonrpc":"2.0","id":"brk-%d","method":"tools/call","params":{"name":%s}}' % (n + 1, calls[n % 6])
     send(frame.encode())
-    if n + 1 == 100:
-        report("after_100")
-report("after_1000")
+    if n + 1 == BASE:
+        report("after_base")
+report("after_all")
 """
+
+
+@dataclass(frozen=True)
+class Options:
+    rounds: int
+    calls: int
+
+    @property
+    def base(self) -> int:
+        """The calls after which the response cache is full: the heap to compare the end with."""
+        return max(1, self.calls // 10)
+
+
+def parse_options(argv: list[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(prog="python -m bench.device_heap", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, help="runs per column, median taken (default 3; quick 1)")
+    parser.add_argument("--calls", type=int, help="tool calls per run (default 1000; quick 200; at least 10)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 run of 200 calls per column")
+    args = parser.parse_args(argv)
+    options = Options(rounds=args.rounds or (1 if args.quick else 3), calls=args.calls or (200 if args.quick else 1000))
+    if options.rounds < 1 or options.calls < 10:
+        parser.error("--rounds must be at least 1 and --calls at least 10")
+    return options
 
 
 def tool(name: str) -> str:
@@ -92,9 +119,9 @@ def tool(name: str) -> str:
     return str(beside) if beside.exists() else name
 
 
-async def run_probe(code_dir: Path, config: Path) -> dict[str, int]:
+async def run_probe(code_dir: Path, config: Path, options: Options) -> dict[str, int]:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
-        script.write(PROBE.replace("COUNT", str(CALLS)))
+        script.write(PROBE.replace("COUNT", str(options.calls)).replace("BASE", str(options.base)))
     try:
         process = await asyncio.create_subprocess_exec(
             tool("micropython"),
@@ -115,7 +142,7 @@ async def run_probe(code_dir: Path, config: Path) -> dict[str, int]:
             record = orjson.loads(line)
             if "stage" in record:
                 stages[record["stage"]] = record["used"]
-    if process.returncode != 0 or "after_1000" not in stages:
+    if process.returncode != 0 or "after_all" not in stages:
         raise RuntimeError(f"probe failed:\n{output.decode()[-2000:]}")
     return stages
 
@@ -129,51 +156,56 @@ async def compile_tree(into: Path) -> None:
             raise RuntimeError(f"mpy-cross failed on {source}")
 
 
-async def end_to_end(work: Path) -> dict[str, int]:
+async def end_to_end(work: Path, options: Options) -> dict[str, int]:
     """The real app behind a real gateway; heap read from the device's own log lines."""
-    server = GatewayServer(GatewayConfig.model_validate({"port": 0}))
-    await server.start()
-    config = work / "e2e.json"
-    config.write_bytes(orjson.dumps({"gateway_url": server.url, "schema_path": str(SCHEMA_FILE), "heap_log_s": 0.3}))
-    process = await asyncio.create_subprocess_exec(
-        tool("micropython"),
-        "-X",
-        f"heapsize={HEAP}",
-        str(DEVICE_DIR / "main.py"),
-        "--config",
-        str(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "MICROPYPATH": f".frozen:{DEVICE_DIR}"},
-    )
-    heap: list[int] = []
-
-    async def read() -> None:
-        assert process.stdout is not None
-        async for raw in process.stdout:
-            if b'"heap"' in raw:
-                heap.append(orjson.loads(raw)["used"])
-
-    reader = asyncio.get_running_loop().create_task(read())
-
-    async def next_heap() -> int:
-        seen = len(heap)
-        deadline = time.monotonic() + 10
-        while len(heap) <= seen:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the device logged no heap figure")
-            await asyncio.sleep(0.05)
-        return heap[-1]
-
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    gateway = Child("gateway", ["-m", "gateway.cli", "run", "--port", str(port)], REPO, env=gateway_env())
+    process: asyncio.subprocess.Process | None = None
+    reader: asyncio.Task[None] | None = None
     try:
-        deadline = time.monotonic() + 10
-        while (entry := server.gateway.registry.slots.get("pump-1")) is None or not (entry.live and entry.live.ready):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the device did not connect")
-            await asyncio.sleep(0.05)
-        async with GatewayClient(server.url, "pump-1") as client:
+        await wait_healthy(f"{url}/readyz", gateway)
+        config = work / "e2e.json"
+        config.write_bytes(orjson.dumps({"gateway_url": url, "schema_path": str(SCHEMA_FILE), "heap_log_s": 0.3}))
+        process = await asyncio.create_subprocess_exec(
+            tool("micropython"),
+            "-X",
+            f"heapsize={HEAP}",
+            str(DEVICE_DIR / "main.py"),
+            "--config",
+            str(config),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "MICROPYPATH": f".frozen:{DEVICE_DIR}"},
+        )
+        heap: list[int] = []
+        lines: list[bytes] = []
+
+        async def read() -> None:
+            assert process is not None and process.stdout is not None
+            async for raw in process.stdout:
+                lines.append(raw)
+                if b'"heap"' in raw:
+                    heap.append(orjson.loads(raw)["used"])
+
+        reader = asyncio.get_running_loop().create_task(read())
+
+        async def next_heap() -> int:
+            seen = len(heap)
+            deadline = time.monotonic() + 10
+            while len(heap) <= seen:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the device logged no heap figure:\n" + b"".join(lines[-20:]).decode())
+                await asyncio.sleep(0.05)
+            return heap[-1]
+
+        try:
+            await wait_slot_ready(url, "pump-1", timeout_s=15)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{b''.join(lines[-20:]).decode()}") from None
+        async with GatewayClient(url, "pump-1") as client:
             await client.call_tool("get_status", {})
-            connected = await next_heap()
+            figures = {"booted": await next_heap()}
             arguments: tuple[dict[str, int], ...] = (
                 {},
                 {"speed_rpm": 1500},
@@ -183,51 +215,56 @@ async def end_to_end(work: Path) -> dict[str, int]:
                 {},
             )
             names = ("get_status", "start", "set_speed", "start", "stop", "reset_fault")
-            figures = {"booted": connected}
-            for n in range(CALLS):
+            for n in range(options.calls):
                 await client.call_tool(names[n % 6], dict(arguments[n % 6]))
-                if n + 1 == 100:
-                    figures["after_100"] = await next_heap()
-            figures["after_1000"] = await next_heap()
+                if n + 1 == options.base:
+                    figures["after_base"] = await next_heap()
+            figures["after_all"] = await next_heap()
         return figures
     finally:
-        process.terminate()
-        await process.wait()
-        reader.cancel()
-        await server.stop()
+        if process is not None and process.returncode is None:
+            process.terminate()
+            await process.wait()
+        if reader is not None:
+            reader.cancel()
+        gateway.stop()
 
 
-def row(stage: str, figures: list[list[dict[str, int]]]) -> str:
+def row(label: str, stage: str, figures: list[list[dict[str, int]]]) -> str:
     cells = []
     for runs in figures:
         values = [run[stage] for run in runs if stage in run]
         cells.append(f"{statistics.median(values) / 1024:>9.1f}" if values else f"{'-':>9}")
-    return f"{stage:<14}" + "".join(cells)
+    return f"{label:<18}" + "".join(cells)
 
 
-async def main(rounds: int) -> None:
+async def main(options: Options) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         compiled = work / "mpy"
         await compile_tree(compiled)
         config = work / "probe.json"
         config.write_bytes(orjson.dumps({"schema_path": str(SCHEMA_FILE), "gateway_url": "ws://127.0.0.1:1"}))
-        source_runs = [await run_probe(DEVICE_DIR, config) for _ in range(rounds)]
-        compiled_runs = [await run_probe(compiled, config) for _ in range(rounds)]
-        e2e_runs = [await end_to_end(work) for _ in range(rounds)]
-    columns = (source_runs, compiled_runs, e2e_runs)
-    print(f"pump-1 heap on the MicroPython Unix port, -X heapsize={HEAP}, {CALLS} calls, median of {rounds} runs (KiB)")
-    print(f"{'stage':<14}{'.py':>9}{'.mpy':>9}{'gateway':>9}")
-    for stage in ("interpreter", "imported", "booted", "initialized", "after_100", "after_1000"):
-        print(row(stage, list(columns)))
+        source_runs = [await run_probe(DEVICE_DIR, config, options) for _ in range(options.rounds)]
+        compiled_runs = [await run_probe(compiled, config, options) for _ in range(options.rounds)]
+        e2e_runs = [await end_to_end(work, options) for _ in range(options.rounds)]
+    columns = [source_runs, compiled_runs, e2e_runs]
+    print(
+        f"pump-1 heap on the MicroPython Unix port, -X heapsize={HEAP}, {options.calls} calls, "
+        f"median of {options.rounds} runs (KiB)"
+    )
+    print(f"{'stage':<18}{'.py':>9}{'.mpy':>9}{'gateway':>9}")
+    labels = dict(zip(STAGES, STAGES, strict=True))
+    labels.update(after_base=f"after {options.base} calls", after_all=f"after {options.calls} calls")
+    for stage in STAGES:
+        print(row(labels[stage], stage, columns))
     ratios = []
     for runs in columns:
-        growth = statistics.median(run["after_1000"] / run["after_100"] for run in runs)
+        growth = statistics.median(run["after_all"] / run["after_base"] for run in runs)
         ratios.append(f"{growth:>9.3f}")
-    print(f"{'1000/100':<14}" + "".join(ratios) + "   (1.000: calls do not grow the heap)")
+    ratio_label = f"{options.calls}/{options.base}"
+    print(f"{ratio_label:<18}" + "".join(ratios) + "   (1.000: calls do not grow the heap)")
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    asyncio.run(main(parser.parse_args().rounds))
+    asyncio.run(main(parse_options()))

@@ -1,6 +1,6 @@
 """pump-1 through the gateway: the MicroPython board (Unix port) against the simulator, same call.
 
-    python -m bench.pump_paths            # 5 rounds of 400 calls per path and era, about a minute
+    python -m bench.pump_paths            # 5 rounds of 400 calls per path and era, about 15 s
     python -m bench.pump_paths --quick    # smoke run, a few seconds (figures not meaningful)
 
 Four processes on free loopback ports: the gateway (`python -m gateway.cli run`), pump-1 as the

@@ -3,8 +3,9 @@
 The board's link loop (mcpdevice.provider) over aiohttp: dial, send the register frame (aggregate
 true, the hello), answer every frame with the pump's dispatcher, answer WebSocket pings (each frame
 and each ping feeds the pump's dead-man), drop a link silent for `silence_s`, and dial again after a
-full-jitter back-off (gateway.core.backoff.Backoff) that is reset once a link carried a request, so
-a gateway that accepts and at once refuses the pump is not hammered.
+jittered back-off (gateway.core.backoff.Backoff: between half the ceiling and the ceiling, which
+doubles per failure) that is reset once a link carried a request, so a gateway that accepts and at
+once refuses the pump is not hammered.
 
 The control interface cuts the link on purpose:
 - drop(offline_s): the socket is shut down without a WebSocket close (the gateway sees the TCP
@@ -150,6 +151,7 @@ class PumpLink:
         if ws is None:
             return
         self._cut_reason = reason
+        self.connected = False  # at once: the control endpoint's answer shows the link as down
         sock = ws.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -206,11 +208,11 @@ class PumpLink:
             self.last_down_reason = f"{type(exc).__name__}: {exc}"
             return False
         self._ws = ws
-        if self.offline_until is not None:  # cut while dialling
-            self._cut("link_drop from the control endpoint")
         self.links += 1
         self.connected = True
         log.info("%s link up to %s (link %d)", self.pump.slot, self.url, self.links)
+        if self.offline_until is not None:  # cut while dialling
+            self._cut("link_drop from the control endpoint")
         self._carried = False
         try:
             await ws.send_frame(self.first_frame, aiohttp.WSMsgType.TEXT)

@@ -45,17 +45,23 @@ def _unload(name):
 
 def _boot(path):
     from mcpdevice.log import log
-    from pump1 import FIRMWARE_NAME, FIRMWARE_VERSION, config
+    from pump1 import FIRMWARE_NAME, FIRMWARE_VERSION
 
     log("boot", firmware=FIRMWARE_NAME, version=FIRMWARE_VERSION, platform=sys.platform, config=path)
+    # Composition first, while no settings are held yet: compiling pump1.build and the controller
+    # and physics it imports from source is the largest transient need of the boot, and with the
+    # settings and config's leftovers already on the heap it ran out on a 96 KB board on MQTT.
+    # Importing touches no pin; a config error is still reported before anything does.
+    from pump1 import build, config
+
     try:
         settings = config.load(path)
     except config.ConfigError as exc:
         log("config_error", path=path, error=str(exc))
+        _unload("pump1.build")
         return None, None
     finally:
         _unload("pump1.config")
-    from pump1 import build
 
     try:
         return build.build(settings), settings

@@ -119,6 +119,29 @@ async def start_device(
     return Device(process, config)
 
 
+async def run_snippet(micropython: str | None, script: Path, timeout_s: float = 30.0) -> list[Message]:
+    """Run `script` with the device modules on its path, under the real MicroPython (96 KB heap), or
+    under this CPython when `micropython` is None; the JSON objects it printed, one a line."""
+    if micropython is None:
+        command = [sys.executable, str(script)]
+        env = {**os.environ, "PYTHONPATH": str(DEVICE_DIR)}
+    else:
+        command = [micropython, "-X", f"heapsize={DEVICE_HEAP}", str(script)]
+        env = {**os.environ, "MICROPYPATH": f".frozen:{DEVICE_DIR}"}
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        pytest.fail(f"{script.name} did not finish within {timeout_s} s")
+    if process.returncode != 0:
+        pytest.fail(f"{script.name} failed ({process.returncode}):\n{output.decode(errors='replace')[-3000:]}")
+    return [orjson.loads(line) for line in output.splitlines() if line.startswith(b"{")]
+
+
 class FakeLink:
     """One device connected to the FakeGateway."""
 

@@ -156,7 +156,11 @@ async def test_dead_man_stops_the_pump_when_the_link_goes_silent(
     proxy.freeze()  # from here on nothing passes in either direction, and nothing is closed
     fault = await device.wait_event("fault", code="link_lost", timeout=10)
     assert "No request or ping from the gateway for 1 s" in fault["text"]
-    await device.wait_event("link_down", timeout=10)
+    silent = await device.wait_event("link_down", timeout=10)
+    assert silent["reason"] == "no frame or ping from the gateway for 1 s"
+    # Dialling again through the dead path: the upgrade is never answered, and the log says so.
+    unanswered = await device.wait_event("link_down", count=2, timeout=10)
+    assert unanswered["reason"].startswith(f"TimeoutError: no answer from {proxy.url}/provider/pump-1 within 2 s")
 
     proxy.thaw()
     await device.wait_event("link_up", count=2, timeout=15)

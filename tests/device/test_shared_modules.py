@@ -178,8 +178,9 @@ def test_sensor_failure_and_dry_run(rig: types.SimpleNamespace) -> None:
     assert rig.pump.status()["fault"] is None, "a short dip is not a dry run"
     rig.clock.run(rig.pump, 2)
     assert rig.pump.status()["fault"]["code"] == "dry_run"
+    assert "dry_run fault persists" in call(rig, "reset_fault")["content"][0]["text"]
     physics.clear("dry_run")
-    call(rig, "reset_fault")
+    assert call(rig, "reset_fault")["structuredContent"]["fault"] is None
 
     physics.inject("sensor_failure")
     rig.clock.run(rig.pump, 0.2)
@@ -271,3 +272,4 @@ def test_esp32_backend_scales_pwm_and_4_20_ma(
     assert board.read()[1:] == (None, 150.0, "pressure")
     board.safe_stop()
     assert (written["duty"], written["pin26"]) == (0, 0)
+    assert board.dry_run_persists() is False  # a stopped pump cannot show a dry run

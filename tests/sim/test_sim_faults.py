@@ -52,6 +52,10 @@ async def test_dry_run_latches_and_blocks_start_until_reset(
         refusal = await refusal_of(client, "start", {"speed_rpm": 300})
         assert refusal.startswith("The pump is in fault dry_run")
         await poll(client, lambda s: s["speed_rpm"] == 0)  # the drive ramped it down
+        # Stopped, the pump cannot show a dry run, but the simulator knows it is still injected.
+        refusal = await refusal_of(client, "reset_fault")
+        assert refusal.startswith("The dry_run fault persists: the pump still has no water"), refusal
+        assert (await status_of(client))["fault"]["code"] == "dry_run"
 
         status, state = await post_fault(simulator, "pump-2", {"fault": "dry_run", "clear": True})
         assert (status, state["injected"]) == (200, [])
@@ -142,6 +146,7 @@ async def test_link_drop_disconnects_the_slot_and_it_comes_back(
     status, state = await post_fault(simulator, "pump-2", {"fault": "link_drop", "seconds": 0.6})
     assert status == 200
     assert state["link"]["offline_for_s"] > 0
+    assert state["link"]["connected"] is False  # the answer reflects the drop it made
     await wait_for(lambda: slot.live is None, what="the slot to lose its provider")
     gone = await provider_status(gateway.url, "pump-2")
     assert (gone["connected"], gone["state"]) == (False, "empty")

@@ -33,7 +33,7 @@ async def test_three_pumps_publish_and_pump_2_runs_through_the_gateway(
     assert status["hello"] == {
         "device_id": "sim-pump-2",
         "firmware": {"name": "pump-1-sim", "version": "0.1.0"},
-        "schema": "4639cd6cbb9ad6ab",
+        "schema": "05bcc58176efee25",
     }
     assert status["in_aggregate"] is True  # the register frame opted in to _all, as a board does
     assert status["transport"] == "websocket"

@@ -8,8 +8,10 @@ One request and one response are in memory at a time; the dispatcher answers syn
 Liveness: every frame from the gateway, pings included, counts as contact (and is passed on to
 `on_heard`, which feeds the pump's dead-man). A link silent for `silence_s` is dropped and dialled
 again, because a gateway that pings every 30 s is gone when nothing came for 90 s. Reconnects wait
-a full-jitter exponential back-off between `backoff_min_s` and `backoff_max_s`, reset once a link
-carried traffic, so that a plant full of boards does not hammer a restarting gateway in step.
+an exponential back-off with equal jitter: the ceiling starts at `backoff_min_s` and doubles per
+failed dial up to `backoff_max_s`, the wait is picked between half the ceiling and the ceiling, and
+the ceiling resets once a link carried traffic, so that a plant full of boards does not hammer a
+restarting gateway in step (and no board redials at once).
 
 API
 ---
@@ -96,7 +98,8 @@ class Provider:
             except LinkClosed as exc:
                 reason = "closed, code %d: %s" % exc.args
             except Exception as exc:  # OSError, EOFError, timeouts, a refused handshake: all mean "dial again"
-                reason = "%s: %s" % (type(exc).__name__, exc)
+                text = str(exc)
+                reason = "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
             finally:
                 self.connected = False
                 if transport is not None:

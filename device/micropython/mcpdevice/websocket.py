@@ -6,7 +6,8 @@ cap is skipped without being buffered (its first bytes are kept so the device ca
 request it refuses). Runs on MicroPython (Unix port and ESP32; ws:// and wss://) and on CPython.
 
 Transport interface (what mcpdevice.provider needs; a serial or MQTT transport offers the same):
-    await .connect()         open the link; raises OSError (refused, timed out, handshake failed)
+    await .connect()         open the link; raises OSError (refused, handshake failed) or
+                             asyncio.TimeoutError naming the URL (no answer within timeout_s)
     await .recv()            the next message as bytes; (size, head) for one over the frame cap;
                              None after a control frame. Every return means the gateway spoke.
     await .send(message)     bytes, or a list of parts sent as one message: bytes-like, or
@@ -84,7 +85,11 @@ class WebSocketTransport:
         return self.url
 
     async def connect(self):
-        await asyncio.wait_for(self._open(), self.timeout_s)
+        try:
+            await asyncio.wait_for(self._open(), self.timeout_s)
+        except asyncio.TimeoutError:
+            # The bare timeout says nothing; the log line should say what did not answer.
+            raise asyncio.TimeoutError("no answer from %s within %s s" % (self.url, self.timeout_s)) from None
 
     async def _open(self):
         secure = self.url.startswith("wss://")

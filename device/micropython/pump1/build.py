@@ -19,6 +19,16 @@ from pump1 import FIRMWARE_NAME, FIRMWARE_VERSION, INSTRUCTIONS, SERVER_NAME, to
 from pump1.controller import PumpController
 from pump1.schema_hash import SCHEMA_HASH
 
+# A TLS context wants one block of about 3 KB. main.py imports this module before it loads the
+# config, and what loading the config leaves behind is too fragmented for that block: so the block
+# is held from here and handed back right before the context is made (or unused, if no TLS).
+_reserve = bytearray(3072)
+
+
+def _release():
+    global _reserve
+    _reserve = None
+
 
 def _machine():
     try:
@@ -78,7 +88,8 @@ def _tls(settings, secure, what):
     import gc
     import ssl
 
-    # The context wants one block of about 3 KB: give it back what config parsing left behind.
+    # The context wants one block of about 3 KB: the one held since import.
+    _release()
     gc.collect()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if settings["tls_insecure"]:
@@ -159,6 +170,7 @@ def build(settings):
     # The link first: a TLS context needs one block of about 3 KB, which the heap still has in one
     # piece before the schema is read.
     make_transport = _link(settings, frame_max)
+    _release()
     registry = schema_index.load(_schema_path(settings), tool_budget(frame_max))
     hardware = _hardware(settings)
     controller = PumpController(
@@ -183,13 +195,18 @@ def build(settings):
     }
     url = make_transport().describe()
 
-    before_connect = None
     wifi = settings["wifi"]
     if wifi["ssid"]:
         from mcpdevice.wifi import ensure_station
+    watchdog = None  # armed last, below; the closure reads it when it runs
 
-        async def before_connect():
+    async def before_connect():
+        if wifi["ssid"]:
             await ensure_station(wifi["ssid"], wifi["password"], log=log)
+        if watchdog is not None:
+            # The dial's name lookup (getaddrinfo in asyncio.open_connection, or in umqtt) blocks
+            # the whole event loop, the tick that feeds the watchdog too: give it all of watchdog_s.
+            watchdog.feed()
 
     provider = Provider(
         dispatcher,
@@ -211,4 +228,5 @@ def build(settings):
         tools=len(registry.names),
         deadman_s=settings["deadman_s"],
     )
-    return hardware, controller, provider, _watchdog(settings)
+    watchdog = _watchdog(settings)
+    return hardware, controller, provider, watchdog

@@ -32,6 +32,11 @@ Hardware backends (pump1.hardware_sim.SimulatedHardware, pump1.hardware_esp32.Es
     .read() -> (flow_lpm, pressure_bar, motor_temp_c, failed)
                         floats or None (no valid reading); `failed` names failed sensors or is None
     .safe_stop()        reference to zero and drive disabled at once (shutdown paths)
+    .dry_run_persists() -> bool
+                        the backend knows the pump still has no water (the simulated one: the
+                        injected condition); a real board cannot tell while the pump stands still
+                        and says False, so reset_fault allows the reset and the fault latches again
+                        after dry_run_s of running dry
 """
 
 import json
@@ -207,7 +212,13 @@ class PumpController:
                 "The sensor_failure fault persists: sensor %s still reads nothing valid. "
                 "Check its wiring, then call reset_fault again." % self.failed_sensors
             )
-        # link_lost: this very request proves the link is back. dry_run: only a new start can tell.
+        elif code == "dry_run" and self.hardware.dry_run_persists():
+            return (
+                "The dry_run fault persists: the pump still has no water on its suction side. "
+                "Prime it and check the suction side, then call reset_fault again."
+            )
+        # link_lost: this very request proves the link is back. dry_run on a board that cannot tell
+        # while stopped: a new start shows it, and the fault latches again if the pump still runs dry.
         self.fault = None
         self.state = STOPPED if self.speed == 0 else STOPPING
         if self._on_event is not None:

@@ -8,6 +8,9 @@ API: Esp32Hardware(settings)   settings: the "esp32" section of the config
                         a loop current below 3.6 mA or above 21 mA (NAMUR NE 43) is a failed sensor
                         and reads None; a sensor whose pin is null is not fitted and reads None
     .safe_stop()        duty 0 and enable low at once
+    .dry_run_persists() False: a dry run shows only as missing flow while the pump turns, so a stopped
+                        pump cannot tell; the reset is allowed and the fault latches again after
+                        dry_run_s if the pump still runs dry
 """
 
 from machine import ADC, PWM, Pin
@@ -58,3 +61,6 @@ class Esp32Hardware:
         self.pwm.duty_u16(0)
         if self.enable is not None:
             self.enable.value(0)
+
+    def dry_run_persists(self):
+        return False

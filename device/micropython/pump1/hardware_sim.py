@@ -8,6 +8,8 @@ API: SimulatedHardware(physics=None)   (a fresh pump1.physics.PumpPhysics by def
     .drive(rpm, dt_s)   the motor follows the speed reference for dt_s seconds
     .read() -> (flow_lpm, pressure_bar, motor_temp_c, failed)
     .safe_stop()        the motor coasts to zero at once
+    .dry_run_persists() True while the simulator's dry-run condition is injected: the model knows
+                        the suction side is still dry, so reset_fault is refused until it is cleared
 """
 
 from pump1.physics import PumpPhysics
@@ -35,3 +37,6 @@ class SimulatedHardware:
 
     def safe_stop(self):
         self.physics.speed_rpm = 0.0
+
+    def dry_run_persists(self):
+        return self.physics.injected("dry_run")
