@@ -63,10 +63,20 @@ def test_worse_than_the_fixture_alone_is_a_deviation_even_without_a_failure(stat
     assert f"streams:json {status or 'MISSING'}" in verdict.unexpected[0]
 
 
-def test_info_where_the_fixture_passed_is_no_deviation() -> None:
-    # The gateway answers JSON where the SDK streams SSE; the suite reports INFO, not a problem.
-    verdict = verdict_of(run("ws", tools__list="SUCCESS", sampling__call="SUCCESS", streams__json="INFO"), BASELINE)
-    assert verdict == Verdict()
+@pytest.mark.parametrize("status", ["INFO", "WARNING"])
+def test_info_or_warning_where_the_fixture_passed_is_a_deviation(status: str) -> None:
+    # How the session era's 40-vs-39 went unnoticed: the gateway answered JSON where the fixture alone
+    # streams SSE, and the suite said INFO ("SSE streaming is optional") instead of SUCCESS.
+    verdict = verdict_of(run("ws", tools__list="SUCCESS", sampling__call="SUCCESS", streams__json=status), BASELINE)
+    assert len(verdict.unexpected) == 1
+    assert f"streams:json {status}" in verdict.unexpected[0]
+    assert "baseline SUCCESS" in verdict.unexpected[0]
+
+
+def test_info_where_the_fixture_alone_says_info_too_is_no_deviation() -> None:
+    baseline = run("baseline", tools__list="SUCCESS", streams__json="INFO")
+    assert verdict_of(run("ws", tools__list="SUCCESS", streams__json="INFO"), baseline) == Verdict()
+    assert verdict_of(run("ws", tools__list="SUCCESS", streams__json="SUCCESS"), baseline) == Verdict()
 
 
 def test_a_pending_gateway_feature_is_excused_and_reported() -> None:
@@ -108,6 +118,52 @@ def test_expected_failures_excuse_every_leg_and_go_stale_when_they_pass() -> Non
     assert verdict_of(run("baseline", tasks__life="FAILURE"), None, expected).expected
     assert verdict_of(run("ws", tasks__life="FAILURE"), run("baseline", tasks__life="FAILURE"), expected).expected
     assert verdict_of(run("baseline", tasks__life="SUCCESS"), None, expected).stale
+
+
+TASKS = [Entry("tasks", None, "extension")]
+TASKS_BASELINE = run("baseline", tasks__life="FAILURE", tasks__caps="SUCCESS", tasks__hint="WARNING")
+
+
+def test_a_listed_scenario_excuses_only_the_checks_that_fail_on_the_baseline_too() -> None:
+    """The gateway breaking a check that passes for the fixture alone is a failure, listed scenario or not."""
+    gateway = run("ws", tasks__life="FAILURE", tasks__caps="FAILURE", tasks__hint="WARNING")
+    verdict = verdict_of(gateway, TASKS_BASELINE, TASKS)
+    assert len(verdict.unexpected) == 1
+    assert "tasks:caps FAILURE" in verdict.unexpected[0]
+    assert "baseline SUCCESS" in verdict.unexpected[0]
+    assert len(verdict.expected) == 1 and "tasks:life FAILURE" in verdict.expected[0]
+    assert not verdict.stale
+
+
+def test_a_check_failing_on_the_baseline_of_a_listed_scenario_is_expected() -> None:
+    gateway = run("ws", tasks__life="FAILURE", tasks__caps="SUCCESS", tasks__hint="WARNING")
+    verdict = verdict_of(gateway, TASKS_BASELINE, TASKS)
+    assert not verdict.unexpected and not verdict.stale
+    assert len(verdict.expected) == 1 and "tasks:life FAILURE" in verdict.expected[0]
+
+
+@pytest.mark.parametrize(
+    ("status", "why"), [("FAILURE", "baseline WARNING"), ("SKIPPED", "baseline SUCCESS"), ("INFO", "baseline SUCCESS")]
+)
+def test_worse_than_the_baseline_in_a_listed_scenario_is_unexpected(status: str, why: str) -> None:
+    checks = {"tasks__life": "FAILURE", "tasks__caps": "SUCCESS", "tasks__hint": "WARNING"}
+    checks["tasks__hint" if why == "baseline WARNING" else "tasks__caps"] = status
+    verdict = verdict_of(run("ws", **checks), TASKS_BASELINE, TASKS)
+    assert len(verdict.unexpected) == 1 and why in verdict.unexpected[0]
+
+
+def test_a_check_only_the_gateway_leg_fails_in_a_listed_scenario_is_unexpected() -> None:
+    gateway = run("ws", tasks__life="FAILURE", tasks__caps="SUCCESS", tasks__hint="WARNING", tasks__new="FAILURE")
+    verdict = verdict_of(gateway, TASKS_BASELINE, TASKS)
+    assert len(verdict.unexpected) == 1
+    assert "tasks:new FAILURE" in verdict.unexpected[0] and "not on the baseline" in verdict.unexpected[0]
+
+
+def test_a_check_listed_by_itself_is_excused_even_where_the_baseline_passes() -> None:
+    gateway = run("ws", tasks__life="FAILURE", tasks__caps="FAILURE", tasks__hint="WARNING")
+    verdict = verdict_of(gateway, TASKS_BASELINE, [Entry("tasks", "life", "x"), Entry("tasks", "caps", "y")])
+    assert not verdict.unexpected and not verdict.stale
+    assert len(verdict.expected) == 2
 
 
 def test_an_entry_for_a_scenario_this_suite_did_not_run_is_not_stale() -> None:

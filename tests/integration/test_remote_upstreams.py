@@ -22,11 +22,12 @@ from aiohttp import web
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from gateway.app import GatewayServer
 from gateway.core.status import provider_status
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
-from tests.support.remote_server import Guard, RemoteServer, TokenServer, free_port, remote_server
+from tests.support.remote_server import Guard, Refusal, RemoteServer, TokenServer, free_port, remote_server
 from tests.support.servers import demo_server
 
 # The demo server logs on purpose (logging is deprecated in 2026-07-28, still part of the session era).
@@ -118,6 +119,31 @@ async def test_calls_reach_each_kind_of_remote(
             session_ids = {seen.headers.get("mcp-session-id") for seen in posts[1:]}
             assert len(session_ids) == 1 and None not in session_ids
             assert status["session"] is True and status["get_stream"] == "open"
+
+
+@pytest.mark.parametrize("client_era", ERAS)
+@pytest.mark.parametrize("refusal", ["http-400", "method-not-found"])
+async def test_auto_falls_back_to_the_session_era_for_a_2025_server(
+    gateway_factory: GatewayFactory, refusal: Refusal, client_era: str
+) -> None:
+    """A server of the 2025 era refuses the server/discover probe (HTTP 400, or -32601): with the default
+    transport "auto" the gateway initializes it in the session era, and clients of either era use it."""
+    async with remote_server(lambda: demo_server("files"), session_era_only=refusal) as remote:
+        server = await start_gateway(gateway_factory, entry(remote.url))  # transport: the default, auto
+        await wait_ready_slot(server, SLOT)
+        async with Client(slot_url(server), mode=client_era) as client:
+            assert {"add", "echo"} <= {tool.name for tool in (await client.list_tools()).tools}
+            assert text(await client.call_tool("add", {"a": 2, "b": 40})) == "42"
+            assert text(await client.call_tool("echo", {"text": "hi"})) == "hi"
+        status = upstream(server)
+        assert (status["state"], status["transport"], status["era"]) == ("connected", "auto", "session")
+        assert status["session"] is True and status["protocol_version"] in HANDSHAKE_PROTOCOL_VERSIONS
+        assert remote.refused == ["server/discover"]  # probed once, then never a 2026-07-28 request again
+        posts = remote.requests("POST")
+        assert posts[0].headers["mcp-method"] == "server/discover"
+        assert posts[0].headers["mcp-protocol-version"] == "2026-07-28"
+        session_ids = {seen.headers.get("mcp-session-id") for seen in posts[2:]}  # after discover, initialize
+        assert len(session_ids) == 1 and None not in session_ids
 
 
 async def test_remote_tools_join_all_when_aggregate(gateway_factory: GatewayFactory) -> None:
