@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import random
 
+MAX_DOUBLINGS = 256
+"""Past this many failures the ceiling no longer doubles (it reached max_s long before)."""
+
 
 class Backoff:
     """Full-jitter exponential back-off: a random wait up to a ceiling that doubles per failure."""
@@ -17,7 +20,10 @@ class Backoff:
         self.failures = 0
 
     def next_delay(self) -> float:
-        ceiling = min(self.max_s, self.initial_s * (2**self.failures))
+        # The exponent stops growing long before 2**1024, which no float holds (OverflowError at the
+        # 1025th failure in a row: some six hours of a port, broker or upstream away at max_s 30 s).
+        doubled = self.initial_s * 2.0 ** min(self.failures, MAX_DOUBLINGS)
+        ceiling = min(self.max_s, doubled)
         self.failures += 1
         return random.uniform(ceiling / 2, ceiling)
 

@@ -58,8 +58,12 @@ def wire_bytes(message: bytes) -> bytes:
 
 
 def max_encoded_length(frame_cap: int) -> int:
-    """Longest COBS chunk (without delimiters) a message of `frame_cap` bytes can take."""
-    return int(cobs.max_encoded_length(frame_cap + CRC_BYTES))
+    """Longest COBS chunk (without delimiters) a message of `frame_cap` bytes can take.
+
+    One byte more than this package's encoder needs: when message and CRC fill whole 254-byte
+    blocks, encoders differ on the end. `cobs` stops after the last full block; the board's
+    (mcpdevice.framing.encode) closes it with an empty block, code 0x01. Both decode alike."""
+    return int(cobs.max_encoded_length(frame_cap + CRC_BYTES)) + 1
 
 
 def is_text(chunk: bytes) -> bool:
@@ -190,9 +194,13 @@ class FrameDecoder:
         if line.startswith(b"{") and _json_object(line):
             if buffer[: self._line_start].strip():  # what came before the line on this chunk is not a frame
                 self._drop("text")
-            self.frames += 1
-            self.debug_lines += 1
-            messages.append(line)
+            if len(line) > self.frame_cap:
+                # The buffer holds a frame's COBS overhead more than the cap; a line gets no such margin.
+                self._drop("oversize")
+            else:
+                self.frames += 1
+                self.debug_lines += 1
+                messages.append(line)
             buffer.clear()
             self._line_start = 0
         else:

@@ -1,5 +1,6 @@
 """Inputs a stranger can send, as Hypothesis strategies: JSON values, JSON-RPC messages, envelopes,
-register frames, raw and mutated bytes, header values and URL path segments.
+register frames, raw and mutated bytes, header values and URL path segments, serial lines (frames,
+console text, damaged frames, chunkings) and MQTT topics and payloads.
 
 Half of fuzzing is reaching deep code: besides noise, every strategy produces inputs that are almost
 right (the keys the parsers look for, ids shaped like the gateway's, versions it speaks), so checks
@@ -15,6 +16,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from gateway.core.versions import HANDSHAKE_VERSIONS, STATELESS_VERSIONS
+from gateway.southbound.framing import encode_frame
+from gateway.southbound.mqtt_topics import parse_plain
 
 # -- JSON --------------------------------------------------------------------------------------------
 
@@ -279,3 +282,222 @@ path_segments = st.one_of(
     st.text(alphabet="abcXYZ019-_.~%+", max_size=16),
     st.text(alphabet="abc%0123456789ABCDEF", max_size=70),
 )
+
+
+# -- serial lines (WIRE.md §4) -------------------------------------------------------------------
+
+FRAME_CAPS = (256, 300, 1024, 8192)
+"""Frame caps a port may be configured with (256 is the smallest the configuration accepts)."""
+
+
+def padded(size: int) -> bytes:
+    """A JSON-RPC notification of exactly `size` bytes (at least 60): messages at a frame cap's edge."""
+    head, tail = b'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"', b'"}}'
+    return head + b"p" * max(0, size - len(head) - len(tail)) + tail
+
+
+line_messages = st.one_of(
+    messages.map(dumps),
+    register_frames.map(dumps),
+    jsonrpc_messages.map(dumps),
+    st.binary(min_size=1, max_size=80),  # a frame carries bytes; only the port's reader parses them
+    st.tuples(st.sampled_from(FRAME_CAPS), st.integers(min_value=-3, max_value=3)).map(
+        lambda case: padded(case[0] + case[1])
+    ),
+    st.sampled_from((b"\x00", b"\x00" * 5, b"{}", b"\xff" * 254, b"x" * 253, b"x" * 254, b"x" * 255)),
+    # With its CRC, a message that fills whole COBS blocks (encoders differ on how they end it).
+    st.integers(min_value=1, max_value=33).map(lambda blocks: padded(254 * blocks - 4)),
+)
+"""The JSON (or not) a board sends in one frame: every shape, zeros inside, sizes around COBS's
+254-byte blocks and around the frame caps."""
+
+BOOT_LINES = (
+    b"ets Jun  8 2016 00:22:57\r\n",
+    b"rst:0x1 (POWERON_RESET),boot:0x13 (SPI_FAST_FLASH_BOOT)\r\n",
+    b"I (312) boot: ESP-IDF v5.1\r\n",
+    b"MicroPython v1.23.0 on 2024-06-02; ESP32 module with ESP32\r\n",
+    b'Type "help()" for more information.\r\n>>> ',
+    b"Traceback (most recent call last):\r\n",
+    b"\r\n",
+)
+text_lines = st.one_of(
+    st.sampled_from(BOOT_LINES),
+    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=60).map(
+        lambda text: text.encode() + b"\r\n"
+    ),
+    st.tuples(jsonrpc_messages.map(dumps), st.sampled_from((b"\n", b"\r\n", b"\r"))).map(b"".join),
+    register_frames.map(lambda value: dumps(value) + b"\n"),
+    st.sampled_from((b"{not json\n", b"{1: 2}\n", b"[1, 2]\n", b"{}\r", b"{" * 3 + b"\n", b"\n\n", b"\r\r")),
+    # A typed line around the frame cap (and around what a frame of that cap takes encoded).
+    st.tuples(st.sampled_from(FRAME_CAPS), st.integers(min_value=-2, max_value=8)).map(
+        lambda case: padded(case[0] + case[1]) + b"\n"
+    ),
+)
+"""Lines on the console: boot logs, prints, and JSON lines (what a person types in debug mode)."""
+
+
+@st.composite
+def line_noise(draw: st.DrawFn) -> bytes:
+    """What can be on a serial line between frames, or instead of them."""
+    kind = draw(st.sampled_from(("text", "binary", "damaged", "long", "zeros")))
+    if kind == "text":
+        return b"".join(draw(st.lists(text_lines, min_size=1, max_size=4)))
+    if kind == "binary":
+        return draw(st.binary(min_size=1, max_size=300))
+    if kind == "damaged":
+        # A frame with bytes flipped, lost or inserted (the CRC catches what COBS cannot).
+        return draw(mutated(line_messages.map(encode_frame)))
+    if kind == "long":
+        # More than a frame's worth of bytes before the next delimiter (or line end).
+        size = draw(st.sampled_from(FRAME_CAPS)) + draw(st.integers(min_value=-8, max_value=40))
+        filler = draw(st.sampled_from((b"x", b"\xff", b"{", b"\x01", b"ab\n")))
+        return (filler * size)[:size]
+    return b"\x00" * draw(st.integers(min_value=1, max_value=3))
+
+
+@st.composite
+def chunkings(draw: st.DrawFn, data: bytes) -> list[bytes]:
+    """`data` cut into the pieces a read returns: anywhere, byte by byte, or all at once."""
+    how = draw(st.sampled_from(("cuts", "cuts", "bytes", "whole")))
+    if how == "whole" or not data:
+        return [data]
+    if how == "bytes":
+        return [data[at : at + 1] for at in range(len(data))]
+    cuts = sorted(set(draw(st.lists(st.integers(min_value=1, max_value=len(data)), max_size=12))))
+    return [data[start:end] for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+
+
+# -- MQTT (WIRE.md §5) -----------------------------------------------------------------------------
+
+SLOT_PLACEHOLDER = "{slot-of-the-topic}"
+"""Stands for the slot named by the topic a payload is published on (a status must name its own slot)."""
+
+
+def with_slot(topic: str, payload: bytes) -> bytes:
+    """`payload` with the topic's own slot where it names SLOT_PLACEHOLDER."""
+    placeholder = SLOT_PLACEHOLDER.encode()
+    if placeholder not in payload:
+        return payload
+    address = parse_plain("mcpb", topic)
+    slot = address.slot if address is not None else "pump-1"
+    return payload.replace(placeholder, json.dumps(slot)[1:-1].encode())
+
+
+MAX_TOPIC_BYTES = 65_535
+"""An MQTT topic is a length-prefixed UTF-8 string: what any broker can deliver at most."""
+
+mqtt_slots = st.one_of(
+    st.sampled_from(("pump-1", "pump-2", "held-1", "_all", "_x", "a+b", "a#", "é", "x" * 64, "x" * 65, "a\x01b")),
+    slot_names,
+)
+server_ids = st.one_of(st.sampled_from(("srv-1", "srv-2", "srv-3", "a+b", "#", "")), st.text(max_size=8))
+server_names = st.one_of(
+    st.sampled_from(
+        ("pump-1", "plant/pump-1", "plant/pumps/pump-2", "lab/pump-1", "plant/held-1", "plant/_x", "a//b", "a/", "+")
+    ),
+    st.lists(mqtt_slots, min_size=1, max_size=4).map("/".join),
+)
+GATEWAY_CLIENT_ID = "mcp-gateway-0123456789ab"
+"""The shape of the gateway's own MQTT client id (mqtt_client.default_client_id)."""
+mqtt_topic_names = st.one_of(
+    st.tuples(
+        st.sampled_from(("mcpb", "mcpb", "mcpb/x", "other", "", "$SYS")),
+        mqtt_slots,
+        st.sampled_from(("status", "status", "up", "up", "down", "x", "status/x", "")),
+    ).map("/".join),
+    st.tuples(
+        st.sampled_from(("$mcp-server/presence", "$mcp-server/presence", "$mcp-server/capability", "$mcp-server")),
+        server_ids,
+        server_names,
+    ).map("/".join),
+    st.tuples(
+        st.sampled_from((f"$mcp-rpc/{GATEWAY_CLIENT_ID}", "$mcp-rpc/other-client", "$mcp-rpc", "$mcp-rpc/")),
+        server_ids,
+        server_names,
+    ).map("/".join),
+    st.lists(
+        st.sampled_from(("mcpb", "$mcp-server", "$mcp-rpc", "presence", "capability", "", "+", "#")), max_size=5
+    ).map("/".join),
+    st.text(max_size=40),
+    # Topics up to MQTT's limit: the longer topics the gateway derives from them would not fit.
+    st.tuples(
+        st.sampled_from(("$mcp-server/presence/srv-1/plant/", "$mcp-server/capability/srv-1/", "mcpb/")),
+        st.one_of(st.sampled_from((0, 1, 2, 13, 14, 15)), st.integers(min_value=0, max_value=80)),
+        st.sampled_from(("/pump-9", "/status", "/up")),
+    ).map(lambda case: case[0] + "n" * (MAX_TOPIC_BYTES - case[1] - len(case[0]) - len(case[2])) + case[2]),
+).filter(lambda topic: len(topic.encode()) <= MAX_TOPIC_BYTES)
+"""Topics a publisher can use, as a broker hands them to the gateway's subscriptions."""
+
+status_frames = st.fixed_dictionaries(
+    {
+        "jsonrpc": st.just("2.0"),
+        "method": st.just("notifications/register"),
+        "params": st.fixed_dictionaries(
+            {"slot": st.one_of(st.just(SLOT_PLACEHOLDER), st.just(SLOT_PLACEHOLDER), mqtt_slots, json_values)},
+            optional={
+                "aggregate": st.one_of(st.booleans(), json_values),
+                "hello": st.one_of(
+                    st.fixed_dictionaries({"device_id": st.sampled_from(("board-a", "board-b"))}), json_values
+                ),
+            },
+        ),
+    },
+    optional={"id": ids},
+)
+online_notifications = st.fixed_dictionaries(
+    {"jsonrpc": st.just("2.0"), "method": st.just("notifications/server/online")},
+    optional={
+        "params": st.one_of(
+            st.fixed_dictionaries({}, optional={"description": st.one_of(st.text(max_size=20), json_values)}),
+            json_values,
+        ),
+        "id": ids,
+    },
+)
+mqtt_payloads = st.one_of(
+    st.just(b""),
+    st.just(b""),
+    status_frames.map(dumps),
+    status_frames.map(dumps),
+    online_notifications.map(dumps),
+    online_notifications.map(dumps),
+    st.sampled_from((b'{"jsonrpc":"2.0","method":"notifications/disconnected"}', b"[]", b"{}", b"null")),
+    jsonrpc_messages.map(dumps),
+    frames,
+)
+"""Payloads: register frames (mostly naming the topic's own slot), presences, JSON-RPC, noise, empty."""
+
+
+def _topic(*levels: str) -> str:
+    return "/".join(levels)
+
+
+plain_statuses = st.tuples(
+    st.builds(_topic, st.just("mcpb"), mqtt_slots, st.just("status")),
+    st.one_of(st.just(b""), status_frames.map(dumps)),
+)
+plain_ups = st.tuples(
+    st.builds(_topic, st.just("mcpb"), mqtt_slots, st.just("up")),
+    st.one_of(jsonrpc_messages.map(dumps), frames),
+)
+presences = st.tuples(
+    st.one_of(
+        st.builds(_topic, st.just("$mcp-server/presence"), server_ids, server_names),
+        mqtt_topic_names.filter(lambda topic: topic.startswith("$mcp-server/presence/")),
+    ),
+    st.one_of(st.just(b""), online_notifications.map(dumps)),
+)
+rpcs = st.tuples(
+    st.builds(
+        _topic, st.sampled_from((f"$mcp-rpc/{GATEWAY_CLIENT_ID}", "$mcp-server/capability")), server_ids, server_names
+    ),
+    st.one_of(
+        jsonrpc_messages.map(dumps),
+        st.just(b'{"jsonrpc":"2.0","method":"notifications/disconnected"}'),
+        frames,
+    ),
+)
+mqtt_publications = st.one_of(
+    st.tuples(mqtt_topic_names, mqtt_payloads), plain_statuses, plain_ups, presences, presences, rpcs
+)
+"""(topic, payload): anything, and what each topic the gateway subscribes to is meant to carry."""

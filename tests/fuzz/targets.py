@@ -9,14 +9,15 @@ bounded CI run. test_parsers.py runs every entry. Properties common to all entri
 - determinism: the same input gives the same verdict twice;
 - bounded time per input: the Hypothesis deadline (budget.DEADLINE_MS).
 
-Adding a way in adds one entry. The serial transport's COBS framing and the MQTT payload parser do
-not exist yet; their issues add e.g.
+Adding a way in adds one entry, e.g.
 
-    @target("cobs.decode", st.binary(max_size=600), examples=400, way_in="serial line (board side)")
-    def check_cobs(frame: bytes) -> None:
-        ...  # decode, assert it raises only CobsError, and re-encoding round-trips
+    @target("mqtt_topics.parse", fz.mqtt_topic_names, examples=400, way_in="every MQTT topic ...")
+    def check_mqtt_topics(topic: str) -> None:
+        ...  # parse, assert what a parsed address must be (it builds the same topic again)
 
-Checks may be coroutine functions (they run on an event loop owned by the test).
+Checks may be coroutine functions (they run on an event loop owned by the test). What needs state
+across inputs (a session, a broker's profiles) or real sockets has a test file of its own:
+test_provider_session.py, test_mqtt_routing.py, test_live_*.py.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import base64
 import fnmatch
 import functools
 import hashlib
+import importlib
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -39,6 +41,8 @@ import orjson
 from hypothesis import assume
 from hypothesis import strategies as st
 from multidict import CIMultiDict
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from gateway.config import OAuthConfig, ProviderAuthConfig
 from gateway.core import jsonrpc, names, stateless
@@ -50,10 +54,15 @@ from gateway.policy.oauth import OAuthVerifier
 from gateway.policy.origin import OriginPolicy, Refusal
 from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
 from gateway.policy.verifier import AuthFailure
-from gateway.southbound import envelope
+from gateway.southbound import envelope, framing, mqtt_topics
+from gateway.southbound.mqtt_connack import read_connack
+from gateway.southbound.mqtt_mcp import slot_for
 from gateway.telemetry.metrics import Metrics
 from tests.fuzz import strategies as fz
 from tests.support.oauth import ISSUER, access_token, ec_key, jwks
+
+device_framing: Any = importlib.import_module("mcpdevice.framing")
+"""The board's own COBS codec, as the simulator imports it (untyped MicroPython-compatible code)."""
 
 Check = Callable[[Any], Awaitable[None] | None]
 
@@ -148,7 +157,10 @@ def check_normalize_error(error: Any) -> None:
 
 
 @target(
-    "southbound.envelope", fz.messages, examples=400, way_in="/providers frames and first frames on /provider/<slot>"
+    "southbound.envelope",
+    fz.messages,
+    examples=400,
+    way_in="/providers frames, first frames on /provider/<slot>, serial messages, MQTT statuses",
 )
 def check_envelope(value: Any) -> None:
     value = from_the_wire(value)
@@ -608,3 +620,341 @@ async def check_oauth(token: str) -> None:
     assert outcome.status in (401, 503)
     assert len(token) < 8 or token not in outcome.description
     relayable(outcome.description)
+
+
+# -- serial lines: the gateway's frame decoder (WIRE.md §4) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class LinePiece:
+    kind: str
+    """"frame" (the leading 0x00, then the frame), "bare frame" (no leading 0x00) or "noise"."""
+    message: bytes | None
+    wire: bytes
+
+
+line_pieces = st.one_of(
+    fz.line_messages.map(lambda message: LinePiece("frame", message, framing.wire_bytes(message))),
+    fz.line_messages.map(lambda message: LinePiece("bare frame", message, framing.encode_frame(message))),
+    fz.line_noise().map(lambda noise: LinePiece("noise", None, noise)),
+)
+
+
+@dataclass(frozen=True)
+class SerialLine:
+    frame_cap: int
+    debug_json_lines: bool
+    pieces: list[LinePiece]
+    chunks: list[bytes]
+
+    @property
+    def stream(self) -> bytes:
+        return b"".join(piece.wire for piece in self.pieces)
+
+    def whole_frames(self) -> list[bytes]:
+        """The frames that must come out: within the cap, and after a delimiter (their own, or the
+        end of what came before). In debug mode only JSON: a line is judged before its frame is, and
+        a frame of arbitrary bytes may hold one."""
+        whole, before = [], b""
+        for piece in self.pieces:
+            fits = piece.message is not None and len(piece.message) <= self.frame_cap
+            if fits and (piece.kind == "frame" or not before or before.endswith(b"\x00")):
+                assert piece.message is not None
+                if not self.debug_json_lines or _json_value(piece.message):
+                    whole.append(piece.message)
+            before += piece.wire
+        return whole
+
+
+def at_the_cap(frame_cap: int) -> st.SearchStrategy[LinePiece]:
+    """Frames and typed lines just under and over this port's cap (and what it takes encoded)."""
+    sizes = st.integers(min_value=frame_cap - 3, max_value=frame_cap + 8).map(fz.padded)
+    return st.one_of(
+        sizes.map(lambda message: LinePiece("frame", message, framing.wire_bytes(message))),
+        st.tuples(sizes, st.sampled_from((b"\n", b"\r\n", b"\r"))).map(
+            lambda case: LinePiece("noise", None, case[0] + case[1])
+        ),
+    )
+
+
+@st.composite
+def serial_lines(draw: st.DrawFn) -> SerialLine:
+    frame_cap = draw(st.sampled_from(fz.FRAME_CAPS))
+    pieces = draw(st.lists(st.one_of(line_pieces, at_the_cap(frame_cap)), max_size=8))
+    stream = b"".join(piece.wire for piece in pieces)
+    return SerialLine(frame_cap, draw(st.booleans()), pieces, draw(fz.chunkings(stream)))
+
+
+def _json_value(data: bytes) -> bool:
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _json_object(data: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(data), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def subsequence(wanted: list[bytes], got: list[bytes]) -> bool:
+    rest = iter(got)
+    return all(any(item == message for item in rest) for message in wanted)
+
+
+def feed_all(decoder: framing.FrameDecoder, chunks: list[bytes]) -> list[bytes]:
+    out: list[bytes] = []
+    for chunk in chunks:
+        out += decoder.feed(chunk)
+        assert decoder.buffered <= decoder.encoded_cap, f"holds {decoder.buffered} bytes, cap {decoder.encoded_cap}"
+    return out
+
+
+@target(
+    "serial.FrameDecoder.feed",
+    serial_lines(),
+    examples=300,
+    way_in="anyone on a serial line (the gateway's port), both debug modes",
+)
+def check_frame_decoder(line: SerialLine) -> None:
+    stream = line.stream
+    decoder = framing.FrameDecoder(line.frame_cap, debug_json_lines=line.debug_json_lines)
+    out = feed_all(decoder, line.chunks)
+    for message in out:
+        assert len(message) <= line.frame_cap, f"delivered {len(message)} bytes over the cap {line.frame_cap}"
+        if framing.encode_frame(message) in stream:
+            continue  # a frame whose CRC matched was on the line
+        assert line.debug_json_lines, f"delivered {message[:60]!r}, which no frame on the line carried"
+        assert message.startswith(b"{") and _json_object(message)
+        assert message + b"\n" in stream or message + b"\r" in stream
+    assert subsequence(line.whole_frames(), out), "a frame between delimiters did not come out whole and in order"
+    assert decoder.frames == len(out)
+    assert decoder.debug_lines <= decoder.frames and (line.debug_json_lines or decoder.debug_lines == 0)
+    # However the reads cut the line, the verdict is the same.
+    whole = framing.FrameDecoder(line.frame_cap, debug_json_lines=line.debug_json_lines)
+    assert whole.feed(stream) == out
+    assert whole.dropped == decoder.dropped and set(decoder.dropped) == set(framing.DROP_REASONS)
+    # A delimiter ends whatever was being received.
+    decoder.feed(framing.DELIMITER)
+    assert decoder.buffered == 0
+
+
+# -- serial lines: the board's decoder and encoder (device/micropython/mcpdevice/framing.py) ------
+
+HEAD_BYTES = 96
+"""What the board keeps of a frame over its cap (mcpdevice.framing.Decoder's default head_bytes)."""
+
+
+def device_feed(decoder: Any, chunks: list[bytes]) -> list[Any]:
+    """The board's read loop (mcpdevice.serial_transport.recv): feed from `at` until the chunk is used up."""
+    out = []
+    for chunk in chunks:
+        at = 0
+        while True:
+            frame, next_at = decoder.feed(chunk, at)
+            assert at <= next_at <= len(chunk)
+            if frame is None:
+                assert next_at == len(chunk)
+                break
+            assert next_at > at
+            out.append(frame)
+            at = next_at
+    return out
+
+
+@target(
+    "device.framing.Decoder.feed",
+    st.tuples(serial_lines(), st.sampled_from((256, 300, 1024, 4096))),
+    examples=250,
+    way_in="anyone on a board's serial line (run under CPython, as the simulator imports it)",
+)
+def check_device_decoder(case: tuple[SerialLine, int]) -> None:
+    line, frame_max = case
+    decoder = device_framing.Decoder(frame_max)
+    out = device_feed(decoder, [*line.chunks, b"\x00"])
+    # Every verified message the gateway's decoder finds, the board finds too (over its cap: size and head).
+    sent = framing.FrameDecoder(1 << 20).feed(line.stream + b"\x00")
+    expected = [message if len(message) <= frame_max else (len(message), message[:HEAD_BYTES]) for message in sent]
+    assert out == expected
+    assert len(decoder._buf) == frame_max + 4  # one buffer, allocated once
+    assert device_feed(device_framing.Decoder(frame_max), [line.stream + b"\x00"]) == out
+
+
+class Chunked:
+    """A part that hands its bytes over in pieces (mcpdevice's result writers have .chunks())."""
+
+    def __init__(self, pieces: list[bytes | bytearray]) -> None:
+        self.pieces = pieces
+
+    def chunks(self) -> list[bytes | bytearray]:
+        return self.pieces
+
+
+@st.composite
+def device_messages(draw: st.DrawFn) -> tuple[bytes, Any]:
+    """A message, and the parts the board's encoder is given for it."""
+    message = draw(fz.line_messages)
+    cuts = sorted(set(draw(st.lists(st.integers(min_value=0, max_value=len(message)), max_size=6))))
+    pieces = [message[a:b] for a, b in zip([0, *cuts], [*cuts, len(message)], strict=True)]
+    shape = draw(st.sampled_from(("bytes", "list", "mixed")))
+    if shape == "bytes":
+        return message, message
+    if shape == "list":
+        return message, pieces
+    # What the board passes: bytes, bytearray (a minified schema piece) and ToolText-like parts.
+    wrappers: tuple[Callable[[bytes], Any], ...] = (
+        bytes,
+        bytearray,
+        lambda piece: Chunked([piece[:1], bytearray(piece[1:])]),
+    )
+    return message, [draw(st.sampled_from(wrappers))(piece) for piece in pieces]
+
+
+@target(
+    "device.framing.encode",
+    device_messages(),
+    examples=300,
+    way_in="what a board writes (the gateway must read it as the frame it encodes itself)",
+)
+def check_device_encode(case: tuple[bytes, Any]) -> None:
+    message, parts = case
+    written = bytearray()
+    device_framing.encode(parts, written.extend, bytearray(255))
+    frame = bytes(written)
+    assert frame.index(framing.DELIMITER) == len(frame) - 1
+    # Encoders may differ by one byte (the board closes a full last block with an empty one), so the
+    # test is the gateway's reading, on a port whose cap is exactly this message's size.
+    assert framing.FrameDecoder(max(len(message), 1)).feed(framing.FRAME_LEAD + frame) == [message]
+    assert device_feed(device_framing.Decoder(max(len(message), 1)), [frame]) == [message]
+
+
+# -- MQTT topics and CONNACK properties (WIRE.md §5) -----------------------------------------------
+
+
+def mqtt_topic_name_ok(topic: str) -> bool:
+    """What MQTT 5 (§4.7) allows as a topic name to publish to: 1..65535 bytes of UTF-8, no wildcard, no NUL."""
+    return 0 < len(topic.encode()) <= fz.MAX_TOPIC_BYTES and not any(c in topic for c in "+#\x00")
+
+
+def mqtt_filter_ok(topic_filter: str) -> bool:
+    """What MQTT 5 allows as a topic filter: '#' alone and last, '+' alone in its level, no NUL."""
+    levels = topic_filter.split("/")
+    return (
+        0 < len(topic_filter.encode()) <= fz.MAX_TOPIC_BYTES
+        and "\x00" not in topic_filter
+        and all(level in ("#", "+") or not ("#" in level or "+" in level) for level in levels)
+        and "#" not in levels[:-1]
+    )
+
+
+PLAIN_PREFIXES = ("mcpb", "site-a/cell-3/mcpb")
+
+
+@target(
+    "mqtt_topics.parse",
+    fz.mqtt_topic_names,
+    examples=400,
+    way_in="every MQTT topic the gateway's subscriptions deliver (plain profile, MCP over MQTT)",
+)
+def check_mqtt_topics(topic: str) -> None:
+    for prefix in PLAIN_PREFIXES:
+        plain = mqtt_topics.parse_plain(prefix, topic)
+        if plain is not None:
+            assert mqtt_topics.plain_topic(prefix, plain.slot, plain.kind) == topic
+            assert mqtt_topics.slot_level_problem(plain.slot) is None and "/" not in plain.slot
+    for parse, build in (
+        (mqtt_topics.parse_server_presence, mqtt_topics.server_presence_topic),
+        (mqtt_topics.parse_server_capability, mqtt_topics.server_capability_topic),
+    ):
+        address = parse(topic)
+        if address is not None:
+            assert build(address.server_id, address.server_name) == topic
+            assert address.server_id and "/" not in address.server_id and all(address.server_name.split("/"))
+    rpc = mqtt_topics.parse_rpc(topic)
+    if rpc is not None:
+        assert mqtt_topics.rpc_topic(rpc.client_id, rpc.server.server_id, rpc.server.server_name) == topic
+    for name in (topic, *topic.split("/", 3)[2:]):
+        if mqtt_topics.valid_server_name(name):
+            assert mqtt_filter_ok(name) and all(name.split("/"))
+            for rule in ("last_segment", "dashed"):
+                assert "/" not in slot_for(name, rule)
+        if mqtt_topics.valid_client_id(name):
+            assert mqtt_topic_name_ok(name) and "/" not in name
+
+
+filter_lists = st.one_of(
+    st.lists(
+        st.one_of(
+            st.sampled_from(("#", "plant/#", "lab/+", "+/+", "a#", "a/#/b", "a+", "", "a//b", "\x00", "é/#")),
+            st.lists(st.sampled_from(("plant", "+", "#", "a+", "", "x")), min_size=1, max_size=3).map("/".join),
+            st.text(max_size=10),
+            st.integers(min_value=fz.MAX_TOPIC_BYTES - 40, max_value=fz.MAX_TOPIC_BYTES).map(lambda n: "f" * n),
+        ),
+        max_size=4,
+    ).map(lambda filters: orjson.dumps(filters).decode()),
+    fz.json_values.map(lambda value: fz.dumps(value).decode("utf-8", "replace")),
+    st.text(max_size=20),
+)
+connack_properties = st.fixed_dictionaries(
+    {},
+    optional={
+        "RetainAvailable": st.integers(min_value=0, max_value=1),
+        "MaximumQoS": st.integers(min_value=0, max_value=1),
+        "WildcardSubscriptionAvailable": st.integers(min_value=0, max_value=1),
+        "SharedSubscriptionAvailable": st.integers(min_value=0, max_value=1),
+        "SubscriptionIdentifierAvailable": st.integers(min_value=0, max_value=1),
+        "MaximumPacketSize": st.integers(min_value=1, max_value=268_435_455),
+        "ReceiveMaximum": st.integers(min_value=1, max_value=65_535),
+        "TopicAliasMaximum": st.integers(min_value=0, max_value=65_535),
+        "ServerKeepAlive": st.integers(min_value=0, max_value=65_535),
+        "AssignedClientIdentifier": st.text(max_size=23),
+        "UserProperty": st.lists(
+            st.tuples(
+                st.one_of(
+                    st.sampled_from(
+                        (
+                            mqtt_topics.PROP_SERVER_NAME_FILTERS,
+                            mqtt_topics.PROP_SERVER_NAME_FILTERS.lower(),
+                            mqtt_topics.PROP_SERVER_NAME,
+                            mqtt_topics.PROP_RBAC,
+                        )
+                    ),
+                    st.text(max_size=8),
+                ),
+                filter_lists,
+            ),
+            max_size=3,
+        ),
+    },
+)
+
+
+def connack(fields: dict[str, Any] | None) -> Properties | None:
+    """paho's CONNACK Properties as it decodes them from a broker's packet (None: MQTT 3.1.1)."""
+    if fields is None:
+        return None
+    properties = Properties(PacketTypes.CONNACK)
+    for name, value in fields.items():
+        setattr(properties, name, value)
+    return properties
+
+
+@target(
+    "mqtt_connack.read_connack",
+    st.one_of(st.none(), connack_properties),
+    examples=300,
+    way_in="the CONNACK of the broker the gateway connects to (its properties and user properties)",
+)
+def check_connack(fields: dict[str, Any] | None) -> None:
+    limits = read_connack(connack(fields))
+    assert read_connack(connack(fields)) == limits
+    assert all(isinstance(problem, str) for problem in limits.problems())
+    suggested = limits.suggested_server_filters()
+    if suggested is not None:
+        # The gateway subscribes to exactly these (the specification's MUST): each must be one MQTT accepts.
+        for name_filter in suggested:
+            presence = mqtt_topics.server_presence_filter(name_filter)
+            assert mqtt_filter_ok(presence), f"the broker's suggestion {name_filter[:40]!r} is not a topic filter"

@@ -15,13 +15,22 @@ import pytest
 from gateway.app import GatewayServer
 from gateway.config import ConfigError, load_config
 from gateway.core import stateless
+from gateway.core.backoff import Backoff
 from gateway.core.names import SlotNameError, check_slot_name, decode_path_segment
 from gateway.policy.client_auth import check_client_auth
 from gateway.policy.origin import OriginPolicy
+from gateway.southbound import mqtt_topics
+from gateway.southbound.framing import FRAME_LEAD, FrameDecoder, encode_frame
+from gateway.southbound.mqtt_client import InboundMessage
+from gateway.southbound.mqtt_connack import ConnackLimits
 from sim import firmware
 from sim.pump import PumpSettings, SimulatedPump
 from tests.conftest import GatewayFactory, Publishers
 from tests.fuzz.live import raw_request
+from tests.fuzz.strategies import padded
+from tests.fuzz.targets import device_framing
+from tests.fuzz.test_mqtt_routing import broker_for
+from tests.support.answers import decode_answer
 from tests.support.servers import demo_server
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -114,7 +123,8 @@ async def test_a_cancel_for_an_id_no_request_can_have_is_ignored(
             assert response.status == 202
         async with await call as response:
             # true == 1 in Python: the old lookup would have cancelled request 1.
-            assert (await response.json())["result"]["content"][0]["text"] == "slept 0.2"
+            answer = decode_answer(response.content_type, await response.read())  # one SSE event
+            assert answer["result"]["content"][0]["text"] == "slept 0.2"
 
 
 # -- paths and upgrades that aiohttp would answer in plain text ---------------------------------------
@@ -280,3 +290,87 @@ def test_a_token_file_the_system_cannot_open_is_a_config_error(tmp_path: Path, w
     config = load_config(environ={"MCP_GATEWAY_AUTH__TOKEN_FILES": json.dumps([secret_files(tmp_path)[which]])})
     with pytest.raises(ConfigError, match="not readable"):
         check_client_auth(config)
+
+
+# -- serial lines ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [257, 258, 261])
+def test_a_typed_json_line_over_the_frame_cap_is_dropped_as_oversize(size: int) -> None:
+    # The buffer holds a frame's COBS overhead beyond the cap; a typed line of 257..261 bytes fitted
+    # in that margin and was delivered on a 256-byte port.
+    decoder = FrameDecoder(256, debug_json_lines=True)
+    assert decoder.feed(padded(size) + b"\n") == []
+    assert decoder.dropped["oversize"] == 1
+    assert decoder.feed(padded(256) + b"\n") == [padded(256)]
+
+
+@pytest.mark.parametrize("frame_cap", [504, 1012, 8124])
+def test_a_board_frame_that_fills_whole_cobs_blocks_at_the_cap_is_read(frame_cap: int) -> None:
+    # Message and CRC fill whole 254-byte blocks: the board's encoder ends with an empty block (0x01),
+    # one byte more than `cobs` writes, and the gateway used to drop the frame as oversize.
+    message = padded(frame_cap)
+    written = bytearray()
+    device_framing.encode(message, written.extend, bytearray(255))
+    assert len(written) == len(encode_frame(message)) + 1
+    decoder = FrameDecoder(frame_cap)
+    assert decoder.feed(FRAME_LEAD + bytes(written)) == [message]
+    assert decoder.dropped_total == 0
+
+
+# -- MQTT -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "filters", ['["a#"]', '["plant/#/x"]', '["lab/+x"]', '["#", "a\\u0000b"]', '["' + "f" * 65_520 + '"]']
+)
+def test_a_server_name_filter_suggestion_mqtt_refuses_is_ignored(filters: str) -> None:
+    # The gateway subscribed to what the CONNACK suggested; paho refused the whole SUBSCRIBE
+    # (ValueError) and the connection was left with no subscription at all, plain boards included.
+    limits = ConnackLimits(user_properties=((mqtt_topics.PROP_SERVER_NAME_FILTERS, filters),))
+    assert limits.suggested_server_filters() is None
+    assert any(mqtt_topics.PROP_SERVER_NAME_FILTERS in problem for problem in limits.problems())
+    good = ConnackLimits(user_properties=((mqtt_topics.PROP_SERVER_NAME_FILTERS, '["plant/#", "lab/+"]'),))
+    assert good.suggested_server_filters() == ["plant/#", "lab/+"] and not good.problems()
+
+
+async def test_a_presence_whose_rpc_topic_would_not_fit_is_dropped_and_its_slot_stays_free() -> None:
+    # A presence topic of 65535 bytes (what a broker delivers at most) makes an RPC topic longer than
+    # MQTT allows: the SUBSCRIBE failed in the background and the slot stayed taken for good.
+    broker = broker_for("last_segment")
+    broker.connected(ConnackLimits())
+    head = "$mcp-server/presence/srv-1/plant/"
+    online = b'{"jsonrpc":"2.0","method":"notifications/server/online"}'
+    broker.message(InboundMessage(head + "n" * (65_535 - len(head) - 7) + "/pump-9", online, retain=True))
+    assert broker.drops.totals["wrong_topic"] == 1
+    assert broker.mcp is not None and not broker.mcp.by_slot
+    broker.message(InboundMessage("$mcp-server/presence/srv-2/plant/pump-9", online, retain=True))
+    assert list(broker.mcp.by_slot) == ["pump-9"]
+
+
+# -- back-off -------------------------------------------------------------------------------------
+
+
+def test_back_off_keeps_answering_after_a_thousand_failures_in_a_row() -> None:
+    # 2**1024 is no float: the 1025th failure in a row raised OverflowError, which ended a serial
+    # port's supervision, an MQTT broker's or a remote upstream's reconnect loop, and the MQTT
+    # re-attach of a board (found when a slot held by another provider was retried for minutes).
+    backoff = Backoff(0.05, 0.3)
+    delays = [backoff.next_delay() for _ in range(3000)]
+    assert all(0.15 <= delay <= 0.3 for delay in delays[10:])
+
+
+async def test_a_presence_whose_subscription_would_exceed_the_brokers_packet_size_is_dropped() -> None:
+    # Shorter, the RPC topic fits MQTT, but the SUBSCRIBE to it and the capability topic (130 KB)
+    # exceeded mosquitto's max_packet_size (80896 here): the broker disconnected the gateway, every
+    # MQTT slot went, and the retained presence did the same again after each reconnect.
+    head = "$mcp-server/presence/srv-1/plant/"
+    topic = head + "n" * (65_535 - 31 - len(head) - 7) + "/status"
+    online = b'{"jsonrpc":"2.0","method":"notifications/server/online"}'
+    for maximum, bridged in ((80_896, []), (None, ["status"])):
+        broker = broker_for("last_segment")
+        broker.client.limits = ConnackLimits(maximum_packet_size=maximum)
+        broker.connected(broker.client.limits)
+        broker.message(InboundMessage(topic, online, retain=True))
+        assert broker.mcp is not None and list(broker.mcp.by_slot) == bridged
+        assert broker.drops.totals["wrong_topic"] == (1 if maximum else 0)
