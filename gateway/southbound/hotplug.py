@@ -308,7 +308,14 @@ class HotplugPorts:
         if self.lines.configured(port.device):
             self.ignored[port.device] = "configured under [[serial.ports]]"
             return
-        spec = PortSpec(port.device, self.config, source="hotplug", stable_id=port.stable_id, usb=port.describe())
+        spec = PortSpec(
+            port.device,
+            self.config,
+            source="hotplug",
+            stable_id=port.stable_id,
+            usb=port.describe(),
+            config_key="serial.hotplug",
+        )
         if self.lines.add(spec) is not None:
             self.attached += 1
             log.info("serial hot-plug: %s (%s %s) plugged in; opening it", port.device, port.vid_pid, port.description)

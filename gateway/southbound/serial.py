@@ -1,11 +1,12 @@
 """The serial way in (WIRE.md §2, §4): boards on a UART or USB serial line, one slot or many per port.
 
-What this module holds: opening a tty with pyserial (DTR and RTS held de-asserted, so that opening a
-port never resets a board through its auto-reset circuit; an exclusive lock, so that two programs
-never share a line), reading it without threads (the port's file descriptor on the event loop), the
-frames of gateway/southbound/framing.py both ways, registration, and supervision: a port that
-cannot be opened, fails or disappears detaches its slots at once (their pending callers get
-`Provider "<slot>" disconnected`) and is opened again after a jittered, doubling back-off.
+What this module holds: opening a tty with pyserial (DTR and RTS de-asserted together in one ioctl
+and never asserted, so that opening a port never resets a board through its auto-reset circuit:
+HeldLinesSerial; an exclusive lock, so that two programs never share a line), reading it without
+threads (the port's file descriptor on the event loop), the frames of gateway/southbound/framing.py
+both ways, registration, and supervision: a port that cannot be opened, fails or disappears detaches
+its slots at once (their pending callers get `Provider "<slot>" disconnected`) and is opened again
+after a jittered, doubling back-off.
 
 Registration: a serial line has no URL, so a board names its slot in its first frame,
 `notifications/register` with `params.slot` (and optional `aggregate`, `hello`), or sends envelopes
@@ -13,9 +14,9 @@ Registration: a serial line has no URL, so a board names its slot in its first f
 first time it appears in an envelope). A serial line has no connection either: a register frame
 always starts a new link for its slot (the board restarted its link loop, or rebooted), and the old
 link's pending callers are answered at once. A port whose board has not registered asks for it with
-the notification `broker/register` (when the port opens, and at most once a second when an
-unregistered board speaks), so a board that was registered with a gateway that restarted comes back
-without waiting for its own silence timeout.
+the notification `broker/register` (when the port opens, and at most once per
+`serial.register_request_interval_s`, 1 s, when an unregistered board speaks), so a board that was
+registered with a gateway that restarted comes back without waiting for its own silence timeout.
 
 Trust: whoever is on the cable. Each port (and the hot-plug settings) lists the slot names a board
 on it may publish (`slots`, fnmatch patterns); [providers.auth] secrets do not apply to serial lines.
@@ -31,9 +32,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import fnmatch
 import logging
 import os
+import struct
+import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +53,7 @@ from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import LinkInfo
 from gateway.core.provider_session import ProviderSession
+from gateway.core.scrape import serial_port_key
 from gateway.core.slots import SlotRefused
 from gateway.core.status import iso
 from gateway.southbound import envelope, framing
@@ -59,14 +64,15 @@ log = logging.getLogger("gateway.southbound.serial")
 READ_CHUNK = 4096
 REGISTER_REQUEST = b'{"jsonrpc":"2.0","method":"broker/register"}'
 """Sent to a port whose board has not registered: 'send your register frame (again)'."""
-REGISTER_REQUEST_EVERY_S = 1.0
-MAX_BACKLOG = 64
-"""Messages read while an earlier one (a register frame) is still being attached; more are dropped."""
 TRANSPORT = "serial"
 PORT_DROP_REASONS = (*framing.DROP_REASONS, "unregistered", "refused", "backlog")
 """framing's reasons, and: unregistered (a valid message from a board that has not registered),
 refused (a register frame for a slot the port may not publish, or that the core refused), backlog
-(more than MAX_BACKLOG messages waiting while a register frame was being attached)."""
+(more than serial.backlog_messages messages waiting while a register frame was being attached)."""
+WARNED_KINDS_MAX = 32
+"""Kinds of fault (drop reasons, refused slot names) a port warns about once each; beyond, only counted."""
+SLOTS_SEEN_MAX = 64
+"""Slot names a port remembers having carried (for provider_url and fix texts after the board left)."""
 
 
 class SerialMetrics:
@@ -103,6 +109,9 @@ class PortSpec:
     """Hot-plugged: the USB device's stable id (VID:PID and serial number or bus location)."""
     usb: JsonObject | None = None
     """Hot-plugged: what the enumerator knows (vid_pid, serial_number, location, description)."""
+    config_key: str = "serial.hotplug"
+    """Where its settings are in the configuration, `serial.ports[<i>]` or `serial.hotplug`: the prefix of
+    its bounds in mcpgw_limit and mcpgw_limit_hits_total (e.g. serial.ports[0].frame_cap)."""
 
     @property
     def identity(self) -> str:
@@ -193,15 +202,18 @@ class SerialPort:
         self._serial: serial.Serial | None = None
         self._fd: int | None = None
         self._lost: asyncio.Future[str] | None = None
-        self._inbox: asyncio.Queue[bytes] = asyncio.Queue(MAX_BACKLOG)
+        self._inbox: asyncio.Queue[bytes] = asyncio.Queue(settings.backlog_messages)
         self._write_lock = asyncio.Lock()
-        self._asked_at = 0.0
+        self._asked_at: float | None = None
         self._retry_at: float | None = None
         self._stopping = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._dropped_seen = dict(self.decoder.dropped)
         self._warned: set[str] = set()
+        self.slots_seen: dict[str, float] = {}
+        """Slot names attached on this port since start -> when last (Unix time), oldest first, bounded."""
+        self._metrics = gateway.metrics
         self._m_dropped = {reason: metrics.dropped.labels(spec.path, reason) for reason in PORT_DROP_REASONS}
         self._m_frames_in = metrics.frames.labels(spec.path, "in")
         self._m_frames_out = metrics.frames.labels(spec.path, "out")
@@ -348,21 +360,32 @@ class SerialPort:
                 self._dropped_seen[reason] = total
                 self.counters.dropped[reason] += new
                 self._m_dropped[reason].inc(new)
-                self._warn_once(reason)
+                if reason == "oversize":
+                    self._metrics.limit_hit(f"{self.spec.config_key}.frame_cap")
+                self._warn_dropped(reason)
 
-    def _count_drop(self, reason: str) -> None:
+    def _count_drop(self, reason: str, *, warn: bool = True) -> None:
         if reason in self.counters.dropped:
             self.counters.dropped[reason] += 1
         else:
             setattr(self.counters, reason, getattr(self.counters, reason) + 1)
         self._m_dropped[reason].inc()
-        self._warn_once(reason)
+        if reason == "backlog":
+            self._metrics.limit_hit("serial.backlog_messages")
+        if warn:
+            self._warn_dropped(reason)
 
-    def _warn_once(self, reason: str) -> None:
-        # Once per reason and port: a noisy line repeats itself; the counters carry the rest.
-        if reason not in self._warned:
-            self._warned.add(reason)
-            log.warning("serial port %s: dropped a frame (%s); see provider_status or /metrics", self.spec.path, reason)
+    def _warn_dropped(self, reason: str) -> None:
+        self._warn_once(reason, f"dropped a frame ({reason}); see provider_status or /metrics")
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        """One warning per kind of fault (a drop reason, a refusal of one slot) and port; the counters
+        carry the rest: a noisy line or a board that keeps retrying repeats itself."""
+        if kind in self._warned or len(self._warned) >= WARNED_KINDS_MAX:
+            log.debug("serial port %s: %s", self.spec.path, message)
+            return
+        self._warned.add(kind)
+        log.warning("serial port %s: %s (further ones are only counted)", self.spec.path, message)
 
     def _drain_inbox(self) -> None:
         while not self._inbox.empty():
@@ -427,9 +450,9 @@ class SerialPort:
         enveloped = provider is not None
         slot = provider if provider is not None else registration.slot
         if slot is None:
-            self._count_drop("refused")
-            await self._send_refusal(
+            await self._refuse(
                 None,
+                False,
                 jsonrpc.UNAVAILABLE,
                 "A board on a serial port names its slot: send notifications/register with params.slot "
                 '(e.g. {"jsonrpc":"2.0","method":"notifications/register","params":{"slot":"pump-1"}}), '
@@ -450,10 +473,10 @@ class SerialPort:
 
     async def _attach(self, slot: str, registration: envelope.Registration, enveloped: bool) -> SerialSlotLink | None:
         if not self.allows(slot):
-            self._count_drop("refused")
             patterns = ", ".join(self.spec.line.slots)
-            await self._send_refusal(
-                slot if enveloped else None,
+            await self._refuse(
+                slot,
+                enveloped,
                 jsonrpc.FORBIDDEN,
                 f'Serial port {self.spec.path} may not publish slot "{slot}"; its slots setting allows: {patterns}',
             )
@@ -467,29 +490,42 @@ class SerialPort:
         except SlotRefused as exc:
             if self.links.get(slot) is link:
                 del self.links[slot]
-            self._count_drop("refused")
-            await self._send_refusal(slot if enveloped else None, exc.code, exc.reason)
+            await self._refuse(slot, enveloped, exc.code, exc.reason)
             return None
         link.session = session
+        self._seen(slot)
         if not link.attached:  # the port was lost while the slot was being attached
             session.link_lost(f"serial port {self.spec.path} closed")
             return None
         return link
 
-    async def _send_refusal(self, slot: str | None, code: int, reason: str) -> None:
+    def _seen(self, slot: str) -> None:
+        self.slots_seen.pop(slot, None)
+        self.slots_seen[slot] = time.time()
+        while len(self.slots_seen) > SLOTS_SEEN_MAX:
+            del self.slots_seen[next(iter(self.slots_seen))]
+
+    async def _refuse(self, slot: str | None, enveloped: bool, code: int, reason: str) -> None:
+        """Count a refused register frame, warn once per slot and kind, and tell the board why."""
+        self._count_drop("refused", warn=False)
+        self._warn_once(f"refused {code} {slot or '(no slot name)'}", reason)
         refusal = (
-            envelope.error_envelope(slot, code, reason) if slot is not None else envelope.error_message(code, reason)
+            envelope.error_envelope(slot, code, reason)
+            if enveloped and slot is not None
+            else envelope.error_message(code, reason)
         )
-        log.warning("serial port %s: %s", self.spec.path, reason)
         with contextlib.suppress(ConnectionError):
             await self.send_message(refusal)
 
     async def _ask_register(self, *, opening: bool = False) -> None:
-        """Ask the board to register: as the port opens, and at most once a second after that."""
+        """Ask the board to register: as the port opens, and at most once per
+        serial.register_request_interval_s (1 s) after that."""
         now = time.monotonic()
         if opening:
-            self._asked_at = 0.0  # the board's first unregistered frame gets its own request
-        elif now - self._asked_at < REGISTER_REQUEST_EVERY_S:
+            # The board's first unregistered frame gets its own request. (None, not 0: the monotonic
+            # clock may start near zero, within one interval of it.)
+            self._asked_at = None
+        elif self._asked_at is not None and now - self._asked_at < self.settings.register_request_interval_s:
             return
         else:
             self._asked_at = now
@@ -515,15 +551,17 @@ class SerialPort:
                 except OSError as exc:
                     self._lose(f"failed: write error: {describe(exc)}")
                     raise ConnectionError(f"serial port {self.spec.path}: {describe(exc)}") from None
+                # Counted as written, like bytes_in as read: delimiters, COBS overhead and CRC included.
+                self.counters.bytes_out += written
                 data = data[written:]
                 if data and not await self._writable(fd, deadline - time.monotonic()):
+                    self._metrics.limit_hit("serial.write_timeout_s")
                     self._lose(
                         f"failed: a frame could not be written within {self.settings.write_timeout_s:g}s "
                         "(serial.write_timeout_s); the board stopped reading"
                     )
                     raise ConnectionError(f"serial port {self.spec.path}: write timed out")
             self.counters.frames_out += 1
-            self.counters.bytes_out += len(framing.FRAME_LEAD) + len(message)
             self._m_frames_out.inc()
 
     async def _writable(self, fd: int, timeout_s: float) -> bool:
@@ -557,16 +595,20 @@ class SerialPort:
         return {
             "path": spec.path,
             "source": spec.source,
+            "config_key": spec.config_key,
             "usb": spec.usb,
             "state": self.state,
             "open_since": iso(self.opened_at),
+            "open_for_s": round(time.time() - self.opened_at, 3) if self.opened_at is not None else None,
             "baud": spec.line.baud,
             "frame_cap": spec.line.frame_cap,
             "debug_json_lines": spec.line.debug_json_lines,
             "slots_allowed": list(spec.line.slots),
             "slots": sorted(self.links),
+            "slots_seen": {slot: iso(at) for slot, at in self.slots_seen.items()},
             "opens": counters.opens,
             "failures": counters.failures,
+            "failures_in_a_row": self.backoff.failures,
             "last_error": self.last_error,
             "last_error_at": iso(self.last_error_at),
             "next_retry_in_s": round(max(self._retry_at - now, 0.0), 3) if self._retry_at is not None else None,
@@ -589,12 +631,45 @@ class SerialPort:
         }
 
 
-def open_port(path: str, baud: int) -> serial.Serial:
-    """Open `path` raw at `baud`, non-blocking, exclusively, with DTR and RTS de-asserted from the start.
+DTR_AND_RTS = struct.pack("I", termios.TIOCM_DTR | termios.TIOCM_RTS)
+"""The modem-control mask of both lines, for one TIOCMBIC that clears them together."""
 
-    The line states are set before open() so that pyserial applies them as it opens; on a tty that
-    has no modem lines (a pseudo-terminal) pyserial ignores them."""
-    port = serial.Serial()
+
+class HeldLinesSerial(serial.Serial):
+    """pyserial's port with DTR and RTS only ever de-asserted, both in one ioctl, never one before the other.
+
+    Why both at once: the auto-reset circuit of nearly every ESP32 devkit and USB-serial adapter board
+    is two transistors cross-wired between DTR and RTS. EN (reset) is pulled low while RTS is asserted
+    and DTR is not; GPIO0 (boot mode) is pulled low while DTR is asserted and RTS is not; with both
+    asserted or both de-asserted neither pin is touched. Linux asserts both lines at open(2).
+    pyserial's own open then clears DTR and, in a second ioctl, RTS: for that moment RTS is asserted
+    alone, EN goes low and the board resets, at every open, reopen and hot-plug. One TIOCMBIC with
+    the mask DTR|RTS goes from both asserted straight to both de-asserted: two states the circuit
+    ignores. (The kernel raising both at open(2) is itself harmless, and cannot be avoided.)"""
+
+    def _update_dtr_state(self) -> None:
+        # open() calls this first (then _update_rts_state); a tty without modem lines (a
+        # pseudo-terminal) raises ENOTTY or EINVAL here, which open() ignores as for pyserial's own.
+        self._refuse_asserting()
+        if self.fd is not None:
+            fcntl.ioctl(self.fd, termios.TIOCMBIC, DTR_AND_RTS)
+
+    def _update_rts_state(self) -> None:
+        """Nothing to do: _update_dtr_state cleared RTS together with DTR."""
+        self._refuse_asserting()
+
+    def _refuse_asserting(self) -> None:
+        if self.dtr or self.rts:
+            raise ValueError("this port never asserts DTR or RTS (see HeldLinesSerial)")
+
+
+def open_port(path: str, baud: int) -> serial.Serial:
+    """Open `path` raw at `baud`, non-blocking, exclusively, with DTR and RTS de-asserted together at once.
+
+    The line states are set before open() so that open() clears them (HeldLinesSerial: one ioctl for
+    both, so that opening never resets a board); a tty without modem lines (a pseudo-terminal)
+    refuses that ioctl, which pyserial ignores."""
+    port = HeldLinesSerial()
     port.port = path
     port.baudrate = baud
     port.timeout = 0
@@ -627,8 +702,9 @@ class SerialLines:
         """Set by hot-plug (gateway/southbound/hotplug.py) when it runs."""
         self._started = False
         self._halted = False
-        for config in self.settings.ports:
-            self.ports[config.path] = SerialPort(gateway, PortSpec(config.path, config), self.settings, self.metrics)
+        for index, config in enumerate(self.settings.ports):
+            spec = PortSpec(config.path, config, config_key=serial_port_key(index))
+            self.ports[config.path] = SerialPort(gateway, spec, self.settings, self.metrics)
         if self.ports or self.settings.hotplug.enabled:
             gateway.serial_status = self.status
 
@@ -675,4 +751,13 @@ class SerialLines:
 
     def status(self) -> JsonObject:
         hotplug = self.hotplug_status() if self.hotplug_status is not None else {"enabled": False}
-        return {"ports": [self.ports[path].status() for path in sorted(self.ports)], "hotplug": hotplug}
+        settings = self.settings
+        return {
+            "ports": [self.ports[path].status() for path in sorted(self.ports)],
+            "hotplug": hotplug,
+            "limits": {
+                "backlog_messages": settings.backlog_messages,
+                "register_request_interval_s": settings.register_request_interval_s,
+                "write_timeout_s": settings.write_timeout_s,
+            },
+        }

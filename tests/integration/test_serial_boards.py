@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import re
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +30,13 @@ from mcp.types import CallToolResult
 from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
 from gateway.core.status import serial_status
+from gateway.southbound import framing
 from gateway.southbound.serial import REGISTER_REQUEST
 from sim.serial_line import SerialTarget
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.device.harness import SCHEMA_FILE, Device, find_tool, start_device
+from tests.integration.test_metrics import scrape
 from tests.sim.test_sim_process import line_matching, spawn, stop
 from tests.support.serial_ports import FramedBoard, PtyEnumerator, PtyPair, SerialRelay
 from tests.support.servers import demo_server
@@ -111,6 +115,15 @@ def port_of(server: GatewayServer, index: int = 0) -> dict[str, Any]:
     return ports[index]
 
 
+def port_at(server: GatewayServer, path: str) -> dict[str, Any]:
+    ports: list[dict[str, Any]] = serial_status(server.gateway)["ports"]
+    return next(port for port in ports if port["path"] == path)
+
+
+def unregistered_reached(server: GatewayServer, path: str, count: int) -> bool:
+    return bool(port_at(server, path)["dropped"]["unregistered"] == count)
+
+
 async def status_of(client: Client, tool: str = "get_status", arguments: dict[str, Any] | None = None) -> Any:
     result = await client.call_tool(tool, arguments or {})
     assert not result.is_error, result.content
@@ -125,6 +138,13 @@ async def poll(client: Client, until: Callable[[Any], bool], timeout: float = 15
             return status
         assert time.monotonic() < deadline, f"pump never reached the expected state: {status}"
         await asyncio.sleep(0.05)
+
+
+async def broker_call(server: GatewayServer, tool: str, arguments: dict[str, Any] | None = None) -> Any:
+    async with Client(f"{server.url}/_broker/mcp", mode="legacy") as client:
+        result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, result.content
+    return result.structured_content if result.structured_content is not None else result.content[0].text  # type: ignore[union-attr]
 
 
 async def metrics_text(server: GatewayServer) -> str:
@@ -165,6 +185,7 @@ async def test_sdk_client_drives_the_micropython_pump_over_a_serial_line(
     assert status["transport"] == "serial"
     assert status["remote"] == gateway_side.path
     assert status["identity"] == f"serial:{gateway_side.path}"
+    assert status["provider_url"] == gateway_side.path  # where the board comes in: its port
     assert status["aggregate"] is True
     assert status["hello"]["firmware"] == {"name": "pump-1-micropython", "version": "0.1.0"}
     port = status["upstream"]
@@ -301,6 +322,9 @@ async def test_hot_plug_attach_call_unplug_with_calls_pending_and_plug_in_again(
                 return session is not None and len(session.pending) == 2
 
             await wait_for(both_pending, what="two calls pending at the board")
+            # The relay lets go of the cable's descriptors first: the event loop would otherwise keep
+            # watching closed numbers, and the next socket given such a number could not be watched.
+            relay.stop()
             cable.close()  # pulled out: the tty is gone ...
             enumerator.unplug(cable)  # ... and udev says so
             await assert_all_disconnected(calls)
@@ -308,7 +332,6 @@ async def test_hot_plug_attach_call_unplug_with_calls_pending_and_plug_in_again(
             with pytest.raises(MCPError, match=f'Provider "{SLOT}" not connected'):
                 await clients[0].call_tool("get_status", {})
 
-        relay.stop()
         new_cable = ptys()
         relays(board_side, new_cable)
         enumerator.plug(new_cable, vid_pid="10c4:ea60", serial_number="0001")
@@ -335,9 +358,16 @@ def simulator_on(link: Path, pumps: int = 1) -> Simulator:
 async def test_a_port_that_is_missing_or_fails_is_retried(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
     link = tmp_path / "ttyPUMP"  # like /dev/serial/by-id/...: a name that follows the board
     gateway = await gateway_factory(serial=serial_config(str(link)))
-    await wait_for(lambda: port_of(gateway)["failures"] >= 2, what="the missing port to be retried")
+    await wait_for(lambda: port_of(gateway)["failures_in_a_row"] >= 3, what="the missing port to be retried")
     assert port_of(gateway)["last_error"] == "cannot open: No such file or directory (ENOENT)"
     assert port_of(gateway)["state"] in ("backoff", "opening")
+    diagnosis = await broker_call(gateway, "broker_diagnose")
+    missing = [problem for problem in diagnosis["problems"] if problem["id"] == "serial.port_unavailable"]
+    assert len(missing) == 1, diagnosis["problems"]
+    assert missing[0]["severity"] == "error"
+    assert missing[0]["summary"].startswith(f"Serial port {link} cannot be opened")
+    assert missing[0]["evidence"].startswith("cannot open: No such file or directory (ENOENT);")
+    assert "ls -l /dev/serial/by-id/" in missing[0]["fix"]
 
     simulator = simulator_on(link)
     try:
@@ -353,6 +383,11 @@ async def test_a_port_that_is_missing_or_fails_is_retried(gateway_factory: Gatew
         rf"serial port {re.escape(str(link))} (failed: read error|closed: the device went away)",
         status["last_disconnect_reason"],
     ), status["last_disconnect_reason"]
+    # Where the board comes back is its port, not a WebSocket URL, in provider_status and in the fix.
+    assert status["provider_url"] == str(link)
+    lost = (await broker_call(gateway, "broker_diagnose", {"slot": SLOT}))["problems"]
+    assert [problem["id"] for problem in lost] == ["slot.disconnected"]
+    assert lost[0]["fix"].startswith(f"Check the board on serial port {link}: its power and cable")
 
     simulator = simulator_on(link)
     try:
@@ -462,6 +497,116 @@ async def test_slot_patterns_of_the_port_and_takeover_rules_refuse_by_name(
     assert port_of(gateway)["slots"] == []
 
 
+async def test_refused_register_frames_warn_once_per_slot_and_count_the_rest(
+    gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="gateway.southbound.serial")
+    pair = ptys()
+    board = framed(pair)
+    gateway = await gateway_factory(serial=serial_config(pair.path, slots=["pump-*"]))
+    await board.next_message()
+    for slot in ["boiler-1"] * 5 + ["boiler-2"] * 2:  # a board that retries a wrong name, then another
+        board.register(slot)
+        refusal = await board.next_message()
+        assert refusal["error"]["message"].startswith(f'Serial port {pair.path} may not publish slot "{slot}"')
+    assert port_of(gateway)["dropped"]["refused"] == 7
+    warnings = [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "gateway.southbound.serial" and record.levelno >= logging.WARNING
+    ]
+    assert warnings == [
+        f'serial port {pair.path}: Serial port {pair.path} may not publish slot "{slot}"; its slots setting '
+        "allows: pump-* (further ones are only counted)"
+        for slot in ("boiler-1", "boiler-2")
+    ]
+
+
+async def test_bytes_in_and_out_count_every_byte_on_the_line(
+    gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any
+) -> None:
+    pair = ptys()
+    board = framed(pair)
+    gateway = await gateway_factory(serial=serial_config(pair.path))
+    await board.next_message()
+    board.register(SLOT)
+    await wait_ready_slot(gateway, SLOT)
+    async with Client(f"{gateway.url}/{SLOT}/mcp", mode="legacy") as client:
+        assert not (await client.call_tool("echo", {"text": "x" * 600})).is_error  # over 254 bytes: COBS codes
+
+    # What the board read and wrote, byte for byte: delimiters, COBS code bytes and the CRC included.
+    def counted() -> tuple[int, int]:
+        port = port_of(gateway)
+        return port["bytes_out"], port["bytes_in"]
+
+    with contextlib.suppress(AssertionError):  # the last frames may still be on their way: wait, then compare
+        await wait_for(lambda: counted() == (board.bytes_read, board.bytes_written), what="the byte counters")
+    assert counted() == (board.bytes_read, board.bytes_written)
+    assert port_of(gateway)["frames_out"] == len(board.received)
+
+
+async def test_serial_bounds_are_configured_counted_and_shown_in_metrics(
+    gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any
+) -> None:
+    first, second = ptys(), ptys()
+    board = framed(first)
+    settings = {
+        **serial_config(first.path, second.path, frame_cap=256),
+        "backlog_messages": 1,
+        "register_request_interval_s": 3600,
+    }
+    gateway = await gateway_factory(serial=settings)
+    assert await board.next_message() == orjson.loads(REGISTER_REQUEST)  # as the port opens
+    # Three messages in one write arrive in one read: the first waits to be handled, the other two
+    # find the backlog (1) full. An unregistered board is asked to register once per interval.
+    unregistered = [framing.wire_bytes(orjson.dumps({"jsonrpc": "2.0", "id": n, "result": {}})) for n in range(3)]
+    board.write_raw(b"".join(unregistered))
+    board.send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "x" * 300}})
+    await wait_for(
+        lambda: port_at(gateway, first.path)["dropped"]["oversize"] == 1, what="the oversize frame to be dropped"
+    )
+    await wait_for(lambda: port_at(gateway, first.path)["dropped"]["unregistered"] >= 1, what="the unregistered frame")
+    dropped = port_at(gateway, first.path)["dropped"]
+    assert (dropped["unregistered"], dropped["backlog"]) == (1, 2)
+    assert port_at(gateway, first.path)["register_requests"] == 2  # one at open, one for the first unregistered frame
+    for more in range(2, 5):  # one at a time: the backlog holds one
+        board.send({"jsonrpc": "2.0", "id": 9, "result": {}})
+        await wait_for(partial(unregistered_reached, gateway, first.path, more), what="one more unregistered frame")
+    assert port_at(gateway, first.path)["register_requests"] == 2
+    assert serial_status(gateway.gateway)["limits"] == {
+        "backlog_messages": 1,
+        "register_request_interval_s": 3600,
+        "write_timeout_s": 5.0,
+    }
+
+    async with aiohttp.ClientSession() as http:
+        metrics = await scrape(http, gateway)
+    assert {
+        name: metrics.value("mcpgw_limit", limit=name)
+        for name in (
+            "serial.backlog_messages",
+            "serial.register_request_interval_s",
+            "serial.write_timeout_s",
+            "serial.ports[0].frame_cap",
+            "serial.ports[1].frame_cap",
+            "serial.hotplug.frame_cap",
+        )
+    } == {
+        "serial.backlog_messages": 1,
+        "serial.register_request_interval_s": 3600,
+        "serial.write_timeout_s": 5,
+        "serial.ports[0].frame_cap": 256,
+        "serial.ports[1].frame_cap": 256,
+        "serial.hotplug.frame_cap": None,  # hot-plug is off
+    }
+    assert metrics.value("mcpgw_limit_hits_total", limit="serial.ports[0].frame_cap") == 1
+    assert metrics.value("mcpgw_limit_hits_total", limit="serial.backlog_messages") == 2
+    assert metrics.value("mcpgw_serial_dropped_frames_total", port=first.path, reason="oversize") == 1
+    assert metrics.value("mcpgw_serial_dropped_frames_total", port=first.path, reason="backlog") == 2
+    keys = {port["path"]: port["config_key"] for port in serial_status(gateway.gateway)["ports"]}
+    assert keys == {first.path: "serial.ports[0]", second.path: "serial.ports[1]"}
+
+
 async def test_registering_again_answers_the_old_links_pending_calls_at_once(
     gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any
 ) -> None:
@@ -501,7 +646,7 @@ async def test_one_port_many_slots_with_envelopes(
         await wait_ready_slot(gateway, slot)
     async with Client(f"{gateway.url}/_all/mcp", mode="2026-07-28") as client:
         names = sorted(tool.name for tool in (await client.list_tools()).tools)
-    assert names == ["valve-1__echo", "valve-2__echo"] or len(names) == 2
+    assert names == ["valve-1-echo", "valve-2-echo"]  # each slot's tool, under its slot's name; none of boiler's
     for slot in ("valve-1", "valve-2"):
         async with Client(f"{gateway.url}/{slot}/mcp", mode="legacy") as client:
             result = await client.call_tool("echo", {"slot": slot})
@@ -587,6 +732,9 @@ async def test_broker_info_lists_ports_and_hot_plug(gateway_factory: GatewayFact
     serial = info["serial"]
     assert serial["hotplug"] == {"enabled": False}
     assert [(port["path"], port["baud"], port["state"]) for port in serial["ports"]] == [(pair.path, 921600, "open")]
+    page = await broker_call(gateway, "broker_guide", {"topic": "publish-provider"})
+    assert f"| `{pair.path}` | config | 921600 | open | `*` | - |" in page
+    assert "USB hot-plug is off" in page
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="pseudo-terminal paths under /dev/pts")

@@ -179,6 +179,10 @@ class FramedBoard:
         self.answer_requests = True
         """Answer tools/call like an echo (the arguments back as text); False: hand them to the test."""
         self.received: list[Message] = []
+        self.bytes_read = 0
+        """Every byte the gateway put on the line, as the board read it."""
+        self.bytes_written = 0
+        """Every byte the board put on the line (send and write_raw)."""
         asyncio.get_running_loop().add_reader(pair.master, self._readable)
 
     def _readable(self) -> None:
@@ -186,6 +190,7 @@ class FramedBoard:
             data = os.read(self.pair.master, 65536)
         except (BlockingIOError, OSError):
             return
+        self.bytes_read += len(data)
         for payload in self.decoder.feed(data):
             message = orjson.loads(payload)
             self.received.append(message)
@@ -225,9 +230,10 @@ class FramedBoard:
 
     def send(self, message: Message | bytes) -> None:
         data = message if isinstance(message, bytes) else orjson.dumps(message)
-        self.writer.write(framing.wire_bytes(data))
+        self.write_raw(framing.wire_bytes(data))
 
     def write_raw(self, data: bytes) -> None:
+        self.bytes_written += len(data)
         self.writer.write(data)
 
     def register(self, slot: str, **params: Any) -> None:

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from gateway.cli import _config_flags, build_parser
-from gateway.config import DEFAULT_HOTPLUG_VID_PID, ConfigError, GatewayConfig, load_config
+from gateway.config import DEFAULT_HOTPLUG_VID_PID, ConfigError, GatewayConfig, SerialHotplugConfig, load_config
+from gateway.southbound import hotplug
 from gateway.southbound.hotplug import (
     DiffingEnumerator,
     EnumeratorUnavailable,
     PollingEnumerator,
     PortEvent,
+    UdevEnumerator,
     UsbPort,
     choose_enumerator,
+    list_usb_ports,
     udev_running,
 )
 
@@ -51,11 +56,20 @@ def test_a_port_entry_and_its_defaults() -> None:
         ({"hotplug": {"vid_pid": ["303a-1001"]}}, "not VID:PID in hex"),
         ({"hotplug": {"backend": "sysfs"}}, "serial.hotplug.backend"),
         ({"retry_initial_s": 5, "retry_max_s": 1}, "retry_max_s must be at least retry_initial_s"),
+        ({"backlog_messages": 0}, "serial.backlog_messages"),
+        ({"register_request_interval_s": 0}, "serial.register_request_interval_s"),
     ],
 )
 def test_bad_settings_are_refused_by_name(tmp_path: object, serial: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(None, environ={}, flags={"serial": serial})
+
+
+def test_serial_bounds_and_their_defaults() -> None:
+    serial = GatewayConfig().serial
+    assert (serial.backlog_messages, serial.register_request_interval_s, serial.write_timeout_s) == (64, 1.0, 5.0)
+    config = load_config(None, environ={"MCP_GATEWAY_SERIAL__BACKLOG_MESSAGES": "256"})
+    assert config.serial.backlog_messages == 256
 
 
 def test_vid_pid_is_case_insensitive() -> None:
@@ -145,13 +159,55 @@ async def test_polling_enumerator_reads_the_list_every_interval() -> None:
     assert [event.action for event in events] == ["attach", "detach"]
 
 
-def test_auto_falls_back_to_polling_without_udev_and_udev_refuses_by_name() -> None:
-    config = GatewayConfig.model_validate({"serial": {"hotplug": {"enabled": True}}}).serial.hotplug
-    if udev_running():
-        assert choose_enumerator(config).name == "udev"
-        return
+def hotplug_on() -> SerialHotplugConfig:
+    return GatewayConfig.model_validate({"serial": {"hotplug": {"enabled": True}}}).serial.hotplug
+
+
+def test_auto_falls_back_to_polling_without_udev_and_udev_refuses_by_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Whether udevd runs is the machine's business (it does not in this CI container): point the check
+    # at a path that is missing, then at one that exists, so both answers are tested everywhere.
+    monkeypatch.setattr(hotplug, "UDEV_CONTROL", str(tmp_path / "no-udev-control"))
+    config = hotplug_on()
+    assert udev_running() is False
     assert choose_enumerator(config).name == "poll"
     forced = config.model_copy(update={"backend": "udev"})
     with pytest.raises(EnumeratorUnavailable, match=r"udev is not running here .* use backend = auto or poll"):
         choose_enumerator(forced)
     assert choose_enumerator(config.model_copy(update={"backend": "poll"})).name == "poll"
+
+
+def test_auto_takes_udev_where_it_runs_and_polls_when_pyudev_cannot_load(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    control = tmp_path / "control"
+    control.touch()
+    monkeypatch.setattr(hotplug, "UDEV_CONTROL", str(control))
+    config = hotplug_on()
+    assert choose_enumerator(config).name == "udev"  # pyudev and libudev are installed with the gateway
+
+    def no_libudev() -> None:
+        raise ImportError("libudev.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(hotplug, "UdevEnumerator", no_libudev)
+    assert choose_enumerator(config).name == "poll"
+    with pytest.raises(EnumeratorUnavailable, match=r"pyudev cannot be used \(libudev.so.1: cannot open"):
+        choose_enumerator(config.model_copy(update={"backend": "udev"}))
+
+
+def test_udev_enumerator_reads_the_real_tty_devices_and_keeps_only_usb_ones() -> None:
+    """libudev reads sysfs without udevd: every tty of this machine goes through the device parsing."""
+    ports = UdevEnumerator().scan()
+    assert all(port.vid_pid is not None and port.device.startswith("/dev/") for port in ports)
+    assert {port.device for port in ports} == {port.device for port in list_usb_ports()}
+
+
+def test_the_appliance_configuration_turns_hot_plug_on_with_the_default_devices() -> None:
+    """image/mcp-gateway.toml's [serial] section (the whole file loads in tests/unit/test_mdns.py)."""
+    text = (Path(__file__).resolve().parents[2] / "image" / "mcp-gateway.toml").read_text(encoding="utf-8")
+    serial = GatewayConfig.model_validate({"serial": tomllib.loads(text)["serial"]}).serial
+    assert serial.hotplug.enabled is True
+    assert serial.hotplug.vid_pid == list(DEFAULT_HOTPLUG_VID_PID)
+    assert serial.hotplug.backend == "auto"
+    assert serial.ports == []
