@@ -307,6 +307,11 @@ class _Events:
     def message(self, message: InboundMessage) -> None:
         self.link.on_message(message)
 
+    def backlog_dropped(self, count: int, topic: str) -> None:
+        log.warning(
+            "%s: %d message(s) dropped, the simulator fell behind (latest on %s)", self.link.pump.slot, count, topic
+        )
+
 
 def _is_disconnected(payload: bytes) -> bool:
     try:

@@ -5,11 +5,23 @@
 their presence), the counters of what it dropped, and what provider_status and broker_diagnose show.
 Every message is routed on the event loop thread, in arrival order:
 
-    size check (oversize) -> the profile that owns the topic (else wrong_topic) -> the slot's link
+    [paho's thread: max_backlog waiting? (backlog)] -> size check (oversize)
+        -> the profile that owns the topic (else wrong_topic) -> the slot's link
+
+Its bounds (max_payload_bytes, max_backlog, max_instances) are exported as
+mcpgw_limit{limit="mqtt.brokers[<i>].<key>"}, and each refusal counts in mcpgw_limit_hits_total with
+the same label as well as in mcpgw_mqtt_dropped_messages_total. The broker's own Maximum Packet Size
+(MQTT 5 CONNACK) is `mqtt.brokers[<i>].broker_max_packet_size` there: a request larger than it is
+refused before it is published (the broker would disconnect the gateway), and counted.
+
+The slots a broker carried are remembered (`slots_seen`, at most max_instances), so that
+provider_status names the broker and topic of a slot whose device left.
 
 While the broker is away every slot it carried is detached (pending callers get
 `Provider "<slot>" disconnected` at once, later ones `not connected`); after the reconnect the
-subscriptions are made again and the retained statuses and presences bring the slots back.
+subscriptions are made again and the retained statuses and presences bring the slots back. A device
+whose announcement stands but whose slot is not served is attached again by its profile
+(mqtt_reattach.py), which hears of freed slots through the registry's membership listeners.
 
 `MqttBrokers` is every configured broker; the composition root starts them once the listener is up
 and stops them after the core has closed every link.
@@ -20,14 +32,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 from gateway.config import MqttBrokerConfig
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.scrape import mqtt_broker_key
+from gateway.core.status import iso
 from gateway.southbound import mqtt_topics
-from gateway.southbound.mqtt_client import BrokerClient, ConnectOptions, InboundMessage, NotConnected, Outbound
+from gateway.southbound.mqtt_client import (
+    MQTT_MAX_PACKET_BYTES,
+    BrokerClient,
+    ConnectOptions,
+    InboundMessage,
+    NotConnected,
+    Outbound,
+    max_packet_bytes,
+)
 from gateway.southbound.mqtt_connack import ConnackLimits
 from gateway.southbound.mqtt_drops import DropCounter, MqttMetrics
 from gateway.southbound.mqtt_mcp import McpProfile
@@ -39,9 +62,10 @@ log = logging.getLogger("gateway.mqtt")
 class MqttBroker:
     """One broker connection and the slots it carries."""
 
-    def __init__(self, config: MqttBrokerConfig, gateway: Gateway, metrics: MqttMetrics) -> None:
+    def __init__(self, config: MqttBrokerConfig, gateway: Gateway, metrics: MqttMetrics, index: int = 0) -> None:
         self.config = config
         self.label = config.label
+        self.limits_key = mqtt_broker_key(index)
         self.gateway = gateway
         self.metrics = metrics
         self.drops = DropCounter(self.label, metrics)
@@ -50,6 +74,8 @@ class MqttBroker:
         self.client = BrokerClient(config, self, self._connect_options)
         self.subscribed: list[str] = []
         self.subscribe_error = ""
+        self.slots_seen: dict[str, tuple[float, str]] = {}
+        """Slot -> (when last attached, Unix time; the link's broker and topic), oldest first, bounded."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._halted = False
 
@@ -57,12 +83,39 @@ class MqttBroker:
 
     def start(self) -> None:
         self.metrics.connected.labels(self.label).set(0)
+        self.gateway.registry.membership_listeners.append(self._slots_changed)
+        for profile in (self.plain, self.mcp):
+            if profile is not None:
+                self.spawn(profile.reattach.run())
         self.client.start()
 
     def halt(self) -> None:
         """No more slots from this broker (shutdown has begun)."""
         self._halted = True
+        with contextlib.suppress(ValueError):
+            self.gateway.registry.membership_listeners.remove(self._slots_changed)
+        for profile in (self.plain, self.mcp):
+            if profile is not None:
+                profile.reattach.clear()
         self.client.halt()
+
+    def is_halted(self) -> bool:
+        return self._halted
+
+    def limit_hit(self, name: str, times: int = 1) -> None:
+        self.metrics.limit_hit(f"{self.limits_key}.{name}", times)
+
+    def slot_seen(self, slot: str, remote: str) -> None:
+        self.slots_seen.pop(slot, None)
+        self.slots_seen[slot] = (time.time(), remote)
+        while len(self.slots_seen) > self.config.max_instances:
+            del self.slots_seen[next(iter(self.slots_seen))]
+
+    def _slots_changed(self) -> None:
+        # A provider attached or left somewhere: a slot refused as held may be free now.
+        for profile in (self.plain, self.mcp):
+            if profile is not None:
+                profile.reattach.slots_changed()
 
     async def stop(self) -> None:
         self.halt()
@@ -116,6 +169,10 @@ class MqttBroker:
     def connected(self, limits: ConnackLimits) -> None:
         self.metrics.connected.labels(self.label).set(1)
         self.metrics.connects.labels(self.label).inc()
+        if self.config.protocol == "5":
+            # What the broker takes from us, and so the most we publish (absent: MQTT's own limit).
+            maximum = limits.maximum_packet_size or MQTT_MAX_PACKET_BYTES
+            self.metrics.gateway_metrics.limit.labels(f"{self.limits_key}.broker_max_packet_size").set(maximum)
         filters: list[tuple[str, bool]] = []
         if self.plain is not None:
             filters += self.plain.filters()
@@ -158,6 +215,7 @@ class MqttBroker:
             return
         size = len(message.payload)
         if size > self.config.max_payload_bytes:
+            self.limit_hit("max_payload_bytes")
             self.drops.count(
                 "oversize",
                 topic,
@@ -166,6 +224,22 @@ class MqttBroker:
             )
             return
         profile.handle(topic, message.payload)
+
+    def backlog_dropped(self, count: int, topic: str) -> None:
+        self.metrics.messages.labels(self.label, "in").inc(count)
+        self.limit_hit("max_backlog", count)
+        slot = None
+        for profile in (self.mcp, self.plain):
+            if profile is not None and profile.owns(topic):
+                slot = profile.slot_of(topic)
+                break
+        self.drops.count(
+            "backlog",
+            topic,
+            f"{count} message(s) arrived while max_backlog ({self.config.max_backlog}) were waiting for the gateway",
+            slot,
+            times=count,
+        )
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -176,17 +250,42 @@ class MqttBroker:
             **self.client.status(),
             "subscriptions": list(self.subscribed),
             "subscribe_error": self.subscribe_error or None,
+            "limits": {
+                "max_payload_bytes": self.config.max_payload_bytes,
+                # max_payload_bytes + headroom: announced in CONNECT (MQTT 5) with announce_max_packet_size,
+                # and the most the broker's own max_packet_size should let the gateway read.
+                "max_packet_bytes": max_packet_bytes(self.config.max_payload_bytes),
+                "announce_max_packet_size": self.config.announce_max_packet_size,
+                "broker_max_packet_size": self._broker_max_packet_size(),
+                "max_outbound": dict(zip(("bytes", "of"), self.client.outbound_limit(), strict=True)),
+                "max_backlog": self.config.max_backlog,
+                "max_instances": self.config.max_instances,
+            },
+            "backlog": self.client.backlog,
             "dropped": dict(self.drops.totals),
             "dropped_examples": dict(self.drops.last),
+            "slots_seen": {slot: {"at": iso(at), "remote": remote} for slot, (at, remote) in self.slots_seen.items()},
         }
         if self.plain is not None:
-            status["plain"] = {"topic_prefix": self.plain.prefix, "boards": sorted(self.plain.links)}
+            status["plain"] = {
+                "topic_prefix": self.plain.prefix,
+                "boards": sorted(self.plain.links),
+                "announced": len(self.plain.announced),
+                "reattaching": self.plain.reattach.status(),
+            }
         if self.mcp is not None:
             status["mcp"] = {
                 "spec": f"{mqtt_topics.SPEC_NAME} {mqtt_topics.SPEC_REVISION} ({mqtt_topics.SPEC_SOURCE})",
                 **self.mcp.status(),
             }
         return status
+
+    def _broker_max_packet_size(self) -> int | str | None:
+        """The CONNACK's Maximum Packet Size; "unlimited" when an MQTT 5 broker announced none; None when
+        unknown (not connected yet, or MQTT 3.1.1, whose CONNACK carries no properties)."""
+        if not self.client.v5 or not self.client.connects:
+            return None
+        return self.client.limits.maximum_packet_size or "unlimited"
 
 
 class MqttBrokers:
@@ -195,7 +294,11 @@ class MqttBrokers:
     def __init__(self, gateway: Gateway) -> None:
         brokers = gateway.config.mqtt.brokers
         self.metrics = MqttMetrics(gateway.metrics) if brokers else None
-        self.brokers = [MqttBroker(config, gateway, self.metrics) for config in brokers] if self.metrics else []
+        self.brokers = (
+            [MqttBroker(config, gateway, self.metrics, index) for index, config in enumerate(brokers)]
+            if self.metrics
+            else []
+        )
         if self.brokers:
             gateway.mqtt_status = self.status
 

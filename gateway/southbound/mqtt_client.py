@@ -9,6 +9,24 @@ client keeps QoS 1 messages that were not acknowledged and sends them again on i
 and a request whose caller was already answered "disconnected" must never reach a pump after the
 broker comes back. A new client per connection forgets them. Back-off between attempts is the
 gateway's full-jitter doubling (gateway.core.backoff), reset once a connection was accepted.
+
+Inbound bounds. paho reads a whole packet before the gateway's own size check (max_payload_bytes), so
+what bounds the read is the broker's own limit (mosquitto's `max_packet_size`, which the CONNACK
+announces on MQTT 5: `limits.maximum_packet_size`). Only with `announce_max_packet_size` does CONNECT
+carry a Maximum Packet Size of max_payload_bytes plus room for the topic and properties
+(`max_packet_bytes`), so that the broker drops a larger PUBLISH instead of sending it (MQTT 5
+§3.1.2.11.4): mosquitto 2.0.11 never frees the in-flight slot of a QoS 1 message it drops that way,
+and after max_inflight_messages (20) of them it sends the gateway nothing more. Messages waiting for
+the event loop are bounded by `max_backlog`: past it paho's thread drops them (they are acknowledged,
+and counted as `backlog` once the loop is back).
+
+Outbound bound. A packet over the broker's Maximum Packet Size makes the broker disconnect the
+gateway, and with it every slot of the broker; `publish` refuses such a message (PacketTooLarge)
+before paho sends it: MQTT 5, the whole packet against the CONNACK's Maximum Packet Size (absent: the
+protocol's limit); MQTT 3.1.1, whose CONNACK says nothing, the payload against max_payload_bytes.
+
+Refused connections. A broker that refuses CONNECT (wrong password, ACL) is warned about once per
+reason until a connection is accepted; the attempts again are counted (`refusals`, `attempts`).
 """
 
 from __future__ import annotations
@@ -19,6 +37,7 @@ import logging
 import secrets
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,6 +58,16 @@ from gateway.southbound.mqtt_connack import ConnackLimits, read_connack
 log = logging.getLogger("gateway.mqtt")
 
 UserProperties = Sequence[tuple[str, str]]
+
+PACKET_HEADROOM_BYTES = 16_384
+"""What a PUBLISH holds besides its payload: fixed header, topic, packet id and properties."""
+MQTT_MAX_PACKET_BYTES = 268_435_455
+"""The largest packet MQTT can express (a four-byte Remaining Length)."""
+
+
+def max_packet_bytes(max_payload_bytes: int) -> int:
+    """The Maximum Packet Size the gateway announces in CONNECT (MQTT 5) for a payload cap."""
+    return min(max_payload_bytes + PACKET_HEADROOM_BYTES, MQTT_MAX_PACKET_BYTES)
 
 
 @dataclass(frozen=True)
@@ -76,9 +105,24 @@ class ClientEvents(Protocol):
 
     def message(self, message: InboundMessage) -> None: ...
 
+    def backlog_dropped(self, count: int, topic: str) -> None:
+        """`count` messages were dropped in paho's thread (max_backlog); `topic` is the latest one's."""
+        ...
+
 
 class NotConnected(ConnectionError):
     pass
+
+
+class PacketTooLarge(ValueError):
+    """A message this connection must not publish: the broker would disconnect the gateway for it."""
+
+    def __init__(self, size: int, maximum: int, measured: str) -> None:
+        super().__init__(f"{measured} of {size} bytes, the broker accepts at most {maximum}")
+        self.size = size
+        self.maximum = maximum
+        self.measured = measured
+        """"packet" (MQTT 5: the whole PUBLISH) or "payload" (MQTT 3.1.1: against max_payload_bytes)."""
 
 
 def default_client_id() -> str:
@@ -123,6 +167,10 @@ class BrokerClient:
         self.connects = 0
         self.attempts = 0
         self.losses = 0
+        self.refusals = 0
+        """CONNECTs the broker refused (its CONNACK said why): one warning per reason, counted here."""
+        self._refusals_warned: set[str] = set()
+        self._retry_logged = ""
         self.last_error = ""
         self.last_error_at: float | None = None
         self.connected_since: float | None = None
@@ -139,6 +187,12 @@ class BrokerClient:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Messages handed to the loop and not yet handled, and those dropped past max_backlog: written
+        # by paho's thread and by the loop thread, hence the lock.
+        self._inbound_lock = threading.Lock()
+        self._queued = 0
+        self._overflow = 0
+        self._overflow_topic = ""
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -156,7 +210,7 @@ class BrokerClient:
         client = self._client
         if client is not None and self.connected:
             for message in farewell:
-                with contextlib.suppress(ConnectionError):
+                with contextlib.suppress(ConnectionError, PacketTooLarge):
                     self.publish(
                         message.topic, message.payload, retain=message.retain, user_properties=message.user_properties
                     )
@@ -213,12 +267,18 @@ class BrokerClient:
                     break
                 if accepted:
                     self.backoff.reset()
+                    self._retry_logged = ""
                 if self._redial_now or self.hold_until is not None:
                     continue
                 delay = self.backoff.next_delay()
                 self.state = "backoff"
                 self.next_attempt_at = time.monotonic() + delay
-                log.info("MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
+                # Once per kind of failure: a broker that keeps refusing would log every attempt otherwise.
+                if self.last_error != self._retry_logged:
+                    self._retry_logged = self.last_error
+                    log.info("MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
+                else:
+                    log.debug("MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), delay)
@@ -234,7 +294,8 @@ class BrokerClient:
     def _new_client(self, generation: int) -> paho.Client:
         config = self.config
         if config.client_id is None and self.connects:
-            # The MCP over MQTT specification wants a new mcp-client-id for each initialization.
+            # The MCP over MQTT specification wants a new mcp-client-id for each initialization; with one
+            # connection for every server the nearest is one per connection (docs/protocol.md, Departures).
             self.client_id = default_client_id()
         client = paho.Client(
             callback_api_version=CallbackAPIVersion.VERSION2,
@@ -262,7 +323,7 @@ class BrokerClient:
             )
         client.on_connect = lambda _c, _u, _f, code, props: self._post(self._on_connack, generation, code, props)
         client.on_disconnect = lambda _c, _u, _f, code, _p: self._post(self._on_lost, generation, _lost_reason(code))
-        client.on_message = lambda _c, _u, msg: self._post(self._on_message, generation, msg)
+        client.on_message = lambda _c, _u, msg: self._inbound(generation, msg)
         client.on_subscribe = lambda _c, _u, mid, codes, _p: self._post(self._on_suback, generation, mid, codes)
         return client
 
@@ -272,6 +333,26 @@ class BrokerClient:
         if loop is not None:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(handler, *args)
+
+    def _inbound(self, generation: int, msg: paho.MQTTMessage) -> None:
+        """In paho's thread: hand one message to the loop, or drop it when max_backlog are waiting."""
+        with self._inbound_lock:
+            if self._queued >= self.config.max_backlog:
+                self._overflow += 1
+                self._overflow_topic = msg.topic
+                return
+            self._queued += 1
+        self._post(self._on_message, generation, msg)
+
+    @property
+    def backlog(self) -> int:
+        """Messages handed to the event loop and not yet handled."""
+        return self._queued
+
+    @property
+    def backlog_overflow(self) -> int:
+        """Messages dropped past max_backlog that the event loop has not counted yet."""
+        return self._overflow
 
     def _props(self, users: UserProperties, packet: int = PacketTypes.PUBLISH) -> Properties | None:
         if not self.v5 or not users:
@@ -294,6 +375,9 @@ class BrokerClient:
         if self.v5:
             connect_props = connect_props or Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             connect_props.SessionExpiryInterval = 0  # the spec's session expiry 0: nothing outlives a connection
+            if self.config.announce_max_packet_size:
+                # The broker drops a larger PUBLISH for us instead of sending it (paho would read it whole).
+                connect_props.MaximumPacketSize = max_packet_bytes(self.config.max_payload_bytes)
         config = self.config
         try:
             if self.v5:
@@ -344,10 +428,20 @@ class BrokerClient:
         if generation != self._generation or self._connack is None or self._connack.done():
             return
         if isinstance(code, ReasonCode) and code.is_failure:
-            self._fail(f"refused by the broker: {_reason(code)}")
-            log.warning("MQTT broker %s refused the connection: %s", self.label, _reason(code))
+            reason = _reason(code)
+            self._fail(f"refused by the broker: {reason}")
+            self.refusals += 1
+            if reason not in self._refusals_warned:
+                self._refusals_warned.add(reason)
+                log.warning(
+                    "MQTT broker %s refused the connection: %s (trying again with back-off; the attempts are "
+                    "counted in broker_info mqtt[].refusals)",
+                    self.label,
+                    reason,
+                )
             self._connack.set_result(False)
             return
+        self._refusals_warned.clear()
         self.limits = read_connack(properties)
         self.connected = True
         self.connects += 1
@@ -361,6 +455,13 @@ class BrokerClient:
 
     def _on_lost(self, generation: int, reason: str) -> None:
         if generation != self._generation:
+            return
+        refused = self._connack is not None and self._connack.done() and not self.connected
+        if refused:
+            # The broker closes the socket after a refusing CONNACK; paho calls that a lost connection
+            # ("Protocol error"), but nothing was lost: the refusal is the error.
+            if self._ended is not None:
+                self._ended.set()
             return
         self._fail(f"connection lost: {reason}")
         if self.connected:
@@ -383,6 +484,12 @@ class BrokerClient:
         self.events.disconnected(reason)
 
     def _on_message(self, generation: int, msg: paho.MQTTMessage) -> None:
+        with self._inbound_lock:
+            self._queued -= 1
+            overflow, self._overflow = self._overflow, 0
+            overflow_topic = self._overflow_topic
+        if overflow:
+            self.events.backlog_dropped(overflow, overflow_topic)
         if generation != self._generation or not self.connected:
             return
         self.events.message(
@@ -416,17 +523,38 @@ class BrokerClient:
         user_properties: UserProperties = (),
         expiry_s: int | None = None,
     ) -> None:
-        """Queue one message at QoS 1 (or the broker's maximum, if lower); NotConnected when the broker is away."""
+        """Queue one message at QoS 1 (or the broker's maximum, if lower); NotConnected when the broker is away,
+        PacketTooLarge (nothing sent, the connection stays) when the broker would disconnect us for it."""
         client = self._live()
         props = self._props(user_properties)
         if expiry_s is not None and self.v5:
             props = props or Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
             props.MessageExpiryInterval = expiry_s
+        self._check_size(topic, len(payload), props)
         info = client.publish(
             topic, payload, qos=min(mqtt_topics.QOS, self.limits.maximum_qos), retain=retain, properties=props
         )
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             raise NotConnected(f"publishing to MQTT broker {self.label} failed: {paho.error_string(info.rc)}")
+
+    def outbound_limit(self) -> tuple[int, str]:
+        """The most this connection may publish, and what it is measured on: MQTT 5, the whole packet
+        against the CONNACK's Maximum Packet Size (absent: MQTT's own limit); MQTT 3.1.1, whose CONNACK
+        says nothing, the payload against max_payload_bytes (the appliance's mosquitto allows a packet
+        1 KiB above the default, room for the topic and header)."""
+        if self.v5:
+            return self.limits.maximum_packet_size or MQTT_MAX_PACKET_BYTES, "packet"
+        return self.config.max_payload_bytes, "payload"
+
+    def _check_size(self, topic: str, payload_bytes: int, props: Properties | None) -> None:
+        maximum, measured = self.outbound_limit()
+        if measured == "payload":
+            size = payload_bytes
+        else:
+            properties_bytes = len(props.pack()) if props is not None else 1  # type: ignore[no-untyped-call]
+            size = mqtt_topics.publish_packet_bytes(topic, payload_bytes, properties_bytes)
+        if size > maximum:
+            raise PacketTooLarge(size, maximum, measured)
 
     async def subscribe(self, filters: Sequence[tuple[str, bool]]) -> list[int]:
         """Subscribe at QoS 1 (`(filter, no_local)` pairs); the SUBACK reason codes, in order (>= 0x80: refused)."""
@@ -465,6 +593,7 @@ class BrokerClient:
             "protocol": self.config.protocol,
             "connects": self.connects,
             "attempts": self.attempts,
+            "refusals": self.refusals,
             "connection_losses": self.losses,
             "connected_since": iso(self.connected_since),
             "last_error": self.last_error or None,

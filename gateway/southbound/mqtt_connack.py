@@ -41,7 +41,9 @@ class ConnackLimits:
         return next((value for key, value in self.user_properties if key.lower() == wanted), None)
 
     def suggested_server_filters(self) -> list[str] | None:
-        """MCP-SERVER-NAME-FILTERS as a list of filters, or None when absent or not a JSON array of strings."""
+        """MCP-SERVER-NAME-FILTERS as a list of filters, or None when absent or not a JSON array of
+        server-name filters (each must make a presence filter MQTT accepts: one that is not would make
+        the gateway's SUBSCRIBE fail, and with it every subscription of the connection)."""
         text = self.user_property(mqtt_topics.PROP_SERVER_NAME_FILTERS)
         if text is None:
             return None
@@ -51,15 +53,23 @@ class ConnackLimits:
             return None
         if not isinstance(value, list) or not value or not all(isinstance(item, str) and item for item in value):
             return None
+        if any(mqtt_topics.filter_problem(mqtt_topics.server_presence_filter(item)) for item in value):
+            return None
         return list(value)
 
     def problems(self) -> list[str]:
-        """What the gateway needs and this broker refuses (retained status and presence, wildcards)."""
+        """What the gateway needs and this broker refuses (retained status and presence, wildcards),
+        and a server-name filter suggestion it cannot use."""
         found = []
         if not self.retain_available:
             found.append("the broker does not keep retained messages (Retain Available = 0): devices cannot be found")
         if not self.wildcard_subscription_available:
             found.append("the broker refuses wildcard subscriptions (Wildcard Subscription Available = 0)")
+        if self.user_property(mqtt_topics.PROP_SERVER_NAME_FILTERS) is not None and not self.suggested_server_filters():
+            found.append(
+                f"the broker's {mqtt_topics.PROP_SERVER_NAME_FILTERS} is not a JSON array of MQTT topic filters: "
+                "ignored, the configured server_filter is used"
+            )
         return found
 
 

@@ -5,12 +5,18 @@ A message is dropped, never fatal: the connection and every other slot carry on.
 - malformed: the payload is not one JSON-RPC message (or a status/presence that is not a register
   frame / `notifications/server/online`, or names another slot than its topic);
 - wrong_topic: a topic the gateway subscribed to by wildcard but cannot use (a reserved or over-long
-  slot level, a presence topic without a server-name, an RPC topic of another client);
-- oversize: larger than the broker's max_payload_bytes (dropped unread);
+  slot level, a presence topic without a server-name or with one so long that the server's RPC
+  topic would not fit in an MQTT topic, an RPC topic of another client);
+- oversize: larger than the broker's max_payload_bytes (read whole first: the broker's own
+  max_packet_size bounds that; with announce_max_packet_size the broker itself drops, uncounted, what
+  exceeds max_payload_bytes plus headroom);
 - unregistered: traffic on a slot or server instance that has not announced itself (no status or
   presence seen), e.g. a board publishing `up` before its status;
 - refused: an announcement the gateway could not bridge into a slot (the slot is held by another
-  provider, reserved, undeclared, or the broker refused the subscription).
+  provider, reserved, undeclared, the broker refused the subscription, or max_instances devices are
+  already known); counted once per announcement, however often the gateway tries again;
+- backlog: received while max_backlog messages were waiting for the event loop (dropped in paho's
+  thread, unread).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.mqtt")
 
-REASONS = ("malformed", "wrong_topic", "oversize", "unregistered", "refused")
+REASONS = ("malformed", "wrong_topic", "oversize", "unregistered", "refused", "backlog")
 MAX_TRACKED_SLOTS = 1024
 """Per-slot counts are kept for this many names; past that, only the broker's totals count (a noisy
 publisher inventing slot names cannot grow the gateway's memory)."""
@@ -33,6 +39,7 @@ class MqttMetrics:
     """The MQTT series, registered once per gateway on its own registry."""
 
     def __init__(self, metrics: Metrics) -> None:
+        self.gateway_metrics = metrics
         r = metrics.registry
         self.connected = Gauge("mcpgw_mqtt_connected", "1 while the broker connection is up", ["broker"], registry=r)
         self.connects = Counter("mcpgw_mqtt_connects", "Broker connections accepted", ["broker"], registry=r)
@@ -44,10 +51,14 @@ class MqttMetrics:
         )
         self.dropped = Counter(
             "mcpgw_mqtt_dropped_messages",
-            "MQTT messages dropped: malformed, wrong_topic, oversize, unregistered, refused",
+            "MQTT messages dropped: malformed, wrong_topic, oversize, unregistered, refused, backlog",
             ["broker", "reason"],
             registry=r,
         )
+
+    def limit_hit(self, key: str, times: int = 1) -> None:
+        """A broker's bound refused something: mcpgw_limit_hits_total{limit=key} (mqtt.brokers[<i>].<name>)."""
+        self.gateway_metrics.limit_hits.labels(key).inc(times)
 
 
 class DropCounter:
@@ -62,9 +73,9 @@ class DropCounter:
         """The latest example of each reason (topic and what was wrong), for broker_diagnose."""
         self._warned: set[str] = set()
 
-    def count(self, reason: str, topic: str, detail: str, slot: str | None = None) -> None:
-        self.totals[reason] = self.totals.get(reason, 0) + 1
-        self.metrics.dropped.labels(self.broker, reason).inc()
+    def count(self, reason: str, topic: str, detail: str, slot: str | None = None, times: int = 1) -> None:
+        self.totals[reason] = self.totals.get(reason, 0) + times
+        self.metrics.dropped.labels(self.broker, reason).inc(times)
         example = f"{topic[:160]}: {detail}"
         self.last[reason] = example
         if slot is not None:
@@ -72,7 +83,7 @@ class DropCounter:
             if counts is None and len(self.per_slot) < MAX_TRACKED_SLOTS:
                 counts = self.per_slot[slot] = {}
             if counts is not None:
-                counts[reason] = counts.get(reason, 0) + 1
+                counts[reason] = counts.get(reason, 0) + times
         if reason not in self._warned:
             # Once per reason and broker: a misconfigured board repeats itself; the counters carry the rest.
             self._warned.add(reason)

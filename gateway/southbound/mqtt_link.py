@@ -10,9 +10,9 @@ from gateway.config import MqttBrokerConfig
 from gateway.core import jsonrpc
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.link import LinkInfo
+from gateway.core.link import LinkInfo, MessageRefused
 from gateway.core.provider_session import ProviderSession
-from gateway.southbound.mqtt_client import BrokerClient, UserProperties
+from gateway.southbound.mqtt_client import BrokerClient, PacketTooLarge, UserProperties
 from gateway.southbound.mqtt_drops import DropCounter, MqttMetrics
 
 
@@ -25,9 +25,23 @@ class BrokerContext(Protocol):
     drops: DropCounter
     gateway: Gateway
     metrics: MqttMetrics
+    limits_key: str
+    """The configuration key of this broker's entry (mqtt.brokers[<i>]): the prefix of its bounds' labels."""
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` in the background, tracked so that stopping the broker ends it."""
+        ...
+
+    def is_halted(self) -> bool:
+        """Shutdown has begun: no slot is attached (again) from here on."""
+        ...
+
+    def limit_hit(self, name: str, times: int = 1) -> None:
+        """One of this broker's bounds (max_payload_bytes, max_backlog, max_instances) refused something."""
+        ...
+
+    def slot_seen(self, slot: str, remote: str) -> None:
+        """A link of this broker was attached to `slot` (`remote`: its broker and topic, as LinkInfo names it)."""
         ...
 
 
@@ -48,8 +62,30 @@ class MqttLink:
     def publish(self, topic: str, data: bytes, user_properties: UserProperties = ()) -> None:
         if self.closed:
             raise ConnectionError(f"the MQTT link of slot {self.slot} is closed ({self.close_reason})")
-        self.broker.client.publish(topic, data, user_properties=user_properties, expiry_s=self.expiry_s)
+        try:
+            self.broker.client.publish(topic, data, user_properties=user_properties, expiry_s=self.expiry_s)
+        except PacketTooLarge as exc:
+            raise self._too_large(exc) from None
         self.broker.metrics.messages.labels(self.broker.label, "out").inc()
+
+    def _too_large(self, exc: PacketTooLarge) -> MessageRefused:
+        """The broker would disconnect the gateway (every slot it carries) for this message: refuse it alone."""
+        label = self.broker.label
+        if exc.measured == "packet":
+            self.broker.limit_hit("broker_max_packet_size")
+            text = (
+                f'Request for "{self.slot}" is {exc.size} bytes; the MQTT broker {label} accepts at most '
+                f"{exc.maximum} (its Maximum Packet Size). Send less, or raise max_packet_size in the broker's "
+                "configuration"
+            )
+        else:
+            self.broker.limit_hit("max_payload_bytes")
+            text = (
+                f'Request for "{self.slot}" is {exc.size} bytes; the MQTT broker {label} accepts at most '
+                f"{exc.maximum} from the gateway (max_payload_bytes of its [[mqtt.brokers]] entry: MQTT 3.1.1 "
+                "announces no limit). Send less, or raise max_payload_bytes with the broker's max_packet_size"
+            )
+        return MessageRefused(text, {"size": exc.size, "limit": exc.maximum, "measured": exc.measured, "broker": label})
 
     def is_closed(self) -> bool:
         """Read again after an await (the link may have been closed meanwhile)."""

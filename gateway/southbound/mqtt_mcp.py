@@ -13,6 +13,14 @@ PUBLISH with the MCP-COMPONENT-TYPE and MCP-MQTT-CLIENT-ID user properties.
 Leaving: an empty presence (the server's will, or its clean shutdown) or `notifications/disconnected`
 on the RPC topic detaches the slot at once; when the core lets a server go (a missed heartbeat,
 shutdown) the gateway says `notifications/disconnected` on the RPC topic and unsubscribes.
+
+Coming back: while an instance's presence stands and its slot is not served (the core let it go, or
+refused it because another provider holds the slot), the slot is bridged again, to the next instance
+of it first: with back-off, and at once when the slot frees (mqtt_reattach.py).
+
+The specification's mcp-client-id is the MQTT client id, so one connection serving every server
+cannot take a new one per `initialize`, and a failed ping ends that server's session on its RPC
+topic instead of the whole connection (docs/protocol.md, Departures).
 """
 
 from __future__ import annotations
@@ -28,13 +36,12 @@ from gateway.core.link import LinkInfo
 from gateway.core.names import SlotNameError, check_slot_name
 from gateway.core.slots import SlotRefused
 from gateway.southbound import mqtt_topics
-from gateway.southbound.mqtt_client import NotConnected
+from gateway.southbound.mqtt_client import NotConnected, PacketTooLarge
 from gateway.southbound.mqtt_connack import ConnackLimits
 from gateway.southbound.mqtt_link import BrokerContext, MqttLink
+from gateway.southbound.mqtt_reattach import RETRIED_REFUSALS, Reattach
 from gateway.southbound.mqtt_topics import ServerAddress
 
-MAX_INSTANCES = 4096
-"""Known server instances per broker (presence announcements); more are dropped and counted."""
 DISCONNECTED = jsonrpc.dumps(jsonrpc.notification(mqtt_topics.METHOD_DISCONNECTED))
 
 
@@ -83,11 +90,12 @@ class McpLink(MqttLink):
         self.closed = True
         self.close_reason = reason
         # De-initialize: the server forgets this client session and the gateway its topics.
-        with contextlib.suppress(ConnectionError):
+        with contextlib.suppress(ConnectionError, PacketTooLarge):
             self.broker.client.publish(self.rpc, DISCONNECTED, user_properties=self.users)
         profile = self.profile
         if profile is not None:
             profile.release(self)
+            profile.link_closed(self)
 
     def status_extra(self) -> dict[str, object]:
         return {
@@ -119,6 +127,11 @@ class McpProfile:
         self.by_server: dict[str, McpLink] = {}
         self.by_slot: dict[str, McpLink] = {}
         self.server_filters: list[str] = list(broker.config.server_filter)
+        self.told: set[str] = set()
+        """Slots whose refusal was counted, once per announcement (attempts again are not counted)."""
+        self.reattach = Reattach(
+            broker.gateway.registry, broker.config.reconnect_initial_s, broker.config.reconnect_max_s, self._retry
+        )
 
     def filters(self, limits: ConnackLimits) -> list[tuple[str, bool]]:
         # The broker's suggestion is binding (the specification's MUST); else the configured filters.
@@ -138,6 +151,8 @@ class McpProfile:
         self.by_server.clear()
         self.by_slot.clear()
         self.instances.clear()  # the retained presences arrive again after the next subscription
+        self.told.clear()
+        self.reattach.clear()
         for link in links:
             link.released = True
             link.lost(f"MQTT broker {self.broker.label} {reason}")
@@ -180,8 +195,15 @@ class McpProfile:
         if not mqtt_topics.valid_client_id(address.server_id) or not mqtt_topics.valid_server_name(address.server_name):
             drops.count("wrong_topic", topic, "server-id or server-name holds '+', '#' or an empty level", slot)
             return
+        too_long = self._topics_too_long(address)
+        if too_long:
+            drops.count("wrong_topic", topic, f"server-id and server-name too long: {too_long}", slot)
+            return
         if not payload:
-            self.instances.pop(address.server_id, None)
+            known = self.instances.get(address.server_id)
+            if known is not None and known.address == address:
+                del self.instances[address.server_id]
+                self._forget_if_gone(slot)
             link = self.by_server.get(address.server_id)
             if link is not None and link.address == address:
                 self.release(link)
@@ -197,11 +219,18 @@ class McpProfile:
             return
         params = body.get("params")
         description = params.get("description") if isinstance(params, dict) else None
-        if address.server_id not in self.instances and len(self.instances) >= MAX_INSTANCES:
-            drops.count("refused", topic, f"more than {MAX_INSTANCES} server instances on this broker", slot)
+        max_instances = self.broker.config.max_instances
+        if address.server_id not in self.instances and len(self.instances) >= max_instances:
+            self.broker.limit_hit("max_instances")
+            drops.count("refused", topic, f"more than {max_instances} server instances on this broker", slot)
             return
         instance = Instance(address, description if isinstance(description, str) else "")
+        previous = self.instances.get(address.server_id)
         self.instances[address.server_id] = instance
+        if previous is not None and previous.address != address:
+            self._forget_if_gone(slot_for(previous.address.server_name, self.rule))  # it took another name
+        self.told.discard(slot)
+        self.reattach.now(slot)
         current = self.by_server.get(address.server_id)
         if current is not None:
             # The same instance announced itself again: it reconnected and its client sessions are gone.
@@ -210,13 +239,63 @@ class McpProfile:
         if slot not in self.by_slot:
             self._activate(topic, slot, instance)
 
+    def _topics_too_long(self, address: ServerAddress) -> str | None:
+        """Why the gateway could not subscribe to this server's topics, or None. A presence topic near
+        MQTT's limit makes an RPC topic (with the gateway's client id) that is over it (paho refuses
+        the SUBSCRIBE); shorter ones can still make a SUBSCRIBE over the broker's Maximum Packet Size
+        (CONNACK), and a broker disconnects a client that sends one: every slot of the broker would
+        go, and come back to the same retained presence."""
+        client_id = self.broker.client.client_id
+        filters = [
+            mqtt_topics.rpc_topic(client_id, address.server_id, address.server_name),
+            mqtt_topics.server_capability_topic(address.server_id, address.server_name),
+        ]
+        if not all(mqtt_topics.fits_topic(topic_filter) for topic_filter in filters):
+            return f"its RPC topic would exceed {mqtt_topics.MAX_TOPIC_BYTES} bytes"
+        maximum = self.broker.client.limits.maximum_packet_size
+        if maximum is not None and mqtt_topics.subscribe_packet_bytes(filters) > maximum:
+            return f"subscribing to its topics would exceed the broker's Maximum Packet Size ({maximum} bytes)"
+        return None
+
+    def _of_slot(self, slot: str) -> list[Instance]:
+        return [
+            instance
+            for instance in self.instances.values()
+            if slot_for(instance.address.server_name, self.rule) == slot
+        ]
+
+    def _forget_if_gone(self, slot: str) -> None:
+        """No instance of `slot` is announced any more: stop trying to bridge it."""
+        if not self._of_slot(slot):
+            self.reattach.forget(slot)
+            self.told.discard(slot)
+
     def _activate_next(self, slot: str) -> None:
         if slot in self.by_slot:
             return
-        for instance in self.instances.values():
-            if slot_for(instance.address.server_name, self.rule) == slot:
-                self._activate(mqtt_topics.server_presence_topic(instance.address.server_id, slot), slot, instance)
-                return
+        for instance in self._of_slot(slot):
+            address = instance.address
+            self._activate(mqtt_topics.server_presence_topic(address.server_id, address.server_name), slot, instance)
+            return
+
+    def _retry(self, slot: str) -> None:
+        """Bridge a slot some instance still announces and this profile does not serve."""
+        if not self.broker.is_halted():
+            self._activate_next(slot)
+
+    def link_closed(self, link: McpLink) -> None:
+        """The core let go of `link` (missed heartbeat, failed initialize, takeover): while an instance of
+        its slot is announced, bridge it again later, the next instance first."""
+        if self.broker.is_halted() or not self._of_slot(link.slot):
+            return
+        server_id = link.address.server_id
+        instance = self.instances.pop(server_id, None)
+        if instance is not None:
+            self.instances[server_id] = instance  # to the end: another instance of the slot goes first
+        session = link.session
+        self.reattach.later(
+            link.slot, link.close_reason, was_ready=session is not None and session.init_result is not None
+        )
 
     def _activate(self, topic: str, slot: str, instance: Instance) -> None:
         try:
@@ -240,9 +319,7 @@ class McpProfile:
         if any(code >= 0x80 for code in codes):
             self.release(link)
             link.closed = True
-            self.broker.drops.count(
-                "refused", link.rpc, f"the broker refused the subscription (reason codes {codes})", link.slot
-            )
+            self._refused(link, f"the broker refused the subscription (reason codes {codes})")
             return
         if link.closed:
             return
@@ -251,11 +328,23 @@ class McpProfile:
         except SlotRefused as exc:
             self.release(link)
             link.closed = True
-            self.broker.drops.count("refused", link.rpc, exc.reason, link.slot)
+            if exc.kind in RETRIED_REFUSALS and self._of_slot(link.slot) and not self.broker.is_halted():
+                self.reattach.later(link.slot, exc.reason, held=exc.kind == "held")
+            self._refused(link, exc.reason)
             return
         link.session = session
+        self.told.discard(link.slot)
+        self.broker.slot_seen(link.slot, link.info.remote)
         if link.is_closed():  # the server went offline while the slot was being attached
             session.link_lost(link.close_reason)
+
+    def _refused(self, link: McpLink, reason: str) -> None:
+        """Count a refusal once per announcement of the slot (attempts again for it are not messages)."""
+        if link.slot in self.told:
+            return
+        if self._of_slot(link.slot):
+            self.told.add(link.slot)
+        self.broker.drops.count("refused", link.rpc, reason, link.slot)
 
     def release(self, link: McpLink) -> None:
         """Forget `link` (it no longer serves its slot) and unsubscribe its topics."""
@@ -279,6 +368,7 @@ class McpProfile:
         if message.kind is jsonrpc.Kind.NOTIFICATION and message.method == mqtt_topics.METHOD_DISCONNECTED:
             # The server ended this client session; the specification: consider it offline.
             self.instances.pop(address.server_id, None)
+            self._forget_if_gone(link.slot)
             self.release(link)
             link.lost(f"MCP server {address.server_name} ({address.server_id}) sent notifications/disconnected")
             self._activate_next(link.slot)
@@ -292,4 +382,5 @@ class McpProfile:
             "server_filters": list(self.server_filters),
             "instances": len(self.instances),
             "bridged": sorted(self.by_slot),
+            "reattaching": self.reattach.status(),
         }

@@ -10,7 +10,11 @@ is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. Th
 - detaches it at once when the status is emptied (the board's will, or a clean shutdown): pending
   callers get `Provider "<slot>" disconnected`;
 - checks liveness with JSON-RPC ping over down/up (the core's heartbeat); a board that misses one is
-  detached, and attached again when it is heard from on `up` while its status still stands;
+  detached;
+- while a board's status stands and its slot is not served (dropped by the core, or refused because
+  another provider holds it), attaches it again: with back-off, at once when the slot frees, and at
+  once when the board is heard from on `up` (mqtt_reattach.py). The board need not announce itself
+  again; an empty status ends the attempts;
 - detaches every slot of a broker whose connection is lost; the retained statuses bring them back
   once the gateway has reconnected and subscribed again.
 """
@@ -23,7 +27,9 @@ from gateway.core import jsonrpc
 from gateway.core.link import LinkInfo
 from gateway.core.slots import SlotRefused
 from gateway.southbound import envelope, mqtt_topics
+from gateway.southbound.mqtt_client import PacketTooLarge
 from gateway.southbound.mqtt_link import BrokerContext, MqttLink
+from gateway.southbound.mqtt_reattach import RETRIED_REFUSALS, Reattach
 
 
 def _device_id(hello: object) -> object:
@@ -31,10 +37,11 @@ def _device_id(hello: object) -> object:
 
 
 class PlainLink(MqttLink):
-    def __init__(self, broker: BrokerContext, slot: str, prefix: str) -> None:
+    def __init__(self, broker: BrokerContext, slot: str, prefix: str, profile: PlainProfile) -> None:
         self.topics = {kind: mqtt_topics.plain_topic(prefix, slot, kind) for kind in ("status", "down", "up")}
         info = LinkInfo(transport="mqtt", remote=f"{broker.label} {prefix}/{slot}")
         super().__init__(broker, slot, info)
+        self.profile = profile
 
     async def send(self, data: bytes) -> None:
         self.publish(self.topics["down"], data)
@@ -45,6 +52,7 @@ class PlainLink(MqttLink):
         if not self.closed:
             self.closed = True
             self.close_reason = reason
+            self.profile.link_closed(self)
 
     def status_extra(self) -> dict[str, object]:
         return {**self.common_status(), "profile": "plain", "topics": dict(self.topics)}
@@ -58,8 +66,13 @@ class PlainProfile:
         self.prefix = broker.config.topic_prefix
         self.links: dict[str, PlainLink] = {}
         self.announced: dict[str, envelope.Registration] = {}
-        """The standing (non-empty) status of each board, so that a board detached for a missed
-        heartbeat is attached again when it is heard from."""
+        """The standing (non-empty) status of each board (at most max_instances), so that a board whose
+        slot is not served is attached again."""
+        self.told: set[str] = set()
+        """Boards told (on down) and counted that their slot was refused, once per announcement."""
+        self.reattach = Reattach(
+            broker.gateway.registry, broker.config.reconnect_initial_s, broker.config.reconnect_max_s, self._retry
+        )
 
     def filters(self) -> list[tuple[str, bool]]:
         return [
@@ -73,6 +86,8 @@ class PlainProfile:
     def broker_lost(self, reason: str) -> None:
         links, self.links = self.links, {}
         self.announced.clear()  # the retained statuses arrive again after the next subscription
+        self.told.clear()
+        self.reattach.clear()
         for link in links.values():
             link.lost(f"MQTT broker {self.broker.label} {reason}")
 
@@ -95,6 +110,8 @@ class PlainProfile:
     def _status(self, topic: str, slot: str, payload: bytes) -> None:
         if not payload:
             self.announced.pop(slot, None)
+            self.told.discard(slot)
+            self.reattach.forget(slot)
             link = self.links.pop(slot, None)
             if link is not None:
                 link.lost("device went offline: its status was emptied (its last will, or a clean shutdown)")
@@ -111,7 +128,14 @@ class PlainProfile:
                 "malformed", topic, f"params.slot {registration.slot!r} does not match the topic's slot", slot
             )
             return
+        max_instances = self.broker.config.max_instances
+        if slot not in self.announced and len(self.announced) >= max_instances:
+            self.broker.limit_hit("max_instances")
+            self.broker.drops.count("refused", topic, f"more than {max_instances} devices on this broker", slot)
+            return
         self.announced[slot] = registration
+        self.told.discard(slot)
+        self.reattach.now(slot)
         old = self.links.pop(slot, None)
         if old is not None:
             session = old.session
@@ -124,9 +148,27 @@ class PlainProfile:
         self._attach(slot, registration)
 
     def _attach(self, slot: str, registration: envelope.Registration) -> None:
-        link = PlainLink(self.broker, slot, self.prefix)
+        link = PlainLink(self.broker, slot, self.prefix, self)
         self.links[slot] = link
         self.broker.spawn(self._attach_link(link, registration))
+
+    def _retry(self, slot: str) -> None:
+        """Attach a board whose status stands and whose slot this profile does not serve."""
+        registration = self.announced.get(slot)
+        if registration is None or slot in self.links or self.broker.is_halted():
+            return
+        self._attach(slot, registration)
+
+    def link_closed(self, link: PlainLink) -> None:
+        """The core let go of `link` (missed heartbeat, failed initialize, takeover): try again while the
+        board's status stands."""
+        if self.links.get(link.slot) is link:
+            del self.links[link.slot]
+        if link.slot in self.announced and not self.broker.is_halted():
+            session = link.session
+            self.reattach.later(
+                link.slot, link.close_reason, was_ready=session is not None and session.init_result is not None
+            )
 
     async def _attach_link(self, link: PlainLink, registration: envelope.Registration) -> None:
         try:
@@ -137,13 +179,22 @@ class PlainProfile:
             if self.links.get(link.slot) is link:
                 del self.links[link.slot]
             link.closed = True
+            standing = self.announced.get(link.slot) is registration
+            if standing and exc.kind in RETRIED_REFUSALS:
+                self.reattach.later(link.slot, exc.reason, held=exc.kind == "held")
+            if link.slot in self.told:
+                return  # an attempt again for the same status: told and counted already
+            if standing:
+                self.told.add(link.slot)
             self.broker.drops.count("refused", link.topics["status"], exc.reason, link.slot)
             # The board cannot see a close reason; an error with id null on its down topic is the nearest.
             refusal = jsonrpc.dumps(jsonrpc.error_response(None, exc.code, exc.reason))
-            with contextlib.suppress(ConnectionError):
+            with contextlib.suppress(ConnectionError, PacketTooLarge):
                 self.broker.client.publish(link.topics["down"], refusal)
             return
         link.session = session
+        self.told.discard(link.slot)
+        self.broker.slot_seen(link.slot, link.info.remote)
         if link.is_closed():  # the board went offline while the slot was being attached
             session.link_lost(link.close_reason)
 
@@ -155,8 +206,9 @@ class PlainProfile:
                 self.broker.drops.count("unregistered", topic, "no status from this board; publish status first", slot)
                 return
             # Heard from again after the core let it go (a missed heartbeat): its status still
-            # stands, so it gets the slot back with a new session. This message belonged to the old one.
+            # stands, so it gets the slot back with a new session now. This message belonged to the old one.
             self.links.pop(slot, None)
+            self.reattach.now(slot)
             self._attach(slot, registration)
             return
         if link.session is None:

@@ -162,6 +162,42 @@ def parse_rpc(topic: str) -> RpcAddress | None:
     return RpcAddress(levels[1], server) if server is not None else None
 
 
+MAX_TOPIC_BYTES = 65_535
+"""MQTT topic names and filters are length-prefixed UTF-8 strings (MQTT 5 §1.5.4): at most this long."""
+
+
+def filter_problem(topic_filter: str) -> str | None:
+    """Why `topic_filter` is not an MQTT topic filter a broker (or paho) accepts, or None when it is one."""
+    if not topic_filter or len(topic_filter.encode("utf-8", "surrogatepass")) > MAX_TOPIC_BYTES:
+        return f"a topic filter is 1 to {MAX_TOPIC_BYTES} bytes"
+    levels = topic_filter.split("/")
+    if "\x00" in topic_filter or any(("#" in level or "+" in level) and level not in ("#", "+") for level in levels):
+        return "'+' and '#' stand alone in their level, and no NUL"
+    if "#" in levels[:-1]:
+        return "'#' is the last level"
+    return None
+
+
+def fits_topic(topic: str) -> bool:
+    """`topic` is short enough to be an MQTT topic (the other rules are the callers')."""
+    return len(topic.encode("utf-8", "surrogatepass")) <= MAX_TOPIC_BYTES
+
+
+def subscribe_packet_bytes(filters: list[str]) -> int:
+    """The most an MQTT 5 SUBSCRIBE of `filters` (no properties) takes: fixed header (up to 5 bytes),
+    packet id (2), property length (1), and per filter its length (2), its bytes and its options (1)."""
+    return 8 + sum(3 + len(topic_filter.encode("utf-8", "surrogatepass")) for topic_filter in filters)
+
+
+def publish_packet_bytes(topic: str, payload_bytes: int, properties_bytes: int = 0) -> int:
+    """The size of a QoS 1 PUBLISH, as MQTT 5 §3.1.2.11.4 counts it for the Maximum Packet Size: the fixed
+    header (one byte and the Remaining Length's 1 to 4), the topic (2 + its bytes), the packet id (2), the
+    properties (MQTT 5: their length field included; 0 on MQTT 3.1.1) and the payload."""
+    remaining = 2 + len(topic.encode("utf-8", "surrogatepass")) + 2 + properties_bytes + payload_bytes
+    length_bytes = 1 if remaining < 128 else 2 if remaining < 16_384 else 3 if remaining < 2_097_152 else 4
+    return 1 + length_bytes + remaining
+
+
 def valid_client_id(value: str) -> bool:
     """server-id and mcp-client-id: any non-empty string without "/", "+", "#" (they sit in topics)."""
     return bool(value) and not any(c in value for c in "/+#\x00")

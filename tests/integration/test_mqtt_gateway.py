@@ -7,6 +7,7 @@ paho connection); raw paho clients play the boards and spies whose bytes a test 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import sys
 import time
@@ -21,6 +22,7 @@ from mcp import Client, MCPError
 
 from gateway.app import GatewayServer
 from gateway.southbound import mqtt_topics
+from gateway.southbound.mqtt_client import PACKET_HEADROOM_BYTES
 from sim import firmware
 from sim.mqtt import MqttProfile, MqttPumpLink, MqttTarget
 from sim.pump import PumpSettings, SimulatedPump
@@ -89,6 +91,7 @@ class Board:
         self.held_event = asyncio.Event()
         self.deliveries: list[tuple[bool, bytes]] = []  # (dup flag, payload) of every tools/call received
         self.peer: RawPeer | None = None
+        self.announcements = 0  # status publishes
         self.topics = {kind: mqtt_topics.plain_topic("mcpb", slot, kind) for kind in ("status", "down", "up")}
 
     def _counting(self, name: str, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -115,6 +118,7 @@ class Board:
             await peer.subscribe(self.topics["down"])
         frame = firmware.register_frame(self.hello, self.slot)
         peer.client.publish(self.topics["status"], frame, qos=1, retain=True)
+        self.announcements += 1
 
     def _post(self, loop: asyncio.AbstractEventLoop, message: paho.MQTTMessage) -> None:
         loop.call_soon_threadsafe(self._request, message)
@@ -199,6 +203,9 @@ async def test_mcp_over_mqtt_pump_found_by_presence_driven_in_both_eras_and_deta
         async with Client(f"{server.url}/pump-1/mcp", mode="legacy") as client:
             with pytest.raises(MCPError, match='Provider "pump-1" not connected'):
                 await client.call_tool("get_status", {})
+        # Detached, the slot still names the broker and the server that carried it (not a ws:// URL).
+        status = await provider_status(server.url, "pump-1")
+        assert status["provider_url"] == f"{mosquitto.url} sim/pumps/pump-1 (sim-pump-1)"
     finally:
         if process.returncode is None:
             process.kill()
@@ -245,6 +252,104 @@ async def test_server_notifications_disconnected_detaches_and_another_instance_t
             await second.stop()
     finally:
         await first.stop()
+
+
+async def test_mcp_server_that_stops_answering_is_detached_then_bridged_again_without_announcing(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await gateway_factory(
+        providers={"heartbeat_interval_s": 0.3},
+        mqtt={"brokers": [{"url": mosquitto.url, "profiles": ["mcp"], **QUICK}]},
+    )
+    sim = simulator(mosquitto.url, "mcp")
+    try:
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        link = sim.links["pump-1"]
+        assert isinstance(link, MqttPumpLink)
+        # Frozen: connected, its presence standing, answering nothing (a hung server).
+        monkeypatch.setattr(link.pump, "handle", lambda _frame: None)
+        entry = server.gateway.registry.slots["pump-1"]
+        async with Client(f"{server.url}/pump-1/mcp", mode="legacy") as client:
+            with pytest.raises(MCPError, match='Provider "pump-1" disconnected'):
+                await client.call_tool("get_status", {})
+        assert "heartbeat" in entry.last_disconnect_reason
+
+        monkeypatch.undo()  # it answers again: the gateway initializes it again, unasked
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        assert (await call(server.url, "pump-1", "get_status"))["state"] == "stopped"
+        assert link.client.connects == 1  # one connection, one presence: the server never announced again
+        assert entry.connects >= 2
+    finally:
+        await sim.stop()
+
+
+async def test_a_refused_server_is_bridged_at_once_when_its_slot_frees(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    # A back-off far longer than the test waits: only the freed slot can explain the bridging.
+    slow = {**QUICK, "reconnect_initial_s": 60, "reconnect_max_s": 120}
+    server = await gateway_factory(mqtt={"brokers": [{"url": mosquitto.url, **slow}]})
+    plain = simulator(mosquitto.url, "plain")  # holds pump-1
+    plain_stopped = False
+    mcp: Simulator | None = None
+    try:
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        mcp = simulator(mosquitto.url, "mcp", instance="b")  # sim/pumps/pump-1: the same slot (own client id)
+        broker = server.mqtt.brokers[0]
+        profile = broker.mcp
+        assert profile is not None
+        await wait_for(lambda: "pump-1" in profile.reattach.status(), 10, "the refused server to wait")
+        waiting = broker.status()["mcp"]["reattaching"]["pump-1"]
+        assert waiting["waiting_for_free_slot"] is True
+        assert waiting["reason"].startswith("Slot already held by a live provider")
+        assert broker.drops.totals["refused"] == 1
+
+        await plain.stop()  # the board's status is emptied: the slot frees
+        plain_stopped = True
+
+        def served_over_mcp() -> bool:
+            session = server.gateway.registry.slots["pump-1"].live
+            return session is not None and session.ready and session.link.info.transport == "mqtt-mcp"
+
+        await wait_for(served_over_mcp, 10, "the waiting server in the freed slot")
+        assert (await call(server.url, "pump-1", "get_status"))["state"] == "stopped"
+        assert profile.reattach.status() == {}
+        assert broker.drops.totals["refused"] == 1  # counted once per announcement, not per attempt
+    finally:
+        if not plain_stopped:
+            await plain.stop()
+        if mcp is not None:
+            await mcp.stop()
+
+
+async def test_the_gateway_never_hears_its_own_rpc_messages(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    """The RPC topic is subscribed with No Local: the gateway's requests are not delivered back to it
+    (it would take each for the server's and answer it with an error on the same topic)."""
+    spy = RawPeer(mosquitto.port, "spy")
+    assert await spy.connect() == "Success"
+    await spy.subscribe("$mcp-rpc/#")
+    server = await mqtt_gateway(gateway_factory, mosquitto, profiles=["mcp"])
+    sim = simulator(mosquitto.url, "mcp")
+    try:
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        for _ in range(3):
+            assert (await call(server.url, "pump-1", "get_status"))["state"] == "stopped"
+        # Read up to the third call's answer (what the gateway published for the first two is before it).
+        seen: list[Any] = []
+        while sum(1 for m in seen if b'"structuredContent"' in m.payload) < 3:
+            seen.append(await spy.next())
+        while not spy.seen.empty():
+            seen.append(spy.seen.get_nowait())
+        from_gateway = [orjson.loads(m.payload) for m in seen if m.user_property("MCP-COMPONENT-TYPE") == "mcp-client"]
+        assert from_gateway and all("method" in body for body in from_gateway), from_gateway  # no answers of its own
+        status = await provider_status(server.url, "pump-1")
+        assert status["counters_total"]["unmatched_responses"] == 0
+        assert status["counters_total"]["protocol_violations"] == 0
+    finally:
+        await sim.stop()
+        await spy.disconnect()
 
 
 async def test_gateway_shutdown_ends_its_mcp_sessions_on_the_wire(mosquitto: Mosquitto) -> None:
@@ -305,6 +410,7 @@ async def test_plain_profile_simulator_driven_through_the_gateway(
 
         status = await provider_status(server.url, "pump-1")
         assert status["transport"] == "mqtt"
+        assert status["provider_url"] == f"{mosquitto.url} mcpb/pump-1"
         assert status["in_aggregate"] is True
         assert status["hello"]["device_id"] == "sim-pump-1"
         assert status["upstream"]["topics"] == {
@@ -326,13 +432,18 @@ async def test_plain_profile_simulator_driven_through_the_gateway(
         assert "status was emptied" in reason
         cleared = await spy.next(lambda seen: seen.topic == "mcpb/pump-1/status" and not seen.payload)
         assert cleared.payload == b""
+        # Detached, the slot still names the broker and topic that carried it (not a ws:// URL).
+        status = await provider_status(server.url, "pump-1")
+        assert status["provider_url"] == f"{mosquitto.url} mcpb/pump-1"
+        seen = server.mqtt.brokers[0].status()["slots_seen"]
+        assert seen["pump-1"]["remote"] == f"{mosquitto.url} mcpb/pump-1"
     finally:
         if not stopped:
             await sim.stop()
         await spy.disconnect()
 
 
-async def test_plain_board_that_stops_answering_heartbeats_is_detached_and_its_callers_answered(
+async def test_plain_board_that_stops_answering_is_detached_then_attached_again_without_announcing(
     gateway_factory: GatewayFactory, mosquitto: Mosquitto
 ) -> None:
     server = await gateway_factory(
@@ -342,14 +453,26 @@ async def test_plain_board_that_stops_answering_heartbeats_is_detached_and_its_c
     await board.connect()
     try:
         await wait_ready_slot(server, "pump-3", timeout=10)
+        handle = board.pump.dispatcher.handle
         board.answer_calls = False  # the board keeps its connection but answers nothing any more
         board.pump.dispatcher.handle = lambda _frame: None
         async with Client(f"{server.url}/pump-3/mcp", mode="legacy") as client:
             # Answered when the heartbeat finds the board silent, not at the call's 60 s deadline.
             with pytest.raises(MCPError, match='Provider "pump-3" disconnected'):
                 await client.call_tool("get_status", {})
-        reason = server.gateway.registry.slots["pump-3"].last_disconnect_reason
-        assert "heartbeat" in reason
+        entry = server.gateway.registry.slots["pump-3"]
+        assert "heartbeat" in entry.last_disconnect_reason
+
+        # It answers again. Its status still stands, and a board speaks only when asked: the gateway
+        # attaches it again by itself (with back-off), with no new status from the board.
+        board.pump.dispatcher.handle = handle
+        board.answer_calls = True
+        await wait_ready_slot(server, "pump-3", timeout=10)
+        assert (await call(server.url, "pump-3", "get_status"))["state"] == "stopped"
+        assert board.announcements == 1  # the board never published its status again
+        assert entry.connects >= 2
+        plain = server.mqtt.brokers[0].plain
+        assert plain is not None and plain.reattach.status() == {}  # nothing waits any more
     finally:
         await board.disconnect()
 
@@ -468,6 +591,39 @@ async def test_unreachable_broker_is_diagnosed_and_its_slots_answer_not_connecte
     assert "cannot connect" in found[0]["evidence"]
 
 
+async def test_a_wrong_broker_password_is_warned_about_once_and_the_attempts_are_counted(
+    gateway_factory: GatewayFactory,
+    mosquitto_factory: MosquittoFactory,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A refused CONNECT is one fault however often it is tried again (QUALITY.md: one warning per kind of
+    fault, count the rest), and it is not a lost connection."""
+    caplog.set_level(logging.DEBUG, logger="gateway.mqtt")
+    broker = await mosquitto_factory(users={"mcp-gateway": "the-right-password"})
+    (tmp_path / "mqtt-password").write_text("a-wrong-password")
+    entry = {"url": broker.url, "username": "mcp-gateway", "password": {"file": str(tmp_path / "mqtt-password")}}
+    server = await gateway_factory(mqtt={"brokers": [{**entry, **QUICK}]})
+    client = server.mqtt.brokers[0].client
+    await wait_for(lambda: client.refusals >= 8, 10, "eight refused attempts")
+
+    records = [record for record in caplog.records if record.name == "gateway.mqtt"]
+    above_debug = [record.getMessage() for record in records if record.levelno > logging.DEBUG]
+    refused = [text for text in above_debug if "refused the connection: Not authorized" in text]
+    assert len(refused) == 1, above_debug
+    assert [record.levelno for record in records if "refused the connection" in record.getMessage()] == [
+        logging.WARNING
+    ]
+    assert not [record.getMessage() for record in records if "connection lost" in record.getMessage()]
+    assert len([text for text in above_debug if "connecting again" in text]) == 1, above_debug
+    status = client.status()
+    assert status["refusals"] >= 8 and status["attempts"] >= 8 and status["connection_losses"] == 0
+    assert status["last_error"] == "refused by the broker: Not authorized"
+    diagnosis = await broker_tool(server.url, "broker_diagnose")
+    [problem] = [problem for problem in diagnosis["problems"] if problem["id"] == "mqtt.broker_unreachable"]
+    assert problem["evidence"].startswith("refused by the broker: Not authorized")
+
+
 # -- bad input -------------------------------------------------------------------------------------------
 
 
@@ -519,6 +675,188 @@ async def test_malformed_payloads_wrong_topics_and_oversize_messages_are_dropped
         await sim.stop()
 
 
+async def test_with_announce_max_packet_size_far_larger_messages_are_dropped_by_the_broker(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    """MQTT 5, opted in: CONNECT announces a Maximum Packet Size of max_payload_bytes plus headroom, and the
+    broker drops a larger message instead of sending it (one here: mosquitto 2.0.11 stalls after 20)."""
+    server = await mqtt_gateway(
+        gateway_factory, mosquitto, profiles=["plain"], max_payload_bytes=5000, announce_max_packet_size=True
+    )
+    broker = server.mqtt.brokers[0]
+    await wait_for(lambda: "mcpb/+/up" in broker.subscribed, 5, "the gateway's subscriptions")
+    rogue = RawPeer(mosquitto.port, "rogue")
+    assert await rogue.connect() == "Success"
+    try:
+        rogue.publish("mcpb/ghost/up", b"x" * (5000 + PACKET_HEADROOM_BYTES + 10_000))  # over the packet size
+        rogue.publish("mcpb/ghost/up", b"x" * 6000)  # over max_payload_bytes, within the packet size
+        rogue.publish("mcpb/ghost/up", b'{"jsonrpc":"2.0","id":"brk-1","result":{}}')
+        # The same publisher's messages arrive in order: the last one is counted after the others.
+        await wait_for(lambda: broker.drops.totals["unregistered"] == 1, 5, "the last message")
+        assert broker.drops.totals["oversize"] == 1  # the far larger one never reached the gateway
+        metrics = await fetch_metrics(server)
+        assert 'mcpgw_limit{limit="mqtt.brokers[0].max_payload_bytes"} 5000.0' in metrics
+        assert 'mcpgw_limit_hits_total{limit="mqtt.brokers[0].max_payload_bytes"} 1.0' in metrics
+        assert f'mcpgw_mqtt_messages_total{{broker="{mosquitto.url}",direction="in"}} 2.0' in metrics
+        limits = broker.status()["limits"]
+        assert limits["max_packet_bytes"] == 5000 + PACKET_HEADROOM_BYTES
+        assert limits["announce_max_packet_size"] is True
+    finally:
+        await rogue.disconnect()
+
+
+async def test_many_oversize_qos1_messages_do_not_stall_the_broker_connection_by_default(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    """mosquitto 2.0.11 never frees the in-flight slot of a QoS 1 message it drops for a client's announced
+    Maximum Packet Size: after 20 the gateway heard nothing more. By default nothing is announced; the
+    gateway reads every message, drops the oversize ones (counted) and its boards go on answering."""
+    server = await gateway_factory(
+        providers={"request_timeout_ms": 5000},
+        mqtt={"brokers": [{"url": mosquitto.url, **QUICK, "profiles": ["plain"], "max_payload_bytes": 5000}]},
+    )
+    broker = server.mqtt.brokers[0]
+    sim = simulator(mosquitto.url, "plain")
+    rogue = RawPeer(mosquitto.port, "rogue")
+    assert await rogue.connect() == "Success"
+    try:
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        assert broker.status()["limits"]["announce_max_packet_size"] is False
+        for _ in range(40):  # twice mosquitto's max_inflight_messages, each far over the old announcement
+            rogue.publish("mcpb/pump-1/up", b"x" * (5000 + PACKET_HEADROOM_BYTES + 10_000))
+        await wait_for(lambda: broker.drops.totals["oversize"] == 40, 10, "the gateway to read all 40")
+        assert (await call(server.url, "pump-1", "get_status"))["state"] == "stopped"
+        assert broker.client.connects == 1 and broker.client.losses == 0
+        metrics = await fetch_metrics(server)
+        assert 'mcpgw_limit_hits_total{limit="mqtt.brokers[0].max_payload_bytes"} 40.0' in metrics
+    finally:
+        await rogue.disconnect()
+        await sim.stop()
+
+
+def small_packet_broker(max_packet_size: int) -> str:
+    return "\n".join(
+        [
+            "listener {port} 127.0.0.1",
+            "allow_anonymous true",
+            "persistence false",
+            f"max_packet_size {max_packet_size}",
+            "set_tcp_nodelay true",
+        ]
+    )
+
+
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+async def test_a_request_larger_than_the_broker_takes_is_refused_alone_and_the_link_stays(
+    gateway_factory: GatewayFactory, mosquitto_factory: MosquittoFactory, protocol: str
+) -> None:
+    """A PUBLISH over the broker's Maximum Packet Size makes mosquitto disconnect the gateway (every slot of
+    the broker goes). MQTT 5: the gateway checks the whole packet against the CONNACK's Maximum Packet Size;
+    MQTT 3.1.1 (no CONNACK properties): the payload against max_payload_bytes."""
+    broker_limit = 16_384
+    mosquitto = await mosquitto_factory(config_text=small_packet_broker(broker_limit) + "\n")
+    entry: dict[str, Any] = {"url": mosquitto.url, **QUICK}
+    if protocol == "3.1.1":
+        entry |= {"protocol": "3.1.1", "profiles": ["plain"], "max_payload_bytes": 8192}
+    server = await gateway_factory(mqtt={"brokers": [entry]})
+    broker = server.mqtt.brokers[0]
+    plain = simulator(mosquitto.url, "plain", first=1)
+    mcp = simulator(mosquitto.url, "mcp", first=2) if protocol == "5" else None
+    try:
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        if mcp is not None:
+            await wait_ready_slot(server, "pump-2", timeout=10)
+        limit, label = (broker_limit, "broker_max_packet_size") if protocol == "5" else (8192, "max_payload_bytes")
+        slots = ["pump-1", "pump-2"] if mcp is not None else ["pump-1"]
+        for slot in slots:
+            async with Client(f"{server.url}/{slot}/mcp", mode="legacy") as client:
+                with pytest.raises(MCPError) as refused:
+                    await client.call_tool("get_status", {"pad": "x" * 20_000})
+                assert refused.value.error.code == -32000
+                message = refused.value.error.message
+                assert re.match(
+                    rf'Request for "{slot}" is \d+ bytes; the MQTT broker {re.escape(mosquitto.url)} '
+                    rf"accepts at most {limit}",
+                    message,
+                ), message
+                # The same client, the same slot: the link is up.
+                assert not (await client.call_tool("get_status", {})).is_error
+                # Just within the limit it is published: the board itself answers (over its 4 KB frame cap).
+                size = refused.value.error.data["size"]
+                with pytest.raises(MCPError, match="too large"):
+                    await client.call_tool("get_status", {"pad": "x" * (20_000 - (size - limit) - 16)})
+        assert broker.client.connects == 1 and broker.client.losses == 0
+        for slot in slots:
+            entry_slot = server.gateway.registry.slots[slot]
+            assert entry_slot.connects == 1 and entry_slot.live is not None and not entry_slot.live.pending
+        status = broker.status()
+        assert status["limits"]["broker_max_packet_size"] == (broker_limit if protocol == "5" else None)
+        assert status["limits"]["max_outbound"] == {"bytes": limit, "of": "packet" if protocol == "5" else "payload"}
+        metrics = await fetch_metrics(server)
+        assert f'mcpgw_limit_hits_total{{limit="mqtt.brokers[0].{label}"}} {len(slots)}.0' in metrics
+        assert 'mcpgw_call_errors_total{kind="message_refused",slot="pump-1"} 1.0' in metrics
+        if protocol == "5":
+            assert f'mcpgw_limit{{limit="mqtt.brokers[0].broker_max_packet_size"}} {broker_limit}.0' in metrics
+    finally:
+        await plain.stop()
+        if mcp is not None:
+            await mcp.stop()
+
+
+async def test_messages_past_max_backlog_are_dropped_and_counted(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    server = await mqtt_gateway(gateway_factory, mosquitto, profiles=["plain"], max_backlog=5)
+    broker = server.mqtt.brokers[0]
+    await wait_for(lambda: "mcpb/+/up" in broker.subscribed, 5, "the gateway's subscriptions")
+    rogue = RawPeer(mosquitto.port, "rogue")
+    assert await rogue.connect() == "Success"
+    try:
+        # The event loop is held (as a gateway that fell behind): paho's thread keeps reading.
+        for index in range(20):
+            rogue.publish(f"mcpb/ghost-{index}/up", b"{}")  # blocks this thread until the broker's PUBACK
+        deadline = time.monotonic() + 5
+        while broker.client.backlog + broker.client.backlog_overflow < 20:
+            assert time.monotonic() < deadline, "the gateway's network thread never read the messages"
+            time.sleep(0.01)  # noqa: ASYNC251 (holding the event loop is the point)
+        assert broker.client.backlog == 5
+        await wait_for(lambda: broker.drops.totals["unregistered"] == 5, 5, "the 5 queued messages")
+        assert broker.drops.totals["backlog"] == 15
+        assert broker.client.backlog == 0
+        metrics = await fetch_metrics(server)
+        assert 'mcpgw_limit{limit="mqtt.brokers[0].max_backlog"} 5.0' in metrics
+        assert 'mcpgw_limit_hits_total{limit="mqtt.brokers[0].max_backlog"} 15.0' in metrics
+        assert f'mcpgw_mqtt_dropped_messages_total{{broker="{mosquitto.url}",reason="backlog"}} 15.0' in metrics
+        assert "backlog" in broker.drops.last and "max_backlog (5)" in broker.drops.last["backlog"]
+    finally:
+        await rogue.disconnect()
+
+
+async def test_max_instances_bounds_the_devices_one_broker_announces(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    server = await mqtt_gateway(gateway_factory, mosquitto, max_instances=2)
+    broker = server.mqtt.brokers[0]
+    await wait_for(lambda: len(broker.subscribed) == 3, 5, "the gateway's subscriptions")
+    rogue = RawPeer(mosquitto.port, "rogue")
+    assert await rogue.connect() == "Success"
+    online = orjson.dumps({"jsonrpc": "2.0", "method": "notifications/server/online", "params": {}})
+    try:
+        for slot in ("pump-1", "pump-2", "pump-3"):
+            rogue.publish(f"mcpb/{slot}/status", firmware.register_frame({"device_id": slot}, slot), retain=True)
+        for server_id in ("srv-1", "srv-2", "srv-3"):
+            rogue.publish(f"$mcp-server/presence/{server_id}/plant/{server_id}", online, retain=True)
+        await wait_for(lambda: broker.drops.totals["refused"] == 2, 5, "the third board and the third server")
+        assert broker.plain is not None and sorted(broker.plain.announced) == ["pump-1", "pump-2"]
+        assert broker.mcp is not None and sorted(broker.mcp.instances) == ["srv-1", "srv-2"]
+        assert "more than 2" in broker.drops.last["refused"]
+        metrics = await fetch_metrics(server)
+        assert 'mcpgw_limit{limit="mqtt.brokers[0].max_instances"} 2.0' in metrics
+        assert 'mcpgw_limit_hits_total{limit="mqtt.brokers[0].max_instances"} 2.0' in metrics
+    finally:
+        await rogue.disconnect()
+
+
 async def fetch_metrics(server: GatewayServer) -> str:
     import aiohttp
 
@@ -541,6 +879,23 @@ def appliance_config(directory: Path, lan_port: int, gateway_port: int) -> str:
     return text + f"log_dest file {directory}/mosquitto.log\n"
 
 
+def appliance_gateway_broker(directory: Path, loopback: int) -> dict[str, Any]:
+    """image/mcp-gateway.toml's [[mqtt.brokers]] entry, pointed at the test's loopback port and files."""
+    import tomllib
+
+    conf = (IMAGE / "mcp-gateway.conf").read_text()
+    [entry] = tomllib.loads((REPO / "image" / "mcp-gateway.toml").read_text())["mqtt"]["brokers"]
+    # The gateway's entry names the listener the broker's configuration keeps on loopback for it.
+    assert entry["url"] == "mqtt://127.0.0.1:1884" and re.search(r"(?m)^listener 1884 127\.0\.0\.1$", conf)
+    assert entry["password"] == {"file": "/etc/mcp-gateway/mqtt-password"}
+    return {
+        **entry,
+        "url": f"mqtt://127.0.0.1:{loopback}",
+        "password": {"file": str(directory / "mqtt-password")},
+        **QUICK,
+    }
+
+
 async def test_appliance_acl_confines_each_board_to_its_own_topics(
     gateway_factory: GatewayFactory, mosquitto_factory: MosquittoFactory, tmp_path: Path
 ) -> None:
@@ -553,20 +908,11 @@ async def test_appliance_acl_confines_each_board_to_its_own_topics(
     write_password_file(directory / "passwd", secrets)
     lan, loopback = free_port(), free_port()
     broker = await mosquitto_factory(config_text=appliance_config(directory, lan, loopback), port=lan)
-    (directory / "gateway-password").write_text(secrets["mcp-gateway"])
-    server = await gateway_factory(
-        mqtt={
-            "brokers": [
-                {
-                    "url": f"mqtt://127.0.0.1:{loopback}",
-                    "username": "mcp-gateway",
-                    "password": {"file": str(directory / "gateway-password")},
-                    **QUICK,
-                }
-            ]
-        }
-    )
-    await wait_for(lambda: server.mqtt.brokers[0].client.connected, 5, "the gateway on its loopback listener")
+    (directory / "mqtt-password").write_text(secrets["mcp-gateway"])
+    server = await gateway_factory(mqtt={"brokers": [appliance_gateway_broker(directory, loopback)]})
+    gateway_broker = server.mqtt.brokers[0]
+    await wait_for(lambda: len(gateway_broker.subscribed) == 3, 5, "the gateway subscribed on its loopback listener")
+    assert gateway_broker.client.config.username == "mcp-gateway"
 
     # Without the right password nobody gets in.
     wrong = RawPeer(lan, "intruder", v5=False, username="pump-1", password="guess")
@@ -582,13 +928,88 @@ async def test_appliance_acl_confines_each_board_to_its_own_topics(
     forger.publish("mcpb/pump-1/up", b'{"jsonrpc":"2.0","id":"brk-1","result":{}}')
     await forger.disconnect()
 
+    # MCP over MQTT: the slot is the server-name's last level, so that is what the username must be.
+    # pump-1's credential may not announce a server named .../boiler-9 (whatever its server-id).
+    online = orjson.dumps({"jsonrpc": "2.0", "method": "notifications/server/online", "params": {}})
+    claimer = RawPeer(lan, "claimer", username="pump-1", password=secrets["pump-1"])
+    assert await claimer.connect() == "Success"
+    for topic in (
+        "$mcp-server/presence/pump-1/anything/boiler-9",
+        "$mcp-server/presence/boiler-9/boiler-9",
+        "$mcp-server/presence/x/a/b/c/boiler-9",
+        "$mcp-server/presence/pump-1/boiler-9/pump-1/more",
+    ):
+        claimer.publish(topic, online, retain=True)
+    await claimer.disconnect()
+
     (directory / "pump-2-password").write_text(secrets["pump-2"])
-    sim = simulator(broker.url, "plain", first=2, username="pump-2", password_file=str(directory / "pump-2-password"))
+    (directory / "pump-1-password").write_text(secrets["pump-1"])
+    plain = simulator(broker.url, "plain", first=2, username="pump-2", password_file=str(directory / "pump-2-password"))
+    # A server whose name ends in its username is bridged (server-id sim-pump-1, name sim/pumps/pump-1).
+    mcp = simulator(broker.url, "mcp", first=1, username="pump-1", password_file=str(directory / "pump-1-password"))
     try:
         await wait_ready_slot(server, "pump-2", timeout=10)
+        await wait_ready_slot(server, "pump-1", timeout=10)
         assert (await call(server.url, "pump-2", "get_status"))["state"] == "stopped"
-        # Everything from the same client arrives in order: had the forged status passed, it would be here.
-        assert "pump-1" not in server.gateway.registry.slots
-        assert server.mqtt.brokers[0].drops.totals["unregistered"] == 0
+        assert (await call(server.url, "pump-1", "get_status"))["state"] == "stopped"
+        status = await provider_status(server.url, "pump-1")
+        assert status["transport"] == "mqtt-mcp"  # the MCP server, not the forged plain status
+        assert status["upstream"]["server_name"] == "sim/pumps/pump-1"
+        # The broker handles a publish before its PUBACK, and the forgers had theirs before the simulators
+        # started: had a forged message passed, the gateway would have had it before the real ones.
+        assert "boiler-9" not in server.gateway.registry.slots and "more" not in server.gateway.registry.slots
+        assert gateway_broker.mcp is not None and set(gateway_broker.mcp.instances) == {"sim-pump-1"}
+        assert gateway_broker.drops.totals["unregistered"] == 0
     finally:
-        await sim.stop()
+        await plain.stop()
+        await mcp.stop()
+
+
+async def test_appliance_broker_lets_no_credential_take_over_another_devices_client_id(
+    gateway_factory: GatewayFactory, mosquitto_factory: MosquittoFactory, tmp_path: Path
+) -> None:
+    """mosquitto disconnects a client when another connects with its client id. On the appliance's LAN
+    listener a device's client id is its username (use_username_as_clientid), so whatever client id
+    another credential sends, it cannot knock a board, a server or the gateway off."""
+    from tests.support.mosquitto import write_password_file
+
+    directory = tmp_path / "appliance"
+    directory.mkdir()
+    (directory / "acl").write_text((IMAGE / "acl").read_text())
+    secrets = {name: f"{name}-secret-0123" for name in ("mcp-gateway", "pump-1", "pump-2", "pump-3")}
+    write_password_file(directory / "passwd", secrets)
+    lan, loopback = free_port(), free_port()
+    broker = await mosquitto_factory(config_text=appliance_config(directory, lan, loopback), port=lan)
+    (directory / "mqtt-password").write_text(secrets["mcp-gateway"])
+    server = await gateway_factory(
+        providers={"request_timeout_ms": 5000}, mqtt={"brokers": [appliance_gateway_broker(directory, loopback)]}
+    )
+    gateway_broker = server.mqtt.brokers[0]
+    await wait_for(lambda: len(gateway_broker.subscribed) == 3, 5, "the gateway subscribed on its loopback listener")
+    for name in ("pump-1", "pump-2"):
+        (directory / f"{name}-password").write_text(secrets[name])
+    plain = simulator(broker.url, "plain", first=2, username="pump-2", password_file=str(directory / "pump-2-password"))
+    mcp = simulator(broker.url, "mcp", first=1, username="pump-1", password_file=str(directory / "pump-1-password"))
+    try:
+        await wait_ready_slot(server, "pump-2", timeout=10)
+        await wait_ready_slot(server, "pump-1", timeout=10)
+        # pump-3's credential (a board of its own, no device here) tries every client id in use: the
+        # ids the devices send (their device ids), the ids they have on the broker (their usernames),
+        # the device firmware's default (mcpb-<slot>) and the gateway's.
+        reused = ["sim-pump-2", "pump-2", "mcpb-pump-2", "sim-pump-1", "pump-1", gateway_broker.client.client_id]
+        for client_id in reused:
+            intruder = RawPeer(lan, client_id, v5=False, username="pump-3", password=secrets["pump-3"])
+            assert await intruder.connect() == "Success"
+            await intruder.disconnect()
+        # A device knocked off would have to connect again to receive this request (clean sessions): a
+        # call answered over a connection that never ended proves nobody took it over.
+        for slot in ("pump-2", "pump-1"):
+            assert (await call(server.url, slot, "get_status"))["state"] == "stopped"
+            link = plain.links[slot] if slot == "pump-2" else mcp.links[slot]
+            assert isinstance(link, MqttPumpLink)
+            assert (link.client.connects, link.client.losses) == (1, 0), slot
+            assert server.gateway.registry.slots[slot].connects == 1
+        assert (gateway_broker.client.connects, gateway_broker.client.losses) == (1, 0)
+    finally:
+        await plain.stop()
+        await mcp.stop()

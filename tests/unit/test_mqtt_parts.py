@@ -10,7 +10,9 @@ from paho.mqtt.properties import Properties
 
 from gateway.cli import build_parser
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.core.scrape import mqtt_limit_values
 from gateway.southbound import mqtt_topics
+from gateway.southbound.mqtt_client import PACKET_HEADROOM_BYTES, max_packet_bytes
 from gateway.southbound.mqtt_connack import read_connack
 from gateway.southbound.mqtt_mcp import slot_for
 
@@ -91,6 +93,34 @@ def test_broker_config_defaults_and_derived_values() -> None:
     assert (config.host, config.port, config.tls, config.label) == ("127.0.0.1", 1883, False, "mqtt://127.0.0.1:1883")
     secure = broker(url="mqtts://broker.plant.lan", server_filter="plant/#").mqtt.brokers[0]
     assert secure.port == 8883 and secure.tls and secure.server_filter == ["plant/#"]
+    assert (config.max_payload_bytes, config.max_backlog, config.max_instances) == (1_048_576, 10_000, 4096)
+
+
+def test_inbound_bounds_announced_and_exported_per_broker() -> None:
+    # CONNECT's Maximum Packet Size leaves room for the topic and properties, within what MQTT can say;
+    # announced only on request (mosquitto 2.0.11 stalls after 20 messages it drops for it).
+    assert max_packet_bytes(5000) == 5000 + PACKET_HEADROOM_BYTES
+    assert max_packet_bytes(268_435_455) == 268_435_455
+    assert broker().mqtt.brokers[0].announce_max_packet_size is False
+    assert broker(announce_max_packet_size=True).mqtt.brokers[0].announce_max_packet_size is True
+    config = GatewayConfig.model_validate(
+        {
+            "mqtt": {
+                "brokers": [
+                    {"url": "mqtt://127.0.0.1:1884", "max_payload_bytes": 4096, "max_backlog": 50},
+                    {"url": "mqtt://10.0.0.5", "max_instances": 10},
+                ]
+            }
+        }
+    )
+    values = mqtt_limit_values(config.mqtt)
+    assert values["mqtt.brokers[0].max_payload_bytes"] == 4096
+    assert values["mqtt.brokers[0].max_backlog"] == 50
+    assert values["mqtt.brokers[1].max_instances"] == 10
+    assert len(values) == 6
+    assert mqtt_limit_values(GatewayConfig().mqtt) == {}
+    with pytest.raises(ValueError, match="max_backlog"):
+        broker(max_backlog=0)
 
 
 @pytest.mark.parametrize(
@@ -100,6 +130,7 @@ def test_broker_config_defaults_and_derived_values() -> None:
         ({"url": "mqtt://user:pw@broker"}, "no credentials in the URL"),
         ({"url": "mqtt://broker/path"}, "no path"),
         ({"protocol": "3.1.1"}, "needs MQTT 5"),
+        ({"protocol": "3.1.1", "profiles": ["plain"], "announce_max_packet_size": True}, "announce_max_packet_size"),
         ({"profiles": []}, "profiles is empty"),
         ({"topic_prefix": "a/+/b"}, "topic_prefix"),
         ({"topic_prefix": "$SYS"}, "topic_prefix"),
@@ -141,3 +172,15 @@ def test_run_mqtt_flag_adds_brokers(tmp_path: Any) -> None:
         build_parser().parse_args(["run", "--mqtt", "tcp://127.0.0.1"])
     with pytest.raises(ConfigError, match=r"mqtt\.brokers"):
         load_config(None, environ={}, flags={"mqtt.brokers": [{"url": "mqtt://x", "bogus": 1}]})
+
+
+def test_publish_packet_size_counts_what_the_maximum_packet_size_counts() -> None:
+    # Fixed header (1 + Remaining Length), topic (2 + bytes), packet id (2), properties, payload.
+    assert mqtt_topics.publish_packet_bytes("a/b", 10) == 1 + 1 + (2 + 3 + 2 + 10)
+    assert mqtt_topics.publish_packet_bytes("a/b", 10, properties_bytes=1) == 1 + 1 + (2 + 3 + 2 + 1 + 10)
+    # The Remaining Length takes 2 bytes from 128, 3 from 16384, 4 from 2097152.
+    assert mqtt_topics.publish_packet_bytes("t", 127 - 5) == 1 + 1 + 127
+    assert mqtt_topics.publish_packet_bytes("t", 128 - 5) == 1 + 2 + 128
+    assert mqtt_topics.publish_packet_bytes("t", 16_384 - 5) == 1 + 3 + 16_384
+    assert mqtt_topics.publish_packet_bytes("t", 2_097_152 - 5) == 1 + 4 + 2_097_152
+    assert mqtt_topics.publish_packet_bytes("é", 0) == 1 + 1 + (2 + 2 + 2)  # topic bytes, not characters
