@@ -15,6 +15,7 @@ from gateway import __version__
 from gateway.client import GatewayCallError
 from gateway.config import (
     DEFAULT_PORT,
+    LAN_SIDES,
     ConfigError,
     GatewayConfig,
     is_loopback_host,
@@ -96,12 +97,17 @@ def _load(args: argparse.Namespace) -> GatewayConfig:
 
 
 def refuse_insecure_bind(config: GatewayConfig) -> str | None:
-    """The reason `run` must not start, or None."""
-    if is_loopback_host(config.host) or config.auth_configured or config.insecure_lan:
+    """The reason `run` must not start, or None. A LAN bind needs client AND provider authentication."""
+    missing = config.lan_open_sides
+    if is_loopback_host(config.host) or not missing or config.insecure_lan:
         return None
+    what = " or ".join(LAN_SIDES[side][0] for side in missing)
+    risk = " and ".join(LAN_SIDES[side][1] for side in missing)
     return (
-        f"refusing to listen on {config.host} without authentication: anyone on the network could call "
-        "devices. Bind to 127.0.0.1, configure authentication, or pass --insecure-lan to accept the risk."
+        f"refusing to listen on {config.host} without {what}: anyone on the network could {risk}. "
+        "A LAN bind needs both: client authentication ([auth] tokens, token_files or oauth) and provider "
+        'authentication ([providers.auth] mode = "shared" or "identities"). Configure what is missing, '
+        "bind to 127.0.0.1, or pass --insecure-lan to accept the risk."
     )
 
 
@@ -118,7 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if sim_pumps < 0:
         print("mcp-gateway: --sim-pumps must be 0 or more", file=sys.stderr)
         return 2
-    setup_logging(config.logging.level, config.logging.format, config.lan_without_auth)
+    setup_logging(config.logging.level, config.logging.format, config.insecure_lan_open)
     if sim_pumps:
         from sim.embedded import serve_with_simulator
 
@@ -470,7 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(run)
     run.add_argument("--host", help="address to bind (default 127.0.0.1)")
     run.add_argument("--port", type=int, help=f"port to bind (default {DEFAULT_PORT})")
-    run.add_argument("--insecure-lan", action="store_true", help="allow a LAN bind without authentication")
+    run.add_argument(
+        "--insecure-lan", action="store_true", help="allow a LAN bind without client or provider authentication"
+    )
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     run.add_argument(
         "--stdio",

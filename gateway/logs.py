@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -42,14 +43,22 @@ class TextFormatter(logging.Formatter):
         return self.prefix + super().format(record)
 
 
-def setup_logging(level: str, fmt: str, insecure_lan: bool = False) -> None:
-    """Configure the root logger; with insecure_lan every line says so."""
+def insecure_lan_prefix(open_sides: Sequence[str]) -> str:
+    """The text-log prefix under --insecure-lan, naming the open sides: "[INSECURE-LAN: no client auth] "."""
+    if not open_sides:
+        return ""
+    return "[INSECURE-LAN: " + ", ".join(f"no {side.removesuffix('s')} auth" for side in open_sides) + "] "
+
+
+def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = ()) -> None:
+    """Configure the root logger; under --insecure-lan every line says which side ("clients", "providers") is open."""
     handler = logging.StreamHandler(sys.stderr)
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     if use_json:
-        handler.setFormatter(JsonFormatter({"insecure_lan": True} if insecure_lan else None))
+        static = {"insecure_lan": True, "insecure_lan_open": list(insecure_lan_open)} if insecure_lan_open else None
+        handler.setFormatter(JsonFormatter(static))
     else:
-        handler.setFormatter(TextFormatter("[INSECURE-LAN] " if insecure_lan else ""))
+        handler.setFormatter(TextFormatter(insecure_lan_prefix(insecure_lan_open)))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -131,7 +131,15 @@ BROKER_INFO_SCHEMA: JsonObject = {
         "url": {"type": "string", "description": "Base URL clients and providers use"},
         "public_url": _nullable("string"),
         "tls": {"type": "boolean"},
-        "insecure_lan": {"type": "boolean", "description": "Listening on the network without authentication"},
+        "insecure_lan": {
+            "type": "boolean",
+            "description": "Listening on the network without client or provider authentication (--insecure-lan)",
+        },
+        "insecure_lan_open": {
+            "type": "array",
+            "items": {"enum": ["clients", "providers"]},
+            "description": "Under --insecure-lan, the sides left unauthenticated",
+        },
         "warnings": {"type": "array", "items": {"type": "string"}},
         "paths": {"type": "object", "additionalProperties": {"type": "string"}},
         "urls": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -195,7 +203,8 @@ TOOLS: list[JsonObject] = [
         "title": "Gateway information",
         "description": "What this gateway is and how to reach it: version, start time and uptime, base URL and "
         "every path (provider WebSocket, client MCP, _all, _broker, /mcp tool groups, health, metrics), security "
-        "posture (insecure_lan is true when it listens on the network without authentication), counts of slots, "
+        "posture (insecure_lan is true when it listens on the network without client or provider authentication; "
+        "insecure_lan_open names which), counts of slots, "
         "connected providers and client sessions, the limits in force, and the tool groups (enabled or not, "
         "members now).",
         "inputSchema": NO_ARGUMENTS,
@@ -355,7 +364,7 @@ class BrokerTarget(Target):
             "using this gateway's real URLs."
         )
         if status.insecure_lan(self.gateway):
-            text += " " + status.INSECURE_LAN_WARNING + "."
+            text += " " + status.insecure_lan_warning(self.gateway.config.insecure_lan_open) + "."
         return text
 
     def attach(self, listener: Listener) -> None:

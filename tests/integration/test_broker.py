@@ -362,8 +362,11 @@ async def test_insecure_lan_is_said_in_info_diagnosis_and_guide(gateway_factory:
     gateway = await gateway_factory(host="0.0.0.0", insecure_lan=True, public_url=public)
     info = await call(gateway, "legacy", "broker_info")
     assert info["insecure_lan"] is True
+    assert info["insecure_lan_open"] == info["security"]["insecure_lan_open"] == ["clients", "providers"]
     assert info["security"]["loopback_only"] is False
-    assert info["warnings"] and info["warnings"][0].startswith("INSECURE-LAN")
+    assert info["warnings"] and info["warnings"][0].startswith(
+        "INSECURE-LAN: listening on the network without client authentication or provider authentication"
+    )
     assert info["url"] == public
     assert info["urls"]["provider"] == "ws://gateway.plant.lan:3000/provider/<slot>"
     diagnosis = await call(gateway, "2026-07-28", "broker_diagnose")
@@ -432,7 +435,9 @@ async def test_provider_status_and_diagnosis_after_a_provider_misbehaves(
 async def test_failed_initialize_and_missed_heartbeats_are_diagnosed(
     gateway_factory: GatewayFactory, raw_boards: Any
 ) -> None:
-    gateway = await gateway_factory(providers={"heartbeat_interval_s": 0.2})
+    # register_wait_ms 0: these boards send no register frame and answer no ping, so with a heartbeat
+    # this short the default wait for a register frame would outlast them.
+    gateway = await gateway_factory(providers={"heartbeat_interval_s": 0.2, "register_wait_ms": 0})
     broken: RawBoard = await raw_boards(gateway, "broken", initialize_error=True)
     await asyncio.wait_for(broken.closed.wait(), 5)
     await raw_boards(gateway, "silent")  # never answers a ping

@@ -32,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.app import GatewayServer
 from gateway.policy.token_files import create_token
 from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.support.answers import decode_answer
 from tests.support.oauth import ISSUER, JwksServer, access_token, ec_key, jwks, jwks_server, rsa_key
 from tests.support.servers import demo_server
 from tests.support.southbound import Boards
@@ -89,8 +90,7 @@ async def post(
     http: aiohttp.ClientSession, url: str, body: Any = INITIALIZE, headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, str], Any]:
     async with http.post(url, data=orjson.dumps(body), headers={**MCP_HEADERS, **(headers or {})}) as response:
-        text = await response.text()
-        payload = orjson.loads(text) if text else None
+        payload = decode_answer(response.content_type, await response.read())
         return response.status, dict(response.headers), payload
 
 
@@ -412,6 +412,27 @@ async def test_an_unknown_key_id_fetches_the_keys_again_but_not_on_every_request
             assert "key the authorization server does not publish" in body["error_description"]
         assert authority.fetches == 2
         assert await metric(http, server, 'mcpgw_jwks_fetches_total{outcome="ok"}', scraper(server)) == 2
+
+
+async def test_the_keys_are_refreshed_every_jwks_refresh_s_without_a_restart(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    async with jwks_server(jwks(rsa_key())) as authority:
+        # The periodic refresh alone: an unknown key id may trigger one early refetch per hour, and the
+        # test spends it first, so only the jwks_refresh_s timer can bring the rotated keys in.
+        server = await gateway_factory(auth=oauth_auth(authority, jwks_refresh_s=0.2, jwks_refetch_min_s=3600))
+        url = f"{server.url}/pump-1/mcp"
+        await refused_token(http, url, access_token(ec_key(), url, scope="pump-1", kid="spends-the-refetch"))
+        assert (await post(http, url, headers=bearer(access_token(rsa_key(), url, scope="pump-1"))))[0] == 200
+
+        # The authorization server rotates: the EC key in, the RSA key out.
+        authority.document = jwks(ec_key())
+        fetched = authority.fetches
+        await wait_for(lambda: authority.fetches >= fetched + 2, what="two periodic JWKS fetches")  # one after the swap
+        status, _, _ = await post(http, url, headers=bearer(access_token(ec_key(), url, scope="pump-1")))
+        assert status == 200
+        _, body = await refused_token(http, url, access_token(rsa_key(), url, scope="pump-1"))
+        assert "key the authorization server does not publish" in body["error_description"]
 
 
 async def test_keys_from_a_file(gateway_factory: GatewayFactory, http: aiohttp.ClientSession, tmp_path: Path) -> None:

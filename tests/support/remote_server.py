@@ -3,10 +3,12 @@
 `RemoteServer` serves an SDK `MCPServer` with uvicorn in the test's own event loop, in one of three
 modes: "session" (Streamable HTTP with Mcp-Session-Id sessions; the SDK answers 2026-07-28 requests on
 the same endpoint), "stateless" (the SDK's stateless_http: no sessions in the session era) or "sse"
-(the legacy HTTP+SSE transport). An ASGI wrapper records every request's headers, can demand a
-credential (answering 401 with a WWW-Authenticate challenge), and can end the open event streams
-(`drop_streams`) the way a proxy timing out an idle connection would. `restart()` brings up a fresh
-server on the same port: every session the gateway held is gone (404).
+(the legacy HTTP+SSE transport). An ASGI wrapper records every request's headers and body (`bodies`),
+can demand a credential (answering 401 with a WWW-Authenticate challenge), and can end the open event
+streams (`drop_streams`) the way a proxy timing out an idle connection would. `restart()` brings up a fresh
+server on the same port: every session the gateway held is gone (404). With `session_era_only` the
+server is one of the 2025 era: a request naming a protocol version it does not know (2026-07-28,
+the gateway's `server/discover` probe) gets HTTP 400 or -32601, as such servers answer.
 
 `TokenServer` is an OAuth token endpoint for the client-credentials grant (real aiohttp server) that
 issues opaque tokens with a chosen lifetime, counts what it issued, and can revoke them; with
@@ -29,9 +31,13 @@ from urllib.parse import unquote_plus
 import uvicorn
 from aiohttp import web
 from mcp.server.mcpserver import MCPServer
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 Mode = Literal["session", "stateless", "sse"]
+# How a 2025-era server refuses a 2026-07-28 request: the SDKs' "Unsupported protocol version" HTTP 400,
+# or (a server that ignores the header) a JSON-RPC -32601 for a method it does not know.
+Refusal = Literal["http-400", "method-not-found"]
 
 
 @dataclass(frozen=True)
@@ -76,11 +82,14 @@ class _Recorder:
     guard: Guard | None = None
     routes: dict[str, Any] = field(default_factory=dict)
     streams: set[asyncio.Event] = field(default_factory=set)
+    bodies: list[bytes] = field(default_factory=list)
+    """Every request body chunk the server read, in order."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        receive = self._recording(receive)
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
         self.seen.append(Seen(scope["method"], scope["path"], headers))
         if scope["path"] in self.routes:
@@ -115,6 +124,54 @@ class _Recorder:
         finally:
             self.streams.discard(dropped)
 
+    def _recording(self, receive: Receive) -> Receive:
+        async def recording() -> Message:
+            message = await receive()
+            if message["type"] == "http.request" and message.get("body"):
+                self.bodies.append(message["body"])
+            return message
+
+        return recording
+
+
+@dataclass
+class _SessionEraOnly:
+    """The SDK app as a 2025-era server: requests whose MCP-Protocol-Version it does not know are refused
+    before they reach it (the SDK would answer them in the 2026-07-28 era); `refused` records their methods."""
+
+    app: ASGIApp
+    refusal: Refusal
+    refused: list[str]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope.get("headers", [])}
+        version = headers.get("mcp-protocol-version")
+        if scope["type"] != "http" or version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+            await self.app(scope, receive, send)
+            return
+        import orjson
+
+        body = b""
+        while scope["method"] == "POST":
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            request = orjson.loads(body) if body else {}
+        except orjson.JSONDecodeError:
+            request = {}
+        request = request if isinstance(request, dict) else {}
+        self.refused.append(str(request.get("method", scope["method"])))
+        if self.refusal == "method-not-found" and "id" in request:
+            error = {"code": -32601, "message": "Method not found"}
+            await _json(send, 200, {"jsonrpc": "2.0", "id": request["id"], "error": error})
+            return
+        supported = ", ".join(HANDSHAKE_PROTOCOL_VERSIONS)
+        message_text = f"Bad Request: Unsupported protocol version: {version}. Supported versions: {supported}"
+        error = {"code": -32600, "message": message_text}
+        await _json(send, 400, {"jsonrpc": "2.0", "id": "server-error", "error": error})
+
 
 async def _json(send: Send, status: int, body: Any, extra: list[tuple[bytes, bytes]] | None = None) -> None:
     import orjson
@@ -126,14 +183,24 @@ async def _json(send: Send, status: int, body: Any, extra: list[tuple[bytes, byt
 
 
 class RemoteServer:
-    def __init__(self, make_server: Callable[[], MCPServer], mode: Mode = "session", *, port: int = 0) -> None:
+    def __init__(
+        self,
+        make_server: Callable[[], MCPServer],
+        mode: Mode = "session",
+        *,
+        port: int = 0,
+        session_era_only: Refusal | None = None,
+    ) -> None:
         self.make_server = make_server
         self.mode = mode
+        self.session_era_only = session_era_only
+        self.refused: list[str] = []  # methods of the 2026-07-28 requests a session_era_only server refused
         self.server: MCPServer | None = None
         self.recorder: _Recorder | None = None
         self.guard: Guard | None = None
         self.routes: dict[str, Any] = {}
         self.seen: list[Seen] = []
+        self.bodies: list[bytes] = []  # every request body the server read (tests/support: _Recorder.bodies)
         self.port = port
         self.starts = 0
         self._uvicorn: _QuietServer | None = None
@@ -150,7 +217,9 @@ class RemoteServer:
             app: ASGIApp = self.server.sse_app()
         else:
             app = self.server.streamable_http_app(stateless_http=self.mode == "stateless")
-        self.recorder = _Recorder(app, self.seen, self.guard, self.routes)
+            if self.session_era_only is not None:
+                app = _SessionEraOnly(app, self.session_era_only, self.refused)
+        self.recorder = _Recorder(app, self.seen, self.guard, self.routes, bodies=self.bodies)
         sock = _listening_socket(self.port)
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.recorder, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
@@ -206,9 +275,14 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def remote_server(
-    make_server: Callable[[], MCPServer], mode: Mode = "session", *, guard: Guard | None = None, port: int = 0
+    make_server: Callable[[], MCPServer],
+    mode: Mode = "session",
+    *,
+    guard: Guard | None = None,
+    port: int = 0,
+    session_era_only: Refusal | None = None,
 ) -> AsyncIterator[RemoteServer]:
-    server = RemoteServer(make_server, mode, port=port)
+    server = RemoteServer(make_server, mode, port=port, session_era_only=session_era_only)
     server.guard = guard
     await server.start()
     try:

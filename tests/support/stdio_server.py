@@ -1,7 +1,7 @@
 """A real SDK MCP server on stdin/stdout, for stdio upstream tests; it misbehaves on command.
 
     python -m tests.support.stdio_server [--exit-at-start CODE] [--stderr TEXT] [--hang-at-start]
-                                         [--hang-once FILE] [--ignore-sigterm]
+                                         [--hang-once FILE] [--ignore-sigterm] [--record-stdin FILE]
 
 Start-up faults are decided before the SDK is imported, so a child that exits at once costs little.
 The tools misbehave at run time: crash the process mid-call, print text or an over-long line on
@@ -29,7 +29,29 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hang-at-start", action="store_true", help="never answer anything")
     parser.add_argument("--hang-once", metavar="FILE", help="hang at start unless FILE exists (then create it)")
     parser.add_argument("--ignore-sigterm", action="store_true", help="ignore SIGTERM (only SIGKILL stops it)")
+    parser.add_argument("--record-stdin", metavar="FILE", help="append every byte read on stdin to FILE")
     return parser.parse_args(argv)
+
+
+def record_stdin(path: str) -> None:
+    """Put a tee between the real stdin and the server: every byte the gateway sends lands in `path` first."""
+    import threading
+
+    original = os.dup(0)
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, 0)
+    os.close(read_end)
+
+    def tee() -> None:
+        with open(path, "ab", buffering=0) as record:
+            while chunk := os.read(original, 65536):
+                record.write(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(write_end, view) :]
+        os.close(write_end)  # EOF reaches the server too
+
+    threading.Thread(target=tee, daemon=True).start()
 
 
 WIRE: list[int] = []
@@ -131,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     if hang:
         while True:
             time.sleep(3600)
+    if args.record_stdin:
+        record_stdin(args.record_stdin)
     WIRE.append(os.dup(1))
     build_server().run("stdio")
     return 0

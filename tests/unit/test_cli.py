@@ -108,9 +108,12 @@ def test_config_check_warns_that_run_would_refuse_a_lan_bind(capsys: pytest.Capt
 def test_run_refuses_a_lan_bind_without_insecure_lan(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--host", "0.0.0.0"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("mcp-gateway: refusing to listen on 0.0.0.0 without authentication")
-    # The message says what to do instead.
-    assert "Bind to 127.0.0.1" in err
+    assert err.startswith(
+        "mcp-gateway: refusing to listen on 0.0.0.0 without client authentication or provider authentication"
+    )
+    # The message says what to do instead: both keys, loopback, or the flag.
+    assert "[auth]" in err and "[providers.auth]" in err
+    assert "bind to 127.0.0.1" in err
     assert "--insecure-lan" in err
 
 

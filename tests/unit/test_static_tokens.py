@@ -121,19 +121,22 @@ def test_hashes_are_masked_in_config_show() -> None:
     assert sha(TOKEN) not in str(dumped)
 
 
-def test_a_lan_bind_needs_no_insecure_lan_once_authentication_is_configured() -> None:
+def test_a_lan_bind_needs_no_insecure_lan_once_authentication_is_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_PROVIDER_SECRET", "s" * 32)
+    tokens = {"tokens": [{"name": "a", "sha256": sha(TOKEN)}]}
+    shared = {"auth": {"mode": "shared", "shared_secret": {"env": "TEST_PROVIDER_SECRET"}}}
     open_lan = GatewayConfig.model_validate({"host": "0.0.0.0"})
     assert refuse_insecure_bind(open_lan) is not None
-    with_tokens = GatewayConfig.model_validate(
-        {"host": "0.0.0.0", "auth": {"tokens": [{"name": "a", "sha256": sha(TOKEN)}]}}
+    # Client tokens alone are not enough: provider authentication is the other half (tests/unit/test_lan_bind.py).
+    assert refuse_insecure_bind(GatewayConfig.model_validate({"host": "0.0.0.0", "auth": tokens})) is not None
+    with_both = GatewayConfig.model_validate({"host": "0.0.0.0", "auth": tokens, "providers": shared})
+    assert refuse_insecure_bind(with_both) is None
+    assert not with_both.lan_without_auth
+    # --insecure-lan with both configured is not "insecure": nothing says so.
+    flagged = GatewayConfig.model_validate(
+        {"host": "0.0.0.0", "insecure_lan": True, "auth": tokens, "providers": shared}
     )
-    assert refuse_insecure_bind(with_tokens) is None
-    assert not with_tokens.lan_without_auth
-    # --insecure-lan with authentication configured is not "insecure": nothing says so.
-    both = GatewayConfig.model_validate(
-        {"host": "0.0.0.0", "insecure_lan": True, "auth": {"tokens": [{"name": "a", "sha256": sha(TOKEN)}]}}
-    )
-    assert not both.lan_without_auth
+    assert not flagged.lan_without_auth
 
 
 # -- token files -----------------------------------------------------------------------------------

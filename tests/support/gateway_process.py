@@ -1,0 +1,134 @@
+"""`mcp-gateway run` as a real process: its log (stderr) collected line by line, its URL read from the log.
+
+    async with gateway_process("--config", str(path), env={"SECRET": "..."}) as gateway:
+        gateway.url; gateway.lines; await gateway.wait_line("connected to MQTT")
+
+The environment is the test's own without MCP_GATEWAY_* (a developer's settings must not leak in),
+plus `env`. The process is stopped with SIGTERM (SIGKILL after 10 s) when the block ends, also on failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import orjson
+
+from tests.conftest import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+LISTENING = re.compile(r" listening on (https?://\S+)")
+
+
+def clean_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    base = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY")}
+    return {**base, **(env or {})}
+
+
+class GatewayProcess:
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self.url = ""
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.process.stderr is not None
+        async for raw in self.process.stderr:
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    def json_lines(self) -> list[dict[str, object]]:
+        """Every log line as the JSON object it must be (format = "json")."""
+        return [orjson.loads(line) for line in self.lines if line.strip()]
+
+    async def wait_line(self, pattern: str, after: int = 0, timeout: float = 20) -> str:
+        found: list[str] = []
+
+        def seen() -> bool:
+            found[:] = [line for line in self.lines[after:] if re.search(pattern, line)]
+            return bool(found) or self._reader.done()
+
+        await wait_for(seen, timeout, f"log line {pattern!r}")
+        assert found, "gateway exited:\n" + self.log
+        return found[0]
+
+    async def started(self) -> str:
+        line = await self.wait_line(" listening on ")
+        with contextlib.suppress(orjson.JSONDecodeError):
+            line = str(orjson.loads(line).get("msg", ""))
+        match = LISTENING.search(line)
+        assert match is not None, self.log
+        self.url = match.group(1)
+        return self.url
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.process.wait(), 10)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._reader, 5)
+
+
+async def spawn(*args: str, env: Mapping[str, str] | None = None) -> GatewayProcess:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "run",
+        *args,
+        cwd=REPO,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=clean_environment(env),
+    )
+    return GatewayProcess(process)
+
+
+@contextlib.asynccontextmanager
+async def gateway_process(*args: str, env: Mapping[str, str] | None = None) -> AsyncIterator[GatewayProcess]:
+    """A started gateway (its URL read from the log); stopped at the end of the block."""
+    gateway = await spawn(*args, env=env)
+    try:
+        await gateway.started()
+        yield gateway
+    finally:
+        await gateway.stop()
+
+
+async def run_to_exit(*args: str, env: Mapping[str, str] | None = None, timeout: float = 30) -> tuple[int, str, str]:
+    """`mcp-gateway ARGS...` to completion: exit code, stdout, stderr."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        *args,
+        cwd=REPO,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=clean_environment(env),
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return process.returncode, stdout.decode(), stderr.decode()
