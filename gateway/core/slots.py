@@ -191,6 +191,7 @@ class SlotRegistry:
             max_pending=self.config.limits.max_pending_per_slot,
             numeric_ids=id_style == "numeric" or link.info.numeric_ids,
             max_tools_pages=providers.max_tools_pages,
+            register_wait_ms=providers.register_wait_ms if link.info.register_frame_follows else 0,
         )
 
     def takeover_policy(self, name: str) -> str:

@@ -37,6 +37,7 @@ from gateway.northbound import session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal, http_error
 from gateway.policy.request_principal import request_principal
+from gateway.websocket_limits import CappedWebSocketResponse
 
 log = logging.getLogger("gateway.northbound.websocket")
 
@@ -80,12 +81,8 @@ class ClientWebSockets:
 
     async def serve(self, request: web.Request, target: Target) -> web.StreamResponse:
         """One client socket on `target` (a slot, `_all`, `_broker`, or any other target a route names)."""
-        ws = web.WebSocketResponse(
-            max_msg_size=self.limits.max_frame_bytes,
-            heartbeat=self.limits.sse_keepalive_s,
-            protocols=(SUBPROTOCOL,),
-            decode_text=False,
-            compress=False,
+        ws = CappedWebSocketResponse(
+            self.limits.max_frame_bytes, heartbeat=self.limits.sse_keepalive_s, protocols=(SUBPROTOCOL,)
         )
         if not ws.can_prepare(request).ok:
             return http_error(400, "bad_upgrade", "Not a valid WebSocket upgrade request (RFC 6455 handshake)")
@@ -106,7 +103,7 @@ class ClientWebSockets:
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
                     channel.receive(jsonrpc.parse(msg.data))
                 elif msg.type is WSMsgType.ERROR:
-                    # aiohttp has closed the socket already (1009 for a frame over max_msg_size).
+                    # aiohttp has closed the socket already (1009, with our reason, for a frame over the cap).
                     if getattr(msg.data, "code", None) == CLOSE_TOO_BIG:
                         self.gateway.metrics.limit_hit("max_frame_bytes")
                     log.debug("client socket of session %s... closed: %s", channel.id[:6], msg.data)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 
 from gateway.core.gateway import Gateway
-from gateway.core.link import LinkInfo
+from gateway.core.link import CLOSE_NORMAL, LinkInfo
 from gateway.core.provider_session import ProviderSession
 from gateway.publish.sdk_bridge import SdkServer, SdkSession
 
@@ -35,7 +35,10 @@ class LoopbackLink:
 async def attach_loopback(
     gateway: Gateway, slot: str, server: SdkServer, *, aggregate: bool = False
 ) -> ProviderSession:
-    """Publish `server` in `slot` of an in-process gateway; returns the provider session."""
+    """Publish `server` in `slot` of an in-process gateway; returns the provider session.
+
+    Raises SlotRefused (gateway.core.slots) when the slot may not be had, as a dialling provider
+    would be refused. `await session.close(code, reason)` takes the server out of its slot again."""
     link = LoopbackLink()
     holder: dict[str, ProviderSession] = {}
 
@@ -46,7 +49,12 @@ async def attach_loopback(
 
     link.session = SdkSession(server, deliver)
     link.task = asyncio.get_running_loop().create_task(link.session.run())
-    provider = await gateway.registry.attach(slot, link, aggregate=aggregate)
+    try:
+        provider = await gateway.registry.attach(slot, link, aggregate=aggregate)
+    except BaseException:
+        # Refused (SlotRefused: held, reserved, undeclared): the server must not keep running unseen.
+        await link.close(CLOSE_NORMAL, "refused")
+        raise
     holder["session"] = provider
     link.task.add_done_callback(lambda _: provider.link_lost("loopback provider stopped"))
     return provider

@@ -74,6 +74,7 @@ class _PublisherBase:
         self.last_close: tuple[int | None, str] | None = None
         self._stop = asyncio.Event()
         self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._close_reasons: list[str] = []
 
     def url(self) -> str:
         raise NotImplementedError
@@ -93,8 +94,9 @@ class _PublisherBase:
                         self.connections += 1
                         self.connected.set()
                         self.backoff.reset()
+                        self._close_reasons = []
                         await self._serve(ws)
-                        self.last_close = (ws.close_code, _reason(ws))
+                        self.last_close = (ws.close_code, _reason(ws, "".join(self._close_reasons)))
                 except (aiohttp.ClientError, OSError) as exc:
                     self.last_close = (None, str(exc))
                 finally:
@@ -120,16 +122,25 @@ class _PublisherBase:
             await ws.close(code=1001)
 
 
-def _reason(ws: aiohttp.ClientWebSocketResponse) -> str:
+def _reason(ws: aiohttp.ClientWebSocketResponse, close_reason: str) -> str:
+    """The gateway's close reason (what to do), else what went wrong on our side."""
+    if close_reason:
+        return close_reason
     exc = ws.exception()
     return str(exc) if exc else ""
 
 
-async def _read_frames(ws: aiohttp.ClientWebSocketResponse) -> Any:
-    async for msg in ws:
+async def _read_frames(ws: aiohttp.ClientWebSocketResponse, close_reasons: list[str]) -> Any:
+    """Every text or binary frame; the reason of the close frame that ends them goes to `close_reasons`."""
+    # receive(), not `async for`: iterating stops at a close frame without handing over its reason.
+    while True:
+        msg = await ws.receive()
         if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
             yield msg.data
-        elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.ERROR):
+        elif msg.type is aiohttp.WSMsgType.CLOSE:
+            close_reasons.append(msg.extra or "")
+            return
+        elif msg.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
             return
 
 
@@ -156,8 +167,9 @@ class Publisher(_PublisherBase):
         return f"{self.base_url}/provider/{quote(self.slot, safe='')}"
 
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        if self.aggregate or self.hello:
-            await ws.send_bytes(orjson.dumps(register_frame(self.aggregate, self.hello)))
+        # Always first, even with nothing to say: the gateway sends initialize as soon as it has the
+        # first frame, instead of waiting providers.register_wait_ms for a register frame that may come.
+        await ws.send_bytes(orjson.dumps(register_frame(self.aggregate, self.hello)))
 
         async def send(data: bytes) -> None:
             if not ws.closed:
@@ -166,7 +178,7 @@ class Publisher(_PublisherBase):
         session = SdkSession(self.server, send)
         async with anyio.create_task_group() as group:
             group.start_soon(session.run)
-            async for data in _read_frames(ws):
+            async for data in _read_frames(ws, self._close_reasons):
                 await session.feed(data)
             await session.close_input()
             group.cancel_scope.cancel()
@@ -211,7 +223,7 @@ class MultiplexedPublisher(_PublisherBase):
                 await ws.send_bytes(orjson.dumps({"provider": slot, "payload": register}))
                 sessions[slot] = SdkSession(server, sender(slot))
                 group.start_soon(sessions[slot].run)
-            async for data in _read_frames(ws):
+            async for data in _read_frames(ws, self._close_reasons):
                 try:
                     frame = orjson.loads(data)
                 except orjson.JSONDecodeError:

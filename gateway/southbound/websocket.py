@@ -19,17 +19,36 @@ from aiohttp import WSMsgType, web
 
 from gateway.core import jsonrpc
 from gateway.core.gateway import Gateway
-from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TOO_BIG, LinkInfo, close_reason
+from gateway.core.link import (
+    CLOSE_GOING_AWAY,
+    CLOSE_POLICY,
+    CLOSE_TOO_BIG,
+    LinkInfo,
+    close_reason,
+    close_reason_quoting,
+)
 from gateway.core.names import SlotPathError, slot_from_raw_path
 from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
 from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
 from gateway.southbound import envelope
+from gateway.websocket_limits import CappedWebSocketResponse
 
 log = logging.getLogger("gateway.southbound.websocket")
 
 DEDICATED_PREFIX = "/provider"
 MULTIPLEXED_PATH = "/providers"
+
+
+PEER_CLOSED = "provider closed the connection"
+
+
+def link_end(reason: str, close_code: int | None) -> str:
+    """Why a provider socket ended, as the log and provider_status say it."""
+    if close_code is not None:
+        return f"{reason} (close code {close_code})"
+    # No close frame either way: the TCP connection was cut (a board reset, a Wi-Fi drop).
+    return "connection lost without a close frame" if reason == PEER_CLOSED else reason
 
 
 def _remote(request: web.Request) -> str:
@@ -145,13 +164,16 @@ class ProviderWebSockets:
             web.get(DEDICATED_PREFIX + r"/{rest:[\s\S]*}", self.dedicated),
         ]
 
-    def _response(self) -> web.WebSocketResponse:
-        return web.WebSocketResponse(
-            autoping=False,
-            max_msg_size=self.gateway.config.limits.max_frame_bytes,
-            decode_text=False,
-            compress=False,
-        )
+    def _response(self) -> CappedWebSocketResponse:
+        return CappedWebSocketResponse(self.gateway.config.limits.max_frame_bytes, autoping=False)
+
+    def _socket_error(self, ws: CappedWebSocketResponse, error: object) -> tuple[str, int | None]:
+        """Why a socket aiohttp reported an error on ended, and the close code sent for it."""
+        if getattr(error, "code", None) == CLOSE_TOO_BIG:
+            # aiohttp sent 1009 with our reason; ws.close_code reads 1006 afterwards (its reader failed).
+            self.gateway.metrics.limit_hit("max_frame_bytes")
+            return ws.too_big_reason, CLOSE_TOO_BIG
+        return f"WebSocket error: {ws.exception()}", None
 
     @staticmethod
     def _not_an_upgrade() -> web.Response:
@@ -190,14 +212,21 @@ class ProviderWebSockets:
         if not ws.can_prepare(request).ok:
             return self._not_an_upgrade()
         await ws.prepare(request)
-        info = LinkInfo(transport="websocket", remote=_remote(request), identity=credential.identity, native_ping=True)
+        info = LinkInfo(
+            transport="websocket",
+            remote=_remote(request),
+            identity=credential.identity,
+            native_ping=True,
+            register_frame_follows=True,
+        )
         link = WebSocketLink(ws, info)
         try:
             session = await self.gateway.registry.attach(slot, link)
         except SlotRefused as exc:
             await ws.close(code=CLOSE_POLICY, message=close_reason(exc.reason).encode())
             return ws
-        reason = "provider closed the connection"
+        reason = PEER_CLOSED
+        close_code: int | None = None  # the code the gateway closed with, when it did
         first = True
         try:
             async for msg in ws:
@@ -205,7 +234,9 @@ class ProviderWebSockets:
                     data: bytes = msg.data if isinstance(msg.data, bytes) else msg.data.encode()
                     if first:
                         first = False
-                        if await self._first_dedicated_frame(ws, slot, session, data):
+                        mismatch = await self._first_dedicated_frame(ws, slot, session, data)
+                        session.first_frame_handled()
+                        if mismatch:
                             reason = "framing mismatch: envelope on /provider/<slot>"
                             break
                         continue
@@ -216,12 +247,10 @@ class ProviderWebSockets:
                 elif msg.type is WSMsgType.PONG:
                     session.mark_alive()
                 elif msg.type is WSMsgType.ERROR:
-                    reason = f"WebSocket error: {ws.exception()}"
-                    if ws.close_code == CLOSE_TOO_BIG:
-                        self.gateway.metrics.limit_hit("max_frame_bytes")
+                    reason, close_code = self._socket_error(ws, msg.data)
                     break
         finally:
-            session.link_lost(f"{reason} (close code {ws.close_code})")
+            session.link_lost(link_end(reason, close_code or ws.close_code))
         return ws
 
     async def _first_dedicated_frame(
@@ -231,10 +260,7 @@ class ProviderWebSockets:
         message = jsonrpc.parse(data)
         registration = envelope.registration(message.body)
         if registration is not None:
-            session.aggregate = registration.aggregate
-            if registration.hello is not None:
-                session.hello = registration.hello
-            self.gateway.registry.session_registered(session)
+            session.register(registration.aggregate, registration.hello)
             return False
         if envelope.looks_like_envelope(message.body):
             announced = envelope.decode_envelope(message.body)
@@ -252,8 +278,11 @@ class ProviderWebSockets:
             self.gateway.metrics.provider_refusals.labels("framing").inc()
             await session.close(
                 CLOSE_POLICY,
-                f"Envelope frame on slot-scoped path {DEDICATED_PREFIX}/{slot}: use DirectTransport here, "
-                f"or connect to {MULTIPLEXED_PATH}",
+                close_reason_quoting(
+                    f"Envelope frame on slot-scoped path {DEDICATED_PREFIX}/",
+                    slot,
+                    f": use DirectTransport here, or connect to {MULTIPLEXED_PATH}",
+                ),
             )
             return True
         session.receive_message(message)
@@ -272,7 +301,8 @@ class ProviderWebSockets:
         socket = MultiplexedSocket(ws, _remote(request), credential)
         self.sockets.add(socket)
         first = True
-        reason = "provider closed the connection"
+        reason = PEER_CLOSED
+        close_code: int | None = None  # the code the gateway closed with, when it did
         try:
             async for msg in ws:
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
@@ -292,15 +322,13 @@ class ProviderWebSockets:
                 elif msg.type is WSMsgType.PONG:
                     socket.pong()
                 elif msg.type is WSMsgType.ERROR:
-                    reason = f"WebSocket error: {ws.exception()}"
-                    if ws.close_code == CLOSE_TOO_BIG:
-                        self.gateway.metrics.limit_hit("max_frame_bytes")
+                    reason, close_code = self._socket_error(ws, msg.data)
                     break
         finally:
             self.sockets.discard(socket)
             sessions, socket.sessions = socket.sessions, {}
             for session in sessions.values():
-                session.link_lost(f"{reason} (close code {ws.close_code})")
+                session.link_lost(link_end(reason, close_code or ws.close_code))
         return ws
 
     async def _refuse_bare_frame(self, ws: web.WebSocketResponse, message: jsonrpc.Message) -> None:

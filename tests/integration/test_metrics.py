@@ -181,7 +181,9 @@ async def test_pending_requests_are_read_from_the_provider_session(
 async def test_unparsable_messages_on_both_sides_and_heartbeat_misses(
     gateway_factory: GatewayFactory, http: aiohttp.ClientSession
 ) -> None:
-    gateway = await gateway_factory(providers={"heartbeat_interval_s": 0.2})
+    # register_wait_ms 0: this board sends no register frame and answers no ping, so with a heartbeat
+    # this short the default wait for a register frame would outlast it.
+    gateway = await gateway_factory(providers={"heartbeat_interval_s": 0.2, "register_wait_ms": 0})
     ws = await http.ws_connect(f"ws://127.0.0.1:{gateway.port}/provider/garbled", autoping=False)
     try:
         request = orjson.loads((await ws.receive()).data)

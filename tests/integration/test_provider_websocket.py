@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import os
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
@@ -20,6 +22,7 @@ from mcp import Client
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
+from tests.integration.test_metrics import scrape
 from tests.support.servers import demo_server
 from tests.support.southbound import Boards, provider_status, ws_url
 
@@ -137,6 +140,38 @@ async def test_register_frame_is_consumed_not_forwarded(gateway: GatewayServer, 
     finally:
         reader.cancel()
         stream.close()
+
+
+@pytest.mark.parametrize("path", ["/provider/counter", "/providers"])
+async def test_register_frame_asking_for_numeric_ids_is_followed_from_the_first_request(
+    gateway: GatewayServer, boards: Boards, path: str
+) -> None:
+    """WIRE.md §2.4, §3.4: a board whose register frame says `ids: "numeric"` never sees a `brk-` id,
+    not even on the gateway's own initialize (on /provider/<slot> the slot is attached before that
+    frame is read)."""
+    hello = {"device_id": "24:6f:28:00:00:01", "ids": "numeric", "schema": "sha256:abc"}
+    register = {"jsonrpc": "2.0", "method": "notifications/register", "params": {"aggregate": True, "hello": hello}}
+    first = register if path != "/providers" else {"provider": "counter", "payload": register}
+    board = await boards.connect(gateway.url, path, first_frame=first)
+    await wait_ready_slot(gateway, "counter")
+    requests = [message for _, message in board.received if isinstance(message, dict) and "id" in message]
+    assert [message["method"] for message in requests] == ["initialize", "tools/list"]
+    assert [message["id"] for message in requests] == [1, 2]  # integers, never "brk-1"
+    status = await provider_status(gateway.url, "counter")
+    assert status["id_style"] == "numeric"
+    assert status["hello"] == hello
+    assert status["aggregate"] is True
+
+    for url in (f"{gateway.url}/counter/mcp", f"{gateway.url}/_all/mcp"):
+        async with Client(url, mode="legacy") as client:
+            tool = "valve" if url.endswith("/counter/mcp") else "counter-valve"
+            call = asyncio.create_task(client.call_tool(tool, {"open": True}))
+            request = await board.request("tools/call")
+            assert type(request["id"]) is int
+            await board.reply(request, {"content": [{"type": "text", "text": "open"}]}, "counter")
+            result = await asyncio.wait_for(call, 5.0)
+        assert not result.is_error
+        assert result.content[0].type == "text" and result.content[0].text == "open"
 
 
 async def test_percent_encoded_slot_name_is_one_slot(gateway: GatewayServer, publishers: Publishers) -> None:
@@ -257,6 +292,21 @@ async def test_envelope_on_dedicated_path_is_a_framing_mismatch(gateway: Gateway
     assert not (await provider_status(gateway.url, "pump-1"))["connected"]
 
 
+@pytest.mark.parametrize("slot", ["p" * 64, "é" * 32])
+async def test_framing_mismatch_reason_names_both_fixes_for_the_longest_slot_names(
+    gateway: GatewayServer, boards: Boards, slot: str
+) -> None:
+    """WIRE.md §2.2: the reason fits 123 bytes and names both fixes; the slot quote is what gets cut."""
+    envelope = {"provider": "other", "payload": {"jsonrpc": "2.0", "method": "notifications/register"}}
+    board = await boards.connect(gateway.url, f"/provider/{quote(slot, safe='')}", first_frame=envelope)
+    code, reason = await board.wait_closed()
+    assert code == 1008
+    assert len(reason.encode("utf-8")) <= 123
+    assert reason.startswith("Envelope frame on slot-scoped path /provider/" + slot[:8])
+    assert "...: " in reason  # the slot is cut, visibly
+    assert reason.endswith(": use DirectTransport here, or connect to /providers")
+
+
 async def test_bare_jsonrpc_on_multiplexed_path_is_a_framing_mismatch(gateway: GatewayServer, boards: Boards) -> None:
     first = {"jsonrpc": "2.0", "method": "notifications/register", "params": {"aggregate": True}}
     board = await boards.connect(gateway.url, "/providers", first_frame=first)
@@ -305,6 +355,15 @@ async def test_refused_slot_on_multiplexed_link_keeps_its_other_slots(
 # -- size and liveness --------------------------------------------------------------------------
 
 
+TOO_BIG_REASON = "Frame over 4096 bytes; raise limits.max_frame_bytes or send smaller messages"
+
+
+def sized_answer(request_id: str, size: int) -> str:
+    """A tools/call answer of exactly `size` bytes."""
+    frame = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": ""}]}})
+    return frame.decode().replace('"text":""', '"text":"' + "x" * (size - len(frame)) + '"')
+
+
 @pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # echo logs via ctx.info
 async def test_frame_over_the_limit_closes_1009(
     gateway_factory: GatewayFactory, publishers: Publishers, boards: Boards
@@ -313,10 +372,29 @@ async def test_frame_over_the_limit_closes_1009(
     await publishers.start(gateway, "bystander", demo_server("b"))
     board = await boards.connect(gateway.url, "/provider/big")
     await wait_ready_slot(gateway, "big")
-    await board.send_raw('{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"' + "x" * 5000 + '"}}')
-    code, _ = await board.wait_closed()
+    # The limit is the largest message accepted: an answer of exactly 4096 bytes reaches its caller.
+    async with Client(f"{gateway.url}/big/mcp", mode="legacy") as client:
+        call = asyncio.create_task(client.call_tool("valve", {"open": True}))
+        request = await board.request("tools/call")
+        await board.send_raw(sized_answer(request["id"], 4096))
+        result = await asyncio.wait_for(call, 5.0)
+    assert result.content[0].type == "text" and set(result.content[0].text) == {"x"}
+    await board.send_raw(sized_answer("brk-99", 4097))
+    code, reason = await board.wait_closed()
     assert code == 1009
+    # WIRE.md §2.2: at most 123 bytes, and what to do.
+    assert reason == TOO_BIG_REASON
     await wait_for(lambda: gateway.gateway.registry.slots["big"].live is None, what="slot freed")
+    status = await provider_status(gateway.url, "big")
+    assert status["last_disconnect_reason"] == f"{TOO_BIG_REASON} (close code 1009)"
+
+    # The same on a multiplexed socket, where the envelope counts too.
+    mux = await boards.connect(gateway.url, "/providers")
+    await mux.send({"jsonrpc": "2.0", "method": "notifications/register"}, "big-mux")
+    await wait_ready_slot(gateway, "big-mux")
+    await mux.send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "x" * 4096}}, "big-mux")
+    assert await mux.wait_closed() == (1009, TOO_BIG_REASON)
+    await wait_for(lambda: gateway.gateway.registry.slots["big-mux"].live is None, what="mux slot freed")
 
     # An SDK provider whose answer is too big: the link closes 1009 and the caller is told at once.
     publisher = await publishers.start(gateway, "chatty", demo_server("c"), reconnect=False)
@@ -324,8 +402,38 @@ async def test_frame_over_the_limit_closes_1009(
         with pytest.raises(Exception, match='Provider "chatty" disconnected'):
             await client.call_tool("echo", {"text": "y" * 6000})
     await wait_for(lambda: publisher.last_close is not None, what="publisher to see the close")
-    assert publisher.last_close is not None and publisher.last_close[0] == 1009
+    assert publisher.last_close == (1009, TOO_BIG_REASON)
     assert await call_add(gateway, "bystander") == {"result": 5}
+    metrics = await scrape(boards.http, gateway)
+    assert metrics.get("mcpgw_limit_hits_total", limit="max_frame_bytes") == 3
+
+
+@pytest.mark.parametrize("path", ["/provider/cut", "/providers"])
+async def test_a_cut_connection_is_logged_as_such_and_a_closed_one_with_its_code(
+    gateway: GatewayServer, boards: Boards, caplog: pytest.LogCaptureFixture, path: str
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.slots")
+    register = {"jsonrpc": "2.0", "method": "notifications/register"}
+    first = register if path != "/providers" else {"provider": "cut", "payload": register}
+    board = await boards.connect(gateway.url, path, first_frame=first)
+    await wait_ready_slot(gateway, "cut")
+    transport = board.ws.get_extra_info("socket")
+    assert transport is not None
+    transport.shutdown(socket.SHUT_RDWR)  # a board reset: no close frame
+    await wait_for(lambda: gateway.gateway.registry.slots["cut"].live is None, what="the slot to be freed")
+    left = [record.getMessage() for record in caplog.records if record.getMessage().startswith("provider left")]
+    assert left == ["provider left slot cut: connection lost without a close frame"]
+    assert (await provider_status(gateway.url, "cut"))["last_disconnect_reason"] == (
+        "connection lost without a close frame"
+    )
+
+    board = await boards.connect(gateway.url, path, first_frame=first)
+    await wait_ready_slot(gateway, "cut")
+    await board.ws.close(code=1001)
+    await wait_for(lambda: gateway.gateway.registry.slots["cut"].live is None, what="the slot to be freed again")
+    assert (await provider_status(gateway.url, "cut"))["last_disconnect_reason"] == (
+        "provider closed the connection (close code 1001)"
+    )
 
 
 HEARTBEAT = {"providers": {"heartbeat_interval_s": 0.25}}

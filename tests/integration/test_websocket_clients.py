@@ -236,17 +236,25 @@ async def test_a_frame_over_the_limit_closes_the_socket_with_1009(
     await publishers.start(server, "pump-1", demo_server("pump-1"))
     ws, client = await connect(http, server, "pump-1")
     await client.initialize()
-    await client.send(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": "echo", "arguments": {"text": "x" * 8192}},
-        }
-    )
+
+    def padded_ping(request_id: int, size: int) -> str:
+        """A ping of exactly `size` bytes (the gateway answers it; no provider frame grows with it)."""
+        frame = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping", "params": {"_meta": {}}}).decode()
+        pad = "x" * (size - len(frame) - len('"pad":""'))
+        return frame.replace('"_meta":{}', f'"_meta":{{"pad":"{pad}"}}')
+
+    # The limit is the largest message accepted.
+    at_limit = padded_ping(1, 4096)
+    assert len(at_limit.encode()) == 4096
+    await client.send(at_limit)
+    assert (await client.answer(1))["result"] == {}
+
+    await client.send(padded_ping(2, 4097))
     closing = await ws.receive(timeout=5)
     assert closing.type is aiohttp.WSMsgType.CLOSE
     assert closing.data == 1009
+    # WIRE.md §2.2: a reason of at most 123 bytes that says what to do.
+    assert closing.extra == "Frame over 4096 bytes; raise limits.max_frame_bytes or send smaller messages"
     await wait_for(lambda: no_sessions(server), what="the session to end")
     metrics = await scrape(http, server)
     assert metrics.get("mcpgw_limit_hits_total", limit="max_frame_bytes") == 1

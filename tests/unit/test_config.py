@@ -8,7 +8,7 @@ import orjson
 import pytest
 from pydantic import SecretStr
 
-from gateway.config import DEFAULT_PORT, ConfigError, GatewayConfig, load_config, masked_dump
+from gateway.config import DEFAULT_PORT, ConfigError, GatewayConfig, load_config, masked_dump, masked_url
 
 
 def write(tmp_path: Path, text: str, name: str = "gateway.toml") -> Path:
@@ -239,3 +239,56 @@ def test_masked_dump_masks_secrets_wherever_they_are() -> None:
     assert dumped["tokens"] == {"pump-1": "***"}
     assert dumped["token_list"] == ["***"]
     assert b"s3cret" not in orjson.dumps(dumped)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("mqtt://user:hunter2@broker", "mqtt://user:***@broker"),
+        ("https://svc:hunter2@files.plant.lan:8443/mcp?x=1", "https://svc:***@files.plant.lan:8443/mcp?x=1"),
+        ("https://user:p@ss:hunter2@host/mcp", "https://user:***@host/mcp"),  # an unescaped @ in the password
+        ("https://ghp_hunter2@host/mcp", "https://***@host/mcp"),  # a lone user name is often a token
+        ("https://user:@host", "https://user:***@host"),
+        ("https://host/path@hunter2", "https://host/path@hunter2"),  # not userinfo: after the authority
+        ("https://files.plant.lan/mcp", "https://files.plant.lan/mcp"),
+        ("not a url user:hunter2@host", "not a url user:hunter2@host"),  # no scheme://, nothing to find
+    ],
+)
+def test_masked_url_hides_the_userinfo_password(url: str, shown: str) -> None:
+    assert masked_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("toml", "shown"),
+    [
+        ('[[mqtt.brokers]]\nurl = "mqtt://user:hunter2@broker"\n', "'mqtt://user:***@broker'"),
+        ('[[mqtt.brokers]]\nurl = "ftp://user:hunter2@broker"\n', "'ftp://user:***@broker'"),
+        (
+            '[[upstreams.remote]]\nname = "files"\nurl = "https://user:hunter2@files.plant.lan/mcp"\n',
+            "'https://user:***@files.plant.lan/mcp'",
+        ),
+        (
+            '[[upstreams.remote]]\nname = "files"\nurl = "ftp://user:hunter2@files.plant.lan/mcp"\n',
+            "'ftp://user:***@files.plant.lan/mcp'",
+        ),
+        (
+            '[[upstreams.remote]]\nname = "files"\nurl = "https://files.plant.lan/mcp"\n'
+            '[upstreams.remote.oauth_client_credentials]\nclient_id = "gw"\nclient_secret = { env = "S" }\n'
+            'token_url = "http://gw:hunter2@auth.plant.lan/token"\n',
+            "'http://gw:***@auth.plant.lan/token'",
+        ),
+        (
+            '[auth.oauth]\nissuer = "https://auth.plant.lan"\njwks_url = "http://k:hunter2@auth.plant.lan/jwks"\n',
+            "'http://k:***@auth.plant.lan/jwks'",
+        ),
+    ],
+)
+def test_a_rejected_url_is_quoted_without_its_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str, shown: str
+) -> None:
+    monkeypatch.setenv("S", "client-secret")  # read_secret reads the process environment
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, toml), environ={})
+    message = str(caught.value)
+    assert "hunter2" not in message
+    assert shown in message
