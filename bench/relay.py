@@ -75,7 +75,8 @@ def parse_options(argv: Sequence[str] | None) -> Options:
     parser.add_argument(
         "--json-response",
         action="store_true",
-        help="direct baseline answers session-era calls as JSON instead of the SDK's default SSE",
+        help="both paths answer session-era calls as JSON (the SDK server's json_response, the gateway's "
+        "session_answers = json) instead of their default SSE",
     )
     parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (figures are not meaningful)"
@@ -130,7 +131,10 @@ class Stack:
     async def start(self) -> None:
         # The gateway's built-in defaults: no config file or MCP_GATEWAY_* setting of this shell leaks in.
         gateway_args = ["-m", "gateway.cli", "run", "--port", str(self.gateway_port)]
-        self.children.append(Child("gateway", gateway_args, REPO, env=gateway_env()))
+        env = gateway_env()
+        if self.json_response:  # like for like: both sides answer session-era calls as JSON
+            env["MCP_GATEWAY_SESSION_ANSWERS"] = "json"
+        self.children.append(Child("gateway", gateway_args, REPO, env=env))
         await wait_healthy(f"{self.gateway_url}/healthz", self.gateway)
         server_args = ["-m", "bench.relay_server", "--port", str(self.server_port), "--gateway", self.gateway_url]
         server_args += ["--slot", SLOT, *(["--json-response"] if self.json_response else [])]
@@ -300,7 +304,7 @@ def preamble(options: Options, workers: int) -> str:
         f"aiohttp {version('aiohttp')}, uvicorn {version('uvicorn')}\n"
         f"rounds={options.rounds} calls={options.calls} warmup={options.warmup} concurrency={options.concurrency} "
         f"duration={options.duration}s workers={workers} devices={options.devices} modes={','.join(options.modes)} "
-        f"direct={'json' if options.json_response else 'sdk-default'}"
+        f"session-era answers={'json' if options.json_response else 'sse (both defaults)'}"
     )
 
 

@@ -14,6 +14,7 @@ from aiohttp import web
 from gateway import __version__
 from gateway.config import GatewayConfig
 from gateway.core.gateway import Gateway
+from gateway.core.status import insecure_lan_warning
 from gateway.entry import add_cors_headers, entry_gate, origin_check, rate_limit_admission
 from gateway.northbound.groups_http import GroupEndpoints
 from gateway.northbound.sse import LegacySseEndpoint
@@ -86,6 +87,9 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
     app.router.add_routes(providers.routes())
     if client_auth is not None:
         app.router.add_routes(client_auth.routes())  # RFC 9728 metadata, before the catch-all
+    # /<slot>/mcp, what clients call most: the catch-all below serves it too, but matching it first
+    # spares every request the patterns of the routes in between.
+    app.router.add_route("*", "/{slot}/mcp", clients.handle)
     # One-segment and /<slot>/sse, /<slot>/messages paths: aiohttp tries routes with a longer fixed
     # prefix first, so these never take /healthz, /provider/..., /mcp/... (docs/protocol.md).
     app.router.add_routes(legacy_sse.routes())
@@ -208,10 +212,7 @@ async def serve(config: GatewayConfig, ready: Callable[[GatewayServer], None] | 
     await server.start()
     log.info("mcp-gateway %s listening on %s", __version__, server.url)
     if config.lan_without_auth:
-        log.warning(
-            "INSECURE-LAN: bound to %s without authentication; anyone on the network can call devices",
-            config.host,
-        )
+        log.warning("%s (bound to %s)", insecure_lan_warning(config.insecure_lan_open), config.host)
     if ready is not None:
         ready(server)
     stop = asyncio.Event()

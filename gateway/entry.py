@@ -124,12 +124,25 @@ async def add_cors_headers(request: web.Request, response: web.StreamResponse) -
         response.headers.update(cors)
 
 
+KNOWN_PATHS = 256
+"""Paths whose endpoint kind the gate remembers (clients use a few; any path may arrive, so the
+memo is emptied when full rather than allowed to grow)."""
+
+
 def entry_gate(metrics: Metrics, checks: list[Check]) -> Middleware:
     counter = RequestCounter(metrics)
+    kinds: dict[str, str] = {}
 
     @web.middleware
     async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        kind = endpoint_kind(request.rel_url.raw_path)
+        path = request.rel_url.raw_path
+        kind = kinds.get(path)
+        if kind is None:
+            # endpoint_kind percent-decodes every segment to spot the bridge paths: once per path.
+            kind = endpoint_kind(path)
+            if len(kinds) >= KNOWN_PATHS:
+                kinds.clear()
+            kinds[path] = kind
         if kind == "other" and request.headers.get("Upgrade", "").lower() == "websocket":
             kind = "websocket"  # a raw WebSocket client at /<slot>
         try:

@@ -92,6 +92,26 @@ class StateSeal:
         return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
 
 
+def continues_held_call(params: JsonObject) -> bool:
+    """Whether a request carries what only a retry of an input_required round carries."""
+    return "requestState" in params or "inputResponses" in params
+
+
+class CannotAsk:
+    """The relay of a stateless-era call whose client declared none of sampling, elicitation and
+    roots: nothing can be asked of it, so the call is never held and needs no HeldCall. Each provider
+    request is refused exactly as HeldCall.relay refuses it for that client."""
+
+    waiting = True
+
+    async def relay(self, method: str, params: JsonObject | None) -> JsonObject:
+        missing = missing_capability({}, method, params)
+        raise refusal(method, f"the client did not declare the {missing} capability", "no_capability")
+
+
+CANNOT_ASK = CannotAsk()
+
+
 @dataclass(frozen=True)
 class Caller:
     """The client request now waiting on a call: what may be relayed to it and where its notifications go."""

@@ -12,10 +12,10 @@ import contextlib
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.core import errors, jsonrpc
-from gateway.core.input_required import Caller, InputRequired
+from gateway.core.input_required import CANNOT_ASK, Caller, InputRequired, continues_held_call
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.principal import ANONYMOUS, Principal
 from gateway.core.provider_session import NotificationSink, ProviderSession
@@ -35,6 +35,8 @@ from gateway.telemetry.metrics import Metrics, method_label
 
 SESSION = "session"
 STATELESS = "stateless"
+
+Derived = TypeVar("Derived")
 
 META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
@@ -136,6 +138,12 @@ class Target:
                 return tool.get("inputSchema")
         return None
 
+    def tool_schema_view(self, name: object, derive: Callable[[object], Derived]) -> Derived:
+        """`derive(self.tool_input_schema(name))`; targets whose tool list stands between listings
+        keep the result (SlotTarget), so the hot path does not walk the schema on every call.
+        `derive` must be a pure function of the schema."""
+        return derive(self.tool_input_schema(name))
+
     # -- shared behaviour ---------------------------------------------------------------------
 
     def initialize_result(self, requested_version: object) -> JsonObject:
@@ -207,6 +215,35 @@ def gateway_capabilities(provider_caps: JsonObject) -> JsonObject:
     return caps
 
 
+class ToolIndex:
+    """One listing of a target's tools by name, with what was derived from their input schemas.
+
+    Stands as long as the listing does: a provider session replaces its tool list (a new list
+    object) when it lists again, and the index is rebuilt when the list it was built on is no
+    longer the one listed. Bounded by the listing: names no tool has are not remembered."""
+
+    __slots__ = ("derived", "schemas", "tools")
+
+    def __init__(self, tools: list[JsonObject]) -> None:
+        self.tools = tools
+        self.schemas: dict[str, object] = {}
+        for tool in tools:
+            name = tool.get("name")
+            if isinstance(name, str):
+                self.schemas.setdefault(name, tool.get("inputSchema"))  # the first one, as a scan finds
+        self.derived: dict[tuple[str, Callable[[object], Any]], Any] = {}
+
+    def view(self, name: object, derive: Callable[[object], Derived]) -> Derived:
+        if not isinstance(name, str) or name not in self.schemas:
+            return derive(None)
+        key = (name, derive)
+        if key in self.derived:
+            result: Derived = self.derived[key]
+            return result
+        result = self.derived[key] = derive(self.schemas[name])
+        return result
+
+
 class SlotTarget(Target):
     """A named slot: answered from the provider session's cache or forwarded to the provider."""
 
@@ -215,6 +252,7 @@ class SlotTarget(Target):
         self.slot = slot
         self.name = slot.name
         self.metrics = metrics
+        self._tool_index: ToolIndex | None = None
 
     # -- description --------------------------------------------------------------------------
 
@@ -238,6 +276,13 @@ class SlotTarget(Target):
     def listed_tools(self) -> list[JsonObject]:
         session = self.slot.live
         return session.tools if session is not None and session.ready else []
+
+    def tool_schema_view(self, name: object, derive: Callable[[object], Derived]) -> Derived:
+        tools = self.listed_tools()
+        index = self._tool_index
+        if index is None or index.tools is not tools:
+            index = self._tool_index = ToolIndex(tools)
+        return index.view(name, derive)
 
     def attach(self, listener: Listener) -> None:
         self.slot.listeners.add(listener)
@@ -332,15 +377,21 @@ def relay_for(ctx: ClientContext, method: str) -> RequestRelay:
     return NoRelay(f"a stateless-era {method} cannot ask for input (only tools/call, prompts/get, resources/read)")
 
 
-def with_caller_capabilities(params: JsonObject | None, capabilities: JsonObject) -> JsonObject:
-    """Tell the provider what this caller can be asked (CALLER_CAPABILITIES_KEY in _meta)."""
-    params = dict(params or {})
-    meta = params.get("_meta")
-    params["_meta"] = {
-        **(meta if isinstance(meta, dict) else {}),
-        CALLER_CAPABILITIES_KEY: relay_capabilities(capabilities),
-    }
-    return params
+def asking_params(params: JsonObject | None, asking: JsonObject) -> JsonObject:
+    """The params of an asking request as its provider gets them: without the stateless envelope keys,
+    telling the provider what this caller can be asked (`asking`, the caller's relay capabilities,
+    under CALLER_CAPABILITIES_KEY in _meta). Copies params and _meta once each, on the hot path."""
+    meta = params.get("_meta") if params is not None else None
+    if isinstance(meta, dict) and ENVELOPE_KEYS.intersection(meta):
+        assert params is not None
+        rest = {key: value for key, value in meta.items() if key not in ENVELOPE_KEYS}
+        cleaned = {key: value for key, value in params.items() if key != "_meta"}
+    else:
+        rest = dict(meta) if isinstance(meta, dict) else {}
+        cleaned = dict(params or {})
+    rest[CALLER_CAPABILITIES_KEY] = asking
+    cleaned["_meta"] = rest
+    return cleaned
 
 
 async def forward_to(
@@ -355,15 +406,22 @@ async def forward_to(
     A request that may make the provider ask its client something (tools/call, prompts/get,
     resources/read) tells the provider the caller's capabilities; in the stateless era it is served
     through the input_required translation (gateway/core/input_required.py)."""
-    params = strip_envelope(params)
-    token = progress_token(params)
     sink = ctx.emit if ctx.sink is not None else None
     if method not in ASKING_METHODS:
-        return await call_provider(session, method, params, metrics, relay_for(ctx, method), sink, token)
-    params = with_caller_capabilities(params, ctx.client_capabilities)
+        params = strip_envelope(params)
+        return await call_provider(
+            session, method, params, metrics, relay_for(ctx, method), sink, progress_token(params)
+        )
+    asking = relay_capabilities(ctx.client_capabilities)
+    params = asking_params(params, asking)
+    token = progress_token(params)
     book = ctx.input_required
     if ctx.era != STATELESS or book is None:
         return await call_provider(session, method, params, metrics, relay_for(ctx, method), sink, token)
+    if not asking and not continues_held_call(params):
+        # Nothing can be asked of this client (the SDK client's default): no call to hold, so the
+        # provider is called directly and each of its requests is refused as a held call refuses it.
+        return await call_provider(session, method, params, metrics, CANNOT_ASK, sink, token)
 
     async def call(relay: RequestRelay, forwarded: JsonObject, held_sink: NotificationSink) -> JsonObject:
         return await call_provider(session, method, forwarded, metrics, relay, held_sink, token)

@@ -11,7 +11,7 @@ import binascii
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.core import jsonrpc
 from gateway.core.routing import (
@@ -26,6 +26,7 @@ HEADER_VERSION = "mcp-protocol-version"
 HEADER_METHOD = "mcp-method"
 HEADER_NAME = "mcp-name"
 ROUTING_HEADERS = frozenset({HEADER_VERSION, HEADER_METHOD, HEADER_NAME})
+ROUTING_HEADER_ORDER = (HEADER_VERSION, HEADER_METHOD, HEADER_NAME)
 NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 HTTP_STATUS = {
@@ -94,6 +95,24 @@ def duplicated_routing_header(raw_headers: Iterable[tuple[str, str]]) -> str | N
                 return key
             seen.add(key)
     return None
+
+
+class HeaderLookup(Protocol):
+    """What repeated_routing_header needs of a request's headers (a case-insensitive multidict)."""
+
+    def getall(self, key: str, default: list[str]) -> list[str]: ...
+
+    def items(self) -> Iterable[tuple[str, str]]: ...
+
+
+def repeated_routing_header(headers: HeaderLookup) -> str | None:
+    """`duplicated_routing_header(headers.items())`, looking up only the three routing headers
+    instead of lower-casing every header of the request."""
+    repeated = [name for name in ROUTING_HEADER_ORDER if len(headers.getall(name, [])) > 1]
+    if len(repeated) < 2:
+        return repeated[0] if repeated else None
+    # Several repeated: the one whose repeat comes first, as the full scan reports it.
+    return duplicated_routing_header(headers.items())
 
 
 def unsupported_version(requested: Any) -> Rejection:
@@ -283,6 +302,14 @@ def check_param_headers(input_schema: Any, arguments: Any, raw_headers: Iterable
     annotated = header_annotations(input_schema)
     if not annotated:
         return None
+    return check_annotated_headers(annotated, arguments, raw_headers)
+
+
+def check_annotated_headers(
+    annotated: list[tuple[tuple[str, ...], str, dict[str, Any]]], arguments: Any, raw_headers: Iterable[tuple[str, str]]
+) -> Rejection | None:
+    """check_param_headers with the schema's annotations found already (`header_annotations`, which
+    the HTTP endpoint keeps per listed tool)."""
     values: dict[str, str] = {}
     repeated: set[str] = set()
     for name, value in raw_headers:

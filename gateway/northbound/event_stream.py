@@ -24,6 +24,13 @@ def encode_event(message: JsonObject, event: str = "message") -> bytes:
 KEEPALIVE = b": keepalive\n\n"
 
 
+def one_event(message: JsonObject, extra_headers: Mapping[str, str]) -> web.Response:
+    """A whole SSE answer of one `message` event: a plain response with a Content-Length, so aiohttp
+    sends the headers and the event in one write, and a client that reads the body to its end can
+    send its next request on the same connection."""
+    return web.Response(body=encode_event(message), headers={**SSE_HEADERS, **extra_headers})
+
+
 async def open_stream(request: web.Request, extra_headers: Mapping[str, str] | None = None) -> web.StreamResponse:
     response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(extra_headers or {})})
     await response.prepare(request)

@@ -31,7 +31,8 @@ NO_SUCH_ENDPOINT = (
 
 
 def json_response(message: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(message), status=status, content_type=JSON_TYPE, headers=dict(headers or {}))
+    # aiohttp copies `headers` into the response's own header map: no copy of ours is needed.
+    return web.Response(body=orjson.dumps(message), status=status, content_type=JSON_TYPE, headers=headers or None)
 
 
 def rpc_error(status: int, code: int, message: str, request_id: Any = None, data: Any = None) -> web.Response:

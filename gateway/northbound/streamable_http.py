@@ -1,8 +1,10 @@
 """MCP Streamable HTTP for clients at `/<slot>/mcp`, both protocol eras on one endpoint (MCP.md).
 
 The MCP-Protocol-Version header picks the era: a stateless-era version goes to the stateless
-handler; none, or a session-era version, to the session handler. Answers are JSON, or SSE as soon as
-a request-tied notification (progress, a log message) arrives or the answer takes longer than the
+handler; none, or a session-era version, to the session handler. A session-era answer is one SSE
+event when the client lists text/event-stream (as the SDK's own server answers; `session_answers`),
+else JSON; a stateless-era answer is JSON. Either becomes a streamed SSE response as soon as a
+request-tied notification (progress, a log message) arrives or the answer takes longer than the
 keepalive interval.
 """
 
@@ -34,6 +36,7 @@ from gateway.core.stateless import Rejection
 from gateway.core.streams import MessageQueue
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS, STATELESS_VERSIONS, is_known
 from gateway.northbound import event_stream, http_io, session_era
+from gateway.northbound.caller_pending import CallerPending, caller_key
 from gateway.northbound.http_io import (
     JSON_TYPE,
     NO_SUCH_ENDPOINT,
@@ -64,59 +67,115 @@ def accepts(request: web.Request) -> tuple[bool, bool]:
     return (JSON_TYPE in accept or "application/*" in accept), (SSE_TYPE in accept or "text/*" in accept)
 
 
+def lists_sse(request: web.Request) -> bool:
+    """Whether the client's Accept names text/event-stream itself (what every MCP client sends); a
+    client that accepts anything (`*/*`, no Accept) or only JSON gets JSON answers."""
+    return SSE_TYPE in request.headers.get("Accept", "")
+
+
+class SwitchClock:
+    """Commits every answer still running after `interval` seconds to SSE, so keepalives hold its
+    connection open through proxies: one timer for all in-flight answers instead of one armed and
+    cancelled per request. All wait the same interval, so they fall due in the order they started
+    and the oldest one watched is always the next due."""
+
+    TOLERANCE_S = 0.001
+    """A timer may fire a hair early (the loop's clock resolution); an answer this close is due."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.watched: dict[RequestStream, float] = {}
+        """Each in-flight answer that may switch, with when it falls due; oldest first."""
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, stream: RequestStream) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.interval
+        self.watched[stream] = due
+        if self._timer is None:
+            self._timer = loop.call_at(due, self._tick)
+
+    def forget(self, stream: RequestStream) -> None:
+        # The timer stays armed: when it fires it finds the next due answer, or none and stops.
+        self.watched.pop(stream, None)
+
+    def _tick(self) -> None:
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time() + self.TOLERANCE_S
+        watched = self.watched
+        while watched:
+            stream, due = next(iter(watched.items()))
+            if due > now:
+                self._timer = loop.call_at(due, self._tick)
+                return
+            del watched[stream]
+            stream.start_sse()
+
+
 class RequestStream:
-    """The HTTP answer to one request: JSON, unless notifications arrive first (then SSE)."""
+    """The HTTP answer to one request: JSON, or (`sse_answer`) one SSE event; a streamed SSE response
+    as soon as notifications arrive or the answer runs past the keepalive interval."""
 
     def __init__(
         self,
         request: web.Request,
         headers: dict[str, str],
         queue_limit: int,
-        keepalive_s: float,
+        clock: SwitchClock,
         sse_allowed: bool,
+        sse_answer: bool = False,
     ) -> None:
         self.request = request
         self.headers = headers
-        self.keepalive_s = keepalive_s
+        self.keepalive_s = clock.interval
         self.sse_allowed = sse_allowed
+        self.sse_answer = sse_answer and sse_allowed
         self.queue = MessageQueue(queue_limit)
         self.response: web.StreamResponse | None = None
         self.final: JsonObject | None = None
         self._writer: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._clock: SwitchClock | None = None
         if sse_allowed:
             # A long call commits to SSE so keepalives hold the connection open through proxies.
-            self._timer = asyncio.get_running_loop().call_later(keepalive_s, self._start_sse)
+            self._clock = clock
+            clock.watch(self)
 
     def sink(self, message: JsonObject) -> None:
         if not self.sse_allowed or self.final is not None:
             return
         if self.queue.put(message):
-            self._start_sse()
+            self.start_sse()
 
     def send_request(self, message: JsonObject) -> bool:
         """Put a request to the client on this stream (forcing SSE); False when it cannot carry one."""
         if not self.sse_allowed or self.final is not None or not self.queue.put(message):
             return False
-        self._start_sse()
+        self.start_sse()
         return True
 
-    def _start_sse(self) -> None:
+    def start_sse(self) -> None:
         if self._writer is None and self.final is None:
+            self._unwatch()
             self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    def _unwatch(self) -> None:
+        if self._clock is not None:
+            self._clock.forget(self)
+            self._clock = None
 
     async def _write_loop(self) -> None:
         self.response = await event_stream.open_stream(self.request, self.headers)
         await event_stream.pump(self.response, self.queue, self.keepalive_s)
-        if self.final is not None:
-            await self.response.write(event_stream.encode_event(self.final))
-        await self.response.write_eof()
+        # The answer and the end of the stream in one write.
+        await self.response.write_eof(event_stream.encode_event(self.final) if self.final is not None else b"")
 
     async def finish(self, final: JsonObject, status: int = 200) -> web.StreamResponse:
         self.final = final
-        if self._timer is not None:
-            self._timer.cancel()
+        self._unwatch()
         if self._writer is None:
+            if self.sse_answer:
+                return event_stream.one_event(final, self.headers)
             return json_response(final, status=status, headers=self.headers)
         self.queue.close()
         await self._writer
@@ -124,8 +183,7 @@ class RequestStream:
         return self.response
 
     def abort(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._unwatch()
         if self._writer is not None and not self._writer.done():
             self._writer.cancel()
 
@@ -169,6 +227,9 @@ class StreamableHttpEndpoint:
         self.gateway = gateway
         self.limits = gateway.config.limits
         self.admission = admission
+        self.clock = SwitchClock(self.limits.sse_keepalive_s)
+        self.sse_answers = gateway.config.session_answers == "sse"
+        self.pending = CallerPending(gateway)
 
     # -- entry --------------------------------------------------------------------------------
 
@@ -240,36 +301,46 @@ class StreamableHttpEndpoint:
         ctx: ClientContext,
         body: JsonObject,
         session: ClientSession | None,
+        sse_ok: bool,
     ) -> web.StreamResponse:
         """Run one request through the core and answer it as JSON or SSE."""
-        _, sse_ok = accepts(request)
+        request_id = body.get("id")
+        if session is None:
+            # Stateless era: nothing but a disconnect can cancel the request, and a disconnect
+            # cancels this handler, so the work needs no task of its own.
+            caller = caller_key(request, ctx.principal)
+            crowded = self.pending.enter(caller, request_id)
+            if crowded is not None:
+                return json_response(crowded)
+            try:
+                stream = RequestStream(request, {}, self.limits.notification_queue, self.clock, sse_ok)
+                ctx.sink = stream.sink
+                try:
+                    answer = await target.handle(ctx, body)
+                except BaseException:
+                    stream.abort()
+                    raise
+            finally:
+                self.pending.leave(caller)
+            status = stateless.http_status(answer["error"]["code"]) if "error" in answer else 200
+            return self.counted(await stream.finish(answer, status), stream.queue, "request")
+        # Session era: answered as one SSE event when the client lists text/event-stream, as the
+        # SDK's own server answers (unless session_answers = "json").
         stream = RequestStream(
             request,
             self.context_headers(session),
             self.limits.notification_queue,
-            self.limits.sse_keepalive_s,
+            self.clock,
             sse_ok,
+            self.sse_answers and lists_sse(request),
         )
         ctx.sink = stream.sink
-        request_id = body.get("id")
-        if session is not None:
-            # A provider's sampling, elicitation or roots request for this call goes out on this
-            # call's own stream, never on another one (docs/protocol.md).
-            ctx.requester = session.requests.via(stream.send_request)
-            crowded = session_era.too_many_pending(self.gateway, len(session.in_flight), request_id)
-            if crowded is not None:
-                stream.abort()
-                return json_response(crowded, headers=self.context_headers(session))
-        if session is None:
-            # Stateless era: nothing but a disconnect can cancel the request, and a disconnect
-            # cancels this handler, so the work needs no task of its own.
-            try:
-                answer = await target.handle(ctx, body)
-            except BaseException:
-                stream.abort()
-                raise
-            status = stateless.http_status(answer["error"]["code"]) if "error" in answer else 200
-            return self.counted(await stream.finish(answer, status), stream.queue, "request")
+        # A provider's sampling, elicitation or roots request for this call goes out on this
+        # call's own stream, never on another one (docs/protocol.md).
+        ctx.requester = session.requests.via(stream.send_request)
+        crowded = session_era.too_many_pending(self.gateway, len(session.in_flight), request_id)
+        if crowded is not None:
+            return await stream.finish(crowded)
         # The client's notifications/cancelled (or its session ending) cancels only the work, and
         # this exchange still ends with an answer; a client disconnect cancels this handler, and
         # that cancellation reaches the work (session_era.run_request).
@@ -296,14 +367,22 @@ class StreamableHttpEndpoint:
 
     # -- session era --------------------------------------------------------------------------
 
-    def find_session(self, request: web.Request, target: Target) -> ClientSession | web.Response:
+    def find_session(
+        self, request: web.Request, target: Target, request_id: Any = None
+    ) -> ClientSession | web.Response:
+        """The request's session, or the refusal; `request_id` is the id of the request refused, if any."""
         session_id = request.headers.get(SESSION_HEADER)
         if not session_id:
-            return rpc_error(400, jsonrpc.INVALID_REQUEST, "Missing Mcp-Session-Id header; send initialize first")
+            return rpc_error(
+                400, jsonrpc.INVALID_REQUEST, "Missing Mcp-Session-Id header; send initialize first", request_id
+            )
         session = self.gateway.sessions.get(session_id)
         if session is None or session.target is not target or session.transport != "streamable-http":
             return rpc_error(
-                404, jsonrpc.INVALID_REQUEST, "Unknown or expired session; send initialize to start a new one"
+                404,
+                jsonrpc.INVALID_REQUEST,
+                "Unknown or expired session; send initialize to start a new one",
+                request_id,
             )
         if session_era.owner_mismatch(session, request_principal(request), self.gateway):
             return http_error(403, "forbidden", session_era.OWNER_MISMATCH)
@@ -318,7 +397,7 @@ class StreamableHttpEndpoint:
             return refusal
         body = message.body
         if message.kind is Kind.REQUEST and message.method == "initialize":
-            return self.initialize(target, body, request_principal(request))
+            return self.initialize(target, body, request_principal(request), self.sse_answers and lists_sse(request))
         if (
             message.kind is Kind.REQUEST
             and message.method == "server/discover"
@@ -327,7 +406,7 @@ class StreamableHttpEndpoint:
             # Lets a probing client learn that this endpoint also speaks the stateless era.
             result = target.stamp_stateless("server/discover", target.discover_result())
             return json_response(jsonrpc.result_response(body["id"], result))
-        found = self.find_session(request, target)
+        found = self.find_session(request, target, body.get("id") if message.kind is Kind.REQUEST else None)
         if isinstance(found, web.Response):
             return found
         session = found
@@ -346,9 +425,9 @@ class StreamableHttpEndpoint:
             principal=session.principal,
             client_capabilities=session.capabilities,
         )
-        return await self.exchange(request, target, ctx, body, session)
+        return await self.exchange(request, target, ctx, body, session, accepts(request)[1])
 
-    def initialize(self, target: Target, body: JsonObject, principal: Principal) -> web.Response:
+    def initialize(self, target: Target, body: JsonObject, principal: Principal, sse: bool) -> web.Response:
         params = body.get("params")
         params = params if isinstance(params, dict) else {}
         result = target.initialize_result(params.get("protocolVersion"))
@@ -364,7 +443,10 @@ class StreamableHttpEndpoint:
         )
         if isinstance(session, Refusal):
             return session.response()
-        return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session.id})
+        answer = jsonrpc.result_response(body["id"], result)
+        if sse:
+            return event_stream.one_event(answer, {SESSION_HEADER: session.id})
+        return json_response(answer, headers={SESSION_HEADER: session.id})
 
     async def session_get(self, request: web.Request, target: Target) -> web.StreamResponse:
         found = self.find_session(request, target)
@@ -421,7 +503,7 @@ class StreamableHttpEndpoint:
             # No client-to-server notifications exist in this era; cancellation is closing the stream.
             return web.Response(status=202)
         # aiohttp's header view keeps repeated headers and looks names up case-insensitively.
-        duplicated = stateless.duplicated_routing_header(request.headers.items())
+        duplicated = stateless.repeated_routing_header(request.headers)
         if duplicated is not None:
             return self.rejection(
                 body,
@@ -432,10 +514,12 @@ class StreamableHttpEndpoint:
             return self.rejection(body, verdict)
         if message.method == "tools/call":
             params = body.get("params") or {}
-            schema = target.tool_input_schema(params.get("name"))
-            mismatch = stateless.check_param_headers(schema, params.get("arguments"), request.headers.items())
-            if mismatch is not None:
-                return self.rejection(body, mismatch)
+            annotated = target.tool_schema_view(params.get("name"), stateless.header_annotations)
+            if annotated:
+                arguments = params.get("arguments")
+                mismatch = stateless.check_annotated_headers(annotated, arguments, request.headers.items())
+                if mismatch is not None:
+                    return self.rejection(body, mismatch)
         if message.method == "initialize":
             return self.rejection(
                 body,
@@ -453,7 +537,7 @@ class StreamableHttpEndpoint:
             if not sse_ok:
                 return http_error(406, "not_acceptable", "subscriptions/listen answers with text/event-stream")
             return await self.listen(request, target, ctx, body)
-        return await self.exchange(request, target, ctx, body, None)
+        return await self.exchange(request, target, ctx, body, None, sse_ok)
 
     def rejection(self, body: JsonObject, rejection: Rejection) -> web.Response:
         return rpc_error(

@@ -17,10 +17,11 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 from gateway.app import GatewayServer
-from tests.conftest import GatewayFactory, Publishers
+from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.support.answers import decode_answer
 
 VERSION = "2026-07-28"
 JsonObject = dict[str, Any]
@@ -70,7 +71,7 @@ def headers_for(body: JsonObject, version: str = VERSION, **extra: str) -> dict[
 
 async def post(http: aiohttp.ClientSession, url: str, body: JsonObject, headers: Any) -> tuple[int, JsonObject]:
     async with http.post(url, data=orjson.dumps(body), headers=headers) as response:
-        answer: JsonObject = orjson.loads(await response.read())
+        answer: JsonObject = decode_answer(response.content_type, await response.read())
         return response.status, answer
 
 
@@ -185,6 +186,42 @@ async def test_param_headers_are_checked_on_the_aggregate_too(
     assert status == 400
     assert answer["error"]["code"] == -32020
     status, answer = await post(http, f"{routed.url}/_all/mcp", body, headers_for(body, **{"Mcp-Param-Region": "eu"}))
+    assert status == 200, answer
+
+
+async def test_param_headers_follow_the_tool_list_the_provider_lists_again(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    server = routed_server()
+    route = server._tool_manager.get_tool("route")
+    assert route is not None
+
+    @server.tool()
+    async def rename_header(ctx: Context) -> str:
+        """The firmware update: `region` travels as Mcp-Param-Area from now on."""
+        assert route is not None
+        route.parameters = {**REGION_SCHEMA, "properties": {"region": {"type": "string", "x-mcp-header": "Area"}}}
+        await ctx.request_context.session.send_tool_list_changed()
+        return "renamed"
+
+    gateway = await gateway_factory()
+    await publishers.start(gateway, "router", server)
+    url = f"{gateway.url}/router/mcp"
+    body = call_route({"region": "eu"})
+    assert (await post(http, url, body, headers_for(body, **{"Mcp-Param-Region": "eu"})))[0] == 200
+    renamed = stateless_request("tools/call", {"name": "rename_header", "arguments": {}}, request_id=8)
+    assert (await post(http, url, renamed, headers_for(renamed)))[0] == 200
+
+    def listed_area() -> bool:
+        session = gateway.gateway.registry.slots["router"].live
+        tools = {tool["name"]: tool for tool in session.tools} if session is not None else {}
+        return "Area" in str(tools.get("route", {}).get("inputSchema"))
+
+    await wait_for(listed_area, what="the gateway to list the renamed header")
+    status, answer = await post(http, url, body, headers_for(body, **{"Mcp-Param-Region": "eu"}))
+    assert (status, answer["error"]["code"]) == (400, -32020)
+    assert "Mcp-Param-Area header is missing" in answer["error"]["message"]
+    status, answer = await post(http, url, body, headers_for(body, **{"Mcp-Param-Area": "eu"}))
     assert status == 200, answer
 
 

@@ -30,6 +30,7 @@ from gateway.publish import Publisher
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
+from tests.support.answers import decode_answer
 from tests.support.oauth import ISSUER, access_token, jwks, jwks_server, rsa_key
 from tests.support.servers import demo_server
 
@@ -92,8 +93,7 @@ async def post(
     http: aiohttp.ClientSession, url: str, body: Any = INITIALIZE, headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, str], Any]:
     async with http.post(url, data=orjson.dumps(body), headers={**MCP_HEADERS, **(headers or {})}) as response:
-        text = await response.text()
-        return response.status, dict(response.headers), orjson.loads(text) if text else None
+        return response.status, dict(response.headers), decode_answer(response.content_type, await response.read())
 
 
 async def get_json(http: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:

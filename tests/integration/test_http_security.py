@@ -16,6 +16,7 @@ from mcp import Client
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
+from tests.support.answers import decode_answer
 from tests.support.servers import demo_server
 
 # The demo provider logs on purpose (logging is deprecated in 2026-07-28, still part of the session era).
@@ -173,7 +174,8 @@ async def test_allowed_origins_pass_with_cors_headers(
     async with http.post(url, data=orjson.dumps(call), headers=headers) as response:
         assert response.status == 200
         assert response.headers["Access-Control-Allow-Origin"] == origin
-        assert (await response.json())["result"]["structuredContent"] == {"result": 3}
+        answer = decode_answer(response.content_type, await response.read())
+        assert answer["result"]["structuredContent"] == {"result": 3}
 
 
 async def test_streamed_answers_carry_cors_headers_too(

@@ -98,7 +98,9 @@ class RawSession:
         self.session_id = headers["Mcp-Session-Id"]
         status, _, _ = await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
         assert status == 202
-        result: JsonObject = body["result"]
+        # One SSE event, as the SDK's own server answers (a JSON body for session_answers = "json").
+        final = body[-1] if isinstance(body, list) else body
+        result: JsonObject = final["result"]
         return result
 
     def request_body(self, method: str, params: JsonObject | None = None) -> JsonObject:
@@ -256,9 +258,10 @@ async def test_initialize_negotiates_the_version(
         **{"MCP-Protocol-Version": "2025-03-26"},
     )
     assert status == 200
-    assert body["id"] == "init"
-    assert body["result"]["protocolVersion"] == negotiated
-    assert body["result"]["serverInfo"]["name"] == "pump-firmware"
+    (answer,) = body  # one SSE event, as the SDK's own server answers
+    assert answer["id"] == "init"
+    assert answer["result"]["protocolVersion"] == negotiated
+    assert answer["result"]["serverInfo"]["name"] == "pump-firmware"
     assert headers["Mcp-Session-Id"]
 
 
@@ -285,15 +288,26 @@ async def test_missing_session_id_is_400_and_unknown_is_404(
     url = url_of(gateway, "pump-1")
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     base = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    # A POSTed request's error echoes its id (JSON-RPC: the id of the request it is about); GET and
+    # DELETE carry no JSON-RPC request, so their error's id is null.
+    expected_id = 1 if method == "POST" else None
     async with http.request(method, url, data=body, headers=base) as response:
         assert response.status == 400
-        error = (await response.json())["error"]
-        assert error["code"] == -32600
-        assert "Mcp-Session-Id" in error["message"]
+        answer = await response.json()
+        assert answer["id"] == expected_id
+        assert answer["error"]["code"] == -32600
+        assert "Mcp-Session-Id" in answer["error"]["message"]
     async with http.request(method, url, data=body, headers={**base, "Mcp-Session-Id": "no-such-session"}) as response:
         assert response.status == 404
-        error = (await response.json())["error"]
-        assert "initialize" in error["message"]
+        answer = await response.json()
+        assert answer["id"] == expected_id
+        assert "initialize" in answer["error"]["message"]
+    if method == "POST":
+        # A notification has no id to echo.
+        notification = orjson.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        async with http.post(url, data=notification, headers={**base, "Mcp-Session-Id": "gone"}) as response:
+            assert response.status == 404
+            assert (await response.json())["id"] is None
 
 
 async def test_a_session_belongs_to_its_slot(gateway: GatewayServer, http: aiohttp.ClientSession) -> None:
@@ -533,6 +547,93 @@ async def test_body_over_the_limit_is_413_with_json(
     assert "limits.max_body_bytes" in answer["error_description"]
 
 
+# -- answers: SSE or JSON -------------------------------------------------------------------------
+
+BOTH = "application/json, text/event-stream"
+
+
+async def raw_answer(http: aiohttp.ClientSession, url: str, body: JsonObject, **headers: str) -> RawAnswer:
+    sent = {"Content-Type": "application/json", "MCP-Protocol-Version": LATEST, **headers}
+    async with http.post(url, data=orjson.dumps(body), headers=sent) as response:
+        return RawAnswer(response.status, response.headers.copy(), await response.read())
+
+
+class RawAnswer:
+    """One HTTP answer as it came: status, headers and the bytes of the body."""
+
+    def __init__(self, status: int, headers: Any, body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+@pytest.mark.parametrize(
+    ("accept", "session_answers", "expected"),
+    [
+        (BOTH, "sse", "text/event-stream"),
+        ("text/event-stream, application/json", "sse", "text/event-stream"),
+        ("application/json", "sse", "application/json"),  # a client that cannot read SSE
+        ("*/*", "sse", "application/json"),  # curl: SSE only for clients that name it
+        (BOTH, "json", "application/json"),  # the operator's cheaper choice
+    ],
+)
+async def test_session_era_answers_are_one_sse_event_like_the_sdk_server(
+    gateway_factory: GatewayFactory,
+    publishers: Publishers,
+    http: aiohttp.ClientSession,
+    accept: str,
+    session_answers: str,
+    expected: str,
+) -> None:
+    server = await gateway_factory(session_answers=session_answers)
+    await publishers.start(server, "pump-1", pump_server([]))
+    url = url_of(server, "pump-1")
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    }
+    opened = await raw_answer(http, url, initialize, Accept=accept)
+    session = {"Mcp-Session-Id": opened.headers["Mcp-Session-Id"], "Accept": accept}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "sleep", "arguments": {"seconds": 0}}}
+    called = await raw_answer(http, url, call, **session)
+    answers = []
+    for answer in (opened, called):
+        assert answer.status == 200
+        assert answer.headers["Content-Type"].startswith(expected)
+        # A whole body (no chunks to wait for), and the connection stays open for the next request.
+        assert answer.headers["Content-Length"] == str(len(answer.body))
+        assert answer.headers.get("Connection", "keep-alive").lower() == "keep-alive"
+        if expected == "text/event-stream":
+            event, data, end = answer.body.split(b"\n", 2)
+            assert (event, end) == (b"event: message", b"\n")
+            answers.append(orjson.loads(data.removeprefix(b"data: ")))
+        else:
+            answers.append(orjson.loads(answer.body))
+    assert [answer["id"] for answer in answers] == [1, 2]
+    assert answers[0]["result"]["serverInfo"]["name"] == "pump-firmware"
+    assert answers[1]["result"]["structuredContent"] == {"result": "slept 0.0"}
+
+
+async def test_a_session_era_answer_that_runs_long_streams_keepalives(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    # JSON answers (the operator's choice), so only the keepalive interval can make this one a stream.
+    server = await gateway_factory(session_answers="json", limits={"sse_keepalive_s": 0.1})
+    await publishers.start(server, "pump-1", pump_server([]))
+    raw = RawSession(http, url_of(server, "pump-1"))
+    await raw.initialize()
+    quick = raw.request_body("tools/call", {"name": "sleep", "arguments": {"seconds": 0}})
+    assert (await raw_answer(http, raw.url, quick, **raw.headers())).headers["Content-Type"] == "application/json"
+    slow = raw.request_body("tools/call", {"name": "sleep", "arguments": {"seconds": 0.5}})
+    streamed = await raw_answer(http, raw.url, slow, **raw.headers())
+    assert streamed.headers["Content-Type"].startswith("text/event-stream")
+    assert streamed.body.startswith(b": keepalive\n\n")
+    (answer,) = [orjson.loads(line[6:]) for line in streamed.body.splitlines() if line.startswith(b"data: ")]
+    assert answer["id"] == slow["id"] and answer["result"]["structuredContent"] == {"result": "slept 0.5"}
+
+
 # -- request-tied notifications -------------------------------------------------------------------
 
 
@@ -628,11 +729,13 @@ async def test_cancelled_notification_from_the_client_cancels_its_request(
     # The session era ends a request's stream only with a response: "Request cancelled", as SDK servers say.
     status, _, answer = await asyncio.wait_for(call, 5)
     assert status == 200
-    assert answer == {
-        "jsonrpc": "2.0",
-        "id": body["id"],
-        "error": {"code": -32800, "message": "Request cancelled"},
-    }
+    assert answer == [
+        {
+            "jsonrpc": "2.0",
+            "id": body["id"],
+            "error": {"code": -32800, "message": "Request cancelled"},
+        }
+    ]
 
 
 async def test_ending_a_session_cancels_its_requests(
@@ -647,7 +750,7 @@ async def test_ending_a_session_cancels_its_requests(
     await wait_pending(gateway, "pump-1", 1)
     async with http.delete(raw.url, headers=raw.headers()) as response:
         assert response.status == 200
-    status, _, answer = await asyncio.wait_for(call, 5)
+    status, _, (answer,) = await asyncio.wait_for(call, 5)
     assert (status, answer["id"], answer["error"]["code"]) == (200, body["id"], -32800)
     await wait_for(lambda: cancelled == [15.0], what="the provider to see notifications/cancelled")
     await wait_pending(gateway, "pump-1", 0)

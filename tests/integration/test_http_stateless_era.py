@@ -21,7 +21,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 from multidict import CIMultiDict
 
 from gateway.app import GatewayServer
-from tests.conftest import Publishers, wait_for, wait_ready_slot
+from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.support.servers import demo_server
 
 # The providers log on purpose (logging is deprecated in 2026-07-28, yet still relayed on request).
@@ -523,6 +523,108 @@ async def test_sdk_client_cancelling_a_call_cancels_upstream(gateway: GatewaySer
         await wait_for(lambda: cancelled == [25.0], what="the provider to see notifications/cancelled")
         result = await client.call_tool("sleep", {"seconds": 0})
         assert result.structured_content == {"result": "slept 0.0"}
+
+
+# -- the pending bound and long answers -------------------------------------------------------------
+
+ALICE = "alice-token-0123456789abcdef0123"
+BOB = "bob-token-0123456789abcdef012345"
+
+
+def pending_towards(server: GatewayServer, slot: str) -> int:
+    session = server.gateway.registry.slots[slot].live
+    return len(session.pending) if session is not None else 0
+
+
+def sleep_call(seconds: float, request_id: int) -> JsonObject:
+    return request("tools/call", {"name": "sleep", "arguments": {"seconds": seconds}}, request_id)
+
+
+def signed(token: str, body: JsonObject) -> dict[str, str]:
+    return {**routing_headers(body), "Authorization": f"Bearer {token}"}
+
+
+async def test_requests_in_flight_are_bounded_per_caller(
+    gateway_factory: GatewayFactory,
+    publishers: Publishers,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ALICE_TOKEN", ALICE)
+    monkeypatch.setenv("BOB_TOKEN", BOB)
+    tokens = [{"name": "alice", "scopes": ["metrics"], "env": "ALICE_TOKEN"}, {"name": "bob", "env": "BOB_TOKEN"}]
+    server = await gateway_factory(auth={"tokens": tokens}, limits={"max_pending_per_client": 2})
+    cancelled: list[float] = []
+    await publishers.start(server, "pump-1", pump_server(cancelled))
+    url = url_of(server, "pump-1")
+    held = [
+        asyncio.create_task(post(http, url, body, signed(ALICE, body))) for body in map(sleep_call, [20, 20], [1, 2])
+    ]
+    await wait_for(lambda: pending_towards(server, "pump-1") == 2, what="alice's two calls at the provider")
+    # The third is refused as a session's would be: -32000 on HTTP 200, naming the bound.
+    third = sleep_call(0, 3)
+    status, _, refused = await post(http, url, third, signed(ALICE, third))
+    assert (status, refused["id"], refused["error"]["code"]) == (200, 3, -32000)
+    assert refused["error"]["message"].startswith('Too many requests in flight for caller "alice" (limit 2)')
+    assert refused["error"]["data"] == {"reason": "pending_limit", "scope": 'caller "alice"', "limit": 2}
+    # Another caller is not held back by alice.
+    other = sleep_call(0, 4)
+    status, _, answer = await post(http, url, other, signed(BOB, other))
+    assert (status, answer["result"]["structuredContent"]) == (200, {"result": "slept 0.0"})
+    async with http.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {ALICE}"}) as response:
+        assert 'mcpgw_limit_hits_total{limit="max_pending_per_client"} 1.0' in await response.text()
+    # Closing her streams ends her calls, and alice may call again.
+    for task in held:
+        task.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+    await wait_for(lambda: sorted(cancelled) == [20.0, 20.0], what="the provider to see both calls cancelled")
+    again = sleep_call(0, 5)
+    status, _, answer = await post(http, url, again, signed(ALICE, again))
+    assert (status, answer["result"]["structuredContent"]) == (200, {"result": "slept 0.0"})
+
+
+async def test_anonymous_callers_are_told_apart_by_their_address(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    server = await gateway_factory(limits={"max_pending_per_client": 1})
+    await publishers.start(server, "pump-1", pump_server([]))
+    url = url_of(server, "pump-1")
+    held = asyncio.create_task(post(http, url, sleep_call(20, 1)))
+    await wait_for(lambda: pending_towards(server, "pump-1") == 1, what="the first call at the provider")
+    status, _, refused = await post(http, url, sleep_call(0, 2))
+    assert (status, refused["error"]["data"]["reason"]) == (200, "pending_limit")
+    assert 'caller "anonymous" at 127.0.0.1 (limit 1)' in refused["error"]["message"]
+    # Another program on the same machine, from another loopback address, is served.
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))) as elsewhere:
+        status, _, answer = await post(elsewhere, url, sleep_call(0, 3))
+    assert (status, answer["result"]["structuredContent"]) == (200, {"result": "slept 0.0"})
+    held.cancel()
+    await asyncio.gather(held, return_exceptions=True)
+
+
+async def test_answers_that_run_long_become_streams_with_keepalives(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    server = await gateway_factory(limits={"sse_keepalive_s": 0.2})
+    await publishers.start(server, "pump-1", pump_server([]))
+    url = url_of(server, "pump-1")
+
+    async def raw_post(body: JsonObject) -> tuple[str, bytes]:
+        async with http.post(url, data=orjson.dumps(body), headers=routing_headers(body)) as response:
+            return response.headers["Content-Type"], await response.read()
+
+    # Two long answers that started at different times, and a quick one in between.
+    first = asyncio.create_task(raw_post(sleep_call(0.9, 1)))
+    await wait_for(lambda: pending_towards(server, "pump-1") == 1, what="the first call at the provider")
+    second = asyncio.create_task(raw_post(sleep_call(0.6, 2)))
+    quick_type, quick = await raw_post(sleep_call(0, 3))
+    assert quick_type == "application/json" and orjson.loads(quick)["id"] == 3
+    for task, request_id in ((first, 1), (second, 2)):
+        content_type, body = await task
+        assert content_type.startswith("text/event-stream")
+        assert body.startswith(b": keepalive\n\n")
+        (answer,) = [orjson.loads(line[6:]) for line in body.splitlines() if line.startswith(b"data: ")]
+        assert answer["id"] == request_id and "result" in answer
 
 
 # -- a 2026-era client in front of a 2024-era board -------------------------------------------------

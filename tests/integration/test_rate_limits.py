@@ -17,6 +17,7 @@ from mcp import Client, MCPError
 
 from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.integration.test_metrics import scrape
+from tests.support.answers import decode_answer
 from tests.support.servers import demo_server
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -47,7 +48,7 @@ class Answer:
     def __init__(self, status: int, headers: Any, body: bytes) -> None:
         self.status = status
         self.headers = headers
-        self.body: Any = orjson.loads(body) if body else None
+        self.body: Any = decode_answer(headers.get("Content-Type", ""), body)
 
 
 class RawSession:

@@ -29,6 +29,7 @@ from gateway.config import GatewayConfig
 from gateway.policy import hmac_signing
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.integration.test_metrics import Scrape
+from tests.support.answers import decode_answer
 from tests.support.servers import demo_server
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -285,7 +286,8 @@ async def test_signed_requests_pass_and_a_captured_one_cannot_be_replayed(
             resent = {**headers, **fresh}
             async with http.post(signed_gateway.url + path, data=body, headers=resent) as again:
                 assert again.status == 200
-                assert (await again.json())["result"]["structuredContent"] == {"result": 42}
+                answer = decode_answer(again.content_type, await again.read())
+                assert answer["result"]["structuredContent"] == {"result": 42}
     finally:
         await proxy.stop()
     metrics = await signed_scrape(http, signed_gateway)
