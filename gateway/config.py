@@ -49,6 +49,23 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message names the key or the file."""
 
 
+def masked_url(url: str) -> str:
+    """`url` as a message may quote it: the password of its userinfo replaced by `***`.
+
+    A userinfo without a password is masked whole: a lone user name is often a token. Works on any
+    text, however malformed (the URL being quoted is usually the one that was rejected)."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return url
+    authority_end = min((index for index in map(rest.find, "/?#") if index >= 0), default=len(rest))
+    userinfo, at, host = rest[:authority_end].rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}://{shown}@{host}{rest[authority_end:]}"
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
@@ -297,6 +314,9 @@ class ProvidersConfig(Section):
     """Request ids sent to providers: 'brk' (brk-<n>, mcp-broker compatible) or 'numeric'."""
     max_tools_pages: PositiveInt = 64
     """A provider paging tools/list for more pages than this is cut off (a cursor loop cannot hang it)."""
+    register_wait_ms: Annotated[int, Field(ge=0)] = 500
+    """/provider/<slot>: how long initialize waits for the link's first frame, which may be a register frame
+    whose hello asks for numeric ids; a board that sends its register frame is not kept waiting. 0: never wait."""
     auth: ProviderAuthConfig = Field(default_factory=ProviderAuthConfig)
     """Who may connect as a provider, and which slot names each may publish ([providers.auth])."""
 
@@ -432,10 +452,10 @@ class OAuthConfig(Section):
         if self.jwks_url is not None:
             parsed = urlsplit(self.jwks_url)
             if parsed.scheme not in ("https", "http") or not parsed.hostname:
-                raise ValueError(f"jwks_url {self.jwks_url!r} is not an http(s) URL")
+                raise ValueError(f"jwks_url {masked_url(self.jwks_url)!r} is not an http(s) URL")
             if parsed.scheme == "http" and not is_loopback_host(parsed.hostname):
                 raise ValueError(
-                    f"jwks_url {self.jwks_url!r}: keys fetched over plain http could be forged on the way; "
+                    f"jwks_url {masked_url(self.jwks_url)!r}: keys fetched over plain http could be forged on the way; "
                     "use https (http is accepted only on a loopback address)"
                 )
         if self.jwks_file is not None:
@@ -577,7 +597,8 @@ class StdioUpstreamConfig(Section):
     restart_max_s: PositiveFloat = 60.0
     """Longest wait between restarts."""
     stable_after_s: PositiveFloat = 60.0
-    """A child that served this long before it ended restarts at once and its back-off starts over."""
+    """A child that served this long before it ended starts its back-off over: the next start waits only
+    the first step (0.5-1x restart_initial_s), as if it had never failed."""
     stop_grace_s: PositiveFloat = 5.0
     """On shutdown (or when the gateway drops it) the child gets SIGTERM, then SIGKILL after this long."""
     max_stderr_bytes: PositiveInt = 16_384
@@ -665,17 +686,18 @@ class UpstreamSecretConfig(Section):
 
 def _check_remote_url(url: str, what: str, allow_insecure_http: bool) -> str:
     parsed = urlsplit(url)
+    quoted = repr(masked_url(url))
     if parsed.scheme not in ("https", "http") or not parsed.hostname:
-        raise ValueError(f"{what} {url!r} is not an http(s) URL")
+        raise ValueError(f"{what} {quoted} is not an http(s) URL")
     if parsed.username is not None or parsed.password is not None:
         raise ValueError(
-            f"{what} {url!r}: no credentials in the URL; use secret, headers_file or oauth_client_credentials"
+            f"{what} {quoted}: no credentials in the URL; use secret, headers_file or oauth_client_credentials"
         )
     if parsed.fragment:
-        raise ValueError(f"{what} {url!r}: a URL fragment is never sent; remove it")
+        raise ValueError(f"{what} {quoted}: a URL fragment is never sent; remove it")
     if parsed.scheme == "http" and not is_loopback_host(parsed.hostname) and not allow_insecure_http:
         raise ValueError(
-            f"{what} {url!r}: plain http would expose the gateway's credentials and every call on the network; "
+            f"{what} {quoted}: plain http would expose the gateway's credentials and every call on the network; "
             "use https (http is accepted on a loopback address, or with allow_insecure_http = true)"
         )
     return url
@@ -841,7 +863,8 @@ class MqttBrokerConfig(Section):
     """PEM CA certificates to verify an mqtts:// broker with (default: the system's)."""
     client_id: str | None = None
     """The gateway's MQTT client id; default mcp-gateway-<random>, new on each connection (the MCP over
-    MQTT specification wants a new mcp-client-id for each initialization)."""
+    MQTT specification wants one per initialization; one connection serves every server: docs/protocol.md
+    Departures)."""
     profiles: list[MqttProfile] = Field(default_factory=lambda: list(MQTT_PROFILES))
     """plain: boards under <topic_prefix>/<slot>/...; mcp: MCP over MQTT servers (EMQX specification)."""
     protocol: Literal["5", "3.1.1"] = "5"
@@ -857,11 +880,23 @@ class MqttBrokerConfig(Section):
     aggregate: bool = False
     """MCP profile: offer the servers' tools in _all too (plain-profile boards opt in themselves)."""
     max_payload_bytes: PositiveInt = 1_048_576
-    """A larger message is dropped unread and counted (oversize)."""
+    """A larger message is dropped and counted (oversize). MQTT 3.1.1: also the most a request published to a
+    board may carry (MQTT 5: the broker's CONNACK Maximum Packet Size bounds the whole packet)."""
+    announce_max_packet_size: bool = False
+    """MQTT 5: announce a Maximum Packet Size of max_payload_bytes + 16 KiB in CONNECT, so the broker drops far
+    larger messages instead of sending them. Off by default: mosquitto 2.0.11 never frees the in-flight slot
+    of a QoS 1 message it drops that way, and after 20 of them sends the gateway nothing more. For brokers that
+    drop without stalling (EMQX); with mosquitto set its own max_packet_size instead (docs/mqtt-broker.md)."""
+    max_backlog: PositiveInt = 10_000
+    """Messages received and not yet handled by the event loop; past this they are dropped and counted
+    (backlog). Keep it above max_instances: the retained announcements arrive at once after each connect."""
+    max_instances: PositiveInt = 4096
+    """Announced devices known per broker (plain statuses, MCP server instances); more are dropped (refused)."""
     keepalive_s: Annotated[int, Field(ge=5, le=65535)] = 30
     connect_timeout_s: PositiveFloat = 10.0
     reconnect_initial_s: PositiveFloat = 0.5
-    """First wait before connecting again after the broker was lost; doubles per failure (jittered)."""
+    """First wait before connecting again after the broker was lost, or attaching again a device whose
+    announcement stands but whose slot is not served; doubles per failure (jittered)."""
     reconnect_max_s: PositiveFloat = 30.0
 
     @field_validator("server_filter", mode="before")
@@ -872,7 +907,7 @@ class MqttBrokerConfig(Section):
     @model_validator(mode="after")
     def _consistent(self) -> MqttBrokerConfig:
         parsed = urlsplit(self.url)
-        what = f"mqtt broker {self.url!r}"
+        what = f"mqtt broker {masked_url(self.url)!r}"
         if parsed.scheme not in ("mqtt", "mqtts") or not parsed.hostname:
             raise ValueError(f"{what}: use mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")
         if parsed.username is not None or parsed.password is not None:
@@ -887,6 +922,8 @@ class MqttBrokerConfig(Section):
             raise ValueError(f"{what}: profiles is empty; enable plain, mcp or both")
         if self.protocol == "3.1.1" and "mcp" in self.profiles:
             raise ValueError(f'{what}: MCP over MQTT needs MQTT 5; use protocol = "5" or profiles = ["plain"]')
+        if self.protocol == "3.1.1" and self.announce_max_packet_size:
+            raise ValueError(f"{what}: announce_max_packet_size needs MQTT 5 (MQTT 3.1.1 cannot announce one)")
         if self.password is not None and self.username is None:
             raise ValueError(f"{what}: password needs a username")
         if self.ca_file is not None and not _is_file(self.ca_file):
@@ -1010,6 +1047,12 @@ class SerialConfig(Section):
     retry_max_s: PositiveFloat = 30.0
     write_timeout_s: PositiveFloat = 5.0
     """A frame not written within this long (a board that stopped reading its USB port) fails the port."""
+    backlog_messages: Annotated[int, Field(ge=1, le=65_536)] = 64
+    """Messages of one port read while an earlier one (a register frame) is still being attached; more are
+    dropped and counted (backlog)."""
+    register_request_interval_s: Annotated[float, Field(ge=0.05, le=3600)] = 1.0
+    """At most one broker/register per port in this long while an unregistered board keeps sending
+    (one always goes out as the port opens)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> SerialConfig:
@@ -1096,18 +1139,31 @@ class MdnsConfig(Section):
         return value
 
 
+# The two sides a LAN bind must authenticate (GatewayConfig.lan_open_sides): what is off when a side is
+# open, and what anyone who reaches the port can then do. The refusal, the logs and broker_info say these.
+LAN_SIDES: dict[str, tuple[str, str]] = {
+    "clients": ("client authentication", "call every device"),
+    "providers": ("provider authentication", "publish a free slot and answer its calls with false readings"),
+}
+
+
 class GatewayConfig(Section):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
     public_url: str | None = None
     """The URL clients use to reach this gateway (shown in guides); derived from host and port if unset."""
     insecure_lan: bool = False
-    """Allow a non-loopback bind without authentication. Logged on every start and shown in broker_info."""
+    """Allow a non-loopback bind without client or provider authentication. Every log line and broker_info
+    then say which side is open."""
     allowed_origins: list[str] = Field(default_factory=list)
     """Browser origins allowed on every HTTP and WebSocket entry: exact ('https://console.plant.lan') or
     patterns ('http://localhost:*', 'https://*.plant.lan'). Requests without an Origin header pass."""
     allowed_hosts: list[str] = Field(default_factory=list)
     """Extra Host header names accepted while bound to loopback (DNS-rebinding guard)."""
+    session_answers: Literal["sse", "json"] = "sse"
+    """How Streamable HTTP answers a session-era request whose client accepts text/event-stream: "sse"
+    (one event, then the end, as the MCP SDK's own server answers) or "json" (cheaper; the answer
+    still becomes SSE once a notification or a request to the client goes with it)."""
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     providers: ProvidersConfig = Field(default_factory=ProvidersConfig)
     slots: SlotsConfig = Field(default_factory=SlotsConfig)
@@ -1176,9 +1232,28 @@ class GatewayConfig(Section):
         return self.auth.configured
 
     @property
+    def provider_auth_configured(self) -> bool:
+        """Provider authentication is set up ([providers.auth] mode other than "none")."""
+        return self.providers.auth.mode != "none"
+
+    @property
+    def lan_open_sides(self) -> list[str]:
+        """What a non-loopback bind leaves unauthenticated: "clients" (no [auth]) and "providers"
+        ([providers.auth] mode = "none"). A LAN bind needs both closed, or --insecure-lan."""
+        if self.is_loopback:
+            return []
+        sides = [] if self.auth_configured else ["clients"]
+        return sides if self.provider_auth_configured else [*sides, "providers"]
+
+    @property
+    def insecure_lan_open(self) -> list[str]:
+        """The sides left open under --insecure-lan (empty without it): every log line and broker_info name them."""
+        return self.lan_open_sides if self.insecure_lan else []
+
+    @property
     def lan_without_auth(self) -> bool:
-        """Listening on the network with no client authentication (only possible with --insecure-lan)."""
-        return self.insecure_lan and not self.is_loopback and not self.auth_configured
+        """Listening on the network with client or provider authentication off (only possible with --insecure-lan)."""
+        return bool(self.insecure_lan_open)
 
     def base_url(self) -> str:
         if self.public_url:

@@ -49,6 +49,11 @@ def shutting_down(slot: str) -> RpcError:
     )
 
 
+def message_refused(slot: str, message: str, data: dict[str, Any]) -> RpcError:
+    """The provider link could not carry this one message (gateway.core.link.MessageRefused); it stays up."""
+    return RpcError(jsonrpc.UNAVAILABLE, message, {"slot": slot, "reason": "message_refused", **data})
+
+
 def too_many_pending(scope: str, limit: int) -> RpcError:
     return RpcError(
         jsonrpc.UNAVAILABLE,

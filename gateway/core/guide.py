@@ -304,6 +304,72 @@ def _mqtt_section(data: GuideInput, slot: str) -> list[str]:
     return lines
 
 
+def _serial_section(data: GuideInput, slot: str) -> list[str]:
+    """Boards on a UART or USB cable: the ports, hot-plug, and what a board sends (docs/device-serial.md)."""
+    serial: JsonObject = data.info.get("serial") or {}
+    ports: list[JsonObject] = list(serial.get("ports") or [])
+    hotplug: JsonObject = serial.get("hotplug") or {}
+    settings: JsonObject = (data.config.get("serial") or {}).get("hotplug") or {}
+    lines = ["## Over a serial line", ""]
+    if not ports and not hotplug.get("enabled"):
+        return [
+            *lines,
+            "This gateway serves no serial port. A board on a UART or USB cable reaches it once `[[serial.ports]]` "
+            "names the port (or `mcp-gateway run --serial /dev/ttyUSB0@115200`), or once `[serial.hotplug]` "
+            "`enabled = true` opens USB boards as they are plugged in; see docs/device-serial.md.",
+            "",
+        ]
+    if ports:
+        lines += ["| Port | Source | Baud | State | Slots allowed | Slots now |", "|---|---|---|---|---|---|"]
+        for port in ports:
+            allowed = ", ".join(f"`{pattern}`" for pattern in port.get("slots_allowed") or [])
+            now = ", ".join(f"`{name}`" for name in port.get("slots") or []) or "-"
+            state = str(port.get("state"))
+            if port.get("last_error") and state != "open":
+                state += f" ({port['last_error']})"
+            lines.append(f"| `{port['path']}` | {port['source']} | {port['baud']} | {state} | {allowed} | {now} |")
+        lines.append("")
+    if hotplug.get("enabled"):
+        devices = ", ".join(f"`{entry}`" for entry in hotplug.get("vid_pid") or [])
+        allowed = ", ".join(f"`{pattern}`" for pattern in settings.get("slots") or ["*"])
+        lines += [
+            f"USB hot-plug is on (events from `{hotplug.get('backend')}`): a USB serial device with VID:PID {devices} "
+            f"is opened at {settings.get('baud')} baud as it is plugged in, and let go as it is pulled out; a board "
+            f"on it may publish {allowed}.",
+            "",
+        ]
+    else:
+        lines += ["USB hot-plug is off (`[serial.hotplug] enabled = true` turns it on).", ""]
+    baud = ports[0]["baud"] if ports else settings.get("baud")
+    register = {
+        "jsonrpc": "2.0",
+        "method": "notifications/register",
+        "params": {"slot": slot, "aggregate": True, "hello": {"device_id": "a4:cf:12:34:56:78"}},
+    }
+    board = {"transport": "serial", "slot": slot, "serial": {"uart": 2, "baud": baud, "tx": 17, "rx": 16}}
+    lines += [
+        "Wiring: the board's TX to the adapter's RX, RX to TX, GND to GND, 3.3 V logic; DTR and RTS stay "
+        "unconnected (the gateway never asserts them, so opening a port never resets a board). On an ESP32 keep "
+        "the data off UART0, which carries the REPL and the boot log: UART2 on GPIO17 (tx) and GPIO16 (rx). "
+        f"Both ends at {baud} baud.",
+        "",
+        "Every message is one frame, COBS of the JSON and its CRC-32 (little endian), ending in `0x00` (WIRE.md "
+        "§4). A serial line has no URL, so the board names its slot in its first frame, and sends it again "
+        'whenever the gateway sends `{"jsonrpc":"2.0","method":"broker/register"}`:',
+        "",
+        _code(_json(register), "json"),
+        "",
+        "Several slots on one board: envelopes, as on `/providers`. Heartbeats are JSON-RPC `ping` requests. A "
+        "refusal comes back as an error with `id` null. pump-1 on MicroPython, `config.json`:",
+        "",
+        _code(_json(board), "json"),
+        "",
+        "Wiring, UARTs, baud rates and the frame format with worked examples: docs/device-serial.md.",
+        "",
+    ]
+    return lines
+
+
 def page_publish_provider(data: GuideInput) -> str:
     info = data.info
     urls = info["urls"]
@@ -344,6 +410,10 @@ def page_publish_provider(data: GuideInput) -> str:
         "`hello` is optional: `device_id` (stable, e.g. the MAC), `firmware` (name and version), `schema` (hash "
         'of the tool list; a change makes the gateway re-list), and `"ids": "numeric"` for a board that '
         "needs integer request ids. `provider_status` shows it.",
+        "",
+        f"The gateway's `initialize` waits for the first frame, at most {providers['register_wait_ms']} ms "
+        "(`providers.register_wait_ms`), so the hello applies from the very first request: send the register "
+        "frame at once, or nothing and get `initialize` after that wait.",
         "",
         *_provider_auth_note(info["security"].get("provider_auth", "none")),
         *_discovery_note(info),
@@ -391,6 +461,7 @@ def page_publish_provider(data: GuideInput) -> str:
         f"- A second provider for a held slot {_takeover_rule(providers['takeover'], providers['takeover_probe_ms'])}.",
         "",
         *_mqtt_section(data, slot),
+        *_serial_section(data, slot),
         "## From Python (an SDK server)",
         "",
         _code(
@@ -633,13 +704,13 @@ def page_deploy(data: GuideInput) -> str:
     if info["security"]["loopback_only"]:
         lines.append(
             f"Bound to `{info['host']}` (loopback): only this machine can connect. To serve boards on "
-            "the network, bind a LAN address; without authentication that needs `--insecure-lan`."
+            "the network, bind a LAN address; without client and provider authentication that needs `--insecure-lan`."
         )
     elif info["insecure_lan"]:
         lines.append(
-            f"**Bound to `{info['host']}` without authentication (`--insecure-lan`).** Anyone who can "
-            "reach the port can call every device; every log line says so. Restrict the network with a "
-            "firewall, or bind 127.0.0.1 behind an authenticating reverse proxy."
+            f"**Bound to `{info['host']}` with `--insecure-lan`: {info['warnings'][0]}.** Every log line says so. "
+            "Configure what is off (`[auth]` for clients, `[providers.auth]` for providers), restrict the network "
+            "with a firewall, or bind 127.0.0.1 behind an authenticating reverse proxy."
         )
     else:
         lines.append(f"Bound to `{info['host']}`.")
@@ -773,7 +844,7 @@ TROUBLE_PROVIDER: list[tuple[str, str, str]] = [
     ),
     (
         "close 1009",
-        "(message too big)",
+        "`Frame over {max_frame} bytes; raise limits.max_frame_bytes or send smaller messages`",
         "A frame exceeded {max_frame} bytes (`limits.max_frame_bytes`): page `tools/list`, shorten results, or "
         "raise the limit.",
     ),

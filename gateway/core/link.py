@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 # Close codes shared by every transport (WebSocket numbering; other transports map them).
 CLOSE_NORMAL = 1000
@@ -21,6 +21,33 @@ def close_reason(text: str) -> str:
     return data[: MAX_CLOSE_REASON_BYTES - 3].decode("utf-8", errors="ignore") + "..."
 
 
+def frame_too_big_reason(max_frame_bytes: int) -> str:
+    """The reason of a 1009 close (WIRE.md §2.2), provider and client sockets alike."""
+    return f"Frame over {max_frame_bytes} bytes; raise limits.max_frame_bytes or send smaller messages"
+
+
+def close_reason_quoting(before: str, name: str, after: str) -> str:
+    """`before + name + after` in 123 bytes, cutting `name` (with "...") rather than the text around it,
+    which carries the fixes; a long slot name must not push them out of the close frame."""
+    room = MAX_CLOSE_REASON_BYTES - len(before.encode("utf-8")) - len(after.encode("utf-8"))
+    data = name.encode("utf-8")
+    if len(data) > room:
+        name = data[: max(room - 3, 0)].decode("utf-8", errors="ignore") + "..."
+    return close_reason(before + name + after)
+
+
+class MessageRefused(Exception):
+    """A link cannot carry this one message (e.g. larger than its transport accepts) and did not send it;
+    the link itself is fine. The session answers the message's caller with `message` (a JSON-RPC error
+    carrying `data`) and keeps the link and every other request; a ConnectionError instead ends the link.
+    The link counts the bound that refused it (mcpgw_limit_hits_total)."""
+
+    def __init__(self, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data: dict[str, Any] = dict(data or {})
+
+
 @dataclass
 class LinkInfo:
     """What a transport knows about its peer, shown in provider_status."""
@@ -30,6 +57,9 @@ class LinkInfo:
     identity: str | None = None  # authenticated provider identity, when there is one
     numeric_ids: bool = False  # the provider needs integer request ids
     native_ping: bool = False  # the transport has its own ping (WebSocket ping frames)
+    # The peer may open with a register frame after the slot is attached (a dedicated WebSocket,
+    # whose URL names the slot): initialize waits providers.register_wait_ms for that first frame.
+    register_frame_follows: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -39,7 +69,8 @@ class ProviderLink(Protocol):
     info: LinkInfo
 
     async def send(self, data: bytes) -> None:
-        """Send one serialised JSON-RPC message; raise ConnectionError when the link is gone."""
+        """Send one serialised JSON-RPC message; raise ConnectionError when the link is gone, MessageRefused
+        when this message cannot be sent while the link stays up."""
         ...
 
     def send_ping(self) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeGuard
 from gateway import __version__
 from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
-from gateway.core.link import CLOSE_POLICY, ProviderLink
+from gateway.core.link import CLOSE_POLICY, MessageRefused, ProviderLink
 from gateway.core.relay import (
     PROVIDER_FACING_CAPABILITIES,
     RELATED_REQUEST_KEY,
@@ -55,6 +55,9 @@ class SessionSettings:
     max_pending: int = 256
     numeric_ids: bool = False
     max_tools_pages: int = 64
+    register_wait_ms: int = 0
+    """How long initialize waits for the link's first frame, which may be a register frame whose hello
+    decides the ids (a dedicated WebSocket); 0 where the register frame, if any, came before the attach."""
 
     def timeout_for(self, method: str, params: JsonObject | None) -> int:
         if method == "tools/call" and params is not None:
@@ -155,6 +158,8 @@ class ProviderSession:
         self._relist_task: asyncio.Task[None] | None = None
         self._relist_again = False
         self._start_task: asyncio.Task[None] | None = None
+        self._first_frame = asyncio.Event()
+        """Set once the link's first frame was handled (see `first_frame_handled`)."""
         self._warned: set[str] = set()
         self._answers: set[asyncio.Task[None]] = set()
         """Answers to the provider's own requests on their way out (held so none is collected early)."""
@@ -207,6 +212,24 @@ class ProviderSession:
     def start(self) -> None:
         self._start_task = asyncio.get_running_loop().create_task(self._initialize())
 
+    def register(self, aggregate: bool, hello: JsonObject | None) -> None:
+        """The link's register frame (WIRE.md §2.1, §3.4): its `_all` opt-in and its hello."""
+        self.aggregate = aggregate
+        if hello is not None:
+            self.hello = hello
+        self.observer.session_registered(self)
+
+    def first_frame_handled(self) -> None:
+        """The link's first frame was handled (a register frame or not): initialize may go out now."""
+        self._first_frame.set()
+
+    async def _await_register_frame(self) -> None:
+        # A dedicated WebSocket may open with a register frame whose hello asks for numeric ids or
+        # names the device; the very first request must already follow it. A board that sends
+        # nothing before initialize waits register_wait_ms, once per connection.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._first_frame.wait(), self.settings.register_wait_ms / 1000)
+
     async def wait_ready(self, timeout_s: float) -> None:
         if self.state == "ready":
             return
@@ -229,6 +252,8 @@ class ProviderSession:
             "clientInfo": {"name": "mcp-gateway", "version": __version__},
         }
         try:
+            if self.settings.register_wait_ms > 0:
+                await self._await_register_frame()
             reply = await self.request("initialize", params, timeout_ms=timeout, internal=True)
             if "error" in reply:
                 error = jsonrpc.normalize_error(reply["error"])
@@ -390,9 +415,16 @@ class ProviderSession:
     async def send_message(self, message: JsonObject) -> None:
         try:
             await self.link.send(jsonrpc.dumps(message))
+        except MessageRefused as exc:
+            raise self._refused(exc) from None
         except (ConnectionError, RuntimeError) as exc:
             self.link_lost(f"send failed: {exc}")
             raise errors.disconnected(self.slot) from exc
+
+    def _refused(self, exc: MessageRefused) -> errors.RpcError:
+        """This one message could not be sent; the link carries on (no fault of the provider)."""
+        self.warn_once("message_refused", "a message for slot %s was not sent: %s", self.slot, exc.message)
+        return errors.message_refused(self.slot, exc.message, exc.data)
 
     async def request(
         self,
@@ -443,10 +475,17 @@ class ProviderSession:
         entry.timer = loop.call_later(timeout_ms / 1000, self._expire, request_id)
         try:
             await self.link.send(jsonrpc.dumps(message))
+        except MessageRefused as exc:
+            # Never sent: only this caller hears of it; the link and every other request go on.
+            self._forget(request_id, "the request was not sent")
+            raise self._refused(exc) from None
         except (ConnectionError, RuntimeError) as exc:
             self._forget(request_id, "the provider link failed")
             self.link_lost(f"send failed: {exc}")
             raise errors.disconnected(self.slot) from exc
+        except Exception:
+            self._forget(request_id, "the request was not sent")  # no entry waits out a deadline for nothing
+            raise
         try:
             return await entry.future
         except asyncio.CancelledError as cancel:
@@ -693,8 +732,15 @@ class ProviderSession:
             self.relay_metrics.counted(method, outcome)
 
     async def _reply(self, reply: JsonObject) -> None:
-        with contextlib.suppress(errors.RpcError):
+        try:
             await self.send_message(reply)
+        except errors.RpcError as exc:
+            # An answer too large for the link: the provider gets the reason under its id instead of
+            # waiting for an answer that never comes.
+            refused = isinstance(exc.data, dict) and exc.data.get("reason") == "message_refused"
+            if refused and "id" in reply and self.state != "closed":
+                with contextlib.suppress(errors.RpcError):
+                    await self.send_message(exc.response(reply["id"]))
 
     # -- status -------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from gateway import __version__
-from gateway.config import LimitsConfig
+from gateway.config import LimitsConfig, MqttConfig, SerialConfig
 from gateway.telemetry.metrics import PROVIDER_FAULT_KINDS
 
 if TYPE_CHECKING:
@@ -35,6 +35,42 @@ def limit_values(limits: LimitsConfig) -> dict[str, float]:
     return values
 
 
+def serial_port_key(index: int) -> str:
+    """The configuration key of the index-th [[serial.ports]] entry: the prefix of its bounds' labels."""
+    return f"serial.ports[{index}]"
+
+
+def serial_limit_values(serial: SerialConfig) -> dict[str, float]:
+    """The serial way in's bounds, when it serves a port: [serial]-wide ones and each port's frame cap
+    (serial.ports[<i>].frame_cap by the entry's index; serial.hotplug.frame_cap for every hot-plugged port)."""
+    if not serial.ports and not serial.hotplug.enabled:
+        return {}
+    values = {
+        "serial.backlog_messages": float(serial.backlog_messages),
+        "serial.register_request_interval_s": serial.register_request_interval_s,
+        "serial.write_timeout_s": serial.write_timeout_s,
+    }
+    for index, port in enumerate(serial.ports):
+        values[f"{serial_port_key(index)}.frame_cap"] = float(port.frame_cap)
+    if serial.hotplug.enabled:
+        values["serial.hotplug.frame_cap"] = float(serial.hotplug.frame_cap)
+    return values
+
+
+def mqtt_broker_key(index: int) -> str:
+    """The configuration key of the index-th [[mqtt.brokers]] entry: the prefix of its bounds' labels."""
+    return f"mqtt.brokers[{index}]"
+
+
+def mqtt_limit_values(mqtt: MqttConfig) -> dict[str, float]:
+    """Each broker's inbound bounds, e.g. mqtt.brokers[0].max_payload_bytes."""
+    values: dict[str, float] = {}
+    for index, broker in enumerate(mqtt.brokers):
+        for name in ("max_payload_bytes", "max_backlog", "max_instances"):
+            values[f"{mqtt_broker_key(index)}.{name}"] = float(getattr(broker, name))
+    return values
+
+
 class ScrapeSync:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
@@ -49,6 +85,10 @@ class ScrapeSync:
         if config.auth.hmac is not None:
             metrics.limit.labels("auth.hmac.nonce_cache").set(config.auth.hmac.nonce_cache)
             metrics.limit.labels("auth.hmac.max_skew_s").set(config.auth.hmac.max_skew_s)
+        for name, value in serial_limit_values(config.serial).items():
+            metrics.limit.labels(name).set(value)
+        for name, value in mqtt_limit_values(config.mqtt).items():
+            metrics.limit.labels(name).set(value)
 
     def __call__(self) -> None:
         gateway = self.gateway

@@ -7,11 +7,13 @@ resources, the guide and diagnosis all render from what these functions return.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from gateway import __version__
+from gateway.config import LAN_SIDES
 from gateway.core.diagnose import GatewayView, GroupCheck, SlotView
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
@@ -47,6 +49,15 @@ INSECURE_LAN_WARNING = (
     "INSECURE-LAN: listening on the network without authentication; anyone who can reach this address can "
     "call every device"
 )
+
+
+def insecure_lan_warning(open_sides: Sequence[str]) -> str:
+    """The INSECURE-LAN warning naming the open sides, e.g. "... without provider authentication; ..."."""
+    if not open_sides:
+        return INSECURE_LAN_WARNING
+    off = " or ".join(LAN_SIDES[side][0] for side in open_sides)
+    can = " and ".join(LAN_SIDES[side][1] for side in open_sides)
+    return f"INSECURE-LAN: listening on the network without {off}; anyone who can reach this address can {can}"
 
 
 def iso(timestamp: float | None) -> str | None:
@@ -106,6 +117,41 @@ SERIAL_OFF: JsonObject = {"ports": [], "hotplug": {"enabled": False}}
 def serial_status(gateway: Gateway) -> JsonObject:
     """Each serial port ([serial]): state, slots, frames in and out, dropped frames by reason; and hot-plug."""
     return gateway.serial_status() if gateway.serial_status is not None else dict(SERIAL_OFF)
+
+
+SERIAL_TRANSPORTS = frozenset({"serial"})
+MQTT_TRANSPORTS = frozenset({"mqtt", "mqtt-mcp"})
+
+
+def provider_way_in(gateway: Gateway, slot: Slot) -> tuple[str, str]:
+    """How the slot's provider comes in, as (way, address) for provider_url and diagnosis's fix texts.
+
+    ("serial", the port's path) while a board on a serial port holds the slot; ("mqtt", broker and topic
+    as the link names them) while an MQTT link holds it; after the provider left, the port or broker
+    that carried the slot last (their `slots_seen`); else ("websocket", the slot's provider URL). A slot
+    that moved from a serial port or a broker to a WebSocket and left again still names the port or
+    broker: the registry keeps no way in of ended links."""
+    session = slot.live
+    if session is not None:
+        info = session.link.info
+        if info.transport in SERIAL_TRANSPORTS and info.remote:
+            return "serial", info.remote
+        if info.transport in MQTT_TRANSPORTS and info.remote:
+            return "mqtt", info.remote
+        return "websocket", provider_url(gateway, slot.name)
+    last: tuple[str, str] | None = None
+    last_at = ""
+    for port in serial_status(gateway)["ports"]:
+        at = (port.get("slots_seen") or {}).get(slot.name)
+        if at is not None and at > last_at:  # ISO times of one format compare as text
+            last, last_at = ("serial", str(port["path"])), at
+    for broker in mqtt_status(gateway):
+        seen = (broker.get("slots_seen") or {}).get(slot.name)
+        if isinstance(seen, dict) and seen.get("at") and str(seen["at"]) > last_at:
+            last, last_at = ("mqtt", str(seen.get("remote") or broker.get("broker"))), str(seen["at"])
+    if last is not None:
+        return last
+    return "websocket", provider_url(gateway, slot.name)
 
 
 def slot_state(slot: Slot) -> str:
@@ -184,7 +230,7 @@ def provider_status(gateway: Gateway, slot: Slot) -> JsonObject:
         "client_sessions": client_sessions_of(gateway, slot.name),
         "resource_subscriptions": len(slot.upstream.subscribers),
         "client_url": client_url(gateway, slot.name),
-        "provider_url": provider_url(gateway, slot.name),
+        "provider_url": provider_way_in(gateway, slot)[1],
         "upstream": upstream_status(gateway, slot),
     }
     return status
@@ -218,7 +264,8 @@ def broker_info(gateway: Gateway) -> JsonObject:
         "public_url": config.public_url,
         "tls": base.startswith("https://"),
         "insecure_lan": lan,
-        "warnings": [INSECURE_LAN_WARNING] if lan else [],
+        "insecure_lan_open": list(config.insecure_lan_open),
+        "warnings": [insecure_lan_warning(config.insecure_lan_open)] if lan else [],
         "paths": dict(PATHS),
         "urls": {
             "provider": f"{ws_url(base)}{PROVIDER_PATH}",
@@ -240,6 +287,7 @@ def broker_info(gateway: Gateway) -> JsonObject:
             "authentication": authentication_modes(auth),
             "auth": auth,
             "insecure_lan": lan,
+            "insecure_lan_open": list(config.insecure_lan_open),
             "allowed_origins": list(config.allowed_origins),
             "allowed_hosts": list(config.allowed_hosts),
             "provider_auth": config.providers.auth.mode,
@@ -263,6 +311,7 @@ def broker_info(gateway: Gateway) -> JsonObject:
             "takeover": config.providers.takeover,
             "request_timeout_ms": config.providers.request_timeout_ms,
             "initialize_timeout_ms": config.providers.initialize_timeout_ms,
+            "register_wait_ms": config.providers.register_wait_ms,
             "id_style": config.providers.id_style,
             "only_declared": config.slots.only_declared,
         },
@@ -301,13 +350,15 @@ def diagnosis_view(gateway: Gateway) -> GatewayView:
                 request_timeout_ms=status["request_timeout_ms"],
                 counters=status["counters_total"],
                 upstream=status["upstream"],
+                way_in=provider_way_in(gateway, slot)[0],
+                provider_url=status["provider_url"],
             )
         )
     return GatewayView(
         url=gateway.base_url(),
         host=config.host,
         is_loopback=config.is_loopback,
-        insecure_lan=config.lan_without_auth,
+        insecure_lan="clients" in config.insecure_lan_open,
         public_url=config.public_url,
         allowed_origins=tuple(config.allowed_origins),
         provider_auth=config.providers.auth.mode,
@@ -323,6 +374,7 @@ def diagnosis_view(gateway: Gateway) -> GatewayView:
         aggregate_members=tuple(gateway.aggregate.members()),
         mdns=mdns_status(gateway),
         mqtt=tuple(mqtt_status(gateway)),
+        serial=serial_status(gateway),
         groups=tuple(
             GroupCheck(
                 name=spec.name,

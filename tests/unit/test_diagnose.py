@@ -180,3 +180,162 @@ def test_problems_are_sorted_worst_first_and_serialise_without_an_empty_slot() -
     assert "slot" not in info
     assert list(info) == ["id", "severity", "summary", "evidence", "fix"]
     assert problems[0].to_json()["slot"] == "a"
+
+
+# -- serial ports -----------------------------------------------------------------------------
+
+
+def serial_port(path: str = "/dev/ttyUSB0", **overrides: object) -> dict[str, object]:
+    """One entry of broker_info serial.ports, as gateway/southbound/serial.py reports it."""
+    port: dict[str, object] = {
+        "path": path,
+        "source": "config",
+        "config_key": "serial.ports[0]",
+        "state": "open",
+        "open_for_s": 600.0,
+        "baud": 115200,
+        "frame_cap": 8192,
+        "slots_allowed": ["pump-*"],
+        "slots": ["pump-1"],
+        "opens": 1,
+        "failures": 0,
+        "failures_in_a_row": 0,
+        "last_error": None,
+        "next_retry_in_s": None,
+        "frames_in": 1000,
+        "dropped": {"text": 0, "cobs": 0, "crc": 0, "oversize": 0, "unregistered": 0, "refused": 0, "backlog": 0},
+        "register_requests": 1,
+    }
+    port.update(overrides)
+    return port
+
+
+def serial_view(*ports: dict[str, object]) -> GatewayView:
+    return view(ready(transport="serial"), serial={"ports": list(ports), "hotplug": {"enabled": False}})
+
+
+def dropped(**counts: int) -> dict[str, int]:
+    return {"text": 0, "cobs": 0, "crc": 0, "oversize": 0, "unregistered": 0, "refused": 0, "backlog": 0, **counts}
+
+
+def test_a_healthy_serial_port_is_no_problem() -> None:
+    assert diagnose(serial_view(serial_port())) == []
+    # A few damaged frames among many are no finding; neither is a port just opened without its board yet.
+    assert diagnose(serial_view(serial_port(dropped=dropped(crc=2, text=5)))) == []
+    assert diagnose(serial_view(serial_port(slots=[], open_for_s=3.0, frames_in=0))) == []
+
+
+def test_a_serial_port_that_keeps_failing_to_open_is_an_error_naming_the_cause() -> None:
+    missing = serial_port(
+        state="backoff",
+        open_for_s=None,
+        slots=[],
+        opens=0,
+        failures=4,
+        failures_in_a_row=4,
+        last_error="cannot open: No such file or directory (ENOENT)",
+        next_retry_in_s=3.2,
+    )
+    problem = only(diagnose(serial_view(missing)), "serial.port_unavailable")
+    assert problem.severity == "error"
+    assert problem.summary.startswith("Serial port /dev/ttyUSB0 cannot be opened")
+    assert (
+        "cannot open: No such file or directory (ENOENT); 4 failed attempts in a row, next in 3.2s" in problem.evidence
+    )
+    assert "ls -l /dev/serial/by-id/" in problem.fix
+    denied = {**missing, "last_error": "cannot open: Permission denied (EACCES)"}
+    assert "dialout" in only(diagnose(serial_view(denied)), "serial.port_unavailable").fix
+    busy = {**missing, "last_error": "cannot open: Resource temporarily unavailable (EAGAIN)"}
+    assert "Another program holds the port" in only(diagnose(serial_view(busy)), "serial.port_unavailable").fix
+    # One or two failures are a board still being plugged in or booting: no finding yet.
+    assert diagnose(serial_view({**missing, "failures_in_a_row": 2})) == []
+
+
+def test_a_serial_port_losing_frames_to_line_damage_is_a_warning_with_the_share() -> None:
+    noisy = serial_port(frames_in=190, dropped=dropped(cobs=4, crc=6))
+    problem = only(diagnose(serial_view(noisy)), "serial.frames_damaged")
+    assert problem.severity == "warning"
+    assert "10 damaged frames (cobs 4, crc 6) against 190 valid ones" in problem.evidence
+    assert "(5.0%), at 115200 baud" in problem.evidence
+    assert "same baud rate" in problem.fix and "lower baud rate" in problem.fix
+    # Nothing valid at all (a baud mismatch): an error, and no second finding about the missing board.
+    mismatch = serial_port(frames_in=0, slots=[], dropped=dropped(cobs=40, crc=3))
+    problems = diagnose(serial_view(mismatch))
+    assert ids(problems) == ["serial.frames_damaged"]
+    assert problems[0].severity == "error"
+    assert problems[0].summary == "Serial port /dev/ttyUSB0 receives nothing but damaged frames"
+
+
+def test_oversize_frames_name_the_bound_to_raise() -> None:
+    problem = only(diagnose(serial_view(serial_port(dropped=dropped(oversize=2)))), "serial.frames_oversize")
+    assert "2 messages over frame_cap 8192 bytes" in problem.evidence
+    assert 'mcpgw_limit_hits_total{limit="serial.ports[0].frame_cap"}' in problem.evidence
+    assert problem.fix.startswith("Raise serial.ports[0].frame_cap")
+
+
+def test_an_open_port_without_a_registered_board_says_what_the_line_shows() -> None:
+    silent = serial_port(slots=[], open_for_s=45.0, frames_in=0, register_requests=1)
+    problem = only(diagnose(serial_view(silent)), "serial.no_board")
+    assert problem.severity == "warning"
+    assert problem.evidence.startswith("open for 45s; 0 valid frames in, 1 broker/register sent")
+    assert problem.fix.startswith("Nothing arrives")
+    talking = {**silent, "frames_in": 12, "dropped": dropped(unregistered=12), "register_requests": 9}
+    assert "never registers" in only(diagnose(serial_view(talking)), "serial.no_board").fix
+    refused = {**silent, "frames_in": 3, "dropped": dropped(refused=3)}
+    assert "outside the port's slots (pump-*)" in only(diagnose(serial_view(refused)), "serial.no_board").fix
+    printing = {**silent, "dropped": dropped(text=7)}
+    assert "Only text arrives" in only(diagnose(serial_view(printing)), "serial.no_board").fix
+    hot_plugged = {**silent, "source": "hotplug", "config_key": "serial.hotplug"}
+    assert only(diagnose(serial_view(hot_plugged)), "serial.no_board").severity == "info"
+
+
+def test_a_serial_slot_without_its_board_names_the_port_not_a_websocket_url() -> None:
+    lost = SlotView(
+        name="pump-2",
+        connects=1,
+        last_disconnect_reason="serial port /dev/ttyACM0 closed: the device went away (end of file)",
+        way_in="serial",
+        provider_url="/dev/ttyACM0",
+    )
+    problem = only(diagnose(view(ready(), lost)), "slot.disconnected")
+    assert problem.fix.startswith("Check the board on serial port /dev/ttyACM0: its power and cable")
+    assert 'register frame naming "pump-2"' in problem.fix
+    assert "ws://" not in problem.fix
+    declared = replace(lost, declared=True)
+    problem = only(diagnose(view(ready(), declared)), "slot.disconnected")
+    assert problem.severity == "error"
+    assert "serial port /dev/ttyACM0" in problem.fix and "ws://" not in problem.fix
+
+
+def mqtt_broker(**limits: object) -> dict[str, object]:
+    """One MQTT broker's status as gateway.southbound.mqtt reports it: connected, MQTT 5, 1 MiB payloads."""
+    base: dict[str, object] = {
+        "max_payload_bytes": 1_048_576,
+        "max_packet_bytes": 1_048_576 + 16_384,
+        "announce_max_packet_size": False,
+        "broker_max_packet_size": 1_049_600,
+    }
+    return {"broker": "mqtt://127.0.0.1:1884", "connected": True, "limits": {**base, **limits}, "dropped": {}}
+
+
+def test_an_mqtt_broker_that_would_send_far_larger_packets_than_the_gateway_takes_is_a_warning() -> None:
+    # The appliance's mosquitto (max_packet_size 1049600) is within max_payload_bytes + 16 KiB: no finding.
+    assert "mqtt.broker_packet_size" not in ids(diagnose(view(ready(), mqtt=(mqtt_broker(),))))
+    unlimited = only(
+        diagnose(view(ready(), mqtt=(mqtt_broker(broker_max_packet_size="unlimited"),))), "mqtt.broker_packet_size"
+    )
+    assert unlimited.severity == "warning"
+    assert "accepts packets of any size" in unlimited.summary
+    assert "no Maximum Packet Size" in unlimited.evidence
+    assert "max_packet_size 1049600" in unlimited.fix and "announce_max_packet_size = true" in unlimited.fix
+    larger = only(
+        diagnose(view(ready(), mqtt=(mqtt_broker(broker_max_packet_size=10_000_000),))), "mqtt.broker_packet_size"
+    )
+    assert "up to 10000000 bytes" in larger.summary
+    # Told by the gateway (announce_max_packet_size), or unknown (MQTT 3.1.1, not connected): no finding.
+    for quiet in (
+        mqtt_broker(broker_max_packet_size="unlimited", announce_max_packet_size=True),
+        mqtt_broker(broker_max_packet_size=None),
+        {**mqtt_broker(broker_max_packet_size="unlimited"), "connected": False},
+    ):
+        assert "mqtt.broker_packet_size" not in ids(diagnose(view(ready(), mqtt=(quiet,))))

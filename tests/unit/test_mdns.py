@@ -126,6 +126,7 @@ def test_the_appliance_configuration_advertises_and_run_accepts_it(tmp_path: Pat
     create_tls(etc / "tls", ["gateway.plant.lan"], ["192.168.1.20"])
     create_token(etc / "tokens.toml", "operator", [], replace=False)
     (etc / "provider-secret").write_text(secrets.token_urlsafe(32) + "\n")
+    (etc / "mqtt-password").write_text(secrets.token_urlsafe(32) + "\n")
     local = tmp_path / "mcp-gateway.toml"
     local.write_text(text.replace("/etc/mcp-gateway/", f"{etc}/"), encoding="utf-8")
 
@@ -139,3 +140,7 @@ def test_the_appliance_configuration_advertises_and_run_accepts_it(tmp_path: Pat
     assert txt_properties(config)["tls"] == "1"
     assert txt_properties(config)["auth"] == "token"
     assert txt_properties(config)["pauth"] == "shared"
+    # The appliance's own mosquitto, on the loopback listener of image/mosquitto/mcp-gateway.conf.
+    [broker] = config.mqtt.brokers
+    assert (broker.url, broker.username, broker.profiles) == ("mqtt://127.0.0.1:1884", "mcp-gateway", ["plain", "mcp"])
+    assert broker.password is not None and broker.password.file == f"{etc}/mqtt-password"

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.core import errors
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.link import CLOSE_POLICY, LinkInfo
+from gateway.core.link import CLOSE_POLICY, LinkInfo, MessageRefused
 from gateway.core.provider_session import RELATED_REQUEST_KEY, ProviderSession, SessionSettings
 from gateway.core.schema_hash import tools_hash
 from gateway.core.versions import LATEST_HANDSHAKE
@@ -354,6 +354,48 @@ async def test_send_failure_answers_disconnected_and_leaves_nothing_pending() ->
     assert session.pending == {}
     assert session.state == "closed"
     assert recorder.closed_reasons == ["send failed: peer went away"]
+
+
+class RefusingLink(MemoryLink):
+    """A link that cannot carry messages over `limit` bytes (as an MQTT broker's Maximum Packet Size)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    async def send(self, data: bytes) -> None:
+        if len(data) > self.limit:
+            raise MessageRefused(f"{len(data)} bytes; this link carries at most {self.limit}", {"limit": self.limit})
+        await super().send(data)
+
+
+async def test_a_message_the_link_refuses_fails_alone_and_the_link_stays() -> None:
+    session, link, recorder = make_session(RefusingLink(200))
+    other = asyncio.create_task(session.request("ping", None))
+    waiting = await link.next()
+    with pytest.raises(errors.RpcError) as caught:
+        await session.request("tools/call", {"name": "echo", "arguments": {"pad": "x" * 300}})
+    assert caught.value.code == -32000
+    assert caught.value.message.endswith("this link carries at most 200")
+    assert caught.value.data == {"slot": SLOT, "reason": "message_refused", "limit": 200}
+    assert list(session.pending) == [waiting["id"]]  # only the request that was sent waits
+    assert session.state != "closed" and recorder.closed_reasons == []
+    answer(session, waiting["id"])
+    assert "result" in await other
+
+
+async def test_an_answer_the_link_refuses_reaches_the_provider_as_an_error_under_its_id() -> None:
+    session, link, recorder = make_session(RefusingLink(300))
+    # The provider's ping: answered as usual. Then an answer too large for the link (a request of a
+    # method the gateway does not relay gets a long explanation): the provider hears why instead.
+    session.receive(b'{"jsonrpc":"2.0","id":"dev-1","method":"ping"}')
+    assert await link.next() == {"jsonrpc": "2.0", "id": "dev-1", "result": {}}
+    method = "x/" + "m" * 300
+    session.receive(orjson.dumps({"jsonrpc": "2.0", "id": "dev-2", "method": method}))
+    refused = await link.next()
+    assert refused["id"] == "dev-2" and refused["error"]["code"] == -32000
+    assert "this link carries at most 300" in refused["error"]["message"]
+    assert session.state != "closed" and recorder.closed_reasons == []
 
 
 async def test_link_lost_answers_every_pending_request_at_once() -> None:
