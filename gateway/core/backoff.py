@@ -12,7 +12,8 @@ MAX_DOUBLINGS = 256
 
 
 class Backoff:
-    """Full-jitter exponential back-off: a random wait up to a ceiling that doubles per failure."""
+    """Exponential back-off with equal jitter: a random wait between half a ceiling and the ceiling,
+    which doubles per failure (never a near-zero wait, as full jitter would allow)."""
 
     def __init__(self, initial_s: float = 0.5, max_s: float = 30.0) -> None:
         self.initial_s = initial_s

@@ -145,6 +145,11 @@ def _bring_back(view: GatewayView, slot: SlotView) -> str:
             "last_error in broker_info serial.ports. An open port asks an unregistered board to register "
             f'(broker/register); the board must answer with its register frame naming "{slot.name}".'
         )
+    if slot.way_in == "upstream":
+        return (
+            f"The gateway runs this slot's provider itself ({slot.provider_url}): see provider_status upstream "
+            "for its state, restarts and last error, and fix its entry under [upstreams]."
+        )
     if slot.way_in == "mqtt":
         return (
             f"Check the device and its MQTT connection ({slot.provider_url}); broker_info mqtt shows the broker's "

@@ -793,7 +793,7 @@ TROUBLE_PROVIDER: list[tuple[str, str, str]] = [
     ),
     (
         "close 1008 (error envelope -32001 on /providers)",
-        '`Slot "<slot>" is not declared on this gateway; add it under [slots.declared] or fix the name`',
+        "`Slot not declared on this gateway; add it under [slots.declared] or fix the name. Slot: <slot>`",
         "`slots.only_declared` is on: fix the name in the device, or declare the slot.",
     ),
     (

@@ -133,7 +133,9 @@ class SlotRegistry:
         check_slot_name(name)
         if self.config.slots.only_declared and name not in self.config.slots.declared:
             raise SlotRefused(
-                f'Slot "{name}" is not declared on this gateway; add it under [slots.declared] or fix the name',
+                # The fix first and the name last: a close reason is cut at 123 bytes, and a 64-byte
+                # name must cut itself, not the fix.
+                f"Slot not declared on this gateway; add it under [slots.declared] or fix the name. Slot: {name}",
                 jsonrpc.FORBIDDEN,
                 "undeclared",
             )

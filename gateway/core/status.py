@@ -126,11 +126,19 @@ MQTT_TRANSPORTS = frozenset({"mqtt", "mqtt-mcp"})
 def provider_way_in(gateway: Gateway, slot: Slot) -> tuple[str, str]:
     """How the slot's provider comes in, as (way, address) for provider_url and diagnosis's fix texts.
 
+    ("upstream", its command or URL) for a configured stdio or remote upstream;
     ("serial", the port's path) while a board on a serial port holds the slot; ("mqtt", broker and topic
     as the link names them) while an MQTT link holds it; after the provider left, the port or broker
     that carried the slot last (their `slots_seen`); else ("websocket", the slot's provider URL). A slot
     that moved from a serial port or a broker to a WebSocket and left again still names the port or
     broker: the registry keeps no way in of ended links."""
+    manager = gateway.registry.managers.get(slot.name)
+    if manager is not None:  # a configured upstream: its command or URL, whether or not it runs now
+        extra = manager.status_extra()
+        command = extra.get("command")
+        if isinstance(command, list):
+            return "upstream", "stdio: " + " ".join(str(part) for part in command)
+        return "upstream", f"{extra.get('kind', 'remote')}: {extra.get('url', '')}"
     session = slot.live
     if session is not None:
         info = session.link.info

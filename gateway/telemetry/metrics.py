@@ -54,7 +54,7 @@ class Metrics:
         self.call_errors = Counter(
             "mcpgw_call_errors",
             "Forwarded requests that ended in an error",
-            ["slot", "kind"],  # kind: provider, deadline, disconnected, not_connected, other
+            ["slot", "kind"],  # kind: see docs/operations.md (provider, deadline, ..., message_refused, other)
             registry=r,
         )
         self.latency = Histogram(

@@ -261,14 +261,20 @@ async def test_only_declared_slots_refuse_other_names(
     board = await boards.connect(gateway.url, "/provider/pump-9")
     code, reason = await board.wait_closed()
     assert code == 1008
-    assert reason.startswith('Slot "pump-9" is not declared')
-    assert len(reason.encode()) <= 123
+    assert reason == "Slot not declared on this gateway; add it under [slots.declared] or fix the name. Slot: pump-9"
+    # A 64-byte name is cut, the fix is not.
+    board = await boards.connect(gateway.url, "/provider/" + "p" * 64)
+    code, reason = await board.wait_closed()
+    assert code == 1008 and len(reason.encode()) <= 123
+    assert reason.startswith(
+        "Slot not declared on this gateway; add it under [slots.declared] or fix the name. Slot: p"
+    )
 
     mux = await boards.connect(gateway.url, "/providers")
     await mux.send({"jsonrpc": "2.0", "method": "notifications/register"}, "pump-9")
     refusal = await mux.take(lambda m: m.get("id", 0) is None, what="the refusal envelope")
     assert refusal["error"]["code"] == -32001
-    assert refusal["error"]["message"].startswith('Slot "pump-9" is not declared')
+    assert refusal["error"]["message"].endswith("or fix the name. Slot: pump-9")
     # The same socket may still publish a declared slot.
     await mux.send({"jsonrpc": "2.0", "method": "notifications/register"}, "pump-2")
     await wait_ready_slot(gateway, "pump-2")

@@ -596,6 +596,7 @@ async def test_heartbeats_reach_the_remote_in_either_era(gateway_factory: Gatewa
         await wait_for(lambda: len(remote.requests("POST")) >= posts + 5, what="five heartbeats")
         status = provider_status(server.gateway, server.gateway.registry.slots[SLOT])
         assert (status["connected"], status["heartbeat_misses"], status["connects"]) == (True, 0, 1)
+        assert status["provider_url"] == f"remote: {remote.url}"  # the configured server, not a ws:// to dial
         if transport == "auto":
             probes = [seen for seen in remote.requests("POST") if seen.headers.get("mcp-method") == "server/discover"]
             assert len(probes) >= 5

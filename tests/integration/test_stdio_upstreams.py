@@ -117,6 +117,8 @@ async def test_a_stdio_child_serves_its_slot_in_both_eras(gateway_factory: Gatew
     assert child["state"] == "ready"
     assert child["command"] == SERVER
     assert status["remote"] == f"pid {child['pid']}"
+    # Where the provider comes from is the configured command, not a WebSocket URL to connect to.
+    assert status["provider_url"] == "stdio: " + " ".join(SERVER)
     assert child["starts"] == 1 and child["restarts"] == 0
     assert child["crash_loop"] is False
     assert await diagnose(server) == []
