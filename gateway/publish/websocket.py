@@ -16,6 +16,10 @@ import orjson
 from gateway.core.backoff import Backoff
 from gateway.publish.sdk_bridge import SdkServer, SdkSession
 
+TEXT = aiohttp.WSMsgType.TEXT
+"""Every frame a provider sends is a text frame (WIRE.md §2: one JSON-RPC message per text frame, as
+mcp-broker reads them); the bytes are UTF-8 already, so they go out without a decode and re-encode."""
+
 log = logging.getLogger("gateway.publish")
 
 
@@ -169,11 +173,11 @@ class Publisher(_PublisherBase):
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         # Always first, even with nothing to say: the gateway sends initialize as soon as it has the
         # first frame, instead of waiting providers.register_wait_ms for a register frame that may come.
-        await ws.send_bytes(orjson.dumps(register_frame(self.aggregate, self.hello)))
+        await ws.send_frame(orjson.dumps(register_frame(self.aggregate, self.hello)), TEXT)
 
         async def send(data: bytes) -> None:
             if not ws.closed:
-                await ws.send_str(data.decode())
+                await ws.send_frame(data, TEXT)
 
         session = SdkSession(self.server, send)
         async with anyio.create_task_group() as group:
@@ -213,14 +217,14 @@ class MultiplexedPublisher(_PublisherBase):
 
             async def send(data: bytes) -> None:
                 if not ws.closed:
-                    await ws.send_str((prefix + data + b"}").decode())
+                    await ws.send_frame(prefix + data + b"}", TEXT)
 
             return send
 
         async with anyio.create_task_group() as group:
             for slot, server in self.servers.items():
                 register = register_frame(self.aggregate, self.hello.get(slot))
-                await ws.send_bytes(orjson.dumps({"provider": slot, "payload": register}))
+                await ws.send_frame(orjson.dumps({"provider": slot, "payload": register}), TEXT)
                 sessions[slot] = SdkSession(server, sender(slot))
                 group.start_soon(sessions[slot].run)
             async for data in _read_frames(ws, self._close_reasons):

@@ -480,3 +480,52 @@ async def test_providers_that_answer_pings_stay(gateway_factory: GatewayFactory,
         assert status["connected"] is True
         assert status["heartbeat_misses"] == 0
         assert await call_add(gateway, slot) == {"result": 5}
+
+
+async def test_the_publisher_sends_every_frame_as_text_as_mcp_broker_reads_them() -> None:
+    """WIRE.md §1-2: one JSON-RPC message per *text* frame, so a provider written for this gateway
+    works against mcp-broker too. A stand-in broker endpoint records each frame's type."""
+    from aiohttp import web
+
+    from gateway.publish import Publisher
+
+    frames: list[tuple[aiohttp.WSMsgType, Any]] = []
+    answered = asyncio.Event()
+
+    async def provider_endpoint(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": "brk-1",
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "b", "version": "1"},
+            },
+        }
+        await ws.send_str(orjson.dumps(initialize).decode())
+        async for msg in ws:
+            frames.append((msg.type, orjson.loads(msg.data)))
+            if frames[-1][1].get("id") == "brk-1":
+                answered.set()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/provider/{slot}", provider_endpoint)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    publisher = Publisher(demo_server("pump"), f"http://127.0.0.1:{port}", "pump-1", aggregate=True, reconnect=False)
+    task = asyncio.create_task(publisher.run())
+    try:
+        await asyncio.wait_for(answered.wait(), 10)
+    finally:
+        await publisher.stop()
+        await asyncio.wait_for(task, 10)
+        await runner.cleanup()
+    assert frames[0][1]["method"] == "notifications/register"
+    assert {kind for kind, _ in frames} == {aiohttp.WSMsgType.TEXT}
