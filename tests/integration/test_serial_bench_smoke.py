@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.bench_run import run_bench
 
 
 def test_serial_bench_quick_run_prints_framing_and_both_paths() -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.serial", "--quick", "--calls", "5", "--warmup", "1"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=50)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        raise AssertionError(f"bench.serial --quick did not finish: {stderr[-2000:]}") from None
-    assert process.returncode == 0, stderr[-3000:]
+    stdout, _ = run_bench("serial", "--quick", "--calls", "5", "--warmup", "1", timeout_s=50)
     headers = [line for line in stdout.splitlines() if line.startswith("| ")]
     framing = next(line for line in headers if line.startswith("| message"))
     assert "| orjson (ns)" in framing and "| framing (ns)" in framing and "| framing/orjson" in framing
