@@ -29,7 +29,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.processes import PUMP_TOOL, Child, free_port, gateway_env, timed_get_status, wait_healthy, wait_slot_ready
+from bench.processes import (
+    PUMP_TOOL,
+    Child,
+    free_port,
+    gateway_env,
+    rotating_rounds,
+    timed_get_status,
+    wait_healthy,
+    wait_slot_ready,
+)
 from bench.report import MODE_LABELS, MODES, markdown_table, median, percentile, round_ratios, spread
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,12 +181,12 @@ async def run(options: Options) -> Figures:
         stack = Stack(Path(tmp))
         try:
             await stack.start()
-            for index in range(options.rounds):
-                order = paths[index % len(paths) :] + paths[: index % len(paths)]
-                for mode in options.modes:
-                    for path in order:
-                        await timed_round(stack, options, mode, path, figures)
-                print(f"round {index + 1}/{options.rounds} done", file=sys.stderr, flush=True)
+            await rotating_rounds(
+                options.rounds,
+                options.modes,
+                paths,
+                lambda mode, path: timed_round(stack, options, mode, path, figures),
+            )
         finally:
             stack.stop()
     return figures

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -188,3 +188,17 @@ async def timed_get_status(
             latencies.append(time.perf_counter() - started)
         after = [cpu_seconds(pid) for pid in pids]
     return latencies, [end - start for start, end in zip(before, after, strict=True)]
+
+
+async def rotating_rounds(
+    rounds: int, modes: Sequence[str], paths: Sequence[str], timed: Callable[[str, str], Awaitable[None]]
+) -> None:
+    """Run `timed(mode, path)` for every era and path, `rounds` times; each round starts one path later,
+    so drift on the machine (another process waking, a warm cache) hits every path alike."""
+    for index in range(rounds):
+        first = index % len(paths)
+        order = [*paths[first:], *paths[:first]]
+        for mode in modes:
+            for path in order:
+                await timed(mode, path)
+        print(f"round {index + 1}/{rounds} done", file=sys.stderr, flush=True)

@@ -30,7 +30,16 @@ from pathlib import Path
 
 import orjson
 
-from bench.processes import PUMP_TOOL, Child, free_port, gateway_env, timed_get_status, wait_healthy, wait_slot_ready
+from bench.processes import (
+    PUMP_TOOL,
+    Child,
+    free_port,
+    gateway_env,
+    rotating_rounds,
+    timed_get_status,
+    wait_healthy,
+    wait_slot_ready,
+)
 from bench.report import MODE_LABELS, MODES, markdown_table, median, percentile, round_ratios, spread
 
 REPO = Path(__file__).resolve().parent.parent
@@ -191,12 +200,12 @@ async def run(options: Options) -> Figures:
         stack = Stack(Path(tmp))
         try:
             await stack.start()
-            for index in range(options.rounds):
-                order = ("board", "simulator") if index % 2 == 0 else ("simulator", "board")
-                for mode in options.modes:
-                    for path in order:
-                        await timed_round(stack, options, mode, path, figures)
-                print(f"round {index + 1}/{options.rounds} done", file=sys.stderr, flush=True)
+            await rotating_rounds(
+                options.rounds,
+                options.modes,
+                ("board", "simulator"),
+                lambda mode, path: timed_round(stack, options, mode, path, figures),
+            )
         finally:
             stack.stop()
     return figures

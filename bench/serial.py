@@ -51,7 +51,16 @@ import orjson
 from cobs import cobs
 from mcpdevice import results
 
-from bench.processes import PUMP_TOOL, Child, free_port, gateway_env, timed_get_status, wait_healthy, wait_slot_ready
+from bench.processes import (
+    PUMP_TOOL,
+    Child,
+    free_port,
+    gateway_env,
+    rotating_rounds,
+    timed_get_status,
+    wait_healthy,
+    wait_slot_ready,
+)
 from bench.report import MODE_LABELS, MODES, markdown_table, median, percentile, round_ratios, spread
 from gateway.southbound import framing
 from sim import firmware
@@ -344,12 +353,9 @@ async def round_trip(options: Options) -> Figures:
     stack = Stack()
     try:
         await stack.start()
-        for index in range(options.rounds):
-            order = paths[index % len(paths) :] + paths[: index % len(paths)]
-            for mode in options.modes:
-                for path in order:
-                    await timed_round(stack, options, mode, path, figures)
-            print(f"round {index + 1}/{options.rounds} done", file=sys.stderr, flush=True)
+        await rotating_rounds(
+            options.rounds, options.modes, paths, lambda mode, path: timed_round(stack, options, mode, path, figures)
+        )
     finally:
         stack.stop()
     return figures
