@@ -179,7 +179,7 @@ class GatewayServer:
 
             # What the sockets are bound to, not the configured name: only addresses that answer are advertised.
             bound = [sock.getsockname()[0] for sock in sockets] or [self.config.host]
-            self.mdns = MdnsAdvertiser(self.config, bound, self.port)
+            self.mdns = MdnsAdvertiser(self.config, bound, self.port, self.gateway.metrics)
             self.gateway.discovery = self.mdns.status
             self.mdns.start()  # in the background: probing the name must not delay serving
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import ifaddr
+from prometheus_client import Gauge
 from zeroconf import IPVersion, ServiceInfo
 from zeroconf.asyncio import AsyncZeroconf
 
@@ -34,6 +35,7 @@ from gateway import __version__
 from gateway.config import MDNS_INSTANCE_NAME_BYTES, GatewayConfig
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.versions import LATEST_HANDSHAKE, LATEST_STATELESS
+from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.mdns")
 
@@ -166,8 +168,16 @@ def txt_properties(config: GatewayConfig) -> dict[str, str]:
 class MdnsAdvertiser:
     """Advertises one running gateway; started once its listener is up, stopped before it closes."""
 
-    def __init__(self, config: GatewayConfig, bound: Sequence[str], port: int) -> None:
+    def __init__(self, config: GatewayConfig, bound: Sequence[str], port: int, metrics: Metrics | None = None) -> None:
         self.config = config
+        self._m_advertising: Gauge | None = None
+        self._m_addresses: Gauge | None = None
+        if metrics is not None:
+            r = metrics.registry
+            self._m_advertising = Gauge(
+                "mcpgw_mdns_advertising", "1 while the gateway is advertised over mDNS", registry=r
+            )
+            self._m_addresses = Gauge("mcpgw_mdns_addresses", "Addresses the mDNS advertisement names", registry=r)
         self.bound = tuple(bound)
         self.port = port
         self.instance = config.mdns.instance_name or default_instance_name()
@@ -199,6 +209,13 @@ class MdnsAdvertiser:
         except Exception as exc:  # shutdown goes on whatever the sockets do
             log.warning("mdns: goodbye not sent (%r); browsers forget the gateway when its records expire", exc)
         self.state = "stopped"
+        self._export()
+
+    def _export(self) -> None:
+        if self._m_advertising is not None and self._m_addresses is not None:
+            advertising = self.state == "advertising"
+            self._m_advertising.set(1 if advertising else 0)
+            self._m_addresses.set(len(self.addresses) if advertising else 0)
 
     def status(self) -> dict[str, Any]:
         """For broker_info and diagnosis: what is advertised where, or why nothing is."""
@@ -301,6 +318,7 @@ class MdnsAdvertiser:
         """Log a new state once: a failure repeated by every refresh is not repeated in the log."""
         self.state = state
         self.reason = reason
+        self._export()
         key = f"{state}:{reason}:{','.join(entry.address for entry in self.addresses)}"
         if key == self._logged:
             return

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from mcp import Client
@@ -250,6 +251,10 @@ async def test_the_advertisement_says_how_to_connect_and_names_no_slot_and_says_
         assert status["addresses"] == [multicast_link.address]
         assert status["interfaces"] == [multicast_link.interface]
         assert status["names"] == {BROKER_TYPE: names[BROKER_TYPE], MCP_TYPE: names[MCP_TYPE]}
+        async with aiohttp.ClientSession() as http, http.get(f"{server.url}/metrics") as response:
+            metrics = await response.text()
+        assert "mcpgw_mdns_advertising 1.0" in metrics.splitlines()
+        assert "mcpgw_mdns_addresses 1.0" in metrics.splitlines()
         page = await call_broker(server, "broker_guide", {"topic": "publish-provider"})
         assert f"advertises itself with mDNS as **{instance}**" in page
         assert f"addresses {multicast_link.address}" in page
