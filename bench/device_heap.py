@@ -52,14 +52,12 @@ def unload(name):
     parent, _, child = name.rpartition(".")
     delattr(sys.modules[parent], child)
 report("interpreter")
-import mcpdevice.dispatcher, mcpdevice.registry, mcpdevice.websocket, pump1.app, pump1.tools
-report("imported")
 from pump1 import build, config
 settings = config.load(sys.argv[1])
 unload("pump1.config")
-hardware, controller, provider, watchdog = build.build(settings)
+report("imported")
+hardware, controller, provider, watchdog = build.build(settings)  # imports the app in the heap's order
 unload("pump1.build")
-unload("mcpdevice.schema_index")
 del config, build, settings
 report("booted")
 dispatcher = provider.dispatcher

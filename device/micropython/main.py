@@ -4,6 +4,11 @@
 import gc
 import sys
 
+# The boot is ordered for the heap (96 KB on an ESP32 without PSRAM): the config first, into an
+# empty heap, then unloaded, so that only the settings stay; then pump1.build, which compiles the
+# app's modules in the order the heap wants and composes the app; then pump1.build goes too, and
+# of the settings only what the app needs is kept.
+
 
 def _config_path():
     argv = sys.argv
@@ -16,26 +21,6 @@ def _config_path():
     return getenv("PUMP1_CONFIG") or "config.json"
 
 
-# The transport module of each `transport` setting: only the configured one is loaded, because an
-# unused one would hold heap that a 96 KB board needs.
-TRANSPORT_MODULES = {
-    "websocket": "mcpdevice.websocket",
-    "mqtt": "mcpdevice.mqtt",
-    "serial": "mcpdevice.serial_transport",
-}
-
-
-def _transport_module(path):
-    # A peek at the file; config.load() below checks it whole and names whatever is wrong.
-    try:
-        import json
-
-        with open(path) as f:
-            return TRANSPORT_MODULES.get(json.load(f).get("transport"), "mcpdevice.websocket")
-    except Exception:
-        return "mcpdevice.websocket"
-
-
 def _unload(name):
     # Boot-only modules go once used, so that the heap gets their room back.
     del sys.modules[name]
@@ -43,49 +28,42 @@ def _unload(name):
     delattr(sys.modules[parent], child)
 
 
+def _settings(path, log):
+    from pump1 import config
+
+    try:
+        return config.load(path)
+    except config.ConfigError as exc:
+        log("config_error", path=path, error=str(exc))
+        return None
+    finally:
+        _unload("pump1.config")
+
+
 def _boot(path):
     from mcpdevice.log import log
     from pump1 import FIRMWARE_NAME, FIRMWARE_VERSION
 
     log("boot", firmware=FIRMWARE_NAME, version=FIRMWARE_VERSION, platform=sys.platform, config=path)
-    # Composition first, while no settings are held yet: compiling pump1.build and the controller
-    # and physics it imports from source is the largest transient need of the boot, and with the
-    # settings and config's leftovers already on the heap it ran out on a 96 KB board on MQTT.
-    # Importing touches no pin; a config error is still reported before anything does.
-    from pump1 import build, config
+    settings = _settings(path, log)
+    if settings is None:
+        return None
+    gc.collect()
+    from pump1 import build
 
     try:
-        settings = config.load(path)
-    except config.ConfigError as exc:
-        log("config_error", path=path, error=str(exc))
-        _unload("pump1.build")
-        return None, None
-    finally:
-        _unload("pump1.config")
-
-    try:
-        return build.build(settings), settings
+        # What the app needs of the settings, not the settings: they stay behind with the boot.
+        return build.build(settings), settings["tick_ms"], settings["heap_log_s"]
     except (OSError, ValueError) as exc:
         log("config_error", path=path, error=str(exc))
-        return None, None
+        return None
     finally:
         _unload("pump1.build")
-        if "mcpdevice.schema_index" in sys.modules:
-            _unload("mcpdevice.schema_index")
 
 
-# The modules that stay loaded come first, so that the boot-only ones stack above them and leave
-# one free block behind when unloaded instead of holes between resident objects.
-_path = _config_path()
-__import__(_transport_module(_path))
+_app = _boot(_config_path())
 gc.collect()
-import mcpdevice.dispatcher  # noqa: E402, F401
-import mcpdevice.registry  # noqa: E402, F401
-import pump1.app  # noqa: E402, F401
-import pump1.tools  # noqa: E402, F401
+if _app is not None:
+    import pump1.app  # noqa: E402
 
-gc.collect()
-_parts, _settings = _boot(_path)
-gc.collect()
-if _parts is not None:
-    pump1.app.run(_parts, _settings)
+    pump1.app.run(*_app)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.device.harness import SCHEMA_FILE, Device, FakeGateway, LinkProxy, find_tool, start_device
+from tests.device.umqtt_package import umqtt_library
 
 DeviceFactory = Callable[..., Awaitable[Device]]
 
@@ -21,6 +22,14 @@ def micropython() -> str:
 @pytest.fixture(scope="session")
 def mpy_cross() -> str:
     return find_tool("mpy-cross")
+
+
+@pytest.fixture(scope="session")
+def umqtt(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """umqtt.simple from PyPI, kept in pytest's cache between runs (in a temporary folder without one)."""
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("umqtt-simple") if cache is not None else tmp_path_factory.mktemp("umqtt-simple")
+    return umqtt_library(folder)
 
 
 @pytest.fixture

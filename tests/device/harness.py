@@ -99,22 +99,28 @@ class Device:
 
 
 async def start_device(
-    micropython: str, config_path: Path, config: Message, libraries: tuple[Path, ...] = ()
+    micropython: str,
+    config_path: Path,
+    config: Message,
+    libraries: tuple[Path, ...] = (),
+    heap: str = DEVICE_HEAP,
+    device_dir: Path = DEVICE_DIR,
 ) -> Device:
-    """Run the app; `libraries`: folders of third-party modules (what `mip` installs on a board)."""
+    """Run the app; `libraries`: folders of third-party modules (what `mip` installs on a board);
+    `device_dir`: where main.py and its modules are (a copy elsewhere, e.g. under a long path)."""
     await asyncio.to_thread(config_path.write_bytes, orjson.dumps(config))
     process = await asyncio.create_subprocess_exec(
         micropython,
         "-X",
-        f"heapsize={DEVICE_HEAP}",
-        str(DEVICE_DIR / "main.py"),
+        f"heapsize={heap}",
+        str(device_dir / "main.py"),
         "--config",
         str(config_path),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         # asyncio is frozen into the binary: keep ".frozen" on the path next to the device code.
-        env={**os.environ, "MICROPYPATH": ":".join([".frozen", str(DEVICE_DIR), *map(str, libraries)])},
+        env={**os.environ, "MICROPYPATH": ":".join([".frozen", str(device_dir), *map(str, libraries)])},
     )
     return Device(process, config)
 

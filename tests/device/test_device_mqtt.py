@@ -27,19 +27,10 @@ from tests.device.mqtt_harness import BrokerPeer, publish_packet, publish_raw
 from tests.device.test_device_wss import self_signed
 from tests.device.test_mpy_cross import compile_all
 from tests.device.test_pump_gateway import assert_physics, poll, status_of
-from tests.device.umqtt_package import umqtt_library
 from tests.support.mosquitto import Mosquitto, free_port
 
 SLOT = "pump-1"
 MqttDeviceFactory = Callable[..., Awaitable[Device]]
-
-
-@pytest.fixture(scope="session")
-def umqtt(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """umqtt.simple from PyPI, kept in pytest's cache between runs (in a temporary folder without one)."""
-    cache = getattr(request.config, "cache", None)
-    folder = cache.mkdir("umqtt-simple") if cache is not None else tmp_path_factory.mktemp("umqtt-simple")
-    return umqtt_library(folder)
 
 
 @pytest.fixture

@@ -16,10 +16,6 @@ from tests.device.harness import SCHEMA_FILE, run_snippet
 
 SCRIPT = """
 import asyncio, gc, json, sys
-import mcpdevice.websocket  # main.py's order: the resident modules first, so 96 KB suffice
-gc.collect()
-import mcpdevice.dispatcher, mcpdevice.registry, pump1.app, pump1.tools
-gc.collect()
 feeds = []
 class WDT:
     def __init__(self, timeout):
@@ -30,8 +26,16 @@ class machine:
     pass
 machine.WDT = WDT
 sys.modules["machine"] = machine
-from pump1 import build, config
-hardware, controller, provider, watchdog = build.build(config.load(sys.argv[1]))
+# main.py's order, so that 96 KB suffice: the config, pump1.build, the resident modules, build().
+from pump1 import config
+settings = config.load(sys.argv[1])
+del sys.modules["pump1.config"]
+from pump1 import build
+for name in ("mcpdevice.dispatcher", "pump1.controller", "mcpdevice.websocket", "mcpdevice.provider",
+             "mcpdevice.registry", "pump1.app", "pump1.tools", "pump1.hardware_sim"):
+    gc.collect()
+    __import__(name)
+hardware, controller, provider, watchdog = build.build(settings)
 print(json.dumps({"stage": "built", "timeout_ms": watchdog.timeout, "feeds": len(feeds)}))
 asyncio.run(provider.before_connect())
 print(json.dumps({"stage": "before_dial", "feeds": len(feeds)}))

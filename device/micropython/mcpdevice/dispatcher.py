@@ -1,29 +1,28 @@
-"""The device side of MCP: one JSON-RPC frame in, at most one frame out (WIRE.md §3).
+"""The device side of MCP: one JSON-RPC frame in, at most one frame out (WIRE.md §3)."""
 
-Transport-free (a WebSocket, a serial line or MQTT feeds it frames) and plain Python, so it runs on
-MicroPython and under CPython. Answers `initialize`, `ping`, `tools/list` (paged so that every
-answer fits the frame cap) and `tools/call`; takes notifications silently (calls finish at once,
-so `notifications/cancelled` has nothing to cancel); answers anything else with a named JSON-RPC
-error and keeps serving. A `tools/call` whose id and bytes repeat one of the last few calls is
-answered from a small cache of recent responses instead of acting twice (MQTT QoS 1 redelivery);
-`initialize` clears the cache, because a new gateway session numbers its requests afresh.
-
-API
----
-Dispatcher(registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None)
-    registry     mcpdevice.registry.ToolRegistry (the schema file)
-    handlers     {tool name: fn(arguments dict) -> CallToolResult dict}; must match the registry
-    server_info  {"name": ..., "version": ...} for the initialize result
-    log          optional function(event, **fields), told about errors (first of a kind, then
-                 every hundredth), duplicates, and errors the gateway sends with id null
-    .handle(frame: bytes) -> bytes, a list of bytes (one frame in parts), or None
-    .oversize(size, head: bytes) -> bytes      the answer to a frame too large to read; `head`
-                                               (its first bytes) gives the request id when present
-    .counts      {"requests": n, "duplicates": n, "errors": n}
-tool_budget(frame_max) -> int   the largest tool (compact bytes) one tools/list answer can carry
-assemble(answer) -> bytes or None   one answer as a single bytes object (for CPython callers such as
-                                    the simulator; a board's transport streams the parts instead)
-"""
+# Transport-free (a WebSocket, a serial line or MQTT feeds it frames) and plain Python, so it runs on
+# MicroPython and under CPython. Answers `initialize`, `ping`, `tools/list` (paged so that every
+# answer fits the frame cap) and `tools/call`; takes notifications silently (calls finish at once,
+# so `notifications/cancelled` has nothing to cancel); answers anything else with a named JSON-RPC
+# error and keeps serving. A `tools/call` whose id and bytes repeat one of the last few calls is
+# answered from a small cache of recent responses instead of acting twice (MQTT QoS 1 redelivery);
+# `initialize` clears the cache, because a new gateway session numbers its requests afresh.
+#
+# API
+# ---
+# Dispatcher(registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None)
+#     registry     mcpdevice.registry.ToolRegistry (the schema file)
+#     handlers     {tool name: fn(arguments dict) -> CallToolResult dict}; must match the registry
+#     server_info  {"name": ..., "version": ...} for the initialize result
+#     log          optional function(event, **fields), told about errors (first of a kind, then
+#                  every hundredth), duplicates, and errors the gateway sends with id null
+#     .handle(frame: bytes) -> bytes, a list of bytes (one frame in parts), or None
+#     .oversize(size, head: bytes) -> bytes      the answer to a frame too large to read; `head`
+#                                                (its first bytes) gives the request id when present
+#     .counts      {"requests": n, "duplicates": n, "errors": n}
+# tool_budget(frame_max) -> int   the largest tool (compact bytes) one tools/list answer can carry
+# assemble(answer) -> bytes or None   one answer as a single bytes object (for CPython callers such as
+#                                     the simulator; a board's transport streams the parts instead)
 
 import json
 

@@ -1,23 +1,22 @@
-"""Serial frames of WIRE.md §4 for a small board: COBS(JSON + CRC-32 LE) + 0x00, both ways, in place.
+"""Serial frames of WIRE.md §4 for a small board: COBS(JSON + CRC-32 LE) + 0x00, both ways, in place."""
 
-Plain Python that MicroPython and CPython both run. No frame is ever built whole: the encoder
-stuffs pieces into one 255-byte block and hands each finished block to `write`; the decoder
-undoes the stuffing block by block into one buffer allocated once (frame_max + 4 bytes) and
-checks the CRC-32 over what it decoded with the CRC's residue, so a frame over the cap is still
-verified (and its first bytes kept, to name the request it refuses) without being stored.
-A frame that fails COBS or the CRC is dropped and counted; decoding resumes after the next 0x00.
-
-API
----
-encode(parts, write, block)   parts: bytes, or a list of bytes-like or objects with .chunks();
-                              write(buffer) is called with each piece of the frame, the final 0x00
-                              included; block: a bytearray(255) to reuse between frames
-Decoder(frame_max, head_bytes=96)
-    .feed(data, at=0) -> (frame, next_at)
-        frame: bytes (a verified message), (size, head) for a verified message over frame_max,
-        or None when data ran out (next_at == len(data)); call again with next_at for the rest
-    .dropped       frames dropped (bad COBS or CRC)
-"""
+# Plain Python that MicroPython and CPython both run. No frame is ever built whole: the encoder
+# stuffs pieces into one 255-byte block and hands each finished block to `write`; the decoder
+# undoes the stuffing block by block into one buffer allocated once (frame_max + 4 bytes) and
+# checks the CRC-32 over what it decoded with the CRC's residue, so a frame over the cap is still
+# verified (and its first bytes kept, to name the request it refuses) without being stored.
+# A frame that fails COBS or the CRC is dropped and counted; decoding resumes after the next 0x00.
+#
+# API
+# ---
+# encode(parts, write, block)   parts: bytes, or a list of bytes-like or objects with .chunks();
+#                               write(buffer) is called with each piece of the frame, the final 0x00
+#                               included; block: a bytearray(255) to reuse between frames
+# Decoder(frame_max, head_bytes=96)
+#     .feed(data, at=0) -> (frame, next_at)
+#         frame: bytes (a verified message), (size, head) for a verified message over frame_max,
+#         or None when data ran out (next_at == len(data)); call again with next_at for the rest
+#     .dropped       frames dropped (bad COBS or CRC)
 
 from binascii import crc32
 

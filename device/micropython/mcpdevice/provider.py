@@ -1,31 +1,31 @@
-"""The provider link loop: connect, register, serve frames, and come back after every loss.
+"""The provider link loop: connect, register, serve frames, and come back after every loss."""
 
-Transport-independent: it takes a factory of transports with the interface described in
-mcpdevice.websocket (connect, recv, send, close, describe; LinkClosed below when the peer closes),
-so serial and MQTT transports plug in unchanged.
-One request and one response are in memory at a time; the dispatcher answers synchronously.
-
-Liveness: every frame from the gateway, pings included, counts as contact (and is passed on to
-`on_heard`, which feeds the pump's dead-man). A link silent for `silence_s` is dropped and dialled
-again, because a gateway that pings every 30 s is gone when nothing came for 90 s. Reconnects wait
-an exponential back-off with equal jitter: the ceiling starts at `backoff_min_s` and doubles per
-failed dial up to `backoff_max_s`, the wait is picked between half the ceiling and the ceiling, and
-the ceiling resets once a link carried traffic, so that a plant full of boards does not hammer a
-restarting gateway in step (and no board redials at once).
-
-API
----
-register_frame(hello, aggregate=True, slot=None) -> bytes    the first frame (WIRE.md §2.1, §3.4); links
-                                                  without a URL (serial, MQTT) name their slot in it
-Provider(dispatcher, make_transport, first_frame, silence_s=90, backoff_min_s=1, backoff_max_s=30,
-         on_heard=None, before_connect=None, log=None)
-    make_transport   function() -> a new, unconnected transport
-    before_connect   optional coroutine function run before each dial (e.g. bring Wi-Fi up)
-    await .run()     forever
-    .links           links made so far; .connected: a link is up now
-    .transport       the transport of the link up now, or None; the app calls its optional
-                     .shutdown() (synchronous) on its way out
-"""
+# Transport-independent: it takes a factory of transports with the interface described in
+# mcpdevice.websocket (connect, recv, send, close, describe; LinkClosed below when the peer closes),
+# so serial and MQTT transports plug in unchanged.
+# One request and one response are in memory at a time; the dispatcher answers synchronously.
+#
+# Liveness: every frame from the gateway, pings included, counts as contact (and is passed on to
+# `on_heard`, which feeds the pump's dead-man). A link silent for `silence_s` is dropped and dialled
+# again, because a gateway that pings every 30 s is gone when nothing came for 90 s. Reconnects wait
+# an exponential back-off with equal jitter: the ceiling starts at `backoff_min_s` and doubles per
+# failed dial up to `backoff_max_s`, the wait is picked between half the ceiling and the ceiling, and
+# the ceiling resets once a link carried traffic, so that a plant full of boards does not hammer a
+# restarting gateway in step (and no board redials at once).
+#
+# API
+# ---
+# register_frame(hello, aggregate=True, slot=None) -> bytes    the first frame (WIRE.md §2.1, §3.4); links
+#                                                   without a URL (serial, MQTT) name their slot in it
+# factory(cls, *args) -> function() -> cls(*args)    a make_transport for Provider
+# Provider(dispatcher, make_transport, first_frame, silence_s=90, backoff_min_s=1, backoff_max_s=30,
+#          on_heard=None, before_connect=None, log=None)
+#     make_transport   function() -> a new, unconnected transport
+#     before_connect   optional coroutine function run before each dial (e.g. bring Wi-Fi up)
+#     await .run()     forever
+#     .links           links made so far; .connected: a link is up now
+#     .transport       the transport of the link up now, or None; the app calls its optional
+#                      .shutdown() (synchronous) on its way out
 
 import asyncio
 import json
@@ -46,6 +46,12 @@ def register_frame(hello, aggregate=True, slot=None):
         params["aggregate"] = True
     frame = {"jsonrpc": "2.0", "method": "notifications/register", "params": params}
     return json.dumps(frame, separators=(",", ":")).encode()
+
+
+def factory(cls, *args):
+    # Made here, not by the boot code that composes the app: a closure keeps its module's globals,
+    # and with them all of that module's code, alive; pump1.build is unloaded after boot.
+    return lambda: cls(*args)
 
 
 def _jitter():

@@ -1,19 +1,18 @@
-"""The tool registry: which tools the device publishes, served straight from its schema file.
+"""The tool registry: which tools the device publishes, served straight from its schema file."""
 
-The schema file (the `tools` array, PUMP1.md) stays the single source of truth and stays out of
-RAM: mcpdevice.schema_index finds each tool's bytes once at boot; `tools/list` then reads one tool
-at a time and drops the file's insignificant whitespace on the way, without building JSON objects.
-MicroPython and CPython both run it.
-
-API: ToolRegistry(path, names, spans)   usually from mcpdevice.schema_index.load(path, budget)
-     .names                  tool names in file order
-     .page(first, budget) -> (list of ToolText, next index or None)
-                             as many tools from index `first` as fit in `budget` bytes (at least one)
-     ToolText: len() is the tool's compact size; .chunks() yields its compact JSON in pieces,
-               read from the file only while the answer is being sent
-     minify(raw, out) -> int     append `raw` without whitespace outside strings to bytearray `out`;
-                                 returns the state to pass on when a tool spans several reads
-"""
+# The schema file (the `tools` array, PUMP1.md) stays the single source of truth and stays out of
+# RAM: mcpdevice.schema_index finds each tool's bytes once at boot; `tools/list` then reads one tool
+# at a time and drops the file's insignificant whitespace on the way, without building JSON objects.
+# MicroPython and CPython both run it.
+#
+# API: ToolRegistry(path, names, spans)   usually from mcpdevice.schema_index.load(path, budget)
+#      .names                  tool names in file order
+#      .page(first, budget) -> (list of ToolText, next index or None)
+#                              as many tools from index `first` as fit in `budget` bytes (at least one)
+#      ToolText: len() is the tool's compact size; .chunks() yields its compact JSON in pieces,
+#                read from the file only while the answer is being sent
+#      minify(raw, out) -> int     append `raw` without whitespace outside strings to bytearray `out`;
+#                                  returns the state to pass on when a tool spans several reads
 
 _QUOTE = b'"'
 _BACKSLASH = b"\\"

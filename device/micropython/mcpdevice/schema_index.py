@@ -1,14 +1,13 @@
-"""Boot-time indexing of a schema file (the `tools` array) for mcpdevice.registry.
+"""Boot-time indexing of a schema file (the `tools` array) for mcpdevice.registry."""
 
-Needed once: main.py unloads this module afterwards. One pass over the file in small reads finds
-the bytes of each tool object, its name, and its compact size (what mcpdevice.registry.minify
-keeps), without ever holding a whole tool: a board has no room to parse the schema, and does not
-need to, because CI checks the file (its canonical hash is pinned in the firmware).
-
-API: load(path, max_tool_bytes) -> mcpdevice.registry.ToolRegistry
-     raises ValueError naming the problem: not a JSON array of objects, a tool without a name or
-     inputSchema, a duplicate name, or a tool too large for one frame.
-"""
+# Needed once: main.py unloads this module afterwards. One pass over the file in small reads finds
+# the bytes of each tool object, its name, and its compact size (what mcpdevice.registry.minify
+# keeps), without ever holding a whole tool: a board has no room to parse the schema, and does not
+# need to, because CI checks the file (its canonical hash is pinned in the firmware).
+#
+# API: load(path, max_tool_bytes) -> mcpdevice.registry.ToolRegistry
+#      raises ValueError naming the problem: not a JSON array of objects, a tool without a name or
+#      inputSchema, a duplicate name, or a tool too large for one frame.
 
 from mcpdevice.registry import ToolRegistry
 

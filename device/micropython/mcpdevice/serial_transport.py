@@ -1,22 +1,21 @@
-"""A serial transport for mcpdevice.provider: WIRE.md §4 frames on a UART, the console, or a tty.
+"""A serial transport for mcpdevice.provider: WIRE.md §4 frames on a UART, the console, or a tty."""
 
-Where the line is:
-- ESP32 `machine.UART(1 or 2)` on free pins (default UART2, TX 17, RX 16): the REPL and the boot
-  log stay on UART0 and never touch the data;
-- "console": the port the REPL uses (UART0 through a devkit's USB bridge, or the USB-JTAG/CDC port
-  of an S2/S3/C3). Ctrl-C is turned off while the link runs (0x03 is data here), and the board's log
-  lines share the line: the gateway drops them between frames and counts them (reason "text");
-- a tty path on the Unix port (a USB-serial adapter, or a pseudo-terminal in tests), put in raw mode.
-
-Each frame is preceded by a 0x00 so that whatever was printed before it cannot spoil it. A frame is
-written whole without yielding to other tasks (no log line can land inside it). The first frame
-sent after connect() is the register frame; it is sent again whenever the gateway asks with the
-notification `broker/register` (a serial line has no connection a restarted gateway could end).
-
-Transport interface: see mcpdevice.websocket. recv() returns a verified message, (size, head) for
-one over the frame cap, or None after the gateway's register request; line noise is dropped
-without returning (it is not the gateway speaking, so it must not feed the dead-man).
-"""
+# Where the line is:
+# - ESP32 `machine.UART(1 or 2)` on free pins (default UART2, TX 17, RX 16): the REPL and the boot
+#   log stay on UART0 and never touch the data;
+# - "console": the port the REPL uses (UART0 through a devkit's USB bridge, or the USB-JTAG/CDC port
+#   of an S2/S3/C3). Ctrl-C is turned off while the link runs (0x03 is data here), and the board's log
+#   lines share the line: the gateway drops them between frames and counts them (reason "text");
+# - a tty path on the Unix port (a USB-serial adapter, or a pseudo-terminal in tests), put in raw mode.
+#
+# Each frame is preceded by a 0x00 so that whatever was printed before it cannot spoil it. A frame is
+# written whole without yielding to other tasks (no log line can land inside it). The first frame
+# sent after connect() is the register frame; it is sent again whenever the gateway asks with the
+# notification `broker/register` (a serial line has no connection a restarted gateway could end).
+#
+# Transport interface: see mcpdevice.websocket. recv() returns a verified message, (size, head) for
+# one over the frame cap, or None after the gateway's register request; line noise is dropped
+# without returning (it is not the gateway speaking, so it must not feed the dead-man).
 
 import asyncio
 import sys

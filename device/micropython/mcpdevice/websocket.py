@@ -1,26 +1,25 @@
-"""A small asyncio WebSocket client transport (RFC 6455) for `/provider/<slot>` on the gateway.
+"""A small asyncio WebSocket client transport (RFC 6455) for `/provider/<slot>` on the gateway."""
 
-Client frames are masked, the handshake's Sec-WebSocket-Accept is checked, pings get pongs, a
-close frame ends the link with the gateway's code and reason, and a message larger than the frame
-cap is skipped without being buffered (its first bytes are kept so the device can name the
-request it refuses). Runs on MicroPython (Unix port and ESP32; ws:// and wss://) and on CPython.
-
-Transport interface (what mcpdevice.provider needs; a serial or MQTT transport offers the same):
-    await .connect()         open the link; raises OSError (refused, handshake failed) or
-                             asyncio.TimeoutError naming the URL (no answer within timeout_s)
-    await .recv()            the next message as bytes; (size, head) for one over the frame cap;
-                             None after a control frame. Every return means the gateway spoke.
-    await .send(message)     bytes, or a list of parts sent as one message: bytes-like, or
-                             objects with len() and .chunks() (mcpdevice.registry.ToolText)
-    await .close(code, reason)   close politely; never raises
-    .describe()              where it connects, for logs
-Errors: mcpdevice.provider.LinkClosed(code, reason) when the peer closes; OSError or EOFError when the socket dies.
-
-provider_url(base, slot) -> "ws://host:port/provider/<percent-encoded slot>" (http -> ws).
-
-A provider secret (`token`) is sent as `X-Provider-Token` on the upgrade when the gateway has
-provider authentication; a refusal (HTTP 401 or 403) is an OSError carrying the gateway's JSON body.
-"""
+# Client frames are masked, the handshake's Sec-WebSocket-Accept is checked, pings get pongs, a
+# close frame ends the link with the gateway's code and reason, and a message larger than the frame
+# cap is skipped without being buffered (its first bytes are kept so the device can name the
+# request it refuses). Runs on MicroPython (Unix port and ESP32; ws:// and wss://) and on CPython.
+#
+# Transport interface (what mcpdevice.provider needs; a serial or MQTT transport offers the same):
+#     await .connect()         open the link; raises OSError (refused, handshake failed) or
+#                              asyncio.TimeoutError naming the URL (no answer within timeout_s)
+#     await .recv()            the next message as bytes; (size, head) for one over the frame cap;
+#                              None after a control frame. Every return means the gateway spoke.
+#     await .send(message)     bytes, or a list of parts sent as one message: bytes-like, or
+#                              objects with len() and .chunks() (mcpdevice.registry.ToolText)
+#     await .close(code, reason)   close politely; never raises
+#     .describe()              where it connects, for logs
+# Errors: mcpdevice.provider.LinkClosed(code, reason) when the peer closes; OSError or EOFError when the socket dies.
+#
+# provider_url(base, slot) -> "ws://host:port/provider/<percent-encoded slot>" (http -> ws).
+#
+# A provider secret (`token`) is sent as `X-Provider-Token` on the upgrade when the gateway has
+# provider authentication; a refusal (HTTP 401 or 403) is an OSError carrying the gateway's JSON body.
 
 import asyncio
 import binascii
@@ -80,6 +79,7 @@ class WebSocketTransport:
         self._reader = self._writer = None
         self._message = None  # bytearray of a fragmented message being assembled
         self._skipped = None  # [bytes so far, head] of an oversize message being discarded
+        self._out = None  # the segment being written (see _frame)
 
     def describe(self):
         return self.url
@@ -223,20 +223,26 @@ class WebSocketTransport:
         key = os.urandom(4)
         writer = self._writer
         # Gathered into segments of up to _SEGMENT bytes: a small write after a small write waits
-        # for the peer's delayed ACK (Nagle), which would add 40 ms to every answer.
-        pending = header + key
+        # for the peer's delayed ACK (Nagle), which would add 40 ms to every answer. One buffer,
+        # made once: a new one per message would leave holes in a small board's heap.
+        if self._out is None:
+            self._out = bytearray(_SEGMENT)
+        out = self._out
+        out[0 : len(header)] = header
+        out[len(header) : len(header) + 4] = key
+        n = len(header) + 4
         phase = 0
         for part in parts:
             for piece in part.chunks() if hasattr(part, "chunks") else _slices(part):
                 masked = _mask(piece, key[phase:] + key[:phase])
                 phase = (phase + len(piece)) % 4
-                if len(pending) + len(masked) > _SEGMENT:
-                    writer.write(pending)
+                if n + len(masked) > _SEGMENT:
+                    writer.write(memoryview(out)[:n])
                     await writer.drain()
-                    pending = masked
-                else:
-                    pending += masked
-        writer.write(pending)
+                    n = 0
+                out[n : n + len(masked)] = masked
+                n += len(masked)
+        writer.write(memoryview(out)[:n])
         await writer.drain()
 
     async def close(self, code=1000, reason=""):

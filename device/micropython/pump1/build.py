@@ -1,34 +1,31 @@
-"""Boot-time composition of the pump-1 app: hardware, controller, tools, registry, dispatcher, link.
+"""Boot-time composition of the pump-1 app: hardware, controller, tools, registry, dispatcher, link."""
 
-Needed once: main.py unloads this module (and mcpdevice.schema_index) after boot so that the heap
-gets the room back.
-
-API: build(settings) -> (hardware, controller, provider, watchdog)   settings: pump1.config.load();
-     raises ValueError or OSError naming the problem (schema file missing or invalid, TLS without CA).
-The link is the WebSocket transport, or with `transport: "mqtt"` the plain MQTT profile
-(mcpdevice.mqtt, on umqtt.simple), or with `transport: "serial"` COBS frames on a UART or tty
-(mcpdevice.serial_transport); only the chosen transport's module is imported.
-"""
+# Needed once: main.py imports it right after the config, before anything of the app (it imports
+# the app's modules itself, in the order the heap wants), and unloads it after boot so that the heap
+# gets the room back; mcpdevice.schema_index goes as soon as the schema is indexed.
+#
+# API: build(settings) -> (hardware, controller, provider, watchdog)   settings: pump1.config.load();
+#          raises ValueError or OSError naming the problem (schema file missing or invalid, TLS without CA)
+#      tls_context(settings) -> the link's ssl.SSLContext, or None without TLS (same errors)
+# The link is the WebSocket transport, or with `transport: "mqtt"` the plain MQTT profile
+# (mcpdevice.mqtt, on umqtt.simple), or with `transport: "serial"` COBS frames on a UART or tty
+# (mcpdevice.serial_transport); only the chosen transport's module is imported.
 
 import sys
 
-from mcpdevice.dispatcher import Dispatcher, tool_budget
 from mcpdevice.log import log
-from mcpdevice.provider import Provider, register_frame
-from pump1 import FIRMWARE_NAME, FIRMWARE_VERSION, INSTRUCTIONS, SERVER_NAME, tools
-from pump1.controller import PumpController
+from pump1 import FIRMWARE_NAME, FIRMWARE_VERSION, INSTRUCTIONS, SERVER_NAME
 from pump1.schema_hash import SCHEMA_HASH
 
-# A TLS context wants one block of about 3 KB. main.py imports this module before it loads the
-# config, and what loading the config leaves behind is too fragmented for that block: so the block
-# is held from here and handed back right before the context is made (or unused, if no TLS).
-_reserve = bytearray(3072)
-
-
-def _release():
-    global _reserve
-    _reserve = None
-
+# The app's modules, imported by build() in this order; only the configured transport's are loaded,
+# because an unused one would hold heap that the board needs.
+_FIRST = ("mcpdevice.dispatcher", "pump1.controller")
+_TRANSPORT_MODULES = {
+    "websocket": ("mcpdevice.websocket",),
+    "mqtt": ("umqtt.simple", "mcpdevice.mqtt_client", "mcpdevice.mqtt"),
+    "serial": ("mcpdevice.framing", "mcpdevice.serial_transport"),
+}
+_THEN = ("mcpdevice.provider", "mcpdevice.registry", "pump1.app", "pump1.tools", "pump1.hardware_sim")
 
 def _machine():
     try:
@@ -82,15 +79,21 @@ def _der(data):
     return binascii.a2b_base64(data[begin + 27 : end if end > 0 else len(data)].replace(b"\n", b"").replace(b"\r", b""))
 
 
+def tls_context(settings):
+    """The TLS context of the configured link, or None without TLS (it wants one block of 3 KB)."""
+    if settings["transport"] == "mqtt":
+        return _tls(settings, settings["mqtt"]["tls"], "mqtts broker (mqtt.tls)")
+    url = settings["gateway_url"]
+    if settings["transport"] == "websocket":
+        return _tls(settings, url.startswith("wss:") or url.startswith("https:"), "wss:// gateway")
+    return None
+
+
 def _tls(settings, secure, what):
     if not secure:
         return None
-    import gc
     import ssl
 
-    # The context wants one block of about 3 KB: the one held since import.
-    _release()
-    gc.collect()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if settings["tls_insecure"]:
         context.verify_mode = ssl.CERT_NONE
@@ -112,66 +115,96 @@ def _watchdog(settings):
     return machine.WDT(timeout=int(settings["watchdog_s"] * 1000))
 
 
-def _link(settings, frame_max):
+def _link(settings, frame_max, tls):
     """A function that makes a new transport of the configured kind for each dial."""
+    from mcpdevice.provider import factory
+
     timeout_s = settings["connect_timeout_s"]
     slot = settings["slot"]
     if settings["transport"] == "mqtt":
-        mqtt = settings["mqtt"]
-        # The TLS context before the transport's modules, for the same one block of heap.
-        tls = _tls(settings, mqtt["tls"], "mqtts broker (mqtt.tls)")
         from mcpdevice.mqtt import MqttTransport
 
-        port = mqtt["port"] or (8883 if tls else 1883)
-        client_id = mqtt["client_id"] or "mcpb-" + slot
-        broker, prefix, user, password, keepalive_s = (
+        mqtt = settings["mqtt"]
+
+        return factory(
+            MqttTransport,
             mqtt["broker"],
+            mqtt["port"] or (8883 if tls else 1883),
             mqtt["prefix"],
+            slot,
+            mqtt["client_id"] or "mcpb-" + slot,
             mqtt["user"],
             mqtt["password"],
             mqtt["keepalive_s"],
+            frame_max,
+            timeout_s,
+            tls,
+            log,
         )
-
-        def make_mqtt():
-            return MqttTransport(
-                broker, port, prefix, slot, client_id, user, password, keepalive_s, frame_max, timeout_s, tls, log
-            )
-
-        return make_mqtt
     if settings["transport"] == "serial":
         from mcpdevice.serial_transport import SerialTransport
 
         serial = settings["serial"]
         if not serial["path"] and serial["uart"] != "console" and sys.platform != "esp32":
             raise ValueError('serial transport on the Unix port needs serial.path (a tty) or serial.uart "console"')
-        line = (serial["uart"], serial["baud"], serial["tx"], serial["rx"], serial["path"], frame_max, serial["rxbuf"])
-
-        def make_serial():
-            return SerialTransport(*line)
-
-        return make_serial
+        return factory(
+            SerialTransport,
+            serial["uart"],
+            serial["baud"],
+            serial["tx"],
+            serial["rx"],
+            serial["path"],
+            frame_max,
+            serial["rxbuf"],
+        )
     from mcpdevice.websocket import WebSocketTransport, provider_url
 
     url = provider_url(settings["gateway_url"], slot)
-    tls = _tls(settings, url.startswith("wss:"), "wss:// gateway")
     agent = "%s/%s" % (FIRMWARE_NAME, FIRMWARE_VERSION)
-    token = settings["provider_token"]
+    return factory(WebSocketTransport, url, frame_max, timeout_s, tls, agent, settings["provider_token"])
 
-    def make_websocket():
-        return WebSocketTransport(url, frame_max, timeout_s, tls, agent, token)
 
-    return make_websocket
+def _unload(name):
+    del sys.modules[name]
+    parent, _, child = name.rpartition(".")
+    delattr(sys.modules[parent], child)
+
+
+def _load(names):
+    import gc
+
+    for name in names:
+        gc.collect()  # what the last compile freed is one block again, where it can be
+        __import__(name)
+
+
+def _registry(settings, budget):
+    from mcpdevice import schema_index
+
+    try:
+        return schema_index.load(_schema_path(settings), budget)
+    finally:
+        _unload("mcpdevice.schema_index")  # needed once, like this module
 
 
 def build(settings):
-    from mcpdevice import schema_index
+    # The order is the heap's (measured with `python -m bench.device_heap`): compiling a module from
+    # source needs several times its size while it runs and leaves its code behind between the holes
+    # of what it freed, so what needs one large block comes first, while the heap is still in one
+    # piece: the TLS context, the largest compiles, the schema index (unloaded once read).
+    tls = tls_context(settings)
+    _load(_FIRST)
+    from mcpdevice.dispatcher import Dispatcher, tool_budget
 
     frame_max = settings["frame_max_bytes"]
-    # The link first: a TLS context needs one block of about 3 KB, which the heap still has in one
-    # piece before the schema is read.
-    make_transport = _link(settings, frame_max)
-    _release()
-    registry = schema_index.load(_schema_path(settings), tool_budget(frame_max))
+    registry = _registry(settings, tool_budget(frame_max))
+    _load(_TRANSPORT_MODULES[settings["transport"]] + _THEN)
+    from mcpdevice.provider import Provider, register_frame
+    from pump1 import tools
+    from pump1.app import Dial
+    from pump1.controller import PumpController
+
+    make_transport = _link(settings, frame_max, tls)
     hardware = _hardware(settings)
     controller = PumpController(
         hardware,
@@ -196,18 +229,14 @@ def build(settings):
     url = make_transport().describe()
 
     wifi = settings["wifi"]
+    station = None
     if wifi["ssid"]:
         from mcpdevice.wifi import ensure_station
-    watchdog = None  # armed last, below; the closure reads it when it runs
 
-    async def before_connect():
-        if wifi["ssid"]:
-            await ensure_station(wifi["ssid"], wifi["password"], log=log)
-        if watchdog is not None:
-            # The dial's name lookup (getaddrinfo in asyncio.open_connection, or in umqtt) blocks
-            # the whole event loop, the tick that feeds the watchdog too: give it all of watchdog_s.
-            watchdog.feed()
-
+        station = (ensure_station, wifi["ssid"], wifi["password"])
+    # Nothing made here may be a function of this module's own: main.py unloads it after boot, and
+    # a closure would keep all of its code on the heap (the factory and Dial live in resident modules).
+    dial = Dial(log, station)
     provider = Provider(
         dispatcher,
         make_transport,
@@ -216,7 +245,7 @@ def build(settings):
         backoff_min_s=settings["backoff_min_s"],
         backoff_max_s=settings["backoff_max_s"],
         on_heard=controller.heard,
-        before_connect=before_connect,
+        before_connect=dial.prepare,
         log=log,
     )
     log(
@@ -228,5 +257,5 @@ def build(settings):
         tools=len(registry.names),
         deadman_s=settings["deadman_s"],
     )
-    watchdog = _watchdog(settings)
+    dial.watchdog = watchdog = _watchdog(settings)
     return hardware, controller, provider, watchdog

@@ -1,43 +1,42 @@
-"""The pump-1 state machine: setpoint, ramp, faults, dead-man and the status object (PUMP1.md).
+"""The pump-1 state machine: setpoint, ramp, faults, dead-man and the status object (PUMP1.md)."""
 
-Shared by the board and the simulator: plain Python that MicroPython and CPython 3.11 both run.
-It drives a hardware backend and never touches pins itself.
-
-API
----
-PumpController(hardware, deadman_s=90, default_setpoint_rpm=1450, dry_run_s=5.0,
-               clock=None, on_event=None)
-    hardware       a backend with .drive(rpm, dt_s) and .read() (see "Hardware backends")
-    deadman_s      silence from the gateway after which a turning motor is stopped (link_lost)
-    clock          a function returning integer milliseconds (default: mcpdevice.clock.ticks_ms);
-                   the simulator may pass a virtual clock
-    on_event       optional function(event, **fields), told about faults ("fault", code=, text=)
-
-Commands (each first advances the model to now and counts as contact with the gateway):
-    .get_status() -> None
-    .start(speed_rpm=None) -> None, or the refusal as text for an isError result
-    .set_speed(speed_rpm) -> None or refusal text
-    .stop() -> None (always allowed)
-    .reset_fault() -> None or refusal text
-Other:
-    .status() -> dict   the status object of the outputSchema (state, speed_rpm, setpoint_rpm,
-                        flow_lpm, pressure_bar, motor_temp_c, run_hours, fault, uptime_s)
-    .tick()             advance ramp, hardware, counters, fault detection and dead-man to now;
-                        call it every ~100 ms so the ramp is smooth and faults are caught
-    .heard()            the gateway said something (a request or a ping): feeds the dead-man
-    .check_speed(v) -> None or refusal text (the device enforces its own limits)
-
-Hardware backends (pump1.hardware_sim.SimulatedHardware, pump1.hardware_esp32.Esp32Hardware):
-    .drive(rpm, dt_s)   apply the ramped speed reference (0 = off) for the last dt_s seconds
-    .read() -> (flow_lpm, pressure_bar, motor_temp_c, failed)
-                        floats or None (no valid reading); `failed` names failed sensors or is None
-    .safe_stop()        reference to zero and drive disabled at once (shutdown paths)
-    .dry_run_persists() -> bool
-                        the backend knows the pump still has no water (the simulated one: the
-                        injected condition); a real board cannot tell while the pump stands still
-                        and says False, so reset_fault allows the reset and the fault latches again
-                        after dry_run_s of running dry
-"""
+# Shared by the board and the simulator: plain Python that MicroPython and CPython 3.11 both run.
+# It drives a hardware backend and never touches pins itself.
+#
+# API
+# ---
+# PumpController(hardware, deadman_s=90, default_setpoint_rpm=1450, dry_run_s=5.0,
+#                clock=None, on_event=None)
+#     hardware       a backend with .drive(rpm, dt_s) and .read() (see "Hardware backends")
+#     deadman_s      silence from the gateway after which a turning motor is stopped (link_lost)
+#     clock          a function returning integer milliseconds (default: mcpdevice.clock.ticks_ms);
+#                    the simulator may pass a virtual clock
+#     on_event       optional function(event, **fields), told about faults ("fault", code=, text=)
+#
+# Commands (each first advances the model to now and counts as contact with the gateway):
+#     .get_status() -> None
+#     .start(speed_rpm=None) -> None, or the refusal as text for an isError result
+#     .set_speed(speed_rpm) -> None or refusal text
+#     .stop() -> None (always allowed)
+#     .reset_fault() -> None or refusal text
+# Other:
+#     .status() -> dict   the status object of the outputSchema (state, speed_rpm, setpoint_rpm,
+#                         flow_lpm, pressure_bar, motor_temp_c, run_hours, fault, uptime_s)
+#     .tick()             advance ramp, hardware, counters, fault detection and dead-man to now;
+#                         call it every ~100 ms so the ramp is smooth and faults are caught
+#     .heard()            the gateway said something (a request or a ping): feeds the dead-man
+#     .check_speed(v) -> None or refusal text (the device enforces its own limits)
+#
+# Hardware backends (pump1.hardware_sim.SimulatedHardware, pump1.hardware_esp32.Esp32Hardware):
+#     .drive(rpm, dt_s)   apply the ramped speed reference (0 = off) for the last dt_s seconds
+#     .read() -> (flow_lpm, pressure_bar, motor_temp_c, failed)
+#                         floats or None (no valid reading); `failed` names failed sensors or is None
+#     .safe_stop()        reference to zero and drive disabled at once (shutdown paths)
+#     .dry_run_persists() -> bool
+#                         the backend knows the pump still has no water (the simulated one: the
+#                         injected condition); a real board cannot tell while the pump stands still
+#                         and says False, so reset_fault allows the reset and the fault latches again
+#                         after dry_run_s of running dry
 
 import json
 import math

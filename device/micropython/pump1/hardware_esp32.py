@@ -1,17 +1,16 @@
-"""The ESP32 hardware backend: speed reference as PWM out, run enable, sensors as 4-20 mA ADC inputs.
+"""The ESP32 hardware backend: speed reference as PWM out, run enable, sensors as 4-20 mA ADC inputs."""
 
-Only the board imports this module (it needs `machine`). Wiring and calibration: docs/device-micropython.md.
-
-API: Esp32Hardware(settings)   settings: the "esp32" section of the config
-    .drive(rpm, dt_s)   duty = rpm / 2900 of full scale; enable output high while rpm > 0
-    .read() -> (flow_lpm, pressure_bar, motor_temp_c, failed)
-                        a loop current below 3.6 mA or above 21 mA (NAMUR NE 43) is a failed sensor
-                        and reads None; a sensor whose pin is null is not fitted and reads None
-    .safe_stop()        duty 0 and enable low at once
-    .dry_run_persists() False: a dry run shows only as missing flow while the pump turns, so a stopped
-                        pump cannot tell; the reset is allowed and the fault latches again after
-                        dry_run_s if the pump still runs dry
-"""
+# Only the board imports this module (it needs `machine`). Wiring and calibration: docs/device-micropython.md.
+#
+# API: Esp32Hardware(settings)   settings: the "esp32" section of the config
+#     .drive(rpm, dt_s)   duty = rpm / 2900 of full scale; enable output high while rpm > 0
+#     .read() -> (flow_lpm, pressure_bar, motor_temp_c, failed)
+#                         a loop current below 3.6 mA or above 21 mA (NAMUR NE 43) is a failed sensor
+#                         and reads None; a sensor whose pin is null is not fitted and reads None
+#     .safe_stop()        duty 0 and enable low at once
+#     .dry_run_persists() False: a dry run shows only as missing flow while the pump turns, so a stopped
+#                         pump cannot tell; the reset is allowed and the fault latches again after
+#                         dry_run_s if the pump still runs dry
 
 from machine import ADC, PWM, Pin
 

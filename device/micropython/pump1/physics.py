@@ -1,38 +1,37 @@
-"""The pump-1 physics model: one centrifugal pump on a variable-speed drive (PUMP1.md "Behaviour").
+"""The pump-1 physics model: one centrifugal pump on a variable-speed drive (PUMP1.md "Behaviour")."""
 
-This is the only model of the pump. The board's simulated hardware backend and the simulator
-(`sim/`, under CPython) both use it, so it must stay plain Python that MicroPython and CPython 3.11
-both run: no `machine`, no `network`, no float formatting tricks, no annotations.
-
-API
----
-Constants (the pump's ratings, shared with the tool logic):
-    MIN_RPM = 300, MAX_RPM = 2900          speed range of the drive
-    RAMP_RPM_PER_S = 600                   fastest speed change the drive allows
-    RATED_FLOW_LPM = 120.0                 flow at MAX_RPM (flow is proportional to speed)
-    RATED_PRESSURE_BAR = 4.0               pressure at MAX_RPM (pressure goes with speed squared)
-    AMBIENT_C = 25.0                       motor temperature at standstill
-    TRIP_C = 95.0                          the drive trips with fault `overtemp` above this
-    RESET_C = 85.0                         an `overtemp` fault can be reset below this
-    FAULTS = ("dry_run", "sensor_failure", "overtemp")   what `inject` accepts
-
-ramp_toward(current, target, dt_s, rate=RAMP_RPM_PER_S) -> float
-    The next speed of a ramp that moves `current` toward `target` by at most `rate * dt_s`.
-
-PumpPhysics(ambient_c=AMBIENT_C, thermal_tau_s=THERMAL_TAU_S)
-    .step(dt_s, drive_rpm)   advance the model by dt_s seconds with the drive commanding
-                             drive_rpm (already ramped by the caller); the motor follows it
-    .speed_rpm               actual speed (float)
-    .motor_temp_c            winding temperature (float); the simulator may set it directly
-    .flow_lpm() / .pressure_bar() / .temperature_c()
-                             what the sensors read: a float, or None while `sensor_failure`
-                             is injected (pressure and flow read nothing, as with a cut loop)
-    .inject(kind) / .clear(kind) / .injected(kind)
-                             fault injection for the simulator's control interface:
-                             dry_run (no water: no flow, no pressure), sensor_failure (flow and
-                             pressure sensors read nothing), overtemp (cooling blocked: the motor
-                             heats toward TRIP_C + 30 whatever the speed)
-"""
+# This is the only model of the pump. The board's simulated hardware backend and the simulator
+# (`sim/`, under CPython) both use it, so it must stay plain Python that MicroPython and CPython 3.11
+# both run: no `machine`, no `network`, no float formatting tricks, no annotations.
+#
+# API
+# ---
+# Constants (the pump's ratings, shared with the tool logic):
+#     MIN_RPM = 300, MAX_RPM = 2900          speed range of the drive
+#     RAMP_RPM_PER_S = 600                   fastest speed change the drive allows
+#     RATED_FLOW_LPM = 120.0                 flow at MAX_RPM (flow is proportional to speed)
+#     RATED_PRESSURE_BAR = 4.0               pressure at MAX_RPM (pressure goes with speed squared)
+#     AMBIENT_C = 25.0                       motor temperature at standstill
+#     TRIP_C = 95.0                          the drive trips with fault `overtemp` above this
+#     RESET_C = 85.0                         an `overtemp` fault can be reset below this
+#     FAULTS = ("dry_run", "sensor_failure", "overtemp")   what `inject` accepts
+#
+# ramp_toward(current, target, dt_s, rate=RAMP_RPM_PER_S) -> float
+#     The next speed of a ramp that moves `current` toward `target` by at most `rate * dt_s`.
+#
+# PumpPhysics(ambient_c=AMBIENT_C, thermal_tau_s=THERMAL_TAU_S)
+#     .step(dt_s, drive_rpm)   advance the model by dt_s seconds with the drive commanding
+#                              drive_rpm (already ramped by the caller); the motor follows it
+#     .speed_rpm               actual speed (float)
+#     .motor_temp_c            winding temperature (float); the simulator may set it directly
+#     .flow_lpm() / .pressure_bar() / .temperature_c()
+#                              what the sensors read: a float, or None while `sensor_failure`
+#                              is injected (pressure and flow read nothing, as with a cut loop)
+#     .inject(kind) / .clear(kind) / .injected(kind)
+#                              fault injection for the simulator's control interface:
+#                              dry_run (no water: no flow, no pressure), sensor_failure (flow and
+#                              pressure sensors read nothing), overtemp (cooling blocked: the motor
+#                              heats toward TRIP_C + 30 whatever the speed)
 
 import math
 

@@ -1,0 +1,184 @@
+"""umqtt.simple's MQTT 3.1.1 client with the three methods a board that runs a motor cannot use.
+
+For mcpdevice.mqtt (the transport), which opens the socket with asyncio and hands it over.
+"""
+
+# umqtt.simple (`mip install umqtt.simple` on a board) writes the packets. Not used as they are:
+# connect() opens a blocking socket without a timeout (an unreachable broker would hold the control
+# loop past the watchdog; send_connect and read_connack take its place), wait_msg() reads a message of
+# any size into memory (one large message would exhaust a 96 KB heap), and publish(qos=1) blocks
+# until the PUBACK while handing arriving requests to the callback in the middle of a publish (both
+# replaced). The rest of a packet is read with the socket's short timeout; a message over the frame
+# cap is skipped in slices keeping its first bytes (so the dispatcher can name the request it
+# refuses); the PUBACK owed for a request rides in the same TCP segment as its answer.
+#
+# What this relies on in umqtt.simple, the same from 1.3.4 (PyPI) to the current micropython-lib
+# release: the constructor's first six arguments, set_callback, set_last_will, subscribe (which
+# calls wait_msg, replaced here, and reads its SUBACK), ping, disconnect, _send_str, _recv_len, and
+# the attributes they keep (sock, pid, cb, client_id, user, pswd, keepalive, lw_*).
+#
+# API: Client(client_id, server, port, user, password) as umqtt.simple's MQTTClient, plus
+#     .frame_max        messages over it reach the callback as (size, first HEAD_BYTES bytes)
+#     .send_connect(clean_session=True); .read_connack(first byte)   on the socket in .sock
+#     .wait_msg(first=None) -> first byte of the packet (None: PINGRESP, consumed)
+#     .skip(size); .flush_ack(); .publish(topic, msg or list of parts, retain, qos)
+# MQTTException: umqtt.simple's, raised by subscribe when the broker refuses it.
+
+import struct
+
+from umqtt.simple import MQTTClient, MQTTException  # noqa: F401 (MQTTException: for the transport)
+
+HEAD_BYTES = 96  # kept of an oversize message: enough to find its request id
+_SLICE = 256  # an oversize message is skipped this many bytes at a time
+_SEGMENT = 1400  # bytes per socket write: about one TCP segment
+_TOPIC_MAX = 256  # a longer topic name on our subscription is a broken broker
+_REFUSED = {
+    1: "unacceptable protocol version (the broker needs MQTT 3.1.1)",
+    2: "client id rejected",
+    3: "server unavailable",
+    4: "bad user name or password",
+    5: "not authorized",
+}
+
+
+def _remaining_length(size):
+    out = bytearray()
+    while True:
+        byte = size & 0x7F
+        size >>= 7
+        out.append(byte | 0x80 if size else byte)
+        if not size:
+            return out
+
+
+class Client(MQTTClient):
+    frame_max = 4096
+    _owed = None  # the PUBACK of the last request, sent with the next write
+    # Writes are gathered into segments (a small write after a small write waits for the peer's
+    # delayed ACK) in one buffer made once: a new one per message would leave holes in the heap.
+    _out = None
+
+    def _read(self, size):
+        data = self.sock.read(size) if size else b""
+        if data is None or len(data) < size:  # None: a TLS socket's timeout
+            raise OSError("the broker closed the connection or stopped mid-packet")
+        return data
+
+    def send_connect(self, clean_session=True):
+        """The CONNECT packet umqtt.simple's connect() sends, on the socket the transport opened."""
+        flags = clean_session << 1
+        size = 12 + len(self.client_id)
+        if self.user:
+            size += 2 + len(self.user)
+            flags |= 0x80
+            if self.pswd is not None:
+                size += 2 + len(self.pswd)
+                flags |= 0x40
+        if self.lw_topic:
+            size += 4 + len(self.lw_topic) + len(self.lw_msg)
+            flags |= 0x4 | self.lw_qos << 3 | self.lw_retain << 5
+        packet = bytearray(b"\x10")
+        packet.extend(_remaining_length(size))
+        packet.extend(b"\x00\x04MQTT\x04")
+        packet.extend(bytes((flags, self.keepalive >> 8, self.keepalive & 0xFF)))
+        self.sock.write(packet)
+        self._send_str(self.client_id)
+        if self.lw_topic:
+            self._send_str(self.lw_topic)
+            self._send_str(self.lw_msg)
+        if self.user:
+            self._send_str(self.user)
+            if self.pswd is not None:
+                self._send_str(self.pswd)
+
+    def read_connack(self, first):
+        rest = self._read(3)
+        if first != 0x20 or rest[0] != 2:
+            raise OSError("not an MQTT 3.1.1 broker: its answer to CONNECT starts %02x %02x" % (first, rest[0]))
+        if rest[2]:
+            raise OSError("the broker refused the connection: %s (CONNACK %d)" % (_REFUSED.get(rest[2], "?"), rest[2]))
+
+    def skip(self, size):
+        while size > 0:
+            size -= len(self._read(min(_SLICE, size)))
+
+    def wait_msg(self, first=None):
+        """One packet, as umqtt.simple's wait_msg: a PUBLISH goes to the callback as (topic, message,
+        flags), where message is bytes or, over the frame cap, (size, first bytes); other packets
+        return their first byte with the rest unread (None for PINGRESP, which is consumed)."""
+        if first is None:
+            first = self._read(1)[0]
+        if first == 0xD0:
+            self._read(1)
+            return None
+        if first & 0xF0 != 0x30:
+            return first
+        size = self._recv_len()
+        length = struct.unpack("!H", self._read(2))[0]
+        if length > _TOPIC_MAX or length + 2 > size:
+            raise OSError("malformed PUBLISH from the broker (topic of %d bytes)" % length)
+        name = self._read(length)
+        size -= length + 2
+        qos = first >> 1 & 3
+        if qos == 1:
+            pid = self._read(2)
+            size -= 2
+        elif qos:
+            # We subscribe with QoS 1, so a broker never sends QoS 2 here (MQTT-3.8.4-6).
+            raise OSError("the broker sent a QoS %d message on a QoS 1 subscription" % qos)
+        if size < 0:
+            raise OSError("malformed PUBLISH from the broker (no room for its payload)")
+        if size > self.frame_max:
+            head = self._read(min(HEAD_BYTES, size))
+            self.skip(size - len(head))
+            message = (size, head)
+        else:
+            message = self._read(size)
+        if qos == 1:
+            self._owed = b"\x40\x02" + pid  # acknowledged once handled (below and in publish)
+        self.cb(name, message, first & 0x0F)
+        return first
+
+    def flush_ack(self):
+        owed = self._owed
+        if owed is not None:
+            self._owed = None
+            self.sock.write(owed)
+
+    def _put(self, data, n):
+        """Add `data` to the segment filled up to `n`, writing the segment out when it would overflow."""
+        size = len(data)
+        if n + size > _SEGMENT:
+            self.sock.write(memoryview(self._out)[:n])
+            n = 0
+            if size > _SEGMENT:
+                self.sock.write(data)
+                return 0
+        self._out[n : n + size] = data
+        return n + size
+
+    def publish(self, topic, msg, retain=False, qos=0):
+        """One PUBLISH; msg: bytes-like or a list of parts (bytes, or objects with len() and
+        .chunks()). QoS 1 is not waited for: the PUBACK arrives later and is consumed by recv."""
+        parts = msg if isinstance(msg, list) else (msg,)
+        size = 2 + len(topic) + (2 if qos else 0)
+        for part in parts:
+            size += len(part)
+        if self._out is None:
+            self._out = bytearray(_SEGMENT)
+        n = 0
+        if self._owed is not None:
+            n = self._put(self._owed, n)
+            self._owed = None
+        n = self._put(bytes((0x30 | qos << 1 | retain,)), n)
+        n = self._put(_remaining_length(size), n)
+        n = self._put(struct.pack("!H", len(topic)), n)
+        n = self._put(topic, n)
+        if qos:
+            self.pid = self.pid % 65535 + 1  # packet ids are 1 to 65535
+            n = self._put(struct.pack("!H", self.pid), n)
+        for part in parts:
+            for piece in part.chunks() if hasattr(part, "chunks") else (part,):
+                n = self._put(piece, n)
+        if n:
+            self.sock.write(memoryview(self._out)[:n])
