@@ -8,8 +8,6 @@ it on a board; a test that cannot get it, mosquitto or micropython fails, never 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -22,10 +20,10 @@ from mcp import Client
 from gateway.core.schema_hash import tools_hash
 from tests.conftest import GatewayFactory, MosquittoFactory, wait_for, wait_ready_slot
 from tests.device.conftest import DeviceFactory
-from tests.device.harness import DEVICE_DIR, DEVICE_HEAP, SCHEMA_FILE, Device, start_device
+from tests.device.harness import DEVICE_HEAP, SCHEMA_FILE, Device, start_device
 from tests.device.mqtt_harness import BrokerPeer, publish_packet, publish_raw
 from tests.device.test_device_wss import self_signed
-from tests.device.test_mpy_cross import compile_all
+from tests.device.test_mpy_cross import compiled_board, start_compiled
 from tests.device.test_pump_gateway import assert_physics, poll, status_of
 from tests.support.mosquitto import Mosquitto, free_port
 
@@ -74,6 +72,28 @@ def mqtt_gateway_config(broker: Mosquitto, **broker_overrides: Any) -> dict[str,
     return {
         "mqtt": {"brokers": [{"url": f"mqtt://127.0.0.1:{broker.port}", "profiles": ["plain"], **broker_overrides}]}
     }
+
+
+async def tls_broker(mosquitto_factory: MosquittoFactory, tls: Path, tmp_path: Path) -> tuple[Mosquitto, int]:
+    """A mosquitto with a plain listener (broker.port, for the gateway) and a TLS one (the port returned)."""
+    tls_port = free_port()
+    broker = await mosquitto_factory(
+        config_text="\n".join(
+            [
+                "per_listener_settings false",
+                "allow_anonymous true",
+                "persistence false",
+                f"log_dest file {tmp_path / 'tls-broker.log'}",
+                "listener {port} 127.0.0.1",
+                f"listener {tls_port} 127.0.0.1",
+                f"cafile {tls / 'ca.pem'}",
+                f"certfile {tls / 'server.pem'}",
+                f"keyfile {tls / 'server-key.pem'}",
+            ]
+        )
+        + "\n"
+    )
+    return broker, tls_port
 
 
 async def board_on_peer(mqtt_devices: MqttDeviceFactory, peer: BrokerPeer, **config: Any) -> Device:
@@ -417,11 +437,7 @@ async def test_the_compiled_board_serves_over_mqtt(
     mpy_cross: str, micropython: str, umqtt: Path, peer: BrokerPeer, tmp_path: Path
 ) -> None:
     """The deployment form: every module as .mpy, umqtt.simple compiled as `mip` installs it."""
-    board = tmp_path / "board"
-    assert await compile_all(mpy_cross, board) == {}
-    (board / "main.mpy").unlink()
-    shutil.copy(DEVICE_DIR / "main.py", board / "main.py")
-    shutil.copy(SCHEMA_FILE, board / "pump-1.json")
+    board = await compiled_board(mpy_cross, tmp_path / "board")
     lib = board / "lib" / "umqtt"
     lib.mkdir(parents=True)
     process = await asyncio.create_subprocess_exec(
@@ -429,19 +445,7 @@ async def test_the_compiled_board_serves_over_mqtt(
     )
     assert await process.wait() == 0
     config = {"transport": "mqtt", "mqtt": {"broker": "127.0.0.1", "port": peer.port}, "backoff_min_s": 0.1}
-    (board / "config.json").write_bytes(orjson.dumps(config))
-    process = await asyncio.create_subprocess_exec(
-        micropython,
-        "-X",
-        f"heapsize={DEVICE_HEAP}",
-        "main.py",
-        cwd=board,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "MICROPYPATH": f".frozen:{board}:{board / 'lib'}"},
-    )
-    device = Device(process, config)
+    device = await start_compiled(micropython, board, config, board / "lib")
     try:
         await peer.status()
         await peer.handshake()
@@ -500,23 +504,7 @@ async def test_a_board_talks_to_the_broker_over_tls_and_checks_its_certificate(
 ) -> None:
     tls = self_signed(tmp_path / "tls", "localhost")
     stranger = self_signed(tmp_path / "stranger", "localhost")
-    tls_port = free_port()
-    broker = await mosquitto_factory(
-        config_text="\n".join(
-            [
-                "per_listener_settings false",
-                "allow_anonymous true",
-                "persistence false",
-                f"log_dest file {tmp_path / 'tls-broker.log'}",
-                "listener {port} 127.0.0.1",  # plain, for the gateway stand-in
-                f"listener {tls_port} 127.0.0.1",
-                f"cafile {tls / 'ca.pem'}",
-                f"certfile {tls / 'server.pem'}",
-                f"keyfile {tls / 'server-key.pem'}",
-            ]
-        )
-        + "\n"
-    )
+    broker, tls_port = await tls_broker(mosquitto_factory, tls, tmp_path)
     peer = BrokerPeer(broker.port)
     await peer.start()
     try:

@@ -25,11 +25,10 @@ from mcp import Client
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, MosquittoFactory, wait_ready_slot
 from tests.device.harness import DEVICE_DIR, DEVICE_HEAP, SCHEMA_FILE, Device, start_device
-from tests.device.test_device_mqtt import mqtt_gateway_config
+from tests.device.test_device_mqtt import mqtt_gateway_config, tls_broker
 from tests.device.test_device_wss import https_client, self_signed
 from tests.device.test_pump_gateway import status_of
 from tests.device.umqtt_package import MODULE
-from tests.support.mosquitto import free_port
 from tests.support.serial_ports import PtyPair, SerialRelay
 
 SLOT = "pump-1"
@@ -96,23 +95,7 @@ async def configure(
         return Setup(gateway, {"transport": "mqtt", "mqtt": {"broker": "127.0.0.1", "port": broker.port}})
     if kind == "mqtts":
         tls = self_signed(tmp_path / "tls", "localhost")
-        tls_port = free_port()
-        broker = await mosquitto_factory(
-            config_text="\n".join(
-                [
-                    "per_listener_settings false",
-                    "allow_anonymous true",
-                    "persistence false",
-                    f"log_dest file {tmp_path / 'tls-broker.log'}",
-                    "listener {port} 127.0.0.1",  # plain, for the gateway
-                    f"listener {tls_port} 127.0.0.1",  # TLS, for the board
-                    f"cafile {tls / 'ca.pem'}",
-                    f"certfile {tls / 'server.pem'}",
-                    f"keyfile {tls / 'server-key.pem'}",
-                ]
-            )
-            + "\n"
-        )
+        broker, tls_port = await tls_broker(mosquitto_factory, tls, tmp_path)
         gateway = await gateway_factory(**mqtt_gateway_config(broker))
         mqtts = {"broker": "localhost", "port": tls_port, "tls": True}
         return Setup(gateway, {"transport": "mqtt", "mqtt": mqtts, "ca_file": str(tls / "ca.pem")})

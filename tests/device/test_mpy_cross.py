@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -36,22 +37,18 @@ async def compile_all(mpy_cross: str, into: Path) -> dict[Path, str]:
     return failures
 
 
-async def test_every_module_compiles_with_mpy_cross(mpy_cross: str, tmp_path: Path) -> None:
-    assert len(MODULES) >= 15
-    assert await compile_all(mpy_cross, tmp_path) == {}
-
-
-async def test_the_compiled_app_boots_and_serves(
-    mpy_cross: str, micropython: str, fake_gateway: FakeGateway, tmp_path: Path
-) -> None:
-    """The deployment form for boards: .mpy modules, with main.py as the only source file."""
-    board = tmp_path / "board"
+async def compiled_board(mpy_cross: str, board: Path) -> Path:
+    """`board` laid out as a board is deployed: .mpy modules, main.py as source, the schema beside."""
     assert await compile_all(mpy_cross, board) == {}
     (board / "main.mpy").unlink()
     shutil.copy(DEVICE_DIR / "main.py", board / "main.py")
     shutil.copy(SCHEMA_FILE, board / "pump-1.json")
-    config = board / "config.json"
-    config.write_bytes(orjson.dumps({"gateway_url": fake_gateway.url, "backoff_min_s": 0.1}))
+    return board
+
+
+async def start_compiled(micropython: str, board: Path, config: dict[str, Any], *path: Path) -> Device:
+    """The compiled board's main.py under MicroPython (96 KB heap), run from `board` with `config`."""
+    (board / "config.json").write_bytes(orjson.dumps(config))
     process = await asyncio.create_subprocess_exec(
         micropython,
         "-X",
@@ -61,9 +58,22 @@ async def test_the_compiled_app_boots_and_serves(
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "MICROPYPATH": f".frozen:{board}"},
+        env={**os.environ, "MICROPYPATH": ":".join([".frozen", str(board), *map(str, path)])},
     )
-    device = Device(process, {})
+    return Device(process, config)
+
+
+async def test_every_module_compiles_with_mpy_cross(mpy_cross: str, tmp_path: Path) -> None:
+    assert len(MODULES) >= 15
+    assert await compile_all(mpy_cross, tmp_path) == {}
+
+
+async def test_the_compiled_app_boots_and_serves(
+    mpy_cross: str, micropython: str, fake_gateway: FakeGateway, tmp_path: Path
+) -> None:
+    """The deployment form for boards: .mpy modules, with main.py as the only source file."""
+    board = await compiled_board(mpy_cross, tmp_path / "board")
+    device = await start_compiled(micropython, board, {"gateway_url": fake_gateway.url, "backoff_min_s": 0.1})
     try:
         link = await fake_gateway.accept()
         await link.handshake()
