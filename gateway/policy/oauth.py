@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import jwt
 import orjson
 from aiohttp import web
 
@@ -79,6 +78,8 @@ def key_algorithms(jwk: dict[str, Any]) -> frozenset[str]:
 
 
 def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[SigningKey]:
+    import jwt  # PyJWT, and cryptography under it: about 9 MiB, loaded only where OAuth is configured
+
     """The signing keys of a JWKS document usable with the allowed algorithms (JwksError if none).
 
     Keys for encryption (`use` other than "sig"), symmetric keys and keys of other algorithms are
@@ -126,6 +127,8 @@ def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:
 
 def failure_for(exc: Exception, settings: OAuthConfig, audience: str) -> AuthFailure:
     """What a client is told about a token PyJWT refused (never the token itself)."""
+    import jwt
+
     if isinstance(exc, jwt.ExpiredSignatureError):
         return AuthFailure("expired", "The access token has expired; get a new one from the authorization server.")
     if isinstance(exc, jwt.ImmatureSignatureError):
@@ -327,6 +330,8 @@ class OAuthVerifier:
         return await self.validate(bearer, endpoint.resource)
 
     async def validate(self, token: str, audience: str) -> Principal | AuthFailure:
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:

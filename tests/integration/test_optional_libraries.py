@@ -1,0 +1,64 @@
+"""A gateway loads PyJWT and cryptography (about 9 MiB of a 64 MiB process) only where it checks OAuth tokens.
+
+Read from the running process's own memory map: cryptography's compiled core is a shared object, so
+a process that imported it (PyJWT's algorithms import it) has it mapped, and one that did not has not.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from tests.support.gateway_process import gateway_process
+from tests.support.oauth import ISSUER, access_token, jwks, rsa_key
+
+CRYPTOGRAPHY = f"{os.sep}cryptography{os.sep}"
+
+
+HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+CLIENT = {"name": "t", "version": "1"}
+INITIALIZE = orjson.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT},
+    }
+)
+
+
+def mapped_files(pid: int) -> set[str]:
+    with open(f"/proc/{pid}/maps") as maps:
+        return {line.split(maxsplit=5)[5].strip() for line in maps if len(line.split(maxsplit=5)) == 6}
+
+
+async def initialize(url: str, token: str | None = None) -> tuple[int, str]:
+    """Status and body (with WWW-Authenticate) of an initialize POSTed to `url`."""
+    headers = HEADERS if token is None else {**HEADERS, "Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession() as http, http.post(url, data=INITIALIZE, headers=headers) as response:
+        return response.status, response.headers.get("WWW-Authenticate", "") + await response.text()
+
+
+async def test_a_gateway_without_oauth_never_loads_the_token_libraries() -> None:
+    async with gateway_process("--port", "0") as gateway:
+        status, body = await initialize(f"{gateway.url}/pump-1/mcp")  # a call first: nothing loads on demand
+        assert status == 200, body
+        loaded = [path for path in mapped_files(gateway.process.pid) if CRYPTOGRAPHY in path]
+        assert not loaded, loaded
+
+
+async def test_a_gateway_with_oauth_loads_them_and_checks_tokens(tmp_path: Path) -> None:
+    keys = tmp_path / "jwks.json"
+    keys.write_bytes(orjson.dumps(jwks(rsa_key())))
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'port = 0\n[auth.oauth]\nissuer = "{ISSUER}"\njwks_file = "{keys}"\n')
+    async with gateway_process("--config", str(config)) as gateway:
+        assert any(CRYPTOGRAPHY in path for path in mapped_files(gateway.process.pid))
+        endpoint = f"{gateway.url}/pump-1/mcp"
+        status, body = await initialize(endpoint, access_token(rsa_key(), endpoint))
+        assert status == 200, body
+        status, body = await initialize(endpoint, access_token(rsa_key(), endpoint, expires_in=-300))
+        assert status == 401 and "expired" in body, body
