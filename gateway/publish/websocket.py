@@ -179,13 +179,7 @@ class Publisher(_PublisherBase):
             if not ws.closed:
                 await ws.send_frame(data, TEXT)
 
-        session = SdkSession(self.server, send)
-        async with anyio.create_task_group() as group:
-            group.start_soon(session.run)
-            async for data in _read_frames(ws, self._close_reasons):
-                await session.feed(data)
-            await session.close_input()
-            group.cancel_scope.cancel()
+        await SdkSession(self.server, send).serve(_read_frames(ws, self._close_reasons))
 
 
 class MultiplexedPublisher(_PublisherBase):

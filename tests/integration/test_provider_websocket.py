@@ -19,6 +19,7 @@ import aiohttp
 import orjson
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
@@ -529,3 +530,35 @@ async def test_the_publisher_sends_every_frame_as_text_as_mcp_broker_reads_them(
         await runner.cleanup()
     assert frames[0][1]["method"] == "notifications/register"
     assert {kind for kind, _ in frames} == {aiohttp.WSMsgType.TEXT}
+
+
+async def test_a_call_running_when_the_link_drops_ends_with_it_and_the_publisher_dials_again(
+    gateway: GatewayServer, publishers: Publishers
+) -> None:
+    """The provider's half: the tool still running is cancelled (its answer has no link to go out on)
+    and the publisher is back in the slot without waiting for it."""
+    from mcp.server.mcpserver import MCPServer
+
+    started = asyncio.Event()
+    ended: list[str] = []
+    server = MCPServer("slow")
+
+    @server.tool()
+    async def hold() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(300)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        return "held"
+
+    publisher = await publishers.start(gateway, "slow", server, backoff_initial_s=0.05, backoff_max_s=0.1)
+    async with Client(f"{gateway.url}/slow/mcp", mode="legacy") as client:
+        call = asyncio.create_task(client.call_tool("hold", {}))
+        await asyncio.wait_for(started.wait(), 10)
+        await publisher.drop()
+        await wait_for(lambda: ended == ["cancelled"], what="the running tool cancelled with its link")
+        await wait_for(lambda: publisher.connections == 2, what="the publisher back in its slot")
+        with pytest.raises(MCPError, match='Provider "slow" disconnected'):  # the gateway told the caller
+            await asyncio.wait_for(call, 10)
