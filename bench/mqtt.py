@@ -24,9 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench.processes import (
@@ -35,11 +33,19 @@ from bench.processes import (
     free_port,
     gateway_env,
     rotating_rounds,
-    timed_get_status,
     wait_healthy,
     wait_slot_ready,
 )
-from bench.report import MODE_LABELS, MODES, markdown_table, median, percentile, round_ratios, spread
+from bench.pump_rounds import (
+    LATENCY_ROWS,
+    Figures,
+    RoundOptions,
+    add_round_arguments,
+    new_figures,
+    round_options,
+    timed_round,
+)
+from bench.pump_rounds import render as render_rounds
 
 REPO = Path(__file__).resolve().parent.parent
 PATHS = {"websocket": "pump-1", "mqtt plain": "pump-2", "mqtt mcp": "pump-3"}
@@ -50,31 +56,11 @@ SIM_ARGS = {
 }
 
 
-@dataclass
-class Options:
-    rounds: int
-    calls: int
-    warmup: int
-    modes: Sequence[str]
-
-
-def parse_options(argv: Sequence[str] | None) -> Options:
+def parse_options(argv: Sequence[str] | None) -> RoundOptions:
     parser = argparse.ArgumentParser(prog="python -m bench.mqtt", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, help="rounds, each path once per era (default 5; quick 1)")
-    parser.add_argument("--calls", type=int, help="timed calls per round, path and era (default 400; quick 20)")
-    parser.add_argument("--warmup", type=int, help="untimed calls before each timed run (default 30; quick 3)")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"protocol eras, comma-separated (default {MODES})")
+    add_round_arguments(parser, "rounds, each path once per era")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 20 calls")
-    args = parser.parse_args(argv)
-    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
-    if not modes or any(mode not in MODES for mode in modes):
-        parser.error(f"--modes takes {', '.join(MODES)}")
-    return Options(
-        rounds=args.rounds or (1 if args.quick else 5),
-        calls=args.calls or (20 if args.quick else 400),
-        warmup=args.warmup or (3 if args.quick else 30),
-        modes=modes,
-    )
+    return round_options(parser, parser.parse_args(argv))
 
 
 def mosquitto_binary() -> str:
@@ -135,47 +121,16 @@ class Stack:
                 self.broker.wait()
 
 
-# figures[mode][path][name] -> one value per round
-Figures = dict[str, dict[str, dict[str, list[float]]]]
-
-
-async def timed_round(stack: Stack, options: Options, mode: str, path: str, figures: Figures) -> None:
-    url, gateway = f"{stack.url}/{PATHS[path]}/mcp", stack.children["gateway"].pid
-    latencies, (cpu,) = await timed_get_status(url, mode, options.calls, options.warmup, [gateway])
-    into = figures[mode][path]
-    into["median"].append(median(latencies) * 1000)
-    into["p95"].append(percentile(latencies, 0.95) * 1000)
-    into["cpu_gateway"].append(cpu / options.calls * 1e6)
-
-
-ROWS = (
-    ("median", "sequential get_status, median", "ms"),
-    ("p95", "sequential get_status, p95", "ms"),
-    ("cpu_gateway", "CPU per call, gateway", "us"),
-)
+ROWS = (*LATENCY_ROWS, ("cpu_gateway", "CPU per call, gateway", "us"))
+RATIOS = (("mqtt plain", "websocket", "ratio plain/ws"), ("mqtt mcp", "websocket", "ratio mcp/ws"))
 
 
 def render(figures: Figures, modes: Sequence[str]) -> str:
-    paths = list(PATHS)
-    header = ["metric", *paths, "ratio plain/ws", "ratio mcp/ws", "ranges"]
-    lines: list[list[str]] = []
-    for mode in modes:
-        for key, label, unit in ROWS:
-            values = {path: figures[mode][path][key] for path in paths}
-            fmt = "{:.2f}" if unit == "ms" else "{:,.0f}"
-            cells = [f"{MODE_LABELS[mode]}: {label} ({unit})", *(fmt.format(median(values[p])) for p in paths)]
-            spreads = []
-            for path in paths[1:]:
-                per_round = round_ratios(values[path], values[paths[0]])
-                cells.append(f"{median(per_round):.2f}x")
-                spreads.append(spread(per_round))
-            cells.append(" / ".join(spreads).strip(" /"))
-            lines.append(cells)
-    return markdown_table(header, lines)
+    return render_rounds(figures, modes, ROWS, {path: path for path in PATHS}, RATIOS)
 
 
-async def run(options: Options) -> Figures:
-    figures: Figures = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+async def run(options: RoundOptions) -> Figures:
+    figures = new_figures()
     paths = list(PATHS)
     with tempfile.TemporaryDirectory() as tmp:
         stack = Stack(Path(tmp))
@@ -185,7 +140,14 @@ async def run(options: Options) -> Figures:
                 options.rounds,
                 options.modes,
                 paths,
-                lambda mode, path: timed_round(stack, options, mode, path, figures),
+                lambda mode, path: timed_round(
+                    figures,
+                    options,
+                    mode,
+                    path,
+                    f"{stack.url}/{PATHS[path]}/mcp",
+                    {"cpu_gateway": stack.children["gateway"].pid},
+                ),
             )
         finally:
             stack.stop()

@@ -23,9 +23,7 @@ import platform
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -36,11 +34,19 @@ from bench.processes import (
     free_port,
     gateway_env,
     rotating_rounds,
-    timed_get_status,
     wait_healthy,
     wait_slot_ready,
 )
-from bench.report import MODE_LABELS, MODES, markdown_table, median, percentile, round_ratios, spread
+from bench.pump_rounds import (
+    LATENCY_ROWS,
+    Figures,
+    RoundOptions,
+    add_round_arguments,
+    new_figures,
+    round_options,
+    timed_round,
+)
+from bench.pump_rounds import render as render_rounds
 
 REPO = Path(__file__).resolve().parent.parent
 DEVICE_DIR = REPO / "device" / "micropython"
@@ -48,33 +54,12 @@ SCHEMA_FILE = REPO / "device" / "schemas" / "pump-1.json"
 PATHS = {"board": "pump-1", "simulator": "pump-2"}
 
 
-@dataclass
-class Options:
-    rounds: int
-    calls: int
-    warmup: int
-    modes: Sequence[str]
-
-
-def parse_options(argv: Sequence[str] | None) -> Options:
+def parse_options(argv: Sequence[str] | None) -> RoundOptions:
     parser = argparse.ArgumentParser(prog="python -m bench.pump_paths", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, help="alternating board/simulator rounds (default 5; quick 1)")
-    parser.add_argument("--calls", type=int, help="timed calls per round, path and era (default 400; quick 20)")
-    parser.add_argument("--warmup", type=int, help="untimed calls before each timed run (default 30; quick 3)")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"protocol eras, comma-separated (default {MODES})")
+    add_round_arguments(parser, "alternating board/simulator rounds")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 20 calls")
     args = parser.parse_args(argv)
-    quick = args.quick
-    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
-    unknown = [mode for mode in modes if mode not in MODES]
-    if unknown or not modes:
-        parser.error(f"--modes takes {', '.join(MODES)}")
-    return Options(
-        rounds=args.rounds or (1 if quick else 5),
-        calls=args.calls or (20 if quick else 400),
-        warmup=args.warmup or (3 if quick else 30),
-        modes=modes,
-    )
+    return round_options(parser, args)
 
 
 def micropython() -> str:
@@ -151,51 +136,21 @@ class Stack:
             child.stop()
 
 
-# figures[mode][path][name] -> one value per round
-Figures = dict[str, dict[str, dict[str, list[float]]]]
-
-
-async def timed_round(stack: Stack, options: Options, mode: str, path: str, figures: Figures) -> None:
-    url, pids = f"{stack.url}/{PATHS[path]}/mcp", [stack.gateway.pid, stack.pid(path)]
-    latencies, (cpu_gateway, cpu_device) = await timed_get_status(url, mode, options.calls, options.warmup, pids)
-    into = figures[mode][path]
-    into["median"].append(median(latencies) * 1000)
-    into["p95"].append(percentile(latencies, 0.95) * 1000)
-    into["cpu_gateway"].append(cpu_gateway / options.calls * 1e6)
-    into["cpu_device"].append(cpu_device / options.calls * 1e6)
-
-
 ROWS = (
-    ("median", "sequential get_status, median", "ms"),
-    ("p95", "sequential get_status, p95", "ms"),
+    *LATENCY_ROWS,
     ("cpu_device", "CPU per call, pump process", "us"),
     ("cpu_gateway", "CPU per call, gateway", "us"),
 )
+COLUMNS = {"board": "board (MicroPython)", "simulator": "simulator (CPython)"}
+RATIOS = (("board", "simulator", "ratio board/sim"),)
 
 
 def render(figures: Figures, modes: Sequence[str]) -> str:
-    header = ["metric", "board (MicroPython)", "simulator (CPython)", "ratio board/sim", "ratio range"]
-    lines: list[list[str]] = []
-    for mode in modes:
-        for key, label, unit in ROWS:
-            board = figures[mode]["board"][key]
-            sim = figures[mode]["simulator"][key]
-            per_round = round_ratios(board, sim)
-            fmt = "{:.2f}" if unit == "ms" else "{:,.0f}"
-            lines.append(
-                [
-                    f"{MODE_LABELS[mode]}: {label} ({unit})",
-                    fmt.format(median(board)),
-                    fmt.format(median(sim)),
-                    f"{median(per_round):.2f}x",
-                    spread(per_round),
-                ]
-            )
-    return markdown_table(header, lines)
+    return render_rounds(figures, modes, ROWS, COLUMNS, RATIOS)
 
 
-async def run(options: Options) -> Figures:
-    figures: Figures = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+async def run(options: RoundOptions) -> Figures:
+    figures = new_figures()
     with tempfile.TemporaryDirectory() as tmp:
         stack = Stack(Path(tmp))
         try:
@@ -204,7 +159,14 @@ async def run(options: Options) -> Figures:
                 options.rounds,
                 options.modes,
                 ("board", "simulator"),
-                lambda mode, path: timed_round(stack, options, mode, path, figures),
+                lambda mode, path: timed_round(
+                    figures,
+                    options,
+                    mode,
+                    path,
+                    f"{stack.url}/{PATHS[path]}/mcp",
+                    {"cpu_gateway": stack.gateway.pid, "cpu_device": stack.pid(path)},
+                ),
             )
         finally:
             stack.stop()

@@ -57,11 +57,20 @@ from bench.processes import (
     free_port,
     gateway_env,
     rotating_rounds,
-    timed_get_status,
     wait_healthy,
     wait_slot_ready,
 )
-from bench.report import MODE_LABELS, MODES, markdown_table, median, percentile, round_ratios, spread
+from bench.pump_rounds import (
+    LATENCY_ROWS,
+    Figures,
+    RoundOptions,
+    add_round_arguments,
+    new_figures,
+    round_options,
+    timed_round,
+)
+from bench.pump_rounds import render as render_rounds
+from bench.report import markdown_table, median, round_ratios, spread
 from gateway.southbound import framing
 from sim import firmware
 from sim.pump import PumpSettings, SimulatedPump
@@ -89,13 +98,9 @@ RUNNING_STATUS = {
 
 
 @dataclass
-class Options:
+class Options(RoundOptions):
     repeats: int
     min_time: float
-    rounds: int
-    calls: int
-    warmup: int
-    modes: Sequence[str]
 
 
 def parse_options(argv: Sequence[str] | None) -> Options:
@@ -104,22 +109,13 @@ def parse_options(argv: Sequence[str] | None) -> Options:
     parser.add_argument(
         "--min-time", type=float, help="framing: seconds each timed loop runs at least (default 0.05; quick 0.005)"
     )
-    parser.add_argument("--rounds", type=int, help="round trip: alternating rounds (default 5; quick 1)")
-    parser.add_argument("--calls", type=int, help="timed calls per round, path and era (default 400; quick 20)")
-    parser.add_argument("--warmup", type=int, help="untimed calls before each timed run (default 30; quick 3)")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"protocol eras, comma-separated (default {MODES})")
+    add_round_arguments(parser, "round trip: alternating rounds")
     parser.add_argument("--quick", action="store_true", help="a smoke run: short loops, 1 round of 20 calls")
     args = parser.parse_args(argv)
-    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
-    if not modes or any(mode not in MODES for mode in modes):
-        parser.error(f"--modes takes {', '.join(MODES)}")
     return Options(
+        **vars(round_options(parser, args)),
         repeats=args.repeats or (3 if args.quick else 7),
         min_time=args.min_time or (0.005 if args.quick else 0.05),
-        rounds=args.rounds or (1 if args.quick else 5),
-        calls=args.calls or (20 if args.quick else 400),
-        warmup=args.warmup or (3 if args.quick else 30),
-        modes=modes,
     )
 
 
@@ -301,50 +297,19 @@ class Stack:
             child.stop()
 
 
-# figures[mode][path][name] -> one value per round
-Figures = dict[str, dict[str, dict[str, list[float]]]]
-
-
-async def timed_round(stack: Stack, options: Options, mode: str, path: str, figures: Figures) -> None:
-    url, pids = f"{stack.url}/{PATHS[path]}/mcp", [stack.children["gateway"].pid, stack.children[path].pid]
-    latencies, (cpu_gateway, cpu_pump) = await timed_get_status(url, mode, options.calls, options.warmup, pids)
-    into = figures[mode][path]
-    into["median"].append(median(latencies) * 1000)
-    into["p95"].append(percentile(latencies, 0.95) * 1000)
-    into["cpu_gateway"].append(cpu_gateway / options.calls * 1e6)
-    into["cpu_pump"].append(cpu_pump / options.calls * 1e6)
-
-
 ROWS = (
-    ("median", "sequential get_status, median", "ms"),
-    ("p95", "sequential get_status, p95", "ms"),
+    *LATENCY_ROWS,
     ("cpu_gateway", "CPU per call, gateway", "us"),
     ("cpu_pump", "CPU per call, pump process", "us"),
 )
 
 
 def render_round_trip(figures: Figures, modes: Sequence[str]) -> str:
-    header = ["metric", *PATH_LABELS.values(), "ratio serial/ws", "ratio range"]
-    lines: list[list[str]] = []
-    for mode in modes:
-        for key, label, unit in ROWS:
-            websocket, serial = figures[mode]["websocket"][key], figures[mode]["serial"][key]
-            per_round = round_ratios(serial, websocket)
-            fmt = "{:.2f}" if unit == "ms" else "{:,.0f}"
-            lines.append(
-                [
-                    f"{MODE_LABELS[mode]}: {label} ({unit})",
-                    fmt.format(median(websocket)),
-                    fmt.format(median(serial)),
-                    f"{median(per_round):.2f}x",
-                    spread(per_round),
-                ]
-            )
-    return markdown_table(header, lines)
+    return render_rounds(figures, modes, ROWS, PATH_LABELS, (("serial", "websocket", "ratio serial/ws"),))
 
 
 async def round_trip(options: Options) -> Figures:
-    figures: Figures = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    figures = new_figures()
     paths = list(PATHS)
     # SIGTERM cancels the run as Ctrl-C does, so the `finally` below stops every process it started.
     main_task = asyncio.current_task()
@@ -354,7 +319,17 @@ async def round_trip(options: Options) -> Figures:
     try:
         await stack.start()
         await rotating_rounds(
-            options.rounds, options.modes, paths, lambda mode, path: timed_round(stack, options, mode, path, figures)
+            options.rounds,
+            options.modes,
+            paths,
+            lambda mode, path: timed_round(
+                figures,
+                options,
+                mode,
+                path,
+                f"{stack.url}/{PATHS[path]}/mcp",
+                {"cpu_gateway": stack.children["gateway"].pid, "cpu_pump": stack.children[path].pid},
+            ),
         )
     finally:
         stack.stop()

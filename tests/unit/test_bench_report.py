@@ -49,3 +49,39 @@ def test_table_shows_ratio_and_spread_and_dashes_for_gateway_only_rows() -> None
     # Columns line up, so the table reads as well in a terminal as in Markdown.
     assert len({len(line) for line in table}) == 1
     assert [cell.strip() for cell in table[3].split("|")[1:-1]] == ["gateway CPU (us)", "-", "300", "-", "", "", ""]
+
+
+def test_pump_table_compares_each_path_with_its_baseline_round_by_round() -> None:
+    from bench.pump_rounds import new_figures
+    from bench.pump_rounds import render as render_rounds
+
+    figures = new_figures()
+    for path, values in {"ws": [1.0, 2.0, 1.0], "plain": [1.1, 2.4, 1.2], "mcp": [2.0, 4.0, 2.0]}.items():
+        figures["legacy"][path]["median"] = values
+    table = render_rounds(
+        figures,
+        ["legacy"],
+        [("median", "sequential get_status, median", "ms")],
+        {"ws": "websocket", "plain": "mqtt plain", "mcp": "mqtt mcp"},
+        [("plain", "ws", "ratio plain/ws"), ("mcp", "ws", "ratio mcp/ws")],
+    )
+    header, _, row = table.splitlines()
+    assert [cell.strip() for cell in header.strip("|").split("|")] == [
+        "metric",
+        "websocket",
+        "mqtt plain",
+        "mqtt mcp",
+        "ratio plain/ws",
+        "ratio mcp/ws",
+        "ranges",
+    ]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells == [
+        "session era: sequential get_status, median (ms)",
+        "1.00",
+        "1.20",
+        "2.00",
+        "1.20x",
+        "2.00x",
+        "1.10-1.20 / 2.00-2.00",
+    ]
