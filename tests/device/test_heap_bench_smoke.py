@@ -31,7 +31,7 @@ def test_heap_bench_prints_every_stage_for_every_column() -> None:
     lines = stdout.splitlines()
     assert lines[1].split() == ["stage", ".py", ".mpy", "gateway"], stdout
     rows = {line.rsplit(None, 3)[0]: line.rsplit(None, 3)[1:] for line in lines[2:] if "(1.000" not in line}
-    for stage in ("imported", "booted", "after 20 calls", "after 200 calls"):
+    for stage in ("config read", "booted (imported)", "after 20 calls", "after 200 calls"):
         assert stage in rows, stdout
     # The gateway column is filled: the 200 calls through the gateway all succeeded.
     assert float(rows["after 200 calls"][2]) > 0, stdout
