@@ -134,6 +134,16 @@ def _reason(ws: aiohttp.ClientWebSocketResponse, close_reason: str) -> str:
     return str(exc) if exc else ""
 
 
+async def _send_text(ws: aiohttp.ClientWebSocketResponse, data: bytes) -> None:
+    """One frame out; dropped when the link is closed or closing. The gateway has already answered
+    the callers of a provider that left, and an error here would end the SDK session in the middle
+    of a tool's answer instead of letting the link's end end it."""
+    if ws.closed:
+        return
+    with contextlib.suppress(ConnectionResetError):  # aiohttp's ClientConnectionResetError: closing
+        await ws.send_frame(data, TEXT)
+
+
 async def _read_frames(ws: aiohttp.ClientWebSocketResponse, close_reasons: list[str]) -> Any:
     """Every text or binary frame; the reason of the close frame that ends them goes to `close_reasons`."""
     # receive(), not `async for`: iterating stops at a close frame without handing over its reason.
@@ -176,8 +186,7 @@ class Publisher(_PublisherBase):
         await ws.send_frame(orjson.dumps(register_frame(self.aggregate, self.hello)), TEXT)
 
         async def send(data: bytes) -> None:
-            if not ws.closed:
-                await ws.send_frame(data, TEXT)
+            await _send_text(ws, data)
 
         await SdkSession(self.server, send).serve(_read_frames(ws, self._close_reasons))
 
@@ -210,8 +219,7 @@ class MultiplexedPublisher(_PublisherBase):
             prefix = b'{"provider":' + orjson.dumps(slot) + b',"payload":'
 
             async def send(data: bytes) -> None:
-                if not ws.closed:
-                    await ws.send_frame(prefix + data + b"}", TEXT)
+                await _send_text(ws, prefix + data + b"}")
 
             return send
 

@@ -562,3 +562,67 @@ async def test_a_call_running_when_the_link_drops_ends_with_it_and_the_publisher
         await wait_for(lambda: publisher.connections == 2, what="the publisher back in its slot")
         with pytest.raises(MCPError, match='Provider "slow" disconnected'):  # the gateway told the caller
             await asyncio.wait_for(call, 10)
+
+
+async def test_an_answer_written_as_the_link_breaks_is_dropped_and_the_publisher_dials_again() -> None:
+    """A connection reset under a tool that is just answering: the answer has nowhere to go, and the
+    publisher must carry on (dial again) instead of failing with the write's error."""
+    from aiohttp import web
+    from mcp.server.mcpserver import MCPServer
+
+    from gateway.publish import Publisher
+
+    links: list[web.WebSocketResponse] = []
+    server = MCPServer("breaking")
+    publisher: Publisher | None = None
+
+    @server.tool()
+    async def answer_into_a_reset() -> str:
+        assert publisher is not None and publisher._ws is not None
+        transport = publisher._ws._response.connection.transport  # type: ignore[union-attr]
+        assert transport is not None
+        transport.close()  # as a reset would: the answer below meets a closing transport
+        return "lost"
+
+    async def provider_endpoint(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        links.append(ws)
+        if len(links) == 1:
+            initialize = {
+                "jsonrpc": "2.0",
+                "id": "brk-1",
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "b", "version": "1"},
+                },
+            }
+            await ws.send_bytes(orjson.dumps(initialize))
+            call = {"jsonrpc": "2.0", "id": "brk-2", "method": "tools/call", "params": {"name": "answer_into_a_reset"}}
+            async for msg in ws:
+                if orjson.loads(msg.data).get("id") == "brk-1":
+                    await ws.send_bytes(orjson.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+                    await ws.send_bytes(orjson.dumps(call))
+        else:
+            async for _ in ws:
+                pass
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/provider/{slot}", provider_endpoint)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    publisher = Publisher(server, f"http://127.0.0.1:{port}", "pump-1", backoff_initial_s=0.05, backoff_max_s=0.1)
+    task = asyncio.create_task(publisher.run())
+    try:
+        await wait_for(lambda: publisher.connections >= 2 or task.done(), what="the publisher dialling again")
+        assert not task.done(), task.exception()
+    finally:
+        await publisher.stop()
+        await asyncio.wait_for(task, 10)
+        await runner.cleanup()
