@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 from mcp import Client
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
 from gateway.app import GatewayServer
+from gateway.publish import Publisher
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.integration.test_metrics import scrape
 from tests.support.servers import demo_server
@@ -483,51 +487,51 @@ async def test_providers_that_answer_pings_stay(gateway_factory: GatewayFactory,
         assert await call_add(gateway, slot) == {"result": 5}
 
 
+def broker_initialize(version: str) -> bytes:
+    """The initialize a gateway sends a provider first (id brk-1)."""
+    params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "b", "version": "1"}}
+    return orjson.dumps({"jsonrpc": "2.0", "id": "brk-1", "method": "initialize", "params": params})
+
+
+@contextlib.asynccontextmanager
+async def stand_in_gateway(endpoint: Callable[[web.Request], Awaitable[web.WebSocketResponse]]) -> AsyncIterator[str]:
+    """A loopback server whose /provider/{slot} is `endpoint`, for wire details a real gateway hides; yields its URL."""
+    app = web.Application()
+    app.router.add_get("/provider/{slot}", endpoint)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
 async def test_the_publisher_sends_every_frame_as_text_as_mcp_broker_reads_them() -> None:
     """WIRE.md §1-2: one JSON-RPC message per *text* frame, so a provider written for this gateway
     works against mcp-broker too. A stand-in broker endpoint records each frame's type."""
-    from aiohttp import web
-
-    from gateway.publish import Publisher
-
     frames: list[tuple[aiohttp.WSMsgType, Any]] = []
     answered = asyncio.Event()
 
     async def provider_endpoint(request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": "brk-1",
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "b", "version": "1"},
-            },
-        }
-        await ws.send_str(orjson.dumps(initialize).decode())
+        await ws.send_str(broker_initialize("2025-06-18").decode())
         async for msg in ws:
             frames.append((msg.type, orjson.loads(msg.data)))
             if frames[-1][1].get("id") == "brk-1":
                 answered.set()
         return ws
 
-    app = web.Application()
-    app.router.add_get("/provider/{slot}", provider_endpoint)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    publisher = Publisher(demo_server("pump"), f"http://127.0.0.1:{port}", "pump-1", aggregate=True, reconnect=False)
-    task = asyncio.create_task(publisher.run())
-    try:
-        await asyncio.wait_for(answered.wait(), 10)
-    finally:
-        await publisher.stop()
-        await asyncio.wait_for(task, 10)
-        await runner.cleanup()
+    async with stand_in_gateway(provider_endpoint) as url:
+        publisher = Publisher(demo_server("pump"), url, "pump-1", aggregate=True, reconnect=False)
+        task = asyncio.create_task(publisher.run())
+        try:
+            await asyncio.wait_for(answered.wait(), 10)
+        finally:
+            await publisher.stop()
+            await asyncio.wait_for(task, 10)
     assert frames[0][1]["method"] == "notifications/register"
     assert {kind for kind, _ in frames} == {aiohttp.WSMsgType.TEXT}
 
@@ -537,8 +541,6 @@ async def test_a_call_running_when_the_link_drops_ends_with_it_and_the_publisher
 ) -> None:
     """The provider's half: the tool still running is cancelled (its answer has no link to go out on)
     and the publisher is back in the slot without waiting for it."""
-    from mcp.server.mcpserver import MCPServer
-
     started = asyncio.Event()
     ended: list[str] = []
     server = MCPServer("slow")
@@ -567,11 +569,6 @@ async def test_a_call_running_when_the_link_drops_ends_with_it_and_the_publisher
 async def test_an_answer_written_as_the_link_breaks_is_dropped_and_the_publisher_dials_again() -> None:
     """A connection reset under a tool that is just answering: the answer has nowhere to go, and the
     publisher must carry on (dial again) instead of failing with the write's error."""
-    from aiohttp import web
-    from mcp.server.mcpserver import MCPServer
-
-    from gateway.publish import Publisher
-
     links: list[web.WebSocketResponse] = []
     server = MCPServer("breaking")
     publisher: Publisher | None = None
@@ -589,17 +586,7 @@ async def test_an_answer_written_as_the_link_breaks_is_dropped_and_the_publisher
         await ws.prepare(request)
         links.append(ws)
         if len(links) == 1:
-            initialize = {
-                "jsonrpc": "2.0",
-                "id": "brk-1",
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "b", "version": "1"},
-                },
-            }
-            await ws.send_bytes(orjson.dumps(initialize))
+            await ws.send_bytes(broker_initialize("2025-11-25"))
             call = {"jsonrpc": "2.0", "id": "brk-2", "method": "tools/call", "params": {"name": "answer_into_a_reset"}}
             async for msg in ws:
                 if orjson.loads(msg.data).get("id") == "brk-1":
@@ -610,19 +597,12 @@ async def test_an_answer_written_as_the_link_breaks_is_dropped_and_the_publisher
                 pass
         return ws
 
-    app = web.Application()
-    app.router.add_get("/provider/{slot}", provider_endpoint)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    publisher = Publisher(server, f"http://127.0.0.1:{port}", "pump-1", backoff_initial_s=0.05, backoff_max_s=0.1)
-    task = asyncio.create_task(publisher.run())
-    try:
-        await wait_for(lambda: publisher.connections >= 2 or task.done(), what="the publisher dialling again")
-        assert not task.done(), task.exception()
-    finally:
-        await publisher.stop()
-        await asyncio.wait_for(task, 10)
-        await runner.cleanup()
+    async with stand_in_gateway(provider_endpoint) as url:
+        publisher = Publisher(server, url, "pump-1", backoff_initial_s=0.05, backoff_max_s=0.1)
+        task = asyncio.create_task(publisher.run())
+        try:
+            await wait_for(lambda: publisher.connections >= 2 or task.done(), what="the publisher dialling again")
+            assert not task.done(), task.exception()
+        finally:
+            await publisher.stop()
+            await asyncio.wait_for(task, 10)

@@ -22,7 +22,6 @@ import base64
 import contextlib
 import hashlib
 import secrets
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.policy import hmac_signing
 from tests.conftest import MosquittoFactory
-from tests.support.gateway_process import REPO, GatewayProcess, clean_environment, gateway_process, run_to_exit
+from tests.support.gateway_process import PIPE, GatewayProcess, cli_process, gateway_process, run_to_exit
 from tests.support.remote_server import Guard, TokenServer, remote_server
 from tests.support.servers import demo_server
 
@@ -208,23 +207,8 @@ async def everything_settled(url: str) -> bool:
 
 async def bridge_session(url: str, *args: str, env: dict[str, str] | None = None) -> tuple[list[Any], str]:
     """`mcp-gateway stdio --slot files` at debug level: initialize, then (if that worked) one call."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        "stdio",
-        "--slot",
-        "files",
-        "--url",
-        url,
-        "--log-level",
-        "debug",
-        *args,
-        cwd=REPO,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=clean_environment(env),
+    process = await cli_process(
+        "stdio", "--slot", "files", "--url", url, "--log-level", "debug", *args, env=env, stdin=PIPE
     )
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
     answers: list[Any] = []

@@ -23,6 +23,7 @@ import orjson
 from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+PIPE = asyncio.subprocess.PIPE
 LISTENING = re.compile(r" listening on (https?://\S+)")
 
 
@@ -84,20 +85,25 @@ class GatewayProcess:
             await asyncio.wait_for(self._reader, 5)
 
 
-async def spawn(*args: str, env: Mapping[str, str] | None = None) -> GatewayProcess:
-    process = await asyncio.create_subprocess_exec(
+async def cli_process(
+    *args: str, env: Mapping[str, str] | None = None, stdin: int = asyncio.subprocess.DEVNULL, stdout: int = PIPE
+) -> asyncio.subprocess.Process:
+    """`mcp-gateway ARGS...` started from the repository, stderr piped, in the clean environment plus `env`."""
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "gateway.cli",
-        "run",
         *args,
         cwd=REPO,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=PIPE,
         env=clean_environment(env),
     )
-    return GatewayProcess(process)
+
+
+async def spawn(*args: str, env: Mapping[str, str] | None = None) -> GatewayProcess:
+    return GatewayProcess(await cli_process("run", *args, env=env, stdout=asyncio.subprocess.DEVNULL))
 
 
 @contextlib.asynccontextmanager
@@ -113,17 +119,7 @@ async def gateway_process(*args: str, env: Mapping[str, str] | None = None) -> A
 
 async def run_to_exit(*args: str, env: Mapping[str, str] | None = None, timeout: float = 30) -> tuple[int, str, str]:
     """`mcp-gateway ARGS...` to completion: exit code, stdout, stderr."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        *args,
-        cwd=REPO,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=clean_environment(env),
-    )
+    process = await cli_process(*args, env=env)
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
     except TimeoutError:
