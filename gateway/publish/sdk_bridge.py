@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -53,8 +53,9 @@ class FrameWriter:
     """The SDK session's write stream: each message is sent as one frame by the task that wrote it.
 
     No queue and no writer task in between: a frame write is atomic on the transports that use this
-    (one WebSocket frame, one loopback delivery), and one task switch less per answer is latency the caller
-    sees. A message written after the stream closed raises as a closed memory stream would."""
+    (one WebSocket frame, one loopback delivery), and one task switch less per answer is latency
+    the caller sees. A message written after the stream closed raises as a closed memory stream
+    would."""
 
     def __init__(self, send: SendBytes) -> None:
         self._send = send
@@ -88,7 +89,7 @@ class FrameReader:
     """The SDK session's read stream straight from a link's frames: the SDK's own receive loop reads
     the link, instead of a reader task handing each frame over through a queue."""
 
-    def __init__(self, frames: AsyncIterator[bytes | str]) -> None:
+    def __init__(self, frames: AsyncGenerator[bytes | str, None]) -> None:
         self._frames = frames
 
     async def receive(self) -> SessionMessage | Exception:
@@ -107,9 +108,7 @@ class FrameReader:
             raise StopAsyncIteration from None
 
     async def aclose(self) -> None:
-        close = getattr(self._frames, "aclose", None)
-        if close is not None:
-            await close()
+        await self._frames.aclose()
 
     async def __aenter__(self) -> FrameReader:
         return self
@@ -140,7 +139,7 @@ class SdkSession:
         async with self._in_recv, self._out:
             await self.server.run(self._in_recv, self._out, self.server.create_initialization_options())
 
-    async def serve(self, frames: AsyncIterator[bytes | str]) -> None:
+    async def serve(self, frames: AsyncGenerator[bytes | str, None]) -> None:
         """Serve the frames of one link until they end (instead of `feed()` and `run()`); the SDK
         cancels the calls still running then, whose answers would have no link to go out on."""
         async with FrameReader(frames) as reader, self._out:

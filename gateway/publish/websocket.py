@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import ssl as ssl_module
+from collections.abc import AsyncGenerator
 from typing import Any
 from urllib.parse import quote
 
@@ -144,7 +145,9 @@ async def _send_text(ws: aiohttp.ClientWebSocketResponse, data: bytes) -> None:
         await ws.send_frame(data, TEXT)
 
 
-async def _read_frames(ws: aiohttp.ClientWebSocketResponse, close_reasons: list[str]) -> Any:
+async def _read_frames(
+    ws: aiohttp.ClientWebSocketResponse, close_reasons: list[str]
+) -> AsyncGenerator[bytes | str, None]:
     """Every text or binary frame; the reason of the close frame that ends them goes to `close_reasons`."""
     # receive(), not `async for`: iterating stops at a close frame without handing over its reason.
     while True:
