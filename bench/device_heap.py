@@ -52,13 +52,16 @@ def unload(name):
     parent, _, child = name.rpartition(".")
     delattr(sys.modules[parent], child)
 report("interpreter")
-from pump1 import build, config
+from pump1 import config
 settings = config.load(sys.argv[1])
 unload("pump1.config")
+del config
 report("config_read")
+gc.collect()
+from pump1 import build
 hardware, controller, provider, watchdog = build.build(settings)  # imports the app in the heap's order
 unload("pump1.build")
-del config, build, settings
+del build, settings
 report("booted")
 dispatcher = provider.dispatcher
 def send(frame):

@@ -26,15 +26,13 @@ class machine:
     pass
 machine.WDT = WDT
 sys.modules["machine"] = machine
-# main.py's order, so that 96 KB suffice: the config, pump1.build, the resident modules, build().
+# main.py's order, so that 96 KB suffice: the config (unloaded), then build(), which imports the
+# app's modules itself.
 from pump1 import config
 settings = config.load(sys.argv[1])
 del sys.modules["pump1.config"]
+gc.collect()
 from pump1 import build
-for name in ("mcpdevice.dispatcher", "pump1.controller", "mcpdevice.websocket", "mcpdevice.provider",
-             "mcpdevice.registry", "pump1.app", "pump1.tools", "pump1.hardware_sim"):
-    gc.collect()
-    __import__(name)
 hardware, controller, provider, watchdog = build.build(settings)
 print(json.dumps({"stage": "built", "timeout_ms": watchdog.timeout, "feeds": len(feeds)}))
 asyncio.run(provider.before_connect())

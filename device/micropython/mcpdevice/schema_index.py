@@ -1,6 +1,6 @@
 """Boot-time indexing of a schema file (the `tools` array) for mcpdevice.registry."""
 
-# Needed once: main.py unloads this module afterwards. One pass over the file in small reads finds
+# Needed once: pump1.build unloads it as soon as the schema is indexed. One pass over the file in small reads finds
 # the bytes of each tool object, its name, and its compact size (what mcpdevice.registry.minify
 # keeps), without ever holding a whole tool: a board has no room to parse the schema, and does not
 # need to, because CI checks the file (its canonical hash is pinned in the firmware).

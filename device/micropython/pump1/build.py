@@ -17,15 +17,18 @@ from mcpdevice.log import log
 from pump1 import FIRMWARE_NAME, FIRMWARE_VERSION, INSTRUCTIONS, SERVER_NAME
 from pump1.schema_hash import SCHEMA_HASH
 
-# The app's modules, imported by build() in this order; only the configured transport's are loaded,
-# because an unused one would hold heap that the board needs.
-_FIRST = ("mcpdevice.dispatcher", "pump1.controller")
+# The app's modules, imported by build() in this order, each after a collection. The WebSocket
+# transport compiles mcpdevice.provider itself, through its own import: loading it ahead of the
+# transport instead leaves the heap too broken up to boot in 88 KB (tests/device/test_heap_headroom.py).
+# Only the configured transport, hardware backend and Wi-Fi are loaded: an unused one would hold
+# heap that the board needs.
+_FIRST = ("mcpdevice.dispatcher", "pump1.controller", "mcpdevice.registry")
 _TRANSPORT_MODULES = {
     "websocket": ("mcpdevice.websocket",),
     "mqtt": ("umqtt.simple", "mcpdevice.mqtt_client", "mcpdevice.mqtt"),
     "serial": ("mcpdevice.framing", "mcpdevice.serial_transport"),
 }
-_THEN = ("mcpdevice.provider", "mcpdevice.registry", "pump1.app", "pump1.tools", "pump1.hardware_sim")
+_THEN = ("mcpdevice.provider", "pump1.app", "pump1.tools")
 
 def _machine():
     try:
@@ -57,8 +60,12 @@ def _schema_path(settings):
     raise OSError("schema file pump-1.json not found: copy it to the board or set schema_path")
 
 
+def _hardware_kind(settings):
+    return settings["hardware"] or ("esp32" if sys.platform == "esp32" else "sim")
+
+
 def _hardware(settings):
-    if (settings["hardware"] or ("esp32" if sys.platform == "esp32" else "sim")) == "esp32":
+    if _hardware_kind(settings) == "esp32":
         from pump1.hardware_esp32 import Esp32Hardware
 
         return Esp32Hardware(settings["esp32"])
@@ -198,7 +205,9 @@ def build(settings):
 
     frame_max = settings["frame_max_bytes"]
     registry = _registry(settings, tool_budget(frame_max))
-    _load(_TRANSPORT_MODULES[settings["transport"]] + _THEN)
+    wifi = ("mcpdevice.wifi",) if settings["wifi"]["ssid"] else ()
+    hardware_module = "pump1.hardware_" + _hardware_kind(settings)
+    _load(_TRANSPORT_MODULES[settings["transport"]] + _THEN + (hardware_module,) + wifi)
     from mcpdevice.provider import Provider, register_frame
     from pump1 import tools
     from pump1.app import Dial
