@@ -191,7 +191,13 @@ class Publisher(_PublisherBase):
         async def send(data: bytes) -> None:
             await _send_text(ws, data)
 
-        await SdkSession(self.server, send).serve(_read_frames(ws, self._close_reasons))
+        session = SdkSession(self.server, send)
+        async with anyio.create_task_group() as group:
+            group.start_soon(session.run)
+            async for data in _read_frames(ws, self._close_reasons):
+                await session.feed(data)
+            await session.close_input()
+            group.cancel_scope.cancel()
 
 
 class MultiplexedPublisher(_PublisherBase):
