@@ -6,6 +6,7 @@ Adding a check (authentication, rate limits) means adding one step here, so no w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -30,6 +31,7 @@ CORS_ALLOW_HEADERS = (
 CORS_HEADERS_KEY = web.RequestKey("cors_headers", dict[str, str])
 
 
+@functools.lru_cache(maxsize=256)  # clients use a few paths; any may arrive, so the memo is bounded
 def endpoint_kind(path: str) -> str:
     """A bounded label for /metrics: which kind of endpoint a request went to."""
     if path in ("/healthz", "/readyz", "/metrics"):
@@ -124,25 +126,12 @@ async def add_cors_headers(request: web.Request, response: web.StreamResponse) -
         response.headers.update(cors)
 
 
-KNOWN_PATHS = 256
-"""Paths whose endpoint kind the gate remembers (clients use a few; any path may arrive, so the
-memo is emptied when full rather than allowed to grow)."""
-
-
 def entry_gate(metrics: Metrics, checks: list[Check]) -> Middleware:
     counter = RequestCounter(metrics)
-    kinds: dict[str, str] = {}
 
     @web.middleware
     async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        path = request.rel_url.raw_path
-        kind = kinds.get(path)
-        if kind is None:
-            # endpoint_kind percent-decodes every segment to spot the bridge paths: once per path.
-            kind = endpoint_kind(path)
-            if len(kinds) >= KNOWN_PATHS:
-                kinds.clear()
-            kinds[path] = kind
+        kind = endpoint_kind(request.rel_url.raw_path)
         if kind == "other" and request.headers.get("Upgrade", "").lower() == "websocket":
             kind = "websocket"  # a raw WebSocket client at /<slot>
         try:

@@ -16,6 +16,7 @@ charges the slot a tools/call is routed to against that slot's rate limit, and t
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
@@ -43,6 +44,7 @@ SLOT_SEGMENTS = frozenset({"mcp", "sse", "messages"})
 """/mcp/mcp, /mcp/sse and /mcp/messages stay the endpoints of a slot named "mcp" (no group has these names)."""
 
 
+@functools.lru_cache(maxsize=256)  # once per path, not per request: it percent-decodes every segment
 def is_bridge_path(raw_path: str) -> bool:
     """True for the paths the bridge serves: /mcp, /mcp/<group>, /groups and /mcp-servers.
 

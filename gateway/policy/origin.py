@@ -7,15 +7,12 @@ rebinding (a hostile page whose name resolves to 127.0.0.1).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 _PORT_CHARS = frozenset("0123456789")
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
-KNOWN_HOSTS = 64
-"""Host header values whose verdict is remembered; emptied when full, as any value may arrive."""
-
-
 class _Pattern:
     """'http://localhost:*' matches any port; 'https://*.plant.lan' any subdomain; else exact.
 
@@ -56,6 +53,7 @@ class _Pattern:
         return (len(tokens), False) in states
 
 
+@functools.lru_cache(maxsize=64)  # every request sends one of a few Host values; any may arrive
 def _host_name(host: str) -> str:
     """The name part of a Host header ('[::1]:3000' -> '[::1]', 'pi.local:3000' -> 'pi.local')."""
     host = host.strip().lower()
@@ -82,8 +80,6 @@ class OriginPolicy:
         hosts = {h.lower() for h in LOOPBACK_HOSTS} | {h.lower() for h in allowed_hosts}
         hosts.add(bind_host.lower())
         self.allowed_hosts = hosts
-        self._host_verdicts: dict[str, bool] = {}
-        """host_allowed's answer per Host header value seen (every request sends one of a few)."""
 
     def origin_allowed(self, origin: str | None) -> bool:
         if origin is None:
@@ -93,13 +89,7 @@ class OriginPolicy:
     def host_allowed(self, host: str | None) -> bool:
         if not self.loopback_only or host is None:
             return True
-        known = self._host_verdicts.get(host)
-        if known is None:
-            known = _host_name(host) in self.allowed_hosts
-            if len(self._host_verdicts) >= KNOWN_HOSTS:
-                self._host_verdicts.clear()
-            self._host_verdicts[host] = known
-        return known
+        return _host_name(host) in self.allowed_hosts
 
     def own_origin(self, origin: str | None, host: str | None) -> bool:
         """Whether `origin` is this gateway's own origin: the Host it was reached at, when that Host
