@@ -15,10 +15,9 @@ from gateway import __version__
 from gateway.client import GatewayCallError
 from gateway.config import (
     DEFAULT_PORT,
-    LAN_SIDES,
     ConfigError,
     GatewayConfig,
-    is_loopback_host,
+    lan_sides_text,
     load_config,
     masked_dump,
 )
@@ -98,11 +97,10 @@ def _load(args: argparse.Namespace) -> GatewayConfig:
 
 def refuse_insecure_bind(config: GatewayConfig) -> str | None:
     """The reason `run` must not start, or None. A LAN bind needs client AND provider authentication."""
-    missing = config.lan_open_sides
-    if is_loopback_host(config.host) or not missing or config.insecure_lan:
+    missing = config.lan_open_sides  # empty on loopback
+    if not missing or config.insecure_lan:
         return None
-    what = " or ".join(LAN_SIDES[side][0] for side in missing)
-    risk = " and ".join(LAN_SIDES[side][1] for side in missing)
+    what, risk = lan_sides_text(missing)
     return (
         f"refusing to listen on {config.host} without {what}: anyone on the network could {risk}. "
         "A LAN bind needs both: client authentication ([auth] tokens, token_files or oauth) and provider "

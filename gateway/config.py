@@ -12,9 +12,9 @@ import os
 import re
 import shlex
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, NamedTuple, get_args
 from urllib.parse import urlsplit
 
 import orjson
@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from gateway.core.names import SlotNameError, check_slot_name
+from gateway.southbound import mqtt_topics
 
 ENV_PREFIX = "MCP_GATEWAY_"
 ENV_CONFIG_FILE = "MCP_GATEWAY_CONFIG"
@@ -848,7 +849,6 @@ class UpstreamsConfig(Section):
 
 MqttProfile = Literal["plain", "mcp"]
 MQTT_PROFILES: tuple[MqttProfile, ...] = ("plain", "mcp")
-MQTT_TOPIC_LEVEL = re.compile(r"^[^+#\x00]+$")
 
 
 class MqttBrokerConfig(Section):
@@ -929,21 +929,15 @@ class MqttBrokerConfig(Section):
         if self.ca_file is not None and not _is_file(self.ca_file):
             raise ValueError(f"{what}: ca_file {self.ca_file}: not found")
         prefix = self.topic_prefix
-        levels_ok = all(MQTT_TOPIC_LEVEL.match(level) for level in prefix.split("/"))
-        if not prefix or prefix.startswith("$") or not levels_ok:
+        if mqtt_topics.prefix_problem(prefix) is not None:
             raise ValueError(
                 f"{what}: topic_prefix {prefix!r}: one or more topic levels without '+', '#', empty levels or a "
                 'leading \'$\', e.g. "mcpb" or "site-a/cell-3/mcpb"'
             )
         for pattern in self.server_filter:
-            levels = pattern.split("/")
-            if (
-                not pattern
-                or "\x00" in pattern
-                or any(("#" in level and level != "#") or ("+" in level and level != "+") for level in levels)
-                or "#" in levels[:-1]
-            ):
-                raise ValueError(f"{what}: server_filter {pattern!r} is not an MQTT topic filter")
+            problem = mqtt_topics.server_filter_problem(pattern)
+            if problem is not None:
+                raise ValueError(f"{what}: server_filter {pattern[:60]!r} is not an MQTT topic filter: {problem}")
         if self.client_id is not None and (not self.client_id or any(c in self.client_id for c in "/+#\x00")):
             raise ValueError(f"{what}: client_id must be non-empty, without '/', '+', '#' (it is used in topics)")
         if self.reconnect_max_s < self.reconnect_initial_s:
@@ -1035,6 +1029,10 @@ class SerialHotplugConfig(SerialLineConfig):
             if not VID_PID.match(entry):
                 raise ValueError(f"{entry!r} is not VID:PID in hex, e.g. 303a:1001")
         return normalized
+
+
+SERIAL_LIMIT_KEYS = ("backlog_messages", "register_request_interval_s", "write_timeout_s")
+"""The [serial]-wide bounds (fields of SerialConfig): mcpgw_limit's serial.<key> and the serial status's limits."""
 
 
 class SerialConfig(Section):
@@ -1139,12 +1137,30 @@ class MdnsConfig(Section):
         return value
 
 
-# The two sides a LAN bind must authenticate (GatewayConfig.lan_open_sides): what is off when a side is
-# open, and what anyone who reaches the port can then do. The refusal, the logs and broker_info say these.
-LAN_SIDES: dict[str, tuple[str, str]] = {
-    "clients": ("client authentication", "call every device"),
-    "providers": ("provider authentication", "publish a free slot and answer its calls with false readings"),
+class LanSide(NamedTuple):
+    """One side a LAN bind must authenticate, as the refusal, the logs and broker_info name it."""
+
+    off: str
+    """What is off when the side is open, e.g. "client authentication"."""
+    short: str
+    """The same in a log line's prefix, e.g. "client auth"."""
+    risk: str
+    """What anyone who reaches the port can then do."""
+
+
+# The two sides a LAN bind must authenticate (GatewayConfig.lan_open_sides).
+LAN_SIDES: dict[str, LanSide] = {
+    "clients": LanSide("client authentication", "client auth", "call every device"),
+    "providers": LanSide(
+        "provider authentication", "provider auth", "publish a free slot and answer its calls with false readings"
+    ),
 }
+
+
+def lan_sides_text(sides: Sequence[str]) -> tuple[str, str]:
+    """What the open sides leave off and what anyone can then do, as prose: ("client authentication or
+    provider authentication", "call every device and publish a free slot ...")."""
+    return " or ".join(LAN_SIDES[side].off for side in sides), " and ".join(LAN_SIDES[side].risk for side in sides)
 
 
 class GatewayConfig(Section):

@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from gateway.config import LAN_SIDES
+
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
@@ -47,7 +49,7 @@ def insecure_lan_prefix(open_sides: Sequence[str]) -> str:
     """The text-log prefix under --insecure-lan, naming the open sides: "[INSECURE-LAN: no client auth] "."""
     if not open_sides:
         return ""
-    return "[INSECURE-LAN: " + ", ".join(f"no {side.removesuffix('s')} auth" for side in open_sides) + "] "
+    return "[INSECURE-LAN: " + ", ".join(f"no {LAN_SIDES[side].short}" for side in open_sides) + "] "
 
 
 def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = ()) -> None:

@@ -14,6 +14,12 @@ from aiohttp import web
 from gateway.core.link import CLOSE_NORMAL, CLOSE_TOO_BIG, close_reason, frame_too_big_reason
 
 
+def is_too_big(error: object) -> bool:
+    """Whether an error aiohttp reported on a socket (an ERROR message's data, ws.exception()) is its
+    1009 close for a message over the frame cap."""
+    return getattr(error, "code", None) == CLOSE_TOO_BIG
+
+
 class CappedWebSocketResponse(web.WebSocketResponse):
     """A WebSocket that takes messages of up to `max_frame_bytes` and closes 1009 with a reason beyond."""
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from gateway import __version__
-from gateway.config import LimitsConfig, MqttConfig, SerialConfig
+from gateway.config import SERIAL_LIMIT_KEYS, LimitsConfig, MqttConfig, SerialConfig
 from gateway.telemetry.metrics import PROVIDER_FAULT_KINDS
 
 if TYPE_CHECKING:
@@ -45,11 +45,7 @@ def serial_limit_values(serial: SerialConfig) -> dict[str, float]:
     (serial.ports[<i>].frame_cap by the entry's index; serial.hotplug.frame_cap for every hot-plugged port)."""
     if not serial.ports and not serial.hotplug.enabled:
         return {}
-    values = {
-        "serial.backlog_messages": float(serial.backlog_messages),
-        "serial.register_request_interval_s": serial.register_request_interval_s,
-        "serial.write_timeout_s": serial.write_timeout_s,
-    }
+    values = {f"serial.{key}": float(getattr(serial, key)) for key in SERIAL_LIMIT_KEYS}
     for index, port in enumerate(serial.ports):
         values[f"{serial_port_key(index)}.frame_cap"] = float(port.frame_cap)
     if serial.hotplug.enabled:

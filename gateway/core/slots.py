@@ -13,7 +13,7 @@ from typing import Protocol
 from gateway.config import GatewayConfig
 from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, ProviderLink
+from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, LinkInfo, ProviderLink
 from gateway.core.names import SlotNameError, check_slot_name
 from gateway.core.provider_session import ProviderSession, SessionCounters, SessionSettings
 from gateway.core.relay import RelayMetrics
@@ -64,6 +64,7 @@ class Slot:
     last_disconnect: float | None = None
     last_disconnect_reason: str = ""
     last_error: str = ""
+    last_link: LinkInfo | None = None  # how the last provider that left came in (provider_url after it)
     # Counters of this slot's links that have ended; with the live link's they give totals since start
     # (a link dropped for a missed heartbeat or a failed initialize takes its evidence with it otherwise).
     history: SessionCounters = field(default_factory=SessionCounters)
@@ -318,6 +319,7 @@ class SlotRegistry:
         slot.last_disconnect = time.time()
         slot.last_disconnect_reason = reason
         slot.last_error = session.last_error
+        slot.last_link = session.link.info
         for key, value in vars(session.counters).items():
             setattr(slot.history, key, getattr(slot.history, key) + value)
         self.metrics.slot_connected.labels(session.slot).set(0)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from gateway import __version__
-from gateway.config import LAN_SIDES
+from gateway.config import lan_sides_text
 from gateway.core.diagnose import GatewayView, GroupCheck, SlotView
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
@@ -55,8 +55,7 @@ def insecure_lan_warning(open_sides: Sequence[str]) -> str:
     """The INSECURE-LAN warning naming the open sides, e.g. "... without provider authentication; ..."."""
     if not open_sides:
         return INSECURE_LAN_WARNING
-    off = " or ".join(LAN_SIDES[side][0] for side in open_sides)
-    can = " and ".join(LAN_SIDES[side][1] for side in open_sides)
+    off, can = lan_sides_text(open_sides)
     return f"INSECURE-LAN: listening on the network without {off}; anyone who can reach this address can {can}"
 
 
@@ -126,12 +125,10 @@ MQTT_TRANSPORTS = frozenset({"mqtt", "mqtt-mcp"})
 def provider_way_in(gateway: Gateway, slot: Slot) -> tuple[str, str]:
     """How the slot's provider comes in, as (way, address) for provider_url and diagnosis's fix texts.
 
-    ("upstream", its command or URL) for a configured stdio or remote upstream;
-    ("serial", the port's path) while a board on a serial port holds the slot; ("mqtt", broker and topic
-    as the link names them) while an MQTT link holds it; after the provider left, the port or broker
-    that carried the slot last (their `slots_seen`); else ("websocket", the slot's provider URL). A slot
-    that moved from a serial port or a broker to a WebSocket and left again still names the port or
-    broker: the registry keeps no way in of ended links."""
+    ("upstream", its command or URL) for a configured stdio or remote upstream; ("serial", the port's
+    path) or ("mqtt", broker and topic as the link names them) while such a link holds the slot, and
+    after it left as long as no other link has held it since; else ("websocket", the slot's provider
+    URL)."""
     manager = gateway.registry.managers.get(slot.name)
     if manager is not None:  # a configured upstream: its command or URL, whether or not it runs now
         extra = manager.status_extra()
@@ -140,25 +137,12 @@ def provider_way_in(gateway: Gateway, slot: Slot) -> tuple[str, str]:
             return "upstream", "stdio: " + " ".join(str(part) for part in command)
         return "upstream", f"{extra.get('kind', 'remote')}: {extra.get('url', '')}"
     session = slot.live
-    if session is not None:
-        info = session.link.info
-        if info.transport in SERIAL_TRANSPORTS and info.remote:
+    info = session.link.info if session is not None else slot.last_link
+    if info is not None and info.remote:
+        if info.transport in SERIAL_TRANSPORTS:
             return "serial", info.remote
-        if info.transport in MQTT_TRANSPORTS and info.remote:
+        if info.transport in MQTT_TRANSPORTS:
             return "mqtt", info.remote
-        return "websocket", provider_url(gateway, slot.name)
-    last: tuple[str, str] | None = None
-    last_at = ""
-    for port in serial_status(gateway)["ports"]:
-        at = (port.get("slots_seen") or {}).get(slot.name)
-        if at is not None and at > last_at:  # ISO times of one format compare as text
-            last, last_at = ("serial", str(port["path"])), at
-    for broker in mqtt_status(gateway):
-        seen = (broker.get("slots_seen") or {}).get(slot.name)
-        if isinstance(seen, dict) and seen.get("at") and str(seen["at"]) > last_at:
-            last, last_at = ("mqtt", str(seen.get("remote") or broker.get("broker"))), str(seen["at"])
-    if last is not None:
-        return last
     return "websocket", provider_url(gateway, slot.name)
 
 

@@ -28,7 +28,7 @@ from aiohttp import WSMsgType, web
 
 from gateway.core import jsonrpc
 from gateway.core.gateway import Gateway
-from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TOO_BIG, close_reason
+from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, close_reason
 from gateway.core.names import SlotNameError, decode_path_segment
 from gateway.core.routing import Target
 from gateway.core.slots import SlotRefused
@@ -37,7 +37,7 @@ from gateway.northbound import session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal, http_error
 from gateway.policy.request_principal import request_principal
-from gateway.websocket_limits import CappedWebSocketResponse
+from gateway.websocket_limits import CappedWebSocketResponse, is_too_big
 
 log = logging.getLogger("gateway.northbound.websocket")
 
@@ -104,7 +104,7 @@ class ClientWebSockets:
                     channel.receive(jsonrpc.parse(msg.data))
                 elif msg.type is WSMsgType.ERROR:
                     # aiohttp has closed the socket already (1009, with our reason, for a frame over the cap).
-                    if getattr(msg.data, "code", None) == CLOSE_TOO_BIG:
+                    if is_too_big(msg.data):
                         self.gateway.metrics.limit_hit("max_frame_bytes")
                     log.debug("client socket of session %s... closed: %s", channel.id[:6], msg.data)
                     break

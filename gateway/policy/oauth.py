@@ -83,6 +83,7 @@ def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[Signin
     Keys for encryption (`use` other than "sig"), symmetric keys and keys of other algorithms are
     skipped: they cannot verify an access token under this configuration."""
     import jwt  # PyJWT, and cryptography under it: about 9 MiB, loaded only where OAuth is configured
+
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
         raise JwksError('not a JWKS: expected a JSON object with a "keys" array')
     entries = document["keys"]

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 _PORT_CHARS = frozenset("0123456789")
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
 class _Pattern:
     """'http://localhost:*' matches any port; 'https://*.plant.lan' any subdomain; else exact.
 

@@ -311,10 +311,10 @@ class HotplugPorts:
         spec = PortSpec(
             port.device,
             self.config,
+            "serial.hotplug",
             source="hotplug",
             stable_id=port.stable_id,
             usb=port.describe(),
-            config_key="serial.hotplug",
         )
         if self.lines.add(spec) is not None:
             self.attached += 1

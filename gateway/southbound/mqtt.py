@@ -50,6 +50,7 @@ from gateway.southbound.mqtt_client import (
     NotConnected,
     Outbound,
     max_packet_bytes,
+    outbound_limit,
 )
 from gateway.southbound.mqtt_connack import ConnackLimits
 from gateway.southbound.mqtt_drops import DropCounter, MqttMetrics
@@ -103,7 +104,7 @@ class MqttBroker:
         return self._halted
 
     def limit_hit(self, name: str, times: int = 1) -> None:
-        self.metrics.limit_hit(f"{self.limits_key}.{name}", times)
+        self.gateway.metrics.limit_hit(f"{self.limits_key}.{name}", times)
 
     def slot_seen(self, slot: str, remote: str) -> None:
         self.slots_seen.pop(slot, None)
@@ -169,10 +170,10 @@ class MqttBroker:
     def connected(self, limits: ConnackLimits) -> None:
         self.metrics.connected.labels(self.label).set(1)
         self.metrics.connects.labels(self.label).inc()
-        if self.config.protocol == "5":
-            # What the broker takes from us, and so the most we publish (absent: MQTT's own limit).
-            maximum = limits.maximum_packet_size or MQTT_MAX_PACKET_BYTES
-            self.metrics.gateway_metrics.limit.labels(f"{self.limits_key}.broker_max_packet_size").set(maximum)
+        maximum, measured = outbound_limit(self.config, limits)
+        if measured == "packet":
+            # What the broker takes from us (MQTT 5), and so the most we publish.
+            self.gateway.metrics.limit.labels(f"{self.limits_key}.broker_max_packet_size").set(maximum)
         filters: list[tuple[str, bool]] = []
         if self.plain is not None:
             filters += self.plain.filters()
@@ -244,6 +245,7 @@ class MqttBroker:
     # -- status ---------------------------------------------------------------------------------
 
     def status(self) -> JsonObject:
+        max_outbound, measured = self.client.outbound_limit()
         status: JsonObject = {
             "broker": self.label,
             "profiles": list(self.config.profiles),
@@ -256,8 +258,8 @@ class MqttBroker:
                 # and the most the broker's own max_packet_size should let the gateway read.
                 "max_packet_bytes": max_packet_bytes(self.config.max_payload_bytes),
                 "announce_max_packet_size": self.config.announce_max_packet_size,
-                "broker_max_packet_size": self._broker_max_packet_size(),
-                "max_outbound": dict(zip(("bytes", "of"), self.client.outbound_limit(), strict=True)),
+                "broker_max_packet_size": self._broker_max_packet_size(max_outbound, measured),
+                "max_outbound": {"bytes": max_outbound, "of": measured},
                 "max_backlog": self.config.max_backlog,
                 "max_instances": self.config.max_instances,
             },
@@ -280,12 +282,13 @@ class MqttBroker:
             }
         return status
 
-    def _broker_max_packet_size(self) -> int | str | None:
-        """The CONNACK's Maximum Packet Size; "unlimited" when an MQTT 5 broker announced none; None when
-        unknown (not connected yet, or MQTT 3.1.1, whose CONNACK carries no properties)."""
-        if not self.client.v5 or not self.client.connects:
+    def _broker_max_packet_size(self, max_outbound: int, measured: str) -> int | str | None:
+        """The CONNACK's Maximum Packet Size (the outbound limit when it is measured on the packet);
+        "unlimited" when an MQTT 5 broker announced none (or MQTT's own limit); None when unknown (not
+        connected yet, or MQTT 3.1.1, whose CONNACK carries no properties)."""
+        if measured != "packet" or not self.client.connects:
             return None
-        return self.client.limits.maximum_packet_size or "unlimited"
+        return "unlimited" if max_outbound >= MQTT_MAX_PACKET_BYTES else max_outbound
 
 
 class MqttBrokers:

@@ -70,6 +70,30 @@ def max_packet_bytes(max_payload_bytes: int) -> int:
     return min(max_payload_bytes + PACKET_HEADROOM_BYTES, MQTT_MAX_PACKET_BYTES)
 
 
+def publish_packet_bytes_at_most(
+    topic: str, payload_bytes: int, user_properties: UserProperties = (), expiry: bool = False
+) -> int:
+    """An upper bound of an MQTT 5 QoS 1 PUBLISH's size (as mqtt_topics.publish_packet_bytes counts it)
+    that packs nothing: every character of the topic and of the user properties as 4 UTF-8 bytes (the
+    most one takes), the Remaining Length and the properties' length field as 4 bytes each (their
+    most). The properties are what `BrokerClient.publish` sets: user properties (identifier and two
+    length-prefixed strings each) and the message expiry (identifier and a four-byte integer)."""
+    properties = 4 + (5 if expiry else 0)
+    for key, value in user_properties:
+        properties += 1 + 2 + 4 * len(key) + 2 + 4 * len(value)
+    return 1 + 4 + 2 + 4 * len(topic) + 2 + properties + payload_bytes
+
+
+def outbound_limit(config: MqttBrokerConfig, limits: ConnackLimits) -> tuple[int, str]:
+    """The most a connection may publish, and what it is measured on: MQTT 5, the whole packet ("packet")
+    against the CONNACK's Maximum Packet Size (absent: MQTT's own limit); MQTT 3.1.1, whose CONNACK says
+    nothing, the payload ("payload") against max_payload_bytes (the appliance's mosquitto allows a packet
+    1 KiB above the default, room for the topic and header)."""
+    if config.protocol == "5":
+        return limits.maximum_packet_size or MQTT_MAX_PACKET_BYTES, "packet"
+    return config.max_payload_bytes, "payload"
+
+
 @dataclass(frozen=True)
 class InboundMessage:
     topic: str
@@ -530,7 +554,7 @@ class BrokerClient:
         if expiry_s is not None and self.v5:
             props = props or Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
             props.MessageExpiryInterval = expiry_s
-        self._check_size(topic, len(payload), props)
+        self._check_size(topic, len(payload), props, user_properties, expiry_s is not None)
         info = client.publish(
             topic, payload, qos=min(mqtt_topics.QOS, self.limits.maximum_qos), retain=retain, properties=props
         )
@@ -538,19 +562,20 @@ class BrokerClient:
             raise NotConnected(f"publishing to MQTT broker {self.label} failed: {paho.error_string(info.rc)}")
 
     def outbound_limit(self) -> tuple[int, str]:
-        """The most this connection may publish, and what it is measured on: MQTT 5, the whole packet
-        against the CONNACK's Maximum Packet Size (absent: MQTT's own limit); MQTT 3.1.1, whose CONNACK
-        says nothing, the payload against max_payload_bytes (the appliance's mosquitto allows a packet
-        1 KiB above the default, room for the topic and header)."""
-        if self.v5:
-            return self.limits.maximum_packet_size or MQTT_MAX_PACKET_BYTES, "packet"
-        return self.config.max_payload_bytes, "payload"
+        """The most this connection may publish, and what it is measured on (`outbound_limit`)."""
+        return outbound_limit(self.config, self.limits)
 
-    def _check_size(self, topic: str, payload_bytes: int, props: Properties | None) -> None:
+    def _check_size(
+        self, topic: str, payload_bytes: int, props: Properties | None, users: UserProperties, expiry: bool
+    ) -> None:
         maximum, measured = self.outbound_limit()
         if measured == "payload":
             size = payload_bytes
         else:
+            # Nearly every message is far below the limit: a bound decides it without packing the
+            # properties (paho packs them again to send them); only near the limit is the size exact.
+            if publish_packet_bytes_at_most(topic, payload_bytes, users, expiry) <= maximum:
+                return
             properties_bytes = len(props.pack()) if props is not None else 1  # type: ignore[no-untyped-call]
             size = mqtt_topics.publish_packet_bytes(topic, payload_bytes, properties_bytes)
         if size > maximum:

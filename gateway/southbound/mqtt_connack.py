@@ -51,9 +51,9 @@ class ConnackLimits:
             value = orjson.loads(text)
         except orjson.JSONDecodeError:
             return None
-        if not isinstance(value, list) or not value or not all(isinstance(item, str) and item for item in value):
+        if not isinstance(value, list) or not value or not all(isinstance(item, str) for item in value):
             return None
-        if any(mqtt_topics.filter_problem(mqtt_topics.server_presence_filter(item)) for item in value):
+        if any(mqtt_topics.server_filter_problem(item) for item in value):
             return None
         return list(value)
 

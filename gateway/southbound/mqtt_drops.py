@@ -39,7 +39,6 @@ class MqttMetrics:
     """The MQTT series, registered once per gateway on its own registry."""
 
     def __init__(self, metrics: Metrics) -> None:
-        self.gateway_metrics = metrics
         r = metrics.registry
         self.connected = Gauge("mcpgw_mqtt_connected", "1 while the broker connection is up", ["broker"], registry=r)
         self.connects = Counter("mcpgw_mqtt_connects", "Broker connections accepted", ["broker"], registry=r)
@@ -55,10 +54,6 @@ class MqttMetrics:
             ["broker", "reason"],
             registry=r,
         )
-
-    def limit_hit(self, key: str, times: int = 1) -> None:
-        """A broker's bound refused something: mcpgw_limit_hits_total{limit=key} (mqtt.brokers[<i>].<name>)."""
-        self.gateway_metrics.limit_hits.labels(key).inc(times)
 
 
 class DropCounter:

@@ -91,6 +91,11 @@ class MqttLink:
         """Read again after an await (the link may have been closed meanwhile)."""
         return self.closed
 
+    def was_ready(self) -> bool:
+        """The link's session had completed its initialize (attaching again starts the back-off over)."""
+        session = self.session
+        return session is not None and session.init_result is not None
+
     def send_ping(self) -> None:
         """MQTT links use JSON-RPC ping (info.native_ping is false)."""
 

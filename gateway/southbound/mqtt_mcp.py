@@ -55,6 +55,8 @@ def slot_for(server_name: str, rule: str) -> str:
 @dataclass
 class Instance:
     address: ServerAddress
+    slot: str
+    """slot_for(address.server_name), fixed when the presence arrives (a new name is a new Instance)."""
     description: str = ""
 
 
@@ -124,11 +126,12 @@ class McpProfile:
         self.broker = broker
         self.rule = broker.config.slot_naming
         self.instances: dict[str, Instance] = {}
+        """Every announced instance by server-id (at most max_instances)."""
+        self.of_slot: dict[str, dict[str, Instance]] = {}
+        """The same instances by slot, then server-id, in the order they are tried (`_add`, `_remove`)."""
         self.by_server: dict[str, McpLink] = {}
         self.by_slot: dict[str, McpLink] = {}
         self.server_filters: list[str] = list(broker.config.server_filter)
-        self.told: set[str] = set()
-        """Slots whose refusal was counted, once per announcement (attempts again are not counted)."""
         self.reattach = Reattach(
             broker.gateway.registry, broker.config.reconnect_initial_s, broker.config.reconnect_max_s, self._retry
         )
@@ -151,7 +154,7 @@ class McpProfile:
         self.by_server.clear()
         self.by_slot.clear()
         self.instances.clear()  # the retained presences arrive again after the next subscription
-        self.told.clear()
+        self.of_slot.clear()
         self.reattach.clear()
         for link in links:
             link.released = True
@@ -202,7 +205,7 @@ class McpProfile:
         if not payload:
             known = self.instances.get(address.server_id)
             if known is not None and known.address == address:
-                del self.instances[address.server_id]
+                self._remove(address.server_id)
                 self._forget_if_gone(slot)
             link = self.by_server.get(address.server_id)
             if link is not None and link.address == address:
@@ -224,12 +227,10 @@ class McpProfile:
             self.broker.limit_hit("max_instances")
             drops.count("refused", topic, f"more than {max_instances} server instances on this broker", slot)
             return
-        instance = Instance(address, description if isinstance(description, str) else "")
-        previous = self.instances.get(address.server_id)
-        self.instances[address.server_id] = instance
+        instance = Instance(address, slot, description if isinstance(description, str) else "")
+        previous = self._add(instance)
         if previous is not None and previous.address != address:
-            self._forget_if_gone(slot_for(previous.address.server_name, self.rule))  # it took another name
-        self.told.discard(slot)
+            self._forget_if_gone(previous.slot)  # it took another name
         self.reattach.now(slot)
         current = self.by_server.get(address.server_id)
         if current is not None:
@@ -257,23 +258,39 @@ class McpProfile:
             return f"subscribing to its topics would exceed the broker's Maximum Packet Size ({maximum} bytes)"
         return None
 
-    def _of_slot(self, slot: str) -> list[Instance]:
-        return [
-            instance
-            for instance in self.instances.values()
-            if slot_for(instance.address.server_name, self.rule) == slot
-        ]
+    def _add(self, instance: Instance) -> Instance | None:
+        """Record an announced instance; the one it replaces (same server-id), if any. Announced again
+        under the same slot it keeps its turn; under another it is the last of its new slot."""
+        server_id = instance.address.server_id
+        previous = self.instances.get(server_id)
+        if previous is not None and previous.slot != instance.slot:
+            self._remove(server_id)
+        self.instances[server_id] = instance
+        self.of_slot.setdefault(instance.slot, {})[server_id] = instance
+        return previous
+
+    def _remove(self, server_id: str) -> Instance | None:
+        instance = self.instances.pop(server_id, None)
+        if instance is not None:
+            same_slot = self.of_slot.get(instance.slot)
+            if same_slot is not None:
+                same_slot.pop(server_id, None)
+                if not same_slot:
+                    del self.of_slot[instance.slot]
+        return instance
+
+    def _announced(self, slot: str) -> bool:
+        return slot in self.of_slot
 
     def _forget_if_gone(self, slot: str) -> None:
         """No instance of `slot` is announced any more: stop trying to bridge it."""
-        if not self._of_slot(slot):
+        if not self._announced(slot):
             self.reattach.forget(slot)
-            self.told.discard(slot)
 
     def _activate_next(self, slot: str) -> None:
         if slot in self.by_slot:
             return
-        for instance in self._of_slot(slot):
+        for instance in self.of_slot.get(slot, {}).values():
             address = instance.address
             self._activate(mqtt_topics.server_presence_topic(address.server_id, address.server_name), slot, instance)
             return
@@ -286,16 +303,12 @@ class McpProfile:
     def link_closed(self, link: McpLink) -> None:
         """The core let go of `link` (missed heartbeat, failed initialize, takeover): while an instance of
         its slot is announced, bridge it again later, the next instance first."""
-        if self.broker.is_halted() or not self._of_slot(link.slot):
+        if self.broker.is_halted() or not self._announced(link.slot):
             return
-        server_id = link.address.server_id
-        instance = self.instances.pop(server_id, None)
+        instance = self._remove(link.address.server_id)
         if instance is not None:
-            self.instances[server_id] = instance  # to the end: another instance of the slot goes first
-        session = link.session
-        self.reattach.later(
-            link.slot, link.close_reason, was_ready=session is not None and session.init_result is not None
-        )
+            self._add(instance)  # to the end: another instance of the slot goes first
+        self.reattach.later(link.slot, link.close_reason, was_ready=link.was_ready())
 
     def _activate(self, topic: str, slot: str, instance: Instance) -> None:
         try:
@@ -328,23 +341,20 @@ class McpProfile:
         except SlotRefused as exc:
             self.release(link)
             link.closed = True
-            if exc.kind in RETRIED_REFUSALS and self._of_slot(link.slot) and not self.broker.is_halted():
+            if exc.kind in RETRIED_REFUSALS and self._announced(link.slot) and not self.broker.is_halted():
                 self.reattach.later(link.slot, exc.reason, held=exc.kind == "held")
             self._refused(link, exc.reason)
             return
         link.session = session
-        self.told.discard(link.slot)
+        self.reattach.attached(link.slot)
         self.broker.slot_seen(link.slot, link.info.remote)
         if link.is_closed():  # the server went offline while the slot was being attached
             session.link_lost(link.close_reason)
 
     def _refused(self, link: McpLink, reason: str) -> None:
         """Count a refusal once per announcement of the slot (attempts again for it are not messages)."""
-        if link.slot in self.told:
-            return
-        if self._of_slot(link.slot):
-            self.told.add(link.slot)
-        self.broker.drops.count("refused", link.rpc, reason, link.slot)
+        if self.reattach.first_refusal(link.slot, announced=self._announced(link.slot)):
+            self.broker.drops.count("refused", link.rpc, reason, link.slot)
 
     def release(self, link: McpLink) -> None:
         """Forget `link` (it no longer serves its slot) and unsubscribe its topics."""
@@ -367,7 +377,7 @@ class McpProfile:
         message = jsonrpc.parse(payload)
         if message.kind is jsonrpc.Kind.NOTIFICATION and message.method == mqtt_topics.METHOD_DISCONNECTED:
             # The server ended this client session; the specification: consider it offline.
-            self.instances.pop(address.server_id, None)
+            self._remove(address.server_id)
             self._forget_if_gone(link.slot)
             self.release(link)
             link.lost(f"MCP server {address.server_name} ({address.server_id}) sent notifications/disconnected")

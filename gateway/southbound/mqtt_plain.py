@@ -68,8 +68,6 @@ class PlainProfile:
         self.announced: dict[str, envelope.Registration] = {}
         """The standing (non-empty) status of each board (at most max_instances), so that a board whose
         slot is not served is attached again."""
-        self.told: set[str] = set()
-        """Boards told (on down) and counted that their slot was refused, once per announcement."""
         self.reattach = Reattach(
             broker.gateway.registry, broker.config.reconnect_initial_s, broker.config.reconnect_max_s, self._retry
         )
@@ -86,7 +84,6 @@ class PlainProfile:
     def broker_lost(self, reason: str) -> None:
         links, self.links = self.links, {}
         self.announced.clear()  # the retained statuses arrive again after the next subscription
-        self.told.clear()
         self.reattach.clear()
         for link in links.values():
             link.lost(f"MQTT broker {self.broker.label} {reason}")
@@ -110,7 +107,6 @@ class PlainProfile:
     def _status(self, topic: str, slot: str, payload: bytes) -> None:
         if not payload:
             self.announced.pop(slot, None)
-            self.told.discard(slot)
             self.reattach.forget(slot)
             link = self.links.pop(slot, None)
             if link is not None:
@@ -134,7 +130,6 @@ class PlainProfile:
             self.broker.drops.count("refused", topic, f"more than {max_instances} devices on this broker", slot)
             return
         self.announced[slot] = registration
-        self.told.discard(slot)
         self.reattach.now(slot)
         old = self.links.pop(slot, None)
         if old is not None:
@@ -165,10 +160,7 @@ class PlainProfile:
         if self.links.get(link.slot) is link:
             del self.links[link.slot]
         if link.slot in self.announced and not self.broker.is_halted():
-            session = link.session
-            self.reattach.later(
-                link.slot, link.close_reason, was_ready=session is not None and session.init_result is not None
-            )
+            self.reattach.later(link.slot, link.close_reason, was_ready=link.was_ready())
 
     async def _attach_link(self, link: PlainLink, registration: envelope.Registration) -> None:
         try:
@@ -182,10 +174,8 @@ class PlainProfile:
             standing = self.announced.get(link.slot) is registration
             if standing and exc.kind in RETRIED_REFUSALS:
                 self.reattach.later(link.slot, exc.reason, held=exc.kind == "held")
-            if link.slot in self.told:
+            if not self.reattach.first_refusal(link.slot, announced=standing):
                 return  # an attempt again for the same status: told and counted already
-            if standing:
-                self.told.add(link.slot)
             self.broker.drops.count("refused", link.topics["status"], exc.reason, link.slot)
             # The board cannot see a close reason; an error with id null on its down topic is the nearest.
             refusal = jsonrpc.dumps(jsonrpc.error_response(None, exc.code, exc.reason))
@@ -193,7 +183,7 @@ class PlainProfile:
                 self.broker.client.publish(link.topics["down"], refusal)
             return
         link.session = session
-        self.told.discard(link.slot)
+        self.reattach.attached(link.slot)
         self.broker.slot_seen(link.slot, link.info.remote)
         if link.is_closed():  # the board went offline while the slot was being attached
             session.link_lost(link.close_reason)
@@ -208,7 +198,7 @@ class PlainProfile:
             # Heard from again after the core let it go (a missed heartbeat): its status still
             # stands, so it gets the slot back with a new session now. This message belonged to the old one.
             self.links.pop(slot, None)
-            self.reattach.now(slot)
+            self.reattach.now(slot, new_announcement=False)
             self._attach(slot, registration)
             return
         if link.session is None:

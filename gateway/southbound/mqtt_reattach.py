@@ -13,7 +13,8 @@ again. So the profile tries again, for each such slot:
 
 It stops when the announcement is cleared, when the broker is lost (the retained announcements come
 again after the next subscription) and at shutdown; the slots it tracks are the profile's announced
-ones, so they are bounded by max_instances.
+ones, so they are bounded by max_instances. Per slot it also remembers whether a refusal was reported
+(`first_refusal`): once per announcement, however often the profile tries again.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class _Slot:
     """The last attempt was refused because another provider holds the slot: try at once when it frees."""
     attempts: int = 0
     last_reason: str = ""
+    told: bool = False
+    """A refusal of the slot was reported (counted, and on the plain profile told to the board) since its
+    announcement or its last attach: attempts again for the same announcement are not news."""
 
 
 class Reattach:
@@ -63,11 +67,15 @@ class Reattach:
         self.slots: dict[str, _Slot] = {}
         self._wake = asyncio.Event()
 
-    def later(self, slot: str, reason: str, *, held: bool = False, was_ready: bool = False) -> None:
-        """Try `slot` again after the back-off (reset first when its link had been ready)."""
+    def _entry(self, slot: str) -> _Slot:
         entry = self.slots.get(slot)
         if entry is None:
             entry = self.slots[slot] = _Slot(Backoff(self.initial_s, self.max_s))
+        return entry
+
+    def later(self, slot: str, reason: str, *, held: bool = False, was_ready: bool = False) -> None:
+        """Try `slot` again after the back-off (reset first when its link had been ready)."""
+        entry = self._entry(slot)
         if was_ready:
             entry.backoff.reset()
         entry.held = held
@@ -75,13 +83,32 @@ class Reattach:
         entry.due = time.monotonic() + entry.backoff.next_delay()
         self._wake.set()
 
-    def now(self, slot: str) -> None:
-        """A new announcement, attached at once by the profile: the back-off starts over."""
+    def now(self, slot: str, *, new_announcement: bool = True) -> None:
+        """Attached at once by the profile: the back-off starts over. A new announcement also makes a
+        refusal news again; a device only heard from again (`new_announcement=False`) does not."""
         entry = self.slots.get(slot)
         if entry is not None:
             entry.due = None
             entry.held = False
             entry.backoff.reset()
+            if new_announcement:
+                entry.told = False
+
+    def first_refusal(self, slot: str, *, announced: bool) -> bool:
+        """Whether a refusal of `slot` is news (report it): the first since its announcement or its last
+        attach. Remembered only while the slot is `announced`, so the slots tracked stay the announced ones."""
+        entry = self.slots.get(slot)
+        if entry is not None and entry.told:
+            return False
+        if announced:
+            self._entry(slot).told = True
+        return True
+
+    def attached(self, slot: str) -> None:
+        """A link of `slot` was attached: its next refusal is news again."""
+        entry = self.slots.get(slot)
+        if entry is not None:
+            entry.told = False
 
     def forget(self, slot: str) -> None:
         """The announcement is gone: nothing to attach any more."""

@@ -168,7 +168,7 @@ MAX_TOPIC_BYTES = 65_535
 
 def filter_problem(topic_filter: str) -> str | None:
     """Why `topic_filter` is not an MQTT topic filter a broker (or paho) accepts, or None when it is one."""
-    if not topic_filter or len(topic_filter.encode("utf-8", "surrogatepass")) > MAX_TOPIC_BYTES:
+    if not topic_filter or not fits_topic(topic_filter):
         return f"a topic filter is 1 to {MAX_TOPIC_BYTES} bytes"
     levels = topic_filter.split("/")
     if "\x00" in topic_filter or any(("#" in level or "+" in level) and level not in ("#", "+") for level in levels):
@@ -181,6 +181,19 @@ def filter_problem(topic_filter: str) -> str | None:
 def fits_topic(topic: str) -> bool:
     """`topic` is short enough to be an MQTT topic (the other rules are the callers')."""
     return len(topic.encode("utf-8", "surrogatepass")) <= MAX_TOPIC_BYTES
+
+
+def server_filter_problem(server_name_filter: str) -> str | None:
+    """Why `server_name_filter` cannot be a server-name filter (a configured server_filter, a broker's
+    MCP-SERVER-NAME-FILTERS), or None when it can: one that is not would make the gateway's SUBSCRIBE
+    fail, and with it every subscription of the connection. It is not empty, and its presence filter
+    (`server_presence_filter`) is an MQTT topic filter, within MQTT's length too."""
+    if not server_name_filter:
+        return "a server-name filter is not empty"
+    presence = server_presence_filter(server_name_filter)
+    if not fits_topic(presence):
+        return f"its presence filter {presence[:40]}... is over {MAX_TOPIC_BYTES} bytes"
+    return filter_problem(presence)
 
 
 def subscribe_packet_bytes(filters: list[str]) -> int:

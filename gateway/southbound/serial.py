@@ -46,7 +46,7 @@ from typing import Any
 import serial
 from prometheus_client import Counter, Gauge
 
-from gateway.config import SerialConfig, SerialLineConfig
+from gateway.config import SERIAL_LIMIT_KEYS, SerialConfig, SerialLineConfig
 from gateway.core import jsonrpc
 from gateway.core.backoff import Backoff
 from gateway.core.gateway import Gateway
@@ -104,14 +104,15 @@ class PortSpec:
 
     path: str
     line: SerialLineConfig
+    config_key: str
+    """Where its settings are in the configuration, `serial.ports[<i>]` or `serial.hotplug`: the prefix of
+    its bounds in mcpgw_limit and mcpgw_limit_hits_total (e.g. serial.ports[0].frame_cap). No default, so
+    that no port is counted under another's key."""
     source: str = "config"  # "config" or "hotplug"
     stable_id: str | None = None
     """Hot-plugged: the USB device's stable id (VID:PID and serial number or bus location)."""
     usb: JsonObject | None = None
     """Hot-plugged: what the enumerator knows (vid_pid, serial_number, location, description)."""
-    config_key: str = "serial.hotplug"
-    """Where its settings are in the configuration, `serial.ports[<i>]` or `serial.hotplug`: the prefix of
-    its bounds in mcpgw_limit and mcpgw_limit_hits_total (e.g. serial.ports[0].frame_cap)."""
 
     @property
     def identity(self) -> str:
@@ -703,7 +704,7 @@ class SerialLines:
         self._started = False
         self._halted = False
         for index, config in enumerate(self.settings.ports):
-            spec = PortSpec(config.path, config, config_key=serial_port_key(index))
+            spec = PortSpec(config.path, config, serial_port_key(index))
             self.ports[config.path] = SerialPort(gateway, spec, self.settings, self.metrics)
         if self.ports or self.settings.hotplug.enabled:
             gateway.serial_status = self.status
@@ -751,13 +752,8 @@ class SerialLines:
 
     def status(self) -> JsonObject:
         hotplug = self.hotplug_status() if self.hotplug_status is not None else {"enabled": False}
-        settings = self.settings
         return {
             "ports": [self.ports[path].status() for path in sorted(self.ports)],
             "hotplug": hotplug,
-            "limits": {
-                "backlog_messages": settings.backlog_messages,
-                "register_request_interval_s": settings.register_request_interval_s,
-                "write_timeout_s": settings.write_timeout_s,
-            },
+            "limits": {key: getattr(self.settings, key) for key in SERIAL_LIMIT_KEYS},
         }

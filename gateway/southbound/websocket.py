@@ -32,7 +32,7 @@ from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
 from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
 from gateway.southbound import envelope
-from gateway.websocket_limits import CappedWebSocketResponse
+from gateway.websocket_limits import CappedWebSocketResponse, is_too_big
 
 log = logging.getLogger("gateway.southbound.websocket")
 
@@ -169,7 +169,7 @@ class ProviderWebSockets:
 
     def _socket_error(self, ws: CappedWebSocketResponse, error: object) -> tuple[str, int | None]:
         """Why a socket aiohttp reported an error on ended, and the close code sent for it."""
-        if getattr(error, "code", None) == CLOSE_TOO_BIG:
+        if is_too_big(error):
             # aiohttp sent 1009 with our reason; ws.close_code reads 1006 afterwards (its reader failed).
             self.gateway.metrics.limit_hit("max_frame_bytes")
             return ws.too_big_reason, CLOSE_TOO_BIG

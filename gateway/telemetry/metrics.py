@@ -196,9 +196,10 @@ class Metrics:
             self._call_children[key] = children
         return children
 
-    def limit_hit(self, limit: str) -> None:
-        """A bound refused something; `limit` is its key under [limits] (e.g. "max_body_bytes")."""
-        self.limit_hits.labels(limit).inc()
+    def limit_hit(self, limit: str, times: int = 1) -> None:
+        """A bound refused something (`times` things at once); `limit` is its key, under [limits] (e.g.
+        "max_body_bytes") or the section's (e.g. "mqtt.brokers[0].max_backlog")."""
+        self.limit_hits.labels(limit).inc(times)
 
     def forget_slot(self, slot: str) -> None:
         """Drop the gauges of a slot the registry no longer tracks (keeps label sets bounded)."""

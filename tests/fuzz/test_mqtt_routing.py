@@ -23,6 +23,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
 
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,7 +37,7 @@ from gateway.southbound.mqtt import MqttBroker
 from gateway.southbound.mqtt_client import BrokerClient, InboundMessage
 from gateway.southbound.mqtt_connack import ConnackLimits, read_connack
 from gateway.southbound.mqtt_drops import MqttMetrics
-from gateway.southbound.mqtt_mcp import McpLink
+from gateway.southbound.mqtt_mcp import McpLink, slot_for
 from gateway.telemetry.metrics import Metrics
 from tests.fuzz import strategies as fz
 from tests.fuzz.budget import fuzz_settings, tally
@@ -179,6 +180,14 @@ def check_invariants(broker: MqttBroker) -> None:
     assert broker.plain is not None and broker.mcp is not None
     for slot in broker.plain.links:
         assert mqtt_topics.slot_level_problem(slot) is None
+    mcp = broker.mcp
+    by_slot = {server_id: slot for slot, same in mcp.of_slot.items() for server_id in same}
+    assert by_slot == {server_id: instance.slot for server_id, instance in mcp.instances.items()}
+    assert all(mcp.of_slot.values()), "a slot without instances is still indexed"
+    for slot, same in mcp.of_slot.items():
+        for instance in same.values():
+            assert instance is mcp.instances[instance.address.server_id]
+            assert slot == slot_for(instance.address.server_name, mcp.rule)
     for slot, link in broker.mcp.by_slot.items():
         assert link.slot == slot and broker.mcp.by_server[link.address.server_id] is link
         assert isinstance(link, McpLink)
@@ -235,3 +244,30 @@ async def route(fields: dict[str, Any] | None, slot_naming: str, messages: list[
     for profile in (broker.plain, broker.mcp):
         if profile is not None:
             profile.reattach.clear()  # the timers of slots to be tried again
+
+
+def test_a_board_refused_its_slot_is_counted_and_told_once_per_status() -> None:
+    """Heard from again on `up`, the board is attached again and refused again: not news. A new status is."""
+    with asyncio.Runner() as runner:
+        runner.run(refused_board())
+
+
+async def refused_board() -> None:
+    broker = broker_for("last_segment")
+    client = cast(StandInClient, broker.client)
+    broker.connected(ConnackLimits())
+    status = orjson.dumps({"jsonrpc": "2.0", "method": "notifications/register", "params": {"slot": HELD, "hello": {}}})
+    ping = b'{"jsonrpc":"2.0","id":1,"result":{}}'
+
+    def told() -> int:
+        return sum(1 for topic, _ in client.published if topic == f"mcpb/{HELD}/down")
+
+    broker.message(InboundMessage(f"mcpb/{HELD}/status", status, retain=True))
+    assert (broker.drops.totals["refused"], told()) == (1, 1)
+    for _ in range(3):
+        broker.message(InboundMessage(f"mcpb/{HELD}/up", ping, retain=False))
+    assert (broker.drops.totals["refused"], told()) == (1, 1)
+    broker.message(InboundMessage(f"mcpb/{HELD}/status", status, retain=True))  # announced again
+    assert (broker.drops.totals["refused"], told()) == (2, 2)
+    assert broker.plain is not None
+    broker.plain.reattach.clear()

@@ -759,3 +759,27 @@ async def test_run_serial_flag_serves_the_port(ptys: PtyFactory, tmp_path: Path)
     finally:
         board.stop()
         assert await stop(process) == 0
+
+
+async def test_provider_url_names_the_last_link_that_held_the_slot(
+    gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any, publishers: Publishers
+) -> None:
+    """After a board left its serial port the slot names the port; once an SDK server held the slot
+    over WebSocket and left too, it names the WebSocket way in, not the port of long ago."""
+    pair = ptys()
+    board = framed(pair)
+    gateway = await gateway_factory(serial=serial_config(pair.path))
+    slots = gateway.gateway.registry.slots
+    await board.next_message()  # the gateway asks the board to register
+    board.register(SLOT)
+    await wait_ready_slot(gateway, SLOT)
+    board.stop()
+    pair.close()  # the board is unplugged
+    await wait_for(lambda: slots[SLOT].live is None, what="the serial board to be detached")
+    assert (await provider_status(gateway.url, SLOT))["provider_url"] == pair.path
+
+    publisher = await publishers.start(gateway, SLOT, demo_server("pump"))
+    await publisher.stop()
+    await wait_for(lambda: slots[SLOT].live is None, what="the WebSocket provider to leave")
+    status = await provider_status(gateway.url, SLOT)
+    assert status["provider_url"] == f"{gateway.url.replace('http', 'ws', 1)}/provider/{SLOT}"

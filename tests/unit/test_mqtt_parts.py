@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from paho.mqtt.packettypes import PacketTypes
@@ -11,10 +11,20 @@ from paho.mqtt.properties import Properties
 from gateway.cli import build_parser
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.core.scrape import mqtt_limit_values
+from gateway.core.slots import SlotRegistry
 from gateway.southbound import mqtt_topics
-from gateway.southbound.mqtt_client import PACKET_HEADROOM_BYTES, max_packet_bytes
-from gateway.southbound.mqtt_connack import read_connack
+from gateway.southbound.mqtt_client import (
+    PACKET_HEADROOM_BYTES,
+    BrokerClient,
+    ClientEvents,
+    ConnectOptions,
+    PacketTooLarge,
+    max_packet_bytes,
+    publish_packet_bytes_at_most,
+)
+from gateway.southbound.mqtt_connack import ConnackLimits, read_connack
 from gateway.southbound.mqtt_mcp import slot_for
+from gateway.southbound.mqtt_reattach import Reattach
 
 
 def test_topics_follow_the_pinned_specification_revision() -> None:
@@ -135,6 +145,9 @@ def test_inbound_bounds_announced_and_exported_per_broker() -> None:
         ({"topic_prefix": "a/+/b"}, "topic_prefix"),
         ({"topic_prefix": "$SYS"}, "topic_prefix"),
         ({"server_filter": ["a/#/b"]}, "not an MQTT topic filter"),
+        ({"server_filter": [""]}, "server_filter '' is not an MQTT topic filter"),
+        # Its presence filter ($mcp-server/presence/+/<filter>) would pass MQTT's 65,535 bytes.
+        ({"server_filter": ["x" * 65_535]}, "is not an MQTT topic filter: its presence filter"),
         ({"client_id": "a/b"}, "client_id"),
         ({"password": {"env": "MQTT_TEST_UNSET_VARIABLE"}}, "is not set"),
         ({"username": "gw", "ca_file": "/nonexistent/ca.pem"}, "ca_file"),
@@ -184,3 +197,66 @@ def test_publish_packet_size_counts_what_the_maximum_packet_size_counts() -> Non
     assert mqtt_topics.publish_packet_bytes("t", 16_384 - 5) == 1 + 3 + 16_384
     assert mqtt_topics.publish_packet_bytes("t", 2_097_152 - 5) == 1 + 4 + 2_097_152
     assert mqtt_topics.publish_packet_bytes("é", 0) == 1 + 1 + (2 + 2 + 2)  # topic bytes, not characters
+
+
+GATEWAY_USERS = (
+    (mqtt_topics.PROP_COMPONENT_TYPE, mqtt_topics.COMPONENT_CLIENT),
+    (mqtt_topics.PROP_MQTT_CLIENT_ID, "gw"),
+)
+
+
+def packed_properties(users: tuple[tuple[str, str], ...], expiry: bool) -> Properties | None:
+    if not users and not expiry:
+        return None
+    props = Properties(PacketTypes.PUBLISH)
+    if users:
+        props.UserProperty = list(users)
+    if expiry:
+        props.MessageExpiryInterval = 30
+    return props
+
+
+@pytest.mark.parametrize("topic", ["mcpb/pump-1/down", "é/ü", "💧/" * 40, "€" * 3000])
+@pytest.mark.parametrize("users", [(), GATEWAY_USERS, (("MCP-MQTT-CLIENT-ID", "gw-💧-€"),)])
+@pytest.mark.parametrize("expiry", [False, True])
+@pytest.mark.parametrize("payload", [0, 100, 16_000, 2_097_000])
+def test_the_publish_size_bound_is_never_below_the_packet(
+    topic: str, users: tuple[tuple[str, str], ...], expiry: bool, payload: int
+) -> None:
+    # publish() lets every message this bound allows through without measuring it: it must never be smaller.
+    props = packed_properties(users, expiry)
+    exact = mqtt_topics.publish_packet_bytes(topic, payload, len(props.pack()) if props is not None else 1)
+    assert exact <= publish_packet_bytes_at_most(topic, payload, users, expiry)
+
+
+def test_a_message_near_the_broker_limit_is_measured_exactly() -> None:
+    client = BrokerClient(broker().mqtt.brokers[0], cast(ClientEvents, None), lambda _id: ConnectOptions())
+    topic = "$mcp-rpc/gw/srv-💧/plant/p7"
+    props = packed_properties(GATEWAY_USERS, True)
+    assert props is not None
+    exact = mqtt_topics.publish_packet_bytes(topic, 5000, len(props.pack()))
+    assert publish_packet_bytes_at_most(topic, 5000, GATEWAY_USERS, True) > exact  # the bound cannot decide
+    client.limits = ConnackLimits(maximum_packet_size=exact)
+    client._check_size(topic, 5000, props, GATEWAY_USERS, True)  # exactly the limit: published
+    with pytest.raises(PacketTooLarge) as refused:
+        client._check_size(topic, 5001, props, GATEWAY_USERS, True)
+    assert (refused.value.size, refused.value.maximum, refused.value.measured) == (exact + 1, exact, "packet")
+    assert client.outbound_limit() == (exact, "packet")
+
+
+def test_a_refusal_is_news_once_per_announcement() -> None:
+    reattach = Reattach(cast(SlotRegistry, None), 1.0, 2.0, lambda _slot: None)
+    assert reattach.first_refusal("pump-1", announced=True)
+    assert not reattach.first_refusal("pump-1", announced=True)  # an attempt again for the same announcement
+    reattach.now("pump-1", new_announcement=False)  # heard from again (plain profile: on up), not announced
+    assert not reattach.first_refusal("pump-1", announced=True)
+    reattach.now("pump-1")  # announced again
+    assert reattach.first_refusal("pump-1", announced=True)
+    reattach.attached("pump-1")
+    assert reattach.first_refusal("pump-1", announced=True)
+    reattach.forget("pump-1")  # the announcement is gone
+    assert reattach.first_refusal("pump-1", announced=True)
+    reattach.clear()  # the broker is lost
+    assert reattach.first_refusal("pump-1", announced=False)
+    assert reattach.first_refusal("pump-1", announced=False)  # not announced: nothing remembered
+    assert reattach.slots == {} and reattach.status() == {}
