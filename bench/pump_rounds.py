@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.processes import timed_get_status
-from bench.report import MODE_LABELS, MODES, markdown_table, median, percentile, round_ratios, spread
+from bench.report import MODE_LABELS, MODES, markdown_table, median, parse_modes, percentile, round_ratios, spread
 
 Figures = dict[str, dict[str, dict[str, list[float]]]]
 """figures[mode][path][name] -> one value per round."""
@@ -44,9 +44,7 @@ def add_round_arguments(parser: argparse.ArgumentParser, rounds_help: str) -> No
 
 def round_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RoundOptions:
     """The round options of parsed `args` (their defaults, or the quick ones with --quick)."""
-    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
-    if not modes or any(mode not in MODES for mode in modes):
-        parser.error(f"--modes takes {', '.join(MODES)}")
+    modes = parse_modes(parser, args.modes)
     return RoundOptions(
         rounds=args.rounds or (1 if args.quick else 5),
         calls=args.calls or (20 if args.quick else 400),

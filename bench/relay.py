@@ -38,7 +38,7 @@ from bench.processes import (
     wait_healthy,
     wait_slot_ready,
 )
-from bench.report import MODE_LABELS, MODES, Row, median, missed, percentile, render
+from bench.report import MODE_LABELS, MODES, Row, median, missed, parse_modes, percentile, render, round_ratios
 
 REPO = Path(__file__).resolve().parent.parent
 SLOT = "bench"
@@ -83,10 +83,7 @@ def parse_options(argv: Sequence[str] | None) -> Options:
     )
     args = parser.parse_args(argv)
     quick = args.quick
-    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
-    unknown = [mode for mode in modes if mode not in MODES]
-    if unknown or not modes:
-        parser.error(f"--modes takes {', '.join(MODES)}; got {args.modes!r}")
+    modes = parse_modes(parser, args.modes)
     options = Options(
         rounds=args.rounds if args.rounds is not None else (1 if quick else 5),
         calls=args.calls if args.calls is not None else (30 if quick else 400),
@@ -251,7 +248,7 @@ def mode_rows(mode: str, figures: Figures, options: Options) -> list[Row]:
     def row(
         name: str, metric: str, unit: str, target: str = "", limit: float | None = None, higher: bool = False
     ) -> Row:
-        ratios = [g / d if d else float("nan") for d, g in zip(direct[name], gateway[name], strict=True)]
+        ratios = round_ratios(gateway[name], direct[name])
         return Row(metric, unit, median(direct[name]), median(gateway[name]), ratios, target, limit, higher)
 
     return [

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 MODES = ("legacy", "2026-07-28")
@@ -109,33 +110,31 @@ def render(rows: Sequence[Row]) -> str:
                 row.verdict,
             ]
         )
-    widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
-
-    def fmt(cells: Sequence[str]) -> str:
-        padded = [
-            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) if i < 5 else cell.ljust(widths[i])
-            for i, cell in enumerate(cells)
-        ]
-        return "| " + " | ".join(padded) + " |"
-
-    separator = "|" + "|".join(
-        "-" * (widths[i] + 1) + ":" if 0 < i < 5 else ":" + "-" * (widths[i] + 1) for i in range(len(header))
-    )
-    separator = separator + "|"
-    return "\n".join([fmt(header), separator, *(fmt(line) for line in lines)])
+    return markdown_table(header, lines, left=(0, 5, 6))
 
 
-def markdown_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
-    """A Markdown table of text cells: the first column left-aligned, the figures right-aligned."""
+def markdown_table(header: Sequence[str], lines: Sequence[Sequence[str]], left: Container[int] = (0,)) -> str:
+    """A Markdown table of text cells: the columns in `left` left-aligned (the metric's name), the
+    figures right-aligned."""
     widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
 
     def row(cells: Sequence[str]) -> str:
         return (
-            "| " + " | ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)) + " |"
+            "| "
+            + " | ".join(c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells))
+            + " |"
         )
 
-    separator = "|" + "|".join(":" + "-" * (w + 1) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths))
+    separator = "|" + "|".join(":" + "-" * (w + 1) if i in left else "-" * (w + 1) + ":" for i, w in enumerate(widths))
     return "\n".join([row(header), separator + "|", *(row(line) for line in lines)])
+
+
+def parse_modes(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """The protocol eras of a --modes value ("legacy,2026-07-28"); a parser error for any other."""
+    modes = [mode.strip() for mode in text.split(",") if mode.strip()]
+    if not modes or any(mode not in MODES for mode in modes):
+        parser.error(f"--modes takes {', '.join(MODES)}; got {text!r}")
+    return modes
 
 
 def missed(rows: Sequence[Row]) -> list[Row]:
