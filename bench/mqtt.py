@@ -33,6 +33,7 @@ from bench.processes import (
     free_port,
     gateway_env,
     rotating_rounds,
+    start_simulator,
     wait_healthy,
     wait_slot_ready,
 )
@@ -100,12 +101,7 @@ class Stack:
         await wait_healthy(f"{self.url}/readyz", self.children["gateway"])
         for path, extra in SIM_ARGS.items():
             target = ["--gateway", self.url] if path == "websocket" else ["--mqtt", self.broker_url]
-            args = ["-m", "gateway.cli", "sim", *target, "--pumps", "1", *extra, "--control-port", "0"]
-            child = Child(path, [*args, "--log-level", "warning"], REPO)
-            self.children[path] = child
-            line = await asyncio.to_thread(child.read_line, 30.0)
-            if not line.startswith("simulator:"):
-                raise RuntimeError(f"the {path} simulator did not start:\n{child.output()[-3000:]}")
+            self.children[path], _ = await start_simulator(path, [*target, *extra], REPO)
         for slot in PATHS.values():
             await wait_slot_ready(self.url, slot)
 

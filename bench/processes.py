@@ -132,6 +132,18 @@ class Child:
         self.log.close()
 
 
+async def start_simulator(name: str, args: list[str], cwd: Path) -> tuple[Child, str]:
+    """`mcp-gateway sim ARGS --pumps 1` as its own process (warnings only, control port chosen by
+    the OS), once it printed its first line ("simulator: ..."): the child and that line."""
+    sim = ["-m", "gateway.cli", "sim", *args, "--pumps", "1", "--control-port", "0", "--log-level", "warning"]
+    child = Child(name, sim, cwd)
+    line = await asyncio.to_thread(child.read_line, 30.0)
+    if not line.startswith("simulator:"):
+        child.stop()
+        raise RuntimeError(f"the {name} simulator did not start:\n{child.output()[-3000:]}")
+    return child, line
+
+
 async def wait_healthy(url: str, child: Child, timeout_s: float = 30.0) -> None:
     """Poll `url` (a gateway's /readyz, say) until it answers 200; RuntimeError with the child's log
     when the child exits or the time is up."""

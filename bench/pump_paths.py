@@ -34,6 +34,7 @@ from bench.processes import (
     free_port,
     gateway_env,
     rotating_rounds,
+    start_simulator,
     wait_healthy,
     wait_slot_ready,
 )
@@ -97,11 +98,8 @@ class Stack:
         self.children.append(Child("gateway", run, REPO, env=gateway_env()))
         await wait_healthy(f"{self.url}/readyz", self.gateway)
         await asyncio.to_thread(self._launch_board)
-        sim_args = ["-m", "gateway.cli", "sim", "--gateway", self.url, "--pumps", "1", "--first", "2"]
-        self.children.append(Child("simulator", [*sim_args, "--control-port", "0", "--log-level", "warning"], REPO))
-        line = await asyncio.to_thread(self.simulator.read_line, 30.0)
-        if not line.startswith("simulator:"):
-            raise RuntimeError(f"the simulator did not start:\n{self.simulator.output()[-3000:]}")
+        simulator, _ = await start_simulator("simulator", ["--gateway", self.url, "--first", "2"], REPO)
+        self.children.append(simulator)
         for slot in PATHS.values():
             await self._wait_slot_ready(slot)
 

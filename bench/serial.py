@@ -57,6 +57,7 @@ from bench.processes import (
     free_port,
     gateway_env,
     rotating_rounds,
+    start_simulator,
     wait_healthy,
     wait_slot_ready,
 )
@@ -283,12 +284,7 @@ class Stack:
             await wait_slot_ready(self.url, slot)
 
     async def _simulator(self, path: str, target: list[str]) -> str:
-        args = ["-m", "gateway.cli", "sim", *target, "--pumps", "1", *SIM_ARGS[path], "--control-port", "0"]
-        child = Child(path, [*args, "--log-level", "warning"], REPO)
-        self.children[path] = child
-        line = await asyncio.to_thread(child.read_line, 30.0)
-        if not line.startswith("simulator:"):
-            raise RuntimeError(f"the {path} simulator did not start:\n{child.output()[-3000:]}")
+        self.children[path], line = await start_simulator(path, [*target, *SIM_ARGS[path]], REPO)
         return line
 
     def stop(self) -> None:
