@@ -36,7 +36,6 @@ from gateway.core.stateless import Rejection
 from gateway.core.streams import MessageQueue
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS, STATELESS_VERSIONS, is_known
 from gateway.northbound import event_stream, http_io, session_era
-from gateway.northbound.caller_pending import CallerPending, caller_key
 from gateway.northbound.http_io import (
     JSON_TYPE,
     NO_SUCH_ENDPOINT,
@@ -47,6 +46,7 @@ from gateway.northbound.http_io import (
     json_response,
     rpc_error,
 )
+from gateway.policy.caller_pending import CallerPending, caller_key
 from gateway.policy.request_principal import request_principal
 
 log = logging.getLogger("gateway.northbound.http")
@@ -308,7 +308,7 @@ class StreamableHttpEndpoint:
         if session is None:
             # Stateless era: nothing but a disconnect can cancel the request, and a disconnect
             # cancels this handler, so the work needs no task of its own.
-            caller = caller_key(request, ctx.principal)
+            caller = caller_key(ctx.principal, request.remote)
             crowded = self.pending.enter(caller, request_id)
             if crowded is not None:
                 return json_response(crowded)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiohttp import web
-
 from gateway.core import errors
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
@@ -23,10 +21,9 @@ CallerKey = tuple[str, str, str | None]
 """(principal kind, principal name, peer address for an anonymous caller, else None)."""
 
 
-def caller_key(request: web.Request, principal: Principal) -> CallerKey:
-    if principal.kind == "anonymous":
-        return (principal.kind, principal.name, request.remote)
-    return (principal.kind, principal.name, None)
+def caller_key(principal: Principal, peer: str | None) -> CallerKey:
+    """Whose requests in flight count together: the principal; an anonymous one per peer address."""
+    return (*principal.key, peer if principal.kind == "anonymous" else None)
 
 
 def describe(caller: CallerKey) -> str:
