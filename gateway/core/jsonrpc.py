@@ -151,3 +151,18 @@ def normalize_error(error: Any) -> JsonObject:
     if "data" in error:
         fixed["data"] = error["data"]
     return fixed
+
+
+def without_meta_keys(params: JsonObject | None, keys: frozenset[str]) -> JsonObject | None:
+    """`params` without `keys` in its _meta (and without _meta when nothing else is left in it):
+    `params` itself when none of them is there, else a copy (params and _meta copied once each)."""
+    if params is None:
+        return None
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or keys.isdisjoint(meta):
+        return params
+    rest = {key: value for key, value in meta.items() if key not in keys}
+    cleaned = {key: value for key, value in params.items() if key != "_meta"}
+    if rest:
+        cleaned["_meta"] = rest
+    return cleaned

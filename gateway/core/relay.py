@@ -53,7 +53,7 @@ ASKING_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 """Client requests during which a provider may ask the client something: in the stateless era the
 only ones that may answer `input_required` (SEP-2322), so the only ones translated."""
 
-_GATEWAY_META_KEYS = (RELATED_REQUEST_KEY, INPUT_KEY)
+_GATEWAY_META_KEYS = frozenset({RELATED_REQUEST_KEY, INPUT_KEY})
 
 
 def relay_capabilities(capabilities: JsonObject) -> JsonObject:
@@ -90,16 +90,7 @@ def missing_capability(capabilities: JsonObject, method: str, params: JsonObject
 
 def client_params(params: JsonObject | None) -> JsonObject | None:
     """A provider request's params as the client gets them: without the gateway's own _meta keys."""
-    if params is None:
-        return None
-    meta = params.get("_meta")
-    if not isinstance(meta, dict) or not any(key in meta for key in _GATEWAY_META_KEYS):
-        return params
-    rest = {key: value for key, value in meta.items() if key not in _GATEWAY_META_KEYS}
-    cleaned = {key: value for key, value in params.items() if key != "_meta"}
-    if rest:
-        cleaned["_meta"] = rest
-    return cleaned
+    return jsonrpc.without_meta_keys(params, _GATEWAY_META_KEYS)
 
 
 def refusal(method: str, why: str, reason: str) -> errors.RpcError:

@@ -85,16 +85,7 @@ class ClientContext:
 
 def strip_envelope(params: JsonObject | None) -> JsonObject | None:
     """Remove the stateless-era envelope keys before a request goes to a session-era provider."""
-    if params is None:
-        return None
-    meta = params.get("_meta")
-    if not isinstance(meta, dict) or not ENVELOPE_KEYS.intersection(meta):
-        return params
-    rest = {key: value for key, value in meta.items() if key not in ENVELOPE_KEYS}
-    cleaned = {key: value for key, value in params.items() if key != "_meta"}
-    if rest:
-        cleaned["_meta"] = rest
-    return cleaned
+    return jsonrpc.without_meta_keys(params, ENVELOPE_KEYS)
 
 
 def progress_token(params: JsonObject | None) -> Any:
