@@ -21,7 +21,7 @@ import orjson
 import pytest
 from aiohttp import web
 from mcp import Client
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 
 from gateway.app import GatewayServer
@@ -603,6 +603,94 @@ async def test_an_answer_written_as_the_link_breaks_is_dropped_and_the_publisher
         try:
             await wait_for(lambda: publisher.connections >= 2 or task.done(), what="the publisher dialling again")
             assert not task.done(), task.exception()
+        finally:
+            await publisher.stop()
+            await asyncio.wait_for(task, 10)
+
+
+async def test_a_call_cancelled_while_the_link_is_backed_up_leaves_the_other_answers_whole() -> None:
+    """Messages go out from the tasks that produced them, and every sender held up by a backed-up link
+    waits on the one flow-control waiter of its connection. A call cancelled in that wait (here in
+    the middle of reporting progress) must not fail the other senders' waits: the other call's
+    answer arrives, the session carries on without a new connection, and the cancelled call ends
+    once its report is out."""
+    size = 8 * 1024 * 1024  # far beyond what loopback's kernel buffers hold for a reader that stopped
+    server = MCPServer("big")
+    publisher: Publisher | None = None
+    received: dict[str, Any] = {}
+    ended: list[str] = []
+    all_in = asyncio.Event()
+
+    @server.tool()
+    async def report(ctx: Context) -> str:
+        try:
+            await ctx.report_progress(0.5, 1.0, "p" * size)
+            await asyncio.sleep(300)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        return "never"
+
+    @server.tool()
+    async def big() -> str:
+        return "b" * size
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    def backlog() -> int:
+        assert publisher is not None and publisher._ws is not None
+        transport = publisher._ws._response.connection.transport  # type: ignore[union-attr]
+        assert transport is not None
+        return transport.get_write_buffer_size()
+
+    def call(request_id: str, name: str, **params: Any) -> bytes:
+        request = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name, **params}}
+        return orjson.dumps(request)
+
+    async def provider_endpoint(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=0)
+        await ws.prepare(request)
+        assert request.transport is not None
+        request.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+        await ws.send_bytes(broker_initialize("2025-11-25"))
+        frames = aiter(ws)
+        while orjson.loads((await anext(frames)).data).get("id") != "brk-1":
+            pass
+        await ws.send_str('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        request.transport.pause_reading()  # this gateway stops reading: the provider's link backs up
+        await ws.send_bytes(call("a", "report", _meta={"progressToken": "pa"}))
+        await wait_for(lambda: backlog() > size // 2, what="the progress report held up", timeout=30)
+        await ws.send_bytes(call("b", "big"))
+        await wait_for(lambda: backlog() > size + size // 2, what="the answer held up behind it", timeout=30)
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "a"}}
+        await ws.send_bytes(orjson.dumps(cancel))
+        # The provider still reads: it takes the cancel in while call a waits to send. (No event
+        # shows that moment from here; if it came later the cancel would just meet a sleeping call.)
+        await asyncio.sleep(0.5)
+        request.transport.resume_reading()
+        async for msg in ws:
+            frame = orjson.loads(msg.data)
+            received[frame.get("id") or frame["method"]] = frame
+            if frame.get("id") == "b":
+                await ws.send_bytes(call("c", "add", arguments={"a": 2, "b": 3}))
+            if frame.get("id") == "c":
+                all_in.set()
+        return ws
+
+    async with stand_in_gateway(provider_endpoint) as url:
+        publisher = Publisher(server, url, "pump-1", backoff_initial_s=0.05, backoff_max_s=0.1)
+        task = asyncio.create_task(publisher.run())
+        try:
+            await wait_for(all_in.is_set, timeout=30, what="the answers to b and to c after it")
+            await wait_for(lambda: ended == ["cancelled"], what="call a cancelled once its report was out")
+            assert len(received["notifications/progress"]["params"]["message"]) == size
+            assert received["b"]["result"]["content"][0]["text"] == "b" * size
+            assert received["c"]["result"]["structuredContent"] == {"result": 5}
+            assert "a" not in received  # a cancelled call is not answered
+            assert publisher.connections == 1
+            assert not task.done()
         finally:
             await publisher.stop()
             await asyncio.wait_for(task, 10)
