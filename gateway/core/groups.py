@@ -411,10 +411,12 @@ class GroupTarget(Target):
             raise errors.method_not_found(method, f"{self.path} (it serves tools only)")
         params = params or {}
         name = params.get("name")
+        if not isinstance(name, str):  # a list or an object would not even hash
+            raise errors.unknown_tool(str(name), self.path)
         if name in bridge_tools.NAMES:
             view = self.catalog.view(ctx.principal, self.group)
-            return bridge_tools.call(str(name), params.get("arguments"), view)
-        tool = self.catalog.by_name.get(name) if isinstance(name, str) else None
+            return bridge_tools.call(name, params.get("arguments"), view)
+        tool = self.catalog.by_name.get(name)
         if tool is None or not self.includes(tool) or not self.catalog.may_call(ctx.principal, tool.slot):
             # The same answer for a tool the caller may not call as for an unknown one.
             raise errors.unknown_tool(str(name), self.path)

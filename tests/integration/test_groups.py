@@ -189,6 +189,26 @@ async def test_a_session_is_bound_to_the_endpoint_that_opened_it(
     assert status == 404
 
 
+async def test_a_tool_name_that_is_not_a_string_is_an_unknown_tool(
+    plant: GatewayServer, http: aiohttp.ClientSession
+) -> None:
+    """Found by tests/fuzz/test_live_http.py: a list or an object as the name crashed the handler
+    (it does not hash) with an HTTP 500; it is an unknown tool like any other, and the session goes on."""
+    status, headers, _ = await post(http, f"{plant.url}/mcp/pumps")
+    session = {"Mcp-Session-Id": headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-11-25"}
+    names: list[Any] = [[], {"a": 1}, 7, None]
+    for request_id, name in enumerate(names, start=2):
+        call = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name}}
+        status, _, body = await post(http, f"{plant.url}/mcp/pumps", call, session)
+        assert status == 200, body
+        assert body["error"]["code"] == -32602
+        assert body["error"]["message"].startswith("Unknown tool: ")
+        assert body["error"]["message"].endswith(" is not offered by /mcp/pumps; call tools/list")
+    listing = {"jsonrpc": "2.0", "id": 9, "method": "tools/list"}
+    status, _, body = await post(http, f"{plant.url}/mcp/pumps", listing, session)
+    assert status == 200 and body["result"]["tools"]
+
+
 async def test_group_tools_calls_count_against_the_routed_slots_rate_limit(
     gateway_factory: GatewayFactory, publishers: Publishers
 ) -> None:
