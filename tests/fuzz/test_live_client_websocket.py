@@ -31,8 +31,12 @@ from tests.fuzz import strategies as fz
 from tests.fuzz.budget import fuzz_settings, tally
 from tests.fuzz.live import LiveGateway
 
-# The demo provider logs on purpose (logging is deprecated in 2026-07-28, still part of the session era).
-pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+pytestmark = [
+    # The demo provider logs on purpose (logging is deprecated in 2026-07-28, still part of the session era).
+    pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
+    # The live gateway thread draws its provider's reconnect jitter from `random` while Hypothesis draws.
+    pytest.mark.filterwarnings("ignore:Do not use the `random` module inside strategies"),
+]
 
 FRAME_CAP = 16_384
 CONFIG: dict[str, Any] = {
