@@ -33,7 +33,6 @@ from bench.processes import (
     Child,
     free_port,
     gateway_env,
-    rotating_rounds,
     start_simulator,
     wait_healthy,
     wait_slot_ready,
@@ -43,9 +42,8 @@ from bench.pump_rounds import (
     Figures,
     RoundOptions,
     add_round_arguments,
-    new_figures,
+    all_rounds,
     round_options,
-    timed_round,
 )
 from bench.pump_rounds import render as render_rounds
 
@@ -148,27 +146,18 @@ def render(figures: Figures, modes: Sequence[str]) -> str:
 
 
 async def run(options: RoundOptions) -> Figures:
-    figures = new_figures()
     with tempfile.TemporaryDirectory() as tmp:
         stack = Stack(Path(tmp))
         try:
             await stack.start()
-            await rotating_rounds(
-                options.rounds,
-                options.modes,
+            return await all_rounds(
+                options,
                 ("board", "simulator"),
-                lambda mode, path: timed_round(
-                    figures,
-                    options,
-                    mode,
-                    path,
-                    f"{stack.url}/{PATHS[path]}/mcp",
-                    {"cpu_gateway": stack.gateway.pid, "cpu_device": stack.pid(path)},
-                ),
+                lambda path: f"{stack.url}/{PATHS[path]}/mcp",
+                lambda path: {"cpu_gateway": stack.gateway.pid, "cpu_device": stack.pid(path)},
             )
         finally:
             stack.stop()
-    return figures
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bench.processes import timed_get_status
+from bench.processes import rotating_rounds, timed_get_status
 from bench.report import MODE_LABELS, MODES, markdown_table, median, parse_modes, percentile, round_ratios, spread
 
 Figures = dict[str, dict[str, dict[str, list[float]]]]
@@ -64,6 +64,21 @@ async def timed_round(
     into["p95"].append(percentile(latencies, 0.95) * 1000)
     for name, seconds in zip(cpu_of, cpu, strict=True):
         into[name].append(seconds / options.calls * 1e6)
+
+
+async def all_rounds(
+    options: RoundOptions, paths: Sequence[str], url_of: Callable[[str], str], cpu_of: Callable[[str], dict[str, int]]
+) -> Figures:
+    """Every timed round of a pump bench: `options.rounds` rotations over `paths` in every era, each
+    path called at `url_of(path)` with the CPU of the processes `cpu_of(path)` names."""
+    figures = new_figures()
+    await rotating_rounds(
+        options.rounds,
+        options.modes,
+        paths,
+        lambda mode, path: timed_round(figures, options, mode, path, url_of(path), cpu_of(path)),
+    )
+    return figures
 
 
 def render(

@@ -56,7 +56,6 @@ from bench.processes import (
     Child,
     free_port,
     gateway_env,
-    rotating_rounds,
     start_simulator,
     wait_healthy,
     wait_slot_ready,
@@ -66,9 +65,8 @@ from bench.pump_rounds import (
     Figures,
     RoundOptions,
     add_round_arguments,
-    new_figures,
+    all_rounds,
     round_options,
-    timed_round,
 )
 from bench.pump_rounds import render as render_rounds
 from bench.report import markdown_table, median, round_ratios, spread
@@ -305,8 +303,6 @@ def render_round_trip(figures: Figures, modes: Sequence[str]) -> str:
 
 
 async def round_trip(options: Options) -> Figures:
-    figures = new_figures()
-    paths = list(PATHS)
     # SIGTERM cancels the run as Ctrl-C does, so the `finally` below stops every process it started.
     main_task = asyncio.current_task()
     assert main_task is not None
@@ -314,22 +310,14 @@ async def round_trip(options: Options) -> Figures:
     stack = Stack()
     try:
         await stack.start()
-        await rotating_rounds(
-            options.rounds,
-            options.modes,
-            paths,
-            lambda mode, path: timed_round(
-                figures,
-                options,
-                mode,
-                path,
-                f"{stack.url}/{PATHS[path]}/mcp",
-                {"cpu_gateway": stack.children["gateway"].pid, "cpu_pump": stack.children[path].pid},
-            ),
+        return await all_rounds(
+            options,
+            list(PATHS),
+            lambda path: f"{stack.url}/{PATHS[path]}/mcp",
+            lambda path: {"cpu_gateway": stack.children["gateway"].pid, "cpu_pump": stack.children[path].pid},
         )
     finally:
         stack.stop()
-    return figures
 
 
 def main(argv: Sequence[str] | None = None) -> int:

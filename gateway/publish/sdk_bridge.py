@@ -87,7 +87,6 @@ class SdkSession:
 
     def __init__(self, server: SdkServer, send: SendBytes) -> None:
         self.server = lowlevel(server)
-        self.send = send
         self._in_send: MemoryObjectSendStream[SessionMessage | Exception]
         self._in_recv: MemoryObjectReceiveStream[SessionMessage | Exception]
         self._in_send, self._in_recv = anyio.create_memory_object_stream[SessionMessage | Exception](64)
