@@ -9,13 +9,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
+from zeroconf import DNSQuestionType, InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from gateway.discovery.mdns import BROKER_SERVICE, SERVICE_TYPES
 
 RESOLVE_TIMEOUT_MS = 1500
 """How long one found service may take to answer for its address, port and TXT record."""
+
+QUESTION_TYPE = DNSQuestionType.QM
+"""Every question asks for a multicast answer, the first one too (zeroconf asks the first with the
+unicast-response bit by default). A unicast answer goes to port 5353 of this machine, where another
+mDNS stack (avahi, a gateway on the same box) may hold a socket bound to the same address; the kernel
+hands the datagram to one of them, often not to us, and the gateway stays unseen until the second
+query. A multicast answer reaches every listener."""
 
 
 @dataclass
@@ -79,13 +86,17 @@ async def browse(timeout_s: float, interfaces: Sequence[str] = ()) -> list[Found
         else:
             seen[(service_type, name)] = None
 
-    browser = AsyncServiceBrowser(zeroconf.zeroconf, list(SERVICE_TYPES), handlers=[on_change])
+    browser = AsyncServiceBrowser(
+        zeroconf.zeroconf, list(SERVICE_TYPES), handlers=[on_change], question_type=QUESTION_TYPE
+    )
     try:
         await asyncio.sleep(timeout_s)
         infos = [AsyncServiceInfo(service_type, name) for service_type, name in seen]
         # Browsing usually brings the SRV, TXT and address records along; async_request then answers
         # from the cache, and asks the network only for what is missing.
-        answered = await asyncio.gather(*(info.async_request(zeroconf.zeroconf, RESOLVE_TIMEOUT_MS) for info in infos))
+        answered = await asyncio.gather(
+            *(info.async_request(zeroconf.zeroconf, RESOLVE_TIMEOUT_MS, QUESTION_TYPE) for info in infos)
+        )
     finally:
         with contextlib.suppress(Exception):
             await browser.async_cancel()

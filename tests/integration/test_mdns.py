@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,11 +29,14 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from zeroconf import ServiceStateChange, Zeroconf
+from zeroconf._dns import DNSQuestion
+from zeroconf._protocol.incoming import DNSIncoming
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from gateway import __version__
 from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
+from gateway.discovery.mdns import SERVICE_TYPES
 from tests.conftest import GatewayFactory, Publishers, wait_for
 
 BROKER_TYPE = "_mcp-broker._tcp.local."
@@ -284,7 +288,10 @@ async def test_discover_lists_the_gateway_as_json_and_as_text(
     )
     await wait_for(lambda: server.mdns is not None and server.mdns.state == "advertising", 10, "the advertisement")
 
-    code, out, err = await run_discover("--json", "--timeout", "2", "--interface", multicast_link.address)
+    # The default browse (3 s): a gateway that has just announced itself answers a question only a
+    # second after its last multicast of the record (RFC 6762 section 14), so a 2 s browse could end
+    # before the answer on a loaded machine.
+    code, out, err = await run_discover("--json", "--interface", multicast_link.address)
     assert code == 0, err
     found = {entry["name"]: entry for entry in orjson.loads(out)}
     assert instance in found, out
@@ -297,10 +304,44 @@ async def test_discover_lists_the_gateway_as_json_and_as_text(
     assert entry["txt"]["provider"] == "/provider/"
     assert entry["txt"]["tls"] == "0"
 
-    code, out, err = await run_discover("--timeout", "2", "--interface", multicast_link.address)
+    code, out, err = await run_discover("--interface", multicast_link.address)
     assert code == 0, err
     assert instance in out
     assert f"url        http://{multicast_link.address}:{server.port}" in out
+
+
+async def test_discover_asks_every_question_for_a_multicast_answer(multicast_link: MulticastLink) -> None:
+    """A unicast answer to port 5353 of a machine where another mDNS stack holds a socket on the same
+    address reaches only one of them: the gateway on the same box took it in six browses of ten before
+    discover asked for multicast answers. So no question may carry the unicast-response (QU) bit."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind(("", 5353))
+    membership = socket.inet_aton("224.0.0.251") + socket.inet_aton(multicast_link.address)
+    listener.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+    listener.setblocking(False)
+    questions: list[DNSQuestion] = []
+
+    async def listen() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            data, _ = await loop.sock_recvfrom(listener, 9000)
+            message = DNSIncoming(data)
+            if message.is_query():
+                questions.extend(q for q in message.questions if q.name in SERVICE_TYPES)
+
+    listening = asyncio.create_task(listen())
+    try:
+        # 1.5 s: the browser's first query and the one a second later, when zeroconf switches to QM anyway.
+        code, _, err = await run_discover("--timeout", "1.5", "--interface", multicast_link.address)
+    finally:
+        listening.cancel()
+        listener.close()
+    assert code == 0, err
+    assert {q.name for q in questions} == set(SERVICE_TYPES), questions
+    assert len(questions) >= 2 * len(SERVICE_TYPES), questions  # both queries were heard
+    assert [q for q in questions if q.unique] == []
 
 
 async def test_discover_with_nothing_advertised_says_none_found_and_exits_0(multicast_link: MulticastLink) -> None:
