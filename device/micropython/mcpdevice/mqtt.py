@@ -23,7 +23,8 @@ The packets are mcpdevice.mqtt_client's (umqtt.simple's client, made fit for a b
 # API
 # ---
 # MqttTransport(broker, port, prefix, slot, client_id, user=None, password=None, keepalive_s=60,
-#               frame_max=4096, timeout_s=10, ssl=None, log=None)
+#               frame_max=4096, timeout_s=10, ssl=None, log=None, resolve=None)
+#     resolve: function(host, port) -> the address to dial (the app's lookup policy); None: the name
 #     the transport interface of mcpdevice.websocket (connect, recv, send, close, describe), and
 #     .shutdown()     publish the empty status and disconnect, synchronously (the app's way out)
 #     .dropped        messages on down that were not handed on (retained, wrong topic)
@@ -67,8 +68,10 @@ class MqttTransport:
         timeout_s=10,
         ssl=None,
         log=None,
+        resolve=None,
     ):
         self.broker = broker
+        self.resolve = resolve
         self.port = port
         self.client_id = client_id
         self.user = user
@@ -94,7 +97,8 @@ class MqttTransport:
         return self._where
 
     async def connect(self):
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.broker, self.port), self.timeout_s)
+        target = self.broker if self.resolve is None else self.resolve(self.broker, self.port)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(target, self.port), self.timeout_s)
         sock = writer.s
         _no_delay(sock)
         sock.settimeout(IO_TIMEOUT_S)

@@ -18,6 +18,11 @@
 #
 # provider_url(base, slot) -> "ws://host:port/provider/<percent-encoded slot>" (http -> ws).
 #
+# WebSocketTransport(url, frame_max=4096, timeout_s=10, ssl=None, agent="mcpdevice", token=None,
+#                    resolve=None)   resolve: function(host, port) -> the address to dial (the app's
+#                    lookup policy); None: the name, looked up by asyncio.open_connection. The Host
+#                    header and the TLS server name stay the name either way.
+#
 # A provider secret (`token`) is sent as `X-Provider-Token` on the upgrade when the gateway has
 # provider authentication; a refusal (HTTP 401 or 403) is an OSError carrying the gateway's JSON body.
 
@@ -69,9 +74,10 @@ def _slices(data):
 
 
 class WebSocketTransport:
-    def __init__(self, url, frame_max=4096, timeout_s=10, ssl=None, agent="mcpdevice", token=None):
+    def __init__(self, url, frame_max=4096, timeout_s=10, ssl=None, agent="mcpdevice", token=None, resolve=None):
         self.url = url
         self.token = token
+        self.resolve = resolve
         self.frame_max = frame_max
         self.timeout_s = timeout_s
         self.ssl = ssl
@@ -99,12 +105,16 @@ class WebSocketTransport:
             host, _, number = host.rpartition(":")
             port = int(number)
         host = host.strip("[]")
+        target = host if self.resolve is None else self.resolve(host, port)
         if secure:
             if self.ssl is None:
                 raise OSError("wss:// needs a TLS context: set ca_file in the config")
-            self._reader, self._writer = await asyncio.open_connection(host, port, ssl=self.ssl)
+            # The certificate is checked against the name, whatever address was dialled.
+            self._reader, self._writer = await asyncio.open_connection(
+                target, port, ssl=self.ssl, server_hostname=host
+            )
         else:
-            self._reader, self._writer = await asyncio.open_connection(host, port)
+            self._reader, self._writer = await asyncio.open_connection(target, port)
         _no_delay(self._writer)
         key = binascii.b2a_base64(os.urandom(16)).strip()
         self._writer.write(

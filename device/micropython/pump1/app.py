@@ -3,13 +3,16 @@
 API: run(parts, tick_ms=100, heap_log_s=0)   parts: pump1.build.build(settings); the motor is
      stopped on every way out, and a transport with a `shutdown()` (MQTT: clear the retained
      status) is closed on it.
-     Dial(log, station=None)   the provider's before_connect: `await .prepare()` brings Wi-Fi up
-     (station: (ensure_station, ssid, password)) and feeds `.watchdog` (set once armed).
+     Dial(log, station=None, at_rest=None)   the provider's before_connect: `await .prepare()`
+     brings Wi-Fi up (station: (ensure_station, ssid, password)) and feeds `.watchdog` (set once
+     armed); `.address(host, port)` is the transports' resolve hook: the address to dial, looked up
+     only while `at_rest()` (the motor stands still) or when no earlier lookup gave one.
 Both stay loaded while the app runs, so that nothing of the boot-only pump1.build is kept with them.
 """
 
 import asyncio
 import gc
+import socket
 
 from mcpdevice.log import log
 
@@ -29,11 +32,24 @@ async def _tick(controller, watchdog, tick_ms, heap_log_ms):
         await asyncio.sleep_ms(tick_ms) if hasattr(asyncio, "sleep_ms") else await asyncio.sleep(tick_ms / 1000)
 
 
+def _literal(host):
+    return ":" in host or (host.count(".") == 3 and host.replace(".", "").isdigit())
+
+
+def _address_text(sockaddr):
+    if isinstance(sockaddr, tuple):
+        return sockaddr[0]  # an ESP32's getaddrinfo (and CPython's)
+    family, packed, _ = socket.sockaddr(sockaddr)  # the Unix port gives the raw sockaddr bytes
+    return socket.inet_ntop(family, packed)
+
+
 class Dial:
-    def __init__(self, log, station=None):
+    def __init__(self, log, station=None, at_rest=None):
         self.log = log
         self.station = station
+        self.at_rest = at_rest
         self.watchdog = None  # armed last at boot
+        self._kept = {}  # name -> the address its last lookup gave
 
     async def prepare(self):
         if self.station is not None:
@@ -44,6 +60,29 @@ class Dial:
             # dials with) blocks the whole event loop, the tick that feeds the watchdog too: give it
             # all of watchdog_s.
             self.watchdog.feed()
+
+    def address(self, host, port):
+        # A lookup blocks the whole board until the answer or the resolver's own timeout (5 s for a
+        # .local name on an ESP32, about 7 s per silent DNS server): no control tick, no fault check.
+        # So while the motor turns a dial reuses the address of the last lookup; the dead-man stops
+        # the motor if that address no longer answers, and the next dial then looks the name up.
+        if _literal(host):
+            return host
+        kept = self._kept.get(host)
+        if kept is not None and self.at_rest is not None and not self.at_rest():
+            self.log("lookup_skipped", host=host, address=kept, reason="the motor turns")
+            return kept
+        try:
+            found = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0][-1]
+        except OSError as exc:
+            if kept is None:
+                raise
+            self.log("lookup_failed", host=host, address=kept, error=repr(exc))
+            return kept  # the resolver is down, the gateway may well still be where it was
+        address = _address_text(found)
+        self._kept[host] = address
+        self.log("lookup", host=host, address=address)
+        return address
 
 
 async def _main(controller, provider, watchdog, tick_ms, heap_log_ms):

@@ -122,7 +122,7 @@ def _watchdog(settings):
     return machine.WDT(timeout=int(settings["watchdog_s"] * 1000))
 
 
-def _link(settings, frame_max, tls):
+def _link(settings, frame_max, tls, resolve):
     """A function that makes a new transport of the configured kind for each dial."""
     from mcpdevice.provider import factory
 
@@ -147,6 +147,7 @@ def _link(settings, frame_max, tls):
             timeout_s,
             tls,
             log,
+            resolve,
         )
     if settings["transport"] == "serial":
         from mcpdevice.serial_transport import SerialTransport
@@ -168,7 +169,7 @@ def _link(settings, frame_max, tls):
 
     url = provider_url(settings["gateway_url"], slot)
     agent = "%s/%s" % (FIRMWARE_NAME, FIRMWARE_VERSION)
-    return factory(WebSocketTransport, url, frame_max, timeout_s, tls, agent, settings["provider_token"])
+    return factory(WebSocketTransport, url, frame_max, timeout_s, tls, agent, settings["provider_token"], resolve)
 
 
 def _unload(name):
@@ -213,7 +214,6 @@ def build(settings):
     from pump1.app import Dial
     from pump1.controller import PumpController
 
-    make_transport = _link(settings, frame_max, tls)
     hardware = _hardware(settings)
     controller = PumpController(
         hardware,
@@ -222,6 +222,16 @@ def build(settings):
         dry_run_s=settings["dry_run_s"],
         on_event=log,
     )
+    wifi = settings["wifi"]
+    station = None
+    if wifi["ssid"]:
+        from mcpdevice.wifi import ensure_station
+
+        station = (ensure_station, wifi["ssid"], wifi["password"])
+    # Nothing made here may be a function of this module's own: main.py unloads it after boot, and
+    # a closure would keep all of its code on the heap (the factory and Dial live in resident modules).
+    dial = Dial(log, station, controller.at_rest)
+    make_transport = _link(settings, frame_max, tls, dial.address)
     dispatcher = Dispatcher(
         registry,
         tools.handlers(controller),
@@ -236,16 +246,6 @@ def build(settings):
         "schema": SCHEMA_HASH,
     }
     url = make_transport().describe()
-
-    wifi = settings["wifi"]
-    station = None
-    if wifi["ssid"]:
-        from mcpdevice.wifi import ensure_station
-
-        station = (ensure_station, wifi["ssid"], wifi["password"])
-    # Nothing made here may be a function of this module's own: main.py unloads it after boot, and
-    # a closure would keep all of its code on the heap (the factory and Dial live in resident modules).
-    dial = Dial(log, station)
     provider = Provider(
         dispatcher,
         make_transport,

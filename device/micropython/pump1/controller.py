@@ -25,6 +25,7 @@
 #     .tick()             advance ramp, hardware, counters, fault detection and dead-man to now;
 #                         call it every ~100 ms so the ramp is smooth and faults are caught
 #     .heard()            the gateway said something (a request or a ping): feeds the dead-man
+#     .at_rest() -> bool  the drive stands still (stopped, or a fault ramped down to 0)
 #     .check_speed(v) -> None or refusal text (the device enforces its own limits)
 #
 # Hardware backends (pump1.hardware_sim.SimulatedHardware, pump1.hardware_esp32.Esp32Hardware):
@@ -85,6 +86,10 @@ class PumpController:
 
     def heard(self):
         self._heard_ms = self._now()
+
+    def at_rest(self):
+        """The drive stands still and nothing will start it without a new command."""
+        return self.speed == 0 and self.state in (STOPPED, FAULT)
 
     def tick(self):
         now = self._now()
