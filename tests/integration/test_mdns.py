@@ -36,6 +36,7 @@ from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZerocon
 from gateway import __version__
 from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
+from gateway.discovery.browse import QUESTION_TYPE
 from gateway.discovery.mdns import SERVICE_TYPES
 from tests.conftest import GatewayFactory, Publishers, wait_for
 
@@ -123,14 +124,17 @@ class Watcher:
         def on_change(zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:
             self.events.append((service_type, name, state_change))
 
-        self.browser = AsyncServiceBrowser(self.zeroconf.zeroconf, [BROKER_TYPE, MCP_TYPE], handlers=[on_change])
+        # Multicast answers, as `discover` asks: a unicast one could land on the gateway's own socket.
+        self.browser = AsyncServiceBrowser(
+            self.zeroconf.zeroconf, [BROKER_TYPE, MCP_TYPE], handlers=[on_change], question_type=QUESTION_TYPE
+        )
 
     def saw(self, name: str, change: ServiceStateChange) -> bool:
         return any(event[1] == name and event[2] is change for event in self.events)
 
     async def resolve(self, service_type: str, name: str) -> AsyncServiceInfo:
         info = AsyncServiceInfo(service_type, name)
-        assert await info.async_request(self.zeroconf.zeroconf, 3000), f"{name} did not answer for its records"
+        assert await info.async_request(self.zeroconf.zeroconf, 3000, QUESTION_TYPE), f"{name} gave no records"
         return info
 
     def everything_heard(self) -> str:
