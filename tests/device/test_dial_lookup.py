@@ -26,7 +26,7 @@ answers = {"gw.local": "192.168.1.20"}
 
 class Resolver:
     SOCK_STREAM = socket.SOCK_STREAM
-    def getaddrinfo(self, host, port, family, kind):
+    def getaddrinfo(self, host, port, *rest):
         lookups.append(host)
         if answers.get(host) is None:
             raise OSError(-2)

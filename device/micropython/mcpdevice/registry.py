@@ -16,7 +16,7 @@
 
 _QUOTE = b'"'
 _BACKSLASH = b"\\"
-_CHUNK = 512
+_CHUNK = 256  # the largest block a tools/list answer needs while the heap is broken up
 
 
 def minify(raw, out, inside=0):

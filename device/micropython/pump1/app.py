@@ -32,24 +32,13 @@ async def _tick(controller, watchdog, tick_ms, heap_log_ms):
         await asyncio.sleep_ms(tick_ms) if hasattr(asyncio, "sleep_ms") else await asyncio.sleep(tick_ms / 1000)
 
 
-def _literal(host):
-    return ":" in host or (host.count(".") == 3 and host.replace(".", "").isdigit())
-
-
-def _address_text(sockaddr):
-    if isinstance(sockaddr, tuple):
-        return sockaddr[0]  # an ESP32's getaddrinfo (and CPython's)
-    family, packed, _ = socket.sockaddr(sockaddr)  # the Unix port gives the raw sockaddr bytes
-    return socket.inet_ntop(family, packed)
-
-
 class Dial:
     def __init__(self, log, station=None, at_rest=None):
         self.log = log
         self.station = station
         self.at_rest = at_rest
         self.watchdog = None  # armed last at boot
-        self._kept = {}  # name -> the address its last lookup gave
+        self._name = self._address = None  # the last name looked up and the address it gave
 
     async def prepare(self):
         if self.station is not None:
@@ -66,23 +55,29 @@ class Dial:
         # .local name on an ESP32, about 7 s per silent DNS server): no control tick, no fault check.
         # So while the motor turns a dial reuses the address of the last lookup; the dead-man stops
         # the motor if that address no longer answers, and the next dial then looks the name up.
-        if _literal(host):
-            return host
-        kept = self._kept.get(host)
-        if kept is not None and self.at_rest is not None and not self.at_rest():
-            self.log("lookup_skipped", host=host, address=kept, reason="the motor turns")
+        # Kept small: every byte of code here is heap the TLS handshake of the dial needs.
+        if ":" in host or host.replace(".", "").isdigit():
+            return host  # an IP address
+        kept = self._address if host == self._name else None
+        if kept and self.at_rest is not None and not self.at_rest():
+            self.log("lookup_skipped", host=host, address=kept)
             return kept
         try:
-            found = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0][-1]
+            found = socket.getaddrinfo(host, port)[0][-1]
         except OSError as exc:
-            if kept is None:
+            if not kept:
                 raise
             self.log("lookup_failed", host=host, address=kept, error=repr(exc))
             return kept  # the resolver is down, the gateway may well still be where it was
-        address = _address_text(found)
-        self._kept[host] = address
-        self.log("lookup", host=host, address=address)
-        return address
+        if not isinstance(found, tuple):  # the Unix port gives the raw sockaddr bytes
+            found = socket.sockaddr(found)
+            found = (socket.inet_ntop(found[0], found[1]),)
+        if found[0] != kept:  # the same address: no new object left between the heap's free blocks
+            self._name, self._address = host, found[0]
+        self.log("lookup", host=host, address=found[0])
+        # The lookup's garbage goes before the TLS handshake needs its larger blocks.
+        gc.collect()
+        return self._address
 
 
 async def _main(controller, provider, watchdog, tick_ms, heap_log_ms):

@@ -214,6 +214,10 @@ def build(settings):
     from pump1.app import Dial
     from pump1.controller import PumpController
 
+    # Nothing made here may be a function of this module's own: main.py unloads it after boot, and
+    # a closure would keep all of its code on the heap (the factory and Dial live in resident modules).
+    dial = Dial(log)
+    make_transport = _link(settings, frame_max, tls, dial.address)
     hardware = _hardware(settings)
     controller = PumpController(
         hardware,
@@ -222,16 +226,6 @@ def build(settings):
         dry_run_s=settings["dry_run_s"],
         on_event=log,
     )
-    wifi = settings["wifi"]
-    station = None
-    if wifi["ssid"]:
-        from mcpdevice.wifi import ensure_station
-
-        station = (ensure_station, wifi["ssid"], wifi["password"])
-    # Nothing made here may be a function of this module's own: main.py unloads it after boot, and
-    # a closure would keep all of its code on the heap (the factory and Dial live in resident modules).
-    dial = Dial(log, station, controller.at_rest)
-    make_transport = _link(settings, frame_max, tls, dial.address)
     dispatcher = Dispatcher(
         registry,
         tools.handlers(controller),
@@ -246,6 +240,13 @@ def build(settings):
         "schema": SCHEMA_HASH,
     }
     url = make_transport().describe()
+
+    wifi = settings["wifi"]
+    if wifi["ssid"]:
+        from mcpdevice.wifi import ensure_station
+
+        dial.station = (ensure_station, wifi["ssid"], wifi["password"])
+    dial.at_rest = controller.at_rest
     provider = Provider(
         dispatcher,
         make_transport,
