@@ -1,8 +1,9 @@
 """The hardware watchdog and the dial, under the real MicroPython (96 KB heap).
 
-asyncio.open_connection resolves the gateway's name with a blocking getaddrinfo: while it runs, no
-task runs, so the control tick cannot feed the watchdog. Every dial therefore starts with a feed,
-which gives the lookup the whole watchdog_s (docs/device-micropython.md, "Limits"). The board's
+A dial that looks the gateway's name up (with the motor at rest, see test_dial_lookup.py) calls a
+blocking getaddrinfo: while it runs, no task runs, so the control tick cannot feed the watchdog.
+Every dial therefore starts with a feed, which gives the lookup the whole watchdog_s
+(docs/device-micropython.md, "Limits"). The board's
 `machine.WDT` is a stand-in here that counts feeds; the rest is the app's own boot composition.
 """
 

@@ -24,7 +24,7 @@ The packets are mcpdevice.mqtt_client's (umqtt.simple's client, made fit for a b
 # ---
 # MqttTransport(broker, port, prefix, slot, client_id, user=None, password=None, keepalive_s=60,
 #               frame_max=4096, timeout_s=10, ssl=None, log=None, resolve=None)
-#     resolve: function(host, port) -> the address to dial (the app's lookup policy); None: the name
+#     resolve: as WebSocketTransport's (the address to dial for the broker's name)
 #     the transport interface of mcpdevice.websocket (connect, recv, send, close, describe), and
 #     .shutdown()     publish the empty status and disconnect, synchronously (the app's way out)
 #     .dropped        messages on down that were not handed on (retained, wrong topic)

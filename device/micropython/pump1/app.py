@@ -45,9 +45,8 @@ class Dial:
             ensure_station, ssid, password = self.station
             await ensure_station(ssid, password, log=self.log)
         if self.watchdog is not None:
-            # The dial's name lookup (getaddrinfo in asyncio.open_connection, which every transport
-            # dials with) blocks the whole event loop, the tick that feeds the watchdog too: give it
-            # all of watchdog_s.
+            # A name lookup of the dial (`address`, with the motor at rest) blocks the whole event
+            # loop, the tick that feeds the watchdog too: give it all of watchdog_s.
             self.watchdog.feed()
 
     def address(self, host, port):
