@@ -29,8 +29,6 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from zeroconf import ServiceStateChange, Zeroconf
-from zeroconf._dns import DNSQuestion
-from zeroconf._protocol.incoming import DNSIncoming
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from gateway import __version__
@@ -39,6 +37,7 @@ from gateway.config import GatewayConfig
 from gateway.discovery.browse import QUESTION_TYPE
 from gateway.discovery.mdns import SERVICE_TYPES
 from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.support.dns_query import MalformedMessage, Question, query_questions
 
 BROKER_TYPE = "_mcp-broker._tcp.local."
 MCP_TYPE = "_mcp._tcp.local."
@@ -325,15 +324,17 @@ async def test_discover_asks_every_question_for_a_multicast_answer(multicast_lin
     membership = socket.inet_aton("224.0.0.251") + socket.inet_aton(multicast_link.address)
     listener.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
     listener.setblocking(False)
-    questions: list[DNSQuestion] = []
+    questions: list[Question] = []
+    malformed: list[str] = []
 
     async def listen() -> None:
         loop = asyncio.get_running_loop()
         while True:
             data, _ = await loop.sock_recvfrom(listener, 9000)
-            message = DNSIncoming(data)
-            if message.is_query():
-                questions.extend(q for q in message.questions if q.name in SERVICE_TYPES)
+            try:
+                questions.extend(q for q in query_questions(data) if q.name in SERVICE_TYPES)
+            except MalformedMessage as exc:
+                malformed.append(f"{exc}: {data!r}")
 
     listening = asyncio.create_task(listen())
     try:
@@ -343,9 +344,10 @@ async def test_discover_asks_every_question_for_a_multicast_answer(multicast_lin
         listening.cancel()
         listener.close()
     assert code == 0, err
+    assert malformed == []
     assert {q.name for q in questions} == set(SERVICE_TYPES), questions
     assert len(questions) >= 2 * len(SERVICE_TYPES), questions  # both queries were heard
-    assert [q for q in questions if q.unique] == []
+    assert [q for q in questions if q.unicast] == []
 
 
 async def test_discover_with_nothing_advertised_says_none_found_and_exits_0(multicast_link: MulticastLink) -> None:
