@@ -179,18 +179,34 @@ class MqttBroker:
             filters += self.plain.filters()
         if self.mcp is not None:
             filters += self.mcp.filters(limits)
-        self.spawn(self._subscribe(filters))
+        self.spawn(self._subscribe(filters, limits.maximum_packet_size))
 
-    async def _subscribe(self, filters: list[tuple[str, bool]]) -> None:
+    async def _subscribe(self, filters: list[tuple[str, bool]], maximum_packet_size: int | None) -> None:
+        """Subscribe in as many SUBSCRIBE packets as the broker's Maximum Packet Size needs: one larger
+        packet would make it disconnect the gateway, again at every reconnect."""
+        batches, unfit = mqtt_topics.subscribe_batches([topic for topic, _ in filters], maximum_packet_size)
+        subscribed: list[str] = []
+        refused: list[str] = []
         try:
-            codes = await self.client.subscribe(filters)
+            for batch in batches:
+                chosen = [filters[index] for index in batch]
+                codes = await self.client.subscribe(chosen)
+                for (topic, _), code in zip(chosen, codes, strict=False):
+                    (refused if code >= 0x80 else subscribed).append(topic)
         except NotConnected:
             return
-        refused = [topic for (topic, _), code in zip(filters, codes, strict=False) if code >= 0x80]
-        self.subscribed = [topic for (topic, _), code in zip(filters, codes, strict=False) if code < 0x80]
-        self.subscribe_error = ""
+        self.subscribed = subscribed
+        problems = []
         if refused:
-            self.subscribe_error = f"the broker refused the subscriptions {', '.join(refused)} (check its ACL)"
+            problems.append(f"the broker refused the subscriptions {', '.join(refused)} (check its ACL)")
+        if unfit:
+            self.limit_hit("broker_max_packet_size", len(unfit))
+            problems.append(
+                f"the filters {', '.join(filters[index][0][:80] for index in unfit)} do not fit in a SUBSCRIBE "
+                f"within the broker's Maximum Packet Size ({maximum_packet_size} bytes): not subscribed"
+            )
+        self.subscribe_error = "; ".join(problems)
+        if problems:
             log.warning("MQTT broker %s: %s", self.label, self.subscribe_error)
 
     def disconnected(self, reason: str) -> None:

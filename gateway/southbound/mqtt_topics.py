@@ -41,6 +41,7 @@ MCP over MQTT (the EMQX specification, MQTT 5 only), the revision pinned below i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -196,10 +197,41 @@ def server_filter_problem(server_name_filter: str) -> str | None:
     return filter_problem(presence)
 
 
-def subscribe_packet_bytes(filters: list[str]) -> int:
-    """The most an MQTT 5 SUBSCRIBE of `filters` (no properties) takes: fixed header (up to 5 bytes),
-    packet id (2), property length (1), and per filter its length (2), its bytes and its options (1)."""
-    return 8 + sum(3 + len(topic_filter.encode("utf-8", "surrogatepass")) for topic_filter in filters)
+SUBSCRIBE_BASE_BYTES = 8
+"""A SUBSCRIBE without filters, at most: fixed header (up to 5 bytes), packet id (2), property length (1)."""
+
+
+def subscribe_filter_bytes(topic_filter: str) -> int:
+    """One filter in a SUBSCRIBE: its length (2), its bytes and its options (1)."""
+    return 3 + len(topic_filter.encode("utf-8", "surrogatepass"))
+
+
+def subscribe_packet_bytes(filters: Sequence[str]) -> int:
+    """The most an MQTT 5 SUBSCRIBE of `filters` (no properties) takes."""
+    return SUBSCRIBE_BASE_BYTES + sum(subscribe_filter_bytes(topic_filter) for topic_filter in filters)
+
+
+def subscribe_batches(filters: Sequence[str], maximum: int | None) -> tuple[list[list[int]], list[int]]:
+    """The positions of `filters` in SUBSCRIBE packets that each fit in `maximum` bytes (the broker's
+    Maximum Packet Size; None: all in one), in order, and the positions of filters too long for any.
+    A broker disconnects a client that sends a larger packet (MQTT 5 §3.1.2.11.4), and with it every
+    slot of the broker; a broker's MCP-SERVER-NAME-FILTERS or a long server_filter list can be that long."""
+    if maximum is None:
+        return ([list(range(len(filters)))] if filters else []), []
+    batches: list[list[int]] = []
+    unfit: list[int] = []
+    size = SUBSCRIBE_BASE_BYTES
+    for index, topic_filter in enumerate(filters):
+        needed = subscribe_filter_bytes(topic_filter)
+        if SUBSCRIBE_BASE_BYTES + needed > maximum:
+            unfit.append(index)
+            continue
+        if not batches or size + needed > maximum:
+            batches.append([])
+            size = SUBSCRIBE_BASE_BYTES
+        batches[-1].append(index)
+        size += needed
+    return batches, unfit
 
 
 def publish_packet_bytes(topic: str, payload_bytes: int, properties_bytes: int = 0) -> int:

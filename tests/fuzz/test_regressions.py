@@ -374,3 +374,40 @@ async def test_a_presence_whose_subscription_would_exceed_the_brokers_packet_siz
         broker.message(InboundMessage(topic, online, retain=True))
         assert broker.mcp is not None and list(broker.mcp.by_slot) == bridged
         assert broker.drops.totals["wrong_topic"] == (1 if maximum else 0)
+
+
+def test_subscriptions_over_the_brokers_packet_size_go_out_in_several_subscribes() -> None:
+    # A broker's MCP-SERVER-NAME-FILTERS of 40 filters (131 KB of presence filters) went out in one
+    # SUBSCRIBE, over the broker's Maximum Packet Size (70,000): a broker disconnects a client for
+    # that, so every MQTT slot went, and the same SUBSCRIBE followed each reconnect.
+    suggested = [f"plant-{index}/{'f' * 3_000}" for index in range(40)]
+    too_long = "x" * 30_000  # a filter MQTT allows, but no SUBSCRIBE within 20,000 bytes can carry
+    for maximum, extra in ((70_000, []), (20_000, [too_long]), (None, [])):
+        broker = broker_for("last_segment")
+        names = orjson.dumps(suggested + extra).decode()
+        limits = ConnackLimits(
+            maximum_packet_size=maximum, user_properties=((mqtt_topics.PROP_SERVER_NAME_FILTERS, names),)
+        )
+        broker.client.limits = limits
+        packets: list[int] = []
+        subscribe = broker.client.subscribe
+
+        async def counted(
+            filters: list[tuple[str, bool]], subscribe: Any = subscribe, packets: list[int] = packets
+        ) -> list[int]:
+            packets.append(len(filters))
+            return list(await subscribe(filters))  # the stand-in checks each packet against the limit
+
+        broker.client.subscribe = counted  # type: ignore[method-assign,assignment]
+        broker.connected(limits)
+        presence = [mqtt_topics.server_presence_filter(name) for name in suggested]
+        assert set(presence) <= set(broker.subscribed)
+        assert (len(packets) == 1) if maximum is None else (len(packets) > 1), packets
+        assert sum(packets) == len(broker.subscribed)  # each filter in one SUBSCRIBE, none twice
+        if extra:
+            assert "do not fit in a SUBSCRIBE within the broker's Maximum Packet Size (20000 bytes)" in (
+                broker.subscribe_error
+            )
+            assert mqtt_topics.server_presence_filter(too_long) not in broker.subscribed
+        else:
+            assert broker.subscribe_error == ""

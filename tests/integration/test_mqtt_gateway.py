@@ -803,6 +803,31 @@ async def test_a_request_larger_than_the_broker_takes_is_refused_alone_and_the_l
             await mcp.stop()
 
 
+async def test_subscriptions_longer_than_the_brokers_packet_size_go_out_in_several_subscribes(
+    gateway_factory: GatewayFactory, mosquitto_factory: MosquittoFactory
+) -> None:
+    """120 server filters make a SUBSCRIBE of about 9.7 KB, over mosquitto's max_packet_size of 8192:
+    sent as one packet, mosquitto disconnected the gateway at every connect and no MCP board was found
+    (the one filter that matches the board comes last). The gateway splits them to fit the CONNACK's
+    Maximum Packet Size."""
+    broker_limit = 8192
+    mosquitto = await mosquitto_factory(config_text=small_packet_broker(broker_limit) + "\n")
+    filters = [f"area-{index:03d}/{'x' * 60}/#" for index in range(119)] + ["sim/pumps/#"]
+    assert mqtt_topics.subscribe_packet_bytes([mqtt_topics.server_presence_filter(f) for f in filters]) > broker_limit
+    server = await mqtt_gateway(gateway_factory, mosquitto, profiles=["mcp"], server_filter=filters)
+    broker = server.mqtt.brokers[0]
+    sim = simulator(mosquitto.url, "mcp", first=2)
+    try:
+        await wait_ready_slot(server, "pump-2", timeout=10)
+        assert (await call(server.url, "pump-2", "get_status"))["state"] == "stopped"
+        assert set(broker.subscribed) >= {mqtt_topics.server_presence_filter(f) for f in filters}
+        status = broker.status()
+        assert status["subscribe_error"] is None
+        assert broker.client.connects == 1 and broker.client.losses == 0
+    finally:
+        await sim.stop()
+
+
 async def test_messages_past_max_backlog_are_dropped_and_counted(
     gateway_factory: GatewayFactory, mosquitto: Mosquitto
 ) -> None:

@@ -66,6 +66,18 @@ def test_plain_topics_and_prefix_rules() -> None:
         assert mqtt_topics.prefix_problem(bad) is not None, bad
 
 
+def test_subscribe_batches_fill_each_packet_up_to_the_limit_in_order() -> None:
+    filters = ["a" * 10, "b" * 10, "c" * 10, "d" * 100, "e" * 10]  # 13 bytes each in a SUBSCRIBE; d: 103
+    limit = mqtt_topics.SUBSCRIBE_BASE_BYTES + 2 * 13  # two short filters per packet
+    assert mqtt_topics.subscribe_batches(filters, limit) == ([[0, 1], [2, 4]], [3])
+    for batch in mqtt_topics.subscribe_batches(filters, limit)[0]:
+        assert mqtt_topics.subscribe_packet_bytes([filters[index] for index in batch]) <= limit
+    assert mqtt_topics.subscribe_batches(filters, None) == ([[0, 1, 2, 3, 4]], [])
+    assert mqtt_topics.subscribe_batches([], 100) == ([], [])
+    # Multi-byte characters count as their UTF-8 bytes, as on the wire.
+    assert mqtt_topics.subscribe_batches(["é" * 5, "é" * 5], mqtt_topics.SUBSCRIBE_BASE_BYTES + 13) == ([[0], [1]], [])
+
+
 def test_slot_naming_rules() -> None:
     assert slot_for("plant/pumps/pump-7", "last_segment") == "pump-7"
     assert slot_for("plant/pumps/pump-7", "dashed") == "plant-pumps-pump-7"
