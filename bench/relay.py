@@ -43,6 +43,10 @@ from bench.report import MODE_LABELS, MODES, Row, median, missed, parse_modes, p
 REPO = Path(__file__).resolve().parent.parent
 SLOT = "bench"
 PATHS = ("direct", "gateway")
+FLOOR_PATH = "bare"
+"""bench.bare_relay: the same hop with none of the gateway's checks, timed sequentially in FLOOR_MODES."""
+FLOOR_MODES = ("2026-07-28",)
+PROCESSES = ("client", "server", "gateway", "bare")
 LATENCY_TARGET = 1.10
 THROUGHPUT_TARGET = 0.90
 
@@ -104,26 +108,34 @@ def parse_options(argv: Sequence[str] | None) -> Options:
 
 
 class Stack:
-    """The gateway and the SDK server, each its own process on a free loopback port."""
+    """The gateway, the SDK server and the bare relay (the floor of a hop), each its own process on a
+    free loopback port."""
 
     def __init__(self, json_response: bool = False) -> None:
         self.json_response = json_response
         self.gateway_port = free_port()
         self.server_port = free_port()
+        self.bare_port = free_port()
         self.gateway_url = f"http://127.0.0.1:{self.gateway_port}"
+        self.bare_url = f"http://127.0.0.1:{self.bare_port}"
         self.urls = {
             "direct": f"http://127.0.0.1:{self.server_port}/mcp",
             "gateway": f"{self.gateway_url}/{SLOT}/mcp",
+            "bare": f"{self.bare_url}/{SLOT}/mcp",
         }
-        self.children: list[Child] = []
+        self.children: dict[str, Child] = {}
 
     @property
     def gateway(self) -> Child:
-        return self.children[0]
+        return self.children["gateway"]
 
     @property
     def server(self) -> Child:
-        return self.children[1]
+        return self.children["server"]
+
+    @property
+    def bare(self) -> Child:
+        return self.children["bare"]
 
     async def start(self) -> None:
         # The gateway's built-in defaults: no config file or MCP_GATEWAY_* setting of this shell leaks in.
@@ -131,22 +143,28 @@ class Stack:
         env = gateway_env()
         if self.json_response:  # like for like: both sides answer session-era calls as JSON
             env["MCP_GATEWAY_SESSION_ANSWERS"] = "json"
-        self.children.append(Child("gateway", gateway_args, REPO, env=env))
+        self.children["gateway"] = Child("gateway", gateway_args, REPO, env=env)
         await wait_healthy(f"{self.gateway_url}/healthz", self.gateway)
+        self.children["bare"] = Child("bare relay", ["-m", "bench.bare_relay", "--port", str(self.bare_port)], REPO)
+        if await asyncio.to_thread(self.bare.read_line, 30.0) != "ready":
+            raise RuntimeError(f"the bare relay did not start:\n{self.bare.output()[-3000:]}")
         server_args = ["-m", "bench.relay_server", "--port", str(self.server_port), "--gateway", self.gateway_url]
-        server_args += ["--slot", SLOT, *(["--json-response"] if self.json_response else [])]
-        self.children.append(Child("server", server_args, REPO))
+        server_args += ["--slot", SLOT, "--bare-relay", self.bare_url]
+        server_args += ["--json-response"] if self.json_response else []
+        self.children["server"] = Child("server", server_args, REPO)
         line = await asyncio.to_thread(self.server.read_line, 30.0)
         if line != "ready":
             raise RuntimeError(f"the SDK server did not start:\n{self.server.output()[-3000:]}")
         # The gateway has initialized the server and cached its tools once a listing shows `add`.
         await wait_slot_ready(self.gateway_url, SLOT, "add")
+        await wait_healthy(f"{self.bare_url}/healthz", self.bare)  # 200 once the server answered initialize
 
     def cpu(self) -> dict[str, float]:
         return {
             "client": time.process_time(),
             "server": cpu_seconds(self.server.pid),
             "gateway": cpu_seconds(self.gateway.pid),
+            "bare": cpu_seconds(self.bare.pid),
         }
 
     def busy(self, worker_pids: Sequence[int]) -> dict[str, float]:
@@ -168,7 +186,7 @@ class Stack:
                 return
 
     def stop(self) -> None:
-        for child in reversed(self.children):
+        for child in reversed(list(self.children.values())):
             child.stop()
 
 
@@ -192,11 +210,9 @@ async def sequential_round(stack: Stack, options: Options, mode: str, path: str,
     into = figures[mode][path]
     into["latency_median"].append(median(latencies) * 1000)
     into["latency_p95"].append(percentile(latencies, 0.95) * 1000)
-    for process in ("client", "server", "gateway"):
+    for process in PROCESSES:
         into[f"cpu_{process}"].append((after[process] - before[process]) / options.calls * 1e6)
-    into["cpu_total"].append(
-        sum(after[process] - before[process] for process in ("client", "server", "gateway")) / options.calls * 1e6
-    )
+    into["cpu_total"].append(sum(after[process] - before[process] for process in PROCESSES) / options.calls * 1e6)
 
 
 async def throughput_round(
@@ -267,6 +283,18 @@ def mode_rows(mode: str, figures: Figures, options: Options) -> list[Row]:
     ]  # fmt: skip
 
 
+def floor_rows(mode: str, figures: Figures) -> list[Row]:
+    """The bare relay against the direct call: what the hop alone costs, to set the gateway's rows against."""
+    label = MODE_LABELS[mode]
+    direct, bare = figures[mode]["direct"], figures[mode][FLOOR_PATH]
+    return [
+        Row(f"{label}: sequential call via bare aiohttp relay (no checks), median", "ms",
+            median(direct["latency_median"]), median(bare["latency_median"]),
+            round_ratios(bare["latency_median"], direct["latency_median"])),
+        Row(f"{label}: CPU per sequential call, bare relay", "us", None, median(bare["cpu_bare"])),
+    ]  # fmt: skip
+
+
 def memory_rows(idle_kib: float, per_device_kib: float, peak_kib: float, devices: int) -> list[Row]:
     return [
         Row("gateway RSS, idle with 1 slot", "MiB", None, idle_kib / 1024),
@@ -311,15 +339,19 @@ async def run(options: Options, progress: Callable[[str], None]) -> tuple[list[R
     pool = WorkerPool(options.workers)
     try:
         await stack.start()
-        progress(f"gateway pid {stack.gateway.pid} on {stack.gateway_url}, SDK server pid {stack.server.pid}")
-        background = BackgroundLoad(lambda: [stack.gateway.pid, stack.server.pid, *pool.pids])
+        progress(
+            f"gateway pid {stack.gateway.pid} on {stack.gateway_url}, SDK server pid {stack.server.pid}, "
+            f"bare relay pid {stack.bare.pid} on {stack.bare_url}"
+        )
+        background = BackgroundLoad(lambda: [*(child.pid for child in stack.children.values()), *pool.pids])
         idle_kib, per_device_kib = await memory_per_device(stack, options.devices)
         figures = new_figures()
         for index in range(options.rounds):
             # Alternate which path goes first so drift (thermal, other tenants) hits both alike.
             order = PATHS if index % 2 == 0 else tuple(reversed(PATHS))
             for mode in options.modes:
-                for path in order:
+                paths = (*order, FLOOR_PATH) if mode in FLOOR_MODES else order
+                for path in paths if index % 2 == 0 else reversed(paths):
                     await sequential_round(stack, options, mode, path, figures)
             for mode in options.modes:
                 for path in order:
@@ -333,6 +365,9 @@ async def run(options: Options, progress: Callable[[str], None]) -> tuple[list[R
     rows: list[Row] = []
     for mode in options.modes:
         rows.extend(mode_rows(mode, figures, options))
+    for mode in options.modes:
+        if mode in FLOOR_MODES:
+            rows.extend(floor_rows(mode, figures))
     rows.extend(memory_rows(idle_kib, per_device_kib, peak_kib, options.devices))
     return rows, other_cores
 

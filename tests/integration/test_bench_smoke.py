@@ -13,6 +13,8 @@ EXPECTED_ROWS = [
     "2026-07-28: sequential call, median (ms)",
     "2026-07-28: throughput, 32 clients (calls/s)",
     "2026-07-28: CPU per sequential call, gateway (us)",
+    "2026-07-28: sequential call via bare aiohttp relay (no checks), median (ms)",
+    "2026-07-28: CPU per sequential call, bare relay (us)",
     "gateway RSS per connected device (5 devices) (KiB)",
     "gateway peak RSS over the run (VmHWM) (MiB)",
 ]
@@ -31,4 +33,6 @@ def test_quick_run_prints_the_table() -> None:
     latency = rows["session era: sequential call, median (ms)"].split("|")
     direct, gateway = float(latency[2]), float(latency[3])
     assert direct > 0 and gateway > 0
+    floor = rows["2026-07-28: sequential call via bare aiohttp relay (no checks), median (ms)"].split("|")
+    assert float(floor[2]) > 0 and float(floor[3]) > 0  # the bare relay answered every call too
     assert "All targets met." in stdout or "TARGET MISSED:" in stdout
