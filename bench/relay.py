@@ -350,8 +350,8 @@ async def run(options: Options, progress: Callable[[str], None]) -> tuple[list[R
             # Alternate which path goes first so drift (thermal, other tenants) hits both alike.
             order = PATHS if index % 2 == 0 else tuple(reversed(PATHS))
             for mode in options.modes:
-                paths = (*order, FLOOR_PATH) if mode in FLOOR_MODES else order
-                for path in paths if index % 2 == 0 else reversed(paths):
+                paths = (*PATHS, FLOOR_PATH) if mode in FLOOR_MODES else PATHS
+                for path in paths if index % 2 == 0 else tuple(reversed(paths)):
                     await sequential_round(stack, options, mode, path, figures)
             for mode in options.modes:
                 for path in order:
