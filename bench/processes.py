@@ -45,16 +45,23 @@ def free_port() -> int:
         return port
 
 
+_thread_ns: dict[int, dict[int, int]] = {}
+"""Per process, the last nanoseconds read for each thread it has had (ended threads included)."""
+
+
 def cpu_seconds(pid: int) -> float:
-    """CPU time the process's live threads have run so far, in nanosecond resolution.
+    """CPU time the process's threads have run so far, in nanosecond resolution, never going back.
 
     /proc/<pid>/task/*/schedstat counts nanoseconds on the CPU per thread; /proc/<pid>/stat would
-    count 10 ms clock ticks, too coarse for a few hundred calls of a few hundred microseconds."""
-    total_ns = 0
+    count 10 ms clock ticks, too coarse for a few hundred calls of a few hundred microseconds. A
+    thread that ends (anyio's idle worker threads do, in the SDK server) leaves the task list, so a
+    sum over the live threads alone could fall between two readings: a thread keeps its last reading
+    here. What it ran between that reading and its end is not counted (an idle worker: nothing)."""
+    threads = _thread_ns.setdefault(pid, {})
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that just ended
-            total_ns += int((task / "schedstat").read_text().split()[0])
-    return total_ns / 1e9
+            threads[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+    return sum(threads.values()) / 1e9
 
 
 def machine_busy_seconds() -> float:
