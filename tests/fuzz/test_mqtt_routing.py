@@ -47,8 +47,9 @@ MAX_PAYLOAD = 2048
 PUBLISH_OVERHEAD = 256
 """Fixed header, topic length, packet id and the gateway's properties (user properties, expiry)."""
 SMALLEST_BROKER_PACKET = 70_000
-"""The smallest Maximum Packet Size a broker announces here: one that carries the gateway's own
-subscriptions and a message of MAX_PAYLOAD on any topic."""
+"""The smallest Maximum Packet Size a broker announces here: one that carries any one of the gateway's
+subscription filters (it spreads several over as many SUBSCRIBE packets as needed) and a message of
+MAX_PAYLOAD on any topic."""
 HELD = "held-1"
 """A slot another provider holds: attaching it is refused (as the registry refuses a live slot)."""
 
