@@ -5,9 +5,9 @@
 One provider publishes itself at `/provider/<slot>` over WebSocket, as into the gateway; a 2026-07-28
 `POST /<slot>/mcp` is renumbered, sent to it as one frame and its answer returned as JSON. The frame
 the provider gets and the answer the client gets have the gateway's shape (the caller's capabilities
-under the gateway's `_meta` key; `resultType`, the provider's `serverInfo` and a listing's cache hints
-stamped on the result),
-so the SDK processes at both ends do the same work on either path.
+under the gateway's `_meta` key; `resultType`, the provider's `serverInfo` and, on a cacheable
+result, the cache hints stamped on the result), so the SDK processes at both ends do the same work
+on either path.
 
 Nothing else: no Origin or Host check, authentication, rate limits, bounds, era or header checks,
 deadlines, metrics, logs, session era or error handling past a 400. It is not a product and must
@@ -29,11 +29,9 @@ import orjson
 from aiohttp import WSMsgType, web
 
 from gateway.core.relay import CALLER_CAPABILITIES_KEY
-from gateway.core.routing import META_CLIENT_CAPABILITIES
+from gateway.core.routing import CACHEABLE_METHODS, META_CLIENT_CAPABILITIES, META_SERVER_INFO
 from gateway.core.versions import LATEST_HANDSHAKE
-
-SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
-JSON = "application/json"
+from gateway.northbound.http_io import JSON_TYPE
 
 
 class Provider:
@@ -116,11 +114,11 @@ class BareRelay:
         result = answer.get("result")
         if isinstance(result, dict):
             result.setdefault("resultType", "complete")
-            result.setdefault("_meta", {})[SERVER_INFO_KEY] = provider.server_info
-            if body["method"].endswith("/list"):  # the cache hints a 2026-07-28 listing must carry
+            result.setdefault("_meta", {})[META_SERVER_INFO] = provider.server_info
+            if body["method"] in CACHEABLE_METHODS:  # the cache hints the gateway stamps too
                 result.setdefault("ttlMs", 0)
                 result.setdefault("cacheScope", "private")
-        return web.Response(body=orjson.dumps(answer), content_type=JSON)
+        return web.Response(body=orjson.dumps(answer), content_type=JSON_TYPE)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"ready": sorted(self.ready)}, status=200 if self.ready else 503)
