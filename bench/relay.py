@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import os
 import platform
@@ -215,6 +216,26 @@ async def sequential_round(stack: Stack, options: Options, mode: str, path: str,
     into["cpu_total"].append(sum(after[process] - before[process] for process in PROCESSES) / options.calls * 1e6)
 
 
+async def interleaved_round(stack: Stack, options: Options, mode: str, paths: Sequence[str], figures: Figures) -> None:
+    """Sequential calls taking turns call by call over `paths`, in an order reversed on every turn.
+
+    A round of one path after another compares stretches of time a few seconds apart, and a host
+    whose speed drifts (other tenants) can favour either; here every call on one path has its
+    neighbours on the others, so drift cancels out. What it cannot show is one client calling one
+    path over and over: between two calls of a path the other paths' processes run too."""
+    async with contextlib.AsyncExitStack() as clients:
+        opened = {path: await clients.enter_async_context(SequentialClient(stack.urls[path], mode)) for path in paths}
+        for client in opened.values():
+            await client.warm_up(options.warmup)
+        await stack.settle()
+        latencies: dict[str, list[float]] = {path: [] for path in paths}
+        for turn in range(options.calls):
+            for path in paths if turn % 2 == 0 else tuple(reversed(paths)):
+                latencies[path].extend(await opened[path].timed_calls(1))
+    for path in paths:
+        figures[mode][path]["interleaved_median"].append(median(latencies[path]) * 1000)
+
+
 async def throughput_round(
     stack: Stack, pool: WorkerPool, options: Options, mode: str, path: str, figures: Figures
 ) -> None:
@@ -271,6 +292,7 @@ def mode_rows(mode: str, figures: Figures, options: Options) -> list[Row]:
         row("latency_median", f"{label}: sequential call, median", "ms", target=f"<= {LATENCY_TARGET:.2f}x",
             limit=LATENCY_TARGET),
         row("latency_p95", f"{label}: sequential call, p95", "ms"),
+        row("interleaved_median", f"{label}: sequential call, paths taking turns call by call, median", "ms"),
         row("throughput", f"{label}: throughput, {options.concurrency} clients", "calls/s",
             target=f">= {THROUGHPUT_TARGET:.2f}x", limit=THROUGHPUT_TARGET, higher=True),
         row("cpu_total", f"{label}: CPU per sequential call, all processes", "us"),
@@ -291,6 +313,9 @@ def floor_rows(mode: str, figures: Figures) -> list[Row]:
         Row(f"{label}: sequential call via bare aiohttp relay (no checks), median", "ms",
             median(direct["latency_median"]), median(bare["latency_median"]),
             round_ratios(bare["latency_median"], direct["latency_median"])),
+        Row(f"{label}: bare relay, paths taking turns call by call, median", "ms",
+            median(direct["interleaved_median"]), median(bare["interleaved_median"]),
+            round_ratios(bare["interleaved_median"], direct["interleaved_median"])),
         Row(f"{label}: CPU per sequential call, bare relay", "us", None, median(bare["cpu_bare"])),
     ]  # fmt: skip
 
@@ -353,6 +378,7 @@ async def run(options: Options, progress: Callable[[str], None]) -> tuple[list[R
                 paths = (*PATHS, FLOOR_PATH) if mode in FLOOR_MODES else PATHS
                 for path in paths if index % 2 == 0 else tuple(reversed(paths)):
                     await sequential_round(stack, options, mode, path, figures)
+                await interleaved_round(stack, options, mode, paths, figures)
             for mode in options.modes:
                 for path in order:
                     await throughput_round(stack, pool, options, mode, path, figures)

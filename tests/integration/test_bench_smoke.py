@@ -11,9 +11,11 @@ EXPECTED_ROWS = [
     "session era: sequential call, p95 (ms)",
     "session era: throughput, 32 clients (calls/s)",
     "2026-07-28: sequential call, median (ms)",
+    "2026-07-28: sequential call, paths taking turns call by call, median (ms)",
     "2026-07-28: throughput, 32 clients (calls/s)",
     "2026-07-28: CPU per sequential call, gateway (us)",
     "2026-07-28: sequential call via bare aiohttp relay (no checks), median (ms)",
+    "2026-07-28: bare relay, paths taking turns call by call, median (ms)",
     "2026-07-28: CPU per sequential call, bare relay (us)",
     "gateway RSS per connected device (5 devices) (KiB)",
     "gateway peak RSS over the run (VmHWM) (MiB)",
@@ -35,4 +37,6 @@ def test_quick_run_prints_the_table() -> None:
     assert direct > 0 and gateway > 0
     floor = rows["2026-07-28: sequential call via bare aiohttp relay (no checks), median (ms)"].split("|")
     assert float(floor[2]) > 0 and float(floor[3]) > 0  # the bare relay answered every call too
+    turns = rows["2026-07-28: bare relay, paths taking turns call by call, median (ms)"].split("|")
+    assert float(turns[2]) > 0 and float(turns[3]) > 0  # so did every path taking turns
     assert "All targets met." in stdout or "TARGET MISSED:" in stdout
