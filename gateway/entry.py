@@ -14,11 +14,12 @@ from aiohttp.typedefs import Middleware
 
 from gateway.core import jsonrpc
 from gateway.core.groups import is_bridge_path
+from gateway.core.principal import ANONYMOUS
 from gateway.core.routing import SlotTarget, Target
 from gateway.northbound.http_io import Admission, Refusal, http_error
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.rate_limit import RateLimiter
-from gateway.policy.request_principal import request_principal
+from gateway.policy.request_principal import PRINCIPAL_KEY, request_principal
 from gateway.telemetry.metrics import Metrics
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -134,6 +135,7 @@ def entry_gate(metrics: Metrics, checks: list[Check]) -> Middleware:
         kind = endpoint_kind(request.rel_url.raw_path)
         if kind == "other" and request.headers.get("Upgrade", "").lower() == "websocket":
             kind = "websocket"  # a raw WebSocket client at /<slot>
+        request[PRINCIPAL_KEY] = ANONYMOUS  # until client authentication, when configured, says who it is
         try:
             for check in checks:
                 refusal = await check(request)

@@ -63,8 +63,8 @@ class Rejection:
 
 def decode_header_value(value: str | None) -> str | None:
     """Header values that are not plain ASCII travel as =?base64?...?=; anything malformed is None."""
-    if value is None:
-        return None
+    if value is None or not value.startswith("=?"):
+        return value
     match = _SENTINEL.fullmatch(value)
     if match is None:
         return value

@@ -272,7 +272,7 @@ class StreamableHttpEndpoint:
         request_id = None
         if request.method == "POST":
             message = await self.read_message(request)
-            if isinstance(message, web.Response):
+            if not isinstance(message, jsonrpc.Message):
                 return message
             if message.kind is Kind.REQUEST and stateless.carries_envelope(message.body):
                 return await self.stateless(request, target)
@@ -390,7 +390,7 @@ class StreamableHttpEndpoint:
 
     async def session_post(self, request: web.Request, target: Target, version: str | None) -> web.StreamResponse:
         message = await self.read_message(request)
-        if isinstance(message, web.Response):
+        if not isinstance(message, jsonrpc.Message):  # the refusal (a plain class check, not ABCMeta's)
             return message
         refusal = self.admit(request, target, message)
         if refusal is not None:
@@ -493,7 +493,7 @@ class StreamableHttpEndpoint:
         if not json_ok and not sse_ok:
             return http_error(406, "not_acceptable", "Accept application/json and text/event-stream")
         message = await self.read_message(request)
-        if isinstance(message, web.Response):
+        if not isinstance(message, jsonrpc.Message):
             return message
         refusal = self.admit(request, target, message)
         if refusal is not None:

@@ -17,5 +17,10 @@ PRINCIPAL_KEY = web.RequestKey("principal", Principal)
 
 def request_principal(request: web.Request) -> Principal:
     """The authenticated caller of this request; ANONYMOUS when no client authentication is configured."""
-    principal: Principal = request.get(PRINCIPAL_KEY, ANONYMOUS)
+    try:
+        # The entry gate stores ANONYMOUS on every request first: `request.get` would raise and catch
+        # a KeyError on every unauthenticated request (web.Request is a Mapping without its own get).
+        principal: Principal = request[PRINCIPAL_KEY]
+    except KeyError:  # a request that did not come through the gate (a handler called directly)
+        return ANONYMOUS
     return principal
