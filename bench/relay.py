@@ -5,9 +5,9 @@ the same server directly over its own Streamable HTTP, in one run.
     python -m bench.relay --quick    # smoke run, a few seconds
 
 Starts the gateway and one SDK server process (which serves `/mcp` itself and publishes itself into
-the gateway), then alternates direct and gateway rounds so machine noise hits both alike, and prints
-each figure as its median over the rounds with its ratio to the direct path. See
-docs/performance.md for what the figures mean.
+the gateway), then alternates direct and gateway rounds so machine noise hits both alike (and in each
+round also times the paths taking turns call by call), and prints each figure as its median over the
+rounds with its ratio to the direct path. See docs/performance.md for what the figures mean.
 """
 
 from __future__ import annotations

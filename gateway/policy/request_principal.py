@@ -1,7 +1,8 @@
 """Where the caller established by client authentication travels with one HTTP request.
 
-The entry gate's authentication step stores the Principal under PRINCIPAL_KEY; every client way in
-(and every later policy step: rate limits, session ownership) reads it with `request_principal`.
+The entry gate stores ANONYMOUS under PRINCIPAL_KEY on every request, and its authentication step,
+when [auth] configures one, replaces it with the caller it established; every client way in (and
+every later policy step: rate limits, session ownership) reads it with `request_principal`.
 A typed aiohttp RequestKey rather than the string "principal": aiohttp warns once per process about
 string keys, and a typo in a string key would silently read as anonymous.
 """
