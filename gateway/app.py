@@ -24,15 +24,15 @@ from gateway.policy.client_auth import ClientAuth
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.provider_auth import ProviderAuthPolicy
 from gateway.policy.tls import ServerTls
-from gateway.southbound.hotplug import Enumerator, HotplugPorts
-from gateway.southbound.mqtt import MqttBrokers
 from gateway.southbound.remote import RemoteUpstreams
-from gateway.southbound.serial import SerialLines
 from gateway.southbound.supervisor import StdioUpstreams
 from gateway.southbound.websocket import ProviderWebSockets
 
 if TYPE_CHECKING:
     from gateway.discovery.mdns import MdnsAdvertiser
+    from gateway.southbound.hotplug import Enumerator, HotplugPorts
+    from gateway.southbound.mqtt import MqttBrokers
+    from gateway.southbound.serial import SerialLines
 
 log = logging.getLogger("gateway")
 
@@ -136,10 +136,24 @@ class GatewayServer:
         # Their slots are reserved now, before the listener accepts a board that could claim one.
         self.stdio_upstreams = StdioUpstreams(self.gateway)
         self.remote_upstreams = RemoteUpstreams(self.gateway)
-        self.mqtt = MqttBrokers(self.gateway)
-        self.serial = SerialLines(self.gateway)
+        # MQTT and serial code (paho-mqtt, pyserial, cobs: about 3 MiB) is loaded only by a gateway that
+        # configures brokers, ports or hot-plug, as zeroconf is only by one that advertises.
+        self.mqtt: MqttBrokers | None = None
+        if config.mqtt.brokers:
+            from gateway.southbound.mqtt import MqttBrokers
+
+            self.mqtt = MqttBrokers(self.gateway)
+        self.serial: SerialLines | None = None
+        self.hotplug: HotplugPorts | None = None
         hotplug = config.serial.hotplug
-        self.hotplug = HotplugPorts(self.serial, hotplug, serial_enumerator) if hotplug.enabled else None
+        if config.serial.ports or hotplug.enabled:
+            from gateway.southbound.serial import SerialLines
+
+            self.serial = SerialLines(self.gateway)
+            if hotplug.enabled:
+                from gateway.southbound.hotplug import HotplugPorts
+
+                self.hotplug = HotplugPorts(self.serial, hotplug, serial_enumerator)
         self.mdns: MdnsAdvertiser | None = None
 
     @property
@@ -170,8 +184,10 @@ class GatewayServer:
         # Children start once the listener is up: /healthz and /readyz answer while they start.
         self.stdio_upstreams.start()
         self.remote_upstreams.start()  # likewise: a slow or absent server never delays the listener
-        self.mqtt.start()  # and an absent broker: its boards attach once it is reached
-        self.serial.start()  # and a port that is missing or busy: it is opened again with back-off
+        if self.mqtt is not None:
+            self.mqtt.start()  # and an absent broker: its boards attach once it is reached
+        if self.serial is not None:
+            self.serial.start()  # and a port that is missing or busy: it is opened again with back-off
         if self.hotplug is not None:
             self.hotplug.start()
         if self.config.mdns.enabled:
@@ -189,15 +205,19 @@ class GatewayServer:
             await self.mdns.stop()  # goodbye first: browsers drop the gateway before its port closes
         self.stdio_upstreams.halt()  # no restarts while the core answers what is pending
         self.remote_upstreams.halt()
-        self.mqtt.halt()  # no new MQTT slots while the core answers what is pending
-        self.serial.halt()  # no port reopened or hot-plugged while the core answers what is pending
+        if self.mqtt is not None:
+            self.mqtt.halt()  # no new MQTT slots while the core answers what is pending
+        if self.serial is not None:
+            self.serial.halt()  # no port reopened or hot-plugged while the core answers what is pending
         await self.runner.cleanup()
         await self.stdio_upstreams.stop()  # every child gone: SIGTERM, SIGKILL after its stop_grace_s
         await self.remote_upstreams.stop()  # sessions were DELETEd as the core closed the links
-        await self.mqtt.stop()  # likewise: MCP over MQTT servers were told notifications/disconnected
+        if self.mqtt is not None:
+            await self.mqtt.stop()  # likewise: MCP over MQTT servers were told notifications/disconnected
         if self.hotplug is not None:
             await self.hotplug.stop()
-        await self.serial.stop()  # every port closed (its boards were told the gateway is shutting down)
+        if self.serial is not None:
+            await self.serial.stop()  # every port closed (its boards were told the gateway is shutting down)
 
     def reload_tls(self) -> bool:
         """SIGHUP: load the certificate and key again; new handshakes use them (False: old pair kept)."""

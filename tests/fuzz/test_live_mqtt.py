@@ -39,6 +39,7 @@ from tests.fuzz.live import READ_TIMEOUT_S, LiveGateway
 from tests.fuzz.targets import mqtt_topic_name_ok
 from tests.support.mosquitto import Mosquitto
 from tests.support.mqtt_peer import RawPeer
+from tests.support.southbound import first_mqtt_broker
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
@@ -200,7 +201,7 @@ def rig(mosquitto: Mosquitto) -> Iterator[MqttRig]:
     }
     with LiveGateway(config) as live:
         assert live.server is not None
-        rig = MqttRig(live, live.server.mqtt.brokers[0], mosquitto)
+        rig = MqttRig(live, first_mqtt_broker(live.server), mosquitto)
         live.run(set_up(rig))
         try:
             yield rig

@@ -226,7 +226,7 @@ def rig() -> Iterator[SerialRig]:
     }
     try:
         with LiveGateway(config) as live:
-            assert live.server is not None
+            assert live.server is not None and live.server.serial is not None
             ports = live.server.serial.ports
             lines = {name: Line(pair, LineSide(pair), ports[pair.path]) for name, pair in pairs.items()}
             rig = SerialRig(live, lines)

@@ -30,7 +30,7 @@ from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, MosquittoFactory, wait_for, wait_ready_slot
 from tests.support.mosquitto import Mosquitto, free_port
 from tests.support.mqtt_peer import RawPeer
-from tests.support.southbound import provider_status
+from tests.support.southbound import first_mqtt_broker, provider_status
 
 REPO = Path(__file__).resolve().parents[2]
 MODES = ("legacy", "2026-07-28")
@@ -170,7 +170,7 @@ async def test_mcp_over_mqtt_pump_found_by_presence_driven_in_both_eras_and_deta
         presence = await spy.next(lambda seen: seen.topic.startswith("$mcp-server/presence/"))
         assert presence.topic == "$mcp-server/presence/sim-pump-1/sim/pumps/pump-1"
         assert orjson.loads(presence.payload)["method"] == "notifications/server/online"
-        client_id = server.mqtt.brokers[0].client.client_id
+        client_id = first_mqtt_broker(server).client.client_id
         initialize = await spy.next(lambda seen: seen.topic == "$mcp-server/sim-pump-1/sim/pumps/pump-1")
         assert orjson.loads(initialize.payload)["method"] == "initialize"
         assert initialize.user_property("MCP-COMPONENT-TYPE") == "mcp-client"
@@ -220,7 +220,7 @@ async def test_server_notifications_disconnected_detaches_and_another_instance_t
     first = simulator(mosquitto.url, "mcp", server_prefix="plant/a", instance="a")
     try:
         await wait_ready_slot(server, "pump-1", timeout=10)
-        profile = server.mqtt.brokers[0].mcp
+        profile = first_mqtt_broker(server).mcp
         assert profile is not None
         # A second server whose name ends in pump-1 waits: the slot is served by one instance at a time.
         second = simulator(mosquitto.url, "mcp", server_prefix="plant/b", instance="b")
@@ -231,7 +231,7 @@ async def test_server_notifications_disconnected_detaches_and_another_instance_t
             # server of the same slot name is bridged in its place.
             peer = first.links["pump-1"]
             assert isinstance(peer, MqttPumpLink)
-            client_id = server.mqtt.brokers[0].client.client_id
+            client_id = first_mqtt_broker(server).client.client_id
             peer.client.publish(
                 mqtt_topics.rpc_topic(client_id, "sim-pump-1-a", "plant/a/pump-1"),
                 orjson.dumps({"jsonrpc": "2.0", "method": "notifications/disconnected"}),
@@ -295,7 +295,7 @@ async def test_a_refused_server_is_bridged_at_once_when_its_slot_frees(
     try:
         await wait_ready_slot(server, "pump-1", timeout=10)
         mcp = simulator(mosquitto.url, "mcp", instance="b")  # sim/pumps/pump-1: the same slot (own client id)
-        broker = server.mqtt.brokers[0]
+        broker = first_mqtt_broker(server)
         profile = broker.mcp
         assert profile is not None
         await wait_for(lambda: "pump-1" in profile.reattach.status(), 10, "the refused server to wait")
@@ -364,7 +364,7 @@ async def test_gateway_shutdown_ends_its_mcp_sessions_on_the_wire(mosquitto: Mos
     sim = simulator(mosquitto.url, "mcp")
     try:
         await wait_ready_slot(server, "pump-1", timeout=10)
-        client_id = server.mqtt.brokers[0].client.client_id
+        client_id = first_mqtt_broker(server).client.client_id
         await server.stop()
         # The core closes the link: notifications/disconnected on the RPC topic; then the gateway says
         # goodbye on its presence topic before DISCONNECT (its will says the same if it dies instead).
@@ -374,7 +374,7 @@ async def test_gateway_shutdown_ends_its_mcp_sessions_on_the_wire(mosquitto: Mos
         farewell = await spy.next(lambda seen: seen.topic == f"$mcp-client/presence/{client_id}")
         assert orjson.loads(farewell.payload) == {"jsonrpc": "2.0", "method": "notifications/disconnected"}
         assert farewell.user_property("MCP-MQTT-CLIENT-ID") == client_id
-        assert server.mqtt.brokers[0].client.state == "stopped"
+        assert first_mqtt_broker(server).client.state == "stopped"
     finally:
         await sim.stop()
         await spy.disconnect()
@@ -435,7 +435,7 @@ async def test_plain_profile_simulator_driven_through_the_gateway(
         # Detached, the slot still names the broker and topic that carried it (not a ws:// URL).
         status = await provider_status(server.url, "pump-1")
         assert status["provider_url"] == f"{mosquitto.url} mcpb/pump-1"
-        seen = server.mqtt.brokers[0].status()["slots_seen"]
+        seen = first_mqtt_broker(server).status()["slots_seen"]
         assert seen["pump-1"]["remote"] == f"{mosquitto.url} mcpb/pump-1"
     finally:
         if not stopped:
@@ -471,7 +471,7 @@ async def test_plain_board_that_stops_answering_is_detached_then_attached_again_
         assert (await call(server.url, "pump-3", "get_status"))["state"] == "stopped"
         assert board.announcements == 1  # the board never published its status again
         assert entry.connects >= 2
-        plain = server.mqtt.brokers[0].plain
+        plain = first_mqtt_broker(server).plain
         assert plain is not None and plain.reattach.status() == {}  # nothing waits any more
     finally:
         await board.disconnect()
@@ -566,7 +566,7 @@ async def test_broker_restart_under_load_callers_get_named_errors_and_the_gatewa
         assert errors, "the outage was never seen by a caller"
         assert all(NAMED.search(kind) for kind in errors), set(errors)
         assert outcomes[-1][0] == "ok"
-        broker = server.mqtt.brokers[0].status()
+        broker = first_mqtt_broker(server).status()
         assert broker["connects"] >= 2 and broker["connection_losses"] >= 1
         assert set(broker["subscriptions"]) == {"mcpb/+/status", "mcpb/+/up", "$mcp-server/presence/+/#"}
         async with Client(f"{server.url}/pump-2/mcp", mode="legacy") as client:
@@ -583,7 +583,7 @@ async def test_unreachable_broker_is_diagnosed_and_its_slots_answer_not_connecte
 ) -> None:
     port = free_port()
     server = await gateway_factory(mqtt={"brokers": [{"url": f"mqtt://127.0.0.1:{port}", **QUICK}]})
-    await wait_for(lambda: server.mqtt.brokers[0].client.attempts >= 2, 5, "connection attempts")
+    await wait_for(lambda: first_mqtt_broker(server).client.attempts >= 2, 5, "connection attempts")
     diagnosis = await broker_tool(server.url, "broker_diagnose")
     found = [problem for problem in diagnosis["problems"] if problem["id"] == "mqtt.broker_unreachable"]
     assert found and found[0]["severity"] == "error"
@@ -604,7 +604,7 @@ async def test_a_wrong_broker_password_is_warned_about_once_and_the_attempts_are
     (tmp_path / "mqtt-password").write_text("a-wrong-password")
     entry = {"url": broker.url, "username": "mcp-gateway", "password": {"file": str(tmp_path / "mqtt-password")}}
     server = await gateway_factory(mqtt={"brokers": [{**entry, **QUICK}]})
-    client = server.mqtt.brokers[0].client
+    client = first_mqtt_broker(server).client
     await wait_for(lambda: client.refusals >= 8, 10, "eight refused attempts")
 
     records = [record for record in caplog.records if record.name == "gateway.mqtt"]
@@ -652,7 +652,7 @@ async def test_malformed_payloads_wrong_topics_and_oversize_messages_are_dropped
         for topic, payload in sends:
             rogue.publish(topic, payload)
         expected = {"malformed": 5, "wrong_topic": 3, "oversize": 1, "unregistered": 1}
-        drops = server.mqtt.brokers[0].drops
+        drops = first_mqtt_broker(server).drops
         await wait_for(lambda: {k: drops.totals[k] for k in expected} == expected, 5, f"counts {expected}")
         assert "pump-7" not in {name for name, slot in server.gateway.registry.slots.items() if slot.live}
 
@@ -683,7 +683,7 @@ async def test_with_announce_max_packet_size_far_larger_messages_are_dropped_by_
     server = await mqtt_gateway(
         gateway_factory, mosquitto, profiles=["plain"], max_payload_bytes=5000, announce_max_packet_size=True
     )
-    broker = server.mqtt.brokers[0]
+    broker = first_mqtt_broker(server)
     await wait_for(lambda: "mcpb/+/up" in broker.subscribed, 5, "the gateway's subscriptions")
     rogue = RawPeer(mosquitto.port, "rogue")
     assert await rogue.connect() == "Success"
@@ -715,7 +715,7 @@ async def test_many_oversize_qos1_messages_do_not_stall_the_broker_connection_by
         providers={"request_timeout_ms": 5000},
         mqtt={"brokers": [{"url": mosquitto.url, **QUICK, "profiles": ["plain"], "max_payload_bytes": 5000}]},
     )
-    broker = server.mqtt.brokers[0]
+    broker = first_mqtt_broker(server)
     sim = simulator(mosquitto.url, "plain")
     rogue = RawPeer(mosquitto.port, "rogue")
     assert await rogue.connect() == "Success"
@@ -759,7 +759,7 @@ async def test_a_request_larger_than_the_broker_takes_is_refused_alone_and_the_l
     if protocol == "3.1.1":
         entry |= {"protocol": "3.1.1", "profiles": ["plain"], "max_payload_bytes": 8192}
     server = await gateway_factory(mqtt={"brokers": [entry]})
-    broker = server.mqtt.brokers[0]
+    broker = first_mqtt_broker(server)
     plain = simulator(mosquitto.url, "plain", first=1)
     mcp = simulator(mosquitto.url, "mcp", first=2) if protocol == "5" else None
     try:
@@ -815,7 +815,7 @@ async def test_subscriptions_longer_than_the_brokers_packet_size_go_out_in_sever
     filters = [f"area-{index:03d}/{'x' * 60}/#" for index in range(119)] + ["sim/pumps/#"]
     assert mqtt_topics.subscribe_packet_bytes([mqtt_topics.server_presence_filter(f) for f in filters]) > broker_limit
     server = await mqtt_gateway(gateway_factory, mosquitto, profiles=["mcp"], server_filter=filters)
-    broker = server.mqtt.brokers[0]
+    broker = first_mqtt_broker(server)
     sim = simulator(mosquitto.url, "mcp", first=2)
     try:
         await wait_ready_slot(server, "pump-2", timeout=10)
@@ -832,7 +832,7 @@ async def test_messages_past_max_backlog_are_dropped_and_counted(
     gateway_factory: GatewayFactory, mosquitto: Mosquitto
 ) -> None:
     server = await mqtt_gateway(gateway_factory, mosquitto, profiles=["plain"], max_backlog=5)
-    broker = server.mqtt.brokers[0]
+    broker = first_mqtt_broker(server)
     await wait_for(lambda: "mcpb/+/up" in broker.subscribed, 5, "the gateway's subscriptions")
     rogue = RawPeer(mosquitto.port, "rogue")
     assert await rogue.connect() == "Success"
@@ -861,7 +861,7 @@ async def test_max_instances_bounds_the_devices_one_broker_announces(
     gateway_factory: GatewayFactory, mosquitto: Mosquitto
 ) -> None:
     server = await mqtt_gateway(gateway_factory, mosquitto, max_instances=2)
-    broker = server.mqtt.brokers[0]
+    broker = first_mqtt_broker(server)
     await wait_for(lambda: len(broker.subscribed) == 3, 5, "the gateway's subscriptions")
     rogue = RawPeer(mosquitto.port, "rogue")
     assert await rogue.connect() == "Success"
@@ -935,7 +935,7 @@ async def test_appliance_acl_confines_each_board_to_its_own_topics(
     broker = await mosquitto_factory(config_text=appliance_config(directory, lan, loopback), port=lan)
     (directory / "mqtt-password").write_text(secrets["mcp-gateway"])
     server = await gateway_factory(mqtt={"brokers": [appliance_gateway_broker(directory, loopback)]})
-    gateway_broker = server.mqtt.brokers[0]
+    gateway_broker = first_mqtt_broker(server)
     await wait_for(lambda: len(gateway_broker.subscribed) == 3, 5, "the gateway subscribed on its loopback listener")
     assert gateway_broker.client.config.username == "mcp-gateway"
 
@@ -1009,7 +1009,7 @@ async def test_appliance_broker_lets_no_credential_take_over_another_devices_cli
     server = await gateway_factory(
         providers={"request_timeout_ms": 5000}, mqtt={"brokers": [appliance_gateway_broker(directory, loopback)]}
     )
-    gateway_broker = server.mqtt.brokers[0]
+    gateway_broker = first_mqtt_broker(server)
     await wait_for(lambda: len(gateway_broker.subscribed) == 3, 5, "the gateway subscribed on its loopback listener")
     for name in ("pump-1", "pump-2"):
         (directory / f"{name}-password").write_text(secrets[name])

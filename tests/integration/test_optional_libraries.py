@@ -1,12 +1,18 @@
-"""A gateway loads PyJWT and cryptography (about 9 MiB of a 64 MiB process) only where it checks OAuth tokens.
+"""A gateway loads the libraries of a feature only when its configuration uses the feature.
 
-Read from the running process's own memory map: cryptography's compiled core is a shared object, so
-a process that imported it (PyJWT's algorithms import it) has it mapped, and one that did not has not.
+PyJWT and cryptography (about 9 MiB of a 64 MiB process) only where it checks OAuth tokens: read from
+the running process's own memory map, since cryptography's compiled core is a shared object, so a
+process that imported it (PyJWT's algorithms import it) has it mapped, and one that did not has not.
+The MQTT and serial code with paho-mqtt, pyserial and cobs (about 3 MiB) only with brokers, serial
+ports or hot-plug configured: read from `sys.modules` of a fresh interpreter that built the server.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -62,3 +68,40 @@ async def test_a_gateway_with_oauth_loads_them_and_checks_tokens(tmp_path: Path)
         assert status == 200, body
         status, body = await initialize(endpoint, access_token(rsa_key(), endpoint, expires_in=-300))
         assert status == 401 and "expired" in body, body
+
+
+FEATURE_PACKAGES = ("paho", "serial", "cobs", "gateway.southbound.mqtt", "gateway.southbound.serial")
+BUILD_SERVER = """
+import json, sys
+from gateway.app import GatewayServer
+from gateway.config import GatewayConfig
+GatewayServer(GatewayConfig.model_validate(json.loads(sys.argv[1])))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def modules_after_building(settings: dict[str, object]) -> set[str]:
+    """The modules a fresh interpreter holds once it has built a GatewayServer from `settings`."""
+    command = [sys.executable, "-c", BUILD_SERVER, json.dumps(settings)]
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout))
+
+
+def feature_modules(modules: set[str]) -> set[str]:
+    return {name for name in modules if name.split(".")[0] in FEATURE_PACKAGES or name in FEATURE_PACKAGES}
+
+
+def test_a_gateway_without_brokers_or_serial_ports_never_loads_their_libraries() -> None:
+    assert feature_modules(modules_after_building({})) == set()
+
+
+def test_brokers_load_the_mqtt_code_and_ports_the_serial_code() -> None:
+    with_broker = feature_modules(modules_after_building({"mqtt": {"brokers": [{"url": "mqtt://127.0.0.1:1883"}]}}))
+    assert {"paho", "gateway.southbound.mqtt"} <= with_broker
+    assert "serial" not in with_broker
+    with_port = feature_modules(modules_after_building({"serial": {"ports": [{"path": "/dev/ttyUSB9"}]}}))
+    assert {"serial", "cobs", "gateway.southbound.serial"} <= with_port
+    assert "paho" not in with_port
+    with_hotplug = feature_modules(modules_after_building({"serial": {"hotplug": {"enabled": True}}}))
+    assert {"serial", "gateway.southbound.serial"} <= with_hotplug

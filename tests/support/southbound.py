@@ -18,6 +18,9 @@ import aiohttp
 import orjson
 from mcp import Client
 
+from gateway.app import GatewayServer
+from gateway.southbound.mqtt import MqttBroker
+
 VALVE_TOOL: dict[str, Any] = {
     "name": "valve",
     "description": "Open or close the valve (scripted by the test).",
@@ -210,3 +213,9 @@ async def provider_status(gateway_url: str, slot: str) -> dict[str, Any]:
     status = result.structured_content
     assert isinstance(status, dict)
     return status
+
+
+def first_mqtt_broker(server: GatewayServer) -> MqttBroker:
+    """The first [[mqtt.brokers]] connection of a gateway built with brokers configured."""
+    assert server.mqtt is not None, "the gateway was built without [[mqtt.brokers]]"
+    return server.mqtt.brokers[0]
