@@ -1,4 +1,4 @@
-"""Helpers for southbound tests: a hand-written provider board, and reading provider_status.
+"""Helpers for southbound tests: a hand-written provider board, reading provider_status, the first MQTT broker.
 
 ScriptedBoard is a provider written by hand on a raw WebSocket, for tests that need a board to
 misbehave. It speaks the real wire protocol of WIRE.md §2: it answers the gateway's own `initialize` and
