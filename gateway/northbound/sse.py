@@ -153,7 +153,7 @@ class LegacySseEndpoint:
         if session_era.owner_mismatch(channel.session, request_principal(request), self.gateway):
             return http_error(403, "forbidden", session_era.OWNER_MISMATCH)
         message = await http_io.read_message(request, self.limits, self.gateway.metrics)
-        if isinstance(message, web.Response):
+        if not isinstance(message, jsonrpc.Message):
             return message
         channel.receive(message)
         return web.Response(status=202)

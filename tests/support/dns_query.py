@@ -32,11 +32,15 @@ def _name(data: bytes, offset: int) -> tuple[str, int]:
     """The name at `offset` and the offset just past it (past the first pointer, if any)."""
     labels: list[str] = []
     end: int | None = None
-    for _ in range(_MAX_POINTERS):
+    pointers = 0
+    while True:
         if offset >= len(data):
             raise MalformedMessage("name runs past the end")
         length = data[offset]
         if length & 0xC0 == 0xC0:  # pointer to a name earlier in the message
+            pointers += 1
+            if pointers > _MAX_POINTERS:
+                raise MalformedMessage("too many compression pointers")
             if offset + 1 >= len(data):
                 raise MalformedMessage("pointer cut short")
             end = offset + 2 if end is None else end
@@ -49,7 +53,6 @@ def _name(data: bytes, offset: int) -> tuple[str, int]:
             raise MalformedMessage("label cut short")
         labels.append(label.decode("utf-8", "replace"))
         offset += 1 + length
-    raise MalformedMessage("too many compression pointers")
 
 
 def query_questions(data: bytes) -> list[Question]:

@@ -47,3 +47,11 @@ def test_a_response_has_no_questions_to_report() -> None:
 def test_a_broken_datagram_is_a_named_error(data: bytes) -> None:
     with pytest.raises(MalformedMessage):
         query_questions(data)
+
+
+def test_a_name_of_many_labels_is_read_whole() -> None:
+    # Only compression pointers are bounded; a name may have up to 127 labels (255 bytes).
+    name = ".".join(["a"] * 100) + ".local."
+    assert query_questions(_header(0, 1) + _labels(name) + struct.pack("!HH", PTR, 1)) == [
+        Question(name, PTR, unicast=False)
+    ]
