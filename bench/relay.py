@@ -112,8 +112,10 @@ class Stack:
     """The gateway, the SDK server and the bare relay (the floor of a hop), each its own process on a
     free loopback port."""
 
-    def __init__(self, json_response: bool = False) -> None:
+    def __init__(self, json_response: bool = False, profile_dir: Path | None = None) -> None:
         self.json_response = json_response
+        self.profile_dir = profile_dir
+        """With a folder, the gateway and the bare relay run under bench.profiled, counting into it."""
         self.gateway_port = free_port()
         self.server_port = free_port()
         self.bare_port = free_port()
@@ -140,13 +142,14 @@ class Stack:
 
     async def start(self) -> None:
         # The gateway's built-in defaults: no config file or MCP_GATEWAY_* setting of this shell leaks in.
-        gateway_args = ["-m", "gateway.cli", "run", "--port", str(self.gateway_port)]
+        gateway_args = [*self._launch("gateway"), "gateway.cli", "run", "--port", str(self.gateway_port)]
         env = gateway_env()
         if self.json_response:  # like for like: both sides answer session-era calls as JSON
             env["MCP_GATEWAY_SESSION_ANSWERS"] = "json"
         self.children["gateway"] = Child("gateway", gateway_args, REPO, env=env)
         await wait_healthy(f"{self.gateway_url}/healthz", self.gateway)
-        self.children["bare"] = Child("bare relay", ["-m", "bench.bare_relay", "--port", str(self.bare_port)], REPO)
+        bare_args = [*self._launch("bare"), "bench.bare_relay", "--port", str(self.bare_port)]
+        self.children["bare"] = Child("bare relay", bare_args, REPO)
         if await asyncio.to_thread(self.bare.read_line, 30.0) != "ready":
             raise RuntimeError(f"the bare relay did not start:\n{self.bare.output()[-3000:]}")
         server_args = ["-m", "bench.relay_server", "--port", str(self.server_port), "--gateway", self.gateway_url]
@@ -159,6 +162,12 @@ class Stack:
         # The gateway has initialized the server and cached its tools once a listing shows `add`.
         await wait_slot_ready(self.gateway_url, SLOT, "add")
         await wait_healthy(f"{self.bare_url}/healthz", self.bare)  # 200 once the server answered initialize
+
+    def _launch(self, name: str) -> list[str]:
+        """How a child module is run: `python -m MODULE`, or under bench.profiled into NAME.prof."""
+        if self.profile_dir is None:
+            return ["-m"]
+        return ["-m", "bench.profiled", str(self.profile_dir / f"{name}.prof")]
 
     def cpu(self) -> dict[str, float]:
         return {

@@ -40,3 +40,16 @@ def test_quick_run_prints_the_table() -> None:
     turns = rows["2026-07-28: bare relay, paths taking turns call by call, median (ms)"].split("|")
     assert float(turns[2]) > 0 and float(turns[3]) > 0  # so did every path taking turns
     assert "All targets met." in stdout or "TARGET MISSED:" in stdout
+
+
+@pytest.mark.timeout(90)
+def test_quick_call_count_prints_both_relays() -> None:
+    stdout, _stderr = run_bench("relay_calls", "--quick", "--top", "3", timeout_s=80)
+    rows = {line.split("|")[1].strip(): line.split("|") for line in stdout.splitlines() if line.startswith("| ")}
+    for name in ("Python functions run (ones defined in Python)", "event-loop turns"):
+        cells = rows[f"2026-07-28: per sequential call, {name}"]
+        bare, gateway = float(cells[2]), float(cells[3])
+        assert bare > 0 and gateway > 0, cells  # both relays were counted while they served calls
+    own = rows["2026-07-28: per sequential call,   of which the relay's own code"]
+    assert float(own[2]) > 0 and float(own[3]) > 0  # each relay's own module ran: the right code was counted
+    assert "gateway/northbound/streamable_http.py" in stdout or "gateway/entry.py" in stdout
