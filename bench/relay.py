@@ -112,10 +112,14 @@ class Stack:
     """The gateway, the SDK server and the bare relay (the floor of a hop), each its own process on a
     free loopback port."""
 
-    def __init__(self, json_response: bool = False, profile_dir: Path | None = None) -> None:
+    def __init__(
+        self, json_response: bool = False, profile_dir: Path | None = None, settings: dict[str, str] | None = None
+    ) -> None:
         self.json_response = json_response
         self.profile_dir = profile_dir
         """With a folder, the gateway and the bare relay run under bench.profiled, counting into it."""
+        self.settings = dict(settings or {})
+        """MCP_GATEWAY_* variables the gateway gets on top of its built-in defaults."""
         self.gateway_port = free_port()
         self.server_port = free_port()
         self.bare_port = free_port()
@@ -143,7 +147,7 @@ class Stack:
     async def start(self) -> None:
         # The gateway's built-in defaults: no config file or MCP_GATEWAY_* setting of this shell leaks in.
         gateway_args = [*self._launch("gateway"), "gateway.cli", "run", "--port", str(self.gateway_port)]
-        env = gateway_env()
+        env = {**gateway_env(), **self.settings}
         if self.json_response:  # like for like: both sides answer session-era calls as JSON
             env["MCP_GATEWAY_SESSION_ANSWERS"] = "json"
         self.children["gateway"] = Child("gateway", gateway_args, REPO, env=env)

@@ -53,3 +53,15 @@ def test_quick_call_count_prints_both_relays() -> None:
     own = rows["2026-07-28: per sequential call,   of which the relay's own code"]
     assert float(own[2]) > 0 and float(own[3]) > 0  # each relay's own module ran: the right code was counted
     assert "gateway/northbound/streamable_http.py" in stdout or "gateway/entry.py" in stdout
+
+
+@pytest.mark.timeout(90)
+def test_quick_soak_prints_its_readings() -> None:
+    stdout, stderr = run_bench("soak", "--quick", timeout_s=80)
+    rows = {line.split("|")[1].strip(): line.split("|") for line in stdout.splitlines() if line.startswith("| ")}
+    for name in ("resident memory (MiB)", "open file descriptors", "slots tracked", "metric series"):
+        cells = rows[name]
+        assert all(cell.strip() for cell in cells[2:6]), cells  # a reading after warm-up, middle and end
+    assert float(rows["resident memory (MiB)"][4]) > 0
+    assert "round 3/3" in stderr  # every round ran; a failed call would have ended the run with an error
+    assert "Stray slot names refused at the slot limit: 0." in stdout  # pruning makes room for new names

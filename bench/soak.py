@@ -1,0 +1,304 @@
+"""Does the gateway hold its memory, descriptors and metric series over a long mixed workload?
+
+    python -m bench.soak              # 20 rounds, about 3 minutes on a 2-core machine
+    python -m bench.soak --quick      # 3 short rounds (a smoke run)
+
+An appliance runs for months, so what one request leaves behind matters more than what it costs.
+Each round drives one gateway (built-in defaults, rate limits off) with what a plant network sends
+it over time: stateless `tools/call`s, session-era clients that open a session, call and leave,
+calls of unknown tools and with bad arguments, malformed bodies, requests for slot names no provider
+ever uses (more over the run than `limits.max_slots`), a provider that connects, serves calls,
+has callers drop in the middle of slow ones, and leaves again. After every round it reads the
+gateway's resident memory, open file descriptors, tracked slots and metric series. The table
+compares the end of the run with the end of the warm-up rounds: a leak shows as growth that goes
+on round after round, a bound as a figure that levels off. No target: a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiohttp
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+
+from bench.load import call_once
+from bench.processes import memory_kib
+from bench.relay import Stack
+from bench.report import markdown_table
+from gateway.publish import Publisher
+
+MODE_STATELESS = "2026-07-28"
+EXTRA_SLOT = "soak-extra"
+ACCEPT = "application/json, text/event-stream"
+MAX_SLOTS = 200
+"""limits.max_slots for the soak (built-in default 1024): stray names fill it and get pruned every
+few rounds, so the slot table reaches its largest size early in the run instead of near its end."""
+SLOW_TOOL_S = 0.3
+ABANDON_AFTER_S = 0.05
+
+
+@dataclass
+class Workload:
+    rounds: int
+    warmup_rounds: int
+    stateless_calls: int
+    sessions: int
+    error_calls: int
+    malformed: int
+    stray_slots: int
+    extra_calls: int
+    abandoned: int
+
+
+FULL = Workload(20, 3, 1000, 50, 100, 100, 150, 20, 5)
+QUICK = Workload(3, 1, 50, 3, 5, 5, 20, 3, 1)
+
+
+@dataclass
+class Reading:
+    rss_mib: float
+    fds: int
+    slots: int
+    series: int
+    stray_refused: int
+
+
+def extra_server() -> MCPServer:
+    """The provider that comes and goes each round: a quick tool and a slow one callers walk away from."""
+    server = MCPServer("soak-extra", log_level="WARNING")  # not a line per HTTP request
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Return the text."""
+        return text
+
+    @server.tool()
+    async def slow() -> str:
+        """Answer after a while."""
+        await asyncio.sleep(SLOW_TOOL_S)
+        return "done"
+
+    return server
+
+
+def stateless_headers(method: str, name: str | None = None) -> dict[str, str]:
+    headers = {"Accept": ACCEPT, "MCP-Protocol-Version": MODE_STATELESS, "Mcp-Method": method}
+    if name is not None:
+        headers["Mcp-Name"] = name
+    return headers
+
+
+def stateless_body(request_id: int, method: str, params: dict[str, object]) -> dict[str, object]:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODE_STATELESS,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**params, "_meta": meta}}
+
+
+async def failed(client: Client, name: str, arguments: dict[str, object]) -> bool:
+    """True when the call fails as it should: a tool error in the result, or a JSON-RPC error."""
+    try:
+        result = await client.call_tool(name, arguments)
+    except Exception:  # the SDK raises a JSON-RPC error answer (an unknown tool is one)
+        return True
+    return bool(result.is_error)
+
+
+class Soak:
+    def __init__(self, stack: Stack, workload: Workload) -> None:
+        self.stack = stack
+        self.work = workload
+        self.base = stack.gateway_url
+        self.stray_refused = 0
+
+    async def stateless_calls(self) -> None:
+        async with Client(self.stack.urls["gateway"], mode=MODE_STATELESS) as client:
+            for n in range(self.work.stateless_calls):
+                await call_once(client, n)
+
+    async def sessions(self) -> None:
+        for n in range(self.work.sessions):
+            async with Client(self.stack.urls["gateway"], mode="legacy") as client:
+                await call_once(client, n)
+
+    async def error_calls(self) -> None:
+        async with Client(self.stack.urls["gateway"], mode=MODE_STATELESS) as client:
+            for _ in range(self.work.error_calls):
+                for name, arguments in (("no_such_tool", {}), ("add", {"a": "not a number", "b": 1})):
+                    if not await failed(client, name, arguments):
+                        raise RuntimeError(f"a call of {name} with {arguments} that must fail did not")
+
+    async def malformed(self, http: aiohttp.ClientSession) -> None:
+        url = self.stack.urls["gateway"]
+        for _ in range(self.work.malformed):
+            async with http.post(
+                url, data=b"{not json", headers={"Accept": ACCEPT, "Content-Type": "application/json"}
+            ) as r:
+                await r.read()
+                if r.status != 400:
+                    raise RuntimeError(f"a malformed body got HTTP {r.status}")
+
+    async def stray_slots(self, http: aiohttp.ClientSession, round_index: int) -> None:
+        """Names no provider ever uses: each is tracked until the slot limit prunes it."""
+        for n in range(self.work.stray_slots):
+            body = stateless_body(n, "tools/list", {})
+            url = f"{self.base}/stray-{round_index}-{n}/mcp"
+            async with http.post(url, json=body, headers=stateless_headers("tools/list")) as r:
+                await r.read()
+                if r.status not in (200, 503):  # 503: not connected, or the slot limit refused it
+                    raise RuntimeError(f"a stray slot request got HTTP {r.status}")
+                self.stray_refused += r.status == 503 and "Too many slots" in await r.text()
+
+    async def abandon_slow_call(self, http: aiohttp.ClientSession, n: int) -> None:
+        """A caller that leaves while the provider still works on its call (the gateway must cancel it)."""
+        body = stateless_body(n, "tools/call", {"name": "slow", "arguments": {}})
+        url = f"{self.base}/{EXTRA_SLOT}/mcp"
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(ABANDON_AFTER_S):
+                async with http.post(url, json=body, headers=stateless_headers("tools/call", "slow")) as r:
+                    await r.read()
+
+    async def extra_provider(self, http: aiohttp.ClientSession) -> None:
+        publisher = Publisher(extra_server(), self.base, EXTRA_SLOT, reconnect=False)
+        task = asyncio.create_task(publisher.run())
+        try:
+            await asyncio.wait_for(publisher.connected.wait(), 10)
+            async with Client(f"{self.base}/{EXTRA_SLOT}/mcp", mode=MODE_STATELESS) as client:
+                for n in range(self.work.extra_calls):
+                    result = await client.call_tool("echo", {"text": f"t{n}"})
+                    if result.is_error:
+                        raise RuntimeError(f"echo failed: {result!r}"[:300])
+            for n in range(self.work.abandoned):
+                await self.abandon_slow_call(http, n)
+            await asyncio.sleep(SLOW_TOOL_S)  # the abandoned calls end on the provider's side too
+        finally:
+            await publisher.stop()
+            await asyncio.wait_for(task, 10)
+
+    async def round(self, index: int) -> None:
+        async with aiohttp.ClientSession() as http:
+            await asyncio.gather(
+                self.stateless_calls(),
+                self.sessions(),
+                self.error_calls(),
+                self.malformed(http),
+                self.stray_slots(http, index),
+                self.extra_provider(http),
+            )
+
+    async def reading(self) -> Reading:
+        await self.stack.settle()
+        pid = self.stack.gateway.pid
+        async with aiohttp.ClientSession() as http, http.get(f"{self.base}/metrics") as r:
+            text = await r.text()
+        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+        slots = sum(1 for line in text.splitlines() if line.startswith("mcpgw_slot_connected{"))
+        fds = await open_fds(pid)
+        return Reading(memory_kib(pid)["VmRSS"] / 1024, fds, slots, series, self.stray_refused)
+
+
+async def open_fds(pid: int, samples: int = 5) -> int:
+    """The fewest descriptors over a few readings: a client connection still closing is not kept."""
+    counts = []
+    for _ in range(samples):
+        counts.append(len(os.listdir(f"/proc/{pid}/fd")))
+        await asyncio.sleep(0.05)
+    return min(counts)
+
+
+def requests_per_round(work: Workload) -> int:
+    return (
+        work.stateless_calls
+        + work.sessions * 2  # initialize and the call (notifications and DELETE not counted)
+        + work.error_calls * 2
+        + work.malformed
+        + work.stray_slots
+        + work.extra_calls
+        + work.abandoned
+    )
+
+
+def summary(readings: Sequence[Reading], work: Workload) -> str:
+    """Warm-up end, middle and end of the run: growth that goes on in the second half is a leak."""
+    middle_round = (work.warmup_rounds + len(readings)) // 2
+    settled, middle, last = readings[work.warmup_rounds - 1], readings[middle_round - 1], readings[-1]
+    second_half = (len(readings) - middle_round) * requests_per_round(work)
+    rows = [
+        (
+            "resident memory (MiB)",
+            *(f"{r.rss_mib:.1f}" for r in (settled, middle, last)),
+            f"{last.rss_mib - middle.rss_mib:+.1f}",
+        ),
+        ("open file descriptors", *(str(r.fds) for r in (settled, middle, last)), f"{last.fds - middle.fds:+d}"),
+        ("slots tracked", *(str(r.slots) for r in (settled, middle, last)), f"{last.slots - middle.slots:+d}"),
+        ("metric series", *(str(r.series) for r in (settled, middle, last)), f"{last.series - middle.series:+d}"),
+    ]
+    header = [
+        "gateway",
+        f"after round {work.warmup_rounds}",
+        f"after round {middle_round}",
+        f"after round {len(readings)}",
+        "second half",
+    ]
+    table = markdown_table(header, [list(row) for row in rows])
+    per_10k = (last.rss_mib - middle.rss_mib) * 1024 / second_half * 10_000 if second_half else 0.0
+    return (
+        f"{table}\n\nSecond half of the run: {second_half:,} requests, resident memory {per_10k:+.1f} KiB per 10,000 "
+        f"requests. Stray slot names refused at the slot limit: {last.stray_refused}."
+    )
+
+
+async def run(work: Workload) -> list[Reading]:
+    stack = Stack(settings={"MCP_GATEWAY_LIMITS__MAX_SLOTS": str(MAX_SLOTS)})
+    readings: list[Reading] = []
+    try:
+        await stack.start()
+        soak = Soak(stack, work)
+        for index in range(work.rounds):
+            await soak.round(index)
+            reading = await soak.reading()
+            readings.append(reading)
+            print(
+                f"  round {index + 1}/{work.rounds}: RSS {reading.rss_mib:.1f} MiB, {reading.fds} fds, "
+                f"{reading.slots} slots, {reading.series} metric series",
+                file=sys.stderr,
+                flush=True,
+            )
+    finally:
+        stack.stop()
+    return readings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, help=f"rounds (default {FULL.rounds})")
+    parser.add_argument("--quick", action="store_true", help="3 short rounds")
+    args = parser.parse_args(argv)
+    work = QUICK if args.quick else FULL
+    if args.rounds is not None:
+        if args.rounds <= work.warmup_rounds:
+            parser.error(f"--rounds must be more than the {work.warmup_rounds} warm-up round(s)")
+        work = Workload(**{**work.__dict__, "rounds": args.rounds})
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwinds, so the children are stopped
+    print(f"bench.soak: {work.rounds} rounds of {requests_per_round(work):,} requests, {work.warmup_rounds} to warm up")
+    try:
+        readings = asyncio.run(run(work))
+    except KeyboardInterrupt:
+        print("bench.soak: interrupted; gateway and server stopped", file=sys.stderr)
+        return 130
+    print()
+    print(summary(readings, work))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
