@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -164,6 +164,9 @@ class Metrics:
             registry=r,
         )
         self.start_time = Gauge("mcpgw_start_time_seconds", "Unix time the gateway started", registry=r)
+        # The process's own memory, CPU and descriptors, read from /proc at each scrape (nothing on
+        # other systems): an appliance runs for months, and a leak shows here first.
+        ProcessCollector(namespace="mcpgw", registry=r)
         self.relay_requests = Counter(
             "mcpgw_relay_requests",
             "Requests providers sent towards clients (sampling, elicitation, roots), by how they ended",

@@ -97,6 +97,19 @@ async def test_every_family_is_exposed_with_its_type(gateway: GatewayServer, htt
     assert metrics.get("mcpgw_start_time_seconds") > 0
 
 
+async def test_the_process_reports_its_memory_cpu_and_descriptors(
+    gateway: GatewayServer, http: aiohttp.ClientSession
+) -> None:
+    metrics = await scrape(http, gateway)
+    assert metrics.types.get("mcpgw_process_resident_memory_bytes") == "gauge"
+    assert metrics.types.get("mcpgw_process_cpu_seconds") == "counter"
+    assert metrics.types.get("mcpgw_process_open_fds") == "gauge"
+    # This test process is the gateway's: its figures are read from /proc/self.
+    assert metrics.get("mcpgw_process_resident_memory_bytes") > 10 * 1024 * 1024
+    assert metrics.get("mcpgw_process_open_fds") >= 3
+    assert metrics.get("mcpgw_process_cpu_seconds_total") > 0
+
+
 async def test_a_call_counts_and_a_disconnect_flips_connected(
     gateway: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession
 ) -> None:
