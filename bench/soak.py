@@ -1,17 +1,18 @@
 """Does the gateway hold its memory, descriptors and metric series over a long mixed workload?
 
-    python -m bench.soak              # 20 rounds, about 3 minutes on a 2-core machine
+    python -m bench.soak              # 20 rounds, about 2.5 minutes on a 2-core machine
     python -m bench.soak --quick      # 3 short rounds (a smoke run)
 
 An appliance runs for months, so what one request leaves behind matters more than what it costs.
-Each round drives one gateway (built-in defaults, rate limits off) with what a plant network sends
-it over time: stateless `tools/call`s, session-era clients that open a session, call and leave,
+Each round drives one gateway (built-in defaults, except rate limits off and a smaller
+limits.max_slots, see MAX_SLOTS) with what a plant network sends it over time: stateless
+`tools/call`s, session-era clients that open a session, call and leave,
 calls of unknown tools and with bad arguments, malformed bodies, requests for slot names no provider
 ever uses (more over the run than `limits.max_slots`), a provider that connects, serves calls,
 has callers drop in the middle of slow ones, and leaves again. After every round it reads the
-gateway's resident memory, open file descriptors, tracked slots and metric series. The table
-compares the end of the run with the end of the warm-up rounds: a leak shows as growth that goes
-on round after round, a bound as a figure that levels off. No target: a measurement.
+gateway's resident memory, open file descriptors, tracked slots and metric series. The table shows
+them after the warm-up rounds, in the middle and at the end: a leak shows as growth that goes on
+through the second half, a bound as a figure that levels off. No target: a measurement.
 """
 
 from __future__ import annotations
