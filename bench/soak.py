@@ -42,6 +42,8 @@ ACCEPT = "application/json, text/event-stream"
 MAX_SLOTS = 200
 """limits.max_slots for the soak (built-in default 1024): stray names fill it and get pruned every
 few rounds, so the slot table reaches its largest size early in the run instead of near its end."""
+LISTEN_HOLD_S = 1.0
+"""How long the `_all` listeners stay open: across the extra provider's arrival and departure."""
 SLOW_TOOL_S = 0.3
 ABANDON_AFTER_S = 0.05
 
@@ -57,10 +59,11 @@ class Workload:
     stray_slots: int
     extra_calls: int
     abandoned: int
+    listens: int
 
 
-FULL = Workload(20, 3, 1000, 50, 100, 100, 150, 20, 5)
-QUICK = Workload(3, 1, 50, 3, 5, 5, 20, 3, 1)
+FULL = Workload(20, 3, 1000, 50, 100, 100, 150, 20, 5, 10)
+QUICK = Workload(3, 1, 50, 3, 5, 5, 20, 3, 1, 2)
 
 
 @dataclass
@@ -69,7 +72,9 @@ class Reading:
     fds: int
     slots: int
     series: int
+    streams: int
     stray_refused: int
+    list_changes: int
 
 
 def extra_server() -> MCPServer:
@@ -120,6 +125,7 @@ class Soak:
         self.work = workload
         self.base = stack.gateway_url
         self.stray_refused = 0
+        self.list_changes = 0
 
     async def stateless_calls(self) -> None:
         async with Client(self.stack.urls["gateway"], mode=MODE_STATELESS) as client:
@@ -169,7 +175,7 @@ class Soak:
                     await r.read()
 
     async def extra_provider(self, http: aiohttp.ClientSession) -> None:
-        publisher = Publisher(extra_server(), self.base, EXTRA_SLOT, reconnect=False)
+        publisher = Publisher(extra_server(), self.base, EXTRA_SLOT, aggregate=True, reconnect=False)
         task = asyncio.create_task(publisher.run())
         try:
             await asyncio.wait_for(publisher.connected.wait(), 10)
@@ -185,6 +191,30 @@ class Soak:
             await publisher.stop()
             await asyncio.wait_for(task, 10)
 
+    async def listen(self, http: aiohttp.ClientSession, slot: str, request_id: int, hold_s: float) -> int:
+        """A stateless-era subscriptions/listen stream, opened, held for `hold_s` and dropped by the
+        client; the tools list_changed notifications it carried meanwhile."""
+        body = stateless_body(request_id, "subscriptions/listen", {"notifications": {"toolsListChanged": True}})
+        url = f"{self.base}/{slot}/mcp"
+        changes = 0
+        async with http.post(url, json=body, headers=stateless_headers("subscriptions/listen")) as r:
+            if r.status != 200:
+                raise RuntimeError(f"subscriptions/listen on {slot} got HTTP {r.status}: {(await r.text())[:200]}")
+            async with asyncio.timeout(10):
+                while b"acknowledged" not in await r.content.readline():
+                    pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(hold_s):
+                    while line := await r.content.readline():
+                        changes += b"notifications/tools/list_changed" in line
+        return changes
+
+    async def listens(self, http: aiohttp.ClientSession) -> None:
+        """Listeners on `_all` while the extra provider joins and leaves it, and brief ones on one slot."""
+        held = [self.listen(http, "_all", n, LISTEN_HOLD_S) for n in range(self.work.listens)]
+        brief = [self.listen(http, "bench", n, 0) for n in range(self.work.listens)]
+        self.list_changes += sum(await asyncio.gather(*held, *brief))
+
     async def round(self, index: int) -> None:
         async with aiohttp.ClientSession() as http:
             await asyncio.gather(
@@ -194,6 +224,7 @@ class Soak:
                 self.malformed(http),
                 self.stray_slots(http, index),
                 self.extra_provider(http),
+                self.listens(http),
             )
 
     async def reading(self) -> Reading:
@@ -203,8 +234,12 @@ class Soak:
             text = await r.text()
         series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
         slots = sum(1 for line in text.splitlines() if line.startswith("mcpgw_slot_connected{"))
+        streams = sum(
+            int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines() if line.startswith("mcpgw_client_streams{")
+        )
         fds = await open_fds(pid)
-        return Reading(memory_kib(pid)["VmRSS"] / 1024, fds, slots, series, self.stray_refused)
+        rss_mib = memory_kib(pid)["VmRSS"] / 1024
+        return Reading(rss_mib, fds, slots, series, streams, self.stray_refused, self.list_changes)
 
 
 async def open_fds(pid: int, samples: int = 5) -> int:
@@ -225,6 +260,7 @@ def requests_per_round(work: Workload) -> int:
         + work.stray_slots
         + work.extra_calls
         + work.abandoned
+        + work.listens * 2
     )
 
 
@@ -242,6 +278,11 @@ def summary(readings: Sequence[Reading], work: Workload) -> str:
         ("open file descriptors", *(str(r.fds) for r in (settled, middle, last)), f"{last.fds - middle.fds:+d}"),
         ("slots tracked", *(str(r.slots) for r in (settled, middle, last)), f"{last.slots - middle.slots:+d}"),
         ("metric series", *(str(r.series) for r in (settled, middle, last)), f"{last.series - middle.series:+d}"),
+        (
+            "client streams open",
+            *(str(r.streams) for r in (settled, middle, last)),
+            f"{last.streams - middle.streams:+d}",
+        ),
     ]
     header = [
         "gateway",
@@ -254,7 +295,8 @@ def summary(readings: Sequence[Reading], work: Workload) -> str:
     per_10k = (last.rss_mib - middle.rss_mib) * 1024 / second_half * 10_000 if second_half else 0.0
     return (
         f"{table}\n\nSecond half of the run: {second_half:,} requests, resident memory {per_10k:+.1f} KiB per 10,000 "
-        f"requests. Stray slot names refused at the slot limit: {last.stray_refused}."
+        f"requests. Stray slot names refused at the slot limit: {last.stray_refused}. Tools list_changed "
+        f"notifications the `_all` listeners received: {last.list_changes}."
     )
 
 
@@ -270,7 +312,7 @@ async def run(work: Workload) -> list[Reading]:
             readings.append(reading)
             print(
                 f"  round {index + 1}/{work.rounds}: RSS {reading.rss_mib:.1f} MiB, {reading.fds} fds, "
-                f"{reading.slots} slots, {reading.series} metric series",
+                f"{reading.slots} slots, {reading.series} metric series, {reading.streams} client streams",
                 file=sys.stderr,
                 flush=True,
             )
