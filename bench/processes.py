@@ -81,6 +81,16 @@ def memory_kib(pid: int) -> dict[str, int]:
     return values
 
 
+async def open_fds(pid: int, samples: int = 5) -> int:
+    """A process's open file descriptors, the fewest over a few readings 50 ms apart: a client
+    connection that is still closing is not counted."""
+    counts = []
+    for _ in range(samples):
+        counts.append(len(os.listdir(f"/proc/{pid}/fd")))
+        await asyncio.sleep(0.05)
+    return min(counts)
+
+
 class Child:
     """A Python module run as its own process, its output kept in a file (a pipe nobody reads could
     fill up and stall the child mid-benchmark)."""

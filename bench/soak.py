@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -31,14 +30,16 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
 from bench.load import call_once
-from bench.processes import memory_kib
+from bench.processes import memory_kib, open_fds
 from bench.relay import Stack
 from bench.report import markdown_table
+from gateway.core.jsonrpc import JsonObject
 from gateway.publish import Publisher
+from gateway.southbound import remote_wire
 
 MODE_STATELESS = "2026-07-28"
 EXTRA_SLOT = "soak-extra"
-ACCEPT = "application/json, text/event-stream"
+CLIENT_INFO = {"name": "bench-soak", "version": "0"}
 MAX_SLOTS = 200
 """limits.max_slots for the soak (built-in default 1024): stray names fill it and get pruned every
 few rounds, so the slot table reaches its largest size early in the run instead of near its end."""
@@ -95,19 +96,11 @@ def extra_server() -> MCPServer:
     return server
 
 
-def stateless_headers(method: str, name: str | None = None) -> dict[str, str]:
-    headers = {"Accept": ACCEPT, "MCP-Protocol-Version": MODE_STATELESS, "Mcp-Method": method}
-    if name is not None:
-        headers["Mcp-Name"] = name
-    return headers
-
-
-def stateless_body(request_id: int, method: str, params: dict[str, object]) -> dict[str, object]:
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": MODE_STATELESS,
-        "io.modelcontextprotocol/clientCapabilities": {},
-    }
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**params, "_meta": meta}}
+def stateless_post(request_id: int, method: str, params: JsonObject) -> tuple[JsonObject, dict[str, str]]:
+    """Body and headers of one raw 2026-07-28 request, built as the gateway builds its own upstream ones."""
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    body = remote_wire.stateless_request(message, remote_wire.envelope({}, CLIENT_INFO, None))
+    return body, {"Accept": remote_wire.ACCEPT_BOTH, **remote_wire.stateless_headers(body)}
 
 
 async def failed(client: Client, name: str, arguments: dict[str, object]) -> bool:
@@ -148,7 +141,7 @@ class Soak:
         url = self.stack.urls["gateway"]
         for _ in range(self.work.malformed):
             async with http.post(
-                url, data=b"{not json", headers={"Accept": ACCEPT, "Content-Type": "application/json"}
+                url, data=b"{not json", headers={"Accept": remote_wire.ACCEPT_BOTH, "Content-Type": "application/json"}
             ) as r:
                 await r.read()
                 if r.status != 400:
@@ -157,9 +150,9 @@ class Soak:
     async def stray_slots(self, http: aiohttp.ClientSession, round_index: int) -> None:
         """Names no provider ever uses: each is tracked until the slot limit prunes it."""
         for n in range(self.work.stray_slots):
-            body = stateless_body(n, "tools/list", {})
+            body, headers = stateless_post(n, "tools/list", {})
             url = f"{self.base}/stray-{round_index}-{n}/mcp"
-            async with http.post(url, json=body, headers=stateless_headers("tools/list")) as r:
+            async with http.post(url, json=body, headers=headers) as r:
                 await r.read()
                 if r.status not in (200, 503):  # 503: not connected, or the slot limit refused it
                     raise RuntimeError(f"a stray slot request got HTTP {r.status}")
@@ -167,11 +160,11 @@ class Soak:
 
     async def abandon_slow_call(self, http: aiohttp.ClientSession, n: int) -> None:
         """A caller that leaves while the provider still works on its call (the gateway must cancel it)."""
-        body = stateless_body(n, "tools/call", {"name": "slow", "arguments": {}})
+        body, headers = stateless_post(n, "tools/call", {"name": "slow", "arguments": {}})
         url = f"{self.base}/{EXTRA_SLOT}/mcp"
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(ABANDON_AFTER_S):
-                async with http.post(url, json=body, headers=stateless_headers("tools/call", "slow")) as r:
+                async with http.post(url, json=body, headers=headers) as r:
                     await r.read()
 
     async def extra_provider(self, http: aiohttp.ClientSession) -> None:
@@ -194,10 +187,12 @@ class Soak:
     async def listen(self, http: aiohttp.ClientSession, slot: str, request_id: int, hold_s: float) -> int:
         """A stateless-era subscriptions/listen stream, opened, held for `hold_s` and dropped by the
         client; the tools list_changed notifications it carried meanwhile."""
-        body = stateless_body(request_id, "subscriptions/listen", {"notifications": {"toolsListChanged": True}})
+        body, headers = stateless_post(
+            request_id, "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
+        )
         url = f"{self.base}/{slot}/mcp"
         changes = 0
-        async with http.post(url, json=body, headers=stateless_headers("subscriptions/listen")) as r:
+        async with http.post(url, json=body, headers=headers) as r:
             if r.status != 200:
                 raise RuntimeError(f"subscriptions/listen on {slot} got HTTP {r.status}: {(await r.text())[:200]}")
             async with asyncio.timeout(10):
@@ -240,15 +235,6 @@ class Soak:
         fds = await open_fds(pid)
         rss_mib = memory_kib(pid)["VmRSS"] / 1024
         return Reading(rss_mib, fds, slots, series, streams, self.stray_refused, self.list_changes)
-
-
-async def open_fds(pid: int, samples: int = 5) -> int:
-    """The fewest descriptors over a few readings: a client connection still closing is not kept."""
-    counts = []
-    for _ in range(samples):
-        counts.append(len(os.listdir(f"/proc/{pid}/fd")))
-        await asyncio.sleep(0.05)
-    return min(counts)
 
 
 def requests_per_round(work: Workload) -> int:
