@@ -5,9 +5,10 @@ the same server directly over its own Streamable HTTP, in one run.
     python -m bench.relay --quick    # smoke run, a few seconds
 
 Starts the gateway and one SDK server process (which serves `/mcp` itself and publishes itself into
-the gateway), then alternates direct and gateway rounds so machine noise hits both alike (and in each
-round also times the paths taking turns call by call), and prints each figure as its median over the
-rounds with its ratio to the direct path. See docs/performance.md for what the figures mean.
+the gateway), then runs rounds in which the paths take turns (sequential calls in short blocks, then
+call by call; throughput windows one after the other, the order reversed every round) so machine
+noise hits every path alike, and prints each figure as its median over the rounds with its ratio to
+the direct path. See docs/performance.md for what the figures mean.
 """
 
 from __future__ import annotations
@@ -57,12 +58,17 @@ ON_PATH = {
 housekeeping stay out of the path's "all processes" figure."""
 LATENCY_TARGET = 1.10
 THROUGHPUT_TARGET = 0.90
+REWARM_CALLS = 2
+"""Calls at the start of each short block that are made but not timed: the first call after the other
+paths ran finds this path's processes cold (about 0.5 ms slower through the gateway on this VM, the
+second a little), which one client calling one path over and over does not see."""
 
 
 @dataclass
 class Options:
     rounds: int
     calls: int
+    block: int
     warmup: int
     concurrency: int
     duration: float
@@ -76,6 +82,9 @@ def parse_options(argv: Sequence[str] | None) -> Options:
     parser = argparse.ArgumentParser(prog="python -m bench.relay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, help="alternating direct/gateway rounds (default 5; quick 1)")
     parser.add_argument("--calls", type=int, help="timed sequential calls per round and path (default 400; quick 30)")
+    parser.add_argument(
+        "--block", type=int, help="timed sequential calls per path before the paths swap (default 25; quick 10)"
+    )
     parser.add_argument("--warmup", type=int, help="untimed calls before each sequential run (default 50; quick 5)")
     parser.add_argument("--concurrency", type=int, default=32, help="concurrent client sessions (default 32)")
     parser.add_argument("--duration", type=float, help="seconds of each throughput window (default 4; quick 0.5)")
@@ -99,6 +108,7 @@ def parse_options(argv: Sequence[str] | None) -> Options:
     options = Options(
         rounds=args.rounds if args.rounds is not None else (1 if quick else 5),
         calls=args.calls if args.calls is not None else (30 if quick else 400),
+        block=args.block if args.block is not None else (10 if quick else 25),
         warmup=args.warmup if args.warmup is not None else (5 if quick else 50),
         concurrency=args.concurrency,
         duration=args.duration if args.duration is not None else (0.5 if quick else 4.0),
@@ -107,8 +117,10 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         modes=modes,
         json_response=args.json_response,
     )
-    if min(options.rounds, options.calls, options.concurrency) < 1 or options.duration <= 0 or options.warmup < 0:
-        parser.error("--rounds, --calls, --concurrency and --duration must be positive, --warmup not negative")
+    if min(options.rounds, options.calls, options.block, options.concurrency) < 1 or options.duration <= 0:
+        parser.error("--rounds, --calls, --block, --concurrency and --duration must be positive")
+    if options.warmup < 0:
+        parser.error("--warmup must not be negative")
     return options
 
 
@@ -213,6 +225,12 @@ class Stack:
 
 # -- measuring ----------------------------------------------------------------------------------
 
+
+def order_for(paths: Sequence[str], index: int) -> tuple[str, ...]:
+    """The paths in round `index`'s order: reversed every other round, so neither always goes first."""
+    return tuple(paths) if index % 2 == 0 else tuple(reversed(paths))
+
+
 # figures[mode][path][name] -> one value per round
 Figures = dict[str, dict[str, dict[str, list[float]]]]
 
@@ -221,20 +239,45 @@ def new_figures() -> Figures:
     return defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
 
 
-async def sequential_round(stack: Stack, options: Options, mode: str, path: str, figures: Figures) -> None:
-    async with SequentialClient(stack.urls[path], mode) as client:
-        await client.warm_up(options.warmup)
+async def sequential_round(stack: Stack, options: Options, mode: str, paths: Sequence[str], figures: Figures) -> None:
+    """`--calls` sequential calls per path, one client per path, in short blocks that take turns.
+
+    One long block per path compares stretches of time seconds apart, and on a shared host whose
+    speed drifts between them a round's ratio swung from 0.44x to 1.49x. In blocks of `--block`
+    calls, each block's neighbours on the other paths are a few tens of milliseconds away; the
+    REWARM_CALLS at the start of each block warm the path up again and are not timed. Taking turns
+    call by call (`interleaved_round`) cancels drift too, but keeps every path cold."""
+    async with contextlib.AsyncExitStack() as clients:
+        opened = {path: await clients.enter_async_context(SequentialClient(stack.urls[path], mode)) for path in paths}
+        for client in opened.values():
+            await client.warm_up(options.warmup)
         await stack.settle()
-        before = stack.cpu()
-        latencies = await client.timed_calls(options.calls)
-        after = stack.cpu()
-    into = figures[mode][path]
-    into["latency_median"].append(median(latencies) * 1000)
-    into["latency_p95"].append(percentile(latencies, 0.95) * 1000)
-    for process in PROCESSES:
-        into[f"cpu_{process}"].append((after[process] - before[process]) / options.calls * 1e6)
-    spent = sum(after[process] - before[process] for process in ON_PATH[path])
-    into["cpu_total"].append(spent / options.calls * 1e6)
+        latencies: dict[str, list[float]] = {path: [] for path in paths}
+        cpu: dict[str, dict[str, float]] = {path: dict.fromkeys(PROCESSES, 0.0) for path in paths}
+        made = dict.fromkeys(paths, 0)
+        turn = 0
+        while min(len(timed) for timed in latencies.values()) < options.calls:
+            for path in paths if turn % 2 == 0 else tuple(reversed(paths)):
+                count = min(options.block, options.calls - len(latencies[path]))
+                if count <= 0:
+                    continue
+                before = stack.cpu()
+                timed = await opened[path].timed_calls(REWARM_CALLS + count)
+                after = stack.cpu()
+                latencies[path].extend(timed[REWARM_CALLS:])
+                made[path] += len(timed)
+                for process in PROCESSES:
+                    cpu[path][process] += after[process] - before[process]
+            turn += 1
+    for path in paths:
+        into = figures[mode][path]
+        into["latency_median"].append(median(latencies[path]) * 1000)
+        into["latency_p95"].append(percentile(latencies[path], 0.95) * 1000)
+        # CPU over every call of the blocks, the re-warming ones included: each is a whole call.
+        for process in PROCESSES:
+            into[f"cpu_{process}"].append(cpu[path][process] / made[path] * 1e6)
+        spent = sum(cpu[path][process] for process in ON_PATH[path])
+        into["cpu_total"].append(spent / made[path] * 1e6)
 
 
 async def interleaved_round(stack: Stack, options: Options, mode: str, paths: Sequence[str], figures: Figures) -> None:
@@ -373,7 +416,8 @@ def preamble(options: Options, workers: int) -> str:
     return (
         f"bench.relay {now}: {os.cpu_count()} CPUs, Python {platform.python_version()}, mcp {version('mcp')}, "
         f"aiohttp {version('aiohttp')}, uvicorn {version('uvicorn')}\n"
-        f"rounds={options.rounds} calls={options.calls} warmup={options.warmup} concurrency={options.concurrency} "
+        f"rounds={options.rounds} calls={options.calls} block={options.block} warmup={options.warmup} "
+        f"concurrency={options.concurrency} "
         f"duration={options.duration}s workers={workers} devices={options.devices} modes={','.join(options.modes)} "
         f"session-era answers={'json' if options.json_response else 'sse (both defaults)'}"
     )
@@ -394,11 +438,10 @@ async def run(options: Options, progress: Callable[[str], None]) -> tuple[list[R
         figures = new_figures()
         for index in range(options.rounds):
             # Alternate which path goes first so drift (thermal, other tenants) hits both alike.
-            order = PATHS if index % 2 == 0 else tuple(reversed(PATHS))
+            order = order_for(PATHS, index)
             for mode in options.modes:
                 paths = (*PATHS, FLOOR_PATH) if mode in FLOOR_MODES else PATHS
-                for path in paths if index % 2 == 0 else tuple(reversed(paths)):
-                    await sequential_round(stack, options, mode, path, figures)
+                await sequential_round(stack, options, mode, order_for(paths, index), figures)
                 await interleaved_round(stack, options, mode, paths, figures)
             for mode in options.modes:
                 for path in order:
