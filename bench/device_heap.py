@@ -29,7 +29,8 @@ from pathlib import Path
 
 import orjson
 
-from bench.processes import Child, free_port, gateway_env, wait_healthy, wait_slot_ready
+from bench.ports import free_port
+from bench.processes import Child, gateway_env, wait_healthy, wait_slot_ready
 from gateway.client import GatewayClient
 
 REPO = Path(__file__).resolve().parents[1]

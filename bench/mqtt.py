@@ -27,15 +27,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.processes import (
-    PUMP_TOOL,
-    Child,
-    free_port,
-    gateway_env,
-    start_simulator,
-    wait_healthy,
-    wait_slot_ready,
-)
+from bench.ports import free_port
+from bench.processes import PUMP_TOOL, Child, gateway_env, start_simulator, wait_healthy, wait_slot_ready
 from bench.pump_rounds import (
     LATENCY_ROWS,
     Figures,

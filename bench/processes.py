@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,14 +34,6 @@ def gateway_env() -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY_")}
     env.update(UNLIMITED_RATE_ENV)
     return env
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now (the child binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 _thread_ns: dict[int, dict[int, int]] = {}

@@ -30,10 +30,10 @@ from pathlib import Path
 
 from bench.devices import Devices
 from bench.load import SequentialClient, WorkerPool
+from bench.ports import free_port
 from bench.processes import (
     Child,
     cpu_seconds,
-    free_port,
     gateway_env,
     machine_busy_seconds,
     memory_kib,

@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,8 @@ import urllib.request
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -159,13 +160,6 @@ def not_scored(suite: Suite, env: dict[str, str]) -> set[str]:
 
 
 # -- processes ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from bench.ports import free_port
 from tests.conformance.newer_suite import LABEL, PACKAGE, newer_in_line, newer_lines, version_key
 from tests.conformance.run import ROOT, SUITES
-from tests.support.remote_server import free_port
 
 
 def test_semver_precedence() -> None:

@@ -17,6 +17,7 @@ import orjson
 import pytest
 from mcp import Client
 
+from bench.ports import free_port
 from gateway.core.schema_hash import tools_hash
 from tests.conftest import GatewayFactory, MosquittoFactory, wait_for, wait_ready_slot
 from tests.device.conftest import DeviceFactory
@@ -25,7 +26,7 @@ from tests.device.mqtt_harness import BrokerPeer, publish_packet, publish_raw
 from tests.device.test_device_wss import self_signed
 from tests.device.test_mpy_cross import compiled_board, start_compiled
 from tests.device.test_pump_gateway import assert_physics, poll, status_of
-from tests.support.mosquitto import Mosquitto, free_port
+from tests.support.mosquitto import Mosquitto
 
 SLOT = "pump-1"
 MqttDeviceFactory = Callable[..., Awaitable[Device]]

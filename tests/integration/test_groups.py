@@ -10,7 +10,6 @@ import contextlib
 import hashlib
 import os
 import secrets
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.subscriptions import ToolsListChanged
 
+from bench.ports import free_port
 from gateway.app import GatewayServer
 from gateway.publish import Publisher
 from sim.pump import PumpSettings
@@ -576,13 +576,6 @@ async def test_broker_diagnose_points_at_a_group_that_matches_nothing(
 
 
 # -- toggles in a real gateway process --------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def run_gateway(config: Path, env: dict[str, str], port: int) -> asyncio.subprocess.Process:

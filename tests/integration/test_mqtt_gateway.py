@@ -20,6 +20,7 @@ import paho.mqtt.client as paho
 import pytest
 from mcp import Client, MCPError
 
+from bench.ports import free_port
 from gateway.app import GatewayServer
 from gateway.southbound import mqtt_topics
 from gateway.southbound.mqtt_client import PACKET_HEADROOM_BYTES
@@ -28,7 +29,7 @@ from sim.mqtt import MqttProfile, MqttPumpLink, MqttTarget
 from sim.pump import PumpSettings, SimulatedPump
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, MosquittoFactory, wait_for, wait_ready_slot
-from tests.support.mosquitto import Mosquitto, free_port
+from tests.support.mosquitto import Mosquitto
 from tests.support.mqtt_peer import RawPeer
 from tests.support.southbound import first_mqtt_broker, provider_status
 

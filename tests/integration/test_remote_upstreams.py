@@ -24,10 +24,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from bench.ports import free_port
 from gateway.app import GatewayServer
 from gateway.core.status import provider_status
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
-from tests.support.remote_server import Guard, Refusal, RemoteServer, TokenServer, free_port, remote_server
+from tests.support.remote_server import Guard, Refusal, RemoteServer, TokenServer, remote_server
 from tests.support.servers import demo_server
 
 # The demo server logs on purpose (logging is deprecated in 2026-07-28, still part of the session era).

@@ -739,7 +739,8 @@ async def test_broker_info_lists_ports_and_hot_plug(gateway_factory: GatewayFact
 
 @pytest.mark.skipif(sys.platform != "linux", reason="pseudo-terminal paths under /dev/pts")
 async def test_run_serial_flag_serves_the_port(ptys: PtyFactory, tmp_path: Path) -> None:
-    from tests.integration.test_shutdown import free_port, wait_until_ready
+    from bench.ports import free_port
+    from tests.integration.test_shutdown import wait_until_ready
 
     pair = ptys()
     board = FramedBoard(pair)

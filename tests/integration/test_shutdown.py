@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,16 +13,10 @@ import aiohttp
 import pytest
 from mcp import Client, MCPError
 
+from bench.ports import free_port
 from tests.support.southbound import Boards, provider_status
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def spawn(*args: str) -> asyncio.subprocess.Process:

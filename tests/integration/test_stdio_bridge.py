@@ -24,6 +24,7 @@ import pytest
 from aiohttp import web
 from mcp import Client, MCPError, StdioServerParameters
 
+from bench.ports import free_port
 from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
 from gateway.policy import hmac_signing
@@ -346,15 +347,6 @@ async def test_a_bridge_signing_with_the_wrong_secret_gets_a_clear_error(
 
 
 # -- an unreachable gateway ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class RawBridge:

@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.types import CallToolResult
 
+from bench.ports import free_port
 from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
 from gateway.core.status import provider_status as status_view
@@ -331,13 +331,6 @@ async def test_the_child_sees_only_its_allow_listed_environment(
 
 
 # -- the command line -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_the_stdio_flag_runs_an_upstream_from_the_command_line() -> None:

@@ -16,7 +16,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import sys
 import tomllib
 from collections.abc import AsyncIterator
@@ -28,6 +27,7 @@ import orjson
 import pytest
 from mcp import Client, StdioServerParameters
 
+from bench.ports import free_port
 from tests.support.southbound import provider_status
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -50,13 +50,6 @@ def section() -> str:
 
 def code_blocks(text: str, language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def gateway_command() -> list[str]:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import orjson
 
+from bench.ports import free_port
 from gateway.app import GatewayServer
 from tests.conftest import wait_ready_slot
-from tests.integration.test_shutdown import free_port, wait_until_ready
+from tests.integration.test_shutdown import wait_until_ready
 from tests.sim.conftest import cli
 from tests.support.southbound import provider_status
 

@@ -18,11 +18,12 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from bench.ports import free_port
 
 SEARCH = ("/usr/sbin", "/usr/local/sbin", "/usr/bin")
 
@@ -33,13 +34,6 @@ def binary(name: str) -> str:
     if found is None:
         pytest.fail(f"{name} is not installed: run scripts/bootstrap test (apt-get install mosquitto)", pytrace=False)
     return found
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def write_password_file(path: Path, users: dict[str, str]) -> Path:

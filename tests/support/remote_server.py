@@ -265,14 +265,6 @@ class RemoteServer:
             yield from seen.headers.values()
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.asynccontextmanager
 async def remote_server(
     make_server: Callable[[], MCPServer],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import orjson
 import pytest
 
 import gateway.app
+from bench.ports import free_port
 from gateway import __version__
 from gateway.cli import main
 from gateway.client import parse_arguments
@@ -132,15 +132,8 @@ def test_run_with_a_missing_config_file_exits_2(capsys: pytest.CaptureFixture[st
     assert "config file missing.toml: not found" in capsys.readouterr().err
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 def test_call_against_a_closed_port_says_the_gateway_is_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
-    port = closed_port()
+    port = free_port()  # nobody listens there
     assert main(["call", "pump-1", "add", "a=1", "b=2", "--url", f"http://127.0.0.1:{port}"]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
