@@ -82,6 +82,17 @@ async def open_fds(pid: int, samples: int = 5) -> int:
     return min(counts)
 
 
+async def wait_idle(pids: Sequence[int], max_wait_s: float = 3.0) -> None:
+    """Until the processes are idle (under 5 ms of CPU together in 100 ms), at most `max_wait_s`: work
+    a previous step left running (sessions closing, links reconnecting) is not charged to the next."""
+    deadline = time.monotonic() + max_wait_s
+    while time.monotonic() < deadline:
+        before = sum(cpu_seconds(pid) for pid in pids)
+        await asyncio.sleep(0.1)
+        if sum(cpu_seconds(pid) for pid in pids) - before < 0.005:
+            return
+
+
 class Child:
     """A Python module run as its own process, its output kept in a file (a pipe nobody reads could
     fill up and stall the child mid-benchmark)."""

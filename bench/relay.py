@@ -38,6 +38,7 @@ from bench.processes import (
     machine_busy_seconds,
     memory_kib,
     wait_healthy,
+    wait_idle,
     wait_slot_ready,
 )
 from bench.report import MODE_LABELS, MODES, Row, median, missed, parse_modes, percentile, render, round_ratios
@@ -211,12 +212,7 @@ class Stack:
     async def settle(self, max_wait_s: float = 3.0) -> None:
         """Wait until the gateway and the server are idle: closing the previous run's 32 sessions
         goes on after the clients leave and would otherwise be charged to the next measurement."""
-        deadline = time.monotonic() + max_wait_s
-        while time.monotonic() < deadline:
-            before = cpu_seconds(self.server.pid) + cpu_seconds(self.gateway.pid)
-            await asyncio.sleep(0.1)
-            if cpu_seconds(self.server.pid) + cpu_seconds(self.gateway.pid) - before < 0.005:
-                return
+        await wait_idle([self.server.pid, self.gateway.pid], max_wait_s)
 
     def stop(self) -> None:
         for child in reversed(list(self.children.values())):

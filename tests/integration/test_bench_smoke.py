@@ -1,4 +1,4 @@
-"""The relay benchmark runs with one command and prints its table (no speed is asserted here)."""
+"""The benchmarks run with one command each and print their tables (no speed is asserted here)."""
 
 from __future__ import annotations
 
@@ -65,3 +65,17 @@ def test_quick_soak_prints_its_readings() -> None:
     assert float(rows["resident memory (MiB)"][4]) > 0
     assert "round 3/3" in stderr  # every round ran; a failed call would have ended the run with an error
     assert "Stray slot names refused at the slot limit: 0." in stdout  # no new name was turned away
+
+
+@pytest.mark.timeout(120)
+def test_quick_link_soak_brings_every_link_back() -> None:
+    # Needs mosquitto, as CI installs it: without it the run stops with a message and this fails.
+    stdout, stderr = run_bench("soak_links", "--quick", timeout_s=110)
+    rows = {line.split("|")[1].strip(): line.split("|") for line in stdout.splitlines() if line.startswith("| ")}
+    for name in ("resident memory (MiB)", "open file descriptors", "threads", "metric series"):
+        assert all(cell.strip() for cell in rows[name][2:6]), rows[name]
+    assert [cell.strip() for cell in rows["slots connected"][2:5]] == ["4", "4", "4"]  # every link came back
+    assert "240 calls, 0 failed." in stdout
+    assert "boards reboot 1x, broker restarts 1x, serial replugged 1x" in stdout
+    for event in ("boards reboot", "broker restarts", "serial replugged"):
+        assert f"({event})" in stderr
