@@ -223,7 +223,7 @@ class Stack:
 
 
 def order_for(paths: Sequence[str], index: int) -> tuple[str, ...]:
-    """The paths in round `index`'s order: reversed every other round, so neither always goes first."""
+    """The paths in the order of round (or turn) `index`: reversed every other one, so none always goes first."""
     return tuple(paths) if index % 2 == 0 else tuple(reversed(paths))
 
 
@@ -253,7 +253,7 @@ async def sequential_round(stack: Stack, options: Options, mode: str, paths: Seq
         made = dict.fromkeys(paths, 0)
         turn = 0
         while min(len(timed) for timed in latencies.values()) < options.calls:
-            for path in paths if turn % 2 == 0 else tuple(reversed(paths)):
+            for path in order_for(paths, turn):
                 count = min(options.block, options.calls - len(latencies[path]))
                 if count <= 0:
                     continue
@@ -290,7 +290,7 @@ async def interleaved_round(stack: Stack, options: Options, mode: str, paths: Se
         await stack.settle()
         latencies: dict[str, list[float]] = {path: [] for path in paths}
         for turn in range(options.calls):
-            for path in paths if turn % 2 == 0 else tuple(reversed(paths)):
+            for path in order_for(paths, turn):
                 latencies[path].extend(await opened[path].timed_calls(1))
     for path in paths:
         figures[mode][path]["interleaved_median"].append(median(latencies[path]) * 1000)
