@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import random
 import socket
+from collections import deque
 from pathlib import Path
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_PORT = 20000
 """The bottom of the band drawn from: above the ports services usually claim."""
 DRAWS = 50
+_handed_out: deque[int] = deque(maxlen=512)
+"""Ports this process handed out lately: a caller often takes several before its children bind any
+(a gateway's, a server's, a broker's), and a random draw must not give one of them twice."""
 
 
 def ephemeral_low(range_file: Path = EPHEMERAL_RANGE_FILE) -> int | None:
@@ -43,9 +47,11 @@ def free_port(range_file: Path = EPHEMERAL_RANGE_FILE) -> int:
     if low is not None and low - LOWEST_PORT >= 1000:
         for _ in range(DRAWS):
             port = random.randrange(LOWEST_PORT, low)
-            if bindable(port):
+            if port not in _handed_out and bindable(port):
+                _handed_out.append(port)
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         port_given: int = probe.getsockname()[1]
-        return port_given
+    _handed_out.append(port_given)
+    return port_given

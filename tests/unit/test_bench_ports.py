@@ -20,6 +20,13 @@ def test_a_port_is_drawn_below_the_ephemeral_range(tmp_path: Path) -> None:
     assert all(bindable(port) for port in ports)
 
 
+def test_ports_taken_one_after_another_are_all_different(tmp_path: Path) -> None:
+    # Nothing binds them in between, as when a test takes a gateway's, a server's and a broker's port.
+    narrow = range_file(tmp_path, f"{LOWEST_PORT + 1000} 60999")
+    ports = [free_port(narrow) for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+
+
 def test_the_machines_own_range_is_read() -> None:
     low = ephemeral_low()
     assert low is None or 0 < low < 65536
