@@ -368,7 +368,7 @@ def mode_rows(mode: str, figures: Figures, options: Options) -> list[Row]:
 def floor_rows(mode: str, figures: Figures) -> list[Row]:
     """The bare relay against the direct call: what the hop alone costs, to set the gateway's rows against."""
     label = MODE_LABELS[mode]
-    direct, bare = figures[mode]["direct"], figures[mode][FLOOR_PATH]
+    direct, bare, gateway = figures[mode]["direct"], figures[mode][FLOOR_PATH], figures[mode]["gateway"]
     return [
         Row(f"{label}: sequential call via bare aiohttp relay (no checks), median", "ms",
             median(direct["latency_median"]), median(bare["latency_median"]),
@@ -377,6 +377,10 @@ def floor_rows(mode: str, figures: Figures) -> list[Row]:
             median(direct["interleaved_median"]), median(bare["interleaved_median"]),
             round_ratios(bare["interleaved_median"], direct["interleaved_median"])),
         Row(f"{label}: CPU per sequential call, bare relay", "us", None, median(bare["cpu_bare"])),
+        # The same hop with and without the gateway's work: what the gateway itself adds to a call.
+        Row(f"{label}: sequential call, bare relay (1st column) against gateway, median", "ms",
+            median(bare["latency_median"]), median(gateway["latency_median"]),
+            round_ratios(gateway["latency_median"], bare["latency_median"])),
     ]  # fmt: skip
 
 

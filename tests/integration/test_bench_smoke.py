@@ -17,6 +17,7 @@ EXPECTED_ROWS = [
     "2026-07-28: sequential call via bare aiohttp relay (no checks), median (ms)",
     "2026-07-28: bare relay, paths taking turns call by call, median (ms)",
     "2026-07-28: CPU per sequential call, bare relay (us)",
+    "2026-07-28: sequential call, bare relay (1st column) against gateway, median (ms)",
     "gateway RSS per connected device (5 devices) (KiB)",
     "gateway peak RSS over the run (VmHWM) (MiB)",
 ]
