@@ -235,6 +235,15 @@ def new_figures() -> Figures:
     return defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
 
 
+def block_plan(paths: Sequence[str], calls: int, block: int) -> list[tuple[str, int]]:
+    """The sequential blocks of one round, in order: (path, timed calls), `block` at a time and the
+    rest in a last shorter block, each path `calls` in all, the order reversed on every turn."""
+    plan: list[tuple[str, int]] = []
+    for turn, start in enumerate(range(0, calls, block)):
+        plan.extend((path, min(block, calls - start)) for path in order_for(paths, turn))
+    return plan
+
+
 async def sequential_round(stack: Stack, options: Options, mode: str, paths: Sequence[str], figures: Figures) -> None:
     """`--calls` sequential calls per path, one client per path, in short blocks that take turns.
 
@@ -251,20 +260,14 @@ async def sequential_round(stack: Stack, options: Options, mode: str, paths: Seq
         latencies: dict[str, list[float]] = {path: [] for path in paths}
         cpu: dict[str, dict[str, float]] = {path: dict.fromkeys(PROCESSES, 0.0) for path in paths}
         made = dict.fromkeys(paths, 0)
-        turn = 0
-        while min(len(timed) for timed in latencies.values()) < options.calls:
-            for path in order_for(paths, turn):
-                count = min(options.block, options.calls - len(latencies[path]))
-                if count <= 0:
-                    continue
-                before = stack.cpu()
-                timed = await opened[path].timed_calls(REWARM_CALLS + count)
-                after = stack.cpu()
-                latencies[path].extend(timed[REWARM_CALLS:])
-                made[path] += len(timed)
-                for process in PROCESSES:
-                    cpu[path][process] += after[process] - before[process]
-            turn += 1
+        for path, count in block_plan(paths, options.calls, options.block):
+            before = stack.cpu()
+            timed = await opened[path].timed_calls(REWARM_CALLS + count)
+            after = stack.cpu()
+            latencies[path].extend(timed[REWARM_CALLS:])
+            made[path] += len(timed)
+            for process in PROCESSES:
+                cpu[path][process] += after[process] - before[process]
     for path in paths:
         into = figures[mode][path]
         into["latency_median"].append(median(latencies[path]) * 1000)
