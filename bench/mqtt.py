@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.ports import free_port
-from bench.processes import PUMP_TOOL, Child, gateway_env, start_simulator, wait_healthy, wait_slot_ready
+from bench.processes import PUMP_TOOL, Child, gateway_env, start_simulator, stop_process, wait_healthy, wait_slot_ready
 from bench.pump_rounds import (
     LATENCY_ROWS,
     Figures,
@@ -64,34 +64,50 @@ def mosquitto_binary() -> str:
     return found
 
 
-class Stack:
-    """mosquitto, the gateway and one simulator per path, each its own process."""
+class Broker:
+    """mosquitto on a free loopback port (anonymous, persistence off), its log in `work`; start()
+    again after stop() brings it back on the same port, as a restarted broker would."""
 
     def __init__(self, work: Path) -> None:
         self.work = work
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.broker_port = free_port()
-        self.broker_url = f"mqtt://127.0.0.1:{self.broker_port}"
-        self.broker: subprocess.Popen[bytes] | None = None
-        self.children: dict[str, Child] = {}
+        self.url = f"mqtt://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
 
-    async def start(self) -> None:
+    def start(self) -> None:
         config = self.work / "mosquitto.conf"
-        lines = [f"listener {self.broker_port} 127.0.0.1", "allow_anonymous true", "persistence false"]
+        lines = [f"listener {self.port} 127.0.0.1", "allow_anonymous true", "persistence false"]
         lines.append("set_tcp_nodelay true")
         if os.geteuid() == 0:
             lines.append("user root")
         config.write_text("\n".join(lines) + "\n")
-        with (self.work / "mosquitto.log").open("wb") as log:
-            self.broker = subprocess.Popen(  # noqa: ASYNC220 (starting it does not block)
+        with (self.work / "mosquitto.log").open("ab") as log:
+            self.process = subprocess.Popen(
                 [mosquitto_binary(), "-c", str(config)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
-        run = ["-m", "gateway.cli", "run", "--port", str(self.port), "--mqtt", self.broker_url]
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+        self.process = None
+
+
+class Stack:
+    """mosquitto, the gateway and one simulator per path, each its own process."""
+
+    def __init__(self, work: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.broker = Broker(work)
+        self.children: dict[str, Child] = {}
+
+    async def start(self) -> None:
+        self.broker.start()
+        run = ["-m", "gateway.cli", "run", "--port", str(self.port), "--mqtt", self.broker.url]
         self.children["gateway"] = Child("gateway", run, REPO, env=gateway_env())
         await wait_healthy(f"{self.url}/readyz", self.children["gateway"])
         for path, extra in SIM_ARGS.items():
-            target = ["--gateway", self.url] if path == "websocket" else ["--mqtt", self.broker_url]
+            target = ["--gateway", self.url] if path == "websocket" else ["--mqtt", self.broker.url]
             self.children[path], _ = await start_simulator(path, [*target, *extra], REPO)
         for slot in PATHS.values():
             await wait_slot_ready(self.url, slot)
@@ -99,13 +115,7 @@ class Stack:
     def stop(self) -> None:
         for child in reversed(list(self.children.values())):
             child.stop()
-        if self.broker is not None and self.broker.poll() is None:
-            self.broker.terminate()
-            try:
-                self.broker.wait(5)
-            except subprocess.TimeoutExpired:
-                self.broker.kill()
-                self.broker.wait()
+        self.broker.stop()
 
 
 ROWS = (*LATENCY_ROWS, ("cpu_gateway", "CPU per call, gateway", "us"))

@@ -93,6 +93,17 @@ async def wait_idle(pids: Sequence[int], max_wait_s: float = 3.0) -> None:
             return
 
 
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
+    """SIGTERM, and SIGKILL if it is still there after `timeout_s`; nothing if it already ended."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class Child:
     """A Python module run as its own process, its output kept in a file (a pipe nobody reads could
     fill up and stall the child mid-benchmark)."""
@@ -139,13 +150,7 @@ class Child:
         return self.log.read().decode(errors="replace")
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        if self.alive():
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout_s)
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.log.close()

@@ -29,7 +29,7 @@ from pathlib import Path
 import orjson
 
 from bench.ports import free_port
-from bench.processes import PUMP_TOOL, Child, gateway_env, start_simulator, wait_healthy, wait_slot_ready
+from bench.processes import PUMP_TOOL, Child, gateway_env, start_simulator, stop_process, wait_healthy, wait_slot_ready
 from bench.pump_rounds import (
     LATENCY_ROWS,
     Figures,
@@ -114,13 +114,8 @@ class Stack:
             raise RuntimeError(f"{exc}\n{board}") from None
 
     def stop(self) -> None:
-        if self.board is not None and self.board.poll() is None:
-            self.board.terminate()
-            try:
-                self.board.wait(5)
-            except subprocess.TimeoutExpired:
-                self.board.kill()
-                self.board.wait()
+        if self.board is not None:
+            stop_process(self.board)
         for child in reversed(self.children):
             child.stop()
 

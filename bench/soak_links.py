@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -37,7 +35,7 @@ from pathlib import Path
 import aiohttp
 from mcp import Client
 
-from bench.mqtt import mosquitto_binary
+from bench.mqtt import Broker
 from bench.ports import free_port
 from bench.processes import (
     PUMP_TOOL,
@@ -96,11 +94,9 @@ class Links:
         self.work_dir = work_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.broker_port = free_port()
-        self.broker_url = f"mqtt://127.0.0.1:{self.broker_port}"
+        self.broker = Broker(work_dir)
         self.serial_link = work_dir / "ttyPUMP4"
         """What the gateway opens: a symbolic link to the serial simulator's pseudo-terminal."""
-        self.broker: subprocess.Popen[bytes] | None = None
         self.children: dict[str, Child] = {}
 
     @property
@@ -108,9 +104,9 @@ class Links:
         return self.children["gateway"]
 
     async def start(self) -> None:
-        self.start_broker()
+        self.broker.start()
         await self.plug_serial()  # the link exists before the gateway opens it
-        run = ["-m", "gateway.cli", "run", "--port", str(self.port), "--mqtt", self.broker_url]
+        run = ["-m", "gateway.cli", "run", "--port", str(self.port), "--mqtt", self.broker.url]
         run += ["--serial", str(self.serial_link)]
         self.children["gateway"] = Child("gateway", run, REPO, env=gateway_env())
         await wait_healthy(f"{self.url}/readyz", self.gateway)
@@ -119,33 +115,12 @@ class Links:
             await self.start_simulator(path)
         await self.all_serve()
 
-    def start_broker(self) -> None:
-        config = self.work_dir / "mosquitto.conf"
-        lines = [f"listener {self.broker_port} 127.0.0.1", "allow_anonymous true", "persistence false"]
-        if os.geteuid() == 0:
-            lines.append("user root")
-        config.write_text("\n".join(lines) + "\n")
-        with (self.work_dir / "mosquitto.log").open("ab") as log:
-            self.broker = subprocess.Popen(
-                [mosquitto_binary(), "-c", str(config)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-
-    def stop_broker(self) -> None:
-        if self.broker is not None and self.broker.poll() is None:
-            self.broker.terminate()
-            try:
-                self.broker.wait(5)
-            except subprocess.TimeoutExpired:
-                self.broker.kill()
-                self.broker.wait()
-        self.broker = None
-
     async def start_simulator(self, path: str) -> str:
         first = ["--first", SLOTS[path].removeprefix("pump-")]
         target = {
             "websocket": ["--gateway", self.url],
-            "mqtt plain": ["--mqtt", self.broker_url, "--profile", "plain"],
-            "mqtt mcp": ["--mqtt", self.broker_url, "--profile", "mcp"],
+            "mqtt plain": ["--mqtt", self.broker.url, "--profile", "plain"],
+            "mqtt mcp": ["--mqtt", self.broker.url, "--profile", "mcp"],
             "serial": ["--serial-pty"],
         }[path]
         self.children[path], line = await start_simulator(path, [*target, *first], REPO)
@@ -169,8 +144,8 @@ class Links:
                 self.children[path].stop()
                 await self.start_simulator(path)
         elif name == "broker restarts":
-            self.stop_broker()
-            self.start_broker()
+            self.broker.stop()
+            self.broker.start()
         else:
             self.children["serial"].stop()
             await self.plug_serial()
@@ -188,7 +163,7 @@ class Links:
         for name, child in reversed(list(self.children.items())):
             if name != "gateway":
                 child.stop()
-        self.stop_broker()
+        self.broker.stop()
 
 
 async def calls(url: str, mode: str, count: int) -> int:
