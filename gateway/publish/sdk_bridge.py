@@ -12,6 +12,7 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
+from mcp.server.runner import serve_loop
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 
 from gateway.core.provider_session import RELATED_REQUEST_KEY
@@ -109,6 +110,19 @@ class SdkSession:
         await self._in_send.aclose()
 
     async def run(self) -> None:
-        """Serve until the input closes."""
-        async with self._in_recv, self._out:
-            await self.server.run(self._in_recv, self._out, self.server.create_initialization_options())
+        """Serve until the input closes.
+
+        The SDK's handshake-era loop, as its own Streamable HTTP manager drives a session, rather than
+        `Server.run`: that one first waits to see which era the client opens with and then relays
+        every later message through a task and a second memory stream of its own, two event-loop
+        turns and about 115 Python calls more on every request. The gateway (and mcp-broker) always
+        opens a provider link with `initialize` (WIRE.md §2.5), so there is no era to detect."""
+        server = self.server
+        async with self._in_recv, self._out, server.lifespan(server) as lifespan_state:
+            await serve_loop(
+                server,
+                self._in_recv,
+                self._out,
+                lifespan_state=lifespan_state,
+                init_options=server.create_initialization_options(),
+            )
