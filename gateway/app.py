@@ -15,7 +15,7 @@ from gateway import __version__
 from gateway.config import GatewayConfig
 from gateway.core.gateway import Gateway
 from gateway.core.status import insecure_lan_warning
-from gateway.entry import add_cors_headers, entry_gate, origin_check, rate_limit_admission
+from gateway.entry import add_cors_headers, entry_gate, gated_routes, origin_check, rate_limit_admission
 from gateway.northbound.groups_http import GroupEndpoints
 from gateway.northbound.sse import LegacySseEndpoint
 from gateway.northbound.streamable_http import StreamableHttpEndpoint
@@ -53,10 +53,8 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
         gateway.auth_posture = client_auth.posture
         gateway.aggregate.slot_scopes = client_auth.required.for_slot
         gateway.groups.slot_scopes = client_auth.required.for_slot
-    app = web.Application(
-        middlewares=[entry_gate(gateway.metrics, checks)],
-        client_max_size=config.limits.max_body_bytes,
-    )
+    gate = entry_gate(gateway.metrics, checks)
+    app = web.Application(client_max_size=config.limits.max_body_bytes)
     app[GATEWAY_KEY] = gateway
     if config.allowed_origins:
         # Only an allowed browser origin gets CORS headers; with none configured every browser
@@ -81,22 +79,22 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
         body = gateway.metrics.render()
         return web.Response(body=body, headers={"Content-Type": gateway.metrics.content_type})
 
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_routes(providers.routes())
+    # Every route goes in through the gate (gateway/entry.py), in this order.
+    routes = [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)]
+    routes += providers.routes()
     if client_auth is not None:
-        app.router.add_routes(client_auth.routes())  # RFC 9728 metadata, before the catch-all
+        routes += client_auth.routes()  # RFC 9728 metadata, before the catch-all
     # /<slot>/mcp, what clients call most: the catch-all below serves it too, but matching it first
     # spares every request the patterns of the routes in between.
-    app.router.add_route("*", "/{slot}/mcp", clients.handle)
+    routes.append(web.route("*", "/{slot}/mcp", clients.handle))
     # One-segment and /<slot>/sse, /<slot>/messages paths: aiohttp tries routes with a longer fixed
     # prefix first, so these never take /healthz, /provider/..., /mcp/... (docs/protocol.md).
-    app.router.add_routes(legacy_sse.routes())
-    app.router.add_routes(client_sockets.routes())
+    routes += legacy_sse.routes()
+    routes += client_sockets.routes()
     # /mcp, /mcp/<group>, /groups, /mcp-servers: the tool-group bridge (docs/groups.md).
-    app.router.add_routes(GroupEndpoints(gateway, clients, client_sockets).routes())
-    app.router.add_route("*", ANY_PATH, clients.handle)
+    routes += GroupEndpoints(gateway, clients, client_sockets).routes()
+    routes.append(web.route("*", ANY_PATH, clients.handle))
+    app.router.add_routes(gated_routes(gate, routes))
 
     async def on_startup(_: web.Application) -> None:
         gateway.start()

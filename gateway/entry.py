@@ -7,10 +7,9 @@ Adding a check (authentication, rate limits) means adding one step here, so no w
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from gateway.core import jsonrpc
 from gateway.core.groups import is_bridge_path
@@ -20,6 +19,7 @@ from gateway.northbound.http_io import Admission, Refusal, http_error
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.rate_limit import RateLimiter
 from gateway.policy.request_principal import PRINCIPAL_KEY, request_principal
+from gateway.telemetry.hot_metrics import Count
 from gateway.telemetry.metrics import Metrics
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -57,14 +57,14 @@ class RequestCounter:
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self.children: dict[tuple[str, int], object] = {}
+        self.children: dict[tuple[str, int], Count] = {}
 
     def count(self, kind: str, status: int) -> None:
         child = self.children.get((kind, status))
         if child is None:
             child = self.metrics.http_requests.labels(kind, str(status))
             self.children[(kind, status)] = child
-        child.inc()  # type: ignore[attr-defined]
+        child.value += 1
 
 
 def origin_check(policy: OriginPolicy, metrics: Metrics) -> Check:
@@ -127,26 +127,43 @@ async def add_cors_headers(request: web.Request, response: web.StreamResponse) -
         response.headers.update(cors)
 
 
-def entry_gate(metrics: Metrics, checks: list[Check]) -> Middleware:
+Gate = Callable[[Handler], Handler]
+"""Wraps one route's handler in the entry gate."""
+
+
+def entry_gate(metrics: Metrics, checks: list[Check]) -> Gate:
+    """The gate, put around each route's handler as the route is added (`gated_routes`).
+
+    A wrapper per handler rather than an aiohttp middleware: with any middleware at all, aiohttp puts
+    a coroutine of its own (`_fix_request_current_app`) and a cached-chain lookup around every
+    request, work every relayed call would pay for. `tests/unit/test_entry_gate.py` walks the built
+    application's router, so a route added without the gate fails a test."""
     counter = RequestCounter(metrics)
 
-    @web.middleware
-    async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        kind = endpoint_kind(request.rel_url.raw_path)
-        if kind == "other" and request.headers.get("Upgrade", "").lower() == "websocket":
-            kind = "websocket"  # a raw WebSocket client at /<slot>
-        request[PRINCIPAL_KEY] = ANONYMOUS  # until client authentication, when configured, says who it is
-        try:
-            for check in checks:
-                refusal = await check(request)
-                if refusal is not None:
-                    counter.count(kind, refusal.status)
-                    return refusal
-            response = await handler(request)
-        except web.HTTPException as exc:
-            counter.count(kind, exc.status)
-            raise
-        counter.count(kind, response.status)
-        return response
+    def gated(handler: Handler) -> Handler:
+        async def gate(request: web.Request) -> web.StreamResponse:
+            kind = endpoint_kind(request.rel_url.raw_path)
+            if kind == "other" and request.headers.get("Upgrade", "").lower() == "websocket":
+                kind = "websocket"  # a raw WebSocket client at /<slot>
+            request[PRINCIPAL_KEY] = ANONYMOUS  # until client authentication, when configured, says who it is
+            try:
+                for check in checks:
+                    refusal = await check(request)
+                    if refusal is not None:
+                        counter.count(kind, refusal.status)
+                        return refusal
+                response = await handler(request)
+            except web.HTTPException as exc:
+                counter.count(kind, exc.status)
+                raise
+            counter.count(kind, response.status)
+            return response
 
-    return gate
+        return gate
+
+    return gated
+
+
+def gated_routes(gate: Gate, routes: Iterable[web.RouteDef]) -> list[web.RouteDef]:
+    """The same routes, each handler behind `gate`."""
+    return [web.RouteDef(route.method, route.path, gate(route.handler), route.kwargs) for route in routes]

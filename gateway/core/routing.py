@@ -433,7 +433,7 @@ async def call_provider(
     """One request to a provider, counted in the metrics; its result, or its error as RpcError."""
     slot = session.slot
     calls, latency = metrics.call_metrics(slot, method_label(method))
-    calls.inc()
+    calls.value += 1
     started = time.perf_counter()
     # Pending requests are read from the session at scrape time (mcpgw_slot_pending_requests).
     try:

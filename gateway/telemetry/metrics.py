@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gateway.telemetry.hot_metrics import Count, CounterFamily, HistogramFamily, Latency
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -50,14 +51,15 @@ class Metrics:
             ["slot"],
             registry=r,
         )
-        self.calls = Counter("mcpgw_calls", "Requests forwarded to providers", ["slot", "method"], registry=r)
+        # The three metrics every request bumps are plain numbers read at scrape time (hot_metrics.py).
+        self.calls = CounterFamily("mcpgw_calls", "Requests forwarded to providers", ["slot", "method"], registry=r)
         self.call_errors = Counter(
             "mcpgw_call_errors",
             "Forwarded requests that ended in an error",
             ["slot", "kind"],  # kind: see docs/operations.md (provider, deadline, ..., message_refused, other)
             registry=r,
         )
-        self.latency = Histogram(
+        self.latency = HistogramFamily(
             "mcpgw_call_latency_seconds",
             "Time from forwarding a request to its answer",
             ["slot"],
@@ -90,7 +92,7 @@ class Metrics:
             "mcpgw_client_sessions_expired", "Client sessions expired for idleness", registry=r
         )
         self.streams = Gauge("mcpgw_client_streams", "Open client notification streams", ["kind"], registry=r)
-        self.http_requests = Counter(
+        self.http_requests = CounterFamily(
             "mcpgw_http_requests",
             "HTTP requests by endpoint kind and status",
             ["endpoint", "status"],
@@ -185,13 +187,11 @@ class Metrics:
         )
         self.before_render: list[Callable[[], None]] = []
         """Called before each scrape to copy state that is read, not counted (pending, connected, faults)."""
-        self._call_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._call_children: dict[tuple[str, str], tuple[Count, Latency]] = {}
 
-    def call_metrics(self, slot: str, method: str) -> tuple[Any, Any]:
-        """The (calls counter, latency histogram) children of one slot and method, looked up once.
-
-        `labels()` takes a lock and builds a key on every call; the hot path asks for the same
-        children on every forwarded request, so they are kept here (bounded like the label sets)."""
+    def call_metrics(self, slot: str, method: str) -> tuple[Count, Latency]:
+        """The (calls counter, latency histogram) children of one slot and method, looked up once
+        (bounded like the label sets): one dict lookup per forwarded request instead of two."""
         key = (slot, method)
         children = self._call_children.get(key)
         if children is None:

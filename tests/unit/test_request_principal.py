@@ -29,7 +29,7 @@ async def test_the_gate_stores_anonymous_before_its_checks_run() -> None:
         return web.Response(status=204)
 
     gate = entry_gate(Metrics(), [check])
-    response = await gate(make_mocked_request("POST", "/pump/mcp"), handler)
+    response = await gate(handler)(make_mocked_request("POST", "/pump/mcp"))
     assert response.status == 204
     assert seen == [ANONYMOUS, ANONYMOUS]
 
@@ -44,4 +44,4 @@ async def test_what_authentication_stores_is_what_the_handler_reads() -> None:
         return web.Response(status=204)
 
     gate = entry_gate(Metrics(), [authenticate])
-    assert (await gate(make_mocked_request("POST", "/pump/mcp"), handler)).status == 204
+    assert (await gate(handler)(make_mocked_request("POST", "/pump/mcp"))).status == 204
