@@ -93,7 +93,7 @@ def classify(value: Any) -> Message:
         if not isinstance(method, str) or not method:
             return Message(Kind.INVALID, value, '"method" must be a non-empty string')
         params = value.get("params")
-        if params is not None and not isinstance(params, dict | list):
+        if params is not None and not isinstance(params, (dict, list)):
             return Message(Kind.INVALID, value, '"params" must be an object')
         if not has_id:
             return Message(Kind.NOTIFICATION, value)
@@ -108,8 +108,8 @@ def classify(value: Any) -> Message:
 def parse(data: bytes | str) -> Message:
     """Decode and classify; malformed JSON becomes an INVALID message instead of an exception."""
     try:
-        value = loads(data)
-    except ParseError as exc:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
         return Message(Kind.INVALID, None, f"malformed JSON: {exc}")
     return classify(value)
 

@@ -41,6 +41,8 @@ def check_slot_name(name: str) -> str:
 
 def decode_path_segment(raw: str) -> str:
     """Percent-decode one raw URL path segment (an encoded '/' stays part of the name)."""
+    if "%" not in raw:  # most names: no call into urllib
+        return raw
     return unquote(raw, encoding="utf-8", errors="surrogateescape")
 
 

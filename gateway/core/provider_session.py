@@ -138,6 +138,8 @@ class ProviderSession:
         self.aggregate = aggregate
         self.hello: JsonObject | None = hello
         self.state = "initializing"  # -> ready -> closed
+        self.ready = False
+        """state == "ready", kept as a plain attribute: every relayed call asks it about three times."""
         self.close_reason = ""
         self.connected_at = time.time()
         self.init_result: JsonObject | None = None
@@ -154,7 +156,8 @@ class ProviderSession:
         self.last_error = ""
         self._next_id = 0
         self._ready = asyncio.Event()
-        self._alive = asyncio.Event()
+        self._alive: asyncio.Future[None] | None = None
+        """While a probe waits: resolved by the provider's next frame or pong."""
         self._relist_task: asyncio.Task[None] | None = None
         self._relist_again = False
         self._start_task: asyncio.Task[None] | None = None
@@ -168,14 +171,13 @@ class ProviderSession:
 
     @property
     def numeric_ids(self) -> bool:
-        return self.settings.numeric_ids or self.link.info.numeric_ids or self._hello_numeric()
-
-    def _hello_numeric(self) -> bool:
-        return isinstance(self.hello, dict) and self.hello.get("ids") == "numeric"
-
-    @property
-    def ready(self) -> bool:
-        return self.state == "ready"
+        """Integer request ids: configured for the slot, the link's need, or the hello's `"ids": "numeric"`."""
+        hello = self.hello
+        return (
+            self.settings.numeric_ids
+            or self.link.info.numeric_ids
+            or (isinstance(hello, dict) and hello.get("ids") == "numeric")
+        )
 
     @property
     def capabilities(self) -> JsonObject:
@@ -280,6 +282,7 @@ class ProviderSession:
         except asyncio.CancelledError:
             return
         self.state = "ready"
+        self.ready = True
         self._ready.set()
         self.observer.session_ready(self)
 
@@ -351,6 +354,7 @@ class ProviderSession:
         if self.state == "closed":
             return
         self.state = "closed"
+        self.ready = False
         self.close_reason = reason
         self._ready.set()
         failure = error or errors.disconnected(self.slot)
@@ -394,7 +398,9 @@ class ProviderSession:
         """Any frame or pong from the provider proves the link is alive."""
         self.last_seen = time.monotonic()
         self.awaiting_heartbeat = False
-        self._alive.set()
+        alive = self._alive
+        if alive is not None and not alive.done():  # a probe is waiting (rare; every frame passes here)
+            alive.set_result(None)
 
     async def probe(self, timeout_ms: int) -> bool:
         """Ping now and wait briefly for any sign of life (used before a liveness takeover)."""
@@ -402,10 +408,13 @@ class ProviderSession:
             return False
         if self.missed_heartbeats:
             return False
-        self._alive.clear()
+        alive = self._alive
+        if alive is None or alive.done():
+            alive = self._alive = asyncio.get_running_loop().create_future()
         self._send_ping()
         try:
-            await asyncio.wait_for(self._alive.wait(), timeout_ms / 1000)
+            # Shielded: probes running at once share the future, and one timing out must not cancel it.
+            await asyncio.wait_for(asyncio.shield(alive), timeout_ms / 1000)
         except TimeoutError:
             return False
         return True
@@ -472,7 +481,8 @@ class ProviderSession:
         )
         # Registered before the send so an immediate answer finds it; removed if the send fails.
         self.pending[request_id] = entry
-        entry.timer = loop.call_later(timeout_ms / 1000, self._expire, request_id)
+        # call_at, not call_later (which only adds loop.time() itself): one function call less per request.
+        entry.timer = loop.call_at(loop.time() + timeout_ms / 1000, self._expire, request_id)
         try:
             await self.link.send(jsonrpc.dumps(message))
         except MessageRefused as exc:

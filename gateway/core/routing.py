@@ -31,7 +31,7 @@ from gateway.core.relay import (
 from gateway.core.slots import Listener, Slot, SlotRegistry
 from gateway.core.upstream_state import LOG_LEVELS, level_rank
 from gateway.core.versions import LATEST_HANDSHAKE, STATELESS_VERSIONS, negotiate_handshake
-from gateway.telemetry.metrics import Metrics, method_label
+from gateway.telemetry.metrics import Metrics
 
 SESSION = "session"
 STATELESS = "stateless"
@@ -372,14 +372,12 @@ def asking_params(params: JsonObject | None, asking: JsonObject) -> JsonObject:
     """The params of an asking request as its provider gets them: without the stateless envelope keys,
     telling the provider what this caller can be asked (`asking`, the caller's relay capabilities,
     under CALLER_CAPABILITIES_KEY in _meta). Copies params and _meta once each, on the hot path."""
-    meta = params.get("_meta") if params is not None else None
-    if isinstance(meta, dict) and ENVELOPE_KEYS.intersection(meta):
-        assert params is not None
-        rest = {key: value for key, value in meta.items() if key not in ENVELOPE_KEYS}
-        cleaned = {key: value for key, value in params.items() if key != "_meta"}
-    else:
-        rest = dict(meta) if isinstance(meta, dict) else {}
-        cleaned = dict(params or {})
+    # Copies and deletions rather than comprehensions: each comprehension is a function call of its own.
+    cleaned = dict(params) if params is not None else {}
+    meta = cleaned.get("_meta")
+    rest = dict(meta) if isinstance(meta, dict) else {}
+    for key in ENVELOPE_KEYS.intersection(rest):
+        del rest[key]
     rest[CALLER_CAPABILITIES_KEY] = asking
     cleaned["_meta"] = rest
     return cleaned
@@ -403,7 +401,8 @@ async def forward_to(
         return await call_provider(
             session, method, params, metrics, relay_for(ctx, method), sink, progress_token(params)
         )
-    asking = relay_capabilities(ctx.client_capabilities)
+    capabilities = ctx.client_capabilities
+    asking = relay_capabilities(capabilities) if capabilities else {}  # most clients declare none
     params = asking_params(params, asking)
     token = progress_token(params)
     book = ctx.input_required
@@ -432,7 +431,7 @@ async def call_provider(
 ) -> JsonObject:
     """One request to a provider, counted in the metrics; its result, or its error as RpcError."""
     slot = session.slot
-    calls, latency = metrics.call_metrics(slot, method_label(method))
+    calls, latency = metrics.call_metrics(slot, method)
     calls.value += 1
     started = time.perf_counter()
     # Pending requests are read from the session at scrape time (mcpgw_slot_pending_requests).

@@ -108,7 +108,10 @@ class HeaderLookup(Protocol):
 def repeated_routing_header(headers: HeaderLookup) -> str | None:
     """`duplicated_routing_header(headers.items())`, looking up only the three routing headers
     instead of lower-casing every header of the request."""
-    repeated = [name for name in ROUTING_HEADER_ORDER if len(headers.getall(name, [])) > 1]
+    repeated = []
+    for name in ROUTING_HEADER_ORDER:  # a loop, not a comprehension: no function call per request
+        if len(headers.getall(name, [])) > 1:
+            repeated.append(name)
     if len(repeated) < 2:
         return repeated[0] if repeated else None
     # Several repeated: the one whose repeat comes first, as the full scan reports it.
@@ -132,8 +135,8 @@ def check_request(body: Mapping[str, Any], headers: Mapping[str, str]) -> Envelo
             jsonrpc.INVALID_PARAMS,
             f"params._meta must be an object carrying {META_PROTOCOL_VERSION!r} and {META_CLIENT_CAPABILITIES!r}",
         )
-    missing = [key for key in (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES) if key not in meta]
-    if missing:
+    if META_PROTOCOL_VERSION not in meta or META_CLIENT_CAPABILITIES not in meta:
+        missing = [key for key in (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES) if key not in meta]
         return Rejection(jsonrpc.INVALID_PARAMS, f"params._meta is missing: {', '.join(missing)}")
     version = meta[META_PROTOCOL_VERSION]
     header_version = headers.get(HEADER_VERSION)

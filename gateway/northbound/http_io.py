@@ -67,13 +67,13 @@ WebSocket the request is the upgrade request (who the caller is, which slot it n
 async def read_message(request: web.Request, limits: LimitsConfig, metrics: Metrics) -> jsonrpc.Message | web.Response:
     """The one JSON-RPC message of a POST body, or the HTTP answer refusing it (too large, not
     JSON-RPC, a batch)."""
-    if request.content_length is not None and request.content_length > limits.max_body_bytes:
+    length = request.content_length
+    if length is not None and length > limits.max_body_bytes:
         metrics.limit_hit("max_body_bytes")
         return http_error(
             413,
             "body_too_large",
-            f"Request body is {request.content_length} bytes; the limit is {limits.max_body_bytes} "
-            "(limits.max_body_bytes)",
+            f"Request body is {length} bytes; the limit is {limits.max_body_bytes} (limits.max_body_bytes)",
         )
     try:
         body = await request.read()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import web
@@ -288,8 +289,9 @@ class StreamableHttpEndpoint:
             data={"supported": list(HANDSHAKE_VERSIONS + STATELESS_VERSIONS), "requested": shown},
         )
 
-    async def read_message(self, request: web.Request) -> jsonrpc.Message | web.Response:
-        return await http_io.read_message(request, self.limits, self.gateway.metrics)
+    def read_message(self, request: web.Request) -> Awaitable[jsonrpc.Message | web.Response]:
+        # Hands back http_io's coroutine rather than awaiting it: one coroutine frame less per request.
+        return http_io.read_message(request, self.limits, self.gateway.metrics)
 
     def context_headers(self, session: ClientSession | None) -> dict[str, str]:
         return {SESSION_HEADER: session.id} if session is not None else {}
@@ -495,10 +497,12 @@ class StreamableHttpEndpoint:
         message = await self.read_message(request)
         if not isinstance(message, jsonrpc.Message):
             return message
-        refusal = self.admit(request, target, message)
-        if refusal is not None:
-            return refusal
+        if self.admission is not None:
+            refusal = self.admit(request, target, message)
+            if refusal is not None:
+                return refusal
         body = message.body
+        method = message.method
         if message.kind is Kind.NOTIFICATION or message.kind is Kind.RESPONSE:
             # No client-to-server notifications exist in this era; cancellation is closing the stream.
             return web.Response(status=202)
@@ -512,7 +516,7 @@ class StreamableHttpEndpoint:
         verdict = stateless.check_request(body, request.headers)
         if isinstance(verdict, Rejection):
             return self.rejection(body, verdict)
-        if message.method == "tools/call":
+        if method == "tools/call":
             params = body.get("params") or {}
             annotated = target.tool_schema_view(params.get("name"), stateless.header_annotations)
             if annotated:
@@ -520,7 +524,7 @@ class StreamableHttpEndpoint:
                 mismatch = stateless.check_annotated_headers(annotated, arguments, request.headers.items())
                 if mismatch is not None:
                     return self.rejection(body, mismatch)
-        if message.method == "initialize":
+        if method == "initialize":
             return self.rejection(
                 body,
                 Rejection(jsonrpc.METHOD_NOT_FOUND, "initialize does not exist in 2026-07-28; just send requests"),
@@ -533,7 +537,7 @@ class StreamableHttpEndpoint:
             client_capabilities=verdict.client_capabilities if isinstance(verdict.client_capabilities, dict) else {},
             input_required=self.gateway.input_required,
         )
-        if message.method == "subscriptions/listen":
+        if method == "subscriptions/listen":
             if not sse_ok:
                 return http_error(406, "not_acceptable", "subscriptions/listen answers with text/event-stream")
             return await self.listen(request, target, ctx, body)

@@ -23,7 +23,8 @@ CallerKey = tuple[str, str, str | None]
 
 def caller_key(principal: Principal, peer: str | None) -> CallerKey:
     """Whose requests in flight count together: the principal; an anonymous one per peer address."""
-    return (*principal.key, peer if principal.kind == "anonymous" else None)
+    kind = principal.kind  # principal.key spelled out: one call less on every stateless request
+    return (kind, principal.name, peer if kind == "anonymous" else None)
 
 
 def describe(caller: CallerKey) -> str:

@@ -88,11 +88,6 @@ class OriginPolicy:
             return True
         return any(pattern.fullmatch(origin) for pattern in self._patterns)
 
-    def host_allowed(self, host: str | None) -> bool:
-        if not self.loopback_only or host is None:
-            return True
-        return _host_name(host) in self.allowed_hosts
-
     def own_origin(self, origin: str | None, host: str | None) -> bool:
         """Whether `origin` is this gateway's own origin: the Host it was reached at, when that Host
         names this gateway (a loopback name, the bind address, or an allowed_hosts entry).
@@ -108,14 +103,15 @@ class OriginPolicy:
         return origin in (f"http://{host}", f"https://{host}")
 
     def check(self, origin: str | None, host: str | None) -> Refusal | None:
-        if not self.origin_allowed(origin) and not self.own_origin(origin, host):
+        # The common case (no Origin, a loopback Host) decided inline: this runs on every request.
+        if origin is not None and not self.origin_allowed(origin) and not self.own_origin(origin, host):
             return Refusal(
                 403,
                 "origin_not_allowed",
                 f"Origin {origin!r} is not allowed. Browsers are refused unless their origin is configured: add it to "
                 "allowed_origins in the config file, or set MCP_GATEWAY_ALLOWED_ORIGINS='[\"<origin>\"]'.",
             )
-        if not self.host_allowed(host):
+        if self.loopback_only and host is not None and _host_name(host) not in self.allowed_hosts:
             return Refusal(
                 403,
                 "host_not_allowed",

@@ -190,13 +190,16 @@ class Metrics:
         self._call_children: dict[tuple[str, str], tuple[Count, Latency]] = {}
 
     def call_metrics(self, slot: str, method: str) -> tuple[Count, Latency]:
-        """The (calls counter, latency histogram) children of one slot and method, looked up once
-        (bounded like the label sets): one dict lookup per forwarded request instead of two."""
-        key = (slot, method)
-        children = self._call_children.get(key)
+        """The (calls counter, latency histogram) children of one slot and method (any method name:
+        unknown ones are counted as "other"), looked up once: one dict lookup per forwarded request.
+        Bounded: a method that is not a known one is remembered under "other" after its first call."""
+        children = self._call_children.get((slot, method))
         if children is None:
-            children = (self.calls.labels(slot, method), self.latency.labels(slot))
-            self._call_children[key] = children
+            label = method_label(method)
+            children = self._call_children.get((slot, label))
+            if children is None:
+                children = (self.calls.labels(slot, label), self.latency.labels(slot))
+                self._call_children[(slot, label)] = children
         return children
 
     def limit_hit(self, limit: str, times: int = 1) -> None:
