@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeGuard
 
 from gateway import __version__
 from gateway.core import errors, jsonrpc
+from gateway.core.due import DueQueue
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.core.link import CLOSE_POLICY, MessageRefused, ProviderLink
 from gateway.core.relay import (
@@ -89,7 +90,6 @@ class Pending:
     timeout_ms: int
     sink: NotificationSink | None = None
     client_progress_token: Any = None
-    timer: asyncio.TimerHandle | None = None
     relay: RequestRelay | None = None
     """What to do with the provider's requests towards the client of this request; None for the
     gateway's own requests (initialize, tools/list, heartbeats, replays)."""
@@ -157,6 +157,8 @@ class ProviderSession:
         self._next_id = 0
         self._ready = asyncio.Event()
         self._alive: asyncio.Future[None] | None = None
+        self._deadlines: dict[int, DueQueue[JsonId]] = {}
+        """Pending requests by deadline length (one per configured timeout), each under one timer."""
         """While a probe waits: resolved by the provider's next frame or pong."""
         self._relist_task: asyncio.Task[None] | None = None
         self._relist_again = False
@@ -359,9 +361,9 @@ class ProviderSession:
         self._ready.set()
         failure = error or errors.disconnected(self.slot)
         pending, self.pending = self.pending, {}
+        for deadlines in self._deadlines.values():
+            deadlines.close()
         for entry in pending.values():
-            if entry.timer is not None:
-                entry.timer.cancel()
             if not entry.future.done():
                 entry.future.set_exception(failure)
         for record in self.relayed.values():
@@ -481,8 +483,10 @@ class ProviderSession:
         )
         # Registered before the send so an immediate answer finds it; removed if the send fails.
         self.pending[request_id] = entry
-        # call_at, not call_later (which only adds loop.time() itself): one function call less per request.
-        entry.timer = loop.call_at(loop.time() + timeout_ms / 1000, self._expire, request_id)
+        deadlines = self._deadlines.get(timeout_ms)
+        if deadlines is None:
+            deadlines = self._deadlines[timeout_ms] = DueQueue(timeout_ms / 1000, self._expire)
+        deadlines.watch(request_id)
         try:
             await self.link.send(jsonrpc.dumps(message))
         except MessageRefused as exc:
@@ -510,8 +514,7 @@ class ProviderSession:
         entry = self.pending.pop(request_id, None)
         if entry is None:
             return False
-        if entry.timer is not None:
-            entry.timer.cancel()
+        self._deadlines[entry.timeout_ms].forget(request_id)
         self._end_relays(entry, why)
         return True
 
@@ -573,8 +576,7 @@ class ProviderSession:
 
     def _on_response(self, body: JsonObject) -> None:
         request_id = body.get("id")
-        entry = self.pending.pop(request_id, None) if _is_gateway_id(request_id) else None
-        if entry is None:
+        if not _is_gateway_id(request_id) or (entry := self.pending.pop(request_id, None)) is None:
             self.counters.unmatched_responses += 1
             self.warn_once(
                 "unmatched",
@@ -583,8 +585,7 @@ class ProviderSession:
                 request_id,
             )
             return
-        if entry.timer is not None:
-            entry.timer.cancel()
+        self._deadlines[entry.timeout_ms].forget(request_id)
         if self.relayed:
             self._end_relays(entry, "the request it belongs to was answered")
         if "error" in body:

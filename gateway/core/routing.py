@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -247,25 +247,28 @@ class SlotTarget(Target):
 
     # -- description --------------------------------------------------------------------------
 
+    # These read `slot.session` rather than `slot.live`: a ready session is never a closed one
+    # (ProviderSession clears `ready` as it closes), and they run on every relayed call.
+
     def server_info(self) -> JsonObject:
-        session = self.slot.live
+        session = self.slot.session
         if session is not None and session.ready:
             return session.server_info
         return {"name": self.name, "version": ""}
 
     def capabilities(self) -> JsonObject:
-        session = self.slot.live
+        session = self.slot.session
         return gateway_capabilities(session.capabilities if session is not None and session.ready else {})
 
     def instructions(self) -> str | None:
-        session = self.slot.live
+        session = self.slot.session
         return session.instructions if session is not None and session.ready else None
 
     def initialize_result(self, requested_version: object) -> JsonObject:
         return super().initialize_result(requested_version or LATEST_HANDSHAKE)
 
     def listed_tools(self) -> list[JsonObject]:
-        session = self.slot.live
+        session = self.slot.session
         return session.tools if session is not None and session.ready else []
 
     def tool_schema_view(self, name: object, derive: Callable[[object], Derived]) -> Derived:
@@ -298,6 +301,9 @@ class SlotTarget(Target):
     # -- requests -----------------------------------------------------------------------------
 
     async def provider(self) -> ProviderSession:
+        session = self.slot.session
+        if session is not None and session.ready:
+            return session
         session = self.slot.live
         if session is None:
             raise errors.not_connected(self.name)
@@ -317,11 +323,7 @@ class SlotTarget(Target):
             return await self._subscription(ctx, method, params)
         if method.startswith("notifications/"):
             raise errors.RpcError(jsonrpc.INVALID_REQUEST, f"{method} is a notification; send it without an id")
-        return await self.forward(ctx, method, params)
-
-    async def forward(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
-        session = await self.provider()
-        return await forward_to(session, ctx, method, params, self.metrics)
+        return await forward_to(await self.provider(), ctx, method, params, self.metrics)
 
     async def _set_level(self, ctx: ClientContext, params: JsonObject | None) -> JsonObject:
         level = (params or {}).get("level")
@@ -383,14 +385,17 @@ def asking_params(params: JsonObject | None, asking: JsonObject) -> JsonObject:
     return cleaned
 
 
-async def forward_to(
+def forward_to(
     session: ProviderSession,
     ctx: ClientContext,
     method: str,
     params: JsonObject | None,
     metrics: Metrics,
-) -> JsonObject:
-    """Send one request to a provider and return its result, or raise its error as RpcError.
+) -> Awaitable[JsonObject]:
+    """Send one request to a provider; await it for its result, or its error raised as RpcError.
+
+    A plain function handing back the coroutine of the call it makes (one coroutine frame less on
+    every relayed call); nothing happens until that is awaited.
 
     A request that may make the provider ask its client something (tools/call, prompts/get,
     resources/read) tells the provider the caller's capabilities; in the stateless era it is served
@@ -398,26 +403,24 @@ async def forward_to(
     sink = ctx.emit if ctx.sink is not None else None
     if method not in ASKING_METHODS:
         params = strip_envelope(params)
-        return await call_provider(
-            session, method, params, metrics, relay_for(ctx, method), sink, progress_token(params)
-        )
+        return call_provider(session, method, params, metrics, relay_for(ctx, method), sink, progress_token(params))
     capabilities = ctx.client_capabilities
     asking = relay_capabilities(capabilities) if capabilities else {}  # most clients declare none
     params = asking_params(params, asking)
     token = progress_token(params)
     book = ctx.input_required
     if ctx.era != STATELESS or book is None:
-        return await call_provider(session, method, params, metrics, relay_for(ctx, method), sink, token)
+        return call_provider(session, method, params, metrics, relay_for(ctx, method), sink, token)
     if not asking and not continues_held_call(params):
         # Nothing can be asked of this client (the SDK client's default): no call to hold, so the
         # provider is called directly and each of its requests is refused as a held call refuses it.
-        return await call_provider(session, method, params, metrics, CANNOT_ASK, sink, token)
+        return call_provider(session, method, params, metrics, CANNOT_ASK, sink, token)
 
     async def call(relay: RequestRelay, forwarded: JsonObject, held_sink: NotificationSink) -> JsonObject:
         return await call_provider(session, method, forwarded, metrics, relay, held_sink, token)
 
     caller = Caller(ctx.client_capabilities, ctx.principal.key, sink, token)
-    return await book.serve(session, method, params, caller, session.settings.timeout_for(method, params), call)
+    return book.serve(session, method, params, caller, session.settings.timeout_for(method, params), call)
 
 
 async def call_provider(

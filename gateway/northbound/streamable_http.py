@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.core import errors, jsonrpc, stateless
+from gateway.core.due import DueQueue
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.names import SlotNameError, decode_path_segment
@@ -74,44 +75,9 @@ def lists_sse(request: web.Request) -> bool:
     return SSE_TYPE in request.headers.get("Accept", "")
 
 
-class SwitchClock:
-    """Commits every answer still running after `interval` seconds to SSE, so keepalives hold its
-    connection open through proxies: one timer for all in-flight answers instead of one armed and
-    cancelled per request. All wait the same interval, so they fall due in the order they started
-    and the oldest one watched is always the next due."""
-
-    TOLERANCE_S = 0.001
-    """A timer may fire a hair early (the loop's clock resolution); an answer this close is due."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.watched: dict[RequestStream, float] = {}
-        """Each in-flight answer that may switch, with when it falls due; oldest first."""
-        self._timer: asyncio.TimerHandle | None = None
-
-    def watch(self, stream: RequestStream) -> None:
-        loop = asyncio.get_running_loop()
-        due = loop.time() + self.interval
-        self.watched[stream] = due
-        if self._timer is None:
-            self._timer = loop.call_at(due, self._tick)
-
-    def forget(self, stream: RequestStream) -> None:
-        # The timer stays armed: when it fires it finds the next due answer, or none and stops.
-        self.watched.pop(stream, None)
-
-    def _tick(self) -> None:
-        self._timer = None
-        loop = asyncio.get_running_loop()
-        now = loop.time() + self.TOLERANCE_S
-        watched = self.watched
-        while watched:
-            stream, due = next(iter(watched.items()))
-            if due > now:
-                self._timer = loop.call_at(due, self._tick)
-                return
-            del watched[stream]
-            stream.start_sse()
+SwitchClock = DueQueue["RequestStream"]
+"""Commits every answer still running after the keepalive interval to SSE, so keepalives hold its
+connection open through proxies (gateway/core/due.py: one timer for all in-flight answers)."""
 
 
 class RequestStream:
@@ -228,7 +194,7 @@ class StreamableHttpEndpoint:
         self.gateway = gateway
         self.limits = gateway.config.limits
         self.admission = admission
-        self.clock = SwitchClock(self.limits.sse_keepalive_s)
+        self.clock: SwitchClock = DueQueue(self.limits.sse_keepalive_s, RequestStream.start_sse)
         self.sse_answers = gateway.config.session_answers == "sse"
         self.pending = CallerPending(gateway)
 
