@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.bench_run import run_bench
+from bench.relay_ab import checked_out
+from tests.support.bench_run import REPO, run_bench
 
 EXPECTED_ROWS = [
     "session era: sequential call, median (ms)",
@@ -54,6 +55,27 @@ def test_quick_call_count_prints_both_relays() -> None:
     own = rows["2026-07-28: per sequential call,   of which the relay's own code"]
     assert float(own[2]) > 0 and float(own[3]) > 0  # each relay's own module ran: the right code was counted
     assert "gateway/northbound/streamable_http.py" in stdout or "gateway/entry.py" in stdout
+
+
+@pytest.mark.timeout(90)
+def test_quick_ab_run_compares_two_trees() -> None:
+    # The repository against itself, given as a directory: both trees' gateways and servers start,
+    # every path answers, and the table has a row per tree.
+    stdout, _stderr = run_bench("relay_ab", str(REPO), str(REPO), "--quick", timeout_s=80)
+    rows = [line.split("|") for line in stdout.splitlines() if line.startswith(("| baseline", "| candidate"))]
+    assert len(rows) == 2, stdout
+    for cells in rows:
+        assert float(cells[2]) > 0 and float(cells[5].replace(",", "")) > 0, cells  # timed, and the gateway worked
+    assert "the candidate was faster in" in stdout
+
+
+def test_a_revision_is_checked_out_into_a_worktree_that_goes_away() -> None:
+    with checked_out("HEAD") as tree:
+        assert (tree / "gateway" / "__init__.py").is_file()
+        assert tree != REPO
+    assert not tree.exists()
+    with checked_out(str(REPO)) as same:
+        assert same == REPO
 
 
 @pytest.mark.timeout(90)
