@@ -6,9 +6,9 @@ the same server directly over its own Streamable HTTP, in one run.
 
 Starts the gateway and one SDK server process (which serves `/mcp` itself and publishes itself into
 the gateway), then runs rounds in which the paths take turns (sequential calls in short blocks, then
-call by call; throughput windows one after the other, the order reversed every round) so machine
-noise hits every path alike, and prints each figure as its median over the rounds with its ratio to
-the direct path. See docs/performance.md for what the figures mean.
+call by call, in a cycle in which no path follows itself; throughput windows one after the other,
+the order reversed every round) so machine noise hits every path alike, and prints each figure as
+its median over the rounds with its ratio to the direct path. See docs/performance.md for what the figures mean.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ class Stack:
 
 
 def order_for(paths: Sequence[str], index: int) -> tuple[str, ...]:
-    """The paths in the order of round (or turn) `index`: reversed every other one, so none always goes first."""
+    """The paths in the order of round `index`: reversed every other one, so none always goes first."""
     return tuple(paths) if index % 2 == 0 else tuple(reversed(paths))
 
 
@@ -237,10 +237,17 @@ def new_figures() -> Figures:
 
 def block_plan(paths: Sequence[str], calls: int, block: int) -> list[tuple[str, int]]:
     """The sequential blocks of one round, in order: (path, timed calls), `block` at a time and the
-    rest in a last shorter block, each path `calls` in all, the order reversed on every turn."""
+    rest in a last shorter block, each path `calls` in all, the paths always in the same cycle.
+
+    Never a block after one of its own path: a path that follows itself finds its processes warm,
+    and the first calls of a block on this VM are slower after another path ran (REWARM_CALLS does
+    not take all of it away). Until 2026-12-02 (ninth session) the order was reversed on every turn,
+    which put the first and last paths after themselves at every other turn boundary and the middle
+    one never: the gateway, in the middle of direct, gateway, bare relay, read 3-9% slower than it
+    is (a tree against itself in `bench.relay_ab`'s seats, see docs/performance.md)."""
     plan: list[tuple[str, int]] = []
-    for turn, start in enumerate(range(0, calls, block)):
-        plan.extend((path, min(block, calls - start)) for path in order_for(paths, turn))
+    for start in range(0, calls, block):
+        plan.extend((path, min(block, calls - start)) for path in paths)
     return plan
 
 
@@ -280,7 +287,8 @@ async def sequential_round(stack: Stack, options: Options, mode: str, paths: Seq
 
 
 async def interleaved_round(stack: Stack, options: Options, mode: str, paths: Sequence[str], figures: Figures) -> None:
-    """Sequential calls taking turns call by call over `paths`, in an order reversed on every turn.
+    """Sequential calls taking turns call by call over `paths`, always in the same cycle (the round
+    picks its order, `order_for`), so no call ever follows one of its own path.
 
     A round of one path after another compares stretches of time a few seconds apart, and a host
     whose speed drifts (other tenants) can favour either; here every call on one path has its
@@ -292,8 +300,8 @@ async def interleaved_round(stack: Stack, options: Options, mode: str, paths: Se
             await client.warm_up(options.warmup)
         await stack.settle()
         latencies: dict[str, list[float]] = {path: [] for path in paths}
-        for turn in range(options.calls):
-            for path in order_for(paths, turn):
+        for _turn in range(options.calls):
+            for path in paths:  # the same cycle every turn: no path ever right after itself (see block_plan)
                 latencies[path].extend(await opened[path].timed_calls(1))
     for path in paths:
         figures[mode][path]["interleaved_median"].append(median(latencies[path]) * 1000)
@@ -445,7 +453,7 @@ async def run(options: Options, progress: Callable[[str], None]) -> tuple[list[R
             for mode in options.modes:
                 paths = (*PATHS, FLOOR_PATH) if mode in FLOOR_MODES else PATHS
                 await sequential_round(stack, options, mode, order_for(paths, index), figures)
-                await interleaved_round(stack, options, mode, paths, figures)
+                await interleaved_round(stack, options, mode, order_for(paths, index), figures)
             for mode in options.modes:
                 for path in order:
                     await throughput_round(stack, pool, options, mode, path, figures)
