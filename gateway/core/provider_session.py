@@ -157,9 +157,9 @@ class ProviderSession:
         self._next_id = 0
         self._ready = asyncio.Event()
         self._alive: asyncio.Future[None] | None = None
+        """While a probe waits: resolved by the provider's next frame or pong."""
         self._deadlines: dict[int, DueQueue[JsonId]] = {}
         """Pending requests by deadline length (one per configured timeout), each under one timer."""
-        """While a probe waits: resolved by the provider's next frame or pong."""
         self._relist_task: asyncio.Task[None] | None = None
         self._relist_again = False
         self._start_task: asyncio.Task[None] | None = None
