@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
 
 import aiohttp
 from mcp import Client
@@ -23,6 +24,8 @@ UNLIMITED_RATE_ENV = {
 }
 """The one change from the built-in defaults a bench makes: rate limits off. A bench drives far more
 than one caller's default 50 requests/s on purpose, and measures the relay, not the limiter."""
+
+T = TypeVar("T")
 
 PUMP_TOOL = "get_status"
 """What the pump benchmarks call: no side effects, a structured answer of a few hundred bytes."""
@@ -238,3 +241,15 @@ async def rotating_rounds(
             for path in order:
                 await timed(mode, path)
         print(f"round {index + 1}/{rounds} done", file=sys.stderr, flush=True)
+
+
+def run_interruptible(main: Coroutine[Any, Any, T], interrupted: str) -> T | None:
+    """`asyncio.run(main)`, with SIGTERM unwinding like Ctrl-C so every child process (and temporary
+    tree) the run started is stopped on the way out; None, after printing `interrupted` on stderr,
+    when it was interrupted (the bench then exits 130)."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return asyncio.run(main)
+    except KeyboardInterrupt:
+        print(interrupted, file=sys.stderr)
+        return None

@@ -19,7 +19,6 @@ import contextlib
 import datetime
 import os
 import platform
-import signal
 import sys
 import time
 from collections import defaultdict
@@ -37,6 +36,7 @@ from bench.processes import (
     gateway_env,
     machine_busy_seconds,
     memory_kib,
+    run_interruptible,
     wait_healthy,
     wait_idle,
     wait_slot_ready,
@@ -475,18 +475,17 @@ async def run(options: Options, progress: Callable[[str], None]) -> tuple[list[R
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_options(argv)
-    # SIGTERM unwinds like Ctrl-C, so the gateway, the server and the workers are stopped too.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     print(preamble(options, options.workers), flush=True)
 
     def progress(text: str) -> None:
         print(f"  {text}", file=sys.stderr, flush=True)
 
-    try:
-        rows, other_cores = asyncio.run(run(options, progress))
-    except KeyboardInterrupt:
-        print("bench.relay: interrupted; gateway, server and client workers stopped", file=sys.stderr)
+    result = run_interruptible(
+        run(options, progress), "bench.relay: interrupted; gateway, server and client workers stopped"
+    )
+    if result is None:
         return 130
+    rows, other_cores = result
     print()
     print(render(rows))
     print()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 
 from bench.load import SequentialClient
 from bench.ports import free_port
-from bench.processes import Child, cpu_seconds, gateway_env, wait_healthy, wait_idle, wait_slot_ready
+from bench.processes import Child, cpu_seconds, gateway_env, run_interruptible, wait_healthy, wait_idle, wait_slot_ready
 from bench.relay import REPO, REWARM_CALLS, SLOT, block_plan
 from bench.report import markdown_table, median
 
@@ -212,17 +211,14 @@ async def run(specs: dict[str, str], options: Options) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, options = parse_options(argv)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwinds, so children and worktrees go
     specs = {"baseline": args.baseline, "candidate": args.candidate}
     print(
         f"bench.relay_ab: {options.rounds} rounds x {options.calls} sequential {MODE} calls per path "
         f"(blocks of {options.block}); baseline {specs['baseline']}, candidate {specs['candidate']}",
         flush=True,
     )
-    try:
-        table = asyncio.run(run(specs, options))
-    except KeyboardInterrupt:
-        print("bench.relay_ab: interrupted; gateways and servers stopped", file=sys.stderr)
+    table = run_interruptible(run(specs, options), "bench.relay_ab: interrupted; gateways, servers and worktrees gone")
+    if table is None:
         return 130
     print()
     print(table)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.load import SequentialClient
+from bench.processes import run_interruptible
 from bench.relay import REPO, Stack
 from bench.report import markdown_table
 
@@ -124,12 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     calls, warmup = (50, 10) if args.quick else (args.calls, args.warmup)
     if calls < 1 or warmup < 0 or args.top < 0:
         parser.error("--calls must be positive, --warmup and --top not negative")
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwinds, so the children are stopped
     print(f"bench.relay_calls: {calls} counted calls per relay after {warmup} warm-up calls", flush=True)
-    try:
-        counts = asyncio.run(run(calls, warmup))
-    except KeyboardInterrupt:
-        print("bench.relay_calls: interrupted; gateway, bare relay and server stopped", file=sys.stderr)
+    counts = run_interruptible(
+        run(calls, warmup), "bench.relay_calls: interrupted; gateway, bare relay and server stopped"
+    )
+    if counts is None:
         return 130
     print()
     print(table(counts))

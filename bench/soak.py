@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
 from bench.load import call_once
-from bench.processes import memory_kib, open_fds
+from bench.processes import memory_kib, open_fds, run_interruptible
 from bench.relay import Stack
 from bench.report import markdown_table
 from gateway.core.jsonrpc import JsonObject
@@ -317,12 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.rounds <= work.warmup_rounds:
             parser.error(f"--rounds must be more than the {work.warmup_rounds} warm-up round(s)")
         work = Workload(**{**work.__dict__, "rounds": args.rounds})
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwinds, so the children are stopped
     print(f"bench.soak: {work.rounds} rounds of {requests_per_round(work):,} requests, {work.warmup_rounds} to warm up")
-    try:
-        readings = asyncio.run(run(work))
-    except KeyboardInterrupt:
-        print("bench.soak: interrupted; gateway and server stopped", file=sys.stderr)
+    readings = run_interruptible(run(work), "bench.soak: interrupted; gateway and server stopped")
+    if readings is None:
         return 130
     print()
     print(summary(readings, work))

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -43,6 +42,7 @@ from bench.processes import (
     gateway_env,
     memory_kib,
     open_fds,
+    run_interruptible,
     start_simulator,
     wait_healthy,
     wait_idle,
@@ -242,17 +242,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.rounds <= work.warmup_rounds:
             parser.error(f"--rounds must be more than the {work.warmup_rounds} warm-up round(s)")
         work = Workload(args.rounds, work.warmup_rounds, work.calls)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwinds, so the children are stopped
     per_round = work.calls * len(SLOTS) * len(MODES)
     print(
         f"bench.soak_links: {work.rounds} rounds of {per_round:,} calls and one link event each, "
         f"{work.warmup_rounds} to warm up"
     )
-    try:
-        readings, failures = asyncio.run(run(work))
-    except KeyboardInterrupt:
-        print("bench.soak_links: interrupted; gateway, broker and simulators stopped", file=sys.stderr)
+    result = run_interruptible(run(work), "bench.soak_links: interrupted; gateway, broker and simulators stopped")
+    if result is None:
         return 130
+    readings, failures = result
     print()
     print(summary(readings, work, failures))
     return 1 if failures else 0

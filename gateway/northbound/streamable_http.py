@@ -463,7 +463,7 @@ class StreamableHttpEndpoint:
         message = await self.read_message(request)
         if not isinstance(message, jsonrpc.Message):
             return message
-        if self.admission is not None:
+        if self.admission is not None:  # admit() asks too; asked here it spares every request the call
             refusal = self.admit(request, target, message)
             if refusal is not None:
                 return refusal

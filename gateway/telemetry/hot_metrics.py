@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, utils
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -51,34 +52,47 @@ class Latency:
         self.total += seconds
 
 
-class _Family:
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+Child = TypeVar("Child", bound=Count | Latency)
+
+
+class _Family(Generic[Child]):
+    """Children by label values, made on first use, and the collector's registration."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        registry: CollectorRegistry,
+        child: Callable[[], Child],
+    ) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self.children: dict[tuple[str, ...], Child] = {}
+        self._child: Callable[[], Child] = child
+        registry.register(self)  # asks describe(): a name taken twice is refused here
 
-    def _check(self, values: tuple[str, ...]) -> None:
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values!r}")
+    def labels(self, *values: str) -> Child:
+        child = self.children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values!r}")
+            child = self.children[values] = self._child()
+        return child
+
+    def describe(self) -> list[Metric]:
+        raise NotImplementedError
+
+    def collect(self) -> Iterator[Metric]:
+        raise NotImplementedError
 
 
-class CounterFamily(_Family):
+class CounterFamily(_Family[Count]):
     """A labelled counter whose children are `Count`s; registered in `registry` as a collector."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry) -> None:
-        super().__init__(name, documentation, labelnames)
-        self.children: dict[tuple[str, ...], Count] = {}
-        registry.register(self)
-
-    def labels(self, *values: str) -> Count:
-        child = self.children.get(values)
-        if child is None:
-            self._check(values)
-            child = self.children[values] = Count()
-        return child
-
-    def remove(self, *values: str) -> None:
-        del self.children[values]
+        super().__init__(name, documentation, labelnames, registry, Count)
 
     def describe(self) -> list[Metric]:
         return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
@@ -90,7 +104,7 @@ class CounterFamily(_Family):
         yield family
 
 
-class HistogramFamily(_Family):
+class HistogramFamily(_Family[Latency]):
     """A labelled histogram whose children are `Latency`s; registered in `registry` as a collector."""
 
     def __init__(
@@ -101,21 +115,9 @@ class HistogramFamily(_Family):
         buckets: Sequence[float],
         registry: CollectorRegistry,
     ) -> None:
-        super().__init__(name, documentation, labelnames)
-        self.bounds = tuple(sorted(float(bound) for bound in buckets))
-        self.edges = [GO_FLOAT(bound) for bound in self.bounds] + ["+Inf"]
-        self.children: dict[tuple[str, ...], Latency] = {}
-        registry.register(self)
-
-    def labels(self, *values: str) -> Latency:
-        child = self.children.get(values)
-        if child is None:
-            self._check(values)
-            child = self.children[values] = Latency(self.bounds)
-        return child
-
-    def remove(self, *values: str) -> None:
-        del self.children[values]
+        bounds = tuple(sorted(float(bound) for bound in buckets))
+        self.edges = [GO_FLOAT(bound) for bound in bounds] + ["+Inf"]
+        super().__init__(name, documentation, labelnames, registry, lambda: Latency(bounds))
 
     def describe(self) -> list[Metric]:
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
