@@ -11,6 +11,31 @@ from gateway.core.provider_session import ProviderSession
 from gateway.publish.sdk_bridge import SdkServer, SdkSession
 
 
+class _Started:
+    """The task status `SdkSession.run` reports its start to (anyio's protocol, in plain asyncio)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def started(self, value: object = None) -> None:
+        self.event.set()
+
+
+async def start_session(session: SdkSession) -> asyncio.Task[None]:
+    """`session.run()` as a task, returned once the session takes messages; its error if it fails first."""
+    status = _Started()
+    task = asyncio.get_running_loop().create_task(session.run(task_status=status))
+    waiter = asyncio.ensure_future(status.event.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if not status.event.is_set():
+        await task  # raises what ended it; a session that returned without starting is an error too
+        raise RuntimeError("the SDK session ended before it started")
+    return task
+
+
 class LoopbackLink:
     def __init__(self) -> None:
         self.info = LinkInfo(transport="loopback", remote="in-process")
@@ -48,7 +73,7 @@ async def attach_loopback(
             session.receive(data)
 
     link.session = SdkSession(server, deliver)
-    link.task = asyncio.get_running_loop().create_task(link.session.run())
+    link.task = await start_session(link.session)
     try:
         provider = await gateway.registry.attach(slot, link, aggregate=aggregate)
     except BaseException:

@@ -193,7 +193,7 @@ class Publisher(_PublisherBase):
 
         session = SdkSession(self.server, send)
         async with anyio.create_task_group() as group:
-            group.start_soon(session.run)
+            await group.start(session.run)
             async for data in _read_frames(ws, self._close_reasons):
                 await session.feed(data)
             await session.close_input()
@@ -237,7 +237,7 @@ class MultiplexedPublisher(_PublisherBase):
                 register = register_frame(self.aggregate, self.hello.get(slot))
                 await ws.send_frame(orjson.dumps({"provider": slot, "payload": register}), TEXT)
                 sessions[slot] = SdkSession(server, sender(slot))
-                group.start_soon(sessions[slot].run)
+                await group.start(sessions[slot].run)
             async for data in _read_frames(ws, self._close_reasons):
                 try:
                     frame = orjson.loads(data)
