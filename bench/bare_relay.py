@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 from aiohttp import WSMsgType, web
 
+from gateway import event_loop
 from gateway.core.relay import CALLER_CAPABILITIES_KEY
 from gateway.core.routing import CACHEABLE_METHODS, META_CLIENT_CAPABILITIES, META_SERVER_INFO
 from gateway.core.versions import LATEST_HANDSHAKE
@@ -147,9 +148,10 @@ async def serve(port: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="bench.bare_relay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--event-loop", choices=event_loop.EVENT_LOOPS, default="auto")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.port))
+        event_loop.run(serve(args.port), args.event_loop)
     return 0
 
 

@@ -42,6 +42,7 @@ from bench.processes import (
     wait_slot_ready,
 )
 from bench.report import MODE_LABELS, MODES, Row, median, missed, parse_modes, percentile, render, round_ratios
+from gateway.event_loop import EVENT_LOOPS
 
 REPO = Path(__file__).resolve().parent.parent
 SLOT = "bench"
@@ -77,6 +78,7 @@ class Options:
     devices: int
     modes: Sequence[str]
     json_response: bool
+    event_loop: str
 
 
 def parse_options(argv: Sequence[str] | None) -> Options:
@@ -101,6 +103,12 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         "session_answers = json) instead of their default SSE",
     )
     parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="auto",
+        help="the loop the gateway and the bare relay run on (default auto: uvloop, the gateway's default)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run of a few seconds (figures are not meaningful)"
     )
     args = parser.parse_args(argv)
@@ -117,6 +125,7 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         devices=args.devices if args.devices is not None else (5 if quick else 50),
         modes=modes,
         json_response=args.json_response,
+        event_loop=args.event_loop,
     )
     if min(options.rounds, options.calls, options.block, options.concurrency) < 1 or options.duration <= 0:
         parser.error("--rounds, --calls, --block, --concurrency and --duration must be positive")
@@ -133,9 +142,15 @@ class Stack:
     free loopback port."""
 
     def __init__(
-        self, json_response: bool = False, profile_dir: Path | None = None, settings: dict[str, str] | None = None
+        self,
+        json_response: bool = False,
+        profile_dir: Path | None = None,
+        settings: dict[str, str] | None = None,
+        event_loop: str = "auto",
     ) -> None:
         self.json_response = json_response
+        self.event_loop = event_loop
+        """The gateway's `event_loop`, and the bare relay's, so the floor of a hop runs on the same loop."""
         self.profile_dir = profile_dir
         """With a folder, the gateway and the bare relay run under bench.profiled, counting into it."""
         self.settings = dict(settings or {})
@@ -167,12 +182,13 @@ class Stack:
     async def start(self) -> None:
         # The gateway's built-in defaults: no config file or MCP_GATEWAY_* setting of this shell leaks in.
         gateway_args = [*self._launch("gateway"), "gateway.cli", "run", "--port", str(self.gateway_port)]
-        env = {**gateway_env(), **self.settings}
+        env = {**gateway_env(), "MCP_GATEWAY_EVENT_LOOP": self.event_loop, **self.settings}
         if self.json_response:  # like for like: both sides answer session-era calls as JSON
             env["MCP_GATEWAY_SESSION_ANSWERS"] = "json"
         self.children["gateway"] = Child("gateway", gateway_args, REPO, env=env)
         await wait_healthy(f"{self.gateway_url}/healthz", self.gateway)
         bare_args = [*self._launch("bare"), "bench.bare_relay", "--port", str(self.bare_port)]
+        bare_args += ["--event-loop", self.event_loop]
         self.children["bare"] = Child("bare relay", bare_args, REPO)
         if await asyncio.to_thread(self.bare.read_line, 30.0) != "ready":
             raise RuntimeError(f"the bare relay did not start:\n{self.bare.output()[-3000:]}")
@@ -430,13 +446,14 @@ def preamble(options: Options, workers: int) -> str:
         f"rounds={options.rounds} calls={options.calls} block={options.block} warmup={options.warmup} "
         f"concurrency={options.concurrency} "
         f"duration={options.duration}s workers={workers} devices={options.devices} modes={','.join(options.modes)} "
-        f"session-era answers={'json' if options.json_response else 'sse (both defaults)'}"
+        f"session-era answers={'json' if options.json_response else 'sse (both defaults)'} "
+        f"event loop of the gateway and the bare relay={options.event_loop} (the SDK server: asyncio, as the SDK runs)"
     )
 
 
 async def run(options: Options, progress: Callable[[str], None]) -> tuple[list[Row], float]:
     """The table's rows and the cores other processes on the machine kept busy meanwhile."""
-    stack = Stack(options.json_response)
+    stack = Stack(options.json_response, event_loop=options.event_loop)
     pool = WorkerPool(options.workers)
     try:
         await stack.start()

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from gateway import __version__
+from gateway import __version__, event_loop
 from gateway.client import GatewayCallError
 from gateway.config import (
     DEFAULT_PORT,
@@ -126,9 +126,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if sim_pumps:
         from sim.embedded import serve_with_simulator
 
-        asyncio.run(serve_with_simulator(config, sim_pumps, args.sim_control_port))
+        main = serve_with_simulator(config, sim_pumps, args.sim_control_port)
     else:
-        asyncio.run(serve(config))
+        main = serve(config)
+    try:
+        event_loop.run(main, config.event_loop)
+    except event_loop.EventLoopUnavailable as exc:
+        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

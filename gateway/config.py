@@ -1180,6 +1180,9 @@ class GatewayConfig(Section):
     """How Streamable HTTP answers a session-era request whose client accepts text/event-stream: "sse"
     (one event, then the end, as the MCP SDK's own server answers) or "json" (cheaper; the answer
     still becomes SSE once a notification or a request to the client goes with it)."""
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    """The event loop `mcp-gateway run` serves on: "auto" (uvloop when installed, else asyncio's own),
+    "uvloop" (refuse to start without it) or "asyncio". broker_info says which one runs."""
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     providers: ProvidersConfig = Field(default_factory=ProvidersConfig)
     slots: SlotsConfig = Field(default_factory=SlotsConfig)

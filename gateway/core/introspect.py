@@ -131,6 +131,7 @@ BROKER_INFO_SCHEMA: JsonObject = {
         "url": {"type": "string", "description": "Base URL clients and providers use"},
         "public_url": _nullable("string"),
         "tls": {"type": "boolean"},
+        "event_loop": {"type": "string", "description": 'The event loop serving: "uvloop <version>" or "asyncio"'},
         "insecure_lan": {
             "type": "boolean",
             "description": "Listening on the network without client or provider authentication (--insecure-lan)",

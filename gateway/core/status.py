@@ -19,6 +19,7 @@ from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.slots import Slot
 from gateway.core.versions import HANDSHAKE_VERSIONS, STATELESS_VERSIONS
+from gateway.event_loop import running_loop_name
 
 if TYPE_CHECKING:
     from gateway.core.gateway import Gateway
@@ -255,6 +256,7 @@ def broker_info(gateway: Gateway) -> JsonObject:
         "url": base,
         "public_url": config.public_url,
         "tls": base.startswith("https://"),
+        "event_loop": running_loop_name(),
         "insecure_lan": lan,
         "insecure_lan_open": list(config.insecure_lan_open),
         "warnings": [insecure_lan_warning(config.insecure_lan_open)] if lan else [],
