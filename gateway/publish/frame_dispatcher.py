@@ -21,6 +21,7 @@ there, and pyproject.toml keeps `mcp` below 2.4 until a newer one is tried.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from typing import Any
 
@@ -42,7 +43,8 @@ REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 
 
 def parse(data: bytes | str) -> SessionMessage | Exception:
-    """One incoming frame as the SDK's message, or the error the SDK answers a malformed one with.
+    """One incoming frame as the SDK's message, or the validation error the SDK's dispatcher logs
+    (at debug) and drops, as it does for any transport.
 
     A request whose every field has the type the SDK's schema requires (and no other field) is built
     from orjson's result as it stands: the schema's validation would check exactly those types again.
@@ -63,7 +65,7 @@ def parse(data: bytes | str) -> SessionMessage | Exception:
             return SessionMessage(types.JSONRPCRequest.model_construct(**message))
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(data, by_name=False))
-    except Exception as exc:  # the SDK answers a malformed message itself
+    except Exception as exc:  # handed on, as the SDK's own transports hand theirs on
         return exc
 
 
@@ -80,6 +82,7 @@ class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
         self._input_ended = anyio.Event()
         self._on_request: OnRequest | None = None
         self._on_notify: OnNotify | None = None
+        self._context: contextvars.Context | None = None
 
     async def run(
         self,
@@ -96,6 +99,9 @@ class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
             async with self._write_stream, anyio.create_task_group() as group:
                 self._tg = group
                 self._running = True
+                # Handlers start in this context, as they did when this task read the stream: what
+                # the server's lifespan set in contextvars reaches them, not the link reader's own.
+                self._context = contextvars.copy_context()
                 task_status.started()
                 try:
                     await self._input_ended.wait()
@@ -119,7 +125,7 @@ class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
         if self._closed:
             log.debug("dropped a message: the SDK session has ended")
             return
-        await self._dispatch(item, self._on_request, self._on_notify, None)
+        await self._dispatch(item, self._on_request, self._on_notify, self._context)
 
     def end_input(self) -> None:
         """No more messages: the session ends as the base class's does at the end of its stream."""

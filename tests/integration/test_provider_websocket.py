@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import contextvars
 import logging
 import os
 import socket
@@ -71,6 +72,41 @@ async def test_dedicated_and_multiplexed_providers_serve_sdk_clients(
             assert slept.content[0].text == "slept 0.0"  # type: ignore[union-attr]
     assert (await provider_status(gateway.url, "ded-1"))["transport"] == "websocket"
     assert (await provider_status(gateway.url, "mux-a"))["transport"] == "websocket-mux"
+
+
+SITE: contextvars.ContextVar[str] = contextvars.ContextVar("site", default="unset")
+
+
+def server_with_a_lifespan_context(name: str) -> MCPServer:
+    """A server whose lifespan sets a context variable its tool reads, as SDK servers may."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_server: MCPServer) -> AsyncIterator[dict[str, str]]:
+        token = SITE.set(f"plant-{name}")
+        try:
+            yield {}
+        finally:
+            SITE.reset(token)
+
+    server = MCPServer(name, lifespan=lifespan)
+
+    @server.tool()
+    async def site() -> str:
+        """The context variable the lifespan set."""
+        return SITE.get()
+
+    return server
+
+
+async def test_tools_see_the_context_their_server_lifespan_set(gateway: GatewayServer, publishers: Publishers) -> None:
+    """Handlers start in the SDK session's context (as under the SDK's own stream reader), not in the
+    link reader's: a lifespan's context variables reach them over both ways in."""
+    await publishers.start(gateway, "ded-ctx", server_with_a_lifespan_context("ded"))
+    await publishers.start_multiplexed(gateway, {"mux-ctx": server_with_a_lifespan_context("mux")})
+    for slot, expected in (("ded-ctx", "plant-ded"), ("mux-ctx", "plant-mux")):
+        async with Client(f"{gateway.url}/{slot}/mcp", mode="2026-07-28") as client:
+            result = await client.call_tool("site", {})
+            assert result.content[0].text == expected  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("mode", MODES)
