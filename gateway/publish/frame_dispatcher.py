@@ -14,9 +14,10 @@ things only:
 - a result leaves as orjson's encoding of the dict the SDK produced, in the handler's task.
 
 Measured in docs/performance.md ("What was made cheaper on 2026-12-02 (tenth session)"). The class
-leans on internals of `mcp` 2.3 (`_dispatch`, `_write_result`, `_tg`, `_running`, `_closed`,
-`_fan_out_closed`, `_on_notify_intercept`); `tests/unit/test_frame_dispatcher.py` checks they are
-there, and pyproject.toml keeps `mcp` below 2.4 until a newer one is tried.
+leans on internals of `mcp` 2.3 (`_dispatch`, `_write_result`, `_fan_out_closed`, the attributes
+`_tg`, `_running`, `_closed`, `_write_stream`, `_on_notify_intercept`, and `mcp.shared._compat`'s
+`resync_tracer`); `tests/unit/test_frame_dispatcher.py` checks they are there, and pyproject.toml
+keeps `mcp` below 2.4 until a newer one is tried.
 """
 
 from __future__ import annotations
@@ -73,8 +74,10 @@ class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
     """A `JSONRPCDispatcher` whose messages arrive by `deliver()`, its results written by orjson."""
 
     def __init__(self, writer: FrameWriter) -> None:
+        # The base class wants a read stream; this one is never read, so it is closed at once.
         unused_send, unused_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         unused_send.close()
+        unused_receive.close()
         # Everything but results (errors, notifications, requests to the client) still leaves through
         # the writer, as the base class writes it.
         super().__init__(unused_receive, writer, inline_methods=frozenset({"initialize"}))
