@@ -67,11 +67,18 @@ second a little), which one client calling one path over and over does not see."
 
 
 @dataclass
-class Options:
+class SequentialOptions:
+    """How sequential calls are timed: rounds of blocks per path, after untimed warm-up calls (the
+    knobs bench.relay_ab shares)."""
+
     rounds: int
     calls: int
     block: int
     warmup: int
+
+
+@dataclass
+class Options(SequentialOptions):
     concurrency: int
     duration: float
     workers: int

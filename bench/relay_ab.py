@@ -32,7 +32,7 @@ from pathlib import Path
 from bench.load import SequentialClient
 from bench.ports import free_port
 from bench.processes import Child, cpu_seconds, gateway_env, run_interruptible, wait_healthy, wait_idle, wait_slot_ready
-from bench.relay import REPO, REWARM_CALLS, SLOT, block_plan
+from bench.relay import REPO, REWARM_CALLS, SLOT, SequentialOptions, block_plan
 from bench.report import markdown_table, median
 
 MODE = "2026-07-28"
@@ -42,14 +42,6 @@ PATHS = (DIRECT["baseline"], "baseline", DIRECT["candidate"], "candidate")
 """Each tree's SDK server on its own Streamable HTTP, and through that tree's gateway. A direct path
 per tree keeps the two alike: with one direct path, the server behind it would run twice as often
 as the other and stay warmer (tried: a tree against itself then came out 3% faster in that seat)."""
-
-
-@dataclass
-class Options:
-    rounds: int
-    calls: int
-    block: int
-    warmup: int
 
 
 @dataclass
@@ -113,7 +105,7 @@ class Results:
     calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TREES, 0))
 
 
-async def measure(stacks: dict[str, TreeStack], options: Options, progress: bool) -> Results:
+async def measure(stacks: dict[str, TreeStack], options: SequentialOptions, progress: bool) -> Results:
     urls = {tree: f"{stacks[tree].gateway_url}/{SLOT}/mcp" for tree in TREES}
     urls |= {DIRECT[tree]: f"http://127.0.0.1:{stacks[tree].server_port}/mcp" for tree in TREES}
     results = Results()
@@ -174,7 +166,7 @@ def report(results: Results, names: dict[str, str]) -> str:
     return markdown_table(header, rows) + "\n\n" + summary
 
 
-def parse_options(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Options]:
+def parse_options(argv: Sequence[str] | None) -> tuple[argparse.Namespace, SequentialOptions]:
     parser = argparse.ArgumentParser(prog="bench.relay_ab", description=__doc__.split("\n\n")[0])
     parser.add_argument("baseline", help="a git revision or a directory holding a tree")
     parser.add_argument("candidate", nargs="?", default=str(REPO), help="the same (default: the working tree)")
@@ -185,7 +177,7 @@ def parse_options(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Optio
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     args = parser.parse_args(argv)
     quick = args.quick
-    options = Options(
+    options = SequentialOptions(
         rounds=args.rounds if args.rounds is not None else (1 if quick else 30),
         calls=args.calls if args.calls is not None else (10 if quick else 200),
         block=args.block if args.block is not None else (5 if quick else 25),
@@ -196,7 +188,7 @@ def parse_options(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Optio
     return args, options
 
 
-async def run(specs: dict[str, str], options: Options) -> str:
+async def run(specs: dict[str, str], options: SequentialOptions) -> str:
     with contextlib.ExitStack() as trees:
         stacks = {tree: TreeStack(trees.enter_context(checked_out(specs[tree]))) for tree in TREES}
         try:

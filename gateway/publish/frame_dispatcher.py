@@ -81,7 +81,7 @@ class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
         # Everything but results (errors, notifications, requests to the client) still leaves through
         # the writer, as the base class writes it.
         super().__init__(unused_receive, writer, inline_methods=frozenset({"initialize"}))
-        self._writer = writer
+        self._writer = writer  # the base's _write_stream, with its FrameWriter type for the result path
         self._input_ended = anyio.Event()
         self._on_request: OnRequest | None = None
         self._on_notify: OnNotify | None = None
