@@ -111,7 +111,7 @@ class Gateway:
         self.input_required.close()
         # Those requests now end on their own within a loop turn or two; let them finish before
         # their sessions are ended, or the ending would cancel them before they wrote their answer.
-        in_flight = [task for session in self.sessions.sessions.values() for task in session.in_flight.values()]
+        in_flight = [entry.task for session in self.sessions.sessions.values() for entry in session.in_flight.values()]
         if in_flight:
             await asyncio.wait(in_flight, timeout=SHUTDOWN_GRACE_S)
         for queue in list(self.client_streams):
