@@ -29,8 +29,9 @@ import orjson
 from aiohttp import WSMsgType, web
 
 from gateway import event_loop
+from gateway.core.eras import META_CLIENT_CAPABILITIES, META_SERVER_INFO
 from gateway.core.relay import CALLER_CAPABILITIES_KEY
-from gateway.core.routing import CACHEABLE_METHODS, META_CLIENT_CAPABILITIES, META_SERVER_INFO
+from gateway.core.routing import CACHEABLE_METHODS
 from gateway.core.versions import LATEST_HANDSHAKE
 from gateway.northbound.http_io import JSON_TYPE
 

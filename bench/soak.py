@@ -32,6 +32,7 @@ from bench.load import call_once
 from bench.processes import memory_kib, open_fds, run_interruptible
 from bench.relay import Stack
 from bench.report import markdown_table
+from gateway.core import eras
 from gateway.core.jsonrpc import JsonObject
 from gateway.publish import Publisher
 from gateway.southbound import remote_wire
@@ -98,7 +99,7 @@ def extra_server() -> MCPServer:
 def stateless_post(request_id: int, method: str, params: JsonObject) -> tuple[JsonObject, dict[str, str]]:
     """Body and headers of one raw 2026-07-28 request, built as the gateway builds its own upstream ones."""
     message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    body = remote_wire.stateless_request(message, remote_wire.envelope({}, CLIENT_INFO, None))
+    body = {**message, "params": eras.with_meta(params, eras.envelope({}, CLIENT_INFO))}
     return body, {"Accept": remote_wire.ACCEPT_BOTH, **remote_wire.stateless_headers(body)}
 
 

@@ -41,6 +41,9 @@ DEFAULT_PORT = 3000  # mcp-broker's port, so boards flashed for it connect uncha
 
 TakeoverPolicy = Literal["liveness", "reject", "always"]
 IdStyle = Literal["brk", "numeric"]
+ProviderEra = Literal["auto", "session"]
+"""The protocol era spoken to a provider: auto (server/discover first, 2026-07-28 to a provider that
+answers it, else initialize) or session (initialize only); see docs/protocol.md."""
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -139,6 +142,9 @@ class LimitsConfig(Section):
     input_required_gather_ms: PositiveInt = 50
     """After a provider's first request during a stateless-era call, how long the gateway waits for
     more before answering input_required (a provider asking several things at once gets one round)."""
+    max_input_rounds: PositiveInt = 16
+    """A session-era client's call to a 2026-07-28 provider: input_required rounds the gateway answers
+    for it (asking the client, then retrying); a provider that asks more gets the call ended with -32000."""
     rate: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
 
 
@@ -318,6 +324,9 @@ class ProvidersConfig(Section):
     register_wait_ms: Annotated[int, Field(ge=0)] = 500
     """/provider/<slot>: how long initialize waits for the link's first frame, which may be a register frame
     whose hello asks for numeric ids; a board that sends its register frame is not kept waiting. 0: never wait."""
+    era: ProviderEra = "auto"
+    """auto: ask each provider server/discover first and speak 2026-07-28 to one that answers it (its callers'
+    own capabilities, input_required passed through), else the session era; session: initialize only."""
     auth: ProviderAuthConfig = Field(default_factory=ProviderAuthConfig)
     """Who may connect as a provider, and which slot names each may publish ([providers.auth])."""
 
@@ -329,6 +338,8 @@ class SlotConfig(Section):
     tool_timeouts_ms: dict[str, PositiveInt] = Field(default_factory=dict)
     takeover: TakeoverPolicy | None = None
     id_style: IdStyle | None = None
+    era: ProviderEra | None = None
+    """The protocol era spoken to this slot's provider (default: providers.era)."""
 
 
 class SlotsConfig(Section):
@@ -606,6 +617,10 @@ class StdioUpstreamConfig(Section):
     """The child's most recent stderr lines kept for provider_status (older lines are dropped)."""
     aggregate: bool = False
     """Also offer the child's tools in _all."""
+    era: ProviderEra | None = None
+    """The protocol era spoken to the child (default: providers.era). One stdio pipe carries one era: an
+    SDK server that takes 2026-07-28 refuses initialize after it; "session" for a server whose tools ask
+    their client mid-call the session era's way (docs/upstreams.md)."""
 
     @field_validator("command", mode="before")
     @classmethod

@@ -69,13 +69,15 @@ class AggregateTarget(Target):
     def listed_tools(self) -> list[JsonObject]:
         return self.tools
 
-    def rebuild(self) -> None:
-        """Recompute the catalog from the current members; tell listeners when it changed.
+    def rebuild(self, noticed_slot: str | None = None) -> None:
+        """Recompute the catalog from the current members; tell listeners when it changed, or when the
+        provider of member `noticed_slot` announced a change of its own (it may have come and gone).
 
         Names come from a NameBook, so a name keeps its meaning for the gateway's lifetime."""
+        members = self.members()
         entries: list[tuple[str, str]] = []
         by_key: dict[tuple[str, str], JsonObject] = {}
-        for slot_name in self.members():
+        for slot_name in members:
             session = self.registry.slots[slot_name].session
             assert session is not None
             for tool in session.tools:
@@ -97,7 +99,7 @@ class AggregateTarget(Target):
         new_hash = tools_hash(tools)
         self.routes = routes
         self.tools = tools
-        if new_hash != self.catalog_hash:
+        if new_hash != self.catalog_hash or noticed_slot in members:
             self.catalog_hash = new_hash
             message = notification("notifications/tools/list_changed")
             for listener in list(self.listeners):

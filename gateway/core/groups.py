@@ -213,9 +213,10 @@ class GroupCatalog:
 
     # -- the catalog ----------------------------------------------------------------------------
 
-    def rebuild(self) -> None:
+    def rebuild(self, noticed_slot: str | None = None) -> None:
         """Recompute every tool's groups and name from the ready slots; each endpoint whose own list
-        changed tells its listeners. Names come from one NameBook: stable for the gateway's lifetime."""
+        changed tells its listeners, and each that covers `noticed_slot` (whose provider announced a
+        change of its own). Names come from one NameBook: stable for the gateway's lifetime."""
         found: list[tuple[str, JsonObject, tuple[str, ...], tuple[str, ...]]] = []
         seen: set[tuple[str, str]] = set()
         for slot_name in self.ready_slots():
@@ -240,7 +241,7 @@ class GroupCatalog:
         self.tools = tools
         self.by_name = {tool.name: tool for tool in tools if tool.name is not None}
         for target in (self.bridge, *self.targets.values()):
-            target.refresh()
+            target.refresh(noticed_slot is not None and target.covers(noticed_slot))
 
     def view(self, principal: Principal, endpoint_group: str | None) -> CatalogView:
         visible = [tool for tool in self.tools if self.may_call(principal, tool.slot)]
@@ -384,12 +385,18 @@ class GroupTarget(Target):
             return False
         return self.group is None or self.group in tool.enabled_groups
 
-    def refresh(self) -> None:
+    def covers(self, slot: str) -> bool:
+        """Whether this endpoint serves tools of `slot` (its group, or for /mcp any enabled group, names it)."""
+        if self.spec is not None:
+            return self.spec.has_slot(slot)
+        return any(spec.enabled and spec.has_slot(slot) for spec in self.catalog.specs)
+
+    def refresh(self, noticed: bool = False) -> None:
         tools = [tool for tool in self.catalog.tools if self.includes(tool)]
         listed = [tool.listed for tool in tools if tool.listed is not None]
         new_hash = tools_hash(listed)
         self.tools = tools
-        if new_hash != self.catalog_hash:
+        if new_hash != self.catalog_hash or noticed:
             self.catalog_hash = new_hash
             message = notification("notifications/tools/list_changed")
             for listener in list(self.listeners):

@@ -32,7 +32,7 @@ from gateway.core.relay import (
     RequestRelay,
     client_params,
     missing_capability,
-    refusal,
+    missing_capability_call,
 )
 from gateway.telemetry.metrics import Metrics
 
@@ -105,8 +105,7 @@ class CannotAsk:
     waiting = True
 
     async def relay(self, method: str, params: JsonObject | None) -> JsonObject:
-        missing = missing_capability({}, method, params)
-        raise refusal(method, f"the client did not declare the {missing} capability", "no_capability")
+        raise missing_capability_call(method, missing_capability({}, method, params) or method)
 
 
 CANNOT_ASK = CannotAsk()
@@ -169,7 +168,7 @@ class HeldCall:
         capabilities = self.caller.capabilities if self.caller is not None else {}
         missing = missing_capability(capabilities, method, params)
         if missing is not None:
-            raise refusal(method, f"the client did not declare the {missing} capability", "no_capability")
+            raise missing_capability_call(method, missing)
         if len(self.questions) >= self.book.max_questions:
             raise errors.RpcError(
                 jsonrpc.UNAVAILABLE,

@@ -57,6 +57,14 @@ PROVIDER_STATUS_SCHEMA: JsonObject = {
         "hello": {**_nullable("object"), "description": "device_id, firmware, schema, ids from the register frame"},
         "server_info": _nullable("object"),
         "protocol_version": _nullable("string"),
+        "era": {
+            "anyOf": [{"enum": ["session", "2026-07-28"]}, {"type": "null"}],
+            "description": "The protocol era the gateway speaks to the provider (null until it is ready)",
+        },
+        "listen": {
+            **_nullable("object"),
+            "description": "A 2026-07-28 provider's subscriptions/listen: state, asked, opens, drops, last_error",
+        },
         "tools": {"type": "integer", "description": "Number of tools the provider lists"},
         "tools_hash": {**_nullable("string"), "description": "Hash of the tool list"},
         "heartbeat_misses": {"type": "integer", "description": "Missed heartbeats since the gateway started"},

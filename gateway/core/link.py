@@ -60,6 +60,10 @@ class LinkInfo:
     # The peer may open with a register frame after the slot is attached (a dedicated WebSocket,
     # whose URL names the slot): initialize waits providers.register_wait_ms for that first frame.
     register_frame_follows: bool = False
+    era: str | None = None
+    """What the transport knows of the provider's protocol era: "session" (the core never asks
+    server/discover: a transport or specification without the 2026-07-28 era), "2026-07-28" (the
+    transport's own probe found it), or None (the core asks; gateway/core/eras.py)."""
     extra: dict[str, str] = field(default_factory=dict)
 
 

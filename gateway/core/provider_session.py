@@ -13,19 +13,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard
 
 from gateway import __version__
-from gateway.core import errors, jsonrpc
+from gateway.core import eras, errors, jsonrpc
 from gateway.core.due import DueQueue
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.core.link import CLOSE_POLICY, MessageRefused, ProviderLink
+from gateway.core.provider_listen import ProviderListen
 from gateway.core.relay import (
     PROVIDER_FACING_CAPABILITIES,
     RELATED_REQUEST_KEY,
     RELAYED_METHODS,
+    CallRefused,
     RelayMetrics,
     RequestRelay,
     outcome_of,
@@ -36,10 +38,25 @@ from gateway.core.versions import LATEST_HANDSHAKE
 
 log = logging.getLogger("gateway.provider")
 
+NO_DEADLINE = 0
+"""`request(timeout_ms=NO_DEADLINE)`: a request that stays open until answered or cancelled (listen)."""
+
 NotificationSink = Callable[[JsonObject], None]
 """Receives a notification (already rewritten for the client) on the stream of one request."""
 
 __all__ = ["RELATED_REQUEST_KEY", "NotificationSink", "Pending", "ProviderSession", "SessionSettings"]
+
+
+LISTEN_METHODS = frozenset(
+    {
+        "notifications/subscriptions/acknowledged",
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+    }
+)
+"""What a subscriptions/listen stream carries (and, but for the acknowledgement, a session-era session)."""
 
 
 def _is_gateway_id(value: Any) -> TypeGuard[JsonId]:
@@ -59,6 +76,13 @@ class SessionSettings:
     register_wait_ms: int = 0
     """How long initialize waits for the link's first frame, which may be a register frame whose hello
     decides the ids (a dedicated WebSocket); 0 where the register frame, if any, came before the attach."""
+    era: str = "auto"
+    """auto: ask `server/discover` first and speak 2026-07-28 to a provider that answers it, else the
+    session era; session: `initialize` only (gateway/core/eras.py)."""
+    tools_poll_s: float = 0.0
+    """A 2026-07-28 provider without `subscriptions/listen` has its tools listed again this often (0: never)."""
+    max_input_rounds: int = 16
+    """A session-era caller of a 2026-07-28 provider: input_required rounds the gateway answers for it, at most."""
 
     def timeout_for(self, method: str, params: JsonObject | None) -> int:
         if method == "tools/call" and params is not None:
@@ -73,7 +97,7 @@ class SessionObserver(Protocol):
 
     def session_ready(self, session: ProviderSession) -> None: ...
 
-    def session_tools_changed(self, session: ProviderSession) -> None: ...
+    def session_tools_changed(self, session: ProviderSession, *, noticed: bool = False) -> None: ...
 
     def session_notification(self, session: ProviderSession, message: JsonObject) -> None: ...
 
@@ -84,6 +108,7 @@ class SessionObserver(Protocol):
 
 @dataclass(slots=True)
 class Pending:
+    request_id: JsonId
     future: asyncio.Future[JsonObject]
     method: str
     started: float
@@ -138,6 +163,16 @@ class ProviderSession:
         self.aggregate = aggregate
         self.hello: JsonObject | None = hello
         self.state = "initializing"  # -> ready -> closed
+        self.era = eras.SESSION_ERA
+        """The era the provider is spoken to in: eras.SESSION_ERA, or eras.MODERN_ERA once it answered
+        server/discover naming 2026-07-28 (then every request carries its caller's envelope)."""
+        self.listen = ProviderListen(self)
+        """A 2026-07-28 provider's subscriptions/listen (list changes, resource updates)."""
+        self.listen_uris: Callable[[], list[str]] = list
+        """The resource URIs clients subscribed to in this slot (set by the registry); the listen asks for them."""
+        self.log_level_of: Callable[[Hashable | None], str | None] = lambda listener: None
+        """The log level a session-era client of this slot set (set by the registry); a 2026-07-28
+        provider gets it in that client's envelope, since it has no logging/setLevel."""
         self.ready = False
         """state == "ready", kept as a plain attribute: every relayed call asks it about three times."""
         self.close_reason = ""
@@ -162,6 +197,7 @@ class ProviderSession:
         """Pending requests by deadline length (one per configured timeout), each under one timer."""
         self._relist_task: asyncio.Task[None] | None = None
         self._relist_again = False
+        self._noticed = False
         self._start_task: asyncio.Task[None] | None = None
         self._first_frame = asyncio.Event()
         """Set once the link's first frame was handled (see `first_frame_handled`)."""
@@ -200,6 +236,11 @@ class ProviderSession:
     def protocol_version(self) -> str:
         version = (self.init_result or {}).get("protocolVersion")
         return version if isinstance(version, str) else ""
+
+    @property
+    def in_flight(self) -> int:
+        """Requests awaiting an answer, not counting an open listen stream (which has no deadline)."""
+        return sum(1 for entry in self.pending.values() if entry.timeout_ms != NO_DEADLINE)
 
     def _new_id(self) -> JsonId:
         self._next_id += 1
@@ -246,27 +287,22 @@ class ProviderSession:
         if self.state != "ready":
             raise errors.disconnected(self.slot)
 
+    @property
+    def modern(self) -> bool:
+        return self.era == eras.MODERN_ERA
+
     async def _initialize(self) -> None:
         timeout = self.settings.initialize_timeout_ms
-        params = {
-            "protocolVersion": LATEST_HANDSHAKE,
-            # The gateway can relay these to the client that causes them; each request is checked
-            # against that client's own capabilities (gateway/core/relay.py).
-            "capabilities": {key: dict(value) for key, value in PROVIDER_FACING_CAPABILITIES.items()},
-            "clientInfo": {"name": "mcp-gateway", "version": __version__},
-        }
         try:
             if self.settings.register_wait_ms > 0:
                 await self._await_register_frame()
-            reply = await self.request("initialize", params, timeout_ms=timeout, internal=True)
-            if "error" in reply:
-                error = jsonrpc.normalize_error(reply["error"])
-                raise errors.RpcError(error["code"], error["message"])
-            result = reply.get("result")
-            if not isinstance(result, dict):
-                raise errors.RpcError(jsonrpc.INTERNAL_ERROR, "initialize result is not an object")
-            self.init_result = result
-            await self.send_message(jsonrpc.notification("notifications/initialized"))
+            discovered = await self._discover(timeout) if self._may_probe() else None
+            if discovered is not None:
+                self.era = eras.MODERN_ERA
+                self.init_result = eras.description_from_discover(discovered, self.slot)
+            else:
+                self.init_result = await self._handshake(timeout)
+                await self.send_message(jsonrpc.notification("notifications/initialized"))
             self.tools = await self._list_tools()
             self.tools_hash = tools_hash(self.tools)
         except errors.RpcError as exc:
@@ -287,6 +323,70 @@ class ProviderSession:
         self.ready = True
         self._ready.set()
         self.observer.session_ready(self)
+        if self.modern:
+            self.listen.start()
+
+    def _may_probe(self) -> bool:
+        """Ask server/discover first, unless the slot or the link says the provider is session-era only,
+        or the provider introduced itself with a hello (a board of the device profile, WIRE.md §3) that
+        does not list 2026-07-28 among its `versions`: a board never sees a request it does not serve."""
+        if eras.SESSION_ERA in (self.settings.era, self.link.info.era):
+            return False
+        hello = self.hello
+        if isinstance(hello, dict):
+            versions = hello.get("versions")
+            return isinstance(versions, list) and eras.MODERN_ERA in versions
+        return True
+
+    async def _discover(self, timeout_ms: int) -> JsonObject | None:
+        """server/discover: its result when the provider speaks 2026-07-28, None to fall back to initialize.
+
+        A provider that answers with an error (a board's -32601, a session-era SDK server's -32602)
+        or not at all within the handshake deadline is a session-era provider. A link whose transport
+        already found the provider speaks 2026-07-28 (a remote upstream's probe) needs the result too."""
+        params = {"_meta": eras.gateway_envelope()}
+        try:
+            reply = await self.request("server/discover", params, timeout_ms=timeout_ms, internal=True)
+        except errors.RpcError as exc:
+            data = exc.data if isinstance(exc.data, dict) else {}
+            if data.get("reason") != "deadline" or self.link.info.era == eras.MODERN_ERA:
+                raise
+            self.warn_once(
+                "discover", "provider for slot %s did not answer server/discover; trying initialize", self.slot
+            )
+            return None
+        try:
+            verdict = eras.discover_verdict(reply)
+        except ValueError as exc:
+            raise errors.RpcError(jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, str(exc)) from None
+        if verdict is None and self.link.info.era == eras.MODERN_ERA:
+            raise errors.RpcError(jsonrpc.INTERNAL_ERROR, "server/discover failed on a 2026-07-28 provider")
+        return verdict
+
+    async def _handshake(self, timeout_ms: int) -> JsonObject:
+        """The session era's initialize. The gateway declares no capabilities: one provider session
+        serves every caller, and a provider must never see a capability its caller did not declare
+        (it is told each caller's in _meta, gateway/core/relay.py)."""
+        params = {
+            "protocolVersion": LATEST_HANDSHAKE,
+            "capabilities": {key: dict(value) for key, value in PROVIDER_FACING_CAPABILITIES.items()},
+            "clientInfo": {"name": "mcp-gateway", "version": __version__},
+        }
+        reply = await self.request("initialize", params, timeout_ms=timeout_ms, internal=True)
+        if "error" in reply:
+            error = jsonrpc.normalize_error(reply["error"])
+            raise errors.RpcError(error["code"], error["message"])
+        result = reply.get("result")
+        if not isinstance(result, dict):
+            raise errors.RpcError(jsonrpc.INTERNAL_ERROR, "initialize result is not an object")
+        return result
+
+    def own_params(self, params: JsonObject | None = None) -> JsonObject | None:
+        """The params of a request the gateway makes for itself: with its own envelope when the
+        provider speaks 2026-07-28 (which wants one on every request)."""
+        if not self.modern:
+            return params
+        return eras.with_meta(params, eras.gateway_envelope())
 
     async def _list_tools(self) -> list[JsonObject]:
         tools: list[JsonObject] = []
@@ -295,7 +395,7 @@ class ProviderSession:
         for _ in range(self.settings.max_tools_pages):
             params: JsonObject = {} if cursor is None else {"cursor": cursor}
             reply = await self.request(
-                "tools/list", params, timeout_ms=self.settings.initialize_timeout_ms, internal=True
+                "tools/list", self.own_params(params), timeout_ms=self.settings.initialize_timeout_ms, internal=True
             )
             if "error" in reply:
                 error = jsonrpc.normalize_error(reply["error"])
@@ -317,10 +417,12 @@ class ProviderSession:
         self.warn_once("cursor_pages", "provider for slot %s pages tools/list past the cap", self.slot)
         return tools
 
-    def relist(self) -> None:
-        """Fetch the tool list again (list_changed, or a new schema hash in a hello)."""
+    def relist(self, *, noticed: bool = False) -> None:
+        """Fetch the tool list again: the provider said it changed (`noticed`: clients hear of it once
+        the fresh list is in, changed or not), or a hello's schema hash changed, or a poll."""
         if self.state != "ready":
             return
+        self._noticed = self._noticed or noticed
         if self._relist_task is not None and not self._relist_task.done():
             self._relist_again = True
             return
@@ -329,6 +431,7 @@ class ProviderSession:
     async def _relist(self) -> None:
         while True:
             self._relist_again = False
+            noticed, self._noticed = self._noticed, False
             try:
                 tools = await self._list_tools()
             except errors.RpcError as exc:
@@ -336,10 +439,15 @@ class ProviderSession:
                 self.warn_once("relist", "re-listing tools of slot %s failed: %s", self.slot, exc.message)
                 return
             new_hash = tools_hash(tools)
-            if new_hash != self.tools_hash:
+            changed = new_hash != self.tools_hash
+            if changed:
                 self.tools = tools
                 self.tools_hash = new_hash
-                self.observer.session_tools_changed(self)
+            if changed or noticed:
+                # A provider's list_changed reaches its listeners once the fresh list is cached (a
+                # client that lists again at once sees it), even when the list looks the same again:
+                # a tool added and removed between two listings is still a change a client may care about.
+                self.observer.session_tools_changed(self, noticed=noticed)
             if not self._relist_again:
                 return
 
@@ -371,6 +479,7 @@ class ProviderSession:
         for task in (self._relist_task, self._start_task):
             if task is not None and not task.done() and task is not asyncio.current_task():
                 task.cancel()
+        self.listen.stop()
         self.observer.session_closed(self, reason)
 
     # -- liveness -----------------------------------------------------------------------------
@@ -393,8 +502,10 @@ class ProviderSession:
         asyncio.get_running_loop().create_task(self._json_ping())
 
     async def _json_ping(self) -> None:
+        # 2026-07-28 has no ping; server/discover is the cheapest request every such provider answers.
+        method = "server/discover" if self.modern else "ping"
         with contextlib.suppress(errors.RpcError):
-            await self.request("ping", None, timeout_ms=self.settings.request_timeout_ms, internal=True)
+            await self.request(method, self.own_params(), timeout_ms=self.settings.request_timeout_ms, internal=True)
 
     def mark_alive(self) -> None:
         """Any frame or pong from the provider proves the link is alive."""
@@ -473,6 +584,7 @@ class ProviderSession:
             message["params"] = params
         loop = asyncio.get_running_loop()
         entry = Pending(
+            request_id=request_id,
             future=loop.create_future(),
             method=method,
             started=time.monotonic(),
@@ -483,10 +595,11 @@ class ProviderSession:
         )
         # Registered before the send so an immediate answer finds it; removed if the send fails.
         self.pending[request_id] = entry
-        deadlines = self._deadlines.get(timeout_ms)
-        if deadlines is None:
-            deadlines = self._deadlines[timeout_ms] = DueQueue(timeout_ms / 1000, self._expire)
-        deadlines.watch(request_id)
+        if timeout_ms != NO_DEADLINE:
+            deadlines = self._deadlines.get(timeout_ms)
+            if deadlines is None:
+                deadlines = self._deadlines[timeout_ms] = DueQueue(timeout_ms / 1000, self._expire)
+            deadlines.watch(request_id)
         try:
             await self.link.send(jsonrpc.dumps(message))
         except MessageRefused as exc:
@@ -514,7 +627,8 @@ class ProviderSession:
         entry = self.pending.pop(request_id, None)
         if entry is None:
             return False
-        self._deadlines[entry.timeout_ms].forget(request_id)
+        if entry.timeout_ms != NO_DEADLINE:
+            self._deadlines[entry.timeout_ms].forget(request_id)
         self._end_relays(entry, why)
         return True
 
@@ -577,6 +691,8 @@ class ProviderSession:
     def _on_response(self, body: JsonObject) -> None:
         request_id = body.get("id")
         if not _is_gateway_id(request_id) or (entry := self.pending.pop(request_id, None)) is None:
+            if self.state == "closed":
+                return  # the link ended and every pending request was answered already (an answer in flight)
             self.counters.unmatched_responses += 1
             self.warn_once(
                 "unmatched",
@@ -585,7 +701,8 @@ class ProviderSession:
                 request_id,
             )
             return
-        self._deadlines[entry.timeout_ms].forget(request_id)
+        if entry.timeout_ms != NO_DEADLINE:
+            self._deadlines[entry.timeout_ms].forget(request_id)
         if self.relayed:
             self._end_relays(entry, "the request it belongs to was answered")
         if "error" in body:
@@ -620,8 +737,8 @@ class ProviderSession:
                 entry.sink(jsonrpc.notification(method, params))
                 return
             body = jsonrpc.notification(method, params)
-        if method == "notifications/tools/list_changed":
-            self.relist()
+        if method in LISTEN_METHODS:
+            self._on_listen_event(method, params)
             return
         if method in ("notifications/register", "notifications/hello"):
             self._on_register(method, params)
@@ -629,7 +746,35 @@ class ProviderSession:
         if method.startswith("broker/"):
             # broker/* notifications (telemetry, audit results) belong to the governance layer.
             return
+        if method == "notifications/message" and self.modern:
+            # 2026-07-28 sends log messages only with the request that asked for them; a stream
+            # transport that cannot say which one (stdio) leaves the only client request pending.
+            owner = self._only_client_request()
+            if owner is not None and owner.sink is not None:
+                owner.sink(body)
+                return
         self.observer.session_notification(self, body)
+
+    def _on_listen_event(self, method: str, params: JsonObject) -> None:
+        """A list change or resource update (on a 2026-07-28 provider's listen stream, or in the
+        session era on the session), or the listen stream's acknowledgement."""
+        if method == "notifications/subscriptions/acknowledged":
+            self.listen.acknowledged(params)
+            return
+        params = eras.without_subscription_id(params)
+        if method == "notifications/tools/list_changed":
+            self.relist(noticed=True)
+            return
+        self.observer.session_notification(self, jsonrpc.notification(method, params or None))
+
+    def _only_client_request(self) -> Pending | None:
+        owner: Pending | None = None
+        for entry in self.pending.values():
+            if entry.relay is not None:
+                if owner is not None:
+                    return None
+                owner = entry
+        return owner
 
     def _on_register(self, method: str, params: JsonObject) -> None:
         hello = params.get("hello") if method == "notifications/register" else params
@@ -717,6 +862,14 @@ class ProviderSession:
             result = await relay.relay(method, params)
             reply = jsonrpc.result_response(request_id, result)
             outcome = "answered"
+        except CallRefused as exc:
+            # The caller cannot be asked this, and its era says so by failing its request: the
+            # provider is told no (and its call cancelled); the caller gets exc.to_caller.
+            reply = exc.response(request_id)
+            outcome = outcome_of(exc)
+            record = self.relayed.pop(request_id, None)  # first: ending its owner must not end it too
+            if record is not None:
+                self._fail_owner(record.owner, exc.to_caller)
         except errors.RpcError as exc:
             reply = exc.response(request_id)
             outcome = outcome_of(exc)
@@ -732,6 +885,14 @@ class ProviderSession:
         self._count_relay(method, outcome)
         if reply is not None and self.state != "closed":
             await self._reply(reply)
+
+    def _fail_owner(self, owner: Pending, error: errors.RpcError) -> None:
+        """End the client request `owner` with `error` now: its provider call is cancelled upstream."""
+        if self.pending.get(owner.request_id) is not owner or owner.future.done():
+            return
+        owner.future.set_exception(error)
+        if self._forget(owner.request_id, error.message):
+            self._cancel_upstream(owner.request_id, error.message)
 
     def _provider_cancelled(self, request_id: Any) -> None:
         record = self.relayed.get(request_id) if _is_gateway_id(request_id) else None
@@ -762,11 +923,13 @@ class ProviderSession:
             "remote": self.link.info.remote,
             "identity": self.link.info.identity,
             "connected_since": self.connected_at,
-            "pending": len(self.pending),
+            "pending": self.in_flight,
             "aggregate": self.aggregate,
             "hello": self.hello,
             "server_info": self.server_info,
             "protocol_version": self.protocol_version,
+            "era": self.era,
+            "listen": self.listen.status() if self.modern else None,
             "tools": len(self.tools),
             "tools_hash": self.tools_hash,
             "heartbeat_misses": self.counters.heartbeat_misses,

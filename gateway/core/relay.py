@@ -41,13 +41,11 @@ CALLER_CAPABILITIES_KEY = "io.github.mcp-gateway/clientCapabilities"
 sampling, elicitation and roots capabilities of the client that asked. A provider initialized once
 by the gateway sees the gateway's capabilities; this tells it what this caller can answer."""
 
-PROVIDER_FACING_CAPABILITIES: JsonObject = {
-    "sampling": {"tools": {}},
-    "elicitation": {"form": {}, "url": {}},
-    "roots": {},
-}
-"""What the gateway declares in its own initialize towards providers: it can relay all of these,
-and checks each request against the capabilities of the client that caused it."""
+PROVIDER_FACING_CAPABILITIES: JsonObject = {}
+"""What the gateway declares in its own initialize towards a session-era provider: nothing. One
+provider session serves every caller, so the least any caller declares is all a provider may assume;
+the gateway still relays a provider's request to a caller that declared what it needs, names each
+caller's capabilities in _meta (CALLER_CAPABILITIES_KEY), and refuses what the caller cannot answer."""
 
 ASKING_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 """Client requests during which a provider may ask the client something: in the stateless era the
@@ -86,6 +84,52 @@ def missing_capability(capabilities: JsonObject, method: str, params: JsonObject
     if method == "roots/list":
         return None if isinstance(capabilities.get("roots"), dict) else "roots"
     return method
+
+
+NOT_SUPPORTED = {
+    "sampling/createMessage": "Sampling not supported",
+    "elicitation/create": "Elicitation not supported",
+    "roots/list": "List roots not supported",
+}
+"""What the SDK's own client answers a request for a capability it did not declare."""
+
+
+def required_capabilities(missing: str) -> JsonObject:
+    """`missing` ("sampling", "elicitation.url", ...) as a ClientCapabilities object."""
+    head, _, sub = missing.partition(".")
+    return {head: {sub: {}} if sub else {}}
+
+
+def not_declared(method: str, missing: str) -> errors.RpcError:
+    """The session era's answer to a provider request its caller did not declare the capability for:
+    what that client would have answered itself (the SDK's "... not supported", -32600)."""
+    text = NOT_SUPPORTED.get(method, f"{method} not supported")
+    return errors.RpcError(
+        jsonrpc.INVALID_REQUEST,
+        f"{text}: the client did not declare the {missing} capability",
+        {"reason": "no_capability", "missing": missing},
+    )
+
+
+class CallRefused(errors.RpcError):
+    """A provider request the caller cannot be asked, in an era where that fails the caller's request:
+    the provider gets this error for its request (and its call is cancelled), the caller `to_caller`."""
+
+    def __init__(self, error: errors.RpcError, to_caller: errors.RpcError) -> None:
+        super().__init__(error.code, error.message, error.data)
+        self.to_caller = to_caller
+
+
+def missing_capability_call(method: str, missing: str) -> CallRefused:
+    """2026-07-28: a provider asked a caller for a capability it did not declare. A 2026-07-28 server
+    answers such a request -32021 (and HTTP 400) itself; the gateway answers for a session-era
+    provider the same way."""
+    to_caller = errors.RpcError(
+        jsonrpc.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        f"The provider needs the {missing} capability ({method}), which this request did not declare",
+        {"requiredCapabilities": required_capabilities(missing)},
+    )
+    return CallRefused(not_declared(method, missing), to_caller)
 
 
 def client_params(params: JsonObject | None) -> JsonObject | None:
@@ -281,7 +325,7 @@ class SessionRelay:
     async def relay(self, method: str, params: JsonObject | None) -> JsonObject:
         missing = missing_capability(self.capabilities, method, params)
         if missing is not None:
-            raise refusal(method, f"the client did not declare the {missing} capability", "no_capability")
+            raise not_declared(method, missing)
         return await self.requester.request(method, client_params(params))
 
 

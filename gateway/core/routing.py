@@ -14,7 +14,11 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from gateway.core import errors, jsonrpc
+from gateway.core import errors, jsonrpc, modern_calls
+from gateway.core.eras import (
+    ENVELOPE_KEYS,
+    META_SERVER_INFO,
+)
 from gateway.core.input_required import CANNOT_ASK, Caller, InputRequired, continues_held_call
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.principal import ANONYMOUS, Principal
@@ -38,14 +42,6 @@ STATELESS = "stateless"
 
 Derived = TypeVar("Derived")
 
-META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
-META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
-META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
-META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
-META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
-META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
-# Envelope keys that describe the client to the gateway; a session-era provider never sees them.
-ENVELOPE_KEYS = frozenset({META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL})
 
 CACHEABLE_METHODS = frozenset(
     {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
@@ -64,6 +60,9 @@ class ClientContext:
     log_level: str | None = None  # stateless era: the per-request opt-in
     principal: Principal = ANONYMOUS
     client_capabilities: JsonObject = field(default_factory=dict)
+    client_info: JsonObject = field(default_factory=dict)
+    """Session era: the clientInfo of the client's initialize (a 2026-07-28 provider gets it in the
+    envelope of each of this client's requests); a stateless-era request carries its own."""
     on_pending: Callable[[int], None] | None = None
     requester: ClientRequester | None = None
     """Session era: sends a request to this client on this request's stream and awaits the answer
@@ -287,6 +286,10 @@ class SlotTarget(Target):
         session = self.slot.live
         if session is None or not session.ready or (not uris and level is None):
             return
+        if session.modern:
+            if uris:
+                session.listen.refresh()
+            return
         requests: list[tuple[str, JsonObject]] = [("resources/unsubscribe", {"uri": uri}) for uri in uris]
         if level is not None and "logging" in session.capabilities:
             requests.append(("logging/setLevel", {"level": level}))
@@ -337,6 +340,8 @@ class SlotTarget(Target):
             return {}
         changed = self.slot.upstream.set_level(ctx.listener, level)
         session = self.slot.live
+        if session is not None and session.modern:
+            return {}  # no logging/setLevel in 2026-07-28: each of this client's requests carries its level
         if changed is not None and session is not None and session.ready and "logging" in session.capabilities:
             await forward_to(session, ctx, "logging/setLevel", {"level": changed}, self.metrics)
         return {}
@@ -347,6 +352,13 @@ class SlotTarget(Target):
             raise errors.RpcError(jsonrpc.INVALID_PARAMS, f'{method} needs "uri"')
         session = await self.provider()
         who = ctx.listener if ctx.listener is not None else object()
+        if session.modern:
+            # 2026-07-28 has no resources/subscribe: the gateway's listen stream asks for the URIs.
+            upstream = self.slot.upstream
+            record = upstream.subscribe if method == "resources/subscribe" else upstream.unsubscribe
+            if record(uri, who):
+                session.listen.refresh()
+            return {}
         if method == "resources/subscribe":
             if self.slot.upstream.subscribe(uri, who):
                 try:
@@ -397,10 +409,13 @@ def forward_to(
     A plain function handing back the coroutine of the call it makes (one coroutine frame less on
     every relayed call); nothing happens until that is awaited.
 
-    A request that may make the provider ask its client something (tools/call, prompts/get,
-    resources/read) tells the provider the caller's capabilities; in the stateless era it is served
-    through the input_required translation (gateway/core/input_required.py)."""
+    A 2026-07-28 provider gets the request as its caller's own 2026-07-28 request
+    (gateway/core/modern_calls.py). To a session-era provider, a request that may make it ask its
+    client something (tools/call, prompts/get, resources/read) names the caller's capabilities; in
+    the stateless era it is served through the input_required translation (gateway/core/input_required.py)."""
     sink = ctx.emit if ctx.sink is not None else None
+    if session.modern:
+        return modern_calls.call(session, ctx, method, params, metrics, sink, progress_token(params))
     if method not in ASKING_METHODS:
         params = strip_envelope(params)
         return call_provider(session, method, params, metrics, relay_for(ctx, method), sink, progress_token(params))

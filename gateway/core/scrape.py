@@ -97,7 +97,7 @@ class ScrapeSync:
         for name, slot in slots.items():
             session = slot.live
             metrics.slot_connected.labels(name).set(1 if session is not None else 0)
-            metrics.slot_pending.labels(name).set(len(session.pending) if session is not None else 0)
+            metrics.slot_pending.labels(name).set(session.in_flight if session is not None else 0)
             metrics.slot_tools.labels(name).set(len(session.tools) if session is not None and session.ready else 0)
             metrics.slot_in_aggregate.labels(name).set(1 if name in members else 0)
             totals = slot.counter_totals()

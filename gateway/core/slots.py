@@ -117,7 +117,7 @@ class SlotRegistry:
         self.config = config
         self.metrics = metrics
         self.slots: dict[str, Slot] = {}
-        self.membership_listeners: list[Callable[[], None]] = []
+        self.membership_listeners: list[Callable[[str | None], None]] = []
         self.relay_metrics = RelayMetrics(metrics)
         self.managers: dict[str, UpstreamManager] = {}
         """Slots whose provider is a configured upstream, and who runs it (see `manage`)."""
@@ -185,6 +185,10 @@ class SlotRegistry:
         startup_ms = getattr(self.managers.get(name), "startup_timeout_ms", None)
         # Likewise its own call deadline (a remote upstream's request_timeout_ms); [slots.declared] wins.
         upstream_ms = getattr(self.managers.get(name), "request_timeout_ms", None)
+        # The protocol era: [slots.declared] wins, then the upstream's own setting, then [providers].
+        upstream_era = getattr(self.managers.get(name), "era_setting", None)
+        era = (per_slot.era if per_slot and per_slot.era else None) or upstream_era or providers.era
+        poll_s = getattr(self.managers.get(name), "tools_poll_s", None)
         return SessionSettings(
             request_timeout_ms=(per_slot.request_timeout_ms if per_slot else None)
             or (upstream_ms if isinstance(upstream_ms, int) else None)
@@ -195,6 +199,9 @@ class SlotRegistry:
             numeric_ids=id_style == "numeric" or link.info.numeric_ids,
             max_tools_pages=providers.max_tools_pages,
             register_wait_ms=providers.register_wait_ms if link.info.register_frame_follows else 0,
+            era=era,
+            tools_poll_s=float(poll_s) if isinstance(poll_s, int | float) else 0.0,
+            max_input_rounds=self.config.limits.max_input_rounds,
         )
 
     def takeover_policy(self, name: str) -> str:
@@ -234,6 +241,9 @@ class SlotRegistry:
                 await self._resolve_takeover(slot, incumbent, link)
             session = ProviderSession(name, link, self.settings_for(name, link), self, aggregate=aggregate, hello=hello)
             session.relay_metrics = self.relay_metrics
+            upstream = slot.upstream
+            session.listen_uris = lambda: sorted(upstream.subscribers)
+            session.log_level_of = lambda listener: upstream.log_levels.get(listener) if listener is not None else None
             slot.session = session
             slot.connects += 1
         self.metrics.provider_connects.labels(name, link.info.transport).inc()
@@ -275,7 +285,9 @@ class SlotRegistry:
         slot = self._owner(session)
         if slot is None:
             return
-        replay = slot.upstream.replay()
+        # A session-era provider is asked again to keep what clients asked of the previous one; a
+        # 2026-07-28 provider gets the log level with each request and the subscriptions in its listen.
+        replay = slot.upstream.replay() if not session.modern else []
         if replay:
             asyncio.get_running_loop().create_task(self._replay(session, replay))
         # Every (re)connect is announced, even with an unchanged tool list: a client that asked
@@ -292,7 +304,10 @@ class SlotRegistry:
                 session.warn_once("replay", "replaying %s to slot %s failed: %s", method, session.slot, exc.message)
                 return
 
-    def session_tools_changed(self, session: ProviderSession) -> None:
+    def session_tools_changed(self, session: ProviderSession, *, noticed: bool = False) -> None:
+        """The provider's tool list changed, or (`noticed`) the provider said it did: the slot's
+        listeners hear it once, and so do the listeners of `_all` and of each tool group that
+        includes the slot, whether or not their own catalog came out different."""
         slot = self._owner(session)
         if slot is None:
             return
@@ -300,7 +315,7 @@ class SlotRegistry:
         slot.broadcast(TOOLS_CHANGED)
         # Every provider, not only _all's members: tool groups (/mcp) include any ready slot. A
         # catalog that does not contain this slot rebuilds to the same hash and announces nothing.
-        self._membership_changed()
+        self._membership_changed(session.slot if noticed else None)
 
     def session_notification(self, session: ProviderSession, message: JsonObject) -> None:
         slot = self._owner(session)
@@ -329,9 +344,11 @@ class SlotRegistry:
         # listeners rebuild from the live members and only announce a real change.
         self._membership_changed()
 
-    def _membership_changed(self) -> None:
+    def _membership_changed(self, noticed_slot: str | None = None) -> None:
+        """Catalogs built from the ready slots rebuild; each announces a change of its own, and a
+        change the provider of `noticed_slot` announced when that slot is part of it."""
         for listener in list(self.membership_listeners):
-            listener()
+            listener(noticed_slot)
 
     # -- liveness and shutdown ----------------------------------------------------------------
 

@@ -200,6 +200,7 @@ class ClientChannel:
             sink=self.send,
             principal=session.principal,
             client_capabilities=session.capabilities,
+            client_info=session.client_info,
             # Requests from the provider to this client go out on the channel, like everything else.
             requester=session.requests.via(self.outbox.put),
         )

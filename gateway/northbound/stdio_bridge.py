@@ -42,7 +42,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from gateway.core import jsonrpc, routing, stateless
+from gateway.core import eras, jsonrpc, stateless
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.policy import hmac_signing
 
@@ -461,7 +461,7 @@ class StdioBridge:
         params = body.get("params")
         params = params if isinstance(params, dict) else {}
         meta = params.get("_meta")
-        version = meta.get(routing.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
+        version = meta.get(eras.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
         method = body["method"]
         headers = {VERSION_HEADER: version} if isinstance(version, str) else {}
         headers["Mcp-Method"] = stateless.encode_header_value(method)

@@ -20,12 +20,12 @@ from aiohttp import web
 
 from gateway.core import errors, jsonrpc, stateless
 from gateway.core.due import DueQueue
+from gateway.core.eras import META_SUBSCRIPTION_ID
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.names import SlotNameError, decode_path_segment
 from gateway.core.principal import Principal
 from gateway.core.routing import (
-    META_SUBSCRIPTION_ID,
     SESSION,
     STATELESS,
     ClientContext,
@@ -392,6 +392,7 @@ class StreamableHttpEndpoint:
             listener=session,
             principal=session.principal,
             client_capabilities=session.capabilities,
+            client_info=session.client_info,
         )
         return await self.exchange(request, target, ctx, body, session, accepts(request)[1])
 

@@ -13,6 +13,7 @@ from urllib.parse import quote
 import aiohttp
 import anyio
 import orjson
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from gateway.core.backoff import Backoff
 from gateway.publish.sdk_bridge import SdkServer, SdkSession
@@ -24,12 +25,17 @@ mcp-broker reads them); the bytes are UTF-8 already, so they go out without a de
 log = logging.getLogger("gateway.publish")
 
 
+SPOKEN_VERSIONS = [*MODERN_PROTOCOL_VERSIONS, *HANDSHAKE_PROTOCOL_VERSIONS]
+"""What an SDK server published here speaks: its hello says so, or a gateway would take it for a board
+of the device profile (session era only, WIRE.md §3.4)."""
+
+
 def register_frame(aggregate: bool, hello: dict[str, Any] | None) -> dict[str, Any]:
     params: dict[str, Any] = {}
     if aggregate:
         params["aggregate"] = True
     if hello:
-        params["hello"] = hello
+        params["hello"] = {"versions": SPOKEN_VERSIONS, **hello}
     frame: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/register"}
     if params:
         frame["params"] = params

@@ -112,7 +112,7 @@ class MqttBroker:
         while len(self.slots_seen) > self.config.max_instances:
             del self.slots_seen[next(iter(self.slots_seen))]
 
-    def _slots_changed(self) -> None:
+    def _slots_changed(self, noticed_slot: str | None = None) -> None:
         # A provider attached or left somewhere: a slot refused as held may be free now.
         for profile in (self.plain, self.mcp):
             if profile is not None:

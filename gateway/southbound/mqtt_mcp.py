@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import orjson
 
 from gateway.core import jsonrpc
+from gateway.core.eras import SESSION_ERA
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import LinkInfo
 from gateway.core.names import SlotNameError, check_slot_name
@@ -75,7 +76,13 @@ class McpLink(MqttLink):
             (mqtt_topics.PROP_COMPONENT_TYPE, mqtt_topics.COMPONENT_CLIENT),
             (mqtt_topics.PROP_MQTT_CLIENT_ID, client_id),
         )
-        info = LinkInfo(transport="mqtt-mcp", remote=f"{broker.label} {address.server_name} ({address.server_id})")
+        # The pinned EMQX revision (mqtt_topics.SPEC_REVISION) opens a session with initialize on the
+        # control topic and defines no server/discover: the session era, no probe.
+        info = LinkInfo(
+            transport="mqtt-mcp",
+            remote=f"{broker.label} {address.server_name} ({address.server_id})",
+            era=SESSION_ERA,
+        )
         super().__init__(broker, slot, info)
         self.released = False
         self.profile: McpProfile | None = None

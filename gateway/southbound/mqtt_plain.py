@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 
 from gateway.core import jsonrpc
+from gateway.core.eras import SESSION_ERA
 from gateway.core.link import LinkInfo
 from gateway.core.slots import SlotRefused
 from gateway.southbound import envelope, mqtt_topics
@@ -39,7 +40,8 @@ def _device_id(hello: object) -> object:
 class PlainLink(MqttLink):
     def __init__(self, broker: BrokerContext, slot: str, prefix: str, profile: PlainProfile) -> None:
         self.topics = {kind: mqtt_topics.plain_topic(prefix, slot, kind) for kind in ("status", "down", "up")}
-        info = LinkInfo(transport="mqtt", remote=f"{broker.label} {prefix}/{slot}")
+        # The plain profile carries boards of the device profile (WIRE.md §3, §5.1): session era, no probe.
+        info = LinkInfo(transport="mqtt", remote=f"{broker.label} {prefix}/{slot}", era=SESSION_ERA)
         super().__init__(broker, slot, info)
         self.profile = profile
 

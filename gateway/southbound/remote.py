@@ -21,7 +21,7 @@ import aiohttp
 
 from gateway import __version__
 from gateway.config import RemoteUpstreamConfig
-from gateway.core import jsonrpc
+from gateway.core import eras, jsonrpc
 from gateway.core.backoff import Backoff
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
@@ -40,18 +40,15 @@ from gateway.southbound.remote_auth import (
 from gateway.southbound.remote_http import MAX_ERROR_BODY, RemoteHttp, tls_context
 from gateway.southbound.remote_link import RemoteLink
 from gateway.southbound.remote_sse import LegacySseLink
-from gateway.southbound.remote_streamable import GATEWAY_INFO, StreamableHttpLink, content_type
+from gateway.southbound.remote_streamable import StreamableHttpLink, content_type
 from gateway.southbound.remote_wire import (
     ACCEPT_BOTH,
     ERA_SESSION,
     ERA_STATELESS,
     METHOD,
     PROTOCOL_VERSION,
-    discover_verdict,
-    envelope,
     public_url,
     snippet,
-    stateless_request,
 )
 from gateway.southbound.sse_events import SseTooLarge, read_events
 
@@ -74,6 +71,8 @@ class RemoteUpstream:
         self.name = config.name
         self.gateway = gateway
         self.request_timeout_ms = config.request_timeout_ms
+        self.tools_poll_s = config.tools_poll_s
+        """A 2026-07-28 server without subscriptions/listen: how often the core lists its tools again."""
         self.backoff = Backoff(config.reconnect_initial_s, config.reconnect_max_s)
         self.state = "idle"  # idle -> connecting -> connected -> unreachable|auth_failed|... -> connecting ...
         self.era: str | None = None
@@ -244,9 +243,7 @@ class RemoteUpstream:
             config.url,
             self.http,
             era=self.era,
-            discovered=discovered,
             stream_retry_max_s=config.reconnect_max_s,
-            tools_poll_s=config.tools_poll_s,
             max_event_bytes=max_event_bytes,
             timeout_s=timeout_s,
         )
@@ -254,8 +251,12 @@ class RemoteUpstream:
     async def _discover(self) -> JsonObject | None:
         """Probe server/discover: its result when the server speaks 2026-07-28, None to fall back to initialize."""
         assert self.http is not None
-        message = {"jsonrpc": "2.0", "id": "gw-discover", "method": "server/discover", "params": {}}
-        body = stateless_request(message, envelope({}, dict(GATEWAY_INFO), None))
+        body = {
+            "jsonrpc": "2.0",
+            "id": "gw-discover",
+            "method": "server/discover",
+            "params": {"_meta": eras.gateway_envelope()},
+        }
         headers = {
             "Accept": ACCEPT_BOTH,
             "Content-Type": "application/json",
@@ -285,7 +286,7 @@ class RemoteUpstream:
         if reply is None:
             return None
         try:
-            return discover_verdict(reply)
+            return eras.discover_verdict(reply)
         except ValueError as exc:
             raise UpstreamIncompatible(f"{public_url(self.config.url)}: {exc}") from exc
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from gateway.core import jsonrpc
+from gateway.core import eras, jsonrpc
 from gateway.policy.ssrf import SsrfRefused, same_origin_url
 from gateway.southbound.remote_auth import UpstreamAuthFailed, UpstreamDropped, UpstreamUnreachable
 from gateway.southbound.remote_http import MAX_ERROR_BODY, RemoteHttp
@@ -34,6 +34,7 @@ class LegacySseLink(RemoteLink):
 
     def __init__(self, name: str, url: str, http: RemoteHttp, *, max_event_bytes: int, timeout_s: float) -> None:
         super().__init__(name, url, http, max_event_bytes, timeout_s)
+        self.info.era = eras.SESSION_ERA  # the legacy transport (2024-11-05) has no other era
         self.endpoint: str | None = None
         self._response: aiohttp.ClientResponse | None = None
         self._events: AsyncIterator[SseEvent] | None = None

@@ -12,13 +12,12 @@ it (it restarted): the link replays the gateway's initialize and initialized, th
 resource subscriptions, retries the request once, and asks the core to re-list tools; callers never
 see the difference. DELETE ends the session when the gateway closes the link.
 
-Stateless era (2026-07-28, found by the manager's server/discover probe): the link answers the core's
-initialize itself from the discover result, swallows notifications/initialized, and sends every
-request with the `_meta` envelope (the gateway's capabilities and clientInfo, the log level) and the
-MCP-Protocol-Version, Mcp-Method, Mcp-Name (and Mcp-Param-*) headers. ping becomes a discover probe,
-logging/setLevel a per-request log level, resources/subscribe a resource on the subscriptions/listen
-stream that also carries list changes; a server without subscriptions/listen has its tools re-listed
-every `tools_poll_s`. Cancelling a request closes its response stream, which is the cancellation.
+Stateless era (2026-07-28, found by the manager's server/discover probe): the core speaks 2026-07-28
+to the server itself (gateway/core/eras.py), so every request already carries its caller's envelope;
+the link POSTs it as it is, with the MCP-Protocol-Version, Mcp-Method, Mcp-Name (and Mcp-Param-*)
+headers it implies, and feeds back the answer and whatever the response stream carries before it
+(the core's subscriptions/listen is one such request, its stream open as long as the core keeps it).
+Cancelling a request closes its response stream, which is the cancellation.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway import __version__
-from gateway.core import jsonrpc
+from gateway.core import eras, jsonrpc
 from gateway.core.backoff import Backoff
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.southbound.remote_auth import UpstreamAuthFailed, UpstreamDropped, UpstreamError, UpstreamUnreachable
@@ -43,14 +41,9 @@ from gateway.southbound.remote_wire import (
     LAST_EVENT_ID,
     PROTOCOL_VERSION,
     SESSION_ID,
-    envelope,
     http_failure,
-    initialize_from_discover,
-    listen_filter,
     stateless_headers,
-    stateless_request,
     stream_broken,
-    without_subscription_id,
 )
 from gateway.southbound.sse_events import SseTooLarge, read_events
 
@@ -60,7 +53,6 @@ JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
 TOOLS_CHANGED = jsonrpc.notification("notifications/tools/list_changed")
 STREAM_RETRY_INITIAL_S = 0.5
-GATEWAY_INFO: JsonObject = {"name": "mcp-gateway", "version": __version__}
 
 
 class ReinitializeFailed(UpstreamError):
@@ -81,17 +73,14 @@ class StreamableHttpLink(RemoteLink):
         http: RemoteHttp,
         *,
         era: str,
-        discovered: JsonObject | None = None,
         max_event_bytes: int,
         timeout_s: float,
         stream_retry_max_s: float = 30.0,
-        tools_poll_s: float = 60.0,
     ) -> None:
         super().__init__(name, url, http, max_event_bytes, timeout_s)
         self.era = era
-        self.discovered = discovered or {}
+        self.info.era = eras.MODERN_ERA if era == ERA_STATELESS else eras.SESSION_ERA
         self.stream_retry_max_s = stream_retry_max_s
-        self.tools_poll_s = tools_poll_s
         self.inflight: dict[JsonId, asyncio.Task[None]] = {}
         # Session era
         self.session_id: str | None = None
@@ -104,17 +93,9 @@ class StreamableHttpLink(RemoteLink):
         self.stream_opens = 0
         self.stream_drops = 0
         self.last_stream_error = ""
-        # State a client asked the server to keep: replayed on a new session (session era), or carried
-        # by every request and the listen stream (stateless era).
+        # State a client asked the server to keep, replayed on a new session (session era).
         self.log_level: str | None = None
         self.subscriptions: set[str] = set()
-        # Stateless era
-        self.client_capabilities: JsonObject = {}
-        self.client_info: JsonObject = dict(GATEWAY_INFO)
-        self.listen = "none"  # none | open | reconnecting | polling
-        self.listen_unsupported = False
-        """The server answered subscriptions/listen with method-not-found."""
-        self._listen_task: asyncio.Task[None] | None = None
 
     @property
     def stateless(self) -> bool:
@@ -131,14 +112,16 @@ class StreamableHttpLink(RemoteLink):
         method = message.get("method")
         if isinstance(method, str) and "id" in message:
             if self.stateless:
-                self._stateless_request(message, method)
+                self._start_exchange(message)
             else:
                 self._session_request(message, method)
         elif isinstance(method, str):
-            if self.stateless:
-                self._stateless_notification(message, method)
-            else:
+            if not self.stateless:
                 await self._session_notification(message, method)
+            elif method == "notifications/cancelled":
+                # 2026-07-28: closing the request's response stream is its cancellation.
+                self._cancel_inflight(message.get("params"))
+            # No other notification to a server exists in this era.
         elif not self.stateless:
             await self._post_one_way(message)  # the core's answer to a request from the server
 
@@ -232,12 +215,10 @@ class StreamableHttpLink(RemoteLink):
             sent_session = self.session_id
             if self.stateless:
                 headers = {"Accept": ACCEPT_BOTH, "Content-Type": JSON, **self._stateless_headers(message)}
-                body = stateless_request(message, self._envelope())
             else:
                 headers = self._session_headers(str(method))
-                body = message
             try:
-                response = await self.http.open("POST", self.url, headers, jsonrpc.dumps(body))
+                response = await self.http.open("POST", self.url, headers, jsonrpc.dumps(message))
             except (UpstreamUnreachable, UpstreamAuthFailed) as exc:
                 self.lose(self._describe(exc), exc)
                 return
@@ -294,9 +275,6 @@ class StreamableHttpLink(RemoteLink):
                 self.protocol_version = result["protocolVersion"]
             self.feed(data)
             return True
-        if self.stateless and parsed.kind is Kind.NOTIFICATION:
-            self.feed_message(without_subscription_id(parsed.body))
-            return False
         self.feed(data)
         return False
 
@@ -357,14 +335,9 @@ class StreamableHttpLink(RemoteLink):
         """One request of the link's own; returns the answer and the response headers. Other messages
         on its stream go to the core. Raises UpstreamError when there is no answer."""
         request_id = message["id"]
-        if self.stateless:
-            headers = {"Accept": ACCEPT_BOTH, "Content-Type": JSON, **self._stateless_headers(message)}
-            body = stateless_request(message, self._envelope())
-        else:
-            headers = self._session_headers(str(message.get("method")))
-            body = message
+        headers = self._session_headers(str(message.get("method")))
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        response = await self.http.open("POST", self.url, headers, jsonrpc.dumps(body), timeout)
+        response = await self.http.open("POST", self.url, headers, jsonrpc.dumps(message), timeout)
         try:
             kind = content_type(response)
             try:
@@ -452,9 +425,6 @@ class StreamableHttpLink(RemoteLink):
 
     # -- stateless era ------------------------------------------------------------------------
 
-    def _envelope(self) -> JsonObject:
-        return envelope(self.client_capabilities, self.client_info, self.log_level)
-
     def _stateless_headers(self, message: JsonObject) -> dict[str, str]:
         schema = None
         params = message.get("params")
@@ -462,160 +432,6 @@ class StreamableHttpLink(RemoteLink):
             name = params.get("name")
             schema = next((tool.get("inputSchema") for tool in self.session.tools if tool.get("name") == name), None)
         return stateless_headers(message, schema)
-
-    def _stateless_request(self, message: JsonObject, method: str) -> None:
-        request_id = message["id"]
-        params = message.get("params")
-        params = params if isinstance(params, dict) else {}
-        if method == "initialize":
-            # The gateway's own client description travels in every request's envelope.
-            if isinstance(params.get("capabilities"), dict):
-                self.client_capabilities = params["capabilities"]
-            if isinstance(params.get("clientInfo"), dict):
-                self.client_info = params["clientInfo"]
-            self.feed_message(initialize_from_discover(request_id, self.discovered, self.name))
-            return
-        if method == "ping":
-            self.spawn(self._ping(request_id))
-            return
-        if method == "logging/setLevel":
-            self._track_state(method, params)
-            self.feed_message(jsonrpc.result_response(request_id, {}))
-            return
-        if method in ("resources/subscribe", "resources/unsubscribe"):
-            if self.listen_unsupported:
-                self.feed_message(
-                    jsonrpc.error_response(
-                        request_id,
-                        jsonrpc.METHOD_NOT_FOUND,
-                        f'Method not found: {method} needs subscriptions/listen, which upstream "{self.name}" '
-                        "does not serve",
-                    )
-                )
-                return
-            before = set(self.subscriptions)
-            self._track_state(method, params)
-            if self.subscriptions != before:
-                self._restart_listen(refetch=False)
-            self.feed_message(jsonrpc.result_response(request_id, {}))
-            return
-        self._start_exchange(message)
-
-    def _stateless_notification(self, message: JsonObject, method: str) -> None:
-        if method == "notifications/initialized":
-            self._restart_listen(refetch=False)
-        elif method == "notifications/cancelled":
-            # 2026-07-28: closing the request's response stream is its cancellation.
-            self._cancel_inflight(message.get("params"))
-        # No other client notification exists in this era.
-
-    async def _ping(self, request_id: JsonId) -> None:
-        """ping is gone in 2026-07-28; server/discover is the cheapest request that proves the server answers."""
-        discover = {"jsonrpc": "2.0", "id": self.internal_id("ping"), "method": "server/discover", "params": {}}
-        try:
-            reply, _ = await self._call(discover)
-        except (UpstreamUnreachable, UpstreamAuthFailed) as exc:
-            self.lose(self._describe(exc), exc)
-            return
-        except UpstreamError as exc:
-            self.answer_if_pending(stream_broken(request_id, self.name, str(exc)))
-            return
-        if "result" in reply:
-            self.answer_if_pending(jsonrpc.result_response(request_id, {}))
-        else:
-            error = jsonrpc.normalize_error(reply.get("error"))
-            self.answer_if_pending({"jsonrpc": "2.0", "id": request_id, "error": error})
-
-    def _restart_listen(self, *, refetch: bool) -> None:
-        if self._listen_task is not None:
-            self._listen_task.cancel()
-        if self.ending():
-            return
-        capabilities = self.discovered.get("capabilities")
-        wanted = listen_filter(capabilities if isinstance(capabilities, dict) else {}, sorted(self.subscriptions))
-        if not wanted or self.listen_unsupported:
-            self.listen = "none"
-            self._listen_task = self.spawn(self._poll_tools()) if self.tools_poll_s > 0 else None
-            return
-        self._listen_task = self.spawn(self._listen_stream(refetch))
-
-    async def _listen_stream(self, refetch: bool) -> None:
-        """subscriptions/listen: list changes and subscribed resource updates, reopened when it drops."""
-        backoff = Backoff(STREAM_RETRY_INITIAL_S, self.stream_retry_max_s)
-        capabilities = self.discovered.get("capabilities")
-        capabilities = capabilities if isinstance(capabilities, dict) else {}
-        while not self.ending():
-            wanted = listen_filter(capabilities, sorted(self.subscriptions))
-            listen_id = self.internal_id("listen")
-            message = {
-                "jsonrpc": "2.0",
-                "id": listen_id,
-                "method": "subscriptions/listen",
-                "params": {"notifications": wanted},
-            }
-            headers = {"Accept": ACCEPT_BOTH, "Content-Type": JSON, **self._stateless_headers(message)}
-            body = stateless_request(message, self._envelope())
-            try:
-                response = await self.http.open("POST", self.url, headers, jsonrpc.dumps(body))
-            except UpstreamAuthFailed as exc:
-                self.lose(self._describe(exc), exc)
-                return
-            except UpstreamError as exc:
-                self.last_stream_error = str(exc)
-            else:
-                try:
-                    if content_type(response) == EVENT_STREAM and response.status == 200:
-                        async for event in read_events(response.content.iter_any(), self.max_event_bytes):
-                            if not event.data:
-                                continue
-                            parsed = jsonrpc.parse(event.data)
-                            if parsed.kind is Kind.NOTIFICATION:
-                                if parsed.body["method"] == "notifications/subscriptions/acknowledged":
-                                    self.listen = "open"
-                                    self.stream_opens += 1
-                                    backoff.reset()
-                                    if refetch:
-                                        # No replay across listen streams: whatever changed meanwhile is
-                                        # found by listing again (the core announces only real changes).
-                                        self.feed_message(TOOLS_CHANGED)
-                                    refetch = True
-                                else:
-                                    self.feed_message(without_subscription_id(parsed.body))
-                            elif parsed.kind is Kind.RESPONSE and parsed.body.get("id") == listen_id:
-                                break  # the server ended the subscription gracefully
-                        self.last_stream_error = "the server ended the subscriptions/listen stream"
-                    else:
-                        data = await response.content.read(MAX_ERROR_BODY)
-                        answer = jsonrpc.parse(data) if data else None
-                        error = (
-                            answer.body.get("error") if answer is not None and answer.kind is Kind.RESPONSE else None
-                        )
-                        if response.status == 404 or (
-                            isinstance(error, dict) and error.get("code") == jsonrpc.METHOD_NOT_FOUND
-                        ):
-                            self.listen_unsupported = True
-                            self.listen = "none"
-                            if self.tools_poll_s > 0:
-                                await self._poll_tools()
-                            return
-                        self.last_stream_error = f"subscriptions/listen answered HTTP {response.status}"
-                except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
-                    self.last_stream_error = f"subscriptions/listen broke: {exc or type(exc).__name__}"
-                finally:
-                    response.release()
-            if self.ending():
-                return
-            self.listen = "reconnecting"
-            self.stream_drops += 1
-            refetch = True
-            await asyncio.sleep(backoff.next_delay())
-
-    async def _poll_tools(self) -> None:
-        """No way to hear of changes: ask the core to re-list every tools_poll_s."""
-        self.listen = "polling"
-        while not self.ending():
-            await asyncio.sleep(self.tools_poll_s)
-            self.feed_message(TOOLS_CHANGED)
 
     # -- status -------------------------------------------------------------------------------
 
@@ -626,18 +442,19 @@ class StreamableHttpLink(RemoteLink):
 
     def status_extra(self) -> JsonObject:
         if self.stateless:
+            listen = self.session.listen.status() if self.session is not None else {}
             return {
                 "era": ERA_STATELESS,
                 "protocol_version": ERA_STATELESS,
                 "session": False,
                 "get_stream": None,
-                "listen": "unsupported" if self.listen_unsupported and self.listen == "none" else self.listen,
-                "stream_opens": self.stream_opens,
-                "stream_drops": self.stream_drops,
-                "last_stream_error": self.last_stream_error or None,
+                "listen": listen.get("state"),
+                "stream_opens": listen.get("opens", 0),
+                "stream_drops": listen.get("drops", 0),
+                "last_stream_error": listen.get("last_error"),
                 "reinitializes": 0,
-                "log_level": self.log_level,
-                "subscriptions": len(self.subscriptions),
+                "log_level": None,
+                "subscriptions": len(self.session.listen_uris()) if self.session is not None else 0,
             }
         return {
             "era": ERA_SESSION,

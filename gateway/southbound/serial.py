@@ -49,6 +49,7 @@ from prometheus_client import Counter, Gauge
 from gateway.config import SERIAL_LIMIT_KEYS, SerialConfig, SerialLineConfig
 from gateway.core import jsonrpc
 from gateway.core.backoff import Backoff
+from gateway.core.eras import SESSION_ERA
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import LinkInfo
@@ -146,6 +147,8 @@ class SerialSlotLink:
             transport=TRANSPORT,
             remote=port.spec.path,
             identity=port.spec.identity,
+            # A serial line carries boards of the device profile (WIRE.md §3): session era, no era probe.
+            era=SESSION_ERA,
             extra={"framing": "cobs+crc32", "enveloped": "yes" if enveloped else "no"},
         )
 

@@ -52,6 +52,8 @@ class StdioSupervisor:
         # Each request of the handshake may take the whole startup deadline; the margin makes the
         # supervisor's deadline (over initialize and tools/list together) the one that fires.
         self.startup_timeout_ms = round(config.startup_timeout_s * 1000) + HANDSHAKE_MARGIN_MS
+        self.era_setting = config.era
+        """The protocol era the slot registry speaks to the child (None: providers.era)."""
         explicit = {name: value.get_secret_value() for name, value in config.env.items()}
         self.env, self.missing_env = child_environment(explicit, config.env_passthrough, environ)
         self.stderr = StderrRing(config.max_stderr_bytes)

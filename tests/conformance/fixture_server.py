@@ -7,14 +7,17 @@ protocol eras: a request made in the stateless era (2026-07-28) gets the statele
 session-era request the session behaviour (`sampling/createMessage`, `elicitation/create` and
 `roots/list` sent to the client mid-call, notifications on the session).
 
-Run it three ways:
+Run it four ways:
 
     python -m tests.conformance.fixture_server --http 3901          # alone, at http://127.0.0.1:3901/mcp
+    python -m tests.conformance.fixture_server --sse 3901           # over legacy HTTP+SSE, at /sse
     python -m tests.conformance.fixture_server --stdio              # as a stdio server (stdio upstreams)
     python -m tests.conformance.fixture_server --publish ws://127.0.0.1:3000 --slot conformance-ws
 
-Behind a gateway the server sees one session-era link (the gateway's), so everything arrives in the
-session era whatever the client speaks; the gateway translates the rest.
+The conformance run puts it behind links pinned to the session era (`era = "session"`): it then sees
+one session-era link (the gateway's), so everything arrives in the session era whatever the client
+speaks, and the gateway translates the rest. tests/conformance/ordinary_server.py is the fixture that
+knows nothing of the gateway.
 """
 
 from __future__ import annotations
@@ -38,13 +41,13 @@ from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, Field
+
+from tests.conformance.scenario_data import NAME_SCHEMA, PNG_BASE64, Sep1034Defaults, sampling_required
 
 NAME = "mcp-conformance-fixture"
 VERSION = "1.0.0"
 
-# A 1x1 PNG and a short silent WAV (made here, so the fixture ships no binary files).
-PNG_BASE64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+# A short silent WAV (made here, so the fixture ships no binary files).
 
 
 def _silent_wav() -> str:
@@ -63,7 +66,6 @@ WATCHED_URI = "test://watched-resource"
 DYNAMIC_TOOL = "test_dynamic_tool"
 DYNAMIC_PROMPT = "test_dynamic_prompt"
 
-NAME_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
 # The JSON Schema 2020-12 input schema the suite expects to find unchanged in tools/list.
 JSON_SCHEMA_2020_12: dict[str, Any] = {
@@ -186,16 +188,6 @@ class StateSeal:
 
     def _mac(self, body: str) -> str:
         return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
-
-
-class Sep1034Defaults(BaseModel):
-    name: str = Field(default="John Doe", description="User name")
-    age: int = Field(default=30, description="User age")
-    score: float = Field(default=95.5, description="User score")
-    status: str = Field(
-        default="active", description="User status", json_schema_extra={"enum": ["active", "inactive", "pending"]}
-    )
-    verified: bool = Field(default=True, description="Verification status")
 
 
 SEP1330_ENUMS_SCHEMA: dict[str, Any] = {
@@ -416,14 +408,7 @@ def _stateless_tools(server: MCPServer, seal: StateSeal) -> None:
     async def test_missing_capability(ctx: Context) -> types.CallToolResult:
         caps = caller_capabilities(ctx)
         if caps is None or caps.sampling is None:
-            data = types.MissingRequiredClientCapabilityErrorData(
-                required_capabilities=types.ClientCapabilities(sampling=types.SamplingCapability())
-            )
-            raise MCPError(
-                code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
-                message="test_missing_capability needs the sampling capability",
-                data=data.model_dump(by_alias=True, mode="json", exclude_none=True),
-            )
+            raise sampling_required("test_missing_capability needs the sampling capability")
         return text("The client declared sampling.")
 
     @server.tool(description="Logs one info message (stateless: only when the request asked for logs)")
@@ -675,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.conformance.fixture_server", description=__doc__)
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--http", type=int, metavar="PORT", help="serve Streamable HTTP at http://127.0.0.1:PORT/mcp")
+    mode.add_argument("--sse", type=int, metavar="PORT", help="serve legacy HTTP+SSE at http://127.0.0.1:PORT/sse")
     mode.add_argument("--stdio", action="store_true", help="serve on stdin/stdout")
     mode.add_argument("--publish", metavar="URL", help="publish into the gateway at URL (ws:// or http://)")
     parser.add_argument("--slot", default="conformance-ws", help="the slot to publish into (with --publish)")
@@ -683,6 +669,10 @@ def main(argv: list[str] | None = None) -> int:
         server = build_server()
         server.settings.log_level = "WARNING"
         server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse is not None:
+        server = build_server()
+        server.settings.log_level = "WARNING"
+        server.run("sse", host="127.0.0.1", port=args.sse)
     elif args.stdio:
         build_server().run("stdio")
     else:

@@ -1,22 +1,32 @@
-"""Run the official MCP conformance suite against the fixture alone and through the gateway.
+"""Run the official MCP conformance suite against two fixtures alone and through the gateway.
 
     python -m tests.conformance.run            # what CI runs (scripts/test runs it after pytest)
     python -m tests.conformance.run --keep out # keep each run's checks.json under out/
+    python -m tests.conformance.run --legs ordinary,ordinary-stdio   # some legs only (a baseline always runs)
 
 Two suite versions, one per protocol era: @modelcontextprotocol/conformance 0.1.16 (its active
-suite, the session era) and 0.2.x with `--requirements 2026-07-28` (the stateless era). Each runs
-against three legs:
+suite, the session era) and 0.2.x with `--requirements 2026-07-28` (the stateless era). Two fixtures:
 
-- `baseline`: tests/conformance/fixture_server.py alone, over the SDK's own Streamable HTTP;
-- `conformance-ws`: the same fixture published into a gateway over WebSocket (gateway.publish);
-- `conformance-stdio`: the fixture as a stdio upstream of the gateway (`--stdio NAME=COMMAND`).
+- `ordinary` (tests/conformance/ordinary_server.py): a server written with the SDK's ordinary API,
+  knowing nothing of the gateway. Alone over the SDK's own Streamable HTTP (leg `ordinary`), then
+  behind every way in with the gateway's defaults: WebSocket `/provider/<slot>` (`ordinary-ws`),
+  WebSocket `/providers` (`ordinary-mux`), a stdio upstream (`ordinary-stdio`), and a remote
+  upstream (`ordinary-remote`). It speaks 2026-07-28, so the gateway speaks 2026-07-28 to it on
+  every way in.
+- `conformance` (tests/conformance/fixture_server.py): a fixture that asks its client mid-call in the
+  session era and reads the gateway's per-call capabilities, behind links pinned to the session era
+  (`era = "session"`, a remote `transport = "streamable-http"`, the legacy `sse` transport), so the
+  gateway's session-era relay and `input_required` translation stay under the suite too. Alone:
+  leg `baseline`; behind the gateway: `conformance-ws`, `conformance-stdio`, `conformance-remote`,
+  `conformance-sse`.
 
-Every check of a gateway leg is compared with the baseline's: a check that comes out worse than on
-the fixture alone (SUCCESS < INFO < SKIPPED < WARNING < FAILURE = MISSING) is a deviation. Deviations
-fail the run unless listed in expected-failures.txt (only scenarios the suite does not score; a
-scenario entry excuses only the checks that fail on the baseline too, a `scenario:check` entry that
-check) or in pending-gateway-features.txt (gateway features not implemented yet, reported loudly). A
-listed entry that no longer fails fails the run too, so neither list can rot.
+Every gateway leg gets a gateway of its own. Each of its checks is compared with the same check of its
+fixture alone: one that comes out worse (SUCCESS < INFO < SKIPPED < WARNING < FAILURE = MISSING) is a
+deviation. Deviations fail the run unless listed in the fixture's expected-failures list (only
+scenarios the suite does not score; a scenario entry excuses only the checks that fail on the
+baseline too, a `scenario:check` entry that check) or in pending-gateway-features.txt (gateway
+features not implemented yet, reported loudly). A listed entry that no longer fails fails the run
+too, so no list can rot.
 
 Installs nothing: .ci/install-conformance puts node 22 and both suites under .ci/ (scripts/test
 calls it). Exit status: 0 all as expected, 1 unexpected results, 2 the suite could not run.
@@ -36,7 +46,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,12 +58,7 @@ CI = ROOT / ".ci"
 NODE_BIN = CI / "node" / "node_modules" / ".bin"
 EXPECTED_FAILURES = HERE / "expected-failures.txt"
 PENDING = HERE / "pending-gateway-features.txt"
-PENDING_LABEL = "NOT YET IMPLEMENTED (issue 5)"
-
-WS_SLOT = "conformance-ws"
-STDIO_SLOT = "conformance-stdio"
-# The stdio leg starts the gateway with the fixture as a stdio upstream (`--stdio NAME=COMMAND`).
-STDIO_UPSTREAMS = True
+PENDING_LABEL = "NOT YET IMPLEMENTED"
 
 SUITE_TIMEOUT_S = 300
 STARTUP_TIMEOUT_S = 30
@@ -92,6 +97,41 @@ class Suite:
 SUITES = (
     Suite("0.1.16", "session era", CI / "conformance-0.1"),
     Suite("0.2.0-alpha.12", "stateless era", CI / "conformance-0.2", ("--requirements", "2026-07-28")),
+)
+
+
+@dataclass(frozen=True)
+class Fixture:
+    name: str
+    module: str  # python -m <module> --http PORT | --sse PORT | --stdio | --publish URL --slot SLOT
+    expected: Path  # its expected-failures list
+
+
+CONFORMANCE = Fixture("conformance", "tests.conformance.fixture_server", EXPECTED_FAILURES)
+ORDINARY = Fixture("ordinary", "tests.conformance.ordinary_server", HERE / "expected-failures-ordinary.txt")
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One way the suite reaches a fixture: alone, or through a gateway of its own."""
+
+    name: str
+    fixture: Fixture
+    way: str  # baseline | ws | mux | stdio | remote | remote-session | remote-sse
+    era: str = "auto"  # the provider era the gateway speaks to the fixture (config `era`)
+
+
+LEGS = (
+    Leg("baseline", CONFORMANCE, "baseline"),
+    Leg("conformance-ws", CONFORMANCE, "ws", era="session"),
+    Leg("conformance-stdio", CONFORMANCE, "stdio", era="session"),
+    Leg("conformance-remote", CONFORMANCE, "remote-session"),
+    Leg("conformance-sse", CONFORMANCE, "remote-sse"),
+    Leg("ordinary", ORDINARY, "baseline"),
+    Leg("ordinary-ws", ORDINARY, "ws"),
+    Leg("ordinary-mux", ORDINARY, "mux"),
+    Leg("ordinary-stdio", ORDINARY, "stdio"),
+    Leg("ordinary-remote", ORDINARY, "remote"),
 )
 
 
@@ -317,7 +357,14 @@ def excused_as_expected(entry: Entry, key: tuple[str, str], baseline: Run | None
     return base is not None and severity(base) >= FAILED
 
 
-def judge(run: Run, baseline: Run | None, expected: list[Entry], pending: list[Entry], verdict: Verdict) -> None:
+def judge(
+    run: Run,
+    baseline: Run | None,
+    expected: list[Entry],
+    pending: list[Entry],
+    verdict: Verdict,
+    fixture: Fixture = CONFORMANCE,
+) -> None:
     where = f"{run.suite.version} {run.leg}"
     found = deviations(run, baseline)
     for key, status in sorted(found.items()):
@@ -335,7 +382,7 @@ def judge(run: Run, baseline: Run | None, expected: list[Entry], pending: list[E
         else:
             listed = next((entry for entry in expected if entry.covers(*key)), None)
             if listed is not None:
-                line += f" [{EXPECTED_FAILURES.name} lists {listed}, but excuses only what fails on the baseline too]"
+                line += f" [{fixture.expected.name} lists {listed}, but excuses only what fails on the baseline too]"
             verdict.unexpected.append(line)
     lists = [(entry, "expected") for entry in expected]
     if baseline is not None:
@@ -372,19 +419,21 @@ def table(runs: list[Run], verdicts: dict[tuple[str, str], Verdict]) -> str:
 
 
 def scenario_lines(runs: list[Run]) -> str:
-    """Per scenario, the suite's own pass/fail counts on every leg side by side."""
+    """Per scenario, the suite's own pass/fail counts on every leg of one fixture side by side."""
+    fixture_of = {leg.name: leg.fixture for leg in LEGS}
     lines: list[str] = []
     for suite in SUITES:
-        legs = [run for run in runs if run.suite is suite]
-        if not legs:
-            continue
-        lines.append(f"conformance {suite.label}: " + " | ".join(run.leg for run in legs))
-        for scenario in legs[0].summary:
-            cells = []
-            for run in legs:
-                passed, failed = run.summary.get(scenario, (0, 0))
-                cells.append(f"{passed:>3} passed {failed:>2} failed")
-            lines.append(f"  {scenario:<48} " + " | ".join(cells))
+        for fixture in (ORDINARY, CONFORMANCE):
+            legs = [run for run in runs if run.suite is suite and fixture_of.get(run.leg) is fixture]
+            if not legs:
+                continue
+            lines.append(f"conformance {suite.label}, {fixture.name} fixture: " + " | ".join(run.leg for run in legs))
+            for scenario in legs[0].summary:
+                cells = []
+                for run in legs:
+                    passed, failed = run.summary.get(scenario, (0, 0))
+                    cells.append(f"{passed:>3} passed {failed:>2} failed")
+                lines.append(f"  {scenario:<48} " + " | ".join(cells))
     return "\n".join(lines)
 
 
@@ -400,7 +449,7 @@ def report(runs: list[Run], verdicts: dict[tuple[str, str], Verdict]) -> bool:
             print(f"!!! {PENDING_LABEL}: {line}")
     expected = [line for verdict in verdicts.values() for line in verdict.expected]
     if expected:
-        print(f"\nExpected failures ({EXPECTED_FAILURES.name}, not scored by the suite): {len(expected)} check(s)")
+        print(f"\nExpected failures (the fixtures' lists, not scored by the suite): {len(expected)} check(s)")
     for title, key in (("UNEXPECTED FAILURES", "unexpected"), ("STALE LIST ENTRIES (remove them)", "stale")):
         lines = [line for verdict in verdicts.values() for line in getattr(verdict, key)]
         if lines:
@@ -420,60 +469,121 @@ def report(runs: list[Run], verdicts: dict[tuple[str, str], Verdict]) -> bool:
 # -- main --------------------------------------------------------------------------------------
 
 
-def legs(results: Path) -> Generator[tuple[str, str, list[subprocess.Popen[bytes]], list[Path]], None, None]:
-    """Yield (leg, url, processes, logs) for each leg, with its processes running."""
+def toml_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def gateway_config(leg: Leg, port: int, upstream_port: int | None) -> str:
+    """The gateway's configuration for one leg: the fixture's slot, reached the leg's way."""
     python = sys.executable
-    port = free_port()
-    log = results / "fixture-http.log"
-    with process([python, "-m", "tests.conformance.fixture_server", "--http", str(port)], log) as fixture:
-        yield "baseline", f"http://localhost:{port}/mcp", [fixture], [log]
-    port = free_port()
-    gateway_cmd = [python, "-m", "gateway.cli", "run", "--port", str(port), "--log-level", "warning"]
-    if STDIO_UPSTREAMS:
-        stdio_cmd = f"{python} -m tests.conformance.fixture_server --stdio"
-        gateway_cmd += ["--stdio", f"{STDIO_SLOT}={stdio_cmd}"]
-    gateway_log, publisher_log = results / "gateway.log", results / "publisher.log"
-    with process(gateway_cmd, gateway_log) as gateway:
-        publish = [python, "-m", "tests.conformance.fixture_server", "--publish", f"ws://127.0.0.1:{port}"]
-        with process([*publish, "--slot", WS_SLOT], publisher_log) as publisher:
-            procs, logs = [gateway, publisher], [gateway_log, publisher_log]
-            yield WS_SLOT, f"http://localhost:{port}/{WS_SLOT}/mcp", procs, logs
-            if STDIO_UPSTREAMS:
-                yield STDIO_SLOT, f"http://localhost:{port}/{STDIO_SLOT}/mcp", [gateway], [gateway_log]
-    if not STDIO_UPSTREAMS:
-        print(f"conformance: leg {STDIO_SLOT} not run: the gateway has no stdio upstreams yet (STDIO_UPSTREAMS)")
+    lines = [f"port = {port}", "", "[logging]", 'level = "warning"', ""]
+    if leg.way in ("ws", "mux"):
+        lines += [f"[slots.declared.{toml_string(leg.name)}]", f"era = {toml_string(leg.era)}", ""]
+    elif leg.way == "stdio":
+        command = [python, "-m", leg.fixture.module, "--stdio"]
+        lines += [
+            "[[upstreams.stdio]]",
+            f"name = {toml_string(leg.name)}",
+            f"command = [{', '.join(toml_string(part) for part in command)}]",
+            f"era = {toml_string(leg.era)}",
+            "startup_timeout_s = 30",
+            "",
+        ]
+    else:
+        transport = {"remote": "auto", "remote-session": "streamable-http"}.get(leg.way, "sse")
+        path = "sse" if transport == "sse" else "mcp"
+        lines += [
+            "[[upstreams.remote]]",
+            f"name = {toml_string(leg.name)}",
+            f'url = "http://127.0.0.1:{upstream_port}/{path}"',
+            f"transport = {toml_string(transport)}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def running_leg(leg: Leg, results: Path) -> Iterator[tuple[str, list[subprocess.Popen[bytes]], list[Path]]]:
+    """The leg's processes, running: (the URL the suite tests, the processes, their logs)."""
+    python = sys.executable
+    fixture = [python, "-m", leg.fixture.module]
+    with contextlib.ExitStack() as stack:
+        procs: list[subprocess.Popen[bytes]] = []
+        logs: list[Path] = []
+
+        def start(command: list[str], name: str) -> None:
+            log = results / f"{leg.name}-{name}.log"
+            procs.append(stack.enter_context(process(command, log)))
+            logs.append(log)
+
+        if leg.way == "baseline":
+            port = free_port()
+            start([*fixture, "--http", str(port)], "fixture")
+            yield f"http://localhost:{port}/mcp", procs, logs
+            return
+        upstream_port = None
+        if leg.way.startswith("remote"):
+            upstream_port = free_port()
+            mode = ["--sse", str(upstream_port)] if leg.way == "remote-sse" else ["--http", str(upstream_port)]
+            start([*fixture, *mode], "fixture")
+        port = free_port()
+        config = results / f"{leg.name}-gateway.toml"
+        config.write_text(gateway_config(leg, port, upstream_port))
+        start([python, "-m", "gateway.cli", "run", "--config", str(config)], "gateway")
+        if leg.way in ("ws", "mux"):
+            publish = [*fixture, "--publish", f"ws://127.0.0.1:{port}", "--slot", leg.name]
+            start([*publish, "--multiplexed"] if leg.way == "mux" else publish, "publisher")
+        yield f"http://localhost:{port}/{leg.name}/mcp", procs, logs
+
+
+def chosen_legs(names: str | None) -> list[Leg]:
+    """The legs to run: all, or the named ones with the baseline of each fixture they use."""
+    if names is None:
+        return list(LEGS)
+    wanted = {name.strip() for name in names.split(",") if name.strip()}
+    unknown = wanted - {leg.name for leg in LEGS}
+    if unknown:
+        raise Unrunnable(f"no such leg: {', '.join(sorted(unknown))} (legs: {', '.join(leg.name for leg in LEGS)})")
+    fixtures = {leg.fixture for leg in LEGS if leg.name in wanted}
+    return [leg for leg in LEGS if leg.name in wanted or (leg.way == "baseline" and leg.fixture in fixtures)]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.conformance.run", description=__doc__.split("\n")[0])
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep logs and checks.json files in DIR")
+    parser.add_argument("--legs", metavar="NAMES", help="comma-separated legs to run (default: all)")
     args = parser.parse_args(argv)
     try:
         env = node_env()
-        expected = read_list(EXPECTED_FAILURES)
         pending = read_list(PENDING)
         unscored = set().union(*(not_scored(suite, env) for suite in SUITES))
-        refused = [str(entry) for entry in expected if entry.scenario not in unscored]
-        if refused:
-            raise Unrunnable(
-                f"{EXPECTED_FAILURES.name} may list only scenarios the suite does not score; not so: {refused}"
-            )
+        expected_by_fixture: dict[str, list[Entry]] = {}
+        for fixture in (CONFORMANCE, ORDINARY):
+            expected = read_list(fixture.expected)
+            refused = [str(entry) for entry in expected if entry.scenario not in unscored]
+            if refused:
+                raise Unrunnable(
+                    f"{fixture.expected.name} may list only scenarios the suite does not score; not so: {refused}"
+                )
+            expected_by_fixture[fixture.name] = expected
+        legs = chosen_legs(args.legs)
         results = args.keep or Path(tempfile.mkdtemp(prefix="conformance-"))
         results.mkdir(parents=True, exist_ok=True)
         runs: list[Run] = []
         verdicts: dict[tuple[str, str], Verdict] = {}
-        baselines: dict[str, Run] = {}
-        with contextlib.closing(legs(results)) as each_leg:  # closing stops the leg's processes at once
-            for leg, url, procs, logs in each_leg:
+        baselines: dict[tuple[str, str], Run] = {}
+        for leg in legs:
+            with running_leg(leg, results) as (url, procs, logs):  # processes stop as the block ends
                 wait_for_fixture(url, procs, logs)
                 for suite in SUITES:
-                    run = run_suite(suite, leg, url, env, results)
-                    if leg == "baseline":
-                        baselines[suite.version] = run
+                    run = run_suite(suite, leg.name, url, env, results)
+                    baseline = None if leg.way == "baseline" else baselines[(leg.fixture.name, suite.version)]
+                    if baseline is None:
+                        baselines[(leg.fixture.name, suite.version)] = run
                     verdict = Verdict()
-                    judge(run, baselines[suite.version] if leg != "baseline" else None, expected, pending, verdict)
+                    judge(run, baseline, expected_by_fixture[leg.fixture.name], pending, verdict, leg.fixture)
                     runs.append(run)
-                    verdicts[(suite.version, leg)] = verdict
+                    verdicts[(suite.version, leg.name)] = verdict
     except (Unrunnable, subprocess.CalledProcessError, OSError) as exc:
         print(f"conformance: could not run: {exc}", file=sys.stderr)
         return 2

@@ -7,18 +7,25 @@ pytest everywhere.
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from gateway.config import GatewayConfig
 from tests.conformance.run import (
     EXPECTED_FAILURES,
+    LEGS,
+    ORDINARY,
     PENDING,
     SUITES,
     Entry,
+    Leg,
     Run,
     Unrunnable,
     Verdict,
+    chosen_legs,
+    gateway_config,
     judge,
     read_list,
 )
@@ -183,4 +190,37 @@ def test_every_list_entry_carries_a_reason(tmp_path: Path) -> None:
 def test_the_shipped_lists_parse() -> None:
     expected = read_list(EXPECTED_FAILURES)
     assert expected and all(entry.scenario.startswith("tasks-") for entry in expected)
+    ordinary = read_list(ORDINARY.expected)
+    assert {entry.scenario for entry in ordinary} == {entry.scenario for entry in expected} | {"json-schema-2020-12"}
     assert read_list(PENDING) == []  # every gateway feature the suite checks is in (issue 5 emptied it)
+
+
+@pytest.mark.parametrize("leg", [leg for leg in LEGS if leg.way != "baseline"], ids=lambda leg: leg.name)
+def test_each_gateway_leg_gets_a_valid_configuration_reaching_its_fixture_its_way(leg: Leg) -> None:
+    config = load_config_text(gateway_config(leg, 3999, 4001))
+    assert config.port == 3999
+    if leg.way in ("ws", "mux"):
+        slot = config.slots.declared[leg.name]
+        assert slot.era == leg.era
+    elif leg.way == "stdio":
+        (upstream,) = config.upstreams.stdio
+        assert (upstream.name, upstream.era) == (leg.name, leg.era)
+        assert upstream.command[-2:] == [leg.fixture.module, "--stdio"]
+    else:
+        (remote,) = config.upstreams.remote
+        assert remote.name == leg.name
+        expected = {"remote": "auto", "remote-session": "streamable-http", "remote-sse": "sse"}[leg.way]
+        assert remote.transport == expected
+        assert remote.url.endswith("/sse" if expected == "sse" else "/mcp")
+
+
+def test_every_fixture_has_a_baseline_and_legs_can_be_chosen() -> None:
+    assert {leg.fixture.name for leg in LEGS if leg.way == "baseline"} == {"conformance", "ordinary"}
+    chosen = [leg.name for leg in chosen_legs("ordinary-stdio,conformance-sse")]
+    assert chosen == ["baseline", "conformance-sse", "ordinary", "ordinary-stdio"]
+    with pytest.raises(Unrunnable, match="no such leg"):
+        chosen_legs("nowhere")
+
+
+def load_config_text(text: str) -> GatewayConfig:
+    return GatewayConfig.model_validate(tomllib.loads(text))

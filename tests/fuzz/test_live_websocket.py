@@ -114,13 +114,19 @@ async def play_board(ws: aiohttp.ClientWebSocketResponse, slot: str | None, unti
         if not isinstance(message, dict) or "id" not in message:
             continue
         method = message.get("method")
+        reply: Any = {"jsonrpc": "2.0", "id": message["id"]}
         if method == "initialize":
-            result: Any = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "f"}}
+            reply["result"] = {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "f"},
+            }
         elif method == "tools/list":
-            result = {"tools": TOOLS}
+            reply["result"] = {"tools": TOOLS}
+        elif method == "server/discover":
+            reply["error"] = {"code": -32601, "message": "Method not found"}  # a board of the session era
         else:
             continue
-        reply: Any = {"jsonrpc": "2.0", "id": message["id"], "result": result}
         if slot is not None:
             reply = {"provider": slot, "payload": reply}
         await ws.send_bytes(orjson.dumps(reply))

@@ -58,7 +58,7 @@ class Observer:
     def session_ready(self, session: ProviderSession) -> None:
         return None
 
-    def session_tools_changed(self, session: ProviderSession) -> None:
+    def session_tools_changed(self, session: ProviderSession, *, noticed: bool = False) -> None:
         orjson.dumps(session.tools)
 
     def session_notification(self, session: ProviderSession, message: JsonObject) -> None:
@@ -112,7 +112,7 @@ async def next_sent(link: MemoryLink, wanted: Any) -> JsonObject:
 
 
 async def serve_handshake(session: ProviderSession, link: MemoryLink) -> None:
-    """Answer initialize and tools/list like a good board until the session is ready or closed."""
+    """Answer the era probe, initialize and tools/list like a good board until the session is ready or closed."""
     deadline = asyncio.get_running_loop().time() + 2.0
     while session.state == "initializing":
         assert asyncio.get_running_loop().time() < deadline, "the handshake never ended"
@@ -120,7 +120,10 @@ async def serve_handshake(session: ProviderSession, link: MemoryLink) -> None:
             await asyncio.sleep(0)
             continue
         message = link.outbox.get_nowait()
-        if message.get("method") == "initialize":
+        if message.get("method") == "server/discover":  # a board of the session era refuses the probe
+            error = {"code": -32601, "message": "Method not found"}
+            session.receive(orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}))
+        elif message.get("method") == "initialize":
             session.receive(orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": INIT_RESULT}))
         elif message.get("method") == "tools/list":
             session.receive(orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": TOOLS}))

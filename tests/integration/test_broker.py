@@ -15,6 +15,7 @@ import pytest
 from mcp import Client, MCPError
 
 from gateway.app import GatewayServer
+from gateway.publish.websocket import SPOKEN_VERSIONS
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.support.servers import demo_server
 
@@ -81,6 +82,9 @@ class RawBoard:
                 elif method == "tools/list":
                     tool = {"name": "valve", "inputSchema": {"type": "object"}}
                     await self.send({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [tool]}})
+                elif method == "server/discover":  # a board of the session era: method not found
+                    error = {"code": -32601, "message": "Method not found"}
+                    await self.send({"jsonrpc": "2.0", "id": message["id"], "error": error})
                 elif "id" in message and method is not None:
                     await self.requests.put(message)
         finally:
@@ -203,9 +207,10 @@ async def test_provider_status_of_a_published_server(gateway: GatewayServer, pub
     assert status["pending"] == 0
     assert status["aggregate"] is True
     assert status["in_aggregate"] is True
-    assert status["hello"] == HELLO
+    assert status["hello"] == {**HELLO, "versions": SPOKEN_VERSIONS}  # the provider API adds its SDK's versions
     assert status["server_info"]["name"] == "pump"
-    assert status["protocol_version"] == "2025-11-25"
+    assert status["protocol_version"] == "2026-07-28"  # an SDK server is spoken to in its newest era
+    assert status["era"] == "2026-07-28"
     assert status["tools"] == 4
     assert status["tools_hash"]
     assert status["heartbeat_misses"] == 0

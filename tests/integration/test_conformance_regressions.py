@@ -201,7 +201,10 @@ async def test_param_headers_follow_the_tool_list_the_provider_lists_again(
         """The firmware update: `region` travels as Mcp-Param-Area from now on."""
         assert route is not None
         route.parameters = {**REGION_SCHEMA, "properties": {"region": {"type": "string", "x-mcp-header": "Area"}}}
-        await ctx.request_context.session.send_tool_list_changed()
+        if ctx.protocol_version == "2026-07-28":  # a gateway speaks 2026-07-28 to an SDK server
+            await ctx.notify_tools_changed()
+        else:
+            await ctx.request_context.session.send_tool_list_changed()
         return "renamed"
 
     gateway = await gateway_factory()

@@ -238,7 +238,7 @@ async def test_providers_from_an_allowed_origin_connect(guarded: GatewayServer, 
     try:
         await wait_for(lambda: "pump-1" in guarded.gateway.registry.slots, what="the slot to be claimed")
         frame = await ws.receive_json(timeout=5)
-        assert frame["method"] == "initialize"  # the gateway opened its session with the provider
+        assert frame["method"] == "server/discover"  # the gateway opened its session with the provider
     finally:
         await ws.close()
 

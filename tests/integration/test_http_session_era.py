@@ -172,8 +172,12 @@ def pump_server(cancelled: list[float]) -> MCPServer:
 
     @server.tool()
     async def announce(ctx: Context) -> str:
-        """Send a notification that is not tied to this request (every listener of the slot gets it)."""
-        await ctx.request_context.session.send_resource_list_changed()
+        """Send a notification that is not tied to this request (every listener of the slot gets it),
+        each era its own way (a gateway speaks 2026-07-28 to this server)."""
+        if ctx.protocol_version == "2026-07-28":
+            await ctx.notify_resources_changed()
+        else:
+            await ctx.request_context.session.send_resource_list_changed()
         return "announced"
 
     @server.resource("pump://state")

@@ -547,7 +547,7 @@ async def test_broker_restart_under_load_callers_get_named_errors_and_the_gatewa
         async with Client(f"{server.url}/pump-9/mcp", mode="legacy") as held_client:
             held = asyncio.create_task(held_client.call_tool("get_status", {}))
             entry = server.gateway.registry.slots["pump-9"]
-            await wait_for(lambda: entry.live is not None and len(entry.live.pending) == 1, 5, "the held call")
+            await wait_for(lambda: entry.live is not None and entry.live.in_flight == 1, 5, "the held call")
             workers = [asyncio.create_task(load(slot)) for slot in ("pump-1", "pump-2", "pump-1", "pump-2")]
             await wait_for(lambda: sum(1 for kind, _ in outcomes if kind == "ok") >= 20, 10, "calls under load")
 
@@ -789,7 +789,7 @@ async def test_a_request_larger_than_the_broker_takes_is_refused_alone_and_the_l
         assert broker.client.connects == 1 and broker.client.losses == 0
         for slot in slots:
             entry_slot = server.gateway.registry.slots[slot]
-            assert entry_slot.connects == 1 and entry_slot.live is not None and not entry_slot.live.pending
+            assert entry_slot.connects == 1 and entry_slot.live is not None and not entry_slot.live.in_flight
         status = broker.status()
         assert status["limits"]["broker_max_packet_size"] == (broker_limit if protocol == "5" else None)
         assert status["limits"]["max_outbound"] == {"bytes": limit, "of": "packet" if protocol == "5" else "payload"}

@@ -305,7 +305,7 @@ async def two_pending_sleeps(
 
     def both_pending() -> bool:
         session = gateway.gateway.registry.slots[slot].live
-        return session is not None and len(session.pending) == 2
+        return session is not None and session.in_flight == 2
 
     await wait_for(both_pending, what="two calls pending at the provider")
     return calls

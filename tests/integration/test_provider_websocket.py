@@ -27,6 +27,7 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.app import GatewayServer
 from gateway.publish import Publisher
+from gateway.publish.websocket import SPOKEN_VERSIONS
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.integration.test_metrics import scrape
 from tests.support.servers import demo_server
@@ -134,7 +135,8 @@ async def test_hello_in_register_frame_is_shown_in_provider_status(
     for slot in ("pump-1", "pump-2"):
         status = await provider_status(gateway.url, slot)
         assert status["connected"] is True
-        assert status["hello"] == hello
+        # The Python provider API adds the protocol versions an SDK server speaks (docs/protocol.md, Hello).
+        assert status["hello"] == {**hello, "versions": SPOKEN_VERSIONS}
         assert status["aggregate"] is False  # a hello alone does not opt in
 
 

@@ -21,6 +21,7 @@ from mcp import Client
 from mcp.client.session import IncomingMessage, MessageHandlerFnT
 from mcp.client.sse import sse_client
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
@@ -35,6 +36,7 @@ SLOT = "asker"
 STATELESS = "2026-07-28"
 EVERY_CAPABILITY: JsonObject = {"sampling": {}, "elicitation": {}, "roots": {"listChanged": True}}
 GATEWAY_KEYS = "io.github.mcp-gateway/"
+SESSION_ERA = {"era": "session"}
 
 
 def url_of(server: GatewayServer, slot: str = SLOT) -> str:
@@ -100,6 +102,14 @@ def outcomes() -> list[str]:
 
 
 @pytest.fixture
+async def gateway(gateway_factory: GatewayFactory) -> GatewayServer:
+    """These tests are about session-era providers: every provider here is spoken to in that era (the
+    asking server's tools ask mid-call the session era's way; tests/integration/test_provider_eras.py
+    has providers of 2026-07-28)."""
+    return await gateway_factory(providers=SESSION_ERA)
+
+
+@pytest.fixture
 async def asker(gateway: GatewayServer, publishers: Publishers, outcomes: list[str]) -> GatewayServer:
     await publishers.start(gateway, SLOT, asking_server(outcomes=outcomes))
     return gateway
@@ -134,14 +144,24 @@ async def test_a_capable_client_answers_what_its_provider_asks(asker: GatewaySer
 
 
 @pytest.mark.parametrize("mode", ["legacy", STATELESS])
-async def test_a_client_without_the_capability_is_never_asked(asker: GatewayServer, mode: str) -> None:
+async def test_a_client_without_the_capability_is_never_asked(
+    asker: GatewayServer, mode: str, outcomes: list[str]
+) -> None:
+    refused_text = "refused -32600: Elicitation not supported: the client did not declare the elicitation capability"
     async with Client(url_of(asker), mode=mode) as client:
-        result = await client.call_tool("ask_name", {})
-    # The provider got -32601 at once, and its tool reports it: the client saw no request at all.
-    assert text(result) == (
-        "refused -32601: Method not found: the gateway did not relay elicitation/create to a client: "
-        "the client did not declare the elicitation capability"
-    )
+        if mode == "legacy":
+            # Session era: the provider gets what an SDK client without the capability answers, at
+            # once, and its tool reports it: the client saw no request at all.
+            assert text(await client.call_tool("ask_name", {})) == refused_text
+        else:
+            # 2026-07-28: the call itself is refused as a 2026-07-28 server refuses it, -32021 naming
+            # the capability; the provider's question gets the same refusal and its call is cancelled.
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("ask_name", {})
+            assert refused.value.error.code == -32021
+            assert refused.value.error.data == {"requiredCapabilities": {"elicitation": {}}}
+    await wait_for(lambda: bool(outcomes), what="the provider's question to end")
+    assert outcomes == [f"ask_name: {refused_text}"]
 
 
 async def test_an_elicitation_goes_only_to_the_client_that_caused_it(asker: GatewayServer) -> None:
@@ -355,7 +375,7 @@ async def test_a_clients_error_answer_reaches_the_provider(asker: GatewayServer,
 
 
 async def test_relayed_requests_are_bounded_per_client(gateway_factory: GatewayFactory, publishers: Publishers) -> None:
-    server = await gateway_factory(limits={"max_relayed_requests_per_client": 1})
+    server = await gateway_factory(providers=SESSION_ERA, limits={"max_relayed_requests_per_client": 1})
     await publishers.start(server, SLOT, asking_server())
     answers = Answers()
     answers.release = asyncio.Event()
@@ -502,25 +522,26 @@ async def test_a_stateless_caller_is_asked_only_what_it_declared(
     asker: GatewayServer, http: aiohttp.ClientSession
 ) -> None:
     url = url_of(asker)
-    call = {"name": "everything", "arguments": {}}
+    call = {"name": "summarize", "arguments": {"text": "pressure?"}}
     _, first = await stateless(http, url, "tools/call", call, capabilities={"sampling": {}})
     assert list(first["result"]["inputRequests"]) == ["sampling-1"]
     answer = {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"}
     retry = {**call, "inputResponses": {"sampling-1": answer}, "requestState": first["result"]["requestState"]}
     _, done = await stateless(http, url, "tools/call", retry, capabilities={"sampling": {}})
-    assert done["result"]["structuredContent"]["result"].split(" | ") == [
-        "name=refused -32601: Method not found: the gateway did not relay elicitation/create to a client: "
-        "the client did not declare the elicitation capability",
-        "model=model said: hi",
-        "roots=refused -32601: Method not found: the gateway did not relay roots/list to a client: "
-        "the client did not declare the roots capability",
-    ]
+    assert done["result"]["structuredContent"]["result"] == "model said: hi"
+    # A tool that also asks what the caller cannot answer: the call is refused with -32021 (HTTP 400),
+    # as a 2026-07-28 server refuses a request that needs a capability its caller did not declare.
+    status, refused = await stateless(
+        http, url, "tools/call", {"name": "everything", "arguments": {}}, capabilities={"sampling": {}}
+    )
+    assert (status, refused["error"]["code"]) == (400, -32021)
+    assert refused["error"]["data"]["requiredCapabilities"] in ({"elicitation": {}}, {"roots": {}})
 
 
 async def test_a_held_call_ends_at_its_deadline(
     gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
 ) -> None:
-    server = await gateway_factory(providers={"request_timeout_ms": 300})
+    server = await gateway_factory(providers={**SESSION_ERA, "request_timeout_ms": 300})
     outcomes: list[str] = []
     await publishers.start(server, SLOT, asking_server(outcomes=outcomes))
     _, first = await stateless(http, url_of(server), "tools/call", {"name": "ask_name", "arguments": {}})
@@ -541,7 +562,7 @@ async def test_a_held_call_ends_at_its_deadline(
 async def test_held_calls_are_bounded(
     gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
 ) -> None:
-    server = await gateway_factory(limits={"max_input_required_states": 1})
+    server = await gateway_factory(providers=SESSION_ERA, limits={"max_input_required_states": 1})
     await publishers.start(server, SLOT, asking_server())
     _, first = await stateless(http, url_of(server), "tools/call", {"name": "ask_name", "arguments": {}})
     assert first["result"]["resultType"] == "input_required"
@@ -564,7 +585,7 @@ async def test_held_calls_are_bounded(
 
 async def test_a_stdio_upstreams_requests_go_to_the_only_call_pending(gateway_factory: GatewayFactory) -> None:
     upstream = {"name": "asker-stdio", "command": [sys.executable, "-m", "tests.support.asking_server"]}
-    server = await gateway_factory(upstreams={"stdio": [upstream]})
+    server = await gateway_factory(providers=SESSION_ERA, upstreams={"stdio": [upstream]})
     await wait_ready_slot(server, "asker-stdio", timeout=20)
     alice, bob = Answers("Alice"), Answers("Bob")
     async with (

@@ -56,7 +56,7 @@ def upstream(server: GatewayServer) -> dict[str, Any]:
 
 def pending(server: GatewayServer) -> int:
     session = server.gateway.registry.slots[SLOT].live
-    return len(session.pending) if session is not None else 0
+    return session.in_flight if session is not None else 0
 
 
 def text(result: types.CallToolResult) -> str:

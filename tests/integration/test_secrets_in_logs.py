@@ -220,9 +220,11 @@ async def bridge_session(url: str, *args: str, env: dict[str, str] | None = None
             await process.stdin.drain()
             if "id" not in message:
                 return None
-            answer = orjson.loads(await asyncio.wait_for(process.stdout.readline(), 20))
-            answers.append(answer)
-            return answer
+            while True:  # notifications of the call (a log message) may come first
+                answer = orjson.loads(await asyncio.wait_for(process.stdout.readline(), 20))
+                if answer.get("id") == message["id"]:
+                    answers.append(answer)
+                    return answer
 
         if "result" in await ask(INITIALIZE):
             await ask({"jsonrpc": "2.0", "method": "notifications/initialized"})

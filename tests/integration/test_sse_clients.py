@@ -321,7 +321,7 @@ async def test_closing_the_stream_ends_the_session_and_cancels_its_calls_upstrea
     }
     assert await client.post(call) == (202, None)
     slot = gateway.gateway.registry.slots["pump-1"]
-    await wait_for(lambda: slot.live is not None and len(slot.live.pending) == 1, what="the call to reach pump-1")
+    await wait_for(lambda: slot.live is not None and slot.live.in_flight == 1, what="the call to reach pump-1")
     client.close()
     await wait_for(lambda: cancelled == [30.0], what="the provider to see notifications/cancelled")
     await wait_for(lambda: no_sessions(gateway), what="the session to end")
@@ -348,7 +348,7 @@ async def test_a_cancelled_notification_cancels_the_request_and_answers_it(
     }
     assert await client.post(call) == (202, None)
     slot = gateway.gateway.registry.slots["pump-1"]
-    await wait_for(lambda: slot.live is not None and len(slot.live.pending) == 1, what="the call to reach pump-1")
+    await wait_for(lambda: slot.live is not None and slot.live.in_flight == 1, what="the call to reach pump-1")
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3, "reason": "user"}}
     assert await client.post(cancel) == (202, None)
     assert await client.message() == {
@@ -376,7 +376,7 @@ async def test_the_gateway_stopping_answers_pending_calls_then_ends_the_stream(
     }
     assert await client.post(call) == (202, None)
     slot = server.gateway.registry.slots["pump-1"]
-    await wait_for(lambda: slot.live is not None and len(slot.live.pending) == 1, what="the call to reach pump-1")
+    await wait_for(lambda: slot.live is not None and slot.live.in_flight == 1, what="the call to reach pump-1")
     await server.stop()
     answer = await client.message()
     assert answer["id"] == 1

@@ -562,7 +562,7 @@ async def test_a_stateless_hosts_cancel_closes_the_call_and_the_provider_hears_i
         call = {"name": "sleep", "arguments": {"seconds": 30}, "_meta": meta}
         await raw.send({"jsonrpc": "2.0", "id": "s-1", "method": "tools/call", "params": call})
         slot = gateway.gateway.registry.slots["pump-1"]
-        await wait_for(lambda: slot.live is not None and len(slot.live.pending) == 1, what="the call at pump-1")
+        await wait_for(lambda: slot.live is not None and slot.live.in_flight == 1, what="the call at pump-1")
         await raw.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "s-1"}})
         await wait_for(lambda: cancelled == [30.0], what="the provider to see notifications/cancelled")
         # The bridge goes on: the next stateless request is answered.

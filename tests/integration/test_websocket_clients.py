@@ -270,11 +270,11 @@ async def test_closing_the_socket_mid_call_cancels_the_call_upstream(
     assert (await scrape(http, gateway)).get("mcpgw_client_streams", kind="websocket") == 1
     await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call_sleep(30)})
     slot = gateway.gateway.registry.slots["pump-1"]
-    await wait_for(lambda: slot.live is not None and len(slot.live.pending) == 1, what="the call to reach pump-1")
+    await wait_for(lambda: slot.live is not None and slot.live.in_flight == 1, what="the call to reach pump-1")
     await ws.close()
     await wait_for(lambda: cancelled == [30.0], what="the provider to see notifications/cancelled")
     await wait_for(lambda: no_sessions(gateway), what="the session to end")
-    await wait_for(lambda: slot.live is not None and not slot.live.pending, what="nothing pending on pump-1")
+    await wait_for(lambda: slot.live is not None and not slot.live.in_flight, what="nothing pending on pump-1")
     metrics = await scrape(http, gateway)
     assert metrics.get("mcpgw_client_streams", kind="websocket") == 0
     assert metrics.get("mcpgw_http_requests_total", endpoint="websocket", status="101") == 1
@@ -289,7 +289,7 @@ async def test_a_cancelled_notification_answers_the_request_with_request_cancell
     await client.initialize()
     await client.send({"jsonrpc": "2.0", "id": "c", "method": "tools/call", "params": call_sleep(20)})
     slot = gateway.gateway.registry.slots["pump-1"]
-    await wait_for(lambda: slot.live is not None and len(slot.live.pending) == 1, what="the call to reach pump-1")
+    await wait_for(lambda: slot.live is not None and slot.live.in_flight == 1, what="the call to reach pump-1")
     await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c"}})
     assert await client.answer("c") == {
         "jsonrpc": "2.0",
@@ -309,7 +309,7 @@ async def test_the_gateway_stopping_answers_pending_calls_then_closes_sockets_wi
     await client.initialize()
     await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call_sleep(30)})
     slot = server.gateway.registry.slots["pump-1"]
-    await wait_for(lambda: slot.live is not None and len(slot.live.pending) == 1, what="the call to reach pump-1")
+    await wait_for(lambda: slot.live is not None and slot.live.in_flight == 1, what="the call to reach pump-1")
     await server.stop()
     answer = await client.receive()
     assert answer["id"] == 1

@@ -8,7 +8,8 @@ can demand a credential (answering 401 with a WWW-Authenticate challenge), and c
 streams (`drop_streams`) the way a proxy timing out an idle connection would. `restart()` brings up a fresh
 server on the same port: every session the gateway held is gone (404). With `session_era_only` the
 server is one of the 2025 era: a request naming a protocol version it does not know (2026-07-28,
-the gateway's `server/discover` probe) gets HTTP 400 or -32601, as such servers answer.
+the gateway's `server/discover` probe) gets HTTP 400 or -32601, as such servers answer. With
+`json_response` the server answers every request with JSON rather than an event stream.
 
 `TokenServer` is an OAuth token endpoint for the client-credentials grant (real aiohttp server) that
 issues opaque tokens with a chosen lifetime, counts what it issued, and can revoke them; with
@@ -190,9 +191,11 @@ class RemoteServer:
         *,
         port: int = 0,
         session_era_only: Refusal | None = None,
+        json_response: bool = False,
     ) -> None:
         self.make_server = make_server
         self.mode = mode
+        self.json_response = json_response
         self.session_era_only = session_era_only
         self.refused: list[str] = []  # methods of the 2026-07-28 requests a session_era_only server refused
         self.server: MCPServer | None = None
@@ -216,7 +219,9 @@ class RemoteServer:
         if self.mode == "sse":
             app: ASGIApp = self.server.sse_app()
         else:
-            app = self.server.streamable_http_app(stateless_http=self.mode == "stateless")
+            app = self.server.streamable_http_app(
+                stateless_http=self.mode == "stateless", json_response=self.json_response
+            )
             if self.session_era_only is not None:
                 app = _SessionEraOnly(app, self.session_era_only, self.refused)
         self.recorder = _Recorder(app, self.seen, self.guard, self.routes, bodies=self.bodies)

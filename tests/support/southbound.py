@@ -112,6 +112,11 @@ class ScriptedBoard:
             if method == "initialize":
                 await self.reply(message, self._initialize_result(message), provider)
                 return
+            if method == "server/discover":
+                # What a board of the device profile answers (it serves the session era only).
+                error = {"code": -32601, "message": "Method not found: server/discover"}
+                await self.reply_error(message, error, provider)
+                return
             if method == "tools/list":
                 await self.reply(message, {"tools": self.tools}, provider)
                 return
@@ -141,6 +146,9 @@ class ScriptedBoard:
 
     async def reply(self, request: Message, result: Any, provider: str | None = None) -> None:
         await self.send({"jsonrpc": "2.0", "id": request["id"], "result": result}, provider)
+
+    async def reply_error(self, request: Message, error: Any, provider: str | None = None) -> None:
+        await self.send({"jsonrpc": "2.0", "id": request["id"], "error": error}, provider)
 
     async def take(self, match: Callable[[Any], bool], timeout: float = 5.0, what: str = "a message") -> Any:
         """The first message not yet taken that satisfies `match` (waits for it, never hangs)."""

@@ -72,7 +72,7 @@ class Recorder:
     def session_ready(self, session: ProviderSession) -> None:
         self.events.append("ready")
 
-    def session_tools_changed(self, session: ProviderSession) -> None:
+    def session_tools_changed(self, session: ProviderSession, *, noticed: bool = False) -> None:
         self.events.append("tools_changed")
 
     def session_notification(self, session: ProviderSession, message: JsonObject) -> None:
@@ -90,6 +90,8 @@ def make_session(
 ) -> tuple[ProviderSession, MemoryLink, Recorder]:
     link = link or MemoryLink()
     recorder = recorder or Recorder()
+    # The session-era handshake unless a test asks otherwise (the era probe has tests of its own).
+    settings.setdefault("era", "session")
     return ProviderSession(SLOT, link, SessionSettings(**settings), recorder), link, recorder
 
 
@@ -128,8 +130,8 @@ async def test_handshake_sequence_and_cache() -> None:
         "method": "initialize",
         "params": {
             "protocolVersion": LATEST_HANDSHAKE,
-            # What the gateway can relay to the client that causes a request (gateway/core/relay.py).
-            "capabilities": {"sampling": {"tools": {}}, "elicitation": {"form": {}, "url": {}}, "roots": {}},
+            # Nothing: one session serves every caller, and each is named per call (gateway/core/relay.py).
+            "capabilities": {},
             "clientInfo": {"name": "mcp-gateway", "version": init["params"]["clientInfo"]["version"]},
         },
     }

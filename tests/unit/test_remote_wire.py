@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from gateway.core.stateless import decode_header_value
 from gateway.southbound.remote_wire import (
-    discover_verdict,
     encode_header_value,
     http_failure,
-    initialize_from_discover,
-    listen_filter,
     param_headers,
     public_url,
     stateless_headers,
-    stateless_request,
-    without_subscription_id,
     www_authenticate_params,
 )
 from gateway.southbound.sse_events import SseDecoder, SseEvent, SseTooLarge
@@ -68,22 +61,6 @@ def test_an_event_larger_than_the_bound_is_refused() -> None:
 META = "io.modelcontextprotocol/protocolVersion"
 
 
-def test_request_gets_the_envelope_and_keeps_its_own_meta() -> None:
-    message: dict[str, Any] = {
-        "jsonrpc": "2.0",
-        "id": "brk-4",
-        "method": "tools/call",
-        "params": {"name": "add", "arguments": {"a": 1}, "_meta": {"progressToken": "brk-4"}},
-    }
-    wrapped = stateless_request(message, {META: "2026-07-28"})
-    assert wrapped["params"]["_meta"] == {"progressToken": "brk-4", META: "2026-07-28"}
-    assert wrapped["params"]["arguments"] == {"a": 1}
-    assert message["params"]["_meta"] == {"progressToken": "brk-4"}  # the core's message is untouched
-    assert stateless_request({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, {META: "x"})["params"] == {
-        "_meta": {META: "x"}
-    }
-
-
 def test_routing_headers_for_each_method() -> None:
     call = {"method": "tools/call", "params": {"name": "add", "arguments": {"region": "nord", "n": 3}}}
     schema = {
@@ -100,6 +77,9 @@ def test_routing_headers_for_each_method() -> None:
         "Mcp-Param-Region": "nord",
         "Mcp-Param-Count": "3",
     }
+    # The version header says what the body's envelope says, so header and body agree.
+    enveloped = {"method": "tools/list", "params": {"_meta": {META: "2099-01-01"}}}
+    assert stateless_headers(enveloped)["MCP-Protocol-Version"] == "2099-01-01"
     read = stateless_headers({"method": "resources/read", "params": {"uri": "file:///é.txt"}})
     assert decode_header_value(read["Mcp-Name"]) == "file:///é.txt"
     assert "Mcp-Name" not in stateless_headers({"method": "tools/list"})
@@ -130,51 +110,6 @@ def test_param_headers_skip_absent_and_unrenderable_arguments() -> None:
     assert param_headers(schema, {"a": True}) == {"Mcp-Param-A": "true"}
     bad = {"type": "object", "properties": {"a": {"type": "object", "x-mcp-header": "A"}}}
     assert param_headers(bad, {"a": "x"}) == {}  # an invalid annotation: nothing is mirrored
-
-
-DISCOVERED = {
-    "supportedVersions": ["2026-07-28"],
-    "capabilities": {"tools": {"listChanged": True}, "resources": {"subscribe": True}},
-    "instructions": "Files of the plant",
-    "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "files", "version": "2.0"}},
-}
-
-
-def test_discover_verdicts() -> None:
-    assert discover_verdict({"result": DISCOVERED}) is DISCOVERED
-    assert discover_verdict({"result": {**DISCOVERED, "supportedVersions": ["2025-11-25"]}}) is None
-    assert discover_verdict({"error": {"code": -32601, "message": "Method not found"}}) is None
-    legacy = {"error": {"code": -32022, "message": "x", "data": {"supported": ["2025-06-18"]}}}
-    assert discover_verdict(legacy) is None
-    with pytest.raises(ValueError, match="none of which this gateway does"):
-        discover_verdict({"error": {"code": -32022, "message": "x", "data": {"supported": ["2099-01-01"]}}})
-
-
-def test_initialize_is_answered_from_discover() -> None:
-    reply = initialize_from_discover("brk-1", DISCOVERED, "files")
-    assert reply == {
-        "jsonrpc": "2.0",
-        "id": "brk-1",
-        "result": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": DISCOVERED["capabilities"],
-            "serverInfo": {"name": "files", "version": "2.0"},
-            "instructions": "Files of the plant",
-        },
-    }
-    bare = initialize_from_discover(1, {"capabilities": {}}, "files")
-    assert bare["result"]["serverInfo"] == {"name": "files", "version": ""}
-
-
-def test_listen_asks_for_what_the_server_offers() -> None:
-    assert listen_filter(DISCOVERED["capabilities"], []) == {"toolsListChanged": True}  # type: ignore[arg-type]
-    assert listen_filter({}, ["file:///a"]) == {"resourceSubscriptions": ["file:///a"]}
-    tagged = {
-        "jsonrpc": "2.0",
-        "method": "notifications/resources/updated",
-        "params": {"uri": "file:///a", "_meta": {"io.modelcontextprotocol/subscriptionId": "gw-listen-1"}},
-    }
-    assert without_subscription_id(tagged)["params"] == {"uri": "file:///a"}
 
 
 # -- failures and the rest ----------------------------------------------------------------------

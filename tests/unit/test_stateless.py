@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.core import jsonrpc
-from gateway.core.routing import (
+from gateway.core.eras import (
     META_CLIENT_CAPABILITIES,
     META_CLIENT_INFO,
     META_LOG_LEVEL,

@@ -1,0 +1,132 @@
+"""A 2026-07-28 provider's `subscriptions/listen`: how the gateway hears of its list changes.
+
+2026-07-28 has no session to send notifications on: a provider announces tool, prompt and resource
+list changes, and updates of subscribed resources, only on the stream of a `subscriptions/listen`
+request. The gateway keeps one open per such provider, asking for every list change the provider
+declares and for the resources its clients subscribed to, reopens it with jittered back-off when it
+ends, opens it again when the subscribed resources change, and lists the tools again after a
+reopening (nothing is replayed across streams). A provider that does not serve it (-32601) has its
+tools listed again every `tools_poll_s`, when set. The session routes what the stream carries
+(ProviderSession._on_listen_event); this class only keeps the request open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from gateway.core import eras, errors, jsonrpc
+from gateway.core.backoff import Backoff
+from gateway.core.jsonrpc import JsonObject
+
+if TYPE_CHECKING:
+    from gateway.core.provider_session import ProviderSession
+
+log = logging.getLogger("gateway.provider")
+
+RETRY_INITIAL_S = 0.5
+RETRY_MAX_S = 30.0
+
+
+class ProviderListen:
+    """One provider's listen request, from the session being ready to its end."""
+
+    def __init__(self, session: ProviderSession) -> None:
+        self.session = session
+        self.state = "none"  # none | opening | open | reconnecting | unsupported | polling
+        self.opens = 0
+        self.drops = 0
+        self.last_error = ""
+        self.asked: JsonObject = {}
+        self._task: asyncio.Task[None] | None = None
+        self._backoff = Backoff(RETRY_INITIAL_S, RETRY_MAX_S)
+        self._reopened = False
+
+    def start(self) -> None:
+        """Open the listen request (or the poll that stands in for it) in the background."""
+        self.stop()
+        if self.session.state == "closed":
+            return
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"listen {self.session.slot}")
+
+    def refresh(self) -> None:
+        """The subscribed resources changed: ask again with the new list (a served listen only)."""
+        if self.state in ("unsupported", "polling") or not self.session.modern or not self.session.ready:
+            return
+        self.start()
+
+    def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+
+    def acknowledged(self, params: JsonObject) -> None:
+        """The provider's first event on the stream: it is open."""
+        self.state = "open"
+        self.opens += 1
+        self._backoff.reset()
+        if self._reopened:
+            # Nothing is replayed across listen streams: a change made while none was open is found
+            # by listing again (clients hear of it only if the list really differs).
+            self.session.relist()
+
+    async def _run(self) -> None:
+        session = self.session
+        while session.state != "closed":
+            capabilities = session.capabilities
+            wanted = eras.listen_filter(capabilities, session.listen_uris())
+            if not wanted:
+                self.state = "none"
+                await self._poll()
+                return
+            self.asked = wanted
+            self.state = "opening"
+            params = session.own_params({"notifications": wanted})
+            try:
+                reply = await session.request("subscriptions/listen", params, timeout_ms=0, internal=True)
+            except errors.RpcError as exc:
+                if session.state == "closed":
+                    return
+                self.last_error = exc.message
+            else:
+                error = reply.get("error")
+                if isinstance(error, dict) and error.get("code") == jsonrpc.METHOD_NOT_FOUND:
+                    self.state = "unsupported"
+                    self.last_error = str(error.get("message", ""))
+                    await self._poll()
+                    return
+                self.last_error = (
+                    f"subscriptions/listen failed: {error.get('message')}"
+                    if isinstance(error, dict)
+                    else "the provider ended its subscriptions/listen stream"
+                )
+            if session.state == "closed":
+                return
+            self.state = "reconnecting"
+            self.drops += 1
+            self._reopened = True
+            session.warn_once("listen", "subscriptions/listen of slot %s ended: %s", session.slot, self.last_error)
+            await asyncio.sleep(self._backoff.next_delay())
+
+    async def _poll(self) -> None:
+        """No way to hear of changes: list the tools again every tools_poll_s (when configured)."""
+        interval = self.session.settings.tools_poll_s
+        if interval <= 0:
+            return
+        if self.state != "unsupported":
+            self.state = "polling"
+        while self.session.state != "closed":
+            await asyncio.sleep(interval)
+            with contextlib.suppress(errors.RpcError):
+                self.session.relist()
+
+    def status(self) -> JsonObject:
+        return {
+            "state": self.state,
+            "asked": sorted(self.asked),
+            "opens": self.opens,
+            "drops": self.drops,
+            "last_error": self.last_error or None,
+        }
