@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.core import eras, errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.provider_call import call_provider
 from gateway.core.relay import NoRelay, missing_capability, required_capabilities
 
 if TYPE_CHECKING:
@@ -72,8 +73,6 @@ async def call(
     token: Any,
 ) -> JsonObject:
     """The provider's result for one client request (RpcError for its error, or the gateway's)."""
-    from gateway.core.routing import call_provider  # (routing imports this module)
-
     forwarded = caller_params(session, ctx, params)
     result = await call_provider(session, method, forwarded, metrics, ASKS_BY_RESULT, sink, token)
     if not eras.is_input_required(result):
@@ -86,6 +85,10 @@ async def call(
         if refused is not None:
             raise refused
         return result
+    # The questions wait on a person at the client: from the first one on, every round keeps to the
+    # call's deadline, as a session-era provider's own request to the client lives only as long as its call.
+    timeout_ms = session.settings.timeout_for(method, params)
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     rounds = 0
     while eras.is_input_required(result):
         rounds += 1
@@ -99,7 +102,16 @@ async def call(
         requests = eras.input_requests(result)
         if requests is None:
             raise malformed(session.slot)
-        responses = await ask(ctx, requests)
+        try:
+            async with asyncio.timeout_at(deadline):
+                responses = await ask(ctx, requests)
+        except TimeoutError:
+            raise errors.RpcError(
+                jsonrpc.UNAVAILABLE,
+                f'The client did not answer the questions of provider "{session.slot}" within the call\'s '
+                f"deadline of {timeout_ms}ms",
+                {"slot": session.slot, "reason": "deadline", "timeout_ms": timeout_ms},
+            ) from None
         forwarded = eras.retry_params(forwarded, responses, result.get("requestState"))
         result = await call_provider(session, method, forwarded, metrics, ASKS_BY_RESULT, sink, token)
     return eras.for_session_client(result)

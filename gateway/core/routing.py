@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gateway.core import errors, jsonrpc, modern_calls
-from gateway.core.eras import (
-    ENVELOPE_KEYS,
-    META_SERVER_INFO,
-)
+from gateway.core.eras import ENVELOPE_KEYS, META_SERVER_INFO
 from gateway.core.input_required import CANNOT_ASK, Caller, InputRequired, continues_held_call
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.principal import ANONYMOUS, Principal
+from gateway.core.provider_call import call_provider
 from gateway.core.provider_session import NotificationSink, ProviderSession
 from gateway.core.relay import (
     ASKING_METHODS,
@@ -354,6 +351,9 @@ class SlotTarget(Target):
         who = ctx.listener if ctx.listener is not None else object()
         if session.modern:
             # 2026-07-28 has no resources/subscribe: the gateway's listen stream asks for the URIs.
+            resources = session.capabilities.get("resources")
+            if method == "resources/subscribe" and not (isinstance(resources, dict) and resources.get("subscribe")):
+                raise errors.method_not_found(method, f'"{self.name}" (its provider offers no resource subscriptions)')
             upstream = self.slot.upstream
             record = upstream.subscribe if method == "resources/subscribe" else upstream.unsubscribe
             if record(uri, who):
@@ -436,39 +436,3 @@ def forward_to(
 
     caller = Caller(ctx.client_capabilities, ctx.principal.key, sink, token)
     return book.serve(session, method, params, caller, session.settings.timeout_for(method, params), call)
-
-
-async def call_provider(
-    session: ProviderSession,
-    method: str,
-    params: JsonObject | None,
-    metrics: Metrics,
-    relay: RequestRelay,
-    sink: NotificationSink | None,
-    token: Any,
-) -> JsonObject:
-    """One request to a provider, counted in the metrics; its result, or its error as RpcError."""
-    slot = session.slot
-    calls, latency = metrics.call_metrics(slot, method)
-    calls.value += 1
-    started = time.perf_counter()
-    # Pending requests are read from the session at scrape time (mcpgw_slot_pending_requests).
-    try:
-        reply = await session.request(method, params, sink=sink, client_progress_token=token, relay=relay)
-    except errors.RpcError as exc:
-        reason = exc.data.get("reason", "other") if isinstance(exc.data, dict) else "other"
-        metrics.call_errors.labels(slot, reason).inc()
-        if reason == "pending_limit":
-            metrics.limit_hit("max_pending_per_slot")
-        raise
-    finally:
-        latency.observe(time.perf_counter() - started)
-    if "error" in reply:
-        error = reply["error"]
-        metrics.call_errors.labels(slot, "provider").inc()
-        raise errors.RpcError(error["code"], error["message"], error.get("data"))
-    result = reply.get("result")
-    if not isinstance(result, dict):
-        metrics.call_errors.labels(slot, "provider").inc()
-        raise errors.RpcError(jsonrpc.INTERNAL_ERROR, f'Provider "{slot}" returned a result that is not an object')
-    return result

@@ -374,3 +374,33 @@ async def test_a_sloppy_session_era_client_still_reaches_a_2026_provider(
             answer = await ws.receive_json(timeout=5)
     seen = json.loads(answer["result"]["content"][0]["text"])
     assert (seen["client"], seen["capabilities"]) == ("fz", {})  # "sampling": 5 is no capability
+
+
+async def test_a_session_era_client_that_never_answers_keeps_to_the_calls_deadline(attach: Attach) -> None:
+    gateway = await attach("ws", providers={"request_timeout_ms": 500})
+    asked = asyncio.Event()
+
+    async def never(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.set()
+        await asyncio.sleep(30)
+        raise AssertionError("not reached")
+
+    async with Client(url_of(gateway), mode="legacy", elicitation_callback=never) as client:
+        with pytest.raises(MCPError) as ended:
+            await client.call_tool("greet", {})
+    assert asked.is_set()
+    assert ended.value.error.code == -32000
+    assert "did not answer the questions" in ended.value.error.message
+    assert (ended.value.error.data or {}).get("reason") == "deadline"
+
+
+async def test_resource_subscriptions_of_session_era_clients_ride_the_gateways_listen(attach: Attach) -> None:
+    gateway = await attach("ws")
+    provider = gateway.gateway.registry.slots[SLOT].live
+    assert provider is not None
+    async with Client(url_of(gateway), mode="legacy") as client:
+        await client.subscribe_resource("file:///plant/tank")
+        await wait_for(lambda: "resourceSubscriptions" in provider.listen.asked, what="the listen to ask for it")
+        assert provider.listen.asked["resourceSubscriptions"] == ["file:///plant/tank"]
+        await client.unsubscribe_resource("file:///plant/tank")
+        await wait_for(lambda: "resourceSubscriptions" not in provider.listen.asked, what="the listen without it")
