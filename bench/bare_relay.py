@@ -2,18 +2,18 @@
 
     python -m bench.bare_relay --port 8124
 
-One provider publishes itself at `/provider/<slot>` over WebSocket, as into the gateway; a 2026-07-28
-`POST /<slot>/mcp` is renumbered, sent to it as one frame and its answer returned as JSON. The frame
-the provider gets and the answer the client gets have the gateway's shape (the caller's capabilities
-under the gateway's `_meta` key; `resultType`, the provider's `serverInfo` and, on a cacheable
-result, the cache hints stamped on the result), so the SDK processes at both ends do the same work
-on either path.
+One provider publishes itself at `/provider/<slot>` over WebSocket, as into the gateway, and is opened
+the way the gateway opens an SDK server: with `server/discover`, so the link speaks 2026-07-28. A
+2026-07-28 `POST /<slot>/mcp` is renumbered, sent to it as one frame with the caller's params as they
+came (its envelope in `_meta`, as the gateway forwards them), and the provider's answer (which stamps
+`resultType`, its `serverInfo` and cache hints itself in that era) returned as JSON, so the SDK
+processes at both ends do the same work on either path.
 
 Nothing else: no Origin or Host check, authentication, rate limits, bounds, era or header checks,
 deadlines, metrics, logs, session era or error handling past a 400. It is not a product and must
 never face a network; it shows what the hop itself costs on this machine, so the gateway's own
 share of a relayed call can be read off the same run. `GET /healthz` answers 200 once a provider
-has answered `initialize`. Prints `ready` once it listens.
+has answered `server/discover`. Prints `ready` once it listens.
 """
 
 from __future__ import annotations
@@ -29,10 +29,7 @@ import orjson
 from aiohttp import WSMsgType, web
 
 from gateway import event_loop
-from gateway.core.eras import META_CLIENT_CAPABILITIES, META_SERVER_INFO
-from gateway.core.relay import CALLER_CAPABILITIES_KEY
-from gateway.core.routing import CACHEABLE_METHODS
-from gateway.core.versions import LATEST_HANDSHAKE
+from gateway.core import eras
 from gateway.northbound.http_io import JSON_TYPE
 
 
@@ -43,7 +40,6 @@ class Provider:
         self.ws = ws
         self.pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.ids = itertools.count(1)
-        self.server_info: dict[str, Any] = {}
 
     async def request(self, message: dict[str, Any]) -> dict[str, Any]:
         key = f"bare-{next(self.ids)}"
@@ -76,18 +72,9 @@ class BareRelay:
         provider = self.providers[slot] = Provider(ws)
         await ws.receive()  # the register frame a Publisher always sends first
         reader = asyncio.create_task(self._read(provider))
-        initialize = {
-            "jsonrpc": "2.0",
-            "method": "initialize",
-            "params": {
-                "protocolVersion": LATEST_HANDSHAKE,
-                "capabilities": {},
-                "clientInfo": {"name": "bench-bare-relay", "version": "0"},
-            },
-        }
-        reply = await provider.request(initialize)
-        provider.server_info = reply.get("result", {}).get("serverInfo", {})
-        await ws.send_frame(orjson.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}), WSMsgType.TEXT)
+        # The gateway's era probe, which opens a 2026-07-28 link with an SDK server.
+        discover = {"jsonrpc": "2.0", "method": "server/discover", "params": {"_meta": eras.gateway_envelope()}}
+        await provider.request(discover)
         self.ready.add(slot)
         await reader
         self.ready.discard(slot)
@@ -108,18 +95,8 @@ class BareRelay:
         if not isinstance(body, dict) or "id" not in body:
             return web.json_response({"error": "send one request"}, status=400)
         client_id = body["id"]
-        params = dict(body.get("params") or {})
-        meta = params.pop("_meta", None) or {}
-        params["_meta"] = {CALLER_CAPABILITIES_KEY: meta.get(META_CLIENT_CAPABILITIES, {})}
-        answer = await provider.request({"jsonrpc": "2.0", "method": body["method"], "params": params})
+        answer = await provider.request({"jsonrpc": "2.0", "method": body["method"], "params": body.get("params")})
         answer["id"] = client_id
-        result = answer.get("result")
-        if isinstance(result, dict):
-            result.setdefault("resultType", "complete")
-            result.setdefault("_meta", {})[META_SERVER_INFO] = provider.server_info
-            if body["method"] in CACHEABLE_METHODS:  # the cache hints the gateway stamps too
-                result.setdefault("ttlMs", 0)
-                result.setdefault("cacheScope", "private")
         return web.Response(body=orjson.dumps(answer), content_type=JSON_TYPE)
 
     async def healthz(self, request: web.Request) -> web.Response:
