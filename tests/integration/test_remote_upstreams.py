@@ -420,6 +420,9 @@ async def test_token_refused_by_the_remote_is_refreshed_once(
         async with remote_server(lambda: demo_server("files"), guard=guard) as remote:
             server = await start_gateway(gateway_factory, oauth_entry(remote.url, tokens.token_url))
             await wait_ready_slot(server, SLOT)
+            # The gateway's own listen stream opens right after the handshake: once it is open, the
+            # call below is the only request that meets the revoked token.
+            await wait_for(lambda: upstream(server)["listen"] == "open", what="the listen stream")
             fetched = len(tokens.requests)
             tokens.revoke_all()  # e.g. the authorization server rotated its keys
             async with Client(slot_url(server), mode="legacy") as client:
