@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -31,7 +32,13 @@ DEVICE_TOOLS = [
 ]
 
 
-def answer(message: Any, slot: str) -> dict[str, Any] | None:
+PUMP1_TOOLS: list[dict[str, Any]] = orjson.loads(
+    (Path(__file__).resolve().parent.parent / "device" / "schemas" / "pump-1.json").read_bytes()
+)
+"""pump-1's tools as the board lists them (device/schemas/pump-1.json, the reference device of PUMP1.md)."""
+
+
+def answer(message: Any, slot: str, tools: list[dict[str, Any]] = DEVICE_TOOLS) -> dict[str, Any] | None:
     """The reply a device sends to one message from the gateway (None for notifications)."""
     if not isinstance(message, dict) or "id" not in message or "method" not in message:
         return None
@@ -45,7 +52,7 @@ def answer(message: Any, slot: str) -> dict[str, Any] | None:
             "serverInfo": {"name": slot, "version": "1.0.0"},
         }
     elif method == "tools/list":
-        reply["result"] = {"tools": DEVICE_TOOLS}
+        reply["result"] = {"tools": tools}
     elif method == "ping":
         reply["result"] = {}
     else:
@@ -53,28 +60,52 @@ def answer(message: Any, slot: str) -> dict[str, Any] | None:
     return reply
 
 
-class Devices:
-    """N devices on one aiohttp session; `ready` counts those whose tools the gateway has listed."""
+def register_frame(slot: str) -> bytes:
+    """What a board sends first (WIRE.md §2.1, §3.4): opt in to `_all`, and a hello that names it."""
+    hello = {"device_id": f"bench-{slot}", "firmware": {"name": "bench-device", "version": "1.0.0"}}
+    params = {"aggregate": True, "hello": hello}
+    return orjson.dumps({"jsonrpc": "2.0", "method": "notifications/register", "params": params})
 
-    def __init__(self, gateway_url: str, count: int, prefix: str = "dev") -> None:
+
+class Devices:
+    """N devices on one aiohttp session; `ready` counts those whose tools the gateway has listed.
+
+    With `register`, each opens with a board's register frame (`_all` and a hello), as pump-1 does;
+    `tools` is what each lists (default: four small ones; PUMP1_TOOLS: pump-1's own five)."""
+
+    def __init__(
+        self,
+        gateway_url: str,
+        count: int,
+        prefix: str = "dev",
+        *,
+        register: bool = False,
+        tools: list[dict[str, Any]] = DEVICE_TOOLS,
+    ) -> None:
         self.ws_base = "ws" + gateway_url.rstrip("/")[4:]
         self.slots = [f"{prefix}-{index}" for index in range(count)]
+        self.register = register
+        self.tools = tools
         self.listed: set[str] = set()
         self._http: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        self._http = aiohttp.ClientSession()
+        # One connection per device: the default pool would hold back all but 100 at a time.
+        self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         self._tasks = [asyncio.create_task(self._device(slot)) for slot in self.slots]
 
     async def _device(self, slot: str) -> None:
         assert self._http is not None
-        async with self._http.ws_connect(f"{self.ws_base}/provider/{slot}", autoping=True) as ws:
+        url = f"{self.ws_base}/provider/{slot}"
+        async with self._http.ws_connect(url, autoping=True, timeout=aiohttp.ClientWSTimeout(ws_close=2)) as ws:
+            if self.register:
+                await ws.send_str(register_frame(slot).decode())
             async for msg in ws:
                 if msg.type is not aiohttp.WSMsgType.TEXT:
                     continue
                 message = orjson.loads(msg.data)
-                reply = answer(message, slot)
+                reply = answer(message, slot, self.tools)
                 if reply is not None:
                     await ws.send_str(orjson.dumps(reply).decode())
                     if isinstance(message, dict) and message.get("method") == "tools/list":

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -16,11 +17,13 @@ from gateway.config import GatewayConfig
 from gateway.core.gateway import Gateway
 from gateway.core.status import insecure_lan_warning
 from gateway.entry import add_cors_headers, entry_gate, gated_routes, origin_check, rate_limit_admission
+from gateway.listener import GuardedSite, ListenerGuard, raise_fd_limit
 from gateway.northbound.groups_http import GroupEndpoints
 from gateway.northbound.sse import LegacySseEndpoint
 from gateway.northbound.streamable_http import StreamableHttpEndpoint
 from gateway.northbound.websocket import ClientWebSockets
 from gateway.policy.client_auth import ClientAuth
+from gateway.policy.connection_limits import CAP_FROM_FD_LIMIT
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.provider_auth import ProviderAuthPolicy
 from gateway.policy.tls import ServerTls
@@ -130,6 +133,8 @@ class GatewayServer:
         self.tls = ServerTls(config.tls, self.gateway.metrics) if config.tls.enabled else None
         self.app = build_app(config, self.gateway)
         self.runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+        # Every connection is counted against [limits.connections] and kept to its deadlines (gateway/listener.py).
+        self.listener = ListenerGuard(self.gateway.connections, config.limits.connections, self.gateway.metrics)
         self.port = config.port
         # Their slots are reserved now, before the listener accepts a board that could claim one.
         self.stdio_upstreams = StdioUpstreams(self.gateway)
@@ -164,13 +169,28 @@ class GatewayServer:
         return f"{self.config.scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
+        connections = self.gateway.connections
+        connections.configure_fd_limit(raise_fd_limit())
+        if connections.cap_from == CAP_FROM_FD_LIMIT:
+            fd_limit = connections.fd_limit
+            assert fd_limit is not None
+            log.warning(
+                "the descriptor limit (RLIMIT_NOFILE %s) leaves room for %d connections, fewer than "
+                "limits.connections.max_connections = %d; raise the hard limit (LimitNOFILE= in the systemd unit)",
+                fd_limit.soft,
+                connections.cap,
+                self.config.limits.connections.max_connections,
+            )
         await self.runner.setup()
-        site = web.TCPSite(
+        server = self.runner.server
+        assert server is not None
+        site = GuardedSite(
             self.runner,
             self.config.host,
             self.config.port,
-            reuse_address=True,
+            self.listener.protocol_factory(server),
             ssl_context=self.tls.context if self.tls is not None else None,
+            handshake_timeout_s=self.config.limits.connections.handshake_timeout_s,
         )
         await site.start()
         # The bound socket tells the real port when port 0 (any free port) was asked for.
@@ -224,13 +244,32 @@ class GatewayServer:
         return self.tls.reload()
 
 
+def listening_line(version: str, addresses: Sequence[Any], scheme: str, public_url: str | None) -> str:
+    """The startup line: every socket the listener is bound to (`0.0.0.0` when it is every IPv4 address,
+    both addresses of `localhost`), and, when public_url is set, the URL clients are told to use."""
+    urls = []
+    for address in addresses:
+        host, port = (address[0], address[1]) if isinstance(address, tuple) else (str(address), None)
+        host = f"[{host}]" if ":" in host else host
+        urls.append(f"{scheme}://{host}:{port}" if port is not None else f"{scheme}://{host}")
+    line = f"mcp-gateway {version} listening on {' and '.join(urls)}"
+    return f"{line}; clients use {public_url.rstrip('/')}" if public_url else line
+
+
 async def serve(config: GatewayConfig, ready: Callable[[GatewayServer], None] | None = None) -> None:
     """Run until SIGTERM or SIGINT, then stop accepting, answer what is pending, close links."""
     server = GatewayServer(config)
     await server.start()
-    log.info("mcp-gateway %s listening on %s", __version__, server.url)
+    # What the sockets are bound to, not server.url (127.0.0.1 for a wildcard bind, which hid that the
+    # gateway listens on the network).
+    bound = server.runner.addresses or [(config.host, server.port)]
+    log.info("%s", listening_line(__version__, bound, config.scheme, config.public_url))
     if config.lan_without_auth:
         log.warning("%s (bound to %s)", insecure_lan_warning(config.insecure_lan_open), config.host)
+    # What start-up built (modules, configuration, routes) lives as long as the process. Out of the
+    # collector's reach, a full collection walks only what boards and clients hold: its pause, which
+    # stops the event loop, stays short with a thousand boards connected.
+    gc.freeze()
     if ready is not None:
         ready(server)
     stop = asyncio.Event()

@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.core.jsonrpc import MAX_DEPTH_CEILING
 from gateway.core.names import SlotNameError, check_slot_name
 from gateway.southbound import mqtt_topics
 
@@ -108,6 +109,63 @@ class RateLimitsConfig(Section):
     """Buckets kept per kind; idle (refilled) buckets are dropped first."""
 
 
+class ConnectionLimitsConfig(Section):
+    """[limits.connections]: every TCP connection to the listener, whatever it carries (docs/security.md).
+
+    A connection over a cap is answered 503 with a JSON body once its request is read, or closed at
+    once when max_refusing are already being answered. Open streams (SSE, WebSocket) and requests being
+    answered are never idle; a keep-alive connection between requests is."""
+
+    max_connections: PositiveInt = 4096
+    """Connections held at once. Room for max_slots boards on dedicated sockets and max_sessions client
+    streams, with as many again for short requests; lowered at start to what the descriptor limit
+    (RLIMIT_NOFILE) leaves after fd_reserve, so the process never runs out of descriptors."""
+    max_per_peer: PositiveInt = 256
+    """Connections one peer address holds at once, so one host cannot take them all. A board holds one
+    socket, a client a few; a simulator publishing many boards from one host stays well below it."""
+    per_peer_exempt: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
+    """Addresses or networks (CIDR) max_per_peer does not apply to: by default the gateway's own host,
+    where a local reverse proxy (every client behind it is one address), the simulator and the stdio
+    bridge connect from. Add a reverse proxy's address here; max_connections still applies."""
+    max_refusing: PositiveInt = 64
+    """Connections over a cap held at once to read their request and answer it 503 (each at most
+    header_timeout_s); beyond that an over-cap connection is closed unanswered."""
+    fd_reserve: PositiveInt = 256
+    """File descriptors kept for everything but client and board connections: child processes' pipes,
+    serial ports, upstream and MQTT connections, logs, and connections being accepted."""
+    idle_timeout_s: PositiveFloat = 60.0
+    """A keep-alive connection with no request for this long is closed. Above the idle expiry of HTTP
+    client pools (httpx 5 s, aiohttp 15 s), so a client does not find its pooled connection just closed."""
+    header_timeout_s: PositiveFloat = 15.0
+    """A request's headers must be complete this long after the connection opened (its first request)
+    or after the request's first byte (later ones); else 408 and close. Headers arrive in one packet on
+    a LAN; 15 s leaves room for TCP retransmissions on poor Wi-Fi."""
+    body_timeout_s: PositiveFloat = 15.0
+    """A request body that stops arriving for this long gets 408 and the connection is closed; also the
+    grace before body_min_rate_bytes_per_s applies, and how long an unread body is drained after an answer."""
+    body_min_rate_bytes_per_s: Annotated[int, Field(ge=0)] = 1024
+    """After body_timeout_s, a request body must have arrived at this average rate, else 408 and close
+    (a body dripped a byte at a time). Far below any working link (radio, VPN, cellular); 0 turns it off."""
+    handshake_timeout_s: PositiveFloat = 30.0
+    """A TLS handshake, a /providers socket's first slot claim and a client WebSocket's initialize must
+    be done this long after connecting, else the connection is closed (WebSockets with 1008 and a reason).
+    A board doing TLS in software over weak Wi-Fi takes seconds; its first frame follows at once."""
+    max_header_bytes: PositiveInt = 8190
+    """Longest request line, and longest header line; longer gets 400 (aiohttp's own bound)."""
+    max_headers: PositiveInt = 128
+    """Most header lines in one request; more gets 400 (aiohttp's own bound)."""
+
+    @field_validator("per_peer_exempt")
+    @classmethod
+    def _networks(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network (e.g. 10.0.0.5, 10.0.0.0/24)") from None
+        return entries
+
+
 class LimitsConfig(Section):
     """Every bound the gateway enforces; all are explicit so an operator can see and change them."""
 
@@ -115,16 +173,30 @@ class LimitsConfig(Section):
     """Largest WebSocket message a provider or client may send; larger ones close the link with 1009."""
     max_body_bytes: PositiveInt = 4_194_304
     """Largest HTTP request body; larger ones get HTTP 413."""
+    max_json_depth: Annotated[int, Field(ge=16, le=MAX_DEPTH_CEILING)] = 64
+    """Deepest nesting of objects and arrays in a message from a client or a provider, on every way in;
+    deeper ones are refused (-32600 to a client, dropped from a provider). At least 16 (a tool's input
+    schema inside tools/list already nests about ten), at most 200, so everything the gateway relays
+    stays within what its JSON encoder writes (gateway/core/jsonrpc.py, MAX_DEPTH_CEILING)."""
     max_pending_per_slot: PositiveInt = 256
     """Requests in flight towards one provider."""
     max_pending_per_client: PositiveInt = 64
     """Requests in flight from one client session."""
     max_sessions: PositiveInt = 1024
-    """Session-era client sessions held at once; the oldest idle one is not evicted, new ones are refused."""
+    """Session-era client sessions held at once (see session_idle_when_full_s for what happens at it)."""
     session_idle_timeout_s: PositiveFloat = 1800.0
     """A client session with no request and no open stream for this long is expired (404 afterwards)."""
+    session_idle_when_full_s: PositiveFloat = 60.0
+    """At max_sessions or a caller's max_sessions_per_principal, a new session ends the one idle the
+    longest (the caller's own at its cap) once it has idled this long, instead of being refused."""
     max_slots: PositiveInt = 1024
-    """Slots the gateway tracks at once."""
+    """Slots the gateway tracks at once; vacant ones are forgotten, oldest first, to make room."""
+    max_slots_per_peer: Annotated[int, Field(ge=0)] = 128
+    """Slots one WebSocket provider may hold at once, counted by its authenticated identity or, with
+    no credential, by its IP address (0: no cap). Keeps one peer from taking every name."""
+    vacant_slot_ttl_s: Annotated[float, Field(ge=0)] = 300.0
+    """A slot whose provider left is forgotten after this long (declared and configured ones are
+    kept); 0 keeps vacant slots until room is needed."""
     notification_queue: PositiveInt = 256
     """Notifications buffered per client stream; a stream that falls further behind is closed."""
     sse_keepalive_s: PositiveFloat = 15.0
@@ -145,7 +217,12 @@ class LimitsConfig(Section):
     max_input_rounds: PositiveInt = 16
     """A session-era client's call to a 2026-07-28 provider: input_required rounds the gateway answers
     for it (asking the client, then retrying); a provider that asks more gets the call ended with -32000."""
+    catalog_coalesce_ms: Annotated[int, Field(ge=0, le=10_000)] = 50
+    """How long `_all` and the tool groups wait after a provider comes, goes or changes its tools before
+    rebuilding their catalogs and announcing the change, so a burst (every board reconnecting after a
+    restart) costs one rebuild; a client that lists sooner gets the catalog rebuilt for it at once."""
     rate: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
+    connections: ConnectionLimitsConfig = Field(default_factory=ConnectionLimitsConfig)
 
 
 MIN_PROVIDER_SECRET_CHARS = 16
@@ -317,6 +394,15 @@ class ProvidersConfig(Section):
     """Default deadline for a request forwarded to a provider."""
     initialize_timeout_ms: PositiveInt = 10_000
     """Deadline for a provider to answer the gateway's initialize and tools/list."""
+    upgrades_per_turn: PositiveInt = 16
+    """Provider WebSocket upgrades (`/provider/<slot>`, `/providers`) handled per turn of the event
+    loop; the others wait for the next turns (gateway/southbound/pacing.py). A turn then stays short
+    however many boards dial at once, and the gateway keeps answering everyone else."""
+    max_concurrent_handshakes: PositiveInt = 32
+    """Providers whose handshake (server/discover or initialize, then tools/list) runs at once; the
+    others wait their turn, connected. Keeps the gateway answering while every board of a plant
+    reconnects at once: each handshake decodes a tool list, and a thousand at once would hold the
+    event loop for a second."""
     id_style: IdStyle = "brk"
     """Request ids sent to providers: 'brk' (brk-<n>, mcp-broker compatible) or 'numeric'."""
     max_tools_pages: PositiveInt = 64
@@ -913,6 +999,10 @@ class MqttBrokerConfig(Section):
     """First wait before connecting again after the broker was lost, or attaching again a device whose
     announcement stands but whose slot is not served; doubles per failure (jittered)."""
     reconnect_max_s: PositiveFloat = 30.0
+    check_anonymous: bool = True
+    """After each connection, connect a throw-away client without credentials to the same broker and try a
+    board topic with it: a broker that lets it in is logged as a warning and reported by broker_diagnose
+    (mqtt.broker_anonymous). Off: no such client connects (the broker logs a refused one otherwise)."""
 
     @field_validator("server_filter", mode="before")
     @classmethod

@@ -71,13 +71,18 @@ def origin_check(policy: OriginPolicy, metrics: Metrics) -> Check:
     """Origin and Host (DNS rebinding) on every entry; CORS for allowed browser origins."""
 
     async def check(request: web.Request) -> web.StreamResponse | None:
-        origin = request.headers.get("Origin")
-        refusal = policy.check(origin, request.headers.get("Host"))
+        headers = request.headers
+        # Every value, not the first (a second Origin or Host must not ride along unchecked), and the
+        # target as sent: aiohttp's request.host and request.url take an absolute-form target's
+        # authority, or the socket's own address when there is no Host, which would check nothing.
+        origins = headers.getall("Origin", ())
+        refusal = policy.check_request(origins, headers.getall("Host", ()), request.raw_path)
         if refusal is not None:
             metrics.refusals.labels(refusal.error).inc()
             return http_error(refusal.status, refusal.error, refusal.description)
-        if origin is None:
+        if not origins:
             return None
+        origin = origins[0]
         cors = {
             "Access-Control-Allow-Origin": origin,
             # WWW-Authenticate: a browser client finds the OAuth metadata through it on a 401;

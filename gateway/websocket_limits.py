@@ -1,4 +1,5 @@
-"""The aiohttp WebSocket response of both WebSocket ways in (providers and raw clients): the frame cap.
+"""The aiohttp WebSocket response of both WebSocket ways in (providers and raw clients): the frame cap,
+and the deadline of an upgraded socket's first exchange.
 
 aiohttp enforces the cap itself, as it reads a frame's header (nothing of an oversized message is
 buffered), and then closes the socket with 1009 and an empty reason from inside `receive()`. This
@@ -7,11 +8,18 @@ subclass fills in the gateway's reason on that close, so the peer reads what to 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
 
 from aiohttp import web
 
-from gateway.core.link import CLOSE_NORMAL, CLOSE_TOO_BIG, close_reason, frame_too_big_reason
+from gateway.core.link import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TOO_BIG, close_reason, frame_too_big_reason
+from gateway.policy.connection_limits import CUT_LIMIT_KEYS, HANDSHAKE_TIMEOUT
+from gateway.telemetry.metrics import Metrics
+
+_closing: set[asyncio.Task[None]] = set()
+"""Closes started by a handshake deadline, held until they finish."""
 
 
 def is_too_big(error: object) -> bool:
@@ -47,3 +55,29 @@ class CappedWebSocketResponse(web.WebSocketResponse):
         if code == CLOSE_TOO_BIG and not message:
             message = self.too_big_reason.encode()
         return await super().close(code=code, message=message, drain=drain)
+
+
+def handshake_deadline(
+    ws: web.WebSocketResponse, timeout_s: float, done: Callable[[], bool], reason: str, metrics: Metrics
+) -> asyncio.TimerHandle:
+    """Close `ws` with 1008 and `reason` unless `done()` holds `timeout_s` after the upgrade
+    (limits.connections.handshake_timeout_s). An upgraded socket that never starts its exchange (a client
+    that never sends initialize, a /providers socket that claims no slot) is not held; the caller
+    cancels the returned timer when the socket ends."""
+    loop = asyncio.get_running_loop()
+
+    def expire() -> None:
+        if ws.closed or done():
+            return
+        metrics.connection_cuts.labels(HANDSHAKE_TIMEOUT).inc()
+        metrics.limit_hit(CUT_LIMIT_KEYS[HANDSHAKE_TIMEOUT])
+        task = loop.create_task(_close(ws, close_reason(reason)))
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+
+    return loop.call_later(timeout_s, expire)
+
+
+async def _close(ws: web.WebSocketResponse, reason: str) -> None:
+    with contextlib.suppress(Exception):
+        await ws.close(code=CLOSE_POLICY, message=reason.encode())

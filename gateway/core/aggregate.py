@@ -6,18 +6,27 @@ from collections.abc import Callable
 
 from gateway import __version__
 from gateway.core import errors
+from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.names import ALL_SLOT
 from gateway.core.naming import NameBook
 from gateway.core.principal import Principal
 from gateway.core.routing import ClientContext, Target, forward_to
-from gateway.core.schema_hash import tools_hash
 from gateway.core.slots import Listener, SlotRegistry
 from gateway.policy.rate_limit import RateLimiter
 from gateway.telemetry.metrics import Metrics
 
 ORIGIN_META_KEY = "io.github.mcp-gateway/origin"
 """_meta on each aggregate tool naming the slot and tool it stands for."""
+
+
+def _listed(tool: JsonObject, key: tuple[str, str], name: str) -> JsonObject:
+    """A provider's tool as `_all` lists it: its name here, and where it comes from in `_meta`."""
+    listed = dict(tool)
+    meta = listed.get("_meta")
+    listed["_meta"] = {**(meta if isinstance(meta, dict) else {}), ORIGIN_META_KEY: {"slot": key[0], "tool": key[1]}}
+    listed["name"] = name
+    return listed
 
 
 class AggregateTarget(Target):
@@ -29,15 +38,21 @@ class AggregateTarget(Target):
         self.rate_limiter = rate_limiter
         """Charges the slot a tools/call is routed to; the HTTP entry cannot, it does not know the slot."""
         self.listeners: set[Listener] = set()
-        self.routes: dict[str, tuple[str, str]] = {}
-        self.tools: list[JsonObject] = []
-        self.catalog_hash = tools_hash([])
+        self._routes: dict[str, tuple[str, str]] = {}
+        self._tools: list[JsonObject] = []
+        self.catalog_hash = 0
+        """What the listed catalog was built from (names, members and their tool hashes), hashed."""
         self.names = NameBook(max_retired=4 * registry.config.limits.max_slots)
+        self._listed: dict[tuple[str, str], tuple[JsonObject, str, JsonObject]] = {}
+        """Per (slot, tool): the provider's tool dict, its name here, and the listed copy made of them."""
+        self.refresh = CoalescedRebuild(
+            self._rebuild, registry.config.limits.catalog_coalesce_ms / 1000, lambda: bool(self.listeners)
+        )
         self.slot_scopes: Callable[[str], tuple[str, ...]] | None = None
         """The scopes a caller needs for each member slot, set by the composition root when client
         authentication is configured: `_all` shows and routes a slot's tools only to callers who
         could call that slot directly, so the aggregate is never a way around a slot's scopes."""
-        registry.membership_listeners.append(self.rebuild)
+        registry.membership_listeners.append(self.refresh.changed)
 
     def server_info(self) -> JsonObject:
         return {"name": "mcp-gateway _all", "version": __version__}
@@ -69,37 +84,58 @@ class AggregateTarget(Target):
     def listed_tools(self) -> list[JsonObject]:
         return self.tools
 
-    def rebuild(self, noticed_slot: str | None = None) -> None:
-        """Recompute the catalog from the current members; tell listeners when it changed, or when the
-        provider of member `noticed_slot` announced a change of its own (it may have come and gone).
+    @property
+    def tools(self) -> list[JsonObject]:
+        """The catalog as clients list it (rebuilt first if members changed since)."""
+        self.refresh.flush()
+        return self._tools
 
-        Names come from a NameBook, so a name keeps its meaning for the gateway's lifetime."""
+    @property
+    def routes(self) -> dict[str, tuple[str, str]]:
+        """Each listed name's (slot, tool)."""
+        self.refresh.flush()
+        return self._routes
+
+    def rebuild(self) -> None:
+        """Recompute the catalog now (tests and callers that cannot wait for the coalesced rebuild)."""
+        self.refresh.changed()
+        self.refresh.flush()
+
+    def _rebuild(self, noticed: frozenset[str]) -> None:
+        """Recompute the catalog from the current members; tell listeners when it changed, or when the
+        provider of a member in `noticed` announced a change of its own (it may have come and gone).
+
+        Names come from a NameBook, so a name keeps its meaning for the gateway's lifetime. The listed
+        copy of a tool is made once and kept while its provider lists the same tool under the same
+        name, so a rebuild costs a few dictionary lookups per tool rather than a copy."""
         members = self.members()
         entries: list[tuple[str, str]] = []
         by_key: dict[tuple[str, str], JsonObject] = {}
+        signature: list[object] = []
         for slot_name in members:
             session = self.registry.slots[slot_name].session
             assert session is not None
+            signature.append(session.tools_hash)
             for tool in session.tools:
                 key = (slot_name, tool["name"])
                 if key not in by_key:
                     entries.append(key)
                     by_key[key] = tool
         routes = self.names.names_for(entries)
+        listed_before, self._listed = self._listed, {}
         tools: list[JsonObject] = []
         for name, key in routes.items():
-            tool = dict(by_key[key])
-            meta = tool.get("_meta")
-            tool["_meta"] = {
-                **(meta if isinstance(meta, dict) else {}),
-                ORIGIN_META_KEY: {"slot": key[0], "tool": key[1]},
-            }
-            tool["name"] = name
-            tools.append(tool)
-        new_hash = tools_hash(tools)
-        self.routes = routes
-        self.tools = tools
-        if new_hash != self.catalog_hash or noticed_slot in members:
+            source = by_key[key]
+            kept = listed_before.get(key)
+            if kept is None or kept[0] is not source or kept[1] != name:
+                kept = (source, name, _listed(source, key, name))
+            self._listed[key] = kept
+            tools.append(kept[2])
+            signature.append(name)
+        new_hash = hash((tuple(members), tuple(signature)))
+        self._routes = routes
+        self._tools = tools
+        if new_hash != self.catalog_hash or not noticed.isdisjoint(members):
             self.catalog_hash = new_hash
             message = notification("notifications/tools/list_changed")
             for listener in list(self.listeners):

@@ -623,8 +623,8 @@ def _gateway_problems(view: GatewayView) -> list[Problem]:
 
 
 def _mqtt_problems(view: GatewayView) -> list[Problem]:
-    """A broker the gateway cannot reach, one that would send it far larger packets than it takes, and
-    messages it received but could not use."""
+    """A broker the gateway cannot reach, one that would send it far larger packets than it takes, one that
+    lets clients in without credentials, and messages it received but could not use."""
     problems: list[Problem] = []
     for broker in view.mqtt:
         label = str(broker.get("broker"))
@@ -652,9 +652,9 @@ def _mqtt_problems(view: GatewayView) -> list[Problem]:
                     "(docs/mqtt-broker.md).",
                 )
             )
-        packet_problem = _mqtt_packet_size_problem(label, broker)
-        if packet_problem is not None:
-            problems.append(packet_problem)
+        for problem in (_mqtt_packet_size_problem(label, broker), _mqtt_anonymous_problem(label, broker)):
+            if problem is not None:
+                problems.append(problem)
         dropped = {reason: count for reason, count in (broker.get("dropped") or {}).items() if count}
         if dropped:
             examples = broker.get("dropped_examples") or {}
@@ -675,6 +675,43 @@ def _mqtt_problems(view: GatewayView) -> list[Problem]:
                 )
             )
     return problems
+
+
+MQTT_ANONYMOUS_FIX = (
+    "The broker's ACL is the security boundary for MQTT boards: anyone it lets publish on a board's topics can "
+    "drive that board. Use the appliance's mosquitto configuration, image/mosquitto/mcp-gateway.conf with its "
+    "acl: allow_anonymous false, a password per board (its username is its slot) and an ACL that confines each "
+    "board to its own topics; give the gateway its own username and password in [[mqtt.brokers]] "
+    "(docs/mqtt-broker.md)."
+)
+"""What to do about a broker that accepts clients without credentials (broker_diagnose and the log)."""
+
+
+def mqtt_anonymous_summary(board_topics_open: bool | None) -> str:
+    """What a broker that accepted the gateway's client without credentials lets such a client do, as far
+    as that check saw (gateway/southbound/mqtt_anonymous.py)."""
+    if board_topics_open:
+        return (
+            "accepts clients without a username and password, and lets them publish where requests reach a "
+            "board: anyone who can reach the broker can drive its boards"
+        )
+    if board_topics_open is False:
+        return "accepts clients without a username and password (an ACL kept the check's client off board topics)"
+    return "accepts clients without a username and password"
+
+
+def _mqtt_anonymous_problem(label: str, broker: Mapping[str, Any]) -> Problem | None:
+    """A broker that let the gateway's throw-away client in without credentials."""
+    check = broker.get("anonymous_clients") or {}
+    if check.get("accepted") is not True:
+        return None
+    return Problem(
+        "mqtt.broker_anonymous",
+        "warning",
+        f"MQTT broker {label} {mqtt_anonymous_summary(check.get('board_topics_open'))}",
+        f"{check.get('evidence')} (checked at {check.get('checked_at')})",
+        MQTT_ANONYMOUS_FIX,
+    )
 
 
 def _mqtt_packet_size_problem(label: str, broker: Mapping[str, Any]) -> Problem | None:

@@ -54,6 +54,15 @@ def message_refused(slot: str, message: str, data: dict[str, Any]) -> RpcError:
     return RpcError(jsonrpc.UNAVAILABLE, message, {"slot": slot, "reason": "message_refused", **data})
 
 
+def answer_refused(slot: str, problem: str, limit: str) -> RpcError:
+    """The provider's answer broke a bound of the gateway's (`limit`, e.g. nested too deep) and was dropped."""
+    return RpcError(
+        jsonrpc.INTERNAL_ERROR,
+        f'Provider "{slot}" answered, but the gateway refused the answer: {problem}',
+        {"slot": slot, "reason": "answer_refused", "limit": limit},
+    )
+
+
 def too_many_pending(scope: str, limit: int) -> RpcError:
     return RpcError(
         jsonrpc.UNAVAILABLE,

@@ -18,6 +18,7 @@ from gateway.core.scrape import ScrapeSync
 from gateway.core.sessions import SessionStore
 from gateway.core.slots import SlotRegistry
 from gateway.core.streams import MessageQueue
+from gateway.policy.connection_limits import ConnectionLimiter
 from gateway.policy.rate_limit import BucketSpec, RateLimiter
 from gateway.telemetry.metrics import Metrics
 
@@ -37,6 +38,7 @@ class Gateway:
             self.metrics,
             limits.max_sessions_per_principal,
             limits.max_relayed_requests_per_client,
+            limits.session_idle_when_full_s,
         )
         # Stateless-era calls whose provider asked the client something (gateway/core/input_required.py).
         self.input_required = InputRequired(
@@ -52,6 +54,8 @@ class Gateway:
             BucketSpec(limits.rate.per_slot.rate_per_s, limits.rate.per_slot.burst),
             limits.rate.max_buckets,
         )
+        # Asked by the listener as each connection arrives (gateway/listener.py); read by broker_info.
+        self.connections = ConnectionLimiter(limits.connections)
         self.aggregate = AggregateTarget(self.registry, self.metrics, self.rate_limiter)
         # /mcp and /mcp/<group>: served by their own routes (gateway/northbound/groups_http.py), not by target().
         self.groups = GroupCatalog(self.registry, self.metrics, self.rate_limiter, self.base_url)

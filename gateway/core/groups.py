@@ -25,11 +25,11 @@ from gateway import __version__
 from gateway.config import GatewayConfig, group_env_name
 from gateway.core import bridge_tools, errors
 from gateway.core.aggregate import ORIGIN_META_KEY
+from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.naming import NameBook
 from gateway.core.principal import Principal
 from gateway.core.routing import ClientContext, Target, forward_to
-from gateway.core.schema_hash import tools_hash
 from gateway.core.slots import Listener, SlotRegistry
 from gateway.policy.rate_limit import RateLimiter
 from gateway.telemetry.metrics import Metrics
@@ -183,15 +183,24 @@ class GroupCatalog:
         self.separator = config.groups_separator
         self.specs = specs_from_config(config)
         self.names = NameBook(self.separator, max_retired=4 * config.limits.max_slots)
-        self.tools: list[CatalogTool] = []
-        self.by_name: dict[str, CatalogTool] = {}
+        self._tools: list[CatalogTool] = []
+        self._by_name: dict[str, CatalogTool] = {}
+        self._built: dict[tuple[str, str], CatalogTool] = {}
+        """The last rebuild's entry per (slot, tool), reused while its provider lists the same tool dict."""
         self.slot_scopes: Callable[[str], tuple[str, ...]] | None = None
         """The scopes a caller needs for each slot, set by the composition root when client authentication
         is configured (the same hook as `_all`'s): a group shows and routes a slot's tools only to callers
         who could call that slot directly."""
         self.bridge = GroupTarget(self, None)
         self.targets = {spec.name: GroupTarget(self, spec) for spec in self.specs if spec.enabled}
-        registry.membership_listeners.append(self.rebuild)
+        # Rebuilt once per burst of changes; with nobody listening to an endpoint (as always when no
+        # group is configured) only when the catalog is read: guidance, search, a listing.
+        self.refresh = CoalescedRebuild(
+            self._rebuild,
+            config.limits.catalog_coalesce_ms / 1000,
+            lambda: any(target.listeners for target in (self.bridge, *self.targets.values())),
+        )
+        registry.membership_listeners.append(self.refresh.changed)
 
     # -- lookup ---------------------------------------------------------------------------------
 
@@ -213,10 +222,28 @@ class GroupCatalog:
 
     # -- the catalog ----------------------------------------------------------------------------
 
-    def rebuild(self, noticed_slot: str | None = None) -> None:
+    @property
+    def tools(self) -> list[CatalogTool]:
+        """Every tool of every ready slot, in or out of a group (rebuilt first if slots changed since)."""
+        self.refresh.flush()
+        return self._tools
+
+    @property
+    def by_name(self) -> dict[str, CatalogTool]:
+        """The tools that enabled groups list, by their /mcp name."""
+        self.refresh.flush()
+        return self._by_name
+
+    def rebuild(self) -> None:
+        """Recompute the catalog now (callers that cannot wait for the coalesced rebuild)."""
+        self.refresh.changed()
+        self.refresh.flush()
+
+    def _rebuild(self, noticed: frozenset[str]) -> None:
         """Recompute every tool's groups and name from the ready slots; each endpoint whose own list
-        changed tells its listeners, and each that covers `noticed_slot` (whose provider announced a
-        change of its own). Names come from one NameBook: stable for the gateway's lifetime."""
+        changed tells its listeners, and each that covers a slot in `noticed` (whose provider announced
+        a change of its own). Names come from one NameBook: stable for the gateway's lifetime. An entry
+        is kept from the last rebuild while its provider lists the same tool dict under the same name."""
         found: list[tuple[str, JsonObject, tuple[str, ...], tuple[str, ...]]] = []
         seen: set[tuple[str, str]] = set()
         for slot_name in self.ready_slots():
@@ -227,21 +254,30 @@ class GroupCatalog:
                 if not isinstance(tool_name, str) or (slot_name, tool_name) in seen:
                     continue
                 seen.add((slot_name, tool_name))
-                groups = tuple(s.name for s in self.specs if s.has_slot(slot_name) and s.has_tool(tool_name))
-                enabled = tuple(s.name for s in self.specs if s.enabled and s.name in groups)
+                kept = self._built.get((slot_name, tool_name))
+                if kept is not None and kept.tool is tool:
+                    groups, enabled = kept.groups, kept.enabled_groups
+                else:
+                    groups = tuple(s.name for s in self.specs if s.has_slot(slot_name) and s.has_tool(tool_name))
+                    enabled = tuple(s.name for s in self.specs if s.enabled and s.name in groups)
                 found.append((slot_name, tool, groups, enabled))
         routes = self.names.names_for((slot, str(tool["name"])) for slot, tool, _, enabled in found if enabled)
         name_of = {pair: name for name, pair in routes.items()}
+        built_before, self._built = self._built, {}
         tools: list[CatalogTool] = []
         for slot_name, tool, groups, enabled in found:
-            name = name_of.get((slot_name, str(tool["name"])))
-            tools.append(
-                CatalogTool(slot_name, tool, groups, enabled, name, _listed(tool, slot_name, name) if name else None)
-            )
-        self.tools = tools
-        self.by_name = {tool.name: tool for tool in tools if tool.name is not None}
+            key = (slot_name, str(tool["name"]))
+            name = name_of.get(key)
+            entry = built_before.get(key)
+            if entry is None or entry.tool is not tool or entry.name != name:
+                listed = _listed(tool, slot_name, name) if name else None
+                entry = CatalogTool(slot_name, tool, groups, enabled, name, listed)
+            self._built[key] = entry
+            tools.append(entry)
+        self._tools = tools
+        self._by_name = {tool.name: tool for tool in tools if tool.name is not None}
         for target in (self.bridge, *self.targets.values()):
-            target.refresh(noticed_slot is not None and target.covers(noticed_slot))
+            target.refresh(any(target.covers(slot) for slot in noticed))
 
     def view(self, principal: Principal, endpoint_group: str | None) -> CatalogView:
         visible = [tool for tool in self.tools if self.may_call(principal, tool.slot)]
@@ -308,6 +344,7 @@ class GroupCatalog:
 
     def info(self) -> JsonObject:
         """For broker_info: the groups and their state, unfiltered (broker_info is the operator's view)."""
+        self.refresh.flush()
         return {
             "separator": self.separator,
             "configured": [
@@ -346,7 +383,7 @@ class GroupTarget(Target):
         self.path = BRIDGE_PATH if spec is None else f"{BRIDGE_PATH}/{spec.name}"
         self.listeners: set[Listener] = set()
         self.tools: list[CatalogTool] = []
-        self.catalog_hash = tools_hash([])
+        self.catalog_hash = hash(())
 
     # -- description ----------------------------------------------------------------------------
 
@@ -392,9 +429,10 @@ class GroupTarget(Target):
         return any(spec.enabled and spec.has_slot(slot) for spec in self.catalog.specs)
 
     def refresh(self, noticed: bool = False) -> None:
-        tools = [tool for tool in self.catalog.tools if self.includes(tool)]
-        listed = [tool.listed for tool in tools if tool.listed is not None]
-        new_hash = tools_hash(listed)
+        """Take the catalog's new entries; tell listeners when this endpoint's list changed or `noticed`."""
+        tools = [tool for tool in self.catalog._tools if self.includes(tool)]
+        # An entry is a new object whenever what it lists changed (the catalog keeps unchanged ones).
+        new_hash = hash(tuple(id(tool) for tool in tools))
         self.tools = tools
         if new_hash != self.catalog_hash or noticed:
             self.catalog_hash = new_hash
@@ -402,11 +440,18 @@ class GroupTarget(Target):
             for listener in list(self.listeners):
                 listener.deliver(message)
 
+    def current(self) -> list[CatalogTool]:
+        """This endpoint's tools, the catalog rebuilt first if slots changed since."""
+        self.catalog.refresh.flush()
+        return self.tools
+
     def listed_tools(self) -> list[JsonObject]:
-        return [*bridge_tools.TOOLS, *(tool.listed for tool in self.tools if tool.listed is not None)]
+        return [*bridge_tools.TOOLS, *(tool.listed for tool in self.current() if tool.listed is not None)]
 
     def tools_for(self, principal: Principal) -> list[JsonObject]:
-        visible: Iterable[CatalogTool] = (tool for tool in self.tools if self.catalog.may_call(principal, tool.slot))
+        visible: Iterable[CatalogTool] = (
+            tool for tool in self.current() if self.catalog.may_call(principal, tool.slot)
+        )
         return [*bridge_tools.TOOLS, *(tool.listed for tool in visible if tool.listed is not None)]
 
     # -- requests -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import orjson
 
-from gateway.core.diagnose import Problem
+from gateway.core.diagnose import MQTT_ANONYMOUS_FIX, Problem, mqtt_anonymous_summary
 from gateway.core.jsonrpc import JsonObject
 
 TOPICS: dict[str, str] = {
@@ -268,6 +268,19 @@ def _mqtt_section(data: GuideInput, slot: str) -> list[str]:
     for broker in brokers:
         state = "connected" if broker.get("connected") else f"not connected ({broker.get('last_error') or 'yet'})"
         lines += [f"Broker `{broker['broker']}`: {state}.", ""]
+        anonymous = broker.get("anonymous_clients") or {}
+        if anonymous.get("accepted") is True:
+            lines += [
+                f"**This broker {mqtt_anonymous_summary(anonymous.get('board_topics_open'))}** "
+                f"(`mqtt.broker_anonymous`). {MQTT_ANONYMOUS_FIX}",
+                "",
+            ]
+        elif anonymous.get("accepted") is False:
+            lines += [
+                "This broker refuses clients without a username and password. Its ACL is the security boundary "
+                "for these boards: anyone it lets publish on a board's topics can drive that board.",
+                "",
+            ]
         plain = broker.get("plain")
         if isinstance(plain, dict):
             prefix = plain["topic_prefix"]
@@ -782,8 +795,10 @@ TROUBLE_PROVIDER: list[tuple[str, str, str]] = [
     (
         "close 1008",
         "`Slot name is empty` / `Slot name is <n> bytes; the limit is 64 bytes of UTF-8` / `Slot name contains "
-        "control characters`",
-        "Use a slot name of 1 to 64 bytes of UTF-8 without control characters.",
+        "control characters (U+0085 at character 5); use printable characters only` (or format characters, "
+        'bidirectional controls, …) / `Slot name ".." is a path step in URLs`',
+        "Use a slot name of 1 to 64 bytes of UTF-8, printable characters only (no control, format or "
+        "bidirectional characters), not `.` or `..`.",
     ),
     (
         "close 1008",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from gateway.core.relay import (
     missing_capability_call,
 )
 from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("gateway.provider")
 
 STATE_PREFIX = "mcpgw1"
 """Marks a requestState this gateway issued; any other state belongs to the provider and passes through."""
@@ -219,7 +222,18 @@ class HeldCall:
     def start(self, call: Awaitable[JsonObject], timeout_ms: int) -> None:
         self.deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
         self.task = asyncio.ensure_future(call)
-        self.task.add_done_callback(lambda _: self.changed.set())
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[JsonObject]) -> None:
+        # The outcome is for the client request waiting when the call ends (_final), and there may be
+        # none: the client hung up just as the call ended, or took an input_required result and never
+        # retried. It is read here, where the task is owned, so that an error nobody takes is not
+        # reported by asyncio as a lost task exception when the task is collected.
+        if not task.cancelled():
+            failure = task.exception()
+            if failure is not None and not isinstance(failure, errors.RpcError) and not self.waiting:
+                log.error("A held %s call failed with no client request waiting", self.method, exc_info=failure)
+        self.changed.set()
 
     async def serve(self, caller: Caller, responses: dict[str, JsonObject]) -> JsonObject:
         """Wait, on behalf of one client request, for the call's answer or its next questions."""

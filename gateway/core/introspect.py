@@ -155,6 +155,12 @@ BROKER_INFO_SCHEMA: JsonObject = {
         "security": {"type": "object"},
         "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
         "limits": {"type": "object"},
+        "connections": {
+            "type": "object",
+            "description": "The listener's connections now: open, cap (max_connections, or lower when the "
+            "descriptor limit leaves less: cap_from), peers, largest_peer, refusing (over a cap, being answered "
+            "503), fd_limit (soft and hard RLIMIT_NOFILE, raised_from, open_at_start; null where unknown)",
+        },
         "providers": {"type": "object"},
         "protocol_versions": {"type": "object"},
         "groups": {
@@ -214,7 +220,8 @@ TOOLS: list[JsonObject] = [
         "every path (provider WebSocket, client MCP, _all, _broker, /mcp tool groups, health, metrics), security "
         "posture (insecure_lan is true when it listens on the network without client or provider authentication; "
         "insecure_lan_open names which), counts of slots, "
-        "connected providers and client sessions, the limits in force, and the tool groups (enabled or not, "
+        "connected providers and client sessions, the limits in force, the listener's connections and "
+        "descriptor limit, and the tool groups (enabled or not, "
         "members now).",
         "inputSchema": NO_ARGUMENTS,
         "outputSchema": BROKER_INFO_SCHEMA,

@@ -30,6 +30,15 @@ REQUEST_CANCELLED = -32800
 JsonId = str | int
 JsonObject = dict[str, Any]
 
+MAX_DEPTH_CEILING = 200
+"""The highest `limits.max_json_depth`. orjson reads JSON nested up to 1024 levels but writes at most
+254, and the gateway wraps what it relays a few levels deeper (an envelope, an `input_required`
+request, a status page quoting a provider's hello): under this ceiling all of them stay writable."""
+DEPTH_LIMIT = "max_json_depth"
+"""The [limits] key of the nesting bound, as a refusal names it and `mcpgw_limit_hits_total` counts it."""
+EncodeError = orjson.JSONEncodeError
+"""What `dumps` raises for a value JSON has no form for, or one nested deeper than orjson writes."""
+
 
 class Kind(Enum):
     REQUEST = "request"
@@ -46,6 +55,9 @@ class Message:
     kind: Kind
     body: Any  # the decoded JSON value; a dict for every kind except BATCH and INVALID
     problem: str = ""  # for INVALID: what is wrong, in words a sender can act on
+    limit: str = ""
+    """For INVALID: the [limits] key of the bound the message exceeds (`max_json_depth`), else empty.
+    Such a message was valid JSON, and its body keeps only its id and method (see `parse`)."""
 
     @property
     def id(self) -> Any:
@@ -105,13 +117,74 @@ def classify(value: Any) -> Message:
     return Message(Kind.INVALID, value, 'not a request, notification or response (no "method", no "result")')
 
 
-def parse(data: bytes | str) -> Message:
-    """Decode and classify; malformed JSON becomes an INVALID message instead of an exception."""
+def parse(data: bytes | str, max_depth: int | None = None) -> Message:
+    """Decode and classify; malformed JSON, and JSON nested more than `max_depth` levels (when given:
+    wherever JSON enters the gateway), become an INVALID message instead of an exception."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         return Message(Kind.INVALID, None, f"malformed JSON: {exc}")
+    # Each level takes two brackets, so text up to twice the bound (a ping, a short answer) is not even counted.
+    if max_depth is not None and len(data) > 2 * max_depth and nested_deeper(data, value, max_depth):
+        return _too_deep(value, max_depth)
     return classify(value)
+
+
+def nested_deeper(data: bytes | str, value: Any, max_depth: int) -> bool:
+    """Whether `value`, decoded from `data`, nests objects and arrays more than `max_depth` levels deep.
+
+    Each object or array of `value` opens with a bracket in `data`, so a text with at most `max_depth`
+    of them passes at C speed (every ordinary message). Otherwise the containers are walked level by
+    level, which stops as soon as too few brackets are left for a deeper path (usually at the widest
+    level, before its items are looked at) or a level lies past the bound."""
+    containers = data.count("{") + data.count("[") if isinstance(data, str) else data.count(b"{") + data.count(b"[")
+    if containers <= max_depth or not isinstance(value, dict | list):
+        return False
+    level: list[Any] = [value]
+    depth = 1
+    unseen = containers - 1  # at most this many containers lie below `level`
+    while depth <= max_depth:
+        if depth + unseen <= max_depth:
+            return False
+        level = [
+            item
+            for container in level
+            for item in (container.values() if type(container) is dict else container)
+            if type(item) is dict or type(item) is list
+        ]
+        if not level:
+            return False
+        depth += 1
+        unseen -= len(level)
+    return True
+
+
+def _too_deep(value: Any, max_depth: int) -> Message:
+    # Only what names the message is kept, so its sender can still be answered: its id (when valid)
+    # and method, which tell a request from an answer. Nothing nested: that is what was refused.
+    head: JsonObject = {}
+    if isinstance(value, dict):
+        if _valid_id(value.get("id")):
+            head["id"] = value["id"]
+        if isinstance(value.get("method"), str):
+            head["method"] = value["method"]
+    problem = (
+        f"JSON nested more than {max_depth} levels deep (objects and arrays within each other), over the "
+        f"gateway's limit limits.{DEPTH_LIMIT}; send flatter JSON"
+    )
+    return Message(Kind.INVALID, head, problem, DEPTH_LIMIT)
+
+
+def unencodable_answer(message: Any, why: str) -> JsonObject:
+    """The -32603 error a client gets, under the answer's own id, instead of an answer `dumps` refused."""
+    request_id = message.get("id") if isinstance(message, dict) else None
+    return error_response(
+        request_id if _valid_id(request_id) else None,
+        INTERNAL_ERROR,
+        f"The gateway could not encode this answer as JSON ({why}) and sends this error instead; "
+        "the gateway's log has the details",
+        {"reason": "unencodable"},
+    )
 
 
 def error_object(code: int, message: str, data: Any = None) -> JsonObject:

@@ -2,11 +2,42 @@
 
 from __future__ import annotations
 
+import unicodedata
 from urllib.parse import unquote
 
 MAX_SLOT_BYTES = 64
 BROKER_SLOT = "_broker"
 ALL_SLOT = "_all"
+
+# What a name must not hold, by Unicode general category (the table of the running Python,
+# unicodedata.unidata_version). A slot name is read by people (logs, broker_info, close reasons,
+# terminals) and compared by machines, so a character that shows nothing, moves other characters or
+# means something else to a terminal would let two names look alike, or one look like another:
+# - Cc: C0 and C1 controls (a U+0085 between "pump" and "1" shows as "pump1"; U+009B starts a terminal escape);
+# - Cf: format characters, invisible by definition: zero-width space and joiners, soft hyphen, byte
+#   order mark, tag characters, and the bidirectional controls (named apart below). The zero-width
+#   joiner goes with them, so emoji sequences joined by it are refused too;
+# - Zl, Zp: line and paragraph separators, which break a log line;
+# - Co: private use, which no font agrees on;
+# - Cn: unassigned code points and noncharacters, which have no glyph yet (a character newer than
+#   the running Python's Unicode tables is refused until Python knows it);
+# - Cs: surrogates, which are not characters (a lone one is refused earlier, as not UTF-8).
+# Spaces (Zs) stay allowed: they show as a gap ("Cell 3"). Look-alike letters (Latin a and Cyrillic a,
+# U+0430) are printable and stay allowed too; telling them apart is beyond a character rule.
+REFUSED_CATEGORIES = {
+    "Cc": "control characters",
+    "Cf": "format characters",
+    "Zl": "line or paragraph separators",
+    "Zp": "line or paragraph separators",
+    "Co": "private-use characters",
+    "Cn": "unassigned code points",
+    "Cs": "surrogates",
+}
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""The bidirectional controls (ALM, LRM, RLM, the embeddings and overrides, the isolates): all in Cf,
+named apart in the refusal because they reorder what a reader sees (Trojan Source, CVE-2021-42574)."""
+DOT_SEGMENTS = (".", "..")
+"""Names a URL resolves as path steps: /../mcp is /mcp, so the slot's URLs would point elsewhere."""
 
 
 class SlotNameError(ValueError):
@@ -30,13 +61,31 @@ def check_slot_name(name: str) -> str:
         name.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise SlotNameError("Slot name is not valid UTF-8") from exc
+    # Before the messages below quote the name: they would carry its invisible characters along.
+    if not name.isprintable():  # in C, and True for nearly every name; the loop finds out which
+        _check_characters(name)
+    if name in DOT_SEGMENTS:
+        raise SlotNameError(f'Slot name "{name}" is a path step in URLs; pick another name, e.g. pump-1')
     if name in (BROKER_SLOT, ALL_SLOT):
         raise SlotNameError(f'Provider "{name}" is reserved by the broker')
     if name.startswith("_"):
         raise SlotNameError(f'Provider "{name}" is reserved: names starting with "_" belong to the gateway')
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
-        raise SlotNameError("Slot name contains control characters")
     return name
+
+
+def _check_characters(name: str) -> None:
+    """Refuse the first character of `name` in REFUSED_CATEGORIES, naming its code point and place.
+
+    str.isprintable() is also False for spaces other than U+0020, which are allowed, hence this loop."""
+    for position, char in enumerate(name, 1):
+        if char in BIDI_CONTROLS:
+            kind = "bidirectional controls"
+        else:
+            kind = REFUSED_CATEGORIES.get(unicodedata.category(char), "")
+        if kind:
+            raise SlotNameError(
+                f"Slot name contains {kind} (U+{ord(char):04X} at character {position}); use printable characters only"
+            )
 
 
 def decode_path_segment(raw: str) -> str:

@@ -34,6 +34,7 @@ from gateway.core.relay import (
     refusal,
 )
 from gateway.core.schema_hash import tools_hash
+from gateway.core.shared_tools import SharedToolLists
 from gateway.core.versions import LATEST_HANDSHAKE
 
 log = logging.getLogger("gateway.provider")
@@ -83,6 +84,8 @@ class SessionSettings:
     """A 2026-07-28 provider without `subscriptions/listen` has its tools listed again this often (0: never)."""
     max_input_rounds: int = 16
     """A session-era caller of a 2026-07-28 provider: input_required rounds the gateway answers for it, at most."""
+    max_json_depth: int = 64
+    """Deepest nesting of objects and arrays the provider's messages may have (limits.max_json_depth)."""
 
     def timeout_for(self, method: str, params: JsonObject | None) -> int:
         if method == "tools/call" and params is not None:
@@ -170,6 +173,8 @@ class ProviderSession:
         """A 2026-07-28 provider's subscriptions/listen (list changes, resource updates)."""
         self.listen_uris: Callable[[], list[str]] = list
         """The resource URIs clients subscribed to in this slot (set by the registry); the listen asks for them."""
+        self.shared_tools = SharedToolLists()
+        """Where equal tool lists are kept once (set by the registry to the gateway's own)."""
         self.log_level_of: Callable[[Hashable | None], str | None] = lambda listener: None
         """The log level a session-era client of this slot set (set by the registry); a 2026-07-28
         provider gets it in that client's envelope, since it has no logging/setLevel."""
@@ -199,6 +204,9 @@ class ProviderSession:
         self._relist_again = False
         self._noticed = False
         self._start_task: asyncio.Task[None] | None = None
+        self.handshake_turns: asyncio.Semaphore | None = None
+        """Shared by every provider session (set by the registry): bounds the handshakes that run at
+        once (providers.max_concurrent_handshakes)."""
         self._first_frame = asyncio.Event()
         """Set once the link's first frame was handled (see `first_frame_handled`)."""
         self._warned: set[str] = set()
@@ -296,15 +304,12 @@ class ProviderSession:
         try:
             if self.settings.register_wait_ms > 0:
                 await self._await_register_frame()
-            discovered = await self._discover(timeout) if self._may_probe() else None
-            if discovered is not None:
-                self.era = eras.MODERN_ERA
-                self.init_result = eras.description_from_discover(discovered, self.slot)
+            turns = self.handshake_turns
+            if turns is None:
+                await self._handshake_and_list(timeout)
             else:
-                self.init_result = await self._handshake(timeout)
-                await self.send_message(jsonrpc.notification("notifications/initialized"))
-            self.tools = await self._list_tools()
-            self.tools_hash = tools_hash(self.tools)
+                async with turns:
+                    await self._handshake_and_list(timeout)
         except errors.RpcError as exc:
             if self.state == "closed":
                 return
@@ -325,6 +330,16 @@ class ProviderSession:
         self.observer.session_ready(self)
         if self.modern:
             self.listen.start()
+
+    async def _handshake_and_list(self, timeout: int) -> None:
+        discovered = await self._discover(timeout) if self._may_probe() else None
+        if discovered is not None:
+            self.era = eras.MODERN_ERA
+            self.init_result = eras.description_from_discover(discovered, self.slot)
+        else:
+            self.init_result = await self._handshake(timeout)
+            await self.send_message(jsonrpc.notification("notifications/initialized"))
+        self._keep_tools(await self._list_tools())
 
     def _may_probe(self) -> bool:
         """Ask server/discover first, unless the slot or the link says the provider is session-era only,
@@ -417,6 +432,17 @@ class ProviderSession:
         self.warn_once("cursor_pages", "provider for slot %s pages tools/list past the cap", self.slot)
         return tools
 
+    def _keep_tools(self, tools: list[JsonObject]) -> bool:
+        """Cache `tools` (shared with every session that lists the same); True when they changed."""
+        new_hash = tools_hash(tools)
+        if new_hash == self.tools_hash:
+            return False
+        if self.tools_hash:
+            self.shared_tools.release(self.tools_hash)
+        self.tools = self.shared_tools.share(new_hash, tools)
+        self.tools_hash = new_hash
+        return True
+
     def relist(self, *, noticed: bool = False) -> None:
         """Fetch the tool list again: the provider said it changed (`noticed`: clients hear of it once
         the fresh list is in, changed or not), or a hello's schema hash changed, or a poll."""
@@ -438,11 +464,7 @@ class ProviderSession:
                 self.last_error = f"re-listing tools failed: {exc.message}"
                 self.warn_once("relist", "re-listing tools of slot %s failed: %s", self.slot, exc.message)
                 return
-            new_hash = tools_hash(tools)
-            changed = new_hash != self.tools_hash
-            if changed:
-                self.tools = tools
-                self.tools_hash = new_hash
+            changed = self._keep_tools(tools)
             if changed or noticed:
                 # A provider's list_changed reaches its listeners once the fresh list is cached (a
                 # client that lists again at once sees it), even when the list looks the same again:
@@ -480,6 +502,8 @@ class ProviderSession:
             if task is not None and not task.done() and task is not asyncio.current_task():
                 task.cancel()
         self.listen.stop()
+        if self.tools_hash:
+            self.shared_tools.release(self.tools_hash)
         self.observer.session_closed(self, reason)
 
     # -- liveness -----------------------------------------------------------------------------
@@ -537,11 +561,24 @@ class ProviderSession:
     async def send_message(self, message: JsonObject) -> None:
         try:
             await self.link.send(jsonrpc.dumps(message))
+        except jsonrpc.EncodeError as exc:
+            raise self._unencodable(message, exc) from None
         except MessageRefused as exc:
             raise self._refused(exc) from None
         except (ConnectionError, RuntimeError) as exc:
             self.link_lost(f"send failed: {exc}")
             raise errors.disconnected(self.slot) from exc
+
+    def _unencodable(self, message: JsonObject, exc: jsonrpc.EncodeError) -> errors.RpcError:
+        """This one message could not be encoded (never sent); what clients send is bounded on the way
+        in (limits.max_json_depth), so this is the gateway's own fault: logged once, only its sender hears."""
+        self.warn_once("unencodable", "a message for slot %s could not be encoded as JSON: %s", self.slot, exc)
+        return errors.RpcError(
+            jsonrpc.INTERNAL_ERROR,
+            f'The gateway could not encode {message.get("method") or "a message"} for provider "{self.slot}" '
+            f"as JSON ({exc}); nothing was sent",
+            {"slot": self.slot, "reason": "unencodable"},
+        )
 
     def _refused(self, exc: MessageRefused) -> errors.RpcError:
         """This one message could not be sent; the link carries on (no fault of the provider)."""
@@ -602,6 +639,9 @@ class ProviderSession:
             deadlines.watch(request_id)
         try:
             await self.link.send(jsonrpc.dumps(message))
+        except jsonrpc.EncodeError as exc:
+            self._forget(request_id, "the request was not sent")
+            raise self._unencodable(message, exc) from None
         except MessageRefused as exc:
             # Never sent: only this caller hears of it; the link and every other request go on.
             self._forget(request_id, "the request was not sent")
@@ -670,7 +710,7 @@ class ProviderSession:
     def receive(self, data: bytes | str) -> None:
         """Handle one message from the provider; never raises on bad input."""
         self.mark_alive()
-        message = jsonrpc.parse(data)
+        message = jsonrpc.parse(data, self.settings.max_json_depth)
         self.receive_message(message)
 
     def receive_message(self, message: jsonrpc.Message) -> None:
@@ -687,6 +727,17 @@ class ProviderSession:
         else:
             self.counters.unparsable += 1
             self.warn_once("unparsable", "unparsable message from provider for slot %s: %s", self.slot, message.problem)
+            if message.limit:
+                self.refused(message)
+
+    def refused(self, message: jsonrpc.Message) -> None:
+        """A message refused for a bound (nested too deep) that answers a pending request ends that
+        request now: its caller gets -32603 naming the bound instead of waiting out the deadline."""
+        head = message.body
+        request_id = head.get("id") if isinstance(head, dict) and "method" not in head else None
+        if not _is_gateway_id(request_id) or request_id not in self.pending:
+            return
+        self._on_response(errors.answer_refused(self.slot, message.problem, message.limit).response(request_id))
 
     def _on_response(self, body: JsonObject) -> None:
         request_id = body.get("id")

@@ -111,6 +111,8 @@ class ScrapeSync:
         metrics.client_in_flight.set(sum(len(session.in_flight) for session in sessions.sessions.values()))
         for scope, table in gateway.rate_limiter.tables.items():
             metrics.rate_buckets.labels(scope).set(len(table))
+        metrics.connections.set(gateway.connections.open_count)
+        metrics.connections_largest_peer.set(gateway.connections.largest_peer())
 
     def _advance(self, slot: str, kind: str, total: int) -> None:
         """Add to the Prometheus counter what the slot's own counter gained since the last scrape."""

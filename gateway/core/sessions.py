@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import secrets
 import time
+from collections.abc import Hashable
 from typing import Any
 
 from gateway.core.jsonrpc import JsonObject
@@ -51,6 +52,7 @@ class ClientSession:
         capabilities: Any,
         principal: Principal,
         max_relayed: int = 16,
+        owner: Hashable | None = None,
     ) -> None:
         self.id = session_id
         self.target = target
@@ -58,6 +60,8 @@ class ClientSession:
         self.client_info = client_info if isinstance(client_info, dict) else {}
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         self.principal = principal
+        self.owner: Hashable = principal.key if owner is None else owner
+        """Whose quota (limits.max_sessions_per_principal) the session counts against."""
         self.created = time.time()
         self.last_active = time.monotonic()
         self.stream: MessageQueue | None = None
@@ -113,15 +117,19 @@ class SessionStore:
         metrics: Metrics,
         max_per_principal: int | None = None,
         max_relayed_per_session: int = 16,
+        idle_when_full_s: float | None = None,
     ) -> None:
         self.max_sessions = max_sessions
         self.max_relayed_per_session = max_relayed_per_session
         self.max_per_principal = max_per_principal
         self.idle_timeout_s = idle_timeout_s
+        self.idle_when_full_s = idle_timeout_s if idle_when_full_s is None else min(idle_when_full_s, idle_timeout_s)
+        """How long a session may idle before a newcomer that hits a cap ends it (limits.session_idle_when_full_s)."""
         self.metrics = metrics
         self.sessions: dict[str, ClientSession] = {}
-        self.per_principal: dict[tuple[str, str], int] = {}
-        """Sessions held by each principal (kind, name); principals with none are removed, so this stays bounded."""
+        self.per_principal: dict[Hashable, int] = {}
+        """Sessions held by each owner (a principal; an anonymous caller per peer address); owners with
+        none are removed, so this stays bounded."""
         self.expired = 0
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -132,15 +140,18 @@ class SessionStore:
         client_info: Any,
         capabilities: Any,
         principal: Principal,
+        owner: Hashable | None = None,
     ) -> ClientSession:
+        """A new session for `principal`, counted against `owner` (default: the principal's key)."""
+        owner = principal.key if owner is None else owner
         if len(self.sessions) >= self.max_sessions:
             self.sweep()
-            if len(self.sessions) >= self.max_sessions:
+            if len(self.sessions) >= self.max_sessions and not self._end_longest_idle(None):
                 raise SessionLimitReached("max_sessions", self.max_sessions)
         limit = self.max_per_principal
-        if limit is not None and self.per_principal.get(principal.key, 0) >= limit:
+        if limit is not None and self.per_principal.get(owner, 0) >= limit:
             self.sweep()
-            if self.per_principal.get(principal.key, 0) >= limit:
+            if self.per_principal.get(owner, 0) >= limit and not self._end_longest_idle(owner):
                 raise SessionLimitReached("max_sessions_per_principal", limit, principal.name)
         session_id = secrets.token_urlsafe(24)  # visible ASCII, 192 random bits
         session = ClientSession(
@@ -151,9 +162,10 @@ class SessionStore:
             capabilities,
             principal,
             max_relayed=self.max_relayed_per_session,
+            owner=owner,
         )
         self.sessions[session_id] = session
-        self.per_principal[principal.key] = self.per_principal.get(principal.key, 0) + 1
+        self.per_principal[owner] = self.per_principal.get(owner, 0) + 1
         target.attach(session)
         self.metrics.sessions.set(len(self.sessions))
         return session
@@ -173,7 +185,7 @@ class SessionStore:
         return True
 
     def _end(self, session: ClientSession) -> None:
-        owner = session.principal.key
+        owner = session.owner
         held = self.per_principal.get(owner, 0) - 1
         if held > 0:
             self.per_principal[owner] = held
@@ -197,6 +209,28 @@ class SessionStore:
         if stale:
             self.metrics.sessions.set(len(self.sessions))
         return len(stale)
+
+    def _end_longest_idle(self, owner: Hashable | None) -> bool:
+        """At a cap: end the session (of `owner`, or anyone's for None) idle the longest, if it has
+        idled limits.session_idle_when_full_s; True when one went. A caller that leaves its sessions
+        open costs the others a refusal only while those sessions are in use."""
+        now = time.monotonic()
+        idlest: ClientSession | None = None
+        longest = self.idle_when_full_s
+        for session in self.sessions.values():
+            if owner is not None and session.owner != owner:
+                continue
+            idle = session.idle_seconds(now)
+            if idle >= longest:
+                idlest, longest = session, idle
+        if idlest is None:
+            return False
+        del self.sessions[idlest.id]
+        self._end(idlest)
+        self.expired += 1
+        self.metrics.sessions_expired.inc()
+        self.metrics.sessions.set(len(self.sessions))
+        return True
 
     def start(self) -> None:
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -17,6 +18,7 @@ from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, LinkInfo, Provider
 from gateway.core.names import SlotNameError, check_slot_name
 from gateway.core.provider_session import ProviderSession, SessionCounters, SessionSettings
 from gateway.core.relay import RelayMetrics
+from gateway.core.shared_tools import SharedToolLists
 from gateway.core.upstream_state import UpstreamState, level_rank
 from gateway.telemetry.metrics import Metrics
 
@@ -70,6 +72,8 @@ class Slot:
     history: SessionCounters = field(default_factory=SessionCounters)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     upstream: UpstreamState = field(default_factory=UpstreamState)
+    vacant_since: float = field(default_factory=time.monotonic)
+    """Monotonic time the slot last lost its provider (or, never held, was first asked for)."""
 
     @property
     def live(self) -> ProviderSession | None:
@@ -108,6 +112,20 @@ class Slot:
 
 
 TOOLS_CHANGED = jsonrpc.notification("notifications/tools/list_changed")
+PEER_CAPPED_TRANSPORTS = ("websocket", "websocket-mux")
+"""Links anyone who reaches /providers can open; the other transports are configured by the operator
+(serial ports, upstreams) or bounded by their broker's ACL (MQTT, docs/security.md)."""
+
+
+def claimant(info: LinkInfo) -> str | None:
+    """Who limits.max_slots_per_peer counts a provider link against: its authenticated identity, else
+    its IP address (not the port: every connection has its own). None for operator-configured links."""
+    if info.transport not in PEER_CAPPED_TRANSPORTS:
+        return None
+    if info.identity:
+        return f"identity {info.identity}"
+    host, _, port = info.remote.rpartition(":")
+    return f"peer {host if host and port.isdigit() else info.remote}"
 
 
 class SlotRegistry:
@@ -119,6 +137,13 @@ class SlotRegistry:
         self.slots: dict[str, Slot] = {}
         self.membership_listeners: list[Callable[[str | None], None]] = []
         self.relay_metrics = RelayMetrics(metrics)
+        self.shared_tools = SharedToolLists()
+        """Tool lists held once for every session that lists the same (boards of one model)."""
+        self.held_by: Counter[str] = Counter()
+        """Slots each claimant (see `claimant`) holds now; limits.max_slots_per_peer bounds it."""
+        self._claims: dict[ProviderSession, str] = {}
+        self.handshake_turns = asyncio.Semaphore(config.providers.max_concurrent_handshakes)
+        """Handshakes running at once, across every provider (ProviderSession.handshake_turns)."""
         self.managers: dict[str, UpstreamManager] = {}
         """Slots whose provider is a configured upstream, and who runs it (see `manage`)."""
         self.started_at = time.time()
@@ -148,7 +173,7 @@ class SlotRegistry:
             return existing
         self.check_name(name)
         if len(self.slots) >= self.config.limits.max_slots:
-            self._prune()
+            self._make_room()
             if len(self.slots) >= self.config.limits.max_slots:
                 self.metrics.limit_hit("max_slots")
                 raise SlotRefused(
@@ -166,12 +191,39 @@ class SlotRegistry:
         self.managers[name] = manager
         return slot
 
-    def _prune(self) -> None:
-        for name, slot in list(self.slots.items()):
-            if name in self.managers:
-                continue
-            if not slot.declared and slot.session is None and not slot.listeners and slot.connects == 0:
-                del self.slots[name]
+    def _vacant(self) -> list[Slot]:
+        """Slots nobody needs kept: no provider, no listener, neither declared nor configured."""
+        return [
+            slot
+            for name, slot in self.slots.items()
+            if slot.session is None
+            and not slot.listeners
+            and not slot.declared
+            and name not in self.managers
+            and not slot.lock.locked()  # a provider is being attached to it right now
+        ]
+
+    def _make_room(self) -> None:
+        """Forget vacant slots, oldest first, until one more fits: a slot a provider held once counts
+        no more than a name a client only asked for, so no past claim keeps a board out for good."""
+        vacant = self._vacant()
+        excess = len(self.slots) - self.config.limits.max_slots + 1
+        if excess <= 0 or not vacant:
+            return
+        vacant.sort(key=lambda slot: slot.vacant_since)
+        for slot in vacant[:excess]:
+            del self.slots[slot.name]
+
+    def forget_vacant(self, now: float | None = None) -> int:
+        """Forget slots vacant for longer than limits.vacant_slot_ttl_s; how many went."""
+        ttl = self.config.limits.vacant_slot_ttl_s
+        if ttl <= 0:
+            return 0
+        cutoff = (time.monotonic() if now is None else now) - ttl
+        stale = [slot for slot in self._vacant() if slot.vacant_since <= cutoff]
+        for slot in stale:
+            del self.slots[slot.name]
+        return len(stale)
 
     def live_sessions(self) -> list[ProviderSession]:
         return [slot.session for slot in self.slots.values() if slot.live is not None]  # type: ignore[misc]
@@ -202,6 +254,7 @@ class SlotRegistry:
             era=era,
             tools_poll_s=float(poll_s) if isinstance(poll_s, int | float) else 0.0,
             max_input_rounds=self.config.limits.max_input_rounds,
+            max_json_depth=self.config.limits.max_json_depth,
         )
 
     def takeover_policy(self, name: str) -> str:
@@ -235,17 +288,25 @@ class SlotRegistry:
             # mcp-broker's wording: the slot belongs to a configured upstream, not to whoever dials in.
             self.metrics.provider_refusals.labels("managed").inc()
             raise SlotRefused(f'Provider "{name}" is managed by a {owner.kind}', jsonrpc.UNAVAILABLE, "managed")
+        who = claimant(link.info)
         async with slot.lock:
             incumbent = slot.live
+            if who is not None:
+                self._check_claims(who, name, incumbent)
             if incumbent is not None:
                 await self._resolve_takeover(slot, incumbent, link)
             session = ProviderSession(name, link, self.settings_for(name, link), self, aggregate=aggregate, hello=hello)
             session.relay_metrics = self.relay_metrics
+            session.shared_tools = self.shared_tools
+            session.handshake_turns = self.handshake_turns
             upstream = slot.upstream
             session.listen_uris = lambda: sorted(upstream.subscribers)
             session.log_level_of = lambda listener: upstream.log_levels.get(listener) if listener is not None else None
             slot.session = session
             slot.connects += 1
+            if who is not None:
+                self._claims[session] = who
+                self.held_by[who] += 1
         self.metrics.provider_connects.labels(name, link.info.transport).inc()
         self.metrics.slot_connected.labels(name).set(1)
         log.info(
@@ -257,6 +318,20 @@ class SlotRegistry:
         )
         session.start()
         return session
+
+    def _check_claims(self, who: str, name: str, incumbent: ProviderSession | None) -> None:
+        cap = self.config.limits.max_slots_per_peer
+        if not cap or self.held_by[who] < cap:
+            return
+        if incumbent is not None and self._claims.get(incumbent) == who:
+            return  # the same peer taking its own slot back holds no more than before
+        self.metrics.limit_hit("max_slots_per_peer")
+        self.metrics.provider_refusals.labels("peer_limit").inc()
+        raise SlotRefused(
+            f"Too many slots for one provider (limit {cap}); raise limits.max_slots_per_peer. Slot: {name}",
+            jsonrpc.UNAVAILABLE,
+            "peer_limit",
+        )
 
     async def _resolve_takeover(self, slot: Slot, incumbent: ProviderSession, link: ProviderLink) -> None:
         policy = self.takeover_policy(slot.name)
@@ -327,10 +402,16 @@ class SlotRegistry:
             self._membership_changed()
 
     def session_closed(self, session: ProviderSession, reason: str) -> None:
+        who = self._claims.pop(session, None)
+        if who is not None:
+            self.held_by[who] -= 1
+            if self.held_by[who] <= 0:
+                del self.held_by[who]
         slot = self._owner(session)
         if slot is None:
             return
         slot.session = None
+        slot.vacant_since = time.monotonic()
         slot.last_disconnect = time.time()
         slot.last_disconnect_reason = reason
         slot.last_error = session.last_error
@@ -362,6 +443,7 @@ class SlotRegistry:
             self.heartbeat_sweep()
 
     def heartbeat_sweep(self) -> None:
+        self.forget_vacant()
         for session in self.live_sessions():
             if not session.heartbeat():
                 self.metrics.heartbeat_misses.labels(session.slot).inc()

@@ -302,6 +302,7 @@ def broker_info(gateway: Gateway) -> JsonObject:
             "client_streams": len(gateway.client_streams),
         },
         "limits": config.limits.model_dump(),
+        "connections": gateway.connections.status(),
         "providers": {
             "heartbeat_interval_s": config.providers.heartbeat_interval_s,
             "takeover": config.providers.takeover,

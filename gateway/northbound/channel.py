@@ -109,6 +109,8 @@ class ClientChannel:
         self.session.touch()
         if message.kind is Kind.INVALID:
             self.gateway.metrics.unparsable.labels("client").inc()
+            if message.limit:
+                self.gateway.metrics.limit_hit(message.limit)
             code = jsonrpc.PARSE_ERROR if message.body is None else jsonrpc.INVALID_REQUEST
             self.refuse(_client_id(message.id), code, f"Invalid JSON-RPC: {message.problem}")
             return

@@ -9,6 +9,8 @@ from aiohttp import web
 
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.streams import MessageQueue
+from gateway.northbound.http_io import encode_refused
+from gateway.telemetry.metrics import Metrics
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -18,7 +20,15 @@ SSE_HEADERS = {
 
 
 def encode_event(message: JsonObject, event: str = "message") -> bytes:
-    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(message) + b"\n\n"
+    """One SSE event; b"" for a notification or request that cannot be encoded (http_io.encode_refused)."""
+    try:
+        data = orjson.dumps(message)
+    except orjson.JSONEncodeError as exc:
+        refused = encode_refused(message, exc)
+        if refused is None:
+            return b""
+        data = refused
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
 
 
 KEEPALIVE = b": keepalive\n\n"
@@ -37,8 +47,9 @@ async def open_stream(request: web.Request, extra_headers: Mapping[str, str] | N
     return response
 
 
-async def pump(response: web.StreamResponse, queue: MessageQueue, keepalive_s: float) -> None:
-    """Write queued messages as events until the queue closes; comment lines keep idle streams open."""
+async def pump(response: web.StreamResponse, queue: MessageQueue, keepalive_s: float, metrics: Metrics) -> None:
+    """Write queued messages as events until the queue closes; comment lines keep idle streams open.
+    A message that cannot be encoded is dropped (counted), the stream goes on."""
     while True:
         message = await queue.get(timeout=keepalive_s)
         if message is None:
@@ -46,4 +57,8 @@ async def pump(response: web.StreamResponse, queue: MessageQueue, keepalive_s: f
                 return
             await response.write(KEEPALIVE)
             continue
-        await response.write(encode_event(message))
+        event = encode_event(message)
+        if not event:
+            metrics.unencodable.inc()
+            continue
+        await response.write(event)

@@ -6,6 +6,7 @@ raw WebSocket upgrade (`/<slot>`), so a limit or a refusal reads the same on eve
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,10 @@ from gateway.config import LimitsConfig
 from gateway.core import jsonrpc
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.routing import Target
+from gateway.northbound.body import read_body
 from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("gateway.northbound")
 
 JSON_TYPE = "application/json"
 WELL_KNOWN_SEGMENT = ".well-known"
@@ -30,9 +34,39 @@ NO_SUCH_ENDPOINT = (
 )
 
 
+_unencodable_warned: set[str] = set()
+
+
+def _warn_unencodable(kind: str, exc: Exception) -> None:
+    # Everything that enters is bounded (limits.max_json_depth): only a fault of the gateway's own
+    # gets here, so once per kind in the process is enough to report it.
+    if kind not in _unencodable_warned:
+        _unencodable_warned.add(kind)
+        log.error("could not encode a client's %s as JSON (%s); further ones are not logged", kind, exc)
+
+
+def _error_instead(message: Any, exc: Exception) -> bytes:
+    _warn_unencodable("answer", exc)
+    return orjson.dumps(jsonrpc.unencodable_answer(message, str(exc)))
+
+
+def encode_refused(message: Any, exc: Exception) -> bytes | None:
+    """What a client stream carries instead of `message`, which the JSON encoder refused: an answer's
+    -32603 error, or None for a notification or request (it has a method), which is dropped, so one
+    message never ends the stream. The stream writing it counts the drop."""
+    if isinstance(message, dict) and "method" in message:
+        _warn_unencodable("notification or request", exc)
+        return None
+    return _error_instead(message, exc)
+
+
 def json_response(message: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    try:
+        body = orjson.dumps(message)
+    except orjson.JSONEncodeError as exc:
+        body = _error_instead(message, exc)  # an answer or a body of the gateway's own: never a 500
     # aiohttp copies `headers` into the response's own header map: no copy of ours is needed.
-    return web.Response(body=orjson.dumps(message), status=status, content_type=JSON_TYPE, headers=headers or None)
+    return web.Response(body=body, status=status, content_type=JSON_TYPE, headers=headers or None)
 
 
 def rpc_error(status: int, code: int, message: str, request_id: Any = None, data: Any = None) -> web.Response:
@@ -64,9 +98,12 @@ it, a Refusal refuses it. Built by the composition root, so the transports hold 
 WebSocket the request is the upgrade request (who the caller is, which slot it named)."""
 
 
-async def read_message(request: web.Request, limits: LimitsConfig, metrics: Metrics) -> jsonrpc.Message | web.Response:
+async def read_message(
+    request: web.Request, limits: LimitsConfig, metrics: Metrics, *, stream_answers: bool = False
+) -> jsonrpc.Message | web.Response:
     """The one JSON-RPC message of a POST body, or the HTTP answer refusing it (too large, not
-    JSON-RPC, a batch)."""
+    JSON-RPC, a batch). With `stream_answers` (legacy SSE), a message over a bound (nested too deep)
+    is returned as it is, to be refused on the client's stream like any request the POST accepted."""
     length = request.content_length
     if length is not None and length > limits.max_body_bytes:
         metrics.limit_hit("max_body_bytes")
@@ -76,7 +113,8 @@ async def read_message(request: web.Request, limits: LimitsConfig, metrics: Metr
             f"Request body is {length} bytes; the limit is {limits.max_body_bytes} (limits.max_body_bytes)",
         )
     try:
-        body = await request.read()
+        # Within its pace too: a body that stalls or drips raises BodyTooSlow, a 408 (gateway/northbound/body.py).
+        body = await read_body(request, limits.connections, metrics)
     except web.HTTPRequestEntityTooLarge:
         metrics.limit_hit("max_body_bytes")
         return http_error(
@@ -84,11 +122,16 @@ async def read_message(request: web.Request, limits: LimitsConfig, metrics: Metr
             "body_too_large",
             f"Request body exceeds {limits.max_body_bytes} bytes (limits.max_body_bytes)",
         )
-    message = jsonrpc.parse(body)
+    message = jsonrpc.parse(body, limits.max_json_depth)
     if message.kind is Kind.INVALID:
+        if message.limit and stream_answers:
+            return message
         metrics.unparsable.labels("client").inc()
+        if message.limit:
+            metrics.limit_hit(message.limit)
         code = jsonrpc.PARSE_ERROR if message.body is None else jsonrpc.INVALID_REQUEST
-        return rpc_error(400, code, f"Invalid JSON-RPC: {message.problem}")
+        # A message over a bound was valid JSON: its id (kept when valid) lets the client match the refusal.
+        return rpc_error(400, code, f"Invalid JSON-RPC: {message.problem}", message.id if message.limit else None)
     if message.kind is Kind.BATCH:
         return rpc_error(400, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are not supported; send one message per POST")
     return message

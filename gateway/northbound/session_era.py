@@ -18,6 +18,7 @@ from gateway.core.principal import Principal
 from gateway.core.routing import ClientContext, Target
 from gateway.core.sessions import ClientSession, InFlight, SessionLimitReached
 from gateway.northbound.http_io import Refusal
+from gateway.policy.caller_pending import caller_key, describe
 
 
 def create_session(
@@ -29,13 +30,18 @@ def create_session(
     protocol_version: str,
     client_info: Any = None,
     capabilities: Any = None,
+    peer: str | None = None,
 ) -> ClientSession | Refusal:
     """A new session for `principal` on `target`, or the refusal naming the limit that stopped it.
 
-    `how_to_end` tells the caller how its transport ends a session it no longer uses."""
+    `how_to_end` tells the caller how its transport ends a session it no longer uses. An anonymous
+    caller's sessions count per `peer` address, as its stateless requests do (caller_pending.py)."""
     limits = gateway.config.limits
+    owner = caller_key(principal, peer)
     try:
-        return gateway.sessions.create(target, protocol_version, client_info, capabilities, principal=principal)
+        return gateway.sessions.create(
+            target, protocol_version, client_info, capabilities, principal=principal, owner=owner
+        )
     except SessionLimitReached as exc:
         gateway.metrics.limit_hit(exc.limit)
         if exc.limit == "max_sessions_per_principal":
@@ -46,9 +52,9 @@ def create_session(
                 jsonrpc.error_response(
                     request_id,
                     jsonrpc.UNAVAILABLE,
-                    f'Too many sessions for "{exc.principal}" (limit {exc.value}, '
-                    f"limits.max_sessions_per_principal); {how_to_end}, or wait: idle ones expire after "
-                    f"{limits.session_idle_timeout_s:g} s",
+                    f"Too many sessions for {describe(owner)} (limit {exc.value}, "
+                    f"limits.max_sessions_per_principal); {how_to_end}, or wait: one idle for "
+                    f"{limits.session_idle_when_full_s:g} s makes room",
                     {"reason": "session_limit", "limit": "max_sessions_per_principal", "value": exc.value},
                 ),
             )

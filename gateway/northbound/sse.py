@@ -14,8 +14,9 @@ Refusals of the POST itself are HTTP: a missing sessionId is 400, an unknown or 
 (JSON-RPC -32600 body, as Streamable HTTP answers an unknown Mcp-Session-Id; mcp-broker answers 400
 text/plain "Unknown or expired session"), a session of another caller 403, a body over
 limits.max_body_bytes 413, a body that is not one JSON-RPC message 400. Refusals of a request inside
-an accepted POST (rate limit -32029, too many in flight, initialize not sent yet) are its JSON-RPC
-answer on the stream, so an SDK client sees them as the request's error.
+an accepted POST (rate limit -32029, too many in flight, initialize not sent yet, JSON nested deeper
+than limits.max_json_depth -32600) are its JSON-RPC answer on the stream, so an SDK client sees them
+as the request's error.
 """
 
 from __future__ import annotations
@@ -97,7 +98,13 @@ class LegacySseEndpoint:
         if not sse_ok:
             return http_error(406, "not_acceptable", f"/{STREAM_SEGMENT} is a text/event-stream; accept it")
         session = session_era.create_session(
-            self.gateway, target, request_principal(request), None, HOW_TO_END, DEFAULT_HEADERLESS_VERSION
+            self.gateway,
+            target,
+            request_principal(request),
+            None,
+            HOW_TO_END,
+            DEFAULT_HEADERLESS_VERSION,
+            peer=request.remote,
         )
         if isinstance(session, Refusal):
             return session.response()
@@ -110,7 +117,7 @@ class LegacySseEndpoint:
         try:
             response = await event_stream.open_stream(request)
             await response.write(endpoint_event(slot, channel.id))
-            await event_stream.pump(response, channel.outbox, self.limits.sse_keepalive_s)
+            await event_stream.pump(response, channel.outbox, self.limits.sse_keepalive_s, self.gateway.metrics)
             if channel.outbox.overflowed:
                 self.gateway.metrics.stream_overflows.labels(TRANSPORT).inc()
                 self.gateway.metrics.limit_hit("notification_queue")
@@ -152,7 +159,9 @@ class LegacySseEndpoint:
             )
         if session_era.owner_mismatch(channel.session, request_principal(request), self.gateway):
             return http_error(403, "forbidden", session_era.OWNER_MISMATCH)
-        message = await http_io.read_message(request, self.limits, self.gateway.metrics)
+        # A message nested too deep is answered on the stream, with its id: the SDK's client stops
+        # posting altogether after one refused POST.
+        message = await http_io.read_message(request, self.limits, self.gateway.metrics, stream_answers=True)
         if not isinstance(message, jsonrpc.Message):
             return message
         channel.receive(message)

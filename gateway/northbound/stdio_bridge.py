@@ -347,7 +347,9 @@ class StdioBridge:
         if line == TOO_LONG:
             await self.emit(_rpc_error(None, jsonrpc.INVALID_REQUEST, f"Message longer than {MAX_LINE_BYTES} bytes"))
             return
-        message = jsonrpc.parse(line)
+        # Bounded only by the ceiling of limits.max_json_depth: the gateway applies its own bound to what
+        # is forwarded, and anything deeper could not be encoded again to forward it.
+        message = jsonrpc.parse(line, jsonrpc.MAX_DEPTH_CEILING)
         if message.kind is Kind.INVALID:
             code = jsonrpc.PARSE_ERROR if message.body is None else jsonrpc.INVALID_REQUEST
             await self.emit(_rpc_error(message.id, code, f"Invalid JSON-RPC: {message.problem}"))

@@ -50,6 +50,7 @@ from gateway.northbound.http_io import (
 )
 from gateway.policy.caller_pending import CallerPending, caller_key
 from gateway.policy.request_principal import request_principal
+from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.northbound.http")
 
@@ -90,11 +91,13 @@ class RequestStream:
         headers: dict[str, str],
         queue_limit: int,
         clock: SwitchClock,
+        metrics: Metrics,
         sse_allowed: bool,
         sse_answer: bool = False,
     ) -> None:
         self.request = request
         self.headers = headers
+        self.metrics = metrics
         self.keepalive_s = clock.interval
         self.sse_allowed = sse_allowed
         self.sse_answer = sse_answer and sse_allowed
@@ -133,7 +136,7 @@ class RequestStream:
 
     async def _write_loop(self) -> None:
         self.response = await event_stream.open_stream(self.request, self.headers)
-        await event_stream.pump(self.response, self.queue, self.keepalive_s)
+        await event_stream.pump(self.response, self.queue, self.keepalive_s, self.metrics)
         # The answer and the end of the stream in one write.
         await self.response.write_eof(event_stream.encode_event(self.final) if self.final is not None else b"")
 
@@ -281,7 +284,9 @@ class StreamableHttpEndpoint:
             if crowded is not None:
                 return json_response(crowded)
             try:
-                stream = RequestStream(request, {}, self.limits.notification_queue, self.clock, sse_ok)
+                stream = RequestStream(
+                    request, {}, self.limits.notification_queue, self.clock, self.gateway.metrics, sse_ok
+                )
                 ctx.sink = stream.sink
                 try:
                     answer = await target.handle(ctx, body)
@@ -299,6 +304,7 @@ class StreamableHttpEndpoint:
             self.context_headers(session),
             self.limits.notification_queue,
             self.clock,
+            self.gateway.metrics,
             sse_ok,
             self.sse_answers and lists_sse(request),
         )
@@ -365,7 +371,8 @@ class StreamableHttpEndpoint:
             return refusal
         body = message.body
         if message.kind is Kind.REQUEST and message.method == "initialize":
-            return self.initialize(target, body, request_principal(request), self.sse_answers and lists_sse(request))
+            sse = self.sse_answers and lists_sse(request)
+            return self.initialize(target, body, request_principal(request), sse, request.remote)
         if (
             message.kind is Kind.REQUEST
             and message.method == "server/discover"
@@ -396,7 +403,9 @@ class StreamableHttpEndpoint:
         )
         return await self.exchange(request, target, ctx, body, session, accepts(request)[1])
 
-    def initialize(self, target: Target, body: JsonObject, principal: Principal, sse: bool) -> web.Response:
+    def initialize(
+        self, target: Target, body: JsonObject, principal: Principal, sse: bool, peer: str | None = None
+    ) -> web.Response:
         params = body.get("params")
         params = params if isinstance(params, dict) else {}
         result = target.initialize_result(params.get("protocolVersion"))
@@ -409,6 +418,7 @@ class StreamableHttpEndpoint:
             result["protocolVersion"],
             params.get("clientInfo"),
             params.get("capabilities"),
+            peer,
         )
         if isinstance(session, Refusal):
             return session.response()
@@ -434,7 +444,7 @@ class StreamableHttpEndpoint:
         metrics.inc()
         try:
             response = await event_stream.open_stream(request, self.context_headers(session))
-            await event_stream.pump(response, queue, self.limits.sse_keepalive_s)
+            await event_stream.pump(response, queue, self.limits.sse_keepalive_s, self.gateway.metrics)
             with contextlib.suppress(ConnectionError):
                 await response.write_eof()
             return self.counted(response, queue, "get")
@@ -557,7 +567,7 @@ class StreamableHttpEndpoint:
                 {"notifications": honored, "_meta": {META_SUBSCRIPTION_ID: request_id}},
             )
             await response.write(event_stream.encode_event(ack))
-            await event_stream.pump(response, stream.queue, self.limits.sse_keepalive_s)
+            await event_stream.pump(response, stream.queue, self.limits.sse_keepalive_s, self.gateway.metrics)
             if not stream.queue.overflowed:
                 # Graceful end (gateway shutdown): the listen result tells the client it was deliberate.
                 final = jsonrpc.result_response(

@@ -9,8 +9,11 @@ flight (providers get notifications/cancelled).
 The upgrade request passes the entry gate like every request (Origin/Host, client authentication,
 the slot's required scopes); a slot nobody may use, or a session limit, is refused with an HTTP
 answer before the upgrade. After it: a frame over limits.max_frame_bytes closes with 1009, bad JSON
-is answered with a JSON-RPC parse error (id null), a batch with -32600, a rate-limited request with
-its -32029 answer. Binary frames are read as UTF-8 text, as mcp-broker does.
+is answered with a JSON-RPC parse error (id null), a batch with -32600, JSON nested deeper than
+limits.max_json_depth with -32600 (and the message's id), a rate-limited request with its -32029
+answer. Binary frames are read as UTF-8 text, as mcp-broker does. A message for the client that cannot
+be encoded as JSON never ends the write loop: an answer becomes its -32603 error, anything else is
+dropped and counted (mcpgw_unencodable_messages_total).
 
 Route: `/<slot>` is a catch-all for one-segment paths, so it never sees the gateway's own one-segment
 routes (/healthz, /readyz, /metrics, /provider, /providers, /mcp, /groups, /mcp-servers): slots with
@@ -35,9 +38,9 @@ from gateway.core.slots import SlotRefused
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION
 from gateway.northbound import session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
-from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal, http_error
+from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal, encode_refused, http_error
 from gateway.policy.request_principal import request_principal
-from gateway.websocket_limits import CappedWebSocketResponse, is_too_big
+from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big
 
 log = logging.getLogger("gateway.northbound.websocket")
 
@@ -87,7 +90,13 @@ class ClientWebSockets:
         if not ws.can_prepare(request).ok:
             return http_error(400, "bad_upgrade", "Not a valid WebSocket upgrade request (RFC 6455 handshake)")
         session = session_era.create_session(
-            self.gateway, target, request_principal(request), None, HOW_TO_END, DEFAULT_HEADERLESS_VERSION
+            self.gateway,
+            target,
+            request_principal(request),
+            None,
+            HOW_TO_END,
+            DEFAULT_HEADERLESS_VERSION,
+            peer=request.remote,
         )
         if isinstance(session, Refusal):
             return session.response()
@@ -96,12 +105,22 @@ class ClientWebSockets:
         metrics = self.gateway.metrics.streams.labels(TRANSPORT)
         metrics.inc()
         writer: asyncio.Task[None] | None = None
+        deadline: asyncio.TimerHandle | None = None
         try:
             await ws.prepare(request)
+            timeout_s = self.limits.connections.handshake_timeout_s
+            deadline = handshake_deadline(
+                ws,
+                timeout_s,
+                lambda: channel.handshaken,
+                f"No initialize within {timeout_s:g} s (limits.connections.handshake_timeout_s): send initialize first",
+                self.gateway.metrics,
+            )
             writer = asyncio.get_running_loop().create_task(self.write_loop(ws, channel))
             async for msg in ws:
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
-                    channel.receive(jsonrpc.parse(msg.data))
+                    channel.receive(jsonrpc.parse(msg.data, self.limits.max_json_depth))
+                    del msg  # a client's last message (up to max_frame_bytes) is not kept while it idles
                 elif msg.type is WSMsgType.ERROR:
                     # aiohttp has closed the socket already (1009, with our reason, for a frame over the cap).
                     if is_too_big(msg.data):
@@ -109,6 +128,8 @@ class ClientWebSockets:
                     log.debug("client socket of session %s... closed: %s", channel.id[:6], msg.data)
                     break
         finally:
+            if deadline is not None:
+                deadline.cancel()
             metrics.dec()
             await channel.close()
             if writer is not None:
@@ -129,7 +150,15 @@ class ClientWebSockets:
         outbox = channel.outbox
         try:
             while (message := await outbox.get()) is not None:
-                await ws.send_frame(orjson.dumps(message), WSMsgType.TEXT)
+                try:
+                    data = orjson.dumps(message)
+                except orjson.JSONEncodeError as exc:
+                    refused = encode_refused(message, exc)
+                    if refused is None:
+                        self.gateway.metrics.unencodable.inc()
+                        continue
+                    data = refused
+                await ws.send_frame(data, WSMsgType.TEXT)
         except ConnectionError:
             return
         if channel.closed or ws.closed:

@@ -13,8 +13,9 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.config import GatewayConfig
+from gateway.config import ConnectionLimitsConfig, GatewayConfig
 from gateway.core.principal import Principal
+from gateway.northbound.body import read_body
 from gateway.policy.hmac_signing import SignatureChecker, SigningKey
 from gateway.policy.verifier import AuthFailure, Endpoint
 from gateway.telemetry.metrics import Metrics
@@ -23,10 +24,18 @@ from gateway.telemetry.metrics import Metrics
 class HmacVerifier:
     kind = "hmac"
 
-    def __init__(self, checker: SignatureChecker, metrics: Metrics, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        checker: SignatureChecker,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+        body_pace: ConnectionLimitsConfig | None = None,
+    ) -> None:
         self.checker = checker
         self.metrics = metrics
         self.clock = clock
+        self.body_pace = body_pace or ConnectionLimitsConfig()
+        """How long a signed body may take to arrive (the signature covers it, so it is read here first)."""
 
     @classmethod
     def from_config(cls, config: GatewayConfig, metrics: Metrics) -> HmacVerifier | None:
@@ -41,14 +50,15 @@ class HmacVerifier:
             )
             for key in settings.keys
         ]
-        return cls(SignatureChecker(keys, settings.max_skew_s, settings.nonce_cache), metrics)
+        checker = SignatureChecker(keys, settings.max_skew_s, settings.nonce_cache)
+        return cls(checker, metrics, body_pace=config.limits.connections)
 
     async def verify(
         self, request: web.Request, bearer: str | None, endpoint: Endpoint
     ) -> Principal | AuthFailure | None:
         if not SignatureChecker.is_signed(request.headers):
             return None
-        body = await request.read()
+        body = await read_body(request, self.body_pace, self.metrics)
         outcome = self.checker.check(request.method, request.raw_path, request.headers, body, self.clock())
         if isinstance(outcome, Principal):
             return outcome

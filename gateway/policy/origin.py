@@ -2,12 +2,16 @@
 
 A request with an Origin header passes only if that origin is allowed; one without (native clients,
 boards) passes. While bound to loopback, the Host header must name this machine, which defeats DNS
-rebinding (a hostile page whose name resolves to 127.0.0.1).
+rebinding (a hostile page whose name resolves to 127.0.0.1); so must an absolute-form request target
+(`POST http://evil.example/...`), whose authority names the server in place of Host (RFC 9112 §3.2.2),
+and a request without Host (HTTP/1.0 allows one) is refused. Two Origin or two Host headers make a
+malformed request (RFC 6454 §7.3, RFC 9112 §3.2): which one would count is anybody's guess.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
@@ -65,6 +69,23 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+def target_authority(target: str) -> str | None:
+    """The host (and port) a raw request target names: the authority of an absolute-form target
+    (`http://evil.example:3000/x` -> 'evil.example:3000', userinfo left out) or an authority-form one
+    (CONNECT); None for the origin-form path every client sends a server ('/x') and for '*'."""
+    if target.startswith("/") or target == "*":
+        return None
+    _, separator, rest = target.partition("://")
+    if not separator:
+        return target
+    end = len(rest)
+    for delimiter in "/?#":
+        found = rest.find(delimiter)
+        if found != -1:
+            end = min(end, found)
+    return rest[:end].rpartition("@")[2]
+
+
 @dataclass(frozen=True)
 class Refusal:
     status: int
@@ -102,7 +123,45 @@ class OriginPolicy:
         host = host.strip().lower()
         return origin in (f"http://{host}", f"https://{host}")
 
+    def check_request(self, origins: Sequence[str], hosts: Sequence[str], target: str) -> Refusal | None:
+        """The verdict on one request: every Origin and every Host header it carries, in order, and its
+        raw request target (the path as sent, absolute-form included)."""
+        if len(origins) > 1:
+            return Refusal(
+                400,
+                "duplicate_origin",
+                f"The request carries {len(origins)} Origin headers; a browser sends one. "
+                "Send at most one Origin header.",
+            )
+        if len(hosts) > 1:
+            return Refusal(
+                400,
+                "duplicate_host",
+                f"The request carries {len(hosts)} Host headers; HTTP allows exactly one. "
+                "Send one Host header naming this gateway.",
+            )
+        origin = origins[0] if origins else None
+        host = hosts[0] if hosts else None
+        authority = None if target[:1] == "/" else target_authority(target)  # nearly every request: a path
+        if authority is None:
+            return self.check(origin, host)
+        # Absolute-form: the target's authority names the server, not Host (RFC 9112 §3.2.2); a Host
+        # sent along must name this gateway too, so neither name can smuggle the other past the guard.
+        refusal = self.check(origin, authority)
+        if refusal is not None and refusal.error == "host_not_allowed":
+            return Refusal(
+                403,
+                "host_not_allowed",
+                f"The request target names {authority!r}, not this gateway (an absolute-form target, as sent to a "
+                "proxy). While bound to loopback only localhost names are accepted (DNS-rebinding guard); send the "
+                "path alone (POST /<slot>/mcp), or add the name to allowed_hosts if it is yours.",
+            )
+        if refusal is None and host is not None:
+            refusal = self.check(None, host)
+        return refusal
+
     def check(self, origin: str | None, host: str | None) -> Refusal | None:
+        """The verdict on one Origin (None: none sent) and the name the request was sent to (None: no Host)."""
         # The common case (no Origin, a loopback Host) decided inline: this runs on every request.
         if origin is not None and not self.origin_allowed(origin) and not self.own_origin(origin, host):
             return Refusal(
@@ -111,7 +170,17 @@ class OriginPolicy:
                 f"Origin {origin!r} is not allowed. Browsers are refused unless their origin is configured: add it to "
                 "allowed_origins in the config file, or set MCP_GATEWAY_ALLOWED_ORIGINS='[\"<origin>\"]'.",
             )
-        if self.loopback_only and host is not None and _host_name(host) not in self.allowed_hosts:
+        if not self.loopback_only:
+            return None
+        if host is None:
+            # Only HTTP/1.0 may leave Host out; a request naming no host proves nothing about its page.
+            return Refusal(
+                403,
+                "host_not_allowed",
+                "The request has no Host header. While bound to loopback the Host must name this gateway "
+                "(DNS-rebinding guard): send Host: localhost (every HTTP/1.1 client does).",
+            )
+        if _host_name(host) not in self.allowed_hosts:
             return Refusal(
                 403,
                 "host_not_allowed",

@@ -25,6 +25,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from gateway.config import ProviderAuthConfig
+from gateway.core.names import SlotNameError, check_slot_name
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.policy.provider_auth")
@@ -143,6 +144,10 @@ class ProviderAuthPolicy:
         """None when `credential` may publish `slot`; else the refusal (HTTP 403 or a -32001 envelope)."""
         if credential.allows(slot):
             return None
+        try:
+            check_slot_name(slot)
+        except SlotNameError:
+            return None  # refused at the attach by the name rule, whose message does not quote the name
         patterns = ", ".join(credential.patterns or ())
         return self._refuse(
             403,

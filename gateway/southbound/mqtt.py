@@ -14,6 +14,11 @@ the same label as well as in mcpgw_mqtt_dropped_messages_total. The broker's own
 (MQTT 5 CONNACK) is `mqtt.brokers[<i>].broker_max_packet_size` there: a request larger than it is
 refused before it is published (the broker would disconnect the gateway), and counted.
 
+After each connection a throw-away client without credentials checks whether the broker lets anyone
+in (mqtt_anonymous.py; `check_anonymous`): a broker that accepts it is one warning in the log until a
+check finds otherwise, `anonymous_clients` in broker_info, mcpgw_mqtt_anonymous_accepted, and the
+finding mqtt.broker_anonymous. The broker's ACL is the security boundary for MQTT boards.
+
 The slots a broker carried are remembered (`slots_seen`, at most max_instances), so that
 provider_status names the broker and topic of a slot whose device left.
 
@@ -32,16 +37,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Coroutine
 from typing import Any
 
 from gateway.config import MqttBrokerConfig
+from gateway.core.diagnose import MQTT_ANONYMOUS_FIX, mqtt_anonymous_summary
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.scrape import mqtt_broker_key
 from gateway.core.status import iso
-from gateway.southbound import mqtt_topics
+from gateway.southbound import mqtt_anonymous, mqtt_topics
 from gateway.southbound.mqtt_client import (
     MQTT_MAX_PACKET_BYTES,
     BrokerClient,
@@ -79,6 +86,11 @@ class MqttBroker:
         """Slot -> (when last attached, Unix time; the link's broker and topic), oldest first, bounded."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._halted = False
+        self.anonymous: mqtt_anonymous.AnonymousCheck | None = None
+        """The latest conclusive anonymous-client check (or the first inconclusive one), None before any."""
+        self._checking = False
+        self._check_stop = threading.Event()
+        self._anonymous_warned = False
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -93,6 +105,7 @@ class MqttBroker:
     def halt(self) -> None:
         """No more slots from this broker (shutdown has begun)."""
         self._halted = True
+        self._check_stop.set()
         with contextlib.suppress(ValueError):
             self.gateway.registry.membership_listeners.remove(self._slots_changed)
         for profile in (self.plain, self.mcp):
@@ -180,6 +193,36 @@ class MqttBroker:
         if self.mcp is not None:
             filters += self.mcp.filters(limits)
         self.spawn(self._subscribe(filters, limits.maximum_packet_size))
+        if self.config.check_anonymous and not self._checking:
+            self._checking = True
+            self.spawn(self._check_anonymous())
+
+    async def _check_anonymous(self) -> None:
+        """Whether this broker lets clients in without credentials: warned once, until a check says no."""
+        try:
+            found = await asyncio.to_thread(mqtt_anonymous.check, self.config, self._check_stop)
+        finally:
+            self._checking = False
+        if self._halted:
+            return
+        if found.accepted is None:
+            log.debug("MQTT broker %s: anonymous-client check inconclusive: %s", self.label, found.evidence)
+            if self.anonymous is None or self.anonymous.accepted is None:
+                self.anonymous = found
+            return
+        self.anonymous = found
+        self.metrics.anonymous.labels(self.label).set(1 if found.accepted else 0)
+        if not found.accepted:
+            self._anonymous_warned = False
+            log.debug("MQTT broker %s: %s", self.label, found.evidence)
+        elif not self._anonymous_warned:
+            self._anonymous_warned = True
+            log.warning(
+                "MQTT broker %s %s. %s broker_diagnose (mqtt.broker_anonymous) shows the evidence.",
+                self.label,
+                mqtt_anonymous_summary(found.board_topics_open),
+                MQTT_ANONYMOUS_FIX,
+            )
 
     async def _subscribe(self, filters: list[tuple[str, bool]], maximum_packet_size: int | None) -> None:
         """Subscribe in as many SUBSCRIBE packets as the broker's Maximum Packet Size needs: one larger
@@ -268,6 +311,7 @@ class MqttBroker:
             **self.client.status(),
             "subscriptions": list(self.subscribed),
             "subscribe_error": self.subscribe_error or None,
+            "anonymous_clients": self.anonymous.to_json() if self.anonymous is not None else None,
             "limits": {
                 "max_payload_bytes": self.config.max_payload_bytes,
                 # max_payload_bytes + headroom: announced in CONNECT (MQTT 5) with announce_max_packet_size,

@@ -4,16 +4,18 @@ A message is dropped, never fatal: the connection and every other slot carry on.
 
 - malformed: the payload is not one JSON-RPC message (or a status/presence that is not a register
   frame / `notifications/server/online`, or names another slot than its topic);
-- wrong_topic: a topic the gateway subscribed to by wildcard but cannot use (a reserved or over-long
-  slot level, a presence topic without a server-name or with one so long that the server's RPC
-  topic would not fit in an MQTT topic, an RPC topic of another client);
+- wrong_topic: a topic the gateway subscribed to by wildcard but cannot use (a slot level that is no
+  slot name: reserved, over-long, with control, format or bidirectional characters, `.` or `..`; a
+  presence topic without a server-name or with one so long that the server's RPC topic would not fit
+  in an MQTT topic, an RPC topic of another client);
 - oversize: larger than the broker's max_payload_bytes (read whole first: the broker's own
   max_packet_size bounds that; with announce_max_packet_size the broker itself drops, uncounted, what
   exceeds max_payload_bytes plus headroom);
 - unregistered: traffic on a slot or server instance that has not announced itself (no status or
   presence seen), e.g. a board publishing `up` before its status;
 - refused: an announcement the gateway could not bridge into a slot (the slot is held by another
-  provider, reserved, undeclared, the broker refused the subscription, or max_instances devices are
+  provider, reserved, not a slot name (an MCP server-name whose slot is `..` or holds invisible
+  characters), undeclared, the broker refused the subscription, or max_instances devices are
   already known); counted once per announcement, however often the gateway tries again;
 - backlog: received while max_backlog messages were waiting for the event loop (dropped in paho's
   thread, unread).
@@ -47,6 +49,12 @@ class MqttMetrics:
         )
         self.messages = Counter(
             "mcpgw_mqtt_messages", "MQTT messages by direction (in, out)", ["broker", "direction"], registry=r
+        )
+        self.anonymous = Gauge(
+            "mcpgw_mqtt_anonymous_accepted",
+            "1 when the broker accepted a client without credentials, 0 when it refused one (check_anonymous)",
+            ["broker"],
+            registry=r,
         )
         self.dropped = Counter(
             "mcpgw_mqtt_dropped_messages",

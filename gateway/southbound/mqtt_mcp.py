@@ -193,7 +193,7 @@ class McpProfile:
             if link is None or link.address != capability or link.session is None:
                 drops.count("unregistered", topic, "no bridged server instance publishes here")
                 return
-            link.deliver(topic, jsonrpc.parse(payload))
+            link.deliver(topic, jsonrpc.parse(payload, link.session.settings.max_json_depth))
             return
         drops.count("wrong_topic", topic, "not a presence, capability or RPC topic with a server-id and server-name")
 
@@ -223,7 +223,8 @@ class McpProfile:
                 )
                 self._activate_next(link.slot)
             return
-        body = jsonrpc.parse(payload).body
+        presence = jsonrpc.parse(payload, self.broker.gateway.config.limits.max_json_depth)
+        body = None if presence.limit else presence.body  # nested too deep: its head alone is no presence
         if not isinstance(body, dict) or body.get("method") != mqtt_topics.METHOD_SERVER_ONLINE or "id" in body:
             drops.count("malformed", topic, f"a presence must be {mqtt_topics.METHOD_SERVER_ONLINE}", slot)
             return
@@ -381,7 +382,7 @@ class McpProfile:
         if link is None or link.address != address or link.session is None:
             self.broker.drops.count("unregistered", topic, "no bridged server instance answers on this topic")
             return
-        message = jsonrpc.parse(payload)
+        message = jsonrpc.parse(payload, link.session.settings.max_json_depth)
         if message.kind is jsonrpc.Kind.NOTIFICATION and message.method == mqtt_topics.METHOD_DISCONNECTED:
             # The server ended this client session; the specification: consider it offline.
             self._remove(address.server_id)

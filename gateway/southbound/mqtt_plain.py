@@ -97,7 +97,7 @@ class PlainProfile:
     def handle(self, topic: str, payload: bytes) -> None:
         address = mqtt_topics.parse_plain(self.prefix, topic)
         if address is None:
-            self.broker.drops.count("wrong_topic", topic, "not <prefix>/<slot>/status|up with a usable slot name")
+            self.broker.drops.count("wrong_topic", topic, mqtt_topics.plain_topic_problem(self.prefix, topic))
             return
         if address.kind == "status":
             self._status(topic, address.slot, payload)
@@ -114,12 +114,11 @@ class PlainProfile:
             if link is not None:
                 link.lost("device went offline: its status was emptied (its last will, or a clean shutdown)")
             return
-        message = jsonrpc.parse(payload)
+        message = jsonrpc.parse(payload, self.broker.gateway.config.limits.max_json_depth)
         registration = envelope.registration(message.body)
         if registration is None:
-            self.broker.drops.count(
-                "malformed", topic, "a status must be the register frame (notifications/register)", slot
-            )
+            what = message.problem if message.limit else "a status must be the register frame (notifications/register)"
+            self.broker.drops.count("malformed", topic, what, slot)
             return
         if registration.slot != slot:
             self.broker.drops.count(
@@ -206,4 +205,4 @@ class PlainProfile:
         if link.session is None:
             self.broker.drops.count("unregistered", topic, "the slot is still being attached", slot)
             return
-        link.deliver(topic, jsonrpc.parse(payload))
+        link.deliver(topic, jsonrpc.parse(payload, link.session.settings.max_json_depth))

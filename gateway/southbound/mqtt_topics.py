@@ -16,9 +16,9 @@ Plain profile (WIRE.md §5.1; MQTT 3.1.1 or 5, what umqtt.simple can do), QoS 1 
 
     Prefix rules: default "mcpb"; one or more topic levels separated by "/" (e.g. "site-a/cell-3/mcpb"),
     no empty level (so no leading, trailing or doubled "/"), no "+", "#" or NUL, and not starting with
-    "$" (brokers reserve "$" topics). The <slot> level is the slot name itself: 1..64 bytes of UTF-8,
-    no "/", "+", "#" or NUL, not starting with "_" (reserved names); `params.slot` of the register frame
-    must equal it.
+    "$" (brokers reserve "$" topics). The <slot> level is the slot name itself, under the slot-name
+    rules of every way in (1..64 bytes of UTF-8, printable characters only, not "." or "..", not
+    starting with "_") and with no "/", "+" or "#"; `params.slot` of the register frame must equal it.
 
 MCP over MQTT (the EMQX specification, MQTT 5 only), the revision pinned below in SPEC_*:
 
@@ -44,6 +44,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from gateway.core.names import SlotNameError, check_slot_name
 
 QOS = 1
 
@@ -275,13 +277,15 @@ def prefix_problem(prefix: str) -> str | None:
 
 
 def slot_level_problem(slot: str) -> str | None:
-    """Why `slot` cannot be the <slot> level of a plain-profile topic, or None when it can."""
-    if not slot or len(slot.encode()) > 64:
-        return "the slot name must be 1 to 64 bytes"
-    if any(c in slot for c in "/+#\x00"):
-        return "the slot name contains '/', '+', '#' or NUL"
-    if slot.startswith("_"):
-        return "slot names starting with '_' are reserved"
+    """Why `slot` cannot be the <slot> level of a plain-profile topic, or None when it can: a slot name
+    every way in accepts (gateway/core/names.py: 1 to 64 bytes, printable, not `.`, `..` or reserved)
+    that is also one topic level without wildcards."""
+    if any(c in slot for c in "/+#"):
+        return "the slot name contains '/', '+' or '#'"
+    try:
+        check_slot_name(slot)
+    except SlotNameError as exc:
+        return str(exc)
     return None
 
 
@@ -310,3 +314,15 @@ def parse_plain(prefix: str, topic: str) -> PlainAddress | None:
         return None
     kind: PlainKind = STATUS if rest[1] == STATUS else DOWN if rest[1] == DOWN else UP
     return PlainAddress(rest[0], kind)
+
+
+def plain_topic_problem(prefix: str, topic: str) -> str:
+    """Why `parse_plain` finds no slot in `topic`: the slot level's own problem when the topic has the
+    profile's shape (what the operator must fix on the board), else what the shape must be."""
+    head = prefix + "/"
+    rest = topic[len(head) :].split("/") if topic.startswith(head) else []
+    if len(rest) == 2 and rest[1] in (STATUS, DOWN, UP):
+        problem = slot_level_problem(rest[0])
+        if problem is not None:
+            return f"the slot level is not a usable slot name: {problem}"
+    return "not <prefix>/<slot>/status|up with a usable slot name"

@@ -264,6 +264,8 @@ class RemoteUpstream:
             METHOD: "server/discover",
         }
         timeout = aiohttp.ClientTimeout(total=self.config.connect_timeout_s)
+        # The result becomes the provider's description, which clients are shown: bounded like its messages.
+        max_depth = self.gateway.config.limits.max_json_depth
         response = await self.http.open("POST", self.config.url, headers, jsonrpc.dumps(body), timeout)
         try:
             if response.status == 403:
@@ -272,12 +274,12 @@ class RemoteUpstream:
             try:
                 if content_type(response) == "text/event-stream" and response.status == 200:
                     async for event in read_events(response.content.iter_any(), 1_048_576):
-                        parsed = jsonrpc.parse(event.data) if event.data else None
+                        parsed = jsonrpc.parse(event.data, max_depth) if event.data else None
                         if parsed is not None and parsed.kind is jsonrpc.Kind.RESPONSE:
                             reply = parsed.body
                             break
                 else:
-                    parsed = jsonrpc.parse(await response.content.read(1_048_576))
+                    parsed = jsonrpc.parse(await response.content.read(1_048_576), max_depth)
                     reply = parsed.body if parsed.kind is jsonrpc.Kind.RESPONSE else None
             except (aiohttp.ClientError, TimeoutError, SseTooLarge):
                 reply = None

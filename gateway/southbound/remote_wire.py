@@ -102,7 +102,8 @@ def http_failure(request_id: Any, upstream: str, status: int, body: bytes) -> Js
 
     A JSON-RPC error for this request in the body (what MCP servers send with 4xx) is kept as it is;
     anything else becomes a named -32000 error with the status and the start of the body."""
-    parsed = jsonrpc.parse(body) if body else None
+    # Within what the link can encode again to feed it to the core, which applies limits.max_json_depth.
+    parsed = jsonrpc.parse(body, jsonrpc.MAX_DEPTH_CEILING) if body else None
     if parsed is not None and parsed.kind is jsonrpc.Kind.RESPONSE and "error" in parsed.body:
         error = jsonrpc.normalize_error(parsed.body["error"])
         return {"jsonrpc": "2.0", "id": request_id, "error": error}

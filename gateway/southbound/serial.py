@@ -405,7 +405,7 @@ class SerialPort:
                 log.exception("serial port %s: handling a message failed", self.spec.path)
 
     async def _message(self, data: bytes) -> None:
-        message = jsonrpc.parse(data)
+        message = jsonrpc.parse(data, self.gateway.config.limits.max_json_depth)
         body = message.body
         if isinstance(body, dict) and "jsonrpc" not in body:
             frame = envelope.decode_envelope(body)

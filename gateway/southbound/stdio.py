@@ -307,7 +307,7 @@ class StdioLink:
     def _deliver(self, session: ProviderSession, line: bytes) -> None:
         if not line.strip():
             return
-        message = jsonrpc.parse(line)
+        message = jsonrpc.parse(line, session.settings.max_json_depth)
         if message.kind is jsonrpc.Kind.INVALID:
             # Text on stdout (a print left in, a banner) is counted and shown, never fatal.
             self._stats.not_jsonrpc += 1

@@ -32,7 +32,8 @@ from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
 from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
 from gateway.southbound import envelope
-from gateway.websocket_limits import CappedWebSocketResponse, is_too_big
+from gateway.southbound.pacing import TurnPacer
+from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big
 
 log = logging.getLogger("gateway.southbound.websocket")
 
@@ -147,6 +148,7 @@ class ProviderWebSockets:
         self.gateway = gateway
         self.auth = auth
         self.sockets: set[MultiplexedSocket] = set()
+        self.pacer = TurnPacer(gateway.config.providers.upgrades_per_turn)
 
     async def shutdown(self) -> None:
         """Close every `/providers` socket with 1001 (their slots were already released by the core).
@@ -194,6 +196,7 @@ class ProviderWebSockets:
     # -- /provider/<slot> ---------------------------------------------------------------------
 
     async def dedicated(self, request: web.Request) -> web.StreamResponse:
+        await self.pacer.turn()
         # Authentication first: a peer without a valid secret learns nothing about paths or slots.
         credential = self.auth.authenticate(request.headers)
         if isinstance(credential, ProviderAuthRefusal):
@@ -239,8 +242,11 @@ class ProviderWebSockets:
                         if mismatch:
                             reason = "framing mismatch: envelope on /provider/<slot>"
                             break
-                        continue
-                    session.receive(data)
+                    else:
+                        session.receive(data)
+                    # Not kept while waiting for the next frame: a board's last frame is often its
+                    # tool list, tens of KiB that would stay for as long as the board is idle.
+                    del msg, data
                 elif msg.type is WSMsgType.PING:
                     session.mark_alive()
                     await ws.pong(msg.data)
@@ -257,7 +263,7 @@ class ProviderWebSockets:
         self, ws: web.WebSocketResponse, slot: str, session: ProviderSession, data: bytes
     ) -> bool:
         """Consume a register frame or catch an envelope; True when the link must close."""
-        message = jsonrpc.parse(data)
+        message = jsonrpc.parse(data, session.settings.max_json_depth)
         registration = envelope.registration(message.body)
         if registration is not None:
             session.register(registration.aggregate, registration.hello)
@@ -291,6 +297,7 @@ class ProviderWebSockets:
     # -- /providers ---------------------------------------------------------------------------
 
     async def multiplexed(self, request: web.Request) -> web.StreamResponse:
+        await self.pacer.turn()
         credential = self.auth.authenticate(request.headers)
         if isinstance(credential, ProviderAuthRefusal):
             return self._refusal_response(credential)
@@ -300,6 +307,14 @@ class ProviderWebSockets:
         await ws.prepare(request)
         socket = MultiplexedSocket(ws, _remote(request), credential)
         self.sockets.add(socket)
+        timeout_s = self.gateway.config.limits.connections.handshake_timeout_s
+        deadline = handshake_deadline(
+            ws,
+            timeout_s,
+            lambda: bool(socket.sessions),
+            f"No slot claimed within {timeout_s:g} s (limits.connections.handshake_timeout_s): send an envelope first",
+            self.gateway.metrics,
+        )
         first = True
         reason = PEER_CLOSED
         close_code: int | None = None  # the code the gateway closed with, when it did
@@ -307,7 +322,7 @@ class ProviderWebSockets:
             async for msg in ws:
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
                     data: bytes = msg.data if isinstance(msg.data, bytes) else msg.data.encode()
-                    message = jsonrpc.parse(data)
+                    message = jsonrpc.parse(data, self.gateway.config.limits.max_json_depth)
                     if first:
                         first = False
                         if envelope.looks_like_bare_jsonrpc(message.body):
@@ -315,6 +330,7 @@ class ProviderWebSockets:
                             reason = "framing mismatch: bare JSON-RPC on /providers"
                             break
                     await self._multiplexed_frame(socket, message)
+                    del msg, data, message  # not kept while the socket idles (see `dedicated`)
                 elif msg.type is WSMsgType.PING:
                     for session in socket.sessions.values():
                         session.mark_alive()
@@ -325,6 +341,7 @@ class ProviderWebSockets:
                     reason, close_code = self._socket_error(ws, msg.data)
                     break
         finally:
+            deadline.cancel()
             self.sockets.discard(socket)
             sessions, socket.sessions = socket.sessions, {}
             for session in sessions.values():
@@ -354,10 +371,11 @@ class ProviderWebSockets:
         frame = envelope.decode_envelope(message.body)
         if frame is None:
             self.gateway.metrics.unparsable.labels("provider").inc()
-            if message.kind is jsonrpc.Kind.INVALID and message.body is None and not socket.warned_unparsable:
+            invalid = message.kind is jsonrpc.Kind.INVALID and (message.body is None or message.limit)
+            if invalid and not socket.warned_unparsable:
                 # Once per socket: a noisy serial bridge must not flood the log; the metric counts.
                 socket.warned_unparsable = True
-                log.warning("unparsable frame on %s from %s", MULTIPLEXED_PATH, socket.remote)
+                log.warning("unparsable frame on %s from %s: %s", MULTIPLEXED_PATH, socket.remote, message.problem)
             return
         session = socket.sessions.get(frame.provider)
         if session is None or session.state == "closed":

@@ -87,6 +87,11 @@ class Metrics:
         self.unparsable = Counter(
             "mcpgw_unparsable_messages", "Messages that were not valid JSON-RPC", ["side"], registry=r
         )
+        self.unencodable = Counter(
+            "mcpgw_unencodable_messages",
+            "Notifications and requests for a client stream dropped because they could not be encoded as JSON",
+            registry=r,
+        )
         self.sessions = Gauge("mcpgw_client_sessions", "Session-era client sessions held", registry=r)
         self.sessions_expired = Counter(
             "mcpgw_client_sessions_expired", "Client sessions expired for idleness", registry=r
@@ -130,6 +135,27 @@ class Metrics:
             registry=r,
         )
         self.rate_buckets = Gauge("mcpgw_rate_buckets", "Rate-limit buckets held", ["scope"], registry=r)
+        # The listener's connections ([limits.connections]): held now, refused over a cap, cut by a timeout.
+        self.connections = Gauge(
+            "mcpgw_connections", "Connections open to the listener (bounded by its connection cap)", registry=r
+        )
+        self.connections_largest_peer = Gauge(
+            "mcpgw_connections_largest_peer",
+            "Connections held by the peer address holding the most (compare with limits.connections.max_per_peer)",
+            registry=r,
+        )
+        self.connection_refusals = Counter(
+            "mcpgw_connection_refusals",
+            "Connections refused over a cap",
+            ["reason"],  # max_connections, max_per_peer (answered 503), max_refusing (closed unanswered)
+            registry=r,
+        )
+        self.connection_cuts = Counter(
+            "mcpgw_connection_cuts",
+            "Connections closed, or requests ended, by a timeout",
+            ["reason"],  # idle_timeout, header_timeout, body_timeout, body_too_slow, handshake_timeout
+            registry=r,
+        )
         self.stream_overflows = Counter(
             "mcpgw_client_stream_overflows",
             "Client streams closed because the client fell limits.notification_queue messages behind",

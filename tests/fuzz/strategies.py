@@ -1,6 +1,6 @@
-"""Inputs a stranger can send, as Hypothesis strategies: JSON values, JSON-RPC messages, envelopes,
-register frames, raw and mutated bytes, header values and URL path segments, serial lines (frames,
-console text, damaged frames, chunkings) and MQTT topics and payloads.
+"""Inputs a stranger can send, as Hypothesis strategies: JSON values (deeply nested ones too), JSON-RPC
+messages, envelopes, register frames, raw and mutated bytes, header values and URL path segments,
+serial lines (frames, console text, damaged frames, chunkings) and MQTT topics and payloads.
 
 Half of fuzzing is reaching deep code: besides noise, every strategy produces inputs that are almost
 right (the keys the parsers look for, ids shaped like the gateway's, versions it speaks), so checks
@@ -107,7 +107,7 @@ scalars = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     strings,
 )
-json_values: st.SearchStrategy[Any] = st.recursive(
+shallow_json_values: st.SearchStrategy[Any] = st.recursive(
     scalars,
     lambda children: st.one_of(
         st.lists(children, max_size=4),
@@ -115,6 +115,24 @@ json_values: st.SearchStrategy[Any] = st.recursive(
     ),
     max_leaves=16,
 )
+NESTED_VALUE_DEPTHS = (16, 63, 64, 65, 100, 120)
+"""Python values nest up to 120 levels: past the gateway's default bound (limits.max_json_depth, 64)
+and within the 254 levels orjson writes, which parsers' verdicts must stay encodable by. Deeper JSON
+comes as text (`nested_json`): what enters the gateway deeper than its bound never becomes a value."""
+
+
+@st.composite
+def nested_values(draw: st.DrawFn) -> Any:
+    """A shallow value at the bottom of a chain of arrays and objects (in a repeating pattern)."""
+    depth = draw(st.one_of(st.sampled_from(NESTED_VALUE_DEPTHS), st.integers(min_value=1, max_value=120)))
+    pattern = draw(st.lists(st.booleans(), min_size=1, max_size=3))  # True: an array, False: an object
+    value = draw(shallow_json_values)
+    for level in range(depth):
+        value = [value] if pattern[level % len(pattern)] else {draw(st.sampled_from(("data", "a", ""))): value}
+    return value
+
+
+json_values: st.SearchStrategy[Any] = st.one_of(shallow_json_values, shallow_json_values, nested_values())
 ids = st.one_of(
     st.sampled_from(("brk-1", "brk-2", "brk-3", 1, 2, 3, 0, -1, True, False, None, 1.0, "", "1")),
     integers,
@@ -233,6 +251,55 @@ def nested(depth: int, opener: bytes = b"[", closer: bytes = b"]") -> bytes:
     return opener * depth + closer * depth
 
 
+NESTING_DEPTHS = (15, 16, 17, 63, 64, 65, 100, 199, 200, 201, 253, 254, 255, 256, 300, 1023, 1024, 1025)
+"""Depths where a bound lies: the gateway's limits.max_json_depth (16 to 200, 64 by default), the 254
+levels orjson writes and the 1024 it reads."""
+
+
+@st.composite
+def nested_json(draw: st.DrawFn) -> bytes:
+    """JSON text `depth` levels deep: arrays and objects in a repeating pattern around a scalar."""
+    depth = draw(st.one_of(st.sampled_from(NESTING_DEPTHS), st.integers(min_value=1, max_value=1100)))
+    pattern = draw(st.lists(st.booleans(), min_size=1, max_size=3))  # True: an array, False: an object
+    kinds = [pattern[level % len(pattern)] for level in range(depth)]
+    openers = b"".join(b"[" if array else b'{"a":' for array in kinds)
+    closers = b"".join(b"]" if array else b"}" for array in reversed(kinds))
+    return openers + dumps(draw(scalars)) + closers
+
+
+NESTED_HERE = "@nested-json@"
+"""Stands for the nested JSON a shape carries; replaced in the text, since no encoder writes JSON as deep."""
+nested_shapes = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "jsonrpc": st.just("2.0"),
+            "id": ids,
+            "method": st.sampled_from(METHODS),
+            "params": st.just({"name": "echo", "arguments": {"text": NESTED_HERE}}),
+        }
+    ),
+    st.fixed_dictionaries(
+        {"jsonrpc": st.just("2.0"), "id": ids, "result": st.just({"content": [], "structuredContent": NESTED_HERE})}
+    ),
+    st.fixed_dictionaries(
+        {"jsonrpc": st.just("2.0"), "id": ids, "error": st.just({"code": -32000, "message": "x", "data": NESTED_HERE})}
+    ),
+    st.just({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": NESTED_HERE}}),
+    st.just({"jsonrpc": "2.0", "method": "notifications/register", "params": {"hello": NESTED_HERE}}),
+    st.just(NESTED_HERE),
+)
+nested_messages = st.builds(
+    lambda shape, enveloped, text: dumps({"provider": "pump-1", "payload": shape} if enveloped else shape).replace(
+        dumps(NESTED_HERE), text
+    ),
+    nested_shapes,
+    st.booleans(),
+    nested_json(),
+)
+"""A JSON-RPC request, answer, error, notification or register frame (bare or enveloped) carrying
+JSON nested up to past what orjson reads, or being it."""
+
+
 frames = st.one_of(
     messages.map(dumps),
     jsonrpc_messages.map(dumps),
@@ -241,6 +308,8 @@ frames = st.one_of(
     st.binary(max_size=256),
     st.integers(min_value=1, max_value=5000).map(nested),
     st.integers(min_value=1, max_value=2000).map(lambda depth: b'{"a":' * depth + b"1" + b"}" * depth),
+    nested_messages,
+    nested_json(),
     st.sampled_from((b"", b" ", b"null", b"[]", b"{}", b'"\\ud800"', b"1e999", b"-0", b"\xef\xbb\xbf{}", b"{" * 3)),
 )
 """One WebSocket message or one HTTP body, as bytes."""
@@ -300,6 +369,7 @@ line_messages = st.one_of(
     messages.map(dumps),
     register_frames.map(dumps),
     jsonrpc_messages.map(dumps),
+    nested_messages,
     st.binary(min_size=1, max_size=80),  # a frame carries bytes; only the port's reader parses them
     st.tuples(st.sampled_from(FRAME_CAPS), st.integers(min_value=-3, max_value=3)).map(
         lambda case: padded(case[0] + case[1])

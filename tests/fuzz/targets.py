@@ -31,6 +31,7 @@ import hashlib
 import importlib
 import shutil
 import tempfile
+import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,7 @@ from gateway.core.principal import Principal
 from gateway.core.versions import STATELESS_VERSIONS
 from gateway.policy import hmac_signing
 from gateway.policy.oauth import OAuthVerifier
-from gateway.policy.origin import OriginPolicy, Refusal
+from gateway.policy.origin import OriginPolicy, Refusal, target_authority
 from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
 from gateway.policy.verifier import AuthFailure
 from gateway.southbound import envelope, framing, mqtt_topics
@@ -135,6 +136,17 @@ def check_parse(data: bytes) -> None:
     assert (again.kind, again.problem) == (message.kind, message.problem)
     if message.problem.startswith("malformed JSON"):
         assert message.kind is Kind.INVALID and message.body is None
+    # Bounded as every way in bounds it: what passes can be written again (relayed, wrapped), and
+    # what is refused keeps only an id and a method to answer it by.
+    for max_depth in (16, 64, jsonrpc.MAX_DEPTH_CEILING):
+        bounded = jsonrpc.parse(data, max_depth)
+        _check_message(bounded)
+        if bounded.limit:
+            assert bounded.kind is Kind.INVALID and not message.problem.startswith("malformed JSON")
+            assert set(bounded.body) <= {"id", "method"}
+        else:
+            assert (bounded.kind, bounded.problem) == (message.kind, message.problem)
+        relayable([[[[bounded.body]]]])
 
 
 @target("jsonrpc.classify", fz.messages, examples=400, way_in="every decoded message, and envelope payloads")
@@ -204,7 +216,10 @@ def check_slot_name(name: str) -> None:
     encoded = name.encode("utf-8")
     assert 0 < len(encoded) <= names.MAX_SLOT_BYTES
     assert not name.startswith("_")
-    assert all(ord(char) >= 0x20 and ord(char) != 0x7F for char in name)
+    assert name not in (".", "..")
+    # Printable only: no control, format (bidirectional controls among them), separator-of-lines,
+    # private-use, unassigned or surrogate code point.
+    assert not any(unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") for char in name)
 
 
 raw_paths = st.one_of(
@@ -396,7 +411,49 @@ def check_origin(case: tuple[int, str | None, str | None]) -> None:
         relayable({"error": verdict.error, "error_description": verdict.description})
     elif origin is not None:
         assert policy.origin_allowed(origin) or policy.own_origin(origin, host)
+    elif host is None:
+        assert not policy.loopback_only  # no Host passes only where no Host is checked
     assert policy.check(origin, host) == verdict
+
+
+targets = st.one_of(
+    st.sampled_from(("/pump-1/mcp", "*", "http://evil.example/x", "http://localhost:3000/x", "evil.example:443")),
+    st.tuples(st.sampled_from(("http://", "https://", "HTTP://", "")), fz.header_text).map("".join),
+    fz.header_bytes.map(surrogate_escaped),
+)
+
+
+@target(
+    "policy.origin.check_request",
+    st.tuples(
+        st.integers(min_value=0, max_value=len(POLICIES) - 1),
+        st.lists(origins.filter(lambda value: value is not None), max_size=2),
+        st.lists(hosts.filter(lambda value: value is not None), max_size=2),
+        targets,
+    ),
+    examples=400,
+    way_in="every Origin and Host header and the request target of every HTTP request and WebSocket upgrade",
+)
+def check_origin_request(case: tuple[int, list[str], list[str], str]) -> None:
+    policy, origin_values, host_values, request_target = POLICIES[case[0]], case[1], case[2], case[3]
+    verdict = policy.check_request(origin_values, host_values, request_target)
+    if verdict is not None:
+        assert isinstance(verdict, Refusal)
+        assert (verdict.status, verdict.error) in {
+            (400, "duplicate_origin"),
+            (400, "duplicate_host"),
+            (403, "origin_not_allowed"),
+            (403, "host_not_allowed"),
+        }
+        relayable({"error": verdict.error, "error_description": verdict.description})
+    else:
+        assert len(origin_values) <= 1 and len(host_values) <= 1
+        authority = target_authority(request_target)
+        if policy.loopback_only:
+            assert host_values or authority is not None
+            for name in (*host_values, *([authority] if authority is not None else [])):
+                assert policy.check(None, name) is None
+    assert policy.check_request(origin_values, host_values, request_target) == verdict
 
 
 # -- credentials -----------------------------------------------------------------------------------
@@ -504,9 +561,16 @@ def check_provider_auth(case: tuple[dict[str, str], str]) -> None:
         return
     assert isinstance(credential, ProviderCredential) and credential.identity == "pumps"
     refusal = PROVIDER_POLICY.slot_refusal(credential, slot)
-    assert (refusal is None) == fnmatch.fnmatchcase(slot, "pump-*")
+    # A name the name rule refuses is left to it (its refusal does not quote the name).
+    try:
+        names.check_slot_name(slot)
+        nameable = True
+    except names.SlotNameError:
+        nameable = False
+    assert (refusal is None) == (fnmatch.fnmatchcase(slot, "pump-*") or not nameable)
     if refusal is not None:
         assert refusal.status == 403
+        assert slot in refusal.description  # quoted only once the name rule let it through
 
 
 AUDIENCE = "http://127.0.0.1:3000/pump-1/mcp"

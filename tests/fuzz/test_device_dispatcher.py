@@ -130,14 +130,27 @@ ID_ROOM = 32
 like brk-1234): an answer to a request with such an id must fit the frame cap, whatever else it quotes."""
 
 
-def check_answer(answer: bytes, expected_id: Any, *, id_optional: bool = False) -> dict[str, Any]:
-    """`id_optional`: the board may not have found the id (an oversize frame, read only in part)."""
+def nested_too_deep_for_python(frame: bytes) -> bool:
+    try:
+        json.loads(frame)
+    except RecursionError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+def check_answer(answer: bytes, expected_id: Any, *, id_optional: bool = False, any_id: bool = False) -> dict[str, Any]:
+    """`id_optional`: the board may not have found the id (an oversize frame, read only in part);
+    `any_id`: the test cannot tell which id the frame carries."""
     if len(json.dumps(expected_id)) <= ID_ROOM:
         assert len(answer) <= FRAME_MAX, f"answer of {len(answer)} bytes exceeds the board's frame cap {FRAME_MAX}"
     reply = json.loads(answer)
     assert reply["jsonrpc"] == "2.0"
     assert ("result" in reply) != ("error" in reply)
-    if not (id_optional and reply["id"] is None):
+    if any_id:
+        assert reply["id"] is None or type(reply["id"]) in (str, int), reply
+    elif not (id_optional and reply["id"] is None):
         assert reply["id"] == expected_id and type(reply["id"]) is type(expected_id)
     if "error" in reply:
         assert isinstance(reply["error"]["code"], int) and isinstance(reply["error"]["message"], str)
@@ -157,7 +170,13 @@ def test_the_board_answers_every_frame_and_never_fails(frames: list[bytes]) -> N
     try:
         for frame in frames:
             if len(frame) > FRAME_MAX:
-                check_answer(pump.oversize(len(frame), frame[:HEAD_BYTES]), request_id(frame)[1], id_optional=True)
+                refusal = pump.oversize(len(frame), frame[:HEAD_BYTES])
+                if nested_too_deep_for_python(frame):
+                    # The board finds the id in the frame's head; Python's reader cannot read the whole
+                    # frame to say which id that is, so only the answer's shape is checked.
+                    check_answer(refusal, None, id_optional=True, any_id=True)
+                else:
+                    check_answer(refusal, request_id(frame)[1], id_optional=True)
                 continue
             answer = pump.handle(frame)
             must_answer, expected_id = request_id(frame)

@@ -314,8 +314,8 @@ message_fields = st.sampled_from(("jsonrpc", "id", "method", "params"))
 @st.composite
 def http_requests(draw: st.DrawFn) -> FuzzRequest:
     """A valid request with one to three things changed: a header's value (any bytes), a header
-    dropped, repeated or added, the method, the target, the body's JSON-RPC fields, the body's bytes;
-    or a request signed correctly over whatever it ended up being."""
+    dropped, repeated or added, the method, the target, the body's JSON-RPC fields, the body's bytes,
+    its arguments nested deeply; or a request signed correctly over whatever it ended up being."""
     request, message = draw(valid_requests())
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
         operation = draw(
@@ -332,6 +332,7 @@ def http_requests(draw: st.DrawFn) -> FuzzRequest:
                     "field",
                     "bytes",
                     "noise",
+                    "nested",
                     "sign",
                 )
             )
@@ -372,6 +373,13 @@ def http_requests(draw: st.DrawFn) -> FuzzRequest:
             request.body = draw(fz.mutated(st.just(request.body)))
         elif operation == "noise":
             request.body = draw(fz.frames)
+        elif operation == "nested":
+            # As valid as before but for arguments nested around every bound (the gateway's, orjson's).
+            params = message.get("params")
+            nested = {**(params if isinstance(params, dict) else {}), "arguments": {"a": fz.NESTED_HERE, "b": 1}}
+            request.body = fz.dumps({**message, "params": nested}).replace(
+                fz.dumps(fz.NESTED_HERE), draw(fz.nested_json())
+            )
         elif operation == "sign":
             request.sign = True
     return request

@@ -156,7 +156,13 @@ METRICS = (_metrics, MqttMetrics(_metrics))
 
 def broker_for(slot_naming: str) -> InProcessBroker:
     config = MqttBrokerConfig.model_validate(
-        {"url": "mqtt://127.0.0.1:1883", "max_payload_bytes": MAX_PAYLOAD, "slot_naming": slot_naming}
+        # No anonymous-client check: it connects to a real broker, which the stand-in is not.
+        {
+            "url": "mqtt://127.0.0.1:1883",
+            "max_payload_bytes": MAX_PAYLOAD,
+            "slot_naming": slot_naming,
+            "check_anonymous": False,
+        }
     )
     metrics, mqtt_metrics = METRICS
     gateway = StandInGateway(GatewayConfig(), StandInRegistry(), metrics)

@@ -102,3 +102,15 @@ def test_quick_link_soak_brings_every_link_back() -> None:
     assert "boards reboot 1x, broker restarts 1x, serial replugged 1x" in stdout
     for event in ("boards reboot", "broker restarts", "serial replugged"):
         assert f"({event})" in stderr
+
+
+@pytest.mark.timeout(90)
+def test_quick_storm_serves_every_board_and_prints_its_row() -> None:
+    stdout, _stderr = run_bench("storm", "--boards", "20", "--quick", timeout_s=80)
+    rows = {line.split("|")[1].strip(): line.split("|") for line in stdout.splitlines() if line.startswith("| ")}
+    cells = [cell.strip() for cell in rows["20"]]
+    served, gone, rss, tracebacks = float(cells[2]), float(cells[5]), float(cells[8]), cells[9]
+    assert served > 0 and gone > 0 and rss > 0, cells
+    assert tracebacks == "0", stdout
+    assert "not every board was served" not in stdout and "still attached" not in stdout
+    assert "/healthz failed" not in stdout

@@ -6,6 +6,7 @@ request defence); native clients and boards send no Origin and pass.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from mcp import Client
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
+from tests.integration.test_metrics import scrape
 from tests.support.answers import decode_answer
 from tests.support.servers import demo_server
 
@@ -284,3 +286,142 @@ async def test_allowed_hosts_extend_the_loopback_names(
 async def test_host_is_not_checked_on_a_lan_bind(gateway_factory: GatewayFactory, http: aiohttp.ClientSession) -> None:
     server = await gateway_factory(host="0.0.0.0", insecure_lan=True)
     await start_session(http, f"{server.url}/pump-1/mcp", {"Host": "pump-gw.plant.lan"})
+
+
+# -- requests as a client library would never send them (raw bytes) --------------------------------
+
+
+async def raw_request(server: GatewayServer, head: str, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+    """Send `head` (request line and headers, no blank line) and `body` as written; the status, the
+    headers (lower-case names) and the body of the answer. Client libraries add a Host and send a path
+    where the test needs none, or an absolute-form target."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(head.replace("\n", "\r\n").encode() + b"\r\n\r\n" + body)
+        await writer.drain()
+        header_block = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        status_line, *lines = header_block.decode("latin-1").rstrip("\r\n").split("\r\n")
+        headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+        length = headers.get("content-length")
+        content = await asyncio.wait_for(reader.readexactly(int(length)) if length else reader.read(), 10)
+    finally:
+        writer.close()
+    return int(status_line.split()[1]), headers, content
+
+
+def post_head(target: str, *header_lines: str, version: str = "HTTP/1.1") -> str:
+    lines = [
+        f"POST {target} {version}",
+        *header_lines,
+        "Content-Type: application/json",
+        "Accept: application/json, text/event-stream",
+        f"Content-Length: {len(orjson.dumps(INITIALIZE))}",
+        "Connection: close",
+    ]
+    return "\n".join(lines)
+
+
+def refused_raw(status: int, headers: dict[str, str], body: bytes, expected: int = 403) -> dict[str, Any]:
+    assert status == expected, body
+    assert headers["content-type"].startswith("application/json")
+    refusal: dict[str, Any] = orjson.loads(body)
+    assert set(refusal) == {"error", "error_description"}
+    return refusal
+
+
+async def refusals_counted(server: GatewayServer, http: aiohttp.ClientSession, reason: str) -> float:
+    return (await scrape(http, server)).get("mcpgw_client_refusals_total", reason=reason)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://evil.example/pump-1/mcp",
+        "http://evil.example:{port}/pump-1/mcp",
+        "http://localhost@evil.example/pump-1/mcp",
+    ],
+)
+async def test_an_absolute_form_target_naming_another_host_is_refused_on_loopback(
+    gateway: GatewayServer, http: aiohttp.ClientSession, target: str
+) -> None:
+    # The Host header names the gateway; the target says the request is for evil.example.
+    head = post_head(target.format(port=gateway.port), f"Host: 127.0.0.1:{gateway.port}")
+    refusal = refused_raw(*await raw_request(gateway, head, orjson.dumps(INITIALIZE)))
+    assert refusal["error"] == "host_not_allowed"
+    assert refusal["error_description"].startswith("The request target names 'evil.example")
+    assert "send the path alone" in refusal["error_description"]
+    assert not gateway.gateway.sessions.sessions
+    assert await refusals_counted(gateway, http, "host_not_allowed") == 1
+
+
+async def test_an_absolute_form_upgrade_naming_another_host_claims_no_slot(
+    gateway: GatewayServer, http: aiohttp.ClientSession
+) -> None:
+    head = "\n".join(
+        ["GET http://evil.example/provider/pump-1 HTTP/1.1", f"Host: localhost:{gateway.port}"]
+        + [f"{name}: {value}" for name, value in UPGRADE_HEADERS.items()]
+    )
+    refusal = refused_raw(*await raw_request(gateway, head))
+    assert refusal["error"] == "host_not_allowed"
+    assert "pump-1" not in gateway.gateway.registry.slots
+
+
+async def test_an_absolute_form_target_naming_the_gateway_is_served(gateway: GatewayServer) -> None:
+    head = post_head(f"http://127.0.0.1:{gateway.port}/pump-1/mcp", f"Host: localhost:{gateway.port}")
+    status, headers, _ = await raw_request(gateway, head, orjson.dumps(INITIALIZE))
+    assert status == 200
+    assert headers["mcp-session-id"]
+
+
+async def test_http_1_0_without_host_is_refused_on_loopback(
+    gateway: GatewayServer, http: aiohttp.ClientSession
+) -> None:
+    head = post_head("/pump-1/mcp", version="HTTP/1.0")
+    refusal = refused_raw(*await raw_request(gateway, head, orjson.dumps(INITIALIZE)))
+    assert refusal["error"] == "host_not_allowed"
+    assert refusal["error_description"].startswith("The request has no Host header.")
+    assert not gateway.gateway.sessions.sessions
+    assert await refusals_counted(gateway, http, "host_not_allowed") == 1
+    status, _, _ = await raw_request(gateway, "GET /healthz HTTP/1.0")  # every route: the gate is the same
+    assert status == 403
+
+
+async def test_http_1_0_without_host_passes_on_a_lan_bind(gateway_factory: GatewayFactory) -> None:
+    server = await gateway_factory(host="0.0.0.0", insecure_lan=True)
+    head = post_head("/pump-1/mcp", version="HTTP/1.0")
+    status, headers, _ = await raw_request(server, head, orjson.dumps(INITIALIZE))
+    assert status == 200
+    assert headers["mcp-session-id"]
+
+
+@pytest.mark.parametrize(
+    "origins",
+    [
+        ("https://console.plant.lan", "https://evil.example"),  # only the first used to be checked
+        ("https://evil.example", "https://console.plant.lan"),
+    ],
+)
+async def test_two_origin_headers_are_refused_as_malformed(
+    guarded: GatewayServer, http: aiohttp.ClientSession, origins: tuple[str, str]
+) -> None:
+    head = post_head("/pump-1/mcp", f"Host: localhost:{guarded.port}", *(f"Origin: {origin}" for origin in origins))
+    status, headers, body = await raw_request(guarded, head, orjson.dumps(INITIALIZE))
+    refusal = refused_raw(status, headers, body, 400)
+    assert refusal == {
+        "error": "duplicate_origin",
+        "error_description": (
+            "The request carries 2 Origin headers; a browser sends one. Send at most one Origin header."
+        ),
+    }
+    assert "access-control-allow-origin" not in headers
+    assert not guarded.gateway.sessions.sessions
+    assert await refusals_counted(guarded, http, "duplicate_origin") == 1
+
+
+async def test_two_host_headers_are_refused(gateway: GatewayServer) -> None:
+    # aiohttp's parser refuses a second Host before the gate sees the request (a plain-text 400); the
+    # gate would refuse it with duplicate_host (tests/unit/test_origin.py).
+    head = post_head("/pump-1/mcp", f"Host: localhost:{gateway.port}", "Host: evil.example")
+    status, _, _ = await raw_request(gateway, head, orjson.dumps(INITIALIZE))
+    assert status == 400
+    assert not gateway.gateway.sessions.sessions

@@ -111,6 +111,16 @@ async def test_a_lan_bind_with_both_sides_authenticated_starts_and_says_nothing(
     assert "INSECURE-LAN" not in gateway.log
 
 
+async def test_the_startup_line_names_the_wildcard_address_it_is_bound_to(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text('port = 0\n[logging]\nformat = "json"\n')
+    async with gateway_process("--config", str(config), "--host", "0.0.0.0", "--insecure-lan") as gateway:
+        port = int(gateway.url.rsplit(":", 1)[1])
+        line = await gateway.wait_line(" listening on ")
+    # Every IPv4 address is listening, not 127.0.0.1 alone: an operator must see the box is on the network.
+    assert orjson.loads(line)["msg"].endswith(f" listening on http://0.0.0.0:{port}")
+
+
 async def test_the_appliance_configuration_starts(tmp_path: Path) -> None:
     """image/mcp-gateway.toml with the files first boot makes (the header lists them): host 0.0.0.0, client
     tokens and a shared provider secret, so it starts without --insecure-lan."""

@@ -12,6 +12,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from bench.ports import free_port
 from gateway.app import GatewayServer
 from gateway.southbound import mqtt_topics
 from gateway.southbound.mqtt_client import PACKET_HEADROOM_BYTES
+from gateway.southbound.mqtt_drops import DropCounter
 from sim import firmware
 from sim.mqtt import MqttProfile, MqttPumpLink, MqttTarget
 from sim.pump import PumpSettings, SimulatedPump
@@ -674,6 +676,44 @@ async def test_malformed_payloads_wrong_topics_and_oversize_messages_are_dropped
     finally:
         await rogue.disconnect()
         await sim.stop()
+
+
+def counted(drops: DropCounter, reason: str, count: int) -> bool:
+    return drops.totals[reason] == count
+
+
+async def test_announcements_naming_invisible_characters_or_dot_segments_attach_nothing(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    # The names /provider/<name>, serial and [slots.declared] refuse. (C0 and C1 controls never get this
+    # far: mosquitto delivers no message whose topic holds one, as MQTT 5 §1.5.4 lets a broker do.)
+    server = await mqtt_gateway(gateway_factory, mosquitto)
+    drops = first_mqtt_broker(server).drops
+    rogue = RawPeer(mosquitto.port, "rogue")
+    assert await rogue.connect() == "Success"
+    online = orjson.dumps({"jsonrpc": "2.0", "method": mqtt_topics.METHOD_SERVER_ONLINE, "params": {}})
+    dots = 'Slot name ".." is a path step in URLs; pick another name, e.g. pump-1'
+    try:
+        printable = "; use printable characters only"
+        plain = [
+            ("..", dots),
+            ("pump\u200b1", "Slot name contains format characters (U+200B at character 5)" + printable),
+        ]
+        for count, (slot, detail) in enumerate(plain, 1):  # the <slot> level and params.slot agree
+            register = {"jsonrpc": "2.0", "method": "notifications/register", "params": {"slot": slot}}
+            rogue.publish(mqtt_topics.plain_topic("mcpb", slot, "status"), orjson.dumps(register), retain=True)
+            await wait_for(partial(counted, drops, "wrong_topic", count), 10, f"the status of {slot!r} dropped")
+            assert drops.last["wrong_topic"].endswith(f"the slot level is not a usable slot name: {detail}")
+        rtl = "Slot name contains bidirectional controls (U+202E at character 5)" + printable
+        mcp = [("plant/..", dots), ("plant/pump\u202e7", rtl)]  # the slot is the server-name's last level
+        for count, (server_name, detail) in enumerate(mcp, 1):
+            rogue.publish(mqtt_topics.server_presence_topic("srv-1", server_name), online, retain=True)
+            await wait_for(partial(counted, drops, "refused", count), 10, f"the presence of {server_name!r} refused")
+            assert drops.last["refused"].endswith(f": {detail}")
+        assert not server.gateway.registry.slots
+        assert drops.totals["wrong_topic"] == drops.totals["refused"] == 2
+    finally:
+        await rogue.disconnect()
 
 
 async def test_with_announce_max_packet_size_far_larger_messages_are_dropped_by_the_broker(

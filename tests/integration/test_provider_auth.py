@@ -24,7 +24,7 @@ from gateway.app import GatewayServer
 from gateway.config import masked_dump
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.support.servers import demo_server
-from tests.support.southbound import ScriptedBoard, provider_status
+from tests.support.southbound import ScriptedBoard, provider_status, ws_url
 
 PUMP_TOKEN = "pump-" + secrets.token_urlsafe(24)
 TANK_TOKEN = "tank-" + secrets.token_urlsafe(24)
@@ -158,6 +158,21 @@ async def test_a_slot_outside_the_identity_patterns_is_403_on_the_dedicated_path
     assert body["error_description"] == FORBIDDEN_TANK
     assert not {"tank-1", "Pump-1", "cell-10"} & set(gateway.gateway.registry.slots)
     assert 'mcpgw_provider_auth_refusals_total{reason="slot_forbidden"} 4.0' in await metrics_text(http, gateway)
+
+
+async def test_a_name_breaking_the_name_rule_is_refused_by_it_without_being_quoted(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession, identities: dict[str, Any]
+) -> None:
+    gateway = await gateway_factory(providers={"auth": identities})
+    # A right-to-left override would reorder the 403's description wherever it is shown.
+    async with http.ws_connect(
+        ws_url(gateway.url, "/provider/tank%E2%80%AE1"), headers={"X-Provider-Token": PUMP_TOKEN}
+    ) as ws:
+        closing = await ws.receive()
+    assert closing.type is aiohttp.WSMsgType.CLOSE and closing.data == 1008
+    assert isinstance(closing.extra, str)
+    assert closing.extra.startswith("Slot name contains bidirectional controls (U+202E at character 5)")
+    assert "\u202e" not in closing.extra
 
 
 async def test_a_slot_outside_the_patterns_gets_an_error_envelope_and_the_socket_keeps_the_others(

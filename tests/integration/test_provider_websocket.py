@@ -24,6 +24,7 @@ from aiohttp import web
 from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
+from yarl import URL
 
 from gateway.app import GatewayServer
 from gateway.publish import Publisher
@@ -285,6 +286,54 @@ async def test_unusable_names_are_closed_1008_with_short_reason(
     if name.startswith("_é"):
         assert reason.endswith("...")  # cut on a character boundary, so it still decodes as UTF-8
     assert name not in gateway.gateway.registry.slots
+
+
+def every_byte_encoded(name: str) -> str:
+    """The name with every UTF-8 byte percent-encoded, dots included (`%2E%2E`), as a board may send it."""
+    return "".join(f"%{byte:02X}" for byte in name.encode())
+
+
+INVISIBLE_AND_DOT_NAMES = [
+    ("pump\u00851", "Slot name contains control characters (U+0085 at character 5); use printable characters only"),
+    ("pump\u202e1", "Slot name contains bidirectional controls (U+202E at character 5); use printable characters only"),
+    ("pump\u200b1", "Slot name contains format characters (U+200B at character 5); use printable characters only"),
+    ("..", 'Slot name ".." is a path step in URLs; pick another name, e.g. pump-1'),
+    (".", 'Slot name "." is a path step in URLs; pick another name, e.g. pump-1'),
+]
+
+
+@pytest.mark.parametrize(("name", "reason"), INVISIBLE_AND_DOT_NAMES)
+async def test_invisible_characters_and_dot_segments_on_the_dedicated_path_are_closed_1008(
+    gateway: GatewayServer, boards: Boards, name: str, reason: str
+) -> None:
+    # Encoded, so that no client library resolves "/provider/%2E%2E" to "/" before sending it.
+    url = URL(ws_url(gateway.url, "/provider/" + every_byte_encoded(name)), encoded=True)
+    ws = await boards.http.ws_connect(url, autoping=False)
+    try:
+        message = await ws.receive(timeout=5)
+        assert message.type is aiohttp.WSMsgType.CLOSE
+        assert (message.data, message.extra) == (1008, reason)
+    finally:
+        await ws.close()
+    assert name not in gateway.gateway.registry.slots
+    assert (await scrape(boards.http, gateway)).get("mcpgw_provider_refusals_total", reason="bad_name") == 1
+
+
+async def test_invisible_characters_and_dot_segments_in_envelopes_are_refused_and_never_advertised(
+    gateway: GatewayServer, boards: Boards
+) -> None:
+    board = await boards.connect(gateway.url, "/providers")
+    for name, reason in INVISIBLE_AND_DOT_NAMES:
+        await board.send({"jsonrpc": "2.0", "method": "notifications/register"}, name)
+        refusal = await board.take(lambda m: isinstance(m, dict) and m.get("id", 0) is None, what="the refusal")
+        assert refusal["error"] == {"code": -32000, "message": reason}
+        assert board.received[-1][0] == name  # addressed to the name the board used
+    await board.send({"jsonrpc": "2.0", "method": "notifications/register"}, "mux-ok")
+    await wait_ready_slot(gateway, "mux-ok")  # the socket keeps serving its other slots
+    assert sorted(gateway.gateway.registry.slots) == ["mux-ok"]
+    async with boards.http.get(f"{gateway.url}/mcp-servers") as response:
+        servers = await response.json()
+    assert [server["url"] for server in servers] == [f"{gateway.url}/mux-ok/mcp"]  # no http://h/../mcp
 
 
 async def test_longest_names_are_accepted(gateway: GatewayServer, publishers: Publishers) -> None:

@@ -6,6 +6,7 @@ the machine, and nothing waits for a refill: the numbers on the wire are checked
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -226,7 +227,7 @@ async def test_sessions_per_principal_are_capped_and_freed_by_delete(
     error = refused.body["error"]
     assert refused.body["id"] == 5 and error["code"] == -32000
     assert error["data"] == {"reason": "session_limit", "limit": "max_sessions_per_principal", "value": 2}
-    assert 'Too many sessions for "anonymous" (limit 2' in error["message"]
+    assert 'Too many sessions for caller "anonymous" at 127.0.0.1 (limit 2' in error["message"]
     assert "limits.max_sessions_per_principal" in error["message"]
     assert "DELETE" in error["message"]
     assert third.session_id is None
@@ -236,6 +237,31 @@ async def test_sessions_per_principal_are_capped_and_freed_by_delete(
     assert metrics.get("mcpgw_limit_hits_total", limit="max_sessions_per_principal") == 1
     assert metrics.get("mcpgw_client_sessions") == 2
     assert metrics.get("mcpgw_client_sessions_largest_principal") == 2
+
+
+async def test_an_anonymous_caller_at_its_cap_locks_out_neither_itself_nor_another_address(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    server = await gateway_factory(limits={"max_sessions_per_principal": 2, "session_idle_when_full_s": 0.3, **rates()})
+    url = f"{server.url}/pump-1/mcp"
+    first, second, third = (RawSession(http, url) for _ in range(3))
+    await first.open()
+    await second.open()
+    assert (await third.post(initialize())).status == 429  # both in use a moment ago
+    # Another program on the plant LAN (another address) has a quota of its own.
+    connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+    async with aiohttp.ClientSession(connector=connector) as elsewhere:
+        await RawSession(elsewhere, url).open()
+    # Once a session idles session_idle_when_full_s, the next one at the cap ends it instead of waiting
+    # session_idle_timeout_s (30 min): a process that leaves sessions open cannot hold the cap.
+    await asyncio.sleep(0.4)
+    await second.post(request(7, "ping"))  # second is used again: first is the one idle the longest
+    await third.open()
+    assert (await first.post(request(8, "ping"))).status == 404
+    assert (await second.post(request(9, "ping"))).status == 200
+    metrics = await scrape(http, server)
+    assert metrics.get("mcpgw_client_sessions_expired_total") == 1
+    assert metrics.get("mcpgw_client_sessions") == 3
 
 
 async def test_every_bound_is_shown_in_metrics_and_refusals_are_counted(
@@ -338,7 +364,7 @@ async def test_one_callers_session_quota_leaves_other_callers_alone(
     await CallerSession(http, url, ALICE).open()
     refused = await CallerSession(http, url, ALICE).post(initialize(9))
     assert refused.status == 429
-    assert 'Too many sessions for "alice" (limit 1' in refused.body["error"]["message"]
+    assert 'Too many sessions for caller "alice" (limit 1' in refused.body["error"]["message"]
     bob = CallerSession(http, url, BOB)
     await bob.open()
     assert await bob.delete() == 200

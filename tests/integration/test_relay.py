@@ -9,7 +9,9 @@ Real SDK clients with real callbacks, and raw HTTP / WebSocket clients where the
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -578,6 +580,115 @@ async def test_held_calls_are_bounded(
         http, url_of(server), "tools/call", {**retry, "requestState": first["result"]["requestState"]}
     )
     assert done["result"]["structuredContent"] == {"result": "Hello, Eve!"}
+
+
+# -- stateless era: a call whose answer nobody takes ----------------------------------------------
+
+SHORT_DEADLINE_MS = 50
+
+
+class LostTasks:
+    """What asyncio reports through the loop's exception handler (`Task exception was never retrieved`
+    when a task that ended with an exception is collected unread), while the `with` block runs."""
+
+    def __init__(self) -> None:
+        self.reports: list[str] = []
+
+    def __enter__(self) -> LostTasks:
+        self.loop = asyncio.get_running_loop()
+        self.previous = self.loop.get_exception_handler()
+        self.loop.set_exception_handler(lambda _, context: self.reports.append(f"{context.get('message')}: {context}"))
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.collect()  # a task's exception is reported when the task is collected
+        self.loop.set_exception_handler(self.previous)
+
+
+def raw_stateless_call(port: int, number: int) -> bytes:
+    """A stateless-era tools/call of the board's valve by a caller that declared elicitation, as raw HTTP."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": STATELESS,
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+    }
+    params = {"name": "valve", "arguments": {}, "_meta": meta}
+    body = orjson.dumps({"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": params})
+    head = (
+        f"POST /board/mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {STATELESS}\r\n"
+        f"Mcp-Method: tools/call\r\nMcp-Name: valve\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def test_a_stateless_caller_hanging_up_at_the_call_deadline_leaves_no_lost_task_error(
+    gateway_factory: GatewayFactory,
+) -> None:
+    """The provider's deadline and the caller's hang-up reach a busy gateway in the same turn of its
+    event loop: the call ends with the deadline error while the caller's request is being cancelled,
+    so nobody takes that error. It must not end up as asyncio's `Task exception was never retrieved`."""
+    server = await gateway_factory(providers={**SESSION_ERA, "request_timeout_ms": SHORT_DEADLINE_MS})
+    boards = Boards()
+    board = await boards.connect(server.url, "/provider/board")
+    await wait_ready_slot(server, "board")
+    port = int(server.url.rsplit(":", 1)[1])
+    loop = asyncio.get_running_loop()
+    try:
+        with LostTasks() as lost:
+            for number in range(60):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(raw_stateless_call(port, number))
+                await board.request("tools/call")  # never answered: the gateway armed its deadline before this
+                due = loop.time() + SHORT_DEADLINE_MS / 1000
+                hung_up = loop.create_future()
+
+                def busy_then_hang_up(writer: asyncio.StreamWriter = writer, hung_up: Any = hung_up) -> None:
+                    # The gateway is busy from just before its deadline to just after it (a loaded
+                    # gateway is), and the client hangs up meanwhile: both are handled in one turn.
+                    time.sleep(0.02)
+                    writer.transport.abort()
+                    hung_up.set_result(None)
+
+                loop.call_at(due - 0.015, busy_then_hang_up)
+                await hung_up
+            await asyncio.sleep(0.05)
+        assert lost.reports == []
+        # The gateway is still well: a caller that waits gets the deadline error.
+        async with aiohttp.ClientSession() as http:
+            waiting = asyncio.create_task(
+                stateless(http, url_of(server, "board"), "tools/call", {"name": "valve", "arguments": {}})
+            )
+            await board.request("tools/call")
+            status, answer = await waiting
+        assert answer["error"]["data"]["reason"] == "deadline", (status, answer)
+    finally:
+        await boards.aclose()
+
+
+async def test_a_held_call_whose_provider_never_answers_leaves_no_lost_task_error(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    """The caller got input_required and never retried: the call's deadline error has no reader."""
+    server = await gateway_factory(providers={**SESSION_ERA, "request_timeout_ms": 300})
+    boards = Boards()
+    board = await boards.connect(server.url, "/provider/board")
+    await wait_ready_slot(server, "board")
+    try:
+        with LostTasks() as lost:
+            posting = asyncio.create_task(
+                stateless(http, url_of(server, "board"), "tools/call", {"name": "valve", "arguments": {}})
+            )
+            forwarded = await board.request("tools/call")
+            meta = {"io.github.mcp-gateway/relatedRequest": forwarded["id"]}
+            await board.send(
+                {"jsonrpc": "2.0", "id": "q-1", "method": "elicitation/create", "params": {**ELICIT, "_meta": meta}}
+            )
+            _, first = await posting
+            assert first["result"]["resultType"] == "input_required"
+            await wait_for(lambda: not server.gateway.input_required.calls, what="the held call to be dropped")
+        assert lost.reports == []
+    finally:
+        await boards.aclose()
 
 
 # -- a stdio upstream: requests it cannot tag -----------------------------------------------------

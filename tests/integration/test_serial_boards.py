@@ -497,6 +497,34 @@ async def test_slot_patterns_of_the_port_and_takeover_rules_refuse_by_name(
     assert port_of(gateway)["slots"] == []
 
 
+async def test_register_frames_naming_invisible_characters_or_dot_segments_are_refused(
+    gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any
+) -> None:
+    pair = ptys()
+    board = framed(pair)
+    gateway = await gateway_factory(serial=serial_config(pair.path))  # slots = ["*"]: the name rules alone
+    await board.next_message()
+    printable = "; use printable characters only"
+    dots = 'Slot name "{}" is a path step in URLs; pick another name, e.g. pump-1'
+    refused = {
+        "pump\u00851": "Slot name contains control characters (U+0085 at character 5)" + printable,
+        "pump\u2067-1": "Slot name contains bidirectional controls (U+2067 at character 5)" + printable,
+        "..": dots.format(".."),
+    }
+    for slot, reason in refused.items():
+        board.register(slot)
+        refusal = await board.next_message()
+        assert refusal == {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": reason}}
+    register = {"jsonrpc": "2.0", "method": "notifications/register"}
+    board.send({"provider": ".", "payload": register})  # and with envelopes
+    refusal = await board.next_message()
+    assert refusal["provider"] == "."
+    assert refusal["payload"]["error"]["message"] == dots.format(".")
+    assert port_of(gateway)["dropped"]["refused"] == 4
+    assert port_of(gateway)["slots"] == []
+    assert not gateway.gateway.registry.slots
+
+
 async def test_refused_register_frames_warn_once_per_slot_and_count_the_rest(
     gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

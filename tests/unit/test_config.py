@@ -101,6 +101,9 @@ def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
         ("port = 70000\n", "'port'"),
         ('port = "high"\n', "'port'"),
         ("[limits]\nmax_body_bytes = 0\n", "'limits.max_body_bytes'"),
+        # Under 16 breaks MCP's own shapes; over 200, what is relayed may no longer be writable.
+        ("[limits]\nmax_json_depth = 15\n", "'limits.max_json_depth'"),
+        ("[limits]\nmax_json_depth = 201\n", "'limits.max_json_depth'"),
         ('[providers]\ntakeover = "sometimes"\n', "'providers.takeover'"),
         ('[logging]\nlevel = "loud"\n', "'logging.level'"),
     ],
@@ -194,6 +197,11 @@ def test_invalid_flag_value_names_the_flag() -> None:
         ("_x", "reserved"),
         ("a" * 65, "65 bytes"),
         ("tab\there", "control characters"),
+        ("pump\u00851", "control characters (U+0085 at character 5)"),
+        ("pump\u202e1", "bidirectional controls (U+202E at character 5)"),
+        ("pump\u200b1", "format characters (U+200B at character 5)"),
+        ("..", "path step in URLs"),
+        (".", "path step in URLs"),
     ],
 )
 def test_declared_slot_with_an_invalid_name_is_refused(tmp_path: Path, slot: str, reason: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from gateway.core import jsonrpc
@@ -128,6 +129,84 @@ def test_parse_turns_malformed_json_into_an_invalid_message(data: bytes | str) -
     assert message.kind is Kind.INVALID
     assert message.body is None
     assert message.problem.startswith("malformed JSON: ")
+
+
+# -- the nesting bound (limits.max_json_depth) ---------------------------------------------------
+
+
+def chain(levels: int, *kinds: str) -> bytes:
+    """JSON text `levels` containers deep, cycling through `kinds` ("[" or "{") from the outside in."""
+    kinds = kinds or ("[",)
+    openers = [kinds[level % len(kinds)] for level in range(levels)]
+    text = "".join("[" if kind == "[" else '{"k":' for kind in openers) + "0"
+    return (text + "".join("]" if kind == "[" else "}" for kind in reversed(openers))).encode()
+
+
+@pytest.mark.parametrize("kinds", [("[",), ("{",), ("{", "["), ("[", "{", "{")])
+def test_parse_takes_json_as_deep_as_the_bound_and_refuses_one_level_more(kinds: tuple[str, ...]) -> None:
+    assert jsonrpc.parse(chain(64, *kinds), 64).limit == ""
+    deeper = jsonrpc.parse(chain(65, *kinds), 64)
+    assert deeper.kind is Kind.INVALID
+    assert deeper.limit == "max_json_depth"
+    assert deeper.problem.startswith("JSON nested more than 64 levels deep")
+    assert "limits.max_json_depth" in deeper.problem
+
+
+@pytest.mark.parametrize("levels", [65, 254, 255, 300, 1024])
+def test_json_deeper_than_the_bound_is_refused_as_bytes_and_as_text(levels: int) -> None:
+    # orjson reads up to 1024 levels and writes at most 254: nothing in between may get in.
+    assert jsonrpc.parse(chain(levels, "{", "["), 64).limit == "max_json_depth"
+    assert jsonrpc.parse(chain(levels).decode(), 64).limit == "max_json_depth"
+
+
+def test_without_a_bound_parse_takes_whatever_orjson_reads() -> None:
+    assert jsonrpc.parse(chain(1024)).kind is Kind.BATCH
+    assert jsonrpc.parse(chain(1025)).problem.startswith("malformed JSON")
+
+
+def test_a_refused_message_keeps_only_its_id_and_method() -> None:
+    request = b'{"jsonrpc":"2.0","id":"c-7","method":"tools/call","params":{"a":' + chain(100) + b"}}"
+    refused = jsonrpc.parse(request, 64)
+    assert refused.kind is Kind.INVALID
+    assert refused.body == {"id": "c-7", "method": "tools/call"}
+    assert (refused.id, refused.method) == ("c-7", "tools/call")
+    answer = jsonrpc.parse(b'{"jsonrpc":"2.0","id":3,"result":' + chain(100) + b"}", 64)
+    assert answer.body == {"id": 3}
+    # An id that is no id (nested itself, true) is not kept, nor is anything of a message that is no object.
+    assert jsonrpc.parse(b'{"id":' + chain(100) + b',"method":"x"}', 64).body == {"method": "x"}
+    assert jsonrpc.parse(b'{"id":true,"result":' + chain(100) + b"}", 64).body == {}
+    assert jsonrpc.parse(chain(100), 64).body == {}
+
+
+def test_wide_and_string_heavy_messages_pass_however_many_brackets_they_hold() -> None:
+    # Far more brackets than the bound, none of them deep: the walk judges them, and lets them pass.
+    rows = [{"t": n, "v": [n, n + 1], "tags": {"unit": "bar"}} for n in range(500)]
+    wide = orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": {"structuredContent": {"rows": rows}}})
+    assert wide.count(b"{") > 64
+    assert jsonrpc.parse(wide, 16).kind is Kind.RESPONSE
+    text = orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"text": "{[" * 500}]}})
+    assert jsonrpc.parse(text, 16).kind is Kind.RESPONSE
+    assert jsonrpc.parse(text.decode(), 16).kind is Kind.RESPONSE
+    assert jsonrpc.parse(b'"' + b"[" * 100 + b'"', 16).problem == "a JSON-RPC message must be a JSON object"
+
+
+def test_the_walk_finds_one_deep_branch_among_many_shallow_ones() -> None:
+    shallow = ",".join('{"a":[1,{"b":2}]}' for _ in range(200))
+    deep = chain(62).decode()
+    value = orjson.loads(f'[{shallow},{{"x":{deep}}}]')  # 1 + 1 + 62 levels
+    data = orjson.dumps(value)
+    assert not jsonrpc.nested_deeper(data, value, 64)
+    assert jsonrpc.nested_deeper(data, value, 63)
+
+
+def test_an_answer_that_cannot_be_encoded_becomes_an_internal_error_under_its_id() -> None:
+    error = jsonrpc.unencodable_answer({"jsonrpc": "2.0", "id": 9, "result": {1, 2}}, "Type is not JSON serializable")
+    assert error["id"] == 9
+    assert error["error"]["code"] == jsonrpc.INTERNAL_ERROR
+    assert "(Type is not JSON serializable)" in error["error"]["message"]
+    assert error["error"]["data"] == {"reason": "unencodable"}
+    assert jsonrpc.unencodable_answer({"id": [1], "result": None}, "x")["id"] is None
+    assert jsonrpc.unencodable_answer(None, "x")["id"] is None
 
 
 def test_loads_raises_parse_error_for_malformed_json() -> None:

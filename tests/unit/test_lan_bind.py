@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.app import listening_line
 from gateway.cli import refuse_insecure_bind
 from gateway.config import GatewayConfig
 from gateway.core.status import insecure_lan_warning
@@ -139,3 +140,21 @@ def test_every_log_line_names_the_open_side(open_sides: list[str], prefix: str) 
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)
+
+
+@pytest.mark.parametrize(
+    ("addresses", "urls"),
+    [
+        ([("0.0.0.0", 3000)], "http://0.0.0.0:3000"),  # every IPv4 address, not 127.0.0.1 alone
+        ([("::", 3000, 0, 0)], "http://[::]:3000"),
+        ([("192.0.2.7", 3000)], "http://192.0.2.7:3000"),
+        ([("127.0.0.1", 3000), ("::1", 3000, 0, 0)], "http://127.0.0.1:3000 and http://[::1]:3000"),  # "localhost"
+    ],
+)
+def test_the_startup_line_names_every_bound_socket(addresses: list[tuple[Any, ...]], urls: str) -> None:
+    assert listening_line("1.2.3", addresses, "http", None) == f"mcp-gateway 1.2.3 listening on {urls}"
+
+
+def test_the_startup_line_adds_the_url_clients_use_when_public_url_is_set() -> None:
+    line = listening_line("1.2.3", [("0.0.0.0", 3000)], "https", "https://gw.plant.lan:3000/")
+    assert line == "mcp-gateway 1.2.3 listening on https://0.0.0.0:3000; clients use https://gw.plant.lan:3000"

@@ -66,6 +66,35 @@ def test_plain_topics_and_prefix_rules() -> None:
         assert mqtt_topics.prefix_problem(bad) is not None, bad
 
 
+@pytest.mark.parametrize(
+    ("level", "problem"),
+    [
+        ("..", 'Slot name ".." is a path step in URLs'),
+        (".", 'Slot name "." is a path step in URLs'),
+        ("pump\u200b1", "format characters (U+200B at character 5)"),
+        ("pump\u202e1", "bidirectional controls (U+202E at character 5)"),
+        ("pump\u00851", "control characters (U+0085 at character 5)"),
+        ("pump\x001", "control characters (U+0000 at character 5)"),
+        ("_all", "reserved"),
+        ("a+b", "'+'"),
+    ],
+)
+def test_a_plain_slot_level_follows_the_slot_name_rules_of_every_way_in(level: str, problem: str) -> None:
+    # The same names as /provider/<name>, serial and [slots.declared]: a status on such a topic
+    # attaches nothing, and the drop says what to fix.
+    assert problem in (mqtt_topics.slot_level_problem(level) or "")
+    topic = mqtt_topics.plain_topic("mcpb", level, "status")
+    assert mqtt_topics.parse_plain("mcpb", topic) is None
+    assert mqtt_topics.plain_topic_problem("mcpb", topic).startswith("the slot level is not a usable slot name: ")
+    assert problem in mqtt_topics.plain_topic_problem("mcpb", topic)
+
+
+def test_a_topic_of_another_shape_is_described_by_its_shape() -> None:
+    for topic in ("mcpb/pump-1/other", "other/pump-1/up", "mcpb/a/b/up"):
+        assert mqtt_topics.plain_topic_problem("mcpb", topic) == "not <prefix>/<slot>/status|up with a usable slot name"
+    assert mqtt_topics.slot_level_problem("pump 1.2 é") is None
+
+
 def test_subscribe_batches_fill_each_packet_up_to_the_limit_in_order() -> None:
     filters = ["a" * 10, "b" * 10, "c" * 10, "d" * 100, "e" * 10]  # 13 bytes each in a SUBSCRIBE; d: 103
     limit = mqtt_topics.SUBSCRIBE_BASE_BYTES + 2 * 13  # two short filters per packet
@@ -82,6 +111,10 @@ def test_slot_naming_rules() -> None:
     assert slot_for("plant/pumps/pump-7", "last_segment") == "pump-7"
     assert slot_for("plant/pumps/pump-7", "dashed") == "plant-pumps-pump-7"
     assert slot_for("pump-7", "last_segment") == "pump-7"
+    # A server-name whose slot no way in accepts is refused when it is bridged (mqtt_mcp._activate
+    # asks check_slot_name): the last level ".." names no slot; dashed, "plant-.." is a name.
+    assert slot_for("plant/..", "last_segment") == ".."
+    assert slot_for("plant/..", "dashed") == "plant-.."
 
 
 def test_absent_connack_properties_read_as_their_mqtt5_defaults() -> None:

@@ -76,6 +76,81 @@ def test_control_characters_are_refused(name: str) -> None:
         check_slot_name(name)
 
 
+@pytest.mark.parametrize(
+    ("name", "kind", "code_point", "position"),
+    [
+        ("pump\u00851", "control characters", "U+0085", 5),  # C1 NEL: a terminal shows "pump1"
+        ("pump\u009b1", "control characters", "U+009B", 5),  # C1 CSI: starts a terminal escape
+        ("\u202epump-1", "bidirectional controls", "U+202E", 1),  # right-to-left override
+        ("pump\u2066-1\u2069", "bidirectional controls", "U+2066", 5),  # an isolate
+        ("pump\u200e1", "bidirectional controls", "U+200E", 5),  # left-to-right mark
+        ("\u061cpump", "bidirectional controls", "U+061C", 1),  # Arabic letter mark
+        ("pump\u200b1", "format characters", "U+200B", 5),  # zero-width space
+        ("pump\u200d1", "format characters", "U+200D", 5),  # zero-width joiner
+        ("\ufeffpump-1", "format characters", "U+FEFF", 1),  # byte order mark
+        ("pu\u00admp", "format characters", "U+00AD", 3),  # soft hyphen
+        ("pump\U000e00411", "format characters", "U+E0041", 5),  # a tag character
+        ("pump\u20281", "line or paragraph separators", "U+2028", 5),
+        ("pump\u20291", "line or paragraph separators", "U+2029", 5),
+        ("pump\ue000", "private-use characters", "U+E000", 5),
+        ("\U000f0000", "private-use characters", "U+F0000", 1),
+        ("pump\ufffe", "unassigned code points", "U+FFFE", 5),  # a noncharacter
+        ("pump\u0378", "unassigned code points", "U+0378", 5),
+    ],
+)
+def test_invisible_and_reordering_characters_are_refused_naming_the_code_point(
+    name: str, kind: str, code_point: str, position: int
+) -> None:
+    with pytest.raises(SlotNameError) as caught:
+        check_slot_name(name)
+    message = str(caught.value)
+    assert message == (
+        f"Slot name contains {kind} ({code_point} at character {position}); use printable characters only"
+    )
+    assert name not in message  # the name itself is never quoted: it would carry the character along
+    assert len(message.encode()) <= 123  # a WebSocket close reason
+
+
+@pytest.mark.parametrize("name", ["_\u0085", "_all\u200b", "\u200b_x"])
+def test_characters_are_checked_before_a_message_quotes_the_name(name: str) -> None:
+    with pytest.raises(SlotNameError, match="use printable characters only"):
+        check_slot_name(name)
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_dot_segments_are_refused(name: str) -> None:
+    # A URL resolves them as path steps: http://h/../mcp is http://h/mcp, not the slot's endpoint.
+    with pytest.raises(SlotNameError) as caught:
+        check_slot_name(name)
+    assert str(caught.value) == f'Slot name "{name}" is a path step in URLs; pick another name, e.g. pump-1'
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "...",
+        ".pump",
+        "pump.",
+        "a..b",
+        "Cell 3",
+        "pump\u00a01",  # a no-break space: a space, visible as one
+        "泵\u30001",  # an ideographic space
+        "e\u0301",  # a combining accent
+        "\u2764\ufe0f",  # a variation selector (emoji presentation)
+        "\u05e9\u05dc\u05d5\u05dd",  # right-to-left letters without any control
+    ],
+)
+def test_printable_names_near_the_refused_ones_are_accepted(name: str) -> None:
+    assert check_slot_name(name) == name
+
+
+def test_decoded_bidi_control_is_refused_when_admitted() -> None:
+    name = slot_from_raw_path("/provider/pump%E2%80%AE1", PREFIX)
+    assert name == "pump\u202e1"
+    with pytest.raises(SlotNameError, match="bidirectional controls"):
+        check_slot_name(name)
+
+
 def test_lone_surrogate_from_bad_percent_encoding_is_refused() -> None:
     name = decode_path_segment("pump%FF")
     with pytest.raises(SlotNameError, match="not valid UTF-8"):

@@ -620,3 +620,54 @@ async def test_heartbeat_without_native_ping_sends_a_jsonrpc_ping() -> None:
     answer(session, ping["id"])
     assert session.heartbeat() is True
     answer(session, (await link.next())["id"])
+
+
+# -- nesting (limits.max_json_depth) ---------------------------------------------------------------
+
+
+def nested(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+async def test_a_nested_answer_ends_its_request_at_once_with_the_bound_named() -> None:
+    session, link, recorder = make_session(max_json_depth=32)
+    call = asyncio.create_task(session.request("tools/call", {"name": "echo"}))
+    sent = await link.next()
+    session.receive(b'{"jsonrpc":"2.0","id":"' + sent["id"].encode() + b'","result":' + nested(300) + b"}")
+    refused = await asyncio.wait_for(call, 1.0)
+    assert refused["error"]["code"] == -32603
+    assert refused["error"]["message"].startswith(f'Provider "{SLOT}" answered, but the gateway refused the answer')
+    assert "nested more than 32 levels deep" in refused["error"]["message"]
+    assert refused["error"]["data"] == {"slot": SLOT, "reason": "answer_refused", "limit": "max_json_depth"}
+    assert session.pending == {}
+    assert session.counters.unparsable == 1
+    assert session.state != "closed" and recorder.closed_reasons == []
+
+
+async def test_nested_notifications_and_requests_are_dropped_and_counted() -> None:
+    session, link, recorder = make_session(numeric_ids=True, max_json_depth=32)
+    call = asyncio.create_task(session.request("tools/call", {"name": "echo"}))
+    sent = await link.next()
+    assert sent["id"] == 1
+    session.receive(b'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":' + nested(40) + b"}}")
+    # The provider's own request 1 is not the answer to the gateway's request 1.
+    session.receive(b'{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":' + nested(40) + b"}")
+    assert recorder.notifications == []
+    assert session.counters.unparsable == 2
+    assert not call.done()
+    answer(session, 1, {"content": []})
+    assert (await call)["result"] == {"content": []}
+
+
+async def test_a_request_the_gateway_cannot_encode_fails_alone() -> None:
+    session, link, recorder = make_session()
+    with pytest.raises(errors.RpcError) as caught:
+        await session.request("tools/call", {"name": "echo", "arguments": {"values": {1, 2}}})
+    assert caught.value.code == -32603
+    assert caught.value.message.startswith(f'The gateway could not encode tools/call for provider "{SLOT}" as JSON')
+    assert caught.value.data == {"slot": SLOT, "reason": "unencodable"}
+    assert session.pending == {}
+    assert session.state != "closed" and recorder.closed_reasons == []
+    other = asyncio.create_task(session.request("ping", None))
+    answer(session, (await link.next())["id"])
+    assert "result" in await other

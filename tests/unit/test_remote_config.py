@@ -202,6 +202,10 @@ url = "https://files.plant.lan/mcp"
 def test_remote_name_follows_the_slot_rules(load: Load, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="upstream '_all'"):
         load('[[upstreams.remote]]\nname = "_all"\nurl = "https://f/mcp"\n')
+    with pytest.raises(ConfigError, match=r"upstream '\.': Slot name \"\.\" is a path step in URLs"):
+        load('[[upstreams.remote]]\nname = "."\nurl = "https://f/mcp"\n')
+    with pytest.raises(ConfigError, match=r"format characters \(U\+200D at character 6\)"):
+        load('[[upstreams.remote]]\nname = "files\\u200d"\nurl = "https://f/mcp"\n')
 
 
 def test_remote_flag_adds_to_the_file(tmp_path: Path) -> None:

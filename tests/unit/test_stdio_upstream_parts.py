@@ -90,6 +90,8 @@ def test_a_command_string_is_split_like_a_shell_would() -> None:
     ("entry", "message"),
     [
         ({"name": "_all"}, "reserved"),
+        ({"name": ".."}, "path step in URLs"),
+        ({"name": "files\u2066x"}, "bidirectional controls"),
         ({"command": ""}, "at least 1 item"),
         ({"command": "node 'unclosed"}, "cannot be split"),
         ({"env": {"BAD-NAME": "x"}}, "not an environment variable name"),
