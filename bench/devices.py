@@ -35,7 +35,7 @@ DEVICE_TOOLS = [
 PUMP1_TOOLS: list[dict[str, Any]] = orjson.loads(
     (Path(__file__).resolve().parent.parent / "device" / "schemas" / "pump-1.json").read_bytes()
 )
-"""pump-1's tools as the board lists them (device/schemas/pump-1.json, the reference device of PUMP1.md)."""
+"""pump-1's tools as the board lists them (device/schemas/pump-1.json, the reference device of docs/pump-1.md)."""
 
 
 def answer(message: Any, slot: str, tools: list[dict[str, Any]] = DEVICE_TOOLS) -> dict[str, Any] | None:
@@ -61,7 +61,7 @@ def answer(message: Any, slot: str, tools: list[dict[str, Any]] = DEVICE_TOOLS) 
 
 
 def register_frame(slot: str) -> bytes:
-    """What a board sends first (WIRE.md §2.1, §3.4): opt in to `_all`, and a hello that names it."""
+    """What a board sends first (docs/protocol.md "Registration", "Hello"): opt in to `_all`, and a hello that names it."""
     hello = {"device_id": f"bench-{slot}", "firmware": {"name": "bench-device", "version": "1.0.0"}}
     params = {"aggregate": True, "hello": hello}
     return orjson.dumps({"jsonrpc": "2.0", "method": "notifications/register", "params": params})

@@ -63,7 +63,7 @@ from bench.pump_rounds import (
 )
 from bench.pump_rounds import render as render_rounds
 from bench.report import markdown_table, median, round_ratios, spread
-from gateway.southbound import framing
+from gateway.southbound.serial import framing
 from sim import firmware
 from sim.pump import PumpSettings, SimulatedPump
 

@@ -35,7 +35,7 @@ from bench.report import markdown_table
 from gateway.core import eras
 from gateway.core.jsonrpc import JsonObject
 from gateway.publish import Publisher
-from gateway.southbound import remote_wire
+from gateway.southbound.remote import wire as remote_wire
 
 MODE_STATELESS = "2026-07-28"
 EXTRA_SLOT = "soak-extra"

@@ -27,15 +27,15 @@ from gateway.policy.connection_limits import CAP_FROM_FD_LIMIT
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.provider_auth import ProviderAuthPolicy
 from gateway.policy.tls import ServerTls
-from gateway.southbound.remote import RemoteUpstreams
-from gateway.southbound.supervisor import StdioUpstreams
-from gateway.southbound.websocket import ProviderWebSockets
+from gateway.southbound.remote.upstreams import RemoteUpstreams
+from gateway.southbound.stdio.supervisor import StdioUpstreams
+from gateway.southbound.websocket.endpoints import ProviderWebSockets
 
 if TYPE_CHECKING:
     from gateway.discovery.mdns import MdnsAdvertiser
-    from gateway.southbound.hotplug import Enumerator, HotplugPorts
-    from gateway.southbound.mqtt import MqttBrokers
-    from gateway.southbound.serial import SerialLines
+    from gateway.southbound.mqtt.brokers import MqttBrokers
+    from gateway.southbound.serial.hotplug import Enumerator, HotplugPorts
+    from gateway.southbound.serial.ports import SerialLines
 
 log = logging.getLogger("gateway")
 
@@ -143,18 +143,18 @@ class GatewayServer:
         # configures brokers, ports or hot-plug, as zeroconf is only by one that advertises.
         self.mqtt: MqttBrokers | None = None
         if config.mqtt.brokers:
-            from gateway.southbound.mqtt import MqttBrokers
+            from gateway.southbound.mqtt.brokers import MqttBrokers
 
             self.mqtt = MqttBrokers(self.gateway)
         self.serial: SerialLines | None = None
         self.hotplug: HotplugPorts | None = None
         hotplug = config.serial.hotplug
         if config.serial.ports or hotplug.enabled:
-            from gateway.southbound.serial import SerialLines
+            from gateway.southbound.serial.ports import SerialLines
 
             self.serial = SerialLines(self.gateway)
             if hotplug.enabled:
-                from gateway.southbound.hotplug import HotplugPorts
+                from gateway.southbound.serial.hotplug import HotplugPorts
 
                 self.hotplug = HotplugPorts(self.serial, hotplug, serial_enumerator)
         self.mdns: MdnsAdvertiser | None = None

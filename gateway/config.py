@@ -31,7 +31,7 @@ from pydantic import (
 
 from gateway.core.jsonrpc import MAX_DEPTH_CEILING
 from gateway.core.names import SlotNameError, check_slot_name
-from gateway.southbound import mqtt_topics
+from gateway.southbound.mqtt import topics as mqtt_topics
 
 ENV_PREFIX = "MCP_GATEWAY_"
 ENV_CONFIG_FILE = "MCP_GATEWAY_CONFIG"
@@ -396,7 +396,7 @@ class ProvidersConfig(Section):
     """Deadline for a provider to answer the gateway's initialize and tools/list."""
     upgrades_per_turn: PositiveInt = 16
     """Provider WebSocket upgrades (`/provider/<slot>`, `/providers`) handled per turn of the event
-    loop; the others wait for the next turns (gateway/southbound/pacing.py). A turn then stays short
+    loop; the others wait for the next turns (gateway/southbound/websocket/pacing.py). A turn then stays short
     however many boards dial at once, and the gateway keeps answering everyone else."""
     max_concurrent_handshakes: PositiveInt = 32
     """Providers whose handshake (server/discover or initialize, then tools/list) runs at once; the
@@ -946,7 +946,7 @@ class UpstreamsConfig(Section):
 
 
 # ---------------------------------------------------------------------------------------------
-# [mqtt]: boards and MCP servers reached through MQTT brokers (gateway/southbound/mqtt.py, WIRE.md §5)
+# [mqtt]: boards and MCP servers reached through MQTT brokers (gateway/southbound/mqtt/brokers.py, WIRE.md §5)
 
 MqttProfile = Literal["plain", "mcp"]
 MQTT_PROFILES: tuple[MqttProfile, ...] = ("plain", "mcp")
@@ -1084,7 +1084,7 @@ class MqttConfig(Section):
 
 
 # ---------------------------------------------------------------------------------------------
-# [serial]: boards on serial lines, UART or USB (gateway/southbound/serial.py, WIRE.md §4)
+# [serial]: boards on serial lines, UART or USB (gateway/southbound/serial/ports.py, WIRE.md §4)
 
 DEFAULT_SERIAL_BAUD = 115_200
 DEFAULT_SERIAL_FRAME_CAP = 8192

@@ -32,7 +32,7 @@ def schema_file() -> Path:
 
 
 def schema_hash(path: Path) -> str:
-    """The canonical hash of the tools the simulator serves, for its hello (PUMP1.md "Schema hash")."""
+    """The canonical hash of the tools the simulator serves, for its hello (docs/pump-1.md "Schema hash")."""
     tools_array: list[dict[str, Any]] = orjson.loads(path.read_bytes())
     return tools_hash(tools_array)
 

@@ -1,15 +1,15 @@
-"""One simulated pump's link through an MQTT broker, in either profile of WIRE.md §5.
+"""One simulated pump's link through an MQTT broker, in either profile of docs/protocol-serial-mqtt.md "MQTT ways in".
 
 The pump's code is the board's (the dispatcher answers every request, its duplicate cache answers a
 redelivered QoS 1 request without acting twice); only the transport differs from sim.link. The
-connection is the gateway's own broker client (gateway.southbound.mqtt_client: paho in its thread,
+connection is the gateway's own broker client (gateway.southbound.mqtt.client: paho in its thread,
 events handed to the event loop, reconnects with back-off), one per pump, as each board has its own.
 
 plain (MQTT 3.1.1, what umqtt.simple does on a board): client id = the device id; last will an empty
 retained `<prefix>/<slot>/status`; on connect: subscribe `down`, publish the register frame (with
 params.slot, aggregate, hello) retained on `status`; every request on `down` is answered on `up`.
 
-mcp (MQTT 5, the EMQX specification in gateway.southbound.mqtt_topics): client id = server-id = the
+mcp (MQTT 5, the EMQX specification in gateway.southbound.mqtt.topics): client id = server-id = the
 device id, server-name `<server_prefix>/<slot>` (or the broker's MCP-SERVER-NAME); last will an empty
 retained presence; on connect: subscribe the control topic and publish `notifications/server/online`
 retained on the presence topic. An `initialize` on the control topic names its client in the
@@ -35,9 +35,9 @@ import orjson
 
 from gateway import __version__
 from gateway.config import MqttBrokerConfig
-from gateway.southbound import mqtt_topics
-from gateway.southbound.mqtt_client import BrokerClient, ConnectOptions, InboundMessage, NotConnected, Outbound
-from gateway.southbound.mqtt_connack import ConnackLimits
+from gateway.southbound.mqtt import topics as mqtt_topics
+from gateway.southbound.mqtt.client import BrokerClient, ConnectOptions, InboundMessage, NotConnected, Outbound
+from gateway.southbound.mqtt.connack import ConnackLimits
 from sim import FIRMWARE_NAME, firmware
 from sim.pump import SimulatedPump
 

@@ -1,7 +1,8 @@
-"""Simulated pumps on a serial line, as boards on a UART or USB cable publish them (WIRE.md §4).
+"""Simulated pumps on a serial line, as boards on a UART or USB cable publish them
+(docs/protocol-serial-mqtt.md "Serial way in").
 
 The pumps run the board's code (sim.pump); only the link differs from sim.link: COBS frames with a
-CRC-32 (gateway.southbound.framing, the same codec the gateway reads them with), each preceded by a
+CRC-32 (gateway.southbound.serial.framing, the same codec the gateway reads them with), each preceded by a
 0x00. One pump registers bare (`notifications/register` with `params.slot`); several share the line
 as a multi-slot board does, with envelopes `{"provider":"<slot>","payload":...}` and one register
 envelope per pump. The pumps register when the line opens, when the gateway asks (`broker/register`),
@@ -33,7 +34,7 @@ from typing import Any
 import orjson
 
 from gateway.core.backoff import Backoff
-from gateway.southbound import framing
+from gateway.southbound.serial import framing
 from sim import firmware
 from sim.pump import SimulatedPump
 
@@ -155,7 +156,7 @@ class SerialLine:
     async def _serve_once(self) -> bool:
         loop = asyncio.get_running_loop()
         if self.target.path is not None:
-            from gateway.southbound.serial import describe, open_port
+            from gateway.southbound.serial.ports import describe, open_port
 
             try:
                 self._port = open_port(self.target.path, self.target.baud)

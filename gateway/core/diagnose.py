@@ -90,9 +90,9 @@ class GatewayView:
     mdns: Mapping[str, Any] = field(default_factory=lambda: {"enabled": False, "state": "off"})
     """The mDNS advertisement's status (gateway.discovery.mdns: state, reason, addresses)."""
     mqtt: Sequence[Mapping[str, Any]] = ()
-    """Each MQTT broker connection's status (gateway.southbound.mqtt: state, last_error, dropped counters)."""
+    """Each MQTT broker connection's status (gateway.southbound.mqtt.brokers: state, last_error, dropped counters)."""
     serial: Mapping[str, Any] = field(default_factory=lambda: {"ports": [], "hotplug": {"enabled": False}})
-    """The serial ports' status (gateway.southbound.serial: state, failures, frames, dropped by reason, slots)."""
+    """The serial ports' status (gateway.southbound.serial.ports: state, failures, frames, dropped by reason, slots)."""
 
 
 @dataclass(frozen=True)
@@ -689,7 +689,7 @@ MQTT_ANONYMOUS_FIX = (
 
 def mqtt_anonymous_summary(board_topics_open: bool | None) -> str:
     """What a broker that accepted the gateway's client without credentials lets such a client do, as far
-    as that check saw (gateway/southbound/mqtt_anonymous.py)."""
+    as that check saw (gateway/southbound/mqtt/anonymous.py)."""
     if board_topics_open:
         return (
             "accepts clients without a username and password, and lets them publish where requests reach a "

@@ -16,8 +16,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from gateway.core.versions import HANDSHAKE_VERSIONS, STATELESS_VERSIONS
-from gateway.southbound.framing import encode_frame
-from gateway.southbound.mqtt_topics import parse_plain
+from gateway.southbound.mqtt.topics import parse_plain
+from gateway.southbound.serial.framing import encode_frame
 
 # -- JSON --------------------------------------------------------------------------------------------
 

@@ -55,9 +55,11 @@ from gateway.policy.oauth import OAuthVerifier
 from gateway.policy.origin import OriginPolicy, Refusal, target_authority
 from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
 from gateway.policy.verifier import AuthFailure
-from gateway.southbound import envelope, framing, mqtt_topics
-from gateway.southbound.mqtt_connack import read_connack
-from gateway.southbound.mqtt_mcp import slot_for
+from gateway.southbound import envelope
+from gateway.southbound.mqtt import topics as mqtt_topics
+from gateway.southbound.mqtt.connack import read_connack
+from gateway.southbound.mqtt.mcp import slot_for
+from gateway.southbound.serial import framing
 from gateway.telemetry.metrics import Metrics
 from tests.fuzz import strategies as fz
 from tests.support.oauth import ISSUER, access_token, ec_key, jwks

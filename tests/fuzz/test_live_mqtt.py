@@ -28,9 +28,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
 
-from gateway.southbound import mqtt_drops
-from gateway.southbound.mqtt import MqttBroker
-from gateway.southbound.mqtt_client import InboundMessage, max_packet_bytes
+from gateway.southbound.mqtt import drops as mqtt_drops
+from gateway.southbound.mqtt.brokers import MqttBroker
+from gateway.southbound.mqtt.client import InboundMessage, max_packet_bytes
 from sim.mqtt import MqttTarget
 from sim.simulator import Simulator, SimulatorSettings
 from tests.fuzz import strategies as fz

@@ -28,8 +28,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
 
-from gateway.southbound import framing
-from gateway.southbound.serial import SerialPort
+from gateway.southbound.serial import framing
+from gateway.southbound.serial.ports import SerialPort
 from tests.fuzz import strategies as fz
 from tests.fuzz.budget import fuzz_settings, tally
 from tests.fuzz.live import READ_TIMEOUT_S, LiveGateway

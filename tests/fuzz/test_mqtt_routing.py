@@ -1,4 +1,4 @@
-"""MQTT messages through the gateway's routing (gateway/southbound/mqtt.py `MqttBroker.message`, then
+"""MQTT messages through the gateway's routing (gateway/southbound/mqtt/brokers.py `MqttBroker.message`, then
 mqtt_plain.py and mqtt_mcp.py), in process: the broker connection and the slot registry are stand-ins.
 
 Each example is one broker connection: a CONNACK (its properties as paho decodes them), then a few
@@ -32,12 +32,13 @@ from gateway.core import jsonrpc
 from gateway.core.gateway import Gateway
 from gateway.core.names import SlotNameError, check_slot_name
 from gateway.core.slots import SlotRefused
-from gateway.southbound import mqtt_drops, mqtt_topics
-from gateway.southbound.mqtt import MqttBroker
-from gateway.southbound.mqtt_client import BrokerClient, InboundMessage
-from gateway.southbound.mqtt_connack import ConnackLimits, read_connack
-from gateway.southbound.mqtt_drops import MqttMetrics
-from gateway.southbound.mqtt_mcp import McpLink, slot_for
+from gateway.southbound.mqtt import drops as mqtt_drops
+from gateway.southbound.mqtt import topics as mqtt_topics
+from gateway.southbound.mqtt.brokers import MqttBroker
+from gateway.southbound.mqtt.client import BrokerClient, InboundMessage
+from gateway.southbound.mqtt.connack import ConnackLimits, read_connack
+from gateway.southbound.mqtt.drops import MqttMetrics
+from gateway.southbound.mqtt.mcp import McpLink, slot_for
 from gateway.telemetry.metrics import Metrics
 from tests.fuzz import strategies as fz
 from tests.fuzz.budget import fuzz_settings, tally

@@ -19,10 +19,10 @@ from gateway.core.backoff import Backoff
 from gateway.core.names import SlotNameError, check_slot_name, decode_path_segment
 from gateway.policy.client_auth import check_client_auth
 from gateway.policy.origin import OriginPolicy
-from gateway.southbound import mqtt_topics
-from gateway.southbound.framing import FRAME_LEAD, FrameDecoder, encode_frame
-from gateway.southbound.mqtt_client import InboundMessage
-from gateway.southbound.mqtt_connack import ConnackLimits
+from gateway.southbound.mqtt import topics as mqtt_topics
+from gateway.southbound.mqtt.client import InboundMessage
+from gateway.southbound.mqtt.connack import ConnackLimits
+from gateway.southbound.serial.framing import FRAME_LEAD, FrameDecoder, encode_frame
 from sim import firmware
 from sim.pump import PumpSettings, SimulatedPump
 from tests.conftest import GatewayFactory, Publishers

@@ -2,7 +2,7 @@
 
 With the descriptor limit raised at start (gateway/listener.py) and a thousand boards connected, the
 next socket the gateway opens has a number above FD_SETSIZE (1024), which select() cannot watch;
-paho's network loop waits with poll() instead (gateway/southbound/paho_select.py).
+paho's network loop waits with poll() instead (gateway/southbound/mqtt/paho_select.py).
 """
 
 from __future__ import annotations

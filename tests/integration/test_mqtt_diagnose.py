@@ -1,7 +1,7 @@
 """Whether the MQTT broker lets anyone drive a board: the gateway's anonymous-client check, on real mosquitto.
 
 After each connection the gateway connects a throw-away client without credentials to the same broker
-(gateway/southbound/mqtt_anonymous.py). A broker that accepts it is a warning in broker_diagnose
+(gateway/southbound/mqtt/anonymous.py). A broker that accepts it is a warning in broker_diagnose
 (`mqtt.broker_anonymous`, naming the appliance's configuration as the fix), one warning in the log,
 `anonymous_clients` in broker_info, a line in the guide and mcpgw_mqtt_anonymous_accepted; the
 appliance's broker (image/mosquitto: no anonymous clients, an ACL per board) gives none of them.

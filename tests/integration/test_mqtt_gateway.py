@@ -23,9 +23,9 @@ from mcp import Client, MCPError
 
 from bench.ports import free_port
 from gateway.app import GatewayServer
-from gateway.southbound import mqtt_topics
-from gateway.southbound.mqtt_client import PACKET_HEADROOM_BYTES
-from gateway.southbound.mqtt_drops import DropCounter
+from gateway.southbound.mqtt import topics as mqtt_topics
+from gateway.southbound.mqtt.client import PACKET_HEADROOM_BYTES
+from gateway.southbound.mqtt.drops import DropCounter
 from sim import firmware
 from sim.mqtt import MqttProfile, MqttPumpLink, MqttTarget
 from sim.pump import PumpSettings, SimulatedPump

@@ -70,7 +70,7 @@ async def test_a_gateway_with_oauth_loads_them_and_checks_tokens(tmp_path: Path)
         assert status == 401 and "expired" in body, body
 
 
-FEATURE_PACKAGES = ("paho", "serial", "cobs", "gateway.southbound.mqtt", "gateway.southbound.serial")
+FEATURE_PACKAGES = ("paho", "serial", "cobs", "gateway.southbound.mqtt.brokers", "gateway.southbound.serial.ports")
 BUILD_SERVER = """
 import json, sys
 from gateway.app import GatewayServer
@@ -98,10 +98,10 @@ def test_a_gateway_without_brokers_or_serial_ports_never_loads_their_libraries()
 
 def test_brokers_load_the_mqtt_code_and_ports_the_serial_code() -> None:
     with_broker = feature_modules(modules_after_building({"mqtt": {"brokers": [{"url": "mqtt://127.0.0.1:1883"}]}}))
-    assert {"paho", "gateway.southbound.mqtt"} <= with_broker
+    assert {"paho", "gateway.southbound.mqtt.brokers"} <= with_broker
     assert "serial" not in with_broker
     with_port = feature_modules(modules_after_building({"serial": {"ports": [{"path": "/dev/ttyUSB9"}]}}))
-    assert {"serial", "cobs", "gateway.southbound.serial"} <= with_port
+    assert {"serial", "cobs", "gateway.southbound.serial.ports"} <= with_port
     assert "paho" not in with_port
     with_hotplug = feature_modules(modules_after_building({"serial": {"hotplug": {"enabled": True}}}))
-    assert {"serial", "gateway.southbound.serial"} <= with_hotplug
+    assert {"serial", "gateway.southbound.serial.ports"} <= with_hotplug

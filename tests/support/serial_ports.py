@@ -24,8 +24,8 @@ from typing import Any
 
 import orjson
 
-from gateway.southbound import framing
-from gateway.southbound.hotplug import DiffingEnumerator, UsbPort
+from gateway.southbound.serial import framing
+from gateway.southbound.serial.hotplug import DiffingEnumerator, UsbPort
 
 Message = dict[str, Any]
 

@@ -19,7 +19,7 @@ import orjson
 from mcp import Client
 
 from gateway.app import GatewayServer
-from gateway.southbound.mqtt import MqttBroker
+from gateway.southbound.mqtt.brokers import MqttBroker
 
 VALVE_TOOL: dict[str, Any] = {
     "name": "valve",

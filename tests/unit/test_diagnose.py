@@ -186,7 +186,7 @@ def test_problems_are_sorted_worst_first_and_serialise_without_an_empty_slot() -
 
 
 def serial_port(path: str = "/dev/ttyUSB0", **overrides: object) -> dict[str, object]:
-    """One entry of broker_info serial.ports, as gateway/southbound/serial.py reports it."""
+    """One entry of broker_info serial.ports, as gateway/southbound/serial/ports.py reports it."""
     port: dict[str, object] = {
         "path": path,
         "source": "config",
@@ -308,7 +308,7 @@ def test_a_serial_slot_without_its_board_names_the_port_not_a_websocket_url() ->
 
 
 def mqtt_broker(**limits: object) -> dict[str, object]:
-    """One MQTT broker's status as gateway.southbound.mqtt reports it: connected, MQTT 5, 1 MiB payloads."""
+    """One MQTT broker's status as gateway.southbound.mqtt.brokers reports it: connected, MQTT 5, 1 MiB payloads."""
     base: dict[str, object] = {
         "max_payload_bytes": 1_048_576,
         "max_packet_bytes": 1_048_576 + 16_384,

@@ -10,8 +10,8 @@ from cobs import cobs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.southbound import framing
-from gateway.southbound.framing import FrameDecoder, encode_frame, wire_bytes
+from gateway.southbound.serial import framing
+from gateway.southbound.serial.framing import FrameDecoder, encode_frame, wire_bytes
 
 PING = b'{"jsonrpc":"2.0","id":"brk-1","method":"ping"}'
 ANSWER = b'{"jsonrpc":"2.0","id":"brk-1","result":{}}'

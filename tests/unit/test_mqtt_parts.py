@@ -12,8 +12,8 @@ from gateway.cli import build_parser
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.core.scrape import mqtt_limit_values
 from gateway.core.slots import SlotRegistry
-from gateway.southbound import mqtt_topics
-from gateway.southbound.mqtt_client import (
+from gateway.southbound.mqtt import topics as mqtt_topics
+from gateway.southbound.mqtt.client import (
     PACKET_HEADROOM_BYTES,
     BrokerClient,
     ClientEvents,
@@ -22,9 +22,9 @@ from gateway.southbound.mqtt_client import (
     max_packet_bytes,
     publish_packet_bytes_at_most,
 )
-from gateway.southbound.mqtt_connack import ConnackLimits, read_connack
-from gateway.southbound.mqtt_mcp import slot_for
-from gateway.southbound.mqtt_reattach import Reattach
+from gateway.southbound.mqtt.connack import ConnackLimits, read_connack
+from gateway.southbound.mqtt.mcp import slot_for
+from gateway.southbound.mqtt.reattach import Reattach
 
 
 def test_topics_follow_the_pinned_specification_revision() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.southbound.pacing import TurnPacer
+from gateway.southbound.websocket.pacing import TurnPacer
 
 
 async def test_at_most_per_turn_callers_go_on_in_one_turn_and_every_caller_gets_through() -> None:

@@ -8,7 +8,7 @@ import socket
 import paho.mqtt.client as paho_client
 import pytest
 
-from gateway.southbound import paho_select
+from gateway.southbound.mqtt import paho_select
 
 
 def test_readable_and_writable_sockets_are_reported_as_select_reports_them() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.core.stateless import decode_header_value
-from gateway.southbound.remote_wire import (
+from gateway.southbound.remote.sse_events import SseDecoder, SseEvent, SseTooLarge
+from gateway.southbound.remote.wire import (
     encode_header_value,
     http_failure,
     param_headers,
@@ -13,7 +14,6 @@ from gateway.southbound.remote_wire import (
     stateless_headers,
     www_authenticate_params,
 )
-from gateway.southbound.sse_events import SseDecoder, SseEvent, SseTooLarge
 
 # -- event streams ------------------------------------------------------------------------------
 

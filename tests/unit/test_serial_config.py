@@ -10,8 +10,8 @@ import pytest
 
 from gateway.cli import _config_flags, build_parser
 from gateway.config import DEFAULT_HOTPLUG_VID_PID, ConfigError, GatewayConfig, SerialHotplugConfig, load_config
-from gateway.southbound import hotplug
-from gateway.southbound.hotplug import (
+from gateway.southbound.serial import hotplug
+from gateway.southbound.serial.hotplug import (
     DiffingEnumerator,
     EnumeratorUnavailable,
     PollingEnumerator,

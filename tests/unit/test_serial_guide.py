@@ -10,8 +10,8 @@ from gateway.config import GatewayConfig, masked_dump
 from gateway.core.gateway import Gateway
 from gateway.core.guide import GuideInput, render
 from gateway.core.status import broker_info, providers_list
-from gateway.southbound.hotplug import DiffingEnumerator, HotplugPorts
-from gateway.southbound.serial import SerialLines
+from gateway.southbound.serial.hotplug import DiffingEnumerator, HotplugPorts
+from gateway.southbound.serial.ports import SerialLines
 
 
 def publish_page(settings: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gateway.southbound.serial import open_port
+from gateway.southbound.serial.ports import open_port
 from tests.support.serial_ports import PtyPair
 
 DTR, RTS = termios.TIOCM_DTR, termios.TIOCM_RTS

@@ -13,7 +13,7 @@ import gateway.app
 from gateway.cli import main
 from gateway.config import ConfigError, GatewayConfig, load_config, masked_dump
 from gateway.core.diagnose import GatewayView, SlotView, diagnose
-from gateway.southbound.stdio import BASE_ENV, LineSplitter, StderrRing, child_environment
+from gateway.southbound.stdio.link import BASE_ENV, LineSplitter, StderrRing, child_environment
 
 # -- stdout lines -----------------------------------------------------------------------------
 

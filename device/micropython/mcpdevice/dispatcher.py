@@ -1,4 +1,4 @@
-"""The device side of MCP: one JSON-RPC frame in, at most one frame out (WIRE.md §3)."""
+"""The device side of MCP: one JSON-RPC frame in, at most one frame out (docs/protocol.md "Device profile")."""
 
 # Transport-free (a WebSocket, a serial line or MQTT feeds it frames) and plain Python, so it runs on
 # MicroPython and under CPython. Answers `initialize`, `ping`, `tools/list` (paged so that every

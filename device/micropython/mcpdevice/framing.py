@@ -1,4 +1,4 @@
-"""Serial frames of WIRE.md §4 for a small board: COBS(JSON + CRC-32 LE) + 0x00, both ways, in place."""
+"""Serial frames (docs/protocol-serial-mqtt.md "Frames") for a small board: COBS(JSON + CRC-32 LE) + 0x00, both ways, in place."""
 
 # Plain Python that MicroPython and CPython both run. No frame is ever built whole: the encoder
 # stuffs pieces into one 255-byte block and hands each finished block to `write`; the decoder

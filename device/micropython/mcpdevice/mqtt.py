@@ -1,9 +1,9 @@
-"""The plain MQTT profile (WIRE.md §5.1) as a transport for mcpdevice.provider, on umqtt.simple.
+"""The plain MQTT profile (docs/protocol-serial-mqtt.md "Plain profile") as a transport for mcpdevice.provider, on umqtt.simple.
 
 The packets are mcpdevice.mqtt_client's (umqtt.simple's client, made fit for a board).
 """
 
-# Topics mirror gateway/southbound/mqtt_topics.py (change both together); QoS 1 throughout:
+# Topics mirror gateway/southbound/mqtt/topics.py (change both together); QoS 1 throughout:
 #     <prefix>/<slot>/status   retained: the register frame, which is the first message the provider
 #                              sends on a link. The last will is an EMPTY retained message on the same
 #                              topic, so a board that dies clears its status and the gateway detaches it.

@@ -15,7 +15,7 @@
 #
 # API
 # ---
-# register_frame(hello, aggregate=True, slot=None) -> bytes    the first frame (WIRE.md §2.1, §3.4); links
+# register_frame(hello, aggregate=True, slot=None) -> bytes    the first frame (docs/protocol.md "Registration", "Hello"); links
 #                                                   without a URL (serial, MQTT) name their slot in it
 # factory(cls, *args) -> function() -> cls(*args)    a make_transport for Provider
 # Provider(dispatcher, make_transport, first_frame, silence_s=90, backoff_min_s=1, backoff_max_s=30,

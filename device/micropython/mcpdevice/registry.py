@@ -1,6 +1,6 @@
 """The tool registry: which tools the device publishes, served straight from its schema file."""
 
-# The schema file (the `tools` array, PUMP1.md) stays the single source of truth and stays out of
+# The schema file (the `tools` array, docs/pump-1.md) stays the single source of truth and stays out of
 # RAM: mcpdevice.schema_index finds each tool's bytes once at boot; `tools/list` then reads one tool
 # at a time and drops the file's insignificant whitespace on the way, without building JSON objects.
 # MicroPython and CPython both run it.

@@ -1,4 +1,4 @@
-"""pump1: the pump-1 reference device (PUMP1.md) on top of the mcpdevice library.
+"""pump1: the pump-1 reference device (docs/pump-1.md) on top of the mcpdevice library.
 
 Shared with the simulator (plain Python, CPython-compatible): physics, controller, tools,
 hardware_sim, schema_hash and the constants below. Board-only: hardware_esp32, config, app.

@@ -102,7 +102,7 @@ def _check(merged, given, defaults, where):
 
 
 def _mqtt_name_problem(name, what):
-    # The rules of gateway/southbound/mqtt_topics.py (prefix_problem, slot_level_problem).
+    # The rules of gateway/southbound/mqtt/topics.py (prefix_problem, slot_level_problem).
     for char in "+#\x00":
         if char in name:
             return "%s must not contain +, # or NUL" % what

@@ -1,4 +1,4 @@
-"""The pump-1 state machine: setpoint, ramp, faults, dead-man and the status object (PUMP1.md)."""
+"""The pump-1 state machine: setpoint, ramp, faults, dead-man and the status object (docs/pump-1.md)."""
 
 # Shared by the board and the simulator: plain Python that MicroPython and CPython 3.11 both run.
 # It drives a hardware backend and never touches pins itself.

@@ -1,4 +1,4 @@
-"""The pump-1 physics model: one centrifugal pump on a variable-speed drive (PUMP1.md "Behaviour")."""
+"""The pump-1 physics model: one centrifugal pump on a variable-speed drive (docs/pump-1.md "Behaviour")."""
 
 # This is the only model of the pump. The board's simulated hardware backend and the simulator
 # (`sim/`, under CPython) both use it, so it must stay plain Python that MicroPython and CPython 3.11

@@ -23,7 +23,7 @@ import orjson
 from gateway.config import RemoteOAuthConfig, RemoteUpstreamConfig
 from gateway.core.jsonrpc import JsonObject
 from gateway.policy.ssrf import UpstreamPlace, learned_url_refusal, origin_of
-from gateway.southbound.remote_wire import public_url, snippet, www_authenticate_params
+from gateway.southbound.remote.wire import public_url, snippet, www_authenticate_params
 
 log = logging.getLogger("gateway.remote")
 

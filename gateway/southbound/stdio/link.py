@@ -3,7 +3,7 @@
 What this module holds: starting the child in its own process group with an allow-listed
 environment, reading its stdout as bounded lines for the core, keeping a bounded tail of its stderr,
 signalling the whole group, and the `StdioLink` the core talks to. When to start, stop and restart
-a child is the supervisor's job (gateway/southbound/supervisor.py).
+a child is the supervisor's job (gateway/southbound/stdio/supervisor.py).
 """
 
 from __future__ import annotations

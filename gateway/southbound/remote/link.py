@@ -1,6 +1,6 @@
 """What every remote link shares: binding to its provider session, feeding it, ending once.
 
-A remote link is created by the upstream's manager (gateway/southbound/remote.py) after it has
+A remote link is created by the upstream's manager (gateway/southbound/remote/upstreams.py) after it has
 reached the server, attached to the slot, then bound to the session the registry made for it.
 Whatever ends it (the core closing it, the server gone, credentials refused) ends it once: `ended`
 is set, `end_reason` and `end_error` say why, and the manager decides when to connect again.
@@ -19,9 +19,9 @@ from gateway.core import jsonrpc
 from gateway.core.jsonrpc import JsonId, JsonObject
 from gateway.core.link import LinkInfo
 from gateway.core.provider_session import ProviderSession
-from gateway.southbound.remote_auth import UpstreamError
-from gateway.southbound.remote_http import RemoteHttp
-from gateway.southbound.remote_wire import public_url
+from gateway.southbound.remote.auth import UpstreamError
+from gateway.southbound.remote.http import RemoteHttp
+from gateway.southbound.remote.wire import public_url
 
 log = logging.getLogger("gateway.remote")
 

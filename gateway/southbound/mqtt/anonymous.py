@@ -40,7 +40,8 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from gateway.config import MqttBrokerConfig
 from gateway.core.status import iso
-from gateway.southbound import mqtt_topics, paho_select
+from gateway.southbound.mqtt import paho_select
+from gateway.southbound.mqtt import topics as mqtt_topics
 
 CHECK_CLIENT_PREFIX = "mcp-gateway-check-"
 CONNECT_TIMEOUT_S = 5.0

@@ -3,7 +3,7 @@
 What this module holds: opening a tty with pyserial (DTR and RTS de-asserted together in one ioctl
 and never asserted, so that opening a port never resets a board through its auto-reset circuit:
 HeldLinesSerial; an exclusive lock, so that two programs never share a line), reading it without
-threads (the port's file descriptor on the event loop), the frames of gateway/southbound/framing.py
+threads (the port's file descriptor on the event loop), the frames of gateway/southbound/serial/framing.py
 both ways, registration, and supervision: a port that cannot be opened, fails or disappears detaches
 its slots at once (their pending callers get `Provider "<slot>" disconnected`) and is opened again
 after a jittered, doubling back-off.
@@ -57,10 +57,11 @@ from gateway.core.provider_session import ProviderSession
 from gateway.core.scrape import serial_port_key
 from gateway.core.slots import SlotRefused
 from gateway.core.status import iso
-from gateway.southbound import envelope, framing
+from gateway.southbound import envelope
+from gateway.southbound.serial import framing
 from gateway.telemetry.metrics import Metrics
 
-log = logging.getLogger("gateway.southbound.serial")
+log = logging.getLogger("gateway.southbound.serial.ports")
 
 READ_CHUNK = 4096
 REGISTER_REQUEST = b'{"jsonrpc":"2.0","method":"broker/register"}'
@@ -703,7 +704,7 @@ class SerialLines:
         self.ports: dict[str, SerialPort] = {}
         self.metrics = SerialMetrics(gateway.metrics)
         self.hotplug_status: Callable[[], JsonObject] | None = None
-        """Set by hot-plug (gateway/southbound/hotplug.py) when it runs."""
+        """Set by hot-plug (gateway/southbound/serial/hotplug.py) when it runs."""
         self._started = False
         self._halted = False
         for index, config in enumerate(self.settings.ports):

@@ -14,8 +14,8 @@ import ssl
 import aiohttp
 
 from gateway.policy.ssrf import MAX_REDIRECTS, SsrfRefused, same_origin_url
-from gateway.southbound.remote_auth import Credentials, UpstreamAuthFailed, UpstreamDropped, UpstreamUnreachable
-from gateway.southbound.remote_wire import public_url, snippet
+from gateway.southbound.remote.auth import Credentials, UpstreamAuthFailed, UpstreamDropped, UpstreamUnreachable
+from gateway.southbound.remote.wire import public_url, snippet
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 METHOD_KEEPING_REDIRECTS = frozenset({307, 308})

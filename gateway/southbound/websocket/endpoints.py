@@ -32,10 +32,10 @@ from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
 from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
 from gateway.southbound import envelope
-from gateway.southbound.pacing import TurnPacer
+from gateway.southbound.websocket.pacing import TurnPacer
 from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big
 
-log = logging.getLogger("gateway.southbound.websocket")
+log = logging.getLogger("gateway.southbound.websocket.endpoints")
 
 DEDICATED_PREFIX = "/provider"
 MULTIPLEXED_PATH = "/providers"

@@ -27,9 +27,9 @@ from gateway.core.link import LinkInfo
 from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
 from gateway.core.status import iso
-from gateway.southbound.stdio import Child, StderrRing, StdioLink, StdoutStats, child_environment, pump_stderr
+from gateway.southbound.stdio.link import Child, StderrRing, StdioLink, StdoutStats, child_environment, pump_stderr
 
-log = logging.getLogger("gateway.southbound.stdio")
+log = logging.getLogger("gateway.southbound.stdio.link")
 
 CRASH_LOOP_FAILURES = 3
 """Ends in a row (none after a stable run) from which an upstream is diagnosed as crash-looping."""

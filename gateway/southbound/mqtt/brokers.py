@@ -1,6 +1,6 @@
 """MQTT ways in (WIRE.md §5): one connection per configured broker, carrying the profiles it enables.
 
-`MqttBroker` owns one broker: its connection (gateway/southbound/mqtt_client.py), the plain profile
+`MqttBroker` owns one broker: its connection (gateway/southbound/mqtt/client.py), the plain profile
 (mqtt_plain.py: boards under `<prefix>/<slot>/...`) and MCP over MQTT (mqtt_mcp.py: servers found by
 their presence), the counters of what it dropped, and what provider_status and broker_diagnose show.
 Every message is routed on the event loop thread, in arrival order:
@@ -48,8 +48,9 @@ from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.scrape import mqtt_broker_key
 from gateway.core.status import iso
-from gateway.southbound import mqtt_anonymous, mqtt_topics
-from gateway.southbound.mqtt_client import (
+from gateway.southbound.mqtt import anonymous as mqtt_anonymous
+from gateway.southbound.mqtt import topics as mqtt_topics
+from gateway.southbound.mqtt.client import (
     MQTT_MAX_PACKET_BYTES,
     BrokerClient,
     ConnectOptions,
@@ -59,10 +60,10 @@ from gateway.southbound.mqtt_client import (
     max_packet_bytes,
     outbound_limit,
 )
-from gateway.southbound.mqtt_connack import ConnackLimits
-from gateway.southbound.mqtt_drops import DropCounter, MqttMetrics
-from gateway.southbound.mqtt_mcp import McpProfile
-from gateway.southbound.mqtt_plain import PlainProfile
+from gateway.southbound.mqtt.connack import ConnackLimits
+from gateway.southbound.mqtt.drops import DropCounter, MqttMetrics
+from gateway.southbound.mqtt.mcp import McpProfile
+from gateway.southbound.mqtt.plain import PlainProfile
 
 log = logging.getLogger("gateway.mqtt")
 

@@ -27,10 +27,11 @@ from gateway.core import jsonrpc
 from gateway.core.eras import SESSION_ERA
 from gateway.core.link import LinkInfo
 from gateway.core.slots import SlotRefused
-from gateway.southbound import envelope, mqtt_topics
-from gateway.southbound.mqtt_client import PacketTooLarge
-from gateway.southbound.mqtt_link import BrokerContext, MqttLink
-from gateway.southbound.mqtt_reattach import RETRIED_REFUSALS, Reattach
+from gateway.southbound import envelope
+from gateway.southbound.mqtt import topics as mqtt_topics
+from gateway.southbound.mqtt.client import PacketTooLarge
+from gateway.southbound.mqtt.link import BrokerContext, MqttLink
+from gateway.southbound.mqtt.reattach import RETRIED_REFUSALS, Reattach
 
 
 def _device_id(hello: object) -> object:

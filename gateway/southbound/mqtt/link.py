@@ -12,12 +12,12 @@ from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import LinkInfo, MessageRefused
 from gateway.core.provider_session import ProviderSession
-from gateway.southbound.mqtt_client import BrokerClient, PacketTooLarge, UserProperties
-from gateway.southbound.mqtt_drops import DropCounter, MqttMetrics
+from gateway.southbound.mqtt.client import BrokerClient, PacketTooLarge, UserProperties
+from gateway.southbound.mqtt.drops import DropCounter, MqttMetrics
 
 
 class BrokerContext(Protocol):
-    """One broker connection as its profiles see it (gateway/southbound/mqtt.py implements it)."""
+    """One broker connection as its profiles see it (gateway/southbound/mqtt/brokers.py implements it)."""
 
     label: str
     config: MqttBrokerConfig

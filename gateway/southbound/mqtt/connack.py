@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.southbound import mqtt_topics
+from gateway.southbound.mqtt import topics as mqtt_topics
 
 DEFAULT_RECEIVE_MAXIMUM = 65_535
 DEFAULT_MAXIMUM_QOS = 2

@@ -36,12 +36,12 @@ from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import LinkInfo
 from gateway.core.names import SlotNameError, check_slot_name
 from gateway.core.slots import SlotRefused
-from gateway.southbound import mqtt_topics
-from gateway.southbound.mqtt_client import NotConnected, PacketTooLarge
-from gateway.southbound.mqtt_connack import ConnackLimits
-from gateway.southbound.mqtt_link import BrokerContext, MqttLink
-from gateway.southbound.mqtt_reattach import RETRIED_REFUSALS, Reattach
-from gateway.southbound.mqtt_topics import ServerAddress
+from gateway.southbound.mqtt import topics as mqtt_topics
+from gateway.southbound.mqtt.client import NotConnected, PacketTooLarge
+from gateway.southbound.mqtt.connack import ConnackLimits
+from gateway.southbound.mqtt.link import BrokerContext, MqttLink
+from gateway.southbound.mqtt.reattach import RETRIED_REFUSALS, Reattach
+from gateway.southbound.mqtt.topics import ServerAddress
 
 DISCONNECTED = jsonrpc.dumps(jsonrpc.notification(mqtt_topics.METHOD_DISCONNECTED))
 

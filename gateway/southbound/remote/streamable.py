@@ -31,10 +31,11 @@ import aiohttp
 from gateway.core import eras, jsonrpc
 from gateway.core.backoff import Backoff
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
-from gateway.southbound.remote_auth import UpstreamAuthFailed, UpstreamDropped, UpstreamError, UpstreamUnreachable
-from gateway.southbound.remote_http import MAX_ERROR_BODY, RemoteHttp
-from gateway.southbound.remote_link import RemoteLink
-from gateway.southbound.remote_wire import (
+from gateway.southbound.remote.auth import UpstreamAuthFailed, UpstreamDropped, UpstreamError, UpstreamUnreachable
+from gateway.southbound.remote.http import MAX_ERROR_BODY, RemoteHttp
+from gateway.southbound.remote.link import RemoteLink
+from gateway.southbound.remote.sse_events import SseTooLarge, read_events
+from gateway.southbound.remote.wire import (
     ACCEPT_BOTH,
     ERA_SESSION,
     ERA_STATELESS,
@@ -45,7 +46,6 @@ from gateway.southbound.remote_wire import (
     stateless_headers,
     stream_broken,
 )
-from gateway.southbound.sse_events import SseTooLarge, read_events
 
 log = logging.getLogger("gateway.remote")
 

@@ -8,7 +8,7 @@ one that appears or disappears as a `PortEvent`. Two implementations:
   for a system without udev (a container, a minimal image) or when configured.
 
 `HotplugPorts` takes the events: a port that appears with a listed VID:PID (and that no
-[[serial.ports]] entry names) is opened exactly like a configured one (gateway/southbound/serial.py);
+[[serial.ports]] entry names) is opened exactly like a configured one (gateway/southbound/serial/ports.py);
 a port that disappears is closed and its slots detached at once, their pending callers answered.
 Tests drive the same `HotplugPorts` with an enumerator of their own.
 """
@@ -25,9 +25,9 @@ from typing import Any, Literal, Protocol
 
 from gateway.config import ConfigError, SerialHotplugConfig
 from gateway.core.jsonrpc import JsonObject
-from gateway.southbound.serial import PortSpec, SerialLines
+from gateway.southbound.serial.ports import PortSpec, SerialLines
 
-log = logging.getLogger("gateway.southbound.hotplug")
+log = logging.getLogger("gateway.southbound.serial.hotplug")
 
 UDEV_CONTROL = "/run/udev/control"
 """The socket udevd listens on: where it exists, udev runs and sends events with device properties."""

@@ -29,7 +29,7 @@ from gateway.core.link import CLOSE_GOING_AWAY
 from gateway.core.slots import SlotRefused
 from gateway.core.status import iso
 from gateway.policy.ssrf import GuardedResolver, UpstreamPlace, resolve_place
-from gateway.southbound.remote_auth import (
+from gateway.southbound.remote.auth import (
     ClientCredentials,
     Credentials,
     StaticCredentials,
@@ -37,11 +37,12 @@ from gateway.southbound.remote_auth import (
     UpstreamError,
     UpstreamUnreachable,
 )
-from gateway.southbound.remote_http import MAX_ERROR_BODY, RemoteHttp, tls_context
-from gateway.southbound.remote_link import RemoteLink
-from gateway.southbound.remote_sse import LegacySseLink
-from gateway.southbound.remote_streamable import StreamableHttpLink, content_type
-from gateway.southbound.remote_wire import (
+from gateway.southbound.remote.http import MAX_ERROR_BODY, RemoteHttp, tls_context
+from gateway.southbound.remote.link import RemoteLink
+from gateway.southbound.remote.sse import LegacySseLink
+from gateway.southbound.remote.sse_events import SseTooLarge, read_events
+from gateway.southbound.remote.streamable import StreamableHttpLink, content_type
+from gateway.southbound.remote.wire import (
     ACCEPT_BOTH,
     ERA_SESSION,
     ERA_STATELESS,
@@ -50,7 +51,6 @@ from gateway.southbound.remote_wire import (
     public_url,
     snippet,
 )
-from gateway.southbound.sse_events import SseTooLarge, read_events
 
 log = logging.getLogger("gateway.remote")
 

@@ -16,11 +16,11 @@ import aiohttp
 
 from gateway.core import eras, jsonrpc
 from gateway.policy.ssrf import SsrfRefused, same_origin_url
-from gateway.southbound.remote_auth import UpstreamAuthFailed, UpstreamDropped, UpstreamUnreachable
-from gateway.southbound.remote_http import MAX_ERROR_BODY, RemoteHttp
-from gateway.southbound.remote_link import RemoteLink
-from gateway.southbound.remote_wire import ERA_LEGACY_SSE, http_failure, public_url, stream_broken
-from gateway.southbound.sse_events import SseEvent, SseTooLarge, read_events
+from gateway.southbound.remote.auth import UpstreamAuthFailed, UpstreamDropped, UpstreamUnreachable
+from gateway.southbound.remote.http import MAX_ERROR_BODY, RemoteHttp
+from gateway.southbound.remote.link import RemoteLink
+from gateway.southbound.remote.sse_events import SseEvent, SseTooLarge, read_events
+from gateway.southbound.remote.wire import ERA_LEGACY_SSE, http_failure, public_url, stream_broken
 
 EVENT_STREAM = "text/event-stream"
 

@@ -52,8 +52,9 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from gateway.config import MqttBrokerConfig
 from gateway.core.backoff import Backoff
-from gateway.southbound import mqtt_topics, paho_select
-from gateway.southbound.mqtt_connack import ConnackLimits, read_connack
+from gateway.southbound.mqtt import paho_select
+from gateway.southbound.mqtt import topics as mqtt_topics
+from gateway.southbound.mqtt.connack import ConnackLimits, read_connack
 
 log = logging.getLogger("gateway.mqtt")
 
@@ -427,7 +428,7 @@ class BrokerClient:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._client = client
-        paho_select.install()  # its socket may be above descriptor 1023 (gateway/southbound/paho_select.py)
+        paho_select.install()  # its socket may be above descriptor 1023 (gateway/southbound/mqtt/paho_select.py)
         client.loop_start()
         accepted = False
         try:
