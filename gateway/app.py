@@ -24,6 +24,7 @@ from gateway.northbound.streamable_http import StreamableHttpEndpoint
 from gateway.northbound.websocket import ClientWebSockets
 from gateway.policy.client_auth import ClientAuth
 from gateway.policy.connection_limits import CAP_FROM_FD_LIMIT
+from gateway.policy.limiters import Limiters
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.provider_auth import ProviderAuthPolicy
 from gateway.policy.tls import ServerTls
@@ -45,8 +46,12 @@ ANY_PATH = r"/{tail:[\s\S]*}"
 404), so the catch-all answers every path it is meant to with a JSON error."""
 
 
-def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Application:
-    gateway = gateway or Gateway(config)
+def build_app(
+    config: GatewayConfig, gateway: Gateway | None = None, limiters: Limiters | None = None
+) -> web.Application:
+    """`gateway` and `limiters`: the core and the policy objects it was built with (both new when None)."""
+    limiters = limiters or Limiters.from_config(config.limits)
+    gateway = gateway or Gateway(config, limiters.for_core())
     policy = OriginPolicy(config.allowed_origins, config.is_loopback, config.allowed_hosts, config.host)
     checks = [origin_check(policy, gateway.metrics)]
     # Only when [auth] configures some: an open loopback gateway pays nothing per request for it.
@@ -63,7 +68,7 @@ def build_app(config: GatewayConfig, gateway: Gateway | None = None) -> web.Appl
         # Only an allowed browser origin gets CORS headers; with none configured every browser
         # request is refused at the gate, so the per-response hook is not needed.
         app.on_response_prepare.append(add_cors_headers)
-    limiter = gateway.rate_limiter
+    limiter = limiters.rate
     admission = rate_limit_admission(limiter, gateway.metrics) if limiter.enabled else None
     clients = StreamableHttpEndpoint(gateway, admission)
     legacy_sse = LegacySseEndpoint(gateway, admission)
@@ -128,13 +133,14 @@ class GatewayServer:
     def __init__(self, config: GatewayConfig, *, serial_enumerator: Enumerator | None = None) -> None:
         """`serial_enumerator`: where hot-plugged serial ports come from (default: udev, else polling)."""
         self.config = config
-        self.gateway = Gateway(config)
+        self.limiters = Limiters.from_config(config.limits)
+        self.gateway = Gateway(config, self.limiters.for_core())
         # Built first: a certificate or key that cannot be used stops startup (ConfigError).
         self.tls = ServerTls(config.tls, self.gateway.metrics) if config.tls.enabled else None
-        self.app = build_app(config, self.gateway)
+        self.app = build_app(config, self.gateway, self.limiters)
         self.runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
         # Every connection is counted against [limits.connections] and kept to its deadlines (gateway/listener.py).
-        self.listener = ListenerGuard(self.gateway.connections, config.limits.connections, self.gateway.metrics)
+        self.listener = ListenerGuard(self.limiters.connections, config.limits.connections, self.gateway.metrics)
         self.port = config.port
         # Their slots are reserved now, before the listener accepts a board that could claim one.
         self.stdio_upstreams = StdioUpstreams(self.gateway)
@@ -169,7 +175,7 @@ class GatewayServer:
         return f"{self.config.scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
-        connections = self.gateway.connections
+        connections = self.limiters.connections
         connections.configure_fd_limit(raise_fd_limit())
         if connections.cap_from == CAP_FROM_FD_LIMIT:
             fd_limit = connections.fd_limit

@@ -1169,7 +1169,7 @@ class SerialConfig(Section):
 
 
 # ---------------------------------------------------------------------------------------------
-# [groups.<name>]: tool groups served at /mcp and /mcp/<name> (gateway/core/groups.py)
+# [groups.<name>]: tool groups served at /mcp and /mcp/<name> (gateway/core/groups/catalog.py)
 
 GROUP_ENV_PREFIX = "MCP_GROUP_"
 """MCP_GROUP_<NAME>=true|false turns a configured group on or off at start (the original bridge's toggles)."""

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from aiohttp import web
 
 from gateway.core import jsonrpc
-from gateway.core.groups import is_bridge_path
+from gateway.core.groups.views import is_bridge_path
 from gateway.core.principal import ANONYMOUS
 from gateway.core.routing import SlotTarget, Target
 from gateway.northbound.http_io import Admission, Refusal, http_error

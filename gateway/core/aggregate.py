@@ -10,10 +10,10 @@ from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.names import ALL_SLOT
 from gateway.core.naming import NameBook
+from gateway.core.policy_interface import RateLimits
 from gateway.core.principal import Principal
 from gateway.core.routing import ClientContext, Target, forward_to
 from gateway.core.slots import Listener, SlotRegistry
-from gateway.policy.rate_limit import RateLimiter
 from gateway.telemetry.metrics import Metrics
 
 ORIGIN_META_KEY = "io.github.mcp-gateway/origin"
@@ -32,7 +32,7 @@ def _listed(tool: JsonObject, key: tuple[str, str], name: str) -> JsonObject:
 class AggregateTarget(Target):
     name = ALL_SLOT
 
-    def __init__(self, registry: SlotRegistry, metrics: Metrics, rate_limiter: RateLimiter | None = None) -> None:
+    def __init__(self, registry: SlotRegistry, metrics: Metrics, rate_limiter: RateLimits | None = None) -> None:
         self.registry = registry
         self.metrics = metrics
         self.rate_limiter = rate_limiter

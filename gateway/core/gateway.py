@@ -8,18 +8,17 @@ from collections.abc import Callable
 
 from gateway.config import GatewayConfig
 from gateway.core.aggregate import AggregateTarget
-from gateway.core.groups import GroupCatalog
+from gateway.core.groups.catalog import GroupCatalog
 from gateway.core.input_required import InputRequired
 from gateway.core.introspect import BrokerTarget
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
+from gateway.core.policy_interface import Policies
 from gateway.core.routing import SlotTarget, Target
 from gateway.core.scrape import ScrapeSync
 from gateway.core.sessions import SessionStore
 from gateway.core.slots import SlotRegistry
 from gateway.core.streams import MessageQueue
-from gateway.policy.connection_limits import ConnectionLimiter
-from gateway.policy.rate_limit import BucketSpec, RateLimiter
 from gateway.telemetry.metrics import Metrics
 
 SHUTDOWN_GRACE_S = 1.0
@@ -27,7 +26,8 @@ SHUTDOWN_GRACE_S = 1.0
 
 
 class Gateway:
-    def __init__(self, config: GatewayConfig, metrics: Metrics | None = None) -> None:
+    def __init__(self, config: GatewayConfig, policies: Policies, metrics: Metrics | None = None) -> None:
+        """`policies`: the policy layer's answers (gateway/policy/limiters.py builds them from `config`)."""
         self.config = config
         self.metrics = metrics or Metrics()
         self.registry = SlotRegistry(config, self.metrics)
@@ -47,15 +47,11 @@ class Gateway:
             limits.input_required_gather_ms,
             self.metrics,
         )
-        # Pure and clock-driven; the HTTP entry charges principals (and slots it can name), the
-        # aggregate charges the slot a tools/call is routed to.
-        self.rate_limiter = RateLimiter(
-            BucketSpec(limits.rate.per_principal.rate_per_s, limits.rate.per_principal.burst),
-            BucketSpec(limits.rate.per_slot.rate_per_s, limits.rate.per_slot.burst),
-            limits.rate.max_buckets,
-        )
-        # Asked by the listener as each connection arrives (gateway/listener.py); read by broker_info.
-        self.connections = ConnectionLimiter(limits.connections)
+        # The HTTP entry charges principals (and slots it can name), the aggregate and the groups
+        # charge the slot a tools/call is routed to.
+        self.rate_limiter = policies.rate_limits
+        # Counted by the listener as each connection arrives (gateway/listener.py); read by broker_info.
+        self.connections = policies.connections
         self.aggregate = AggregateTarget(self.registry, self.metrics, self.rate_limiter)
         # /mcp and /mcp/<group>: served by their own routes (gateway/northbound/groups_http.py), not by target().
         self.groups = GroupCatalog(self.registry, self.metrics, self.rate_limiter, self.base_url)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.core.gateway import Gateway
-from gateway.core.groups import BRIDGE_PATH, GROUPS_PATH, SERVERS_PATH, SLOT_SEGMENTS
+from gateway.core.groups.views import BRIDGE_PATH, GROUPS_PATH, SERVERS_PATH, SLOT_SEGMENTS
 from gateway.core.names import decode_path_segment
 from gateway.core.routing import Target
 from gateway.northbound.http_io import http_error, json_response

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from gateway.config import GatewayConfig
 from gateway.core.gateway import Gateway
-from gateway.core.groups import BRIDGE_PATH, BRIDGE_TARGET, is_bridge_path
+from gateway.core.groups.views import BRIDGE_PATH, BRIDGE_TARGET, is_bridge_path
 from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name, decode_path_segment
 from gateway.core.principal import Principal
 from gateway.northbound.streamable_http import http_error, json_response

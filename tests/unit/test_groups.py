@@ -1,4 +1,4 @@
-"""Tool groups (gateway/core/groups.py, config [groups]): membership, prefixes, `<slot>__<tool>` names,
+"""Tool groups (gateway/core/groups/catalog.py, config [groups]): membership, prefixes, `<slot>__<tool>` names,
 MCP_GROUP_<NAME> toggles, and which paths belong to the bridge."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from gateway.config import ConfigError, GatewayConfig, group_env_name, load_config
 from gateway.core.diagnose import GatewayView, GroupCheck, Problem, SlotView, diagnose
-from gateway.core.groups import GroupSpec, is_bridge_path, specs_from_config
+from gateway.core.groups.views import GroupSpec, is_bridge_path, specs_from_config
 from gateway.core.naming import MAX_NAME, NameBook, base_name
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

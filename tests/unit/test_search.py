@@ -1,5 +1,5 @@
-"""Ranking tools by words (gateway/core/tool_search.py) and the built-in `search` and `guidance`
-answers over a catalog (gateway/core/bridge_tools.py, guidance.py), with the pump's real tool list."""
+"""Ranking tools by words (gateway/core/groups/search.py) and the built-in `search` and `guidance`
+answers over a catalog (gateway/core/groups/builtin_tools.py, guidance.py), with the pump's real tool list."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.core import bridge_tools
-from gateway.core.groups import CatalogTool, CatalogView, GroupSpec, GroupView
-from gateway.core.tool_search import Candidate, query_words, rank, words
+from gateway.core.groups import builtin_tools as bridge_tools
+from gateway.core.groups.search import Candidate, query_words, rank, words
+from gateway.core.groups.views import CatalogTool, CatalogView, GroupSpec, GroupView
 
 PUMP_TOOLS: list[dict[str, Any]] = orjson.loads(
     (Path(__file__).resolve().parents[2] / "device" / "schemas" / "pump-1.json").read_bytes()

@@ -10,13 +10,14 @@ from gateway.config import GatewayConfig, masked_dump
 from gateway.core.gateway import Gateway
 from gateway.core.guide import GuideInput, render
 from gateway.core.status import broker_info, providers_list
+from gateway.policy.limiters import Limiters
 from gateway.southbound.serial.hotplug import DiffingEnumerator, HotplugPorts
 from gateway.southbound.serial.ports import SerialLines
 
 
 def publish_page(settings: dict[str, Any]) -> str:
     config = GatewayConfig.model_validate(settings)
-    gateway = Gateway(config)
+    gateway = Gateway(config, Limiters.from_config(config.limits).for_core())
     lines = SerialLines(gateway)  # not started: the ports stay closed, their state idle
     if config.serial.hotplug.enabled:
         enumerator = DiffingEnumerator()
@@ -71,7 +72,7 @@ def test_without_serial_ports_the_section_says_how_to_add_one() -> None:
 def test_a_port_that_cannot_open_shows_why_and_hot_plug_off_says_how_to_turn_it_on() -> None:
     gateway_settings = {"serial": {"ports": [{"path": "/dev/ttyUSB7"}]}}
     config = GatewayConfig.model_validate(gateway_settings)
-    gateway = Gateway(config)
+    gateway = Gateway(config, Limiters.from_config(config.limits).for_core())
     lines = SerialLines(gateway)
     port = lines.ports["/dev/ttyUSB7"]
     port.state = "backoff"

@@ -15,154 +15,30 @@ charges the slot a tools/call is routed to against that slot's rate limit, and t
 
 from __future__ import annotations
 
-import fnmatch
-import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from urllib.parse import quote, unquote
 
 from gateway import __version__
-from gateway.config import GatewayConfig, group_env_name
-from gateway.core import bridge_tools, errors
+from gateway.core import errors
 from gateway.core.aggregate import ORIGIN_META_KEY
 from gateway.core.coalesce import CoalescedRebuild
+from gateway.core.groups import builtin_tools
+from gateway.core.groups.views import (
+    BRIDGE_PATH,
+    BRIDGE_TARGET,
+    CatalogTool,
+    CatalogView,
+    GroupSpec,
+    GroupView,
+    slot_url,
+    specs_from_config,
+)
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.naming import NameBook
+from gateway.core.policy_interface import RateLimits
 from gateway.core.principal import Principal
 from gateway.core.routing import ClientContext, Target, forward_to
 from gateway.core.slots import Listener, SlotRegistry
-from gateway.policy.rate_limit import RateLimiter
 from gateway.telemetry.metrics import Metrics
-
-BRIDGE_PATH = "/mcp"
-BRIDGE_TARGET = "_mcp"
-"""The name of the /mcp target, and the [auth] required_scopes key of /mcp, /mcp/<group>, /groups and
-/mcp-servers. It starts with "_", so no slot can have it (and no session of a slot is counted as its)."""
-GROUPS_PATH = "/groups"
-SERVERS_PATH = "/mcp-servers"
-SLOT_SEGMENTS = frozenset({"mcp", "sse", "messages"})
-"""/mcp/mcp, /mcp/sse and /mcp/messages stay the endpoints of a slot named "mcp" (no group has these names)."""
-
-
-@functools.lru_cache(maxsize=256)  # once per path, not per request: it percent-decodes every segment
-def is_bridge_path(raw_path: str) -> bool:
-    """True for the paths the bridge serves: /mcp, /mcp/<group>, /groups and /mcp-servers.
-
-    Segments are compared percent-decoded, as the router matches them, so authentication and the
-    handler always agree on which endpoint a request is for."""
-    segments = [unquote(segment) for segment in raw_path.split("/")]
-    if segments in (["", "mcp"], ["", "groups"], ["", "mcp-servers"]):
-        return True
-    return len(segments) == 3 and segments[1] == "mcp" and bool(segments[2]) and segments[2] not in SLOT_SEGMENTS
-
-
-def slot_url(base_url: str, slot: str) -> str:
-    return f"{base_url}/{quote(slot, safe='')}/mcp"
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    """One configured group, as the gateway started with it."""
-
-    name: str
-    slot_patterns: tuple[str, ...]
-    prefixes: tuple[str, ...]
-    enabled: bool
-    description: str
-    enabled_by: str = "config"
-
-    @property
-    def toggle(self) -> str:
-        """The environment variable that turns it on or off at start."""
-        return group_env_name(self.name)
-
-    def has_slot(self, slot: str) -> bool:
-        return any(fnmatch.fnmatchcase(slot, pattern) for pattern in self.slot_patterns)
-
-    def has_tool(self, tool: str) -> bool:
-        return not self.prefixes or any(tool.startswith(prefix) for prefix in self.prefixes)
-
-
-def specs_from_config(config: GatewayConfig) -> list[GroupSpec]:
-    """The configured groups in file order (MCP_GROUP_* toggles already applied by load_config)."""
-    return [
-        GroupSpec(
-            name=name,
-            slot_patterns=tuple(group.slots),
-            prefixes=tuple(group.tools),
-            enabled=group.enabled,
-            description=group.description,
-            enabled_by=group.enabled_by,
-        )
-        for name, group in config.groups.items()
-    ]
-
-
-@dataclass(frozen=True)
-class CatalogTool:
-    """One tool of one ready slot, with the groups that include it and its /mcp name."""
-
-    slot: str
-    tool: JsonObject
-    """As the provider lists it (its own name)."""
-    groups: tuple[str, ...]
-    """Every configured group that includes it, enabled or not."""
-    enabled_groups: tuple[str, ...]
-    name: str | None
-    """Its name at /mcp and /mcp/<group>; None when no enabled group includes it."""
-    listed: JsonObject | None
-    """The tool as the group endpoints list it (bridge name, origin in _meta); None like `name`."""
-
-    @property
-    def original(self) -> str:
-        return str(self.tool["name"])
-
-    @property
-    def description(self) -> str:
-        description = self.tool.get("description")
-        return description if isinstance(description, str) else ""
-
-
-@dataclass(frozen=True)
-class GroupView:
-    """A group as one caller may see it: only members and tools of slots it could call."""
-
-    spec: GroupSpec
-    members: list[str]
-    tools: list[CatalogTool]
-
-
-@dataclass(frozen=True)
-class CatalogView:
-    """What `guidance` and `search` answer from: the live catalog as one caller at one endpoint sees it."""
-
-    base_url: str
-    separator: str
-    endpoint_group: str | None
-    """The group of /mcp/<group> the caller is connected to; None at /mcp."""
-    groups: list[GroupView]
-    tools: list[CatalogTool]
-    """Every tool of every ready slot the caller may call, in or out of a group."""
-    slots: list[str] = field(default_factory=list)
-    """Ready slots the caller may call."""
-
-    @property
-    def endpoint_url(self) -> str:
-        return self.group_url(self.endpoint_group)
-
-    def group_url(self, group: str | None) -> str:
-        return f"{self.base_url}{BRIDGE_PATH}" + (f"/{group}" if group else "")
-
-    def slot_url(self, slot: str) -> str:
-        return slot_url(self.base_url, slot)
-
-    def callable_here(self, tool: CatalogTool) -> bool:
-        if tool.name is None:
-            return False
-        return self.endpoint_group is None or self.endpoint_group in tool.enabled_groups
-
-    def group(self, name: str) -> GroupView | None:
-        return next((view for view in self.groups if view.spec.name == name), None)
 
 
 class GroupCatalog:
@@ -172,7 +48,7 @@ class GroupCatalog:
         self,
         registry: SlotRegistry,
         metrics: Metrics,
-        rate_limiter: RateLimiter | None = None,
+        rate_limiter: RateLimits | None = None,
         base_url: Callable[[], str] = lambda: "",
     ) -> None:
         config = registry.config
@@ -446,13 +322,13 @@ class GroupTarget(Target):
         return self.tools
 
     def listed_tools(self) -> list[JsonObject]:
-        return [*bridge_tools.TOOLS, *(tool.listed for tool in self.current() if tool.listed is not None)]
+        return [*builtin_tools.TOOLS, *(tool.listed for tool in self.current() if tool.listed is not None)]
 
     def tools_for(self, principal: Principal) -> list[JsonObject]:
         visible: Iterable[CatalogTool] = (
             tool for tool in self.current() if self.catalog.may_call(principal, tool.slot)
         )
-        return [*bridge_tools.TOOLS, *(tool.listed for tool in visible if tool.listed is not None)]
+        return [*builtin_tools.TOOLS, *(tool.listed for tool in visible if tool.listed is not None)]
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -465,9 +341,9 @@ class GroupTarget(Target):
         name = params.get("name")
         if not isinstance(name, str):  # a list or an object would not even hash
             raise errors.unknown_tool(str(name), self.path)
-        if name in bridge_tools.NAMES:
+        if name in builtin_tools.NAMES:
             view = self.catalog.view(ctx.principal, self.group)
-            return bridge_tools.call(name, params.get("arguments"), view)
+            return builtin_tools.call(name, params.get("arguments"), view)
         tool = self.catalog.by_name.get(name)
         if tool is None or not self.includes(tool) or not self.catalog.may_call(ctx.principal, tool.slot):
             # The same answer for a tool the caller may not call as for an unknown one.

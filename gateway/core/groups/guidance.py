@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.core.jsonrpc import JsonObject
 
 if TYPE_CHECKING:
-    from gateway.core.groups import CatalogTool, CatalogView, GroupView
+    from gateway.core.groups.views import CatalogTool, CatalogView, GroupView
 
 OVERVIEW = "overview"
 GROUPS = "groups"

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway.core import guidance, tool_search
+from gateway.core.groups import guidance, search
 from gateway.core.jsonrpc import JsonObject
 
 if TYPE_CHECKING:
-    from gateway.core.groups import CatalogTool, CatalogView
+    from gateway.core.groups.views import CatalogTool, CatalogView
 
 GUIDANCE = "guidance"
 SEARCH = "search"
@@ -177,15 +177,14 @@ def suggestions(text: str, view: CatalogView, limit: int = 5) -> list[str]:
     return [name_to_call(match.candidate, view)[0] for match in _matches(text, view, limit)[0]]
 
 
-def _matches(query: str, view: CatalogView, limit: int) -> tuple[list[tool_search.Match], int]:
+def _matches(query: str, view: CatalogView, limit: int) -> tuple[list[search.Match], int]:
     candidates = [
-        tool_search.Candidate(tool.slot, tool.original, tool.description, view.callable_here(tool))
-        for tool in view.tools
+        search.Candidate(tool.slot, tool.original, tool.description, view.callable_here(tool)) for tool in view.tools
     ]
-    return tool_search.rank(query, candidates, limit)
+    return search.rank(query, candidates, limit)
 
 
-def name_to_call(candidate: tool_search.Candidate, view: CatalogView) -> tuple[str, str, CatalogTool]:
+def name_to_call(candidate: search.Candidate, view: CatalogView) -> tuple[str, str, CatalogTool]:
     """(the name to call, the endpoint URL to call it at, the catalog entry) for a search candidate."""
     tool = next(t for t in view.tools if t.slot == candidate.slot and t.original == candidate.tool)
     if view.callable_here(tool):
@@ -231,7 +230,7 @@ def call_search(arguments: JsonObject, view: CatalogView) -> JsonObject:
         )
     found: JsonObject = {
         "query": query,
-        "words": tool_search.query_words(query),
+        "words": search.query_words(query),
         "matches": total,
         "results": results,
     }
