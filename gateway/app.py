@@ -14,8 +14,8 @@ from aiohttp import web
 
 from gateway import __version__
 from gateway.config import GatewayConfig
+from gateway.core.broker.status import insecure_lan_warning
 from gateway.core.gateway import Gateway
-from gateway.core.status import insecure_lan_warning
 from gateway.entry import add_cors_headers, entry_gate, gated_routes, origin_check, rate_limit_admission
 from gateway.listener import GuardedSite, ListenerGuard, raise_fd_limit
 from gateway.northbound.groups_http import GroupEndpoints

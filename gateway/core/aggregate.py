@@ -6,13 +6,14 @@ from collections.abc import Callable
 
 from gateway import __version__
 from gateway.core import errors
+from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.names import ALL_SLOT
 from gateway.core.naming import NameBook
 from gateway.core.policy_interface import RateLimits
 from gateway.core.principal import Principal
-from gateway.core.routing import ClientContext, Target, forward_to
+from gateway.core.routing import Target, forward_to
 from gateway.core.slots import Listener, SlotRegistry
 from gateway.telemetry.metrics import Metrics
 

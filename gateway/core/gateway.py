@@ -8,14 +8,14 @@ from collections.abc import Callable
 
 from gateway.config import GatewayConfig
 from gateway.core.aggregate import AggregateTarget
+from gateway.core.broker.scrape import ScrapeSync
+from gateway.core.broker.server import BrokerTarget
 from gateway.core.groups.catalog import GroupCatalog
 from gateway.core.input_required import InputRequired
-from gateway.core.introspect import BrokerTarget
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.policy_interface import Policies
 from gateway.core.routing import SlotTarget, Target
-from gateway.core.scrape import ScrapeSync
 from gateway.core.sessions import SessionStore
 from gateway.core.slots import SlotRegistry
 from gateway.core.streams import MessageQueue

@@ -21,8 +21,9 @@ from gateway.core.provider_call import call_provider
 from gateway.core.relay import NoRelay, missing_capability, required_capabilities
 
 if TYPE_CHECKING:
-    from gateway.core.provider_session import NotificationSink, ProviderSession
-    from gateway.core.routing import ClientContext
+    from gateway.core.client_context import ClientContext
+    from gateway.core.provider_session import ProviderSession
+    from gateway.core.provider_state import NotificationSink
     from gateway.telemetry.metrics import Metrics
 
 SESSION_ERA_LOG_LEVEL = "debug"

@@ -8,7 +8,8 @@ from typing import Any
 
 from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.provider_session import NotificationSink, ProviderSession
+from gateway.core.provider_session import ProviderSession
+from gateway.core.provider_state import NotificationSink
 from gateway.core.relay import RequestRelay
 from gateway.telemetry.metrics import Metrics
 

@@ -15,14 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from gateway.core import eras, errors, jsonrpc
 from gateway.core.backoff import Backoff
 from gateway.core.jsonrpc import JsonObject
-
-if TYPE_CHECKING:
-    from gateway.core.provider_session import ProviderSession
 
 log = logging.getLogger("gateway.provider")
 
@@ -30,10 +28,50 @@ RETRY_INITIAL_S = 0.5
 RETRY_MAX_S = 30.0
 
 
+class PollSettings(Protocol):
+    @property
+    def tools_poll_s(self) -> float: ...
+
+
+class ListeningSession(Protocol):
+    """What the listen request needs of its provider session (gateway/core/provider_session.py)."""
+
+    @property
+    def slot(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def modern(self) -> bool: ...
+
+    @property
+    def settings(self) -> PollSettings: ...
+
+    @property
+    def capabilities(self) -> JsonObject: ...
+
+    @property
+    def listen_uris(self) -> Callable[[], list[str]]: ...
+
+    def own_params(self, params: JsonObject | None = None) -> JsonObject | None: ...
+
+    async def request(
+        self, method: str, params: JsonObject | None, *, timeout_ms: int | None = None, internal: bool = False
+    ) -> JsonObject: ...
+
+    def warn_once(self, kind: str, text: str, *args: Any) -> None: ...
+
+    def relist(self, *, noticed: bool = False) -> None: ...
+
+
 class ProviderListen:
     """One provider's listen request, from the session being ready to its end."""
 
-    def __init__(self, session: ProviderSession) -> None:
+    def __init__(self, session: ListeningSession) -> None:
         self.session = session
         self.state = "none"  # none | opening | open | reconnecting | unsupported | polling
         self.opens = 0

@@ -14,8 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeGuard
+from typing import Any, Protocol
 
 from gateway import __version__
 from gateway.core import eras, errors, jsonrpc
@@ -23,29 +22,25 @@ from gateway.core.due import DueQueue
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.core.link import CLOSE_POLICY, MessageRefused, ProviderLink
 from gateway.core.provider_listen import ProviderListen
+from gateway.core.provider_requests import ProviderRequests
+from gateway.core.provider_state import (
+    NO_DEADLINE,
+    NotificationSink,
+    Pending,
+    SessionCounters,
+    SessionSettings,
+    is_gateway_id,
+)
 from gateway.core.relay import (
     PROVIDER_FACING_CAPABILITIES,
     RELATED_REQUEST_KEY,
-    RELAYED_METHODS,
-    CallRefused,
-    RelayMetrics,
     RequestRelay,
-    outcome_of,
-    refusal,
 )
 from gateway.core.schema_hash import tools_hash
 from gateway.core.shared_tools import SharedToolLists
 from gateway.core.versions import LATEST_HANDSHAKE
 
 log = logging.getLogger("gateway.provider")
-
-NO_DEADLINE = 0
-"""`request(timeout_ms=NO_DEADLINE)`: a request that stays open until answered or cancelled (listen)."""
-
-NotificationSink = Callable[[JsonObject], None]
-"""Receives a notification (already rewritten for the client) on the stream of one request."""
-
-__all__ = ["RELATED_REQUEST_KEY", "NotificationSink", "Pending", "ProviderSession", "SessionSettings"]
 
 
 LISTEN_METHODS = frozenset(
@@ -60,41 +55,6 @@ LISTEN_METHODS = frozenset(
 """What a subscriptions/listen stream carries (and, but for the acknowledgement, a session-era session)."""
 
 
-def _is_gateway_id(value: Any) -> TypeGuard[JsonId]:
-    """Could `value` be one of our request ids? Guards the pending table against lookups by true
-    (equal to 1 in Python, so it would match request 1) and by unhashable JSON (a TypeError)."""
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-
-
-@dataclass(frozen=True)
-class SessionSettings:
-    request_timeout_ms: int = 60_000
-    tool_timeouts_ms: dict[str, int] = field(default_factory=dict)
-    initialize_timeout_ms: int = 10_000
-    max_pending: int = 256
-    numeric_ids: bool = False
-    max_tools_pages: int = 64
-    register_wait_ms: int = 0
-    """How long initialize waits for the link's first frame, which may be a register frame whose hello
-    decides the ids (a dedicated WebSocket); 0 where the register frame, if any, came before the attach."""
-    era: str = "auto"
-    """auto: ask `server/discover` first and speak 2026-07-28 to a provider that answers it, else the
-    session era; session: `initialize` only (gateway/core/eras.py)."""
-    tools_poll_s: float = 0.0
-    """A 2026-07-28 provider without `subscriptions/listen` has its tools listed again this often (0: never)."""
-    max_input_rounds: int = 16
-    """A session-era caller of a 2026-07-28 provider: input_required rounds the gateway answers for it, at most."""
-    max_json_depth: int = 64
-    """Deepest nesting of objects and arrays the provider's messages may have (limits.max_json_depth)."""
-
-    def timeout_for(self, method: str, params: JsonObject | None) -> int:
-        if method == "tools/call" and params is not None:
-            tool = params.get("name")
-            if isinstance(tool, str) and tool in self.tool_timeouts_ms:
-                return self.tool_timeouts_ms[tool]
-        return self.request_timeout_ms
-
-
 class SessionObserver(Protocol):
     """What the slot registry hears from a provider session."""
 
@@ -107,43 +67,6 @@ class SessionObserver(Protocol):
     def session_closed(self, session: ProviderSession, reason: str) -> None: ...
 
     def session_registered(self, session: ProviderSession) -> None: ...
-
-
-@dataclass(slots=True)
-class Pending:
-    request_id: JsonId
-    future: asyncio.Future[JsonObject]
-    method: str
-    started: float
-    timeout_ms: int
-    sink: NotificationSink | None = None
-    client_progress_token: Any = None
-    relay: RequestRelay | None = None
-    """What to do with the provider's requests towards the client of this request; None for the
-    gateway's own requests (initialize, tools/list, heartbeats, replays)."""
-
-
-@dataclass(slots=True)
-class Relayed:
-    """A provider request being relayed to a client, under the provider's own id."""
-
-    task: asyncio.Task[None]
-    owner: Pending
-    """The client request it belongs to."""
-    ended: str = ""
-    """Set when the request it belongs to ended first (and the provider got its error): the outcome."""
-
-
-@dataclass
-class SessionCounters:
-    requests: int = 0
-    errors: int = 0
-    deadlines: int = 0
-    unparsable: int = 0
-    unmatched_responses: int = 0
-    protocol_violations: int = 0
-    heartbeat_misses: int = 0
-    notifications: int = 0
 
 
 class ProviderSession:
@@ -186,9 +109,8 @@ class ProviderSession:
         self.tools: list[JsonObject] = []
         self.tools_hash = ""
         self.pending: dict[JsonId, Pending] = {}
-        self.relayed: dict[JsonId, Relayed] = {}
-        self.relay_metrics: RelayMetrics | None = None
-        """Set by the slot registry: counts relayed requests (mcpgw_relay_requests, mcpgw_relay_in_flight)."""
+        self.requests = ProviderRequests(self)
+        """The provider's requests towards clients, being relayed."""
         self.counters = SessionCounters()
         self.last_seen = time.monotonic()
         self.awaiting_heartbeat = False
@@ -210,7 +132,6 @@ class ProviderSession:
         self._first_frame = asyncio.Event()
         """Set once the link's first frame was handled (see `first_frame_handled`)."""
         self._warned: set[str] = set()
-        self._answers: set[asyncio.Task[None]] = set()
         """Answers to the provider's own requests on their way out (held so none is collected early)."""
 
     # -- identity and cached state -------------------------------------------------------------
@@ -496,8 +417,7 @@ class ProviderSession:
         for entry in pending.values():
             if not entry.future.done():
                 entry.future.set_exception(failure)
-        for record in self.relayed.values():
-            record.task.cancel()  # nobody left to answer
+        self.requests.cancel_all()
         for task in (self._relist_task, self._start_task):
             if task is not None and not task.done() and task is not asyncio.current_task():
                 task.cancel()
@@ -669,7 +589,7 @@ class ProviderSession:
             return False
         if entry.timeout_ms != NO_DEADLINE:
             self._deadlines[entry.timeout_ms].forget(request_id)
-        self._end_relays(entry, why)
+        self.requests.end_relays(entry, why)
         return True
 
     def _expire(self, request_id: JsonId) -> None:
@@ -678,21 +598,18 @@ class ProviderSession:
             return
         self.counters.deadlines += 1
         entry.future.set_exception(errors.deadline(self.slot, entry.timeout_ms))
-        self._end_relays(entry, f"the request it belongs to passed the gateway deadline of {entry.timeout_ms}ms")
+        self.requests.end_relays(
+            entry, f"the request it belongs to passed the gateway deadline of {entry.timeout_ms}ms"
+        )
         self._cancel_upstream(request_id, f"gateway deadline of {entry.timeout_ms}ms passed")
 
-    def _end_relays(self, owner: Pending, why: str) -> None:
-        """The client request `owner` ended: its relayed requests end too, and the provider gets `why`
-        for each at once (before the cancel of the request they belong to, which goes out next)."""
-        if not self.relayed:
+    def fail_request(self, owner: Pending, error: errors.RpcError) -> None:
+        """End the client request `owner` with `error` now: its provider call is cancelled upstream."""
+        if self.pending.get(owner.request_id) is not owner or owner.future.done():
             return
-        for request_id, record in self.relayed.items():
-            if record.owner is owner and not record.task.done():
-                record.ended = "client_gone" if why == "client disconnected" else "ended"
-                record.task.cancel()
-                if self.state != "closed":
-                    reply = jsonrpc.error_response(request_id, jsonrpc.UNAVAILABLE, why, {"reason": record.ended})
-                    self._answer(reply)
+        owner.future.set_exception(error)
+        if self._forget(owner.request_id, error.message):
+            self._cancel_upstream(owner.request_id, error.message)
 
     def _cancel_upstream(self, request_id: JsonId, reason: str) -> None:
         if self.state == "closed":
@@ -720,7 +637,7 @@ class ProviderSession:
         elif kind is Kind.NOTIFICATION:
             self._on_notification(message.body)
         elif kind is Kind.REQUEST:
-            self._on_provider_request(message.body)
+            self.requests.on_request(message.body)
         elif kind is Kind.BATCH:
             self.counters.protocol_violations += 1
             self.warn_once("batch", "provider for slot %s sent a batch; batches are not relayed", self.slot)
@@ -735,13 +652,13 @@ class ProviderSession:
         request now: its caller gets -32603 naming the bound instead of waiting out the deadline."""
         head = message.body
         request_id = head.get("id") if isinstance(head, dict) and "method" not in head else None
-        if not _is_gateway_id(request_id) or request_id not in self.pending:
+        if not is_gateway_id(request_id) or request_id not in self.pending:
             return
         self._on_response(errors.answer_refused(self.slot, message.problem, message.limit).response(request_id))
 
     def _on_response(self, body: JsonObject) -> None:
         request_id = body.get("id")
-        if not _is_gateway_id(request_id) or (entry := self.pending.pop(request_id, None)) is None:
+        if not is_gateway_id(request_id) or (entry := self.pending.pop(request_id, None)) is None:
             if self.state == "closed":
                 return  # the link ended and every pending request was answered already (an answer in flight)
             self.counters.unmatched_responses += 1
@@ -754,8 +671,8 @@ class ProviderSession:
             return
         if entry.timeout_ms != NO_DEADLINE:
             self._deadlines[entry.timeout_ms].forget(request_id)
-        if self.relayed:
-            self._end_relays(entry, "the request it belongs to was answered")
+        if self.requests.relayed:
+            self.requests.end_relays(entry, "the request it belongs to was answered")
         if "error" in body:
             self.counters.errors += 1
             body = {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc.normalize_error(body["error"])}
@@ -770,18 +687,18 @@ class ProviderSession:
         if method == "notifications/cancelled":
             # The provider gave up a request it sent towards a client; never forwarded as is (its
             # id means nothing to the client), the relay tells the client under the id it got.
-            self._provider_cancelled(params.get("requestId"))
+            self.requests.provider_cancelled(params.get("requestId"))
             return
         if method == "notifications/progress":
             token = params.get("progressToken")
-            entry = self.pending.get(token) if _is_gateway_id(token) else None
+            entry = self.pending.get(token) if is_gateway_id(token) else None
             if entry is not None and entry.sink is not None:
                 entry.sink(jsonrpc.notification(method, {**params, "progressToken": entry.client_progress_token}))
             return
         meta = params.get("_meta")
         if isinstance(meta, dict) and RELATED_REQUEST_KEY in meta:
             related = meta[RELATED_REQUEST_KEY]
-            entry = self.pending.get(related) if _is_gateway_id(related) else None
+            entry = self.pending.get(related) if is_gateway_id(related) else None
             rest = {key: value for key, value in meta.items() if key != RELATED_REQUEST_KEY}
             params = {**params, "_meta": rest} if rest else {k: v for k, v in params.items() if k != "_meta"}
             if entry is not None and entry.sink is not None:
@@ -837,133 +754,6 @@ class ProviderSession:
             if old_schema is not None and hello.get("schema") != old_schema:
                 self.relist()
         self.observer.session_registered(self)
-
-    def _on_provider_request(self, body: JsonObject) -> None:
-        method = body["method"]
-        request_id = body["id"]
-        if method == "ping":
-            reply = jsonrpc.result_response(request_id, {})
-        elif method not in RELAYED_METHODS:
-            reply = jsonrpc.error_response(
-                request_id,
-                jsonrpc.METHOD_NOT_FOUND,
-                f"Method not found: the gateway does not relay {method} from providers",
-            )
-        elif request_id in self.relayed:
-            self.counters.protocol_violations += 1
-            reply = jsonrpc.error_response(
-                request_id,
-                jsonrpc.INVALID_REQUEST,
-                f"Request id {request_id!r} is already in use by a request of yours the gateway is relaying",
-            )
-        else:
-            params = body.get("params")
-            params = params if isinstance(params, dict) else None
-            owner = self._attribute(method, params)
-            if isinstance(owner, errors.RpcError):
-                self._count_relay(method, outcome_of(owner))
-                reply = owner.response(request_id)
-            else:
-                assert owner.relay is not None
-                task = asyncio.get_running_loop().create_task(
-                    self._relay(request_id, owner.relay, method, params), name=f"relay {method} for {self.slot}"
-                )
-                self.relayed[request_id] = Relayed(task, owner)
-                return
-        self._answer(reply)
-
-    def _answer(self, reply: JsonObject) -> None:
-        """Send an answer to a request of the provider without waiting for the send."""
-        task = asyncio.get_running_loop().create_task(self._reply(reply))
-        self._answers.add(task)
-        task.add_done_callback(self._answers.discard)
-
-    def _attribute(self, method: str, params: JsonObject | None) -> Pending | errors.RpcError:
-        """The client request a provider request belongs to (docs/protocol.md): the one it names in
-        _meta, else the only client request pending, else the only one whose client is waiting."""
-        meta = params.get("_meta") if params is not None else None
-        if isinstance(meta, dict) and RELATED_REQUEST_KEY in meta:
-            related = meta[RELATED_REQUEST_KEY]
-            entry = self.pending.get(related) if _is_gateway_id(related) else None
-            if entry is None or entry.relay is None:
-                return refusal(method, f"the request it names ({related!r}) is not a pending client request", "ended")
-            return entry
-        clients = [entry for entry in self.pending.values() if entry.relay is not None]
-        if len(clients) == 1:
-            return clients[0]
-        waiting = [entry for entry in clients if entry.relay is not None and entry.relay.waiting]
-        if len(waiting) == 1:
-            return waiting[0]
-        if not clients:
-            why = "no client request is pending on this provider"
-        else:
-            why = (
-                f"{len(waiting)} client requests are pending and the request does not name one "
-                f"(_meta {RELATED_REQUEST_KEY!r})"
-            )
-        return refusal(method, why, "unattributed")
-
-    async def _relay(self, request_id: JsonId, relay: RequestRelay, method: str, params: JsonObject | None) -> None:
-        """Relay one provider request and send the provider the answer under its own id."""
-        metrics = self.relay_metrics
-        if metrics is not None:
-            metrics.started()
-        reply: JsonObject | None = None
-        try:
-            result = await relay.relay(method, params)
-            reply = jsonrpc.result_response(request_id, result)
-            outcome = "answered"
-        except CallRefused as exc:
-            # The caller cannot be asked this, and its era says so by failing its request: the
-            # provider is told no (and its call cancelled); the caller gets exc.to_caller.
-            reply = exc.response(request_id)
-            outcome = outcome_of(exc)
-            record = self.relayed.pop(request_id, None)  # first: ending its owner must not end it too
-            if record is not None:
-                self._fail_owner(record.owner, exc.to_caller)
-        except errors.RpcError as exc:
-            reply = exc.response(request_id)
-            outcome = outcome_of(exc)
-        except asyncio.CancelledError:
-            # The provider cancelled it, the link is gone, or the request it belongs to ended (and
-            # _end_relays answered the provider already).
-            record = self.relayed.get(request_id)
-            outcome = record.ended if record is not None and record.ended else "cancelled"
-        finally:
-            self.relayed.pop(request_id, None)
-            if metrics is not None:
-                metrics.finished()
-        self._count_relay(method, outcome)
-        if reply is not None and self.state != "closed":
-            await self._reply(reply)
-
-    def _fail_owner(self, owner: Pending, error: errors.RpcError) -> None:
-        """End the client request `owner` with `error` now: its provider call is cancelled upstream."""
-        if self.pending.get(owner.request_id) is not owner or owner.future.done():
-            return
-        owner.future.set_exception(error)
-        if self._forget(owner.request_id, error.message):
-            self._cancel_upstream(owner.request_id, error.message)
-
-    def _provider_cancelled(self, request_id: Any) -> None:
-        record = self.relayed.get(request_id) if _is_gateway_id(request_id) else None
-        if record is not None:
-            record.task.cancel()  # no answer goes back: the provider gave it up
-
-    def _count_relay(self, method: str, outcome: str) -> None:
-        if self.relay_metrics is not None:
-            self.relay_metrics.counted(method, outcome)
-
-    async def _reply(self, reply: JsonObject) -> None:
-        try:
-            await self.send_message(reply)
-        except errors.RpcError as exc:
-            # An answer too large for the link: the provider gets the reason under its id instead of
-            # waiting for an answer that never comes.
-            refused = isinstance(exc.data, dict) and exc.data.get("reason") == "message_refused"
-            if refused and "id" in reply and self.state != "closed":
-                with contextlib.suppress(errors.RpcError):
-                    await self.send_message(exc.response(reply["id"]))
 
     # -- status -------------------------------------------------------------------------------
 

@@ -9,33 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from gateway.core import errors, jsonrpc, modern_calls
+from gateway.core.client_context import SESSION, STATELESS, ClientContext
 from gateway.core.eras import ENVELOPE_KEYS, META_SERVER_INFO
-from gateway.core.input_required import CANNOT_ASK, Caller, InputRequired, continues_held_call
+from gateway.core.input_required import CANNOT_ASK, Caller, continues_held_call
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.principal import ANONYMOUS, Principal
 from gateway.core.provider_call import call_provider
-from gateway.core.provider_session import NotificationSink, ProviderSession
+from gateway.core.provider_session import ProviderSession
+from gateway.core.provider_state import NotificationSink
 from gateway.core.relay import (
     ASKING_METHODS,
     CALLER_CAPABILITIES_KEY,
-    ClientRequester,
     NoRelay,
     RequestRelay,
     SessionRelay,
     relay_capabilities,
 )
 from gateway.core.slots import Listener, Slot, SlotRegistry
-from gateway.core.upstream_state import LOG_LEVELS, level_rank
+from gateway.core.upstream_state import LOG_LEVELS
 from gateway.core.versions import LATEST_HANDSHAKE, STATELESS_VERSIONS, negotiate_handshake
 from gateway.telemetry.metrics import Metrics
-
-SESSION = "session"
-STATELESS = "stateless"
 
 Derived = TypeVar("Derived")
 
@@ -44,39 +40,6 @@ CACHEABLE_METHODS = frozenset(
     {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
 )
 SESSION_ONLY_METHODS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
-
-
-@dataclass
-class ClientContext:
-    """Who asks, in which era, and where request-tied notifications go."""
-
-    era: str
-    protocol_version: str
-    listener: Hashable | None = None  # the session (or stream) that owns upstream state
-    sink: NotificationSink | None = None
-    log_level: str | None = None  # stateless era: the per-request opt-in
-    principal: Principal = ANONYMOUS
-    client_capabilities: JsonObject = field(default_factory=dict)
-    client_info: JsonObject = field(default_factory=dict)
-    """Session era: the clientInfo of the client's initialize (a 2026-07-28 provider gets it in the
-    envelope of each of this client's requests); a stateless-era request carries its own."""
-    on_pending: Callable[[int], None] | None = None
-    requester: ClientRequester | None = None
-    """Session era: sends a request to this client on this request's stream and awaits the answer
-    (sampling, elicitation, roots from the provider); None when the way in cannot carry one."""
-    input_required: InputRequired | None = None
-    """Stateless era: the gateway's held calls, for translating a provider's requests towards the
-    client into input_required results; None when the way in offers no such translation."""
-
-    def emit(self, message: JsonObject) -> None:
-        """Deliver a request-tied notification, honouring the era's logging rule."""
-        if self.sink is None:
-            return
-        if message.get("method") == "notifications/message" and self.era == STATELESS:
-            params = message.get("params") or {}
-            if self.log_level is None or level_rank(params.get("level")) < level_rank(self.log_level):
-                return
-        self.sink(message)
 
 
 def strip_envelope(params: JsonObject | None) -> JsonObject | None:

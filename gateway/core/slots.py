@@ -16,7 +16,8 @@ from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, LinkInfo, ProviderLink
 from gateway.core.names import SlotNameError, check_slot_name
-from gateway.core.provider_session import ProviderSession, SessionCounters, SessionSettings
+from gateway.core.provider_session import ProviderSession
+from gateway.core.provider_state import SessionCounters, SessionSettings
 from gateway.core.relay import RelayMetrics
 from gateway.core.shared_tools import SharedToolLists
 from gateway.core.upstream_state import UpstreamState, level_rank
@@ -296,7 +297,7 @@ class SlotRegistry:
             if incumbent is not None:
                 await self._resolve_takeover(slot, incumbent, link)
             session = ProviderSession(name, link, self.settings_for(name, link), self, aggregate=aggregate, hello=hello)
-            session.relay_metrics = self.relay_metrics
+            session.requests.metrics = self.relay_metrics
             session.shared_tools = self.shared_tools
             session.handshake_turns = self.handshake_turns
             upstream = slot.upstream

@@ -25,9 +25,10 @@ from typing import Any
 from aiohttp import web
 
 from gateway.core import jsonrpc
+from gateway.core.client_context import SESSION, ClientContext
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject, Kind
-from gateway.core.routing import SESSION, ClientContext, Target
+from gateway.core.routing import Target
 from gateway.core.sessions import ClientSession
 from gateway.core.streams import MessageQueue
 from gateway.northbound import session_era

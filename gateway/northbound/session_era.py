@@ -12,10 +12,11 @@ import asyncio
 from typing import Any
 
 from gateway.core import errors, jsonrpc
+from gateway.core.client_context import ClientContext
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.principal import Principal
-from gateway.core.routing import ClientContext, Target
+from gateway.core.routing import Target
 from gateway.core.sessions import ClientSession, InFlight, SessionLimitReached
 from gateway.northbound.http_io import Refusal
 from gateway.policy.caller_pending import caller_key, describe

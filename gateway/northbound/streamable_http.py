@@ -19,19 +19,14 @@ from typing import Any
 from aiohttp import web
 
 from gateway.core import errors, jsonrpc, stateless
+from gateway.core.client_context import SESSION, STATELESS, ClientContext
 from gateway.core.due import DueQueue
 from gateway.core.eras import META_SUBSCRIPTION_ID
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.names import SlotNameError, decode_path_segment
 from gateway.core.principal import Principal
-from gateway.core.routing import (
-    SESSION,
-    STATELESS,
-    ClientContext,
-    SlotTarget,
-    Target,
-)
+from gateway.core.routing import SlotTarget, Target
 from gateway.core.sessions import ClientSession
 from gateway.core.slots import SlotRefused
 from gateway.core.stateless import Rejection

@@ -10,7 +10,7 @@ import mcp_types as types
 import orjson
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 
-from gateway.core.provider_session import RELATED_REQUEST_KEY
+from gateway.core.relay import RELATED_REQUEST_KEY
 
 SendBytes = Callable[[bytes], Awaitable[None]]
 

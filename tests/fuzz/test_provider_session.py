@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_POLICY, LinkInfo
-from gateway.core.provider_session import RELATED_REQUEST_KEY, ProviderSession, SessionSettings
+from gateway.core.provider_session import ProviderSession
+from gateway.core.provider_state import SessionSettings
+from gateway.core.relay import RELATED_REQUEST_KEY
 from tests.fuzz import strategies as fz
 from tests.fuzz.budget import fuzz_settings, tally
 

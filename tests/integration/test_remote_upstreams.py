@@ -26,7 +26,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from bench.ports import free_port
 from gateway.app import GatewayServer
-from gateway.core.status import provider_status
+from gateway.core.broker.status import provider_status
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.support.remote_server import Guard, Refusal, RemoteServer, TokenServer, remote_server
 from tests.support.servers import demo_server

@@ -29,7 +29,7 @@ from mcp.types import CallToolResult
 
 from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
-from gateway.core.status import serial_status
+from gateway.core.broker.status import serial_status
 from gateway.southbound.serial import framing
 from gateway.southbound.serial.ports import REGISTER_REQUEST
 from sim.serial_line import SerialTarget

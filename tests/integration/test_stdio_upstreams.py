@@ -28,7 +28,7 @@ from mcp.types import CallToolResult
 from bench.ports import free_port
 from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
-from gateway.core.status import provider_status as status_view
+from gateway.core.broker.status import provider_status as status_view
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.support.southbound import provider_status, ws_url
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gateway.core.diagnose import GatewayView, Problem, SlotView, diagnose, worst
+from gateway.core.broker.diagnose import diagnose, worst
+from gateway.core.broker.problems import GatewayView, Problem, SlotView
 
 URL = "http://127.0.0.1:3000"
 

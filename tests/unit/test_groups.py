@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gateway.config import ConfigError, GatewayConfig, group_env_name, load_config
-from gateway.core.diagnose import GatewayView, GroupCheck, Problem, SlotView, diagnose
+from gateway.core.broker.diagnose import diagnose
+from gateway.core.broker.problems import GatewayView, GroupCheck, Problem, SlotView
 from gateway.core.groups.views import GroupSpec, is_bridge_path, specs_from_config
 from gateway.core.naming import MAX_NAME, NameBook, base_name
 

@@ -13,7 +13,7 @@ import pytest
 from gateway.app import listening_line
 from gateway.cli import refuse_insecure_bind
 from gateway.config import GatewayConfig
-from gateway.core.status import insecure_lan_warning
+from gateway.core.broker.status import insecure_lan_warning
 from gateway.logs import JsonFormatter, TextFormatter, insecure_lan_prefix, setup_logging
 
 CLIENT_AUTH = {"tokens": [{"name": "ops", "sha256": hashlib.sha256(b"ops-token").hexdigest()}]}

@@ -10,7 +10,7 @@ from paho.mqtt.properties import Properties
 
 from gateway.cli import build_parser
 from gateway.config import ConfigError, GatewayConfig, load_config
-from gateway.core.scrape import mqtt_limit_values
+from gateway.core.broker.scrape import mqtt_limit_values
 from gateway.core.slots import SlotRegistry
 from gateway.southbound.mqtt import topics as mqtt_topics
 from gateway.southbound.mqtt.client import (

@@ -15,7 +15,9 @@ import pytest
 from gateway.core import errors
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_POLICY, LinkInfo, MessageRefused
-from gateway.core.provider_session import RELATED_REQUEST_KEY, ProviderSession, SessionSettings
+from gateway.core.provider_session import ProviderSession
+from gateway.core.provider_state import SessionSettings
+from gateway.core.relay import RELATED_REQUEST_KEY
 from gateway.core.schema_hash import tools_hash
 from gateway.core.versions import LATEST_HANDSHAKE
 

@@ -7,9 +7,10 @@ from typing import Any
 import orjson
 
 from gateway.config import GatewayConfig, masked_dump
+from gateway.core.broker.guide import render
+from gateway.core.broker.guide_text import GuideInput
+from gateway.core.broker.status import broker_info, providers_list
 from gateway.core.gateway import Gateway
-from gateway.core.guide import GuideInput, render
-from gateway.core.status import broker_info, providers_list
 from gateway.policy.limiters import Limiters
 from gateway.southbound.serial.hotplug import DiffingEnumerator, HotplugPorts
 from gateway.southbound.serial.ports import SerialLines

@@ -12,9 +12,10 @@ from typing import Any, cast
 
 import pytest
 
+from gateway.core.client_context import ClientContext
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.principal import ANONYMOUS
-from gateway.core.routing import ClientContext, Target
+from gateway.core.routing import Target
 from gateway.core.sessions import ClientSession
 from gateway.northbound.session_era import run_request
 

@@ -316,7 +316,8 @@ def test_a_configured_token_a_client_could_not_send_is_refused(monkeypatch: pyte
 
 
 def test_diagnosis_warns_about_static_tokens_on_the_network_without_tls() -> None:
-    from gateway.core.diagnose import GatewayView, diagnose
+    from gateway.core.broker.diagnose import diagnose
+    from gateway.core.broker.problems import GatewayView
 
     def ids(**view: Any) -> set[str]:
         base: dict[str, Any] = {"url": "http://192.0.2.2:3000", "host": "192.0.2.2", "is_loopback": False}

@@ -12,7 +12,8 @@ import pytest
 import gateway.app
 from gateway.cli import main
 from gateway.config import ConfigError, GatewayConfig, load_config, masked_dump
-from gateway.core.diagnose import GatewayView, SlotView, diagnose
+from gateway.core.broker.diagnose import diagnose
+from gateway.core.broker.problems import GatewayView, SlotView
 from gateway.southbound.stdio.link import BASE_ENV, LineSplitter, StderrRing, child_environment
 
 # -- stdout lines -----------------------------------------------------------------------------

@@ -10,7 +10,8 @@ import pytest
 
 from gateway.config import GatewayConfig
 from gateway.core import errors
-from gateway.core.routing import SESSION, ClientContext, SlotTarget
+from gateway.core.client_context import SESSION, ClientContext
+from gateway.core.routing import SlotTarget
 from gateway.core.slots import Slot, SlotRegistry
 from gateway.core.upstream_state import LOG_LEVELS, UpstreamState, level_rank
 from gateway.telemetry.metrics import Metrics

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from gateway import __version__
 from gateway.core import errors
 from gateway.core.aggregate import ORIGIN_META_KEY
+from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.groups import builtin_tools
 from gateway.core.groups.views import (
@@ -36,7 +37,7 @@ from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.naming import NameBook
 from gateway.core.policy_interface import RateLimits
 from gateway.core.principal import Principal
-from gateway.core.routing import ClientContext, Target, forward_to
+from gateway.core.routing import Target, forward_to
 from gateway.core.slots import Listener, SlotRegistry
 from gateway.telemetry.metrics import Metrics
 

@@ -39,7 +39,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from gateway.config import MqttBrokerConfig
-from gateway.core.status import iso
+from gateway.core.timestamps import iso
 from gateway.southbound.mqtt import paho_select
 from gateway.southbound.mqtt import topics as mqtt_topics
 

@@ -43,11 +43,11 @@ from collections.abc import Coroutine
 from typing import Any
 
 from gateway.config import MqttBrokerConfig
-from gateway.core.diagnose import MQTT_ANONYMOUS_FIX, mqtt_anonymous_summary
+from gateway.core.broker.diagnose_links import MQTT_ANONYMOUS_FIX, mqtt_anonymous_summary
+from gateway.core.broker.scrape import mqtt_broker_key
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.scrape import mqtt_broker_key
-from gateway.core.status import iso
+from gateway.core.timestamps import iso
 from gateway.southbound.mqtt import anonymous as mqtt_anonymous
 from gateway.southbound.mqtt import topics as mqtt_topics
 from gateway.southbound.mqtt.client import (

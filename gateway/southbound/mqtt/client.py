@@ -611,7 +611,7 @@ class BrokerClient:
             client.unsubscribe(list(topics))
 
     def status(self) -> dict[str, Any]:
-        from gateway.core.status import iso
+        from gateway.core.timestamps import iso
 
         return {
             "state": self.state,

@@ -27,7 +27,7 @@ from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_GOING_AWAY
 from gateway.core.slots import SlotRefused
-from gateway.core.status import iso
+from gateway.core.timestamps import iso
 from gateway.policy.ssrf import GuardedResolver, UpstreamPlace, resolve_place
 from gateway.southbound.remote.auth import (
     ClientCredentials,

@@ -49,14 +49,14 @@ from prometheus_client import Counter, Gauge
 from gateway.config import SERIAL_LIMIT_KEYS, SerialConfig, SerialLineConfig
 from gateway.core import jsonrpc
 from gateway.core.backoff import Backoff
+from gateway.core.broker.scrape import serial_port_key
 from gateway.core.eras import SESSION_ERA
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import LinkInfo
 from gateway.core.provider_session import ProviderSession
-from gateway.core.scrape import serial_port_key
 from gateway.core.slots import SlotRefused
-from gateway.core.status import iso
+from gateway.core.timestamps import iso
 from gateway.southbound import envelope
 from gateway.southbound.serial import framing
 from gateway.telemetry.metrics import Metrics

@@ -26,7 +26,7 @@ from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import LinkInfo
 from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
-from gateway.core.status import iso
+from gateway.core.timestamps import iso
 from gateway.southbound.stdio.link import Child, StderrRing, StdioLink, StdoutStats, child_environment, pump_stderr
 
 log = logging.getLogger("gateway.southbound.stdio.link")

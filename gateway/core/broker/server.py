@@ -15,16 +15,21 @@ import orjson
 
 from gateway import __version__
 from gateway.config import masked_dump
-from gateway.core import errors, jsonrpc, status
-from gateway.core.diagnose import Problem, diagnose, worst
-from gateway.core.guide import TOPICS, GuideInput, render
+from gateway.core import errors, jsonrpc
+from gateway.core.broker import status
+from gateway.core.broker.diagnose import diagnose, worst
+from gateway.core.broker.guide import TOPICS, render
+from gateway.core.broker.guide_text import GuideInput
+from gateway.core.broker.problems import Problem
+from gateway.core.client_context import ClientContext
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import BROKER_SLOT
-from gateway.core.routing import ClientContext, Target
+from gateway.core.routing import Target
 from gateway.core.slots import Listener
+from gateway.core.timestamps import iso
 
 if TYPE_CHECKING:
-    from gateway.core.gateway import Gateway
+    from gateway.core.broker.view import BrokerView
 
 JSON_TYPE = "application/json"
 MARKDOWN_TYPE = "text/markdown"
@@ -360,7 +365,7 @@ def invalid(message: str, **data: Any) -> errors.RpcError:
 class BrokerTarget(Target):
     name = BROKER_SLOT
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: BrokerView) -> None:
         self.gateway = gateway
         self.listeners: set[Listener] = set()
 
@@ -414,7 +419,7 @@ class BrokerTarget(Target):
 
     def diagnosis(self, slot: str | None = None) -> JsonObject:
         problems = self.problems(slot)
-        result: JsonObject = {"status": worst(problems), "checked_at": status.iso(time.time())}
+        result: JsonObject = {"status": worst(problems), "checked_at": iso(time.time())}
         if slot is not None:
             result["slot"] = slot
         result["count"] = len(problems)

@@ -16,7 +16,7 @@ from gateway.config import SERIAL_LIMIT_KEYS, LimitsConfig, MqttConfig, SerialCo
 from gateway.telemetry.metrics import PROVIDER_FAULT_KINDS
 
 if TYPE_CHECKING:
-    from gateway.core.gateway import Gateway
+    from gateway.core.broker.view import BrokerView
 
 
 def limit_values(limits: LimitsConfig) -> dict[str, float]:
@@ -68,7 +68,7 @@ def mqtt_limit_values(mqtt: MqttConfig) -> dict[str, float]:
 
 
 class ScrapeSync:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: BrokerView) -> None:
         self.gateway = gateway
         self._counted: dict[tuple[str, str], int] = {}
         self._slots_shown: set[str] = set()

@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from gateway import __version__
 from gateway.config import lan_sides_text
-from gateway.core.diagnose import GatewayView, GroupCheck, SlotView
+from gateway.core.broker.problems import GatewayView, GroupCheck, SlotView
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.slots import Slot
+from gateway.core.timestamps import iso
 from gateway.core.versions import HANDSHAKE_VERSIONS, STATELESS_VERSIONS
 from gateway.event_loop import running_loop_name
 
 if TYPE_CHECKING:
-    from gateway.core.gateway import Gateway
+    from gateway.core.broker.view import BrokerView
 
 PROVIDER_PATH = "/provider/<slot>"
 PROVIDERS_PATH = "/providers"
@@ -60,34 +60,26 @@ def insecure_lan_warning(open_sides: Sequence[str]) -> str:
     return f"INSECURE-LAN: listening on the network without {off}; anyone who can reach this address can {can}"
 
 
-def iso(timestamp: float | None) -> str | None:
-    """Unix time as ISO-8601 UTC with milliseconds, e.g. 2026-01-31T12:00:00.123Z."""
-    if timestamp is None:
-        return None
-    moment = datetime.fromtimestamp(timestamp, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
 def ws_url(http_url: str) -> str:
     return http_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
 
 
-def client_url(gateway: Gateway, slot: str) -> str:
+def client_url(gateway: BrokerView, slot: str) -> str:
     return f"{gateway.base_url()}/{quote(slot, safe='')}/mcp"
 
 
-def provider_url(gateway: Gateway, slot: str) -> str:
+def provider_url(gateway: BrokerView, slot: str) -> str:
     return f"{ws_url(gateway.base_url())}/provider/{quote(slot, safe='')}"
 
 
-def insecure_lan(gateway: Gateway) -> bool:
+def insecure_lan(gateway: BrokerView) -> bool:
     return gateway.config.lan_without_auth
 
 
 NO_CLIENT_AUTH: JsonObject = {"static_tokens": 0, "oauth": None, "hmac_keys": 0}
 
 
-def client_auth(gateway: Gateway) -> JsonObject:
+def client_auth(gateway: BrokerView) -> JsonObject:
     """Which client credentials the gateway accepts: counts and the OAuth issuer, never a secret."""
     return gateway.auth_posture() if gateway.auth_posture is not None else dict(NO_CLIENT_AUTH)
 
@@ -101,12 +93,12 @@ def authentication_modes(auth: JsonObject) -> str:
 MDNS_OFF: JsonObject = {"enabled": False, "state": "off"}
 
 
-def mdns_status(gateway: Gateway) -> JsonObject:
+def mdns_status(gateway: BrokerView) -> JsonObject:
     """What the gateway advertises on the local network ([mdns]): names, addresses, TXT keys; never a secret."""
     return gateway.discovery() if gateway.discovery is not None else dict(MDNS_OFF)
 
 
-def mqtt_status(gateway: Gateway) -> list[JsonObject]:
+def mqtt_status(gateway: BrokerView) -> list[JsonObject]:
     """Each MQTT broker connection ([[mqtt.brokers]]): state, subscriptions, dropped messages; never a secret."""
     return gateway.mqtt_status() if gateway.mqtt_status is not None else []
 
@@ -114,7 +106,7 @@ def mqtt_status(gateway: Gateway) -> list[JsonObject]:
 SERIAL_OFF: JsonObject = {"ports": [], "hotplug": {"enabled": False}}
 
 
-def serial_status(gateway: Gateway) -> JsonObject:
+def serial_status(gateway: BrokerView) -> JsonObject:
     """Each serial port ([serial]): state, slots, frames in and out, dropped frames by reason; and hot-plug."""
     return gateway.serial_status() if gateway.serial_status is not None else dict(SERIAL_OFF)
 
@@ -123,7 +115,7 @@ SERIAL_TRANSPORTS = frozenset({"serial"})
 MQTT_TRANSPORTS = frozenset({"mqtt", "mqtt-mcp"})
 
 
-def provider_way_in(gateway: Gateway, slot: Slot) -> tuple[str, str]:
+def provider_way_in(gateway: BrokerView, slot: Slot) -> tuple[str, str]:
     """How the slot's provider comes in, as (way, address) for provider_url and diagnosis's fix texts.
 
     ("upstream", its command or URL) for a configured stdio or remote upstream; ("serial", the port's
@@ -154,7 +146,7 @@ def slot_state(slot: Slot) -> str:
     return "ready" if session.ready else "initializing"
 
 
-def upstream_status(gateway: Gateway, slot: Slot) -> JsonObject | None:
+def upstream_status(gateway: BrokerView, slot: Slot) -> JsonObject | None:
     """What a configured upstream's manager (or, failing one, the live link) knows beyond the core.
 
     The manager answers whether or not a link is up, so a child that keeps crashing still shows its
@@ -170,11 +162,11 @@ def upstream_status(gateway: Gateway, slot: Slot) -> JsonObject | None:
     return None
 
 
-def client_sessions_of(gateway: Gateway, name: str) -> int:
+def client_sessions_of(gateway: BrokerView, name: str) -> int:
     return sum(1 for session in gateway.sessions.sessions.values() if session.target.name == name)
 
 
-def provider_status(gateway: Gateway, slot: Slot) -> JsonObject:
+def provider_status(gateway: BrokerView, slot: Slot) -> JsonObject:
     """Everything known about one slot and its provider; every key is present, null when unknown."""
     now = time.time()
     session = slot.live
@@ -231,7 +223,7 @@ def provider_status(gateway: Gateway, slot: Slot) -> JsonObject:
     return status
 
 
-def providers_list(gateway: Gateway) -> JsonObject:
+def providers_list(gateway: BrokerView) -> JsonObject:
     slots = gateway.registry.slots
     providers = [provider_status(gateway, slots[name]) for name in sorted(slots)]
     return {
@@ -241,7 +233,7 @@ def providers_list(gateway: Gateway) -> JsonObject:
     }
 
 
-def broker_info(gateway: Gateway) -> JsonObject:
+def broker_info(gateway: BrokerView) -> JsonObject:
     config = gateway.config
     now = time.time()
     slots = gateway.registry.slots.values()
@@ -320,7 +312,7 @@ def broker_info(gateway: Gateway) -> JsonObject:
     }
 
 
-def diagnosis_view(gateway: Gateway) -> GatewayView:
+def diagnosis_view(gateway: BrokerView) -> GatewayView:
     """The snapshot `diagnose` works on, taken now."""
     config = gateway.config
     now = time.time()

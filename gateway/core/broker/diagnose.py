@@ -1,0 +1,205 @@
+"""What is wrong with this gateway right now, as a list of named problems with evidence and a fix.
+
+Pure: a snapshot of the registry, the client sessions and the configuration in, problems out. The
+snapshot is taken by `gateway.core.broker.status`; `broker_diagnose`, `broker://diagnose` and the
+troubleshooting guide show the result. Every problem id is documented in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.core.broker.diagnose_links import mdns_problems, mqtt_problems, serial_problems
+from gateway.core.broker.diagnose_slots import slot_faults, slot_presence
+from gateway.core.broker.problems import SEVERITY_ORDER, GatewayView, Problem, near, provider_url, ws_base
+
+
+def _gateway_problems(view: GatewayView) -> list[Problem]:
+    problems: list[Problem] = []
+    if view.insecure_lan and not view.is_loopback:
+        problems.append(
+            Problem(
+                "security.insecure_lan",
+                "warning",
+                "The gateway listens on the network without client authentication (--insecure-lan)",
+                f"bound to {view.host} with insecure_lan = true and no [auth]; anyone who can reach {view.url} can "
+                "call every device",
+                "Configure client authentication ([auth] tokens, token_files or oauth; docs/security.md), or bind to "
+                '127.0.0.1 (host = "127.0.0.1") behind a reverse proxy that authenticates, or restrict the network '
+                "with a firewall; drop --insecure-lan once client and provider authentication are configured.",
+            )
+        )
+    if not view.is_loopback and view.provider_auth == "none":
+        problems.append(
+            Problem(
+                "security.providers_unauthenticated",
+                "warning",
+                "Any device on the network can publish a slot (provider authentication is off)",
+                f'bound to {view.host} with [providers.auth] mode = "none": whoever reaches '
+                f"{ws_base(view)}/provider/<slot> can claim a free slot and answer its clients' calls",
+                'Give each board a secret: set [providers.auth] mode = "identities" with one identity per device and '
+                'the slots it may publish (or mode = "shared" for a quick setup), and put the secret in the board\'s '
+                "provider_token (X-Provider-Token); see docs/security.md.",
+            )
+        )
+    if not view.is_loopback and view.static_tokens and not view.tls:
+        problems.append(
+            Problem(
+                "security.static_tokens_without_tls",
+                "warning",
+                "Static client tokens work only from this machine: the listener has no TLS",
+                f"bound to {view.host} with {view.static_tokens} static tokens and no [tls]; clients on other "
+                "machines get 401 not_tls (a token sent over plain HTTP could be read on the way)",
+                "Configure [tls] (mcp-gateway tls self-signed makes a certificate), replace any token already sent "
+                "over plain HTTP (mcp-gateway token create NAME --replace), or use OAuth access tokens.",
+            )
+        )
+    if not view.is_loopback and not view.public_url:
+        problems.append(
+            Problem(
+                "config.public_url_missing",
+                "info",
+                "Guides show a loopback URL because public_url is not set",
+                f"bound to {view.host}; guides and broker_info show {view.url}",
+                'Set public_url (e.g. "http://gateway.plant.lan:3000") so guides show the address boards and '
+                "clients on the network use.",
+            )
+        )
+    if not view.allowed_origins:
+        problems.append(
+            Problem(
+                "security.no_origins_configured",
+                "info",
+                "Browser-based clients are refused (no allowed origins)",
+                "allowed_origins is empty: requests with an Origin header get HTTP 403 origin_not_allowed; native "
+                "clients and boards (no Origin header) are not affected",
+                "To use a browser client (web console, browser Inspector), add its origin to allowed_origins, e.g. "
+                '["http://localhost:6274"].',
+            )
+        )
+    if near(view.sessions, view.max_sessions):
+        problems.append(
+            Problem(
+                "sessions.near_cap",
+                "error" if view.sessions >= view.max_sessions else "warning",
+                "Client sessions are close to their limit",
+                f"{view.sessions} of at most {view.max_sessions} session-era client sessions are held",
+                "Clients should end sessions with DELETE when done; lower limits.session_idle_timeout_s so idle "
+                "ones expire sooner, or raise limits.max_sessions.",
+            )
+        )
+    if near(view.subscriptions, view.max_subscriptions):
+        problems.append(
+            Problem(
+                "subscriptions.near_cap",
+                "error" if view.subscriptions >= view.max_subscriptions else "warning",
+                "Open subscriptions/listen streams are close to their limit",
+                f"{view.subscriptions} of at most {view.max_subscriptions} streams are open",
+                "Close streams that are no longer read, or raise limits.max_subscriptions.",
+            )
+        )
+    if near(len(view.slots), view.max_slots):
+        problems.append(
+            Problem(
+                "slots.near_cap",
+                "warning",
+                "The number of slots is close to its limit",
+                f"{len(view.slots)} of at most {view.max_slots} slots are tracked",
+                "Raise limits.max_slots, or set slots.only_declared = true so unknown names are refused.",
+            )
+        )
+    if not any(slot.connects for slot in view.slots):
+        problems.append(
+            Problem(
+                "providers.none",
+                "info",
+                "No provider has connected yet",
+                "no slot has had a provider since the gateway started",
+                f"Connect a board or server to {provider_url(view, '<slot>')} (one slot) or to "
+                f"{ws_base(view)}/providers (many slots); see broker_guide topic publish-provider.",
+            )
+        )
+    if not view.aggregate_members:
+        problems.append(
+            Problem(
+                "aggregate.empty",
+                "info",
+                "_all lists no tools: no provider has opted in",
+                "no ready provider registered with aggregate = true",
+                'A provider joins _all by sending {"jsonrpc":"2.0","method":"notifications/register",'
+                '"params":{"aggregate":true}} as its first frame (in an envelope on /providers).',
+            )
+        )
+    problems.extend(_group_problems(view))
+    problems.extend(mdns_problems(view))
+    problems.extend(mqtt_problems(view))
+    problems.extend(serial_problems(view))
+    return problems
+
+
+def _group_problems(view: GatewayView) -> list[Problem]:
+    """Enabled groups that serve nothing although providers are ready: most often a typo in the
+    group's slot patterns or tool prefixes, which would otherwise only show as an agent missing tools."""
+    ready = [slot.name for slot in view.slots if slot.state == "ready"]
+    if not ready:
+        return []
+    problems: list[Problem] = []
+    for group in view.groups:
+        if not group.members:
+            problems.append(
+                Problem(
+                    "group.no_members",
+                    "info",
+                    f'Tool group "{group.name}" has no members: /mcp/{group.name} lists no device tool',
+                    f"its slot patterns {', '.join(group.slot_patterns)} match none of the {len(ready)} ready "
+                    f"slots ({', '.join(ready[:10])}{', …' if len(ready) > 10 else ''})",
+                    f"Check slots under [groups.{group.name}] against providers_list (fnmatch patterns, "
+                    "case-sensitive), or connect the devices it is meant for.",
+                )
+            )
+        elif not group.tools:
+            problems.append(
+                Problem(
+                    "group.no_tools",
+                    "warning",
+                    f'Tool group "{group.name}" lists no tool although it has members',
+                    f"no tool of {', '.join(group.members[:10])} starts with one of its prefixes "
+                    f"{', '.join(group.prefixes)}",
+                    f"Check tools under [groups.{group.name}] against the tools the members list "
+                    "(prefixes are case-sensitive; guidance with topic groups shows them).",
+                )
+            )
+    return problems
+
+
+def diagnose(view: GatewayView, slot: str | None = None) -> list[Problem]:
+    """Every problem, worst first; with `slot`, only that slot's (a name never seen is itself a finding)."""
+    if slot is not None:
+        found = next((entry for entry in view.slots if entry.name == slot), None)
+        if found is None:
+            known = ", ".join(entry.name for entry in view.slots) or "none"
+            return [
+                Problem(
+                    "slot.unknown",
+                    "warning",
+                    f'No slot "{slot}" has been seen',
+                    f"no provider or client has used this name since the gateway started; known slots: {known}",
+                    f"Check the spelling against providers_list; a provider creates the slot by connecting to "
+                    f"{provider_url(view, slot)}.",
+                    slot,
+                )
+            ]
+        problems = slot_presence(view, found) + slot_faults(view, found)
+    else:
+        problems = _gateway_problems(view)
+        for entry in view.slots:
+            problems.extend(slot_presence(view, entry))
+            problems.extend(slot_faults(view, entry))
+    return sorted(problems, key=lambda p: (SEVERITY_ORDER[p.severity], p.slot or "", p.id))
+
+
+def worst(problems: Sequence[Problem]) -> str:
+    """'ok' when nothing is wrong, else the most severe level present."""
+    if not problems:
+        return "ok"
+    return min((p.severity for p in problems), key=lambda s: SEVERITY_ORDER[s])

@@ -1,0 +1,338 @@
+"""Problems of one slot: its provider missing (a board, a stdio or remote upstream) or failing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.core.broker.problems import NEAR_CAP, GatewayView, Problem, SlotView, bring_back, last_link, provider_url
+
+# -- slot problems ----------------------------------------------------------------------------
+
+
+def _stderr_evidence(upstream: Mapping[str, Any], lines: int = 5) -> str:
+    tail = [str(line) for line in upstream.get("stderr_tail") or []][-lines:]
+    return "last stderr lines: " + (" | ".join(tail) if tail else "(none)")
+
+
+def _stdio_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> list[Problem]:
+    """A stdio upstream is not a board: its absence is a child that exits, hangs or cannot start."""
+    name = slot.name
+    command = " ".join(str(part) for part in upstream.get("command") or [])
+    failures = int(upstream.get("failures_in_a_row") or 0)
+    last_exit = upstream.get("last_exit") or "none yet"
+    next_in = upstream.get("next_restart_in_s")
+    restart = f"; next start in {next_in:.1f}s" if isinstance(next_in, int | float) else ""
+    run_by_hand = (
+        f"Run the command by hand with the same working directory and environment to see it fail: {command}. "
+        "The child sees only PATH, HOME, LANG, LC_ALL, TZ, TMPDIR and the variables named in its env and "
+        f"env_passthrough (provider_status {name!r} lists them): a missing variable is a common cause. "
+        "An MCP stdio server must answer initialize on stdin/stdout and log only to stderr."
+    )
+    if upstream.get("crash_loop"):
+        return [
+            Problem(
+                "upstream.crash_loop",
+                "error",
+                f'The stdio upstream "{name}" keeps ending: {failures} times in a row',
+                f"last end: {last_exit}{restart} (back-off doubles up to restart_max_s "
+                f"{upstream.get('restart_max_s')}s); {_stderr_evidence(upstream)}",
+                run_by_hand,
+                name,
+            )
+        ]
+    if slot.connected:
+        return []
+    if upstream.get("last_exit_kind") == "startup_timeout":
+        return [
+            Problem(
+                "upstream.startup_timeout",
+                "error",
+                f'The stdio upstream "{name}" did not answer initialize and tools/list in time',
+                f"last end: {last_exit}{restart}; {_stderr_evidence(upstream)}",
+                f"The child must answer within startup_timeout_s ({upstream.get('startup_timeout_s')}s); raise it "
+                f"for a slow starter (a package manager fetching on first run). {run_by_hand}",
+                name,
+            )
+        ]
+    if upstream.get("state") == "starting" and not upstream.get("last_exit"):
+        return [
+            Problem(
+                "upstream.starting",
+                "info",
+                f'The stdio upstream "{name}" is starting',
+                f"pid {upstream.get('pid')}; it has startup_timeout_s ({upstream.get('startup_timeout_s')}s) "
+                "to answer initialize and tools/list",
+                "Wait; clients get 'Provider \"" + name + "\" not connected' until it is ready.",
+                name,
+            )
+        ]
+    return [
+        Problem(
+            "upstream.down",
+            "warning",
+            f'The stdio upstream "{name}" is not serving',
+            f"state {upstream.get('state')}; last end: {last_exit}{restart}; {_stderr_evidence(upstream)}",
+            f"The gateway restarts it on its own. If it keeps ending: {run_by_hand}",
+            name,
+        )
+    ]
+
+
+def _remote_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> list[Problem]:
+    """A remote upstream is reached by the gateway: its absence is a server it cannot reach or that refuses it."""
+    name = slot.name
+    url = upstream.get("url")
+    state = upstream.get("state")
+    failures = int(upstream.get("failures_in_a_row") or 0)
+    next_in = upstream.get("next_attempt_in_s")
+    retry = f"; next attempt in {next_in:.1f}s" if isinstance(next_in, int | float) else ""
+    evidence = (
+        f"{url}: {upstream.get('last_error') or 'no error recorded'}{retry}; {failures} failed attempt(s) in a row"
+    )
+    waiting = (
+        f"Clients get 'Provider \"{name}\" not connected' until it succeeds; the gateway keeps trying with back-off."
+    )
+    if state == "auth_failed":
+        credential = (upstream.get("credential") or {}).get("kind", "none")
+        if credential == "oauth client credentials":
+            fix = (
+                "Check client_id and client_secret with the authorization server's administrator, the token_url, "
+                "scope and audience under oauth_client_credentials, and that the server accepts tokens from it."
+            )
+        elif credential == "none":
+            fix = (
+                "The server requires a credential: configure secret (with header_name), headers_file or "
+                "oauth_client_credentials."
+            )
+        else:
+            fix = (
+                "Replace the secret (the file or environment variable named by secret, or headers_file) with one the "
+                "server accepts, check header_name, and restart the gateway (secrets are read at start)."
+            )
+        return [
+            Problem(
+                "upstream.auth_failed",
+                "error",
+                f'The remote upstream "{name}" refuses the gateway\'s credentials ({credential})',
+                evidence,
+                f"{fix} {waiting}",
+                name,
+            )
+        ]
+    if state in ("unreachable", "incompatible", "refused"):
+        return [
+            Problem(
+                "upstream.unreachable",
+                "error",
+                f'The remote upstream "{name}" cannot be reached',
+                evidence,
+                "Check the URL (provider_status shows it), that the server runs and listens there, DNS and firewalls, "
+                "TLS (ca_file for a private CA), and that it speaks MCP over the configured transport "
+                f"({upstream.get('transport')}). {waiting}",
+                name,
+            )
+        ]
+    if slot.connected:
+        return []
+    if state == "connecting" and not failures:
+        return [
+            Problem(
+                "upstream.connecting",
+                "info",
+                f'The remote upstream "{name}" is being connected',
+                f"{url}: attempt {upstream.get('attempts')}",
+                f"Wait a moment. {waiting}",
+                name,
+            )
+        ]
+    return [
+        Problem(
+            "upstream.down",
+            "warning",
+            f'The remote upstream "{name}" is not serving',
+            f"state {state}; {evidence}",
+            f"The gateway connects again on its own. {waiting}",
+            name,
+        )
+    ]
+
+
+def _upstream_presence(view: GatewayView, slot: SlotView) -> list[Problem] | None:
+    """Problems of a configured upstream's slot, or None when the slot is not one (or of a kind not known here)."""
+    upstream = slot.upstream
+    if upstream is None:
+        return None
+    if upstream.get("kind") == "stdio":
+        return _stdio_upstream_presence(slot, upstream)
+    if upstream.get("kind") == "remote":
+        return _remote_upstream_presence(slot, upstream)
+    return None
+
+
+def slot_presence(view: GatewayView, slot: SlotView) -> list[Problem]:
+    upstream = _upstream_presence(view, slot)
+    if upstream is not None:
+        return upstream
+    if slot.connected:
+        return []
+    if slot.last_error.startswith("initialize failed"):
+        return [
+            Problem(
+                "provider.initialize_failed",
+                "error",
+                f'The provider for "{slot.name}" connected but did not complete initialize and tools/list',
+                f"{slot.last_error}; {last_link(slot)}",
+                "The provider must answer initialize, then tools/list, within "
+                f"providers.initialize_timeout_ms ({view.initialize_timeout_ms} ms). Check the device's log for "
+                "the failure; raise providers.initialize_timeout_ms for a slow board.",
+                slot.name,
+            )
+        ]
+    if slot.declared:
+        return [
+            Problem(
+                "slot.disconnected",
+                "error",
+                f'Declared slot "{slot.name}" has no provider',
+                f"declared under [slots.declared]; {last_link(slot)}",
+                f"{bring_back(view, slot)} Clients of this slot get 'Provider \"{slot.name}\" not connected' "
+                "until then.",
+                slot.name,
+            )
+        ]
+    if slot.connects:
+        return [
+            Problem(
+                "slot.disconnected",
+                "warning",
+                f'Slot "{slot.name}" lost its provider',
+                f"{last_link(slot)}; it had {slot.connects} connection(s) since start",
+                f"{bring_back(view, slot)} If it should always be there, declare it under [slots.declared] so "
+                "its absence is an error.",
+                slot.name,
+            )
+        ]
+    return [
+        Problem(
+            "slot.never_connected",
+            "warning",
+            f'Clients asked for slot "{slot.name}" but no provider ever connected to it',
+            "the name was referenced by a client request; no provider has used it since the gateway started",
+            f"Check the spelling against providers_list; or connect a provider to {provider_url(view, slot.name)}.",
+            slot.name,
+        )
+    ]
+
+
+def slot_faults(view: GatewayView, slot: SlotView) -> list[Problem]:
+    problems: list[Problem] = []
+    counters = slot.counters
+    misses = counters.get("heartbeat_misses", 0)
+    if misses:
+        problems.append(
+            Problem(
+                "provider.heartbeat_misses",
+                "warning",
+                f'The provider for "{slot.name}" missed heartbeats and was dropped',
+                f"{misses} missed heartbeat(s) at an interval of {view.heartbeat_interval_s:g}s since start; "
+                f"{slot.connects} connection(s); {last_link(slot)}",
+                "The provider must answer WebSocket pings (or JSON-RPC ping) within one heartbeat interval. "
+                "Check Wi-Fi signal and power; a board that blocks its loop for long (sensor reads, flash writes) "
+                "needs to service the socket; raise providers.heartbeat_interval_s for sleepy devices.",
+                slot.name,
+            )
+        )
+    unparsable = counters.get("unparsable", 0)
+    if unparsable:
+        problems.append(
+            Problem(
+                "provider.unparsable_messages",
+                "warning",
+                f'The provider for "{slot.name}" sent messages that are not JSON-RPC',
+                f"{unparsable} unparsable message(s) since start (each was dropped; the first one is in the log)",
+                "The child prints text on stdout, where only JSON-RPC lines belong: log to stderr instead (the "
+                "latest such lines are in provider_status upstream.stdout_not_jsonrpc_tail)."
+                if slot.transport == "stdio" or (slot.upstream or {}).get("kind") == "stdio"
+                else "Send exactly one JSON-RPC 2.0 object per WebSocket text frame (wrapped in an envelope on "
+                "/providers); keep debug prints and log text off the link.",
+                slot.name,
+            )
+        )
+    unmatched = counters.get("unmatched_responses", 0)
+    if unmatched:
+        if slot.id_style == "numeric":
+            hint = (
+                "This slot sends integer ids; echo them as integers. If the provider expects brk-<n> strings, "
+                'remove id_style = "numeric" for it.'
+            )
+        else:
+            hint = (
+                'This slot sends string ids like "brk-7" and the answer must carry exactly that string. A board '
+                'that parses ids as numbers needs integer ids: set id_style = "numeric" under '
+                f'[slots.declared.{slot.name}] or send hello {{"ids": "numeric"}} in its register frame.'
+            )
+        problems.append(
+            Problem(
+                "provider.unmatched_responses",
+                "warning",
+                f'The provider for "{slot.name}" answered requests nobody waits for',
+                f"{unmatched} response(s) with an unknown id since start (id style {slot.id_style}); "
+                "late answers after a deadline count here too",
+                hint,
+                slot.name,
+            )
+        )
+    violations = counters.get("protocol_violations", 0)
+    if violations:
+        problems.append(
+            Problem(
+                "provider.protocol_violations",
+                "warning",
+                f'The provider for "{slot.name}" sent JSON-RPC batches',
+                f"{violations} batch(es) since start; batches are not relayed",
+                "Send one JSON-RPC message per frame (batches were removed from MCP in 2025-06-18).",
+                slot.name,
+            )
+        )
+    deadlines = counters.get("deadlines", 0)
+    if deadlines:
+        problems.append(
+            Problem(
+                "provider.deadlines",
+                "warning",
+                f'Requests to "{slot.name}" ran past their deadline',
+                f"{deadlines} request(s) got no answer within their deadline since start "
+                f"(slot default {slot.request_timeout_ms} ms)",
+                "The provider is slow or drops requests. Check it answers every request id once; for tools that "
+                f"legitimately take long set tool_timeouts_ms under [slots.declared.{slot.name}], or raise its "
+                "request_timeout_ms.",
+                slot.name,
+            )
+        )
+    if slot.connected and slot.max_pending and slot.pending >= slot.max_pending * NEAR_CAP:
+        full = slot.pending >= slot.max_pending
+        problems.append(
+            Problem(
+                "provider.pending_high",
+                "error" if full else "warning",
+                f'Requests to "{slot.name}" are piling up',
+                f"{slot.pending} of at most {slot.max_pending} requests in flight"
+                + ("; new requests are refused" if full else ""),
+                "The provider answers slower than clients call it. Find the slow tool with provider_status and "
+                "the latency histogram in /metrics; reduce client concurrency or raise limits.max_pending_per_slot.",
+                slot.name,
+            )
+        )
+    if slot.connected and slot.last_error:
+        problems.append(
+            Problem(
+                "provider.error",
+                "warning",
+                f'The provider for "{slot.name}" reported a failure',
+                slot.last_error,
+                "See the gateway log for this slot; the provider keeps serving its previous tool list meanwhile.",
+                slot.name,
+            )
+        )
+    return problems

@@ -1,0 +1,50 @@
+"""Who asks, in which era, and where request-tied notifications go: what every way in hands the core
+with each request, and every target and relay reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from gateway.core.input_required import InputRequired
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.principal import ANONYMOUS, Principal
+from gateway.core.provider_state import NotificationSink
+from gateway.core.relay import ClientRequester
+from gateway.core.upstream_state import level_rank
+
+SESSION = "session"
+STATELESS = "stateless"
+
+
+@dataclass
+class ClientContext:
+    """Who asks, in which era, and where request-tied notifications go."""
+
+    era: str
+    protocol_version: str
+    listener: Hashable | None = None  # the session (or stream) that owns upstream state
+    sink: NotificationSink | None = None
+    log_level: str | None = None  # stateless era: the per-request opt-in
+    principal: Principal = ANONYMOUS
+    client_capabilities: JsonObject = field(default_factory=dict)
+    client_info: JsonObject = field(default_factory=dict)
+    """Session era: the clientInfo of the client's initialize (a 2026-07-28 provider gets it in the
+    envelope of each of this client's requests); a stateless-era request carries its own."""
+    on_pending: Callable[[int], None] | None = None
+    requester: ClientRequester | None = None
+    """Session era: sends a request to this client on this request's stream and awaits the answer
+    (sampling, elicitation, roots from the provider); None when the way in cannot carry one."""
+    input_required: InputRequired | None = None
+    """Stateless era: the gateway's held calls, for translating a provider's requests towards the
+    client into input_required results; None when the way in offers no such translation."""
+
+    def emit(self, message: JsonObject) -> None:
+        """Deliver a request-tied notification, honouring the era's logging rule."""
+        if self.sink is None:
+            return
+        if message.get("method") == "notifications/message" and self.era == STATELESS:
+            params = message.get("params") or {}
+            if self.log_level is None or level_rank(params.get("level")) < level_rank(self.log_level):
+                return
+        self.sink(message)

@@ -1,0 +1,198 @@
+"""Requests a provider sends towards a client (sampling, elicitation, roots): each is attributed to
+the client request it belongs to, relayed to that client, and answered under the provider's own id.
+
+A provider's ping is answered here too; any other method is refused. A relayed request ends with the
+client request it belongs to, and the provider hears why at once (docs/protocol-clients.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from gateway.core import errors, jsonrpc
+from gateway.core.jsonrpc import JsonId, JsonObject
+from gateway.core.provider_state import Pending, Relayed, SessionCounters, is_gateway_id
+from gateway.core.relay import (
+    RELATED_REQUEST_KEY,
+    RELAYED_METHODS,
+    CallRefused,
+    RelayMetrics,
+    RequestRelay,
+    outcome_of,
+    refusal,
+)
+
+
+class RelayingSession(Protocol):
+    """What the relay needs of its provider session (gateway/core/provider_session.py)."""
+
+    @property
+    def slot(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def pending(self) -> Mapping[JsonId, Pending]: ...
+
+    @property
+    def counters(self) -> SessionCounters: ...
+
+    async def send_message(self, message: JsonObject) -> None: ...
+
+    def fail_request(self, owner: Pending, error: errors.RpcError) -> None:
+        """End the client request `owner` with `error` now; its provider call is cancelled upstream."""
+        ...
+
+
+class ProviderRequests:
+    """One provider session's requests towards clients, from arrival to answer."""
+
+    def __init__(self, session: RelayingSession) -> None:
+        self.session = session
+        self.relayed: dict[JsonId, Relayed] = {}
+        self.metrics: RelayMetrics | None = None
+        """Set by the slot registry: counts relayed requests (mcpgw_relay_requests, mcpgw_relay_in_flight)."""
+        self._answers: set[asyncio.Task[None]] = set()
+
+    def end_relays(self, owner: Pending, why: str) -> None:
+        """The client request `owner` ended: its relayed requests end too, and the provider gets `why`
+        for each at once (before the cancel of the request they belong to, which goes out next)."""
+        if not self.relayed:
+            return
+        for request_id, record in self.relayed.items():
+            if record.owner is owner and not record.task.done():
+                record.ended = "client_gone" if why == "client disconnected" else "ended"
+                record.task.cancel()
+                if self.session.state != "closed":
+                    reply = jsonrpc.error_response(request_id, jsonrpc.UNAVAILABLE, why, {"reason": record.ended})
+                    self.answer(reply)
+
+    def cancel_all(self) -> None:
+        """The link is gone: nobody is left to answer."""
+        for record in self.relayed.values():
+            record.task.cancel()
+
+    def on_request(self, body: JsonObject) -> None:
+        """A request from the provider: ping is answered here, a request towards a client is relayed to
+        the client request it belongs to, anything else is refused under the provider's id."""
+        method = body["method"]
+        request_id = body["id"]
+        if method == "ping":
+            reply = jsonrpc.result_response(request_id, {})
+        elif method not in RELAYED_METHODS:
+            reply = jsonrpc.error_response(
+                request_id,
+                jsonrpc.METHOD_NOT_FOUND,
+                f"Method not found: the gateway does not relay {method} from providers",
+            )
+        elif request_id in self.relayed:
+            self.session.counters.protocol_violations += 1
+            reply = jsonrpc.error_response(
+                request_id,
+                jsonrpc.INVALID_REQUEST,
+                f"Request id {request_id!r} is already in use by a request of yours the gateway is relaying",
+            )
+        else:
+            params = body.get("params")
+            params = params if isinstance(params, dict) else None
+            owner = self.attribute(method, params)
+            if isinstance(owner, errors.RpcError):
+                self._count_relay(method, outcome_of(owner))
+                reply = owner.response(request_id)
+            else:
+                assert owner.relay is not None
+                task = asyncio.get_running_loop().create_task(
+                    self._relay(request_id, owner.relay, method, params), name=f"relay {method} for {self.session.slot}"
+                )
+                self.relayed[request_id] = Relayed(task, owner)
+                return
+        self.answer(reply)
+
+    def answer(self, reply: JsonObject) -> None:
+        """Send an answer to a request of the provider without waiting for the send."""
+        task = asyncio.get_running_loop().create_task(self._reply(reply))
+        self._answers.add(task)
+        task.add_done_callback(self._answers.discard)
+
+    def attribute(self, method: str, params: JsonObject | None) -> Pending | errors.RpcError:
+        """The client request a provider request belongs to (docs/protocol.md): the one it names in
+        _meta, else the only client request pending, else the only one whose client is waiting."""
+        meta = params.get("_meta") if params is not None else None
+        if isinstance(meta, dict) and RELATED_REQUEST_KEY in meta:
+            related = meta[RELATED_REQUEST_KEY]
+            entry = self.session.pending.get(related) if is_gateway_id(related) else None
+            if entry is None or entry.relay is None:
+                return refusal(method, f"the request it names ({related!r}) is not a pending client request", "ended")
+            return entry
+        clients = [entry for entry in self.session.pending.values() if entry.relay is not None]
+        if len(clients) == 1:
+            return clients[0]
+        waiting = [entry for entry in clients if entry.relay is not None and entry.relay.waiting]
+        if len(waiting) == 1:
+            return waiting[0]
+        if not clients:
+            why = "no client request is pending on this provider"
+        else:
+            why = (
+                f"{len(waiting)} client requests are pending and the request does not name one "
+                f"(_meta {RELATED_REQUEST_KEY!r})"
+            )
+        return refusal(method, why, "unattributed")
+
+    async def _relay(self, request_id: JsonId, relay: RequestRelay, method: str, params: JsonObject | None) -> None:
+        """Relay one provider request and send the provider the answer under its own id."""
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.started()
+        reply: JsonObject | None = None
+        try:
+            result = await relay.relay(method, params)
+            reply = jsonrpc.result_response(request_id, result)
+            outcome = "answered"
+        except CallRefused as exc:
+            # The caller cannot be asked this, and its era says so by failing its request: the
+            # provider is told no (and its call cancelled); the caller gets exc.to_caller.
+            reply = exc.response(request_id)
+            outcome = outcome_of(exc)
+            record = self.relayed.pop(request_id, None)  # first: ending its owner must not end it too
+            if record is not None:
+                self.session.fail_request(record.owner, exc.to_caller)
+        except errors.RpcError as exc:
+            reply = exc.response(request_id)
+            outcome = outcome_of(exc)
+        except asyncio.CancelledError:
+            # The provider cancelled it, the link is gone, or the request it belongs to ended (and
+            # end_relays answered the provider already).
+            record = self.relayed.get(request_id)
+            outcome = record.ended if record is not None and record.ended else "cancelled"
+        finally:
+            self.relayed.pop(request_id, None)
+            if metrics is not None:
+                metrics.finished()
+        self._count_relay(method, outcome)
+        if reply is not None and self.session.state != "closed":
+            await self._reply(reply)
+
+    def provider_cancelled(self, request_id: Any) -> None:
+        record = self.relayed.get(request_id) if is_gateway_id(request_id) else None
+        if record is not None:
+            record.task.cancel()  # no answer goes back: the provider gave it up
+
+    def _count_relay(self, method: str, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.counted(method, outcome)
+
+    async def _reply(self, reply: JsonObject) -> None:
+        try:
+            await self.session.send_message(reply)
+        except errors.RpcError as exc:
+            # An answer too large for the link: the provider gets the reason under its id instead of
+            # waiting for an answer that never comes.
+            refused = isinstance(exc.data, dict) and exc.data.get("reason") == "message_refused"
+            if refused and "id" in reply and self.session.state != "closed":
+                with contextlib.suppress(errors.RpcError):
+                    await self.session.send_message(exc.response(reply["id"]))

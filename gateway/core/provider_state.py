@@ -1,0 +1,93 @@
+"""What a provider session is made of: its settings, the requests it has pending or is relaying,
+and its counters (plain data, shared by the session and the relay of its requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+from gateway.core.jsonrpc import JsonId, JsonObject
+from gateway.core.relay import (
+    RequestRelay,
+)
+
+NO_DEADLINE = 0
+"""`request(timeout_ms=NO_DEADLINE)`: a request that stays open until answered or cancelled (listen)."""
+
+NotificationSink = Callable[[JsonObject], None]
+"""Receives a notification (already rewritten for the client) on the stream of one request."""
+
+
+def is_gateway_id(value: Any) -> TypeGuard[JsonId]:
+    """Could `value` be one of our request ids? Guards the pending table against lookups by true
+    (equal to 1 in Python, so it would match request 1) and by unhashable JSON (a TypeError)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    request_timeout_ms: int = 60_000
+    tool_timeouts_ms: dict[str, int] = field(default_factory=dict)
+    initialize_timeout_ms: int = 10_000
+    max_pending: int = 256
+    numeric_ids: bool = False
+    max_tools_pages: int = 64
+    register_wait_ms: int = 0
+    """How long initialize waits for the link's first frame, which may be a register frame whose hello
+    decides the ids (a dedicated WebSocket); 0 where the register frame, if any, came before the attach."""
+    era: str = "auto"
+    """auto: ask `server/discover` first and speak 2026-07-28 to a provider that answers it, else the
+    session era; session: `initialize` only (gateway/core/eras.py)."""
+    tools_poll_s: float = 0.0
+    """A 2026-07-28 provider without `subscriptions/listen` has its tools listed again this often (0: never)."""
+    max_input_rounds: int = 16
+    """A session-era caller of a 2026-07-28 provider: input_required rounds the gateway answers for it, at most."""
+    max_json_depth: int = 64
+    """Deepest nesting of objects and arrays the provider's messages may have (limits.max_json_depth)."""
+
+    def timeout_for(self, method: str, params: JsonObject | None) -> int:
+        if method == "tools/call" and params is not None:
+            tool = params.get("name")
+            if isinstance(tool, str) and tool in self.tool_timeouts_ms:
+                return self.tool_timeouts_ms[tool]
+        return self.request_timeout_ms
+
+
+@dataclass(slots=True)
+class Pending:
+    request_id: JsonId
+    future: asyncio.Future[JsonObject]
+    method: str
+    started: float
+    timeout_ms: int
+    sink: NotificationSink | None = None
+    client_progress_token: Any = None
+    relay: RequestRelay | None = None
+    """What to do with the provider's requests towards the client of this request; None for the
+    gateway's own requests (initialize, tools/list, heartbeats, replays)."""
+
+
+@dataclass(slots=True)
+class Relayed:
+    """A provider request being relayed to a client, under the provider's own id."""
+
+    task: asyncio.Task[None]
+    owner: Pending
+    """The client request it belongs to."""
+    ended: str = ""
+    """Set when the request it belongs to ended first (and the provider got its error): the outcome."""
+
+
+@dataclass
+class SessionCounters:
+    requests: int = 0
+    errors: int = 0
+    deadlines: int = 0
+    unparsable: int = 0
+    unmatched_responses: int = 0
+    protocol_violations: int = 0
+    heartbeat_misses: int = 0
+    notifications: int = 0
