@@ -30,7 +30,7 @@ from aiohttp import WSMsgType, web
 
 from gateway import event_loop
 from gateway.core import eras
-from gateway.northbound.http_io import JSON_TYPE
+from gateway.http_answers import JSON_TYPE
 
 
 class Provider:

@@ -15,7 +15,8 @@ from gateway.core import jsonrpc
 from gateway.core.groups.views import is_bridge_path
 from gateway.core.principal import ANONYMOUS
 from gateway.core.routing import SlotTarget, Target
-from gateway.northbound.http_io import Admission, Refusal, http_error
+from gateway.http_answers import http_error
+from gateway.northbound.http_io import Admission, Refusal
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.rate_limit import RateLimiter
 from gateway.policy.request_principal import PRINCIPAL_KEY, request_principal

@@ -14,7 +14,7 @@ aiohttp bounds header sizes and closes a keep-alive connection idle for `keepali
 
 A connection's request being answered, and an open stream (SSE, WebSocket), are never idle: aiohttp's
 idle timer and the header deadline run only while the connection waits for a request. Bodies keep to
-their pace in gateway/northbound/body.py. The handler reads aiohttp's `_waiter` (pending while the
+their pace in gateway/policy/request_body.py. The handler reads aiohttp's `_waiter` (pending while the
 connection waits for a request), `_request_count` (requests parsed) and replaces `_request_handler`
 for a refused connection; tests/integration/test_connection_limits.py fails if aiohttp changes them.
 """

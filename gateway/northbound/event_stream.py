@@ -9,7 +9,7 @@ from aiohttp import web
 
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.streams import MessageQueue
-from gateway.northbound.http_io import encode_refused
+from gateway.http_answers import encode_refused
 from gateway.telemetry.metrics import Metrics
 
 SSE_HEADERS = {

@@ -15,7 +15,7 @@ from gateway.core.gateway import Gateway
 from gateway.core.groups.views import BRIDGE_PATH, GROUPS_PATH, SERVERS_PATH, SLOT_SEGMENTS
 from gateway.core.names import decode_path_segment
 from gateway.core.routing import Target
-from gateway.northbound.http_io import http_error, json_response
+from gateway.http_answers import http_error, json_response
 from gateway.northbound.streamable_http import StreamableHttpEndpoint
 from gateway.northbound.websocket import ClientWebSockets, is_upgrade
 from gateway.policy.request_principal import request_principal

@@ -9,21 +9,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-import orjson
 from aiohttp import web
 
 from gateway.config import LimitsConfig
 from gateway.core import jsonrpc
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.routing import Target
-from gateway.northbound.body import read_body
+from gateway.http_answers import http_error, json_response, rpc_error
+from gateway.policy.request_body import read_body
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.northbound")
 
-JSON_TYPE = "application/json"
 WELL_KNOWN_SEGMENT = ".well-known"
 """Paths under /.well-known/ are metadata documents that client authentication lets through
 (gateway/policy/client_auth.py), so no client way in serves a slot from one."""
@@ -32,49 +30,6 @@ NO_SUCH_ENDPOINT = (
     "GET /<slot>/sse (legacy HTTP+SSE) or a WebSocket upgrade at /<slot>; providers use /provider/<slot> "
     "or /providers."
 )
-
-
-_unencodable_warned: set[str] = set()
-
-
-def _warn_unencodable(kind: str, exc: Exception) -> None:
-    # Everything that enters is bounded (limits.max_json_depth): only a fault of the gateway's own
-    # gets here, so once per kind in the process is enough to report it.
-    if kind not in _unencodable_warned:
-        _unencodable_warned.add(kind)
-        log.error("could not encode a client's %s as JSON (%s); further ones are not logged", kind, exc)
-
-
-def _error_instead(message: Any, exc: Exception) -> bytes:
-    _warn_unencodable("answer", exc)
-    return orjson.dumps(jsonrpc.unencodable_answer(message, str(exc)))
-
-
-def encode_refused(message: Any, exc: Exception) -> bytes | None:
-    """What a client stream carries instead of `message`, which the JSON encoder refused: an answer's
-    -32603 error, or None for a notification or request (it has a method), which is dropped, so one
-    message never ends the stream. The stream writing it counts the drop."""
-    if isinstance(message, dict) and "method" in message:
-        _warn_unencodable("notification or request", exc)
-        return None
-    return _error_instead(message, exc)
-
-
-def json_response(message: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    try:
-        body = orjson.dumps(message)
-    except orjson.JSONEncodeError as exc:
-        body = _error_instead(message, exc)  # an answer or a body of the gateway's own: never a 500
-    # aiohttp copies `headers` into the response's own header map: no copy of ours is needed.
-    return web.Response(body=body, status=status, content_type=JSON_TYPE, headers=headers or None)
-
-
-def rpc_error(status: int, code: int, message: str, request_id: Any = None, data: Any = None) -> web.Response:
-    return json_response(jsonrpc.error_response(request_id, code, message, data), status=status)
-
-
-def http_error(status: int, error: str, description: str) -> web.Response:
-    return json_response({"error": error, "error_description": description}, status=status)
 
 
 @dataclass(frozen=True)
@@ -113,7 +68,7 @@ async def read_message(
             f"Request body is {length} bytes; the limit is {limits.max_body_bytes} (limits.max_body_bytes)",
         )
     try:
-        # Within its pace too: a body that stalls or drips raises BodyTooSlow, a 408 (gateway/northbound/body.py).
+        # Within its pace too: a body that stalls or drips raises BodyTooSlow, a 408 (gateway/policy/request_body.py).
         body = await read_body(request, limits.connections, metrics)
     except web.HTTPRequestEntityTooLarge:
         metrics.limit_hit("max_body_bytes")

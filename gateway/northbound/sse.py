@@ -32,9 +32,10 @@ from gateway.core.names import SlotNameError, decode_path_segment
 from gateway.core.routing import Target
 from gateway.core.slots import SlotRefused
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION
+from gateway.http_answers import http_error, rpc_error
 from gateway.northbound import event_stream, http_io, session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
-from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal, http_error, rpc_error
+from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
 from gateway.northbound.streamable_http import accepts
 from gateway.policy.request_principal import request_principal
 

@@ -32,17 +32,9 @@ from gateway.core.slots import SlotRefused
 from gateway.core.stateless import Rejection
 from gateway.core.streams import MessageQueue
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS, STATELESS_VERSIONS, is_known
+from gateway.http_answers import JSON_TYPE, http_error, json_response, rpc_error
 from gateway.northbound import event_stream, http_io, session_era
-from gateway.northbound.http_io import (
-    JSON_TYPE,
-    NO_SUCH_ENDPOINT,
-    WELL_KNOWN_SEGMENT,
-    Admission,
-    Refusal,
-    http_error,
-    json_response,
-    rpc_error,
-)
+from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
 from gateway.policy.caller_pending import CallerPending, caller_key
 from gateway.policy.request_principal import request_principal
 from gateway.telemetry.metrics import Metrics

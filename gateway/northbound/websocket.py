@@ -36,9 +36,10 @@ from gateway.core.names import SlotNameError, decode_path_segment
 from gateway.core.routing import Target
 from gateway.core.slots import SlotRefused
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION
+from gateway.http_answers import encode_refused, http_error
 from gateway.northbound import session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
-from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal, encode_refused, http_error
+from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal
 from gateway.policy.request_principal import request_principal
 from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big
 

@@ -33,7 +33,7 @@ from gateway.core.gateway import Gateway
 from gateway.core.groups.views import BRIDGE_PATH, BRIDGE_TARGET, is_bridge_path
 from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name, decode_path_segment
 from gateway.core.principal import Principal
-from gateway.northbound.streamable_http import http_error, json_response
+from gateway.http_answers import http_error, json_response
 from gateway.policy.hmac_auth import HmacVerifier
 from gateway.policy.oauth import OAuthVerifier, protected_resource_metadata
 from gateway.policy.request_principal import PRINCIPAL_KEY

@@ -1,7 +1,7 @@
 """Connection bounds as pure bookkeeping: who may hold one more connection, and how late a body is.
 
 The listener (gateway/listener.py) asks `ConnectionLimiter.open` as each connection arrives and calls
-`close` as it ends; the body reader (gateway/northbound/body.py) asks `BodyPace` whether a body is
+`close` as it ends; the body reader (gateway/policy/request_body.py) asks `BodyPace` whether a body is
 behind. Neither touches a socket or a clock of its own, so every rule is a plain unit test.
 """
 

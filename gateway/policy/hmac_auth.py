@@ -15,8 +15,8 @@ from aiohttp import web
 
 from gateway.config import ConnectionLimitsConfig, GatewayConfig
 from gateway.core.principal import Principal
-from gateway.northbound.body import read_body
 from gateway.policy.hmac_signing import SignatureChecker, SigningKey
+from gateway.policy.request_body import read_body
 from gateway.policy.verifier import AuthFailure, Endpoint
 from gateway.telemetry.metrics import Metrics
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 
-from gateway.northbound import event_stream, http_io
+from gateway import http_answers as http_io
+from gateway.northbound import event_stream
 
 
 def deeper_than_orjson_writes() -> Any:

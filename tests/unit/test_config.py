@@ -1,4 +1,4 @@
-"""Configuration (gateway/config.py): defaults < TOML file < MCP_GATEWAY_* environment < flags, failing closed."""
+"""Configuration (gateway/config/): defaults < TOML file < MCP_GATEWAY_* environment < flags, failing closed."""
 
 from __future__ import annotations
 

@@ -1,0 +1,215 @@
+"""[auth]: client authentication (applied by gateway/policy/client_auth.py): tokens, OAuth, signed requests, scopes."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
+
+from gateway.config.base import PositiveFloat, PositiveInt, Section, is_loopback_host, masked_url
+from gateway.config.credentials import read_secret
+
+PrincipalName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]*$")]
+"""A caller's name as logs and broker_info show it: letters, digits and . _ @ : + - (at most 64)."""
+Scope = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[\x21\x23-\x5b\x5d-\x7e]+$")]
+"""An OAuth scope token (RFC 6749 §3.3): printable ASCII without space, double quote or backslash."""
+
+BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+"""RFC 6750 §2.1 b64token: the only characters a bearer token can carry."""
+
+ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+"""JWT signature algorithms [auth.oauth] accepts: public-key ones only (the gateway holds no signing secret)."""
+
+
+def check_sha256_hex(value: str, what: str) -> str:
+    digest = value.strip().lower()
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"{what}: sha256 must be 64 hex digits (the SHA-256 of the token, e.g. from sha256sum)")
+    return digest
+
+
+class ClientTokenConfig(Section):
+    """One static client token ([[auth.tokens]]): the caller it stands for, its scopes, its value or hash."""
+
+    name: PrincipalName
+    scopes: list[Scope] = Field(default_factory=list)
+    sha256: SecretStr | None = None
+    """Hex SHA-256 of the token, so the configuration does not hold the token itself."""
+    env: str | None = None
+    """Name of an environment variable that holds the token itself."""
+    file: str | None = None
+    """A file that holds the token itself."""
+    _digest: str = PrivateAttr(default="")
+
+    @model_validator(mode="after")
+    def _load(self) -> ClientTokenConfig:
+        what = f"auth.tokens {self.name!r}"
+        if self.sha256 is not None:
+            if self.env is not None or self.file is not None:
+                raise ValueError(f"{what}: give exactly one of sha256, env or file")
+            self._digest = check_sha256_hex(self.sha256.get_secret_value(), what)
+            self.sha256 = SecretStr(self._digest)
+        else:
+            # Read now, so a missing variable or file stops the gateway before it listens.
+            secret = read_secret(self.env, self.file, what).get_secret_value()
+            if not BEARER_TOKEN.fullmatch(secret):
+                # Such a token could never be sent: the gateway refuses it as malformed on every request.
+                raise ValueError(
+                    f"{what}: the token may contain only A-Z a-z 0-9 - . _ ~ + / (and = at the end), the characters "
+                    "a bearer token can carry (RFC 6750); make one with `mcp-gateway token create`"
+                )
+            self._digest = hashlib.sha256(secret.encode("utf-8")).hexdigest()
+        return self
+
+    @property
+    def digest(self) -> str:
+        """Hex SHA-256 of the token (as configured, or computed from env or file)."""
+        return self._digest
+
+
+class OAuthConfig(Section):
+    """[auth.oauth]: accept JWT access tokens of one OAuth 2.1 authorization server."""
+
+    issuer: Annotated[str, Field(min_length=1)]
+    """The `iss` every token must carry, exactly as the authorization server writes it."""
+    jwks_url: str | None = None
+    """The authorization server's signing keys (JWKS): https, or http only on a loopback address."""
+    jwks_file: str | None = None
+    """A local JWKS file instead of jwks_url (re-read every jwks_refresh_s)."""
+    jwks_refresh_s: PositiveFloat = 600.0
+    """How often the keys are fetched again (key rotation)."""
+    jwks_refetch_min_s: Annotated[float, Field(ge=0)] = 30.0
+    """A token signed with an unknown key id fetches the keys again at most this often, so a stranger
+    cannot make the gateway hammer the authorization server."""
+    algorithms: list[str] = Field(default_factory=lambda: list(ASYMMETRIC_ALGORITHMS))
+    """Accepted signature algorithms; public-key ones only (never `none`, never HS*)."""
+    leeway_s: Annotated[float, Field(ge=0, le=300)] = 30.0
+    """Clock skew tolerated on exp and nbf."""
+    authorization_servers: list[str] = Field(default_factory=list)
+    """Announced in the RFC 9728 metadata; default: [issuer]."""
+
+    @field_validator("algorithms")
+    @classmethod
+    def _public_key_only(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError('name at least one algorithm, e.g. ["RS256", "ES256"]')
+        for name in value:
+            if name.lower() == "none":
+                raise ValueError('"none" is never accepted: an unsigned token proves nothing')
+            if name.upper().startswith("HS"):
+                raise ValueError(
+                    f"{name} is not accepted: HMAC algorithms would need the authorization server's signing "
+                    "secret on this gateway; use its public keys (RS256, ES256, ...)"
+                )
+            if name not in ASYMMETRIC_ALGORITHMS:
+                raise ValueError(f"unknown algorithm {name!r}; choose from {', '.join(ASYMMETRIC_ALGORITHMS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> OAuthConfig:
+        if (self.jwks_url is None) == (self.jwks_file is None):
+            raise ValueError("give exactly one of jwks_url or jwks_file")
+        if self.jwks_url is not None:
+            parsed = urlsplit(self.jwks_url)
+            if parsed.scheme not in ("https", "http") or not parsed.hostname:
+                raise ValueError(f"jwks_url {masked_url(self.jwks_url)!r} is not an http(s) URL")
+            if parsed.scheme == "http" and not is_loopback_host(parsed.hostname):
+                raise ValueError(
+                    f"jwks_url {masked_url(self.jwks_url)!r}: keys fetched over plain http could be forged on the way; "
+                    "use https (http is accepted only on a loopback address)"
+                )
+        if self.jwks_file is not None:
+            try:
+                with open(self.jwks_file, "rb") as handle:
+                    handle.read(1)
+            except FileNotFoundError:
+                raise ValueError(f"jwks_file {self.jwks_file}: not found") from None
+            except OSError as exc:
+                raise ValueError(f"jwks_file {self.jwks_file}: not readable ({exc.strerror})") from None
+        return self
+
+
+class HmacKeyConfig(Section):
+    """One request-signing key ([[auth.hmac.keys]]): its id, its secret (env or file), the caller it stands for."""
+
+    key_id: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    """Sent in X-MCPGW-Key-Id so the gateway knows which secret to check the signature with."""
+    env: str | None = None
+    """Name of an environment variable that holds the secret (HMAC needs the secret itself, not a hash)."""
+    file: str | None = None
+    """A file that holds the secret (keep it mode 0600)."""
+    principal: PrincipalName | None = None
+    """The caller a request signed with this key is; default: the key id."""
+    scopes: list[Scope] = Field(default_factory=list)
+    _secret: SecretStr = PrivateAttr(default_factory=lambda: SecretStr(""))
+
+    @model_validator(mode="after")
+    def _load(self) -> HmacKeyConfig:
+        # Read now, so a missing variable or file stops the gateway before it listens.
+        self._secret = read_secret(self.env, self.file, f"auth.hmac.keys {self.key_id!r}")
+        return self
+
+    @property
+    def secret(self) -> SecretStr:
+        return self._secret
+
+    @property
+    def principal_name(self) -> str:
+        return self.principal or self.key_id
+
+
+class HmacConfig(Section):
+    """[auth.hmac]: HMAC-SHA256 signed requests (the `mcp-gateway stdio` bridge, scripts); see docs/security.md."""
+
+    keys: Annotated[list[HmacKeyConfig], Field(min_length=1)]
+    max_skew_s: Annotated[float, Field(gt=0, le=600)] = 60.0
+    """A signed request whose X-MCPGW-Timestamp is further than this from the gateway's clock is refused."""
+    nonce_cache: PositiveInt = 65_536
+    """Nonces remembered (each for max_skew_s past its timestamp) so a captured request cannot be replayed;
+    when full of live nonces, signed requests get 503 until some expire (the cache never forgets early)."""
+
+    @model_validator(mode="after")
+    def _unique(self) -> HmacConfig:
+        ids = [key.key_id for key in self.keys]
+        repeated = sorted({key_id for key_id in ids if ids.count(key_id) > 1})
+        if repeated:
+            raise ValueError(f"key ids must be unique; repeated: {', '.join(repeated)}")
+        return self
+
+
+class AuthConfig(Section):
+    """[auth]: who may call the client endpoints (/<slot>/mcp, /_all/mcp, /_broker/mcp) and /metrics."""
+
+    tokens: list[ClientTokenConfig] = Field(default_factory=list)
+    token_files: list[str] = Field(default_factory=list)
+    """Token files written by `mcp-gateway token create` (hashes only); re-read when they change."""
+    oauth: OAuthConfig | None = None
+    required_scopes: dict[str, list[Scope]] = Field(default_factory=dict)
+    """Scopes a caller needs per endpoint. Key: a slot name, `_all`, `_broker`, or an fnmatch pattern
+    ("pump-*", "*"); an exact key wins, else the first matching pattern in file order, else none."""
+    hmac: HmacConfig | None = None
+    """Signed requests ([auth.hmac]): keys, clock-skew window, replay (nonce) cache."""
+
+    @model_validator(mode="after")
+    def _unique(self) -> AuthConfig:
+        names = [token.name for token in self.tokens]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"token names must be unique; repeated: {', '.join(repeated)}")
+        owners: dict[str, str] = {}
+        for token in self.tokens:
+            other = owners.setdefault(token.digest, token.name)
+            if other != token.name:
+                raise ValueError(f"tokens {other!r} and {token.name!r} are the same token; give each its own")
+        for key in self.required_scopes:
+            if not key:
+                raise ValueError("required_scopes: an empty key matches nothing; use a slot name or a pattern")
+        return self
+
+    @property
+    def configured(self) -> bool:
+        """True when any client authentication is set up (then every client endpoint requires it)."""
+        return bool(self.tokens or self.token_files or self.oauth is not None or self.hmac is not None)

@@ -1,0 +1,63 @@
+"""What every section shares: the Section base, bounded numbers, protocol choices, env names, host and URL checks."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ENV_PREFIX = "MCP_GATEWAY_"
+ENV_CONFIG_FILE = "MCP_GATEWAY_CONFIG"
+ENV_CLIENT_TOKEN = "MCP_GATEWAY_TOKEN"
+"""The bearer token `mcp-gateway stdio` sends: a client-side variable, not a gateway setting, so a shell
+that sets it for the bridge can still run the gateway."""
+DEFAULT_PORT = 3000  # mcp-broker's port, so boards flashed for it connect unchanged
+
+TakeoverPolicy = Literal["liveness", "reject", "always"]
+IdStyle = Literal["brk", "numeric"]
+ProviderEra = Literal["auto", "session"]
+"""The protocol era spoken to a provider: auto (server/discover first, 2026-07-28 to a provider that
+answers it, else initialize) or session (initialize only); see docs/protocol.md."""
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+def masked_url(url: str) -> str:
+    """`url` as a message may quote it: the password of its userinfo replaced by `***`.
+
+    A userinfo without a password is masked whole: a lone user name is often a token. Works on any
+    text, however malformed (the URL being quoted is usually the one that was rejected)."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return url
+    authority_end = min((index for index in map(rest.find, "/?#") if index >= 0), default=len(rest))
+    userinfo, at, host = rest[:authority_end].rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}://{shown}@{host}{rest[authority_end:]}"
+
+
+def is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def is_file(path: str) -> bool:
+    """Path.is_file, but False for a name the system refuses (too long, a NUL) instead of an exception."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False

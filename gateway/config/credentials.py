@@ -1,0 +1,70 @@
+"""Secrets named by an environment variable or a file, read once at load time, and credentials sent to upstreams."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import PrivateAttr, SecretStr, model_validator
+
+from gateway.config.base import Section
+
+MIN_PROVIDER_SECRET_CHARS = 16
+"""A provider secret shorter than this is refused: it could be guessed from the plant network."""
+
+
+def read_secret(env: str | None, file: str | None, what: str, min_chars: int = MIN_PROVIDER_SECRET_CHARS) -> SecretStr:
+    """The secret named by exactly one of `env` (a variable name) or `file` (a path), stripped.
+
+    Read once at load time so a missing variable or file stops the gateway before it listens.
+    `min_chars` guards secrets the gateway checks; a credential it only sends (to a remote
+    upstream) is as long as its issuer made it, so those pass min_chars=1."""
+    if (env is None) == (file is None):
+        raise ValueError(f"{what}: give exactly one of env (a variable name) or file (a path)")
+    if env is not None:
+        text = os.environ.get(env, "")
+        if not text.strip():
+            raise ValueError(f"{what}: environment variable {env} is not set or empty")
+    else:
+        assert file is not None
+        try:
+            text = Path(file).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ValueError(f"{what}: file {file} not found") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{what}: file {file} is not UTF-8 text") from None
+        except OSError as exc:  # not readable, a directory, below a file, a name too long, ...
+            raise ValueError(f"{what}: file {file} is not readable ({exc.strerror or exc})") from None
+    secret = text.strip()
+    if len(secret) < min_chars:
+        where = f"environment variable {env}" if env is not None else f"file {file}"
+        raise ValueError(
+            f"{what}: the secret in {where} is shorter than {min_chars} characters; "
+            "use a random one (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+        )
+    return SecretStr(secret)
+
+
+def check_header_value(value: str, what: str) -> str:
+    """`value` if an HTTP header can carry it (no line break, no NUL), else ValueError naming `what`."""
+    if any(ch in value for ch in "\r\n\0"):
+        raise ValueError(f"{what}: the value contains a line break or NUL")
+    return value
+
+
+class UpstreamSecretConfig(Section):
+    """A credential the gateway sends to a remote upstream: from an environment variable or a file (exactly one)."""
+
+    env: str | None = None
+    file: str | None = None
+    _secret: SecretStr = PrivateAttr(default_factory=lambda: SecretStr(""))
+
+    @model_validator(mode="after")
+    def _load(self) -> UpstreamSecretConfig:
+        secret = read_secret(self.env, self.file, "secret", min_chars=1)
+        self._secret = SecretStr(check_header_value(secret.get_secret_value(), "secret"))
+        return self
+
+    @property
+    def secret(self) -> SecretStr:
+        return self._secret

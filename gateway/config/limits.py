@@ -1,0 +1,161 @@
+"""[limits]: every bound the gateway enforces, with the request rate buckets and the connection caps."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from gateway.config.base import PositiveFloat, PositiveInt, Section
+from gateway.core.jsonrpc import MAX_DEPTH_CEILING
+
+
+class RateBucketConfig(Section):
+    """One token bucket: `rate_per_s` requests per second on average, `burst` at once after a quiet spell."""
+
+    rate_per_s: Annotated[float, Field(ge=0)]
+    """Refill rate in requests per second; 0 turns this limit off."""
+    burst: PositiveInt
+    """Requests let through at once by a full bucket."""
+
+
+class PrincipalRateConfig(RateBucketConfig):
+    # An agent in a loop or a script gone wrong is stopped at 50/s; people, agents thinking between
+    # calls and dashboards polling a few dozen devices stay far below it.
+    rate_per_s: Annotated[float, Field(ge=0)] = 50.0
+    burst: PositiveInt = 100
+
+
+class SlotRateConfig(RateBucketConfig):
+    # Several callers share a device, so its bucket is larger than one caller's; 100/s is still
+    # well under what floods a board's radio link or a serial line.
+    rate_per_s: Annotated[float, Field(ge=0)] = 100.0
+    burst: PositiveInt = 200
+
+
+class RateLimitsConfig(Section):
+    """[limits.rate]: token buckets for client requests (notifications and streams are not counted)."""
+
+    per_principal: PrincipalRateConfig = Field(default_factory=PrincipalRateConfig)
+    """Requests of one authenticated caller (all unauthenticated loopback callers are one: "anonymous")."""
+    per_slot: SlotRateConfig = Field(default_factory=SlotRateConfig)
+    """Requests addressed to one slot, from every caller: at /<slot>/mcp, and tools/call routed by _all."""
+    max_buckets: PositiveInt = 4096
+    """Buckets kept per kind; idle (refilled) buckets are dropped first."""
+
+
+class ConnectionLimitsConfig(Section):
+    """[limits.connections]: every TCP connection to the listener, whatever it carries (docs/security.md).
+
+    A connection over a cap is answered 503 with a JSON body once its request is read, or closed at
+    once when max_refusing are already being answered. Open streams (SSE, WebSocket) and requests being
+    answered are never idle; a keep-alive connection between requests is."""
+
+    max_connections: PositiveInt = 4096
+    """Connections held at once. Room for max_slots boards on dedicated sockets and max_sessions client
+    streams, with as many again for short requests; lowered at start to what the descriptor limit
+    (RLIMIT_NOFILE) leaves after fd_reserve, so the process never runs out of descriptors."""
+    max_per_peer: PositiveInt = 256
+    """Connections one peer address holds at once, so one host cannot take them all. A board holds one
+    socket, a client a few; a simulator publishing many boards from one host stays well below it."""
+    per_peer_exempt: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
+    """Addresses or networks (CIDR) max_per_peer does not apply to: by default the gateway's own host,
+    where a local reverse proxy (every client behind it is one address), the simulator and the stdio
+    bridge connect from. Add a reverse proxy's address here; max_connections still applies."""
+    max_refusing: PositiveInt = 64
+    """Connections over a cap held at once to read their request and answer it 503 (each at most
+    header_timeout_s); beyond that an over-cap connection is closed unanswered."""
+    fd_reserve: PositiveInt = 256
+    """File descriptors kept for everything but client and board connections: child processes' pipes,
+    serial ports, upstream and MQTT connections, logs, and connections being accepted."""
+    idle_timeout_s: PositiveFloat = 60.0
+    """A keep-alive connection with no request for this long is closed. Above the idle expiry of HTTP
+    client pools (httpx 5 s, aiohttp 15 s), so a client does not find its pooled connection just closed."""
+    header_timeout_s: PositiveFloat = 15.0
+    """A request's headers must be complete this long after the connection opened (its first request)
+    or after the request's first byte (later ones); else 408 and close. Headers arrive in one packet on
+    a LAN; 15 s leaves room for TCP retransmissions on poor Wi-Fi."""
+    body_timeout_s: PositiveFloat = 15.0
+    """A request body that stops arriving for this long gets 408 and the connection is closed; also the
+    grace before body_min_rate_bytes_per_s applies, and how long an unread body is drained after an answer."""
+    body_min_rate_bytes_per_s: Annotated[int, Field(ge=0)] = 1024
+    """After body_timeout_s, a request body must have arrived at this average rate, else 408 and close
+    (a body dripped a byte at a time). Far below any working link (radio, VPN, cellular); 0 turns it off."""
+    handshake_timeout_s: PositiveFloat = 30.0
+    """A TLS handshake, a /providers socket's first slot claim and a client WebSocket's initialize must
+    be done this long after connecting, else the connection is closed (WebSockets with 1008 and a reason).
+    A board doing TLS in software over weak Wi-Fi takes seconds; its first frame follows at once."""
+    max_header_bytes: PositiveInt = 8190
+    """Longest request line, and longest header line; longer gets 400 (aiohttp's own bound)."""
+    max_headers: PositiveInt = 128
+    """Most header lines in one request; more gets 400 (aiohttp's own bound)."""
+
+    @field_validator("per_peer_exempt")
+    @classmethod
+    def _networks(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network (e.g. 10.0.0.5, 10.0.0.0/24)") from None
+        return entries
+
+
+class LimitsConfig(Section):
+    """Every bound the gateway enforces; all are explicit so an operator can see and change them."""
+
+    max_frame_bytes: PositiveInt = 1_048_576
+    """Largest WebSocket message a provider or client may send; larger ones close the link with 1009."""
+    max_body_bytes: PositiveInt = 4_194_304
+    """Largest HTTP request body; larger ones get HTTP 413."""
+    max_json_depth: Annotated[int, Field(ge=16, le=MAX_DEPTH_CEILING)] = 64
+    """Deepest nesting of objects and arrays in a message from a client or a provider, on every way in;
+    deeper ones are refused (-32600 to a client, dropped from a provider). At least 16 (a tool's input
+    schema inside tools/list already nests about ten), at most 200, so everything the gateway relays
+    stays within what its JSON encoder writes (gateway/core/jsonrpc.py, MAX_DEPTH_CEILING)."""
+    max_pending_per_slot: PositiveInt = 256
+    """Requests in flight towards one provider."""
+    max_pending_per_client: PositiveInt = 64
+    """Requests in flight from one client session."""
+    max_sessions: PositiveInt = 1024
+    """Session-era client sessions held at once (see session_idle_when_full_s for what happens at it)."""
+    session_idle_timeout_s: PositiveFloat = 1800.0
+    """A client session with no request and no open stream for this long is expired (404 afterwards)."""
+    session_idle_when_full_s: PositiveFloat = 60.0
+    """At max_sessions or a caller's max_sessions_per_principal, a new session ends the one idle the
+    longest (the caller's own at its cap) once it has idled this long, instead of being refused."""
+    max_slots: PositiveInt = 1024
+    """Slots the gateway tracks at once; vacant ones are forgotten, oldest first, to make room."""
+    max_slots_per_peer: Annotated[int, Field(ge=0)] = 128
+    """Slots one WebSocket provider may hold at once, counted by its authenticated identity or, with
+    no credential, by its IP address (0: no cap). Keeps one peer from taking every name."""
+    vacant_slot_ttl_s: Annotated[float, Field(ge=0)] = 300.0
+    """A slot whose provider left is forgotten after this long (declared and configured ones are
+    kept); 0 keeps vacant slots until room is needed."""
+    notification_queue: PositiveInt = 256
+    """Notifications buffered per client stream; a stream that falls further behind is closed."""
+    sse_keepalive_s: PositiveFloat = 15.0
+    """Interval of SSE comment lines that keep idle streams open through proxies."""
+    max_subscriptions: PositiveInt = 256
+    """Open stateless-era subscriptions/listen streams across all clients."""
+    max_sessions_per_principal: PositiveInt = 64
+    """Session-era sessions one principal may hold at once, so one caller cannot use up max_sessions."""
+    max_relayed_requests_per_client: PositiveInt = 16
+    """Provider requests (sampling, elicitation, roots) waiting on one client's answer at once: per
+    session-era session, or per stateless-era call; more are answered -32000 to the provider."""
+    max_input_required_states: PositiveInt = 256
+    """Stateless-era calls held open after an input_required result until the client retries with
+    inputResponses (each ends at its call's deadline); more are answered -32000 to the client."""
+    input_required_gather_ms: PositiveInt = 50
+    """After a provider's first request during a stateless-era call, how long the gateway waits for
+    more before answering input_required (a provider asking several things at once gets one round)."""
+    max_input_rounds: PositiveInt = 16
+    """A session-era client's call to a 2026-07-28 provider: input_required rounds the gateway answers
+    for it (asking the client, then retrying); a provider that asks more gets the call ended with -32000."""
+    catalog_coalesce_ms: Annotated[int, Field(ge=0, le=10_000)] = 50
+    """How long `_all` and the tool groups wait after a provider comes, goes or changes its tools before
+    rebuilding their catalogs and announcing the change, so a burst (every board reconnecting after a
+    restart) costs one rebuild; a client that lists sooner gets the catalog rebuilt for it at once."""
+    rate: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
+    connections: ConnectionLimitsConfig = Field(default_factory=ConnectionLimitsConfig)

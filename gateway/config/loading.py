@@ -1,0 +1,195 @@
+"""Loading: defaults < TOML file < MCP_GATEWAY_* environment < flags, then MCP_GROUP_* toggles; ConfigError."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, get_args
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from gateway.config.base import ENV_CLIENT_TOKEN, ENV_CONFIG_FILE, ENV_PREFIX
+from gateway.config.groups import GROUP_ENV_PREFIX, group_env_name
+from gateway.config.model import GatewayConfig
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the key or the file."""
+
+
+def _describe(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _env_value(text: str) -> Any:
+    """Environment values are JSON when they parse as JSON (numbers, booleans, lists), else strings."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def _known_path(path: list[str]) -> bool:
+    model: type[BaseModel] | None = GatewayConfig
+    for index, part in enumerate(path):
+        if model is None:
+            return False
+        field = model.model_fields.get(part)
+        if field is None:
+            return False
+        annotation = field.annotation
+        # An optional section (`X | None`, e.g. providers.auth.shared_secret) is walked like X.
+        optional = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(optional) == 1 and isinstance(optional[0], type) and issubclass(optional[0], BaseModel):
+            annotation = optional[0]
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        elif index < len(path) - 1:
+            # dict-valued fields (slots.declared.<name>...) accept any key below them
+            return part in {"declared", "tool_timeouts_ms"}
+        else:
+            model = None
+    return True
+
+
+def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Turn MCP_GATEWAY_A__B=value into {"a": {"b": value}}; unknown names are an error."""
+    overrides: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name, text in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or name in (ENV_CONFIG_FILE, ENV_CLIENT_TOKEN):
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
+        if not all(path) or not _known_path(path):
+            raise ConfigError(
+                f"environment variable {name}: no such setting {'.'.join(path)!r}; "
+                "see docs/configuration.md for the names"
+            )
+        node = overrides
+        for depth, part in enumerate(path[:-1], start=1):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                # MCP_GATEWAY_LIMITS=5 next to MCP_GATEWAY_LIMITS__MAX_SLOTS=3: no table to set a key in.
+                above = ".".join(path[:depth])
+                raise ConfigError(
+                    f"environment variable {name}: {sources.get(above, above)} already sets {above!r} to a value "
+                    "that is not a table, so no key can be set inside it; remove one of the two"
+                )
+            node = child
+        node[path[-1]] = _env_value(text)
+        sources[".".join(path)] = f"environment variable {name}"
+    return overrides, sources
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path}: not found") from exc
+    except PermissionError as exc:
+        raise ConfigError(f"config file {path}: not readable ({exc.strerror})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: invalid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        # TOML is UTF-8; tomllib decodes before it parses, so this is not a TOMLDecodeError.
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+    except OSError as exc:  # a directory, a name too long, ...
+        raise ConfigError(f"config file {path}: not readable ({exc.strerror or exc})") from exc
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> GatewayConfig:
+    """Build the effective configuration: defaults < file < environment < flags."""
+    environ = os.environ if environ is None else environ
+    if path is None and environ.get(ENV_CONFIG_FILE):
+        path = environ[ENV_CONFIG_FILE]
+    sources: dict[str, str] = {}
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = read_toml(Path(path))
+        file_label = f"config file {path}"
+    else:
+        file_label = "defaults"
+    env_data, env_sources = env_overrides(environ)
+    sources.update(env_sources)
+    data = _merge(data, env_data)
+    for key, value in (flags or {}).items():
+        if value is None:
+            continue
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        existing = node.get(parts[-1])
+        # A repeatable flag (--stdio NAME=COMMAND) adds to the entries of the file and environment.
+        node[parts[-1]] = [*existing, *value] if isinstance(value, list) and isinstance(existing, list) else value
+        sources[key] = f"command-line flag for {key}"
+    try:
+        config = GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = _describe(first["loc"])
+        origin = _origin_of(key, sources, file_label)
+        if first["type"] == "extra_forbidden":
+            raise ConfigError(f"{origin}: unknown setting {key!r}; see docs/configuration.md") from exc
+        raise ConfigError(f"{origin}: setting {key!r}: {first['msg']}") from exc
+    apply_group_toggles(config, environ)
+    return config
+
+
+GROUP_TOGGLE_VALUES = {"true": True, "false": False}
+
+
+def apply_group_toggles(config: GatewayConfig, environ: Mapping[str, str]) -> None:
+    """MCP_GROUP_<NAME>=true|false turns [groups.<name>] on or off (read once, at start).
+
+    Fails closed like MCP_GATEWAY_*: a value other than true or false, or a variable naming no
+    configured group (a typo would otherwise leave a group silently in its default state), stops
+    the gateway with a message naming the variable."""
+    by_variable = {group_env_name(name): name for name in config.groups}
+    for variable, text in sorted(environ.items()):
+        if not variable.startswith(GROUP_ENV_PREFIX):
+            continue
+        name = by_variable.get(variable)
+        if name is None:
+            known = ", ".join(sorted(by_variable)) or "none: no [groups.<name>] is configured"
+            raise ConfigError(
+                f"environment variable {variable}: no such group; toggles of the configured groups: {known}. "
+                "Fix the name, define the group under [groups.<name>], or remove the variable"
+            )
+        value = GROUP_TOGGLE_VALUES.get(text.strip().lower())
+        if value is None:
+            raise ConfigError(f"environment variable {variable}: {text[:40]!r} is not true or false")
+        group = config.groups[name]
+        group.enabled = value
+        group._enabled_by = f"environment variable {variable}"
+
+
+def _origin_of(key: str, sources: Mapping[str, str], file_label: str) -> str:
+    for candidate, label in sources.items():
+        if key == candidate or key.startswith(candidate + "."):
+            return label
+    # A validator on a parent (slots.declared checks its names) reports the parent's key; blame the
+    # override below it rather than a file (or "defaults") that may not mention it at all.
+    for candidate, label in sources.items():
+        if candidate.startswith(key + "."):
+            return label
+    return file_label

@@ -1,0 +1,37 @@
+"""[mdns]: advertising the gateway on the local network (docs/discovery.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from gateway.config.base import PositiveFloat, Section
+
+MDNS_INSTANCE_NAME_BYTES = 63
+"""A DNS-SD instance name is one DNS label: at most 63 bytes of UTF-8."""
+
+
+class MdnsConfig(Section):
+    """[mdns]: advertise the gateway on the local network (docs/discovery.md)."""
+
+    enabled: bool = False
+    """Advertise _mcp-broker._tcp and _mcp._tcp. Off on a developer machine; the appliance's config turns it on."""
+    instance_name: str | None = None
+    """The name clients list, e.g. "Line 3 gateway"; default "mcp-gateway on <hostname>". Shown to the network."""
+    interfaces: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """Advertise only on these interfaces (names such as "eth0", or addresses the listener serves); default every
+    interface the listener serves. A loopback-bound gateway is never advertised."""
+    refresh_s: PositiveFloat = 30.0
+    """How often the interface addresses are read again: a changed address is re-advertised, a failure retried."""
+
+    @field_validator("instance_name")
+    @classmethod
+    def _instance_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip() or len(value.encode("utf-8")) > MDNS_INSTANCE_NAME_BYTES:
+            raise ValueError(f"an instance name is 1 to {MDNS_INSTANCE_NAME_BYTES} bytes of UTF-8 text")
+        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+            raise ValueError("an instance name cannot hold control characters")
+        return value

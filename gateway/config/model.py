@@ -1,0 +1,173 @@
+"""GatewayConfig, the whole configuration: its top-level keys, [logging] and every section; and its masked dump."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+
+from gateway.config.auth import AuthConfig
+from gateway.config.base import DEFAULT_PORT, Section, is_loopback_host
+from gateway.config.groups import GROUP_NAME, GROUPS_SEPARATOR, RESERVED_GROUP_NAMES, GroupConfig, group_env_name
+from gateway.config.limits import LimitsConfig
+from gateway.config.mdns import MdnsConfig
+from gateway.config.mqtt import MqttConfig
+from gateway.config.providers import ProvidersConfig
+from gateway.config.serial import SerialConfig
+from gateway.config.slots import SlotConfig, SlotsConfig
+from gateway.config.tls import TlsConfig
+from gateway.config.upstreams import UpstreamsConfig
+
+
+class LoggingConfig(Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "text"] = "auto"
+    """auto: text on a terminal, one JSON object per line otherwise."""
+
+
+class GatewayConfig(Section):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
+    public_url: str | None = None
+    """The URL clients use to reach this gateway (shown in guides); derived from host and port if unset."""
+    insecure_lan: bool = False
+    """Allow a non-loopback bind without client or provider authentication. Every log line and broker_info
+    then say which side is open."""
+    allowed_origins: list[str] = Field(default_factory=list)
+    """Browser origins allowed on every HTTP and WebSocket entry: exact ('https://console.plant.lan') or
+    patterns ('http://localhost:*', 'https://*.plant.lan'). Requests without an Origin header pass."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Extra Host header names accepted while bound to loopback (DNS-rebinding guard)."""
+    session_answers: Literal["sse", "json"] = "sse"
+    """How Streamable HTTP answers a session-era request whose client accepts text/event-stream: "sse"
+    (one event, then the end, as the MCP SDK's own server answers) or "json" (cheaper; the answer
+    still becomes SSE once a notification or a request to the client goes with it)."""
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    """The event loop `mcp-gateway run` serves on: "auto" (uvloop when installed, else asyncio's own),
+    "uvloop" (refuse to start without it) or "asyncio". broker_info says which one runs."""
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    providers: ProvidersConfig = Field(default_factory=ProvidersConfig)
+    slots: SlotsConfig = Field(default_factory=SlotsConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    tls: TlsConfig = Field(default_factory=TlsConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    """Client authentication ([auth]): static tokens, OAuth 2.1 access tokens, required scopes."""
+    upstreams: UpstreamsConfig = Field(default_factory=UpstreamsConfig)
+    """MCP servers the gateway runs as children ([[upstreams.stdio]]) or reaches itself."""
+    mdns: MdnsConfig = Field(default_factory=MdnsConfig)
+    """mDNS advertisement ([mdns]): off by default; see docs/discovery.md."""
+    mqtt: MqttConfig = Field(default_factory=MqttConfig)
+    """MQTT brokers ([[mqtt.brokers]]): boards (plain profile) and MCP over MQTT servers; docs/mqtt-broker.md."""
+    serial: SerialConfig = Field(default_factory=SerialConfig)
+    """Boards on serial lines ([serial]): configured ports and USB hot-plug; docs/device-serial.md."""
+
+    groups: dict[str, GroupConfig] = Field(default_factory=dict)
+    """Tool groups ([groups.<name>]): /mcp serves every enabled one, /mcp/<name> one (docs/groups.md)."""
+    groups_separator: str = "__"
+    """Between slot and tool in /mcp names: <slot>__<tool> as the original MCP bridge named them."""
+
+    @field_validator("groups")
+    @classmethod
+    def _group_names(cls, value: dict[str, GroupConfig]) -> dict[str, GroupConfig]:
+        toggles: dict[str, str] = {}
+        for name in value:
+            if not GROUP_NAME.match(name):
+                raise ValueError(
+                    f"group {name!r}: a group name is 1 to 64 letters, digits, _ or -, starting with a letter "
+                    "or digit (it is a URL path segment, /mcp/<name>)"
+                )
+            if name in RESERVED_GROUP_NAMES:
+                raise ValueError(f"group {name!r}: reserved ({', '.join(sorted(RESERVED_GROUP_NAMES))}); rename it")
+            other = toggles.setdefault(group_env_name(name), name)
+            if other != name:
+                raise ValueError(
+                    f"groups {other!r} and {name!r} would share the toggle {group_env_name(name)}; rename one"
+                )
+        return value
+
+    @field_validator("groups_separator")
+    @classmethod
+    def _separator(cls, value: str) -> str:
+        if not GROUPS_SEPARATOR.match(value):
+            raise ValueError('use 1 to 4 of the characters _ and -, e.g. "__" (the default) or "-"')
+        return value
+
+    @model_validator(mode="after")
+    def _upstreams_declared(self) -> GatewayConfig:
+        if self.slots.only_declared:
+            for name in self.upstreams.names():
+                if name not in self.slots.declared:
+                    raise ValueError(
+                        f"upstream {name!r}: slots.only_declared is true but the slot is not declared; "
+                        f"add [slots.declared.{name}]"
+                    )
+        return self
+
+    @property
+    def is_loopback(self) -> bool:
+        return is_loopback_host(self.host)
+
+    @property
+    def auth_configured(self) -> bool:
+        """Client authentication is set up ([auth]); a LAN bind then needs no --insecure-lan."""
+        return self.auth.configured
+
+    @property
+    def provider_auth_configured(self) -> bool:
+        """Provider authentication is set up ([providers.auth] mode other than "none")."""
+        return self.providers.auth.mode != "none"
+
+    @property
+    def lan_open_sides(self) -> list[str]:
+        """What a non-loopback bind leaves unauthenticated: "clients" (no [auth]) and "providers"
+        ([providers.auth] mode = "none"). A LAN bind needs both closed, or --insecure-lan."""
+        if self.is_loopback:
+            return []
+        sides = [] if self.auth_configured else ["clients"]
+        return sides if self.provider_auth_configured else [*sides, "providers"]
+
+    @property
+    def insecure_lan_open(self) -> list[str]:
+        """The sides left open under --insecure-lan (empty without it): every log line and broker_info name them."""
+        return self.lan_open_sides if self.insecure_lan else []
+
+    @property
+    def lan_without_auth(self) -> bool:
+        """Listening on the network with client or provider authentication off (only possible with --insecure-lan)."""
+        return bool(self.insecure_lan_open)
+
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def scheme(self) -> str:
+        """https when the listener serves TLS ([tls]), else http."""
+        return "https" if self.tls.enabled else "http"
+
+    def slot_settings(self, slot: str) -> SlotConfig | None:
+        return self.slots.declared.get(slot)
+
+
+def masked_dump(config: GatewayConfig) -> dict[str, Any]:
+    """The effective configuration as plain data with every secret replaced by '***'."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            return "***"
+        if isinstance(value, BaseModel):
+            return {name: walk(getattr(value, name)) for name in type(value).model_fields}
+        if isinstance(value, dict):
+            return {key: walk(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        return value
+
+    dumped: dict[str, Any] = walk(config)
+    return dumped
