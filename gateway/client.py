@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import contextlib
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import aiohttp
 import orjson
 
 from gateway import __version__
 from gateway.core.versions import LATEST_HANDSHAKE
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 class GatewayCallError(Exception):
@@ -42,22 +44,41 @@ def render_result(result: dict[str, Any]) -> str:
     return "\n".join(texts) if texts else orjson.dumps(result, option=orjson.OPT_INDENT_2).decode()
 
 
-def render_slots(result: dict[str, Any]) -> str:
+def never_held(entry: dict[str, Any]) -> bool:
+    """A slot no provider has held since the gateway started, neither declared nor a configured upstream.
+
+    That is a name a client asked for (often a mistyped one): the gateway keeps it, and counts it, until
+    it is pruned, but it stands for no device. An entry without `connects` (an older gateway) is listed."""
+    return (
+        not entry.get("connected")
+        and entry.get("connects") == 0
+        and not entry.get("declared")
+        and entry.get("upstream") is None
+    )
+
+
+def render_slots(result: dict[str, Any], show_all: bool = False) -> str:
+    """The `mcp-gateway slots` table; without `show_all`, names only asked for are counted, not listed."""
     providers = (result.get("structuredContent") or {}).get("providers", [])
-    if not providers:
-        return "no slots yet"
-    lines = [f"{'SLOT':24} {'STATE':10} {'TRANSPORT':14} {'TOOLS':>5} {'PENDING':>7}"]
-    for entry in providers:
+    listed = [entry for entry in providers if show_all or not never_held(entry)]
+    asked = len(providers) - len(listed)
+    lines = [f"{'SLOT':24} {'STATE':10} {'TRANSPORT':14} {'TOOLS':>5} {'PENDING':>7}"] if listed else ["no slots yet"]
+    for entry in listed:
         state = entry.get("state", "connected") if entry.get("connected") else "empty"
         lines.append(
             f"{entry['name']:24} {state:10} {entry.get('transport', '-') or '-':14} "
             f"{entry.get('tools', 0):>5} {entry.get('pending', 0):>7}"
         )
+    if asked:
+        names = "name" if asked == 1 else "names"
+        lines.append(f"{asked} {names} asked for with no provider (see mcp-gateway slots --all)")
     return "\n".join(lines)
 
 
 class GatewayClient:
     def __init__(self, base_url: str, slot: str, timeout_s: float = 90.0, token: str | None = None) -> None:
+        import aiohttp  # here, not at the top: the CLI imports this module for GatewayCallError alone
+
         self.url = f"{base_url.rstrip('/')}/{quote(slot, safe='')}/mcp"
         self.token = token
         """A client token for a gateway with [auth]: sent as Authorization: Bearer, only to this URL."""
@@ -67,6 +88,8 @@ class GatewayClient:
         self._next_id = 0
 
     async def __aenter__(self) -> GatewayClient:
+        import aiohttp
+
         self._http = aiohttp.ClientSession(timeout=self.timeout)
         try:
             await self.request(
@@ -86,6 +109,8 @@ class GatewayClient:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        import aiohttp
+
         assert self._http is not None
         if self.session_id is not None:
             with contextlib.suppress(aiohttp.ClientError):
@@ -102,6 +127,8 @@ class GatewayClient:
         return headers
 
     async def _post(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        import aiohttp
+
         assert self._http is not None
         try:
             async with self._http.post(self.url, data=orjson.dumps(message), headers=self._headers()) as response:

@@ -1,7 +1,9 @@
-"""The `mcp-gateway` command (gateway/cli.py) through `main([...])`, and `call`'s argument parsing."""
+"""The `mcp-gateway` command (gateway/cli/) through `main([...])`, `call`'s argument parsing, the slots table."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +13,8 @@ import pytest
 import gateway.app
 from bench.ports import free_port
 from gateway import __version__
-from gateway.cli import main
-from gateway.client import parse_arguments
+from gateway.cli import build_parser, main
+from gateway.client import parse_arguments, render_slots
 
 
 @pytest.fixture(autouse=True)
@@ -48,6 +50,30 @@ def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
         main([])
     assert caught.value.code == 2
     assert "usage: mcp-gateway" in capsys.readouterr().err
+
+
+def test_help_loads_no_command_s_libraries() -> None:
+    """`mcp-gateway --help` (and every parse) stays quick: a command imports what it needs when it runs."""
+    probe = (
+        "import sys\n"
+        "from gateway.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('aiohttp', 'mcp', 'zeroconf', 'paho', 'serial', 'gateway.app', 'sim.simulator', 'gateway.logs')\n"
+        "print(sorted(name for name in heavy if name in sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True)
+    assert "usage: mcp-gateway" in done.stdout
+    assert done.stderr == "[]\n"
+
+
+def test_python_m_gateway_cli_runs_the_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, f"mcp-gateway {__version__}\n")
 
 
 def test_config_check_ok(capsys: pytest.CaptureFixture[str]) -> None:
@@ -143,6 +169,76 @@ def test_call_against_a_closed_port_says_the_gateway_is_unreachable(capsys: pyte
 def test_call_with_an_argument_without_equals_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["call", "pump-1", "add", "a=1", "b"]) == 2
     assert capsys.readouterr().err == "mcp-gateway call: argument 'b' is not key=value\n"
+
+
+def test_call_without_a_tool_names_only_the_tool(capsys: pytest.CaptureFixture[str]) -> None:
+    """key=value is optional: argparse must not report it missing along with the tool."""
+    with pytest.raises(SystemExit) as caught:
+        main(["call", "pump-1"])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "mcp-gateway call: error: the following arguments are required: tool"
+    )
+    with pytest.raises(SystemExit):
+        main(["call"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "mcp-gateway call: error: the following arguments are required: slot, tool"
+    )
+
+
+def test_call_without_arguments_parses_to_no_arguments() -> None:
+    args = build_parser().parse_args(["call", "pump-1", "get_status"])
+    assert (args.slot, args.tool, args.arguments) == ("pump-1", "get_status", [])
+    assert build_parser().parse_args(["call", "pump-1", "add", "a=1", "b=2"]).arguments == ["a=1", "b=2"]
+
+
+# -- render_slots (mcp-gateway slots) ------------------------------------------------------------
+
+
+def slot_entry(name: str, **fields: Any) -> dict[str, Any]:
+    """One providers_list entry with what render_slots reads; an empty slot no provider ever held by default."""
+    entry: dict[str, Any] = {"name": name, "connected": False, "state": "empty", "declared": False}
+    entry.update({"transport": None, "tools": 0, "pending": 0, "connects": 0, "upstream": None})
+    entry.update(fields)
+    return entry
+
+
+def slots_result(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"structuredContent": {"count": len(entries), "providers": list(entries)}}
+
+
+def test_slots_lists_devices_and_counts_names_only_asked_for() -> None:
+    result = slots_result(
+        slot_entry("files", upstream={"kind": "stdio", "restarts": 4}),  # configured, never up yet
+        slot_entry("pmup-1"),  # a typo
+        slot_entry("pump-1", connected=True, state="ready", transport="websocket", tools=4, connects=1),
+        slot_entry("pump-2", connects=2),  # its board left
+        slot_entry("pump-3", declared=True),
+        slot_entry("pump-9"),
+    )
+    assert render_slots(result).splitlines() == [
+        "SLOT                     STATE      TRANSPORT      TOOLS PENDING",
+        "files                    empty      -                  0       0",
+        "pump-1                   ready      websocket          4       0",
+        "pump-2                   empty      -                  0       0",
+        "pump-3                   empty      -                  0       0",
+        "2 names asked for with no provider (see mcp-gateway slots --all)",
+    ]
+    everything = render_slots(result, show_all=True).splitlines()
+    assert [line.split()[0] for line in everything[1:]] == ["files", "pmup-1", "pump-1", "pump-2", "pump-3", "pump-9"]
+
+
+def test_slots_with_only_names_asked_for_or_none() -> None:
+    assert render_slots(slots_result()) == "no slots yet"
+    assert render_slots(slots_result(slot_entry("pump-9"))) == (
+        "no slots yet\n1 name asked for with no provider (see mcp-gateway slots --all)"
+    )
+
+
+def test_slots_of_a_gateway_that_does_not_say_connects_lists_every_slot() -> None:
+    entry = slot_entry("pump-9")
+    del entry["connects"]
+    assert render_slots(slots_result(entry)).splitlines()[1].split()[:2] == ["pump-9", "empty"]
 
 
 # -- parse_arguments ----------------------------------------------------------------------------

@@ -1,0 +1,132 @@
+"""`mcp-gateway slots`, `call` and `schema-hash`: a technician's questions to a running gateway."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+import orjson
+
+from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file
+from gateway.client import GatewayCallError
+
+
+def _client_token(args: argparse.Namespace) -> str | None:
+    """The client token for slots/call/schema-hash: --token-file, else $MCP_GATEWAY_TOKEN, else none."""
+    import os
+
+    from gateway.config import ENV_CLIENT_TOKEN
+
+    if getattr(args, "token_file", None):
+        try:
+            return _read_credential_file(args.token_file, "--token-file")
+        except ValueError as exc:
+            raise GatewayCallError(str(exc)) from None
+    return os.environ.get(ENV_CLIENT_TOKEN, "").strip() or None
+
+
+def cmd_slots(args: argparse.Namespace) -> int:
+    from gateway.client import GatewayClient, render_slots
+
+    async def go() -> int:
+        async with GatewayClient(args.url, "_broker", token=_client_token(args)) as client:
+            result = await client.call_tool("providers_list", {})
+        sys.stdout.write(render_slots(result, show_all=args.all) + "\n")
+        return 0
+
+    return asyncio.run(go())
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    from gateway.client import GatewayClient, parse_arguments, render_result
+
+    try:
+        arguments = parse_arguments(args.arguments)
+    except ValueError as exc:
+        print(f"mcp-gateway call: {exc}", file=sys.stderr)
+        return 2
+
+    async def go() -> int:
+        async with GatewayClient(args.url, args.slot, token=_client_token(args)) as client:
+            result = await client.call_tool(args.tool, arguments)
+        sys.stdout.write(render_result(result) + "\n")
+        return 1 if result.get("isError") else 0
+
+    return asyncio.run(go())
+
+
+def cmd_schema_hash(args: argparse.Namespace) -> int:
+    """The canonical tools hash (PUMP1.md) of a schema file, or of what a live slot lists."""
+    from gateway.core.schema_hash import tools_hash
+
+    if (args.file is None) == (args.slot is None):
+        print("mcp-gateway schema-hash: give either a schema FILE or --slot SLOT", file=sys.stderr)
+        return 2
+    if args.file is not None:
+        try:
+            with open(args.file, "rb") as f:
+                document = orjson.loads(f.read())
+        except orjson.JSONDecodeError as exc:
+            print(f"mcp-gateway schema-hash: {args.file} is not valid JSON: {exc}", file=sys.stderr)
+            return 2
+        # The schema file is the tools array; a saved tools/list result ({"tools": [...]}) works too.
+        tools = document.get("tools") if isinstance(document, dict) else document
+        if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+            print(f"mcp-gateway schema-hash: {args.file} holds no array of tool objects", file=sys.stderr)
+            return 2
+        print(tools_hash(tools))
+        return 0
+
+    from gateway.client import GatewayClient
+
+    async def go() -> int:
+        listed: list[dict[str, Any]] = []
+        async with GatewayClient(args.url, args.slot, token=_client_token(args)) as client:
+            params: dict[str, Any] = {}
+            while True:
+                result = await client.request("tools/list", params)
+                listed.extend(result.get("tools", []))
+                cursor = result.get("nextCursor")
+                if not isinstance(cursor, str) or not cursor:
+                    break
+                params = {"cursor": cursor}
+        print(tools_hash(listed))
+        return 0
+
+    return asyncio.run(go())
+
+
+def add_calls(commands: Commands) -> None:
+    token_help = "a file holding a client token, for a gateway with [auth] (default: $MCP_GATEWAY_TOKEN, if set)"
+    slots = commands.add_parser("slots", help="list the slots of a running gateway")
+    slots.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL (default {DEFAULT_URL})")
+    slots.add_argument("--token-file", metavar="FILE", help=token_help)
+    slots.add_argument(
+        "--all",
+        action="store_true",
+        help="also list the names clients asked for that never had a provider and are not declared or configured "
+        "(by default only counted)",
+    )
+    slots.set_defaults(func=cmd_slots)
+
+    call = commands.add_parser("call", help="call a tool on a slot of a running gateway")
+    call.add_argument("slot")
+    call.add_argument("tool")
+    # A default keeps argparse from reporting key=value as required when tool is missing too.
+    call.add_argument(
+        "arguments", nargs="*", default=[], metavar="key=value", help="arguments; values are JSON or text"
+    )
+    call.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL (default {DEFAULT_URL})")
+    call.add_argument("--token-file", metavar="FILE", help=token_help)
+    call.set_defaults(func=cmd_call)
+
+    schema_hash = commands.add_parser(
+        "schema-hash", help="canonical hash of a tools schema file, or of the tools a live slot lists"
+    )
+    schema_hash.add_argument("file", nargs="?", help="schema file: the tools array (e.g. device/schemas/pump-1.json)")
+    schema_hash.add_argument("--slot", help="hash the tools/list of this slot on a running gateway instead")
+    schema_hash.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL for --slot (default {DEFAULT_URL})")
+    schema_hash.add_argument("--token-file", metavar="FILE", help=token_help)
+    schema_hash.set_defaults(func=cmd_schema_hash)

@@ -1,0 +1,131 @@
+"""`mcp-gateway run`: serve the gateway, with its flags (--stdio, --remote, --mqtt, --serial, --sim-pumps, --mdns)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gateway import event_loop
+from gateway.cli.common import Commands, _load, mqtt_url_flag, refuse_insecure_bind, serial_port_flag, with_config
+from gateway.config import DEFAULT_PORT
+from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
+
+
+def remote_upstream_flag(text: str) -> dict[str, Any]:
+    """--remote NAME=URL: a remote upstream without credentials, transport auto (the rest needs the config file)."""
+    name, sep, url = text.partition("=")
+    if not sep or not name.strip() or not url.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=URL, e.g. files=https://files.plant.lan/mcp, got {text!r}")
+    return {"name": name.strip(), "url": url.strip()}
+
+
+def stdio_upstream_flag(text: str) -> dict[str, Any]:
+    """--stdio NAME=COMMAND: a stdio upstream; COMMAND is split like a shell would split it (no shell runs it)."""
+    import shlex
+
+    name, sep, command = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=COMMAND, e.g. memory='npx -y @modelcontextprotocol/server-memory', got {text!r}"
+        )
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: COMMAND cannot be split: {exc}") from None
+    if not argv:
+        raise argparse.ArgumentTypeError(f"{name}: COMMAND is empty")
+    return {"name": name.strip(), "command": argv}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gateway.app import serve
+    from gateway.logs import setup_logging
+
+    config = _load(args)
+    refusal = refuse_insecure_bind(config)
+    if refusal is not None:
+        print(f"mcp-gateway: {refusal}", file=sys.stderr)
+        return 2
+    sim_pumps = getattr(args, "sim_pumps", 0) or 0
+    if sim_pumps < 0:
+        print("mcp-gateway: --sim-pumps must be 0 or more", file=sys.stderr)
+        return 2
+    setup_logging(config.logging.level, config.logging.format, config.insecure_lan_open)
+    if sim_pumps:
+        from sim.embedded import serve_with_simulator
+
+        main = serve_with_simulator(config, sim_pumps, args.sim_control_port)
+    else:
+        main = serve(config)
+    try:
+        event_loop.run(main, config.event_loop)
+    except event_loop.EventLoopUnavailable as exc:
+        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def add_run(commands: Commands) -> None:
+    run = commands.add_parser("run", help="run the gateway")
+    with_config(run)
+    run.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    run.add_argument("--port", type=int, help=f"port to bind (default {DEFAULT_PORT})")
+    run.add_argument(
+        "--insecure-lan", action="store_true", help="allow a LAN bind without client or provider authentication"
+    )
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    run.add_argument(
+        "--stdio",
+        action="append",
+        type=stdio_upstream_flag,
+        metavar="NAME=COMMAND",
+        help="run COMMAND as a stdio MCP server in slot NAME, supervised by the gateway (repeatable; adds to "
+        "[[upstreams.stdio]]; e.g. --stdio memory='npx -y @modelcontextprotocol/server-memory')",
+    )
+    run.add_argument(
+        "--remote",
+        action="append",
+        type=remote_upstream_flag,
+        metavar="NAME=URL",
+        help="serve the MCP server at URL (Streamable HTTP, either era) in slot NAME (repeatable; adds to "
+        "[[upstreams.remote]]; credentials and other transports only in the config file)",
+    )
+    run.add_argument(
+        "--mqtt",
+        action="append",
+        type=mqtt_url_flag,
+        metavar="URL",
+        help="connect to the MQTT broker at URL (mqtt://HOST:PORT or mqtts://) for boards (plain profile) and "
+        "MCP over MQTT servers (repeatable; adds to [[mqtt.brokers]]; credentials only in the config file)",
+    )
+    run.add_argument(
+        "--serial",
+        action="append",
+        type=serial_port_flag,
+        metavar="PATH[@BAUD]",
+        help="serve the board on this serial port (e.g. /dev/ttyUSB0@921600; default baud 115200; repeatable; "
+        "adds to [[serial.ports]]; slot patterns, frame cap and debug mode only in the config file)",
+    )
+    run.add_argument(
+        "--sim-pumps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also publish N simulated pumps (pump-1 ... pump-N) into this gateway over WebSocket (default 0)",
+    )
+    run.add_argument(
+        "--sim-control-port",
+        type=int,
+        default=SIM_CONTROL_PORT,
+        metavar="PORT",
+        help=f"loopback port of the simulator's control endpoint (default {SIM_CONTROL_PORT}; 0: any free port)",
+    )
+    run.add_argument(
+        "--mdns",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="advertise the gateway on the local network with mDNS, or not (default: [mdns] enabled, off unless "
+        "configured; see docs/discovery.md)",
+    )
+    run.set_defaults(func=cmd_run)

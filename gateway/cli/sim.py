@@ -1,0 +1,217 @@
+"""`mcp-gateway sim`, `sim-fault` and `sim-status`: simulated pump-1 devices, their faults and their state."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ssl
+import sys
+
+import orjson
+
+from gateway.cli.common import DEFAULT_URL, Commands, mqtt_url_flag, serial_port_flag
+from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    """Publish simulated pumps (pump-<first> ...) into a gateway, or through an MQTT broker, until SIGTERM or SIGINT."""
+    if args.mqtt is None and (args.profile is not None or args.mqtt_username or args.mqtt_password_file):
+        print("mcp-gateway sim: --profile and --mqtt-* options need --mqtt URL", file=sys.stderr)
+        return 2
+    serial_choices = [flag for flag, given in (("--serial", args.serial), ("--serial-pty", args.serial_pty)) if given]
+    if len(serial_choices) > 1 or (serial_choices and args.mqtt is not None):
+        print("mcp-gateway sim: choose one of --serial PATH[@BAUD], --serial-pty and --mqtt URL", file=sys.stderr)
+        return 2
+    if args.serial_link is not None and not args.serial_pty:
+        print("mcp-gateway sim: --serial-link names the pseudo-terminal of --serial-pty", file=sys.stderr)
+        return 2
+    if not args.gateway.startswith(("http://", "https://", "ws://", "wss://")):
+        print(
+            f"mcp-gateway sim: --gateway must start with http://, https://, ws:// or wss://, got {args.gateway!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if not 1 <= args.pumps <= 1000 or args.first < 0 or args.deadman_s <= 0 or args.dry_run_s <= 0:
+        print(
+            "mcp-gateway sim: --pumps must be between 1 and 1000, --first 0 or more, --deadman-s and --dry-run-s "
+            "greater than 0",
+            file=sys.stderr,
+        )
+        return 2
+    from gateway.logs import setup_logging
+    from gateway.publish.websocket import client_ssl
+    from sim.link import LinkSecurity, provider_token
+    from sim.mqtt import MqttTarget
+    from sim.pump import PumpSettings
+    from sim.simulator import SimulatorSettings, run
+
+    mqtt = None
+    if args.mqtt is not None:
+        try:
+            mqtt = MqttTarget(
+                url=args.mqtt,
+                profile=args.profile or "plain",
+                topic_prefix=args.topic_prefix,
+                username=args.mqtt_username,
+                password_file=args.mqtt_password_file,
+                ca_file=args.ca_file,
+            )
+            from sim.mqtt import check_target
+
+            check_target(mqtt)
+        except ValueError as exc:
+            print(f"mcp-gateway sim: {exc}", file=sys.stderr)
+            return 2
+
+    try:
+        token = provider_token(args.provider_token_file)
+        trust = client_ssl(None, args.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        print(f"mcp-gateway sim: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level, "auto")
+    pump = PumpSettings(deadman_s=args.deadman_s, dry_run_s=args.dry_run_s)
+    settings = SimulatorSettings(pumps=args.pumps, first=args.first, pump=pump)
+    serial = None
+    if args.serial is not None or args.serial_pty:
+        from sim.serial_line import SerialTarget
+
+        line = args.serial or {}
+        serial = SerialTarget(
+            path=line.get("path"), pty=args.serial_pty, link=args.serial_link, baud=line.get("baud", 115_200)
+        )
+    asyncio.run(run(args.gateway, settings, args.control_port, LinkSecurity(token, trust), mqtt, serial))
+    return 0
+
+
+def cmd_sim_fault(args: argparse.Namespace) -> int:
+    from sim.control_client import post_fault
+
+    status, body = asyncio.run(post_fault(args.control, args.slot, args.fault, args.clear, args.seconds))
+    if status != 200:
+        print(f"mcp-gateway sim-fault: {body.get('error_description') or body}", file=sys.stderr)
+        return 1
+    sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+def cmd_sim_status(args: argparse.Namespace) -> int:
+    from sim.control_client import get_pumps, render_pumps
+
+    status, body = asyncio.run(get_pumps(args.control))
+    if status != 200:
+        print(f"mcp-gateway sim-status: {body.get('error_description') or body}", file=sys.stderr)
+        return 1
+    if args.json:
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render_pumps(body) + "\n")
+    return 0
+
+
+def add_sim(commands: Commands) -> None:
+    sim = commands.add_parser(
+        "sim", help="publish simulated pump-1 devices into a gateway", description=cmd_sim.__doc__
+    )
+    sim.add_argument(
+        "--gateway",
+        default=DEFAULT_URL,
+        metavar="URL",
+        help=f"the gateway's base URL, http(s):// or ws(s):// (default {DEFAULT_URL})",
+    )
+    sim.add_argument("--pumps", type=int, default=1, metavar="N", help="how many pumps (default 1)")
+    sim.add_argument("--first", type=int, default=1, metavar="K", help="number of the first slot, pump-K (default 1)")
+    sim.add_argument(
+        "--control-port",
+        type=int,
+        default=SIM_CONTROL_PORT,
+        metavar="PORT",
+        help=f"loopback port of the control endpoint (default {SIM_CONTROL_PORT}; 0: any free port)",
+    )
+    sim.add_argument(
+        "--deadman-s",
+        type=float,
+        default=90.0,
+        metavar="S",
+        help="silence from the gateway after which a turning pump stops with link_lost (default 90)",
+    )
+    sim.add_argument(
+        "--dry-run-s",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how long a pump runs dry before it latches dry_run (default 5)",
+    )
+    sim.add_argument(
+        "--provider-token-file",
+        metavar="FILE",
+        help="file holding the provider secret, sent as X-Provider-Token when the gateway has [providers.auth] "
+        "(default: $MCP_SIM_PROVIDER_TOKEN, else none)",
+    )
+    sim.add_argument(
+        "--ca-file",
+        metavar="FILE",
+        help="CA certificate to trust for a wss:// gateway or mqtts:// broker (e.g. tls/ca.pem)",
+    )
+    sim.add_argument(
+        "--mqtt",
+        type=mqtt_url_flag,
+        metavar="URL",
+        help="publish through the MQTT broker at URL (mqtt://HOST:PORT) instead of a WebSocket to --gateway",
+    )
+    sim.add_argument(
+        "--profile",
+        choices=["plain", "mcp"],
+        help="with --mqtt: plain (mcpb/<slot>/..., MQTT 3.1.1, default) or mcp (MCP over MQTT, EMQX specification)",
+    )
+    sim.add_argument(
+        "--topic-prefix", default="mcpb", metavar="PREFIX", help="plain profile topic prefix (default mcpb)"
+    )
+    sim.add_argument("--mqtt-username", metavar="NAME", help="broker username (e.g. the slot, with the appliance ACL)")
+    sim.add_argument("--mqtt-password-file", metavar="FILE", help="file holding the broker password")
+    sim.add_argument(
+        "--serial",
+        type=serial_port_flag,
+        metavar="PATH[@BAUD]",
+        help="put the pumps on this serial line instead (a tty wired to the gateway's port; one pump registers "
+        "its slot, several share the line with envelopes)",
+    )
+    sim.add_argument(
+        "--serial-pty",
+        action="store_true",
+        help="put the pumps on a new pseudo-terminal and print the path the gateway opens "
+        "(mcp-gateway run --serial PATH); see docs/device-serial.md",
+    )
+    sim.add_argument(
+        "--serial-link",
+        metavar="PATH",
+        help="with --serial-pty: also make a symbolic link at PATH to the gateway's end (a name that stays the same)",
+    )
+    sim.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sim.set_defaults(func=cmd_sim)
+
+
+def add_sim_fault_and_status(commands: Commands) -> None:
+    default_control = f"http://127.0.0.1:{SIM_CONTROL_PORT}"
+    sim_fault = commands.add_parser("sim-fault", help="inject or clear a fault on a simulated pump")
+    sim_fault.add_argument("slot", help="the simulated pump, e.g. pump-1")
+    sim_fault.add_argument("fault", help="dry_run, overtemp, sensor_failure, reboot or link_drop")
+    sim_fault.add_argument("--clear", action="store_true", help="clear the condition (link_drop: reconnect now)")
+    sim_fault.add_argument("--seconds", type=float, help="link_drop: stay offline this long before dialling again")
+    sim_fault.add_argument(
+        "--control",
+        default=default_control,
+        metavar="URL",
+        help=f"the simulator's control endpoint (default {default_control})",
+    )
+    sim_fault.set_defaults(func=cmd_sim_fault)
+
+    sim_status = commands.add_parser("sim-status", help="show the simulated pumps, their links and faults")
+    sim_status.add_argument(
+        "--control",
+        default=default_control,
+        metavar="URL",
+        help=f"the simulator's control endpoint (default {default_control})",
+    )
+    sim_status.add_argument("--json", action="store_true", help="print the control endpoint's JSON")
+    sim_status.set_defaults(func=cmd_sim_status)

@@ -1,0 +1,69 @@
+"""`mcp-gateway stdio`: serve MCP on stdin/stdout for hosts that launch a command, forwarding to a gateway."""
+
+from __future__ import annotations
+
+import argparse
+import ssl
+import sys
+
+from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file
+
+
+def cmd_stdio(args: argparse.Namespace) -> int:
+    """Serve MCP on stdin/stdout, forwarding every message to a running gateway's /<slot>/mcp."""
+    import os
+
+    from gateway.config import ENV_CLIENT_TOKEN
+    from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name
+    from gateway.logs import setup_logging
+    from gateway.northbound.stdio_bridge import BearerToken, Credentials, HmacKey, StdioBridge, main
+
+    def refuse(reason: str) -> int:
+        print(f"mcp-gateway stdio: {reason}", file=sys.stderr)
+        return 2
+
+    if not args.url.startswith(("http://", "https://")):
+        return refuse(f"--url must start with http:// or https://, got {args.url!r}")
+    if args.slot not in (ALL_SLOT, BROKER_SLOT):
+        try:
+            check_slot_name(args.slot)
+        except SlotNameError as exc:
+            return refuse(f"--slot: {exc}")
+    if (args.hmac_key_id is None) != (args.hmac_secret_file is None):
+        return refuse("request signing needs both --hmac-key-id and --hmac-secret-file")
+    if args.hmac_key_id is not None and args.token_file is not None:
+        return refuse("give --token-file or the --hmac-* options, not both")
+    credentials: Credentials | None = None
+    try:
+        if args.hmac_key_id is not None:
+            secret = _read_credential_file(args.hmac_secret_file, "--hmac-secret-file")
+            credentials = HmacKey(args.hmac_key_id, secret.encode("utf-8"))
+        elif args.token_file is not None:
+            credentials = BearerToken(_read_credential_file(args.token_file, "--token-file"))
+        elif os.environ.get(ENV_CLIENT_TOKEN, "").strip():
+            credentials = BearerToken(os.environ[ENV_CLIENT_TOKEN].strip())
+        context = ssl.create_default_context(cafile=args.ca_file) if args.ca_file else None
+    except (ValueError, OSError, ssl.SSLError) as exc:
+        return refuse(str(exc))
+    # stdout belongs to the MCP host: logs go to stderr only.
+    setup_logging(args.log_level, "text")
+    main(StdioBridge(args.url, args.slot, credentials, context))
+    return 0
+
+
+def add_stdio(commands: Commands) -> None:
+    stdio = commands.add_parser(
+        "stdio",
+        help="serve MCP on stdin/stdout, forwarding to a running gateway (for hosts that launch a command)",
+        description=cmd_stdio.__doc__,
+    )
+    stdio.add_argument("--slot", default="_all", help="the slot to serve (default _all: every opted-in provider)")
+    stdio.add_argument("--url", default=DEFAULT_URL, help=f"the gateway's base URL (default {DEFAULT_URL})")
+    stdio.add_argument(
+        "--token-file", metavar="FILE", help="a file holding the bearer token (default: $MCP_GATEWAY_TOKEN, if set)"
+    )
+    stdio.add_argument("--hmac-key-id", metavar="ID", help="sign every request with this [auth.hmac] key id")
+    stdio.add_argument("--hmac-secret-file", metavar="FILE", help="a file holding that key's secret")
+    stdio.add_argument("--ca-file", metavar="FILE", help="CA certificate(s) to trust for an https:// gateway")
+    stdio.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    stdio.set_defaults(func=cmd_stdio)

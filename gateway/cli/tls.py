@@ -1,0 +1,57 @@
+"""`mcp-gateway tls self-signed`: a local CA and a server certificate for a site without a PKI."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gateway.cli.common import Commands
+from gateway.config import DEFAULT_PORT
+
+
+def cmd_tls_self_signed(args: argparse.Namespace) -> int:
+    """Create a local CA and a server certificate signed by it, then print where each file goes."""
+    from pathlib import Path
+
+    from gateway.policy.tls_self_signed import SelfSignedError, create, default_names, instructions
+
+    hosts, ips = default_names()
+    if args.host or args.ip:
+        hosts, ips = args.host or [], args.ip or []
+    try:
+        issued = create(Path(args.dir), hosts, ips, days=args.days, force=args.force, new_ca=args.new_ca)
+    except SelfSignedError as exc:
+        print(f"mcp-gateway tls self-signed: {exc}", file=sys.stderr)
+        return 2
+    print(instructions(issued, args.port))
+    return 0
+
+
+def add_tls(commands: Commands) -> None:
+    tls = commands.add_parser("tls", help="TLS certificates for the gateway")
+    tls_commands = tls.add_subparsers(dest="tls_command", required=True)
+    self_signed = tls_commands.add_parser(
+        "self-signed",
+        help="create a local CA and a server certificate for a site without a PKI",
+        description=cmd_tls_self_signed.__doc__,
+    )
+    self_signed.add_argument("--dir", default="tls", help="where to write the files (default ./tls)")
+    self_signed.add_argument(
+        "--host",
+        action="append",
+        metavar="NAME",
+        help="a DNS name the certificate is valid for (repeat; default: this machine's hostname, "
+        "<hostname>.local, localhost, and 127.0.0.1, ::1)",
+    )
+    self_signed.add_argument("--ip", action="append", metavar="ADDR", help="an IP address it is valid for (repeat)")
+    self_signed.add_argument(
+        "--days", type=int, default=825, metavar="N", help="validity of the server certificate (default 825)"
+    )
+    self_signed.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port shown in the printed URLs (default {DEFAULT_PORT})"
+    )
+    self_signed.add_argument("--force", action="store_true", help="overwrite existing files")
+    self_signed.add_argument(
+        "--new-ca", action="store_true", help="make a new CA even if DIR has one (boards then need the new ca.pem)"
+    )
+    self_signed.set_defaults(func=cmd_tls_self_signed)
