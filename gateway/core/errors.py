@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.core import jsonrpc
@@ -23,9 +24,30 @@ class RpcError(Exception):
         return jsonrpc.error_response(request_id, self.code, self.message, self.data)
 
 
-# The three texts of WIRE.md §2.4 are shared with mcp-broker; clients match on them.
-def not_connected(slot: str) -> RpcError:
-    return RpcError(jsonrpc.UNAVAILABLE, f'Provider "{slot}" not connected', {"slot": slot, "reason": "not_connected"})
+NAMED_CONNECTED_SLOTS = 10
+"""At most this many connected slots are named in a not-connected message (all go in its data, up to
+LISTED_CONNECTED_SLOTS)."""
+LISTED_CONNECTED_SLOTS = 100
+
+
+# The three texts of docs/protocol.md "Requests and ids" are shared with mcp-broker; clients match on
+# them, so what the gateway adds comes after them.
+def not_connected(slot: str, history: str | None = None, connected: Sequence[str] | None = None) -> RpcError:
+    """`history`: what the gateway knows of the slot's providers; `connected`: the slots the caller
+    could use instead (None: not told, e.g. when a provider left between listing and calling)."""
+    message = f'Provider "{slot}" not connected'
+    data: dict[str, Any] = {"slot": slot, "reason": "not_connected"}
+    if history is not None:
+        message += f": {history}"
+    if connected is not None:
+        named = ", ".join(connected[:NAMED_CONNECTED_SLOTS])
+        more = len(connected) - NAMED_CONNECTED_SLOTS
+        if not connected:
+            message += "; no slot has a provider now"
+        else:
+            message += f"; connected slots: {named}" + (f" and {more} more (mcp-gateway slots)" if more > 0 else "")
+        data["connectedSlots"] = list(connected[:LISTED_CONNECTED_SLOTS])
+    return RpcError(jsonrpc.UNAVAILABLE, message, data)
 
 
 def disconnected(slot: str) -> RpcError:

@@ -95,7 +95,7 @@ class Gateway:
                 # Forget targets of slots the registry pruned, so this map stays bounded too.
                 slots = self.registry.slots
                 self._slot_targets = {k: t for k, t in self._slot_targets.items() if slots.get(k) is t.slot}
-            target = SlotTarget(self.registry, slot, self.metrics)
+            target = SlotTarget(self.registry, slot, self.metrics, self.aggregate.may_call)
             self._slot_targets[name] = target
         return target
 

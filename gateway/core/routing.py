@@ -17,6 +17,7 @@ from gateway.core.client_context import SESSION, STATELESS, ClientContext
 from gateway.core.eras import ENVELOPE_KEYS, META_SERVER_INFO
 from gateway.core.input_required import CANNOT_ASK, Caller, continues_held_call
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.principal import Principal
 from gateway.core.provider_call import call_provider
 from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import NotificationSink
@@ -197,11 +198,20 @@ class ToolIndex:
 class SlotTarget(Target):
     """A named slot: answered from the provider session's cache or forwarded to the provider."""
 
-    def __init__(self, registry: SlotRegistry, slot: Slot, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        registry: SlotRegistry,
+        slot: Slot,
+        metrics: Metrics,
+        may_call: Callable[[Principal, str], bool] | None = None,
+    ) -> None:
+        """`may_call`: whether a principal may call a slot, so a not-connected answer names only the
+        connected slots the caller could use (None: every caller may call every slot)."""
         self.registry = registry
         self.slot = slot
         self.name = slot.name
         self.metrics = metrics
+        self.may_call = may_call
         self._tool_index: ToolIndex | None = None
 
     # -- description --------------------------------------------------------------------------
@@ -261,22 +271,30 @@ class SlotTarget(Target):
             with contextlib.suppress(errors.RpcError):
                 await session.request(method, params, internal=True)
 
+    def not_connected(self, principal: Principal) -> errors.RpcError:
+        """No provider: say whether the slot ever had one, and which slots this caller could use instead."""
+        connected = self.registry.connected_names()
+        if self.may_call is not None:
+            connected = [name for name in connected if self.may_call(principal, name)]
+        history = self.slot.provider_history(managed=self.name in self.registry.managers)
+        return errors.not_connected(self.name, history, connected)
+
     # -- requests -----------------------------------------------------------------------------
 
-    async def provider(self) -> ProviderSession:
+    async def provider(self, ctx: ClientContext) -> ProviderSession:
         session = self.slot.session
         if session is not None and session.ready:
             return session
         session = self.slot.live
         if session is None:
-            raise errors.not_connected(self.name)
+            raise self.not_connected(ctx.principal)
         if not session.ready:
             await session.wait_ready(session.settings.initialize_timeout_ms / 1000)
         return session
 
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         if method == "tools/list":
-            session = await self.provider()
+            session = await self.provider(ctx)
             if params and params.get("cursor") is not None:
                 raise errors.RpcError(jsonrpc.INVALID_PARAMS, "Invalid cursor: the gateway lists all tools at once")
             return {"tools": session.tools}
@@ -286,7 +304,7 @@ class SlotTarget(Target):
             return await self._subscription(ctx, method, params)
         if method.startswith("notifications/"):
             raise errors.RpcError(jsonrpc.INVALID_REQUEST, f"{method} is a notification; send it without an id")
-        return await forward_to(await self.provider(), ctx, method, params, self.metrics)
+        return await forward_to(await self.provider(ctx), ctx, method, params, self.metrics)
 
     async def _set_level(self, ctx: ClientContext, params: JsonObject | None) -> JsonObject:
         level = (params or {}).get("level")
@@ -310,7 +328,7 @@ class SlotTarget(Target):
         uri = (params or {}).get("uri")
         if not isinstance(uri, str):
             raise errors.RpcError(jsonrpc.INVALID_PARAMS, f'{method} needs "uri"')
-        session = await self.provider()
+        session = await self.provider(ctx)
         who = ctx.listener if ctx.listener is not None else object()
         if session.modern:
             # 2026-07-28 has no resources/subscribe: the gateway's listen stream asks for the URIs.

@@ -20,6 +20,7 @@ from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import SessionCounters, SessionSettings
 from gateway.core.relay import RelayMetrics
 from gateway.core.shared_tools import SharedToolLists
+from gateway.core.timestamps import ago
 from gateway.core.upstream_state import UpstreamState, level_rank
 from gateway.telemetry.metrics import Metrics
 
@@ -80,6 +81,22 @@ class Slot:
     def live(self) -> ProviderSession | None:
         session = self.session
         return session if session is not None and session.state != "closed" else None
+
+    def provider_history(self, managed: bool) -> str:
+        """What the gateway knows of this slot's providers, for a caller that finds none.
+
+        `managed`: the gateway runs the slot's provider itself (a stdio or remote upstream)."""
+        if self.connects == 0:
+            if managed:
+                return (
+                    "its provider, which the gateway starts itself, has not connected yet (provider_status on _broker)"
+                )
+            if self.declared:
+                return "the slot is declared, but no provider has connected to it yet"
+            return "no provider has connected to this slot"
+        left = ago(time.time() - self.last_disconnect) if self.last_disconnect is not None else ago(None)
+        reason = f" ({self.last_disconnect_reason})" if self.last_disconnect_reason else ""
+        return f"its provider left {left}{reason}"
 
     def counter_totals(self) -> dict[str, int]:
         """Every counter summed over all links this slot has had since the gateway started."""
@@ -185,6 +202,10 @@ class SlotRegistry:
         created = Slot(name)
         self.slots[name] = created
         return created
+
+    def connected_names(self) -> list[str]:
+        """The slots whose provider is ready now, by name."""
+        return sorted(name for name, slot in self.slots.items() if slot.session is not None and slot.session.ready)
 
     def manage(self, name: str, manager: UpstreamManager) -> Slot:
         """Reserve `name` for a configured upstream before the gateway listens (so no board claims it)."""

@@ -526,7 +526,7 @@ async def test_a_session_belongs_to_the_caller_that_opened_it(
     # The owner's session is untouched by all that: its request reaches the (empty) slot.
     status, _, body = await post(http, url, TOOLS_LIST, {**bearer(SCADA), **session})
     assert status == 200
-    assert body["error"]["message"] == 'Provider "pump-1" not connected'
+    assert body["error"]["message"].startswith('Provider "pump-1" not connected: ')
     assert await metric(http, server, 'mcpgw_auth_failures_total{reason="session_owner"}') == 3
 
 

@@ -222,7 +222,9 @@ async def test_a_multiplexed_publisher_keeps_its_allowed_slots_working(
     async with Client(f"{gateway.url}/tank-1/mcp", mode="legacy") as client:
         with pytest.raises(MCPError) as failure:
             await client.call_tool("add", {"a": 1, "b": 1})
-    assert failure.value.error.message == 'Provider "tank-1" not connected'
+    assert failure.value.error.message == (
+        'Provider "tank-1" not connected: no provider has connected to this slot; connected slots: pump-1'
+    )
 
 
 # -- shared mode --------------------------------------------------------------------------------

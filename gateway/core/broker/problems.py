@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote
 
+from gateway.core.timestamps import ago
+
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
 
@@ -109,19 +111,9 @@ class Problem:
         return entry
 
 
-def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "at an unknown time"
-    if seconds < 120:
-        return f"{seconds:.0f}s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min ago"
-    return f"{seconds / 3600:.1f} h ago"
-
-
 def last_link(slot: SlotView) -> str:
     if slot.last_disconnect_reason:
-        return f"the last provider left {_ago(slot.last_disconnect_ago_s)}: {slot.last_disconnect_reason}"
+        return f"the last provider left {ago(slot.last_disconnect_ago_s)}: {slot.last_disconnect_reason}"
     return "no provider has connected since the gateway started"
 
 
