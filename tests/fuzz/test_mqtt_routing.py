@@ -31,6 +31,7 @@ from gateway.config import GatewayConfig, MqttBrokerConfig
 from gateway.core import jsonrpc
 from gateway.core.gateway import Gateway
 from gateway.core.names import SlotNameError, check_slot_name
+from gateway.core.provider_state import SessionSettings
 from gateway.core.slots import SlotRefused
 from gateway.southbound.mqtt import drops as mqtt_drops
 from gateway.southbound.mqtt import topics as mqtt_topics
@@ -99,6 +100,7 @@ class StandInSession:
     def __init__(self, hello: Any) -> None:
         self.hello = hello
         self.state = "ready"
+        self.settings = SessionSettings()
         self.received: list[jsonrpc.Message] = []
 
     def mark_alive(self) -> None:

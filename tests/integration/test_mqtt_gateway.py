@@ -449,8 +449,10 @@ async def test_plain_profile_simulator_driven_through_the_gateway(
 async def test_plain_board_that_stops_answering_is_detached_then_attached_again_without_announcing(
     gateway_factory: GatewayFactory, mosquitto: Mosquitto
 ) -> None:
+    # A second apart: a board on a loaded host answers a ping well within it, so only the silence
+    # the test makes is a miss.
     server = await gateway_factory(
-        providers={"heartbeat_interval_s": 0.3}, mqtt={"brokers": [{"url": mosquitto.url, **QUICK}]}
+        providers={"heartbeat_interval_s": 1.0}, mqtt={"brokers": [{"url": mosquitto.url, **QUICK}]}
     )
     board = Board(mosquitto.port, "pump-3")
     await board.connect()
