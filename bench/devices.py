@@ -61,7 +61,8 @@ def answer(message: Any, slot: str, tools: list[dict[str, Any]] = DEVICE_TOOLS) 
 
 
 def register_frame(slot: str) -> bytes:
-    """What a board sends first (docs/protocol.md "Registration", "Hello"): opt in to `_all`, and a hello that names it."""
+    """What a board sends first (docs/protocol.md "Registration", "Hello"): opt in to `_all`, and a hello
+    that names it."""
     hello = {"device_id": f"bench-{slot}", "firmware": {"name": "bench-device", "version": "1.0.0"}}
     params = {"aggregate": True, "hello": hello}
     return orjson.dumps({"jsonrpc": "2.0", "method": "notifications/register", "params": params})

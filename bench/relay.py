@@ -264,10 +264,10 @@ def block_plan(paths: Sequence[str], calls: int, block: int) -> list[tuple[str, 
 
     Never a block after one of its own path: a path that follows itself finds its processes warm,
     and the first calls of a block on this VM are slower after another path ran (REWARM_CALLS does
-    not take all of it away). Until 2026-12-02 (ninth session) the order was reversed on every turn,
-    which put the first and last paths after themselves at every other turn boundary and the middle
-    one never: the gateway, in the middle of direct, gateway, bare relay, read 3-9% slower than it
-    is (a tree against itself in `bench.relay_ab`'s seats, see docs/performance.md)."""
+    not take all of it away). An order reversed on every turn would put the first and last paths after
+    themselves at every other turn boundary and the middle one never: the gateway, in the middle of
+    direct, gateway, bare relay, then reads 3-9% slower than it is (a tree against itself in
+    `bench.relay_ab`'s seats; docs/performance.md, "Why short blocks, in a cycle")."""
     plan: list[tuple[str, int]] = []
     for start in range(0, calls, block):
         plan.extend((path, min(block, calls - start)) for path in paths)

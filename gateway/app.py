@@ -96,7 +96,8 @@ def build_app(
     # spares every request the patterns of the routes in between.
     routes.append(web.route("*", "/{slot}/mcp", clients.handle))
     # One-segment and /<slot>/sse, /<slot>/messages paths: aiohttp tries routes with a longer fixed
-    # prefix first, so these never take /healthz, /provider/..., /mcp/... (docs/protocol.md).
+    # prefix first, so these never take /healthz, /provider/..., /mcp/... (docs/protocol-clients.md,
+    # "Raw WebSocket").
     routes += legacy_sse.routes()
     routes += client_sockets.routes()
     # /mcp, /mcp/<group>, /groups, /mcp-servers: the tool-group bridge (docs/groups.md).

@@ -3,9 +3,9 @@
 uvloop runs the loop, its timers and its socket transports in C (libuv): every relayed call wakes
 the gateway's loop three times and writes twice, and on the stock loop that machinery is about 90 of
 the 268 Python calls the gateway makes per relayed call; side by side, uvloop took 4.5-8% off its
-CPU per call (docs/performance.md). Nothing in the gateway depends on which loop runs it;
-`event_loop = "asyncio"` is there for a platform without uvloop wheels, and for telling a loop
-problem from any other one."""
+CPU per call (docs/performance-internals.md, "What keeps the gateway's path cheap"). Nothing in the
+gateway depends on which loop runs it; `event_loop = "asyncio"` is there for a platform without
+uvloop wheels, and for telling a loop problem from any other one."""
 
 from __future__ import annotations
 

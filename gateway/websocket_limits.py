@@ -3,7 +3,7 @@ and the deadline of an upgraded socket's first exchange.
 
 aiohttp enforces the cap itself, as it reads a frame's header (nothing of an oversized message is
 buffered), and then closes the socket with 1009 and an empty reason from inside `receive()`. This
-subclass fills in the gateway's reason on that close, so the peer reads what to do (WIRE.md §2.2).
+subclass fills in the gateway's reason on that close, so the peer reads what to do (docs/protocol.md, "Size").
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
                                     "clear": false, "seconds": N (link_drop only)}  -> the pump's state
 
 A state is {slot, device_id, link: {url, connected, links, offline_for_s, last_down_reason},
-injected: [conditions], boots, status: <the get_status object>}. Errors are JSON
+injected: [conditions], boots, status: <the get_status object>, requests: {requests, duplicates,
+errors}}. Errors are JSON
 {"error": code, "error_description": text}: 404 unknown_pump, 400 unknown_fault / bad_request,
 403 when a browser's Origin is not a loopback page or the Host is not a loopback name (a web page
 must not be able to inject faults, also not through DNS rebinding).

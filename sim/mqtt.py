@@ -1,4 +1,5 @@
-"""One simulated pump's link through an MQTT broker, in either profile of docs/protocol-serial-mqtt.md "MQTT ways in".
+"""One simulated pump's link through an MQTT broker, in either profile of docs/protocol-serial-mqtt.md
+"MQTT ways in".
 
 The pump's code is the board's (the dispatcher answers every request, its duplicate cache answers a
 redelivered QoS 1 request without acting twice); only the transport differs from sim.link. The

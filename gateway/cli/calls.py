@@ -58,7 +58,7 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 
 def cmd_schema_hash(args: argparse.Namespace) -> int:
-    """The canonical tools hash (PUMP1.md) of a schema file, or of what a live slot lists."""
+    """The canonical tools hash (docs/pump-1.md, "Schema hash") of a schema file, or of what a live slot lists."""
     from gateway.core.schema_hash import tools_hash
 
     if (args.file is None) == (args.slot is None):

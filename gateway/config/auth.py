@@ -162,7 +162,8 @@ class HmacKeyConfig(Section):
 
 
 class HmacConfig(Section):
-    """[auth.hmac]: HMAC-SHA256 signed requests (the `mcp-gateway stdio` bridge, scripts); see docs/security.md."""
+    """[auth.hmac]: HMAC-SHA256 signed requests (the `mcp-gateway stdio` bridge, scripts; docs/security-auth.md,
+    "Signed stdio bridge")."""
 
     keys: Annotated[list[HmacKeyConfig], Field(min_length=1)]
     max_skew_s: Annotated[float, Field(gt=0, le=600)] = 60.0

@@ -1,4 +1,4 @@
-"""[groups.<name>]: tool groups served at /mcp and /mcp/<name> (gateway/core/groups.py), and their names and toggles."""
+"""[groups.<name>]: tool groups served at /mcp and /mcp/<name> (gateway/core/groups/), and their names and toggles."""
 
 from __future__ import annotations
 

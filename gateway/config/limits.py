@@ -46,7 +46,8 @@ class RateLimitsConfig(Section):
 
 
 class ConnectionLimitsConfig(Section):
-    """[limits.connections]: every TCP connection to the listener, whatever it carries (docs/security.md).
+    """[limits.connections]: every TCP connection to the listener, whatever it carries
+    (docs/security-limits.md, "Connections").
 
     A connection over a cap is answered 503 with a JSON body once its request is read, or closed at
     once when max_refusing are already being answered. Open streams (SSE, WebSocket) and requests being

@@ -22,7 +22,7 @@ def close_reason(text: str) -> str:
 
 
 def frame_too_big_reason(max_frame_bytes: int) -> str:
-    """The reason of a 1009 close (WIRE.md §2.2), provider and client sockets alike."""
+    """The reason of a 1009 close (docs/protocol.md, "Size"), provider and client sockets alike."""
     return f"Frame over {max_frame_bytes} bytes; raise limits.max_frame_bytes or send smaller messages"
 
 

@@ -1,4 +1,4 @@
-"""Slot-name rules of WIRE.md §2.1, shared by every way in."""
+"""Slot-name rules (docs/protocol.md, "Slot names"), shared by every way in."""
 
 from __future__ import annotations
 

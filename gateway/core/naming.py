@@ -1,4 +1,5 @@
-"""Tool names over many slots (WIRE.md §6): `<slot><separator><tool>`, safe characters, at most 64, unique.
+"""Tool names over many slots: `<slot><separator><tool>`, safe characters, at most 64, unique
+(docs/protocol-clients.md, "`_all`", "Tool groups").
 
 `_all` uses "-" (`<slot>-<tool>`); the tool-group endpoints /mcp use `groups_separator`, "__" by default
 (`<slot>__<tool>`, as the original MCP bridge named them). The rules are the same for both."""

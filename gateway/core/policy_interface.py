@@ -1,8 +1,8 @@
 """The questions the core asks the policy layer, as protocols the policy layer implements.
 
 The core never imports `gateway.policy`: the composition root (gateway/app.py) builds the policy
-objects and hands them to the core as these interfaces. Rate limits and connection counts today;
-authorization, limits on arguments and audit arrive the same way.
+objects and hands them to the core as these interfaces: rate limits and connection counts. Any other
+question the core asks the policy layer goes through an interface of the same kind.
 """
 
 from __future__ import annotations

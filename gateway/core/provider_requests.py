@@ -119,8 +119,9 @@ class ProviderRequests:
         task.add_done_callback(self._answers.discard)
 
     def attribute(self, method: str, params: JsonObject | None) -> Pending | errors.RpcError:
-        """The client request a provider request belongs to (docs/protocol.md): the one it names in
-        _meta, else the only client request pending, else the only one whose client is waiting."""
+        """The client request a provider request belongs to (docs/protocol-clients.md, "Attribution"): the
+        one it names in _meta, else the only client request pending, else the only one whose client is
+        waiting."""
         meta = params.get("_meta") if params is not None else None
         if isinstance(meta, dict) and RELATED_REQUEST_KEY in meta:
             related = meta[RELATED_REQUEST_KEY]

@@ -1,4 +1,5 @@
-"""The gateway-owned MCP session with one provider (WIRE.md §2.4, §2.5).
+"""The gateway-owned MCP session with one provider (docs/protocol.md, "The gateway owns the provider
+session", "Requests and ids").
 
 The gateway initializes each provider once, caches what it learns, numbers every request it
 forwards with its own ids, enforces deadlines and the pending bound, and routes what the provider
@@ -187,7 +188,7 @@ class ProviderSession:
         self._start_task = asyncio.get_running_loop().create_task(self._initialize())
 
     def register(self, aggregate: bool, hello: JsonObject | None) -> None:
-        """The link's register frame (WIRE.md §2.1, §3.4): its `_all` opt-in and its hello."""
+        """The link's register frame (docs/protocol.md, "Registration", "Hello"): its `_all` opt-in and its hello."""
         self.aggregate = aggregate
         if hello is not None:
             self.hello = hello
@@ -264,8 +265,9 @@ class ProviderSession:
 
     def _may_probe(self) -> bool:
         """Ask server/discover first, unless the slot or the link says the provider is session-era only,
-        or the provider introduced itself with a hello (a board of the device profile, WIRE.md §3) that
-        does not list 2026-07-28 among its `versions`: a board never sees a request it does not serve."""
+        or the provider introduced itself with a hello (a board of the device profile) that does not list
+        2026-07-28 among its `versions`: a board never sees a request it does not serve (docs/protocol.md,
+        "Hello `versions`")."""
         if eras.SESSION_ERA in (self.settings.era, self.link.info.era):
             return False
         hello = self.hello
@@ -712,7 +714,8 @@ class ProviderSession:
             self._on_register(method, params)
             return
         if method.startswith("broker/"):
-            # broker/* notifications (telemetry, audit results) belong to the governance layer.
+            # broker/* notifications (telemetry, audit results) are accepted and dropped (docs/protocol.md,
+            # "Requests from providers").
             return
         if method == "notifications/message" and self.modern:
             # 2026-07-28 sends log messages only with the request that asked for them; a stream

@@ -2,7 +2,7 @@
 
 One provider session serves every client of its slot, so a provider's `sampling/createMessage`,
 `elicitation/create` or `roots/list` goes only to the client whose request caused it, and only when
-that client declared it can answer (docs/protocol.md, "Requests from providers to clients"). This
+that client declared it can answer (docs/protocol-clients.md, "Requests from providers to clients"). This
 module holds what both eras share: which methods are relayed, the capability check, the gateway's
 own `_meta` keys, and the table of requests a session-era client has not answered yet. The
 stateless era's translation into `input_required` results lives in gateway/core/input_required.py.

@@ -1,4 +1,4 @@
-"""The canonical hash of a tools array (PUMP1.md "Schema hash"), shared by gateway, tests and tooling."""
+"""The canonical hash of a tools array (docs/pump-1.md, "Schema hash"), shared by gateway, tests and tooling."""
 
 from __future__ import annotations
 

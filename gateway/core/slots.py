@@ -132,7 +132,8 @@ class Slot:
 TOOLS_CHANGED = jsonrpc.notification("notifications/tools/list_changed")
 PEER_CAPPED_TRANSPORTS = ("websocket", "websocket-mux")
 """Links anyone who reaches /providers can open; the other transports are configured by the operator
-(serial ports, upstreams) or bounded by their broker's ACL (MQTT, docs/security.md)."""
+(serial ports, upstreams) or bounded by their broker's ACL (MQTT: docs/security-auth.md, "MQTT: what the
+broker's ACL guarantees, and what it does not")."""
 
 
 def claimant(info: LinkInfo) -> str | None:

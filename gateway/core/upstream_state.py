@@ -2,7 +2,8 @@
 
 One provider session serves every client, so the gateway keeps the union: it subscribes upstream when
 the first client subscribes, unsubscribes when the last one leaves, sends the most verbose log level
-anyone asked for, and replays all of it when a provider reconnects (WIRE.md §2.5).
+anyone asked for, and replays all of it when a provider reconnects (docs/protocol.md, "The gateway
+owns the provider session").
 """
 
 from __future__ import annotations

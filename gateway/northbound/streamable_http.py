@@ -1,4 +1,5 @@
-"""MCP Streamable HTTP for clients at `/<slot>/mcp`, both protocol eras on one endpoint (MCP.md).
+"""MCP Streamable HTTP for clients at `/<slot>/mcp`, both protocol eras on one endpoint
+(docs/protocol-clients.md, "Streamable HTTP").
 
 The MCP-Protocol-Version header picks the era: a stateless-era version goes to the stateless
 handler; none, or a session-era version, to the session handler. A session-era answer is one SSE
@@ -46,7 +47,7 @@ SSE_TYPE = "text/event-stream"
 HOW_TO_END = "end sessions you no longer use with DELETE on their endpoint (Mcp-Session-Id header)"
 
 __all__ = ["Admission", "StreamableHttpEndpoint", "http_error", "json_response", "rpc_error"]
-"""Admission and the JSON answers moved to http_io.py; they stay importable from here."""
+"""Admission and the JSON answers are defined in http_io.py and importable from here too."""
 
 
 def accepts(request: web.Request) -> tuple[bool, bool]:
@@ -297,7 +298,8 @@ class StreamableHttpEndpoint:
         )
         ctx.sink = stream.sink
         # A provider's sampling, elicitation or roots request for this call goes out on this
-        # call's own stream, never on another one (docs/protocol.md).
+        # call's own stream, never on another one (docs/protocol-clients.md, "Session era: on the
+        # request's stream").
         ctx.requester = session.requests.via(stream.send_request)
         crowded = session_era.too_many_pending(self.gateway, len(session.in_flight), request_id)
         if crowded is not None:

@@ -3,9 +3,9 @@
 It runs after the Origin/Host check, and only when [auth] configures something (an unauthenticated
 loopback gateway does not pay for it). It covers every client way in: `is_client_path` is the one
 predicate, and it counts every path that is not the gateway's own (provider sockets, /healthz,
-/readyz, /.well-known/...), so a way in added later (/<slot>/sse, /<slot>/messages, a raw WebSocket
-at /<slot>) is protected without being listed anywhere. /metrics needs a caller with the `metrics`
-scope once client authentication is configured.
+/readyz, /.well-known/...), so the other ways in (/<slot>/sse, /<slot>/messages, a raw WebSocket at
+/<slot>) and any new one are protected without being listed anywhere. /metrics needs a caller with
+the `metrics` scope once client authentication is configured.
 
 Credentials are checked by a chain of verifiers, one module per kind (static_tokens.py, oauth.py,
 request signing): each says "not mine", "this caller" or "refused" (verifier.py). A caller must then
@@ -283,11 +283,16 @@ class ClientAuth:
         if not ways and self.config.auth.hmac is not None:
             return (
                 "This endpoint needs authentication: sign the request with an [auth.hmac] key "
-                "(X-MCPGW-Key-Id, X-MCPGW-Timestamp, X-MCPGW-Nonce, X-MCPGW-Signature; see docs/security.md)."
+                "(X-MCPGW-Key-Id, X-MCPGW-Timestamp, X-MCPGW-Nonce, X-MCPGW-Signature; see "
+                "docs/security-auth.md#signed-stdio-bridge)."
             )
         if not ways:
             ways.append("a credential this gateway accepts")
-        signed = " Or sign the request with an [auth.hmac] key (docs/security.md)." if self.config.auth.hmac else ""
+        signed = (
+            " Or sign the request with an [auth.hmac] key (docs/security-auth.md#signed-stdio-bridge)."
+            if self.config.auth.hmac
+            else ""
+        )
         return (
             "This endpoint needs authentication: send Authorization: Bearer <token> with "
             + " or ".join(ways)

@@ -171,7 +171,8 @@ class SignatureChecker:
             return Refusal(
                 "bad_signature",
                 "The request signature does not match. Sign METHOD, PATH, TIMESTAMP, NONCE and the body's "
-                "SHA-256 (hex), joined by newlines, with the key's secret (docs/security.md).",
+                "SHA-256 (hex), joined by newlines, with the key's secret "
+                "(docs/security-auth.md#the-signature).",
             )
         # Only a request signed with a known key reaches the cache, so strangers cannot fill it.
         seen_key = (key_id, nonce)

@@ -1,4 +1,4 @@
-"""The one Origin/Host predicate applied to every HTTP and WebSocket entry (MCP.md, security rules).
+"""The one Origin/Host predicate applied to every HTTP and WebSocket entry (docs/security.md, "Origin and Host checks").
 
 A request with an Origin header passes only if that origin is allowed; one without (native clients,
 boards) passes. While bound to loopback, the Host header must name this machine, which defeats DNS

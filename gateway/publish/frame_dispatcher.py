@@ -13,7 +13,7 @@ things only:
   other message goes through the SDK's own validation);
 - a result leaves as orjson's encoding of the dict the SDK produced, in the handler's task.
 
-Measured in docs/performance.md ("What was made cheaper on 2026-12-02 (tenth session)"). The class
+Measured in docs/performance-internals.md ("The SDK server's side of the hop"). The class
 leans on internals of `mcp` 2.3 (`_dispatch`, `_write_result`, `_fan_out_closed`, the attributes
 `_tg`, `_running`, `_closed`, `_write_stream`, `_on_notify_intercept`, and `mcp.shared._compat`'s
 `resync_tracer`); `tests/unit/test_frame_dispatcher.py` checks they are there, and pyproject.toml

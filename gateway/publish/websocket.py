@@ -19,15 +19,16 @@ from gateway.core.backoff import Backoff
 from gateway.publish.sdk_bridge import SdkServer, SdkSession
 
 TEXT = aiohttp.WSMsgType.TEXT
-"""Every frame a provider sends is a text frame (WIRE.md §2: one JSON-RPC message per text frame, as
-mcp-broker reads them); the bytes are UTF-8 already, so they go out without a decode and re-encode."""
+"""Every frame a provider sends is a text frame (one JSON-RPC message per text frame, as mcp-broker
+reads them: docs/protocol.md, "Compatibility with mcp-broker"); the bytes are UTF-8 already, so they
+go out without a decode and re-encode."""
 
 log = logging.getLogger("gateway.publish")
 
 
 SPOKEN_VERSIONS = [*MODERN_PROTOCOL_VERSIONS, *HANDSHAKE_PROTOCOL_VERSIONS]
 """What an SDK server published here speaks: its hello says so, or a gateway would take it for a board
-of the device profile (session era only, WIRE.md §3.4)."""
+of the device profile (session era only; docs/protocol.md, "Hello `versions`")."""
 
 
 def register_frame(aggregate: bool, hello: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The provider-side frame shapes of WIRE.md §2.1-2.2, as pure functions (no I/O).
+"""The provider-side frame shapes, as pure functions (no I/O): docs/protocol.md, "Registration",
+"Refusals and close codes".
 
 Multiplexed links wrap every message as `{"provider":"<slot>","payload":<JSON-RPC>}`; a provider
 registers a slot with `notifications/register`. The byte layout of what the gateway writes matches

@@ -199,7 +199,7 @@ class Metrics:
             "mcpgw_relay_requests",
             "Requests providers sent towards clients (sampling, elicitation, roots), by how they ended",
             # outcome: answered, client_error, unattributed, no_capability, no_channel, client_gone,
-            # relay_limit, ended, cancelled, other (docs/protocol.md)
+            # relay_limit, ended, cancelled, other (docs/protocol-clients.md, "Metrics")
             ["method", "outcome"],
             registry=r,
         )

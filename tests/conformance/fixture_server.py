@@ -114,7 +114,7 @@ def is_stateless(ctx: Context) -> bool:
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
 
 
-# Behind mcp-gateway (docs/protocol.md, "Requests from providers to clients"): the gateway initializes
+# Behind mcp-gateway (docs/protocol-clients.md, "Requests from providers to clients"): the gateway initializes
 # the fixture once with its own capabilities and names each call's caller's capabilities in _meta;
 # a request the fixture sends the client may name its key in a stateless-era inputRequests map.
 GATEWAY_CALLER_CAPABILITIES = "io.github.mcp-gateway/clientCapabilities"

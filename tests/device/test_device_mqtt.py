@@ -1,8 +1,9 @@
-"""pump-1 on the MicroPython Unix port (96 KB heap) over the plain MQTT profile (WIRE.md §5.1), through
-a real mosquitto: behind the real gateway and called by SDK clients, and byte by byte against a
-gateway stand-in on the broker (redeliveries, malformed payloads, retained requests, a broker that
-restarts or freezes). umqtt.simple comes from PyPI onto the Unix port's module path, as `mip` puts
-it on a board; a test that cannot get it, mosquitto or micropython fails, never skips.
+"""pump-1 on the MicroPython Unix port (96 KB heap) over the plain MQTT profile
+(docs/protocol-serial-mqtt.md, "Plain profile"), through a real mosquitto: behind the real gateway
+and called by SDK clients, and byte by byte against a gateway stand-in on the broker (redeliveries,
+malformed payloads, retained requests, a broker that restarts or freezes). umqtt.simple comes from
+PyPI onto the Unix port's module path, as `mip` puts it on a board; a test that cannot get it,
+mosquitto or micropython fails, never skips.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Two profiles, picked by the environment variable MCPGW_FUZZ:
   on two cores). Each target names its own example count, chosen by what one input costs.
 - "long": every target gets LONG_FACTOR times as many inputs (MCPGW_FUZZ_FACTOR overrides the
   factor), and the per-test timeout is lifted (tests/fuzz/conftest.py). The command is in
-  docs/security.md "Fuzzing".
+  docs/security-limits.md "Running it".
 
 Every input a fuzz test tries is counted under its target's name with `tally(name)`; the conftest
 prints the table at the end of the session (and writes it to MCPGW_FUZZ_REPORT when that is set).

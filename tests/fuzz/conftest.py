@@ -1,8 +1,8 @@
 """The fuzz suite's plumbing: the `fuzz` marker, the long profile's timeout, and the inputs table.
 
 At the end of a session that ran fuzz tests, a table of inputs tried per target is printed; with
-MCPGW_FUZZ_REPORT=<file> it is also written there as Markdown (the numbers in docs/security.md come
-from such a file).
+MCPGW_FUZZ_REPORT=<file> it is also written there as Markdown (the numbers in docs/security-limits.md,
+"Results", come from such a file).
 """
 
 from __future__ import annotations

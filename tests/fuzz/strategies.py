@@ -353,7 +353,7 @@ path_segments = st.one_of(
 )
 
 
-# -- serial lines (WIRE.md §4) -------------------------------------------------------------------
+# -- serial lines (docs/protocol-serial-mqtt.md, "Frames") -----------------------------------------
 
 FRAME_CAPS = (256, 300, 1024, 8192)
 """Frame caps a port may be configured with (256 is the smallest the configuration accepts)."""
@@ -437,7 +437,7 @@ def chunkings(draw: st.DrawFn, data: bytes) -> list[bytes]:
     return [data[start:end] for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True)]
 
 
-# -- MQTT (WIRE.md §5) -----------------------------------------------------------------------------
+# -- MQTT (docs/protocol-serial-mqtt.md, "MQTT ways in") -------------------------------------------
 
 SLOT_PLACEHOLDER = "{slot-of-the-topic}"
 """Stands for the slot named by the topic a payload is published on (a status must name its own slot)."""

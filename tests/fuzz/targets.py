@@ -77,7 +77,7 @@ class Target:
     check: Check
     examples: int
     way_in: str
-    """Who can send this input, for docs/security.md."""
+    """Who can send this input, for docs/security-limits.md ("What is fuzzed, and what must hold")."""
 
 
 TARGETS: list[Target] = []
@@ -688,7 +688,7 @@ async def check_oauth(token: str) -> None:
     relayable(outcome.description)
 
 
-# -- serial lines: the gateway's frame decoder (WIRE.md §4) ----------------------------------------
+# -- serial lines: the gateway's frame decoder (docs/protocol-serial-mqtt.md, "Frames") ------------
 
 
 @dataclass(frozen=True)
@@ -897,7 +897,7 @@ def check_device_encode(case: tuple[bytes, Any]) -> None:
     assert device_feed(device_framing.Decoder(max(len(message), 1)), [frame]) == [message]
 
 
-# -- MQTT topics and CONNACK properties (WIRE.md §5) -----------------------------------------------
+# -- MQTT topics and CONNACK properties (docs/protocol-serial-mqtt.md, "MQTT ways in") -------------
 
 
 def mqtt_topic_name_ok(topic: str) -> bool:

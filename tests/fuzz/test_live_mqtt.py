@@ -1,4 +1,5 @@
-"""Live fuzzing of the MQTT ways in (WIRE.md §5) through a real mosquitto on a free loopback port.
+"""Live fuzzing of the MQTT ways in through a real mosquitto on a free loopback port
+(docs/protocol-serial-mqtt.md, "MQTT ways in").
 
 The gateway runs both profiles on one broker. Each example is a burst a stranger with an account on
 the broker publishes (QoS 1, retained or not): statuses and `up` messages under `mcpb/<slot>/`, MCP
@@ -52,7 +53,7 @@ BROKER_MAX_PACKET = max_packet_bytes(MAX_PAYLOAD) - 1024
 """The broker refuses larger packets outright (it disconnects their publisher), as the appliance's
 mosquitto does (image/mosquitto/mcp-gateway.conf): that is what bounds what the gateway reads, which
 announces no Maximum Packet Size of its own by default (mosquitto 2.0.11 stalls on the drops that
-would cause: docs/security.md, "Faults found and fixed")."""
+would cause: docs/security-limits.md, "Regression inputs")."""
 
 
 def broker_accepts(topic: str) -> bool:

@@ -1,4 +1,4 @@
-"""Live fuzzing of the serial way in (WIRE.md §4) over real pseudo-terminals.
+"""Live fuzzing of the serial way in (docs/protocol-serial-mqtt.md, "Serial way in") over real pseudo-terminals.
 
 The gateway serves two ports, opened by path as it opens /dev/ttyUSB0: one framed only, one with
 `debug_json_lines`. Each example writes one burst on one of them, as anyone on the cable can: frames

@@ -8,7 +8,7 @@ messages, JSON-RPC) and otherwise noise. Background work the profiles start (att
 subscribing to a server's topics) runs at once, in order.
 
 What must hold: nothing raises, in handling or in the work it starts; each message costs at most one
-drop, with one of the documented reasons (docs/protocol.md "Broker outages and bad input"); a message
+drop, with one of the documented reasons (docs/protocol-serial-mqtt.md "Broker outages and bad input"); a message
 dropped as malformed, wrong_topic, oversize or unregistered changes nothing; whatever the gateway
 subscribes to, unsubscribes from or publishes to is a topic (filter) MQTT accepts, so that no input
 can make paho refuse the call, in a packet within the broker's Maximum Packet Size (a broker

@@ -1,5 +1,5 @@
-"""Every fault the fuzzers found, as a plain test with the input that showed it (docs/security.md,
-"Fuzzing", lists them). Each would fail on the code before its fix."""
+"""Every fault the fuzzers found, as a plain test with the input that showed it (docs/security-limits.md,
+"Regression inputs", lists them). Each fails if its fault comes back."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def request_head(method: str, target: str, port: int, headers: list[tuple[bytes,
 
 
 def test_a_reserved_looking_name_that_is_not_utf8_is_refused_with_a_message_json_can_carry() -> None:
-    name = decode_path_segment("_%FF")  # '_\udcff': the old check quoted it in a "reserved" message
+    name = decode_path_segment("_%FF")  # '_\udcff': a "reserved" message quoting it could not be JSON
     with pytest.raises(SlotNameError, match="not valid UTF-8") as refused:
         check_slot_name(name)
     orjson.dumps(str(refused.value))
@@ -122,7 +122,7 @@ async def test_a_cancel_for_an_id_no_request_can_have_is_ignored(
         async with http.post(url, data=orjson.dumps(cancel), headers=session) as response:
             assert response.status == 202
         async with await call as response:
-            # true == 1 in Python: the old lookup would have cancelled request 1.
+            # true == 1 in Python: a lookup by plain equality would cancel request 1.
             answer = decode_answer(response.content_type, await response.read())  # one SSE event
             assert answer["result"]["content"][0]["text"] == "slept 0.2"
 
@@ -227,7 +227,7 @@ def test_an_error_quoting_a_long_name_still_fits_the_frame_cap(board: SimulatedP
 def test_an_oversize_frame_is_answered_with_its_whole_id_or_none(
     board: SimulatedPump, head: bytes, expected: Any
 ) -> None:
-    # The board used to answer 1.0000000000000002e+16 as id 1: an answer to a request never sent.
+    # Guards against answering 1.0000000000000002e+16 as id 1: an answer to a request never sent.
     assert json.loads(board.oversize(8000, head))["id"] == expected
 
 
@@ -308,7 +308,7 @@ def test_a_typed_json_line_over_the_frame_cap_is_dropped_as_oversize(size: int) 
 @pytest.mark.parametrize("frame_cap", [504, 1012, 8124])
 def test_a_board_frame_that_fills_whole_cobs_blocks_at_the_cap_is_read(frame_cap: int) -> None:
     # Message and CRC fill whole 254-byte blocks: the board's encoder ends with an empty block (0x01),
-    # one byte more than `cobs` writes, and the gateway used to drop the frame as oversize.
+    # one byte more than `cobs` writes, and the gateway must not drop the frame as oversize.
     message = padded(frame_cap)
     written = bytearray()
     device_framing.encode(message, written.extend, bytearray(255))

@@ -1,5 +1,6 @@
-"""No client token ever reaches a provider (MCP.md "Security rules"), on every southbound way that is not
-a WebSocket board (that one is test_no_client_token_ever_reaches_a_provider in test_client_auth.py).
+"""No client token ever reaches a provider (docs/security-auth.md, "Client authentication"), on every
+southbound way that is not a WebSocket board (that one is test_no_client_token_ever_reaches_a_provider
+in test_client_auth.py).
 
 Clients call with a distinctive static bearer token in both protocol eras; each provider records
 everything it receives: a stdio child every byte on its stdin, a remote server every request header and

@@ -397,7 +397,7 @@ async def test_http_1_0_without_host_passes_on_a_lan_bind(gateway_factory: Gatew
 @pytest.mark.parametrize(
     "origins",
     [
-        ("https://console.plant.lan", "https://evil.example"),  # only the first used to be checked
+        ("https://console.plant.lan", "https://evil.example"),  # every origin is checked, not only the first
         ("https://evil.example", "https://console.plant.lan"),
     ],
 )

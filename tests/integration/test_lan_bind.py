@@ -29,7 +29,7 @@ def lan_host() -> str:
 
 def client_auth_only(tmp_path: Path) -> Path:
     """Client authentication (OAuth, keys from a file: accepted from a LAN address without TLS), no
-    [providers.auth]: the audit's case, which used to start silently."""
+    [providers.auth]: a gateway that must not start silently."""
     keys = tmp_path / "jwks.json"
     keys.write_bytes(orjson.dumps(jwks(rsa_key())))
     config = tmp_path / "gateway.toml"

@@ -1,4 +1,4 @@
-"""The in-process provider API (gateway.publish.attach_loopback, WIRE.md §2 "in-process"): an SDK
+"""The in-process provider API (gateway.publish.attach_loopback; docs/provider-api.md, "In-process (loopback)"): an SDK
 server in the gateway's own event loop, no socket, called by real SDK clients over HTTP in both eras,
 on its own slot and through `_all`."""
 

@@ -1,4 +1,4 @@
-"""MQTT ways in (WIRE.md §5) against a real mosquitto on a free loopback port.
+"""MQTT ways in (docs/protocol-serial-mqtt.md, "MQTT ways in") against a real mosquitto on a free loopback port.
 
 The simulator publishes pump-1s through the broker in both profiles (the board's own code behind a
 paho connection); raw paho clients play the boards and spies whose bytes a test must control.
@@ -602,8 +602,9 @@ async def test_a_wrong_broker_password_is_warned_about_once_and_the_attempts_are
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A refused CONNECT is one fault however often it is tried again (QUALITY.md: one warning per kind of
-    fault, count the rest), and it is not a lost connection."""
+    """A refused CONNECT is one fault however often it is tried again (one warning per kind of fault,
+    count the rest: docs/mqtt-broker.md, "What the gateway does with the broker"), and it is not a lost
+    connection."""
     caplog.set_level(logging.DEBUG, logger="gateway.mqtt")
     broker = await mosquitto_factory(users={"mcp-gateway": "the-right-password"})
     (tmp_path / "mqtt-password").write_text("a-wrong-password")
@@ -752,7 +753,7 @@ async def test_many_oversize_qos1_messages_do_not_stall_the_broker_connection_by
     gateway_factory: GatewayFactory, mosquitto: Mosquitto
 ) -> None:
     """mosquitto 2.0.11 never frees the in-flight slot of a QoS 1 message it drops for a client's announced
-    Maximum Packet Size: after 20 the gateway heard nothing more. By default nothing is announced; the
+    Maximum Packet Size: after 20 the gateway hears nothing more. By default nothing is announced; the
     gateway reads every message, drops the oversize ones (counted) and its boards go on answering."""
     server = await gateway_factory(
         providers={"request_timeout_ms": 5000},
@@ -765,7 +766,7 @@ async def test_many_oversize_qos1_messages_do_not_stall_the_broker_connection_by
     try:
         await wait_ready_slot(server, "pump-1", timeout=10)
         assert broker.status()["limits"]["announce_max_packet_size"] is False
-        for _ in range(40):  # twice mosquitto's max_inflight_messages, each far over the old announcement
+        for _ in range(40):  # twice mosquitto's max_inflight_messages, each far over max_packet_bytes
             rogue.publish("mcpb/pump-1/up", b"x" * (5000 + PACKET_HEADROOM_BYTES + 10_000))
         await wait_for(lambda: broker.drops.totals["oversize"] == 40, 10, "the gateway to read all 40")
         assert (await call(server.url, "pump-1", "get_status"))["state"] == "stopped"

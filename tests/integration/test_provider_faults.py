@@ -1,5 +1,5 @@
-"""Providers that misbehave (WIRE.md §2.4, §3.3): each fault gets a named answer, and neither the
-gateway nor any other slot suffers.
+"""Providers that misbehave (docs/protocol.md, "Requests and ids", "Tolerance"): each fault gets a
+named answer, and neither the gateway nor any other slot suffers.
 
 The misbehaving board is a raw WebSocket scripted by the test (it answers the gateway's initialize
 and tools/list correctly, then does whatever the test says on tools/call). Lost providers are real

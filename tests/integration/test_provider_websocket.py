@@ -1,4 +1,5 @@
-"""The provider WebSocket ways in (WIRE.md §2, §2.1-2.3): `/provider/<slot>` and `/providers`.
+"""The provider WebSocket ways in, `/provider/<slot>` and `/providers` (docs/protocol.md, "WebSocket
+ways in", "Liveness and takeover").
 
 Real SDK servers published with gateway.publish, real SDK clients in both eras, and raw sockets
 where a test needs exact bytes, close codes and reasons.
@@ -136,7 +137,8 @@ async def test_hello_in_register_frame_is_shown_in_provider_status(
     for slot in ("pump-1", "pump-2"):
         status = await provider_status(gateway.url, slot)
         assert status["connected"] is True
-        # The Python provider API adds the protocol versions an SDK server speaks (docs/protocol.md, Hello).
+        # The Python provider API adds the protocol versions an SDK server speaks (docs/protocol.md,
+        # "Hello `versions`").
         assert status["hello"] == {**hello, "versions": SPOKEN_VERSIONS}
         assert status["aggregate"] is False  # a hello alone does not opt in
 
@@ -190,9 +192,9 @@ async def test_register_frame_is_consumed_not_forwarded(gateway: GatewayServer, 
 async def test_register_frame_asking_for_numeric_ids_is_followed_from_the_first_request(
     gateway: GatewayServer, boards: Boards, path: str
 ) -> None:
-    """WIRE.md §2.4, §3.4: a board whose register frame says `ids: "numeric"` never sees a `brk-` id,
-    not even on the gateway's own initialize (on /provider/<slot> the slot is attached before that
-    frame is read)."""
+    """A board whose register frame says `ids: "numeric"` never sees a `brk-` id, not even on the
+    gateway's own initialize (on /provider/<slot> the slot is attached before that frame is read;
+    docs/protocol.md, "Requests and ids", "Hello")."""
     hello = {"device_id": "24:6f:28:00:00:01", "ids": "numeric", "schema": "sha256:abc"}
     register = {"jsonrpc": "2.0", "method": "notifications/register", "params": {"aggregate": True, "hello": hello}}
     first = register if path != "/providers" else {"provider": "counter", "payload": register}
@@ -394,7 +396,8 @@ async def test_envelope_on_dedicated_path_is_a_framing_mismatch(gateway: Gateway
 async def test_framing_mismatch_reason_names_both_fixes_for_the_longest_slot_names(
     gateway: GatewayServer, boards: Boards, slot: str
 ) -> None:
-    """WIRE.md §2.2: the reason fits 123 bytes and names both fixes; the slot quote is what gets cut."""
+    """The reason fits 123 bytes and names both fixes; the slot quote is what gets cut (docs/protocol.md,
+    "Framing mismatch (first frame only)")."""
     envelope = {"provider": "other", "payload": {"jsonrpc": "2.0", "method": "notifications/register"}}
     board = await boards.connect(gateway.url, f"/provider/{quote(slot, safe='')}", first_frame=envelope)
     code, reason = await board.wait_closed()
@@ -480,7 +483,7 @@ async def test_frame_over_the_limit_closes_1009(
     await board.send_raw(sized_answer("brk-99", 4097))
     code, reason = await board.wait_closed()
     assert code == 1009
-    # WIRE.md §2.2: at most 123 bytes, and what to do.
+    # At most 123 bytes, and what to do (docs/protocol.md, "Size").
     assert reason == TOO_BIG_REASON
     await wait_for(lambda: gateway.gateway.registry.slots["big"].live is None, what="slot freed")
     status = await provider_status(gateway.url, "big")
@@ -596,8 +599,9 @@ async def stand_in_gateway(endpoint: Callable[[web.Request], Awaitable[web.WebSo
 
 
 async def test_the_publisher_sends_every_frame_as_text_as_mcp_broker_reads_them() -> None:
-    """WIRE.md §1-2: one JSON-RPC message per *text* frame, so a provider written for this gateway
-    works against mcp-broker too. A stand-in broker endpoint records each frame's type."""
+    """One JSON-RPC message per *text* frame, so a provider written for this gateway works against
+    mcp-broker too (docs/protocol.md, "Compatibility with mcp-broker"). A stand-in broker endpoint
+    records each frame's type."""
     frames: list[tuple[aiohttp.WSMsgType, Any]] = []
     answered = asyncio.Event()
 

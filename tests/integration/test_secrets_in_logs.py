@@ -1,4 +1,4 @@
-"""Secrets never logged, shown or exported (issue 4, point 8), for the credentials the gateway holds that
+"""Secrets never logged, shown or exported, for the credentials the gateway holds that
 are not client tokens or provider secrets (those: test_secrets_are_never_logged in test_client_auth.py and
 test_secrets_never_appear_in_logs_status_metrics_or_config_show in test_provider_auth.py):
 

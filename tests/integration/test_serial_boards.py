@@ -1,4 +1,5 @@
-"""Boards on serial lines (WIRE.md §4): real pseudo-terminals, the MicroPython Unix port, real SDK clients.
+"""Boards on serial lines (docs/protocol-serial-mqtt.md, "Serial way in"): real pseudo-terminals, the
+MicroPython Unix port, real SDK clients.
 
 The gateway opens a port by path as it opens /dev/ttyUSB0. The board opens another pseudo-terminal
 and a relay joins the two (tests/support/serial_ports.py), so that a test can damage the bytes on

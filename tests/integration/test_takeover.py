@@ -1,4 +1,4 @@
-"""Who may claim a held slot (WIRE.md §2.3): the reject, liveness and always policies.
+"""Who may claim a held slot (docs/protocol.md, "Liveness and takeover"): the reject, liveness and always policies.
 
 Incumbents are real SDK providers (which answer pings) or scripted raw boards that stop answering
 pings; newcomers are real SDK providers, or raw sockets when the test needs the exact refusal.

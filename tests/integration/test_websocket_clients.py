@@ -253,7 +253,7 @@ async def test_a_frame_over_the_limit_closes_the_socket_with_1009(
     closing = await ws.receive(timeout=5)
     assert closing.type is aiohttp.WSMsgType.CLOSE
     assert closing.data == 1009
-    # WIRE.md §2.2: a reason of at most 123 bytes that says what to do.
+    # A reason of at most 123 bytes that says what to do (docs/protocol.md, "Size").
     assert closing.extra == "Frame over 4096 bytes; raise limits.max_frame_bytes or send smaller messages"
     await wait_for(lambda: no_sessions(server), what="the session to end")
     metrics = await scrape(http, server)

@@ -1,7 +1,7 @@
 """One tool surface: the simulator, the MicroPython board (Unix port) and the schema file hash alike.
 
-PUMP1.md: CI asserts that the simulator and the MicroPython provider return tools whose canonical
-hash equals the hash of device/schemas/pump-1.json. Both publish into the same gateway here, and
+CI asserts that the simulator and the MicroPython provider return tools whose canonical hash equals
+the hash of device/schemas/pump-1.json (docs/pump-1.md, "Schema hash"). Both publish into the same gateway here, and
 their tools/list is read through it exactly as a client reads it (every page, raw JSON).
 """
 

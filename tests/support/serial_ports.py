@@ -7,8 +7,8 @@ SerialRelay    joins two pairs, one per side (the board opens one port, the gate
                passes bytes both ways, board-to-gateway frame by frame so that a test can damage a
                chosen frame (a flipped bit, text or random bytes inside it), write noise between frames,
                or freeze the line (as when a cable is cut, without the port going away).
-FramedBoard    a board written by hand on a port's other end, speaking WIRE.md §4 frames, for tests that
-               need a board to misbehave; it answers the gateway's handshake and pings itself.
+FramedBoard    a board written by hand on a port's other end, speaking serial frames (docs/protocol-serial-mqtt.md,
+               "Frames"), for tests that need a board to misbehave; it answers the gateway's handshake and pings itself.
 PtyEnumerator  hot-plug's enumerator interface over PtyPairs: plug() and unplug() report USB devices.
 """
 

@@ -1,9 +1,10 @@
 """Helpers for southbound tests: a hand-written provider board, reading provider_status, the first MQTT broker.
 
 ScriptedBoard is a provider written by hand on a raw WebSocket, for tests that need a board to
-misbehave. It speaks the real wire protocol of WIRE.md §2: it answers the gateway's own `initialize` and
-`tools/list` like a well-behaved board, answers WebSocket pings only while `answers_pings` is true,
-and hands every other message to the test, which scripts the reply (or the lack of one) byte by byte.
+misbehave. It speaks the real wire protocol (docs/protocol.md, "WebSocket ways in"): it answers the
+gateway's own `initialize` and `tools/list` like a well-behaved board, answers WebSocket pings only
+while `answers_pings` is true, and hands every other message to the test, which scripts the reply (or
+the lack of one) byte by byte.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def test_every_path_gets_its_calls_in_blocks_that_take_turns() -> None:
 
 def test_no_block_ever_follows_one_of_its_own_path() -> None:
     # A path right after itself finds its processes warm: the middle path of a reversed order never
-    # got that, and read slower than it is (docs/performance.md).
+    # got that, and read slower than it is (docs/performance.md, "Why short blocks, in a cycle").
     for paths in (("direct", "gateway"), ("direct", "gateway", "bare"), ("a", "b", "c", "d")):
         plan = block_plan(paths, calls=400, block=25)
         assert all(first != second for (first, _), (second, _) in pairwise(plan)), paths

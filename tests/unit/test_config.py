@@ -232,7 +232,7 @@ def test_masked_dump_is_plain_json_of_the_effective_values() -> None:
 
 
 class _ConfigWithSecrets(GatewayConfig):
-    # No secret setting exists yet (authentication comes later); this stands for one.
+    # Secrets in a plain field, a dict and a list: masked_dump must mask each, wherever a section puts it.
     upstream_token: SecretStr | None = None
     tokens: dict[str, SecretStr] = {}
     token_list: list[SecretStr] = []

@@ -1,4 +1,8 @@
-"""Provider frame shapes of WIRE.md §2.1-2.2 (gateway/southbound/envelope.py): envelopes, registration, mismatch."""
+"""Provider frame shapes (gateway/southbound/envelope.py): envelopes, registration, mismatch.
+
+As docs/protocol.md describes them: "Registration", "Refusals and close codes", "Framing mismatch (first frame
+only)".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Serial framing (WIRE.md §4): COBS(JSON + CRC-32 LE) + 0x00, and the gateway's streaming decoder."""
+"""Serial framing (docs/protocol-serial-mqtt.md, "Frames"): COBS(JSON + CRC-32 LE) + 0x00, and the
+gateway's streaming decoder."""
 
 from __future__ import annotations
 

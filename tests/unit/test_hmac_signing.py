@@ -71,7 +71,7 @@ def test_a_good_signature_names_the_caller_once() -> None:
 def test_changing_what_was_signed_breaks_the_signature(method: str, path: str, body: bytes) -> None:
     refusal = checker().check(method, path, signed(), body, NOW)
     assert isinstance(refusal, hs.Refusal) and refusal.reason == "bad_signature"
-    assert "docs/security.md" in refusal.description
+    assert "docs/security-auth.md" in refusal.description
 
 
 def test_another_secret_or_a_tampered_header_is_refused() -> None:

@@ -1,4 +1,4 @@
-"""Slot-name rules of WIRE.md §2.1 (gateway/core/names.py), shared by every way in."""
+"""Slot-name rules (gateway/core/names.py; docs/protocol.md, "Slot names"), shared by every way in."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tool names in the aggregate (WIRE.md §6, gateway/core/naming.py): `<slot>-<tool>`, safe, <= 64, unique."""
+"""Tool names in the aggregate (gateway/core/naming.py): `<slot>-<tool>`, safe, <= 64, unique
+(docs/protocol-clients.md, "`_all`")."""
 
 from __future__ import annotations
 

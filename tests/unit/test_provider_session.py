@@ -1,4 +1,5 @@
-"""The gateway-owned session with one provider (gateway/core/provider_session.py, WIRE.md §2.4-2.5).
+"""The gateway-owned session with one provider (gateway/core/provider_session.py; docs/protocol.md,
+"Requests and ids", "The gateway owns the provider session").
 
 Driven through an in-memory link that stands for a transport: the tests read the JSON-RPC messages
 the core sends and feed it the messages a board would answer with.

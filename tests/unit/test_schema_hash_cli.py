@@ -1,4 +1,4 @@
-"""`mcp-gateway schema-hash FILE`: the canonical tools hash that devices embed (PUMP1.md)."""
+"""`mcp-gateway schema-hash FILE`: the canonical tools hash that devices embed (docs/pump-1.md, "Schema hash")."""
 
 from __future__ import annotations
 

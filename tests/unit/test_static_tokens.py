@@ -276,7 +276,7 @@ def test_required_scopes_exact_key_wins_then_first_pattern_in_file_order() -> No
         ("/_all/mcp", True, "_all"),
         ("/_broker/mcp", True, "_broker"),
         ("/pump%2F1/mcp", True, "pump/1"),
-        ("/pump-1/sse", True, "pump-1"),  # later ways in are covered without being listed
+        ("/pump-1/sse", True, "pump-1"),  # the other ways in are covered without being listed
         ("/pump-1/messages", True, "pump-1"),
         ("/pump-1", True, "pump-1"),
         ("/", True, None),

@@ -1,4 +1,5 @@
-"""State clients ask a provider to keep, counted per slot (gateway/core/upstream_state.py, WIRE.md §2.5).
+"""State clients ask a provider to keep, counted per slot (gateway/core/upstream_state.py; docs/protocol.md,
+"The gateway owns the provider session").
 
 One provider session serves every client: the first subscriber subscribes upstream, the last one
 unsubscribes, the most verbose log level wins, and everything is replayed on reconnect.

@@ -1,4 +1,6 @@
-"""Serial frames (docs/protocol-serial-mqtt.md "Frames") for a small board: COBS(JSON + CRC-32 LE) + 0x00, both ways, in place."""
+"""Serial frames for a small board: COBS(JSON + CRC-32 LE) + 0x00, both ways, in place.
+
+The frame format: docs/protocol-serial-mqtt.md "Frames"."""
 
 # Plain Python that MicroPython and CPython both run. No frame is ever built whole: the encoder
 # stuffs pieces into one 255-byte block and hands each finished block to `write`; the decoder

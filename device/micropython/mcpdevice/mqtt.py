@@ -1,4 +1,5 @@
-"""The plain MQTT profile (docs/protocol-serial-mqtt.md "Plain profile") as a transport for mcpdevice.provider, on umqtt.simple.
+"""The plain MQTT profile as a transport for mcpdevice.provider, on umqtt.simple
+(docs/protocol-serial-mqtt.md "Plain profile").
 
 The packets are mcpdevice.mqtt_client's (umqtt.simple's client, made fit for a board).
 """

@@ -15,8 +15,9 @@
 #
 # API
 # ---
-# register_frame(hello, aggregate=True, slot=None) -> bytes    the first frame (docs/protocol.md "Registration", "Hello"); links
-#                                                   without a URL (serial, MQTT) name their slot in it
+# register_frame(hello, aggregate=True, slot=None) -> bytes    the first frame; links without a URL (serial,
+#                                                   MQTT) name their slot in it (docs/protocol.md
+#                                                   "Registration", "Hello")
 # factory(cls, *args) -> function() -> cls(*args)    a make_transport for Provider
 # Provider(dispatcher, make_transport, first_frame, silence_s=90, backoff_min_s=1, backoff_max_s=30,
 #          on_heard=None, before_connect=None, log=None)

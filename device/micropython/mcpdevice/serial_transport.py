@@ -1,4 +1,6 @@
-"""A serial transport for mcpdevice.provider: serial frames (docs/protocol-serial-mqtt.md "Frames") on a UART, the console, or a tty."""
+"""A serial transport for mcpdevice.provider: COBS frames on a UART, the console, or a tty.
+
+The frame format: docs/protocol-serial-mqtt.md "Frames"."""
 
 # Where the line is:
 # - ESP32 `machine.UART(1 or 2)` on free pins (default UART2, TX 17, RX 16): the REPL and the boot

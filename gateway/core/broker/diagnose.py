@@ -24,7 +24,8 @@ def _gateway_problems(view: GatewayView) -> list[Problem]:
                 "The gateway listens on the network without client authentication (--insecure-lan)",
                 f"bound to {view.host} with insecure_lan = true and no [auth]; anyone who can reach {view.url} can "
                 "call every device",
-                "Configure client authentication ([auth] tokens, token_files or oauth; docs/security.md), or bind to "
+                "Configure client authentication ([auth] tokens, token_files or oauth; "
+                "docs/security-auth.md#client-authentication), or bind to "
                 '127.0.0.1 (host = "127.0.0.1") behind a reverse proxy that authenticates, or restrict the network '
                 "with a firewall; drop --insecure-lan once client and provider authentication are configured.",
             )
@@ -39,7 +40,7 @@ def _gateway_problems(view: GatewayView) -> list[Problem]:
                 f"{ws_base(view)}/provider/<slot> can claim a free slot and answer its clients' calls",
                 'Give each board a secret: set [providers.auth] mode = "identities" with one identity per device and '
                 'the slots it may publish (or mode = "shared" for a quick setup), and put the secret in the board\'s '
-                "provider_token (X-Provider-Token); see docs/security.md.",
+                "provider_token (X-Provider-Token); see docs/security-auth.md#provider-identities.",
             )
         )
     if not view.is_loopback and view.static_tokens and not view.tls:

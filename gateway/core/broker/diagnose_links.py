@@ -59,7 +59,7 @@ def mqtt_problems(view: GatewayView) -> list[Problem]:
                     "oversize: raise max_payload_bytes or shrink the device's messages; unregistered: the device "
                     "must publish its status (or presence) first; refused: the slot is held, reserved or "
                     "undeclared (provider_status), or max_instances devices are known; backlog: the gateway fell "
-                    "behind (max_backlog). See docs/protocol.md.",
+                    "behind (max_backlog). See docs/protocol-serial-mqtt.md.",
                 )
             )
     return problems

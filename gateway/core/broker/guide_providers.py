@@ -177,9 +177,9 @@ def _serial_section(data: GuideInput, slot: str) -> list[str]:
         "the data off UART0, which carries the REPL and the boot log: UART2 on GPIO17 (tx) and GPIO16 (rx). "
         f"Both ends at {baud} baud.",
         "",
-        "Every message is one frame, COBS of the JSON and its CRC-32 (little endian), ending in `0x00` (WIRE.md "
-        "§4). A serial line has no URL, so the board names its slot in its first frame, and sends it again "
-        'whenever the gateway sends `{"jsonrpc":"2.0","method":"broker/register"}`:',
+        "Every message is one frame, COBS of the JSON and its CRC-32 (little endian), ending in `0x00` "
+        '(docs/protocol-serial-mqtt.md, "Frames"). A serial line has no URL, so the board names its slot in its '
+        'first frame, and sends it again whenever the gateway sends `{"jsonrpc":"2.0","method":"broker/register"}`:',
         "",
         code(json_text(register), "json"),
         "",

@@ -1,4 +1,5 @@
-"""MQTT ways in (WIRE.md §5): one connection per configured broker, carrying the profiles it enables.
+"""MQTT ways in: one connection per configured broker, carrying the profiles it enables
+(docs/protocol-serial-mqtt.md, "MQTT ways in").
 
 `MqttBroker` owns one broker: its connection (gateway/southbound/mqtt/client.py), the plain profile
 (mqtt_plain.py: boards under `<prefix>/<slot>/...`) and MCP over MQTT (mqtt_mcp.py: servers found by

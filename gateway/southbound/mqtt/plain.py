@@ -1,4 +1,5 @@
-"""The plain MQTT profile (WIRE.md §5.1): boards under `<prefix>/<slot>/{status,down,up}`, one slot each.
+"""The plain MQTT profile: boards under `<prefix>/<slot>/{status,down,up}`, one slot each
+(docs/protocol-serial-mqtt.md, "Plain profile").
 
 A board announces itself with its register frame as a retained message on `status` (its last will
 is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. The gateway:
@@ -41,7 +42,8 @@ def _device_id(hello: object) -> object:
 class PlainLink(MqttLink):
     def __init__(self, broker: BrokerContext, slot: str, prefix: str, profile: PlainProfile) -> None:
         self.topics = {kind: mqtt_topics.plain_topic(prefix, slot, kind) for kind in ("status", "down", "up")}
-        # The plain profile carries boards of the device profile (WIRE.md §3, §5.1): session era, no probe.
+        # The plain profile carries boards of the device profile: session era, no probe (docs/protocol.md,
+        # "The gateway owns the provider session").
         info = LinkInfo(transport="mqtt", remote=f"{broker.label} {prefix}/{slot}", era=SESSION_ERA)
         super().__init__(broker, slot, info)
         self.profile = profile

@@ -1,10 +1,12 @@
-"""Every MQTT topic, topic filter and user-property name the gateway uses, for both profiles (WIRE.md §5).
+"""Every MQTT topic, topic filter and user-property name the gateway uses, for both profiles
+(docs/protocol-serial-mqtt.md, "MQTT ways in").
 
 This module is the single agreement between the gateway (gateway/southbound/mqtt*.py), the simulator
 (sim/) and the MicroPython transport (device/micropython), which mirrors these names: change a name
 here and there together.
 
-Plain profile (WIRE.md §5.1; MQTT 3.1.1 or 5, what umqtt.simple can do), QoS 1 everywhere:
+Plain profile (MQTT 3.1.1 or 5, what umqtt.simple can do; docs/protocol-serial-mqtt.md, "Plain
+profile"), QoS 1 everywhere:
 
     <prefix>/<slot>/status   device -> gateway, RETAINED: the register frame
                              {"jsonrpc":"2.0","method":"notifications/register",

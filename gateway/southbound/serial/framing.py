@@ -1,4 +1,4 @@
-"""Serial framing of WIRE.md §4 as pure functions and a streaming decoder (no I/O).
+"""Serial framing (docs/protocol-serial-mqtt.md, "Frames") as pure functions and a streaming decoder (no I/O).
 
 One frame is COBS(UTF-8 JSON + CRC-32 of the JSON, 4 bytes little endian) followed by one 0x00. COBS
 leaves no 0x00 inside a frame, so a reader finds every frame boundary by looking for 0x00 alone and
@@ -29,7 +29,7 @@ FRAME_LEAD = DELIMITER
 """Written before each frame: ends whatever noise came before, so it cannot spoil the frame."""
 CRC_BYTES = 4
 DEFAULT_FRAME_CAP = 8192
-"""Largest decoded JSON message a port accepts by default (WIRE.md §4: 8 KB)."""
+"""Largest decoded JSON message a port accepts by default (8 KB; docs/protocol-serial-mqtt.md, "Frames")."""
 DROP_REASONS = ("text", "cobs", "crc", "oversize")
 """Why a chunk between two delimiters was dropped:
 text      printable text with a line end that is not a frame (boot log, stray prints, a line typed
@@ -47,7 +47,8 @@ def crc32(data: bytes) -> int:
 
 
 def encode_frame(message: bytes) -> bytes:
-    """One frame of WIRE.md §4: COBS(message + CRC-32 LE) + 0x00 (without the leading 0x00)."""
+    """One frame: COBS(message + CRC-32 LE) + 0x00, without the leading 0x00 (docs/protocol-serial-mqtt.md,
+    "Frames")."""
     encoded: bytes = cobs.encode(message + crc32(message).to_bytes(CRC_BYTES, "little"))
     return encoded + DELIMITER
 

@@ -1,4 +1,5 @@
-"""USB hot-plug for serial boards (WIRE.md §4): attach ports whose VID:PID is listed, detach them when unplugged.
+"""USB hot-plug for serial boards: attach ports whose VID:PID is listed, detach them when unplugged
+(docs/protocol-serial-mqtt.md, "Hot-plug").
 
 Behind one small interface, `Enumerator`: it lists the USB serial ports present now and reports each
 one that appears or disappears as a `PortEvent`. Two implementations:
@@ -27,7 +28,7 @@ from gateway.config import ConfigError, SerialHotplugConfig
 from gateway.core.jsonrpc import JsonObject
 from gateway.southbound.serial.ports import PortSpec, SerialLines
 
-log = logging.getLogger("gateway.southbound.serial.hotplug")
+log = logging.getLogger("gateway.southbound.hotplug")
 
 UDEV_CONTROL = "/run/udev/control"
 """The socket udevd listens on: where it exists, udev runs and sends events with device properties."""

@@ -1,4 +1,5 @@
-"""The serial way in (WIRE.md §2, §4): boards on a UART or USB serial line, one slot or many per port.
+"""The serial way in: boards on a UART or USB serial line, one slot or many per port
+(docs/protocol-serial-mqtt.md, "Serial way in").
 
 What this module holds: opening a tty with pyserial (DTR and RTS de-asserted together in one ioctl
 and never asserted, so that opening a port never resets a board through its auto-reset circuit:
@@ -61,7 +62,7 @@ from gateway.southbound import envelope
 from gateway.southbound.serial import framing
 from gateway.telemetry.metrics import Metrics
 
-log = logging.getLogger("gateway.southbound.serial.ports")
+log = logging.getLogger("gateway.southbound.serial")
 
 READ_CHUNK = 4096
 REGISTER_REQUEST = b'{"jsonrpc":"2.0","method":"broker/register"}'
@@ -148,7 +149,8 @@ class SerialSlotLink:
             transport=TRANSPORT,
             remote=port.spec.path,
             identity=port.spec.identity,
-            # A serial line carries boards of the device profile (WIRE.md §3): session era, no era probe.
+            # A serial line carries boards of the device profile: session era, no era probe (docs/protocol.md,
+            # "The gateway owns the provider session").
             era=SESSION_ERA,
             extra={"framing": "cobs+crc32", "enveloped": "yes" if enveloped else "no"},
         )
@@ -438,7 +440,8 @@ class SerialPort:
             await self._register(registration, frame.provider)
             return
         if link is None:
-            # WIRE.md §2.1: a name is also registered the first time it is seen in an envelope.
+            # A name is also registered the first time it is seen in an envelope
+            # (docs/protocol-serial-mqtt.md, "Registration").
             link = await self._attach(frame.provider, envelope.Registration(False, None, frame.provider), True)
             if link is None:
                 return

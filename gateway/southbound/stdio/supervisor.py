@@ -29,7 +29,7 @@ from gateway.core.slots import SlotRefused
 from gateway.core.timestamps import iso
 from gateway.southbound.stdio.link import Child, StderrRing, StdioLink, StdoutStats, child_environment, pump_stderr
 
-log = logging.getLogger("gateway.southbound.stdio.link")
+log = logging.getLogger("gateway.southbound.stdio")
 
 CRASH_LOOP_FAILURES = 3
 """Ends in a row (none after a stable run) from which an upstream is diagnosed as crash-looping."""

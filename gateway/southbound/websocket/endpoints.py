@@ -35,7 +35,7 @@ from gateway.southbound import envelope
 from gateway.southbound.websocket.pacing import TurnPacer
 from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big
 
-log = logging.getLogger("gateway.southbound.websocket.endpoints")
+log = logging.getLogger("gateway.southbound.websocket")
 
 DEDICATED_PREFIX = "/provider"
 MULTIPLEXED_PATH = "/providers"
