@@ -529,7 +529,7 @@ async def test_register_frames_naming_invisible_characters_or_dot_segments_are_r
 async def test_refused_register_frames_warn_once_per_slot_and_count_the_rest(
     gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="gateway.southbound.serial.ports")
+    caplog.set_level(logging.DEBUG, logger="gateway.southbound.serial")
     pair = ptys()
     board = framed(pair)
     gateway = await gateway_factory(serial=serial_config(pair.path, slots=["pump-*"]))
@@ -542,7 +542,7 @@ async def test_refused_register_frames_warn_once_per_slot_and_count_the_rest(
     warnings = [
         record.getMessage()
         for record in caplog.records
-        if record.name == "gateway.southbound.serial.ports" and record.levelno >= logging.WARNING
+        if record.name == "gateway.southbound.serial" and record.levelno >= logging.WARNING
     ]
     assert warnings == [
         f'serial port {pair.path}: Serial port {pair.path} may not publish slot "{slot}"; its slots setting '
