@@ -110,7 +110,8 @@ def test_quick_storm_serves_every_board_and_prints_its_row() -> None:
     rows = {line.split("|")[1].strip(): line.split("|") for line in stdout.splitlines() if line.startswith("| ")}
     cells = [cell.strip() for cell in rows["20"]]
     served, gone, rss, tracebacks = float(cells[2]), float(cells[5]), float(cells[8]), cells[9]
-    assert served > 0 and gone > 0 and rss > 0, cells
+    # Twenty boards may all be gone within the table's hundredths of a second: 0.00 is a time too.
+    assert served > 0 and gone >= 0 and rss > 0, cells
     assert tracebacks == "0", stdout
     assert "not every board was served" not in stdout and "still attached" not in stdout
     assert "/healthz failed" not in stdout
