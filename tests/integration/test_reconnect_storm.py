@@ -9,6 +9,7 @@ arrival rebuilt every catalog). `bench/storm.py` runs the 1,000-board storm and 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from collections.abc import Iterator
@@ -110,10 +111,16 @@ async def test_handshakes_beyond_max_concurrent_handshakes_wait_their_turn_conne
         boards = [await helper.connect(gateway.url, f"/provider/turn-{index}") for index in range(3)]
         for board in boards:
             board.handshake = False  # the test answers, so it decides when each handshake ends
-        firsts = {index: await first_request(board) for index, board in enumerate(boards)}
-        asked = [index for index, first in firsts.items() if first is not None]
+        # Each board waits for its first request at once: on a loaded host one handshake may start
+        # well after another, and only the count of those started matters.
+        tasks = {index: asyncio.create_task(first_request(board, 10.0)) for index, board in enumerate(boards)}
+        await wait_for(lambda: sum(task.done() for task in tasks.values()) >= 2, 10.0, "two handshakes to start")
+        await asyncio.sleep(0.5)  # time enough for a third to start, were the bound not kept
+        asked = [index for index, task in tasks.items() if task.done()]
         assert len(asked) == 2
-        [waiting] = [index for index in firsts if index not in asked]
+        [waiting] = [index for index in tasks if index not in asked]
+        tasks[waiting].cancel()
+        firsts = {index: tasks[index].result() for index in asked}
         assert not boards[waiting].closed.is_set()  # connected all along, and asked nothing yet
         await answer_handshake(boards[asked[0]], firsts[asked[0]])
         # One handshake ended: the waiting board's turn comes.
