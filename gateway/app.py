@@ -24,6 +24,7 @@ from gateway.northbound.streamable_http import StreamableHttpEndpoint
 from gateway.northbound.websocket import ClientWebSockets
 from gateway.policy.client_auth import ClientAuth
 from gateway.policy.connection_limits import CAP_FROM_FD_LIMIT
+from gateway.policy.governor import Governor, governor_from_config
 from gateway.policy.limiters import Limiters
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.provider_auth import ProviderAuthPolicy
@@ -47,7 +48,10 @@ ANY_PATH = r"/{tail:[\s\S]*}"
 
 
 def build_app(
-    config: GatewayConfig, gateway: Gateway | None = None, limiters: Limiters | None = None
+    config: GatewayConfig,
+    gateway: Gateway | None = None,
+    limiters: Limiters | None = None,
+    governor: Governor | None = None,
 ) -> web.Application:
     """`gateway` and `limiters`: the core and the policy objects it was built with (both new when None)."""
     limiters = limiters or Limiters.from_config(config.limits)
@@ -79,6 +83,10 @@ def build_app(
         return web.json_response({"status": "alive", "version": __version__})
 
     async def readyz(_: web.Request) -> web.Response:
+        trail = governor.trail if governor is not None else None
+        if trail is not None and not trail.healthy:
+            # Governed calls are refused while their decisions cannot be recorded (fail closed).
+            return web.json_response({"status": "audit_unavailable", "error": trail.last_error}, status=503)
         if gateway.listening:
             return web.json_response({"status": "ready"})
         return web.json_response({"status": "starting"}, status=503)
@@ -135,10 +143,12 @@ class GatewayServer:
         """`serial_enumerator`: where hot-plugged serial ports come from (default: udev, else polling)."""
         self.config = config
         self.limiters = Limiters.from_config(config.limits)
-        self.gateway = Gateway(config, self.limiters.for_core())
+        # [policy] and its audit trail; None without a policy (a request is then never looked into).
+        self.governor = governor_from_config(config)
+        self.gateway = Gateway(config, self.limiters.for_core(self.governor))
         # Built first: a certificate or key that cannot be used stops startup (ConfigError).
         self.tls = ServerTls(config.tls, self.gateway.metrics) if config.tls.enabled else None
-        self.app = build_app(config, self.gateway, self.limiters)
+        self.app = build_app(config, self.gateway, self.limiters, self.governor)
         self.runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
         # Every connection is counted against [limits.connections] and kept to its deadlines (gateway/listener.py).
         self.listener = ListenerGuard(self.limiters.connections, config.limits.connections, self.gateway.metrics)
@@ -176,6 +186,9 @@ class GatewayServer:
         return f"{self.config.scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
+        trail = self.governor.trail if self.governor is not None else None
+        if trail is not None:
+            await trail.start()  # before the listener: no governed call may come before its recorder
         connections = self.limiters.connections
         connections.configure_fd_limit(raise_fd_limit())
         if connections.cap_from == CAP_FROM_FD_LIMIT:
@@ -243,12 +256,29 @@ class GatewayServer:
             await self.hotplug.stop()
         if self.serial is not None:
             await self.serial.stop()  # every port closed (its boards were told the gateway is shutting down)
+        trail = self.governor.trail if self.governor is not None else None
+        if trail is not None:
+            await trail.close()  # last: the results of the calls answered above are recorded too
 
     def reload_tls(self) -> bool:
         """SIGHUP: load the certificate and key again; new handshakes use them (False: old pair kept)."""
         if self.tls is None:
             return False
         return self.tls.reload()
+
+    def reload_policy(self) -> str | None:
+        """SIGHUP: load [policy] again and swap it in whole; None when it worked, else why the old one stays."""
+        if self.governor is None:
+            return "no [policy] is configured"
+        return self.governor.reload()
+
+    def reload(self) -> None:
+        """SIGHUP (systemctl reload): the TLS certificate and the policy, each kept as it was if its new
+        version cannot be used."""
+        if self.tls is not None:
+            self.reload_tls()
+        if self.governor is not None:
+            self.reload_policy()
 
 
 def listening_line(version: str, addresses: Sequence[Any], scheme: str, public_url: str | None) -> str:
@@ -284,10 +314,11 @@ async def serve(config: GatewayConfig, ready: Callable[[GatewayServer], None] | 
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stop.set)
-    if server.tls is not None:
-        # Only with TLS: without it there is nothing to reload, and SIGHUP keeps its default meaning.
+    if server.tls is not None or server.governor is not None:
+        # Only with TLS or a policy: without them there is nothing to reload, and SIGHUP keeps its
+        # default meaning.
         with contextlib.suppress(NotImplementedError, AttributeError):
-            loop.add_signal_handler(signal.SIGHUP, server.reload_tls)
+            loop.add_signal_handler(signal.SIGHUP, server.reload)
     try:
         await stop.wait()
     finally:

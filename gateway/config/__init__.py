@@ -5,10 +5,13 @@ with one message that names the key (and where it came from) or the file.
 
 Callers import everything from here. `load_config` and `ConfigError` are in loading.py, `GatewayConfig`
 and `masked_dump` in model.py; each section's models in a module of its name (limits.py, providers.py,
-slots.py, tls.py, auth.py, upstreams.py, mqtt.py, serial.py, groups.py, mdns.py); lan.py names what a
-LAN bind leaves open, credentials.py reads secrets, base.py holds what every section shares.
+slots.py, tls.py, auth.py, upstreams.py, mqtt.py, serial.py, groups.py, mdns.py, audit.py, policy.py); lan.py
+names what a LAN bind leaves open, credentials.py reads secrets, base.py holds what every section shares.
 """
 
+from gateway.config.audit import (
+    AuditConfig,
+)
 from gateway.config.auth import (
     ASYMMETRIC_ALGORITHMS,
     BEARER_TOKEN,
@@ -84,6 +87,9 @@ from gateway.config.mqtt import (
     MqttConfig,
     MqttProfile,
 )
+from gateway.config.policy import (
+    PolicyConfig,
+)
 from gateway.config.providers import (
     ProviderAuthConfig,
     ProviderAuthMode,
@@ -144,6 +150,7 @@ __all__ = [
     "RESERVED_GROUP_NAMES",
     "SERIAL_LIMIT_KEYS",
     "VID_PID",
+    "AuditConfig",
     "AuthConfig",
     "ClientTokenConfig",
     "ConfigError",
@@ -161,6 +168,7 @@ __all__ = [
     "MqttConfig",
     "MqttProfile",
     "OAuthConfig",
+    "PolicyConfig",
     "PositiveFloat",
     "PositiveInt",
     "PrincipalName",

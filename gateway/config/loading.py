@@ -151,8 +151,23 @@ def load_config(
         if first["type"] == "extra_forbidden":
             raise ConfigError(f"{origin}: unknown setting {key!r}; see docs/configuration.md") from exc
         raise ConfigError(f"{origin}: setting {key!r}: {first['msg']}") from exc
+    if config.policy is not None:
+        _check_policy(config, sources, file_label)
     apply_group_toggles(config, environ)
     return config
+
+
+def _check_policy(config: GatewayConfig, sources: Mapping[str, str], file_label: str) -> None:
+    """[policy]'s content (roles, capabilities, patterns, limits; its file when it names one), every
+    mistake listed at once, checked by the policy layer's own rules so `run` would see the same."""
+    from gateway.policy.rules.checking import PolicyError, check_policy_config
+
+    assert config.policy is not None
+    try:
+        check_policy_config(config.policy)
+    except PolicyError as exc:
+        key = "policy.file" if config.policy.file is not None else "policy"
+        raise ConfigError(f"{_origin_of(key, sources, file_label)}: setting {key!r}: {exc}") from exc
 
 
 GROUP_TOGGLE_VALUES = {"true": True, "false": False}

@@ -6,12 +6,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
+from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
 from gateway.config.base import DEFAULT_PORT, Section, is_loopback_host
 from gateway.config.groups import GROUP_NAME, GROUPS_SEPARATOR, RESERVED_GROUP_NAMES, GroupConfig, group_env_name
 from gateway.config.limits import LimitsConfig
 from gateway.config.mdns import MdnsConfig
 from gateway.config.mqtt import MqttConfig
+from gateway.config.policy import PolicyConfig
 from gateway.config.providers import ProvidersConfig
 from gateway.config.serial import SerialConfig
 from gateway.config.slots import SlotConfig, SlotsConfig
@@ -60,6 +62,10 @@ class GatewayConfig(Section):
     """MQTT brokers ([[mqtt.brokers]]): boards (plain profile) and MCP over MQTT servers; docs/mqtt-broker.md."""
     serial: SerialConfig = Field(default_factory=SerialConfig)
     """Boards on serial lines ([serial]): configured ports and USB hot-plug; docs/device-serial.md."""
+    policy: PolicyConfig | None = None
+    """Who may use which tools where ([policy], inline or `file`); None: every request allowed. docs/governance.md."""
+    audit: AuditConfig = Field(default_factory=AuditConfig)
+    """The audit trail of governed calls ([audit]): SQLite, where, how long; docs/governance.md."""
 
     groups: dict[str, GroupConfig] = Field(default_factory=dict)
     """Tool groups ([groups.<name>]): /mcp serves every enabled one, /mcp/<name> one (docs/groups.md)."""

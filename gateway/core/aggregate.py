@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway import __version__
-from gateway.core import errors
+from gateway.core import errors, governed
 from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.names import ALL_SLOT
 from gateway.core.naming import NameBook
-from gateway.core.policy_interface import RateLimits
+from gateway.core.policy_interface import Governance, RateLimits
 from gateway.core.principal import Principal
 from gateway.core.routing import Target, forward_to
 from gateway.core.slots import Listener, SlotRegistry
@@ -33,8 +33,16 @@ def _listed(tool: JsonObject, key: tuple[str, str], name: str) -> JsonObject:
 class AggregateTarget(Target):
     name = ALL_SLOT
 
-    def __init__(self, registry: SlotRegistry, metrics: Metrics, rate_limiter: RateLimits | None = None) -> None:
+    def __init__(
+        self,
+        registry: SlotRegistry,
+        metrics: Metrics,
+        rate_limiter: RateLimits | None = None,
+        governance: Governance | None = None,
+    ) -> None:
         self.registry = registry
+        self.governance = governance
+        """[policy]: a caller sees and calls only the tools it may (None: no policy)."""
         self.metrics = metrics
         self.rate_limiter = rate_limiter
         """Charges the slot a tools/call is routed to; the HTTP entry cannot, it does not know the slot."""
@@ -146,9 +154,16 @@ class AggregateTarget(Target):
         return self.slot_scopes is None or principal.has_scopes(self.slot_scopes(slot))
 
     def tools_for(self, principal: Principal) -> list[JsonObject]:
-        if self.slot_scopes is None:
+        if self.slot_scopes is None and self.governance is None:
             return self.tools
-        return [tool for tool in self.tools if self.may_call(principal, self.routes[tool["name"]][0])]
+        return [tool for tool in self.tools if self.may_list(principal, tool["name"])]
+
+    def may_list(self, principal: Principal, name: str) -> bool:
+        slot, original = self.routes[name]
+        if not self.may_call(principal, slot):
+            return False
+        governance = self.governance
+        return governance is None or governance.may_see(principal, slot, self._listed[(slot, original)][0])
 
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         if method == "tools/list":
@@ -170,4 +185,11 @@ class AggregateTarget(Target):
                 self.metrics.rate_limited.labels(limited.scope).inc()
                 self.metrics.limit_hit(limited.limit)
                 raise errors.rate_limited(limited.message(), limited.data())
+        if self.governance is not None:
+            source = self._listed[(slot_name, tool)][0]
+
+            async def forward(admitted: JsonObject) -> JsonObject:
+                return await forward_to(session, ctx, method, {**admitted, "name": tool}, self.metrics)
+
+            return await governed.call(self.governance, ctx, slot_name, source, params or {}, "_all", forward)
         return await forward_to(session, ctx, method, {**(params or {}), "name": tool}, self.metrics)

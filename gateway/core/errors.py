@@ -105,3 +105,8 @@ def method_not_found(method: str, where: str) -> RpcError:
 def unknown_tool(name: str, where: str) -> RpcError:
     # The same answer for a forbidden name and an unknown one, so names cannot be probed.
     return RpcError(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name} is not offered by {where}; call tools/list")
+
+
+def forbidden(reason: str, data: dict[str, Any] | None = None) -> RpcError:
+    """A request the policy refuses (-32001): `reason` says who may not do what where, and how to get it."""
+    return RpcError(jsonrpc.FORBIDDEN, reason, {"reason": "forbidden", **(data or {})})

@@ -52,9 +52,11 @@ class Gateway:
         self.rate_limiter = policies.rate_limits
         # Counted by the listener as each connection arrives (gateway/listener.py); read by broker_info.
         self.connections = policies.connections
-        self.aggregate = AggregateTarget(self.registry, self.metrics, self.rate_limiter)
+        self.governance = policies.governance
+        """[policy]: decides each request by what it asks; None without a policy."""
+        self.aggregate = AggregateTarget(self.registry, self.metrics, self.rate_limiter, self.governance)
         # /mcp and /mcp/<group>: served by their own routes (gateway/northbound/groups_http.py), not by target().
-        self.groups = GroupCatalog(self.registry, self.metrics, self.rate_limiter, self.base_url)
+        self.groups = GroupCatalog(self.registry, self.metrics, self.rate_limiter, self.base_url, self.governance)
         self.broker = BrokerTarget(self)
         self.started_at = time.time()
         self.listening = False
@@ -95,7 +97,7 @@ class Gateway:
                 # Forget targets of slots the registry pruned, so this map stays bounded too.
                 slots = self.registry.slots
                 self._slot_targets = {k: t for k, t in self._slot_targets.items() if slots.get(k) is t.slot}
-            target = SlotTarget(self.registry, slot, self.metrics, self.aggregate.may_call)
+            target = SlotTarget(self.registry, slot, self.metrics, self.aggregate.may_call, self.governance)
             self._slot_targets[name] = target
         return target
 

@@ -66,8 +66,64 @@ class ConnectionCounts(Protocol):
 
 
 @dataclass(frozen=True)
+class CallVerdict:
+    """The policy layer's answer to one tools/call, given back with its outcome (`Governance.call_ended`)."""
+
+    allowed: bool
+    visible: bool = True
+    """False: the caller may not see the tool, and gets the answer an unknown tool gets."""
+    reason: str = ""
+    """Why it is refused, in words the caller can act on (a -32001 Forbidden, or the arguments' -32602)."""
+    code: int = 0
+    """The JSON-RPC code of a refusal (0: -32001 Forbidden)."""
+    data: dict[str, Any] | None = None
+    arguments: dict[str, Any] | None = None
+    """The arguments to forward when the policy changed them (clamped); None: as the caller sent them."""
+    clamped: tuple[str, ...] = ()
+    """What was clamped, for the result ("speed_rpm 2500 -> 2000 (policy limits[0])")."""
+    ticket: object = None
+    """The policy layer's own handle on the call (its audit record)."""
+
+
+class Governance(Protocol):
+    """Decides requests by what they ask ([policy]); the core asks it only when a policy is configured."""
+
+    def permits(self, principal: Principal, slot: str, method: str) -> str | None:
+        """None when `principal` may use `method` on `slot`; else why not (a -32001 Forbidden)."""
+        ...
+
+    def visible_tools(self, principal: Principal, slot: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The tools of `slot` the caller may call: the only ones it sees, in every catalog."""
+        ...
+
+    def may_see(self, principal: Principal, slot: str, tool: dict[str, Any]) -> bool: ...
+
+    async def admit_call(
+        self, principal: Principal, slot: str, tool: dict[str, Any] | None, name: str, arguments: object, via: str
+    ) -> CallVerdict:
+        """Decide one tools/call, check its arguments and record the decision durably before it is
+        forwarded. `tool`: as the provider lists it (None: not listed); `via`: the way in."""
+        ...
+
+    def call_ended(self, verdict: CallVerdict, outcome: str, latency_ms: float) -> None:
+        """Record how an admitted call ended: "ok", "tool-error", "error", "timeout", "cancelled"."""
+        ...
+
+    def reload(self) -> str | None:
+        """Load the policy again and swap it in whole; None when it worked, else why the old one stays."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """For broker_info and diagnosis: the policy in force and the audit trail's state
+        (`audit.healthy`, `audit.last_error`; `audit` None when the trail is off)."""
+        ...
+
+
+@dataclass(frozen=True)
 class Policies:
     """What the policy layer answers the core with; built once by the composition root."""
 
     rate_limits: RateLimits
     connections: ConnectionCounts
+    governance: Governance | None = None
+    """None: no [policy], every request is allowed as authentication and scopes let it through."""

@@ -12,11 +12,12 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from gateway.core import errors, jsonrpc, modern_calls
+from gateway.core import errors, governed, jsonrpc, modern_calls
 from gateway.core.client_context import SESSION, STATELESS, ClientContext
 from gateway.core.eras import ENVELOPE_KEYS, META_SERVER_INFO
 from gateway.core.input_required import CANNOT_ASK, Caller, continues_held_call
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.policy_interface import Governance
 from gateway.core.principal import Principal
 from gateway.core.provider_call import call_provider
 from gateway.core.provider_session import ProviderSession
@@ -204,6 +205,7 @@ class SlotTarget(Target):
         slot: Slot,
         metrics: Metrics,
         may_call: Callable[[Principal, str], bool] | None = None,
+        governance: Governance | None = None,
     ) -> None:
         """`may_call`: whether a principal may call a slot, so a not-connected answer names only the
         connected slots the caller could use (None: every caller may call every slot)."""
@@ -212,6 +214,8 @@ class SlotTarget(Target):
         self.name = slot.name
         self.metrics = metrics
         self.may_call = may_call
+        self.governance = governance
+        """[policy]: decides each request by what it asks (None: no policy)."""
         self._tool_index: ToolIndex | None = None
 
     # -- description --------------------------------------------------------------------------
@@ -293,6 +297,12 @@ class SlotTarget(Target):
         return session
 
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
+        governance = self.governance
+        if governance is not None:
+            if method in ("tools/list", "tools/call"):
+                return await self._governed_tools(governance, ctx, method, params)
+            if method.startswith(governed.GOVERNED_PREFIXES):
+                governed.permit(governance, ctx, self.name, method)
         if method == "tools/list":
             session = await self.provider(ctx)
             if params and params.get("cursor") is not None:
@@ -305,6 +315,27 @@ class SlotTarget(Target):
         if method.startswith("notifications/"):
             raise errors.RpcError(jsonrpc.INVALID_REQUEST, f"{method} is a notification; send it without an id")
         return await forward_to(await self.provider(ctx), ctx, method, params, self.metrics)
+
+    async def _governed_tools(
+        self, governance: Governance, ctx: ClientContext, method: str, params: JsonObject | None
+    ) -> JsonObject:
+        """tools/list and tools/call under [policy]: the list filtered for the caller, a call decided
+        and recorded before it is forwarded. A tool the caller may not see is answered as the gateway
+        answers any tool its provider does not list."""
+        if method == "tools/list":
+            governed.permit(governance, ctx, self.name, method)
+        session = await self.provider(ctx)
+        if method == "tools/list":
+            if params and params.get("cursor") is not None:
+                raise errors.RpcError(jsonrpc.INVALID_PARAMS, "Invalid cursor: the gateway lists all tools at once")
+            return {"tools": governance.visible_tools(ctx.principal, self.name, session.tools)}
+        call = params or {}
+        tool = next((tool for tool in session.tools if tool.get("name") == call.get("name")), None)
+
+        async def forward(admitted: JsonObject) -> JsonObject:
+            return await forward_to(session, ctx, method, admitted, self.metrics)
+
+        return await governed.call(governance, ctx, self.name, tool, call, f'"{self.name}"', forward)
 
     async def _set_level(self, ctx: ClientContext, params: JsonObject | None) -> JsonObject:
         level = (params or {}).get("level")

@@ -115,3 +115,46 @@ def test_quick_storm_serves_every_board_and_prints_its_row() -> None:
     assert tracebacks == "0", stdout
     assert "not every board was served" not in stdout and "still attached" not in stdout
     assert "/healthz failed" not in stdout
+
+
+@pytest.mark.timeout(90)
+def test_quick_audit_run_compares_group_commit_with_one_commit_per_decision() -> None:
+    stdout, _stderr = run_bench("audit", "--quick", timeout_s=80)
+    rows = {line.split("|")[1].strip(): line.split("|") for line in stdout.splitlines() if line.startswith("| ")}
+    for name in ("decisions/s, 1 writer", "decisions/s, 32 writers", "decision() p99, 32 writers (ms)"):
+        single, group = (float(cell.replace(",", "")) for cell in rows[name][2:4])
+        assert single > 0 and group > 0, rows[name]
+    commits = rows["commits per 100 decisions, 32 writers"]
+    assert float(commits[3]) < float(commits[2])  # concurrent decisions shared their commits
+    assert float(rows["trail size per 10,000 calls (MiB)"][3]) > 0
+
+
+@pytest.mark.timeout(60)
+def test_quick_argument_check_bench_times_every_case() -> None:
+    stdout, _stderr = run_bench("arguments", "--quick", timeout_s=50)
+    rows = {line.split("|")[1].strip(): line.split("|") for line in stdout.splitlines() if line.startswith("| ")}
+    for case in (
+        "orjson.loads of the tools/call body (the gateway parses it anyway)",
+        "check_arguments: schema + 1 limit, within",
+        "check_arguments: schema + 1 limit, clamped (new dict)",
+        "check_arguments: refused by the schema (message built)",
+        "fastjsonschema validator alone (compiled once)",
+    ):
+        assert float(rows[case][2].replace(",", "")) > 0, rows.get(case, stdout)
+        assert rows[case][3].strip().endswith("x"), rows[case]  # a ratio to the baseline, measured in the same run
+    assert "jsonschema: prebuilt Draft202012Validator.validate" in rows or "jsonschema is not installed" in stdout
+
+
+@pytest.mark.timeout(90)
+def test_quick_governance_run_compares_governed_with_ungoverned_calls() -> None:
+    stdout, stderr = run_bench("governance", "--quick", timeout_s=80)
+    rows = {line.split("|")[1].strip(): line.split("|") for line in stdout.splitlines() if line.startswith("| ")}
+    assert "failed calls" not in stderr, stderr[-3000:]  # every set_speed succeeded through both gateways
+    for name in ("sequential call, median of block medians (ms)", "throughput, 32 clients (calls/s)"):
+        ungoverned, governed = (float(cell.replace(",", "")) for cell in rows[name][2:4])
+        assert ungoverned > 0 and governed > 0, rows[name]
+        assert rows[name][4].strip().endswith("x") and rows[name][7].strip() in ("met", "missed"), rows[name]
+    assert float(rows["audit decisions committed per second, 32 clients (records/s)"][3].replace(",", "")) > 0
+    assert float(rows["audit commits per 100 decisions, 32 clients (group commit) (commits)"][3]) > 0
+    assert float(rows["audit trail per 10,000 calls (decision + result) (MiB)"][3]) > 0
+    assert "All targets met." in stdout or "TARGET MISSED:" in stdout

@@ -130,10 +130,14 @@ async def test_the_appliance_configuration_starts(tmp_path: Path) -> None:
     create_token(etc / "tokens.toml", "operator", [], replace=False)
     (etc / "provider-secret").write_text(secrets.token_urlsafe(32) + "\n")
     (etc / "mqtt-password").write_text(secrets.token_urlsafe(32) + "\n")  # its broker need not run for this
+    (etc / "policy.toml").write_text(
+        (REPO / "image" / "policy.toml").read_text(encoding="utf-8")
+    )  # the image installs it
     config = tmp_path / "mcp-gateway.toml"
     config.write_text(text.replace("/etc/mcp-gateway/", f"{etc}/"), encoding="utf-8")
     # A free port, and no advertisement on this machine's network during a test.
-    async with gateway_process("--config", str(config), "--port", "0", "--no-mdns") as gateway:
+    state = {"STATE_DIRECTORY": str(tmp_path / "state")}  # systemd's StateDirectory=, where the audit trail goes
+    async with gateway_process("--config", str(config), "--port", "0", "--no-mdns", env=state) as gateway:
         assert gateway.url.startswith("https://")
     assert "INSECURE-LAN" not in gateway.log
     assert any(entry["msg"] == "stopped" for entry in gateway.json_lines())

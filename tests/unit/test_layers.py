@@ -31,9 +31,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     # The composition root and the command line build everything: app, cli, entry, listener.
 }
 COMPOSITION = frozenset({"app", "cli", "entry", "listener"})
-CONFIG_MAY_USE = frozenset({"gateway.core.names", "gateway.core.jsonrpc", "gateway.southbound.mqtt.topics"})
-"""Pure rule modules the configuration validates with (slot names, nesting depth, MQTT topics), so a
-bad value fails at load with the same words the running gateway would use."""
+CONFIG_MAY_USE = frozenset(
+    {"gateway.core.names", "gateway.core.jsonrpc", "gateway.southbound.mqtt.topics", "gateway.policy.rules.checking"}
+)
+"""Pure rule modules the configuration validates with (slot names, nesting depth, MQTT topics, the
+[policy] checks), so a bad value fails at load with the same words the running gateway would use."""
 TRANSPORT_LIBRARIES = frozenset(
     {"aiohttp", "multidict", "yarl", "paho", "serial", "cobs", "pyudev", "zeroconf", "websockets", "httpx"}
 )

@@ -127,6 +127,7 @@ def test_the_appliance_configuration_advertises_and_run_accepts_it(tmp_path: Pat
     create_token(etc / "tokens.toml", "operator", [], replace=False)
     (etc / "provider-secret").write_text(secrets.token_urlsafe(32) + "\n")
     (etc / "mqtt-password").write_text(secrets.token_urlsafe(32) + "\n")
+    (etc / "policy.toml").write_text((REPO / "image" / "policy.toml").read_text(encoding="utf-8"))  # installed
     local = tmp_path / "mcp-gateway.toml"
     local.write_text(text.replace("/etc/mcp-gateway/", f"{etc}/"), encoding="utf-8")
 

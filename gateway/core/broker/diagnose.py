@@ -7,7 +7,7 @@ troubleshooting guide show the result. Every problem id is documented in docs/op
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gateway.core.broker.diagnose_links import mdns_problems, mqtt_problems, serial_problems
 from gateway.core.broker.diagnose_slots import slot_faults, slot_presence
@@ -132,6 +132,7 @@ def _gateway_problems(view: GatewayView) -> list[Problem]:
             )
         )
     problems.extend(_group_problems(view))
+    problems.extend(_governance_problems(view))
     problems.extend(mdns_problems(view))
     problems.extend(mqtt_problems(view))
     problems.extend(serial_problems(view))
@@ -171,6 +172,25 @@ def _group_problems(view: GatewayView) -> list[Problem]:
                 )
             )
     return problems
+
+
+def _governance_problems(view: GatewayView) -> list[Problem]:
+    governance = view.governance
+    if governance is None:
+        return []  # not a problem: the diagnosis says `governed: false` (server.py)
+    audit = governance.get("audit")
+    if isinstance(audit, Mapping) and not audit.get("healthy", True):
+        return [
+            Problem(
+                "audit.unavailable",
+                "error",
+                "The audit trail cannot be written: governed calls are refused",
+                f"{audit.get('path')}: {audit.get('last_error') or 'the last write failed'}",
+                "Free disk space or fix the file's permissions ([audit] path); the gateway tries again with each "
+                "call and serves again once a write succeeds. /readyz answers 503 meanwhile.",
+            )
+        ]
+    return []
 
 
 def diagnose(view: GatewayView, slot: str | None = None) -> list[Problem]:

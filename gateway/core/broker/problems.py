@@ -91,6 +91,8 @@ class GatewayView:
     mqtt: Sequence[Mapping[str, Any]] = ()
     """Each MQTT broker connection's status (gateway.southbound.mqtt.brokers: state, last_error, dropped counters)."""
     serial: Mapping[str, Any] = field(default_factory=lambda: {"ports": [], "hotplug": {"enabled": False}})
+    governance: Mapping[str, Any] | None = None
+    """[policy] and the audit trail (Governance.status); None: no policy is configured."""
     """The serial ports' status (gateway.southbound.serial.ports: state, failures, frames, dropped by reason, slots)."""
 
 

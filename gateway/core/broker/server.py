@@ -15,7 +15,7 @@ import orjson
 
 from gateway import __version__
 from gateway.config import masked_dump
-from gateway.core import errors, jsonrpc
+from gateway.core import errors, governed, jsonrpc
 from gateway.core.broker import status
 from gateway.core.broker.diagnose import diagnose, worst
 from gateway.core.broker.guide import TOPICS, render
@@ -24,6 +24,7 @@ from gateway.core.broker.problems import Problem
 from gateway.core.client_context import ClientContext
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import BROKER_SLOT
+from gateway.core.policy_interface import Governance
 from gateway.core.routing import Target
 from gateway.core.slots import Listener
 from gateway.core.timestamps import iso
@@ -289,7 +290,17 @@ TOOLS: list[JsonObject] = [
         "annotations": READ_ONLY,
     },
 ]
-TOOL_ARGUMENTS = {tool["name"]: set(tool["inputSchema"]["properties"]) for tool in TOOLS}
+POLICY_RELOAD: JsonObject = {
+    "name": "broker_policy_reload",
+    "title": "Reload the policy",
+    "description": "Load [policy] again (its file, when it names one) and use it from the next request on; a "
+    "policy with a mistake is not used and the answer lists every mistake. Listed only when [policy] is configured.",
+    "inputSchema": NO_ARGUMENTS,
+    "annotations": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False},
+}
+"""What `mcp-gateway policy reload` calls. An action, not a read: a policy gives it to operators only."""
+GOVERNED_TOOLS = [*TOOLS, POLICY_RELOAD]
+TOOL_ARGUMENTS = {tool["name"]: set(tool["inputSchema"]["properties"]) for tool in GOVERNED_TOOLS}
 
 STATIC_RESOURCES: list[JsonObject] = [
     {
@@ -424,6 +435,11 @@ class BrokerTarget(Target):
             result["slot"] = slot
         result["count"] = len(problems)
         result["problems"] = [problem.to_json() for problem in problems]
+        if self.gateway.governance is None:
+            result["governed"] = False
+            result["governance"] = NOT_GOVERNED
+        else:
+            result["governed"] = True
         return result
 
     def guide(self, topic: str) -> str:
@@ -439,10 +455,51 @@ class BrokerTarget(Target):
     # -- MCP ----------------------------------------------------------------------------------
 
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
+        governance = self.gateway.governance
+        if governance is not None:
+            return await self._governed(governance, ctx, method, params)
         if method == "tools/list":
             return {"tools": TOOLS}
         if method == "tools/call":
+            name = (params or {}).get("name")
+            if name == POLICY_RELOAD["name"]:
+                raise errors.unknown_tool(str(name), "_broker")
             return self.call_tool(params or {})
+        return self._resources(method, params)
+
+    async def _governed(
+        self, governance: Governance, ctx: ClientContext, method: str, params: JsonObject | None
+    ) -> JsonObject:
+        """dispatch under [policy]: `_broker` is the resource /_system/broker, and its tools are
+        listed and called as a slot's are."""
+        if method == "tools/list":
+            governed.permit(governance, ctx, BROKER_SLOT, method)
+            return {"tools": governance.visible_tools(ctx.principal, BROKER_SLOT, GOVERNED_TOOLS)}
+        if method == "tools/call":
+            call = params or {}
+            tool = next((tool for tool in GOVERNED_TOOLS if tool["name"] == call.get("name")), None)
+
+            async def forward(admitted: JsonObject) -> JsonObject:
+                if admitted.get("name") == POLICY_RELOAD["name"]:
+                    return self.reload_policy(governance)
+                return self.call_tool(admitted)
+
+            return await governed.call(governance, ctx, BROKER_SLOT, tool, call, "_broker", forward)
+        if method.startswith(governed.GOVERNED_PREFIXES):
+            governed.permit(governance, ctx, BROKER_SLOT, method)
+        return self._resources(method, params)
+
+    @staticmethod
+    def reload_policy(governance: Governance) -> JsonObject:
+        problem = governance.reload()
+        if problem is None:
+            return text_result("The policy is reloaded; it decides every request from now on.")
+        return {
+            "content": [{"type": "text", "text": f"The policy was not reloaded; the one in force stays.\n{problem}"}],
+            "isError": True,
+        }
+
+    def _resources(self, method: str, params: JsonObject | None) -> JsonObject:
         if method == "resources/list":
             return {"resources": STATIC_RESOURCES}
         if method == "resources/templates/list":
@@ -508,6 +565,13 @@ class BrokerTarget(Target):
     @staticmethod
     def _json_contents(uri: str, value: JsonObject) -> JsonObject:
         return {"contents": [{"uri": uri, "mimeType": JSON_TYPE, "text": _dumps(value)}]}
+
+
+NOT_GOVERNED = (
+    "No [policy]: every caller that authentication lets in may call every tool of the slots its scopes allow, "
+    "with any arguments the provider accepts, and no call is recorded. Give the gateway a policy ([policy], "
+    "docs/governance.md) to govern them."
+)
 
 
 def provider_resource_uri(name: str) -> str:

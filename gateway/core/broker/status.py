@@ -295,6 +295,7 @@ def broker_info(gateway: BrokerView) -> JsonObject:
         },
         "limits": config.limits.model_dump(),
         "connections": gateway.connections.status(),
+        "governance": gateway.governance.status() if gateway.governance is not None else None,
         "providers": {
             "heartbeat_interval_s": config.providers.heartbeat_interval_s,
             "takeover": config.providers.takeover,
@@ -364,6 +365,7 @@ def diagnosis_view(gateway: BrokerView) -> GatewayView:
         mdns=mdns_status(gateway),
         mqtt=tuple(mqtt_status(gateway)),
         serial=serial_status(gateway),
+        governance=gateway.governance.status() if gateway.governance is not None else None,
         groups=tuple(
             GroupCheck(
                 name=spec.name,

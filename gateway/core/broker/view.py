@@ -13,7 +13,7 @@ from gateway.config import GatewayConfig
 from gateway.core.aggregate import AggregateTarget
 from gateway.core.groups.catalog import GroupCatalog
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.policy_interface import ConnectionCounts, RateLimits
+from gateway.core.policy_interface import ConnectionCounts, Governance, RateLimits
 from gateway.core.sessions import SessionStore
 from gateway.core.slots import SlotRegistry
 from gateway.telemetry.metrics import Metrics
@@ -45,6 +45,9 @@ class BrokerView(Protocol):
 
     @property
     def connections(self) -> ConnectionCounts: ...
+
+    @property
+    def governance(self) -> Governance | None: ...
 
     @property
     def started_at(self) -> float: ...

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from gateway import __version__
-from gateway.core import errors
+from gateway.core import errors, governed
 from gateway.core.aggregate import ORIGIN_META_KEY
 from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
@@ -35,7 +35,7 @@ from gateway.core.groups.views import (
 )
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.naming import NameBook
-from gateway.core.policy_interface import RateLimits
+from gateway.core.policy_interface import Governance, RateLimits
 from gateway.core.principal import Principal
 from gateway.core.routing import Target, forward_to
 from gateway.core.slots import Listener, SlotRegistry
@@ -51,9 +51,12 @@ class GroupCatalog:
         metrics: Metrics,
         rate_limiter: RateLimits | None = None,
         base_url: Callable[[], str] = lambda: "",
+        governance: Governance | None = None,
     ) -> None:
         config = registry.config
         self.registry = registry
+        self.governance = governance
+        """[policy]: a caller sees and calls only the tools it may (None: no policy)."""
         self.metrics = metrics
         self.rate_limiter = rate_limiter
         self.base_url = base_url
@@ -96,6 +99,13 @@ class GroupCatalog:
 
     def may_call(self, principal: Principal, slot: str) -> bool:
         return self.slot_scopes is None or principal.has_scopes(self.slot_scopes(slot))
+
+    def may_use(self, principal: Principal, tool: CatalogTool) -> bool:
+        """Whether the caller sees and may call `tool`: its slot's scopes, then the policy."""
+        if not self.may_call(principal, tool.slot):
+            return False
+        governance = self.governance
+        return governance is None or governance.may_see(principal, tool.slot, tool.tool)
 
     # -- the catalog ----------------------------------------------------------------------------
 
@@ -157,7 +167,7 @@ class GroupCatalog:
             target.refresh(any(target.covers(slot) for slot in noticed))
 
     def view(self, principal: Principal, endpoint_group: str | None) -> CatalogView:
-        visible = [tool for tool in self.tools if self.may_call(principal, tool.slot)]
+        visible = [tool for tool in self.tools if self.may_use(principal, tool)]
         slots = [slot for slot in self.ready_slots() if self.may_call(principal, slot)]
         groups = [
             GroupView(
@@ -326,9 +336,7 @@ class GroupTarget(Target):
         return [*builtin_tools.TOOLS, *(tool.listed for tool in self.current() if tool.listed is not None)]
 
     def tools_for(self, principal: Principal) -> list[JsonObject]:
-        visible: Iterable[CatalogTool] = (
-            tool for tool in self.current() if self.catalog.may_call(principal, tool.slot)
-        )
+        visible: Iterable[CatalogTool] = (tool for tool in self.current() if self.catalog.may_use(principal, tool))
         return [*builtin_tools.TOOLS, *(tool.listed for tool in visible if tool.listed is not None)]
 
     # -- requests -------------------------------------------------------------------------------
@@ -346,7 +354,7 @@ class GroupTarget(Target):
             view = self.catalog.view(ctx.principal, self.group)
             return builtin_tools.call(name, params.get("arguments"), view)
         tool = self.catalog.by_name.get(name)
-        if tool is None or not self.includes(tool) or not self.catalog.may_call(ctx.principal, tool.slot):
+        if tool is None or not self.includes(tool) or not self.catalog.may_use(ctx.principal, tool):
             # The same answer for a tool the caller may not call as for an unknown one.
             raise errors.unknown_tool(str(name), self.path)
         session = self.catalog.registry.slots[tool.slot].live
@@ -359,4 +367,12 @@ class GroupTarget(Target):
                 self.catalog.metrics.rate_limited.labels(limited.scope).inc()
                 self.catalog.metrics.limit_hit(limited.limit)
                 raise errors.rate_limited(limited.message(), limited.data())
+        governance = self.catalog.governance
+        if governance is not None:
+            original, metrics = tool.original, self.catalog.metrics
+
+            async def forward(admitted: JsonObject) -> JsonObject:
+                return await forward_to(session, ctx, method, {**admitted, "name": original}, metrics)
+
+            return await governed.call(governance, ctx, tool.slot, tool.tool, params, self.path, forward)
         return await forward_to(session, ctx, method, {**params, "name": tool.original}, self.catalog.metrics)

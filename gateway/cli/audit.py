@@ -1,0 +1,192 @@
+"""`mcp-gateway audit`: read the audit trail of governed calls, filtered, as a table, JSON lines or CSV."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.cli.common import Commands
+
+DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+TABLE_COLUMNS = ("time", "id", "principal", "via", "slot", "tool", "effect", "status", "ms", "rules")
+CELL_CHARS = 40
+ENV_AUDIT_PATH = "MCP_GATEWAY_AUDIT__PATH"
+
+
+def time_flag(text: str, now_ms: int | None = None) -> int:
+    """--since/--until: an ISO 8601 time (local unless it names a zone) or a duration back from now
+    ("90s", "15m", "1h", "2d", "1w", "1h30m"); unix ms."""
+    now = now_ms if now_ms is not None else int(datetime.now(UTC).timestamp() * 1000)
+    value = text.strip()
+    if value and DURATION_PART.sub("", value) == "":
+        return now - int(sum(float(amount) * UNIT_MS[unit] for amount, unit in DURATION_PART.findall(value)))
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO time (2026-05-09T14:00, 2026-05-09T12:00Z) or a duration (90s, 15m, 1h, 2d), got {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # local time, as the operator reads the clock
+    return int(moment.timestamp() * 1000)
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {text!r}")
+    return int(text)
+
+
+def trail_path(args: argparse.Namespace, environ: Mapping[str, str]) -> Path:
+    """--path, else [audit] path of --config / $MCP_GATEWAY_CONFIG (read as plain TOML: the secrets the
+    configuration names need not exist in this shell) and $MCP_GATEWAY_AUDIT__PATH, else the default."""
+    from pydantic import ValidationError
+
+    from gateway.config import ENV_CONFIG_FILE, AuditConfig, ConfigError, read_toml
+    from gateway.policy.audit import audit_path
+
+    if args.path:
+        return Path(args.path).expanduser()
+    table: Any = {}
+    name = args.config or environ.get(ENV_CONFIG_FILE)
+    if name:
+        table = read_toml(Path(name)).get("audit", {})
+    if environ.get(ENV_AUDIT_PATH) and isinstance(table, dict):
+        table = {**table, "path": environ[ENV_AUDIT_PATH]}
+    try:
+        config = AuditConfig.model_validate(table)
+    except ValidationError as exc:
+        raise ConfigError(f"[audit] in {name or 'the environment'}: {exc.errors()[0]['msg']}") from None
+    return audit_path(config, environ)
+
+
+def iso_time(ms: int | None) -> str | None:
+    """UTC, to the millisecond: the form jsonl and csv carry."""
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def local_time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _cell(value: Any) -> str:
+    text = "-" if value is None or value == "" else str(value)
+    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
+
+
+def render_table(records: Sequence[dict[str, Any]]) -> str:
+    """One line per decision: who, where, what, the effect and how the call ended."""
+    lines = [
+        [
+            local_time(record["time_ms"]),
+            str(record["id"]),
+            ",".join(record["principal"]),
+            record["transport"],
+            record["slot"],
+            record["tool"],
+            record["effect"],
+            record["status"],
+            None if record["latency_ms"] is None else f"{record['latency_ms']:.1f}",
+            ",".join(record["rules"]),
+        ]
+        for record in records
+    ]
+    cells = [list(TABLE_COLUMNS), *([_cell(value) for value in line] for line in lines)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(TABLE_COLUMNS))]
+    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in cells)
+
+
+def render_jsonl(records: Sequence[dict[str, Any]]) -> str:
+    import orjson
+
+    return "".join(orjson.dumps({"time": iso_time(record["time_ms"]), **record}).decode() + "\n" for record in records)
+
+
+def render_csv(records: Sequence[dict[str, Any]]) -> str:
+    """Every column; lists and objects (principal, arguments, rules, constraints) as JSON text."""
+    import csv
+    import io
+
+    import orjson
+
+    out = io.StringIO()
+    writer: Any = None
+    for record in records:
+        row = {"time": iso_time(record["time_ms"]), **record}
+        row = {
+            key: orjson.dumps(value).decode() if isinstance(value, list | dict) else value for key, value in row.items()
+        }
+        if writer is None:
+            writer = csv.DictWriter(out, fieldnames=list(row), lineterminator="\n")
+            writer.writeheader()
+        writer.writerow(row)
+    return out.getvalue()
+
+
+RENDERERS = {"table": render_table, "jsonl": render_jsonl, "csv": render_csv}
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Print the audit trail's decisions (the newest --limit of them, oldest first) with their results."""
+    import os
+
+    from gateway.policy.audit import AuditReadError, read_records
+
+    path = trail_path(args, os.environ)
+    try:
+        records = read_records(
+            path,
+            since_ms=args.since,
+            until_ms=args.until,
+            principal=args.principal,
+            slot=args.slot,
+            tool=args.tool,
+            effect=args.effect,
+            limit=args.limit,
+        )
+    except AuditReadError as exc:
+        hint = "" if path.exists() else " (pass --path FILE or --config FILE to read the gateway's own)"
+        print(f"mcp-gateway audit: {exc}{hint}", file=sys.stderr)
+        return 1
+    output = RENDERERS[args.format](records)
+    if output and not output.endswith("\n"):
+        output += "\n"
+    sys.stdout.write(output)
+    if args.format == "table" and len(records) == args.limit:
+        print(f"(the newest {args.limit} records shown; --limit N for more)", file=sys.stderr)
+    return 0
+
+
+def add_audit(commands: Commands) -> None:
+    audit = commands.add_parser(
+        "audit",
+        help="read the audit trail of governed calls",
+        description="Print the audit trail's decisions (the newest --limit of them, oldest first) with their "
+        "results. Reads the file while the gateway writes it.",
+    )
+    audit.add_argument("--since", type=time_flag, metavar="TIME", help="from TIME: ISO 8601, or a duration ago: 1h, 2d")
+    audit.add_argument("--until", type=time_flag, metavar="TIME", help="before TIME (same forms as --since)")
+    audit.add_argument("--principal", metavar="P", help="one of the caller's subjects, e.g. token:agent-1 (* allowed)")
+    audit.add_argument("--slot", metavar="S", help="the slot, e.g. pump-1 or 'pump-*'")
+    audit.add_argument("--tool", metavar="T", help="the tool's name (* allowed)")
+    audit.add_argument("--effect", metavar="E", help="allow, deny, clamp, refuse-limits, ...")
+    audit.add_argument("--limit", type=positive_int, default=1000, metavar="N", help="at most N records (default 1000)")
+    audit.add_argument("--format", choices=tuple(RENDERERS), default="table", help="output format (default table)")
+    where = audit.add_mutually_exclusive_group()
+    where.add_argument("--path", metavar="FILE", help="the audit database to read")
+    where.add_argument(
+        "--config",
+        metavar="FILE",
+        help="read the [audit] path of this gateway configuration (default: $MCP_GATEWAY_CONFIG, else the "
+        "default location: $STATE_DIRECTORY/audit.db, $XDG_STATE_HOME/mcp-gateway/audit.db or "
+        "~/.local/state/mcp-gateway/audit.db)",
+    )
+    audit.set_defaults(func=cmd_audit)

@@ -1,0 +1,34 @@
+"""[audit]: the durable record of every governed decision and its result (docs/governance.md, "Audit trail")."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from gateway.config.base import PositiveInt, Section
+
+MIB = 1024 * 1024
+
+
+class AuditConfig(Section):
+    """[audit]: where the SQLite audit trail lives and how much of it is kept."""
+
+    enabled: bool = True
+    """Record each governed decision before the call is forwarded; a trail that cannot be written refuses the call."""
+    path: str | None = None
+    """The database file; default $STATE_DIRECTORY/audit.db under systemd, else
+    $XDG_STATE_HOME/mcp-gateway/audit.db, else ~/.local/state/mcp-gateway/audit.db."""
+    max_age_days: PositiveInt = 90
+    """Records older than this are deleted (checked at most once a minute)."""
+    max_bytes: Annotated[int, Field(ge=MIB)] = 256 * MIB
+    """The database's size bound: the oldest records are deleted beyond it (at least 1 MiB)."""
+    max_queue: PositiveInt = 10_000
+    """Records waiting for the writer at most; a decision beyond it is refused ("audit queue full")."""
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("give a file path, or leave path out for the default location")
+        return value

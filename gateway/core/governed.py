@@ -1,0 +1,99 @@
+"""Requests a policy governs: the methods a caller may use, the tools it may see, and each tools/call
+decided, its arguments checked and its decision recorded before it is forwarded.
+
+Every target that serves tools (a slot, `_all`, the tool groups) goes through here when [policy] is
+configured; without one nothing here runs and the hot path is as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gateway.core import errors
+from gateway.core.client_context import ClientContext
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.policy_interface import CallVerdict, Governance
+
+CLAMPED_META_KEY = "io.github.mcp-gateway/clamped"
+"""In a result's _meta: the arguments the gateway clamped to the operator's limits before forwarding."""
+
+GOVERNED_PREFIXES = ("resources/", "prompts/", "completion/")
+"""Methods decided by their capability (mcp.resources.read, mcp.prompts.read, mcp.completion.use)."""
+
+
+def permit(governance: Governance, ctx: ClientContext, slot: str, method: str) -> None:
+    """Raise -32001 Forbidden when the caller may not use `method` on `slot`."""
+    reason = governance.permits(ctx.principal, slot, method)
+    if reason is not None:
+        raise errors.forbidden(reason, {"slot": slot, "method": method})
+
+
+def outcome_of(result: JsonObject) -> str:
+    return "tool-error" if result.get("isError") is True else "ok"
+
+
+def failure_outcome(exc: errors.RpcError) -> str:
+    reason = exc.data.get("reason") if isinstance(exc.data, dict) else None
+    return "timeout" if reason == "deadline" else "error"
+
+
+async def call(
+    governance: Governance,
+    ctx: ClientContext,
+    slot: str,
+    tool: dict[str, Any] | None,
+    params: JsonObject,
+    where: str,
+    forward: Callable[[JsonObject], Awaitable[JsonObject]],
+) -> JsonObject:
+    """Decide one tools/call of `tool` (as `slot`'s provider lists it; None when it lists no such
+    tool), then forward it with `forward(params)` and record how it ended.
+
+    `params["name"]` is the name the caller used (at `where`), for the unknown-tool answer."""
+    name = params.get("name")
+    verdict = await governance.admit_call(
+        ctx.principal, slot, tool, str(tool["name"]) if tool else str(name), params.get("arguments"), ctx.era
+    )
+    if not verdict.visible:
+        raise errors.unknown_tool(str(name), where)
+    if not verdict.allowed:
+        raise refusal(verdict, slot)
+    if verdict.arguments is not None:
+        params = {**params, "arguments": verdict.arguments}
+    started = time.monotonic()
+    outcome = "error"
+    try:
+        result = await forward(params)
+        outcome = outcome_of(result)
+        return with_clamped(result, verdict.clamped) if verdict.clamped else result
+    except errors.RpcError as exc:
+        outcome = failure_outcome(exc)
+        raise
+    except asyncio.CancelledError:
+        outcome = "cancelled"
+        raise
+    finally:
+        governance.call_ended(verdict, outcome, (time.monotonic() - started) * 1000)
+
+
+def refusal(verdict: CallVerdict, slot: str) -> errors.RpcError:
+    data = {"slot": slot, **(verdict.data or {})}
+    if verdict.code:
+        return errors.RpcError(verdict.code, verdict.reason, data)
+    return errors.forbidden(verdict.reason, data)
+
+
+def with_clamped(result: JsonObject, clamped: tuple[str, ...]) -> JsonObject:
+    """The result, saying which arguments the gateway clamped: in _meta for programs, and as a last
+    text item for the agent reading the content."""
+    meta = result.get("_meta")
+    content = result.get("content")
+    note = {"type": "text", "text": "The gateway clamped arguments to the operator's limits: " + "; ".join(clamped)}
+    return {
+        **result,
+        "_meta": {**(meta if isinstance(meta, dict) else {}), CLAMPED_META_KEY: list(clamped)},
+        "content": [*(content if isinstance(content, list) else []), note],
+    }

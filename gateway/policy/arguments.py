@@ -1,0 +1,285 @@
+"""A tools/call's arguments checked before the call leaves the gateway: against the tool's inputSchema,
+then against the operator's limits ([[limits]] in the policy).
+
+Boards are too small to govern themselves, so the gateway does it for them: a limit protects pump-1
+even when its firmware declares no bound at all. In order:
+
+1. the arguments must be an object (absent or null: `{}`, as MCP reads a call without them);
+2. the tool's inputSchema, compiled once (gateway/policy/schemas.py), checks the arguments as the
+   caller sent them; a schema that does not compile checks nothing, and `Checked.schema_error` says why;
+3. each operator limit on an argument the call carries: a number outside [minimum, maximum] is refused,
+   or with action "clamp" replaced by the nearest bound (a whole number stays whole); a value not in
+   `allowed` is refused, never clamped. A boolean is no number (JSON true is not 1). A limit on an
+   argument the call leaves out does nothing: the schema says whether it is required;
+4. clamped arguments are checked again, against the schema and every limit: a call whose clamped
+   value either would refuse is refused instead (the limits contradict the schema, or each other).
+
+Nothing is changed in place: the caller's arguments come back as the same object when nothing was
+clamped, and as a new dict when something was.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from fastjsonschema import JsonSchemaValueException
+
+from gateway.policy.schemas import SchemaCache, Validator, explain, json_type, listed, number, shown
+
+INVALID_PARAMS = -32602
+SCHEMA = "the tool's inputSchema"
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentLimit:
+    """An operator limit on one top-level argument of a tool ([[limits]] in the policy)."""
+
+    argument: str
+    minimum: float | None = None
+    maximum: float | None = None
+    allowed: tuple[Any, ...] | None = None
+    action: str = "refuse"
+    """"refuse" or "clamp" (numbers only: an `allowed` value is never clamped)."""
+    set_by: str = "policy"
+    """Who set it, for the messages: "policy limits[2]"."""
+
+    def __post_init__(self) -> None:
+        if self.action not in ("refuse", "clamp"):
+            raise ValueError(f'action must be "refuse" or "clamp", not {self.action!r}')
+        for bound in (self.minimum, self.maximum):
+            if bound is not None and (isinstance(bound, bool) or math.isnan(bound)):
+                raise ValueError(f"a limit's bound must be a number, not {bound!r}")
+        if self.minimum is not None and self.maximum is not None and self.minimum > self.maximum:
+            raise ValueError(f"minimum {number(self.minimum)} is above maximum {number(self.maximum)}")
+        if self.action == "clamp" and self.minimum is None and self.maximum is None:
+            raise ValueError("clamp needs a minimum or a maximum")
+        if self.allowed is not None:  # a list from a loader becomes a tuple: the limit stays hashable
+            object.__setattr__(self, "allowed", tuple(self.allowed))
+
+    @property
+    def span(self) -> str:
+        """The numbers it lets through, in words: "from 300 to 2000", "of at most 2000"."""
+        if self.minimum is not None and self.maximum is not None:
+            return f"from {number(self.minimum)} to {number(self.maximum)}"
+        if self.maximum is not None:
+            return f"of at most {number(self.maximum)}"
+        return f"of at least {number(self.minimum)}" if self.minimum is not None else "of any size"
+
+    def described(self) -> dict[str, Any]:
+        allowed = list(self.allowed) if self.allowed is not None else None
+        return {"min": _plain(self.minimum), "max": _plain(self.maximum), "allowed": allowed}
+
+
+class ArgumentRefused(Exception):
+    """The call's arguments are refused: `message` says which and what to send instead (a -32602)."""
+
+    code = INVALID_PARAMS
+
+    def __init__(self, message: str, data: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+@dataclass(slots=True)
+class Checked:
+    """Arguments that passed: to forward as they are (the caller's own object unless something was clamped).
+
+    Not frozen: built at every call, and a frozen dataclass's constructor costs several times more."""
+
+    arguments: dict[str, Any]
+    clamped: list[str]
+    """What was clamped, readable: "speed_rpm 2500 -> 2000 (policy limits[0])"."""
+    schema_error: str | None = None
+    """Why the arguments were not checked against the tool's inputSchema (None: they were)."""
+
+
+def check_arguments(
+    tool: Mapping[str, Any] | None,
+    arguments: object,
+    limits: Sequence[ArgumentLimit],
+    cache: SchemaCache,
+    *,
+    resource: str = "",
+) -> Checked:
+    """Check one tools/call's `arguments` against `tool`'s inputSchema, then `limits`; raises ArgumentRefused.
+
+    `tool` is the tool as its provider lists it (None: not listed, so the limits alone apply);
+    `resource` (the slot's resource path) goes into the limits' messages: "set by policy limits[0]
+    for /site1/line2/pump-1"."""
+    if arguments is None:
+        arguments = {}
+    elif not isinstance(arguments, dict):
+        raise ArgumentRefused(
+            f"The arguments must be an object (argument names and their values), not {json_type(arguments)}",
+            {"reason": "invalid_arguments", "argument": None, "source": "tools/call"},
+        )
+    compiled = cache.entry(tool)
+    if compiled.validator is not None:
+        try:
+            compiled.validator(arguments)
+        except Exception as exc:
+            raise _schema_refusal(exc) from None
+    if not limits:
+        return Checked(arguments, [], compiled.error)
+    forwarded = arguments
+    clamps: list[tuple[ArgumentLimit, Any, Any]] = []
+    for limit in limits:
+        if limit.argument in forwarded:
+            value = forwarded[limit.argument]
+            kind = type(value)
+            if (
+                (kind is int or kind is float)  # the common case, inline: a number within the bounds
+                and limit.allowed is None
+                and (limit.minimum is None or value >= limit.minimum)
+                and (limit.maximum is None or value <= limit.maximum)
+            ):
+                continue
+            try:
+                new = _within(limit, value, resource)
+            except ArgumentRefused:
+                if value is arguments[limit.argument]:
+                    raise
+                _contradiction(clamps, limit.argument, _breaks_limit(limit, resource), _LIMITS_DISAGREE, resource)
+            if new is not value:
+                if forwarded is arguments:
+                    forwarded = dict(arguments)
+                forwarded[limit.argument] = new
+                clamps.append((limit, value, new))
+    if not clamps:
+        return Checked(arguments, [], compiled.error)
+    _recheck(forwarded, clamps, limits, compiled.validator, resource)
+    clamped = [f"{limit.argument} {shown(old)} -> {shown(new)} ({limit.set_by})" for limit, old, new in clamps]
+    return Checked(forwarded, clamped, compiled.error)
+
+
+def _schema_refusal(exc: Exception) -> ArgumentRefused:
+    if isinstance(exc, JsonSchemaValueException):
+        path, words = explain(exc)
+        subject = "The arguments" if path is None else f'Argument "{path}"'
+        data = {"reason": "invalid_arguments", "argument": path, "source": "inputSchema", "rule": exc.rule}
+        return ArgumentRefused(f"{subject} {words} ({SCHEMA})", data)
+    # Too deep to check, or a comparison the schema's compiled code cannot make: refused, not forwarded.
+    return ArgumentRefused(
+        f"The arguments could not be checked against {SCHEMA} ({type(exc).__name__}), so the call is refused",
+        {"reason": "invalid_arguments", "argument": None, "source": "inputSchema", "rule": None},
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)  # a tuple: faster than int | float
+
+
+def _same(value: Any, allowed: Any) -> bool:
+    """JSON equality: true is not 1, 2 is 2.0."""
+    return isinstance(value, bool) == isinstance(allowed, bool) and bool(value == allowed)
+
+
+def _within(limit: ArgumentLimit, value: Any, resource: str, *, clamp: bool = True) -> Any:
+    """`value` when `limit` lets it through, the nearest bound when it clamps it; else ArgumentRefused."""
+    if limit.allowed is not None and not any(_same(value, allowed) for allowed in limit.allowed):
+        words = f"is not allowed by the limit set by {_by(limit, resource)}; use one of {listed(limit.allowed)}"
+        _refuse(limit, value, resource, words)
+    low, high = limit.minimum, limit.maximum
+    if low is None and high is None:
+        return value
+    if not _is_number(value) or math.isnan(value):
+        words = f"is not a number; use a number {limit.span} (the limit set by {_by(limit, resource)})"
+        _refuse(limit, value, resource, words)
+    if (low is None or value >= low) and (high is None or value <= high):
+        return value
+    above = high is not None and value > high
+    if not clamp or limit.action != "clamp":
+        _refuse(limit, value, resource, _outside(limit, value, resource, above) + f"; use a value {limit.span}")
+    return _clamped(value, low, high, above)
+
+
+def _clamped(value: float, low: float | None, high: float | None, above: bool) -> float:
+    """The bound nearest to `value`; a whole number for a whole `value` when one lies within the bounds."""
+    bound = high if above else low
+    assert bound is not None
+    if isinstance(value, int):
+        whole = math.floor(bound) if above else math.ceil(bound)
+        if (low is None or whole >= low) and (high is None or whole <= high):
+            return whole
+    return float(bound)
+
+
+_SCHEMA_DISAGREES = ("the limit contradicts the tool's schema, so the call is refused instead", "inputSchema")
+_LIMITS_DISAGREE = ("the limits contradict each other, so the call is refused instead", "limits")
+
+
+def _recheck(
+    forwarded: dict[str, Any],
+    clamps: list[tuple[ArgumentLimit, Any, Any]],
+    limits: Sequence[ArgumentLimit],
+    validator: Validator | None,
+    resource: str,
+) -> None:
+    """Clamped arguments against the schema and every limit again: a clamp either refuses is refused."""
+    if validator is not None:
+        try:
+            validator(forwarded)
+        except JsonSchemaValueException as exc:
+            path, words = explain(exc)
+            _contradiction(clamps, path, f"would break {SCHEMA} ({words})", _SCHEMA_DISAGREES, resource)
+        except Exception as exc:
+            what = f"could not be checked against {SCHEMA} ({type(exc).__name__})"
+            _contradiction(clamps, None, what, ("the call is refused", "inputSchema"), resource)
+    for limit in limits:
+        if limit.argument in forwarded:
+            try:
+                _within(limit, forwarded[limit.argument], resource, clamp=False)
+            except ArgumentRefused:
+                _contradiction(clamps, limit.argument, _breaks_limit(limit, resource), _LIMITS_DISAGREE, resource)
+
+
+def _breaks_limit(limit: ArgumentLimit, resource: str) -> str:
+    return f"would break the limit set by {_by(limit, resource)}"
+
+
+def _contradiction(
+    clamps: list[tuple[ArgumentLimit, Any, Any]], path: str | None, what: str, why: tuple[str, str], resource: str
+) -> NoReturn:
+    """Refuse a call whose clamped value (the last clamp of argument `path`) `what` (breaks something)."""
+    limit, value, new = next((clamp for clamp in reversed(clamps) if clamp[0].argument == path), clamps[-1])
+    above = limit.maximum is not None and value > limit.maximum
+    message = f"{_outside(limit, value, resource, above)}; clamped to {shown(new)} it {what}: {why[0]}"
+    data = _refusal_data(limit, value) | {"clampedTo": new, "conflict": why[1]}
+    raise ArgumentRefused(f'Argument "{limit.argument}" = {shown(value)} {message}', data)
+
+
+def _by(limit: ArgumentLimit, resource: str) -> str:
+    return f"{limit.set_by} for {resource}" if resource else limit.set_by
+
+
+def _outside(limit: ArgumentLimit, value: Any, resource: str, above: bool) -> str:
+    bound = limit.maximum if above else limit.minimum
+    assert bound is not None
+    return f"is {'above' if above else 'below'} the limit {number(bound)} set by {_by(limit, resource)}"
+
+
+def _refuse(limit: ArgumentLimit, value: Any, resource: str, words: str) -> NoReturn:
+    raise ArgumentRefused(f'Argument "{limit.argument}" = {shown(value)} {words}', _refusal_data(limit, value))
+
+
+def _refusal_data(limit: ArgumentLimit, value: Any) -> dict[str, Any]:
+    scalar = value is None or isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= 200)
+    if isinstance(value, float) and not math.isfinite(value):
+        scalar = False
+    return {
+        "reason": "argument_limit",
+        "argument": limit.argument,
+        "value": value if scalar else shown(value),
+        "limit": limit.described(),
+        "setBy": limit.set_by,
+    }
+
+
+def _plain(bound: float | None) -> float | None:
+    if isinstance(bound, float) and bound.is_integer() and abs(bound) < 2**53:
+        return int(bound)
+    return bound

@@ -1,0 +1,333 @@
+"""The writer thread: every queued record written in one transaction and one fsync (group commit), pruning."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.policy.audit.errors import AuditSchemaError, AuditUnavailable
+from gateway.policy.audit.records import DecisionRecord, ResultRecord, decision_row, now_ms, result_row
+from gateway.policy.audit.store import connect, insert_decision, insert_results, prune
+
+log = logging.getLogger("gateway.policy.audit")
+
+DATA_ERRORS = (sqlite3.InterfaceError, sqlite3.ProgrammingError, ValueError, TypeError, OverflowError)
+"""One record SQLite cannot bind: that record is refused, the rest of its batch is written."""
+STORE_ERRORS = (sqlite3.Error, OSError, AuditSchemaError)
+"""The file cannot be written: the whole batch fails and the trail is unhealthy until a write succeeds."""
+PRUNE_CHUNK = 20_000
+"""Decisions deleted per pruning transaction: a backlog is cut in steps, with batches written between them."""
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    max_queue: int
+    max_age_ms: int
+    max_bytes: int
+    lock_timeout_s: float
+    prune_interval_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A decision and the future its caller awaits, on the caller's loop."""
+
+    record: DecisionRecord
+    future: asyncio.Future[int]
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass(frozen=True, slots=True)
+class PruneRequest:
+    future: asyncio.Future[int]
+    loop: asyncio.AbstractEventLoop
+
+
+Item = Waiting | ResultRecord | PruneRequest
+Outcome = int | BaseException
+
+
+def _settle_all(outcomes: list[tuple[asyncio.Future[int], Outcome]]) -> None:
+    for future, outcome in outcomes:
+        if future.done():  # the caller gave up (cancelled): the record is written all the same
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+
+def settle(pairs: list[tuple[asyncio.Future[int], asyncio.AbstractEventLoop, Outcome]]) -> None:
+    """Resolve futures from the writer thread: one call_soon_threadsafe per loop, not one per future."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[int], Outcome]]] = {}
+    for future, loop, outcome in pairs:
+        by_loop.setdefault(loop, []).append((future, outcome))
+    for loop, outcomes in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle_all, outcomes)
+
+
+def describe(path: Path, exc: BaseException) -> str:
+    """An operator's words for why the file cannot be written."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
+        text += " (another process holds the write lock)"
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror
+    return f"audit trail {path}: {text}"
+
+
+class Writer:
+    """Owns the writing connection; runs in its own thread once started. Counters are read from any thread."""
+
+    def __init__(self, path: Path, settings: WriterSettings) -> None:
+        self.path = path
+        self.settings = settings
+        self._cond = threading.Condition()
+        self._items: deque[Item] = deque()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file being written
+        self._synchronous = "FULL"
+        self._retry_results: list[ResultRecord] = []
+        self._next_prune = 0.0  # prune at the first chance after start
+        self.healthy = True
+        self.last_error = ""
+        self.last_error_ms: int | None = None
+        self.commits = 0
+        self.decisions_written = 0
+        self.results_written = 0
+        self._refused_results = 0  # by submit_result, under the lock (the loop's thread)
+        self._lost_results = 0  # by the writer thread
+        self.pruned = 0
+
+    # --- any thread -----------------------------------------------------------------------------
+
+    @property
+    def queued(self) -> int:
+        return len(self._items)
+
+    @property
+    def results_dropped(self) -> int:
+        """Results never written: refused at a full queue, unstorable, or left when the writer stopped."""
+        return self._refused_results + self._lost_results
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, item: Item) -> None:
+        """Queue a decision or a prune request; AuditUnavailable when the queue is full or closed."""
+        with self._cond:
+            if self._closing or self._thread is None:
+                raise AuditUnavailable("audit trail is not running")
+            if len(self._items) >= self.settings.max_queue:
+                raise AuditUnavailable("audit queue full")
+            self._items.append(item)
+            self._cond.notify()
+
+    def submit_result(self, record: ResultRecord) -> None:
+        """Queue a result; dropped (and counted) when the queue is full or the writer has stopped."""
+        with self._cond:
+            if self._closing or self._thread is None or len(self._items) >= self.settings.max_queue:
+                self._refused_results += 1
+                return
+            self._items.append(record)
+            self._cond.notify()
+
+    def open_now(self) -> None:
+        """Connect (and migrate) from the caller's thread before the writer starts, so a fault shows at start."""
+        try:
+            self._connection()
+        except STORE_ERRORS as exc:
+            self._failed(exc)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to finish: it writes what is queued, then closes the file."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait for the thread; False when it is still busy (a write stuck on a lock). Either way no
+        decision is left waiting in the queue: the ones the thread has not taken are refused."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._fail_leftovers("audit trail closed")
+        return self._thread is None or not self._thread.is_alive()
+
+    # --- the writer thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                batch = self._take()
+                if batch is None:
+                    break
+                self._write(batch)
+                self._prune_if_due(batch)
+        except BaseException:  # a bug: fail closed for everyone waiting instead of leaving them hanging
+            log.exception("audit writer stopped")
+            self.healthy = False
+            self.last_error = f"audit trail {self.path}: the writer thread stopped (see the log)"
+            with self._cond:
+                self._closing = True
+        finally:
+            self._fail_leftovers("audit trail closed")
+            self._disconnect()
+
+    def _take(self) -> list[Item] | None:
+        """Everything queued, waiting for the first item (or the next pruning); None once closed and drained."""
+        with self._cond:
+            while not self._items and not self._closing:
+                due = self._next_prune - time.monotonic()
+                if due <= 0:
+                    return []  # nothing to write, but time to prune
+                self._cond.wait(due)
+            if not self._items:
+                return None
+            batch = list(self._items)
+            self._items.clear()
+            return batch
+
+    def _write(self, batch: list[Item]) -> None:
+        waiting = [item for item in batch if isinstance(item, Waiting)]
+        results = [*self._retry_results, *(item for item in batch if isinstance(item, ResultRecord))]
+        self._retry_results = []
+        if not waiting and not results:
+            return
+        outcomes: list[tuple[asyncio.Future[int], asyncio.AbstractEventLoop, Outcome]] = []
+        try:
+            conn = self._connection()
+            # A decision must be on disk before the call goes on; results alone may wait for the next fsync.
+            self._set_synchronous(conn, "FULL" if waiting else "NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            for item in waiting:
+                try:
+                    outcome: Outcome = insert_decision(conn, decision_row(item.record))
+                except DATA_ERRORS as exc:
+                    outcome = AuditUnavailable(f"audit record not storable: {exc}")
+                outcomes.append((item.future, item.loop, outcome))
+            rows = []
+            for record in results:
+                try:
+                    rows.append(result_row(record))
+                except DATA_ERRORS:
+                    self._lost_results += 1
+            insert_results(conn, rows)
+            conn.execute("COMMIT")
+        except STORE_ERRORS as exc:
+            self._abandon()
+            reason = self._failed(exc)
+            # Results are kept for the next attempt (bounded); the decisions' callers are refused now.
+            self._retry_results = results[-self.settings.max_queue :]
+            self._lost_results += len(results) - len(self._retry_results)
+            settle([(item.future, item.loop, AuditUnavailable(reason)) for item in waiting])
+            return
+        self.commits += 1
+        self.decisions_written += sum(1 for _, _, outcome in outcomes if isinstance(outcome, int))
+        self.results_written += len(rows)
+        if not self.healthy:
+            log.warning("audit trail %s: writable again", self.path)
+        self.healthy = True
+        settle(outcomes)
+
+    def _prune_if_due(self, batch: list[Item]) -> None:
+        requests = [item for item in batch if isinstance(item, PruneRequest)]
+        if not requests:
+            if time.monotonic() < self._next_prune:
+                return
+            if not self.healthy:  # an unhealthy file is tried again by the next decision, not by the clock
+                self._next_prune = time.monotonic() + self.settings.prune_interval_s
+                return
+        deleted, more = 0, False
+        try:
+            deleted, more = prune(
+                self._connection(),
+                now_ms() - self.settings.max_age_ms,
+                self.settings.max_bytes,
+                PRUNE_CHUNK,
+            )
+        except STORE_ERRORS as exc:
+            # The next decision's write says whether the trail is healthy; the failure is kept for diagnosis.
+            self._abandon()
+            self.last_error = describe(self.path, exc) + " (while pruning)"
+            self.last_error_ms = now_ms()
+            log.error("%s", self.last_error)
+        self.pruned += deleted
+        if deleted:
+            log.info("audit trail %s: pruned %d old records", self.path, deleted)
+        # A backlog is cut again right after the next batch; otherwise once per interval.
+        self._next_prune = time.monotonic() + (0 if more else self.settings.prune_interval_s)
+        settle([(request.future, request.loop, deleted) for request in requests])
+
+    # --- the connection -------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        """The open connection to the file at `path`; a new one when the file was removed or replaced
+        (what is written to a deleted file is lost with it). Never creates the directory again."""
+        if self._conn is not None and self._file_identity() != self._identity:
+            log.warning("audit trail %s: the file was removed or replaced; opening it again", self.path)
+            self._disconnect()
+        if self._conn is None:
+            self._conn = connect(self.path, self.settings.lock_timeout_s)
+            self._synchronous = "FULL"
+            self._identity = self._file_identity()
+        return self._conn
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino)
+
+    def _set_synchronous(self, conn: sqlite3.Connection, level: str) -> None:
+        if level != self._synchronous:
+            conn.execute(f"PRAGMA synchronous = {level}")
+            self._synchronous = level
+
+    def _abandon(self) -> None:
+        """After a failed write: roll back and drop the connection, so the next attempt opens the file afresh."""
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.rollback()
+        self._disconnect()
+
+    def _disconnect(self) -> None:
+        conn, self._conn, self._identity = self._conn, None, None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()  # the last connection checkpoints the WAL into the file and removes it
+
+    def _failed(self, exc: BaseException) -> str:
+        reason = describe(self.path, exc)
+        if self.healthy or reason != self.last_error:
+            log.error("%s: governed calls are refused until it can be written", reason)
+        self.healthy = False
+        self.last_error = reason
+        self.last_error_ms = now_ms()
+        return reason
+
+    def _fail_leftovers(self, reason: str) -> None:
+        with self._cond:
+            left = list(self._items)
+            self._items.clear()
+        self._lost_results += sum(1 for item in left if isinstance(item, ResultRecord))
+        waiting = [item for item in left if not isinstance(item, ResultRecord)]
+        settle([(item.future, item.loop, AuditUnavailable(reason)) for item in waiting])

@@ -1,0 +1,176 @@
+"""The policy layer's answer to the core's Governance questions: the loaded [policy] decides, the
+tool's schema and the operator's limits check the arguments, and the audit trail records each call
+before it is forwarded (gateway/core/policy_interface.py, docs/governance.md).
+
+The policy is one immutable object, read once per request: a reload swaps it whole, so no request is
+ever decided by half of one policy and half of another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.config import ConfigError, GatewayConfig, PolicyConfig
+from gateway.core import jsonrpc
+from gateway.core.policy_interface import CallVerdict
+from gateway.core.principal import Principal
+from gateway.policy.arguments import ArgumentRefused, check_arguments
+from gateway.policy.audit.errors import AuditUnavailable
+from gateway.policy.audit.records import DecisionRecord
+from gateway.policy.audit.trail import AuditTrail
+from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
+from gateway.policy.schemas import SchemaCache
+
+log = logging.getLogger("gateway.policy")
+
+MAX_SUBJECT_CACHE = 4096
+"""Callers whose subject strings are kept; emptied when full (a principal is a few strings)."""
+
+
+def read_only(tool: dict[str, Any] | None) -> bool | None:
+    """The tool's annotations.readOnlyHint: True makes it an observe tool (None: unknown, a control tool)."""
+    annotations = tool.get("annotations") if tool is not None else None
+    hint = annotations.get("readOnlyHint") if isinstance(annotations, dict) else None
+    return hint if isinstance(hint, bool) else None
+
+
+class Governor:
+    """Implements gateway.core.policy_interface.Governance over one swappable Policy."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        trail: AuditTrail | None,
+        schemas: SchemaCache | None = None,
+        source: PolicyConfig | None = None,
+    ) -> None:
+        self.policy = policy
+        self.source = source
+        """Where the policy comes from, for reload (its file is read again; None: it cannot be reloaded)."""
+        self.trail = trail
+        """None: [audit] enabled = false; decisions are then made and not recorded."""
+        self.schemas = schemas or SchemaCache()
+        self._subjects: dict[Principal, frozenset[str]] = {}
+        self.reloads = 0
+
+    def swap(self, policy: Policy) -> None:
+        """Use `policy` from the next request on (requests being decided finish with the old one)."""
+        self.policy = policy
+        self.reloads += 1
+
+    def subjects(self, principal: Principal) -> frozenset[str]:
+        found = self._subjects.get(principal)
+        if found is None:
+            if len(self._subjects) >= MAX_SUBJECT_CACHE:
+                self._subjects.clear()
+            found = self._subjects[principal] = subjects_of(principal)
+        return found
+
+    # -- Governance ---------------------------------------------------------------------------
+
+    def permits(self, principal: Principal, slot: str, method: str) -> str | None:
+        decision = self.policy.decide(Ask(self.subjects(principal), slot, method))
+        return None if decision.allowed else decision.reason
+
+    def visible_tools(self, principal: Principal, slot: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        policy, subjects = self.policy, self.subjects(principal)
+        return [tool for tool in tools if policy.may_see_tool(subjects, slot, str(tool.get("name")), read_only(tool))]
+
+    def may_see(self, principal: Principal, slot: str, tool: dict[str, Any]) -> bool:
+        return self.policy.may_see_tool(self.subjects(principal), slot, str(tool.get("name")), read_only(tool))
+
+    async def admit_call(
+        self, principal: Principal, slot: str, tool: dict[str, Any] | None, name: str, arguments: object, via: str
+    ) -> CallVerdict:
+        policy, subjects = self.policy, self.subjects(principal)
+        if tool is None:
+            # Not listed by the provider: the same answer as a tool the caller may not see.
+            return CallVerdict(False, visible=False)
+        hint = read_only(tool)
+        decision = policy.decide(Ask(subjects, slot, "tools/call", name, hint))
+        record = DecisionRecord(
+            principal=sorted(subjects),
+            transport=via,
+            slot=slot,
+            resource=decision.resource,
+            capability=decision.capability,
+            effect="allow" if decision.allowed else "deny",
+            tool=name,
+            arguments=arguments,
+            rules=decision.rules,
+            reason=None if decision.allowed else decision.reason,
+        )
+        if not decision.allowed:
+            await self._record_refusal(record)
+            return CallVerdict(False, visible=policy.may_see_tool(subjects, slot, name, hint), reason=decision.reason)
+        try:
+            checked = check_arguments(tool, arguments, decision.limits, self.schemas, resource=decision.resource)
+        except ArgumentRefused as exc:
+            await self._record_refusal(_replace(record, effect="refuse-arguments", reason=exc.message))
+            return CallVerdict(False, reason=exc.message, code=exc.code, data=exc.data)
+        clamped = tuple(checked.clamped)
+        if clamped:
+            record = _replace(record, effect="clamp", constraints=list(clamped))
+        ticket: int | None = None
+        if self.trail is not None:
+            try:
+                ticket = await self.trail.decision(record)
+            except AuditUnavailable as exc:
+                return CallVerdict(
+                    False,
+                    reason=f"The call was not forwarded: the audit trail cannot record it ({exc}); every call of a "
+                    "governed gateway is recorded before it reaches the device. The operator must fix the trail "
+                    "(broker_diagnose shows why).",
+                    code=jsonrpc.UNAVAILABLE,
+                    data={"reason": "audit_unavailable"},
+                )
+        return CallVerdict(True, arguments=checked.arguments if clamped else None, clamped=clamped, ticket=ticket)
+
+    def reload(self) -> str | None:
+        if self.source is None:
+            return "the policy was given directly, not from [policy]"
+        try:
+            self.swap(load_policy(self.source))
+        except PolicyError as exc:
+            log.error("policy reload failed, the policy in force stays: %s", exc)
+            return str(exc)
+        log.info("policy reloaded (%d reloads)", self.reloads)
+        return None
+
+    def status(self) -> dict[str, Any]:
+        return {"policy": {"reloads": self.reloads}, "audit": self.trail.status() if self.trail is not None else None}
+
+    def call_ended(self, verdict: CallVerdict, outcome: str, latency_ms: float) -> None:
+        if self.trail is not None and isinstance(verdict.ticket, int):
+            self.trail.result(verdict.ticket, outcome, latency_ms)
+
+    async def _record_refusal(self, record: DecisionRecord) -> None:
+        """A refused call is recorded too; it is not forwarded, so a trail that cannot take it loses
+        only the record (logged), never a device action."""
+        if self.trail is None:
+            return
+        try:
+            await self.trail.decision(record)
+        except AuditUnavailable as exc:
+            log.warning("audit trail: a refusal of %s on %s was not recorded: %s", record.tool, record.slot, exc)
+
+
+def _replace(record: DecisionRecord, **changes: Any) -> DecisionRecord:
+    return dataclasses.replace(record, **changes)
+
+
+def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | None = None) -> Governor | None:
+    """The Governor [policy] and [audit] describe; None without [policy] (nothing is governed).
+
+    Raises ConfigError when the policy cannot be loaded (every mistake listed)."""
+    if config.policy is None:
+        return None
+    try:
+        policy = load_policy(config.policy)
+    except PolicyError as exc:
+        raise ConfigError(f"[policy]: {exc}") from exc
+    trail = AuditTrail.open(config.audit, environ=environ) if config.audit.enabled else None
+    return Governor(policy, trail, source=config.policy)

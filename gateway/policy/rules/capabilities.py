@@ -1,0 +1,63 @@
+"""Capability names: the MCP-level ones, the tool classes, `tool:<name>`, and which one a method asks for."""
+
+from __future__ import annotations
+
+import difflib
+
+TOOLS_LIST = "mcp.tools.list"
+TOOLS_CALL = "mcp.tools.call"
+RESOURCES_READ = "mcp.resources.read"
+PROMPTS_READ = "mcp.prompts.read"
+COMPLETION_USE = "mcp.completion.use"
+TOOL_OBSERVE = "tool.observe"
+TOOL_CONTROL = "tool.control"
+TOOL_PREFIX = "tool:"
+
+NAMED = (TOOLS_LIST, TOOLS_CALL, RESOURCES_READ, PROMPTS_READ, COMPLETION_USE, TOOL_OBSERVE, TOOL_CONTROL)
+"""Every capability spelt out; `tool:<name>` is the one family."""
+SPELLINGS = (*NAMED, "tool:<name>")
+"""As an error message lists them."""
+
+# The methods decided by a capability, by prefix (resources/templates/list, resources/subscribe, ...);
+# any other method (initialize, ping, notifications, logging/setLevel) is always allowed.
+_BY_METHOD = {"tools/list": TOOLS_LIST, "tools/call": TOOLS_CALL}
+_BY_PREFIX = (("resources/", RESOURCES_READ), ("prompts/", PROMPTS_READ), ("completion/", COMPLETION_USE))
+
+VERBS = {
+    TOOLS_LIST: "list tools",
+    TOOLS_CALL: "call tools",
+    RESOURCES_READ: "read resources",
+    PROMPTS_READ: "read prompts",
+    COMPLETION_USE: "use completion",
+}
+"""What holding each MCP-level capability lets a caller do, for the reasons a caller reads."""
+
+
+def capability_of(method: str) -> str | None:
+    """The capability `method` needs, or None when the method is always allowed."""
+    named = _BY_METHOD.get(method)
+    if named is not None:
+        return named
+    for prefix, capability in _BY_PREFIX:
+        if method.startswith(prefix):
+            return capability
+    return None
+
+
+def tool_class(read_only: bool | None) -> str:
+    """tool.observe for a tool its provider marks readOnlyHint: true; anything else may act (unknown = control)."""
+    return TOOL_OBSERVE if read_only is True else TOOL_CONTROL
+
+
+def capability_error(text: str) -> str | None:
+    """None when `text` is a capability, else why not (with the nearest spelling when there is one)."""
+    if text in NAMED:
+        return None
+    if text.startswith(TOOL_PREFIX):
+        name = text[len(TOOL_PREFIX) :]
+        if name and name.strip() == name and name.isprintable():
+            return None
+        return f'"{text}" names no tool: write tool:<name> with the tool\'s name as its provider lists it'
+    close = difflib.get_close_matches(text, NAMED, n=1, cutoff=0.7)
+    hint = f'; did you mean "{close[0]}"?' if close else ""
+    return f'unknown capability "{text}" (capabilities: {", ".join(SPELLINGS)}){hint}'

@@ -1,0 +1,58 @@
+"""Subjects: the strings a caller is known by (token:N, user:S, group:G, client:C, service:N, anonymous)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gateway.core.principal import Principal
+
+ANYONE = "*"
+"""A rule's principal matching every caller, the anonymous one included."""
+ANONYMOUS = "anonymous"
+KINDS = ("token", "user", "group", "client", "service")
+"""The prefixes of a subject string, `<kind>:<name>`."""
+MAX_GROUPS = 256
+"""Groups read from one access token: a claim is the authorization server's, but no caller needs more."""
+
+# How each way authentication establishes a caller names it (Principal.kind -> subject prefix).
+_PREFIX_OF_KIND = {"token": "token", "oauth": "user", "hmac": "service"}
+# Which subject names the caller in a reason: the one it authenticated as, before its groups and client.
+_NAMING_ORDER = ("token", "user", "service", "client", "group")
+
+
+def subjects_of(principal: Principal, claims: Mapping[str, Any] | None = None) -> frozenset[str]:
+    """Every subject `principal` is: its own, plus the groups and client of an OAuth access token's claims."""
+    if principal.kind == "anonymous":
+        return frozenset({ANONYMOUS})
+    prefix = _PREFIX_OF_KIND.get(principal.kind, principal.kind)
+    subjects = {f"{prefix}:{principal.name}"}
+    if principal.kind == "oauth" and claims:
+        groups = claims.get("groups")
+        if isinstance(groups, list):
+            subjects.update(f"group:{group}" for group in groups[:MAX_GROUPS] if isinstance(group, str) and group)
+        client = claims.get("azp") or claims.get("client_id")
+        if isinstance(client, str) and client:
+            subjects.add(f"client:{client}")
+    return frozenset(subjects)
+
+
+def subject_error(text: str) -> str | None:
+    """None when `text` can name a rule's principal, else why not."""
+    if text in (ANYONE, ANONYMOUS):
+        return None
+    kind, colon, name = text.partition(":")
+    if colon and kind in KINDS and name and name.isprintable():
+        return None
+    kinds = ", ".join(f"{kind}:<name>" for kind in KINDS)
+    return f'"{text}" is not a subject (write one of {kinds}, {ANONYMOUS}, or * for any caller)'
+
+
+def caller_name(subjects: Iterable[str]) -> str:
+    """The subject a reason names the caller by: the identity it authenticated as, not one of its groups."""
+    ordered = sorted(subjects)
+    for kind in _NAMING_ORDER:
+        for subject in ordered:
+            if subject.startswith(f"{kind}:"):
+                return subject
+    return ordered[0] if ordered else ANONYMOUS

@@ -1,0 +1,326 @@
+"""Tools' inputSchemas compiled once (fastjsonschema), and a failed validation put in words an agent acts on.
+
+fastjsonschema turns a schema into a Python function once; a call then costs about a microsecond.
+`SchemaCache` keys the compiled function by the schema's content (its canonical JSON, hashed), so a
+thousand pumps listing the same tools share one function, and remembers the schemas it could not
+compile (and why) so that a bad one is not compiled again at every call.
+
+What a provider lists is not trusted:
+- a `$ref` that points outside the schema itself is refused: nothing is ever fetched (no network,
+  no file); fastjsonschema would otherwise open the URL with urllib;
+- `default` is not applied (the arguments forwarded are the caller's own, never filled in) and
+  `format` is an annotation, as JSON Schema 2019-09 and later say, not an assertion;
+- a schema that does not compile (wrong types, an unknown draft's keywords in the wrong shape, too
+  deep, a remote `$ref`) is no error of the call: the call is checked against the operator limits
+  only, and `SchemaCache.error(tool)` says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Any
+
+import fastjsonschema
+import orjson
+from fastjsonschema import JsonSchemaValueException
+
+log = logging.getLogger("gateway.policy.schemas")
+
+Validator = Callable[[Any], Any]
+DEFAULT_MAX_ENTRIES = 4096
+SHOWN_CHARS = 60
+"""A value longer than this (as JSON) is cut in messages: the caller sent it, it needs no echo in full."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSchema:
+    """One inputSchema as the cache holds it: its validator, or why there is none."""
+
+    validator: Validator | None
+    error: str | None = None
+    """Why the tool's arguments are not checked against its inputSchema (None: they are)."""
+
+
+NO_SCHEMA = CompiledSchema(None, "the tool lists no inputSchema")
+UNLISTED = CompiledSchema(None, "the provider does not list the tool")
+
+
+class RemoteRefRefused(fastjsonschema.JsonSchemaDefinitionException):
+    pass
+
+
+class _LocalRefsOnly(Mapping[str, Callable[[str], Any]]):
+    """fastjsonschema's `handlers` (URI scheme -> fetcher): one for every scheme, and it refuses.
+
+    fastjsonschema asks `scheme in handlers` for each `$ref` it cannot resolve inside the schema and
+    opens the URI with urllib when the answer is no; here the answer is always yes, and the fetch fails."""
+
+    def __contains__(self, scheme: object) -> bool:
+        return True
+
+    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
+        return _refuse_remote
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _refuse_remote(uri: str) -> Any:
+    raise RemoteRefRefused(f"$ref {shown(uri)} points outside the schema; the gateway fetches no schema")
+
+
+LOCAL_REFS_ONLY = _LocalRefsOnly()
+
+
+def compile_schema(schema: Any) -> CompiledSchema:
+    """A validator for `schema` (a fresh copy of it: fastjsonschema rewrites `$ref`s in place), or why not."""
+    if not isinstance(schema, dict):
+        return CompiledSchema(None, f"the inputSchema is {json_type(schema)}, not an object")
+    try:
+        validator = fastjsonschema.compile(
+            orjson.loads(orjson.dumps(schema)),
+            handlers=LOCAL_REFS_ONLY,
+            use_default=False,
+            use_formats=False,
+        )
+    except RemoteRefRefused as exc:
+        return CompiledSchema(None, f"remote reference refused: {exc}")
+    except Exception as exc:  # a provider's schema may break the compiler in any way: none stops the call
+        return CompiledSchema(None, f"the inputSchema does not compile: {type(exc).__name__}: {exc}"[:300])
+    return CompiledSchema(validator)
+
+
+class SchemaCache:
+    """Compiled inputSchemas, keyed by content and bounded (least recently used goes first).
+
+    Two levels, each holding at most `max_entries`:
+    - by content: the schema's canonical JSON (orjson, keys sorted) hashed with blake2b (128 bits),
+      least recently used dropped first; equal schemas from a thousand pumps share one compile;
+    - by object: the schema dict itself, held while it is there, so its id cannot pass to another
+      object; first in, first out. A call whose tool list the cache has seen costs a dict lookup
+      instead of serializing and hashing its schema. The gateway replaces a provider's tool list
+      and never edits one in place, so a held schema's content does not change under it."""
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be at least 1")
+        self.max_entries = max_entries
+        self.compiles = 0
+        """How many schemas were compiled (or tried): equal schemas count once while cached."""
+        self._by_content: OrderedDict[bytes, CompiledSchema] = OrderedDict()
+        self._by_object: dict[int, tuple[object, bytes | None, CompiledSchema]] = {}
+
+    @property
+    def size(self) -> int:
+        """How many distinct schemas it holds (compiled or failed)."""
+        return len(self._by_content)
+
+    def validator(self, tool: Mapping[str, Any] | None) -> Validator | None:
+        """The compiled inputSchema of `tool` (as its provider lists it); None when it cannot be checked."""
+        return self.entry(tool).validator
+
+    def error(self, tool: Mapping[str, Any] | None) -> str | None:
+        """Why `tool`'s arguments are not checked against its inputSchema; None when they are."""
+        return self.entry(tool).error
+
+    def entry(self, tool: Mapping[str, Any] | None) -> CompiledSchema:
+        if tool is None:
+            return UNLISTED
+        schema = tool.get("inputSchema")
+        if schema is None:
+            return NO_SCHEMA
+        held = self._by_object.get(id(schema))
+        if held is not None and held[0] is schema:
+            self._used(held[1], held[2])
+            return held[2]
+        key, entry = self._by_key(schema, tool)
+        if len(self._by_object) >= self.max_entries:  # first in, first out: a dropped object costs one key
+            del self._by_object[next(iter(self._by_object))]
+        self._by_object[id(schema)] = (schema, key, entry)
+        return entry
+
+    def _by_key(self, schema: Any, tool: Mapping[str, Any]) -> tuple[bytes | None, CompiledSchema]:
+        try:
+            key = blake2b(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+        except (orjson.JSONEncodeError, TypeError) as exc:
+            self.compiles += 1
+            return None, self._failed(CompiledSchema(None, f"the inputSchema is not JSON: {exc}"), tool)
+        entry = self._by_content.get(key)
+        if entry is not None:
+            self._by_content.move_to_end(key)
+            return key, entry
+        self.compiles += 1
+        entry = compile_schema(schema)
+        if entry.error is not None:
+            self._failed(entry, tool)
+        self._used(key, entry)
+        return key, entry
+
+    def _used(self, key: bytes | None, entry: CompiledSchema) -> None:
+        """`key` becomes the most recently used (back in the cache if it had been dropped meanwhile)."""
+        if key is None:
+            return
+        try:
+            self._by_content.move_to_end(key)
+        except KeyError:
+            self._by_content[key] = entry
+            if len(self._by_content) > self.max_entries:
+                self._by_content.popitem(last=False)
+
+    @staticmethod
+    def _failed(entry: CompiledSchema, tool: Mapping[str, Any]) -> CompiledSchema:
+        log.warning(
+            "tool %s: %s; its calls are checked against the operator limits only", shown(tool.get("name")), entry.error
+        )
+        return entry
+
+
+# --- A failed validation, in words --------------------------------------------------------------------
+
+TYPE_WORDS = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "object": "an object",
+    "array": "an array",
+    "null": "null",
+}
+
+
+def json_type(value: Any) -> str:
+    """The JSON type of `value`, with its article: "a boolean", "an integer", "null"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def number(value: float) -> str:
+    """A bound as people write it: 2000, not 2000.0; NaN and infinities by name."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        if value.is_integer() and abs(value) < 2**53:
+            return str(int(value))
+    return repr(value)
+
+
+def shown(value: Any) -> str:
+    """`value` as JSON, cut at SHOWN_CHARS: "speed_rpm", 2500, true, [1, 2]."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return number(value)
+    try:
+        text = orjson.dumps(value).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+
+
+def listed(values: Any) -> str:
+    if not isinstance(values, list | tuple):
+        return shown(values)
+    text = ", ".join(shown(value) for value in values[:10])
+    return text + (", …" if len(values) > 10 else "")
+
+
+def argument_path(name: str | None) -> str | None:
+    """fastjsonschema's "data.config.mode" or "data.items[2]" -> "config.mode", "items[2]"; None for the whole."""
+    if not name or name == "data":
+        return None
+    if name.startswith("data."):
+        return name[5:]
+    return name[4:] if name.startswith("data") else name
+
+
+def _joined(parent: str | None, child: str) -> str:
+    return f"{parent}.{child}" if parent else child
+
+
+def _unknown_keys(exc: JsonSchemaValueException) -> list[str]:
+    """The keys `additionalProperties: false` refused: neither in `properties` nor matching a pattern."""
+    definition = exc.definition if isinstance(exc.definition, dict) else {}
+    known = definition.get("properties") or {}
+    patterns = list(definition.get("patternProperties") or {})
+    value = exc.value if isinstance(exc.value, dict) else {}
+    unknown = []
+    for key in value:
+        if key in known:
+            continue
+        try:
+            if any(re.search(pattern, key) for pattern in patterns):
+                continue
+        except re.error:
+            pass
+        unknown.append(key)
+    return unknown
+
+
+def explain(exc: JsonSchemaValueException) -> tuple[str | None, str]:
+    """(the argument's path, what is wrong with it) for a failed validation: ("speed_rpm", "must be <= 2900")."""
+    path = argument_path(exc.name)
+    rule = exc.rule or ""
+    expected = exc.rule_definition
+    definition = exc.definition if isinstance(exc.definition, dict) else {}
+    if rule == "required" and isinstance(exc.value, dict):
+        missing = [_joined(path, str(key)) for key in (expected or ()) if key not in exc.value]
+        if missing:
+            others = ", ".join(f'"{name}"' for name in missing[1:])
+            also = f" (so {'is' if len(missing) == 2 else 'are'} {others})" if others else ""
+            return missing[0], f"is required{also}"
+    if rule == "additionalProperties" and definition.get("additionalProperties") is False:
+        unknown = _unknown_keys(exc)
+        if unknown:
+            known = ", ".join(str(key) for key in (definition.get("properties") or {}))
+            takes = f"only {known}" if known else "no arguments"
+            where = "this tool" if path is None else f'"{path}"'
+            return _joined(path, unknown[0]), f"is not one {where} takes; it takes {takes}"
+    if rule == "type":
+        types = expected if isinstance(expected, list) else [expected]
+        words = " or ".join(TYPE_WORDS.get(str(kind), str(kind)) for kind in types)
+        return path, f"must be {words}, not {json_type(exc.value)}"
+    exclusive = bool(definition.get("exclusiveMaximum" if rule == "maximum" else "exclusiveMinimum"))
+    phrase = {
+        "maximum": f"must be {'<' if exclusive else '<='} {shown(expected)}",
+        "minimum": f"must be {'>' if exclusive else '>='} {shown(expected)}",
+        "exclusiveMaximum": f"must be < {shown(expected)}",
+        "exclusiveMinimum": f"must be > {shown(expected)}",
+        "multipleOf": f"must be a multiple of {shown(expected)}",
+        "enum": f"must be one of {listed(expected)}",
+        "const": f"must be {shown(expected)}",
+        "minLength": f"must be at least {shown(expected)} characters long",
+        "maxLength": f"must be at most {shown(expected)} characters long",
+        "pattern": f"must match the pattern {shown(expected)}",
+        "minItems": f"must have at least {shown(expected)} items",
+        "maxItems": f"must have at most {shown(expected)} items",
+        "uniqueItems": "must not repeat an item",
+        "minProperties": f"must have at least {shown(expected)} entries",
+        "maxProperties": f"must have at most {shown(expected)} entries",
+    }.get(rule)
+    if phrase is not None:
+        return path, phrase
+    # anyOf, oneOf, not, if/then, dependencies, ...: fastjsonschema's own words, without its "data.x"
+    name = exc.name or ""
+    return path, exc.message[len(name) :].strip() if name and exc.message.startswith(name) else exc.message

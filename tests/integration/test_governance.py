@@ -1,0 +1,308 @@
+"""Governed device tools through a real gateway: simulated pumps (the board's own firmware modules),
+agents with their own tokens calling them with the official SDK client in both eras, through the
+slot, `_all`, a tool group and a raw WebSocket; every call recorded in the audit trail before it
+reaches the pump (docs/governance.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.app import GatewayServer
+from sim.pump import PumpSettings
+from sim.simulator import Simulator, SimulatorSettings
+from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
+from tests.integration.test_cli_live import run_cli
+
+AGENT = secrets.token_urlsafe(32)
+OPERATOR = secrets.token_urlsafe(32)
+ERAS = ["legacy", "2026-07-28"]
+
+POLICY: dict[str, Any] = {
+    "roles": {
+        "observer": {"capabilities": ["mcp.tools.list", "mcp.tools.call", "tool.observe"]},
+        "operator": {"inherits": ["observer"], "capabilities": ["tool.control"]},
+    },
+    "assign": [
+        {"principal": "token:agent", "role": "observer", "resources": ["/plant/**"]},
+        {"principal": "token:operator", "role": "observer", "resources": ["/plant/**"]},
+        {"principal": "token:operator", "role": "operator", "resources": ["/plant/pump-1"]},
+    ],
+    "deny": [{"principal": "token:operator", "capabilities": ["tool:reset_fault"], "resources": ["/plant/**"]}],
+    "limits": [
+        {
+            "resources": ["/plant/pump-1"],
+            "tool": "set_speed",
+            "argument": "speed_rpm",
+            "min": 300,
+            "max": 2000,
+            "action": "clamp",
+        },
+        {"resources": ["/plant/pump-1"], "tool": "start", "argument": "speed_rpm", "min": 300, "max": 2000},
+    ],
+    "resource_patterns": [{"slots": "pump-*", "path": "/plant/{slot}"}],
+}
+GROUPS = {"pumps": {"slots": ["pump-*"], "description": "the pumps"}}
+
+
+def sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def auth() -> dict[str, Any]:
+    return {"tokens": [{"name": "agent", "sha256": sha(AGENT)}, {"name": "operator", "sha256": sha(OPERATOR)}]}
+
+
+@pytest.fixture
+async def plant(gateway_factory: GatewayFactory, tmp_path: Path) -> AsyncIterator[GatewayServer]:
+    server = await gateway_factory(
+        auth=auth(), policy=POLICY, audit={"path": str(tmp_path / "audit.db")}, groups=GROUPS
+    )
+    simulator = Simulator(server.url, SimulatorSettings(pumps=2, pump=PumpSettings(), backoff_min_s=0.05))
+    simulator.start()
+    try:
+        for slot in ("pump-1", "pump-2"):
+            await wait_ready_slot(server, slot)
+        yield server
+    finally:
+        await simulator.stop()
+
+
+@contextlib.asynccontextmanager
+async def client(server: GatewayServer, path: str, token: str, mode: str) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as transport,
+        Client(streamable_http_client(f"{server.url}{path}", http_client=transport), mode=mode) as sdk,
+    ):
+        yield sdk
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return " ".join(item.text for item in result.content if isinstance(item, types.TextContent))
+
+
+def trail_rows(path: Path) -> list[sqlite3.Row]:
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        db.row_factory = sqlite3.Row
+        return list(db.execute("SELECT * FROM decisions ORDER BY id"))
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_each_caller_sees_and_calls_only_what_the_policy_gives_it(plant: GatewayServer, mode: str) -> None:
+    async with client(plant, "/pump-1/mcp", AGENT, mode) as agent:
+        assert [tool.name for tool in (await agent.list_tools()).tools] == ["get_status"]
+        status = await agent.call_tool("get_status", {})
+        assert not status.is_error
+        # A control tool the agent may not call looks exactly like a tool the pump does not have.
+        with pytest.raises(MCPError) as forbidden:
+            await agent.call_tool("start", {"speed_rpm": 1000})
+        with pytest.raises(MCPError) as unknown:
+            await agent.call_tool("no_such_tool", {})
+        assert forbidden.value.error.code == unknown.value.error.code
+        assert forbidden.value.error.message.replace("start", "X") == unknown.value.error.message.replace(
+            "no_such_tool", "X"
+        )
+    async with client(plant, "/pump-1/mcp", OPERATOR, mode) as operator:
+        names = {tool.name for tool in (await operator.list_tools()).tools}
+        assert names == {"get_status", "start", "set_speed", "stop"}  # reset_fault denied
+    async with client(plant, "/pump-2/mcp", OPERATOR, mode) as operator:
+        assert [tool.name for tool in (await operator.list_tools()).tools] == ["get_status"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_limits_refuse_and_clamp_for_a_board_that_declares_nothing(plant: GatewayServer, mode: str) -> None:
+    async with client(plant, "/pump-1/mcp", OPERATOR, mode) as operator:
+        with pytest.raises(MCPError) as refused:
+            await operator.call_tool("start", {"speed_rpm": 2500})
+        assert refused.value.error.code == -32602
+        assert refused.value.error.message == (
+            'Argument "speed_rpm" = 2500 is above the limit 2000 set by policy limits[1] for /plant/pump-1; '
+            "use a value from 300 to 2000"
+        )
+        started = await operator.call_tool("start", {"speed_rpm": 1000})
+        assert not started.is_error
+        clamped = await operator.call_tool("set_speed", {"speed_rpm": 2600})
+        assert not clamped.is_error
+        assert "speed_rpm 2600 -> 2000 (policy limits[0])" in text_of(clamped)
+        status = await operator.call_tool("get_status", {})
+        assert status.structured_content is not None
+        assert status.structured_content["setpoint_rpm"] == 2000
+        await operator.call_tool("stop", {})
+
+
+async def test_all_and_a_group_filter_and_govern_the_same_way(plant: GatewayServer) -> None:
+    async with client(plant, "/_all/mcp", AGENT, "legacy") as agent:
+        names = {tool.name for tool in (await agent.list_tools()).tools}
+        assert names == {"pump-1-get_status", "pump-2-get_status"}
+        with pytest.raises(MCPError) as forbidden:
+            await agent.call_tool("pump-1-start", {"speed_rpm": 1000})
+        assert forbidden.value.error.message.startswith("Unknown tool: pump-1-start")
+    async with client(plant, "/mcp/pumps", OPERATOR, "2026-07-28") as operator:
+        names = {tool.name for tool in (await operator.list_tools()).tools}
+        assert {"pump-1__set_speed", "pump-2__get_status"} <= names
+        assert "pump-2__set_speed" not in names and "pump-1__reset_fault" not in names
+        with pytest.raises(MCPError) as refused:
+            await operator.call_tool("pump-1__start", {"speed_rpm": 2500})
+        assert "is above the limit 2000 set by policy limits[1]" in refused.value.error.message
+
+
+async def test_a_raw_websocket_client_is_governed_too(plant: GatewayServer) -> None:
+    headers = {"Authorization": f"Bearer {AGENT}"}
+    async with aiohttp.ClientSession() as http, http.ws_connect(f"{plant.url}/pump-1", headers=headers) as ws:
+        await ws.send_json(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "ws", "version": "1"},
+                },
+            }
+        )
+        await ws.receive_json(timeout=10)
+        await ws.send_json({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await ws.send_json({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        listed = await ws.receive_json(timeout=10)
+        assert [tool["name"] for tool in listed["result"]["tools"]] == ["get_status"]
+        await ws.send_json({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "stop"}})
+        answer = await ws.receive_json(timeout=10)
+        assert answer["error"]["message"].startswith("Unknown tool: stop")
+
+
+async def test_every_decision_is_in_the_trail_and_each_forwarded_call_has_its_result(
+    plant: GatewayServer, tmp_path: Path
+) -> None:
+    async with client(plant, "/pump-1/mcp", OPERATOR, "legacy") as operator:
+        await operator.call_tool("get_status", {})
+        with pytest.raises(MCPError):
+            await operator.call_tool("reset_fault", {})
+        with pytest.raises(MCPError):
+            await operator.call_tool("set_speed", {"speed_rpm": 1000, "password": "hunter2"})
+        await operator.call_tool("set_speed", {"speed_rpm": 2600})
+    path = tmp_path / "audit.db"
+    await wait_for(lambda: len(trail_rows(path)) >= 4, what="four decisions")
+    rows = trail_rows(path)
+    assert [(row["tool"], row["effect"]) for row in rows] == [
+        ("get_status", "allow"),
+        ("reset_fault", "deny"),
+        ("set_speed", "refuse-arguments"),
+        ("set_speed", "clamp"),
+    ]
+    assert all(row["principal"] == '["token:operator"]' for row in rows)
+    assert rows[0]["resource"] == "/plant/pump-1"
+    assert "hunter2" not in rows[2]["arguments"]
+    assert "speed_rpm 2600 -> 2000" in rows[3]["constraints"]
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        results = dict(db.execute("SELECT decision_id, status FROM results"))
+    # Forwarded calls, and only they, have a result: the stopped pump refuses set_speed as a tool error.
+    assert results == {rows[0]["id"]: "ok", rows[3]["id"]: "tool-error"}
+
+
+def write_policy(path: Path, agent_role: str) -> None:
+    path.write_text(
+        "[roles.observer]\n"
+        'capabilities = ["mcp.tools.list", "mcp.tools.call", "tool.observe"]\n'
+        "[roles.operator]\n"
+        'inherits = ["observer"]\n'
+        'capabilities = ["tool.control"]\n'
+        "[[assign]]\n"
+        'principal = "token:agent"\n'
+        f'role = "{agent_role}"\n'
+        'resources = ["/**"]\n'
+    )
+
+
+async def test_a_reload_swaps_the_policy_whole_and_a_bad_file_keeps_the_one_in_force(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.toml"
+    write_policy(policy, "observer")
+    server = await gateway_factory(auth=auth(), policy={"file": str(policy)}, audit={"path": str(tmp_path / "a.db")})
+    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
+    simulator.start()
+    try:
+        await wait_ready_slot(server, "pump-1")
+        async with client(server, "/pump-1/mcp", AGENT, "2026-07-28") as agent:
+            assert [tool.name for tool in (await agent.list_tools()).tools] == ["get_status"]
+            write_policy(policy, "operator")
+            assert server.reload_policy() is None
+            assert len((await agent.list_tools()).tools) == 5
+            policy.write_text('[[assign]]\nprincipal = "token:agent"\nrole = "nobody"\nresources = ["/**"]\n')
+            problem = server.reload_policy()
+            assert problem is not None and 'unknown role "nobody"' in problem
+            assert len((await agent.list_tools()).tools) == 5  # the policy in force stays
+    finally:
+        await simulator.stop()
+
+
+async def test_a_trail_that_cannot_be_written_refuses_calls_and_says_so(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    server = await gateway_factory(auth=auth(), policy=POLICY, audit={"path": str(blocker / "audit.db")})
+    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
+    simulator.start()
+    try:
+        await wait_ready_slot(server, "pump-1")
+        async with client(server, "/pump-1/mcp", OPERATOR, "legacy") as operator:
+            with pytest.raises(MCPError) as refused:
+                await operator.call_tool("get_status", {})
+            assert "the audit trail cannot record it" in refused.value.error.message
+        async with aiohttp.ClientSession() as http, http.get(f"{server.url}/readyz") as ready:
+            assert ready.status == 503
+            assert (await ready.json())["status"] == "audit_unavailable"
+        problems = server.gateway.broker.problems()
+        assert [problem.id for problem in problems if problem.id.startswith("audit.")] == ["audit.unavailable"]
+    finally:
+        await simulator.stop()
+
+
+async def test_the_diagnosis_says_whether_tools_are_governed(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    plain = await gateway_factory()
+    assert plain.gateway.broker.diagnosis()["governed"] is False
+    assert "No [policy]" in plain.gateway.broker.diagnosis()["governance"]
+    governed = await gateway_factory(policy=POLICY, audit={"path": str(tmp_path / "a.db")})
+    assert governed.gateway.broker.diagnosis()["governed"] is True
+    assert not [problem for problem in governed.gateway.broker.problems() if problem.id.startswith("audit.")]
+
+
+async def test_mcp_gateway_policy_reload_asks_the_running_gateway(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.toml"
+    write_policy(policy, "observer")
+    with policy.open("a") as extra:  # the operator may act on the gateway itself: /_system/broker
+        extra.write('[[assign]]\nprincipal = "token:operator"\nrole = "operator"\nresources = ["/_system/**"]\n')
+    server = await gateway_factory(auth=auth(), policy={"file": str(policy)}, audit={"path": str(tmp_path / "a.db")})
+    tokens = {name: tmp_path / name for name in ("agent", "operator")}
+    tokens["agent"].write_text(AGENT)
+    tokens["operator"].write_text(OPERATOR)
+    code, out, err = await run_cli("policy", "reload", "--url", server.url, "--token-file", str(tokens["operator"]))
+    assert (code, err) == (0, "")
+    assert "The policy is reloaded" in out
+    assert server.governor is not None and server.governor.reloads == 1
+    # An agent may only observe: the reload tool is an action, and it looks like no tool at all.
+    code, out, err = await run_cli("policy", "reload", "--url", server.url, "--token-file", str(tokens["agent"]))
+    assert code == 1
+    assert "Unknown tool: broker_policy_reload" in err
+    policy.write_text('[roles.observer]\ncapabilities = ["mcp.tools.lst"]\n')
+    code, out, err = await run_cli("policy", "reload", "--url", server.url, "--token-file", str(tokens["operator"]))
+    assert code == 1
+    assert 'did you mean "mcp.tools.list"' in out
+    assert server.governor.reloads == 1
