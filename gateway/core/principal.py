@@ -17,6 +17,10 @@ class Principal:
     name: str
     kind: str = "anonymous"
     scopes: frozenset[str] = field(default_factory=frozenset)
+    groups: frozenset[str] = field(default_factory=frozenset)
+    """The groups an OAuth access token says the caller is in (its `groups` claim); a policy grants to them."""
+    client: str | None = None
+    """The OAuth client the token was issued to (`azp`, else `client_id`), when it says."""
 
     def has_scopes(self, required: Iterable[str]) -> bool:
         return set(required) <= self.scopes

@@ -113,6 +113,28 @@ def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[Signin
     return keys
 
 
+MAX_GROUPS = 256
+"""Groups read from one access token: the claim is the authorization server's, but no caller needs more."""
+
+
+def groups_from_claims(claims: dict[str, Any]) -> frozenset[str]:
+    """The `groups` claim (a list of names), as a policy's group:<name> subjects match them."""
+    groups = claims.get("groups")
+    if not isinstance(groups, list):
+        return frozenset()
+    return frozenset(
+        group[:MAX_SUBJECT_CHARS]
+        for group in groups[:MAX_GROUPS]
+        if isinstance(group, str) and group.isprintable() and group
+    )
+
+
+def client_from_claims(claims: dict[str, Any]) -> str | None:
+    """The client the token was issued to: `azp`, else `client_id`."""
+    client = claims.get("azp") or claims.get("client_id")
+    return client[:MAX_SUBJECT_CHARS] if isinstance(client, str) and client.isprintable() and client else None
+
+
 def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:
     """`scope` (RFC 8693/9068: one space-separated string) or `scp` (a list, as some servers write it)."""
     scopes: set[str] = set()
@@ -382,7 +404,13 @@ class OAuthVerifier:
             subject = claims.get("sub")
             if not isinstance(subject, str) or not subject:
                 return AuthFailure("invalid", "The access token's subject (sub) is empty.")
-            return Principal(subject[:MAX_SUBJECT_CHARS], self.kind, scopes_from_claims(claims))
+            return Principal(
+                subject[:MAX_SUBJECT_CHARS],
+                self.kind,
+                scopes_from_claims(claims),
+                groups=groups_from_claims(claims),
+                client=client_from_claims(claims),
+            )
         return failure or AuthFailure("invalid", "The access token is not valid.")
 
     def posture(self) -> dict[str, Any]:

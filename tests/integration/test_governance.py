@@ -5,6 +5,7 @@ reaches the pump (docs/governance.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import secrets
@@ -25,6 +26,7 @@ from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.integration.test_cli_live import run_cli
+from tests.support.oauth import ISSUER, access_token, jwks, jwks_server, rsa_key
 
 AGENT = secrets.token_urlsafe(32)
 OPERATOR = secrets.token_urlsafe(32)
@@ -207,10 +209,15 @@ async def test_every_decision_is_in_the_trail_and_each_forwarded_call_has_its_re
     assert rows[0]["resource"] == "/plant/pump-1"
     assert "hunter2" not in rows[2]["arguments"]
     assert "speed_rpm 2600 -> 2000" in rows[3]["constraints"]
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        results = dict(db.execute("SELECT decision_id, status FROM results"))
+
+    def results() -> dict[int, str]:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return dict(db.execute("SELECT decision_id, status FROM results"))
+
+    # Results go with the next decision's transaction, or within a second.
+    await wait_for(lambda: len(results()) >= 2, what="the results")
     # Forwarded calls, and only they, have a result: the stopped pump refuses set_speed as a tool error.
-    assert results == {rows[0]["id"]: "ok", rows[3]["id"]: "tool-error"}
+    assert results() == {rows[0]["id"]: "ok", rows[3]["id"]: "tool-error"}
 
 
 def write_policy(path: Path, agent_role: str) -> None:
@@ -306,3 +313,88 @@ async def test_mcp_gateway_policy_reload_asks_the_running_gateway(
     assert code == 1
     assert 'did you mean "mcp.tools.list"' in out
     assert server.governor.reloads == 1
+
+
+async def test_an_oauth_callers_groups_and_client_come_from_its_access_token(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    policy = {
+        **POLICY,
+        "assign": [
+            {"principal": "group:operators", "role": "operator", "resources": ["/plant/pump-1"]},
+            {"principal": "client:hmi", "role": "observer", "resources": ["/plant/**"]},
+        ],
+        "deny": [],
+    }
+    async with jwks_server(jwks(rsa_key())) as authority:
+        server = await gateway_factory(
+            auth={"oauth": {"issuer": ISSUER, "jwks_url": authority.url}},
+            policy=policy,
+            audit={"path": str(tmp_path / "a.db")},
+        )
+        simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
+        simulator.start()
+        try:
+            await wait_ready_slot(server, "pump-1")
+            url = f"{server.url}/pump-1/mcp"
+            operator = access_token(rsa_key(), url, subject="alice", groups=["operators"])
+            hmi = access_token(rsa_key(), url, subject="panel-7", azp="hmi")
+            stranger = access_token(rsa_key(), url, subject="bob", groups=["visitors"])
+            seen = {}
+            for name, token in (("operator", operator), ("hmi", hmi), ("stranger", stranger)):
+                async with client(server, "/pump-1/mcp", token, "2026-07-28") as caller:
+                    if name == "stranger":
+                        with pytest.raises(MCPError) as refused:
+                            await caller.list_tools()
+                        assert refused.value.error.message.startswith("Forbidden: user:bob may not list tools")
+                        continue
+                    seen[name] = {tool.name for tool in (await caller.list_tools()).tools}
+            assert seen["operator"] == {"get_status", "start", "set_speed", "stop", "reset_fault"}
+            assert seen["hmi"] == {"get_status"}
+        finally:
+            await simulator.stop()
+
+
+async def test_reloads_during_a_burst_decide_each_call_by_one_whole_policy(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    # Two versions of one policy: the rule that lets the agent observe is assign[0] in one and
+    # assign[1] in the other, so each recorded decision says which version decided it.
+    versions = []
+    for padding in (False, True):
+        lead = '[[assign]]\nprincipal = "token:operator"\nrole = "observer"\nresources = ["/x"]\n' if padding else ""
+        versions.append(
+            '[roles.observer]\ncapabilities = ["mcp.tools.list", "mcp.tools.call", "tool.observe"]\n'
+            + lead
+            + '[[assign]]\nprincipal = "token:agent"\nrole = "observer"\nresources = ["/**"]\n'
+        )
+    policy = tmp_path / "policy.toml"
+    policy.write_text(versions[0])
+    path = tmp_path / "a.db"
+    unlimited = {"rate": {"per_principal": {"rate_per_s": 0}, "per_slot": {"rate_per_s": 0}}}
+    server = await gateway_factory(
+        auth=auth(), policy={"file": str(policy)}, audit={"path": str(path)}, limits=unlimited
+    )
+    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
+    simulator.start()
+    try:
+        await wait_ready_slot(server, "pump-1")
+
+        async def reloads() -> None:
+            for turn in range(30):
+                policy.write_text(versions[(turn + 1) % 2])
+                assert server.reload_policy() is None
+                await asyncio.sleep(0.005)
+
+        async def calls(agent: Client) -> None:
+            for _ in range(20):
+                assert not (await agent.call_tool("get_status", {})).is_error
+
+        async with client(server, "/pump-1/mcp", AGENT, "2026-07-28") as agent:
+            await asyncio.gather(reloads(), *(calls(agent) for _ in range(8)))
+        await wait_for(lambda: len(trail_rows(path)) >= 160, what="every decision")
+        rules = {row["rules"] for row in trail_rows(path)}
+        assert rules <= {'["assign[0]"]', '["assign[1]"]'}, rules
+        assert len(trail_rows(path)) == 160
+    finally:
+        await simulator.stop()

@@ -23,6 +23,9 @@ DATA_ERRORS = (sqlite3.InterfaceError, sqlite3.ProgrammingError, ValueError, Typ
 """One record SQLite cannot bind: that record is refused, the rest of its batch is written."""
 STORE_ERRORS = (sqlite3.Error, OSError, AuditSchemaError)
 """The file cannot be written: the whole batch fails and the trail is unhealthy until a write succeeds."""
+RESULT_DELAY_S = 1.0
+"""A call's result waits this long at most for the next decision's transaction to carry it: one call
+at a time, that saves a transaction per call."""
 PRUNE_CHUNK = 20_000
 """Decisions deleted per pruning transaction: a backlog is cut in steps, with batches written between them."""
 
@@ -93,6 +96,10 @@ class Writer:
         self.settings = settings
         self._cond = threading.Condition()
         self._items: deque[Item] = deque()
+        self._urgent = 0
+        """Queued items someone waits for (decisions, prune requests): they wake the thread at once."""
+        self._results_since: float | None = None
+        """When the oldest result queued alone arrived (None: none is)."""
         self._closing = False
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
@@ -133,16 +140,20 @@ class Writer:
             if len(self._items) >= self.settings.max_queue:
                 raise AuditUnavailable("audit queue full")
             self._items.append(item)
+            self._urgent += 1
             self._cond.notify()
 
     def submit_result(self, record: ResultRecord) -> None:
-        """Queue a result; dropped (and counted) when the queue is full or the writer has stopped."""
+        """Queue a result; dropped (and counted) when the queue is full or the writer has stopped. It is
+        written with the next decision, or after RESULT_DELAY_S."""
         with self._cond:
             if self._closing or self._thread is None or len(self._items) >= self.settings.max_queue:
                 self._refused_results += 1
                 return
             self._items.append(record)
-            self._cond.notify()
+            if self._results_since is None:
+                self._results_since = time.monotonic()
+                self._cond.notify()  # the thread's wait is then cut to RESULT_DELAY_S; no write happens now
 
     def open_now(self) -> None:
         """Connect (and migrate) from the caller's thread before the writer starts, so a fault shows at start."""
@@ -192,17 +203,23 @@ class Writer:
             self._disconnect()
 
     def _take(self) -> list[Item] | None:
-        """Everything queued, waiting for the first item (or the next pruning); None once closed and drained."""
+        """Everything queued, once a decision or a prune request is, a result has waited RESULT_DELAY_S,
+        or the writer closes; [] when it is time to prune; None once closed and drained."""
         with self._cond:
-            while not self._items and not self._closing:
-                due = self._next_prune - time.monotonic()
+            while not self._urgent and not self._closing:
+                now = time.monotonic()
+                due = self._next_prune - now
+                if self._results_since is not None:
+                    due = min(due, self._results_since + RESULT_DELAY_S - now)
                 if due <= 0:
-                    return []  # nothing to write, but time to prune
+                    break
                 self._cond.wait(due)
             if not self._items:
-                return None
+                return None if self._closing else []  # nothing to write: closed, or time to prune
             batch = list(self._items)
             self._items.clear()
+            self._urgent = 0
+            self._results_since = None
             return batch
 
     def _write(self, batch: list[Item]) -> None:

@@ -27,6 +27,9 @@ def subjects_of(principal: Principal, claims: Mapping[str, Any] | None = None) -
         return frozenset({ANONYMOUS})
     prefix = _PREFIX_OF_KIND.get(principal.kind, principal.kind)
     subjects = {f"{prefix}:{principal.name}"}
+    subjects.update(f"group:{group}" for group in principal.groups)
+    if principal.client:
+        subjects.add(f"client:{principal.client}")
     if principal.kind == "oauth" and claims:
         groups = claims.get("groups")
         if isinstance(groups, list):
