@@ -32,6 +32,7 @@ from aiohttp import web
 
 from gateway.config import ConfigError, GatewayConfig, OAuthConfig
 from gateway.core.principal import Principal
+from gateway.policy.claims import client_from_claims, groups_from_claims
 from gateway.policy.verifier import AuthFailure, Endpoint
 from gateway.telemetry.metrics import Metrics
 
@@ -111,28 +112,6 @@ def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[Signin
             f"no usable signing key ({skipped} skipped): none is a public signing key for {', '.join(sorted(allowed))}"
         )
     return keys
-
-
-MAX_GROUPS = 256
-"""Groups read from one access token: the claim is the authorization server's, but no caller needs more."""
-
-
-def groups_from_claims(claims: dict[str, Any]) -> frozenset[str]:
-    """The `groups` claim (a list of names), as a policy's group:<name> subjects match them."""
-    groups = claims.get("groups")
-    if not isinstance(groups, list):
-        return frozenset()
-    return frozenset(
-        group[:MAX_SUBJECT_CHARS]
-        for group in groups[:MAX_GROUPS]
-        if isinstance(group, str) and group.isprintable() and group
-    )
-
-
-def client_from_claims(claims: dict[str, Any]) -> str | None:
-    """The client the token was issued to: `azp`, else `client_id`."""
-    client = claims.get("azp") or claims.get("client_id")
-    return client[:MAX_SUBJECT_CHARS] if isinstance(client, str) and client.isprintable() and client else None
 
 
 def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:

@@ -6,14 +6,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gateway.core.principal import Principal
+from gateway.policy.claims import client_from_claims, groups_from_claims
 
 ANYONE = "*"
 """A rule's principal matching every caller, the anonymous one included."""
 ANONYMOUS = "anonymous"
 KINDS = ("token", "user", "group", "client", "service")
 """The prefixes of a subject string, `<kind>:<name>`."""
-MAX_GROUPS = 256
-"""Groups read from one access token: a claim is the authorization server's, but no caller needs more."""
 
 # How each way authentication establishes a caller names it (Principal.kind -> subject prefix).
 _PREFIX_OF_KIND = {"token": "token", "oauth": "user", "hmac": "service"}
@@ -31,11 +30,10 @@ def subjects_of(principal: Principal, claims: Mapping[str, Any] | None = None) -
     if principal.client:
         subjects.add(f"client:{principal.client}")
     if principal.kind == "oauth" and claims:
-        groups = claims.get("groups")
-        if isinstance(groups, list):
-            subjects.update(f"group:{group}" for group in groups[:MAX_GROUPS] if isinstance(group, str) and group)
-        client = claims.get("azp") or claims.get("client_id")
-        if isinstance(client, str) and client:
+        # The same reading of the claims as the verifier's, for `explain` given claims directly.
+        subjects.update(f"group:{group}" for group in groups_from_claims(claims))
+        client = client_from_claims(claims)
+        if client:
             subjects.add(f"client:{client}")
     return frozenset(subjects)
 
