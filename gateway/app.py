@@ -24,6 +24,7 @@ from gateway.northbound.streamable_http import StreamableHttpEndpoint
 from gateway.northbound.websocket import ClientWebSockets
 from gateway.policy.client_auth import ClientAuth
 from gateway.policy.connection_limits import CAP_FROM_FD_LIMIT
+from gateway.policy.declarations.authority import provider_authority
 from gateway.policy.governor import Governor, governor_from_config
 from gateway.policy.limiters import Limiters
 from gateway.policy.origin import OriginPolicy
@@ -145,7 +146,9 @@ class GatewayServer:
         self.limiters = Limiters.from_config(config.limits)
         # [policy] and its audit trail; None without a policy (a request is then never looked into).
         self.governor = governor_from_config(config)
-        self.gateway = Gateway(config, self.limiters.for_core(self.governor))
+        # Providers' declarations and decisions on mcp-broker's wire, decided by the same policy.
+        self.declarations = provider_authority(self.governor, config.providers.declarations)
+        self.gateway = Gateway(config, self.limiters.for_core(self.governor, self.declarations))
         # Built first: a certificate or key that cannot be used stops startup (ConfigError).
         self.tls = ServerTls(config.tls, self.gateway.metrics) if config.tls.enabled else None
         self.app = build_app(config, self.gateway, self.limiters, self.governor)

@@ -1,6 +1,7 @@
 """The `mcp-gateway` command: run the gateway, check its configuration, talk to a running one."""
 
-# One module per subcommand group (run, config_cmd, calls, stdio, tokens, sim, tls, discover, policy, audit), what
+# One module per subcommand group (run, config_cmd, calls, stdio, tokens, sim, tls, discover, policy, audit,
+# approve), what
 # they share in common.py; this file assembles the parser and runs a command. A command imports what
 # only it needs inside its function, so that `mcp-gateway --help` loads no more than the parser.
 
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from gateway import __version__
+from gateway.cli.approve import add_approve
 from gateway.cli.audit import add_audit
 from gateway.cli.calls import add_calls
 from gateway.cli.common import _config_flags, refuse_insecure_bind
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_fault_and_status(commands)
     add_discover(commands)
     add_audit(commands)
+    add_approve(commands)
     return parser
 
 

@@ -26,17 +26,20 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         print(f"mcp-gateway policy check: {exc}", file=sys.stderr)
         return 1
-    print(
-        "policy OK: "
-        + ", ".join(
-            (
-                _plural(len(document.roles), "role", "roles"),
-                _plural(len(document.assign), "assignment", "assignments"),
-                _plural(len(document.deny), "deny", "denies"),
-                _plural(len(document.limits), "limit", "limits"),
-            )
-        )
-    )
+    held = [
+        _plural(len(document.roles), "role", "roles"),
+        _plural(len(document.assign), "assignment", "assignments"),
+        _plural(len(document.deny), "deny", "denies"),
+        _plural(len(document.limits), "limit", "limits"),
+    ]
+    # Named only when there are some.
+    if document.confirm:
+        held.append(_plural(len(document.confirm), "confirmation rule", "confirmation rules"))
+    if document.execution_limits:
+        held.append(_plural(len(document.execution_limits), "execution limit", "execution limits"))
+    if document.declared_limits:
+        held.append(_plural(len(document.declared_limits), "declared limit", "declared limits"))
+    print("policy OK: " + ", ".join(held))
     return 0
 
 
@@ -81,9 +84,23 @@ def cmd_policy_explain(args: argparse.Namespace) -> int:
     ask = Ask(frozenset(args.principal), args.slot, args.method, tool, read_only)
     print("\n".join(policy.explain(ask)))
     decision = policy.decide(ask)
+    if tool is not None and decision.allowed:
+        print(_execution_limits_line(policy, ask, decision.resource))
     if tool is not None and args.args is not None:
         print(_arguments_line(tool, arguments, decision.limits, decision.resource))
     return EXPLAIN_EXIT[decision.allowed]
+
+
+def _execution_limits_line(policy: Any, ask: Any, resource: str) -> str:
+    """The [[execution_limits]] that would count this call (their counters live in the running gateway)."""
+    from gateway.policy.execution.rules import Target, compile_limit
+    from gateway.policy.rules.capabilities import TOOL_PREFIX, TOOLS_CALL, tool_class
+
+    named = TOOL_PREFIX + (ask.tool or "")
+    target = Target(ask.subjects, ask.slot, frozenset({TOOLS_CALL, named, tool_class(ask.read_only)}), named, resource)
+    rules = [compile_limit(entry) for entry in policy.document.execution_limits]
+    counting = [rule.id for rule in rules if rule.limits_calls and rule.matches(target)]
+    return f"execution limits: {', '.join(counting) if counting else 'none count this call'}"
 
 
 def _arguments_line(tool: str, arguments: Any, limits: Any, resource: str) -> str:

@@ -43,6 +43,9 @@ from gateway.config.credentials import (
     UpstreamSecretConfig,
     read_secret,
 )
+from gateway.config.declarations import (
+    DeclarationsConfig,
+)
 from gateway.config.groups import (
     GROUP_ENV_PREFIX,
     GROUP_NAME,
@@ -155,6 +158,7 @@ __all__ = [
     "ClientTokenConfig",
     "ConfigError",
     "ConnectionLimitsConfig",
+    "DeclarationsConfig",
     "GatewayConfig",
     "GroupConfig",
     "HmacConfig",

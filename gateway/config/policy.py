@@ -8,7 +8,17 @@ from pydantic import Field, model_validator
 
 from gateway.config.base import Section
 
-INLINE_KEYS = ("roles", "assign", "deny", "limits", "resources", "resource_patterns")
+INLINE_KEYS = (
+    "roles",
+    "assign",
+    "deny",
+    "limits",
+    "confirm",
+    "resources",
+    "resource_patterns",
+    "execution_limits",
+    "declared_limits",
+)
 
 
 class PolicyConfig(Section):
@@ -23,8 +33,11 @@ class PolicyConfig(Section):
     assign: list[Any] = Field(default_factory=list)
     deny: list[Any] = Field(default_factory=list)
     limits: list[Any] = Field(default_factory=list)
+    confirm: list[Any] = Field(default_factory=list)
     resources: dict[str, Any] = Field(default_factory=dict)
     resource_patterns: list[Any] = Field(default_factory=list)
+    execution_limits: list[Any] = Field(default_factory=list)
+    declared_limits: list[Any] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _file_or_inline(self) -> PolicyConfig:

@@ -1,4 +1,5 @@
-"""[providers]: heartbeats, takeover and deadlines towards providers; [providers.auth]: who may publish which slot."""
+"""[providers]: heartbeats, takeover and deadlines towards providers; [providers.auth]: who may publish which slot;
+[providers.declarations]: the bounds of providers' governance (gateway/config/declarations.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pydantic import Field, PrivateAttr, SecretStr, model_validator
 
 from gateway.config.base import IdStyle, PositiveFloat, PositiveInt, ProviderEra, Section, TakeoverPolicy
 from gateway.config.credentials import read_secret
+from gateway.config.declarations import DeclarationsConfig
 
 
 class ProviderSecretConfig(Section):
@@ -130,3 +132,5 @@ class ProvidersConfig(Section):
     own capabilities, input_required passed through), else the session era; session: initialize only."""
     auth: ProviderAuthConfig = Field(default_factory=ProviderAuthConfig)
     """Who may connect as a provider, and which slot names each may publish ([providers.auth])."""
+    declarations: DeclarationsConfig = Field(default_factory=DeclarationsConfig)
+    """The bounds of providers' declarations and decisions on mcp-broker's wire ([providers.declarations])."""

@@ -8,6 +8,7 @@ from gateway import __version__
 from gateway.core import errors, governed
 from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
+from gateway.core.confirmer import state_reader
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.names import ALL_SLOT
 from gateway.core.naming import NameBook
@@ -191,5 +192,11 @@ class AggregateTarget(Target):
             async def forward(admitted: JsonObject) -> JsonObject:
                 return await forward_to(session, ctx, method, {**admitted, "name": tool}, self.metrics)
 
-            return await governed.call(self.governance, ctx, slot_name, source, params or {}, "_all", forward)
+            governance = self.governance
+            read_state = state_reader(
+                session.tools,
+                lambda listed: governance.may_see(ctx.principal, slot_name, listed),
+                lambda read: forward_to(session, ctx, method, read, self.metrics),
+            )
+            return await governed.call(governance, ctx, slot_name, source, params or {}, "_all", forward, read_state)
         return await forward_to(session, ctx, method, {**(params or {}), "name": tool}, self.metrics)

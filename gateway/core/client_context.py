@@ -38,6 +38,8 @@ class ClientContext:
     input_required: InputRequired | None = None
     """Stateless era: the gateway's held calls, for translating a provider's requests towards the
     client into input_required results; None when the way in offers no such translation."""
+    transport: str = "streamable-http"
+    """The way in: "streamable-http", "sse", "websocket" (what the audit trail records)."""
 
     def emit(self, message: JsonObject) -> None:
         """Deliver a request-tied notification, honouring the era's logging rule."""

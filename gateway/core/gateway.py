@@ -54,6 +54,7 @@ class Gateway:
         self.connections = policies.connections
         self.governance = policies.governance
         """[policy]: decides each request by what it asks; None without a policy."""
+        self.registry.broker.governance = policies.provider_governance
         self.aggregate = AggregateTarget(self.registry, self.metrics, self.rate_limiter, self.governance)
         # /mcp and /mcp/<group>: served by their own routes (gateway/northbound/groups_http.py), not by target().
         self.groups = GroupCatalog(self.registry, self.metrics, self.rate_limiter, self.base_url, self.governance)

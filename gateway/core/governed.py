@@ -14,8 +14,9 @@ from typing import Any
 
 from gateway.core import errors
 from gateway.core.client_context import ClientContext
+from gateway.core.confirmer import ClientConfirmer, StateReader, split_retry
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.policy_interface import CallVerdict, Governance
+from gateway.core.policy_interface import AnswerInstead, CallVerdict, Governance
 
 CLAMPED_META_KEY = "io.github.mcp-gateway/clamped"
 """In a result's _meta: the arguments the gateway clamped to the operator's limits before forwarding."""
@@ -48,17 +49,32 @@ async def call(
     params: JsonObject,
     where: str,
     forward: Callable[[JsonObject], Awaitable[JsonObject]],
+    read_state: StateReader | None = None,
 ) -> JsonObject:
     """Decide one tools/call of `tool` (as `slot`'s provider lists it; None when it lists no such
     tool), then forward it with `forward(params)` and record how it ended.
 
-    `params["name"]` is the name the caller used (at `where`), for the unknown-tool answer."""
+    `params["name"]` is the name the caller used (at `where`), for the unknown-tool answer;
+    `read_state` reads the device's state for a confirmation question."""
     name = params.get("name")
-    verdict = await governance.admit_call(
-        ctx.principal, slot, tool, str(tool["name"]) if tool else str(name), params.get("arguments"), ctx.era
-    )
+    params, retry = split_retry(params)
+    confirmer = ClientConfirmer(ctx, retry, read_state)
+    try:
+        verdict = await governance.admit_call(
+            ctx.principal,
+            slot,
+            tool,
+            str(tool["name"]) if tool else str(name),
+            params.get("arguments"),
+            ctx.transport,
+            confirmer,
+        )
+    except AnswerInstead as answered:
+        return answered.result
     if not verdict.visible:
         raise errors.unknown_tool(str(name), where)
+    if verdict.answer is not None:
+        return verdict.answer
     if not verdict.allowed:
         raise refusal(verdict, slot)
     if verdict.arguments is not None:

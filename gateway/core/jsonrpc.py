@@ -18,7 +18,8 @@ INTERNAL_ERROR = -32603
 # and forbidden.
 UNAVAILABLE = -32000
 FORBIDDEN = -32001
-# A rate limit refused the request; data.retryAfterMs says when to try again (mcp-broker's code).
+# A rate limit ([limits.rate], data.reason "rate_limited") or an execution limit (docs/governance-limits.md)
+# refused the request; data.retryAfterMs says when to try again, when time alone helps (mcp-broker's code).
 RATE_LIMITED = -32029
 # Stateless-era (2026-07-28) codes.
 HEADER_MISMATCH = -32020

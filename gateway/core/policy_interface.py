@@ -83,6 +83,54 @@ class CallVerdict:
     """What was clamped, for the result ("speed_rpm 2500 -> 2000 (policy limits[0])")."""
     ticket: object = None
     """The policy layer's own handle on the call (its audit record)."""
+    admission: object = None
+    """The policy layer's hold on the call's execution limits, given back by `call_ended`."""
+    answer: dict[str, Any] | None = None
+    """Not forwarded, answered with this result instead (a tool error: a person declined the call)."""
+
+
+CONFIRM_STATE_PREFIX = "mcpgwc1."
+"""Marks a requestState the gateway issued when it asked a 2026-07-28 client to confirm a call."""
+CONFIRM_INPUT_KEY = "confirm"
+"""The key of the gateway's confirmation question in inputRequests (and of its answer in inputResponses)."""
+
+
+@dataclass(frozen=True)
+class ConfirmRetry:
+    """A 2026-07-28 retry answering the gateway's confirmation: the requestState it echoes and its answer."""
+
+    state: str
+    answer: dict[str, Any] | None
+    """inputResponses["confirm"]: the elicitation result; None when the retry carries none."""
+
+
+class AnswerInstead(Exception):
+    """Raised while a call is decided: answer the request with `result` (input_required) and forward nothing."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__("answered by the gateway")
+        self.result = result
+
+
+class Confirmer(Protocol):
+    """How the caller of one tools/call can be asked to confirm it: built by the core for each call."""
+
+    @property
+    def way(self) -> str:
+        """ "elicit": ask now on the request's stream; "input": answer input_required, the retry answers;
+        "": this caller cannot be asked (a person approves with `mcp-gateway approve`)."""
+        ...
+
+    @property
+    def retry(self) -> ConfirmRetry | None: ...
+
+    async def elicit(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Send elicitation/create to the caller and await its result (its error raised)."""
+        ...
+
+    async def device_state(self) -> object:
+        """The device's state as its read tool reports it, for the question; None when there is none."""
+        ...
 
 
 class Governance(Protocol):
@@ -99,10 +147,30 @@ class Governance(Protocol):
     def may_see(self, principal: Principal, slot: str, tool: dict[str, Any]) -> bool: ...
 
     async def admit_call(
-        self, principal: Principal, slot: str, tool: dict[str, Any] | None, name: str, arguments: object, via: str
+        self,
+        principal: Principal,
+        slot: str,
+        tool: dict[str, Any] | None,
+        name: str,
+        arguments: object,
+        via: str,
+        confirmer: Confirmer | None = None,
     ) -> CallVerdict:
-        """Decide one tools/call, check its arguments and record the decision durably before it is
-        forwarded. `tool`: as the provider lists it (None: not listed); `via`: the way in."""
+        """Decide one tools/call, check its arguments, have a person confirm it where the policy says so
+        (through `confirmer`; AnswerInstead when the answer comes with a retry), and record the decision
+        durably before it is forwarded. `tool`: as the provider lists it (None: not listed); `via`: the way in."""
+        ...
+
+    def approvals(self) -> list[dict[str, Any]]:
+        """The calls waiting for a person's approval, and those approved and not yet used."""
+        ...
+
+    def decide_approval(self, principal: Principal, approval_id: str, approve: bool) -> dict[str, Any]:
+        """Approve or deny one waiting call as `principal`; RpcError -32602 when there is no such call."""
+        ...
+
+    async def recent_decisions(self, limit: int, slot: str | None, tool: str | None) -> list[dict[str, Any]]:
+        """The newest decisions of the audit trail, oldest first (RpcError when the trail is off or unreadable)."""
         ...
 
     def call_ended(self, verdict: CallVerdict, outcome: str, latency_ms: float) -> None:
@@ -120,6 +188,63 @@ class Governance(Protocol):
 
 
 @dataclass(frozen=True)
+class ProviderOrigin:
+    """Where a provider's `broker/*` message came from (docs/governance-providers.md)."""
+
+    slot: str
+    identity: str | None
+    """The identity the link authenticated as ([providers.auth]); None: it has none."""
+    transport: str
+    link: object
+    """The provider session it came on: one connection, compared by identity (`is`)."""
+
+
+@dataclass(frozen=True)
+class CallerReference:
+    """What a declaring provider gets with one forwarded request, in `params._meta["io.cyanmycelium/caller"]`."""
+
+    ref: str
+    meta: dict[str, str]
+    """The value put in _meta: {"ref", "correlationId", "traceId"}."""
+
+
+class ProviderGovernance(Protocol):
+    """Providers' declarations and decisions on mcp-broker's wire, decided by [policy]; the core asks it
+    only for boards and providers that connect to the gateway (never for stdio or remote upstreams)."""
+
+    async def provider_request(
+        self, origin: ProviderOrigin, method: str, params: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The result of one `broker/*` request; raises errors.RpcError (-32602 with `data.errors` for
+        a refused declaration, -32601 for a method it does not serve)."""
+        ...
+
+    def provider_notification(self, origin: ProviderOrigin, method: str, params: dict[str, Any] | None) -> None:
+        """A `broker/*` notification (`broker/audit/result` is recorded next to its decision)."""
+        ...
+
+    def caller_reference(
+        self, origin: ProviderOrigin, principal: Principal, meta: Mapping[str, Any] | None
+    ) -> CallerReference | None:
+        """A reference to `principal` for one request forwarded to `origin`'s provider, live until
+        `caller_done` and a grace after; None when the slot holds no live declaration. `meta`: the
+        request's _meta (its traceparent gives the trace id)."""
+        ...
+
+    def caller_done(self, reference: CallerReference) -> None:
+        """The request `reference` came with has been answered (or failed)."""
+        ...
+
+    def provider_gone(self, origin: ProviderOrigin) -> None:
+        """The provider's link is gone: its slot's declaration is no longer live, its references end."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """For diagnosis: declarations, domain owners, caller references, results overdue."""
+        ...
+
+
+@dataclass(frozen=True)
 class Policies:
     """What the policy layer answers the core with; built once by the composition root."""
 
@@ -127,3 +252,5 @@ class Policies:
     connections: ConnectionCounts
     governance: Governance | None = None
     """None: no [policy], every request is allowed as authentication and scopes let it through."""
+    provider_governance: ProviderGovernance | None = None
+    """None: no [policy]; providers' `broker/*` requests are answered -32601."""

@@ -1,7 +1,8 @@
 """Requests a provider sends towards a client (sampling, elicitation, roots): each is attributed to
 the client request it belongs to, relayed to that client, and answered under the provider's own id.
 
-A provider's ping is answered here too; any other method is refused. A relayed request ends with the
+A provider's ping is answered here too, and its `broker/*` requests go to the provider broker
+(gateway/core/provider_broker.py); any other method is refused. A relayed request ends with the
 client request it belongs to, and the provider hears why at once (docs/protocol-clients.md).
 """
 
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonId, JsonObject
+from gateway.core.link import ProviderLink
+from gateway.core.provider_broker import BROKER_PREFIX, DECLARE, ProviderBroker, strip_caller
 from gateway.core.provider_state import Pending, Relayed, SessionCounters, is_gateway_id
 from gateway.core.relay import (
     RELATED_REQUEST_KEY,
@@ -25,12 +29,17 @@ from gateway.core.relay import (
     refusal,
 )
 
+log = logging.getLogger("gateway.provider")
+
 
 class RelayingSession(Protocol):
     """What the relay needs of its provider session (gateway/core/provider_session.py)."""
 
     @property
     def slot(self) -> str: ...
+
+    @property
+    def link(self) -> ProviderLink: ...
 
     @property
     def state(self) -> str: ...
@@ -57,6 +66,11 @@ class ProviderRequests:
         self.metrics: RelayMetrics | None = None
         """Set by the slot registry: counts relayed requests (mcpgw_relay_requests, mcpgw_relay_in_flight)."""
         self._answers: set[asyncio.Task[None]] = set()
+        self.broker: ProviderBroker | None = None
+        """Set by the slot registry: answers the provider's broker/* requests (None: -32601)."""
+        self.declared = False
+        """A declaration of this link was accepted: requests forwarded to it carry a caller reference."""
+        self._broker_requests: dict[JsonId, asyncio.Task[None]] = {}
 
     def end_relays(self, owner: Pending, why: str) -> None:
         """The client request `owner` ended: its relayed requests end too, and the provider gets `why`
@@ -75,6 +89,10 @@ class ProviderRequests:
         """The link is gone: nobody is left to answer."""
         for record in self.relayed.values():
             record.task.cancel()
+        for task in self._broker_requests.values():
+            task.cancel()
+        if self.broker is not None:
+            self.broker.gone(self.session)
 
     def on_request(self, body: JsonObject) -> None:
         """A request from the provider: ping is answered here, a request towards a client is relayed to
@@ -83,6 +101,11 @@ class ProviderRequests:
         request_id = body["id"]
         if method == "ping":
             reply = jsonrpc.result_response(request_id, {})
+        elif method.startswith(BROKER_PREFIX):
+            answer = self._broker_request(request_id, method, body.get("params"))
+            if answer is None:
+                return
+            reply = answer
         elif method not in RELAYED_METHODS:
             reply = jsonrpc.error_response(
                 request_id,
@@ -111,6 +134,59 @@ class ProviderRequests:
                 self.relayed[request_id] = Relayed(task, owner)
                 return
         self.answer(reply)
+
+    def _broker_request(self, request_id: JsonId, method: str, params: Any) -> JsonObject | None:
+        """The answer to a `broker/*` request now (a refusal), or None while the policy layer works it out."""
+        broker = self.broker
+        if broker is None:
+            return errors.method_not_found(method, "this gateway").response(request_id)
+        refused = broker.refusal(self.session, method)
+        if refused is not None:
+            return refused.response(request_id)
+        if request_id in self._broker_requests:
+            self.session.counters.protocol_violations += 1
+            return jsonrpc.error_response(
+                request_id,
+                jsonrpc.INVALID_REQUEST,
+                f"Request id {request_id!r} is already in use by a broker/* request",
+            )
+        if len(self._broker_requests) >= broker.max_pending:
+            return errors.too_many_pending(
+                f'broker/* requests of slot "{self.session.slot}"', broker.max_pending
+            ).response(request_id)
+        task = asyncio.get_running_loop().create_task(
+            self._serve_broker(broker, request_id, method, params if isinstance(params, dict) else None),
+            name=f"{method} for {self.session.slot}",
+        )
+        self._broker_requests[request_id] = task
+        return None
+
+    async def _serve_broker(
+        self, broker: ProviderBroker, request_id: JsonId, method: str, params: JsonObject | None
+    ) -> None:
+        try:
+            result = await broker.request(self.session, method, params)
+            reply = jsonrpc.result_response(request_id, result)
+            if method == DECLARE:
+                self.declared = True
+        except errors.RpcError as exc:
+            reply = exc.response(request_id)
+        except asyncio.CancelledError:
+            return  # the link is gone: nobody is left to answer
+        except Exception:  # a fault of the gateway's: the provider still gets an answer, not silence
+            log.exception("answering %s from slot %s failed", method, self.session.slot)
+            reply = jsonrpc.error_response(
+                request_id, jsonrpc.INTERNAL_ERROR, f"The gateway failed to answer {method}; its log says why"
+            )
+        finally:
+            self._broker_requests.pop(request_id, None)
+        if self.session.state != "closed":
+            await self._reply(reply)
+
+    def broker_notification(self, method: str, params: JsonObject) -> None:
+        """A `broker/*` notification (an audit result, telemetry): to the provider broker, else dropped."""
+        if self.broker is not None:
+            self.broker.notification(self.session, method, params)
 
     def answer(self, reply: JsonObject) -> None:
         """Send an answer to a request of the provider without waiting for the send."""
@@ -152,7 +228,8 @@ class ProviderRequests:
         reply: JsonObject | None = None
         try:
             result = await relay.relay(method, params)
-            reply = jsonrpc.result_response(request_id, result)
+            # A client's answer is a client frame too: it carries no caller reference of its making.
+            reply = jsonrpc.result_response(request_id, strip_caller(result) or {})
             outcome = "answered"
         except CallRefused as exc:
             # The caller cannot be asked this, and its era says so by failing its request: the

@@ -714,8 +714,9 @@ class ProviderSession:
             self._on_register(method, params)
             return
         if method.startswith("broker/"):
-            # broker/* notifications (telemetry, audit results) are accepted and dropped (docs/protocol.md,
-            # "Requests from providers").
+            # Never relayed to clients: an audit result is recorded when governed, anything else dropped
+            # (docs/protocol.md, "Requests from providers").
+            self.requests.broker_notification(method, params)
             return
         if method == "notifications/message" and self.modern:
             # 2026-07-28 sends log messages only with the request that asked for them; a stream

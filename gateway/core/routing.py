@@ -14,11 +14,13 @@ from typing import Any, TypeVar
 
 from gateway.core import errors, governed, jsonrpc, modern_calls
 from gateway.core.client_context import SESSION, STATELESS, ClientContext
+from gateway.core.confirmer import state_reader
 from gateway.core.eras import ENVELOPE_KEYS, META_SERVER_INFO
 from gateway.core.input_required import CANNOT_ASK, Caller, continues_held_call
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.policy_interface import Governance
 from gateway.core.principal import Principal
+from gateway.core.provider_broker import ProviderBroker, strip_caller, with_caller
 from gateway.core.provider_call import call_provider
 from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import NotificationSink
@@ -127,6 +129,7 @@ class Target:
         params = request.get("params")
         if params is not None and not isinstance(params, dict):
             return jsonrpc.error_response(request_id, jsonrpc.INVALID_PARAMS, '"params" must be an object')
+        params = strip_caller(params)  # the gateway alone writes a caller reference
         try:
             if ctx.era == STATELESS and method in SESSION_ONLY_METHODS:
                 raise errors.method_not_found(method, f"the {STATELESS_VERSIONS[-1]} protocol")
@@ -335,7 +338,12 @@ class SlotTarget(Target):
         async def forward(admitted: JsonObject) -> JsonObject:
             return await forward_to(session, ctx, method, admitted, self.metrics)
 
-        return await governed.call(governance, ctx, self.name, tool, call, f'"{self.name}"', forward)
+        read_state = state_reader(
+            session.tools,
+            lambda listed: governance.may_see(ctx.principal, self.name, listed),
+            lambda read: forward_to(session, ctx, "tools/call", read, self.metrics),
+        )
+        return await governed.call(governance, ctx, self.name, tool, call, f'"{self.name}"', forward, read_state)
 
     async def _set_level(self, ctx: ClientContext, params: JsonObject | None) -> JsonObject:
         level = (params or {}).get("level")
@@ -410,6 +418,40 @@ def asking_params(params: JsonObject | None, asking: JsonObject) -> JsonObject:
 
 
 def forward_to(
+    session: ProviderSession,
+    ctx: ClientContext,
+    method: str,
+    params: JsonObject | None,
+    metrics: Metrics,
+) -> Awaitable[JsonObject]:
+    """Send one request to a provider; await it for its result, or its error raised as RpcError.
+
+    A provider whose slot holds a live declaration gets a reference to the caller with it, valid while
+    the request is pending (gateway/core/provider_broker.py)."""
+    requests = session.requests
+    if requests.declared and requests.broker is not None:
+        return _with_caller(requests.broker, session, ctx, method, params, metrics)
+    return _forward(session, ctx, method, params, metrics)
+
+
+async def _with_caller(
+    broker: ProviderBroker,
+    session: ProviderSession,
+    ctx: ClientContext,
+    method: str,
+    params: JsonObject | None,
+    metrics: Metrics,
+) -> JsonObject:
+    reference = broker.caller_reference(session, ctx.principal, params)
+    if reference is None:
+        return await _forward(session, ctx, method, params, metrics)
+    try:
+        return await _forward(session, ctx, method, with_caller(params, reference), metrics)
+    finally:
+        broker.caller_done(reference)
+
+
+def _forward(
     session: ProviderSession,
     ctx: ClientContext,
     method: str,

@@ -16,6 +16,7 @@ from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, LinkInfo, ProviderLink
 from gateway.core.names import SlotNameError, check_slot_name
+from gateway.core.provider_broker import ProviderBroker
 from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import SessionCounters, SessionSettings
 from gateway.core.relay import RelayMetrics
@@ -163,6 +164,8 @@ class SlotRegistry:
         self._claims: dict[ProviderSession, str] = {}
         self.handshake_turns = asyncio.Semaphore(config.providers.max_concurrent_handshakes)
         """Handshakes running at once, across every provider (ProviderSession.handshake_turns)."""
+        self.broker = ProviderBroker(None, config.providers.declarations.max_pending_requests)
+        """Answers providers' broker/* requests; the gateway gives it the policy layer's answers."""
         self.managers: dict[str, UpstreamManager] = {}
         """Slots whose provider is a configured upstream, and who runs it (see `manage`)."""
         self.started_at = time.time()
@@ -320,6 +323,7 @@ class SlotRegistry:
                 await self._resolve_takeover(slot, incumbent, link)
             session = ProviderSession(name, link, self.settings_for(name, link), self, aggregate=aggregate, hello=hello)
             session.requests.metrics = self.relay_metrics
+            session.requests.broker = self.broker
             session.shared_tools = self.shared_tools
             session.handshake_turns = self.handshake_turns
             upstream = slot.upstream

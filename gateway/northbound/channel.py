@@ -206,6 +206,7 @@ class ClientChannel:
             client_info=session.client_info,
             # Requests from the provider to this client go out on the channel, like everything else.
             requester=session.requests.via(self.outbox.put),
+            transport=session.transport,
         )
         try:
             self.send(await session_era.run_request(session, self.target, ctx, body))

@@ -8,20 +8,26 @@ ever decided by half of one policy and half of another.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig, PolicyConfig
-from gateway.core import jsonrpc
-from gateway.core.policy_interface import CallVerdict
+from gateway.core import errors, jsonrpc
+from gateway.core.policy_interface import CallVerdict, Confirmer, ProviderGovernance
 from gateway.core.principal import Principal
+from gateway.policy.approvals import ApprovalUnknown
 from gateway.policy.arguments import ArgumentRefused, check_arguments
 from gateway.policy.audit.errors import AuditUnavailable
+from gateway.policy.audit.reading import AuditReadError
 from gateway.policy.audit.records import DecisionRecord
 from gateway.policy.audit.trail import AuditTrail
+from gateway.policy.confirmation import Answer, Confirmations, Question
+from gateway.policy.execution.admission import Admission, ExecutionLimits
 from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
+from gateway.policy.rules.subjects import caller_name
 from gateway.policy.schemas import SchemaCache
 
 log = logging.getLogger("gateway.policy")
@@ -55,10 +61,17 @@ class Governor:
         self.schemas = schemas or SchemaCache()
         self._subjects: dict[Principal, frozenset[str]] = {}
         self.reloads = 0
+        self.providers: ProviderGovernance | None = None
+        """Providers' declarations and decisions (gateway/policy/declarations/), shown in status(); set by the
+        composition root."""
+        self.confirmations = Confirmations()
+        self.limits = ExecutionLimits(policy.document.execution_limits)
+        """[[execution_limits]]: their counters live here, across reloads (docs/governance-limits.md)."""
 
     def swap(self, policy: Policy) -> None:
         """Use `policy` from the next request on (requests being decided finish with the old one)."""
         self.policy = policy
+        self.limits.swap(policy.document.execution_limits)
         self.reloads += 1
 
     def subjects(self, principal: Principal) -> frozenset[str]:
@@ -83,7 +96,14 @@ class Governor:
         return self.policy.may_see_tool(self.subjects(principal), slot, str(tool.get("name")), read_only(tool))
 
     async def admit_call(
-        self, principal: Principal, slot: str, tool: dict[str, Any] | None, name: str, arguments: object, via: str
+        self,
+        principal: Principal,
+        slot: str,
+        tool: dict[str, Any] | None,
+        name: str,
+        arguments: object,
+        via: str,
+        confirmer: Confirmer | None = None,
     ) -> CallVerdict:
         policy, subjects = self.policy, self.subjects(principal)
         if tool is None:
@@ -114,11 +134,31 @@ class Governor:
         clamped = tuple(checked.clamped)
         if clamped:
             record = _replace(record, effect="clamp", constraints=list(clamped))
+        if decision.confirm is not None:
+            forwarded = checked.arguments if clamped else arguments
+            question = Question(
+                subjects, caller_name(subjects), slot, decision.resource, name, forwarded, decision.confirm
+            )
+            try:
+                answer = await self.confirmations.ask(question, confirmer)
+            except errors.RpcError as exc:
+                await self._record_refusal(_replace(record, effect="wait-confirmation", reason=exc.message))
+                raise
+            record = _replace(
+                record, confirmed_by=answer.by, confirmed_ms=answer.at_ms, rules=(*record.rules, decision.confirm.id)
+            )
+            if not answer.confirmed:
+                await self._record_refusal(_replace(record, effect="declined"))
+                return CallVerdict(False, answer=declined_result(question, answer))
+        admitted = await self._admit_limits(record, subjects, hint)
+        if isinstance(admitted, CallVerdict):
+            return admitted
         ticket: int | None = None
         if self.trail is not None:
             try:
                 ticket = await self.trail.decision(record)
             except AuditUnavailable as exc:
+                self.limits.release(admitted)  # not forwarded: its concurrency places are free again
                 return CallVerdict(
                     False,
                     reason=f"The call was not forwarded: the audit trail cannot record it ({exc}); every call of a "
@@ -127,7 +167,28 @@ class Governor:
                     code=jsonrpc.UNAVAILABLE,
                     data={"reason": "audit_unavailable"},
                 )
-        return CallVerdict(True, arguments=checked.arguments if clamped else None, clamped=clamped, ticket=ticket)
+            except BaseException:
+                self.limits.release(admitted)  # cancelled while recording: never forwarded either
+                raise
+        return CallVerdict(
+            True, arguments=checked.arguments if clamped else None, clamped=clamped, ticket=ticket, admission=admitted
+        )
+
+    async def _admit_limits(
+        self, record: DecisionRecord, subjects: frozenset[str], hint: bool | None
+    ) -> Admission | CallVerdict:
+        """Debit every execution limit matching the call, or none: a refusal is recorded and answered
+        -32029 (data: reason, ruleId, retryAfterMs) without reaching the device."""
+        admitted = self.limits.admit_call(subjects, record.slot, record.tool or "", hint, record.resource)
+        if isinstance(admitted, Admission):
+            return admitted
+        data = admitted.data()
+        rule = admitted.rule_id or "execution_limits"
+        refused = _replace(
+            record, effect="refuse-limit", rules=(*record.rules, rule), reason=admitted.message(), constraints=data
+        )
+        await self._record_refusal(refused)
+        return CallVerdict(False, reason=admitted.message(), code=jsonrpc.RATE_LIMITED, data=data)
 
     def reload(self) -> str | None:
         if self.source is None:
@@ -141,9 +202,59 @@ class Governor:
         return None
 
     def status(self) -> dict[str, Any]:
-        return {"policy": {"reloads": self.reloads}, "audit": self.trail.status() if self.trail is not None else None}
+        return {
+            "policy": {"reloads": self.reloads},
+            "audit": self.trail.status() if self.trail is not None else None,
+            "limits": self.limits.status(),
+            "providers": self.providers.status() if self.providers is not None else None,
+        }
+
+    def approvals(self) -> list[dict[str, Any]]:
+        return self.confirmations.approvals.listed()
+
+    def decide_approval(self, principal: Principal, approval_id: str, approve: bool) -> dict[str, Any]:
+        approvals = self.confirmations.approvals
+        subjects = self.subjects(principal)
+        waiting = approvals.get(approval_id)
+        if waiting is not None and approve and subjects == frozenset(waiting.principal):
+            raise errors.forbidden(
+                f"Approval {approval_id} is for a call of yours: another person approves it (a caller never "
+                "confirms its own device action)",
+                {"reason": "own_call", "approval": approval_id},
+            )
+        try:
+            decided = approvals.decide(approval_id, approve, caller_name(subjects))
+        except ApprovalUnknown:
+            raise errors.RpcError(
+                jsonrpc.INVALID_PARAMS,
+                f"No call waits for approval {approval_id!r}: it was never issued, was already decided or used, or "
+                "expired; broker_approvals lists the waiting calls",
+                {"reason": "unknown_approval", "approval": approval_id},
+            ) from None
+        log.info(
+            "approval %s %s by %s: %s on %s",
+            decided.id,
+            decided.state,
+            decided.decided_by,
+            decided.tool,
+            decided.slot,
+        )
+        return decided.to_json()
+
+    async def recent_decisions(self, limit: int, slot: str | None, tool: str | None) -> list[dict[str, Any]]:
+        trail = self.trail
+        if trail is None:
+            raise errors.RpcError(
+                jsonrpc.UNAVAILABLE, "The audit trail is off ([audit] enabled = false)", {"reason": "audit_off"}
+            )
+        try:
+            return await asyncio.to_thread(trail.query, slot=slot, tool=tool, limit=limit)
+        except AuditReadError as exc:
+            raise errors.RpcError(jsonrpc.UNAVAILABLE, str(exc), {"reason": "audit_unreadable"}) from None
 
     def call_ended(self, verdict: CallVerdict, outcome: str, latency_ms: float) -> None:
+        if isinstance(verdict.admission, Admission):
+            self.limits.release(verdict.admission)
         if self.trail is not None and isinstance(verdict.ticket, int):
             self.trail.result(verdict.ticket, outcome, latency_ms)
 
@@ -156,6 +267,19 @@ class Governor:
             await self.trail.decision(record)
         except AuditUnavailable as exc:
             log.warning("audit trail: a refusal of %s on %s was not recorded: %s", record.tool, record.slot, exc)
+
+
+def declined_result(question: Question, answer: Answer) -> dict[str, Any]:
+    """What the agent reads when a person said no (or nobody answered): a tool error, nothing was done."""
+    if answer.how == "timeout":
+        why = f"nobody confirmed it within {question.rule.expires_s} s"
+    else:
+        why = f"{answer.by} declined it"
+    text = (
+        f"Not done: {question.tool} on {question.slot} was not forwarded to the device; {why} "
+        f"(the operator's policy {question.rule.id} has a person confirm this call)."
+    )
+    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 def _replace(record: DecisionRecord, **changes: Any) -> DecisionRecord:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.config import LimitsConfig
-from gateway.core.policy_interface import Governance, Policies
+from gateway.core.policy_interface import Governance, Policies, ProviderGovernance
 from gateway.policy.connection_limits import ConnectionLimiter
 from gateway.policy.rate_limit import BucketSpec, RateLimiter
 
@@ -30,5 +30,7 @@ class Limiters:
             ConnectionLimiter(limits.connections),
         )
 
-    def for_core(self, governance: Governance | None = None) -> Policies:
-        return Policies(rate_limits=self.rate, connections=self.connections, governance=governance)
+    def for_core(self, governance: Governance | None = None, providers: ProviderGovernance | None = None) -> Policies:
+        return Policies(
+            rate_limits=self.rate, connections=self.connections, governance=governance, provider_governance=providers
+        )

@@ -133,6 +133,8 @@ class Limited:
 
     def data(self) -> dict[str, object]:
         return {
+            # "rate_limited" tells these token buckets from the execution limits, which answer -32029 too.
+            "reason": "rate_limited",
             "retryAfterMs": self.retry_after_ms,
             "scope": self.scope,
             self.scope: self.key,

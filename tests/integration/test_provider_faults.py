@@ -260,7 +260,6 @@ async def test_provider_ping_is_answered_with_an_empty_result(rig: Rig) -> None:
         ("sampling/createMessage", {"messages": [], "maxTokens": 10}),
         ("roots/list", {}),
         ("elicitation/create", {"message": "Confirm?", "requestedSchema": {"type": "object", "properties": {}}}),
-        ("broker/authorization/declare", {"version": 1, "domain": "plant", "capabilities": []}),
         ("broker/no-such-thing", {}),
     ],
 )
@@ -272,6 +271,25 @@ async def test_other_provider_requests_get_method_not_found_at_once(
     assert answer["error"]["code"] == -32601
     assert method in answer["error"]["message"]
     assert "result" not in answer
+    await rig.assert_unharmed()
+
+
+async def test_a_declaration_needs_a_governed_gateway(rig: Rig) -> None:
+    """Without [policy] the gateway decides nothing for providers: declare and authorize are answered
+    -32601 at once, saying why (docs/governance-providers.md); an audit result is dropped."""
+    declaration = {"version": "1", "domain": "plant", "namespace": {"resource": "/board"}, "capabilities": ["plant.x"]}
+    for request_id, method, params in (
+        ("d-1", "broker/authorization/declare", declaration),
+        ("a-1", "broker/authorize", {"principal": {"type": "provider"}, "checks": []}),
+    ):
+        await rig.board.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}, "board")
+        answer = await rig.board.answer_to(request_id)
+        assert answer["error"]["code"] == -32601
+        assert answer["error"]["message"] == (
+            f"Method not found: {method} needs a governed gateway, and this one has no [policy] "
+            "(docs/governance-providers.md)"
+        )
+    await rig.board.send({"jsonrpc": "2.0", "method": "broker/audit/result", "params": {"decisionId": "d"}}, "board")
     await rig.assert_unharmed()
 
 

@@ -106,7 +106,7 @@ def test_check_lists_every_mistake_and_exits_1(capsys: pytest.CaptureFixture[str
         f"mcp-gateway policy check: policy file {path}: 4 errors:",
         '  roles.observer.capabilities[0]: unknown capability "tool.observ" (capabilities: mcp.tools.list, '
         "mcp.tools.call, mcp.resources.read, mcp.prompts.read, mcp.completion.use, tool.observe, tool.control, "
-        'tool:<name>); did you mean "tool.observe"?',
+        'broker.audit.read, tool:<name>); did you mean "tool.observe"?',
         '  assign[0].role: unknown role "operater" (roles: observer)',
         '  assign[0].resources[0]: pattern "site1/**" must start with "/", e.g. "/site1/line2/pump-1"',
         "  limits[0]: min 5 is above max 1",
@@ -261,3 +261,28 @@ def test_the_console_command_checks_a_policy(policy_file: Path, tmp_path: Path) 
     )
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.count("\n  ") == 4
+
+
+def test_explain_names_the_confirmation_and_the_execution_limits_that_count_the_call(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        POLICY
+        + '[[confirm]]\nprincipal = "group:operators"\ncapabilities = ["tool:start"]\nresources = ["/**"]\n'
+        + '[[execution_limits]]\nid = "starts"\nmatch = { capability = "tool:start" }\n'
+        + "calls = { max = 5, window_ms = 60000 }\n"
+        + '[[execution_limits]]\nid = "speeds"\nmatch = { capability = "tool:set_speed" }\nconcurrency = 1\n'
+    )
+    assert run(capsys, "policy", "check", str(policy))[1] == (
+        "policy OK: 2 roles, 2 assignments, 1 deny, 2 limits, 1 confirmation rule, 2 execution limits\n"
+    )
+    code, out, _ = run(
+        capsys, "policy", "explain", "--principal", "group:operators", "--slot", "pump-1", "--tool", "start",
+        "--policy", str(policy),
+    )  # fmt: skip
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].endswith("once a person confirms it (confirm[0])")
+    assert "confirmation: confirm[0] (a person confirms each call; an answer or an approval counts for 300 s)" in lines
+    assert lines[-1] == "execution limits: starts"

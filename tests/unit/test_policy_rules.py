@@ -14,6 +14,7 @@ from gateway.policy.arguments import ArgumentLimit
 from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
 from gateway.policy.rules import engine as engine_module
 from gateway.policy.rules.checking import check_policy
+from gateway.policy.rules.model import SECTIONS
 from gateway.policy.rules.paths import PatternError, check_path, compile_pattern, segment
 
 OBSERVER = ["mcp.tools.list", "mcp.tools.call", "mcp.resources.read", "mcp.prompts.read", "tool.observe"]
@@ -202,14 +203,14 @@ def test_every_mistake_is_listed_at_once_in_the_files_order() -> None:
         "asign": [],
     }
     assert errors_of(data) == [
-        "asign: unknown key (keys: roles, assign, deny, limits, resources, resource_patterns)",
+        f"asign: unknown key (keys: {', '.join(SECTIONS)})",
         'roles.observer.capabilities[1]: unknown capability "tool.observ" (capabilities: mcp.tools.list, '
         "mcp.tools.call, mcp.resources.read, mcp.prompts.read, mcp.completion.use, tool.observe, tool.control, "
-        'tool:<name>); did you mean "tool.observe"?',
+        'broker.audit.read, tool:<name>); did you mean "tool.observe"?',
         "roles.operator.color: unknown key (keys: inherits, capabilities)",
         'roles.operator.inherits[1]: unknown role "admin" (roles: observer, operator)',
         'assign[1].principal: "agent-1" is not a subject (write one of token:<name>, user:<name>, group:<name>, '
-        "client:<name>, service:<name>, anonymous, or * for any caller)",
+        "client:<name>, service:<name>, provider:<name>, anonymous, or * for any caller)",
         'assign[1].resources[0]: pattern "site1/**" must start with "/", e.g. "/site1/line2/pump-1"',
         'assign[2].role: unknown role "operater" (roles: observer, operator)',
         'assign[2].resources[0]: pattern "/a/**/b": "**" stands alone as the last segment ("/site1/**")',
@@ -300,7 +301,7 @@ def test_inline_errors_are_located_under_policy_and_listed_by_load_config(tmp_pa
         f"config file {config}: setting 'policy': 2 errors:",
         '  policy.roles.observer.capabilities[0]: unknown capability "mcp.tools.lst" (capabilities: mcp.tools.list, '
         "mcp.tools.call, mcp.resources.read, mcp.prompts.read, mcp.completion.use, tool.observe, tool.control, "
-        'tool:<name>); did you mean "mcp.tools.list"?',
+        'broker.audit.read, tool:<name>); did you mean "mcp.tools.list"?',
         '  policy.assign[0].role: unknown role "operater" (roles: observer)',
     ]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gateway.core.broker.diagnose_declarations import declaration_problems
+from gateway.core.broker.diagnose_limits import limit_problems
 from gateway.core.broker.diagnose_links import mdns_problems, mqtt_problems, serial_problems
 from gateway.core.broker.diagnose_slots import slot_faults, slot_presence
 from gateway.core.broker.problems import SEVERITY_ORDER, GatewayView, Problem, near, provider_url, ws_base
@@ -133,6 +135,8 @@ def _gateway_problems(view: GatewayView) -> list[Problem]:
         )
     problems.extend(_group_problems(view))
     problems.extend(_governance_problems(view))
+    problems.extend(limit_problems(view))
+    problems.extend(declaration_problems(view))
     problems.extend(mdns_problems(view))
     problems.extend(mqtt_problems(view))
     problems.extend(serial_problems(view))
@@ -211,6 +215,7 @@ def diagnose(view: GatewayView, slot: str | None = None) -> list[Problem]:
                 )
             ]
         problems = slot_presence(view, found) + slot_faults(view, found)
+        problems += [problem for problem in declaration_problems(view) if problem.slot == slot]
     else:
         problems = _gateway_problems(view)
         for entry in view.slots:

@@ -16,7 +16,7 @@ import orjson
 from gateway import __version__
 from gateway.config import masked_dump
 from gateway.core import errors, governed, jsonrpc
-from gateway.core.broker import status
+from gateway.core.broker import governed_tools, status
 from gateway.core.broker.diagnose import diagnose, worst
 from gateway.core.broker.guide import TOPICS, render
 from gateway.core.broker.guide_text import GuideInput
@@ -299,7 +299,7 @@ POLICY_RELOAD: JsonObject = {
     "annotations": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False},
 }
 """What `mcp-gateway policy reload` calls. An action, not a read: a policy gives it to operators only."""
-GOVERNED_TOOLS = [*TOOLS, POLICY_RELOAD]
+GOVERNED_TOOLS = [*TOOLS, POLICY_RELOAD, *governed_tools.TOOLS]
 TOOL_ARGUMENTS = {tool["name"]: set(tool["inputSchema"]["properties"]) for tool in GOVERNED_TOOLS}
 
 STATIC_RESOURCES: list[JsonObject] = [
@@ -462,7 +462,7 @@ class BrokerTarget(Target):
             return {"tools": TOOLS}
         if method == "tools/call":
             name = (params or {}).get("name")
-            if name == POLICY_RELOAD["name"]:
+            if name == POLICY_RELOAD["name"] or name in governed_tools.NAMES:
                 raise errors.unknown_tool(str(name), "_broker")
             return self.call_tool(params or {})
         return self._resources(method, params)
@@ -480,8 +480,12 @@ class BrokerTarget(Target):
             tool = next((tool for tool in GOVERNED_TOOLS if tool["name"] == call.get("name")), None)
 
             async def forward(admitted: JsonObject) -> JsonObject:
-                if admitted.get("name") == POLICY_RELOAD["name"]:
+                name = admitted.get("name")
+                if name == POLICY_RELOAD["name"]:
                     return self.reload_policy(governance)
+                if name in governed_tools.NAMES:
+                    self._check_arguments(str(name), admitted.get("arguments"))
+                    return await governed_tools.call(governance, ctx, str(name), admitted.get("arguments"))
                 return self.call_tool(admitted)
 
             return await governed.call(governance, ctx, BROKER_SLOT, tool, call, "_broker", forward)
@@ -508,11 +512,8 @@ class BrokerTarget(Target):
             return self.read_resource(params or {})
         raise errors.method_not_found(method, "_broker (it serves tools and resources)")
 
-    def call_tool(self, params: JsonObject) -> JsonObject:
-        name = params.get("name")
-        if not isinstance(name, str) or name not in TOOL_ARGUMENTS:
-            raise errors.unknown_tool(str(name), "_broker")
-        arguments = params.get("arguments")
+    @staticmethod
+    def _check_arguments(name: str, arguments: object) -> dict[str, Any]:
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
@@ -521,6 +522,13 @@ class BrokerTarget(Target):
         if unexpected:
             allowed = ", ".join(sorted(TOOL_ARGUMENTS[name])) or "none"
             raise invalid(f"{name}: unexpected argument(s) {', '.join(unexpected)}; allowed: {allowed}")
+        return arguments
+
+    def call_tool(self, params: JsonObject) -> JsonObject:
+        name = params.get("name")
+        if not isinstance(name, str) or name not in TOOL_ARGUMENTS:
+            raise errors.unknown_tool(str(name), "_broker")
+        arguments = self._check_arguments(name, params.get("arguments"))
         if name == "broker_info":
             return json_result(self.broker_info())
         if name == "providers_list":

@@ -22,6 +22,7 @@ from gateway.core import errors, governed
 from gateway.core.aggregate import ORIGIN_META_KEY
 from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
+from gateway.core.confirmer import state_reader
 from gateway.core.groups import builtin_tools
 from gateway.core.groups.views import (
     BRIDGE_PATH,
@@ -374,5 +375,10 @@ class GroupTarget(Target):
             async def forward(admitted: JsonObject) -> JsonObject:
                 return await forward_to(session, ctx, method, {**admitted, "name": original}, metrics)
 
-            return await governed.call(governance, ctx, tool.slot, tool.tool, params, self.path, forward)
+            read_state = state_reader(
+                session.tools,
+                lambda listed: governance.may_see(ctx.principal, tool.slot, listed),
+                lambda read: forward_to(session, ctx, method, read, metrics),
+            )
+            return await governed.call(governance, ctx, tool.slot, tool.tool, params, self.path, forward, read_state)
         return await forward_to(session, ctx, method, {**params, "name": tool.original}, self.catalog.metrics)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 TOOLS_LIST = "mcp.tools.list"
 TOOLS_CALL = "mcp.tools.call"
@@ -12,8 +13,26 @@ COMPLETION_USE = "mcp.completion.use"
 TOOL_OBSERVE = "tool.observe"
 TOOL_CONTROL = "tool.control"
 TOOL_PREFIX = "tool:"
+RESERVED_FAMILIES = ("mcp.", "tool.", "tool:", "broker.")
+"""The gateway's own capabilities. Any other `<domain>.<name>` is a capability a provider declares
+(broker/authorization/declare; docs/governance-providers.md), granted by roles like the others."""
+_DECLARED = re.compile(r"[a-z][a-z0-9-]{0,62}\.[A-Za-z0-9][A-Za-z0-9._:-]*")
+BROKER_AUDIT_READ = "broker.audit.read"
 
-NAMED = (TOOLS_LIST, TOOLS_CALL, RESOURCES_READ, PROMPTS_READ, COMPLETION_USE, TOOL_OBSERVE, TOOL_CONTROL)
+BROKER_TOOL_NEEDS = {"broker_audit_recent": BROKER_AUDIT_READ}
+"""`_broker` tools that need a capability of their own besides the tool's: the recent decisions show
+every caller's arguments, which observing the gateway does not entitle one to."""
+
+NAMED = (
+    TOOLS_LIST,
+    TOOLS_CALL,
+    RESOURCES_READ,
+    PROMPTS_READ,
+    COMPLETION_USE,
+    TOOL_OBSERVE,
+    TOOL_CONTROL,
+    BROKER_AUDIT_READ,
+)
 """Every capability spelt out; `tool:<name>` is the one family."""
 SPELLINGS = (*NAMED, "tool:<name>")
 """As an error message lists them."""
@@ -58,6 +77,15 @@ def capability_error(text: str) -> str | None:
         if name and name.strip() == name and name.isprintable():
             return None
         return f'"{text}" names no tool: write tool:<name> with the tool\'s name as its provider lists it'
+    if is_declared_capability(text):
+        return None
     close = difflib.get_close_matches(text, NAMED, n=1, cutoff=0.7)
     hint = f'; did you mean "{close[0]}"?' if close else ""
+    if not close and "." in text and not text.startswith(RESERVED_FAMILIES):
+        hint = '; a capability a provider declares is written <domain>.<name>, e.g. "scada.write"'
     return f'unknown capability "{text}" (capabilities: {", ".join(SPELLINGS)}){hint}'
+
+
+def is_declared_capability(text: str) -> bool:
+    """A capability a provider declares (`<domain>.<name>`, outside the gateway's own families)."""
+    return not text.startswith(RESERVED_FAMILIES) and _DECLARED.fullmatch(text) is not None

@@ -7,12 +7,14 @@ import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gateway.config.policy import PolicyConfig
+from gateway.policy.execution.checks import execution_limit_problems
 from gateway.policy.rules.capabilities import capability_error
+from gateway.policy.rules.declared import declared_limit_problems
 from gateway.policy.rules.model import ENTRY_MODELS, SECTIONS, Entry, PolicyDocument, Role
 from gateway.policy.rules.paths import PatternError, check_path, compile_pattern
 from gateway.policy.rules.subjects import subject_error
@@ -140,11 +142,11 @@ def check_policy(data: Mapping[str, Any], *, prefix: str = "", source: str = "")
         named = entry.fields.get("role")
         if named is not None and named not in roles:
             errors.add((*entry.location, "role"), f'unknown role "{named}" (roles: {role_names})')
-    for entry in (*sections["assign"], *sections["deny"]):
+    for entry in (*sections["assign"], *sections["deny"], *sections["confirm"]):
         _principal(entry, errors)
-    for entry in sections["deny"]:
+    for entry in (*sections["deny"], *sections["confirm"]):
         _capabilities(entry, errors)
-    for entry in (*sections["assign"], *sections["deny"], *sections["limits"]):
+    for entry in (*sections["assign"], *sections["deny"], *sections["limits"], *sections["confirm"]):
         _patterns(entry, errors)
     for entry in sections["limits"]:
         if not _LIMIT_KEYS & entry.failed:  # a bound that is no number cannot be compared
@@ -153,6 +155,13 @@ def check_policy(data: Mapping[str, Any], *, prefix: str = "", source: str = "")
     for entry in sections["resource_patterns"]:
         if "path" in entry.fields:
             _mapped_path(entry.fields["path"], (*entry.location, "path"), errors)
+    limits = [(entry.location, entry.fields, entry.failed) for entry in sections["execution_limits"]]
+    for location, problem in execution_limit_problems(limits):
+        errors.add(location, problem)
+    for entry in sections["declared_limits"]:
+        _patterns(entry, errors)
+        for key, problem in declared_limit_problems(entry.fields, entry.failed):
+            errors.add((*entry.location, key) if key else entry.location, problem)
 
     if errors.found:
         raise PolicyError(errors.listed(), source)
@@ -165,8 +174,11 @@ def check_policy(data: Mapping[str, Any], *, prefix: str = "", source: str = "")
         assign=valid("assign"),
         deny=valid("deny"),
         limits=valid("limits"),
+        confirm=valid("confirm"),
         resources=resources,
         resource_patterns=valid("resource_patterns"),
+        execution_limits=valid("execution_limits"),
+        declared_limits=valid("declared_limits"),
     )
 
 
@@ -181,7 +193,7 @@ def _parse(model: type[Entry], body: Any, location: Location, errors: Errors) ->
             failed.update(loc[:1])
             kind = error["type"]
             if kind == "extra_forbidden":
-                message = f"unknown key (keys: {', '.join(model.model_fields)})"
+                message = f"unknown key (keys: {', '.join(_keys_at(model, loc))})"
             else:
                 message = _MESSAGES.get(kind) or error["msg"][0].lower() + error["msg"][1:]
             errors.add((*location, *loc), message)
@@ -189,6 +201,22 @@ def _parse(model: type[Entry], body: Any, location: Location, errors: Errors) ->
         fields = {key: value for key, value in good.items() if key in model.model_fields and key not in failed}
         return Parsed(location, None, fields, frozenset(str(key) for key in failed))
     return Parsed(location, parsed, {name: getattr(parsed, name) for name in model.model_fields})
+
+
+def _keys_at(model: type[BaseModel], loc: Location) -> list[str]:
+    """The keys of the table holding `loc`'s last key: a nested table's own ([[execution_limits]] match)."""
+    for part in loc[:-1]:
+        declared = model.model_fields.get(part) if isinstance(part, str) else None
+        kinds = (declared.annotation, *get_args(declared.annotation)) if declared is not None else ()
+        nested = [kind for kind in kinds if _is_model(kind)]
+        if not nested:
+            break
+        model = nested[0]
+    return list(model.model_fields)
+
+
+def _is_model(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
 
 
 def _roles(value: Any, errors: Errors) -> dict[str, Parsed]:

@@ -29,6 +29,13 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class ConfirmRule(Rule):
+    """One [[confirm]], compiled: calls using its capabilities wait for a person, for at most `expires_s`."""
+
+    expires_s: int = 0
+
+
+@dataclass(frozen=True)
 class LimitRule:
     """One [[limits]], compiled: the limit the argument checks apply where its patterns match."""
 
@@ -48,6 +55,7 @@ class Rules:
     assigns: tuple[Rule, ...]
     denies: tuple[Rule, ...]
     limits: tuple[LimitRule, ...]
+    confirms: tuple[ConfirmRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class Place:
     denies: tuple[Rule, ...]
     limits: dict[str, tuple[ArgumentLimit, ...]]
     """By tool name."""
+    confirms: tuple[ConfirmRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,8 @@ class Grants:
     denied: dict[str, str]
     who: str
     """The subject reasons name the caller by."""
+    confirm: dict[str, ConfirmRule] | None = None
+    """Each capability whose calls wait for a person's yes, with the first [[confirm]] saying so."""
 
 
 def compile_rules(document: PolicyDocument) -> Rules:
@@ -98,6 +109,16 @@ def compile_rules(document: PolicyDocument) -> Rules:
                 ),
             )
             for i, entry in enumerate(document.limits)
+        ),
+        confirms=tuple(
+            ConfirmRule(
+                f"confirm[{i}]",
+                entry.principal,
+                _compiled(entry.resources),
+                frozenset(entry.capabilities),
+                expires_s=entry.expires_s,
+            )
+            for i, entry in enumerate(document.confirm)
         ),
     )
 

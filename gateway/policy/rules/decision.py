@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.policy.arguments import ArgumentLimit
+from gateway.policy.rules.compiled import ConfirmRule
 
 ALWAYS = "always"
 """The rule id of a method no capability governs (initialize, ping, notifications, logging/setLevel)."""
@@ -38,3 +39,5 @@ class Decision:
     """The capability that decided; for tools/call the tool's (tool:<name> or its class), "" when none governs."""
     limits: tuple[ArgumentLimit, ...] = ()
     """tools/call: the operator limits on this tool's arguments at this resource."""
+    confirm: ConfirmRule | None = None
+    """tools/call, allowed: the [[confirm]] that makes the call wait for a person's yes (None: it does not wait)."""

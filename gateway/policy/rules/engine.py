@@ -6,8 +6,15 @@ import fnmatch
 
 from gateway.core.names import BROKER_SLOT
 from gateway.policy.arguments import ArgumentLimit
-from gateway.policy.rules.capabilities import TOOL_PREFIX, TOOLS_CALL, VERBS, capability_of, tool_class
-from gateway.policy.rules.compiled import Grants, Place, compile_rules
+from gateway.policy.rules.capabilities import (
+    BROKER_TOOL_NEEDS,
+    TOOL_PREFIX,
+    TOOLS_CALL,
+    VERBS,
+    capability_of,
+    tool_class,
+)
+from gateway.policy.rules.compiled import ConfirmRule, Grants, Place, compile_rules
 from gateway.policy.rules.decision import ALWAYS, DEFAULT, Ask, Decision
 from gateway.policy.rules.explain import explanation
 from gateway.policy.rules.model import PolicyDocument
@@ -73,6 +80,9 @@ class Policy:
         if named not in held and kind not in held:
             return False
         denied = grants.denied
+        needs = BROKER_TOOL_NEEDS.get(tool) if slot == BROKER_SLOT else None
+        if needs is not None and (needs not in held or needs in denied):
+            return False
         return not denied or (TOOLS_CALL not in denied and named not in denied and kind not in denied)
 
     def explain(self, ask: Ask) -> list[str]:
@@ -106,7 +116,12 @@ class Policy:
                 if rule.applies_to(subjects):
                     for capability in rule.capabilities:
                         denied.setdefault(capability, rule.id)
-            grants = self._grants[key] = Grants(held, denied, caller_name(subjects))
+            confirm: dict[str, ConfirmRule] = {}
+            for confirming in place.confirms:
+                if confirming.applies_to(subjects):
+                    for capability in confirming.capabilities:
+                        confirm.setdefault(capability, confirming)
+            grants = self._grants[key] = Grants(held, denied, caller_name(subjects), confirm or None)
         return grants
 
     def _place(self, slot: str) -> Place:
@@ -121,6 +136,7 @@ class Policy:
             tuple(rule for rule in self.rules.assigns if rule.covers(resource)),
             tuple(rule for rule in self.rules.denies if rule.covers(resource)),
             {tool: tuple(found) for tool, found in limits.items()},
+            tuple(rule for rule in self.rules.confirms if rule.covers(resource)),
         )
 
     def _map(self, slot: str) -> tuple[str, str]:
@@ -158,6 +174,11 @@ def _decide_call(ask: Ask, place: Place, grants: Grants) -> Decision:
             f"ask the operator for {TOOLS_CALL} and {wanted} there"
         )
         return Decision(False, reason, (DEFAULT,), place.resource, TOOLS_CALL, limits)
+    needs = BROKER_TOOL_NEEDS.get(tool) if ask.slot == BROKER_SLOT else None
+    if needs is not None and (needs not in grants.held or needs in grants.denied):
+        why = grants.denied.get(needs) or f"no role of theirs there grants {needs}"
+        reason = f"Forbidden: {who} may not {what} ({why}); ask the operator for {needs} there"
+        return Decision(False, reason, (grants.denied.get(needs) or DEFAULT,), place.resource, needs, limits)
     capability = named if named in grants.held else kind
     tool_by = grants.held.get(capability)
     if tool_by is None:
@@ -167,4 +188,13 @@ def _decide_call(ask: Ask, place: Place, grants: Grants) -> Decision:
         )
         return Decision(False, reason, (DEFAULT,), place.resource, kind, limits)
     rules = (call_by,) if tool_by == call_by else (call_by, tool_by)
-    return Decision(True, f"{who} may {what} ({', '.join(rules)})", rules, place.resource, capability, limits)
+    confirm = None
+    if grants.confirm is not None:
+        for asked in (TOOLS_CALL, named, kind):
+            confirm = grants.confirm.get(asked)
+            if confirm is not None:
+                break
+    reason = f"{who} may {what} ({', '.join(rules)})"
+    if confirm is not None:
+        reason += f" once a person confirms it ({confirm.id})"
+    return Decision(True, reason, rules, place.resource, capability, limits, confirm)

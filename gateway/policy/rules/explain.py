@@ -36,6 +36,11 @@ def explanation(ask: Ask, decision: Decision, place: Place, rules: Rules) -> lis
         lines.append("  (none: nothing is granted, so only always-allowed methods pass)")
     if ask.method == "tools/call":
         lines.extend(_limits(ask, place, rules))
+        if decision.confirm is not None:
+            lines.append(
+                f"confirmation: {decision.confirm.id} (a person confirms each call; "
+                f"an answer or an approval counts for {decision.confirm.expires_s} s)"
+            )
     return lines
 
 

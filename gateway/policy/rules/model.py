@@ -12,6 +12,10 @@ Patterns = Annotated[list[NonEmpty], Field(min_length=1)]
 Value = str | int | float | bool
 
 
+DEFAULT_CONFIRM_S = 300
+MAX_CONFIRM_S = 86_400
+
+
 class Entry(BaseModel):
     # strict: a "300" in quotes is a mistake to point at, not a number to guess.
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -52,6 +56,63 @@ class Limit(Entry):
     action: Literal["refuse", "clamp"] = "refuse"
 
 
+class Confirm(Entry):
+    """[[confirm]]: a call by `principal` using any of `capabilities` on `resources` waits for a person's yes."""
+
+    principal: NonEmpty
+    capabilities: Annotated[list[NonEmpty], Field(min_length=1)]
+    resources: Patterns
+    expires_s: Annotated[int, Field(gt=0, le=MAX_CONFIRM_S)] = DEFAULT_CONFIRM_S
+    """How long a person has to answer, and how long an approval given with `mcp-gateway approve` stays usable."""
+
+
+class LimitWindow(Entry):
+    """At most `max` in any `window_ms` (a sliding window)."""
+
+    max: int
+    window_ms: int
+
+
+class BudgetWindow(LimitWindow):
+    """At most `max` units of `unit` reserved in any `window_ms`."""
+
+    unit: NonEmpty
+
+
+class LimitMatch(Entry):
+    """Which calls and reservations an execution limit counts; an omitted selector matches every one."""
+
+    subject: NonEmpty | None = None
+    provider: NonEmpty | None = None
+    capability: NonEmpty | None = None
+    resource: NonEmpty | None = None
+
+
+class ExecutionLimit(Entry):
+    """[[execution_limits]]: rate, calls, concurrency and budget limits on the calls and reservations it matches."""
+
+    id: NonEmpty
+    match: LimitMatch = Field(default_factory=LimitMatch)
+    group_by: list[NonEmpty] = Field(default_factory=list)
+    rate: LimitWindow | None = None
+    calls: LimitWindow | None = None
+    concurrency: int | None = None
+    budget: BudgetWindow | None = None
+    max_keys: int | None = None
+    """Groups the rule counts at most (None: gateway.policy.execution.rules.DEFAULT_MAX_KEYS)."""
+
+
+class DeclaredLimit(Entry):
+    """[[declared_limits]]: the operator's limit on resources providers declare at `resources`, for one
+    declared capability (None: every one); intersected with the provider's own limits in each allow."""
+
+    resources: Patterns
+    capability: NonEmpty | None = None
+    min: float | None = None
+    max: float | None = None
+    allowed: Annotated[list[Value], Field(min_length=1)] | None = None
+
+
 class ResourcePattern(Entry):
     """[[resource_patterns]]: slots whose name matches `slots` (fnmatch) live at `path` ({slot} replaced)."""
 
@@ -63,10 +124,23 @@ ENTRY_MODELS: dict[str, type[Entry]] = {
     "assign": Assign,
     "deny": Deny,
     "limits": Limit,
+    "confirm": Confirm,
     "resource_patterns": ResourcePattern,
+    "execution_limits": ExecutionLimit,
+    "declared_limits": DeclaredLimit,
 }
 """The sections that are arrays of tables, and the model of each entry."""
-SECTIONS = ("roles", "assign", "deny", "limits", "resources", "resource_patterns")
+SECTIONS = (
+    "roles",
+    "assign",
+    "deny",
+    "limits",
+    "confirm",
+    "resources",
+    "resource_patterns",
+    "execution_limits",
+    "declared_limits",
+)
 """Every top-level key of a policy (and the inline keys of [policy])."""
 
 
@@ -78,5 +152,8 @@ class PolicyDocument:
     assign: tuple[Assign, ...] = ()
     deny: tuple[Deny, ...] = ()
     limits: tuple[Limit, ...] = ()
+    confirm: tuple[Confirm, ...] = ()
     resources: dict[str, str] = field(default_factory=dict)
     resource_patterns: tuple[ResourcePattern, ...] = ()
+    execution_limits: tuple[ExecutionLimit, ...] = ()
+    declared_limits: tuple[DeclaredLimit, ...] = ()

@@ -11,8 +11,9 @@ from gateway.policy.claims import client_from_claims, groups_from_claims
 ANYONE = "*"
 """A rule's principal matching every caller, the anonymous one included."""
 ANONYMOUS = "anonymous"
-KINDS = ("token", "user", "group", "client", "service")
-"""The prefixes of a subject string, `<kind>:<name>`."""
+KINDS = ("token", "user", "group", "client", "service", "provider")
+"""The prefixes of a subject string, `<kind>:<name>`. `provider:<identity>` is a declaring provider asking
+broker/authorize for its own work (docs/governance-providers.md); no client is ever one."""
 
 # How each way authentication establishes a caller names it (Principal.kind -> subject prefix).
 _PREFIX_OF_KIND = {"token": "token", "oauth": "user", "hmac": "service"}

@@ -1,0 +1,78 @@
+"""`mcp-gateway approve`: list the device calls waiting for a person's approval, approve or deny one
+(through the running gateway's _broker tools broker_approvals and broker_approve)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from gateway.cli.common import DEFAULT_URL, Commands
+
+
+def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
+    """One line per waiting call, oldest first; the words an operator approves by."""
+    if not approvals:
+        return "No call waits for approval."
+    lines = []
+    for item in approvals:
+        left_s = max(0, (int(item["expires_ms"]) - now_ms) // 1000)
+        arguments = json.dumps(item.get("arguments"), separators=(",", ":"), sort_keys=True)
+        decided = f" by {item['decided_by']}" if item.get("decided_by") else ""
+        lines.append(
+            f"{item['id']}  {item['state']}{decided}  {', '.join(item['principal'])} -> {item['tool']} on "
+            f"{item['slot']} ({item['resource']}) {arguments}  [{item['rule']}, expires in {left_s} s]"
+        )
+    return "\n".join(lines)
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from gateway.cli.calls import _client_token
+    from gateway.client import GatewayClient, render_result
+
+    async def go() -> int:
+        async with GatewayClient(args.url, "_broker", token=_client_token(args)) as client:
+            if args.id is None:
+                result = await client.call_tool("broker_approvals", {})
+                if result.get("isError") or args.json:
+                    sys.stdout.write(render_result(result) + "\n")
+                    return 1 if result.get("isError") else 0
+                approvals = result["structuredContent"]["approvals"]
+                sys.stdout.write(render_approvals(approvals, int(time.time() * 1000)) + "\n")
+                return 0
+            result = await client.call_tool("broker_approve", {"id": args.id, "approve": not args.deny})
+        if result.get("isError") or args.json:
+            sys.stdout.write(render_result(result) + "\n")
+            return 1 if result.get("isError") else 0
+        decided = result["structuredContent"]
+        verb = "approved" if decided["state"] == "approved" else "denied"
+        sys.stdout.write(
+            f"{decided['id']} {verb}: {decided['tool']} on {decided['slot']} for {', '.join(decided['principal'])}; "
+            "its next attempt with the same arguments is "
+            f"{'forwarded' if verb == 'approved' else 'answered as declined'}, once.\n"
+        )
+        return 0
+
+    return asyncio.run(go())
+
+
+def add_approve(commands: Commands) -> None:
+    approve = commands.add_parser(
+        "approve",
+        help="list device calls waiting for a person's approval; approve or deny one",
+        description="Without ID: list the calls the policy has a person confirm ([[confirm]]) whose client could "
+        "not ask its user. With ID: approve it (or deny it with --deny); the caller's next attempt of the same "
+        "call before it expires is forwarded (or answered as declined), once. Runs the _broker tools "
+        "broker_approvals and broker_approve, which the policy gives to operators.",
+    )
+    approve.add_argument("id", nargs="?", help="the approval id to decide, as the list shows it")
+    approve.add_argument("--deny", action="store_true", help="deny the call instead of approving it")
+    approve.add_argument("--json", action="store_true", help="print the gateway's JSON answer")
+    approve.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL (default {DEFAULT_URL})")
+    approve.add_argument(
+        "--token-file", metavar="FILE", help="a file holding the client token (default: $MCP_GATEWAY_TOKEN)"
+    )
+    approve.set_defaults(func=cmd_approve)

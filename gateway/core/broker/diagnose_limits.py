@@ -1,0 +1,63 @@
+"""Problems of execution limits (docs/governance-limits.md), read from the governance status the policy
+layer reports (`limits`): calls refused by a limit, and rules whose groups fill their max_keys.
+
+Pure: the status in, problems out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.core.broker.problems import GatewayView, Problem
+
+SHOWN_REFUSALS = 3
+"""Recent refusals named in the evidence, newest first; the count covers them all."""
+
+
+def limit_problems(view: GatewayView) -> list[Problem]:
+    governance = view.governance
+    limits = governance.get("limits") if isinstance(governance, Mapping) else None
+    if not isinstance(limits, Mapping):
+        return []
+    problems = [_full(rule) for rule in limits.get("rules") or () if isinstance(rule, Mapping) and _is_full(rule)]
+    refusals = limits.get("refusals")
+    if isinstance(refusals, Mapping) and refusals.get("total"):
+        problems.append(_refused(refusals))
+    return problems
+
+
+def _is_full(rule: Mapping[str, Any]) -> bool:
+    groups, most = rule.get("groups"), rule.get("max_keys")
+    return isinstance(groups, int) and isinstance(most, int) and groups >= most
+
+
+def _full(rule: Mapping[str, Any]) -> Problem:
+    rule_id = rule.get("id")
+    return Problem(
+        "limits.keys_full",
+        "warning",
+        f'Execution limit "{rule_id}" counts as many groups as it may: calls of a new group are refused',
+        f"{rule.get('groups')} groups of at most {rule.get('max_keys')} (max_keys), grouped by "
+        f"{', '.join(rule.get('group_by') or ()) or 'nothing'}; a group is dropped once its windows are empty "
+        "and it has no call in flight",
+        f'Raise max_keys of the rule "{rule_id}" in the policy and reload it, or group by fewer keys.',
+    )
+
+
+def _refused(refusals: Mapping[str, Any]) -> Problem:
+    recent = [entry for entry in refusals.get("recent") or () if isinstance(entry, Mapping)]
+    named = "; ".join(
+        f"rule {entry.get('ruleId') or '-'} ({entry.get('reason')}) refused {entry.get('subject')} on "
+        f"{entry.get('slot')}" + (f" calling {entry['tool']}" if entry.get("tool") else "")
+        for entry in reversed(recent[-SHOWN_REFUSALS:])
+    )
+    return Problem(
+        "limits.refused",
+        "info",
+        f"Execution limits refused {refusals.get('total')} calls or reservations since the gateway started",
+        f"most recent: {named}" if named else "none kept",
+        "Expected when agents go past the operator's limits: the agents got -32029 with retryAfterMs and "
+        "nothing reached the device. broker_info governance.limits shows each rule's counts; raise a rule's "
+        "limits in the policy if the work is legitimate.",
+    )

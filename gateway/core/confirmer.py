@@ -1,0 +1,92 @@
+"""How the caller of a governed tools/call can be asked to confirm it (the core's side of
+policy_interface.Confirmer): on its session-era stream, by an input_required round in 2026-07-28, or
+not at all; and the device's state for the question, read with the slot's read tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gateway.core import errors, jsonrpc
+from gateway.core.client_context import SESSION, ClientContext
+from gateway.core.jsonrpc import JsonObject
+from gateway.core.policy_interface import CONFIRM_INPUT_KEY, CONFIRM_STATE_PREFIX, ConfirmRetry
+from gateway.core.relay import missing_capability
+
+ELICIT = "elicitation/create"
+StateReader = Callable[[], Awaitable[object]]
+"""Reads the device's state for a confirmation question; None when it has no read tool."""
+
+
+def split_retry(params: JsonObject) -> tuple[JsonObject, ConfirmRetry | None]:
+    """A 2026-07-28 retry answering the gateway's confirmation: the params without the answer, and the answer.
+
+    Any other requestState (the provider's own, or the gateway's input_required translation) stays."""
+    state = params.get("requestState")
+    if not isinstance(state, str) or not state.startswith(CONFIRM_STATE_PREFIX):
+        return params, None
+    responses = params.get("inputResponses")
+    answer = responses.get(CONFIRM_INPUT_KEY) if isinstance(responses, dict) else None
+    rest = {key: value for key, value in params.items() if key not in ("requestState", "inputResponses")}
+    return rest, ConfirmRetry(state, answer if isinstance(answer, dict) else None)
+
+
+class ClientConfirmer:
+    """One call's caller, as the policy layer may ask it to confirm the call."""
+
+    __slots__ = ("ctx", "read_state", "retry")
+
+    def __init__(self, ctx: ClientContext, retry: ConfirmRetry | None, read_state: StateReader | None) -> None:
+        self.ctx = ctx
+        self.retry = retry
+        self.read_state = read_state
+
+    @property
+    def way(self) -> str:
+        # Worked out only for a call that needs confirming: built for every governed call, asked by few.
+        ctx = self.ctx
+        if missing_capability(ctx.client_capabilities, ELICIT, {}) is not None:
+            return ""
+        if ctx.era == SESSION:
+            return "elicit" if ctx.requester is not None else ""
+        return "input"
+
+    async def elicit(self, params: dict[str, Any]) -> dict[str, Any]:
+        requester = self.ctx.requester
+        if requester is None:  # way is "elicit" only with a requester
+            raise errors.RpcError(jsonrpc.INTERNAL_ERROR, "no stream to ask the client on")
+        return await requester.request(ELICIT, params)
+
+    async def device_state(self) -> object:
+        return await self.read_state() if self.read_state is not None else None
+
+
+def state_reader(
+    tools: list[JsonObject], may_see: Callable[[JsonObject], bool], call: Callable[[JsonObject], Awaitable[JsonObject]]
+) -> StateReader:
+    """Reads the state with the slot's first read-only tool that needs no arguments and the caller may
+    see (pump-1's get_status); its structured content, else its text."""
+
+    async def read() -> object:
+        for tool in tools:
+            annotations = tool.get("annotations")
+            schema = tool.get("inputSchema")
+            if not isinstance(annotations, dict) or annotations.get("readOnlyHint") is not True:
+                continue
+            if isinstance(schema, dict) and schema.get("required"):
+                continue
+            if not may_see(tool):
+                continue
+            result = await call({"name": tool["name"], "arguments": {}})
+            if result.get("isError") is True:
+                return None
+            structured = result.get("structuredContent")
+            if structured is not None:
+                return structured
+            content = result.get("content")
+            texts = [item.get("text") for item in content or [] if isinstance(item, dict)]
+            return "\n".join(text for text in texts if isinstance(text, str)) or None
+        return None
+
+    return read

@@ -1,0 +1,166 @@
+"""Calls waiting for a person's approval (`mcp-gateway approve`), and the binding that ties an answer to
+one call: the same caller, slot, tool and arguments, used once, before it expires.
+
+Kept in memory: a restart forgets them, and the caller's next attempt asks again (nothing is forwarded
+on an approval the gateway no longer holds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.policy.audit.records import mask_secrets
+
+DEFAULT_MAX_APPROVALS = 256
+"""Calls waiting for approval (or approved and not yet used) at once; past it a new one is refused."""
+
+
+def binding_of(subjects: Collection[str], slot: str, tool: str, arguments: object) -> str:
+    """What an approval is bound to: who calls which tool of which slot with which arguments."""
+    body = orjson.dumps([sorted(subjects), slot, tool, arguments], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(body).hexdigest()
+
+
+class ApprovalsFull(Exception):
+    """Too many calls wait for approval: the new one is refused, none is dropped."""
+
+
+class ApprovalUnknown(Exception):
+    """No waiting call has this id (never issued, used, expired, or already decided)."""
+
+
+@dataclass
+class Approval:
+    """One call waiting for a person, or decided by one and not yet used."""
+
+    id: str
+    binding: str
+    principal: tuple[str, ...]
+    slot: str
+    resource: str
+    tool: str
+    arguments: Any
+    """Masked: secret-looking keys are never shown to the approver."""
+    rule: str
+    created_ms: int
+    expires_ms: int
+    state: str = "pending"
+    """"pending", "approved" or "denied"."""
+    decided_by: str | None = None
+    decided_ms: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state,
+            "principal": list(self.principal),
+            "slot": self.slot,
+            "resource": self.resource,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "rule": self.rule,
+            "created_ms": self.created_ms,
+            "expires_ms": self.expires_ms,
+            "decided_by": self.decided_by,
+            "decided_ms": self.decided_ms,
+        }
+
+
+class Approvals:
+    """The waiting calls, by id and by binding; each binding has at most one."""
+
+    def __init__(self, limit: int = DEFAULT_MAX_APPROVALS, clock: Callable[[], float] = time.time) -> None:
+        self.limit = limit
+        self.clock = clock
+        self._by_id: dict[str, Approval] = {}
+        self._by_binding: dict[str, Approval] = {}
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def request(
+        self,
+        binding: str,
+        principal: Collection[str],
+        slot: str,
+        resource: str,
+        tool: str,
+        arguments: object,
+        rule: str,
+        expires_s: int,
+    ) -> Approval:
+        """The waiting call for `binding`: the one already waiting, or a new one (ApprovalsFull past the limit)."""
+        self._expire()
+        found = self._by_binding.get(binding)
+        if found is not None and found.state == "pending":
+            return found
+        if found is not None:
+            self._drop(found)
+        if len(self._by_id) >= self.limit:
+            raise ApprovalsFull(f"{len(self._by_id)} calls already wait for approval (the limit)")
+        now = self.now_ms()
+        approval = Approval(
+            id=secrets.token_hex(4),
+            binding=binding,
+            principal=tuple(sorted(principal)),
+            slot=slot,
+            resource=resource,
+            tool=tool,
+            arguments=mask_secrets(arguments),
+            rule=rule,
+            created_ms=now,
+            expires_ms=now + expires_s * 1000,
+        )
+        while approval.id in self._by_id:  # 32 random bits: a clash is rare, never silent
+            approval.id = secrets.token_hex(4)
+        self._by_id[approval.id] = approval
+        self._by_binding[binding] = approval
+        return approval
+
+    def take(self, binding: str) -> Approval | None:
+        """The decided approval for `binding`, used up by this call; None while none is decided."""
+        self._expire()
+        found = self._by_binding.get(binding)
+        if found is None or found.state == "pending":
+            return None
+        self._drop(found)
+        return found
+
+    def get(self, approval_id: str) -> Approval | None:
+        self._expire()
+        return self._by_id.get(approval_id)
+
+    def decide(self, approval_id: str, approve: bool, by: str) -> Approval:
+        """Approve or deny a waiting call; it stays usable until it expires (the same deadline)."""
+        self._expire()
+        found = self._by_id.get(approval_id)
+        if found is None or found.state != "pending":
+            raise ApprovalUnknown(approval_id)
+        found.state = "approved" if approve else "denied"
+        found.decided_by = by
+        found.decided_ms = self.now_ms()
+        return found
+
+    def listed(self) -> list[dict[str, Any]]:
+        self._expire()
+        return [approval.to_json() for approval in sorted(self._by_id.values(), key=lambda a: a.created_ms)]
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def _drop(self, approval: Approval) -> None:
+        self._by_id.pop(approval.id, None)
+        if self._by_binding.get(approval.binding) is approval:
+            del self._by_binding[approval.binding]
+
+    def _expire(self) -> None:
+        now = self.now_ms()
+        for approval in [a for a in self._by_id.values() if a.expires_ms <= now]:
+            self._drop(approval)

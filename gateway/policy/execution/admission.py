@@ -1,0 +1,124 @@
+"""ExecutionLimits: the [[execution_limits]] in force and their counters; admits each tools/call
+against every matching rule at once, and gives a call's concurrency places back when it ends.
+
+Counters live in memory only. A reload keeps the counters of every rule whose id and definition are
+unchanged, and starts the others from zero; a restart starts all of them from zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.policy.execution import debits
+from gateway.policy.execution.counters import RuleCounters
+from gateway.policy.execution.ledger import DEFAULT_MAX_RESERVATIONS, DEFAULT_RETENTION_MS, BudgetLedger
+from gateway.policy.execution.refusals import RECENT_REFUSALS, LimitRefusal, RefusalLog
+from gateway.policy.execution.rules import Target, compile_limit, identity_of
+from gateway.policy.rules.capabilities import TOOL_PREFIX, TOOLS_CALL, tool_class
+from gateway.policy.rules.model import ExecutionLimit
+
+log = logging.getLogger("gateway.policy.limits")
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class Admission:
+    """An admitted call's hold on the rules' concurrency, given back once by `ExecutionLimits.release`."""
+
+    held: tuple[debits.Held, ...] = ()
+    released: bool = False
+
+
+class ExecutionLimits:
+    """The rules in force and their counters. Not thread-safe: the event loop is its one caller."""
+
+    def __init__(
+        self,
+        entries: Iterable[ExecutionLimit] = (),
+        *,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
+        recent_refusals: int = RECENT_REFUSALS,
+        max_reservations: int = DEFAULT_MAX_RESERVATIONS,
+        reservation_retention_ms: int = DEFAULT_RETENTION_MS,
+    ) -> None:
+        self._clock = clock
+        self.rules: tuple[RuleCounters, ...] = ()
+        self.refusals = RefusalLog(recent_refusals)
+        self.budget = BudgetLedger(
+            lambda: self.rules,
+            self._refused,
+            clock=clock,
+            wall_clock=wall_clock,
+            max_reservations=max_reservations,
+            retention_ms=reservation_retention_ms,
+        )
+        self._wall_clock = wall_clock
+        self.swap(entries)
+
+    def now_ms(self) -> float:
+        return self._clock() * 1000
+
+    def swap(self, entries: Iterable[ExecutionLimit]) -> None:
+        """Use these rules from now on. A rule whose id and definition are unchanged keeps its counters
+        (and calls in flight); any other starts from zero. Calls admitted under a rule that is gone
+        still give their places back to it when they end, which no longer affects anything."""
+        kept = {counters.rule.id: counters for counters in self.rules}
+        rules = []
+        for entry in entries:
+            old = kept.get(entry.id)
+            rules.append(
+                old if old is not None and old.rule.definition == entry else RuleCounters(compile_limit(entry))
+            )
+        self.rules = tuple(rules)
+
+    def admit_call(
+        self, subjects: frozenset[str], slot: str, tool: str, read_only: bool | None, resource: str
+    ) -> Admission | LimitRefusal:
+        """Debit one tools/call of `tool` on `slot` (at `resource`) from every rule matching it, or none
+        of them and say why. The admission is given back with `release` when the call ends."""
+        if not self.rules:
+            return Admission()
+        named = TOOL_PREFIX + tool
+        target = Target(subjects, slot, frozenset({TOOLS_CALL, named, tool_class(read_only)}), named, resource)
+        matching = [
+            (counters, counters.rule.call_windows, True)
+            for counters in self.rules
+            if counters.rule.limits_calls and counters.rule.matches(target)
+        ]
+        if not matching:
+            return Admission()
+        now = self.now_ms()
+        planned = debits.plan(matching, target, 1, now)
+        if isinstance(planned, LimitRefusal):
+            self._refused(planned, target, tool=tool)
+            return planned
+        return Admission(debits.commit(planned, 1, now))
+
+    def release(self, admission: Admission) -> None:
+        """The call ended (answered, failed, timed out, cancelled, or was never forwarded): its
+        concurrency places are free again. Releasing twice is harmless."""
+        if not admission.released and admission.held:
+            debits.release(admission.held, self.now_ms())
+        admission.released = True
+
+    def _refused(self, refusal: LimitRefusal, target: Target, **context: Any) -> None:
+        who = identity_of(target.subjects)
+        self.refusals.add(refusal, int(self._wall_clock() * 1000), slot=target.slot, subject=who, **context)
+        log.info("execution limit refused %s on %s: %s", who, target.slot, refusal.message())
+
+    def status(self) -> dict[str, Any]:
+        """For broker_info and broker_diagnose: each rule with its busiest groups, the reservations,
+        and the recent refusals."""
+        now = self.now_ms()
+        shown = []
+        for counters in self.rules:
+            entry = counters.status(now)
+            entry["refused"] = self.refusals.by_rule.get(counters.rule.id, 0)
+            shown.append(entry)
+        return {"rules": shown, "reservations": self.budget.status(), "refusals": self.refusals.status()}

@@ -1,0 +1,160 @@
+"""All the matching rules or none: every rule is checked before any is debited.
+
+Checking and debiting run without an await between them, so on the event loop no other call can
+slip in between; a refusal by one rule leaves every other rule's counters as they were.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gateway.policy.execution.counters import GroupCounters, RuleCounters
+from gateway.policy.execution.refusals import (
+    CONCURRENCY_EXCEEDED,
+    LIMIT_EXCEEDED,
+    LIMIT_KEYS_FULL,
+    QUANTITY_EXCEEDS_LIMIT,
+    LimitRefusal,
+    deciding,
+    duration,
+)
+from gateway.policy.execution.rules import GroupKey, Target
+from gateway.policy.execution.windows import WindowSpec
+
+
+@dataclass(frozen=True)
+class Debit:
+    """One rule's part of an admission: its group (None: a group to create), what to debit."""
+
+    counters: RuleCounters
+    key: GroupKey
+    group: GroupCounters | None
+    windows: tuple[WindowSpec, ...]
+    hold: bool
+    """Take a place of the rule's concurrency (released when the call ends)."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """A place taken in one rule's concurrency, given back by `release`."""
+
+    counters: RuleCounters
+    key: GroupKey
+    group: GroupCounters
+
+
+def plan(
+    matching: Iterable[tuple[RuleCounters, tuple[WindowSpec, ...], bool]], target: Target, quantity: int, now_ms: float
+) -> list[Debit] | LimitRefusal:
+    """What admitting `target` debits from each matching rule (its windows, and a concurrency place
+    when asked), or the refusal when any rule has no room."""
+    debits: list[Debit] = []
+    refusals: list[LimitRefusal] = []
+    for counters, windows, hold in matching:
+        rule = counters.rule
+        key = rule.key(target)
+        group = counters.find(key)
+        refused = _too_much(counters, windows, quantity)
+        if refused is None and group is None:
+            refused = _room(counters, key, now_ms)  # a new group starts empty: only its room can refuse
+        elif refused is None and group is not None:
+            refused = _windows(counters, key, group, windows, quantity, now_ms)
+            if refused is None and hold and rule.concurrency is not None and group.in_flight >= rule.concurrency:
+                refused = _concurrency(counters, key)
+        if refused is not None:
+            refusals.append(refused)
+        else:
+            debits.append(Debit(counters, key, group, windows, hold and rule.concurrency is not None))
+    refusal = deciding(refusals)
+    return refusal if refusal is not None else debits
+
+
+def commit(debits: Sequence[Debit], quantity: int, now_ms: float) -> tuple[Held, ...]:
+    """Debit every planned rule; returns the concurrency places taken."""
+    held: list[Held] = []
+    for debit in debits:
+        group = debit.group if debit.group is not None else debit.counters.add(debit.key)
+        for spec in debit.windows:
+            group.windows[spec.kind].debit(now_ms, quantity)
+        if debit.hold:
+            group.in_flight += 1
+            held.append(Held(debit.counters, debit.key, group))
+    return tuple(held)
+
+
+def release(held: Iterable[Held], now_ms: float) -> None:
+    for place in held:
+        place.counters.ended(place.key, place.group, now_ms)
+
+
+def _scope(counters: RuleCounters, key: GroupKey) -> str:
+    group = counters.rule.describe_group(key)
+    return f" for {group}" if group else ""
+
+
+def _windows(
+    counters: RuleCounters,
+    key: GroupKey,
+    group: GroupCounters,
+    windows: Sequence[WindowSpec],
+    quantity: int,
+    now_ms: float,
+) -> LimitRefusal | None:
+    rule = counters.rule
+    for spec in windows:
+        wait = group.windows[spec.kind].wait_ms(now_ms, quantity)
+        if wait:
+            return LimitRefusal(
+                LIMIT_EXCEEDED,
+                f'Execution limit "{rule.id}" reached{_scope(counters, key)}: at most {spec.max} {spec.unit} per '
+                f"{duration(spec.window_ms)} ({spec.kind})",
+                rule.id,
+                wait,
+                spec.kind,
+            )
+    return None
+
+
+def _too_much(counters: RuleCounters, windows: Iterable[WindowSpec], quantity: int) -> LimitRefusal | None:
+    for spec in windows:
+        if quantity > spec.max:
+            return LimitRefusal(
+                QUANTITY_EXCEEDS_LIMIT,
+                f'Execution limit "{counters.rule.id}" allows at most {spec.max} {spec.unit} per '
+                f"{duration(spec.window_ms)}; {quantity} at once can never pass",
+                counters.rule.id,
+                None,
+                spec.kind,
+            )
+    return None
+
+
+def _concurrency(counters: RuleCounters, key: GroupKey) -> LimitRefusal:
+    rule = counters.rule
+    limit = rule.concurrency
+    calls = "call" if limit == 1 else "calls"
+    return LimitRefusal(
+        CONCURRENCY_EXCEEDED,
+        f'Execution limit "{rule.id}": at most {limit} {calls} in flight{_scope(counters, key)}, and that many '
+        "are; call again once one has ended",
+        rule.id,
+        None,
+        "concurrency",
+    )
+
+
+def _room(counters: RuleCounters, key: GroupKey, now_ms: float) -> LimitRefusal | None:
+    wait = counters.room_wait(now_ms)
+    if wait <= 0:
+        return None
+    rule = counters.rule
+    retry = None if math.isinf(wait) else max(1, math.ceil(wait))
+    return LimitRefusal(
+        LIMIT_KEYS_FULL,
+        f'Execution limit "{rule.id}" counts {rule.max_keys} groups already (max_keys), each still busy, and '
+        f"cannot count one more{_scope(counters, key)}; the operator may raise max_keys",
+        rule.id,
+        retry,
+    )
