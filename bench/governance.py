@@ -10,11 +10,12 @@ Two gateways, each its own process on a free loopback port (`python -m gateway.c
 FILE`, built-in defaults but for rate limits, which are off): "ungoverned" has no [policy];
 "governed" has an inline [policy] granting the anonymous caller (loopback, no [auth]) a role with
 mcp.tools.list, mcp.tools.call, tool.control and tool.observe on "/**", one [[limits]] on
-set_speed's speed_rpm (action refuse, bounds the calls stay within) and [audit] in a temporary
-directory. Each gateway has its own simulator process publishing pump-1 (`mcp-gateway sim --pumps 1`);
+set_speed's speed_rpm (action refuse, bounds the calls stay within), one [[execution_limits]] rule
+counting set_speed per caller (a rate and a concurrency the calls never reach) and [audit] in a
+temporary directory. Each gateway has its own simulator process publishing pump-1 (`mcp-gateway sim --pumps 1`);
 the pump is started once, then every call is `set_speed {"speed_rpm": 1200}`: a control tool with an
 inputSchema, so a governed call is decided by the policy, checked against the schema and the limit,
-and its decision committed to the audit trail (fsynced) before it is forwarded.
+counted by the execution limit, and its decision committed to the audit trail (fsynced) before it is forwarded.
 
 Clients are the SDK's (`mcp.Client`, the 2026-07-28 stateless era), as in bench.relay; with
 `--client http`, bare aiohttp POSTs of the same era (bench/storm.py's request shape), which cost a
@@ -88,7 +89,8 @@ MAX_ERRORS_PER_CLIENT = 100
 
 POLICY = """\
 # bench.governance: the anonymous (loopback) caller may list and call every tool anywhere,
-# set_speed's speed_rpm stays within a limit the calls keep to, and every call is audited.
+# set_speed's speed_rpm stays within a limit the calls keep to, every call is counted by an
+# execution limit it never reaches, and every call is audited.
 [policy.roles.bench]
 capabilities = ["mcp.tools.list", "mcp.tools.call", "tool.control", "tool.observe"]
 
@@ -104,6 +106,13 @@ argument = "speed_rpm"
 min = 300
 max = 2000
 action = "refuse"
+
+[[policy.execution_limits]]
+id = "bench-set-speed"
+match = { capability = "tool:set_speed" }
+group_by = ["subject"]
+rate = { max = 1000000, window_ms = 1000 }
+concurrency = 1000
 
 [audit]
 path = "{audit}"
