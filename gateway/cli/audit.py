@@ -178,7 +178,9 @@ def add_audit(commands: Commands) -> None:
     audit.add_argument("--slot", metavar="S", help="the slot, e.g. pump-1 or 'pump-*'")
     audit.add_argument("--tool", metavar="T", help="the tool's name (* allowed)")
     audit.add_argument(
-        "--effect", metavar="E", help="allow, clamp, deny, refuse-arguments, refuse-limit, wait-confirmation, declined"
+        "--effect",
+        metavar="E",
+        help="allow, clamp; deny, refuse-arguments, refuse-limit, wait-confirmation, refuse-confirmation, declined",
     )
     audit.add_argument("--limit", type=positive_int, default=1000, metavar="N", help="at most N records (default 1000)")
     audit.add_argument("--format", choices=tuple(RENDERERS), default="table", help="output format (default table)")

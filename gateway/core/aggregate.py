@@ -197,6 +197,7 @@ class AggregateTarget(Target):
                 session.tools,
                 lambda listed: governance.may_see(ctx.principal, slot_name, listed),
                 lambda read: forward_to(session, ctx, method, read, self.metrics),
+                (params or {}).get("_meta"),
             )
             return await governed.call(governance, ctx, slot_name, source, params or {}, "_all", forward, read_state)
         return await forward_to(session, ctx, method, {**(params or {}), "name": tool}, self.metrics)

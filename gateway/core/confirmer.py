@@ -10,6 +10,7 @@ from typing import Any
 
 from gateway.core import errors, jsonrpc
 from gateway.core.client_context import SESSION, ClientContext
+from gateway.core.eras import ENVELOPE_KEYS
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.policy_interface import CONFIRM_INPUT_KEY, CONFIRM_STATE_PREFIX, ConfirmRetry
 from gateway.core.relay import missing_capability
@@ -63,10 +64,17 @@ class ClientConfirmer:
 
 
 def state_reader(
-    tools: list[JsonObject], may_see: Callable[[JsonObject], bool], call: Callable[[JsonObject], Awaitable[JsonObject]]
+    tools: list[JsonObject],
+    may_see: Callable[[JsonObject], bool],
+    call: Callable[[JsonObject], Awaitable[JsonObject]],
+    meta: object = None,
 ) -> StateReader:
     """Reads the state with the slot's first read-only tool that needs no arguments and the caller may
-    see (pump-1's get_status); its structured content, else its text."""
+    see (pump-1's get_status); its structured content, else its text.
+
+    `meta` is the `_meta` of the call being confirmed: a 2026-07-28 caller's envelope in it goes with
+    the read, as with every request of that caller (a 2026-07-28 provider refuses a request without one)."""
+    envelope = {key: value for key, value in meta.items() if key in ENVELOPE_KEYS} if isinstance(meta, dict) else {}
 
     async def read() -> object:
         for tool in tools:
@@ -78,7 +86,10 @@ def state_reader(
                 continue
             if not may_see(tool):
                 continue
-            result = await call({"name": tool["name"], "arguments": {}})
+            request: JsonObject = {"name": tool["name"], "arguments": {}}
+            if envelope:
+                request["_meta"] = envelope
+            result = await call(request)
             if result.get("isError") is True:
                 return None
             structured = result.get("structuredContent")

@@ -342,6 +342,7 @@ class SlotTarget(Target):
             session.tools,
             lambda listed: governance.may_see(ctx.principal, self.name, listed),
             lambda read: forward_to(session, ctx, "tools/call", read, self.metrics),
+            call.get("_meta"),
         )
         return await governed.call(governance, ctx, self.name, tool, call, f'"{self.name}"', forward, read_state)
 

@@ -142,7 +142,10 @@ class Governor:
             try:
                 answer = await self.confirmations.ask(question, confirmer)
             except errors.RpcError as exc:
-                await self._record_refusal(_replace(record, effect="wait-confirmation", reason=exc.message))
+                # Waiting for an operator's approval, or a retry whose answer does not hold (used, expired, ...).
+                waiting = isinstance(exc.data, dict) and exc.data.get("reason") == "confirmation_required"
+                effect = "wait-confirmation" if waiting else "refuse-confirmation"
+                await self._record_refusal(_replace(record, effect=effect, reason=exc.message))
                 raise
             record = _replace(
                 record, confirmed_by=answer.by, confirmed_ms=answer.at_ms, rules=(*record.rules, decision.confirm.id)

@@ -6,6 +6,8 @@ ids `provider-broker-<n>` (docs/governance-providers.md).
 Its one tool, `actuate`, is the ordinary way to use a decision: read the caller reference from the
 call's `_meta`, ask `broker/authorize` for the declared capability on the target's resource, act within
 the constraints of an allow, refuse a deny, then report what happened with `broker/audit/result`.
+`reserve_budget` and `settle_budget` are the BrokerClient's budget calls (`broker/budget/*`), which a
+metering provider (tests/support/metering_provider.py) makes around its native work.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class DeclaringProvider:
         self.ws = ws
         self.targets = targets
         self.capability = "scada.write"
+        self.tools: list[Message] = [ACTUATE_TOOL]
+        """What tools/list answers; a subclass adds its own and serves them in call_tool."""
         self.calls: list[Message] = []
         """The params of every tools/call the gateway forwarded, as they arrived."""
         self.decisions: list[Message] = []
@@ -86,6 +90,14 @@ class DeclaringProvider:
     async def authorize(self, query: Message) -> Message:
         return await self.request("broker/authorize", query)
 
+    async def reserve_budget(self, reservation: Message) -> Message:
+        """broker/budget/reserve: {reservationId, decisionId, quantity, expiresAt, replayed}, or BrokerRequestError."""
+        return await self.request("broker/budget/reserve", reservation)
+
+    async def settle_budget(self, settlement: Message) -> Message:
+        """broker/budget/settle: {settled, reservationId, replayed}, or BrokerRequestError."""
+        return await self.request("broker/budget/settle", settlement)
+
     async def report_result(self, decision_id: str, result: str, **extra: str) -> None:
         params = {"decisionId": decision_id, "result": result, **extra}
         await self.send({"jsonrpc": "2.0", "method": "broker/audit/result", "params": params})
@@ -119,10 +131,10 @@ class DeclaringProvider:
                 "serverInfo": {"name": "declaring-provider", "version": "1.0"},
             }
         elif method == "tools/list":
-            result = {"tools": [ACTUATE_TOOL]}
+            result = {"tools": self.tools}
         elif method == "tools/call":
             self.calls.append(params)
-            result = await self._actuate(params)
+            result = await self.call_tool(params)
         elif method == "ping":
             result = {}
         else:  # server/discover and anything else: a session-era provider
@@ -131,11 +143,15 @@ class DeclaringProvider:
             return
         await self.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
 
+    async def call_tool(self, params: Message) -> Message:
+        """Serve one tools/call the gateway forwarded (its params, `_meta` included)."""
+        return await self._actuate(params)
+
     async def _actuate(self, params: Message) -> Message:
         arguments = params.get("arguments") or {}
         caller = (params.get("_meta") or {}).get(CALLER_META_KEY)
         if not isinstance(caller, dict):
-            return _text("refused: no caller reference (no declaration accepted)", error=True)
+            return tool_text("refused: no caller reference (no declaration accepted)", error=True)
         resource, path = self.targets[str(arguments.get("target"))]
         answer = await self.authorize(
             {
@@ -149,7 +165,7 @@ class DeclaringProvider:
         if decision["effect"] == "deny":
             if report:
                 await self.report_result(decision["decisionId"], "refused", errorCode=decision["reason"])
-            return _text(f"refused: {decision['reason']}", error=True)
+            return tool_text(f"refused: {decision['reason']}", error=True)
         value = float(arguments["value"])
         constraints = (decision.get("obligations") or {}).get("constraints") or {}
         if "maxValue" in constraints:
@@ -158,7 +174,7 @@ class DeclaringProvider:
             value = max(value, constraints["minValue"])
         if report:
             await self.report_result(decision["decisionId"], "success", nativeStatus="Good")
-        return _text(f"moved {arguments['target']} to {value:g}")
+        return tool_text(f"moved {arguments['target']} to {value:g}")
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -170,5 +186,5 @@ class DeclaringProvider:
                 await task
 
 
-def _text(text: str, *, error: bool = False) -> Message:
+def tool_text(text: str, *, error: bool = False) -> Message:
     return {"content": [{"type": "text", "text": text}], "isError": error}

@@ -379,6 +379,7 @@ class GroupTarget(Target):
                 session.tools,
                 lambda listed: governance.may_see(ctx.principal, tool.slot, listed),
                 lambda read: forward_to(session, ctx, method, read, metrics),
+                params.get("_meta"),
             )
             return await governed.call(governance, ctx, tool.slot, tool.tool, params, self.path, forward, read_state)
         return await forward_to(session, ctx, method, {**params, "name": tool.original}, self.catalog.metrics)

@@ -37,7 +37,7 @@ class DecisionRecord:
     """What was asked ("tool.control", "mcp.tools.call", ...)."""
     effect: str
     """What was decided: "allow", "clamp" (forwarded); "deny", "refuse-arguments", "refuse-limit",
-    "wait-confirmation", "declined" (not forwarded)."""
+    "wait-confirmation", "refuse-confirmation", "declined" (not forwarded)."""
     tool: str | None = None
     arguments: Any = None
     """The call's arguments as the caller sent them: secret-looking keys are masked when stored."""
