@@ -49,6 +49,8 @@ class TreeStack:
     """One tree's gateway and SDK server, each its own process run from that tree."""
 
     tree: Path
+    env: dict[str, str] = field(default_factory=dict)
+    """Settings of this stack's gateway on top of the built-in defaults (MCP_GATEWAY_* variables)."""
     gateway_port: int = field(default_factory=free_port)
     server_port: int = field(default_factory=free_port)
     children: list[Child] = field(default_factory=list)
@@ -60,7 +62,7 @@ class TreeStack:
     async def start(self) -> None:
         # `python -m` from the tree: its own gateway package comes first on sys.path.
         run = ["-m", "gateway.cli", "run", "--port", str(self.gateway_port)]
-        gateway = Child(f"gateway ({self.tree})", run, self.tree, env=gateway_env())
+        gateway = Child(f"gateway ({self.tree})", run, self.tree, env={**gateway_env(), **self.env})
         self.children.append(gateway)
         await wait_healthy(f"{self.gateway_url}/healthz", gateway)
         serve = ["-m", "bench.relay_server", "--port", str(self.server_port), "--gateway", self.gateway_url]

@@ -22,7 +22,7 @@ from gateway.northbound.groups_http import GroupEndpoints
 from gateway.northbound.sse import LegacySseEndpoint
 from gateway.northbound.streamable_http import StreamableHttpEndpoint
 from gateway.northbound.websocket import ClientWebSockets
-from gateway.policy.client_auth import ClientAuth
+from gateway.policy.client_auth import CLIENT_AUTH_KEY, ClientAuth
 from gateway.policy.connection_limits import CAP_FROM_FD_LIMIT
 from gateway.policy.declarations.authority import provider_authority
 from gateway.policy.governor import Governor, governor_from_config
@@ -30,9 +30,12 @@ from gateway.policy.limiters import Limiters
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.provider_auth import ProviderAuthPolicy
 from gateway.policy.tls import ServerTls
+from gateway.reload import BrokerReloading, ConfigSource, Reloader, ReloadReport
+from gateway.service import Notifier, SystemdService
 from gateway.southbound.remote.upstreams import RemoteUpstreams
 from gateway.southbound.stdio.supervisor import StdioUpstreams
-from gateway.southbound.websocket.endpoints import ProviderWebSockets
+from gateway.southbound.websocket.endpoints import PROVIDER_SOCKETS_KEY, ProviderWebSockets
+from gateway.telemetry.trace_context import install_log_context
 
 if TYPE_CHECKING:
     from gateway.discovery.mdns import MdnsAdvertiser
@@ -57,6 +60,7 @@ def build_app(
     """`gateway` and `limiters`: the core and the policy objects it was built with (both new when None)."""
     limiters = limiters or Limiters.from_config(config.limits)
     gateway = gateway or Gateway(config, limiters.for_core())
+    install_log_context()  # log lines written while a request is answered carry its trace_id
     policy = OriginPolicy(config.allowed_origins, config.is_loopback, config.allowed_hosts, config.host)
     checks = [origin_check(policy, gateway.metrics)]
     # Only when [auth] configures some: an open loopback gateway pays nothing per request for it.
@@ -79,6 +83,7 @@ def build_app(
     legacy_sse = LegacySseEndpoint(gateway, admission)
     client_sockets = ClientWebSockets(gateway, admission)
     providers = ProviderWebSockets(gateway, ProviderAuthPolicy(config.providers.auth, gateway.metrics))
+    app[PROVIDER_SOCKETS_KEY] = providers  # a reload swaps its [providers.auth] (gateway/reload/)
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "alive", "version": __version__})
@@ -125,6 +130,7 @@ def build_app(
     app.on_shutdown.append(on_shutdown)
     if client_auth is not None:
         auth = client_auth
+        app[CLIENT_AUTH_KEY] = auth  # a reload swaps its verifiers (gateway/reload/)
 
         async def start_auth(_: web.Application) -> None:
             await auth.start()
@@ -140,8 +146,15 @@ def build_app(
 class GatewayServer:
     """A running gateway: the aiohttp runner bound to its address (used by the CLI and the tests)."""
 
-    def __init__(self, config: GatewayConfig, *, serial_enumerator: Enumerator | None = None) -> None:
-        """`serial_enumerator`: where hot-plugged serial ports come from (default: udev, else polling)."""
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        serial_enumerator: Enumerator | None = None,
+        source: ConfigSource | None = None,
+    ) -> None:
+        """`serial_enumerator`: where hot-plugged serial ports come from (default: udev, else polling);
+        `source`: where `config` came from, loaded again by a reload (None: the gateway cannot reload)."""
         self.config = config
         self.limiters = Limiters.from_config(config.limits)
         # [policy] and its audit trail; None without a policy (a request is then never looked into).
@@ -178,6 +191,13 @@ class GatewayServer:
 
                 self.hotplug = HotplugPorts(self.serial, hotplug, serial_enumerator)
         self.mdns: MdnsAdvertiser | None = None
+        # systemd's NOTIFY_SOCKET (a no-op without it): serve() and every way a reload is asked for use it.
+        self.notifier = Notifier.from_environ()
+        self.service: SystemdService | None = None
+        """systemd's view of this run (serve() sets it): every reload, however asked for, is announced to it."""
+        # The whole configuration again on SIGHUP or broker_reload (gateway/reload/, docs/reload.md).
+        self.reloader = Reloader(self, source)
+        self.gateway.reloading = BrokerReloading(self, self.reloader.status)
 
     @property
     def url(self) -> str:
@@ -241,6 +261,7 @@ class GatewayServer:
             self.mdns.start()  # in the background: probing the name must not delay serving
 
     async def stop(self) -> None:
+        await self.reloader.close()  # a reload in progress ends first; none starts after
         self.gateway.listening = False
         if self.mdns is not None:
             await self.mdns.stop()  # goodbye first: browsers drop the gateway before its port closes
@@ -275,13 +296,27 @@ class GatewayServer:
             return "no [policy] is configured"
         return self.governor.reload()
 
-    def reload(self) -> None:
-        """SIGHUP (systemctl reload): the TLS certificate and the policy, each kept as it was if its new
-        version cannot be used."""
-        if self.tls is not None:
-            self.reload_tls()
-        if self.governor is not None:
-            self.reload_policy()
+    async def reload(self) -> ReloadReport:
+        """SIGHUP (systemctl reload) and broker_reload: the whole configuration, loaded as at start, applied
+        whole or refused whole (gateway/reload/); the report says which and why."""
+        service = self.service
+        if service is not None:
+            service.notifier.reloading()
+        try:
+            return await self.reloader.reload()
+        finally:
+            if service is not None:
+                service.reloaded()  # READY=1 whatever the outcome: the service runs on, old or new
+
+    def upstreams(self) -> dict[str, Any]:
+        """Every configured upstream by name, each with its `state`: READY=1 waits for their first attempts."""
+        found: dict[str, Any] = {f"stdio {sup.name}": sup for sup in self.stdio_upstreams.supervisors}
+        found |= {f"remote {upstream.name}": upstream for upstream in self.remote_upstreams.upstreams}
+        if self.mqtt is not None:
+            found |= {f"MQTT broker {broker.label}": broker.client for broker in self.mqtt.brokers}
+        if self.serial is not None:
+            found |= {f"serial port {path}": port for path, port in self.serial.ports.items()}
+        return found
 
 
 def listening_line(version: str, addresses: Sequence[Any], scheme: str, public_url: str | None) -> str:
@@ -296,10 +331,18 @@ def listening_line(version: str, addresses: Sequence[Any], scheme: str, public_u
     return f"{line}; clients use {public_url.rstrip('/')}" if public_url else line
 
 
-async def serve(config: GatewayConfig, ready: Callable[[GatewayServer], None] | None = None) -> None:
-    """Run until SIGTERM or SIGINT, then stop accepting, answer what is pending, close links."""
-    server = GatewayServer(config)
+async def serve(
+    config: GatewayConfig, ready: Callable[[GatewayServer], None] | None = None, source: ConfigSource | None = None
+) -> None:
+    """Run until SIGTERM or SIGINT, then stop accepting, answer what is pending, close links; SIGHUP
+    reloads the configuration from `source` (where `config` came from)."""
+    server = GatewayServer(config, source=source)
     await server.start()
+    # systemd (gateway/service): WATCHDOG=1 from now on, READY=1 once the upstreams are up, then STATUS=.
+    service = SystemdService(server.notifier, config.systemd, lambda: len(server.gateway.registry.connected_names()))
+    server.gateway.registry.membership_listeners.append(service.slots.changed)
+    service.start()
+    server.service = service
     # What the sockets are bound to, not server.url (127.0.0.1 for a wildcard bind, which hid that the
     # gateway listens on the network).
     bound = server.runner.addresses or [(config.host, server.port)]
@@ -317,14 +360,30 @@ async def serve(config: GatewayConfig, ready: Callable[[GatewayServer], None] | 
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stop.set)
-    if server.tls is not None or server.governor is not None:
-        # Only with TLS or a policy: without them there is nothing to reload, and SIGHUP keeps its
-        # default meaning.
-        with contextlib.suppress(NotImplementedError, AttributeError):
-            loop.add_signal_handler(signal.SIGHUP, server.reload)
+    # SIGHUP always reloads the configuration (docs/reload.md); server.reload announces it to systemd.
+    reloads: set[asyncio.Task[ReloadReport]] = set()
+
+    def reload_on_signal() -> None:
+        task = asyncio.ensure_future(server.reload())
+        reloads.add(task)
+        task.add_done_callback(reloaded)
+
+    def reloaded(task: asyncio.Task[ReloadReport]) -> None:
+        reloads.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the reload failed", exc_info=task.exception())
+
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        loop.add_signal_handler(signal.SIGHUP, reload_on_signal)
+    announcing = asyncio.create_task(service.announce_ready(server.upstreams()))
     try:
         await stop.wait()
     finally:
+        announcing.cancel()
+        service.stopping()
         log.info("shutting down")
-        await server.stop()
+        try:
+            await server.stop()
+        finally:
+            await service.close()
         log.info("stopped")

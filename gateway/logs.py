@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line when not on a terminal, readable text on one."""
+"""Structured logs: one JSON object per line when not on a terminal, readable text on one; under systemd,
+native journal fields (gateway/service/journal.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import orjson
 
 from gateway.config import LAN_SIDES
+from gateway.service.journal import journal_handler, stream_is_journal
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
@@ -42,7 +44,10 @@ class TextFormatter(logging.Formatter):
         self.prefix = prefix
 
     def format(self, record: logging.LogRecord) -> str:
-        return self.prefix + super().format(record)
+        line = self.prefix + super().format(record)
+        # A line logged while a request is answered names its trace (gateway/telemetry/trace_context.py).
+        trace_id = getattr(record, "trace_id", None)
+        return f"{line} [trace {trace_id}]" if trace_id else line
 
 
 def insecure_lan_prefix(open_sides: Sequence[str]) -> str:
@@ -54,13 +59,19 @@ def insecure_lan_prefix(open_sides: Sequence[str]) -> str:
 
 def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = ()) -> None:
     """Configure the root logger; under --insecure-lan every line says which side ("clients", "providers") is open."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     if use_json:
         static = {"insecure_lan": True, "insecure_lan_open": list(insecure_lan_open)} if insecure_lan_open else None
         handler.setFormatter(JsonFormatter(static))
     else:
         handler.setFormatter(TextFormatter(insecure_lan_prefix(insecure_lan_open)))
+    if stream_is_journal(sys.stderr):
+        # Under systemd, whatever the format: native journal fields (SLOT=, TRACE_ID=), or `<N>` lines.
+        fields = {"INSECURE_LAN": "true", "INSECURE_LAN_OPEN": ",".join(insecure_lan_open)}
+        handler = journal_handler(
+            handler, prefix=insecure_lan_prefix(insecure_lan_open), static=fields if insecure_lan_open else None
+        )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -12,6 +12,7 @@ import ssl
 
 from gateway.app import GatewayServer, serve
 from gateway.config import GatewayConfig
+from gateway.reload import ConfigSource
 from sim.link import LinkSecurity, provider_token
 from sim.simulator import Simulator, SimulatorSettings
 
@@ -36,7 +37,10 @@ def own_listener_security(config: GatewayConfig) -> LinkSecurity:
     return LinkSecurity(token, trust)
 
 
-async def serve_with_simulator(config: GatewayConfig, pumps: int, control_port: int) -> None:
+async def serve_with_simulator(
+    config: GatewayConfig, pumps: int, control_port: int, source: ConfigSource | None = None
+) -> None:
+    """`source`: where `config` came from, for reloads (gateway/reload/)."""
     simulator = Simulator(None, SimulatorSettings(pumps=pumps), own_listener_security(config))
     control = await simulator.start_control(control_port, "--sim-control-port")
 
@@ -51,6 +55,6 @@ async def serve_with_simulator(config: GatewayConfig, pumps: int, control_port: 
         )
 
     try:
-        await serve(config, ready=attach)
+        await serve(config, ready=attach, source=source)
     finally:
         await simulator.stop()

@@ -1,7 +1,7 @@
 """The `mcp-gateway` command: run the gateway, check its configuration, talk to a running one."""
 
-# One module per subcommand group (run, config_cmd, calls, stdio, tokens, sim, tls, discover, policy, audit,
-# approve), what
+# One module per subcommand group (run, config_cmd, calls, stdio, tokens, sim, tls, discover, policy, reload,
+# audit, approve), what
 # they share in common.py; this file assembles the parser and runs a command. A command imports what
 # only it needs inside its function, so that `mcp-gateway --help` loads no more than the parser.
 
@@ -19,6 +19,7 @@ from gateway.cli.common import _config_flags, refuse_insecure_bind
 from gateway.cli.config_cmd import add_config
 from gateway.cli.discover import add_discover
 from gateway.cli.policy import add_policy
+from gateway.cli.reload import add_reload
 from gateway.cli.run import add_run
 from gateway.cli.sim import add_sim, add_sim_fault_and_status
 from gateway.cli.stdio import add_stdio
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_stdio(commands)
     add_token(commands)
     add_policy(commands)
+    add_reload(commands)
     add_sim(commands)
     add_tls(commands)
     add_sim_fault_and_status(commands)

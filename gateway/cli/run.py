@@ -7,7 +7,15 @@ import sys
 from typing import Any
 
 from gateway import event_loop
-from gateway.cli.common import Commands, _load, mqtt_url_flag, refuse_insecure_bind, serial_port_flag, with_config
+from gateway.cli.common import (
+    Commands,
+    _config_flags,
+    _load,
+    mqtt_url_flag,
+    refuse_insecure_bind,
+    serial_port_flag,
+    with_config,
+)
 from gateway.config import DEFAULT_PORT
 from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
 
@@ -41,8 +49,11 @@ def stdio_upstream_flag(text: str) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     from gateway.app import serve
     from gateway.logs import setup_logging
+    from gateway.reload import ConfigSource
 
     config = _load(args)
+    # A reload (SIGHUP, `mcp-gateway reload`) loads it again the same way: file, environment, these flags.
+    source = ConfigSource(getattr(args, "config", None), _config_flags(args))
     refusal = refuse_insecure_bind(config)
     if refusal is not None:
         print(f"mcp-gateway: {refusal}", file=sys.stderr)
@@ -55,9 +66,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if sim_pumps:
         from sim.embedded import serve_with_simulator
 
-        main = serve_with_simulator(config, sim_pumps, args.sim_control_port)
+        main = serve_with_simulator(config, sim_pumps, args.sim_control_port, source)
     else:
-        main = serve(config)
+        main = serve(config, source=source)
     try:
         event_loop.run(main, config.event_loop)
     except event_loop.EventLoopUnavailable as exc:

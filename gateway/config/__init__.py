@@ -5,8 +5,9 @@ with one message that names the key (and where it came from) or the file.
 
 Callers import everything from here. `load_config` and `ConfigError` are in loading.py, `GatewayConfig`
 and `masked_dump` in model.py; each section's models in a module of its name (limits.py, providers.py,
-slots.py, tls.py, auth.py, upstreams.py, mqtt.py, serial.py, groups.py, mdns.py, audit.py, policy.py); lan.py
-names what a LAN bind leaves open, credentials.py reads secrets, base.py holds what every section shares.
+slots.py, tls.py, auth.py, upstreams.py, mqtt.py, serial.py, groups.py, mdns.py, audit.py, policy.py,
+systemd.py); lan.py names what a LAN bind leaves open, credentials.py reads secrets, base.py holds what every
+section shares.
 """
 
 from gateway.config.audit import (
@@ -115,6 +116,16 @@ from gateway.config.slots import (
     SlotConfig,
     SlotsConfig,
 )
+from gateway.config.systemd import (
+    SystemdConfig,
+)
+from gateway.config.telemetry import (
+    ProviderTelemetryConfig,
+    TelemetryConfig,
+    TelemetryConfigError,
+    TelemetrySettings,
+    resolve_telemetry,
+)
 from gateway.config.tls import (
     TlsConfig,
 )
@@ -182,6 +193,7 @@ __all__ = [
     "ProviderEra",
     "ProviderIdentityConfig",
     "ProviderSecretConfig",
+    "ProviderTelemetryConfig",
     "ProvidersConfig",
     "RateBucketConfig",
     "RateLimitsConfig",
@@ -198,7 +210,11 @@ __all__ = [
     "SlotRateConfig",
     "SlotsConfig",
     "StdioUpstreamConfig",
+    "SystemdConfig",
     "TakeoverPolicy",
+    "TelemetryConfig",
+    "TelemetryConfigError",
+    "TelemetrySettings",
     "TlsConfig",
     "UpstreamSecretConfig",
     "UpstreamsConfig",
@@ -213,4 +229,5 @@ __all__ = [
     "masked_url",
     "read_secret",
     "read_toml",
+    "resolve_telemetry",
 ]

@@ -17,6 +17,8 @@ from gateway.config.policy import PolicyConfig
 from gateway.config.providers import ProvidersConfig
 from gateway.config.serial import SerialConfig
 from gateway.config.slots import SlotConfig, SlotsConfig
+from gateway.config.systemd import SystemdConfig
+from gateway.config.telemetry import TelemetryConfig
 from gateway.config.tls import TlsConfig
 from gateway.config.upstreams import UpstreamsConfig
 
@@ -66,6 +68,10 @@ class GatewayConfig(Section):
     """Who may use which tools where ([policy], inline or `file`); None: every request allowed. docs/governance.md."""
     audit: AuditConfig = Field(default_factory=AuditConfig)
     """The audit trail of governed calls ([audit]): SQLite, where, how long; docs/governance.md."""
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """Trace and metric export over OTLP ([telemetry]): off by default; docs/telemetry.md."""
+    systemd: SystemdConfig = Field(default_factory=SystemdConfig)
+    """What the gateway tells systemd ([systemd]): how long READY=1 waits for upstreams; docs/operations.md."""
 
     groups: dict[str, GroupConfig] = Field(default_factory=dict)
     """Tool groups ([groups.<name>]): /mcp serves every enabled one, /mcp/<name> one (docs/groups.md)."""

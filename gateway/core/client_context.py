@@ -12,6 +12,8 @@ from gateway.core.principal import ANONYMOUS, Principal
 from gateway.core.provider_state import NotificationSink
 from gateway.core.relay import ClientRequester
 from gateway.core.upstream_state import level_rank
+from gateway.telemetry.trace_context import RequestTrace
+from gateway.telemetry.tracing import OFF, Tracing
 
 SESSION = "session"
 STATELESS = "stateless"
@@ -40,6 +42,13 @@ class ClientContext:
     client into input_required results; None when the way in offers no such translation."""
     transport: str = "streamable-http"
     """The way in: "streamable-http", "sse", "websocket" (what the audit trail records)."""
+    tracing: Tracing = OFF
+    """The gateway's tracing ([telemetry]); OFF keeps trace context without recording spans."""
+    traceparent: str | None = None
+    tracestate: str | None = None
+    """The HTTP `traceparent` and `tracestate` headers of the request, where its way in has them."""
+    trace: RequestTrace | None = None
+    """The request's trace, set as the core begins answering it (gateway/core/trace_relay.py)."""
 
     def emit(self, message: JsonObject) -> None:
         """Deliver a request-tied notification, honouring the era's logging rule."""

@@ -24,6 +24,11 @@ class RpcError(Exception):
         return jsonrpc.error_response(request_id, self.code, self.message, self.data)
 
 
+class ProviderError(RpcError):
+    """A provider's own error answer, passed to the caller as the provider wrote it (the gateway adds
+    nothing to its data, not even the trace id)."""
+
+
 NAMED_CONNECTED_SLOTS = 10
 """At most this many connected slots are named in a not-connected message (all go in its data, up to
 LISTED_CONNECTED_SLOTS)."""

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from gateway.config import GatewayConfig
+from gateway.config import ConfigError, GatewayConfig, TelemetryConfigError
 from gateway.core.aggregate import AggregateTarget
 from gateway.core.broker.scrape import ScrapeSync
 from gateway.core.broker.server import BrokerTarget
@@ -15,10 +15,12 @@ from gateway.core.input_required import InputRequired
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.policy_interface import Policies
+from gateway.core.reloading import Reloading
 from gateway.core.routing import SlotTarget, Target
 from gateway.core.sessions import SessionStore
 from gateway.core.slots import SlotRegistry
 from gateway.core.streams import MessageQueue
+from gateway.telemetry.exporting import Telemetry
 from gateway.telemetry.metrics import Metrics
 
 SHUTDOWN_GRACE_S = 1.0
@@ -31,6 +33,13 @@ class Gateway:
         self.config = config
         self.metrics = metrics or Metrics()
         self.registry = SlotRegistry(config, self.metrics)
+        try:
+            self.telemetry = Telemetry(config.telemetry, self.metrics, config.limits.max_slots)
+            """Trace context and OTLP export ([telemetry]); its `reload(TelemetryConfig)` swaps exporters."""
+        except TelemetryConfigError as exc:
+            raise ConfigError(str(exc)) from exc
+        # Providers' broker/telemetry goes to the intake whether or not a policy is configured.
+        self.registry.broker.telemetry = self.telemetry.intake
         limits = config.limits
         self.sessions = SessionStore(
             limits.max_sessions,
@@ -77,6 +86,8 @@ class Gateway:
         self.serial_status: Callable[[], JsonObject] | None = None
         """Each serial port's state and frame counters, and hot-plug, for broker_info and diagnosis; set by the
         composition root when [serial] configures ports or hot-plug (None: no serial lines)."""
+        self.reloading: Reloading | None = None
+        """The configuration reload (SIGHUP, broker_reload), for `_broker`; set by the composition root."""
         self._slot_targets: dict[str, SlotTarget] = {}
         self.metrics.before_render.append(ScrapeSync(self))
 
@@ -103,6 +114,7 @@ class Gateway:
         return target
 
     def start(self) -> None:
+        self.telemetry.start()
         self.registry.start()
         self.sessions.start()
 
@@ -120,3 +132,4 @@ class Gateway:
         for queue in list(self.client_streams):
             queue.close()
         await self.sessions.shutdown()
+        await self.telemetry.shutdown()  # last: the spans of the requests answered above are sent too

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.core import errors
+from gateway.core import errors, trace_relay
 from gateway.core.client_context import ClientContext
 from gateway.core.confirmer import ClientConfirmer, StateReader, split_retry
 from gateway.core.jsonrpc import JsonObject
@@ -59,6 +59,7 @@ async def call(
     name = params.get("name")
     params, retry = split_retry(params)
     confirmer = ClientConfirmer(ctx, retry, read_state)
+    span = trace_relay.start_policy(ctx, slot, name)
     try:
         verdict = await governance.admit_call(
             ctx.principal,
@@ -68,9 +69,15 @@ async def call(
             params.get("arguments"),
             ctx.transport,
             confirmer,
+            trace_id=trace_relay.trace_id(ctx),
         )
     except AnswerInstead as answered:
+        trace_relay.end_policy(ctx, span, "answered")
         return answered.result
+    except BaseException:
+        trace_relay.end_policy(ctx, span, "error")
+        raise
+    trace_relay.end_policy(ctx, span, verdict)
     if not verdict.visible:
         raise errors.unknown_tool(str(name), where)
     if verdict.answer is not None:

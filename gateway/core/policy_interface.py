@@ -155,10 +155,13 @@ class Governance(Protocol):
         arguments: object,
         via: str,
         confirmer: Confirmer | None = None,
+        *,
+        trace_id: str | None = None,
     ) -> CallVerdict:
         """Decide one tools/call, check its arguments, have a person confirm it where the policy says so
         (through `confirmer`; AnswerInstead when the answer comes with a retry), and record the decision
-        durably before it is forwarded. `tool`: as the provider lists it (None: not listed); `via`: the way in."""
+        durably before it is forwarded. `tool`: as the provider lists it (None: not listed); `via`: the way in;
+        `trace_id`: the request's W3C trace id, recorded with the decision."""
         ...
 
     def approvals(self) -> list[dict[str, Any]]:

@@ -20,6 +20,8 @@ from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import ProviderLink
 from gateway.core.policy_interface import CallerReference, ProviderGovernance, ProviderOrigin
 from gateway.core.principal import Principal
+from gateway.telemetry.provider_telemetry import METHOD as TELEMETRY
+from gateway.telemetry.provider_telemetry import ProviderTelemetry
 
 BROKER_PREFIX = "broker/"
 DECLARE = "broker/authorization/declare"
@@ -58,6 +60,8 @@ class ProviderBroker:
         """None without [policy]: every broker/* request is answered -32601."""
         self.max_pending = max_pending
         """broker/* requests of one link answered at once ([providers.declarations] max_pending_requests)."""
+        self.telemetry: ProviderTelemetry | None = None
+        """Takes `broker/telemetry` (gateway/telemetry/provider_telemetry.py), governed or not; set by the gateway."""
 
     def refusal(self, session: BrokerSession, method: str) -> errors.RpcError | None:
         """The answer a `broker/*` request gets at once, or None when the policy layer answers it."""
@@ -81,7 +85,13 @@ class ProviderBroker:
         return await self.governance.provider_request(origin_of(session), method, params)
 
     def notification(self, session: BrokerSession, method: str, params: JsonObject | None) -> None:
-        """A `broker/*` notification (an audit result, telemetry): recorded when governed, else dropped."""
+        """A `broker/*` notification: telemetry to the telemetry intake; an audit result recorded when
+        governed; anything else dropped."""
+        if method == TELEMETRY:
+            if self.telemetry is not None:
+                info = session.link.info
+                self.telemetry.accept(session.slot, info.identity, params, info.transport not in UPSTREAM_TRANSPORTS)
+            return
         governance = self.governance
         if governance is None or session.link.info.transport in UPSTREAM_TRANSPORTS:
             return

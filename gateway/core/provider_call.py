@@ -42,7 +42,7 @@ async def call_provider(
     if "error" in reply:
         error = reply["error"]
         metrics.call_errors.labels(slot, "provider").inc()
-        raise errors.RpcError(error["code"], error["message"], error.get("data"))
+        raise errors.ProviderError(error["code"], error["message"], error.get("data"))
     result = reply.get("result")
     if not isinstance(result, dict):
         metrics.call_errors.labels(slot, "provider").inc()

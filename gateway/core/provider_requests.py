@@ -174,7 +174,9 @@ class ProviderRequests:
         except asyncio.CancelledError:
             return  # the link is gone: nobody is left to answer
         except Exception:  # a fault of the gateway's: the provider still gets an answer, not silence
-            log.exception("answering %s from slot %s failed", method, self.session.slot)
+            log.exception(
+                "answering %s from slot %s failed", method, self.session.slot, extra={"slot": self.session.slot}
+            )
             reply = jsonrpc.error_response(
                 request_id, jsonrpc.INTERNAL_ERROR, f"The gateway failed to answer {method}; its log says why"
             )

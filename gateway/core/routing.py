@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from gateway.core import errors, governed, jsonrpc, modern_calls
+from gateway.core import errors, governed, jsonrpc, modern_calls, trace_relay
 from gateway.core.client_context import SESSION, STATELESS, ClientContext
 from gateway.core.confirmer import state_reader
 from gateway.core.eras import ENVELOPE_KEYS, META_SERVER_INFO
@@ -36,6 +36,7 @@ from gateway.core.slots import Listener, Slot, SlotRegistry
 from gateway.core.upstream_state import LOG_LEVELS
 from gateway.core.versions import LATEST_HANDSHAKE, STATELESS_VERSIONS, negotiate_handshake
 from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.trace_context import CURRENT
 
 Derived = TypeVar("Derived")
 
@@ -127,9 +128,13 @@ class Target:
         request_id = request.get("id")
         method = request.get("method", "")
         params = request.get("params")
+        # Every request gets its trace first: its log lines, error data and provider request carry it.
+        trace = trace_relay.begin(ctx, self.name, method, params)
         if params is not None and not isinstance(params, dict):
-            return jsonrpc.error_response(request_id, jsonrpc.INVALID_PARAMS, '"params" must be an object')
+            refused = errors.RpcError(jsonrpc.INVALID_PARAMS, '"params" must be an object')
+            return trace_relay.error_answer(ctx, refused, request_id)
         params = strip_caller(params)  # the gateway alone writes a caller reference
+        token = CURRENT.set(trace)
         try:
             if ctx.era == STATELESS and method in SESSION_ONLY_METHODS:
                 raise errors.method_not_found(method, f"the {STATELESS_VERSIONS[-1]} protocol")
@@ -142,7 +147,13 @@ class Target:
             else:
                 result = await self.dispatch(ctx, method, params)
         except errors.RpcError as exc:
-            return exc.response(request_id)
+            return trace_relay.error_answer(ctx, exc, request_id)
+        except BaseException as exc:
+            trace_relay.aborted(ctx, trace, exc)
+            raise
+        finally:
+            CURRENT.reset(token)
+        trace_relay.ended(ctx, trace, result)
         if ctx.era == STATELESS:
             result = self.stamp_stateless(method, result)
         return jsonrpc.result_response(request_id, result)
@@ -428,7 +439,23 @@ def forward_to(
     """Send one request to a provider; await it for its result, or its error raised as RpcError.
 
     A provider whose slot holds a live declaration gets a reference to the caller with it, valid while
-    the request is pending (gateway/core/provider_broker.py)."""
+    the request is pending (gateway/core/provider_broker.py). It carries the request's trace in
+    `_meta.traceparent`, the gateway's span as its parent (gateway/core/trace_relay.py)."""
+    trace = ctx.trace
+    if trace is not None:
+        if trace.span is not None:
+            return trace_relay.traced(_forward_to, session, ctx, method, params, metrics, trace)
+        params = trace_relay.with_trace(params, trace, trace.span_id)
+    return _forward_to(session, ctx, method, params, metrics)
+
+
+def _forward_to(
+    session: ProviderSession,
+    ctx: ClientContext,
+    method: str,
+    params: JsonObject | None,
+    metrics: Metrics,
+) -> Awaitable[JsonObject]:
     requests = session.requests
     if requests.declared and requests.broker is not None:
         return _with_caller(requests.broker, session, ctx, method, params, metrics)

@@ -217,6 +217,16 @@ class SlotRegistry:
         self.managers[name] = manager
         return slot
 
+    def unmanage(self, name: str, manager: UpstreamManager) -> None:
+        """Free `name` of `manager` (an upstream removed by a reload): any provider may claim it again.
+        A manager that has since been replaced (an upstream restarted under the same name) changes nothing."""
+        if self.managers.get(name) is not manager:
+            return
+        del self.managers[name]
+        slot = self.slots.get(name)
+        if slot is not None and slot.session is None:
+            slot.vacant_since = time.monotonic()
+
     def _vacant(self) -> list[Slot]:
         """Slots nobody needs kept: no provider, no listener, neither declared nor configured."""
         return [

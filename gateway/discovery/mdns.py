@@ -197,6 +197,17 @@ class MdnsAdvertiser:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="mdns-advertiser")
 
+    async def reconfigure(self, config: GatewayConfig) -> None:
+        """Advertise what `config` says (a configuration reload): goodbye for the old records, then the new
+        name and TXT record announced as at start."""
+        await self.stop()
+        self.config = config
+        self.instance = config.mdns.instance_name or default_instance_name()
+        self.txt = txt_properties(config)
+        self.addresses = ()
+        self.state, self.reason, self._logged = "starting", "", ""
+        self.start()
+
     async def stop(self) -> None:
         """Say goodbye (the services disappear from browsers at once) and close the sockets."""
         if self._task is not None:

@@ -207,6 +207,7 @@ class ClientChannel:
             # Requests from the provider to this client go out on the channel, like everything else.
             requester=session.requests.via(self.outbox.put),
             transport=session.transport,
+            tracing=self.gateway.telemetry.tracing,
         )
         try:
             self.send(await session_era.run_request(session, self.target, ctx, body))

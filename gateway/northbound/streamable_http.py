@@ -389,6 +389,9 @@ class StreamableHttpEndpoint:
             principal=session.principal,
             client_capabilities=session.capabilities,
             client_info=session.client_info,
+            tracing=self.gateway.telemetry.tracing,
+            traceparent=request.headers.get("traceparent"),
+            tracestate=request.headers.get("tracestate"),
         )
         return await self.exchange(request, target, ctx, body, session, accepts(request)[1])
 
@@ -502,6 +505,9 @@ class StreamableHttpEndpoint:
             principal=request_principal(request),
             client_capabilities=verdict.client_capabilities if isinstance(verdict.client_capabilities, dict) else {},
             input_required=self.gateway.input_required,
+            tracing=self.gateway.telemetry.tracing,
+            traceparent=request.headers.get("traceparent"),
+            tracestate=request.headers.get("tracestate"),
         )
         if method == "subscriptions/listen":
             if not sse_ok:

@@ -202,6 +202,18 @@ class ClientAuth:
         verifiers = [verifier for factory in factories if (verifier := factory(config, gateway.metrics)) is not None]
         return cls(config, gateway, verifiers)
 
+    def swap(self, config: GatewayConfig, verifiers: list[Verifier]) -> None:
+        """Use `config`'s [auth] and `verifiers` (prepared by a configuration reload) from the next request on.
+
+        The slot-scope hooks of `_all` and the tool groups are pointed at the new required scopes; a
+        verifier dropped here is closed by the caller, a new one started by it."""
+        self.config = config
+        self.verifiers = verifiers
+        self.oauth = config.auth.oauth
+        self.required = RequiredScopes(config.auth.required_scopes)
+        self.gateway.aggregate.slot_scopes = self.required.for_slot
+        self.gateway.groups.slot_scopes = self.required.for_slot
+
     # -- what a request calls ------------------------------------------------------------------
 
     def base_url(self) -> str:
@@ -374,6 +386,10 @@ class ClientAuth:
     async def close(self) -> None:
         for verifier in self.verifiers:
             await verifier.close()
+
+
+CLIENT_AUTH_KEY = web.AppKey("client_auth", ClientAuth)
+"""Where the composition root keeps the step on the application, when [auth] configures one."""
 
 
 def check_client_auth(config: GatewayConfig) -> None:

@@ -115,6 +115,13 @@ class ConnectionLimiter:
         """Peers holding at least one connection (bounded by the cap: a peer leaves at zero)."""
         self.refusing = 0
 
+    def reconfigure(self, settings: ConnectionLimitsConfig) -> None:
+        """New caps (a configuration reload) for connections that arrive from now on; those held stay
+        counted, so a lowered cap admits nobody new until enough have ended."""
+        self.settings = settings
+        self.exempt = [ipaddress.ip_network(entry, strict=False) for entry in settings.per_peer_exempt]
+        self.configure_fd_limit(self.fd_limit)
+
     def configure_fd_limit(self, fd_limit: FdLimit | None) -> None:
         """Lower the cap to what the descriptor limit leaves after the reserve and the refusals."""
         self.fd_limit = fd_limit

@@ -104,6 +104,8 @@ class Governor:
         arguments: object,
         via: str,
         confirmer: Confirmer | None = None,
+        *,
+        trace_id: str | None = None,
     ) -> CallVerdict:
         policy, subjects = self.policy, self.subjects(principal)
         if tool is None:
@@ -122,6 +124,7 @@ class Governor:
             arguments=arguments,
             rules=decision.rules,
             reason=None if decision.allowed else decision.reason,
+            trace_id=trace_id,
         )
         if not decision.allowed:
             await self._record_refusal(record)

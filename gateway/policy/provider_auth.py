@@ -106,6 +106,20 @@ class ProviderAuthPolicy:
                 digest = bytes.fromhex(entry.secret_sha256())
                 self._identities.append(_Identity(entry.name, digest, tuple(entry.slots)))
 
+    def standing(self, previous: ProviderAuthPolicy, identity: str | None) -> ProviderCredential | None:
+        """What a link `previous` admitted as `identity` may publish under this policy (a reload swapped it
+        in); None when its credential no longer stands: its identity is gone, its secret changed, or the
+        mode now asks for a secret it never showed."""
+        if self.mode == "none":
+            return ProviderCredential(identity)
+        if identity is None:
+            return None
+        before = next((entry for entry in previous._identities if entry.name == identity), None)
+        now = next((entry for entry in self._identities if entry.name == identity), None)
+        if before is None or now is None or not hmac.compare_digest(before.digest, now.digest):
+            return None
+        return ProviderCredential(identity) if self.mode == "shared" else ProviderCredential(identity, now.patterns)
+
     def authenticate(self, headers: Mapping[str, str]) -> ProviderCredential | ProviderAuthRefusal:
         """Admit or refuse a provider connection from its upgrade request's headers."""
         if self.mode == "none":

@@ -163,6 +163,19 @@ class RateLimiter:
     def enabled(self) -> bool:
         return any(table.spec.enabled for table in self.tables.values())
 
+    def reconfigure(self, per_principal: BucketSpec, per_slot: BucketSpec, max_buckets: int) -> None:
+        """New rates and bounds (a configuration reload) from the next request on. Buckets are kept: a
+        bucket refills to the new burst at the new rate, and a table over its new bound drops the least
+        recently used ones."""
+        for scope, spec in ((PRINCIPAL, per_principal), (SLOT, per_slot)):
+            table = self.tables[scope]
+            table.spec = spec
+            table.max_buckets = max_buckets
+            while len(table.buckets) > max_buckets:
+                table.buckets.popitem(last=False)
+            for bucket in table.buckets.values():
+                bucket.tokens = min(bucket.tokens, float(spec.burst))
+
     def admit(self, principal: Principal | None = None, slot: str | None = None) -> Limited | None:
         """Take one token for the principal and one for the slot (None: that limit does not apply).
 

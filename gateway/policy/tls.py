@@ -11,6 +11,8 @@ naming the file (ConfigError), before anything listens.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import ssl
 
@@ -65,6 +67,24 @@ def _load_pair(context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
         raise ValueError(_explain(cert_file, key_file, exc)) from exc
 
 
+def fingerprint(*paths: str) -> str | None:
+    """SHA-256 over the files' bytes: a reload tells a renewed pair from the same one (None: unreadable)."""
+    digest = hashlib.sha256()
+    try:
+        for path in paths:
+            with open(path, "rb") as handle:
+                digest.update(handle.read())
+            digest.update(b"\0")
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def check_pair(cert_file: str, key_file: str) -> None:
+    """Load the pair into a scratch context: ValueError naming the file that is wrong, nothing touched."""
+    _load_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), cert_file, key_file)
+
+
 class ServerTls:
     """The SSLContext the listener serves, and its reload."""
 
@@ -74,6 +94,8 @@ class ServerTls:
         self.cert_file = config.cert_file
         self.key_file = config.key_file
         self.metrics = metrics
+        self.fingerprint = fingerprint(self.cert_file, self.key_file)
+        """Of the pair the listener serves, as its files were when they were loaded."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
@@ -92,19 +114,40 @@ class ServerTls:
 
     def reload(self) -> bool:
         """Load the files again into the live context; False (old pair kept, error logged) on failure."""
-        # Try the files in a scratch context first: a half-done load into the live one (new
-        # certificate, key refused) would leave the listener serving a pair that cannot work.
-        scratch = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
-            _load_pair(scratch, self.cert_file, self.key_file)
-            _load_pair(self.context, self.cert_file, self.key_file)
+            self.check(self.cert_file, self.key_file)
+            self.use(self.cert_file, self.key_file)
+        except ValueError:
+            return False
+        return True
+
+    def check(self, cert_file: str, key_file: str) -> None:
+        """Whether the pair can be served, without touching the live context; ValueError (logged as a
+        failed reload, the old pair kept) naming the file that is wrong."""
+        # A scratch context first: a half-done load into the live one (new certificate, key refused)
+        # would leave the listener serving a pair that cannot work.
+        try:
+            check_pair(cert_file, key_file)
         except ValueError as exc:
             log.error("TLS reload failed, still serving the previous certificate: %s", exc)
             self._count("failed")
-            return False
-        log.info("TLS certificate reloaded from %s", self.cert_file)
+            raise
+
+    def use(self, cert_file: str, key_file: str) -> None:
+        """Serve the pair `check` accepted from the next handshake on. Should the files have changed in
+        between and no longer load, the previous pair is loaded back and ValueError raised."""
+        try:
+            _load_pair(self.context, cert_file, key_file)
+        except ValueError as exc:
+            log.error("TLS reload failed, still serving the previous certificate: %s", exc)
+            self._count("failed")
+            with contextlib.suppress(ValueError):
+                _load_pair(self.context, self.cert_file, self.key_file)
+            raise
+        self.cert_file, self.key_file = cert_file, key_file
+        self.fingerprint = fingerprint(cert_file, key_file)
+        log.info("TLS certificate reloaded from %s", cert_file)
         self._count("ok")
-        return True
 
     def _count(self, result: str) -> None:
         if self.metrics is not None:

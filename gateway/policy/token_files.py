@@ -142,6 +142,10 @@ def write_atomically(path: Path, text: str) -> None:
     fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o600)
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            # Rewritten by root, a file the service's user owns stays its own (docs/operations.md, "systemd").
+            owner = path.stat()
+            os.fchown(fd, owner.st_uid, owner.st_gid)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -34,6 +34,9 @@ PROVIDER_FAULT_KINDS = ("unparsable", "unmatched_responses", "protocol_violation
 """Per-slot counters of provider misbehaviour, copied from the sessions at scrape time."""
 
 
+PROVIDER_TELEMETRY_OUTCOMES = ("accepted", "rate_limited", "invalid", "queue_full", "off", "not_a_board")
+
+
 def method_label(method: str) -> str:
     return method if method in KNOWN_METHODS else "other"
 
@@ -211,6 +214,27 @@ class Metrics:
             "Stateless-era calls held open until the client retries with inputResponses",
             registry=r,
         )
+        # [telemetry] (docs/telemetry.md): what the OTLP export sent and dropped, and providers' telemetry.
+        self.telemetry_exported = Counter(
+            "mcpgw_telemetry_exported",
+            "Items the OTLP export sent, by kind (spans, provider_spans, provider_logs, provider_metrics)",
+            ["kind"],
+            registry=r,
+        )
+        self.telemetry_dropped = Counter(
+            "mcpgw_telemetry_dropped",
+            "Items the OTLP export dropped, by kind (span_queue, span_export, metric_export, provider_queue, "
+            "provider_export)",
+            ["kind"],
+            registry=r,
+        )
+        self.provider_telemetry = Counter(
+            "mcpgw_provider_telemetry",
+            "Providers' broker/telemetry notifications by outcome (accepted, rate_limited, invalid, queue_full, off, "
+            "not_a_board)",
+            ["slot", "outcome"],
+            registry=r,
+        )
         self.before_render: list[Callable[[], None]] = []
         """Called before each scrape to copy state that is read, not counted (pending, connected, faults)."""
         self._call_children: dict[tuple[str, str], tuple[Count, Latency]] = {}
@@ -240,6 +264,9 @@ class Metrics:
                 metric.remove(slot)
         for key in [key for key in self._call_children if key[0] == slot]:
             del self._call_children[key]
+        for outcome in PROVIDER_TELEMETRY_OUTCOMES:
+            with contextlib.suppress(KeyError):
+                self.provider_telemetry.remove(slot, outcome)
 
     def render(self) -> bytes:
         for refresh in self.before_render:

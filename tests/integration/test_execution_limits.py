@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import httpx2
 import pytest
@@ -128,6 +129,7 @@ async def test_speed_changes_per_agent_are_refused_past_the_window_and_pass_agai
             "reason": "limit_exceeded",
             "ruleId": "speed-changes-per-agent",
             "kind": "calls",
+            "traceId": ANY,  # the request's trace (docs/telemetry.md)
         }
         assert error.message.startswith(
             'Execution limit "speed-changes-per-agent" reached for subject token:agent-1: at most 3 calls per 3 s'
@@ -185,6 +187,7 @@ async def test_a_second_start_while_the_first_is_in_flight_is_refused_and_never_
             "reason": "concurrency_exceeded",
             "ruleId": "one-start-per-pump",
             "kind": "concurrency",
+            "traceId": ANY,
         }
         # Each pump has its own place: a simulated pump starts meanwhile.
         async with client(server, "pump-1", AGENT_2) as other_pump:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from unittest.mock import ANY
 
 import aiohttp
 import pytest
@@ -36,7 +37,12 @@ async def test_a_mistyped_slot_names_the_connected_ones(
     assert error.message == (
         'Provider "pmup-1" not connected: no provider has connected to this slot; connected slots: pump-1, pump-2'
     )
-    assert error.data == {"slot": "pmup-1", "reason": "not_connected", "connectedSlots": ["pump-1", "pump-2"]}
+    assert error.data == {
+        "slot": "pmup-1",
+        "reason": "not_connected",
+        "connectedSlots": ["pump-1", "pump-2"],
+        "traceId": ANY,  # the request's trace (docs/telemetry.md)
+    }
 
 
 async def test_a_slot_whose_provider_left_says_when_and_why(

@@ -14,6 +14,7 @@ import json
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from unittest.mock import ANY
 
 import aiohttp
 import mcp_types as types
@@ -352,7 +353,7 @@ async def test_a_stateless_caller_without_the_capability_gets_32021_from_a_sessi
     status_code, _, answer = await post(http, url_of(gateway, "asker"), body)
     assert status_code == 400
     assert answer["error"]["code"] == -32021
-    assert answer["error"]["data"] == {"requiredCapabilities": {"elicitation": {}}}
+    assert answer["error"]["data"] == {"requiredCapabilities": {"elicitation": {}}, "traceId": ANY}
     # The provider was told no, as an SDK client without the capability tells it.
     await wait_for(lambda: bool(outcomes), what="the provider's tool to end")
     assert outcomes[0].startswith("ask_name: refused -32600: Elicitation not supported")

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+from unittest.mock import ANY
 
 import aiohttp
 import mcp_types as types
@@ -161,7 +162,7 @@ async def test_a_client_without_the_capability_is_never_asked(
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("ask_name", {})
             assert refused.value.error.code == -32021
-            assert refused.value.error.data == {"requiredCapabilities": {"elicitation": {}}}
+            assert refused.value.error.data == {"requiredCapabilities": {"elicitation": {}}, "traceId": ANY}
     await wait_for(lambda: bool(outcomes), what="the provider's question to end")
     assert outcomes == [f"ask_name: {refused_text}"]
 

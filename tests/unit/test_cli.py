@@ -32,7 +32,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def no_serving(monkeypatch: pytest.MonkeyPatch) -> None:
     """`run` must refuse before it serves anything; serving here would be a failure, not a hang."""
 
-    async def refuse_to_serve(config: Any) -> None:
+    async def refuse_to_serve(config: Any, **_: Any) -> None:
         raise AssertionError("the gateway started serving")
 
     monkeypatch.setattr(gateway.app, "serve", refuse_to_serve)

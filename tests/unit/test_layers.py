@@ -21,16 +21,18 @@ ALLOWED: dict[str, frozenset[str]] = {
     "southbound": frozenset({ROOT, "policy", "core", "config", "telemetry", "websocket_limits"}),
     "publish": frozenset({ROOT, "core"}),
     "discovery": frozenset({ROOT, "core", "config", "telemetry"}),
-    "telemetry": frozenset({ROOT}),
+    "telemetry": frozenset({ROOT, "config"}),
     "config": frozenset({ROOT}),
     "http_answers": frozenset({ROOT, "core"}),
     "websocket_limits": frozenset({ROOT, "core", "policy", "telemetry"}),
     "event_loop": frozenset({ROOT}),
-    "logs": frozenset({ROOT, "config"}),
+    "logs": frozenset({ROOT, "config", "service"}),
+    "service": frozenset({ROOT, "config"}),
     "client": frozenset({ROOT, "core"}),
-    # The composition root and the command line build everything: app, cli, entry, listener.
+    # The composition root and the command line build everything: app, cli, entry, listener; reload
+    # rebuilds parts of what app built (gateway/reload/).
 }
-COMPOSITION = frozenset({"app", "cli", "entry", "listener"})
+COMPOSITION = frozenset({"app", "cli", "entry", "listener", "reload"})
 CONFIG_MAY_USE = frozenset(
     {"gateway.core.names", "gateway.core.jsonrpc", "gateway.southbound.mqtt.topics", "gateway.policy.rules.checking"}
 )

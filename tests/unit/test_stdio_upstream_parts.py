@@ -131,9 +131,11 @@ def test_the_stdio_flag_adds_to_the_configured_upstreams(tmp_path: Path, monkeyp
         '[[upstreams.stdio]]\nname = "files"\ncommand = ["npx", "-y", "server-filesystem", "/srv"]\n'
     )
     seen: list[GatewayConfig] = []
+    sources: list[Any] = []
 
-    async def capture(config: GatewayConfig) -> None:
+    async def capture(config: GatewayConfig, source: Any = None) -> None:
         seen.append(config)
+        sources.append(source)
 
     monkeypatch.setattr(gateway.app, "serve", capture)
     flag = "memory=npx -y '@modelcontextprotocol/server-memory'"
@@ -144,6 +146,7 @@ def test_the_stdio_flag_adds_to_the_configured_upstreams(tmp_path: Path, monkeyp
         ("memory", ["npx", "-y", "@modelcontextprotocol/server-memory"]),
         ("demo", ["python", "-m", "demo"]),
     ]
+    assert sources[0].load().upstreams.stdio == upstreams  # a reload loads it the same way, flags included
     with pytest.raises(ConfigError, match=r"command-line flag for upstreams\.stdio.*repeated: files"):
         load_config(config_file, environ={}, flags={"upstreams.stdio": [{"name": "files", "command": ["x"]}]})
 

@@ -272,12 +272,19 @@ def page_deploy(data: GuideInput) -> str:
             "After=network-online.target\n"
             "Wants=network-online.target\n\n"
             "[Service]\n"
-            "ExecStart=/usr/local/bin/mcp-gateway run --config /etc/mcp-gateway/gateway.toml\n"
+            "Type=notify\n"
+            "ExecStart=/usr/local/bin/mcp-gateway run --config /etc/mcp-gateway/mcp-gateway.toml\n"
+            "ExecReload=/bin/kill -HUP $MAINPID\n"
+            "WatchdogSec=30\n"
             "Restart=on-failure\n\n"
             "[Install]\n"
             "WantedBy=multi-user.target",
             "ini",
         ),
+        "",
+        "The gateway says `READY=1` once it listens and its upstreams made a first attempt, and pings the "
+        "watchdog from its event loop. The appliance's hardened unit is `image/systemd/mcp-gateway.service` "
+        '(docs/operations.md, "systemd").',
         "",
         "## Logs and shutdown",
         "",

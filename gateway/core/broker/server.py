@@ -16,7 +16,7 @@ import orjson
 from gateway import __version__
 from gateway.config import masked_dump
 from gateway.core import errors, governed, jsonrpc
-from gateway.core.broker import governed_tools, status
+from gateway.core.broker import governed_tools, reload_tool, status
 from gateway.core.broker.diagnose import diagnose, worst
 from gateway.core.broker.guide import TOPICS, render
 from gateway.core.broker.guide_text import GuideInput
@@ -175,6 +175,12 @@ BROKER_INFO_SCHEMA: JsonObject = {
             "enabled, enabled_by (config or the MCP_GROUP_* variable), members now and tool count; mcp_tools: "
             "the slot tools /mcp lists now",
         },
+        "reload": {
+            **_nullable("object"),
+            "description": "Configuration reloads (SIGHUP, mcp-gateway reload): applied, unchanged and refused "
+            "counts, the last reload and the last refusal (time, outcome, changes, refusals); null when this "
+            "gateway cannot reload",
+        },
     },
     "required": [
         "name",
@@ -299,7 +305,7 @@ POLICY_RELOAD: JsonObject = {
     "annotations": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False},
 }
 """What `mcp-gateway policy reload` calls. An action, not a read: a policy gives it to operators only."""
-GOVERNED_TOOLS = [*TOOLS, POLICY_RELOAD, *governed_tools.TOOLS]
+GOVERNED_TOOLS = [*TOOLS, POLICY_RELOAD, reload_tool.TOOL, *governed_tools.TOOLS]
 TOOL_ARGUMENTS = {tool["name"]: set(tool["inputSchema"]["properties"]) for tool in GOVERNED_TOOLS}
 
 STATIC_RESOURCES: list[JsonObject] = [
@@ -464,6 +470,9 @@ class BrokerTarget(Target):
             name = (params or {}).get("name")
             if name == POLICY_RELOAD["name"] or name in governed_tools.NAMES:
                 raise errors.unknown_tool(str(name), "_broker")
+            if name == reload_tool.NAME:  # not listed without a policy; see reload_tool for who may call it
+                self._check_arguments(name, (params or {}).get("arguments"))
+                return await reload_tool.call(self.gateway, governed=False)
             return self.call_tool(params or {})
         return self._resources(method, params)
 
@@ -483,6 +492,9 @@ class BrokerTarget(Target):
                 name = admitted.get("name")
                 if name == POLICY_RELOAD["name"]:
                     return self.reload_policy(governance)
+                if name == reload_tool.NAME:
+                    self._check_arguments(name, admitted.get("arguments"))
+                    return await reload_tool.call(self.gateway, governed=True)
                 if name in governed_tools.NAMES:
                     self._check_arguments(str(name), admitted.get("arguments"))
                     return await governed_tools.call(governance, ctx, str(name), admitted.get("arguments"))

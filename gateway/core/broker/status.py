@@ -310,6 +310,7 @@ def broker_info(gateway: BrokerView) -> JsonObject:
         "mdns": mdns_status(gateway),
         "mqtt": mqtt_status(gateway),
         "serial": serial_status(gateway),
+        "reload": gateway.reloading.status() if gateway.reloading is not None else None,
     }
 
 

@@ -14,6 +14,7 @@ from gateway.core.aggregate import AggregateTarget
 from gateway.core.groups.catalog import GroupCatalog
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.policy_interface import ConnectionCounts, Governance, RateLimits
+from gateway.core.reloading import Reloading
 from gateway.core.sessions import SessionStore
 from gateway.core.slots import SlotRegistry
 from gateway.telemetry.metrics import Metrics
@@ -74,5 +75,10 @@ class BrokerView(Protocol):
 
     @property
     def serial_status(self) -> Callable[[], JsonObject] | None: ...
+
+    @property
+    def reloading(self) -> Reloading | None:
+        """The configuration reload (None: this gateway cannot reload, e.g. one built in a test)."""
+        ...
 
     def base_url(self) -> str: ...

@@ -83,6 +83,29 @@ class GroupCatalog:
         )
         registry.membership_listeners.append(self.refresh.changed)
 
+    def reconfigure(self, specs: list[GroupSpec]) -> None:
+        """Serve `specs` from now on (a configuration reload). A group that stays keeps its target, so
+        clients connected to it stay; a removed or disabled one lists no tools any more, and every endpoint
+        whose list changed tells its listeners. Names stay those of the one NameBook (the separator and the
+        names never change while the gateway runs)."""
+        self.specs = specs
+        kept = self.targets
+        self.targets = {}
+        for spec in specs:
+            if spec.enabled:
+                target = kept.pop(spec.name, None) or GroupTarget(self, spec)
+                target.spec = spec
+                self.targets[spec.name] = target
+        self._built = {}  # every entry's groups are computed again
+        self.rebuild()
+        message = notification("notifications/tools/list_changed")
+        for name, gone in kept.items():
+            # Sessions still bound to it see an empty, disabled group: no slot, no tool.
+            gone.spec = GroupSpec(name, (), (), enabled=False, description="", enabled_by="configuration reload")
+            gone.tools = []
+            for listener in list(gone.listeners):
+                listener.deliver(message)
+
     # -- lookup ---------------------------------------------------------------------------------
 
     @property

@@ -43,13 +43,13 @@ from gateway.policy.declarations.wire import (
     RESULTS,
     invalid,
     new_id,
-    trace_id_of,
 )
 from gateway.policy.execution.ledger import BudgetLedger
 from gateway.policy.execution.wire import CallerOfRef, reserve_budget, settle_budget
 from gateway.policy.governor import Governor
 from gateway.policy.rules import Policy
 from gateway.policy.rules.declared import OperatorLimit, compile_declared_limits
+from gateway.telemetry.trace_context import trace_id_of
 
 log = logging.getLogger("gateway.policy.declarations")
 

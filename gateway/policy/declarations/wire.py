@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping
 from typing import Any
 
 from gateway.core import errors, jsonrpc
@@ -27,7 +26,6 @@ CAPABILITY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 REF = re.compile(r"cr_[A-Za-z0-9_-]{8,64}")
 CORRELATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 TRACE_ID = re.compile(r"[0-9a-f]{32}")
-TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 RESULTS = ("success", "failure", "refused")
 MAX_REPORT_TEXT = 256
 """Characters of a result's nativeStatus or errorCode."""
@@ -70,12 +68,3 @@ def provider_path(value: object, label: str, max_length: int) -> str | errors.Rp
 def within(namespace: str, path: str) -> bool:
     """`path` is `namespace` itself or lies below it."""
     return path == namespace or path.startswith(namespace.rstrip("/") + "/")
-
-
-def trace_id_of(meta: object) -> str | None:
-    """The trace id of a valid W3C version 00 `traceparent` in a request's _meta, else None."""
-    value = meta.get("traceparent") if isinstance(meta, Mapping) else None
-    match = TRACEPARENT.fullmatch(value) if isinstance(value, str) else None
-    if match is None or set(match.group(1)) == {"0"} or set(match.group(2)) == {"0"}:
-        return None
-    return match.group(1)

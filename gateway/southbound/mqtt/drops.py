@@ -90,7 +90,8 @@ class DropCounter:
         if reason not in self._warned:
             # Once per reason and broker: a misconfigured board repeats itself; the counters carry the rest.
             self._warned.add(reason)
-            log.warning("MQTT broker %s: dropped a message (%s) on %s", self.broker, reason, example)
+            extra = {"slot": slot} if slot is not None else None  # the journal's SLOT= field
+            log.warning("MQTT broker %s: dropped a message (%s) on %s", self.broker, reason, example, extra=extra)
 
     def of_slot(self, slot: str) -> dict[str, int]:
         return dict(self.per_slot.get(slot, {}))

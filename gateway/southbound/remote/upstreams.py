@@ -133,7 +133,8 @@ class RemoteUpstream:
         self._stopping = True
         self._wake.set()
 
-    async def stop(self) -> None:
+    async def stop(self, reason: str = "Gateway shutting down") -> None:
+        """End the connection loop and close a live link; `reason` is what the link is closed with."""
         self.halt()
         if self._task is not None:
             self._task.cancel()
@@ -142,7 +143,7 @@ class RemoteUpstream:
         link = self.link
         if link is not None and not link.ending():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(link.close(CLOSE_GOING_AWAY, "Gateway shutting down"), 2.0)
+                await asyncio.wait_for(link.close(CLOSE_GOING_AWAY, reason), 2.0)
         for session in (self._session, self._guarded):
             if session is not None:
                 await session.close()
@@ -349,18 +350,35 @@ class RemoteUpstream:
 
 
 class RemoteUpstreams:
-    """Every configured remote upstream; the composition root starts them once the listener is up."""
+    """Every configured remote upstream; the composition root starts them once the listener is up, and a
+    configuration reload (gateway/reload/) adds, removes and restarts single ones."""
 
     def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
         self.upstreams = [RemoteUpstream(config, gateway) for config in gateway.config.upstreams.remote]
+        self.halted = False
 
     def start(self) -> None:
         for upstream in self.upstreams:
             upstream.start()
 
     def halt(self) -> None:
+        self.halted = True
         for upstream in self.upstreams:
             upstream.halt()
+
+    def add(self, config: RemoteUpstreamConfig) -> RemoteUpstream:
+        """A new upstream for `config`, its slot reserved now (SlotRefused when it cannot be); not started."""
+        upstream = RemoteUpstream(config, self.gateway)
+        self.upstreams.append(upstream)
+        return upstream
+
+    async def remove(self, upstream: RemoteUpstream, reason: str) -> None:
+        """Close one upstream for good; its slot is freed unless another manager took it since."""
+        await upstream.stop(reason)
+        if upstream in self.upstreams:
+            self.upstreams.remove(upstream)
+        self.gateway.registry.unmanage(upstream.name, upstream)
 
     async def stop(self) -> None:
         await asyncio.gather(*(upstream.stop() for upstream in self.upstreams))

@@ -385,14 +385,15 @@ class SerialPort:
     def _warn_dropped(self, reason: str) -> None:
         self._warn_once(reason, f"dropped a frame ({reason}); see provider_status or /metrics")
 
-    def _warn_once(self, kind: str, message: str) -> None:
+    def _warn_once(self, kind: str, message: str, slot: str | None = None) -> None:
         """One warning per kind of fault (a drop reason, a refusal of one slot) and port; the counters
         carry the rest: a noisy line or a board that keeps retrying repeats itself."""
+        extra = {"slot": slot} if slot else None  # the journal's SLOT= field, when a slot is concerned
         if kind in self._warned or len(self._warned) >= WARNED_KINDS_MAX:
-            log.debug("serial port %s: %s", self.spec.path, message)
+            log.debug("serial port %s: %s", self.spec.path, message, extra=extra)
             return
         self._warned.add(kind)
-        log.warning("serial port %s: %s (further ones are only counted)", self.spec.path, message)
+        log.warning("serial port %s: %s (further ones are only counted)", self.spec.path, message, extra=extra)
 
     def _drain_inbox(self) -> None:
         while not self._inbox.empty():
@@ -516,7 +517,7 @@ class SerialPort:
     async def _refuse(self, slot: str | None, enveloped: bool, code: int, reason: str) -> None:
         """Count a refused register frame, warn once per slot and kind, and tell the board why."""
         self._count_drop("refused", warn=False)
-        self._warn_once(f"refused {code} {slot or '(no slot name)'}", reason)
+        self._warn_once(f"refused {code} {slot or '(no slot name)'}", reason, slot)
         refusal = (
             envelope.error_envelope(slot, code, reason)
             if enveloped and slot is not None

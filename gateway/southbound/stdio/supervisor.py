@@ -97,11 +97,12 @@ class StdioSupervisor:
         self._stopping = True
         self._wake.set()
 
-    async def stop(self) -> None:
-        """End the child (SIGTERM to its group, SIGKILL after stop_grace_s) and the restart loop."""
+    async def stop(self, reason: str = "gateway shutting down") -> None:
+        """End the child (SIGTERM to its group, SIGKILL after stop_grace_s) and the restart loop;
+        `reason` is what its pending callers are told."""
         self.halt()
         if self.link is not None:
-            self.link.gone("gateway shutting down")
+            self.link.gone(reason)
         elif self.child is not None:
             self.child.end(self.config.stop_grace_s)
         if self._task is not None:
@@ -288,19 +289,36 @@ class StdioSupervisor:
 
 
 class StdioUpstreams:
-    """Every configured stdio upstream; the composition root starts them once the listener is up."""
+    """Every configured stdio upstream; the composition root starts them once the listener is up, and a
+    configuration reload (gateway/reload/) adds, removes and restarts single ones."""
 
     def __init__(self, gateway: Gateway, environ: Mapping[str, str] | None = None) -> None:
-        environ = os.environ if environ is None else environ
-        self.supervisors = [StdioSupervisor(config, gateway, environ) for config in gateway.config.upstreams.stdio]
+        self.gateway = gateway
+        self.environ = os.environ if environ is None else environ
+        self.supervisors = [StdioSupervisor(config, gateway, self.environ) for config in gateway.config.upstreams.stdio]
+        self.halted = False
 
     def start(self) -> None:
         for supervisor in self.supervisors:
             supervisor.start()
 
     def halt(self) -> None:
+        self.halted = True
         for supervisor in self.supervisors:
             supervisor.halt()
+
+    def add(self, config: StdioUpstreamConfig) -> StdioSupervisor:
+        """A new supervisor for `config`, its slot reserved now (SlotRefused when it cannot be); not started."""
+        supervisor = StdioSupervisor(config, self.gateway, self.environ)
+        self.supervisors.append(supervisor)
+        return supervisor
+
+    async def remove(self, supervisor: StdioSupervisor, reason: str) -> None:
+        """Stop one supervisor's child for good; its slot is freed unless another manager took it since."""
+        await supervisor.stop(reason)
+        if supervisor in self.supervisors:
+            self.supervisors.remove(supervisor)
+        self.gateway.registry.unmanage(supervisor.name, supervisor)
 
     async def stop(self) -> None:
         await asyncio.gather(*(supervisor.stop() for supervisor in self.supervisors))

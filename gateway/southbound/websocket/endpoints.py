@@ -419,3 +419,7 @@ class ProviderWebSockets:
             return None
         socket.sessions[frame.provider] = session
         return session
+
+
+PROVIDER_SOCKETS_KEY = web.AppKey("provider_sockets", ProviderWebSockets)
+"""Where the composition root keeps the handlers on the application (a reload swaps their [providers.auth])."""

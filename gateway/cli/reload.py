@@ -1,0 +1,41 @@
+"""`mcp-gateway reload`: ask a running gateway to load its whole configuration again (docs/reload.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from gateway.cli.common import DEFAULT_URL, Commands
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    from gateway.cli.calls import _client_token
+    from gateway.client import GatewayClient
+
+    async def go() -> int:
+        async with GatewayClient(args.url, "_broker", token=_client_token(args)) as client:
+            result = await client.call_tool("broker_reload", {})
+        texts = [block.get("text", "") for block in result.get("content", []) if block.get("type") == "text"]
+        sys.stdout.write("\n".join(texts) + "\n")
+        return 1 if result.get("isError") else 0
+
+    return asyncio.run(go())
+
+
+def add_reload(commands: Commands) -> None:
+    reload = commands.add_parser(
+        "reload",
+        help="make a running gateway load its whole configuration again",
+        description="Ask a running gateway (its _broker tool broker_reload) to load its configuration again, "
+        "from the same file, environment and flags it started with, as SIGHUP does. Prints what changed. A "
+        "configuration with a mistake, or a change that needs a restart (the port, the address), is refused "
+        "whole: nothing changes, the answer names every reason, and the command exits 1. Without a [policy] "
+        "only a gateway bound to loopback serves this; with one, the policy must grant broker_reload (an "
+        "action on /_system/broker).",
+    )
+    reload.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL (default {DEFAULT_URL})")
+    reload.add_argument(
+        "--token-file", metavar="FILE", help="a file holding the client token (default: $MCP_GATEWAY_TOKEN)"
+    )
+    reload.set_defaults(func=cmd_reload)

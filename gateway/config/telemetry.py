@@ -1,0 +1,198 @@
+"""[telemetry]: OTLP export of the gateway's spans and metrics and of providers' `broker/telemetry`
+(docs/telemetry.md), and how the standard OTEL_* environment variables fill the keys left unset."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from gateway.config.base import PositiveFloat, PositiveInt, Section, masked_url
+
+DEFAULT_SERVICE_NAME = "mcp-gateway"
+DEFAULT_ENDPOINT = "http://localhost:4318"
+"""The OTLP/HTTP port on the same host, as the OpenTelemetry SDK defaults."""
+MAX_HEADERS_FILE_BYTES = 64 * 1024
+
+ENV_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
+ENV_SAMPLER = "OTEL_TRACES_SAMPLER"
+ENV_SAMPLER_ARG = "OTEL_TRACES_SAMPLER_ARG"
+ENV_SDK_DISABLED = "OTEL_SDK_DISABLED"
+ENV_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+SAMPLERS = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
+"""OTEL_TRACES_SAMPLER's values, as the OpenTelemetry SDK names them."""
+
+
+class TelemetryConfigError(ValueError):
+    """[telemetry] or an OTEL_* variable cannot be used; the message names which."""
+
+
+class ProviderTelemetryConfig(Section):
+    """[telemetry.providers]: what the gateway takes of boards' `broker/telemetry` notifications."""
+
+    enabled: bool = True
+    """Export boards' telemetry when [telemetry] exports at all (false: counted and dropped)."""
+    rate_per_s: PositiveFloat = 20.0
+    """Items (events, metric points, spans) one slot may send per second, on average."""
+    burst: PositiveInt = 100
+    """Items one slot may send at once after a quiet spell (its token bucket's size)."""
+    max_items: PositiveInt = 32
+    """Events or metric points in one notification, and events in one span; more refuses it whole."""
+    max_attributes: PositiveInt = 64
+    """Attributes of one event, metric point or span."""
+    max_string_length: PositiveInt = 256
+    """Characters of a name, a unit, a body or an attribute's key or value."""
+    max_queue: PositiveInt = 2048
+    """Items waiting for export, every slot together; past it new items are dropped and counted."""
+
+
+class TelemetryConfig(Section):
+    """[telemetry]: off unless enabled, an endpoint, or OTEL_EXPORTER_OTLP_ENDPOINT turns it on."""
+
+    enabled: bool | None = None
+    """None: on when `endpoint` or OTEL_EXPORTER_OTLP_ENDPOINT is set; true or false decides alone."""
+    endpoint: str | None = None
+    """The collector's OTLP/HTTP base URL (http://collector:4318); /v1/traces, /v1/metrics and /v1/logs
+    are appended. Unset: OTEL_EXPORTER_OTLP_ENDPOINT (and its per-signal variables), else localhost:4318."""
+    headers_file: str | None = None
+    """A file of `Name: value` lines sent with every export (an API key); never logged. Unset: the SDK
+    reads OTEL_EXPORTER_OTLP_HEADERS."""
+    sampling_ratio: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    """Share of new traces recorded (ParentBased(TraceIdRatioBased)): a caller's sampled flag decides for
+    its own trace. Unset: OTEL_TRACES_SAMPLER(_ARG), else 1.0."""
+    service_name: str | None = None
+    """service.name of the gateway's resource. Unset: OTEL_SERVICE_NAME, else "mcp-gateway"."""
+    capture_arguments: bool = False
+    """Put a tools/call's arguments on its span (mcpgw.arguments, JSON). Off: argument values never leave."""
+    max_queue_size: PositiveInt = 2048
+    """Spans waiting for export; past it new spans are dropped and counted."""
+    schedule_delay_ms: PositiveInt = 2000
+    """The longest a span waits before its batch is sent."""
+    max_export_batch_size: PositiveInt = 512
+    """Spans (or provider items) in one export request."""
+    export_timeout_ms: PositiveInt = 10_000
+    """One export request, retries included."""
+    metric_interval_ms: Annotated[int, Field(ge=1000)] = 30_000
+    """How often the gateway's own OTLP metrics are sent."""
+    providers: ProviderTelemetryConfig = Field(default_factory=ProviderTelemetryConfig)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{masked_url(value)!r}: give an http:// or https:// URL of an OTLP/HTTP collector")
+        return value
+
+    @field_validator("service_name")
+    @classmethod
+    def _service_name(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("give a name, or leave service_name out")
+        return value
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    """[telemetry] with the OTEL_* variables applied: what the telemetry layer runs with."""
+
+    enabled: bool
+    endpoint: str | None
+    """The base URL; None: the exporters read OTEL_EXPORTER_OTLP_(<SIGNAL>_)ENDPOINT themselves."""
+    headers: Mapping[str, str] | None
+    """From headers_file; None: the exporters read OTEL_EXPORTER_OTLP_HEADERS themselves."""
+    sampler: str
+    """One of SAMPLERS."""
+    ratio: float
+    service_name: str
+    config: TelemetryConfig
+
+    def signal_endpoint(self, signal: str) -> str | None:
+        """The URL one signal ("traces", "metrics", "logs") is sent to (None: as the SDK resolves it)."""
+        if self.endpoint is None:
+            return None
+        return f"{self.endpoint.rstrip('/')}/v1/{signal}"
+
+    def shown_endpoint(self) -> str:
+        return masked_url(self.endpoint) if self.endpoint is not None else "from OTEL_EXPORTER_OTLP_*"
+
+
+def read_headers_file(path: str) -> dict[str, str]:
+    """`Name: value` lines (blank lines and # comments skipped); the message names a bad line by number only."""
+    try:
+        data = Path(path).read_bytes()[: MAX_HEADERS_FILE_BYTES + 1]
+    except OSError as exc:
+        raise TelemetryConfigError(f"[telemetry] headers_file {path}: not readable ({exc.strerror or exc})") from exc
+    if len(data) > MAX_HEADERS_FILE_BYTES:
+        raise TelemetryConfigError(f"[telemetry] headers_file {path}: larger than {MAX_HEADERS_FILE_BYTES} bytes")
+    headers: dict[str, str] = {}
+    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        name, colon, value = text.partition(":")
+        name, value = name.strip(), value.strip()
+        if not colon or not name or not name.isascii() or any(char in name for char in ' \t()<>@,;\\"/[]?={}'):
+            # The line itself is never quoted: it holds a secret.
+            raise TelemetryConfigError(f"[telemetry] headers_file {path}: line {number} is not `Name: value`")
+        headers[name.lower()] = value
+    return headers
+
+
+def _flag(environ: Mapping[str, str], name: str) -> str:
+    return environ.get(name, "").strip()
+
+
+def resolve_telemetry(config: TelemetryConfig, environ: Mapping[str, str]) -> TelemetrySettings:
+    """[telemetry] with OTEL_* filling what it leaves unset, as the OpenTelemetry SDK reads them; the
+    keys win. Raises TelemetryConfigError for a value that cannot be used (the gateway fails closed)."""
+    env_endpoint = _flag(environ, ENV_ENDPOINT)
+    if config.enabled is not None:
+        enabled = config.enabled
+    elif config.endpoint is not None:
+        enabled = True
+    else:
+        enabled = bool(env_endpoint) and _flag(environ, ENV_SDK_DISABLED).lower() != "true"
+    protocol = _flag(environ, ENV_PROTOCOL)
+    if enabled and protocol and protocol != "http/protobuf":
+        raise TelemetryConfigError(
+            f"{ENV_PROTOCOL}={protocol[:40]!r}: the gateway exports OTLP over HTTP (http/protobuf) only"
+        )
+    endpoint = config.endpoint
+    if endpoint is None and enabled and not env_endpoint:
+        endpoint = DEFAULT_ENDPOINT
+    headers = read_headers_file(config.headers_file) if enabled and config.headers_file is not None else None
+    if config.sampling_ratio is not None:
+        sampler, ratio = "parentbased_traceidratio", config.sampling_ratio
+    else:
+        sampler, ratio = _env_sampler(environ)
+    service_name = config.service_name or _flag(environ, ENV_SERVICE_NAME) or DEFAULT_SERVICE_NAME
+    return TelemetrySettings(enabled, endpoint, headers, sampler, ratio, service_name, config)
+
+
+def _env_sampler(environ: Mapping[str, str]) -> tuple[str, float]:
+    name = _flag(environ, ENV_SAMPLER).lower() or "parentbased_traceidratio"
+    if name not in SAMPLERS:
+        raise TelemetryConfigError(f"{ENV_SAMPLER}={name[:40]!r}: use one of {', '.join(SAMPLERS)}")
+    if not name.endswith("traceidratio"):
+        return name, 1.0
+    text = _flag(environ, ENV_SAMPLER_ARG)
+    if not text:
+        return name, 1.0
+    try:
+        ratio = float(text)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        raise TelemetryConfigError(f"{ENV_SAMPLER_ARG}={text[:40]!r}: give a ratio from 0 to 1")
+    return name, ratio

@@ -1,0 +1,66 @@
+"""[limits] at run time: the request rate buckets, the connection caps, and the slot table's bounds.
+
+Those are read where they are enforced, so swapping them changes what the next request, connection or
+slot meets. Every other bound of [limits] is built into a session, a stream, a parser or the listener at
+start, and needs a restart (the refusal names it). Rate limiting turned on when it was off at start needs
+one too: the entry was built without the check.
+"""
+
+from __future__ import annotations
+
+from gateway.config import GatewayConfig
+from gateway.core.broker.scrape import limit_values
+from gateway.policy.rate_limit import BucketSpec
+from gateway.reload.context import Context, Prepared
+from gateway.reload.diff import change_text, changed_paths, owner, value_at
+from gateway.reload.report import Refused
+
+OWNS = (
+    "limits.rate",
+    "limits.connections.max_connections",
+    "limits.connections.max_per_peer",
+    "limits.connections.per_peer_exempt",
+    "limits.connections.max_refusing",
+    "limits.connections.fd_reserve",
+    "limits.max_slots",
+    "limits.max_slots_per_peer",
+    "limits.vacant_slot_ttl_s",
+)
+NAME_BOOK_PER_SLOT = 4
+"""Departed names the /mcp and _all name books remember per slot (as the core builds them)."""
+
+
+class LimitsSwap(Prepared):
+    def __init__(self, changes: list[str], context: Context, new: GatewayConfig) -> None:
+        super().__init__(changes)
+        self.context = context
+        self.new = new
+
+    def swap(self) -> None:
+        running, limits = self.context.running, self.new.limits
+        rate = limits.rate
+        running.limiters.rate.reconfigure(
+            BucketSpec(rate.per_principal.rate_per_s, rate.per_principal.burst),
+            BucketSpec(rate.per_slot.rate_per_s, rate.per_slot.burst),
+            rate.max_buckets,
+        )
+        running.limiters.connections.reconfigure(limits.connections)
+        gateway = running.gateway
+        gateway.aggregate.names.max_retired = NAME_BOOK_PER_SLOT * limits.max_slots
+        gateway.groups.names.max_retired = NAME_BOOK_PER_SLOT * limits.max_slots
+        # max_slots, max_slots_per_peer and vacant_slot_ttl_s are read from the configuration, swapped last.
+        for name, value in limit_values(limits).items():
+            gateway.metrics.limit.labels(name).set(value)
+
+
+def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepared | None:
+    paths = [path for path in changed_paths(old.limits, new.limits, "limits.") if owner(path, OWNS) is not None]
+    if not paths:
+        return None
+    rate = new.limits.rate
+    if not context.rate_checked_at_entry and any(spec.rate_per_s > 0 for spec in (rate.per_principal, rate.per_slot)):
+        raise Refused(
+            "limits.rate: turning rate limiting on needs a restart (it was off at start, so the entry was built "
+            "without the check)"
+        )
+    return LimitsSwap([change_text(path, value_at(old, path), value_at(new, path)) for path in paths], context, new)

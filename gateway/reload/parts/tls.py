@@ -1,0 +1,57 @@
+"""[tls] at run time: the certificate and key (renewed in place, or new paths). A pair that cannot be
+served refuses the whole reload, the old pair kept and the failure logged as before. Turning TLS on or
+off changes the listener's scheme and needs a restart, as does tls.client_ca_file (a CA cannot be taken
+out of a live context)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from gateway.config import GatewayConfig
+from gateway.policy.tls import ServerTls, fingerprint
+from gateway.reload.context import Context, Prepared
+from gateway.reload.report import Refused
+
+OWNS = ("tls.cert_file", "tls.key_file")
+
+
+class TlsSwap(Prepared):
+    """Fallible: its swap reads the files again. Should they have changed since they were checked and no
+    longer load, the previous pair is loaded back and the reload refused before any other part swaps."""
+
+    fallible = True
+
+    def __init__(self, changes: list[str], tls: ServerTls, cert_file: str, key_file: str) -> None:
+        super().__init__(changes)
+        self.tls = tls
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.previous = (tls.cert_file, tls.key_file)
+
+    def swap(self) -> None:
+        try:
+            self.tls.use(self.cert_file, self.key_file)
+        except ValueError as exc:
+            raise Refused(f"tls: {exc}") from exc
+
+    def undo(self) -> None:
+        with contextlib.suppress(ValueError):  # logged by use(); the new pair then stays
+            self.tls.use(*self.previous)
+
+
+def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepared | None:
+    if old.tls.enabled != new.tls.enabled:
+        raise Refused("tls: turning TLS on or off needs a restart (the listener's scheme is fixed when it binds)")
+    tls = context.running.tls
+    cert_file, key_file = new.tls.cert_file, new.tls.key_file
+    if tls is None or cert_file is None or key_file is None:
+        return None
+    same_files = (cert_file, key_file) == (tls.cert_file, tls.key_file)
+    if same_files and tls.fingerprint is not None and fingerprint(cert_file, key_file) == tls.fingerprint:
+        return None
+    try:
+        tls.check(cert_file, key_file)
+    except ValueError as exc:
+        raise Refused(f"tls: {exc}") from exc
+    where = "renewed in place" if same_files else f"now {cert_file}"
+    return TlsSwap([f"tls: certificate reloaded ({where})"], tls, cert_file, key_file)

@@ -1,0 +1,77 @@
+"""The reload plan: every difference between the running and the new configuration is either applied by
+the part that owns its key or refuses the whole reload, named; parts prepare their changes (building
+whatever can fail: TLS contexts, policies, verifiers, token files) before anything is swapped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway.config import GatewayConfig, lan_sides_text
+from gateway.reload.context import Context, Prepared
+from gateway.reload.diff import changed_paths, owner, restart_refusal
+from gateway.reload.parts import auth, groups, limits, log_level, mdns, policy, providers, telemetry, tls, upstreams
+from gateway.reload.report import Refused
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    owns: tuple[str, ...]
+    prepare: Callable[[GatewayConfig, GatewayConfig, Context], Prepared | None]
+
+
+PARTS: tuple[Part, ...] = (
+    # TLS first: its swap is the only one that reads files, and may still refuse before any other swap.
+    Part("tls", tls.OWNS, tls.prepare),
+    Part("logging", log_level.OWNS, log_level.prepare),
+    Part("limits", limits.OWNS, limits.prepare),
+    Part("auth", auth.OWNS, auth.prepare),
+    Part("providers.auth", providers.OWNS, providers.prepare),
+    Part("groups", groups.OWNS, groups.prepare),
+    Part("policy", policy.OWNS, policy.prepare),
+    Part("upstreams", upstreams.OWNS, upstreams.prepare),
+    Part("mdns", mdns.OWNS, mdns.prepare),
+    Part("telemetry", telemetry.OWNS, telemetry.prepare),
+)
+OWNED: tuple[str, ...] = tuple(prefix for part in PARTS for prefix in part.owns)
+
+
+@dataclass
+class Plan:
+    prepared: list[Prepared] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+
+
+def unowned_refusals(old: GatewayConfig, new: GatewayConfig) -> list[str]:
+    """Every changed key no part applies at run time, and what the new configuration may not do however
+    it is applied (pure: the unit tests call it without a gateway)."""
+    found = [restart_refusal(path, old, new) for path in changed_paths(old, new) if owner(path, OWNED) is None]
+    if new.lan_open_sides and not new.insecure_lan:
+        what, risk = lan_sides_text(new.lan_open_sides)
+        found.append(
+            f"refusing to listen on {new.host} without {what}: anyone on the network could {risk}; configure it, "
+            "or keep what the running configuration has"
+        )
+    elif new.insecure_lan_open != old.insecure_lan_open:
+        found.append(
+            f"insecure_lan: the sides left open would change ({', '.join(old.insecure_lan_open) or 'none'} -> "
+            f"{', '.join(new.insecure_lan_open) or 'none'}): needs a restart (every log line names them from start)"
+        )
+    return found
+
+
+def build_plan(old: GatewayConfig, new: GatewayConfig, context: Context) -> Plan:
+    """Every refusal at once, or every part's prepared change (none swapped yet)."""
+    plan = Plan(refusals=unowned_refusals(old, new))
+    for part in PARTS:
+        try:
+            prepared = part.prepare(old, new, context)
+        except Refused as exc:
+            plan.refusals += exc.reasons
+            continue
+        if prepared is not None:
+            plan.prepared.append(prepared)
+    if plan.refusals:
+        plan.prepared = []
+    return plan

@@ -1,0 +1,152 @@
+"""The reload: load the configuration as at start, plan it, refuse it whole or apply it part by part,
+and report what changed in one log line and in broker_info (docs/reload.md).
+
+One reload runs at a time; a second waits for the first. A reload is shielded from its caller: a
+`mcp-gateway reload` that goes away does not stop it halfway. Swaps run without an await between
+them, so no request sees half of them; then each part settles (upstreams stopped and started, revoked
+providers closed, mDNS re-announced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from gateway.config import ConfigError, GatewayConfig
+from gateway.core.jsonrpc import JsonObject
+from gateway.policy.client_auth import CLIENT_AUTH_KEY
+from gateway.reload.context import Context, Prepared, Running
+from gateway.reload.plan import build_plan
+from gateway.reload.report import Outcome, Refused, ReloadReport
+from gateway.reload.source import ConfigSource
+
+log = logging.getLogger("gateway.reload")
+
+NO_SOURCE = "this gateway was not started from a configuration source (file, environment, flags): nothing to reload"
+SHUTTING_DOWN = "the gateway is shutting down"
+
+
+class Reloader:
+    def __init__(self, running: Running, source: ConfigSource | None, clock: Callable[[], float] = time.time) -> None:
+        self.running = running
+        self.source = source
+        self.clock = clock
+        # The entry checks rates only if it was built with them on (gateway/app.py build_app).
+        self.context = Context(running, rate_checked_at_entry=running.limiters.rate.enabled)
+        self.counts: dict[Outcome, int] = {"applied": 0, "unchanged": 0, "refused": 0}
+        self.last: ReloadReport | None = None
+        self.last_refused: ReloadReport | None = None
+        self.closed = False
+        self._lock = asyncio.Lock()
+
+    async def reload(self) -> ReloadReport:
+        return await asyncio.shield(self._reload())
+
+    async def close(self) -> None:
+        """No reload after this; one in progress finishes first (shutdown must not race its upstreams)."""
+        async with self._lock:
+            self.closed = True
+
+    def status(self) -> JsonObject:
+        return {
+            "applied": self.counts["applied"],
+            "unchanged": self.counts["unchanged"],
+            "refused": self.counts["refused"],
+            "last": self.last.to_json() if self.last is not None else None,
+            "last_refused": self.last_refused.to_json() if self.last_refused is not None else None,
+        }
+
+    # -- one reload -----------------------------------------------------------------------------
+
+    async def _reload(self) -> ReloadReport:
+        async with self._lock:
+            report = await self._run()
+        self.counts[report.outcome] += 1
+        self.last = report
+        if report.outcome == "refused":
+            self.last_refused = report
+            log.error("%s", report.line())
+        else:
+            log.info("%s", report.line())
+        return report
+
+    def _report(self, outcome: Outcome, changes: Sequence[str] = (), refusals: Sequence[str] = ()) -> ReloadReport:
+        where = self.source.describe(os.environ) if self.source is not None else "nowhere"
+        return ReloadReport(self.clock(), outcome, where, tuple(changes), tuple(refusals))
+
+    async def _run(self) -> ReloadReport:
+        if self.closed:
+            return self._report("refused", refusals=[SHUTTING_DOWN])
+        if self.source is None:
+            return self._report("refused", refusals=[NO_SOURCE])
+        try:
+            new = self.source.load()
+        except ConfigError as exc:
+            return self._report("refused", refusals=[str(exc)])
+        plan = build_plan(self.running.config, new, self.context)
+        if plan.refusals:
+            return self._report("refused", refusals=plan.refusals)
+        if not plan.prepared:
+            if new != self.running.config:
+                self._swap([], new)  # a key whose part found nothing to do (required_scopes without [auth])
+            return self._report("unchanged")
+        try:
+            self._swap(plan.prepared, new)
+        except Refused as exc:
+            return self._report("refused", refusals=exc.reasons)
+        notes: list[str] = []
+        for part in plan.prepared:
+            try:
+                notes += await part.settle()
+            except Exception as exc:  # a fault of the gateway's own: the swaps stand, the log says what failed
+                log.exception("configuration reload: settling %s failed", type(part).__name__)
+                notes.append(f"{type(part).__name__}: not settled ({exc!r}); see the log")
+        return self._report("applied", changes=[line for part in plan.prepared for line in part.changes] + notes)
+
+    def _swap(self, prepared: list[Prepared], new: GatewayConfig) -> None:
+        """Every part swapped with no await in between. The fallible ones go first: one that refuses
+        has the others undone and raises Refused before anything else is touched."""
+        done: list[Prepared] = []
+        for part in (part for part in prepared if part.fallible):
+            try:
+                part.swap()
+            except Refused:
+                for earlier in reversed(done):
+                    earlier.undo()
+                raise
+            done.append(part)
+        for part in prepared:
+            if not part.fallible:
+                part.swap()
+        running = self.running
+        # Keys no part owns are equal in both (else the reload was refused), so the new configuration
+        # can be read everywhere the old one was.
+        running.config = new
+        running.gateway.config = new
+        running.gateway.registry.config = new
+        step = running.app.get(CLIENT_AUTH_KEY)
+        if step is not None:
+            step.config = new
+
+
+class Reloads(Protocol):
+    async def reload(self) -> ReloadReport: ...
+
+
+class BrokerReloading:
+    """What `_broker` calls (gateway/core/reloading.py): the server's `reload`, looked up at each call so
+    whatever wraps GatewayServer.reload (systemd notifications) wraps this way in too."""
+
+    def __init__(self, server: Reloads, status: Callable[[], JsonObject]) -> None:
+        self._server = server
+        self._status = status
+
+    async def reload(self) -> JsonObject:
+        return (await self._server.reload()).to_json()
+
+    def status(self) -> JsonObject:
+        return self._status()
