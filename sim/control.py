@@ -7,7 +7,7 @@
 
 A state is {slot, device_id, link: {url, connected, links, offline_for_s, last_down_reason},
 injected: [conditions], boots, status: <the get_status object>, requests: {requests, duplicates,
-errors}}. Errors are JSON
+errors}, telemetry: {queued, dropped} or null}. Errors are JSON
 {"error": code, "error_description": text}: 404 unknown_pump, 400 unknown_fault / bad_request,
 403 when a browser's Origin is not a loopback page or the Host is not a loopback name (a web page
 must not be able to inject faults, also not through DNS rebinding).

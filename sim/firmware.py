@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 import pump1
-from mcpdevice import dispatcher, provider, schema_index, websocket
+from mcpdevice import dispatcher, provider, schema_index, telemetry, websocket
 from pump1 import controller, hardware_sim, physics, tools
 
 from gateway.core.schema_hash import tools_hash
@@ -62,4 +62,4 @@ def assemble(answer: Any) -> bytes | None:
     return frame
 
 
-__all__ = ["controller", "dispatcher", "hardware_sim", "physics", "tools"]
+__all__ = ["controller", "dispatcher", "hardware_sim", "physics", "telemetry", "tools"]

@@ -1,7 +1,8 @@
 """One simulated pump's link to the gateway: a WebSocket to `/provider/<slot>`, as the board dials it.
 
 The board's link loop (mcpdevice.provider) over aiohttp: dial, send the register frame (aggregate
-true, the hello), answer every frame with the pump's dispatcher, answer WebSocket pings (each frame
+true, the hello), answer every frame with the pump's dispatcher, send the pump's telemetry beside the
+answers (the board's own report task, docs/pump-1.md "Telemetry"), answer WebSocket pings (each frame
 and each ping feeds the pump's dead-man), drop a link silent for `silence_s`, and dial again after a
 jittered back-off (gateway.core.backoff.Backoff: between half the ceiling and the ceiling, which
 doubles per failure) that is reset once a link carried a request, so a gateway that accepts and at
@@ -214,12 +215,17 @@ class PumpLink:
         if self.offline_until is not None:  # cut while dialling
             self._cut("link_drop from the control endpoint")
         self._carried = False
+        reporter: asyncio.Task[None] | None = None
         try:
             await ws.send_frame(self.first_frame, aiohttp.WSMsgType.TEXT)
+            # The board's telemetry task, as mcpdevice.provider runs it beside the link loop.
+            reporter = self.pump.report(lambda frame: ws.send_frame(frame, aiohttp.WSMsgType.TEXT))
             await self._serve(ws)
         except (aiohttp.ClientError, OSError) as exc:
             self.last_down_reason = f"{type(exc).__name__}: {exc}"
         finally:
+            if reporter is not None:
+                reporter.cancel()
             self.connected = False
             self._ws = None
             if self._cut_reason is not None:

@@ -8,7 +8,9 @@ events handed to the event loop, reconnects with back-off), one per pump, as eac
 
 plain (MQTT 3.1.1, what umqtt.simple does on a board): client id = the device id; last will an empty
 retained `<prefix>/<slot>/status`; on connect: subscribe `down`, publish the register frame (with
-params.slot, aggregate, hello) retained on `status`; every request on `down` is answered on `up`.
+params.slot, aggregate, hello) retained on `status`; every request on `down` is answered on `up`,
+where the pump's telemetry (broker/telemetry notifications) goes too. The mcp profile carries no
+telemetry: the simulator turns it off there.
 
 mcp (MQTT 5, the EMQX specification in gateway.southbound.mqtt.topics): client id = server-id = the
 device id, server-name `<server_prefix>/<slot>` (or the broker's MCP-SERVER-NAME); last will an empty
@@ -102,6 +104,7 @@ class MqttPumpLink:
         self.last_down_reason: str | None = None
         self._cut_reason: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._reporter: asyncio.Task[None] | None = None
 
     # -- topics ------------------------------------------------------------------------------------
 
@@ -165,6 +168,7 @@ class MqttPumpLink:
     async def stop(self) -> None:
         # A clean shutdown clears the retained announcement itself (the will is for unclean ends).
         await self.client.stop([Outbound(self.announce_topic, b"", retain=True, user_properties=self.users)])
+        self._stop_reporting()
         for task in list(self._tasks):
             task.cancel()
 
@@ -214,6 +218,18 @@ class MqttPumpLink:
             self.client.publish(self.announce_topic, frame, retain=True, user_properties=self.users)
         except NotConnected:
             return
+        if self.plain:
+            # The board's telemetry on its up topic, beside the answers (the mcp profile has no place for it).
+            self._stop_reporting()
+            self._reporter = self.pump.report(self._publish_telemetry)
+
+    async def _publish_telemetry(self, frame: bytes) -> None:
+        self.client.publish(self._plain("up"), frame, user_properties=self.users)  # NotConnected ends the task
+
+    def _stop_reporting(self) -> None:
+        if self._reporter is not None:
+            self._reporter.cancel()
+            self._reporter = None
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -221,6 +237,7 @@ class MqttPumpLink:
         task.add_done_callback(self._tasks.discard)
 
     def on_disconnected(self, reason: str) -> None:
+        self._stop_reporting()
         self.last_down_reason = self._cut_reason or reason
         self._cut_reason = None
         self.clients.clear()

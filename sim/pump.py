@@ -18,7 +18,10 @@ Fault conditions (dry_run, overtemp, sensor_failure) are the physics model's own
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +41,12 @@ class PumpSettings:
     default_setpoint_rpm: int = 1450
     thermal_tau_s: float = 60.0
     frame_max_bytes: int = firmware.BOARD_FRAME_MAX
+    telemetry: bool = True
+    """broker/telemetry notifications (the board's `telemetry.enabled`): state changes and samples."""
+    telemetry_period_s: float = 10.0
+    """A sample this often (the board's `telemetry.sample_s`); 0: state changes only."""
+    telemetry_queue: int = 8
+    """Records held while the link is down or slow (the board's `telemetry.queue_size`); the oldest goes."""
 
 
 class SimulatedPump:
@@ -50,25 +59,39 @@ class SimulatedPump:
         self.boots = 0
         self.controller: Any = None
         self.dispatcher: Any = None
+        self.telemetry: Any = None
+        """The board's mcpdevice.telemetry.Telemetry of this boot (None with telemetry off); each link
+        sends its queue with its report() task."""
+        self._sampled = 0.0
         self._boot()
 
     def _boot(self) -> None:
         hardware = firmware.hardware_sim.SimulatedHardware(self.physics)
+        settings = self.settings
+        # A new boot, a new queue: what the board had not sent yet is lost with its RAM.
+        self.telemetry = (
+            firmware.telemetry.Telemetry(settings.telemetry_queue, settings.telemetry_period_s)
+            if settings.telemetry
+            else None
+        )
         self.controller = firmware.controller.PumpController(
             hardware,
-            deadman_s=self.settings.deadman_s,
-            default_setpoint_rpm=self.settings.default_setpoint_rpm,
-            dry_run_s=self.settings.dry_run_s,
+            deadman_s=settings.deadman_s,
+            default_setpoint_rpm=settings.default_setpoint_rpm,
+            dry_run_s=settings.dry_run_s,
             on_event=self._event,
+            telemetry=self.telemetry,
         )
         self.dispatcher = firmware.dispatcher.Dispatcher(
             self._registry,
             firmware.tools.handlers(self.controller),
             firmware.SERVER_INFO,
             instructions=firmware.INSTRUCTIONS,
-            frame_max=self.settings.frame_max_bytes,
+            frame_max=settings.frame_max_bytes,
             log=self._event,
+            telemetry=self.telemetry,
         )
+        self._sampled = time.monotonic()
         self.boots += 1
 
     def _event(self, event: str, **fields: Any) -> None:
@@ -79,7 +102,14 @@ class SimulatedPump:
     # -- what the link and the tick call --------------------------------------------------------
 
     def tick(self) -> None:
+        """The board's control tick: the controller, then the periodic sample when it is due."""
         self.controller.tick()
+        telemetry = self.telemetry
+        if telemetry is not None and telemetry.sample_ms:
+            now = time.monotonic()
+            if (now - self._sampled) * 1000 >= telemetry.sample_ms:
+                self._sampled = now
+                self.controller.sample()
 
     def heard(self) -> None:
         """A frame or a ping from the gateway: feeds the dead-man, as on the board."""
@@ -116,3 +146,33 @@ class SimulatedPump:
         """The status object get_status returns, read without counting as contact from the gateway."""
         status: dict[str, Any] = self.controller.status()
         return status
+
+    def report(self, send: Callable[[bytes], Awaitable[Any]]) -> asyncio.Task[None] | None:
+        """Start the board's telemetry task (Telemetry.report) on a link: its queue goes out through
+        `send(frame)`, one notification at a time, until the task is cancelled (the link ends) or a
+        send raises. None with telemetry off. Call it in the running event loop."""
+        if self.telemetry is None:
+            return None
+        report: Awaitable[None] = self.telemetry.report(_Frames(send))
+        return asyncio.get_running_loop().create_task(_run(report), name=f"sim-telemetry-{self.slot}")
+
+    def telemetry_counts(self) -> dict[str, int] | None:
+        """The records waiting and those dropped (queue full, or the link failed), or None with telemetry off."""
+        telemetry = self.telemetry
+        if telemetry is None:
+            return None
+        return {"queued": len(telemetry.queue), "dropped": int(telemetry.dropped)}
+
+
+class _Frames:
+    """The transport Telemetry.report() sends through: a notification's parts joined into one frame."""
+
+    def __init__(self, send: Callable[[bytes], Awaitable[Any]]) -> None:
+        self._send = send
+
+    async def send(self, parts: list[bytes]) -> None:
+        await self._send(b"".join(parts))
+
+
+async def _run(report: Awaitable[None]) -> None:
+    await report

@@ -94,6 +94,8 @@ class SerialLine:
         self._lost: asyncio.Future[str] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        self._reporters: dict[str, asyncio.Task[None]] = {}
+        self._reporting: dict[str, Any] = {}  # the Telemetry each reporter sends from
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -179,6 +181,9 @@ class SerialLine:
             self.last_down_reason = await self._lost
         finally:
             self.is_open = False
+            for reporter in self._reporters.values():
+                reporter.cancel()
+            self._reporters.clear()
             loop.remove_reader(fd)
             with contextlib.suppress(Exception):
                 loop.remove_writer(fd)
@@ -210,6 +215,25 @@ class SerialLine:
             self._send(b'{"provider":' + orjson.dumps(slot) + b',"payload":' + register + b"}")
         else:
             self._send(firmware.register_frame(hello, slot))
+        # The pump's telemetry task (the board's), from its registration on; a rebooted pump's sends
+        # the new boot's queue, and one that ended (the pump fell silent) is started again.
+        pump = self.pumps[slot]
+        running = self._reporters.get(slot)
+        if running is not None and not running.done() and self._reporting.get(slot) is pump.telemetry:
+            return
+        if running is not None:
+            running.cancel()
+        reporter = pump.report(lambda frame: self._send_telemetry(slot, frame))
+        if reporter is not None:
+            self._reporters[slot] = reporter
+            self._reporting[slot] = pump.telemetry
+
+    async def _send_telemetry(self, slot: str, frame: bytes) -> None:
+        if not self.is_open or self.views[slot].offline_for_s() is not None:
+            raise ConnectionError(f"{slot} is not on the line")  # ends the task; register() starts another
+        if self.enveloped:
+            frame = b'{"provider":' + orjson.dumps(slot) + b',"payload":' + frame + b"}"
+        self._send(frame)
 
     def _send(self, message: bytes) -> None:
         self._write(framing.wire_bytes(message))

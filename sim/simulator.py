@@ -16,8 +16,9 @@ Simulator(gateway_url or None, settings, security=None, mqtt=None) slots pump-<f
     .start(gateway_url=None)             the tick and every pump's link (in the running event loop)
     await .stop()                        links closed (1001), tick and control endpoint stopped
     .apply(slot, fault, clear=False, seconds=None) -> the pump's state; raises UnknownPump, BadFault
-    .state(slot) -> dict                 slot, device_id, link, injected conditions, boots, status, and
-                                         the board's request counts (requests, duplicates, errors)
+    .state(slot) -> dict                 slot, device_id, link, injected conditions, boots, status, the
+                                         board's request counts (requests, duplicates, errors) and its
+                                         telemetry counts (queued, dropped; null with telemetry off)
 run(gateway_url, settings, control_port, security=None) prints where it publishes and its control URL, runs until
                                          SIGTERM or SIGINT (`mcp-gateway sim`)
 """
@@ -29,7 +30,7 @@ import contextlib
 import logging
 import signal
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -92,7 +93,10 @@ class Simulator:
         path = firmware.schema_file()
         registry = firmware.load_registry(path, settings.pump.frame_max_bytes)
         self.schema_hash = firmware.schema_hash(path)
-        self.pumps = {slot: SimulatedPump(slot, registry, settings.pump) for slot in settings.slots}
+        pump_settings = settings.pump
+        if mqtt is not None and mqtt.profile == "mcp":
+            pump_settings = replace(pump_settings, telemetry=False)  # MCP over MQTT has no broker/* way up
+        self.pumps = {slot: SimulatedPump(slot, registry, pump_settings) for slot in settings.slots}
         self.links: dict[str, PumpLink | MqttPumpLink | SerialPumpLink] = {}
         self.control_url: str | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -272,6 +276,7 @@ class Simulator:
             "boots": pump.boots,
             "status": pump.status(),
             "requests": dict(pump.dispatcher.counts),
+            "telemetry": pump.telemetry_counts(),
         }
 
     def states(self) -> list[dict[str, Any]]:

@@ -6,8 +6,8 @@ import sys
 
 # The boot is ordered for the heap (96 KB on an ESP32 without PSRAM): the config first, into an
 # empty heap, then unloaded, so that only the settings stay; then pump1.build, which compiles the
-# app's modules in the order the heap wants and composes the app; then pump1.build goes too, and
-# of the settings only what the app needs is kept.
+# app's modules in the order the heap wants and composes the app; then pump1.build goes too, the
+# telemetry is compiled into the room it left, and of the settings only what the app needs is kept.
 
 
 def _config_path():
@@ -52,17 +52,36 @@ def _boot(path):
     from pump1 import build
 
     try:
-        # What the app needs of the settings, not the settings: they stay behind with the boot.
-        return build.build(settings), settings["tick_ms"], settings["heap_log_s"]
+        parts = build.build(settings)
     except (OSError, ValueError) as exc:
         log("config_error", path=path, error=str(exc))
         return None
     finally:
         _unload("pump1.build")
+    # What the app needs of the settings, not the settings: they stay behind with the boot.
+    kept = parts, settings["tick_ms"], settings["heap_log_s"]
+    reporting = settings["telemetry"]
+    del settings
+    if reporting["enabled"]:
+        # The telemetry (docs/pump-1.md "Telemetry"): compiled into the room pump1.build and the
+        # settings leave, as the end of the boot has too little; wired to the calls' trace context
+        # (the dispatcher), the link (the provider) and the pump's state changes and samples (the
+        # controller).
+        del build
+        gc.collect()
+        from mcpdevice.telemetry import Telemetry
+
+        controller, provider = parts[1], parts[2]
+        telemetry = Telemetry(reporting["queue_size"], reporting["sample_s"])
+        controller.telemetry = provider.telemetry = provider.dispatcher.telemetry = telemetry
+    return kept
 
 
 _app = _boot(_config_path())
 gc.collect()
+# Collect early and often from here on, as boot.py sets up an ESP32 (which runs it before this file)
+# on every port: what ends a small board is fragmentation, not total use.
+gc.threshold(gc.mem_free() // 4)
 if _app is not None:
     import pump1.app  # noqa: E402
 

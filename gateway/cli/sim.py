@@ -38,6 +38,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.telemetry_period_s < 0:
+        print("mcp-gateway sim: --telemetry-period-s must be 0 (no samples) or more", file=sys.stderr)
+        return 2
     from gateway.logs import setup_logging
     from gateway.publish.websocket import client_ssl
     from sim.link import LinkSecurity, provider_token
@@ -70,7 +73,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(f"mcp-gateway sim: {exc}", file=sys.stderr)
         return 2
     setup_logging(args.log_level, "auto")
-    pump = PumpSettings(deadman_s=args.deadman_s, dry_run_s=args.dry_run_s)
+    pump = PumpSettings(
+        deadman_s=args.deadman_s,
+        dry_run_s=args.dry_run_s,
+        telemetry=args.telemetry,
+        telemetry_period_s=args.telemetry_period_s,
+    )
     settings = SimulatorSettings(pumps=args.pumps, first=args.first, pump=pump)
     serial = None
     if args.serial is not None or args.serial_pty:
@@ -141,6 +149,19 @@ def add_sim(commands: Commands) -> None:
         default=5.0,
         metavar="S",
         help="how long a pump runs dry before it latches dry_run (default 5)",
+    )
+    sim.add_argument(
+        "--telemetry-period-s",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="each pump's telemetry sample (broker/telemetry) this often; 0: state changes only (default 10)",
+    )
+    sim.add_argument(
+        "--no-telemetry",
+        dest="telemetry",
+        action="store_false",
+        help="send no broker/telemetry notifications (state changes, samples)",
     )
     sim.add_argument(
         "--provider-token-file",

@@ -103,8 +103,9 @@ class ClientChannel:
 
     # -- messages from the client -------------------------------------------------------------
 
-    def receive(self, message: jsonrpc.Message) -> None:
-        """Take one message from the client; everything it causes goes out on the outbox."""
+    def receive(self, message: jsonrpc.Message, traceparent: str | None = None, tracestate: str | None = None) -> None:
+        """Take one message from the client; everything it causes goes out on the outbox. `traceparent`
+        and `tracestate`: the HTTP headers it came with, where its way in has them (a legacy SSE POST)."""
         if self.closed:
             return
         self.session.touch()
@@ -128,9 +129,9 @@ class ClientChannel:
                 # The client's answer to a request its provider sent it (gateway/core/relay.py).
                 self.session.requests.resolve(message.body)
             return
-        self.request(message)
+        self.request(message, traceparent, tracestate)
 
-    def request(self, message: jsonrpc.Message) -> None:
+    def request(self, message: jsonrpc.Message, traceparent: str | None = None, tracestate: str | None = None) -> None:
         body: JsonObject = message.body
         request_id = body["id"]
         if self.admit is not None:
@@ -169,7 +170,7 @@ class ClientChannel:
             self.send(crowded)
             return
         self.active.add(request_id)
-        task = asyncio.get_running_loop().create_task(self.answer(body))
+        task = asyncio.get_running_loop().create_task(self.answer(body, traceparent, tracestate))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -194,7 +195,7 @@ class ClientChannel:
         self.handshaken = True
         self.send(jsonrpc.result_response(body["id"], result))
 
-    async def answer(self, body: JsonObject) -> None:
+    async def answer(self, body: JsonObject, traceparent: str | None = None, tracestate: str | None = None) -> None:
         session = self.session
         ctx = ClientContext(
             era=SESSION,
@@ -208,6 +209,8 @@ class ClientChannel:
             requester=session.requests.via(self.outbox.put),
             transport=session.transport,
             tracing=self.gateway.telemetry.tracing,
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
         try:
             self.send(await session_era.run_request(session, self.target, ctx, body))

@@ -165,5 +165,5 @@ class LegacySseEndpoint:
         message = await http_io.read_message(request, self.limits, self.gateway.metrics, stream_answers=True)
         if not isinstance(message, jsonrpc.Message):
             return message
-        channel.receive(message)
+        channel.receive(message, request.headers.get("traceparent"), request.headers.get("tracestate"))
         return web.Response(status=202)

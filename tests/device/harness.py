@@ -148,14 +148,24 @@ async def run_snippet(micropython: str | None, script: Path, timeout_s: float = 
     return [orjson.loads(line) for line in output.splitlines() if line.startswith(b"{")]
 
 
+TELEMETRY_METHOD = b'"method":"broker/telemetry"'
+
+
+def is_telemetry(text: str | bytes) -> bool:
+    """A board's `broker/telemetry` notification (mcpdevice.telemetry writes the method as here)."""
+    return TELEMETRY_METHOD in (text.encode() if isinstance(text, str) else text)
+
+
 class FakeLink:
-    """One device connected to the FakeGateway."""
+    """One device connected to the FakeGateway. The board's telemetry notifications go to
+    `telemetry`, not to `texts`: a real gateway takes them apart from the answers, too."""
 
     def __init__(self, ws: web.WebSocketResponse, slot: str) -> None:
         self.ws = ws
         self.slot = slot
         self.first_frame: Message | None = None
         self.texts: asyncio.Queue[str] = asyncio.Queue()
+        self.telemetry: list[Message] = []
         self.pongs: asyncio.Queue[bytes] = asyncio.Queue()
         self.closed = asyncio.Event()
         self._next_id = 0
@@ -207,12 +217,13 @@ class FakeGateway:
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
 
-    async def start(self) -> None:
+    async def start(self, port: int = 0) -> None:
+        """Listen on `port` (0: any free one), e.g. one a board already dials in vain."""
         app = web.Application()
         app.router.add_get("/provider/{slot}", self._provider)
         self.runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
         await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        await web.TCPSite(self.runner, "127.0.0.1", port).start()
         self.port = self.runner.addresses[0][1]
 
     async def stop(self) -> None:
@@ -234,7 +245,9 @@ class FakeGateway:
         await self.links.put(link)
         try:
             async for msg in ws:
-                if msg.type is WSMsgType.TEXT:
+                if msg.type is WSMsgType.TEXT and is_telemetry(msg.data):
+                    link.telemetry.append(orjson.loads(msg.data))
+                elif msg.type is WSMsgType.TEXT:
                     await link.texts.put(msg.data)
                 elif msg.type is WSMsgType.PONG:
                     await link.pongs.put(msg.data)

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from tests.device.harness import is_telemetry
 from tests.support.mqtt_peer import RawPeer, Seen
 
 Message = dict[str, Any]
@@ -30,6 +31,7 @@ class BrokerPeer:
         self.port = port
         self.prefix = prefix
         self.raw = RawPeer(port, client_id, v5=False)
+        self.telemetry: list[Seen] = []
         self._next_id = 0
 
     async def start(self, *filters: str) -> None:
@@ -46,8 +48,17 @@ class BrokerPeer:
         self.raw.publish(topic, payload, retain=retain)
 
     async def next(self, kind: str | None = None, timeout: float = 5.0) -> Seen:
-        """The next message, skipping those whose topic does not end with `/<kind>`."""
-        return await self.raw.next(lambda seen: kind is None or seen.topic.endswith("/" + kind), timeout)
+        """The next message, skipping those whose topic does not end with `/<kind>`. The board's
+        telemetry notifications on `up` are kept in `telemetry` instead (the gateway takes them apart
+        from the answers, too)."""
+
+        def wanted(seen: Seen) -> bool:
+            if is_telemetry(seen.payload):
+                self.telemetry.append(seen)
+                return False
+            return kind is None or seen.topic.endswith("/" + kind)
+
+        return await self.raw.next(wanted, timeout)
 
     async def status(self, slot: str = "pump-1", timeout: float = 10.0) -> Seen:
         return await self.raw.next(lambda seen: seen.topic == self.topic(slot, "status"), timeout)

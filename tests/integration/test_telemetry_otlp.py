@@ -22,6 +22,7 @@ from gateway.app import GatewayServer
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
+from tests.integration.test_sse_clients import LegacySse
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.southbound import Boards, ScriptedBoard
 
@@ -190,6 +191,31 @@ async def test_the_http_traceparent_header_is_kept_when_meta_has_none(
         request = await board.request("tools/call")
         await board.reply(request, {"content": [{"type": "text", "text": "ok"}]})
         (await sending).close()
+    meta = request["params"]["_meta"]
+    forwarded = TRACEPARENT_HEADER.fullmatch(meta["traceparent"])
+    assert forwarded is not None and forwarded.group(1) == TRACE_ID and forwarded.group(2) != CALLER_SPAN
+    assert meta["tracestate"] == "vendor=7"
+
+
+async def test_the_traceparent_header_of_a_legacy_sse_post_is_kept_when_meta_has_none(
+    gateway_factory: GatewayFactory, boards: Boards
+) -> None:
+    server = await gateway_factory()
+    board = await boards.connect(server.url, "/provider/valve-2")
+    await wait_ready_slot(server, "valve-2")
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "valve", "arguments": {}}}
+    async with aiohttp.ClientSession() as http:
+        client = LegacySse(http, server.url, "valve-2")
+        await client.open()
+        await client.initialize()
+        headers = {"traceparent": TRACEPARENT, "tracestate": "vendor=7"}
+        sending = asyncio.create_task(client.post(call, headers))
+        request = await board.request("tools/call")
+        assert await sending == (202, None)
+        await board.reply(request, {"content": [{"type": "text", "text": "ok"}]})
+        assert (await client.message())["id"] == 2
+        assert client.response is not None
+        client.response.close()
     meta = request["params"]["_meta"]
     forwarded = TRACEPARENT_HEADER.fullmatch(meta["traceparent"])
     assert forwarded is not None and forwarded.group(1) == TRACE_ID and forwarded.group(2) != CALLER_SPAN

@@ -93,7 +93,9 @@ async def test_run_with_a_simulated_pump_answers_the_readme_calls() -> None:
 
 async def test_sim_command_publishes_n_pumps_into_a_gateway_and_stops_cleanly(gateway: GatewayServer) -> None:
     ws_url = gateway.url.replace("http://", "ws://")  # ws:// is accepted as well as http://
-    simulator = await spawn("sim", "--gateway", ws_url, "--pumps", "2", "--first", "3", "--control-port", "0")
+    simulator = await spawn(
+        "sim", "--gateway", ws_url, "--pumps", "2", "--first", "3", "--control-port", "0", "--no-telemetry"
+    )
     try:
         first = await line_matching(simulator.stdout, re.compile(rb"^simulator: "))
         assert b"2 pump(s), pump-3 ... pump-4" in first
@@ -104,7 +106,9 @@ async def test_sim_command_publishes_n_pumps_into_a_gateway_and_stops_cleanly(ga
 
         code, out, _ = await cli("sim-fault", "--control", control.group().decode(), "pump-4", "sensor_failure")
         assert code == 0
-        assert orjson.loads(out)["status"]["fault"]["code"] == "sensor_failure"
+        state = orjson.loads(out)
+        assert state["status"]["fault"]["code"] == "sensor_failure"
+        assert state["telemetry"] is None  # --no-telemetry
     finally:
         assert await stop(simulator) == 0
     status = await provider_status(gateway.url, "pump-3")
@@ -120,6 +124,9 @@ async def test_sim_command_refuses_a_url_it_cannot_dial() -> None:
         code, _, err = await cli("sim", *flags)
         assert code == 2
         assert "--pumps must be between 1 and 1000" in err
+    code, _, err = await cli("sim", "--telemetry-period-s", "-1")
+    assert code == 2
+    assert "--telemetry-period-s must be 0 (no samples) or more" in err
     code, _, err = await cli("run", "--sim-pumps", "-1")
     assert code == 2
     assert "--sim-pumps must be 0 or more" in err

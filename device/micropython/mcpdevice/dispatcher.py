@@ -10,12 +10,15 @@
 #
 # API
 # ---
-# Dispatcher(registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None)
+# Dispatcher(registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None,
+#            telemetry=None)
 #     registry     mcpdevice.registry.ToolRegistry (the schema file)
 #     handlers     {tool name: fn(arguments dict) -> CallToolResult dict}; must match the registry
 #     server_info  {"name": ..., "version": ...} for the initialize result
 #     log          optional function(event, **fields), told about errors (first of a kind, then
 #                  every hundredth), duplicates, and errors the gateway sends with id null
+#     telemetry    optional mcpdevice.telemetry.Telemetry, told the _meta of each tools/call while its
+#                  handler runs (.serving), so that what the call causes carries the caller's trace
 #     .handle(frame: bytes) -> bytes, a list of bytes (one frame in parts), or None
 #     .oversize(size, head: bytes) -> bytes      the answer to a frame too large to read; `head`
 #                                                (its first bytes) gives the request id when present
@@ -63,7 +66,9 @@ def _digits(text):
 
 
 class Dispatcher:
-    def __init__(self, registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None):
+    def __init__(
+        self, registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None, telemetry=None
+    ):
         names = registry.names
         odd = [name for name in names if name not in handlers] + [name for name in handlers if name not in names]
         if odd:
@@ -76,6 +81,7 @@ class Dispatcher:
         self.cache_size = cache_size
         self._cache = []  # (request id, hash of the request frame, response bytes), oldest first
         self._log = log
+        self.telemetry = telemetry
         self._seen = {}
         self.counts = {"requests": 0, "duplicates": 0, "errors": 0}
 
@@ -174,11 +180,16 @@ class Dispatcher:
             arguments = {}
         elif type(arguments) is not dict:
             return self._error(request_id, INVALID_PARAMS, "Invalid params: arguments must be an object")
+        telemetry = self.telemetry
+        if telemetry is not None:
+            telemetry.serving(params.get("_meta"))
         try:
             result = handler(arguments)
         except Exception as exc:  # a bug in a tool must not take the device off the air
             self._note("tool_failed", "%s: %r" % (name, exc))
             result = results.error("Tool %s failed inside the device: %r" % (name, exc))
+        if telemetry is not None:
+            telemetry.serving(None)
         response = self._result(request_id, result)
         cache = [entry for entry in self._cache if entry[0] != request_id]
         cache.append((request_id, fingerprint, response))

@@ -51,6 +51,16 @@ def _remaining_length(size):
             return out
 
 
+# umqtt.simple's own connect, publish, wait_msg and check_msg: replaced here or never called. Their
+# code leaves the heap once nothing refers to it (a few KB of a 96 KB board's; where umqtt.simple is
+# frozen into the firmware it is in flash already, and stays).
+for _name in ("connect", "publish", "wait_msg", "check_msg"):
+    try:
+        setattr(MQTTClient, _name, None)
+    except (AttributeError, TypeError):
+        pass
+
+
 class Client(MQTTClient):
     frame_max = 4096
     _owed = None  # the PUBACK of the last request, sent with the next write

@@ -20,9 +20,11 @@
 #                                                   "Registration", "Hello")
 # factory(cls, *args) -> function() -> cls(*args)    a make_transport for Provider
 # Provider(dispatcher, make_transport, first_frame, silence_s=90, backoff_min_s=1, backoff_max_s=30,
-#          on_heard=None, before_connect=None, log=None)
+#          on_heard=None, before_connect=None, log=None, telemetry=None)
 #     make_transport   function() -> a new, unconnected transport
 #     before_connect   optional coroutine function run before each dial (e.g. bring Wi-Fi up)
+#     telemetry        optional mcpdevice.telemetry.Telemetry: on every link, after the register
+#                      frame, a second task sends its queue (Telemetry.report) until the link ends
 #     await .run()     forever
 #     .links           links made so far; .connected: a link is up now
 #     .transport       the transport of the link up now, or None; the app calls its optional
@@ -71,6 +73,7 @@ class Provider:
         on_heard=None,
         before_connect=None,
         log=None,
+        telemetry=None,
     ):
         self.dispatcher = dispatcher
         self.make_transport = make_transport
@@ -81,6 +84,7 @@ class Provider:
         self.on_heard = on_heard
         self.before_connect = before_connect
         self._log = log or (lambda event, **fields: None)
+        self.telemetry = telemetry
         self.links = 0
         self.connected = False
         self.transport = None
@@ -89,7 +93,7 @@ class Provider:
     async def run(self):
         failures = 0
         while True:
-            transport = None
+            transport = reporter = None
             self._carried = False
             try:
                 if self.before_connect is not None:
@@ -101,6 +105,8 @@ class Provider:
                 self.connected = True
                 self._log("link_up", url=transport.describe(), links=self.links)
                 await transport.send(self.first_frame)
+                if self.telemetry is not None:
+                    reporter = asyncio.create_task(self.telemetry.report(transport))
                 reason = await self._serve(transport)
             except LinkClosed as exc:
                 reason = "closed, code %d: %s" % exc.args
@@ -109,6 +115,8 @@ class Provider:
                 reason = "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
             finally:
                 self.connected = False
+                if reporter is not None:
+                    reporter.cancel()
                 if transport is not None:
                     await transport.close(1001, "device reconnecting")
                 self.transport = None

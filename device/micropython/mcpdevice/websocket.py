@@ -86,6 +86,7 @@ class WebSocketTransport:
         self._message = None  # bytearray of a fragmented message being assembled
         self._skipped = None  # [bytes so far, head] of an oversize message being discarded
         self._out = None  # the segment being written (see _frame)
+        self._writing = False  # a message is being written (see _frame)
 
     def describe(self):
         return self.url
@@ -110,9 +111,7 @@ class WebSocketTransport:
             if self.ssl is None:
                 raise OSError("wss:// needs a TLS context: set ca_file in the config")
             # The certificate is checked against the name, whatever address was dialled.
-            self._reader, self._writer = await asyncio.open_connection(
-                target, port, ssl=self.ssl, server_hostname=host
-            )
+            self._reader, self._writer = await asyncio.open_connection(target, port, ssl=self.ssl, server_hostname=host)
         else:
             self._reader, self._writer = await asyncio.open_connection(target, port)
         _no_delay(self._writer)
@@ -220,40 +219,48 @@ class WebSocketTransport:
         await self._frame(0x1, message)
 
     async def _frame(self, opcode, message):
-        parts = message if isinstance(message, list) else (message,)
-        size = 0
-        for part in parts:
-            size += len(part)
-        if size < 126:
-            header = struct.pack(">BB", 0x80 | opcode, 0x80 | size)
-        elif size < 65536:
-            header = struct.pack(">BBH", 0x80 | opcode, 0xFE, size)
-        else:
-            header = struct.pack(">BBQ", 0x80 | opcode, 0xFF, size)
-        key = os.urandom(4)
-        writer = self._writer
-        # Gathered into segments of up to _SEGMENT bytes: a small write after a small write waits
-        # for the peer's delayed ACK (Nagle), which would add 40 ms to every answer. One buffer,
-        # made once: a new one per message would leave holes in a small board's heap.
-        if self._out is None:
-            self._out = bytearray(_SEGMENT)
-        out = self._out
-        out[0 : len(header)] = header
-        out[len(header) : len(header) + 4] = key
-        n = len(header) + 4
-        phase = 0
-        for part in parts:
-            for piece in part.chunks() if hasattr(part, "chunks") else _slices(part):
-                masked = _mask(piece, key[phase:] + key[:phase])
-                phase = (phase + len(piece)) % 4
-                if n + len(masked) > _SEGMENT:
-                    writer.write(memoryview(out)[:n])
-                    await writer.drain()
-                    n = 0
-                out[n : n + len(masked)] = masked
-                n += len(masked)
-        writer.write(memoryview(out)[:n])
-        await writer.drain()
+        # One message at a time: the link loop (answers, pongs) and its telemetry task both write, and
+        # asyncio's StreamWriter loses what is written while a drain of earlier bytes is pending.
+        while self._writing:
+            await asyncio.sleep(0.002)  # until the message being written is out
+        self._writing = True
+        try:
+            parts = message if isinstance(message, list) else (message,)
+            size = 0
+            for part in parts:
+                size += len(part)
+            if size < 126:
+                header = struct.pack(">BB", 0x80 | opcode, 0x80 | size)
+            elif size < 65536:
+                header = struct.pack(">BBH", 0x80 | opcode, 0xFE, size)
+            else:
+                header = struct.pack(">BBQ", 0x80 | opcode, 0xFF, size)
+            key = os.urandom(4)
+            writer = self._writer
+            # Gathered into segments of up to _SEGMENT bytes: a small write after a small write waits
+            # for the peer's delayed ACK (Nagle), which would add 40 ms to every answer. One buffer,
+            # made once: a new one per message would leave holes in a small board's heap.
+            if self._out is None:
+                self._out = bytearray(_SEGMENT)
+            out = self._out
+            out[0 : len(header)] = header
+            out[len(header) : len(header) + 4] = key
+            n = len(header) + 4
+            phase = 0
+            for part in parts:
+                for piece in part.chunks() if hasattr(part, "chunks") else _slices(part):
+                    masked = _mask(piece, key[phase:] + key[:phase])
+                    phase = (phase + len(piece)) % 4
+                    if n + len(masked) > _SEGMENT:
+                        writer.write(memoryview(out)[:n])
+                        await writer.drain()
+                        n = 0
+                    out[n : n + len(masked)] = masked
+                    n += len(masked)
+            writer.write(memoryview(out)[:n])
+            await writer.drain()
+        finally:
+            self._writing = False
 
     async def close(self, code=1000, reason=""):
         writer = self._writer

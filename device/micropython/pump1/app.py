@@ -2,7 +2,7 @@
 
 API: run(parts, tick_ms=100, heap_log_s=0)   parts: pump1.build.build(settings); the motor is
      stopped on every way out, and a transport with a `shutdown()` (MQTT: clear the retained
-     status) is closed on it.
+     status) is closed on it. The control tick also drives the provider's telemetry (its samples).
      Dial(log, station=None, at_rest=None)   the provider's before_connect: `await .prepare()`
      brings Wi-Fi up (station: (ensure_station, ssid, password)) and feeds `.watchdog` (set once
      armed); `.address(host, port)` is the transports' resolve hook: the address to dial, looked up
@@ -17,10 +17,15 @@ import socket
 from mcpdevice.log import log
 
 
-async def _tick(controller, watchdog, tick_ms, heap_log_ms):
-    since_heap_log = 0
+async def _tick(controller, watchdog, tick_ms, heap_log_ms, telemetry):
+    since_heap_log = since_sample = 0
     while True:
         controller.tick()
+        if telemetry is not None and telemetry.sample_ms:
+            since_sample += tick_ms
+            if since_sample >= telemetry.sample_ms:
+                since_sample = 0
+                controller.sample()
         if watchdog is not None:
             watchdog.feed()
         if heap_log_ms:
@@ -80,7 +85,7 @@ class Dial:
 
 
 async def _main(controller, provider, watchdog, tick_ms, heap_log_ms):
-    asyncio.create_task(_tick(controller, watchdog, tick_ms, heap_log_ms))
+    asyncio.create_task(_tick(controller, watchdog, tick_ms, heap_log_ms, provider.telemetry))
     await provider.run()
 
 

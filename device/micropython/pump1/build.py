@@ -6,6 +6,8 @@
 #
 # API: build(settings) -> (hardware, controller, provider, watchdog)   settings: pump1.config.load();
 #          raises ValueError or OSError naming the problem (schema file missing or invalid, TLS without CA)
+# The telemetry (mcpdevice.telemetry) is not composed here: main.py compiles it once this module is
+# unloaded, because at the end of the boot the heap has too little room left to compile it.
 #      tls_context(settings) -> the link's ssl.SSLContext, or None without TLS (same errors)
 # The link is the WebSocket transport, or with `transport: "mqtt"` the plain MQTT profile
 # (mcpdevice.mqtt, on umqtt.simple), or with `transport: "serial"` COBS frames on a UART or tty
@@ -29,6 +31,15 @@ _TRANSPORT_MODULES = {
     "serial": ("mcpdevice.framing", "mcpdevice.serial_transport"),
 }
 _THEN = ("mcpdevice.provider", "pump1.app", "pump1.tools")
+# Functions of resident modules that only the boot uses (assemble: only a CPython caller), dropped
+# once the app is composed: a board has no heap for code it will not run again.
+_BOOT_ONLY = (
+    ("mcpdevice.dispatcher", "tool_budget"),
+    ("mcpdevice.dispatcher", "assemble"),
+    ("mcpdevice.provider", "register_frame"),
+    ("mcpdevice.provider", "factory"),
+)
+
 
 def _machine():
     try:
@@ -268,4 +279,7 @@ def build(settings):
         deadman_s=settings["deadman_s"],
     )
     dial.watchdog = watchdog = _watchdog(settings)
+    _unload("pump1.schema_hash")  # its hash is in the register frame now
+    for module, name in _BOOT_ONLY:
+        setattr(sys.modules[module], name, None)  # its code leaves the heap
     return hardware, controller, provider, watchdog

@@ -41,6 +41,11 @@ DEFAULTS = {
         "tls": False,  # mqtts, checked against ca_file (or not at all with tls_insecure, a lab only)
         "keepalive_s": 60,  # MQTT keepalive: a dead board's will is published within 1.5 times this
     },
+    "telemetry": {
+        "enabled": True,  # broker/telemetry notifications: state changes and samples (docs/pump-1.md)
+        "sample_s": 10,  # a sample of speed, flow, pressure and motor temperature this often (0: none)
+        "queue_size": 8,  # records held while the link is down or slow; the oldest is dropped when full
+    },
     "serial": {
         "uart": None,  # ESP32: 1 or 2 (default 2, on the pins below), or "console" (the REPL's port)
         "baud": 115200,
@@ -149,6 +154,17 @@ def _check_serial(serial):
         raise ConfigError("serial.path must name a tty, e.g. /dev/ttyUSB0")
 
 
+_QUEUE_MAX = 64  # telemetry records a board may hold; each is a few hundred bytes of heap
+
+
+def _check_telemetry(telemetry):
+    if telemetry["sample_s"] < 0:
+        raise ConfigError("telemetry.sample_s must be 0 (no samples) or more")
+    size = telemetry["queue_size"]
+    if type(size) is not int or not 1 <= size <= _QUEUE_MAX:
+        raise ConfigError("telemetry.queue_size must be a whole number from 1 to %d" % _QUEUE_MAX)
+
+
 def load(path):
     try:
         with open(path) as f:
@@ -178,6 +194,7 @@ def load(path):
         _check_mqtt(merged["mqtt"], merged["slot"])
     if merged["transport"] == "serial":
         _check_serial(merged["serial"])
+    _check_telemetry(merged["telemetry"])
     token = merged["provider_token"]
     if token is not None and (type(token) is not str or not token or "\r" in token or "\n" in token):
         raise ConfigError("provider_token must be a non-empty string on one line")

@@ -6,12 +6,16 @@
 # API
 # ---
 # PumpController(hardware, deadman_s=90, default_setpoint_rpm=1450, dry_run_s=5.0,
-#                clock=None, on_event=None)
+#                clock=None, on_event=None, telemetry=None)
 #     hardware       a backend with .drive(rpm, dt_s) and .read() (see "Hardware backends")
 #     deadman_s      silence from the gateway after which a turning motor is stopped (link_lost)
 #     clock          a function returning integer milliseconds (default: mcpdevice.clock.ticks_ms);
 #                    the simulator may pass a virtual clock
 #     on_event       optional function(event, **fields), told about faults ("fault", code=, text=)
+#     telemetry      optional mcpdevice.telemetry.Telemetry (settable later), told about every
+#                    change of .state: event "pump.state_change" with attributes state,
+#                    previous_state, speed_rpm; a change to "fault" is severity error with the
+#                    fault's code (fault_code) and its text as the body (docs/pump-1.md "Telemetry")
 #
 # Commands (each first advances the model to now and counts as contact with the gateway):
 #     .get_status() -> None
@@ -26,6 +30,8 @@
 #                         call it every ~100 ms so the ramp is smooth and faults are caught
 #     .heard()            the gateway said something (a request or a ping): feeds the dead-man
 #     .at_rest() -> bool  the drive stands still (stopped, or a fault ramped down to 0)
+#     .sample()           tell the telemetry the status now: its numbers as gauges pump.<field>, its
+#                         state (and fault_code while a fault is latched) as their attributes
 #     .check_speed(v) -> None or refusal text (the device enforces its own limits)
 #
 # Hardware backends (pump1.hardware_sim.SimulatedHardware, pump1.hardware_esp32.Esp32Hardware):
@@ -55,7 +61,16 @@ DRY_FLOW_RATIO = 0.2  # flow below this share of the expected flow counts as run
 
 
 class PumpController:
-    def __init__(self, hardware, deadman_s=90, default_setpoint_rpm=1450, dry_run_s=5.0, clock=None, on_event=None):
+    def __init__(
+        self,
+        hardware,
+        deadman_s=90,
+        default_setpoint_rpm=1450,
+        dry_run_s=5.0,
+        clock=None,
+        on_event=None,
+        telemetry=None,
+    ):
         if self.check_speed(default_setpoint_rpm) is not None:
             raise ValueError("default_setpoint_rpm must be between %d and %d" % (MIN_RPM, MAX_RPM))
         self.hardware = hardware
@@ -63,6 +78,7 @@ class PumpController:
         self.dry_run_ms = int(dry_run_s * 1000)
         self._now = clock or _clock.ticks_ms
         self._on_event = on_event
+        self.telemetry = telemetry
         self.state = STOPPED
         self.setpoint_rpm = int(default_setpoint_rpm)
         self.speed = 0.0  # the ramped speed reference, which the motor follows
@@ -111,9 +127,9 @@ class PumpController:
         if self.speed > 0:
             self._run_s, self._run_rem_ms = _add_ms(self._run_s, self._run_rem_ms, dt_ms)
         if self.state == STARTING and self.speed == self.setpoint_rpm:
-            self.state = RUNNING
+            self._enter(RUNNING)
         elif self.state == STOPPING and self.speed == 0:
-            self.state = STOPPED
+            self._enter(STOPPED)
         if self.fault is None:
             self._detect_faults(dt_ms)
 
@@ -149,7 +165,7 @@ class PumpController:
 
     def _trip(self, code, text):
         self.fault = {"code": code, "text": text}
-        self.state = FAULT
+        self._enter(FAULT)
         self._dry_ms = 0
         if self._on_event is not None:
             self._on_event("fault", code=code, text=text)
@@ -174,7 +190,7 @@ class PumpController:
         if speed_rpm is not None:
             self.setpoint_rpm = int(speed_rpm)
         if self.state in (STOPPED, STOPPING):
-            self.state = STARTING
+            self._enter(STARTING)
         return None
 
     def set_speed(self, speed_rpm):
@@ -194,7 +210,7 @@ class PumpController:
     def stop(self):
         self._command()
         if self.state in (STARTING, RUNNING):
-            self.state = STOPPED if self.speed == 0 else STOPPING
+            self._enter(STOPPED if self.speed == 0 else STOPPING)
 
     def reset_fault(self):
         self._command()
@@ -224,10 +240,29 @@ class PumpController:
         # link_lost: this very request proves the link is back. dry_run on a board that cannot tell
         # while stopped: a new start shows it, and the fault latches again if the pump still runs dry.
         self.fault = None
-        self.state = STOPPED if self.speed == 0 else STOPPING
+        self._enter(STOPPED if self.speed == 0 else STOPPING)
         if self._on_event is not None:
             self._on_event("fault_reset", code=code)
         return None
+
+    def _enter(self, state):
+        previous = self.state
+        self.state = state
+        telemetry = self.telemetry
+        if state != previous and telemetry is not None:
+            attributes = {"state": state, "previous_state": previous, "speed_rpm": int(self.speed + 0.5)}
+            if state != FAULT:
+                telemetry.event(b"pump.state_change", attributes)
+                return
+            attributes["fault_code"] = self.fault["code"]
+            telemetry.event(b"pump.state_change", attributes, b"error", self.fault["text"])
+
+    def sample(self):
+        status = self.status()
+        del status["fault"]
+        if self.fault is not None:
+            status["fault_code"] = self.fault["code"]
+        self.telemetry.sample(b"pump.", status)
 
     # -- values -----------------------------------------------------------------------------------
 
