@@ -186,6 +186,9 @@ class GatewayServer:
             from gateway.southbound.serial.ports import SerialLines
 
             self.serial = SerialLines(self.gateway)
+            from gateway.southbound.serial.handover import SerialPortHandover
+
+            self.gateway.serial_handover = SerialPortHandover(self.serial)
             if hotplug.enabled:
                 from gateway.southbound.serial.hotplug import HotplugPorts
 
@@ -198,6 +201,10 @@ class GatewayServer:
         # The whole configuration again on SIGHUP or broker_reload (gateway/reload/, docs/reload.md).
         self.reloader = Reloader(self, source)
         self.gateway.reloading = BrokerReloading(self, self.reloader.status)
+        # Every board's hello goes to the device registry (`mcp-gateway devices`, docs/field-devices.md).
+        from gateway.devices.sightings import record_hello
+
+        self.gateway.registry.on_hello = record_hello
 
     @property
     def url(self) -> str:

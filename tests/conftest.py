@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,13 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, what: st
 
 
 GatewayFactory = Callable[..., Awaitable[GatewayServer]]
+
+
+@pytest.fixture(autouse=True)
+def _state_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's gateway state (the device registry, a default audit trail) in its own folder, never
+    in the home directory: what systemd's StateDirectory= gives the appliance's gateway."""
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
 
 
 @pytest.fixture

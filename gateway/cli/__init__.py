@@ -1,7 +1,7 @@
 """The `mcp-gateway` command: run the gateway, check its configuration, talk to a running one."""
 
 # One module per subcommand group (run, config_cmd, calls, stdio, tokens, sim, tls, discover, policy, reload,
-# audit, approve), what
+# audit, approve, flash, device_install, devices), what
 # they share in common.py; this file assembles the parser and runs a command. A command imports what
 # only it needs inside its function, so that `mcp-gateway --help` loads no more than the parser.
 
@@ -17,7 +17,10 @@ from gateway.cli.audit import add_audit
 from gateway.cli.calls import add_calls
 from gateway.cli.common import _config_flags, refuse_insecure_bind
 from gateway.cli.config_cmd import add_config
+from gateway.cli.device_install import add_device
+from gateway.cli.devices import add_devices
 from gateway.cli.discover import add_discover
+from gateway.cli.flash import add_flash
 from gateway.cli.policy import add_policy
 from gateway.cli.reload import add_reload
 from gateway.cli.run import add_run
@@ -49,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_discover(commands)
     add_audit(commands)
     add_approve(commands)
+    add_flash(commands)
+    add_device(commands)
+    add_devices(commands)
     return parser
 
 

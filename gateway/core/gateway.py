@@ -17,6 +17,7 @@ from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.policy_interface import Policies
 from gateway.core.reloading import Reloading
 from gateway.core.routing import SlotTarget, Target
+from gateway.core.serial_handover import SerialHandover
 from gateway.core.sessions import SessionStore
 from gateway.core.slots import SlotRegistry
 from gateway.core.streams import MessageQueue
@@ -88,6 +89,9 @@ class Gateway:
         composition root when [serial] configures ports or hot-plug (None: no serial lines)."""
         self.reloading: Reloading | None = None
         """The configuration reload (SIGHUP, broker_reload), for `_broker`; set by the composition root."""
+        self.serial_handover: SerialHandover | None = None
+        """Letting go of a serial port for a flash and taking it back (broker_serial_release/resume); set
+        by the composition root when [serial] configures ports or hot-plug."""
         self._slot_targets: dict[str, SlotTarget] = {}
         self.metrics.before_render.append(ScrapeSync(self))
 

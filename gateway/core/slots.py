@@ -161,6 +161,9 @@ class SlotRegistry:
         """Tool lists held once for every session that lists the same (boards of one model)."""
         self.held_by: Counter[str] = Counter()
         """Slots each claimant (see `claimant`) holds now; limits.max_slots_per_peer bounds it."""
+        self.on_hello: Callable[[object, str, str | None], None] | None = None
+        """Told each ready session's hello, slot and transport (the device registry's sightings,
+        gateway/devices/sightings.py); set by the composition root. Must not block."""
         self._claims: dict[ProviderSession, str] = {}
         self.handshake_turns = asyncio.Semaphore(config.providers.max_concurrent_handshakes)
         """Handshakes running at once, across every provider (ProviderSession.handshake_turns)."""
@@ -407,6 +410,8 @@ class SlotRegistry:
         slot.last_tools_hash = session.tools_hash
         slot.broadcast(TOOLS_CHANGED)
         self._membership_changed()
+        if self.on_hello is not None:
+            self.on_hello(session.hello, session.slot, session.link.info.transport)
 
     async def _replay(self, session: ProviderSession, requests: list[tuple[str, JsonObject]]) -> None:
         for method, params in requests:

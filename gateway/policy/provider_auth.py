@@ -26,6 +26,7 @@ from typing import Any
 
 from gateway.config import ProviderAuthConfig
 from gateway.core.names import SlotNameError, check_slot_name
+from gateway.devices.adopted import AdoptedIdentities
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.policy.provider_auth")
@@ -89,6 +90,11 @@ class _Identity:
     patterns: tuple[str, ...]
 
 
+def _exactly(slot: str) -> str:
+    """An fnmatch pattern that matches only `slot` (an adopted board publishes exactly its own slot)."""
+    return "".join(f"[{char}]" if char in "*?[" else char for char in slot)
+
+
 class ProviderAuthPolicy:
     """The provider admission rules of one gateway, built from [providers.auth]."""
 
@@ -105,6 +111,8 @@ class ProviderAuthPolicy:
             for entry in config.identities:
                 digest = bytes.fromhex(entry.secret_sha256())
                 self._identities.append(_Identity(entry.name, digest, tuple(entry.slots)))
+        # Boards adopted by `mcp-gateway device install` (gateway/devices): their own secret, their one slot.
+        self._adopted = AdoptedIdentities() if config.mode == "identities" else None
 
     def standing(self, previous: ProviderAuthPolicy, identity: str | None) -> ProviderCredential | None:
         """What a link `previous` admitted as `identity` may publish under this policy (a reload swapped it
@@ -114,6 +122,9 @@ class ProviderAuthPolicy:
             return ProviderCredential(identity)
         if identity is None:
             return None
+        adopted = self._adopted.standing(identity) if self._adopted is not None else None
+        if adopted is not None:
+            return ProviderCredential(adopted.identity, (_exactly(adopted.slot),))
         before = next((entry for entry in previous._identities if entry.name == identity), None)
         now = next((entry for entry in self._identities if entry.name == identity), None)
         if before is None or now is None or not hmac.compare_digest(before.digest, now.digest):
@@ -141,6 +152,19 @@ class ProviderAuthPolicy:
             # No early exit: every identity is compared, so timing does not reveal a near match.
             if hmac.compare_digest(digest, identity.digest) and match is None:
                 match = identity
+        adopted = self._adopted.lookup(digest) if match is None and self._adopted is not None else None
+        if adopted is not None and adopted.revoked:
+            return self._refuse(
+                401,
+                "provider_identity_revoked",
+                f'The identity "{adopted.identity}" this device presents was revoked on this gateway '
+                "(mcp-gateway devices revoke). Install the device again (mcp-gateway device install) to issue it "
+                "a new one.",
+                "revoked",
+                REALM + ', error="invalid_token"',
+            )
+        if adopted is not None:
+            return ProviderCredential(adopted.identity, (_exactly(adopted.slot),))
         if match is None:
             return self._refuse(
                 401,

@@ -16,7 +16,7 @@ ROOT = "gateway"
 ALLOWED: dict[str, frozenset[str]] = {
     # A part of gateway/ (its first segment) -> the parts it may import besides itself.
     "core": frozenset({ROOT, "config", "telemetry", "event_loop"}),
-    "policy": frozenset({ROOT, "core", "config", "telemetry", "http_answers"}),
+    "policy": frozenset({ROOT, "core", "config", "telemetry", "http_answers", "devices"}),
     "northbound": frozenset({ROOT, "policy", "core", "config", "telemetry", "http_answers", "websocket_limits"}),
     "southbound": frozenset({ROOT, "policy", "core", "config", "telemetry", "websocket_limits"}),
     "publish": frozenset({ROOT, "core"}),
@@ -29,6 +29,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "logs": frozenset({ROOT, "config", "service"}),
     "service": frozenset({ROOT, "config"}),
     "client": frozenset({ROOT, "core"}),
+    "devices": frozenset({ROOT}),
+    "provision": frozenset({ROOT}),
+    "flash": frozenset({ROOT, "client"}),
     # The composition root and the command line build everything: app, cli, entry, listener; reload
     # rebuilds parts of what app built (gateway/reload/).
 }

@@ -15,6 +15,7 @@ from gateway.core.groups.catalog import GroupCatalog
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.policy_interface import ConnectionCounts, Governance, RateLimits
 from gateway.core.reloading import Reloading
+from gateway.core.serial_handover import SerialHandover
 from gateway.core.sessions import SessionStore
 from gateway.core.slots import SlotRegistry
 from gateway.telemetry.metrics import Metrics
@@ -79,6 +80,11 @@ class BrokerView(Protocol):
     @property
     def reloading(self) -> Reloading | None:
         """The configuration reload (None: this gateway cannot reload, e.g. one built in a test)."""
+        ...
+
+    @property
+    def serial_handover(self) -> SerialHandover | None:
+        """Letting go of a serial port and taking it back (None: this gateway serves no serial lines)."""
         ...
 
     def base_url(self) -> str: ...

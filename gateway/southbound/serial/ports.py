@@ -201,7 +201,7 @@ class SerialPort:
         self.decoder = framing.FrameDecoder(spec.line.frame_cap, debug_json_lines=spec.line.debug_json_lines)
         self.counters = PortCounters()
         self.links: dict[str, SerialSlotLink] = {}
-        self.state = "idle"  # idle -> opening -> open -> backoff -> opening ... -> stopped
+        self.state = "idle"  # idle -> opening -> open -> backoff -> opening ... -> stopped; held while let go
         self.opened_at: float | None = None
         self.last_error: str | None = None
         self.last_error_at: float | None = None
@@ -214,6 +214,10 @@ class SerialPort:
         self._asked_at: float | None = None
         self._retry_at: float | None = None
         self._stopping = False
+        self._held = False  # let go of for another program: closed, not reopened until take_back()
+        self.shut = asyncio.Event()
+        """Set while the port is not open (the handover waits on it)."""
+        self.shut.set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._dropped_seen = dict(self.decoder.dropped)
@@ -241,6 +245,21 @@ class SerialPort:
         self._stopping = True
         self._wake.set()
 
+    def held(self) -> bool:
+        """let_go() was called and take_back() not yet (a method: it changes while the loop awaits)."""
+        return self._held
+
+    def let_go(self, reason: str) -> None:
+        """Close the port and keep it closed until take_back(): another program (a flash) needs it."""
+        self._held = True
+        self._lose(f"closed: {reason}")
+
+    def take_back(self) -> None:
+        """Open the port again now, after let_go()."""
+        self._held = False
+        self.backoff.reset()
+        self._wake.set()
+
     async def stop(self, reason: str = "gateway shutting down") -> None:
         """Close the port (its slots detached with `reason`) and end supervision."""
         self.halt()
@@ -251,6 +270,11 @@ class SerialPort:
 
     async def _run(self) -> None:
         while not self.stopping():
+            if self.held():
+                self.state = "held"
+                self._wake.clear()
+                await self._wake.wait()
+                continue
             served = False
             try:
                 served = await self._serve_once()
@@ -259,6 +283,8 @@ class SerialPort:
                 self._record_error(f"internal error: {exc!r}")
             if self.stopping():
                 break
+            if self.held():
+                continue
             if served:
                 self.backoff.reset()
             delay = self.backoff.next_delay()
@@ -282,6 +308,7 @@ class SerialPort:
             return False
         loop = asyncio.get_running_loop()
         self._serial = port
+        self.shut.clear()
         self._fd = port.fileno()
         self._lost = loop.create_future()
         self.decoder.reset()
@@ -304,13 +331,14 @@ class SerialPort:
             self._drain_inbox()
             self._close_port()
         self._detach_all(f"serial port {self.spec.path} {reason}")
-        if not self._stopping:
+        if not self._stopping and not self._held:
             self._record_error(reason)
         return self.counters.frames_in > frames_before
 
     def _close_port(self) -> None:
         port, self._serial, self._fd = self._serial, None, None
         self.opened_at = None
+        self.shut.set()
         self._m_open.set(0)
         if port is not None:
             with contextlib.suppress(Exception):

@@ -1,0 +1,297 @@
+"""`mcp-gateway device install` and `device update`: the pump-1 application onto a MicroPython board.
+
+install: through the board's raw REPL on PORT, the application compiled for the board, its schema and
+a config.json with the board's own provider secret, which the device registry adopts for exactly one
+slot (docs/field-devices.md). update: new code onto the board that serves SLOT, its config.json kept,
+refused while a call to SLOT is in flight; waits until the board is back with the new version.
+Secrets are never printed: --dry-run and every message show *** instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file
+
+TRANSPORTS = {"ws": "websocket", "mqtt": "mqtt", "serial": "serial"}
+
+
+def _registry(args: argparse.Namespace) -> Any:
+    from gateway.devices.registry import DeviceRegistry, default_registry_path
+
+    return DeviceRegistry(Path(args.registry).expanduser() if args.registry else default_registry_path())
+
+
+def _source(args: argparse.Namespace) -> Path:
+    from gateway.provision.bundle import default_source
+
+    return Path(args.source).expanduser() if args.source else default_source()
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _dial_text(config: dict[str, Any]) -> str:
+    if config["transport"] == "websocket":
+        return f"dials {config['gateway_url'].rstrip('/')}/provider/{config['slot']}"
+    if config["transport"] == "mqtt":
+        return f"publishes {config['slot']} through the MQTT broker {config['mqtt']['broker']}"
+    return f"serves {config['slot']} on its serial port"
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from gateway.provision import board
+    from gateway.provision.bundle import ProvisionError, build
+    from gateway.provision.raw_repl import BoardError, RawRepl, open_port
+
+    transport = TRANSPORTS[args.transport]
+    if transport == "websocket" and not args.gateway_url:
+        return _fail("--gateway-url is needed for --transport ws, e.g. --gateway-url ws://192.168.1.10:3000")
+    if transport == "mqtt" and not args.mqtt_broker:
+        return _fail("--mqtt-broker is needed for --transport mqtt, e.g. --mqtt-broker 192.168.1.10")
+    if bool(args.wifi_ssid) != bool(args.wifi_password_file):
+        return _fail("give --wifi-ssid and --wifi-password-file together")
+    try:
+        wifi_password = (
+            _read_credential_file(args.wifi_password_file, "--wifi-password-file") if args.wifi_ssid else None
+        )
+    except ValueError as exc:
+        return _fail(str(exc))
+    registry = _registry(args)
+
+    def config_with(token: str | None) -> dict[str, Any]:
+        return board.board_config(
+            slot=args.slot,
+            transport=transport,
+            gateway_url=args.gateway_url,
+            provider_token=token,
+            wifi_ssid=args.wifi_ssid,
+            wifi_password=wifi_password,
+            watchdog_s=args.watchdog_s,
+            mqtt_broker=args.mqtt_broker,
+            serial_uart=args.serial_uart,
+        )
+
+    try:
+        if args.dry_run:
+            bundle = build(_source(args), None, compile_modules=not args.no_compile)
+            _say(f"dry run: nothing is written to {args.port} or to the registry")
+            how = "compile with mpy-cross -march=<the board's>" if bundle.compiled else "copy the sources"
+            _say(f"would {how}: {bundle.firmware} {bundle.version}, {len(bundle.files)} files, {bundle.size} bytes")
+            for path, content in bundle.files:
+                _say(f"  {path} ({len(content)} bytes)")
+            _say(f"would adopt the board (its device id, read from it) for slot {args.slot} in {registry.path}")
+            _say(f"would write config.json: {board.shown(config_with('(issued at install)'))}")
+            return 0
+        with RawRepl(
+            open_port(args.port, args.baud), name=f"the board on {args.port}", pace_s=args.pace_ms / 1000
+        ) as repl:
+            info = board.probe(repl)
+            device_id = info.device_id(args.slot)
+            _say(f"{args.slot}: MicroPython on {args.port} ({info.describe()}), device id {device_id}")
+            bundle = build(_source(args), info, compile_modules=not args.no_compile)
+            _say(_built_text(bundle))
+            board.write_files(repl, bundle.files)
+            _say(f"copied {len(bundle.files)} files, {bundle.size} bytes")
+            from gateway.devices.registry import issue_secret, secret_digest
+
+            token = issue_secret()
+            config = config_with(token)
+            board.write_config(repl, config)
+            _say(f"wrote config.json: {board.shown(config)}")
+            adopted = registry.adopt(device_id, args.slot, transport, args.port, secret_digest(token))
+            del token, config["provider_token"]
+            _say(f"adopted {device_id}: identity {adopted.identity}, slot {args.slot} (registry {registry.path})")
+            if args.no_reset:
+                _say("not reset (--no-reset): the board runs the new code at its next reset")
+            else:
+                repl.soft_reset()
+                _say(f"reset: the board starts {bundle.firmware} {bundle.version} and {_dial_text(config)}")
+    except (BoardError, ProvisionError) as exc:
+        return _fail(str(exc))
+    finally:
+        registry.close()
+    return 0
+
+
+def _built_text(bundle: Any) -> str:
+    if bundle.compiled:
+        march = f" -march={bundle.march}" if bundle.march else ""
+        return f"compiled {bundle.compiled} modules with mpy-cross{march} ({bundle.firmware} {bundle.version})"
+    return f"copying the sources ({bundle.firmware} {bundle.version}, --no-compile)"
+
+
+def _fail(text: str) -> int:
+    print(f"mcp-gateway: {text}", file=sys.stderr)
+    return 1
+
+
+async def _provider_status(args: argparse.Namespace) -> dict[str, Any]:
+    from gateway.cli.calls import _client_token
+    from gateway.client import GatewayClient
+
+    async with GatewayClient(args.url, "_broker", timeout_s=10, token=_client_token(args)) as client:
+        result = await client.call_tool("provider_status", {"name": args.slot})
+    status = result.get("structuredContent")
+    return status if isinstance(status, dict) else {}
+
+
+def _firmware(status: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The firmware name and version of the slot's hello (None when it has none)."""
+    hello = status.get("hello")
+    firmware = hello.get("firmware") if isinstance(hello, dict) else None
+    if not isinstance(firmware, dict):
+        return None, None
+    return firmware.get("name"), firmware.get("version")
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    from gateway.client import GatewayCallError
+    from gateway.provision import board
+    from gateway.provision.bundle import ProvisionError, build
+    from gateway.provision.raw_repl import BoardError, RawRepl, open_port
+
+    registry = _registry(args)
+    try:
+        known = registry.for_slot(args.slot)
+    finally:
+        registry.close()
+    port = args.port or (known.port if known else None)
+    if not port:
+        return _fail(f"no serial port is known for {args.slot} (it was not installed from here): pass --port")
+    try:
+        before = asyncio.run(_provider_status(args))
+    except (GatewayCallError, OSError) as exc:
+        return _fail(f"cannot ask the gateway at {args.url} whether {args.slot} is busy ({exc}); pass --url")
+    if before.get("pending"):
+        return _fail(
+            f"{args.slot} has {before['pending']} call(s) in flight: update refused (the board would stop mid-call); "
+            "try again when they are done"
+        )
+    # A board whose link to the gateway is this serial line: the gateway lets go of the port for the
+    # update (broker_serial_release) and takes it back after, as for a flash.
+    handover = None
+    if before.get("connected") and before.get("transport") == "serial":
+        from gateway.cli.calls import _client_token
+        from gateway.flash.handover import GatewayHandover
+
+        handover = GatewayHandover(args.url, _client_token(args))
+        if not handover.release(port):
+            return _fail(
+                f"{args.slot} is connected through the gateway's serial way in on {port}, and the gateway at "
+                f"{args.url} did not let go of it (broker_serial_release; see docs/field.md): stop the gateway, "
+                "then update"
+            )
+        _say(f"{args.slot}: the gateway let go of {port} for the update")
+    _say(f"{args.slot}: no call in flight; updating the board on {port}")
+    try:
+        with RawRepl(open_port(port, args.baud), name=f"the board on {port}", pace_s=args.pace_ms / 1000) as repl:
+            info = board.probe(repl)
+            _say(f"{args.slot}: MicroPython on {port} ({info.describe()}), device id {info.device_id(args.slot)}")
+            bundle = build(_source(args), info, compile_modules=not args.no_compile)
+            _say(_built_text(bundle))
+            board.write_files(repl, bundle.files)
+            _say(f"copied {len(bundle.files)} files, {bundle.size} bytes; config.json kept")
+            repl.soft_reset()
+    except (BoardError, ProvisionError) as exc:
+        return _fail(str(exc))
+    finally:
+        if handover is not None:
+            handover.resume(port)
+    _say(f"reset: waiting up to {args.wait_s:g} s for {args.slot} to come back with {bundle.firmware} {bundle.version}")
+    return asyncio.run(_wait_back(args, before, bundle.version))
+
+
+async def _wait_back(args: argparse.Namespace, before: dict[str, Any], version: str) -> int:
+    from gateway.client import GatewayCallError
+
+    deadline = time.monotonic() + args.wait_s
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            status = await _provider_status(args)
+        except (GatewayCallError, OSError):
+            status = {}
+        back = status.get("connected") and status.get("connected_since") != before.get("connected_since")
+        if back and _firmware(status)[1] == version and status.get("state") == "ready":
+            hello = status["hello"]
+            _say(
+                f"{args.slot} is back: {_firmware(status)[0]} {version}, device {hello.get('device_id')}, "
+                f"schema {hello.get('schema')}"
+            )
+            return 0
+        await asyncio.sleep(0.25)
+    now = _firmware(status)[1] if status.get("connected") else None
+    seen = f"it serves {now}" if now else "it is not connected"
+    return _fail(
+        f"{args.slot} did not come back with {version} within {args.wait_s:g} s ({seen}): "
+        "look at the board's console (mpremote repl) for config_error or link_down"
+    )
+
+
+def _common(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--registry", metavar="PATH", help="the device registry (default: devices.db in the state directory)"
+    )
+    sub.add_argument(
+        "--source", metavar="DIR", help="the application to put on the board (default: device/micropython)"
+    )
+    sub.add_argument(
+        "--no-compile", action="store_true", help="copy the .py sources instead of compiling with mpy-cross"
+    )
+    sub.add_argument("--baud", type=int, default=115200, help="the board's console speed (default 115200)")
+    sub.add_argument(
+        "--pace-ms",
+        type=float,
+        default=10.0,
+        help="pause after each 256 bytes written to the board (default 10, as mpremote; 0 for a PTY)",
+    )
+
+
+def add_device(commands: Commands) -> None:
+    device = commands.add_parser("device", help="put the pump-1 application on a MicroPython board, or update it")
+    actions = device.add_subparsers(dest="action", required=True)
+
+    install = actions.add_parser(
+        "install", help="install the application and a config.json with the board's own identity"
+    )
+    install.add_argument("port", metavar="PORT", help="the board's serial port, e.g. /dev/ttyUSB0")
+    install.add_argument("--slot", required=True, help="the slot the board publishes, e.g. pump-7")
+    install.add_argument(
+        "--transport", choices=sorted(TRANSPORTS), default="ws", help="how the board reaches the gateway"
+    )
+    install.add_argument(
+        "--gateway-url", metavar="URL", help="the gateway the board dials (ws), e.g. ws://192.168.1.10:3000"
+    )
+    install.add_argument("--wifi-ssid", metavar="S", help="the Wi-Fi network the board joins")
+    install.add_argument("--wifi-password-file", metavar="F", help="a file holding the Wi-Fi password")
+    install.add_argument("--mqtt-broker", metavar="HOST", help="the MQTT broker (--transport mqtt)")
+    install.add_argument("--serial-uart", metavar="N", help="the board's UART: 1, 2 or console (--transport serial)")
+    install.add_argument(
+        "--watchdog-s", type=int, default=10, help="the board's hardware watchdog (default 10; 0: off)"
+    )
+    install.add_argument(
+        "--dry-run", action="store_true", help="show what would be written (secrets masked); touch nothing"
+    )
+    install.add_argument("--no-reset", action="store_true", help="leave the board in its REPL instead of starting it")
+    _common(install)
+    install.set_defaults(func=cmd_install)
+
+    update = actions.add_parser(
+        "update", help="push new code to the board serving SLOT over serial; its config.json stays"
+    )
+    update.add_argument("slot", metavar="SLOT")
+    update.add_argument("--port", help="the board's serial port (default: the one it was installed on)")
+    update.add_argument("--url", default=DEFAULT_URL, help=f"the running gateway (default {DEFAULT_URL})")
+    update.add_argument("--token-file", metavar="FILE", help="a client token for a gateway with [auth]")
+    update.add_argument(
+        "--wait-s", type=float, default=60.0, help="how long to wait for the board to come back (default 60)"
+    )
+    _common(update)
+    update.set_defaults(func=cmd_update)

@@ -1,0 +1,53 @@
+"""Adopted identities for provider authentication ([providers.auth] mode "identities").
+
+`mcp-gateway device install` issues each board its own secret, bound to exactly its slot, and keeps
+the digest in the device registry. The gateway asks the registry at each check, so a board adopted
+or revoked while it runs is admitted or refused from its next dial, without a restart or a reload.
+A lookup is one indexed SELECT on a connection kept open (WAL: never waits for a writer); a registry
+that does not exist yet holds no identity, and one that cannot be read admits nobody by it (logged once).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from gateway.devices.registry import IDENTITY_PREFIX, Adopted, DeviceRegistry, default_registry_path
+
+log = logging.getLogger("gateway.devices.adopted")
+_Question = Callable[[DeviceRegistry], Adopted | None]
+
+
+class AdoptedIdentities:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path if path is not None else default_registry_path()
+        self._registry: DeviceRegistry | None = None
+        self._warned = False
+
+    def lookup(self, digest: bytes) -> Adopted | None:
+        """The adopted board whose secret has this SHA-256 digest (revoked or not); None when none has."""
+        return self._ask(lambda registry: registry.by_digest(digest.hex()))
+
+    def standing(self, identity: str | None) -> Adopted | None:
+        """The adopted identity of this name when it still stands (adopted and not revoked), else None."""
+        if identity is None or not identity.startswith(IDENTITY_PREFIX):
+            return None
+        found = self._ask(lambda registry: registry.adopted(identity[len(IDENTITY_PREFIX) :]))
+        return found if found is not None and not found.revoked else None
+
+    def _ask(self, question: _Question) -> Adopted | None:
+        if self._registry is None:
+            if not self.path.exists():
+                return None
+            self._registry = DeviceRegistry(self.path)
+        try:
+            return question(self._registry)
+        except (sqlite3.Error, OSError) as exc:
+            if not self._warned:
+                self._warned = True
+                log.warning("device registry %s cannot be read (%s): adopted boards are refused", self.path, exc)
+            self._registry.close()
+            self._registry = None
+            return None

@@ -1,0 +1,251 @@
+"""The device registry: the boards this gateway issued an identity to, and every board it has heard.
+
+One SQLite file in the gateway's state directory (`devices.db` beside the audit trail's default
+place: $STATE_DIRECTORY, else $XDG_STATE_HOME/mcp-gateway, else ~/.local/state/mcp-gateway). One row
+per board, keyed by its device id (the `device_id` of its hello: the MAC on an ESP32):
+
+- adoption (`mcp-gateway device install`): the SHA-256 digest of the board's own provider secret and
+  the one slot it may publish; revocation (`mcp-gateway devices revoke`) keeps the row and stamps it.
+- sightings (the gateway, at each hello): how often, when last, firmware, schema hash, transport, slot.
+
+The secret itself is never stored: only its digest, as `[[providers.auth.identities]] sha256` would be.
+WAL mode: the gateway's readers never wait for a writer (the CLI, the sightings thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE_NAME = "devices.db"
+APP_DIR = "mcp-gateway"
+IDENTITY_PREFIX = "device:"
+"""Adopted identities are named `device:<device id>`; configured names cannot hold a colon."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS devices (
+    device_id TEXT PRIMARY KEY,
+    slot TEXT,
+    transport TEXT,
+    port TEXT,
+    digest TEXT UNIQUE,
+    adopted_at REAL,
+    revoked_at REAL,
+    seen INTEGER NOT NULL DEFAULT 0,
+    first_seen REAL,
+    last_seen REAL,
+    firmware TEXT,
+    version TEXT,
+    schema TEXT,
+    seen_slot TEXT,
+    seen_transport TEXT
+)
+"""
+
+
+def state_directory(environ: Mapping[str, str] | None = None) -> Path:
+    """The gateway's state directory, by the rules of its audit trail's default place
+    (gateway/policy/audit/location.py): $STATE_DIRECTORY (systemd's StateDirectory=; the first of
+    several), else $XDG_STATE_HOME/mcp-gateway (an absolute one), else ~/.local/state/mcp-gateway."""
+    env = os.environ if environ is None else environ
+    state = env.get("STATE_DIRECTORY", "").split(":")[0]
+    if state:
+        return Path(state)
+    xdg = env.get("XDG_STATE_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / APP_DIR
+    return Path(env.get("HOME") or str(Path.home())) / ".local" / "state" / APP_DIR
+
+
+def default_registry_path(environ: Mapping[str, str] | None = None) -> Path:
+    """devices.db in the gateway's state directory."""
+    return state_directory(environ) / FILE_NAME
+
+
+def _private_directory(directory: Path) -> None:
+    """Create `directory` and its missing parents with mode 0700 (the registry holds identities)."""
+    missing = [candidate for candidate in (directory, *directory.parents) if not candidate.exists()]
+    for candidate in reversed(missing):
+        candidate.mkdir(mode=0o700, exist_ok=True)
+
+
+def secret_digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def issue_secret() -> str:
+    """A board's own provider secret: 256 random bits, URL-safe (it goes in an HTTP header)."""
+    return secrets.token_urlsafe(32)
+
+
+def identity_name(device_id: str) -> str:
+    return IDENTITY_PREFIX + device_id
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """An issued identity: the board, the one slot it may publish, and whether it was revoked."""
+
+    device_id: str
+    slot: str
+    revoked: bool
+
+    @property
+    def identity(self) -> str:
+        return identity_name(self.device_id)
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    device_id: str
+    slot: str | None
+    transport: str | None
+    port: str | None
+    adopted: bool
+    revoked: bool
+    seen: int
+    first_seen: float | None
+    last_seen: float | None
+    firmware: str | None
+    version: str | None
+    schema: str | None
+    seen_slot: str | None
+    seen_transport: str | None
+
+
+class DeviceRegistry:
+    """The registry file, opened (and created, mode 0700 directory) on first use."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            _private_directory(self.path.parent)
+            db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(_SCHEMA)
+            with contextlib.suppress(OSError):  # another user's file (the gateway's, read by root): keep its mode
+                self.path.chmod(0o600)
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # -- adoption -------------------------------------------------------------------------------
+
+    def adopt(self, device_id: str, slot: str, transport: str, port: str | None, digest: str) -> Adopted:
+        """Bind `device_id` to the secret whose hex SHA-256 is `digest`, for `slot` alone; an earlier
+        identity of the board (revoked or not) is replaced."""
+        self._connection().execute(
+            "INSERT INTO devices (device_id, slot, transport, port, digest, adopted_at, revoked_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, NULL)"
+            " ON CONFLICT(device_id) DO UPDATE SET slot = excluded.slot, transport = excluded.transport,"
+            " port = excluded.port, digest = excluded.digest, adopted_at = excluded.adopted_at, revoked_at = NULL",
+            (device_id, slot, transport, port, digest, time.time()),
+        )
+        return Adopted(device_id, slot, False)
+
+    def revoke(self, device_id: str) -> Adopted | None:
+        """Stamp the board's identity revoked; None when it has none (never adopted)."""
+        found = self.adopted(device_id)
+        if found is None:
+            return None
+        self._connection().execute(
+            "UPDATE devices SET revoked_at = COALESCE(revoked_at, ?) WHERE device_id = ?", (time.time(), device_id)
+        )
+        return Adopted(found.device_id, found.slot, True)
+
+    def adopted(self, device_id: str) -> Adopted | None:
+        row = (
+            self._connection()
+            .execute(
+                "SELECT device_id, slot, revoked_at FROM devices WHERE device_id = ? AND digest IS NOT NULL",
+                (device_id,),
+            )
+            .fetchone()
+        )
+        return Adopted(row[0], row[1], row[2] is not None) if row else None
+
+    def by_digest(self, digest: str) -> Adopted | None:
+        """The adopted board whose secret has this hex SHA-256 digest (the index finds it; only the digest,
+        never the secret, decides the lookup's time)."""
+        row = (
+            self._connection()
+            .execute("SELECT device_id, slot, revoked_at FROM devices WHERE digest = ?", (digest,))
+            .fetchone()
+        )
+        return Adopted(row[0], row[1], row[2] is not None) if row else None
+
+    def for_slot(self, slot: str) -> DeviceRow | None:
+        """The board adopted for `slot` (the latest adoption), else the one last seen serving it."""
+        rows = [row for row in self.devices() if slot in (row.slot, row.seen_slot)]
+        rows.sort(key=lambda row: (row.slot == slot and row.adopted, row.last_seen or 0.0), reverse=True)
+        return rows[0] if rows else None
+
+    # -- sightings ------------------------------------------------------------------------------
+
+    def record(
+        self,
+        device_id: str,
+        *,
+        slot: str | None,
+        transport: str | None,
+        firmware: str | None,
+        version: str | None,
+        schema: str | None,
+        when: float | None = None,
+    ) -> None:
+        """One hello heard: count it and keep what it said."""
+        now = time.time() if when is None else when
+        self._connection().execute(
+            "INSERT INTO devices (device_id, seen, first_seen, last_seen, firmware, version, schema, seen_slot,"
+            " seen_transport) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(device_id) DO UPDATE SET seen = seen + 1,"
+            " first_seen = COALESCE(first_seen, excluded.first_seen),"
+            " last_seen = excluded.last_seen, firmware = excluded.firmware, version = excluded.version,"
+            " schema = excluded.schema, seen_slot = excluded.seen_slot, seen_transport = excluded.seen_transport",
+            (device_id, now, now, firmware, version, schema, slot, transport),
+        )
+
+    def devices(self) -> list[DeviceRow]:
+        rows = (
+            self._connection()
+            .execute(
+                "SELECT device_id, slot, transport, port, digest IS NOT NULL, revoked_at IS NOT NULL, seen,"
+                " first_seen, last_seen, firmware, version, schema, seen_slot, seen_transport"
+                " FROM devices ORDER BY device_id"
+            )
+            .fetchall()
+        )
+        return [
+            DeviceRow(
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                bool(row[4]),
+                bool(row[5]),
+                row[6],
+                row[7],
+                row[8],
+                row[9],
+                row[10],
+                row[11],
+                row[12],
+                row[13],
+            )
+            for row in rows
+        ]

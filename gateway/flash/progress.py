@@ -1,0 +1,109 @@
+"""What the technician sees: one line per step and a progress bar, or one JSON line per step.
+
+Steps, in order (docs/field.md shows both forms):
+  image    {"step": "image", "file", "chip", "size", "sha256"}
+  release  {"step": "release", "port"}           a running gateway let go of the port (handover)
+  detect   {"step": "detect", "chip", "mac", "flash_size", "revision"}
+  write    {"step": "write", "written", "total", "offset"}   repeated; `written` of the image's bytes
+  verify   {"step": "verify", "ok", "md5"}
+  reset    {"step": "reset"}
+  resume   {"step": "resume", "port"}            the gateway took the port back
+  error    {"step": "error", "error", "message"} last line; the exit code names it too
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Protocol, TextIO
+
+import orjson
+
+Event = dict[str, Any]
+BAR_WIDTH = 30
+
+
+class Reporter(Protocol):
+    def step(self, event: Event) -> None: ...
+
+
+class JsonLines:
+    """One JSON object per line on `out`; write progress at most once per percent, and at the end."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._last_percent = -1
+
+    def step(self, event: Event) -> None:
+        if event["step"] == "write":
+            percent = 100 * event["written"] // max(event["total"], 1)
+            if percent == self._last_percent:
+                return
+            self._last_percent = percent
+        self.out.write(orjson.dumps(event).decode() + "\n")
+        self.out.flush()
+
+
+class Lines:
+    """Sentences on `out`; the write step as a bar on `bar` (a terminal), or nothing when bar is None."""
+
+    def __init__(self, out: TextIO, bar: TextIO | None) -> None:
+        self.out = out
+        self.bar = bar
+        self._bar_open = False
+        self._last_drawn = -1
+
+    def step(self, event: Event) -> None:
+        kind = event["step"]
+        if kind == "write":
+            self._draw(event["written"], event["total"])
+            if event["written"] < event["total"]:
+                return
+        self._end_bar()
+        line = self._sentence(event)
+        if line is not None:
+            stream = sys.stderr if kind == "error" else self.out
+            stream.write(line + "\n")
+            stream.flush()
+
+    def _sentence(self, event: Event) -> str | None:
+        kind = event["step"]
+        if kind == "image":
+            return f"Image: {event['file']} ({event['chip']}, {event['size']:,} bytes, SHA-256 {event['sha256'][:16]}…)"
+        if kind == "release":
+            return f"The gateway released {event['port']} for the flash."
+        if kind == "detect":
+            return (
+                f"Board: {event['chip']} (revision {event['revision']}), MAC {event['mac']}, "
+                f"flash {event['flash_size']}"
+            )
+        if kind == "write":
+            return f"Wrote {event['total']:,} bytes at 0x{event['offset']:X}."
+        if kind == "verify":
+            return f"Verified: the flash holds the image (MD5 {event['md5']})."
+        if kind == "reset":
+            return "Reset: the board starts the new firmware."
+        if kind == "resume":
+            return f"The gateway took {event['port']} back."
+        if kind == "error":
+            return f"mcp-gateway flash: {event['message']} [{event['error']}]"
+        return None
+
+    def _draw(self, written: int, total: int) -> None:
+        if self.bar is None:
+            return
+        percent = 100 * written // max(total, 1)
+        if percent == self._last_drawn:
+            return
+        self._last_drawn = percent
+        filled = BAR_WIDTH * written // max(total, 1)
+        self.bar.write(
+            f"\rWriting [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {percent:3d}% {written:,}/{total:,} bytes"
+        )
+        self.bar.flush()
+        self._bar_open = True
+
+    def _end_bar(self) -> None:
+        if self._bar_open and self.bar is not None:
+            self.bar.write("\n")
+            self.bar.flush()
+        self._bar_open = False

@@ -1,0 +1,141 @@
+"""Writing the application and its configuration to a board through its raw REPL.
+
+Every file goes to `<path>.new` first, in base64 pieces (`binascii.a2b_base64`, a third more than the
+bytes, where a bytes literal can take four times), its size is checked on the board, and only then
+are the new files renamed over the old ones in one step and the modules the new code no longer has
+(`.py` or `.mpy` in its packages: a stale `.py` would shadow a new `.mpy`) removed. A copy cut short
+leaves the board's running code as it was.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.provision.bundle import PACKAGES, PROBE, BoardInfo, ProvisionError, parse_probe
+from gateway.provision.raw_repl import RawRepl
+
+PIECE = 768  # bytes per a2b_base64 call: 1,024 characters of code
+PIECES_PER_EXEC = 3
+SECRET_KEYS = ("provider_token", "password")
+MASK = "***"
+
+
+def probe(repl: RawRepl) -> BoardInfo:
+    return parse_probe(repl.exec(PROBE))
+
+
+def _quote(path: str) -> str:
+    return repr(path)
+
+
+def _write_code(path: str, content: bytes) -> list[str]:
+    """The raw REPL programs that write `content` to `path` (mode wb, then ab), a few pieces each."""
+    pieces = [content[start : start + PIECE] for start in range(0, len(content), PIECE)] or [b""]
+    programs = []
+    for index in range(0, len(pieces), PIECES_PER_EXEC):
+        mode = "wb" if index == 0 else "ab"
+        lines = ["from binascii import a2b_base64 as d", f"f = open({_quote(path)}, {mode!r})"]
+        lines += [
+            f"f.write(d({base64.b64encode(piece).decode()!r}))" for piece in pieces[index : index + PIECES_PER_EXEC]
+        ]
+        lines.append("f.close()")
+        programs.append("\n".join(lines) + "\n")
+    return programs
+
+
+def _directories(paths: list[str]) -> list[str]:
+    folders: set[str] = set()
+    for path in paths:
+        parts = path.split("/")[:-1]
+        folders.update("/".join(parts[: depth + 1]) for depth in range(len(parts)))
+    return sorted(folders, key=lambda folder: (folder.count("/"), folder))
+
+
+def write_files(repl: RawRepl, files: list[tuple[str, bytes]]) -> None:
+    """Copy `files` to the board (paths relative to its root), check their sizes, then swap them in."""
+    paths = [path for path, _ in files]
+    folders = _directories(paths)
+    if folders:
+        repl.exec(
+            f"import os\nfor p in {folders!r}:\n    try:\n        os.mkdir(p)\n    except OSError:\n        pass\n"
+        )
+    for path, content in files:
+        for program in _write_code(path + ".new", content):
+            repl.exec(program)
+    expected = {path + ".new": len(content) for path, content in files}
+    sizes = repl.exec(f"import os\nfor p in {sorted(expected)!r}:\n    print(p, os.stat(p)[6])\n").split()
+    found = dict(zip(sizes[::2], map(int, sizes[1::2]), strict=True))
+    wrong = sorted(path for path, size in expected.items() if found.get(path) != size)
+    if wrong:
+        raise ProvisionError(f"the board holds other sizes than were sent for {', '.join(wrong)}: copy again")
+    keep = {
+        package: sorted(path.split("/", 1)[1] for path in paths if path.startswith(package + "/"))
+        for package in PACKAGES
+    }
+    # Only the packages written now lose the modules the new code does not have.
+    keep = {package: names for package, names in keep.items() if names}
+    repl.exec(
+        "import os\n"
+        f"for p in {paths!r}:\n"
+        "    try:\n        os.remove(p)\n    except OSError:\n        pass\n"
+        "    os.rename(p + '.new', p)\n"
+        f"for d, keep in {sorted(keep.items())!r}:\n"
+        "    for n in os.listdir(d):\n"
+        "        if (n.endswith('.py') or n.endswith('.mpy')) and n not in keep:\n"
+        "            os.remove(d + '/' + n)\n"
+        "if hasattr(os, 'sync'):\n    os.sync()\n"
+    )
+
+
+def write_config(repl: RawRepl, config: Mapping[str, Any]) -> None:
+    """config.json on the board (it holds the board's secret: never printed, never logged)."""
+    write_files(repl, [("config.json", orjson.dumps(config, option=orjson.OPT_INDENT_2) + b"\n")])
+
+
+def masked(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration as it may be shown: every secret replaced by ***."""
+    shown: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            shown[key] = masked(value)
+        elif key in SECRET_KEYS and value:
+            shown[key] = MASK
+        else:
+            shown[key] = value
+    return shown
+
+
+def board_config(
+    *,
+    slot: str,
+    transport: str,
+    gateway_url: str | None,
+    provider_token: str | None,
+    wifi_ssid: str | None,
+    wifi_password: str | None,
+    watchdog_s: int,
+    mqtt_broker: str | None = None,
+    serial_uart: str | None = None,
+) -> dict[str, Any]:
+    """The board's config.json (docs/device-micropython.md, "Configuration"): only keys it knows."""
+    config: dict[str, Any] = {"transport": transport, "slot": slot}
+    if gateway_url:
+        config["gateway_url"] = gateway_url
+    if provider_token:
+        config["provider_token"] = provider_token
+    if wifi_ssid:
+        config["wifi"] = {"ssid": wifi_ssid, "password": wifi_password or ""}
+    if transport == "mqtt":
+        config["mqtt"] = {"broker": mqtt_broker or ""}
+    if transport == "serial" and serial_uart:
+        config["serial"] = {"uart": int(serial_uart) if serial_uart.isdigit() else serial_uart}
+    config["watchdog_s"] = watchdog_s
+    return config
+
+
+def shown(config: Mapping[str, Any]) -> str:
+    return orjson.dumps(masked(config)).decode()

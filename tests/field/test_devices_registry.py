@@ -1,0 +1,127 @@
+"""The device registry on a running gateway: adopted identities admitted without a restart, bound to
+their one slot, refused once revoked (with the reason); hellos recorded; `mcp-gateway devices`."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.app import GatewayServer
+from gateway.devices.registry import DeviceRegistry, default_registry_path, secret_digest
+from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.field.test_device_install import identities_auth, run_cli
+from tests.support.servers import demo_server
+
+DEVICE = "24:0a:c4:00:00:08"
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+async def upgrade(gateway: GatewayServer, slot: str, token: str) -> tuple[int, dict[str, Any]]:
+    """Dial /provider/<slot> with `token`: 101 and {} when admitted, else the status and the JSON body."""
+    headers = {"X-Provider-Token": token}
+    async with aiohttp.ClientSession() as http:
+        # A plain GET is judged by the same rules first (the refusal comes before the upgrade), and has a body.
+        async with http.get(f"{gateway.url}/provider/{slot}", headers=headers) as answer:
+            if answer.status in (401, 403):
+                return answer.status, await answer.json(content_type=None)
+        ws = await http.ws_connect(f"{gateway.url}/provider/{slot}", headers=headers)
+        await ws.close()
+        return 101, {}
+
+
+async def test_adopted_identity_is_admitted_at_once_for_its_slot_only_and_refused_once_revoked(
+    gateway_factory: GatewayFactory, state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gateway = await gateway_factory(providers={"auth": identities_auth()})
+    token = secrets.token_urlsafe(32)
+    assert (await upgrade(gateway, "pump-8", token))[1]["error"] == "invalid_provider_token"
+
+    # Adopted while the gateway runs: admitted from the next dial, for pump-8 and nothing else.
+    registry = DeviceRegistry(default_registry_path())
+    registry.adopt(DEVICE, "pump-8", "websocket", None, secret_digest(token))
+    assert await upgrade(gateway, "pump-8", token) == (101, {})
+    status, body = await upgrade(gateway, "pump-9", token)
+    assert status == 403
+    assert body["error"] == "provider_slot_forbidden"
+    assert (
+        f'identity "device:{DEVICE}" may publish only slots matching pump-8, not "pump-9"' in body["error_description"]
+    )
+
+    code, out, err = await run_cli(capsys, "devices", "revoke", DEVICE)
+    assert (code, err) == (0, "")
+    assert (
+        out.splitlines()[0] == f"revoked device:{DEVICE} (slot pump-8): the gateway refuses it from its next connection"
+    )
+    status, body = await upgrade(gateway, "pump-8", token)
+    assert status == 401
+    assert body == {
+        "error": "provider_identity_revoked",
+        "error_description": f'The identity "device:{DEVICE}" this device presents was revoked on this gateway '
+        "(mcp-gateway devices revoke). Install the device again (mcp-gateway device install) to issue it a new one.",
+    }
+    refusals = gateway.gateway.metrics.provider_auth_refusals.labels("revoked")._value.get()
+    assert refusals == 1
+
+    # Revoking what has no identity says so; the configured identities still work as before.
+    code, out, err = await run_cli(capsys, "devices", "revoke", "aa:bb:cc:dd:ee:ff")
+    assert code == 1
+    assert err.startswith("mcp-gateway: aa:bb:cc:dd:ee:ff has no identity in ")
+    assert await upgrade(gateway, "sim-1", "bench-secret-for-the-simulators") == (101, {})
+    registry.close()
+
+
+async def test_adopted_identities_count_only_in_mode_identities(
+    gateway_factory: GatewayFactory, state_dir: Path
+) -> None:
+    token = secrets.token_urlsafe(32)
+    registry = DeviceRegistry(default_registry_path())
+    registry.adopt(DEVICE, "pump-8", "websocket", None, secret_digest(token))
+    registry.close()
+    shared = {"mode": "shared", "shared_secret": {"env": "SHARED_FOR_TEST"}}
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SHARED_FOR_TEST", "the-one-shared-secret")
+        gateway = await gateway_factory(providers={"auth": shared})
+    assert (await upgrade(gateway, "pump-8", token))[0] == 401
+
+
+async def test_every_hello_is_recorded_and_listed(
+    gateway_factory: GatewayFactory, publishers: Publishers, state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gateway = await gateway_factory()
+    code, out, _ = await run_cli(capsys, "devices")
+    assert (
+        out == f"no device registry at {state_dir / 'devices.db'} yet: the gateway records the boards it hears there\n"
+    )
+    hello = {"device_id": DEVICE, "firmware": {"name": "pump-x", "version": "1.2.3"}, "schema": "0123456789abcdef"}
+    publisher = await publishers.start(gateway, "pump-8", demo_server(), hello=hello)
+    registry = DeviceRegistry(default_registry_path())
+    await wait_for(lambda: bool(registry.devices()), 5, "the hello in the registry")
+    await publisher.stop()
+    await publishers.start(gateway, "pump-9", demo_server(), hello=hello)
+    await wait_for(lambda: registry.devices()[0].seen == 2, 5, "the second hello")
+    row = registry.devices()[0]
+    assert (row.device_id, row.adopted, row.seen, row.firmware, row.version, row.schema) == (
+        DEVICE, False, 2, "pump-x", "1.2.3", "0123456789abcdef"
+    )  # fmt: skip
+    assert (row.seen_slot, row.seen_transport) == ("pump-9", "websocket")
+    code, out, _ = await run_cli(capsys, "devices", "--json")
+    assert code == 0
+    assert '"device_id":"24:0a:c4:00:00:08","slot":null' in out and '"adopted":"no"' in out
+    code, out, _ = await run_cli(capsys, "devices")
+    assert out.splitlines()[1].split()[:3] == [DEVICE, "no", "2"]
+    assert modes(state_dir) == ("0o700", "0o600")
+    registry.close()
+
+
+def modes(state_dir: Path) -> tuple[str, str]:
+    """The state directory's and the registry's permissions: private to the gateway's user."""
+    return oct(state_dir.stat().st_mode & 0o777), oct((state_dir / "devices.db").stat().st_mode & 0o777)
