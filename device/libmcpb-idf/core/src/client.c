@@ -1,0 +1,575 @@
+/* The provider link's state machine: dial, upgrade (WebSocket) or open (serial), register, serve,
+ * and after every loss wait a jittered back-off before dialling again. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "mcpb/json_scan.h"
+
+#define DEFAULT_SILENCE_MS 90000u
+#define DEFAULT_HANDSHAKE_MS 10000u
+
+void mcpb__log(mcpb_client_t *client, int level, const char *format, ...)
+{
+    char line[224];
+    va_list args;
+    va_start(args, format);
+    mcpb_vformat(line, sizeof(line), format, args);
+    va_end(args);
+    client->port.log(client->port.ctx, level, line);
+}
+
+static uint32_t now(mcpb_client_t *client)
+{
+    return client->port.now_ms(client->port.ctx);
+}
+
+/* Milliseconds from now until `when` (0 when it has passed). */
+static uint32_t until(mcpb_client_t *client, uint32_t when)
+{
+    int32_t left = (int32_t)(when - now(client));
+    return left > 0 ? (uint32_t)left : 0;
+}
+
+static void copy_text(char *out, size_t cap, const char *text, size_t len)
+{
+    if (len > cap - 1) {
+        len = cap - 1;
+    }
+    memcpy(out, text, len);
+    out[len] = '\0';
+}
+
+static const char *kind_name(mcpb_link_kind_t kind)
+{
+    switch (kind) {
+    case MCPB_LINK_CONNECTED: return "connected";
+    case MCPB_LINK_REFUSED: return "refused";
+    case MCPB_LINK_CLOSED: return "closed";
+    default: return "error";
+    }
+}
+
+static void emit(mcpb_client_t *client, mcpb_link_kind_t kind, int close_code, int http_status, const char *slot,
+                 const char *reason, size_t reason_len, uint32_t retry_in_ms)
+{
+    mcpb_link_event_t *event = &client->last_event;
+    memset(event, 0, sizeof(*event));
+    event->kind = kind;
+    event->close_code = close_code;
+    event->http_status = http_status;
+    copy_text(event->slot, sizeof(event->slot), slot, strlen(slot));
+    copy_text(event->reason, sizeof(event->reason), reason, reason_len);
+    event->retry_in_ms = retry_in_ms;
+    mcpb__log(client, kind == MCPB_LINK_CONNECTED ? MCPB_LOG_INFO : MCPB_LOG_WARN,
+              "link %s%s%s code=%d http=%d retry_in_ms=%lu: %s", kind_name(kind), slot[0] ? " slot=" : "", slot,
+              close_code, http_status, (unsigned long)retry_in_ms, event->reason);
+    if (client->config.on_event != NULL) {
+        client->config.on_event(client->config.event_ctx, event);
+    }
+}
+
+/* The link is gone: close the stream, pick the wait, tell the application why. */
+static void link_down(mcpb_client_t *client, mcpb_link_kind_t kind, int close_code, int http_status,
+                      const char *reason, size_t reason_len)
+{
+    uint32_t random = client->port.random32(client->port.ctx);
+    uint32_t wait;
+    client->port.close(client->port.ctx);
+    client->pending = 0;
+    if (client->carried) {
+        mcpb_backoff_reset(&client->backoff);
+    }
+    /* A refusal at the door (busy slot, bad secret) will not change in a second: never a tight loop. */
+    wait = kind == MCPB_LINK_REFUSED && !client->carried ? mcpb_backoff_refused(&client->backoff, random)
+                                                           : mcpb_backoff_next(&client->backoff, random);
+    client->carried = 0; /* failed dials after this loss keep doubling */
+    client->state = MCPB_STATE_IDLE;
+    client->dial_at_ms = now(client) + wait;
+    emit(client, kind, close_code, http_status, "", reason, reason_len, wait);
+}
+
+static void link_failed(mcpb_client_t *client, const char *reason)
+{
+    link_down(client, MCPB_LINK_ERROR, 0, 0, reason, strlen(reason));
+}
+
+/* Every byte stream ends up here when a send fails. */
+static int sent(mcpb_client_t *client, int result)
+{
+    if (result < 0 && client->state == MCPB_STATE_OPEN) {
+        link_failed(client, "send failed");
+    }
+    return result;
+}
+
+static int send_register(mcpb_client_t *client, size_t slot_index)
+{
+    const mcpb_client_config_t *config = &client->config;
+    const mcpb_slot_t *slot = &config->slots[slot_index];
+    mcpb_hello_t hello;
+    size_t len;
+    hello.device_id = config->device_id;
+    hello.firmware_name = config->firmware_name;
+    hello.firmware_version = config->firmware_version;
+    hello.schema = slot->schema;
+    /* Only a bare frame on a serial line names its slot: a URL or an envelope names it elsewhere. */
+    len = mcpb_register_frame(client->buffers.answer, client->buffers.answer_cap, &hello,
+                              config->way == MCPB_WAY_SERIAL && !mcpb__enveloped(client) ? slot->name : NULL,
+                              slot->aggregate);
+    if (len == 0) {
+        mcpb__log(client, MCPB_LOG_ERROR, "register frame > %lu bytes",
+                  (unsigned long)client->buffers.answer_cap);
+        return 0;
+    }
+    return sent(client, mcpb__send_message(client, mcpb__enveloped(client) ? slot_index : MCPB_NO_SLOT,
+                                           client->buffers.answer, len));
+}
+
+static int send_registers(mcpb_client_t *client)
+{
+    size_t i;
+    for (i = 0; i < client->config.slot_count; i++) {
+        if (send_register(client, i) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void link_up(mcpb_client_t *client)
+{
+    char where[96];
+    client->state = MCPB_STATE_OPEN;
+    client->links++;
+    client->carried = 0;
+    client->since_ms = now(client);
+    if (client->config.way == MCPB_WAY_SERIAL) {
+        mcpb_cobs_decoder_init(&client->cobs, client->buffers.message, client->buffers.message_cap);
+    } else {
+        mcpb_ws_rx_init(&client->ws, client->buffers.message, client->buffers.message_cap);
+    }
+    if (send_registers(client) < 0) {
+        return;
+    }
+    mcpb_format(where, sizeof(where), "%s:%u", client->config.host, (unsigned)client->config.port);
+    emit(client, MCPB_LINK_CONNECTED, 0, 0, "", where, strlen(where), 0);
+}
+
+static void heard(mcpb_client_t *client)
+{
+    client->since_ms = now(client);
+    if (client->config.on_heard != NULL) {
+        client->config.on_heard(client->config.heard_ctx);
+    }
+}
+
+static size_t slot_named(const mcpb_client_t *client, const char *name)
+{
+    size_t i;
+    for (i = 0; i < client->config.slot_count; i++) {
+        if (strcmp(client->config.slots[i].name, name) == 0) {
+            return i;
+        }
+    }
+    return MCPB_NO_SLOT;
+}
+
+/* Hands one message (NUL-terminated in a writable buffer) to its slot's handler and sends the answer. */
+static void run_handler(mcpb_client_t *client, size_t slot_index, char *message, size_t len)
+{
+    const mcpb_slot_t *slot = &client->config.slots[slot_index];
+    char reason[MCPB_REASON_MAX + 1];
+    int answer;
+    if (mcpb_refusal_in(message, len, reason, sizeof(reason))) {
+        emit(client, MCPB_LINK_REFUSED, 0, 0, mcpb__enveloped(client) ? slot->name : "", reason, strlen(reason),
+             0);
+        return;
+    }
+    client->messages_in++;
+    answer = slot->handler(slot->handler_ctx, message, len, client->buffers.answer, client->buffers.answer_cap);
+    if (answer < 0) {
+        client->dropped++;
+        mcpb__log(client, MCPB_LOG_WARN, "answer for %s > %lu bytes: not sent", slot->name,
+                  (unsigned long)client->buffers.answer_cap);
+    } else if (answer > 0) {
+        size_t size = (size_t)answer < client->buffers.answer_cap ? (size_t)answer : client->buffers.answer_cap;
+        sent(client, mcpb__send_message(client, slot_index, client->buffers.answer, size));
+    }
+}
+
+static void deliver(mcpb_client_t *client, char *message, size_t len)
+{
+    char name[MCPB_SLOT_MAX + 1];
+    size_t payload_at, payload_len, slot_index;
+    client->carried = 1;
+    if (client->config.way == MCPB_WAY_SERIAL && mcpb_is_register_request(message, len)) {
+        send_registers(client);
+        return;
+    }
+    if (!mcpb__enveloped(client)) {
+        run_handler(client, 0, message, len);
+        return;
+    }
+    if (mcpb_envelope_parse(message, len, name, &payload_at, &payload_len) < 0) {
+        if (mcpb_refusal_in(message, len, name, sizeof(name))) {
+            emit(client, MCPB_LINK_REFUSED, 0, 0, "", name, strlen(name), 0);
+        } else {
+            client->dropped++;
+            mcpb__log(client, MCPB_LOG_WARN, "dropped: no envelope");
+        }
+        return;
+    }
+    slot_index = slot_named(client, name);
+    if (slot_index == MCPB_NO_SLOT) {
+        client->dropped++;
+        mcpb__log(client, MCPB_LOG_WARN, "dropped: no slot %s", name);
+        return;
+    }
+    message[payload_at + payload_len] = '\0'; /* the envelope's closing brace or a space: no longer needed */
+    run_handler(client, slot_index, message + payload_at, payload_len);
+}
+
+/* A message over the cap was skipped; its request still gets an answer naming the cap. */
+static void refuse_oversize(mcpb_client_t *client, const uint8_t *head, size_t head_len, uint64_t size)
+{
+    size_t frame_max = client->buffers.message_cap - 5;
+    size_t slot_index = 0, len;
+    client->carried = 1;
+    client->dropped++;
+    if (mcpb__enveloped(client)) {
+        char name[MCPB_SLOT_MAX + 1];
+        size_t at, value_len;
+        slot_index = MCPB_NO_SLOT;
+        if (mcpb_json_member((const char *)head, head_len, "provider", &at, &value_len) == 1 &&
+            mcpb_json_string((const char *)head + at, value_len, name, sizeof(name)) > 0) {
+            slot_index = slot_named(client, name);
+        }
+        if (slot_index == MCPB_NO_SLOT) {
+            mcpb__log(client, MCPB_LOG_WARN, "dropped: no slot");
+            return;
+        }
+    }
+    mcpb__log(client, MCPB_LOG_WARN, "refused %llu bytes > %lu",
+              (unsigned long long)size, (unsigned long)frame_max);
+    len = mcpb_too_large_answer(client->buffers.answer, client->buffers.answer_cap, (const char *)head, head_len,
+                                (unsigned long long)size, frame_max);
+    if (len > 0) {
+        sent(client, mcpb__send_message(client, slot_index, client->buffers.answer, len));
+    }
+}
+
+static void on_ws_event(mcpb_client_t *client, const mcpb_ws_event_t *event)
+{
+    switch (event->kind) {
+    case MCPB_WS_MESSAGE:
+        heard(client);
+        deliver(client, (char *)event->data, event->len);
+        break;
+    case MCPB_WS_OVERSIZE:
+        heard(client);
+        refuse_oversize(client, event->head, event->head_len, event->size);
+        break;
+    case MCPB_WS_PING:
+        heard(client);
+        sent(client, mcpb__send_control(client, MCPB_WS_PONG_FRAME, event->data, event->len));
+        break;
+    case MCPB_WS_PONG:
+        heard(client);
+        break;
+    case MCPB_WS_CLOSE: {
+        /* 1008 before the gateway said anything is a refusal at the door (held slot, bad name). */
+        mcpb_link_kind_t kind =
+            event->close_code == 1008 && !client->carried ? MCPB_LINK_REFUSED : MCPB_LINK_CLOSED;
+        mcpb__send_close(client, event->close_code == 1005 ? 1000 : event->close_code, "");
+        link_down(client, kind, event->close_code, 0, (const char *)event->data, event->len);
+        break;
+    }
+    case MCPB_WS_PROTOCOL_ERROR: {
+        char reason[MCPB_REASON_MAX + 1];
+        mcpb_format(reason, sizeof(reason), "protocol error: %s", event->error);
+        mcpb__send_close(client, 1002, event->error);
+        link_down(client, MCPB_LINK_ERROR, 1002, 0, reason, strlen(reason));
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+typedef char mcpb_kinds_agree[MCPB_WS_MESSAGE == (int)MCPB_FRAME_MESSAGE &&
+                              MCPB_WS_OVERSIZE == (int)MCPB_FRAME_OVERSIZE ? 1 : -1];
+
+/* Feeds what rx[] still holds, one event at a time, while the link stays open. A serial frame
+ * becomes the same event as a WebSocket message: the kinds NONE, MESSAGE and OVERSIZE agree. */
+static void feed_pending(mcpb_client_t *client)
+{
+    while (client->pending > 0 && client->state == MCPB_STATE_OPEN) {
+        const uint8_t *bytes = client->buffers.rx + client->pending_at;
+        mcpb_ws_event_t event;
+        size_t used;
+        if (client->config.way == MCPB_WAY_SERIAL) {
+            mcpb_frame_t frame;
+            used = mcpb_cobs_decoder_feed(&client->cobs, bytes, client->pending, &frame);
+            memset(&event, 0, sizeof(event));
+            event.kind = (mcpb_ws_event_kind_t)frame.kind;
+            event.data = client->buffers.message;
+            event.len = frame.size;
+            event.size = frame.size;
+            event.head = frame.head;
+            event.head_len = frame.head_len;
+        } else {
+            used = mcpb_ws_rx_feed(&client->ws, bytes, client->pending, &event);
+        }
+        client->pending_at += used;
+        client->pending -= used;
+        on_ws_event(client, &event);
+    }
+}
+
+static void dial(mcpb_client_t *client)
+{
+    const mcpb_client_config_t *config = &client->config;
+    char reason[MCPB_REASON_MAX + 1];
+    char path[16 + MCPB_SLOT_MAX * 3];
+    uint8_t nonce[16];
+    size_t i, len;
+    if (client->port.connect(client->port.ctx, config->host, config->port) < 0) {
+        if (config->way == MCPB_WAY_SERIAL) {
+            mcpb_format(reason, sizeof(reason), "cannot open %s", config->host);
+        } else {
+            mcpb_format(reason, sizeof(reason), "cannot connect to %s:%u", config->host, (unsigned)config->port);
+        }
+        link_failed(client, reason);
+        return;
+    }
+    if (config->way == MCPB_WAY_SERIAL) {
+        link_up(client);
+        return;
+    }
+    if (config->way == MCPB_WAY_WS_DEDICATED) {
+        mcpb_ws_provider_path(config->slots[0].name, path, sizeof(path));
+    } else {
+        strcpy(path, "/providers");
+    }
+    for (i = 0; i < 16; i += 4) {
+        uint32_t bits = client->port.random32(client->port.ctx);
+        nonce[i] = (uint8_t)bits;
+        nonce[i + 1] = (uint8_t)(bits >> 8);
+        nonce[i + 2] = (uint8_t)(bits >> 16);
+        nonce[i + 3] = (uint8_t)(bits >> 24);
+    }
+    mcpb_ws_make_key(nonce, client->key);
+    len = mcpb_ws_request(client->buffers.answer, client->buffers.answer_cap, config->host, config->port, path,
+                          client->key, config->token, config->agent != NULL ? config->agent : "libmcpb-idf");
+    if (len == 0 || client->port.send(client->port.ctx, (const uint8_t *)client->buffers.answer, len) < 0) {
+        link_failed(client, len == 0 ? "upgrade request too long" : "cannot send upgrade");
+        return;
+    }
+    client->state = MCPB_STATE_UPGRADING;
+    client->since_ms = now(client);
+    client->head_len = 0;
+}
+
+/* A refused upgrade: the status and as much of the JSON body as has arrived. */
+static void refused_upgrade(mcpb_client_t *client, const mcpb_http_response_t *response)
+{
+    char reason[MCPB_REASON_MAX + 1];
+    const char *body = (const char *)client->buffers.message + response->head_len;
+    size_t body_len = client->head_len - response->head_len;
+    size_t n;
+    if (body_len > response->content_length) {
+        body_len = response->content_length;
+    }
+    n = mcpb_format(reason, sizeof(reason), "HTTP %d: ", response->status);
+    copy_text(reason + n, sizeof(reason) - n, body, body_len);
+    link_down(client, response->status >= 400 && response->status < 500 ? MCPB_LINK_REFUSED : MCPB_LINK_ERROR, 0,
+              response->status, reason, strlen(reason));
+}
+
+static void upgrade_step(mcpb_client_t *client, uint32_t timeout_ms)
+{
+    mcpb_http_response_t response;
+    char reason[MCPB_REASON_MAX + 1];
+    const char *failure = NULL; /* set when no more bytes will come */
+    uint32_t wait = until(client, client->since_ms + client->config.handshake_ms);
+    size_t room = client->buffers.message_cap - 1 - client->head_len;
+    int got = 0, parsed;
+    if (room > client->buffers.rx_cap) {
+        room = client->buffers.rx_cap;
+    }
+    if (wait == 0) {
+        mcpb_format(reason, sizeof(reason), "no upgrade answer in %lu ms", (unsigned long)client->config.handshake_ms);
+        failure = reason;
+    } else if (room == 0) {
+        failure = "upgrade answer too long";
+    } else {
+        got = client->port.recv(client->port.ctx, client->buffers.rx, room, timeout_ms < wait ? timeout_ms : wait);
+        if (got == 0) {
+            return;
+        }
+        if (got < 0) {
+            failure = "closed during upgrade";
+        } else {
+            memcpy(client->buffers.message + client->head_len, client->buffers.rx, (size_t)got);
+            client->head_len += (size_t)got;
+        }
+    }
+    parsed = mcpb_ws_parse_response((const char *)client->buffers.message, client->head_len, client->key, &response);
+    if (parsed < 0) {
+        link_failed(client, "the answer to the upgrade is not HTTP");
+        return;
+    }
+    if (parsed > 0 && response.status != 101) {
+        /* A refusal: its body is the reason, and may come in later reads than the head. */
+        size_t body = client->head_len - response.head_len;
+        if (failure == NULL && body < response.content_length && body < MCPB_REASON_MAX) {
+            return;
+        }
+        refused_upgrade(client, &response);
+        return;
+    }
+    if (failure != NULL) {
+        link_failed(client, failure);
+        return;
+    }
+    if (parsed == 0) {
+        return;
+    }
+    if (!response.accept_ok) {
+        link_failed(client, "wrong Sec-WebSocket-Accept in the upgrade answer");
+        return;
+    }
+    /* Frames that came with the 101 are the tail of the last read. */
+    client->pending = client->head_len - response.head_len;
+    client->pending_at = (size_t)got - client->pending;
+    link_up(client);
+}
+
+static void open_step(mcpb_client_t *client, uint32_t timeout_ms)
+{
+    uint32_t silence_left = until(client, client->since_ms + client->config.silence_ms);
+    int got;
+    if (silence_left == 0) {
+        char reason[MCPB_REASON_MAX + 1];
+        mcpb_format(reason, sizeof(reason), "no frame or ping from the gateway for %lu s",
+                 (unsigned long)(client->config.silence_ms / 1000));
+        if (client->config.way != MCPB_WAY_SERIAL) {
+            mcpb__send_close(client, 1001, "device reconnecting: the gateway went silent");
+        }
+        link_failed(client, reason);
+        return;
+    }
+    got = client->port.recv(client->port.ctx, client->buffers.rx, client->buffers.rx_cap,
+                            timeout_ms < silence_left ? timeout_ms : silence_left);
+    if (got < 0) {
+        link_down(client, MCPB_LINK_CLOSED, client->config.way == MCPB_WAY_SERIAL ? 0 : 1006, 0,
+                  "connection lost", 15);
+        return;
+    }
+    client->pending = (size_t)got;
+    client->pending_at = 0;
+    feed_pending(client);
+}
+
+int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, const mcpb_port_t *port,
+                     const mcpb_buffers_t *buffers)
+{
+    const char *problem = NULL;
+    size_t i;
+    memset(client, 0, sizeof(*client));
+    client->config = *config;
+    client->port = *port;
+    client->buffers = *buffers;
+    if (client->config.silence_ms == 0) {
+        client->config.silence_ms = DEFAULT_SILENCE_MS;
+    }
+    if (client->config.handshake_ms == 0) {
+        client->config.handshake_ms = DEFAULT_HANDSHAKE_MS;
+    }
+    if (client->config.firmware_name == NULL) {
+        client->config.firmware_name = "libmcpb-idf";
+    }
+    if (client->config.firmware_version == NULL) {
+        client->config.firmware_version = MCPB_VERSION;
+    }
+    if (config->host == NULL || config->slots == NULL || config->slot_count == 0 ||
+        config->slot_count > MCPB_MAX_SLOTS) {
+        problem = "needs a host and 1 to 8 slots";
+    } else if (config->way == MCPB_WAY_WS_DEDICATED && config->slot_count != 1) {
+        problem = "dedicated link: exactly one slot";
+    } else if (buffers->message == NULL || buffers->message_cap < 1024 || buffers->answer == NULL ||
+               buffers->answer_cap < 512 || buffers->rx == NULL || buffers->rx_cap < 16 || buffers->tx == NULL ||
+               buffers->tx_cap < 64) {
+        problem = "buffers too small";
+    }
+    for (i = 0; problem == NULL && i < config->slot_count; i++) {
+        size_t len = config->slots[i].name != NULL ? strlen(config->slots[i].name) : 0;
+        if (len == 0 || len > MCPB_SLOT_MAX || config->slots[i].handler == NULL) {
+            problem = "slot needs a name (1-64 bytes), a handler";
+        }
+    }
+    if (problem != NULL) {
+        client->port.log(client->port.ctx, MCPB_LOG_ERROR, problem);
+        client->state = MCPB_STATE_STOPPED;
+        return -1;
+    }
+    mcpb_backoff_init(&client->backoff, config->backoff_min_ms ? config->backoff_min_ms : 1000u,
+                      config->backoff_max_ms ? config->backoff_max_ms : 30000u);
+    client->state = MCPB_STATE_IDLE;
+    client->dial_at_ms = now(client);
+    return 0;
+}
+
+uint32_t mcpb_client_poll(mcpb_client_t *client, uint32_t timeout_ms)
+{
+    switch (client->state) {
+    case MCPB_STATE_IDLE: {
+        uint32_t wait = until(client, client->dial_at_ms);
+        if (wait > 0) {
+            return wait;
+        }
+        dial(client);
+        return 0;
+    }
+    case MCPB_STATE_UPGRADING:
+        upgrade_step(client, timeout_ms);
+        if (client->state == MCPB_STATE_OPEN) {
+            feed_pending(client);
+        }
+        return 0;
+    case MCPB_STATE_OPEN:
+        if (client->pending > 0) {
+            feed_pending(client);
+            return 0;
+        }
+        open_step(client, timeout_ms);
+        return 0;
+    default:
+        return timeout_ms;
+    }
+}
+
+int mcpb_client_send(mcpb_client_t *client, size_t slot_index, const char *message, size_t len)
+{
+    if (client->state != MCPB_STATE_OPEN || slot_index >= client->config.slot_count) {
+        return -1;
+    }
+    return sent(client, mcpb__send_message(client, slot_index, message, len));
+}
+
+void mcpb_client_stop(mcpb_client_t *client, const char *reason)
+{
+    if (client->state == MCPB_STATE_OPEN && client->config.way != MCPB_WAY_SERIAL) {
+        mcpb__send_close(client, 1001, reason != NULL ? reason : "device shutting down");
+    }
+    if (client->state != MCPB_STATE_STOPPED) {
+        client->port.close(client->port.ctx);
+    }
+    client->state = MCPB_STATE_STOPPED;
+}
+
+int mcpb_client_connected(const mcpb_client_t *client)
+{
+    return client->state == MCPB_STATE_OPEN;
+}

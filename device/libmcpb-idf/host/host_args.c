@@ -1,0 +1,177 @@
+/* pump1-host's command line: --url or --serial, slots, token file, device id. */
+#define _DEFAULT_SOURCE 1
+
+#include "host_args.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: pump1-host --url ws://HOST:PORT --slot SLOT [--slot SLOT2 ...] [--multiplex]\n"
+    "                  [--token-file FILE] [--device-id ID] [--no-aggregate] [--verbose]\n"
+    "       pump1-host --serial /dev/ttyX [--baud 115200] --slot SLOT [--device-id ID]\n"
+    "       pump1-host --mqtt HOST:PORT --slot SLOT [--mqtt-user USER --mqtt-password-file FILE]\n"
+    "                  [--device-id ID]   (the MQTT plain profile, when built in; mqtt://HOST:PORT too)\n"
+    "Serves pump-1 (a simulated pump) into the gateway's slot; reconnects by itself; SIGTERM/SIGINT stop it.\n";
+
+static int complain(const char *what, const char *value)
+{
+    fprintf(stderr, "pump1-host: %s%s%s\n%s", what, value ? ": " : "", value ? value : "", usage);
+    return -1;
+}
+
+/* ws://host[:port][/anything] into host and port. */
+static int parse_url(host_args_t *args, const char *url)
+{
+    const char *rest, *end, *colon;
+    size_t host_len;
+    if (strncmp(url, "ws://", 5) == 0) {
+        rest = url + 5;
+    } else if (strncmp(url, "http://", 7) == 0) {
+        rest = url + 7;
+    } else if (strncmp(url, "wss://", 6) == 0 || strncmp(url, "https://", 8) == 0) {
+        return complain("wss:// needs TLS, which the host build does not have; use ws:// on a trusted network", url);
+    } else {
+        return complain("the URL must start with ws://", url);
+    }
+    end = rest + strcspn(rest, "/");
+    if (*rest == '[') {
+        const char *close = memchr(rest, ']', (size_t)(end - rest));
+        if (close == NULL) {
+            return complain("unbalanced [ in the URL", url);
+        }
+        host_len = (size_t)(close - rest - 1);
+        memcpy(args->host, rest + 1, host_len < sizeof(args->host) ? host_len : 0);
+        colon = close[1] == ':' ? close + 1 : NULL;
+    } else {
+        colon = memchr(rest, ':', (size_t)(end - rest));
+        host_len = (size_t)((colon ? colon : end) - rest);
+        if (host_len >= sizeof(args->host)) {
+            return complain("host name too long", url);
+        }
+        memcpy(args->host, rest, host_len);
+    }
+    if (host_len == 0 || host_len >= sizeof(args->host)) {
+        return complain("no host in the URL", url);
+    }
+    args->host[host_len] = '\0';
+    args->port = 80;
+    if (colon != NULL) {
+        long number = strtol(colon + 1, NULL, 10);
+        if (number <= 0 || number > 65535) {
+            return complain("bad port in the URL", url);
+        }
+        args->port = (uint16_t)number;
+    }
+    return 0;
+}
+
+static int read_token(host_args_t *args, const char *path)
+{
+    FILE *file = fopen(path, "r");
+    size_t len;
+    if (file == NULL) {
+        return complain("cannot read the token file", path);
+    }
+    if (fgets(args->token, sizeof(args->token), file) == NULL) {
+        args->token[0] = '\0';
+    }
+    fclose(file);
+    len = strcspn(args->token, "\r\n");
+    args->token[len] = '\0';
+    if (len == 0) {
+        return complain("the token file is empty", path);
+    }
+    return 0;
+}
+
+int host_args_parse(host_args_t *args, int argc, char **argv)
+{
+    int i;
+    memset(args, 0, sizeof(*args));
+    args->aggregate = 1;
+    args->baud = 115200;
+    for (i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes_value = strcmp(flag, "--url") == 0 || strcmp(flag, "--serial") == 0 ||
+                          strcmp(flag, "--slot") == 0 || strcmp(flag, "--token-file") == 0 ||
+                          strcmp(flag, "--device-id") == 0 || strcmp(flag, "--baud") == 0 ||
+                          strcmp(flag, "--mqtt") == 0 || strcmp(flag, "--mqtt-user") == 0 ||
+                          strcmp(flag, "--mqtt-password-file") == 0;
+        if (takes_value && value == NULL) {
+            return complain("missing value for", flag);
+        }
+        if (strcmp(flag, "--url") == 0) {
+            if (parse_url(args, value) < 0) {
+                return -1;
+            }
+        } else if (strcmp(flag, "--serial") == 0) {
+            if (strlen(value) >= sizeof(args->host)) {
+                return complain("serial device path too long", value);
+            }
+            strcpy(args->host, value);
+            args->serial = 1;
+            args->port = 0;
+        } else if (strcmp(flag, "--slot") == 0) {
+            if (args->slot_count == HOST_MAX_SLOTS) {
+                return complain("too many --slot (at most 4)", value);
+            }
+            if (strlen(value) == 0 || strlen(value) > 64 || value[0] == '_') {
+                return complain("a slot name is 1 to 64 bytes and does not start with _", value);
+            }
+            args->slots[args->slot_count++] = value;
+        } else if (strcmp(flag, "--token-file") == 0) {
+            if (read_token(args, value) < 0) {
+                return -1;
+            }
+        } else if (strcmp(flag, "--device-id") == 0) {
+            snprintf(args->device_id, sizeof(args->device_id), "%s", value);
+        } else if (strcmp(flag, "--baud") == 0) {
+            args->baud = (unsigned)strtoul(value, NULL, 10);
+        } else if (strcmp(flag, "--mqtt") == 0) {
+            args->mqtt_url = value;
+        } else if (strcmp(flag, "--mqtt-user") == 0) {
+            args->mqtt_user = value;
+        } else if (strcmp(flag, "--mqtt-password-file") == 0) {
+            args->mqtt_password_file = value;
+        } else if (strcmp(flag, "--multiplex") == 0) {
+            args->multiplex = 1;
+        } else if (strcmp(flag, "--no-aggregate") == 0) {
+            args->aggregate = 0;
+        } else if (strcmp(flag, "--verbose") == 0) {
+            args->verbose = 1;
+        } else if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+            fputs(usage, stdout);
+            exit(0);
+        } else {
+            return complain("unknown option", flag);
+        }
+        if (takes_value) {
+            i++;
+        }
+    }
+    if ((args->host[0] == '\0') == (args->mqtt_url == NULL)) {
+        return complain("give exactly one of --url, --serial or --mqtt", NULL);
+    }
+    if ((args->mqtt_user != NULL || args->mqtt_password_file != NULL) && args->mqtt_url == NULL) {
+        return complain("--mqtt-user and --mqtt-password-file go with --mqtt", NULL);
+    }
+    if (args->slot_count == 0) {
+        return complain("give --slot", NULL);
+    }
+    if (args->slot_count > 1 && !args->multiplex && !args->serial && args->mqtt_url == NULL) {
+        return complain("several slots over WebSocket need --multiplex (the /providers path)", NULL);
+    }
+    if (args->device_id[0] == '\0') {
+        char name[100];
+        if (gethostname(name, sizeof(name)) != 0) {
+            strcpy(name, "host");
+        }
+        name[sizeof(name) - 1] = '\0';
+        snprintf(args->device_id, sizeof(args->device_id), "%s", name);
+    }
+    return 0;
+}

@@ -1,0 +1,29 @@
+/* pump1-host's command line. */
+#ifndef PUMP1_HOST_ARGS_H
+#define PUMP1_HOST_ARGS_H
+
+#include <stdint.h>
+
+#define HOST_MAX_SLOTS 4
+
+typedef struct {
+    char host[256];           /* from --url, or the serial device from --serial */
+    uint16_t port;
+    int serial;
+    int multiplex;
+    const char *slots[HOST_MAX_SLOTS];
+    int slot_count;
+    int aggregate;
+    char token[512];          /* read from --token-file; never logged */
+    char device_id[128];
+    int verbose;
+    unsigned baud;
+    const char *mqtt_url;     /* --mqtt: the MQTT plain profile's option (see the hook in pump1_host.c) */
+    const char *mqtt_user;    /* --mqtt-user, or NULL */
+    const char *mqtt_password_file; /* --mqtt-password-file, or NULL; read by host_mqtt.c */
+} host_args_t;
+
+/* Fills args from argv: 0, or -1 after printing what is wrong and the usage to stderr. */
+int host_args_parse(host_args_t *args, int argc, char **argv);
+
+#endif

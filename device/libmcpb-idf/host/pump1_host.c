@@ -1,0 +1,171 @@
+/* pump1-host: pump-1 (a simulated pump) served into the gateway from a computer, over WebSocket
+ * (dedicated or multiplexed) or a serial line, through the same core a board runs. */
+#define _DEFAULT_SOURCE 1
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "host_args.h"
+#include "mcpb/client.h"
+#include "mcpb_port_posix.h"
+#include "mcpb_pump1.h"
+
+#ifdef MCPB_HOST_MQTT
+/* MQTT hook: the MQTT plain-profile work provides host_mqtt.h and host_mqtt_run(), and defines
+ * MCPB_HOST_MQTT through mcpb_mqtt_host_hook() in mqtt.cmake. It runs until *stop is set. */
+#include "host_mqtt.h"
+#endif
+
+#define FRAME_MAX 4096
+#define TICK_MS 100
+
+static volatile sig_atomic_t stop_requested = 0;
+
+static void on_signal(int signal_number)
+{
+    (void)signal_number;
+    stop_requested = 1;
+}
+
+static void install_signals(void)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = on_signal; /* no SA_RESTART: a blocking poll() returns at once */
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, NULL);
+    sigaction(SIGTERM, &action, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec wait;
+    wait.tv_sec = (time_t)(ms / 1000);
+    wait.tv_nsec = (long)(ms % 1000) * 1000000L;
+    nanosleep(&wait, NULL);
+}
+
+
+typedef struct {
+    mcpb_pump1_t *pumps;
+    int count;
+} pumps_t;
+
+/* Every frame from the gateway, WebSocket pings included, feeds the pumps' dead-man. */
+static void heard_all(void *ctx)
+{
+    pumps_t *pumps = (pumps_t *)ctx;
+    int i;
+    for (i = 0; i < pumps->count; i++) {
+        mcpb_pump1_heard(&pumps->pumps[i]);
+    }
+}
+
+static void on_event(void *ctx, const mcpb_link_event_t *event)
+{
+    /* The core logs every event; a board would drive its status LED from here. */
+    (void)ctx;
+    (void)event;
+}
+
+int main(int argc, char **argv)
+{
+    static mcpb_pump1_t pumps[HOST_MAX_SLOTS];
+    static uint8_t message[MCPB_MESSAGE_CAP(FRAME_MAX)];
+    static char answer[MCPB_ANSWER_CAP(FRAME_MAX)];
+    static uint8_t rx[MCPB_RX_CAP];
+    static uint8_t tx[MCPB_TX_CAP];
+    host_args_t args;
+    mcpb_pump1_config_t pump_config;
+    mcpb_slot_t slots[HOST_MAX_SLOTS];
+    mcpb_client_config_t config;
+    mcpb_buffers_t buffers;
+    mcpb_posix_t posix;
+    mcpb_port_t port;
+    mcpb_client_t client;
+    pumps_t pump_set;
+    uint32_t last_tick;
+    int i;
+
+    if (host_args_parse(&args, argc, argv) < 0) {
+        return 2;
+    }
+    install_signals();
+
+    mcpb_pump1_config_default(&pump_config);
+    pump_config.frame_max = FRAME_MAX;
+    memset(slots, 0, sizeof(slots));
+    for (i = 0; i < args.slot_count; i++) {
+        mcpb_pump1_init(&pumps[i], &pump_config);
+        slots[i].name = args.slots[i];
+        slots[i].aggregate = args.aggregate;
+        slots[i].schema = mcpb_pump1_schema_hash();
+        slots[i].handler = mcpb_pump1_handle;
+        slots[i].handler_ctx = &pumps[i];
+    }
+    pump_set.pumps = pumps;
+    pump_set.count = args.slot_count;
+
+    memset(&posix, 0, sizeof(posix));
+    posix.baud = args.baud;
+    posix.log_level = args.verbose ? MCPB_LOG_DEBUG : MCPB_LOG_INFO;
+    posix.log_name = "pump1-host";
+    mcpb_posix_port_init(&port, &posix);
+
+    if (args.mqtt_url != NULL) {
+#ifdef MCPB_HOST_MQTT
+        return host_mqtt_run(&args, &port, pumps, slots, args.slot_count, &stop_requested);
+#else
+        fprintf(stderr, "pump1-host: built without the MQTT plain profile (mqtt.cmake)\n");
+        return 2;
+#endif
+    }
+
+    memset(&config, 0, sizeof(config));
+    config.way = args.serial ? MCPB_WAY_SERIAL : args.multiplex ? MCPB_WAY_WS_MULTIPLEX : MCPB_WAY_WS_DEDICATED;
+    config.host = args.host;
+    config.port = args.port;
+    config.token = args.token[0] != '\0' ? args.token : NULL;
+    config.agent = "pump1-host libmcpb-idf/" MCPB_VERSION;
+    config.device_id = args.device_id;
+    config.firmware_name = "libmcpb-idf";
+    config.firmware_version = MCPB_VERSION;
+    config.slots = slots;
+    config.slot_count = (size_t)args.slot_count;
+    config.on_event = on_event;
+    config.on_heard = heard_all;
+    config.heard_ctx = &pump_set;
+
+    buffers.message = message;
+    buffers.message_cap = sizeof(message);
+    buffers.answer = answer;
+    buffers.answer_cap = sizeof(answer);
+    buffers.rx = rx;
+    buffers.rx_cap = sizeof(rx);
+    buffers.tx = tx;
+    buffers.tx_cap = sizeof(tx);
+
+    if (mcpb_client_init(&client, &config, &port, &buffers) < 0) {
+        return 2;
+    }
+    last_tick = port.now_ms(port.ctx);
+    while (!stop_requested) {
+        uint32_t now, idle = mcpb_client_poll(&client, TICK_MS);
+        if (idle > 0) {
+            sleep_ms(idle < TICK_MS ? idle : TICK_MS);
+        }
+        now = port.now_ms(port.ctx);
+        if ((uint32_t)(now - last_tick) >= TICK_MS) {
+            last_tick = now;
+            for (i = 0; i < args.slot_count; i++) {
+                mcpb_pump1_tick(&pumps[i], now);
+            }
+        }
+    }
+    mcpb_client_stop(&client, "device shutting down");
+    port.log(port.ctx, MCPB_LOG_INFO, "stopped by signal");
+    return 0;
+}

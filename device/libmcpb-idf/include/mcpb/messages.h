@@ -1,0 +1,51 @@
+/* The few JSON-RPC messages the core itself reads or writes: the register frame, envelopes,
+ * the serial `broker/register` request, refusals addressed to no request, and the answer to a
+ * request too large to read. Everything else goes to the slot's handler untouched. */
+#ifndef MCPB_MESSAGES_H
+#define MCPB_MESSAGES_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MCPB_SLOT_MAX 64 /* bytes of UTF-8 in a slot name */
+
+typedef struct {
+    const char *device_id;        /* stable across reboots, e.g. the MAC address */
+    const char *firmware_name;    /* e.g. "libmcpb-idf" */
+    const char *firmware_version;
+    const char *schema;           /* the hash of the slot's tools/list; NULL or "" to leave out */
+} mcpb_hello_t;
+
+/* {"jsonrpc":"2.0","method":"notifications/register","params":{"hello":{...},"slot":...,"aggregate":true}}
+ * `slot` NULL leaves params.slot out (the URL or the envelope names the slot). Its length, 0 when
+ * it does not fit. */
+size_t mcpb_register_frame(char *out, size_t out_cap, const mcpb_hello_t *hello, const char *slot, int aggregate);
+
+/* `{"provider":"<slot>","payload":` (the suffix is "}"): its length, 0 when it does not fit. */
+size_t mcpb_envelope_prefix(char *out, size_t out_cap, const char *slot);
+
+/* An envelope's slot (decoded, NUL-terminated) and the span of its payload: 0, or -1 when the
+ * message is not an envelope or the slot name is over MCPB_SLOT_MAX bytes. */
+int mcpb_envelope_parse(const char *message, size_t len, char slot[MCPB_SLOT_MAX + 1], size_t *payload_at,
+                        size_t *payload_len);
+
+/* 1 when the message is the notification {"jsonrpc":"2.0","method":"broker/register"} (any spacing). */
+int mcpb_is_register_request(const char *message, size_t len);
+
+/* 1 when the message is an error addressed to no request (id null): the gateway refusing or
+ * letting go of the slot on a link without close codes. Its error.message goes to reason. */
+int mcpb_refusal_in(const char *message, size_t len, char *reason, size_t reason_cap);
+
+/* The -32600 answer to a request of `size` bytes that is over the frame cap, under the id found in
+ * its first bytes (null when none is there). Its length, 0 when it does not fit. */
+size_t mcpb_too_large_answer(char *out, size_t out_cap, const char *head, size_t head_len,
+                             unsigned long long size, size_t frame_max);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,250 @@
+/* The JSON-RPC side of pump-1: the answers of device/micropython/mcpdevice/dispatcher.py. */
+#include <stdio.h>
+#include <string.h>
+
+#include "test_support.h"
+
+#define F fixture_t *f = (fixture_t *)*state
+
+static void initialize_negotiates_the_version(void **state)
+{
+    F;
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\"}}");
+    assert_string_equal(f->answer,
+                        "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":"
+                        "{\"tools\":{\"listChanged\":false}},\"serverInfo\":{\"name\":\"pump-1\",\"version\":\"0.1.0\"},"
+                        "\"instructions\":\"pump-1 is a centrifugal water pump on a variable-speed drive (300 to 2900 "
+                        "rpm). Call get_status first. start runs it, set_speed changes the speed of a running pump, "
+                        "stop ramps it down; the motor ramps at 600 rpm per second, so poll get_status to see it "
+                        "arrive. A latched fault blocks start until reset_fault succeeds.\"}}");
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2099-01-01\"}}");
+    assert_answer_has(f, "\"protocolVersion\":\"2025-11-25\"");
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"initialize\"}");
+    assert_answer_has(f, "\"protocolVersion\":\"2025-11-25\"");
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2024-11-05\"}}");
+    assert_answer_has(f, "\"protocolVersion\":\"2024-11-05\"");
+}
+
+static void ping_answers_an_empty_result(void **state)
+{
+    F;
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":\"p\",\"method\":\"ping\"}");
+    assert_string_equal(f->answer, "{\"jsonrpc\":\"2.0\",\"id\":\"p\",\"result\":{}}");
+    ask(f, "  {\"method\" : \"ping\", \"id\" : -0 , \"jsonrpc\":\"2.0\"}\n");
+    assert_string_equal(f->answer, "{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}");
+}
+
+static void notifications_and_responses_get_no_answer(void **state)
+{
+    F;
+    assert_int_equal(ask(f, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}"), 0);
+    assert_int_equal(ask(f, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{}}"), 0);
+    assert_int_equal(ask(f, "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{}}"), 0);
+    assert_int_equal(ask(f, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,\"message\":\"held\"}}"), 0);
+    assert_int_equal(mcpb_pump1_counts(&f->pump)->requests, 0);
+}
+
+static void unknown_method_is_32601(void **state)
+{
+    F;
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"resources/list\"}");
+    assert_string_equal(f->answer, "{\"jsonrpc\":\"2.0\",\"id\":9,\"error\":{\"code\":-32601,\"message\":\"Method not "
+                                   "found: resources/list. This device answers initialize, ping, tools/list and "
+                                   "tools/call\"}}");
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"caf\\u00e9\\n\"}");
+    assert_answer_has(f, "Method not found: caf\\u00e9\\n. This");
+}
+
+static void malformed_json_is_a_parse_error(void **state)
+{
+    static const char *const frames[] = {
+        "", "{", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"pi", "{\"id\":1,}", "{\"id\":01}", "{\"id\":1.}",
+        "{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}", "{\"a\":\"\x01\"}", "{\"a\":\"\xff\"}", "{} {}", "nul", "[1,]",
+        "{\"a\" 1}", "{'a':1}"};
+    char expected[160];
+    size_t i;
+    F;
+    for (i = 0; i < sizeof frames / sizeof frames[0]; i++) {
+        ask(f, frames[i]);
+        snprintf(expected, sizeof expected,
+                 "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error: the frame "
+                 "is not valid JSON (%u bytes)\"}}",
+                 (unsigned)strlen(frames[i]));
+        assert_string_equal(f->answer, expected);
+    }
+    assert_int_equal(mcpb_pump1_counts(&f->pump)->errors, sizeof frames / sizeof frames[0]);
+}
+
+static void nesting_deeper_than_16_is_a_parse_error(void **state)
+{
+    char frame[200];
+    F;
+    snprintf(frame, sizeof frame, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":%s%s}",
+             "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]");
+    ask(f, frame);
+    assert_answer_has(f, "-32700");
+}
+
+static void invalid_requests_are_32600(void **state)
+{
+    F;
+    ask(f, "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]");
+    assert_string_equal(f->answer, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"Invalid "
+                                   "Request: send one JSON-RPC object per frame, no batches\"}}");
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}");
+    assert_string_equal(f->answer, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"Invalid "
+                                   "Request: id must be a string or an integer\"}}");
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":true,\"method\":\"ping\"}");
+    assert_answer_has(f, "id must be a string or an integer");
+    ask(f, "{\"id\":\"a\",\"method\":\"ping\"}");
+    assert_string_equal(f->answer, "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"error\":{\"code\":-32600,\"message\":\"Invalid "
+                                   "Request: needs \\\"jsonrpc\\\":\\\"2.0\\\" and a method\"}}");
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\",\"params\":[]}");
+    assert_string_equal(f->answer, "{\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32602,\"message\":\"Invalid "
+                                   "params: params must be an object\"}}");
+}
+
+static void tools_list_pages_with_cursors(void **state)
+{
+    static const char *const names[] = {"get_status", "start", "set_speed", "stop", "reset_fault"};
+    char frame[160], expected[80];
+    int page;
+    F;
+    for (page = 0; page < 5; page++) {
+        if (page == 0) {
+            snprintf(frame, sizeof frame, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}");
+        } else {
+            snprintf(frame, sizeof frame,
+                     "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%d\"}}", page);
+        }
+        assert_true(ask(f, frame) <= 4096);
+        snprintf(expected, sizeof expected, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[{\"name\":\"%s\"",
+                 names[page]);
+        assert_int_equal(strncmp(f->answer, expected, strlen(expected)), 0);
+        if (page < 4) {
+            snprintf(expected, sizeof expected, "],\"nextCursor\":\"%d\"}}", page + 1);
+        } else {
+            snprintf(expected, sizeof expected, "}]}}");
+        }
+        assert_string_equal(f->answer + f->length - strlen(expected), expected);
+    }
+}
+
+static void tools_list_refuses_unknown_cursors(void **state)
+{
+    F;
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"cursor\":\"5\"}}");
+    assert_string_equal(f->answer, "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32602,\"message\":\"Invalid "
+                                   "params: unknown cursor \\\"5\\\"\"}}");
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"cursor\":0}}");
+    assert_answer_has(f, "unknown cursor 0\"");
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"cursor\":{\"a\":[1,2.5]}}}");
+    assert_answer_has(f, "unknown cursor {\\\"a\\\": [1, 2.5]}\"");
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"cursor\":\"01\"}}");
+    assert_answer_has(f, "{\"name\":\"start\"");
+}
+
+static void a_small_out_buffer_gives_a_negative_length(void **state)
+{
+    char small[16];
+    const char *ping = "{\"jsonrpc\":\"2.0\",\"id\":\"p\",\"method\":\"ping\"}";
+    const char *start = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"start\"}}";
+    int n;
+    F;
+    n = mcpb_pump1_handle(&f->pump, ping, strlen(ping), small, sizeof small);
+    assert_int_equal(n, -(int)strlen("{\"jsonrpc\":\"2.0\",\"id\":\"p\",\"result\":{}}"));
+    /* the call acted; its repeat is answered from the cache, without acting again */
+    n = mcpb_pump1_handle(&f->pump, start, strlen(start), small, sizeof small);
+    assert_true(n < 0);
+    run_for(f, 1000);
+    assert_int_equal(ask(f, start), -n);
+    assert_answer_has(f, "\"state\\\":\\\"starting\\\",\\\"speed_rpm\\\":0,");
+    assert_int_equal(mcpb_pump1_counts(&f->pump)->duplicates, 1);
+}
+
+static void an_oversize_frame_is_refused_with_its_id(void **state)
+{
+    const char *head = "{\"jsonrpc\":\"2.0\",\"id\":\"brk-7\",\"method\":\"tools/call\",\"par";
+    char out[256];
+    int n;
+    F;
+    n = mcpb_pump1_oversize(&f->pump, 5000, head, strlen(head), out, sizeof out);
+    assert_true(n > 0);
+    out[n] = '\0';
+    assert_string_equal(out, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-7\",\"error\":{\"code\":-32600,\"message\":\"Request "
+                             "too large: 5000 bytes; this device accepts frames of at most 4096 bytes\"}}");
+    n = mcpb_pump1_oversize(&f->pump, 5000, "{\"id\":42", 8, out, sizeof out);
+    out[n] = '\0';
+    assert_answer_has(f, ""); /* the fixture's answer is untouched */
+    assert_non_null(strstr(out, "\"id\":null"));
+}
+
+static void a_repeated_call_is_answered_from_the_cache(void **state)
+{
+    const char *start =
+        "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"tools/call\",\"params\":{\"name\":\"start\"}}";
+    char first[ANSWER_CAP + 1];
+    int id;
+    F;
+    ask(f, start);
+    strcpy(first, f->answer);
+    run_for(f, 2000);
+    ask(f, start);
+    assert_string_equal(f->answer, first);
+    assert_int_equal(mcpb_pump1_counts(&f->pump)->duplicates, 1);
+    /* the same id with other bytes is a new request */
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"tools/call\",\"params\":{\"name\":\"stop\"}}");
+    assert_answer_has(f, "stopping");
+    /* four newer calls push it out */
+    for (id = 0; id < 4; id++) {
+        call_tool(f, id, "get_status", NULL);
+    }
+    ask(f, start);
+    assert_string_not_equal(f->answer, first);
+    assert_int_equal(mcpb_pump1_counts(&f->pump)->duplicates, 1);
+    /* initialize empties the cache */
+    strcpy(first, f->answer);
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\"}");
+    run_for(f, 500);
+    ask(f, start);
+    assert_string_not_equal(f->answer, first);
+}
+
+static void a_long_message_is_cut_to_the_frame(void **state)
+{
+    static char frame[6000];
+    mcpb_pump1_config_t config;
+    int n;
+    size_t head;
+    F;
+    mcpb_pump1_config_default(&config);
+    config.frame_max = 3300;
+    mcpb_pump1_init(&f->pump, &config);
+    strcpy(frame, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"");
+    head = strlen(frame);
+    memset(frame + head, 'm', 4000);
+    strcpy(frame + head + 4000, "\"}");
+    n = ask(f, frame);
+    assert_int_equal(n, 3300);
+    assert_string_equal(f->answer + n - 6, "...\"}}");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(initialize_negotiates_the_version, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(ping_answers_an_empty_result, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(notifications_and_responses_get_no_answer, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(unknown_method_is_32601, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(malformed_json_is_a_parse_error, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(nesting_deeper_than_16_is_a_parse_error, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(invalid_requests_are_32600, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(tools_list_pages_with_cursors, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(tools_list_refuses_unknown_cursors, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(a_small_out_buffer_gives_a_negative_length, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(an_oversize_frame_is_refused_with_its_id, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(a_repeated_call_is_answered_from_the_cache, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(a_long_message_is_cut_to_the_frame, fixture_setup, fixture_teardown),
+    };
+    return cmocka_run_group_tests_name("pump1 rpc", tests, NULL, NULL);
+}

@@ -1,0 +1,164 @@
+/* The client on /providers with two slots: one register envelope each, requests routed by envelope,
+ * answers wrapped for their slot, a refused slot reported while the link stays, strays dropped. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mcpb/client.h"
+#include "test_core_fake_port.h"
+
+static fake_port_t fake;
+static mcpb_port_t port;
+static fake_handler_t first, second;
+static mcpb_slot_t slots[2];
+static mcpb_client_config_t config;
+static mcpb_buffers_t buffers;
+static mcpb_client_t client;
+static uint8_t message[2048 + 5];
+static char answer[1024];
+static uint8_t rx[512];
+static uint8_t tx[256];
+static char payload[8192];
+
+static int setup(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    fake_port_init(&fake, &port);
+    memset(&first, 0, sizeof(first));
+    memset(&second, 0, sizeof(second));
+    second.answer = "{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"result\":{\"tools\":[]}}";
+    memset(slots, 0, sizeof(slots));
+    slots[0].name = "valve-1";
+    slots[0].aggregate = 1;
+    slots[0].handler = fake_handler;
+    slots[0].handler_ctx = &first;
+    slots[1].name = "valve-2";
+    slots[1].handler = fake_handler;
+    slots[1].handler_ctx = &second;
+    memset(&config, 0, sizeof(config));
+    config.way = MCPB_WAY_WS_MULTIPLEX;
+    config.host = "gw.local";
+    config.port = 3000;
+    config.device_id = "board";
+    config.slots = slots;
+    config.slot_count = 2;
+    config.on_event = fake_on_event;
+    config.event_ctx = &fake;
+    buffers.message = message;
+    buffers.message_cap = sizeof(message);
+    buffers.answer = answer;
+    buffers.answer_cap = sizeof(answer);
+    buffers.rx = rx;
+    buffers.rx_cap = sizeof(rx);
+    buffers.tx = tx;
+    buffers.tx_cap = sizeof(tx);
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    mcpb_client_poll(&client, 100);
+    assert_memory_equal(fake.from_device, "GET /providers HTTP/1.1\r\nHost: gw.local:3000\r\n", 46);
+    fake_accept_upgrade(&fake, 1);
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_string_equal(payload, "{\"provider\":\"valve-1\",\"payload\":{\"jsonrpc\":\"2.0\",\"method\":"
+                                 "\"notifications/register\",\"params\":{\"hello\":{\"device_id\":\"board\","
+                                 "\"firmware\":{\"name\":\"libmcpb-idf\",\"version\":\"" MCPB_VERSION "\"}},"
+                                 "\"aggregate\":true}}}");
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_non_null(strstr(payload, "{\"provider\":\"valve-2\",\"payload\":{"));
+    assert_null(strstr(payload, "aggregate"));
+    return 0;
+}
+
+static void test_routed_and_wrapped(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    fake_push_text(&fake, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"method\":"
+                          "\"tools/list\"}}");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(first.calls, 0);
+    assert_int_equal(second.calls, 1);
+    assert_string_equal(second.last, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"method\":\"tools/list\"}");
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_string_equal(payload, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\","
+                                 "\"result\":{\"tools\":[]}}}");
+}
+
+static void test_refused_slot_reported_link_stays(void **state)
+{
+    (void)state;
+    fake_push_text(&fake, "{\"provider\":\"valve-1\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":"
+                          "-32000,\"message\":\"Slot already held by a live provider; call provider_status on "
+                          "_broker. Slot: \\\"valve-1\\\"\"}}}");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_string_equal(fake.last_event.slot, "valve-1");
+    assert_non_null(strstr(fake.last_event.reason, "held by a live provider"));
+    assert_int_equal(first.calls, 0);
+    assert_true(mcpb_client_connected(&client));
+}
+
+static void test_strays_dropped(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    fake_push_text(&fake, "{\"provider\":\"other\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}}");
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}");
+    fake_push_text(&fake, "not json at all");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(first.calls + second.calls, 0);
+    assert_int_equal(client.dropped, 3);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), -1);
+    assert_true(mcpb_client_connected(&client));
+}
+
+static void test_oversize_envelope_answered_for_its_slot(void **state)
+{
+    static char big[3000];
+    uint8_t opcode;
+    size_t len;
+    int i;
+    (void)state;
+    memset(big, ' ', sizeof(big));
+    memcpy(big, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-9\",", 63);
+    fake_push_frame(&fake, 0x81, big, sizeof(big), NULL);
+    for (i = 0; i < 10; i++) { /* 512 bytes a read */
+        mcpb_client_poll(&client, 100);
+    }
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_string_equal(payload, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-9\",\"error\":"
+                                 "{\"code\":-32600,\"message\":\"Request too large: 3000 bytes; this device accepts "
+                                 "frames of at most 2048 bytes\"}}}");
+}
+
+static void test_notification_sent_for_a_slot(void **state)
+{
+    static const char note[] = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}";
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    assert_int_equal(mcpb_client_send(&client, 0, note, strlen(note)), 0);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_string_equal(payload, "{\"provider\":\"valve-1\",\"payload\":{\"jsonrpc\":\"2.0\",\"method\":"
+                                 "\"notifications/tools/list_changed\"}}");
+    assert_int_equal(mcpb_client_send(&client, 2, note, strlen(note)), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_routed_and_wrapped, setup),
+        cmocka_unit_test_setup(test_refused_slot_reported_link_stays, setup),
+        cmocka_unit_test_setup(test_strays_dropped, setup),
+        cmocka_unit_test_setup(test_oversize_envelope_answered_for_its_slot, setup),
+        cmocka_unit_test_setup(test_notification_sent_for_a_slot, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

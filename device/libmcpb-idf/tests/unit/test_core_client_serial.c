@@ -1,0 +1,182 @@
+/* The client on a serial line: the register frame naming its slot, broker/register answered, requests
+ * answered in COBS frames, noise ignored, refusals surfaced, oversize refused, loss and reopen. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mcpb/client.h"
+#include "mcpb/serial_frame.h"
+#include "test_core_fake_port.h"
+
+static fake_port_t fake;
+static mcpb_port_t port;
+static fake_handler_t handler;
+static mcpb_slot_t slot;
+static mcpb_client_config_t config;
+static mcpb_buffers_t buffers;
+static mcpb_client_t client;
+static uint8_t message[1024 + 5];
+static char answer[1024];
+static uint8_t rx[64];
+static uint8_t tx[64];
+static char got[8192];
+static uint8_t wire[8192];
+
+static const char register_frame[] =
+    "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/register\",\"params\":{\"hello\":{\"device_id\":\"b1\","
+    "\"firmware\":{\"name\":\"libmcpb-idf\",\"version\":\"" MCPB_VERSION "\"},\"schema\":\"s1\"},\"slot\":"
+    "\"pump-c1\",\"aggregate\":true}}";
+
+static int setup(void **state)
+{
+    (void)state;
+    fake_port_init(&fake, &port);
+    memset(&handler, 0, sizeof(handler));
+    handler.answer = "{\"jsonrpc\":\"2.0\",\"id\":\"brk-7\",\"result\":{}}";
+    memset(&slot, 0, sizeof(slot));
+    slot.name = "pump-c1";
+    slot.aggregate = 1;
+    slot.schema = "s1";
+    slot.handler = fake_handler;
+    slot.handler_ctx = &handler;
+    memset(&config, 0, sizeof(config));
+    config.way = MCPB_WAY_SERIAL;
+    config.host = "/dev/pts/9";
+    config.device_id = "b1";
+    config.slots = &slot;
+    config.slot_count = 1;
+    config.on_event = fake_on_event;
+    config.event_ctx = &fake;
+    buffers.message = message;
+    buffers.message_cap = sizeof(message);
+    buffers.answer = answer;
+    buffers.answer_cap = sizeof(answer);
+    buffers.rx = rx;
+    buffers.rx_cap = sizeof(rx);
+    buffers.tx = tx;
+    buffers.tx_cap = sizeof(tx);
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    mcpb_client_poll(&client, 100);
+    return 0;
+}
+
+static void push_framed(const char *text)
+{
+    size_t n = mcpb_serial_frame_encode((const uint8_t *)text, strlen(text), wire, sizeof(wire));
+    fake_push(&fake, wire, n);
+}
+
+static void poll_times(int times)
+{
+    int i;
+    for (i = 0; i < times; i++) {
+        mcpb_client_poll(&client, 100);
+    }
+}
+
+static void test_opens_and_registers_with_slot(void **state)
+{
+    (void)state;
+    assert_string_equal(fake.connected_host, "/dev/pts/9");
+    assert_int_equal(fake.connected_port, 0);
+    assert_int_equal(fake.from_device[0], 0); /* a leading delimiter ends what the line held */
+    assert_true(fake_next_serial(&fake, got, sizeof(got)) > 0);
+    assert_string_equal(got, register_frame);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CONNECTED);
+}
+
+static void test_register_request_answered_again(void **state)
+{
+    (void)state;
+    fake_next_serial(&fake, got, sizeof(got));
+    push_framed("{\"jsonrpc\":\"2.0\",\"method\":\"broker/register\"}");
+    poll_times(2);
+    assert_true(fake_next_serial(&fake, got, sizeof(got)) > 0);
+    assert_string_equal(got, register_frame);
+    assert_int_equal(handler.calls, 0);
+}
+
+static void test_request_answered_through_noise_in_small_chunks(void **state)
+{
+    (void)state;
+    fake_next_serial(&fake, got, sizeof(got));
+    fake.recv_chunk = 5;
+    fake_push(&fake, "I (312) boot: ESP-IDF v5.2\r\n", 28);
+    push_framed("{\"jsonrpc\":\"2.0\",\"id\":\"brk-7\",\"method\":\"ping\"}");
+    poll_times(40);
+    assert_int_equal(handler.calls, 1);
+    assert_string_equal(handler.last, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-7\",\"method\":\"ping\"}");
+    assert_true(fake_next_serial(&fake, got, sizeof(got)) > 0);
+    assert_string_equal(got, handler.answer);
+    assert_int_equal(client.cobs.dropped, 1);
+}
+
+static void test_refusal_with_id_null_is_an_event(void **state)
+{
+    (void)state;
+    push_framed("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,\"message\":\"Serial port /dev/ttyGW "
+                "may not publish slot \\\"pump-c1\\\"; its slots setting allows: bench-*\"}}");
+    poll_times(10); /* 64 bytes a read */
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_string_equal(fake.last_event.reason,
+                        "Serial port /dev/ttyGW may not publish slot \"pump-c1\"; its slots setting allows: bench-*");
+    assert_int_equal(handler.calls, 0);
+    assert_true(mcpb_client_connected(&client)); /* the line stays open for the next register frame */
+}
+
+static void test_oversize_refused_in_a_frame(void **state)
+{
+    static char big[3000];
+    (void)state;
+    fake_next_serial(&fake, got, sizeof(got));
+    memset(big, 'x', sizeof(big) - 1);
+    memcpy(big, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\"", 44);
+    push_framed(big);
+    poll_times(80);
+    assert_true(fake_next_serial(&fake, got, sizeof(got)) > 0);
+    assert_string_equal(got, "{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32600,\"message\":\"Request too large: "
+                             "2999 bytes; this device accepts frames of at most 1024 bytes\"}}");
+}
+
+static void test_hang_up_reopens_after_back_off(void **state)
+{
+    (void)state;
+    fake.peer_closed = 1;
+    poll_times(1);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CLOSED);
+    assert_int_equal(fake.last_event.close_code, 0);
+    fake.peer_closed = 0;
+    fake.now += fake.last_event.retry_in_ms;
+    poll_times(1);
+    assert_int_equal(fake.connects, 2);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CONNECTED);
+}
+
+static void test_open_failure_names_the_device(void **state)
+{
+    (void)state;
+    fake.fail_connects = 1;
+    fake.open = 0;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    poll_times(1);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_ERROR);
+    assert_string_equal(fake.last_event.reason, "cannot open /dev/pts/9");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_opens_and_registers_with_slot, setup),
+        cmocka_unit_test_setup(test_register_request_answered_again, setup),
+        cmocka_unit_test_setup(test_request_answered_through_noise_in_small_chunks, setup),
+        cmocka_unit_test_setup(test_refusal_with_id_null_is_an_event, setup),
+        cmocka_unit_test_setup(test_oversize_refused_in_a_frame, setup),
+        cmocka_unit_test_setup(test_hang_up_reopens_after_back_off, setup),
+        cmocka_unit_test_setup(test_open_failure_names_the_device, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,432 @@
+/* The client over a dedicated WebSocket, against a fake gateway: the upgrade, the register frame,
+ * answers, pings, every refusal path with its back-off, oversize requests, silence and loss. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mcpb/client.h"
+#include "test_core_fake_port.h"
+
+static fake_port_t fake;
+static mcpb_port_t port;
+static fake_handler_t handler;
+static mcpb_slot_t slot;
+static mcpb_client_config_t config;
+static mcpb_buffers_t buffers;
+static mcpb_client_t client;
+static uint8_t message[1024 + 5];
+static char answer[1024];
+static uint8_t rx[256];
+static uint8_t tx[100];
+static char payload[70000];
+
+static int setup(void **state)
+{
+    (void)state;
+    fake_port_init(&fake, &port);
+    memset(&handler, 0, sizeof(handler));
+    handler.answer = "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"result\":{}}";
+    memset(&slot, 0, sizeof(slot));
+    slot.name = "pump c1";
+    slot.aggregate = 1;
+    slot.schema = "abc123";
+    slot.handler = fake_handler;
+    slot.handler_ctx = &handler;
+    memset(&config, 0, sizeof(config));
+    config.way = MCPB_WAY_WS_DEDICATED;
+    config.host = "127.0.0.1";
+    config.port = 3000;
+    config.token = "tok-1";
+    config.device_id = "host-1";
+    config.slots = &slot;
+    config.slot_count = 1;
+    config.on_event = fake_on_event;
+    config.event_ctx = &fake;
+    buffers.message = message;
+    buffers.message_cap = sizeof(message);
+    buffers.answer = answer;
+    buffers.answer_cap = sizeof(answer);
+    buffers.rx = rx;
+    buffers.rx_cap = sizeof(rx);
+    buffers.tx = tx;
+    buffers.tx_cap = sizeof(tx);
+    return 0;
+}
+
+static void poll_times(int times)
+{
+    int i;
+    for (i = 0; i < times; i++) {
+        mcpb_client_poll(&client, 100);
+    }
+}
+
+/* Dials, checks the request, answers 101, and reads the register frame. */
+static void open_link(void)
+{
+    const char *request;
+    uint8_t opcode;
+    size_t len;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake.connects, 1);
+    assert_string_equal(fake.connected_host, "127.0.0.1");
+    assert_int_equal(fake.connected_port, 3000);
+    request = (const char *)fake.from_device;
+    assert_memory_equal(request, "GET /provider/pump%20c1 HTTP/1.1\r\n", 34);
+    assert_non_null(strstr(request, "X-Provider-Token: tok-1\r\n"));
+    fake_accept_upgrade(&fake, 1);
+    mcpb_client_poll(&client, 100);
+    assert_true(mcpb_client_connected(&client));
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CONNECTED);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_int_equal(opcode, MCPB_WS_TEXT);
+    assert_string_equal(payload, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/register\",\"params\":{\"hello\":{"
+                                 "\"device_id\":\"host-1\",\"firmware\":{\"name\":\"libmcpb-idf\",\"version\":\""
+                                 MCPB_VERSION "\"},\"schema\":\"abc123\"},\"aggregate\":true}}");
+}
+
+static void test_request_answered_masked(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    open_link();
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"ping\"}");
+    poll_times(1);
+    assert_int_equal(handler.calls, 1);
+    assert_string_equal(handler.last, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"ping\"}");
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_string_equal(payload, handler.answer);
+}
+
+static void test_websocket_ping_gets_pong(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    open_link();
+    fake_push_frame(&fake, 0x89, "beat", 4, NULL);
+    poll_times(1);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_int_equal(opcode, MCPB_WS_PONG_FRAME);
+    assert_string_equal(payload, "beat");
+    assert_int_equal(handler.calls, 0);
+}
+
+static void test_frames_with_the_101_are_served(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    mcpb_client_poll(&client, 100);
+    fake_accept_upgrade(&fake, 1);
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"initialize\"}");
+    fake.recv_chunk = 0;
+    poll_times(2);
+    assert_int_equal(handler.calls, 1);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0); /* register */
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0); /* answer */
+    assert_string_equal(payload, handler.answer);
+}
+
+static void test_held_slot_refusal_backs_off_to_max(void **state)
+{
+    static const char reason[] = "Slot already held by a live provider; call provider_status on _broker. Slot: \"pump c1\"";
+    uint8_t close_payload[2 + sizeof(reason)];
+    uint8_t opcode;
+    size_t len;
+    uint32_t wait;
+    (void)state;
+    open_link();
+    close_payload[0] = 0x03;
+    close_payload[1] = 0xF0;
+    memcpy(close_payload + 2, reason, sizeof(reason) - 1);
+    fake_push_frame(&fake, 0x88, close_payload, 2 + sizeof(reason) - 1, NULL);
+    poll_times(1);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_int_equal(fake.last_event.close_code, 1008);
+    assert_string_equal(fake.last_event.reason, reason);
+    assert_true(fake.last_event.retry_in_ms >= 15000 && fake.last_event.retry_in_ms <= 30000);
+    assert_false(mcpb_client_connected(&client));
+    /* the close was echoed */
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_int_equal(opcode, MCPB_WS_CLOSE_FRAME);
+    assert_int_equal((uint8_t)payload[0] << 8 | (uint8_t)payload[1], 1008);
+    /* no redial until the wait is over: never a tight loop */
+    wait = mcpb_client_poll(&client, 100);
+    assert_true(wait >= 14000);
+    assert_int_equal(fake.connects, 1);
+    fake.now += fake.last_event.retry_in_ms;
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake.connects, 2);
+}
+
+static void test_close_after_traffic_redials_soon(void **state)
+{
+    (void)state;
+    open_link();
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"ping\"}");
+    fake_push_frame(&fake, 0x88, "\x03\xe8" "bye", 5, NULL);
+    poll_times(2);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CLOSED);
+    assert_int_equal(fake.last_event.close_code, 1000);
+    assert_string_equal(fake.last_event.reason, "bye");
+    assert_true(fake.last_event.retry_in_ms <= 1000);
+}
+
+/* A gateway restart: the loss of a good link redials soon, then failed dials double again. */
+static void test_failed_dials_after_a_good_link_keep_doubling(void **state)
+{
+    int i;
+    (void)state;
+    fake.random_value = UINT32_MAX;
+    open_link();
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"ping\"}");
+    fake_push_frame(&fake, 0x88, "\x03\xe9" "Gateway shutting down", 23, NULL);
+    poll_times(2);
+    assert_int_equal(fake.last_event.retry_in_ms, 1000);
+    fake.fail_connects = 3;
+    for (i = 0; i < 3; i++) {
+        fake.now += fake.last_event.retry_in_ms;
+        mcpb_client_poll(&client, 100);
+        assert_int_equal(fake.last_event.kind, MCPB_LINK_ERROR);
+        assert_int_equal(fake.last_event.retry_in_ms, 2000u << i);
+    }
+}
+
+static void test_http_401_is_a_refusal_with_the_body(void **state)
+{
+    static const char reply[] = "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: 60\r\n\r\n"
+                                "{\"error\":\"invalid_provider_token\",\"error_description\":\"bad\"}";
+    (void)state;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    mcpb_client_poll(&client, 100);
+    fake_take_request(&fake);
+    fake_push(&fake, reply, strlen(reply));
+    poll_times(3);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_int_equal(fake.last_event.http_status, 401);
+    assert_non_null(strstr(fake.last_event.reason, "HTTP 401: {\"error\":\"invalid_provider_token\""));
+    assert_true(fake.last_event.retry_in_ms >= 15000);
+    assert_null(strstr(fake.last_log, "tok-1")); /* the secret is never logged */
+}
+
+/* The refusal's body may come in a later read than its head: the reason waits for it. */
+static void test_http_401_body_after_the_head(void **state)
+{
+    static const char head[] = "HTTP/1.1 401 Unauthorized\r\nContent-Length: 34\r\n\r\n";
+    static const char body[] = "{\"error\":\"invalid_provider_token\"}";
+    (void)state;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    mcpb_client_poll(&client, 100);
+    fake_take_request(&fake);
+    fake_push(&fake, head, strlen(head));
+    poll_times(2);
+    assert_int_equal(client.state, MCPB_STATE_UPGRADING);
+    fake_push(&fake, body, strlen(body));
+    poll_times(2);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_string_equal(fake.last_event.reason, "HTTP 401: {\"error\":\"invalid_provider_token\"}");
+}
+
+static void test_http_400_and_503(void **state)
+{
+    static const char bad_path[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n\r\n";
+    (void)state;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    mcpb_client_poll(&client, 100);
+    fake_take_request(&fake);
+    fake_push(&fake, bad_path, strlen(bad_path));
+    poll_times(2);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_int_equal(fake.last_event.http_status, 400);
+    fake.now += fake.last_event.retry_in_ms;
+    fake.to_device_len = fake.to_device_at = 0;
+    mcpb_client_poll(&client, 100);
+    fake_take_request(&fake);
+    fake_push(&fake, busy, strlen(busy));
+    poll_times(2);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_ERROR);
+    assert_int_equal(fake.last_event.http_status, 503);
+}
+
+static void test_wrong_accept_not_http_and_timeout(void **state)
+{
+    (void)state;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    mcpb_client_poll(&client, 100);
+    fake_accept_upgrade(&fake, 0);
+    poll_times(2);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_ERROR);
+    assert_non_null(strstr(fake.last_event.reason, "Sec-WebSocket-Accept"));
+
+    fake.now += fake.last_event.retry_in_ms;
+    mcpb_client_poll(&client, 100);
+    fake_push(&fake, "SSH-2.0-OpenSSH_9\r\n", 19);
+    poll_times(2);
+    assert_non_null(strstr(fake.last_event.reason, "not HTTP"));
+
+    fake.now += fake.last_event.retry_in_ms;
+    mcpb_client_poll(&client, 100);
+    poll_times(200); /* 100 ms each: past the 10 s handshake bound */
+    assert_non_null(strstr(fake.last_event.reason, "no upgrade answer"));
+}
+
+static void test_connect_failures_back_off_exponentially(void **state)
+{
+    uint32_t waits[4];
+    int i;
+    (void)state;
+    fake.random_value = UINT32_MAX;
+    fake.fail_connects = 4;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    for (i = 0; i < 4; i++) {
+        mcpb_client_poll(&client, 100);
+        assert_int_equal(fake.last_event.kind, MCPB_LINK_ERROR);
+        assert_non_null(strstr(fake.last_event.reason, "cannot connect to 127.0.0.1:3000"));
+        waits[i] = fake.last_event.retry_in_ms;
+        fake.now += waits[i];
+    }
+    assert_int_equal(waits[0], 1000);
+    assert_int_equal(waits[1], 2000);
+    assert_int_equal(waits[2], 4000);
+    assert_int_equal(waits[3], 8000);
+}
+
+static void test_oversize_request_answered_and_link_survives(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    open_link();
+    memset(payload, 'x', 5000);
+    memcpy(payload, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-3\",\"method\":\"tools/call\",\"params\":{\"a\":\"", 66);
+    fake_push_frame(&fake, 0x81, payload, 5000, NULL);
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-4\",\"method\":\"ping\"}");
+    poll_times(40); /* 256 bytes a read */
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_string_equal(payload, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-3\",\"error\":{\"code\":-32600,\"message\":"
+                                 "\"Request too large: 5000 bytes; this device accepts frames of at most 1024 bytes\"}}");
+    assert_int_equal(handler.calls, 1);
+    assert_true(mcpb_client_connected(&client));
+}
+
+static void test_answer_too_large_sends_nothing(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    open_link();
+    handler.result = -2000;
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"tools/list\"}");
+    poll_times(1);
+    assert_int_equal(handler.calls, 1);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), -1);
+    assert_int_equal(client.dropped, 1);
+    assert_non_null(strstr(fake.last_log, "not sent"));
+    assert_true(mcpb_client_connected(&client));
+}
+
+static void test_silence_redials_with_close_1001(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    open_link();
+    poll_times(901); /* 100 ms each */
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_ERROR);
+    assert_non_null(strstr(fake.last_event.reason, "no frame or ping from the gateway for 90 s"));
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_int_equal(opcode, MCPB_WS_CLOSE_FRAME);
+    assert_int_equal((uint8_t)payload[0] << 8 | (uint8_t)payload[1], 1001);
+}
+
+static void test_lost_connection_and_protocol_error(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    open_link();
+    fake.peer_closed = 1;
+    poll_times(1);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CLOSED);
+    assert_int_equal(fake.last_event.close_code, 1006);
+
+    fake.peer_closed = 0;
+    fake.now += fake.last_event.retry_in_ms;
+    fake.from_device_at = fake.from_device_len;
+    mcpb_client_poll(&client, 100);
+    fake_accept_upgrade(&fake, 1);
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0); /* register */
+    fake_push(&fake, "\xC1\x00", 2); /* RSV1 without an extension */
+    poll_times(1);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_ERROR);
+    assert_int_equal(fake.last_event.close_code, 1002);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_int_equal(opcode, MCPB_WS_CLOSE_FRAME);
+    assert_int_equal((uint8_t)payload[0] << 8 | (uint8_t)payload[1], 1002);
+}
+
+static void test_stop_closes_with_1001(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    open_link();
+    mcpb_client_stop(&client, "device shutting down");
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_int_equal(opcode, MCPB_WS_CLOSE_FRAME);
+    assert_string_equal(payload + 2, "device shutting down");
+    assert_false(fake.open);
+    assert_int_equal(mcpb_client_poll(&client, 100), 100);
+    assert_int_equal(fake.connects, 1);
+}
+
+static void test_bad_configuration_refused(void **state)
+{
+    mcpb_slot_t two[2];
+    (void)state;
+    two[0] = slot;
+    two[1] = slot;
+    config.slots = two;
+    config.slot_count = 2;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    assert_non_null(strstr(fake.last_log, "exactly one slot"));
+    config.slots = &slot;
+    config.slot_count = 1;
+    buffers.message_cap = 100;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    assert_non_null(strstr(fake.last_log, "buffers too small"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_request_answered_masked, setup),
+        cmocka_unit_test_setup(test_websocket_ping_gets_pong, setup),
+        cmocka_unit_test_setup(test_frames_with_the_101_are_served, setup),
+        cmocka_unit_test_setup(test_held_slot_refusal_backs_off_to_max, setup),
+        cmocka_unit_test_setup(test_close_after_traffic_redials_soon, setup),
+        cmocka_unit_test_setup(test_failed_dials_after_a_good_link_keep_doubling, setup),
+        cmocka_unit_test_setup(test_http_401_is_a_refusal_with_the_body, setup),
+        cmocka_unit_test_setup(test_http_401_body_after_the_head, setup),
+        cmocka_unit_test_setup(test_http_400_and_503, setup),
+        cmocka_unit_test_setup(test_wrong_accept_not_http_and_timeout, setup),
+        cmocka_unit_test_setup(test_connect_failures_back_off_exponentially, setup),
+        cmocka_unit_test_setup(test_oversize_request_answered_and_link_survives, setup),
+        cmocka_unit_test_setup(test_answer_too_large_sends_nothing, setup),
+        cmocka_unit_test_setup(test_silence_redials_with_close_1001, setup),
+        cmocka_unit_test_setup(test_lost_connection_and_protocol_error, setup),
+        cmocka_unit_test_setup(test_stop_closes_with_1001, setup),
+        cmocka_unit_test_setup(test_bad_configuration_refused, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,133 @@
+"""The C board's link under stress, against real gateways: a gateway restarted under it, the board
+killed while a call waits, a second board refused a held slot, a board with a wrong provider token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+
+import pytest
+from mcp import Client, MCPError
+
+from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
+from tests.device_c.conftest import SLOT, CBoardFactory, structured_call
+from tests.support.southbound import provider_status
+
+REFUSED_BACKOFF_MS = 15_000
+"""A refusal at the door sends the back-off ceiling to its maximum (30 s by default) at once, and the
+wait is between half the ceiling and the ceiling (include/mcpb/backoff.h): never a tight loop."""
+
+
+async def test_the_board_comes_back_after_the_gateway_restarts(
+    gateway_factory: GatewayFactory, c_boards: CBoardFactory
+) -> None:
+    first = await gateway_factory()
+    board = await c_boards("--url", first.url, "--slot", SLOT)  # an http:// URL is dialled as ws://
+    await wait_ready_slot(first, SLOT, timeout=10)
+    async with Client(f"{first.url}/{SLOT}/mcp", mode="legacy") as client:
+        await structured_call(client, "start", {"speed_rpm": 900})
+
+    await first.stop()
+    closed = await board.wait_link("closed")
+    assert closed["code"] == "1001", board.output()  # the gateway said it is going away
+    second = await gateway_factory(port=first.port)
+    try:
+        await wait_ready_slot(second, SLOT, timeout=10)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the board said:\n{board.output()}") from None
+    assert len(board.links("connected")) == 2
+    async with Client(f"{second.url}/{SLOT}/mcp", mode="2026-07-28") as client:
+        # A short outage is not a dead link: the pump kept running toward its setpoint.
+        status = await structured_call(client, "get_status")
+        assert status["state"] in ("starting", "running")
+        assert status["setpoint_rpm"] == 900
+        assert status["fault"] is None
+
+
+@pytest.mark.parametrize("multiplex", [False, True], ids=["dedicated", "multiplexed"])
+async def test_callers_get_the_disconnect_at_once_when_the_board_is_killed_mid_call(
+    gateway_factory: GatewayFactory, c_boards: CBoardFactory, multiplex: bool
+) -> None:
+    gateway = await gateway_factory()
+    board = await c_boards("--url", gateway.url, "--slot", SLOT, *(["--multiplex"] if multiplex else []))
+    await wait_ready_slot(gateway, SLOT, timeout=10)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(Client(f"{gateway.url}/{SLOT}/mcp", mode=mode))
+            for mode in ("legacy", "2026-07-28")
+        ]
+        # Frozen, the board cannot answer: both calls are surely waiting at it when it dies.
+        board.signal(signal.SIGSTOP)
+        calls = [asyncio.create_task(client.call_tool("get_status", {})) for client in clients]
+        try:
+
+            def both_pending() -> bool:
+                session = gateway.gateway.registry.slots[SLOT].live
+                return session is not None and session.in_flight == 2
+
+            await wait_for(both_pending, what="two calls pending at the board")
+            board.signal(signal.SIGKILL)
+            for call in calls:
+                # A bound, not a speed assertion: "at once" must not mean "at the 60 s deadline".
+                with pytest.raises(MCPError) as failure:
+                    await asyncio.wait_for(call, 2.0)
+                assert failure.value.error.message == f'Provider "{SLOT}" disconnected'
+        finally:
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
+    assert await board.stop() == -signal.SIGKILL
+
+
+async def test_a_second_board_on_a_held_slot_is_refused_and_backs_off(
+    gateway_factory: GatewayFactory, c_boards: CBoardFactory
+) -> None:
+    gateway = await gateway_factory()
+    await c_boards("--url", gateway.url, "--slot", SLOT, "--device-id", "first")
+    await wait_ready_slot(gateway, SLOT, timeout=10)
+    second = await c_boards("--url", gateway.url, "--slot", SLOT, "--device-id", "second")
+    refused = await second.wait_link("refused")
+    assert refused["code"] == "1008"
+    assert refused["reason"].startswith("Slot already held by a live provider"), refused["reason"]
+    assert int(refused["retry"]) >= REFUSED_BACKOFF_MS, refused.string
+
+    await asyncio.sleep(2.0)  # a tight loop would have dialled dozens of times by now
+    # One dial (upgraded, then closed 1008 at registration) and nothing since.
+    assert [link["kind"] for link in second.links()] == ["connected", "refused"], second.output()
+    assert second.process.returncode is None, "a refused board keeps waiting to try again"
+    session = gateway.gateway.registry.slots[SLOT].live
+    assert session is not None and session.hello is not None
+    assert session.hello["device_id"] == "first"
+
+
+async def test_a_board_with_a_wrong_provider_token_is_refused_with_the_reason(
+    gateway_factory: GatewayFactory, c_boards: CBoardFactory, tmp_path: Path
+) -> None:
+    (tmp_path / "identity").write_text("the-right-secret-for-pump-boards\n")
+    identities = {
+        "mode": "identities",
+        "identities": [{"name": "pump-board", "file": str(tmp_path / "identity"), "slots": ["pump-*"]}],
+    }
+    gateway = await gateway_factory(providers={"auth": identities})
+    (tmp_path / "wrong").write_text("not-the-secret\n")
+    wrong = await c_boards("--url", gateway.url, "--slot", SLOT, "--token-file", str(tmp_path / "wrong"))
+    refused = await wrong.wait_link("refused")
+    assert refused["http"] == "401"
+    assert refused["reason"].startswith("HTTP 401: "), refused["reason"]
+    assert "invalid_provider_token" in refused["reason"], refused["reason"]
+    assert int(refused["retry"]) >= REFUSED_BACKOFF_MS, refused.string
+    assert "not-the-secret" not in "\n".join(wrong.lines), "a token never reaches the log"
+    assert gateway.gateway.registry.slots.get(SLOT) is None  # nothing was claimed
+    await wrong.stop()
+
+    right = await c_boards(
+        "--url", gateway.url, "--slot", SLOT, "--token-file", str(tmp_path / "identity"), "--multiplex"
+    )
+    try:
+        await wait_ready_slot(gateway, SLOT, timeout=10)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the board said:\n{right.output()}") from None
+    assert (await provider_status(gateway.url, SLOT))["identity"] == "pump-board"
