@@ -18,7 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ import pytest
 from mcp import Client
 
 from tests.device.harness import SCHEMA_FILE
+from tests.integration.test_serial_boards import ptys, relays  # noqa: F401 - the fixtures, for serial lines
 from tests.sim.conftest import simulators  # noqa: F401 - the fixture, for the schema test
-from tests.support.serial_ports import PtyPair, SerialRelay
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_DIR = REPO / "build" / "c"
@@ -183,34 +183,6 @@ async def c_boards(pump1_host: Path) -> AsyncIterator[CBoardFactory]:
     yield start
     for board in started:
         await board.stop()
-
-
-@pytest.fixture
-def ptys() -> Iterator[Callable[[], PtyPair]]:
-    made: list[PtyPair] = []
-
-    def make() -> PtyPair:
-        pair = PtyPair()
-        made.append(pair)
-        return pair
-
-    yield make
-    for pair in made:
-        pair.close()
-
-
-@pytest.fixture
-async def relays() -> AsyncIterator[Callable[[PtyPair, PtyPair], SerialRelay]]:
-    made: list[SerialRelay] = []
-
-    def make(board: PtyPair, gateway: PtyPair) -> SerialRelay:
-        relay = SerialRelay(board, gateway)
-        made.append(relay)
-        return relay
-
-    yield make
-    for relay in made:
-        relay.stop()
 
 
 async def structured_call(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> Status:
