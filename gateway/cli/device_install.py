@@ -2,8 +2,11 @@
 
 install: through the board's raw REPL on PORT, the application compiled for the board, its schema and
 a config.json with the board's own provider secret, which the device registry adopts for exactly one
-slot (docs/field-devices.md). update: new code onto the board that serves SLOT, its config.json kept,
-refused while a call to SLOT is in flight; waits until the board is back with the new version.
+slot (docs/field-devices.md). An MQTT board gets its own broker credential instead: username = its
+slot, a new random password, set in the appliance's mosquitto password file (the broker's ACL confines
+that username to the slot's topics); mosquitto must then be reloaded, which the command says.
+update: new code onto the board that serves SLOT, its config.json kept, refused while a call to SLOT
+is in flight; waits until the board is back with the new version.
 Secrets are never printed: --dry-run and every message show *** instead.
 """
 
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file
+from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE, PasswordFileError
 
 TRANSPORTS = {"ws": "websocket", "mqtt": "mqtt", "serial": "serial"}
 
@@ -31,6 +35,10 @@ def _source(args: argparse.Namespace) -> Path:
     from gateway.provision.bundle import default_source
 
     return Path(args.source).expanduser() if args.source else default_source()
+
+
+RELOAD_MOSQUITTO = "sudo systemctl reload mosquitto"
+"""What makes the appliance's mosquitto read its password file again (SIGHUP)."""
 
 
 def _say(text: str) -> None:
@@ -55,6 +63,13 @@ def cmd_install(args: argparse.Namespace) -> int:
         return _fail("--gateway-url is needed for --transport ws, e.g. --gateway-url ws://192.168.1.10:3000")
     if transport == "mqtt" and not args.mqtt_broker:
         return _fail("--mqtt-broker is needed for --transport mqtt, e.g. --mqtt-broker 192.168.1.10")
+    if args.mqtt_port is not None and not 0 < args.mqtt_port < 65536:
+        return _fail(f"--mqtt-port {args.mqtt_port} is not a port number")
+    passwd_problem = None
+    if transport == "mqtt":
+        passwd_problem = _mqtt_username_problem(args.slot) or _password_file_problem(args)
+        if passwd_problem and not args.dry_run:
+            return _fail(passwd_problem)
     if bool(args.wifi_ssid) != bool(args.wifi_password_file):
         return _fail("give --wifi-ssid and --wifi-password-file together")
     try:
@@ -65,7 +80,7 @@ def cmd_install(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     registry = _registry(args)
 
-    def config_with(token: str | None) -> dict[str, Any]:
+    def config_with(token: str | None, mqtt_password: str | None = None) -> dict[str, Any]:
         return board.board_config(
             slot=args.slot,
             transport=transport,
@@ -76,6 +91,9 @@ def cmd_install(args: argparse.Namespace) -> int:
             watchdog_s=args.watchdog_s,
             mqtt_broker=args.mqtt_broker,
             serial_uart=args.serial_uart,
+            mqtt_port=args.mqtt_port,
+            mqtt_user=args.slot if mqtt_password else None,
+            mqtt_password=mqtt_password,
         )
 
     try:
@@ -87,8 +105,12 @@ def cmd_install(args: argparse.Namespace) -> int:
             for path, content in bundle.files:
                 _say(f"  {path} ({len(content)} bytes)")
             _say(f"would adopt the board (its device id, read from it) for slot {args.slot} in {registry.path}")
-            _say(f"would write config.json: {board.shown(config_with('(issued at install)'))}")
-            return 0
+            if transport == "mqtt":
+                _say(f"would set user {args.slot} in the mosquitto password file {args.mosquitto_passwd}")
+                _say(f"would write config.json: {board.shown(config_with(None, '(issued at install)'))}")
+            else:
+                _say(f"would write config.json: {board.shown(config_with('(issued at install)'))}")
+            return _fail(f"the install would stop: {passwd_problem}") if passwd_problem else 0
         with RawRepl(
             open_port(args.port, args.baud), name=f"the board on {args.port}", pace_s=args.pace_ms / 1000
         ) as repl:
@@ -99,25 +121,74 @@ def cmd_install(args: argparse.Namespace) -> int:
             _say(_built_text(bundle))
             board.write_files(repl, bundle.files)
             _say(f"copied {len(bundle.files)} files, {bundle.size} bytes")
-            from gateway.devices.registry import issue_secret, secret_digest
+            if transport == "mqtt":
+                config = _install_mqtt(args, repl, registry, device_id, config_with)
+            else:
+                from gateway.devices.registry import issue_secret, secret_digest
 
-            token = issue_secret()
-            config = config_with(token)
-            board.write_config(repl, config)
-            _say(f"wrote config.json: {board.shown(config)}")
-            adopted = registry.adopt(device_id, args.slot, transport, args.port, secret_digest(token))
-            del token, config["provider_token"]
-            _say(f"adopted {device_id}: identity {adopted.identity}, slot {args.slot} (registry {registry.path})")
+                token = issue_secret()
+                config = config_with(token)
+                board.write_config(repl, config)
+                _say(f"wrote config.json: {board.shown(config)}")
+                adopted = registry.adopt(device_id, args.slot, transport, args.port, secret_digest(token))
+                del token, config["provider_token"]
+                _say(f"adopted {device_id}: identity {adopted.identity}, slot {args.slot} (registry {registry.path})")
             if args.no_reset:
                 _say("not reset (--no-reset): the board runs the new code at its next reset")
             else:
                 repl.soft_reset()
                 _say(f"reset: the board starts {bundle.firmware} {bundle.version} and {_dial_text(config)}")
-    except (BoardError, ProvisionError) as exc:
+    except (BoardError, ProvisionError, PasswordFileError) as exc:
         return _fail(str(exc))
     finally:
         registry.close()
     return 0
+
+
+def _mqtt_username_problem(slot: str) -> str | None:
+    """Why `slot` cannot be an MQTT board's username (the appliance's ACL puts it in its topics)."""
+    bad = [char for char in "/+#:" if char in slot]
+    if bad or not slot or any(ord(char) < 32 for char in slot):
+        shown = " or ".join(bad) if bad else "a control character"
+        return (
+            f"--slot {slot!r} cannot be an MQTT board's username (it holds {shown}): the broker's ACL puts the "
+            "username in the board's topics, mcpb/<slot>/..."
+        )
+    return None
+
+
+def _password_file_problem(args: argparse.Namespace) -> str | None:
+    from gateway.devices.mosquitto_passwd import check_writable
+
+    try:
+        check_writable(Path(args.mosquitto_passwd), "--mosquitto-passwd")
+    except PasswordFileError as exc:
+        return str(exc)
+    return None
+
+
+def _install_mqtt(
+    args: argparse.Namespace, repl: Any, registry: Any, device_id: str, config_with: Any
+) -> dict[str, Any]:
+    """The board's own broker credential: on the board first (a failed write leaves it the password it
+    had, still in the file), then in mosquitto's password file, then the adoption in the registry."""
+    from gateway.devices import mosquitto_passwd
+    from gateway.devices.registry import issue_secret
+    from gateway.provision import board
+
+    password = issue_secret()
+    config: dict[str, Any] = config_with(None, password)
+    board.write_config(repl, config)
+    _say(f"wrote config.json: {board.shown(config)}")
+    path = Path(args.mosquitto_passwd)
+    replaced = mosquitto_passwd.set_user(path, args.slot, password, "--mosquitto-passwd")
+    del password, config["mqtt"]["password"]
+    what = "replaced its earlier password" if replaced else "a new user"
+    _say(f"set user {args.slot} in the mosquitto password file {path} ({what})")
+    registry.adopt(device_id, args.slot, "mqtt", args.port, None)
+    _say(f"adopted {device_id}: MQTT username {args.slot}, slot {args.slot} (registry {registry.path})")
+    _say(f"reload mosquitto so that it reads the password file again: {RELOAD_MOSQUITTO}")
+    return config
 
 
 def _built_text(bundle: Any) -> str:
@@ -272,6 +343,15 @@ def add_device(commands: Commands) -> None:
     install.add_argument("--wifi-ssid", metavar="S", help="the Wi-Fi network the board joins")
     install.add_argument("--wifi-password-file", metavar="F", help="a file holding the Wi-Fi password")
     install.add_argument("--mqtt-broker", metavar="HOST", help="the MQTT broker (--transport mqtt)")
+    install.add_argument(
+        "--mqtt-port", metavar="N", type=int, help="the broker's port (--transport mqtt; the board's default: 1883)"
+    )
+    install.add_argument(
+        "--mosquitto-passwd",
+        metavar="PATH",
+        default=str(DEFAULT_PASSWORD_FILE),
+        help=f"mosquitto's password file, where an MQTT board's credential goes (default {DEFAULT_PASSWORD_FILE})",
+    )
     install.add_argument("--serial-uart", metavar="N", help="the board's UART: 1, 2 or console (--transport serial)")
     install.add_argument(
         "--watchdog-s", type=int, default=10, help="the board's hardware watchdog (default 10; 0: off)"

@@ -3,7 +3,8 @@
 The registry (gateway/devices/registry.py) lists every board whose hello the gateway heard, by device
 id (the MAC on an ESP32), and whether `mcp-gateway device install` adopted it. A revoked identity is
 refused from the board's next dial (HTTP 401, "provider_identity_revoked"); the running gateway reads
-the registry at each check, so neither a restart nor a reload is needed.
+the registry at each check, so neither a restart nor a reload is needed. An MQTT board's credential is
+its user in mosquitto's password file: revoking removes that user (then mosquitto must be reloaded).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 import orjson
 
 from gateway.cli.common import Commands
+from gateway.cli.device_install import RELOAD_MOSQUITTO
+from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE
 
 COLUMNS = ("device", "adopted", "seen", "last seen", "firmware", "schema", "transport", "slot")
 
@@ -76,20 +79,59 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+CLEAR_STATUS = (
+    'mosquitto_pub -h 127.0.0.1 -p 1884 -u mcp-gateway -P "$(sudo cat /etc/mcp-gateway/mqtt-password)" '
+    "-t mcpb/{slot}/status -r -n"
+)
+"""The appliance's loopback listener and the gateway's own credential (image/mosquitto/mcp-gateway.conf)."""
+
+
+def _fail(text: str) -> int:
+    print(f"mcp-gateway: {text}", file=sys.stderr)
+    return 1
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
+    from gateway.devices.mosquitto_passwd import PasswordFileError, remove_user
+
     registry = _registry(args)
+    removed: bool | None = None
     try:
-        revoked = registry.revoke(args.device_id) if registry.path.exists() else None
+        rows = registry.devices() if registry.path.exists() else []
+        row = next((row for row in rows if row.device_id == args.device_id and row.adopted), None)
+        if row is not None and row.transport == "mqtt" and row.slot:
+            # The broker's password file first: a board still in it could still connect, whatever the
+            # registry says, so a failure here leaves the registry as it was (run the command again).
+            try:
+                removed = remove_user(Path(args.mosquitto_passwd), row.slot, "--mosquitto-passwd")
+            except PasswordFileError as exc:
+                return _fail(f"{args.device_id} is not revoked: {exc}")
+        revoked = registry.revoke(args.device_id) if row is not None else None
     finally:
         registry.close()
     if revoked is None:
+        return _fail(f"{args.device_id} has no identity in {registry.path} (see mcp-gateway devices)")
+    if removed is None:
+        print(f"revoked {revoked.identity} (slot {revoked.slot}): the gateway refuses it from its next connection")
         print(
-            f"mcp-gateway: {args.device_id} has no identity in {registry.path} (see mcp-gateway devices)",
-            file=sys.stderr,
+            "a link it holds now stays up until it drops; to end it at once, restart the gateway or power the board off"
         )
-        return 1
-    print(f"revoked {revoked.identity} (slot {revoked.slot}): the gateway refuses it from its next connection")
-    print("a link it holds now stays up until it drops; to end it at once, restart the gateway or power the board off")
+        return 0
+    if removed:
+        print(
+            f"revoked {revoked.device_id} (slot {revoked.slot}, MQTT): removed user {revoked.slot} from the "
+            f"mosquitto password file {args.mosquitto_passwd}"
+        )
+    else:
+        print(
+            f"revoked {revoked.device_id} (slot {revoked.slot}, MQTT): user {revoked.slot} was not in the "
+            f"mosquitto password file {args.mosquitto_passwd} (already removed)"
+        )
+    print(f"reload mosquitto (it ends the board's connection and refuses it from then on): {RELOAD_MOSQUITTO}")
+    print(
+        "then clear the board's retained status (mosquitto sends no will for a connection its reload ends), "
+        f"with the gateway's credential: {CLEAR_STATUS.format(slot=revoked.slot)}"
+    )
     return 0
 
 
@@ -101,9 +143,17 @@ def add_devices(commands: Commands) -> None:
     devices.add_argument("--json", action="store_true", help="one JSON object per board instead of the table")
     devices.set_defaults(func=cmd_devices)
     actions = devices.add_subparsers(dest="action")
-    revoke = actions.add_parser("revoke", help="withdraw a board's own provider identity")
+    revoke = actions.add_parser(
+        "revoke", help="withdraw a board's own provider identity (an MQTT board: its user in mosquitto's password file)"
+    )
     revoke.add_argument("device_id", metavar="ID", help="the board's device id, as `mcp-gateway devices` lists it")
     revoke.add_argument(
         "--registry", metavar="PATH", help="the device registry (default: devices.db in the state directory)"
+    )
+    revoke.add_argument(
+        "--mosquitto-passwd",
+        metavar="PATH",
+        default=str(DEFAULT_PASSWORD_FILE),
+        help=f"mosquitto's password file, for a board adopted over MQTT (default {DEFAULT_PASSWORD_FILE})",
     )
     revoke.set_defaults(func=cmd_revoke)

@@ -5,7 +5,8 @@ place: $STATE_DIRECTORY, else $XDG_STATE_HOME/mcp-gateway, else ~/.local/state/m
 per board, keyed by its device id (the `device_id` of its hello: the MAC on an ESP32):
 
 - adoption (`mcp-gateway device install`): the SHA-256 digest of the board's own provider secret and
-  the one slot it may publish; revocation (`mcp-gateway devices revoke`) keeps the row and stamps it.
+  the one slot it may publish (an MQTT board: no digest, its credential is its broker password);
+  revocation (`mcp-gateway devices revoke`) keeps the row and stamps it.
 - sightings (the gateway, at each hello): how often, when last, firmware, schema hash, transport, slot.
 
 The secret itself is never stored: only its digest, as `[[providers.auth.identities]] sha256` would be.
@@ -146,9 +147,11 @@ class DeviceRegistry:
 
     # -- adoption -------------------------------------------------------------------------------
 
-    def adopt(self, device_id: str, slot: str, transport: str, port: str | None, digest: str) -> Adopted:
+    def adopt(self, device_id: str, slot: str, transport: str, port: str | None, digest: str | None) -> Adopted:
         """Bind `device_id` to the secret whose hex SHA-256 is `digest`, for `slot` alone; an earlier
-        identity of the board (revoked or not) is replaced."""
+        identity of the board (revoked or not) is replaced. `digest` None: a board that holds no
+        gateway secret (an MQTT board, whose credential is its broker password): adopted for `slot`,
+        listed and revocable, but no provider token admits it."""
         self._connection().execute(
             "INSERT INTO devices (device_id, slot, transport, port, digest, adopted_at, revoked_at)"
             " VALUES (?, ?, ?, ?, ?, ?, NULL)"
@@ -159,14 +162,18 @@ class DeviceRegistry:
         return Adopted(device_id, slot, False)
 
     def revoke(self, device_id: str) -> Adopted | None:
-        """Stamp the board's identity revoked; None when it has none (never adopted)."""
-        found = self.adopted(device_id)
-        if found is None:
+        """Stamp the board's adoption revoked; None when it has none (never adopted)."""
+        row = (
+            self._connection()
+            .execute("SELECT slot FROM devices WHERE device_id = ? AND adopted_at IS NOT NULL", (device_id,))
+            .fetchone()
+        )
+        if row is None:
             return None
         self._connection().execute(
             "UPDATE devices SET revoked_at = COALESCE(revoked_at, ?) WHERE device_id = ?", (time.time(), device_id)
         )
-        return Adopted(found.device_id, found.slot, True)
+        return Adopted(device_id, row[0], True)
 
     def adopted(self, device_id: str) -> Adopted | None:
         row = (
@@ -224,7 +231,7 @@ class DeviceRegistry:
         rows = (
             self._connection()
             .execute(
-                "SELECT device_id, slot, transport, port, digest IS NOT NULL, revoked_at IS NOT NULL, seen,"
+                "SELECT device_id, slot, transport, port, adopted_at IS NOT NULL, revoked_at IS NOT NULL, seen,"
                 " first_seen, last_seen, firmware, version, schema, seen_slot, seen_transport"
                 " FROM devices ORDER BY device_id"
             )

@@ -120,6 +120,9 @@ def board_config(
     watchdog_s: int,
     mqtt_broker: str | None = None,
     serial_uart: str | None = None,
+    mqtt_port: int | None = None,
+    mqtt_user: str | None = None,
+    mqtt_password: str | None = None,
 ) -> dict[str, Any]:
     """The board's config.json (docs/device-micropython.md, "Configuration"): only keys it knows."""
     config: dict[str, Any] = {"transport": transport, "slot": slot}
@@ -130,7 +133,13 @@ def board_config(
     if wifi_ssid:
         config["wifi"] = {"ssid": wifi_ssid, "password": wifi_password or ""}
     if transport == "mqtt":
-        config["mqtt"] = {"broker": mqtt_broker or ""}
+        mqtt: dict[str, Any] = {"broker": mqtt_broker or ""}
+        if mqtt_port is not None:
+            mqtt["port"] = mqtt_port
+        if mqtt_user:  # the board's own broker credential (pump1/config.py: mqtt.user, mqtt.password)
+            mqtt["user"] = mqtt_user
+            mqtt["password"] = mqtt_password or ""
+        config["mqtt"] = mqtt
     if transport == "serial" and serial_uart:
         config["serial"] = {"uart": int(serial_uart) if serial_uart.isdigit() else serial_uart}
     config["watchdog_s"] = watchdog_s
