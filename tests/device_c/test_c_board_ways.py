@@ -56,6 +56,8 @@ async def test_sdk_client_calls_every_tool_over_websocket(
 
     status = await provider_status(gateway.url, SLOT)
     assert status["transport"] == ("websocket-mux" if multiplex else "websocket")
+    path = "/providers" if multiplex else f"/provider/{SLOT}"
+    assert status["provider_url"] == gateway.url.replace("http://", "ws://") + path
     assert status["aggregate"] is True
 
 

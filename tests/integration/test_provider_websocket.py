@@ -73,8 +73,12 @@ async def test_dedicated_and_multiplexed_providers_serve_sdk_clients(
             assert result.structured_content == {"result": 42}
             slept = await client.call_tool("sleep", {"seconds": 0})
             assert slept.content[0].text == "slept 0.0"  # type: ignore[union-attr]
-    assert (await provider_status(gateway.url, "ded-1"))["transport"] == "websocket"
-    assert (await provider_status(gateway.url, "mux-a"))["transport"] == "websocket-mux"
+    dedicated, multiplexed = await provider_status(gateway.url, "ded-1"), await provider_status(gateway.url, "mux-a")
+    assert dedicated["transport"] == "websocket"
+    assert dedicated["provider_url"] == gateway.url.replace("http://", "ws://") + "/provider/ded-1"
+    assert multiplexed["transport"] == "websocket-mux"
+    # Where the board comes back: the socket it holds, not a dedicated one it never dialled.
+    assert multiplexed["provider_url"] == gateway.url.replace("http://", "ws://") + "/providers"
 
 
 SITE: contextvars.ContextVar[str] = contextvars.ContextVar("site", default="unset")

@@ -120,8 +120,8 @@ def provider_way_in(gateway: BrokerView, slot: Slot) -> tuple[str, str]:
 
     ("upstream", its command or URL) for a configured stdio or remote upstream; ("serial", the port's
     path) or ("mqtt", broker and topic as the link names them) while such a link holds the slot, and
-    after it left as long as no other link has held it since; else ("websocket", the slot's provider
-    URL)."""
+    after it left as long as no other link has held it since; ("websocket", the /providers URL) for a
+    slot on a multiplexed socket; else ("websocket", the slot's provider URL)."""
     manager = gateway.registry.managers.get(slot.name)
     if manager is not None:  # a configured upstream: its command or URL, whether or not it runs now
         extra = manager.status_extra()
@@ -136,6 +136,8 @@ def provider_way_in(gateway: BrokerView, slot: Slot) -> tuple[str, str]:
             return "serial", info.remote
         if info.transport in MQTT_TRANSPORTS:
             return "mqtt", info.remote
+    if info is not None and info.transport == "websocket-mux":  # the one socket for several slots
+        return "websocket", f"{ws_url(gateway.base_url())}/providers"
     return "websocket", provider_url(gateway, slot.name)
 
 
