@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,21 @@ def _registry(args: argparse.Namespace) -> Any:
     from gateway.devices.registry import DeviceRegistry, default_registry_path
 
     return DeviceRegistry(Path(args.registry).expanduser() if args.registry else default_registry_path())
+
+
+def registry_errors(command: str, run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`run`, with a device registry that cannot be used (not a database, damaged, unreadable) said
+    in one line and exit 1 instead of a traceback."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except sqlite3.DatabaseError as exc:
+            where = args.registry or "devices.db in the state directory"
+            print(f"mcp-gateway {command}: the device registry ({where}) cannot be used: {exc}", file=sys.stderr)
+            return 1
+
+    return guarded
 
 
 def _source(args: argparse.Namespace) -> Path:
@@ -361,7 +378,7 @@ def add_device(commands: Commands) -> None:
     )
     install.add_argument("--no-reset", action="store_true", help="leave the board in its REPL instead of starting it")
     _common(install)
-    install.set_defaults(func=cmd_install)
+    install.set_defaults(func=registry_errors("device install", cmd_install))
 
     update = actions.add_parser(
         "update", help="push new code to the board serving SLOT over serial; its config.json stays"
@@ -374,4 +391,4 @@ def add_device(commands: Commands) -> None:
         "--wait-s", type=float, default=60.0, help="how long to wait for the board to come back (default 60)"
     )
     _common(update)
-    update.set_defaults(func=cmd_update)
+    update.set_defaults(func=registry_errors("device update", cmd_update))

@@ -18,16 +18,10 @@ from typing import Any
 import orjson
 
 from gateway.cli.common import Commands
-from gateway.cli.device_install import RELOAD_MOSQUITTO
+from gateway.cli.device_install import RELOAD_MOSQUITTO, _registry, registry_errors
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE
 
 COLUMNS = ("device", "adopted", "seen", "last seen", "firmware", "schema", "transport", "slot")
-
-
-def _registry(args: argparse.Namespace) -> Any:
-    from gateway.devices.registry import DeviceRegistry, default_registry_path
-
-    return DeviceRegistry(Path(args.registry).expanduser() if args.registry else default_registry_path())
 
 
 def _when(epoch: float | None) -> str:
@@ -141,7 +135,7 @@ def add_devices(commands: Commands) -> None:
         "--registry", metavar="PATH", help="the device registry (default: devices.db in the state directory)"
     )
     devices.add_argument("--json", action="store_true", help="one JSON object per board instead of the table")
-    devices.set_defaults(func=cmd_devices)
+    devices.set_defaults(func=registry_errors("devices", cmd_devices))
     actions = devices.add_subparsers(dest="action")
     revoke = actions.add_parser(
         "revoke", help="withdraw a board's own provider identity (an MQTT board: its user in mosquitto's password file)"
@@ -156,4 +150,4 @@ def add_devices(commands: Commands) -> None:
         default=str(DEFAULT_PASSWORD_FILE),
         help=f"mosquitto's password file, for a board adopted over MQTT (default {DEFAULT_PASSWORD_FILE})",
     )
-    revoke.set_defaults(func=cmd_revoke)
+    revoke.set_defaults(func=registry_errors("devices revoke", cmd_revoke))

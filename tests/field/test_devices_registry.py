@@ -125,3 +125,21 @@ async def test_every_hello_is_recorded_and_listed(
 def modes(state_dir: Path) -> tuple[str, str]:
     """The state directory's and the registry's permissions: private to the gateway's user."""
     return oct(state_dir.stat().st_mode & 0o777), oct((state_dir / "devices.db").stat().st_mode & 0o777)
+
+
+def damage(state_dir: Path) -> None:
+    state_dir.mkdir(mode=0o700)
+    (state_dir / "devices.db").write_bytes(b"not a database, " * 64)
+
+
+@pytest.mark.parametrize("command", [("devices",), ("devices", "revoke", DEVICE)])
+async def test_a_damaged_registry_is_said_in_one_line(
+    state_dir: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    damage(state_dir)
+    code, out, err = await run_cli(capsys, *command)
+    assert code == 1 and out == ""
+    assert err == (
+        f"mcp-gateway {' '.join(command[:2]) if len(command) > 1 else command[0]}: the device registry "
+        "(devices.db in the state directory) cannot be used: file is not a database\n"
+    )
