@@ -197,7 +197,10 @@ async def test_a_reload_adds_an_upstream_and_changes_a_token_while_a_board_keeps
     reloadable: Reloadable,
 ) -> None:
     # The caller calls as fast as the board answers: no rate limit may stand in its way.
-    unlimited = "port = 0\n[limits.rate.per_principal]\nrate_per_s = 0.0\nburst = 1\n"
+    unlimited = (
+        "port = 0\n[limits.rate.per_principal]\nrate_per_s = 0.0\nburst = 1\n"
+        "[limits.rate.per_slot]\nrate_per_s = 0.0\nburst = 1\n"
+    )
     server = await reloadable(unlimited + token_entry("ops", OPS) + token_entry("agent", AGENT_OLD))
     async with pumps(server):
         board = server.gateway.registry.slots["pump-1"].session
