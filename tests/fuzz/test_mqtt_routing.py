@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway.config import GatewayConfig, MqttBrokerConfig
@@ -110,6 +110,11 @@ class StandInSession:
         assert message.kind not in (jsonrpc.Kind.INVALID, jsonrpc.Kind.BATCH), message.problem
         relayable(message.body)
         self.received.append(message)
+
+    def refused(self, message: jsonrpc.Message) -> None:
+        """A message refused for a bound (nested too deep): the session ends the request it answers."""
+        assert message.kind is jsonrpc.Kind.INVALID and message.limit, message
+        relayable(message.problem)
 
     def link_lost(self, reason: str) -> None:
         relayable(reason)
@@ -220,6 +225,20 @@ def test_any_message_is_routed_or_dropped_for_a_documented_reason() -> None:
             fields=st.one_of(st.none(), connack_properties),
             slot_naming=st.sampled_from(("last_segment", "dashed")),
             messages=st.lists(mqtt_messages, min_size=1, max_size=6),
+        )
+        # A message nested too deep from an attached MCP-over-MQTT server: its session is told (refused).
+        @example(
+            fields=None,
+            slot_naming="last_segment",
+            messages=[
+                ("mcpb/pump-1/status", b""),
+                ("mcpb/pump-1/status", b""),
+                (
+                    "$mcp-server/presence/srv-3/pump-1/pump-2",
+                    b'{"jsonrpc": "2.0", "method": "notifications/server/online"}',
+                ),
+                ("$mcp-rpc/mcp-gateway-0123456789ab/srv-3/pump-1/pump-2", b"[" * 65 + b"]" * 65),
+            ],
         )
         def fuzz(fields: dict[str, Any] | None, slot_naming: str, messages: list[tuple[str, bytes]]) -> None:
             tally("mqtt.message (plain and mcp profiles)", len(messages))
