@@ -17,18 +17,9 @@ from gateway.app import GatewayServer
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
+from tests.device.telemetry_wire import SAMPLE_METRICS
 from tests.integration.test_telemetry_otlp import CLIENT, ERAS, TRACE_ID, TRACEPARENT, receiver, telemetry  # noqa: F401
 from tests.support.otlp_receiver import Log, OtlpReceiver, Point
-
-SAMPLED = {  # a gauge per number of pump-1's status object
-    "pump.speed_rpm",
-    "pump.setpoint_rpm",
-    "pump.flow_lpm",
-    "pump.pressure_bar",
-    "pump.motor_temp_c",
-    "pump.run_hours",
-    "pump.uptime_s",
-}
 
 
 @contextlib.asynccontextmanager
@@ -50,7 +41,9 @@ def changes(logs: list[Log], slot: str) -> list[Log]:
 
 
 def samples(points: list[Point], slot: str) -> list[Point]:
-    return [point for point in points if point.resource.get("mcp.provider.slot") == slot and point.name in SAMPLED]
+    return [
+        point for point in points if point.resource.get("mcp.provider.slot") == slot and point.name in SAMPLE_METRICS
+    ]
 
 
 def counted(server: GatewayServer, slot: str, outcome: str) -> float:
@@ -89,7 +82,7 @@ async def test_the_pumps_state_changes_join_the_callers_trace_and_its_samples_ar
     assert starting.resource["service.namespace"] == "mcp-gateway.provider"
     sampled = samples(receiver.points, "pump-1")
     assert {point.kind for point in sampled} == {"gauge"}
-    assert {point.name for point in sampled} >= SAMPLED - {"pump.motor_temp_c"}  # a reading may be invalid
+    assert {point.name for point in sampled} >= SAMPLE_METRICS - {"pump.motor_temp_c"}  # a reading may be invalid
     assert all(point.attributes["state"] in ("stopped", "starting", "running") for point in sampled)
     assert counted(server, "pump-1", "accepted") >= 3 and counted(server, "pump-1", "invalid") == 0
 
@@ -116,7 +109,7 @@ async def test_a_flooding_pump_is_held_to_its_own_bucket_and_the_other_is_untouc
     # pump-1 got through what its bucket holds and what it refills, never more: 7 items a notification.
     assert flood_accepted * 7 <= 14 + 5 * (elapsed + 2), (flood_accepted, elapsed)
     await wait_for(
-        lambda: len({point.name for point in samples(receiver.points, "pump-2")}) >= len(SAMPLED) - 1,
+        lambda: len({point.name for point in samples(receiver.points, "pump-2")}) >= len(SAMPLE_METRICS) - 1,
         10,
         "pump-2's gauges at the receiver",
     )
