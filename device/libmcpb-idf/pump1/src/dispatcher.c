@@ -9,64 +9,16 @@
 #include "mcpb_pump1.h"
 #include "pump1_schema.h"
 #include "pump_controller.h"
-#include "pump_tools.h"
 #include "rpc_answer.h"
 
 #define ENVELOPE 96 /* '{"jsonrpc":"2.0","id":,"result":{"tools":[' plus '],"nextCursor":"NN"}}' */
 
 static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
-static const json_span_t NULL_ID = {NULL, 0};
 
-typedef struct quoted_message {
-    const char *before;
-    json_span_t value;
-    const char *after;
-    int dumps;              /* 1: json.dumps(value); 0: the string's text */
-} quoted_message_t;
-
-static void quoted(json_sink_t *sink, const void *context)
+/* Neither absent nor null. */
+static int given(json_kind_t kind)
 {
-    const quoted_message_t *m = (const quoted_message_t *)context;
-    p1_json_sink_text(sink, m->before);
-    if (m->dumps) {
-        p1_json_sink_dumps(sink, m->value);
-    } else {
-        p1_json_sink_string_text(sink, m->value);
-    }
-    p1_json_sink_text(sink, m->after);
-}
-
-static void sized(json_sink_t *sink, const void *context)
-{
-    const size_t *sizes = (const size_t *)context; /* what, size, frame_max */
-    if (sizes[0] == 0) {
-        p1_json_sink_text(sink, "Parse error: the frame is not valid JSON (");
-        p1_json_sink_unsigned(sink, (unsigned long)sizes[1]);
-        p1_json_sink_text(sink, " bytes)");
-        return;
-    }
-    p1_json_sink_text(sink, "Request too large: ");
-    p1_json_sink_unsigned(sink, (unsigned long)sizes[1]);
-    p1_json_sink_text(sink, " bytes; this device accepts frames of at most ");
-    p1_json_sink_unsigned(sink, (unsigned long)sizes[2]);
-    p1_json_sink_text(sink, " bytes");
-}
-
-static void unknown_tool(json_sink_t *sink, const void *context)
-{
-    int i;
-    p1_json_sink_text(sink, "Unknown tool: ");
-    p1_json_sink_dumps(sink, *(const json_span_t *)context);
-    p1_json_sink_text(sink, ". This device offers ");
-    for (i = 0; i < PUMP1_TOOL_COUNT; i++) {
-        p1_json_sink_text(sink, i == 0 ? "" : ", ");
-        p1_json_sink_text(sink, pump1_tools[i].name);
-    }
-}
-
-static void fixed_error(mcpb_pump1_t *pump, json_span_t id, int code, const char *text, json_out_t *out)
-{
-    p1_rpc_error(pump, id, code, p1_rpc_text_message, text, out);
+    return kind != JSON_ABSENT && kind != JSON_NULL;
 }
 
 /* -- ping and initialize ------------------------------------------------------------------------ */
@@ -82,11 +34,11 @@ static void initialize_result(const mcpb_pump1_t *pump, const void *context, jso
 {
     json_sink_t raw;
     p1_json_sink_init(&raw, out, 0);
-    p1_json_out_text(out, "{\"protocolVersion\":");
-    p1_json_sink_quoted(&raw, (const char *)context);
-    p1_json_out_text(out, ",\"capabilities\":{\"tools\":{\"listChanged\":false}},\"serverInfo\":{\"name\":");
-    p1_json_sink_quoted(&raw, MCPB_PUMP1_SERVER_NAME);
-    p1_json_out_text(out, ",\"version\":");
+    /* the protocol versions and the name need no escaping */
+    p1_json_out_text(out, "{\"protocolVersion\":\"");
+    p1_json_out_text(out, (const char *)context);
+    p1_json_out_text(out, "\",\"capabilities\":{\"tools\":{\"listChanged\":false}},\"serverInfo\":{\"name\":\""
+                          MCPB_PUMP1_SERVER_NAME "\",\"version\":");
     p1_json_sink_quoted(&raw, pump->config.firmware_version);
     p1_json_out_text(out, "},\"instructions\":");
     p1_json_sink_quoted(&raw, pump1_instructions);
@@ -130,51 +82,42 @@ static int cursor_index(json_span_t cursor)
     return digits > 0 && value > 0 && value < PUMP1_TOOL_COUNT ? (int)value : 0;
 }
 
+/* A page of tools from the cursor's: as many as fit the frame, at least one (mcpdevice.registry.page),
+ * sent whole even past the frame cap as the MicroPython dispatcher sends it. */
 static void tools_list(mcpb_pump1_t *pump, json_span_t id, json_span_t cursor, json_out_t *out)
 {
-    json_out_t head;
     json_sink_t raw;
-    long budget, used = 0;
     int first = 0, index;
-    json_kind_t kind = p1_json_kind(cursor);
-    if (kind != JSON_ABSENT && kind != JSON_NULL) {
+    long budget, used = 0;
+    if (given(p1_json_kind(cursor))) {
         first = cursor_index(cursor);
         if (first == 0) {
-            quoted_message_t m = {"Invalid params: unknown cursor ", {NULL, 0}, "", 1};
-            m.value = cursor;
-            p1_rpc_error(pump, id, RPC_INVALID_PARAMS, quoted, &m, out);
+            p1_rpc_error(pump, id, RPC_INVALID_PARAMS, P1_UNKNOWN_CURSOR, &cursor, 0, out);
             return;
         }
     }
-    p1_json_out_init(&head, NULL, 0);
-    p1_json_sink_init(&raw, &head, 0);
-    p1_json_out_text(&head, "{\"jsonrpc\":\"2.0\",\"id\":");
-    p1_json_sink_id(&raw, id);
-    p1_json_out_text(&head, ",\"result\":{\"tools\":[");
-    budget = (long)pump->config.frame_max - ENVELOPE - (long)head.len;
-    p1_json_sink_init(&raw, out, 0);
-    p1_json_out_text(out, "{\"jsonrpc\":\"2.0\",\"id\":");
-    p1_json_sink_id(&raw, id);
-    p1_json_out_text(out, ",\"result\":{\"tools\":[");
-    /* as many tools as fit the budget, at least one (mcpdevice.registry.page) */
+    p1_rpc_result_head(out, id);
+    p1_json_out_text(out, "{\"tools\":[");
+    budget = (long)pump->config.frame_max - ENVELOPE - (long)out->len; /* out holds the head alone */
     for (index = first; index < PUMP1_TOOL_COUNT; index++) {
         long size = (long)pump1_tools[index].size;
-        if (index > first && used + size + 1 > budget) {
-            break;
-        }
         if (index > first) {
+            if (used + size + 1 > budget) {
+                break;
+            }
             p1_json_out_text(out, ",");
         }
         p1_json_out_bytes(out, pump1_tools[index].json, pump1_tools[index].size);
         used += size + 1;
     }
+    p1_json_out_text(out, "]");
     if (index < PUMP1_TOOL_COUNT) {
-        p1_json_out_text(out, "],\"nextCursor\":\"");
+        p1_json_sink_init(&raw, out, 0);
+        p1_json_out_text(out, ",\"nextCursor\":\"");
         p1_json_sink_int(&raw, index);
-        p1_json_out_text(out, "\"}}");
-    } else {
-        p1_json_out_text(out, "]}}");
+        p1_json_out_text(out, "\"");
     }
+    p1_json_out_text(out, "}}");
 }
 
 /* -- tools/call --------------------------------------------------------------------------------- */
@@ -190,86 +133,98 @@ static uint64_t fingerprint(const char *bytes, size_t n)
     return hash ^ (uint64_t)n;
 }
 
-typedef struct call {
-    pump_refusal_t refusal;
-} call_t;
+/* The tool's index in the schema file (pump1_schema.h), or -1 when `name` names none. */
+static int tool_index(json_span_t name)
+{
+    int i;
+    for (i = 0; i < PUMP1_TOOL_COUNT; i++) {
+        if (p1_json_string_is(name, pump1_tools[i].name)) {
+            return i;
+        }
+    }
+    return -1;
+}
 
+/* The CallToolResult (tools.py): the status as JSON text and as structuredContent, or the refusal
+ * as an isError text. */
 static void call_result(const mcpb_pump1_t *pump, const void *context, json_out_t *out)
 {
-    p1_pump_write_tool_result(pump, &((const call_t *)context)->refusal, out);
+    const pump_refusal_t *refusal = (const pump_refusal_t *)context;
+    json_sink_t raw, text;
+    pump_text_args_t args = {NULL, {NULL, 0}, 0};
+    args.pump = pump;
+    args.value = refusal->value;
+    p1_json_sink_init(&raw, out, 0);
+    p1_json_sink_init(&text, out, 1);
+    p1_json_out_text(out, "{\"content\":[{\"type\":\"text\",\"text\":\"");
+    if (refusal->text != NULL) {
+        p1_pump_write_text(&text, refusal->text, &args);
+        p1_json_out_text(out, "\"}],\"isError\":true}");
+        return;
+    }
+    p1_pump_write_status(pump, &text);
+    p1_json_out_text(out, "\"}],\"structuredContent\":");
+    p1_pump_write_status(pump, &raw);
+    p1_json_out_text(out, "}");
 }
 
 /*
  * The cache keeps an answer as it went out, with two savings: the id is not kept apart (it is the
- * answer's, right after ANSWER_HEAD), and a result whose text is the escaped structuredContent
- * (results.ok) keeps that text once: the escaped copy is left out and written again on a repeat.
+ * answer's, right after ANSWER_HEAD), and a status result, whose text is the escaped
+ * structuredContent (results.ok), keeps that JSON once: the escaped copy is left out and written
+ * again on a repeat.
  */
 static const char ANSWER_HEAD[] = "{\"jsonrpc\":\"2.0\",\"id\":";
-static const char TEXT_HEAD[] = ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"";
 static const char TEXT_TAIL[] = "\"}],\"structuredContent\":";
 #define HEAD_LEN (sizeof ANSWER_HEAD - 1)
 #define TAIL_LEN (sizeof TEXT_TAIL - 1)
 
-/* Writes json.dumps' escaping of the bytes s[0..n) to out (escaping 1), or checks that text[0..text_len)
- * is exactly that (out NULL): 1 when it is. */
-static int escaped(json_out_t *out, const char *s, size_t n, const char *text, size_t text_len)
+/* json.dumps' escaping of the ASCII bytes s[0..n), as the result's text carries the status. */
+static void escape_bytes(json_out_t *out, const char *s, size_t n)
 {
-    size_t i, at = 0;
-    for (i = 0; i < n; i++) {
-        char one[13];
-        json_out_t o;
-        json_sink_t sink;
-        p1_json_out_init(&o, one, sizeof one);
-        p1_json_sink_init(&sink, out != NULL ? out : &o, 1);
-        p1_json_sink_char(&sink, (uint32_t)(unsigned char)s[i]);
-        if (out == NULL) {
-            if (o.len > text_len - at || memcmp(text + at, one, o.len) != 0) {
-                return 0;
-            }
-            at += o.len;
-        }
+    json_sink_t sink;
+    p1_json_sink_init(&sink, out, 1);
+    while (n-- > 0) {
+        p1_json_sink_char(&sink, (uint32_t)(unsigned char)*s++);
     }
-    return out != NULL || at == text_len;
 }
 
-/* Keeps answer[0..n) in the entry, folded when it can be: 1, or 0 when it does not fit. */
-static int keep(mcpb_pump1_cache_entry_t *entry, const char *answer, size_t n, size_t id_len)
+/* Keeps answer[0..n) in the entry, folded when it is a status result: 1, or 0 when it does not fit. */
+static int keep(mcpb_pump1_cache_entry_t *entry, const char *answer, size_t n, int status)
 {
-    size_t text_at = HEAD_LEN + id_len + sizeof TEXT_HEAD - 1, at;
-    entry->text_at = 0;
-    if (n > text_at && memcmp(answer + HEAD_LEN + id_len, TEXT_HEAD, sizeof TEXT_HEAD - 1) == 0 &&
-        answer[n - 1] == '}' && answer[n - 2] == '}') {
-        for (at = text_at; at + TAIL_LEN + 2 <= n; at++) {
-            if (memcmp(answer + at, TEXT_TAIL, TAIL_LEN) == 0 &&
-                escaped(NULL, answer + at + TAIL_LEN, n - 2 - at - TAIL_LEN, answer + text_at, at - text_at)) {
-                if (text_at + n - at > sizeof entry->answer) {
-                    return 0;
-                }
-                memmove(entry->answer, answer, text_at);
-                memmove(entry->answer + text_at, answer + at, n - at);
-                entry->text_at = (uint16_t)text_at;
-                entry->answer_len = (uint16_t)(text_at + n - at);
-                return 1;
-            }
-        }
+    size_t at = status ? n : 0, text_at = 0, kept;
+    json_out_t measure;
+    /* from the right, the first TEXT_TAIL ends the text: everything else in the answer is escaped
+       or is the status, which holds no such bytes (an error instead has none) */
+    while (at > TAIL_LEN && memcmp(answer + at - TAIL_LEN, TEXT_TAIL, TAIL_LEN) != 0) {
+        at--;
     }
-    if (n > sizeof entry->answer) {
+    if (at > TAIL_LEN) {
+        at -= TAIL_LEN;
+        p1_json_out_init(&measure, NULL, 0);
+        escape_bytes(&measure, answer + at + TAIL_LEN, n - 2 - at - TAIL_LEN);
+        text_at = at - measure.len;
+    } else {
+        at = 0;
+    }
+    kept = text_at + n - at;
+    if (kept > sizeof entry->answer) {
         return 0;
     }
-    memmove(entry->answer, answer, n);
-    entry->answer_len = (uint16_t)n;
+    memmove(entry->answer, answer, text_at);
+    memmove(entry->answer + text_at, answer + at, n - at);
+    entry->text_at = (uint16_t)text_at;
+    entry->answer_len = (uint16_t)kept;
     return 1;
 }
 
 static void replay(const mcpb_pump1_cache_entry_t *e, json_out_t *out)
 {
     size_t at = e->text_at;
-    if (at == 0) {
-        p1_json_out_bytes(out, e->answer, e->answer_len);
-        return;
-    }
     p1_json_out_bytes(out, e->answer, at);
-    escaped(out, e->answer + at + TAIL_LEN, e->answer_len - 2 - at - TAIL_LEN, NULL, 0);
+    if (at > 0) {
+        escape_bytes(out, e->answer + at + TAIL_LEN, e->answer_len - 2 - at - TAIL_LEN);
+    }
     p1_json_out_bytes(out, e->answer + at, e->answer_len - at);
 }
 
@@ -278,7 +233,7 @@ static int same_id(const mcpb_pump1_cache_entry_t *e, const char *id, size_t id_
     return e->id_len == id_len && memcmp(e->answer + HEAD_LEN, id, id_len) == 0;
 }
 
-static void remember(mcpb_pump1_t *pump, const char *id, size_t id_len, uint64_t print, const call_t *call,
+static void remember(mcpb_pump1_t *pump, const char *id, size_t id_len, uint64_t print, const pump_refusal_t *call,
                      json_span_t id_span, const json_out_t *out)
 {
     mcpb_pump1_cache_entry_t *entry;
@@ -313,8 +268,7 @@ static void remember(mcpb_pump1_t *pump, const char *id, size_t id_len, uint64_t
         }
         answer = entry->answer;
     }
-    if (out->len <= HEAD_LEN + id_len || memcmp(answer, ANSWER_HEAD, HEAD_LEN) != 0 ||
-        memcmp(answer + HEAD_LEN, id, id_len) != 0 || !keep(entry, answer, out->len, id_len)) {
+    if (!keep(entry, answer, out->len, call->text == NULL)) {
         return; /* a larger answer is sent but not kept */
     }
     entry->fingerprint = print;
@@ -331,7 +285,7 @@ static void tools_call(mcpb_pump1_t *pump, json_span_t id, json_span_t params, c
     uint64_t print = fingerprint(in, in_len);
     json_span_t name = p1_json_get(params, "name"), arguments = p1_json_get(params, "arguments");
     json_kind_t kind = p1_json_kind(arguments);
-    call_t call;
+    pump_refusal_t call;
     size_t i;
     int tool;
     p1_json_out_init(&id_out, id_text, sizeof id_text);
@@ -345,16 +299,16 @@ static void tools_call(mcpb_pump1_t *pump, json_span_t id, json_span_t params, c
             return;
         }
     }
-    tool = p1_json_kind(name) == JSON_STRING ? p1_pump_tool_index(name) : -1;
+    tool = p1_json_kind(name) == JSON_STRING ? tool_index(name) : -1;
     if (tool < 0) {
-        p1_rpc_error(pump, id, RPC_INVALID_PARAMS, unknown_tool, &name, out);
+        p1_rpc_error(pump, id, RPC_INVALID_PARAMS, P1_UNKNOWN_TOOL, &name, 0, out);
         return;
     }
-    if (kind != JSON_ABSENT && kind != JSON_NULL && kind != JSON_OBJECT) {
-        fixed_error(pump, id, RPC_INVALID_PARAMS, "Invalid params: arguments must be an object", out);
+    if (given(kind) && kind != JSON_OBJECT) {
+        p1_rpc_error(pump, id, RPC_INVALID_PARAMS, P1_ARGUMENTS_NOT_OBJECT, NULL, 0, out);
         return;
     }
-    call.refusal = p1_pump_tool_call(pump, tool, arguments);
+    call = p1_pump_call(pump, tool, arguments);
     p1_rpc_result(pump, id, call_result, &call, out);
     remember(pump, id_text, p1_json_out_fits(&id_out) ? id_out.len : MCPB_PUMP1_CACHE_ID_MAX + 1, print, &call, id,
              out);
@@ -364,57 +318,62 @@ static void tools_call(mcpb_pump1_t *pump, json_span_t id, json_span_t params, c
 
 static void dispatch(mcpb_pump1_t *pump, const char *in, size_t in_len, json_out_t *out)
 {
-    json_span_t root, method, id, params;
-    json_kind_t method_kind, params_kind;
+    /* the members a request is read by, in one walk (a repeated key: the last, as in a dict) */
+    static const char *const names[] = {"method", "id", "params", "jsonrpc", "result", "error"};
+    json_span_t root, key, value, id = {NULL, 0};
+    json_span_t m[6] = {{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}};
+    json_kind_t method_kind, id_kind, params_kind;
+    const char *text = NULL;
+    int code = RPC_INVALID_REQUEST, object;
+    size_t at = 0, i;
     if (!p1_json_parse(in, in_len, &root)) {
-        size_t sizes[3] = {0, 0, 0};
-        sizes[1] = in_len;
-        p1_rpc_error(pump, NULL_ID, RPC_PARSE_ERROR, sized, sizes, out);
+        p1_rpc_error(pump, id, RPC_PARSE_ERROR, P1_PARSE_ERROR, NULL, (unsigned long)in_len, out);
         return;
     }
-    if (p1_json_kind(root) != JSON_OBJECT) {
-        fixed_error(pump, NULL_ID, RPC_INVALID_REQUEST,
-                    "Invalid Request: send one JSON-RPC object per frame, no batches", out);
-        return;
+    object = p1_json_kind(root) == JSON_OBJECT;
+    while (object && p1_json_next_member(root, &at, &key, &value)) {
+        for (i = 0; i < 6; i++) {
+            if (p1_json_string_is(key, names[i])) {
+                m[i] = value;
+            }
+        }
     }
-    method = p1_json_get(root, "method");
-    id = p1_json_get(root, "id");
-    method_kind = p1_json_kind(method);
-    if ((method_kind == JSON_ABSENT || method_kind == JSON_NULL) &&
-        (p1_json_get(root, "result").n > 0 || p1_json_get(root, "error").n > 0)) {
+    method_kind = p1_json_kind(m[0]);
+    id_kind = p1_json_kind(m[1]);
+    params_kind = p1_json_kind(m[2]);
+    /* the checks of dispatcher.handle, in its order; one error answer for all of them */
+    if (!object) {
+        text = P1_NOT_AN_OBJECT;
+    } else if (!given(method_kind) && (m[4].n > 0 || m[5].n > 0)) {
         return; /* an answer to a request of ours; the device sends none that it waits for */
-    }
-    if (id.n == 0 && method_kind == JSON_STRING) {
+    } else if (id_kind == JSON_ABSENT && method_kind == JSON_STRING) {
         return; /* a notification */
+    } else if (id_kind != JSON_STRING && id_kind != JSON_INT) {
+        text = P1_BAD_ID;
+    } else {
+        id = m[1];
+        if (method_kind != JSON_STRING || !p1_json_string_is(m[3], "2.0")) {
+            text = P1_NO_METHOD;
+        } else if (given(params_kind) && params_kind != JSON_OBJECT) {
+            text = P1_PARAMS_NOT_OBJECT;
+            code = RPC_INVALID_PARAMS;
+        }
     }
-    if (p1_json_kind(id) != JSON_STRING && p1_json_kind(id) != JSON_INT) {
-        fixed_error(pump, NULL_ID, RPC_INVALID_REQUEST, "Invalid Request: id must be a string or an integer", out);
-        return;
-    }
-    if (method_kind != JSON_STRING || !p1_json_string_is(p1_json_get(root, "jsonrpc"), "2.0")) {
-        fixed_error(pump, id, RPC_INVALID_REQUEST, "Invalid Request: needs \"jsonrpc\":\"2.0\" and a method", out);
-        return;
-    }
-    params = p1_json_get(root, "params");
-    params_kind = p1_json_kind(params);
-    if (params_kind != JSON_ABSENT && params_kind != JSON_NULL && params_kind != JSON_OBJECT) {
-        fixed_error(pump, id, RPC_INVALID_PARAMS, "Invalid params: params must be an object", out);
+    if (text != NULL) {
+        p1_rpc_error(pump, id, code, text, NULL, 0, out);
         return;
     }
     pump->counts.requests++;
-    if (p1_json_string_is(method, "tools/call")) {
-        tools_call(pump, id, params, in, in_len, out);
-    } else if (p1_json_string_is(method, "tools/list")) {
-        tools_list(pump, id, p1_json_get(params, "cursor"), out);
-    } else if (p1_json_string_is(method, "ping")) {
+    if (p1_json_string_is(m[0], "tools/call")) {
+        tools_call(pump, id, m[2], in, in_len, out);
+    } else if (p1_json_string_is(m[0], "tools/list")) {
+        tools_list(pump, id, p1_json_get(m[2], "cursor"), out);
+    } else if (p1_json_string_is(m[0], "ping")) {
         p1_rpc_result(pump, id, empty_result, NULL, out);
-    } else if (p1_json_string_is(method, "initialize")) {
-        initialize(pump, id, params, out);
+    } else if (p1_json_string_is(m[0], "initialize")) {
+        initialize(pump, id, m[2], out);
     } else {
-        quoted_message_t m = {"Method not found: ", {NULL, 0},
-                              ". This device answers initialize, ping, tools/list and tools/call", 0};
-        m.value = method;
-        p1_rpc_error(pump, id, RPC_METHOD_NOT_FOUND, quoted, &m, out);
+        p1_rpc_error(pump, id, RPC_METHOD_NOT_FOUND, P1_UNKNOWN_METHOD, &m[0], 0, out);
     }
 }
 
@@ -437,11 +396,6 @@ int mcpb_pump1_handle(void *pump_object, const char *in, size_t in_len, char *ou
     return finish(&out);
 }
 
-static int is_bytes_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
 /* The request id in the first bytes of a message, or absent (dispatcher._id_in). */
 static json_span_t id_in(const char *head, size_t n)
 {
@@ -450,31 +404,29 @@ static json_span_t id_in(const char *head, size_t n)
     while (at + 4 <= n && memcmp(head + at, "\"id\"", 4) != 0) {
         at++;
     }
-    if (at + 4 > n) {
-        return none;
-    }
-    for (at += 4; at < n && is_bytes_space(head[at]); at++) {
+    for (at += 4; at < n && head[at] != '\0' && strchr(" \t\n\r\v\f", head[at]) != NULL; at++) {
     }
     if (at >= n || head[at] != ':') {
         return none;
     }
-    for (at++; at < n && is_bytes_space(head[at]); at++) {
+    for (at++; at < n && head[at] != '\0' && strchr(" \t\n\r\v\f", head[at]) != NULL; at++) {
     }
     end = at;
     if (at < n && head[at] == '"') {
         for (end = at + 1; end < n && head[end] != '"'; end++) {
         }
-        end = end < n ? end + 1 : at; /* no closing quote: nothing */
+        end++; /* past n when there is no closing quote: nothing */
     } else {
-        while (end < n && (head[end] == '-' || (head[end] >= '0' && head[end] <= '9'))) {
+        while (end < n && head[end] != '\0' && strchr("-0123456789", head[end]) != NULL) {
             end++;
         }
-        if (end == n || !(head[end] == ' ' || head[end] == '\t' || head[end] == '\r' || head[end] == '\n' ||
-                          head[end] == ',' || head[end] == '}')) {
-            return none; /* cut off by the end of the head, a fraction, or not JSON */
+        /* cut off by the end of the head, a fraction, or not JSON */
+        if (end >= n || head[end] == '\0' || strchr(" \t\r\n,}", head[end]) == NULL) {
+            return none;
         }
     }
-    if (!p1_json_parse(head + at, end - at, &id) || (p1_json_kind(id) != JSON_STRING && p1_json_kind(id) != JSON_INT)) {
+    if (end > n || !p1_json_parse(head + at, end - at, &id) ||
+        (p1_json_kind(id) != JSON_STRING && p1_json_kind(id) != JSON_INT)) {
         return none;
     }
     return id;
@@ -485,12 +437,9 @@ int mcpb_pump1_oversize(void *pump_object, size_t size, const char *head, size_t
 {
     mcpb_pump1_t *pump = (mcpb_pump1_t *)pump_object;
     json_out_t out;
-    size_t sizes[3];
-    sizes[0] = 1;
-    sizes[1] = size;
-    sizes[2] = pump->config.frame_max;
     p1_json_out_init(&out, out_buf, out_cap);
     p1_pump_heard(pump);
-    p1_rpc_error(pump, id_in(head, head_len), RPC_INVALID_REQUEST, sized, sizes, &out);
+    p1_rpc_error(pump, id_in(head, head_len), RPC_INVALID_REQUEST, P1_REQUEST_TOO_LARGE, NULL, (unsigned long)size,
+                 &out);
     return finish(&out);
 }

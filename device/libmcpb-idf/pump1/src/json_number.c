@@ -93,41 +93,32 @@ static double exact_power(int k)
 
 static double decimal_value(const decimal_t *d)
 {
-    double v;
+    double v = 0.0;
     size_t used = d->count < 19 ? d->count : 19, i;
     unsigned long long m = 0;
-    long scale;
+    long scale = d->point - (long)used;
     if (d->special == 'n') {
         return NAN;
     }
-    if (d->special == 'i') {
-        return d->negative ? -INFINITY : INFINITY;
+    if (d->special == 'i' || (d->count > 0 && d->point > 400)) {
+        v = INFINITY;
+    } else if (d->count > 0 && d->point >= -400) {
+        for (i = 0; i < used; i++) {
+            m = m * 10 + (unsigned long long)(d->digits[i] - '0');
+        }
+        v = (double)m;
+        /* m below 2^53 and an exact power of ten: one correctly rounded operation, as strtod gives */
+        if (scale >= 0 && scale <= 22) {
+            v *= exact_power((int)scale);
+        } else if (scale < 0 && scale >= -22) {
+            v /= exact_power((int)-scale);
+        } else if (scale < -300) {
+            v = v * 1e-300 * pow(10.0, (double)(scale + 300));
+        } else {
+            v *= pow(10.0, (double)scale);
+        }
     }
-    if (d->count == 0) {
-        return d->negative ? -0.0 : 0.0;
-    }
-    if (d->point > 400) {
-        return d->negative ? -INFINITY : INFINITY;
-    }
-    if (d->point < -400) {
-        return d->negative ? -0.0 : 0.0;
-    }
-    for (i = 0; i < used; i++) {
-        m = m * 10 + (unsigned long long)(d->digits[i] - '0');
-    }
-    scale = d->point - (long)used;
-    v = (double)m;
-    /* m below 2^53 and an exact power of ten: one correctly rounded operation, as strtod gives */
-    if (scale >= 0 && scale <= 22) {
-        v *= exact_power((int)scale);
-    } else if (scale < 0 && scale >= -22) {
-        v /= exact_power((int)-scale);
-    } else if (scale < -300) {
-        v = v * 1e-300 * pow(10.0, (double)(scale + 300));
-    } else {
-        v *= pow(10.0, (double)scale);
-    }
-    return d->negative ? -v : v;
+    return d->negative ? -v : v; /* zero, too, keeps its sign */
 }
 
 double p1_json_number_value(json_span_t number)
@@ -140,19 +131,23 @@ double p1_json_number_value(json_span_t number)
 /* Python's float repr from digits and point: fixed between 1e-4 and 1e16, else scientific. One walk
  * over the digit positions prints both: leading zeros and "0" before the point, the digits, trailing
  * zeros up to the point, and at least one digit after it ("1200.0", "0.0012", "1.5e+16"). */
-static void sink_repr_digits(json_sink_t *sink, int negative, const char *digits, size_t count, long point)
+/* Python's float repr from digits and point: fixed between 1e-4 and 1e16, else scientific. One walk
+ * over the digit positions prints both: leading zeros and "0" before the point, the digits, trailing
+ * zeros up to the point, and at least one digit after it ("1200.0", "0.0012", "1.5e+16", "-0.0"). */
+static void sink_repr_digits(json_sink_t *sink, const decimal_t *d)
 {
+    long point = d->point, count = (long)d->count;
     int scientific = !(point > -4 && point <= 16);
     long dot = scientific ? 1 : point, k;
-    long last = (long)count > dot || scientific ? (long)count : dot + 1;
-    if (negative) {
+    long last = count > dot || scientific ? count : dot + 1;
+    if (d->negative) {
         p1_json_sink_char(sink, '-');
     }
     for (k = dot > 0 ? 0 : dot - 1; k < last; k++) {
         if (k == dot) {
             p1_json_sink_char(sink, '.');
         }
-        p1_json_sink_char(sink, k >= 0 && k < (long)count ? (uint32_t)digits[k] : '0');
+        p1_json_sink_char(sink, k >= 0 && k < count ? (uint32_t)d->digits[k] : '0');
     }
     if (!scientific) {
         return;
@@ -166,52 +161,33 @@ static void sink_repr_digits(json_sink_t *sink, int negative, const char *digits
     p1_json_sink_int(sink, k);
 }
 
-/* repr of a finite nonzero double from its 17 significant digits (inputs longer than 15 digits). */
-static void sink_repr_double(json_sink_t *sink, double v)
-{
-    char text[40], digits[20];
-    size_t count = 0, i;
-    long point;
-    char *e;
-    snprintf(text, sizeof text, "%.16e", fabs(v));
-    for (i = 0; text[i] != 'e'; i++) {
-        if (text[i] != '.') {
-            digits[count++] = text[i];
-        }
-    }
-    e = text + i + 1;
-    point = 0;
-    {
-        int negative = *e == '-';
-        for (e++; *e != '\0'; e++) {
-            point = point * 10 + (*e - '0');
-        }
-        point = (negative ? -point : point) + 1;
-    }
-    while (count > 1 && digits[count - 1] == '0') {
-        count--;
-    }
-    sink_repr_digits(sink, v < 0, digits, count, point);
-}
-
 static void sink_float(json_sink_t *sink, json_span_t number, int for_dumps)
 {
     decimal_t d;
     double v;
+    char text[40];
     read_decimal(number, &d);
     v = decimal_value(&d);
     if (isnan(v)) {
         p1_json_sink_text(sink, for_dumps ? "NaN" : "nan");
-    } else if (isinf(v)) {
-        p1_json_sink_text(sink, v < 0 ? (for_dumps ? "-Infinity" : "-inf") : (for_dumps ? "Infinity" : "inf"));
-    } else if (v == 0.0) {
-        p1_json_sink_text(sink, d.negative ? "-0.0" : "0.0");
-    } else if (d.count <= 15) {
-        /* up to 15 digits the shortest text that reads back as the double is the input's own */
-        sink_repr_digits(sink, d.negative, d.digits, d.count, d.point);
-    } else {
-        sink_repr_double(sink, v);
+        return;
     }
+    if (isinf(v)) {
+        p1_json_sink_text(sink, v < 0 ? "-" : "");
+        p1_json_sink_text(sink, for_dumps ? "Infinity" : "inf");
+        return;
+    }
+    if (v == 0.0) {
+        d.count = 0; /* also what underflowed: "0.0" or "-0.0" */
+        d.point = 0;
+    } else if (d.count > 15) {
+        /* the double's 17 significant digits, read back as a number (trailing zeros go); up to 15
+           digits the shortest text that reads back as the double is the input's own */
+        number.p = text;
+        number.n = (size_t)snprintf(text, sizeof text, "%.16e", v);
+        read_decimal(number, &d);
+    }
+    sink_repr_digits(sink, &d);
 }
 
 void p1_json_number_repr(json_sink_t *sink, json_span_t number)
@@ -226,34 +202,24 @@ void p1_json_number_dumps(json_sink_t *sink, json_span_t number)
 
 void p1_json_number_as_int(json_sink_t *sink, json_span_t number)
 {
-    char text[320]; /* the largest double has 309 digits */
-    double v;
     if (p1_json_kind(number) == JSON_INT) {
         p1_json_sink_dumps(sink, number);
         return;
     }
-    v = p1_json_number_value(number);
-    if (v == 0.0) {
-        p1_json_sink_char(sink, '0');
-        return;
-    }
-    snprintf(text, sizeof text, "%.0f", v);
-    p1_json_sink_text(sink, text);
+    /* + 0.0 turns -0.0 into 0.0: Python prints int(-0.0) as "0" */
+    p1_json_fixed(sink, p1_json_number_value(number) + 0.0, 0, 0);
 }
 
-void p1_json_float_rounded(json_sink_t *sink, double value, int digits)
+void p1_json_fixed(json_sink_t *sink, double value, int digits, int trim)
 {
-    char text[64];
-    size_t len;
-    snprintf(text, sizeof text, "%.*f", digits, value);
-    len = strlen(text);
-    while (len > 2 && text[len - 1] == '0' && text[len - 2] != '.') {
-        text[--len] = '\0';
+    char text[320]; /* the largest double has 309 digits */
+    size_t len = (size_t)snprintf(text, sizeof text, "%.*f", digits, value);
+    if (len >= sizeof text) {
+        len = sizeof text - 1;
     }
-    if (digits == 0) {
-        text[len++] = '.';
-        text[len++] = '0';
-        text[len] = '\0';
+    while (trim && len > 2 && text[len - 1] == '0' && text[len - 2] != '.') {
+        len--;
     }
+    text[len] = '\0';
     p1_json_sink_text(sink, text);
 }

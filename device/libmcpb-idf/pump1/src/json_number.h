@@ -22,7 +22,8 @@ void p1_json_number_dumps(json_sink_t *sink, json_span_t number);
 /* Python's "%d" % value of an int token or of an integral float token. */
 void p1_json_number_as_int(json_sink_t *sink, json_span_t number);
 
-/* repr(round(value, digits)) for a finite value: "62.1", "0.0", "4.0". */
-void p1_json_float_rounded(json_sink_t *sink, double value, int digits);
+/* "%.*f" % (digits, value); with trim, the zeros after the first decimal dropped: then it is
+ * repr(round(value, digits)) of a finite value, "62.1", "0.0", "4.0". */
+void p1_json_fixed(json_sink_t *sink, double value, int digits, int trim);
 
 #endif

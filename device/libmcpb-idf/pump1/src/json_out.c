@@ -1,7 +1,6 @@
 /* Writing JSON as CPython's json.dumps writes it (json_out.h). */
 #include "json_out.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "json_number.h"
@@ -101,8 +100,13 @@ void p1_json_sink_text(json_sink_t *sink, const char *ascii)
 void p1_json_sink_unsigned(json_sink_t *sink, unsigned long value)
 {
     char text[24];
-    snprintf(text, sizeof text, "%lu", value);
-    p1_json_sink_text(sink, text);
+    size_t at = sizeof text - 1;
+    text[at] = '\0';
+    do {
+        text[--at] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value > 0);
+    p1_json_sink_text(sink, text + at);
 }
 
 void p1_json_sink_int(json_sink_t *sink, long value)
@@ -167,58 +171,42 @@ static void sink_int_token(json_sink_t *sink, json_span_t number)
     }
 }
 
-/* A dict keeps the first place of a repeated key and its last value. */
-static void sink_dumps_object(json_sink_t *sink, json_span_t object)
-{
-    json_span_t key, value, other_key, other_value;
-    size_t at = 0, other;
-    int first = 1;
-    p1_json_sink_char(sink, '{');
-    while (p1_json_next_member(object, &at, &key, &value)) {
-        int seen = 0;
-        other = 0;
-        while (p1_json_next_member(object, &other, &other_key, &other_value) && other_key.p < key.p) {
-            seen = seen || p1_json_strings_equal(key, other_key);
-        }
-        if (seen) {
-            continue;
-        }
-        other = at;
-        while (p1_json_next_member(object, &other, &other_key, &other_value)) {
-            if (p1_json_strings_equal(key, other_key)) {
-                value = other_value;
-            }
-        }
-        if (!first) {
-            p1_json_sink_text(sink, ", ");
-        }
-        first = 0;
-        sink_quoted_span(sink, key);
-        p1_json_sink_text(sink, ": ");
-        p1_json_sink_dumps(sink, value);
-    }
-    p1_json_sink_char(sink, '}');
-}
-
 void p1_json_sink_dumps(json_sink_t *sink, json_span_t value)
 {
-    json_span_t item;
-    size_t at = 0;
-    int first = 1;
-    switch (p1_json_kind(value)) {
+    json_span_t key, item, other_key, other_value;
+    json_kind_t kind = p1_json_kind(value);
+    size_t at = 0, other;
+    int first = 1, seen;
+    switch (kind) {
     case JSON_OBJECT:
-        sink_dumps_object(sink, value);
-        break;
     case JSON_ARRAY:
-        p1_json_sink_char(sink, '[');
-        while (p1_json_next_item(value, &at, &item)) {
+        p1_json_sink_char(sink, kind == JSON_OBJECT ? '{' : '[');
+        while (p1_json_next_member(value, &at, kind == JSON_OBJECT ? &key : NULL, &item)) {
+            if (kind == JSON_OBJECT) {
+                /* a dict keeps the first place of a repeated key and its last value */
+                seen = 0;
+                other = 0;
+                while (p1_json_next_member(value, &other, &other_key, &other_value)) {
+                    if (p1_json_strings_equal(key, other_key)) {
+                        seen = seen || other_key.p < key.p;
+                        item = other_value;
+                    }
+                }
+                if (seen) {
+                    continue;
+                }
+            }
             if (!first) {
                 p1_json_sink_text(sink, ", ");
             }
             first = 0;
+            if (kind == JSON_OBJECT) {
+                sink_quoted_span(sink, key);
+                p1_json_sink_text(sink, ": ");
+            }
             p1_json_sink_dumps(sink, item);
         }
-        p1_json_sink_char(sink, ']');
+        p1_json_sink_char(sink, kind == JSON_OBJECT ? '}' : ']');
         break;
     case JSON_STRING:
         sink_quoted_span(sink, value);

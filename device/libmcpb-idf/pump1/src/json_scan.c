@@ -39,27 +39,11 @@ static size_t skip_space(const char *s, size_t n, size_t at)
 static size_t utf8_length(const char *s, size_t n, size_t at)
 {
     const unsigned char *u = (const unsigned char *)s + at;
-    size_t left = n - at;
-    unsigned char lo = 0x80, hi = 0xBF;
-    size_t len, i;
-    if (u[0] >= 0xC2 && u[0] <= 0xDF) {
-        len = 2;
-    } else if (u[0] >= 0xE0 && u[0] <= 0xEF) {
-        len = 3;
-        if (u[0] == 0xE0) {
-            lo = 0xA0;
-        }
-    } else if (u[0] >= 0xF0 && u[0] <= 0xF4) {
-        len = 4;
-        if (u[0] == 0xF0) {
-            lo = 0x90;
-        } else if (u[0] == 0xF4) {
-            hi = 0x8F;
-        }
-    } else {
-        return 0;
-    }
-    if (left < len || u[1] < lo || u[1] > hi) {
+    unsigned c = u[0];
+    size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2, i;
+    /* the second byte's range rules out overlong forms and code points past U+10FFFF */
+    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    if (c < 0xC2 || c > 0xF4 || n - at < len || u[1] < lo || u[1] > hi) {
         return 0;
     }
     for (i = 2; i < len; i++) {
@@ -162,202 +146,133 @@ static size_t scan_scalar(const char *s, size_t n, size_t at)
     return at;
 }
 
-/* The container stack as bits: 1 for an object, 0 for an array. */
-static void push(unsigned char *stack, size_t depth, int object)
-{
-    if (object) {
-        stack[depth / 8] |= (unsigned char)(1u << (depth % 8));
-    } else {
-        stack[depth / 8] &= (unsigned char)~(1u << (depth % 8));
-    }
-}
-
-static int top_is_object(const unsigned char *stack, size_t depth)
-{
-    return (stack[(depth - 1) / 8] >> ((depth - 1) % 8)) & 1u;
-}
-
-/* After "," or "{" in an object: a key, a colon; returns the position of the value or 0. */
-static size_t scan_key(const char *s, size_t n, size_t at)
-{
-    at = skip_space(s, n, at);
-    if (at >= n || s[at] != '"') {
-        return 0;
-    }
-    at = scan_string(s, n, at);
-    if (at == 0) {
-        return 0;
-    }
-    at = skip_space(s, n, at);
-    if (at >= n || s[at] != ':') {
-        return 0;
-    }
-    return at + 1;
-}
-
-int p1_json_parse(const char *text, size_t len, json_span_t *root)
+/*
+ * End of the one value at s[at] (spaces before it skipped), or 0 when it is not valid JSON. One
+ * loop for any nesting: a bit per open container (1: an object) says what closes it.
+ */
+static size_t scan_value(const char *s, size_t n, size_t at)
 {
     unsigned char stack[JSON_MAX_DEPTH / 8];
-    size_t depth = 0, at = 0, start;
-    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {
-        at = 3; /* json.loads takes bytes with a UTF-8 BOM */
-    }
-    at = skip_space(text, len, at);
-    start = at;
+    size_t depth = 0;
+    int object = 0;
     for (;;) {
-        /* a value at `at` */
-        at = skip_space(text, len, at);
-        if (at >= len) {
+        /* a value at `at`, or a key when `object` */
+        at = skip_space(s, n, at);
+        if (at >= n) {
             return 0;
         }
-        if (text[at] == '{' || text[at] == '[') {
-            int object = text[at] == '{';
+        if (!object && (s[at] == '{' || s[at] == '[')) {
+            object = s[at] == '{';
             if (depth == JSON_MAX_DEPTH) {
                 return 0;
             }
-            push(stack, depth++, object);
-            at = skip_space(text, len, at + 1);
-            if (at < len && text[at] == (object ? '}' : ']')) {
-                depth--;
-                at++;
+            if (object) {
+                stack[depth / 8] |= (unsigned char)(1u << (depth % 8));
             } else {
-                if (object && (at = scan_key(text, len, at)) == 0) {
-                    return 0;
-                }
+                stack[depth / 8] &= (unsigned char)~(1u << (depth % 8));
+            }
+            at = skip_space(s, n, at + 1);
+            if (at >= n || s[at] != (object ? '}' : ']')) {
+                depth++;
                 continue;
             }
-        } else if (text[at] == '"') {
-            if ((at = scan_string(text, len, at)) == 0) {
-                return 0;
-            }
-        } else if ((at = scan_scalar(text, len, at)) == 0) {
+            at++; /* empty */
+            object = 0;
+        } else if (s[at] == '"') {
+            at = scan_string(s, n, at);
+        } else if (!object) {
+            at = scan_scalar(s, n, at);
+        } else {
             return 0;
         }
-        /* after a value: close containers, or find the next value */
-        for (;;) {
-            at = skip_space(text, len, at);
-            if (depth == 0) {
-                if (at != len) {
-                    return 0;
-                }
-                root->p = text + start;
-                root->n = len - start;
-                while (root->n > 0 && is_space(root->p[root->n - 1])) {
-                    root->n--;
-                }
-                return 1;
-            }
-            if (at >= len) {
-                return 0;
-            }
-            if (text[at] == (top_is_object(stack, depth) ? '}' : ']')) {
-                depth--;
-                at++;
-                continue;
-            }
-            if (text[at] != ',') {
+        if (at == 0) {
+            return 0;
+        }
+        if (object) { /* after a key: its colon, then the value */
+            at = skip_space(s, n, at);
+            if (at >= n || s[at] != ':') {
                 return 0;
             }
             at++;
-            if (top_is_object(stack, depth) && (at = scan_key(text, len, at)) == 0) {
+            object = 0;
+            continue;
+        }
+        /* after a value: close containers, or on to the next value */
+        for (;;) {
+            if (depth == 0) {
+                return at;
+            }
+            object = (stack[(depth - 1) / 8] >> ((depth - 1) % 8)) & 1u;
+            at = skip_space(s, n, at);
+            if (at < n && s[at] == (object ? '}' : ']')) {
+                depth--;
+                at++;
+                continue;
+            }
+            if (at >= n || s[at] != ',') {
                 return 0;
             }
+            at++;
             break;
         }
     }
 }
 
+int p1_json_parse(const char *text, size_t len, json_span_t *root)
+{
+    size_t at = 0, end;
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {
+        at = 3; /* json.loads takes bytes with a UTF-8 BOM */
+    }
+    at = skip_space(text, len, at);
+    end = scan_value(text, len, at);
+    if (end == 0 || skip_space(text, len, end) != len) {
+        return 0;
+    }
+    root->p = text + at;
+    root->n = end - at;
+    return 1;
+}
+
 json_kind_t p1_json_kind(json_span_t value)
 {
+    static const char starts[] = "{[\"tfn"; /* in the order of json_kind_t */
+    const char *hit;
     size_t i;
     if (value.n == 0) {
         return JSON_ABSENT;
     }
-    switch (value.p[0]) {
-    case '{':
-        return JSON_OBJECT;
-    case '[':
-        return JSON_ARRAY;
-    case '"':
-        return JSON_STRING;
-    case 't':
-        return JSON_TRUE;
-    case 'f':
-        return JSON_FALSE;
-    case 'n':
-        return JSON_NULL;
-    default:
-        break;
+    hit = strchr(starts, value.p[0]);
+    if (hit != NULL) {
+        return (json_kind_t)(JSON_OBJECT + (hit - starts));
     }
     for (i = 0; i < value.n; i++) {
-        char c = value.p[i];
-        if (!is_digit(c) && c != '-') {
+        if (!is_digit(value.p[i]) && value.p[i] != '-') {
             return JSON_FLOAT;
         }
     }
     return JSON_INT;
 }
 
-/* End of the (valid) value starting at s[at]. */
-static size_t skip_value(const char *s, size_t n, size_t at)
+int p1_json_next_member(json_span_t container, size_t *at, json_span_t *key, json_span_t *value)
 {
-    size_t depth = 0;
-    do {
-        char c = s[at];
-        if (c == '"') {
-            at = scan_string(s, n, at);
-        } else if (c == '{' || c == '[') {
-            depth++;
-            at++;
-        } else if (c == '}' || c == ']') {
-            depth--;
-            at++;
-        } else if (c == ',' || c == ':' || is_space(c)) {
-            at++;
-        } else {
-            at = scan_scalar(s, n, at);
-        }
-    } while (depth > 0);
-    return at;
-}
-
-int p1_json_next_member(json_span_t object, size_t *at, json_span_t *key, json_span_t *value)
-{
-    const char *s = object.p;
-    size_t n = object.n, i = *at == 0 ? 1 : *at;
-    i = skip_space(s, n, i);
+    const char *s = container.p;
+    size_t n = container.n, i = skip_space(s, n, *at == 0 ? 1 : *at);
     if (s[i] == ',') {
         i = skip_space(s, n, i + 1);
     }
-    if (s[i] != '"') {
+    if (s[i] == '}' || s[i] == ']') {
         return 0;
     }
-    key->p = s + i;
-    i = scan_string(s, n, i);
-    key->n = (size_t)(s + i - key->p);
-    i = skip_space(s, n, i) + 1; /* the colon */
-    i = skip_space(s, n, i);
+    if (key != NULL) {
+        key->p = s + i;
+        i = scan_string(s, n, i);
+        key->n = (size_t)(s + i - key->p);
+        i = skip_space(s, n, skip_space(s, n, i) + 1); /* past the colon */
+    }
     value->p = s + i;
-    i = skip_value(s, n, i);
+    i = scan_value(s, n, i);
     value->n = (size_t)(s + i - value->p);
-    *at = i;
-    return 1;
-}
-
-int p1_json_next_item(json_span_t array, size_t *at, json_span_t *item)
-{
-    const char *s = array.p;
-    size_t n = array.n, i = *at == 0 ? 1 : *at;
-    i = skip_space(s, n, i);
-    if (s[i] == ',') {
-        i = skip_space(s, n, i + 1);
-    }
-    if (s[i] == ']') {
-        return 0;
-    }
-    item->p = s + i;
-    i = skip_value(s, n, i);
-    item->n = (size_t)(s + i - item->p);
     *at = i;
     return 1;
 }
@@ -366,10 +281,7 @@ json_span_t p1_json_get(json_span_t object, const char *key)
 {
     json_span_t found = {NULL, 0}, name, value;
     size_t at = 0;
-    if (p1_json_kind(object) != JSON_OBJECT) {
-        return found;
-    }
-    while (p1_json_next_member(object, &at, &name, &value)) {
+    while (p1_json_kind(object) == JSON_OBJECT && p1_json_next_member(object, &at, &name, &value)) {
         if (p1_json_string_is(name, key)) {
             found = value;
         }
@@ -454,14 +366,4 @@ int p1_json_strings_equal(json_span_t a, json_span_t b)
             return 0;
         }
     }
-}
-
-size_t p1_json_string_length(json_span_t string)
-{
-    size_t at = 0, count = 0;
-    uint32_t cp;
-    while (p1_json_next_char(string, &at, &cp)) {
-        count++;
-    }
-    return count;
 }

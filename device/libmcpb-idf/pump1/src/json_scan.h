@@ -20,11 +20,11 @@ typedef enum json_kind {
     JSON_OBJECT,
     JSON_ARRAY,
     JSON_STRING,
-    JSON_INT,      /* a number without fraction or exponent: a Python int */
-    JSON_FLOAT,    /* any other number, NaN and Infinity included (CPython accepts them) */
     JSON_TRUE,
     JSON_FALSE,
-    JSON_NULL
+    JSON_NULL,
+    JSON_INT,      /* a number without fraction or exponent: a Python int */
+    JSON_FLOAT     /* any other number, NaN and Infinity included (CPython accepts them) */
 } json_kind_t;
 
 /* Nesting deeper than this is refused (CPython refuses nesting near its recursion limit): what
@@ -39,11 +39,9 @@ json_kind_t p1_json_kind(json_span_t value);
 /* The member `key` of an object (the last one when it repeats, as in a Python dict), or absent. */
 json_span_t p1_json_get(json_span_t object, const char *key);
 
-/* Walks the members of an object: *at starts at 0; returns 0 after the last member. */
-int p1_json_next_member(json_span_t object, size_t *at, json_span_t *key, json_span_t *value);
-
-/* Walks the items of an array: *at starts at 0; returns 0 after the last item. */
-int p1_json_next_item(json_span_t array, size_t *at, json_span_t *item);
+/* Walks the members of an object, or with key NULL the items of an array: *at starts at 0;
+ * returns 0 after the last one. */
+int p1_json_next_member(json_span_t container, size_t *at, json_span_t *key, json_span_t *value);
 
 /*
  * The code points of a string value, one per call: *at starts at 0; returns 0 at the end.
@@ -56,8 +54,5 @@ int p1_json_string_is(json_span_t string, const char *text);
 
 /* Two string values decode to the same text. */
 int p1_json_strings_equal(json_span_t a, json_span_t b);
-
-/* Code points in a string value. */
-size_t p1_json_string_length(json_span_t string);
 
 #endif

@@ -2,25 +2,10 @@
 #include "pump_controller.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "json_number.h"
 #include "pump_physics.h"
-
-static const json_span_t NOTHING = {NULL, 0};
-
-const char *p1_pump_state_name(int state)
-{
-    static const char *const names[] = {"stopped", "starting", "running", "stopping", "fault"};
-    return names[state];
-}
-
-const char *p1_pump_fault_code(int fault)
-{
-    static const char *const codes[] = {"", "link_lost", "sensor_failure", "overtemp", "dry_run"};
-    return codes[fault];
-}
 
 /* Wrap-safe milliseconds from `earlier` to `later`. */
 static int32_t ticks_diff(uint32_t later, uint32_t earlier)
@@ -66,21 +51,18 @@ static int sensors_failed(const mcpb_pump1_t *pump)
     return (pump->reading.valid & all) != all;
 }
 
-void p1_pump_write_failed_sensors(const mcpb_pump1_t *pump, json_sink_t *sink)
+/* Latches a fault; its text is written now, with the values of this moment. */
+static void trip(mcpb_pump1_t *pump, int fault, const char *text)
 {
-    static const char *const names[] = {"flow", "pressure", "temperature"};
-    int i, first = 1;
-    for (i = 0; i < 3; i++) {
-        if (!(pump->reading.valid & (1u << i))) {
-            p1_json_sink_text(sink, first ? "" : " and ");
-            p1_json_sink_text(sink, names[i]);
-            first = 0;
-        }
-    }
-}
-
-static void trip(mcpb_pump1_t *pump, int fault)
-{
+    pump_text_args_t args = {NULL, {NULL, 0}, 0};
+    json_out_t out;
+    json_sink_t sink;
+    args.pump = pump;
+    args.number = pump->deadman_ms / 1000;
+    p1_json_out_init(&out, pump->fault_text, sizeof pump->fault_text - 1);
+    p1_json_sink_init(&sink, &out, 0);
+    p1_pump_write_text(&sink, text, &args);
+    pump->fault_text[out.len < out.cap ? out.len : out.cap] = '\0';
     pump->fault = fault;
     pump->state = PUMP_FAULT;
     pump->dry_ms = 0;
@@ -91,37 +73,18 @@ static void detect_faults(mcpb_pump1_t *pump, uint32_t dt_ms)
     const mcpb_pump1_reading_t *r = &pump->reading;
     double expected;
     if (sensors_failed(pump)) {
-        char names[32];
-        json_out_t out;
-        json_sink_t sink;
-        p1_json_out_init(&out, names, sizeof names - 1);
-        p1_json_sink_init(&sink, &out, 0);
-        p1_pump_write_failed_sensors(pump, &sink);
-        names[out.len < sizeof names ? out.len : sizeof names - 1] = '\0';
-        trip(pump, FAULT_SENSOR_FAILURE);
-        snprintf(pump->fault_text, sizeof pump->fault_text,
-                 "Sensor %s reads nothing valid (open or shorted loop), so the device stopped the pump. "
-                 "Check the sensor wiring, then call reset_fault.",
-                 names);
+        trip(pump, FAULT_SENSOR_FAILURE, P1_SENSOR_FAILURE_TEXT);
         return;
     }
     if (r->motor_temp_c > PUMP_TRIP_C) {
-        trip(pump, FAULT_OVERTEMP);
-        snprintf(pump->fault_text, sizeof pump->fault_text,
-                 "Motor temperature %.1f C is above the trip limit of %d C, so the drive stopped the pump. "
-                 "Let the motor cool below %d C, then call reset_fault.",
-                 r->motor_temp_c, (int)PUMP_TRIP_C, (int)PUMP_RESET_C);
+        trip(pump, FAULT_OVERTEMP, P1_OVERTEMP_TEXT);
         return;
     }
     expected = PUMP_RATED_FLOW_LPM * pump->speed / PUMP_MAX_RPM;
     if (pump->state == PUMP_RUNNING && r->flow_lpm < PUMP_DRY_FLOW_PERCENT / 100.0 * expected) {
         pump->dry_ms += dt_ms;
         if (pump->dry_ms >= pump->dry_run_ms) {
-            trip(pump, FAULT_DRY_RUN);
-            snprintf(pump->fault_text, sizeof pump->fault_text,
-                     "Flow stayed below %d%% of the expected %.0f L/min while running: the pump is running dry. "
-                     "Check priming and the suction side, then call reset_fault.",
-                     PUMP_DRY_FLOW_PERCENT, expected);
+            trip(pump, FAULT_DRY_RUN, P1_DRY_RUN_TEXT); /* quotes `expected` */
         }
     } else {
         pump->dry_ms = 0;
@@ -138,11 +101,7 @@ void p1_pump_advance(mcpb_pump1_t *pump)
     pump->last_ms = now;
     dt_s = dt_ms / 1000.0;
     if (turning && ticks_diff(now, pump->heard_ms) > (int32_t)pump->deadman_ms) {
-        trip(pump, FAULT_LINK_LOST);
-        snprintf(pump->fault_text, sizeof pump->fault_text,
-                 "No request or ping from the gateway for %lu s while the motor turned, so the device stopped it. "
-                 "Check the network and the gateway, then call reset_fault and start.",
-                 (unsigned long)(pump->deadman_ms / 1000));
+        trip(pump, FAULT_LINK_LOST, P1_LINK_LOST_TEXT);
         turning = 0;
     }
     pump->speed = p1_pump_ramp_toward(pump->speed, turning ? (double)pump->setpoint_rpm : 0.0, dt_s);
@@ -163,17 +122,11 @@ void p1_pump_advance(mcpb_pump1_t *pump)
 
 void p1_pump_controller_init(mcpb_pump1_t *pump)
 {
+    /* the rest of a stopped pump is zero (mcpb_pump1_init cleared it) */
     pump->deadman_ms = (uint32_t)(pump->config.deadman_s * 1000);
     pump->dry_run_ms = (uint32_t)(pump->config.dry_run_s * 1000);
-    pump->state = PUMP_STOPPED;
     pump->setpoint_rpm = pump->config.default_setpoint_rpm;
-    pump->speed = 0.0;
-    pump->fault = FAULT_NONE;
-    pump->fault_text[0] = '\0';
     p1_pump_physics_init(&pump->physics, pump->config.thermal_tau_s);
-    pump->now_ms = pump->last_ms = pump->heard_ms = 0;
-    pump->clock_started = 0;
-    pump->uptime_s = pump->uptime_rem_ms = pump->run_s = pump->run_rem_ms = pump->dry_ms = 0;
     p1_pump_advance(pump);
 }
 
@@ -182,109 +135,105 @@ void p1_pump_heard(mcpb_pump1_t *pump)
     pump->heard_ms = pump->now_ms;
 }
 
-static void command(mcpb_pump1_t *pump)
-{
-    p1_pump_heard(pump);
-    p1_pump_advance(pump);
-}
-
-pump_refusal_t p1_pump_check_speed(json_span_t speed)
+/* The speed's own limits, for a value of any JSON kind (absent counts as null). */
+static pump_refusal_t check_speed(json_span_t speed)
 {
     json_kind_t kind = p1_json_kind(speed);
-    double v;
-    if (kind != JSON_INT && kind != JSON_FLOAT) {
-        return p1_pump_refusal(REFUSE_SPEED_NOT_NUMBER, speed);
-    }
-    v = p1_json_number_value(speed);
-    if (kind == JSON_FLOAT && !(isfinite(v) && v == floor(v))) {
-        return p1_pump_refusal(REFUSE_SPEED_NOT_WHOLE, speed);
-    }
-    if (v < PUMP_MIN_RPM || v > PUMP_MAX_RPM) {
-        return p1_pump_refusal(REFUSE_SPEED_OUT_OF_RANGE, speed);
-    }
-    return p1_pump_refusal(REFUSE_NONE, speed);
-}
-
-static int given(json_span_t value)
-{
-    json_kind_t kind = p1_json_kind(value);
-    return kind != JSON_ABSENT && kind != JSON_NULL;
-}
-
-void p1_pump_get_status(mcpb_pump1_t *pump)
-{
-    command(pump);
-}
-
-pump_refusal_t p1_pump_start(mcpb_pump1_t *pump, json_span_t speed)
-{
-    command(pump);
-    if (given(speed)) {
-        pump_refusal_t refusal = p1_pump_check_speed(speed);
-        if (refusal.kind != REFUSE_NONE) {
-            return refusal;
-        }
-    }
-    if (pump->fault != FAULT_NONE) {
-        return p1_pump_refusal(REFUSE_IN_FAULT, NOTHING);
-    }
-    if (given(speed)) {
-        pump->setpoint_rpm = (int)p1_json_number_value(speed);
-    }
-    if (pump->state == PUMP_STOPPED || pump->state == PUMP_STOPPING) {
-        pump->state = PUMP_STARTING;
-    }
-    return p1_pump_refusal(REFUSE_NONE, NOTHING);
-}
-
-pump_refusal_t p1_pump_set_speed(mcpb_pump1_t *pump, json_span_t speed)
-{
     pump_refusal_t refusal;
-    command(pump);
-    refusal = p1_pump_check_speed(speed);
-    if (refusal.kind != REFUSE_NONE) {
+    double v;
+    refusal.text = P1_SPEED_NOT_NUMBER;
+    refusal.value = speed;
+    if (kind != JSON_INT && kind != JSON_FLOAT) {
         return refusal;
     }
-    if (pump->fault != FAULT_NONE) {
-        return p1_pump_refusal(REFUSE_IN_FAULT, NOTHING);
+    v = p1_json_number_value(speed);
+    refusal.text = NULL;
+    if (kind == JSON_FLOAT && !(isfinite(v) && v == floor(v))) {
+        refusal.text = P1_SPEED_NOT_WHOLE;
+    } else if (v < PUMP_MIN_RPM || v > PUMP_MAX_RPM) {
+        refusal.text = P1_SPEED_OUT_OF_RANGE;
     }
-    if (pump->state == PUMP_STOPPED || pump->state == PUMP_STOPPING) {
-        return p1_pump_refusal(REFUSE_NOT_RUNNING, NOTHING);
-    }
-    pump->setpoint_rpm = (int)p1_json_number_value(speed);
     return refusal;
 }
 
-void p1_pump_stop(mcpb_pump1_t *pump)
+static pump_refusal_t refuse(const char *text)
 {
-    command(pump);
-    if (pump->state == PUMP_STARTING || pump->state == PUMP_RUNNING) {
-        pump->state = pump->speed == 0 ? PUMP_STOPPED : PUMP_STOPPING;
-    }
+    pump_refusal_t refusal = {NULL, {NULL, 0}};
+    refusal.text = text;
+    return refusal;
 }
 
-pump_refusal_t p1_pump_reset_fault(mcpb_pump1_t *pump)
+pump_refusal_t p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments)
 {
-    command(pump);
+    json_span_t key, value, speed = {NULL, 0};
+    json_kind_t kind;
+    int takes_speed = tool == TOOL_START || tool == TOOL_SET_SPEED, stopped;
+    size_t at = 0;
+    pump_refusal_t refusal = refuse(NULL);
+    /* the first argument the tool does not take, as tools.py's _unexpected finds it; else every
+       member is speed_rpm, and the last one counts (a dict) */
+    while (p1_json_kind(arguments) == JSON_OBJECT && p1_json_next_member(arguments, &at, &key, &value)) {
+        if (!(takes_speed && p1_json_string_is(key, "speed_rpm"))) {
+            refusal.text = takes_speed ? P1_UNKNOWN_ARGUMENT_SPEED : P1_UNKNOWN_ARGUMENT_NONE;
+            refusal.value = key;
+            return refusal;
+        }
+        speed = value;
+    }
+    kind = p1_json_kind(speed);
+    if (tool == TOOL_SET_SPEED && kind == JSON_ABSENT) {
+        return refuse(P1_SPEED_MISSING);
+    }
+    /* a command: the model up to now first, and it counts as contact; start with an explicit null
+       (not "use the setpoint") is refused before it, as tools.py refuses it */
+    if (!(tool == TOOL_START && kind == JSON_NULL)) {
+        p1_pump_heard(pump);
+        p1_pump_advance(pump);
+    }
+    stopped = pump->state == PUMP_STOPPED || pump->state == PUMP_STOPPING;
+    if (takes_speed) {
+        if (kind != JSON_ABSENT && (refusal = check_speed(speed)).text != NULL) {
+            return refusal;
+        }
+        if (pump->fault != FAULT_NONE) {
+            return refuse(P1_IN_FAULT);
+        }
+        if (stopped && tool == TOOL_SET_SPEED) {
+            return refuse(P1_NOT_RUNNING);
+        }
+        if (kind != JSON_ABSENT) {
+            pump->setpoint_rpm = (int)p1_json_number_value(speed);
+        }
+        if (stopped) {
+            pump->state = PUMP_STARTING;
+        }
+        return refuse(NULL);
+    }
+    if (tool == TOOL_STOP && !stopped && pump->state != PUMP_FAULT) {
+        pump->state = pump->speed == 0 ? PUMP_STOPPED : PUMP_STOPPING;
+    }
+    if (tool != TOOL_RESET_FAULT) {
+        return refusal;
+    }
     switch (pump->fault) {
     case FAULT_NONE:
-        return p1_pump_refusal(REFUSE_NONE, NOTHING);
+        return refusal;
     case FAULT_OVERTEMP:
         if (!(pump->reading.valid & MCPB_PUMP1_TEMP_VALID)) {
-            return p1_pump_refusal(REFUSE_OVERTEMP_UNREADABLE, NOTHING);
+            return refuse(P1_OVERTEMP_UNREADABLE);
         }
         if (pump->reading.motor_temp_c >= PUMP_RESET_C) {
-            return p1_pump_refusal(REFUSE_OVERTEMP_PERSISTS, NOTHING);
+            return refuse(P1_OVERTEMP_PERSISTS);
         }
         break;
     case FAULT_SENSOR_FAILURE:
         if (sensors_failed(pump)) {
-            return p1_pump_refusal(REFUSE_SENSOR_PERSISTS, NOTHING);
+            return refuse(P1_SENSOR_PERSISTS);
         }
         break;
     case FAULT_DRY_RUN:
         if (dry_run_persists(pump)) {
-            return p1_pump_refusal(REFUSE_DRY_RUN_PERSISTS, NOTHING);
+            return refuse(P1_DRY_RUN_PERSISTS);
         }
         break;
     default:
@@ -293,23 +242,22 @@ pump_refusal_t p1_pump_reset_fault(mcpb_pump1_t *pump)
     pump->fault = FAULT_NONE;
     pump->fault_text[0] = '\0';
     pump->state = pump->speed == 0 ? PUMP_STOPPED : PUMP_STOPPING;
-    return p1_pump_refusal(REFUSE_NONE, NOTHING);
+    return refusal;
 }
 
 void p1_pump_write_status(const mcpb_pump1_t *pump, json_sink_t *sink)
 {
     /* the readings: flow and pressure floored at 0 (a minimum-0 schema), then round(value, digits) */
     static const char *const names[3] = {",\"flow_lpm\":", ",\"pressure_bar\":", ",\"motor_temp_c\":"};
-    static const unsigned char digits[3] = {1, 2, 1};
     const mcpb_pump1_reading_t *r = &pump->reading;
+    pump_text_args_t args = {NULL, {NULL, 0}, 0};
     double values[3];
     int i;
+    args.pump = pump;
     values[0] = r->flow_lpm;
     values[1] = r->pressure_bar;
     values[2] = r->motor_temp_c;
-    p1_json_sink_text(sink, "{\"state\":");
-    p1_json_sink_quoted(sink, p1_pump_state_name(pump->state));
-    p1_json_sink_text(sink, ",\"speed_rpm\":");
+    p1_pump_write_text(sink, "{\"state\":\"" T_STATE "\",\"speed_rpm\":", &args);
     p1_json_sink_int(sink, (long)(pump->speed + 0.5));
     p1_json_sink_text(sink, ",\"setpoint_rpm\":");
     p1_json_sink_int(sink, pump->setpoint_rpm);
@@ -318,22 +266,15 @@ void p1_pump_write_status(const mcpb_pump1_t *pump, json_sink_t *sink)
         if (!(r->valid & (1u << i))) {
             p1_json_sink_text(sink, "null");
         } else {
-            p1_json_float_rounded(sink, i < 2 && values[i] < 0.0 ? 0.0 : values[i], digits[i]);
+            p1_json_fixed(sink, i < 2 && values[i] < 0.0 ? 0.0 : values[i], i == 1 ? 2 : 1, 1);
         }
     }
     p1_json_sink_text(sink, ",\"run_hours\":");
-    p1_json_float_rounded(sink, ((double)pump->run_s + pump->run_rem_ms / 1000.0) / 3600.0, 3);
-    p1_json_sink_text(sink, ",\"fault\":");
-    if (pump->fault == FAULT_NONE) {
-        p1_json_sink_text(sink, "null");
-    } else {
-        p1_json_sink_text(sink, "{\"code\":");
-        p1_json_sink_quoted(sink, p1_pump_fault_code(pump->fault));
-        p1_json_sink_text(sink, ",\"text\":");
-        p1_json_sink_quoted(sink, pump->fault_text);
-        p1_json_sink_char(sink, '}');
-    }
-    p1_json_sink_text(sink, ",\"uptime_s\":");
+    p1_json_fixed(sink, ((double)pump->run_s + pump->run_rem_ms / 1000.0) / 3600.0, 3, 1);
+    p1_pump_write_text(sink, pump->fault == FAULT_NONE ? ",\"fault\":null,\"uptime_s\":"
+                                                       : ",\"fault\":{\"code\":\"" T_FAULT_CODE "\",\"text\":\"" T_FAULT_TEXT
+                                                         "\"},\"uptime_s\":",
+                       &args);
     p1_json_sink_unsigned(sink, pump->uptime_s);
     p1_json_sink_char(sink, '}');
 }

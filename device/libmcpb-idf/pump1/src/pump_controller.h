@@ -16,9 +16,9 @@ enum pump_fault { FAULT_NONE, FAULT_LINK_LOST, FAULT_SENSOR_FAILURE, FAULT_OVERT
 
 #define PUMP_DRY_FLOW_PERCENT 20 /* flow below this share of the expected flow counts as running dry */
 
-const char *p1_pump_state_name(int state);
-const char *p1_pump_fault_code(int fault);
+enum pump_tool { TOOL_GET_STATUS, TOOL_START, TOOL_SET_SPEED, TOOL_STOP, TOOL_RESET_FAULT }; /* schema order */
 
+/* A stopped pump from its settled config; the rest of *pump is zero. */
 void p1_pump_controller_init(mcpb_pump1_t *pump);
 
 /* Advance the model to pump->now_ms: ramp, hardware, counters, transitions, faults. */
@@ -26,18 +26,12 @@ void p1_pump_advance(mcpb_pump1_t *pump);
 
 void p1_pump_heard(mcpb_pump1_t *pump);
 
-/* Commands: a refusal, or kind REFUSE_NONE when the command was carried out. */
-void p1_pump_get_status(mcpb_pump1_t *pump);
-pump_refusal_t p1_pump_start(mcpb_pump1_t *pump, json_span_t speed);     /* absent or null: the setpoint */
-pump_refusal_t p1_pump_set_speed(mcpb_pump1_t *pump, json_span_t speed); /* null is refused */
-void p1_pump_stop(mcpb_pump1_t *pump);
-pump_refusal_t p1_pump_reset_fault(mcpb_pump1_t *pump);
-
-/* The device's own limits on a speed value of any JSON kind (absent counts as null). */
-pump_refusal_t p1_pump_check_speed(json_span_t speed);
-
-/* The names of the sensors that read nothing valid, joined by " and ". */
-void p1_pump_write_failed_sensors(const mcpb_pump1_t *pump, json_sink_t *sink);
+/*
+ * Carry out a tool call (`arguments`: an object or absent): the argument checks of tools.py, then
+ * the command of controller.py. Returns a refusal, or one without text when the command was
+ * carried out.
+ */
+pump_refusal_t p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments);
 
 /* The status object of the tools' outputSchema, compact JSON. */
 void p1_pump_write_status(const mcpb_pump1_t *pump, json_sink_t *sink);

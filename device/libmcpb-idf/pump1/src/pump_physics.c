@@ -6,10 +6,11 @@
 double p1_pump_ramp_toward(double current, double target, double dt_s)
 {
     double step = PUMP_RAMP_RPM_PER_S * dt_s;
-    if (target > current) {
-        return target - current <= step ? target : current + step;
+    /* |target - current| and current - step round as the two branches of physics.py do */
+    if (fabs(target - current) <= step) {
+        return target;
     }
-    return current - target <= step ? target : current - step;
+    return target > current ? current + step : current - step;
 }
 
 void p1_pump_physics_init(mcpb_pump1_physics_t *physics, double thermal_tau_s)

@@ -1,84 +1,161 @@
-/* The texts of the tools' refusals (pump_refusal.h). */
+/* The device's texts (pump_refusal.h). */
 #include "pump_refusal.h"
 
-#include <stdio.h>
+#include <string.h>
 
 #include "json_number.h"
+#include "pump1_schema.h"
 #include "pump_controller.h"
 #include "pump_physics.h"
 
-#define SPEED_RULE "speed_rpm must be a whole number of rpm between 300 and 2900, got "
+/* Phrases that several texts share, written once: the code 0x10 + k stands for the k-th. */
+#define F_RESET "\20"
+#define F_NOTHING "\21"
+#define F_SPEED_RULE "\22"
+#define F_PERSISTS "\23"
+#define F_REQUEST "\24"
+#define F_PARAMS "\25"
+#define F_BYTES "\26"
+#define F_TAKES "\27"
+#define F_STOPPED "\30"
+#define F_SPEED "\31"
+#define F_RANGE "\32"
+#define F_SUCTION "\33"
+#define F_CHECK "\34"
+#define F_DEVICE "\35"
+#define F_THE_PUMP "\36"
+#define F_PUMP_IS "\37"
 
-pump_refusal_t p1_pump_refusal(pump_refusal_kind_t kind, json_span_t value)
-{
-    pump_refusal_t refusal;
-    refusal.kind = kind;
-    refusal.value = value;
-    refusal.takes_speed = 0;
-    return refusal;
-}
+static const char phrases[] = /* one string: each phrase ends in a NUL */
+    ", then call reset_fault\0"
+    " reads nothing valid\0"
+    F_SPEED " must be a whole number of rpm" F_RANGE ", got \0"
+    " fault persists: \0"
+    "Invalid Request: \0"
+    "Invalid params: \0"
+    " bytes\0"
+    ": this tool takes \0"
+    ", so the device stopped \0"
+    "speed_rpm\0"
+    " between 300 and 2900\0"
+    " the suction side\0"
+    ". Check \0"
+    ". This device \0"
+    "the pump\0"
+    "The pump is \0";
 
-static void write_celsius(json_sink_t *sink, double value)
-{
-    char text[32];
-    snprintf(text, sizeof text, "%.1f", value);
-    p1_json_sink_text(sink, text);
-}
+const char P1_UNKNOWN_ARGUMENT_SPEED[] = "Unknown argument " T_STRING F_TAKES "only " F_SPEED ".";
+const char P1_UNKNOWN_ARGUMENT_NONE[] = "Unknown argument " T_STRING F_TAKES "no arguments.";
+const char P1_SPEED_NOT_NUMBER[] = F_SPEED_RULE T_DUMPS;
+const char P1_SPEED_NOT_WHOLE[] = F_SPEED_RULE T_REPR;
+const char P1_SPEED_OUT_OF_RANGE[] = F_SPEED " " T_INT " is out of range: this pump runs" F_RANGE " rpm.";
+const char P1_IN_FAULT[] = F_PUMP_IS "in fault " T_FAULT_CODE ": " T_FAULT_TEXT;
+const char P1_NOT_RUNNING[] =
+    F_PUMP_IS T_STATE "; set_speed only changes a running pump. Call start with " F_SPEED " to run it.";
+const char P1_SPEED_MISSING[] = "set_speed needs " F_SPEED ", the new speed in rpm (300 to 2900).";
+const char P1_OVERTEMP_UNREADABLE[] =
+    "The overtemp fault cannot be reset: the motor temperature sensor" F_NOTHING ".";
+const char P1_OVERTEMP_PERSISTS[] = "The overtemp" F_PERSISTS "the motor is at " T_TEMP
+                                    " C, above the reset limit of 85 C. Let it cool" F_RESET " again.";
+const char P1_SENSOR_PERSISTS[] = "The sensor_failure" F_PERSISTS "sensor " T_SENSORS " still" F_NOTHING
+                                  F_CHECK "its wiring" F_RESET " again.";
+const char P1_DRY_RUN_PERSISTS[] = "The dry_run" F_PERSISTS F_THE_PUMP " still has no water on its suction side. "
+                                   "Prime it and check" F_SUCTION F_RESET " again.";
 
-void p1_pump_write_refusal(const mcpb_pump1_t *pump, const pump_refusal_t *refusal, json_sink_t *sink)
+const char P1_LINK_LOST_TEXT[] = "No request or ping from the gateway for " T_NUMBER " s while the motor turned"
+                                 F_STOPPED "it" F_CHECK "the network and the gateway" F_RESET " and start.";
+const char P1_SENSOR_FAILURE_TEXT[] = "Sensor " T_SENSORS F_NOTHING " (open or shorted loop)" F_STOPPED F_THE_PUMP
+                                      F_CHECK "the sensor wiring" F_RESET ".";
+const char P1_OVERTEMP_TEXT[] = "Motor temperature " T_TEMP " C is above the trip limit of 95 C, so the drive "
+                                "stopped " F_THE_PUMP ". Let the motor cool below 85 C" F_RESET ".";
+const char P1_DRY_RUN_TEXT[] = "Flow stayed below 20% of the expected " T_FLOW " L/min while running: "
+                               F_THE_PUMP " is running dry" F_CHECK "priming and" F_SUCTION F_RESET ".";
+
+const char P1_PARSE_ERROR[] = "Parse error: the frame is not valid JSON (" T_NUMBER F_BYTES ")";
+const char P1_REQUEST_TOO_LARGE[] =
+    "Request too large: " T_NUMBER F_BYTES "; this device accepts frames of at most " T_FRAME_MAX F_BYTES;
+const char P1_RESPONSE_TOO_LARGE[] = "Response too large: " T_NUMBER F_BYTES;
+const char P1_NOT_AN_OBJECT[] = F_REQUEST "send one JSON-RPC object per frame, no batches";
+const char P1_BAD_ID[] = F_REQUEST "id must be a string or an integer";
+const char P1_NO_METHOD[] = F_REQUEST "needs \"jsonrpc\":\"2.0\" and a method";
+const char P1_PARAMS_NOT_OBJECT[] = F_PARAMS "params must be an object";
+const char P1_ARGUMENTS_NOT_OBJECT[] = F_PARAMS "arguments must be an object";
+const char P1_UNKNOWN_CURSOR[] = F_PARAMS "unknown cursor " T_DUMPS;
+const char P1_UNKNOWN_TOOL[] = "Unknown tool: " T_DUMPS F_DEVICE "offers " T_TOOLS;
+const char P1_UNKNOWN_METHOD[] =
+    "Method not found: " T_STRING F_DEVICE "answers initialize, ping, tools/list and tools/call";
+
+static const char *const fault_codes[] = {"", "link_lost", "sensor_failure", "overtemp", "dry_run"};
+static const char *const state_names[] = {"stopped", "starting", "running", "stopping", "fault"};
+
+void p1_pump_write_text(json_sink_t *sink, const char *text, const pump_text_args_t *args)
 {
-    switch (refusal->kind) {
-    case REFUSE_NONE:
-        break;
-    case REFUSE_UNKNOWN_ARGUMENT:
-        p1_json_sink_text(sink, "Unknown argument ");
-        p1_json_sink_string_text(sink, refusal->value);
-        p1_json_sink_text(sink, refusal->takes_speed ? ": this tool takes only speed_rpm."
-                                                  : ": this tool takes no arguments.");
-        break;
-    case REFUSE_SPEED_NOT_NUMBER:
-        p1_json_sink_text(sink, SPEED_RULE);
-        p1_json_sink_dumps(sink, refusal->value);
-        break;
-    case REFUSE_SPEED_NOT_WHOLE:
-        p1_json_sink_text(sink, SPEED_RULE);
-        p1_json_number_repr(sink, refusal->value);
-        break;
-    case REFUSE_SPEED_OUT_OF_RANGE:
-        p1_json_sink_text(sink, "speed_rpm ");
-        p1_json_number_as_int(sink, refusal->value);
-        p1_json_sink_text(sink, " is out of range: this pump runs between 300 and 2900 rpm.");
-        break;
-    case REFUSE_IN_FAULT:
-        p1_json_sink_text(sink, "The pump is in fault ");
-        p1_json_sink_text(sink, p1_pump_fault_code(pump->fault));
-        p1_json_sink_text(sink, ": ");
-        p1_json_sink_text(sink, pump->fault_text);
-        break;
-    case REFUSE_NOT_RUNNING:
-        p1_json_sink_text(sink, "The pump is ");
-        p1_json_sink_text(sink, p1_pump_state_name(pump->state));
-        p1_json_sink_text(sink, "; set_speed only changes a running pump. Call start with speed_rpm to run it.");
-        break;
-    case REFUSE_SPEED_MISSING:
-        p1_json_sink_text(sink, "set_speed needs speed_rpm, the new speed in rpm (300 to 2900).");
-        break;
-    case REFUSE_OVERTEMP_UNREADABLE:
-        p1_json_sink_text(sink, "The overtemp fault cannot be reset: the motor temperature sensor reads nothing valid.");
-        break;
-    case REFUSE_OVERTEMP_PERSISTS:
-        p1_json_sink_text(sink, "The overtemp fault persists: the motor is at ");
-        write_celsius(sink, pump->reading.motor_temp_c);
-        p1_json_sink_text(sink, " C, above the reset limit of 85 C. Let it cool, then call reset_fault again.");
-        break;
-    case REFUSE_SENSOR_PERSISTS:
-        p1_json_sink_text(sink, "The sensor_failure fault persists: sensor ");
-        p1_pump_write_failed_sensors(pump, sink);
-        p1_json_sink_text(sink, " still reads nothing valid. Check its wiring, then call reset_fault again.");
-        break;
-    case REFUSE_DRY_RUN_PERSISTS:
-        p1_json_sink_text(sink, "The dry_run fault persists: the pump still has no water on its suction side. "
-                             "Prime it and check the suction side, then call reset_fault again.");
-        break;
+    static const char *const sensors[] = {"flow", "pressure", "temperature"};
+    const mcpb_pump1_t *pump = args->pump;
+    const char *sep;
+    int c, i;
+    while ((c = (unsigned char)*text++) != 0) {
+        switch (c) {
+        case 1:
+            p1_json_sink_text(sink, fault_codes[pump->fault]);
+            break;
+        case 2:
+            p1_json_sink_text(sink, pump->fault_text);
+            break;
+        case 3:
+            p1_json_sink_text(sink, state_names[pump->state]);
+            break;
+        case 4:
+            sep = "";
+            for (i = 0; i < 3; i++) {
+                if (!(pump->reading.valid & (1u << i))) {
+                    p1_json_sink_text(sink, sep);
+                    p1_json_sink_text(sink, sensors[i]);
+                    sep = " and ";
+                }
+            }
+            break;
+        case 5:
+            p1_json_fixed(sink, pump->reading.motor_temp_c, 1, 0);
+            break;
+        case 6:
+            p1_json_fixed(sink, PUMP_RATED_FLOW_LPM * pump->speed / PUMP_MAX_RPM, 0, 0);
+            break;
+        case 7:
+            p1_json_sink_dumps(sink, args->value);
+            break;
+        case 8:
+            p1_json_sink_string_text(sink, args->value);
+            break;
+        case 9:
+            p1_json_number_repr(sink, args->value);
+            break;
+        case 10:
+            p1_json_number_as_int(sink, args->value);
+            break;
+        case 11:
+            p1_json_sink_unsigned(sink, args->number);
+            break;
+        case 12:
+            for (i = 0; i < PUMP1_TOOL_COUNT; i++) {
+                p1_json_sink_text(sink, i == 0 ? "" : ", ");
+                p1_json_sink_text(sink, pump1_tools[i].name);
+            }
+            break;
+        case 13:
+            p1_json_sink_unsigned(sink, (unsigned long)pump->config.frame_max);
+            break;
+        default:
+            if (c >= 0x10 && c < 0x20) {
+                const char *phrase = phrases;
+                for (c -= 0x10; c > 0; c--) {
+                    phrase += strlen(phrase) + 1;
+                }
+                p1_pump_write_text(sink, phrase, args);
+            } else {
+                p1_json_sink_char(sink, (uint32_t)c);
+            }
+            break;
+        }
     }
 }
