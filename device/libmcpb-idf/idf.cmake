@@ -14,3 +14,13 @@ idf_component_register(
     PRIV_REQUIRES esp_timer driver esp_hw_support log freertos mbedtls)
 
 target_compile_options(${COMPONENT_LIB} PRIVATE -std=gnu99 -Wall -Wextra)
+
+# The ways in built into the core (Kconfig MCPB_WITH_*, include/mcpb/features.h); PUBLIC, so that
+# the application sees the same switches as the core.
+foreach(way WEBSOCKET MULTIPLEX SERIAL)
+    if(CONFIG_MCPB_WITH_${way})
+        target_compile_definitions(${COMPONENT_LIB} PUBLIC MCPB_WITH_${way}=1)
+    else()
+        target_compile_definitions(${COMPONENT_LIB} PUBLIC MCPB_WITH_${way}=0)
+    endif()
+endforeach()

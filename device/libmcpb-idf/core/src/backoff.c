@@ -17,16 +17,18 @@ static uint32_t jittered(uint32_t ceiling, uint32_t random32)
 
 uint32_t mcpb_backoff_next(mcpb_backoff_t *backoff, uint32_t random32)
 {
-    uint64_t ceiling = backoff->min_ms;
-    uint32_t doublings = backoff->failures < 16 ? backoff->failures : 16;
-    ceiling <<= doublings;
+    uint32_t ceiling = backoff->min_ms, i;
+    /* min_ms doubled once per failure (16 at most), never past max_ms; 32-bit: no libgcc shifts */
+    for (i = 0; i < backoff->failures && i < 16; i++) {
+        ceiling = ceiling > backoff->max_ms / 2 ? backoff->max_ms : ceiling * 2;
+    }
     if (ceiling > backoff->max_ms) {
         ceiling = backoff->max_ms;
     }
     if (backoff->failures < UINT32_MAX) {
         backoff->failures++;
     }
-    return jittered((uint32_t)ceiling, random32);
+    return jittered(ceiling, random32);
 }
 
 uint32_t mcpb_backoff_refused(mcpb_backoff_t *backoff, uint32_t random32)

@@ -40,21 +40,12 @@ static void copy_text(char *out, size_t cap, const char *text, size_t len)
     out[len] = '\0';
 }
 
-static const char *kind_name(mcpb_link_kind_t kind)
-{
-    switch (kind) {
-    case MCPB_LINK_CONNECTED: return "connected";
-    case MCPB_LINK_REFUSED: return "refused";
-    case MCPB_LINK_CLOSED: return "closed";
-    default: return "error";
-    }
-}
+static const char *const kind_names[] = {"", "connected", "refused", "closed", "error"};
 
 static void emit(mcpb_client_t *client, mcpb_link_kind_t kind, int close_code, int http_status, const char *slot,
                  const char *reason, size_t reason_len, uint32_t retry_in_ms)
 {
     mcpb_link_event_t *event = &client->last_event;
-    memset(event, 0, sizeof(*event));
     event->kind = kind;
     event->close_code = close_code;
     event->http_status = http_status;
@@ -62,7 +53,7 @@ static void emit(mcpb_client_t *client, mcpb_link_kind_t kind, int close_code, i
     copy_text(event->reason, sizeof(event->reason), reason, reason_len);
     event->retry_in_ms = retry_in_ms;
     mcpb__log(client, kind == MCPB_LINK_CONNECTED ? MCPB_LOG_INFO : MCPB_LOG_WARN,
-              "link %s%s%s code=%d http=%d retry_in_ms=%lu: %s", kind_name(kind), slot[0] ? " slot=" : "", slot,
+              "link %s%s%s code=%d http=%d retry_in_ms=%lu: %s", kind_names[kind], slot[0] ? " slot=" : "", slot,
               close_code, http_status, (unsigned long)retry_in_ms, event->reason);
     if (client->config.on_event != NULL) {
         client->config.on_event(client->config.event_ctx, event);
@@ -115,15 +106,12 @@ static int send_register(mcpb_client_t *client, size_t slot_index)
     hello.schema = slot->schema;
     /* Only a bare frame on a serial line names its slot: a URL or an envelope names it elsewhere. */
     len = mcpb_register_frame(client->buffers.answer, client->buffers.answer_cap, &hello,
-                              config->way == MCPB_WAY_SERIAL && !mcpb__enveloped(client) ? slot->name : NULL,
-                              slot->aggregate);
+                              WAY_SERIAL(client) && !ENVELOPED(client) ? slot->name : NULL, slot->aggregate);
     if (len == 0) {
-        mcpb__log(client, MCPB_LOG_ERROR, "register frame > %lu bytes",
-                  (unsigned long)client->buffers.answer_cap);
+        mcpb__log(client, MCPB_LOG_ERROR, "register frame too long");
         return 0;
     }
-    return sent(client, mcpb__send_message(client, mcpb__enveloped(client) ? slot_index : MCPB_NO_SLOT,
-                                           client->buffers.answer, len));
+    return sent(client, mcpb__send_message(client, slot_index, client->buffers.answer, len));
 }
 
 static int send_registers(mcpb_client_t *client)
@@ -144,7 +132,7 @@ static void link_up(mcpb_client_t *client)
     client->links++;
     client->carried = 0;
     client->since_ms = now(client);
-    if (client->config.way == MCPB_WAY_SERIAL) {
+    if (WAY_SERIAL(client)) {
         mcpb_cobs_decoder_init(&client->cobs, client->buffers.message, client->buffers.message_cap);
     } else {
         mcpb_ws_rx_init(&client->ws, client->buffers.message, client->buffers.message_cap);
@@ -181,17 +169,15 @@ static void run_handler(mcpb_client_t *client, size_t slot_index, char *message,
     const mcpb_slot_t *slot = &client->config.slots[slot_index];
     char reason[MCPB_REASON_MAX + 1];
     int answer;
-    if (mcpb_refusal_in(message, len, reason, sizeof(reason))) {
-        emit(client, MCPB_LINK_REFUSED, 0, 0, mcpb__enveloped(client) ? slot->name : "", reason, strlen(reason),
-             0);
+    if (SPOTS_REFUSALS(client) && mcpb_refusal_in(message, len, reason, sizeof(reason))) {
+        emit(client, MCPB_LINK_REFUSED, 0, 0, ENVELOPED(client) ? slot->name : "", reason, strlen(reason), 0);
         return;
     }
     client->messages_in++;
     answer = slot->handler(slot->handler_ctx, message, len, client->buffers.answer, client->buffers.answer_cap);
     if (answer < 0) {
         client->dropped++;
-        mcpb__log(client, MCPB_LOG_WARN, "answer for %s > %lu bytes: not sent", slot->name,
-                  (unsigned long)client->buffers.answer_cap);
+        mcpb__log(client, MCPB_LOG_WARN, "%s: answer too long, not sent", slot->name);
     } else if (answer > 0) {
         size_t size = (size_t)answer < client->buffers.answer_cap ? (size_t)answer : client->buffers.answer_cap;
         sent(client, mcpb__send_message(client, slot_index, client->buffers.answer, size));
@@ -203,11 +189,11 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
     char name[MCPB_SLOT_MAX + 1];
     size_t payload_at, payload_len, slot_index;
     client->carried = 1;
-    if (client->config.way == MCPB_WAY_SERIAL && mcpb_is_register_request(message, len)) {
+    if (WAY_SERIAL(client) && mcpb_is_register_request(message, len)) {
         send_registers(client);
         return;
     }
-    if (!mcpb__enveloped(client)) {
+    if (!ENVELOPED(client)) {
         run_handler(client, 0, message, len);
         return;
     }
@@ -216,14 +202,12 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
             emit(client, MCPB_LINK_REFUSED, 0, 0, "", name, strlen(name), 0);
         } else {
             client->dropped++;
-            mcpb__log(client, MCPB_LOG_WARN, "dropped: no envelope");
         }
         return;
     }
     slot_index = slot_named(client, name);
     if (slot_index == MCPB_NO_SLOT) {
         client->dropped++;
-        mcpb__log(client, MCPB_LOG_WARN, "dropped: no slot %s", name);
         return;
     }
     message[payload_at + payload_len] = '\0'; /* the envelope's closing brace or a space: no longer needed */
@@ -231,13 +215,12 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
 }
 
 /* A message over the cap was skipped; its request still gets an answer naming the cap. */
-static void refuse_oversize(mcpb_client_t *client, const uint8_t *head, size_t head_len, uint64_t size)
+static void refuse_oversize(mcpb_client_t *client, const uint8_t *head, size_t head_len, uint32_t size)
 {
-    size_t frame_max = client->buffers.message_cap - 5;
     size_t slot_index = 0, len;
     client->carried = 1;
     client->dropped++;
-    if (mcpb__enveloped(client)) {
+    if (ENVELOPED(client)) {
         char name[MCPB_SLOT_MAX + 1];
         size_t at, value_len;
         slot_index = MCPB_NO_SLOT;
@@ -246,14 +229,11 @@ static void refuse_oversize(mcpb_client_t *client, const uint8_t *head, size_t h
             slot_index = slot_named(client, name);
         }
         if (slot_index == MCPB_NO_SLOT) {
-            mcpb__log(client, MCPB_LOG_WARN, "dropped: no slot");
             return;
         }
     }
-    mcpb__log(client, MCPB_LOG_WARN, "refused %llu bytes > %lu",
-              (unsigned long long)size, (unsigned long)frame_max);
     len = mcpb_too_large_answer(client->buffers.answer, client->buffers.answer_cap, (const char *)head, head_len,
-                                (unsigned long long)size, frame_max);
+                                size, client->buffers.message_cap - 5);
     if (len > 0) {
         sent(client, mcpb__send_message(client, slot_index, client->buffers.answer, len));
     }
@@ -261,6 +241,9 @@ static void refuse_oversize(mcpb_client_t *client, const uint8_t *head, size_t h
 
 static void on_ws_event(mcpb_client_t *client, const mcpb_ws_event_t *event)
 {
+    if (!WAY_WS(client) && event->kind > MCPB_WS_OVERSIZE) {
+        return; /* a serial link makes no WebSocket events: a serial-only build drops their code */
+    }
     switch (event->kind) {
     case MCPB_WS_MESSAGE:
         heard(client);
@@ -308,7 +291,7 @@ static void feed_pending(mcpb_client_t *client)
         const uint8_t *bytes = client->buffers.rx + client->pending_at;
         mcpb_ws_event_t event;
         size_t used;
-        if (client->config.way == MCPB_WAY_SERIAL) {
+        if (WAY_SERIAL(client)) {
             mcpb_frame_t frame;
             used = mcpb_cobs_decoder_feed(&client->cobs, bytes, client->pending, &frame);
             memset(&event, 0, sizeof(event));
@@ -335,7 +318,7 @@ static void dial(mcpb_client_t *client)
     uint8_t nonce[16];
     size_t i, len;
     if (client->port.connect(client->port.ctx, config->host, config->port) < 0) {
-        if (config->way == MCPB_WAY_SERIAL) {
+        if (WAY_SERIAL(client)) {
             mcpb_format(reason, sizeof(reason), "cannot open %s", config->host);
         } else {
             mcpb_format(reason, sizeof(reason), "cannot connect to %s:%u", config->host, (unsigned)config->port);
@@ -343,27 +326,24 @@ static void dial(mcpb_client_t *client)
         link_failed(client, reason);
         return;
     }
-    if (config->way == MCPB_WAY_SERIAL) {
+    if (!WAY_WS(client)) {
         link_up(client);
         return;
     }
-    if (config->way == MCPB_WAY_WS_DEDICATED) {
-        mcpb_ws_provider_path(config->slots[0].name, path, sizeof(path));
-    } else {
+    if (WAY_MULTIPLEX(client)) {
         strcpy(path, "/providers");
+    } else {
+        mcpb_ws_provider_path(config->slots[0].name, path, sizeof(path));
     }
     for (i = 0; i < 16; i += 4) {
         uint32_t bits = client->port.random32(client->port.ctx);
-        nonce[i] = (uint8_t)bits;
-        nonce[i + 1] = (uint8_t)(bits >> 8);
-        nonce[i + 2] = (uint8_t)(bits >> 16);
-        nonce[i + 3] = (uint8_t)(bits >> 24);
+        memcpy(nonce + i, &bits, 4); /* random bytes: their order does not matter */
     }
     mcpb_ws_make_key(nonce, client->key);
     len = mcpb_ws_request(client->buffers.answer, client->buffers.answer_cap, config->host, config->port, path,
                           client->key, config->token, config->agent != NULL ? config->agent : "libmcpb-idf");
     if (len == 0 || client->port.send(client->port.ctx, (const uint8_t *)client->buffers.answer, len) < 0) {
-        link_failed(client, len == 0 ? "upgrade request too long" : "cannot send upgrade");
+        link_failed(client, len == 0 ? "upgrade request too long" : "cannot send the upgrade");
         return;
     }
     client->state = MCPB_STATE_UPGRADING;
@@ -390,7 +370,6 @@ static void refused_upgrade(mcpb_client_t *client, const mcpb_http_response_t *r
 static void upgrade_step(mcpb_client_t *client, uint32_t timeout_ms)
 {
     mcpb_http_response_t response;
-    char reason[MCPB_REASON_MAX + 1];
     const char *failure = NULL; /* set when no more bytes will come */
     uint32_t wait = until(client, client->since_ms + client->config.handshake_ms);
     size_t room = client->buffers.message_cap - 1 - client->head_len;
@@ -399,8 +378,7 @@ static void upgrade_step(mcpb_client_t *client, uint32_t timeout_ms)
         room = client->buffers.rx_cap;
     }
     if (wait == 0) {
-        mcpb_format(reason, sizeof(reason), "no upgrade answer in %lu ms", (unsigned long)client->config.handshake_ms);
-        failure = reason;
+        failure = "no upgrade answer in time";
     } else if (room == 0) {
         failure = "upgrade answer too long";
     } else {
@@ -417,10 +395,8 @@ static void upgrade_step(mcpb_client_t *client, uint32_t timeout_ms)
     }
     parsed = mcpb_ws_parse_response((const char *)client->buffers.message, client->head_len, client->key, &response);
     if (parsed < 0) {
-        link_failed(client, "the answer to the upgrade is not HTTP");
-        return;
-    }
-    if (parsed > 0 && response.status != 101) {
+        failure = "upgrade answer not HTTP";
+    } else if (parsed > 0 && response.status != 101) {
         /* A refusal: its body is the reason, and may come in later reads than the head. */
         size_t body = client->head_len - response.head_len;
         if (failure == NULL && body < response.content_length && body < MCPB_REASON_MAX) {
@@ -428,16 +404,14 @@ static void upgrade_step(mcpb_client_t *client, uint32_t timeout_ms)
         }
         refused_upgrade(client, &response);
         return;
+    } else if (failure == NULL && parsed > 0 && !response.accept_ok) {
+        failure = "wrong Sec-WebSocket-Accept";
     }
     if (failure != NULL) {
         link_failed(client, failure);
         return;
     }
     if (parsed == 0) {
-        return;
-    }
-    if (!response.accept_ok) {
-        link_failed(client, "wrong Sec-WebSocket-Accept in the upgrade answer");
         return;
     }
     /* Frames that came with the 101 are the tail of the last read. */
@@ -454,7 +428,7 @@ static void open_step(mcpb_client_t *client, uint32_t timeout_ms)
         char reason[MCPB_REASON_MAX + 1];
         mcpb_format(reason, sizeof(reason), "no frame or ping from the gateway for %lu s",
                  (unsigned long)(client->config.silence_ms / 1000));
-        if (client->config.way != MCPB_WAY_SERIAL) {
+        if (WAY_WS(client)) {
             mcpb__send_close(client, 1001, "device reconnecting: the gateway went silent");
         }
         link_failed(client, reason);
@@ -463,13 +437,28 @@ static void open_step(mcpb_client_t *client, uint32_t timeout_ms)
     got = client->port.recv(client->port.ctx, client->buffers.rx, client->buffers.rx_cap,
                             timeout_ms < silence_left ? timeout_ms : silence_left);
     if (got < 0) {
-        link_down(client, MCPB_LINK_CLOSED, client->config.way == MCPB_WAY_SERIAL ? 0 : 1006, 0,
+        link_down(client, MCPB_LINK_CLOSED, WAY_WS(client) ? 1006 : 0, 0,
                   "connection lost", 15);
         return;
     }
     client->pending = (size_t)got;
     client->pending_at = 0;
     feed_pending(client);
+}
+
+/* NULL when the way is built in, else why the client cannot take it. */
+static const char *way_missing(mcpb_way_t way)
+{
+    switch (way) {
+    case MCPB_WAY_WS_DEDICATED:
+        return MCPB_WITH_WEBSOCKET ? NULL : "built without MCPB_WITH_WEBSOCKET";
+    case MCPB_WAY_WS_MULTIPLEX:
+        return MCPB_WITH_MULTIPLEX ? NULL : "built without MCPB_WITH_MULTIPLEX";
+    case MCPB_WAY_SERIAL:
+        return MCPB_WITH_SERIAL ? NULL : "built without MCPB_WITH_SERIAL";
+    default:
+        return "unknown way";
+    }
 }
 
 int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, const mcpb_port_t *port,
@@ -502,11 +491,13 @@ int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, 
                buffers->answer_cap < 512 || buffers->rx == NULL || buffers->rx_cap < 16 || buffers->tx == NULL ||
                buffers->tx_cap < 64) {
         problem = "buffers too small";
+    } else {
+        problem = way_missing(config->way);
     }
     for (i = 0; problem == NULL && i < config->slot_count; i++) {
         size_t len = config->slots[i].name != NULL ? strlen(config->slots[i].name) : 0;
         if (len == 0 || len > MCPB_SLOT_MAX || config->slots[i].handler == NULL) {
-            problem = "slot needs a name (1-64 bytes), a handler";
+            problem = "slot needs a name (1-64 bytes) and a handler";
         }
     }
     if (problem != NULL) {
@@ -533,6 +524,9 @@ uint32_t mcpb_client_poll(mcpb_client_t *client, uint32_t timeout_ms)
         return 0;
     }
     case MCPB_STATE_UPGRADING:
+        if (!WAY_WS(client)) {
+            return timeout_ms;
+        }
         upgrade_step(client, timeout_ms);
         if (client->state == MCPB_STATE_OPEN) {
             feed_pending(client);
@@ -560,7 +554,7 @@ int mcpb_client_send(mcpb_client_t *client, size_t slot_index, const char *messa
 
 void mcpb_client_stop(mcpb_client_t *client, const char *reason)
 {
-    if (client->state == MCPB_STATE_OPEN && client->config.way != MCPB_WAY_SERIAL) {
+    if (client->state == MCPB_STATE_OPEN && WAY_WS(client)) {
         mcpb__send_close(client, 1001, reason != NULL ? reason : "device shutting down");
     }
     if (client->state != MCPB_STATE_STOPPED) {

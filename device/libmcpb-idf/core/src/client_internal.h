@@ -1,4 +1,4 @@
-/* What the client's source files share: sending, logging and events. Not part of the API. */
+/* What the client's source files share: sending, logging and the way of the link. Not part of the API. */
 #ifndef MCPB_CLIENT_INTERNAL_H
 #define MCPB_CLIENT_INTERNAL_H
 
@@ -6,8 +6,17 @@
 
 #define MCPB_NO_SLOT ((size_t)-1) /* a bare message: no envelope */
 
-/* 1 when messages on this link are wrapped in {"provider":…,"payload":…}. */
-int mcpb__enveloped(const mcpb_client_t *client);
+/* The way of the link: constant when the build has one way only (mcpb/features.h), so the other
+ * ways' code is dropped. mcpb_client_init refuses the ways that are not built in. */
+#define WAY_SERIAL(c) (MCPB_WITH_SERIAL && (!MCPB_WITH_WEBSOCKET || (c)->config.way == MCPB_WAY_SERIAL))
+#define WAY_WS(c) (MCPB_WITH_WEBSOCKET && !WAY_SERIAL(c))
+#define WAY_MULTIPLEX(c) (MCPB_WITH_MULTIPLEX && (c)->config.way == MCPB_WAY_WS_MULTIPLEX)
+/* An error with id null is a refusal on the links that have no close code for a slot (serial,
+ * /providers); the dedicated WebSocket is refused by HTTP status and close code only, and the
+ * gateway sends no such error there: its messages all go to the handler, unscanned. */
+#define SPOTS_REFUSALS(c) (WAY_SERIAL(c) || WAY_MULTIPLEX(c))
+/* Messages on this link are wrapped in {"provider":…,"payload":…}. */
+#define ENVELOPED(c) (WAY_MULTIPLEX(c) || (WAY_SERIAL(c) && (c)->config.slot_count > 1))
 
 /* One message, enveloped for slot_index when the link wants envelopes: 0, or -1 when the port failed. */
 int mcpb__send_message(mcpb_client_t *client, size_t slot_index, const char *message, size_t len);

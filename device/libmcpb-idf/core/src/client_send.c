@@ -34,7 +34,7 @@ static int put(void *ctx, const uint8_t *data, size_t len)
             take = len;
         }
         memcpy(buffers->tx + writer->fill, data, take);
-        if (writer->masking) {
+        if (MCPB_WITH_WEBSOCKET && writer->masking) {
             mcpb_ws_mask(buffers->tx + writer->fill, take, writer->mask, writer->phase);
             writer->phase += take;
         }
@@ -51,10 +51,7 @@ static int put(void *ctx, const uint8_t *data, size_t len)
 static void random_mask(mcpb_client_t *client, uint8_t mask[4])
 {
     uint32_t bits = client->port.random32(client->port.ctx);
-    mask[0] = (uint8_t)bits;
-    mask[1] = (uint8_t)(bits >> 8);
-    mask[2] = (uint8_t)(bits >> 16);
-    mask[3] = (uint8_t)(bits >> 24);
+    memcpy(mask, &bits, 4); /* random bytes: their order does not matter */
 }
 
 /* Writes the pieces as one message: a masked text frame, or one COBS frame. */
@@ -68,7 +65,7 @@ static int send_pieces(mcpb_client_t *client, uint8_t opcode, const uint8_t *con
     for (i = 0; i < count; i++) {
         total += lens[i];
     }
-    if (client->config.way == MCPB_WAY_SERIAL) {
+    if (WAY_SERIAL(client)) {
         mcpb_cobs_encoder_t enc;
         mcpb_cobs_encoder_begin(&enc, put, &writer);
         for (i = 0; i < count; i++) {
@@ -89,19 +86,13 @@ static int send_pieces(mcpb_client_t *client, uint8_t opcode, const uint8_t *con
     return flush(&writer);
 }
 
-int mcpb__enveloped(const mcpb_client_t *client)
-{
-    return client->config.way == MCPB_WAY_WS_MULTIPLEX ||
-           (client->config.way == MCPB_WAY_SERIAL && client->config.slot_count > 1);
-}
-
 int mcpb__send_message(mcpb_client_t *client, size_t slot_index, const char *message, size_t len)
 {
     /* room for {"provider":"<64 bytes, each escaped as \u00XX at worst>","payload": */
     char prefix[12 + MCPB_SLOT_MAX * 6 + 2 + 11 + 1];
     const uint8_t *pieces[3];
     size_t lens[3];
-    if (slot_index == MCPB_NO_SLOT || !mcpb__enveloped(client)) {
+    if (slot_index == MCPB_NO_SLOT || !ENVELOPED(client)) {
         pieces[0] = (const uint8_t *)message;
         lens[0] = len;
         return send_pieces(client, MCPB_WS_TEXT, pieces, lens, 1);

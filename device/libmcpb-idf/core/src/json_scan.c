@@ -37,12 +37,8 @@ static int is_scalar_char(char c)
 
 size_t mcpb_json_skip_value(const char *json, size_t len, size_t at)
 {
-    uint64_t is_array = 0; /* one bit per open container: 1 array, 0 object */
+    uint8_t is_array[MCPB_JSON_MAX_DEPTH / 8] = {0}; /* one bit per open container: 1 array, 0 object */
     unsigned depth = 0;
-    at = skip_space(json, len, at);
-    if (at >= len) {
-        return 0;
-    }
     do {
         char c;
         at = skip_space(json, len, at);
@@ -59,14 +55,13 @@ size_t mcpb_json_skip_value(const char *json, size_t len, size_t at)
             if (depth == MCPB_JSON_MAX_DEPTH) {
                 return 0;
             }
-            is_array = (is_array << 1) | (c == '[' ? 1u : 0u);
+            is_array[depth / 8] = (uint8_t)((is_array[depth / 8] & ~(1u << depth % 8)) | (c == '[') << depth % 8);
             depth++;
             at++;
         } else if (c == '}' || c == ']') {
-            if (depth == 0 || (int)(is_array & 1u) != (c == ']')) {
+            if (depth == 0 || ((is_array[(depth - 1) / 8] >> (depth - 1) % 8) & 1u) != (c == ']')) {
                 return 0;
             }
-            is_array >>= 1;
             depth--;
             at++;
         } else if (c == ',' || c == ':') {
@@ -131,29 +126,17 @@ int mcpb_json_member(const char *json, size_t len, const char *key, size_t *valu
     return -1;
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
+/* The four hex digits at json[at] (inside a checked string, so no control bytes), or -1. */
 static long read_hex4(const char *json, size_t len, size_t at)
 {
     long value = 0;
-    size_t i;
-    if (at + 4 > len) {
+    size_t end = at + 4;
+    if (end > len) {
         return -1;
     }
-    for (i = 0; i < 4; i++) {
-        int digit = hex_value(json[at + i]);
+    for (; at < end; at++) {
+        int c = json[at] | 0x20; /* lower case; digits keep their value */
+        int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
         if (digit < 0) {
             return -1;
         }
@@ -162,75 +145,48 @@ static long read_hex4(const char *json, size_t len, size_t at)
     return value;
 }
 
-/* Appends a code point as UTF-8; 0 on success. */
-static int put_utf8(char *out, size_t out_cap, size_t *n, unsigned long cp)
-{
-    size_t count = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4, i;
-    if (*n + count >= out_cap) {
-        return -1;
-    }
-    for (i = count - 1; i > 0; i--) {
-        out[*n + i] = (char)(0x80 | (cp & 0x3F));
-        cp >>= 6;
-    }
-    out[*n] = (char)(count == 1 ? cp : ((0xFFu << (8 - count)) & 0xFFu) | cp);
-    *n += count;
-    return 0;
-}
-
 int mcpb_json_string(const char *json, size_t len, char *out, size_t out_cap)
 {
+    static const char escapes[] = "\"\"\\\\//b\bf\fn\nr\rt\t"; /* a letter, what it stands for */
     size_t at = 1, n = 0;
     if (len < 2 || json[0] != '"' || skip_string(json, len, 0) != len || out_cap == 0) {
         return -1;
     }
     while (at < len - 1) {
-        char c = json[at++];
-        if (c != '\\') {
-            if (n + 1 >= out_cap) {
-                return -1;
-            }
-            out[n++] = c;
-            continue;
-        }
-        c = json[at++];
-        if (c == 'u') {
-            long cp = read_hex4(json, len - 1, at);
-            if (cp < 0) {
-                return -1;
-            }
-            at += 4;
-            if (cp >= 0xD800 && cp < 0xDC00) {
-                long low;
-                if (at + 1 >= len - 1 || json[at] != '\\' || json[at + 1] != 'u') {
-                    return -1;
-                }
-                low = read_hex4(json, len - 1, at + 2);
+        unsigned long cp = (unsigned char)json[at++];
+        size_t count = 1, i;
+        if (cp == '\\' && json[at] == 'u') {
+            long high = read_hex4(json, len - 1, at + 1), low;
+            at += 5;
+            if (high >= 0xD800 && high < 0xDC00) { /* a surrogate pair */
+                low = at + 1 < len - 1 && json[at] == '\\' && json[at + 1] == 'u' ? read_hex4(json, len - 1, at + 2)
+                                                                                 : -1;
                 if (low < 0xDC00 || low > 0xDFFF) {
                     return -1;
                 }
                 at += 6;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                high = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+            } else if (high < 0 || (high >= 0xDC00 && high <= 0xDFFF)) {
                 return -1;
             }
-            if (put_utf8(out, out_cap, &n, (unsigned long)cp) < 0) {
-                return -1;
-            }
-            continue;
-        }
-        {
-            static const char escapes[] = "\"\"\\\\//b\bf\fn\nr\rt\t"; /* a letter, what it stands for */
-            const char *hit = c != 0 ? strchr(escapes, c) : NULL;
+            cp = (unsigned long)high;
+            count = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+        } else if (cp == '\\') {
+            const char *hit = strchr(escapes, json[at++]); /* json[at] is not the closing quote's NUL */
             if (hit == NULL || (hit - escapes) % 2 != 0) {
                 return -1;
             }
-            c = hit[1];
+            cp = (unsigned char)hit[1];
         }
-        if (n + 1 >= out_cap) {
+        if (n + count >= out_cap) {
             return -1;
         }
-        out[n++] = c;
+        for (i = count - 1; i > 0; i--) { /* UTF-8 continuation bytes, last first */
+            out[n + i] = (char)(0x80 | (cp & 0x3F));
+            cp >>= 6;
+        }
+        out[n] = (char)(count == 1 ? cp : ((0xFFu << (8 - count)) & 0xFFu) | cp);
+        n += count;
     }
     out[n] = '\0';
     return (int)n;
@@ -246,43 +202,53 @@ int mcpb_json_put_raw(char *out, size_t out_cap, size_t *at, const char *text, s
     return 0;
 }
 
-int mcpb_json_put_string(char *out, size_t out_cap, size_t *at, const char *text)
+static size_t put_char(char *out, size_t limit, size_t n, char c)
+{
+    if (n < limit) {
+        out[n] = c;
+    }
+    return n + 1;
+}
+
+/* Writes text at out[n] (as a JSON string literal when quoted) as far as limit allows; returns where
+ * the whole text ends, so that a caller learns its length also when it was cut. */
+static size_t put_text(char *out, size_t limit, size_t n, const char *text, int quoted)
 {
     static const char hex[] = "0123456789abcdef";
     static const char special[] = "\"\\\n\r\t\b\f";
     static const char letter[] = "\"\\nrtbf";
-    size_t n = *at;
     const unsigned char *c;
-    if (n >= out_cap) {
-        return -1;
+    if (quoted) {
+        n = put_char(out, limit, n, '"');
     }
-    out[n++] = '"';
     for (c = (const unsigned char *)text; *c != 0; c++) {
-        const char *hit = strchr(special, *c);
-        char escaped[6];
+        const char *hit = quoted ? strchr(special, *c) : NULL;
+        char piece[6];
         size_t len = 1, i;
-        escaped[0] = (char)*c;
+        piece[0] = (char)*c;
         if (hit != NULL) {
-            escaped[0] = '\\';
-            escaped[1] = letter[hit - special];
+            piece[0] = '\\';
+            piece[1] = letter[hit - special];
             len = 2;
-        } else if (*c < 0x20) {
-            memcpy(escaped, "\\u00", 4);
-            escaped[4] = hex[*c >> 4];
-            escaped[5] = hex[*c & 15];
+        } else if (quoted && *c < 0x20) {
+            memcpy(piece, "\\u00", 4);
+            piece[4] = hex[*c >> 4];
+            piece[5] = hex[*c & 15];
             len = 6;
         }
-        if (out_cap - n < len) {
-            return -1;
-        }
         for (i = 0; i < len; i++) {
-            out[n++] = escaped[i];
+            n = put_char(out, limit, n, piece[i]);
         }
     }
-    if (n >= out_cap) {
+    return quoted ? put_char(out, limit, n, '"') : n;
+}
+
+int mcpb_json_put_string(char *out, size_t out_cap, size_t *at, const char *text)
+{
+    size_t n = put_text(out, out_cap, *at, text, 1);
+    if (n > out_cap) {
         return -1;
     }
-    out[n++] = '"';
     *at = n;
     return 0;
 }
@@ -290,44 +256,27 @@ int mcpb_json_put_string(char *out, size_t out_cap, size_t *at, const char *text
 size_t mcpb_json_id_in(const char *head, size_t len, char *out, size_t out_cap)
 {
     size_t at, end;
-    const char *found = NULL;
-    for (at = 0; at + 4 <= len; at++) {
-        if (memcmp(head + at, "\"id\"", 4) == 0) {
-            found = head + at;
-            break;
-        }
-    }
-    if (found == NULL) {
-        return 0;
+    for (at = 0; at + 4 <= len && memcmp(head + at, "\"id\"", 4) != 0; at++) {
     }
     at = skip_space(head, len, at + 4);
     if (at >= len || head[at] != ':') {
         return 0;
     }
     at = skip_space(head, len, at + 1);
-    if (at >= len) {
-        return 0;
-    }
-    if (head[at] == '"') {
-        end = skip_string(head, len, at);
-        if (end == 0) {
-            return 0;
-        }
+    if (at < len && head[at] == '"') {
+        end = skip_string(head, len, at); /* 0 when cut */
     } else {
-        end = at;
-        if (end < len && head[end] == '-') {
-            end++;
-        }
+        end = at < len && head[at] == '-' ? at + 1 : at;
         while (end < len && head[end] >= '0' && head[end] <= '9') {
             end++;
         }
         /* cut off by the end of the head, a fraction, or not a number: not the request's id */
-        if (end == at || head[end - 1] == '-' || end == len ||
-            strchr(" \t\r\n,}", head[end]) == NULL || head[end] == '\0') {
+        if (end == len || head[end - 1] < '0' || head[end - 1] > '9' || head[end] == '\0' ||
+            strchr(" \t\r\n,}", head[end]) == NULL) {
             return 0;
         }
     }
-    if (end - at + 1 > out_cap) {
+    if (end <= at || end - at + 1 > out_cap) {
         return 0;
     }
     memcpy(out, head + at, end - at);
@@ -337,20 +286,20 @@ size_t mcpb_json_id_in(const char *head, size_t len, char *out, size_t out_cap)
 
 size_t mcpb_vformat(char *out, size_t cap, const char *format, va_list args)
 {
-    size_t n = 0;
+    size_t n = 0, limit = cap > 0 ? cap - 1 : 0;
     for (; *format != '\0'; format++) {
         char digits[24];
         char *p = digits + sizeof(digits) - 1;
-        const char *piece;
         *p = '\0';
         if (*format != '%') {
-            *--p = *format;
-            piece = p;
-        } else if (*++format == 's') {
-            piece = va_arg(args, const char *);
+            n = put_char(out, limit, n, *format);
+        } else if (*++format == 's' || *format == 'j') {
+            const char *text = va_arg(args, const char *);
+            n = text != NULL ? put_text(out, limit, n, text, *format == 'j') : n;
         } else {
             unsigned long long value;
             int negative = 0, longs = 0;
+            uint32_t high, low;
             while (*format == 'l') {
                 format++;
                 longs++;
@@ -368,19 +317,20 @@ size_t mcpb_vformat(char *out, size_t cap, const char *format, va_list args)
             } else {
                 value = va_arg(args, unsigned long long);
             }
+            /* value / 10 in 32-bit pieces: no 64-bit division from libgcc on a 32-bit core */
+            high = (uint32_t)(value >> 16 >> 16);
+            low = (uint32_t)value;
             do {
-                *--p = (char)('0' + (int)(value % 10u));
-                value /= 10u;
-            } while (value != 0);
+                uint32_t mid = (high % 10u) << 16 | low >> 16;
+                uint32_t bottom = (mid % 10u) << 16 | (low & 0xFFFFu);
+                high /= 10u;
+                low = (mid / 10u) << 16 | bottom / 10u;
+                *--p = (char)('0' + (int)(bottom % 10u));
+            } while ((high | low) != 0);
             if (negative) {
                 *--p = '-';
             }
-            piece = p;
-        }
-        for (; *piece != '\0'; piece++, n++) {
-            if (n + 1 < cap) {
-                out[n] = *piece;
-            }
+            n = put_text(out, limit, n, p, 0);
         }
     }
     if (cap > 0) {

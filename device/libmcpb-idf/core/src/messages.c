@@ -1,54 +1,41 @@
 /* Builders and spotters for the core's own JSON-RPC messages (see mcpb/messages.h). */
 #include "mcpb/messages.h"
 
+#include <stdarg.h>
 #include <string.h>
 
 #include "mcpb/json_scan.h"
-
-#define PUT_RAW(text) mcpb_json_put_raw(out, out_cap, &n, text, sizeof(text) - 1)
 
 static const char *or_empty(const char *text)
 {
     return text != NULL ? text : "";
 }
 
+/* mcpb_vformat with %j: its length, 0 when it does not fit (with its NUL). */
+static size_t json_format(char *out, size_t out_cap, const char *format, ...)
+{
+    va_list args;
+    size_t n;
+    va_start(args, format);
+    n = mcpb_vformat(out, out_cap, format, args);
+    va_end(args);
+    return n < out_cap ? n : 0;
+}
+
 size_t mcpb_register_frame(char *out, size_t out_cap, const mcpb_hello_t *hello, const char *slot, int aggregate)
 {
-    /* each piece: its literal, then its value as a JSON string when it has one */
-    static const char *const literal[] = {
-        "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/register\",\"params\":{\"hello\":{\"device_id\":",
-        ",\"firmware\":{\"name\":", ",\"version\":", "}", ",\"schema\":", "}", ",\"slot\":",
-        ",\"aggregate\":true", "}}"};
-    const char *value[9] = {NULL};
-    size_t n = 0, i;
-    int bad = 0;
-    value[0] = or_empty(hello->device_id);
-    value[1] = or_empty(hello->firmware_name);
-    value[2] = or_empty(hello->firmware_version);
-    value[4] = hello->schema != NULL && hello->schema[0] != '\0' ? hello->schema : NULL;
-    value[6] = slot;
-    for (i = 0; i < 9; i++) {
-        if ((i == 4 || i == 6) && value[i] == NULL) {
-            continue;
-        }
-        if (i == 7 && !aggregate) {
-            continue;
-        }
-        bad |= mcpb_json_put_raw(out, out_cap, &n, literal[i], strlen(literal[i]));
-        if (value[i] != NULL) {
-            bad |= mcpb_json_put_string(out, out_cap, &n, value[i]);
-        }
-    }
-    return bad ? 0 : n;
+    const char *schema = hello->schema != NULL && hello->schema[0] != '\0' ? hello->schema : NULL;
+    return json_format(out, out_cap,
+                       "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/register\",\"params\":{\"hello\":{"
+                       "\"device_id\":%j,\"firmware\":{\"name\":%j,\"version\":%j}%s%j}%s%j%s}}",
+                       or_empty(hello->device_id), or_empty(hello->firmware_name), or_empty(hello->firmware_version),
+                       schema != NULL ? ",\"schema\":" : "", schema, slot != NULL ? ",\"slot\":" : "", slot,
+                       aggregate ? ",\"aggregate\":true" : "");
 }
 
 size_t mcpb_envelope_prefix(char *out, size_t out_cap, const char *slot)
 {
-    size_t n = 0;
-    int bad = PUT_RAW("{\"provider\":");
-    bad |= mcpb_json_put_string(out, out_cap, &n, slot);
-    bad |= PUT_RAW(",\"payload\":");
-    return bad ? 0 : n;
+    return json_format(out, out_cap, "{\"provider\":%j,\"payload\":", slot);
 }
 
 int mcpb_envelope_parse(const char *message, size_t len, char slot[MCPB_SLOT_MAX + 1], size_t *payload_at,
@@ -102,7 +89,7 @@ int mcpb_refusal_in(const char *message, size_t len, char *reason, size_t reason
 }
 
 size_t mcpb_too_large_answer(char *out, size_t out_cap, const char *head, size_t head_len,
-                             unsigned long long size, size_t frame_max)
+                             uint32_t size, size_t frame_max)
 {
     char id[MCPB_SLOT_MAX + 4];
     size_t n;
@@ -111,7 +98,7 @@ size_t mcpb_too_large_answer(char *out, size_t out_cap, const char *head, size_t
     }
     n = mcpb_format(out, out_cap,
                  "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32600,\"message\":\"Request too large: "
-                 "%llu bytes; this device accepts frames of at most %lu bytes\"}}",
-                 id, size, (unsigned long)frame_max);
+                 "%lu bytes; this device accepts frames of at most %lu bytes\"}}",
+                 id, (unsigned long)size, (unsigned long)frame_max);
     return n < out_cap ? n : 0;
 }

@@ -75,19 +75,19 @@ void mcpb_sha1_update(mcpb_sha1_t *sha, const void *data, size_t len)
 
 void mcpb_sha1_final(mcpb_sha1_t *sha, uint8_t digest[MCPB_SHA1_BYTES])
 {
+    static const uint8_t pad = 0x80, zero = 0;
     uint32_t bits = sha->total_bytes * 8u;
+    uint8_t length[8] = {0};
     unsigned i;
-    sha->block[sha->block_len++] = 0x80;
-    if (sha->block_len > 56) {
-        memset(sha->block + sha->block_len, 0, 64 - sha->block_len);
-        compress(sha->state, sha->block);
-        sha->block_len = 0;
-    }
-    memset(sha->block + sha->block_len, 0, 60 - sha->block_len);
     for (i = 0; i < 4; i++) {
-        sha->block[60 + i] = (uint8_t)(bits >> (24 - 8 * i));
+        length[4 + i] = (uint8_t)(bits >> (24 - 8 * i));
     }
-    compress(sha->state, sha->block);
+    /* 0x80, zeros up to 56 bytes in the block, the length: the padding goes through update */
+    mcpb_sha1_update(sha, &pad, 1);
+    while (sha->block_len != 56) {
+        mcpb_sha1_update(sha, &zero, 1);
+    }
+    mcpb_sha1_update(sha, length, 8);
     for (i = 0; i < 20; i++) {
         digest[i] = (uint8_t)(sha->state[i / 4] >> (24 - 8 * (i % 4)));
     }

@@ -20,23 +20,15 @@ void mcpb_ws_mask(uint8_t *data, size_t len, const uint8_t mask[4], size_t phase
     }
 }
 
-size_t mcpb_ws_header(uint8_t out[MCPB_WS_MAX_HEADER], uint8_t opcode, uint64_t len, const uint8_t mask[4])
+size_t mcpb_ws_header(uint8_t out[MCPB_WS_MAX_HEADER], uint8_t opcode, size_t len, const uint8_t mask[4])
 {
-    size_t n = 2, i;
+    uint32_t bits = (uint32_t)len;
+    size_t n = len < 126 ? 2 : len < 65536 ? 4 : 10, i;
     out[0] = (uint8_t)(0x80u | opcode);
-    if (len < 126) {
-        out[1] = (uint8_t)len;
-    } else if (len < 65536) {
-        out[1] = 126;
-        out[2] = (uint8_t)(len >> 8);
-        out[3] = (uint8_t)len;
-        n = 4;
-    } else {
-        out[1] = 127;
-        for (i = 0; i < 8; i++) {
-            out[2 + i] = (uint8_t)(len >> (56 - 8 * i));
-        }
-        n = 10;
+    out[1] = (uint8_t)(n == 2 ? len : n == 4 ? 126 : 127);
+    for (i = n; i > 2; i--) { /* big endian, the high half of a 64-bit length 0 */
+        out[i - 1] = (uint8_t)bits;
+        bits >>= 8;
     }
     if (mask != NULL) {
         out[1] |= 0x80u;
@@ -46,58 +38,40 @@ size_t mcpb_ws_header(uint8_t out[MCPB_WS_MAX_HEADER], uint8_t opcode, uint64_t 
     return n;
 }
 
-static size_t fail(mcpb_ws_rx_t *rx, mcpb_ws_event_t *event, const char *why, size_t consumed)
-{
-    rx->failed = 1;
-    event->kind = MCPB_WS_PROTOCOL_ERROR;
-    event->error = why;
-    return consumed;
-}
-
 /* The header is complete: check it and set up the payload. NULL when fine, else why not. */
 static const char *start_frame(mcpb_ws_rx_t *rx)
 {
-    uint8_t first = rx->header[0], second = rx->header[1];
-    size_t at = 2, i;
-    uint64_t size = second & 0x7Fu;
-    rx->fin = (first & 0x80u) != 0;
+    uint8_t first = rx->header[0];
+    size_t at = rx->header_need - (rx->masked ? 4 : 0), i;
+    uint32_t size = rx->header[1] & 0x7Fu, high = 0;
+    rx->fin = first >> 7;
     rx->opcode = first & 0x0Fu;
-    rx->masked = (second & 0x80u) != 0; /* servers do not mask; tolerated anyway */
-    if (first & 0x70u) {
-        return "reserved bits set without an extension";
-    }
-    if (size == 126) {
-        size = (uint64_t)rx->header[2] << 8 | rx->header[3];
-        at = 4;
-    } else if (size == 127) {
+    if (at > 2) { /* 16 or 64 bits, big endian */
         size = 0;
-        for (i = 0; i < 8; i++) {
-            size = size << 8 | rx->header[2 + i];
-        }
-        at = 10;
-        if (size >> 63) {
-            return "frame length with the top bit set";
+        for (i = 2; i < at; i++) {
+            high |= size >> 24;
+            size = size << 8 | rx->header[i];
         }
     }
-    if (rx->masked) {
-        memcpy(rx->mask, rx->header + at, 4);
-    }
-    rx->remaining = size;
+    memcpy(rx->mask, rx->header + at, 4); /* servers do not mask; tolerated anyway */
+    rx->remaining = high != 0 ? UINT32_MAX : size; /* 4 GB or more: over any cap (it will not come) */
     rx->phase = 0;
+    if (first & 0x70u) {
+        return "reserved bits set";
+    }
+    if (at == 10 && (rx->header[2] & 0x80u)) {
+        return "length top bit set";
+    }
     if (rx->opcode >= 8) {
-        if (rx->opcode > MCPB_WS_PONG_FRAME) {
-            return "unknown control opcode";
-        }
-        if (size > 125 || !rx->fin) {
-            return "malformed control frame";
-        }
         rx->control_len = 0;
-        return NULL;
+        return rx->opcode > MCPB_WS_PONG_FRAME ? "unknown control opcode"
+               : size > 125 || !rx->fin       ? "malformed control frame"
+                                               : NULL;
     }
     if (rx->opcode > MCPB_WS_BINARY) {
         return "unknown data opcode";
     }
-    if ((rx->opcode == 0) != (rx->in_message != 0)) {
+    if ((rx->opcode == 0) != rx->in_message) {
         return "bad fragment sequence";
     }
     if (rx->opcode != 0) {
@@ -105,129 +79,117 @@ static const char *start_frame(mcpb_ws_rx_t *rx)
         rx->message_len = 0;
         rx->skipping = 0;
     }
-    if (!rx->skipping && size > (uint64_t)(rx->cap - 1 - rx->message_len)) {
+    if (!rx->skipping && rx->remaining > rx->cap - 1 - rx->message_len) {
         rx->skipping = 1;
-        rx->skipped = rx->message_len;
+        rx->skipped = (uint32_t)rx->message_len;
         rx->head_len = rx->message_len < MCPB_HEAD_BYTES ? rx->message_len : MCPB_HEAD_BYTES;
         memcpy(rx->head, rx->buf, rx->head_len);
     }
     return NULL;
 }
 
-/* The frame's payload is complete: 1 when that makes an event. */
-static int end_frame(mcpb_ws_rx_t *rx, mcpb_ws_event_t *event)
-{
-    rx->header_len = 0;
-    rx->header_need = 2;
-    switch (rx->opcode) {
-    case MCPB_WS_PING_FRAME:
-    case MCPB_WS_PONG_FRAME:
-        event->kind = rx->opcode == MCPB_WS_PING_FRAME ? MCPB_WS_PING : MCPB_WS_PONG;
-        event->data = rx->control;
-        event->len = rx->control_len;
-        return 1;
-    case MCPB_WS_CLOSE_FRAME:
-        if (rx->control_len == 1) {
-            return -1;
-        }
-        event->kind = MCPB_WS_CLOSE;
-        event->close_code = rx->control_len >= 2 ? (rx->control[0] << 8 | rx->control[1]) : 1005;
-        event->data = rx->control_len >= 2 ? rx->control + 2 : rx->control;
-        event->len = rx->control_len >= 2 ? rx->control_len - 2 : 0;
-        return 1;
-    default:
-        break;
-    }
-    if (!rx->fin) {
-        return 0;
-    }
-    rx->in_message = 0;
-    if (rx->skipping) {
-        rx->skipping = 0;
-        event->kind = MCPB_WS_OVERSIZE;
-        event->size = rx->skipped;
-        event->head = rx->head;
-        event->head_len = rx->head_len;
-        return 1;
-    }
-    rx->buf[rx->message_len] = 0;
-    event->kind = MCPB_WS_MESSAGE;
-    event->data = rx->buf;
-    event->len = rx->message_len;
-    return 1;
-}
-
 static void take_payload(mcpb_ws_rx_t *rx, const uint8_t *data, size_t take)
 {
     uint8_t *target;
+    size_t keep = take;
     if (rx->opcode >= 8) {
         target = rx->control + rx->control_len;
         rx->control_len += take;
-    } else if (rx->skipping) {
-        size_t keep = MCPB_HEAD_BYTES - rx->head_len;
-        if (keep > take) {
-            keep = take;
-        }
-        memcpy(rx->head + rx->head_len, data, keep);
-        if (rx->masked) {
-            mcpb_ws_mask(rx->head + rx->head_len, keep, rx->mask, rx->phase);
+    } else if (rx->skipping) { /* only the head is kept, for the request's id */
+        target = rx->head + rx->head_len;
+        if (keep > MCPB_HEAD_BYTES - rx->head_len) {
+            keep = MCPB_HEAD_BYTES - rx->head_len;
         }
         rx->head_len += keep;
-        rx->skipped += take;
-        rx->phase += take;
-        rx->remaining -= take;
-        return;
+        rx->skipped = rx->skipped > UINT32_MAX - take ? UINT32_MAX : rx->skipped + (uint32_t)take;
     } else {
         target = rx->buf + rx->message_len;
         rx->message_len += take;
     }
-    memcpy(target, data, take);
+    memcpy(target, data, keep);
     if (rx->masked) {
-        mcpb_ws_mask(target, take, rx->mask, rx->phase);
+        mcpb_ws_mask(target, keep, rx->mask, rx->phase);
     }
     rx->phase += take;
-    rx->remaining -= take;
+    rx->remaining -= (uint32_t)take;
+}
+
+/* The frame's payload is complete: fills event when that makes one. NULL, or what was wrong. */
+static const char *end_frame(mcpb_ws_rx_t *rx, mcpb_ws_event_t *event)
+{
+    static const uint8_t control_kinds[] = {MCPB_WS_CLOSE, MCPB_WS_PING, MCPB_WS_PONG};
+    rx->header_len = 0;
+    rx->header_need = 2;
+    if (rx->opcode >= 8) {
+        event->kind = (mcpb_ws_event_kind_t)control_kinds[rx->opcode - 8];
+        event->data = rx->control;
+        event->len = rx->control_len;
+        if (rx->opcode == MCPB_WS_CLOSE_FRAME) {
+            event->close_code = 1005;
+            if (rx->control_len == 1) {
+                return "one-byte close payload";
+            }
+            if (rx->control_len >= 2) {
+                event->close_code = rx->control[0] << 8 | rx->control[1];
+                event->data += 2;
+                event->len -= 2;
+            }
+        }
+    } else if (rx->fin) {
+        rx->in_message = 0;
+        if (rx->skipping) {
+            rx->skipping = 0;
+            event->kind = MCPB_WS_OVERSIZE;
+            event->size = rx->skipped;
+            event->head = rx->head;
+            event->head_len = rx->head_len;
+        } else {
+            rx->buf[rx->message_len] = 0;
+            event->kind = MCPB_WS_MESSAGE;
+            event->data = rx->buf;
+            event->len = rx->message_len;
+        }
+    }
+    return NULL;
 }
 
 size_t mcpb_ws_rx_feed(mcpb_ws_rx_t *rx, const uint8_t *data, size_t len, mcpb_ws_event_t *event)
 {
     size_t at = 0;
+    const char *why = NULL;
     memset(event, 0, sizeof(*event));
     if (rx->failed) {
-        return fail(rx, event, "the stream already failed", len);
+        why = "stream already failed";
+        at = len;
     }
-    while (at < len || (rx->header_len == rx->header_need && rx->remaining == 0)) {
+    while (why == NULL && event->kind == MCPB_WS_NONE) {
         if (rx->header_len < rx->header_need) {
+            if (at == len) {
+                return at;
+            }
             rx->header[rx->header_len++] = data[at++];
             if (rx->header_len == 2) {
                 uint8_t size = rx->header[1] & 0x7Fu;
-                rx->header_need = 2 + (size == 126 ? 2 : size == 127 ? 8 : 0) + ((rx->header[1] & 0x80u) ? 4 : 0);
+                rx->masked = rx->header[1] >> 7;
+                rx->header_need = 2 + (size == 126 ? 2 : size == 127 ? 8 : 0) + (rx->masked ? 4 : 0);
             }
             if (rx->header_len == rx->header_need) {
-                const char *why = start_frame(rx);
-                if (why != NULL) {
-                    return fail(rx, event, why, at);
-                }
+                why = start_frame(rx);
             }
-            continue;
-        }
-        if (rx->remaining > 0) {
-            size_t take = len - at;
-            if ((uint64_t)take > rx->remaining) {
-                take = (size_t)rx->remaining;
-            }
+        } else {
+            size_t take = len - at < rx->remaining ? len - at : rx->remaining;
             take_payload(rx, data + at, take);
             at += take;
-        }
-        if (rx->remaining == 0) {
-            int made = end_frame(rx, event);
-            if (made < 0) {
-                return fail(rx, event, "close frame with a one-byte payload", at);
-            }
-            if (made) {
+            if (rx->remaining > 0) {
                 return at;
             }
+            why = end_frame(rx, event);
         }
+    }
+    if (why != NULL) {
+        rx->failed = 1;
+        event->kind = MCPB_WS_PROTOCOL_ERROR;
+        event->error = why;
     }
     return at;
 }

@@ -10,26 +10,22 @@ static const char ws_guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
 size_t mcpb_ws_provider_path(const char *slot, char *out, size_t out_cap)
 {
-    static const char prefix[] = "/provider/";
     static const char hex[] = "0123456789ABCDEF";
-    size_t n = sizeof(prefix) - 1;
+    size_t n = 10;
     const unsigned char *c;
     if (out_cap <= n) {
         return 0;
     }
-    memcpy(out, prefix, n);
+    memcpy(out, "/provider/", n);
     for (c = (const unsigned char *)slot; *c != 0; c++) {
-        int unreserved = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
-                         *c == '-' || *c == '.' || *c == '_' || *c == '~';
-        if (unreserved) {
-            if (n + 1 >= out_cap) {
-                return 0;
-            }
+        int plain = ((*c | 0x20) >= 'a' && (*c | 0x20) <= 'z') || (*c >= '0' && *c <= '9') ||
+                    strchr("-._~", *c) != NULL; /* unreserved: the rest is percent-encoded */
+        if (n + (plain ? 1 : 3) >= out_cap) {
+            return 0;
+        }
+        if (plain) {
             out[n++] = (char)*c;
         } else {
-            if (n + 3 >= out_cap) {
-                return 0;
-            }
             out[n++] = '%';
             out[n++] = hex[*c >> 4];
             out[n++] = hex[*c & 15];
@@ -68,47 +64,33 @@ size_t mcpb_ws_request(char *out, size_t out_cap, const char *host, uint16_t por
     return n < out_cap ? n : 0;
 }
 
-static int lower(int c)
+/* The value of header `name` (lower case, with its colon) when the line at buf[at] is that header,
+ * its leading blanks skipped; else NULL. */
+static const char *header_value(const char *buf, size_t at, size_t end, const char *name)
 {
-    return c >= 'A' && c <= 'Z' ? c + 32 : c;
-}
-
-/* 1 when line[0..len) starts with `name` and a colon, ignoring case; *value gets what follows, trimmed. */
-static int header_named(const char *line, size_t len, const char *name, const char **value, size_t *value_len)
-{
-    size_t name_len = strlen(name), i;
-    if (len <= name_len || line[name_len] != ':') {
-        return 0;
-    }
-    for (i = 0; i < name_len; i++) {
-        if (lower((unsigned char)line[i]) != lower((unsigned char)name[i])) {
-            return 0;
+    for (; *name != '\0'; name++, at++) {
+        int c = at < end ? (unsigned char)buf[at] : 0;
+        if ((c >= 'A' && c <= 'Z' ? c + 32 : c) != *name) {
+            return NULL;
         }
     }
-    i = name_len + 1;
-    while (i < len && (line[i] == ' ' || line[i] == '\t')) {
-        i++;
+    while (at < end && (buf[at] == ' ' || buf[at] == '\t')) {
+        at++;
     }
-    while (len > i && (line[len - 1] == ' ' || line[len - 1] == '\t')) {
-        len--;
-    }
-    *value = line + i;
-    *value_len = len - i;
-    return 1;
+    return buf + at;
 }
 
 int mcpb_ws_parse_response(const char *buf, size_t len, const char *key, mcpb_http_response_t *response)
 {
     size_t end = 0, at, i;
     char accept[MCPB_WS_ACCEPT_CHARS + 1];
-    for (i = 0; i + 3 < len; i++) {
-        if (memcmp(buf + i, "\r\n\r\n", 4) == 0) {
-            end = i + 4;
-            break;
-        }
-    }
     if (len >= 5 && memcmp(buf, "HTTP/", 5) != 0) {
         return -1;
+    }
+    for (i = 0; end == 0 && i + 3 < len; i++) {
+        if (memcmp(buf + i, "\r\n\r\n", 4) == 0) {
+            end = i + 4;
+        }
     }
     if (end == 0) {
         return 0;
@@ -116,39 +98,38 @@ int mcpb_ws_parse_response(const char *buf, size_t len, const char *key, mcpb_ht
     memset(response, 0, sizeof(*response));
     response->head_len = end;
     /* "HTTP/1.1 101 Switching Protocols" */
-    at = 5;
-    while (at < end && buf[at] != ' ') {
-        at++;
+    for (at = 5; at < end && buf[at] != ' '; at++) {
     }
-    if (at + 4 > end || buf[at + 1] < '1' || buf[at + 1] > '5' || buf[at + 2] < '0' || buf[at + 2] > '9' ||
-        buf[at + 3] < '0' || buf[at + 3] > '9') {
+    for (i = 1; i <= 3; i++) {
+        if (at + i >= end || buf[at + i] < '0' || buf[at + i] > '9') {
+            return -1;
+        }
+        response->status = response->status * 10 + (buf[at + i] - '0');
+    }
+    if (response->status < 100 || response->status > 599) {
         return -1;
     }
-    response->status = (buf[at + 1] - '0') * 100 + (buf[at + 2] - '0') * 10 + (buf[at + 3] - '0');
     mcpb_ws_accept_for(key, accept);
-    while (at < end && buf[at] != '\n') {
-        at++;
-    }
-    at++;
-    while (at < end) {
-        size_t line_end = at;
+    for (; at < end; at++) {
         const char *value;
-        size_t value_len;
-        while (line_end < end && buf[line_end] != '\r' && buf[line_end] != '\n') {
-            line_end++;
+        if (buf[at - 1] != '\n') {
+            continue; /* headers start after a line end */
         }
-        if (header_named(buf + at, line_end - at, "sec-websocket-accept", &value, &value_len)) {
-            response->accept_ok = value_len == MCPB_WS_ACCEPT_CHARS && memcmp(value, accept, value_len) == 0;
-        } else if (header_named(buf + at, line_end - at, "content-length", &value, &value_len)) {
+        if ((value = header_value(buf, at, end, "sec-websocket-accept:")) != NULL) {
+            const char *after = value + MCPB_WS_ACCEPT_CHARS;
+            if ((size_t)(buf + end - value) > MCPB_WS_ACCEPT_CHARS &&
+                memcmp(value, accept, MCPB_WS_ACCEPT_CHARS) == 0) {
+                while (*after == ' ' || *after == '\t') {
+                    after++;
+                }
+                response->accept_ok = *after == '\r' || *after == '\n';
+            }
+        } else if ((value = header_value(buf, at, end, "content-length:")) != NULL) {
             size_t number = 0;
-            for (i = 0; i < value_len && value[i] >= '0' && value[i] <= '9' && number < 100000000u; i++) {
-                number = number * 10 + (size_t)(value[i] - '0');
+            for (; *value >= '0' && *value <= '9' && number < 100000000u; value++) {
+                number = number * 10 + (size_t)(*value - '0');
             }
             response->content_length = number;
-        }
-        at = line_end;
-        while (at < end && (buf[at] == '\r' || buf[at] == '\n')) {
-            at++;
         }
     }
     return 1;

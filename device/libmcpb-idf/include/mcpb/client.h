@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "mcpb/backoff.h"
+#include "mcpb/features.h"
 #include "mcpb/messages.h"
 #include "mcpb/port.h"
 #include "mcpb/serial_frame.h"
@@ -105,25 +106,26 @@ typedef enum {
     MCPB_STATE_STOPPED
 } mcpb_client_state_t;
 
+/* The fields used most come first: a small core reaches them with short instructions. */
 typedef struct {
-    mcpb_client_config_t config;
-    mcpb_port_t port;
-    mcpb_buffers_t buffers;
     mcpb_client_state_t state;
-    mcpb_backoff_t backoff;
     uint32_t dial_at_ms;          /* IDLE: when to dial */
     uint32_t since_ms;            /* UPGRADING: when it started; OPEN: last frame heard */
     int carried;                  /* this link delivered a message from the gateway */
     size_t pending;               /* bytes of rx[] not fed yet, starting at pending_at */
     size_t pending_at;
     size_t head_len;              /* UPGRADING: response bytes gathered in message[] */
+    mcpb_port_t port;
+    mcpb_buffers_t buffers;
+    mcpb_client_config_t config;
+    mcpb_backoff_t backoff;
+    uint32_t links;               /* links made so far */
+    uint32_t messages_in;         /* messages handed to handlers */
+    uint32_t dropped;             /* messages not delivered: unknown slot, handler overflow, bad envelope */
     char key[MCPB_WS_KEY_CHARS + 1];
     mcpb_ws_rx_t ws;
     mcpb_cobs_decoder_t cobs;
     mcpb_link_event_t last_event;
-    uint32_t links;               /* links made so far */
-    uint32_t messages_in;         /* messages handed to handlers */
-    uint32_t dropped;             /* messages not delivered: unknown slot, handler overflow, bad envelope */
 } mcpb_client_t;
 
 /* Checks the configuration and buffers; 0, or -1 with a log line naming what is wrong.

@@ -5,6 +5,7 @@
 #define MCPB_MESSAGES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,7 +43,7 @@ int mcpb_refusal_in(const char *message, size_t len, char *reason, size_t reason
 /* The -32600 answer to a request of `size` bytes that is over the frame cap, under the id found in
  * its first bytes (null when none is there). Its length, 0 when it does not fit. */
 size_t mcpb_too_large_answer(char *out, size_t out_cap, const char *head, size_t head_len,
-                             unsigned long long size, size_t frame_max);
+                             uint32_t size, size_t frame_max);
 
 #ifdef __cplusplus
 }

@@ -60,10 +60,10 @@ typedef struct {
     int bad;          /* not a frame: skip to the next 0x00 */
     size_t size;      /* decoded bytes so far, CRC included */
     uint32_t crc;
-    uint8_t head[MCPB_HEAD_BYTES];
     size_t head_len;
     int over;         /* the frame outgrew buf */
     uint32_t dropped; /* frames dropped (bad COBS or CRC) */
+    uint8_t head[MCPB_HEAD_BYTES];
 } mcpb_cobs_decoder_t;
 
 void mcpb_cobs_decoder_init(mcpb_cobs_decoder_t *dec, uint8_t *buf, size_t cap);

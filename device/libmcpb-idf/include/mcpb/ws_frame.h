@@ -33,34 +33,34 @@ typedef struct {
     mcpb_ws_event_kind_t kind;
     const uint8_t *data;
     size_t len;
-    uint64_t size;
+    uint32_t size;          /* OVERSIZE: the message's bytes, UINT32_MAX when more (never stored) */
     const uint8_t *head;
     size_t head_len;
     int close_code;
     const char *error;
 } mcpb_ws_event_t;
 
-typedef struct {
+typedef struct { /* scalars first: a small core reaches them with short instructions */
     uint8_t *buf;               /* message assembly; messages up to cap - 1 bytes fit */
     size_t cap;
-    uint8_t header[MCPB_WS_MAX_HEADER];
     size_t header_len;
     size_t header_need;
-    uint64_t remaining;         /* payload bytes of the current frame still to come */
-    uint8_t mask[4];
+    uint32_t remaining;         /* payload bytes of the current frame still to come (saturated) */
     int masked;
     size_t phase;
-    uint8_t opcode;
+    unsigned opcode;
     int fin;
     int in_message;             /* a fragmented message is being assembled */
     size_t message_len;
     int skipping;               /* the message being assembled is over the cap */
-    uint64_t skipped;
-    uint8_t head[MCPB_HEAD_BYTES];
+    uint32_t skipped;           /* bytes of the oversize message so far (saturated) */
     size_t head_len;
-    uint8_t control[125];
     size_t control_len;
     int failed;
+    uint8_t mask[4];
+    uint8_t header[MCPB_WS_MAX_HEADER];
+    uint8_t head[MCPB_HEAD_BYTES];
+    uint8_t control[125];
 } mcpb_ws_rx_t;
 
 void mcpb_ws_rx_init(mcpb_ws_rx_t *rx, uint8_t *buf, size_t cap);
@@ -68,8 +68,8 @@ void mcpb_ws_rx_init(mcpb_ws_rx_t *rx, uint8_t *buf, size_t cap);
  * error the decoder stays failed (every later call reports it again). */
 size_t mcpb_ws_rx_feed(mcpb_ws_rx_t *rx, const uint8_t *data, size_t len, mcpb_ws_event_t *event);
 
-/* A final frame's header for `len` payload bytes, masked with `mask` (NULL: unmasked): its size. */
-size_t mcpb_ws_header(uint8_t out[MCPB_WS_MAX_HEADER], uint8_t opcode, uint64_t len, const uint8_t mask[4]);
+/* A final frame's header for `len` payload bytes (below 4 GB), masked with `mask` (NULL: unmasked): its size. */
+size_t mcpb_ws_header(uint8_t out[MCPB_WS_MAX_HEADER], uint8_t opcode, size_t len, const uint8_t mask[4]);
 /* XORs data with the mask, starting at mask byte `phase` (the payload offset modulo 4). */
 void mcpb_ws_mask(uint8_t *data, size_t len, const uint8_t mask[4], size_t phase);
 
