@@ -31,6 +31,7 @@ from gateway.policy.origin import OriginPolicy
 from gateway.policy.provider_auth import ProviderAuthPolicy
 from gateway.policy.tls import ServerTls
 from gateway.reload import BrokerReloading, ConfigSource, Reloader, ReloadReport
+from gateway.reload.recheck import LinkRecheck
 from gateway.service import Notifier, SystemdService
 from gateway.southbound.remote.upstreams import RemoteUpstreams
 from gateway.southbound.stdio.supervisor import StdioUpstreams
@@ -201,6 +202,8 @@ class GatewayServer:
         # The whole configuration again on SIGHUP or broker_reload (gateway/reload/, docs/reload.md).
         self.reloader = Reloader(self, source)
         self.gateway.reloading = BrokerReloading(self, self.reloader.status)
+        # broker_providers_recheck (`mcp-gateway devices revoke`): the links whose credential no longer stands.
+        self.gateway.provider_recheck = LinkRecheck(self.app[PROVIDER_SOCKETS_KEY], self.gateway.registry, self.mqtt)
         # Every board's hello goes to the device registry (`mcp-gateway devices`, docs/field-devices.md).
         from gateway.devices.sightings import record_hello
 

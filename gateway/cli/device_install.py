@@ -223,12 +223,24 @@ def _fail(text: str) -> int:
     return 1
 
 
-async def _provider_status(args: argparse.Namespace) -> dict[str, Any]:
+async def broker_call(args: argparse.Namespace, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One `_broker` tool of the running gateway at --url, as a client (--token-file, else $MCP_GATEWAY_TOKEN);
+    GatewayCallError or OSError when the gateway cannot be reached or refuses."""
     from gateway.cli.calls import _client_token
     from gateway.client import GatewayClient
 
     async with GatewayClient(args.url, "_broker", timeout_s=10, token=_client_token(args)) as client:
-        result = await client.call_tool("provider_status", {"name": args.slot})
+        return await client.call_tool(tool, arguments)
+
+
+def gateway_options(sub: argparse.ArgumentParser) -> None:
+    """--url and --token-file: how a device command reaches the running gateway (broker_call)."""
+    sub.add_argument("--url", default=DEFAULT_URL, help=f"the running gateway (default {DEFAULT_URL})")
+    sub.add_argument("--token-file", metavar="FILE", help="a client token for a gateway with [auth]")
+
+
+async def _provider_status(args: argparse.Namespace) -> dict[str, Any]:
+    result = await broker_call(args, "provider_status", {"name": args.slot})
     status = result.get("structuredContent")
     return status if isinstance(status, dict) else {}
 
@@ -390,8 +402,7 @@ def add_device(commands: Commands) -> None:
     )
     update.add_argument("slot", metavar="SLOT")
     update.add_argument("--port", help="the board's serial port (default: the one it was installed on)")
-    update.add_argument("--url", default=DEFAULT_URL, help=f"the running gateway (default {DEFAULT_URL})")
-    update.add_argument("--token-file", metavar="FILE", help="a client token for a gateway with [auth]")
+    gateway_options(update)
     update.add_argument(
         "--wait-s", type=float, default=60.0, help="how long to wait for the board to come back (default 60)"
     )

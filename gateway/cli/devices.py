@@ -4,12 +4,21 @@ The registry (gateway/devices/registry.py) lists every board whose hello the gat
 id (the MAC on an ESP32), and whether `mcp-gateway device install` adopted it. A revoked identity is
 refused from the board's next dial (HTTP 401, "provider_identity_revoked"); the running gateway reads
 the registry at each check, so neither a restart nor a reload is needed. An MQTT board's credential is
-its user in mosquitto's password file: revoking removes that user (then mosquitto must be reloaded).
+its user in mosquitto's password file: revoking removes that user (then mosquitto must be reloaded,
+which the command says: the gateway cannot reload mosquitto).
+
+After the registry change, revoke asks the running gateway at --url (its `_broker` tool
+broker_providers_recheck, as a client: --token-file, else $MCP_GATEWAY_TOKEN) to end at once the links
+whose credential no longer stands: a WebSocket board's socket is closed with 1008 and its slot
+detached; an MQTT board's retained status is emptied on its broker and its slot detached. It prints
+which links the gateway ended. A gateway that cannot be reached or refuses is said in one line, with
+what still holds; the revocation stands and the exit code is 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +27,7 @@ from typing import Any
 import orjson
 
 from gateway.cli.common import Commands
-from gateway.cli.device_install import RELOAD_MOSQUITTO, _registry, registry_errors
+from gateway.cli.device_install import RELOAD_MOSQUITTO, _registry, broker_call, gateway_options, registry_errors
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE
 
 COLUMNS = ("device", "adopted", "seen", "last seen", "firmware", "schema", "transport", "slot")
@@ -77,12 +86,51 @@ CLEAR_STATUS = (
     'mosquitto_pub -h 127.0.0.1 -p 1884 -u mcp-gateway -P "$(sudo cat /etc/mcp-gateway/mqtt-password)" '
     "-t mcpb/{slot}/status -r -n"
 )
-"""The appliance's loopback listener and the gateway's own credential (image/mosquitto/mcp-gateway.conf)."""
+"""The appliance's loopback listener and the gateway's own credential (image/mosquitto/mcp-gateway.conf):
+clearing a board's retained status by hand, when the gateway cannot be asked to."""
 
 
 def _fail(text: str) -> int:
     print(f"mcp-gateway: {text}", file=sys.stderr)
     return 1
+
+
+RECHECK = "broker_providers_recheck"
+
+
+def _end_links(args: argparse.Namespace, revoked: Any, mqtt: bool) -> None:
+    """Ask the running gateway to end the links whose credential no longer stands (broker_providers_recheck)
+    and say which it ended; one line when it cannot be asked (the revocation stands either way)."""
+    from gateway.client import GatewayCallError
+
+    result: dict[str, Any] = {}
+    try:
+        result = asyncio.run(broker_call(args, RECHECK, {}))
+        texts = [block.get("text", "") for block in result.get("content", []) if isinstance(block, dict)]
+        refusal = " ".join(texts) if result.get("isError") else None
+    except (GatewayCallError, OSError, TimeoutError) as exc:
+        refusal = str(exc) or type(exc).__name__
+    if refusal is not None:
+        if mqtt:
+            still = (
+                "mosquitto refuses the board once reloaded, and the gateway keeps its slot until its retained status "
+                f"is cleared, with the gateway's credential: {CLEAR_STATUS.format(slot=revoked.slot)}"
+            )
+        else:
+            still = "the board is refused from its next dial; a link it holds now ends when the gateway restarts"
+        print(f"the gateway at {args.url} could not end the board's link now ({refusal}): {still}")
+        return
+    found = result.get("structuredContent")
+    report = found if isinstance(found, dict) else {}
+    ended = [entry for entry in report.get("ended", []) if isinstance(entry, dict)]
+    if not any(entry.get("slot") == revoked.slot for entry in ended):
+        print(f"the gateway at {args.url} holds no link of it now: nothing to end")
+    for entry in ended:
+        who = entry.get("identity") or entry.get("device_id") or "no identity"
+        slot = entry.get("slot") or "a /providers socket without a slot"
+        print(f"the gateway at {args.url} ended {slot} ({entry.get('transport')}, {who}): {entry.get('how')}")
+    for problem in report.get("problems", []):
+        print(f"the gateway at {args.url}: {problem}")
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
@@ -107,9 +155,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
         return _fail(f"{args.device_id} has no identity in {registry.path} (see mcp-gateway devices)")
     if removed is None:
         print(f"revoked {revoked.identity} (slot {revoked.slot}): the gateway refuses it from its next connection")
-        print(
-            "a link it holds now stays up until it drops; to end it at once, restart the gateway or power the board off"
-        )
+        _end_links(args, revoked, mqtt=False)
         return 0
     if removed:
         print(
@@ -121,11 +167,8 @@ def cmd_revoke(args: argparse.Namespace) -> int:
             f"revoked {revoked.device_id} (slot {revoked.slot}, MQTT): user {revoked.slot} was not in the "
             f"mosquitto password file {args.mosquitto_passwd} (already removed)"
         )
+    _end_links(args, revoked, mqtt=True)
     print(f"reload mosquitto (it ends the board's connection and refuses it from then on): {RELOAD_MOSQUITTO}")
-    print(
-        "then clear the board's retained status (mosquitto sends no will for a connection its reload ends), "
-        f"with the gateway's credential: {CLEAR_STATUS.format(slot=revoked.slot)}"
-    )
     return 0
 
 
@@ -138,7 +181,9 @@ def add_devices(commands: Commands) -> None:
     devices.set_defaults(func=registry_errors("devices", cmd_devices))
     actions = devices.add_subparsers(dest="action")
     revoke = actions.add_parser(
-        "revoke", help="withdraw a board's own provider identity (an MQTT board: its user in mosquitto's password file)"
+        "revoke",
+        help="withdraw a board's own provider identity (an MQTT board: its user in mosquitto's password file) and "
+        "have the running gateway end the link the board holds now",
     )
     revoke.add_argument("device_id", metavar="ID", help="the board's device id, as `mcp-gateway devices` lists it")
     revoke.add_argument(
@@ -150,4 +195,5 @@ def add_devices(commands: Commands) -> None:
         default=str(DEFAULT_PASSWORD_FILE),
         help=f"mosquitto's password file, for a board adopted over MQTT (default {DEFAULT_PASSWORD_FILE})",
     )
+    gateway_options(revoke)
     revoke.set_defaults(func=registry_errors("devices revoke", cmd_revoke))

@@ -15,6 +15,7 @@ from gateway.core.input_required import InputRequired
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.policy_interface import Policies
+from gateway.core.provider_recheck import ProviderRecheck
 from gateway.core.reloading import Reloading
 from gateway.core.routing import SlotTarget, Target
 from gateway.core.serial_handover import SerialHandover
@@ -92,6 +93,9 @@ class Gateway:
         self.serial_handover: SerialHandover | None = None
         """Letting go of a serial port for a flash and taking it back (broker_serial_release/resume); set
         by the composition root when [serial] configures ports or hot-plug."""
+        self.provider_recheck: ProviderRecheck | None = None
+        """Ending the provider links whose credential no longer stands (broker_providers_recheck); set by
+        the composition root."""
         self._slot_targets: dict[str, SlotTarget] = {}
         self.metrics.before_render.append(ScrapeSync(self))
 

@@ -290,13 +290,21 @@ async def test_install_serve_and_update_a_board(
     await wait_for(lambda: registry.devices()[0].version == "0.2.0", 5, "the new version in the registry")
     registry.close()
 
-    # Revoked: the board is refused from its next dial (here: after a power cycle), with the reason.
-    code, out, err = await run_cli(capsys, "devices", "revoke", f"unix-{SLOT}")
-    assert code == 0, err
+    # Revoked: the gateway closes the board's link at once (1008, with the reason), and refuses it from
+    # its next dial, with the reason.
+    code, out, err = await run_cli(capsys, "devices", "revoke", f"unix-{SLOT}", "--url", gateway.url)
+    assert (code, err) == (0, ""), err
     print_for_docs("devices revoke", out)
-    await board.power_cycle()
+    assert out.splitlines()[1] == (
+        f"the gateway at {gateway.url} ended {SLOT} (websocket, device:unix-{SLOT}): closed its WebSocket with 1008 "
+        "(policy violation)"
+    )
+    assert gateway.gateway.registry.slots[SLOT].live is None
     assert board.app is not None
-    refused = await board.app.wait_event("link_down", timeout=10)
+    closed = await board.app.wait_event("link_down", timeout=10)
+    print_for_docs("the board's log, closed", orjson.dumps(closed).decode())
+    assert "1008" in closed["reason"] and "revoked" in closed["reason"], closed
+    refused = await board.app.wait_event("link_down", count=2, timeout=10)
     assert "HTTP 401" in refused["reason"] and "provider_identity_revoked" in refused["reason"], refused
     print_for_docs("the board's log", orjson.dumps(refused).decode())
     code, out, err = await run_cli(capsys, "devices")

@@ -306,21 +306,24 @@ async def test_install_over_mqtt_issues_a_broker_credential_and_revoke_withdraws
     cells = out.splitlines()[1].split()
     assert cells[:3] == [f"unix-{SLOT}", "yes", "1"] and cells[-2:] == ["mqtt", SLOT]
 
-    # Revoked: the user leaves the password file; at the reload mosquitto ends the board's link and
-    # refuses it from then on, so the slot goes away.
+    # Revoked: the user leaves the password file, and the gateway (asked by the command) empties the
+    # board's retained status and detaches pump-7 at once; at the reload mosquitto ends the board's
+    # connection and refuses it from then on.
     code, out, err = await run_cli(
-        capsys, "devices", "revoke", f"unix-{SLOT}", "--mosquitto-passwd", str(passwd)
+        capsys, "devices", "revoke", f"unix-{SLOT}", "--mosquitto-passwd", str(passwd), "--url", gateway.url
     )  # fmt: skip
     assert (code, err) == (0, ""), err
     print_for_docs("mqtt devices revoke", out)
+    label = gateway.gateway.config.mqtt.brokers[0].label
     assert out == (
         f"revoked unix-{SLOT} (slot {SLOT}, MQTT): removed user {SLOT} from the mosquitto password file {passwd}\n"
+        f"the gateway at {gateway.url} ended {SLOT} (mqtt, unix-{SLOT}): emptied the retained status "
+        f"mcpb/{SLOT}/status on {label}; detached the slot\n"
         "reload mosquitto (it ends the board's connection and refuses it from then on): "
         "sudo systemctl reload mosquitto\n"
-        "then clear the board's retained status (mosquitto sends no will for a connection its reload ends), with "
-        "the gateway's credential: mosquitto_pub -h 127.0.0.1 -p 1884 -u mcp-gateway -P \"$(sudo cat "
-        f'/etc/mcp-gateway/mqtt-password)" -t mcpb/{SLOT}/status -r -n\n'
     )
+    entry = gateway.gateway.registry.slots[SLOT]
+    assert entry.live is None
     assert list(read(passwd)) == [GATEWAY_USER]
     assert board.app is not None
     app = board.app
@@ -335,28 +338,24 @@ async def test_install_over_mqtt_issues_a_broker_credential_and_revoke_withdraws
     print_for_docs("the mqtt board's log", orjson.dumps(refused).decode())
     assert "the broker refused the connection" in refused["reason"]
 
-    # mosquitto (2.0.11) publishes no will for a connection its reload ends: the board's retained status
-    # stands, and the gateway would keep the slot until a heartbeat goes unanswered and then try to attach
-    # it again. The operator clears it with the gateway's own credential (docs/field-devices.md).
+    # mosquitto (2.0.11) publishes no will for a connection its reload ends; the gateway emptied the
+    # board's retained status already, so nothing brings pump-7 back (after a gateway restart neither).
     spy = RawPeer(broker.port, "operator", v5=False, username=GATEWAY_USER, password=GATEWAY_PASSWORD)
     assert await spy.connect() == ACCEPTED
     await spy.subscribe(f"mcpb/{SLOT}/status")
-    retained = await spy.next()
-    assert retained.retain and retained.payload, "the will was published after all: drop the clearing step"
-    spy.publish(f"mcpb/{SLOT}/status", b"", retain=True)
+    with pytest.raises(TimeoutError):
+        await spy.next(timeout=1.0)
     await spy.disconnect()
-
-    def gone() -> bool:
-        entry = gateway.gateway.registry.slots.get(SLOT)
-        return entry is None or entry.live is None
-
-    await wait_for(gone, 10, "pump-7 to go away")
+    assert entry.live is None
     code, out, err = await run_cli(capsys, "devices")
     assert out.splitlines()[1].split()[:2] == [f"unix-{SLOT}", "revoked"]
 
     # Again: already removed from the file, still revoked; a wrong file is named and nothing changes.
-    code, out, err = await run_cli(capsys, "devices", "revoke", f"unix-{SLOT}", "--mosquitto-passwd", str(passwd))
+    code, out, err = await run_cli(
+        capsys, "devices", "revoke", f"unix-{SLOT}", "--mosquitto-passwd", str(passwd), "--url", gateway.url
+    )  # fmt: skip
     assert code == 0 and "was not in the mosquitto password file" in out
+    assert f"the gateway at {gateway.url} holds no link of it now: nothing to end" in out
     code, out, err = await run_cli(
         capsys, "devices", "revoke", f"unix-{SLOT}", "--mosquitto-passwd", str(tmp_path / "other")
     )  # fmt: skip

@@ -78,8 +78,17 @@ class Board:
     `hold_calls`: tools/call requests are executed but neither answered nor acknowledged (their
     message ids wait in `held`), as when a board loses its connection between acting and answering."""
 
-    def __init__(self, port: int, slot: str, *, client_id: str | None = None, clean: bool = True) -> None:
+    def __init__(
+        self,
+        port: int,
+        slot: str,
+        *,
+        client_id: str | None = None,
+        clean: bool = True,
+        credential: tuple[str, str] | None = None,
+    ) -> None:
         self.port = port
+        self.credential = credential  # (username, password) on a broker without anonymous clients
         self.slot = slot
         self.client_id = client_id or f"board-{slot}"
         self.clean = clean
@@ -110,6 +119,8 @@ class Board:
             self.port,
             self.client_id,
             v5=False,
+            username=self.credential[0] if self.credential else None,
+            password=self.credential[1] if self.credential else None,
             clean=self.clean,
             will=(self.topics["status"], b"", True),
             manual_ack=True,

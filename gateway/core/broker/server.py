@@ -16,7 +16,7 @@ import orjson
 from gateway import __version__
 from gateway.config import masked_dump
 from gateway.core import errors, governed, jsonrpc
-from gateway.core.broker import governed_tools, reload_tool, serial_tools, status
+from gateway.core.broker import governed_tools, recheck_tool, reload_tool, serial_tools, status
 from gateway.core.broker.diagnose import diagnose, worst
 from gateway.core.broker.guide import TOPICS, render
 from gateway.core.broker.guide_text import GuideInput
@@ -305,7 +305,14 @@ POLICY_RELOAD: JsonObject = {
     "annotations": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False},
 }
 """What `mcp-gateway policy reload` calls. An action, not a read: a policy gives it to operators only."""
-GOVERNED_TOOLS = [*TOOLS, POLICY_RELOAD, reload_tool.TOOL, *serial_tools.TOOLS, *governed_tools.TOOLS]
+GOVERNED_TOOLS = [
+    *TOOLS,
+    POLICY_RELOAD,
+    reload_tool.TOOL,
+    recheck_tool.TOOL,
+    *serial_tools.TOOLS,
+    *governed_tools.TOOLS,
+]
 TOOL_ARGUMENTS = {tool["name"]: set(tool["inputSchema"]["properties"]) for tool in GOVERNED_TOOLS}
 
 STATIC_RESOURCES: list[JsonObject] = [
@@ -476,6 +483,9 @@ class BrokerTarget(Target):
             if name in serial_tools.NAMES:  # the same
                 arguments = self._check_arguments(str(name), (params or {}).get("arguments"))
                 return await serial_tools.call(self.gateway, str(name), arguments, governed=False)
+            if name == recheck_tool.NAME:  # the same
+                self._check_arguments(name, (params or {}).get("arguments"))
+                return await recheck_tool.call(self.gateway, governed=False)
             return self.call_tool(params or {})
         return self._resources(method, params)
 
@@ -501,6 +511,9 @@ class BrokerTarget(Target):
                 if name in serial_tools.NAMES:
                     arguments = self._check_arguments(str(name), admitted.get("arguments"))
                     return await serial_tools.call(self.gateway, str(name), arguments, governed=True)
+                if name == recheck_tool.NAME:
+                    self._check_arguments(name, admitted.get("arguments"))
+                    return await recheck_tool.call(self.gateway, governed=True)
                 if name in governed_tools.NAMES:
                     self._check_arguments(str(name), admitted.get("arguments"))
                     return await governed_tools.call(governance, ctx, str(name), admitted.get("arguments"))

@@ -14,6 +14,7 @@ from gateway.core.aggregate import AggregateTarget
 from gateway.core.groups.catalog import GroupCatalog
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.policy_interface import ConnectionCounts, Governance, RateLimits
+from gateway.core.provider_recheck import ProviderRecheck
 from gateway.core.reloading import Reloading
 from gateway.core.serial_handover import SerialHandover
 from gateway.core.sessions import SessionStore
@@ -85,6 +86,11 @@ class BrokerView(Protocol):
     @property
     def serial_handover(self) -> SerialHandover | None:
         """Letting go of a serial port and taking it back (None: this gateway serves no serial lines)."""
+        ...
+
+    @property
+    def provider_recheck(self) -> ProviderRecheck | None:
+        """Ending the provider links whose credential no longer stands (None: a gateway built in a test)."""
         ...
 
     def base_url(self) -> str: ...

@@ -7,6 +7,9 @@ whose slot is no longer allowed is closed (1008, with the reason) at once: remov
 an operator revokes a device, and waiting for it to reconnect would leave it serving. A `/providers`
 socket whose identity stands but lost some slots keeps the others. Providers on other transports
 (serial, MQTT, upstreams) are not admitted by [providers.auth] and are not touched.
+
+`Unstanding` finds and closes those links; `_broker`'s broker_providers_recheck (gateway/reload/recheck.py)
+applies it with the policy in force, for an identity revoked in the device registry.
 """
 
 from __future__ import annotations
@@ -28,6 +31,62 @@ REVOKED = "Provider credential withdrawn by a configuration reload ([providers.a
 CLOSE_WAIT_S = 2.0
 """How long closing one provider's socket may take (a peer that does not answer the close frame)."""
 DEDICATED = "websocket"
+MULTIPLEXED = "websocket-mux"
+
+
+class Unstanding:
+    """The WebSocket provider links whose credential does not stand under a policy: what a reload of
+    [providers.auth] closes, and what `_broker`'s broker_providers_recheck closes (gateway/reload/recheck.py)."""
+
+    def __init__(self) -> None:
+        self.sockets: list[MultiplexedSocket] = []
+        self.sessions: list[ProviderSession] = []
+
+    @classmethod
+    def find(
+        cls,
+        sockets: ProviderWebSockets,
+        registry: SlotRegistry,
+        previous: ProviderAuthPolicy,
+        policy: ProviderAuthPolicy,
+    ) -> Unstanding:
+        """Every link `previous` admitted whose credential `policy` does not let stand (its identity is
+        gone or revoked, its secret changed, its slot no longer allowed). A `/providers` socket whose
+        identity stands takes `policy`'s credential and loses only the slots it no longer allows."""
+        found = cls()
+        for socket in list(sockets.sockets):
+            credential = policy.standing(previous, socket.credential.identity)
+            if credential is None:
+                found.sockets.append(socket)
+                continue
+            socket.credential = credential  # slots it claims from now on are checked by the new patterns
+            found.sessions += [s for slot, s in socket.sessions.items() if not credential.allows(slot)]
+        for session in registry.live_sessions():
+            info = session.link.info
+            if info.transport != DEDICATED:
+                continue
+            credential = policy.standing(previous, info.identity)
+            if credential is None or not credential.allows(session.slot):
+                found.sessions.append(session)
+        return found
+
+    def ended(self) -> list[tuple[str | None, str, str | None]]:
+        """(slot, transport, identity) of each link closed: a `/providers` socket without a slot yet as None."""
+        links: list[tuple[str | None, str, str | None]] = []
+        for socket in self.sockets:
+            slots: list[str | None] = [*sorted(socket.sessions)] or [None]
+            links += [(slot, MULTIPLEXED, socket.credential.identity) for slot in slots]
+        links += [(s.slot, s.link.info.transport, s.link.info.identity) for s in self.sessions]
+        return links
+
+    async def close(self, reason: str) -> None:
+        """Close them with 1008 and `reason`: a whole socket, or the one slot's session."""
+        for socket in self.sockets:
+            with contextlib.suppress(Exception):
+                message = close_reason(reason).encode()
+                await asyncio.wait_for(socket.ws.close(code=CLOSE_POLICY, message=message), CLOSE_WAIT_S)
+        for session in self.sessions:
+            await session.close(CLOSE_POLICY, reason)
 
 
 class ProvidersSwap(Prepared):
@@ -38,36 +97,17 @@ class ProvidersSwap(Prepared):
         self.sockets = sockets
         self.policy = policy
         self.registry = registry
-        self.doomed_sockets: list[MultiplexedSocket] = []
-        self.doomed_sessions: list[ProviderSession] = []
+        self.doomed = Unstanding()
 
     def swap(self) -> None:
         previous, self.sockets.auth = self.sockets.auth, self.policy
-        for socket in list(self.sockets.sockets):
-            credential = self.policy.standing(previous, socket.credential.identity)
-            if credential is None:
-                self.doomed_sockets.append(socket)
-                continue
-            socket.credential = credential  # slots it claims from now on are checked by the new patterns
-            self.doomed_sessions += [s for slot, s in socket.sessions.items() if not credential.allows(slot)]
-        for session in self.registry.live_sessions():
-            info = session.link.info
-            if info.transport != DEDICATED:
-                continue
-            credential = self.policy.standing(previous, info.identity)
-            if credential is None or not credential.allows(session.slot):
-                self.doomed_sessions.append(session)
+        self.doomed = Unstanding.find(self.sockets, self.registry, previous, self.policy)
 
     async def settle(self) -> list[str]:
-        closed = sorted({slot for socket in self.doomed_sockets for slot in socket.sessions})
-        closed += sorted(session.slot for session in self.doomed_sessions)
-        for socket in self.doomed_sockets:
-            with contextlib.suppress(Exception):
-                message = close_reason(REVOKED).encode()
-                await asyncio.wait_for(socket.ws.close(code=CLOSE_POLICY, message=message), CLOSE_WAIT_S)
-        for session in self.doomed_sessions:
-            await session.close(CLOSE_POLICY, REVOKED)
-        if not closed and not self.doomed_sockets:
+        closed = sorted({slot for socket in self.doomed.sockets for slot in socket.sessions})
+        closed += sorted(session.slot for session in self.doomed.sessions)
+        await self.doomed.close(REVOKED)
+        if not closed and not self.doomed.sockets:
             return []
         slots = ", ".join(closed) or "no slot yet"
         return [f"providers.auth: closed the links whose credential no longer stands ({slots})"]

@@ -10,6 +10,9 @@ is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. Th
   device replaces the link;
 - detaches it at once when the status is emptied (the board's will, or a clean shutdown): pending
   callers get `Provider "<slot>" disconnected`;
+- when the board's adopted identity is revoked (`withdraw`, from `_broker`'s broker_providers_recheck):
+  publishes an empty retained status for it, so its register frame is gone from the broker, and
+  detaches the slot at once, as when its will arrives;
 - checks liveness with JSON-RPC ping over down/up (the core's heartbeat); a board that misses one is
   detached;
 - while a board's status stands and its slot is not served (dropped by the core, or refused because
@@ -26,6 +29,7 @@ import contextlib
 
 from gateway.core import jsonrpc
 from gateway.core.eras import SESSION_ERA
+from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import LinkInfo
 from gateway.core.slots import SlotRefused
 from gateway.southbound import envelope
@@ -111,11 +115,7 @@ class PlainProfile:
 
     def _status(self, topic: str, slot: str, payload: bytes) -> None:
         if not payload:
-            self.announced.pop(slot, None)
-            self.reattach.forget(slot)
-            link = self.links.pop(slot, None)
-            if link is not None:
-                link.lost("device went offline: its status was emptied (its last will, or a clean shutdown)")
+            self._offline(slot, "device went offline: its status was emptied (its last will, or a clean shutdown)")
             return
         message = jsonrpc.parse(payload, self.broker.gateway.config.limits.max_json_depth)
         registration = envelope.registration(message.body)
@@ -145,6 +145,42 @@ class PlainProfile:
                 return
             old.lost("a new status replaced the device's registration")
         self._attach(slot, registration)
+
+    def _offline(self, slot: str, reason: str) -> bool:
+        """The board on `slot` is gone: no attempts again, its link detached now (True when it had one)."""
+        self.announced.pop(slot, None)
+        self.reattach.forget(slot)
+        link = self.links.pop(slot, None)
+        if link is not None:
+            link.lost(reason)
+        return link is not None
+
+    def withdraw(self, slot: str, device_id: str, reason: str) -> JsonObject | None:
+        """Device `device_id`'s identity was revoked: empty its retained status on this broker (a fresh
+        subscriber, the gateway after a restart, gets no register frame) and detach its slot now, as when
+        its will arrives. What was done, or None when this broker carries no status or link of that board
+        on `slot` (a status whose hello names another device is another board's, and is left alone)."""
+        registration = self.announced.get(slot)
+        link = self.links.get(slot)
+        if registration is not None:
+            hello: object = registration.hello
+        elif link is not None and link.session is not None:
+            hello = link.session.hello
+        elif link is not None:
+            hello = None
+        else:
+            return None
+        if _device_id(hello) not in (device_id, None):
+            return None
+        topic = mqtt_topics.plain_topic(self.prefix, slot, "status")
+        done: JsonObject = {"broker": self.broker.label, "status_topic": topic}
+        try:
+            self.broker.client.publish(topic, b"", retain=True)
+            done["retained_status"] = "cleared"
+        except (ConnectionError, PacketTooLarge) as exc:
+            done["retained_status"] = f"not cleared: {exc}"
+        done["detached"] = self._offline(slot, reason)
+        return done
 
     def _attach(self, slot: str, registration: envelope.Registration) -> None:
         link = PlainLink(self.broker, slot, self.prefix, self)
