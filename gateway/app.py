@@ -204,6 +204,10 @@ class GatewayServer:
         self.gateway.reloading = BrokerReloading(self, self.reloader.status)
         # broker_providers_recheck (`mcp-gateway devices revoke`): the links whose credential no longer stands.
         self.gateway.provider_recheck = LinkRecheck(self.app[PROVIDER_SOCKETS_KEY], self.gateway.registry, self.mqtt)
+        # An MQTT plain-profile board whose identity was revoked is not attached, even before mosquitto's reload.
+        from gateway.devices.adopted import AdoptedIdentities
+
+        self.gateway.device_revoked = AdoptedIdentities().revoked
         # Every board's hello goes to the device registry (`mcp-gateway devices`, docs/field-devices.md).
         from gateway.devices.sightings import record_hello
 

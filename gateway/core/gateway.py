@@ -96,6 +96,9 @@ class Gateway:
         self.provider_recheck: ProviderRecheck | None = None
         """Ending the provider links whose credential no longer stands (broker_providers_recheck); set by
         the composition root."""
+        self.device_revoked: Callable[[str], bool] | None = None
+        """Whether a board's device id was revoked in the device registry (`mcp-gateway devices revoke`):
+        an MQTT plain-profile board announcing with it is not attached. Set by the composition root."""
         self._slot_targets: dict[str, SlotTarget] = {}
         self.metrics.before_render.append(ScrapeSync(self))
 

@@ -37,6 +37,10 @@ class AdoptedIdentities:
         found = self._ask(lambda registry: registry.adopted(identity[len(IDENTITY_PREFIX) :]))
         return found if found is not None and not found.revoked else None
 
+    def revoked(self, device_id: str) -> bool:
+        """Whether this board was adopted and its identity revoked (over any transport)."""
+        return self._ask(lambda registry: registry.revocation(device_id)) is not None
+
     def _ask(self, question: _Question) -> Adopted | None:
         if self._registry is None:
             if not self.path.exists():

@@ -186,6 +186,15 @@ class DeviceRegistry:
         )
         return Adopted(row[0], row[1], row[2] is not None) if row else None
 
+    def revocation(self, device_id: str) -> Adopted | None:
+        """The board's revoked adoption, whatever its transport (an MQTT board has no digest), else None."""
+        row = (
+            self._connection()
+            .execute("SELECT device_id, slot FROM devices WHERE device_id = ? AND revoked_at IS NOT NULL", (device_id,))
+            .fetchone()
+        )
+        return Adopted(row[0], row[1] or "", True) if row else None
+
     def by_digest(self, digest: str) -> Adopted | None:
         """The adopted board whose secret has this hex SHA-256 digest (the index finds it; only the digest,
         never the secret, decides the lookup's time)."""

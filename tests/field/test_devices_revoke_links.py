@@ -149,6 +149,23 @@ async def test_revoke_empties_an_mqtt_boards_retained_status_and_detaches_its_sl
         finally:
             await spy.disconnect()
         assert detached(gateway, slot)
+        # Until mosquitto is reloaded the broker still admits the board: when it announces itself again, the
+        # gateway does not attach it and empties its status once more.
+        await board.disconnect()
+        assert gateway.mqtt is not None
+        drops = gateway.mqtt.brokers[0].drops
+        await board.connect()
+        await wait_for(lambda: drops.of_slot(slot).get("refused", 0) >= 1, 10, "the revoked board's status refused")
+        assert detached(gateway, slot)
+        assert "device identity revoked" in gateway.gateway.registry.slots[slot].last_disconnect_reason
+        spy = RawPeer(broker.port, "operator-2", v5=False, username=GATEWAY_USER, password=GATEWAY_PASSWORD)
+        assert await spy.connect() == "Success"
+        try:
+            await spy.subscribe(f"mcpb/{slot}/status")
+            with pytest.raises(TimeoutError):
+                await spy.next(timeout=1.0)
+        finally:
+            await spy.disconnect()
     finally:
         await board.disconnect()
 

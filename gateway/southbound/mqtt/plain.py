@@ -12,7 +12,8 @@ is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. Th
   callers get `Provider "<slot>" disconnected`;
 - when the board's adopted identity is revoked (`withdraw`, from `_broker`'s broker_providers_recheck):
   publishes an empty retained status for it, so its register frame is gone from the broker, and
-  detaches the slot at once, as when its will arrives;
+  detaches the slot at once, as when its will arrives; a board announcing with a revoked device id
+  (the broker admits it until mosquitto is reloaded) is not attached, and its status is emptied again;
 - checks liveness with JSON-RPC ping over down/up (the core's heartbeat); a board that misses one is
   detached;
 - while a board's status stands and its slot is not served (dropped by the core, or refused because
@@ -128,6 +129,13 @@ class PlainProfile:
                 "malformed", topic, f"params.slot {registration.slot!r} does not match the topic's slot", slot
             )
             return
+        if self._revoked(registration.hello):
+            # The broker admits the board until mosquitto is reloaded; the gateway does not serve it meanwhile,
+            # and empties the status again so that no register frame of it stays retained.
+            self.broker.drops.count("refused", topic, "the device's identity was revoked (devices revoke)", slot)
+            self._withdraw_status(slot)
+            self._offline(slot, "device identity revoked (mcp-gateway devices revoke)")
+            return
         max_instances = self.broker.config.max_instances
         if slot not in self.announced and len(self.announced) >= max_instances:
             self.broker.limit_hit("max_instances")
@@ -174,13 +182,23 @@ class PlainProfile:
             return None
         topic = mqtt_topics.plain_topic(self.prefix, slot, "status")
         done: JsonObject = {"broker": self.broker.label, "status_topic": topic}
-        try:
-            self.broker.client.publish(topic, b"", retain=True)
-            done["retained_status"] = "cleared"
-        except (ConnectionError, PacketTooLarge) as exc:
-            done["retained_status"] = f"not cleared: {exc}"
+        problem = self._withdraw_status(slot)
+        done["retained_status"] = "cleared" if problem is None else f"not cleared: {problem}"
         done["detached"] = self._offline(slot, reason)
         return done
+
+    def _withdraw_status(self, slot: str) -> str | None:
+        """Publish an empty retained status for `slot`; None when sent, else why not."""
+        try:
+            self.broker.client.publish(mqtt_topics.plain_topic(self.prefix, slot, "status"), b"", retain=True)
+        except (ConnectionError, PacketTooLarge) as exc:
+            return str(exc)
+        return None
+
+    def _revoked(self, hello: object) -> bool:
+        device_id = _device_id(hello)
+        check = self.broker.gateway.device_revoked
+        return isinstance(device_id, str) and check is not None and check(device_id)
 
     def _attach(self, slot: str, registration: envelope.Registration) -> None:
         link = PlainLink(self.broker, slot, self.prefix, self)
