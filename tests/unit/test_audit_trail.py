@@ -8,6 +8,7 @@ import os
 import shutil
 import sqlite3
 import stat
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ from gateway.policy.audit import (
 )
 from gateway.policy.audit.records import MASK, now_ms
 from tests.conftest import wait_for
+
+THIS_FILE = Path(__file__).resolve()
+ROOT = THIS_FILE.parents[2]
 
 DAY_MS = 86_400_000
 TrailFactory = Callable[..., Awaitable[AuditTrail]]
@@ -207,7 +211,21 @@ def permissions_bind(tmp_path: Path) -> bool:
 
 async def test_a_read_only_file_fails_closed(trails: TrailFactory, tmp_path: Path) -> None:
     if not permissions_bind(tmp_path):
-        pytest.skip("this process writes to read-only files (root)")
+        # Root (CI) writes to read-only files through CAP_DAC_OVERRIDE: this test runs again in a pytest
+        # whose bounding set lacks it (util-linux's setpriv), where a mode 0400 file binds root too.
+        setpriv = shutil.which("setpriv")
+        assert setpriv is not None, "setpriv (util-linux) is needed to run this test as root"
+        test = f"{THIS_FILE}::test_a_read_only_file_fails_closed"
+        process = await asyncio.create_subprocess_exec(
+            *(setpriv, "--bounding-set=-dac_override", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
+            test,
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        output = (await asyncio.wait_for(process.communicate(), 120))[0].decode()
+        assert process.returncode == 0 and "1 passed" in output, output
+        return
     trail = await trails()
     await trail.decision(record())
     await trail.close()
