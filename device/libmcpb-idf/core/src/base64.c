@@ -1,27 +1,24 @@
 /* Base64 encoding (RFC 4648) for the handshake's Sec-WebSocket-Key and -Accept. */
 #include "digest.h"
 
-static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 size_t mcpb_base64_encode(const uint8_t *data, size_t len, char *out, size_t out_cap)
 {
-    size_t need = (len + 2) / 3 * 4;
-    size_t at = 0, i;
-    if (out_cap < need + 1) {
+    size_t digits = (len * 4 + 2) / 3, at;
+    if (out_cap < (len + 2) / 3 * 4 + 1) {
         return 0;
     }
-    for (i = 0; i < len; i += 3) {
-        uint32_t group = (uint32_t)data[i] << 16;
-        if (i + 1 < len) {
-            group |= (uint32_t)data[i + 1] << 8;
-        }
-        if (i + 2 < len) {
-            group |= data[i + 2];
-        }
-        out[at++] = alphabet[(group >> 18) & 63];
-        out[at++] = alphabet[(group >> 12) & 63];
-        out[at++] = i + 1 < len ? alphabet[(group >> 6) & 63] : '=';
-        out[at++] = i + 2 < len ? alphabet[group & 63] : '=';
+    for (at = 0; at < digits; at++) { /* digit `at` holds bits 6 * at to 6 * at + 5 of the input */
+        size_t byte = at * 6 / 8;
+        unsigned pair = (unsigned)data[byte] << 8 | (byte + 1 < len ? data[byte + 1] : 0u);
+        unsigned six = pair >> (10 - at * 6 % 8) & 63u;
+        out[at] = (char)(six < 26    ? 'A' + six
+                         : six < 52  ? 'a' - 26 + six
+                         : six < 62  ? '0' - 52 + six
+                         : six == 62 ? '+'
+                                     : '/');
+    }
+    while (at % 4 != 0) {
+        out[at++] = '=';
     }
     out[at] = '\0';
     return at;

@@ -31,13 +31,16 @@ static uint32_t until(mcpb_client_t *client, uint32_t when)
     return left > 0 ? (uint32_t)left : 0;
 }
 
+#define WHOLE ((size_t)-1) /* a text's length: up to its NUL */
+
+/* Copies len bytes of text, or fewer up to a NUL, as a string cut to cap: a reason is read as a string. */
 static void copy_text(char *out, size_t cap, const char *text, size_t len)
 {
-    if (len > cap - 1) {
-        len = cap - 1;
+    size_t i;
+    for (i = 0; i < len && i < cap - 1 && text[i] != '\0'; i++) {
+        out[i] = text[i];
     }
-    memcpy(out, text, len);
-    out[len] = '\0';
+    out[i] = '\0';
 }
 
 static const char *const kind_names[] = {"", "connected", "refused", "closed", "error"};
@@ -49,7 +52,7 @@ static void emit(mcpb_client_t *client, mcpb_link_kind_t kind, int close_code, i
     event->kind = kind;
     event->close_code = close_code;
     event->http_status = http_status;
-    copy_text(event->slot, sizeof(event->slot), slot, strlen(slot));
+    copy_text(event->slot, sizeof(event->slot), slot, WHOLE);
     copy_text(event->reason, sizeof(event->reason), reason, reason_len);
     event->retry_in_ms = retry_in_ms;
     mcpb__log(client, kind == MCPB_LINK_CONNECTED ? MCPB_LOG_INFO : MCPB_LOG_WARN,
@@ -82,7 +85,7 @@ static void link_down(mcpb_client_t *client, mcpb_link_kind_t kind, int close_co
 
 static void link_failed(mcpb_client_t *client, const char *reason)
 {
-    link_down(client, MCPB_LINK_ERROR, 0, 0, reason, strlen(reason));
+    link_down(client, MCPB_LINK_ERROR, 0, 0, reason, WHOLE);
 }
 
 /* Every byte stream ends up here when a send fails. */
@@ -141,7 +144,7 @@ static void link_up(mcpb_client_t *client)
         return;
     }
     mcpb_format(where, sizeof(where), "%s:%u", client->config.host, (unsigned)client->config.port);
-    emit(client, MCPB_LINK_CONNECTED, 0, 0, "", where, strlen(where), 0);
+    emit(client, MCPB_LINK_CONNECTED, 0, 0, "", where, WHOLE, 0);
 }
 
 static void heard(mcpb_client_t *client)
@@ -170,7 +173,7 @@ static void run_handler(mcpb_client_t *client, size_t slot_index, char *message,
     char reason[MCPB_REASON_MAX + 1];
     int answer;
     if (SPOTS_REFUSALS(client) && mcpb_refusal_in(message, len, reason, sizeof(reason))) {
-        emit(client, MCPB_LINK_REFUSED, 0, 0, ENVELOPED(client) ? slot->name : "", reason, strlen(reason), 0);
+        emit(client, MCPB_LINK_REFUSED, 0, 0, ENVELOPED(client) ? slot->name : "", reason, WHOLE, 0);
         return;
     }
     client->messages_in++;
@@ -199,7 +202,7 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
     }
     if (mcpb_envelope_parse(message, len, name, &payload_at, &payload_len) < 0) {
         if (mcpb_refusal_in(message, len, name, sizeof(name))) {
-            emit(client, MCPB_LINK_REFUSED, 0, 0, "", name, strlen(name), 0);
+            emit(client, MCPB_LINK_REFUSED, 0, 0, "", name, WHOLE, 0);
         } else {
             client->dropped++;
         }
@@ -244,21 +247,18 @@ static void on_ws_event(mcpb_client_t *client, const mcpb_ws_event_t *event)
     if (!WAY_WS(client) && event->kind > MCPB_WS_OVERSIZE) {
         return; /* a serial link makes no WebSocket events: a serial-only build drops their code */
     }
+    if (event->kind >= MCPB_WS_MESSAGE && event->kind <= MCPB_WS_PONG) {
+        heard(client);
+    }
     switch (event->kind) {
     case MCPB_WS_MESSAGE:
-        heard(client);
         deliver(client, (char *)event->data, event->len);
         break;
     case MCPB_WS_OVERSIZE:
-        heard(client);
         refuse_oversize(client, event->head, event->head_len, event->size);
         break;
     case MCPB_WS_PING:
-        heard(client);
         sent(client, mcpb__send_control(client, MCPB_WS_PONG_FRAME, event->data, event->len));
-        break;
-    case MCPB_WS_PONG:
-        heard(client);
         break;
     case MCPB_WS_CLOSE: {
         /* 1008 before the gateway said anything is a refusal at the door (held slot, bad name). */
@@ -272,7 +272,7 @@ static void on_ws_event(mcpb_client_t *client, const mcpb_ws_event_t *event)
         char reason[MCPB_REASON_MAX + 1];
         mcpb_format(reason, sizeof(reason), "protocol error: %s", event->error);
         mcpb__send_close(client, 1002, event->error);
-        link_down(client, MCPB_LINK_ERROR, 1002, 0, reason, strlen(reason));
+        link_down(client, MCPB_LINK_ERROR, 1002, 0, reason, WHOLE);
         break;
     }
     default:
@@ -364,7 +364,7 @@ static void refused_upgrade(mcpb_client_t *client, const mcpb_http_response_t *r
     n = mcpb_format(reason, sizeof(reason), "HTTP %d: ", response->status);
     copy_text(reason + n, sizeof(reason) - n, body, body_len);
     link_down(client, response->status >= 400 && response->status < 500 ? MCPB_LINK_REFUSED : MCPB_LINK_ERROR, 0,
-              response->status, reason, strlen(reason));
+              response->status, reason, WHOLE);
 }
 
 static void upgrade_step(mcpb_client_t *client, uint32_t timeout_ms)
@@ -438,7 +438,7 @@ static void open_step(mcpb_client_t *client, uint32_t timeout_ms)
                             timeout_ms < silence_left ? timeout_ms : silence_left);
     if (got < 0) {
         link_down(client, MCPB_LINK_CLOSED, WAY_WS(client) ? 1006 : 0, 0,
-                  "connection lost", 15);
+                  "connection lost", WHOLE);
         return;
     }
     client->pending = (size_t)got;
@@ -446,19 +446,35 @@ static void open_step(mcpb_client_t *client, uint32_t timeout_ms)
     feed_pending(client);
 }
 
-/* NULL when the way is built in, else why the client cannot take it. */
-static const char *way_missing(mcpb_way_t way)
+/* A way the client cannot take, named with the switches the build was made without: one text. */
+#if MCPB_WITH_WEBSOCKET
+#define LEFT_OUT_WEBSOCKET ""
+#else
+#define LEFT_OUT_WEBSOCKET " MCPB_WITH_WEBSOCKET"
+#endif
+#if MCPB_WITH_MULTIPLEX
+#define LEFT_OUT_MULTIPLEX ""
+#else
+#define LEFT_OUT_MULTIPLEX " MCPB_WITH_MULTIPLEX"
+#endif
+#if MCPB_WITH_SERIAL
+#define LEFT_OUT_SERIAL ""
+#else
+#define LEFT_OUT_SERIAL " MCPB_WITH_SERIAL"
+#endif
+#if MCPB_WITH_WEBSOCKET && MCPB_WITH_MULTIPLEX && MCPB_WITH_SERIAL
+#define WAY_MISSING "unknown way"
+#else
+#define WAY_MISSING "unknown way, or built without" LEFT_OUT_WEBSOCKET LEFT_OUT_MULTIPLEX LEFT_OUT_SERIAL
+#endif
+
+/* 1 when the way is known and built in. */
+static int way_built_in(mcpb_way_t way)
 {
-    switch (way) {
-    case MCPB_WAY_WS_DEDICATED:
-        return MCPB_WITH_WEBSOCKET ? NULL : "built without MCPB_WITH_WEBSOCKET";
-    case MCPB_WAY_WS_MULTIPLEX:
-        return MCPB_WITH_MULTIPLEX ? NULL : "built without MCPB_WITH_MULTIPLEX";
-    case MCPB_WAY_SERIAL:
-        return MCPB_WITH_SERIAL ? NULL : "built without MCPB_WITH_SERIAL";
-    default:
-        return "unknown way";
-    }
+    return way == MCPB_WAY_WS_DEDICATED   ? MCPB_WITH_WEBSOCKET
+           : way == MCPB_WAY_WS_MULTIPLEX ? MCPB_WITH_MULTIPLEX
+           : way == MCPB_WAY_SERIAL       ? MCPB_WITH_SERIAL
+                                          : 0;
 }
 
 int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, const mcpb_port_t *port,
@@ -483,16 +499,14 @@ int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, 
         client->config.firmware_version = MCPB_VERSION;
     }
     if (config->host == NULL || config->slots == NULL || config->slot_count == 0 ||
-        config->slot_count > MCPB_MAX_SLOTS) {
-        problem = "needs a host and 1 to 8 slots";
-    } else if (config->way == MCPB_WAY_WS_DEDICATED && config->slot_count != 1) {
-        problem = "dedicated link: exactly one slot";
+        config->slot_count > MCPB_MAX_SLOTS || (config->way == MCPB_WAY_WS_DEDICATED && config->slot_count != 1)) {
+        problem = "needs a host and 1 to 8 slots, a dedicated link exactly one slot";
     } else if (buffers->message == NULL || buffers->message_cap < 1024 || buffers->answer == NULL ||
                buffers->answer_cap < 512 || buffers->rx == NULL || buffers->rx_cap < 16 || buffers->tx == NULL ||
                buffers->tx_cap < 64) {
         problem = "buffers too small";
-    } else {
-        problem = way_missing(config->way);
+    } else if (!way_built_in(config->way)) {
+        problem = WAY_MISSING;
     }
     for (i = 0; problem == NULL && i < config->slot_count; i++) {
         size_t len = config->slots[i].name != NULL ? strlen(config->slots[i].name) : 0;

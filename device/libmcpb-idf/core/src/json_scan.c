@@ -297,36 +297,22 @@ size_t mcpb_vformat(char *out, size_t cap, const char *format, va_list args)
             const char *text = va_arg(args, const char *);
             n = text != NULL ? put_text(out, limit, n, text, *format == 'j') : n;
         } else {
-            unsigned long long value;
-            int negative = 0, longs = 0;
-            uint32_t high, low;
-            while (*format == 'l') {
-                format++;
-                longs++;
-            }
-            if (*format == 'd') {
-                long long v = longs == 0   ? va_arg(args, int)
-                              : longs == 1 ? va_arg(args, long)
-                                           : va_arg(args, long long);
-                negative = v < 0;
-                value = negative ? 0u - (unsigned long long)v : (unsigned long long)v;
-            } else if (longs == 0) {
-                value = va_arg(args, unsigned);
-            } else if (longs == 1) {
-                value = va_arg(args, unsigned long);
+            unsigned long value; /* 32 bits on the device: its own division, nothing from libgcc */
+            int negative = 0;
+            if (*format == 'l') {
+                format++; /* %ld and %lu; plain int and unsigned are widened */
+                value = *format == 'd' ? (unsigned long)va_arg(args, long) : va_arg(args, unsigned long);
             } else {
-                value = va_arg(args, unsigned long long);
+                value = *format == 'd' ? (unsigned long)(long)va_arg(args, int) : va_arg(args, unsigned);
             }
-            /* value / 10 in 32-bit pieces: no 64-bit division from libgcc on a 32-bit core */
-            high = (uint32_t)(value >> 16 >> 16);
-            low = (uint32_t)value;
+            if (*format == 'd' && (long)value < 0) {
+                negative = 1;
+                value = 0u - value;
+            }
             do {
-                uint32_t mid = (high % 10u) << 16 | low >> 16;
-                uint32_t bottom = (mid % 10u) << 16 | (low & 0xFFFFu);
-                high /= 10u;
-                low = (mid / 10u) << 16 | bottom / 10u;
-                *--p = (char)('0' + (int)(bottom % 10u));
-            } while ((high | low) != 0);
+                *--p = (char)('0' + (int)(value % 10u));
+                value /= 10u;
+            } while (value != 0);
             if (negative) {
                 *--p = '-';
             }

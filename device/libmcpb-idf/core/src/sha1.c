@@ -1,4 +1,5 @@
-/* SHA-1 (FIPS 180-4), used only to check the server's Sec-WebSocket-Accept. */
+/* SHA-1 (FIPS 180-4), used only to check the server's Sec-WebSocket-Accept. Rolled into one loop
+ * (the round function picked by index): the handshake hashes two blocks, size matters, speed not. */
 #include "digest.h"
 
 #include <string.h>
@@ -8,38 +9,38 @@ static uint32_t rotl(uint32_t value, unsigned bits)
     return (value << bits) | (value >> (32u - bits));
 }
 
-static void compress(uint32_t state[5], const uint8_t block[64])
+static void compress(mcpb_sha1_t *sha)
 {
     static const uint32_t k[4] = {0x5A827999u, 0x6ED9EBA1u, 0x8F1BBCDCu, 0xCA62C1D6u};
-    uint32_t w[16], v[5];
+    uint32_t w[80], a = sha->state[0], b = sha->state[1], c = sha->state[2], d = sha->state[3],
+                    e = sha->state[4];
     unsigned i;
-    memcpy(v, state, sizeof(v));
+    for (i = 0; i < 16; i++) {
+        const uint8_t *p = sha->block + 4 * i;
+        w[i] = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    }
+    for (; i < 80; i++) { /* the whole schedule: plain indexing is shorter code than a ring of 16 */
+        w[i] = rotl(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    }
     for (i = 0; i < 80; i++) {
-        uint32_t f, next;
-        unsigned round = i / 20;
-        if (i < 16) {
-            w[i] = (uint32_t)block[4 * i] << 24 | (uint32_t)block[4 * i + 1] << 16 |
-                   (uint32_t)block[4 * i + 2] << 8 | (uint32_t)block[4 * i + 3];
-        } else {
-            w[i & 15] = rotl(w[(i - 3) & 15] ^ w[(i - 8) & 15] ^ w[(i - 14) & 15] ^ w[i & 15], 1);
+        uint32_t f = b ^ c ^ d;
+        if (i < 20) {
+            f = d ^ (b & (c ^ d));
+        } else if (i >= 40 && i < 60) {
+            f = (b & c) | (d & (b | c));
         }
-        if (round == 0) {
-            f = (v[1] & v[2]) | (~v[1] & v[3]);
-        } else if (round == 2) {
-            f = (v[1] & v[2]) | (v[1] & v[3]) | (v[2] & v[3]);
-        } else {
-            f = v[1] ^ v[2] ^ v[3];
-        }
-        next = rotl(v[0], 5) + f + v[4] + k[round] + w[i & 15];
-        v[4] = v[3];
-        v[3] = v[2];
-        v[2] = rotl(v[1], 30);
-        v[1] = v[0];
-        v[0] = next;
+        f += rotl(a, 5) + e + k[i / 20] + w[i];
+        e = d;
+        d = c;
+        c = rotl(b, 30);
+        b = a;
+        a = f;
     }
-    for (i = 0; i < 5; i++) {
-        state[i] += v[i];
-    }
+    sha->state[0] += a;
+    sha->state[1] += b;
+    sha->state[2] += c;
+    sha->state[3] += d;
+    sha->state[4] += e;
 }
 
 void mcpb_sha1_init(mcpb_sha1_t *sha)
@@ -57,17 +58,10 @@ void mcpb_sha1_update(mcpb_sha1_t *sha, const void *data, size_t len)
 {
     const uint8_t *bytes = (const uint8_t *)data;
     sha->total_bytes += len;
-    while (len > 0) {
-        size_t take = 64 - sha->block_len;
-        if (take > len) {
-            take = len;
-        }
-        memcpy(sha->block + sha->block_len, bytes, take);
-        sha->block_len += take;
-        bytes += take;
-        len -= take;
+    while (len-- > 0) {
+        sha->block[sha->block_len++] = *bytes++;
         if (sha->block_len == 64) {
-            compress(sha->state, sha->block);
+            compress(sha);
             sha->block_len = 0;
         }
     }
@@ -75,18 +69,17 @@ void mcpb_sha1_update(mcpb_sha1_t *sha, const void *data, size_t len)
 
 void mcpb_sha1_final(mcpb_sha1_t *sha, uint8_t digest[MCPB_SHA1_BYTES])
 {
-    static const uint8_t pad = 0x80, zero = 0;
     uint32_t bits = sha->total_bytes * 8u;
-    uint8_t length[8] = {0};
+    uint8_t byte = 0x80, length[8] = {0};
     unsigned i;
     for (i = 0; i < 4; i++) {
         length[4 + i] = (uint8_t)(bits >> (24 - 8 * i));
     }
     /* 0x80, zeros up to 56 bytes in the block, the length: the padding goes through update */
-    mcpb_sha1_update(sha, &pad, 1);
-    while (sha->block_len != 56) {
-        mcpb_sha1_update(sha, &zero, 1);
-    }
+    do {
+        mcpb_sha1_update(sha, &byte, 1);
+        byte = 0;
+    } while (sha->block_len != 56);
     mcpb_sha1_update(sha, length, 8);
     for (i = 0; i < 20; i++) {
         digest[i] = (uint8_t)(sha->state[i / 4] >> (24 - 8 * (i % 4)));

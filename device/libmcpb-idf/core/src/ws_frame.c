@@ -4,6 +4,28 @@
 
 #include <string.h>
 
+/* The protocol errors in one string: an error is its offset (0 none), a constant where it is found
+ * (shorter code than a pointer to each). */
+#define E_S0 ""
+#define E_S1 "stream already failed"
+#define E_S2 "reserved bits set"
+#define E_S3 "length top bit set"
+#define E_S4 "unknown control opcode"
+#define E_S5 "malformed control frame"
+#define E_S6 "unknown data opcode"
+#define E_S7 "bad fragment sequence"
+#define E_S8 "one-byte close payload"
+static const char errors[] =
+    E_S0 "\0" E_S1 "\0" E_S2 "\0" E_S3 "\0" E_S4 "\0" E_S5 "\0" E_S6 "\0" E_S7 "\0" E_S8;
+#define E_FAILED 1
+#define E_RESERVED (E_FAILED + sizeof(E_S1))
+#define E_TOP_BIT (E_RESERVED + sizeof(E_S2))
+#define E_CONTROL_OPCODE (E_TOP_BIT + sizeof(E_S3))
+#define E_MALFORMED_CONTROL (E_CONTROL_OPCODE + sizeof(E_S4))
+#define E_DATA_OPCODE (E_MALFORMED_CONTROL + sizeof(E_S5))
+#define E_FRAGMENTS (E_DATA_OPCODE + sizeof(E_S6))
+#define E_ONE_BYTE_CLOSE (E_FRAGMENTS + sizeof(E_S7))
+
 void mcpb_ws_rx_init(mcpb_ws_rx_t *rx, uint8_t *buf, size_t cap)
 {
     memset(rx, 0, sizeof(*rx));
@@ -38,8 +60,8 @@ size_t mcpb_ws_header(uint8_t out[MCPB_WS_MAX_HEADER], uint8_t opcode, size_t le
     return n;
 }
 
-/* The header is complete: check it and set up the payload. NULL when fine, else why not. */
-static const char *start_frame(mcpb_ws_rx_t *rx)
+/* The header is complete: check it and set up the payload. 0 when fine, else why not (E_...). */
+static int start_frame(mcpb_ws_rx_t *rx)
 {
     uint8_t first = rx->header[0];
     size_t at = rx->header_need - (rx->masked ? 4 : 0), i;
@@ -57,22 +79,23 @@ static const char *start_frame(mcpb_ws_rx_t *rx)
     rx->remaining = high != 0 ? UINT32_MAX : size; /* 4 GB or more: over any cap (it will not come) */
     rx->phase = 0;
     if (first & 0x70u) {
-        return "reserved bits set";
+        return E_RESERVED;
     }
     if (at == 10 && (rx->header[2] & 0x80u)) {
-        return "length top bit set";
+        return E_TOP_BIT;
     }
     if (rx->opcode >= 8) {
         rx->control_len = 0;
-        return rx->opcode > MCPB_WS_PONG_FRAME ? "unknown control opcode"
-               : size > 125 || !rx->fin       ? "malformed control frame"
-                                               : NULL;
+        /* remaining, not size: a 64-bit length of 4 GB or more may have small low bits */
+        return rx->opcode > MCPB_WS_PONG_FRAME       ? E_CONTROL_OPCODE
+               : rx->remaining > 125 || !rx->fin ? E_MALFORMED_CONTROL
+                                                 : 0;
     }
     if (rx->opcode > MCPB_WS_BINARY) {
-        return "unknown data opcode";
+        return E_DATA_OPCODE;
     }
     if ((rx->opcode == 0) != rx->in_message) {
-        return "bad fragment sequence";
+        return E_FRAGMENTS;
     }
     if (rx->opcode != 0) {
         rx->in_message = 1;
@@ -85,7 +108,7 @@ static const char *start_frame(mcpb_ws_rx_t *rx)
         rx->head_len = rx->message_len < MCPB_HEAD_BYTES ? rx->message_len : MCPB_HEAD_BYTES;
         memcpy(rx->head, rx->buf, rx->head_len);
     }
-    return NULL;
+    return 0;
 }
 
 static void take_payload(mcpb_ws_rx_t *rx, const uint8_t *data, size_t take)
@@ -114,8 +137,8 @@ static void take_payload(mcpb_ws_rx_t *rx, const uint8_t *data, size_t take)
     rx->remaining -= (uint32_t)take;
 }
 
-/* The frame's payload is complete: fills event when that makes one. NULL, or what was wrong. */
-static const char *end_frame(mcpb_ws_rx_t *rx, mcpb_ws_event_t *event)
+/* The frame's payload is complete: fills event when that makes one. 0, or what was wrong (E_...). */
+static int end_frame(mcpb_ws_rx_t *rx, mcpb_ws_event_t *event)
 {
     static const uint8_t control_kinds[] = {MCPB_WS_CLOSE, MCPB_WS_PING, MCPB_WS_PONG};
     rx->header_len = 0;
@@ -127,7 +150,7 @@ static const char *end_frame(mcpb_ws_rx_t *rx, mcpb_ws_event_t *event)
         if (rx->opcode == MCPB_WS_CLOSE_FRAME) {
             event->close_code = 1005;
             if (rx->control_len == 1) {
-                return "one-byte close payload";
+                return E_ONE_BYTE_CLOSE;
             }
             if (rx->control_len >= 2) {
                 event->close_code = rx->control[0] << 8 | rx->control[1];
@@ -150,19 +173,19 @@ static const char *end_frame(mcpb_ws_rx_t *rx, mcpb_ws_event_t *event)
             event->len = rx->message_len;
         }
     }
-    return NULL;
+    return 0;
 }
 
 size_t mcpb_ws_rx_feed(mcpb_ws_rx_t *rx, const uint8_t *data, size_t len, mcpb_ws_event_t *event)
 {
     size_t at = 0;
-    const char *why = NULL;
+    int why = 0;
     memset(event, 0, sizeof(*event));
     if (rx->failed) {
-        why = "stream already failed";
+        why = E_FAILED;
         at = len;
     }
-    while (why == NULL && event->kind == MCPB_WS_NONE) {
+    while (why == 0 && event->kind == MCPB_WS_NONE) {
         if (rx->header_len < rx->header_need) {
             if (at == len) {
                 return at;
@@ -186,10 +209,10 @@ size_t mcpb_ws_rx_feed(mcpb_ws_rx_t *rx, const uint8_t *data, size_t len, mcpb_w
             why = end_frame(rx, event);
         }
     }
-    if (why != NULL) {
+    if (why != 0) {
         rx->failed = 1;
         event->kind = MCPB_WS_PROTOCOL_ERROR;
-        event->error = why;
+        event->error = errors + why;
     }
     return at;
 }

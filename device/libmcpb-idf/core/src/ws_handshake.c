@@ -18,18 +18,18 @@ size_t mcpb_ws_provider_path(const char *slot, char *out, size_t out_cap)
     }
     memcpy(out, "/provider/", n);
     for (c = (const unsigned char *)slot; *c != 0; c++) {
-        int plain = ((*c | 0x20) >= 'a' && (*c | 0x20) <= 'z') || (*c >= '0' && *c <= '9') ||
-                    strchr("-._~", *c) != NULL; /* unreserved: the rest is percent-encoded */
+        unsigned char low = *c | 0x20;
+        /* unreserved: the rest is percent-encoded */
+        int plain = (low >= 'a' && low <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' ||
+                    *c == '_' || *c == '~';
         if (n + (plain ? 1 : 3) >= out_cap) {
             return 0;
         }
-        if (plain) {
-            out[n++] = (char)*c;
-        } else {
+        if (!plain) {
             out[n++] = '%';
             out[n++] = hex[*c >> 4];
-            out[n++] = hex[*c & 15];
         }
+        out[n++] = plain ? (char)*c : hex[*c & 15];
     }
     out[n] = '\0';
     return n;

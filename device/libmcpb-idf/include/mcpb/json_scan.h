@@ -35,8 +35,8 @@ int mcpb_json_put_raw(char *out, size_t out_cap, size_t *at, const char *text, s
  * out NUL-terminated; its length, or 0 when no whole id is there. */
 size_t mcpb_json_id_in(const char *head, size_t len, char *out, size_t out_cap);
 
-/* A small snprintf, so that the core needs no printf: %s, and %d and %u with l or ll; no flags, widths
- * or precisions. Writes at most cap - 1 bytes and a NUL (when cap > 0); returns the whole text's length.
+/* A small snprintf, so that the core needs no printf: %s, and %d and %u, also with l; no ll, flags,
+ * widths or precisions. Writes at most cap - 1 bytes and a NUL (when cap > 0); returns the whole text's length.
  * mcpb_vformat also takes %j, a string written as a JSON string literal (NULL: nothing), which
  * mcpb_format cannot take (its arguments are checked as printf's). */
 size_t mcpb_vformat(char *out, size_t cap, const char *format, va_list args);

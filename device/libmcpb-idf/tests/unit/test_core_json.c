@@ -100,8 +100,8 @@ static void test_format(void **state)
     assert_string_equal(out, "127.0.0.1:3000");
     assert_int_equal(mcpb_format(out, sizeof out, "HTTP %d: %d %ld", 401, -2147483647 - 1, -5L), 24);
     assert_string_equal(out, "HTTP 401: -2147483648 -5");
-    mcpb_format(out, sizeof out, "%llu %lu %u", 18446744073709551615ull, 0ul, 7u);
-    assert_string_equal(out, "18446744073709551615 0 7");
+    mcpb_format(out, sizeof out, "%lu %lu %u", 4294967295ul, 0ul, 7u);
+    assert_string_equal(out, "4294967295 0 7");
     assert_int_equal(mcpb_format(out, 6, "abc%sxyz", "def"), 9); /* cut, NUL-terminated, whole length */
     assert_string_equal(out, "abcde");
 }

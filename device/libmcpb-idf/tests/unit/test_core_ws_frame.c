@@ -277,6 +277,8 @@ static void test_protocol_errors(void **state)
     expect_error((const uint8_t *)"\xC1\x00", 2, "reserved bits");
     expect_error((const uint8_t *)"\x88\x01\x03", 3, "one-byte");
     expect_error((const uint8_t *)"\x81\x7F\x80\x00\x00\x00\x00\x00\x00\x00", 10, "top bit");
+    /* a ping of 4 GB + 5 bytes: over 125, though its low 32 bits are not */
+    expect_error((const uint8_t *)"\x89\x7F\x00\x00\x00\x01\x00\x00\x00\x05", 10, "malformed control frame");
     n = frame(bytes, 0x01, (const uint8_t *)"ab", 2, NULL);
     n += frame(bytes + n, 0x81, (const uint8_t *)"cd", 2, NULL); /* a new message inside a fragmented one */
     {
