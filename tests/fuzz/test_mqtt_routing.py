@@ -19,7 +19,7 @@ JSON-RPC message.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -143,6 +143,7 @@ class StandInGateway:
     config: GatewayConfig
     registry: StandInRegistry
     metrics: Metrics
+    device_revoked: Callable[[str], bool] | None = None  # no device registry: no board is revoked
 
 
 class InProcessBroker(MqttBroker):
