@@ -42,6 +42,18 @@ MUX_BOARD = "24:0a:c4:00:00:09"
 TOOL = "broker_providers_recheck"
 
 
+async def assert_no_retained_status(port: int, slot: str) -> None:
+    """A fresh subscriber (with the gateway's credential) gets no retained status for `slot`."""
+    spy = RawPeer(port, "operator", v5=False, username=GATEWAY_USER, password=GATEWAY_PASSWORD)
+    assert await spy.connect() == "Success"
+    try:
+        await spy.subscribe(f"mcpb/{slot}/status")
+        with pytest.raises(TimeoutError):
+            await spy.next(timeout=1.0)
+    finally:
+        await spy.disconnect()
+
+
 def detached(gateway: Any, slot: str) -> bool:
     entry = gateway.gateway.registry.slots.get(slot)
     return entry is not None and entry.live is None
@@ -140,14 +152,7 @@ async def test_revoke_empties_an_mqtt_boards_retained_status_and_detaches_its_sl
         reason = gateway.gateway.registry.slots[slot].last_disconnect_reason
         assert "device identity revoked" in reason
         # The broker holds no retained status for the slot any more: a fresh subscriber gets nothing.
-        spy = RawPeer(broker.port, "operator", v5=False, username=GATEWAY_USER, password=GATEWAY_PASSWORD)
-        assert await spy.connect() == "Success"
-        try:
-            await spy.subscribe(f"mcpb/{slot}/status")
-            with pytest.raises(TimeoutError):
-                await spy.next(timeout=1.0)
-        finally:
-            await spy.disconnect()
+        await assert_no_retained_status(broker.port, slot)
         assert detached(gateway, slot)
         # Until mosquitto is reloaded the broker still admits the board: when it announces itself again, the
         # gateway does not attach it and empties its status once more.
@@ -158,14 +163,7 @@ async def test_revoke_empties_an_mqtt_boards_retained_status_and_detaches_its_sl
         await wait_for(lambda: drops.of_slot(slot).get("refused", 0) >= 1, 10, "the revoked board's status refused")
         assert detached(gateway, slot)
         assert "device identity revoked" in gateway.gateway.registry.slots[slot].last_disconnect_reason
-        spy = RawPeer(broker.port, "operator-2", v5=False, username=GATEWAY_USER, password=GATEWAY_PASSWORD)
-        assert await spy.connect() == "Success"
-        try:
-            await spy.subscribe(f"mcpb/{slot}/status")
-            with pytest.raises(TimeoutError):
-                await spy.next(timeout=1.0)
-        finally:
-            await spy.disconnect()
+        await assert_no_retained_status(broker.port, slot)
     finally:
         await board.disconnect()
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import orjson
-
 from gateway.core import errors
+from gateway.core.broker.results import json_result, text_result
 from gateway.core.jsonrpc import JsonObject
 
 if TYPE_CHECKING:
@@ -53,6 +52,5 @@ async def call(gateway: BrokerView, governed: bool) -> JsonObject:
     recheck = gateway.provider_recheck
     if recheck is None:
         text = "this gateway cannot recheck its provider links (it was built without its ways in)"
-        return {"content": [{"type": "text", "text": text}], "isError": True}
-    result = await recheck.recheck()
-    return {"content": [{"type": "text", "text": orjson.dumps(result).decode()}], "structuredContent": result}
+        return text_result(text, is_error=True)
+    return json_result(await recheck.recheck())

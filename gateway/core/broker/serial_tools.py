@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import orjson
-
 from gateway.core import errors
+from gateway.core.broker.results import json_result, text_result
 from gateway.core.jsonrpc import JsonObject
 
 if TYPE_CHECKING:
@@ -68,8 +67,8 @@ async def call(gateway: BrokerView, name: str, arguments: JsonObject, governed: 
         state = await (handover.release(port) if name == RELEASE else handover.resume(port))
     except LookupError as exc:
         return _refused(str(exc.args[0]))
-    return {"content": [{"type": "text", "text": orjson.dumps(state).decode()}], "structuredContent": state}
+    return json_result(state)
 
 
 def _refused(text: str) -> JsonObject:
-    return {"content": [{"type": "text", "text": text}], "isError": True}
+    return text_result(text, is_error=True)

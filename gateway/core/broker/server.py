@@ -11,8 +11,6 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
-import orjson
-
 from gateway import __version__
 from gateway.config import masked_dump
 from gateway.core import errors, governed, jsonrpc
@@ -21,6 +19,7 @@ from gateway.core.broker.diagnose import diagnose, worst
 from gateway.core.broker.guide import TOPICS, render
 from gateway.core.broker.guide_text import GuideInput
 from gateway.core.broker.problems import Problem
+from gateway.core.broker.results import dumps, json_result, text_result
 from gateway.core.client_context import ClientContext
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import BROKER_SLOT
@@ -370,18 +369,6 @@ PROVIDER_PREFIX = "broker://providers/"
 GUIDE_PREFIX = "broker://guide/"
 
 
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
-
-
-def json_result(value: JsonObject) -> JsonObject:
-    return {"content": [{"type": "text", "text": _dumps(value)}], "structuredContent": value, "isError": False}
-
-
-def text_result(text: str) -> JsonObject:
-    return {"content": [{"type": "text", "text": text}], "isError": False}
-
-
 def invalid(message: str, **data: Any) -> errors.RpcError:
     return errors.RpcError(jsonrpc.INVALID_PARAMS, message, data or None)
 
@@ -603,7 +590,7 @@ class BrokerTarget(Target):
 
     @staticmethod
     def _json_contents(uri: str, value: JsonObject) -> JsonObject:
-        return {"contents": [{"uri": uri, "mimeType": JSON_TYPE, "text": _dumps(value)}]}
+        return {"contents": [{"uri": uri, "mimeType": JSON_TYPE, "text": dumps(value)}]}
 
 
 NOT_GOVERNED = (
