@@ -38,7 +38,8 @@ size_t mcpb_json_id_in(const char *head, size_t len, char *out, size_t out_cap);
 /* A small snprintf, so that the core needs no printf: %s, and %d and %u, also with l; no ll, flags,
  * widths or precisions. Writes at most cap - 1 bytes and a NUL (when cap > 0); returns the whole text's length.
  * mcpb_vformat also takes %j, a string written as a JSON string literal (NULL: nothing), which
- * mcpb_format cannot take (its arguments are checked as printf's). */
+ * mcpb_format cannot take (its arguments are checked as printf's, which also lets through what it
+ * cannot print: tests/device_c/test_c_format_strings.py checks every call's conversions). */
 size_t mcpb_vformat(char *out, size_t cap, const char *format, va_list args);
 size_t mcpb_format(char *out, size_t cap, const char *format, ...)
 #if defined(__GNUC__)
