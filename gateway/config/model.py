@@ -27,6 +27,8 @@ class LoggingConfig(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "text"] = "auto"
     """auto: text on a terminal, one JSON object per line otherwise."""
+    repeat_interval_s: Annotated[float, Field(gt=0)] = 60.0
+    """A provider refused the same slot for the same reason again is warned of at most once per interval."""
 
 
 class GatewayConfig(Section):

@@ -7,6 +7,7 @@ pings; newcomers are real SDK providers, or raw sockets when the test needs the 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -98,6 +99,21 @@ async def test_reject_never_hands_the_slot_over(
     assert status["takeover"] == "reject"
     if incumbent == "live":
         assert await add(gateway) == {"result": 5}
+
+
+async def test_a_refused_newcomer_is_warned_of_once_per_interval(
+    gateway_factory: GatewayFactory, publishers: Publishers, boards: Boards, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Four refusals of the same slot for the same reason, on both paths: one warning (logging.repeat_interval_s)."""
+    caplog.set_level(logging.INFO)
+    gateway = await gateway_factory(**policy_config("reject", "global"))
+    await publishers.start(gateway, "pump", demo_server("incumbent"))
+    for _ in range(2):
+        await assert_newcomer_refused(gateway, boards)
+    warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("provider refused")]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith("provider refused for slot pump over websocket from 127.0.0.1:")
+    assert warned[0].endswith(f": {HELD}")
 
 
 # -- liveness, and always without identities ----------------------------------------------------

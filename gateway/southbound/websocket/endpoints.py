@@ -33,6 +33,7 @@ from gateway.core.slots import SlotRefused
 from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
 from gateway.southbound import envelope
 from gateway.southbound.websocket.pacing import TurnPacer
+from gateway.southbound.websocket.refusal_log import RefusalLog
 from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big
 
 log = logging.getLogger("gateway.southbound.websocket")
@@ -149,6 +150,7 @@ class ProviderWebSockets:
         self.auth = auth
         self.sockets: set[MultiplexedSocket] = set()
         self.pacer = TurnPacer(gateway.config.providers.upgrades_per_turn)
+        self.refusals = RefusalLog(gateway.config.logging.repeat_interval_s)
 
     async def shutdown(self) -> None:
         """Close every `/providers` socket with 1001 (their slots were already released by the core).
@@ -226,6 +228,7 @@ class ProviderWebSockets:
         try:
             session = await self.gateway.registry.attach(slot, link)
         except SlotRefused as exc:
+            self.refusals.refused(slot, exc.kind, exc.reason, info.transport, info.remote)
             await ws.close(code=CLOSE_POLICY, message=close_reason(exc.reason).encode())
             return ws
         reason = PEER_CLOSED
@@ -412,6 +415,7 @@ class ProviderWebSockets:
                 hello=registration.hello if registration else None,
             )
         except SlotRefused as exc:
+            self.refusals.refused(frame.provider, exc.kind, exc.reason, info.transport, info.remote)
             with contextlib.suppress(Exception):
                 await socket.ws.send_frame(
                     envelope.error_envelope(frame.provider, exc.code, exc.reason), WSMsgType.TEXT
