@@ -13,6 +13,8 @@ from urllib.parse import quote
 import orjson
 
 from gateway import __version__
+from gateway.core.jsonrpc import INVALID_PARAMS
+from gateway.core.names import BROKER_SLOT
 from gateway.core.versions import LATEST_HANDSHAKE
 
 if TYPE_CHECKING:
@@ -22,14 +24,45 @@ if TYPE_CHECKING:
 class GatewayCallError(Exception):
     """The gateway answered with a JSON-RPC error or an HTTP failure; the message says which."""
 
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        """The JSON-RPC error code, when the gateway answered with one."""
+
+
+_OBSERVE_TOOLS = frozenset(
+    {"broker_info", "providers_list", "provider_status", "broker_diagnose", "broker_guide", "broker_approvals"}
+)
+"""The `_broker` tools that are read-only (tool.observe under a policy); the others are actions (tool.control)."""
+_POLICY_ONLY_TOOLS = frozenset({"broker_approvals", "broker_approve", "broker_audit_recent"})
+
+
+def broker_tool_hint(tool: str) -> str:
+    """Why a `_broker` tool an operator command calls may be reported unknown, and what grants it.
+
+    The gateway hides a tool a caller may not call (so names cannot be probed): to the command that is
+    the same answer as a tool that does not exist, so it names both causes (docs/governance.md)."""
+    if tool == "broker_audit_recent":
+        grant = "broker.audit.read"
+    else:
+        grant = f"tool:{tool} or {'tool.observe' if tool in _OBSERVE_TOOLS else 'tool.control'}"
+    policy_only = " exists only on a gateway with a [policy] and" if tool in _POLICY_ONLY_TOOLS else ""
+    return (
+        f"{tool}{policy_only} is hidden from a caller the policy does not grant it: this token may lack {grant} "
+        f"on /_system/broker (docs/governance.md), or the gateway is older than this mcp-gateway"
+    )
+
 
 def parse_arguments(pairs: list[str]) -> dict[str, Any]:
-    """`key=value` pairs; a value that parses as JSON is taken as JSON (numbers, booleans, objects)."""
+    """`key=value` pairs; a value that parses as JSON is taken as JSON (numbers, booleans, objects), any other
+    as text (so `01200`, not JSON, is the string "01200"). A key given twice is refused, not the last kept."""
     arguments: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
             raise ValueError(f"argument {pair!r} is not key=value")
+        if key in arguments:
+            raise ValueError(f"argument {key!r} is given twice; give each argument once")
         try:
             arguments[key] = orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -80,6 +113,7 @@ class GatewayClient:
         import aiohttp  # here, not at the top: the CLI imports this module for GatewayCallError alone
 
         self.url = f"{base_url.rstrip('/')}/{quote(slot, safe='')}/mcp"
+        self.slot = slot
         self.token = token
         """A client token for a gateway with [auth]: sent as Authorization: Bearer, only to this URL."""
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -163,12 +197,19 @@ class GatewayClient:
             raise GatewayCallError(f"no answer to {method}")
         if "error" in answer:
             error = answer["error"]
-            raise GatewayCallError(f"{error.get('message')} (code {error.get('code')})")
+            code = error.get("code")
+            raise GatewayCallError(f"{error.get('message')} (code {code})", code if isinstance(code, int) else None)
         result: dict[str, Any] = answer["result"]
         return result
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("tools/call", {"name": name, "arguments": arguments})
+        try:
+            return await self.request("tools/call", {"name": name, "arguments": arguments})
+        except GatewayCallError as exc:
+            # The operator commands call _broker tools by name; "unknown" there is rarely a typo.
+            if self.slot == BROKER_SLOT and exc.code == INVALID_PARAMS and str(exc).startswith("Unknown tool:"):
+                raise GatewayCallError(f"{exc}; {broker_tool_hint(name)}", exc.code) from None
+            raise
 
 
 async def _last_response_event(response: aiohttp.ClientResponse) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from gateway.cli.common import DEFAULT_URL, Commands
+from gateway.cli.common import Commands, gateway_url_option
 
 
 def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
@@ -71,7 +71,7 @@ def add_approve(commands: Commands) -> None:
     approve.add_argument("id", nargs="?", help="the approval id to decide, as the list shows it")
     approve.add_argument("--deny", action="store_true", help="deny the call instead of approving it")
     approve.add_argument("--json", action="store_true", help="print the gateway's JSON answer")
-    approve.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL (default {DEFAULT_URL})")
+    gateway_url_option(approve)
     approve.add_argument(
         "--token-file", metavar="FILE", help="a file holding the client token (default: $MCP_GATEWAY_TOKEN)"
     )

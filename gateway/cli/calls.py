@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file
+from gateway.cli.common import Commands, _read_credential_file, gateway_url_option
 from gateway.client import GatewayCallError
 
 
@@ -68,6 +68,15 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
         try:
             with open(args.file, "rb") as f:
                 document = orjson.loads(f.read())
+        except FileNotFoundError:
+            # `schema-hash pump-1` reads a file named pump-1; a live slot is named with --slot. Exit 1
+            # as for any file that cannot be read.
+            print(
+                f"mcp-gateway schema-hash: no such file: {args.file} (to hash the tools a live slot lists, "
+                f"use --slot {args.file})",
+                file=sys.stderr,
+            )
+            return 1
         except orjson.JSONDecodeError as exc:
             print(f"mcp-gateway schema-hash: {args.file} is not valid JSON: {exc}", file=sys.stderr)
             return 2
@@ -101,7 +110,7 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
 def add_calls(commands: Commands) -> None:
     token_help = "a file holding a client token, for a gateway with [auth] (default: $MCP_GATEWAY_TOKEN, if set)"
     slots = commands.add_parser("slots", help="list the slots of a running gateway")
-    slots.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL (default {DEFAULT_URL})")
+    gateway_url_option(slots)
     slots.add_argument("--token-file", metavar="FILE", help=token_help)
     slots.add_argument(
         "--all",
@@ -112,13 +121,18 @@ def add_calls(commands: Commands) -> None:
     slots.set_defaults(func=cmd_slots)
 
     call = commands.add_parser("call", help="call a tool on a slot of a running gateway")
-    call.add_argument("slot")
-    call.add_argument("tool")
+    call.add_argument("slot", help="the slot to call, e.g. pump-1 (mcp-gateway slots lists them)")
+    call.add_argument("tool", help="the tool's name, as the slot's tools/list names it, e.g. get_status")
     # A default keeps argparse from reporting key=value as required when tool is missing too.
     call.add_argument(
-        "arguments", nargs="*", default=[], metavar="key=value", help="arguments; values are JSON or text"
+        "arguments",
+        nargs="*",
+        default=[],
+        metavar="key=value",
+        help="the tool's arguments, each name once; a value that parses as JSON is JSON (1200, true, "
+        '\'{"a": 1}\'), any other is text (01200 is the string "01200")',
     )
-    call.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL (default {DEFAULT_URL})")
+    gateway_url_option(call)
     call.add_argument("--token-file", metavar="FILE", help=token_help)
     call.set_defaults(func=cmd_call)
 
@@ -127,6 +141,6 @@ def add_calls(commands: Commands) -> None:
     )
     schema_hash.add_argument("file", nargs="?", help="schema file: the tools array (e.g. device/schemas/pump-1.json)")
     schema_hash.add_argument("--slot", help="hash the tools/list of this slot on a running gateway instead")
-    schema_hash.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL for --slot (default {DEFAULT_URL})")
+    gateway_url_option(schema_hash, "with --slot: the gateway's base URL")
     schema_hash.add_argument("--token-file", metavar="FILE", help=token_help)
     schema_hash.set_defaults(func=cmd_schema_hash)

@@ -3,15 +3,95 @@
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Callable
 from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 from gateway.config import DEFAULT_PORT, GatewayConfig, lan_sides_text, load_config
+from gateway.config.base import ENV_CLIENT_URL
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What `add_subparsers()` returns: each subcommand module adds its parsers to it."""
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
-"""The gateway a client subcommand talks to unless --url (or sim's --gateway) says otherwise."""
+"""The gateway a client subcommand talks to unless --url, $MCP_GATEWAY_URL (or sim's --gateway) says otherwise."""
+
+
+class EnvDefault(str):
+    """A flag's default read from an environment variable: a str (so argparse checks it with the flag's
+    type, as if given on the command line) that remembers the variable, for the error message."""
+
+    variable: str
+
+
+def env_default(variable: str, fallback: str) -> str:
+    """$variable when set (and not blank), else `fallback`; read when the parser is built, i.e. per command."""
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return fallback
+    value = EnvDefault(text)
+    value.variable = variable
+    return value
+
+
+def check_base_url(text: str, what: str, example: str) -> str:
+    """`text` when it is an http(s) base URL: scheme, host, a valid port, no path beyond "/"; else ValueError.
+
+    Checked here, before aiohttp sees it: aiohttp's own errors for these (NonHttpUrlClientError,
+    InvalidUrlClientError) are tracebacks, and a URL with a path is joined into a wrong endpoint (404)."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"must start with http:// or https://, e.g. {example}; got {text!r}")
+    try:
+        port = parts.port  # ValueError: out of 0-65535, or not a number
+    except ValueError:
+        port = 0
+    if not parts.hostname:
+        raise ValueError(f"has no host, e.g. {example}; got {text!r}")
+    if port == 0 or (port is None and parts.netloc.endswith(":")):
+        raise ValueError(f"has no valid port (1-65535), e.g. {example}; got {text!r}")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"is {what}, e.g. {example}, with no path; got {text!r}")
+    return text
+
+
+def _url_flag(what: str, example: str) -> Callable[[str], str]:
+    """An argparse type checking a base URL; the message names the environment variable it came from."""
+
+    def check(text: str) -> str:
+        try:
+            return str(check_base_url(text, what, example))  # a plain str, whatever its source
+        except ValueError as exc:
+            variable = getattr(text, "variable", None)
+            source = f"(from ${variable}) " if variable else ""
+            raise argparse.ArgumentTypeError(f"{source}{exc}") from None
+
+    return check
+
+
+def gateway_url_option(sub: argparse.ArgumentParser, purpose: str = "the gateway's base URL") -> None:
+    """--url for a client command: the gateway's base URL, default $MCP_GATEWAY_URL, else DEFAULT_URL.
+
+    One definition for every client command, so each checks it the same way before connecting."""
+    sub.add_argument(
+        "--url",
+        type=_url_flag("the gateway's base URL", "http://HOST:PORT"),
+        default=env_default(ENV_CLIENT_URL, DEFAULT_URL),
+        metavar="URL",
+        help=f"{purpose}, http(s)://HOST:PORT (default: ${ENV_CLIENT_URL}, else {DEFAULT_URL})",
+    )
+
+
+def control_url_option(sub: argparse.ArgumentParser, variable: str, fallback: str) -> None:
+    """--control for sim-status and sim-fault: the simulator's control endpoint, checked as --url is."""
+    sub.add_argument(
+        "--control",
+        type=_url_flag("the simulator's control endpoint", fallback),
+        default=env_default(variable, fallback),
+        metavar="URL",
+        help=f"the simulator's control endpoint (default: ${variable}, else {fallback})",
+    )
 
 
 def with_config(sub: argparse.ArgumentParser) -> None:

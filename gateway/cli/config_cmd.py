@@ -29,9 +29,15 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def add_config(commands: Commands) -> None:
     config = commands.add_parser("config", help="check or show the effective configuration")
-    config.add_argument("action", choices=["check", "show"])
+    config.add_argument(
+        "action",
+        choices=["check", "show"],
+        help="check: load it as `run` would and say whether run would start; show: print it as JSON, secrets masked",
+    )
     with_config(config)
-    config.add_argument("--host")
-    config.add_argument("--port", type=int)
-    config.add_argument("--insecure-lan", action="store_true")
+    config.add_argument("--host", help="address to bind, as run --host (default 127.0.0.1)")
+    config.add_argument("--port", type=int, help="port to bind, as run --port")
+    config.add_argument(
+        "--insecure-lan", action="store_true", help="as run --insecure-lan: accept a LAN bind without authentication"
+    )
     config.set_defaults(func=cmd_config)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file
+from gateway.cli.common import Commands, _read_credential_file, gateway_url_option
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE, PasswordFileError
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ async def broker_call(args: argparse.Namespace, tool: str, arguments: dict[str, 
 
 def gateway_options(sub: argparse.ArgumentParser) -> None:
     """--url and --token-file: how a device command reaches the running gateway (broker_call)."""
-    sub.add_argument("--url", default=DEFAULT_URL, help=f"the running gateway (default {DEFAULT_URL})")
+    gateway_url_option(sub, "the running gateway")
     sub.add_argument("--token-file", metavar="FILE", help="a client token for a gateway with [auth]")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.cli.common import DEFAULT_URL, Commands
+from gateway.cli.common import Commands, gateway_url_option
 
 CHIPS = ("auto", "esp32", "esp32s2", "esp32s3", "esp32c2", "esp32c3", "esp32c6", "esp32h2")
 
@@ -84,9 +84,7 @@ def add_flash(commands: Commands) -> None:
         help="times to reset the board into download mode and sync before giving up (default 3)",
     )
     sub.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
-    sub.add_argument(
-        "--url", default=DEFAULT_URL, help=f"the running gateway to ask for the port (default {DEFAULT_URL})"
-    )
+    gateway_url_option(sub, "the running gateway to ask for the port")
     sub.add_argument(
         "--token-file", metavar="FILE", help="a file holding the client token (default: $MCP_GATEWAY_TOKEN)"
     )

@@ -7,7 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
-from gateway.cli.common import DEFAULT_URL, Commands, _load
+from gateway.cli.common import Commands, _load, gateway_url_option
 
 EXPLAIN_EXIT = {True: 0, False: 1}
 """explain's exit status: 0 allowed, 1 denied (2: the policy or the flags cannot be used)."""
@@ -183,7 +183,7 @@ def add_policy(commands: Commands) -> None:
         "mistake and the command exits 1. The policy must give the caller that tool (an action on "
         "/_system/broker); unknown tool means it does not, or the gateway has no [policy].",
     )
-    reload.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL (default {DEFAULT_URL})")
+    gateway_url_option(reload)
     reload.add_argument(
         "--token-file", metavar="FILE", help="a file holding the client token (default: $MCP_GATEWAY_TOKEN)"
     )

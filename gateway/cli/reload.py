@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from gateway.cli.common import DEFAULT_URL, Commands
+from gateway.cli.common import Commands, gateway_url_option
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
@@ -34,7 +34,7 @@ def add_reload(commands: Commands) -> None:
         "only a gateway bound to loopback serves this; with one, the policy must grant broker_reload (an "
         "action on /_system/broker).",
     )
-    reload.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL (default {DEFAULT_URL})")
+    gateway_url_option(reload)
     reload.add_argument(
         "--token-file", metavar="FILE", help="a file holding the client token (default: $MCP_GATEWAY_TOKEN)"
     )

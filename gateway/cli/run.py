@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from typing import Any
 
@@ -74,6 +75,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     except event_loop.EventLoopUnavailable as exc:
         print(f"mcp-gateway: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        # The bare errno names the address but not the usual cause, nor the way out.
+        also = " or the simulator's with --sim-control-port" if sim_pumps else ""
+        print(
+            f"mcp-gateway: {exc} (another gateway running? choose another port with --port or MCP_GATEWAY_PORT{also})",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -9,7 +9,8 @@ import sys
 
 import orjson
 
-from gateway.cli.common import DEFAULT_URL, Commands, mqtt_url_flag, serial_port_flag
+from gateway.cli.common import DEFAULT_URL, Commands, control_url_option, mqtt_url_flag, serial_port_flag
+from gateway.config.base import ENV_SIM_CONTROL_URL
 from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
 
 
@@ -219,20 +220,10 @@ def add_sim_fault_and_status(commands: Commands) -> None:
     sim_fault.add_argument("fault", help="dry_run, overtemp, sensor_failure, reboot or link_drop")
     sim_fault.add_argument("--clear", action="store_true", help="clear the condition (link_drop: reconnect now)")
     sim_fault.add_argument("--seconds", type=float, help="link_drop: stay offline this long before dialling again")
-    sim_fault.add_argument(
-        "--control",
-        default=default_control,
-        metavar="URL",
-        help=f"the simulator's control endpoint (default {default_control})",
-    )
+    control_url_option(sim_fault, ENV_SIM_CONTROL_URL, default_control)
     sim_fault.set_defaults(func=cmd_sim_fault)
 
     sim_status = commands.add_parser("sim-status", help="show the simulated pumps, their links and faults")
-    sim_status.add_argument(
-        "--control",
-        default=default_control,
-        metavar="URL",
-        help=f"the simulator's control endpoint (default {default_control})",
-    )
+    control_url_option(sim_status, ENV_SIM_CONTROL_URL, default_control)
     sim_status.add_argument("--json", action="store_true", help="print the control endpoint's JSON")
     sim_status.set_defaults(func=cmd_sim_status)

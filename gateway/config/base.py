@@ -13,6 +13,10 @@ ENV_CONFIG_FILE = "MCP_GATEWAY_CONFIG"
 ENV_CLIENT_TOKEN = "MCP_GATEWAY_TOKEN"
 """The bearer token `mcp-gateway stdio` sends: a client-side variable, not a gateway setting, so a shell
 that sets it for the bridge can still run the gateway."""
+ENV_CLIENT_URL = "MCP_GATEWAY_URL"
+ENV_SIM_CONTROL_URL = "MCP_GATEWAY_SIM_CONTROL"
+"""Where client commands find the gateway and the simulator's control endpoint: client-side too, not settings."""
+CLIENT_SIDE_ENV = frozenset({ENV_CONFIG_FILE, ENV_CLIENT_TOKEN, ENV_CLIENT_URL, ENV_SIM_CONTROL_URL})
 DEFAULT_PORT = 3000  # mcp-broker's port, so boards flashed for it connect unchanged
 
 TakeoverPolicy = Literal["liveness", "reject", "always"]

@@ -11,7 +11,7 @@ from typing import Any, get_args
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from gateway.config.base import ENV_CLIENT_TOKEN, ENV_CONFIG_FILE, ENV_PREFIX
+from gateway.config.base import CLIENT_SIDE_ENV, ENV_CONFIG_FILE, ENV_PREFIX
 from gateway.config.groups import GROUP_ENV_PREFIX, group_env_name
 from gateway.config.model import GatewayConfig
 
@@ -70,7 +70,7 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str,
     overrides: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for name, text in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX) or name in (ENV_CONFIG_FILE, ENV_CLIENT_TOKEN):
+        if not name.startswith(ENV_PREFIX) or name in CLIENT_SIDE_ENV:
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
         if not all(path) or not _known_path(path):
