@@ -41,7 +41,8 @@ async def serve_with_simulator(
     config: GatewayConfig, pumps: int, control_port: int, source: ConfigSource | None = None
 ) -> None:
     """`source`: where `config` came from, for reloads (gateway/reload/)."""
-    simulator = Simulator(None, SimulatorSettings(pumps=pumps), own_listener_security(config))
+    # own_gateway: when this gateway shuts down, its pumps do not dial it again.
+    simulator = Simulator(None, SimulatorSettings(pumps=pumps), own_listener_security(config), own_gateway=True)
     control = await simulator.start_control(control_port, "--sim-control-port")
 
     def attach(server: GatewayServer) -> None:

@@ -6,13 +6,23 @@ answers (the board's own report task, docs/pump-1.md "Telemetry"), answer WebSoc
 and each ping feeds the pump's dead-man), drop a link silent for `silence_s`, and dial again after a
 jittered back-off (gateway.core.backoff.Backoff: between half the ceiling and the ceiling, which
 doubles per failure) that is reset once a link carried a request, so a gateway that accepts and at
-once refuses the pump is not hammered.
+once refuses the pump is not hammered. A refusal at the door (an HTTP 4xx on the upgrade, or a close
+1008 before the gateway sent a frame, such as "Slot already held by a live provider") puts the
+ceiling at its maximum at once, as the C board does: a pump that is not wanted waits 15 to 30 s.
+
+The link is logged as up once the gateway sent its first frame (the initialize that follows an
+accepted registration): the gateway refuses a slot only after the WebSocket upgrade, so an open
+socket alone does not mean the pump is published. A refusal is a warning.
 
 The control interface cuts the link on purpose:
 - drop(offline_s): the socket is shut down without a WebSocket close (the gateway sees the TCP
   connection end, as when a board loses power or a cable), then the pump dials again after the
   back-off, or after `offline_s` seconds when given; reconnect() ends such an offline period early;
 - restart(): a reboot; the socket is cut the same way and the pump dials again at once.
+Either sets last_down_reason at once, so the control endpoint's answer names the cut it made.
+
+A link to the gateway of its own process (`own_gateway`, `run --sim-pumps`) that the gateway closes
+with 1001 (going away: it is shutting down) is not dialled again until reconnect() or stop().
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import ssl
@@ -31,7 +42,7 @@ from typing import Any
 import aiohttp
 
 from gateway import __version__
-from gateway.core.backoff import Backoff
+from gateway.core.backoff import MAX_DOUBLINGS, Backoff
 from sim import FIRMWARE_NAME, firmware
 from sim.pump import SimulatedPump
 
@@ -42,6 +53,8 @@ USER_AGENT = f"{FIRMWARE_NAME}/{__version__}"
 TOKEN_HEADER = "X-Provider-Token"
 TOKEN_ENV = "MCP_SIM_PROVIDER_TOKEN"
 """The provider secret from the environment when no --provider-token-file is given."""
+CLOSE_GOING_AWAY = 1001
+CLOSE_POLICY = 1008
 
 
 @dataclass(frozen=True)
@@ -80,8 +93,10 @@ class PumpLink:
         backoff_min_s: float = 1.0,
         backoff_max_s: float = 30.0,
         security: LinkSecurity | None = None,
+        own_gateway: bool = False,
     ) -> None:
         self.pump = pump
+        self.own_gateway = own_gateway
         self.security = security or LinkSecurity()
         self.headers = {"User-Agent": USER_AGENT}
         if self.security.token is not None:
@@ -92,6 +107,9 @@ class PumpLink:
         self.silence_s = silence_s
         self.connect_timeout_s = connect_timeout_s
         self.backoff = Backoff(backoff_min_s, backoff_max_s)
+        # Failures after which the back-off's ceiling is its maximum: where a refusal puts it.
+        doublings = math.ceil(math.log2(backoff_max_s / backoff_min_s)) if 0 < backoff_min_s < backoff_max_s else 0
+        self._refused_failures = min(MAX_DOUBLINGS, doublings)
         self.links = 0  # links made so far
         self.connected = False
         self.last_down_reason: str | None = None
@@ -102,6 +120,10 @@ class PumpLink:
         self._cut_reason: str | None = None  # why the control interface cut the current link
         self._stop = asyncio.Event()
         self._carried = False  # the current link carried a request
+        self._refused: str | None = None  # why the gateway refused the last dial at the door
+        self._refusals = 0  # refusals in a row, to log a long run of them only now and then
+        self._close_code: int | None = None  # the gateway's close code on the last link
+        self._offline_s: float | None = None  # the offline period the last link_drop asked for
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -127,6 +149,10 @@ class PumpLink:
     def drop(self, offline_s: float | None = None) -> None:
         if offline_s is not None:
             self.offline_until = time.monotonic() + offline_s
+        self._offline_s = offline_s
+        if self._ws is None and offline_s is not None:  # no link to cut: the wait under way becomes this
+            log.info("%s offline for %g s (link_drop), dialling again after", self.pump.slot, offline_s)
+            self._wake.set()
         self._cut("link_drop from the control endpoint")
 
     def reconnect(self) -> None:
@@ -152,7 +178,9 @@ class PumpLink:
         if ws is None:
             return
         self._cut_reason = reason
-        self.connected = False  # at once: the control endpoint's answer shows the link as down
+        # At once: the control endpoint's answer shows the link as down, and why.
+        self.connected = False
+        self.last_down_reason = reason
         sock = ws.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -173,9 +201,32 @@ class PumpLink:
                 self.backoff.reset()
             if self._redial_now:
                 continue
-            delay = self.backoff.next_delay()
-            if self.backoff.failures <= 3 or self.backoff.failures % 20 == 0:
-                log.info("%s link down (%s); dialling again in %.2f s", self.pump.slot, self.last_down_reason, delay)
+            slot = self.pump.slot
+            if self.offline_until is not None:  # a link_drop with seconds: that wait replaces the back-off
+                log.info(
+                    "%s link down (%s); offline for %g s, dialling again after",
+                    slot,
+                    self.last_down_reason,
+                    self._offline_s or 0,
+                )
+                continue
+            if self.own_gateway and self._close_code == CLOSE_GOING_AWAY:
+                # This process's gateway is shutting down: nothing to dial, the simulator stops next.
+                log.info("%s link down (%s)", slot, self.last_down_reason)
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if self._refused is not None:
+                self._refusals += 1
+                self.backoff.failures = max(self.backoff.failures, self._refused_failures)
+                delay = self.backoff.next_delay()
+                if self._refusals <= 3 or self._refusals % 20 == 0:
+                    log.warning("%s refused by the gateway (%s); dialling again in %.1f s", slot, self._refused, delay)
+            else:
+                self._refusals = 0
+                delay = self.backoff.next_delay()
+                if self.backoff.failures <= 3 or self.backoff.failures % 20 == 0:
+                    log.info("%s link down (%s); dialling again in %.2f s", slot, self.last_down_reason, delay)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
@@ -192,6 +243,8 @@ class PumpLink:
 
     async def _link_once(self) -> bool:
         """One link from dial to loss; True when it carried a request."""
+        self._refused = None
+        self._close_code = None
         try:
             # The whole dial (TCP connect and handshake) is bounded, as on the board.
             ws = await asyncio.wait_for(
@@ -207,11 +260,14 @@ class PumpLink:
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             self.last_down_reason = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, aiohttp.WSServerHandshakeError) and 400 <= exc.status < 500:
+                self._refused = f"HTTP {exc.status} on the upgrade: {exc.message}"
             return False
         self._ws = ws
         self.links += 1
         self.connected = True
-        log.info("%s link up to %s (link %d)", self.pump.slot, self.url, self.links)
+        # Not "up" yet: the gateway may still refuse the slot (close 1008) before its first frame.
+        log.debug("%s dialled %s (link %d), registering", self.pump.slot, self.url, self.links)
         if self.offline_until is not None:  # cut while dialling
             self._cut("link_drop from the control endpoint")
         self._carried = False
@@ -251,6 +307,8 @@ class PumpLink:
                 heard = time.monotonic()
                 pump.heard()
                 data: bytes = msg.data.encode() if isinstance(msg.data, str) else msg.data
+                if not self._carried:  # the gateway's first frame: it accepted the registration
+                    log.info("%s link up to %s (link %d)", pump.slot, self.url, self.links)
                 self._carried = True
                 if len(data) > pump.settings.frame_max_bytes:
                     answer: bytes | None = pump.oversize(len(data), data[:HEAD_BYTES])
@@ -267,7 +325,10 @@ class PumpLink:
                 pump.heard()
             else:  # CLOSE, CLOSING, CLOSED, ERROR
                 if msg.type is aiohttp.WSMsgType.CLOSE:
+                    self._close_code = msg.data
                     self.last_down_reason = f"closed by the gateway, code {msg.data}: {msg.extra or ''}".rstrip(": ")
+                    if msg.data == CLOSE_POLICY and not self._carried:  # at the door: held slot, bad name
+                        self._refused = f"code {msg.data}: {msg.extra or ''}".rstrip(": ")
                 else:
                     error = ws.exception()
                     self.last_down_reason = f"connection lost: {error}" if error else "connection lost"

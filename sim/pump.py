@@ -153,8 +153,12 @@ class SimulatedPump:
         send raises. None with telemetry off. Call it in the running event loop."""
         if self.telemetry is None:
             return None
-        report: Awaitable[None] = self.telemetry.report(_Frames(send))
-        return asyncio.get_running_loop().create_task(_run(report), name=f"sim-telemetry-{self.slot}")
+        # The board's coroutine is the task's own: a task cancelled before its first step closes its
+        # coroutine, where a wrapper would leave an inner one never awaited (a RuntimeWarning).
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
+            self.telemetry.report(_Frames(send)), name=f"sim-telemetry-{self.slot}"
+        )
+        return task
 
     def telemetry_counts(self) -> dict[str, int] | None:
         """The records waiting and those dropped (queue full, or the link failed), or None with telemetry off."""
@@ -172,7 +176,3 @@ class _Frames:
 
     async def send(self, parts: list[bytes]) -> None:
         await self._send(b"".join(parts))
-
-
-async def _run(report: Awaitable[None]) -> None:
-    await report

@@ -4,12 +4,15 @@ API
 ---
 SimulatorSettings(pumps, first=1, pump=PumpSettings(), tick_ms=100, silence_s=90, backoff_min_s=1,
                   backoff_max_s=30, connect_timeout_s=10)
-Simulator(gateway_url or None, settings, security=None, mqtt=None) slots pump-<first> ... pump-<first + pumps - 1>;
+Simulator(gateway_url or None, settings, security=None, mqtt=None, serial=None, own_gateway=False)
+                                         slots pump-<first> ... pump-<first + pumps - 1>;
                                          security: sim.link.LinkSecurity (provider token, TLS trust);
                                          mqtt: sim.mqtt.MqttTarget publishes through an MQTT broker
                                          (plain or mcp profile) instead of a WebSocket to the gateway;
                                          serial: sim.serial_line.SerialTarget puts the pumps on one serial
-                                         line (a tty, or a pseudo-terminal made here) instead
+                                         line (a tty, or a pseudo-terminal made here) instead;
+                                         own_gateway: the gateway is this process's (run --sim-pumps), so
+                                         its going-away close is not dialled again
     await .start_control(port, flag)     bind the control endpoint on 127.0.0.1 (0: any free port);
                                          raises OSError naming `flag` when the port is taken
     .control_url                         http://127.0.0.1:<port> once bound
@@ -20,7 +23,8 @@ Simulator(gateway_url or None, settings, security=None, mqtt=None) slots pump-<f
                                          board's request counts (requests, duplicates, errors) and its
                                          telemetry counts (queued, dropped; null with telemetry off)
 run(gateway_url, settings, control_port, security=None) prints where it publishes and its control URL, runs until
-                                         SIGTERM or SIGINT (`mcp-gateway sim`)
+                                         SIGTERM or SIGINT (`mcp-gateway sim`); a signal during start-up
+                                         stops it cleanly too
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class Simulator:
         security: LinkSecurity | None = None,
         mqtt: MqttTarget | None = None,
         serial: SerialTarget | None = None,
+        *,
+        own_gateway: bool = False,
     ) -> None:
         if settings.pumps < 1:
             raise ValueError("the simulator needs at least one pump")
@@ -89,6 +95,7 @@ class Simulator:
         self.security = security or LinkSecurity()
         self.mqtt = mqtt
         self.serial = serial
+        self.own_gateway = own_gateway
         self.serial_line: SerialLine | None = None
         path = firmware.schema_file()
         registry = firmware.load_registry(path, settings.pump.frame_max_bytes)
@@ -156,6 +163,7 @@ class Simulator:
                 backoff_min_s=settings.backoff_min_s,
                 backoff_max_s=settings.backoff_max_s,
                 security=self.security,
+                own_gateway=self.own_gateway,
             )
             self.links[slot] = link
             link.start()
@@ -292,10 +300,29 @@ async def run(
     serial: SerialTarget | None = None,
 ) -> None:
     """`mcp-gateway sim`: publish the pumps and serve the control endpoint until SIGTERM or SIGINT."""
+    # The handlers first: a signal during start-up stops the simulator cleanly (exit 0), not by the
+    # default action (killed, 143).
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, stop.set)
     simulator = Simulator(gateway_url, settings, security, mqtt, serial)
     control = await simulator.start_control(control_port)
-    simulator.start()
-    slots = settings.slots
+    try:
+        if not stop.is_set():
+            simulator.start()
+            _announce(simulator, gateway_url, control)
+        await stop.wait()
+    finally:
+        await simulator.stop()
+        print("simulator stopped", file=sys.stderr)
+
+
+def _announce(simulator: Simulator, gateway_url: str, control: str) -> None:
+    """Where the pumps publish and the control URL, on stdout."""
+    mqtt = simulator.mqtt
+    slots = simulator.settings.slots
     names = slots[0] if len(slots) == 1 else f"{slots[0]} ... {slots[-1]}"
     if simulator.serial_line is not None:
         line = simulator.serial_line
@@ -315,13 +342,3 @@ async def run(
         where = firmware.provider_url(gateway_url, slots[0]).rsplit("/", 1)[0] + "/<slot>"
     print(f"simulator: {len(slots)} pump(s), {names}, publishing to {where}")
     print(f"control: {control}   (mcp-gateway sim-status --control {control})", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signum, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await simulator.stop()
-        print("simulator stopped", file=sys.stderr)

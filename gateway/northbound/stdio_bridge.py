@@ -28,11 +28,16 @@ Authentication: a bearer token, or HMAC-SHA256 request signing (gateway/policy/h
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import io
 import logging
+import os
 import signal
 import ssl
+import stat
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
@@ -126,16 +131,35 @@ TOO_LONG = b"\x00too long"
 
 
 async def stdin_lines(stream: BinaryIO) -> AsyncIterator[bytes]:
-    """Lines of stdin (without the newline) until EOF; a line over MAX_LINE_BYTES comes out as TOO_LONG."""
+    """Lines of stdin (without the newline) until EOF; a line over MAX_LINE_BYTES comes out as TOO_LONG.
+
+    A pipe or socket is read by the event loop. Anything else is read in a thread: epoll refuses
+    regular files and devices such as /dev/null (EPERM), and the loop's reader would set O_NONBLOCK
+    on a terminal, which stdout, stderr and the shell share with stdin."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+    if _pipe_or_socket(stream):
+        reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+        try:
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stream)
+        except (ValueError, OSError) as exc:
+            log.debug("stdin cannot be watched by the event loop (%s): reading it in a thread", exc)
+        else:
+            async for line in _reader_lines(reader):
+                yield line
+            return
+    async for line in _thread_lines(stream):
+        yield line
+
+
+def _pipe_or_socket(stream: BinaryIO) -> bool:
     try:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stream)
-    except (ValueError, OSError):
-        # Not a pipe, socket or terminal (a regular file): read it in a thread instead.
-        while line := await asyncio.to_thread(stream.readline):
-            yield TOO_LONG if len(line) > MAX_LINE_BYTES else line.rstrip(b"\r\n")
-        return
+        mode = os.fstat(stream.fileno()).st_mode
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+async def _reader_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     while True:
         try:
             line = await reader.readuntil(b"\n")
@@ -148,6 +172,44 @@ async def stdin_lines(stream: BinaryIO) -> AsyncIterator[bytes]:
             yield TOO_LONG
             continue
         yield line.rstrip(b"\r\n")
+
+
+_EOF = b""
+
+
+async def _thread_lines(stream: BinaryIO) -> AsyncIterator[bytes]:
+    """Lines read by a daemon thread: a read blocked on a terminal must not hold up the exit
+    (asyncio's default executor is joined when the loop closes)."""
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[bytes] = asyncio.Queue(maxsize=4)  # a few lines ahead, then the thread waits
+
+    def hand_over(line: bytes) -> bool:
+        try:
+            asyncio.run_coroutine_threadsafe(lines.put(line), loop).result()
+        except (RuntimeError, concurrent.futures.CancelledError):  # the loop is closing
+            return False
+        return True
+
+    def read() -> None:
+        try:
+            while line := stream.readline(MAX_LINE_BYTES + 1):
+                if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                    while (rest := stream.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                        pass  # skip the rest of the long line without holding it
+                    line = TOO_LONG
+                else:
+                    line = line.rstrip(b"\r\n")
+                    if not line:
+                        continue
+                if not hand_over(line):
+                    return
+        except (OSError, ValueError) as exc:
+            log.warning("reading stdin failed: %s", exc)
+        hand_over(_EOF)
+
+    threading.Thread(target=read, name="stdin", daemon=True).start()
+    while line := await lines.get():
+        yield line
 
 
 async def _skip_line(reader: asyncio.StreamReader) -> None:

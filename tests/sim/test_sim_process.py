@@ -89,6 +89,60 @@ async def test_run_with_a_simulated_pump_answers_the_readme_calls() -> None:
         assert out.splitlines()[1].split()[:2] == ["pump-1", "up"]
     finally:
         assert await stop(gateway) == 0
+    assert gateway.stderr is not None
+    shutdown_log = (await gateway.stderr.read()).decode()
+    assert "pump-1 link down (closed by the gateway, code 1001" in shutdown_log
+    assert "dialling again" not in shutdown_log  # its own gateway is going away: nothing to dial
+
+
+HELD_IN_START_UP = """
+import sys
+
+from gateway.cli import main
+from sim.simulator import Simulator
+
+original = Simulator.start_control
+
+
+async def start_control(self, port, flag="--control-port"):
+    print("starting up", flush=True)
+    sys.stdin.readline()  # held here, mid start-up, until the test has sent SIGTERM
+    return await original(self, port, flag)
+
+
+Simulator.start_control = start_control
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+async def test_sigterm_during_sim_start_up_stops_it_cleanly() -> None:
+    simulator = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        HELD_IN_START_UP,
+        "sim",
+        "--gateway",
+        f"http://127.0.0.1:{free_port()}",
+        "--control-port",
+        "0",
+        cwd=REPO,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await line_matching(simulator.stdout, re.compile(rb"^starting up"))
+        simulator.send_signal(signal.SIGTERM)  # pending before the line below lets start-up go on
+        assert simulator.stdin is not None
+        simulator.stdin.write(b"\n")
+        await simulator.stdin.drain()
+        assert await asyncio.wait_for(simulator.wait(), 10) == 0
+        assert simulator.stderr is not None
+        assert "simulator stopped" in (await simulator.stderr.read()).decode()
+    finally:
+        if simulator.returncode is None:
+            simulator.kill()
+            await simulator.wait()
 
 
 async def test_sim_command_publishes_n_pumps_into_a_gateway_and_stops_cleanly(gateway: GatewayServer) -> None:
