@@ -32,17 +32,17 @@ static void empty_result(const mcpb_pump1_t *pump, const void *context, json_out
 
 static void initialize_result(const mcpb_pump1_t *pump, const void *context, json_out_t *out)
 {
-    json_sink_t raw;
-    p1_json_sink_init(&raw, out, 0);
+    json_sink_t text; /* escapes into the string bodies that the quotes below open and close */
+    p1_json_sink_init(&text, out, 1);
     /* the protocol versions and the name need no escaping */
     p1_json_out_text(out, "{\"protocolVersion\":\"");
     p1_json_out_text(out, (const char *)context);
     p1_json_out_text(out, "\",\"capabilities\":{\"tools\":{\"listChanged\":false}},\"serverInfo\":{\"name\":\""
-                          MCPB_PUMP1_SERVER_NAME "\",\"version\":");
-    p1_json_sink_quoted(&raw, pump->config.firmware_version);
-    p1_json_out_text(out, "},\"instructions\":");
-    p1_json_sink_quoted(&raw, pump1_instructions);
-    p1_json_out_text(out, "}");
+                          MCPB_PUMP1_SERVER_NAME "\",\"version\":\"");
+    p1_json_sink_text(&text, pump->config.firmware_version);
+    p1_json_out_text(out, "\"},\"instructions\":\"");
+    p1_json_sink_text(&text, pump1_instructions);
+    p1_json_out_text(out, "\"}");
 }
 
 static void initialize(mcpb_pump1_t *pump, json_span_t id, json_span_t params, json_out_t *out)
@@ -61,39 +61,37 @@ static void initialize(mcpb_pump1_t *pump, json_span_t id, json_span_t params, j
 
 /* -- tools/list --------------------------------------------------------------------------------- */
 
-/* The cursor's tool index, or 0 when it names none: a string of ASCII digits, 0 < value < count. */
+/* A string cursor's tool index, or 0 when it names none: ASCII digits, 0 < value < count (a value
+ * above 0 has a digit). */
 static int cursor_index(json_span_t cursor)
 {
-    size_t at = 0, digits = 0;
+    size_t at = 0;
     uint32_t cp;
     long value = 0;
-    if (p1_json_kind(cursor) != JSON_STRING) {
-        return 0;
-    }
     while (p1_json_next_char(cursor, &at, &cp)) {
         if (cp < '0' || cp > '9') {
             return 0;
         }
-        digits++;
         if (value < PUMP1_TOOL_COUNT) {
             value = value * 10 + (long)(cp - '0');
         }
     }
-    return digits > 0 && value > 0 && value < PUMP1_TOOL_COUNT ? (int)value : 0;
+    return value > 0 && value < PUMP1_TOOL_COUNT ? (int)value : 0;
 }
 
 /* A page of tools from the cursor's: as many as fit the frame, at least one (mcpdevice.registry.page),
- * sent whole even past the frame cap as the MicroPython dispatcher sends it. */
-static void tools_list(mcpb_pump1_t *pump, json_span_t id, json_span_t cursor, json_out_t *out)
+ * sent whole even past the frame cap as the MicroPython dispatcher sends it. Returns NULL, or the
+ * error text (invalid params, quoting the cursor) that dispatch() answers with. */
+static const char *tools_list(mcpb_pump1_t *pump, json_span_t id, json_span_t cursor, json_out_t *out)
 {
     json_sink_t raw;
+    json_kind_t kind = p1_json_kind(cursor);
     int first = 0, index;
     long budget, used = 0;
-    if (given(p1_json_kind(cursor))) {
-        first = cursor_index(cursor);
+    if (given(kind)) {
+        first = kind == JSON_STRING ? cursor_index(cursor) : 0;
         if (first == 0) {
-            p1_rpc_error(pump, id, RPC_INVALID_PARAMS, P1_UNKNOWN_CURSOR, &cursor, 0, out);
-            return;
+            return P1_UNKNOWN_CURSOR;
         }
     }
     p1_rpc_result_head(out, id);
@@ -118,6 +116,7 @@ static void tools_list(mcpb_pump1_t *pump, json_span_t id, json_span_t cursor, j
         p1_json_out_text(out, "\"");
     }
     p1_json_out_text(out, "}}");
+    return NULL;
 }
 
 /* -- tools/call --------------------------------------------------------------------------------- */
@@ -133,7 +132,7 @@ static uint64_t fingerprint(const char *bytes, size_t n)
     return hash ^ (uint64_t)n;
 }
 
-/* The tool's index in the schema file (pump1_schema.h), or -1 when `name` names none. */
+/* The tool's index in the schema file (pump1_schema.h), or -1 when `name` names none (or is no string). */
 static int tool_index(json_span_t name)
 {
     int i;
@@ -144,6 +143,17 @@ static int tool_index(json_span_t name)
     }
     return -1;
 }
+
+/*
+ * The cache keeps an answer as it went out, with two savings: the id is not kept apart (it is the
+ * answer's, right after ANSWER_HEAD), and a status result, whose text is the escaped
+ * structuredContent (results.ok), keeps that JSON once: the escaped copy is left out and written
+ * again on a repeat.
+ */
+static const char ANSWER_HEAD[] = "{\"jsonrpc\":\"2.0\",\"id\":";
+static const char TEXT_TAIL[] = "\"}],\"structuredContent\":"; /* also call_result's: one copy */
+#define HEAD_LEN (sizeof ANSWER_HEAD - 1)
+#define TAIL_LEN (sizeof TEXT_TAIL - 1)
 
 /* The CallToolResult (tools.py): the status as JSON text and as structuredContent, or the refusal
  * as an isError text. */
@@ -163,21 +173,10 @@ static void call_result(const mcpb_pump1_t *pump, const void *context, json_out_
         return;
     }
     p1_pump_write_status(pump, &text);
-    p1_json_out_text(out, "\"}],\"structuredContent\":");
+    p1_json_out_text(out, TEXT_TAIL);
     p1_pump_write_status(pump, &raw);
     p1_json_out_text(out, "}");
 }
-
-/*
- * The cache keeps an answer as it went out, with two savings: the id is not kept apart (it is the
- * answer's, right after ANSWER_HEAD), and a status result, whose text is the escaped
- * structuredContent (results.ok), keeps that JSON once: the escaped copy is left out and written
- * again on a repeat.
- */
-static const char ANSWER_HEAD[] = "{\"jsonrpc\":\"2.0\",\"id\":";
-static const char TEXT_TAIL[] = "\"}],\"structuredContent\":";
-#define HEAD_LEN (sizeof ANSWER_HEAD - 1)
-#define TAIL_LEN (sizeof TEXT_TAIL - 1)
 
 /* json.dumps' escaping of the ASCII bytes s[0..n), as the result's text carries the status. */
 static void escape_bytes(json_out_t *out, const char *s, size_t n)
@@ -276,8 +275,9 @@ static void remember(mcpb_pump1_t *pump, const char *id, size_t id_len, uint64_t
     pump->cache_used++;
 }
 
-static void tools_call(mcpb_pump1_t *pump, json_span_t id, json_span_t params, const char *in, size_t in_len,
-                       json_out_t *out)
+/* Returns NULL, or the error text (invalid params; *quoted: what it quotes) that dispatch() answers with. */
+static const char *tools_call(mcpb_pump1_t *pump, json_span_t id, json_span_t params, const char *in, size_t in_len,
+                              json_span_t *quoted, json_out_t *out)
 {
     char id_text[MCPB_PUMP1_CACHE_ID_MAX];
     json_out_t id_out;
@@ -296,22 +296,22 @@ static void tools_call(mcpb_pump1_t *pump, json_span_t id, json_span_t params, c
         if (e->fingerprint == print && same_id(e, id_text, id_out.len)) {
             pump->counts.duplicates++; /* a redelivery: the same answer, nothing done twice */
             replay(e, out);
-            return;
+            return NULL;
         }
     }
-    tool = p1_json_kind(name) == JSON_STRING ? tool_index(name) : -1;
+    tool = tool_index(name); /* -1 for a name that is no string, too: p1_json_string_is says no */
     if (tool < 0) {
-        p1_rpc_error(pump, id, RPC_INVALID_PARAMS, P1_UNKNOWN_TOOL, &name, 0, out);
-        return;
+        *quoted = name;
+        return P1_UNKNOWN_TOOL;
     }
     if (given(kind) && kind != JSON_OBJECT) {
-        p1_rpc_error(pump, id, RPC_INVALID_PARAMS, P1_ARGUMENTS_NOT_OBJECT, NULL, 0, out);
-        return;
+        return P1_ARGUMENTS_NOT_OBJECT;
     }
-    call = p1_pump_call(pump, tool, arguments);
+    call.text = p1_pump_call(pump, tool, arguments, &call.value);
     p1_rpc_result(pump, id, call_result, &call, out);
     remember(pump, id_text, p1_json_out_fits(&id_out) ? id_out.len : MCPB_PUMP1_CACHE_ID_MAX + 1, print, &call, id,
              out);
+    return NULL;
 }
 
 /* -- the message -------------------------------------------------------------------------------- */
@@ -320,7 +320,8 @@ static void dispatch(mcpb_pump1_t *pump, const char *in, size_t in_len, json_out
 {
     /* the members a request is read by, in one walk (a repeated key: the last, as in a dict) */
     static const char *const names[] = {"method", "id", "params", "jsonrpc", "result", "error"};
-    json_span_t root, key, value, id = {NULL, 0};
+    static const char *const methods[] = {"tools/call", "tools/list", "ping", "initialize"}; /* the cases below */
+    json_span_t root, key, value, id = {NULL, 0}, quoted = {NULL, 0};
     json_span_t m[6] = {{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}};
     json_kind_t method_kind, id_kind, params_kind;
     const char *text = NULL;
@@ -341,7 +342,8 @@ static void dispatch(mcpb_pump1_t *pump, const char *in, size_t in_len, json_out
     method_kind = p1_json_kind(m[0]);
     id_kind = p1_json_kind(m[1]);
     params_kind = p1_json_kind(m[2]);
-    /* the checks of dispatcher.handle, in its order; one error answer for all of them */
+    /* the checks of dispatcher.handle, in its order; then the method's own errors: one error answer
+       for all of them, from code, text and what it quotes */
     if (!object) {
         text = P1_NOT_AN_OBJECT;
     } else if (!given(method_kind) && (m[4].n > 0 || m[5].n > 0)) {
@@ -359,21 +361,34 @@ static void dispatch(mcpb_pump1_t *pump, const char *in, size_t in_len, json_out
             code = RPC_INVALID_PARAMS;
         }
     }
-    if (text != NULL) {
-        p1_rpc_error(pump, id, code, text, NULL, 0, out);
-        return;
+    if (text == NULL) {
+        pump->counts.requests++;
+        code = RPC_INVALID_PARAMS;
+        for (i = 0; i < 4 && !p1_json_string_is(m[0], methods[i]); i++) {
+        }
+        switch (i) {
+        case 0:
+            text = tools_call(pump, id, m[2], in, in_len, &quoted, out);
+            break;
+        case 1:
+            quoted = p1_json_get(m[2], "cursor");
+            text = tools_list(pump, id, quoted, out);
+            break;
+        case 2:
+            p1_rpc_result(pump, id, empty_result, NULL, out);
+            break;
+        case 3:
+            initialize(pump, id, m[2], out);
+            break;
+        default:
+            text = P1_UNKNOWN_METHOD;
+            code = RPC_METHOD_NOT_FOUND;
+            quoted = m[0];
+            break;
+        }
     }
-    pump->counts.requests++;
-    if (p1_json_string_is(m[0], "tools/call")) {
-        tools_call(pump, id, m[2], in, in_len, out);
-    } else if (p1_json_string_is(m[0], "tools/list")) {
-        tools_list(pump, id, p1_json_get(m[2], "cursor"), out);
-    } else if (p1_json_string_is(m[0], "ping")) {
-        p1_rpc_result(pump, id, empty_result, NULL, out);
-    } else if (p1_json_string_is(m[0], "initialize")) {
-        initialize(pump, id, m[2], out);
-    } else {
-        p1_rpc_error(pump, id, RPC_METHOD_NOT_FOUND, P1_UNKNOWN_METHOD, &m[0], 0, out);
+    if (text != NULL) {
+        p1_rpc_error(pump, id, code, text, &quoted, 0, out);
     }
 }
 

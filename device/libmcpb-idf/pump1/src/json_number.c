@@ -1,6 +1,7 @@
 /* Numbers judged and printed as CPython does (json_number.h). */
 #include "json_number.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -108,14 +109,15 @@ static double decimal_value(const decimal_t *d)
         }
         v = (double)m;
         /* m below 2^53 and an exact power of ten: one correctly rounded operation, as strtod gives */
-        if (scale >= 0 && scale <= 22) {
-            v *= exact_power((int)scale);
-        } else if (scale < 0 && scale >= -22) {
-            v /= exact_power((int)-scale);
-        } else if (scale < -300) {
-            v = v * 1e-300 * pow(10.0, (double)(scale + 300));
+        if (scale >= -22 && scale <= 22) {
+            double p = exact_power((int)(scale < 0 ? -scale : scale)); /* one loop for both ways */
+            v = scale < 0 ? v / p : v * p;
         } else {
-            v *= pow(10.0, (double)scale);
+            if (scale < -300) {
+                v *= 1e-300; /* first, so that pow's factor stays a normal number */
+                scale += 300;
+            }
+            v *= pow(10.0, (double)scale); /* (v * 1e-300) * pow(10, scale + 300) when it was that small */
         }
     }
     return d->negative ? -v : v; /* zero, too, keeps its sign */
@@ -128,9 +130,6 @@ double p1_json_number_value(json_span_t number)
     return decimal_value(&d);
 }
 
-/* Python's float repr from digits and point: fixed between 1e-4 and 1e16, else scientific. One walk
- * over the digit positions prints both: leading zeros and "0" before the point, the digits, trailing
- * zeros up to the point, and at least one digit after it ("1200.0", "0.0012", "1.5e+16"). */
 /* Python's float repr from digits and point: fixed between 1e-4 and 1e16, else scientific. One walk
  * over the digit positions prints both: leading zeros and "0" before the point, the digits, trailing
  * zeros up to the point, and at least one digit after it ("1200.0", "0.0012", "1.5e+16", "-0.0"). */
@@ -161,19 +160,22 @@ static void sink_repr_digits(json_sink_t *sink, const decimal_t *d)
     p1_json_sink_int(sink, k);
 }
 
-static void sink_float(json_sink_t *sink, json_span_t number, int for_dumps)
+void p1_json_number_float(json_sink_t *sink, json_span_t number, int for_dumps)
 {
     decimal_t d;
     double v;
     char text[40];
     read_decimal(number, &d);
     v = decimal_value(&d);
-    if (isnan(v)) {
+    /* decimal_value gives NaN for a NaN token only (its m is never 0 when it scales), so the
+       special says it; with NaN out, fabs and one comparison say infinity (isnan and isinf are
+       soft-float calls each) */
+    if (d.special == 'n') {
         p1_json_sink_text(sink, for_dumps ? "NaN" : "nan");
         return;
     }
-    if (isinf(v)) {
-        p1_json_sink_text(sink, v < 0 ? "-" : "");
+    if (fabs(v) > DBL_MAX) {
+        p1_json_sink_text(sink, d.negative ? "-" : ""); /* the sign decimal_value gave v */
         p1_json_sink_text(sink, for_dumps ? "Infinity" : "inf");
         return;
     }
@@ -188,16 +190,6 @@ static void sink_float(json_sink_t *sink, json_span_t number, int for_dumps)
         read_decimal(number, &d);
     }
     sink_repr_digits(sink, &d);
-}
-
-void p1_json_number_repr(json_sink_t *sink, json_span_t number)
-{
-    sink_float(sink, number, 0);
-}
-
-void p1_json_number_dumps(json_sink_t *sink, json_span_t number)
-{
-    sink_float(sink, number, 1);
 }
 
 void p1_json_number_as_int(json_sink_t *sink, json_span_t number)

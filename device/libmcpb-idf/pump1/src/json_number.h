@@ -13,11 +13,9 @@
 /* The value of a number (a close approximation beyond 15 significant digits). */
 double p1_json_number_value(json_span_t number);
 
-/* Python's repr() of the float a number token becomes: "1200.5", "1e-07", "inf", "nan". */
-void p1_json_number_repr(json_sink_t *sink, json_span_t number);
-
-/* What json.dumps prints for that float: "NaN" and "Infinity" instead of "nan" and "inf". */
-void p1_json_number_dumps(json_sink_t *sink, json_span_t number);
+/* Python's repr() of the float a number token becomes: "1200.5", "1e-07", "inf", "nan"; with
+ * for_dumps, what json.dumps prints for that float: "NaN" and "Infinity" instead of "nan" and "inf". */
+void p1_json_number_float(json_sink_t *sink, json_span_t number, int for_dumps);
 
 /* Python's "%d" % value of an int token or of an integral float token. */
 void p1_json_number_as_int(json_sink_t *sink, json_span_t number);

@@ -5,13 +5,6 @@
 
 #include "json_number.h"
 
-void p1_json_out_init(json_out_t *out, char *buf, size_t cap)
-{
-    out->buf = buf;
-    out->cap = buf == NULL ? 0 : cap;
-    out->len = 0;
-}
-
 void p1_json_out_bytes(json_out_t *out, const char *bytes, size_t n)
 {
     if (out->len <= out->cap && n <= out->cap - out->len) {
@@ -25,26 +18,13 @@ void p1_json_out_text(json_out_t *out, const char *text)
     p1_json_out_bytes(out, text, strlen(text));
 }
 
-int p1_json_out_fits(const json_out_t *out)
-{
-    return out->len <= out->cap;
-}
-
-void p1_json_sink_init(json_sink_t *sink, json_out_t *out, int escape)
-{
-    sink->out = out;
-    sink->escape = escape;
-    sink->limit = (size_t)-1;
-    sink->count = 0;
-}
-
 /* The text json.dumps (ensure_ascii) writes for one code point inside a string. */
 static size_t escape_char(uint32_t cp, char text[13])
 {
     static const char hex[] = "0123456789abcdef";
     static const char special[] = "\"\\\n\r\t\b\f";
     static const char letter[] = "\"\\nrtbf";
-    const char *hit = cp != 0 && cp < 0x80 ? strchr(special, (int)cp) : NULL;
+    const char *hit = cp < 0x80 ? memchr(special, (int)cp, sizeof special - 1) : NULL; /* the NUL is no match */
     int i;
     if (hit != NULL) {
         text[0] = '\\';
@@ -129,15 +109,6 @@ static void sink_escaped(json_sink_t *sink, uint32_t cp)
     }
 }
 
-void p1_json_sink_quoted(json_sink_t *sink, const char *ascii)
-{
-    p1_json_sink_char(sink, '"');
-    while (*ascii != '\0') {
-        sink_escaped(sink, (uint32_t)(unsigned char)*ascii++);
-    }
-    p1_json_sink_char(sink, '"');
-}
-
 void p1_json_sink_string_text(json_sink_t *sink, json_span_t string)
 {
     size_t at = 0;
@@ -158,15 +129,11 @@ static void sink_quoted_span(json_sink_t *sink, json_span_t string)
     p1_json_sink_char(sink, '"');
 }
 
-/* An int token (or true, false, null) as written, but for "-0". */
+/* An int token (or true, false, null) as written, but for "-0": int("-0") is 0, its sign goes. */
 static void sink_int_token(json_sink_t *sink, json_span_t number)
 {
-    size_t i;
-    if (number.n == 2 && number.p[0] == '-' && number.p[1] == '0') {
-        p1_json_sink_char(sink, '0'); /* int("-0") is 0 */
-        return;
-    }
-    for (i = 0; i < number.n; i++) {
+    size_t i = number.n == 2 && memcmp(number.p, "-0", 2) == 0;
+    for (; i < number.n; i++) {
         p1_json_sink_char(sink, (uint32_t)(unsigned char)number.p[i]);
     }
 }
@@ -175,61 +142,59 @@ void p1_json_sink_dumps(json_sink_t *sink, json_span_t value)
 {
     json_span_t key, item, other_key, other_value;
     json_kind_t kind = p1_json_kind(value);
+    int object = kind == JSON_OBJECT, seen;
     size_t at = 0, other;
-    int first = 1, seen;
+    const char *sep = "";
     switch (kind) {
     case JSON_OBJECT:
     case JSON_ARRAY:
-        p1_json_sink_char(sink, kind == JSON_OBJECT ? '{' : '[');
-        while (p1_json_next_member(value, &at, kind == JSON_OBJECT ? &key : NULL, &item)) {
-            if (kind == JSON_OBJECT) {
-                /* a dict keeps the first place of a repeated key and its last value */
-                seen = 0;
-                other = 0;
-                while (p1_json_next_member(value, &other, &other_key, &other_value)) {
-                    if (p1_json_strings_equal(key, other_key)) {
-                        seen = seen || other_key.p < key.p;
-                        item = other_value;
-                    }
-                }
-                if (seen) {
-                    continue;
-                }
-            }
-            if (!first) {
-                p1_json_sink_text(sink, ", ");
-            }
-            first = 0;
-            if (kind == JSON_OBJECT) {
-                sink_quoted_span(sink, key);
-                p1_json_sink_text(sink, ": ");
-            }
-            p1_json_sink_dumps(sink, item);
-        }
-        p1_json_sink_char(sink, kind == JSON_OBJECT ? '}' : ']');
         break;
     case JSON_STRING:
         sink_quoted_span(sink, value);
-        break;
+        return;
     case JSON_FLOAT:
-        p1_json_number_dumps(sink, value);
-        break;
+        p1_json_number_float(sink, value, 1);
+        return;
     case JSON_ABSENT:
         p1_json_sink_text(sink, "null");
-        break;
+        return;
     default: /* an int, true, false or null: as written */
         sink_int_token(sink, value);
-        break;
+        return;
     }
+    /* a container's span starts and ends with its brackets */
+    p1_json_sink_char(sink, (uint32_t)(unsigned char)value.p[0]);
+    while (p1_json_next_member(value, &at, object ? &key : NULL, &item)) {
+        if (object) {
+            /* a dict keeps the first place of a repeated key and its last value */
+            seen = 0;
+            other = 0;
+            while (p1_json_next_member(value, &other, &other_key, &other_value)) {
+                if (p1_json_strings_equal(key, other_key)) {
+                    seen = seen || other_key.p < key.p;
+                    item = other_value;
+                }
+            }
+            if (seen) {
+                continue;
+            }
+        }
+        p1_json_sink_text(sink, sep);
+        sep = ", ";
+        if (object) {
+            sink_quoted_span(sink, key);
+            p1_json_sink_text(sink, ": ");
+        }
+        p1_json_sink_dumps(sink, item);
+    }
+    p1_json_sink_char(sink, (uint32_t)(unsigned char)value.p[value.n - 1]);
 }
 
 void p1_json_sink_id(json_sink_t *sink, json_span_t id)
 {
-    if (p1_json_kind(id) == JSON_STRING) {
-        sink_quoted_span(sink, id);
-    } else if (p1_json_kind(id) == JSON_INT) {
-        sink_int_token(sink, id);
-    } else {
-        p1_json_sink_text(sink, "null");
+    json_kind_t kind = p1_json_kind(id);
+    if (kind != JSON_STRING && kind != JSON_INT) {
+        id.n = 0; /* json.dumps writes an absent (None) id as null */
     }
+    p1_json_sink_dumps(sink, id);
 }

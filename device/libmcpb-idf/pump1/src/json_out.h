@@ -17,10 +17,22 @@ typedef struct json_out {
     size_t len;     /* bytes written, or that would have been written */
 } json_out_t;
 
-void p1_json_out_init(json_out_t *out, char *buf, size_t cap);
+/* The initialisers and the check are inline: their few stores and a compare take less room than
+ * a call's argument set-up at each of their many call sites. */
+static inline void p1_json_out_init(json_out_t *out, char *buf, size_t cap)
+{
+    out->buf = buf;
+    out->cap = buf == NULL ? 0 : cap;
+    out->len = 0;
+}
+
 void p1_json_out_bytes(json_out_t *out, const char *bytes, size_t n);
 void p1_json_out_text(json_out_t *out, const char *text);
-int p1_json_out_fits(const json_out_t *out);
+
+static inline int p1_json_out_fits(const json_out_t *out)
+{
+    return out->len <= out->cap;
+}
 
 typedef struct json_sink {
     json_out_t *out;
@@ -29,14 +41,18 @@ typedef struct json_sink {
     size_t count;   /* code points offered so far */
 } json_sink_t;
 
-void p1_json_sink_init(json_sink_t *sink, json_out_t *out, int escape);
+static inline void p1_json_sink_init(json_sink_t *sink, json_out_t *out, int escape)
+{
+    sink->out = out;
+    sink->escape = escape;
+    sink->limit = (size_t)-1;
+    sink->count = 0;
+}
+
 void p1_json_sink_char(json_sink_t *sink, uint32_t cp);
 void p1_json_sink_text(json_sink_t *sink, const char *ascii);
 void p1_json_sink_int(json_sink_t *sink, long value);
 void p1_json_sink_unsigned(json_sink_t *sink, unsigned long value);
-
-/* json.dumps(text) of a C string: quoted and escaped. */
-void p1_json_sink_quoted(json_sink_t *sink, const char *ascii);
 
 /* The decoded text of a string value, unquoted. */
 void p1_json_sink_string_text(json_sink_t *sink, json_span_t string);

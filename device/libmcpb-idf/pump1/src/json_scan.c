@@ -146,13 +146,16 @@ static size_t scan_scalar(const char *s, size_t n, size_t at)
     return at;
 }
 
+/* scan_value keeps one bit per open container in a uint32_t */
+typedef char json_depth_fits_stack[JSON_MAX_DEPTH <= 32 ? 1 : -1];
+
 /*
  * End of the one value at s[at] (spaces before it skipped), or 0 when it is not valid JSON. One
  * loop for any nesting: a bit per open container (1: an object) says what closes it.
  */
 static size_t scan_value(const char *s, size_t n, size_t at)
 {
-    unsigned char stack[JSON_MAX_DEPTH / 8];
+    uint32_t stack = 0; /* bit k: the container at depth k is an object (JSON_MAX_DEPTH <= 32) */
     size_t depth = 0;
     int object = 0;
     for (;;) {
@@ -166,11 +169,7 @@ static size_t scan_value(const char *s, size_t n, size_t at)
             if (depth == JSON_MAX_DEPTH) {
                 return 0;
             }
-            if (object) {
-                stack[depth / 8] |= (unsigned char)(1u << (depth % 8));
-            } else {
-                stack[depth / 8] &= (unsigned char)~(1u << (depth % 8));
-            }
+            stack = (stack & ~((uint32_t)1 << depth)) | ((uint32_t)object << depth);
             at = skip_space(s, n, at + 1);
             if (at >= n || s[at] != (object ? '}' : ']')) {
                 depth++;
@@ -202,7 +201,7 @@ static size_t scan_value(const char *s, size_t n, size_t at)
             if (depth == 0) {
                 return at;
             }
-            object = (stack[(depth - 1) / 8] >> ((depth - 1) % 8)) & 1u;
+            object = (int)((stack >> (depth - 1)) & 1u);
             at = skip_space(s, n, at);
             if (at < n && s[at] == (object ? '}' : ']')) {
                 depth--;
@@ -289,12 +288,14 @@ json_span_t p1_json_get(json_span_t object, const char *key)
     return found;
 }
 
+/* Four hex digits the scan has validated: the low nibble is the value of 0-9, nine less than that of
+ * a-f and A-F. */
 static uint32_t read_hex4(const char *s)
 {
     uint32_t v = 0;
     int i;
     for (i = 0; i < 4; i++) {
-        v = (v << 4) | (uint32_t)hex_value(s[i]);
+        v = (v << 4) | ((uint32_t)(s[i] & 0xF) + (s[i] > '9' ? 9u : 0u));
     }
     return v;
 }
@@ -305,32 +306,34 @@ int p1_json_next_char(json_span_t string, size_t *at, uint32_t *cp)
     const char *s = string.p;
     size_t i = *at == 0 ? 1 : *at, end = string.n - 1, len, k;
     const unsigned char *u;
+    uint32_t c; /* a local, stored once: a store through cp could alias the text */
     if (i >= end) {
         return 0;
     }
     u = (const unsigned char *)s + i;
     if (u[0] == '\\') {
         const char *hit = strchr(escapes, u[1]); /* a letter: the text was validated */
-        *cp = hit != NULL ? (uint32_t)(unsigned char)hit[1] : u[1];
+        c = hit != NULL ? (uint32_t)(unsigned char)hit[1] : u[1];
+        len = 2;
         if (u[1] == 'u') {
-            *cp = read_hex4(s + i + 2);
-            if (*cp >= 0xD800 && *cp <= 0xDBFF && i + 12 <= end && s[i + 6] == '\\' && s[i + 7] == 'u') {
+            c = read_hex4(s + i + 2);
+            len = 6;
+            if (c >= 0xD800 && c <= 0xDBFF && i + 12 <= end && s[i + 6] == '\\' && s[i + 7] == 'u') {
                 uint32_t low = read_hex4(s + i + 8);
                 if (low >= 0xDC00 && low <= 0xDFFF) {
-                    *cp = 0x10000 + ((*cp - 0xD800) << 10) + (low - 0xDC00);
-                    i += 6;
+                    c = 0x10000 + ((c - 0xD800) << 10) + (low - 0xDC00);
+                    len = 12;
                 }
             }
-            i += 4;
         }
-        *at = i + 2;
-        return 1;
+    } else {
+        len = u[0] < 0x80 ? 1 : u[0] < 0xE0 ? 2 : u[0] < 0xF0 ? 3 : 4;
+        c = len == 1 ? u[0] : u[0] & (0x7Fu >> len);
+        for (k = 1; k < len; k++) {
+            c = (c << 6) | (u[k] & 0x3Fu);
+        }
     }
-    len = u[0] < 0x80 ? 1 : u[0] < 0xE0 ? 2 : u[0] < 0xF0 ? 3 : 4;
-    *cp = len == 1 ? u[0] : u[0] & (0x7Fu >> len);
-    for (k = 1; k < len; k++) {
-        *cp = (*cp << 6) | (u[k] & 0x3Fu);
-    }
+    *cp = c;
     *at = i + len;
     return 1;
 }

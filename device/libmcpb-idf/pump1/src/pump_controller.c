@@ -80,7 +80,7 @@ static void detect_faults(mcpb_pump1_t *pump, uint32_t dt_ms)
         trip(pump, FAULT_OVERTEMP, P1_OVERTEMP_TEXT);
         return;
     }
-    expected = PUMP_RATED_FLOW_LPM * pump->speed / PUMP_MAX_RPM;
+    expected = p1_pump_expected_flow(pump->speed);
     if (pump->state == PUMP_RUNNING && r->flow_lpm < PUMP_DRY_FLOW_PERCENT / 100.0 * expected) {
         pump->dry_ms += dt_ms;
         if (pump->dry_ms >= pump->dry_run_ms) {
@@ -96,7 +96,7 @@ void p1_pump_advance(mcpb_pump1_t *pump)
     uint32_t now = pump->now_ms, dt_ms;
     int32_t diff = ticks_diff(now, pump->last_ms);
     int turning = pump->state == PUMP_STARTING || pump->state == PUMP_RUNNING;
-    double dt_s;
+    double dt_s, target;
     dt_ms = diff > 0 ? (uint32_t)diff : 0;
     pump->last_ms = now;
     dt_s = dt_ms / 1000.0;
@@ -104,16 +104,20 @@ void p1_pump_advance(mcpb_pump1_t *pump)
         trip(pump, FAULT_LINK_LOST, P1_LINK_LOST_TEXT);
         turning = 0;
     }
-    pump->speed = p1_pump_ramp_toward(pump->speed, turning ? (double)pump->setpoint_rpm : 0.0, dt_s);
+    target = turning ? (double)pump->setpoint_rpm : 0.0;
+    pump->speed = p1_pump_ramp_toward(pump->speed, target, dt_s);
     drive(pump, dt_s);
     add_ms(&pump->uptime_s, &pump->uptime_rem_ms, dt_ms);
     if (pump->speed > 0) {
         add_ms(&pump->run_s, &pump->run_rem_ms, dt_ms);
     }
-    if (pump->state == PUMP_STARTING && pump->speed == pump->setpoint_rpm) {
-        pump->state = PUMP_RUNNING;
-    } else if (pump->state == PUMP_STOPPING && pump->speed == 0) {
-        pump->state = PUMP_STOPPED;
+    /* a pump still starting ramps to its setpoint, one stopping to 0: either is done at its target */
+    if (pump->speed == target) {
+        if (pump->state == PUMP_STARTING) {
+            pump->state = PUMP_RUNNING;
+        } else if (pump->state == PUMP_STOPPING) {
+            pump->state = PUMP_STOPPED;
+        }
     }
     if (pump->fault == FAULT_NONE) {
         detect_faults(pump, dt_ms);
@@ -130,59 +134,45 @@ void p1_pump_controller_init(mcpb_pump1_t *pump)
     p1_pump_advance(pump);
 }
 
-void p1_pump_heard(mcpb_pump1_t *pump)
-{
-    pump->heard_ms = pump->now_ms;
-}
-
-/* The speed's own limits, for a value of any JSON kind (absent counts as null). */
-static pump_refusal_t check_speed(json_span_t speed)
+/* The speed's own limits, for a value of any JSON kind (absent counts as null): a refusal text or NULL. */
+static const char *check_speed(json_span_t speed)
 {
     json_kind_t kind = p1_json_kind(speed);
-    pump_refusal_t refusal;
     double v;
-    refusal.text = P1_SPEED_NOT_NUMBER;
-    refusal.value = speed;
     if (kind != JSON_INT && kind != JSON_FLOAT) {
-        return refusal;
+        return P1_SPEED_NOT_NUMBER;
     }
     v = p1_json_number_value(speed);
-    refusal.text = NULL;
-    if (kind == JSON_FLOAT && !(isfinite(v) && v == floor(v))) {
-        refusal.text = P1_SPEED_NOT_WHOLE;
-    } else if (v < PUMP_MIN_RPM || v > PUMP_MAX_RPM) {
-        refusal.text = P1_SPEED_OUT_OF_RANGE;
+    /* v - floor(v) is 0 for a whole finite v only: NaN and infinity give NaN (one test, no isfinite) */
+    if (kind == JSON_FLOAT && v - floor(v) != 0) {
+        return P1_SPEED_NOT_WHOLE;
     }
-    return refusal;
+    if (v < PUMP_MIN_RPM || v > PUMP_MAX_RPM) {
+        return P1_SPEED_OUT_OF_RANGE;
+    }
+    return NULL;
 }
 
-static pump_refusal_t refuse(const char *text)
-{
-    pump_refusal_t refusal = {NULL, {NULL, 0}};
-    refusal.text = text;
-    return refusal;
-}
-
-pump_refusal_t p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments)
+const char *p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments, json_span_t *quoted)
 {
     json_span_t key, value, speed = {NULL, 0};
     json_kind_t kind;
     int takes_speed = tool == TOOL_START || tool == TOOL_SET_SPEED, stopped;
     size_t at = 0;
-    pump_refusal_t refusal = refuse(NULL);
+    const char *text;
     /* the first argument the tool does not take, as tools.py's _unexpected finds it; else every
        member is speed_rpm, and the last one counts (a dict) */
     while (p1_json_kind(arguments) == JSON_OBJECT && p1_json_next_member(arguments, &at, &key, &value)) {
         if (!(takes_speed && p1_json_string_is(key, "speed_rpm"))) {
-            refusal.text = takes_speed ? P1_UNKNOWN_ARGUMENT_SPEED : P1_UNKNOWN_ARGUMENT_NONE;
-            refusal.value = key;
-            return refusal;
+            *quoted = key;
+            return takes_speed ? P1_UNKNOWN_ARGUMENT_SPEED : P1_UNKNOWN_ARGUMENT_NONE;
         }
         speed = value;
     }
+    *quoted = speed; /* what the speed refusals quote; the other texts quote no value */
     kind = p1_json_kind(speed);
     if (tool == TOOL_SET_SPEED && kind == JSON_ABSENT) {
-        return refuse(P1_SPEED_MISSING);
+        return P1_SPEED_MISSING;
     }
     /* a command: the model up to now first, and it counts as contact; start with an explicit null
        (not "use the setpoint") is refused before it, as tools.py refuses it */
@@ -192,14 +182,14 @@ pump_refusal_t p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments)
     }
     stopped = pump->state == PUMP_STOPPED || pump->state == PUMP_STOPPING;
     if (takes_speed) {
-        if (kind != JSON_ABSENT && (refusal = check_speed(speed)).text != NULL) {
-            return refusal;
+        if (kind != JSON_ABSENT && (text = check_speed(speed)) != NULL) {
+            return text;
         }
         if (pump->fault != FAULT_NONE) {
-            return refuse(P1_IN_FAULT);
+            return P1_IN_FAULT;
         }
         if (stopped && tool == TOOL_SET_SPEED) {
-            return refuse(P1_NOT_RUNNING);
+            return P1_NOT_RUNNING;
         }
         if (kind != JSON_ABSENT) {
             pump->setpoint_rpm = (int)p1_json_number_value(speed);
@@ -207,33 +197,33 @@ pump_refusal_t p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments)
         if (stopped) {
             pump->state = PUMP_STARTING;
         }
-        return refuse(NULL);
+        return NULL;
     }
     if (tool == TOOL_STOP && !stopped && pump->state != PUMP_FAULT) {
         pump->state = pump->speed == 0 ? PUMP_STOPPED : PUMP_STOPPING;
     }
     if (tool != TOOL_RESET_FAULT) {
-        return refusal;
+        return NULL;
     }
     switch (pump->fault) {
     case FAULT_NONE:
-        return refusal;
+        return NULL;
     case FAULT_OVERTEMP:
         if (!(pump->reading.valid & MCPB_PUMP1_TEMP_VALID)) {
-            return refuse(P1_OVERTEMP_UNREADABLE);
+            return P1_OVERTEMP_UNREADABLE;
         }
         if (pump->reading.motor_temp_c >= PUMP_RESET_C) {
-            return refuse(P1_OVERTEMP_PERSISTS);
+            return P1_OVERTEMP_PERSISTS;
         }
         break;
     case FAULT_SENSOR_FAILURE:
         if (sensors_failed(pump)) {
-            return refuse(P1_SENSOR_PERSISTS);
+            return P1_SENSOR_PERSISTS;
         }
         break;
     case FAULT_DRY_RUN:
         if (dry_run_persists(pump)) {
-            return refuse(P1_DRY_RUN_PERSISTS);
+            return P1_DRY_RUN_PERSISTS;
         }
         break;
     default:
@@ -242,7 +232,7 @@ pump_refusal_t p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments)
     pump->fault = FAULT_NONE;
     pump->fault_text[0] = '\0';
     pump->state = pump->speed == 0 ? PUMP_STOPPED : PUMP_STOPPING;
-    return refusal;
+    return NULL;
 }
 
 void p1_pump_write_status(const mcpb_pump1_t *pump, json_sink_t *sink)

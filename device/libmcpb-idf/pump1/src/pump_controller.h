@@ -24,14 +24,19 @@ void p1_pump_controller_init(mcpb_pump1_t *pump);
 /* Advance the model to pump->now_ms: ramp, hardware, counters, transitions, faults. */
 void p1_pump_advance(mcpb_pump1_t *pump);
 
-void p1_pump_heard(mcpb_pump1_t *pump);
+/* Contact with the gateway now (inline: one store, smaller than the call). */
+static inline void p1_pump_heard(mcpb_pump1_t *pump)
+{
+    pump->heard_ms = pump->now_ms;
+}
 
 /*
  * Carry out a tool call (`arguments`: an object or absent): the argument checks of tools.py, then
- * the command of controller.py. Returns a refusal, or one without text when the command was
- * carried out.
+ * the command of controller.py. Returns the refusal's text and sets *quoted to the value it quotes,
+ * or returns NULL when the command was carried out (a text, not a pump_refusal_t: a returned
+ * struct costs a store of each member on every way out).
  */
-pump_refusal_t p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments);
+const char *p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments, json_span_t *quoted);
 
 /* The status object of the tools' outputSchema, compact JSON. */
 void p1_pump_write_status(const mcpb_pump1_t *pump, json_sink_t *sink);

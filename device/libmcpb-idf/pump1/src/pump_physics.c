@@ -13,6 +13,11 @@ double p1_pump_ramp_toward(double current, double target, double dt_s)
     return target > current ? current + step : current - step;
 }
 
+double p1_pump_expected_flow(double speed_rpm)
+{
+    return PUMP_RATED_FLOW_LPM * speed_rpm / PUMP_MAX_RPM;
+}
+
 void p1_pump_physics_init(mcpb_pump1_physics_t *physics, double thermal_tau_s)
 {
     physics->speed_rpm = 0.0;
@@ -52,6 +57,6 @@ void p1_pump_physics_read(const mcpb_pump1_physics_t *physics, mcpb_pump1_readin
         reading->pressure_bar = PUMP_DRY_PRESSURE_BAR * ratio;
         return;
     }
-    reading->flow_lpm = PUMP_RATED_FLOW_LPM * physics->speed_rpm / PUMP_MAX_RPM;
+    reading->flow_lpm = p1_pump_expected_flow(physics->speed_rpm);
     reading->pressure_bar = PUMP_RATED_PRESSURE_BAR * ratio * ratio;
 }

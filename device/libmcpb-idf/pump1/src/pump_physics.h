@@ -21,6 +21,10 @@
 #define PUMP_BLOCKED_COOLING_EXTRA_C 80.0 /* what an injected overtemp adds to the steady state */
 #define PUMP_DRY_PRESSURE_BAR 0.05      /* a dry pump churns air: next to no head */
 
+/* The flow the pump gives at a speed, with water at its suction side: one function for the model,
+ * the dry-run check and the dry-run text, the same doubles for all three. */
+double p1_pump_expected_flow(double speed_rpm);
+
 /* The next speed of a ramp from current toward target, at most RAMP_RPM_PER_S * dt_s away. */
 double p1_pump_ramp_toward(double current, double target, double dt_s);
 

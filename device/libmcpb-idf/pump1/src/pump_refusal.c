@@ -8,7 +8,10 @@
 #include "pump_controller.h"
 #include "pump_physics.h"
 
-/* Phrases that several texts share, written once: the code 0x10 + k stands for the k-th. */
+/* Phrases that several texts share, written once: the code 0x0E + k stands for the k-th (the codes
+ * below 0x0E are the T_* values of pump_refusal.h). */
+#define F_THE_MOTOR "\16"
+#define F_RESET_AGAIN "\17"
 #define F_RESET "\20"
 #define F_NOTHING "\21"
 #define F_SPEED_RULE "\22"
@@ -27,6 +30,8 @@
 #define F_PUMP_IS "\37"
 
 static const char phrases[] = /* one string: each phrase ends in a NUL */
+    "the motor \0"
+    F_RESET " again.\0"
     ", then call reset_fault\0"
     " reads nothing valid\0"
     F_SPEED " must be a whole number of rpm" F_RANGE ", got \0"
@@ -54,20 +59,20 @@ const char P1_NOT_RUNNING[] =
     F_PUMP_IS T_STATE "; set_speed only changes a running pump. Call start with " F_SPEED " to run it.";
 const char P1_SPEED_MISSING[] = "set_speed needs " F_SPEED ", the new speed in rpm (300 to 2900).";
 const char P1_OVERTEMP_UNREADABLE[] =
-    "The overtemp fault cannot be reset: the motor temperature sensor" F_NOTHING ".";
-const char P1_OVERTEMP_PERSISTS[] = "The overtemp" F_PERSISTS "the motor is at " T_TEMP
-                                    " C, above the reset limit of 85 C. Let it cool" F_RESET " again.";
+    "The overtemp fault cannot be reset: " F_THE_MOTOR "temperature sensor" F_NOTHING ".";
+const char P1_OVERTEMP_PERSISTS[] = "The overtemp" F_PERSISTS F_THE_MOTOR "is at " T_TEMP
+                                    " C, above the reset limit of 85 C. Let it cool" F_RESET_AGAIN;
 const char P1_SENSOR_PERSISTS[] = "The sensor_failure" F_PERSISTS "sensor " T_SENSORS " still" F_NOTHING
-                                  F_CHECK "its wiring" F_RESET " again.";
+                                  F_CHECK "its wiring" F_RESET_AGAIN;
 const char P1_DRY_RUN_PERSISTS[] = "The dry_run" F_PERSISTS F_THE_PUMP " still has no water on its suction side. "
-                                   "Prime it and check" F_SUCTION F_RESET " again.";
+                                   "Prime it and check" F_SUCTION F_RESET_AGAIN;
 
-const char P1_LINK_LOST_TEXT[] = "No request or ping from the gateway for " T_NUMBER " s while the motor turned"
+const char P1_LINK_LOST_TEXT[] = "No request or ping from the gateway for " T_NUMBER " s while " F_THE_MOTOR "turned"
                                  F_STOPPED "it" F_CHECK "the network and the gateway" F_RESET " and start.";
 const char P1_SENSOR_FAILURE_TEXT[] = "Sensor " T_SENSORS F_NOTHING " (open or shorted loop)" F_STOPPED F_THE_PUMP
                                       F_CHECK "the sensor wiring" F_RESET ".";
 const char P1_OVERTEMP_TEXT[] = "Motor temperature " T_TEMP " C is above the trip limit of 95 C, so the drive "
-                                "stopped " F_THE_PUMP ". Let the motor cool below 85 C" F_RESET ".";
+                                "stopped " F_THE_PUMP ". Let " F_THE_MOTOR "cool below 85 C" F_RESET ".";
 const char P1_DRY_RUN_TEXT[] = "Flow stayed below 20% of the expected " T_FLOW " L/min while running: "
                                F_THE_PUMP " is running dry" F_CHECK "priming and" F_SUCTION F_RESET ".";
 
@@ -119,7 +124,7 @@ void p1_pump_write_text(json_sink_t *sink, const char *text, const pump_text_arg
             p1_json_fixed(sink, pump->reading.motor_temp_c, 1, 0);
             break;
         case 6:
-            p1_json_fixed(sink, PUMP_RATED_FLOW_LPM * pump->speed / PUMP_MAX_RPM, 0, 0);
+            p1_json_fixed(sink, p1_pump_expected_flow(pump->speed), 0, 0);
             break;
         case 7:
             p1_json_sink_dumps(sink, args->value);
@@ -128,7 +133,7 @@ void p1_pump_write_text(json_sink_t *sink, const char *text, const pump_text_arg
             p1_json_sink_string_text(sink, args->value);
             break;
         case 9:
-            p1_json_number_repr(sink, args->value);
+            p1_json_number_float(sink, args->value, 0);
             break;
         case 10:
             p1_json_number_as_int(sink, args->value);
@@ -146,9 +151,9 @@ void p1_pump_write_text(json_sink_t *sink, const char *text, const pump_text_arg
             p1_json_sink_unsigned(sink, (unsigned long)pump->config.frame_max);
             break;
         default:
-            if (c >= 0x10 && c < 0x20) {
+            if (c >= 0x0E && c < 0x20) {
                 const char *phrase = phrases;
-                for (c -= 0x10; c > 0; c--) {
+                for (c -= 0x0E; c > 0; c--) {
                     phrase += strlen(phrase) + 1;
                 }
                 p1_pump_write_text(sink, phrase, args);

@@ -25,6 +25,21 @@ static void initialize_negotiates_the_version(void **state)
     assert_answer_has(f, "\"protocolVersion\":\"2024-11-05\"");
 }
 
+/* serverInfo.version is json.dumps of the configured text: quotes, backslashes and control
+ * characters escaped, as for any string of the answer. */
+static void initialize_escapes_the_firmware_version(void **state)
+{
+    F;
+    mcpb_pump1_config_t config;
+    mcpb_pump1_config_default(&config);
+    config.firmware_version = "1.0 \"beta\"\\\t\x01\x7f/";
+    mcpb_pump1_init(&f->pump, &config);
+    mcpb_pump1_tick(&f->pump, 1000);
+    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}");
+    assert_answer_has(f, "\"serverInfo\":{\"name\":\"pump-1\",\"version\":\"1.0 \\\"beta\\\"\\\\\\t\\u0001\\u007f/\"},"
+                         "\"instructions\":\"pump-1 is a centrifugal");
+}
+
 static void ping_answers_an_empty_result(void **state)
 {
     F;
@@ -233,6 +248,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(initialize_negotiates_the_version, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(initialize_escapes_the_firmware_version, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(ping_answers_an_empty_result, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(notifications_and_responses_get_no_answer, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(unknown_method_is_32601, fixture_setup, fixture_teardown),
