@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 import orjson
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.support.gateway_process import run_cli
 from tests.support.servers import demo_server
-
-
-async def run_cli(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
-    assert process.returncode is not None
-    return process.returncode, stdout.decode(), stderr.decode()
 
 
 async def test_slots_lists_connected_and_empty_slots(gateway: GatewayServer, publishers: Publishers) -> None:

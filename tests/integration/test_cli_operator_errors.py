@@ -3,12 +3,9 @@ unknown `_broker` tool (hidden by the policy), a --control without its scheme, a
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import os
 import secrets
 import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +15,7 @@ from gateway.app import GatewayServer
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, Publishers
+from tests.support.gateway_process import run_cli
 from tests.support.servers import demo_server
 
 AGENT = secrets.token_urlsafe(32)
@@ -32,23 +30,6 @@ POLICY = (
     '[[assign]]\nprincipal = "token:agent"\nrole = "observer"\nresources = ["/pump-*"]\n'
     '[[assign]]\nprincipal = "token:operator"\nrole = "operator"\nresources = ["/**"]\n'
 )
-
-
-async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """`mcp-gateway ARGS` in its own process, with no MCP_GATEWAY_* but those in `env`."""
-    environ = {name: value for name, value in os.environ.items() if not name.startswith("MCP_GATEWAY")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**environ, **(env or {})},
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
-    assert process.returncode is not None
-    return process.returncode, stdout.decode(), stderr.decode()
 
 
 def sha(token: str) -> str:

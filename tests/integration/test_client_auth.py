@@ -33,6 +33,7 @@ from gateway.app import GatewayServer
 from gateway.policy.token_files import create_token
 from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.support.answers import decode_answer
+from tests.support.gateway_process import run_cli as run_cli_process
 from tests.support.oauth import ISSUER, JwksServer, access_token, ec_key, jwks, jwks_server, rsa_key
 from tests.support.servers import demo_server
 from tests.support.southbound import Boards
@@ -709,40 +710,24 @@ async def read_all(stream: asyncio.StreamReader, into: list[bytes]) -> None:
         into.append(line)
 
 
-async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("MCP_GATEWAY")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**environment, **(env or {})},
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
-    assert process.returncode is not None
-    return process.returncode, stdout.decode(), stderr.decode()
-
-
 async def test_the_technician_commands_send_a_token_from_a_file_or_the_environment(
     gateway_factory: GatewayFactory, publishers: Publishers, tmp_path: Path
 ) -> None:
     server = await gateway_factory(auth=static_auth())
     await publishers.start(server, "pump-1", demo_server("pump"))
-    code, _, err = await cli("slots", "--url", server.url)
+    code, _, err = await run_cli_process("slots", "--url", server.url)
     assert code == 1
     assert "HTTP 401 unauthorized: This endpoint needs authentication" in err
     token_file = tmp_path / "token"
     token_file.write_text(SCADA + "\n")
-    code, out, err = await cli(
+    code, out, err = await run_cli_process(
         "call", "pump-1", "add", "a=1", "b=2", "--url", server.url, "--token-file", str(token_file)
     )
     assert (code, orjson.loads(out)) == (0, {"result": 3}), err
-    code, out, err = await cli("slots", "--url", server.url, env={"MCP_GATEWAY_TOKEN": OPS})
+    code, out, err = await run_cli_process("slots", "--url", server.url, env={"MCP_GATEWAY_TOKEN": OPS})
     assert code == 0, err
     assert out.splitlines()[1].split()[:2] == ["pump-1", "ready"]
-    code, _, err = await cli("call", "pump-2", "add", "--url", server.url, env={"MCP_GATEWAY_TOKEN": SCADA})
+    code, _, err = await run_cli_process("call", "pump-2", "add", "--url", server.url, env={"MCP_GATEWAY_TOKEN": SCADA})
     assert code == 1
     assert "HTTP 403 insufficient_scope" in err
     assert SCADA not in err

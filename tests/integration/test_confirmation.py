@@ -22,8 +22,8 @@ from gateway.app import GatewayServer
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
-from tests.integration.test_cli_live import run_cli
 from tests.integration.test_governance import AGENT, ERAS, OPERATOR, auth, text_of
+from tests.support.gateway_process import run_cli
 
 POLICY: dict[str, Any] = {
     "roles": {

@@ -25,7 +25,7 @@ from gateway.app import GatewayServer
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
-from tests.integration.test_cli_live import run_cli
+from tests.support.gateway_process import run_cli
 from tests.support.oauth import ISSUER, access_token, jwks, jwks_server, rsa_key
 
 AGENT = secrets.token_urlsafe(32)

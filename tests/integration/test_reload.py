@@ -36,9 +36,8 @@ from sim.link import LinkSecurity
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import Publishers, wait_for, wait_ready_slot
-from tests.integration.test_cli_live import run_cli
 from tests.integration.test_tls import self_signed, serial_of, served_serial, trusting
-from tests.support.gateway_process import gateway_process
+from tests.support.gateway_process import gateway_process, run_cli
 from tests.support.servers import demo_server
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,8 +18,7 @@ from bench.ports import free_port
 from gateway.app import GatewayServer
 from gateway.publish import Publisher
 from gateway.service import Notifier, SystemdService
-from tests.integration.test_cli_live import run_cli
-from tests.support.gateway_process import GatewayProcess, spawn
+from tests.support.gateway_process import GatewayProcess, run_cli, spawn
 from tests.support.servers import demo_server
 from tests.support.southbound import provider_status
 from tests.support.systemd import Message, NotifySocket

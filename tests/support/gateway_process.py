@@ -32,6 +32,17 @@ def clean_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**base, **(env or {})}
 
 
+async def run_cli(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+    """`mcp-gateway ARGS` in a process of its own, with no MCP_GATEWAY_* but those in `env`:
+    its exit code, stdout and stderr."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", *args, stdout=PIPE, stderr=PIPE, env=clean_environment(env)
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode is not None
+    return process.returncode, stdout.decode(), stderr.decode()
+
+
 class GatewayProcess:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process

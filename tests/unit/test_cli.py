@@ -16,16 +16,7 @@ from gateway import __version__
 from gateway.cli import build_parser, main
 from gateway.client import parse_arguments, render_slots
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No MCP_GATEWAY_* from the machine running the tests, and no config file by accident."""
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("MCP_GATEWAY"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("cli_environment")
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ $MCP_GATEWAY_SIM_CONTROL, `call`'s key=value arguments, schema-hash's FILE, the 
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 import pytest
 
@@ -40,13 +38,7 @@ BAD_URLS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No MCP_GATEWAY_* from the machine running the tests, and no config file by accident."""
-    for name in list(os.environ):
-        if name.startswith("MCP_GATEWAY"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("cli_environment")
 
 
 def usage_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

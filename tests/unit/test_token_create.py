@@ -16,11 +16,7 @@ from gateway.policy.token_files import read_token_file
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("MCP_GATEWAY"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+def clean_environment(cli_environment: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(token_files, "APPLIANCE_DIR", tmp_path / "no-etc")
 
 
