@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import logging
 import signal
@@ -345,11 +346,39 @@ def listening_line(version: str, addresses: Sequence[Any], scheme: str, public_u
     return f"{line}; clients use {public_url.rstrip('/')}" if public_url else line
 
 
+_STOP_SIGNALS: contextvars.ContextVar[tuple[asyncio.AbstractEventLoop, asyncio.Event] | None] = contextvars.ContextVar(
+    "gateway_stop_signals", default=None
+)
+
+
+def stop_signals() -> asyncio.Event:
+    """The event SIGTERM and SIGINT set; the first call in a run (task context and loop) installs the handlers.
+
+    `mcp-gateway run` calls it before anything starts, the simulator's control port included, so a
+    signal at any point after the event loop starts stops the gateway cleanly (exit 0) instead of
+    by the default action (killed, 143); serve() then finds the same event."""
+    loop = asyncio.get_running_loop()
+    installed = _STOP_SIGNALS.get()
+    if installed is not None and installed[0] is loop:
+        return installed[1]
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, stop.set)
+    _STOP_SIGNALS.set((loop, stop))
+    return stop
+
+
 async def serve(
     config: GatewayConfig, ready: Callable[[GatewayServer], None] | None = None, source: ConfigSource | None = None
 ) -> None:
     """Run until SIGTERM or SIGINT, then stop accepting, answer what is pending, close links; SIGHUP
     reloads the configuration from `source` (where `config` came from)."""
+    # The handlers first: a signal while the server starts stops it once started, not by the default action.
+    stop = stop_signals()
+    if stop.is_set():
+        log.info("stopped before the gateway started")  # a signal during the caller's own start-up
+        return
     server = GatewayServer(config, source=source)
     await server.start()
     # systemd (gateway/service): WATCHDOG=1 from now on, READY=1 once the upstreams are up, then STATUS=.
@@ -367,13 +396,9 @@ async def serve(
     # collector's reach, a full collection walks only what boards and clients hold: its pause, which
     # stops the event loop, stays short with a thousand boards connected.
     gc.freeze()
-    if ready is not None:
-        ready(server)
-    stop = asyncio.Event()
+    if ready is not None and not stop.is_set():
+        ready(server)  # not once stopping: what it would start (the simulated pumps) is not started at all
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signum, stop.set)
     # SIGHUP always reloads the configuration (docs/reload.md); server.reload announces it to systemd.
     reloads: set[asyncio.Task[ReloadReport]] = set()
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import sys
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gateway import event_loop
@@ -47,6 +49,15 @@ def stdio_upstream_flag(text: str) -> dict[str, Any]:
     return {"name": name.strip(), "command": argv}
 
 
+async def until_stopped(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """main() with SIGTERM and SIGINT handled from the loop's first step: a signal during start-up
+    (the simulator's control port, the listener) stops what was started and exits 0, not 143."""
+    from gateway.app import stop_signals
+
+    stop_signals()  # serve() finds these handlers and their event (gateway/app.py)
+    await main()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from gateway.app import serve
     from gateway.logs import setup_logging
@@ -64,14 +75,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("mcp-gateway: --sim-pumps must be 0 or more", file=sys.stderr)
         return 2
     setup_logging(config.logging.level, config.logging.format, config.insecure_lan_open)
+    # Made once the loop runs (until_stopped): an unavailable loop leaves no coroutine never awaited.
+    main: Callable[[], Coroutine[Any, Any, None]]
     if sim_pumps:
         from sim.embedded import serve_with_simulator
 
-        main = serve_with_simulator(config, sim_pumps, args.sim_control_port, source)
+        main = functools.partial(serve_with_simulator, config, sim_pumps, args.sim_control_port, source)
     else:
-        main = serve(config, source=source)
+        main = functools.partial(serve, config, source=source)
     try:
-        event_loop.run(main, config.event_loop)
+        event_loop.run(until_stopped(main), config.event_loop)
     except event_loop.EventLoopUnavailable as exc:
         print(f"mcp-gateway: {exc}", file=sys.stderr)
         return 2

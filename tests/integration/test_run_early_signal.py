@@ -1,0 +1,98 @@
+"""`mcp-gateway run` stopped by a signal during start-up, a real process: it stops cleanly and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.ports import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Start-up is held at one point (printing "starting up", then reading a line from stdin) so the
+# signal deterministically arrives there: the test sends it, then releases start-up.
+HELD_IN_START_UP = """
+import sys
+
+from gateway.cli import main
+import gateway.app
+import sim.simulator
+
+where = sys.argv.pop(1)
+owner = {"sim-control": sim.simulator.Simulator, "listener": gateway.app.GatewayServer}[where]
+name = "start_control" if where == "sim-control" else "start"
+original = getattr(owner, name)
+
+
+async def held(self, *args, **kwargs):
+    print("starting up", flush=True)
+    sys.stdin.readline()  # held here until the test has sent the signal
+    return await original(self, *args, **kwargs)
+
+
+setattr(owner, name, held)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+async def line_matching(stream: asyncio.StreamReader | None, pattern: re.Pattern[bytes], timeout: float = 10) -> None:
+    assert stream is not None
+    async with asyncio.timeout(timeout):
+        while True:
+            line = await stream.readline()
+            assert line, f"the process closed its output before {pattern.pattern!r}"
+            if pattern.search(line):
+                return
+
+
+@pytest.mark.parametrize(
+    ("where", "flags", "signum"),
+    [
+        # --sim-pumps: the simulator's control port is opened before the gateway's start-up.
+        ("sim-control", ("--sim-pumps", "1", "--sim-control-port", "0"), signal.SIGTERM),
+        ("sim-control", ("--sim-pumps", "1", "--sim-control-port", "0"), signal.SIGINT),
+        # Before the listener is up: what start-up opens is stopped again.
+        ("listener", (), signal.SIGTERM),
+        ("listener", ("--sim-pumps", "1", "--sim-control-port", "0"), signal.SIGTERM),
+    ],
+    ids=["sim-control-sigterm", "sim-control-sigint", "listener-sigterm", "listener-sim-sigterm"],
+)
+async def test_a_signal_during_start_up_stops_the_gateway_cleanly_with_exit_0(
+    where: str, flags: tuple[str, ...], signum: signal.Signals
+) -> None:
+    gateway = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        HELD_IN_START_UP,
+        where,
+        "run",
+        "--port",
+        str(free_port()),
+        *flags,
+        cwd=REPO,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await line_matching(gateway.stdout, re.compile(rb"^starting up"))
+        gateway.send_signal(signum)  # pending before the line below lets start-up go on
+        assert gateway.stdin is not None
+        gateway.stdin.write(b"\n")
+        await gateway.stdin.drain()
+        code = await asyncio.wait_for(gateway.wait(), 10)
+        assert gateway.stderr is not None
+        err = (await gateway.stderr.read()).decode()
+        assert code == 0, err
+        assert "Traceback" not in err
+        assert "stopped" in err
+        assert "attached over WebSocket" not in err  # no pump is started once the gateway is stopping
+    finally:
+        if gateway.returncode is None:
+            gateway.kill()
+            await gateway.wait()
