@@ -126,6 +126,20 @@ def unsupported_version(requested: Any) -> Rejection:
     )
 
 
+WIRE_NAMES = {HEADER_VERSION: "MCP-Protocol-Version", HEADER_METHOD: "Mcp-Method", HEADER_NAME: "Mcp-Name"}
+
+
+def header_disagrees(header: str, sent: str | None, expected: Any, source: str) -> Rejection:
+    """-32020 for a routing header that does not repeat the body: an absent one is named as missing,
+    with the header line to send (a bare "does not match" read as a wrong value, not a forgotten header)."""
+    if sent is not None:
+        return Rejection(jsonrpc.HEADER_MISMATCH, f"{header} header does not match {source}")
+    wanted = WIRE_NAMES[header]
+    if isinstance(expected, str):
+        wanted = f"{wanted}: {encode_header_value(expected)}"
+    return Rejection(jsonrpc.HEADER_MISMATCH, f"{header} header is missing: expected {wanted} ({source})")
+
+
 def check_request(body: Mapping[str, Any], headers: Mapping[str, str]) -> Envelope | Rejection:
     """Check one stateless-era request; `headers` are keyed by lower-case name."""
     params = body.get("params")
@@ -141,18 +155,17 @@ def check_request(body: Mapping[str, Any], headers: Mapping[str, str]) -> Envelo
     version = meta[META_PROTOCOL_VERSION]
     header_version = headers.get(HEADER_VERSION)
     if header_version is None or header_version != version:
-        return Rejection(
-            jsonrpc.HEADER_MISMATCH,
-            f"{HEADER_VERSION} header does not match params._meta[{META_PROTOCOL_VERSION!r}]",
-        )
+        return header_disagrees(HEADER_VERSION, header_version, version, f"params._meta[{META_PROTOCOL_VERSION!r}]")
     method = body.get("method")
-    if headers.get(HEADER_METHOD) != method:
-        return Rejection(jsonrpc.HEADER_MISMATCH, f"{HEADER_METHOD} header does not match the body's method")
+    header_method = headers.get(HEADER_METHOD)
+    if header_method != method:
+        return header_disagrees(HEADER_METHOD, header_method, method, "the body's method")
     name_key = NAME_PARAM.get(method) if isinstance(method, str) else None
     if name_key is not None and isinstance(params, dict):
         body_value = params.get(name_key)
-        if body_value is not None and decode_header_value(headers.get(HEADER_NAME)) != body_value:
-            return Rejection(jsonrpc.HEADER_MISMATCH, f"{HEADER_NAME} header does not match the body's {name_key!r}")
+        header_name = headers.get(HEADER_NAME)
+        if body_value is not None and decode_header_value(header_name) != body_value:
+            return header_disagrees(HEADER_NAME, header_name, body_value, f"the body's {name_key!r}")
     if not isinstance(version, str):
         return Rejection(jsonrpc.INVALID_PARAMS, "the protocol version in params._meta must be a string")
     if version not in STATELESS_VERSIONS:

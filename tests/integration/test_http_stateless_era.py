@@ -313,12 +313,18 @@ def with_header(body: JsonObject, name: str, value: str | None) -> dict[str, str
             request("tools/list", meta={META_VERSION: "2025-11-25"}),
             "MCP-Protocol-Version",
             VERSION,
-            "mcp-protocol-version",
+            "mcp-protocol-version header does not match",
         ),
-        (request("tools/list"), "Mcp-Method", "prompts/list", "mcp-method"),
-        (request("tools/list"), "Mcp-Method", None, "mcp-method"),
-        (request("tools/call", {"name": "add", "arguments": {}}), "Mcp-Name", "sub", "mcp-name"),
-        (request("tools/call", {"name": "add", "arguments": {}}), "Mcp-Name", None, "mcp-name"),
+        (request("tools/list"), "Mcp-Method", "prompts/list", "mcp-method header does not match the body's method"),
+        (request("tools/list"), "Mcp-Method", None, "mcp-method header is missing: expected Mcp-Method: tools/list"),
+        (request("tools/call", {"name": "add", "arguments": {}}), "Mcp-Name", "sub", "mcp-name header does not match"),
+        # Absent, it is named as missing, with the header line to send (not "does not match").
+        (
+            request("tools/call", {"name": "add", "arguments": {}}),
+            "Mcp-Name",
+            None,
+            "mcp-name header is missing: expected Mcp-Name: add (the body's 'name')",
+        ),
         (request("resources/read", {"uri": "demo://greeting"}), "Mcp-Name", "demo://other", "mcp-name"),
     ],
 )

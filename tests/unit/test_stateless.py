@@ -91,11 +91,20 @@ def test_missing_meta_wins_over_header_mismatch() -> None:
 # -- rung 2: headers agree with the body --------------------------------------------------------
 
 
-@pytest.mark.parametrize("header_version", [None, "2025-11-25", "2026-07-29", ""])
-def test_version_header_absent_or_different_is_a_mismatch(header_version: str | None) -> None:
+@pytest.mark.parametrize("header_version", ["2025-11-25", "2026-07-29", ""])
+def test_version_header_different_is_a_mismatch(header_version: str) -> None:
     rejection = rejected(check_request(request("tools/list"), headers("tools/list", version=header_version)))
     assert rejection.code == jsonrpc.HEADER_MISMATCH
     assert rejection.message.startswith("mcp-protocol-version header does not match")
+
+
+def test_version_header_absent_is_named_as_missing() -> None:
+    rejection = rejected(check_request(request("tools/list"), headers("tools/list", version=None)))
+    assert rejection.code == jsonrpc.HEADER_MISMATCH
+    assert rejection.message == (
+        f"mcp-protocol-version header is missing: expected MCP-Protocol-Version: {VERSION} "
+        f"(params._meta[{META_PROTOCOL_VERSION!r}])"
+    )
 
 
 def test_null_version_in_body_does_not_slip_past_an_absent_header() -> None:
@@ -110,9 +119,10 @@ def test_method_header_different_is_a_mismatch(header_method: str) -> None:
     assert rejection.message == "mcp-method header does not match the body's method"
 
 
-def test_method_header_absent_is_a_mismatch() -> None:
+def test_method_header_absent_is_named_as_missing() -> None:
     rejection = rejected(check_request(request("tools/list"), {"mcp-protocol-version": VERSION}))
     assert rejection.code == jsonrpc.HEADER_MISMATCH
+    assert rejection.message == "mcp-method header is missing: expected Mcp-Method: tools/list (the body's method)"
 
 
 @pytest.mark.parametrize(
@@ -125,7 +135,22 @@ def test_name_header_must_match_the_named_param(method: str, key: str, value: st
     rejection = rejected(check_request(body, headers(method, name=value + "x")))
     assert rejection.code == jsonrpc.HEADER_MISMATCH
     assert rejection.message == f"mcp-name header does not match the body's {key!r}"
-    assert rejected(check_request(body, headers(method))).code == jsonrpc.HEADER_MISMATCH
+
+
+@pytest.mark.parametrize(
+    ("method", "key", "value", "sent"),
+    [
+        ("tools/call", "name", "add", "add"),
+        ("resources/read", "uri", "demo://a", "demo://a"),
+        ("tools/call", "name", "pompe-démarrer", b64_header("pompe-démarrer")),  # as a client must send it
+    ],
+)
+def test_name_header_absent_is_named_as_missing_with_the_line_to_send(
+    method: str, key: str, value: str, sent: str
+) -> None:
+    rejection = rejected(check_request(request(method, **{key: value}), headers(method)))
+    assert rejection.code == jsonrpc.HEADER_MISMATCH  # the same code as a different value
+    assert rejection.message == f"mcp-name header is missing: expected Mcp-Name: {sent} (the body's {key!r})"
 
 
 def test_name_header_in_base64_matches_a_non_ascii_name() -> None:
