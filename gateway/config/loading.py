@@ -150,11 +150,50 @@ def load_config(
         origin = _origin_of(key, sources, file_label)
         if first["type"] == "extra_forbidden":
             raise ConfigError(f"{origin}: unknown setting {key!r}; see docs/configuration.md") from exc
-        raise ConfigError(f"{origin}: setting {key!r}: {first['msg']}") from exc
+        hint = _env_list_hint(first, env_sources.get(key), env_data)
+        raise ConfigError(f"{origin}: setting {key!r}: {first['msg']}{hint}") from exc
     if config.policy is not None:
         _check_policy(config, sources, file_label)
     apply_group_toggles(config, environ)
     return config
+
+
+LIST_ERRORS = frozenset({"list_type", "tuple_type", "set_type", "frozen_set_type"})
+ENV_SOURCE_PREFIX = "environment variable "
+
+
+def _env_list_hint(error: Mapping[str, Any], source: str | None, env_data: Mapping[str, Any]) -> str:
+    """A list-valued setting given as plain text by an environment variable: the JSON list to write.
+
+    `http://localhost:*` is not JSON, so it is read as text (one string), never split or wrapped: a
+    list is written as JSON, and the error shows that form, built from what was given."""
+    if error["type"] not in LIST_ERRORS or source is None or not source.startswith(ENV_SOURCE_PREFIX):
+        return ""
+    name = source.removeprefix(ENV_SOURCE_PREFIX)
+    value: Any = env_data
+    for part in error["loc"]:
+        value = value.get(str(part)) if isinstance(value, Mapping) else None
+    if isinstance(value, str) and _list_of_text(error["loc"]):
+        # Commas suggest several items: each becomes one, so the example is what was meant.
+        items = [item.strip() for item in value.split(",")] if "," in value else [value]
+        example = "[" + ", ".join(orjson.dumps(item).decode() for item in items) + "]"
+    else:
+        example = "[...]"
+    return f"; {name} takes a JSON list, e.g. {name}='{example}'"
+
+
+def _list_of_text(loc: tuple[int | str, ...]) -> bool:
+    """Whether the setting at `loc` is a list of strings (not of tables, say), so the example can hold them."""
+    model: type[BaseModel] = GatewayConfig
+    annotation: Any = None
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return False
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+    return get_args(annotation) == (str,)
 
 
 def _check_policy(config: GatewayConfig, sources: Mapping[str, str], file_label: str) -> None:

@@ -172,6 +172,35 @@ def test_invalid_environment_value_names_the_variable_and_the_key(name: str, val
     assert str(caught.value).startswith(f"environment variable {name}: setting {key}: ")
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "key", "example"),
+    [
+        # Not JSON, so read as one string: the error names the JSON form instead of guessing a list.
+        ("MCP_GATEWAY_ALLOWED_ORIGINS", "http://localhost:*", "'allowed_origins'", '["http://localhost:*"]'),
+        ("MCP_GATEWAY_ALLOWED_HOSTS", "a.plant.lan, b.plant.lan", "'allowed_hosts'", '["a.plant.lan", "b.plant.lan"]'),
+        ("MCP_GATEWAY_AUTH__TOKEN_FILES", "/etc/mcp/tokens", "'auth.token_files'", '["/etc/mcp/tokens"]'),
+        ("MCP_GATEWAY_ALLOWED_ORIGINS", "5", "'allowed_origins'", "[...]"),  # JSON, but not a list
+        ("MCP_GATEWAY_UPSTREAMS__STDIO", "memory", "'upstreams.stdio'", "[...]"),  # a list of tables
+    ],
+)
+def test_a_list_setting_given_as_text_by_the_environment_names_the_json_form(
+    name: str, value: str, key: str, example: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ={name: value})
+    assert str(caught.value) == (
+        f"environment variable {name}: setting {key}: Input should be a valid list; "
+        f"{name} takes a JSON list, e.g. {name}='{example}'"
+    )
+
+
+def test_a_list_setting_in_the_file_gets_no_environment_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, 'allowed_origins = "http://localhost:*"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert str(caught.value) == f"config file {path}: setting 'allowed_origins': Input should be a valid list"
+
+
 def test_flags_override_environment_override_file(tmp_path: Path) -> None:
     path = write(tmp_path, 'port = 4100\nhost = "127.0.0.2"\n[limits]\nmax_body_bytes = 1000\n')
     environ = {"MCP_GATEWAY_PORT": "4200", "MCP_GATEWAY_LIMITS__MAX_BODY_BYTES": "2000"}
