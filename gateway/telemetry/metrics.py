@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
 
 from gateway.telemetry.hot_metrics import Count, CounterFamily, HistogramFamily, Latency
 
@@ -37,6 +38,33 @@ PROVIDER_FAULT_KINDS = ("unparsable", "unmatched_responses", "protocol_violation
 PROVIDER_TELEMETRY_OUTCOMES = ("accepted", "rate_limited", "invalid", "queue_full", "off", "not_a_board")
 
 
+CREATED_TYPES = frozenset({"counter", "histogram", "summary"})
+
+
+class WithoutCreated:
+    """A registry as /metrics exposes it: without the `<name>_created` series of its counters and histograms.
+
+    prometheus-client adds one per labelled child (a timestamp few scrapers use, as many series again).
+    Its switch, disable_created_metrics(), is a process-wide flag (every registry, the default one
+    too) that prometheus-client 0.26 offers no per-registry form of, and it does not reach the
+    collectors of hot_metrics.py, which add theirs themselves: so they are left out here, for this
+    registry only."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.registry.collect():
+            if metric.type not in CREATED_TYPES:
+                yield metric
+                continue
+            created = f"{metric.name}_created"
+            # A copy: a collector may hand out a Metric it keeps, and other readers still see all of it.
+            trimmed = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+            trimmed.samples = [sample for sample in metric.samples if sample.name != created]
+            yield trimmed
+
+
 def method_label(method: str) -> str:
     return method if method in KNOWN_METHODS else "other"
 
@@ -46,6 +74,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.exposed = WithoutCreated(self.registry)
         r = self.registry
         self.slot_connected = Gauge("mcpgw_slot_connected", "1 when a provider holds the slot", ["slot"], registry=r)
         self.slot_pending = Gauge(
@@ -271,4 +300,4 @@ class Metrics:
     def render(self) -> bytes:
         for refresh in self.before_render:
             refresh()
-        return generate_latest(self.registry)
+        return generate_latest(self.exposed)

@@ -97,6 +97,25 @@ async def test_every_family_is_exposed_with_its_type(gateway: GatewayServer, htt
     assert metrics.get("mcpgw_start_time_seconds") > 0
 
 
+async def test_counters_and_histograms_have_no_created_series(
+    gateway: GatewayServer, http: aiohttp.ClientSession
+) -> None:
+    metrics = gateway.gateway.metrics
+    calls, latency = metrics.call_metrics("pump-1", "tools/call")  # the hot-path families (hot_metrics.py)
+    calls.value += 1
+    latency.observe(0.01)
+    metrics.call_errors.labels("pump-1", "provider").inc()  # and prometheus-client's own
+    await scrape(http, gateway)  # leaves an mcpgw_http_requests child to expose
+    scraped = await scrape(http, gateway)
+    assert scraped.get("mcpgw_calls_total", slot="pump-1", method="tools/call") == 1
+    assert scraped.get("mcpgw_call_latency_seconds_count", slot="pump-1") == 1
+    assert scraped.get("mcpgw_call_errors_total", slot="pump-1", kind="provider") == 1
+    assert scraped.get("mcpgw_http_requests_total", endpoint="metrics", status="200") >= 1
+    assert [line for line in scraped.text.splitlines() if "_created" in line] == []
+    # Only what /metrics exposes: the registry itself, and any other registry, still has them.
+    assert any(sample.name.endswith("_created") for family in metrics.registry.collect() for sample in family.samples)
+
+
 async def test_the_process_reports_its_memory_cpu_and_descriptors(
     gateway: GatewayServer, http: aiohttp.ClientSession
 ) -> None:
