@@ -1,38 +1,55 @@
-"""`mcp-gateway token create`: a static client token, stored as its SHA-256 in a token file and printed once."""
+"""`mcp-gateway token create | revoke | list`: static client tokens in a token file (only their SHA-256 stored)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
+from pathlib import Path
+from typing import Any
 
 from gateway.cli.common import Commands, with_config
 
 
-def _configured_token_file(args: argparse.Namespace) -> str | None:
-    """The first auth.token_files entry of the config file named by --config or $MCP_GATEWAY_CONFIG.
+def _config_auth(args: argparse.Namespace) -> dict[str, Any]:
+    """The [auth] table of the config file named by --config or $MCP_GATEWAY_CONFIG ({} without one).
 
     Read as plain TOML, not validated: the secrets the configuration names (environment variables of
-    the service) need not exist in the shell of whoever creates a token."""
-    import os
-    from pathlib import Path
-
+    the service) need not exist in the shell of whoever manages tokens."""
     from gateway.config import ENV_CONFIG_FILE, read_toml
 
     name = getattr(args, "config", None) or os.environ.get(ENV_CONFIG_FILE)
     if not name:
-        return None
-    files = read_toml(Path(name)).get("auth", {}).get("token_files")
+        return {}
+    auth = read_toml(Path(name)).get("auth", {})
+    return auth if isinstance(auth, dict) else {}
+
+
+def _configured_token_file(args: argparse.Namespace) -> str | None:
+    """The first auth.token_files entry of the config file named by --config or $MCP_GATEWAY_CONFIG."""
+    files = _config_auth(args).get("token_files")
     return files[0] if isinstance(files, list) and files and isinstance(files[0], str) else None
+
+
+def _token_file(args: argparse.Namespace) -> tuple[Path, str | None]:
+    """The file a token command edits or reads (--file, else the configured one, else the default),
+    and the configured one."""
+    from gateway.policy.token_files import default_token_file
+
+    configured = _configured_token_file(args)
+    return Path(args.file or configured or default_token_file()), configured
+
+
+def _is_configured(path: Path, configured: str | None) -> bool:
+    return configured is not None and Path(configured).resolve() == path.resolve()
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
     """Create a random token for NAME, store only its SHA-256 in the token file, print it once."""
-    from pathlib import Path
+    from gateway.policy.token_files import TokenFileError, create_token
 
-    from gateway.policy.token_files import TokenFileError, create_token, default_token_file
-
-    configured = _configured_token_file(args)
-    path = Path(args.file or configured or default_token_file())
+    path, configured = _token_file(args)
     try:
         token = create_token(path, args.name, args.scope, replace=args.replace)
     except (TokenFileError, OSError) as exc:
@@ -47,12 +64,103 @@ def cmd_token_create(args: argparse.Namespace) -> int:
         "The token is printed once, on standard output: only its SHA-256 is stored, so it cannot be shown again.",
         "Clients send it as the header:  Authorization: Bearer <token>",
     ]
-    if configured is None or Path(configured).resolve() != path.resolve():
+    if not _is_configured(path, configured):
         notes.append(
             f'The gateway uses this file once the configuration lists it:  [auth] token_files = ["{path.resolve()}"]'
         )
     print("\n".join(notes), file=sys.stderr)
     return 0
+
+
+def _entries_of(path: Path, command: str) -> list[Any] | None:
+    """The entries of the token file, checked as create checks it; None (the error printed) when it cannot be used."""
+    from gateway.policy.token_files import TokenFileError, read_token_file
+
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise TokenFileError(f"token file {path}: not a regular file")
+        if mode & 0o077:
+            # As create refuses it: the hashes are for the owner's eyes only.
+            raise TokenFileError(
+                f"token file {path}: readable or writable by users other than its owner "
+                f"(mode {stat.S_IMODE(mode):04o}); run `chmod 600 {path}` first"
+            )
+        return read_token_file(path)
+    except FileNotFoundError:
+        print(
+            f"mcp-gateway token {command}: token file {path}: not found (name the file with --file PATH or --config)",
+            file=sys.stderr,
+        )
+    except (TokenFileError, OSError, ValueError) as exc:
+        print(f"mcp-gateway token {command}: {exc}", file=sys.stderr)
+    return None
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    """Remove NAME's entry from the token file (written atomically, mode 0600, as create writes it)."""
+    from gateway.policy.token_files import render_token_file, write_atomically
+
+    path, configured = _token_file(args)
+    entries = _entries_of(path, "revoke")
+    if entries is None:
+        return 2
+    kept = [entry for entry in entries if entry.name != args.name]
+    if len(kept) == len(entries):
+        known = ", ".join(entry.name for entry in entries) or "none"
+        message = f"mcp-gateway token revoke: no token named {args.name!r} in {path} (its tokens: {known})"
+        in_config = _config_auth(args).get("tokens")
+        if isinstance(in_config, list) and any(isinstance(t, dict) and t.get("name") == args.name for t in in_config):
+            # [[auth.tokens]] of the configuration itself: only a reload applies its removal (docs/reload.md).
+            message += (
+                f"; {args.name!r} is an [[auth.tokens]] entry of the configuration: delete it there, then run "
+                "`mcp-gateway reload`"
+            )
+        print(message, file=sys.stderr)
+        return 1
+    try:
+        write_atomically(path, render_token_file(kept))
+    except OSError as exc:
+        print(f"mcp-gateway token revoke: token file {path}: {exc}", file=sys.stderr)
+        return 2
+    print(f'Revoked token "{args.name}" in {path}.')
+    # Token files are re-read when they change (gateway/policy/static_tokens.py): no reload is needed.
+    who = (
+        "A running gateway"
+        if _is_configured(path, configured)
+        else f"A gateway whose [auth] token_files lists {path.resolve()}"
+    )
+    print(
+        f"{who} re-reads the file within a second and refuses the token from its next request; "
+        "no reload or restart is needed."
+    )
+    return 0
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    """The tokens of the token file: names, scopes and creation times (never a hash: they stay in the file)."""
+    path, _ = _token_file(args)
+    entries = _entries_of(path, "list")
+    if entries is None:
+        return 2
+    if not entries:
+        print(f"no tokens in {path}", file=sys.stderr)
+        return 0
+    rows = [("NAME", "SCOPES", "CREATED")]
+    rows += [(entry.name, " ".join(entry.scopes) or "-", entry.created or "-") for entry in entries]
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _file_flag(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--file",
+        metavar="PATH",
+        help="token file (default: the first [auth] token_files entry of --config / $MCP_GATEWAY_CONFIG, else "
+        "/etc/mcp-gateway/tokens.toml when /etc/mcp-gateway exists, else ./tokens.toml)",
+    )
 
 
 def add_token(commands: Commands) -> None:
@@ -73,14 +181,29 @@ def add_token(commands: Commands) -> None:
         metavar="SCOPE",
         help="a scope to grant (repeat for several), e.g. pump-1 or metrics; see [auth] required_scopes",
     )
-    token_create.add_argument(
-        "--file",
-        metavar="PATH",
-        help="token file (default: the first [auth] token_files entry of --config / $MCP_GATEWAY_CONFIG, else "
-        "/etc/mcp-gateway/tokens.toml when /etc/mcp-gateway exists, else ./tokens.toml)",
-    )
+    _file_flag(token_create)
     token_create.add_argument(
         "--replace", action="store_true", help="replace an existing token of that name (the old one stops working)"
     )
     with_config(token_create)
     token_create.set_defaults(func=cmd_token_create)
+    token_revoke = token_commands.add_parser(
+        "revoke",
+        help="revoke a client token (remove it from the token file)",
+        description="Remove NAME's token from the token file (replaced atomically, mode 0600). A running gateway "
+        "re-reads the file when it changes: the token is refused from its next request, without a reload. Exit "
+        "1 when the file has no token of that name.",
+    )
+    token_revoke.add_argument("name", help="the token's name, as `mcp-gateway token list` shows it")
+    _file_flag(token_revoke)
+    with_config(token_revoke)
+    token_revoke.set_defaults(func=cmd_token_revoke)
+    token_list = token_commands.add_parser(
+        "list",
+        help="list the client tokens of the token file (names, scopes, creation times)",
+        description="List the tokens of the token file: name, scopes and creation time. Hashes are not shown; "
+        "the tokens themselves are stored nowhere.",
+    )
+    _file_flag(token_list)
+    with_config(token_list)
+    token_list.set_defaults(func=cmd_token_list)

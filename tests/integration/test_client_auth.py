@@ -314,6 +314,24 @@ async def test_tokens_created_while_the_gateway_runs_work_without_a_restart(
         await asyncio.sleep(0.1)
 
 
+async def test_a_token_revoked_while_the_gateway_runs_is_refused_without_a_reload(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    path = tmp_path / "tokens.toml"
+    kept = create_token(path, "scada", ["pump-1"])
+    revoked = create_token(path, "hmi", ["pump-1"])
+    server = await gateway_factory(auth={"token_files": [str(path)], "required_scopes": REQUIRED})
+    url = f"{server.url}/pump-1/mcp"
+    assert (await post(http, url, headers=bearer(revoked)))[0] == 200
+    assert await run_cli("token", "revoke", "hmi", "--file", str(path)) == 0
+
+    deadline = time.monotonic() + 5
+    while (await post(http, url, headers=bearer(revoked)))[0] != 401:
+        assert time.monotonic() < deadline, "the revoked token was still accepted"
+        await asyncio.sleep(0.1)
+    assert (await post(http, url, headers=bearer(kept)))[0] == 200
+
+
 # -- OAuth 2.1 ---------------------------------------------------------------------------------------
 
 
