@@ -37,7 +37,8 @@ TOKEN_BYTES = 32
 HEADER = (
     "# mcp-gateway client tokens, written by `mcp-gateway token create`.\n"
     "# Only SHA-256 hashes are stored: a token is shown once, when it is created.\n"
-    "# Delete an entry to revoke its token; the gateway notices changes to this file.\n"
+    "# Revoke a token with `mcp-gateway token revoke NAME` (or delete its entry);\n"
+    "# the gateway notices changes to this file.\n"
 )
 
 

@@ -15,6 +15,8 @@
  *                      n > 0: send out[0..n); n == 0: nothing to send; n < 0: out holds less than -n
  *     a WebSocket ping from the gateway:  mcpb_pump1_heard(&pump);
  *     a message over the frame cap:       mcpb_pump1_oversize(&pump, size, head, head_len, out, cap);
+ *                                         (only with a transport of your own: libmcpb's client
+ *                                         answers an oversize request itself, with the same text)
  *     the register frame's hello:         "schema": mcpb_pump1_schema_hash()
  */
 #ifndef MCPB_PUMP1_H
