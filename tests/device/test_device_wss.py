@@ -116,9 +116,15 @@ async def test_board_with_a_wrong_token_is_told_401_and_keeps_dialling(
 ) -> None:
     wrong = secrets.token_urlsafe(32)
     device = await devices(board_url(wss_gateway, "localhost"), ca_file=str(tls_dir / "ca.pem"), provider_token=wrong)
+    first = await device.wait_event("link_down")
     second = await device.wait_event("link_down", count=2)
     assert "HTTP 401" in second["reason"]
     assert "invalid_provider_token" in second["reason"]
+    # Refused at the door: the back-off's maximum (0.5 s here) at once, not its minimum (0.1 s).
+    for down in first, second:
+        assert down["reason"].startswith("OSError: HTTP 401 from wss://"), down
+        assert down.get("refused") is True, down
+        assert 0.25 <= down["retry_in_s"] <= 0.5, down
     assert SLOT not in wss_gateway.gateway.registry.slots
     assert wrong not in device.output()
 

@@ -16,7 +16,7 @@ from mcp import Client
 from gateway.app import GatewayServer
 from gateway.cli import main as cli_main
 from gateway.core.schema_hash import tools_hash
-from tests.conftest import GatewayFactory, wait_ready_slot
+from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.device.conftest import DeviceFactory
 from tests.device.harness import SCHEMA_FILE, LinkProxy
 
@@ -216,3 +216,40 @@ async def test_a_refused_board_logs_the_gateways_reason_and_keeps_trying(
     assert session is not None
     assert session.hello is not None
     assert session.hello["device_id"] == "first"
+
+
+async def test_a_board_refused_at_the_door_waits_the_longest_back_off(
+    gateway_factory: GatewayFactory, devices: DeviceFactory
+) -> None:
+    """A refusal at the door (close 1008 before the gateway sent anything) will not change in a second:
+    the board waits between half the back-off's maximum and the maximum, as the C board and the
+    simulator do, instead of doubling up from the minimum; a loss after a link that carried traffic
+    starts from the minimum again. Small bounds stand in for the defaults (1 s and 30 s: 15 to 30 s)."""
+    gateway = await gateway_factory(providers={"takeover": "reject"})
+    first = await devices(gateway.url, device_id="first")
+    await wait_ready_slot(gateway, SLOT, timeout=10)
+    second = await devices(gateway.url, device_id="second", backoff_min_s=0.05, backoff_max_s=3)
+    refused = await second.wait_event("link_down", timeout=10)
+    assert refused["reason"].startswith("closed, code 1008: Slot already held by a live provider"), refused
+    assert refused.get("refused") is True, refused
+    assert 1.5 <= refused["retry_in_s"] <= 3, refused
+    again = await second.wait_event("link_down", count=2, timeout=10)
+    assert again.get("refused") is True, again
+    assert 1.5 <= again["retry_in_s"] <= 3, again
+    assert again["t"] - refused["t"] >= 1.5, "the board dialled again before its back-off ended"
+    assert len(second.named("link_up")) == 2, "one dial per refusal"
+
+    # The holder goes: the board takes the slot at a later dial, and a loss of that link, which carried
+    # traffic, is an ordinary one.
+    await first.stop()
+
+    def second_holds_the_slot() -> bool:
+        live = gateway.gateway.registry.slots[SLOT].live
+        return live is not None and live.ready and live.hello is not None and live.hello["device_id"] == "second"
+
+    await wait_for(second_holds_the_slot, 10, "the second board in the slot")
+    losses = len(second.named("link_down"))
+    await gateway.stop()
+    lost = await second.wait_event("link_down", count=losses + 1, timeout=10)
+    assert "refused" not in lost, lost
+    assert lost["retry_in_s"] <= 0.05, lost

@@ -11,7 +11,12 @@
 # an exponential back-off with equal jitter: the ceiling starts at `backoff_min_s` and doubles per
 # failed dial up to `backoff_max_s`, the wait is picked between half the ceiling and the ceiling, and
 # the ceiling resets once a link carried traffic, so that a plant full of boards does not hammer a
-# restarting gateway in step (and no board redials at once).
+# restarting gateway in step (and no board redials at once). A refusal at the door (Refused: an HTTP
+# 4xx on the upgrade; or a close 1008 before the gateway sent any message, e.g. "Slot already held by
+# a live provider" or a bad slot name) will not change in a second: it puts the ceiling at
+# `backoff_max_s` at once (15 to 30 s with the defaults), as the C board (mcpb_backoff_refused) and
+# the simulator do, and it stays there until a link carries traffic. Its `link_down` line says
+# refused=True; ordinary losses have no such field.
 #
 # API
 # ---
@@ -39,6 +44,11 @@ from mcpdevice.clock import ticks_diff, ticks_ms
 
 class LinkClosed(Exception):
     """Raised by a transport when the peer closes the link; args: (close code, reason)."""
+
+
+class Refused(OSError):
+    """Raised by a transport when the gateway refuses the link before it opens (an HTTP 4xx on the
+    WebSocket upgrade); args: (message,), the words a plain OSError would carry ("HTTP 401 from ...")."""
 
 
 def register_frame(hello, aggregate=True, slot=None):
@@ -91,9 +101,14 @@ class Provider:
         self._carried = False
 
     async def run(self):
-        failures = 0
+        # Locals, not attributes: each attribute or global name a module uses is an entry in its name
+        # table while it compiles, and the boot has little heap to spare (tests/device/test_heap_headroom.py).
+        failures = 0  # the ceiling's doublings: one per failed dial; a refusal jumps to the most (16)
+        failed = 0  # links in a row that carried nothing, for the log
+        refusals = 0  # refusals in a row, for the log
         while True:
             transport = reporter = None
+            refused = False
             self._carried = False
             try:
                 if self.before_connect is not None:
@@ -110,9 +125,13 @@ class Provider:
                 reason = await self._serve(transport)
             except LinkClosed as exc:
                 reason = "closed, code %d: %s" % exc.args
+                refused = exc.args[0] == 1008 and not self._carried  # 1008 before the gateway said anything
             except Exception as exc:  # OSError, EOFError, timeouts, a refused handshake: all mean "dial again"
                 text = str(exc)
-                reason = "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
+                refused = isinstance(exc, Refused)
+                # A refused upgrade keeps the words it had as a plain OSError: log readers match them.
+                name = "OSError" if refused else type(exc).__name__
+                reason = "%s: %s" % (name, text) if text else name
             finally:
                 self.connected = False
                 if reporter is not None:
@@ -121,13 +140,23 @@ class Provider:
                     await transport.close(1001, "device reconnecting")
                 self.transport = None
             if self._carried:
-                failures = 0
-            ceiling = min(self.backoff_max_s, self.backoff_min_s * (2 ** min(failures, 16)))
+                failures = failed = 0
+            if refused:  # at the door: the gateway will say the same for a while
+                failures = max(failures, 16)
+                refusals += 1
+                ceiling = self.backoff_max_s  # even with a minimum too small to double up to it
+            else:
+                refusals = 0
+                ceiling = min(self.backoff_max_s, self.backoff_min_s * (2 ** min(failures, 16)))
             delay = ceiling / 2 + ceiling / 2 * _jitter()
             failures += 1
-            # Every lost link is logged; the failed dials of a long outage only now and then.
-            if failures <= 3 or failures % 20 == 0:
-                self._log("link_down", reason=reason, retry_in_s=round(delay, 2), failed_dials=failures - 1)
+            failed += 1
+            # Every lost link is logged; the failed dials of a long outage, or a long run of refusals,
+            # only now and then.
+            count = refusals if refused else failed
+            if count <= 3 or count % 20 == 0:
+                fields = {"refused": True} if refused else {}
+                self._log("link_down", reason=reason, retry_in_s=round(delay, 2), failed_dials=failed - 1, **fields)
             await asyncio.sleep(delay)
 
     async def _serve(self, transport):

@@ -6,8 +6,10 @@
 # request it refuses). Runs on MicroPython (Unix port and ESP32; ws:// and wss://) and on CPython.
 #
 # Transport interface (what mcpdevice.provider needs; a serial or MQTT transport offers the same):
-#     await .connect()         open the link; raises OSError (refused, handshake failed) or
-#                              asyncio.TimeoutError naming the URL (no answer within timeout_s)
+#     await .connect()         open the link; raises mcpdevice.provider.Refused (an OSError: the
+#                              gateway answered the upgrade with an HTTP 4xx), OSError (not
+#                              reachable, handshake failed) or asyncio.TimeoutError naming the URL
+#                              (no answer within timeout_s)
 #     await .recv()            the next message as bytes; (size, head) for one over the frame cap;
 #                              None after a control frame. Every return means the gateway spoke.
 #     await .send(message)     bytes, or a list of parts sent as one message: bytes-like, or
@@ -24,7 +26,9 @@
 #                    header and the TLS server name stay the name either way.
 #
 # A provider secret (`token`) is sent as `X-Provider-Token` on the upgrade when the gateway has
-# provider authentication; a refusal (HTTP 401 or 403) is an OSError carrying the gateway's JSON body.
+# provider authentication; a refusal (HTTP 401 or 403) is a Refused carrying the gateway's JSON body.
+# Every HTTP 4xx is a Refused (`HTTP <status> from <url>: <body>`); another answer than 101 an OSError
+# in the same words.
 
 import asyncio
 import binascii
@@ -32,7 +36,7 @@ import hashlib
 import os
 import struct
 
-from mcpdevice.provider import LinkClosed
+from mcpdevice.provider import LinkClosed, Refused
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _UNRESERVED = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
@@ -146,8 +150,10 @@ class WebSocketTransport:
                 length = int(value.strip() or 0)
         if len(status) < 2 or status[1] != b"101":
             body = await self._reader.read(min(length, 200)) if length else b""
-            code = status[1].decode() if len(status) > 1 else "?"
-            raise OSError("HTTP %s from %s: %s" % (code, self.url, body.decode()))
+            code = status[1] if len(status) > 1 else b"?"
+            # A 4xx is a refusal at the door (docs/protocol.md): the link loop waits longest after one.
+            error = Refused if code[:1] == b"4" else OSError
+            raise error("HTTP %s from %s: %s" % (code.decode(), self.url, body.decode()))
         if accept != binascii.b2a_base64(hashlib.sha1(key + _GUID).digest()).strip():
             raise OSError("wrong Sec-WebSocket-Accept from " + self.url)
 
