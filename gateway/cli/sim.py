@@ -32,12 +32,18 @@ def cmd_sim(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if not 1 <= args.pumps <= 1000 or args.first < 0 or args.deadman_s <= 0 or args.dry_run_s <= 0:
-        print(
-            "mcp-gateway sim: --pumps must be between 1 and 1000, --first 0 or more, --deadman-s and --dry-run-s "
-            "greater than 0",
-            file=sys.stderr,
+    out_of_range = [
+        f"{flag} must be {rule}, got {value:g}"
+        for flag, value, fine, rule in (
+            ("--pumps", args.pumps, 1 <= args.pumps <= 1000, "between 1 and 1000"),
+            ("--first", args.first, args.first >= 0, "0 or more"),
+            ("--deadman-s", args.deadman_s, args.deadman_s > 0, "greater than 0"),
+            ("--dry-run-s", args.dry_run_s, args.dry_run_s > 0, "greater than 0"),
         )
+        if not fine
+    ]
+    if out_of_range:  # each bad value named, not every rule listed
+        print(f"mcp-gateway sim: {'; '.join(out_of_range)}", file=sys.stderr)
         return 2
     if args.telemetry_period_s < 0:
         print("mcp-gateway sim: --telemetry-period-s must be 0 (no samples) or more", file=sys.stderr)

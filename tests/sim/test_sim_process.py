@@ -174,10 +174,14 @@ async def test_sim_command_refuses_a_url_it_cannot_dial() -> None:
     code, _, err = await cli("sim", "--gateway", "ftp://127.0.0.1:3000", "--pumps", "2")
     assert code == 2
     assert "--gateway must start with http://, https://, ws:// or wss://" in err
-    for flags in (("--pumps", "0"), ("--deadman-s", "0")):
+    for flags, named in (
+        (("--pumps", "0"), "sim: --pumps must be between 1 and 1000, got 0\n"),
+        (("--deadman-s", "0"), "sim: --deadman-s must be greater than 0, got 0\n"),
+        (("--first", "-1", "--dry-run-s", "-2"), "--first must be 0 or more, got -1; --dry-run-s must be greater"),
+    ):
         code, _, err = await cli("sim", *flags)
         assert code == 2
-        assert "--pumps must be between 1 and 1000" in err
+        assert named in err  # the bad value named, and only that
     code, _, err = await cli("sim", "--telemetry-period-s", "-1")
     assert code == 2
     assert "--telemetry-period-s must be 0 (no samples) or more" in err
