@@ -7,7 +7,8 @@ import sys
 
 import orjson
 
-from gateway.cli.common import Commands, _load, refuse_insecure_bind, with_config
+from gateway.cli.common import Commands, _load, refuse_insecure_bind
+from gateway.cli.run import add_gateway_flags
 from gateway.config import masked_dump
 
 
@@ -34,10 +35,5 @@ def add_config(commands: Commands) -> None:
         choices=["check", "show"],
         help="check: load it as `run` would and say whether run would start; show: print it as JSON, secrets masked",
     )
-    with_config(config)
-    config.add_argument("--host", help="address to bind, as run --host (default 127.0.0.1)")
-    config.add_argument("--port", type=int, help="port to bind, as run --port")
-    config.add_argument(
-        "--insecure-lan", action="store_true", help="as run --insecure-lan: accept a LAN bind without authentication"
-    )
+    add_gateway_flags(config)  # run's own: check and show judge the command line run would get
     config.set_defaults(func=cmd_config)

@@ -103,13 +103,36 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def add_run(commands: Commands) -> None:
     run = commands.add_parser("run", help="run the gateway")
+    add_gateway_flags(run)
+    run.add_argument(
+        "--sim-pumps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also publish N simulated pumps (pump-1 ... pump-N) into this gateway over WebSocket (default 0)",
+    )
+    run.add_argument(
+        "--sim-control-port",
+        type=int,
+        default=SIM_CONTROL_PORT,
+        metavar="PORT",
+        help=f"loopback port of the simulator's control endpoint (default {SIM_CONTROL_PORT}; 0: any free port)",
+    )
+    run.set_defaults(func=cmd_run)
+
+
+def add_gateway_flags(run: argparse.ArgumentParser) -> None:
+    """The flags that change the configuration `run` starts with; `config check` and `config show`
+    take the same, so they judge what that very command line would run."""
     with_config(run)
     run.add_argument("--host", help="address to bind (default 127.0.0.1)")
     run.add_argument("--port", type=int, help=f"port to bind (default {DEFAULT_PORT})")
     run.add_argument(
         "--insecure-lan", action="store_true", help="allow a LAN bind without client or provider authentication"
     )
-    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    run.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="log level (default: [logging] level, info)"
+    )
     run.add_argument(
         "--stdio",
         action="append",
@@ -143,24 +166,9 @@ def add_run(commands: Commands) -> None:
         "adds to [[serial.ports]]; slot patterns, frame cap and debug mode only in the config file)",
     )
     run.add_argument(
-        "--sim-pumps",
-        type=int,
-        default=0,
-        metavar="N",
-        help="also publish N simulated pumps (pump-1 ... pump-N) into this gateway over WebSocket (default 0)",
-    )
-    run.add_argument(
-        "--sim-control-port",
-        type=int,
-        default=SIM_CONTROL_PORT,
-        metavar="PORT",
-        help=f"loopback port of the simulator's control endpoint (default {SIM_CONTROL_PORT}; 0: any free port)",
-    )
-    run.add_argument(
         "--mdns",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="advertise the gateway on the local network with mDNS, or not (default: [mdns] enabled, off unless "
         "configured; see docs/discovery.md)",
     )
-    run.set_defaults(func=cmd_run)

@@ -87,6 +87,26 @@ def test_config_show_prints_the_effective_values_as_json(
     assert shown["providers"]["takeover"] == "liveness"  # default
 
 
+def test_config_takes_runs_flags_and_judges_what_run_would_start(capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--mqtt", "mqtt://127.0.0.1:1884", "--serial", "/dev/ttyUSB0@921600", "--stdio", "memory=echo hi"]
+    assert (
+        main(["config", "show", *flags, "--remote", "far=http://127.0.0.1:9/mcp", "--mdns", "--log-level", "debug"])
+        == 0
+    )
+    shown = orjson.loads(capsys.readouterr().out)
+    assert [broker["url"] for broker in shown["mqtt"]["brokers"]] == ["mqtt://127.0.0.1:1884"]
+    assert [(port["path"], port["baud"]) for port in shown["serial"]["ports"]] == [("/dev/ttyUSB0", 921600)]
+    assert [upstream["name"] for upstream in shown["upstreams"]["stdio"]] == ["memory"]
+    assert [upstream["name"] for upstream in shown["upstreams"]["remote"]] == ["far"]
+    assert (shown["mdns"]["enabled"], shown["logging"]["level"]) == (True, "debug")
+    assert main(["config", "check", *flags]) == 0
+    assert capsys.readouterr().out == "configuration OK\n"
+    with pytest.raises(SystemExit) as refused:  # a bad flag value is a usage error, as for run
+        main(["config", "check", "--mqtt", "ftp://127.0.0.1"])
+    assert refused.value.code == 2
+    assert "argument --mqtt: expected mqtt://HOST[:PORT]" in capsys.readouterr().err
+
+
 def test_config_show_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "show"]) == 0
     shown = orjson.loads(capsys.readouterr().out)
