@@ -7,6 +7,7 @@ outputSchema of device/schemas/pump-1.json.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,17 @@ async def test_sdk_client_calls_every_tool_over_websocket(
     path = "/providers" if multiplex else f"/provider/{SLOT}"
     assert status["provider_url"] == gateway.url.replace("http://", "ws://") + path
     assert status["aggregate"] is True
+
+
+async def test_two_boards_on_one_host_are_two_devices(gateway_factory: GatewayFactory, c_boards: CBoardFactory) -> None:
+    """Without --device-id each names itself HOSTNAME-SLOT: one PC's boards are not one device."""
+    gateway = await gateway_factory()
+    for slot in (SLOT, f"{SLOT}-b"):
+        await c_boards("--url", f"ws://127.0.0.1:{gateway.port}", "--slot", slot)
+        await wait_ready_slot(gateway, slot, timeout=10)
+        session = gateway.gateway.registry.slots[slot].live
+        assert session is not None
+        assert_hello(session.hello, f"{socket.gethostname()}-{slot}")
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -14,7 +14,8 @@ static const char usage[] =
     "       pump1-host --serial /dev/ttyX [--baud 115200] --slot SLOT [--device-id ID]\n"
     "       pump1-host --mqtt HOST:PORT --slot SLOT [--mqtt-user USER --mqtt-password-file FILE]\n"
     "                  [--device-id ID]   (the MQTT plain profile, when built in; mqtt://HOST:PORT too)\n"
-    "Serves pump-1 (a simulated pump) into the gateway's slot; reconnects by itself; SIGTERM/SIGINT stop it.\n";
+    "Serves pump-1 (a simulated pump) into the gateway's slot; reconnects by itself; SIGTERM/SIGINT stop it.\n"
+    "The device id is HOSTNAME-SLOT (the first slot) unless --device-id gives one.\n";
 
 static int complain(const char *what, const char *value)
 {
@@ -166,12 +167,13 @@ int host_args_parse(host_args_t *args, int argc, char **argv)
         return complain("several slots over WebSocket need --multiplex (the /providers path)", NULL);
     }
     if (args->device_id[0] == '\0') {
-        char name[100];
+        /* the host and the first slot: several boards on one PC are several devices to the gateway */
+        char name[64];
         if (gethostname(name, sizeof(name)) != 0) {
             strcpy(name, "host");
         }
         name[sizeof(name) - 1] = '\0';
-        snprintf(args->device_id, sizeof(args->device_id), "%s", name);
+        snprintf(args->device_id, sizeof(args->device_id), "%s-%.63s", name, args->slots[0]);
     }
     return 0;
 }
