@@ -605,6 +605,7 @@ async def test_unreachable_broker_is_diagnosed_and_its_slots_answer_not_connecte
     assert found and found[0]["severity"] == "error"
     assert f"127.0.0.1:{port}" in found[0]["summary"]
     assert "cannot connect" in found[0]["evidence"]
+    assert "connection attempts since the gateway started" in found[0]["evidence"]  # not this outage's
 
 
 async def test_a_wrong_broker_password_is_warned_about_once_and_the_attempts_are_counted(

@@ -22,7 +22,8 @@ def mqtt_problems(view: GatewayView) -> list[Problem]:
                     "mqtt.broker_unreachable",
                     "error",
                     f"MQTT broker {label} is not connected: its boards and servers are detached",
-                    f"{broker.get('last_error') or 'not connected yet'}; {broker.get('attempts', 0)} attempts, "
+                    f"{broker.get('last_error') or 'not connected yet'}; "
+                    f"{broker.get('attempts', 0)} connection attempts since the gateway started, "
                     f"next in {broker.get('next_attempt_in_s')}s",
                     "Check that the broker runs (systemctl status mosquitto), its address and port in "
                     "[[mqtt.brokers]] url, and the gateway's username and password (a refusal names 'Not "
