@@ -70,6 +70,7 @@ class Slot:
     last_disconnect_reason: str = ""
     last_error: str = ""
     last_link: LinkInfo | None = None  # how the last provider that left came in (provider_url after it)
+    last_hello: JsonObject | None = None  # what it said it was (device id, firmware): provider_status after it
     # Counters of this slot's links that have ended; with the live link's they give totals since start
     # (a link dropped for a missed heartbeat or a failed initialize takes its evidence with it otherwise).
     history: SessionCounters = field(default_factory=SessionCounters)
@@ -458,6 +459,7 @@ class SlotRegistry:
         slot.last_disconnect_reason = reason
         slot.last_error = session.last_error
         slot.last_link = session.link.info
+        slot.last_hello = session.hello
         for key, value in vars(session.counters).items():
             setattr(slot.history, key, getattr(slot.history, key) + value)
         self.metrics.slot_connected.labels(session.slot).set(0)

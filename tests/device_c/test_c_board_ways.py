@@ -63,14 +63,22 @@ async def test_sdk_client_calls_every_tool_over_websocket(
 
 
 async def test_two_boards_on_one_host_are_two_devices(gateway_factory: GatewayFactory, c_boards: CBoardFactory) -> None:
-    """Without --device-id each names itself HOSTNAME-SLOT: one PC's boards are not one device."""
+    """Without --device-id each names itself HOSTNAME-SLOT: one PC's boards are not one device. A board
+    that left is still named by provider_status (last_provider)."""
     gateway = await gateway_factory()
+    boards = []
     for slot in (SLOT, f"{SLOT}-b"):
-        await c_boards("--url", f"ws://127.0.0.1:{gateway.port}", "--slot", slot)
+        boards.append(await c_boards("--url", f"ws://127.0.0.1:{gateway.port}", "--slot", slot))
         await wait_ready_slot(gateway, slot, timeout=10)
         session = gateway.gateway.registry.slots[slot].live
         assert session is not None
         assert_hello(session.hello, f"{socket.gethostname()}-{slot}")
+    assert await boards[0].stop() == 0
+    await wait_for(lambda: gateway.gateway.registry.slots[SLOT].live is None, 5, "the board to leave")
+    status = await provider_status(gateway.url, SLOT)
+    assert (status["connected"], status["hello"]) == (False, None)
+    assert status["last_provider"]["transport"] == "websocket"
+    assert_hello(status["last_provider"]["hello"], f"{socket.gethostname()}-{SLOT}")
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -432,6 +432,9 @@ async def test_provider_status_and_diagnosis_after_a_provider_misbehaves(
     assert status["connects"] == 1
     assert (datetime.now(UTC) - parse_iso(status["last_disconnect"])).total_seconds() < 60
     assert "provider closed the connection" in status["last_disconnect_reason"]
+    assert status["transport"] is None  # no link now; who held it last is named apart
+    assert status["last_provider"]["transport"] == "websocket"
+    assert status["last_provider"]["remote"].startswith("127.0.0.1:")
     ids = [p["id"] for p in (await call(gateway, "legacy", "broker_diagnose", {"slot": "bad-1"}))["problems"]]
     assert ids[0] == "slot.disconnected"
     assert "provider.unparsable_messages" in ids

@@ -164,6 +164,20 @@ def upstream_status(gateway: BrokerView, slot: Slot) -> JsonObject | None:
     return None
 
 
+def last_provider(slot: Slot) -> JsonObject | None:
+    """Who held the slot last, once it left: how it came in and what it said it was (its hello), so a
+    departed board is still named (device id, firmware) while its slot stays vacant."""
+    info = slot.last_link
+    if info is None:
+        return None
+    return {
+        "transport": info.transport,
+        "remote": info.remote or None,
+        "identity": info.identity,
+        "hello": slot.last_hello,
+    }
+
+
 def client_sessions_of(gateway: BrokerView, name: str) -> int:
     return sum(1 for session in gateway.sessions.sessions.values() if session.target.name == name)
 
@@ -193,6 +207,7 @@ def provider_status(gateway: BrokerView, slot: Slot) -> JsonObject:
         "aggregate": session.aggregate if session else False,
         "in_aggregate": session is not None and session.ready and session.aggregate,
         "hello": session.hello if session else None,
+        "last_provider": last_provider(slot) if session is None else None,
         "server_info": session.server_info if session and session.ready else None,
         "protocol_version": (session.protocol_version or None) if session else None,
         "era": session.era if session and session.ready else None,
