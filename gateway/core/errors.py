@@ -55,8 +55,14 @@ def not_connected(slot: str, history: str | None = None, connected: Sequence[str
     return RpcError(jsonrpc.UNAVAILABLE, message, data)
 
 
-def disconnected(slot: str) -> RpcError:
-    return RpcError(jsonrpc.UNAVAILABLE, f'Provider "{slot}" disconnected', {"slot": slot, "reason": "disconnected"})
+def disconnected(slot: str, why: str = "") -> RpcError:
+    """The link dropped under a request; `why` (the link's close reason) follows the text mcp-broker's
+    clients match on, so a caller learns at once whether the board went offline, was replaced or hung."""
+    data: dict[str, Any] = {"slot": slot, "reason": "disconnected"}
+    if not why:
+        return RpcError(jsonrpc.UNAVAILABLE, f'Provider "{slot}" disconnected', data)
+    data["detail"] = why
+    return RpcError(jsonrpc.UNAVAILABLE, f'Provider "{slot}" disconnected: {why}', data)
 
 
 def deadline(slot: str, timeout_ms: int) -> RpcError:

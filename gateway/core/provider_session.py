@@ -209,13 +209,13 @@ class ProviderSession:
         if self.state == "ready":
             return
         if self.state == "closed":
-            raise errors.disconnected(self.slot)
+            raise errors.disconnected(self.slot, self.close_reason)
         try:
             await asyncio.wait_for(self._ready.wait(), timeout_s)
         except TimeoutError:
             raise errors.deadline(self.slot, int(timeout_s * 1000)) from None
         if self.state != "ready":
-            raise errors.disconnected(self.slot)
+            raise errors.disconnected(self.slot, self.close_reason)
 
     @property
     def modern(self) -> bool:
@@ -412,7 +412,7 @@ class ProviderSession:
         self.ready = False
         self.close_reason = reason
         self._ready.set()
-        failure = error or errors.disconnected(self.slot)
+        failure = error or errors.disconnected(self.slot, reason)
         pending, self.pending = self.pending, {}
         for deadlines in self._deadlines.values():
             deadlines.close()
@@ -489,7 +489,7 @@ class ProviderSession:
             raise self._refused(exc) from None
         except (ConnectionError, RuntimeError) as exc:
             self.link_lost(f"send failed: {exc}")
-            raise errors.disconnected(self.slot) from exc
+            raise errors.disconnected(self.slot, self.close_reason) from exc
 
     def _unencodable(self, message: JsonObject, exc: jsonrpc.EncodeError) -> errors.RpcError:
         """This one message could not be encoded (never sent); what clients send is bounded on the way
@@ -525,7 +525,7 @@ class ProviderSession:
         takes the provider's requests towards the client while this request is pending.
         """
         if self.state == "closed":
-            raise errors.disconnected(self.slot)
+            raise errors.disconnected(self.slot, self.close_reason)
         if len(self.pending) >= self.settings.max_pending:
             raise errors.too_many_pending(f'slot "{self.slot}"', self.settings.max_pending)
         if timeout_ms is None:
@@ -571,7 +571,7 @@ class ProviderSession:
         except (ConnectionError, RuntimeError) as exc:
             self._forget(request_id, "the provider link failed")
             self.link_lost(f"send failed: {exc}")
-            raise errors.disconnected(self.slot) from exc
+            raise errors.disconnected(self.slot, self.close_reason) from exc
         except Exception:
             self._forget(request_id, "the request was not sent")  # no entry waits out a deadline for nothing
             raise

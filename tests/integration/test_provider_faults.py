@@ -335,7 +335,8 @@ async def assert_all_disconnected(calls: list[asyncio.Task[CallToolResult]], slo
         with pytest.raises(MCPError) as failure:
             await asyncio.wait_for(call, 1.0)
         assert failure.value.code == -32000
-        assert failure.value.error.message == f'Provider "{slot}" disconnected'
+        detail = failure.value.error.data["detail"]  # why the link ended, after the text clients match on
+        assert detail and failure.value.error.message == f'Provider "{slot}" disconnected: {detail}'
 
 
 @pytest.mark.parametrize("multiplexed", [False, True], ids=["dedicated", "multiplexed"])

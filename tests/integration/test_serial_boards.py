@@ -280,7 +280,8 @@ async def assert_all_disconnected(calls: list[asyncio.Task[CallToolResult]]) -> 
         # A bound (never a speed assertion): "at once" must not mean "at the 60 s deadline".
         with pytest.raises(MCPError) as failure:
             await asyncio.wait_for(call, 2.0)
-        assert failure.value.error.message == f'Provider "{SLOT}" disconnected'
+        detail = failure.value.error.data["detail"]  # why the link ended, after the text clients match on
+        assert detail and failure.value.error.message == f'Provider "{SLOT}" disconnected: {detail}'
 
 
 async def test_hot_plug_attach_call_unplug_with_calls_pending_and_plug_in_again(

@@ -163,7 +163,8 @@ async def test_a_child_that_crashes_mid_call_answers_every_caller_and_comes_back
             with pytest.raises(MCPError) as failure:
                 await asyncio.wait_for(call, 10)
             assert failure.value.code == -32000
-            assert failure.value.error.message == 'Provider "demo" disconnected'
+            assert failure.value.error.message.startswith('Provider "demo" disconnected: pid ')
+            assert failure.value.error.message.endswith(" exited with code 3")
     status = await wait_view(server, lambda s: s["state"] == "ready" and s["upstream"]["starts"] == 2, "a restart")
     assert status["upstream"]["pid"] != first_pid
     assert status["upstream"]["restarts"] == 1

@@ -218,7 +218,8 @@ async def test_initialize_error_closes_the_link_with_the_reason() -> None:
     answer(session, (await link.next())["id"], error={"message": "busy"})
     with pytest.raises(errors.RpcError) as caught:
         await session.wait_ready(1.0)
-    assert caught.value.message == f'Provider "{SLOT}" disconnected'
+    why = "Provider must answer initialize and tools/list: busy"
+    assert caught.value.message == f'Provider "{SLOT}" disconnected: {why}'
     assert link.closed == (CLOSE_POLICY, "Provider must answer initialize and tools/list: busy")
     assert session.last_error == "initialize failed: busy"
     assert recorder.closed_reasons == ["Provider must answer initialize and tools/list: busy"]
@@ -355,7 +356,7 @@ async def test_send_failure_answers_disconnected_and_leaves_nothing_pending() ->
     link.broken = True
     with pytest.raises(errors.RpcError) as caught:
         await session.request("ping", None)
-    assert caught.value.message == f'Provider "{SLOT}" disconnected'
+    assert caught.value.message == f'Provider "{SLOT}" disconnected: send failed: peer went away'
     assert session.pending == {}
     assert session.state == "closed"
     assert recorder.closed_reasons == ["send failed: peer went away"]
@@ -413,7 +414,7 @@ async def test_link_lost_answers_every_pending_request_at_once() -> None:
         with pytest.raises(errors.RpcError) as caught:
             await call
         assert caught.value.code == -32000
-        assert caught.value.message == f'Provider "{SLOT}" disconnected'
+        assert caught.value.message == f'Provider "{SLOT}" disconnected: websocket closed'
     assert session.pending == {}
     assert recorder.closed_reasons == ["websocket closed"]
     # Later requests fail at once, and a second loss is not reported twice.
