@@ -530,8 +530,9 @@ NAMED = re.compile(r'Provider "pump-\d" (disconnected|not connected)')
 
 
 async def test_broker_restart_under_load_callers_get_named_errors_and_the_gateway_recovers(
-    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO)
     server = await gateway_factory(
         providers={"request_timeout_ms": 30_000},
         limits={"rate": {"per_principal": {"rate_per_s": 0}, "per_slot": {"rate_per_s": 0}}},
@@ -584,6 +585,10 @@ async def test_broker_restart_under_load_callers_get_named_errors_and_the_gatewa
         assert outcomes[-1][0] == "ok"
         broker = first_mqtt_broker(server).status()
         assert broker["connects"] >= 2 and broker["connection_losses"] >= 1
+        told = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+        assert any("connection lost: " in line for line in told)  # the loss is a warning, once,
+        again = [line for line in told if "connection lost" in line and "connecting again" in line]
+        assert not again, again  # not twice
         assert set(broker["subscriptions"]) == {"mcpb/+/status", "mcpb/+/up", "$mcp-server/presence/+/#"}
         async with Client(f"{server.url}/pump-2/mcp", mode="legacy") as client:
             assert not (await client.call_tool("get_status", {})).is_error

@@ -292,7 +292,8 @@ class BrokerClient:
                     break
                 if accepted:
                     self.backoff.reset()
-                    self._retry_logged = ""
+                    # The loss that ended it was warned of (_lost): the retry names only a new failure at info.
+                    self._retry_logged = self.last_error
                 if self._redial_now or self.hold_until is not None:
                     continue
                 delay = self.backoff.next_delay()
