@@ -120,6 +120,12 @@ def cmd_install(args: argparse.Namespace) -> int:
         if args.dry_run:
             bundle = build(_source(args), None, compile_modules=not args.no_compile)
             _say(f"dry run: nothing is written to {args.port} or to the registry")
+            # Checked without opening the port: opening it pulses DTR/RTS, which resets many boards.
+            from gateway.flash.port import diagnose
+
+            port_problem = diagnose(args.port)
+            if port_problem is None:
+                _say(f"would open {args.port}: it is there, free, and this user may read and write it")
             how = "compile with mpy-cross -march=<the board's>" if bundle.compiled else "copy the sources"
             _say(f"would {how}: {bundle.firmware} {bundle.version}, {len(bundle.files)} files, {bundle.size} bytes")
             for path, content in bundle.files:
@@ -130,7 +136,12 @@ def cmd_install(args: argparse.Namespace) -> int:
                 _say(f"would write config.json: {board.shown(config_with(None, '(issued at install)'))}")
             else:
                 _say(f"would write config.json: {board.shown(config_with('(issued at install)'))}")
-            return _fail(f"the install would stop: {passwd_problem}") if passwd_problem else 0
+            problems = [passwd_problem] if passwd_problem else []
+            if port_problem is not None:
+                problems.append(f"{port_problem.message} [{port_problem.code}]")
+            for problem in problems:
+                _fail(f"the install would stop: {problem}")
+            return 1 if problems else 0
         with RawRepl(
             open_port(args.port, args.baud), name=f"the board on {args.port}", pace_s=args.pace_ms / 1000
         ) as repl:
@@ -369,7 +380,10 @@ def add_device(commands: Commands) -> None:
     install.add_argument("port", metavar="PORT", help="the board's serial port, e.g. /dev/ttyUSB0")
     install.add_argument("--slot", required=True, help="the slot the board publishes, e.g. pump-7")
     install.add_argument(
-        "--transport", choices=sorted(TRANSPORTS), default="ws", help="how the board reaches the gateway"
+        "--transport",
+        choices=sorted(TRANSPORTS),
+        default="ws",
+        help="how the board reaches the gateway: ws (WebSocket, the default), mqtt or serial",
     )
     install.add_argument(
         "--gateway-url", metavar="URL", help="the gateway the board dials (ws), e.g. ws://192.168.1.10:3000"
@@ -391,7 +405,10 @@ def add_device(commands: Commands) -> None:
         "--watchdog-s", type=int, default=10, help="the board's hardware watchdog (default 10; 0: off)"
     )
     install.add_argument(
-        "--dry-run", action="store_true", help="show what would be written (secrets masked); touch nothing"
+        "--dry-run",
+        action="store_true",
+        help="show what would be written (secrets masked) and check the port without opening it; touch nothing. "
+        "Exits 1 when the install would stop",
     )
     install.add_argument("--no-reset", action="store_true", help="leave the board in its REPL instead of starting it")
     _common(install)

@@ -33,7 +33,7 @@ from esptool.reset import ResetStrategy  # type: ignore[import-untyped]
 from esptool.targets import CHIP_DEFS  # type: ignore[import-untyped]
 from esptool.util import FatalError, PrintOnce  # type: ignore[import-untyped]
 
-from gateway.flash.errors import FlashError
+from gateway.flash.errors import FlashError, esptool_text
 
 DOWNLOAD_MODE_HINT = (
     "hold BOOT (GPIO9 on an ESP32-C3, GPIO0 on others), tap EN/RESET, release BOOT, then run the command again"
@@ -132,9 +132,10 @@ class Board:
                 esp = CHIP_DEFS[chip](port, port.baudrate)
                 esp.connect("default-reset", attempts)
         except (serial.SerialException, OSError) as exc:  # the port went away (unplugged) while syncing
-            raise FlashError("board-error", f"the port {port.port} failed while connecting: {exc}") from None
+            detail = esptool_text(exc)
+            raise FlashError("board-error", f"the port {port.port} failed while connecting: {detail}") from None
         except FatalError as exc:
-            text = str(exc)
+            text = esptool_text(exc)
             if "This chip is" in text:  # --chip named another chip than the board's
                 raise FlashError("wrong-chip", text.split("\n", maxsplit=1)[0]) from None
             detail = text.splitlines()[0].rstrip(".") if text else "no answer"

@@ -31,3 +31,21 @@ class FlashError(Exception):
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.code]
+
+
+def esptool_text(exc: BaseException) -> str:
+    """The message of an exception esptool raised, as a sentence.
+
+    esptool raises some errors printf-style, `RuntimeError("... (0x%02x) ...", value)`, which str()
+    shows as the raw tuple; the format is applied here. Any other exception: its message (the first
+    argument), else its type's name.
+    """
+    args = exc.args
+    if len(args) >= 2 and isinstance(args[0], str) and "%" in args[0]:
+        try:
+            return args[0] % args[1:]
+        except (TypeError, ValueError):  # not a format for these values after all
+            pass
+    if isinstance(exc, OSError) or not args or not isinstance(args[0], str):
+        return str(exc) or type(exc).__name__  # OSError's own str() is "[Errno N] text"
+    return args[0] or type(exc).__name__

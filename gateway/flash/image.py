@@ -20,7 +20,7 @@ from esptool.bin_image import LoadFirmwareImage  # type: ignore[import-untyped]
 from esptool.targets import CHIP_DEFS  # type: ignore[import-untyped]
 from esptool.util import FatalError  # type: ignore[import-untyped]
 
-from gateway.flash.errors import FlashError
+from gateway.flash.errors import FlashError, esptool_text
 
 ESP_IMAGE_MAGIC = 0xE9
 HEADER_LEN = 8 + 16  # the common header, then the extended header
@@ -80,8 +80,16 @@ def parse_image(path: Path, data: bytes) -> FirmwareImage:
     try:
         # Every ESP32-family image has the same layout; the chip is read from the header, not assumed.
         parsed = LoadFirmwareImage("esp32", data)
-    except (FatalError, struct.error, RuntimeError, ValueError) as exc:
-        raise FlashError("not-an-image", f"{path} is not a valid ESP firmware image: {exc}") from None
+    except (struct.error, TypeError):
+        # esptool reads the file as its header says; past the end, struct.unpack and ord(b"") fail.
+        raise FlashError(
+            "not-an-image",
+            f"{path} is not a valid ESP firmware image: it ends after {len(data)} bytes, before the end its "
+            "header describes (a file cut short, or not an image)",
+        ) from None
+    except (FatalError, RuntimeError, ValueError) as exc:
+        detail = esptool_text(exc).splitlines()[0].rstrip(".")
+        raise FlashError("not-an-image", f"{path} is not a valid ESP firmware image: {detail}") from None
     if parsed.checksum != parsed.calculate_checksum():
         raise FlashError("not-an-image", f"{path} is damaged: its checksum byte does not match its segments")
     if parsed.append_digest and parsed.stored_digest != parsed.calc_digest:

@@ -3,7 +3,8 @@
 The port is opened exclusively (flock, as the gateway's serial way in and esptool do), so that no
 other program talks on the line during a flash. What can go wrong, each a FlashError:
 
-no-port            the path does not exist (unplugged, or another name: /dev/serial/by-id/ is stable)
+no-port            the path does not exist (unplugged, or another name: /dev/serial/by-id/ is stable),
+                   or it is no serial port (not a tty: /dev/null, a regular file, a directory)
 permission-denied  the user may not open it: on Linux, not in the group that owns the tty (dialout)
 port-in-use        another program holds the lock, or the tty is in exclusive mode (TIOCEXCL)
 """
@@ -14,6 +15,7 @@ import contextlib
 import errno
 import grp
 import os
+import stat
 from pathlib import Path
 
 import serial
@@ -37,10 +39,15 @@ def open_port(path: str) -> serial.Serial:
     return port
 
 
+def no_such_port(path: str) -> FlashError:
+    return FlashError("no-port", f"{path}: no such port; is the board plugged in? (ls /dev/serial/by-id/)")
+
+
 def classify(path: str, exc: OSError) -> FlashError:
+    """Why opening `path` failed with `exc`, as the FlashError the technician can act on."""
     code = exc.errno
     if code in (errno.ENOENT, errno.ENODEV, errno.ENXIO):
-        return FlashError("no-port", f"{path}: no such port; is the board plugged in? (ls /dev/serial/by-id/)")
+        return no_such_port(path)
     if code in (errno.EACCES, errno.EPERM):
         return permission_error(path)
     if code in (errno.EBUSY, errno.EAGAIN, errno.EWOULDBLOCK):
@@ -51,7 +58,63 @@ def classify(path: str, exc: OSError) -> FlashError:
             f"{path} is in use by another program{held}: close it (a serial monitor, another flash) "
             "and run the command again",
         )
+    # pyserial opens a non-tty (/dev/null, a file) and then fails to configure it, with no errno.
+    kind = not_a_tty(path)
+    if kind is None and (code == errno.ENOTTY or os.strerror(errno.ENOTTY) in str(exc)):
+        kind = "a device that is not a tty"
+    if kind is not None:
+        return not_serial_error(path, kind)
     return FlashError("no-port", f"cannot open {path}: {exc}")
+
+
+def not_serial_error(path: str, kind: str) -> FlashError:
+    return FlashError(
+        "no-port",
+        f"{path} is not a serial port ({kind}, not a tty): give the board's port, e.g. /dev/ttyUSB0 "
+        "(ls /dev/serial/by-id/)",
+    )
+
+
+def not_a_tty(path: str) -> str | None:
+    """What `path` is when it is certainly no tty ("a regular file"), found without opening it; None
+    when it may be one (or does not exist)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return "a directory"
+    if stat.S_ISREG(info.st_mode):
+        return "a regular file"
+    if not stat.S_ISCHR(info.st_mode):
+        return "not a character device"
+    # The kernel's class of a character device: "tty" for every serial port (ttyUSB, ttyACM, ttyS);
+    # pseudo-terminals have no entry, and are then not judged.
+    device = f"/sys/dev/char/{os.major(info.st_rdev)}:{os.minor(info.st_rdev)}/subsystem"
+    if not os.path.exists(device):
+        return None
+    subsystem = os.path.basename(os.path.realpath(device))
+    return None if subsystem == "tty" else f"a {subsystem} device"
+
+
+def diagnose(path: str) -> FlashError | None:
+    """What would stop `path` from opening as a serial port, found without opening it (opening pulses
+    DTR/RTS, which resets many boards): missing, no tty, no permission, held by another program."""
+    if not os.path.exists(path):  # false too for a /dev/serial/by-id/ link left dangling (unplugged)
+        return no_such_port(path)
+    kind = not_a_tty(path)
+    if kind is not None:
+        return not_serial_error(path, kind)
+    if not os.access(path, os.R_OK | os.W_OK):
+        return permission_error(path)
+    who = holders(path)
+    if who:
+        return FlashError(
+            "port-in-use",
+            f"{path} is in use by another program (held by {', '.join(who)}): close it (a serial monitor, "
+            "the gateway's serial way in) and run the command again",
+        )
+    return None
 
 
 def permission_error(path: str) -> FlashError:

@@ -15,7 +15,7 @@ from esptool.util import FatalError  # type: ignore[import-untyped]
 
 from gateway.flash import firmware
 from gateway.flash.board import Board, BoardInfo, md5, quiet_esptool
-from gateway.flash.errors import FlashError
+from gateway.flash.errors import FlashError, esptool_text
 from gateway.flash.handover import Handover
 from gateway.flash.image import FirmwareImage, load_image, revision_problem
 from gateway.flash.port import open_port
@@ -198,6 +198,6 @@ def _flash_board(
         board.reset()
         reporter.step({"step": "reset"})
     except (FatalError, serial.SerialException, OSError) as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        detail = esptool_text(exc).splitlines()[0].rstrip(".")
         written = "" if step == "detect" else " The flash may hold part of the image: run the command again."
         raise FlashError("board-error", f"the board failed during {step}: {detail}.{written}") from None

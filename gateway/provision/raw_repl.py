@@ -39,13 +39,33 @@ class SerialLike(Protocol):
     def close(self) -> None: ...
 
 
+class PortError(BoardError):
+    """The port cannot be opened: missing, not a tty, not permitted, or held by another program.
+    `code` is the name `mcp-gateway flash` gives the same problem (no-port, permission-denied, ...)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def open_port(port: str, baud: int = 115200) -> SerialLike:
     import serial
 
+    from gateway.flash.port import classify
+
+    line = serial.Serial()
+    line.port = port
+    line.baudrate = baud
+    line.timeout = 0.05
+    line.write_timeout = 10
+    line.exclusive = True  # flock, as flash and the gateway's serial way in: one program on the line
     try:
-        return serial.Serial(port, baud, timeout=0.05, write_timeout=10)
+        line.open()
     except serial.SerialException as exc:
-        raise BoardError(f"cannot open {port}: {exc}") from None
+        # The same diagnosis as `mcp-gateway flash`: what is wrong with the port, and what to do.
+        problem = classify(port, exc)
+        raise PortError(f"{problem.message} [{problem.code}]", problem.code) from None
+    return line
 
 
 class RawRepl:
