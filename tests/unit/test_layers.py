@@ -30,7 +30,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "service": frozenset({ROOT, "config"}),
     "client": frozenset({ROOT, "core"}),
     "devices": frozenset({ROOT}),
-    "provision": frozenset({ROOT}),
+    "provision": frozenset({ROOT, "flash"}),  # flash/port.py: one diagnosis of a serial port
     "flash": frozenset({ROOT, "client"}),
     # The composition root and the command line build everything: app, cli, entry, listener; reload
     # rebuilds parts of what app built (gateway/reload/).
