@@ -3,18 +3,21 @@
 A board in the field is an ESP32 without PSRAM (96 KB of heap, tests/device/harness.py DEVICE_HEAP).
 Each configuration here runs from source, the stricter form (a board runs .mpy, which skips the
 compiler's transient), in 96 KB less the headroom (with TLS, less half of it: see TLS_GATE_HEAP),
-from a copy of device/micropython under a
-deliberately long directory name: every module's `__file__`, the schema path found beside the code
-and the config path are longer than in any checkout, so where CI clones the repository cannot
-decide whether the board fits. Behind a real gateway, called by a real SDK client: the board that
-passes here has the headroom on every way in, and a change that eats into it fails here first.
+from a copy of device/micropython whose path
+has a fixed length, wherever the temporary folder is: every module's `__file__`, the schema path found
+beside the code and the config path stay on the heap (as interned names), so a path that grew with
+pytest's run number or with where CI clones the repository would move the board across the line.
+CHECKOUT_CHARS is longer than a usual checkout's path (a board's own paths, `/pump1/app.py`, are far
+shorter). Behind a real gateway, called by a real SDK client: the board that passes here has the
+headroom on every way in, and a change that eats into it fails here first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,21 +41,33 @@ GATE_HEAP = f"{int(DEVICE_HEAP.removesuffix('K')) - HEADROOM_KIB}K"  # 88K
 # (an ESP32's comes from the ESP-IDF heap, outside it): about 5 KB held and more while it shakes
 # hands. With TLS the gate counts that share as part of the headroom and keeps 4 KB besides.
 TLS_GATE_HEAP = f"{int(DEVICE_HEAP.removesuffix('K')) - HEADROOM_KIB // 2}K"  # 92K
-LONG_NAME = "ci-checkout-" + "x" * 88  # 100 characters, longer than any CI clone's folder
+CHECKOUT_CHARS = 64  # the checkout's folder: /home/engineer/src/mcp-gateway is 32
 TOKEN = "a-provider-secret-of-forty-three-characters"
 CONFIGURATIONS = ("websocket", "wss", "mqtt", "mqtts", "serial")
 
 
 @pytest.fixture
-def checkout(tmp_path: Path, umqtt: Path) -> Path:
-    """device/micropython and device/schemas copied under a 100-character folder, umqtt in lib/."""
-    root = tmp_path / LONG_NAME
+def checkout(umqtt: Path) -> Iterator[Path]:
+    """device/micropython and device/schemas copied into a folder whose path has CHECKOUT_CHARS
+    characters, umqtt in lib/."""
+    # In /tmp whatever TMPDIR says (a long TMPDIR would leave no room for the padding).
+    folder = Path(tempfile.mkdtemp(prefix="heap-gate-", dir="/tmp" if Path("/tmp").is_dir() else None))
+    padding = CHECKOUT_CHARS - len(str(folder)) - 1
+    assert padding > 0, f"the temporary folder {folder} is too long for the gate's {CHECKOUT_CHARS} characters"
+    root = folder / ("x" * padding)
+    assert len(str(root)) == CHECKOUT_CHARS
+    try:
+        yield _copy(root, umqtt)
+    finally:
+        shutil.rmtree(folder)
+
+
+def _copy(root: Path, umqtt: Path) -> Path:
     shutil.copytree(DEVICE_DIR, root / "device" / "micropython", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "device" / "schemas").mkdir()
     shutil.copy(SCHEMA_FILE, root / "device" / "schemas" / SCHEMA_FILE.name)
     (root / "lib" / "umqtt").mkdir(parents=True)
     shutil.copy(umqtt / MODULE, root / "lib" / MODULE)
-    assert len(str(root)) > len(str(DEVICE_DIR.parents[1])) + 50
     return root
 
 
@@ -122,7 +137,7 @@ async def client_of(setup: Setup) -> AsyncIterator[Client]:
 
 
 @pytest.mark.parametrize("kind", CONFIGURATIONS)
-async def test_the_board_boots_and_serves_with_8_kb_to_spare_from_a_long_path(
+async def test_the_board_boots_and_serves_with_8_kb_to_spare_from_a_fixed_path(
     kind: str,
     micropython: str,
     checkout: Path,
@@ -131,8 +146,9 @@ async def test_the_board_boots_and_serves_with_8_kb_to_spare_from_a_long_path(
     mosquitto_factory: MosquittoFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    setup = await configure(kind, tmp_path, gateway_factory, mosquitto_factory, monkeypatch)
-    # No schema_path: the board finds the schema beside its code, as in a checkout (a long path).
+    # The CA file the board reads is in the checkout too: its path is on the heap as well.
+    setup = await configure(kind, checkout, gateway_factory, mosquitto_factory, monkeypatch)
+    # No schema_path: the board finds the schema beside its code, as in a checkout.
     config = {"backoff_min_s": 0.1, "backoff_max_s": 0.5, "connect_timeout_s": 2, "heap_log_s": 0.2, **setup.board}
     heap_size = TLS_GATE_HEAP if kind in ("wss", "mqtts") else GATE_HEAP
     device: Device | None = None
@@ -161,7 +177,7 @@ async def test_the_board_boots_and_serves_with_8_kb_to_spare_from_a_long_path(
             assert refused.is_error
             assert (await status_of(client, "stop"))["state"] == "stopping"
         heap = await device.wait_event("heap", count=len(device.named("heap")) + 1)
-        print(f"{kind} at {heap_size} from a long path: {heap['free']} bytes free, {heap['used']} used")
+        print(f"{kind} at {heap_size}: {heap['free']} bytes free, {heap['used']} used")
         assert device.process.returncode is None, device.output()
         assert "MemoryError" not in "\n".join(device.lines), device.output()
         assert not device.named("crashed"), device.output()

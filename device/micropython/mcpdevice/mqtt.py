@@ -34,7 +34,7 @@ The packets are mcpdevice.mqtt_client's (umqtt.simple's client, made fit for a b
 import asyncio
 
 from mcpdevice.clock import ticks_diff, ticks_ms
-from mcpdevice.mqtt_client import Client, MQTTException
+from mcpdevice.mqtt_client import SEGMENT, Client, MQTTException
 
 STATUS = "status"
 DOWN = "down"
@@ -55,6 +55,7 @@ def _no_delay(sock):
 
 
 class MqttTransport:
+    segment = None
     def __init__(
         self,
         broker,
@@ -98,6 +99,11 @@ class MqttTransport:
         return self._where
 
     async def connect(self):
+        if MqttTransport.segment is None:
+            # The clients' write buffer: one for the board's links, one at a time, made at the first
+            # dial before its TLS handshake breaks up the heap. One per dial would need a block that
+            # the handshakes of the dials before may have left in pieces.
+            MqttTransport.segment = bytearray(SEGMENT)
         target = self.broker if self.resolve is None else self.resolve(self.broker, self.port)
         reader, writer = await asyncio.wait_for(asyncio.open_connection(target, self.port), self.timeout_s)
         sock = writer.s
@@ -110,6 +116,7 @@ class MqttTransport:
         client.keepalive = self.keepalive_s
         client.frame_max = self.frame_max
         client.sock = sock
+        client._out = self.segment
         client.set_callback(self._deliver)
         client.set_last_will(self._status, b"", retain=True, qos=1)
         self._client = client

@@ -22,6 +22,7 @@ For mcpdevice.mqtt (the transport), which opens the socket with asyncio and hand
 #     .send_connect(clean_session=True); .read_connack(first byte)   on the socket in .sock
 #     .wait_msg(first=None) -> first byte of the packet (None: PINGRESP, consumed)
 #     .skip(size); .flush_ack(); .publish(topic, msg or list of parts, retain, qos)
+#     ._out             a bytearray(SEGMENT) that publish gathers its writes in, set by the caller
 # MQTTException: umqtt.simple's, raised by subscribe when the broker refuses it.
 
 import struct
@@ -30,7 +31,7 @@ from umqtt.simple import MQTTClient, MQTTException  # noqa: F401 (MQTTException:
 
 HEAD_BYTES = 96  # kept of an oversize message: enough to find its request id
 _SLICE = 256  # an oversize message is skipped this many bytes at a time
-_SEGMENT = 1400  # bytes per socket write: about one TCP segment
+SEGMENT = 1400  # bytes per socket write: about one TCP segment
 _TOPIC_MAX = 256  # a longer topic name on our subscription is a broken broker
 _REFUSED = {
     1: "unacceptable protocol version (the broker needs MQTT 3.1.1)",
@@ -65,7 +66,8 @@ class Client(MQTTClient):
     frame_max = 4096
     _owed = None  # the PUBACK of the last request, sent with the next write
     # Writes are gathered into segments (a small write after a small write waits for the peer's
-    # delayed ACK) in one buffer made once: a new one per message would leave holes in the heap.
+    # delayed ACK) in one buffer of SEGMENT bytes: the transport's, the same for every link (a new
+    # one per message, or per link, would leave holes in the heap).
     _out = None
 
     def _read(self, size):
@@ -158,10 +160,10 @@ class Client(MQTTClient):
     def _put(self, data, n):
         """Add `data` to the segment filled up to `n`, writing the segment out when it would overflow."""
         size = len(data)
-        if n + size > _SEGMENT:
+        if n + size > SEGMENT:
             self.sock.write(memoryview(self._out)[:n])
             n = 0
-            if size > _SEGMENT:
+            if size > SEGMENT:
                 self.sock.write(data)
                 return 0
         self._out[n : n + size] = data
@@ -174,8 +176,6 @@ class Client(MQTTClient):
         size = 2 + len(topic) + (2 if qos else 0)
         for part in parts:
             size += len(part)
-        if self._out is None:
-            self._out = bytearray(_SEGMENT)
         n = 0
         if self._owed is not None:
             n = self._put(self._owed, n)

@@ -78,6 +78,7 @@ def _slices(data):
 
 
 class WebSocketTransport:
+    _out = None
     def __init__(self, url, frame_max=4096, timeout_s=10, ssl=None, agent="mcpdevice", token=None, resolve=None):
         self.url = url
         self.token = token
@@ -89,13 +90,17 @@ class WebSocketTransport:
         self._reader = self._writer = None
         self._message = None  # bytearray of a fragmented message being assembled
         self._skipped = None  # [bytes so far, head] of an oversize message being discarded
-        self._out = None  # the segment being written (see _frame)
         self._writing = False  # a message is being written (see _frame)
 
     def describe(self):
         return self.url
 
     async def connect(self):
+        if WebSocketTransport._out is None:
+            # The segment being written (see _frame): one for the board's links, one at a time,
+            # made at the first dial before its TLS handshake breaks up the heap. One per dial
+            # would need a block that the handshakes of the dials before may have left in pieces.
+            WebSocketTransport._out = bytearray(_SEGMENT)
         try:
             await asyncio.wait_for(self._open(), self.timeout_s)
         except asyncio.TimeoutError:
@@ -245,9 +250,7 @@ class WebSocketTransport:
             writer = self._writer
             # Gathered into segments of up to _SEGMENT bytes: a small write after a small write waits
             # for the peer's delayed ACK (Nagle), which would add 40 ms to every answer. One buffer,
-            # made once: a new one per message would leave holes in a small board's heap.
-            if self._out is None:
-                self._out = bytearray(_SEGMENT)
+            # made once (see connect): a new one per message would leave holes in a small board's heap.
             out = self._out
             out[0 : len(header)] = header
             out[len(header) : len(header) + 4] = key

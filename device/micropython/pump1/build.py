@@ -13,6 +13,7 @@
 # (mcpdevice.mqtt, on umqtt.simple), or with `transport: "serial"` COBS frames on a UART or tty
 # (mcpdevice.serial_transport); only the chosen transport's module is imported.
 
+import gc
 import sys
 
 from mcpdevice.log import log
@@ -190,8 +191,6 @@ def _unload(name):
 
 
 def _load(names):
-    import gc
-
     for name in names:
         gc.collect()  # what the last compile freed is one block again, where it can be
         __import__(name)
@@ -207,11 +206,12 @@ def _registry(settings, budget):
 
 
 def build(settings):
-    # The order is the heap's (measured with `python -m bench.device_heap`): compiling a module from
-    # source needs several times its size while it runs and leaves its code behind between the holes
-    # of what it freed, so what needs one large block comes first, while the heap is still in one
-    # piece: the TLS context, the largest compiles, the schema index (unloaded once read).
-    tls = tls_context(settings)
+    # The order is the heap's (measured with `python -m bench.device_heap` and the heap gate):
+    # compiling a module from source needs several times its size while it runs and leaves its code
+    # behind between the holes of what it freed, so what needs one large block comes first, while
+    # the heap is still in one piece: the largest compiles, the schema index (unloaded once read).
+    # The TLS context (about 3 KB in one block, with the CA) comes after the compiles: held
+    # through them it would break up the room they need.
     _load(_FIRST)
     from mcpdevice.dispatcher import Dispatcher, tool_budget
 
@@ -224,6 +224,9 @@ def build(settings):
     from pump1 import tools
     from pump1.app import Dial
     from pump1.controller import PumpController
+
+    gc.collect()  # what the compiles left is one block again, for the TLS context
+    tls = tls_context(settings)
 
     # Nothing made here may be a function of this module's own: main.py unloads it after boot, and
     # a closure would keep all of its code on the heap (the factory and Dial live in resident modules).
