@@ -12,7 +12,7 @@ import sys
 
 def _config_path():
     argv = sys.argv
-    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+    if "--config" in argv[:-1]:  # a value follows it
         return argv[argv.index("--config") + 1]
     try:
         from os import getenv
@@ -78,6 +78,12 @@ def _boot(path):
 
 
 _app = _boot(_config_path())
+if _app is None and sys.argv:
+    # The app did not start (a config_error line said why). The Unix port (a command line in
+    # sys.argv) exits 1, so that a supervisor or script sees the failure. A board (sys.argv empty)
+    # just ends main.py and leaves the REPL: sys.exit() from main.py would soft-reset it, into
+    # the same config_error again and again.
+    raise SystemExit(1)
 gc.collect()
 # Collect early and often from here on, as boot.py sets up an ESP32 (which runs it before this file)
 # on every port: what ends a small board is fragmentation, not total use.

@@ -495,7 +495,7 @@ async def test_a_wrong_mqtt_config_stops_the_app_with_its_name(
     try:
         error = await device.wait_event("config_error")
         assert words in error["error"], error
-        assert await device.wait_exit() == 0
+        assert await device.wait_exit() == 1
         assert not device.named("link_up")
     finally:
         await device.stop()

@@ -3,12 +3,16 @@ sends (malformed, oversize, replayed) must get a named answer and leave the devi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 
 from gateway.core.schema_hash import tools_hash
 from tests.device.conftest import DeviceFactory
-from tests.device.harness import SCHEMA_FILE, FakeGateway, FakeLink
+from tests.device.harness import DEVICE_DIR, SCHEMA_FILE, FakeGateway, FakeLink, start_device
+
+EXAMPLE_CONFIG = DEVICE_DIR / "config.example.json"
 
 
 async def connect(devices: DeviceFactory, fake_gateway: FakeGateway, **config: object) -> FakeLink:
@@ -170,8 +174,46 @@ async def test_a_config_typo_stops_the_app_before_it_touches_anything(
     device = await devices(fake_gateway.url, deadman=5)
     error = await device.wait_event("config_error")
     assert "unknown key deadman" in error["error"]
-    assert await device.wait_exit() == 0
+    assert await device.wait_exit() == 1  # a supervisor or script sees the failure
     assert not device.named("link_up")
+
+
+async def test_the_example_config_on_the_unix_port_names_the_hardware_key(
+    micropython: str, fake_gateway: FakeGateway, tmp_path: Path
+) -> None:
+    # docs/device-micropython.md: copy config.example.json, run it on the Unix port. Its
+    # "hardware": "esp32" cannot load here (no machine.ADC): a config_error with the fix, exit 1.
+    config = {**orjson.loads(EXAMPLE_CONFIG.read_bytes()), "gateway_url": fake_gateway.url}
+    assert config["hardware"] == "esp32"
+    device = await start_device(micropython, tmp_path / "my-config.json", config)
+    try:
+        error = await device.wait_event("config_error")
+        assert '"hardware": "esp32" needs an ESP32 (machine.ADC)' in error["error"]
+        assert 'on the Unix port use "sim"' in error["error"]
+        assert await device.wait_exit() == 1
+        assert not any("Traceback" in line or "ImportError" in line for line in device.lines), device.output()
+        assert not device.named("ready")
+    finally:
+        await device.stop()
+
+
+async def test_the_example_config_with_simulated_hardware_runs_on_the_unix_port(
+    micropython: str, fake_gateway: FakeGateway, tmp_path: Path
+) -> None:
+    # The fix the config_error names: "hardware": "sim" (the Wi-Fi section is a no-op there).
+    config = {
+        **orjson.loads(EXAMPLE_CONFIG.read_bytes()),
+        "gateway_url": fake_gateway.url,
+        "hardware": "sim",
+        "schema_path": str(SCHEMA_FILE),
+    }
+    device = await start_device(micropython, tmp_path / "my-config.json", config)
+    try:
+        link = await fake_gateway.accept()
+        assert link.slot == "pump-1"
+        await device.wait_event("ready")
+    finally:
+        await device.stop()
 
 
 @pytest.mark.parametrize("frame_max_bytes", [2048])
@@ -181,4 +223,4 @@ async def test_a_frame_cap_too_small_for_a_tool_is_refused_at_boot(
     device = await devices(fake_gateway.url, frame_max_bytes=frame_max_bytes)
     error = await device.wait_event("config_error")
     assert "raise frame_max_bytes" in error["error"]
-    await device.wait_exit()
+    assert await device.wait_exit() == 1

@@ -155,5 +155,5 @@ async def test_board_config_errors_for_wss_and_tokens(
     device = await devices("wss://127.0.0.1:1", **overrides)
     event = await device.wait_event("config_error")
     assert event["error"] == error
-    assert await device.wait_exit() == 0  # the app never started: nothing to fail
+    assert await device.wait_exit() == 1  # the app never started: the Unix port says so
     assert not device.named("link_up")

@@ -2,7 +2,8 @@
 
 On an ESP32 the file is `config.json` in flash; on the Unix port, the path given by `--config PATH`
 or the PUMP1_CONFIG environment variable. An unknown key, a wrong type or a missing file stops the
-app with one message naming the key, so a typo never runs a pump on defaults.
+app with one message naming the key, so a typo never runs a pump on defaults; so does "hardware":
+"esp32" where the port has no machine.ADC (the Unix port).
 
 API: load(path) -> dict (DEFAULTS with the file's values); raises ConfigError.
 """
@@ -186,6 +187,15 @@ def load(path):
         raise ConfigError("frame_max_bytes must be at least 1024")
     if merged["hardware"] not in (None, "esp32", "sim"):
         raise ConfigError('hardware must be "esp32" or "sim"')
+    if merged["hardware"] == "esp32":
+        # Checked here, where a refusal is a config_error: the backend's own `from machine import
+        # ADC` would stop the boot with a traceback instead (the Unix port has no machine.ADC).
+        try:
+            from machine import ADC  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                '"hardware": "esp32" needs an ESP32 (machine.ADC); on the Unix port use "sim" or leave it out'
+            ) from None
     if not isinstance(merged["slot"], str) or not merged["slot"] or merged["slot"].startswith("_"):
         raise ConfigError("slot must be a name that does not start with _")
     if merged["transport"] not in TRANSPORTS:
