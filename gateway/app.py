@@ -9,6 +9,7 @@ import gc
 import logging
 import signal
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -346,27 +347,38 @@ def listening_line(version: str, addresses: Sequence[Any], scheme: str, public_u
     return f"{line}; clients use {public_url.rstrip('/')}" if public_url else line
 
 
-_STOP_SIGNALS: contextvars.ContextVar[tuple[asyncio.AbstractEventLoop, asyncio.Event] | None] = contextvars.ContextVar(
-    "gateway_stop_signals", default=None
+@dataclass(frozen=True)
+class StartSignals:
+    """The run's signal events: `stop` (SIGTERM, SIGINT) and `reload` (a SIGHUP before serve() took it)."""
+
+    loop: asyncio.AbstractEventLoop
+    stop: asyncio.Event
+    reload: asyncio.Event
+
+
+_START_SIGNALS: contextvars.ContextVar[StartSignals | None] = contextvars.ContextVar(
+    "gateway_start_signals", default=None
 )
 
 
-def stop_signals() -> asyncio.Event:
-    """The event SIGTERM and SIGINT set; the first call in a run (task context and loop) installs the handlers.
+def start_signals() -> StartSignals:
+    """The run's signal events; the first call in a run (task context and loop) installs the handlers.
 
     `mcp-gateway run` calls it before anything starts, the simulator's control port included, so a
-    signal at any point after the event loop starts stops the gateway cleanly (exit 0) instead of
-    by the default action (killed, 143); serve() then finds the same event."""
+    signal at any point after the event loop starts is handled instead of taking the default action:
+    SIGTERM or SIGINT stops the gateway cleanly (exit 0, not killed with 143), and a SIGHUP (killed
+    with 129 by default) is kept, and serve() reloads once it is up. serve() finds the same events."""
     loop = asyncio.get_running_loop()
-    installed = _STOP_SIGNALS.get()
-    if installed is not None and installed[0] is loop:
-        return installed[1]
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signum, stop.set)
-    _STOP_SIGNALS.set((loop, stop))
-    return stop
+    installed = _START_SIGNALS.get()
+    if installed is not None and installed.loop is loop:
+        return installed
+    signals = StartSignals(loop, asyncio.Event(), asyncio.Event())
+    handled = ((signal.SIGTERM, signals.stop), (signal.SIGINT, signals.stop), (signal.SIGHUP, signals.reload))
+    for signum, event in handled:
+        with contextlib.suppress(NotImplementedError, AttributeError):
+            loop.add_signal_handler(signum, event.set)
+    _START_SIGNALS.set(signals)
+    return signals
 
 
 async def serve(
@@ -375,7 +387,8 @@ async def serve(
     """Run until SIGTERM or SIGINT, then stop accepting, answer what is pending, close links; SIGHUP
     reloads the configuration from `source` (where `config` came from)."""
     # The handlers first: a signal while the server starts stops it once started, not by the default action.
-    stop = stop_signals()
+    signals = start_signals()
+    stop = signals.stop
     if stop.is_set():
         log.info("stopped before the gateway started")  # a signal during the caller's own start-up
         return
@@ -414,6 +427,10 @@ async def serve(
 
     with contextlib.suppress(NotImplementedError, AttributeError):
         loop.add_signal_handler(signal.SIGHUP, reload_on_signal)
+    if signals.reload.is_set() and not stop.is_set():
+        # The configuration may have changed after start-up read it: read it now, as asked.
+        log.info("SIGHUP during start-up: loading the configuration again now that the gateway is up")
+        reload_on_signal()
     announcing = asyncio.create_task(service.announce_ready(server.upstreams()))
     try:
         await stop.wait()

@@ -50,11 +50,12 @@ def stdio_upstream_flag(text: str) -> dict[str, Any]:
 
 
 async def until_stopped(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """main() with SIGTERM and SIGINT handled from the loop's first step: a signal during start-up
-    (the simulator's control port, the listener) stops what was started and exits 0, not 143."""
-    from gateway.app import stop_signals
+    """main() with SIGTERM, SIGINT and SIGHUP handled from the loop's first step: a stop during start-up
+    (the simulator's control port, the listener) stops what was started and exits 0, not 143; a
+    SIGHUP reloads once the gateway is up instead of killing it (129)."""
+    from gateway.app import start_signals
 
-    stop_signals()  # serve() finds these handlers and their event (gateway/app.py)
+    start_signals()  # serve() finds these handlers and their events (gateway/app.py)
     await main()
 
 

@@ -50,21 +50,20 @@ async def line_matching(stream: asyncio.StreamReader | None, pattern: re.Pattern
                 return
 
 
-@pytest.mark.parametrize(
-    ("where", "flags", "signum"),
-    [
-        # --sim-pumps: the simulator's control port is opened before the gateway's start-up.
-        ("sim-control", ("--sim-pumps", "1", "--sim-control-port", "0"), signal.SIGTERM),
-        ("sim-control", ("--sim-pumps", "1", "--sim-control-port", "0"), signal.SIGINT),
-        # Before the listener is up: what start-up opens is stopped again.
-        ("listener", (), signal.SIGTERM),
-        ("listener", ("--sim-pumps", "1", "--sim-control-port", "0"), signal.SIGTERM),
-    ],
-    ids=["sim-control-sigterm", "sim-control-sigint", "listener-sigterm", "listener-sim-sigterm"],
-)
-async def test_a_signal_during_start_up_stops_the_gateway_cleanly_with_exit_0(
+STOPS = [
+    # --sim-pumps: the simulator's control port is opened before the gateway's start-up.
+    ("sim-control", ("--sim-pumps", "1", "--sim-control-port", "0"), signal.SIGTERM),
+    ("sim-control", ("--sim-pumps", "1", "--sim-control-port", "0"), signal.SIGINT),
+    # Before the listener is up: what start-up opens is stopped again.
+    ("listener", (), signal.SIGTERM),
+    ("listener", ("--sim-pumps", "1", "--sim-control-port", "0"), signal.SIGTERM),
+]
+
+
+async def signalled_in_start_up(
     where: str, flags: tuple[str, ...], signum: signal.Signals
-) -> None:
+) -> asyncio.subprocess.Process:
+    """`mcp-gateway run` held in start-up at `where`, sent `signum` there, then let go on."""
     gateway = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -85,6 +84,23 @@ async def test_a_signal_during_start_up_stops_the_gateway_cleanly_with_exit_0(
         assert gateway.stdin is not None
         gateway.stdin.write(b"\n")
         await gateway.stdin.drain()
+    except BaseException:
+        gateway.kill()
+        await gateway.wait()
+        raise
+    return gateway
+
+
+@pytest.mark.parametrize(
+    ("where", "flags", "signum"),
+    STOPS,
+    ids=["sim-control-sigterm", "sim-control-sigint", "listener-sigterm", "listener-sim-sigterm"],
+)
+async def test_a_signal_during_start_up_stops_the_gateway_cleanly_with_exit_0(
+    where: str, flags: tuple[str, ...], signum: signal.Signals
+) -> None:
+    gateway = await signalled_in_start_up(where, flags, signum)
+    try:
         code = await asyncio.wait_for(gateway.wait(), 10)
         assert gateway.stderr is not None
         err = (await gateway.stderr.read()).decode()
@@ -92,6 +108,22 @@ async def test_a_signal_during_start_up_stops_the_gateway_cleanly_with_exit_0(
         assert "Traceback" not in err
         assert "stopped" in err
         assert "attached over WebSocket" not in err  # no pump is started once the gateway is stopping
+    finally:
+        if gateway.returncode is None:
+            gateway.kill()
+            await gateway.wait()
+
+
+async def test_a_sighup_during_start_up_reloads_once_the_gateway_is_up() -> None:
+    # Not the default action (killed, 129): the configuration is read again once the gateway is up,
+    # as a SIGHUP to a running gateway does, and the gateway goes on serving.
+    gateway = await signalled_in_start_up("listener", (), signal.SIGHUP)
+    try:
+        await line_matching(gateway.stderr, re.compile(rb"SIGHUP during start-up"))
+        await line_matching(gateway.stderr, re.compile(rb"configuration reloaded from .*: nothing changed"))
+        assert gateway.returncode is None
+        gateway.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(gateway.wait(), 10) == 0
     finally:
         if gateway.returncode is None:
             gateway.kill()
