@@ -1,4 +1,4 @@
-"""A small MCP client for technicians (`mcp-gateway slots`, `mcp-gateway call`), on aiohttp.
+"""A small MCP client for technicians (`mcp-gateway slots`, `tools`, `call`), on aiohttp.
 
 It speaks the session era to `/<slot>/mcp` of a running gateway: initialize, one call, DELETE.
 """
@@ -108,6 +108,52 @@ def render_slots(result: dict[str, Any], show_all: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _argument(name: str, schema: Any, required: bool) -> str:
+    """`name=INTEGER 300..2900`, `name=on|off`; in brackets when the tool can do without it."""
+    shape = "VALUE"
+    if isinstance(schema, dict):
+        if isinstance(schema.get("enum"), list) and schema["enum"]:
+            shape = "|".join(orjson.dumps(value).decode().strip('"') for value in schema["enum"])
+        elif isinstance(schema.get("type"), str):
+            shape = schema["type"].upper()
+            low, high = schema.get("minimum"), schema.get("maximum")
+            if low is not None or high is not None:
+                shape += f" {'' if low is None else low}..{'' if high is None else high}"
+    text = f"{name}={shape}"
+    return text if required else f"[{text}]"
+
+
+def _first_sentence(text: str) -> str:
+    paragraph = " ".join(text.split("\n\n", 1)[0].split())
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[: end + 1]
+
+
+def render_tools(tools: list[dict[str, Any]], full: bool = False) -> str:
+    """The `mcp-gateway tools` listing: each tool's name and arguments as `call` takes them, then its
+    description (the first sentence, or all of it with `full`), wrapped and indented."""
+    import textwrap
+
+    if not tools:
+        return "no tools"
+    lines: list[str] = []
+    for tool in tools:
+        schema = tool.get("inputSchema")
+        properties: dict[str, Any] = {}
+        required: list[Any] = []
+        if isinstance(schema, dict):
+            properties = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
+            required = schema["required"] if isinstance(schema.get("required"), list) else []
+        # Required arguments first, each group in the schema's order.
+        names = sorted(properties, key=lambda name: name not in required)
+        lines.append(" ".join([str(tool.get("name")), *(_argument(n, properties[n], n in required) for n in names)]))
+        description = str(tool.get("description") or "")
+        if description:
+            shown = " ".join(description.split()) if full else _first_sentence(description)
+            lines += textwrap.wrap(shown, width=100, initial_indent="    ", subsequent_indent="    ")
+    return "\n".join(lines)
+
+
 class GatewayClient:
     def __init__(self, base_url: str, slot: str, timeout_s: float = 90.0, token: str | None = None) -> None:
         import aiohttp  # here, not at the top: the CLI imports this module for GatewayCallError alone
@@ -202,13 +248,31 @@ class GatewayClient:
         result: dict[str, Any] = answer["result"]
         return result
 
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """Every tool the slot lists, page after page."""
+        listed: list[dict[str, Any]] = []
+        params: dict[str, Any] = {}
+        while True:
+            result = await self.request("tools/list", params)
+            listed.extend(tool for tool in result.get("tools", []) if isinstance(tool, dict))
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                return listed
+            params = {"cursor": cursor}
+
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         try:
             return await self.request("tools/call", {"name": name, "arguments": arguments})
         except GatewayCallError as exc:
+            if exc.code != INVALID_PARAMS or not str(exc).startswith("Unknown tool:"):
+                raise
             # The operator commands call _broker tools by name; "unknown" there is rarely a typo.
-            if self.slot == BROKER_SLOT and exc.code == INVALID_PARAMS and str(exc).startswith("Unknown tool:"):
+            if self.slot == BROKER_SLOT:
                 raise GatewayCallError(f"{exc}; {broker_tool_hint(name)}", exc.code) from None
+            # The gateway's own answer (_all, a tool group) says "call tools/list": the command that does.
+            if "call tools/list" in str(exc):
+                hint = f"mcp-gateway tools {self.slot} lists them, with their arguments"
+                raise GatewayCallError(f"{exc}; {hint}", exc.code) from None
             raise
 
 

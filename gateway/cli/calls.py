@@ -1,11 +1,10 @@
-"""`mcp-gateway slots`, `call` and `schema-hash`: a technician's questions to a running gateway."""
+"""`mcp-gateway slots`, `tools`, `call` and `schema-hash`: a technician's questions to a running gateway."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
-from typing import Any
 
 import orjson
 
@@ -91,17 +90,25 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
     from gateway.client import GatewayClient
 
     async def go() -> int:
-        listed: list[dict[str, Any]] = []
         async with GatewayClient(args.url, args.slot, token=_client_token(args)) as client:
-            params: dict[str, Any] = {}
-            while True:
-                result = await client.request("tools/list", params)
-                listed.extend(result.get("tools", []))
-                cursor = result.get("nextCursor")
-                if not isinstance(cursor, str) or not cursor:
-                    break
-                params = {"cursor": cursor}
+            listed = await client.list_tools()
         print(tools_hash(listed))
+        return 0
+
+    return asyncio.run(go())
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    """What a slot offers, as `call` takes it: names, arguments, descriptions (or the tools as JSON)."""
+    from gateway.client import GatewayClient, render_tools
+
+    async def go() -> int:
+        async with GatewayClient(args.url, args.slot, token=_client_token(args)) as client:
+            tools = await client.list_tools()
+        if args.json:
+            sys.stdout.write(orjson.dumps(tools, option=orjson.OPT_INDENT_2).decode() + "\n")
+        else:
+            sys.stdout.write(render_tools(tools, full=args.full) + "\n")
         return 0
 
     return asyncio.run(go())
@@ -120,9 +127,19 @@ def add_calls(commands: Commands) -> None:
     )
     slots.set_defaults(func=cmd_slots)
 
+    tools = commands.add_parser(
+        "tools", help="list the tools of a slot of a running gateway, with their arguments as call takes them"
+    )
+    tools.add_argument("slot", help="the slot, e.g. pump-1, or _all, _broker (mcp-gateway slots lists them)")
+    tools.add_argument("--full", action="store_true", help="each description whole, not its first sentence")
+    tools.add_argument("--json", action="store_true", help="the tools as the slot lists them (tools/list), as JSON")
+    gateway_url_option(tools)
+    tools.add_argument("--token-file", metavar="FILE", help=token_help)
+    tools.set_defaults(func=cmd_tools)
+
     call = commands.add_parser("call", help="call a tool on a slot of a running gateway")
     call.add_argument("slot", help="the slot to call, e.g. pump-1 (mcp-gateway slots lists them)")
-    call.add_argument("tool", help="the tool's name, as the slot's tools/list names it, e.g. get_status")
+    call.add_argument("tool", help="the tool's name, as mcp-gateway tools SLOT lists it, e.g. get_status")
     # A default keeps argparse from reporting key=value as required when tool is missing too.
     call.add_argument(
         "arguments",

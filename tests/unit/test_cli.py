@@ -14,7 +14,7 @@ import gateway.app
 from bench.ports import free_port
 from gateway import __version__
 from gateway.cli import build_parser, main
-from gateway.client import parse_arguments, render_slots
+from gateway.client import parse_arguments, render_slots, render_tools
 
 pytestmark = pytest.mark.usefixtures("cli_environment")
 
@@ -291,3 +291,31 @@ def test_no_arguments() -> None:
 def test_missing_equals_or_key_is_refused(pair: str) -> None:
     with pytest.raises(ValueError, match="is not key=value"):
         parse_arguments([pair])
+
+
+def test_render_tools_shows_arguments_as_call_takes_them() -> None:
+    tools: list[dict[str, Any]] = [
+        {
+            "name": "valve",
+            "description": "Move the valve. It takes a while.\n\nMore text.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "mode": {"type": "string", "enum": ["open", "closed"]},
+                    "percent": {"type": "number", "minimum": 0},
+                    "note": {},
+                },
+                "required": ["percent"],
+            },
+        },
+        {"name": "bare"},  # no schema, no description: still listed
+        {"name": "odd", "inputSchema": {"properties": "not an object", "required": "nor a list"}},
+    ]
+    assert render_tools(tools).splitlines() == [
+        "valve percent=NUMBER 0.. [mode=open|closed] [note=VALUE]",
+        "    Move the valve.",
+        "bare",
+        "odd",
+    ]
+    assert render_tools(tools, full=True).splitlines()[1] == "    Move the valve. It takes a while. More text."
+    assert render_tools([]) == "no tools"
