@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,18 +73,10 @@ def cmd_token_create(args: argparse.Namespace) -> int:
 
 def _entries_of(path: Path, command: str) -> list[Any] | None:
     """The entries of the token file, checked as create checks it; None (the error printed) when it cannot be used."""
-    from gateway.policy.token_files import TokenFileError, read_token_file
+    from gateway.policy.token_files import TokenFileError, check_owner_only, read_token_file
 
     try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise TokenFileError(f"token file {path}: not a regular file")
-        if mode & 0o077:
-            # As create refuses it: the hashes are for the owner's eyes only.
-            raise TokenFileError(
-                f"token file {path}: readable or writable by users other than its owner "
-                f"(mode {stat.S_IMODE(mode):04o}); run `chmod 600 {path}` first"
-            )
+        check_owner_only(path, path.stat().st_mode)  # as create refuses it
         return read_token_file(path)
     except FileNotFoundError:
         print(

@@ -165,6 +165,18 @@ def write_atomically(path: Path, text: str) -> None:
             os.close(dir_fd)
 
 
+def check_owner_only(path: Path, mode: int) -> None:
+    """TokenFileError unless `path` (whose st_mode is `mode`) is a regular file only its owner can
+    read or write: the hashes are for the owner's eyes only, so create, list and revoke refuse it."""
+    if not stat.S_ISREG(mode):
+        raise TokenFileError(f"token file {path}: not a regular file")
+    if mode & 0o077:
+        raise TokenFileError(
+            f"token file {path}: readable or writable by users other than its owner "
+            f"(mode {stat.S_IMODE(mode):04o}); run `chmod 600 {path}` first"
+        )
+
+
 def create_token(path: Path, name: str, scopes: list[str], *, replace: bool = False) -> str:
     """Add a new random token for `name` to the token file at `path` and return the token.
 
@@ -177,13 +189,7 @@ def create_token(path: Path, name: str, scopes: list[str], *, replace: bool = Fa
     except FileNotFoundError:
         mode = None
     if mode is not None:
-        if not stat.S_ISREG(mode):
-            raise TokenFileError(f"token file {path}: not a regular file")
-        if mode & 0o077:
-            raise TokenFileError(
-                f"token file {path}: readable or writable by users other than its owner "
-                f"(mode {stat.S_IMODE(mode):04o}); run `chmod 600 {path}` first"
-            )
+        check_owner_only(path, mode)
         entries = read_token_file(path)
     existing = [entry for entry in entries if entry.name == name]
     if existing and not replace:

@@ -31,6 +31,7 @@ from gateway.flash.progress import JsonLines, Lines
 from tests.field.images import build_image
 from tests.support.fake_rom import FakeRom
 from tests.support.serial_ports import PtyPair
+from tests.support.unprivileged import as_nobody
 
 OFFSET = 0x10000
 
@@ -227,25 +228,14 @@ def test_permission_denied_says_dialout(rom: FakeRom) -> None:
     image.chmod(0o644)
     os.chown(rom.pair.path, 0, grp.getgrnam("dialout").gr_gid)
     os.chmod(rom.pair.path, 0o660)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no pytest code runs here, only the flash and os._exit
-        status = 1
-        try:
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            out = io.StringIO()
-            request = FlashRequest(port=rom.pair.path, firmware=str(image), firmware_dir=public)
-            code = flash(request, JsonLines(out))
-            os.write(write_end, orjson.dumps({"code": code, "out": out.getvalue()}))
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        result = orjson.loads(pipe.read())
-    assert os.waitpid(pid, 0)[1] == 0
+
+    def flash_it() -> dict[str, Any]:
+        out = io.StringIO()
+        request = FlashRequest(port=rom.pair.path, firmware=str(image), firmware_dir=public)
+        code = flash(request, JsonLines(out))
+        return {"code": code, "out": out.getvalue()}
+
+    result = as_nobody(flash_it)
     events = [orjson.loads(line) for line in result["out"].splitlines()]
     assert result["code"] == EXIT_CODES["permission-denied"] == 21
     assert events[-1] == {

@@ -15,6 +15,7 @@ import os
 import random
 import re
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -28,6 +29,7 @@ from gateway.flash.progress import JsonLines
 from gateway.provision.raw_repl import PortError, open_port
 from tests.field.images import build_image
 from tests.support.serial_ports import PtyPair
+from tests.support.unprivileged import as_nobody
 
 MISSING = "/dev/ttyUSB-mcp-gateway-test-missing"
 RAW = re.compile(r"%0?\d*[xds]|\('|',|\[Errno|Traceback")
@@ -203,28 +205,17 @@ def test_permission_denied_hints_at_dialout_for_install_and_dry_run() -> None:
     pair = PtyPair()
     os.chown(pair.path, 0, grp.getgrnam("dialout").gr_gid)
     os.chmod(pair.path, 0o660)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no pytest code runs here, only the checks and os._exit
-        status = 1
+
+    def checks() -> dict[str, Any]:
+        found = diagnose(pair.path)
+        result: dict[str, Any] = {"dry_run": [found.code, found.message] if found else None}
         try:
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            found = diagnose(pair.path)
-            result = {"dry_run": [found.code, found.message] if found else None}
-            try:
-                open_port(pair.path).close()
-            except PortError as exc:
-                result["install"] = [exc.code, str(exc)]
-            os.write(write_end, orjson.dumps(result))
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        result = orjson.loads(pipe.read())
-    assert os.waitpid(pid, 0)[1] == 0
+            open_port(pair.path).close()
+        except PortError as exc:
+            result["install"] = [exc.code, str(exc)]
+        return result
+
+    result = as_nobody(checks)
     pair.close()
     hint = (
         f"permission denied opening {pair.path}: your user is not in the 'dialout' group that owns it. "
