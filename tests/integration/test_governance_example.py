@@ -28,7 +28,7 @@ from bench.ports import free_port
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "governance.md"
 SECTION = "## Worked example: the simulated pumps, governed"
-CLIENT_COMMANDS = ("call", "approve", "slots")
+CLIENT_COMMANDS = ("call", "approve", "slots", "tools")
 APPROVAL = re.compile(r"`mcp-gateway approve ([0-9a-f]{8})`")
 COMMAND_S = 60.0
 

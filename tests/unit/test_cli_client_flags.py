@@ -16,6 +16,7 @@ from gateway.core.broker import governed_tools, recheck_tool, reload_tool, seria
 CLIENT_COMMANDS = [
     ["call", "pump-3", "get_status"],
     ["slots"],
+    ["tools", "pump-3"],
     ["schema-hash", "--slot", "pump-3"],
     ["reload"],
     ["approve", "3f9a01c2"],
