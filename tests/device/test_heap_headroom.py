@@ -80,14 +80,16 @@ class Setup:
 
 
 async def configure(
-    kind: str, tmp_path: Path, gateway_factory: GatewayFactory, mosquitto_factory: MosquittoFactory, monkeypatch: Any
+    kind: str, files: Path, gateway_factory: GatewayFactory, mosquitto_factory: MosquittoFactory, monkeypatch: Any
 ) -> Setup:
-    """The gateway (and broker or serial line) for `kind`, and the board's config to reach it."""
+    """The gateway (and broker or serial line) for `kind`, and the board's config to reach it; the
+    certificates and the broker's files go in `files` (the checkout: the CA file's path is on the
+    board's heap too)."""
     if kind == "websocket":
         gateway = await gateway_factory()
         return Setup(gateway, {"gateway_url": gateway.url})
     if kind == "wss":
-        tls = self_signed(tmp_path / "tls", "localhost", "127.0.0.1")
+        tls = self_signed(files / "tls", "localhost", "127.0.0.1")
         monkeypatch.setenv("TEST_HEADROOM_BOARD_TOKEN", TOKEN)
         gateway = await gateway_factory(
             tls={"cert_file": str(tls / "server.pem"), "key_file": str(tls / "server-key.pem")},
@@ -109,8 +111,8 @@ async def configure(
         gateway = await gateway_factory(**mqtt_gateway_config(broker))
         return Setup(gateway, {"transport": "mqtt", "mqtt": {"broker": "127.0.0.1", "port": broker.port}})
     if kind == "mqtts":
-        tls = self_signed(tmp_path / "tls", "localhost")
-        broker, tls_port = await tls_broker(mosquitto_factory, tls, tmp_path)
+        tls = self_signed(files / "tls", "localhost")
+        broker, tls_port = await tls_broker(mosquitto_factory, tls, files)
         gateway = await gateway_factory(**mqtt_gateway_config(broker))
         mqtts = {"broker": "localhost", "port": tls_port, "tls": True}
         return Setup(gateway, {"transport": "mqtt", "mqtt": mqtts, "ca_file": str(tls / "ca.pem")})
@@ -141,12 +143,10 @@ async def test_the_board_boots_and_serves_with_8_kb_to_spare_from_a_fixed_path(
     kind: str,
     micropython: str,
     checkout: Path,
-    tmp_path: Path,
     gateway_factory: GatewayFactory,
     mosquitto_factory: MosquittoFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The CA file the board reads is in the checkout too: its path is on the heap as well.
     setup = await configure(kind, checkout, gateway_factory, mosquitto_factory, monkeypatch)
     # No schema_path: the board finds the schema beside its code, as in a checkout.
     config = {"backoff_min_s": 0.1, "backoff_max_s": 0.5, "connect_timeout_s": 2, "heap_log_s": 0.2, **setup.board}

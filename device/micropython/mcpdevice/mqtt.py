@@ -56,6 +56,7 @@ def _no_delay(sock):
 
 class MqttTransport:
     segment = None
+
     def __init__(
         self,
         broker,

@@ -79,6 +79,7 @@ def _slices(data):
 
 class WebSocketTransport:
     _out = None
+
     def __init__(self, url, frame_max=4096, timeout_s=10, ssl=None, agent="mcpdevice", token=None, resolve=None):
         self.url = url
         self.token = token
