@@ -183,8 +183,10 @@ class PumpLink:
         self.last_down_reason = reason
         sock = ws.get_extra_info("socket")
         if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # no close frame: the peer just sees the connection end
+            # No close frame: the peer just sees the connection end. uvloop hands out a stand-in
+            # without shutdown(); a duplicate descriptor shuts the same connection on either loop.
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(sock.fileno())) as duplicate:
+                duplicate.shutdown(socket.SHUT_RDWR)
 
     # -- the loop ---------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import orjson
 from bench.ports import free_port
 from gateway.app import GatewayServer
 from tests.conftest import wait_ready_slot
+from tests.integration.test_event_loop import broker_info
 from tests.integration.test_shutdown import wait_until_ready
 from tests.sim.conftest import cli
 from tests.support.southbound import provider_status
@@ -93,6 +94,44 @@ async def test_run_with_a_simulated_pump_answers_the_readme_calls() -> None:
     shutdown_log = (await gateway.stderr.read()).decode()
     assert "pump-1 link down (closed by the gateway, code 1001" in shutdown_log
     assert "dialling again" not in shutdown_log  # its own gateway is going away: nothing to dial
+
+
+async def wait_connects(url: str, slot: str, connects: int, timeout: float = 10) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            status = await provider_status(url, slot)
+            if status["connects"] >= connects and status["state"] == "ready":
+                return
+            await asyncio.sleep(0.05)
+
+
+async def test_link_drop_and_reboot_cut_the_link_on_the_gateways_own_loop() -> None:
+    # `run --sim-pumps` runs its pumps on the gateway's event loop, uvloop by default, whose sockets
+    # are stand-ins: the cut must end the connection there as it does on asyncio's loop.
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    gateway = await spawn("run", "--port", str(port), "--sim-pumps", "1", "--sim-control-port", "0")
+    try:
+        await wait_until_ready(url, gateway)
+        found = CONTROL_URL.search(await line_matching(gateway.stderr, re.compile(rb"simulated pump-1 attached")))
+        assert found is not None
+        control = found.group().decode()
+        assert (await wait_connected(url, "pump-1"))["connects"] == 1
+        assert (await broker_info(url))["event_loop"].startswith("uvloop")
+
+        code, _, err = await cli("sim-fault", "pump-1", "link_drop", "--control", control)
+        assert (code, err) == (0, "")
+        await wait_connects(url, "pump-1", 2)
+        assert (await provider_status(url, "pump-1"))["last_disconnect_reason"] is not None
+
+        code, _, err = await cli("sim-fault", "pump-1", "reboot", "--control", control)
+        assert (code, err) == (0, "")
+        await wait_connects(url, "pump-1", 3)
+        code, out, _ = await cli("sim-status", "--control", control)
+        assert code == 0
+        assert out.splitlines()[1].split()[:2] == ["pump-1", "up"]
+    finally:
+        assert await stop(gateway) == 0
 
 
 HELD_IN_START_UP = """
