@@ -159,11 +159,7 @@ class ClientChannel:
             )
             return
         if request_id in self.active:
-            self.refuse(
-                request_id,
-                jsonrpc.INVALID_REQUEST,
-                f"Request id {request_id!r} is already in flight on this session; use a new id for each request",
-            )
+            self.send(session_era.id_in_flight(request_id))
             return
         crowded = session_era.too_many_pending(self.gateway, len(self.active), request_id)
         if crowded is not None:

@@ -94,6 +94,16 @@ def client_notification(session: ClientSession, message: jsonrpc.Message) -> Non
         session.cancel(request_id)
 
 
+def id_in_flight(request_id: Any) -> JsonObject:
+    """The error for a request reusing the id of one still unanswered on its session: MCP forbids
+    it, and a notifications/cancelled naming that id could only reach one of the two."""
+    return jsonrpc.error_response(
+        request_id,
+        jsonrpc.INVALID_REQUEST,
+        f"Request id {request_id!r} is already in flight on this session; use a new id for each request",
+    )
+
+
 def too_many_pending(gateway: Gateway, in_flight: int, request_id: Any) -> JsonObject | None:
     """The error for a request over limits.max_pending_per_client while the session has `in_flight`
     requests unanswered, or None when it may run."""

@@ -301,6 +301,8 @@ class StreamableHttpEndpoint:
         # call's own stream, never on another one (docs/protocol-clients.md, "Session era: on the
         # request's stream").
         ctx.requester = session.requests.via(stream.send_request)
+        if request_id in session.in_flight:
+            return await stream.finish(session_era.id_in_flight(request_id))
         crowded = session_era.too_many_pending(self.gateway, len(session.in_flight), request_id)
         if crowded is not None:
             return await stream.finish(crowded)

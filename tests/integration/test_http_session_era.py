@@ -742,6 +742,40 @@ async def test_cancelled_notification_from_the_client_cancels_its_request(
     ]
 
 
+async def test_a_request_reusing_an_id_in_flight_is_refused_and_the_cancel_reaches_the_first(
+    gateway: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    cancelled: list[float] = []
+    await publishers.start(gateway, "pump-1", pump_server(cancelled))
+    raw = RawSession(http, url_of(gateway, "pump-1"))
+    await raw.initialize()
+    first = {
+        "jsonrpc": "2.0",
+        "id": "X",
+        "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"seconds": 20}},
+    }
+    call = asyncio.create_task(raw.post(first))
+    await wait_pending(gateway, "pump-1", 1)
+    twin = {**first, "params": {"name": "sleep", "arguments": {"seconds": 1}}}
+    status, _, (refused,) = await raw.post(twin)
+    assert status == 200
+    assert refused["id"] == "X"
+    assert refused["error"] == {
+        "code": -32600,
+        "message": "Request id 'X' is already in flight on this session; use a new id for each request",
+    }
+    assert await broker_pending(gateway, "pump-1") == 1  # the twin never reached the provider
+    # The id names one request only, so the cancel reaches the one running.
+    await raw.post({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "X"}})
+    await wait_for(lambda: cancelled == [20.0], what="the provider to see notifications/cancelled")
+    status, _, (answer,) = await asyncio.wait_for(call, 5)
+    assert answer["error"]["code"] == -32800
+    # Once answered, the id may be used again.
+    again = await raw.post({**twin, "params": {"name": "sleep", "arguments": {"seconds": 0}}})
+    assert again[2][0]["result"]["structuredContent"] == {"result": "slept 0.0"}
+
+
 async def test_ending_a_session_cancels_its_requests(
     gateway: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession
 ) -> None:
