@@ -168,6 +168,7 @@ class AggregateTarget(Target):
 
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         if method == "tools/list":
+            errors.check_no_cursor(params)
             return {"tools": self.tools_for(ctx.principal)}
         if method != "tools/call":
             raise errors.method_not_found(method, "_all (it serves tools only)")

@@ -113,6 +113,12 @@ def method_not_found(method: str, where: str) -> RpcError:
     return RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} is not served by {where}")
 
 
+def check_no_cursor(params: dict[str, Any] | None) -> None:
+    """tools/list is answered in one page everywhere, so any cursor is one the gateway never gave out."""
+    if params and params.get("cursor") is not None:
+        raise RpcError(jsonrpc.INVALID_PARAMS, "Invalid cursor: the gateway lists all tools at once")
+
+
 def unknown_tool(name: str, where: str) -> RpcError:
     # The same answer for a forbidden name and an unknown one, so names cannot be probed.
     return RpcError(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name} is not offered by {where}; call tools/list")

@@ -319,8 +319,7 @@ class SlotTarget(Target):
                 governed.permit(governance, ctx, self.name, method)
         if method == "tools/list":
             session = await self.provider(ctx)
-            if params and params.get("cursor") is not None:
-                raise errors.RpcError(jsonrpc.INVALID_PARAMS, "Invalid cursor: the gateway lists all tools at once")
+            errors.check_no_cursor(params)
             return {"tools": session.tools}
         if method == "logging/setLevel":
             return await self._set_level(ctx, params)
@@ -340,8 +339,7 @@ class SlotTarget(Target):
             governed.permit(governance, ctx, self.name, method)
         session = await self.provider(ctx)
         if method == "tools/list":
-            if params and params.get("cursor") is not None:
-                raise errors.RpcError(jsonrpc.INVALID_PARAMS, "Invalid cursor: the gateway lists all tools at once")
+            errors.check_no_cursor(params)
             return {"tools": governance.visible_tools(ctx.principal, self.name, session.tools)}
         call = params or {}
         tool = next((tool for tool in session.tools if tool.get("name") == call.get("name")), None)

@@ -224,3 +224,19 @@ async def test_calls_after_the_provider_left_fail(gateway: GatewayServer, publis
             await client.call_tool("pump-1-add", {"a": 1, "b": 1})
         assert "pump-1-add" in refused.value.message
         assert await names_of(client) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_cursor_the_gateway_never_gave_is_refused_on_every_list(
+    gateway: GatewayServer, publishers: Publishers, mode: str
+) -> None:
+    # Every tools/list is one page, so no cursor is valid; a slot, _all and _broker all say so.
+    await publishers.start(gateway, "pump-1", demo_server("pump"), aggregate=True)
+    await wait_members(gateway, ["pump-1"])
+    for path in ("pump-1", "_all", "_broker"):
+        async with Client(f"{gateway.url}/{path}/mcp", mode=mode) as client:
+            with pytest.raises(MCPError) as refused:
+                await client.list_tools(cursor="garbage")
+            assert refused.value.error.code == -32602, path
+            assert refused.value.error.message == "Invalid cursor: the gateway lists all tools at once", path
+            assert (await client.list_tools()).next_cursor is None

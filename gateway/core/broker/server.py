@@ -459,6 +459,7 @@ class BrokerTarget(Target):
         if governance is not None:
             return await self._governed(governance, ctx, method, params)
         if method == "tools/list":
+            errors.check_no_cursor(params)
             return {"tools": TOOLS}
         if method == "tools/call":
             name = (params or {}).get("name")
@@ -483,6 +484,7 @@ class BrokerTarget(Target):
         listed and called as a slot's are."""
         if method == "tools/list":
             governed.permit(governance, ctx, BROKER_SLOT, method)
+            errors.check_no_cursor(params)
             return {"tools": governance.visible_tools(ctx.principal, BROKER_SLOT, GOVERNED_TOOLS)}
         if method == "tools/call":
             call = params or {}

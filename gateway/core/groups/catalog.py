@@ -367,6 +367,7 @@ class GroupTarget(Target):
 
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         if method == "tools/list":
+            errors.check_no_cursor(params)
             return {"tools": self.tools_for(ctx.principal)}
         if method != "tools/call":
             raise errors.method_not_found(method, f"{self.path} (it serves tools only)")
