@@ -144,7 +144,7 @@ async def test_a_group_endpoint_serves_that_group_only(plant: GatewayServer, mod
             await client.call_tool("pump-1__start", {})
     async with Client(f"{plant.url}/mcp/lab", mode=mode) as client:
         assert await names_of(client) == ["guidance", "search", "lab-1__add", "lab-1__echo"]
-        with pytest.raises(MCPError, match="^Invalid cursor: the gateway lists all tools at once$"):
+        with pytest.raises(MCPError, match=r"^Invalid cursor: the gateway lists all tools at once$"):
             await client.list_tools(cursor="garbage")  # one page: no cursor was ever given out
 
 
