@@ -131,6 +131,16 @@ def parse(data: bytes | str, max_depth: int | None = None) -> Message:
     return classify(value)
 
 
+def parse_client(data: bytes | str, max_depth: int | None = None) -> Message:
+    """`parse` for what a client sends, which must also carry `"jsonrpc": "2.0"` as JSON-RPC 2.0
+    requires and the SDK's servers insist. Providers are not held to it: a board that leaves the
+    member out is answered and relayed as before."""
+    message = parse(data, max_depth)
+    if message.kind in (Kind.REQUEST, Kind.NOTIFICATION, Kind.RESPONSE) and message.body.get("jsonrpc") != "2.0":
+        return Message(Kind.INVALID, message.body, 'the "jsonrpc" member must be "2.0"')
+    return message
+
+
 def nested_deeper(data: bytes | str, value: Any, max_depth: int) -> bool:
     """Whether `value`, decoded from `data`, nests objects and arrays more than `max_depth` levels deep.
 

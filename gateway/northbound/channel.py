@@ -179,9 +179,12 @@ class ClientChannel:
                 "initialize was already answered on this session; open a new connection for a new session",
             )
             return
-        params = body.get("params")
-        params = params if isinstance(params, dict) else {}
-        result = self.target.initialize_result(params.get("protocolVersion"))
+        refused = session_era.initialize_refusal(body)
+        if refused is not None:
+            self.send(refused)
+            return
+        params = body["params"]
+        result = self.target.initialize_result(params["protocolVersion"])
         session = self.session
         session.protocol_version = result["protocolVersion"]
         client_info = params.get("clientInfo")

@@ -77,7 +77,7 @@ async def read_message(
             "body_too_large",
             f"Request body exceeds {limits.max_body_bytes} bytes (limits.max_body_bytes)",
         )
-    message = jsonrpc.parse(body, limits.max_json_depth)
+    message = jsonrpc.parse_client(body, limits.max_json_depth)
     if message.kind is Kind.INVALID:
         if message.limit and stream_answers:
             return message

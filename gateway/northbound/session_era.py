@@ -94,6 +94,24 @@ def client_notification(session: ClientSession, message: jsonrpc.Message) -> Non
         session.cancel(request_id)
 
 
+def initialize_refusal(body: JsonObject) -> JsonObject | None:
+    """-32602 for an initialize without the params MCP requires, or with members of the wrong type;
+    None when it may open a session. capabilities and clientInfo only inform the gateway, so a
+    client that leaves them out is taken as declaring none."""
+    params = body.get("params")
+    if not isinstance(params, dict):
+        problem = "initialize needs params: protocolVersion, capabilities and clientInfo"
+    elif not isinstance(params.get("protocolVersion"), str):
+        problem = 'params.protocolVersion must be a string, e.g. "2025-11-25"'
+    elif not isinstance(params.get("capabilities", {}), dict):
+        problem = "params.capabilities must be an object"
+    elif not isinstance(params.get("clientInfo", {}), dict):
+        problem = "params.clientInfo must be an object with name and version"
+    else:
+        return None
+    return jsonrpc.error_response(body["id"], jsonrpc.INVALID_PARAMS, f"Invalid params: {problem}")
+
+
 def id_in_flight(request_id: Any) -> JsonObject:
     """The error for a request reusing the id of one still unanswered on its session: MCP forbids
     it, and a notifications/cancelled naming that id could only reach one of the two."""

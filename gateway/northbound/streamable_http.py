@@ -400,9 +400,11 @@ class StreamableHttpEndpoint:
     def initialize(
         self, target: Target, body: JsonObject, principal: Principal, sse: bool, peer: str | None = None
     ) -> web.Response:
-        params = body.get("params")
-        params = params if isinstance(params, dict) else {}
-        result = target.initialize_result(params.get("protocolVersion"))
+        refused = session_era.initialize_refusal(body)
+        if refused is not None:
+            return json_response(refused, status=400)
+        params = body["params"]
+        result = target.initialize_result(params["protocolVersion"])
         session = session_era.create_session(
             self.gateway,
             target,

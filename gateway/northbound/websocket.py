@@ -120,7 +120,7 @@ class ClientWebSockets:
             writer = asyncio.get_running_loop().create_task(self.write_loop(ws, channel))
             async for msg in ws:
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
-                    channel.receive(jsonrpc.parse(msg.data, self.limits.max_json_depth))
+                    channel.receive(jsonrpc.parse_client(msg.data, self.limits.max_json_depth))
                     del msg  # a client's last message (up to max_frame_bytes) is not kept while it idles
                 elif msg.type is WSMsgType.ERROR:
                     # aiohttp has closed the socket already (1009, with our reason, for a frame over the cap).

@@ -517,6 +517,49 @@ async def test_batches_and_malformed_bodies_are_400(gateway: GatewayServer, http
     status, _, body = await raw.post({"jsonrpc": "2.0", "id": 1})  # neither request nor response
     assert status == 400
     assert body["error"]["code"] == -32600
+    # JSON-RPC 2.0's version member is required, as the SDK's servers require it.
+    for version in ({}, {"jsonrpc": "1.0"}, {"jsonrpc": 2}):
+        for message in ({"id": 1, "method": "ping"}, {"method": "notifications/initialized"}):
+            status, _, body = await raw.post({**version, **message})
+            assert status == 400, (version, message)
+            assert body["error"] == {
+                "code": -32600,
+                "message": 'Invalid JSON-RPC: the "jsonrpc" member must be "2.0"',
+            }
+    assert (await raw.call("ping"))["result"] == {}
+
+
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        (None, "initialize needs params: protocolVersion, capabilities and clientInfo"),
+        (
+            {"capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+            "params.protocolVersion must be a string",
+        ),
+        ({"protocolVersion": 5, "capabilities": {}}, "params.protocolVersion must be a string"),
+        ({"protocolVersion": LATEST, "capabilities": []}, "params.capabilities must be an object"),
+        ({"protocolVersion": LATEST, "clientInfo": "raw"}, "params.clientInfo must be an object"),
+    ],
+)
+async def test_initialize_without_the_params_mcp_requires_opens_no_session(
+    gateway: GatewayServer, http: aiohttp.ClientSession, params: JsonObject | None, problem: str
+) -> None:
+    raw = RawSession(http, url_of(gateway, "pump-1"))
+    body: JsonObject = {"jsonrpc": "2.0", "id": 7, "method": "initialize"}
+    if params is not None:
+        body["params"] = params
+    status, headers, answer = await raw.post(body)
+    assert status == 400
+    assert "Mcp-Session-Id" not in headers
+    assert answer["id"] == 7
+    assert answer["error"]["code"] == -32602
+    assert answer["error"]["message"].startswith(f"Invalid params: {problem}")
+    assert gateway.gateway.sessions.sessions == {}
+    # Leaving out capabilities and clientInfo declares none: the session opens.
+    status, headers, _ = await raw.post({**body, "params": {"protocolVersion": LATEST}})
+    assert status == 200
+    assert "Mcp-Session-Id" in headers
 
 
 async def test_unsupported_protocol_version_header_is_400(gateway: GatewayServer, http: aiohttp.ClientSession) -> None:

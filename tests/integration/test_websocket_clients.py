@@ -213,6 +213,13 @@ async def test_bad_json_batches_and_requests_before_initialize_are_answered_not_
     await client.send({"jsonrpc": "2.0", "id": True, "method": "ping"})
     bad_id = await client.receive()
     assert bad_id["id"] is None and bad_id["error"]["code"] == -32600
+    await client.send({"id": 9, "method": "ping"})  # no "jsonrpc": "2.0"
+    unversioned = await client.receive()
+    assert unversioned["id"] == 9  # the id is usable, so the refusal carries it
+    assert unversioned["error"]["message"] == 'Invalid JSON-RPC: the "jsonrpc" member must be "2.0"'
+    no_params = await client.call(10, "initialize")
+    assert no_params["error"]["code"] == -32602
+    assert no_params["error"]["message"].startswith("Invalid params: initialize needs params")
     early = await client.call(2, "tools/list")
     assert early["error"]["code"] == -32600 and early["error"]["message"].startswith("Send initialize first")
     assert (await client.call(3, "ping"))["result"] == {}
