@@ -86,9 +86,12 @@ def cmd_policy_explain(args: argparse.Namespace) -> int:
     decision = policy.decide(ask)
     if tool is not None and decision.allowed:
         print(_execution_limits_line(policy, ask, decision.resource))
+    arguments_pass = True
     if tool is not None and args.args is not None:
-        print(_arguments_line(tool, arguments, decision.limits, decision.resource))
-    return EXPLAIN_EXIT[decision.allowed]
+        line, arguments_pass = _arguments_line(tool, arguments, decision.limits, decision.resource)
+        print(line)
+    # Refused arguments fail the call as a denial does, so a script sees the same answer either way.
+    return EXPLAIN_EXIT[decision.allowed and arguments_pass]
 
 
 def _execution_limits_line(policy: Any, ask: Any, resource: str) -> str:
@@ -103,18 +106,19 @@ def _execution_limits_line(policy: Any, ask: Any, resource: str) -> str:
     return f"execution limits: {', '.join(counting) if counting else 'none count this call'}"
 
 
-def _arguments_line(tool: str, arguments: Any, limits: Any, resource: str) -> str:
-    """What the limits make of --args, as the gateway would check them (the tool's inputSchema aside)."""
+def _arguments_line(tool: str, arguments: Any, limits: Any, resource: str) -> tuple[str, bool]:
+    """What the limits make of --args, as the gateway would check them (the tool's inputSchema aside),
+    and whether the call would go ahead with them."""
     from gateway.policy.arguments import ArgumentRefused, check_arguments
     from gateway.policy.schemas import SchemaCache
 
     try:
         checked = check_arguments({"name": tool}, arguments, limits, SchemaCache(), resource=resource)
     except ArgumentRefused as exc:
-        return f"arguments: refused: {exc.message}"
+        return f"arguments: refused: {exc.message}", False
     if checked.clamped:
-        return f"arguments: clamped: {'; '.join(checked.clamped)}"
-    return "arguments: within the limits (the tool's inputSchema is checked by the gateway, not here)"
+        return f"arguments: clamped: {'; '.join(checked.clamped)}", True
+    return "arguments: within the limits (the tool's inputSchema is checked by the gateway, not here)", True
 
 
 def cmd_policy_reload(args: argparse.Namespace) -> int:

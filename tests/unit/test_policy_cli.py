@@ -160,7 +160,8 @@ def test_explain_says_when_the_arguments_would_be_refused(
         capsys, "policy", "explain", "--principal", "group:operators", "--slot", "pump-1", "--tool", "set_speed",
         "--args", '{"mode": "turbo"}', "--policy", str(policy_file),
     )  # fmt: skip
-    assert code == 0
+    assert code == 1  # the call would fail, as a denied one does
+    assert out.splitlines()[0].startswith("allowed: ")  # by the rules; the limits refuse the arguments
     assert out.splitlines()[-1].startswith('arguments: refused: Argument "mode" = "turbo" is not allowed')
 
 
