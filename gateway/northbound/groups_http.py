@@ -12,11 +12,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.core.gateway import Gateway
+from gateway.core.groups.catalog import GroupTarget
 from gateway.core.groups.views import BRIDGE_PATH, GROUPS_PATH, SERVERS_PATH, SLOT_SEGMENTS
 from gateway.core.names import decode_path_segment
 from gateway.core.routing import Target
 from gateway.http_answers import http_error, json_response
-from gateway.northbound.streamable_http import StreamableHttpEndpoint
+from gateway.northbound.streamable_http import SESSION_HEADER, StreamableHttpEndpoint
 from gateway.northbound.websocket import ClientWebSockets, is_upgrade
 from gateway.policy.request_principal import request_principal
 
@@ -54,10 +55,19 @@ class GroupEndpoints:
     async def group(self, request: web.Request) -> web.StreamResponse:
         # The raw path, so that an encoded "/" stays part of the (then unknown) name.
         name = decode_path_segment(request.rel_url.raw_path.split("/", 2)[2])
-        target = self.catalog.target_for(name)
+        target = self.catalog.target_for(name) or self.retired_target(request, name)
         if target is None:
             return self.unknown_group(name)
         return await self.serve(request, target)
+
+    def retired_target(self, request: web.Request, name: str) -> GroupTarget | None:
+        """The target of a group a reload removed or disabled, for a session still bound to it: the
+        session sees the group empty, as a raw WebSocket client does. A 404 would make an SDK client
+        start a new session, which gets the 404 again."""
+        session_id = request.headers.get(SESSION_HEADER)
+        session = self.gateway.sessions.get(session_id) if session_id else None
+        target = session.target if session is not None else None
+        return target if isinstance(target, GroupTarget) and target.group == name else None
 
     def unknown_group(self, name: str) -> web.Response:
         enabled = [spec.name for spec in self.catalog.enabled]
