@@ -157,17 +157,25 @@ def entry_gate(metrics: Metrics, checks: list[Check]) -> Gate:
                     refusal = await check(request)
                     if refusal is not None:
                         counter.count(kind, refusal.status)
-                        return refusal
+                        return _closing_refused_upgrade(request, refusal)
                 response = await handler(request)
             except web.HTTPException as exc:
                 counter.count(kind, exc.status)
                 raise
             counter.count(kind, response.status)
-            return response
+            return _closing_refused_upgrade(request, response) if response.status >= 400 else response
 
         return gate
 
     return gated
+
+
+def _closing_refused_upgrade(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """A refused WebSocket upgrade ends its connection: the client took the answer as the end of
+    the handshake, and whatever it sends next (a board's close frame, say) is not HTTP."""
+    if request.headers.get("Upgrade", "").lower() == "websocket" and not response.prepared:
+        response.force_close()
+    return response
 
 
 def gated_routes(gate: Gate, routes: Iterable[web.RouteDef]) -> list[web.RouteDef]:

@@ -3,12 +3,14 @@ sends (malformed, oversize, replayed) must get a named answer and leave the devi
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import orjson
 import pytest
 
 from gateway.core.schema_hash import tools_hash
+from tests.conftest import wait_for
 from tests.device.conftest import DeviceFactory
 from tests.device.harness import DEVICE_DIR, SCHEMA_FILE, FakeGateway, FakeLink, start_device
 
@@ -224,3 +226,30 @@ async def test_a_frame_cap_too_small_for_a_tool_is_refused_at_boot(
     error = await device.wait_event("config_error")
     assert "raise frame_max_bytes" in error["error"]
     assert await device.wait_exit() == 1
+
+
+async def test_a_refused_upgrade_is_hung_up_without_a_close_frame(devices: DeviceFactory) -> None:
+    # After an HTTP refusal there is no WebSocket to close: a close frame would reach the server as
+    # bytes of a next HTTP request.
+    after_answer: list[bytes] = []
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        body = b'{"error":"provider_identity_revoked"}'
+        writer.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        after_answer.append(await reader.read())  # until the board hangs up
+        writer.close()
+
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        device = await devices(f"ws://127.0.0.1:{port}")
+        down = await device.wait_event("link_down")
+        assert down["reason"].startswith("OSError: HTTP 401 from ws://"), down
+        assert down.get("refused") is True, down
+        await wait_for(lambda: bool(after_answer), what="the board to hang up")
+        assert after_answer[0] == b""
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -159,6 +159,10 @@ class WebSocketTransport:
             code = status[1] if len(status) > 1 else b"?"
             # A 4xx is a refusal at the door (docs/protocol.md): the link loop waits longest after one.
             error = Refused if code[:1] == b"4" else OSError
+            # No WebSocket was opened, so close() must not send a close frame: just hang up.
+            writer, self._writer = self._writer, None
+            writer.close()
+            await writer.wait_closed()  # what closes the socket on MicroPython
             raise error("HTTP %s from %s: %s" % (code.decode(), self.url, body.decode()))
         if accept != binascii.b2a_base64(hashlib.sha1(key + _GUID).digest()).strip():
             raise OSError("wrong Sec-WebSocket-Accept from " + self.url)
