@@ -139,7 +139,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
     import os
 
     from gateway.policy.audit import AuditReadError, read_records
+    from gateway.policy.audit.records import EFFECTS
 
+    if args.effect is not None and args.effect not in EFFECTS:
+        print(f"mcp-gateway audit: --effect {args.effect!r} is none of {', '.join(EFFECTS)}", file=sys.stderr)
+        return 2
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        # Nothing lies between them: say so rather than print an empty table.
+        print("mcp-gateway audit: --since must be earlier than --until", file=sys.stderr)
+        return 2
     path = trail_path(args, os.environ)
     try:
         records = read_records(

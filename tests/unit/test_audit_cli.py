@@ -196,6 +196,20 @@ def test_the_path_of_a_config_file(
     assert code == 2 and "[audit]" in err
 
 
+def test_an_unknown_effect_or_an_empty_window_is_a_usage_error(
+    trail_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Either would otherwise print an empty table, as if nothing had happened.
+    code, out, err = run(capsys, "--path", str(trail_file), "--effect", "bogus")
+    assert (code, out) == (2, "")
+    assert "--effect 'bogus' is none of allow, clamp, deny, refuse-arguments" in err
+    code, out, err = run(capsys, "--path", str(trail_file), "--since", "1h", "--until", "2h")
+    assert (code, out) == (2, "")
+    assert "--since must be earlier than --until" in err
+    code, _, _ = run(capsys, "--path", str(trail_file), "--effect", "clamp")
+    assert code == 0
+
+
 def test_a_file_that_is_no_audit_trail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other = tmp_path / "other.db"
     other.write_bytes(b"")

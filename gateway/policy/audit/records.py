@@ -22,6 +22,19 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+EFFECTS = (
+    "allow",
+    "clamp",
+    "deny",
+    "refuse-arguments",
+    "refuse-limit",
+    "wait-confirmation",
+    "refuse-confirmation",
+    "declined",
+)
+"""Every decision a record may hold: the first two forwarded the call, the others did not."""
+
+
 @dataclass(frozen=True, slots=True)
 class DecisionRecord:
     """One decision about one request, recorded before the request is forwarded (or refused)."""
