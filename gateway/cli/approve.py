@@ -33,6 +33,13 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from gateway.cli.calls import _client_token
     from gateway.client import GatewayClient, render_result
 
+    if args.deny and args.id is None:
+        print(
+            "mcp-gateway approve: --deny needs the ID of the call to deny (mcp-gateway approve lists them)",
+            file=sys.stderr,
+        )
+        return 2
+
     async def go() -> int:
         async with GatewayClient(args.url, "_broker", token=_client_token(args)) as client:
             if args.id is None:

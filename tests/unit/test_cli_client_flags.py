@@ -177,3 +177,9 @@ def test_the_hints_tool_classes_are_the_brokers() -> None:
     read_only = {t["name"] for t in tools if t["annotations"]["readOnlyHint"]} - {"broker_audit_recent"}
     assert read_only == _OBSERVE_TOOLS
     assert {t["name"] for t in governed_tools.TOOLS} == _POLICY_ONLY_TOOLS
+
+
+def test_approve_deny_without_an_id_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # Without the check it listed the pending calls and exited 0, as if the denial had been made.
+    assert main(["approve", "--deny", "--url", "http://127.0.0.1:9"]) == 2
+    assert "--deny needs the ID of the call to deny" in capsys.readouterr().err
