@@ -223,7 +223,7 @@ class GatewayClient:
                 try:
                     decoded: dict[str, Any] = orjson.loads(body)
                 except orjson.JSONDecodeError:
-                    raise GatewayCallError(f"HTTP {response.status}: {body[:200].decode(errors='replace')}") from None
+                    raise GatewayCallError(_not_json(self.url, response.status, content_type, body)) from None
                 error = decoded.get("error") if isinstance(decoded, dict) else None
                 if response.status >= 400 and not isinstance(error, dict):
                     # Not a JSON-RPC error: a refusal before routing (authentication, origin, limits).
@@ -274,6 +274,18 @@ class GatewayClient:
                 hint = f"mcp-gateway tools {self.slot} lists them, with their arguments"
                 raise GatewayCallError(f"{exc}; {hint}", exc.code) from None
             raise
+
+
+def _not_json(url: str, status: int, content_type: str, body: bytes) -> str:
+    """An answer no gateway gives: a web page or plain text, from something else at that address."""
+    media = content_type.partition(";")[0].strip() or "no Content-Type"
+    if media in ("text/html", "application/xhtml+xml"):
+        return (
+            f"HTTP {status} from {url}: a web page ({media}), not an MCP answer; is --url (or "
+            "$MCP_GATEWAY_URL) the gateway's address?"
+        )
+    text = " ".join(body[:200].decode(errors="replace").split())
+    return f"HTTP {status} from {url} ({media}), not JSON: {text}"
 
 
 async def _last_response_event(response: aiohttp.ClientResponse) -> dict[str, Any] | None:

@@ -3,18 +3,21 @@ unknown `_broker` tool (hidden by the policy), a --control without its scheme, a
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from bench.ports import free_port
 from gateway.app import GatewayServer
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
-from tests.conftest import GatewayFactory, Publishers
+from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.support.gateway_process import run_cli
 from tests.support.servers import demo_server
 
@@ -143,3 +146,28 @@ async def test_run_on_a_busy_port_says_what_to_do() -> None:
     assert err.splitlines()[-1].endswith(
         "address already in use (another gateway running? choose another port with --port or MCP_GATEWAY_PORT)"
     )
+
+
+async def test_a_url_of_some_other_web_server_is_named_as_such() -> None:
+    # Python's own file server: it answers a POST with an HTML error page.
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port), stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        await wait_for(lambda: port_open(port), what="the file server to listen")
+        code, out, err = await run_cli("call", "--url", f"http://127.0.0.1:{port}", "pump-1", "get_status")
+    finally:
+        server.terminate()
+        await server.wait()
+    assert (code, out) == (1, "")
+    assert err.strip().endswith(
+        f"HTTP 501 from http://127.0.0.1:{port}/pump-1/mcp: a web page (text/html), not an MCP answer; "
+        "is --url (or $MCP_GATEWAY_URL) the gateway's address?"
+    ), err
+    assert "<!DOCTYPE" not in err
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
