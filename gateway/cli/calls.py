@@ -69,12 +69,10 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
                 document = orjson.loads(f.read())
         except FileNotFoundError:
             # `schema-hash pump-1` reads a file named pump-1; a live slot is named with --slot. Exit 1
-            # as for any file that cannot be read.
-            print(
-                f"mcp-gateway schema-hash: no such file: {args.file} (to hash the tools a live slot lists, "
-                f"use --slot {args.file})",
-                file=sys.stderr,
-            )
+            # as for any file that cannot be read. A path or a .json name is no slot's, so it gets no hint.
+            looks_like_a_file = "/" in args.file or args.file.endswith(".json")
+            hint = "" if looks_like_a_file else f" (to hash the tools a live slot lists, use --slot {args.file})"
+            print(f"mcp-gateway schema-hash: no such file: {args.file}{hint}", file=sys.stderr)
             return 1
         except orjson.JSONDecodeError as exc:
             print(f"mcp-gateway schema-hash: {args.file} is not valid JSON: {exc}", file=sys.stderr)

@@ -149,6 +149,9 @@ def test_schema_hash_of_a_missing_file_points_at_slot(capsys: pytest.CaptureFixt
     assert capsys.readouterr().err == (
         "mcp-gateway schema-hash: no such file: pump-1 (to hash the tools a live slot lists, use --slot pump-1)\n"
     )
+    # A path is no slot's name: no hint to hash it as one.
+    assert main(["schema-hash", "/nonexistent/pump-1.json"]) == 1
+    assert capsys.readouterr().err == "mcp-gateway schema-hash: no such file: /nonexistent/pump-1.json\n"
 
 
 @pytest.mark.parametrize("command", ["call", "config"])
