@@ -76,7 +76,10 @@ class DropCounter:
         """The latest example of each reason (topic and what was wrong), for broker_diagnose."""
         self._warned: set[str] = set()
 
-    def count(self, reason: str, topic: str, detail: str, slot: str | None = None, times: int = 1) -> None:
+    def count(
+        self, reason: str, topic: str, detail: str, slot: str | None = None, times: int = 1, *, warn: bool = True
+    ) -> None:
+        """Count a drop; `warn=False` when the caller warns of it itself (the first of a reason is not logged)."""
         self.totals[reason] = self.totals.get(reason, 0) + times
         self.metrics.dropped.labels(self.broker, reason).inc(times)
         example = f"{topic[:160]}: {detail}"
@@ -87,7 +90,7 @@ class DropCounter:
                 counts = self.per_slot[slot] = {}
             if counts is not None:
                 counts[reason] = counts.get(reason, 0) + times
-        if reason not in self._warned:
+        if warn and reason not in self._warned:
             # Once per reason and broker: a misconfigured board repeats itself; the counters carry the rest.
             self._warned.add(reason)
             extra = {"slot": slot} if slot is not None else None  # the journal's SLOT= field

@@ -7,7 +7,12 @@ is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. Th
 - attaches the slot when a status arrives; a status for a live slot from the same device (its hello's
   device_id) is the board reconnecting: the session takes it as a new register frame (aggregate,
   hello; a new schema hash re-lists its tools) and calls in flight go on. A status naming another
-  device replaces the link;
+  device is a newcomer claiming a held slot: the core's takeover decision admits or refuses it as it
+  does a WebSocket newcomer (docs/protocol.md, "Liveness and takeover"), and the holder keeps the slot
+  (and its link here) until the core lets it go. Both boards read the slot's down topic and act on
+  its requests: the refusal there carries the newcomer's device id (data.device_id), the holder's
+  provider_status shows it (contested_by), and it is warned of at most once per slot per
+  logging.repeat_interval_s;
 - detaches it at once when the status is emptied (the board's will, or a clean shutdown): pending
   callers get `Provider "<slot>" disconnected`;
 - when the board's adopted identity is revoked (`withdraw`, from `_broker`'s broker_providers_recheck):
@@ -27,6 +32,9 @@ is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. Th
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
+from dataclasses import dataclass
 
 from gateway.core import jsonrpc
 from gateway.core.eras import SESSION_ERA
@@ -39,9 +47,19 @@ from gateway.southbound.mqtt.client import PacketTooLarge
 from gateway.southbound.mqtt.link import BrokerContext, MqttLink
 from gateway.southbound.mqtt.reattach import RETRIED_REFUSALS, Reattach
 
+log = logging.getLogger("gateway.mqtt")
+
 
 def _device_id(hello: object) -> object:
     return hello.get("device_id") if isinstance(hello, dict) else None
+
+
+@dataclass
+class _Quiet:
+    """When a slot's contest was last warned of, and how many refusals came since."""
+
+    since: float
+    refused: int = 0
 
 
 class PlainLink(MqttLink):
@@ -64,8 +82,20 @@ class PlainLink(MqttLink):
             self.close_reason = reason
             self.profile.link_closed(self)
 
+    def serving(self) -> bool:
+        """The core gave this link the slot and has not let it go."""
+        session = self.session
+        return not self.closed and session is not None and session.state != "closed"
+
     def status_extra(self) -> dict[str, object]:
-        return {**self.common_status(), "profile": "plain", "topics": dict(self.topics)}
+        extra: dict[str, object] = {**self.common_status(), "profile": "plain", "topics": dict(self.topics)}
+        standing = self.profile.announced.get(self.slot)
+        own = self.session.hello if self.session is not None else None
+        if standing is not None and _device_id(standing.hello) != _device_id(own):
+            # Another board's status is the retained one: it was refused (or is being decided), and it
+            # reads this slot's down topic too.
+            extra["contested_by"] = {"device_id": _device_id(standing.hello)}
+        return extra
 
 
 class PlainProfile:
@@ -75,6 +105,11 @@ class PlainProfile:
         self.broker = broker
         self.prefix = broker.config.topic_prefix
         self.links: dict[str, PlainLink] = {}
+        """The link serving each slot, or being attached to it."""
+        self.claims: dict[str, PlainLink] = {}
+        """Links of another device's status for a slot whose link in `links` serves it: the core decides."""
+        self.contests: dict[str, _Quiet] = {}
+        """Slots whose refused newcomer was warned of (at most one warning per slot per repeat interval)."""
         self.announced: dict[str, envelope.Registration] = {}
         """The standing (non-empty) status of each board (at most max_instances), so that a board whose
         slot is not served is attached again."""
@@ -93,9 +128,10 @@ class PlainProfile:
 
     def broker_lost(self, reason: str) -> None:
         links, self.links = self.links, {}
+        claims, self.claims = self.claims, {}
         self.announced.clear()  # the retained statuses arrive again after the next subscription
         self.reattach.clear()
-        for link in links.values():
+        for link in [*claims.values(), *links.values()]:
             link.lost(f"MQTT broker {self.broker.label} {reason}")
 
     def slot_of(self, topic: str) -> str | None:
@@ -143,14 +179,17 @@ class PlainProfile:
             return
         self.announced[slot] = registration
         self.reattach.now(slot)
-        old = self.links.pop(slot, None)
-        if old is not None:
-            session = old.session
-            live = not old.closed and session is not None and session.state != "closed"
-            if live and session is not None and _device_id(session.hello) == _device_id(registration.hello):
-                self.links[slot] = old
+        old = self.links.get(slot)
+        if old is not None and old.serving() and old.session is not None:
+            if _device_id(old.session.hello) == _device_id(registration.hello):
                 old.deliver(topic, message)  # the board reconnected: same session, updated registration
                 return
+            # Another device claims a held slot: the core's takeover decision, as for any newcomer (WIRE
+            # §2.3). The holder's link stays in `links` meanwhile, so that its answer to the probe reaches it.
+            self._claim(slot, registration)
+            return
+        if old is not None:
+            del self.links[slot]
             old.lost("a new status replaced the device's registration")
         self._attach(slot, registration)
 
@@ -158,6 +197,9 @@ class PlainProfile:
         """The board on `slot` is gone: no attempts again, its link detached now (True when it had one)."""
         self.announced.pop(slot, None)
         self.reattach.forget(slot)
+        claim = self.claims.pop(slot, None)
+        if claim is not None:
+            claim.lost(reason)
         link = self.links.pop(slot, None)
         if link is not None:
             link.lost(reason)
@@ -167,19 +209,18 @@ class PlainProfile:
         """Device `device_id`'s identity was revoked: empty its retained status on this broker (a fresh
         subscriber, the gateway after a restart, gets no register frame) and detach its slot now, as when
         its will arrives. What was done, or None when this broker carries no status or link of that board
-        on `slot` (a status whose hello names another device is another board's, and is left alone)."""
+        on `slot` (a status and a link whose hellos name another device are another board's, and are left
+        alone). On a contested slot the standing status may be a refused board's while the link is the
+        revoked holder's: the holder goes all the same."""
         registration = self.announced.get(slot)
         link = self.links.get(slot)
+        hellos: list[object] = []
         if registration is not None:
-            hello: object = registration.hello
-        elif link is not None and link.session is not None:
-            hello = link.session.hello
-        elif link is not None:
-            hello = None
-        else:
-            return None
-        if _device_id(hello) not in (device_id, None):
-            return None
+            hellos.append(registration.hello)
+        if link is not None:
+            hellos.append(link.session.hello if link.session is not None else None)
+        if all(_device_id(hello) not in (device_id, None) for hello in hellos):
+            return None  # also when there is neither a status nor a link
         topic = mqtt_topics.plain_topic(self.prefix, slot, "status")
         done: JsonObject = {"broker": self.broker.label, "status_topic": topic}
         problem = self._withdraw_status(slot)
@@ -205,6 +246,15 @@ class PlainProfile:
         self.links[slot] = link
         self.broker.spawn(self._attach_link(link, registration))
 
+    def _claim(self, slot: str, registration: envelope.Registration) -> None:
+        """Ask the core for `slot`, which another device's link serves, on behalf of `registration`."""
+        superseded = self.claims.pop(slot, None)
+        if superseded is not None:
+            superseded.lost("a new status replaced the device's registration")
+        link = PlainLink(self.broker, slot, self.prefix, self)
+        self.claims[slot] = link
+        self.broker.spawn(self._attach_link(link, registration))
+
     def _retry(self, slot: str) -> None:
         """Attach a board whose status stands and whose slot this profile does not serve."""
         registration = self.announced.get(slot)
@@ -217,6 +267,8 @@ class PlainProfile:
         board's status stands."""
         if self.links.get(link.slot) is link:
             del self.links[link.slot]
+        if link.slot in self.claims:
+            return  # taken over: the claim that the core admitted gets the slot
         if link.slot in self.announced and not self.broker.is_halted():
             self.reattach.later(link.slot, link.close_reason, was_ready=link.was_ready())
 
@@ -228,23 +280,63 @@ class PlainProfile:
         except SlotRefused as exc:
             if self.links.get(link.slot) is link:
                 del self.links[link.slot]
+            if self.claims.get(link.slot) is link:
+                del self.claims[link.slot]
             link.closed = True
             standing = self.announced.get(link.slot) is registration
             if standing and exc.kind in RETRIED_REFUSALS:
                 self.reattach.later(link.slot, exc.reason, held=exc.kind == "held")
             if not self.reattach.first_refusal(link.slot, announced=standing):
                 return  # an attempt again for the same status: told and counted already
-            self.broker.drops.count("refused", link.topics["status"], exc.reason, link.slot)
+            holder = self.links.get(link.slot)
+            contested = exc.kind == "held" and holder is not None and holder.serving()
+            self.broker.drops.count("refused", link.topics["status"], exc.reason, link.slot, warn=not contested)
+            if contested and holder is not None and holder.session is not None:
+                self._warn_contest(link, _device_id(holder.session.hello), _device_id(registration.hello))
             # The board cannot see a close reason; an error with id null on its down topic is the nearest.
-            refusal = jsonrpc.dumps(jsonrpc.error_response(None, exc.code, exc.reason))
+            # Every board reading that topic gets it: data.device_id says whose status was refused.
+            device_id = _device_id(registration.hello)
+            data = {"device_id": device_id} if device_id is not None else None
+            refusal = jsonrpc.dumps(jsonrpc.error_response(None, exc.code, exc.reason, data))
             with contextlib.suppress(ConnectionError, PacketTooLarge):
                 self.broker.client.publish(link.topics["down"], refusal)
             return
+        if self.claims.get(link.slot) is link:
+            del self.claims[link.slot]
+            if not link.is_closed():
+                self.links[link.slot] = link  # admitted: the core let the holder go
         link.session = session
         self.reattach.attached(link.slot)
         self.broker.slot_seen(link.slot, link.info.remote)
         if link.is_closed():  # the board went offline while the slot was being attached
             session.link_lost(link.close_reason)
+
+    def _warn_contest(self, link: PlainLink, holder_id: object, newcomer_id: object) -> None:
+        """One warning per slot per logging.repeat_interval_s for a status refused because another MQTT
+        device holds the slot, with how many were refused in between."""
+        slot, now = link.slot, time.monotonic()
+        quiet = self.contests.get(slot)
+        if quiet is not None and now - quiet.since < self.broker.gateway.config.logging.repeat_interval_s:
+            quiet.refused += 1
+            return
+        self.contests.pop(slot, None)
+        self.contests[slot] = _Quiet(now)
+        if len(self.contests) > self.broker.config.max_instances:
+            del self.contests[next(iter(self.contests))]
+        more = f" ({quiet.refused} more refused since the last warning)" if quiet is not None and quiet.refused else ""
+        log.warning(
+            "MQTT broker %s: refused the status of device %r for slot %s: device %r holds it (takeover = %s). "
+            "Both boards read %s and act on every request: power one off or give it its own slot, then "
+            "restart the other so that it announces itself again%s",
+            self.broker.label,
+            newcomer_id,
+            slot,
+            holder_id,
+            self.broker.gateway.registry.takeover_policy(slot),
+            link.topics["down"],
+            more,
+            extra={"slot": slot, "refusal": "held"},
+        )
 
     def _up(self, topic: str, slot: str, payload: bytes) -> None:
         link = self.links.get(slot)
