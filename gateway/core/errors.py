@@ -74,6 +74,40 @@ def deadline(slot: str, timeout_ms: int) -> RpcError:
     )
 
 
+def handshake_deadline(slot: str, timeout_ms: int, setting: str, method: str | None = None) -> RpcError:
+    """The provider did not answer `method` of the gateway's own handshake (server/discover, initialize,
+    tools/list; None: the handshake as a whole) within its deadline, which `setting` configures (not the
+    slot's request_timeout_ms). The text starts as the deadline error does, which clients match on."""
+    what = f"no answer to {method}" if method else "it has not finished initialize and tools/list yet"
+    data: dict[str, Any] = {"slot": slot, "reason": "deadline", "timeout_ms": timeout_ms, "setting": setting}
+    if method:
+        data["method"] = method
+    return RpcError(
+        jsonrpc.UNAVAILABLE,
+        f'Provider "{slot}" did not respond within {timeout_ms}ms: {what} (deadline: {setting})',
+        data,
+    )
+
+
+def handshake_failed_reason(failure: RpcError) -> str:
+    """The close reason of a provider whose handshake failed with `failure`: the fix first, so that it
+    fits a close frame's 123 bytes (a deadline's setting comes from `handshake_deadline`)."""
+    data = failure.data if isinstance(failure.data, dict) else {}
+    if data.get("reason") != "deadline" or "setting" not in data:
+        return f"Provider must answer initialize and tools/list: {failure.message}"
+    step = data.get("method") or "initialize and tools/list"
+    return f"Provider must answer {step} within {data['timeout_ms']}ms ({data['setting']}); it sent no answer"
+
+
+def answer_without_outcome(slot: str) -> RpcError:
+    """The provider answered a request with neither `result` nor `error`: its caller hears so at once."""
+    return RpcError(
+        jsonrpc.INTERNAL_ERROR,
+        f'Provider "{slot}" answered without a "result" or an "error"; the provider must send one of them',
+        {"slot": slot, "reason": "malformed_answer"},
+    )
+
+
 def shutting_down(slot: str) -> RpcError:
     return RpcError(
         jsonrpc.UNAVAILABLE,

@@ -190,6 +190,13 @@ class ProviderRequests:
         if self.broker is not None:
             self.broker.notification(self.session, method, params)
 
+    def refuse_batch(self) -> None:
+        """A batch from the provider: nothing in it is read (a request in it is never served), so the
+        provider is told at once instead of waiting for answers; one error per batch, under id null."""
+        if self.session.state != "closed":
+            message = "JSON-RPC batches are not supported: nothing in this batch was read; send one message at a time"
+            self.answer(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, message, {"reason": "batch"}))
+
     def answer(self, reply: JsonObject) -> None:
         """Send an answer to a request of the provider without waiting for the send."""
         task = asyncio.get_running_loop().create_task(self._reply(reply))

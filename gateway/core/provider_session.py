@@ -32,6 +32,7 @@ from gateway.core.provider_state import (
     SessionSettings,
     is_gateway_id,
 )
+from gateway.core.provider_tools import ToolListing
 from gateway.core.relay import (
     PROVIDER_FACING_CAPABILITIES,
     RELATED_REQUEST_KEY,
@@ -132,6 +133,8 @@ class ProviderSession:
         once (providers.max_concurrent_handshakes)."""
         self._first_frame = asyncio.Event()
         """Set once the link's first frame was handled (see `first_frame_handled`)."""
+        self.tool_listing = ToolListing(self)
+        """Walks the provider's tools/list; remembers the tools clients cannot read met on this connection."""
         self._warned: set[str] = set()
         """Answers to the provider's own requests on their way out (held so none is collected early)."""
 
@@ -213,7 +216,8 @@ class ProviderSession:
         try:
             await asyncio.wait_for(self._ready.wait(), timeout_s)
         except TimeoutError:
-            raise errors.deadline(self.slot, int(timeout_s * 1000)) from None
+            setting = self.settings.initialize_timeout_setting
+            raise errors.handshake_deadline(self.slot, int(timeout_s * 1000), setting) from None
         if self.state != "ready":
             raise errors.disconnected(self.slot, self.close_reason)
 
@@ -242,7 +246,7 @@ class ProviderSession:
                 exc.message,
                 extra={"slot": self.slot},
             )
-            await self.close(CLOSE_POLICY, f"Provider must answer initialize and tools/list: {exc.message}")
+            await self.close(CLOSE_POLICY, errors.handshake_failed_reason(exc))
             return
         except asyncio.CancelledError:
             return
@@ -253,6 +257,19 @@ class ProviderSession:
         if self.modern:
             self.listen.start()
 
+    async def own_request(self, method: str, params: JsonObject | None, timeout_ms: int) -> JsonObject:
+        """A request of the gateway's handshake (also a re-listing): its deadline is the handshake's,
+        and a provider that does not answer in time is told which setting that is."""
+        try:
+            return await self.request(method, params, timeout_ms=timeout_ms, internal=True)
+        except errors.RpcError as exc:
+            data = exc.data if isinstance(exc.data, dict) else {}
+            if data.get("reason") != "deadline":
+                raise
+            raise errors.handshake_deadline(
+                self.slot, timeout_ms, self.settings.initialize_timeout_setting, method
+            ) from None
+
     async def _handshake_and_list(self, timeout: int) -> None:
         discovered = await self._discover(timeout) if self._may_probe() else None
         if discovered is not None:
@@ -261,7 +278,7 @@ class ProviderSession:
         else:
             self.init_result = await self._handshake(timeout)
             await self.send_message(jsonrpc.notification("notifications/initialized"))
-        self._keep_tools(await self._list_tools())
+        self._keep_tools(await self.tool_listing.fetch())
 
     def _may_probe(self) -> bool:
         """Ask server/discover first, unless the slot or the link says the provider is session-era only,
@@ -284,7 +301,7 @@ class ProviderSession:
         already found the provider speaks 2026-07-28 (a remote upstream's probe) needs the result too."""
         params = {"_meta": eras.gateway_envelope()}
         try:
-            reply = await self.request("server/discover", params, timeout_ms=timeout_ms, internal=True)
+            reply = await self.own_request("server/discover", params, timeout_ms)
         except errors.RpcError as exc:
             data = exc.data if isinstance(exc.data, dict) else {}
             if data.get("reason") != "deadline" or self.link.info.era == eras.MODERN_ERA:
@@ -310,7 +327,7 @@ class ProviderSession:
             "capabilities": {key: dict(value) for key, value in PROVIDER_FACING_CAPABILITIES.items()},
             "clientInfo": {"name": "mcp-gateway", "version": __version__},
         }
-        reply = await self.request("initialize", params, timeout_ms=timeout_ms, internal=True)
+        reply = await self.own_request("initialize", params, timeout_ms)
         if "error" in reply:
             error = jsonrpc.normalize_error(reply["error"])
             raise errors.RpcError(error["code"], error["message"])
@@ -325,35 +342,6 @@ class ProviderSession:
         if not self.modern:
             return params
         return eras.with_meta(params, eras.gateway_envelope())
-
-    async def _list_tools(self) -> list[JsonObject]:
-        tools: list[JsonObject] = []
-        cursor: Any = None
-        seen: set[str] = set()
-        for _ in range(self.settings.max_tools_pages):
-            params: JsonObject = {} if cursor is None else {"cursor": cursor}
-            reply = await self.request(
-                "tools/list", self.own_params(params), timeout_ms=self.settings.initialize_timeout_ms, internal=True
-            )
-            if "error" in reply:
-                error = jsonrpc.normalize_error(reply["error"])
-                if error["code"] == jsonrpc.METHOD_NOT_FOUND and not tools:
-                    return []
-                raise errors.RpcError(error["code"], f"tools/list failed: {error['message']}")
-            result = reply.get("result")
-            page = result.get("tools") if isinstance(result, dict) else None
-            if not isinstance(page, list):
-                raise errors.RpcError(jsonrpc.INTERNAL_ERROR, "tools/list result has no tools array")
-            tools.extend(tool for tool in page if isinstance(tool, dict) and isinstance(tool.get("name"), str))
-            cursor = result.get("nextCursor") if isinstance(result, dict) else None
-            if not isinstance(cursor, str) or not cursor:
-                return tools
-            if cursor in seen:
-                self.warn_once("cursor_loop", "provider for slot %s repeats a tools/list cursor", self.slot)
-                return tools
-            seen.add(cursor)
-        self.warn_once("cursor_pages", "provider for slot %s pages tools/list past the cap", self.slot)
-        return tools
 
     def _keep_tools(self, tools: list[JsonObject]) -> bool:
         """Cache `tools` (shared with every session that lists the same); True when they changed."""
@@ -382,7 +370,7 @@ class ProviderSession:
             self._relist_again = False
             noticed, self._noticed = self._noticed, False
             try:
-                tools = await self._list_tools()
+                tools = await self.tool_listing.fetch()
             except errors.RpcError as exc:
                 self.last_error = f"re-listing tools failed: {exc.message}"
                 self.warn_once("relist", "re-listing tools of slot %s failed: %s", self.slot, exc.message)
@@ -551,6 +539,7 @@ class ProviderSession:
             sink=sink,
             client_progress_token=client_progress_token,
             relay=relay,
+            internal=internal,
         )
         # Registered before the send so an immediate answer finds it; removed if the send fails.
         self.pending[request_id] = entry
@@ -643,20 +632,25 @@ class ProviderSession:
         elif kind is Kind.BATCH:
             self.counters.protocol_violations += 1
             self.warn_once("batch", "provider for slot %s sent a batch; batches are not relayed", self.slot)
+            self.requests.refuse_batch()
         else:
             self.counters.unparsable += 1
             self.warn_once("unparsable", "unparsable message from provider for slot %s: %s", self.slot, message.problem)
-            if message.limit:
-                self.refused(message)
+            self.refused(message)
 
     def refused(self, message: jsonrpc.Message) -> None:
-        """A message refused for a bound (nested too deep) that answers a pending request ends that
-        request now: its caller gets -32603 naming the bound instead of waiting out the deadline."""
+        """A message that cannot be taken as an answer (nested deeper than a bound, or with neither
+        `result` nor `error`) but names a pending request ends that request now: its caller gets -32603
+        saying what was wrong instead of waiting out the deadline."""
         head = message.body
         request_id = head.get("id") if isinstance(head, dict) and "method" not in head else None
         if not is_gateway_id(request_id) or request_id not in self.pending:
             return
-        self._on_response(errors.answer_refused(self.slot, message.problem, message.limit).response(request_id))
+        if message.limit:
+            failure = errors.answer_refused(self.slot, message.problem, message.limit)
+        else:
+            failure = errors.answer_without_outcome(self.slot)
+        self._on_response(failure.response(request_id))
 
     def _on_response(self, body: JsonObject) -> None:
         request_id = body.get("id")
@@ -676,7 +670,8 @@ class ProviderSession:
         if self.requests.relayed:
             self.requests.end_relays(entry, "the request it belongs to was answered")
         if "error" in body:
-            self.counters.errors += 1
+            if not entry.internal:
+                self.counters.errors += 1
             body = {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc.normalize_error(body["error"])}
         if not entry.future.done():
             entry.future.set_result(body)

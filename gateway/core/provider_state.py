@@ -32,6 +32,8 @@ class SessionSettings:
     request_timeout_ms: int = 60_000
     tool_timeouts_ms: dict[str, int] = field(default_factory=dict)
     initialize_timeout_ms: int = 10_000
+    initialize_timeout_setting: str = "providers.initialize_timeout_ms"
+    """The setting `initialize_timeout_ms` comes from, as a handshake that runs past it names it."""
     max_pending: int = 256
     numeric_ids: bool = False
     max_tools_pages: int = 64
@@ -68,6 +70,9 @@ class Pending:
     relay: RequestRelay | None = None
     """What to do with the provider's requests towards the client of this request; None for the
     gateway's own requests (initialize, tools/list, heartbeats, replays)."""
+    internal: bool = False
+    """One of the gateway's own requests: neither it nor an error answering it is counted
+    (`SessionCounters.requests`, `errors`)."""
 
 
 @dataclass(slots=True)

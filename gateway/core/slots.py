@@ -275,6 +275,9 @@ class SlotRegistry:
         # An upstream may give its handshake its own deadline (a child process can start slowly);
         # a manager that has none (no `startup_timeout_ms` attribute) gets the providers' one.
         startup_ms = getattr(self.managers.get(name), "startup_timeout_ms", None)
+        startup_setting = getattr(self.managers.get(name), "startup_timeout_setting", None)
+        if not isinstance(startup_ms, int) or not isinstance(startup_setting, str):
+            startup_setting = "providers.initialize_timeout_ms"  # what a handshake past the deadline is told
         # Likewise its own call deadline (a remote upstream's request_timeout_ms); [slots.declared] wins.
         upstream_ms = getattr(self.managers.get(name), "request_timeout_ms", None)
         # The protocol era: [slots.declared] wins, then the upstream's own setting, then [providers].
@@ -287,6 +290,7 @@ class SlotRegistry:
             or providers.request_timeout_ms,
             tool_timeouts_ms=dict(per_slot.tool_timeouts_ms) if per_slot else {},
             initialize_timeout_ms=startup_ms if isinstance(startup_ms, int) else providers.initialize_timeout_ms,
+            initialize_timeout_setting=startup_setting,
             max_pending=self.config.limits.max_pending_per_slot,
             numeric_ids=id_style == "numeric" or link.info.numeric_ids,
             max_tools_pages=providers.max_tools_pages,

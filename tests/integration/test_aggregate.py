@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import mcp_types as types
@@ -13,6 +16,7 @@ from mcp.server.lowlevel import Server
 from gateway.app import GatewayServer
 from tests.conftest import Publishers, wait_for
 from tests.support.servers import demo_server
+from tests.support.southbound import Boards, provider_status
 
 MODES = ["legacy", "2026-07-28"]
 AGGREGATE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -240,3 +244,50 @@ async def test_a_cursor_the_gateway_never_gave_is_refused_on_every_list(
             assert refused.value.error.code == -32602, path
             assert refused.value.error.message == "Invalid cursor: the gateway lists all tools at once", path
             assert (await client.list_tools()).next_cursor is None
+
+
+CARELESS_TOOLS: list[dict[str, Any]] = [
+    {"name": "ok", "inputSchema": {"type": "object"}},
+    {"name": "noschema"},
+    {"name": "strschema", "inputSchema": "nope"},
+    {"name": "", "inputSchema": {"type": "object"}},
+]
+"""A board's tool table with a bug in it (an SDK server cannot send this: it checks its own lists)."""
+
+
+@pytest.fixture
+async def boards() -> AsyncIterator[Boards]:
+    helper = Boards()
+    yield helper
+    await helper.aclose()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_tools_no_client_can_read_are_left_out_and_the_rest_is_served(
+    gateway: GatewayServer, publishers: Publishers, boards: Boards, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "gateway.provider")
+    register = {"jsonrpc": "2.0", "method": "notifications/register", "params": {"aggregate": True}}
+    board = await boards.connect(gateway.url, "/provider/careless", tools=CARELESS_TOOLS, first_frame=register)
+    await publishers.start(gateway, "pump-1", demo_server("pump"), aggregate=True)
+    await wait_members(gateway, ["careless", "pump-1"])
+    async with Client(f"{gateway.url}/careless/mcp", mode=mode) as client:
+        assert await names_of(client) == ["ok"]
+        call = asyncio.create_task(answer_of(client, "ok"))
+        request = await board.request("tools/call")
+        await board.reply(request, {"content": [{"type": "text", "text": "careless:ok"}]})
+        assert await asyncio.wait_for(call, 5) == "careless:ok"
+    async with Client(all_url(gateway), mode=mode) as client:
+        assert await names_of(client) == ["careless-ok", "pump-1-add", "pump-1-echo", "pump-1-sleep", "pump-1-fail"]
+    status = await provider_status(gateway.url, "careless")
+    assert status["tools"] == 1
+    assert status["counters"]["protocol_violations"] == 3
+    warned = [r.getMessage() for r in caplog.records if getattr(r, "fault", "") == "unreadable_tool"]
+    assert warned == [
+        'provider for slot careless lists tool "noschema", which clients cannot read ("inputSchema" is missing); '
+        "it is left out of tools/list",
+        'provider for slot careless lists tool "strschema", which clients cannot read ("inputSchema" is a string, '
+        "not an object); it is left out of tools/list",
+        "provider for slot careless lists a tool without a usable name, which clients cannot read "
+        '("name" is an empty string); it is left out of tools/list',
+    ]

@@ -230,12 +230,51 @@ async def test_batch_from_a_provider_is_not_relayed(rig: Rig) -> None:
         batch = [
             {"jsonrpc": "2.0", "id": request["id"], "result": {"content": [{"type": "text", "text": "from batch"}]}},
             {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}},
+            {"jsonrpc": "2.0", "id": "batch-ping", "method": "ping"},
         ]
         await rig.board.send(batch, "board")
+        # Never left waiting: the board hears at once that nothing in its batch was read.
+        refusal = await rig.board.answer_to(None)
+        assert refusal == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32600,
+                "message": "JSON-RPC batches are not supported: nothing in this batch was read; "
+                "send one message at a time",
+                "data": {"reason": "batch"},
+            },
+        }
         await rig.board.reply(request, {"content": [{"type": "text", "text": "single"}]}, "board")
         assert text_of(await asyncio.wait_for(call, 5.0)) == "single"
+    # One answer per batch: the ping inside it was not read, so it has no answer of its own.
+    assert not [m for _, m in rig.board.received if isinstance(m, dict) and m.get("id") == "batch-ping"]
     assert (await rig.counters())["protocol_violations"] == 1
     await rig.assert_unharmed()
+
+
+async def test_an_answer_without_result_or_error_ends_the_call_at_once(rig: Rig) -> None:
+    async with Client(rig.url, mode="legacy") as client:
+        call = await pending_call(client)
+        request = await rig.board.request("tools/call")
+        await rig.board.send({"jsonrpc": "2.0", "id": request["id"]}, "board")
+        with pytest.raises(MCPError) as failure:
+            await asyncio.wait_for(call, 5.0)
+    # Not the deadline's -32000: the caller learns what the provider did wrong.
+    assert failure.value.code == -32603
+    assert failure.value.error.message == (
+        'Provider "board" answered without a "result" or an "error"; the provider must send one of them'
+    )
+    counters = await rig.counters()
+    assert (counters["unparsable"], counters["deadlines"], counters["errors"]) == (1, 0, 1)
+    await rig.assert_unharmed()
+
+
+async def test_the_gateways_own_probe_is_not_counted_as_a_provider_error(rig: Rig) -> None:
+    # The board answered server/discover -32601 (it serves the session era only) when it registered.
+    assert any(isinstance(m, dict) and m.get("method") == "server/discover" for _, m in rig.board.received)
+    counters = await rig.counters()
+    assert (counters["requests"], counters["errors"]) == (0, 0)
 
 
 # -- requests a provider opens ------------------------------------------------------------------

@@ -567,6 +567,24 @@ async def test_provider_that_never_answers_pings_is_dropped(
     assert "heartbeat" in reason
 
 
+async def test_a_provider_that_never_answers_initialize_is_closed_naming_the_handshake_deadline(
+    gateway_factory: GatewayFactory, boards: Boards
+) -> None:
+    gateway = await gateway_factory(providers={"initialize_timeout_ms": 300, "request_timeout_ms": 5000})
+    register = {"jsonrpc": "2.0", "method": "notifications/register", "params": {"hello": {"device_id": "x"}}}
+    board = await boards.connect(gateway.url, "/provider/noinit", first_frame=register)
+    board.handshake = False  # it hears initialize and never answers
+    code, reason = await board.wait_closed()
+    # The setting that bounds the handshake, whole, within a close frame's 123 bytes; not request_timeout_ms.
+    assert (code, reason) == (
+        1008,
+        "Provider must answer initialize within 300ms (providers.initialize_timeout_ms); it sent no answer",
+    )
+    status = await provider_status(gateway.url, "noinit")
+    assert status["last_disconnect_reason"] == reason
+    assert "initialize_timeout_ms" in status["last_error"] and "request_timeout_ms" not in status["last_error"]
+
+
 async def test_providers_that_answer_pings_stay(gateway_factory: GatewayFactory, publishers: Publishers) -> None:
     gateway = await gateway_factory(**HEARTBEAT)
     dedicated = await publishers.start(gateway, "alive-1", demo_server("a"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import shlex
@@ -274,6 +275,27 @@ async def test_a_child_that_exits_in_a_loop_backs_off_to_its_cap_and_is_diagnose
     child = (await provider_status(server.url, "demo"))["upstream"]
     assert child["crash_loop"] is True
     assert child["stderr_tail"][-1] == fatal
+
+
+async def test_a_child_that_dies_in_its_handshake_leaves_only_the_gateways_own_warning(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # It reads the gateway's first request and exits before answering, on every start.
+    dies = [sys.executable, "-c", "import sys; sys.stdin.readline(); sys.exit(1)"]
+    crashy = {"name": "demo", "command": dies, "restart_initial_s": 0.05, "restart_max_s": 0.1}
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+    try:
+        server = await gateway_factory(upstreams={"stdio": [crashy]})
+        await wait_view(server, lambda s: s["upstream"]["starts"] >= 4, "four starts", timeout=30)
+        gc.collect()  # a task whose failure nobody read is reported when it is collected
+        await asyncio.sleep(0.05)
+    finally:
+        loop.set_exception_handler(previous)
+    assert [context.get("message") for context in unhandled] == []
+    assert view(server)["upstream"]["last_exit"].endswith("exited with code 1")
 
 
 async def test_shutdown_stops_children_and_their_grandchildren() -> None:

@@ -110,7 +110,9 @@ def test_heartbeat_misses_name_the_interval() -> None:
 def test_unparsable_messages_and_batches() -> None:
     problems = diagnose(view(ready(counters={"unparsable": 3, "protocol_violations": 1})))
     assert "3 unparsable" in only(problems, "provider.unparsable_messages").evidence
-    assert "1 batch" in only(problems, "provider.protocol_violations").evidence
+    violations = only(problems, "provider.protocol_violations")
+    assert violations.evidence.startswith("1 protocol violation(s) since start: JSON-RPC batches (not read), tools")
+    assert "inputSchema object" in violations.fix
 
 
 def test_unmatched_responses_hint_at_the_id_type() -> None:

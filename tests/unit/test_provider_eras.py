@@ -69,6 +69,22 @@ async def test_a_board_answering_method_not_found_is_initialized_the_session_way
     assert session.status()["era"] == "session"
 
 
+async def test_the_gateways_own_probe_answered_with_an_error_is_no_provider_error() -> None:
+    session, link, _ = make_session(era="auto")
+    session.start()
+    answer(session, (await link.next())["id"], error={"code": -32601, "message": "Method not found"})
+    answer(session, (await link.next())["id"], INIT_RESULT)
+    assert (await link.next())["method"] == "notifications/initialized"
+    answer(session, (await link.next())["id"], {"tools": [ADD]})
+    await session.wait_ready(1.0)
+    assert (session.counters.requests, session.counters.errors) == (0, 0)
+    # A client's request answered with an error is one.
+    call = asyncio.create_task(session.request("tools/call", {"name": "add"}))
+    answer(session, (await link.next())["id"], error={"code": -32602, "message": "bad arguments"})
+    await call
+    assert (session.counters.requests, session.counters.errors) == (1, 1)
+
+
 async def test_a_provider_that_never_answers_discover_gets_initialize_at_the_deadline() -> None:
     session, link, _ = make_session(era="auto", initialize_timeout_ms=100)
     session.start()

@@ -8,6 +8,7 @@ the core sends and feed it the messages a board would answer with.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import orjson
@@ -196,7 +197,8 @@ async def test_endless_paging_stops_at_the_page_cap() -> None:
     await link.next()
     for page in range(3):
         listing = await link.next()
-        answer(session, listing["id"], {"tools": [{"name": f"t{page}"}], "nextCursor": f"c{page}"})
+        tool = {"name": f"t{page}", "inputSchema": {"type": "object"}}
+        answer(session, listing["id"], {"tools": [tool], "nextCursor": f"c{page}"})
     await session.wait_ready(1.0)
     assert [tool["name"] for tool in session.tools] == ["t0", "t1", "t2"]
     assert link.drain() == []
@@ -223,6 +225,72 @@ async def test_initialize_error_closes_the_link_with_the_reason() -> None:
     assert link.closed == (CLOSE_POLICY, "Provider must answer initialize and tools/list: busy")
     assert session.last_error == "initialize failed: busy"
     assert recorder.closed_reasons == ["Provider must answer initialize and tools/list: busy"]
+
+
+async def test_a_handshake_past_its_deadline_names_the_setting_in_a_close_frames_room() -> None:
+    session, link, recorder = make_session(initialize_timeout_ms=50, request_timeout_ms=5000)
+    session.start()
+    assert (await link.next())["method"] == "initialize"
+    with pytest.raises(errors.RpcError):
+        await session.wait_ready(2.0)
+    why = "Provider must answer initialize within 50ms (providers.initialize_timeout_ms); it sent no answer"
+    assert link.closed == (CLOSE_POLICY, why)
+    assert len(why.encode()) <= 123
+    assert recorder.closed_reasons == [why]
+    assert session.last_error == (
+        f'initialize failed: Provider "{SLOT}" did not respond within 50ms: no answer to initialize '
+        "(deadline: providers.initialize_timeout_ms)"
+    )
+
+
+async def test_a_caller_waiting_for_the_handshake_is_told_its_setting() -> None:
+    session, link, _ = make_session(initialize_timeout_ms=5000)
+    session.start()
+    await link.next()
+    with pytest.raises(errors.RpcError) as caught:
+        await session.wait_ready(0.05)
+    assert caught.value.message == (
+        f'Provider "{SLOT}" did not respond within 50ms: it has not finished initialize and tools/list yet '
+        "(deadline: providers.initialize_timeout_ms)"
+    )
+    assert caught.value.data["reason"] == "deadline"
+
+
+async def test_tools_clients_cannot_read_are_left_out_counted_and_named_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "gateway.provider")
+    session, link, _ = make_session()
+    unreadable: list[Any] = [
+        {"name": "noschema"},
+        {"name": "strschema", "inputSchema": "nope"},
+        {"name": "", "inputSchema": {"type": "object"}},
+        {"name": "quiet", "inputSchema": {"type": "object"}, "description": None},
+        "not a tool",
+    ]
+    await handshake(session, link, [ADD, *unreadable, ECHO])
+    assert session.tools == [ADD, ECHO]
+    assert session.tools_hash == tools_hash([ADD, ECHO])
+    assert session.counters.protocol_violations == 5
+    said = "provider for slot pump-1 lists {}, which clients cannot read ({}); it is left out of tools/list"
+    expected = [
+        said.format('tool "noschema"', '"inputSchema" is missing'),
+        said.format('tool "strschema"', '"inputSchema" is a string, not an object'),
+        said.format("a tool without a usable name", '"name" is an empty string'),
+        said.format('tool "quiet"', '"description" is null, not a string'),
+        said.format("a tool without a usable name", "the tool is a string, not an object"),
+    ]
+    warned = [r for r in caplog.records if getattr(r, "fault", "") == "unreadable_tool"]
+    assert [r.getMessage() for r in warned] == expected
+    assert {getattr(r, "slot", None) for r in warned} == {SLOT}
+    # Listed again, the same tools are neither named nor counted again on this connection.
+    notify(session, "notifications/tools/list_changed", {})
+    listing = await link.next()
+    answer(session, listing["id"], {"tools": [ADD, *unreadable]})
+    await asyncio.wait_for(session._relist_task, 1.0)  # type: ignore[arg-type]
+    assert session.tools == [ADD]
+    assert session.counters.protocol_violations == 5
+    assert len([r for r in caplog.records if getattr(r, "fault", "") == "unreadable_tool"]) == 5
 
 
 async def test_list_changed_relists_and_tells_the_registry() -> None:
@@ -552,6 +620,46 @@ async def test_error_without_code_is_normalised() -> None:
     assert session.counters.errors == 1
 
 
+async def test_an_answer_without_result_or_error_ends_its_request_at_once() -> None:
+    session, link, _ = make_session(request_timeout_ms=60_000)
+    task = asyncio.create_task(session.request("tools/call", {"name": "add"}))
+    sent = await link.next()
+    session.receive(orjson.dumps({"jsonrpc": "2.0", "id": sent["id"]}))
+    reply = await asyncio.wait_for(task, 1.0)
+    assert reply == {
+        "jsonrpc": "2.0",
+        "id": sent["id"],
+        "error": {
+            "code": -32603,
+            "message": f'Provider "{SLOT}" answered without a "result" or an "error"; '
+            "the provider must send one of them",
+            "data": {"slot": SLOT, "reason": "malformed_answer"},
+        },
+    }
+    assert session.pending == {}
+    assert session.counters.unparsable == 1
+    # One that names no pending request is only counted.
+    session.receive(b'{"jsonrpc":"2.0","id":"brk-77"}')
+    assert session.counters.unparsable == 2
+
+
+async def test_a_batch_is_answered_once_with_invalid_request_under_id_null() -> None:
+    session, link, _ = make_session()
+    session.receive(b'[{"jsonrpc":"2.0","id":"p-1","method":"ping"},{"jsonrpc":"2.0","id":"p-2","method":"ping"}]')
+    assert await link.next() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": -32600,
+            "message": "JSON-RPC batches are not supported: nothing in this batch was read; send one message at a time",
+            "data": {"reason": "batch"},
+        },
+    }
+    await asyncio.sleep(0.01)
+    assert link.drain() == []  # one answer per batch, none for the requests in it
+    assert session.counters.protocol_violations == 1
+
+
 async def test_provider_ping_is_answered_with_an_empty_result() -> None:
     session, link, _ = make_session()
     session.receive(b'{"jsonrpc":"2.0","id":"dev-1","method":"ping"}')
@@ -576,6 +684,7 @@ async def test_bad_input_is_counted_and_never_raises() -> None:
     assert session.counters.unparsable == 2
     assert session.counters.protocol_violations == 1
     assert recorder.notifications == []
+    assert (await link.next())["error"]["code"] == -32600  # the batch's answer, nothing else
     assert link.drain() == []
     assert session.state == "initializing"
 

@@ -289,9 +289,12 @@ def slot_faults(view: GatewayView, slot: SlotView) -> list[Problem]:
             Problem(
                 "provider.protocol_violations",
                 "warning",
-                f'The provider for "{slot.name}" sent JSON-RPC batches',
-                f"{violations} batch(es) since start; batches are not relayed",
-                "Send one JSON-RPC message per frame (batches were removed from MCP in 2025-06-18).",
+                f'The provider for "{slot.name}" broke the protocol',
+                f"{violations} protocol violation(s) since start: JSON-RPC batches (not read), tools clients "
+                "cannot read (left out of tools/list) or request ids used twice; the gateway's log names each",
+                "Send one JSON-RPC message per frame (batches were removed from MCP in 2025-06-18); give every tool "
+                "a non-empty string name, an inputSchema object and each other member its JSON type "
+                "(docs/protocol.md, Tools clients cannot read); never reuse the id of a request still open.",
                 slot.name,
             )
         )

@@ -65,9 +65,16 @@ TROUBLE_PROVIDER: list[tuple[str, str, str]] = [
     ),
     (
         "close 1008",
+        "`Provider must answer initialize within {init_timeout}ms (providers.initialize_timeout_ms); "
+        "it sent no answer`",
+        "The provider did not answer the gateway's handshake request named (`initialize` or `tools/list`) in "
+        "time. Answer both as soon as the link is up; raise `providers.initialize_timeout_ms` for a slow board.",
+    ),
+    (
+        "close 1008",
         "`Provider must answer initialize and tools/list: <reason>`",
-        "Answer `initialize` and `tools/list` within {init_timeout} ms (`providers.initialize_timeout_ms`); the "
-        "reason says which failed.",
+        "The provider answered `initialize` or `tools/list` with an error (or with something that is not a "
+        "result); the reason is what it answered.",
     ),
     (
         "close 1008 (and an error envelope)",

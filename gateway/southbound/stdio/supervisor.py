@@ -40,6 +40,12 @@ STDERR_DRAIN_S = 0.5
 """After a child ended, how long its last stderr lines (often the reason it died) may take to arrive."""
 
 
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """Mark the outcome of a task nobody awaits as seen (its failure is reported another way)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class StdioSupervisor:
     """Runs one stdio upstream's child, again and again, in the slot named after it."""
 
@@ -52,6 +58,8 @@ class StdioSupervisor:
         # Each request of the handshake may take the whole startup deadline; the margin makes the
         # supervisor's deadline (over initialize and tools/list together) the one that fires.
         self.startup_timeout_ms = round(config.startup_timeout_s * 1000) + HANDSHAKE_MARGIN_MS
+        self.startup_timeout_setting = f"the upstream's startup_timeout_s plus {HANDSHAKE_MARGIN_MS / 1000:g}s"
+        """How a handshake that runs past `startup_timeout_ms` names it."""
         self.era_setting = config.era
         """The protocol era the slot registry speaks to the child (None: providers.era)."""
         explicit = {name: value.get_secret_value() for name, value in config.env.items()}
@@ -224,6 +232,11 @@ class StdioSupervisor:
         finally:
             ready_task.cancel()
             stdout_task.cancel()
+            # A cancel can come too late: the session's end already woke wait_ready, which then ends with
+            # the session's "disconnected" error. Nobody awaits either task, so their outcome is read here;
+            # else asyncio logs "Task exception was never retrieved" each time a child dies in its handshake.
+            for task in (ready_task, stdout_task):
+                task.add_done_callback(_retrieved)
         return kind, served
 
     @staticmethod
