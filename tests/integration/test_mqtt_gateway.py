@@ -698,6 +698,39 @@ async def test_malformed_payloads_wrong_topics_and_oversize_messages_are_dropped
         await sim.stop()
 
 
+async def test_an_answer_without_an_outcome_ends_its_call_and_a_batch_is_answered(
+    gateway_factory: GatewayFactory, mosquitto: Mosquitto
+) -> None:
+    server = await mqtt_gateway(gateway_factory, mosquitto, profiles=["plain"])
+    board = Board(mosquitto.port, "pump-5")
+    await board.connect()
+    listener = RawPeer(mosquitto.port, "down-listener", v5=False)
+    assert await listener.connect() == "Success"
+    await listener.subscribe(board.topics["down"])
+    try:
+        await wait_ready_slot(server, "pump-5", timeout=10)
+        board.hold_calls = True
+        async with Client(f"{server.url}/pump-5/mcp", mode="legacy") as client:
+            call_task = asyncio.create_task(client.call_tool("get_status", {}))
+            await asyncio.wait_for(board.held_event.wait(), 5)
+            request_id = orjson.loads(board.deliveries[0][1])["id"]
+            # Neither result nor error: the caller is told at once, not at the deadline.
+            listener.publish(board.topics["up"], orjson.dumps({"jsonrpc": "2.0", "id": request_id}))
+            with pytest.raises(MCPError, match='answered without a "result" or an "error"'):
+                await asyncio.wait_for(call_task, 5)
+        # A batch: nothing in it is read, and the board gets one error for it on its down topic.
+        listener.publish(board.topics["up"], b'[{"jsonrpc":"2.0","id":"b-1","method":"ping"}]')
+        async with asyncio.timeout(5):
+            while b'"reason":"batch"' not in (seen := await listener.seen.get()).payload:
+                pass  # the gateway's own traffic to the board (its call, heartbeats)
+        answer = orjson.loads(seen.payload)
+        assert answer["id"] is None and answer["error"]["code"] == -32600
+        assert first_mqtt_broker(server).drops.totals["malformed"] == 2  # both are still counted as dropped
+    finally:
+        await listener.disconnect()
+        await board.disconnect()
+
+
 def counted(drops: DropCounter, reason: str, count: int) -> bool:
     return drops.totals[reason] == count
 

@@ -112,8 +112,11 @@ class MqttLink:
         if message.kind is jsonrpc.Kind.INVALID or message.kind is jsonrpc.Kind.BATCH:
             what = message.problem or "a batch (send one JSON-RPC message per MQTT message)"
             self.broker.drops.count("malformed", topic, what, self.slot)
-            if message.limit and self.session is not None:
-                self.session.refused(message)  # an answer nested too deep still ends its caller's wait
+            session = self.session
+            if session is not None and message.kind is jsonrpc.Kind.BATCH:
+                session.requests.refuse_batch()  # nothing in it is read: the board is told at once
+            elif session is not None:
+                session.refused(message)  # an answer nested too deep, or without an outcome, ends its caller's wait
             return
         session = self.session
         if session is not None:
