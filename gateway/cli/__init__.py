@@ -2,7 +2,8 @@
 
 # One module per subcommand group (run, config_cmd, calls, stdio, tokens, sim, tls, discover, policy, reload,
 # audit, approve, flash, device_install, devices), what
-# they share in common.py; this file assembles the parser and runs a command. A command imports what
+# they share in common.py, what `run` and `config check` refuse before binding in startup.py; this file
+# assembles the parser and runs a command. A command imports what
 # only it needs inside its function, so that `mcp-gateway --help` loads no more than the parser.
 
 from __future__ import annotations

@@ -122,11 +122,18 @@ def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def serial_port_flag(text: str) -> dict[str, Any]:
-    """--serial PATH[@BAUD]: a serial port to serve, at BAUD (default 115200; the rest in the config file)."""
+    """--serial PATH[@BAUD]: a serial port to serve, at BAUD (default 115200; the rest in the config file).
+
+    Whatever follows the last @ is the baud rate, so a typo in it (9216OO) is refused, not taken into
+    the path of a port that does not exist; a path with an @ in its name goes in the file's [[serial.ports]]."""
     path, sep, baud = text.rpartition("@")
-    if not sep or not baud.isdigit():
-        path = text
-        baud = ""
+    if not sep:
+        path, baud = text, ""
+    elif not (baud.isascii() and baud.isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"expected PATH[@BAUD] with BAUD a whole number, e.g. /dev/ttyUSB0@921600, got {text!r} "
+            "(a path with @ in its name goes in the config file: [[serial.ports]] path)"
+        )
     if not path.strip():
         raise argparse.ArgumentTypeError(f"expected PATH[@BAUD], e.g. /dev/ttyUSB0@921600, got {text!r}")
     return {"path": path.strip(), **({"baud": int(baud)} if baud else {})}

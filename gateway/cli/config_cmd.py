@@ -7,21 +7,20 @@ import sys
 
 import orjson
 
-from gateway.cli.common import Commands, _load, refuse_insecure_bind
+from gateway.cli.common import Commands, _load
 from gateway.cli.run import add_gateway_flags
+from gateway.cli.startup import startup_refusal
 from gateway.config import masked_dump
 
 
 def cmd_config(args: argparse.Namespace) -> int:
     config = _load(args)
     if args.action == "check":
-        refusal = refuse_insecure_bind(config)
+        # run's own check, on this machine: files read, the OTEL_* environment, udev, the host resolved.
+        refusal = startup_refusal(config)
         if refusal is not None:
             print(f"mcp-gateway: configuration loads, but `run` would refuse it: {refusal}", file=sys.stderr)
             return 2
-        from gateway.policy.client_auth import check_client_auth
-
-        check_client_auth(config)  # token files and a JWKS file are read as `run` reads them
         print("configuration OK")
         return 0
     sys.stdout.write(orjson.dumps(masked_dump(config), option=orjson.OPT_INDENT_2).decode() + "\n")

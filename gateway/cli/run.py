@@ -15,10 +15,10 @@ from gateway.cli.common import (
     _config_flags,
     _load,
     mqtt_url_flag,
-    refuse_insecure_bind,
     serial_port_flag,
     with_config,
 )
+from gateway.cli.startup import startup_refusal
 from gateway.config import DEFAULT_PORT
 from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
 
@@ -67,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _load(args)
     # A reload (SIGHUP, `mcp-gateway reload`) loads it again the same way: file, environment, these flags.
     source = ConfigSource(getattr(args, "config", None), _config_flags(args))
-    refusal = refuse_insecure_bind(config)
+    refusal = startup_refusal(config)  # what `config check` asks too (gateway/cli/startup.py)
     if refusal is not None:
         print(f"mcp-gateway: {refusal}", file=sys.stderr)
         return 2

@@ -30,7 +30,11 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # Strict: TOML, the environment's JSON and the flags all give typed values, so a value of another
+    # type is a mistake to name, not one to convert: `port = true` is not port 1 (a bool is an int in
+    # Python), `enabled = "yes"` is not true, `port = "3000"` is not a number. No inf or nan either: a
+    # bound or an interval must be a finite number.
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True, allow_inf_nan=False)
 
 
 def masked_url(url: str) -> str:

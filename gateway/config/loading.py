@@ -150,7 +150,7 @@ def load_config(
         origin = _origin_of(key, sources, file_label)
         if first["type"] == "extra_forbidden":
             raise ConfigError(f"{origin}: unknown setting {key!r}; see docs/configuration.md") from exc
-        hint = _env_list_hint(first, env_sources.get(key), env_data)
+        hint = _env_list_hint(first, env_sources.get(key), env_data) or _given_type(first, key in env_sources)
         raise ConfigError(f"{origin}: setting {key!r}: {first['msg']}{hint}") from exc
     if config.policy is not None:
         _check_policy(config, sources, file_label)
@@ -180,6 +180,32 @@ def _env_list_hint(error: Mapping[str, Any], source: str | None, env_data: Mappi
     else:
         example = "[...]"
     return f"; {name} takes a JSON list, e.g. {name}='{example}'"
+
+
+SCALAR_TYPE_ERRORS = frozenset({"int_type", "float_type", "bool_type"})
+
+
+def _given_type(error: Mapping[str, Any], from_environment: bool) -> str:
+    """What was given instead of a number or a boolean, by its kind only (the text could be a misplaced
+    secret): `port = true` and `enabled = "yes"` are refused, never converted (Section is strict)."""
+    if error["type"] not in SCALAR_TYPE_ERRORS:
+        return ""
+    value = error.get("input")
+    wanted = "true or false" if error["type"] == "bool_type" else "the number"
+    if isinstance(value, bool):
+        return f", not the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        # An environment value is text when it is not JSON (yes, Infinity); in the file, text is quoted.
+        return f", not text: give {wanted}" if from_environment else f", not text: write {wanted} without quotes"
+    if isinstance(value, float):
+        return ", not a number with a fraction"
+    if isinstance(value, int):
+        return f", not the number {value}: write true or false"
+    if isinstance(value, list):
+        return ", not a list"
+    if isinstance(value, dict):
+        return ", not a table"
+    return ""
 
 
 def _list_of_text(loc: tuple[int | str, ...]) -> bool:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
-from gateway.config.base import DEFAULT_PORT, Section, is_loopback_host
+from gateway.config.base import DEFAULT_PORT, Section, is_loopback_host, masked_url
 from gateway.config.groups import GROUP_NAME, GROUPS_SEPARATOR, RESERVED_GROUP_NAMES, GroupConfig, group_env_name
 from gateway.config.limits import LimitsConfig
 from gateway.config.mdns import MdnsConfig
@@ -97,6 +98,29 @@ class GatewayConfig(Section):
                 raise ValueError(
                     f"groups {other!r} and {name!r} would share the toggle {group_env_name(name)}; rename one"
                 )
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        try:
+            port = parts.port  # ValueError: not a number from 0 to 65535
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise ValueError(f"{masked_url(value)!r} has no valid port (1 to 65535)")
+        if parts.scheme not in ("http", "https") or not parts.hostname or any(char.isspace() for char in value):
+            raise ValueError(
+                f"{masked_url(value)!r} is not an http:// or https:// URL with a host, "
+                "e.g. https://gateway.plant.lan:3000"
+            )
+        if parts.username is not None or parts.query or parts.fragment:
+            raise ValueError(
+                f"{masked_url(value)!r}: the URL clients reach the gateway at takes no user, query or fragment"
+            )
         return value
 
     @field_validator("groups_separator")

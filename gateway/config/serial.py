@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Annotated, Literal
 
@@ -59,6 +60,15 @@ class SerialHotplugConfig(SerialLineConfig):
         return normalized
 
 
+def tty_device(path: str) -> str:
+    """The device `path` names: its real path, the links that exist now resolved (/dev/serial/by-id/...
+    -> /dev/ttyUSB0) and the rest normalized (/dev//ttyUSB0/ -> /dev/ttyUSB0)."""
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):  # a name the system refuses (a NUL, a loop of links)
+        return path
+
+
 SERIAL_LIMIT_KEYS = ("backlog_messages", "register_request_interval_s", "write_timeout_s")
 """The [serial]-wide bounds (fields of SerialConfig): mcpgw_limit's serial.<key> and the serial status's limits."""
 
@@ -86,6 +96,17 @@ class SerialConfig(Section):
         repeated = sorted({path for path in paths if paths.count(path) > 1})
         if repeated:
             raise ValueError(f"each serial port once; repeated: {', '.join(repeated)}")
+        # Two names of one tty (a /dev/serial/by-id link and its /dev/ttyUSB0): the second entry could
+        # never open the port the first holds, and would retry forever blaming another program.
+        named: dict[str, int] = {}
+        for index, path in enumerate(paths):
+            device = tty_device(path)
+            first = named.setdefault(device, index)
+            if first != index:
+                raise ValueError(
+                    f"serial.ports[{first}] {paths[first]!r} and serial.ports[{index}] {path!r} are the same port "
+                    f"({device}); each serial port once: keep one entry"
+                )
         if self.retry_max_s < self.retry_initial_s:
             raise ValueError("retry_max_s must be at least retry_initial_s")
         return self

@@ -31,6 +31,7 @@ from gateway.app import GatewayServer
 from gateway.core.broker.status import broker_info as status_view
 from gateway.policy.client_auth import CLIENT_AUTH_KEY
 from gateway.policy.hmac_auth import HmacVerifier
+from gateway.policy.token_files import create_token
 from gateway.reload import ConfigSource
 from sim.link import LinkSecurity
 from sim.pump import PumpSettings
@@ -476,6 +477,34 @@ async def test_mcp_gateway_reload_prints_the_changes_and_exits_1_on_a_refusal(re
         "Configuration reload refused; nothing was changed:",
         '  host "127.0.0.1" -> "localhost" needs a restart (the listener is bound to it)',
     ]
+
+
+async def test_a_reload_refuses_a_token_file_made_writable_by_others_as_a_start_would(
+    reloadable: Reloadable, tmp_path: Path
+) -> None:
+    tokens = tmp_path / "tokens.toml"
+    ops = create_token(tokens, "ops", ["admin"])
+    token_file = tmp_path / "ops"
+    token_file.write_text(ops)
+    server = await reloadable(f"port = 0\n[auth]\ntoken_files = [{json.dumps(str(tokens))}]\n")
+    tokens.chmod(0o666)  # the configuration is unchanged; the file is not
+    refusal = (
+        f"auth.token_files: token file {tokens}: writable by users other than its owner (mode 0666); "
+        f"run `chmod 600 {tokens}`"
+    )
+    code, out, err = await run_cli("reload", "--url", server.url, "--token-file", str(token_file))
+    assert code == 1, (out, err)
+    assert out.splitlines() == ["Configuration reload refused; nothing was changed:", f"  {refusal}"]
+    # config check, and so the next start, refuse it by the same words.
+    source = server.reloader.source
+    assert source is not None and source.path is not None
+    code, out, err = await run_cli("config", "check", "--config", source.path)
+    assert (code, out) == (2, "")
+    assert err == f"mcp-gateway: configuration loads, but `run` would refuse it: {refusal}\n"
+    tokens.chmod(0o600)
+    code, out, err = await run_cli("reload", "--url", server.url, "--token-file", str(token_file))
+    assert (code, err) == (0, "")
+    assert "nothing changed" in out
 
 
 async def test_broker_reload_under_a_policy_is_for_whom_it_grants_it(reloadable: Reloadable, tmp_path: Path) -> None:

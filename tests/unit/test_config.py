@@ -115,6 +115,123 @@ def test_invalid_value_names_the_key(tmp_path: Path, text: str, key: str) -> Non
     assert str(caught.value).startswith(f"config file {path}: setting {key}: ")
 
 
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        # A bool is an int in Python: `port = true` was port 1.
+        ("port = true\n", "'port'", "Input should be a valid integer, not the boolean true"),
+        ('port = "3000"\n', "'port'", "Input should be a valid integer, not text: write the number without quotes"),
+        ("port = 3000.0\n", "'port'", "Input should be a valid integer, not a number with a fraction"),
+        ("[limits]\nmax_slots = false\n", "'limits.max_slots'", "Input should be a valid integer, not the boolean"),
+        (
+            "[providers]\nheartbeat_interval_s = true\n",
+            "'providers.heartbeat_interval_s'",
+            "Input should be a valid number, not the boolean true",
+        ),
+        (
+            '[telemetry]\nenabled = "yes"\n',
+            "'telemetry.enabled'",
+            "Input should be a valid boolean, not text: write true or false without quotes",
+        ),
+        ("insecure_lan = 1\n", "'insecure_lan'", "Input should be a valid boolean, not the number 1: write true or"),
+        ('[mdns]\nenabled = "on"\n', "'mdns.enabled'", "Input should be a valid boolean"),
+    ],
+)
+def test_a_value_of_another_type_is_refused_not_converted(tmp_path: Path, text: str, key: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert str(caught.value).startswith(f"config file {path}: setting {key}: {message}")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "key"),
+    [
+        ("MCP_GATEWAY_PORT", "true", "'port'"),
+        ("MCP_GATEWAY_LIMITS__MAX_BODY_BYTES", "false", "'limits.max_body_bytes'"),
+        ("MCP_GATEWAY_TELEMETRY__ENABLED", "yes", "'telemetry.enabled'"),
+        ("MCP_GATEWAY_INSECURE_LAN", "1", "'insecure_lan'"),
+    ],
+)
+def test_an_environment_value_of_another_type_is_refused(name: str, value: str, key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ={name: value})
+    assert str(caught.value).startswith(f"environment variable {name}: setting {key}: Input should be a valid ")
+
+
+@pytest.mark.parametrize("number", ["inf", "-inf", "nan", "+inf"])
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ("providers", "heartbeat_interval_s"),
+        ("limits", "session_idle_timeout_s"),
+        ("limits", "vacant_slot_ttl_s"),
+        ("limits.connections", "idle_timeout_s"),
+        ("limits.connections", "handshake_timeout_s"),
+        ("limits.rate.per_slot", "rate_per_s"),
+        ("limits.rate.per_principal", "rate_per_s"),
+        ("serial", "retry_max_s"),
+        ("logging", "repeat_interval_s"),
+        ("telemetry.providers", "rate_per_s"),
+    ],
+)
+def test_a_float_setting_refuses_infinity_and_nan(tmp_path: Path, table: str, key: str, number: str) -> None:
+    path = write(tmp_path, f"[{table}]\n{key} = {number}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert str(caught.value) == f"config file {path}: setting '{table}.{key}': Input should be a finite number"
+
+
+def test_a_float_setting_from_the_environment_refuses_infinity() -> None:
+    # JSON has no Infinity or NaN, and 1e999 overflows: each is text to the environment, and text is no number.
+    for value in ("Infinity", "NaN", "1e999", "inf"):
+        with pytest.raises(ConfigError) as caught:
+            load_config(environ={"MCP_GATEWAY_PROVIDERS__HEARTBEAT_INTERVAL_S": value})
+        assert str(caught.value) == (
+            "environment variable MCP_GATEWAY_PROVIDERS__HEARTBEAT_INTERVAL_S: "
+            "setting 'providers.heartbeat_interval_s': Input should be a valid number, not text: give the number"
+        )
+
+
+def test_a_whole_number_is_a_float_setting() -> None:
+    config = load_config(environ={"MCP_GATEWAY_PROVIDERS__HEARTBEAT_INTERVAL_S": "5"})
+    assert config.providers.heartbeat_interval_s == 5.0
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("not a url", "'not a url' is not an http:// or https:// URL with a host"),
+        ("gateway.plant.lan:3000", "is not an http:// or https:// URL with a host"),
+        ("ftp://gateway.plant.lan", "is not an http:// or https:// URL with a host"),
+        ("https://", "is not an http:// or https:// URL with a host"),
+        ("https://gateway.plant.lan:99999", "has no valid port (1 to 65535)"),
+        ("https://gateway.plant.lan:0", "has no valid port (1 to 65535)"),
+        ("https://ops:secret@gateway.plant.lan", "'https://ops:***@gateway.plant.lan': the URL clients reach"),
+        ("https://gateway.plant.lan/?x=1", "takes no user, query or fragment"),
+    ],
+)
+def test_public_url_must_be_an_http_url_with_a_host(tmp_path: Path, url: str, message: str) -> None:
+    path = write(tmp_path, f"public_url = {url!r}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert str(caught.value).startswith(f"config file {path}: setting 'public_url': Value error, ")
+    assert message in str(caught.value)
+    assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "base"),
+    [
+        ("https://gateway.plant.lan:3000", "https://gateway.plant.lan:3000"),
+        ("https://plant.lan/gateway/", "https://plant.lan/gateway"),  # behind a reverse proxy, under a path
+        ("http://[fd00::5]:3000", "http://[fd00::5]:3000"),
+    ],
+)
+def test_public_url_is_the_base_url(url: str, base: str) -> None:
+    assert load_config(environ={"MCP_GATEWAY_PUBLIC_URL": url}).base_url() == base
+
+
 def test_environment_overrides_a_setting() -> None:
     assert load_config(environ={"MCP_GATEWAY_PORT": "4000"}).port == 4000
 

@@ -87,7 +87,7 @@ def test_environment_turns_hot_plug_on() -> None:
     [
         ("/dev/ttyUSB0", {"path": "/dev/ttyUSB0"}),
         ("/dev/ttyUSB0@921600", {"path": "/dev/ttyUSB0", "baud": 921600}),
-        ("/dev/serial/by-id/usb-Espressif@x", {"path": "/dev/serial/by-id/usb-Espressif@x"}),
+        ("/dev/serial/by-id/usb-Espressif@x@9600", {"path": "/dev/serial/by-id/usb-Espressif@x", "baud": 9600}),
     ],
 )
 def test_run_serial_flag_adds_ports(flag: str, entry: dict[str, object]) -> None:
@@ -115,6 +115,48 @@ def test_run_serial_flag_adds_to_the_ports_of_the_file(tmp_path: object) -> None
 def test_run_serial_flag_needs_a_path() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--serial", "@9600"])
+
+
+@pytest.mark.parametrize("flag", ["/dev/ttyUSB0@9216OO", "/dev/ttyUSB0@abc", "/dev/ttyUSB0@", "/dev/ttyUSB0@-9600"])
+def test_run_serial_flag_refuses_a_baud_that_is_not_a_number(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Not the path "/dev/ttyUSB0@9216OO" at the default baud: a port that never opens, and config check said OK.
+    for command in ("run", "config"):
+        with pytest.raises(SystemExit) as refused:
+            build_parser().parse_args([command, *(["check"] if command == "config" else []), "--serial", flag])
+        assert refused.value.code == 2
+        assert (
+            f"argument --serial: expected PATH[@BAUD] with BAUD a whole number, e.g. /dev/ttyUSB0@921600, got {flag!r}"
+            in capsys.readouterr().err
+        )
+
+
+def test_one_tty_named_twice_through_a_link_is_refused_naming_both(tmp_path: Path) -> None:
+    # A /dev/serial/by-id/... link and the tty it points at: the second entry could never open the port.
+    tty = tmp_path / "ttyUSB0"
+    tty.touch()
+    by_id = tmp_path / "usb-Silicon_Labs_CP2102-if00-port0"
+    by_id.symlink_to(tty)
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, environ={}, flags={"serial": {"ports": [{"path": str(by_id)}, {"path": str(tty)}]}})
+    assert str(refused.value) == (
+        f"command-line flag for serial: setting 'serial': Value error, serial.ports[0] {str(by_id)!r} and "
+        f"serial.ports[1] {str(tty)!r} are the same port ({tty}); each serial port once: keep one entry"
+    )
+    # From the file and a flag alike (run --serial adds to the file's ports).
+    file = tmp_path / "gateway.toml"
+    file.write_text(f"[[serial.ports]]\npath = {str(by_id)!r}\n")
+    args = build_parser().parse_args(["run", "--config", str(file), "--serial", f"{tty}@9600"])
+    with pytest.raises(ConfigError, match=r"serial.ports\[0\] .* and serial.ports\[1\] .* are the same port"):
+        load_config(str(file), environ={}, flags=_config_flags(args))
+
+
+def test_ports_that_do_not_exist_yet_are_told_apart_by_their_paths(tmp_path: Path) -> None:
+    paths = [str(tmp_path / "ttyUSB0"), str(tmp_path / "ttyUSB1")]
+    config = load_config(None, environ={}, flags={"serial": {"ports": [{"path": path} for path in paths]}})
+    assert [port.path for port in config.serial.ports] == paths  # as written, not resolved
+    twice = [f"{tmp_path}/ttyUSB0", f"{tmp_path}//ttyUSB0/"]  # one path, written two ways
+    with pytest.raises(ConfigError, match=r"serial.ports\[0\] .* and serial.ports\[1\] .* are the same port"):
+        load_config(None, environ={}, flags={"serial": {"ports": [{"path": path} for path in twice]}})
 
 
 # -- hot-plug enumerators -----------------------------------------------------------------------

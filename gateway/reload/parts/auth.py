@@ -3,7 +3,8 @@
 Each kind of credential keeps its verifier while its settings are unchanged (an OAuth verifier keeps its
 fetched keys, the signing verifier its replay cache); a changed kind gets a new verifier, built and
 checked (token files read) before anything is swapped. A new signing verifier takes over the replay
-cache, so a captured request cannot be replayed across a reload.
+cache, so a captured request cannot be replayed across a reload. With [auth] unchanged its files are
+still read again, so a token file a start would refuse (writable by others, say) refuses the reload.
 
 What needs a restart: turning client authentication on or off (the entry gate is built with or without
 the step), adding or removing [auth.oauth] (its metadata routes are registered at start), and widening
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig
-from gateway.policy.client_auth import CLIENT_AUTH_KEY, VERIFIER_FACTORIES, ClientAuth
+from gateway.policy.client_auth import CLIENT_AUTH_KEY, VERIFIER_FACTORIES, ClientAuth, check_client_auth
 from gateway.policy.hmac_auth import HmacVerifier
 from gateway.policy.verifier import Verifier
 from gateway.reload.context import Context, Prepared
@@ -117,6 +118,13 @@ def describe(old: GatewayConfig, new: GatewayConfig) -> list[str]:
 
 def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepared | None:
     if old.auth == new.auth:
+        if new.auth.configured:
+            # Token and key files change without the configuration (chmod 666 tokens.toml): read them as a
+            # start and `config check` do, so what they would refuse refuses the reload too, by the same words.
+            try:
+                check_client_auth(new)
+            except ConfigError as exc:
+                raise Refused(str(exc)) from exc
         return None
     problems = refusals(old, new)
     if problems:

@@ -274,6 +274,13 @@ def choose_enumerator(config: SerialHotplugConfig) -> Enumerator:
     return PollingEnumerator(config.poll_interval_s)
 
 
+def check_backend(config: SerialHotplugConfig) -> None:
+    """EnumeratorUnavailable when `backend` names one that cannot run here, as starting hot-plug would
+    raise it (asked by `run` and `config check` before anything listens); auto and poll always run."""
+    if config.enabled and config.backend == "udev":
+        choose_enumerator(config)
+
+
 class HotplugPorts:
     """Opens listed USB serial devices as they are plugged in and closes them as they are pulled out."""
 

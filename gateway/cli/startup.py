@@ -1,0 +1,82 @@
+"""What `run` refuses before it binds, asked once for both `run` and `config check`: the same checks, the
+same words, the same exit code (2), whatever the machine (udev, a resolvable host) they depend on."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from gateway import event_loop
+from gateway.cli.common import refuse_insecure_bind
+from gateway.config import ConfigError, GatewayConfig, TelemetryConfigError, resolve_telemetry
+
+
+def startup_refusal(config: GatewayConfig) -> str | None:
+    """Why `run` would not start with `config`, or None.
+
+    The LAN-bind rule, then what start-up builds from the configuration in the order `run` builds it:
+    the event loop, telemetry (OTEL_* applied, its headers file read), the TLS pair, the client
+    authentication verifiers (token and key files read), the serial hot-plug backend, and last the
+    address to listen on. Each is the check the running gateway makes itself, called here first."""
+    refusal = refuse_insecure_bind(config)
+    if refusal is not None:
+        return refusal
+    try:
+        check_startup(config)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def check_startup(config: GatewayConfig) -> None:
+    """ConfigError (the message naming the key or the file) for what start-up would refuse."""
+    try:
+        event_loop.loop_factory(config.event_loop)
+    except event_loop.EventLoopUnavailable as exc:
+        raise ConfigError(str(exc)) from exc
+    try:
+        resolve_telemetry(config.telemetry, os.environ)  # as gateway/telemetry/exporting.py resolves it
+    except TelemetryConfigError as exc:
+        raise ConfigError(str(exc)) from exc
+    if config.tls.enabled:
+        from gateway.policy.tls import ServerTls
+
+        ServerTls(config.tls)
+    from gateway.policy.client_auth import check_client_auth
+
+    check_client_auth(config)
+    if config.serial.hotplug.enabled:
+        from gateway.southbound.serial.hotplug import check_backend  # pyserial loads only with hot-plug on
+
+        check_backend(config.serial.hotplug)
+    check_listen_address(config.host)
+
+
+def check_listen_address(host: str) -> None:
+    """ConfigError naming `host` unless every address it resolves to can be listened on here, as the
+    listener resolves and binds it (asyncio's create_server: "" is every interface). Each address is
+    bound on a port of the system's choosing and closed at once, so the configured port stays free."""
+    try:
+        found = socket.getaddrinfo(host or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:  # socket.gaierror is an OSError; UnicodeError: a label too long
+        reason = getattr(exc, "strerror", None) or exc
+        raise ConfigError(
+            f"setting 'host': {host!r} is not an address, nor a name that resolves to one ({reason}); "
+            "give an address of this machine (0.0.0.0 for every interface, 127.0.0.1 for this machine only)"
+        ) from exc
+    for family, kind, protocol, _, address in found:
+        try:
+            probe = socket.socket(family, kind, protocol)
+        except OSError:
+            continue  # a family this system lacks: the listener skips it too
+        with probe:
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # as create_server binds it
+            try:
+                probe.bind((address[0], 0, *address[2:]))
+            except OSError as exc:
+                named = f"{host!r}" if address[0] == host else f"{host!r}, which resolves to {address[0]}"
+                raise ConfigError(
+                    f"setting 'host': cannot listen on {named}: {exc.strerror or exc}; give an address of this "
+                    "machine (0.0.0.0 for every interface, 127.0.0.1 for this machine only)"
+                ) from exc
