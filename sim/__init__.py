@@ -12,4 +12,6 @@ This file imports nothing, so the CLI can read the defaults below without loadin
 """
 
 DEFAULT_CONTROL_PORT = 3901
+MAX_PUMPS = 1000
+"""The most pumps one simulator runs (`sim --pumps`, `run --sim-pumps`): each holds its own link."""
 FIRMWARE_NAME = "pump-1-sim"

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
 
 from gateway.config import DEFAULT_PORT, GatewayConfig, lan_sides_text, load_config
 from gateway.config.base import ENV_CLIENT_URL
+
+if TYPE_CHECKING:
+    import ssl
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What `add_subparsers()` returns: each subcommand module adds its parsers to it."""
@@ -137,6 +141,63 @@ def serial_port_flag(text: str) -> dict[str, Any]:
     if not path.strip():
         raise argparse.ArgumentTypeError(f"expected PATH[@BAUD], e.g. /dev/ttyUSB0@921600, got {text!r}")
     return {"path": path.strip(), **({"baud": int(baud)} if baud else {})}
+
+
+def whole_number(minimum: int, maximum: int | None = None, meaning: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number from `minimum` (up to `maximum`); argparse's refusal names the
+    flag, this message the range (and `meaning`, e.g. what 0 means) and what was given."""
+    allowed = f"from {minimum} to {maximum}" if maximum is not None else f"of {minimum} or more"
+
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"expected a whole number {allowed}{meaning}, got {text!r}")
+        return value
+
+    return check
+
+
+def decimal_number(minimum: float, maximum: float | None = None, *, above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number from `minimum` (above it, with `above`) up to `maximum`."""
+    if maximum is not None:
+        allowed = f"{'above' if above else 'from'} {minimum:g} to {maximum:g}"
+    else:
+        allowed = f"above {minimum:g}" if above else f"of {minimum:g} or more"
+
+    def check(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        low_ok = value > minimum if above else value >= minimum
+        if not math.isfinite(value) or not low_ok or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"expected a number {allowed}, got {text!r}")
+        return value
+
+    return check
+
+
+PORT_NUMBER = whole_number(0, 65535, " (0: any free port)")
+"""The argparse type of a port to listen on, where 0 lets the system pick a free one."""
+
+
+def trusted_ca(path: str, flag: str = "--ca-file") -> ssl.SSLContext:
+    """A client TLS context trusting the CA certificate(s) in the PEM file `path`; ValueError naming
+    `flag` and the file when it cannot be read or holds no certificate (ssl's own errors name neither)."""
+    import ssl
+
+    try:
+        return ssl.create_default_context(cafile=path)
+    except ssl.SSLError as exc:  # an OSError too: first
+        raise ValueError(
+            f"{flag} {path} holds no CA certificate in PEM form ({exc.reason or exc}): give the CA's PEM file, "
+            "e.g. the ca.pem of `mcp-gateway tls self-signed`"
+        ) from None
+    except OSError as exc:
+        raise ValueError(f"{flag} {path} cannot be read: {exc.strerror or exc}") from None
 
 
 def mqtt_url_flag(text: str) -> str:

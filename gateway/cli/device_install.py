@@ -21,13 +21,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.cli.common import Commands, _read_credential_file, gateway_url_option
+from gateway.cli.common import Commands, _read_credential_file, decimal_number, gateway_url_option, whole_number
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE, PasswordFileError
 
 if TYPE_CHECKING:
     from gateway.provision.bundle import Application
 
 TRANSPORTS = {"ws": "websocket", "mqtt": "mqtt", "serial": "serial"}
+SERIAL_UARTS = ("1", "2", "console")
+"""What the board takes as serial.uart (pump1/config.py): UART 1 or 2 on its own pins, or the REPL's port."""
+PACE_MAX_MS = 1000.0
+"""A longer pause per 256 bytes would make a copy of the application take hours."""
 
 
 def _registry(args: argparse.Namespace) -> Any:
@@ -83,8 +87,13 @@ def cmd_install(args: argparse.Namespace) -> int:
         return _fail("--gateway-url is needed for --transport ws, e.g. --gateway-url ws://192.168.1.10:3000")
     if transport == "mqtt" and not args.mqtt_broker:
         return _fail("--mqtt-broker is needed for --transport mqtt, e.g. --mqtt-broker 192.168.1.10")
-    if args.mqtt_port is not None and not 0 < args.mqtt_port < 65536:
-        return _fail(f"--mqtt-port {args.mqtt_port} is not a port number")
+    problem = _slot_problem(args.slot)
+    if problem is None and transport == "websocket":
+        from gateway.provision.config_check import gateway_url_problem
+
+        problem = gateway_url_problem(args.gateway_url)
+    if problem is not None:
+        return _fail(problem)
     passwd_problem = None
     if transport == "mqtt":
         passwd_problem = _mqtt_username_problem(args.slot) or _password_file_problem(args)
@@ -98,7 +107,6 @@ def cmd_install(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         return _fail(str(exc))
-    registry = _registry(args)
 
     def config_with(token: str | None, mqtt_password: str | None = None) -> dict[str, Any]:
         return board.board_config(
@@ -116,6 +124,15 @@ def cmd_install(args: argparse.Namespace) -> int:
             mqtt_password=mqtt_password,
         )
 
+    # The board's own check of the config.json it would get (its secrets stand-ins), before the port,
+    # the registry or the password file is touched.
+    from gateway.provision.config_check import board_refusal
+
+    issued = "(issued at install)"
+    problem = board_refusal(config_with(None, issued) if transport == "mqtt" else config_with(issued))
+    if problem is not None:
+        return _fail(problem)
+    registry = _registry(args)
     try:
         if args.dry_run:
             bundle = build(_source(args), None, compile_modules=not args.no_compile)
@@ -174,6 +191,17 @@ def cmd_install(args: argparse.Namespace) -> int:
     finally:
         registry.close()
     return 0
+
+
+def _slot_problem(slot: str) -> str | None:
+    """Why the gateway would refuse the board's slot (its own rules, docs/protocol.md "Slot names"), or None."""
+    from gateway.core.names import SlotNameError, check_slot_name
+
+    try:
+        check_slot_name(slot)
+    except SlotNameError as exc:
+        return f"--slot {slot!r}: {exc} (the gateway refuses a board by that name)"
+    return None
 
 
 def _mqtt_username_problem(slot: str) -> str | None:
@@ -361,12 +389,13 @@ def _common(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--no-compile", action="store_true", help="copy the .py sources instead of compiling with mpy-cross"
     )
-    sub.add_argument("--baud", type=int, default=115200, help="the board's console speed (default 115200)")
+    sub.add_argument("--baud", type=whole_number(1), default=115200, help="the board's console speed (default 115200)")
     sub.add_argument(
         "--pace-ms",
-        type=float,
+        type=decimal_number(0, PACE_MAX_MS),
         default=10.0,
-        help="pause after each 256 bytes written to the board (default 10, as mpremote; 0 for a PTY)",
+        help=f"pause after each 256 bytes written to the board, 0 to {PACE_MAX_MS:g} (default 10, as mpremote; "
+        "0 for a PTY)",
     )
 
 
@@ -392,7 +421,10 @@ def add_device(commands: Commands) -> None:
     install.add_argument("--wifi-password-file", metavar="F", help="a file holding the Wi-Fi password")
     install.add_argument("--mqtt-broker", metavar="HOST", help="the MQTT broker (--transport mqtt)")
     install.add_argument(
-        "--mqtt-port", metavar="N", type=int, help="the broker's port (--transport mqtt; the board's default: 1883)"
+        "--mqtt-port",
+        metavar="N",
+        type=whole_number(1, 65535),
+        help="the broker's port (--transport mqtt; the board's default: 1883)",
     )
     install.add_argument(
         "--mosquitto-passwd",
@@ -400,9 +432,17 @@ def add_device(commands: Commands) -> None:
         default=str(DEFAULT_PASSWORD_FILE),
         help=f"mosquitto's password file, where an MQTT board's credential goes (default {DEFAULT_PASSWORD_FILE})",
     )
-    install.add_argument("--serial-uart", metavar="N", help="the board's UART: 1, 2 or console (--transport serial)")
     install.add_argument(
-        "--watchdog-s", type=int, default=10, help="the board's hardware watchdog (default 10; 0: off)"
+        "--serial-uart",
+        metavar="N",
+        choices=SERIAL_UARTS,
+        help="the board's UART: 1, 2 or console (--transport serial)",
+    )
+    install.add_argument(
+        "--watchdog-s",
+        type=whole_number(0, meaning=" (0: off)"),
+        default=10,
+        help="the board's hardware watchdog in seconds (default 10; 0: off)",
     )
     install.add_argument(
         "--dry-run",
@@ -421,7 +461,10 @@ def add_device(commands: Commands) -> None:
     update.add_argument("--port", help="the board's serial port (default: the one it was installed on)")
     gateway_options(update)
     update.add_argument(
-        "--wait-s", type=float, default=60.0, help="how long to wait for the board to come back (default 60)"
+        "--wait-s",
+        type=decimal_number(0, above=True),
+        default=60.0,
+        help="how long to wait for the board to come back (default 60)",
     )
     _common(update)
     update.set_defaults(func=registry_errors("device update", cmd_update))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.cli.common import Commands, gateway_url_option
+from gateway.cli.common import Commands, gateway_url_option, whole_number
 
 CHIPS = ("auto", "esp32", "esp32s2", "esp32s3", "esp32c2", "esp32c3", "esp32c6", "esp32h2")
 
@@ -75,13 +75,13 @@ def add_flash(commands: Commands) -> None:
         metavar="ADDR",
         help="where the image goes in flash (default 0x0: a whole-flash image; an application alone: 0x10000)",
     )
-    sub.add_argument("--baud", type=int, default=460800, help="baud rate for the transfer (default 460800)")
+    sub.add_argument("--baud", type=whole_number(1), default=460800, help="baud rate for the transfer (default 460800)")
     sub.add_argument(
         "--connect-attempts",
-        type=int,
+        type=whole_number(1),
         default=3,
         metavar="N",
-        help="times to reset the board into download mode and sync before giving up (default 3)",
+        help="times to reset the board into download mode and sync before giving up, 1 or more (default 3)",
     )
     sub.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
     gateway_url_option(sub, "the running gateway to ask for the port")

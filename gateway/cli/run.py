@@ -11,16 +11,19 @@ from typing import Any
 
 from gateway import event_loop
 from gateway.cli.common import (
+    PORT_NUMBER,
     Commands,
     _config_flags,
     _load,
     mqtt_url_flag,
     serial_port_flag,
+    whole_number,
     with_config,
 )
 from gateway.cli.startup import startup_refusal
 from gateway.config import DEFAULT_PORT
 from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
+from sim import MAX_PUMPS as SIM_MAX_PUMPS
 
 
 def remote_upstream_flag(text: str) -> dict[str, Any]:
@@ -72,9 +75,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"mcp-gateway: {refusal}", file=sys.stderr)
         return 2
     sim_pumps = getattr(args, "sim_pumps", 0) or 0
-    if sim_pumps < 0:
-        print("mcp-gateway: --sim-pumps must be 0 or more", file=sys.stderr)
-        return 2
     setup_logging(config.logging.level, config.logging.format, config.insecure_lan_open)
     # Made once the loop runs (until_stopped): an unavailable loop leaves no coroutine never awaited.
     main: Callable[[], Coroutine[Any, Any, None]]
@@ -107,14 +107,15 @@ def add_run(commands: Commands) -> None:
     add_gateway_flags(run)
     run.add_argument(
         "--sim-pumps",
-        type=int,
+        type=whole_number(0, SIM_MAX_PUMPS),
         default=0,
         metavar="N",
-        help="also publish N simulated pumps (pump-1 ... pump-N) into this gateway over WebSocket (default 0)",
+        help=f"also publish N simulated pumps (pump-1 ... pump-N, at most {SIM_MAX_PUMPS}) into this gateway over "
+        "WebSocket (default 0)",
     )
     run.add_argument(
         "--sim-control-port",
-        type=int,
+        type=PORT_NUMBER,
         default=SIM_CONTROL_PORT,
         metavar="PORT",
         help=f"loopback port of the simulator's control endpoint (default {SIM_CONTROL_PORT}; 0: any free port)",

@@ -9,9 +9,19 @@ import sys
 
 import orjson
 
-from gateway.cli.common import DEFAULT_URL, Commands, control_url_option, mqtt_url_flag, serial_port_flag
+from gateway.cli.common import (
+    DEFAULT_URL,
+    PORT_NUMBER,
+    Commands,
+    _read_credential_file,
+    control_url_option,
+    mqtt_url_flag,
+    serial_port_flag,
+    trusted_ca,
+)
 from gateway.config.base import ENV_SIM_CONTROL_URL
 from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
+from sim import MAX_PUMPS
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -35,7 +45,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     out_of_range = [
         f"{flag} must be {rule}, got {value:g}"
         for flag, value, fine, rule in (
-            ("--pumps", args.pumps, 1 <= args.pumps <= 1000, "between 1 and 1000"),
+            ("--pumps", args.pumps, 1 <= args.pumps <= MAX_PUMPS, f"between 1 and {MAX_PUMPS}"),
             ("--first", args.first, args.first >= 0, "0 or more"),
             ("--deadman-s", args.deadman_s, args.deadman_s > 0, "greater than 0"),
             ("--dry-run-s", args.dry_run_s, args.dry_run_s > 0, "greater than 0"),
@@ -49,12 +59,22 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print("mcp-gateway sim: --telemetry-period-s must be 0 (no samples) or more", file=sys.stderr)
         return 2
     from gateway.logs import setup_logging
-    from gateway.publish.websocket import client_ssl
     from sim.link import LinkSecurity, provider_token
     from sim.mqtt import MqttTarget
     from sim.pump import PumpSettings
     from sim.simulator import SimulatorSettings, run
 
+    try:
+        # Checked here, before the MQTT target's check, whose refusal names neither the flag nor the problem.
+        trust: ssl.SSLContext | bool = trusted_ca(args.ca_file) if args.ca_file else True  # True: the system's CAs
+        token = (
+            _read_credential_file(args.provider_token_file, "--provider-token-file")
+            if args.provider_token_file
+            else provider_token(None)
+        )
+    except ValueError as exc:
+        print(f"mcp-gateway sim: {exc}", file=sys.stderr)
+        return 2
     mqtt = None
     if args.mqtt is not None:
         try:
@@ -73,12 +93,6 @@ def cmd_sim(args: argparse.Namespace) -> int:
             print(f"mcp-gateway sim: {exc}", file=sys.stderr)
             return 2
 
-    try:
-        token = provider_token(args.provider_token_file)
-        trust = client_ssl(None, args.ca_file)
-    except (OSError, ssl.SSLError) as exc:
-        print(f"mcp-gateway sim: {exc}", file=sys.stderr)
-        return 2
     setup_logging(args.log_level, "auto")
     pump = PumpSettings(
         deadman_s=args.deadman_s,
@@ -138,7 +152,7 @@ def add_sim(commands: Commands) -> None:
     sim.add_argument("--first", type=int, default=1, metavar="K", help="number of the first slot, pump-K (default 1)")
     sim.add_argument(
         "--control-port",
-        type=int,
+        type=PORT_NUMBER,
         default=SIM_CONTROL_PORT,
         metavar="PORT",
         help=f"loopback port of the control endpoint (default {SIM_CONTROL_PORT}; 0: any free port)",

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import ssl
 import sys
 
-from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file
+from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file, trusted_ca
 
 
 def cmd_stdio(args: argparse.Namespace) -> int:
@@ -42,8 +41,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
             credentials = BearerToken(_read_credential_file(args.token_file, "--token-file"))
         elif os.environ.get(ENV_CLIENT_TOKEN, "").strip():
             credentials = BearerToken(os.environ[ENV_CLIENT_TOKEN].strip())
-        context = ssl.create_default_context(cafile=args.ca_file) if args.ca_file else None
-    except (ValueError, OSError, ssl.SSLError) as exc:
+        context = trusted_ca(args.ca_file) if args.ca_file else None
+    except ValueError as exc:
         return refuse(str(exc))
     # stdout belongs to the MCP host: logs go to stderr only.
     setup_logging(args.log_level, "text")

@@ -39,6 +39,14 @@ class FlashRequest:
     release_wait_s: float = 5.0
     """How long a released port may take to become free."""
 
+    def __post_init__(self) -> None:
+        # esptool takes 0 attempts or fewer as "try for ever": the flash would hang, silent, holding the
+        # port (and keeping a gateway's serial way in released). The CLI refuses these when parsing.
+        if self.connect_attempts < 1:
+            raise ValueError(f"connect_attempts must be 1 or more, got {self.connect_attempts}")
+        if self.baud < 1:
+            raise ValueError(f"baud must be 1 or more, got {self.baud}")
+
 
 def flash(request: FlashRequest, reporter: Reporter, handover: Handover | None = None) -> int:
     """Run the flash; 0, or the exit code of the FlashError that stopped it (reported as the last step)."""
