@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import signal
 import sys
-from collections.abc import Callable, Coroutine
+import threading
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from gateway import event_loop
@@ -52,17 +54,33 @@ def stdio_upstream_flag(text: str) -> dict[str, Any]:
     return {"name": name.strip(), "command": argv}
 
 
-async def until_stopped(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+def hold_signals() -> list[int]:
+    """SIGTERM, SIGINT and SIGHUP from now until the event loop takes them over: kept, for
+    until_stopped to replay, instead of their default actions (SIGTERM and SIGHUP kill the process,
+    SIGINT raises KeyboardInterrupt). Loading the gateway's modules and configuration comes before
+    the loop and takes a noticeable time on a small board."""
+    held: list[int] = []
+    if threading.current_thread() is threading.main_thread():  # signal handlers belong to the main thread
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda number, _frame: held.append(number))
+    return held
+
+
+async def until_stopped(main: Callable[[], Coroutine[Any, Any, None]], held: Sequence[int] = ()) -> None:
     """main() with SIGTERM, SIGINT and SIGHUP handled from the loop's first step: a stop during start-up
     (the simulator's control port, the listener) stops what was started and exits 0, not 143; a
-    SIGHUP reloads once the gateway is up instead of killing it (129)."""
+    SIGHUP reloads once the gateway is up instead of killing it (129). `held`: the signals that came
+    before the loop (hold_signals), acted on now."""
     from gateway.app import start_signals
 
-    start_signals()  # serve() finds these handlers and their events (gateway/app.py)
+    signals = start_signals()  # serve() finds these handlers and their events (gateway/app.py)
+    for signum in held:
+        (signals.reload if signum == signal.SIGHUP else signals.stop).set()
     await main()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    held = hold_signals()  # first: the imports and checks below take a while
     from gateway.app import serve
     from gateway.logs import setup_logging
     from gateway.reload import ConfigSource
@@ -85,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         main = functools.partial(serve, config, source=source)
     try:
-        event_loop.run(until_stopped(main), config.event_loop)
+        event_loop.run(until_stopped(main, held), config.event_loop)
     except event_loop.EventLoopUnavailable as exc:
         print(f"mcp-gateway: {exc}", file=sys.stderr)
         return 2

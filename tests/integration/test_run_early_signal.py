@@ -21,21 +21,30 @@ import sys
 
 from gateway.cli import main
 import gateway.app
+import gateway.cli.run
 import sim.simulator
 
 where = sys.argv.pop(1)
-owner = {"sim-control": sim.simulator.Simulator, "listener": gateway.app.GatewayServer}[where]
-name = "start_control" if where == "sim-control" else "start"
-original = getattr(owner, name)
+if where == "config":  # before the event loop: run is loading its configuration
+    load = gateway.cli.run._load
 
+    def held_load(args):
+        print("starting up", flush=True)
+        sys.stdin.readline()  # held here until the test has sent the signal
+        return load(args)
 
-async def held(self, *args, **kwargs):
-    print("starting up", flush=True)
-    sys.stdin.readline()  # held here until the test has sent the signal
-    return await original(self, *args, **kwargs)
+    gateway.cli.run._load = held_load
+else:
+    owner = {"sim-control": sim.simulator.Simulator, "listener": gateway.app.GatewayServer}[where]
+    name = "start_control" if where == "sim-control" else "start"
+    original = getattr(owner, name)
 
+    async def held(self, *args, **kwargs):
+        print("starting up", flush=True)
+        sys.stdin.readline()  # held here until the test has sent the signal
+        return await original(self, *args, **kwargs)
 
-setattr(owner, name, held)
+    setattr(owner, name, held)
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -57,6 +66,9 @@ STOPS = [
     # Before the listener is up: what start-up opens is stopped again.
     ("listener", (), signal.SIGTERM),
     ("listener", ("--sim-pumps", "1", "--sim-control-port", "0"), signal.SIGTERM),
+    # Before the event loop runs (modules and configuration loading): the signal is kept until it does.
+    ("config", (), signal.SIGTERM),
+    ("config", (), signal.SIGINT),
 ]
 
 
@@ -94,7 +106,14 @@ async def signalled_in_start_up(
 @pytest.mark.parametrize(
     ("where", "flags", "signum"),
     STOPS,
-    ids=["sim-control-sigterm", "sim-control-sigint", "listener-sigterm", "listener-sim-sigterm"],
+    ids=[
+        "sim-control-sigterm",
+        "sim-control-sigint",
+        "listener-sigterm",
+        "listener-sim-sigterm",
+        "config-sigterm",
+        "config-sigint",
+    ],
 )
 async def test_a_signal_during_start_up_stops_the_gateway_cleanly_with_exit_0(
     where: str, flags: tuple[str, ...], signum: signal.Signals
@@ -114,10 +133,11 @@ async def test_a_signal_during_start_up_stops_the_gateway_cleanly_with_exit_0(
             await gateway.wait()
 
 
-async def test_a_sighup_during_start_up_reloads_once_the_gateway_is_up() -> None:
+@pytest.mark.parametrize("where", ["config", "listener"])
+async def test_a_sighup_during_start_up_reloads_once_the_gateway_is_up(where: str) -> None:
     # Not the default action (killed, 129): the configuration is read again once the gateway is up,
     # as a SIGHUP to a running gateway does, and the gateway goes on serving.
-    gateway = await signalled_in_start_up("listener", (), signal.SIGHUP)
+    gateway = await signalled_in_start_up(where, (), signal.SIGHUP)
     try:
         await line_matching(gateway.stderr, re.compile(rb"SIGHUP during start-up"))
         await line_matching(gateway.stderr, re.compile(rb"configuration reloaded from .*: nothing changed"))
