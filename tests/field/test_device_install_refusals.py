@@ -6,8 +6,7 @@ board's own check, the real `micropython` booting main.py with each refused conf
 config_error whose text the install quoted: the two agree because the install runs that very check
 (gateway/provision/config_check.py). What the board learns only later is the gateway's to refuse: a
 gateway_url it cannot dial (it boots, then every dial fails), a slot name the gateway refuses (the
-gateway's own rules, gateway/core/names.py), a negative watchdog_s (an ESP32's machine.WDT refuses
-it at boot; the Unix port has no watchdog, so no test here can show the board's side of that one).
+gateway's own rules, gateway/core/names.py).
 """
 
 from __future__ import annotations
@@ -130,12 +129,17 @@ BOARD_REFUSES = [
         "--serial-uart 3: the board would refuse it at boot (config_error: serial.uart must be 1 or 2 (a UART on "
         'its own pins) or "console")',
     ),
+    (
+        config(watchdog_s=-5),
+        "watchdog_s must be 0 (no watchdog) or more",
+        "--watchdog-s -5: the board would refuse it at boot (config_error: watchdog_s must be 0 (no watchdog) or more)",
+    ),
     (config(gateway_url="wss://127.0.0.1:1"), "a wss:// gateway needs ca_file (or tls_insecure: true in a lab)", None),
 ]
 
 
 @pytest.mark.parametrize(
-    ("refused", "board_error", "install_error"), BOARD_REFUSES, ids=["_bad", "$pump", "uart", "wss"]
+    ("refused", "board_error", "install_error"), BOARD_REFUSES, ids=["_bad", "$pump", "uart", "watchdog", "wss"]
 )
 async def test_the_board_refuses_at_boot_what_the_install_refuses(
     tmp_path: Path, refused: dict[str, Any], board_error: str, install_error: str | None

@@ -183,6 +183,8 @@ def load(path):
             raise ConfigError("%s must be greater than 0" % key)
     if merged["backoff_max_s"] < merged["backoff_min_s"]:
         raise ConfigError("backoff_max_s must not be smaller than backoff_min_s")
+    if merged["watchdog_s"] < 0:
+        raise ConfigError("watchdog_s must be 0 (no watchdog) or more")
     if merged["frame_max_bytes"] < 1024:
         raise ConfigError("frame_max_bytes must be at least 1024")
     if merged["hardware"] not in (None, "esp32", "sim"):
