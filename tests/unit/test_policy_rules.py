@@ -245,6 +245,8 @@ def test_a_bound_that_is_no_number_is_not_compared_again() -> None:
     [
         ({}, "limits[0]: sets no limit: give min, max or allowed"),
         ({"min": True}, "limits[0].min: input should be a valid number"),
+        ({"max": float("inf")}, "limits[0].max: input should be a finite number"),  # no limit at all
+        ({"min": float("nan")}, "limits[0].min: input should be a finite number"),  # compares false with all
         ({"allowed": []}, "limits[0].allowed: needs at least one entry"),
         ({"allowed": ["a"], "action": "clamp", "max": 3}, 'limits[0]: action "clamp" cannot go with allowed'),
         ({"max": 3, "action": "cap"}, "limits[0].action: input should be 'refuse' or 'clamp'"),

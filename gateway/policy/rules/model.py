@@ -18,7 +18,7 @@ MAX_CONFIRM_S = 86_400
 
 class Entry(BaseModel):
     # strict: a "300" in quotes is a mistake to point at, not a number to guess.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class Role(Entry):
