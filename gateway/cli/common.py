@@ -39,14 +39,23 @@ def env_default(variable: str, fallback: str) -> str:
     return value
 
 
-def check_base_url(text: str, what: str, example: str) -> str:
-    """`text` when it is an http(s) base URL: scheme, host, a valid port, no path beyond "/"; else ValueError.
+def check_base_url(text: str, what: str, example: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    """`text` when it is a base URL of one of `schemes`: scheme, host, a valid port, no user or password,
+    no path beyond "/"; else ValueError.
 
     Checked here, before aiohttp sees it: aiohttp's own errors for these (NonHttpUrlClientError,
-    InvalidUrlClientError) are tracebacks, and a URL with a path is joined into a wrong endpoint (404)."""
+    InvalidUrlClientError) are tracebacks, a URL with a path is joined into a wrong endpoint (404), and
+    a user and password would go out as Basic credentials, which the gateway refuses."""
     parts = urlsplit(text)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"must start with http:// or https://, e.g. {example}; got {text!r}")
+    if parts.scheme not in schemes:
+        allowed = " or ".join(", ".join(f"{scheme}://" for scheme in schemes).rsplit(", ", 1))
+        raise ValueError(f"must start with {allowed}, e.g. {example}; got {text!r}")
+    if parts.username is not None or parts.password is not None:
+        # Not echoed: the part before the @ may be a secret.
+        raise ValueError(
+            f"carries a user or password (user@ before the host); give {what} as {example}, "
+            "and a token with --token-file"
+        )
     try:
         port = parts.port  # ValueError: out of 0-65535, or not a number
     except ValueError:

@@ -14,6 +14,7 @@ from gateway.cli.common import (
     PORT_NUMBER,
     Commands,
     _read_credential_file,
+    check_base_url,
     control_url_option,
     mqtt_url_flag,
     serial_port_flag,
@@ -36,11 +37,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.serial_link is not None and not args.serial_pty:
         print("mcp-gateway sim: --serial-link names the pseudo-terminal of --serial-pty", file=sys.stderr)
         return 2
-    if not args.gateway.startswith(("http://", "https://", "ws://", "wss://")):
-        print(
-            f"mcp-gateway sim: --gateway must start with http://, https://, ws:// or wss://, got {args.gateway!r}",
-            file=sys.stderr,
-        )
+    try:
+        check_base_url(args.gateway, "the gateway's base URL", "http://HOST:PORT", ("http", "https", "ws", "wss"))
+    except ValueError as exc:
+        print(f"mcp-gateway sim: --gateway {exc}", file=sys.stderr)
         return 2
     out_of_range = [
         f"{flag} must be {rule}, got {value:g}"

@@ -214,6 +214,9 @@ async def test_sim_command_refuses_a_url_it_cannot_dial() -> None:
     code, _, err = await cli("sim", "--gateway", "ftp://127.0.0.1:3000", "--pumps", "2")
     assert code == 2
     assert "--gateway must start with http://, https://, ws:// or wss://" in err
+    code, _, err = await cli("sim", "--gateway", "http://127.0.0.1:3000/pump-1/mcp")  # it dials its own paths
+    assert code == 2
+    assert "--gateway is the gateway's base URL, e.g. http://HOST:PORT, with no path" in err
     for flags, named in (
         (("--pumps", "0"), "sim: --pumps must be between 1 and 1000, got 0\n"),
         (("--deadman-s", "0"), "sim: --deadman-s must be greater than 0, got 0\n"),

@@ -36,6 +36,11 @@ BAD_URLS = [
         "is the gateway's base URL, e.g. http://HOST:PORT, with no path; got 'http://127.0.0.1:3170/pump-3/mcp'",
     ),
     ("http://127.0.0.1:3170?x=1", "is the gateway's base URL, e.g. http://HOST:PORT, with no path"),
+    (
+        "http://agent:s3cret@127.0.0.1:3170",  # the message does not repeat it: it may be a secret
+        "carries a user or password (user@ before the host); give the gateway's base URL as http://HOST:PORT, "
+        "and a token with --token-file",
+    ),
 ]
 
 
@@ -59,6 +64,7 @@ def test_every_client_command_refuses_a_url_that_is_no_base_url(
 ) -> None:
     line = usage_error(capsys, [*command, "--url", url])
     assert f"error: argument --url: {reason}" in line
+    assert "s3cret" not in line
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:3170", "https://gw.plant.lan", "http://[::1]:3170/"])
