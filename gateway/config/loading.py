@@ -253,7 +253,8 @@ def apply_group_toggles(config: GatewayConfig, environ: Mapping[str, str]) -> No
             known = ", ".join(sorted(by_variable)) or "none: no [groups.<name>] is configured"
             raise ConfigError(
                 f"environment variable {variable}: no such group; toggles of the configured groups: {known}. "
-                "Fix the name, define the group under [groups.<name>], or remove the variable"
+                "Fix the name, define the group under [groups.<name>], or remove the variable (a running "
+                "gateway keeps the environment it started with: that takes a restart)"
             )
         value = GROUP_TOGGLE_VALUES.get(text.strip().lower())
         if value is None:
