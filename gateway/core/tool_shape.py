@@ -6,26 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.core.json_words import json_type
+
 STRING_MEMBERS = ("title", "description")
 OBJECT_MEMBERS = ("outputSchema", "annotations", "_meta", "execution")
 ANNOTATION_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 TASK_SUPPORT = ("forbidden", "optional", "required")
 ICON_THEMES = ("light", "dark")
-
-
-def json_type(value: Any) -> str:
-    """The JSON name of `value`'s type, as a provider's author reads it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
 
 
 def tool_problem(tool: Any) -> str | None:

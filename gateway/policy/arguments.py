@@ -27,7 +27,8 @@ from typing import Any, NoReturn
 
 from fastjsonschema import JsonSchemaValueException
 
-from gateway.policy.schemas import SchemaCache, Validator, explain, json_type, listed, number, shown
+from gateway.core.json_words import json_type
+from gateway.policy.schemas import SchemaCache, Validator, explain, listed, number, shown
 
 INVALID_PARAMS = -32602
 SCHEMA = "the tool's inputSchema"

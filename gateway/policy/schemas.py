@@ -30,6 +30,8 @@ import fastjsonschema
 import orjson
 from fastjsonschema import JsonSchemaValueException
 
+from gateway.core.json_words import json_type
+
 log = logging.getLogger("gateway.policy.schemas")
 
 Validator = Callable[[Any], Any]
@@ -195,25 +197,6 @@ TYPE_WORDS = {
     "array": "an array",
     "null": "null",
 }
-
-
-def json_type(value: Any) -> str:
-    """The JSON type of `value`, with its article: "a boolean", "an integer", "null"."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def number(value: float) -> str:

@@ -1,10 +1,10 @@
 """The numbers, ports and files of flash, device install and update, sim, run's simulator flags and stdio,
 refused when the command line is parsed or before anything starts, each naming its option.
 
-Before these checks, `flash --connect-attempts 0` hung for ever (esptool retries without end), `sim
---control-port 70001` died with an OverflowError traceback, `run --sim-control-port 70000` bound port
-4464 (70000 mod 65536), `device install --watchdog-s -5` wrote it to the board, and `--ca-file` of a
-missing file said only `[Errno 2] No such file or directory`.
+Unchecked, `flash --connect-attempts 0` hangs for ever (esptool retries without end), `sim
+--control-port 70001` dies with an OverflowError traceback, `run --sim-control-port 70000` binds port
+4464 (70000 mod 65536), `device install --watchdog-s -5` writes it to the board, and `--ca-file` of a
+missing file says only `[Errno 2] No such file or directory`.
 """
 
 from __future__ import annotations
@@ -15,22 +15,13 @@ import pytest
 
 from gateway.cli import build_parser, main
 from sim import MAX_PUMPS
+from tests.unit.test_cli_client_flags import usage_error
 
 pytestmark = pytest.mark.usefixtures("cli_environment")
 
 INSTALL = ["device", "install", "/dev/ttyUSB0", "--slot", "pump-7", "--gateway-url", "ws://192.168.1.10:3000"]
 UPDATE = ["device", "update", "pump-7"]
 FLASH = ["flash", "/dev/ttyUSB0"]
-
-
-def usage_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """The last line argparse prints for `argv`, which must be a usage error (exit 2, no traceback)."""
-    with pytest.raises(SystemExit) as caught:
-        main(argv)
-    assert caught.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return err.splitlines()[-1]
 
 
 REFUSED = [

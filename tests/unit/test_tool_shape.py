@@ -36,9 +36,9 @@ UNREADABLE: list[tuple[Any, str]] = [
     ({"name": "s", "inputSchema": "nope"}, '"inputSchema" is a string, not an object'),
     ({"name": "s", "inputSchema": ["object"]}, '"inputSchema" is an array, not an object'),
     ({"inputSchema": SCHEMA}, '"name" is missing'),
-    ({"name": 7, "inputSchema": SCHEMA}, '"name" is a number, not a string'),
+    ({"name": 7, "inputSchema": SCHEMA}, '"name" is an integer, not a string'),
     ({"name": "", "inputSchema": SCHEMA}, '"name" is an empty string'),
-    ({"name": "d", "inputSchema": SCHEMA, "description": 5}, '"description" is a number, not a string'),
+    ({"name": "d", "inputSchema": SCHEMA, "description": 5}, '"description" is an integer, not a string'),
     ({"name": "d", "inputSchema": SCHEMA, "description": None}, '"description" is null, not a string'),
     ({"name": "t", "inputSchema": SCHEMA, "title": ["T"]}, '"title" is an array, not a string'),
     ({"name": "o", "inputSchema": SCHEMA, "outputSchema": "x"}, '"outputSchema" is a string, not an object'),
@@ -50,7 +50,7 @@ UNREADABLE: list[tuple[Any, str]] = [
     ),
     (
         {"name": "h", "inputSchema": SCHEMA, "annotations": {"title": 1}},
-        '"annotations.title" is a number, not a string',
+        '"annotations.title" is an integer, not a string',
     ),
     (
         {"name": "e", "inputSchema": SCHEMA, "execution": {"taskSupport": "always"}},
