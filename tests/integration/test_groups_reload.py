@@ -7,6 +7,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, MCPError
 
+from tests.integration.test_groups import INITIALIZE, MCP_HEADERS
 from tests.integration.test_reload import Reloadable, pumps, reloadable, rewrite
 
 __all__ = ["reloadable"]  # the fixture, used by name
@@ -32,20 +33,9 @@ async def test_a_session_on_a_removed_group_sees_it_empty_and_new_clients_get_40
         assert isinstance(guide.content[0], types.TextContent)
 
         # A new session is told the group is gone, with the groups that are left.
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
-        headers = {"Accept": "application/json, text/event-stream"}
         async with (
             aiohttp.ClientSession() as http,
-            http.post(f"{server.url}/mcp/pumps", json=initialize, headers=headers) as response,
+            http.post(f"{server.url}/mcp/pumps", json=INITIALIZE, headers=MCP_HEADERS) as response,
         ):
             assert response.status == 404
             refusal = await response.json()
