@@ -588,6 +588,31 @@ async def test_elicitation_from_a_session_era_remote_reaches_the_calling_client(
         assert answers  # the answer went back on the same session
 
 
+async def test_a_calls_log_messages_reach_its_own_client_only(gateway_factory: GatewayFactory) -> None:
+    """A session-era remote sends a call's log messages on that call's stream: they reach the caller,
+    before its result, and no other client of the slot (MCP: each message on exactly one stream)."""
+    logs: dict[str, list[str]] = {"caller": [], "other": []}
+
+    def logger(who: str) -> Any:
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            logs[who].append(str(params.data))
+
+        return on_log
+
+    async with remote_server(lambda: demo_server("files")) as remote:
+        server = await start_gateway(gateway_factory, entry(remote.url, transport="streamable-http"))
+        await wait_ready_slot(server, SLOT)
+        async with (
+            Client(slot_url(server), mode="legacy", logging_callback=logger("other")) as other,
+            Client(slot_url(server), mode="legacy", logging_callback=logger("caller")) as caller,
+        ):
+            await other.list_tools()  # connected, its GET stream open, idle
+            assert text(await caller.call_tool("echo", {"text": "hi"})) == "hi"
+            assert logs["caller"] == ["echoing hi"]  # on the call's own stream, before its result
+            await asyncio.sleep(0.3)  # anything misrouted would have reached the other client by now
+        assert logs == {"caller": ["echoing hi"], "other": []}
+
+
 @pytest.mark.parametrize("transport", ["streamable-http", "auto"])
 async def test_heartbeats_reach_the_remote_in_either_era(gateway_factory: GatewayFactory, transport: str) -> None:
     """ping is gone in 2026-07-28: there the heartbeat is a server/discover probe."""

@@ -43,6 +43,7 @@ from gateway.southbound.remote.wire import (
     PROTOCOL_VERSION,
     SESSION_ID,
     http_failure,
+    related_to,
     stateless_headers,
     stream_broken,
 )
@@ -275,6 +276,13 @@ class StreamableHttpLink(RemoteLink):
                 self.protocol_version = result["protocolVersion"]
             self.feed(data)
             return True
+        if request_id is not None and parsed.kind in (Kind.NOTIFICATION, Kind.REQUEST):
+            # Sent on the stream of one request (a call's log messages, its sampling): it belongs to
+            # that request, so the core gives it to that request's client only, as a tag says.
+            tagged = related_to(parsed.body, request_id)
+            if tagged is not None:
+                self.feed_message(tagged)
+                return False
         self.feed(data)
         return False
 

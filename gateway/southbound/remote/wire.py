@@ -13,7 +13,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from gateway.core import jsonrpc
 from gateway.core.eras import META_PROTOCOL_VERSION
-from gateway.core.jsonrpc import JsonObject
+from gateway.core.jsonrpc import JsonId, JsonObject
+from gateway.core.relay import RELATED_REQUEST_KEY
 from gateway.core.stateless import NAME_PARAM, PARAM_HEADER_PREFIX, header_annotations
 from gateway.core.versions import LATEST_STATELESS
 
@@ -87,6 +88,16 @@ def stateless_headers(message: JsonObject, input_schema: Any = None) -> dict[str
     if method == "tools/call" and input_schema is not None:
         headers.update(param_headers(input_schema, params.get("arguments")))
     return headers
+
+
+def related_to(message: JsonObject, request_id: JsonId) -> JsonObject | None:
+    """`message` tagged as belonging to the gateway's request `request_id` (the tag the core routes a
+    provider's notification or request by), or None when it cannot carry it or names a request already."""
+    params = message.get("params", {})
+    meta = params.get("_meta", {}) if isinstance(params, dict) else None
+    if not isinstance(params, dict) or not isinstance(meta, dict) or RELATED_REQUEST_KEY in meta:
+        return None
+    return {**message, "params": {**params, "_meta": {**meta, RELATED_REQUEST_KEY: request_id}}}
 
 
 # -- failures -----------------------------------------------------------------------------------
