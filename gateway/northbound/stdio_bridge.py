@@ -250,6 +250,10 @@ def _rpc_error(request_id: Any, code: int, message: str, data: Any = None) -> Js
     return jsonrpc.error_response(request_id, code, message, data)
 
 
+SESSION_STATE_METHODS = frozenset({"logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
+"""Requests whose effect lasts as long as the session: the bridge makes them again on a new one."""
+
+
 class Relay:
     """Writes out what the gateway sends while one client message is forwarded, and notes whether
     the answer to that message (a request with `request_id`) was among it."""
@@ -300,6 +304,10 @@ class StdioBridge:
         """Input schemas from the tools/list answers relayed so far, by tool name."""
         self.stateless_calls: dict[Any, asyncio.Task[Any]] = {}
         """Stateless-era requests in flight by the host's id (notifications/cancelled cancels one)."""
+        self.log_level: JsonObject | None = None
+        """The params of the host's last accepted logging/setLevel, set again on a new session."""
+        self.subscriptions: dict[str, JsonObject] = {}
+        """The host's accepted resources/subscribe params by URI, made again on a new session."""
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -382,6 +390,13 @@ class StdioBridge:
         self.protocol_version = result.get("protocolVersion")
         await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, self.session_id, keep)
         log.info("opened a new gateway session on %s", self.url)
+        # What the host set on the session it had: it is told only of changed tools, so it would not set
+        # them again. Each is asked once; a refusal now leaves it unset, as on the gateway itself.
+        replayed = [("logging/setLevel", self.log_level)] if self.log_level is not None else []
+        replayed += [("resources/subscribe", params) for params in self.subscriptions.values()]
+        for method, params in replayed:
+            request = {"jsonrpc": "2.0", "id": self._next_internal_id(), "method": method, "params": params}
+            await self.post(request, self.session_id, keep)
 
     async def renew(self, stale: str | None) -> None:
         """The gateway no longer knows session `stale`: open a new one (once, however many notice)."""
@@ -478,11 +493,26 @@ class StdioBridge:
 
     def relay_for(self, message: jsonrpc.Message) -> Relay:
         """What writes the gateway's messages for one client message out, noting its answer (and the
-        tools' input schemas in a tools/list answer, for the stateless era's Mcp-Param-* headers)."""
+        tools' input schemas in a tools/list answer, for the stateless era's Mcp-Param-* headers; the
+        session state a new session must be given again)."""
         relay = Relay(self.emit, message.id if message.kind is Kind.REQUEST else None)
         if message.method == "tools/list":
             relay.on_answer = self.learn_tools
+        elif message.method in SESSION_STATE_METHODS:
+            params = message.params or {}
+            relay.on_answer = lambda reply: self.learn_session_state(message.method, params, reply)
         return relay
+
+    def learn_session_state(self, method: str, params: JsonObject, reply: JsonObject) -> None:
+        if "result" not in reply:
+            return
+        uri = params.get("uri")
+        if method == "logging/setLevel":
+            self.log_level = params
+        elif method == "resources/subscribe" and isinstance(uri, str):
+            self.subscriptions[uri] = params
+        elif method == "resources/unsubscribe" and isinstance(uri, str):
+            self.subscriptions.pop(uri, None)
 
     def learn_tools(self, reply: JsonObject) -> None:
         result = reply.get("result")

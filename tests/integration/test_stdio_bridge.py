@@ -472,15 +472,23 @@ async def test_a_gateway_restart_is_survived_by_an_sdk_host(publishers: Publishe
     await first.start()
     second: GatewayServer | None = None
     changed: list[str] = []
+    logged: list[str] = []
 
     async def on_message(message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             changed.append(message.method)
 
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logged.append(f"{params.level}: {params.data}")
+
     try:
         await publishers.start(first, "pump-1", demo_server("pump-1"), backoff_initial_s=0.1, backoff_max_s=0.2)
-        async with Client(bridge(first.url), mode="legacy", message_handler=on_message) as client:
+        async with Client(
+            bridge(first.url), mode="legacy", message_handler=on_message, logging_callback=on_log
+        ) as client:
             assert (await client.call_tool("add", {"a": 1, "b": 1})).structured_content == {"result": 2}
+            await client.set_logging_level("error")  # the echo tool's info line is not wanted from now on
+            assert (await client.call_tool("echo", {"text": "one"})).structured_content == {"result": "one"}
             await first.stop()
             with pytest.raises(MCPError) as down:
                 await client.call_tool("add", {"a": 1, "b": 1})
@@ -492,6 +500,9 @@ async def test_a_gateway_restart_is_survived_by_an_sdk_host(publishers: Publishe
             # The new gateway does not know the old session: the bridge opens one and resends.
             assert (await client.call_tool("add", {"a": 2, "b": 2})).structured_content == {"result": 4}
             await wait_for(lambda: "notifications/tools/list_changed" in changed, what="list_changed after renewal")
+            # The host set its log level once, on the old session: the new one has it too.
+            assert (await client.call_tool("echo", {"text": "two"})).structured_content == {"result": "two"}
+            assert logged == []
         await wait_for(lambda: second is not None and no_sessions(second), what="DELETE at EOF")
     finally:
         await publishers.stop_all()
