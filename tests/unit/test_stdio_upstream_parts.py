@@ -194,6 +194,16 @@ def test_a_crash_loop_is_an_error_with_the_stderr_tail_as_evidence() -> None:
     assert "node server.js" in loop.fix
 
 
+def test_a_crash_loop_of_start_up_deadlines_leads_with_raising_the_deadline_and_quotes_the_command() -> None:
+    command = ["python", "-c", "import sys; print('x', file=sys.stderr)"]
+    slow = upstream_view(failures_in_a_row=3, crash_loop=True, last_exit_kind="startup_timeout", command=command)
+    [loop] = diagnose(slow, "memory")
+    assert loop.id == "upstream.crash_loop"
+    assert loop.fix.startswith("The child must answer within startup_timeout_s (10.0s); raise it")
+    # Pasted into a shell as printed, the command runs as the gateway runs it.
+    assert """python -c 'import sys; print('"'"'x'"'"', file=sys.stderr)'""" in loop.fix
+
+
 def test_a_stdio_upstream_down_is_not_reported_as_a_missing_board() -> None:
     ids = [problem.id for problem in diagnose(upstream_view(), "memory")]
     assert ids == ["upstream.down"]

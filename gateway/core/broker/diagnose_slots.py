@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ def _stderr_evidence(upstream: Mapping[str, Any], lines: int = 5) -> str:
 def _stdio_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> list[Problem]:
     """A stdio upstream is not a board: its absence is a child that exits, hangs or cannot start."""
     name = slot.name
-    command = " ".join(str(part) for part in upstream.get("command") or [])
+    command = shlex.join(str(part) for part in upstream.get("command") or [])  # to paste into a shell
     failures = int(upstream.get("failures_in_a_row") or 0)
     last_exit = upstream.get("last_exit") or "none yet"
     next_in = upstream.get("next_restart_in_s")
@@ -29,6 +30,11 @@ def _stdio_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> lis
         f"env_passthrough (provider_status {name!r} lists them): a missing variable is a common cause. "
         "An MCP stdio server must answer initialize on stdin/stdout and log only to stderr."
     )
+    too_slow = upstream.get("last_exit_kind") == "startup_timeout"
+    raise_timeout = (
+        f"The child must answer within startup_timeout_s ({upstream.get('startup_timeout_s')}s); raise it "
+        "for a slow starter (a package manager fetching on first run). "
+    )
     if upstream.get("crash_loop"):
         return [
             Problem(
@@ -37,21 +43,21 @@ def _stdio_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> lis
                 f'The stdio upstream "{name}" keeps ending: {failures} times in a row',
                 f"last end: {last_exit}{restart} (back-off doubles up to restart_max_s "
                 f"{upstream.get('restart_max_s')}s); {_stderr_evidence(upstream)}",
-                run_by_hand,
+                # Ended each time by its start-up deadline, it may only be slow: that fix comes first.
+                (raise_timeout if too_slow else "") + run_by_hand,
                 name,
             )
         ]
     if slot.connected:
         return []
-    if upstream.get("last_exit_kind") == "startup_timeout":
+    if too_slow:
         return [
             Problem(
                 "upstream.startup_timeout",
                 "error",
                 f'The stdio upstream "{name}" did not answer initialize and tools/list in time',
                 f"last end: {last_exit}{restart}; {_stderr_evidence(upstream)}",
-                f"The child must answer within startup_timeout_s ({upstream.get('startup_timeout_s')}s); raise it "
-                f"for a slow starter (a package manager fetching on first run). {run_by_hand}",
+                raise_timeout + run_by_hand,
                 name,
             )
         ]
