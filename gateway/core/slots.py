@@ -252,7 +252,7 @@ class SlotRegistry:
             return
         vacant.sort(key=lambda slot: slot.vacant_since)
         for slot in vacant[:excess]:
-            del self.slots[slot.name]
+            self._forget(slot)
 
     def forget_vacant(self, now: float | None = None) -> int:
         """Forget slots vacant for longer than limits.vacant_slot_ttl_s; how many went."""
@@ -262,8 +262,14 @@ class SlotRegistry:
         cutoff = (time.monotonic() if now is None else now) - ttl
         stale = [slot for slot in self._vacant() if slot.vacant_since <= cutoff]
         for slot in stale:
-            del self.slots[slot.name]
+            self._forget(slot)
         return len(stale)
+
+    def _forget(self, slot: Slot) -> None:
+        """The slot and its gauges go: set at attach and leave, they would outlive a slot made and
+        forgotten between two scrapes of /metrics."""
+        del self.slots[slot.name]
+        self.metrics.forget_slot(slot.name)
 
     def live_sessions(self) -> list[ProviderSession]:
         return [slot.session for slot in self.slots.values() if slot.live is not None]  # type: ignore[misc]

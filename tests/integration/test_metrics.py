@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 import aiohttp
 import orjson
@@ -12,6 +14,7 @@ from mcp import Client, MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import GatewayServer
+from gateway.core.slots import Slot
 from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.support.servers import demo_server
 
@@ -298,3 +301,52 @@ async def test_slots_that_are_forgotten_leave_the_gauges(
     metrics = await scrape(http, gateway)
     assert metrics.value("mcpgw_slot_connected", slot="typo-1") is None
     assert metrics.value("mcpgw_slot_connected", slot="typo-3") == 0
+
+
+def unparsable(slot: Slot | None) -> int | None:
+    return slot.counter_totals().get("unparsable") if slot is not None else None
+
+
+def came_and_went(gateway: GatewayServer, name: str) -> bool:
+    slot = gateway.gateway.registry.slots.get(name)
+    return slot is not None and slot.connects == 1 and slot.live is None
+
+
+async def test_slots_made_and_forgotten_between_scrapes_leave_no_gauges(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    # Boards that come and go before anyone scrapes: each set mcpgw_slot_connected when it attached.
+    gateway = await gateway_factory(limits={"max_slots": 2})
+    for name in ("churn-1", "churn-2", "churn-3", "churn-4"):
+        ws = await http.ws_connect(f"ws://127.0.0.1:{gateway.port}/provider/{name}")
+        await ws.close()
+        await wait_for(partial(came_and_went, gateway, name), what=f"{name} to come and go")
+    metrics = await scrape(http, gateway)
+    names = ("churn-1", "churn-2", "churn-3", "churn-4")
+    shown = {name for name in names if metrics.value("mcpgw_slot_connected", slot=name) is not None}
+    # limits.max_slots: the first two were forgotten to make room, and their gauges went with them.
+    assert shown == set(gateway.gateway.registry.slots) == {"churn-3", "churn-4"}
+
+
+async def test_a_forgotten_slot_that_comes_back_counts_its_faults_on(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    gateway = await gateway_factory(providers={"register_wait_ms": 0})
+    registry = gateway.gateway.registry
+
+    async def garble(times: int) -> None:
+        ws = await http.ws_connect(f"ws://127.0.0.1:{gateway.port}/provider/garbled")
+        for _ in range(times):
+            await ws.send_str("{not json")
+        await wait_for(lambda: unparsable(registry.slots.get("garbled")) == times, what=f"{times} unparsable")
+        await ws.close()
+        await wait_for(lambda: registry.slots["garbled"].live is None, what="garbled to leave")
+
+    await garble(3)
+    assert (await scrape(http, gateway)).get("mcpgw_provider_faults_total", slot="garbled", kind="unparsable") == 3
+    # The slot is forgotten (vacant_slot_ttl_s), then the board comes back and misbehaves again.
+    assert registry.forget_vacant(now=time.monotonic() + 10 * gateway.gateway.config.limits.vacant_slot_ttl_s) == 1
+    await garble(2)
+    metrics = await scrape(http, gateway)
+    assert metrics.get("mcpgw_provider_faults_total", slot="garbled", kind="unparsable") == 5
+    assert metrics.get("mcpgw_unparsable_messages_total", side="provider") == 5

@@ -17,6 +17,7 @@ from gateway.telemetry.metrics import PROVIDER_FAULT_KINDS
 
 if TYPE_CHECKING:
     from gateway.core.broker.view import BrokerView
+    from gateway.core.slots import Slot
 
 
 def limit_values(limits: LimitsConfig) -> dict[str, float]:
@@ -70,7 +71,9 @@ def mqtt_limit_values(mqtt: MqttConfig) -> dict[str, float]:
 class ScrapeSync:
     def __init__(self, gateway: BrokerView) -> None:
         self.gateway = gateway
-        self._counted: dict[tuple[str, str], int] = {}
+        self._counted: dict[str, tuple[Slot, dict[str, int]]] = {}
+        """What each slot's own counters stood at when last copied, with the slot they were read from:
+        a slot forgotten and made again under its name (vacant_slot_ttl_s) counts from 0 again."""
         self._slots_shown: set[str] = set()
         metrics = gateway.metrics
         config = gateway.config
@@ -92,6 +95,7 @@ class ScrapeSync:
         slots = gateway.registry.slots
         for name in self._slots_shown - slots.keys():
             metrics.forget_slot(name)
+            self._counted.pop(name, None)
         self._slots_shown = set(slots)
         members = set(gateway.aggregate.members())
         for name, slot in slots.items():
@@ -101,8 +105,12 @@ class ScrapeSync:
             metrics.slot_tools.labels(name).set(len(session.tools) if session is not None and session.ready else 0)
             metrics.slot_in_aggregate.labels(name).set(1 if name in members else 0)
             totals = slot.counter_totals()
+            read = self._counted.get(name)
+            if read is None or read[0] is not slot:
+                read = self._counted[name] = (slot, {})
+            counted = read[1]
             for kind in PROVIDER_FAULT_KINDS:
-                self._advance(name, kind, totals.get(kind, 0))
+                self._advance(name, counted, kind, totals.get(kind, 0))
         metrics.slots.set(len(slots))
         metrics.aggregate_tools.set(len(gateway.aggregate.tools))
         sessions = gateway.sessions
@@ -114,13 +122,12 @@ class ScrapeSync:
         metrics.connections.set(gateway.connections.open_count)
         metrics.connections_largest_peer.set(gateway.connections.largest_peer())
 
-    def _advance(self, slot: str, kind: str, total: int) -> None:
+    def _advance(self, slot: str, counted: dict[str, int], kind: str, total: int) -> None:
         """Add to the Prometheus counter what the slot's own counter gained since the last scrape."""
-        key = (slot, kind)
-        gained = total - self._counted.get(key, 0)
+        gained = total - counted.get(kind, 0)
         if gained <= 0:
             return
-        self._counted[key] = total
+        counted[kind] = total
         metrics = self.gateway.metrics
         metrics.provider_faults.labels(slot, kind).inc(gained)
         if kind == "unparsable":
