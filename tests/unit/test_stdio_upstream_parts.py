@@ -211,4 +211,7 @@ def test_a_stdio_upstream_down_is_not_reported_as_a_missing_board() -> None:
     assert [problem.id for problem in timeout] == ["upstream.startup_timeout"]
     starting = diagnose(upstream_view(state="starting", last_exit=None, pid=7), "memory")
     assert [(problem.id, problem.severity) for problem in starting] == [("upstream.starting", "info")]
+    # Its link already holds the slot while the child is in its handshake.
+    in_handshake = diagnose(upstream_view(connected=True, state="starting", last_exit=None, pid=7), "memory")
+    assert [problem.id for problem in in_handshake] == ["upstream.starting"]
     assert diagnose(upstream_view(connected=True, state="ready"), "memory") == []

@@ -48,6 +48,19 @@ def _stdio_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> lis
                 name,
             )
         ]
+    # Before the check of a provider: the link of a child still in its handshake holds the slot already.
+    if upstream.get("state") == "starting" and not upstream.get("last_exit"):
+        return [
+            Problem(
+                "upstream.starting",
+                "info",
+                f'The stdio upstream "{name}" is starting',
+                f"pid {upstream.get('pid')}; it has startup_timeout_s ({upstream.get('startup_timeout_s')}s) "
+                "to answer initialize and tools/list",
+                "Wait: a call meanwhile waits for the handshake to end, at most startup_timeout_s.",
+                name,
+            )
+        ]
     if slot.connected:
         return []
     if too_slow:
@@ -58,18 +71,6 @@ def _stdio_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> lis
                 f'The stdio upstream "{name}" did not answer initialize and tools/list in time',
                 f"last end: {last_exit}{restart}; {_stderr_evidence(upstream)}",
                 raise_timeout + run_by_hand,
-                name,
-            )
-        ]
-    if upstream.get("state") == "starting" and not upstream.get("last_exit"):
-        return [
-            Problem(
-                "upstream.starting",
-                "info",
-                f'The stdio upstream "{name}" is starting',
-                f"pid {upstream.get('pid')}; it has startup_timeout_s ({upstream.get('startup_timeout_s')}s) "
-                "to answer initialize and tools/list",
-                "Wait; clients get 'Provider \"" + name + "\" not connected' until it is ready.",
                 name,
             )
         ]
