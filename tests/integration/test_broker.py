@@ -272,7 +272,10 @@ async def test_guide_pages_use_the_real_addresses(
     assert f"mcp-gateway call pump-1 <tool> key=value --url {gateway.url}" in pages["connect-client"]
     host = pages["host-config"]
     assert f'"url": "{gateway.url}/pump-1/mcp"' in host
-    assert "`mcp-gateway stdio` bridge for them is planned but is not part of this version" in host
+    # A host that only launches commands gets the bridge, pointed at this gateway.
+    stdio_entry = host[host.index("## Hosts that only launch commands") :]
+    assert '"command": "mcp-gateway"' in stdio_entry
+    assert f'"{gateway.url}"' in stdio_entry and '"--slot"' in stdio_entry
     assert f"{gateway.url}/healthz" in pages["deploy"]
     assert f"{gateway.url}/metrics" in pages["deploy"]
     trouble = pages["troubleshooting"]

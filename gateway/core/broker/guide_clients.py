@@ -195,10 +195,22 @@ def page_host_config(data: GuideInput) -> str:
         "",
         "## Hosts that only launch commands (stdio)",
         "",
-        "Some hosts can only start an MCP server as a child process and talk to it over stdin/stdout. A "
-        "`mcp-gateway stdio` bridge for them is planned but is not part of this version. Until it is, use a host "
-        "that speaks Streamable HTTP (any of the above), or a third-party stdio-to-HTTP bridge (for example the "
-        f"npm package `mcp-remote`) pointed at the slot URL `{slot_url}`.",
+        "Some hosts can only start an MCP server as a child process and talk to it over stdin/stdout. "
+        "`mcp-gateway stdio` is that child: installed on the host's machine, it relays to this gateway "
+        "(`--slot` one slot, without it `_all`; a token in `MCP_GATEWAY_TOKEN` when the gateway asks for one, "
+        "`--ca-file` for a self-signed TLS certificate):",
+        "",
+        code(
+            pretty(
+                {
+                    "mcpServers": {
+                        slot: {"command": "mcp-gateway", "args": ["stdio", "--slot", slot, "--url", info["url"]]},
+                        "plant": {"command": "mcp-gateway", "args": ["stdio", "--url", info["url"]]},
+                    }
+                }
+            ),
+            "json",
+        ),
         "",
         "## Which entry to add",
         "",
