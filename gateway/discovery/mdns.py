@@ -188,6 +188,8 @@ class MdnsAdvertiser:
         self.addresses: tuple[HostAddress, ...] = ()
         self.names: dict[str, str] = {}
         """Service type -> the instance's full name as registered (zeroconf renames on a conflict)."""
+        self.instance_in_use = ""
+        """The instance name as registered: `instance`, or `instance-2` ... when another responder had it."""
         self._zeroconf: AsyncZeroconf | None = None
         self._task: asyncio.Task[None] | None = None
         self._logged = ""
@@ -234,7 +236,7 @@ class MdnsAdvertiser:
             "enabled": True,
             "state": self.state,
             "reason": self.reason or None,
-            "instance": self.instance,
+            "instance": self.instance_in_use or self.instance,
             "service_types": list(SERVICE_TYPES),
             "names": dict(self.names),
             "host": self.host,
@@ -288,12 +290,13 @@ class MdnsAdvertiser:
             )
             for service_type in SERVICE_TYPES
         ]
-        # Probing checks the name is free (a second gateway on a host of the same name gets " (2)").
+        # Probing checks the name is free (a second gateway on a host of the same name gets "-2").
         announcements = await asyncio.gather(
             *(zeroconf.async_register_service(info, allow_name_change=True) for info in infos)
         )
         # Registered: the gateway answers queries from now on, while the announcements go out.
         self.names = {info.type: info.name for info in infos}
+        self.instance_in_use = infos[0].name.removesuffix("." + infos[0].type)
         self._report("advertising", "")
         await asyncio.gather(*announcements)
 
@@ -321,7 +324,7 @@ class MdnsAdvertiser:
 
     async def _withdraw(self) -> None:
         zeroconf, self._zeroconf = self._zeroconf, None
-        self.names = {}
+        self.names, self.instance_in_use = {}, ""
         if zeroconf is not None:
             await zeroconf.async_close()  # unregisters every service first: goodbye packets (TTL 0)
 

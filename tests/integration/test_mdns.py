@@ -21,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -402,3 +403,31 @@ async def test_mdns_is_off_by_default(gateway: GatewayServer) -> None:
     assert (await call_broker(gateway, "broker_info"))["mdns"] == {"enabled": False, "state": "off"}
     page = await call_broker(gateway, "broker_guide", {"topic": "publish-provider"})
     assert "Boards cannot find this gateway by browsing: mDNS is off" in page
+
+
+def advertising(server: GatewayServer) -> bool:
+    return server.mdns is not None and server.mdns.state == "advertising"
+
+
+async def test_a_second_gateway_with_the_same_name_takes_another_and_says_which(
+    multicast_link: MulticastLink,
+) -> None:
+    instance = f"twin test {secrets.token_hex(4)}"
+    settings = {"host": multicast_link.address, "port": 0, "insecure_lan": True}
+    servers = [
+        GatewayServer(GatewayConfig.model_validate({**settings, "mdns": {"enabled": True, "instance_name": instance}}))
+        for _ in range(2)
+    ]
+    try:
+        for server in servers:
+            await server.start()
+            await wait_for(partial(advertising, server), 15, "the gateway to advertise")
+        first, second = [(await call_broker(server, "broker_info"))["mdns"] for server in servers]
+        assert first["instance"] == instance
+        assert second["instance"] == f"{instance}-2"  # python-zeroconf's rename; broker_info shows it
+        assert second["names"][BROKER_TYPE] == f"{instance}-2.{BROKER_TYPE}"
+        page = await call_broker(servers[1], "broker_guide", {"topic": "publish-provider"})
+        assert f"advertises itself with mDNS as **{instance}-2**" in page
+    finally:
+        for server in servers:
+            await server.stop()
