@@ -174,6 +174,7 @@ def test_filter_by_slot_and_an_unknown_name() -> None:
     assert ids(unknown) == ["slot.unknown"]
     assert unknown[0].slot == "ghost"
     assert "known slots: pump-1, pump-2" in unknown[0].evidence
+    assert "forgotten after limits.vacant_slot_ttl_s" in unknown[0].evidence  # a board gone a while ago
 
 
 def test_problems_are_sorted_worst_first_and_serialise_without_an_empty_slot() -> None:

@@ -208,7 +208,8 @@ def diagnose(view: GatewayView, slot: str | None = None) -> list[Problem]:
                     "slot.unknown",
                     "warning",
                     f'No slot "{slot}" has been seen',
-                    f"no provider or client has used this name since the gateway started; known slots: {known}",
+                    "no provider or client has used this name since the gateway started, or not lately: a slot "
+                    f"left vacant is forgotten after limits.vacant_slot_ttl_s; known slots: {known}",
                     f"Check the spelling against providers_list; a provider creates the slot by connecting to "
                     f"{provider_url(view, slot)}.",
                     slot,
