@@ -240,14 +240,38 @@ class ClientAuth:
 
     # -- the entry-gate check ------------------------------------------------------------------
 
-    async def check(self, request: web.Request) -> web.StreamResponse | None:
+    def request_endpoint(self, request: web.Request) -> Endpoint | None:
+        """What `request` calls, as authentication sees it; None for a path that needs no caller."""
         path = request.rel_url.raw_path
         if path == METRICS_PATH and request.method in OPEN_METHODS:
-            endpoint = self.endpoint(None, metrics=True)
-        elif is_client_path(path, request.method):
-            endpoint = self.endpoint(None, bridge=True) if is_bridge_path(path) else self.endpoint(path_slot(path))
-        else:
+            return self.endpoint(None, metrics=True)
+        if is_client_path(path, request.method):
+            return self.endpoint(None, bridge=True) if is_bridge_path(path) else self.endpoint(path_slot(path))
+        return None
+
+    async def check(self, request: web.Request) -> web.StreamResponse | None:
+        endpoint = self.request_endpoint(request)
+        if endpoint is None:
             return None
+        outcome = await self.judge(request, endpoint)
+        if isinstance(outcome, AuthFailure):
+            return refusal(outcome, endpoint)
+        request[PRINCIPAL_KEY] = outcome
+        return None
+
+    async def recheck(self, request: web.Request) -> AuthFailure | None:
+        """Whether the credential of `request`, the upgrade of a raw WebSocket that is still open, still
+        stands: judged exactly as the entry gate judged it (the verifiers and required scopes in force now,
+        so a revoked static token, an expired access token or a scope taken away by a reload fails)."""
+        endpoint = self.request_endpoint(request)
+        if endpoint is None:
+            return None
+        outcome = await self.judge(request, endpoint)
+        return outcome if isinstance(outcome, AuthFailure) else None
+
+    async def judge(self, request: web.Request, endpoint: Endpoint) -> Principal | AuthFailure:
+        """The caller of `request` if its credential is good and holds the endpoint's scopes (a refusal
+        is counted and logged here)."""
         outcome = await self.authenticate(request, endpoint)
         if isinstance(outcome, Principal) and not outcome.has_scopes(frozenset(endpoint.required_scopes)):
             outcome = AuthFailure(
@@ -261,11 +285,9 @@ class ClientAuth:
             self.metrics.auth_failures.labels(outcome.reason).inc()
             log.debug(
                 "client authentication refused",
-                extra={"reason": outcome.reason, "path": path[:200], "peer": request.remote},
+                extra={"reason": outcome.reason, "path": request.rel_url.raw_path[:200], "peer": request.remote},
             )
-            return refusal(outcome, endpoint)
-        request[PRINCIPAL_KEY] = outcome
-        return None
+        return outcome
 
     async def authenticate(self, request: web.Request, endpoint: Endpoint) -> Principal | AuthFailure:
         bearer = bearer_token(request)

@@ -9,7 +9,8 @@ obtained for pump-1 does not open pump-2. Scopes come from `scope` (space-separa
 The key set is fetched at start, again every `jwks_refresh_s`, and when a token names a key id the
 set does not hold (key rotation). That last refetch happens at most once per `jwks_refetch_min_s`
 and concurrent askers share one fetch, so tokens with made-up key ids cannot make the gateway hammer
-the authorization server. A failed refresh keeps the keys already held.
+the authorization server. Each fetch replaces the set, an empty one (`"keys": []`) included; a failed
+refresh (unreachable, unparsable, or no entry usable here) keeps the keys already held.
 
 Everything here is policy; the core never imports a JOSE library.
 """
@@ -40,6 +41,7 @@ log = logging.getLogger("gateway.policy.oauth")
 
 MAX_JWKS_BYTES = 1_048_576
 MAX_JWKS_KEYS = 100
+JWKS_READ_CHUNK = 65_536
 FETCH_TIMEOUT_S = 10.0
 RETRY_AFTER_FAILURE_S = 30.0
 """After a failed scheduled refresh, the next attempt comes this soon (or at jwks_refresh_s if sooner)."""
@@ -82,7 +84,9 @@ def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[Signin
     """The signing keys of a JWKS document usable with the allowed algorithms (JwksError if none).
 
     Keys for encryption (`use` other than "sig"), symmetric keys and keys of other algorithms are
-    skipped: they cannot verify an access token under this configuration."""
+    skipped: they cannot verify an access token under this configuration. An empty "keys" array is a
+    valid set of no keys (the authorization server withdrew them all) and yields []; entries of which
+    none is usable are refused, as a set that does not fit this configuration."""
     import jwt  # PyJWT, and cryptography under it: about 9 MiB, loaded only where OAuth is configured
 
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
@@ -90,6 +94,8 @@ def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[Signin
     entries = document["keys"]
     if len(entries) > MAX_JWKS_KEYS:
         raise JwksError(f"{len(entries)} keys; at most {MAX_JWKS_KEYS} are accepted")
+    if not entries:
+        return []
     keys: list[SigningKey] = []
     skipped = 0
     for entry in entries:
@@ -112,6 +118,16 @@ def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[Signin
             f"no usable signing key ({skipped} skipped): none is a public signing key for {', '.join(sorted(allowed))}"
         )
     return keys
+
+
+async def read_bounded(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """The whole body, however many pieces it arrives in; JwksError as soon as it passes `limit` bytes."""
+    body = bytearray()
+    async for chunk in stream.iter_chunked(JWKS_READ_CHUNK):
+        body += chunk
+        if len(body) > limit:
+            raise JwksError(f"larger than {limit} bytes")
+    return bytes(body)
 
 
 def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:
@@ -200,6 +216,8 @@ class JwksCache:
         try:
             document = orjson.loads(Path(self.settings.jwks_file).read_bytes())
             self.keys = parse_jwks(document, self.allowed)
+            if not self.keys:
+                raise JwksError('no keys ("keys" is empty)')
         except (OSError, orjson.JSONDecodeError, JwksError) as exc:
             raise ConfigError(f"auth.oauth.jwks_file {self.settings.jwks_file}: {exc}") from exc
         self.loaded = True
@@ -216,9 +234,7 @@ class JwksCache:
         async with self._http.get(self.settings.jwks_url, allow_redirects=False, timeout=timeout) as response:
             if response.status != 200:
                 raise JwksError(f"HTTP {response.status}")
-            body = await response.content.read(MAX_JWKS_BYTES + 1)
-        if len(body) > MAX_JWKS_BYTES:
-            raise JwksError(f"larger than {MAX_JWKS_BYTES} bytes")
+            body = await read_bounded(response.content, MAX_JWKS_BYTES)
         return orjson.loads(body)
 
     async def _fetch(self) -> bool:
@@ -232,7 +248,9 @@ class JwksCache:
             )
             return False
         self.metrics.jwks_fetches.labels("ok").inc()
-        if {key.kid for key in keys} != {key.kid for key in self.keys}:
+        if not keys and self.keys:
+            log.warning("the authorization server's key set at %s is empty: every access token is refused", self.source)
+        elif {key.kid for key in keys} != {key.kid for key in self.keys}:
             log.info("authorization server keys loaded from %s: %d keys", self.source, len(keys))
         self.keys = keys
         self.loaded = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import secrets
 import signal
@@ -26,6 +27,7 @@ import aiohttp
 import httpx2
 import orjson
 import pytest
+from aiohttp import web
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -474,6 +476,76 @@ async def test_without_keys_the_gateway_refuses_with_503_not_401(
     assert status == 503
     assert headers["Retry-After"] == "5"
     assert body["error"] == "temporarily_unavailable"
+
+
+@contextlib.asynccontextmanager
+async def piecewise_jwks_server(body: bytes, pieces: int, pause_s: float = 0.2) -> AsyncIterator[str]:
+    """A JWKS endpoint that sends `body` in `pieces` writes with a pause between them; yields its URL."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        size = -(-len(body) // pieces)
+        for start in range(0, len(body), size):
+            await response.write(body[start : start + size])
+            await asyncio.sleep(pause_s)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/jwks", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/jwks"
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_jwks_that_arrives_in_pieces_is_read_to_its_end(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    async with piecewise_jwks_server(orjson.dumps(jwks(rsa_key(), ec_key())), pieces=2) as jwks_url:
+        server = await gateway_factory(
+            auth={"oauth": {"issuer": ISSUER, "jwks_url": jwks_url}, "required_scopes": REQUIRED}
+        )
+        url = f"{server.url}/pump-1/mcp"
+        status, _, body = await post(http, url, headers=bearer(access_token(ec_key(), url, scope="pump-1")))
+        assert status == 200, body
+
+
+async def test_a_jwks_over_one_mib_is_refused_however_it_arrives(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "gateway.policy.oauth")
+    # A usable key set, padded past the cap: refused for its size, not parsed.
+    document = {**jwks(rsa_key()), "padding": "x" * 1_100_000}
+    async with piecewise_jwks_server(orjson.dumps(document), pieces=4, pause_s=0.05) as jwks_url:
+        server = await gateway_factory(
+            auth={"oauth": {"issuer": ISSUER, "jwks_url": jwks_url}, "required_scopes": REQUIRED}
+        )
+        url = f"{server.url}/pump-1/mcp"
+        status, _, body = await post(http, url, headers=bearer(access_token(rsa_key(), url, scope="pump-1")))
+        assert status == 503, body
+    refusals = [record.getMessage() for record in caplog.records if "cannot load" in record.getMessage()]
+    assert refusals and all(message.endswith("larger than 1048576 bytes") for message in refusals), refusals
+
+
+async def test_an_empty_jwks_withdraws_every_key(gateway_factory: GatewayFactory, http: aiohttp.ClientSession) -> None:
+    async with jwks_server(jwks(rsa_key())) as authority:
+        server = await gateway_factory(auth=oauth_auth(authority, jwks_refresh_s=0.2))
+        url = f"{server.url}/pump-1/mcp"
+        assert (await post(http, url, headers=bearer(access_token(rsa_key(), url, scope="pump-1"))))[0] == 200
+
+        # The authorization server withdraws its last key: the next refresh leaves the gateway none.
+        authority.document = {"keys": []}
+        fetched = authority.fetches
+        await wait_for(lambda: authority.fetches >= fetched + 2, what="two periodic JWKS fetches")
+        _, body = await refused_token(http, url, access_token(rsa_key(), url, scope="pump-1"))
+        assert "key the authorization server does not publish" in body["error_description"]
 
 
 async def test_protected_resource_metadata_per_endpoint(

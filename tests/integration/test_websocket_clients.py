@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -15,10 +16,12 @@ import orjson
 import pytest
 
 from gateway.app import GatewayServer
+from gateway.policy.token_files import create_token
 from tests.conftest import GatewayFactory, Publishers, wait_for
-from tests.integration.test_client_auth import SCADA, bearer, static_auth
+from tests.integration.test_client_auth import REQUIRED, SCADA, bearer, run_cli, static_auth
 from tests.integration.test_http_session_era import pump_server
 from tests.integration.test_metrics import scrape
+from tests.support.oauth import ISSUER, access_token, jwks, jwks_server, rsa_key
 from tests.support.servers import demo_server
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -371,6 +374,83 @@ async def test_rate_limits_answer_on_the_socket_and_session_limits_refuse_the_up
         await http.ws_connect(ws_url(server, "pump-1"))
     assert refused.value.status == 429
     await ws.close()
+
+
+async def refused_and_closed(client: RawSocket, request_id: int) -> JsonObject:
+    """Send tools/list until the socket's credential is judged gone: its error answer, then the 1008 close."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        answer = await client.call(request_id, "tools/list")
+        if "error" in answer:
+            break
+        assert asyncio.get_running_loop().time() < deadline, "the socket kept its credential"
+        request_id += 1
+        await asyncio.sleep(0.2)
+    closing = await client.ws.receive(timeout=5)
+    assert closing.type is aiohttp.WSMsgType.CLOSE
+    reason = closing.extra
+    assert closing.data == 1008
+    assert isinstance(reason, str) and reason.startswith("Credential no longer valid (")
+    assert len(reason.encode()) <= 123
+    return answer
+
+
+async def test_a_token_revoked_while_a_socket_is_open_ends_that_socket(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    path = tmp_path / "tokens.toml"
+    kept = create_token(path, "scada", ["pump-1"])
+    revoked = create_token(path, "hmi", ["pump-1"])
+    server = await gateway_factory(auth={"token_files": [str(path)], "required_scopes": REQUIRED})
+    await publishers.start(server, "pump-1", demo_server("pump-1"))
+    kept_ws, kept_client = await connect(http, server, "pump-1", headers=bearer(kept))
+    revoked_ws, revoked_client = await connect(http, server, "pump-1", headers=bearer(revoked))
+    await kept_client.initialize()
+    await revoked_client.initialize()
+    assert "result" in await revoked_client.call(1, "tools/list")
+
+    assert await run_cli("token", "revoke", "hmi", "--file", str(path)) == 0
+    answer = await refused_and_closed(revoked_client, 2)
+    assert answer["error"]["code"] == -32001
+    assert answer["error"]["data"] == {"reason": "credential_invalid", "auth": "invalid", "error": "invalid_token"}
+    assert "Open a new connection with a valid credential" in answer["error"]["message"]
+    assert revoked not in str(answer)
+    await wait_for(lambda: len(server.gateway.sessions.sessions) == 1, what="the revoked socket's session ends")
+
+    # The token still listed keeps working on its socket, well past a re-check.
+    await asyncio.sleep(1.2)
+    added = await kept_client.call(9, "tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}})
+    assert added["result"]["structuredContent"] == {"result": 5}
+    await kept_ws.close()
+    await revoked_ws.close()
+
+
+async def test_an_access_token_that_expires_while_a_socket_is_open_ends_that_socket(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    async with jwks_server(jwks(rsa_key())) as authority:
+        server = await gateway_factory(
+            auth={"oauth": {"issuer": ISSUER, "jwks_url": authority.url, "leeway_s": 0}, "required_scopes": REQUIRED}
+        )
+        await publishers.start(server, "pump-1", demo_server("pump-1"))
+        audience = f"{server.url}/pump-1/mcp"
+        short_ws, short_client = await connect(
+            http, server, "pump-1", headers=bearer(access_token(rsa_key(), audience, scope="pump-1", expires_in=2))
+        )
+        long_ws, long_client = await connect(
+            http, server, "pump-1", headers=bearer(access_token(rsa_key(), audience, scope="pump-1", expires_in=300))
+        )
+        await short_client.initialize()
+        await long_client.initialize()
+        assert "result" in await short_client.call(1, "tools/list")
+
+        await asyncio.sleep(2.5)
+        answer = await refused_and_closed(short_client, 2)
+        assert answer["error"]["data"]["auth"] == "expired"
+        assert "The access token has expired" in answer["error"]["message"]
+        assert "result" in await long_client.call(2, "tools/list")
+        await short_ws.close()
+        await long_ws.close()
 
 
 async def test_requests_in_flight_are_bounded_per_socket(

@@ -109,6 +109,9 @@ def test_an_unusable_jwks_file_stops_the_gateway(tmp_path: Path) -> None:
     path.write_text("not json")
     with pytest.raises(ConfigError, match=str(path)):
         verifier_for(path)
+    path.write_text('{"keys": []}')  # at start a set of no keys is a mistake, not a withdrawal
+    with pytest.raises(ConfigError, match="no keys"):
+        verifier_for(path)
 
 
 # -- key sets ------------------------------------------------------------------------------------
@@ -137,11 +140,16 @@ def test_parse_jwks_keeps_public_signing_keys_only() -> None:
 
 @pytest.mark.parametrize(
     "document",
-    [[], {"keys": "x"}, {"nokeys": []}, {"keys": []}, {"keys": [{"kty": "oct", "k": "eA"}]}, {"keys": [{}] * 101}],
+    [[], {"keys": "x"}, {"nokeys": []}, {"keys": [{"kty": "oct", "k": "eA"}]}, {"keys": [{}] * 101}],
 )
 def test_parse_jwks_refuses_documents_without_usable_keys(document: Any) -> None:
     with pytest.raises(JwksError):
         parse_jwks(document, ALL)
+
+
+def test_an_empty_key_set_is_a_set_of_no_keys() -> None:
+    # The authorization server withdrew every key: a fetch of it replaces the set (tokens then fail).
+    assert parse_jwks({"keys": []}, ALL) == []
 
 
 def test_scopes_come_from_scope_or_scp() -> None:
