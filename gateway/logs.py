@@ -1,15 +1,35 @@
 """Structured logs: one JSON object per line when not on a terminal, readable text on one; under systemd,
-native journal fields (gateway/service/journal.py)."""
+native journal fields (gateway/service/journal.py).
+
+A request aiohttp's parser refuses (`aiohttp.http_exceptions.BadHttpMessage` and subclasses) is logged by
+aiohttp as an error with a traceback whose text quotes the raw line: `b'Authorization: Bearer <token>\\r'`
+for a token file with a Windows line ending. `BadRequestLogFilter` sits on aiohttp's server logger and
+turns such a record into `malformed HTTP request from <peer>: <class> (HTTP 400): <description>` at
+warning level (a record below warning keeps its level), with no traceback. The description is a phrase
+from a fixed list of the parser's own reasons ("Missing expected LF after header value") or one fixed per
+class, so nothing the client sent is copied into it. At most one line per peer and fault (class and
+description) every `repeat_interval_s`; the next one says how many were left out.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
+from aiohttp.http_exceptions import (
+    BadHttpMessage,
+    BadHttpMethod,
+    BadStatusLine,
+    HttpProcessingError,
+    InvalidHeader,
+    InvalidURLError,
+    LineTooLong,
+    PayloadEncodingError,
+)
 
 from gateway.config import LAN_SIDES
 from gateway.service.journal import journal_handler, stream_is_journal
@@ -57,6 +77,135 @@ def insecure_lan_prefix(open_sides: Sequence[str]) -> str:
     return "[INSECURE-LAN: " + ", ".join(f"no {LAN_SIDES[side].short}" for side in open_sides) + "] "
 
 
+SERVER_LOGGERS = ("aiohttp.server", "aiohttp.web")
+MAX_PEERS_TRACKED = 1024
+
+# The reasons llhttp and aiohttp's parsers give, fixed text with no request bytes in it; the exception
+# message starts with one of them (then ":\n" and the offending line, which is never copied).
+KNOWN_REASONS = frozenset(
+    {
+        "Content-Length can't be present with Transfer-Encoding",
+        "Transfer-Encoding can't be present with Content-Length",
+        "Content-Length overflow",
+        "Chunk size overflow",
+        "Data after `Connection: close`",
+        "Duplicate Content-Length",
+        "Empty Content-Length",
+        "Expected CRLF",
+        "Expected CRLF after version",
+        "Expected LF after CR",
+        "Expected LF after headers",
+        "Expected space after method",
+        "Expected space after version",
+        "Expected dot",
+        "Invalid HTTP version",
+        "Invalid major version",
+        "Invalid minor version",
+        "Invalid `Transfer-Encoding` header value",
+        "Request has invalid `Transfer-Encoding`",
+        "Invalid char in url fragment start",
+        "Invalid char in url path",
+        "Invalid char in url query",
+        "Invalid characters in url",
+        "Invalid character in Content-Length",
+        "Invalid character in chunk size",
+        "Invalid header field char",
+        "Invalid header token",
+        "Invalid header value char",
+        "Invalid method encountered",
+        "Invalid word encountered",
+        "Missing expected CR after header value",
+        "Missing expected LF after header value",
+        "Unexpected space after start line",
+        "Unexpected start char in url",
+        "Unexpected whitespace after header value",
+        "Missing 'Host' header in request.",
+        "Duplicate 'Host' header found.",
+        "Too many headers received",
+        "Bad line ending, expected CRLF",
+        "Received HTTPS traffic on an HTTP port",
+    }
+)
+
+# Most specific first: the first class the exception is an instance of gives the description.
+CLASS_DESCRIPTIONS: tuple[tuple[type[HttpProcessingError], str], ...] = (
+    (LineTooLong, "a request line or header longer than the limit"),
+    (BadHttpMethod, "not an HTTP request method"),
+    (BadStatusLine, "malformed request line"),
+    (InvalidURLError, "invalid request target"),
+    (InvalidHeader, "malformed header"),
+    (PayloadEncodingError, "malformed body framing"),
+    (BadHttpMessage, "malformed request"),
+)
+
+
+def parser_error(exc: BaseException | None) -> HttpProcessingError | None:
+    """The HTTP parser error in `exc` or its cause/context chain, if there is one."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, BadHttpMessage):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def describe(exc: HttpProcessingError) -> str:
+    """A description with nothing of the request in it: a known parser reason, else one per class."""
+    reason = exc.message.split(":\n", 1)[0].split("\n", 1)[0].strip()
+    if reason in KNOWN_REASONS:
+        return reason
+    for kind, description in CLASS_DESCRIPTIONS:
+        if isinstance(exc, kind):
+            return description
+    return "malformed request"
+
+
+class BadRequestLogFilter(logging.Filter):
+    """On aiohttp's server logger: parser errors become one safe warning line; other records pass as they are."""
+
+    def __init__(self, repeat_interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.repeat_interval_s = repeat_interval_s
+        self.clock = clock
+        # (peer, class name, description) -> (when the last line was written, how many were left out since)
+        self.quiet: dict[tuple[str, str, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = parser_error(record.exc_info[1] if record.exc_info else None)
+        if exc is None:
+            return True
+        peer = str(record.args[0]) if isinstance(record.args, tuple) and record.args else "unknown peer"
+        kind, description = type(exc).__name__, describe(exc)
+        now = self.clock()
+        key = (peer, kind, description)
+        last = self.quiet.get(key)
+        if last is not None and now - last[0] < self.repeat_interval_s:
+            self.quiet[key] = (last[0], last[1] + 1)
+            return False
+        if len(self.quiet) >= MAX_PEERS_TRACKED:
+            self.quiet.clear()  # bounded: a flood of peers costs at most one line each again
+        self.quiet[key] = (now, 0)
+        left_out = f" ({last[1]} more since the last line)" if last is not None and last[1] else ""
+        record.msg = "malformed HTTP request from %s: %s (HTTP %s): %s%s"
+        record.args = (peer, kind, exc.code, description, left_out)
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+        record.exc_info = None
+        record.exc_text = None
+        record.stack_info = None
+        return True
+
+
+def install_bad_request_filter(repeat_interval_s: float = 60.0) -> None:
+    """Put one filter on each of aiohttp's server loggers (again after a second setup: replaced, not added)."""
+    for name in SERVER_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, BadRequestLogFilter)]:
+            logger.removeFilter(old)
+        logger.addFilter(BadRequestLogFilter(repeat_interval_s))
+
+
 def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = ()) -> None:
     """Configure the root logger; under --insecure-lan every line says which side ("clients", "providers") is open."""
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
@@ -77,3 +226,5 @@ def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = ()) -
     root.setLevel(level.upper())
     # aiohttp's access log would print one line per call; the metrics count requests instead.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # A request aiohttp's parser refuses is logged with the raw bytes sent (a token among them): one safe line.
+    install_bad_request_filter()
