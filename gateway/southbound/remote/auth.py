@@ -23,6 +23,7 @@ import orjson
 from gateway.config import RemoteOAuthConfig, RemoteUpstreamConfig
 from gateway.core.jsonrpc import JsonObject
 from gateway.policy.ssrf import UpstreamPlace, learned_url_refusal, origin_of
+from gateway.southbound.remote.body import BodyTooLarge, read_body, read_prefix
 from gateway.southbound.remote.wire import public_url, snippet, www_authenticate_params
 
 log = logging.getLogger("gateway.remote")
@@ -89,9 +90,10 @@ def _basic(client_id: str, secret: str) -> str:
 
 
 async def _read_json(response: aiohttp.ClientResponse, what: str) -> Any:
-    body = await response.content.read(MAX_METADATA_BYTES + 1)
-    if len(body) > MAX_METADATA_BYTES:
-        raise UpstreamAuthFailed(f"{what} is larger than {MAX_METADATA_BYTES} bytes")
+    try:
+        body = await read_body(response, MAX_METADATA_BYTES)
+    except BodyTooLarge:
+        raise UpstreamAuthFailed(f"{what} is larger than {MAX_METADATA_BYTES} bytes") from None
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -170,7 +172,7 @@ class ClientCredentials:
                 self.token_url, data=form, headers=headers, allow_redirects=False, timeout=self.timeout
             ) as response:
                 if response.status != 200:
-                    body = await response.content.read(MAX_METADATA_BYTES)
+                    body = await read_prefix(response, MAX_METADATA_BYTES)
                     self._fail(
                         f"token endpoint {where} refused the client credentials: HTTP {response.status} {snippet(body)}"
                     )

@@ -32,6 +32,7 @@ from gateway.core import eras, jsonrpc
 from gateway.core.backoff import Backoff
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.southbound.remote.auth import UpstreamAuthFailed, UpstreamDropped, UpstreamError, UpstreamUnreachable
+from gateway.southbound.remote.body import BodyTooLarge, read_body, read_prefix
 from gateway.southbound.remote.http import MAX_ERROR_BODY, RemoteHttp
 from gateway.southbound.remote.link import RemoteLink
 from gateway.southbound.remote.sse_events import SseTooLarge, read_events
@@ -242,7 +243,7 @@ class StreamableHttpLink(RemoteLink):
     async def _read_answer(self, request_id: JsonId, method: Any, response: aiohttp.ClientResponse) -> None:
         status = response.status
         if status >= 300:
-            body = await response.content.read(MAX_ERROR_BODY)
+            body = await read_prefix(response, MAX_ERROR_BODY)
             self.answer_if_pending(http_failure(request_id, self.name, status, body))
             return
         if method == "initialize" and not self.stateless:
@@ -250,9 +251,10 @@ class StreamableHttpLink(RemoteLink):
         kind = content_type(response)
         try:
             if kind == JSON:
-                body = await response.content.read(self.max_event_bytes + 1)
-                if len(body) > self.max_event_bytes:
-                    raise SseTooLarge(f"the answer is larger than {self.max_event_bytes} bytes")
+                try:
+                    body = await read_body(response, self.max_event_bytes)
+                except BodyTooLarge:
+                    raise SseTooLarge(f"the answer is larger than {self.max_event_bytes} bytes") from None
                 self._from_server(body, request_id, method)
                 return
             if kind == EVENT_STREAM:
@@ -350,7 +352,12 @@ class StreamableHttpLink(RemoteLink):
             kind = content_type(response)
             try:
                 if kind == JSON or response.status >= 300:
-                    data = await response.content.read(self.max_event_bytes)
+                    # An error page is quoted, not parsed whole: its first bytes will do.
+                    read = read_body if kind == JSON else read_prefix
+                    try:
+                        data = await read(response, self.max_event_bytes)
+                    except BodyTooLarge:
+                        raise SseTooLarge(f"the answer is larger than {self.max_event_bytes} bytes") from None
                     parsed = jsonrpc.parse(data)
                     if parsed.kind is Kind.RESPONSE:
                         return parsed.body, response.headers

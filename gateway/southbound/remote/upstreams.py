@@ -37,6 +37,7 @@ from gateway.southbound.remote.auth import (
     UpstreamError,
     UpstreamUnreachable,
 )
+from gateway.southbound.remote.body import BodyTooLarge, read_body, read_prefix
 from gateway.southbound.remote.http import MAX_ERROR_BODY, RemoteHttp, tls_context
 from gateway.southbound.remote.link import RemoteLink
 from gateway.southbound.remote.sse import LegacySseLink
@@ -280,9 +281,9 @@ class RemoteUpstream:
                             reply = parsed.body
                             break
                 else:
-                    parsed = jsonrpc.parse(await response.content.read(1_048_576), max_depth)
+                    parsed = jsonrpc.parse(await read_body(response, 1_048_576), max_depth)
                     reply = parsed.body if parsed.kind is jsonrpc.Kind.RESPONSE else None
-            except (aiohttp.ClientError, TimeoutError, SseTooLarge):
+            except (aiohttp.ClientError, TimeoutError, SseTooLarge, BodyTooLarge):
                 reply = None
         finally:
             response.release()
@@ -301,7 +302,7 @@ class RemoteUpstream:
         response = await self.http.open("GET", self.config.url, {"Accept": "text/event-stream"}, None, timeout)
         try:
             if response.status == 403:
-                detail = snippet(await response.content.read(MAX_ERROR_BODY))
+                detail = snippet(await read_prefix(response, MAX_ERROR_BODY))
                 raise UpstreamAuthFailed(f"{public_url(self.config.url)} answered HTTP 403 {detail}".rstrip())
         finally:
             response.release()
