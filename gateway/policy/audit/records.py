@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Collection, Sequence
@@ -9,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+from gateway.policy.schemas import shown
 
 SECRET_KEY = re.compile(r"password|passwd|secret|token|api[-_]?key|authorization|credential", re.IGNORECASE)
 """An argument key whose value is never stored: matched anywhere in the key ("db_password", "X-Api-Key")."""
@@ -92,6 +95,68 @@ def mask_secrets(value: Any, depth: int = 0) -> Any:
     return value
 
 
+MIN_MASKED_CHARS = 4
+"""A secret value shorter than this is masked where a refusal names its argument, not wherever it occurs
+(masking "1" everywhere would garble the text)."""
+
+
+def secret_values(value: Any, depth: int = 0, under_secret: bool = False) -> dict[str, Any]:
+    """Every value under a secret-looking key at any depth, by the key it is under (the last one seen)."""
+    found: dict[str, Any] = {}
+    if depth >= MAX_DEPTH:
+        return found
+    if isinstance(value, dict):
+        for key, item in value.items():
+            secret = isinstance(key, str) and SECRET_KEY.search(key) is not None
+            if secret:
+                found[key] = item
+            found.update(secret_values(item, depth + 1, under_secret or secret))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            found.update(secret_values(item, depth + 1, under_secret))
+    return found
+
+
+def _forms(value: Any, depth: int = 0) -> set[str]:
+    """How a value may be written in a message: as the refusal shows it, as JSON, as text; its parts too."""
+    forms = {shown(value), str(value)}
+    with contextlib.suppress(TypeError, orjson.JSONEncodeError):
+        forms.add(orjson.dumps(value).decode())
+    if depth < MAX_DEPTH:
+        parts = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
+        for part in parts:
+            forms |= _forms(part, depth + 1)
+    return forms
+
+
+def mask_text(text: str, arguments: Any) -> str:
+    """`text` (a refusal's reason) without the values of the secret-looking arguments in it: the value in
+    `Argument "api_token" = "..."` whatever its length, and any other copy of one of 4 characters or more."""
+    secrets = secret_values(arguments)
+    if not secrets:
+        return text
+    for key, value in secrets.items():
+        named = f'Argument "{key}" = '
+        text = text.replace(named + shown(value), named + MASK)
+    forms = set().union(*(_forms(value) for value in secrets.values()))
+    for form in sorted((form for form in forms if len(form) >= MIN_MASKED_CHARS), key=len, reverse=True):
+        text = text.replace(form, MASK)
+    return text
+
+
+def mask_in(value: Any, arguments: Any, depth: int = 0) -> Any:
+    """`value` (a record's constraints) with mask_text applied to every string in it."""
+    if isinstance(value, str):
+        return mask_text(value, arguments)
+    if depth >= MAX_DEPTH:
+        return TOO_DEEP
+    if isinstance(value, dict):
+        return {key: mask_in(item, arguments, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_in(item, arguments, depth + 1) for item in value]
+    return value
+
+
 def to_json(value: Any) -> str | None:
     """JSON text for a column (None stays NULL); a value JSON cannot hold is stored as its description."""
     if value is None:
@@ -129,8 +194,8 @@ def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
         to_json(mask_secrets(record.arguments)),
         text(record.effect),
         to_json([text(rule) for rule in record.rules]),
-        to_json(record.constraints),
-        optional_text(record.reason),
+        to_json(mask_in(record.constraints, record.arguments)),
+        optional_text(None if record.reason is None else mask_text(record.reason, record.arguments)),
         optional_text(record.confirmed_by),
         None if record.confirmed_ms is None else int(record.confirmed_ms),
         optional_text(record.trace_id),
