@@ -33,6 +33,7 @@ from aiohttp import web
 
 from gateway.config import ConfigError, GatewayConfig, OAuthConfig
 from gateway.core.principal import Principal
+from gateway.http_body import BodyTooLarge, read_body
 from gateway.policy.claims import client_from_claims, groups_from_claims
 from gateway.policy.verifier import AuthFailure, Endpoint
 from gateway.telemetry.metrics import Metrics
@@ -41,7 +42,6 @@ log = logging.getLogger("gateway.policy.oauth")
 
 MAX_JWKS_BYTES = 1_048_576
 MAX_JWKS_KEYS = 100
-JWKS_READ_CHUNK = 65_536
 FETCH_TIMEOUT_S = 10.0
 RETRY_AFTER_FAILURE_S = 30.0
 """After a failed scheduled refresh, the next attempt comes this soon (or at jwks_refresh_s if sooner)."""
@@ -118,16 +118,6 @@ def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[Signin
             f"no usable signing key ({skipped} skipped): none is a public signing key for {', '.join(sorted(allowed))}"
         )
     return keys
-
-
-async def read_bounded(stream: aiohttp.StreamReader, limit: int) -> bytes:
-    """The whole body, however many pieces it arrives in; JwksError as soon as it passes `limit` bytes."""
-    body = bytearray()
-    async for chunk in stream.iter_chunked(JWKS_READ_CHUNK):
-        body += chunk
-        if len(body) > limit:
-            raise JwksError(f"larger than {limit} bytes")
-    return bytes(body)
 
 
 def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:
@@ -234,7 +224,10 @@ class JwksCache:
         async with self._http.get(self.settings.jwks_url, allow_redirects=False, timeout=timeout) as response:
             if response.status != 200:
                 raise JwksError(f"HTTP {response.status}")
-            body = await read_bounded(response.content, MAX_JWKS_BYTES)
+            try:
+                body = await read_body(response, MAX_JWKS_BYTES)
+            except BodyTooLarge as exc:
+                raise JwksError(str(exc)) from None
         return orjson.loads(body)
 
     async def _fetch(self) -> bool:

@@ -1,4 +1,4 @@
-"""A remote upstream whose answers arrive in pieces (gateway/southbound/remote/body.py).
+"""A remote upstream whose answers arrive in pieces (gateway/http_body.py).
 
 One small aiohttp server plays the remote MCP server (JSON answers, no sessions), its protected-resource
 metadata, the authorization server's metadata and the token endpoint; every JSON body it sends is

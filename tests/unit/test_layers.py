@@ -16,14 +16,15 @@ ROOT = "gateway"
 ALLOWED: dict[str, frozenset[str]] = {
     # A part of gateway/ (its first segment) -> the parts it may import besides itself.
     "core": frozenset({ROOT, "config", "telemetry", "event_loop"}),
-    "policy": frozenset({ROOT, "core", "config", "telemetry", "http_answers", "devices"}),
+    "policy": frozenset({ROOT, "core", "config", "telemetry", "http_answers", "http_body", "devices"}),
     "northbound": frozenset({ROOT, "policy", "core", "config", "telemetry", "http_answers", "websocket_limits"}),
-    "southbound": frozenset({ROOT, "policy", "core", "config", "telemetry", "websocket_limits"}),
+    "southbound": frozenset({ROOT, "policy", "core", "config", "telemetry", "websocket_limits", "http_body"}),
     "publish": frozenset({ROOT, "core"}),
     "discovery": frozenset({ROOT, "core", "config", "telemetry"}),
     "telemetry": frozenset({ROOT, "config"}),
     "config": frozenset({ROOT}),
     "http_answers": frozenset({ROOT, "core"}),
+    "http_body": frozenset({ROOT}),
     "websocket_limits": frozenset({ROOT, "core", "policy", "telemetry"}),
     "event_loop": frozenset({ROOT}),
     "logs": frozenset({ROOT, "config", "service"}),

@@ -22,8 +22,8 @@ import orjson
 
 from gateway.config import RemoteOAuthConfig, RemoteUpstreamConfig
 from gateway.core.jsonrpc import JsonObject
+from gateway.http_body import BodyTooLarge, read_body, read_prefix
 from gateway.policy.ssrf import UpstreamPlace, learned_url_refusal, origin_of
-from gateway.southbound.remote.body import BodyTooLarge, read_body, read_prefix
 from gateway.southbound.remote.wire import public_url, snippet, www_authenticate_params
 
 log = logging.getLogger("gateway.remote")

@@ -31,8 +31,8 @@ import aiohttp
 from gateway.core import eras, jsonrpc
 from gateway.core.backoff import Backoff
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
+from gateway.http_body import BodyTooLarge, read_body, read_prefix
 from gateway.southbound.remote.auth import UpstreamAuthFailed, UpstreamDropped, UpstreamError, UpstreamUnreachable
-from gateway.southbound.remote.body import BodyTooLarge, read_body, read_prefix
 from gateway.southbound.remote.http import MAX_ERROR_BODY, RemoteHttp
 from gateway.southbound.remote.link import RemoteLink
 from gateway.southbound.remote.sse_events import SseTooLarge, read_events

@@ -28,6 +28,7 @@ from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_GOING_AWAY
 from gateway.core.slots import SlotRefused
 from gateway.core.timestamps import iso
+from gateway.http_body import BodyTooLarge, read_body, read_prefix
 from gateway.policy.ssrf import GuardedResolver, UpstreamPlace, resolve_place
 from gateway.southbound.remote.auth import (
     ClientCredentials,
@@ -37,7 +38,6 @@ from gateway.southbound.remote.auth import (
     UpstreamError,
     UpstreamUnreachable,
 )
-from gateway.southbound.remote.body import BodyTooLarge, read_body, read_prefix
 from gateway.southbound.remote.http import MAX_ERROR_BODY, RemoteHttp, tls_context
 from gateway.southbound.remote.link import RemoteLink
 from gateway.southbound.remote.sse import LegacySseLink

@@ -1,5 +1,6 @@
-"""Reading an upstream's HTTP body whole, bounded: `response.content.read(n)` returns only what has arrived.
+"""Reading an HTTP answer's body whole, bounded: `response.content.read(n)` returns only what has arrived.
 
+Used for what the gateway fetches itself (an authorization server's keys, a remote upstream's answers).
 A JSON body that comes in two TCP segments (or two chunks of a chunked answer) is read to its end by
 `read_body`, which raises `BodyTooLarge` as soon as more than `limit` bytes arrived; `read_prefix`
 keeps at most the first `limit` bytes of a body (for the snippet an error message quotes) and reads
