@@ -22,6 +22,7 @@ from gateway.policy.rate_limit import RateLimiter
 from gateway.policy.request_principal import PRINCIPAL_KEY, request_principal
 from gateway.telemetry.hot_metrics import Count
 from gateway.telemetry.metrics import Metrics
+from gateway.websocket_limits import UPGRADED_KEY
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Check = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
@@ -161,6 +162,12 @@ def entry_gate(metrics: Metrics, checks: list[Check]) -> Gate:
                 response = await handler(request)
             except web.HTTPException as exc:
                 counter.count(kind, exc.status)
+                raise
+            except BaseException:
+                # A WebSocket whose connection was lost ends its handler with an exception: it was
+                # answered 101 all the same.
+                if request.get(UPGRADED_KEY):
+                    counter.count(kind, 101)
                 raise
             counter.count(kind, response.status)
             return _closing_refused_upgrade(request, response) if response.status >= 400 else response

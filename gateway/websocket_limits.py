@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from gateway.core.link import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TOO_BIG, close_reason, frame_too_big_reason
 from gateway.policy.connection_limits import CUT_LIMIT_KEYS, HANDSHAKE_TIMEOUT
@@ -26,6 +27,10 @@ def is_too_big(error: object) -> bool:
     """Whether an error aiohttp reported on a socket (an ERROR message's data, ws.exception()) is its
     1009 close for a message over the frame cap."""
     return getattr(error, "code", None) == CLOSE_TOO_BIG
+
+
+UPGRADED_KEY = web.RequestKey("websocket_upgraded", bool)
+"""Set on a request once its WebSocket upgrade was answered 101."""
 
 
 class CappedWebSocketResponse(web.WebSocketResponse):
@@ -50,6 +55,11 @@ class CappedWebSocketResponse(web.WebSocketResponse):
             compress=False,
         )
         self.too_big_reason = close_reason(frame_too_big_reason(max_frame_bytes))
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter:
+        writer = await super().prepare(request)
+        request[UPGRADED_KEY] = True  # the entry gate counts this exchange as 101, however it ends
+        return writer
 
     async def close(self, *, code: int = CLOSE_NORMAL, message: bytes = b"", drain: bool = True) -> bool:
         if code == CLOSE_TOO_BIG and not message:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from functools import partial
@@ -350,3 +351,25 @@ async def test_a_forgotten_slot_that_comes_back_counts_its_faults_on(
     metrics = await scrape(http, gateway)
     assert metrics.get("mcpgw_provider_faults_total", slot="garbled", kind="unparsable") == 5
     assert metrics.get("mcpgw_unparsable_messages_total", side="provider") == 5
+
+
+async def test_a_provider_socket_cut_without_a_close_counts_as_an_upgrade(
+    gateway: GatewayServer, http: aiohttp.ClientSession, publishers: Publishers
+) -> None:
+    # What a board that loses power does: the connection just ends. It was answered 101 all the same.
+    before = (await scrape(http, gateway)).get("mcpgw_http_requests_total", endpoint="provider", status="101") or 0
+    for cut in range(3):
+        ws = await http.ws_connect(f"ws://127.0.0.1:{gateway.port}/provider/cut-{cut}")
+        await wait_for(partial(came, gateway, f"cut-{cut}"), what=f"cut-{cut} to attach")
+        transport = ws.get_extra_info("socket")
+        assert transport is not None
+        transport.shutdown(socket.SHUT_RDWR)
+        await wait_for(partial(came_and_went, gateway, f"cut-{cut}"), what=f"cut-{cut} to be gone")
+        await ws.close()
+    after = await scrape(http, gateway)
+    assert after.get("mcpgw_http_requests_total", endpoint="provider", status="101") == before + 3
+
+
+def came(gateway: GatewayServer, name: str) -> bool:
+    slot = gateway.gateway.registry.slots.get(name)
+    return slot is not None and slot.live is not None
