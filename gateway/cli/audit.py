@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.cli.common import Commands
+from gateway.cli.common import Commands, whole_number
 
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
@@ -35,12 +35,6 @@ def time_flag(text: str, now_ms: int | None = None) -> int:
     if moment.tzinfo is None:
         moment = moment.astimezone()  # local time, as the operator reads the clock
     return int(moment.timestamp() * 1000)
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) == 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {text!r}")
-    return int(text)
 
 
 def trail_path(args: argparse.Namespace, environ: Mapping[str, str]) -> Path:
@@ -190,7 +184,9 @@ def add_audit(commands: Commands) -> None:
         metavar="E",
         help="allow, clamp; deny, refuse-arguments, refuse-limit, wait-confirmation, refuse-confirmation, declined",
     )
-    audit.add_argument("--limit", type=positive_int, default=1000, metavar="N", help="at most N records (default 1000)")
+    audit.add_argument(
+        "--limit", type=whole_number(1), default=1000, metavar="N", help="at most N records (default 1000)"
+    )
     audit.add_argument("--format", choices=tuple(RENDERERS), default="table", help="output format (default table)")
     where = audit.add_mutually_exclusive_group()
     where.add_argument("--path", metavar="FILE", help="the audit database to read")

@@ -100,20 +100,19 @@ MIN_MASKED_CHARS = 4
 (masking "1" everywhere would garble the text)."""
 
 
-def secret_values(value: Any, depth: int = 0, under_secret: bool = False) -> dict[str, Any]:
+def secret_values(value: Any, depth: int = 0) -> dict[str, Any]:
     """Every value under a secret-looking key at any depth, by the key it is under (the last one seen)."""
     found: dict[str, Any] = {}
     if depth >= MAX_DEPTH:
         return found
     if isinstance(value, dict):
         for key, item in value.items():
-            secret = isinstance(key, str) and SECRET_KEY.search(key) is not None
-            if secret:
+            if isinstance(key, str) and SECRET_KEY.search(key) is not None:
                 found[key] = item
-            found.update(secret_values(item, depth + 1, under_secret or secret))
+            found.update(secret_values(item, depth + 1))
     elif isinstance(value, list | tuple):
         for item in value:
-            found.update(secret_values(item, depth + 1, under_secret))
+            found.update(secret_values(item, depth + 1))
     return found
 
 
@@ -129,10 +128,9 @@ def _forms(value: Any, depth: int = 0) -> set[str]:
     return forms
 
 
-def mask_text(text: str, arguments: Any) -> str:
-    """`text` (a refusal's reason) without the values of the secret-looking arguments in it: the value in
-    `Argument "api_token" = "..."` whatever its length, and any other copy of one of 4 characters or more."""
-    secrets = secret_values(arguments)
+def mask_text(text: str, secrets: dict[str, Any]) -> str:
+    """`text` (a refusal's reason) without the `secrets` (secret_values of the arguments) in it: the value
+    in `Argument "api_token" = "..."` whatever its length, and any other copy of one of 4 characters or more."""
     if not secrets:
         return text
     for key, value in secrets.items():
@@ -144,16 +142,18 @@ def mask_text(text: str, arguments: Any) -> str:
     return text
 
 
-def mask_in(value: Any, arguments: Any, depth: int = 0) -> Any:
+def mask_in(value: Any, secrets: dict[str, Any], depth: int = 0) -> Any:
     """`value` (a record's constraints) with mask_text applied to every string in it."""
+    if not secrets:
+        return value
     if isinstance(value, str):
-        return mask_text(value, arguments)
+        return mask_text(value, secrets)
     if depth >= MAX_DEPTH:
         return TOO_DEEP
     if isinstance(value, dict):
-        return {key: mask_in(item, arguments, depth + 1) for key, item in value.items()}
+        return {key: mask_in(item, secrets, depth + 1) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [mask_in(item, arguments, depth + 1) for item in value]
+        return [mask_in(item, secrets, depth + 1) for item in value]
     return value
 
 
@@ -182,6 +182,7 @@ def optional_text(value: Any) -> str | None:
 
 def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
     """The decisions table's columns after id, in order (store.DECISION_COLUMNS)."""
+    secrets = secret_values(record.arguments)  # kept out of the reason and the constraints too
     return (
         int(record.time_ms),
         to_json(sorted(text(subject) for subject in record.principal)),
@@ -194,8 +195,8 @@ def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
         to_json(mask_secrets(record.arguments)),
         text(record.effect),
         to_json([text(rule) for rule in record.rules]),
-        to_json(mask_in(record.constraints, record.arguments)),
-        optional_text(None if record.reason is None else mask_text(record.reason, record.arguments)),
+        to_json(mask_in(record.constraints, secrets)),
+        optional_text(None if record.reason is None else mask_text(record.reason, secrets)),
         optional_text(record.confirmed_by),
         None if record.confirmed_ms is None else int(record.confirmed_ms),
         optional_text(record.trace_id),

@@ -114,7 +114,7 @@ class MqttLink:
             self.broker.drops.count("malformed", topic, what, self.slot)
             session = self.session
             if session is not None and message.kind is jsonrpc.Kind.BATCH:
-                session.requests.refuse_batch()  # nothing in it is read: the board is told at once
+                session.receive_message(message)  # counted and answered as on every way in
             elif session is not None:
                 session.refused(message)  # an answer nested too deep, or without an outcome, ends its caller's wait
             return
