@@ -206,8 +206,12 @@ def install_bad_request_filter(repeat_interval_s: float = 60.0) -> None:
         logger.addFilter(BadRequestLogFilter(repeat_interval_s))
 
 
-def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = ()) -> None:
-    """Configure the root logger; under --insecure-lan every line says which side ("clients", "providers") is open."""
+def setup_logging(
+    level: str, fmt: str, insecure_lan_open: Sequence[str] = (), repeat_interval_s: float = 60.0
+) -> None:
+    """Configure the root logger; under --insecure-lan every line says which side ("clients", "providers") is open.
+
+    repeat_interval_s: how often a repeated warning is logged again (`logging.repeat_interval_s`)."""
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     if use_json:
@@ -227,4 +231,4 @@ def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = ()) -
     # aiohttp's access log would print one line per call; the metrics count requests instead.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     # A request aiohttp's parser refuses is logged with the raw bytes sent (a token among them): one safe line.
-    install_bad_request_filter()
+    install_bad_request_filter(repeat_interval_s)

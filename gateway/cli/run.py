@@ -93,7 +93,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"mcp-gateway: {refusal}", file=sys.stderr)
         return 2
     sim_pumps = getattr(args, "sim_pumps", 0) or 0
-    setup_logging(config.logging.level, config.logging.format, config.insecure_lan_open)
+    setup_logging(
+        config.logging.level, config.logging.format, config.insecure_lan_open, config.logging.repeat_interval_s
+    )
     # Made once the loop runs (until_stopped): an unavailable loop leaves no coroutine never awaited.
     main: Callable[[], Coroutine[Any, Any, None]]
     if sim_pumps:

@@ -63,3 +63,16 @@ def test_other_errors_pass_unchanged() -> None:
     assert BadRequestLogFilter().filter(record)
     assert record.levelno == logging.ERROR and record.exc_info is not None
     assert record.getMessage() == "Error handling request from 10.0.0.7"
+
+
+def test_setup_logging_gives_the_filter_the_configured_interval() -> None:
+    from gateway.logs import SERVER_LOGGERS, setup_logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        setup_logging("info", "text", repeat_interval_s=5.0)
+        filters = [f for f in logging.getLogger(SERVER_LOGGERS[0]).filters if isinstance(f, BadRequestLogFilter)]
+        assert [f.repeat_interval_s for f in filters] == [5.0]
+    finally:
+        root.handlers[:], root.level = handlers, level
