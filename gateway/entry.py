@@ -15,14 +15,13 @@ from gateway.core import jsonrpc
 from gateway.core.groups.views import is_bridge_path
 from gateway.core.principal import ANONYMOUS
 from gateway.core.routing import SlotTarget, Target
-from gateway.http_answers import http_error
+from gateway.http_answers import STREAMED_STATUS_KEY, http_error
 from gateway.northbound.http_io import Admission, Refusal
 from gateway.policy.origin import OriginPolicy
 from gateway.policy.rate_limit import RateLimiter
 from gateway.policy.request_principal import PRINCIPAL_KEY, request_principal
 from gateway.telemetry.hot_metrics import Count
 from gateway.telemetry.metrics import Metrics
-from gateway.websocket_limits import UPGRADED_KEY
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Check = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
@@ -164,10 +163,11 @@ def entry_gate(metrics: Metrics, checks: list[Check]) -> Gate:
                 counter.count(kind, exc.status)
                 raise
             except BaseException:
-                # A WebSocket whose connection was lost ends its handler with an exception: it was
-                # answered 101 all the same.
-                if request.get(UPGRADED_KEY):
-                    counter.count(kind, 101)
+                # A WebSocket or event stream whose connection was lost ends its handler with an
+                # exception: it was answered (101, 200) all the same.
+                streamed = request.get(STREAMED_STATUS_KEY)
+                if streamed is not None:
+                    counter.count(kind, streamed)
                 raise
             counter.count(kind, response.status)
             return _closing_refused_upgrade(request, response) if response.status >= 400 else response

@@ -19,6 +19,10 @@ log = logging.getLogger("gateway.northbound")
 
 JSON_TYPE = "application/json"
 
+STREAMED_STATUS_KEY = web.RequestKey("streamed_status", int)
+"""Set on a request once its streamed answer (a WebSocket's 101, an event stream's 200) went out:
+the entry gate counts the exchange with that status however its handler ends."""
+
 
 _unencodable_warned: set[str] = set()
 

@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
 from gateway.core.link import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TOO_BIG, close_reason, frame_too_big_reason
+from gateway.http_answers import STREAMED_STATUS_KEY
 from gateway.policy.connection_limits import CUT_LIMIT_KEYS, HANDSHAKE_TIMEOUT
 from gateway.telemetry.metrics import Metrics
 
@@ -27,10 +28,6 @@ def is_too_big(error: object) -> bool:
     """Whether an error aiohttp reported on a socket (an ERROR message's data, ws.exception()) is its
     1009 close for a message over the frame cap."""
     return getattr(error, "code", None) == CLOSE_TOO_BIG
-
-
-UPGRADED_KEY = web.RequestKey("websocket_upgraded", bool)
-"""Set on a request once its WebSocket upgrade was answered 101."""
 
 
 class CappedWebSocketResponse(web.WebSocketResponse):
@@ -58,7 +55,7 @@ class CappedWebSocketResponse(web.WebSocketResponse):
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter:
         writer = await super().prepare(request)
-        request[UPGRADED_KEY] = True  # the entry gate counts this exchange as 101, however it ends
+        request[STREAMED_STATUS_KEY] = 101  # the entry gate counts this exchange as 101, however it ends
         return writer
 
     async def close(self, *, code: int = CLOSE_NORMAL, message: bytes = b"", drain: bool = True) -> bool:

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.streams import MessageQueue
-from gateway.http_answers import encode_refused
+from gateway.http_answers import STREAMED_STATUS_KEY, encode_refused
 from gateway.telemetry.metrics import Metrics
 
 SSE_HEADERS = {
@@ -44,6 +44,7 @@ def one_event(message: JsonObject, extra_headers: Mapping[str, str]) -> web.Resp
 async def open_stream(request: web.Request, extra_headers: Mapping[str, str] | None = None) -> web.StreamResponse:
     response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(extra_headers or {})})
     await response.prepare(request)
+    request[STREAMED_STATUS_KEY] = 200  # counted as answered, however the stream ends
     return response
 
 

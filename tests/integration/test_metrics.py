@@ -373,3 +373,23 @@ async def test_a_provider_socket_cut_without_a_close_counts_as_an_upgrade(
 def came(gateway: GatewayServer, name: str) -> bool:
     slot = gateway.gateway.registry.slots.get(name)
     return slot is not None and slot.live is not None
+
+
+async def test_an_event_stream_cut_by_its_client_counts_as_its_200(
+    gateway: GatewayServer, http: aiohttp.ClientSession, publishers: Publishers
+) -> None:
+    # A legacy SSE client whose connection drops (a laptop closed): its stream was answered 200.
+    await publishers.start(gateway, "streams", demo_server())
+    before = (await scrape(http, gateway)).get("mcpgw_http_requests_total", endpoint="sse", status="200") or 0
+    for _ in range(3):
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+        writer.write(b"GET /streams/sse HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        await reader.readuntil(b"event: endpoint")
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        writer.close()  # SO_LINGER 0: a reset, as a dropped link ends
+        await wait_for(lambda: not gateway.gateway.client_streams, what="the stream to end")
+    after = await scrape(http, gateway)
+    assert after.get("mcpgw_http_requests_total", endpoint="sse", status="200") == before + 3
