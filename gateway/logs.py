@@ -206,9 +206,7 @@ def install_bad_request_filter(repeat_interval_s: float = 60.0) -> None:
         logger.addFilter(BadRequestLogFilter(repeat_interval_s))
 
 
-def setup_logging(
-    level: str, fmt: str, insecure_lan_open: Sequence[str] = (), repeat_interval_s: float = 60.0
-) -> None:
+def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = (), repeat_interval_s: float = 60.0) -> None:
     """Configure the root logger; under --insecure-lan every line says which side ("clients", "providers") is open.
 
     repeat_interval_s: how often a repeated warning is logged again (`logging.repeat_interval_s`)."""
