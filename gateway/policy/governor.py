@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig, PolicyConfig
 from gateway.core import errors, jsonrpc
+from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import CallVerdict, Confirmer, ProviderGovernance
 from gateway.core.principal import Principal
 from gateway.policy.approvals import ApprovalUnknown
@@ -164,6 +165,11 @@ class Governor:
             try:
                 ticket = await self.trail.decision(record)
             except AuditUnavailable as exc:
+                if slot == BROKER_SLOT and hint is True:
+                    # The gateway's own read-only tools reach no device, and broker_diagnose among
+                    # them is how the operator learns why the trail fails: answered, unrecorded.
+                    log.warning("audit trail: %s on %s answered without a record: %s", name, slot, exc)
+                    return CallVerdict(True, admission=admitted)
                 self.limits.release(admitted)  # not forwarded: its concurrency places are free again
                 return CallVerdict(
                     False,

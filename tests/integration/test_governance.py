@@ -262,7 +262,9 @@ async def test_a_trail_that_cannot_be_written_refuses_calls_and_says_so(
 ) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
-    server = await gateway_factory(auth=auth(), policy=POLICY, audit={"path": str(blocker / "audit.db")})
+    system = {"principal": "token:operator", "role": "operator", "resources": ["/_system/**"]}
+    policy = {**POLICY, "assign": [*POLICY["assign"], system]}
+    server = await gateway_factory(auth=auth(), policy=policy, audit={"path": str(blocker / "audit.db")})
     simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
     simulator.start()
     try:
@@ -276,6 +278,13 @@ async def test_a_trail_that_cannot_be_written_refuses_calls_and_says_so(
             assert (await ready.json())["status"] == "audit_unavailable"
         problems = server.gateway.broker.problems()
         assert [problem.id for problem in problems if problem.id.startswith("audit.")] == ["audit.unavailable"]
+        # The gateway's own read-only tools still answer, unrecorded: the operator learns why from them.
+        async with client(server, "/_broker/mcp", OPERATOR, "legacy") as operator:
+            diagnosis = await operator.call_tool("broker_diagnose", {})
+            assert "audit.unavailable" in str(diagnosis.structured_content)
+            with pytest.raises(MCPError) as refused:
+                await operator.call_tool("broker_policy_reload", {})  # an action: recorded, so refused
+            assert "the audit trail cannot record it" in refused.value.error.message
     finally:
         await simulator.stop()
 
