@@ -289,6 +289,28 @@ async def test_a_trail_that_cannot_be_written_refuses_calls_and_says_so(
         await simulator.stop()
 
 
+async def test_a_damaged_trail_is_named_and_moving_it_aside_mends_it(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    trail = tmp_path / "audit.db"
+    trail.write_bytes(b"not a database, " * 64)
+    server = await gateway_factory(auth=auth(), policy=POLICY, audit={"path": str(trail)})
+    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
+    simulator.start()
+    try:
+        await wait_ready_slot(server, "pump-1")
+        async with client(server, "/pump-1/mcp", OPERATOR, "legacy") as operator:
+            with pytest.raises(MCPError, match="file is not a database"):
+                await operator.call_tool("get_status", {})
+            [problem] = [p for p in server.gateway.broker.problems() if p.id == "audit.unavailable"]
+            assert "file is not a database" in problem.evidence and "move a damaged file" in problem.fix
+            trail.rename(tmp_path / "audit.db.damaged")  # what the fix says: a new file is started at the path
+            assert (await operator.call_tool("get_status", {})).structured_content is not None
+        assert not [p for p in server.gateway.broker.problems() if p.id.startswith("audit.")]
+    finally:
+        await simulator.stop()
+
+
 async def test_the_diagnosis_says_whether_tools_are_governed(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
     plain = await gateway_factory()
     assert plain.gateway.broker.diagnosis()["governed"] is False

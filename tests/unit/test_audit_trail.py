@@ -455,3 +455,14 @@ def test_the_audit_section(tmp_path: Path) -> None:
     for bad in ({"max_bytes": 1000}, {"max_age_days": 0}, {"path": " "}, {"unknown": 1}):
         with pytest.raises(ValidationError):
             AuditConfig.model_validate(bad)
+
+
+async def test_a_file_that_cannot_be_opened_is_refused_with_its_own_cause(trails: TrailFactory, tmp_path: Path) -> None:
+    # A link to a file that is gone: the refusal names it ("No such file"), not a permission it does
+    # not lack (a read-only file system reads "Read-only file system" the same way).
+    link = tmp_path / "audit.db"
+    link.symlink_to(tmp_path / "gone" / "audit.db")
+    trail = await trails(link)
+    with pytest.raises(AuditUnavailable, match="No such file or directory"):
+        await trail.decision(record())
+    assert not (tmp_path / "gone").exists()

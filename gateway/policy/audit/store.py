@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 import sqlite3
@@ -68,11 +67,11 @@ INSERT_RESULT = "INSERT OR IGNORE INTO results (decision_id, time_ms, status, la
 
 
 def create_file(path: Path) -> None:
-    """Create an empty file readable by its owner only; SQLite gives the -wal and -shm files its mode."""
-    if not os.path.lexists(path):
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-    elif not os.access(path, os.W_OK):
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+    """Create an empty file readable by its owner only, or open the one there for writing, so that its
+    OSError names the cause (a read-only file system, a permission, a dangling link); SQLite gives
+    the -wal and -shm files its mode."""
+    flags = os.O_WRONLY if os.path.lexists(path) else os.O_CREAT | os.O_WRONLY
+    os.close(os.open(path, flags, 0o600))
 
 
 def connect(path: Path, lock_timeout_s: float) -> sqlite3.Connection:
