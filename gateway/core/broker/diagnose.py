@@ -191,8 +191,8 @@ def _governance_problems(view: GatewayView) -> list[Problem]:
                 "The audit trail cannot be written: governed calls are refused",
                 f"{audit.get('path')}: {audit.get('last_error') or 'the last write failed'}",
                 "Mend what the detail names ([audit] path): free disk space, make a read-only file system "
-                "writable, fix the file's permissions, or move a damaged file (\"file is not a database\", "
-                "\"malformed\") aside for a new one to be started at the path. The gateway tries again with each "
+                'writable, fix the file\'s permissions, or move a damaged file ("file is not a database", '
+                '"malformed") aside for a new one to be started at the path. The gateway tries again with each '
                 "call and serves again once a write succeeds; /readyz answers 503 meanwhile.",
             )
         ]
