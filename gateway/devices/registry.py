@@ -131,12 +131,15 @@ class DeviceRegistry:
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             _private_directory(self.path.parent)
+            if not self.path.exists():
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+            with contextlib.suppress(OSError):  # another user's file (the gateway's, read by root): keep its mode
+                self.path.chmod(0o600)
+            # After the mode: SQLite gives the -wal and -shm files the database file's mode.
             db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(_SCHEMA)
-            with contextlib.suppress(OSError):  # another user's file (the gateway's, read by root): keep its mode
-                self.path.chmod(0o600)
             self._db = db
         return self._db
 

@@ -3,6 +3,7 @@ their one slot, refused once revoked (with the reason); hellos recorded; `mcp-ga
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,18 @@ async def test_a_damaged_registry_is_said_in_one_line(
         f"mcp-gateway {' '.join(command[:2]) if len(command) > 1 else command[0]}: the device registry "
         "(devices.db in the state directory) cannot be used: file is not a database\n"
     )
+
+
+def test_the_registry_and_its_journal_are_private_in_a_directory_made_before(state_dir: Path) -> None:
+    # A state directory the gateway did not make (0755, umask 022): the -wal and -shm files hold the
+    # registry's rows too, so they take the database file's 0600, not the umask's 0644.
+    state_dir.mkdir(mode=0o755)
+    old_umask = os.umask(0o022)
+    try:
+        registry = DeviceRegistry(default_registry_path())
+        registry.adopt(DEVICE, "pump-8", "websocket", None, secret_digest("s"))
+        files = {path.name: oct(path.stat().st_mode & 0o777) for path in state_dir.iterdir()}
+        registry.close()
+    finally:
+        os.umask(old_umask)
+    assert files == {"devices.db": "0o600", "devices.db-wal": "0o600", "devices.db-shm": "0o600"}
