@@ -65,12 +65,17 @@ def disconnected(slot: str, why: str = "") -> RpcError:
     return RpcError(jsonrpc.UNAVAILABLE, f'Provider "{slot}" disconnected: {why}', data)
 
 
-def deadline(slot: str, timeout_ms: int) -> RpcError:
+def deadline(slot: str, timeout_ms: int, setting: str = "request_timeout_ms") -> RpcError:
+    """The provider did not answer a client's request within `timeout_ms`, which `setting` of the slot
+    configures (request_timeout_ms, or the tool's entry in tool_timeouts_ms): the text names it."""
+    raise_what = (
+        "this tool's entry in the slot's tool_timeouts_ms" if setting == "tool_timeouts_ms" else f"the slot's {setting}"
+    )
     return RpcError(
         jsonrpc.UNAVAILABLE,
         f'Provider "{slot}" did not respond within {timeout_ms}ms. The provider is still connected but sent '
-        "no answer for this request; see provider_status on _broker, or raise the slot's request_timeout_ms",
-        {"slot": slot, "reason": "deadline", "timeout_ms": timeout_ms},
+        f"no answer for this request; see provider_status on _broker, or raise {raise_what}",
+        {"slot": slot, "reason": "deadline", "timeout_ms": timeout_ms, "setting": setting},
     )
 
 

@@ -588,7 +588,7 @@ class ProviderSession:
         if entry is None or entry.future.done():
             return
         self.counters.deadlines += 1
-        entry.future.set_exception(errors.deadline(self.slot, entry.timeout_ms))
+        entry.future.set_exception(errors.deadline(self.slot, entry.timeout_ms, self.settings.setting_for(entry)))
         self.requests.end_relays(
             entry, f"the request it belongs to passed the gateway deadline of {entry.timeout_ms}ms"
         )

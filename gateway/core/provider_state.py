@@ -57,6 +57,18 @@ class SessionSettings:
                 return self.tool_timeouts_ms[tool]
         return self.request_timeout_ms
 
+    def setting_for(self, entry: Pending) -> str:
+        """Which setting gave `entry` its deadline, read when it passes (not kept per request): a
+        tools/call whose deadline is not the slot's but a tool's came from its tool_timeouts_ms entry."""
+        timeout = entry.timeout_ms
+        if (
+            entry.method == "tools/call"
+            and timeout != self.request_timeout_ms
+            and timeout in self.tool_timeouts_ms.values()
+        ):
+            return "tool_timeouts_ms"
+        return "request_timeout_ms"
+
 
 @dataclass(slots=True)
 class Pending:

@@ -153,6 +153,10 @@ async def test_silent_provider_gets_the_deadline_error(rig: Rig) -> None:
     assert slot_deadline.value.error.message.startswith(f'Provider "board" did not respond within {DEADLINE_MS}ms')
     assert tool_deadline.value.code == -32000
     assert tool_deadline.value.error.message.startswith(f'Provider "board" did not respond within {SLOW_DEADLINE_MS}ms')
+    # Each names the setting that set its deadline: raising the other would change nothing.
+    assert slot_deadline.value.error.message.endswith("raise the slot's request_timeout_ms")
+    assert tool_deadline.value.error.message.endswith("raise this tool's entry in the slot's tool_timeouts_ms")
+    assert tool_deadline.value.error.data["setting"] == "tool_timeouts_ms"
     # The board is told the gateway gave up, so it can stop the work.
     cancelled = await rig.board.take(
         lambda m: m.get("method") == "notifications/cancelled" and m["params"]["requestId"] == forwarded["id"],

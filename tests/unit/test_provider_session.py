@@ -377,7 +377,7 @@ async def test_deadline_error_names_the_slot_and_the_time() -> None:
     error = caught.value.to_error()
     assert error["code"] == -32000
     assert error["message"].startswith(f'Provider "{SLOT}" did not respond within 20ms')
-    assert error["data"] == {"slot": SLOT, "reason": "deadline", "timeout_ms": 20}
+    assert error["data"] == {"slot": SLOT, "reason": "deadline", "timeout_ms": 20, "setting": "request_timeout_ms"}
     assert session.counters.deadlines == 1
     assert session.pending == {}
     sent = await link.next()
