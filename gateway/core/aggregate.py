@@ -86,6 +86,9 @@ class AggregateTarget(Target):
         )
 
     def attach(self, listener: Listener) -> None:
+        # Members that changed before this listener came are rebuilt without telling it: it has
+        # listed nothing yet, and its first tools/list reads the catalog as it is now.
+        self.refresh.flush()
         self.listeners.add(listener)
 
     def detach(self, listener: Listener) -> None:

@@ -184,6 +184,28 @@ async def test_list_changed_on_join_and_leave_and_only_for_members(
         assert await names_of(client) == ["pump-2-run"]
 
 
+async def test_a_first_client_after_the_members_came_is_told_of_no_change(
+    gateway: GatewayServer, publishers: Publishers
+) -> None:
+    # The boards attached before anyone listened (a gateway just started): the catalog is built when
+    # the first client comes, which is no change to that client.
+    await publishers.start(gateway, "pump-1", board("pump-1", ["run"]), aggregate=True)
+    await wait_members(gateway, ["pump-1"])
+    changes: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changes.append(message.method)
+
+    async with Client(all_url(gateway), mode="legacy", message_handler=on_message) as client:
+        await wait_for(
+            lambda: any(s.stream is not None for s in gateway.gateway.sessions.sessions.values()), what="GET stream"
+        )
+        assert await names_of(client) == ["pump-1-run"]
+        await asyncio.sleep(10 * gateway.gateway.config.limits.catalog_coalesce_ms / 1000)
+        assert changes == []
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_calls_reach_the_provider_the_name_came_from(
     gateway: GatewayServer, publishers: Publishers, mode: str

@@ -267,6 +267,28 @@ async def test_list_changed_reaches_the_groups_a_new_member_joins(
         assert changes["/mcp/pumps"] == 0
 
 
+async def test_a_first_client_after_the_members_came_is_told_of_no_change(
+    grouped: GatewayServer, publishers: Publishers
+) -> None:
+    await publishers.start(grouped, "lab-1", demo_server("lab"))
+    await wait_for(lambda: "lab-1__add" in grouped.gateway.groups.by_name, what="lab-1 in the catalog")
+    changes: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changes.append(message.method)
+
+    # A board that came before anyone listened (the catalog is rebuilt when read): no news to them.
+    await publishers.start(grouped, "lab-2", demo_server("lab"))
+    async with Client(f"{grouped.url}/mcp/lab", mode="legacy", message_handler=on_message) as client:
+        await wait_for(
+            lambda: any(s.stream is not None for s in grouped.gateway.sessions.sessions.values()), what="GET stream"
+        )
+        assert "lab-2__add" in await names_of(client)
+        await asyncio.sleep(10 * grouped.gateway.config.limits.catalog_coalesce_ms / 1000)
+        assert changes == []
+
+
 async def test_stateless_listen_on_a_group_sees_a_member_join(grouped: GatewayServer, publishers: Publishers) -> None:
     async with Client(f"{grouped.url}/mcp/lab", mode="2026-07-28") as client:
         async with client.listen(tools_list_changed=True) as subscription:

@@ -321,6 +321,7 @@ class GroupTarget(Target):
         )
 
     def attach(self, listener: Listener) -> None:
+        self.catalog.refresh.flush()  # what changed before it came is not news to it (as on _all)
         self.listeners.add(listener)
 
     def detach(self, listener: Listener) -> None:
