@@ -16,6 +16,9 @@ from gateway.core.routing import Target
 from gateway.core.streams import MessageQueue
 from gateway.telemetry.metrics import Metrics
 
+MAX_CANCEL_REASON = 256
+"""Characters of a client's cancellation reason passed on to the provider (a board's frame is small)."""
+
 
 class InFlight:
     """One client request being answered, run by the task that will write its answer.
@@ -30,13 +33,13 @@ class InFlight:
         self.task = task
         self.cancelled = False
 
-    def cancel(self) -> bool:
+    def cancel(self, reason: str) -> bool:
         """Cancel the request once (a second notifications/cancelled adds nothing); False when it
-        has ended or was cancelled already."""
+        has ended or was cancelled already. `reason` reaches the provider's notifications/cancelled."""
         if self.cancelled or self.task.done():
             return False
         self.cancelled = True
-        self.task.cancel()
+        self.task.cancel(reason)
         return True
 
 
@@ -91,12 +94,15 @@ class ClientSession:
             return 0.0
         return now - self.last_active
 
-    def cancel(self, client_request_id: Any) -> bool:
+    def cancel(self, client_request_id: Any, reason: Any = None) -> bool:
+        """Cancel the client's request `client_request_id`; the provider is told the client's own
+        `reason` (a string, cut to MAX_CANCEL_REASON characters), else that the client cancelled it."""
         # The id comes from the client's notifications/cancelled as any JSON value: only a string or an
         # integer can name a request (an object is unhashable, and true would match request 1).
         valid = isinstance(client_request_id, str | int) and not isinstance(client_request_id, bool)
         entry = self.in_flight.get(client_request_id) if valid else None
-        return entry is not None and entry.cancel()
+        why = reason[:MAX_CANCEL_REASON] if isinstance(reason, str) and reason else "cancelled by the client"
+        return entry is not None and entry.cancel(why)
 
 
 class SessionLimitReached(Exception):
@@ -196,7 +202,7 @@ class SessionStore:
         if session.stream is not None:
             session.stream.close()
         for entry in session.in_flight.values():
-            entry.cancel()
+            entry.cancel("the client's session ended")
 
     def sweep(self) -> int:
         now = time.monotonic()

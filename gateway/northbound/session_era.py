@@ -90,8 +90,8 @@ def client_notification(session: ClientSession, message: jsonrpc.Message) -> Non
     if method == "notifications/initialized":
         session.initialized = True
     elif method == "notifications/cancelled":
-        request_id = (message.params or {}).get("requestId")
-        session.cancel(request_id)
+        params = message.params or {}
+        session.cancel(params.get("requestId"), params.get("reason"))
 
 
 def initialize_refusal(body: JsonObject) -> JsonObject | None:

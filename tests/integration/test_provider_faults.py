@@ -25,6 +25,7 @@ from mcp.types import CallToolResult
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
+from tests.integration.test_http_session_era import RawSession
 from tests.support.servers import demo_server
 from tests.support.southbound import Boards, ScriptedBoard, provider_status
 
@@ -442,3 +443,41 @@ async def test_two_clients_with_the_same_request_id_get_their_own_answers(
             )
             assert echo_a.structured_content == {"result": 2}
             assert echo_b.structured_content == {"result": 200}
+
+
+async def test_the_board_is_told_why_a_client_cancelled(rig: Rig) -> None:
+    async with aiohttp.ClientSession() as http:
+        raw = RawSession(http, rig.url)
+        await raw.initialize()
+        reasons = []
+        for params in ({"reason": "operator pressed stop"}, {}):
+            body = raw.request_body("tools/call", {"name": "valve", "arguments": {"open": True}})
+            call = asyncio.create_task(raw.post(body))
+            forwarded = await rig.board.request("tools/call")
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": body["id"], **params},
+            }
+            assert (await raw.post(cancel))[0] == 202
+            notice = await rig.board.take(
+                lambda m, sent=forwarded: (
+                    m.get("method") == "notifications/cancelled" and m["params"]["requestId"] == sent["id"]
+                ),
+                what="the board's notifications/cancelled",
+            )
+            reasons.append(notice["params"]["reason"])
+            await asyncio.wait_for(call, 5)
+        # A session that ends (DELETE) cancels what it still waits for, and says so.
+        call = asyncio.create_task(raw.post(raw.request_body("tools/call", {"name": "valve", "arguments": {}})))
+        forwarded = await rig.board.request("tools/call")
+        async with http.delete(rig.url, headers=raw.headers()) as ended:
+            assert ended.status in (200, 204)
+        notice = await rig.board.take(
+            lambda m: m.get("method") == "notifications/cancelled" and m["params"]["requestId"] == forwarded["id"],
+            what="the board's notifications/cancelled on DELETE",
+        )
+        reasons.append(notice["params"]["reason"])
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(call, 5)
+    assert reasons == ["operator pressed stop", "cancelled by the client", "the client's session ended"]
