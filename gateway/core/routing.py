@@ -47,6 +47,10 @@ CACHEABLE_METHODS = frozenset(
 SESSION_ONLY_METHODS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
 
 
+DECLARED_FAMILIES = ("prompts/", "resources/")
+"""Methods a slot forwards only when its provider declared their capability (`prompts`, `resources`)."""
+
+
 def strip_envelope(params: JsonObject | None) -> JsonObject | None:
     """Remove the stateless-era envelope keys before a request goes to a session-era provider."""
     return jsonrpc.without_meta_keys(params, ENVELOPE_KEYS)
@@ -323,6 +327,8 @@ class SlotTarget(Target):
             return {"tools": session.tools}
         if method == "logging/setLevel":
             return await self._set_level(ctx, params)
+        if method.startswith(DECLARED_FAMILIES):
+            await self._check_declared(ctx, method)
         if method in ("resources/subscribe", "resources/unsubscribe"):
             return await self._subscription(ctx, method, params)
         if method.startswith("notifications/"):
@@ -354,6 +360,15 @@ class SlotTarget(Target):
             call.get("_meta"),
         )
         return await governed.call(governance, ctx, self.name, tool, call, f'"{self.name}"', forward, read_state)
+
+    async def _check_declared(self, ctx: ClientContext, method: str) -> None:
+        """prompts/* and resources/* reach only a provider that declared the capability (MCP: a server
+        declares what it serves); others are answered here, naming the slot, instead of with the
+        provider's own not-found text, which may describe its session rather than the gateway's."""
+        family = method.partition("/")[0]
+        session = await self.provider(ctx)
+        if family not in session.capabilities:
+            raise errors.method_not_found(method, f'"{self.name}" (its provider declares no {family} capability)')
 
     async def _set_level(self, ctx: ClientContext, params: JsonObject | None) -> JsonObject:
         level = (params or {}).get("level")

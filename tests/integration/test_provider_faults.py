@@ -481,3 +481,22 @@ async def test_the_board_is_told_why_a_client_cancelled(rig: Rig) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(call, 5)
     assert reasons == ["operator pressed stop", "cancelled by the client", "the client's session ended"]
+
+
+async def test_prompts_and_resources_of_a_board_that_declares_none_are_answered_by_the_gateway(rig: Rig) -> None:
+    # The board declares tools only: its own not-found text would describe its session with the
+    # gateway, not the caller's; the gateway answers and names the slot.
+    for mode in ("legacy", "2026-07-28"):
+        async with Client(rig.url, mode=mode) as client:
+            with pytest.raises(MCPError) as prompts:
+                await client.list_prompts()
+            with pytest.raises(MCPError) as resources:
+                await client.read_resource("pump://status")
+        assert prompts.value.code == resources.value.code == -32601
+        assert prompts.value.error.message == (
+            'Method not found: prompts/list is not served by "board" (its provider declares no prompts capability)'
+        )
+        assert "resources/read" in resources.value.error.message
+    methods = [str(message.get("method", "")) for _, message in rig.board.received if isinstance(message, dict)]
+    assert not [method for method in methods if method.startswith(("prompts/", "resources/"))]
+    await rig.assert_unharmed()
