@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -445,11 +446,15 @@ async def test_two_clients_with_the_same_request_id_get_their_own_answers(
             assert echo_b.structured_content == {"result": 200}
 
 
+def cancels(request_id: Any, message: dict[str, Any]) -> bool:
+    return message.get("method") == "notifications/cancelled" and message["params"]["requestId"] == request_id
+
+
 async def test_the_board_is_told_why_a_client_cancelled(rig: Rig) -> None:
     async with aiohttp.ClientSession() as http:
         raw = RawSession(http, rig.url)
         await raw.initialize()
-        reasons = []
+        reasons: list[str] = []
         for params in ({"reason": "operator pressed stop"}, {}):
             body = raw.request_body("tools/call", {"name": "valve", "arguments": {"open": True}})
             call = asyncio.create_task(raw.post(body))
@@ -460,12 +465,7 @@ async def test_the_board_is_told_why_a_client_cancelled(rig: Rig) -> None:
                 "params": {"requestId": body["id"], **params},
             }
             assert (await raw.post(cancel))[0] == 202
-            notice = await rig.board.take(
-                lambda m, sent=forwarded: (
-                    m.get("method") == "notifications/cancelled" and m["params"]["requestId"] == sent["id"]
-                ),
-                what="the board's notifications/cancelled",
-            )
+            notice = await rig.board.take(partial(cancels, forwarded["id"]), what="the board's notifications/cancelled")
             reasons.append(notice["params"]["reason"])
             await asyncio.wait_for(call, 5)
         # A session that ends (DELETE) cancels what it still waits for, and says so.
@@ -473,10 +473,7 @@ async def test_the_board_is_told_why_a_client_cancelled(rig: Rig) -> None:
         forwarded = await rig.board.request("tools/call")
         async with http.delete(rig.url, headers=raw.headers()) as ended:
             assert ended.status in (200, 204)
-        notice = await rig.board.take(
-            lambda m: m.get("method") == "notifications/cancelled" and m["params"]["requestId"] == forwarded["id"],
-            what="the board's notifications/cancelled on DELETE",
-        )
+        notice = await rig.board.take(partial(cancels, forwarded["id"]), what="notifications/cancelled on DELETE")
         reasons.append(notice["params"]["reason"])
         with contextlib.suppress(Exception):
             await asyncio.wait_for(call, 5)
