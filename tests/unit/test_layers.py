@@ -25,7 +25,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "config": frozenset({ROOT}),
     "http_answers": frozenset({ROOT, "core"}),
     "http_body": frozenset({ROOT}),
-    "websocket_limits": frozenset({ROOT, "core", "policy", "telemetry"}),
+    "websocket_limits": frozenset({ROOT, "core", "policy", "telemetry", "http_answers"}),
     "event_loop": frozenset({ROOT}),
     "logs": frozenset({ROOT, "config", "service"}),
     "service": frozenset({ROOT, "config"}),
