@@ -34,7 +34,10 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
     ]
     # Named only when there are some.
     if document.confirm:
-        held.append(_plural(len(document.confirm), "confirmation rule", "confirmation rules"))
+        confirms = _plural(len(document.confirm), "confirmation rule", "confirmation rules")
+        # by = "another" changes who may answer: worth naming in the summary.
+        by_another = sum(1 for rule in document.confirm if rule.by == "another")
+        held.append(f'{confirms} ({by_another} by = "another")' if by_another else confirms)
     if document.execution_limits:
         held.append(_plural(len(document.execution_limits), "execution limit", "execution limits"))
     if document.declared_limits:

@@ -17,6 +17,14 @@ from gateway.telemetry.tracing import OFF, Tracing
 
 SESSION = "session"
 STATELESS = "stateless"
+TRANSPORT_HEADER = "X-MCPGW-Transport"
+"""Sent by `mcp-gateway stdio` with the value "stdio" on each request to /<slot>/mcp: the way in its host
+used, as the audit trail records it. A label the client gives, never used to decide anything."""
+
+
+def http_transport(label: str | None) -> str:
+    """The way in an HTTP request to /<slot>/mcp records: "stdio" when the stdio bridge says so."""
+    return "stdio" if label == "stdio" else "streamable-http"
 
 
 @dataclass
@@ -41,7 +49,7 @@ class ClientContext:
     """Stateless era: the gateway's held calls, for translating a provider's requests towards the
     client into input_required results; None when the way in offers no such translation."""
     transport: str = "streamable-http"
-    """The way in: "streamable-http", "sse", "websocket" (what the audit trail records)."""
+    """The way in: "streamable-http", "stdio" (the stdio bridge), "sse", "websocket" (what the audit trail records)."""
     tracing: Tracing = OFF
     """The gateway's tracing ([telemetry]); OFF keeps trace context without recording spans."""
     traceparent: str | None = None

@@ -48,6 +48,7 @@ import orjson
 from yarl import URL
 
 from gateway.core import eras, jsonrpc, stateless
+from gateway.core.client_context import TRANSPORT_HEADER
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.policy import hmac_signing
 
@@ -312,7 +313,8 @@ class StdioBridge:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _headers(self, method: str, body: bytes, session_id: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json, text/event-stream"}
+        # TRANSPORT_HEADER: the audit trail records the host's way in as "stdio" (a label, never a credential).
+        headers = {"Accept": "application/json, text/event-stream", TRANSPORT_HEADER: "stdio"}
         if body:
             headers["Content-Type"] = "application/json"
         if session_id is not None:

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.core import errors, jsonrpc, stateless
-from gateway.core.client_context import SESSION, STATELESS, ClientContext
+from gateway.core.client_context import SESSION, STATELESS, TRANSPORT_HEADER, ClientContext, http_transport
 from gateway.core.due import DueQueue
 from gateway.core.eras import META_SUBSCRIPTION_ID
 from gateway.core.gateway import Gateway
@@ -123,10 +123,15 @@ class RequestStream:
             self._clock = None
 
     async def _write_loop(self) -> None:
-        self.response = await event_stream.open_stream(self.request, self.headers)
-        await event_stream.pump(self.response, self.queue, self.keepalive_s, self.metrics)
-        # The answer and the end of the stream in one write.
-        await self.response.write_eof(event_stream.encode_event(self.final) if self.final is not None else b"")
+        try:
+            self.response = await event_stream.open_stream(self.request, self.headers)
+            await event_stream.pump(self.response, self.queue, self.keepalive_s, self.metrics)
+            # The answer and the end of the stream in one write.
+            await self.response.write_eof(event_stream.encode_event(self.final) if self.final is not None else b"")
+        except ConnectionError as exc:
+            # The client went away (it closed the stream, e.g. instead of answering a question on it):
+            # nobody reads this answer any more, and the request's own handler ends with the connection.
+            log.debug("client stream closed while it was written: %s", exc)
 
     async def finish(self, final: JsonObject, status: int = 200) -> web.StreamResponse:
         self.final = final
@@ -137,7 +142,9 @@ class RequestStream:
             return json_response(final, status=status, headers=self.headers)
         self.queue.close()
         await self._writer
-        assert self.response is not None
+        if self.response is None:
+            # The client left before the stream opened: aiohttp drops this answer quietly.
+            return json_response(final, status=status, headers=self.headers)
         return self.response
 
     def abort(self) -> None:
@@ -391,6 +398,7 @@ class StreamableHttpEndpoint:
             principal=session.principal,
             client_capabilities=session.capabilities,
             client_info=session.client_info,
+            transport=http_transport(request.headers.get(TRANSPORT_HEADER)),
             tracing=self.gateway.telemetry.tracing,
             traceparent=request.headers.get("traceparent"),
             tracestate=request.headers.get("tracestate"),
@@ -509,6 +517,7 @@ class StreamableHttpEndpoint:
             principal=request_principal(request),
             client_capabilities=verdict.client_capabilities if isinstance(verdict.client_capabilities, dict) else {},
             input_required=self.gateway.input_required,
+            transport=http_transport(request.headers.get(TRANSPORT_HEADER)),
             tracing=self.gateway.telemetry.tracing,
             traceparent=request.headers.get("traceparent"),
             tracestate=request.headers.get("tracestate"),

@@ -1,6 +1,10 @@
 """Calls waiting for a person's approval (`mcp-gateway approve`), and the binding that ties an answer to
 one call: the same caller, slot, tool and arguments, used once, before it expires.
 
+An approval is found by the call as the caller sends it (its `attempt`) and holds the call as it is
+forwarded (its `binding`, after any clamp): a retry the policy now forwards differently finds its
+approval and uses it up, and is refused rather than forwarded on an answer given for other arguments.
+
 Kept in memory: a restart forgets them, and the caller's next attempt asks again (nothing is forwarded
 on an approval the gateway no longer holds).
 """
@@ -41,7 +45,10 @@ class Approval:
     """One call waiting for a person, or decided by one and not yet used."""
 
     id: str
+    attempt: str
+    """The call as the caller sends it: what a retry is matched by."""
     binding: str
+    """The call as it is forwarded: what the approver approved."""
     principal: tuple[str, ...]
     slot: str
     resource: str
@@ -74,19 +81,20 @@ class Approval:
 
 
 class Approvals:
-    """The waiting calls, by id and by binding; each binding has at most one."""
+    """The waiting calls, by id and by attempt; each attempt has at most one."""
 
     def __init__(self, limit: int = DEFAULT_MAX_APPROVALS, clock: Callable[[], float] = time.time) -> None:
         self.limit = limit
         self.clock = clock
         self._by_id: dict[str, Approval] = {}
-        self._by_binding: dict[str, Approval] = {}
+        self._by_attempt: dict[str, Approval] = {}
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     def request(
         self,
+        attempt: str,
         binding: str,
         principal: Collection[str],
         slot: str,
@@ -96,10 +104,11 @@ class Approvals:
         rule: str,
         expires_s: int,
     ) -> Approval:
-        """The waiting call for `binding`: the one already waiting, or a new one (ApprovalsFull past the limit)."""
+        """The waiting call for `attempt`: the one already waiting for the same `binding`, or a new one
+        (ApprovalsFull past the limit)."""
         self._expire()
-        found = self._by_binding.get(binding)
-        if found is not None and found.state == "pending":
+        found = self._by_attempt.get(attempt)
+        if found is not None and found.state == "pending" and found.binding == binding:
             return found
         if found is not None:
             self._drop(found)
@@ -108,6 +117,7 @@ class Approvals:
         now = self.now_ms()
         approval = Approval(
             id=secrets.token_hex(4),
+            attempt=attempt,
             binding=binding,
             principal=tuple(sorted(principal)),
             slot=slot,
@@ -121,13 +131,13 @@ class Approvals:
         while approval.id in self._by_id:  # 32 random bits: a clash is rare, never silent
             approval.id = secrets.token_hex(4)
         self._by_id[approval.id] = approval
-        self._by_binding[binding] = approval
+        self._by_attempt[attempt] = approval
         return approval
 
-    def take(self, binding: str) -> Approval | None:
-        """The decided approval for `binding`, used up by this call; None while none is decided."""
+    def take(self, attempt: str) -> Approval | None:
+        """The decided approval for `attempt`, used up by this call; None while none is decided."""
         self._expire()
-        found = self._by_binding.get(binding)
+        found = self._by_attempt.get(attempt)
         if found is None or found.state == "pending":
             return None
         self._drop(found)
@@ -157,8 +167,8 @@ class Approvals:
 
     def _drop(self, approval: Approval) -> None:
         self._by_id.pop(approval.id, None)
-        if self._by_binding.get(approval.binding) is approval:
-            del self._by_binding[approval.binding]
+        if self._by_attempt.get(approval.attempt) is approval:
+            del self._by_attempt[approval.attempt]
 
     def _expire(self) -> None:
         now = self.now_ms()

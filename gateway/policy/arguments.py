@@ -46,6 +46,8 @@ class ArgumentLimit:
     """"refuse" or "clamp" (numbers only: an `allowed` value is never clamped)."""
     set_by: str = "policy"
     """Who set it, for the messages: "policy limits[2]"."""
+    rule: str = ""
+    """The id of the policy rule that set it ("limits[2]"), for the audit record's rules ("" when none)."""
 
     def __post_init__(self) -> None:
         if self.action not in ("refuse", "clamp"):
@@ -79,10 +81,12 @@ class ArgumentRefused(Exception):
 
     code = INVALID_PARAMS
 
-    def __init__(self, message: str, data: dict[str, Any]) -> None:
+    def __init__(self, message: str, data: dict[str, Any], limits: Sequence[ArgumentLimit] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.data = data
+        self.rules = tuple(dict.fromkeys(limit.rule for limit in limits if limit.rule))
+        """The ids of the limit rules that refused (none for the tool's inputSchema)."""
 
 
 @dataclass(slots=True)
@@ -96,6 +100,8 @@ class Checked:
     """What was clamped, readable: "speed_rpm 2500 -> 2000 (policy limits[0])"."""
     schema_error: str | None = None
     """Why the arguments were not checked against the tool's inputSchema (None: they were)."""
+    rules: tuple[str, ...] = ()
+    """The ids of the limit rules that clamped ("limits[0]")."""
 
 
 def check_arguments(
@@ -144,7 +150,9 @@ def check_arguments(
             except ArgumentRefused:
                 if value is arguments[limit.argument]:
                     raise
-                _contradiction(clamps, limit.argument, _breaks_limit(limit, resource), _LIMITS_DISAGREE, resource)
+                _contradiction(
+                    clamps, limit.argument, _breaks_limit(limit, resource), _LIMITS_DISAGREE, resource, limit
+                )
             if new is not value:
                 if forwarded is arguments:
                     forwarded = dict(arguments)
@@ -154,7 +162,8 @@ def check_arguments(
         return Checked(arguments, [], compiled.error)
     _recheck(forwarded, clamps, limits, compiled.validator, resource)
     clamped = [f"{limit.argument} {shown(old)} -> {shown(new)} ({limit.set_by})" for limit, old, new in clamps]
-    return Checked(forwarded, clamped, compiled.error)
+    rules = tuple(dict.fromkeys(limit.rule for limit, _, _ in clamps if limit.rule))
+    return Checked(forwarded, clamped, compiled.error, rules)
 
 
 def _schema_refusal(exc: Exception) -> ArgumentRefused:
@@ -235,7 +244,9 @@ def _recheck(
             try:
                 _within(limit, forwarded[limit.argument], resource, clamp=False)
             except ArgumentRefused:
-                _contradiction(clamps, limit.argument, _breaks_limit(limit, resource), _LIMITS_DISAGREE, resource)
+                _contradiction(
+                    clamps, limit.argument, _breaks_limit(limit, resource), _LIMITS_DISAGREE, resource, limit
+                )
 
 
 def _breaks_limit(limit: ArgumentLimit, resource: str) -> str:
@@ -243,14 +254,21 @@ def _breaks_limit(limit: ArgumentLimit, resource: str) -> str:
 
 
 def _contradiction(
-    clamps: list[tuple[ArgumentLimit, Any, Any]], path: str | None, what: str, why: tuple[str, str], resource: str
+    clamps: list[tuple[ArgumentLimit, Any, Any]],
+    path: str | None,
+    what: str,
+    why: tuple[str, str],
+    resource: str,
+    broken: ArgumentLimit | None = None,
 ) -> NoReturn:
-    """Refuse a call whose clamped value (the last clamp of argument `path`) `what` (breaks something)."""
+    """Refuse a call whose clamped value (the last clamp of argument `path`) `what` (breaks something:
+    the tool's schema, or the limit `broken`)."""
     limit, value, new = next((clamp for clamp in reversed(clamps) if clamp[0].argument == path), clamps[-1])
     above = limit.maximum is not None and value > limit.maximum
     message = f"{_outside(limit, value, resource, above)}; clamped to {shown(new)} it {what}: {why[0]}"
     data = _refusal_data(limit, value) | {"clampedTo": new, "conflict": why[1]}
-    raise ArgumentRefused(f'Argument "{limit.argument}" = {shown(value)} {message}', data)
+    deciding = (limit, broken) if broken is not None else (limit,)
+    raise ArgumentRefused(f'Argument "{limit.argument}" = {shown(value)} {message}', data, deciding)
 
 
 def _by(limit: ArgumentLimit, resource: str) -> str:
@@ -264,7 +282,9 @@ def _outside(limit: ArgumentLimit, value: Any, resource: str, above: bool) -> st
 
 
 def _refuse(limit: ArgumentLimit, value: Any, resource: str, words: str) -> NoReturn:
-    raise ArgumentRefused(f'Argument "{limit.argument}" = {shown(value)} {words}', _refusal_data(limit, value))
+    raise ArgumentRefused(
+        f'Argument "{limit.argument}" = {shown(value)} {words}', _refusal_data(limit, value), (limit,)
+    )
 
 
 def _refusal_data(limit: ArgumentLimit, value: Any) -> dict[str, Any]:

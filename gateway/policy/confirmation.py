@@ -1,8 +1,9 @@
 """A person confirms a call the policy marks [[confirm]]: asked through the caller's own client
 (elicitation on a session-era stream, or an input_required round in 2026-07-28), or, when the client
-cannot be asked, by an operator with `mcp-gateway approve` before the caller tries again.
+cannot be asked or the rule says `by = "another"`, by another principal with `mcp-gateway approve`
+before the caller tries again.
 
-Every answer is bound to one call (caller, slot, tool, arguments) and used once.
+Every answer is bound to one call (caller, slot, tool, arguments as sent and as forwarded) and used once.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from gateway.core.policy_interface import (
     AnswerInstead,
     Confirmer,
 )
-from gateway.policy.approvals import Approvals, ApprovalsFull, binding_of
+from gateway.policy.approvals import Approval, Approvals, ApprovalsFull, binding_of
+from gateway.policy.audit.records import mask_secrets
 from gateway.policy.rules.compiled import ConfirmRule
 
 MAX_STATE_CHARS = 2000
@@ -42,11 +44,20 @@ class Question:
     resource: str
     tool: str
     arguments: object
+    """As they are forwarded (clamped where a limit clamps): what the person confirms."""
     rule: ConfirmRule
+    sent: object
+    """The arguments as the caller sent them: what a retry is matched by."""
 
     @property
     def binding(self) -> str:
+        """The call as it is forwarded."""
         return binding_of(self.subjects, self.slot, self.tool, self.arguments)
+
+    @property
+    def attempt(self) -> str:
+        """The call as the caller sends it."""
+        return binding_of(self.subjects, self.slot, self.tool, self.sent)
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,30 @@ class Answer:
     at_ms: int
     how: str
     """"elicitation", "input_required", "approval <id>", "timeout"."""
+    unusable: bool = False
+    """An accept whose content does not match the question's schema: counted as a no."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What one attempt brings that may answer its confirmation: a decided approval, or a requestState of
+    its own (sealed for this very attempt), or why that state does not hold. Taken before the call is
+    decided, so the attempt uses it up whatever the policy and the limits then make of the call."""
+
+    approval: Approval | None = None
+    sealed: str | None = None
+    """The forwarded call the claimed requestState was issued for (a digest of its binding)."""
+    answer: dict[str, Any] | None = None
+    """The retry's inputResponses["confirm"]."""
+    problem: errors.RpcError | None = None
+    """Why the retry's requestState does not hold (mismatch, expired, used)."""
+
+    @property
+    def retried(self) -> bool:
+        return self.sealed is not None or self.problem is not None
+
+
+NO_CLAIM = Claim()
 
 
 class Confirmations:
@@ -70,24 +105,56 @@ class Confirmations:
         self._used: dict[str, int] = {}
         """Each answered requestState's body, with its expiry (ms)."""
 
-    async def ask(self, question: Question, confirmer: Confirmer | None) -> Answer:
+    def claim(
+        self, subjects: frozenset[str], slot: str, tool: str, arguments: object, confirmer: Confirmer | None
+    ) -> Claim:
+        """Take what this attempt brings towards its confirmation, used up now (see Claim)."""
+        retry = confirmer.retry if confirmer is not None else None
+        if retry is not None and confirmer is not None and confirmer.way != "input":
+            retry = None  # a requestState answers only the input_required round it came from
+        if retry is None and not len(self.approvals):
+            return NO_CLAIM  # the common case: nothing to look up, no binding to compute
+        attempt = binding_of(subjects, slot, tool, arguments)
+        approval = self.approvals.take(attempt)
+        if retry is None:
+            return Claim(approval) if approval is not None else NO_CLAIM
+        try:
+            sealed = self._spend_state(retry.state, attempt)
+        except errors.RpcError as exc:
+            return Claim(approval, problem=exc)
+        return Claim(approval, sealed, retry.answer)
+
+    async def ask(self, question: Question, confirmer: Confirmer | None, claim: Claim | None = None) -> Answer:
         """The person's answer; AnswerInstead (an input_required round) or RpcError (-32001 with how to
-        approve) when it cannot be had now."""
-        approval = self.approvals.take(question.binding)
+        approve) when it cannot be had now. `claim`: what the attempt brought (taken here when None)."""
+        if claim is None:
+            claim = self.claim(question.subjects, question.slot, question.tool, question.sent, confirmer)
+        approval = claim.approval
         if approval is not None:
+            if approval.binding != question.binding:
+                raise _approval_changed(question, approval)
             return Answer(
                 approval.state == "approved",
                 approval.decided_by or "an operator",
                 approval.decided_ms or self.approvals.now_ms(),
                 f"approval {approval.id}",
             )
+        if question.rule.by == "another":
+            raise self._waiting(question)  # the caller's own client is never asked
         way = confirmer.way if confirmer is not None else ""
         if confirmer is not None and way == "input":
-            retry = confirmer.retry
-            if retry is None:
+            if claim.problem is not None:
+                raise claim.problem
+            if claim.sealed is None:
                 raise AnswerInstead(await self._input_required(question, confirmer))
-            self._check_state(retry.state, question)
-            return self._answer(retry.answer, question, "input_required")
+            if claim.sealed != _digest(question.binding):
+                raise _state_error(
+                    "requestState answers a question about other arguments than this call forwards now (the "
+                    "operator's policy changed since it was asked); send the call again without requestState "
+                    "to be asked again",
+                    "changed",
+                )
+            return self._answer(claim.answer, question, "input_required")
         if confirmer is not None and way == "elicit":
             params = await self._elicitation(question, confirmer)
             try:
@@ -130,6 +197,7 @@ class Confirmations:
                         "default": True,
                     }
                 },
+                "required": ["approve"],
             },
         }
 
@@ -145,6 +213,7 @@ class Confirmations:
         """The refusal of a caller that cannot be asked: the call waits for an operator's approval."""
         try:
             approval = self.approvals.request(
+                question.attempt,
                 question.binding,
                 question.subjects,
                 question.slot,
@@ -161,9 +230,13 @@ class Confirmations:
                 "an operator approves or denies them with `mcp-gateway approve`",
                 {"reason": "approvals_full", "slot": question.slot},
             )
+        if question.rule.by == "another":
+            why = "another principal approves it (the caller's own client is never asked)"
+        else:
+            why = "this client cannot be asked (it declares no elicitation)"
         return errors.forbidden(
             f"Not forwarded yet: the operator's policy ({question.rule.id}) has a person confirm {question.tool} "
-            f"on {question.slot}, and this client cannot be asked (it declares no elicitation). An operator runs "
+            f"on {question.slot}, and {why}. An operator runs "
             f"`mcp-gateway approve {approval.id}` (or the _broker tool broker_approve); then send the same call "
             f"again, with the same arguments, within {question.rule.expires_s} s of the first attempt.",
             {
@@ -177,30 +250,35 @@ class Confirmations:
     # -- the answer ---------------------------------------------------------------------------
 
     def _answer(self, result: dict[str, Any] | None, question: Question, how: str) -> Answer:
-        """An elicitation result: accept (without approve: false) confirms; decline, cancel or else does not."""
+        """An elicitation result: only accept with content.approve exactly true confirms. An accept with
+        anything else there does not match the question's schema and counts as a no (fail closed)."""
         action = result.get("action") if isinstance(result, dict) else None
         content = result.get("content") if isinstance(result, dict) else None
-        approve = content.get("approve", True) if isinstance(content, dict) else True
-        confirmed = action == "accept" and approve is not False
-        return Answer(confirmed, f"{question.who} via {how}", self.approvals.now_ms(), how)
+        approve = content.get("approve") if isinstance(content, dict) else None
+        confirmed = action == "accept" and approve is True
+        unusable = action == "accept" and approve is not True and approve is not False
+        return Answer(confirmed, f"{question.who} via {how}", self.approvals.now_ms(), how, unusable)
 
     def _seal(self, question: Question) -> str:
         expires = self.approvals.now_ms() + question.rule.expires_s * 1000
-        body = f"{CONFIRM_STATE_PREFIX}{secrets.token_hex(8)}.{expires}"
-        return f"{body}.{self._mac(body, question.binding)}"
+        body = f"{CONFIRM_STATE_PREFIX}{secrets.token_hex(8)}.{expires}.{_digest(question.binding)}"
+        return f"{body}.{self._mac(body, question.attempt)}"
 
-    def _mac(self, body: str, binding: str) -> str:
-        return hmac.new(self._key, f"{body}|{binding}".encode(), hashlib.sha256).hexdigest()[:32]
+    def _mac(self, body: str, attempt: str) -> str:
+        return hmac.new(self._key, f"{body}|{attempt}".encode(), hashlib.sha256).hexdigest()[:32]
 
-    def _check_state(self, state: str, question: Question) -> None:
+    def _spend_state(self, state: str, attempt: str) -> str:
+        """Check a requestState against the attempt carrying it and mark it used; the digest of the
+        forwarded call it was issued for. RpcError when it does not hold."""
         body, _, mac = state.rpartition(".")
-        _, _, expires = body.rpartition(".")
-        if not hmac.compare_digest(mac, self._mac(body, question.binding)):
+        fields = body.removeprefix(CONFIRM_STATE_PREFIX).split(".")
+        if not mac.isascii() or not hmac.compare_digest(mac, self._mac(body, attempt)) or len(fields) != 3:
             raise _state_error(
                 "requestState does not belong to this call: retry the same tool with the same arguments as the "
                 "call that was asked to confirm, or send the call again without requestState",
                 "mismatch",
             )
+        _, expires, sealed = fields
         if not expires.isdigit() or int(expires) <= self.approvals.now_ms():
             raise _state_error(
                 "requestState has expired: nobody confirmed in time; send the call again without requestState",
@@ -222,6 +300,23 @@ class Confirmations:
                 {"reason": "confirmations_full"},
             )
         self._used[body] = int(expires)
+        return sealed
+
+
+def _digest(binding: str) -> str:
+    """The part of a binding a requestState carries: enough to tell two forwarded calls apart."""
+    return binding[:32]
+
+
+def _approval_changed(question: Question, approval: Approval) -> errors.RpcError:
+    """A retry whose approval was given for other forwarded arguments than the policy in force gives."""
+    forwarded = orjson.dumps(mask_secrets(question.arguments)).decode()
+    return errors.forbidden(
+        f"Not forwarded: approval {approval.id} was given for {question.tool} on {question.slot} with "
+        f"{orjson.dumps(approval.arguments).decode()}, and the operator's policy now forwards {forwarded} (it "
+        "changed since). The approval is used up; send the call again to have it approved again.",
+        {"reason": "approval_changed", "approval": approval.id, "slot": question.slot},
+    )
 
 
 def _state_error(message: str, reason: str) -> errors.RpcError:

@@ -3,7 +3,8 @@ tool's schema and the operator's limits check the arguments, and the audit trail
 before it is forwarded (gateway/core/policy_interface.py, docs/governance.md).
 
 The policy is one immutable object, read once per request: a reload swaps it whole, so no request is
-ever decided by half of one policy and half of another.
+ever decided by half of one policy and half of another. A call held for a person's answer is decided
+again, whole, by the policy in force when the answer comes.
 """
 
 from __future__ import annotations
@@ -12,22 +13,27 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from gateway.config import ConfigError, GatewayConfig, PolicyConfig
 from gateway.core import errors, jsonrpc
 from gateway.core.names import BROKER_SLOT
-from gateway.core.policy_interface import CallVerdict, Confirmer, ProviderGovernance
+from gateway.core.policy_interface import AnswerInstead, CallVerdict, Confirmer, ProviderGovernance
 from gateway.core.principal import Principal
-from gateway.policy.approvals import ApprovalUnknown
-from gateway.policy.arguments import ArgumentRefused, check_arguments
+from gateway.policy.approvals import ApprovalUnknown, binding_of
+from gateway.policy.arguments import ArgumentRefused, Checked, check_arguments
 from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.reading import AuditReadError
-from gateway.policy.audit.records import DecisionRecord
+from gateway.policy.audit.records import DecisionRecord, mask_secrets
 from gateway.policy.audit.trail import AuditTrail
-from gateway.policy.confirmation import Answer, Confirmations, Question
+from gateway.policy.confirmation import Answer, Claim, Confirmations, Question
 from gateway.policy.execution.admission import Admission, ExecutionLimits
 from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
+from gateway.policy.rules.capabilities import TOOLS_CALL
+from gateway.policy.rules.decision import Decision
 from gateway.policy.rules.subjects import caller_name
 from gateway.policy.schemas import SchemaCache
 
@@ -35,6 +41,35 @@ log = logging.getLogger("gateway.policy")
 
 MAX_SUBJECT_CACHE = 4096
 """Callers whose subject strings are kept; emptied when full (a principal is a few strings)."""
+MAX_UNKNOWN_NAME = 128
+"""Longest unknown tool name recorded as the caller sent it; a longer one is cut (a tool name is at most 128)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One tools/call as admit_call decides it: who calls which tool of which slot, how, with what."""
+
+    subjects: frozenset[str]
+    slot: str
+    tool: dict[str, Any]
+    """As the provider lists it."""
+    name: str
+    arguments: object
+    """As the caller sent them."""
+    hint: bool | None
+    via: str
+    trace_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A call the policy allows with arguments that pass its limits: its record so far, and what to forward."""
+
+    decision: Decision
+    record: DecisionRecord
+    checked: Checked
+    forwarded: object
+    """The arguments to forward: the caller's, or the clamped ones."""
 
 
 def read_only(tool: dict[str, Any] | None) -> bool | None:
@@ -108,56 +143,26 @@ class Governor:
         *,
         trace_id: str | None = None,
     ) -> CallVerdict:
-        policy, subjects = self.policy, self.subjects(principal)
+        subjects = self.subjects(principal)
         if tool is None:
-            # Not listed by the provider: the same answer as a tool the caller may not see.
+            # Not listed by the provider: the same answer as a tool the caller may not see, recorded.
+            await self._record_refusal(self._unknown_tool(subjects, slot, name, arguments, via, trace_id))
             return CallVerdict(False, visible=False)
-        hint = read_only(tool)
-        decision = policy.decide(Ask(subjects, slot, "tools/call", name, hint))
-        record = DecisionRecord(
-            principal=sorted(subjects),
-            transport=via,
-            slot=slot,
-            resource=decision.resource,
-            capability=decision.capability,
-            effect="allow" if decision.allowed else "deny",
-            tool=name,
-            arguments=arguments,
-            rules=decision.rules,
-            reason=None if decision.allowed else decision.reason,
-            trace_id=trace_id,
-        )
-        if not decision.allowed:
-            await self._record_refusal(record)
-            return CallVerdict(False, visible=policy.may_see_tool(subjects, slot, name, hint), reason=decision.reason)
-        try:
-            checked = check_arguments(tool, arguments, decision.limits, self.schemas, resource=decision.resource)
-        except ArgumentRefused as exc:
-            await self._record_refusal(_replace(record, effect="refuse-arguments", reason=exc.message))
-            return CallVerdict(False, reason=exc.message, code=exc.code, data=exc.data)
-        clamped = tuple(checked.clamped)
-        if clamped:
-            record = _replace(record, effect="clamp", constraints=list(clamped))
-        if decision.confirm is not None:
-            forwarded = checked.arguments if clamped else arguments
-            question = Question(
-                subjects, caller_name(subjects), slot, decision.resource, name, forwarded, decision.confirm
-            )
-            try:
-                answer = await self.confirmations.ask(question, confirmer)
-            except errors.RpcError as exc:
-                # Waiting for an operator's approval, or a retry whose answer does not hold (used, expired, ...).
-                waiting = isinstance(exc.data, dict) and exc.data.get("reason") == "confirmation_required"
-                effect = "wait-confirmation" if waiting else "refuse-confirmation"
-                await self._record_refusal(_replace(record, effect=effect, reason=exc.message))
-                raise
-            record = _replace(
-                record, confirmed_by=answer.by, confirmed_ms=answer.at_ms, rules=(*record.rules, decision.confirm.id)
-            )
-            if not answer.confirmed:
-                await self._record_refusal(_replace(record, effect="declined"))
-                return CallVerdict(False, answer=declined_result(question, answer))
-        admitted = await self._admit_limits(record, subjects, hint)
+        call = Call(subjects, slot, tool, name, arguments, read_only(tool), via, trace_id)
+        policy = self.policy
+        # Taken before anything is decided: an attempt matching an approval (or bringing its own
+        # requestState) uses it up, whatever the checks below make of the call.
+        claim = self.confirmations.claim(subjects, slot, name, arguments, confirmer)
+        judged = await self._judge(policy, call)
+        if isinstance(judged, CallVerdict):
+            return judged
+        if judged.decision.confirm is not None:
+            confirmed = await self._confirm(policy, call, judged, confirmer, claim)
+            if isinstance(confirmed, CallVerdict):
+                return confirmed
+            judged = confirmed
+        record, checked = judged.record, judged.checked
+        admitted = await self._admit_limits(record, subjects, call.hint)
         if isinstance(admitted, CallVerdict):
             return admitted
         ticket: int | None = None
@@ -165,7 +170,7 @@ class Governor:
             try:
                 ticket = await self.trail.decision(record)
             except AuditUnavailable as exc:
-                if slot == BROKER_SLOT and hint is True:
+                if slot == BROKER_SLOT and call.hint is True:
                     # The gateway's own read-only tools reach no device, and broker_diagnose among
                     # them is how the operator learns why the trail fails: answered, unrecorded.
                     log.warning("audit trail: %s on %s answered without a record: %s", name, slot, exc)
@@ -182,8 +187,152 @@ class Governor:
             except BaseException:
                 self.limits.release(admitted)  # cancelled while recording: never forwarded either
                 raise
+        clamped = tuple(checked.clamped)
         return CallVerdict(
             True, arguments=checked.arguments if clamped else None, clamped=clamped, ticket=ticket, admission=admitted
+        )
+
+    async def _judge(self, policy: Policy, call: Call, **recorded: Any) -> Judged | CallVerdict:
+        """Decide `call` by `policy` and check its arguments against the limits there; a refusal is
+        recorded (with `recorded` added to its record) and comes back as the verdict to answer."""
+        subjects, slot, name = call.subjects, call.slot, call.name
+        decision = policy.decide(Ask(subjects, slot, "tools/call", name, call.hint))
+        record = DecisionRecord(
+            principal=sorted(subjects),
+            transport=call.via,
+            slot=slot,
+            resource=decision.resource,
+            capability=decision.capability,
+            effect="allow" if decision.allowed else "deny",
+            tool=name,
+            arguments=call.arguments,
+            rules=decision.rules,
+            reason=None if decision.allowed else decision.reason,
+            trace_id=call.trace_id,
+            **recorded,
+        )
+        if not decision.allowed:
+            await self._record_refusal(record)
+            return CallVerdict(
+                False, visible=policy.may_see_tool(subjects, slot, name, call.hint), reason=decision.reason
+            )
+        try:
+            checked = check_arguments(
+                call.tool, call.arguments, decision.limits, self.schemas, resource=decision.resource
+            )
+        except ArgumentRefused as exc:
+            rules = (*record.rules, *exc.rules)
+            await self._record_refusal(_replace(record, effect="refuse-arguments", reason=exc.message, rules=rules))
+            return CallVerdict(False, reason=exc.message, code=exc.code, data=exc.data)
+        if checked.clamped:
+            rules = (*record.rules, *checked.rules)
+            record = _replace(record, effect="clamp", constraints=list(checked.clamped), rules=rules)
+        return Judged(decision, record, checked, checked.arguments if checked.clamped else call.arguments)
+
+    async def _confirm(
+        self, policy: Policy, call: Call, judged: Judged, confirmer: Confirmer | None, claim: Claim
+    ) -> Judged | CallVerdict:
+        """Have a person confirm a call `policy` allowed; the call as it goes ahead, or the refusal (recorded).
+
+        A wait for the person ends with the policy in force then: the call is decided and its arguments
+        checked again, and it goes ahead only if that still allows it with the arguments the person saw."""
+        rule = judged.decision.confirm
+        assert rule is not None
+        record = judged.record
+        question = Question(
+            call.subjects,
+            caller_name(call.subjects),
+            call.slot,
+            judged.decision.resource,
+            call.name,
+            judged.forwarded,
+            rule,
+            call.arguments,
+        )
+        try:
+            answer = await self.confirmations.ask(question, confirmer, claim)
+        except AnswerInstead:
+            reason = (
+                f"Not forwarded yet: the operator's policy ({rule.id}) has a person confirm {call.name} on "
+                f"{call.slot}; the client was asked with input_required, and its retry carrying the answer is "
+                "decided again"
+            )
+            await self._record_refusal(_replace(record, effect="wait-confirmation", reason=reason))
+            raise
+        except errors.RpcError as exc:
+            # Waiting for an operator's approval, or a retry whose answer does not hold (used, expired, ...).
+            waiting = isinstance(exc.data, dict) and exc.data.get("reason") == "confirmation_required"
+            effect = "wait-confirmation" if waiting else "refuse-confirmation"
+            await self._record_refusal(_replace(record, effect=effect, reason=exc.message))
+            raise
+        except asyncio.CancelledError:
+            # The call ended (its client closed the stream, or cancelled it) before anyone answered.
+            unanswered = _replace(
+                record,
+                effect="declined",
+                confirmed_by="nobody",
+                confirmed_ms=self.confirmations.approvals.now_ms(),
+                rules=(*record.rules, rule.id),
+                reason=f"Not done: nobody answered the question of {rule.id}; the call ended (its client closed "
+                "the stream or cancelled it) before an answer came",
+            )
+            await asyncio.shield(self._record_refusal(unanswered))
+            raise
+        confirmed = {"confirmed_by": answer.by, "confirmed_ms": answer.at_ms}
+        if not answer.confirmed:
+            result = declined_result(question, answer)
+            declined = _replace(
+                record, effect="declined", rules=(*record.rules, rule.id), reason=result["content"][0]["text"]
+            )
+            await self._record_refusal(_replace(declined, **confirmed))
+            return CallVerdict(False, answer=result)
+        if self.policy is not policy:
+            # The policy was reloaded while the person was asked: the one in force now decides.
+            again = await self._judge(self.policy, call, **confirmed)
+            if isinstance(again, CallVerdict):
+                return again
+            if binding_of(call.subjects, call.slot, call.name, again.forwarded) != question.binding:
+                return await self._changed(again, question)
+            judged = again
+        return Judged(
+            judged.decision,
+            _replace(judged.record, rules=(*judged.record.rules, rule.id), **confirmed),
+            judged.checked,
+            judged.forwarded,
+        )
+
+    async def _changed(self, judged: Judged, question: Question) -> CallVerdict:
+        """A confirmed call the reloaded policy would forward with other arguments than the person saw."""
+        forwarded = orjson.dumps(mask_secrets(judged.forwarded)).decode()
+        confirmed = orjson.dumps(mask_secrets(question.arguments)).decode()
+        reason = (
+            f"Not forwarded: the operator's policy changed while {question.tool} on {question.slot} waited for its "
+            f"confirmation, and it now forwards {forwarded}, not the {confirmed} that was confirmed; send the call "
+            "again to be asked again"
+        )
+        rules = (*judged.record.rules, question.rule.id)
+        await self._record_refusal(_replace(judged.record, effect="refuse-confirmation", reason=reason, rules=rules))
+        return CallVerdict(False, reason=reason, data={"reason": "confirmation_changed"})
+
+    def _unknown_tool(
+        self, subjects: frozenset[str], slot: str, name: str, arguments: object, via: str, trace_id: str | None
+    ) -> DecisionRecord:
+        """The record of a call of a tool the slot's provider does not list (a deny no rule made)."""
+        if len(name) > MAX_UNKNOWN_NAME:
+            name = name[: MAX_UNKNOWN_NAME - 1] + "…"
+        quoted = orjson.dumps(name).decode()  # a trailing space or a control character stays visible
+        return DecisionRecord(
+            principal=sorted(subjects),
+            transport=via,
+            slot=slot,
+            resource=self.policy.resource_of(slot),
+            capability=TOOLS_CALL,
+            effect="deny",
+            tool=name,
+            arguments=arguments,
+            reason=f'Unknown tool: {quoted} is not offered by "{slot}" (its provider lists no tool of that '
+            "name); call tools/list",
+            trace_id=trace_id,
         )
 
     async def _admit_limits(
@@ -285,6 +434,11 @@ def declined_result(question: Question, answer: Answer) -> dict[str, Any]:
     """What the agent reads when a person said no (or nobody answered): a tool error, nothing was done."""
     if answer.how == "timeout":
         why = f"nobody confirmed it within {question.rule.expires_s} s"
+    elif answer.unusable:
+        why = (
+            f"{answer.by} answered accept without content.approve = true, which does not match the question's "
+            "schema, so it counts as a no"
+        )
     else:
         why = f"{answer.by} declined it"
     text = (

@@ -112,11 +112,17 @@ async def test_a_person_confirms_through_the_agents_own_client(plant: GatewaySer
         assert "confirm[0]" in question
         await agent.call_tool("stop", {})
     rows = decisions(tmp_path / "audit.db")
-    assert [(row["tool"], row["effect"]) for row in rows] == [("start", "allow"), ("stop", "allow")]
+    # A 2026-07-28 client is asked by an input_required answer, recorded as the attempt waiting for it.
+    asked = ["wait-confirmation"] if mode != "legacy" else []
+    assert [(row["tool"], row["effect"]) for row in rows] == [
+        *(("start", effect) for effect in [*asked, "allow"]),
+        *(("stop", effect) for effect in [*asked, "allow"]),
+    ]
+    allowed = rows[len(asked)]
     how = "elicitation" if mode == "legacy" else "input_required"
-    assert rows[0]["confirmed_by"] == f"token:agent via {how}"
-    assert rows[0]["confirmed_ms"] is not None
-    assert "confirm[0]" in json.loads(rows[0]["rules"])
+    assert allowed["confirmed_by"] == f"token:agent via {how}"
+    assert allowed["confirmed_ms"] is not None
+    assert "confirm[0]" in json.loads(allowed["rules"])
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -136,7 +142,9 @@ async def test_a_declined_call_is_a_tool_error_the_agent_reads_and_never_reaches
         # Observe tools are never held: the rule names control tools only.
         assert len(no.asked) == 1
     rows = decisions(tmp_path / "audit.db")
-    assert [(row["tool"], row["effect"]) for row in rows] == [("start", "declined")]
+    asked = [("start", "wait-confirmation")] if mode != "legacy" else []
+    assert [(row["tool"], row["effect"]) for row in rows] == [*asked, ("start", "declined")]
+    assert rows[-1]["reason"] == text_of(declined)  # the words the agent was given
 
 
 async def test_a_client_that_cannot_be_asked_waits_for_mcp_gateway_approve(

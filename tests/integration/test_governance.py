@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 import secrets
 import sqlite3
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from gateway.app import GatewayServer
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
+from tests.integration.test_stdio_bridge import bridge
 from tests.support.gateway_process import run_cli
 from tests.support.oauth import ISSUER, access_token, jwks, jwks_server, rsa_key
 
@@ -209,6 +211,7 @@ async def test_every_decision_is_in_the_trail_and_each_forwarded_call_has_its_re
     assert rows[0]["resource"] == "/plant/pump-1"
     assert "hunter2" not in rows[2]["arguments"]
     assert "speed_rpm 2600 -> 2000" in rows[3]["constraints"]
+    assert rows[3]["rules"] == '["assign[1]","assign[2]","limits[0]"]'  # the limit that clamped is among them
 
     def results() -> dict[int, str]:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
@@ -218,6 +221,54 @@ async def test_every_decision_is_in_the_trail_and_each_forwarded_call_has_its_re
     await wait_for(lambda: len(results()) >= 2, what="the results")
     # Forwarded calls, and only they, have a result: the stopped pump refuses set_speed as a tool error.
     assert results() == {rows[0]["id"]: "ok", rows[3]["id"]: "tool-error"}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_tool_the_caller_may_not_call_is_recorded_the_same_on_every_target(
+    plant: GatewayServer, tmp_path: Path, mode: str
+) -> None:
+    targets = [("/pump-1/mcp", "start"), ("/_all/mcp", "pump-1-start"), ("/mcp", "pump-1__start")]
+    targets.append(("/mcp/pumps", "pump-1__start"))
+    for path, name in targets:
+        async with client(plant, path, AGENT, mode) as agent:
+            with pytest.raises(MCPError) as hidden:
+                await agent.call_tool(name, {"speed_rpm": 1000})
+            assert hidden.value.error.message.startswith(f"Unknown tool: {name} is not offered by")
+    await wait_for(lambda: len(trail_rows(tmp_path / "audit.db")) >= 4, what="four decisions")
+    rows = trail_rows(tmp_path / "audit.db")
+    assert [(row["slot"], row["tool"], row["effect"], row["rules"]) for row in rows] == [
+        ("pump-1", "start", "deny", '["default"]')
+    ] * 4
+
+
+async def test_a_call_of_a_tool_no_provider_lists_is_recorded_as_a_deny_naming_it(
+    plant: GatewayServer, tmp_path: Path
+) -> None:
+    async with client(plant, "/pump-1/mcp", OPERATOR, "legacy") as operator:
+        for name in ("Set_Speed", "set_speed "):
+            with pytest.raises(MCPError) as unknown:
+                await operator.call_tool(name, {"speed_rpm": 2500})
+            assert unknown.value.error.message == f'Unknown tool: {name} is not offered by "pump-1"; call tools/list'
+    await wait_for(lambda: len(trail_rows(tmp_path / "audit.db")) >= 2, what="two decisions")
+    rows = trail_rows(tmp_path / "audit.db")
+    assert [(row["tool"], row["effect"], row["rules"]) for row in rows] == [
+        ("Set_Speed", "deny", "[]"),
+        ("set_speed ", "deny", "[]"),
+    ]
+    assert rows[1]["reason"] == (
+        'Unknown tool: "set_speed " is not offered by "pump-1" (its provider lists no tool of that name); '
+        "call tools/list"
+    )
+
+
+async def test_calls_through_the_stdio_bridge_are_recorded_as_stdio(plant: GatewayServer, tmp_path: Path) -> None:
+    params = bridge(plant.url, env={**os.environ, "MCP_GATEWAY_TOKEN": OPERATOR})
+    async with Client(params, mode="legacy") as host:
+        assert not (await host.call_tool("get_status", {})).is_error
+    async with client(plant, "/pump-1/mcp", OPERATOR, "legacy") as operator:
+        await operator.call_tool("get_status", {})
+    await wait_for(lambda: len(trail_rows(tmp_path / "audit.db")) >= 2, what="two decisions")
+    assert [row["transport"] for row in trail_rows(tmp_path / "audit.db")] == ["stdio", "streamable-http"]
 
 
 def write_policy(path: Path, agent_role: str) -> None:

@@ -12,7 +12,7 @@ from gateway.core.policy_interface import AnswerInstead, ConfirmRetry
 from gateway.core.principal import Principal
 from gateway.policy.approvals import Approvals, ApprovalsFull, ApprovalUnknown, binding_of
 from gateway.policy.confirmation import Confirmations, Question
-from gateway.policy.governor import Governor
+from gateway.policy.governor import Governor, declined_result
 from gateway.policy.rules import Ask, Policy, PolicyError
 from gateway.policy.rules.checking import check_policy
 from gateway.policy.rules.compiled import ConfirmRule
@@ -53,9 +53,18 @@ def test_control_calls_of_the_named_caller_wait_observe_calls_and_others_do_not(
     assert purge.confirm is not None and purge.confirm.id == "confirm[1]" and purge.confirm.expires_s == 300
 
 
-def test_explain_names_the_confirmation() -> None:
+def test_explain_names_the_confirmation_and_who_confirms() -> None:
     lines = policy().explain(Ask(AGENT, "pump-1", "tools/call", "start", False))
-    assert "confirmation: confirm[0] (a person confirms each call; an answer or an approval counts for 60 s)" in lines
+    assert (
+        'confirmation: confirm[0], by = "caller": a person answers through the caller\'s own client (elicitation), '
+        "else another principal approves; an answer or an approval counts for 60 s"
+    ) in lines
+    another = {**POLICY, "confirm": [{**POLICY["confirm"][0], "by": "another"}]}
+    lines = Policy(check_policy(another)).explain(Ask(AGENT, "pump-1", "tools/call", "start", False))
+    assert (
+        'confirmation: confirm[0], by = "another": another principal approves (mcp-gateway approve), never the '
+        "caller's own client; an approval counts for 60 s"
+    ) in lines
 
 
 @pytest.mark.parametrize(
@@ -66,6 +75,7 @@ def test_explain_names_the_confirmation() -> None:
         ({"expires_s": 0}, "expires_s"),
         ({"resources": ["/a/**/b"]}, "confirm[0].resources"),
         ({"principal": "nobody"}, "confirm[0].principal"),
+        ({"by": "self"}, "confirm[0].by: input should be 'caller' or 'another'"),
     ],
 )
 def test_confirm_mistakes_are_named(entry: dict[str, Any], expected: str) -> None:
@@ -97,8 +107,8 @@ def test_an_approval_is_bound_used_once_and_expires() -> None:
     clock = Clock()
     approvals = Approvals(limit=2, clock=clock)
     binding = binding_of(AGENT, "pump-1", "start", {"speed_rpm": 900})
-    first = approvals.request(binding, AGENT, "pump-1", "/site1/pump-1", "start", {"speed_rpm": 900}, "c", 60)
-    assert approvals.request(binding, AGENT, "pump-1", "/p", "start", {}, "c", 60) is first  # one per call
+    first = approvals.request(binding, binding, AGENT, "pump-1", "/site1/pump-1", "start", {"speed_rpm": 900}, "c", 60)
+    assert approvals.request(binding, binding, AGENT, "pump-1", "/p", "start", {}, "c", 60) is first  # one per call
     assert approvals.take(binding) is None  # pending: nothing to use yet
     approvals.decide(first.id, True, "token:boss")
     with pytest.raises(ApprovalUnknown):
@@ -107,7 +117,7 @@ def test_an_approval_is_bound_used_once_and_expires() -> None:
     taken = approvals.take(binding)
     assert taken is first and taken.state == "approved"
     assert approvals.take(binding) is None  # used
-    second = approvals.request(binding, AGENT, "pump-1", "/p", "start", {}, "c", 60)
+    second = approvals.request(binding, binding, AGENT, "pump-1", "/p", "start", {}, "c", 60)
     clock.now += 61
     assert approvals.listed() == [] and approvals.get(second.id) is None
     with pytest.raises(ApprovalUnknown):
@@ -116,15 +126,15 @@ def test_an_approval_is_bound_used_once_and_expires() -> None:
 
 def test_approvals_are_bounded_and_secrets_never_shown() -> None:
     approvals = Approvals(limit=1)
-    approvals.request("b1", AGENT, "s", "/s", "t", {"api_key": "k", "speed": 1}, "c", 60)
+    approvals.request("a1", "b1", AGENT, "s", "/s", "t", {"api_key": "k", "speed": 1}, "c", 60)
     assert approvals.listed()[0]["arguments"] == {"api_key": "***", "speed": 1}
     with pytest.raises(ApprovalsFull):
-        approvals.request("b2", AGENT, "s", "/s", "t", {}, "c", 60)
+        approvals.request("a2", "b2", AGENT, "s", "/s", "t", {}, "c", 60)
 
 
 def question(arguments: object) -> Question:
     rule = ConfirmRule("confirm[0]", "token:agent", (), frozenset({"tool.control"}), expires_s=60)
-    return Question(AGENT, "token:agent", "pump-1", "/site1/pump-1", "start", arguments, rule)
+    return Question(AGENT, "token:agent", "pump-1", "/site1/pump-1", "start", arguments, rule, arguments)
 
 
 class Stateless:
@@ -176,21 +186,42 @@ async def test_a_request_state_answers_its_own_call_once_and_only_before_it_expi
 
 
 @pytest.mark.parametrize(
-    ("answer", "confirmed"),
+    ("answer", "confirmed", "unusable"),
     [
-        ({"action": "accept", "content": {"approve": True}}, True),
-        ({"action": "accept"}, True),
-        ({"action": "accept", "content": {"approve": False}}, False),
-        ({"action": "decline"}, False),
-        ({"action": "cancel"}, False),
-        (None, False),
+        ({"action": "accept", "content": {"approve": True}}, True, False),
+        ({"action": "accept", "content": {"approve": False}}, False, False),
+        ({"action": "decline"}, False, False),
+        ({"action": "cancel"}, False, False),
+        (None, False, False),
+        # Fail closed: an accept that does not match the question's schema ({"approve": boolean}, required) is a no.
+        ({"action": "accept"}, False, True),
+        ({"action": "accept", "content": {}}, False, True),
+        ({"action": "accept", "content": {"approve": "false"}}, False, True),
+        ({"action": "accept", "content": {"approve": "true"}}, False, True),
+        ({"action": "accept", "content": {"approve": 0}}, False, True),
+        ({"action": "accept", "content": {"approve": 1}}, False, True),
+        ({"action": "accept", "content": {"approve": "no"}}, False, True),
+        ({"action": "accept", "content": {"approve": None}}, False, True),
+        ({"action": "accept", "content": [True]}, False, True),
     ],
 )
-async def test_only_an_accept_confirms(answer: dict[str, Any] | None, confirmed: bool) -> None:
+async def test_only_an_accept_with_approve_true_confirms(
+    answer: dict[str, Any] | None, confirmed: bool, unusable: bool
+) -> None:
     confirmations = Confirmations()
     state = await asked_state(confirmations, {})
     result = await confirmations.ask(question({}), Stateless(ConfirmRetry(state, answer)))
-    assert result.confirmed is confirmed
+    assert (result.confirmed, result.unusable) == (confirmed, unusable)
+    if unusable:
+        text = declined_result(question({}), result)["content"][0]["text"]
+        assert "answered accept without content.approve = true, which does not match the question's schema" in text
+
+
+async def test_the_question_requires_approve() -> None:
+    with pytest.raises(AnswerInstead) as asked:
+        await Confirmations().ask(question({}), Stateless())
+    schema = asked.value.result["inputRequests"]["confirm"]["params"]["requestedSchema"]
+    assert schema["required"] == ["approve"] and schema["properties"]["approve"]["type"] == "boolean"
 
 
 async def test_a_caller_never_approves_its_own_call() -> None:

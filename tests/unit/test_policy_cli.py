@@ -279,5 +279,27 @@ def test_explain_names_the_confirmation_and_the_execution_limits_that_count_the_
     assert code == 0
     lines = out.splitlines()
     assert lines[0].endswith("once a person confirms it (confirm[0])")
-    assert "confirmation: confirm[0] (a person confirms each call; an answer or an approval counts for 300 s)" in lines
+    assert (
+        'confirmation: confirm[0], by = "caller": a person answers through the caller\'s own client (elicitation), '
+        "else another principal approves; an answer or an approval counts for 300 s"
+    ) in lines
     assert lines[-1] == "execution limits: starts"
+
+
+def test_check_and_explain_show_who_confirms(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    confirm = '[[confirm]]\nprincipal = "group:operators"\ncapabilities = ["tool:start"]\nresources = ["/**"]\n'
+    policy.write_text(POLICY + confirm + confirm + 'by = "another"\n')
+    assert run(capsys, "policy", "check", str(policy))[1] == (
+        'policy OK: 2 roles, 2 assignments, 1 deny, 2 limits, 2 confirmation rules (1 by = "another")\n'
+    )
+    policy.write_text(POLICY + confirm + 'by = "another"\n')
+    code, out, _ = run(
+        capsys, "policy", "explain", "--principal", "group:operators", "--slot", "pump-1", "--tool", "start",
+        "--policy", str(policy),
+    )  # fmt: skip
+    assert code == 0
+    assert (
+        'confirmation: confirm[0], by = "another": another principal approves (mcp-gateway approve), never the '
+        "caller's own client; an approval counts for 300 s"
+    ) in out.splitlines()

@@ -525,13 +525,13 @@ def test_slots_map_to_resources_exact_broker_patterns_then_default() -> None:
 
 
 def test_limits_for_a_call_are_those_of_its_tool_at_its_resource(policy: Policy) -> None:
-    clamp = ArgumentLimit("speed_rpm", 300.0, 2000.0, None, "clamp", "policy limits[0]")
-    mode = ArgumentLimit("mode", None, None, ("low", "high"), "refuse", "policy limits[1]")
+    clamp = ArgumentLimit("speed_rpm", 300.0, 2000.0, None, "clamp", "policy limits[0]", "limits[0]")
+    mode = ArgumentLimit("mode", None, None, ("low", "high"), "refuse", "policy limits[1]", "limits[1]")
     assert policy.decide(call(ALICE, "pump-1", "set_speed")).limits == (clamp,)
     assert policy.decide(call(ALICE, "pump-1", "set_mode")).limits == (mode,)
     assert policy.decide(call(ALICE, "pump-2", "set_speed")).limits == ()  # limits[0] names pump-1 only
     assert policy.decide(call(ALICE, "valve", "set_speed")).limits == (
-        ArgumentLimit("speed_rpm", None, 10.0, None, "refuse", "policy limits[2]"),
+        ArgumentLimit("speed_rpm", None, 10.0, None, "refuse", "policy limits[2]", "limits[2]"),
     )
     assert policy.decide(Ask(ALICE, "pump-1", "tools/list")).limits == ()
 

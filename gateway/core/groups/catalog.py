@@ -380,9 +380,14 @@ class GroupTarget(Target):
             view = self.catalog.view(ctx.principal, self.group)
             return builtin_tools.call(name, params.get("arguments"), view)
         tool = self.catalog.by_name.get(name)
-        if tool is None or not self.includes(tool) or not self.catalog.may_use(ctx.principal, tool):
+        if tool is None or not self.includes(tool) or not self.catalog.may_call(ctx.principal, tool.slot):
             # The same answer for a tool the caller may not call as for an unknown one.
             raise errors.unknown_tool(str(name), self.path)
+        governance = self.catalog.governance
+        if governance is not None and not governance.may_see(ctx.principal, tool.slot, tool.tool):
+            # Decided (and recorded) as on the slot itself, answered as an unknown tool; before the slot's
+            # connection and rate limit are looked at, so neither tells the caller the tool exists.
+            return await governed.call(governance, ctx, tool.slot, tool.tool, params, self.path, _never_forwarded)
         session = self.catalog.registry.slots[tool.slot].live
         if session is None:
             raise errors.not_connected(tool.slot)
@@ -393,7 +398,6 @@ class GroupTarget(Target):
                 self.catalog.metrics.rate_limited.labels(limited.scope).inc()
                 self.catalog.metrics.limit_hit(limited.limit)
                 raise errors.rate_limited(limited.message(), limited.data())
-        governance = self.catalog.governance
         if governance is not None:
             original, metrics = tool.original, self.catalog.metrics
 
@@ -408,3 +412,8 @@ class GroupTarget(Target):
             )
             return await governed.call(governance, ctx, tool.slot, tool.tool, params, self.path, forward, read_state)
         return await forward_to(session, ctx, method, {**params, "name": tool.original}, self.catalog.metrics)
+
+
+async def _never_forwarded(params: JsonObject) -> JsonObject:
+    """The forward of a call the policy refuses before it gets here (a tool the caller may not see)."""
+    raise errors.unknown_tool(str(params.get("name")), BRIDGE_PATH)

@@ -33,6 +33,8 @@ class ConfirmRule(Rule):
     """One [[confirm]], compiled: calls using its capabilities wait for a person, for at most `expires_s`."""
 
     expires_s: int = 0
+    by: str = "caller"
+    """"caller": the caller's own client may be asked; "another": only another principal's approval confirms."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ def compile_rules(document: PolicyDocument) -> Rules:
                     allowed=tuple(entry.allowed) if entry.allowed is not None else None,
                     action=entry.action,
                     set_by=f"policy limits[{i}]",
+                    rule=f"limits[{i}]",
                 ),
             )
             for i, entry in enumerate(document.limits)
@@ -117,6 +120,7 @@ def compile_rules(document: PolicyDocument) -> Rules:
                 _compiled(entry.resources),
                 frozenset(entry.capabilities),
                 expires_s=entry.expires_s,
+                by=entry.by,
             )
             for i, entry in enumerate(document.confirm)
         ),

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from gateway.policy.arguments import ArgumentLimit
 from gateway.policy.rules.capabilities import TOOL_OBSERVE, TOOL_PREFIX, TOOLS_CALL, capability_of, tool_class
-from gateway.policy.rules.compiled import Place, Rule, Rules
+from gateway.policy.rules.compiled import ConfirmRule, Place, Rule, Rules
 from gateway.policy.rules.decision import Ask, Decision
 
 
@@ -37,11 +37,20 @@ def explanation(ask: Ask, decision: Decision, place: Place, rules: Rules) -> lis
     if ask.method == "tools/call":
         lines.extend(_limits(ask, place, rules))
         if decision.confirm is not None:
-            lines.append(
-                f"confirmation: {decision.confirm.id} (a person confirms each call; "
-                f"an answer or an approval counts for {decision.confirm.expires_s} s)"
-            )
+            lines.append(confirmation_line(decision.confirm))
     return lines
+
+
+def confirmation_line(rule: ConfirmRule) -> str:
+    """Who confirms a call `rule` holds, and how long an answer counts."""
+    if rule.by == "another":
+        who = "another principal approves (mcp-gateway approve), never the caller's own client; an approval"
+    else:
+        who = (
+            "a person answers through the caller's own client (elicitation), else another principal approves; "
+            "an answer or an approval"
+        )
+    return f'confirmation: {rule.id}, by = "{rule.by}": {who} counts for {rule.expires_s} s'
 
 
 def _asked(ask: Ask) -> tuple[str, ...]:

@@ -64,6 +64,9 @@ class Confirm(Entry):
     resources: Patterns
     expires_s: Annotated[int, Field(gt=0, le=MAX_CONFIRM_S)] = DEFAULT_CONFIRM_S
     """How long a person has to answer, and how long an approval given with `mcp-gateway approve` stays usable."""
+    by: Literal["caller", "another"] = "caller"
+    """Who confirms: "caller", the person at the caller's own client when it can be asked (else another
+    principal's approval); "another", only another principal's approval (the caller's client is never asked)."""
 
 
 class LimitWindow(Entry):
