@@ -119,6 +119,10 @@ class LimitsConfig(Section):
     """Requests in flight towards one provider."""
     max_pending_per_client: PositiveInt = 64
     """Requests in flight from one client session."""
+    max_batch_messages: PositiveInt = 32
+    """Messages in one JSON-RPC batch, which only a session that negotiated 2025-03-26 may send; a
+    larger batch is refused whole with -32600. Each request in it still counts against
+    max_pending_per_client and the rate limits."""
     max_sessions: PositiveInt = 1024
     """Session-era client sessions held at once (see session_idle_when_full_s for what happens at it)."""
     session_idle_timeout_s: PositiveFloat = 1800.0

@@ -135,7 +135,16 @@ def parse_client(data: bytes | str, max_depth: int | None = None) -> Message:
     """`parse` for what a client sends, which must also carry `"jsonrpc": "2.0"` as JSON-RPC 2.0
     requires and the SDK's servers insist. Providers are not held to it: a board that leaves the
     member out is answered and relayed as before."""
-    message = parse(data, max_depth)
+    return _held_to_version(parse(data, max_depth))
+
+
+def classify_client(value: Any) -> Message:
+    """`classify` for one decoded value a client sent (a member of its batch), held to `"jsonrpc":
+    "2.0"` as `parse_client` holds a whole body."""
+    return _held_to_version(classify(value))
+
+
+def _held_to_version(message: Message) -> Message:
     if message.kind in (Kind.REQUEST, Kind.NOTIFICATION, Kind.RESPONSE) and message.body.get("jsonrpc") != "2.0":
         return Message(Kind.INVALID, message.body, 'the "jsonrpc" member must be "2.0"')
     return message

@@ -31,7 +31,7 @@ from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.routing import Target
 from gateway.core.sessions import ClientSession
 from gateway.core.streams import MessageQueue
-from gateway.northbound import session_era
+from gateway.northbound import batches, session_era
 from gateway.northbound.http_io import Admission, Refusal
 
 Admit = Callable[[jsonrpc.Message], Refusal | None]
@@ -117,7 +117,7 @@ class ClientChannel:
             self.refuse(_client_id(message.id), code, f"Invalid JSON-RPC: {message.problem}")
             return
         if message.kind is Kind.BATCH:
-            self.refuse(None, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are not supported; send one message at a time")
+            self.receive_batch(message, traceparent, tracestate)
             return
         if message.kind is Kind.NOTIFICATION:
             session_era.client_notification(self.session, message)
@@ -130,6 +130,30 @@ class ClientChannel:
                 self.session.requests.resolve(message.body)
             return
         self.request(message, traceparent, tracestate)
+
+    @property
+    def takes_batches(self) -> bool:
+        """Whether the session may send batches: initialized, and with 2025-03-26 negotiated."""
+        return self.handshaken and batches.accepts_batches(self.session)
+
+    def receive_batch(
+        self, batch: jsonrpc.Message, traceparent: str | None = None, tracestate: str | None = None
+    ) -> None:
+        """A JSON-RPC batch, from a session that negotiated 2025-03-26 only (gateway/northbound/batches.py):
+        each member is taken as if it came alone, and each answer goes out on the stream by itself
+        as it is ready (MCP lets a server send the answers to a batch unbatched)."""
+        if not self.takes_batches:
+            self.send(batches.not_accepted())
+            return
+        members = batches.unpack(batch, self.gateway.config.limits.max_batch_messages, self.gateway.metrics)
+        if isinstance(members, dict):
+            self.send(members)
+            return
+        for member in members:
+            if member.kind is Kind.REQUEST and member.method == "initialize":
+                self.send(batches.initialize_refused(member.id))
+            else:
+                self.receive(member, traceparent, tracestate)
 
     def request(self, message: jsonrpc.Message, traceparent: str | None = None, tracestate: str | None = None) -> None:
         body: JsonObject = message.body

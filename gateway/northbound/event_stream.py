@@ -34,11 +34,19 @@ def encode_event(message: JsonObject, event: str = "message") -> bytes:
 KEEPALIVE = b": keepalive\n\n"
 
 
-def one_event(message: JsonObject, extra_headers: Mapping[str, str]) -> web.Response:
+def one_event(message: JsonObject, extra_headers: Mapping[str, str], status: int = 200) -> web.Response:
     """A whole SSE answer of one `message` event: a plain response with a Content-Length, so aiohttp
     sends the headers and the event in one write, and a client that reads the body to its end can
-    send its next request on the same connection."""
-    return web.Response(body=encode_event(message), headers={**SSE_HEADERS, **extra_headers})
+    send its next request on the same connection. `status`: a stateless-era error's HTTP status."""
+    return web.Response(body=encode_event(message), status=status, headers={**SSE_HEADERS, **extra_headers})
+
+
+def events(messages: list[JsonObject], extra_headers: Mapping[str, str]) -> web.Response:
+    """A whole SSE answer of one `message` event per message (the responses to a batch), written
+    like `one_event`: one body with a Content-Length."""
+    return web.Response(
+        body=b"".join(encode_event(message) for message in messages), headers={**SSE_HEADERS, **extra_headers}
+    )
 
 
 async def open_stream(request: web.Request, extra_headers: Mapping[str, str] | None = None) -> web.StreamResponse:

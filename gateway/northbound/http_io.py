@@ -1,4 +1,5 @@
-"""HTTP pieces every client endpoint shares: JSON answers, the request-body cap, the admission step.
+"""HTTP pieces every client endpoint shares: JSON answers, the Content-Type check, the request-body
+cap, the admission step.
 
 Used by Streamable HTTP (`/<slot>/mcp`), legacy HTTP+SSE (`/<slot>/sse`, `/<slot>/messages`) and the
 raw WebSocket upgrade (`/<slot>`), so a limit or a refusal reads the same on every way in.
@@ -16,7 +17,8 @@ from gateway.config import LimitsConfig
 from gateway.core import jsonrpc
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.routing import Target
-from gateway.http_answers import http_error, json_response, rpc_error
+from gateway.http_answers import JSON_TYPE, http_error, json_response, rpc_error
+from gateway.northbound.batches import not_accepted
 from gateway.policy.request_body import read_body
 from gateway.telemetry.metrics import Metrics
 
@@ -53,12 +55,43 @@ it, a Refusal refuses it. Built by the composition root, so the transports hold 
 WebSocket the request is the upgrade request (who the caller is, which slot it named)."""
 
 
+def surrogates_replaced(text: str) -> str:
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def json_content_type(request: web.Request) -> web.Response | None:
+    """None when the request says its body is application/json (parameters such as charset allowed,
+    any case), else the 415 refusing it. A body sent as text/plain or as a form is what a web page
+    may POST to another origin without asking first (no CORS preflight); MCP clients send JSON."""
+    # aiohttp's content_type is the media type alone, lower-cased; application/octet-stream when absent.
+    if request.content_type == JSON_TYPE:
+        return None
+    sent = request.headers.get("Content-Type")
+    # Header bytes that are not UTF-8 arrive as surrogate escapes, which no JSON answer can hold.
+    shown = "no Content-Type" if sent is None else f"Content-Type {surrogates_replaced(sent[:60])!r}"
+    return http_error(
+        415,
+        "unsupported_media_type",
+        f"The request has {shown}; POST JSON-RPC with Content-Type: application/json",
+    )
+
+
 async def read_message(
-    request: web.Request, limits: LimitsConfig, metrics: Metrics, *, stream_answers: bool = False
+    request: web.Request,
+    limits: LimitsConfig,
+    metrics: Metrics,
+    *,
+    stream_answers: bool = False,
+    batches: bool = False,
 ) -> jsonrpc.Message | web.Response:
-    """The one JSON-RPC message of a POST body, or the HTTP answer refusing it (too large, not
-    JSON-RPC, a batch). With `stream_answers` (legacy SSE), a message over a bound (nested too deep)
-    is returned as it is, to be refused on the client's stream like any request the POST accepted."""
+    """The one JSON-RPC message of a POST body, or the HTTP answer refusing it (not JSON, too large,
+    not JSON-RPC, a batch). With `stream_answers` (legacy SSE), a message over a bound (nested too
+    deep) is returned as it is, to be refused on the client's stream like any request the POST
+    accepted. With `batches`, a batch is returned too, for the caller to judge by its session's
+    era (gateway/northbound/batches.py)."""
+    refused = json_content_type(request)
+    if refused is not None:
+        return refused
     length = request.content_length
     if length is not None and length > limits.max_body_bytes:
         metrics.limit_hit("max_body_bytes")
@@ -87,6 +120,6 @@ async def read_message(
         code = jsonrpc.PARSE_ERROR if message.body is None else jsonrpc.INVALID_REQUEST
         # A message over a bound was valid JSON: its id (kept when valid) lets the client match the refusal.
         return rpc_error(400, code, f"Invalid JSON-RPC: {message.problem}", message.id if message.limit else None)
-    if message.kind is Kind.BATCH:
-        return rpc_error(400, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are not supported; send one message per POST")
+    if message.kind is Kind.BATCH and not batches:
+        return json_response(not_accepted(), status=400)
     return message

@@ -12,8 +12,10 @@ what the message causes comes on the stream. The session ends when its stream cl
 
 Refusals of the POST itself are HTTP: a missing sessionId is 400, an unknown or ended session 404
 (JSON-RPC -32600 body, as Streamable HTTP answers an unknown Mcp-Session-Id; mcp-broker answers 400
-text/plain "Unknown or expired session"), a session of another caller 403, a body over
-limits.max_body_bytes 413, a body that is not one JSON-RPC message 400. Refusals of a request inside
+text/plain "Unknown or expired session"), a session of another caller 403, a body not sent as
+Content-Type: application/json 415, a body over limits.max_body_bytes 413, a body that is not one
+JSON-RPC message 400, a batch 400 unless the session negotiated 2025-03-26 (then each of its
+messages is taken as if posted alone; gateway/northbound/batches.py). Refusals of a request inside
 an accepted POST (rate limit -32029, too many in flight, initialize not sent yet, JSON nested deeper
 than limits.max_json_depth -32600) are its JSON-RPC answer on the stream, so an SDK client sees them
 as the request's error.
@@ -28,12 +30,13 @@ from aiohttp import web
 
 from gateway.core import jsonrpc
 from gateway.core.gateway import Gateway
+from gateway.core.jsonrpc import Kind
 from gateway.core.names import SlotNameError, decode_path_segment
 from gateway.core.routing import Target
 from gateway.core.slots import SlotRefused
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION
-from gateway.http_answers import http_error, rpc_error
-from gateway.northbound import event_stream, http_io, session_era
+from gateway.http_answers import http_error, json_response, rpc_error
+from gateway.northbound import batches, event_stream, http_io, session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
 from gateway.northbound.streamable_http import accepts
@@ -162,8 +165,12 @@ class LegacySseEndpoint:
             return http_error(403, "forbidden", session_era.OWNER_MISMATCH)
         # A message nested too deep is answered on the stream, with its id: the SDK's client stops
         # posting altogether after one refused POST.
-        message = await http_io.read_message(request, self.limits, self.gateway.metrics, stream_answers=True)
+        message = await http_io.read_message(
+            request, self.limits, self.gateway.metrics, stream_answers=True, batches=True
+        )
         if not isinstance(message, jsonrpc.Message):
             return message
+        if message.kind is Kind.BATCH and not channel.takes_batches:
+            return json_response(batches.not_accepted(), status=400)
         channel.receive(message, request.headers.get("traceparent"), request.headers.get("tracestate"))
         return web.Response(status=202)

@@ -4,9 +4,12 @@
 The MCP-Protocol-Version header picks the era: a stateless-era version goes to the stateless
 handler; none, or a session-era version, to the session handler. A session-era answer is one SSE
 event when the client lists text/event-stream (as the SDK's own server answers; `session_answers`),
-else JSON; a stateless-era answer is JSON. Either becomes a streamed SSE response as soon as a
-request-tied notification (progress, a log message) arrives or the answer takes longer than the
-keepalive interval.
+else JSON; a stateless-era answer is JSON. A client that takes no JSON gets one SSE event in either
+era. Any of them becomes a streamed SSE response as soon as a request-tied notification (progress, a
+log message) arrives or the answer takes longer than the keepalive interval.
+
+A session that negotiated 2025-03-26 may POST a JSON-RPC batch (gateway/northbound/batches.py): its
+requests run side by side, and their responses make one answer by the same rules (`BatchStream`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from gateway.core.stateless import Rejection
 from gateway.core.streams import MessageQueue
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS, STATELESS_VERSIONS, is_known
 from gateway.http_answers import JSON_TYPE, http_error, json_response, rpc_error
-from gateway.northbound import event_stream, http_io, session_era
+from gateway.northbound import batches, event_stream, http_io, session_era
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
 from gateway.policy.caller_pending import CallerPending, caller_key
 from gateway.policy.request_principal import request_principal
@@ -138,7 +141,7 @@ class RequestStream:
         self._unwatch()
         if self._writer is None:
             if self.sse_answer:
-                return event_stream.one_event(final, self.headers)
+                return event_stream.one_event(final, self.headers, status)
             return json_response(final, status=status, headers=self.headers)
         self.queue.close()
         await self._writer
@@ -151,6 +154,35 @@ class RequestStream:
         self._unwatch()
         if self._writer is not None and not self._writer.done():
             self._writer.cancel()
+
+
+class BatchStream(RequestStream):
+    """The HTTP answer to a JSON-RPC batch: the responses to its requests, in the order they are
+    ready, as one JSON array or (`sse_answer`) one SSE event each; a streamed SSE response that ends
+    after the last of them as soon as a notification arrives or an answer runs past the keepalive
+    interval, exactly as for one request."""
+
+    def answer(self, response: JsonObject) -> None:
+        # Queued either way: a streamed answer writes it at once, a whole answer takes every one at
+        # the end. The queue's bound leaves room for every response of the batch (see `session_batch`).
+        self.queue.put(response)
+
+    async def finish_all(self) -> web.StreamResponse:
+        self._unwatch()
+        if self._writer is None:
+            answers = []
+            while (answer := self.queue.get_nowait()) is not None:
+                answers.append(answer)
+            self.queue.close()  # nothing more goes out: a late notification cannot start a stream now
+            if self.sse_answer:
+                return event_stream.events(answers, self.headers)
+            return json_response(answers, headers=self.headers)
+        self.queue.close()
+        await self._writer
+        if self.response is None:
+            # The client left before the stream opened: aiohttp drops this answer quietly.
+            return json_response([], headers=self.headers)
+        return self.response
 
 
 class SubscriptionStream:
@@ -253,9 +285,11 @@ class StreamableHttpEndpoint:
             data={"supported": list(HANDSHAKE_VERSIONS + STATELESS_VERSIONS), "requested": shown},
         )
 
-    def read_message(self, request: web.Request) -> Awaitable[jsonrpc.Message | web.Response]:
+    def read_message(
+        self, request: web.Request, with_batches: bool = False
+    ) -> Awaitable[jsonrpc.Message | web.Response]:
         # Hands back http_io's coroutine rather than awaiting it: one coroutine frame less per request.
-        return http_io.read_message(request, self.limits, self.gateway.metrics)
+        return http_io.read_message(request, self.limits, self.gateway.metrics, batches=with_batches)
 
     def context_headers(self, session: ClientSession | None) -> dict[str, str]:
         return {SESSION_HEADER: session.id} if session is not None else {}
@@ -268,8 +302,10 @@ class StreamableHttpEndpoint:
         body: JsonObject,
         session: ClientSession | None,
         sse_ok: bool,
+        sse_answer: bool,
     ) -> web.StreamResponse:
-        """Run one request through the core and answer it as JSON or SSE."""
+        """Run one request through the core and answer it as JSON or SSE (`sse_answer`: one event
+        from the start)."""
         request_id = body.get("id")
         if session is None:
             # Stateless era: nothing but a disconnect can cancel the request, and a disconnect
@@ -280,7 +316,7 @@ class StreamableHttpEndpoint:
                 return json_response(crowded)
             try:
                 stream = RequestStream(
-                    request, {}, self.limits.notification_queue, self.clock, self.gateway.metrics, sse_ok
+                    request, {}, self.limits.notification_queue, self.clock, self.gateway.metrics, sse_ok, sse_answer
                 )
                 ctx.sink = stream.sink
                 try:
@@ -301,7 +337,7 @@ class StreamableHttpEndpoint:
             self.clock,
             self.gateway.metrics,
             sse_ok,
-            self.sse_answers and lists_sse(request),
+            sse_answer,
         )
         ctx.sink = stream.sink
         # A provider's sampling, elicitation or roots request for this call goes out on this
@@ -361,15 +397,17 @@ class StreamableHttpEndpoint:
         return session
 
     async def session_post(self, request: web.Request, target: Target, version: str | None) -> web.StreamResponse:
-        message = await self.read_message(request)
+        message = await self.read_message(request, with_batches=True)
         if not isinstance(message, jsonrpc.Message):  # the refusal (a plain class check, not ABCMeta's)
             return message
+        if message.kind is Kind.BATCH:
+            return await self.session_batch(request, target, message, version)
         refusal = self.admit(request, target, message)
         if refusal is not None:
             return refusal
         body = message.body
         if message.kind is Kind.REQUEST and message.method == "initialize":
-            sse = self.sse_answers and lists_sse(request)
+            sse = self.answers_as_sse(request, *accepts(request))
             return self.initialize(target, body, request_principal(request), sse, request.remote)
         if (
             message.kind is Kind.REQUEST
@@ -391,7 +429,103 @@ class StreamableHttpEndpoint:
             # waits for (late, or after its call ended) is acknowledged and dropped.
             session.requests.resolve(body)
             return web.Response(status=202, headers=self.context_headers(session))
-        ctx = ClientContext(
+        ctx = self.session_context(request, session, version)
+        json_ok, sse_ok = accepts(request)
+        return await self.exchange(
+            request, target, ctx, body, session, sse_ok, self.answers_as_sse(request, json_ok, sse_ok)
+        )
+
+    async def session_batch(
+        self, request: web.Request, target: Target, batch: jsonrpc.Message, version: str | None
+    ) -> web.StreamResponse:
+        """A JSON-RPC batch: only from a 2025-03-26 session (gateway/northbound/batches.py), each
+        member handled as it would be alone, the responses in one answer (docs/protocol-clients.md,
+        "Batches (2025-03-26)")."""
+        if SESSION_HEADER not in request.headers:
+            return json_response(batches.not_accepted(), status=400)
+        found = self.find_session(request, target)
+        if isinstance(found, web.Response):
+            return found
+        session = found
+        if not batches.accepts_batches(session):
+            return json_response(batches.not_accepted(), status=400)
+        members = batches.unpack(batch, self.limits.max_batch_messages, self.gateway.metrics)
+        if isinstance(members, dict):
+            return json_response(members, status=400)
+        session.touch()
+        metrics = self.gateway.metrics
+        json_ok, sse_ok = accepts(request)
+        stream = BatchStream(
+            request,
+            self.context_headers(session),
+            # Room for every response of the batch on top of the notifications a stream may buffer.
+            self.limits.notification_queue + len(members),
+            self.clock,
+            metrics,
+            sse_ok,
+            self.answers_as_sse(request, json_ok, sse_ok),
+        )
+        requests: list[JsonObject] = []
+        answered = False
+        for member in members:
+            kind = member.kind
+            if kind is Kind.NOTIFICATION:
+                session_era.client_notification(session, member)
+            elif kind is Kind.RESPONSE:
+                session.requests.resolve(member.body)
+            elif kind is Kind.INVALID:
+                stream.answer(batches.invalid_member(member, metrics))
+                answered = True
+            else:
+                answered = True
+                refusal = self.admission(request, target, member) if self.admission is not None else None
+                if refusal is not None:
+                    stream.answer(refusal.error)
+                elif member.method == "initialize":
+                    stream.answer(batches.initialize_refused(member.id))
+                else:
+                    requests.append(member.body)
+        if not answered:
+            stream.abort()
+            return web.Response(status=202, headers=self.context_headers(session))
+        try:
+            # One task per request: notifications/cancelled cancels that one alone (session_era.run_request),
+            # and a client that goes away cancels this handler and with it every task.
+            async with asyncio.TaskGroup() as group:
+                for body in requests:
+                    group.create_task(self.batch_member(request, target, session, body, version, stream))
+        except BaseException:
+            stream.abort()
+            raise
+        return self.counted(await stream.finish_all(), stream.queue, "request")
+
+    async def batch_member(
+        self,
+        request: web.Request,
+        target: Target,
+        session: ClientSession,
+        body: JsonObject,
+        version: str | None,
+        stream: BatchStream,
+    ) -> None:
+        """Answer one request of a batch on the batch's stream, checked as a request alone is."""
+        request_id = body["id"]
+        # Checked in the task, right before run_request registers the id: an earlier member of the
+        # same batch with this id is in flight by now.
+        if request_id in session.in_flight:
+            stream.answer(session_era.id_in_flight(request_id))
+            return
+        crowded = session_era.too_many_pending(self.gateway, len(session.in_flight), request_id)
+        if crowded is not None:
+            stream.answer(crowded)
+            return
+        ctx = self.session_context(request, session, version)
+        ctx.sink = stream.sink
+        ctx.requester = session.requests.via(stream.send_request)
+        stream.answer(await session_era.run_request(session, target, ctx, body))
+
+    def session_context(self, request: web.Request, session: ClientSession, version: str | None) -> ClientContext:
+        return ClientContext(
             era=SESSION,
             protocol_version=version or DEFAULT_HEADERLESS_VERSION,
             listener=session,
@@ -403,7 +537,11 @@ class StreamableHttpEndpoint:
             traceparent=request.headers.get("traceparent"),
             tracestate=request.headers.get("tracestate"),
         )
-        return await self.exchange(request, target, ctx, body, session, accepts(request)[1])
+
+    def answers_as_sse(self, request: web.Request, json_ok: bool, sse_ok: bool) -> bool:
+        """Whether a session-era answer is SSE from the start: for a client that lists
+        text/event-stream (unless session_answers = "json"), and for one that cannot take JSON."""
+        return sse_ok and (not json_ok or (self.sse_answers and lists_sse(request)))
 
     def initialize(
         self, target: Target, body: JsonObject, principal: Principal, sse: bool, peer: str | None = None
@@ -474,7 +612,11 @@ class StreamableHttpEndpoint:
             return web.Response(status=405, headers={"Allow": "POST"})
         json_ok, sse_ok = accepts(request)
         if not json_ok and not sse_ok:
-            return http_error(406, "not_acceptable", "Accept application/json and text/event-stream")
+            return http_error(
+                406,
+                "not_acceptable",
+                "Accept application/json or text/event-stream (MCP clients list both); answers come as one of them",
+            )
         message = await self.read_message(request)
         if not isinstance(message, jsonrpc.Message):
             return message
@@ -526,7 +668,8 @@ class StreamableHttpEndpoint:
             if not sse_ok:
                 return http_error(406, "not_acceptable", "subscriptions/listen answers with text/event-stream")
             return await self.listen(request, target, ctx, body)
-        return await self.exchange(request, target, ctx, body, None, sse_ok)
+        # A client that takes no JSON gets its answer as SSE, one event.
+        return await self.exchange(request, target, ctx, body, None, sse_ok, not json_ok)
 
     def rejection(self, body: JsonObject, rejection: Rejection) -> web.Response:
         return rpc_error(
@@ -596,14 +739,19 @@ class StreamableHttpEndpoint:
 
     @staticmethod
     def honored_filter(target: Target, wanted: JsonObject) -> JsonObject:
+        """The part of `wanted` this endpoint delivers: a list-change kind only where its capability
+        says `listChanged: true` (`_broker`'s tools do not change, for one), resource updates only
+        where `resources.subscribe` is true."""
         caps = target.capabilities()
         honored: JsonObject = {}
-        if wanted.get("toolsListChanged"):
-            honored["toolsListChanged"] = True
-        if wanted.get("promptsListChanged") and "prompts" in caps:
-            honored["promptsListChanged"] = True
-        if wanted.get("resourcesListChanged") and "resources" in caps:
-            honored["resourcesListChanged"] = True
+        for kind, capability in (
+            ("toolsListChanged", "tools"),
+            ("promptsListChanged", "prompts"),
+            ("resourcesListChanged", "resources"),
+        ):
+            section = caps.get(capability)
+            if wanted.get(kind) and isinstance(section, dict) and section.get("listChanged") is True:
+                honored[kind] = True
         uris = wanted.get("resourceSubscriptions")
         resources = caps.get("resources")
         if isinstance(uris, list) and isinstance(resources, dict) and resources.get("subscribe"):

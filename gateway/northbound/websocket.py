@@ -9,7 +9,8 @@ flight (providers get notifications/cancelled).
 The upgrade request passes the entry gate like every request (Origin/Host, client authentication,
 the slot's required scopes); a slot nobody may use, or a session limit, is refused with an HTTP
 answer before the upgrade. After it: a frame over limits.max_frame_bytes closes with 1009, bad JSON
-is answered with a JSON-RPC parse error (id null), a batch with -32600, JSON nested deeper than
+is answered with a JSON-RPC parse error (id null), a batch with -32600 unless the session negotiated
+2025-03-26 (then each of its messages is taken as if sent alone), JSON nested deeper than
 limits.max_json_depth with -32600 (and the message's id), a rate-limited request with its -32029
 answer. Binary frames are read as UTF-8 text, as mcp-broker does. A message for the client that cannot
 be encoded as JSON never ends the write loop: an answer becomes its -32603 error, anything else is
@@ -177,7 +178,9 @@ class ClientWebSockets:
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
                     message = jsonrpc.parse_client(msg.data, self.limits.max_json_depth)
                     del msg  # a client's last message (up to max_frame_bytes) is not kept while it idles
-                    if message.kind is Kind.REQUEST and (failure := await watch.failure()) is not None:
+                    # A batch may carry requests (gateway/northbound/batches.py): judged like one.
+                    asks = message.kind is Kind.REQUEST or message.kind is Kind.BATCH
+                    if asks and (failure := await watch.failure()) is not None:
                         channel.send(credential_gone(message.id, failure))
                         ending = (
                             CLOSE_POLICY,

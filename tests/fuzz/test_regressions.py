@@ -90,7 +90,8 @@ async def test_an_unknown_protocol_version_that_is_not_utf8_is_echoed_as_replace
     gateway: GatewayServer,
 ) -> None:
     body = orjson.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})
-    head = request_head("POST", "/pump-1/mcp", gateway.port, [(b"MCP-Protocol-Version", b"v\x80")], body)
+    headers = [(b"Content-Type", b"application/json"), (b"MCP-Protocol-Version", b"v\x80")]
+    head = request_head("POST", "/pump-1/mcp", gateway.port, headers, body)
     answer = await raw_request(gateway.port, head, body)
     assert answer.status == 400
     reply = orjson.loads(answer.body)

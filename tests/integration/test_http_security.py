@@ -18,6 +18,7 @@ from mcp import Client
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.integration.test_metrics import scrape
+from tests.integration.test_sse_clients import LegacySse
 from tests.support.answers import decode_answer
 from tests.support.servers import demo_server
 
@@ -243,6 +244,57 @@ async def test_providers_from_an_allowed_origin_connect(guarded: GatewayServer, 
         assert frame["method"] == "server/discover"  # the gateway opened its session with the provider
     finally:
         await ws.close()
+
+
+# -- Content-Type ---------------------------------------------------------------------------------
+
+STATELESS_LIST = {
+    "jsonrpc": "2.0",
+    "id": 2,
+    "method": "tools/list",
+    "params": {
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None]
+)
+async def test_a_body_not_sent_as_json_is_415_on_every_mcp_endpoint(
+    gateway: GatewayServer, http: aiohttp.ClientSession, content_type: str | None
+) -> None:
+    # text/plain and forms are what a web page may POST to another origin without a CORS preflight.
+    legacy = LegacySse(http, gateway.url, "pump-1")
+    await legacy.open()
+    stateless = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"}
+    for url, body, extra in (
+        (f"{gateway.url}/pump-1/mcp", INITIALIZE, {}),
+        (f"{gateway.url}/pump-1/mcp", STATELESS_LIST, stateless),
+        (f"{gateway.url}/mcp", INITIALIZE, {}),
+        (gateway.url + legacy.endpoint, INITIALIZE, {}),
+    ):
+        headers = {"Accept": "application/json, text/event-stream", **extra}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        async with http.post(
+            url, data=orjson.dumps(body), headers=headers, skip_auto_headers=["Content-Type"]
+        ) as response:
+            refused = await refused_json(response, 415)
+        assert refused["error"] == "unsupported_media_type", url
+        assert refused["error_description"].endswith("; POST JSON-RPC with Content-Type: application/json")
+        shown = "no Content-Type" if content_type is None else f"Content-Type '{content_type}'"
+        assert shown in refused["error_description"]
+    assert len(gateway.gateway.sessions.sessions) == 1  # the legacy stream's own; no initialize was taken
+    legacy.close()
+
+
+async def test_json_with_parameters_in_any_case_is_taken(gateway: GatewayServer, http: aiohttp.ClientSession) -> None:
+    headers = {**MCP_HEADERS, "Content-Type": "Application/JSON; charset=UTF-8"}
+    await start_session(http, f"{gateway.url}/pump-1/mcp", headers)
 
 
 # -- Host (DNS rebinding) --------------------------------------------------------------------------

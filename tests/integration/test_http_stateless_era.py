@@ -397,6 +397,34 @@ async def test_unknown_and_session_era_only_methods_are_404(
     assert answer["error"]["code"] == -32601
 
 
+async def test_a_client_that_takes_only_sse_gets_one_event_and_one_that_takes_neither_406(
+    gateway: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    await publishers.start(gateway, "pump-1", demo_server("pump"))
+    url = url_of(gateway, "pump-1")
+    body = request("tools/list", request_id=5)
+    headers = {**routing_headers(body), "Accept": "text/event-stream"}
+    status, answer_headers, messages = await post(http, url, body, headers)
+    assert status == 200
+    assert answer_headers["Content-Type"].startswith("text/event-stream")
+    (answer,) = messages
+    assert answer["id"] == 5 and "add" in {tool["name"] for tool in answer["result"]["tools"]}
+    # An error keeps its HTTP status on the event stream too.
+    unknown = request("no/such/method", request_id=6)
+    status, answer_headers, messages = await post(
+        http, url, unknown, {**routing_headers(unknown), "Accept": "text/event-stream"}
+    )
+    assert status == 404 and answer_headers["Content-Type"].startswith("text/event-stream")
+    assert [message["error"]["code"] for message in messages] == [-32601]
+    status, _, refused = await post(http, url, body, {**routing_headers(body), "Accept": "text/html"})
+    assert status == 406
+    assert refused == {
+        "error": "not_acceptable",
+        "error_description": "Accept application/json or text/event-stream (MCP clients list both); "
+        "answers come as one of them",
+    }
+
+
 async def test_notifications_are_202(gateway: GatewayServer, http: aiohttp.ClientSession) -> None:
     body = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "_meta": envelope()}}
     status, _, answer = await post(http, url_of(gateway, "pump-1"), body, routing_headers(body))
@@ -487,6 +515,23 @@ async def test_listen_never_sends_a_kind_not_asked_for(
         "method": "notifications/resources/list_changed",
         "params": {"_meta": {META_SUBSCRIPTION: 42}},
     }
+    response.close()
+
+
+async def test_listen_acknowledges_only_the_list_changes_the_endpoint_announces(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    # A session-era provider that declares prompts and resources without listChanged: only the tool
+    # list, which the gateway itself announces for every slot, is acknowledged.
+    server = await gateway_factory(providers={"era": "session"})
+    await publishers.start(server, "pump-1", demo_server("pump"))
+    every_kind = {"toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True}
+    response, _, ack = await open_listen(http, url_of(server, "pump-1"), every_kind, "slot")
+    assert ack["params"]["notifications"] == {"toolsListChanged": True}
+    response.close()
+    # _broker's tools and resources never change (listChanged: false): nothing is acknowledged.
+    response, _, ack = await open_listen(http, url_of(server, "_broker"), every_kind, "broker")
+    assert ack["params"]["notifications"] == {}
     response.close()
 
 

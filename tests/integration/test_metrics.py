@@ -185,7 +185,12 @@ async def _raw_call(http: aiohttp.ClientSession, server: GatewayServer, slot: st
             }
         },
     }
-    headers = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Accept": "application/json"}
+    headers = {
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": method,
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+    }
     async with http.post(f"{server.url}/{slot}/mcp", data=orjson.dumps(body), headers=headers) as response:
         answer = orjson.loads(await response.read())
     error = answer["error"]
@@ -230,7 +235,8 @@ async def test_unparsable_messages_on_both_sides_and_heartbeat_misses(
         await wait_for(lambda: gateway.gateway.registry.slots["garbled"].live is None, what="garbled to be dropped")
     finally:
         await ws.close()
-    async with http.post(f"{gateway.url}/any-1/mcp", data=b"{oops", headers={"Accept": "application/json"}) as reply:
+    json_headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    async with http.post(f"{gateway.url}/any-1/mcp", data=b"{oops", headers=json_headers) as reply:
         assert reply.status == 400
     metrics = await scrape(http, gateway)
     assert metrics.get("mcpgw_unparsable_messages_total", side="provider") == 1

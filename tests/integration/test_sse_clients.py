@@ -292,7 +292,11 @@ async def test_unknown_missing_and_foreign_session_ids(pump: GatewayServer, http
     async with http.post(
         f"{pump.url}/pump-1/mcp",
         data=orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-        headers={"Mcp-Session-Id": session_id, "Accept": "application/json, text/event-stream"},
+        headers={
+            "Mcp-Session-Id": session_id,
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+        },
     ) as response:
         assert response.status == 404
     async with http.get(f"{pump.url}/pump-1/messages?sessionId={session_id}") as response:

@@ -212,7 +212,10 @@ async def test_bad_json_batches_and_requests_before_initialize_are_answered_not_
     await client.send([{"jsonrpc": "2.0", "id": 1, "method": "ping"}])
     batch = await client.receive()
     assert batch["id"] is None and batch["error"]["code"] == -32600
-    assert "batches are not supported" in batch["error"]["message"]
+    assert (
+        "batches are accepted only from sessions that negotiated protocol version 2025-03-26"
+        in (batch["error"]["message"])
+    )
     await client.send({"jsonrpc": "2.0", "id": True, "method": "ping"})
     bad_id = await client.receive()
     assert bad_id["id"] is None and bad_id["error"]["code"] == -32600
