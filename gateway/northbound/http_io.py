@@ -56,6 +56,8 @@ WebSocket the request is the upgrade request (who the caller is, which slot it n
 
 
 def surrogates_replaced(text: str) -> str:
+    """Header bytes that are not UTF-8 reach aiohttp's handlers as surrogate escapes, which no JSON
+    answer can hold: shown as U+FFFD."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
@@ -67,7 +69,6 @@ def json_content_type(request: web.Request) -> web.Response | None:
     if request.content_type == JSON_TYPE:
         return None
     sent = request.headers.get("Content-Type")
-    # Header bytes that are not UTF-8 arrive as surrogate escapes, which no JSON answer can hold.
     shown = "no Content-Type" if sent is None else f"Content-Type {surrogates_replaced(sent[:60])!r}"
     return http_error(
         415,

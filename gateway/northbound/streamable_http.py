@@ -274,9 +274,7 @@ class StreamableHttpEndpoint:
             if message.kind is Kind.REQUEST and stateless.carries_envelope(message.body):
                 return await self.stateless(request, target)
             request_id = message.body.get("id") if message.kind is Kind.REQUEST else None
-        # Header bytes that are not UTF-8 reach us as surrogate escapes, which no JSON answer can hold:
-        # echo them as U+FFFD.
-        shown = version[:40].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        shown = http_io.surrogates_replaced(version[:40])
         return rpc_error(
             400,
             jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
