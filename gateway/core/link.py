@@ -60,6 +60,11 @@ class LinkInfo:
     # The peer may open with a register frame after the slot is attached (a dedicated WebSocket,
     # whose URL names the slot): initialize waits providers.register_wait_ms for that first frame.
     register_frame_follows: bool = False
+    medium_outlives_session: bool = False
+    """The medium outlives this link's session (an MQTT topic, a serial line): an answer the provider
+    owes an earlier session (of this gateway, or of the one before a restart) may still arrive on it,
+    so the session takes its request numbers from the process-wide sequence instead of counting from 1
+    (gateway/core/request_ids.py)."""
     era: str | None = None
     """What the transport knows of the provider's protocol era: "session" (the core never asks
     server/discover: a transport or specification without the 2026-07-28 era), "2026-07-28" (the

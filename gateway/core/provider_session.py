@@ -38,6 +38,7 @@ from gateway.core.relay import (
     RELATED_REQUEST_KEY,
     RequestRelay,
 )
+from gateway.core.request_ids import numbers_for
 from gateway.core.schema_hash import tools_hash
 from gateway.core.shared_tools import SharedToolLists
 from gateway.core.versions import LATEST_HANDSHAKE
@@ -118,7 +119,7 @@ class ProviderSession:
         self.awaiting_heartbeat = False
         self.missed_heartbeats = 0
         self.last_error = ""
-        self._next_id = 0
+        self._numbers = numbers_for(link.info.medium_outlives_session)
         self._ready = asyncio.Event()
         self._alive: asyncio.Future[None] | None = None
         """While a probe waits: resolved by the provider's next frame or pong."""
@@ -176,8 +177,8 @@ class ProviderSession:
         return sum(1 for entry in self.pending.values() if entry.timeout_ms != NO_DEADLINE)
 
     def _new_id(self) -> JsonId:
-        self._next_id += 1
-        return self._next_id if self.numeric_ids else f"brk-{self._next_id}"
+        number = self._numbers.take()
+        return number if self.numeric_ids else f"brk-{number}"
 
     def warn_once(self, kind: str, text: str, *args: Any) -> None:
         """At most one warning per slot per kind of fault; the counters carry the rest."""

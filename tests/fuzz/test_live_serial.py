@@ -28,6 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
 
+from gateway.core.request_ids import LINGERING_MEDIA
 from gateway.southbound.serial import framing
 from gateway.southbound.serial.ports import SerialPort
 from tests.fuzz import strategies as fz
@@ -47,6 +48,26 @@ def framed(value: Any) -> LinePiece:
     return LinePiece("frame", message, framing.wire_bytes(message))
 
 
+ASKED = {"brk-next": 0, "brk-following": 1, "brk-latest": -1}
+"""Placeholder ids and where the request they stand for lies from the gateway's next request number."""
+
+
+def aimed(piece: LinePiece) -> LinePiece:
+    """`piece` with its placeholder ids naming the gateway's request numbers as they stand now: a line
+    numbers its requests from one process-wide sequence (gateway/core/request_ids.py), so a burst that
+    registers a slot and answers `brk-next` answers that slot's initialize."""
+    text = piece.wire if piece.message is None else piece.message
+    if not any(placeholder.encode() in text for placeholder in ASKED):
+        return piece
+    upcoming = LINGERING_MEDIA.upcoming
+    for placeholder, offset in ASKED.items():
+        text = text.replace(f'"{placeholder}"'.encode(), f'"brk-{upcoming + offset}"'.encode())
+    if piece.message is None:
+        return LinePiece(piece.kind, None, text)
+    wire = framing.wire_bytes(text) if piece.kind == "frame" else framing.encode_frame(text)
+    return LinePiece(piece.kind, text, wire)
+
+
 serial_slots = st.sampled_from(("fz-a", "fz-b", "pump-1", "_x", "", "a/b", "x" * 65, "é"))
 registrations = st.fixed_dictionaries(
     {
@@ -62,9 +83,10 @@ board_messages = st.one_of(
     st.fixed_dictionaries(
         {"provider": st.one_of(serial_slots, fz.slot_names), "payload": st.one_of(registrations, fz.jsonrpc_messages)}
     ),
-    # Answers to what the gateway asked (its ids are brk-<n>), right and wrong.
+    # Answers to what the gateway asked, right and wrong: placeholders name its next, following or
+    # latest request (`aimed`), the others ids it never sent.
     st.fixed_dictionaries(
-        {"jsonrpc": st.just("2.0"), "id": st.sampled_from(("brk-1", "brk-2", "brk-3", 1))},
+        {"jsonrpc": st.just("2.0"), "id": st.sampled_from((*ASKED, "brk-1", 1))},
         optional={"result": fz.json_values, "error": fz.errors},
     ),
     fz.messages,
@@ -177,7 +199,7 @@ async def set_up(rig: SerialRig) -> None:
 async def play(rig: SerialRig, port: str, burst: list[LinePiece]) -> None:
     line = rig.lines[port]
     counters = line.port.counters
-    data = b"".join(piece.wire for piece in burst)
+    data = b"".join(aimed(piece).wire for piece in burst)
     expected_bytes = counters.bytes_in + len(data)
     failures = counters.failures
     await line.side.write(data)

@@ -659,6 +659,42 @@ async def test_registering_again_answers_the_old_links_pending_calls_at_once(
     assert gateway.gateway.registry.slots[SLOT].connects == 2
 
 
+async def test_a_late_answer_to_the_previous_links_call_reaches_no_caller_of_the_next(
+    gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any
+) -> None:
+    """The line outlives the link: an answer the board wrote before it registered again can arrive
+    after the new link asked something, and must not be taken for that answer."""
+    pair = ptys()
+    board = framed(pair)
+    board.answer_requests = False
+    gateway = await gateway_factory(serial=serial_config(pair.path), providers={"heartbeat_interval_s": 3600})
+    await board.next_message()
+    board.register(SLOT)
+    await wait_ready_slot(gateway, SLOT)
+    first = gateway.gateway.registry.slots[SLOT].live
+    async with Client(f"{gateway.url}/{SLOT}/mcp", mode="legacy") as client:
+        old_call = asyncio.create_task(client.call_tool("echo", {"n": 1}))
+        old_request = await board.next_message()
+        board.register(SLOT)
+        await assert_all_disconnected([old_call])
+        await wait_for(lambda: gateway.gateway.registry.slots[SLOT].live not in (None, first), what="a new link")
+        await wait_ready_slot(gateway, SLOT)
+        second = gateway.gateway.registry.slots[SLOT].live
+        assert second is not None
+
+        new_call = asyncio.create_task(client.call_tool("echo", {"n": 2}))
+        new_request = await board.next_message()
+        assert new_request["id"] != old_request["id"]
+        stale = {"content": [{"type": "text", "text": "stale"}], "isError": False}
+        board.send({"jsonrpc": "2.0", "id": old_request["id"], "result": stale})
+        await wait_for(lambda: second.counters.unmatched_responses == 1, what="the late answer to be unmatched")
+        assert not new_call.done()
+        fresh = {"content": [{"type": "text", "text": "fresh"}], "isError": False}
+        board.send({"jsonrpc": "2.0", "id": new_request["id"], "result": fresh})
+        result = await asyncio.wait_for(new_call, 5)
+    assert result.content[0].text == "fresh"  # type: ignore[union-attr]
+
+
 async def test_one_port_many_slots_with_envelopes(
     gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any
 ) -> None:

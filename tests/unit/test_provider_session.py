@@ -20,6 +20,7 @@ from gateway.core.link import CLOSE_POLICY, LinkInfo, MessageRefused
 from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import SessionSettings
 from gateway.core.relay import RELATED_REQUEST_KEY
+from gateway.core.request_ids import LINGERING_MEDIA
 from gateway.core.schema_hash import tools_hash
 from gateway.core.versions import LATEST_HANDSHAKE
 
@@ -37,8 +38,15 @@ INIT_RESULT = {
 class MemoryLink:
     """A provider link whose far end is the test: what the core sends lands in `outbox`."""
 
-    def __init__(self, *, numeric_ids: bool = False, native_ping: bool = False) -> None:
-        self.info = LinkInfo(transport="memory", numeric_ids=numeric_ids, native_ping=native_ping)
+    def __init__(
+        self, *, numeric_ids: bool = False, native_ping: bool = False, medium_outlives_session: bool = False
+    ) -> None:
+        self.info = LinkInfo(
+            transport="memory",
+            numeric_ids=numeric_ids,
+            native_ping=native_ping,
+            medium_outlives_session=medium_outlives_session,
+        )
         self.outbox: asyncio.Queue[JsonObject] = asyncio.Queue()
         self.pings = 0
         self.closed: tuple[int, str] | None = None
@@ -609,6 +617,44 @@ async def test_unmatched_and_duplicate_responses_are_counted() -> None:
     answer(session, "brk-404")  # nobody asked
     assert (await task)["result"] == {}
     assert session.counters.unmatched_responses == 2
+
+
+async def test_sessions_on_a_medium_that_outlives_them_never_reuse_an_id() -> None:
+    """A serial line or an MQTT topic outlives its session: a late answer to a request of the slot's
+    previous session reaches nobody in the next one."""
+    first, first_link, _ = make_session(MemoryLink(medium_outlives_session=True))
+    old = asyncio.create_task(first.request("tools/call", {"name": "add"}))
+    old_id = (await first_link.next())["id"]
+    first.link_lost("the board registered again")
+    with pytest.raises(errors.RpcError, match="disconnected"):
+        await old
+
+    second, second_link, _ = make_session(MemoryLink(medium_outlives_session=True))
+    new = asyncio.create_task(second.request("tools/call", {"name": "add"}))
+    new_id = (await second_link.next())["id"]
+    assert new_id != old_id
+    answer(second, old_id, {"content": [{"type": "text", "text": "stale"}]})
+    assert second.counters.unmatched_responses == 1
+    assert not new.done()
+    answer(second, new_id, {"content": []})
+    assert (await new)["result"] == {"content": []}
+    for request_id in (old_id, new_id):
+        assert request_id.startswith("brk-") and 1 <= int(request_id.removeprefix("brk-")) < 2**31
+
+
+async def test_numeric_ids_on_a_medium_that_outlives_the_session_come_from_the_shared_sequence() -> None:
+    session, link, _ = make_session(MemoryLink(numeric_ids=True, medium_outlives_session=True))
+    upcoming = LINGERING_MEDIA.upcoming
+    task = asyncio.create_task(session.request("ping", None))
+    assert (await link.next())["id"] == upcoming
+    answer(session, upcoming)
+    assert (await task)["result"] == {}
+    # A link whose connection is its session counts from 1, whatever the shared sequence says.
+    session, link, _ = make_session(MemoryLink(numeric_ids=True))
+    task = asyncio.create_task(session.request("ping", None))
+    assert (await link.next())["id"] == 1
+    answer(session, 1)
+    await task
 
 
 async def test_error_without_code_is_normalised() -> None:

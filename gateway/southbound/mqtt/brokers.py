@@ -6,8 +6,11 @@
 their presence), the counters of what it dropped, and what provider_status and broker_diagnose show.
 Every message is routed on the event loop thread, in arrival order:
 
-    [paho's thread: max_backlog waiting? (backlog)] -> size check (oversize)
-        -> the profile that owns the topic (else wrong_topic) -> the slot's link
+    [paho's thread: max_backlog waiting? (backlog)] -> the profile that owns the topic (else
+        wrong_topic) -> size check (oversize) -> the slot's link
+
+An oversize message is not parsed: when its first bytes (gateway/core/answer_head.py) show that it
+answers a pending request, that request ends at once with -32603 naming the size and max_payload_bytes.
 
 Its bounds (max_payload_bytes, max_backlog, max_instances) are exported as
 mcpgw_limit{limit="mqtt.brokers[<i>].<key>"}, and each refusal counts in mcpgw_limit_hits_total with
@@ -44,6 +47,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from gateway.config import MqttBrokerConfig
+from gateway.core.answer_head import HEAD_BYTES
 from gateway.core.broker.diagnose_links import MQTT_ANONYMOUS_FIX, mqtt_anonymous_summary
 from gateway.core.broker.scrape import mqtt_broker_key
 from gateway.core.gateway import Gateway
@@ -284,6 +288,10 @@ class MqttBroker:
                 f"{size} bytes, max_payload_bytes is {self.config.max_payload_bytes}",
                 profile.slot_of(topic),
             )
+            link = profile.answering_link(topic)
+            if link is not None:
+                # Read no further than its first bytes: an answer's id there ends its caller's wait now.
+                link.oversize(message.payload[:HEAD_BYTES], size)
             return
         profile.handle(topic, message.payload)
 

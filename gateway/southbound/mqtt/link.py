@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from gateway.config import MqttBrokerConfig
 from gateway.core import jsonrpc
+from gateway.core.answer_head import answer_id
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import LinkInfo, MessageRefused
@@ -122,6 +123,22 @@ class MqttLink:
         if session is not None:
             session.mark_alive()
             session.receive_message(message)
+
+    def oversize(self, head: bytes, size: int) -> None:
+        """A message over max_payload_bytes came from the provider (dropped unread, `head` its first
+        bytes): when they show it answers a pending request, that request ends now with the reason
+        instead of waiting out its deadline."""
+        session = self.session
+        request_id = answer_id(head) if session is not None else None
+        if session is None or request_id is None:
+            return
+        maximum = self.broker.config.max_payload_bytes
+        problem = (
+            f"{size} bytes, over max_payload_bytes ({maximum}) of MQTT broker {self.broker.label}; raise "
+            "max_payload_bytes or send smaller messages"
+        )
+        limit = f"{self.broker.limits_key}.max_payload_bytes"
+        session.refused(jsonrpc.Message(jsonrpc.Kind.INVALID, {"id": request_id}, problem, limit))
 
     def common_status(self) -> JsonObject:
         return {

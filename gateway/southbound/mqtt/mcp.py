@@ -77,11 +77,14 @@ class McpLink(MqttLink):
             (mqtt_topics.PROP_MQTT_CLIENT_ID, client_id),
         )
         # The pinned EMQX revision (mqtt_topics.SPEC_REVISION) opens a session with initialize on the
-        # control topic and defines no server/discover: the session era, no probe.
+        # control topic and defines no server/discover: the session era, no probe. The RPC topic outlives
+        # the session: every session on one connection shares its client id, and a configured client_id
+        # keeps it across reconnects and restarts.
         info = LinkInfo(
             transport="mqtt-mcp",
             remote=f"{broker.label} {address.server_name} ({address.server_id})",
             era=SESSION_ERA,
+            medium_outlives_session=True,
         )
         super().__init__(broker, slot, info)
         self.released = False
@@ -173,6 +176,14 @@ class McpProfile:
             rpc = mqtt_topics.parse_rpc(topic)
             address = rpc.server if rpc is not None else None
         return slot_for(address.server_name, self.rule) if address is not None else None
+
+    def answering_link(self, topic: str) -> McpLink | None:
+        """The link of the bridged server instance that answers on `topic` (its RPC topic), else None."""
+        rpc = mqtt_topics.parse_rpc(topic)
+        if rpc is None or rpc.client_id != self.broker.client.client_id:
+            return None
+        link = self.by_server.get(rpc.server.server_id)
+        return link if link is not None and link.address == rpc.server and link.session is not None else None
 
     def handle(self, topic: str, payload: bytes) -> None:
         drops = self.broker.drops

@@ -66,8 +66,11 @@ class PlainLink(MqttLink):
     def __init__(self, broker: BrokerContext, slot: str, prefix: str, profile: PlainProfile) -> None:
         self.topics = {kind: mqtt_topics.plain_topic(prefix, slot, kind) for kind in ("status", "down", "up")}
         # The plain profile carries boards of the device profile: session era, no probe (docs/protocol.md,
-        # "The gateway owns the provider session").
-        info = LinkInfo(transport="mqtt", remote=f"{broker.label} {prefix}/{slot}", era=SESSION_ERA)
+        # "The gateway owns the provider session"). The slot's topics outlive the session: a board may
+        # still answer a request of the slot's previous session there.
+        info = LinkInfo(
+            transport="mqtt", remote=f"{broker.label} {prefix}/{slot}", era=SESSION_ERA, medium_outlives_session=True
+        )
         super().__init__(broker, slot, info)
         self.profile = profile
 
@@ -137,6 +140,14 @@ class PlainProfile:
     def slot_of(self, topic: str) -> str | None:
         address = mqtt_topics.parse_plain(self.prefix, topic)
         return address.slot if address is not None else None
+
+    def answering_link(self, topic: str) -> PlainLink | None:
+        """The link serving the board that answers on `topic` (its up topic), else None."""
+        address = mqtt_topics.parse_plain(self.prefix, topic)
+        if address is None or address.kind != "up":
+            return None
+        link = self.links.get(address.slot)
+        return link if link is not None and link.serving() else None
 
     def handle(self, topic: str, payload: bytes) -> None:
         address = mqtt_topics.parse_plain(self.prefix, topic)

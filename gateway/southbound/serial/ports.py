@@ -152,6 +152,9 @@ class SerialSlotLink:
             # A serial line carries boards of the device profile: session era, no era probe (docs/protocol.md,
             # "The gateway owns the provider session").
             era=SESSION_ERA,
+            # The line outlives the link: after a new register frame, an answer to a request of the
+            # slot's previous link may still arrive.
+            medium_outlives_session=True,
             extra={"framing": "cobs+crc32", "enveloped": "yes" if enveloped else "no"},
         )
 

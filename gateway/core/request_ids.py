@@ -1,0 +1,48 @@
+"""The numbers in the ids the gateway gives its requests to providers (docs/protocol.md, "Requests and ids").
+
+A link whose connection is its session (a WebSocket, a stdio child, a remote upstream) numbers its
+requests from 1: nothing sent before the connection can reach it. A link whose medium outlives its
+session (an MQTT topic, a serial line) takes its numbers from one sequence shared by every such link
+of the process, started at a random point once per process: a late answer to a request of an earlier
+session (of this gateway, or of the one before a restart) names no request of the new session.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+ID_CEILING = 2**31
+"""Every number stays below this: a C board holds a request id in a signed 32-bit integer."""
+
+
+class RequestNumbers:
+    """Request numbers from `start` upwards, wrapping from ID_CEILING - 1 back to 1."""
+
+    def __init__(self, start: int = 1) -> None:
+        if not 1 <= start < ID_CEILING:
+            raise ValueError(f"a request number is from 1 to {ID_CEILING - 1}, not {start}")
+        self._next = start
+
+    @property
+    def upcoming(self) -> int:
+        """The number `take` returns next."""
+        return self._next
+
+    def take(self) -> int:
+        number = self._next
+        self._next = number + 1 if number + 1 < ID_CEILING else 1
+        return number
+
+
+def random_start() -> int:
+    """A start from 1 to ID_CEILING - 1, unpredictable from one process to the next."""
+    return 1 + secrets.randbelow(ID_CEILING - 1)
+
+
+LINGERING_MEDIA = RequestNumbers(random_start())
+"""The one sequence of every link whose medium outlives its session (LinkInfo.medium_outlives_session)."""
+
+
+def numbers_for(medium_outlives_session: bool) -> RequestNumbers:
+    """The sequence a new provider session numbers its requests from."""
+    return LINGERING_MEDIA if medium_outlives_session else RequestNumbers()
