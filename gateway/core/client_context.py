@@ -54,7 +54,8 @@ class ClientContext:
     """The gateway's tracing ([telemetry]); OFF keeps trace context without recording spans."""
     traceparent: str | None = None
     tracestate: str | None = None
-    """The HTTP `traceparent` and `tracestate` headers of the request, where its way in has them."""
+    baggage: str | None = None
+    """The HTTP `traceparent`, `tracestate` and `baggage` headers of the request, where its way in has them."""
     trace: RequestTrace | None = None
     """The request's trace, set as the core begins answering it (gateway/core/trace_relay.py)."""
 

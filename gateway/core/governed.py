@@ -16,7 +16,7 @@ from gateway.core import errors, trace_relay
 from gateway.core.client_context import ClientContext
 from gateway.core.confirmer import ClientConfirmer, StateReader, split_retry
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.policy_interface import AnswerInstead, CallVerdict, Governance
+from gateway.core.policy_interface import AnswerInstead, CallVerdict, Governance, confirmation_effect
 
 CLAMPED_META_KEY = "io.github.mcp-gateway/clamped"
 """In a result's _meta: the arguments the gateway clamped to the operator's limits before forwarding."""
@@ -57,27 +57,30 @@ async def call(
     `params["name"]` is the name the caller used (at `where`), for the unknown-tool answer;
     `read_state` reads the device's state for a confirmation question."""
     name = params.get("name")
+    # What the policy decides and the audit records: the tool as the provider lists it (not an
+    # aggregate name such as `pump-1-get_status` the caller used on _all or a group).
+    decided = str(tool["name"]) if tool else str(name)
     params, retry = split_retry(params)
     confirmer = ClientConfirmer(ctx, retry, read_state)
-    span = trace_relay.start_policy(ctx, slot, name)
+    span = trace_relay.start_policy(ctx, slot, decided)
     try:
         verdict = await governance.admit_call(
             ctx.principal,
             slot,
             tool,
-            str(tool["name"]) if tool else str(name),
+            decided,
             params.get("arguments"),
             ctx.transport,
             confirmer,
             trace_id=trace_relay.trace_id(ctx),
         )
     except AnswerInstead as answered:
-        trace_relay.end_policy(ctx, span, "answered")
+        trace_relay.end_policy(ctx, span, confirmation_effect(answered))
         return answered.result
-    except BaseException:
-        trace_relay.end_policy(ctx, span, "error")
+    except BaseException as exc:
+        trace_relay.end_policy(ctx, span, confirmation_effect(exc))
         raise
-    trace_relay.end_policy(ctx, span, verdict)
+    trace_relay.end_policy(ctx, span, verdict.effect)
     if not verdict.visible:
         raise errors.unknown_tool(str(name), where)
     if verdict.answer is not None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gateway.core import errors
 from gateway.core.principal import Principal
 
 
@@ -87,6 +88,9 @@ class CallVerdict:
     """The policy layer's hold on the call's execution limits, given back by `call_ended`."""
     answer: dict[str, Any] | None = None
     """Not forwarded, answered with this result instead (a tool error: a person declined the call)."""
+    effect: str = ""
+    """The decision in the audit trail's words (`allow`, `clamp`, `deny`, `refuse-arguments`, `declined`,
+    `refuse-confirmation`, `refuse-limit`; `error`: a call the trail could not record), for the policy span."""
 
 
 CONFIRM_STATE_PREFIX = "mcpgwc1."
@@ -110,6 +114,22 @@ class AnswerInstead(Exception):
     def __init__(self, result: dict[str, Any]) -> None:
         super().__init__("answered by the gateway")
         self.result = result
+
+
+WAITING_REASON = "confirmation_required"
+"""`error.data.reason` of a call that waits for an operator's approval (a -32001 from `admit_call`)."""
+
+
+def confirmation_effect(exc: BaseException) -> str:
+    """The audit trail's effect of a call whose decision ended in `exc` instead of a verdict: `admit_call`
+    raises AnswerInstead and RpcError only when a confirmation holds the call (it waits for the client's
+    retry or an operator's approval) or cannot go ahead; anything else is `error`."""
+    if isinstance(exc, AnswerInstead):
+        return "wait-confirmation"
+    if isinstance(exc, errors.RpcError):
+        waiting = isinstance(exc.data, dict) and exc.data.get("reason") == WAITING_REASON
+        return "wait-confirmation" if waiting else "refuse-confirmation"
+    return "error"
 
 
 class Confirmer(Protocol):
@@ -159,7 +179,8 @@ class Governance(Protocol):
         trace_id: str | None = None,
     ) -> CallVerdict:
         """Decide one tools/call, check its arguments, have a person confirm it where the policy says so
-        (through `confirmer`; AnswerInstead when the answer comes with a retry), and record the decision
+        (through `confirmer`; AnswerInstead when the answer comes with a retry, RpcError while it waits
+        for an operator's approval or when a confirmation cannot go ahead), and record the decision
         durably before it is forwarded. `tool`: as the provider lists it (None: not listed); `via`: the way in;
         `trace_id`: the request's W3C trace id, recorded with the decision."""
         ...

@@ -37,6 +37,7 @@ from gateway.core.upstream_state import LOG_LEVELS
 from gateway.core.versions import LATEST_HANDSHAKE, STATELESS_VERSIONS, negotiate_handshake
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.trace_context import CURRENT
+from gateway.telemetry.tracing import OTHER_SLOT
 
 Derived = TypeVar("Derived")
 
@@ -89,6 +90,10 @@ class Target:
         """The tools this target lists now, as cached by the gateway (none when it keeps no cache)."""
         return []
 
+    def metric_slot(self) -> str:
+        """`mcpgw.slot` of a request's OTLP metrics: the target's name (`_all`, `_broker`, a group's)."""
+        return self.name
+
     def tool_input_schema(self, name: object) -> object:
         """The input schema of a listed tool, or None (the stateless era checks Mcp-Param-* headers
         against it: providers behind the gateway never see the HTTP headers)."""
@@ -133,7 +138,7 @@ class Target:
         method = request.get("method", "")
         params = request.get("params")
         # Every request gets its trace first: its log lines, error data and provider request carry it.
-        trace = trace_relay.begin(ctx, self.name, method, params)
+        trace = trace_relay.begin(ctx, self, method, params)
         if params is not None and not isinstance(params, dict):
             refused = errors.RpcError(jsonrpc.INVALID_PARAMS, '"params" must be an object')
             return trace_relay.error_answer(ctx, refused, request_id)
@@ -235,6 +240,15 @@ class SlotTarget(Target):
         self.governance = governance
         """[policy]: decides each request by what it asks (None: no policy)."""
         self._tool_index: ToolIndex | None = None
+
+    def metric_slot(self) -> str:
+        """The slot's name once it is declared, configured as an upstream or held by a provider; else (a
+        name only clients asked for) OTHER_SLOT: OTLP metric series are never forgotten, so a client must
+        not make one per name it tries. Read only when the request's span records."""
+        slot = self.slot
+        if slot.connects or slot.declared or self.name in self.registry.managers:
+            return self.name
+        return OTHER_SLOT
 
     # -- description --------------------------------------------------------------------------
 

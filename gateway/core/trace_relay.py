@@ -1,6 +1,7 @@
 """Trace context through the core (docs/telemetry.md): each client request's trace begins in
-`Target.handle`, goes to the provider in `_meta.traceparent` with the gateway's span as the parent,
-and ends in the answer; an error the gateway itself returns carries the trace id in `data.traceId`.
+`Target.handle`, goes to the provider in `_meta.traceparent` with the gateway's span as the parent
+(with the caller's tracestate, and its HTTP baggage header), and ends in the answer; an error the
+gateway itself returns carries the trace id in `data.traceId`.
 
 With [telemetry] off, a request costs a parse, two random ids and one copy of the forwarded params;
 the span calls run only for a trace whose `span` records (gateway/telemetry/tracing.py).
@@ -10,17 +11,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.principal import Principal
-from gateway.telemetry.trace_context import RequestTrace
+from gateway.telemetry.trace_context import RequestTrace, header_baggage
 from gateway.telemetry.tracing import RequestFacts
 
 if TYPE_CHECKING:
     from gateway.core.client_context import ClientContext
-    from gateway.core.policy_interface import CallVerdict
     from gateway.core.provider_session import ProviderSession
     from gateway.telemetry.metrics import Metrics
 
@@ -35,14 +35,27 @@ def principal_name(principal: Principal) -> str:
     return "anonymous" if principal.kind == "anonymous" else f"{principal.kind}:{principal.name}"
 
 
-def begin(ctx: ClientContext, target: str, method: str, params: object) -> RequestTrace:
+class Traced(Protocol):
+    """What a request is addressed to, as its span and metrics name it (gateway/core/routing.py Target)."""
+
+    name: str
+
+    def metric_slot(self) -> str:
+        """`mcpgw.slot` of the request's OTLP metrics (bounded: see gateway/telemetry/tracing.py OTHER_SLOT)."""
+        ...
+
+
+def begin(ctx: ClientContext, target: Traced, method: str, params: object) -> RequestTrace:
     """The request's trace, kept on `ctx` for everything that forwards or records it."""
     tracing = ctx.tracing
     meta = params.get("_meta") if isinstance(params, dict) else None
     facts = None
     if tracing.recording:
-        facts = RequestFacts(target, method, params, ctx.transport, principal_name(ctx.principal))
+        principal = principal_name(ctx.principal)
+        facts = RequestFacts(target.name, method, params, ctx.transport, principal, target.metric_slot())
     trace = ctx.trace = tracing.begin(meta, ctx.traceparent, ctx.tracestate, facts)
+    if ctx.baggage is not None:
+        trace.baggage = header_baggage(meta, ctx.baggage)
     return trace
 
 
@@ -129,25 +142,19 @@ async def traced(
     return result
 
 
-def start_policy(ctx: ClientContext, slot: str, tool: object) -> Any:
-    """The span around a governed call's decision, or None when nothing records."""
+def start_policy(ctx: ClientContext, slot: str, tool: str) -> Any:
+    """The span around a governed call's decision (`tool`: as the provider lists it), or None when
+    nothing records."""
     trace = ctx.trace
     if trace is None or trace.span is None:
         return None
-    return ctx.tracing.start_policy(trace, slot, str(tool))
+    return ctx.tracing.start_policy(trace, slot, tool)
 
 
-def end_policy(ctx: ClientContext, span: Any, verdict: CallVerdict | str) -> None:
-    if span is None:
-        return
-    if isinstance(verdict, str):
-        ctx.tracing.end_policy(span, verdict, None)
-    elif verdict.allowed:
-        ctx.tracing.end_policy(span, "allow", None)
-    elif verdict.answer is not None:
-        ctx.tracing.end_policy(span, "answered", None)
-    else:
-        ctx.tracing.end_policy(span, "deny" if verdict.code is None else "refuse", verdict.reason or None)
+def end_policy(ctx: ClientContext, span: Any, effect: str) -> None:
+    """The decision's span ends with its effect in the audit trail's words (CallVerdict.effect)."""
+    if span is not None:
+        ctx.tracing.end_policy(span, effect)
 
 
 def trace_id(ctx: ClientContext) -> str | None:

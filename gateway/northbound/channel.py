@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -103,9 +103,9 @@ class ClientChannel:
 
     # -- messages from the client -------------------------------------------------------------
 
-    def receive(self, message: jsonrpc.Message, traceparent: str | None = None, tracestate: str | None = None) -> None:
-        """Take one message from the client; everything it causes goes out on the outbox. `traceparent`
-        and `tracestate`: the HTTP headers it came with, where its way in has them (a legacy SSE POST)."""
+    def receive(self, message: jsonrpc.Message, headers: Mapping[str, str] | None = None) -> None:
+        """Take one message from the client; everything it causes goes out on the outbox. `headers`: the
+        HTTP headers it came with, where its way in has them (a legacy SSE POST), for its trace context."""
         if self.closed:
             return
         self.session.touch()
@@ -117,7 +117,7 @@ class ClientChannel:
             self.refuse(_client_id(message.id), code, f"Invalid JSON-RPC: {message.problem}")
             return
         if message.kind is Kind.BATCH:
-            self.receive_batch(message, traceparent, tracestate)
+            self.receive_batch(message, headers)
             return
         if message.kind is Kind.NOTIFICATION:
             session_era.client_notification(self.session, message)
@@ -129,16 +129,14 @@ class ClientChannel:
                 # The client's answer to a request its provider sent it (gateway/core/relay.py).
                 self.session.requests.resolve(message.body)
             return
-        self.request(message, traceparent, tracestate)
+        self.request(message, headers)
 
     @property
     def takes_batches(self) -> bool:
         """Whether the session may send batches: initialized, and with 2025-03-26 negotiated."""
         return self.handshaken and batches.accepts_batches(self.session)
 
-    def receive_batch(
-        self, batch: jsonrpc.Message, traceparent: str | None = None, tracestate: str | None = None
-    ) -> None:
+    def receive_batch(self, batch: jsonrpc.Message, headers: Mapping[str, str] | None = None) -> None:
         """A JSON-RPC batch, from a session that negotiated 2025-03-26 only (gateway/northbound/batches.py):
         each member is taken as if it came alone, and each answer goes out on the stream by itself
         as it is ready (MCP lets a server send the answers to a batch unbatched)."""
@@ -153,9 +151,9 @@ class ClientChannel:
             if member.kind is Kind.REQUEST and member.method == "initialize":
                 self.send(batches.initialize_refused(member.id))
             else:
-                self.receive(member, traceparent, tracestate)
+                self.receive(member, headers)
 
-    def request(self, message: jsonrpc.Message, traceparent: str | None = None, tracestate: str | None = None) -> None:
+    def request(self, message: jsonrpc.Message, headers: Mapping[str, str] | None = None) -> None:
         body: JsonObject = message.body
         request_id = body["id"]
         if self.admit is not None:
@@ -190,7 +188,7 @@ class ClientChannel:
             self.send(crowded)
             return
         self.active.add(request_id)
-        task = asyncio.get_running_loop().create_task(self.answer(body, traceparent, tracestate))
+        task = asyncio.get_running_loop().create_task(self.answer(body, headers))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -218,8 +216,9 @@ class ClientChannel:
         self.handshaken = True
         self.send(jsonrpc.result_response(body["id"], result))
 
-    async def answer(self, body: JsonObject, traceparent: str | None = None, tracestate: str | None = None) -> None:
+    async def answer(self, body: JsonObject, headers: Mapping[str, str] | None = None) -> None:
         session = self.session
+        headers = headers or {}
         ctx = ClientContext(
             era=SESSION,
             protocol_version=session.protocol_version,
@@ -232,8 +231,9 @@ class ClientChannel:
             requester=session.requests.via(self.outbox.put),
             transport=session.transport,
             tracing=self.gateway.telemetry.tracing,
-            traceparent=traceparent,
-            tracestate=tracestate,
+            traceparent=headers.get("traceparent"),
+            tracestate=headers.get("tracestate"),
+            baggage=headers.get("baggage"),
         )
         try:
             self.send(await session_era.run_request(session, self.target, ctx, body))

@@ -172,5 +172,5 @@ class LegacySseEndpoint:
             return message
         if message.kind is Kind.BATCH and not channel.takes_batches:
             return json_response(batches.not_accepted(), status=400)
-        channel.receive(message, request.headers.get("traceparent"), request.headers.get("tracestate"))
+        channel.receive(message, request.headers)
         return web.Response(status=202)

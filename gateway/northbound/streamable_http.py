@@ -534,6 +534,7 @@ class StreamableHttpEndpoint:
             tracing=self.gateway.telemetry.tracing,
             traceparent=request.headers.get("traceparent"),
             tracestate=request.headers.get("tracestate"),
+            baggage=request.headers.get("baggage"),
         )
 
     def answers_as_sse(self, request: web.Request, json_ok: bool, sse_ok: bool) -> bool:
@@ -661,6 +662,7 @@ class StreamableHttpEndpoint:
             tracing=self.gateway.telemetry.tracing,
             traceparent=request.headers.get("traceparent"),
             tracestate=request.headers.get("tracestate"),
+            baggage=request.headers.get("baggage"),
         )
         if method == "subscriptions/listen":
             if not sse_ok:

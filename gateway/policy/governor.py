@@ -21,7 +21,13 @@ import orjson
 from gateway.config import ConfigError, GatewayConfig, PolicyConfig
 from gateway.core import errors, jsonrpc
 from gateway.core.names import BROKER_SLOT
-from gateway.core.policy_interface import AnswerInstead, CallVerdict, Confirmer, ProviderGovernance
+from gateway.core.policy_interface import (
+    AnswerInstead,
+    CallVerdict,
+    Confirmer,
+    ProviderGovernance,
+    confirmation_effect,
+)
 from gateway.core.principal import Principal
 from gateway.policy.approvals import ApprovalUnknown, binding_of
 from gateway.policy.arguments import ArgumentRefused, Checked, check_arguments
@@ -147,7 +153,7 @@ class Governor:
         if tool is None:
             # Not listed by the provider: the same answer as a tool the caller may not see, recorded.
             await self._record_refusal(self._unknown_tool(subjects, slot, name, arguments, via, trace_id))
-            return CallVerdict(False, visible=False)
+            return CallVerdict(False, visible=False, effect="deny")
         call = Call(subjects, slot, tool, name, arguments, read_only(tool), via, trace_id)
         policy = self.policy
         # Taken before anything is decided: an attempt matching an approval (or bringing its own
@@ -174,7 +180,7 @@ class Governor:
                     # The gateway's own read-only tools reach no device, and broker_diagnose among
                     # them is how the operator learns why the trail fails: answered, unrecorded.
                     log.warning("audit trail: %s on %s answered without a record: %s", name, slot, exc)
-                    return CallVerdict(True, admission=admitted)
+                    return CallVerdict(True, admission=admitted, effect="allow")
                 self.limits.release(admitted)  # not forwarded: its concurrency places are free again
                 return CallVerdict(
                     False,
@@ -183,13 +189,19 @@ class Governor:
                     "(broker_diagnose shows why).",
                     code=jsonrpc.UNAVAILABLE,
                     data={"reason": "audit_unavailable"},
+                    effect="error",
                 )
             except BaseException:
                 self.limits.release(admitted)  # cancelled while recording: never forwarded either
                 raise
         clamped = tuple(checked.clamped)
         return CallVerdict(
-            True, arguments=checked.arguments if clamped else None, clamped=clamped, ticket=ticket, admission=admitted
+            True,
+            arguments=checked.arguments if clamped else None,
+            clamped=clamped,
+            ticket=ticket,
+            admission=admitted,
+            effect=record.effect,
         )
 
     async def _judge(self, policy: Policy, call: Call, **recorded: Any) -> Judged | CallVerdict:
@@ -214,7 +226,10 @@ class Governor:
         if not decision.allowed:
             await self._record_refusal(record)
             return CallVerdict(
-                False, visible=policy.may_see_tool(subjects, slot, name, call.hint), reason=decision.reason
+                False,
+                visible=policy.may_see_tool(subjects, slot, name, call.hint),
+                reason=decision.reason,
+                effect=record.effect,
             )
         try:
             checked = check_arguments(
@@ -223,7 +238,7 @@ class Governor:
         except ArgumentRefused as exc:
             rules = (*record.rules, *exc.rules)
             await self._record_refusal(_replace(record, effect="refuse-arguments", reason=exc.message, rules=rules))
-            return CallVerdict(False, reason=exc.message, code=exc.code, data=exc.data)
+            return CallVerdict(False, reason=exc.message, code=exc.code, data=exc.data, effect="refuse-arguments")
         if checked.clamped:
             rules = (*record.rules, *checked.rules)
             record = _replace(record, effect="clamp", constraints=list(checked.clamped), rules=rules)
@@ -261,9 +276,7 @@ class Governor:
             raise
         except errors.RpcError as exc:
             # Waiting for an operator's approval, or a retry whose answer does not hold (used, expired, ...).
-            waiting = isinstance(exc.data, dict) and exc.data.get("reason") == "confirmation_required"
-            effect = "wait-confirmation" if waiting else "refuse-confirmation"
-            await self._record_refusal(_replace(record, effect=effect, reason=exc.message))
+            await self._record_refusal(_replace(record, effect=confirmation_effect(exc), reason=exc.message))
             raise
         except asyncio.CancelledError:
             # The call ended (its client closed the stream, or cancelled it) before anyone answered.
@@ -285,7 +298,7 @@ class Governor:
                 record, effect="declined", rules=(*record.rules, rule.id), reason=result["content"][0]["text"]
             )
             await self._record_refusal(_replace(declined, **confirmed))
-            return CallVerdict(False, answer=result)
+            return CallVerdict(False, answer=result, effect="declined")
         if self.policy is not policy:
             # The policy was reloaded while the person was asked: the one in force now decides.
             again = await self._judge(self.policy, call, **confirmed)
@@ -312,7 +325,7 @@ class Governor:
         )
         rules = (*judged.record.rules, question.rule.id)
         await self._record_refusal(_replace(judged.record, effect="refuse-confirmation", reason=reason, rules=rules))
-        return CallVerdict(False, reason=reason, data={"reason": "confirmation_changed"})
+        return CallVerdict(False, reason=reason, data={"reason": "confirmation_changed"}, effect="refuse-confirmation")
 
     def _unknown_tool(
         self, subjects: frozenset[str], slot: str, name: str, arguments: object, via: str, trace_id: str | None
@@ -349,7 +362,9 @@ class Governor:
             record, effect="refuse-limit", rules=(*record.rules, rule), reason=admitted.message(), constraints=data
         )
         await self._record_refusal(refused)
-        return CallVerdict(False, reason=admitted.message(), code=jsonrpc.RATE_LIMITED, data=data)
+        return CallVerdict(
+            False, reason=admitted.message(), code=jsonrpc.RATE_LIMITED, data=data, effect="refuse-limit"
+        )
 
     def reload(self) -> str | None:
         if self.source is None:

@@ -81,6 +81,12 @@ class _Family(Generic[Child]):
             child = self.children[values] = self._child()
         return child
 
+    def remove_matching(self, label: str, value: str) -> None:
+        """Drop every child whose `label` is `value` (a slot the registry forgot)."""
+        index = self.labelnames.index(label)
+        for values in [values for values in self.children if values[index] == value]:
+            del self.children[values]
+
     def describe(self) -> list[Metric]:
         raise NotImplementedError
 

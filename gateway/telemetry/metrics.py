@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
@@ -35,9 +34,6 @@ PROVIDER_FAULT_KINDS = ("unparsable", "unmatched_responses", "protocol_violation
 """Per-slot counters of provider misbehaviour, copied from the sessions at scrape time."""
 
 
-PROVIDER_TELEMETRY_OUTCOMES = ("accepted", "rate_limited", "invalid", "queue_full", "off", "not_a_board")
-
-
 CREATED_TYPES = frozenset({"counter", "histogram", "summary"})
 
 
@@ -63,6 +59,16 @@ class WithoutCreated:
             trimmed = Metric(metric.name, metric.documentation, metric.type, metric.unit)
             trimmed.samples = [sample for sample in metric.samples if sample.name != created]
             yield trimmed
+
+
+def _series_of(family: Counter | Gauge, labelnames: tuple[str, ...], slot: str) -> set[tuple[str, ...]]:
+    """The label values of `family`'s series whose slot is `slot`, read from what it exposes."""
+    found: set[tuple[str, ...]] = set()
+    for metric in family.collect():
+        for sample in metric.samples:
+            if sample.labels.get("slot") == slot:
+                found.add(tuple(sample.labels[name] for name in labelnames))
+    return found
 
 
 def method_label(method: str) -> str:
@@ -253,7 +259,7 @@ class Metrics:
         self.telemetry_dropped = Counter(
             "mcpgw_telemetry_dropped",
             "Items the OTLP export dropped, by kind (span_queue, span_export, metric_export, provider_queue, "
-            "provider_export)",
+            "provider_export, provider_item)",
             ["kind"],
             registry=r,
         )
@@ -264,6 +270,20 @@ class Metrics:
             ["slot", "outcome"],
             registry=r,
         )
+        self._slot_families: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
+            (self.slot_connected, ("slot",)),
+            (self.slot_pending, ("slot",)),
+            (self.call_errors, ("slot", "kind")),
+            (self.heartbeat_misses, ("slot",)),
+            (self.provider_connects, ("slot", "transport")),
+            (self.provider_disconnects, ("slot",)),
+            (self.provider_faults, ("slot", "kind")),
+            (self.slot_tools, ("slot",)),
+            (self.slot_in_aggregate, ("slot",)),
+            (self.provider_telemetry, ("slot", "outcome")),
+        )
+        """Every prometheus-client family labelled by slot, with its label names (the hot ones, calls and
+        latency, are hot_metrics families): forget_slot removes the slot's series from each."""
         self.before_render: list[Callable[[], None]] = []
         """Called before each scrape to copy state that is read, not counted (pending, connected, faults)."""
         self._call_children: dict[tuple[str, str], tuple[Count, Latency]] = {}
@@ -287,15 +307,16 @@ class Metrics:
         self.limit_hits.labels(limit).inc(times)
 
     def forget_slot(self, slot: str) -> None:
-        """Drop the gauges of a slot the registry no longer tracks (keeps label sets bounded)."""
-        for metric in (self.slot_connected, self.slot_pending, self.slot_tools, self.slot_in_aggregate):
-            with contextlib.suppress(KeyError):
-                metric.remove(slot)
+        """Remove every series of a slot the registry no longer tracks, so label values stay bounded by
+        limits.max_slots; a slot made again under the name starts its series from nothing."""
+        for family, labelnames in self._slot_families:
+            for values in _series_of(family, labelnames, slot):
+                family.remove(*values)
+        self.calls.remove_matching("slot", slot)
+        self.latency.remove_matching("slot", slot)
+        # The hot path's cached children of the slot go too: they would count into series no longer shown.
         for key in [key for key in self._call_children if key[0] == slot]:
             del self._call_children[key]
-        for outcome in PROVIDER_TELEMETRY_OUTCOMES:
-            with contextlib.suppress(KeyError):
-                self.provider_telemetry.remove(slot, outcome)
 
     def render(self) -> bytes:
         for refresh in self.before_render:

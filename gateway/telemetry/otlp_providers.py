@@ -8,14 +8,17 @@ records, metric points) and sends them with the SDK's OTLP exporters, each slot 
 own: `mcp.provider.slot` and `service.instance.id` name the slot, `service.name` the provider's
 authenticated identity (else the slot), `service.namespace` is "mcp-gateway.provider" (mcp-broker's
 attributes). A failed export is counted and not retried beyond the exporter's own retries: an absent
-collector must not grow memory or slow the devices.
+collector must not grow memory or slow the devices. An item the thread cannot turn into the SDK's model
+is dropped and counted, and logged once per slot; nothing a board sends stops the thread.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry._logs import LogRecord, SeverityNumber
@@ -55,9 +58,21 @@ from gateway.config import TelemetrySettings
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.provider_telemetry import Batch, MetricPoint, ProviderEvent, ProviderSpan
 
+log = logging.getLogger("gateway.telemetry")
+
 SCOPE = InstrumentationScope("mcp-gateway.provider-telemetry", __version__)
 NAMESPACE = "mcp-gateway.provider"
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+SPAN_KINDS = (
+    SpanKind.INTERNAL,  # 0 UNSPECIFIED: OTLP says to take it as INTERNAL
+    SpanKind.INTERNAL,
+    SpanKind.SERVER,
+    SpanKind.CLIENT,
+    SpanKind.PRODUCER,
+    SpanKind.CONSUMER,
+)
+"""The API's span kind of each OTLP kind number a board sends (0 to 5); the API's own enum counts from
+INTERNAL = 0, one step off OTLP's numbering."""
 
 
 class ProviderExport:
@@ -81,6 +96,8 @@ class ProviderExport:
         self.wake = threading.Event()
         self.stopping = False
         self._resources: dict[tuple[str, str | None], Resource] = {}
+        self._warned: set[str] = set()
+        """Slots whose unconvertible item was logged (at most max_slots; counted either way)."""
         self.thread = threading.Thread(target=self._run, name="mcpgw-provider-telemetry", daemon=True)
         self.thread.start()
 
@@ -105,8 +122,11 @@ class ProviderExport:
             self.wake.wait(self.delay_s)
             self.wake.clear()
             stopping = self.stopping
-            while self._export_some():
-                pass
+            try:
+                while self._export_some():
+                    pass
+            except Exception as exc:  # a fault of the gateway's own: keep serving the other slots
+                self._warn("*thread", "provider telemetry: the export thread met %s; it goes on", type(exc).__name__)
             if stopping:
                 return
 
@@ -122,37 +142,64 @@ class ProviderExport:
         return taken
 
     def _export_some(self) -> bool:
-        """Export one batch of what waits; False when nothing waited."""
+        """Export one batch of what waits; False when nothing waited. Raises nothing: the thread serves
+        every slot, so an item it cannot convert, or an export that raises, costs only those items."""
         taken = self._take()
         if not taken:
             return False
         spans: list[ReadableSpan] = []
         logs: list[ReadableLogRecord] = []
-        points: dict[Resource, list[MetricPoint]] = {}
+        points: dict[Resource, list[Metric]] = {}
+        now_ns = time.time_ns()
         for batch in taken:
-            resource = self._resource(batch.slot, batch.identity)
             for item in batch.items:
-                if isinstance(item, ProviderSpan):
-                    spans.append(_span(item, resource))
-                elif isinstance(item, ProviderEvent):
-                    logs.append(_log(item, resource, batch.received_ns))
-                else:
-                    points.setdefault(resource, []).append(item)
+                try:
+                    resource = self._resource(batch.slot, batch.identity)
+                    if isinstance(item, ProviderSpan):
+                        spans.append(_span(item, resource))
+                    elif isinstance(item, ProviderEvent):
+                        logs.append(_log(item, resource, batch.received_ns))
+                    else:
+                        points.setdefault(resource, []).append(_metric(item, now_ns))
+                except Exception as exc:
+                    self.metrics.telemetry_dropped.labels("provider_item").inc()
+                    self._warn(
+                        batch.slot,
+                        "%s sent a telemetry item the export could not convert (%s); it was dropped",
+                        f"provider for slot {batch.slot}",
+                        type(exc).__name__,
+                    )
         if spans:
-            self._sent("provider_spans", len(spans), self.spans.export(spans) is SpanExportResult.SUCCESS)
+            self._send("provider_spans", len(spans), lambda: self.spans.export(spans) is SpanExportResult.SUCCESS)
         if logs:
-            self._sent("provider_logs", len(logs), self.logs.export(logs) is LogRecordExportResult.SUCCESS)
+            self._send("provider_logs", len(logs), lambda: self.logs.export(logs) is LogRecordExportResult.SUCCESS)
         if points:
-            count = sum(len(values) for values in points.values())
-            data = _metrics_data(points, time.time_ns())
-            self._sent("provider_metrics", count, self.points.export(data) is MetricExportResult.SUCCESS)
+            count = sum(len(metrics) for metrics in points.values())
+            data = _metrics_data(points)
+            self._send("provider_metrics", count, lambda: self.points.export(data) is MetricExportResult.SUCCESS)
         return True
 
-    def _sent(self, kind: str, count: int, ok: bool) -> None:
+    def _send(self, kind: str, count: int, export: Callable[[], bool]) -> None:
+        """Run one export and count its items as sent or dropped (an export that raises drops them)."""
+        try:
+            ok = export()
+        except Exception as exc:
+            ok = False
+            self._warn("*export", "provider telemetry: exporting %s raised %s; dropped", kind, type(exc).__name__)
         if ok:
             self.metrics.telemetry_exported.labels(kind).inc(count)
         else:
             self.metrics.telemetry_dropped.labels("provider_export").inc(count)
+
+    def _warn(self, key: str, text: str, *args: Any) -> None:
+        """Once per slot (`key`; "*..." for a fault of the export as a whole, no slot's name); the counters
+        carry the rest. Never the item itself: what a board sent is not printed into the gateway's log."""
+        if key in self._warned:
+            return
+        if len(self._warned) >= self.max_resources:
+            self._warned.clear()
+        self._warned.add(key)
+        log.warning(text, *args, extra=None if key.startswith("*") else {"slot": key})
 
     def _resource(self, slot: str, identity: str | None) -> Resource:
         key = (slot, identity)
@@ -194,7 +241,7 @@ def _span(item: ProviderSpan, resource: Resource) -> ReadableSpan:
         resource=resource,
         attributes=item.attributes,
         events=[Event(event.name, event.attributes, event.time_ns) for event in item.events],
-        kind=SpanKind(item.kind),
+        kind=SPAN_KINDS[item.kind],
         status=status,
         start_time=item.start_ns,
         end_time=item.end_ns,
@@ -220,22 +267,22 @@ def _log(item: ProviderEvent, resource: Resource, received_ns: int) -> ReadableL
     return ReadableLogRecord(log_record=record, resource=resource, instrumentation_scope=SCOPE)
 
 
-def _metrics_data(points: dict[Resource, list[MetricPoint]], now_ns: int) -> MetricsData:
-    resource_metrics = []
-    for resource, values in points.items():
-        metrics = []
-        for point in values:
-            data_point = NumberDataPoint(
-                attributes=point.attributes,
-                start_time_unix_nano=0,
-                time_unix_nano=point.time_ns or now_ns,
-                value=point.value,
-            )
-            data: Gauge | Sum
-            if point.kind == "sum":
-                data = Sum([data_point], AggregationTemporality.CUMULATIVE, is_monotonic=True)
-            else:
-                data = Gauge([data_point])
-            metrics.append(Metric(point.name, None, point.unit, data))
-        resource_metrics.append(ResourceMetrics(resource, [ScopeMetrics(SCOPE, metrics, "")], ""))
-    return MetricsData(resource_metrics)
+def _metric(point: MetricPoint, now_ns: int) -> Metric:
+    data_point = NumberDataPoint(
+        attributes=point.attributes,
+        start_time_unix_nano=0,
+        time_unix_nano=point.time_ns or now_ns,
+        value=point.value,
+    )
+    data: Gauge | Sum
+    if point.kind == "sum":
+        data = Sum([data_point], AggregationTemporality.CUMULATIVE, is_monotonic=True)
+    else:
+        data = Gauge([data_point])
+    return Metric(point.name, None, point.unit, data)
+
+
+def _metrics_data(points: dict[Resource, list[Metric]]) -> MetricsData:
+    return MetricsData(
+        [ResourceMetrics(resource, [ScopeMetrics(SCOPE, metrics, "")], "") for resource, metrics in points.items()]
+    )

@@ -232,7 +232,7 @@ class SdkTracing(Tracing):
             _finish(span, outcome, error_code)
         facts = trace.facts
         if isinstance(facts, RequestFacts):
-            labels = {"mcp.method.name": method_label(facts.method), "mcpgw.slot": facts.target}
+            labels = {"mcp.method.name": method_label(facts.method), "mcpgw.slot": facts.metric_slot}
             self.duration.record(time.perf_counter() - trace.started, labels)
             self.requests.add(1, {**labels, "mcpgw.outcome": outcome})
 
@@ -264,8 +264,8 @@ class SdkTracing(Tracing):
         parent = set_span_in_context(trace.span, Context())
         return self.tracer.start_span("policy tools/call", parent, attributes=attributes)
 
-    def end_policy(self, span: Any, effect: str, reason: str | None) -> None:
-        # The reason is not recorded: a refusal's words may quote argument values.
+    def end_policy(self, span: Any, effect: str) -> None:
+        # The effect only, never a refusal's reason: its words may quote argument values.
         span.set_attribute("mcpgw.policy.effect", effect)
         span.end()
 

@@ -1,4 +1,4 @@
-"""W3C trace context (traceparent, tracestate) of one client request, with or without export.
+"""W3C trace context (traceparent, tracestate, baggage) of one client request, with or without export.
 
 Every request gets a trace: the caller's when its `_meta.traceparent` (or HTTP `traceparent` header)
 is a valid version 00 value, else a new one. The gateway's own span id is the parent of what it sends
@@ -20,6 +20,9 @@ TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 """Version 00 exactly (55 characters, lowercase hex), as mcp-broker carries it."""
 MAX_TRACESTATE = 512
 """Characters of a tracestate passed on (W3C: at least 512 must be propagated); a longer one is dropped."""
+MAX_BAGGAGE = 8192
+"""Characters of an HTTP `baggage` header passed on (W3C Baggage: 8192 bytes must be propagated; its
+value is ASCII); a longer one is dropped."""
 SAMPLED = "01"
 ZERO_TRACE_ID = "0" * 32
 ZERO_SPAN_ID = "0" * 16
@@ -62,6 +65,7 @@ class RequestTrace:
     """The trace context of one client request, from the way in to its answer."""
 
     __slots__ = (
+        "baggage",
         "caller_span_id",
         "facts",
         "flags",
@@ -99,13 +103,17 @@ class RequestTrace:
         """perf_counter() at the start, for the request's duration (when it is recorded)."""
         self.facts = facts
         """What the recording tracing knows of the request (gateway/telemetry/tracing.py RequestFacts)."""
+        self.baggage: str | None = None
+        """The caller's HTTP `baggage` header, passed on when its `_meta` has no baggage of its own."""
 
     def carrier(self, parent_span_id: str | None = None) -> dict[str, str]:
         """The `_meta` keys sent to a provider: this trace with `parent_span_id` (default the gateway's
-        span) as the parent, and the caller's tracestate."""
+        span) as the parent, the caller's tracestate, and the baggage of its HTTP header."""
         carrier = {"traceparent": format_traceparent(self.trace_id, parent_span_id or self.span_id, self.flags)}
         if self.tracestate is not None:
             carrier["tracestate"] = self.tracestate
+        if self.baggage is not None:
+            carrier["baggage"] = self.baggage
         return carrier
 
 
@@ -125,6 +133,14 @@ def caller_context(
 
 def _tracestate(value: object) -> str | None:
     return value if isinstance(value, str) and value and len(value) <= MAX_TRACESTATE else None
+
+
+def header_baggage(meta: object, header: str) -> str | None:
+    """The HTTP `baggage` header to pass on: only when `_meta` carries no baggage (the caller's `_meta`
+    travels as it is and wins, as its traceparent does), and at most MAX_BAGGAGE characters."""
+    if isinstance(meta, Mapping) and "baggage" in meta:
+        return None
+    return header if header and len(header) <= MAX_BAGGAGE else None
 
 
 def begin_untraced(meta: object, header: str | None = None, header_state: str | None = None) -> RequestTrace:

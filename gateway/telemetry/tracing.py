@@ -1,6 +1,6 @@
 """What the core asks of tracing: a trace for each request, and spans around its policy decision and
 its relay. `Tracing` is the gateway without export (trace context only, no span is recorded); with
-[telemetry] on, gateway/telemetry/otlp.py records spans with the OpenTelemetry SDK behind the same
+[telemetry] on, gateway/telemetry/otlp_tracing.py records spans with the OpenTelemetry SDK behind the same
 methods. The core calls the span methods only for a trace whose `span` is set, so the hot path with
 export off is the trace context alone.
 """
@@ -11,18 +11,26 @@ from typing import Any
 
 from gateway.telemetry.trace_context import RequestTrace, begin_untraced
 
+OTHER_SLOT = "_other"
+"""`mcpgw.slot` of the OTLP metrics for a slot that is not declared, not a configured upstream and not
+held by a provider since the registry began tracking it (a name only clients asked for, a typo): one
+value for all of them, so clients cannot add series. Slot names never start with "_": no slot has it."""
+
 
 class RequestFacts:
     """What a request's span says about it (read only when a span records)."""
 
-    __slots__ = ("method", "params", "principal", "target", "transport")
+    __slots__ = ("method", "metric_slot", "params", "principal", "target", "transport")
 
-    def __init__(self, target: str, method: str, params: Any, transport: str, principal: str) -> None:
+    def __init__(self, target: str, method: str, params: Any, transport: str, principal: str, metric_slot: str) -> None:
         self.target = target
+        """The endpoint as the caller named it (the span's `mcpgw.slot`)."""
         self.method = method
         self.params = params
         self.transport = transport
         self.principal = principal
+        self.metric_slot = metric_slot
+        """`mcpgw.slot` of the request's metrics: the target's name, or OTHER_SLOT."""
 
 
 class Tracing:
@@ -50,8 +58,9 @@ class Tracing:
         """An INTERNAL span around a governed call's decision (None when nothing records)."""
         return None
 
-    def end_policy(self, span: Any, effect: str, reason: str | None) -> None:
-        """The decision: "allow", "deny", "refuse", "answered" (a confirmation answered for the caller)."""
+    def end_policy(self, span: Any, effect: str) -> None:
+        """The decision, in the audit trail's words ("allow", "clamp", "deny", "refuse-arguments",
+        "wait-confirmation", ...; "error" when it did not complete)."""
 
     def shutdown(self) -> None:
         """Flush what waits and stop the export threads (blocking: run it off the event loop)."""

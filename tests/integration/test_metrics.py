@@ -15,9 +15,11 @@ from mcp import Client, MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import GatewayServer
+from gateway.core.jsonrpc import JsonObject
 from gateway.core.slots import Slot
-from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.support.servers import demo_server
+from tests.support.southbound import ScriptedBoard
 
 Labels = dict[str, str]
 
@@ -335,7 +337,7 @@ async def test_slots_made_and_forgotten_between_scrapes_leave_no_gauges(
     assert shown == set(gateway.gateway.registry.slots) == {"churn-3", "churn-4"}
 
 
-async def test_a_forgotten_slot_that_comes_back_counts_its_faults_on(
+async def test_a_forgotten_slot_that_comes_back_counts_its_faults_afresh(
     gateway_factory: GatewayFactory, http: aiohttp.ClientSession
 ) -> None:
     gateway = await gateway_factory(providers={"register_wait_ms": 0})
@@ -353,10 +355,61 @@ async def test_a_forgotten_slot_that_comes_back_counts_its_faults_on(
     assert (await scrape(http, gateway)).get("mcpgw_provider_faults_total", slot="garbled", kind="unparsable") == 3
     # The slot is forgotten (vacant_slot_ttl_s), then the board comes back and misbehaves again.
     assert registry.forget_vacant(now=time.monotonic() + 10 * gateway.gateway.config.limits.vacant_slot_ttl_s) == 1
+    assert (await scrape(http, gateway)).value("mcpgw_provider_faults_total", slot="garbled") is None
     await garble(2)
     metrics = await scrape(http, gateway)
-    assert metrics.get("mcpgw_provider_faults_total", slot="garbled", kind="unparsable") == 5
+    # Its series went with it; the slot made again under the name counts its own from nothing.
+    assert metrics.get("mcpgw_provider_faults_total", slot="garbled", kind="unparsable") == 2
     assert metrics.get("mcpgw_unparsable_messages_total", side="provider") == 5
+
+
+def telemetry_counted(gateway: GatewayServer, name: str) -> bool:
+    return bool(gateway.gateway.metrics.provider_telemetry.labels(name, "off")._value.get() == 1)
+
+
+async def _call_tool(http: aiohttp.ClientSession, server: GatewayServer, slot: str, tool: str) -> JsonObject:
+    """One tools/call as a stateless-era POST; the JSON-RPC answer."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": {}, "_meta": meta}}
+    headers = {
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": tool,
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+    }
+    async with http.post(f"{server.url}/{slot}/mcp", data=orjson.dumps(body), headers=headers) as response:
+        answer: JsonObject = orjson.loads(await response.read())
+    return answer
+
+
+async def test_boards_that_come_and_go_under_new_names_leave_no_series_behind(
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession
+) -> None:
+    # Short-lived boards, each under a name of its own, each called once: past limits.max_slots the
+    # registry forgets the oldest, and every family labelled by slot forgets it too.
+    gateway = await gateway_factory(limits={"max_slots": 2})
+    names = [f"churn-{index}" for index in range(5)]
+    for name in names:
+        board = await ScriptedBoard.connect(http, gateway.url, f"/provider/{name}")
+        await wait_ready_slot(gateway, name)
+        calling = asyncio.create_task(_call_tool(http, gateway, name, "valve"))
+        await board.reply_error(await board.request("tools/call"), {"code": -32000, "message": "stuck"})
+        assert (await calling)["error"]["message"] == "stuck"
+        await board.send({"jsonrpc": "2.0", "method": "broker/telemetry", "params": {"signal": "logs"}})
+        await wait_for(partial(telemetry_counted, gateway, name), what=f"{name}'s telemetry counted")
+        await board.close()
+        await wait_for(partial(came_and_went, gateway, name), what=f"{name} to come and go")
+    scraped = await scrape(http, gateway)
+    shown = {labels["slot"] for _, labels, _ in scraped.samples if "slot" in labels}
+    assert shown == set(gateway.gateway.registry.slots) == {"churn-3", "churn-4"}
+    assert scraped.get("mcpgw_calls_total", slot="churn-4", method="tools/call") == 1
+    assert scraped.get("mcpgw_call_errors_total", slot="churn-4", kind="provider") == 1
+    assert scraped.get("mcpgw_call_latency_seconds_count", slot="churn-4") == 1
+    assert scraped.get("mcpgw_provider_connects_total", slot="churn-4", transport="websocket") == 1
+    assert scraped.get("mcpgw_provider_disconnects_total", slot="churn-4") == 1
+    # The totals without a slot label keep every board's.
+    assert scraped.get("mcpgw_http_requests_total", endpoint="provider", status="101") == len(names)
 
 
 async def test_a_provider_socket_cut_without_a_close_counts_as_an_upgrade(

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import logging
 import re
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,10 @@ import pytest
 from mcp import Client, MCPError
 
 from gateway.app import GatewayServer
+from gateway.config import TelemetryConfig, resolve_telemetry
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.otlp_providers import ProviderExport
+from gateway.telemetry.provider_telemetry import Batch, parse_span
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
@@ -29,6 +36,7 @@ from tests.support.southbound import Boards, ScriptedBoard
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{CALLER_SPAN}-01"
+BAGGAGE = "user=alice,plant=north"
 TRACEPARENT_HEADER = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 SERVER, CLIENT = 2, 3  # OTLP span kinds
 ERAS = ["legacy", "2026-07-28"]
@@ -186,7 +194,7 @@ async def test_the_http_traceparent_header_is_kept_when_meta_has_none(
         initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
         async with http.post(url, json=initialize, headers=accept) as answer:
             session = {"Mcp-Session-Id": answer.headers["Mcp-Session-Id"]}
-        headers = {**accept, **session, "traceparent": TRACEPARENT, "tracestate": "vendor=7"}
+        headers = {**accept, **session, "traceparent": TRACEPARENT, "tracestate": "vendor=7", "baggage": BAGGAGE}
         sending = asyncio.create_task(http.post(url, json=call, headers=headers))
         request = await board.request("tools/call")
         await board.reply(request, {"content": [{"type": "text", "text": "ok"}]})
@@ -195,6 +203,7 @@ async def test_the_http_traceparent_header_is_kept_when_meta_has_none(
     forwarded = TRACEPARENT_HEADER.fullmatch(meta["traceparent"])
     assert forwarded is not None and forwarded.group(1) == TRACE_ID and forwarded.group(2) != CALLER_SPAN
     assert meta["tracestate"] == "vendor=7"
+    assert meta["baggage"] == BAGGAGE
 
 
 async def test_the_traceparent_header_of_a_legacy_sse_post_is_kept_when_meta_has_none(
@@ -208,7 +217,7 @@ async def test_the_traceparent_header_of_a_legacy_sse_post_is_kept_when_meta_has
         client = LegacySse(http, server.url, "valve-2")
         await client.open()
         await client.initialize()
-        headers = {"traceparent": TRACEPARENT, "tracestate": "vendor=7"}
+        headers = {"traceparent": TRACEPARENT, "tracestate": "vendor=7", "baggage": BAGGAGE}
         sending = asyncio.create_task(client.post(call, headers))
         request = await board.request("tools/call")
         assert await sending == (202, None)
@@ -220,6 +229,42 @@ async def test_the_traceparent_header_of_a_legacy_sse_post_is_kept_when_meta_has
     forwarded = TRACEPARENT_HEADER.fullmatch(meta["traceparent"])
     assert forwarded is not None and forwarded.group(1) == TRACE_ID and forwarded.group(2) != CALLER_SPAN
     assert meta["tracestate"] == "vendor=7"
+    assert meta["baggage"] == BAGGAGE
+
+
+async def test_the_baggage_header_of_a_2026_07_28_post_travels_and_meta_baggage_wins(
+    gateway_factory: GatewayFactory, boards: Boards
+) -> None:
+    server = await gateway_factory()
+    board = await boards.connect(server.url, "/provider/valve-4")
+    await wait_ready_slot(server, "valve-4")
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "valve",
+        "traceparent": TRACEPARENT,
+        "baggage": BAGGAGE,
+    }
+    forwarded: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+        for meta in (envelope, {**envelope, "baggage": "plant=south"}):
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "valve", "_meta": meta}}
+            sending = asyncio.create_task(http.post(f"{server.url}/valve-4/mcp", json=call, headers=headers))
+            request = await board.request("tools/call")
+            await board.reply(request, {"content": [{"type": "text", "text": "ok"}]})
+            (await sending).close()
+            forwarded.append(request["params"]["_meta"])
+    header_only, both = forwarded
+    assert header_only["baggage"] == BAGGAGE
+    assert both["baggage"] == "plant=south"  # the caller's _meta travels as it is, as its traceparent wins
+    for sent in forwarded:
+        parsed = TRACEPARENT_HEADER.fullmatch(sent["traceparent"])
+        assert parsed is not None and parsed.group(1) == TRACE_ID
 
 
 async def provider_telemetry_total(server: GatewayServer, slot: str, outcome: str) -> float:
@@ -349,3 +394,118 @@ async def test_with_telemetry_off_board_telemetry_is_counted_and_dropped(
         5,
         "the notification counted as dropped",
     )
+
+
+async def test_a_boards_span_kinds_are_read_in_otlp_numbering_and_every_one_is_exported(
+    receiver: OtlpReceiver, gateway_factory: GatewayFactory, boards: Boards
+) -> None:
+    server = await gateway_factory(telemetry=telemetry(receiver))
+    board = await boards.connect(server.url, "/provider/pump-5")
+    await wait_ready_slot(server, "pump-5")
+    for kind in range(6):
+        note = span_note(TRACE_ID, CALLER_SPAN, f"kind-{kind}", kind)
+        note["params"]["span"]["kind"] = kind
+        await board.send(note)
+    await board.send(span_note(TRACE_ID, CALLER_SPAN, "after", 6))
+    await wait_for(lambda: len(receiver.trace(TRACE_ID)) == 7, 10, "the seven spans")
+    kinds = {span.name: span.kind for span in receiver.trace(TRACE_ID)}
+    # OTLP: 0 UNSPECIFIED (taken as INTERNAL), 1 INTERNAL, 2 SERVER, 3 CLIENT, 4 PRODUCER, 5 CONSUMER.
+    assert kinds == {"kind-0": 1, "kind-1": 1, "kind-2": 2, "kind-3": 3, "kind-4": 4, "kind-5": 5, "after": 1}
+
+
+def spans_of(receiver: OtlpReceiver, trace_id: str, count: int) -> bool:
+    return len(receiver.trace(trace_id)) == count
+
+
+async def test_an_item_the_export_cannot_convert_is_dropped_counted_and_logged_once(
+    receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    metrics = Metrics()
+    settings = resolve_telemetry(TelemetryConfig(**telemetry(receiver)), {})
+    good = parse_span(span_note(TRACE_ID, CALLER_SPAN, "good", 0)["params"]["span"], settings.config.providers)
+    # A kind validation never lets through stands for any item the SDK's model refuses.
+    bad = dataclasses.replace(good, name="secret-value", kind=9)
+    export = ProviderExport(settings, metrics, max_slots=8)
+    try:
+        with caplog.at_level(logging.WARNING, "gateway.telemetry"):
+            for round_ in range(2):
+                mine = dataclasses.replace(good, span_id=f"{2 * round_ + 1:016x}", name=f"pump-6 {round_}")
+                other = dataclasses.replace(good, span_id=f"{2 * round_ + 2:016x}", name=f"pump-7 {round_}")
+                assert export.put(Batch("pump-6", None, time.time_ns(), (bad, mine)))
+                assert export.put(Batch("pump-7", None, time.time_ns(), (other,)))
+                await wait_for(partial(spans_of, receiver, TRACE_ID, 2 * (round_ + 1)), 10, "the good spans")
+    finally:
+        await asyncio.to_thread(export.shutdown)
+    # The good items of the same batch and of every other slot are sent, round after round.
+    assert sorted(span.name for span in receiver.trace(TRACE_ID)) == ["pump-6 0", "pump-6 1", "pump-7 0", "pump-7 1"]
+    assert metrics.telemetry_dropped.labels("provider_item")._value.get() == 2
+    assert metrics.telemetry_exported.labels("provider_spans")._value.get() == 4
+    (warning,) = [record for record in caplog.records if record.name == "gateway.telemetry"]
+    assert "pump-6" in warning.getMessage() and "secret-value" not in warning.getMessage()
+
+
+async def test_the_policy_span_names_the_providers_tool_and_the_effect_the_audit_records(
+    receiver: OtlpReceiver, gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    policy = {
+        **POLICY,
+        "deny": [{"principal": "anonymous", "capabilities": ["tool:stop"], "resources": ["/plant/pump-1"]}],
+        "limits": [{"resources": ["/plant/pump-1"], "tool": "start", "argument": "speed_rpm", "max": 2000}],
+    }
+    audit = tmp_path / "audit.db"
+    server = await gateway_factory(telemetry=telemetry(receiver), policy=policy, audit={"path": str(audit)})
+    calls = [  # (endpoint, the caller's tool name, arguments)
+        ("pump-1", "stop", {}),  # a [[deny]]: answered as an unknown tool
+        ("pump-1", "start", {"speed_rpm": 2500}),  # over the limit
+        ("_all", "pump-1-get_status", {}),
+    ]
+    traces = [f"{index + 1:032x}" for index in range(len(calls))]
+    async with pump_plant(server) as simulator:
+        simulator.start()
+        await wait_ready_slot(server, "pump-1")
+        await wait_for(lambda: "pump-1" in server.gateway.aggregate.members(), 5, "pump-1 in _all")
+        for (endpoint, tool, arguments), trace in zip(calls, traces, strict=True):
+            async with Client(f"{server.url}/{endpoint}/mcp", mode="2026-07-28") as client:
+                meta = {"traceparent": f"00-{trace}-{CALLER_SPAN}-01"}
+                with contextlib.suppress(MCPError):
+                    await client.call_tool(tool, arguments, meta=meta)  # type: ignore[arg-type]
+
+        def decided() -> list[Any]:
+            return [
+                next((span for span in receiver.trace(trace) if span.name == "policy tools/call"), None)
+                for trace in traces
+            ]
+
+        await wait_for(lambda: None not in decided(), 10, "the policy spans")
+    spans = [(span.attributes["mcpgw.tool"], span.attributes["mcpgw.policy.effect"]) for span in decided()]
+    with contextlib.closing(sqlite3.connect(f"file:{audit}?mode=ro", uri=True)) as db:
+        recorded = [tuple(row) for row in db.execute("SELECT tool, effect FROM decisions ORDER BY id")]
+    assert spans == recorded == [("stop", "deny"), ("start", "refuse-arguments"), ("get_status", "allow")]
+
+
+async def test_the_otlp_metrics_name_slots_a_provider_held_and_fold_every_other_name(
+    receiver: OtlpReceiver, gateway_factory: GatewayFactory, boards: Boards
+) -> None:
+    server = await gateway_factory(telemetry=telemetry(receiver))
+    await boards.connect(server.url, "/provider/valve-5")
+    await wait_ready_slot(server, "valve-5")
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    headers = {"Accept": "application/json", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"}
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": envelope}}
+    endpoints = [f"typo-{index}" for index in range(5)] + ["valve-5", "_all", "_broker"]
+    async with aiohttp.ClientSession() as http:
+        for endpoint in endpoints:
+            async with http.post(f"{server.url}/{endpoint}/mcp", json=listing, headers=headers) as answer:
+                await answer.read()
+
+    def slots() -> set[str]:
+        return {point.attributes["mcpgw.slot"] for point in receiver.points if point.name.startswith("mcpgw.request")}
+
+    await wait_for(lambda: len(slots()) >= 4, 10, "the request metrics")
+    # A name only clients asked for is one series for all of them: a client cannot add series by guessing.
+    assert slots() == {"valve-5", "_all", "_broker", "_other"}
+    # A span still says what the caller asked for.
+    await wait_for(lambda: any(span.attributes.get("mcpgw.slot") == "typo-0" for span in receiver.spans), 10, "spans")

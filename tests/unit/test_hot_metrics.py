@@ -6,6 +6,7 @@ import re
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.telemetry.hot_metrics import CounterFamily, HistogramFamily
 from gateway.telemetry.metrics import LATENCY_BUCKETS, Metrics
@@ -72,3 +73,54 @@ def test_the_gateway_metrics_render_the_request_path_families() -> None:
     assert 'mcpgw_calls_total{method="tools/call",slot="pump-1"} 1.0' in text
     assert 'mcpgw_call_latency_seconds_bucket{le="0.0025",slot="pump-1"} 1.0' in text
     assert 'mcpgw_http_requests_total{endpoint="slot",status="200"} 1.0' in text
+
+
+def slot_values(metrics: Metrics) -> dict[str, set[str]]:
+    """Each exposed family that has a slot label, with the slot values it shows."""
+    shown: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for sample in family.samples:
+            if "slot" in sample.labels:
+                shown.setdefault(family.name, set()).add(sample.labels["slot"])
+    return shown
+
+
+def test_forgetting_a_slot_removes_its_series_from_every_family_labelled_by_slot() -> None:
+    metrics = Metrics()
+    for slot in ("gone-1", "kept-1"):
+        calls, latency = metrics.call_metrics(slot, "tools/call")
+        calls.value += 1
+        latency.observe(0.01)
+        metrics.call_metrics(slot, "x/unknown")[0].value += 1  # counted as "other"
+        metrics.call_errors.labels(slot, "deadline").inc()
+        metrics.heartbeat_misses.labels(slot).inc()
+        metrics.provider_connects.labels(slot, "websocket").inc()
+        metrics.provider_disconnects.labels(slot).inc()
+        metrics.provider_faults.labels(slot, "unparsable").inc()
+        metrics.provider_telemetry.labels(slot, "accepted").inc()
+        for gauge in (metrics.slot_connected, metrics.slot_pending, metrics.slot_tools, metrics.slot_in_aggregate):
+            gauge.labels(slot).set(1)
+    families = {
+        "mcpgw_slot_connected",
+        "mcpgw_slot_pending_requests",
+        "mcpgw_calls",
+        "mcpgw_call_errors",
+        "mcpgw_call_latency_seconds",
+        "mcpgw_heartbeat_misses",
+        "mcpgw_provider_connects",
+        "mcpgw_provider_disconnects",
+        "mcpgw_provider_faults",
+        "mcpgw_slot_tools",
+        "mcpgw_slot_in_aggregate",
+        "mcpgw_provider_telemetry",
+    }
+    assert slot_values(metrics) == {name: {"gone-1", "kept-1"} for name in families}
+    metrics.forget_slot("gone-1")
+    assert slot_values(metrics) == {name: {"kept-1"} for name in families}
+    # A slot made again under the name counts from nothing, through the hot path's own children too.
+    calls, latency = metrics.call_metrics("gone-1", "tools/call")
+    calls.value += 1
+    text = metrics.render().decode()
+    assert 'mcpgw_calls_total{method="tools/call",slot="gone-1"} 1.0' in text
+    assert 'mcpgw_call_latency_seconds_count{slot="gone-1"} 0.0' in text
+    assert 'mcpgw_calls_total{method="tools/call",slot="kept-1"} 1.0' in text

@@ -12,9 +12,11 @@ from gateway.core import errors, trace_relay
 from gateway.core.client_context import ClientContext
 from gateway.telemetry.trace_context import (
     CURRENT,
+    MAX_BAGGAGE,
     RequestTrace,
     begin_untraced,
     current_trace_id,
+    header_baggage,
     install_log_context,
     parse_traceparent,
     trace_id_of,
@@ -92,6 +94,30 @@ def test_a_provider_gets_the_trace_with_the_gateways_span_as_parent() -> None:
     sent = trace_relay.with_trace({"_meta": {"traceparent": "bad", "tracestate": "a=1"}}, fresh, "1" * 16)
     assert sent["_meta"] == {"traceparent": f"00-{fresh.trace_id}-{'1' * 16}-01"}
     assert trace_relay.with_trace(None, fresh, "1" * 16) == {"_meta": {"traceparent": sent["_meta"]["traceparent"]}}
+
+
+class Endpoint:
+    name = "pump-1"
+
+    def metric_slot(self) -> str:
+        return self.name
+
+
+def test_the_http_baggage_header_goes_to_the_provider_when_meta_has_none() -> None:
+    def sent(meta: dict[str, Any] | None, header: str | None) -> Any:
+        ctx = ClientContext(era="session", protocol_version="2025-11-25", traceparent=VALID, baggage=header)
+        params = {"name": "t", "_meta": meta} if meta is not None else {"name": "t"}
+        trace = trace_relay.begin(ctx, Endpoint(), "tools/call", params)
+        return trace_relay.with_trace(params, trace, trace.span_id)["_meta"].get("baggage")
+
+    assert sent(None, "user=alice") == "user=alice"
+    assert sent({"progressToken": 1}, "user=alice") == "user=alice"
+    assert sent({"baggage": "plant=south"}, "user=alice") == "plant=south"  # _meta wins, as for traceparent
+    assert sent(None, None) is None
+    assert sent(None, "k=" + "v" * (MAX_BAGGAGE - 2)) == "k=" + "v" * (MAX_BAGGAGE - 2)
+    assert sent(None, "k=" + "v" * (MAX_BAGGAGE - 1)) is None  # too long to pass on
+    assert header_baggage({"baggage": None}, "user=alice") is None
+    assert header_baggage(None, "") is None
 
 
 def test_errors_of_the_gateway_carry_the_trace_id_and_a_providers_are_passed_as_written() -> None:
