@@ -180,12 +180,9 @@ class ClientChannel:
                 f"Send initialize first: {method} is not answered before the session's initialize",
             )
             return
-        if request_id in self.active:
-            self.send(session_era.id_in_flight(request_id))
-            return
-        crowded = session_era.too_many_pending(self.gateway, len(self.active), request_id)
-        if crowded is not None:
-            self.send(crowded)
+        refused = session_era.not_runnable(self.gateway, self.active, request_id)
+        if refused is not None:
+            self.send(refused)
             return
         self.active.add(request_id)
         task = asyncio.get_running_loop().create_task(self.answer(body, headers))

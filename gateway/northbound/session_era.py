@@ -9,6 +9,7 @@ those rules once; the transports only move bytes.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from typing import Any
 
 from gateway.core import errors, jsonrpc
@@ -120,6 +121,14 @@ def id_in_flight(request_id: Any) -> JsonObject:
         jsonrpc.INVALID_REQUEST,
         f"Request id {request_id!r} is already in flight on this session; use a new id for each request",
     )
+
+
+def not_runnable(gateway: Gateway, in_flight: Collection[Any], request_id: Any) -> JsonObject | None:
+    """The error for a request the session cannot run now (its id still in flight, or
+    limits.max_pending_per_client reached with `in_flight` unanswered), or None when it may run."""
+    if request_id in in_flight:
+        return id_in_flight(request_id)
+    return too_many_pending(gateway, len(in_flight), request_id)
 
 
 def too_many_pending(gateway: Gateway, in_flight: int, request_id: Any) -> JsonObject | None:

@@ -342,11 +342,9 @@ class StreamableHttpEndpoint:
         # call's own stream, never on another one (docs/protocol-clients.md, "Session era: on the
         # request's stream").
         ctx.requester = session.requests.via(stream.send_request)
-        if request_id in session.in_flight:
-            return await stream.finish(session_era.id_in_flight(request_id))
-        crowded = session_era.too_many_pending(self.gateway, len(session.in_flight), request_id)
-        if crowded is not None:
-            return await stream.finish(crowded)
+        refused = session_era.not_runnable(self.gateway, session.in_flight, request_id)
+        if refused is not None:
+            return await stream.finish(refused)
         # The client's notifications/cancelled (or its session ending) cancels only the work, and
         # this exchange still ends with an answer; a client disconnect cancels this handler, and
         # that cancellation reaches the work (session_era.run_request).
@@ -510,12 +508,9 @@ class StreamableHttpEndpoint:
         request_id = body["id"]
         # Checked in the task, right before run_request registers the id: an earlier member of the
         # same batch with this id is in flight by now.
-        if request_id in session.in_flight:
-            stream.answer(session_era.id_in_flight(request_id))
-            return
-        crowded = session_era.too_many_pending(self.gateway, len(session.in_flight), request_id)
-        if crowded is not None:
-            stream.answer(crowded)
+        refused = session_era.not_runnable(self.gateway, session.in_flight, request_id)
+        if refused is not None:
+            stream.answer(refused)
             return
         ctx = self.session_context(request, session, version)
         ctx.sink = stream.sink
