@@ -80,6 +80,12 @@ def provider_token(file: str | None, environ: Mapping[str, str] | None = None) -
     return token or None
 
 
+def refusal_failures(backoff_min_s: float, backoff_max_s: float) -> int:
+    """Failures after which the back-off's ceiling is its maximum: where a refusal puts it."""
+    doublings = math.ceil(math.log2(backoff_max_s / backoff_min_s)) if 0 < backoff_min_s < backoff_max_s else 0
+    return min(MAX_DOUBLINGS, doublings)
+
+
 class PumpLink:
     def __init__(
         self,
@@ -107,9 +113,7 @@ class PumpLink:
         self.silence_s = silence_s
         self.connect_timeout_s = connect_timeout_s
         self.backoff = Backoff(backoff_min_s, backoff_max_s)
-        # Failures after which the back-off's ceiling is its maximum: where a refusal puts it.
-        doublings = math.ceil(math.log2(backoff_max_s / backoff_min_s)) if 0 < backoff_min_s < backoff_max_s else 0
-        self._refused_failures = min(MAX_DOUBLINGS, doublings)
+        self._refused_failures = refusal_failures(backoff_min_s, backoff_max_s)
         self.links = 0  # links made so far
         self.connected = False
         self.last_down_reason: str | None = None

@@ -8,6 +8,16 @@ as a multi-slot board does, with envelopes `{"provider":"<slot>","payload":...}`
 envelope per pump. The pumps register when the line opens, when the gateway asks (`broker/register`),
 after `silence_s` without a frame for them (the board's silence watchdog), and after a reboot.
 
+The gateway's error with id null (bare, or in the pump's envelope) ends that pump's registration, as a
+close ends a WebSocket link: it is not contact (it feeds neither the dead-man nor the silence
+watchdog), the pump's telemetry stops, and the pump registers again after a jittered back-off
+(gateway.core.backoff.Backoff, one per pump), during which it answers no `broker/register`. Before
+the gateway sent the registration anything it is a refusal at the door (a held, forbidden or invalid
+slot): logged as a warning with the gateway's reason, the back-off's ceiling at its maximum (15 to
+30 s with the defaults), as sim.link does after a close 1008. After the registration carried a
+request the gateway let the slot go (a missed heartbeat, a takeover, its shutdown): the back-off
+starts from its minimum.
+
 Where the line is (SerialTarget):
 - `path`: a tty to open, as a board's USB adapter or one end of a null-modem pair; reopened with
   back-off when it fails;
@@ -36,6 +46,7 @@ import orjson
 from gateway.core.backoff import Backoff
 from gateway.southbound.serial import framing
 from sim import firmware
+from sim.link import refusal_failures
 from sim.pump import SimulatedPump
 
 log = logging.getLogger("sim")
@@ -81,7 +92,8 @@ class SerialLine:
         self.enveloped = len(pumps) > 1
         self.silence_s = silence_s
         self.backoff = Backoff(backoff_min_s, backoff_max_s)
-        self.views = {slot: SerialPumpLink(self, slot) for slot in pumps}
+        self.refused_failures = refusal_failures(backoff_min_s, backoff_max_s)
+        self.views = {slot: SerialPumpLink(self, slot, Backoff(backoff_min_s, backoff_max_s)) for slot in pumps}
         self.gateway_path: str | None = None
         self.is_open = False
         self.opens = 0
@@ -117,6 +129,8 @@ class SerialLine:
 
     async def stop(self) -> None:
         self._stop.set()
+        for view in self.views.values():
+            view.cancel_retry()
         if self._lost is not None and not self._lost.done():
             self._lost.set_result("simulator stopping")
         if self._task is not None:
@@ -138,6 +152,8 @@ class SerialLine:
         try:
             while not self._stop.is_set():
                 carried = await self._serve_once()
+                for view in self.views.values():
+                    view.last_down_reason = self.last_down_reason
                 if self._stop.is_set():
                     return
                 if carried:
@@ -177,6 +193,7 @@ class SerialLine:
         try:
             self._write(framing.FRAME_LEAD)
             for slot in self.pumps:
+                self.views[slot].cancel_retry()  # a new line: whatever the last one refused, try again
                 self.register(slot)
             self.last_down_reason = await self._lost
         finally:
@@ -202,12 +219,14 @@ class SerialLine:
     # -- the line -------------------------------------------------------------------------------
 
     def register(self, slot: str) -> None:
-        """Send the pump's register frame (bare, or one envelope per pump) unless it is offline."""
+        """Send the pump's register frame (bare, or one envelope per pump) unless it is offline or
+        waits out its back-off after the gateway's error."""
         view = self.views[slot]
-        if not self.is_open or view.offline_for_s() is not None:
+        if not self.is_open or view.offline_for_s() is not None or view.retry is not None:
             return
         view.offline_until = None
         view.registrations += 1
+        view.carried = False
         view.heard_at = time.monotonic()
         hello = self.hellos[slot]
         if self.enveloped:
@@ -228,8 +247,13 @@ class SerialLine:
             self._reporters[slot] = reporter
             self._reporting[slot] = pump.telemetry
 
+    def _stop_reporting(self, slot: str) -> None:
+        reporter = self._reporters.pop(slot, None)
+        if reporter is not None:
+            reporter.cancel()  # what it had not sent waits in the pump's queue for the next registration
+
     async def _send_telemetry(self, slot: str, frame: bytes) -> None:
-        if not self.is_open or self.views[slot].offline_for_s() is not None:
+        if not self.views[slot].connected:
             raise ConnectionError(f"{slot} is not on the line")  # ends the task; register() starts another
         if self.enveloped:
             frame = b'{"provider":' + orjson.dumps(slot) + b',"payload":' + frame + b"}"
@@ -291,6 +315,7 @@ class SerialLine:
                 self.register(slot)
             return
         slot = next(iter(self.pumps))
+        payload: Any = None
         if self.enveloped:
             try:
                 value = orjson.loads(data)
@@ -299,14 +324,25 @@ class SerialLine:
             if not isinstance(value, dict) or value.get("provider") not in self.pumps or "payload" not in value:
                 return
             slot = value["provider"]
-            data = orjson.dumps(value["payload"])
+            payload = value["payload"]
+            data = orjson.dumps(payload)
+        elif b'"error"' in data:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                payload = orjson.loads(data)
         view = self.views[slot]
-        if view.offline_for_s() is not None:
-            return  # fallen silent on purpose: the gateway hears nothing from this pump
+        if view.offline_for_s() is not None or view.retry is not None:
+            return  # fallen silent on purpose, or waiting out a back-off: the pump hears nothing
+        error = gateway_error(payload)
+        if error is not None:
+            self._let_go(slot, *error)
+            return
         pump = self.pumps[slot]
         pump.heard()
         view.heard_at = time.monotonic()
-        view.carried = True
+        if not view.carried:
+            view.carried = True
+            view.refusals = 0
+            view.backoff.reset()
         if len(data) > pump.settings.frame_max_bytes:
             answer: bytes | None = pump.oversize(len(data), data[:HEAD_BYTES])
         else:
@@ -316,28 +352,73 @@ class SerialLine:
                 answer = b'{"provider":' + orjson.dumps(slot) + b',"payload":' + answer + b"}"
             self._send(answer)
 
+    def _let_go(self, slot: str, code: Any, message: str) -> None:
+        """The gateway's error with id null for this pump: its registration is over; it registers
+        again after its back-off (the longest one after a refusal at the door)."""
+        view = self.views[slot]
+        self._stop_reporting(slot)
+        if view.carried:
+            view.last_down_reason = f"let go by the gateway, error {code}: {message}"
+            view.refusals = 0
+            delay = view.backoff.next_delay()
+            log.info("%s link down (%s); registering again in %.2f s", slot, view.last_down_reason, delay)
+        else:
+            view.last_down_reason = f"refused by the gateway, error {code}: {message}"
+            view.refusals += 1
+            view.backoff.failures = max(view.backoff.failures, self.refused_failures)
+            delay = view.backoff.next_delay()
+            if view.refusals <= 3 or view.refusals % 20 == 0:
+                log.warning(
+                    "%s refused by the gateway (error %s: %s); registering again in %.1f s", slot, code, message, delay
+                )
+        view.retry = asyncio.get_running_loop().call_later(delay, self._retry, slot)
+
+    def _retry(self, slot: str) -> None:
+        self.views[slot].retry = None
+        self.register(slot)
+
     async def _silence_watchdog(self) -> None:
         """As the board: a pump that heard nothing for silence_s registers again; an offline one comes back."""
         while True:
             await asyncio.sleep(min(1.0, self.silence_s / 4))
             now = time.monotonic()
             for slot, view in self.views.items():
+                if view.retry is not None:
+                    continue  # its back-off ends with a register frame of its own
                 if (view.offline_until is not None and view.offline_until <= now) or (
                     view.offline_until is None and now - view.heard_at >= self.silence_s
                 ):
                     self.register(slot)
 
 
+def gateway_error(message: Any) -> tuple[Any, str] | None:
+    """(code, message) of the gateway's error with id null (a refused register frame, or a slot it
+    let go: serial has no close to say it with), or None for anything else."""
+    if not isinstance(message, dict) or "method" in message or "id" not in message or message["id"] is not None:
+        return None
+    error = message.get("error")
+    if not isinstance(error, dict):
+        return None
+    return error.get("code"), str(error.get("message", ""))
+
+
 class SerialPumpLink:
     """One pump's view of its serial line, with the control interface of sim.link.PumpLink."""
 
-    def __init__(self, line: SerialLine, slot: str) -> None:
+    def __init__(self, line: SerialLine, slot: str, backoff: Backoff) -> None:
         self.line = line
         self.slot = slot
+        self.backoff = backoff
         self.offline_until: float | None = None
         self.registrations = 0
         self.heard_at = time.monotonic()
         self.carried = False
+        """The current registration carried a message from the gateway (it accepted the slot)."""
+        self.refusals = 0
+        """Refusals at the door in a row, to log a long run of them only now and then."""
+        self.retry: asyncio.TimerHandle | None = None
+        """After the gateway's error: the register frame the back-off's end sends."""
+        self.last_down_reason: str | None = None
 
     @property
     def url(self) -> str:
@@ -345,20 +426,22 @@ class SerialPumpLink:
 
     @property
     def connected(self) -> bool:
-        return self.line.is_open and self.offline_for_s() is None
+        return self.line.is_open and self.offline_for_s() is None and self.retry is None
 
     @property
     def links(self) -> int:
         return self.registrations
 
-    @property
-    def last_down_reason(self) -> str | None:
-        return self.line.last_down_reason
+    def cancel_retry(self) -> None:
+        if self.retry is not None:
+            self.retry.cancel()
+            self.retry = None
 
     def start(self) -> None:
         """The line starts once, for all its pumps (Simulator starts it)."""
 
     async def stop(self) -> None:
+        self.cancel_retry()
         await self.line.stop()
 
     def offline_for_s(self) -> float | None:
@@ -371,11 +454,14 @@ class SerialPumpLink:
         # The pump falls silent; without a given period it stays silent until the back-off would
         # have it dial again (the board's silence watchdog), here one second.
         self.offline_until = time.monotonic() + (offline_s if offline_s is not None else 1.0)
+        self.cancel_retry()
 
     def reconnect(self) -> None:
         self.offline_until = None
+        self.cancel_retry()
         self.line.register(self.slot)
 
     def restart(self) -> None:
         self.offline_until = None
+        self.cancel_retry()
         self.line.register(self.slot)

@@ -1,5 +1,6 @@
 """The C board's link under stress, against real gateways: a gateway restarted under it, the board
-killed while a call waits, a second board refused a held slot, a board with a wrong provider token.
+killed while a call waits, a second board refused a held slot (over a WebSocket and over a serial line),
+a board with a wrong provider token.
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from mcp import Client, MCPError
 
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.device_c.conftest import SLOT, CBoardFactory, structured_call
+from tests.support.serial_ports import PtyPair, SerialRelay
 from tests.support.southbound import provider_status
 
 REFUSED_BACKOFF_MS = 15_000
@@ -103,6 +106,45 @@ async def test_a_second_board_on_a_held_slot_is_refused_and_backs_off(
     session = gateway.gateway.registry.slots[SLOT].live
     assert session is not None and session.hello is not None
     assert session.hello["device_id"] == "first"
+
+
+@pytest.mark.timeout(120)
+async def test_a_board_refused_on_a_serial_line_registers_again_after_the_longest_back_off(
+    gateway_factory: GatewayFactory,
+    c_boards: CBoardFactory,
+    ptys: Callable[[], PtyPair],
+    relays: Callable[[PtyPair, PtyPair], SerialRelay],
+) -> None:
+    board_side, gateway_side = ptys(), ptys()
+    relays(board_side, gateway_side)
+    gateway = await gateway_factory(
+        serial={"ports": [{"path": gateway_side.path}], "retry_initial_s": 0.05, "retry_max_s": 0.3}
+    )
+    holder = await c_boards("--url", gateway.url, "--slot", SLOT, "--device-id", "holder")
+    await wait_ready_slot(gateway, SLOT, timeout=10)
+    serial = await c_boards("--serial", board_side.path, "--slot", SLOT, "--device-id", "serial")
+    refused = await serial.wait_link("refused")
+    assert refused["reason"].startswith("Slot already held by a live provider"), refused["reason"]
+    retry_s = int(refused["retry"]) / 1000
+    assert REFUSED_BACKOFF_MS <= int(refused["retry"]) <= 2 * REFUSED_BACKOFF_MS, refused.string
+
+    # The slot comes free; the board, waiting out its back-off, registers again on its own.
+    await holder.stop()
+    await wait_for(
+        lambda: (
+            (entry := gateway.gateway.registry.slots.get(SLOT)) is not None
+            and entry.live is not None
+            and entry.live.hello is not None
+            and entry.live.hello["device_id"] == "serial"
+        ),
+        retry_s + 15,
+        "the refused serial board to register again",
+    )
+    await wait_ready_slot(gateway, SLOT, timeout=10)
+    # No tight loop: the line opened once more, after the wait the refusal announced.
+    assert [link["kind"] for link in serial.links()] == ["connected", "refused", "connected"], serial.output()
+    async with Client(f"{gateway.url}/{SLOT}/mcp", mode="legacy") as client:
+        assert (await structured_call(client, "get_status"))["state"] == "stopped"
 
 
 async def test_a_board_with_a_wrong_provider_token_is_refused_with_the_reason(

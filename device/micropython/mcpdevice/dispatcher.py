@@ -7,6 +7,9 @@
 # error and keeps serving. A `tools/call` whose id and bytes repeat one of the last few calls is
 # answered from a small cache of recent responses instead of acting twice (MQTT QoS 1 redelivery);
 # `initialize` clears the cache, because a new gateway session numbers its requests afresh.
+# Every object it writes is an OrderedDict made with keyword arguments, so that an answer's bytes are
+# the same on a board as under CPython (the simulator) and from the C board: MicroPython's dict
+# iterates in hash order, and json.dumps would write a plain dict's keys in that order.
 #
 # API
 # ---
@@ -28,6 +31,7 @@
 #                                     the simulator; a board's transport streams the parts instead)
 
 import json
+from collections import OrderedDict
 
 from mcpdevice import results
 
@@ -123,11 +127,11 @@ class Dispatcher:
         if method == "initialize":
             version = params.get("protocolVersion")
             self._cache = []
-            result = {
-                "protocolVersion": version if version in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
-                "capabilities": {"tools": {"listChanged": False}},
-                "serverInfo": self.server_info,
-            }
+            result = OrderedDict(
+                protocolVersion=version if version in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
+                capabilities={"tools": {"listChanged": False}},
+                serverInfo=self.server_info,
+            )
             if self.instructions:
                 result["instructions"] = self.instructions
             return self._result(request_id, result)
@@ -197,7 +201,7 @@ class Dispatcher:
         return response
 
     def _result(self, request_id, result):
-        response = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=_COMPACT).encode()
+        response = json.dumps(OrderedDict(jsonrpc="2.0", id=request_id, result=result), separators=_COMPACT).encode()
         if len(response) > self.frame_max:
             return self._error(request_id, INTERNAL_ERROR, "Response too large: %d bytes" % len(response))
         return response
@@ -213,8 +217,8 @@ class Dispatcher:
         return answer
 
     def _error_frame(self, request_id, code, message):
-        error = {"code": code, "message": message}
-        return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}, separators=_COMPACT).encode()
+        error = OrderedDict(code=code, message=message)
+        return json.dumps(OrderedDict(jsonrpc="2.0", id=request_id, error=error), separators=_COMPACT).encode()
 
     def _note(self, event, detail):
         # The first of a kind, then every hundredth: the counts carry the rest.

@@ -13,7 +13,8 @@
 # the ceiling resets once a link carried traffic, so that a plant full of boards does not hammer a
 # restarting gateway in step (and no board redials at once). A refusal at the door (Refused: an HTTP
 # 4xx on the upgrade; or a close 1008 before the gateway sent any message, e.g. "Slot already held by
-# a live provider" or a bad slot name) will not change in a second: it puts the ceiling at
+# a live provider" or a bad slot name; on a serial line the gateway's error with id null before it
+# sent any message, LinkClosed with code 0) will not change in a second: it puts the ceiling at
 # `backoff_max_s` at once (15 to 30 s with the defaults), as the C board (mcpb_backoff_refused) and
 # the simulator do, and it stays there until a link carries traffic. Its `link_down` line says
 # refused=True; ordinary losses have no such field.
@@ -43,7 +44,8 @@ from mcpdevice.clock import ticks_diff, ticks_ms
 
 
 class LinkClosed(Exception):
-    """Raised by a transport when the peer closes the link; args: (close code, reason)."""
+    """Raised by a transport when the peer closes the link; args: (close code, reason). Code 0: a
+    link without close codes (serial) ended by the gateway's error with id null, named in reason."""
 
 
 class Refused(OSError):
@@ -124,8 +126,9 @@ class Provider:
                     reporter = asyncio.create_task(self.telemetry.report(transport))
                 reason = await self._serve(transport)
             except LinkClosed as exc:
-                reason = "closed, code %d: %s" % exc.args
-                refused = exc.args[0] == 1008 and not self._carried  # 1008 before the gateway said anything
+                # Code 0: no close code (a serial line), the reason is the gateway's error with id null.
+                reason = "closed, code %d: %s" % exc.args if exc.args[0] else exc.args[1]
+                refused = exc.args[0] in (0, 1008) and not self._carried  # before the gateway said anything
             except Exception as exc:  # OSError, EOFError, timeouts, a refused handshake: all mean "dial again"
                 text = str(exc)
                 refused = isinstance(exc, Refused)

@@ -14,12 +14,20 @@ The frame format: docs/protocol-serial-mqtt.md "Frames"."""
 # written whole without yielding to other tasks (no log line can land inside it). The first frame
 # sent after connect() is the register frame; it is sent again whenever the gateway asks with the
 # notification `broker/register` (a serial line has no connection a restarted gateway could end).
+# A serial line has no close either: the gateway refuses the slot, or lets it go, with an error whose
+# id is null, and recv() ends the link with it as LinkClosed(0, "gateway error <code>: <message>"),
+# which the link loop takes as a refusal at the door when nothing came before it (the longest
+# back-off), then opens the line again and registers anew. A tty opened again drops what it held
+# (frames written while the board did not listen, such as the refusal of an earlier register frame),
+# as a UART made afresh does.
 #
 # Transport interface: see mcpdevice.websocket. recv() returns a verified message, (size, head) for
 # one over the frame cap, or None after the gateway's register request; line noise is dropped
-# without returning (it is not the gateway speaking, so it must not feed the dead-man).
+# without returning (it is not the gateway speaking, so it must not feed the dead-man), and the
+# gateway's error with id null raises LinkClosed (neither is it contact).
 
 import asyncio
+import json
 import sys
 
 from mcpdevice import framing
@@ -41,6 +49,21 @@ def _raw_tty(fd, baud):
     if speed is not None:
         attrs[4] = attrs[5] = speed
     termios.tcsetattr(fd, termios.TCSANOW, attrs)
+
+
+def _gateway_error(frame):
+    try:
+        message = json.loads(frame)
+    except ValueError:
+        return
+    if type(message) is dict and "id" in message and message["id"] is None and "method" not in message:
+        error = message.get("error")
+        if type(error) is dict:
+            # Loaded by now (the link loop runs this); imported at the top, it would be compiled
+            # ahead of its turn in the boot, which the heap does not allow (pump1.build).
+            from mcpdevice.provider import LinkClosed
+
+            raise LinkClosed(0, "gateway error %s: %s" % (error.get("code"), error.get("message")))
 
 
 class SerialTransport:
@@ -80,6 +103,8 @@ class SerialTransport:
             port = open(self.path, "r+b")
             try:
                 _raw_tty(port.fileno(), self.baud)
+                while port.read(READ_BYTES):
+                    pass  # stale: written while no link listened
             except Exception:
                 port.close()
                 raise
@@ -125,6 +150,8 @@ class SerialTransport:
                     if self._register is not None:
                         await self.send(self._register)
                     return None
+                if frame is not None and b'"error"' in frame:
+                    _gateway_error(frame)
                 if frame is not None:
                     return frame
                 continue

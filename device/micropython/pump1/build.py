@@ -15,6 +15,7 @@
 
 import gc
 import sys
+from collections import OrderedDict
 
 from mcpdevice.log import log
 from pump1 import FIRMWARE_NAME, FIRMWARE_VERSION, INSTRUCTIONS, SERVER_NAME
@@ -243,7 +244,7 @@ def build(settings):
     dispatcher = Dispatcher(
         registry,
         tools.handlers(controller),
-        {"name": SERVER_NAME, "version": FIRMWARE_VERSION},
+        OrderedDict(name=SERVER_NAME, version=FIRMWARE_VERSION),
         instructions=INSTRUCTIONS,
         frame_max=frame_max,
         log=log,

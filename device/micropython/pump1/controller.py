@@ -24,8 +24,10 @@
 #     .stop() -> None (always allowed)
 #     .reset_fault() -> None or refusal text
 # Other:
-#     .status() -> dict   the status object of the outputSchema (state, speed_rpm, setpoint_rpm,
-#                         flow_lpm, pressure_bar, motor_temp_c, run_hours, fault, uptime_s)
+#     .status() -> dict   the status object of the outputSchema, an OrderedDict whose keys come in
+#                         this order on every runtime (MicroPython's dict would not keep it): state,
+#                         speed_rpm, setpoint_rpm, flow_lpm, pressure_bar, motor_temp_c, run_hours,
+#                         fault, uptime_s
 #     .tick()             advance ramp, hardware, counters, fault detection and dead-man to now;
 #                         call it every ~100 ms so the ramp is smooth and faults are caught
 #     .heard()            the gateway said something (a request or a ping): feeds the dead-man
@@ -47,6 +49,7 @@
 
 import json
 import math
+from collections import OrderedDict
 
 from mcpdevice import clock as _clock
 from pump1.physics import MAX_RPM, MIN_RPM, RATED_FLOW_LPM, RESET_C, TRIP_C, ramp_toward
@@ -164,7 +167,7 @@ class PumpController:
             self._dry_ms = 0
 
     def _trip(self, code, text):
-        self.fault = {"code": code, "text": text}
+        self.fault = OrderedDict(code=code, text=text)
         self._enter(FAULT)
         self._dry_ms = 0
         if self._on_event is not None:
@@ -282,17 +285,17 @@ class PumpController:
         return None
 
     def status(self):
-        return {
-            "state": self.state,
-            "speed_rpm": int(self.speed + 0.5),
-            "setpoint_rpm": self.setpoint_rpm,
-            "flow_lpm": _reading(self.flow_lpm, 1, 0.0),
-            "pressure_bar": _reading(self.pressure_bar, 2, 0.0),
-            "motor_temp_c": _reading(self.motor_temp_c, 1, None),
-            "run_hours": round((self._run_s + self._run_rem_ms / 1000) / 3600, 3),
-            "fault": self.fault,
-            "uptime_s": self._uptime_s,
-        }
+        return OrderedDict(
+            state=self.state,
+            speed_rpm=int(self.speed + 0.5),
+            setpoint_rpm=self.setpoint_rpm,
+            flow_lpm=_reading(self.flow_lpm, 1, 0.0),
+            pressure_bar=_reading(self.pressure_bar, 2, 0.0),
+            motor_temp_c=_reading(self.motor_temp_c, 1, None),
+            run_hours=round((self._run_s + self._run_rem_ms / 1000) / 3600, 3),
+            fault=self.fault,
+            uptime_s=self._uptime_s,
+        )
 
 
 def _add_ms(seconds, rem_ms, dt_ms):

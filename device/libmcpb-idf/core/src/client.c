@@ -172,8 +172,8 @@ static void run_handler(mcpb_client_t *client, size_t slot_index, char *message,
     const mcpb_slot_t *slot = &client->config.slots[slot_index];
     char reason[MCPB_REASON_MAX + 1];
     int answer;
-    if (SPOTS_REFUSALS(client) && mcpb_refusal_in(message, len, reason, sizeof(reason))) {
-        emit(client, MCPB_LINK_REFUSED, 0, 0, ENVELOPED(client) ? slot->name : "", reason, WHOLE, 0);
+    if (ENVELOPED(client) && mcpb_refusal_in(message, len, reason, sizeof(reason))) {
+        emit(client, MCPB_LINK_REFUSED, 0, 0, slot->name, reason, WHOLE, 0);
         return;
     }
     client->messages_in++;
@@ -191,11 +191,11 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
 {
     char name[MCPB_SLOT_MAX + 1];
     size_t payload_at, payload_len, slot_index;
-    client->carried = 1;
     if (WAY_SERIAL(client) && mcpb_is_register_request(message, len)) {
-        send_registers(client);
+        send_registers(client); /* the gateway asks; it has accepted nothing yet */
         return;
     }
+    client->carried = 1;
     if (!ENVELOPED(client)) {
         run_handler(client, 0, message, len);
         return;
@@ -242,10 +242,28 @@ static void refuse_oversize(mcpb_client_t *client, const uint8_t *head, size_t h
     }
 }
 
+/* A serial line has no close code: on a bare line the gateway's error with id null ends the link,
+ * as a close would. Before the gateway sent anything it is a refusal at the door (held, forbidden or
+ * invalid slot): the longest back-off. After, the gateway let the slot go (a missed heartbeat, a
+ * takeover, its shutdown): the back-off starts over. Either way the register frame goes out again
+ * when the line is opened after the wait. Not contact: it feeds neither on_heard nor the silence. */
+static int line_refused(mcpb_client_t *client, const mcpb_ws_event_t *event)
+{
+    char reason[MCPB_REASON_MAX + 1];
+    if (!mcpb_refusal_in((const char *)event->data, event->len, reason, sizeof(reason))) {
+        return 0;
+    }
+    link_down(client, client->carried ? MCPB_LINK_CLOSED : MCPB_LINK_REFUSED, 0, 0, reason, WHOLE);
+    return 1;
+}
+
 static void on_ws_event(mcpb_client_t *client, const mcpb_ws_event_t *event)
 {
     if (!WAY_WS(client) && event->kind > MCPB_WS_OVERSIZE) {
         return; /* a serial link makes no WebSocket events: a serial-only build drops their code */
+    }
+    if (WAY_SERIAL(client) && !ENVELOPED(client) && event->kind == MCPB_WS_MESSAGE && line_refused(client, event)) {
+        return;
     }
     if (event->kind >= MCPB_WS_MESSAGE && event->kind <= MCPB_WS_PONG) {
         heard(client);

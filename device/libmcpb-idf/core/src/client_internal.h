@@ -11,11 +11,11 @@
 #define WAY_SERIAL(c) (MCPB_WITH_SERIAL && (!MCPB_WITH_WEBSOCKET || (c)->config.way == MCPB_WAY_SERIAL))
 #define WAY_WS(c) (MCPB_WITH_WEBSOCKET && !WAY_SERIAL(c))
 #define WAY_MULTIPLEX(c) (MCPB_WITH_MULTIPLEX && (c)->config.way == MCPB_WAY_WS_MULTIPLEX)
-/* An error with id null is a refusal on the links that have no close code for a slot (serial,
- * /providers); the dedicated WebSocket is refused by HTTP status and close code only, and the
- * gateway sends no such error there: its messages all go to the handler, unscanned. */
-#define SPOTS_REFUSALS(c) (WAY_SERIAL(c) || WAY_MULTIPLEX(c))
-/* Messages on this link are wrapped in {"provider":…,"payload":…}. */
+/* Messages on this link are wrapped in {"provider":…,"payload":…}. An error with id null is how the
+ * gateway refuses a slot, or lets it go, on the links without a close code for it: in its envelope
+ * on these, a refusal of that slot; bare on a single-slot serial line, the end of the link. The
+ * dedicated WebSocket is refused by HTTP status and close code only, and the gateway sends no such
+ * error there: its messages all go to the handler, unscanned. */
 #define ENVELOPED(c) (WAY_MULTIPLEX(c) || (WAY_SERIAL(c) && (c)->config.slot_count > 1))
 
 /* One message, enveloped for slot_index when the link wants envelopes: 0, or -1 when the port failed. */

@@ -50,7 +50,8 @@ typedef struct {
 typedef enum {
     MCPB_LINK_CONNECTED = 1, /* the link is up and the register frame went out */
     MCPB_LINK_REFUSED,       /* the gateway refused: HTTP 4xx, close 1008, or an error with id null */
-    MCPB_LINK_CLOSED,        /* the peer closed (close frame, or the stream ended) */
+    MCPB_LINK_CLOSED,        /* the peer closed (close frame, the stream ended, or on a serial line
+                                * an error with id null after the gateway had taken the slot) */
     MCPB_LINK_ERROR          /* cannot connect, handshake failed, protocol error, silence */
 } mcpb_link_kind_t;
 

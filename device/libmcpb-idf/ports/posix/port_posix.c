@@ -1,5 +1,6 @@
 /* The POSIX port: a TCP connection (getaddrinfo, TCP_NODELAY, bounded connect) or a serial device
- * opened raw with termios; clock_gettime(CLOCK_MONOTONIC); one line per log to stderr; getrandom. */
+ * opened raw with termios, its stale input dropped; clock_gettime(CLOCK_MONOTONIC); one line per log
+ * to stderr; getrandom. */
 #define _DEFAULT_SOURCE 1
 #define _GNU_SOURCE 1
 
@@ -56,6 +57,10 @@ static int open_serial(mcpb_posix_t *posix, const char *path)
             close(fd);
             return -1;
         }
+        /* What the line held before this open is stale (frames the gateway wrote while the board did
+         * not listen, such as a refusal of the last link's register frame): drop it, as a UART
+         * driver installed afresh does on a board. */
+        (void)tcflush(fd, TCIFLUSH);
     }
     posix->fd = fd;
     posix->is_serial = 1;

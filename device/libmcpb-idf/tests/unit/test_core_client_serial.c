@@ -1,5 +1,6 @@
 /* The client on a serial line: the register frame naming its slot, broker/register answered, requests
- * answered in COBS frames, noise ignored, refusals surfaced, oversize refused, loss and reopen. */
+ * answered in COBS frames, noise ignored, oversize refused, loss and reopen; the gateway's error with id
+ * null ends the link (no contact) and the register frame goes out again after the back-off. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include "test_core_fake_port.h"
 
 static fake_port_t fake;
+static int heard_count;
 static mcpb_port_t port;
 static fake_handler_t handler;
 static mcpb_slot_t slot;
@@ -30,6 +32,12 @@ static const char register_frame[] =
     "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/register\",\"params\":{\"hello\":{\"device_id\":\"b1\","
     "\"firmware\":{\"name\":\"libmcpb-idf\",\"version\":\"" MCPB_VERSION "\"},\"schema\":\"s1\"},\"slot\":"
     "\"pump-c1\",\"aggregate\":true}}";
+
+static void count_heard(void *ctx)
+{
+    (void)ctx;
+    heard_count++;
+}
 
 static int setup(void **state)
 {
@@ -51,6 +59,8 @@ static int setup(void **state)
     config.slot_count = 1;
     config.on_event = fake_on_event;
     config.event_ctx = &fake;
+    config.on_heard = count_heard;
+    heard_count = 0;
     buffers.message = message;
     buffers.message_cap = sizeof(message);
     buffers.answer = answer;
@@ -115,17 +125,72 @@ static void test_request_answered_through_noise_in_small_chunks(void **state)
     assert_int_equal(client.cobs.dropped, 1);
 }
 
-static void test_refusal_with_id_null_is_an_event(void **state)
+/* After the wait the line is opened again and the register frame goes out again. */
+static void assert_registers_again_after(uint32_t wait_ms)
+{
+    int connects = fake.connects;
+    fake.now += wait_ms - 1;
+    poll_times(1);
+    assert_int_equal(fake.connects, connects); /* not a millisecond early */
+    fake.now += 1;
+    poll_times(1);
+    assert_int_equal(fake.connects, connects + 1);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CONNECTED);
+    assert_true(fake_next_serial(&fake, got, sizeof(got)) > 0);
+    assert_string_equal(got, register_frame);
+}
+
+static void test_refusal_closes_the_line_and_registers_again_after_the_longest_back_off(void **state)
 {
     (void)state;
+    fake_next_serial(&fake, got, sizeof(got));
+    /* The gateway asks as the port opens: that is not the gateway taking the board. */
+    push_framed("{\"jsonrpc\":\"2.0\",\"method\":\"broker/register\"}");
+    poll_times(2);
+    fake_next_serial(&fake, got, sizeof(got));
+    heard_count = 0;
+    fake.random_value = 0; /* the shortest wait of the jitter: half the ceiling */
     push_framed("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,\"message\":\"Serial port /dev/ttyGW "
                 "may not publish slot \\\"pump-c1\\\"; its slots setting allows: bench-*\"}}");
     poll_times(10); /* 64 bytes a read */
     assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
     assert_string_equal(fake.last_event.reason,
                         "Serial port /dev/ttyGW may not publish slot \"pump-c1\"; its slots setting allows: bench-*");
+    assert_int_equal(fake.last_event.retry_in_ms, 15000); /* the ceiling at its maximum, 30 s */
     assert_int_equal(handler.calls, 0);
-    assert_true(mcpb_client_connected(&client)); /* the line stays open for the next register frame */
+    assert_int_equal(heard_count, 0); /* a refusal is no contact: the pump's dead-man runs on */
+    assert_false(mcpb_client_connected(&client));
+    assert_int_equal(fake.open, 0);
+    assert_registers_again_after(15000);
+    /* Refused again: the same longest wait, never a tight loop. */
+    fake.random_value = UINT32_MAX;
+    push_framed("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,\"message\":\"Slot already held by a "
+                "live provider\"}}");
+    poll_times(10);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_int_equal(fake.last_event.retry_in_ms, 30000);
+    assert_registers_again_after(30000);
+}
+
+static void test_a_slot_let_go_after_traffic_closes_and_registers_again_soon(void **state)
+{
+    (void)state;
+    fake_next_serial(&fake, got, sizeof(got));
+    push_framed("{\"jsonrpc\":\"2.0\",\"id\":\"brk-7\",\"method\":\"ping\"}");
+    poll_times(2);
+    assert_int_equal(handler.calls, 1);
+    fake_next_serial(&fake, got, sizeof(got));
+    heard_count = 0;
+    fake.random_value = UINT32_MAX;
+    push_framed("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,\"message\":\"No answer to heartbeat "
+                "ping\"}}");
+    poll_times(10);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CLOSED);
+    assert_string_equal(fake.last_event.reason, "No answer to heartbeat ping");
+    assert_int_equal(fake.last_event.retry_in_ms, 1000); /* the link carried a request: back-off from 1 s */
+    assert_int_equal(heard_count, 0);
+    assert_int_equal(handler.calls, 1);
+    assert_registers_again_after(1000);
 }
 
 static void test_oversize_refused_in_a_frame(void **state)
@@ -173,7 +238,8 @@ int main(void)
         cmocka_unit_test_setup(test_opens_and_registers_with_slot, setup),
         cmocka_unit_test_setup(test_register_request_answered_again, setup),
         cmocka_unit_test_setup(test_request_answered_through_noise_in_small_chunks, setup),
-        cmocka_unit_test_setup(test_refusal_with_id_null_is_an_event, setup),
+        cmocka_unit_test_setup(test_refusal_closes_the_line_and_registers_again_after_the_longest_back_off, setup),
+        cmocka_unit_test_setup(test_a_slot_let_go_after_traffic_closes_and_registers_again_soon, setup),
         cmocka_unit_test_setup(test_oversize_refused_in_a_frame, setup),
         cmocka_unit_test_setup(test_hang_up_reopens_after_back_off, setup),
         cmocka_unit_test_setup(test_open_failure_names_the_device, setup),
