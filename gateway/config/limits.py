@@ -140,6 +140,9 @@ class LimitsConfig(Section):
     kept); 0 keeps vacant slots until room is needed."""
     notification_queue: PositiveInt = 256
     """Notifications buffered per client stream; a stream that falls further behind is closed."""
+    stream_write_timeout_s: PositiveFloat = 30.0
+    """How long one write to an SSE stream (a GET or listen stream, an SSE answer, a legacy SSE
+    session) may wait for a client that does not read; then the stream's connection is aborted."""
     sse_keepalive_s: PositiveFloat = 15.0
     """Interval of SSE comment lines that keep idle streams open through proxies."""
     max_subscriptions: PositiveInt = 256

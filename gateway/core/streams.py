@@ -14,7 +14,9 @@ class MessageQueue:
     """A bounded FIFO a producer fills without waiting; a consumer that falls behind loses the stream.
 
     Dropping single messages would silently lose a result or a list_changed, so when the bound is
-    reached the queue closes instead and the client sees its stream end (and re-opens it).
+    reached the queue closes instead and the client sees its stream end (and re-opens it). That close
+    drops what is queued at once: the consumer sees the end next, and a client that stopped reading
+    holds none of the messages in memory while its writer waits.
     """
 
     def __init__(self, limit: int) -> None:
@@ -29,14 +31,17 @@ class MessageQueue:
             return False
         if len(self._items) >= self.limit:
             self.overflowed = True
-            self.close()
+            self.close(drop=True)
             return False
         self._items.append(message)
         self._wake()
         return True
 
-    def close(self) -> None:
-        if not self.closed:
+    def close(self, drop: bool = False) -> None:
+        """End the queue: the consumer gets what is queued, then the end; `drop`: the end at once."""
+        if drop:
+            self._items.clear()
+        if not self.closed or drop:
             self.closed = True
             self._items.append(_CLOSED)
             self._wake()

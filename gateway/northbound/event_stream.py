@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 import orjson
@@ -10,6 +11,7 @@ from aiohttp import web
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.streams import MessageQueue
 from gateway.http_answers import STREAMED_STATUS_KEY, encode_refused
+from gateway.policy.connection_limits import STREAM_WRITE_TIMEOUT
 from gateway.telemetry.metrics import Metrics
 
 SSE_HEADERS = {
@@ -56,18 +58,69 @@ async def open_stream(request: web.Request, extra_headers: Mapping[str, str] | N
     return response
 
 
-async def pump(response: web.StreamResponse, queue: MessageQueue, keepalive_s: float, metrics: Metrics) -> None:
+WRITE_HEADROOM = 16 * 1024
+"""Bytes a write may add beyond its data (chunk framing, headers still unsent) in `write`'s fast path."""
+
+
+class StreamStalled(ConnectionError):
+    """A write to a client stream did not complete within limits.stream_write_timeout_s."""
+
+
+async def write(
+    request: web.Request,
+    response: web.StreamResponse,
+    data: bytes,
+    timeout_s: float,
+    metrics: Metrics,
+    *,
+    eof: bool = False,
+) -> None:
+    """Write `data` (and end the response: `eof`), waiting at most `timeout_s` for a client that does
+    not read. A stalled write aborts the connection (dropping what its buffers hold), is counted, and
+    raises StreamStalled."""
+    transport = request.transport
+    if transport is not None:
+        # A write waits only while the transport's buffer is over its high-water mark; one that cannot
+        # get there needs no timer (the common case, and the relay's hot path).
+        high = transport.get_write_buffer_limits()[1]
+        if transport.get_write_buffer_size() + len(data) + WRITE_HEADROOM <= high:
+            await (response.write_eof(data) if eof else response.write(data))
+            return
+    try:
+        async with asyncio.timeout(timeout_s):
+            await (response.write_eof(data) if eof else response.write(data))
+    except TimeoutError:
+        metrics.connection_cuts.labels(STREAM_WRITE_TIMEOUT).inc()
+        metrics.limit_hit("stream_write_timeout_s")
+        if transport is not None:
+            transport.abort()
+        raise StreamStalled(f"Client did not read for {timeout_s:g} s (limits.stream_write_timeout_s)") from None
+
+
+async def pump(
+    request: web.Request,
+    response: web.StreamResponse,
+    queue: MessageQueue,
+    keepalive_s: float,
+    write_timeout_s: float,
+    metrics: Metrics,
+) -> None:
     """Write queued messages as events until the queue closes; comment lines keep idle streams open.
-    A message that cannot be encoded is dropped (counted), the stream goes on."""
-    while True:
-        message = await queue.get(timeout=keepalive_s)
-        if message is None:
-            if queue.closed:
-                return
-            await response.write(KEEPALIVE)
-            continue
-        event = encode_event(message)
-        if not event:
-            metrics.unencodable.inc()
-            continue
-        await response.write(event)
+    A message that cannot be encoded is dropped (counted), the stream goes on. A client that stops
+    reading ends the stream once a write (a message or a keepalive) waits `write_timeout_s`: the
+    queue is closed and the connection aborted, so neither keeps the messages."""
+    try:
+        while True:
+            message = await queue.get(timeout=keepalive_s)
+            if message is None:
+                if queue.closed:
+                    return
+                await write(request, response, KEEPALIVE, write_timeout_s, metrics)
+                continue
+            event = encode_event(message)
+            if not event:
+                metrics.unencodable.inc()
+                continue
+            await write(request, response, event, write_timeout_s, metrics)
+    except StreamStalled:
+        queue.close(drop=True)

@@ -120,12 +120,15 @@ class LegacySseEndpoint:
         response = web.StreamResponse()
         try:
             response = await event_stream.open_stream(request)
-            await response.write(endpoint_event(slot, channel.id))
-            await event_stream.pump(response, channel.outbox, self.limits.sse_keepalive_s, self.gateway.metrics)
+            bound = self.limits.stream_write_timeout_s
+            await event_stream.write(request, response, endpoint_event(slot, channel.id), bound, self.gateway.metrics)
+            await event_stream.pump(
+                request, response, channel.outbox, self.limits.sse_keepalive_s, bound, self.gateway.metrics
+            )
             if channel.outbox.overflowed:
                 self.gateway.metrics.stream_overflows.labels(TRANSPORT).inc()
                 self.gateway.metrics.limit_hit("notification_queue")
-            await response.write_eof()
+            await event_stream.write(request, response, b"", bound, self.gateway.metrics, eof=True)
         except ConnectionError:
             log.debug("SSE client of session %s... went away", channel.id[:6])
         finally:

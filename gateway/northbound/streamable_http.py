@@ -81,6 +81,7 @@ class RequestStream:
         request: web.Request,
         headers: dict[str, str],
         queue_limit: int,
+        write_timeout_s: float,
         clock: SwitchClock,
         metrics: Metrics,
         sse_allowed: bool,
@@ -90,6 +91,7 @@ class RequestStream:
         self.headers = headers
         self.metrics = metrics
         self.keepalive_s = clock.interval
+        self.write_timeout_s = write_timeout_s
         self.sse_allowed = sse_allowed
         self.sse_answer = sse_answer and sse_allowed
         self.queue = MessageQueue(queue_limit)
@@ -128,9 +130,12 @@ class RequestStream:
     async def _write_loop(self) -> None:
         try:
             self.response = await event_stream.open_stream(self.request, self.headers)
-            await event_stream.pump(self.response, self.queue, self.keepalive_s, self.metrics)
+            await event_stream.pump(
+                self.request, self.response, self.queue, self.keepalive_s, self.write_timeout_s, self.metrics
+            )
             # The answer and the end of the stream in one write.
-            await self.response.write_eof(event_stream.encode_event(self.final) if self.final is not None else b"")
+            end = event_stream.encode_event(self.final) if self.final is not None else b""
+            await event_stream.write(self.request, self.response, end, self.write_timeout_s, self.metrics, eof=True)
         except ConnectionError as exc:
             # The client went away (it closed the stream, e.g. instead of answering a question on it):
             # nobody reads this answer any more, and the request's own handler ends with the connection.
@@ -314,7 +319,14 @@ class StreamableHttpEndpoint:
                 return json_response(crowded)
             try:
                 stream = RequestStream(
-                    request, {}, self.limits.notification_queue, self.clock, self.gateway.metrics, sse_ok, sse_answer
+                    request,
+                    {},
+                    self.limits.notification_queue,
+                    self.limits.stream_write_timeout_s,
+                    self.clock,
+                    self.gateway.metrics,
+                    sse_ok,
+                    sse_answer,
                 )
                 ctx.sink = stream.sink
                 try:
@@ -332,6 +344,7 @@ class StreamableHttpEndpoint:
             request,
             self.context_headers(session),
             self.limits.notification_queue,
+            self.limits.stream_write_timeout_s,
             self.clock,
             self.gateway.metrics,
             sse_ok,
@@ -354,6 +367,14 @@ class StreamableHttpEndpoint:
             stream.abort()
             raise
         return self.counted(await stream.finish(answer), stream.queue, "request")
+
+    def write_bound(self) -> tuple[float, Metrics]:
+        """`event_stream.write`'s bound and where it counts a stalled write."""
+        return self.limits.stream_write_timeout_s, self.gateway.metrics
+
+    async def pump(self, request: web.Request, response: web.StreamResponse, queue: MessageQueue) -> None:
+        keepalive_s, write_timeout_s = self.limits.sse_keepalive_s, self.limits.stream_write_timeout_s
+        await event_stream.pump(request, response, queue, keepalive_s, write_timeout_s, self.gateway.metrics)
 
     def counted(self, response: web.StreamResponse, queue: MessageQueue, kind: str) -> web.StreamResponse:
         """Count a stream that notification_queue cut off (the client fell too far behind)."""
@@ -456,6 +477,7 @@ class StreamableHttpEndpoint:
             self.context_headers(session),
             # Room for every response of the batch on top of the notifications a stream may buffer.
             self.limits.notification_queue + len(members),
+            self.limits.stream_write_timeout_s,
             self.clock,
             metrics,
             sse_ok,
@@ -580,9 +602,9 @@ class StreamableHttpEndpoint:
         metrics.inc()
         try:
             response = await event_stream.open_stream(request, self.context_headers(session))
-            await event_stream.pump(response, queue, self.limits.sse_keepalive_s, self.gateway.metrics)
+            await self.pump(request, response, queue)
             with contextlib.suppress(ConnectionError):
-                await response.write_eof()
+                await event_stream.write(request, response, b"", *self.write_bound(), eof=True)
             return self.counted(response, queue, "get")
         finally:
             metrics.dec()
@@ -712,8 +734,8 @@ class StreamableHttpEndpoint:
                 "notifications/subscriptions/acknowledged",
                 {"notifications": honored, "_meta": {META_SUBSCRIPTION_ID: request_id}},
             )
-            await response.write(event_stream.encode_event(ack))
-            await event_stream.pump(response, stream.queue, self.limits.sse_keepalive_s, self.gateway.metrics)
+            await event_stream.write(request, response, event_stream.encode_event(ack), *self.write_bound())
+            await self.pump(request, response, stream.queue)
             if not stream.queue.overflowed:
                 # Graceful end (gateway shutdown): the listen result tells the client it was deliberate.
                 final = jsonrpc.result_response(
@@ -721,9 +743,9 @@ class StreamableHttpEndpoint:
                     target.stamp_stateless("subscriptions/listen", {"_meta": {META_SUBSCRIPTION_ID: request_id}}),
                 )
                 with contextlib.suppress(ConnectionError):
-                    await response.write(event_stream.encode_event(final))
+                    await event_stream.write(request, response, event_stream.encode_event(final), *self.write_bound())
             with contextlib.suppress(ConnectionError):
-                await response.write_eof()
+                await event_stream.write(request, response, b"", *self.write_bound(), eof=True)
             return self.counted(response, stream.queue, "listen")
         finally:
             metrics.dec()

@@ -31,7 +31,9 @@ HEADER_TIMEOUT = "header_timeout"
 BODY_TIMEOUT = "body_timeout"
 BODY_TOO_SLOW = "body_too_slow"
 HANDSHAKE_TIMEOUT = "handshake_timeout"
-CUT_REASONS = (IDLE_TIMEOUT, HEADER_TIMEOUT, BODY_TIMEOUT, BODY_TOO_SLOW, HANDSHAKE_TIMEOUT)
+STREAM_WRITE_TIMEOUT = "stream_write_timeout"
+"""A client stream's write waited limits.stream_write_timeout_s (gateway/northbound/event_stream.py)."""
+CUT_REASONS = (IDLE_TIMEOUT, HEADER_TIMEOUT, BODY_TIMEOUT, BODY_TOO_SLOW, HANDSHAKE_TIMEOUT, STREAM_WRITE_TIMEOUT)
 
 CUT_LIMIT_KEYS = {
     HEADER_TIMEOUT: f"{KEY}.header_timeout_s",

@@ -191,7 +191,8 @@ class Metrics:
         self.connection_cuts = Counter(
             "mcpgw_connection_cuts",
             "Connections closed, or requests ended, by a timeout",
-            ["reason"],  # idle_timeout, header_timeout, body_timeout, body_too_slow, handshake_timeout
+            # idle_timeout, header_timeout, body_timeout, body_too_slow, handshake_timeout, stream_write_timeout
+            ["reason"],
             registry=r,
         )
         self.stream_overflows = Counter(

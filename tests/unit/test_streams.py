@@ -86,10 +86,21 @@ async def test_overflow_closes_the_stream_instead_of_dropping_single_messages() 
     assert queue.put(message(3)) is False
     assert queue.overflowed
     assert queue.closed
-    # What fitted is delivered in full, then the stream ends; nothing after the bound sneaks in.
+    # The end goes first and what was queued is dropped at once (a stalled writer keeps none of
+    # it); nothing after the bound sneaks in.
     assert queue.put(message(4)) is False
-    assert await queue.get() == message(1)
-    assert await queue.get() == message(2)
+    assert len(queue) == 0
+    assert queue.get_nowait() is None
+    assert await queue.get() is None
+    assert await queue.get() is None
+
+
+async def test_an_overflow_after_a_graceful_close_still_drops_what_is_queued() -> None:
+    queue = MessageQueue(limit=4)
+    queue.put(message(1))
+    queue.close()
+    queue.close(drop=True)
+    assert len(queue) == 0
     assert await queue.get() is None
 
 
