@@ -549,8 +549,15 @@ class ProviderSession:
             if deadlines is None:
                 deadlines = self._deadlines[timeout_ms] = DueQueue(timeout_ms / 1000, self._expire)
             deadlines.watch(request_id)
+        sent = False
         try:
             await self.link.send(jsonrpc.dumps(message))
+            sent = True
+        except asyncio.CancelledError as cancel:
+            # The caller went away while the link was still taking the frame (a provider that does
+            # not read keeps a send waiting): as once it is sent, for the frame may be on its way.
+            self._abandon(request_id, cancel)
+            raise
         except jsonrpc.EncodeError as exc:
             self._forget(request_id, "the request was not sent")
             raise self._unencodable(message, exc) from None
@@ -565,15 +572,23 @@ class ProviderSession:
         except Exception:
             self._forget(request_id, "the request was not sent")  # no entry waits out a deadline for nothing
             raise
+        finally:
+            if not sent:
+                # A send that waited past the deadline: the deadline's error is on a future nobody
+                # will await (the caller gets the send's failure), so asyncio must not report it.
+                _settle(entry.future)
         try:
             return await entry.future
         except asyncio.CancelledError as cancel:
-            # The caller went away (or gave up, saying why: `task.cancel(reason)`): tell the
-            # provider, forget the request.
-            why = cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else "client disconnected"
-            if self._forget(request_id, why):
-                self._cancel_upstream(request_id, why)
+            self._abandon(request_id, cancel)
             raise
+
+    def _abandon(self, request_id: JsonId, cancel: asyncio.CancelledError) -> None:
+        """The caller went away (or gave up, saying why: `task.cancel(reason)`): tell the provider,
+        forget the request."""
+        why = cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else "client disconnected"
+        if self._forget(request_id, why):
+            self._cancel_upstream(request_id, why)
 
     def _forget(self, request_id: JsonId, why: str) -> bool:
         entry = self.pending.pop(request_id, None)
@@ -779,3 +794,9 @@ class ProviderSession:
             "counters": vars(self.counters).copy(),
             "last_error": self.last_error or None,
         }
+
+
+def _settle(future: asyncio.Future[Any]) -> None:
+    """Mark an ended future's exception as seen (a deadline's error for a caller that got another)."""
+    if future.done() and not future.cancelled():
+        future.exception()

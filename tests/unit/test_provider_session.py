@@ -23,6 +23,7 @@ from gateway.core.relay import RELATED_REQUEST_KEY
 from gateway.core.request_ids import LINGERING_MEDIA
 from gateway.core.schema_hash import tools_hash
 from gateway.core.versions import LATEST_HANDSHAKE
+from tests.conftest import wait_for
 
 SLOT = "pump-1"
 ADD = {"name": "add", "inputSchema": {"type": "object"}}
@@ -830,3 +831,46 @@ async def test_a_request_the_gateway_cannot_encode_fails_alone() -> None:
     other = asyncio.create_task(session.request("ping", None))
     answer(session, (await link.next())["id"])
     assert "result" in await other
+
+
+class StalledLink(MemoryLink):
+    """A link whose sends wait until `flow` is set (a provider that does not read), then fail when `broken`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flow = asyncio.Event()
+
+    async def send(self, data: bytes) -> None:
+        await self.flow.wait()
+        await super().send(data)
+
+
+async def test_a_request_whose_send_outlives_its_deadline_leaves_no_unretrieved_error() -> None:
+    link = StalledLink()
+    session, _, _ = make_session(link)
+    call = asyncio.create_task(session.request("tools/call", {"name": "sleep"}, timeout_ms=20))
+    await wait_for(lambda: bool(session.pending), what="the request to be pending")
+    [future] = [entry.future for entry in session.pending.values()]
+    await wait_for(lambda: not session.pending, what="the deadline to pass while the send waits")
+    link.broken = True
+    link.flow.set()
+    with pytest.raises(errors.RpcError, match="disconnected"):
+        await call
+    # The caller got the send's failure; the deadline's error on the request's future is marked seen,
+    # else asyncio reports "Future exception was never retrieved" when the future is collected.
+    assert future.done() and not future._log_traceback
+
+
+async def test_a_caller_that_leaves_while_its_send_waits_is_forgotten_at_once() -> None:
+    link = StalledLink()
+    session, _, _ = make_session(link)
+    call = asyncio.create_task(session.request("tools/call", {"name": "sleep"}))
+    await wait_for(lambda: bool(session.pending), what="the request to be pending")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert session.pending == {}  # not left to wait out its deadline
+    link.flow.set()
+    cancel = await link.next()
+    cancel = cancel if cancel.get("method") == "notifications/cancelled" else await link.next()
+    assert cancel["params"]["reason"] == "client disconnected"
