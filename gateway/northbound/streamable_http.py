@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -190,6 +190,9 @@ class BatchStream(RequestStream):
         return self.response
 
 
+Stream = TypeVar("Stream", bound=RequestStream)
+
+
 class SubscriptionStream:
     """One stateless-era `subscriptions/listen` stream: only the notification kinds asked for."""
 
@@ -318,16 +321,7 @@ class StreamableHttpEndpoint:
             if crowded is not None:
                 return json_response(crowded)
             try:
-                stream = RequestStream(
-                    request,
-                    {},
-                    self.limits.notification_queue,
-                    self.limits.stream_write_timeout_s,
-                    self.clock,
-                    self.gateway.metrics,
-                    sse_ok,
-                    sse_answer,
-                )
+                stream = self.request_stream(RequestStream, request, {}, sse_ok, sse_answer)
                 ctx.sink = stream.sink
                 try:
                     answer = await target.handle(ctx, body)
@@ -340,16 +334,7 @@ class StreamableHttpEndpoint:
             return self.counted(await stream.finish(answer, status), stream.queue, "request")
         # Session era: answered as one SSE event when the client lists text/event-stream, as the
         # SDK's own server answers (unless session_answers = "json").
-        stream = RequestStream(
-            request,
-            self.context_headers(session),
-            self.limits.notification_queue,
-            self.limits.stream_write_timeout_s,
-            self.clock,
-            self.gateway.metrics,
-            sse_ok,
-            sse_answer,
-        )
+        stream = self.request_stream(RequestStream, request, self.context_headers(session), sse_ok, sse_answer)
         ctx.sink = stream.sink
         # A provider's sampling, elicitation or roots request for this call goes out on this
         # call's own stream, never on another one (docs/protocol-clients.md, "Session era: on the
@@ -472,16 +457,13 @@ class StreamableHttpEndpoint:
         session.touch()
         metrics = self.gateway.metrics
         json_ok, sse_ok = accepts(request)
-        stream = BatchStream(
+        stream = self.request_stream(
+            BatchStream,
             request,
             self.context_headers(session),
-            # Room for every response of the batch on top of the notifications a stream may buffer.
-            self.limits.notification_queue + len(members),
-            self.limits.stream_write_timeout_s,
-            self.clock,
-            metrics,
             sse_ok,
             self.answers_as_sse(request, json_ok, sse_ok),
+            room=len(members),  # every response of the batch, on top of the notifications a stream may buffer
         )
         requests: list[JsonObject] = []
         answered = False
@@ -552,6 +534,28 @@ class StreamableHttpEndpoint:
             traceparent=request.headers.get("traceparent"),
             tracestate=request.headers.get("tracestate"),
             baggage=request.headers.get("baggage"),
+        )
+
+    def request_stream(
+        self,
+        kind: type[Stream],
+        request: web.Request,
+        headers: dict[str, str],
+        sse_ok: bool,
+        sse_answer: bool,
+        room: int = 0,
+    ) -> Stream:
+        """The answer stream of one POST, with this endpoint's bounds (`room`: messages beyond
+        limits.notification_queue it must hold)."""
+        return kind(
+            request,
+            headers,
+            self.limits.notification_queue + room,
+            self.limits.stream_write_timeout_s,
+            self.clock,
+            self.gateway.metrics,
+            sse_ok,
+            sse_answer,
         )
 
     def answers_as_sse(self, request: web.Request, json_ok: bool, sse_ok: bool) -> bool:
