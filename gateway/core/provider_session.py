@@ -31,6 +31,7 @@ from gateway.core.provider_state import (
     SessionCounters,
     SessionSettings,
     is_gateway_id,
+    settle,
 )
 from gateway.core.provider_tools import ToolListing
 from gateway.core.relay import (
@@ -576,7 +577,7 @@ class ProviderSession:
             if not sent:
                 # A send that waited past the deadline: the deadline's error is on a future nobody
                 # will await (the caller gets the send's failure), so asyncio must not report it.
-                _settle(entry.future)
+                settle(entry.future)
         try:
             return await entry.future
         except asyncio.CancelledError as cancel:
@@ -794,9 +795,3 @@ class ProviderSession:
             "counters": vars(self.counters).copy(),
             "last_error": self.last_error or None,
         }
-
-
-def _settle(future: asyncio.Future[Any]) -> None:
-    """Mark an ended future's exception as seen (a deadline's error for a caller that got another)."""
-    if future.done() and not future.cancelled():
-        future.exception()

@@ -70,6 +70,12 @@ class SessionSettings:
         return "request_timeout_ms"
 
 
+def settle(future: asyncio.Future[Any]) -> None:
+    """Mark an ended future's exception as seen (a deadline's error for a caller that got another)."""
+    if future.done() and not future.cancelled():
+        future.exception()
+
+
 @dataclass(slots=True)
 class Pending:
     request_id: JsonId
