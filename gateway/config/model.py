@@ -14,6 +14,7 @@ from gateway.config.groups import GROUP_NAME, GROUPS_SEPARATOR, RESERVED_GROUP_N
 from gateway.config.limits import LimitsConfig
 from gateway.config.mdns import MdnsConfig
 from gateway.config.mqtt import MqttConfig
+from gateway.config.origins import check_origin_entry
 from gateway.config.policy import PolicyConfig
 from gateway.config.providers import ProvidersConfig
 from gateway.config.serial import SerialConfig
@@ -80,6 +81,11 @@ class GatewayConfig(Section):
     """Tool groups ([groups.<name>]): /mcp serves every enabled one, /mcp/<name> one (docs/groups.md)."""
     groups_separator: str = "__"
     """Between slot and tool in /mcp names: <slot>__<tool> as the original MCP bridge named them."""
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        return [check_origin_entry(entry) for entry in value]
 
     @field_validator("groups")
     @classmethod

@@ -59,6 +59,14 @@ class _Pattern:
         return (len(tokens), False) in states
 
 
+def _spellings(origin: str) -> tuple[str, ...]:
+    """An entry and, for one ending in ':*' (any port), the entry without a port: a browser leaves the
+    scheme's default port out (`http://localhost`, not `http://localhost:80`)."""
+    if origin.endswith(":*"):
+        return (origin, origin[:-2])
+    return (origin,)
+
+
 @functools.lru_cache(maxsize=64)  # every request sends one of a few Host values; any may arrive
 def _host_name(host: str) -> str:
     """The name part of a Host header ('[::1]:3000' -> '[::1]', 'pi.local:3000' -> 'pi.local')."""
@@ -98,7 +106,7 @@ class OriginPolicy:
         self, allowed_origins: list[str], loopback_only: bool, allowed_hosts: list[str], bind_host: str
     ) -> None:
         self.allowed_origins = list(allowed_origins)
-        self._patterns = [_Pattern(origin.rstrip("/")) for origin in allowed_origins]
+        self._patterns = [_Pattern(text) for origin in allowed_origins for text in _spellings(origin.rstrip("/"))]
         self.loopback_only = loopback_only
         hosts = {h.lower() for h in LOOPBACK_HOSTS} | {h.lower() for h in allowed_hosts}
         hosts.add(bind_host.lower())

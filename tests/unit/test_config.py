@@ -446,3 +446,35 @@ def test_a_rejected_url_is_quoted_without_its_password(
     message = str(caught.value)
     assert "hunter2" not in message
     assert shown in message
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("*", "'*' would admit every web page"),
+        ("null", "'null' is the Origin of sandboxed frames"),
+        ("localhost:41001", "has no scheme: an origin is scheme://host[:port], e.g. 'http://localhost:41001'"),
+        ("http://localhost:41001/index.html", "is a URL, not an origin"),
+        ("https://console.plant.lan/?x", "write 'https://console.plant.lan'"),
+        ("http://user@console.plant.lan", "an origin names no user"),
+        ("http://:8080", "names no host"),
+        ("http://localhost:port", "the port must be digits or '*'"),
+    ],
+)
+def test_an_allowed_origin_no_browser_could_send_is_refused(tmp_path: Path, entry: str, message: str) -> None:
+    # A browser's Origin is scheme://host[:port]; any other entry never matches, and the page only
+    # ever shows a generic CORS error.
+    path = write(tmp_path, f"allowed_origins = [{orjson.dumps(entry).decode()}]\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert "'allowed_origins'" in str(caught.value)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["https://console.plant.lan", "http://localhost:*", "https://*.plant.lan", "http://[::1]:8080", "http://pi:3000/"],
+)
+def test_an_origin_or_a_pattern_of_one_is_accepted(tmp_path: Path, entry: str) -> None:
+    path = write(tmp_path, f"allowed_origins = [{orjson.dumps(entry).decode()}]\n")
+    assert load_config(path, environ={}).allowed_origins == [entry]

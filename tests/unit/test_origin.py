@@ -148,3 +148,18 @@ def test_one_origin_is_checked_as_before() -> None:
     refusal = LOOPBACK.check_request(["https://evil.example"], ["localhost"], "/pump-1/mcp")
     assert refusal is not None and (refusal.status, refusal.error) == (403, "origin_not_allowed")
     assert LOOPBACK.check_request([], ["localhost"], "/pump-1/mcp") is None
+
+
+@pytest.mark.parametrize(
+    ("origin", "allowed"),
+    [
+        ("http://localhost", True),  # a browser leaves the default port out of Origin
+        ("http://localhost:8080", True),
+        ("https://localhost", False),  # another scheme
+        ("http://localhost:", False),
+        ("http://localhost.evil.example", False),
+    ],
+)
+def test_any_port_admits_the_default_port_a_browser_leaves_out(origin: str, allowed: bool) -> None:
+    policy = OriginPolicy(["http://localhost:*"], True, [], "127.0.0.1")
+    assert policy.origin_allowed(origin) is allowed
