@@ -14,8 +14,8 @@ from gateway.core.names import ALL_SLOT
 from gateway.core.naming import NameBook
 from gateway.core.policy_interface import Governance, RateLimits
 from gateway.core.principal import Principal
-from gateway.core.routing import Target, forward_to
-from gateway.core.slots import Listener, SlotRegistry
+from gateway.core.routing import SlotTarget, Target, forward_to
+from gateway.core.slots import Listener, Slot, SlotRegistry
 from gateway.telemetry.metrics import Metrics
 
 ORIGIN_META_KEY = "io.github.mcp-gateway/origin"
@@ -29,6 +29,26 @@ def _listed(tool: JsonObject, key: tuple[str, str], name: str) -> JsonObject:
     listed["_meta"] = {**(meta if isinstance(meta, dict) else {}), ORIGIN_META_KEY: {"slot": key[0], "tool": key[1]}}
     listed["name"] = name
     return listed
+
+
+def is_ready(registry: SlotRegistry, slot: str) -> bool:
+    """Whether a provider holds `slot` and has answered its handshake and tools/list."""
+    held = registry.slots.get(slot)
+    session = held.live if held is not None else None
+    return session is not None and session.ready
+
+
+def not_connected(
+    registry: SlotRegistry,
+    slot: str,
+    principal: Principal,
+    may_call: Callable[[Principal, str], bool],
+    metrics: Metrics,
+) -> errors.RpcError:
+    """The answer `/<slot>/mcp` gives `principal` while `slot` has no provider, in the same words: when it
+    left and which slots the caller could use instead. For a tool of `_all` or of a tool group whose slot
+    is offline, so the caller learns the device is offline rather than that the name is unknown."""
+    return SlotTarget(registry, registry.slots.get(slot) or Slot(slot), metrics, may_call).not_connected(principal)
 
 
 class AggregateTarget(Target):
@@ -118,9 +138,10 @@ class AggregateTarget(Target):
         """Recompute the catalog from the current members; tell listeners when it changed, or when the
         provider of a member in `noticed` announced a change of its own (it may have come and gone).
 
-        Names come from a NameBook, so a name keeps its meaning for the gateway's lifetime. The listed
-        copy of a tool is made once and kept while its provider lists the same tool under the same
-        name, so a rebuild costs a few dictionary lookups per tool rather than a copy."""
+        Names come from a NameBook, so a name keeps its meaning for the gateway's lifetime (but for the
+        one case NameBook describes: a name goes to the slot it names). The listed copy of a tool is
+        made once and kept while its provider lists the same tool under the same name, so a rebuild
+        costs a few dictionary lookups per tool rather than a copy."""
         members = self.members()
         entries: list[tuple[str, str]] = []
         by_key: dict[tuple[str, str], JsonObject] = {}
@@ -157,6 +178,20 @@ class AggregateTarget(Target):
     def may_call(self, principal: Principal, slot: str) -> bool:
         return self.slot_scopes is None or principal.has_scopes(self.slot_scopes(slot))
 
+    def offline(self, principal: Principal, name: str) -> errors.RpcError | None:
+        """The not-connected answer for a name `_all` listed for a slot that has no ready provider now (None
+        for any other name). A caller that may not call the slot, or see the tool, gets "unknown tool" as
+        for any name; the policy judges the tool by its name alone, as a tool that changes state."""
+        remembered = self.names.by_name.get(name)
+        if remembered is None or not self.may_call(principal, remembered[0]):
+            return None
+        slot, tool = remembered
+        if self.governance is not None and not self.governance.may_see(principal, slot, {"name": tool}):
+            return None
+        if is_ready(self.registry, slot):
+            return None
+        return not_connected(self.registry, slot, principal, self.may_call, self.metrics)
+
     def tools_for(self, principal: Principal) -> list[JsonObject]:
         if self.slot_scopes is None and self.governance is None:
             return self.tools
@@ -177,13 +212,17 @@ class AggregateTarget(Target):
             raise errors.method_not_found(method, "_all (it serves tools only)")
         name = (params or {}).get("name")
         route = self.routes.get(name) if isinstance(name, str) else None
+        if route is None and isinstance(name, str):
+            offline = self.offline(ctx.principal, name)
+            if offline is not None:
+                raise offline
         if route is None or not self.may_call(ctx.principal, route[0]):
             # The same answer for a tool the caller may not call as for an unknown one.
             raise errors.unknown_tool(str(name), "_all")
         slot_name, tool = route
         session = self.registry.slots[slot_name].live
         if session is None:
-            raise errors.not_connected(slot_name)
+            raise not_connected(self.registry, slot_name, ctx.principal, self.may_call, self.metrics)
         if self.rate_limiter is not None:
             limited = self.rate_limiter.admit(slot=slot_name)
             if limited is not None:

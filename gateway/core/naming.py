@@ -32,36 +32,94 @@ def base_name(slot: str, tool: str, separator: str = "-") -> str:
 
 
 class NameBook:
-    """Aggregate names that never change meaning while the gateway runs.
+    """Aggregate names that keep their meaning while the gateway runs, with one exception below.
 
     The first time a (slot, tool) pair is seen it gets the rule's name (or a -2, -3, ... variant when
     another pair holds that name). From then on the pair keeps that name, and no other pair is ever
     given it, even after the pair's provider left. So a client holding an old tools/list can never
     reach a different device's tool by calling a name it remembers: the name either still means the
     same tool or is unknown. Up to `max_retired` names of departed pairs are remembered.
+
+    The exception: a name `<S><separator><rest>` belongs to the slot S with the longest name among the
+    present slots whose name, then the separator, starts it. Slot names are the operator's and tool
+    names the provider's, so a tool never takes a name in another slot's namespace: clients build
+    `<slot><separator><tool>` from the documented rule and must reach that slot (slot `pump` with tool
+    `1-stop` and slot `pump-1` with tool `stop` both read `pump-1-stop`, which is pump-1's). A new pair
+    whose name lies in a longer present slot's namespace is named after that slot's pairs, so it is
+    the one suffixed. And when a name is held by a pair of a shorter slot (named while the longer slot
+    was absent, or had no such tool) and a present pair of the longer slot wants exactly that name,
+    the holder gives it up and is named again with a suffix: for that one case a name changes meaning,
+    so that the rule's name reaches the slot it names.
     """
 
     def __init__(self, separator: str = "-", max_retired: int = 4096) -> None:
         self.separator = separator
         self.max_retired = max_retired
         self.by_pair: dict[tuple[str, str], str] = {}
+        """Each pair's name now."""
         self.by_name: dict[str, tuple[str, str]] = {}
+        """Every name given and not forgotten, to the pair it means (a pair that took its rule's name from
+        a holder keeps its earlier suffixed name reserved here, so that name never means another pair)."""
+        self.displaced: set[tuple[str, str]] = set()
+        """Pairs whose name is not their rule's name: the only ones a later call may move to it."""
 
     def names_for(self, entries: Iterable[tuple[str, str]]) -> dict[str, tuple[str, str]]:
         """Map each present (slot, tool), in the given order, to its name."""
-        current: dict[str, tuple[str, str]] = {}
-        for pair in entries:
-            name = self.by_pair.get(pair)
-            if name is None:
-                name = self._new_name(pair)
-                self.by_pair[pair] = name
-                self.by_name[name] = pair
-            current[name] = pair
+        pairs = list(entries)
+        unsettled = [pair for pair in pairs if pair not in self.by_pair or pair in self.displaced]
+        if unsettled:
+            self._settle(dict.fromkeys(unsettled), {sanitize(slot) for slot in {pair[0] for pair in pairs}})
+        current = {self.by_pair[pair]: pair for pair in pairs}
         self._forget_oldest_retired(current)
         return current
 
-    def _new_name(self, pair: tuple[str, str]) -> str:
-        base = base_name(pair[0], pair[1], self.separator)
+    def _settle(self, unsettled: Iterable[tuple[str, str]], present: set[str]) -> None:
+        """Name the new pairs and move displaced ones to their rule's name where its holder must give it
+        up. Pairs whose name is their own slot's come first, so an intruding pair takes the suffix."""
+        owners: list[tuple[tuple[str, str], str]] = []
+        intruders: list[tuple[tuple[str, str], str]] = []
+        for pair in unsettled:
+            base = base_name(pair[0], pair[1], self.separator)
+            (intruders if self._intrudes(pair[0], base, present) else owners).append((pair, base))
+        for pair, base in owners:
+            holder = self.by_name.get(base)
+            if holder is not None and holder != pair and self._must_yield(holder[0], pair[0], base):
+                self._take_over(pair, base, holder)
+            elif pair not in self.by_pair:
+                self._assign(pair, self._new_name(base), base)
+        for pair, base in intruders:
+            if pair not in self.by_pair:
+                self._assign(pair, self._new_name(base), base)
+
+    def _intrudes(self, slot: str, name: str, present: set[str]) -> bool:
+        """Whether `name` lies in the namespace of a present slot longer than `slot`."""
+        separator = self.separator
+        cut = name.find(separator, len(slot) + 1)
+        while cut != -1:
+            if name[:cut] in present:
+                return True
+            cut = name.find(separator, cut + 1)
+        return False
+
+    def _must_yield(self, holder_slot: str, owner_slot: str, name: str) -> bool:
+        """Whether a pair of `holder_slot` holding `name` gives it up to a (present) pair of `owner_slot`."""
+        return len(holder_slot) < len(owner_slot) and name.startswith(sanitize(owner_slot) + self.separator)
+
+    def _take_over(self, pair: tuple[str, str], name: str, holder: tuple[str, str]) -> None:
+        self._assign(pair, name, name)
+        if self.by_pair.get(holder) == name:  # else `name` was only reserved for it: it keeps its own
+            base = base_name(holder[0], holder[1], self.separator)
+            self._assign(holder, self._new_name(base), base)
+
+    def _assign(self, pair: tuple[str, str], name: str, base: str) -> None:
+        self.by_pair[pair] = name
+        self.by_name[name] = pair
+        if name == base:
+            self.displaced.discard(pair)
+        else:
+            self.displaced.add(pair)
+
+    def _new_name(self, base: str) -> str:
         name = base
         counter = 2
         while name in self.by_name:
@@ -71,15 +129,17 @@ class NameBook:
         return name
 
     def _forget_oldest_retired(self, current: dict[str, tuple[str, str]]) -> None:
-        retired = len(self.by_pair) - len(current)
+        retired = len(self.by_name) - len(current)
         if retired <= self.max_retired:
             return
-        for pair, name in list(self.by_pair.items()):  # insertion order: oldest first
+        for name, pair in list(self.by_name.items()):  # insertion order: oldest first
             if retired <= self.max_retired:
                 return
             if name not in current:
-                del self.by_pair[pair]
                 del self.by_name[name]
+                if self.by_pair.get(pair) == name:
+                    del self.by_pair[pair]
+                    self.displaced.discard(pair)
                 retired -= 1
 
 
@@ -87,7 +147,8 @@ def aggregate_names(entries: Iterable[tuple[str, str]], separator: str = "-") ->
     """Names for one membership seen fresh: (slot, tool) pairs in the given order to unique names.
 
     The caller fixes the order (slots sorted by name, tools in provider order), so the same
-    membership always yields the same names; a collision keeps the first and suffixes the rest
-    with -2, -3, ... cut so that the whole name still fits in 64 characters.
+    membership always yields the same names. In a collision the pair of the slot whose namespace the
+    name lies in keeps it (see NameBook), else the first does; the others are suffixed -2, -3, ...
+    cut so that the whole name still fits in 64 characters.
     """
     return NameBook(separator).names_for(entries)

@@ -368,8 +368,14 @@ async def test_guidance_overview_matches_the_live_catalog(plant: GatewayServer) 
         # The two pumps' identical set_speed is one entry with both names.
         assert "- **set_speed** on pump-1, pump-2: Change the speed of a running pump to speed_rpm" in text
         assert "Call as `pump-1__set_speed`, `pump-2__set_speed`." in text
+        # lab lists lab-1's add and echo: lab-1 is in a group, with sleep and fail outside every one.
+        assert "## Slots in no enabled group" not in text
+        assert f"- `lab-1`: 2 of 4 tools outside, at {plant.url}/lab-1/mcp" in text
         groups = text_of(await client.call_tool("guidance", {"topic": "groups"}))
-        assert "| `maintenance` | disabled (MCP_GROUP_MAINTENANCE=true, or enabled = true under" in groups
+        assert (
+            "| `maintenance` | disabled (enabled = true under [groups.maintenance], then `mcp-gateway reload`; "
+            "or MCP_GROUP_MAINTENANCE=true in the gateway's environment, then a restart) |"
+        ) in groups
 
 
 async def test_guidance_on_a_tool_is_its_live_description_and_arguments(plant: GatewayServer) -> None:

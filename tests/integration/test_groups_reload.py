@@ -1,14 +1,21 @@
-"""A tool group that a reload removes, seen by SDK clients holding a session on it, in both eras."""
+"""Tool groups across a reload, seen by SDK clients holding a session on them: a group that a reload
+removes, and groups whose list a reload leaves as it was."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
 
 import aiohttp
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
 
+from tests.conftest import Publishers, wait_for
 from tests.integration.test_groups import INITIALIZE, MCP_HEADERS
 from tests.integration.test_reload import Reloadable, pumps, reloadable, rewrite
+from tests.support.servers import demo_server
 
 __all__ = ["reloadable"]  # the fixture, used by name
 
@@ -41,3 +48,49 @@ async def test_a_session_on_a_removed_group_sees_it_empty_and_new_clients_get_40
             refusal = await response.json()
         assert refusal["error"] == "unknown_group"
         assert refusal["enabled_groups"] == ["all"]
+
+
+async def test_a_reload_tells_only_the_endpoints_whose_list_changed(
+    reloadable: Reloadable, publishers: Publishers
+) -> None:
+    before = 'port = 0\n[groups.pumps]\nslots = ["pump-*"]\n'
+    server = await reloadable(before)
+    changes: dict[str, int] = {"/mcp": 0, "/mcp/pumps": 0}
+
+    def counter(path: str) -> Any:
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                changes[path] += 1
+
+        return on_message
+
+    async with pumps(server), contextlib.AsyncExitStack() as stack:
+        await publishers.start(server, "lab-1", demo_server("lab"))
+        clients = {
+            path: await stack.enter_async_context(
+                Client(f"{server.url}{path}", mode="legacy", message_handler=counter(path))
+            )
+            for path in changes
+        }
+        await wait_for(
+            lambda: sum(s.stream is not None for s in server.gateway.sessions.sessions.values()) == 2,
+            what="both GET streams",
+        )
+        listed = {path: [tool.name for tool in (await client.list_tools()).tools] for path, client in clients.items()}
+        assert "lab-1__add" not in listed["/mcp"]
+
+        # A new group of other slots: /mcp lists lab-1's tools now, /mcp/pumps lists what it listed.
+        rewrite(server, before + '[groups.lab]\nslots = ["lab-*"]\n')
+        report = await server.reload()
+        assert report.outcome == "applied", report.refusals
+        await wait_for(lambda: changes["/mcp"] == 1, what="list_changed at /mcp")
+        assert "lab-1__add" in [tool.name for tool in (await clients["/mcp"].list_tools()).tools]
+        assert [tool.name for tool in (await clients["/mcp/pumps"].list_tools()).tools] == listed["/mcp/pumps"]
+        await asyncio.sleep(10 * server.gateway.config.limits.catalog_coalesce_ms / 1000)
+        assert changes == {"/mcp": 1, "/mcp/pumps": 0}
+
+        # A new description changes no list: nobody is told.
+        rewrite(server, before + 'description = "Run the pumps"\n[groups.lab]\nslots = ["lab-*"]\n')
+        assert (await server.reload()).outcome == "applied"
+        await asyncio.sleep(10 * server.gateway.config.limits.catalog_coalesce_ms / 1000)
+        assert changes == {"/mcp": 1, "/mcp/pumps": 0}

@@ -87,10 +87,23 @@ def test_names_are_slot_double_underscore_tool() -> None:
     assert names == {"pump-1__set_speed": ("pump-1", "set_speed"), "pump-2__set_speed": ("pump-2", "set_speed")}
 
 
-def test_colliding_names_get_a_suffix_in_first_seen_order() -> None:
-    # "a__b" + "c" and "a" + "b__c" both read a__b__c.
+def test_colliding_names_go_to_the_slot_whose_namespace_they_lie_in() -> None:
+    # "a__b" + "c" and "a" + "b__c" both read a__b__c: it is <slot>__<tool> of slot a__b, whichever comes first.
     names = NameBook("__").names_for([("a", "b__c"), ("a__b", "c")])
-    assert names == {"a__b__c": ("a", "b__c"), "a__b__c-2": ("a__b", "c")}
+    assert names == {"a__b__c-2": ("a", "b__c"), "a__b__c": ("a__b", "c")}
+
+
+def test_colliding_names_of_equal_slots_get_a_suffix_in_first_seen_order() -> None:
+    # "a.b" and "a_b" read alike and are as long: neither namespace is the other's.
+    names = NameBook("__").names_for([("a.b", "c"), ("a_b", "c")])
+    assert names == {"a_b__c": ("a.b", "c"), "a_b__c-2": ("a_b", "c")}
+
+
+def test_a_group_name_held_by_a_shorter_slot_goes_to_the_slot_it_names() -> None:
+    book = NameBook("__")
+    assert book.names_for([("a", "b__c")]) == {"a__b__c": ("a", "b__c")}
+    # Slot a__b joins with tool c: the README's name a__b__c must reach a__b, not slot a.
+    assert book.names_for([("a", "b__c"), ("a__b", "c")]) == {"a__b__c-2": ("a", "b__c"), "a__b__c": ("a__b", "c")}
 
 
 def test_long_names_are_cut_to_64_with_a_hash_and_stay_unique() -> None:
@@ -104,9 +117,9 @@ def test_long_names_are_cut_to_64_with_a_hash_and_stay_unique() -> None:
 
 def test_a_name_keeps_its_meaning_after_its_slot_left() -> None:
     book = NameBook("__")
-    book.names_for([("a", "b__c")])
+    book.names_for([("a__b", "c")])
     book.names_for([])  # the slot left
-    assert book.names_for([("a__b", "c")]) == {"a__b__c-2": ("a__b", "c")}
+    assert book.names_for([("a", "b__c")]) == {"a__b__c-2": ("a", "b__c")}
 
 
 def test_built_in_tool_names_can_never_be_a_bridge_name() -> None:

@@ -185,3 +185,90 @@ def test_name_book_forgets_the_oldest_departed_names_beyond_its_bound() -> None:
 def test_fresh_name_book_matches_aggregate_names() -> None:
     entries = [("a", "b-c"), ("a-b", "c"), ("x" * 70, "y"), ("a", "b c")]
     assert NameBook().names_for(entries) == aggregate_names(entries)
+
+
+# -- a name belongs to the slot it names ----------------------------------------------------------------
+
+
+def test_a_name_in_a_longer_slots_namespace_is_that_slots_whatever_sorts_first() -> None:
+    # Slot "pump" sorts first, but the README's name pump-1-stop must reach pump-1's stop.
+    names = aggregate_names([("pump", "1-stop"), ("pump-1", "stop")])
+    assert names == {"pump-1-stop-2": ("pump", "1-stop"), "pump-1-stop": ("pump-1", "stop")}
+
+
+def test_a_shorter_slots_pair_gives_the_name_up_when_the_slot_it_names_comes() -> None:
+    book = NameBook()
+    assert book.names_for([("pump", "1-stop")]) == {"pump-1-stop": ("pump", "1-stop")}
+    # pump-1 is there but has no stop: the name stays pump's.
+    assert book.names_for([("pump", "1-stop"), ("pump-1", "start")])["pump-1-stop"] == ("pump", "1-stop")
+    names = book.names_for([("pump", "1-stop"), ("pump-1", "start"), ("pump-1", "stop")])
+    assert names == {
+        "pump-1-stop-2": ("pump", "1-stop"),
+        "pump-1-start": ("pump-1", "start"),
+        "pump-1-stop": ("pump-1", "stop"),
+    }
+    # A suffixed name lies in pump-1's namespace too: pump-1's own tool stop-2 takes it.
+    names = book.names_for([("pump", "1-stop"), ("pump-1", "stop"), ("pump-1", "stop-2")])
+    assert names == {
+        "pump-1-stop-3": ("pump", "1-stop"),
+        "pump-1-stop": ("pump-1", "stop"),
+        "pump-1-stop-2": ("pump-1", "stop-2"),
+    }
+
+
+def test_a_departed_holder_of_a_shorter_slot_gives_the_name_up_too() -> None:
+    book = NameBook()
+    book.names_for([("pump", "1-stop")])
+    book.names_for([])  # pump left
+    assert book.names_for([("pump-1", "stop")]) == {"pump-1-stop": ("pump-1", "stop")}
+    assert book.names_for([("pump", "1-stop"), ("pump-1", "stop")])["pump-1-stop-2"] == ("pump", "1-stop")
+
+
+def test_the_longest_present_slot_owns_a_name() -> None:
+    entries = [("a", "b-c-d"), ("a-b", "c-d"), ("a-b-c", "d")]
+    assert aggregate_names(entries) == {
+        "a-b-c-d-2": ("a", "b-c-d"),
+        "a-b-c-d-3": ("a-b", "c-d"),
+        "a-b-c-d": ("a-b-c", "d"),
+    }
+    # Without a-b-c, a-b is the longest present slot the name starts with.
+    assert aggregate_names(entries[:2]) == {"a-b-c-d-2": ("a", "b-c-d"), "a-b-c-d": ("a-b", "c-d")}
+
+
+def test_a_name_given_up_by_a_displaced_pair_never_means_another_pair() -> None:
+    book = NameBook()
+    book.names_for([("a", "b-c-d")])
+    book.names_for([("a", "b-c-d"), ("a-b-c", "e")])
+    # a-b's c-d lies in a-b-c's namespace while a-b-c is present: it is suffixed.
+    assert book.names_for([("a", "b-c-d"), ("a-b", "c-d"), ("a-b-c", "e")])["a-b-c-d-2"] == ("a-b", "c-d")
+    # a-b-c left: the name is a-b's now, and a-b-c-d-2 stays a-b's, so slot a's pair is numbered anew.
+    names = book.names_for([("a", "b-c-d"), ("a-b", "c-d")])
+    assert names == {"a-b-c-d-3": ("a", "b-c-d"), "a-b-c-d": ("a-b", "c-d")}
+    assert book.by_name["a-b-c-d-2"] == ("a-b", "c-d")
+
+
+# Names of a few words, split into slot and tool at any "-": many pairs read alike.
+split_pairs = st.lists(st.sampled_from(["a", "b", "ab"]), min_size=2, max_size=4).flatmap(
+    lambda words: st.integers(1, len(words) - 1).map(lambda cut: ("-".join(words[:cut]), "-".join(words[cut:])))
+)
+
+
+@settings(database=None, max_examples=200, deadline=None)
+@given(st.lists(st.lists(split_pairs, max_size=8), min_size=1, max_size=6))
+def test_a_pair_whose_name_no_other_slot_could_claim_always_gets_its_plain_name(
+    calls: list[list[tuple[str, str]]],
+) -> None:
+    # Slots come and go between calls; a pair whose name lies in no other slot's namespace (of any slot
+    # ever seen at least as long as its own) is named <slot>-<tool>, whatever came before.
+    book = NameBook()
+    seen: set[str] = set()
+    for call in calls:
+        entries = list(dict.fromkeys(call))
+        seen |= {slot for slot, _ in entries}
+        names = book.names_for(entries)
+        assert list(names.values()) == entries
+        for slot, tool in entries:
+            base = f"{slot}-{tool}"
+            rivals = [other for other in seen if other != slot and len(other) >= len(slot)]
+            if not any(base.startswith(other + "-") for other in rivals):
+                assert names[base] == (slot, tool)

@@ -241,7 +241,10 @@ def test_guidance_on_a_group_describes_identical_tools_once() -> None:
 
 def test_guidance_on_a_disabled_group_says_how_to_enable_it() -> None:
     text = guidance({"topic": "readers"}, view())
-    assert "MCP_GROUP_READERS=true, or enabled = true under [groups.readers], then restart the gateway" in text
+    assert (
+        "enabled = true under [groups.readers], then `mcp-gateway reload`; or MCP_GROUP_READERS=true in the "
+        "gateway's environment, then a restart"
+    ) in text
     assert "`read_temperature` at /lab-1/mcp" in text
 
 

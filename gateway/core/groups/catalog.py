@@ -5,7 +5,8 @@ of every ready slot matching a pattern (any provider: a board, a stdio or remote
 `_all` is not needed) whose names start with a prefix, named `<slot><separator><tool>` (default
 `<slot>__<tool>`, the original MCP bridge's names) with the 64-character cap and collision rules of
 `_all` (naming.py). One NameBook serves every group, so a tool has the same name at /mcp and at
-/mcp/<group>, and a name never changes meaning while the gateway runs.
+/mcp/<group>, and a name keeps its meaning while the gateway runs (but for the one case NameBook
+describes: a name goes to the slot it names).
 
 Like `_all`, a group is never a way around a slot's scopes: a caller sees and calls only tools of
 slots it could call directly, the built-in `guidance` and `search` included. Each group endpoint
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from gateway import __version__
 from gateway.core import errors, governed
-from gateway.core.aggregate import ORIGIN_META_KEY
+from gateway.core.aggregate import ORIGIN_META_KEY, is_ready, not_connected
 from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.confirmer import state_reader
@@ -86,8 +87,8 @@ class GroupCatalog:
     def reconfigure(self, specs: list[GroupSpec]) -> None:
         """Serve `specs` from now on (a configuration reload). A group that stays keeps its target, so
         clients connected to it stay; a removed or disabled one lists no tools any more, and every endpoint
-        whose list changed tells its listeners. Names stay those of the one NameBook (the separator and the
-        names never change while the gateway runs)."""
+        whose list (names, descriptions, schemas) changed tells its listeners. Names stay those of the one
+        NameBook (the separator never changes while the gateway runs)."""
         self.specs = specs
         kept = self.targets
         self.targets = {}
@@ -124,6 +125,21 @@ class GroupCatalog:
     def may_call(self, principal: Principal, slot: str) -> bool:
         return self.slot_scopes is None or principal.has_scopes(self.slot_scopes(slot))
 
+    def offline(self, principal: Principal, name: str, target: GroupTarget) -> errors.RpcError | None:
+        """The not-connected answer for a name the NameBook remembers for a tool `target` would list, of a
+        slot with no ready provider now (None for any other name). A caller that may not call the slot, or
+        see the tool, gets "unknown tool" as for any name; the policy judges the tool by its name alone, as
+        a tool that changes state."""
+        remembered = self.names.by_name.get(name)
+        if remembered is None or not target.would_list(*remembered) or not self.may_call(principal, remembered[0]):
+            return None
+        slot, tool = remembered
+        if self.governance is not None and not self.governance.may_see(principal, slot, {"name": tool}):
+            return None
+        if is_ready(self.registry, slot):
+            return None
+        return not_connected(self.registry, slot, principal, self.may_call, self.metrics)
+
     def may_use(self, principal: Principal, tool: CatalogTool) -> bool:
         """Whether the caller sees and may call `tool`: its slot's scopes, then the policy."""
         if not self.may_call(principal, tool.slot):
@@ -153,8 +169,9 @@ class GroupCatalog:
     def _rebuild(self, noticed: frozenset[str]) -> None:
         """Recompute every tool's groups and name from the ready slots; each endpoint whose own list
         changed tells its listeners, and each that covers a slot in `noticed` (whose provider announced
-        a change of its own). Names come from one NameBook: stable for the gateway's lifetime. An entry
-        is kept from the last rebuild while its provider lists the same tool dict under the same name."""
+        a change of its own). Names come from one NameBook, which keeps them for the gateway's lifetime
+        (but for the one case it describes). An entry is kept from the last rebuild while its provider
+        lists the same tool dict under the same name."""
         found: list[tuple[str, JsonObject, tuple[str, ...], tuple[str, ...]]] = []
         seen: set[tuple[str, str]] = set()
         for slot_name in self.ready_slots():
@@ -294,7 +311,9 @@ class GroupTarget(Target):
         self.path = BRIDGE_PATH if spec is None else f"{BRIDGE_PATH}/{spec.name}"
         self.listeners: set[Listener] = set()
         self.tools: list[CatalogTool] = []
-        self.catalog_hash = hash(())
+        self._listed_from: list[tuple[str, str | None, JsonObject]] = []
+        """What the list its listeners last heard of was made of: each tool's slot, name here and provider's
+        dict (held, so compared by identity: the catalog keeps a provider's dict while it lists the same)."""
 
     # -- description ----------------------------------------------------------------------------
 
@@ -334,6 +353,13 @@ class GroupTarget(Target):
             return False
         return self.group is None or self.group in tool.enabled_groups
 
+    def would_list(self, slot: str, tool: str) -> bool:
+        """Whether this endpoint lists `tool` of `slot` whenever that slot is ready (its group, or for /mcp
+        any enabled group, includes it)."""
+        if self.spec is not None:
+            return self.spec.has_slot(slot) and self.spec.has_tool(tool)
+        return any(spec.enabled and spec.has_slot(slot) and spec.has_tool(tool) for spec in self.catalog.specs)
+
     def covers(self, slot: str) -> bool:
         """Whether this endpoint serves tools of `slot` (its group, or for /mcp any enabled group, names it)."""
         if self.spec is not None:
@@ -343,11 +369,16 @@ class GroupTarget(Target):
     def refresh(self, noticed: bool = False) -> None:
         """Take the catalog's new entries; tell listeners when this endpoint's list changed or `noticed`."""
         tools = [tool for tool in self.catalog._tools if self.includes(tool)]
-        # An entry is a new object whenever what it lists changed (the catalog keeps unchanged ones).
-        new_hash = hash(tuple(id(tool) for tool in tools))
+        # Compared by what the listed tools are made of, not by entry: a reload makes every entry anew.
+        listed_from = [(tool.slot, tool.name, tool.tool) for tool in tools]
+        before = self._listed_from
         self.tools = tools
-        if new_hash != self.catalog_hash or noticed:
-            self.catalog_hash = new_hash
+        changed = len(listed_from) != len(before) or any(
+            slot != old_slot or name != old_name or source is not old_source
+            for (slot, name, source), (old_slot, old_name, old_source) in zip(listed_from, before, strict=True)
+        )
+        if changed or noticed:
+            self._listed_from = listed_from
             message = notification("notifications/tools/list_changed")
             for listener in list(self.listeners):
                 listener.deliver(message)
@@ -380,6 +411,10 @@ class GroupTarget(Target):
             view = self.catalog.view(ctx.principal, self.group)
             return builtin_tools.call(name, params.get("arguments"), view)
         tool = self.catalog.by_name.get(name)
+        if tool is None:
+            offline = self.catalog.offline(ctx.principal, name, self)
+            if offline is not None:
+                raise offline
         if tool is None or not self.includes(tool) or not self.catalog.may_call(ctx.principal, tool.slot):
             # The same answer for a tool the caller may not call as for an unknown one.
             raise errors.unknown_tool(str(name), self.path)
@@ -388,9 +423,10 @@ class GroupTarget(Target):
             # Decided (and recorded) as on the slot itself, answered as an unknown tool; before the slot's
             # connection and rate limit are looked at, so neither tells the caller the tool exists.
             return await governed.call(governance, ctx, tool.slot, tool.tool, params, self.path, _never_forwarded)
-        session = self.catalog.registry.slots[tool.slot].live
+        catalog = self.catalog
+        session = catalog.registry.slots[tool.slot].live
         if session is None:
-            raise errors.not_connected(tool.slot)
+            raise not_connected(catalog.registry, tool.slot, ctx.principal, catalog.may_call, catalog.metrics)
         limiter = self.catalog.rate_limiter
         if limiter is not None:
             limited = limiter.admit(slot=tool.slot)

@@ -3,7 +3,8 @@
 Pure: a CatalogView in (what one caller may see at one endpoint), one page out. Topics: overview
 (what is here, which group for which job, how names work), groups (every configured group and its
 state), a group name (its tools and when to use each), a tool name (its description, arguments,
-result and when to use it). Identical tools of several slots (ten pumps) are described once, with
+result and when to use it; for an own name that different tools of several slots share, each of them
+with the names to call it by). Identical tools of several slots (ten pumps) are described once, with
 every name they can be called by.
 """
 
@@ -227,8 +228,15 @@ def _state(group: GroupView) -> str:
     spec = group.spec
     if spec.enabled:
         return "enabled" + (f" ({spec.enabled_by})" if spec.enabled_by != "config" else "")
-    how = f"{spec.toggle}=true" if spec.enabled_by == "config" else f"{spec.enabled_by} unset or true"
-    return f"disabled ({how}, or enabled = true under [groups.{spec.name}], then restart the gateway)"
+    if spec.enabled_by == "config":
+        how = (
+            f"enabled = true under [groups.{spec.name}], then `mcp-gateway reload`; or {spec.toggle}=true in the "
+            "gateway's environment, then a restart"
+        )
+    else:
+        # The variable wins over the file at every reload, and a reload keeps the environment the gateway started with.
+        how = f"by {spec.enabled_by}: unset it or set it to true, then restart the gateway"
+    return f"disabled ({how})"
 
 
 def page_groups(view: CatalogView) -> str:
@@ -338,22 +346,14 @@ def page_overview(view: CatalogView) -> str:
         lines += [
             "Disabled groups (not served): "
             + ", ".join(f"`{group.spec.name}`" for group in disabled)
-            + ". An operator enables one with enabled = true under [groups.<name>] or MCP_GROUP_<NAME>=true, "
-            "then restarts the gateway.",
+            + ". An operator enables one with enabled = true under [groups.<name>] and `mcp-gateway reload` (no "
+            "restart), or with MCP_GROUP_<NAME>=true in the gateway's environment and a restart; `guidance` with "
+            "topic groups says which applies to each.",
             "",
         ]
     if here:
         lines += ["## Tools here", "", *_tool_entries(here, view, MAX_LISTED), ""]
-    outside = sorted({tool.slot for tool in view.tools if tool.name is None})
-    if outside:
-        lines += [
-            "## Slots in no enabled group",
-            "",
-            "Their tools are not listed here; `search` finds them, and each slot is its own MCP server:",
-            "",
-            *(f"- `{slot}`: {view.slot_url(slot)}" for slot in outside),
-            "",
-        ]
+    lines += _outside_groups(view)
     lines += [
         "## How to work",
         "",
@@ -367,15 +367,80 @@ def page_overview(view: CatalogView) -> str:
     return "\n".join(lines)
 
 
+def _outside_groups(view: CatalogView) -> list[str]:
+    """The slots none of whose tools an enabled group lists, then those only some of whose tools it lists."""
+    totals: dict[str, int] = {}
+    outside: dict[str, int] = {}
+    for tool in view.tools:
+        totals[tool.slot] = totals.get(tool.slot, 0) + 1
+        if tool.name is None:
+            outside[tool.slot] = outside.get(tool.slot, 0) + 1
+    nowhere = sorted(slot for slot, count in outside.items() if count == totals[slot])
+    partly = sorted(slot for slot, count in outside.items() if count < totals[slot])
+    lines: list[str] = []
+    if nowhere:
+        lines += [
+            "## Slots in no enabled group",
+            "",
+            "Their tools are not listed here; `search` finds them, and each slot is its own MCP server:",
+            "",
+            *(f"- `{slot}`: {view.slot_url(slot)}" for slot in nowhere),
+            "",
+        ]
+    if partly:
+        lines += [
+            "## Slots with some tools outside every enabled group",
+            "",
+            "Some tools of these slots are in no enabled group, so no group endpoint lists them; `search` finds "
+            "them, and each slot's own MCP server has all its tools:",
+            "",
+            *(
+                f"- `{slot}`: {outside[slot]} of {plural(totals[slot], 'tool')} outside, at {view.slot_url(slot)}"
+                for slot in partly
+            ),
+            "",
+        ]
+    return lines
+
+
+def page_same_name(topic: str, bunches: list[list[CatalogTool]], view: CatalogView) -> str:
+    """Several slots have different tools called `topic`: each with its names, to pick one by."""
+    lines = [
+        f"# `{topic}`: several different tools",
+        "",
+        f"Tools named `{topic}` on {plural(len({tool.slot for bunch in bunches for tool in bunch}), 'slot')} are "
+        "not the same tool. Call the one you mean by its full name; `guidance` with that name gives its "
+        "arguments and result.",
+        "",
+    ]
+    for bunch in bunches:
+        slots = ", ".join(tool.slot for tool in bunch)
+        summary = first_sentence(bunch[0].description) or "no description."
+        lines.append(f"- on {slots}: {summary} Call as {', '.join(_name_to_call(tool, view) for tool in bunch)}.")
+    return "\n".join(lines)
+
+
+def _name_to_call(tool: CatalogTool, view: CatalogView) -> str:
+    if view.callable_here(tool):
+        return f"`{tool.name}`"
+    if tool.name is not None:
+        return f"`{tool.name}` at {view.group_url(None)}"
+    return f"`{tool.original}` at {view.slot_url(tool.slot)}"
+
+
 # -- dispatch ------------------------------------------------------------------------------------
 
 
-def find_tool(topic: str, view: CatalogView) -> CatalogTool | None:
-    """A tool by its /mcp name, else by its own name (preferring one callable at this endpoint)."""
+def find_tool(topic: str, view: CatalogView) -> CatalogTool | list[list[CatalogTool]] | None:
+    """A tool by its /mcp name, else by its own name (preferring one callable at this endpoint); when
+    different tools of several slots have that own name, every one of them, bunched by description."""
     for tool in view.tools:
         if tool.name == topic:
             return tool
     named = [tool for tool in view.tools if tool.original == topic]
+    bunches = _distinct(named)
+    if len(bunches) > 1:
+        return bunches
     here = [tool for tool in named if view.callable_here(tool)]
     candidates = here or named
     return candidates[0] if candidates else None
@@ -390,9 +455,11 @@ def render(topic: str, view: CatalogView) -> str | None:
     group = view.group(topic)
     if group is not None:
         return page_group(group, view)
-    tool = find_tool(topic, view)
-    if tool is not None:
-        return page_tool(tool, view)
+    found = find_tool(topic, view)
+    if isinstance(found, list):
+        return page_same_name(topic, found, view)
+    if found is not None:
+        return page_tool(found, view)
     return None
 
 
