@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     import aiohttp
 
 
+TOKEN_VARIABLE = "MCP_GATEWAY_TOKEN"
+"""Where the commands read a client token when --token-file is not given (gateway.config.ENV_CLIENT_TOKEN,
+which this module may not import)."""
+
+
 class GatewayCallError(Exception):
     """The gateway answered with a JSON-RPC error or an HTTP failure; the message says which."""
 
@@ -227,14 +232,28 @@ class GatewayClient:
                 error = decoded.get("error") if isinstance(decoded, dict) else None
                 if response.status >= 400 and not isinstance(error, dict):
                     # Not a JSON-RPC error: a refusal before routing (authentication, origin, limits).
+                    hint = f"\n{self._token_hint()}" if response.status == 401 else ""
                     if isinstance(error, str):
                         raise GatewayCallError(
-                            f"HTTP {response.status} {error}: {decoded.get('error_description', '')}"
+                            f"HTTP {response.status} {error}: {decoded.get('error_description', '')}{hint}"
                         )
-                    raise GatewayCallError(f"HTTP {response.status}: {decoded}")
+                    raise GatewayCallError(f"HTTP {response.status}: {decoded}{hint}")
                 return decoded
         except aiohttp.ClientConnectionError as exc:
             raise GatewayCallError(f"cannot reach the gateway at {self.url}: {exc}") from exc
+
+    def _token_hint(self) -> str:
+        """The line added to a 401: how the commands are given a token (the gateway's words name only
+        the Authorization header)."""
+        if self.token:
+            return (
+                f"The client token sent (from --token-file FILE, else the environment variable {TOKEN_VARIABLE}) "
+                "was refused: give one this gateway accepts."
+            )
+        return (
+            "No client token was sent: give one with --token-file FILE (a file holding it) or in the "
+            f"environment variable {TOKEN_VARIABLE}."
+        )
 
     async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         self._next_id += 1

@@ -12,6 +12,12 @@ request signing): each says "not mine", "this caller" or "refused" (verifier.py)
 hold the scopes [auth] required_scopes names for the slot. The caller is stored on the request
 (request_principal.py) for the handlers: sessions belong to the caller that opened them.
 
+Each request calls one OAuth resource: /<slot>/mcp (Streamable HTTP, the raw WebSocket), /<slot>/sse
+(legacy SSE and its message POSTs), /mcp (the tool groups) or /metrics. Without public_url it is named
+back as the client spelled its URL (its Host when that names this gateway, its slot segment), since an
+OAuth client refuses metadata naming another URL (RFC 9728 section 3.3); an access token's audience
+may name it in any spelling on any name of this gateway, and a slot's /mcp and /sse alike.
+
 Refusals follow RFC 6750 and RFC 9728: 401 with `WWW-Authenticate: Bearer resource_metadata="..."`
 (plus error="invalid_token" when a token was sent and is bad), 403 with error="insufficient_scope",
 each with a JSON body that says what to do. No credential is ever logged, echoed or passed on.
@@ -24,7 +30,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import SplitResult, quote, urlsplit
 
 from aiohttp import web
 
@@ -36,6 +42,7 @@ from gateway.core.principal import Principal
 from gateway.http_answers import http_error, json_response
 from gateway.policy.hmac_auth import HmacVerifier
 from gateway.policy.oauth import OAuthVerifier, protected_resource_metadata
+from gateway.policy.origin import LOOPBACK_HOSTS
 from gateway.policy.request_principal import PRINCIPAL_KEY
 from gateway.policy.static_tokens import StaticTokenVerifier
 from gateway.policy.verifier import AuthFailure, Endpoint, Verifier, bearer_token
@@ -50,6 +57,17 @@ WELL_KNOWN_PREFIX = "/.well-known/"
 METADATA_PREFIX = "/.well-known/oauth-protected-resource"
 REALM = "mcp-gateway"
 RETRY_AFTER_S = 5
+SSE_SEGMENT = "sse"
+LEGACY_SSE_SEGMENTS = frozenset({SSE_SEGMENT, "messages"})
+"""The legacy HTTP+SSE paths of a slot (GET /<slot>/sse, POST /<slot>/messages): one resource, /<slot>/sse."""
+RESOURCE_SEGMENTS = frozenset({"mcp", SSE_SEGMENT})
+"""How a slot's resources end: /<slot>/mcp (Streamable HTTP, the raw WebSocket) and /<slot>/sse (legacy SSE)."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
+MAX_ORIGINS = 64
+"""Host headers remembered with the origin they give (a few names reach one gateway; any may arrive)."""
+SEGMENT_AS_SENT = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+")
+"""An RFC 3986 path segment: named back to the client as it sent it (it cannot break a quoted header value)."""
+HOST_AS_SENT = re.compile(r"(?:[A-Za-z0-9.\-_]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 
 VerifierFactory = Callable[[GatewayConfig, Metrics], Verifier | None]
 
@@ -95,6 +113,39 @@ def path_slot(raw_path: str) -> str | None:
     return decode_path_segment(segment) if segment else None
 
 
+def slot_resource_path(raw_path: str) -> tuple[str | None, str]:
+    """The slot a client path calls and the path of its resource, spelled as the client spelled the slot.
+
+    /pump-1/mcp, the raw WebSocket at /pump-1 and any other path under /pump-1 call the resource
+    /pump-1/mcp; /pump-1/sse and /pump-1/messages call /pump-1/sse. The slot's segment stays as sent
+    (/line2:pump-1/mcp is not rewritten /line2%3Apump-1/mcp) when it is a plain RFC 3986 segment, since
+    an OAuth client checks that the resource it is told about is the URL it used (RFC 9728 section 3.3).
+    A path naming no slot gives (None, "/")."""
+    first, _, rest = raw_path[1:].partition("/")
+    if not first:
+        return None, "/"
+    slot = decode_path_segment(first)
+    spelled = first if SEGMENT_AS_SENT.fullmatch(first) else quote(slot, safe="", errors="surrogateescape")
+    legacy = bool(rest) and "/" not in rest and decode_path_segment(rest) in LEGACY_SSE_SEGMENTS
+    return slot, f"/{spelled}/{SSE_SEGMENT if legacy else 'mcp'}"
+
+
+def resource_key(path: str) -> tuple[str, str] | None:
+    """Which endpoint a resource path names, however it is spelled: ("slot", name) for /<slot>/mcp and
+    /<slot>/sse alike (one token serves both transports of a slot), ("bridge", "") for /mcp and the paths
+    it serves, ("metrics", "") for /metrics; None for a path that is no resource of this gateway."""
+    if path == METRICS_PATH:
+        return ("metrics", "")
+    if is_bridge_path(path):
+        return ("bridge", "")
+    segments = path.split("/")
+    if len(segments) != 3 or segments[0] or not segments[1]:
+        return None
+    if decode_path_segment(segments[2]) not in RESOURCE_SEGMENTS:
+        return None
+    return ("slot", decode_path_segment(segments[1]))
+
+
 class RequiredScopes:
     """[auth] required_scopes: an exact key wins, else the first matching pattern in file order."""
 
@@ -116,6 +167,19 @@ class RequiredScopes:
             if pattern.match(slot):
                 return pattern_scopes
         return ()
+
+    def supported(self, endpoint: Endpoint) -> tuple[str, ...]:
+        """The scopes a client should ask for to use `endpoint` fully: its metadata's scopes_supported.
+
+        A slot's, `_broker`'s and /metrics' are their own required scopes. `_all` and the tool groups
+        (`_mcp`) serve the tools of every slot whose scopes the caller holds, so theirs are their own
+        plus those of every slot the configuration names (keys not starting with "_", patterns
+        included): which slots they serve changes at run time (a board connects, a group's pattern
+        matches a new slot), and the configuration is what is known ahead."""
+        if endpoint.slot not in (ALL_SLOT, BRIDGE_TARGET):
+            return endpoint.required_scopes
+        every_slot = (scope for key, scopes in self.exact.items() if not key.startswith("_") for scope in scopes)
+        return tuple(sorted({*endpoint.required_scopes, *every_slot}))
 
 
 # -- answers -----------------------------------------------------------------------------------------
@@ -167,6 +231,13 @@ def refusal(failure: AuthFailure, endpoint: Endpoint) -> web.Response:
     return response
 
 
+def own_names(config: GatewayConfig) -> frozenset[str]:
+    """The host names a client may reach this gateway at without public_url, as the Host check accepts
+    them: the loopback names, the bind address and allowed_hosts (lower case, IPv6 without brackets)."""
+    names = (*LOOPBACK_HOSTS, *config.allowed_hosts, config.host)
+    return frozenset(name.strip().strip("[]").lower() for name in names)
+
+
 def resource_name(slot: str | None) -> str:
     if slot is None:
         return "mcp-gateway metrics"
@@ -191,6 +262,9 @@ class ClientAuth:
         self.oauth = config.auth.oauth
         self.required = RequiredScopes(config.auth.required_scopes)
         self._base: tuple[int | None, str] | None = None
+        self._origins: dict[str, str] = {}
+        self.names = own_names(config)
+        self._install_audience_rule()
 
     @classmethod
     def from_config(
@@ -211,8 +285,16 @@ class ClientAuth:
         self.verifiers = verifiers
         self.oauth = config.auth.oauth
         self.required = RequiredScopes(config.auth.required_scopes)
+        self.names = own_names(config)
+        self._origins = {}
+        self._install_audience_rule()
         self.gateway.aggregate.slot_scopes = self.required.for_slot
         self.gateway.groups.slot_scopes = self.required.for_slot
+
+    def _install_audience_rule(self) -> None:
+        for verifier in self.verifiers:
+            if isinstance(verifier, OAuthVerifier):
+                verifier.audience_matches = self.same_resource
 
     # -- what a request calls ------------------------------------------------------------------
 
@@ -220,23 +302,94 @@ class ClientAuth:
         port = self.gateway.bound_port
         if self._base is None or self._base[0] != port:
             self._base = (port, self.gateway.base_url())
+            self._origins = {}
         return self._base[1]
 
-    def endpoint(self, slot: str | None, *, metrics: bool = False, bridge: bool = False) -> Endpoint:
+    def port(self) -> int:
+        port = self.gateway.bound_port
+        return port if port is not None else self.config.port
+
+    def origin(self, request: web.Request) -> str:
+        """The scheme and authority of the resources a request is told about: public_url when configured
+        (behind a proxy, clients use that); else the Host the client used when it names this gateway (a
+        loopback name, the bind address or an allowed_hosts entry) on the port it listens on; else the
+        canonical base URL."""
         base = self.base_url()
-        scopes: tuple[str, ...]
-        if metrics:
-            path, scopes = METRICS_PATH, (METRICS_SCOPE,)
-        elif bridge:
-            # /mcp, /mcp/<group>, /groups, /mcp-servers: one resource (an OAuth token for /mcp serves them
-            # all), the scopes of required_scopes key "_mcp"; each group still filters by slot scopes.
-            slot, path, scopes = BRIDGE_TARGET, BRIDGE_PATH, self.required.for_slot(BRIDGE_TARGET)
-        elif slot is not None:
-            path, scopes = f"/{quote(slot, safe='', errors='surrogateescape')}/mcp", self.required.for_slot(slot)
+        host = request.headers.get("Host")
+        if self.config.public_url or host is None:
+            return base
+        origin = self._origins.get(host)
+        if origin is None:
+            origin = self._origin_of(host) or base
+            if len(self._origins) >= MAX_ORIGINS:
+                self._origins.clear()
+            self._origins[host] = origin
+        return origin
+
+    def _origin_of(self, host: str) -> str | None:
+        if not HOST_AS_SENT.fullmatch(host):
+            return None
+        scheme = self.config.scheme
+        url = urlsplit(f"{scheme}://{host}")
+        if not self.on_this_listener(url, scheme):
+            return None
+        return f"{scheme}://{host.lower()}"
+
+    def on_this_listener(self, url: SplitResult, scheme: str) -> bool:
+        """Whether `url`'s host is a name of this gateway and its port the one it listens on."""
+        try:
+            port = url.port
+        except ValueError:
+            return False
+        return url.hostname in self.names and (port or DEFAULT_PORTS[scheme]) == self.port()
+
+    def same_resource(self, audience: str, resource: str) -> bool:
+        """Whether an access token's audience names the endpoint whose resource is `resource` (OAuthVerifier).
+
+        With public_url: a URL of the public origin (scheme, host and port) whose path names the same
+        endpoint. Without: the gateway's scheme, a name of this gateway (as for the Host check) and the
+        port it listens on, and a path naming the same endpoint in any spelling (%3A or :, a slot's /mcp
+        or its /sse). Nothing else: not another slot, port, host or scheme, nor a query or a user."""
+        if "?" in audience or "#" in audience:
+            return False
+        aud = urlsplit(audience)
+        if aud.username is not None or aud.password is not None:
+            return False
+        public = self.config.public_url
+        if public:
+            base = urlsplit(self.base_url())
+            try:
+                same_origin = (aud.hostname, aud.port or DEFAULT_PORTS.get(aud.scheme, 0)) == (
+                    base.hostname,
+                    base.port or DEFAULT_PORTS[base.scheme],
+                )
+            except ValueError:
+                return False
+            if aud.scheme.lower() != base.scheme or not same_origin:
+                return False
+            prefix = base.path.rstrip("/")
         else:
-            path, scopes = "/", ()
-        metadata = f"{base}{METADATA_PREFIX}{path}" if self.oauth is not None and path != "/" else None
-        return Endpoint(slot=slot, resource=f"{base}{path}", metadata_url=metadata, required_scopes=scopes)
+            if aud.scheme.lower() != self.config.scheme or not self.on_this_listener(aud, self.config.scheme):
+                return False
+            prefix = ""
+        if not aud.path.startswith(prefix + "/"):
+            return False
+        key = resource_key(aud.path[len(prefix) :])
+        return key is not None and key == resource_key(urlsplit(resource).path[len(prefix) :])
+
+    def endpoint(self, slot: str | None, path: str, origin: str | None = None) -> Endpoint:
+        """The endpoint of `slot` (None for /metrics and paths naming none) whose resource has `path`
+        (/pump-1/mcp, /pump-1/sse, /mcp for the tool groups, /metrics), at `origin` (default: the base URL)."""
+        origin = origin or self.base_url()
+        scopes: tuple[str, ...]
+        if path == METRICS_PATH:
+            scopes = (METRICS_SCOPE,)
+        elif slot is not None:
+            scopes = self.required.for_slot(slot)
+        else:
+            scopes = ()
+        metadata = f"{origin}{METADATA_PREFIX}{path}" if self.oauth is not None and path != "/" else None
+        return Endpoint(slot=slot, resource=f"{origin}{path}", metadata_url=metadata, required_scopes=scopes)
 
     # -- the entry-gate check ------------------------------------------------------------------
 
@@ -244,10 +397,15 @@ class ClientAuth:
         """What `request` calls, as authentication sees it; None for a path that needs no caller."""
         path = request.rel_url.raw_path
         if path == METRICS_PATH and request.method in OPEN_METHODS:
-            return self.endpoint(None, metrics=True)
-        if is_client_path(path, request.method):
-            return self.endpoint(None, bridge=True) if is_bridge_path(path) else self.endpoint(path_slot(path))
-        return None
+            return self.endpoint(None, METRICS_PATH, self.origin(request))
+        if not is_client_path(path, request.method):
+            return None
+        if is_bridge_path(path):
+            # /mcp, /mcp/<group>, /groups, /mcp-servers: one resource (an OAuth token for /mcp serves them
+            # all), the scopes of required_scopes key "_mcp"; each group still filters by slot scopes.
+            return self.endpoint(BRIDGE_TARGET, BRIDGE_PATH, self.origin(request))
+        slot, resource_path = slot_resource_path(path)
+        return self.endpoint(slot, resource_path, self.origin(request))
 
     async def check(self, request: web.Request) -> web.StreamResponse | None:
         endpoint = self.request_endpoint(request)
@@ -342,41 +500,35 @@ class ClientAuth:
         return [web.get(METADATA_PREFIX + r"/{tail:[\s\S]*}", self.metadata)]
 
     async def metadata(self, request: web.Request) -> web.Response:
+        """RFC 9728 metadata at /.well-known/oauth-protected-resource<resource path> (path insertion), for
+        every spelling of a resource path the gateway serves, naming it as the client spelled it."""
         assert self.oauth is not None
         tail = request.rel_url.raw_path[len(METADATA_PREFIX) :]
+        origin = self.origin(request)
         if tail == METRICS_PATH:
-            endpoint = self.endpoint(None, metrics=True)
-            return json_response(
-                protected_resource_metadata(
-                    endpoint.resource, self.oauth, endpoint.required_scopes, resource_name(None)
+            endpoint = self.endpoint(None, METRICS_PATH, origin)
+        elif is_bridge_path(tail):  # /mcp, /mcp/<group>, /groups, /mcp-servers: one resource, <base>/mcp
+            endpoint = self.endpoint(BRIDGE_TARGET, BRIDGE_PATH, origin)
+        else:
+            parts = tail.split("/")
+            if not (len(parts) == 3 and parts[0] == "" and parts[1] and parts[2] in RESOURCE_SEGMENTS):
+                return http_error(
+                    404,
+                    "not_found",
+                    f"Protected-resource metadata lives at {METADATA_PREFIX}/<slot>/mcp and "
+                    f"{METADATA_PREFIX}/<slot>/sse (and {METADATA_PREFIX}/mcp, {METADATA_PREFIX}/metrics).",
                 )
-            )
-        if is_bridge_path(tail):  # /mcp, /mcp/<group>, /groups, /mcp-servers: one resource, <base>/mcp
-            endpoint = self.endpoint(None, bridge=True)
-            return json_response(
-                protected_resource_metadata(
-                    endpoint.resource, self.oauth, endpoint.required_scopes, resource_name(BRIDGE_TARGET)
-                )
-            )
-        parts = tail.split("/")
-        if len(parts) == 3 and parts[0] == "" and parts[1] and parts[2] == "mcp":
-            slot = decode_path_segment(parts[1])
+            slot, path = slot_resource_path(tail)
             try:
                 if slot not in (ALL_SLOT, BROKER_SLOT):
-                    check_slot_name(slot)
+                    check_slot_name(slot or "")
             except SlotNameError as exc:
                 return http_error(404, "unknown_slot", str(exc))
-            endpoint = self.endpoint(slot)
-            return json_response(
-                protected_resource_metadata(
-                    endpoint.resource, self.oauth, endpoint.required_scopes, resource_name(slot)
-                )
+            endpoint = self.endpoint(slot, path, origin)
+        return json_response(
+            protected_resource_metadata(
+                endpoint.resource, self.oauth, self.required.supported(endpoint), resource_name(endpoint.slot)
             )
-        return http_error(
-            404,
-            "not_found",
-            f"Protected-resource metadata lives at {METADATA_PREFIX}/<slot>/mcp (and {METADATA_PREFIX}/mcp, "
-            f"{METADATA_PREFIX}/metrics).",
         )
 
     # -- life cycle and posture ----------------------------------------------------------------

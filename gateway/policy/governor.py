@@ -49,6 +49,20 @@ MAX_SUBJECT_CACHE = 4096
 """Callers whose subject strings are kept; emptied when full (a principal is a few strings)."""
 MAX_UNKNOWN_NAME = 128
 """Longest unknown tool name recorded as the caller sent it; a longer one is cut (a tool name is at most 128)."""
+CLIENT_SUBJECT_KINDS = ("client:", "token:", "service:")
+"""Which subject names a caller's client in the audit trail, first found first (see client_id_of)."""
+
+
+def client_id_of(subjects: frozenset[str]) -> str | None:
+    """The audit trail's client_id of a caller known by `subjects`: the OAuth client its access token was
+    issued to (client:<azp or client_id>), else the name of its static token (token:<name>) or of the key
+    that signed its request (service:<name>, the stdio bridge); None for the anonymous caller, an access
+    token that names no client, and a provider asking for its own work."""
+    for kind in CLIENT_SUBJECT_KINDS:
+        for subject in sorted(subjects):
+            if subject.startswith(kind):
+                return subject[len(kind) :]
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +225,7 @@ class Governor:
         decision = policy.decide(Ask(subjects, slot, "tools/call", name, call.hint))
         record = DecisionRecord(
             principal=sorted(subjects),
+            client_id=client_id_of(subjects),
             transport=call.via,
             slot=slot,
             resource=decision.resource,
@@ -336,6 +351,7 @@ class Governor:
         quoted = orjson.dumps(name).decode()  # a trailing space or a control character stays visible
         return DecisionRecord(
             principal=sorted(subjects),
+            client_id=client_id_of(subjects),
             transport=via,
             slot=slot,
             resource=self.policy.resource_of(slot),

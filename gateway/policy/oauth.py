@@ -3,8 +3,9 @@
 A token is accepted when its signature verifies with a key from the configured JWKS (fetched over
 HTTP with aiohttp, or read from a file), with an accepted public-key algorithm, and its claims hold:
 `iss` is the configured issuer, `exp` and `nbf` are in range (with leeway), `sub` names the caller,
-and `aud` is the canonical URL of the endpoint called (`<base>/<slot>/mcp`, RFC 8707), so a token
-obtained for pump-1 does not open pump-2. Scopes come from `scope` (space-separated) or `scp` (list).
+and `aud` names the endpoint called (`<base>/<slot>/mcp`, RFC 8707; which spellings of it count is the
+authentication step's rule, installed as `audience_matches`), so a token obtained for pump-1 does not
+open pump-2. Scopes come from `scope` (space-separated) or `scp` (list).
 
 The key set is fetched at start, again every `jwks_refresh_s`, and when a token names a key id the
 set does not hold (key rotation). That last refetch happens at most once per `jwks_refetch_min_s`
@@ -21,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +50,8 @@ RETRY_AFTER_FAILURE_S = 30.0
 MAX_CANDIDATE_KEYS = 8
 """A token without a key id is tried against at most this many keys of its algorithm."""
 MAX_SUBJECT_CHARS = 256
+MAX_AUDIENCES = 32
+"""Audiences of one access token looked at; a longer `aud` array is judged by its first ones."""
 
 RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
 EC_ALGORITHMS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
@@ -167,13 +171,27 @@ def protected_resource_metadata(
     resource: str, settings: OAuthConfig, scopes: tuple[str, ...], resource_name: str
 ) -> dict[str, Any]:
     """RFC 9728 protected-resource metadata of one endpoint."""
-    return {
+    metadata: dict[str, Any] = {
         "resource": resource,
         "authorization_servers": list(settings.authorization_servers or [settings.issuer]),
-        "scopes_supported": list(scopes),
-        "bearer_methods_supported": ["header"],
-        "resource_name": resource_name,
     }
+    if scopes:
+        # Absent rather than []: a client asks for the scopes listed here, and an empty list would make
+        # it ask for none (RFC 9728 makes the field optional).
+        metadata["scopes_supported"] = list(scopes)
+    metadata["bearer_methods_supported"] = ["header"]
+    metadata["resource_name"] = resource_name
+    return metadata
+
+
+def audiences_of(claims: dict[str, Any]) -> list[str]:
+    """The `aud` claim as a list (RFC 7519: one string or an array of strings); [] when it is neither."""
+    audience = claims.get("aud")
+    if isinstance(audience, str):
+        return [audience]
+    if isinstance(audience, list) and all(isinstance(item, str) for item in audience):
+        return audience[:MAX_AUDIENCES]
+    return []
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -317,6 +335,10 @@ class OAuthVerifier:
     def __init__(self, settings: OAuthConfig, metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.keys = JwksCache(settings, metrics, clock)
+        self.audience_matches: Callable[[str, str], bool] = operator.eq
+        """Whether one `aud` value names the endpoint whose canonical resource is the second argument.
+        Exact equality unless the authentication step installs the gateway's rule (client_auth.py: any
+        spelling of the same endpoint on a name of this gateway, a slot's /mcp and /sse alike)."""
 
     @classmethod
     def from_config(cls, config: GatewayConfig, metrics: Metrics) -> OAuthVerifier | None:
@@ -378,10 +400,10 @@ class OAuthVerifier:
                     token,
                     key.key,
                     algorithms=[alg],
-                    audience=audience,
                     issuer=self.settings.issuer,
                     leeway=self.settings.leeway_s,
-                    options={"require": ["exp", "iss", "aud", "sub"]},
+                    # The audience is checked below, by audience_matches rather than by string equality.
+                    options={"require": ["exp", "iss", "aud", "sub"], "verify_aud": False},
                 )
             except jwt.InvalidSignatureError as exc:
                 failure = failure_for(exc, self.settings, audience)
@@ -391,6 +413,8 @@ class OAuthVerifier:
             except (TypeError, ValueError):
                 failure = AuthFailure("invalid", "The access token is not valid.")
                 continue
+            if not any(self.audience_matches(item, audience) for item in audiences_of(claims)):
+                return failure_for(jwt.InvalidAudienceError("Audience doesn't match"), self.settings, audience)
             subject = claims.get("sub")
             if not isinstance(subject, str) or not subject:
                 return AuthFailure("invalid", "The access token's subject (sub) is empty.")

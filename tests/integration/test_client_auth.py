@@ -560,7 +560,7 @@ async def test_protected_resource_metadata_per_endpoint(
     metadata_url = headers["WWW-Authenticate"].removeprefix('Bearer resource_metadata="').removesuffix('"')
     assert metadata_url == f"{server.url}/.well-known/oauth-protected-resource/pump%201/mcp"
     cases = {
-        metadata_url: (f"{server.url}/pump%201/mcp", [], 'mcp-gateway slot "pump 1"'),
+        metadata_url: (f"{server.url}/pump%201/mcp", None, 'mcp-gateway slot "pump 1"'),
         f"{server.url}/.well-known/oauth-protected-resource/pump-1/mcp": (
             f"{server.url}/pump-1/mcp",
             ["pump-1"],
@@ -568,8 +568,13 @@ async def test_protected_resource_metadata_per_endpoint(
         ),
         f"{server.url}/.well-known/oauth-protected-resource/_all/mcp": (
             f"{server.url}/_all/mcp",
-            [],
+            ["pump-1"],  # the scopes of the slots it serves (tests/integration/test_oauth_discovery.py)
             "mcp-gateway: every slot in the aggregate (_all)",
+        ),
+        f"{server.url}/.well-known/oauth-protected-resource/pump-1/sse": (
+            f"{server.url}/pump-1/sse",
+            ["pump-1"],
+            'mcp-gateway slot "pump-1"',
         ),
         f"{server.url}/.well-known/oauth-protected-resource/_broker/mcp": (
             f"{server.url}/_broker/mcp",
@@ -583,13 +588,14 @@ async def test_protected_resource_metadata_per_endpoint(
             assert await response.json() == {
                 "resource": resource,
                 "authorization_servers": ["https://auth.plant.test"],
-                "scopes_supported": scopes,
+                # Absent, not [], when the endpoint needs no scope: a client asks for what is listed.
+                **({"scopes_supported": scopes} if scopes is not None else {}),
                 "bearer_methods_supported": ["header"],
                 "resource_name": name,
             }
     async with http.get(f"{server.url}/.well-known/oauth-protected-resource/_bad/mcp") as response:
         assert response.status == 404
-    async with http.get(f"{server.url}/.well-known/oauth-protected-resource/pump-1/sse") as response:
+    async with http.get(f"{server.url}/.well-known/oauth-protected-resource/pump-1/messages") as response:
         assert response.status == 404
 
 

@@ -46,7 +46,7 @@ from gateway.policy.declarations.wire import (
 )
 from gateway.policy.execution.ledger import BudgetLedger
 from gateway.policy.execution.wire import CallerOfRef, reserve_budget, settle_budget
-from gateway.policy.governor import Governor
+from gateway.policy.governor import Governor, client_id_of
 from gateway.policy.rules import Policy
 from gateway.policy.rules.declared import OperatorLimit, compile_declared_limits
 from gateway.telemetry.trace_context import trace_id_of
@@ -283,6 +283,7 @@ class ProviderAuthority:
             details["attributes"] = dict(check.attributes)  # secret-looking keys are masked when stored
         return DecisionRecord(
             principal=sorted(subjects),
+            client_id=client_id_of(subjects),
             transport=AUTHORIZE,
             slot=origin.slot,
             resource=outcome.path or (path[:256] if isinstance(path, str) else ""),
