@@ -91,10 +91,10 @@ class AggregateTarget(Target):
         return {"tools": {"listChanged": True}}
 
     def instructions(self) -> str | None:
-        members = ", ".join(self.members()) or "none yet"
+        # No slot names: every caller gets these, and one without a slot's scopes must not learn it exists.
         return (
             "Tools of every provider that opted in to the aggregate, named <slot>-<tool>. "
-            f"Providers now: {members}. The list changes as providers connect and disconnect; "
+            "The list changes as providers connect and disconnect; "
             "re-read tools/list after notifications/tools/list_changed."
         )
 

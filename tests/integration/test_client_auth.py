@@ -236,6 +236,20 @@ async def test_all_never_bypasses_a_slots_scopes(
         assert {"pump-1-add", "pump-2-add"} <= names
 
 
+async def test_the_handshake_of_all_names_no_slot(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    # Every caller gets the same instructions: naming the members told one without pump-2's scopes that
+    # pump-2 exists, which its unknown-tool answer keeps from it.
+    server = await gateway_factory(auth=static_auth())
+    await publishers.start(server, "pump-1", demo_server("one"), aggregate=True)
+    await publishers.start(server, "pump-2", demo_server("two"), aggregate=True)
+    await wait_for(lambda: len(server.gateway.aggregate.members()) == 2, what="both pumps in _all")
+    status, _, answer = await post(http, f"{server.url}/_all/mcp", headers=bearer(SCADA))
+    assert status == 200
+    assert "pump-2" not in orjson.dumps(answer).decode()
+
+
 @pytest.mark.parametrize("mode", [SESSION_ERA, STATELESS_ERA])
 async def test_sdk_clients_of_both_eras_call_with_a_static_token(
     gateway_factory: GatewayFactory, publishers: Publishers, mode: str
