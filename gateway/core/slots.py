@@ -47,6 +47,10 @@ class UpstreamManager(Protocol):
         """What the manager knows (process, restarts, stderr tail, ...), present whether or not a link is up."""
         ...
 
+    def absence(self) -> str:
+        """Why the slot has no provider yet, for its callers: who starts or reaches it, and the last failure."""
+        ...
+
 
 class SlotRefused(Exception):
     """A provider may not have this slot; `reason` fits a close frame, `code` an error envelope."""
@@ -78,6 +82,8 @@ class Slot:
     upstream: UpstreamState = field(default_factory=UpstreamState)
     vacant_since: float = field(default_factory=time.monotonic)
     """Monotonic time the slot last lost its provider (or, never held, was first asked for)."""
+    manager: UpstreamManager | None = None
+    """Who runs its provider when it is a configured upstream (see Registry.manage)."""
 
     @property
     def live(self) -> ProviderSession | None:
@@ -89,10 +95,10 @@ class Slot:
 
         `managed`: the gateway runs the slot's provider itself (a stdio or remote upstream)."""
         if self.connects == 0:
+            if managed and self.manager is not None:
+                return self.manager.absence()
             if managed:
-                return (
-                    "its provider, which the gateway starts itself, has not connected yet (provider_status on _broker)"
-                )
+                return "its provider, which the gateway runs itself, has not connected yet (provider_status on _broker)"
             if self.declared:
                 return "the slot is declared, but no provider has connected to it yet"
             return "no provider has connected to this slot"
@@ -219,6 +225,7 @@ class SlotRegistry:
         """Reserve `name` for a configured upstream before the gateway listens (so no board claims it)."""
         slot = self.slot(name)
         self.managers[name] = manager
+        slot.manager = manager
         return slot
 
     def unmanage(self, name: str, manager: UpstreamManager) -> None:
@@ -228,6 +235,8 @@ class SlotRegistry:
             return
         del self.managers[name]
         slot = self.slots.get(name)
+        if slot is not None:
+            slot.manager = None
         if slot is not None and slot.session is None:
             slot.vacant_since = time.monotonic()
 

@@ -5,7 +5,8 @@
 
 Start-up faults are decided before the SDK is imported, so a child that exits at once costs little.
 The tools misbehave at run time: crash the process mid-call, print text or an over-long line on
-stdout, flood stderr, report the environment, leave a grandchild process behind.
+stdout, answer with as many bytes as asked, flood stderr, report the environment, leave a grandchild
+process behind.
 """
 
 from __future__ import annotations
@@ -105,6 +106,11 @@ def build_server() -> MCPServer:
         line = text.encode() if not size else b"x" * size
         write_stdout(line + b"\n")
         return "printed"
+
+    @server.tool()
+    def big(size: int) -> str:
+        """Answer with `size` bytes of text (one stdout line longer than a small limits.max_frame_bytes)."""
+        return "y" * size
 
     @server.tool()
     def flood_stderr(lines: int, width: int = 100) -> str:

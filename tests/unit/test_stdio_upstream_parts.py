@@ -12,9 +12,10 @@ import pytest
 import gateway.app
 from gateway.cli import main
 from gateway.config import ConfigError, GatewayConfig, load_config, masked_dump
+from gateway.core.answer_head import HEAD_BYTES, answer_id
 from gateway.core.broker.diagnose import diagnose
 from gateway.core.broker.problems import GatewayView, SlotView
-from gateway.southbound.stdio.link import BASE_ENV, LineSplitter, StderrRing, child_environment
+from gateway.southbound.stdio.link import BASE_ENV, LineSplitter, OversizedLine, StderrRing, child_environment
 
 # -- stdout lines -----------------------------------------------------------------------------
 
@@ -29,12 +30,24 @@ def test_lines_are_split_across_chunks() -> None:
 def test_an_oversized_line_is_dropped_whole_and_the_next_one_kept() -> None:
     splitter = LineSplitter(limit=8)
     assert splitter.feed(b"12345") == []
-    assert splitter.feed(b"6789abc") == []  # over the limit: dropped from here to its newline
+    # Over the limit: dropped from here to its newline, its first bytes given in its place at once.
+    assert splitter.feed(b"6789abc") == [OversizedLine(b"123456789abc")]
     assert splitter.feed(b"def" * 1000) == []
     assert splitter.feed(b"tail\nok\n") == [b"ok"]
     assert splitter.oversized == 1
-    assert splitter.feed(b"12345678\n123456789\n") == [b"12345678"]
+    assert splitter.feed(b"12345678\n123456789\n") == [b"12345678", OversizedLine(b"123456789")]
     assert splitter.oversized == 2
+
+
+def test_an_oversized_line_keeps_only_its_head_in_order_among_the_lines() -> None:
+    splitter = LineSplitter(limit=1000)
+    answer = b'{"jsonrpc":"2.0","id":"brk-7","result":{"text":"' + b"y" * 5000 + b'"}}'
+    lines = splitter.feed(b'{"a":1}\n' + answer[:3000])
+    assert lines[0] == b'{"a":1}'
+    assert lines[1] == OversizedLine(answer[:HEAD_BYTES])
+    assert isinstance(lines[1], OversizedLine) and answer_id(lines[1].head) == "brk-7"
+    assert splitter.feed(answer[3000:] + b"\n" + b'{"b":2}\n') == [b'{"b":2}']
+    assert splitter.oversized == 1
 
 
 # -- stderr tail ------------------------------------------------------------------------------

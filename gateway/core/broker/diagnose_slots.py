@@ -16,6 +16,12 @@ def _stderr_evidence(upstream: Mapping[str, Any], lines: int = 5) -> str:
     return "last stderr lines: " + (" | ".join(tail) if tail else "(none)")
 
 
+def _stdout_oversized_lines(slot: SlotView) -> int:
+    """How many stdout lines of a stdio upstream were dropped for their length (0 for other slots)."""
+    upstream = slot.upstream or {}
+    return int(upstream.get("stdout_oversized_lines") or 0) if upstream.get("kind") == "stdio" else 0
+
+
 def _stdio_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> list[Problem]:
     """A stdio upstream is not a board: its absence is a child that exits, hangs or cannot start."""
     name = slot.name
@@ -305,18 +311,42 @@ def slot_faults(view: GatewayView, slot: SlotView) -> list[Problem]:
                 slot.name,
             )
         )
+    oversized = _stdout_oversized_lines(slot)
     deadlines = counters.get("deadlines", 0)
     if deadlines:
+        # An answer dropped for its size whose id was not at its start leaves its call to the deadline.
+        dropped = (
+            f"; {oversized} stdout line(s) longer than limits.max_frame_bytes were dropped, and an answer "
+            "among them leaves its call waiting until the deadline"
+            if oversized
+            else ""
+        )
         problems.append(
             Problem(
                 "provider.deadlines",
                 "warning",
                 f'Requests to "{slot.name}" ran past their deadline',
                 f"{deadlines} request(s) got no answer within their deadline since start "
-                f"(slot default {slot.request_timeout_ms} ms)",
-                "The provider is slow or drops requests. Check it answers every request id once; for tools that "
+                f"(slot default {slot.request_timeout_ms} ms){dropped}",
+                ("Raise limits.max_frame_bytes first (see upstream.stdout_oversized_lines). " if oversized else "")
+                + "The provider is slow or drops requests. Check it answers every request id once; for tools that "
                 f"legitimately take long set tool_timeouts_ms under [slots.declared.{slot.name}], or raise its "
                 "request_timeout_ms.",
+                slot.name,
+            )
+        )
+    if oversized:
+        bound = (slot.upstream or {}).get("stdout_max_line_bytes")
+        problems.append(
+            Problem(
+                "upstream.stdout_oversized_lines",
+                "warning",
+                f'The stdio upstream "{slot.name}" wrote lines longer than limits.max_frame_bytes',
+                f"{oversized} stdout line(s) over {bound} bytes dropped since start; an answer among them ended "
+                "its call at once with an error naming limits.max_frame_bytes when its id came first in the line, "
+                "else its call waited until the deadline",
+                f"Raise limits.max_frame_bytes (now {bound} bytes) above the largest message the child writes, or "
+                "have its tools answer with less (a page of results, a resource link).",
                 slot.name,
             )
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ssl
 
 import aiohttp
+from aiohttp.http_exceptions import ContentEncodingError
 
 from gateway.policy.ssrf import MAX_REDIRECTS, SsrfRefused, same_origin_url
 from gateway.southbound.remote.auth import Credentials, UpstreamAuthFailed, UpstreamDropped, UpstreamUnreachable
@@ -34,8 +35,31 @@ def connect_failure(exc: BaseException) -> str:
         return f"TLS handshake failed: {exc}"
     if isinstance(exc, TimeoutError):
         return "timed out"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the upstream closed the connection before answering"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"the upstream's answer is not valid HTTP ({exc.message})"  # not a status the server sent
     text = str(exc)
     return text or type(exc).__name__
+
+
+CLOSED_MID_ANSWER = "the upstream closed the connection before the answer was complete"
+STREAM_CLOSED = "the upstream closed the connection"
+
+
+def read_failure(exc: BaseException, closed: str = CLOSED_MID_ANSWER) -> str:
+    """Why reading a body (an answer, an event stream) stopped, in plain words: `closed` when the connection
+    ended early, which aiohttp words as a payload or transfer-encoding error quoting an HTTP status the
+    server never sent."""
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        if isinstance(exc.__cause__, ContentEncodingError):
+            return "the upstream's answer could not be decompressed (its Content-Encoding)"
+        return closed
+    if isinstance(exc, TimeoutError):  # (aiohttp's read timeout is a connection error too)
+        return "timed out waiting for the rest of the answer"
+    if isinstance(exc, aiohttp.ClientConnectionError | ConnectionError):
+        return closed
+    return str(exc) or type(exc).__name__
 
 
 class RemoteHttp:

@@ -16,12 +16,13 @@ from collections.abc import Coroutine
 from typing import Any
 
 from gateway.core import jsonrpc
+from gateway.core.answer_head import answer_id
 from gateway.core.jsonrpc import JsonId, JsonObject
 from gateway.core.link import LinkInfo
 from gateway.core.provider_session import ProviderSession
 from gateway.southbound.remote.auth import UpstreamError
 from gateway.southbound.remote.http import RemoteHttp
-from gateway.southbound.remote.wire import public_url
+from gateway.southbound.remote.wire import public_url, stream_broken, too_large
 
 log = logging.getLogger("gateway.remote")
 
@@ -43,6 +44,8 @@ class RemoteLink:
         self.ended = asyncio.Event()
         self.end_reason = ""
         self.end_error: UpstreamError | None = None
+        self.oversized_messages = 0
+        """Answers and events from the server larger than `max_event_bytes`, dropped unread."""
         self._inbox: list[bytes] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ids = itertools.count(1)
@@ -75,6 +78,23 @@ class RemoteLink:
         request_id = reply.get("id")
         if isinstance(request_id, str | int) and self.is_pending(request_id):
             self.feed_message(reply)
+
+    def skipped_oversized(self, head: str) -> None:
+        """An event over the bound was skipped (`head`: the start of its data): when that shows it answers a
+        pending call, the call ends now with the reason; anything else is only counted."""
+        self.oversized_messages += 1
+        request_id = answer_id(head.encode())
+        if request_id is not None and self.is_pending(request_id):
+            self.answer_if_pending(stream_broken(request_id, self.name, too_large(self.max_event_bytes)))
+            return
+        if self.oversized_messages == 1:
+            log.warning(
+                "remote upstream %s sent a message larger than %d bytes (limits.max_frame_bytes) that answers no "
+                "pending call; dropped (upstream.oversized_messages counts them)",
+                self.name,
+                self.max_event_bytes,
+                extra={"slot": self.name},
+            )
 
     def internal_id(self, what: str) -> str:
         """An id for the link's own requests; never a `brk-<n>` or integer id of the core."""

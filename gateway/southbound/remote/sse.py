@@ -4,7 +4,8 @@
 endpoint must stay on the SSE URL's origin (the SSRF guard), else the link is refused. Messages from
 the core are POSTed there (202); every answer and server message arrives as a `message` event on the
 stream. The server's session lives as long as that stream: when it ends, the link ends, every pending
-call is answered at once, and the upstream's manager connects again with back-off.
+call is answered at once, and the upstream's manager connects again with back-off. An event larger than
+the bound is skipped, not the stream: its call (named at the start of its data) is answered at once.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import aiohttp
 from gateway.core import eras, jsonrpc
 from gateway.policy.ssrf import SsrfRefused, same_origin_url
 from gateway.southbound.remote.auth import UpstreamAuthFailed, UpstreamDropped, UpstreamUnreachable
-from gateway.southbound.remote.http import MAX_ERROR_BODY, RemoteHttp
+from gateway.southbound.remote.http import MAX_ERROR_BODY, STREAM_CLOSED, RemoteHttp, read_failure
 from gateway.southbound.remote.link import RemoteLink
-from gateway.southbound.remote.sse_events import SseEvent, SseTooLarge, read_events
+from gateway.southbound.remote.sse_events import SseEvent, read_events
 from gateway.southbound.remote.wire import ERA_LEGACY_SSE, http_failure, public_url, stream_broken
 
 EVENT_STREAM = "text/event-stream"
@@ -49,7 +50,7 @@ class LegacySseLink(RemoteLink):
                 f"{public_url(self.url)} answered HTTP {response.status} ({kind or 'no body'}), not an SSE stream"
             )
         self._response = response
-        self._events = read_events(response.content.iter_any(), self.max_event_bytes)
+        self._events = read_events(response.content.iter_any(), self.max_event_bytes, skip_oversized=True)
         try:
             self.endpoint = await asyncio.wait_for(self._endpoint(), self.timeout_s)
         except BaseException:
@@ -66,10 +67,13 @@ class LegacySseLink(RemoteLink):
                         return same_origin_url(event.data.strip(), self.url, "SSE endpoint")
                     except SsrfRefused as exc:
                         raise UnsafeEndpoint(str(exc)) from exc
-                if event.event == "message" and event.data:
+                if event.oversized:
+                    self.skipped_oversized(event.data)
+                elif event.event == "message" and event.data:
                     self.feed(event.data.encode())
-        except (aiohttp.ClientError, SseTooLarge) as exc:
-            raise UpstreamUnreachable(f"{public_url(self.url)}: the SSE stream broke: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            why = read_failure(exc, STREAM_CLOSED)
+            raise UpstreamUnreachable(f"{public_url(self.url)}: the SSE stream broke: {why}") from exc
         raise UpstreamUnreachable(f"{public_url(self.url)}: the SSE stream ended before its endpoint event")
 
     async def _read_stream(self) -> None:
@@ -77,10 +81,12 @@ class LegacySseLink(RemoteLink):
         why = "the upstream ended its SSE stream"
         try:
             async for event in self._events:
-                if event.event == "message" and event.data:
+                if event.oversized:
+                    self.skipped_oversized(event.data)  # one answer lost; the session and the stream go on
+                elif event.event == "message" and event.data:
                     self.feed(event.data.encode())
-        except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
-            why = f"the upstream's SSE stream broke: {exc or type(exc).__name__}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            why = f"the upstream's SSE stream broke: {read_failure(exc, STREAM_CLOSED)}"
         finally:
             self._response.release()
         self.lose(why)

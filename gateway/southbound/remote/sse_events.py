@@ -2,13 +2,17 @@
 
 Pure and incremental: bytes in as they arrive, complete events out (the WHATWG event-stream rules:
 CR, LF or CRLF line ends, `field: value` lines, comments starting with ":", an event dispatched at
-a blank line). An event larger than the configured bound is an error rather than unbounded memory.
+a blank line). An event larger than the configured bound never takes unbounded memory: it is an
+error, or (`skip_oversized`) it is skipped to its end and given as an `oversized` event that holds
+only the first HEAD_BYTES of its data, which may name the request it answers.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+
+from gateway.core.answer_head import HEAD_BYTES
 
 
 class SseTooLarge(ValueError):
@@ -21,11 +25,14 @@ class SseEvent:
     data: str = ""
     id: str | None = None
     retry_ms: int | None = None
+    oversized: bool = False
+    """The event was larger than the bound and skipped: `data` is only its first bytes."""
 
 
 class SseDecoder:
-    def __init__(self, max_event_bytes: int) -> None:
+    def __init__(self, max_event_bytes: int, *, skip_oversized: bool = False) -> None:
         self.max_event_bytes = max_event_bytes
+        self.skip_oversized = skip_oversized
         self._buffer = b""
         self._skip_lf = False
         self._event = ""
@@ -33,6 +40,9 @@ class SseDecoder:
         self._data_bytes = 0
         self._id: str | None = None
         self._retry: int | None = None
+        self._skipping = False
+        self._dropped_in_line = False  # while skipping: bytes of the current line were dropped already
+        self._head = ""
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         """Decode what `chunk` completes; incomplete lines wait for the next chunk."""
@@ -50,7 +60,10 @@ class SseDecoder:
                     start = index = index + 1
                     continue
                 self._skip_lf = byte == 0x0D
-                event = self._line(data[start:index].decode("utf-8", errors="replace"))
+                if self._skipping:
+                    event = self._skipped_line(index == start)
+                else:
+                    event = self._line(data[start:index].decode("utf-8", errors="replace"))
                 if event is not None:
                     events.append(event)
                 start = index = index + 1
@@ -58,8 +71,11 @@ class SseDecoder:
             self._skip_lf = False
             index += 1
         self._buffer = data[start:]
-        if len(self._buffer) + self._data_bytes > self.max_event_bytes:
-            raise SseTooLarge(f"an event is larger than {self.max_event_bytes} bytes")
+        if not self._skipping and len(self._buffer) + self._data_bytes > self.max_event_bytes:
+            self._too_large(self._buffer)
+        if self._skipping and self._buffer:
+            self._dropped_in_line = True
+            self._buffer = b""
         return events
 
     def _line(self, line: str) -> SseEvent | None:
@@ -76,13 +92,44 @@ class SseDecoder:
             self._data.append(value)
             self._data_bytes += len(value) + 1
             if self._data_bytes > self.max_event_bytes:
-                raise SseTooLarge(f"an event is larger than {self.max_event_bytes} bytes")
+                self._too_large(b"")
         elif name == "id":
             if "\0" not in value:
                 self._id = value
         elif name == "retry" and value.isdigit():
             self._retry = int(value)
         return None
+
+    def _too_large(self, partial: bytes) -> None:
+        """The event in progress passed the bound (`partial`: the unfinished line that took it over)."""
+        if not self.skip_oversized:
+            raise SseTooLarge(f"an event is larger than {self.max_event_bytes} bytes")
+        parts: list[str] = []
+        size = 0
+        for value in self._data:
+            parts.append(value[:HEAD_BYTES])
+            size += len(parts[-1]) + 1
+            if size >= HEAD_BYTES:
+                break
+        name, colon, value_bytes = partial[: HEAD_BYTES + 6].partition(b":")
+        if size < HEAD_BYTES and name == b"data" and colon:
+            parts.append(value_bytes.removeprefix(b" ").decode("utf-8", errors="ignore"))
+        self._head = "\n".join(parts)[:HEAD_BYTES]
+        self._data = []
+        self._data_bytes = 0
+        self._skipping = True
+        self._dropped_in_line = False
+
+    def _skipped_line(self, empty: bool) -> SseEvent | None:
+        """A line of an event being skipped ended: a blank one ends the event."""
+        if not empty or self._dropped_in_line:
+            self._dropped_in_line = False
+            return None
+        event = SseEvent(self._event or "message", self._head, self._id, None, oversized=True)
+        self._skipping = False
+        self._head = ""
+        self._reset()
+        return event
 
     def _dispatch(self) -> SseEvent | None:
         if not self._data and not self._event:
@@ -99,9 +146,11 @@ class SseDecoder:
         self._retry = None
 
 
-async def read_events(chunks: AsyncIterator[bytes], max_event_bytes: int) -> AsyncIterator[SseEvent]:
+async def read_events(
+    chunks: AsyncIterator[bytes], max_event_bytes: int, *, skip_oversized: bool = False
+) -> AsyncIterator[SseEvent]:
     """Events from an async iterator of body chunks (e.g. aiohttp's `response.content.iter_any()`)."""
-    decoder = SseDecoder(max_event_bytes)
+    decoder = SseDecoder(max_event_bytes, skip_oversized=skip_oversized)
     async for chunk in chunks:
         for event in decoder.feed(chunk):
             yield event

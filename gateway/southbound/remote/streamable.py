@@ -33,7 +33,7 @@ from gateway.core.backoff import Backoff
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.http_body import BodyTooLarge, read_body, read_prefix
 from gateway.southbound.remote.auth import UpstreamAuthFailed, UpstreamDropped, UpstreamError, UpstreamUnreachable
-from gateway.southbound.remote.http import MAX_ERROR_BODY, RemoteHttp
+from gateway.southbound.remote.http import MAX_ERROR_BODY, STREAM_CLOSED, RemoteHttp, read_failure
 from gateway.southbound.remote.link import RemoteLink
 from gateway.southbound.remote.sse_events import SseTooLarge, read_events
 from gateway.southbound.remote.wire import (
@@ -47,6 +47,7 @@ from gateway.southbound.remote.wire import (
     related_to,
     stateless_headers,
     stream_broken,
+    too_large,
 )
 
 log = logging.getLogger("gateway.remote")
@@ -254,7 +255,7 @@ class StreamableHttpLink(RemoteLink):
                 try:
                     body = await read_body(response, self.max_event_bytes)
                 except BodyTooLarge:
-                    raise SseTooLarge(f"the answer is larger than {self.max_event_bytes} bytes") from None
+                    raise SseTooLarge(too_large(self.max_event_bytes)) from None
                 self._from_server(body, request_id, method)
                 return
             if kind == EVENT_STREAM:
@@ -263,8 +264,12 @@ class StreamableHttpLink(RemoteLink):
                         return
                 self.answer_if_pending(stream_broken(request_id, self.name, "the event stream ended without it"))
                 return
-        except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
-            self.answer_if_pending(stream_broken(request_id, self.name, str(exc) or type(exc).__name__))
+        except SseTooLarge:
+            self.oversized_messages += 1
+            self.answer_if_pending(stream_broken(request_id, self.name, too_large(self.max_event_bytes)))
+            return
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.answer_if_pending(stream_broken(request_id, self.name, read_failure(exc)))
             return
         why = "HTTP 202 without a body" if status == 202 else f"unexpected content type {kind or 'none'!r}"
         self.answer_if_pending(stream_broken(request_id, self.name, why))
@@ -357,7 +362,7 @@ class StreamableHttpLink(RemoteLink):
                     try:
                         data = await read(response, self.max_event_bytes)
                     except BodyTooLarge:
-                        raise SseTooLarge(f"the answer is larger than {self.max_event_bytes} bytes") from None
+                        raise SseTooLarge(too_large(self.max_event_bytes)) from None
                     parsed = jsonrpc.parse(data)
                     if parsed.kind is Kind.RESPONSE:
                         return parsed.body, response.headers
@@ -371,7 +376,7 @@ class StreamableHttpLink(RemoteLink):
                             return parsed.body, response.headers
                         self._from_server(event.data.encode(), None)
             except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
-                raise UpstreamDropped(f"{message.get('method')}: {exc or type(exc).__name__}") from exc
+                raise UpstreamDropped(f"{message.get('method')}: {read_failure(exc)}") from exc
             raise UpstreamDropped(f"{message.get('method')}: no answer (HTTP {response.status}, {kind or 'no body'})")
         finally:
             response.release()
@@ -420,7 +425,7 @@ class StreamableHttpLink(RemoteLink):
                                 self._from_server(event.data.encode(), None)
                         self.last_stream_error = "the server ended the GET stream"
                 except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
-                    self.last_stream_error = f"GET stream broke: {exc or type(exc).__name__}"
+                    self.last_stream_error = f"GET stream broke: {read_failure(exc, STREAM_CLOSED)}"
                 finally:
                     response.release()
             if self.ending():

@@ -143,8 +143,16 @@ class RemoteUpstream:
                 await self._task
         link = self.link
         if link is not None and not link.ending():
+            # Through the session when there is one: its pending callers are told `reason`, and the slot
+            # is left free for the manager that follows (a reload's restart), as a stdio child's end does.
+            provider = link.session
+            closing = (
+                provider.close(CLOSE_GOING_AWAY, reason)
+                if provider is not None
+                else link.close(CLOSE_GOING_AWAY, reason)
+            )
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(link.close(CLOSE_GOING_AWAY, reason), 2.0)
+                await asyncio.wait_for(closing, 2.0)
         for session in (self._session, self._guarded):
             if session is not None:
                 await session.close()
@@ -309,6 +317,14 @@ class RemoteUpstream:
 
     # -- status -------------------------------------------------------------------------------
 
+    def absence(self) -> str:
+        """What a caller of the slot is told before the gateway has reached the server: where it connects
+        (the URL without credentials) and, once an attempt failed, why."""
+        url = public_url(self.config.url)
+        why = self.last_error.removeprefix(f"{url}: ")
+        failed = f"; last attempt: {why}" if why else ""
+        return f"the gateway has not connected to its remote server at {url} yet{failed} (provider_status on _broker)"
+
     def credential_status(self) -> JsonObject:
         return self.credentials.status()
 
@@ -331,6 +347,7 @@ class RemoteUpstream:
             "stream_drops": extra.get("stream_drops", 0),
             "last_stream_error": extra.get("last_stream_error"),
             "reinitializes": extra.get("reinitializes", 0),
+            "oversized_messages": link.oversized_messages if link is not None else 0,
             "attempts": self.attempts,
             "connects": self.connects,
             "reconnects": max(self.connects - 1, 0),

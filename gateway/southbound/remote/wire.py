@@ -92,7 +92,10 @@ def stateless_headers(message: JsonObject, input_schema: Any = None) -> dict[str
 
 def related_to(message: JsonObject, request_id: JsonId) -> JsonObject | None:
     """`message` tagged as belonging to the gateway's request `request_id` (the tag the core routes a
-    provider's notification or request by), or None when it cannot carry it or names a request already."""
+    provider's notification or request by), or None when it cannot carry it, names a request already,
+    or needs no tag: progress is routed by its progressToken, and forwarded with its `_meta` as it is."""
+    if message.get("method") == "notifications/progress":
+        return None
     params = message.get("params", {})
     meta = params.get("_meta", {}) if isinstance(params, dict) else None
     if not isinstance(params, dict) or not isinstance(meta, dict) or RELATED_REQUEST_KEY in meta:
@@ -125,6 +128,11 @@ def http_failure(request_id: Any, upstream: str, status: int, body: bytes) -> Js
         f'Upstream "{upstream}" answered HTTP {status}{detail}',
         {"slot": upstream, "reason": "upstream_http", "status": status},
     )
+
+
+def too_large(max_bytes: int) -> str:
+    """Why an answer (or an event) from the server was not read: its size, and the setting that bounds it."""
+    return f"the answer is larger than {max_bytes} bytes (limits.max_frame_bytes)"
 
 
 def stream_broken(request_id: Any, upstream: str, why: str) -> JsonObject:

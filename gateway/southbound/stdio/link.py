@@ -1,7 +1,8 @@
 """A child process speaking MCP over stdio (newline-delimited JSON-RPC), as one provider link.
 
 What this module holds: starting the child in its own process group with an allow-listed
-environment, reading its stdout as bounded lines for the core, keeping a bounded tail of its stderr,
+environment, reading its stdout as bounded lines for the core (a longer line answers its caller at
+once when its first bytes name the request), keeping a bounded tail of its stderr,
 signalling the whole group, and the `StdioLink` the core talks to. When to start, stop and restart
 a child is the supervisor's job (gateway/southbound/stdio/supervisor.py).
 """
@@ -17,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.core import jsonrpc
+from gateway.core.answer_head import HEAD_BYTES, answer_id
 from gateway.core.link import LinkInfo
 from gateway.core.provider_session import ProviderSession
 from gateway.telemetry.metrics import Metrics
@@ -43,10 +45,19 @@ def child_environment(
     return env, missing
 
 
+@dataclass(frozen=True)
+class OversizedLine:
+    """A line over the limit, in its place among the lines: its first bytes, which may name the request
+    it answers (the rest of the line is skipped, never held)."""
+
+    head: bytes
+
+
 class LineSplitter:
     """Cuts a byte stream into lines of at most `limit` bytes without ever holding more than that.
 
-    A longer line is dropped whole (its bytes are skipped up to the next newline) and counted."""
+    A longer line is dropped (its bytes are skipped up to the next newline) and counted; its first
+    HEAD_BYTES take its place as an `OversizedLine`, given as soon as the line passes the limit."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -54,8 +65,8 @@ class LineSplitter:
         self._buffer = bytearray()
         self._discarding = False
 
-    def feed(self, chunk: bytes) -> list[bytes]:
-        lines: list[bytes] = []
+    def feed(self, chunk: bytes) -> list[bytes | OversizedLine]:
+        lines: list[bytes | OversizedLine] = []
         start = 0
         while True:
             end = chunk.find(b"\n", start)
@@ -63,6 +74,8 @@ class LineSplitter:
             if self._discarding:
                 pass
             elif len(self._buffer) + len(piece) > self.limit:
+                head = bytes(self._buffer[:HEAD_BYTES])
+                lines.append(OversizedLine(head + piece[: HEAD_BYTES - len(head)]))
                 self._buffer.clear()
                 self._discarding = True
                 self.oversized += 1
@@ -299,10 +312,27 @@ class StdioLink:
                 return
             before = self._splitter.oversized
             for line in self._splitter.feed(chunk):
-                self._deliver(session, line)
+                if isinstance(line, OversizedLine):
+                    self._refuse(session, line.head)
+                else:
+                    self._deliver(session, line)
             if self._splitter.oversized != before:
                 self._stats.oversized += self._splitter.oversized - before
                 self._metrics.limit_hit("max_frame_bytes")
+
+    def _refuse(self, session: ProviderSession, head: bytes) -> None:
+        """A line over the bound: when its first bytes show that it answers a pending request, that
+        request ends now with the reason instead of waiting out its deadline."""
+        session.mark_alive()
+        request_id = answer_id(head)
+        if request_id is None:
+            return
+        limit = self._splitter.limit
+        problem = (
+            f"the answer is larger than {limit} bytes (limits.max_frame_bytes, the longest line read from a "
+            "child's stdout); raise limits.max_frame_bytes or have the tool answer with less"
+        )
+        session.refused(jsonrpc.Message(jsonrpc.Kind.INVALID, {"id": request_id}, problem, "limits.max_frame_bytes"))
 
     def _deliver(self, session: ProviderSession, line: bytes) -> None:
         if not line.strip():

@@ -264,6 +264,14 @@ class StdioSupervisor:
             return 0
         return self.failures
 
+    def absence(self) -> str:
+        """What a caller of the slot is told before its first child has finished its handshake."""
+        ended = f"; last end: {self.last_exit}" if self.last_exit else ""
+        return (
+            f"its provider, a child process the gateway starts itself ({self.config.command[0]}), has not "
+            f"connected yet{ended} (provider_status on _broker)"
+        )
+
     def status_extra(self) -> JsonObject:
         config = self.config
         now = time.monotonic()
@@ -293,6 +301,7 @@ class StdioSupervisor:
             "stdout_not_jsonrpc": self.stdout.not_jsonrpc,
             "stdout_not_jsonrpc_tail": list(self.stdout.tail),
             "stdout_oversized_lines": self.stdout.oversized,
+            "stdout_max_line_bytes": self.gateway.config.limits.max_frame_bytes,
             "stderr_tail": self.stderr.tail(),
             "stderr_bytes": self.stderr.size,
             "max_stderr_bytes": self.stderr.max_bytes,
