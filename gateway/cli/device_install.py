@@ -5,8 +5,14 @@ a config.json with the board's own provider secret, which the device registry ad
 slot (docs/field-devices.md). An MQTT board gets its own broker credential instead: username = its
 slot, a new random password, set in the appliance's mosquitto password file (the broker's ACL confines
 that username to the slot's topics); mosquitto must then be reloaded, which the command says.
+A slot has one adopted board: another board already adopted for it stops the install ([slot-taken])
+unless --replace revokes that board's identity. Before the board is written to, the source is built
+whole and the registry is opened and written to (a rolled-back transaction), so that neither can fail
+after the board holds a secret the registry does not know ([registry-unusable]).
 update: new code onto the board that serves SLOT, its config.json kept, refused while a call to SLOT
 is in flight; waits until the board is back with the new version.
+A failure after the board was interrupted resets it, so that it runs the code it holds again; a board
+that goes away midway is said as such ([board-gone]), with what it may hold.
 Secrets are never printed: --dry-run and every message show *** instead.
 """
 
@@ -18,14 +24,18 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.cli.common import Commands, _read_credential_file, decimal_number, gateway_url_option, whole_number
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE, PasswordFileError
+from gateway.devices.registry import SlotTaken
+from gateway.provision.raw_repl import BoardGone
 
 if TYPE_CHECKING:
-    from gateway.provision.bundle import Application
+    from gateway.devices.registry import Adopted
+    from gateway.provision.bundle import Application, Bundle
 
 TRANSPORTS = {"ws": "websocket", "mqtt": "mqtt", "serial": "serial"}
 SERIAL_UARTS = ("1", "2", "console")
@@ -79,8 +89,6 @@ def _dial_text(config: dict[str, Any]) -> str:
 
 def cmd_install(args: argparse.Namespace) -> int:
     from gateway.provision import board
-    from gateway.provision.bundle import ProvisionError, build
-    from gateway.provision.raw_repl import BoardError, RawRepl, open_port
 
     transport = TRANSPORTS[args.transport]
     if transport == "websocket" and not args.gateway_url:
@@ -135,62 +143,261 @@ def cmd_install(args: argparse.Namespace) -> int:
     registry = _registry(args)
     try:
         if args.dry_run:
-            bundle = build(_source(args), None, compile_modules=not args.no_compile)
-            _say(f"dry run: nothing is written to {args.port} or to the registry")
-            # Checked without opening the port: opening it pulses DTR/RTS, which resets many boards.
-            from gateway.flash.port import diagnose
+            return _dry_run(args, registry, transport, config_with, passwd_problem)
+        return _install(args, registry, transport, config_with)
+    finally:
+        registry.close()
 
-            port_problem = diagnose(args.port)
-            if port_problem is None:
-                _say(f"would open {args.port}: it is there, free, and this user may read and write it")
-            how = "compile with mpy-cross -march=<the board's>" if bundle.compiled else "copy the sources"
-            _say(f"would {how}: {bundle.firmware} {bundle.version}, {len(bundle.files)} files, {bundle.size} bytes")
-            for path, content in bundle.files:
-                _say(f"  {path} ({len(content)} bytes)")
-            _say(f"would adopt the board (its device id, read from it) for slot {args.slot} in {registry.path}")
-            if transport == "mqtt":
-                _say(f"would set user {args.slot} in the mosquitto password file {args.mosquitto_passwd}")
-                _say(f"would write config.json: {board.shown(config_with(None, '(issued at install)'))}")
-            else:
-                _say(f"would write config.json: {board.shown(config_with('(issued at install)'))}")
-            problems = [passwd_problem] if passwd_problem else []
-            if port_problem is not None:
-                problems.append(f"{port_problem.message} [{port_problem.code}]")
-            for problem in problems:
-                _fail(f"the install would stop: {problem}")
-            return 1 if problems else 0
-        with RawRepl(
-            open_port(args.port, args.baud), name=f"the board on {args.port}", pace_s=args.pace_ms / 1000
-        ) as repl:
-            info = board.probe(repl)
-            device_id = info.device_id(args.slot)
-            _say(f"{args.slot}: MicroPython on {args.port} ({info.describe()}), device id {device_id}")
-            bundle = build(_source(args), info, compile_modules=not args.no_compile)
-            _say(_built_text(bundle))
-            board.write_files(repl, bundle.files)
-            _say(f"copied {len(bundle.files)} files, {bundle.size} bytes")
-            if transport == "mqtt":
-                config = _install_mqtt(args, repl, registry, device_id, config_with)
-            else:
-                from gateway.devices.registry import issue_secret, secret_digest
 
-                token = issue_secret()
-                config = config_with(token)
-                board.write_config(repl, config)
-                _say(f"wrote config.json: {board.shown(config)}")
-                adopted = registry.adopt(device_id, args.slot, transport, args.port, secret_digest(token))
-                del token, config["provider_token"]
-                _say(f"adopted {device_id}: identity {adopted.identity}, slot {args.slot} (registry {registry.path})")
+def _checked_build(args: argparse.Namespace) -> tuple[Application, Bundle]:
+    """The application of --source (or the installed one), built whole once, before the board is
+    touched: a folder that lacks a part or a module that does not compile stops here."""
+    from gateway.provision.bundle import build
+
+    application = _source(args)
+    return application, build(application, None, compile_modules=not args.no_compile)
+
+
+def _dry_run(
+    args: argparse.Namespace, registry: Any, transport: str, config_with: Any, passwd_problem: str | None
+) -> int:
+    from gateway.flash.port import diagnose
+    from gateway.provision import board
+    from gateway.provision.bundle import ProvisionError
+
+    try:
+        bundle = _checked_build(args)[1]
+    except ProvisionError as exc:
+        return _fail(str(exc))
+    _say(f"dry run: nothing is written to {args.port} or to the registry")
+    # Checked without opening the port: opening it pulses DTR/RTS, which resets many boards. The check
+    # is the install's own (gateway/provision/raw_repl.py open_port makes it first).
+    port_problem = diagnose(args.port)
+    if port_problem is None:
+        _say(f"would open {args.port}: it is there, free, and this user may read and write it")
+    how = "compile with mpy-cross -march=<the board's>" if bundle.compiled else "copy the sources"
+    _say(f"would {how}: {bundle.firmware} {bundle.version}, {len(bundle.files)} files, {bundle.size} bytes")
+    for path, content in bundle.files:
+        _say(f"  {path} ({len(content)} bytes)")
+    problems = [passwd_problem] if passwd_problem else []
+    holder = None
+    try:
+        registry.check_readable()
+        holder = registry.slot_holder(args.slot, read_only=True)
+    except sqlite3.Error as exc:
+        problems.append(_registry_text(registry, exc, "the board would not be touched"))
+    _say(f"would adopt the board (its device id, read from it) for slot {args.slot} in {registry.path}")
+    if holder is not None:
+        then = (
+            f"for another board it would revoke {holder.device_id}'s identity for {args.slot} (--replace)"
+            if args.replace
+            else "for another board it would stop [slot-taken] (--replace, or another --slot)"
+        )
+        _say(f"  {holder}: the install goes on if the board on {args.port} is {holder.device_id}; {then}")
+    if transport == "mqtt":
+        _say(f"would set user {args.slot} in the mosquitto password file {args.mosquitto_passwd}")
+        _say(f"would write config.json: {board.shown(config_with(None, '(issued at install)'))}")
+    else:
+        _say(f"would write config.json: {board.shown(config_with('(issued at install)'))}")
+    if port_problem is not None:
+        problems.append(f"{port_problem.message} [{port_problem.code}]")
+    for problem in problems:
+        _fail(f"the install would stop: {problem}")
+    return 1 if problems else 0
+
+
+@dataclass
+class Progress:
+    """How far an install or update got on the board, for what a failure says about it."""
+
+    step: str = "opening the raw REPL"
+    device_id: str | None = None
+    files: bool = False
+    """The new code is in place (the swap ran)."""
+    config: bool = False
+    """The new config.json is in place."""
+    adopted: bool = False
+
+
+def _install(args: argparse.Namespace, registry: Any, transport: str, config_with: Any) -> int:
+    from gateway.provision.bundle import ProvisionError
+    from gateway.provision.raw_repl import BoardError, RawRepl, open_port
+
+    try:
+        application = _checked_build(args)[0]
+    except ProvisionError as exc:
+        return _fail(str(exc))
+    # The registry is opened and written to (a transaction rolled back) before the board: a registry
+    # that fails after the board got its new secret would lock the board out.
+    try:
+        registry.check_writable()
+    except sqlite3.Error as exc:
+        return _fail(_registry_text(registry, exc, f"nothing was written to the board on {args.port}"))
+    try:
+        line = open_port(args.port, args.baud)
+    except BoardError as exc:
+        return _fail(str(exc))
+    progress = Progress()
+    repl = RawRepl(line, name=f"the board on {args.port}", pace_s=args.pace_ms / 1000)
+    try:
+        try:
+            repl.enter()
+            config, bundle = _install_on(args, repl, registry, transport, application, config_with, progress)
+            progress.step = "its reset"
             if args.no_reset:
                 _say("not reset (--no-reset): the board runs the new code at its next reset")
             else:
                 repl.soft_reset()
                 _say(f"reset: the board starts {bundle.firmware} {bundle.version} and {_dial_text(config)}")
-    except (BoardError, ProvisionError, PasswordFileError) as exc:
-        return _fail(str(exc))
+        except BoardGone as exc:
+            return _fail(_gone_text(args.port, exc, progress, "install"))
+        except SlotTaken as taken:
+            return _fail(_slot_taken_text(args, taken, progress, _restarted(repl, progress)))
+        except sqlite3.Error as exc:
+            return _fail(_registry_text(registry, exc, _board_state(progress) + _restarted(repl, progress)))
+        except (BoardError, ProvisionError, PasswordFileError) as exc:
+            after = _restarted(repl, progress) if progress.step != "opening the raw REPL" else ""
+            return _fail(f"{exc}{after}")
+        except KeyboardInterrupt:
+            _restarted(repl, progress)
+            raise
     finally:
-        registry.close()
+        repl.close()
     return 0
+
+
+def _install_on(
+    args: argparse.Namespace,
+    repl: Any,
+    registry: Any,
+    transport: str,
+    application: Application,
+    config_with: Any,
+    progress: Progress,
+) -> tuple[dict[str, Any], Bundle]:
+    """The install, the raw REPL entered: probe, the slot's one board, build, copy, config, adopt."""
+    from gateway.provision import board
+    from gateway.provision.bundle import build
+
+    progress.step = "the probe"
+    info = board.probe(repl)
+    device_id = progress.device_id = info.device_id(args.slot)
+    _say(f"{args.slot}: MicroPython on {args.port} ({info.describe()}), device id {device_id}")
+    holder = registry.slot_holder(args.slot, device_id)
+    if holder is not None and not args.replace:
+        raise holder
+    bundle = build(application, info, compile_modules=not args.no_compile)
+    _say(_built_text(bundle))
+    progress.step = "the copy"
+    board.write_files(repl, bundle.files)
+    progress.files = True
+    _say(f"copied {len(bundle.files)} files, {bundle.size} bytes")
+    progress.step = "the config.json write"
+    if transport == "mqtt":
+        config, adopted = _install_mqtt(args, repl, registry, device_id, config_with, progress)
+    else:
+        from gateway.devices.registry import issue_secret, secret_digest
+
+        token = issue_secret()
+        config = config_with(token)
+        board.write_config(repl, config)
+        progress.config = True
+        _say(f"wrote config.json: {board.shown(config)}")
+        adopted = registry.adopt(device_id, args.slot, transport, args.port, secret_digest(token), replace=args.replace)
+        progress.adopted = True
+        del token, config["provider_token"]
+        _say(f"adopted {device_id}: identity {adopted.identity}, slot {args.slot} (registry {registry.path})")
+    if adopted.replaced:
+        _say(
+            f"revoked {', '.join(adopted.replaced)} for slot {args.slot} (--replace): the gateway refuses it from its "
+            "next connection"
+        )
+        _end_replaced_links(args)
+    return config, bundle
+
+
+def _end_replaced_links(args: argparse.Namespace) -> None:
+    """Ask the running gateway to end the link of the board --replace revoked (broker_providers_recheck,
+    as `devices revoke` does), so that the new board can take the slot; one line when it cannot be asked."""
+    from gateway.client import GatewayCallError
+
+    try:
+        result = asyncio.run(broker_call(args, "broker_providers_recheck", {}))
+        texts = [block.get("text", "") for block in result.get("content", []) if isinstance(block, dict)]
+        refusal = " ".join(texts) if result.get("isError") else None
+    except (GatewayCallError, OSError, TimeoutError) as exc:
+        refusal = str(exc) or type(exc).__name__
+    if refusal is not None:
+        _say(
+            f"the gateway at {args.url} could not end the replaced board's link now ({refusal}): it is refused from "
+            "its next dial; a link it holds now ends when the gateway restarts"
+        )
+        return
+    report = result.get("structuredContent")
+    ended = report.get("ended", []) if isinstance(report, dict) else []
+    ended = [entry for entry in ended if isinstance(entry, dict) and entry.get("slot") == args.slot]
+    if not ended:
+        _say(f"the gateway at {args.url} holds no link of it now: nothing to end")
+    for entry in ended:
+        who = entry.get("identity") or entry.get("device_id") or "no identity"
+        _say(f"the gateway at {args.url} ended {args.slot} ({entry.get('transport')}, {who}): {entry.get('how')}")
+
+
+def _restarted(repl: Any, progress: Progress) -> str:
+    """Reset the board after a failure, so that it runs what it holds; the sentence that says so."""
+    from gateway.provision.raw_repl import BoardError
+
+    try:
+        repl.restart()
+    except BoardError as exc:
+        return f"; the board could not be reset ({exc}): reset it by hand (its EN/RESET button, or power)"
+    if not progress.files:
+        return "; the board was reset and runs its previous code again"
+    return "; the board was reset and runs the code it holds now"
+
+
+def _board_state(progress: Progress) -> str:
+    if progress.adopted:
+        return "the board holds the new code and config.json and is adopted"
+    if progress.config:
+        return (
+            "the board holds the new code and a new config.json whose secret the registry does not know: "
+            "run the install again once the registry is usable"
+        )
+    if progress.files:
+        return "the board holds the new code and its previous config.json"
+    return "nothing was written to the board"
+
+
+def _gone_text(port: str, gone: BoardGone, progress: Progress, command: str) -> str:
+    """[board-gone]: where the board stopped answering, what it may hold, and that a rerun starts over."""
+    if progress.step in ("opening the raw REPL", "the probe"):
+        state = "nothing was written to it"
+    elif progress.step == "the copy":
+        state = "its code may be half-written (new files copied in part; the swap to them may have begun)"
+    else:
+        state = _board_state(progress).replace("the board holds", "it holds")
+    registry = "" if progress.adopted else "; the registry was not changed"
+    return (
+        f"the board on {port} went away during {progress.step} ({gone.detail}): {state}{registry}. Plug it in "
+        f"again and run the same {command} again: it starts over [board-gone]"
+    )
+
+
+def _slot_taken_text(args: argparse.Namespace, taken: SlotTaken, progress: Progress, reset: str) -> str:
+    return (
+        f"{taken}, and the board on {args.port} is {progress.device_id}: {_board_state(progress)}{reset}. "
+        f"To move {args.slot} to this board, run the install again with --replace (it revokes "
+        f"{taken.device_id}'s identity for {args.slot}), or give this board another --slot [slot-taken]"
+    )
+
+
+def _registry_text(registry: Any, exc: Exception, board_state: str) -> str:
+    return (
+        f"the device registry {registry.path} cannot be used ({exc}): {board_state}. Name a database file this "
+        "user may read and write with --registry (default: devices.db in the state directory), or mend this one "
+        "[registry-unusable]"
+    )
 
 
 def _slot_problem(slot: str) -> str | None:
@@ -227,8 +434,8 @@ def _password_file_problem(args: argparse.Namespace) -> str | None:
 
 
 def _install_mqtt(
-    args: argparse.Namespace, repl: Any, registry: Any, device_id: str, config_with: Any
-) -> dict[str, Any]:
+    args: argparse.Namespace, repl: Any, registry: Any, device_id: str, config_with: Any, progress: Progress
+) -> tuple[dict[str, Any], Adopted]:
     """The board's own broker credential: on the board first (a failed write leaves it the password it
     had, still in the file), then in mosquitto's password file, then the adoption in the registry."""
     from gateway.devices import mosquitto_passwd
@@ -238,16 +445,18 @@ def _install_mqtt(
     password = issue_secret()
     config: dict[str, Any] = config_with(None, password)
     board.write_config(repl, config)
+    progress.config = True
     _say(f"wrote config.json: {board.shown(config)}")
     path = Path(args.mosquitto_passwd)
     replaced = mosquitto_passwd.set_user(path, args.slot, password, "--mosquitto-passwd")
     del password, config["mqtt"]["password"]
     what = "replaced its earlier password" if replaced else "a new user"
     _say(f"set user {args.slot} in the mosquitto password file {path} ({what})")
-    registry.adopt(device_id, args.slot, "mqtt", args.port, None)
+    adopted = registry.adopt(device_id, args.slot, "mqtt", args.port, None, replace=args.replace)
+    progress.adopted = True
     _say(f"adopted {device_id}: MQTT username {args.slot}, slot {args.slot} (registry {registry.path})")
     _say(f"reload mosquitto so that it reads the password file again: {RELOAD_MOSQUITTO}")
-    return config
+    return config, adopted
 
 
 def _built_text(bundle: Any) -> str:
@@ -295,13 +504,19 @@ def _firmware(status: dict[str, Any]) -> tuple[str | None, str | None]:
 
 def cmd_update(args: argparse.Namespace) -> int:
     from gateway.client import GatewayCallError
-    from gateway.provision import board
-    from gateway.provision.bundle import ProvisionError, build
-    from gateway.provision.raw_repl import BoardError, RawRepl, open_port
+    from gateway.flash.handover import Stopped, stop_signals
+    from gateway.provision.bundle import ProvisionError
 
+    # The source whole, before anything else: a folder that lacks a part must not stop a running board.
+    try:
+        application = _checked_build(args)[0]
+    except ProvisionError as exc:
+        return _fail(f"{exc}; the board was not touched")
     registry = _registry(args)
     try:
         known = registry.for_slot(args.slot)
+    except sqlite3.Error as exc:
+        return _fail(_registry_text(registry, exc, "the board was not touched"))
     finally:
         registry.close()
     port = args.port or (known.port if known else None)
@@ -316,6 +531,23 @@ def cmd_update(args: argparse.Namespace) -> int:
             f"{args.slot} has {before['pending']} call(s) in flight: update refused (the board would stop mid-call); "
             "try again when they are done"
         )
+    try:
+        with stop_signals():  # SIGTERM and SIGHUP end it as Ctrl-C does: a released port is given back
+            bundle = _update(args, port, before, application)
+    except Stopped as stopped:
+        return stopped.exit_code
+    if bundle is None:
+        return 1
+    _say(f"reset: waiting up to {args.wait_s:g} s for {args.slot} to come back with {bundle.firmware} {bundle.version}")
+    return asyncio.run(_wait_back(args, before, bundle.version))
+
+
+def _update(args: argparse.Namespace, port: str, before: dict[str, Any], application: Application) -> Bundle | None:
+    """The update on the board, the port handed over by the gateway when it serves the board on it:
+    what the board now runs, or None when it failed (said)."""
+    from gateway.provision.bundle import ProvisionError
+    from gateway.provision.raw_repl import BoardError, RawRepl, open_port
+
     # A board whose link to the gateway is this serial line: the gateway lets go of the port for the
     # update (broker_serial_release) and takes it back after, as for a flash.
     handover = None
@@ -324,30 +556,67 @@ def cmd_update(args: argparse.Namespace) -> int:
         from gateway.flash.handover import GatewayHandover
 
         handover = GatewayHandover(args.url, _client_token(args))
-        if not handover.release(port):
-            return _fail(
+        try:
+            released = handover.release(port)
+        except KeyboardInterrupt:  # the gateway may have let go already
+            handover.resume(port)
+            raise
+        if not released:
+            _fail(
                 f"{args.slot} is connected through the gateway's serial way in on {port}, and the gateway at "
                 f"{args.url} did not let go of it (broker_serial_release; see docs/field.md): stop the gateway, "
                 "then update"
             )
+            return None
         _say(f"{args.slot}: the gateway let go of {port} for the update")
-    _say(f"{args.slot}: no call in flight; updating the board on {port}")
     try:
-        with RawRepl(open_port(port, args.baud), name=f"the board on {port}", pace_s=args.pace_ms / 1000) as repl:
-            info = board.probe(repl)
-            _say(f"{args.slot}: MicroPython on {port} ({info.describe()}), device id {info.device_id(args.slot)}")
-            bundle = build(_source(args), info, compile_modules=not args.no_compile)
-            _say(_built_text(bundle))
-            board.write_files(repl, bundle.files)
-            _say(f"copied {len(bundle.files)} files, {bundle.size} bytes; config.json kept")
-            repl.soft_reset()
-    except (BoardError, ProvisionError) as exc:
-        return _fail(str(exc))
+        _say(f"{args.slot}: no call in flight; updating the board on {port}")
+        try:
+            line = open_port(port, args.baud)
+        except BoardError as exc:
+            _fail(str(exc))
+            return None
+        progress = Progress()
+        repl = RawRepl(line, name=f"the board on {port}", pace_s=args.pace_ms / 1000)
+        try:
+            repl.enter()
+            bundle = _update_on(args, port, repl, application, progress)
+        except BoardGone as exc:
+            _fail(_gone_text(port, exc, progress, "update"))
+            return None
+        except (BoardError, ProvisionError) as exc:
+            after = _restarted(repl, progress) if progress.step != "opening the raw REPL" else ""
+            _fail(f"{exc}{after}")
+            return None
+        except KeyboardInterrupt:
+            _restarted(repl, progress)
+            raise
+        finally:
+            repl.close()
     finally:
         if handover is not None:
             handover.resume(port)
-    _say(f"reset: waiting up to {args.wait_s:g} s for {args.slot} to come back with {bundle.firmware} {bundle.version}")
-    return asyncio.run(_wait_back(args, before, bundle.version))
+    return bundle
+
+
+def _update_on(args: argparse.Namespace, port: str, repl: Any, application: Application, progress: Progress) -> Bundle:
+    """The update, the raw REPL entered: probe, build for the board, copy, reset."""
+    from gateway.provision import board
+    from gateway.provision.bundle import build
+
+    progress.step = "the probe"
+    info = board.probe(repl)
+    progress.device_id = info.device_id(args.slot)
+    _say(f"{args.slot}: MicroPython on {port} ({info.describe()}), device id {progress.device_id}")
+    bundle = build(application, info, compile_modules=not args.no_compile)
+    _say(_built_text(bundle))
+    progress.step = "the copy"
+    board.write_files(repl, bundle.files)
+    progress.files = True
+    _say(f"copied {len(bundle.files)} files, {bundle.size} bytes; config.json kept")
+    progress.step = "its reset"
+    repl.soft_reset()
+    return bundle
 
 
 async def _wait_back(args: argparse.Namespace, before: dict[str, Any], version: str) -> int:
@@ -451,6 +720,14 @@ def add_device(commands: Commands) -> None:
         "Exits 1 when the install would stop",
     )
     install.add_argument("--no-reset", action="store_true", help="leave the board in its REPL instead of starting it")
+    install.add_argument(
+        "--replace",
+        action="store_true",
+        help="when another board is adopted for --slot, revoke its identity for the slot and adopt this one "
+        "(without it the install stops, [slot-taken])",
+    )
+    gateway_url_option(install, "the running gateway, asked to end the link of a board --replace revokes")
+    install.add_argument("--token-file", metavar="FILE", help="a client token for a gateway with [auth] (--replace)")
     _common(install)
     install.set_defaults(func=registry_errors("device install", cmd_install))
 

@@ -25,7 +25,7 @@ def cmd_flash(args: argparse.Namespace) -> int:
 
     from gateway.cli.calls import _client_token
     from gateway.flash.firmware import default_firmware_dir
-    from gateway.flash.handover import GatewayHandover
+    from gateway.flash.handover import GatewayHandover, Stopped, stop_signals
     from gateway.flash.procedure import FlashRequest, flash
     from gateway.flash.progress import JsonLines, Lines, Reporter
 
@@ -41,7 +41,11 @@ def cmd_flash(args: argparse.Namespace) -> int:
         connect_attempts=args.connect_attempts,
     )
     handover = None if args.no_handover else GatewayHandover(args.url, _client_token(args))
-    return flash(request, reporter, handover)
+    try:
+        with stop_signals():  # SIGTERM and SIGHUP end it as Ctrl-C does: a released port is given back
+            return flash(request, reporter, handover)
+    except Stopped as stopped:
+        return stopped.exit_code
 
 
 def add_flash(commands: Commands) -> None:
@@ -52,8 +56,8 @@ def add_flash(commands: Commands) -> None:
         "and flash size, check the image is for that chip (nothing is written otherwise), write it compressed, "
         "verify it (MD5 computed by the board), and reset the board into it. Images are local files: a path, or "
         "a name in the firmware directory, checked against its SHA256SUMS. Nothing is downloaded. If a running "
-        "gateway holds the port, it is asked to release it for the flash and to take it back after. Exit codes: "
-        "docs/field.md.",
+        "gateway holds the port, it is asked to release it for the flash and to take it back after, also when the "
+        "command is stopped (Ctrl-C, SIGTERM, SIGHUP: exit 130, 143, 129). Exit codes: docs/field.md.",
     )
     sub.add_argument("port", metavar="PORT", help="the board's serial port, e.g. /dev/ttyUSB0 or /dev/serial/by-id/…")
     sub.add_argument(

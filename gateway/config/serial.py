@@ -89,6 +89,10 @@ class SerialConfig(Section):
     register_request_interval_s: Annotated[float, Field(ge=0.05, le=3600)] = 1.0
     """At most one broker/register per port in this long while an unregistered board keeps sending
     (one always goes out as the port opens)."""
+    max_hold_s: Annotated[float, Field(gt=0, le=86_400)] = 900.0
+    """A port let go of for another program (broker_serial_release) is taken back after this long
+    without broker_serial_resume: a flash killed before it could resume does not keep it for good.
+    Another broker_serial_release starts the time again."""
 
     @model_validator(mode="after")
     def _consistent(self) -> SerialConfig:

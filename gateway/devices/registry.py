@@ -5,7 +5,8 @@ place: $STATE_DIRECTORY, else $XDG_STATE_HOME/mcp-gateway, else ~/.local/state/m
 per board, keyed by its device id (the `device_id` of its hello: the MAC on an ESP32):
 
 - adoption (`mcp-gateway device install`): the SHA-256 digest of the board's own provider secret and
-  the one slot it may publish (an MQTT board: no digest, its credential is its broker password);
+  the one slot it may publish (an MQTT board: no digest, its credential is its broker password); a
+  slot has at most one adopted board (`adopt` refuses a second unless told to replace the first);
   revocation (`mcp-gateway devices revoke`) keeps the row and stamps it.
 - sightings (the gateway, at each hello): how often, when last, firmware, schema hash, transport, slot.
 
@@ -16,12 +17,14 @@ WAL mode: the gateway's readers never wait for a writer (the CLI, the sightings 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import secrets
 import sqlite3
+import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +53,12 @@ CREATE TABLE IF NOT EXISTS devices (
 )
 """
 
+_COLUMNS = (
+    "device_id, slot, transport, port, digest, adopted_at, revoked_at, seen, first_seen, last_seen, firmware,"
+    " version, schema, seen_slot, seen_transport"
+)
+"""Every column the registry reads: a file whose devices table lacks one cannot be used."""
+
 
 def state_directory(environ: Mapping[str, str] | None = None) -> Path:
     """The gateway's state directory, by the rules of its audit trail's default place
@@ -77,6 +86,27 @@ def _private_directory(directory: Path) -> None:
         candidate.mkdir(mode=0o700, exist_ok=True)
 
 
+def _kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _os_reason(path: Path, exc: OSError) -> str:
+    """`exc` as a sentence naming the part of `path` at fault."""
+    if exc.errno == errno.ENOTDIR:
+        for folder in reversed(path.parents):
+            if folder.exists() and not folder.is_dir():
+                return f"{folder} is {_kind(folder)}, not a directory"
+    return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)
+
+
+def _roll_back(db: sqlite3.Connection) -> None:
+    with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled the transaction back itself
+        db.execute("ROLLBACK")
+
+
 def secret_digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
 
@@ -90,13 +120,34 @@ def identity_name(device_id: str) -> str:
     return IDENTITY_PREFIX + device_id
 
 
+class RegistryUnusable(sqlite3.DatabaseError):
+    """The registry file cannot be opened, read or written; the message says why (a sqlite3 error, so
+    every reader that copes with a damaged registry copes with this too)."""
+
+
+class SlotTaken(Exception):
+    """The slot already has an adopted board, another than the one being adopted."""
+
+    def __init__(self, slot: str, device_id: str, adopted_at: float) -> None:
+        self.slot = slot
+        self.device_id = device_id
+        self.adopted_at = adopted_at
+        super().__init__(f"slot {slot} is adopted by {device_id} (since {local_time(adopted_at)})")
+
+
+def local_time(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
 @dataclass(frozen=True)
 class Adopted:
-    """An issued identity: the board, the one slot it may publish, and whether it was revoked."""
+    """An issued identity: the board, the one slot it may publish, and whether it was revoked;
+    `replaced`: the boards whose adoption for that slot this one revoked (adopt with replace)."""
 
     device_id: str
     slot: str
     revoked: bool
+    replaced: tuple[str, ...] = ()
 
     @property
     def identity(self) -> str:
@@ -130,18 +181,75 @@ class DeviceRegistry:
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
-            _private_directory(self.path.parent)
-            if not self.path.exists():
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
-            with contextlib.suppress(OSError):  # another user's file (the gateway's, read by root): keep its mode
-                self.path.chmod(0o600)
+            try:
+                _private_directory(self.path.parent)
+                if not self.path.exists():
+                    os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+                elif not self.path.is_file():
+                    raise RegistryUnusable(f"{self.path} is {_kind(self.path)}, not a database file")
+                with contextlib.suppress(OSError):  # another user's file (the gateway's, read by root): keep its mode
+                    self.path.chmod(0o600)
+            except OSError as exc:  # a part of the path is a file, no permission, a read-only file system
+                raise RegistryUnusable(_os_reason(self.path, exc)) from None
             # After the mode: SQLite gives the -wal and -shm files the database file's mode.
             db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute(_SCHEMA)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute(_SCHEMA)
+            except sqlite3.Error:
+                db.close()
+                raise
             self._db = db
         return self._db
+
+    def check_writable(self) -> None:
+        """Open the registry (made if missing), read its table and write to it in a transaction that
+        is rolled back: RegistryUnusable (or another sqlite3 error) when any of it fails."""
+        db = self._connection()
+        db.execute(f"SELECT {_COLUMNS} FROM devices LIMIT 1").fetchall()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("INSERT INTO devices (device_id) VALUES (?)", ("(a write check, rolled back)",))
+        finally:
+            _roll_back(db)
+
+    def check_readable(self) -> None:
+        """What check_writable finds out, without making or changing anything (a dry run): the file
+        read-only, or where it would be made; RegistryUnusable when it would not do."""
+        if not self.path.exists():
+            existing = next(folder for folder in self.path.parents if folder.exists())
+            if not existing.is_dir():
+                raise RegistryUnusable(f"{existing} is {_kind(existing)}, not a directory: {self.path} cannot be made")
+            if not os.access(existing, os.W_OK | os.X_OK):
+                raise RegistryUnusable(f"{self.path} cannot be made: {existing} is not writable by this user")
+            return
+        with self._read_only() as db:
+            if db is not None:
+                db.execute(f"SELECT {_COLUMNS} FROM devices LIMIT 1").fetchall()
+        if not os.access(self.path, os.W_OK) or not os.access(self.path.parent, os.W_OK | os.X_OK):
+            raise RegistryUnusable(f"{self.path} (or its directory) is not writable by this user")
+
+    @contextlib.contextmanager
+    def _read_only(self) -> Iterator[sqlite3.Connection | None]:
+        """The file opened read-only, nothing made or changed; None when it has no devices table yet
+        (or no file). RegistryUnusable when it cannot be read."""
+        if not self.path.exists():
+            yield None
+            return
+        if not self.path.is_file():
+            raise RegistryUnusable(f"{self.path} is {_kind(self.path)}, not a database file")
+        try:
+            db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+        except sqlite3.Error as exc:
+            raise RegistryUnusable(str(exc)) from None
+        try:
+            tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            yield db if ("devices",) in tables else None
+        except sqlite3.Error as exc:
+            raise RegistryUnusable(str(exc)) from None
+        finally:
+            db.close()
 
     def close(self) -> None:
         if self._db is not None:
@@ -150,19 +258,63 @@ class DeviceRegistry:
 
     # -- adoption -------------------------------------------------------------------------------
 
-    def adopt(self, device_id: str, slot: str, transport: str, port: str | None, digest: str | None) -> Adopted:
+    def slot_holder(self, slot: str, device_id: str = "", *, read_only: bool = False) -> SlotTaken | None:
+        """The other board adopted (not revoked) for `slot` as a SlotTaken, the latest; None when
+        there is none or it is `device_id` itself. `read_only`: nothing made or changed (a dry run)."""
+        query = (
+            "SELECT device_id, adopted_at FROM devices WHERE slot = ? AND device_id != ?"
+            " AND adopted_at IS NOT NULL AND revoked_at IS NULL ORDER BY adopted_at DESC LIMIT 1"
+        )
+        if read_only:
+            with self._read_only() as db:
+                row = db.execute(query, (slot, device_id)).fetchone() if db is not None else None
+        else:
+            row = self._connection().execute(query, (slot, device_id)).fetchone()
+        return SlotTaken(slot, row[0], row[1]) if row else None
+
+    def adopt(
+        self,
+        device_id: str,
+        slot: str,
+        transport: str,
+        port: str | None,
+        digest: str | None,
+        *,
+        replace: bool = False,
+    ) -> Adopted:
         """Bind `device_id` to the secret whose hex SHA-256 is `digest`, for `slot` alone; an earlier
         identity of the board (revoked or not) is replaced. `digest` None: a board that holds no
         gateway secret (an MQTT board, whose credential is its broker password): adopted for `slot`,
-        listed and revocable, but no provider token admits it."""
-        self._connection().execute(
-            "INSERT INTO devices (device_id, slot, transport, port, digest, adopted_at, revoked_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, NULL)"
-            " ON CONFLICT(device_id) DO UPDATE SET slot = excluded.slot, transport = excluded.transport,"
-            " port = excluded.port, digest = excluded.digest, adopted_at = excluded.adopted_at, revoked_at = NULL",
-            (device_id, slot, transport, port, digest, time.time()),
-        )
-        return Adopted(device_id, slot, False)
+        listed and revocable, but no provider token admits it.
+
+        A slot has one adopted board: SlotTaken when another holds it, unless `replace`, which revokes
+        the other's adoption in the same transaction (Adopted.replaced names them)."""
+        db = self._connection()
+        now = time.time()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            others = db.execute(
+                "SELECT device_id, adopted_at FROM devices WHERE slot = ? AND device_id != ?"
+                " AND adopted_at IS NOT NULL AND revoked_at IS NULL ORDER BY adopted_at DESC",
+                (slot, device_id),
+            ).fetchall()
+            if others and not replace:
+                raise SlotTaken(slot, others[0][0], others[0][1])
+            db.executemany(
+                "UPDATE devices SET revoked_at = ? WHERE device_id = ?", [(now, other) for other, _ in others]
+            )
+            db.execute(
+                "INSERT INTO devices (device_id, slot, transport, port, digest, adopted_at, revoked_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, NULL)"
+                " ON CONFLICT(device_id) DO UPDATE SET slot = excluded.slot, transport = excluded.transport,"
+                " port = excluded.port, digest = excluded.digest, adopted_at = excluded.adopted_at, revoked_at = NULL",
+                (device_id, slot, transport, port, digest, now),
+            )
+        except BaseException:
+            _roll_back(db)
+            raise
+        db.execute("COMMIT")
+        return Adopted(device_id, slot, False, tuple(other for other, _ in others))
 
     def revoke(self, device_id: str) -> Adopted | None:
         """Stamp the board's adoption revoked; None when it has none (never adopted)."""

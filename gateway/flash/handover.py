@@ -9,11 +9,22 @@ flash asks the gateway's `_broker` provider, over the same MCP endpoint `mcp-gat
 
 A gateway that is not running, refuses, or does not have these tools (older versions) counts as "did
 not release": the flash then reports port-in-use.
+
+A command that has a port released must give it back however it ends: `stop_signals` makes SIGTERM
+and SIGHUP (a closed terminal, a dropped SSH session) stop it as Ctrl-C does, by an exception, so that
+the code that resumes the port runs. Should the command die anyway (SIGKILL, a power cut), the gateway
+gives the port back by itself after its bound, `[serial] max_hold_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
 from typing import Protocol
 
 RELEASE_TOOL = "broker_serial_release"
@@ -53,3 +64,43 @@ class GatewayHandover:
 
     def resume(self, port: str) -> None:
         self._call(RESUME_TOOL, port)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: raised where the command runs, as SIGINT raises KeyboardInterrupt."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = 128 + signum
+        """The shell's convention for a command ended by a signal: 143 for SIGTERM, 129 for SIGHUP."""
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    for stop in STOP_SIGNALS:  # a second signal must not cut short the port's resume
+        signal.signal(stop, signal.SIG_IGN)
+    if signum == signal.SIGHUP:
+        # The terminal is gone: what is still printed (the resume step) would fail with EIO.
+        with contextlib.suppress(OSError):
+            nowhere = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(nowhere, 1)
+            os.dup2(nowhere, 2)
+            os.close(nowhere)
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise Stopped while inside (only the main thread can take signals; elsewhere,
+    as when tests run a command in a thread, nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {stop: signal.signal(stop, _stop) for stop in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)

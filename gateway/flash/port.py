@@ -7,6 +7,11 @@ no-port            the path does not exist (unplugged, or another name: /dev/ser
                    or it is no serial port (not a tty: /dev/null, a regular file, a directory)
 permission-denied  the user may not open it: on Linux, not in the group that owns the tty (dialout)
 port-in-use        another program holds the lock, or the tty is in exclusive mode (TIOCEXCL)
+
+`diagnose` finds the same without opening the port (opening pulses DTR and RTS, which resets many
+boards): the lock from the kernel's table of locks (/proc/locks), as the open would meet it. A program
+that has the port open without the lock (a PTY's other end, a `cat`) does not stop an open, so it does
+not count; the holders of the lock are named in the message.
 """
 
 from __future__ import annotations
@@ -51,13 +56,7 @@ def classify(path: str, exc: OSError) -> FlashError:
     if code in (errno.EACCES, errno.EPERM):
         return permission_error(path)
     if code in (errno.EBUSY, errno.EAGAIN, errno.EWOULDBLOCK):
-        who = holders(path)
-        held = f" (held by {', '.join(who)})" if who else ""
-        return FlashError(
-            "port-in-use",
-            f"{path} is in use by another program{held}: close it (a serial monitor, another flash) "
-            "and run the command again",
-        )
+        return in_use_error(path, lock_holders(path) or holders(path))
     # pyserial opens a non-tty (/dev/null, a file) and then fails to configure it, with no errno.
     kind = not_a_tty(path)
     if kind is None and (code == errno.ENOTTY or os.strerror(errno.ENOTTY) in str(exc)):
@@ -107,14 +106,49 @@ def diagnose(path: str) -> FlashError | None:
         return not_serial_error(path, kind)
     if not os.access(path, os.R_OK | os.W_OK):
         return permission_error(path)
-    who = holders(path)
-    if who:
-        return FlashError(
-            "port-in-use",
-            f"{path} is in use by another program (held by {', '.join(who)}): close it (a serial monitor, "
-            "the gateway's serial way in) and run the command again",
-        )
+    who = lock_holders(path)
+    if who is not None:
+        return in_use_error(path, who)
     return None
+
+
+def in_use_error(path: str, who: list[str]) -> FlashError:
+    """port-in-use; `who` (the lock's holders, as "name (pid N)") only informs."""
+    held = f" (held by {', '.join(who)})" if who else ""
+    return FlashError(
+        "port-in-use",
+        f"{path} is in use by another program{held}: close it (a serial monitor, another flash, the gateway's "
+        "serial way in) and run the command again",
+    )
+
+
+def lock_holders(path: str) -> list[str] | None:
+    """Who holds the lock on `path` (flock, as pyserial's exclusive open takes it), as "name (pid N)";
+    None when nobody does, or when the kernel's table of locks cannot be read (the open finds out)."""
+    try:
+        info = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    # "1: FLOCK  ADVISORY  WRITE 8182 00:1a:3 0 EOF": the file as MAJOR:MINOR (hex) of its file system,
+    # and its inode; a waiter's line has "->" after the number.
+    inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    pids = [
+        fields[4]
+        for fields in (line.split() for line in lines)
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == inode
+    ]
+    if not pids:
+        return None
+    return [f"{_process_name(pid)} (pid {pid})" for pid in dict.fromkeys(pids)]
+
+
+def _process_name(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
 
 
 def permission_error(path: str) -> FlashError:
@@ -144,9 +178,5 @@ def holders(path: str) -> list[str]:
         except OSError:
             continue
         if target in links:
-            try:
-                name = (entry / "comm").read_text().strip()
-            except OSError:
-                name = "?"
-            found.append(f"{name} (pid {entry.name})")
+            found.append(f"{_process_name(entry.name)} (pid {entry.name})")
     return found

@@ -121,20 +121,31 @@ def open_with_handover(
     try:
         return open_port(request.port), False
     except FlashError as exc:
-        if exc.code != "port-in-use" or handover is None or not handover.release(request.port):
+        if exc.code != "port-in-use" or handover is None or not _release(handover, request.port):
             raise
         busy = exc
-    reporter.step({"step": "release", "port": request.port})
-    deadline = time.monotonic() + request.release_wait_s
-    while True:
-        try:
-            return open_port(request.port), True
-        except FlashError as exc:
-            if exc.code != "port-in-use" or time.monotonic() > deadline:
-                handover.resume(request.port)
-                reporter.step({"step": "resume", "port": request.port})
-                raise busy from None
-        time.sleep(0.1)
+    try:
+        reporter.step({"step": "release", "port": request.port})
+        deadline = time.monotonic() + request.release_wait_s
+        while True:
+            try:
+                return open_port(request.port), True
+            except FlashError as exc:
+                if exc.code != "port-in-use" or time.monotonic() > deadline:
+                    raise busy from None
+            time.sleep(0.1)
+    except BaseException:  # the port did not open (or Ctrl-C, a stop signal): the gateway takes it back
+        handover.resume(request.port)
+        reporter.step({"step": "resume", "port": request.port})
+        raise
+
+
+def _release(handover: Handover, port: str) -> bool:
+    try:
+        return handover.release(port)
+    except KeyboardInterrupt:  # Ctrl-C or a stop signal while asking: the gateway may have let go already
+        handover.resume(port)
+        raise
 
 
 def _run(request: FlashRequest, reporter: Reporter, handover: Handover | None) -> None:

@@ -119,9 +119,17 @@ class Application:
 
     @classmethod
     def folder(cls, source: Path) -> Application:
-        """A folder laid out like device/micropython (the schema in it or in ../schemas)."""
-        if not (source / "main.py").is_file():
-            raise ProvisionError(f"{source} holds no main.py: pass --source, a folder laid out like device/micropython")
+        """A folder laid out like device/micropython (the schema in it or in ../schemas); ProvisionError
+        naming every part it lacks."""
+        if not source.is_dir():
+            raise ProvisionError(f"--source {source} is not a folder: give a folder laid out like device/micropython")
+        needed = [*SOURCES, *(f"{package}/__init__.py" for package in PACKAGES)]
+        missing = [name for name in needed if not (source / name).is_file()]
+        if missing:
+            raise ProvisionError(
+                f"--source {source} lacks {', '.join(missing)}: give a folder laid out like device/micropython "
+                f"({', '.join(SOURCES)}, {'/, '.join(PACKAGES)}/ and {SCHEMA_NAME})"
+            )
         return cls(source, source, schema_file(source))
 
     @classmethod
@@ -146,10 +154,14 @@ class Application:
 
 
 def schema_file(source: Path) -> Path:
+    """The schema of a --source folder: in it, or in ../schemas beside it (a checkout's device/schemas)."""
     for candidate in (source / SCHEMA_NAME, source.parent / "schemas" / SCHEMA_NAME):
         if candidate.is_file():
             return candidate
-    raise ProvisionError(f"no {SCHEMA_NAME} in {source} or {source.parent / 'schemas'}")
+    raise ProvisionError(
+        f"--source {source} has no {SCHEMA_NAME}, in it or in {source.parent / 'schemas'}: copy the schema the "
+        f"application serves into the folder (from a checkout: cp device/schemas/{SCHEMA_NAME} {source}/)"
+    )
 
 
 def firmware_of(source: Path) -> tuple[str, str]:
@@ -188,7 +200,15 @@ def mpy_cross_emits(binary: str) -> tuple[int, int]:
 
 
 def build(application: Application, board: BoardInfo | None, *, compile_modules: bool = True) -> Bundle:
-    """The files for `board` (None: a dry run, compiled without an architecture to show the sizes)."""
+    """The files for `board` (None: compiled without an architecture: the check before the board is
+    touched, and a dry run's sizes); ProvisionError for a file that cannot be read."""
+    try:
+        return _build(application, board, compile_modules)
+    except OSError as exc:
+        raise ProvisionError(f"the application's files cannot be read: {exc}") from None
+
+
+def _build(application: Application, board: BoardInfo | None, compile_modules: bool) -> Bundle:
     source = application.modules
     firmware, version = firmware_of(source)
     modules = sorted(path.relative_to(source) for package in PACKAGES for path in (source / package).rglob("*.py"))

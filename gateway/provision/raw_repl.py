@@ -12,6 +12,7 @@ Nothing read from or written to the board is logged: the code sent may carry sec
 
 from __future__ import annotations
 
+import contextlib
 import time
 from types import TracebackType
 from typing import Protocol
@@ -22,6 +23,15 @@ CHUNK = 256
 
 class BoardError(Exception):
     """The board did not answer as a MicroPython raw REPL does, or the code sent to it failed."""
+
+
+class BoardGone(BoardError):
+    """The port failed under the session (the board unplugged, its adapter reset): pyserial's or the
+    system's error, `detail`, as the cause."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"{name} went away ({detail})")
+        self.detail = detail
 
 
 class SerialLike(Protocol):
@@ -51,8 +61,12 @@ class PortError(BoardError):
 def open_port(port: str, baud: int = 115200) -> SerialLike:
     import serial
 
-    from gateway.flash.port import classify
+    from gateway.flash.port import classify, diagnose
 
+    # The check a dry run makes, so that both refuse a port alike; the open below meets what changed since.
+    problem = diagnose(port)
+    if problem is not None:
+        raise PortError(f"{problem.message} [{problem.code}]", problem.code)
     line = serial.Serial()
     line.port = port
     line.baudrate = baud
@@ -85,18 +99,42 @@ class RawRepl:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.port.close()
+        self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # a port that went away: nothing left to close cleanly
+            self.port.close()
+
+    # -- the line: an OSError (pyserial's SerialException is one) means the board is gone ---------
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self.port.write(data)
+        except OSError as exc:
+            raise BoardGone(self.name, str(exc) or type(exc).__name__) from None
+
+    def _read(self, most: int) -> bytes:
+        try:
+            return self.port.read(max(1, min(self.port.in_waiting, most)))
+        except OSError as exc:
+            raise BoardGone(self.name, str(exc) or type(exc).__name__) from None
+
+    def _flush(self) -> None:
+        try:
+            self.port.flush()
+        except OSError as exc:
+            raise BoardGone(self.name, str(exc) or type(exc).__name__) from None
 
     # -- the protocol ---------------------------------------------------------------------------
 
     def enter(self) -> None:
         """Stop what runs and enter the raw REPL (two tries: a busy board may miss the first Ctrl-C)."""
         for attempt in range(2):
-            self.port.write(b"\r\x03")
+            self._write(b"\r\x03")
             time.sleep(0.1)
-            self.port.write(b"\x03")
+            self._write(b"\x03")
             self._drain(0.2 if attempt == 0 else 1.0)
-            self.port.write(b"\r\x01")
+            self._write(b"\r\x01")
             try:
                 self._read_until(RAW_PROMPT, min(self.timeout_s, 5.0))
                 self._buffer.clear()
@@ -112,10 +150,10 @@ class RawRepl:
         """Run `code` on the board; what it printed. BoardError with the board's traceback when it failed."""
         data = code.encode()
         for start in range(0, len(data), CHUNK):
-            self.port.write(data[start : start + CHUNK])
+            self._write(data[start : start + CHUNK])
             if self.pace_s:
                 time.sleep(self.pace_s)
-        self.port.write(b"\x04")
+        self._write(b"\x04")
         answer = self._read_exactly(2, self.timeout_s)
         if answer != b"OK":
             raise BoardError(f"{self.name} refused the code sent to its raw REPL (answered {answer!r}, not OK)")
@@ -129,17 +167,24 @@ class RawRepl:
 
     def soft_reset(self) -> None:
         """Leave the raw REPL and soft-reset in the friendly REPL: the board runs boot.py and main.py."""
-        self.port.write(b"\x02")
+        self._write(b"\x02")
         self._read_until(b">>> ", min(self.timeout_s, 5.0))
-        self.port.write(b"\x04")
-        self.port.flush()
+        self._write(b"\x04")
+        self._flush()
+
+    def restart(self) -> None:
+        """After a failure: drop whatever code was half sent (Ctrl-C), then soft_reset(), so that the
+        board runs the code it holds again."""
+        self._write(b"\r\x03")
+        self._drain(0.2)
+        self.soft_reset()
 
     # -- reading --------------------------------------------------------------------------------
 
     def _fill(self, deadline: float) -> None:
         if time.monotonic() > deadline:
             raise BoardError(f"{self.name} did not answer in time")
-        self._buffer += self.port.read(max(1, min(self.port.in_waiting, 4096)))
+        self._buffer += self._read(4096)
 
     def _drain(self, quiet_s: float) -> None:
         """Read and drop what the board says until it has been quiet for `quiet_s` (at most 3 s)."""
@@ -147,7 +192,7 @@ class RawRepl:
         deadline = time.monotonic() + 3.0
         last = time.monotonic()
         while time.monotonic() < deadline and time.monotonic() - last < quiet_s:
-            if self.port.read(max(1, self.port.in_waiting)):
+            if self._read(1 << 16):
                 last = time.monotonic()
 
     def _read_exactly(self, size: int, timeout_s: float) -> bytes:

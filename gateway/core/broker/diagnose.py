@@ -140,6 +140,36 @@ def _gateway_problems(view: GatewayView) -> list[Problem]:
     problems.extend(mdns_problems(view))
     problems.extend(mqtt_problems(view))
     problems.extend(serial_problems(view))
+    problems.extend(held_port_problems(view))
+    return problems
+
+
+def held_port_problems(view: GatewayView) -> list[Problem]:
+    """Serial ports let go of for another program (broker_serial_release) and not taken back yet: their
+    boards are away until then, which a flash that died before it could resume leaves behind."""
+    problems: list[Problem] = []
+    for port in view.serial.get("ports") or []:
+        if port.get("state") != "held":
+            continue
+        path = port.get("path")
+        back_in = port.get("given_back_in_s")
+        bound = port.get("max_hold_s")
+        back = (
+            f"; the gateway takes it back by itself in {back_in:g}s (serial.max_hold_s = {bound:g})"
+            if isinstance(back_in, int | float) and isinstance(bound, int | float)
+            else ""
+        )
+        problems.append(
+            Problem(
+                "serial.port_held",
+                "warning",
+                f"Serial port {path} is let go of for another program: the slots of a board on it are detached",
+                f"released by broker_serial_release (mcp-gateway flash, device update) since "
+                f"{port.get('held_since') or 'an unknown time'}{back}",
+                f"When the flash or update is over, or was killed, take the port back now: broker_serial_resume "
+                f'{{"port": "{path}"}}; otherwise the gateway takes it back when serial.max_hold_s has passed.',
+            )
+        )
     return problems
 
 
