@@ -14,16 +14,32 @@ from gateway.cli.common import Commands
 def cmd_discover(args: argparse.Namespace) -> int:
     """Browse _mcp-broker._tcp and _mcp._tcp with mDNS and list every gateway found (exit 0 even if none)."""
     if not 0 < args.timeout <= 60:
-        print("mcp-gateway discover: --timeout must be more than 0 and at most 60 seconds", file=sys.stderr)
-        return 2
+        return _fail(args, "bad_timeout", "--timeout must be more than 0 and at most 60 seconds", 2)
     from gateway.discovery.browse import browse, render
+    from gateway.discovery.interfaces import UnknownInterface
 
-    found = asyncio.run(browse(args.timeout, args.interface))
+    try:
+        found = asyncio.run(browse(args.timeout, args.interface))
+    except UnknownInterface as exc:
+        return _fail(args, "unknown_interface", f"--interface: {exc}", 2)
+    except (OSError, RuntimeError) as exc:  # zeroconf could not open or join the multicast sockets
+        where = f" on {', '.join(args.interface)}" if args.interface else ""
+        message = f"cannot browse{where}: {exc}; is multicast on there, and UDP port 5353 free to use?"
+        return _fail(args, "browse_failed", message, 1)
     if args.json:
         sys.stdout.write(orjson.dumps([entry.to_json() for entry in found], option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(render(found, args.timeout) + "\n")
     return 0
+
+
+def _fail(args: argparse.Namespace, error: str, message: str, code: int) -> int:
+    """A refusal: the message on stderr; with --json also `{"error": ..., "message": ...}` on stdout, so a
+    script reading stdout gets JSON either way."""
+    if args.json:
+        sys.stdout.write(orjson.dumps({"error": error, "message": message}).decode() + "\n")
+    print(f"mcp-gateway discover: {message}", file=sys.stderr)
+    return code
 
 
 def add_discover(commands: Commands) -> None:
@@ -40,7 +56,8 @@ def add_discover(commands: Commands) -> None:
         "--interface",
         action="append",
         default=[],
-        metavar="ADDR",
-        help="browse only on the interface holding this address (repeat for several; default every interface)",
+        metavar="IFACE",
+        help="browse only on this interface: a name such as eth0, or one of its addresses, as [mdns] interfaces "
+        "takes them (repeat for several; default every interface)",
     )
     discover.set_defaults(func=cmd_discover)

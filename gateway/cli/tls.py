@@ -18,6 +18,11 @@ def cmd_tls_self_signed(args: argparse.Namespace) -> int:
     hosts, ips = default_names()
     if args.host or args.ip:
         hosts, ips = args.host or [], args.ip or []
+    else:
+        refusal = _hostname_refusal(hosts)
+        if refusal is not None:
+            print(f"mcp-gateway tls self-signed: {refusal}", file=sys.stderr)
+            return 2
     try:
         issued = create(Path(args.dir), hosts, ips, days=args.days, force=args.force, new_ca=args.new_ca)
     except SelfSignedError as exc:
@@ -25,6 +30,24 @@ def cmd_tls_self_signed(args: argparse.Namespace) -> int:
         return 2
     print(instructions(issued, args.port))
     return 0
+
+
+def _hostname_refusal(hosts: list[str]) -> str | None:
+    """Why this machine's own names (the default, no --host given) cannot go into the certificate, or None."""
+    from gateway.discovery.names import host_label
+    from gateway.policy.tls_self_signed import SelfSignedError, check_dns_name
+
+    try:
+        for name in hosts:
+            check_dns_name(name)
+    except SelfSignedError:
+        answered = host_label().removesuffix(".")
+        return (
+            f"this machine's hostname {hosts[0]!r} is not a DNS name (letters, digits, '-', dots), so it cannot be "
+            f"in a certificate; pass the names boards dial with --host (the gateway answers mDNS as {answered}: "
+            f"--host {answered}), and addresses with --ip"
+        )
+    return None
 
 
 def add_tls(commands: Commands) -> None:

@@ -18,7 +18,8 @@ class MdnsConfig(Section):
     enabled: bool = False
     """Advertise _mcp-broker._tcp and _mcp._tcp. Off on a developer machine; the appliance's config turns it on."""
     instance_name: str | None = None
-    """The name clients list, e.g. "Line 3 gateway"; default "mcp-gateway on <hostname>". Shown to the network."""
+    """The name clients list, e.g. "Line 3 gateway"; default "mcp-gateway on <hostname>". Shown to the network.
+    No dot: python-zeroconf cannot escape one (RFC 6763's `\\.`)."""
     interfaces: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     """Advertise only on these interfaces (names such as "eth0", or addresses the listener serves); default every
     interface the listener serves. A loopback-bound gateway is never advertised."""
@@ -34,4 +35,11 @@ class MdnsConfig(Section):
             raise ValueError(f"an instance name is 1 to {MDNS_INSTANCE_NAME_BYTES} bytes of UTF-8 text")
         if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
             raise ValueError("an instance name cannot hold control characters")
+        if "." in value:
+            # DNS-SD allows a dot escaped as "\." (RFC 6763 section 4.3), but python-zeroconf, which
+            # advertises the name, has no escape: every dot would split the name into labels on the wire.
+            raise ValueError(
+                "an instance name cannot hold a dot: the mDNS library would send it as a label separator and "
+                "browsers would not find the gateway; write it without dots (e.g. 'Pump hall v2-1')"
+            )
         return value

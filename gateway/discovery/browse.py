@@ -12,6 +12,7 @@ from typing import Any
 from zeroconf import DNSQuestionType, InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from gateway.discovery.interfaces import UnknownInterface, host_addresses, multicast_sockets, resolve_interfaces
 from gateway.discovery.mdns import BROKER_SERVICE, SERVICE_TYPES
 
 RESOLVE_TIMEOUT_MS = 1500
@@ -76,7 +77,10 @@ def _text(value: bytes | None) -> str:
 
 
 async def browse(timeout_s: float, interfaces: Sequence[str] = ()) -> list[Found]:
-    """Everything advertised under our service types within `timeout_s`, one entry per instance."""
+    """Everything advertised under our service types within `timeout_s`, one entry per instance.
+
+    `interfaces`: browse only there, given as [mdns] interfaces takes them (names such as "eth0", or
+    addresses of this machine); UnknownInterface for one this machine does not have."""
     zeroconf = _open(interfaces)
     seen: dict[tuple[str, str], None] = {}
 
@@ -119,7 +123,15 @@ async def browse(timeout_s: float, interfaces: Sequence[str] = ()) -> list[Found
 
 def _open(interfaces: Sequence[str]) -> AsyncZeroconf:
     if interfaces:
-        return AsyncZeroconf(interfaces=list(interfaces))
+        available = host_addresses()
+        chosen = resolve_interfaces(interfaces, available)
+        joins = multicast_sockets(sorted({entry.interface for entry in chosen}), available)
+        if not joins:
+            raise UnknownInterface(
+                f"{', '.join(repr(item) for item in interfaces)}: no address there can join the mDNS multicast "
+                "group (a loopback interface, or one without an address)"
+            )
+        return AsyncZeroconf(interfaces=joins)
     try:
         return AsyncZeroconf(interfaces=InterfaceChoice.All, ip_version=IPVersion.All)
     except (OSError, RuntimeError):  # no IPv6 on this machine: IPv4 alone still finds most gateways

@@ -1,9 +1,9 @@
 """mDNS advertisement: the gateway announces how to connect to it, and nothing else.
 
 Two DNS-SD service types point at the listener: `_mcp-broker._tcp` (the name boards and tools
-written for mcp-broker browse for) and `_mcp._tcp` (generic MCP discovery). Their TXT record says
-how to connect (protocol revisions, TLS, authentication modes, path templates) and never what is
-behind the gateway: no slot name, tool name, token or policy is ever advertised.
+written for mcp-broker browse for) and `_mcp._tcp` (generic MCP discovery), under one instance name.
+Their TXT record says how to connect (protocol revisions, TLS, authentication modes, path templates)
+and never what is behind the gateway: no slot name, tool name, token or policy is ever advertised.
 
 Only addresses that really answer are advertised: the ones the listener is bound to, or for a
 wildcard bind every non-loopback address of the machine. A loopback-bound gateway is not advertised
@@ -19,22 +19,32 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import re
-import socket
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-import ifaddr
 from prometheus_client import Gauge
-from zeroconf import IPVersion, ServiceInfo
-from zeroconf.asyncio import AsyncZeroconf
+from zeroconf import DNSQuestionType, NonUniqueNameException, ServiceInfo, ServiceStateChange, Zeroconf
+from zeroconf.asyncio import AsyncServiceBrowser, AsyncZeroconf
 
 from gateway import __version__
-from gateway.config import MDNS_INSTANCE_NAME_BYTES, GatewayConfig
+from gateway.config import GatewayConfig
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.versions import LATEST_HANDSHAKE, LATEST_STATELESS
+from gateway.discovery.interfaces import (
+    HostAddress,
+    addresses_on,
+    host_addresses,
+    multicast_on,
+    multicast_sockets,
+    served_addresses,
+)
+from gateway.discovery.names import (
+    default_instance_name,
+    host_label,
+    host_label_differs,
+    instance_candidate,
+    service_target,
+)
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.mdns")
@@ -47,83 +57,19 @@ SERVICE_TYPES = (BROKER_SERVICE, MCP_SERVICE)
 TXT_VERSION = "1"
 STOP_TIMEOUT_S = 3.0
 """Goodbye packets take well under a second; a stuck socket must not hold up shutdown longer than this."""
+MAX_INSTANCE_NUMBER = 100
+"""`<name>-2` ... `<name>-100` are tried when another responder holds the name; past that the
+advertisement fails (and is retried on the next refresh)."""
+GOODBYE_ROUNDS = 3
+GOODBYE_INTERVAL_S = 0.125
+"""Goodbye packets go out three times, 125 ms apart, as python-zeroconf sends its own: one lost
+datagram must not leave a stopped gateway in browsers until its records expire."""
+BROWSE_ANSWER_S = 1.5
+"""How long the browse that runs while the name is probed waits for answers (see _free)."""
+HOST_ENTRY = "mcp-gateway:host"
+"""The registry key under which the `<hostname>.local` address answer is kept (see _answer_host)."""
 
 State = str  # "starting" | "advertising" | "not_advertised" | "failed" | "stopped"
-
-
-@dataclass(frozen=True)
-class HostAddress:
-    """One address of one network interface of this machine."""
-
-    interface: str
-    address: str
-
-    @property
-    def ip(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-        return ipaddress.ip_address(self.address)
-
-
-def host_addresses() -> list[HostAddress]:
-    """Every interface address of this machine (getifaddrs: quick, never waits on the network)."""
-    found: list[HostAddress] = []
-    for adapter in ifaddr.get_adapters():
-        for entry in adapter.ips:
-            # ifaddr gives an IPv6 address as (address, flowinfo, scope_id).
-            text = entry.ip if isinstance(entry.ip, str) else entry.ip[0]
-            found.append(HostAddress(adapter.name, text.split("%", 1)[0]))
-    return found
-
-
-def served_addresses(
-    bound: Sequence[str], available: Iterable[HostAddress], only: Sequence[str] = ()
-) -> list[HostAddress]:
-    """The addresses a peer on the network can reach the listener at.
-
-    `bound`: the addresses the listening sockets are bound to. A wildcard stands for every address
-    of its family (asyncio binds "::" IPv6-only, so "::" does not bring IPv4 with it); loopback
-    addresses are never advertised. `only`, from [mdns] interfaces, keeps the addresses whose
-    interface name or address is listed."""
-    wanted = set(only)
-    bound_ips = [ipaddress.ip_address(text.split("%", 1)[0]) for text in bound]
-    chosen: list[HostAddress] = []
-    for candidate in available:
-        ip = candidate.ip
-        if ip.is_loopback or (wanted and candidate.interface not in wanted and candidate.address not in wanted):
-            continue
-        served = any(ip == bound or (bound.is_unspecified and bound.version == ip.version) for bound in bound_ips)
-        if served and candidate not in chosen:
-            chosen.append(candidate)
-    return chosen
-
-
-IFF_MULTICAST = 0x1000
-
-
-def multicast_on(interface: str) -> bool:
-    """Whether the interface may carry multicast (Linux: its MULTICAST flag); True where that cannot be read.
-
-    Without the flag the kernel lets zeroconf join the group, yet nothing is ever sent: the advertisement
-    would look fine and reach no one."""
-    try:
-        flags = Path("/sys/class/net", interface, "flags").read_text(encoding="ascii")
-    except (OSError, ValueError):
-        return True
-    try:
-        return bool(int(flags.strip(), 16) & IFF_MULTICAST)
-    except ValueError:
-        return True
-
-
-def host_label() -> str:
-    """This machine's mDNS host name, `<hostname>.local.` (the name `<hostname>.local` resolves to)."""
-    short = socket.gethostname().split(".", 1)[0]
-    label = re.sub(r"[^A-Za-z0-9-]", "-", short).strip("-")[:63] or "mcp-gateway"
-    return f"{label}.local."
-
-
-def default_instance_name() -> str:
-    name = f"mcp-gateway on {socket.gethostname().split('.', 1)[0]}"
-    return name.encode("utf-8")[:MDNS_INSTANCE_NAME_BYTES].decode("utf-8", errors="ignore").rstrip()
 
 
 def client_auth_modes(config: GatewayConfig) -> str:
@@ -170,39 +116,52 @@ class MdnsAdvertiser:
 
     def __init__(self, config: GatewayConfig, bound: Sequence[str], port: int, metrics: Metrics | None = None) -> None:
         self.config = config
-        self._m_advertising: Gauge | None = None
-        self._m_addresses: Gauge | None = None
-        if metrics is not None:
-            r = metrics.registry
-            self._m_advertising = Gauge(
-                "mcpgw_mdns_advertising", "1 while the gateway is advertised over mDNS", registry=r
-            )
-            self._m_addresses = Gauge("mcpgw_mdns_addresses", "Addresses the mDNS advertisement names", registry=r)
+        self._metrics = metrics
+        # Registered while the advertiser runs: both are absent from /metrics when [mdns] is off.
+        self._m_advertising = Gauge(
+            "mcpgw_mdns_advertising", "1 while the gateway is advertised over mDNS", registry=None
+        )
+        self._m_addresses = Gauge("mcpgw_mdns_addresses", "Addresses the mDNS advertisement names", registry=None)
+        self._gauges_registered = False
         self.bound = tuple(bound)
         self.port = port
         self.instance = config.mdns.instance_name or default_instance_name()
         self.host = host_label()
+        """The name the gateway answers address queries for, `<hostname>.local.`: the one boards dial."""
+        self.target = service_target(port)
+        """The SRV target, `<hostname>-<port>.local.`: a name of this gateway's own, carrying only its addresses."""
         self.txt = txt_properties(config)
         self.state: State = "starting"
         self.reason = ""
         self.addresses: tuple[HostAddress, ...] = ()
         self.names: dict[str, str] = {}
-        """Service type -> the instance's full name as registered (zeroconf renames on a conflict)."""
+        """Service type -> the instance's full name as registered."""
         self.instance_in_use = ""
-        """The instance name as registered: `instance`, or `instance-2` ... when another responder had it."""
+        """The instance name as registered, the same under both types: `instance`, or `instance-2` ... when
+        another responder had it under either type."""
         self._zeroconf: AsyncZeroconf | None = None
+        self._infos: list[ServiceInfo] = []
+        self._machine: list[str] = []
+        """The addresses `<hostname>.local` is answered with: every address of the interfaces advertised on."""
         self._task: asyncio.Task[None] | None = None
         self._logged = ""
+        self._host_logged = False
 
     def start(self) -> None:
-        """Advertise in the background: probing the name takes about a second and must not delay serving."""
+        """Advertise in the background: probing the name takes about 1.5 s and must not delay serving."""
+        self._register_gauges()
+        if not self._host_logged:
+            self._host_logged = True
+            differs = host_label_differs()
+            if differs is not None:
+                log.warning("mdns: %s", differs)
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="mdns-advertiser")
 
     async def reconfigure(self, config: GatewayConfig) -> None:
         """Advertise what `config` says (a configuration reload): goodbye for the old records, then the new
         name and TXT record announced as at start."""
-        await self.stop()
+        await self._halt()
         self.config = config
         self.instance = config.mdns.instance_name or default_instance_name()
         self.txt = txt_properties(config)
@@ -211,7 +170,12 @@ class MdnsAdvertiser:
         self.start()
 
     async def stop(self) -> None:
-        """Say goodbye (the services disappear from browsers at once) and close the sockets."""
+        """Say goodbye (the services disappear from browsers at once), close the sockets, and take the
+        advertiser's metrics off /metrics."""
+        await self._halt()
+        self._unregister_gauges()
+
+    async def _halt(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -224,11 +188,22 @@ class MdnsAdvertiser:
         self.state = "stopped"
         self._export()
 
+    def _register_gauges(self) -> None:
+        if self._metrics is not None and not self._gauges_registered:
+            self._metrics.registry.register(self._m_advertising)
+            self._metrics.registry.register(self._m_addresses)
+            self._gauges_registered = True
+
+    def _unregister_gauges(self) -> None:
+        if self._metrics is not None and self._gauges_registered:
+            self._metrics.registry.unregister(self._m_advertising)
+            self._metrics.registry.unregister(self._m_addresses)
+            self._gauges_registered = False
+
     def _export(self) -> None:
-        if self._m_advertising is not None and self._m_addresses is not None:
-            advertising = self.state == "advertising"
-            self._m_advertising.set(1 if advertising else 0)
-            self._m_addresses.set(len(self.addresses) if advertising else 0)
+        advertising = self.state == "advertising"
+        self._m_advertising.set(1 if advertising else 0)
+        self._m_addresses.set(len(self.addresses) if advertising else 0)
 
     def status(self) -> dict[str, Any]:
         """For broker_info and diagnosis: what is advertised where, or why nothing is."""
@@ -240,6 +215,7 @@ class MdnsAdvertiser:
             "service_types": list(SERVICE_TYPES),
             "names": dict(self.names),
             "host": self.host,
+            "srv_target": self.target,
             "port": self.port,
             "addresses": [entry.address for entry in self.addresses],
             "interfaces": sorted({entry.interface for entry in self.addresses}),
@@ -259,19 +235,26 @@ class MdnsAdvertiser:
             await asyncio.sleep(self.config.mdns.refresh_s)
 
     async def _refresh(self) -> None:
-        reachable = served_addresses(self.bound, host_addresses(), self.config.mdns.interfaces)
+        available = host_addresses()
+        reachable = served_addresses(self.bound, available, self.config.mdns.interfaces)
         served = tuple(entry for entry in reachable if multicast_on(entry.interface))
         if not served:
             await self._withdraw()
             self.addresses = ()
             self._report(*self._nothing_to_advertise(reachable))
             return
+        interfaces = sorted({entry.interface for entry in served})
+        machine = addresses_on(interfaces, available)
         if self._zeroconf is not None and served == self.addresses:
+            if machine != self._machine and self._infos:
+                self._answer_machine(self._zeroconf.zeroconf, machine)
             return
         await self._withdraw()  # a changed address: goodbye for the old records, then announce anew
         self.addresses = served
         texts = [entry.address for entry in served]
-        zeroconf = AsyncZeroconf(interfaces=list(texts), ip_version=_ip_version(served))
+        # The instance name is one namespace on the link whatever the listener's address family: probe and
+        # defend it over IPv4 and IPv6 on the interfaces served, while the records name only `texts`.
+        zeroconf = AsyncZeroconf(interfaces=multicast_sockets(interfaces, available))
         self._zeroconf = zeroconf
         await zeroconf.zeroconf.async_wait_for_start()
         if not zeroconf.zeroconf.engine.senders:
@@ -279,26 +262,48 @@ class MdnsAdvertiser:
                 f"no interface among {', '.join(texts)} could join the mDNS multicast group (224.0.0.251 / ff02::fb); "
                 "is multicast on (ip link show: MULTICAST) and UDP port 5353 open?"
             )
-        infos = [
-            ServiceInfo(
-                service_type,
-                f"{self.instance}.{service_type}",
-                port=self.port,
-                properties=dict(self.txt),
-                server=self.host,
-                parsed_addresses=texts,
-            )
-            for service_type in SERVICE_TYPES
-        ]
-        # Probing checks the name is free (a second gateway on a host of the same name gets "-2").
-        announcements = await asyncio.gather(
-            *(zeroconf.async_register_service(info, allow_name_change=True) for info in infos)
-        )
+        infos = await self._claim(zeroconf.zeroconf, texts)
+        # Probed: nothing else on the link holds the name under either type, so no second probe.
+        announcements = [await zeroconf.async_register_service(info, cooperating_responders=True) for info in infos]
+        self._infos = infos
+        self._answer_machine(zeroconf.zeroconf, machine)
         # Registered: the gateway answers queries from now on, while the announcements go out.
         self.names = {info.type: info.name for info in infos}
         self.instance_in_use = infos[0].name.removesuffix("." + infos[0].type)
         self._report("advertising", "")
         await asyncio.gather(*announcements)
+
+    async def _claim(self, zeroconf: Zeroconf, texts: list[str]) -> list[ServiceInfo]:
+        """The records to register under the first name that is free under both service types.
+
+        The renaming is the gateway's own, not python-zeroconf's: its `<name>-2` can exceed the 63 bytes
+        of a DNS label, and it renames each service type on its own, so a name held under one type only
+        would leave the gateway with two names."""
+        for number in range(1, MAX_INSTANCE_NUMBER + 1):
+            name = instance_candidate(self.instance, number)
+            infos = [
+                ServiceInfo(
+                    service_type,
+                    f"{name}.{service_type}",
+                    port=self.port,
+                    properties=dict(self.txt),
+                    server=self.target,
+                    parsed_addresses=texts,
+                )
+                for service_type in SERVICE_TYPES
+            ]
+            if await _free(zeroconf, infos):
+                return infos
+        raise OSError(
+            f"every instance name from {self.instance!r} to "
+            f"{instance_candidate(self.instance, MAX_INSTANCE_NUMBER)!r} is taken on the network; "
+            "set another [mdns] instance_name"
+        )
+
+    def _answer_machine(self, zeroconf: Zeroconf, machine: list[str]) -> None:
+        self._machine = machine
+        info = self._infos[0]
+        _answer_host(zeroconf, ServiceInfo(info.type, info.name, server=self.host, parsed_addresses=machine))
 
     def _nothing_to_advertise(self, reachable: Sequence[HostAddress]) -> tuple[State, str]:
         bound = ", ".join(self.bound)
@@ -323,10 +328,28 @@ class MdnsAdvertiser:
         return "failed", f"no network interface has an address the listener serves ({bound})"
 
     async def _withdraw(self) -> None:
+        """Goodbye packets (TTL 0) for this gateway's own records, then close the sockets.
+
+        Only the service records (PTR, SRV, TXT) are said goodbye to. The address records of
+        `<hostname>.local` belong to the machine: avahi and any other gateway on it answer them too, and
+        a goodbye would make browsers drop the address of a gateway that is still running."""
         zeroconf, self._zeroconf = self._zeroconf, None
+        infos, self._infos = self._infos, []
         self.names, self.instance_in_use = {}, ""
-        if zeroconf is not None:
-            await zeroconf.async_close()  # unregisters every service first: goodbye packets (TTL 0)
+        if zeroconf is None:
+            return
+        engine = zeroconf.zeroconf
+        _forget_host(engine, self.host)
+        self._machine = []
+        if infos and not engine.done:
+            engine.registry.async_remove(infos)  # from now on no query is answered with them
+            goodbyes = [engine.generate_service_broadcast(info, 0, broadcast_addresses=False) for info in infos]
+            for round_number in range(GOODBYE_ROUNDS):
+                if round_number:
+                    await asyncio.sleep(GOODBYE_INTERVAL_S)
+                for goodbye in goodbyes:
+                    engine.async_send(goodbye)
+        await zeroconf.async_close()  # nothing is registered any more: no further goodbye
 
     def _report(self, state: State, reason: str) -> None:
         """Log a new state once: a failure repeated by every refresh is not repeated in the log."""
@@ -339,10 +362,11 @@ class MdnsAdvertiser:
         self._logged = key
         if state == "advertising":
             log.info(
-                "mdns: advertising %s on %s port %d",
+                "mdns: advertising %s on %s port %d (host %s)",
                 " and ".join(repr(name) for name in self.names.values()),
                 ", ".join(entry.address for entry in self.addresses),
                 self.port,
+                self.host.rstrip("."),
             )
         elif state == "not_advertised":
             log.warning("mdns: enabled, but %s; bind to a network address (host) to be found", reason)
@@ -351,10 +375,62 @@ class MdnsAdvertiser:
             log.warning("mdns: cannot advertise the gateway: %s; retrying every %gs", reason, refresh_s)
 
 
-def _ip_version(addresses: Sequence[HostAddress]) -> IPVersion:
-    versions = {entry.ip.version for entry in addresses}
-    if versions == {4}:
-        return IPVersion.V4Only
-    if versions == {6}:
-        return IPVersion.V6Only
-    return IPVersion.All
+async def _free(zeroconf: Zeroconf, infos: Sequence[ServiceInfo]) -> bool:
+    """Probe every name at once (RFC 6762 section 8.1): False as soon as one is held by another responder.
+
+    python-zeroconf's probes ask for unicast answers, and a responder that announced its records lately
+    answers a probe by unicast only. Sent to port 5353 of a machine where another mDNS stack (avahi,
+    another gateway) holds a socket on the same address, that answer reaches one of the sockets, often
+    not ours, and a name in use would look free. So a browse asking for multicast answers runs while
+    they probe: every holder of the service types answers it to the whole link, within a second and
+    a little more when it multicast the record in the last second (RFC 6762 section 14); the name is
+    free when no answer names it by then."""
+    loop = asyncio.get_running_loop()
+    answered_by = loop.time() + BROWSE_ANSWER_S
+    browser = AsyncServiceBrowser(
+        zeroconf, [info.type for info in infos], handlers=[_ignore], question_type=DNSQuestionType.QM
+    )
+    probes = [asyncio.ensure_future(zeroconf.async_check_service(info, allow_name_change=False)) for info in infos]
+    try:
+        done, _ = await asyncio.wait(probes, return_when=asyncio.FIRST_EXCEPTION)
+        for probe in done:
+            failure = probe.exception()
+            if isinstance(failure, NonUniqueNameException):
+                return False
+            if failure is not None:
+                raise failure
+        await asyncio.sleep(max(0.0, answered_by - loop.time()))
+        return not any(zeroconf.cache.current_entry_with_name_and_alias(info.type, info.name) for info in infos)
+    finally:
+        for probe in probes:
+            probe.cancel()
+        await asyncio.gather(*probes, return_exceptions=True)
+        await browser.async_cancel()
+
+
+def _ignore(zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:
+    """The probing browse wants the answers in the cache, not the events."""
+
+
+def _answer_host(zeroconf: Zeroconf, host: ServiceInfo) -> None:
+    """Answer address queries for `<hostname>.local`, the machine's name, with the machine's addresses.
+
+    The services point at a host name of the gateway's own (`<hostname>-<port>.local`) that carries only
+    the addresses it serves, yet boards dial `<hostname>.local` (it is in the certificate `tls
+    self-signed` makes), and a machine without avahi must still answer it. Every responder on the
+    machine (avahi, another gateway) must answer it with the same records, or a browser takes one
+    answer's NSEC (which address families exist) as a denial of another's addresses; so the answer is
+    every address of the interfaces advertised on, as avahi gives. python-zeroconf answers address
+    queries from the server index of its service registry and has no call for a host name without a
+    service, so the answer goes into that index only: no service is listed for it, and it is never
+    announced nor said goodbye to."""
+    assert host.server_key is not None
+    zeroconf.registry.servers.setdefault(host.server_key, {})[HOST_ENTRY] = host
+
+
+def _forget_host(zeroconf: Zeroconf, host: str) -> None:
+    entries = zeroconf.registry.servers.get(host.lower())
+    if entries is not None:
+        entries.pop(HOST_ENTRY, None)
+        if not entries:
+            del zeroconf.registry.servers[host.lower()]

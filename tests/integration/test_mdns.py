@@ -1,26 +1,22 @@
 """mDNS: the gateway advertises how to connect and nothing else, says goodbye, and `discover` finds it.
 
 Multicast needs an interface that carries it, and a CI machine may have none (or one on a real
-network the test must not talk to). The `multicast_link` fixture makes its own: a veth pair (a
-dummy interface where veth is unavailable) with a private address from 198.18.0.0/15 (RFC 2544,
-for tests) and multicast on. The gateway binds to that address, so it advertises there and only
-there; the browser and `mcp-gateway discover` listen on it too, and the kernel loops multicast back
-to them. Creating an interface needs root (CAP_NET_ADMIN) and iproute2: without them these tests
-FAIL with what is missing. They are never skipped.
+network the test must not talk to). The `multicast_link` fixture makes its own
+(tests/support/multicast.py): a veth pair (a dummy interface where veth is unavailable) with private
+addresses from 198.18.0.0/15 and 2001:2::/48 (reserved for tests) and multicast on. The gateway
+binds to that address, so it advertises there and only there; the browser and `mcp-gateway
+discover` listen on it too, and the kernel loops multicast back to them. Creating an interface needs
+root (CAP_NET_ADMIN) and iproute2: without them these tests FAIL with what is missing. They are
+never skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
-import shutil
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -29,132 +25,29 @@ import orjson
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
-from zeroconf import ServiceStateChange, Zeroconf
-from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
+from zeroconf import ServiceStateChange
 
 from gateway import __version__
 from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
-from gateway.discovery.browse import QUESTION_TYPE
 from gateway.discovery.mdns import SERVICE_TYPES
 from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.support.dns_query import MalformedMessage, Question, query_questions
-
-BROKER_TYPE = "_mcp-broker._tcp.local."
-MCP_TYPE = "_mcp._tcp.local."
-
-
-@dataclass(frozen=True)
-class MulticastLink:
-    interface: str
-    address: str
-
-
-def _ip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10, check=False)
-
-
-def _setup(steps: list[list[str]]) -> str | None:
-    """Run `ip` steps in order; the first error, or None when all succeeded."""
-    for step in steps:
-        done = _ip(*step)
-        if done.returncode != 0:
-            return f"ip {' '.join(step)}: {done.stderr.strip()}"
-    return None
-
-
-def _multicast_flag(interface: str) -> bool:
-    with open(f"/sys/class/net/{interface}/flags", encoding="ascii") as flags:
-        return bool(int(flags.read().strip(), 16) & 0x1000)
+from tests.support.multicast import (
+    BROKER_TYPE,
+    MCP_TYPE,
+    MulticastLink,
+    Watcher,
+    ip,
+    make_multicast_link,
+    run_discover,
+)
 
 
 @pytest.fixture(scope="module")
 def multicast_link() -> Iterator[MulticastLink]:
-    """A private interface that carries multicast, removed again when the module's tests are done.
-
-    A veth pair first (docker hosts always have the module), then a dummy interface, and last the
-    loopback interface with an extra address and multicast switched on (restored afterwards)."""
-    if shutil.which("ip") is None:
-        pytest.fail("the mDNS tests need iproute2 (`ip`) to create a test interface: apt-get install iproute2")
-    tag = os.getpid() % 100_000
-    name, peer = f"mgw{tag}a", f"mgw{tag}b"
-    address = f"198.18.{tag % 250}.{1 + 4 * (tag % 60)}"
-    _ip("link", "del", name)  # a leftover of an interrupted run with the same process id
-    errors: list[str] = []
-    for kind, links in (("veth", [name, peer]), ("dummy", [name])):
-        created = ["link", "add", name, "type", kind] + (["peer", "name", peer] if kind == "veth" else [])
-        steps = [created, ["addr", "add", f"{address}/30", "dev", name]]
-        steps += [["link", "set", link, "multicast", "on", "up"] for link in links]
-        error = _setup(steps)
-        if error is None:
-            try:
-                yield MulticastLink(name, address)
-            finally:
-                _ip("link", "del", name)  # takes the veth peer with it
-            return
-        errors.append(f"{kind}: {error}")
-        _ip("link", "del", name)
-    was_on = _multicast_flag("lo")
-    error = _setup([["addr", "add", f"{address}/32", "dev", "lo"], ["link", "set", "lo", "multicast", "on"]])
-    if error is None:
-        try:
-            yield MulticastLink("lo", address)
-        finally:
-            _ip("addr", "del", f"{address}/32", "dev", "lo")
-            _ip("link", "set", "lo", "multicast", "on" if was_on else "off")
-        return
-    _ip("addr", "del", f"{address}/32", "dev", "lo")
-    errors.append(f"loopback: {error}")
-    pytest.fail(
-        "the mDNS tests need a network interface that carries multicast and could not make one ("
-        + "; ".join(errors)
-        + "). Run the tests as root with CAP_NET_ADMIN (a container needs --cap-add NET_ADMIN)."
-    )
-
-
-class Watcher:
-    """A zeroconf browser on the test link, recording what it sees for both service types."""
-
-    def __init__(self, address: str) -> None:
-        self.zeroconf = AsyncZeroconf(interfaces=[address])
-        self.events: list[tuple[str, str, ServiceStateChange]] = []
-        self.browser: AsyncServiceBrowser | None = None
-
-    def start(self) -> None:
-        def on_change(zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:
-            self.events.append((service_type, name, state_change))
-
-        # Multicast answers, as `discover` asks: a unicast one could land on the gateway's own socket.
-        self.browser = AsyncServiceBrowser(
-            self.zeroconf.zeroconf, [BROKER_TYPE, MCP_TYPE], handlers=[on_change], question_type=QUESTION_TYPE
-        )
-
-    def saw(self, name: str, change: ServiceStateChange) -> bool:
-        return any(event[1] == name and event[2] is change for event in self.events)
-
-    async def resolve(self, service_type: str, name: str) -> AsyncServiceInfo:
-        info = AsyncServiceInfo(service_type, name)
-        assert await info.async_request(self.zeroconf.zeroconf, 3000, QUESTION_TYPE), f"{name} gave no records"
-        return info
-
-    def everything_heard(self) -> str:
-        """Every record the browser has received, as text: names, targets, TXT strings, addresses."""
-        parts: list[str] = []
-        for records in self.zeroconf.zeroconf.cache.cache.values():
-            for record in records:
-                parts.append(record.name)
-                for attribute in ("alias", "server", "text", "address"):
-                    value = getattr(record, attribute, None)
-                    if isinstance(value, bytes):
-                        parts.append(value.decode("latin-1"))
-                    elif value is not None:
-                        parts.append(str(value))
-        return "\n".join(parts)
-
-    async def close(self) -> None:
-        if self.browser is not None:
-            await self.browser.async_cancel()
-        await self.zeroconf.async_close()
+    """A private interface that carries multicast, removed again when the module's tests are done."""
+    yield from make_multicast_link()
 
 
 @pytest.fixture
@@ -174,21 +67,6 @@ def valve_server() -> MCPServer:
         return position
 
     return server
-
-
-async def run_discover(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        "discover",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
-    assert process.returncode is not None
-    return process.returncode, stdout.decode(), stderr.decode()
 
 
 async def call_broker(server: GatewayServer, tool: str, arguments: dict[str, Any] | None = None) -> Any:
@@ -364,7 +242,7 @@ async def test_multicast_off_is_logged_once_diagnosed_and_not_fatal(
     multicast_link: MulticastLink, gateway_factory: GatewayFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="gateway.mdns")
-    assert _ip("link", "set", multicast_link.interface, "multicast", "off").returncode == 0
+    assert ip("link", "set", multicast_link.interface, "multicast", "off").returncode == 0
     try:
         server = await gateway_factory(
             host=multicast_link.address, insecure_lan=True, mdns={"enabled": True, "refresh_s": 0.05}
@@ -382,10 +260,10 @@ async def test_multicast_off_is_logged_once_diagnosed_and_not_fatal(
         assert (await call_broker(server, "broker_info"))["name"] == "mcp-gateway"  # still serving
 
         # Multicast back on: the next refresh advertises, without a restart.
-        assert _ip("link", "set", multicast_link.interface, "multicast", "on").returncode == 0
+        assert ip("link", "set", multicast_link.interface, "multicast", "on").returncode == 0
         await wait_for(lambda: server.mdns is not None and server.mdns.state == "advertising", 10, "the recovery")
     finally:
-        _ip("link", "set", multicast_link.interface, "multicast", "on")
+        ip("link", "set", multicast_link.interface, "multicast", "on")
 
 
 async def test_a_loopback_gateway_is_not_advertised_and_diagnosis_says_why(gateway_factory: GatewayFactory) -> None:
@@ -424,7 +302,7 @@ async def test_a_second_gateway_with_the_same_name_takes_another_and_says_which(
             await wait_for(partial(advertising, server), 15, "the gateway to advertise")
         first, second = [(await call_broker(server, "broker_info"))["mdns"] for server in servers]
         assert first["instance"] == instance
-        assert second["instance"] == f"{instance}-2"  # python-zeroconf's rename; broker_info shows it
+        assert second["instance"] == f"{instance}-2"  # the gateway takes the next free name; broker_info shows it
         assert second["names"][BROKER_TYPE] == f"{instance}-2.{BROKER_TYPE}"
         page = await call_broker(servers[1], "broker_guide", {"topic": "publish-provider"})
         assert f"advertises itself with mDNS as **{instance}-2**" in page

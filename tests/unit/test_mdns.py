@@ -5,13 +5,29 @@ a real link)."""
 from __future__ import annotations
 
 import secrets
+import socket
 from pathlib import Path
 
+import orjson
 import pytest
 
-from gateway.cli import _config_flags, build_parser, refuse_insecure_bind
+from gateway.cli import _config_flags, build_parser, main, refuse_insecure_bind
 from gateway.config import ConfigError, GatewayConfig, load_config
-from gateway.discovery.mdns import HostAddress, default_instance_name, served_addresses, txt_properties
+from gateway.discovery.interfaces import (
+    HostAddress,
+    UnknownInterface,
+    multicast_sockets,
+    resolve_interfaces,
+    served_addresses,
+)
+from gateway.discovery.mdns import txt_properties
+from gateway.discovery.names import (
+    default_instance_name,
+    host_label,
+    host_label_differs,
+    instance_candidate,
+    service_target,
+)
 from gateway.policy.client_auth import check_client_auth
 from gateway.policy.tls_self_signed import create as create_tls
 from gateway.policy.token_files import create_token
@@ -19,12 +35,12 @@ from gateway.policy.token_files import create_token
 REPO = Path(__file__).resolve().parents[2]
 
 MACHINE = [
-    HostAddress("lo", "127.0.0.1"),
-    HostAddress("lo", "::1"),
-    HostAddress("eth0", "192.168.1.20"),
-    HostAddress("eth0", "fe80::1"),
-    HostAddress("eth0", "fd00::20"),
-    HostAddress("wlan0", "10.0.0.7"),
+    HostAddress("lo", "127.0.0.1", 1),
+    HostAddress("lo", "::1", 1),
+    HostAddress("eth0", "192.168.1.20", 2),
+    HostAddress("eth0", "fe80::1", 2),
+    HostAddress("eth0", "fd00::20", 2),
+    HostAddress("wlan0", "10.0.0.7", 3),
 ]
 
 
@@ -52,6 +68,45 @@ def test_interfaces_keep_the_listed_names_and_addresses() -> None:
     assert addresses(["0.0.0.0"], ["eth0"]) == ["192.168.1.20"]
     assert addresses(["0.0.0.0"], ["10.0.0.7"]) == ["10.0.0.7"]
     assert addresses(["10.0.0.7"], ["eth0"]) == []  # listed, but the listener does not serve it
+
+
+def test_an_interface_is_picked_by_name_or_by_one_of_its_addresses() -> None:
+    """`discover --interface` takes what [mdns] interfaces takes: a name, or an address of the interface."""
+    eth0 = ["192.168.1.20", "fe80::1", "fd00::20"]
+    assert [entry.address for entry in resolve_interfaces(["eth0"], MACHINE)] == eth0
+    assert [entry.address for entry in resolve_interfaces(["fd00::20"], MACHINE)] == eth0
+    assert [entry.address for entry in resolve_interfaces(["wlan0", "192.168.1.20"], MACHINE)] == [*eth0, "10.0.0.7"]
+
+
+@pytest.mark.parametrize("wanted", ["eth9", "", "10.9.9.9"])
+def test_an_interface_this_machine_does_not_have_is_named_in_the_error(wanted: str) -> None:
+    with pytest.raises(UnknownInterface, match=f"named {wanted!r} .*interfaces with an address: eth0, lo, wlan0"):
+        resolve_interfaces([wanted], MACHINE)
+
+
+def test_the_multicast_group_is_joined_once_per_interface_and_family() -> None:
+    """IPv4 joins by address, IPv6 by interface index; loopback never."""
+    assert multicast_sockets(["eth0"], MACHINE) == ["192.168.1.20", 2]
+    assert multicast_sockets(["eth0", "wlan0"], MACHINE) == ["192.168.1.20", 2, "10.0.0.7"]
+    assert multicast_sockets(["lo"], MACHINE) == []
+
+
+@pytest.mark.parametrize("args", [["--interface", "no-such-if0"], ["--interface", ""], ["--interface", "203.0.113.77"]])
+def test_discover_refuses_an_unknown_interface_by_name_and_as_json(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name used to crash with a traceback, an address this machine lacks to print `[Errno 19]` and
+    no JSON: now both are named errors, exit 2, with the error as a JSON object on stdout for --json."""
+    assert main(["discover", *args, "--json", "--timeout", "0.1"]) == 2
+    out, err = capsys.readouterr()
+    answer = orjson.loads(out)
+    assert answer["error"] == "unknown_interface"
+    assert f"named {args[1]!r}" in answer["message"]
+    assert err.startswith("mcp-gateway discover: --interface: no interface of this machine")
+    assert main(["discover", *args, "--timeout", "0.1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"named {args[1]!r}" in err
 
 
 def test_the_txt_record_says_how_to_connect_and_names_nothing_behind_the_gateway() -> None:
@@ -112,6 +167,56 @@ def test_mdns_is_off_by_default_and_switched_by_file_environment_and_flag(tmp_pa
 def test_an_instance_name_that_cannot_be_a_dns_label_is_refused(name: str) -> None:
     with pytest.raises(ConfigError, match=r"mdns\.instance_name"):
         load_config(environ={}, flags={"mdns.instance_name": name})
+
+
+def test_an_instance_name_with_a_dot_is_refused_and_says_why() -> None:
+    """python-zeroconf writes every dot as a label separator (it has no `\\.` escape): "v2.1" went out as
+    two labels, and avahi did not see the gateway."""
+    with pytest.raises(ConfigError, match=r"mdns\.instance_name.*cannot hold a dot"):
+        load_config(environ={}, flags={"mdns.instance_name": "Pump hall v2.1"})
+
+
+@pytest.mark.parametrize(
+    ("name", "number", "taken"),
+    [
+        ("Line 3", 2, "Line 3-2"),
+        ("L" * 63, 2, "L" * 61 + "-2"),
+        ("L" * 63, 10, "L" * 60 + "-10"),
+        ("é" * 31 + "x", 2, "é" * 30 + "-2"),  # cut before the character that would not fit whole
+    ],
+)
+def test_the_name_taken_after_a_conflict_stays_one_dns_label(name: str, number: int, taken: str) -> None:
+    assert instance_candidate(name, 1) == name
+    assert instance_candidate(name, number) == taken
+    assert len(taken.encode("utf-8")) <= 63
+
+
+def test_a_hostname_that_is_not_a_dns_name_is_answered_in_its_dns_form_and_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "plant_gw.example.com")
+    assert host_label() == "plant-gw.local."
+    assert service_target(3000) == "plant-gw-3000.local."
+    reason = host_label_differs()
+    assert reason is not None and "'plant_gw' is not a DNS name" in reason and "boards dial plant-gw.local" in reason
+    monkeypatch.setattr(socket, "gethostname", lambda: "plantgw")
+    assert host_label_differs() is None
+    monkeypatch.setattr(socket, "gethostname", lambda: "x" * 70)
+    assert service_target(3000) == "x" * 58 + "-3000.local."
+
+
+def test_tls_self_signed_says_the_hostname_is_no_dns_name_not_a_flag_never_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(socket, "gethostname", lambda: "plant_gw")
+    assert main(["tls", "self-signed", "--dir", str(tmp_path / "tls")]) == 2
+    err = capsys.readouterr().err
+    assert "this machine's hostname 'plant_gw' is not a DNS name" in err
+    assert "--host plant-gw.local" in err
+    assert "--host 'plant_gw'" not in err
+    assert not (tmp_path / "tls").exists()
+    assert main(["tls", "self-signed", "--dir", str(tmp_path / "tls"), "--host", "plant-gw.local"]) == 0
 
 
 def test_an_instance_name_of_63_bytes_is_accepted() -> None:
