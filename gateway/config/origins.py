@@ -1,7 +1,8 @@
 """What an `allowed_origins` entry may be: an origin (`scheme://host[:port]`) or a pattern of one
 (docs/security.md, "Origin and Host checks"). A browser sends exactly that form, so an entry with a
-path, without a scheme, or a bare `*` could never match one; refusing it at load time names the
-mistake, where the browser only shows a generic CORS error."""
+path, without a scheme, or with the scheme's default port could never match one, and a `*` for the
+whole host would admit every site; refusing such an entry at load time names the mistake, where the
+browser only shows a generic CORS error (or nothing at all, for the entry that admits everyone)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import re
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _PORT = re.compile(r"[0-9]{1,5}|\*")
+_LITERAL_TAIL = re.compile(r"(\.[a-z0-9_-]+)+")  # what follows a host's last '*': one label or more
+_DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443"}
 
 
 def _origin_of(entry: str) -> str:
@@ -20,7 +23,7 @@ def _origin_of(entry: str) -> str:
 
 
 def check_origin_entry(entry: str) -> str:
-    """The entry as given, or ValueError saying why no browser's Origin could ever match it."""
+    """The entry without surrounding spaces, or ValueError saying what is wrong with it."""
     text = entry.strip().lower()
     if text == "*":
         raise ValueError(
@@ -50,6 +53,16 @@ def check_origin_entry(entry: str) -> str:
         host, port = rest[:colon], rest[colon + 1 :]
     if not host:
         raise ValueError(f"{entry!r} names no host")
-    if port is not None and not _PORT.fullmatch(port):
-        raise ValueError(f"{entry!r}: the port must be digits or '*' (any port)")
-    return entry
+    if "*" in host and not _LITERAL_TAIL.fullmatch(host.rsplit("*", 1)[1]):
+        raise ValueError(
+            f"{entry!r} would admit pages of any site: a '*' in the host stands for labels under a "
+            "domain of yours, as in 'https://*.plant.lan'"
+        )
+    if port is not None:
+        if not _PORT.fullmatch(port) or (port != "*" and not 0 < int(port) <= 65535):
+            raise ValueError(f"{entry!r}: the port must be 1 to 65535, or '*' (any port)")
+        if _DEFAULT_PORTS.get(scheme) == port:
+            raise ValueError(
+                f"{entry!r}: a browser leaves the default port out of Origin; write {text.rsplit(':', 1)[0]!r}"
+            )
+    return entry.strip()

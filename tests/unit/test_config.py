@@ -458,7 +458,13 @@ def test_a_rejected_url_is_quoted_without_its_password(
         ("https://console.plant.lan/?x", "write 'https://console.plant.lan'"),
         ("http://user@console.plant.lan", "an origin names no user"),
         ("http://:8080", "names no host"),
-        ("http://localhost:port", "the port must be digits or '*'"),
+        ("http://localhost:port", "the port must be 1 to 65535, or '*'"),
+        ("http://x.lan:99999", "the port must be 1 to 65535"),
+        ("http://x.lan:80", "a browser leaves the default port out of Origin; write 'http://x.lan'"),
+        ("https://x.lan:443", "write 'https://x.lan'"),
+        ("http://*:*", "would admit pages of any site"),
+        ("https://*", "would admit pages of any site"),
+        ("https://plant*", "would admit pages of any site"),
     ],
 )
 def test_an_allowed_origin_no_browser_could_send_is_refused(tmp_path: Path, entry: str, message: str) -> None:
@@ -473,8 +479,20 @@ def test_an_allowed_origin_no_browser_could_send_is_refused(tmp_path: Path, entr
 
 @pytest.mark.parametrize(
     "entry",
-    ["https://console.plant.lan", "http://localhost:*", "https://*.plant.lan", "http://[::1]:8080", "http://pi:3000/"],
+    [
+        "https://console.plant.lan",
+        "http://localhost:*",
+        "https://*.plant.lan",
+        "https://hmi-*.plant.lan:8443",
+        "http://[::1]:8080",
+        "http://pi:3000/",
+    ],
 )
 def test_an_origin_or_a_pattern_of_one_is_accepted(tmp_path: Path, entry: str) -> None:
     path = write(tmp_path, f"allowed_origins = [{orjson.dumps(entry).decode()}]\n")
     assert load_config(path, environ={}).allowed_origins == [entry]
+
+
+def test_an_allowed_origin_is_kept_without_the_spaces_around_it(tmp_path: Path) -> None:
+    path = write(tmp_path, 'allowed_origins = [" https://console.plant.lan "]\n')
+    assert load_config(path, environ={}).allowed_origins == ["https://console.plant.lan"]
