@@ -24,7 +24,7 @@ as the request's error.
 from __future__ import annotations
 
 import logging
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 
@@ -51,9 +51,10 @@ TRANSPORT = "sse"
 HOW_TO_END = "close SSE streams you no longer use"
 
 
-def endpoint_event(slot: str, session_id: str) -> bytes:
-    """The first event of a stream: where this session's messages are posted (a path on this host)."""
-    path = f"/{quote(slot, safe='')}/{MESSAGES_SEGMENT}?{SESSION_PARAM}={session_id}"
+def endpoint_event(slot: str, session_id: str, prefix: str = "") -> bytes:
+    """The first event of a stream: where this session's messages are posted (a path on this host,
+    under `prefix`, the path of public_url, where a reverse proxy serves the gateway)."""
+    path = f"{prefix}/{quote(slot, safe='')}/{MESSAGES_SEGMENT}?{SESSION_PARAM}={session_id}"
     return b"event: endpoint\ndata: " + path.encode() + b"\n\n"
 
 
@@ -69,6 +70,8 @@ class LegacySseEndpoint:
         self.admission = admission
         self.on_response = on_response
         self.channels: dict[str, ClientChannel] = {}
+        public_url = gateway.config.public_url
+        self.path_prefix = urlsplit(public_url).path.rstrip("/") if public_url else ""
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -121,7 +124,9 @@ class LegacySseEndpoint:
         try:
             response = await event_stream.open_stream(request)
             bound = self.limits.stream_write_timeout_s
-            await event_stream.write(request, response, endpoint_event(slot, channel.id), bound, self.gateway.metrics)
+            await event_stream.write(
+                request, response, endpoint_event(slot, channel.id, self.path_prefix), bound, self.gateway.metrics
+            )
             await event_stream.pump(
                 request, response, channel.outbox, self.limits.sse_keepalive_s, bound, self.gateway.metrics
             )

@@ -241,6 +241,18 @@ async def test_the_stream_names_its_endpoint_first_then_carries_messages_in_orde
     client.close()
 
 
+async def test_behind_a_proxy_the_endpoint_is_under_the_path_of_public_url(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    # A reverse proxy serves the gateway under /gw: a client posting to /pump-1/messages would miss it.
+    server = await gateway_factory(public_url="https://plant.lan/gw/")
+    await publishers.start(server, "pump-1", demo_server("pump"))
+    client = LegacySse(http, server.url, "pump-1")
+    endpoint = await client.open()
+    assert endpoint == f"/gw/pump-1/messages?sessionId={endpoint.rsplit('=', 1)[1]}"
+    client.close()
+
+
 async def test_requests_before_initialize_and_messages_that_are_not_requests(
     gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
 ) -> None:
