@@ -48,7 +48,7 @@ def not_connected(slot: str, history: str | None = None, connected: Sequence[str
         named = ", ".join(connected[:NAMED_CONNECTED_SLOTS])
         more = len(connected) - NAMED_CONNECTED_SLOTS
         if not connected:
-            message += "; no slot has a provider now"
+            message += "; no slot you may call has a provider now"
         else:
             message += f"; connected slots: {named}" + (f" and {more} more (mcp-gateway slots)" if more > 0 else "")
         data["connectedSlots"] = list(connected[:LISTED_CONNECTED_SLOTS])

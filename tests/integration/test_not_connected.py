@@ -58,7 +58,7 @@ async def test_a_slot_whose_provider_left_says_when_and_why(
     message = failure.value.error.message
     assert message.startswith('Provider "pump-1" not connected: its provider left ')
     assert "s ago (" in message
-    assert message.endswith("; no slot has a provider now")
+    assert message.endswith("; no slot you may call has a provider now")
 
 
 async def test_a_declared_slot_says_it_is_expected(gateway_factory: GatewayFactory) -> None:
@@ -68,7 +68,7 @@ async def test_a_declared_slot_says_it_is_expected(gateway_factory: GatewayFacto
             await client.list_tools()
     assert failure.value.error.message == (
         'Provider "tank-1" not connected: the slot is declared, but no provider has connected to it yet; '
-        "no slot has a provider now"
+        "no slot you may call has a provider now"
     )
 
 

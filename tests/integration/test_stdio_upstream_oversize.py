@@ -89,5 +89,5 @@ async def test_a_child_that_cannot_start_is_named_with_its_command_and_why(gatew
     assert failure.value.error.message == (
         f'Provider "demo" not connected: its provider, a child process the gateway starts itself ({missing}), '
         f"has not connected yet; last end: cannot start {missing!r}: No such file or directory "
-        "(provider_status on _broker); no slot has a provider now"
+        "(provider_status on _broker); no slot you may call has a provider now"
     )
