@@ -83,6 +83,28 @@ async def test_an_sse_event_over_the_bound_answers_its_caller_and_the_link_stays
         assert status["oversized_messages"] == 2
 
 
+@pytest.mark.parametrize(("mode", "transport"), [("session", "streamable-http"), ("stateless", "streamable-http")])
+async def test_a_notification_over_the_bound_on_an_answer_stream_is_dropped_and_the_call_answered(
+    gateway_factory: GatewayFactory, mode: Mode, transport: str
+) -> None:
+    # The log message goes on the call's own event stream, before the answer: dropping it must not end
+    # the call (it did, blaming "the answer is larger"), while an answer over the bound still does.
+    async with remote_server(large_server, mode) as remote:
+        server = await start_gateway(
+            gateway_factory, entry(remote.url, transport=transport), limits={"max_frame_bytes": BOUND}
+        )
+        await wait_ready_slot(server, SLOT)
+        async with Client(slot_url(server), mode="legacy") as client:
+            assert text(await asyncio.wait_for(client.call_tool("shout", {"size": 2 * BOUND}), 20)) == "shouted"
+            with pytest.raises(MCPError) as failure:
+                await asyncio.wait_for(client.call_tool("big", {"size": 4 * BOUND}), 20)
+            assert failure.value.error.message.endswith(
+                f"the answer is larger than {BOUND} bytes (limits.max_frame_bytes)"
+            )
+            assert text(await client.call_tool("add", {"a": 2, "b": 3})) == "5"
+        assert upstream_status(server)["oversized_messages"] == 2
+
+
 # -- a server that dies mid-answer --------------------------------------------------------------
 
 

@@ -259,8 +259,15 @@ class StreamableHttpLink(RemoteLink):
                 self._from_server(body, request_id, method)
                 return
             if kind == EVENT_STREAM:
-                async for event in read_events(response.content.iter_any(), self.max_event_bytes):
-                    if event.data and self._from_server(event.data.encode(), request_id, method):
+                events = read_events(response.content.iter_any(), self.max_event_bytes, skip_oversized=True)
+                async for event in events:
+                    if event.oversized:
+                        # A notification over the bound is dropped and the answer still comes; an
+                        # answer over it ends the call with the reason.
+                        self.skipped_oversized(event.data)
+                        if not self.is_pending(request_id):
+                            return
+                    elif event.data and self._from_server(event.data.encode(), request_id, method):
                         return
                 self.answer_if_pending(stream_broken(request_id, self.name, "the event stream ended without it"))
                 return
@@ -418,10 +425,13 @@ class StreamableHttpLink(RemoteLink):
                         self.get_stream = "open"
                         self.stream_opens += 1
                         backoff.reset()
-                        async for event in read_events(response.content.iter_any(), self.max_event_bytes):
+                        events = read_events(response.content.iter_any(), self.max_event_bytes, skip_oversized=True)
+                        async for event in events:
                             if event.id is not None:
                                 last_event_id = event.id
-                            if event.data:
+                            if event.oversized:
+                                self.skipped_oversized(event.data)
+                            elif event.data:
                                 self._from_server(event.data.encode(), None)
                         self.last_stream_error = "the server ended the GET stream"
                 except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
