@@ -103,6 +103,9 @@ class MqttPumpLink:
         """MCP profile: the clients (gateways) with a session on this pump."""
         self.last_down_reason: str | None = None
         self._cut_reason: str | None = None
+        self._cut_link: int | None = None
+        """The connection (its number, client.connects) that drop() or restart() cut: down from that
+        moment, while paho's thread has yet to see the loss and clear client.connected."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._reporter: asyncio.Task[None] | None = None
 
@@ -147,7 +150,7 @@ class MqttPumpLink:
 
     @property
     def connected(self) -> bool:
-        return self.client.connected
+        return self.client.connected and self.client.connects != self._cut_link
 
     @property
     def links(self) -> int:
@@ -174,6 +177,7 @@ class MqttPumpLink:
 
     def drop(self, offline_s: float | None = None) -> None:
         self._cut_reason = "link_drop from the control endpoint"
+        self._cut()
         self.client.cut(offline_s)
 
     def reconnect(self) -> None:
@@ -181,8 +185,13 @@ class MqttPumpLink:
 
     def restart(self) -> None:
         self._cut_reason = "reboot from the control endpoint"
+        self._cut()
         self.client.cut()
         self.client.redial()
+
+    def _cut(self) -> None:
+        if self.client.connected:
+            self._cut_link = self.client.connects
 
     # -- what the connection tells (through _Events) ----------------------------------------------
 

@@ -39,9 +39,19 @@ def env_default(variable: str, fallback: str) -> str:
     return value
 
 
-def check_base_url(text: str, what: str, example: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
-    """`text` when it is a base URL of one of `schemes`: scheme, host, a valid port, no user or password,
-    no path beyond "/"; else ValueError.
+def check_base_url(
+    text: str,
+    what: str,
+    example: str,
+    schemes: tuple[str, ...] = ("http", "https"),
+    *,
+    token_flag: str | None,
+    require_port: bool = False,
+) -> str:
+    """`text` when it is a base URL of one of `schemes`: scheme, host, a valid port (given, with
+    `require_port`; else the scheme's when left out), no user or password, no path beyond "/"; else
+    ValueError. `token_flag`: the calling command's flag for a credential, which a refused user@ names
+    (None: the endpoint takes none).
 
     Checked here, before aiohttp sees it: aiohttp's own errors for these (NonHttpUrlClientError,
     InvalidUrlClientError) are tracebacks, a URL with a path is joined into a wrong endpoint (404), and
@@ -52,29 +62,28 @@ def check_base_url(text: str, what: str, example: str, schemes: tuple[str, ...] 
         raise ValueError(f"must start with {allowed}, e.g. {example}; got {text!r}")
     if parts.username is not None or parts.password is not None:
         # Not echoed: the part before the @ may be a secret.
-        raise ValueError(
-            f"carries a user or password (user@ before the host); give {what} as {example}, "
-            "and a token with --token-file"
-        )
+        credential = f", and a token with {token_flag}" if token_flag else ", without credentials"
+        raise ValueError(f"carries a user or password (user@ before the host); give {what} as {example}{credential}")
     try:
         port = parts.port  # ValueError: out of 0-65535, or not a number
     except ValueError:
         port = 0
     if not parts.hostname:
         raise ValueError(f"has no host, e.g. {example}; got {text!r}")
-    if port == 0 or (port is None and parts.netloc.endswith(":")):
+    if port == 0 or (port is None and (require_port or parts.netloc.endswith(":"))):
         raise ValueError(f"has no valid port (1-65535), e.g. {example}; got {text!r}")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(f"is {what}, e.g. {example}, with no path; got {text!r}")
     return text
 
 
-def _url_flag(what: str, example: str) -> Callable[[str], str]:
+def _url_flag(what: str, example: str, token_flag: str | None) -> Callable[[str], str]:
     """An argparse type checking a base URL; the message names the environment variable it came from."""
 
     def check(text: str) -> str:
         try:
-            return str(check_base_url(text, what, example))  # a plain str, whatever its source
+            # A plain str, whatever its source.
+            return str(check_base_url(text, what, example, token_flag=token_flag))
         except ValueError as exc:
             variable = getattr(text, "variable", None)
             source = f"(from ${variable}) " if variable else ""
@@ -86,10 +95,11 @@ def _url_flag(what: str, example: str) -> Callable[[str], str]:
 def gateway_url_option(sub: argparse.ArgumentParser, purpose: str = "the gateway's base URL") -> None:
     """--url for a client command: the gateway's base URL, default $MCP_GATEWAY_URL, else DEFAULT_URL.
 
-    One definition for every client command, so each checks it the same way before connecting."""
+    One definition for every client command, so each checks it the same way before connecting; each
+    of them takes its client token with --token-file."""
     sub.add_argument(
         "--url",
-        type=_url_flag("the gateway's base URL", "http://HOST:PORT"),
+        type=_url_flag("the gateway's base URL", "http://HOST:PORT", "--token-file"),
         default=env_default(ENV_CLIENT_URL, DEFAULT_URL),
         metavar="URL",
         help=f"{purpose}, http(s)://HOST:PORT (default: ${ENV_CLIENT_URL}, else {DEFAULT_URL})",
@@ -100,7 +110,7 @@ def control_url_option(sub: argparse.ArgumentParser, variable: str, fallback: st
     """--control for sim-status and sim-fault: the simulator's control endpoint, checked as --url is."""
     sub.add_argument(
         "--control",
-        type=_url_flag("the simulator's control endpoint", fallback),
+        type=_url_flag("the simulator's control endpoint", fallback, None),
         default=env_default(variable, fallback),
         metavar="URL",
         help=f"the simulator's control endpoint (default: ${variable}, else {fallback})",

@@ -38,7 +38,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print("mcp-gateway sim: --serial-link names the pseudo-terminal of --serial-pty", file=sys.stderr)
         return 2
     try:
-        check_base_url(args.gateway, "the gateway's base URL", "http://HOST:PORT", ("http", "https", "ws", "wss"))
+        check_base_url(
+            args.gateway,
+            "the gateway's base URL",
+            "http://HOST:PORT",
+            ("http", "https", "ws", "wss"),
+            token_flag="--provider-token-file",
+            require_port=True,  # a scheme's default port (80, 443) is seldom a gateway's: say which
+        )
     except ValueError as exc:
         print(f"mcp-gateway sim: --gateway {exc}", file=sys.stderr)
         return 2

@@ -14,10 +14,15 @@ from gateway.config import ConfigError, GatewayConfig, TelemetryConfigError, res
 def startup_refusal(config: GatewayConfig) -> str | None:
     """Why `run` would not start with `config`, or None.
 
-    The LAN-bind rule, then what start-up builds from the configuration in the order `run` builds it:
-    the event loop, telemetry (OTEL_* applied, its headers file read), the TLS pair, the client
-    authentication verifiers (token and key files read), the serial hot-plug backend, and last the
-    address to listen on. Each is the check the running gateway makes itself, called here first."""
+    First the address to listen on (a mistyped host is named as such, not refused as a LAN bind without
+    authentication), then the LAN-bind rule, then what start-up builds from the configuration in the
+    order `run` builds it: the event loop, telemetry (OTEL_* applied, its headers file read), the TLS
+    pair, the client authentication verifiers (token and key files read) and the serial hot-plug
+    backend. Each is the check the running gateway makes itself, called here first."""
+    try:
+        check_listen_address(config.host)
+    except ConfigError as exc:
+        return str(exc)
     refusal = refuse_insecure_bind(config)
     if refusal is not None:
         return refusal
@@ -29,7 +34,8 @@ def startup_refusal(config: GatewayConfig) -> str | None:
 
 
 def check_startup(config: GatewayConfig) -> None:
-    """ConfigError (the message naming the key or the file) for what start-up would refuse."""
+    """ConfigError (the message naming the key or the file) for what start-up would refuse beyond the
+    address and the LAN-bind rule."""
     try:
         event_loop.loop_factory(config.event_loop)
     except event_loop.EventLoopUnavailable as exc:
@@ -49,7 +55,6 @@ def check_startup(config: GatewayConfig) -> None:
         from gateway.southbound.serial.hotplug import check_backend  # pyserial loads only with hot-plug on
 
         check_backend(config.serial.hotplug)
-    check_listen_address(config.host)
 
 
 def check_listen_address(host: str) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
@@ -117,45 +118,136 @@ def load_config(
     environ: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
 ) -> GatewayConfig:
-    """Build the effective configuration: defaults < file < environment < flags."""
+    """Build the effective configuration: defaults < file < environment < flags.
+
+    Every layer's own values must be valid: a value a later layer overrides is checked too (alone,
+    with the defaults around it), so a broken file does not pass while a flag happens to mask it."""
     environ = os.environ if environ is None else environ
     if path is None and environ.get(ENV_CONFIG_FILE):
         path = environ[ENV_CONFIG_FILE]
     sources: dict[str, str] = {}
-    data: dict[str, Any] = {}
+    file_data: dict[str, Any] = {}
     if path is not None:
-        data = read_toml(Path(path))
+        file_data = read_toml(Path(path))
         file_label = f"config file {path}"
     else:
         file_label = "defaults"
     env_data, env_sources = env_overrides(environ)
     sources.update(env_sources)
-    data = _merge(data, env_data)
+    # What each lower layer set that a later one replaced: its path -> the layer that replaced it.
+    file_overridden = {
+        replaced: _origin_of(".".join(replaced), env_sources, "the environment")
+        for replaced in _replaced_paths(file_data, env_data)
+    }
+    env_overridden: dict[tuple[str, ...], str] = {}
+    data = copy.deepcopy(_merge(file_data, env_data))  # the flags below must not write into file_data
     for key, value in (flags or {}).items():
         if value is None:
             continue
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        existing = node.get(parts[-1])
-        # A repeatable flag (--stdio NAME=COMMAND) adds to the entries of the file and environment.
-        node[parts[-1]] = [*existing, *value] if isinstance(value, list) and isinstance(existing, list) else value
-        sources[key] = f"command-line flag for {key}"
+        label = f"command-line flag for {key}"
+        replaced = _set_flag(data, key.split("."), value)
+        if replaced is not None:
+            (env_overridden if _holds(env_data, replaced) else file_overridden)[replaced] = label
+        sources[key] = label
     try:
         config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = _describe(first["loc"])
-        origin = _origin_of(key, sources, file_label)
-        if first["type"] == "extra_forbidden":
-            raise ConfigError(f"{origin}: unknown setting {key!r}; see docs/configuration.md") from exc
-        hint = _env_list_hint(first, env_sources.get(key), env_data) or _given_type(first, key in env_sources)
-        raise ConfigError(f"{origin}: setting {key!r}: {first['msg']}{hint}") from exc
+        raise ConfigError(_error_message(first, _origin_of(key, sources, file_label), env_sources, env_data)) from exc
+    _check_overridden(file_data, file_overridden, lambda _key: file_label, env_sources, env_data)
+    _check_overridden(
+        env_data, env_overridden, lambda key: _origin_of(key, env_sources, "environment"), env_sources, env_data
+    )
     if config.policy is not None:
         _check_policy(config, sources, file_label)
     apply_group_toggles(config, environ)
     return config
+
+
+def _error_message(
+    error: Mapping[str, Any], origin: str, env_sources: Mapping[str, str], env_data: Mapping[str, Any]
+) -> str:
+    key = _describe(error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"{origin}: unknown setting {key!r}; see docs/configuration.md"
+    from_environment = origin.startswith(ENV_SOURCE_PREFIX)
+    hint = _env_list_hint(error, env_sources.get(key), env_data) or _given_type(error, from_environment)
+    return f"{origin}: setting {key!r}: {error['msg']}{hint}"
+
+
+def _check_overridden(
+    layer: dict[str, Any],
+    overridden: Mapping[tuple[str, ...], str],
+    origin: Callable[[str], str],
+    env_sources: Mapping[str, str],
+    env_data: Mapping[str, Any],
+) -> None:
+    """ConfigError for the first invalid value `layer` sets at a path a later layer overrides.
+
+    The layer is validated on its own (the defaults fill the rest) and only errors at or below an
+    overridden path count: the rest of the layer is in the merged configuration, validated there, and
+    a layer that is incomplete on its own (completed by a later one) is not an error."""
+    if not overridden:
+        return
+    try:
+        GatewayConfig.model_validate(layer)
+    except ValidationError as exc:
+        for error in exc.errors():
+            loc = tuple(str(part) for part in error["loc"])
+            by = next((label for path, label in overridden.items() if loc[: len(path)] == path), None)
+            if by is None:
+                continue
+            message = _error_message(error, origin(_describe(error["loc"])), env_sources, env_data)
+            raise ConfigError(f"{message} (the {by} overrides it, but this value must be valid too)") from exc
+
+
+def _replaced_paths(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """The paths where _merge(base, overlay) replaces a value of `base` (tables merge, the rest replaces)."""
+    replaced: list[tuple[str, ...]] = []
+    for key, value in overlay.items():
+        if key not in base:
+            continue
+        if isinstance(value, Mapping) and isinstance(base[key], dict):
+            replaced += [(key, *below) for below in _replaced_paths(base[key], value)]
+        else:
+            replaced.append((key,))
+    return replaced
+
+
+def _set_flag(data: dict[str, Any], parts: list[str], value: Any) -> tuple[str, ...] | None:
+    """Set the flag at `parts` in `data`; the path of the value it replaced, if any.
+
+    A repeatable flag (--stdio NAME=COMMAND) adds to the entries of the file and environment: that
+    replaces nothing. A value that is not a table where the flag's key needs one is replaced by one."""
+    node = data
+    replaced: tuple[str, ...] | None = None
+    for depth, part in enumerate(parts[:-1], start=1):
+        child = node.get(part)
+        if not isinstance(child, dict):
+            if part in node and replaced is None:
+                replaced = tuple(parts[:depth])
+            child = node[part] = {}
+        node = child
+    last = parts[-1]
+    existing = node.get(last)
+    if isinstance(value, list) and isinstance(existing, list):
+        node[last] = [*existing, *value]
+        return replaced
+    if replaced is None and last in node:
+        replaced = tuple(parts)
+    node[last] = value
+    return replaced
+
+
+def _holds(layer: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    """Whether `layer` sets a value at `path`."""
+    node: Any = layer
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 LIST_ERRORS = frozenset({"list_type", "tuple_type", "set_type", "frozen_set_type"})

@@ -17,6 +17,7 @@ from tests.conftest import wait_ready_slot
 from tests.integration.test_event_loop import broker_info
 from tests.integration.test_shutdown import wait_until_ready
 from tests.sim.conftest import cli
+from tests.support.gateway_process import run_to_exit
 from tests.support.southbound import provider_status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -231,3 +232,19 @@ async def test_sim_command_refuses_a_url_it_cannot_dial() -> None:
     with pytest.raises(SystemExit) as caught:  # a usage error (tests/unit/test_cli_option_values.py: its words)
         await cli("run", "--sim-pumps", "-1")
     assert caught.value.code == 2
+
+
+@pytest.mark.timeout(60)
+async def test_sim_command_needs_a_port_and_names_its_own_token_flag() -> None:
+    """docs/simulator.md: --gateway has a host and a port; a user@ in it points at --provider-token-file, the
+    flag sim takes its secret with (a real process: a simulator that runs instead would dial until killed)."""
+    for url in ("http://127.0.0.1", "ws://127.0.0.1/"):
+        code, out, err = await run_to_exit("sim", "--gateway", url, "--control-port", "0", timeout=20)
+        assert (code, out) == (2, "")
+        assert err == f"mcp-gateway sim: --gateway has no valid port (1-65535), e.g. http://HOST:PORT; got {url!r}\n"
+    code, _, err = await run_to_exit("sim", "--gateway", "http://u@127.0.0.1:3000", "--control-port", "0", timeout=20)
+    assert code == 2
+    assert err == (
+        "mcp-gateway sim: --gateway carries a user or password (user@ before the host); give the gateway's base "
+        "URL as http://HOST:PORT, and a token with --provider-token-file\n"
+    )

@@ -158,9 +158,10 @@ def test_run_refuses_a_lan_bind_without_insecure_lan(capsys: pytest.CaptureFixtu
 def test_run_refuses_a_lan_bind_from_the_environment_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MCP_GATEWAY_HOST", "192.168.1.20")
+    # Every interface: an address this machine has (one it lacks is refused as such, before this rule).
+    monkeypatch.setenv("MCP_GATEWAY_HOST", "0.0.0.0")
     assert main(["run"]) == 2
-    assert "refusing to listen on 192.168.1.20" in capsys.readouterr().err
+    assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("no_serving")

@@ -137,6 +137,15 @@ def test_sim_control_is_checked_as_url_is(
     assert "argument --control: (from $MCP_GATEWAY_SIM_CONTROL) must start with" in usage_error(capsys, command)
 
 
+@pytest.mark.parametrize("command", [["sim-status"], ["sim-fault", "pump-1", "dry_run"]], ids=lambda a: a[0])
+def test_sim_control_with_a_user_names_no_token_flag(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    # The control endpoint takes no credentials, and these commands have no --token-file to point at.
+    assert usage_error(capsys, [*command, "--control", "http://u:s3cret@127.0.0.1:3971"]).endswith(
+        "error: argument --control: carries a user or password (user@ before the host); give the simulator's "
+        "control endpoint as http://127.0.0.1:3901, without credentials"
+    )
+
+
 def test_call_refuses_an_argument_given_twice(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["call", "pump-1", "set_speed", "speed_rpm=1800", "speed_rpm=1900"]) == 2
     assert capsys.readouterr().err == "mcp-gateway call: argument 'speed_rpm' is given twice; give each argument once\n"

@@ -54,6 +54,14 @@ def test_a_host_that_does_not_resolve_is_refused_naming_the_key(capsys: pytest.C
     assert "0.0.0.0 for every interface" in message
 
 
+@pytest.mark.parametrize("host", ["999.1.1.1", "localhots.invalid"])
+def test_a_mistyped_host_is_named_before_the_lan_bind_rule(capsys: pytest.CaptureFixture[str], host: str) -> None:
+    # Not loopback, no authentication, no --insecure-lan: the host is still the first thing wrong.
+    message = refused_alike(capsys, "--host", host, "--port", "0")
+    assert message.startswith(f"setting 'host': {host!r} is not an address, nor a name that resolves to one (")
+    assert "refusing to listen" not in message
+
+
 def test_a_host_of_another_machine_is_refused_naming_the_key(capsys: pytest.CaptureFixture[str]) -> None:
     # 192.0.2.0/24 is TEST-NET-1 (RFC 5737): never an address of this machine.
     message = refused_alike(capsys, "--host", "192.0.2.7", "--insecure-lan", "--port", "0")
