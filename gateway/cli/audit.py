@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from gateway.cli.common import Commands, whole_number
 
@@ -16,6 +17,8 @@ DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 TABLE_COLUMNS = ("time", "id", "principal", "via", "slot", "tool", "effect", "status", "ms", "rules")
 CELL_CHARS = 40
+TABLE_LIMIT = 1000
+"""The table shows the newest this many records unless --limit says otherwise."""
 ENV_AUDIT_PATH = "MCP_GATEWAY_AUDIT__PATH"
 
 
@@ -68,7 +71,9 @@ def iso_time(ms: int | None) -> str | None:
 
 
 def local_time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    """Local time to the millisecond with its UTC offset, so an hour repeated when the clocks go back
+    reads unambiguously: 2026-12-04 19:49:36.865-05:00."""
+    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(sep=" ", timespec="milliseconds")
 
 
 def _cell(value: Any) -> str:
@@ -98,20 +103,19 @@ def render_table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in cells)
 
 
-def render_jsonl(records: Sequence[dict[str, Any]]) -> str:
+def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> None:
     import orjson
 
-    return "".join(orjson.dumps({"time": iso_time(record["time_ms"]), **record}).decode() + "\n" for record in records)
+    for record in records:
+        out.write(orjson.dumps({"time": iso_time(record["time_ms"]), **record}).decode() + "\n")
 
 
-def render_csv(records: Sequence[dict[str, Any]]) -> str:
+def write_csv(records: Iterable[dict[str, Any]], out: TextIO) -> None:
     """Every column; lists and objects (principal, arguments, rules, constraints) as JSON text."""
     import csv
-    import io
 
     import orjson
 
-    out = io.StringIO()
     writer: Any = None
     for record in records:
         row = {"time": iso_time(record["time_ms"]), **record}
@@ -122,17 +126,23 @@ def render_csv(records: Sequence[dict[str, Any]]) -> str:
             writer = csv.DictWriter(out, fieldnames=list(row), lineterminator="\n")
             writer.writeheader()
         writer.writerow(row)
-    return out.getvalue()
 
 
-RENDERERS = {"table": render_table, "jsonl": render_jsonl, "csv": render_csv}
+def write_table(records: Iterable[dict[str, Any]], out: TextIO) -> None:
+    table = render_table(list(records))
+    out.write(table + "\n")
+
+
+WRITERS = {"table": write_table, "jsonl": write_jsonl, "csv": write_csv}
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    """Print the audit trail's decisions (the newest --limit of them, oldest first) with their results."""
+    """Print the audit trail's decisions with their results, oldest first: every matching one as jsonl or
+    csv, the newest TABLE_LIMIT as a table; --limit N keeps the newest N, and a cut is said on stderr."""
     import os
 
     from gateway.policy.audit import AuditReadError, read_records
+    from gateway.policy.audit.reading import Filters, stream_records
     from gateway.policy.audit.records import EFFECTS
 
     if args.effect is not None and args.effect not in EFFECTS:
@@ -143,27 +153,28 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print("mcp-gateway audit: --since must be earlier than --until", file=sys.stderr)
         return 2
     path = trail_path(args, os.environ)
+    limit = args.limit if args.limit is not None else TABLE_LIMIT if args.format == "table" else None
+    filters = Filters(args.since, args.until, args.principal, args.slot, args.tool, args.effect)
+    cut = False
     try:
-        records = read_records(
-            path,
-            since_ms=args.since,
-            until_ms=args.until,
-            principal=args.principal,
-            slot=args.slot,
-            tool=args.tool,
-            effect=args.effect,
-            limit=args.limit,
-        )
+        records: Iterable[dict[str, Any]]
+        if limit is None:
+            records = stream_records(path, filters)
+        else:
+            # One more than asked for: whether the output is cut is then known, not guessed.
+            fetched = read_records(path, **dataclasses.asdict(filters), limit=limit + 1)
+            cut = len(fetched) > limit
+            records = fetched[1:] if cut else fetched
+        WRITERS[args.format](records, sys.stdout)
     except AuditReadError as exc:
         hint = "" if path.exists() else " (pass --path FILE or --config FILE to read the gateway's own)"
         print(f"mcp-gateway audit: {exc}{hint}", file=sys.stderr)
         return 1
-    output = RENDERERS[args.format](records)
-    if output and not output.endswith("\n"):
-        output += "\n"
-    sys.stdout.write(output)
-    if args.format == "table" and len(records) == args.limit:
-        print(f"(the newest {args.limit} records shown; --limit N for more)", file=sys.stderr)
+    if cut:
+        print(
+            f"mcp-gateway audit: only the newest {limit} matching records are shown; --limit N for more",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -171,8 +182,8 @@ def add_audit(commands: Commands) -> None:
     audit = commands.add_parser(
         "audit",
         help="read the audit trail of governed calls",
-        description="Print the audit trail's decisions (the newest --limit of them, oldest first) with their "
-        "results. Reads the file while the gateway writes it.",
+        description="Print the audit trail's decisions with their results, oldest first: every matching one as "
+        f"jsonl or csv, the newest {TABLE_LIMIT} as a table. Reads the file while the gateway writes it.",
     )
     audit.add_argument("--since", type=time_flag, metavar="TIME", help="from TIME: ISO 8601, or a duration ago: 1h, 2d")
     audit.add_argument("--until", type=time_flag, metavar="TIME", help="before TIME (same forms as --since)")
@@ -180,14 +191,15 @@ def add_audit(commands: Commands) -> None:
     audit.add_argument("--slot", metavar="S", help="the slot, e.g. pump-1 or 'pump-*'")
     audit.add_argument("--tool", metavar="T", help="the tool's name (* allowed)")
     audit.add_argument(
-        "--effect",
-        metavar="E",
-        help="allow, clamp; deny, refuse-arguments, refuse-limit, wait-confirmation, refuse-confirmation, declined",
+        "--effect", metavar="E", help="the decision's effect: allow, clamp, deny, ... (a wrong one lists them all)"
     )
     audit.add_argument(
-        "--limit", type=whole_number(1), default=1000, metavar="N", help="at most N records (default 1000)"
+        "--limit",
+        type=whole_number(1),
+        metavar="N",
+        help=f"the newest N records (default: all for jsonl and csv, {TABLE_LIMIT} for the table)",
     )
-    audit.add_argument("--format", choices=tuple(RENDERERS), default="table", help="output format (default table)")
+    audit.add_argument("--format", choices=tuple(WRITERS), default="table", help="output format (default table)")
     where = audit.add_mutually_exclusive_group()
     where.add_argument("--path", metavar="FILE", help="the audit database to read")
     where.add_argument(

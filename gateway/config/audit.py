@@ -25,6 +25,10 @@ class AuditConfig(Section):
     """The database's size bound: the oldest records are deleted beyond it (at least 1 MiB)."""
     max_queue: PositiveInt = 10_000
     """Records waiting for the writer at most; a decision beyond it is refused ("audit queue full")."""
+    max_arguments_bytes: Annotated[int, Field(ge=256, le=MIB)] = 16_384
+    """Arguments whose JSON is larger are stored as a marker with their size and SHA-256, not whole."""
+    max_error_chars: Annotated[int, Field(ge=64, le=65_536)] = 1024
+    """A result's error text (what the caller was told) is stored cut to this many characters."""
 
     @field_validator("path")
     @classmethod

@@ -134,6 +134,9 @@ class Gateway:
         # "shutting down" error while its client's exchange is open. Ending client sessions first
         # would cancel those requests, and clients would get a bare "Request cancelled" instead.
         await self.registry.shutdown()
+        if self.governance is not None:
+            # Calls held for a person's confirmation (or any other governed wait) get the same answer.
+            self.governance.held.end_all()
         self.input_required.close()
         # Those requests now end on their own within a loop turn or two; let them finish before
         # their sessions are ended, or the ending would cancel them before they wrote their answer.

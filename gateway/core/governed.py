@@ -16,7 +16,13 @@ from gateway.core import errors, trace_relay
 from gateway.core.client_context import ClientContext
 from gateway.core.confirmer import ClientConfirmer, StateReader, split_retry
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.policy_interface import AnswerInstead, CallVerdict, Governance, confirmation_effect
+from gateway.core.policy_interface import (
+    SHUTDOWN_CANCEL,
+    AnswerInstead,
+    CallVerdict,
+    Governance,
+    confirmation_effect,
+)
 
 CLAMPED_META_KEY = "io.github.mcp-gateway/clamped"
 """In a result's _meta: the arguments the gateway clamped to the operator's limits before forwarding."""
@@ -34,6 +40,21 @@ def permit(governance: Governance, ctx: ClientContext, slot: str, method: str) -
 
 def outcome_of(result: JsonObject) -> str:
     return "tool-error" if result.get("isError") is True else "ok"
+
+
+def tool_error_text(result: JsonObject) -> str | None:
+    """The first text item of a tool error's content: what its caller reads first (None: it has none)."""
+    content = result.get("content")
+    for item in content if isinstance(content, list) else ():
+        if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+            return str(item["text"])
+    return None
+
+
+def cancelled_text(cancel: asyncio.CancelledError) -> str:
+    """Why a forwarded call ended without its answer, for its record."""
+    why = cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else "client disconnected"
+    return f"cancelled before the answer came: {why}"
 
 
 def failure_outcome(exc: errors.RpcError) -> str:
@@ -63,6 +84,9 @@ async def call(
     params, retry = split_retry(params)
     confirmer = ClientConfirmer(ctx, retry, read_state)
     span = trace_relay.start_policy(ctx, slot, decided)
+    held, task = governance.held, asyncio.current_task()
+    if task is not None:
+        held.tasks.add(task)
     try:
         verdict = await governance.admit_call(
             ctx.principal,
@@ -79,7 +103,13 @@ async def call(
         return answered.result
     except BaseException as exc:
         trace_relay.end_policy(ctx, span, confirmation_effect(exc))
+        if isinstance(exc, asyncio.CancelledError) and held.ending and exc.args == (SHUTDOWN_CANCEL,):
+            assert task is not None
+            task.uncancel()  # answered, as a call a provider holds is at shutdown
+            raise errors.shutting_down(slot) from None
         raise
+    finally:
+        held.tasks.discard(task)
     trace_relay.end_policy(ctx, span, verdict.effect)
     if not verdict.visible:
         raise errors.unknown_tool(str(name), where)
@@ -91,18 +121,20 @@ async def call(
         params = {**params, "arguments": verdict.arguments}
     started = time.monotonic()
     outcome = "error"
+    error: str | None = "the call ended without an answer"
     try:
         result = await forward(params)
         outcome = outcome_of(result)
+        error = tool_error_text(result) if outcome == "tool-error" else None
         return with_clamped(result, verdict.clamped) if verdict.clamped else result
     except errors.RpcError as exc:
-        outcome = failure_outcome(exc)
+        outcome, error = failure_outcome(exc), exc.message
         raise
-    except asyncio.CancelledError:
-        outcome = "cancelled"
+    except asyncio.CancelledError as cancel:
+        outcome, error = "cancelled", cancelled_text(cancel)
         raise
     finally:
-        governance.call_ended(verdict, outcome, (time.monotonic() - started) * 1000)
+        governance.call_ended(verdict, outcome, (time.monotonic() - started) * 1000, error)
 
 
 def refusal(verdict: CallVerdict, slot: str) -> errors.RpcError:

@@ -7,6 +7,7 @@ question the core asks the policy layer goes through an interface of the same ki
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -153,8 +154,29 @@ class Confirmer(Protocol):
         ...
 
 
+SHUTDOWN_CANCEL = "the gateway is shutting down"
+"""The message of the cancel HeldCalls.end_all sends: the call is answered with the shutdown error."""
+
+
+class HeldCalls:
+    """The tasks whose governed call is being decided (waiting for a person's confirmation, a limit, the
+    audit trail's commit): at shutdown they are answered at once, as a call a provider holds is."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.ending = False
+
+    def end_all(self) -> None:
+        self.ending = True
+        for task in list(self.tasks):
+            task.cancel(SHUTDOWN_CANCEL)
+
+
 class Governance(Protocol):
     """Decides requests by what they ask ([policy]); the core asks it only when a policy is configured."""
+
+    held: HeldCalls
+    """The calls being decided now (gateway/core/governed.py keeps it; Gateway.shutdown ends them)."""
 
     def permits(self, principal: Principal, slot: str, method: str) -> str | None:
         """None when `principal` may use `method` on `slot`; else why not (a -32001 Forbidden)."""
@@ -197,8 +219,9 @@ class Governance(Protocol):
         """The newest decisions of the audit trail, oldest first (RpcError when the trail is off or unreadable)."""
         ...
 
-    def call_ended(self, verdict: CallVerdict, outcome: str, latency_ms: float) -> None:
-        """Record how an admitted call ended: "ok", "tool-error", "error", "timeout", "cancelled"."""
+    def call_ended(self, verdict: CallVerdict, outcome: str, latency_ms: float, error: str | None = None) -> None:
+        """Record how an admitted call ended: "ok", "tool-error", "error", "timeout", "cancelled", and the
+        error text its caller got (the JSON-RPC error's message, a tool error's first text; None for "ok")."""
         ...
 
     def reload(self) -> str | None:

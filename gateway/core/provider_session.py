@@ -31,6 +31,7 @@ from gateway.core.provider_state import (
     SessionCounters,
     SessionSettings,
     is_gateway_id,
+    over_bound,
     settle,
 )
 from gateway.core.provider_tools import ToolListing
@@ -516,7 +517,7 @@ class ProviderSession:
         """
         if self.state == "closed":
             raise errors.disconnected(self.slot, self.close_reason)
-        if len(self.pending) >= self.settings.max_pending:
+        if not internal and over_bound(self.pending, self.settings.max_pending):
             raise errors.too_many_pending(f'slot "{self.slot}"', self.settings.max_pending)
         if timeout_ms is None:
             timeout_ms = self.settings.timeout_for(method, params)

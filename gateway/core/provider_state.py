@@ -70,6 +70,13 @@ class SessionSettings:
         return "request_timeout_ms"
 
 
+def over_bound(pending: dict[JsonId, Pending], max_pending: int) -> bool:
+    """Whether the client requests pending reach `max_pending`; the gateway's own requests (its listen,
+    heartbeats, listings: a few, bounded by the gateway itself) are not counted. They are counted only
+    once the whole table is that large, so the hot path pays one len()."""
+    return len(pending) >= max_pending and sum(1 for entry in pending.values() if not entry.internal) >= max_pending
+
+
 def settle(future: asyncio.Future[Any]) -> None:
     """Mark an ended future's exception as seen (a deadline's error for a caller that got another)."""
     if future.done() and not future.cancelled():

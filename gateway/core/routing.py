@@ -357,6 +357,8 @@ class SlotTarget(Target):
         answers any tool its provider does not list."""
         if method == "tools/list":
             governed.permit(governance, ctx, self.name, method)
+        elif self.slot.live is None:
+            return await self._governed_offline(governance, ctx, params or {})
         session = await self.provider(ctx)
         if method == "tools/list":
             errors.check_no_cursor(params)
@@ -374,6 +376,18 @@ class SlotTarget(Target):
             call.get("_meta"),
         )
         return await governed.call(governance, ctx, self.name, tool, call, f'"{self.name}"', forward, read_state)
+
+    async def _governed_offline(self, governance: Governance, ctx: ClientContext, call: JsonObject) -> JsonObject:
+        """A tools/call while the slot has no provider: the policy decides it first, judging the tool by
+        its name alone as a tool that changes state (as for an offline tool of `_all` or a group), and the
+        decision is recorded; an allowed call then ends with the not-connected error, recorded as its result."""
+        name = call.get("name")
+        tool = {"name": name} if isinstance(name, str) else None
+
+        async def forward(admitted: JsonObject) -> JsonObject:
+            raise self.not_connected(ctx.principal)
+
+        return await governed.call(governance, ctx, self.name, tool, call, f'"{self.name}"', forward)
 
     async def _check_declared(self, ctx: ClientContext, method: str) -> None:
         """prompts/* and resources/* reach only a provider that declared the capability (MCP: a server

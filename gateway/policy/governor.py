@@ -25,6 +25,7 @@ from gateway.core.policy_interface import (
     AnswerInstead,
     CallVerdict,
     Confirmer,
+    HeldCalls,
     ProviderGovernance,
     confirmation_effect,
 )
@@ -121,6 +122,8 @@ class Governor:
         """Providers' declarations and decisions (gateway/policy/declarations/), shown in status(); set by the
         composition root."""
         self.confirmations = Confirmations()
+        self.held = HeldCalls()
+        """The calls being decided now, answered at once at shutdown (gateway/core/governed.py)."""
         self.limits = ExecutionLimits(policy.document.execution_limits)
         """[[execution_limits]]: their counters live here, across reloads (docs/governance-limits.md)."""
 
@@ -188,7 +191,7 @@ class Governor:
         ticket: int | None = None
         if self.trail is not None:
             try:
-                ticket = await self.trail.decision(record)
+                ticket = await self.trail.decision(record, forwarding=True)
             except AuditUnavailable as exc:
                 if slot == BROKER_SLOT and call.hint is True:
                     # The gateway's own read-only tools reach no device, and broker_diagnose among
@@ -444,11 +447,11 @@ class Governor:
         except AuditReadError as exc:
             raise errors.RpcError(jsonrpc.UNAVAILABLE, str(exc), {"reason": "audit_unreadable"}) from None
 
-    def call_ended(self, verdict: CallVerdict, outcome: str, latency_ms: float) -> None:
+    def call_ended(self, verdict: CallVerdict, outcome: str, latency_ms: float, error: str | None = None) -> None:
         if isinstance(verdict.admission, Admission):
             self.limits.release(verdict.admission)
         if self.trail is not None and isinstance(verdict.ticket, int):
-            self.trail.result(verdict.ticket, outcome, latency_ms)
+            self.trail.result(verdict.ticket, outcome, latency_ms, error)
 
     async def _record_refusal(self, record: DecisionRecord) -> None:
         """A refused call is recorded too; it is not forwarded, so a trail that cannot take it loses

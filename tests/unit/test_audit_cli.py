@@ -202,7 +202,7 @@ def test_an_unknown_effect_or_an_empty_window_is_a_usage_error(
     # Either would otherwise print an empty table, as if nothing had happened.
     code, out, err = run(capsys, "--path", str(trail_file), "--effect", "bogus")
     assert (code, out) == (2, "")
-    assert "--effect 'bogus' is none of allow, clamp, deny, refuse-arguments" in err
+    assert "--effect 'bogus' is none of allow, clamp, allow-with-constraints, deny, refuse-arguments" in err
     code, out, err = run(capsys, "--path", str(trail_file), "--since", "1h", "--until", "2h")
     assert (code, out) == (2, "")
     assert "--since must be earlier than --until" in err

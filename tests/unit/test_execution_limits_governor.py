@@ -33,14 +33,14 @@ class Trail:
         self.decisions: list[DecisionRecord] = []
         self.failing: BaseException | None = None
 
-    async def decision(self, record: DecisionRecord) -> int:
+    async def decision(self, record: DecisionRecord, *, forwarding: bool = False) -> int:
         if self.failing is not None:
             failure, self.failing = self.failing, None
             raise failure
         self.decisions.append(record)
         return len(self.decisions)
 
-    def result(self, decision_id: int, status: str, latency_ms: float) -> None:
+    def result(self, decision_id: int, status: str, latency_ms: float, error: str | None = None) -> None:
         pass
 
     def status(self) -> dict[str, Any]:

@@ -428,6 +428,21 @@ async def test_pending_bound() -> None:
     await second
 
 
+async def test_the_gateways_own_requests_do_not_count_against_the_pending_bound() -> None:
+    # A 2026-07-28 provider holds the gateway's subscriptions/listen open for the session's life.
+    session, link, _ = make_session(max_pending=1)
+    listen = asyncio.create_task(session.request("subscriptions/listen", None, timeout_ms=0, internal=True))
+    await link.next()
+    call = asyncio.create_task(session.request("tools/call", {"name": "add"}))
+    assert (await link.next())["method"] == "tools/call"  # admitted: the limit is 1 client request
+    with pytest.raises(errors.RpcError) as caught:
+        await session.request("tools/call", {"name": "add"})
+    assert "(limit 1)" in caught.value.message
+    answer(session, "brk-2")
+    assert await call == {"jsonrpc": "2.0", "id": "brk-2", "result": {}}
+    listen.cancel()
+
+
 async def test_send_failure_answers_disconnected_and_leaves_nothing_pending() -> None:
     session, link, recorder = make_session()
     link.broken = True

@@ -4,6 +4,8 @@ it read while the gateway writes)."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,8 @@ import orjson
 from gateway.policy.audit.store import SCHEMA_VERSION
 
 DEFAULT_LIMIT = 1000
+STREAM_BATCH = 500
+"""Rows fetched at a time when every matching record is read (an export)."""
 GLOB_CHARACTERS = frozenset("*?[")
 JSON_COLUMNS = ("principal", "arguments", "rules", "constraints")
 
@@ -33,45 +37,47 @@ def _match(column: str, value: str) -> tuple[str, str]:
     return f"{column} {operator} ?", value
 
 
-def read_records(
-    path: Path,
-    since_ms: int | None = None,
-    until_ms: int | None = None,
-    principal: str | None = None,
-    slot: str | None = None,
-    tool: str | None = None,
-    effect: str | None = None,
-    limit: int = DEFAULT_LIMIT,
-) -> list[dict[str, Any]]:
-    """The newest `limit` decisions matching every filter given, oldest first, each with its result
-    (status, latency_ms, error, result_ms: None while the call runs or when it never ended).
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Which decisions a reader wants: `since_ms` inclusive, `until_ms` exclusive; `principal` matches any
+    one of a decision's subjects; `principal`, `slot` and `tool` may hold the wildcards * ? [...]."""
 
-    `since_ms` is inclusive, `until_ms` exclusive. `principal` matches any one of a decision's subjects;
-    `principal`, `slot` and `tool` may hold the wildcards * ? [...]."""
+    since_ms: int | None = None
+    until_ms: int | None = None
+    principal: str | None = None
+    slot: str | None = None
+    tool: str | None = None
+    effect: str | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        """The WHERE clause (empty when nothing is filtered) and its values."""
+        where: list[str] = []
+        values: list[Any] = []
+        if self.since_ms is not None:
+            where.append("d.time_ms >= ?")
+            values.append(self.since_ms)
+        if self.until_ms is not None:
+            where.append("d.time_ms < ?")
+            values.append(self.until_ms)
+        if self.principal is not None:
+            clause, value = _match("subject.value", self.principal)
+            where.append(f"EXISTS (SELECT 1 FROM json_each(d.principal) AS subject WHERE {clause})")
+            values.append(value)
+        for column, wanted in (("d.slot", self.slot), ("d.tool", self.tool)):
+            if wanted is not None:
+                clause, value = _match(column, wanted)
+                where.append(clause)
+                values.append(value)
+        if self.effect is not None:
+            where.append("d.effect = ?")
+            values.append(self.effect)
+        return (f"WHERE {' AND '.join(where)}\n" if where else ""), values
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    """A read-only connection to an audit trail (AuditReadError when `path` is none)."""
     if not path.is_file():
         raise AuditReadError(f"no audit trail at {path}")
-    where: list[str] = []
-    values: list[Any] = []
-    if since_ms is not None:
-        where.append("d.time_ms >= ?")
-        values.append(since_ms)
-    if until_ms is not None:
-        where.append("d.time_ms < ?")
-        values.append(until_ms)
-    if principal is not None:
-        clause, value = _match("subject.value", principal)
-        where.append(f"EXISTS (SELECT 1 FROM json_each(d.principal) AS subject WHERE {clause})")
-        values.append(value)
-    for column, wanted in (("d.slot", slot), ("d.tool", tool)):
-        if wanted is not None:
-            clause, value = _match(column, wanted)
-            where.append(clause)
-            values.append(value)
-    if effect is not None:
-        where.append("d.effect = ?")
-        values.append(effect)
-    sql = SELECT + (f"WHERE {' AND '.join(where)}\n" if where else "") + "ORDER BY d.id DESC LIMIT ?"
-    values.append(limit)
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
     except sqlite3.Error as exc:
@@ -82,13 +88,61 @@ def read_records(
             raise AuditReadError(f"{path} is not an audit trail (no schema)")
         if version > SCHEMA_VERSION:
             raise AuditReadError(f"{path} has schema version {version}, newer than this gateway's {SCHEMA_VERSION}")
-        conn.row_factory = sqlite3.Row
-        rows = conn.execute(sql, values).fetchall()
+    except sqlite3.Error as exc:
+        conn.close()
+        raise AuditReadError(f"audit trail {path}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def read_records(
+    path: Path,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    principal: str | None = None,
+    slot: str | None = None,
+    tool: str | None = None,
+    effect: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> list[dict[str, Any]]:
+    """The newest `limit` decisions matching every filter given (see Filters), oldest first, each with its
+    result (status, latency_ms, error, result_ms: None while the call runs or when it never ended)."""
+    where, values = Filters(since_ms, until_ms, principal, slot, tool, effect).where()
+    conn = _open(path)
+    try:
+        rows = conn.execute(SELECT + where + "ORDER BY d.id DESC LIMIT ?", [*values, limit]).fetchall()
     except sqlite3.Error as exc:
         raise AuditReadError(f"audit trail {path}: {exc}") from exc
     finally:
         conn.close()
     return [_record(row) for row in reversed(rows)]
+
+
+def stream_records(path: Path, filters: Filters) -> Iterator[dict[str, Any]]:
+    """Every decision matching `filters`, oldest first, one at a time (the whole trail is never held in
+    memory). The file is checked when the iterator is made; AuditReadError when it is no audit trail."""
+    where, values = filters.where()
+    conn = _open(path)
+    try:
+        cursor = conn.execute(SELECT + where + "ORDER BY d.id", values)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise AuditReadError(f"audit trail {path}: {exc}") from exc
+    return _rows(path, conn, cursor)
+
+
+def _rows(path: Path, conn: sqlite3.Connection, cursor: sqlite3.Cursor) -> Iterator[dict[str, Any]]:
+    try:
+        while rows := cursor.fetchmany(STREAM_BATCH):
+            for row in rows:
+                yield _record(row)
+    except sqlite3.Error as exc:
+        raise AuditReadError(f"audit trail {path}: {exc}") from exc
+    finally:
+        conn.close()
 
 
 def _record(row: sqlite3.Row) -> dict[str, Any]:

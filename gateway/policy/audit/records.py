@@ -3,39 +3,82 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+import itertools
 import re
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import orjson
 
 from gateway.policy.schemas import shown
 
-SECRET_KEY = re.compile(r"password|passwd|secret|token|api[-_]?key|authorization|credential", re.IGNORECASE)
-"""An argument key whose value is never stored: matched anywhere in the key ("db_password", "X-Api-Key")."""
+KEY_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+"""A word of a key: snake_case, kebab-case, camelCase and PascalCase split alike ("userPIN" is user, pin)."""
+SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwords",
+        "passwd",
+        "passphrase",
+        "pwd",
+        "pin",
+        "secret",
+        "secrets",
+        "token",
+        "tokens",
+        "credential",
+        "credentials",
+        "cookie",
+        "cookies",
+        "bearer",
+        "authorization",
+        "apikey",
+        "privatekey",
+    }
+)
+"""A key holding one of these words is secret-looking: `pin` and `user_pin`, not `spin_rate` or `pinned`."""
+SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("session", "key"), ("access", "key")})
+"""Two words in a row that make a key secret-looking: `api_key`, `X-Api-Key`, `privateKey`, `session_key`."""
+MAX_KEYS_REMEMBERED = 4096
+"""Keys whose verdict is kept (the same few keys come in every call)."""
 MASK = "***"
 MAX_DEPTH = 64
 """Deeper than this, a value is stored as a marker: the gateway bounds nesting long before, this guards the walk."""
 TOO_DEEP = "<nested too deep>"
+MAX_ARGUMENTS_BYTES = 16_384
+"""[audit] max_arguments_bytes by default: larger arguments are stored as a marker (stored_arguments)."""
+TRUNCATED_KEY = "io.github.mcp-gateway/truncated"
+"""The key that marks arguments stored as their size and hash instead of whole."""
+MAX_MARKER_KEYS = 64
+MAX_MARKER_KEY_CHARS = 128
+"""A marker names at most this many of the arguments' top-level keys, each cut to this many characters."""
+MAX_ERROR_CHARS = 1024
+"""[audit] max_error_chars by default: a result's error text is stored cut to this many characters."""
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-EFFECTS = (
+Effect = Literal[
     "allow",
     "clamp",
+    "allow-with-constraints",
     "deny",
     "refuse-arguments",
     "refuse-limit",
     "wait-confirmation",
     "refuse-confirmation",
     "declined",
-)
-"""Every decision a record may hold: the first two forwarded the call, the others did not."""
+]
+"""Every decision a record may hold: the first three let the call go on (`allow-with-constraints`: a
+declaring provider's broker/authorize allowed it within limits), the others did not. The one list:
+DecisionRecord.effect is typed by it, so a writer of another effect fails the type check."""
+EFFECTS: tuple[str, ...] = get_args(Effect)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +94,8 @@ class DecisionRecord:
     """The slot's resource path ("/site1/line2/pump-1")."""
     capability: str
     """What was asked ("tool.control", "mcp.tools.call", ...)."""
-    effect: str
-    """What was decided: "allow", "clamp" (forwarded); "deny", "refuse-arguments", "refuse-limit",
-    "wait-confirmation", "refuse-confirmation", "declined" (not forwarded)."""
+    effect: Effect
+    """What was decided (EFFECTS)."""
     tool: str | None = None
     arguments: Any = None
     """The call's arguments as the caller sent them: secret-looking keys are masked when stored."""
@@ -81,13 +123,23 @@ class ResultRecord:
     time_ms: int = field(default_factory=now_ms)
 
 
+@functools.lru_cache(maxsize=MAX_KEYS_REMEMBERED)
+def is_secret_key(key: str) -> bool:
+    """Whether the value under `key` is never stored: a word of it is in SECRET_WORDS, or two words in a
+    row are a pair of SECRET_PAIRS, in any case."""
+    words = [word.lower() for word in KEY_WORD.findall(key)]
+    return any(word in SECRET_WORDS for word in words) or any(
+        pair in SECRET_PAIRS for pair in itertools.pairwise(words)
+    )
+
+
 def mask_secrets(value: Any, depth: int = 0) -> Any:
     """`value` with the value of every secret-looking key replaced by "***", at any depth."""
     if depth >= MAX_DEPTH:
         return TOO_DEEP
     if isinstance(value, dict):
         return {
-            key: MASK if isinstance(key, str) and SECRET_KEY.search(key) else mask_secrets(item, depth + 1)
+            key: MASK if isinstance(key, str) and is_secret_key(key) else mask_secrets(item, depth + 1)
             for key, item in value.items()
         }
     if isinstance(value, list | tuple):
@@ -107,7 +159,7 @@ def secret_values(value: Any, depth: int = 0) -> dict[str, Any]:
         return found
     if isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(key, str) and SECRET_KEY.search(key) is not None:
+            if isinstance(key, str) and is_secret_key(key):
                 found[key] = item
             found.update(secret_values(item, depth + 1))
     elif isinstance(value, list | tuple):
@@ -180,7 +232,26 @@ def optional_text(value: Any) -> str | None:
     return None if value is None else text(value)
 
 
-def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
+def stored_arguments(arguments: Any, max_bytes: int) -> str | None:
+    """The arguments column: the arguments as JSON with secrets masked; when their JSON is larger than
+    `max_bytes`, a marker that still proves what was sent: {TRUNCATED_KEY: true, "bytes": N, "sha256":
+    the hex SHA-256 of that JSON (compact, keys in the order sent), "keys": the top-level keys}."""
+    if arguments is None:
+        return None
+    try:
+        judged = orjson.dumps(arguments, option=orjson.OPT_NON_STR_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return to_json(mask_secrets(arguments))  # stored as its description, which to_json bounds
+    if len(judged) <= max_bytes:
+        return to_json(mask_secrets(arguments))
+    marker: dict[str, Any] = {TRUNCATED_KEY: True, "bytes": len(judged), "sha256": hashlib.sha256(judged).hexdigest()}
+    if isinstance(arguments, dict):
+        keys = [cut_text(text(key), MAX_MARKER_KEY_CHARS) for key in list(arguments)[:MAX_MARKER_KEYS]]
+        marker["keys"] = keys
+    return to_json(marker)
+
+
+def decision_row(record: DecisionRecord, max_arguments_bytes: int = MAX_ARGUMENTS_BYTES) -> tuple[Any, ...]:
     """The decisions table's columns after id, in order (store.DECISION_COLUMNS)."""
     secrets = secret_values(record.arguments)  # kept out of the reason and the constraints too
     return (
@@ -192,7 +263,7 @@ def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
         text(record.resource),
         optional_text(record.tool),
         text(record.capability),
-        to_json(mask_secrets(record.arguments)),
+        stored_arguments(record.arguments, max_arguments_bytes),
         text(record.effect),
         to_json([text(rule) for rule in record.rules]),
         to_json(mask_in(record.constraints, secrets)),
@@ -203,12 +274,19 @@ def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
     )
 
 
-def result_row(record: ResultRecord) -> tuple[Any, ...]:
-    """The results table's columns, in order (store.INSERT_RESULT)."""
+def cut_text(value: str | None, max_chars: int) -> str | None:
+    """`value` cut to `max_chars` characters, marked with "…" when it was longer."""
+    if value is None or len(value) <= max_chars:
+        return value
+    return value[: max_chars - 1] + "…"
+
+
+def result_row(record: ResultRecord, max_error_chars: int = MAX_ERROR_CHARS) -> tuple[Any, ...]:
+    """The results table's columns, in order (store.INSERT_RESULT); the error cut to `max_error_chars`."""
     return (
         int(record.decision_id),
         int(record.time_ms),
         text(record.status),
         float(record.latency_ms),
-        optional_text(record.error),
+        optional_text(cut_text(record.error, max_error_chars)),
     )

@@ -6,6 +6,7 @@ import math
 import os
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from gateway.policy.audit.errors import AuditSchemaError
 
 SCHEMA_VERSION = 1
 WAL_LIMIT_BYTES = 4 * 1024 * 1024
-"""The WAL file is cut back to this after a checkpoint (SQLite checkpoints every 1,000 pages, ~4 MiB)."""
+"""The WAL file is checkpointed and cut back at this size at most (less for a small max_bytes: wal_limit)."""
 PRUNE_TARGET = 0.9
 """Over max_bytes, the oldest records go until the file is at 90% of it: room for a minute of writes."""
 
@@ -74,7 +75,12 @@ def create_file(path: Path) -> None:
     os.close(os.open(path, flags, 0o600))
 
 
-def connect(path: Path, lock_timeout_s: float) -> sqlite3.Connection:
+def wal_limit(max_bytes: int) -> int:
+    """The WAL's bound for a file bounded by `max_bytes`: a quarter of it, at most WAL_LIMIT_BYTES."""
+    return min(WAL_LIMIT_BYTES, max_bytes // 4)
+
+
+def connect(path: Path, lock_timeout_s: float, wal_limit_bytes: int = WAL_LIMIT_BYTES) -> sqlite3.Connection:
     """A writing connection: WAL, synchronous=FULL, incremental auto-vacuum, the schema up to date.
 
     Raises sqlite3.Error or OSError when the file cannot be opened or written, AuditSchemaError when
@@ -92,7 +98,11 @@ def connect(path: Path, lock_timeout_s: float) -> sqlite3.Connection:
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(f"cannot use the WAL journal here (journal_mode stays {mode})")
         conn.execute("PRAGMA synchronous = FULL")
-        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+        # Checkpointed each `wal_limit_bytes` of pages and cut back to that after: the WAL beside the file
+        # stays within a quarter of max_bytes (a single larger transaction grows it while it lasts).
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, wal_limit_bytes // page_size)}")
+        conn.execute(f"PRAGMA journal_size_limit = {wal_limit_bytes}")
         migrate(conn)
     except BaseException:
         conn.close()
@@ -141,31 +151,48 @@ def used_bytes(conn: sqlite3.Connection) -> int:
     return int((pages - free) * page_size)
 
 
-def prune_cut(conn: sqlite3.Connection, older_than_ms: int, max_bytes: int) -> int | None:
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """One pruning step: decisions `first_id`..`last_id` deleted (`deleted` of them) because of `reason`
+    ("age", "size", or "age and size"); `more`: further decisions are due (a step deletes a chunk at most)."""
+
+    deleted: int = 0
+    first_id: int = 0
+    last_id: int = 0
+    reason: str = ""
+    more: bool = False
+
+
+def prune_cut(conn: sqlite3.Connection, older_than_ms: int, max_bytes: int) -> tuple[int, str] | None:
     """The highest decision id to delete so that nothing is older than `older_than_ms` and the file
-    fits `max_bytes` (with PRUNE_TARGET's headroom); None: nothing to delete. Oldest first, by id."""
+    fits `max_bytes` (with PRUNE_TARGET's headroom), and why ("age", "size", "age and size"); None:
+    nothing to delete. Oldest first, by id."""
     first, last = conn.execute("SELECT min(id), max(id) FROM decisions").fetchone()
     if first is None:
         return None
     cut: int | None = conn.execute("SELECT max(id) FROM decisions WHERE time_ms < ?", (older_than_ms,)).fetchone()[0]
+    reason = "age"
     used = used_bytes(conn)
     if used > max_bytes:
         # Ids are contiguous (only the oldest are ever deleted), so last - first + 1 is the row count.
         per_row = used / (last - first + 1)
         by_size = first + math.ceil((used - max_bytes * PRUNE_TARGET) / per_row) - 1
-        cut = by_size if cut is None else max(cut, by_size)
-    return cut
+        if cut is None or by_size > cut:
+            reason = "size" if cut is None else "age and size"
+            cut = by_size
+    return None if cut is None else (min(cut, last), reason)
 
 
-def prune(conn: sqlite3.Connection, older_than_ms: int, max_bytes: int, chunk: int) -> tuple[int, bool]:
+def prune(conn: sqlite3.Connection, older_than_ms: int, max_bytes: int, chunk: int) -> Pruned:
     """Delete the oldest records past the age and size bounds, at most `chunk` decisions at a time,
-    then hand the freed pages back to the file system. (decisions deleted, whether more are due)."""
+    then hand the freed pages back to the file system."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        cut = prune_cut(conn, older_than_ms, max_bytes)
-        if cut is None:
+        found = prune_cut(conn, older_than_ms, max_bytes)
+        if found is None:
             conn.execute("COMMIT")
-            return 0, False
+            return Pruned()
+        cut, reason = found
         first = conn.execute("SELECT min(id) FROM decisions").fetchone()[0]
         more = cut - first + 1 > chunk
         cut = min(cut, first + chunk - 1)
@@ -180,4 +207,6 @@ def prune(conn: sqlite3.Connection, older_than_ms: int, max_bytes: int, chunk: i
     conn.executescript("PRAGMA incremental_vacuum")
     # PASSIVE: never waits for a reader (the CLI); the file shrinks now if none holds the old pages.
     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-    return deleted, more
+    # An average row size misjudges a window of unequal rows: the next step goes on while the file is over.
+    more = more or used_bytes(conn) > max_bytes
+    return Pruned(deleted, first, cut, reason, more)

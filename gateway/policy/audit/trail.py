@@ -12,7 +12,7 @@ from gateway.config import AuditConfig
 from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.location import audit_path, ensure_directory
 from gateway.policy.audit.reading import DEFAULT_LIMIT, read_records
-from gateway.policy.audit.records import DecisionRecord, ResultRecord
+from gateway.policy.audit.records import MAX_ARGUMENTS_BYTES, MAX_ERROR_CHARS, DecisionRecord, ResultRecord
 from gateway.policy.audit.writer import PruneRequest, Waiting, Writer, WriterSettings
 
 log = logging.getLogger("gateway.policy.audit")
@@ -22,6 +22,8 @@ LOCK_TIMEOUT_S = 2.0
 """How long a write waits for another process's write lock before the decision is refused."""
 PRUNE_INTERVAL_S = 60.0
 CLOSE_TIMEOUT_S = 5.0
+NOT_SENT = "cancelled by the client before it was sent"
+"""The error of a call cancelled while its decision was being recorded (it never reached the device)."""
 
 
 class AuditTrail:
@@ -40,6 +42,8 @@ class AuditTrail:
         max_bytes: int = 256 * 1024 * 1024,
         lock_timeout_s: float = LOCK_TIMEOUT_S,
         prune_interval_s: float = PRUNE_INTERVAL_S,
+        max_arguments_bytes: int = MAX_ARGUMENTS_BYTES,
+        max_error_chars: int = MAX_ERROR_CHARS,
     ) -> None:
         self.path = path
         settings = WriterSettings(
@@ -48,6 +52,8 @@ class AuditTrail:
             max_bytes=max_bytes,
             lock_timeout_s=lock_timeout_s,
             prune_interval_s=prune_interval_s,
+            max_arguments_bytes=max_arguments_bytes,
+            max_error_chars=max_error_chars,
         )
         self._writer = Writer(path, settings)
 
@@ -71,6 +77,8 @@ class AuditTrail:
             max_bytes=config.max_bytes,
             lock_timeout_s=lock_timeout_s,
             prune_interval_s=prune_interval_s,
+            max_arguments_bytes=config.max_arguments_bytes,
+            max_error_chars=config.max_error_chars,
         )
         try:
             ensure_directory(path.parent)
@@ -111,6 +119,9 @@ class AuditTrail:
             "results_written": writer.results_written,
             "results_dropped": writer.results_dropped,
             "pruned": writer.pruned,
+            "pruned_by_age": writer.pruned_by_age,
+            "pruned_by_size": writer.pruned_by_size,
+            "prunes": writer.prunes,
         }
 
     # --- lifecycle ----------------------------------------------------------------------------------
@@ -131,13 +142,28 @@ class AuditTrail:
 
     # --- recording ----------------------------------------------------------------------------------
 
-    async def decision(self, record: DecisionRecord) -> int:
+    async def decision(self, record: DecisionRecord, *, forwarding: bool = False) -> int:
         """Record a decision; returns its id once it is committed to disk. Raises AuditUnavailable
-        when it cannot be (queue full, file not writable, trail not running): refuse the call then."""
+        when it cannot be (queue full, file not writable, trail not running): refuse the call then.
+
+        `forwarding`: the call goes on once recorded; if its caller cancels it while the decision is
+        written, the decision gets the result "cancelled" (NOT_SENT): every forwarded decision has a result."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
         self._writer.submit(Waiting(record, future, loop))
-        return await future
+        if not forwarding:
+            return await future
+        try:
+            # Shielded: the write goes on when the caller is cancelled, and its id is known then.
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(self._not_sent)
+            raise
+
+    def _not_sent(self, future: asyncio.Future[int]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return  # not recorded: nothing to end
+        self.result(future.result(), "cancelled", 0.0, NOT_SENT)
 
     def result(self, decision_id: int, status: str, latency_ms: float, error: str | None = None) -> None:
         """Queue how the call of decision `decision_id` ended; written with the next batch, no wait."""

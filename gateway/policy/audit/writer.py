@@ -14,8 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.policy.audit.errors import AuditSchemaError, AuditUnavailable
-from gateway.policy.audit.records import DecisionRecord, ResultRecord, decision_row, now_ms, result_row
-from gateway.policy.audit.store import connect, insert_decision, insert_results, prune
+from gateway.policy.audit.records import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_ERROR_CHARS,
+    DecisionRecord,
+    ResultRecord,
+    decision_row,
+    now_ms,
+    result_row,
+)
+from gateway.policy.audit.store import Pruned, connect, insert_decision, insert_results, prune, used_bytes, wal_limit
 
 log = logging.getLogger("gateway.policy.audit")
 
@@ -26,6 +34,13 @@ STORE_ERRORS = (sqlite3.Error, OSError, AuditSchemaError)
 RESULT_DELAY_S = 1.0
 """A call's result waits this long at most for the next decision's transaction to carry it: one call
 at a time, that saves a transaction per call."""
+DAY_MS = 86_400_000
+PRUNE_REASONS = {
+    "age": "older than max_age_days ({days:g})",
+    "size": "the file passed max_bytes ({bytes})",
+    "age and size": "older than max_age_days ({days:g}), and the file passed max_bytes ({bytes})",
+}
+"""The log line's words for why records were deleted."""
 PRUNE_CHUNK = 20_000
 """Decisions deleted per pruning transaction: a backlog is cut in steps, with batches written between them."""
 
@@ -37,6 +52,8 @@ class WriterSettings:
     max_bytes: int
     lock_timeout_s: float
     prune_interval_s: float
+    max_arguments_bytes: int = MAX_ARGUMENTS_BYTES
+    max_error_chars: int = MAX_ERROR_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +133,9 @@ class Writer:
         self._refused_results = 0  # by submit_result, under the lock (the loop's thread)
         self._lost_results = 0  # by the writer thread
         self.pruned = 0
+        self.prunes = 0
+        self.pruned_by_age = 0
+        self.pruned_by_size = 0
 
     # --- any thread -----------------------------------------------------------------------------
 
@@ -236,14 +256,16 @@ class Writer:
             conn.execute("BEGIN IMMEDIATE")
             for item in waiting:
                 try:
-                    outcome: Outcome = insert_decision(conn, decision_row(item.record))
+                    outcome: Outcome = insert_decision(
+                        conn, decision_row(item.record, self.settings.max_arguments_bytes)
+                    )
                 except DATA_ERRORS as exc:
                     outcome = AuditUnavailable(f"audit record not storable: {exc}")
                 outcomes.append((item.future, item.loop, outcome))
             rows = []
             for record in results:
                 try:
-                    rows.append(result_row(record))
+                    rows.append(result_row(record, self.settings.max_error_chars))
                 except DATA_ERRORS:
                     self._lost_results += 1
             insert_results(conn, rows)
@@ -267,14 +289,14 @@ class Writer:
     def _prune_if_due(self, batch: list[Item]) -> None:
         requests = [item for item in batch if isinstance(item, PruneRequest)]
         if not requests:
-            if time.monotonic() < self._next_prune:
-                return
             if not self.healthy:  # an unhealthy file is tried again by the next decision, not by the clock
-                self._next_prune = time.monotonic() + self.settings.prune_interval_s
+                self._next_prune = max(self._next_prune, time.monotonic() + self.settings.prune_interval_s)
                 return
-        deleted, more = 0, False
+            if time.monotonic() < self._next_prune and not self._over_size():
+                return
+        pruned = Pruned()
         try:
-            deleted, more = prune(
+            pruned = prune(
                 self._connection(),
                 now_ms() - self.settings.max_age_ms,
                 self.settings.max_bytes,
@@ -286,12 +308,38 @@ class Writer:
             self.last_error = describe(self.path, exc) + " (while pruning)"
             self.last_error_ms = now_ms()
             log.error("%s", self.last_error)
-        self.pruned += deleted
-        if deleted:
-            log.info("audit trail %s: pruned %d old records", self.path, deleted)
+        if pruned.deleted:
+            self.pruned += pruned.deleted
+            self.prunes += 1
+            # A step the size bound cut further than the age bound counts as by size.
+            if "size" in pruned.reason:
+                self.pruned_by_size += pruned.deleted
+            else:
+                self.pruned_by_age += pruned.deleted
+            log.warning(
+                "audit trail %s: pruned %d records (ids %d to %d) by %s: %s",
+                self.path,
+                pruned.deleted,
+                pruned.first_id,
+                pruned.last_id,
+                pruned.reason,
+                PRUNE_REASONS[pruned.reason].format(
+                    days=self.settings.max_age_ms / DAY_MS, bytes=self.settings.max_bytes
+                ),
+            )
         # A backlog is cut again right after the next batch; otherwise once per interval.
-        self._next_prune = time.monotonic() + (0 if more else self.settings.prune_interval_s)
-        settle([(request.future, request.loop, deleted) for request in requests])
+        self._next_prune = time.monotonic() + (0 if pruned.more else self.settings.prune_interval_s)
+        settle([(request.future, request.loop, pruned.deleted) for request in requests])
+
+    def _over_size(self) -> bool:
+        """Whether the file's pages in use pass max_bytes: checked after every batch (three pragmas), so
+        the bound holds between the pruning the clock brings."""
+        if self._conn is None:
+            return False
+        try:
+            return used_bytes(self._conn) > self.settings.max_bytes
+        except sqlite3.Error:
+            return False
 
     # --- the connection -------------------------------------------------------------------------
 
@@ -302,7 +350,7 @@ class Writer:
             log.warning("audit trail %s: the file was removed or replaced; opening it again", self.path)
             self._disconnect()
         if self._conn is None:
-            self._conn = connect(self.path, self.settings.lock_timeout_s)
+            self._conn = connect(self.path, self.settings.lock_timeout_s, wal_limit(self.settings.max_bytes))
             self._synchronous = "FULL"
             self._identity = self._file_identity()
         return self._conn
