@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from gateway.config.base import PositiveFloat, PositiveInt, Section
 from gateway.core.jsonrpc import MAX_DEPTH_CEILING
@@ -147,6 +147,19 @@ class LimitsConfig(Section):
     """Interval of SSE comment lines that keep idle streams open through proxies."""
     max_subscriptions: PositiveInt = 256
     """Open stateless-era subscriptions/listen streams across all clients."""
+    max_subscriptions_per_principal: PositiveInt | None = None
+    """Open subscriptions/listen streams of one caller (an anonymous one per peer address), so one caller
+    cannot hold every max_subscriptions stream. Unset: a quarter of max_subscriptions, at least 1 (64 by
+    default): a client needs one stream per endpoint it watches, so a caller watching dozens of slots fits."""
+    max_subscription_uri_bytes: PositiveInt = 2048
+    """Longest resource URI a client may subscribe to (UTF-8 bytes). 2048 is the length browsers and
+    HTTP servers commonly accept for a URL; a device's resource URIs are far shorter."""
+    max_subscribed_uris_per_slot: PositiveInt = 256
+    """Resource URIs subscribed in one slot at once, by all its clients together (the gateway keeps one
+    upstream subscription per URI and asks a 2026-07-28 provider for all of them in one listen request)."""
+    max_tools_per_slot: PositiveInt = 1024
+    """Tools of one provider the gateway lists; the ones beyond it (in the provider's order) are left out
+    and the slot's provider_status says so. Bounds what one provider can make the gateway hold."""
     max_sessions_per_principal: PositiveInt = 64
     """Session-era sessions one principal may hold at once, so one caller cannot use up max_sessions."""
     max_relayed_requests_per_client: PositiveInt = 16
@@ -167,3 +180,15 @@ class LimitsConfig(Section):
     restart) costs one rebuild; a client that lists sooner gets the catalog rebuilt for it at once."""
     rate: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
     connections: ConnectionLimitsConfig = Field(default_factory=ConnectionLimitsConfig)
+
+    @model_validator(mode="after")
+    def _subscriptions_per_principal(self) -> LimitsConfig:
+        if self.max_subscriptions_per_principal is None:
+            # Set without validate_assignment's round trip: this runs inside validation.
+            object.__setattr__(self, "max_subscriptions_per_principal", max(1, self.max_subscriptions // 4))
+        return self
+
+    @property
+    def subscriptions_per_principal(self) -> int:
+        """max_subscriptions_per_principal as it applies (filled in from max_subscriptions when unset)."""
+        return self.max_subscriptions_per_principal or max(1, self.max_subscriptions // 4)

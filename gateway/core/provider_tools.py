@@ -1,5 +1,7 @@
 """Listing one provider's tools: every page of `tools/list` (following cursors, up to max_tools_pages),
-each tool kept only when clients can read it (docs/protocol.md, "Tools clients cannot read")."""
+each tool kept only when clients can read it (docs/protocol.md, "Tools clients cannot read") and its
+name may be shown to them (gateway/core/tool_names.py), up to limits.max_tools_per_slot of them in the
+provider's order; the pages after the cap are not read (docs/provider-api.md, "Tool names")."""
 
 from __future__ import annotations
 
@@ -9,12 +11,21 @@ from typing import Any, Protocol
 from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.provider_state import SessionCounters
+from gateway.core.tool_names import name_problem, shown
 from gateway.core.tool_shape import tool_problem
 
 log = logging.getLogger("gateway.provider")
 
 MAX_UNREADABLE_TOOLS_NAMED = 256
 """Unreadable tools each warned about once per connection; past this many, each listing counts them again."""
+DEFAULT_MAX_TOOLS = 1024
+"""limits.max_tools_per_slot when the registry sets none (`ToolListing.configure`)."""
+NAMES_SHOWN = 5
+"""Tools left out for their names that the warning and provider_status quote."""
+
+
+class LimitCounter(Protocol):
+    def limit_hit(self, limit: str, times: int = 1) -> None: ...
 
 
 class ListingSettings(Protocol):
@@ -44,6 +55,34 @@ class ListingSession(Protocol):
     def warn_once(self, kind: str, text: str, *args: Any) -> None: ...
 
 
+class Listing:
+    """One walk of tools/list: the names kept so far, and what was left out."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.over_cap = 0
+        """Tools beyond max_tools, as far as the list was read (the pages after the cap are not)."""
+        self.names_left_out = 0
+        self.names_shown: list[str] = []
+        """The first NAMES_SHOWN of the tools left out for their names: each quoted, with why."""
+
+    def named(self, tools: list[JsonObject]) -> list[JsonObject]:
+        """The tools whose names clients may be shown; the others are counted and the first few quoted."""
+        kept: list[JsonObject] = []
+        names = self.names
+        for tool in tools:
+            name: str = tool["name"]  # tool_problem made sure it is a string
+            problem = "an earlier tool has the same name" if name in names else name_problem(name)
+            if problem is None:
+                names.add(name)
+                kept.append(tool)
+                continue
+            self.names_left_out += 1
+            if len(self.names_shown) < NAMES_SHOWN:
+                self.names_shown.append(f"{shown(name)} ({problem})")
+        return kept
+
+
 class ToolListing:
     """One provider connection's tool listings, and the unreadable tools seen in them."""
 
@@ -51,9 +90,24 @@ class ToolListing:
         self.session = session
         self.unreadable: set[tuple[str, str]] = set()
         """The tools left out of this connection's lists, as (tool, problem): each is warned about once."""
+        self.max_tools = DEFAULT_MAX_TOOLS
+        self.metrics: LimitCounter | None = None
+        self.last = Listing()
+        """What the last listing left out."""
+
+    def configure(self, max_tools: int, metrics: LimitCounter | None) -> None:
+        """limits.max_tools_per_slot, and where its hits are counted (mcpgw_limit_hits_total)."""
+        self.max_tools = max_tools
+        self.metrics = metrics
 
     async def fetch(self) -> list[JsonObject]:
-        """The provider's whole tool list; RpcError when it cannot be had."""
+        """The provider's tool list, as clients are shown it; RpcError when it cannot be had."""
+        listing = Listing()
+        tools = await self._walk(listing)
+        self._report(len(tools), listing)
+        return tools
+
+    async def _walk(self, listing: Listing) -> list[JsonObject]:
         session = self.session
         tools: list[JsonObject] = []
         cursor: Any = None
@@ -71,9 +125,15 @@ class ToolListing:
             page = result.get("tools") if isinstance(result, dict) else None
             if not isinstance(page, list):
                 raise errors.RpcError(jsonrpc.INTERNAL_ERROR, "tools/list result has no tools array")
-            tools.extend(self.readable(page))
+            kept = listing.named(self.readable(page))
+            room = self.max_tools - len(tools)
+            tools.extend(kept[:room])
+            listing.over_cap += max(len(kept) - room, 0)
             cursor = result.get("nextCursor") if isinstance(result, dict) else None
             if not isinstance(cursor, str) or not cursor:
+                return tools
+            if len(tools) >= self.max_tools:
+                listing.over_cap = max(listing.over_cap, 1)  # more pages: at least one tool more, unread
                 return tools
             if cursor in seen:
                 session.warn_once("cursor_loop", "provider for slot %s repeats a tools/list cursor", session.slot)
@@ -81,6 +141,42 @@ class ToolListing:
             seen.add(cursor)
         session.warn_once("cursor_pages", "provider for slot %s pages tools/list past the cap", session.slot)
         return tools
+
+    def _report(self, listed: int, listing: Listing) -> None:
+        """Warn once per connection of tools left out by the cap or for their names; count the cap's hits."""
+        session = self.session
+        self.last = listing
+        if listing.over_cap:
+            if self.metrics is not None:
+                self.metrics.limit_hit("max_tools_per_slot")
+            session.warn_once(
+                "tools_over_cap",
+                "provider for slot %s lists more than %d tools (at least %d); the first %d are listed "
+                "(limits.max_tools_per_slot)",
+                session.slot,
+                self.max_tools,
+                listed + listing.over_cap,
+                listed,
+            )
+        if listing.names_left_out:
+            more = listing.names_left_out - len(listing.names_shown)
+            session.warn_once(
+                "tool_names",
+                "provider for slot %s lists %d tool names clients are not shown; those tools are left out "
+                "of tools/list: %s",
+                session.slot,
+                listing.names_left_out,
+                "; ".join(listing.names_shown) + (f"; and {more} more" if more else ""),
+            )
+
+    def status(self) -> JsonObject:
+        """What provider_status shows of the tools the last listing left out."""
+        return {
+            "max_tools": self.max_tools,
+            "over_cap": self.last.over_cap,
+            "names_left_out": self.last.names_left_out,
+            "names_left_out_shown": list(self.last.names_shown),
+        }
 
     def readable(self, page: list[Any]) -> list[JsonObject]:
         """The tools of one page that clients can read. Any other is left out, so that the rest of the

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from gateway.core import errors, governed, jsonrpc, modern_calls, trace_relay
+from gateway.core import errors, governed, jsonrpc, modern_calls, subscription_bounds, trace_relay
 from gateway.core.client_context import SESSION, STATELESS, ClientContext
 from gateway.core.confirmer import state_reader
 from gateway.core.eras import ENVELOPE_KEYS, META_SERVER_INFO
@@ -421,6 +421,9 @@ class SlotTarget(Target):
         if not isinstance(uri, str):
             raise errors.RpcError(jsonrpc.INVALID_PARAMS, f'{method} needs "uri"')
         session = await self.provider(ctx)
+        if method == "resources/subscribe":  # no await from here to where it is recorded
+            limits = self.registry.config.limits
+            subscription_bounds.admit(limits, self.metrics, self.name, self.slot.upstream.subscribers, [uri])
         who = ctx.listener if ctx.listener is not None else object()
         if session.modern:
             # 2026-07-28 has no resources/subscribe: the gateway's listen stream asks for the URIs.

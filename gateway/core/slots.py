@@ -359,6 +359,7 @@ class SlotRegistry:
             session.requests.broker = self.broker
             session.shared_tools = self.shared_tools
             session.handshake_turns = self.handshake_turns
+            session.tool_listing.configure(self.config.limits.max_tools_per_slot, self.metrics)
             upstream = slot.upstream
             session.listen_uris = lambda: sorted(upstream.subscribers)
             session.log_level_of = lambda listener: upstream.log_levels.get(listener) if listener is not None else None

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from gateway.core import errors, jsonrpc, stateless
+from gateway.core import errors, jsonrpc, stateless, subscription_bounds
 from gateway.core.client_context import SESSION, STATELESS, TRANSPORT_HEADER, ClientContext, http_transport
 from gateway.core.due import DueQueue
 from gateway.core.eras import META_SUBSCRIPTION_ID
@@ -39,6 +39,7 @@ from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS
 from gateway.http_answers import JSON_TYPE, http_error, json_response, rpc_error
 from gateway.northbound import batches, event_stream, http_io, session_era
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
+from gateway.northbound.listen_quota import ListenQuota
 from gateway.policy.caller_pending import CallerPending, caller_key
 from gateway.policy.request_principal import request_principal
 from gateway.telemetry.metrics import Metrics
@@ -235,6 +236,7 @@ class StreamableHttpEndpoint:
         self.clock: SwitchClock = DueQueue(self.limits.sse_keepalive_s, RequestStream.start_sse)
         self.sse_answers = gateway.config.session_answers == "sse"
         self.pending = CallerPending(gateway)
+        self.listens = ListenQuota(gateway)
 
     # -- entry --------------------------------------------------------------------------------
 
@@ -712,20 +714,22 @@ class StreamableHttpEndpoint:
                 body,
                 Rejection(jsonrpc.INVALID_PARAMS, 'subscriptions/listen needs "notifications"'),
             )
-        if self.gateway.open_subscriptions >= self.limits.max_subscriptions:
-            self.gateway.metrics.limit_hit("max_subscriptions")
-            return rpc_error(
-                200,
-                jsonrpc.INTERNAL_ERROR,
-                f"Subscription limit reached ({self.limits.max_subscriptions}); raise limits.max_subscriptions",
-                request_id,
-            )
         honored = self.honored_filter(target, wanted)
+        uris = honored.get("resourceSubscriptions")
+        if uris and isinstance(target, SlotTarget):
+            subscribed = target.slot.upstream.subscribers
+            try:  # refused whole, before anything is subscribed
+                subscription_bounds.admit(self.limits, self.gateway.metrics, target.name, subscribed, uris)
+            except errors.RpcError as exc:
+                return json_response(exc.response(request_id))
+        caller = caller_key(ctx.principal, request.remote)
+        crowded = self.listens.enter(caller, request_id)
+        if crowded is not None:
+            return json_response(crowded)
         stream = SubscriptionStream(request_id, honored, self.limits.notification_queue)
         ctx.listener = stream
         target.attach(stream)
         self.gateway.client_streams.add(stream.queue)
-        self.gateway.open_subscriptions += 1
         metrics = self.gateway.metrics.streams.labels("listen")
         metrics.inc()
         try:
@@ -753,7 +757,7 @@ class StreamableHttpEndpoint:
             return self.counted(response, stream.queue, "listen")
         finally:
             metrics.dec()
-            self.gateway.open_subscriptions -= 1
+            self.listens.leave(caller)
             stream.queue.close()
             self.gateway.client_streams.discard(stream.queue)
             target.detach(stream)

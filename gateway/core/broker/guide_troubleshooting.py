@@ -258,9 +258,17 @@ TROUBLE_HTTP: list[tuple[str, str, str]] = [
         "losing messages: read it promptly and re-open it (then re-list).",
     ),
     (
-        "-32603 on subscriptions/listen",
-        "`Subscription limit reached ({max_subscriptions}); raise limits.max_subscriptions`",
-        "Close unused listen streams, or raise `limits.max_subscriptions`.",
+        "-32000 on subscriptions/listen",
+        "`Too many subscriptions/listen streams open on this gateway (limit {max_subscriptions}, ...)` / "
+        "`... for <caller> (limit {max_subscriptions_per_principal}, ...)`",
+        "Close listen streams you no longer read, or raise `limits.max_subscriptions` / "
+        "`limits.max_subscriptions_per_principal`.",
+    ),
+    (
+        "-32000 on resources/subscribe",
+        "`... data.reason = subscription_limit` naming `limits.max_subscription_uri_bytes`, "
+        "`limits.max_subscribed_uris_per_slot` or `limits.max_frame_bytes`",
+        "Subscribe to fewer or shorter resource URIs in the slot, or raise the setting named.",
     ),
 ]
 
@@ -281,6 +289,7 @@ def page_troubleshooting(data: GuideInput) -> str:
         "max_sessions": limits["max_sessions"],
         "max_body": limits["max_body_bytes"],
         "max_subscriptions": limits["max_subscriptions"],
+        "max_subscriptions_per_principal": limits["max_subscriptions_per_principal"],
         "notification_queue": limits["notification_queue"],
     }
 

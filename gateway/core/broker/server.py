@@ -72,6 +72,11 @@ PROVIDER_STATUS_SCHEMA: JsonObject = {
         },
         "tools": {"type": "integer", "description": "Number of tools the provider lists"},
         "tools_hash": {**_nullable("string"), "description": "Hash of the tool list"},
+        "tools_left_out": {
+            **_nullable("object"),
+            "description": "What the last tools/list left out: max_tools, over_cap, names_left_out, "
+            "names_left_out_shown",
+        },
         "heartbeat_misses": {"type": "integer", "description": "Missed heartbeats since the gateway started"},
         "last_seen_s_ago": _nullable("number"),
         "id_style": {"enum": ["brk", "numeric"]},

@@ -214,6 +214,7 @@ def provider_status(gateway: BrokerView, slot: Slot) -> JsonObject:
         "listen": session.listen.status() if session and session.modern else None,
         "tools": len(session.tools) if session and session.ready else 0,
         "tools_hash": (session.tools_hash or None) if session else None,
+        "tools_left_out": session.tool_listing.status() if session else None,
         "heartbeat_misses": totals.get("heartbeat_misses", 0),
         "last_seen_s_ago": round(time.monotonic() - session.last_seen, 3) if session else None,
         "id_style": ("numeric" if session.numeric_ids else "brk")
