@@ -51,6 +51,28 @@ def not_connected(
     return SlotTarget(registry, registry.slots.get(slot) or Slot(slot), metrics, may_call).not_connected(principal)
 
 
+def offline_answer(
+    registry: SlotRegistry,
+    remembered: tuple[str, str] | None,
+    principal: Principal,
+    may_call: Callable[[Principal, str], bool],
+    governance: Governance | None,
+    metrics: Metrics,
+) -> errors.RpcError | None:
+    """The not-connected answer for the (slot, tool) a name book `remembered` for a called name, when that
+    slot has no ready provider now; None otherwise. A caller that may not call the slot, or see the tool,
+    gets None ("unknown tool", as for any name); the policy judges the tool by its name alone, as a tool
+    that changes state."""
+    if remembered is None or not may_call(principal, remembered[0]):
+        return None
+    slot, tool = remembered
+    if governance is not None and not governance.may_see(principal, slot, {"name": tool}):
+        return None
+    if is_ready(registry, slot):
+        return None
+    return not_connected(registry, slot, principal, may_call, metrics)
+
+
 class AggregateTarget(Target):
     name = ALL_SLOT
 
@@ -180,17 +202,9 @@ class AggregateTarget(Target):
 
     def offline(self, principal: Principal, name: str) -> errors.RpcError | None:
         """The not-connected answer for a name `_all` listed for a slot that has no ready provider now (None
-        for any other name). A caller that may not call the slot, or see the tool, gets "unknown tool" as
-        for any name; the policy judges the tool by its name alone, as a tool that changes state."""
+        for any other name)."""
         remembered = self.names.by_name.get(name)
-        if remembered is None or not self.may_call(principal, remembered[0]):
-            return None
-        slot, tool = remembered
-        if self.governance is not None and not self.governance.may_see(principal, slot, {"name": tool}):
-            return None
-        if is_ready(self.registry, slot):
-            return None
-        return not_connected(self.registry, slot, principal, self.may_call, self.metrics)
+        return offline_answer(self.registry, remembered, principal, self.may_call, self.governance, self.metrics)
 
     def tools_for(self, principal: Principal) -> list[JsonObject]:
         if self.slot_scopes is None and self.governance is None:

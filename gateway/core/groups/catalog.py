@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from gateway import __version__
 from gateway.core import errors, governed
-from gateway.core.aggregate import ORIGIN_META_KEY, is_ready, not_connected
+from gateway.core.aggregate import ORIGIN_META_KEY, not_connected, offline_answer
 from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.confirmer import state_reader
@@ -131,14 +131,9 @@ class GroupCatalog:
         see the tool, gets "unknown tool" as for any name; the policy judges the tool by its name alone, as
         a tool that changes state."""
         remembered = self.names.by_name.get(name)
-        if remembered is None or not target.would_list(*remembered) or not self.may_call(principal, remembered[0]):
+        if remembered is not None and not target.would_list(*remembered):
             return None
-        slot, tool = remembered
-        if self.governance is not None and not self.governance.may_see(principal, slot, {"name": tool}):
-            return None
-        if is_ready(self.registry, slot):
-            return None
-        return not_connected(self.registry, slot, principal, self.may_call, self.metrics)
+        return offline_answer(self.registry, remembered, principal, self.may_call, self.governance, self.metrics)
 
     def may_use(self, principal: Principal, tool: CatalogTool) -> bool:
         """Whether the caller sees and may call `tool`: its slot's scopes, then the policy."""
