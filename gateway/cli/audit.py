@@ -81,6 +81,17 @@ def _cell(value: Any) -> str:
     return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
 
 
+def status_cell(record: dict[str, Any]) -> str | None:
+    """How the call ended; for a call cancelled while the device was answering, what it answered after the
+    cancel too ("cancelled, then ok", "cancelled, then tool-error: <text>")."""
+    status: str | None = record["status"]
+    after = record.get("after_cancel")
+    if after is None:
+        return status
+    error = record.get("after_cancel_error")
+    return f"{status}, then {after}" + (f": {error}" if error else "")
+
+
 def render_table(records: Sequence[dict[str, Any]]) -> str:
     """One line per decision: who, where, what, the effect and how the call ended."""
     lines = [
@@ -92,7 +103,7 @@ def render_table(records: Sequence[dict[str, Any]]) -> str:
             record["slot"],
             record["tool"],
             record["effect"],
-            record["status"],
+            status_cell(record),
             None if record["latency_ms"] is None else f"{record['latency_ms']:.1f}",
             ",".join(record["rules"]),
         ]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
-from gateway.core import errors, trace_relay
+from gateway.core import eras, errors, trace_relay
+from gateway.core.cancelled_requests import late_answer_sink
 from gateway.core.client_context import ClientContext
 from gateway.core.confirmer import ClientConfirmer, StateReader, split_retry
 from gateway.core.jsonrpc import JsonObject
@@ -55,6 +57,45 @@ def cancelled_text(cancel: asyncio.CancelledError) -> str:
     """Why a forwarded call ended without its answer, for its record."""
     why = cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else "client disconnected"
     return f"cancelled before the answer came: {why}"
+
+
+def answered_after_cancel(body: JsonObject) -> tuple[str, str | None] | None:
+    """What the device answered to a call cancelled while it was forwarded: "ok", "tool-error" and its
+    text, or "error" and its message (the outcomes a result records, in the same words); None for a
+    2026-07-28 provider's input_required, which says the call has not run."""
+    error = body.get("error")
+    if error is not None:
+        message = error.get("message") if isinstance(error, dict) else None
+        return "error", None if message is None else str(message)
+    result = body.get("result")
+    result = result if isinstance(result, dict) else {}
+    if eras.is_input_required(result):
+        return None
+    outcome = outcome_of(result)
+    return outcome, tool_error_text(result) if outcome == "tool-error" else None
+
+
+class AfterCancel:
+    """Hears the device's answer to a forwarded call that is cancelled, once the answer comes after the
+    cancel: the trail records it next to the call's `cancelled` result. The answer may be heard before
+    that result is known; it waits for it then."""
+
+    def __init__(self) -> None:
+        self.answer: JsonObject | None = None
+        self.record: Callable[[JsonObject], None] | None = None
+
+    def heard(self, body: JsonObject) -> None:
+        if self.record is None:
+            self.answer = body
+        else:
+            self.record(body)
+
+    def cancelled(self, record: Callable[[JsonObject], None]) -> None:
+        """The call's result is `cancelled`: `record` takes the answer, now if it came already."""
+        self.record = record
+        if self.answer is not None:
+            answer, self.answer = self.answer, None
+            record(answer)
 
 
 def failure_outcome(exc: errors.RpcError) -> str:
@@ -122,6 +163,8 @@ async def call(
     started = time.monotonic()
     outcome = "error"
     error: str | None = "the call ended without an answer"
+    after_cancel = AfterCancel()
+    listening = late_answer_sink.set(after_cancel.heard)
     try:
         result = await forward(params)
         outcome = outcome_of(result)
@@ -134,7 +177,17 @@ async def call(
         outcome, error = "cancelled", cancelled_text(cancel)
         raise
     finally:
+        late_answer_sink.reset(listening)
         governance.call_ended(verdict, outcome, (time.monotonic() - started) * 1000, error)
+        if outcome == "cancelled":
+            # The device may still have acted: what it answers after the cancel goes in the trail too.
+            after_cancel.cancelled(partial(record_after_cancel, governance, verdict))
+
+
+def record_after_cancel(governance: Governance, verdict: CallVerdict, body: JsonObject) -> None:
+    answered = answered_after_cancel(body)
+    if answered is not None:
+        governance.answered_after_cancel(verdict, *answered)
 
 
 def refusal(verdict: CallVerdict, slot: str) -> errors.RpcError:

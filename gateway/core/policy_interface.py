@@ -224,6 +224,11 @@ class Governance(Protocol):
         error text its caller got (the JSON-RPC error's message, a tool error's first text; None for "ok")."""
         ...
 
+    def answered_after_cancel(self, verdict: CallVerdict, outcome: str, error: str | None = None) -> None:
+        """Record what the device answered to an admitted call after its result was recorded "cancelled"
+        (the cancel crossed the answer): "ok", "tool-error" or "error", and the text of a failure."""
+        ...
+
     def reload(self) -> str | None:
         """Load the policy again and swap it in whole; None when it worked, else why the old one stays."""
         ...

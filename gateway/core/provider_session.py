@@ -19,12 +19,14 @@ from typing import Any, Protocol
 
 from gateway import __version__
 from gateway.core import eras, errors, jsonrpc
+from gateway.core.cancelled_requests import CancelledRequests, late_answer_sink
 from gateway.core.due import DueQueue
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.core.link import CLOSE_POLICY, MessageRefused, ProviderLink
 from gateway.core.provider_listen import ProviderListen
 from gateway.core.provider_requests import ProviderRequests
 from gateway.core.provider_state import (
+    LISTEN_METHODS,
     NO_DEADLINE,
     NotificationSink,
     Pending,
@@ -46,18 +48,6 @@ from gateway.core.shared_tools import SharedToolLists
 from gateway.core.versions import LATEST_HANDSHAKE
 
 log = logging.getLogger("gateway.provider")
-
-
-LISTEN_METHODS = frozenset(
-    {
-        "notifications/subscriptions/acknowledged",
-        "notifications/tools/list_changed",
-        "notifications/prompts/list_changed",
-        "notifications/resources/list_changed",
-        "notifications/resources/updated",
-    }
-)
-"""What a subscriptions/listen stream carries (and, but for the acknowledgement, a session-era session)."""
 
 
 class SessionObserver(Protocol):
@@ -114,6 +104,8 @@ class ProviderSession:
         self.tools: list[JsonObject] = []
         self.tools_hash = ""
         self.pending: dict[JsonId, Pending] = {}
+        self.cancelled = CancelledRequests(slot)
+        """Requests the gateway cancelled upstream: an answer to one of them is no fault of the provider."""
         self.requests = ProviderRequests(self)
         """The provider's requests towards clients, being relayed."""
         self.counters = SessionCounters()
@@ -543,6 +535,7 @@ class ProviderSession:
             client_progress_token=client_progress_token,
             relay=relay,
             internal=internal,
+            late=None if internal else late_answer_sink.get(),
         )
         # Registered before the send so an immediate answer finds it; removed if the send fails.
         self.pending[request_id] = entry
@@ -589,17 +582,18 @@ class ProviderSession:
         """The caller went away (or gave up, saying why: `task.cancel(reason)`): tell the provider,
         forget the request."""
         why = cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else "client disconnected"
-        if self._forget(request_id, why):
+        if (entry := self._forget(request_id, why)) is not None:
+            self.cancelled.remember(entry, self.settings.request_timeout_ms)
             self._cancel_upstream(request_id, why)
 
-    def _forget(self, request_id: JsonId, why: str) -> bool:
+    def _forget(self, request_id: JsonId, why: str) -> Pending | None:
         entry = self.pending.pop(request_id, None)
         if entry is None:
-            return False
+            return None
         if entry.timeout_ms != NO_DEADLINE:
             self._deadlines[entry.timeout_ms].forget(request_id)
         self.requests.end_relays(entry, why)
-        return True
+        return entry
 
     def _expire(self, request_id: JsonId) -> None:
         entry = self.pending.pop(request_id, None)
@@ -617,7 +611,8 @@ class ProviderSession:
         if self.pending.get(owner.request_id) is not owner or owner.future.done():
             return
         owner.future.set_exception(error)
-        if self._forget(owner.request_id, error.message):
+        if self._forget(owner.request_id, error.message) is not None:
+            self.cancelled.remember(owner, self.settings.request_timeout_ms)
             self._cancel_upstream(owner.request_id, error.message)
 
     def _cancel_upstream(self, request_id: JsonId, reason: str) -> None:
@@ -675,6 +670,8 @@ class ProviderSession:
         if not is_gateway_id(request_id) or (entry := self.pending.pop(request_id, None)) is None:
             if self.state == "closed":
                 return  # the link ended and every pending request was answered already (an answer in flight)
+            if is_gateway_id(request_id) and self.cancelled.answered(request_id, body):
+                return  # the gateway cancelled it and the answer crossed the cancel: expected (MCP)
             self.counters.unmatched_responses += 1
             self.warn_once(
                 "unmatched",

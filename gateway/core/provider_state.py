@@ -20,6 +20,21 @@ NO_DEADLINE = 0
 NotificationSink = Callable[[JsonObject], None]
 """Receives a notification (already rewritten for the client) on the stream of one request."""
 
+LateAnswerSink = Callable[[JsonObject], None]
+"""Receives the provider's answer to a request the gateway cancelled, when it comes after the cancel
+(gateway/core/cancelled_requests.py)."""
+
+LISTEN_METHODS = frozenset(
+    {
+        "notifications/subscriptions/acknowledged",
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+    }
+)
+"""What a subscriptions/listen stream carries (and, but for the acknowledgement, a session-era session)."""
+
 
 def is_gateway_id(value: Any) -> TypeGuard[JsonId]:
     """Could `value` be one of our request ids? Guards the pending table against lookups by true
@@ -98,6 +113,8 @@ class Pending:
     internal: bool = False
     """One of the gateway's own requests: neither it nor an error answering it is counted
     (`SessionCounters.requests`, `errors`)."""
+    late: LateAnswerSink | None = None
+    """Who hears the provider's answer when it comes after the gateway cancelled this request."""
 
 
 @dataclass(slots=True)

@@ -453,6 +453,10 @@ class Governor:
         if self.trail is not None and isinstance(verdict.ticket, int):
             self.trail.result(verdict.ticket, outcome, latency_ms, error)
 
+    def answered_after_cancel(self, verdict: CallVerdict, outcome: str, error: str | None = None) -> None:
+        if self.trail is not None and isinstance(verdict.ticket, int):
+            self.trail.answered_after_cancel(verdict.ticket, outcome, error)
+
     async def _record_refusal(self, record: DecisionRecord) -> None:
         """A refused call is recorded too; it is not forwarded, so a trail that cannot take it loses
         only the record (logged), never a device action."""

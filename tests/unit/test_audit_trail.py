@@ -26,6 +26,7 @@ from gateway.policy.audit import (
     mask_secrets,
 )
 from gateway.policy.audit.records import MASK, now_ms
+from gateway.policy.audit.store import SCHEMA_VERSION
 from tests.conftest import wait_for
 
 THIS_FILE = Path(__file__).resolve()
@@ -416,7 +417,7 @@ async def test_reopening_keeps_the_records(trails: TrailFactory) -> None:
     await trail.close()
     again = await trails()
     assert await again.decision(record()) == 2
-    assert rows(again.path, "PRAGMA user_version") == [(1,)]
+    assert rows(again.path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
 
 
 def test_default_location(tmp_path: Path) -> None:

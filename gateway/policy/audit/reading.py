@@ -22,9 +22,19 @@ JSON_COLUMNS = ("principal", "arguments", "rules", "constraints")
 SELECT = """
 SELECT d.id, d.time_ms, d.principal, d.client_id, d.transport, d.slot, d.resource, d.tool, d.capability,
        d.arguments, d.effect, d.rules, d.constraints, d.reason, d.confirmed_by, d.confirmed_ms, d.trace_id,
-       r.status, r.latency_ms, r.error, r.time_ms AS result_ms
+       r.status, r.latency_ms, r.error, r.time_ms AS result_ms,
+       a.status AS after_cancel, a.error AS after_cancel_error, a.time_ms AS after_cancel_ms
+FROM decisions AS d LEFT JOIN results AS r ON r.decision_id = d.id
+     LEFT JOIN answers_after_cancel AS a ON a.decision_id = d.id
+"""
+SELECT_V1 = """
+SELECT d.id, d.time_ms, d.principal, d.client_id, d.transport, d.slot, d.resource, d.tool, d.capability,
+       d.arguments, d.effect, d.rules, d.constraints, d.reason, d.confirmed_by, d.confirmed_ms, d.trace_id,
+       r.status, r.latency_ms, r.error, r.time_ms AS result_ms,
+       NULL AS after_cancel, NULL AS after_cancel_error, NULL AS after_cancel_ms
 FROM decisions AS d LEFT JOIN results AS r ON r.decision_id = d.id
 """
+"""A file of schema version 1 (no gateway has written it since): the same record, nothing after a cancel."""
 
 
 class AuditReadError(Exception):
@@ -74,8 +84,9 @@ class Filters:
         return (f"WHERE {' AND '.join(where)}\n" if where else ""), values
 
 
-def _open(path: Path) -> sqlite3.Connection:
-    """A read-only connection to an audit trail (AuditReadError when `path` is none)."""
+def _open(path: Path) -> tuple[sqlite3.Connection, str]:
+    """A read-only connection to an audit trail and the SELECT its schema takes (AuditReadError when
+    `path` is none)."""
     if not path.is_file():
         raise AuditReadError(f"no audit trail at {path}")
     try:
@@ -95,7 +106,7 @@ def _open(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     conn.row_factory = sqlite3.Row
-    return conn
+    return conn, SELECT_V1 if version == 1 else SELECT
 
 
 def read_records(
@@ -109,11 +120,13 @@ def read_records(
     limit: int = DEFAULT_LIMIT,
 ) -> list[dict[str, Any]]:
     """The newest `limit` decisions matching every filter given (see Filters), oldest first, each with its
-    result (status, latency_ms, error, result_ms: None while the call runs or when it never ended)."""
+    result (status, latency_ms, error, result_ms: None while the call runs or when it never ended) and, for
+    a call whose result is "cancelled", what the device answered after the cancel (after_cancel: "ok",
+    "tool-error", "error"; after_cancel_error, after_cancel_ms; None when nothing came)."""
     where, values = Filters(since_ms, until_ms, principal, slot, tool, effect).where()
-    conn = _open(path)
+    conn, select = _open(path)
     try:
-        rows = conn.execute(SELECT + where + "ORDER BY d.id DESC LIMIT ?", [*values, limit]).fetchall()
+        rows = conn.execute(select + where + "ORDER BY d.id DESC LIMIT ?", [*values, limit]).fetchall()
     except sqlite3.Error as exc:
         raise AuditReadError(f"audit trail {path}: {exc}") from exc
     finally:
@@ -125,9 +138,9 @@ def stream_records(path: Path, filters: Filters) -> Iterator[dict[str, Any]]:
     """Every decision matching `filters`, oldest first, one at a time (the whole trail is never held in
     memory). The file is checked when the iterator is made; AuditReadError when it is no audit trail."""
     where, values = filters.where()
-    conn = _open(path)
+    conn, select = _open(path)
     try:
-        cursor = conn.execute(SELECT + where + "ORDER BY d.id", values)
+        cursor = conn.execute(select + where + "ORDER BY d.id", values)
     except sqlite3.Error as exc:
         conn.close()
         raise AuditReadError(f"audit trail {path}: {exc}") from exc

@@ -123,6 +123,17 @@ class ResultRecord:
     time_ms: int = field(default_factory=now_ms)
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerAfterCancel:
+    """What the device answered to a call whose result is "cancelled", when its answer came after the
+    gateway's cancel: "ok", "tool-error" or "error", and the text of a failure."""
+
+    decision_id: int
+    status: str
+    error: str | None = None
+    time_ms: int = field(default_factory=now_ms)
+
+
 @functools.lru_cache(maxsize=MAX_KEYS_REMEMBERED)
 def is_secret_key(key: str) -> bool:
     """Whether the value under `key` is never stored: a word of it is in SECRET_WORDS, or two words in a
@@ -288,5 +299,15 @@ def result_row(record: ResultRecord, max_error_chars: int = MAX_ERROR_CHARS) -> 
         int(record.time_ms),
         text(record.status),
         float(record.latency_ms),
+        optional_text(cut_text(record.error, max_error_chars)),
+    )
+
+
+def answer_after_cancel_row(record: AnswerAfterCancel, max_error_chars: int = MAX_ERROR_CHARS) -> tuple[Any, ...]:
+    """The answers_after_cancel table's columns, in order (store.INSERT_ANSWER_AFTER_CANCEL)."""
+    return (
+        int(record.decision_id),
+        int(record.time_ms),
+        text(record.status),
         optional_text(cut_text(record.error, max_error_chars)),
     )

@@ -12,16 +12,17 @@ from typing import Any
 
 from gateway.policy.audit.errors import AuditSchemaError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 WAL_LIMIT_BYTES = 4 * 1024 * 1024
 """The WAL file is checkpointed and cut back at this size at most (less for a small max_bytes: wal_limit)."""
 PRUNE_TARGET = 0.9
 """Over max_bytes, the oldest records go until the file is at 90% of it: room for a minute of writes."""
 
-# Two tables, both insert-only: a decision's row is never rewritten when its result arrives (an UPDATE
-# would dirty an older page again and log it to the WAL a second time), and a result's key is its
-# decision's id, so the join is a rowid lookup and needs no index of its own. One index, on time, for
-# the queries' time windows and pruning by age; the filters on principal, slot and tool scan that window.
+# Every table is insert-only: a decision's row is never rewritten when its result arrives (an UPDATE
+# would dirty an older page again and log it to the WAL a second time), and a result's key (and that of
+# an answer after a cancel, SCHEMA_V2) is its decision's id, so the join is a rowid lookup and needs no
+# index of its own. One index, on time, for the queries' time windows and pruning by age; the filters
+# on principal, slot and tool scan that window.
 SCHEMA_V1 = (
     """
     CREATE TABLE decisions (
@@ -55,7 +56,19 @@ SCHEMA_V1 = (
     )
     """,
 )
-MIGRATIONS: tuple[tuple[str, ...], ...] = (SCHEMA_V1,)
+# A call the gateway cancelled while it was forwarded (its result is "cancelled") may still be answered
+# by the device, its answer crossing the cancel: what it answered is kept beside the result, insert-only.
+SCHEMA_V2 = (
+    """
+    CREATE TABLE answers_after_cancel (
+        decision_id INTEGER PRIMARY KEY,       -- decisions.id; its result is "cancelled"
+        time_ms INTEGER NOT NULL,
+        status TEXT NOT NULL,                  -- ok, tool-error, error
+        error TEXT
+    )
+    """,
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (SCHEMA_V1, SCHEMA_V2)
 """MIGRATIONS[n] brings a file from user_version n to n + 1."""
 
 DECISION_COLUMNS = (
@@ -65,6 +78,9 @@ DECISION_COLUMNS = (
 INSERT_DECISION = f"INSERT INTO decisions ({DECISION_COLUMNS}) VALUES ({', '.join('?' * 16)})"
 # The first result for a decision stands; a repeat (a bug in a caller) cannot rewrite it.
 INSERT_RESULT = "INSERT OR IGNORE INTO results (decision_id, time_ms, status, latency_ms, error) VALUES (?, ?, ?, ?, ?)"
+INSERT_ANSWER_AFTER_CANCEL = (
+    "INSERT OR IGNORE INTO answers_after_cancel (decision_id, time_ms, status, error) VALUES (?, ?, ?, ?)"
+)
 
 
 def create_file(path: Path) -> None:
@@ -143,6 +159,10 @@ def insert_results(conn: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> N
     conn.executemany(INSERT_RESULT, rows)
 
 
+def insert_answers_after_cancel(conn: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> None:
+    conn.executemany(INSERT_ANSWER_AFTER_CANCEL, rows)
+
+
 def used_bytes(conn: sqlite3.Connection) -> int:
     """The bytes of the file's pages in use (free pages excluded: they are reused or vacuumed away)."""
     page_size = conn.execute("PRAGMA page_size").fetchone()[0]
@@ -198,6 +218,7 @@ def prune(conn: sqlite3.Connection, older_than_ms: int, max_bytes: int, chunk: i
         cut = min(cut, first + chunk - 1)
         deleted = conn.execute("DELETE FROM decisions WHERE id <= ?", (cut,)).rowcount
         conn.execute("DELETE FROM results WHERE decision_id <= ?", (cut,))
+        conn.execute("DELETE FROM answers_after_cancel WHERE decision_id <= ?", (cut,))
         conn.execute("COMMIT")
     except BaseException:
         conn.rollback()

@@ -12,7 +12,13 @@ from gateway.config import AuditConfig
 from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.location import audit_path, ensure_directory
 from gateway.policy.audit.reading import DEFAULT_LIMIT, read_records
-from gateway.policy.audit.records import MAX_ARGUMENTS_BYTES, MAX_ERROR_CHARS, DecisionRecord, ResultRecord
+from gateway.policy.audit.records import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_ERROR_CHARS,
+    AnswerAfterCancel,
+    DecisionRecord,
+    ResultRecord,
+)
 from gateway.policy.audit.writer import PruneRequest, Waiting, Writer, WriterSettings
 
 log = logging.getLogger("gateway.policy.audit")
@@ -168,6 +174,11 @@ class AuditTrail:
     def result(self, decision_id: int, status: str, latency_ms: float, error: str | None = None) -> None:
         """Queue how the call of decision `decision_id` ended; written with the next batch, no wait."""
         self._writer.submit_result(ResultRecord(decision_id, status, latency_ms, error))
+
+    def answered_after_cancel(self, decision_id: int, status: str, error: str | None = None) -> None:
+        """Queue what the device answered to the call of decision `decision_id` after its result was
+        recorded "cancelled" ("ok", "tool-error", "error"); written with the next batch, no wait."""
+        self._writer.submit_result(AnswerAfterCancel(decision_id, status, error))
 
     async def prune(self) -> int:
         """Prune now (the writer does it at most once a minute by itself); returns the decisions deleted."""

@@ -17,13 +17,24 @@ from gateway.policy.audit.errors import AuditSchemaError, AuditUnavailable
 from gateway.policy.audit.records import (
     MAX_ARGUMENTS_BYTES,
     MAX_ERROR_CHARS,
+    AnswerAfterCancel,
     DecisionRecord,
     ResultRecord,
+    answer_after_cancel_row,
     decision_row,
     now_ms,
     result_row,
 )
-from gateway.policy.audit.store import Pruned, connect, insert_decision, insert_results, prune, used_bytes, wal_limit
+from gateway.policy.audit.store import (
+    Pruned,
+    connect,
+    insert_answers_after_cancel,
+    insert_decision,
+    insert_results,
+    prune,
+    used_bytes,
+    wal_limit,
+)
 
 log = logging.getLogger("gateway.policy.audit")
 
@@ -71,7 +82,9 @@ class PruneRequest:
     loop: asyncio.AbstractEventLoop
 
 
-Item = Waiting | ResultRecord | PruneRequest
+CallEnd = ResultRecord | AnswerAfterCancel
+"""What the writer queues without anyone waiting: a call's result, or the device's answer after a cancel."""
+Item = Waiting | CallEnd | PruneRequest
 Outcome = int | BaseException
 
 
@@ -122,7 +135,7 @@ class Writer:
         self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file being written
         self._synchronous = "FULL"
-        self._retry_results: list[ResultRecord] = []
+        self._retry_results: list[CallEnd] = []
         self._next_prune = 0.0  # prune at the first chance after start
         self.healthy = True
         self.last_error = ""
@@ -163,7 +176,7 @@ class Writer:
             self._urgent += 1
             self._cond.notify()
 
-    def submit_result(self, record: ResultRecord) -> None:
+    def submit_result(self, record: CallEnd) -> None:
         """Queue a result; dropped (and counted) when the queue is full or the writer has stopped. It is
         written with the next decision, or after RESULT_DELAY_S."""
         with self._cond:
@@ -244,7 +257,7 @@ class Writer:
 
     def _write(self, batch: list[Item]) -> None:
         waiting = [item for item in batch if isinstance(item, Waiting)]
-        results = [*self._retry_results, *(item for item in batch if isinstance(item, ResultRecord))]
+        results = [*self._retry_results, *(item for item in batch if isinstance(item, CallEnd))]
         self._retry_results = []
         if not waiting and not results:
             return
@@ -263,12 +276,17 @@ class Writer:
                     outcome = AuditUnavailable(f"audit record not storable: {exc}")
                 outcomes.append((item.future, item.loop, outcome))
             rows = []
+            answers_after_cancel = []
             for record in results:
                 try:
-                    rows.append(result_row(record, self.settings.max_error_chars))
+                    if isinstance(record, ResultRecord):
+                        rows.append(result_row(record, self.settings.max_error_chars))
+                    else:
+                        answers_after_cancel.append(answer_after_cancel_row(record, self.settings.max_error_chars))
                 except DATA_ERRORS:
                     self._lost_results += 1
             insert_results(conn, rows)
+            insert_answers_after_cancel(conn, answers_after_cancel)
             conn.execute("COMMIT")
         except STORE_ERRORS as exc:
             self._abandon()
@@ -393,6 +411,6 @@ class Writer:
         with self._cond:
             left = list(self._items)
             self._items.clear()
-        self._lost_results += sum(1 for item in left if isinstance(item, ResultRecord))
-        waiting = [item for item in left if not isinstance(item, ResultRecord)]
+        self._lost_results += sum(1 for item in left if isinstance(item, CallEnd))
+        waiting = [item for item in left if not isinstance(item, CallEnd)]
         settle([(item.future, item.loop, AuditUnavailable(reason)) for item in waiting])

@@ -1,0 +1,79 @@
+"""The requests the gateway cancelled at a provider, remembered for a while: MCP lets a cancel cross the
+provider's answer, so an answer that comes after the gateway's `notifications/cancelled` is expected,
+not a fault; it goes to whoever asked to hear it (a governed call's audit record) and is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from gateway.core.jsonrpc import JsonId, JsonObject
+from gateway.core.provider_state import NO_DEADLINE, LateAnswerSink, Pending
+
+log = logging.getLogger("gateway.provider")
+
+MAX_CANCELLED_REMEMBERED = 1024
+"""Cancelled request ids one provider session remembers at most; past it the oldest is forgotten first
+(an answer to it is then counted as unmatched)."""
+
+late_answer_sink: ContextVar[LateAnswerSink | None] = ContextVar("late_answer_sink", default=None)
+"""Set around a forward by a caller that wants to hear an answer arriving after its request was
+cancelled (gateway/core/governed.py); the provider session keeps it with the request it sends."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    until: float
+    """time.monotonic() at which the request's own deadline would have passed: then it is forgotten."""
+    sink: LateAnswerSink | None
+
+
+class CancelledRequests:
+    """Request ids of one provider session the gateway cancelled (its caller cancelled or went away, its
+    client session ended), each until its deadline would have passed, at most `max_remembered`."""
+
+    def __init__(self, slot: str, max_remembered: int = MAX_CANCELLED_REMEMBERED) -> None:
+        self.slot = slot
+        self.max_remembered = max_remembered
+        self._by_id: dict[JsonId, Cancelled] = {}
+        """In the order they were cancelled: the first is the oldest."""
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def remember(self, entry: Pending, request_timeout_ms: int) -> None:
+        """The gateway cancelled `entry` upstream. A request with no deadline of its own (a listen
+        stream) is remembered for `request_timeout_ms`."""
+        now = time.monotonic()
+        timeout_ms = entry.timeout_ms if entry.timeout_ms != NO_DEADLINE else request_timeout_ms
+        until = (entry.started if entry.timeout_ms != NO_DEADLINE else now) + timeout_ms / 1000
+        by_id = self._by_id
+        by_id.pop(entry.request_id, None)
+        by_id[entry.request_id] = Cancelled(until, entry.late)
+        while by_id:
+            oldest = next(iter(by_id))
+            if len(by_id) <= self.max_remembered and by_id[oldest].until > now:
+                break
+            del by_id[oldest]
+
+    def answered(self, request_id: JsonId, body: JsonObject) -> bool:
+        """The provider answered `request_id`: True when the gateway had cancelled it (the answer is
+        handed to the request's sink, and the id forgotten); False when it names nothing remembered."""
+        cancelled = self._by_id.pop(request_id, None)
+        if cancelled is None or cancelled.until <= time.monotonic():
+            return False
+        log.debug(
+            "provider for slot %s answered id %r after the gateway cancelled it; dropped",
+            self.slot,
+            request_id,
+            extra={"slot": self.slot},
+        )
+        if cancelled.sink is not None:
+            try:
+                cancelled.sink(body)
+            except Exception:  # a bug in the listener must not break the provider's link
+                log.exception("the listener of a late answer on slot %s failed", self.slot)
+        return True
