@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from gateway.policy.audit.store import SCHEMA_VERSION
+from gateway.policy.audit.store import SCHEMA_VERSION, missing_tables
 
 DEFAULT_LIMIT = 1000
 STREAM_BATCH = 500
@@ -27,14 +27,14 @@ SELECT d.id, d.time_ms, d.principal, d.client_id, d.transport, d.slot, d.resourc
 FROM decisions AS d LEFT JOIN results AS r ON r.decision_id = d.id
      LEFT JOIN answers_after_cancel AS a ON a.decision_id = d.id
 """
-SELECT_V1 = """
+SELECT_WITHOUT_AFTER_CANCEL = """
 SELECT d.id, d.time_ms, d.principal, d.client_id, d.transport, d.slot, d.resource, d.tool, d.capability,
        d.arguments, d.effect, d.rules, d.constraints, d.reason, d.confirmed_by, d.confirmed_ms, d.trace_id,
        r.status, r.latency_ms, r.error, r.time_ms AS result_ms,
        NULL AS after_cancel, NULL AS after_cancel_error, NULL AS after_cancel_ms
 FROM decisions AS d LEFT JOIN results AS r ON r.decision_id = d.id
 """
-"""A file of schema version 1 (no gateway has written it since): the same record, nothing after a cancel."""
+"""A file no gateway keeping answers after a cancel has written: the same record, nothing after a cancel."""
 
 
 class AuditReadError(Exception):
@@ -99,6 +99,7 @@ def _open(path: Path) -> tuple[sqlite3.Connection, str]:
             raise AuditReadError(f"{path} is not an audit trail (no schema)")
         if version > SCHEMA_VERSION:
             raise AuditReadError(f"{path} has schema version {version}, newer than this gateway's {SCHEMA_VERSION}")
+        select = SELECT_WITHOUT_AFTER_CANCEL if "answers_after_cancel" in missing_tables(conn) else SELECT
     except sqlite3.Error as exc:
         conn.close()
         raise AuditReadError(f"audit trail {path}: {exc}") from exc
@@ -106,7 +107,7 @@ def _open(path: Path) -> tuple[sqlite3.Connection, str]:
         conn.close()
         raise
     conn.row_factory = sqlite3.Row
-    return conn, SELECT_V1 if version == 1 else SELECT
+    return conn, select
 
 
 def read_records(

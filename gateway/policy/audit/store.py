@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sqlite3
@@ -12,7 +13,11 @@ from typing import Any
 
 from gateway.policy.audit.errors import AuditSchemaError
 
-SCHEMA_VERSION = 2
+log = logging.getLogger("gateway.audit")
+
+SCHEMA_VERSION = 1
+"""Raised only by a change a gateway of the version before could not use correctly; an addition it can
+ignore (ADDITIONS) keeps it, so that gateway still reads and writes the file: a downgrade keeps the trail."""
 WAL_LIMIT_BYTES = 4 * 1024 * 1024
 """The WAL file is checkpointed and cut back at this size at most (less for a small max_bytes: wal_limit)."""
 PRUNE_TARGET = 0.9
@@ -20,7 +25,7 @@ PRUNE_TARGET = 0.9
 
 # Every table is insert-only: a decision's row is never rewritten when its result arrives (an UPDATE
 # would dirty an older page again and log it to the WAL a second time), and a result's key (and that of
-# an answer after a cancel, SCHEMA_V2) is its decision's id, so the join is a rowid lookup and needs no
+# an answer after a cancel, ADDITIONS) is its decision's id, so the join is a rowid lookup and needs no
 # index of its own. One index, on time, for the queries' time windows and pruning by age; the filters
 # on principal, slot and tool scan that window.
 SCHEMA_V1 = (
@@ -56,10 +61,14 @@ SCHEMA_V1 = (
     )
     """,
 )
+MIGRATIONS: tuple[tuple[str, ...], ...] = (SCHEMA_V1,)
+"""MIGRATIONS[n] brings a file from user_version n to n + 1."""
 # A call the gateway cancelled while it was forwarded (its result is "cancelled") may still be answered
 # by the device, its answer crossing the cancel: what it answered is kept beside the result, insert-only.
-SCHEMA_V2 = (
-    """
+# An older gateway ignores the table (and its pruning leaves rows of pruned decisions, which the next
+# pruning here removes with theirs).
+ADDITIONS = {
+    "answers_after_cancel": """
     CREATE TABLE answers_after_cancel (
         decision_id INTEGER PRIMARY KEY,       -- decisions.id; its result is "cancelled"
         time_ms INTEGER NOT NULL,
@@ -67,9 +76,8 @@ SCHEMA_V2 = (
         error TEXT
     )
     """,
-)
-MIGRATIONS: tuple[tuple[str, ...], ...] = (SCHEMA_V1, SCHEMA_V2)
-"""MIGRATIONS[n] brings a file from user_version n to n + 1."""
+}
+"""Tables added without a version change, each created by a writer that finds it missing."""
 
 DECISION_COLUMNS = (
     "time_ms, principal, client_id, transport, slot, resource, tool, capability, arguments, effect, rules, "
@@ -138,6 +146,7 @@ def migrate(conn: sqlite3.Connection) -> None:
                     f"{SCHEMA_VERSION}: use a newer gateway or another [audit] path"
                 )
             if version == SCHEMA_VERSION:
+                _add_missing_tables(conn)
                 conn.execute("COMMIT")
                 return
             for statement in MIGRATIONS[version]:
@@ -147,6 +156,18 @@ def migrate(conn: sqlite3.Connection) -> None:
         except BaseException:
             conn.rollback()
             raise
+
+
+def missing_tables(conn: sqlite3.Connection) -> list[str]:
+    """The ADDITIONS a file does not have yet."""
+    present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return [name for name in ADDITIONS if name not in present]
+
+
+def _add_missing_tables(conn: sqlite3.Connection) -> None:
+    for name in missing_tables(conn):
+        conn.execute(ADDITIONS[name])
+        log.info("audit trail: added the %s table to the file (a gateway without it ignores it)", name)
 
 
 def insert_decision(conn: sqlite3.Connection, row: Sequence[Any]) -> int:
