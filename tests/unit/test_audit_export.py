@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, get_args
@@ -135,3 +137,18 @@ def test_the_table_names_the_utc_offset_of_its_local_times(
     assert code == 0
     times = [" ".join(line.split()[:2]) for line in out.splitlines()[1:]]
     assert times == ["2026-11-01 01:30:00.000-04:00", "2026-11-01 01:30:00.000-05:00"]
+
+
+@pytest.mark.parametrize("format_", ["jsonl", "csv"])
+def test_a_reader_that_stops_early_ends_the_export_quietly(big_trail: Path, format_: str) -> None:
+    # `mcp-gateway audit --format csv | head`: the pipe closes while records are still being written.
+    export = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "audit", "--path", str(big_trail), "--format", format_],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert export.stdout is not None and export.stderr is not None
+    assert export.stdout.readline()
+    export.stdout.close()
+    assert export.wait(timeout=60) == 0
+    assert export.stderr.read() == b""
