@@ -20,7 +20,7 @@ from gateway.core.provider_state import NO_DEADLINE, Pending
 from gateway.policy.audit import AuditTrail
 from gateway.policy.audit.reading import read_records
 from gateway.policy.audit.records import DecisionRecord, decision_row, now_ms
-from gateway.policy.audit.store import INSERT_DECISION, SCHEMA_V1, SCHEMA_VERSION
+from gateway.policy.audit.store import ADDITIONS, INSERT_DECISION, SCHEMA_V1, SCHEMA_VERSION
 
 DAY_MS = 86_400_000
 
@@ -164,5 +164,26 @@ async def test_pruning_takes_the_answers_after_a_cancel_with_their_decisions(
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("SELECT decision_id FROM answers_after_cancel").fetchall() == [(recent,)]
+    finally:
+        conn.close()
+
+
+async def test_a_file_stamped_2_is_schema_1_with_its_additions(tmp_path: Path, trails: list[AuditTrail]) -> None:
+    path = tmp_path / "audit.db"
+    old = version_1_file(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(ADDITIONS["answers_after_cancel"])
+        conn.execute("PRAGMA user_version = 2")
+    finally:
+        conn.close()
+    assert [entry["id"] for entry in read_records(path)] == [old]
+    trail = AuditTrail.open(AuditConfig(path=str(path)))
+    trails.append(trail)
+    assert trail.healthy, trail.last_error
+    await trail.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
     finally:
         conn.close()

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from gateway.policy.audit.store import SCHEMA_VERSION, missing_tables
+from gateway.policy.audit.store import SAME_AS_V1, SCHEMA_VERSION, missing_tables
 
 DEFAULT_LIMIT = 1000
 STREAM_BATCH = 500
@@ -97,7 +97,7 @@ def _open(path: Path) -> tuple[sqlite3.Connection, str]:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             raise AuditReadError(f"{path} is not an audit trail (no schema)")
-        if version > SCHEMA_VERSION:
+        if version > SCHEMA_VERSION and version != SAME_AS_V1:
             raise AuditReadError(f"{path} has schema version {version}, newer than this gateway's {SCHEMA_VERSION}")
         select = SELECT_WITHOUT_AFTER_CANCEL if "answers_after_cancel" in missing_tables(conn) else SELECT
     except sqlite3.Error as exc:

@@ -78,6 +78,9 @@ ADDITIONS = {
     """,
 }
 """Tables added without a version change, each created by a writer that finds it missing."""
+SAME_AS_V1 = 2
+"""A user_version that marks schema 1 with its ADDITIONS (as answers_after_cancel once did): read as 1,
+and stamped 1 by a writer, so every gateway of schema 1 reads the file."""
 
 DECISION_COLUMNS = (
     "time_ms, principal, client_id, transport, slot, resource, tool, capability, arguments, effect, rules, "
@@ -140,6 +143,9 @@ def migrate(conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")  # read the version under the write lock: another process may migrate too
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == SAME_AS_V1:
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                version = SCHEMA_VERSION
             if version > SCHEMA_VERSION:
                 raise AuditSchemaError(
                     f"the audit database has schema version {version}, newer than this gateway's "
