@@ -51,10 +51,12 @@ TRANSPORT = "sse"
 HOW_TO_END = "close SSE streams you no longer use"
 
 
-def endpoint_event(slot: str, session_id: str, prefix: str = "") -> bytes:
-    """The first event of a stream: where this session's messages are posted (a path on this host,
-    under `prefix`, the path of public_url, where a reverse proxy serves the gateway)."""
-    path = f"{prefix}/{quote(slot, safe='')}/{MESSAGES_SEGMENT}?{SESSION_PARAM}={session_id}"
+def endpoint_event(slot: str, session_id: str, relative: bool = False) -> bytes:
+    """The first event of a stream: where this session's messages are posted. An absolute path on this
+    host; or (`relative`, when public_url has a path: a reverse proxy serves the gateway under it) a
+    reference relative to the stream's URL, which resolves right both through the proxy and directly."""
+    query = f"{MESSAGES_SEGMENT}?{SESSION_PARAM}={session_id}"
+    path = query if relative else f"/{quote(slot, safe='')}/{query}"
     return b"event: endpoint\ndata: " + path.encode() + b"\n\n"
 
 
@@ -71,7 +73,7 @@ class LegacySseEndpoint:
         self.on_response = on_response
         self.channels: dict[str, ClientChannel] = {}
         public_url = gateway.config.public_url
-        self.path_prefix = urlsplit(public_url).path.rstrip("/") if public_url else ""
+        self.relative_endpoint = bool(public_url and urlsplit(public_url).path.strip("/"))
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -125,7 +127,7 @@ class LegacySseEndpoint:
             response = await event_stream.open_stream(request)
             bound = self.limits.stream_write_timeout_s
             await event_stream.write(
-                request, response, endpoint_event(slot, channel.id, self.path_prefix), bound, self.gateway.metrics
+                request, response, endpoint_event(slot, channel.id, self.relative_endpoint), bound, self.gateway.metrics
             )
             await event_stream.pump(
                 request, response, channel.outbox, self.limits.sse_keepalive_s, bound, self.gateway.metrics

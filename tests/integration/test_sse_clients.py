@@ -16,6 +16,7 @@ import aiohttp
 import mcp_types as types
 import orjson
 import pytest
+from aiohttp import web
 from mcp import Client, MCPError
 from mcp.client.sse import sse_client
 
@@ -241,16 +242,61 @@ async def test_the_stream_names_its_endpoint_first_then_carries_messages_in_orde
     client.close()
 
 
-async def test_behind_a_proxy_the_endpoint_is_under_the_path_of_public_url(
-    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+@pytest.mark.parametrize("through_proxy", [True, False])
+async def test_with_a_public_url_path_the_sdk_posts_where_it_reached_the_stream(
+    gateway_factory: GatewayFactory, publishers: Publishers, through_proxy: bool
 ) -> None:
-    # A reverse proxy serves the gateway under /gw: a client posting to /pump-1/messages would miss it.
+    # A reverse proxy serves the gateway under /gw, while clients on the appliance reach it directly:
+    # the endpoint is relative to the stream's URL, so both post where they came in.
     server = await gateway_factory(public_url="https://plant.lan/gw/")
     await publishers.start(server, "pump-1", demo_server("pump"))
-    client = LegacySse(http, server.url, "pump-1")
-    endpoint = await client.open()
-    assert endpoint == f"/gw/pump-1/messages?sessionId={endpoint.rsplit('=', 1)[1]}"
-    client.close()
+    async with contextlib.AsyncExitStack() as stack:
+        base = server.url
+        if through_proxy:
+            base = await stack.enter_async_context(prefix_proxy(server.url, "/gw"))
+        client = await stack.enter_async_context(Client(sse_client(f"{base}/pump-1/sse"), mode="legacy"))
+        assert (await client.call_tool("add", {"a": 2, "b": 3})).structured_content == {"result": 5}
+
+
+@contextlib.asynccontextmanager
+async def prefix_proxy(target: str, prefix: str) -> AsyncIterator[str]:
+    """A reverse proxy serving `target` under `prefix`, streaming answers (as nginx does with buffering off)."""
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        path = request.path_qs[len(prefix) :]
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(
+                request.method,
+                target + path,
+                data=await request.read(),
+                headers={
+                    key: value
+                    for key, value in request.headers.items()
+                    if key.lower() not in ("host", "content-length")
+                },
+            ) as upstream,
+        ):
+            response = web.StreamResponse(status=upstream.status)
+            for key in ("Content-Type", "Mcp-Session-Id"):
+                if key in upstream.headers:
+                    response.headers[key] = upstream.headers[key]
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            return response
+
+    app = web.Application()
+    app.router.add_route("*", prefix + "/{tail:.*}", relay)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, shutdown_timeout=0.1)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}{prefix}"
+    finally:
+        await runner.cleanup()
 
 
 async def test_requests_before_initialize_and_messages_that_are_not_requests(
