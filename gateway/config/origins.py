@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
-_PORT = re.compile(r"[0-9]{1,5}|\*")
-_LITERAL_TAIL = re.compile(r"(\.[a-z0-9_-]+)+")  # what follows a host's last '*': one label or more
-_DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443"}
+_PORT = re.compile(r"[1-9][0-9]{0,4}|\*")  # as a browser writes it: no leading zero
+_LITERAL_TAIL = re.compile(r"(\.[a-z0-9_-]+){2,}")  # what follows a host's last '*': two labels or more
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
 def _origin_of(entry: str) -> str:
@@ -53,16 +53,23 @@ def check_origin_entry(entry: str) -> str:
         host, port = rest[:colon], rest[colon + 1 :]
     if not host:
         raise ValueError(f"{entry!r} names no host")
+    given_host = host
+    if not host.isascii():
+        # A browser sends an internationalised name in its ASCII (punycode) form.
+        try:
+            host = ".".join(label if label == "*" else label.encode("idna").decode() for label in host.split("."))
+        except UnicodeError as exc:
+            raise ValueError(f"{entry!r}: the host is not a valid internationalised name ({exc})") from None
     if "*" in host and not _LITERAL_TAIL.fullmatch(host.rsplit("*", 1)[1]):
         raise ValueError(
-            f"{entry!r} would admit pages of any site: a '*' in the host stands for labels under a "
-            "domain of yours, as in 'https://*.plant.lan'"
+            f"{entry!r} would admit pages of sites not yours: a '*' in the host stands for labels under a "
+            "domain of yours of two labels or more, as in 'https://*.plant.lan' ('*.com', '*.lan' admit anyone's)"
         )
     if port is not None:
-        if not _PORT.fullmatch(port) or (port != "*" and not 0 < int(port) <= 65535):
-            raise ValueError(f"{entry!r}: the port must be 1 to 65535, or '*' (any port)")
-        if _DEFAULT_PORTS.get(scheme) == port:
-            raise ValueError(
-                f"{entry!r}: a browser leaves the default port out of Origin; write {text.rsplit(':', 1)[0]!r}"
-            )
+        if not _PORT.fullmatch(port) or (port != "*" and int(port) > 65535):
+            raise ValueError(f"{entry!r}: the port must be 1 to 65535 without leading zeros, or '*' (any port)")
+        if port != "*" and _DEFAULT_PORTS.get(scheme) == int(port):
+            raise ValueError(f"{entry!r}: a browser leaves the default port out of Origin; write '{scheme}://{host}'")
+    if host != given_host:
+        return f"{scheme}://{host}" + (f":{port}" if port is not None else "")
     return entry.strip()

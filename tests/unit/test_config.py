@@ -458,13 +458,17 @@ def test_a_rejected_url_is_quoted_without_its_password(
         ("https://console.plant.lan/?x", "write 'https://console.plant.lan'"),
         ("http://user@console.plant.lan", "an origin names no user"),
         ("http://:8080", "names no host"),
-        ("http://localhost:port", "the port must be 1 to 65535, or '*'"),
+        ("http://localhost:port", "the port must be 1 to 65535 without leading zeros, or '*'"),
         ("http://x.lan:99999", "the port must be 1 to 65535"),
         ("http://x.lan:80", "a browser leaves the default port out of Origin; write 'http://x.lan'"),
         ("https://x.lan:443", "write 'https://x.lan'"),
-        ("http://*:*", "would admit pages of any site"),
-        ("https://*", "would admit pages of any site"),
-        ("https://plant*", "would admit pages of any site"),
+        ("http://*:*", "would admit pages of sites not yours"),
+        ("https://*", "would admit pages of sites not yours"),
+        ("https://plant*", "would admit pages of sites not yours"),
+        ("https://*.com", "would admit pages of sites not yours"),
+        ("https://*.*.lan", "would admit pages of sites not yours"),
+        ("https://y.lan:0443", "without leading zeros"),
+        ("http://x.lan:080", "without leading zeros"),
     ],
 )
 def test_an_allowed_origin_no_browser_could_send_is_refused(tmp_path: Path, entry: str, message: str) -> None:
@@ -496,3 +500,11 @@ def test_an_origin_or_a_pattern_of_one_is_accepted(tmp_path: Path, entry: str) -
 def test_an_allowed_origin_is_kept_without_the_spaces_around_it(tmp_path: Path) -> None:
     path = write(tmp_path, 'allowed_origins = [" https://console.plant.lan "]\n')
     assert load_config(path, environ={}).allowed_origins == ["https://console.plant.lan"]
+
+
+def test_an_internationalised_origin_is_kept_as_a_browser_sends_it(tmp_path: Path) -> None:
+    path = write(tmp_path, 'allowed_origins = ["https://münchen.plant.lan:8443", "https://*.köln.lan"]\n')
+    assert load_config(path, environ={}).allowed_origins == [
+        "https://xn--mnchen-3ya.plant.lan:8443",
+        "https://*.xn--kln-sna.lan",
+    ]
