@@ -297,15 +297,20 @@ class Governor:
             await self._record_refusal(_replace(record, effect=confirmation_effect(exc), reason=exc.message))
             raise
         except asyncio.CancelledError:
-            # The call ended (its client closed the stream, or cancelled it) before anyone answered.
+            # The call ended before anyone answered: the gateway stopping, or its client (closed the stream,
+            # cancelled it).
+            ended_by = (
+                "the gateway shut down"
+                if self.held.ending
+                else "the call ended (its client closed the stream or cancelled it)"
+            )
             unanswered = _replace(
                 record,
                 effect="declined",
                 confirmed_by="nobody",
                 confirmed_ms=self.confirmations.approvals.now_ms(),
                 rules=(*record.rules, rule.id),
-                reason=f"Not done: nobody answered the question of {rule.id}; the call ended (its client closed "
-                "the stream or cancelled it) before an answer came",
+                reason=f"Not done: nobody answered the question of {rule.id}; {ended_by} before an answer came",
             )
             await asyncio.shield(self._record_refusal(unanswered))
             raise

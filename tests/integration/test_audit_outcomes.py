@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
+from gateway.policy.audit import read_records
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, Publishers, wait_ready_slot
@@ -174,3 +175,6 @@ async def test_a_call_held_for_confirmation_is_answered_with_the_shutdown_error(
             await stopping[0]
         else:
             await server.stop()
+    # The trail says the shutdown ended the wait, not a client.
+    [declined] = [entry for entry in read_records(tmp_path / "a.db") if entry["effect"] == "declined"]
+    assert declined["reason"].endswith("the gateway shut down before an answer came")
