@@ -105,6 +105,43 @@ async def test_a_notification_over_the_bound_on_an_answer_stream_is_dropped_and_
         assert upstream_status(server)["oversized_messages"] == 2
 
 
+async def test_a_request_to_the_client_over_the_bound_ends_its_call_at_once(gateway_factory: GatewayFactory) -> None:
+    # The call waits for the client's answer to the question, which the gateway cannot pass on: it ends
+    # now with the reason, not at its deadline with "raise request_timeout_ms".
+    from tests.support.asking_server import Name
+
+    def asking() -> MCPServer:
+        server = large_server()
+
+        @server.tool()
+        async def ask_big(size: int, ctx: Context) -> str:
+            """Ask the client a question of `size` bytes."""
+            result = await ctx.elicit("q" * size, Name)
+            return result.action
+
+        return server
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "x"})
+
+    async with remote_server(asking, "session") as remote:
+        server = await start_gateway(
+            gateway_factory, entry(remote.url, transport="streamable-http"), limits={"max_frame_bytes": BOUND}
+        )
+        await wait_ready_slot(server, SLOT)
+        async with Client(slot_url(server), mode="legacy", elicitation_callback=elicit) as client:
+            assert text(await asyncio.wait_for(client.call_tool("ask_big", {"size": 10}), 20)) == "accept"
+            started = time.monotonic()
+            with pytest.raises(MCPError) as failure:
+                await asyncio.wait_for(client.call_tool("ask_big", {"size": 2 * BOUND}), 20)
+            assert time.monotonic() - started < 10
+            assert failure.value.error.message.endswith(
+                f"the upstream sent its client a request (elicitation/create) larger than {BOUND} bytes "
+                "(limits.max_frame_bytes), which the gateway cannot pass on"
+            )
+            assert text(await client.call_tool("add", {"a": 2, "b": 3})) == "5"
+
+
 # -- a server that dies mid-answer --------------------------------------------------------------
 
 

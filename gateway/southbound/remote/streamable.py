@@ -45,9 +45,11 @@ from gateway.southbound.remote.wire import (
     SESSION_ID,
     http_failure,
     related_to,
+    request_to_client,
     stateless_headers,
     stream_broken,
     too_large,
+    too_large_request,
 )
 
 log = logging.getLogger("gateway.remote")
@@ -263,9 +265,15 @@ class StreamableHttpLink(RemoteLink):
                 async for event in events:
                     if event.oversized:
                         # A notification over the bound is dropped and the answer still comes; an
-                        # answer over it ends the call with the reason.
+                        # answer over it ends the call with the reason, and so does a request to the
+                        # client (its answer, which the call waits for, could never come).
                         self.skipped_oversized(event.data)
                         if not self.is_pending(request_id):
+                            return
+                        asked = request_to_client(event.data)
+                        if asked is not None:
+                            why = too_large_request(asked, self.max_event_bytes)
+                            self.answer_if_pending(stream_broken(request_id, self.name, why))
                             return
                     elif event.data and self._from_server(event.data.encode(), request_id, method):
                         return

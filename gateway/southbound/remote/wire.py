@@ -8,6 +8,7 @@ turns an HTTP failure into a JSON-RPC error the core can hand to the caller. Not
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -133,6 +134,26 @@ def http_failure(request_id: Any, upstream: str, status: int, body: bytes) -> Js
 def too_large(max_bytes: int) -> str:
     """Why an answer (or an event) from the server was not read: its size, and the setting that bounds it."""
     return f"the answer is larger than {max_bytes} bytes (limits.max_frame_bytes)"
+
+
+_METHOD = re.compile(r'"method"\s*:\s*"([^"\\]{1,128})"')
+
+
+def request_to_client(head: str) -> str | None:
+    """The method of a server's request to the client whose first bytes are `head` (None for a
+    notification, an answer, or a head that names no method)."""
+    found = _METHOD.search(head)
+    if found is None or found.group(1).startswith("notifications/"):
+        return None
+    return found.group(1)
+
+
+def too_large_request(method: str, max_bytes: int) -> str:
+    """Why a call ended: the server asked its client something the gateway could not pass on."""
+    return (
+        f"the upstream sent its client a request ({method}) larger than {max_bytes} bytes "
+        "(limits.max_frame_bytes), which the gateway cannot pass on"
+    )
 
 
 def stream_broken(request_id: Any, upstream: str, why: str) -> JsonObject:
