@@ -145,10 +145,15 @@ def load_config(
         if value is None:
             continue
         label = f"command-line flag for {key}"
+        before = _list_length(data, key.split(".")) if isinstance(value, list) else None
         replaced = _set_flag(data, key.split("."), value)
         if replaced is not None:
             (env_overridden if _holds(env_data, replaced) else file_overridden)[replaced] = label
-        sources[key] = label
+        if before is None:
+            sources[key] = label
+        else:  # a repeatable flag adds entries after those of the file and environment: only its own are its
+            for index in range(before, before + len(value)):
+                sources[f"{key}.{index}"] = label
     try:
         config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
@@ -356,10 +361,21 @@ def apply_group_toggles(config: GatewayConfig, environ: Mapping[str, str]) -> No
         group._enabled_by = f"environment variable {variable}"
 
 
+def _list_length(data: Mapping[str, Any], parts: list[str]) -> int | None:
+    """The length of the list at `parts` in `data` (0 where nothing is set), None for any other value."""
+    node: Any = data
+    for part in parts:
+        if not isinstance(node, Mapping) or part not in node:
+            return 0
+        node = node[part]
+    return len(node) if isinstance(node, list) else None
+
+
 def _origin_of(key: str, sources: Mapping[str, str], file_label: str) -> str:
-    for candidate, label in sources.items():
-        if key == candidate or key.startswith(candidate + "."):
-            return label
+    # The most specific source wins: a flag's own entry of a list the environment also set.
+    matching = [candidate for candidate in sources if key == candidate or key.startswith(candidate + ".")]
+    if matching:
+        return sources[max(matching, key=len)]
     # A validator on a parent (slots.declared checks its names) reports the parent's key; blame the
     # override below it rather than a file (or "defaults") that may not mention it at all.
     for candidate, label in sources.items():

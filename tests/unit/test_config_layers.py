@@ -102,3 +102,19 @@ def test_config_check_and_run_refuse_a_bad_file_that_a_flag_masks(
     monkeypatch.setenv("MCP_GATEWAY_PORT", "true")
     assert main(["config", "check", "--port", "43316"]) == 2
     assert capsys.readouterr().err.startswith("mcp-gateway: environment variable MCP_GATEWAY_PORT: setting 'port'")
+
+
+def test_a_repeatable_flag_is_blamed_only_for_its_own_entries(tmp_path: Path) -> None:
+    # --remote adds to the file's upstreams: the file's bad entry is the file's, the flag's the flag's.
+    bad_file = tmp_path / "bad.toml"
+    bad_file.write_text('[[upstreams.remote]]\nname = "r"\nurl = "ftp://x"\n')
+    good_flag = {"upstreams.remote": [{"name": "near", "url": "https://near.plant.lan/mcp"}]}
+    with pytest.raises(ConfigError) as caught:
+        load_config(bad_file, environ={}, flags=good_flag)
+    assert str(caught.value).startswith(f"config file {bad_file}: setting 'upstreams.remote.0'")
+    good_file = tmp_path / "good.toml"
+    good_file.write_text('[[upstreams.remote]]\nname = "r"\nurl = "https://r.plant.lan/mcp"\n')
+    bad_flag = {"upstreams.remote": [{"name": "y", "url": "ftp://y"}]}
+    with pytest.raises(ConfigError) as caught:
+        load_config(good_file, environ={}, flags=bad_flag)
+    assert str(caught.value).startswith("command-line flag for upstreams.remote: setting 'upstreams.remote.1'")
