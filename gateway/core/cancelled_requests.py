@@ -24,6 +24,12 @@ late_answer_sink: ContextVar[LateAnswerSink | None] = ContextVar("late_answer_si
 cancelled (gateway/core/governed.py); the provider session keeps it with the request it sends."""
 
 
+def cancel_reason(cancel: BaseException) -> str:
+    """Why a caller gave up, as it said with `task.cancel(reason)`; "client disconnected" when it said
+    nothing (its connection went)."""
+    return cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else "client disconnected"
+
+
 @dataclass(frozen=True, slots=True)
 class Cancelled:
     until: float

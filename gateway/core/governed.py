@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 from gateway.core import eras, errors, trace_relay
-from gateway.core.cancelled_requests import late_answer_sink
+from gateway.core.cancelled_requests import cancel_reason, late_answer_sink
 from gateway.core.client_context import ClientContext
 from gateway.core.confirmer import ClientConfirmer, StateReader, split_retry
 from gateway.core.jsonrpc import JsonObject
@@ -55,8 +55,7 @@ def tool_error_text(result: JsonObject) -> str | None:
 
 def cancelled_text(cancel: asyncio.CancelledError) -> str:
     """Why a forwarded call ended without its answer, for its record."""
-    why = cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else "client disconnected"
-    return f"cancelled before the answer came: {why}"
+    return f"cancelled before the answer came: {cancel_reason(cancel)}"
 
 
 def answered_after_cancel(body: JsonObject) -> tuple[str, str | None] | None:

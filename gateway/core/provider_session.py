@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from gateway import __version__
 from gateway.core import eras, errors, jsonrpc
-from gateway.core.cancelled_requests import CancelledRequests, late_answer_sink
+from gateway.core.cancelled_requests import CancelledRequests, cancel_reason, late_answer_sink
 from gateway.core.due import DueQueue
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.core.link import CLOSE_POLICY, MessageRefused, ProviderLink
@@ -581,7 +581,7 @@ class ProviderSession:
     def _abandon(self, request_id: JsonId, cancel: asyncio.CancelledError) -> None:
         """The caller went away (or gave up, saying why: `task.cancel(reason)`): tell the provider,
         forget the request."""
-        why = cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else "client disconnected"
+        why = cancel_reason(cancel)
         if (entry := self._forget(request_id, why)) is not None:
             self.cancelled.remember(entry, self.settings.request_timeout_ms)
             self._cancel_upstream(request_id, why)

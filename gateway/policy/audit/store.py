@@ -79,7 +79,7 @@ ADDITIONS = {
 }
 """Tables added without a version change, each created by a writer that finds it missing."""
 SAME_AS_V1 = 2
-"""A user_version that marks schema 1 with its ADDITIONS (as answers_after_cancel once did): read as 1,
+"""A user_version that marks schema 1 with its ADDITIONS: read as 1,
 and stamped 1 by a writer, so every gateway of schema 1 reads the file."""
 
 DECISION_COLUMNS = (
