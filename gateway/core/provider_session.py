@@ -500,6 +500,7 @@ class ProviderSession:
         client_progress_token: Any = None,
         internal: bool = False,
         relay: RequestRelay | None = None,
+        stateless_caller: bool = False,
     ) -> JsonObject:
         """Forward one request under a gateway id and wait for the provider's response object.
 
@@ -536,6 +537,7 @@ class ProviderSession:
             relay=relay,
             internal=internal,
             late=None if internal else late_answer_sink.get(),
+            stateless_caller=stateless_caller,
         )
         # Registered before the send so an immediate answer finds it; removed if the send fails.
         self.pending[request_id] = entry
@@ -728,11 +730,11 @@ class ProviderSession:
             # (docs/protocol.md, "Requests from providers").
             self.requests.broker_notification(method, params)
             return
-        if method == "notifications/message" and self.modern:
-            # 2026-07-28 sends log messages only with the request that asked for them; a stream
-            # transport that cannot say which one (stdio) leaves the only client request pending.
+        if method == "notifications/message":
+            # Untagged (stdio cannot tag): the only pending client request's when the provider speaks
+            # 2026-07-28 (it logs only for a request) or its caller does (no GET stream); else the slot's.
             owner = self._only_client_request()
-            if owner is not None and owner.sink is not None:
+            if owner is not None and owner.sink is not None and (self.modern or owner.stateless_caller):
                 owner.sink(body)
                 return
         self.observer.session_notification(self, body)

@@ -431,3 +431,24 @@ async def test_the_npm_reference_memory_server_runs_behind_the_gateway(
     status = await provider_status(server.url, "memory")
     assert status["server_info"]["name"] == "memory-server"
     assert "MEMORY_FILE_PATH" in status["upstream"]["env"]
+
+
+# -- log messages ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ["session", "auto"])
+async def test_a_stateless_caller_gets_the_log_messages_of_its_call_to_a_stdio_child(
+    gateway_factory: GatewayFactory, era: str
+) -> None:
+    """A stdio child's log messages name no request; while one call is in flight they are its, also
+    when the child speaks the session era (the 2026-07-28 caller has no GET stream to get them on)."""
+    server = await gateway_factory(upstreams={"stdio": [upstream(era=era)]})
+    await wait_ready_slot(server, "demo", START_S)
+    logs: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        logs.append(params.data)
+
+    async with Client(f"{server.url}/demo/mcp", mode="2026-07-28", logging_callback=on_log, log_level="info") as client:
+        assert text_of(await client.call_tool("log_lines", {"count": 3})) == "logged 3"
+    assert logs == ["line 1", "line 2", "line 3"]

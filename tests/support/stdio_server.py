@@ -6,7 +6,7 @@
 Start-up faults are decided before the SDK is imported, so a child that exits at once costs little.
 The tools misbehave at run time: crash the process mid-call, print text or an over-long line on
 stdout, answer with as many bytes as asked, flood stderr, report the environment, leave a grandchild
-process behind.
+process behind; one sends log messages.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver import Context, MCPServer
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -73,7 +73,9 @@ def build_server() -> MCPServer:
     import json
     import subprocess
 
-    from mcp.server.mcpserver import MCPServer
+    # Context is bound at module level: the SDK resolves a tool's annotations in the module's globals.
+    global Context  # noqa: PLW0603
+    from mcp.server.mcpserver import Context, MCPServer
 
     server = MCPServer("stdio-demo", instructions="A stdio test server that misbehaves on command")
 
@@ -127,6 +129,13 @@ def build_server() -> MCPServer:
     def environment() -> str:
         """The process environment as a JSON object."""
         return json.dumps(dict(os.environ))
+
+    @server.tool()
+    async def log_lines(count: int, ctx: Context) -> str:
+        """Send `count` info log messages (untagged on stdio: the SDK names no request), then answer."""
+        for line in range(1, count + 1):
+            await ctx.info(f"line {line}")
+        return f"logged {count}"
 
     @server.tool()
     def pid() -> int:
