@@ -35,12 +35,11 @@ static void initialize_result(const mcpb_pump1_t *pump, const void *context, jso
     json_sink_t text; /* escapes into the string bodies that the quotes below open and close */
     p1_json_sink_init(&text, out, 1);
     /* the protocol versions and the name need no escaping */
-    p1_json_out_text(out, "{\"protocolVersion\":\"");
+    p1_pump_out_text(out, P1_INITIALIZE_HEAD);
     p1_json_out_text(out, (const char *)context);
-    p1_json_out_text(out, "\",\"capabilities\":{\"tools\":{\"listChanged\":false}},\"serverInfo\":{\"name\":\""
-                          MCPB_PUMP1_SERVER_NAME "\",\"version\":\"");
+    p1_pump_out_text(out, P1_INITIALIZE_SERVER);
     p1_json_sink_text(&text, pump->config.firmware_version);
-    p1_json_out_text(out, "\"},\"instructions\":\"");
+    p1_pump_out_text(out, P1_INITIALIZE_INSTRUCTIONS);
     p1_json_sink_text(&text, pump1_instructions);
     p1_json_out_text(out, "\"}");
 }
@@ -95,7 +94,7 @@ static const char *tools_list(mcpb_pump1_t *pump, json_span_t id, json_span_t cu
         }
     }
     p1_rpc_result_head(out, id);
-    p1_json_out_text(out, "{\"tools\":[");
+    p1_pump_out_text(out, P1_TOOLS_HEAD);
     budget = (long)pump->config.frame_max - ENVELOPE - (long)out->len; /* out holds the head alone */
     for (index = first; index < PUMP1_TOOL_COUNT; index++) {
         long size = (long)pump1_tools[index].size;
@@ -111,7 +110,7 @@ static const char *tools_list(mcpb_pump1_t *pump, json_span_t id, json_span_t cu
     p1_json_out_text(out, "]");
     if (index < PUMP1_TOOL_COUNT) {
         p1_json_sink_init(&raw, out, 0);
-        p1_json_out_text(out, ",\"nextCursor\":\"");
+        p1_pump_out_text(out, P1_TOOLS_NEXT_CURSOR);
         p1_json_sink_int(&raw, index);
         p1_json_out_text(out, "\"");
     }
@@ -166,15 +165,15 @@ static void call_result(const mcpb_pump1_t *pump, const void *context, json_out_
     args.value = refusal->value;
     p1_json_sink_init(&raw, out, 0);
     p1_json_sink_init(&text, out, 1);
-    p1_json_out_text(out, "{\"content\":[{\"type\":\"text\",\"text\":\"");
+    p1_pump_out_text(out, P1_CALL_HEAD);
     if (refusal->text != NULL) {
         p1_pump_write_text(&text, refusal->text, &args);
-        p1_json_out_text(out, "\"}],\"isError\":true}");
+        p1_pump_out_text(out, P1_CALL_REFUSED);
         return;
     }
-    p1_pump_write_status(pump, &text);
+    p1_pump_write_text(&text, P1_STATUS, &args); /* the status object of the outputSchema */
     p1_json_out_text(out, TEXT_TAIL);
-    p1_pump_write_status(pump, &raw);
+    p1_pump_write_text(&raw, P1_STATUS, &args);
     p1_json_out_text(out, "}");
 }
 

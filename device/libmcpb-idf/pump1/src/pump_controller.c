@@ -234,37 +234,3 @@ const char *p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments, js
     pump->state = pump->speed == 0 ? PUMP_STOPPED : PUMP_STOPPING;
     return NULL;
 }
-
-void p1_pump_write_status(const mcpb_pump1_t *pump, json_sink_t *sink)
-{
-    /* the readings: flow and pressure floored at 0 (a minimum-0 schema), then round(value, digits) */
-    static const char *const names[3] = {",\"flow_lpm\":", ",\"pressure_bar\":", ",\"motor_temp_c\":"};
-    const mcpb_pump1_reading_t *r = &pump->reading;
-    pump_text_args_t args = {NULL, {NULL, 0}, 0};
-    double values[3];
-    int i;
-    args.pump = pump;
-    values[0] = r->flow_lpm;
-    values[1] = r->pressure_bar;
-    values[2] = r->motor_temp_c;
-    p1_pump_write_text(sink, "{\"state\":\"" T_STATE "\",\"speed_rpm\":", &args);
-    p1_json_sink_int(sink, (long)(pump->speed + 0.5));
-    p1_json_sink_text(sink, ",\"setpoint_rpm\":");
-    p1_json_sink_int(sink, pump->setpoint_rpm);
-    for (i = 0; i < 3; i++) {
-        p1_json_sink_text(sink, names[i]);
-        if (!(r->valid & (1u << i))) {
-            p1_json_sink_text(sink, "null");
-        } else {
-            p1_json_fixed(sink, i < 2 && values[i] < 0.0 ? 0.0 : values[i], i == 1 ? 2 : 1, 1);
-        }
-    }
-    p1_json_sink_text(sink, ",\"run_hours\":");
-    p1_json_fixed(sink, ((double)pump->run_s + pump->run_rem_ms / 1000.0) / 3600.0, 3, 1);
-    p1_pump_write_text(sink, pump->fault == FAULT_NONE ? ",\"fault\":null,\"uptime_s\":"
-                                                       : ",\"fault\":{\"code\":\"" T_FAULT_CODE "\",\"text\":\"" T_FAULT_TEXT
-                                                         "\"},\"uptime_s\":",
-                       &args);
-    p1_json_sink_unsigned(sink, pump->uptime_s);
-    p1_json_sink_char(sink, '}');
-}

@@ -1,7 +1,7 @@
 /*
- * The pump-1 state machine of device/micropython/pump1/controller.py: setpoint, ramp, faults,
- * dead-man and the status object. Commands first bring the model up to the last time the pump
- * was told (mcpb_pump1_tick) and count as contact with the gateway.
+ * The pump-1 state machine of device/micropython/pump1/controller.py: setpoint, ramp, faults and
+ * dead-man (its status object is the text P1_STATUS, pump_refusal.h). Commands first bring the
+ * model up to the last time the pump was told (mcpb_pump1_tick) and count as contact with the gateway.
  */
 #ifndef MCPB_PUMP1_CONTROLLER_H
 #define MCPB_PUMP1_CONTROLLER_H
@@ -37,8 +37,5 @@ static inline void p1_pump_heard(mcpb_pump1_t *pump)
  * struct costs a store of each member on every way out).
  */
 const char *p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments, json_span_t *quoted);
-
-/* The status object of the tools' outputSchema, compact JSON. */
-void p1_pump_write_status(const mcpb_pump1_t *pump, json_sink_t *sink);
 
 #endif

@@ -8,18 +8,18 @@ static void write_head(json_out_t *out, json_span_t id, const char *tail)
 {
     json_sink_t raw;
     p1_json_sink_init(&raw, out, 0);
-    p1_json_out_text(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+    p1_pump_out_text(out, P1_RPC_HEAD);
     p1_json_sink_id(&raw, id);
-    p1_json_out_text(out, tail);
+    p1_pump_out_text(out, tail);
 }
 
 static void write_error_start(json_out_t *out, json_span_t id, int code)
 {
     json_sink_t raw;
     p1_json_sink_init(&raw, out, 0);
-    write_head(out, id, ",\"error\":{\"code\":");
+    write_head(out, id, P1_RPC_ERROR);
     p1_json_sink_int(&raw, code);
-    p1_json_out_text(out, ",\"message\":\"");
+    p1_pump_out_text(out, P1_RPC_MESSAGE);
 }
 
 /* The message, escaped and cut after `limit` code points, into `out`: how many it has uncut. */
@@ -70,7 +70,7 @@ void p1_rpc_error(mcpb_pump1_t *pump, json_span_t id, int code, const char *text
 
 void p1_rpc_result_head(json_out_t *out, json_span_t id)
 {
-    write_head(out, id, ",\"result\":");
+    write_head(out, id, P1_RPC_RESULT);
 }
 
 void p1_rpc_result(mcpb_pump1_t *pump, json_span_t id, rpc_result_fn result, const void *context, json_out_t *out)
