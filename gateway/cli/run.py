@@ -80,8 +80,9 @@ async def until_stopped(main: Callable[[], Coroutine[Any, Any, None]], held: Seq
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    held = hold_signals()  # first: the imports and checks below take a while
+    signals = hold_signals()  # first: the imports and checks below take a while
     from gateway.app import serve
+    from gateway.cli.state_lock import StateInUse, hold_state
     from gateway.logs import setup_logging
     from gateway.reload import ConfigSource
 
@@ -96,6 +97,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_logging(
         config.logging.level, config.logging.format, config.insecure_lan_open, config.logging.repeat_interval_s
     )
+    try:
+        held = hold_state(config)  # one gateway per state directory and audit file (gateway/cli/state_lock.py)
+    except StateInUse as exc:
+        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        return 2
     # Made once the loop runs (until_stopped): an unavailable loop leaves no coroutine never awaited.
     main: Callable[[], Coroutine[Any, Any, None]]
     if sim_pumps:
@@ -105,7 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         main = functools.partial(serve, config, source=source)
     try:
-        event_loop.run(until_stopped(main, held), config.event_loop)
+        with held:  # until run returns; a killed process's locks go with it (the kernel closes its files)
+            event_loop.run(until_stopped(main, signals), config.event_loop)
     except event_loop.EventLoopUnavailable as exc:
         print(f"mcp-gateway: {exc}", file=sys.stderr)
         return 2

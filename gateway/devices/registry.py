@@ -11,6 +11,8 @@ per board, keyed by its device id (the `device_id` of its hello: the MAC on an E
 - sightings (the gateway, at each hello): how often, when last, firmware, schema hash, transport, slot.
 
 The secret itself is never stored: only its digest, as `[[providers.auth.identities]] sha256` would be.
+The state directory is one gateway's: `run` locks it (gateway/cli/state_lock.py), so no second gateway
+takes these boards for its own; the CLI's commands read and write the file beside the gateway.
 WAL mode: the gateway's readers never wait for a writer (the CLI, the sightings thread).
 """
 

@@ -138,11 +138,17 @@ def connect(path: Path, lock_timeout_s: float, wal_limit_bytes: int = WAL_LIMIT_
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Bring the schema to SCHEMA_VERSION, one version per transaction (PRAGMA user_version counts them)."""
+    """Bring the schema to SCHEMA_VERSION, one version per transaction (PRAGMA user_version counts them).
+
+    A new file gets the ADDITIONS with its schema; one written by a gateway without them gets them too,
+    each logged."""
+    new_file: bool | None = None
     while True:
         conn.execute("BEGIN IMMEDIATE")  # read the version under the write lock: another process may migrate too
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if new_file is None:
+                new_file = version == 0
             if version == SAME_AS_V1:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 version = SCHEMA_VERSION
@@ -152,7 +158,7 @@ def migrate(conn: sqlite3.Connection) -> None:
                     f"{SCHEMA_VERSION}: use a newer gateway or another [audit] path"
                 )
             if version == SCHEMA_VERSION:
-                _add_missing_tables(conn)
+                _add_missing_tables(conn, logged=not new_file)
                 conn.execute("COMMIT")
                 return
             for statement in MIGRATIONS[version]:
@@ -170,10 +176,12 @@ def missing_tables(conn: sqlite3.Connection) -> list[str]:
     return [name for name in ADDITIONS if name not in present]
 
 
-def _add_missing_tables(conn: sqlite3.Connection) -> None:
+def _add_missing_tables(conn: sqlite3.Connection, *, logged: bool) -> None:
+    """`logged`: the file was written by a gateway without these tables (a new file gets them unannounced)."""
     for name in missing_tables(conn):
         conn.execute(ADDITIONS[name])
-        log.info("audit trail: added the %s table to the file (a gateway without it ignores it)", name)
+        if logged:
+            log.info("audit trail: added the %s table to the file (a gateway without it ignores it)", name)
 
 
 def insert_decision(conn: sqlite3.Connection, row: Sequence[Any]) -> int:

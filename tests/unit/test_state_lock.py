@@ -1,0 +1,61 @@
+"""gateway/cli/state_lock.py: what `run` locks, and what it does when it cannot lock at all."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from gateway.cli.state_lock import StateInUse, hold_state
+from gateway.config import GatewayConfig
+
+GOVERNED = {"policy": {"roles": {"worker": {"capabilities": ["mcp.tools.list"]}}}}
+
+
+def config(**fields: object) -> GatewayConfig:
+    return GatewayConfig.model_validate(fields)
+
+
+def test_a_second_hold_is_refused_with_the_holders_pid_and_free_again_after_release(tmp_path: Path) -> None:
+    environ = {"XDG_STATE_HOME": str(tmp_path / "xdg")}
+    state = tmp_path / "xdg" / "mcp-gateway"
+    held = hold_state(config(), environ)
+    assert (state / "gateway.lock").read_text() == f"{os.getpid()}\n"
+    assert (
+        oct(state.stat().st_mode & 0o777) == "0o700" and oct((state / "gateway.lock").stat().st_mode & 0o777) == "0o600"
+    )
+    with pytest.raises(StateInUse) as refused:
+        hold_state(config(), environ)  # another open file is another holder, in one process too
+    message = str(refused.value)
+    assert f"the state directory {state} ($XDG_STATE_HOME/mcp-gateway) is in use by another gateway" in message
+    assert f"(pid {os.getpid()}, holding {state / 'gateway.lock'})" in message
+    held.release()
+    hold_state(config(), environ).release()
+
+
+def test_the_audit_file_is_locked_only_when_a_trail_is_written(tmp_path: Path) -> None:
+    audit = tmp_path / "trail" / "audit.db"
+    governed = config(**GOVERNED, audit={"path": str(audit)})
+    with hold_state(governed, {"STATE_DIRECTORY": str(tmp_path / "a")}):
+        assert (tmp_path / "trail" / "audit.db.lock").read_text() == f"{os.getpid()}\n"
+        with pytest.raises(StateInUse, match=r"the audit file .* \(this gateway's \[audit\] path\) is written by"):
+            hold_state(governed, {"STATE_DIRECTORY": str(tmp_path / "b")})
+        ungoverned = config(audit={"path": str(audit)})  # no [policy]: no trail, nothing written to the file
+        hold_state(ungoverned, {"STATE_DIRECTORY": str(tmp_path / "c")}).release()
+        off = config(**GOVERNED, audit={"path": str(audit), "enabled": False})
+        hold_state(off, {"STATE_DIRECTORY": str(tmp_path / "d")}).release()
+
+
+def test_a_place_that_cannot_be_locked_is_logged_and_left_to_fail_as_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    governed = config(**GOVERNED, audit={"path": str(blocker / "audit.db")})
+    with caplog.at_level(logging.WARNING, logger="gateway.state"):
+        held = hold_state(governed, {"STATE_DIRECTORY": str(blocker / "state")})
+    assert held.descriptors == []
+    assert f"the state directory {blocker / 'state'} cannot be locked" in caplog.text
+    assert f"the audit file {blocker / 'audit.db'} cannot be locked" in caplog.text
