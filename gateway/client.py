@@ -13,6 +13,7 @@ from urllib.parse import quote
 import orjson
 
 from gateway import __version__
+from gateway.core.governed import CLAMPED_META_KEY
 from gateway.core.jsonrpc import INVALID_PARAMS
 from gateway.core.names import BROKER_SLOT
 from gateway.core.versions import LATEST_HANDSHAKE
@@ -75,10 +76,31 @@ def parse_arguments(pairs: list[str]) -> dict[str, Any]:
     return arguments
 
 
+CLAMP_NOTE = "The gateway clamped arguments to the operator's limits: "
+"""How the gateway's note on a clamped call starts (gateway/core/governed.py, `with_clamped`)."""
+
+
+def gateway_notes(result: dict[str, Any]) -> list[str]:
+    """What the gateway itself says of a tool result, beside the device's answer: the arguments it
+    clamped to the operator's limits (`_meta["io.github.mcp-gateway/clamped"]`), as its text item says."""
+    meta = result.get("_meta")
+    clamped = meta.get(CLAMPED_META_KEY) if isinstance(meta, dict) else None
+    if not isinstance(clamped, list) or not clamped:
+        return []
+    return [CLAMP_NOTE + "; ".join(str(entry) for entry in clamped)]
+
+
 def render_result(result: dict[str, Any]) -> str:
+    """The device's answer: its structuredContent, else its text items; the gateway's own notes (see
+    `gateway_notes`) are left out, for the command to print apart."""
     if "structuredContent" in result:
         return orjson.dumps(result["structuredContent"], option=orjson.OPT_INDENT_2).decode()
-    texts = [block.get("text", "") for block in result.get("content", []) if block.get("type") == "text"]
+    notes = gateway_notes(result)
+    texts = [
+        block.get("text", "")
+        for block in result.get("content", [])
+        if block.get("type") == "text" and block.get("text") not in notes
+    ]
     return "\n".join(texts) if texts else orjson.dumps(result, option=orjson.OPT_INDENT_2).decode()
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
 from gateway import __version__
 from gateway.core.backoff import MAX_DOUBLINGS, Backoff
@@ -80,6 +81,69 @@ def provider_token(file: str | None, environ: Mapping[str, str] | None = None) -
     return token or None
 
 
+REFUSAL_BODY_BYTES = 4096
+"""Of the answer to a refused upgrade, at most this much is read for what the gateway said."""
+REFUSAL_TEXT_CHARS = 400
+"""What the gateway said when it refused a pump is logged cut to this many characters."""
+REFUSAL_READ_S = 2.0
+"""How long the body of a refused upgrade is waited for; past it, the refusal is logged without it."""
+
+
+def refusal_text(body: bytes) -> str | None:
+    """What a refused upgrade's answer says: `error: error_description` of the gateway's JSON body, else
+    its text; printable characters only, cut to REFUSAL_TEXT_CHARS; None when it says nothing."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        value = body.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        parts = [value.get("error"), value.get("error_description")]
+        value = ": ".join(part for part in parts if isinstance(part, str) and part)
+    if not isinstance(value, str):
+        return None
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in value).split())
+    if len(text) > REFUSAL_TEXT_CHARS:
+        text = text[: REFUSAL_TEXT_CHARS - 3] + "..."
+    return text or None
+
+
+class RefusalBodies:
+    """What the gateway said when it refused a pump's WebSocket upgrade (HTTP 4xx with a JSON body that
+    names the fault, e.g. `invalid_provider_token`): aiohttp's WSServerHandshakeError carries the status
+    only, so a trace hook on the simulator's HTTP session reads the body, kept by URL until the pump's
+    link takes it (one entry per pump URL at most)."""
+
+    def __init__(self) -> None:
+        self._said: dict[str, str] = {}
+
+    def trace_config(self) -> aiohttp.TraceConfig:
+        trace = aiohttp.TraceConfig()
+        trace.on_request_end.append(self._on_request_end)
+        return trace
+
+    async def _on_request_end(
+        self, session: aiohttp.ClientSession, context: Any, params: aiohttp.TraceRequestEndParams
+    ) -> None:
+        response = params.response
+        if not 400 <= response.status < 500 or params.headers.get("Upgrade", "").lower() != "websocket":
+            return
+        body = b""
+        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+            async with asyncio.timeout(REFUSAL_READ_S):
+                while len(body) < REFUSAL_BODY_BYTES:
+                    chunk = await response.content.read(REFUSAL_BODY_BYTES - len(body))
+                    if not chunk:
+                        break
+                    body += chunk
+        said = refusal_text(body)
+        if said is not None:
+            self._said[str(params.url)] = said
+
+    def take(self, url: str) -> str | None:
+        """What the gateway said when it last refused the upgrade to `url` (None: nothing), forgotten then."""
+        return self._said.pop(url, None)
+
+
 def refusal_failures(backoff_min_s: float, backoff_max_s: float) -> int:
     """Failures after which the back-off's ceiling is its maximum: where a refusal puts it."""
     doublings = math.ceil(math.log2(backoff_max_s / backoff_min_s)) if 0 < backoff_min_s < backoff_max_s else 0
@@ -100,8 +164,11 @@ class PumpLink:
         backoff_max_s: float = 30.0,
         security: LinkSecurity | None = None,
         own_gateway: bool = False,
+        refusals: RefusalBodies | None = None,
     ) -> None:
         self.pump = pump
+        self.refusals = refusals
+        """Where the session's trace hook leaves what the gateway said in refusing an upgrade."""
         self.own_gateway = own_gateway
         self.security = security or LinkSecurity()
         self.headers = {"User-Agent": USER_AGENT}
@@ -267,7 +334,8 @@ class PumpLink:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             self.last_down_reason = f"{type(exc).__name__}: {exc}"
             if isinstance(exc, aiohttp.WSServerHandshakeError) and 400 <= exc.status < 500:
-                self._refused = f"HTTP {exc.status} on the upgrade: {exc.message}"
+                said = self.refusals.take(self.url) if self.refusals is not None else None
+                self._refused = f"HTTP {exc.status} on the upgrade: {said or exc.message}"
             return False
         self._ws = ws
         self.links += 1

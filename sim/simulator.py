@@ -42,7 +42,7 @@ from aiohttp import web
 
 from gateway import __version__
 from sim import FIRMWARE_NAME, firmware
-from sim.link import LinkSecurity, PumpLink
+from sim.link import LinkSecurity, PumpLink, RefusalBodies
 from sim.mqtt import MqttPumpLink, MqttTarget
 from sim.pump import PumpSettings, SimulatedPump
 from sim.serial_line import SerialLine, SerialPumpLink, SerialTarget
@@ -150,7 +150,10 @@ class Simulator:
         if self.gateway_url is None:
             raise ValueError("the simulator needs the gateway's URL")
         # One connection per pump, however many: no pool limit (aiohttp's default is 100).
-        self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        refusals = RefusalBodies()
+        self._http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), trace_configs=[refusals.trace_config()]
+        )
         settings = self.settings
         for slot, pump in self.pumps.items():
             link = PumpLink(
@@ -164,6 +167,7 @@ class Simulator:
                 backoff_max_s=settings.backoff_max_s,
                 security=self.security,
                 own_gateway=self.own_gateway,
+                refusals=refusals,
             )
             self.links[slot] = link
             link.start()

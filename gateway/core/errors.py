@@ -65,17 +65,49 @@ def disconnected(slot: str, why: str = "") -> RpcError:
     return RpcError(jsonrpc.UNAVAILABLE, f'Provider "{slot}" disconnected: {why}', data)
 
 
-def deadline(slot: str, timeout_ms: int, setting: str = "request_timeout_ms") -> RpcError:
+SHOWN_ID_CHARS = 40
+"""A provider's request id quoted in an error message is cut to this many characters."""
+
+
+def shown_id(value: Any) -> str:
+    """A request id as JSON (so that "7" and 7 look different), cut to SHOWN_ID_CHARS."""
+    try:
+        text = jsonrpc.dumps(value).decode()
+    except jsonrpc.EncodeError:
+        text = repr(value)
+    return text if len(text) <= SHOWN_ID_CHARS else text[: SHOWN_ID_CHARS - 3] + "..."
+
+
+def deadline(
+    slot: str,
+    timeout_ms: int,
+    setting: str = "request_timeout_ms",
+    *,
+    request_id: Any = None,
+    unmatched: int = 0,
+    last_unmatched_id: str = "",
+) -> RpcError:
     """The provider did not answer a client's request within `timeout_ms`, which `setting` of the slot
-    configures (request_timeout_ms, or the tool's entry in tool_timeouts_ms): the text names it."""
+    configures (request_timeout_ms, or the tool's entry in tool_timeouts_ms): the text names it. When the
+    provider sent `unmatched` answers whose id matched no pending request while this one was pending (the
+    last with `last_unmatched_id`, shown as JSON), the text says so: it likely answered under another id."""
     raise_what = (
         "this tool's entry in the slot's tool_timeouts_ms" if setting == "tool_timeouts_ms" else f"the slot's {setting}"
     )
+    data: dict[str, Any] = {"slot": slot, "reason": "deadline", "timeout_ms": timeout_ms, "setting": setting}
+    what = "sent no answer for this request"
+    if unmatched:
+        what = (
+            f"while this request (id {shown_id(request_id)}) was pending it sent {unmatched} answer(s) whose id "
+            f"matched no request in flight, the last with id {last_unmatched_id}: check that it echoes the request "
+            "id exactly as sent, a string id as a string"
+        )
+        data.update(unmatched_responses=unmatched, last_unmatched_id=last_unmatched_id)
     return RpcError(
         jsonrpc.UNAVAILABLE,
-        f'Provider "{slot}" did not respond within {timeout_ms}ms. The provider is still connected but sent '
-        f"no answer for this request; see provider_status on _broker, or raise {raise_what}",
-        {"slot": slot, "reason": "deadline", "timeout_ms": timeout_ms, "setting": setting},
+        f'Provider "{slot}" did not respond within {timeout_ms}ms. The provider is still connected but {what}; '
+        f"see provider_status on _broker, or raise {raise_what}",
+        data,
     )
 
 

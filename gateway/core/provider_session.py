@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 from gateway import __version__
-from gateway.core import eras, errors, jsonrpc
+from gateway.core import eras, errors, jsonrpc, provider_hello
 from gateway.core.cancelled_requests import CancelledRequests, cancel_reason, late_answer_sink
 from gateway.core.due import DueQueue
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
@@ -45,6 +45,7 @@ from gateway.core.relay import (
 from gateway.core.request_ids import numbers_for
 from gateway.core.schema_hash import tools_hash
 from gateway.core.shared_tools import SharedToolLists
+from gateway.core.unmatched_answers import deadline_error, unmatched_answer
 from gateway.core.versions import LATEST_HANDSHAKE
 
 log = logging.getLogger("gateway.provider")
@@ -113,6 +114,8 @@ class ProviderSession:
         self.awaiting_heartbeat = False
         self.missed_heartbeats = 0
         self.last_error = ""
+        self.last_unmatched_id = ""
+        """The id of the provider's last answer nobody waited for, as JSON (errors.shown_id)."""
         self._numbers = numbers_for(link.info.medium_outlives_session)
         self._ready = asyncio.Event()
         self._alive: asyncio.Future[None] | None = None
@@ -341,13 +344,14 @@ class ProviderSession:
     def _keep_tools(self, tools: list[JsonObject]) -> bool:
         """Cache `tools` (shared with every session that lists the same); True when they changed."""
         new_hash = tools_hash(tools)
-        if new_hash == self.tools_hash:
-            return False
-        if self.tools_hash:
-            self.shared_tools.release(self.tools_hash)
-        self.tools = self.shared_tools.share(new_hash, tools)
-        self.tools_hash = new_hash
-        return True
+        changed = new_hash != self.tools_hash
+        if changed:
+            if self.tools_hash:
+                self.shared_tools.release(self.tools_hash)
+            self.tools = self.shared_tools.share(new_hash, tools)
+            self.tools_hash = new_hash
+        provider_hello.check_schema(self)  # also when only the hello's schema changed
+        return changed
 
     def relist(self, *, noticed: bool = False) -> None:
         """Fetch the tool list again: the provider said it changed (`noticed`: clients hear of it once
@@ -538,6 +542,7 @@ class ProviderSession:
             internal=internal,
             late=None if internal else late_answer_sink.get(),
             stateless_caller=stateless_caller,
+            unmatched_before=self.counters.unmatched_responses,
         )
         # Registered before the send so an immediate answer finds it; removed if the send fails.
         self.pending[request_id] = entry
@@ -602,7 +607,7 @@ class ProviderSession:
         if entry is None or entry.future.done():
             return
         self.counters.deadlines += 1
-        entry.future.set_exception(errors.deadline(self.slot, entry.timeout_ms, self.settings.setting_for(entry)))
+        entry.future.set_exception(deadline_error(self, entry))
         self.requests.end_relays(
             entry, f"the request it belongs to passed the gateway deadline of {entry.timeout_ms}ms"
         )
@@ -674,13 +679,7 @@ class ProviderSession:
                 return  # the link ended and every pending request was answered already (an answer in flight)
             if is_gateway_id(request_id) and self.cancelled.answered(request_id, body):
                 return  # the gateway cancelled it and the answer crossed the cancel: expected (MCP)
-            self.counters.unmatched_responses += 1
-            self.warn_once(
-                "unmatched",
-                "provider for slot %s answered id %r that nobody waits for (late, duplicate, or wrong id type)",
-                self.slot,
-                request_id,
-            )
+            unmatched_answer(self, request_id)
             return
         if entry.timeout_ms != NO_DEADLINE:
             self._deadlines[entry.timeout_ms].forget(request_id)
@@ -723,7 +722,8 @@ class ProviderSession:
             self._on_listen_event(method, params)
             return
         if method in ("notifications/register", "notifications/hello"):
-            self._on_register(method, params)
+            provider_hello.on_register(self, method, params)
+            self.observer.session_registered(self)
             return
         if method.startswith("broker/"):
             # Never relayed to clients: an audit result is recorded when governed, anything else dropped
@@ -759,17 +759,6 @@ class ProviderSession:
                     return None
                 owner = entry
         return owner
-
-    def _on_register(self, method: str, params: JsonObject) -> None:
-        hello = params.get("hello") if method == "notifications/register" else params
-        if method == "notifications/register" and "aggregate" in params:
-            self.aggregate = params.get("aggregate") is True
-        if isinstance(hello, dict):
-            old_schema = (self.hello or {}).get("schema")
-            self.hello = hello
-            if old_schema is not None and hello.get("schema") != old_schema:
-                self.relist()
-        self.observer.session_registered(self)
 
     # -- status -------------------------------------------------------------------------------
 

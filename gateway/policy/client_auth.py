@@ -550,8 +550,8 @@ class ClientAuth:
         )
         if posture["static_tokens"] and not self.config.tls.enabled and not self.config.is_loopback:
             log.warning(
-                "static tokens are accepted only from this machine while TLS is off: clients on %s get 401 "
-                "not_tls until [tls] is configured",
+                "static tokens are accepted only from this machine while TLS is off (listening on %s): clients "
+                "on other machines get 401 not_tls until [tls] is configured",
                 self.config.host,
             )
         for verifier in self.verifiers:

@@ -7,8 +7,10 @@ principal with scopes. The presented token is hashed and compared with every kno
 
 A static token is a long-lived secret: over plain HTTP it would cross the plant network readable by
 anyone on the path. It is therefore accepted from another machine only when the listener serves TLS;
-without TLS only clients on this machine (loopback) may use one (and a reverse proxy on this machine
-that terminates TLS counts as such a client).
+without TLS only clients on this machine may use one: a loopback peer, or a peer whose address is the
+listener's own (a client here calling a gateway bound to a LAN address, which has no loopback listener;
+the kernel carries that connection over loopback, and drops a packet from outside that claims a local
+source). A reverse proxy on this machine that terminates TLS counts as such a client.
 
 Token files are re-read when they change (checked at most once a second), so `token create` and
 revoking by deleting an entry need no restart. A file that becomes invalid keeps its previous tokens
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -79,6 +82,33 @@ def check_unique(tokens: list[StaticToken]) -> None:
         owner = by_digest.setdefault(token.digest, name)
         if owner != name:
             raise TokenFileError(f"tokens {owner!r} and {name!r} are the same token; give each its own")
+
+
+def _address(text: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def from_this_machine(request: web.Request) -> bool:
+    """True when the caller runs on the gateway's machine: a loopback peer, or a TCP peer whose address
+    is the one the connection reached (the listener's own)."""
+    if is_loopback_peer(request.remote):
+        return True
+    transport = request.transport
+    if transport is None:
+        return False
+    peer, local = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+    if not (isinstance(peer, tuple) and isinstance(local, tuple) and peer and local):
+        return False
+    address = _address(peer[0])
+    return address is not None and address == _address(local[0])
 
 
 class StaticTokenVerifier:
@@ -168,7 +198,7 @@ class StaticTokenVerifier:
         token = self.match(bearer)
         if token is None:
             return None
-        if not self.tls and not is_loopback_peer(request.remote):
+        if not self.tls and not from_this_machine(request):
             return AuthFailure(
                 "not_tls",
                 "Static tokens are accepted from other machines only over TLS, and this gateway serves plain "

@@ -207,7 +207,15 @@ async def test_numeric_echo_of_a_brk_id_does_not_match(rig: Rig) -> None:
         with pytest.raises(MCPError) as failure:
             await asyncio.wait_for(call, 5.0)
     assert failure.value.code == -32000
-    assert failure.value.error.message.startswith(f'Provider "board" did not respond within {DEADLINE_MS}ms')
+    message = failure.value.error.message
+    assert message.startswith(f'Provider "board" did not respond within {DEADLINE_MS}ms')
+    # Not "sent no answer": the caller learns the board answered under an id of another type.
+    assert "sent no answer" not in message
+    assert f'while this request (id "{request["id"]}") was pending it sent 1 answer(s)' in message, message
+    assert f"the last with id {number}:" in message, message
+    assert "echoes the request id exactly as sent, a string id as a string" in message
+    assert failure.value.error.data["unmatched_responses"] == 1
+    assert failure.value.error.data["last_unmatched_id"] == str(number)
     assert (await rig.counters())["unmatched_responses"] == 1
     await rig.assert_unharmed()
 

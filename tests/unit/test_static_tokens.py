@@ -227,6 +227,36 @@ async def test_a_static_token_from_another_machine_needs_tls() -> None:
     assert await plain.verify(request("Bearer nope"), "nope", ENDPOINT) is None
 
 
+def lan_request(peer: str, local: str) -> Any:
+    """A request on a connection from `peer` to the listener's address `local`."""
+    transport = mock.Mock()
+    names = {"peername": (peer, 40000), "sockname": (local, 3000)}
+    transport.get_extra_info.side_effect = lambda name, default=None: names.get(name, default)
+    headers = CIMultiDict([("Authorization", f"Bearer {TOKEN}")])
+    return make_mocked_request("POST", "/pump-1/mcp", headers=headers, transport=transport)
+
+
+@pytest.mark.parametrize(
+    ("peer", "local", "accepted"),
+    [
+        ("192.0.2.2", "192.0.2.2", True),  # this machine, calling the LAN address the gateway is bound to
+        ("::ffff:192.0.2.2", "192.0.2.2", True),
+        ("fd00::2", "fd00::2", True),
+        ("192.0.2.7", "192.0.2.2", False),  # another machine
+        ("fd00::7", "fd00::2", False),
+    ],
+)
+async def test_a_static_token_from_the_listeners_own_address_is_from_this_machine(
+    peer: str, local: str, accepted: bool
+) -> None:
+    plain = verifier(config(tokens=[{"name": "ops", "sha256": sha(TOKEN)}]))
+    verdict = await plain.verify(lan_request(peer, local), TOKEN, ENDPOINT)
+    if accepted:
+        assert verdict == Principal("ops", "token")
+    else:
+        assert isinstance(verdict, AuthFailure) and verdict.reason == "not_tls"
+
+
 # -- the authentication step's pure parts ----------------------------------------------------------
 
 

@@ -296,6 +296,21 @@ def slot_faults(view: GatewayView, slot: SlotView) -> list[Problem]:
                 slot.name,
             )
         )
+    if slot.connected and slot.schema_announced:
+        problems.append(
+            Problem(
+                "provider.schema_mismatch",
+                "warning",
+                f'The provider for "{slot.name}" announces a schema hash that is not the hash of the tools it lists',
+                f"hello schema {slot.schema_announced}; the tools it lists hash to {slot.tools_hash} "
+                "(provider_status: hello.schema, tools_hash)",
+                "The firmware's pinned hash is stale or its tools changed: compute the hash of its schema file again "
+                f"(mcp-gateway schema-hash FILE; --slot {slot.name} hashes what it lists now) and build the firmware "
+                "with it. The gateway serves the tools the provider lists; a true hash lets it notice a board that "
+                "comes back with other tools (docs/pump-1.md, Schema hash).",
+                slot.name,
+            )
+        )
     violations = counters.get("protocol_violations", 0)
     if violations:
         problems.append(

@@ -132,7 +132,8 @@ TROUBLE_CLIENT: list[tuple[str, str, str]] = [
         "-32000",
         '`Provider "<slot>" did not respond within <ms>ms. ...`',
         "The provider is connected but did not answer in time. Check the device; raise `request_timeout_ms` or a "
-        "per-tool `tool_timeouts_ms` for slow tools.",
+        "per-tool `tool_timeouts_ms` for slow tools. When the text says it sent answers whose id matched no "
+        "request, it answers under another id: it must echo each id exactly, a string id as a string.",
     ),
     (
         "-32000",

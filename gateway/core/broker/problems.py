@@ -44,6 +44,10 @@ class SlotView:
     """How its provider comes in: websocket, serial (a board on a port) or mqtt (a broker), now or last."""
     provider_url: str = ""
     """Where: the provider URL, the serial port's path, or the MQTT link's broker and topic (provider_url)."""
+    schema_announced: str | None = None
+    """The schema hash the provider's hello announces, when it is not `tools_hash` (gateway/core/provider_hello.py)."""
+    tools_hash: str = ""
+    """The hash of the tools the connected provider lists."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from gateway.config import lan_sides_text
 from gateway.core.broker.problems import GatewayView, GroupCheck, SlotView
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
+from gateway.core.provider_hello import schema_mismatch
 from gateway.core.slots import Slot
 from gateway.core.timestamps import iso
 from gateway.core.versions import HANDSHAKE_VERSIONS, STATELESS_VERSIONS
@@ -361,6 +362,8 @@ def diagnosis_view(gateway: BrokerView) -> GatewayView:
                 upstream=status["upstream"],
                 way_in=provider_way_in(gateway, slot)[0],
                 provider_url=status["provider_url"],
+                schema_announced=schema_mismatch(session) if session else None,
+                tools_hash=session.tools_hash if session else "",
             )
         )
     return GatewayView(

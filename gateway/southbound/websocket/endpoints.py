@@ -27,7 +27,7 @@ from gateway.core.link import (
     close_reason,
     close_reason_quoting,
 )
-from gateway.core.names import SlotPathError, slot_from_raw_path
+from gateway.core.names import SlotNameError, SlotPathError, check_slot_name, slot_from_raw_path
 from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
 from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
@@ -195,6 +195,24 @@ class ProviderWebSockets:
     def _refusal_response(refusal: ProviderAuthRefusal) -> web.Response:
         return web.json_response(refusal.body(), status=refusal.status, headers=refusal.headers())
 
+    def _refused_at_door(self, request: web.Request, refusal: ProviderAuthRefusal, slot: str) -> web.Response:
+        """The HTTP answer to a provider refused before the upgrade (its secret, or a slot its identity
+        may not publish), warned of as a refusal after the upgrade is: once per slot and reason, then at
+        most once per logging.repeat_interval_s (RefusalLog)."""
+        why = f"HTTP {refusal.status} {refusal.error}: {refusal.description}"
+        self.refusals.refused(slot, refusal.reason, why, "websocket", _remote(request))
+        return self._refusal_response(refusal)
+
+    @staticmethod
+    def _asked_slot(request: web.Request) -> str:
+        """The slot a provider refused at the door asked for, as the log may show it."""
+        try:
+            slot = slot_from_raw_path(request.rel_url.raw_path, DEDICATED_PREFIX)
+            check_slot_name(slot)
+        except (SlotPathError, SlotNameError):
+            return "(invalid name)"
+        return slot
+
     # -- /provider/<slot> ---------------------------------------------------------------------
 
     async def dedicated(self, request: web.Request) -> web.StreamResponse:
@@ -202,7 +220,7 @@ class ProviderWebSockets:
         # Authentication first: a peer without a valid secret learns nothing about paths or slots.
         credential = self.auth.authenticate(request.headers)
         if isinstance(credential, ProviderAuthRefusal):
-            return self._refusal_response(credential)
+            return self._refused_at_door(request, credential, self._asked_slot(request))
         try:
             slot = slot_from_raw_path(request.rel_url.raw_path, DEDICATED_PREFIX)
         except SlotPathError as exc:
@@ -210,7 +228,7 @@ class ProviderWebSockets:
             return web.json_response({"error": "bad_provider_path", "error_description": str(exc)}, status=400)
         forbidden = self.auth.slot_refusal(credential, slot)
         if forbidden is not None:
-            return self._refusal_response(forbidden)
+            return self._refused_at_door(request, forbidden, slot)
         # A name no provider may use (reserved, too long, undeclared, held) is refused after the
         # upgrade with 1008, as mcp-broker does, so WebSocket clients can read the reason.
         ws = self._response()
@@ -303,7 +321,7 @@ class ProviderWebSockets:
         await self.pacer.turn()
         credential = self.auth.authenticate(request.headers)
         if isinstance(credential, ProviderAuthRefusal):
-            return self._refusal_response(credential)
+            return self._refused_at_door(request, credential, f"(any, on {MULTIPLEXED_PATH})")
         ws = self._response()
         if not ws.can_prepare(request).ok:
             return self._not_an_upgrade()
