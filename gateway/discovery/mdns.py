@@ -30,6 +30,7 @@ from gateway import __version__
 from gateway.config import GatewayConfig
 from gateway.core.names import ALL_SLOT, BROKER_SLOT
 from gateway.core.versions import LATEST_HANDSHAKE, LATEST_STATELESS
+from gateway.discovery import srv_target
 from gateway.discovery.interfaces import (
     HostAddress,
     addresses_on,
@@ -58,8 +59,9 @@ TXT_VERSION = "1"
 STOP_TIMEOUT_S = 3.0
 """Goodbye packets take well under a second; a stuck socket must not hold up shutdown longer than this."""
 MAX_INSTANCE_NUMBER = 100
-"""`<name>-2` ... `<name>-100` are tried when another responder holds the name; past that the
-advertisement fails (and is retried on the next refresh)."""
+"""`<name>-2` ... `<name>-100` are tried when another responder holds the name (the instance name, or the
+SRV target `<hostname>-<port>-2.local.` ...); past that the advertisement fails (and is retried on the
+next refresh)."""
 GOODBYE_ROUNDS = 3
 GOODBYE_INTERVAL_S = 0.125
 """Goodbye packets go out three times, 125 ms apart, as python-zeroconf sends its own: one lost
@@ -130,6 +132,9 @@ class MdnsAdvertiser:
         """The name the gateway answers address queries for, `<hostname>.local.`: the one boards dial."""
         self.target = service_target(port)
         """The SRV target, `<hostname>-<port>.local.`: a name of this gateway's own, carrying only its addresses."""
+        self.target_in_use = ""
+        """The SRV target as announced: `target`, or `<hostname>-<port>-2.local.` ... when another responder
+        (a machine of the same host name with a gateway on the same port) answers for it."""
         self.txt = txt_properties(config)
         self.state: State = "starting"
         self.reason = ""
@@ -144,6 +149,11 @@ class MdnsAdvertiser:
         self._machine: list[str] = []
         """The addresses `<hostname>.local` is answered with: every address of the interfaces advertised on."""
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        """Set to advertise again before the next refresh: the SRV target is to be given up."""
+        self._yield_target_to = ""
+        """The address of the responder this gateway gives its SRV target up to, until it claimed another."""
+        self._clash_kept_logged = False
         self._logged = ""
         self._host_logged = False
 
@@ -167,6 +177,7 @@ class MdnsAdvertiser:
         self.txt = txt_properties(config)
         self.addresses = ()
         self.state, self.reason, self._logged = "starting", "", ""
+        self._yield_target_to = ""
         self.start()
 
     async def stop(self) -> None:
@@ -215,7 +226,7 @@ class MdnsAdvertiser:
             "service_types": list(SERVICE_TYPES),
             "names": dict(self.names),
             "host": self.host,
-            "srv_target": self.target,
+            "srv_target": self.target_in_use or self.target,
             "port": self.port,
             "addresses": [entry.address for entry in self.addresses],
             "interfaces": sorted({entry.interface for entry in self.addresses}),
@@ -232,7 +243,9 @@ class MdnsAdvertiser:
                 with contextlib.suppress(Exception):
                     await self._withdraw()
                 self._report("failed", f"{type(exc).__name__}: {exc}")
-            await asyncio.sleep(self.config.mdns.refresh_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.mdns.refresh_s)
+            self._wake.clear()
 
     async def _refresh(self) -> None:
         available = host_addresses()
@@ -245,11 +258,14 @@ class MdnsAdvertiser:
             return
         interfaces = sorted({entry.interface for entry in served})
         machine = addresses_on(interfaces, available)
-        if self._zeroconf is not None and served == self.addresses:
+        if self._zeroconf is not None and served == self.addresses and not self._yield_target_to:
             if machine != self._machine and self._infos:
                 self._answer_machine(self._zeroconf.zeroconf, machine)
             return
-        await self._withdraw()  # a changed address: goodbye for the old records, then announce anew
+        # A changed address, or an SRV target to give up: goodbye for the old records, then announce anew.
+        await self._withdraw()
+        self._yield_target_to = ""
+        self._clash_kept_logged = False
         self.addresses = served
         texts = [entry.address for entry in served]
         # The instance name is one namespace on the link whatever the listener's address family: probe and
@@ -263,6 +279,11 @@ class MdnsAdvertiser:
                 "is multicast on (ip link show: MULTICAST) and UDP port 5353 open?"
             )
         infos = await self._claim(zeroconf.zeroconf, texts)
+        assert infos[0].server is not None
+        target = infos[0].server
+        zeroconf.zeroconf.async_add_listener(
+            srv_target.TargetWatch(target, srv_target.packed(texts), self._on_target_clash), None
+        )
         # Probed: nothing else on the link holds the name under either type, so no second probe.
         announcements = [await zeroconf.async_register_service(info, cooperating_responders=True) for info in infos]
         self._infos = infos
@@ -270,35 +291,114 @@ class MdnsAdvertiser:
         # Registered: the gateway answers queries from now on, while the announcements go out.
         self.names = {info.type: info.name for info in infos}
         self.instance_in_use = infos[0].name.removesuffix("." + infos[0].type)
+        self.target_in_use = target
         self._report("advertising", "")
         await asyncio.gather(*announcements)
 
     async def _claim(self, zeroconf: Zeroconf, texts: list[str]) -> list[ServiceInfo]:
-        """The records to register under the first name that is free under both service types.
+        """The records to register: the first instance name free under both service types, pointing at
+        the first SRV target no other responder answers for (both probed at once)."""
+        # gather, not a TaskGroup: a name that cannot be claimed fails with its own message, not a group.
+        probes = [
+            asyncio.ensure_future(self._claim_instance(zeroconf)),
+            asyncio.ensure_future(self._claim_target(zeroconf)),
+        ]
+        try:
+            instance, target = await asyncio.gather(*probes)
+        finally:
+            for probe in probes:
+                probe.cancel()
+            await asyncio.gather(*probes, return_exceptions=True)
+        return [
+            ServiceInfo(
+                service_type,
+                f"{instance}.{service_type}",
+                port=self.port,
+                properties=dict(self.txt),
+                server=target,
+                parsed_addresses=texts,
+            )
+            for service_type in SERVICE_TYPES
+        ]
+
+    async def _claim_instance(self, zeroconf: Zeroconf) -> str:
+        """The first instance name that is free under both service types.
 
         The renaming is the gateway's own, not python-zeroconf's: its `<name>-2` can exceed the 63 bytes
         of a DNS label, and it renames each service type on its own, so a name held under one type only
         would leave the gateway with two names."""
         for number in range(1, MAX_INSTANCE_NUMBER + 1):
             name = instance_candidate(self.instance, number)
+            # The records only name what is probed: the target and the addresses come with registration.
             infos = [
-                ServiceInfo(
-                    service_type,
-                    f"{name}.{service_type}",
-                    port=self.port,
-                    properties=dict(self.txt),
-                    server=self.target,
-                    parsed_addresses=texts,
-                )
+                ServiceInfo(service_type, f"{name}.{service_type}", port=self.port, server=self.target)
                 for service_type in SERVICE_TYPES
             ]
             if await _free(zeroconf, infos):
-                return infos
+                return name
         raise OSError(
             f"every instance name from {self.instance!r} to "
             f"{instance_candidate(self.instance, MAX_INSTANCE_NUMBER)!r} is taken on the network; "
             "set another [mdns] instance_name"
         )
+
+    async def _claim_target(self, zeroconf: Zeroconf) -> str:
+        """The first SRV target no other responder answers for: `<hostname>-<port>.local.`, else
+        `<hostname>-<port>-2.local.` ... (another machine of the same host name, made from the same image,
+        with a gateway on the same port, holds it)."""
+        clash: list[str] = []
+        for number in range(1, MAX_INSTANCE_NUMBER + 1):
+            name = service_target(self.port, number)
+            holders = await srv_target.probe(zeroconf, name, BROWSE_ANSWER_S)
+            if not holders:
+                if clash:
+                    log.warning(
+                        "mdns: the host name %s is already answered on the network (by %s): another machine "
+                        "has the host name %s and a gateway on port %d; this gateway's services point at %s "
+                        "instead (give the machines different host names to keep the name stable)",
+                        self.target.rstrip("."),
+                        ", ".join(clash),
+                        self.host.removesuffix(".local."),
+                        self.port,
+                        name.rstrip("."),
+                    )
+                return name
+            clash = clash or holders
+        raise OSError(
+            f"every host name from {self.target.rstrip('.')} to "
+            f"{service_target(self.port, MAX_INSTANCE_NUMBER).rstrip('.')} is answered on the network "
+            f"(another machine has the host name {self.host.removesuffix('.local.')}); give this machine "
+            "another host name"
+        )
+
+    def _on_target_clash(self, address: str, yielding: bool) -> None:
+        """Another responder announced address records for the SRV target this gateway announced (both
+        probed it at once, or the two were on separate links when they probed): the one whose records
+        compare lower gives the name up (RFC 6762 sections 8.2 and 9)."""
+        target = (self.target_in_use or self.target).rstrip(".")
+        if yielding:
+            if not self._yield_target_to:
+                self._yield_target_to = address
+                log.warning(
+                    "mdns: %s also answers for the host name %s (another machine has the host name %s and a "
+                    "gateway on port %d); this gateway gives the name up and probes for another",
+                    address,
+                    target,
+                    self.host.removesuffix(".local."),
+                    self.port,
+                )
+                self._wake.set()
+        elif not self._clash_kept_logged:
+            self._clash_kept_logged = True
+            log.warning(
+                "mdns: %s also answers for the host name %s (another machine has the host name %s and a "
+                "gateway on port %d); this gateway keeps the name, the other is to take another (RFC 6762 "
+                "section 8.2); until it does, browsers may list either gateway at both addresses",
+                address,
+                target,
+                self.host.removesuffix(".local."),
+                self.port,
+            )
 
     def _answer_machine(self, zeroconf: Zeroconf, machine: list[str]) -> None:
         self._machine = machine
@@ -330,12 +430,14 @@ class MdnsAdvertiser:
     async def _withdraw(self) -> None:
         """Goodbye packets (TTL 0) for this gateway's own records, then close the sockets.
 
-        Only the service records (PTR, SRV, TXT) are said goodbye to. The address records of
-        `<hostname>.local` belong to the machine: avahi and any other gateway on it answer them too, and
-        a goodbye would make browsers drop the address of a gateway that is still running."""
+        The service records (PTR, SRV, TXT) and the address records of the SRV target (its own name, and
+        a goodbye names only its own addresses: a responder that keeps the name keeps its records) are
+        said goodbye to. The address records of `<hostname>.local` belong to the machine: avahi and any
+        other gateway on it answer them too, and a goodbye would make browsers drop the address of a
+        gateway that is still running."""
         zeroconf, self._zeroconf = self._zeroconf, None
         infos, self._infos = self._infos, []
-        self.names, self.instance_in_use = {}, ""
+        self.names, self.instance_in_use, self.target_in_use = {}, "", ""
         if zeroconf is None:
             return
         engine = zeroconf.zeroconf
@@ -343,7 +445,7 @@ class MdnsAdvertiser:
         self._machine = []
         if infos and not engine.done:
             engine.registry.async_remove(infos)  # from now on no query is answered with them
-            goodbyes = [engine.generate_service_broadcast(info, 0, broadcast_addresses=False) for info in infos]
+            goodbyes = [engine.generate_service_broadcast(info, 0) for info in infos]
             for round_number in range(GOODBYE_ROUNDS):
                 if round_number:
                     await asyncio.sleep(GOODBYE_INTERVAL_S)
@@ -356,17 +458,18 @@ class MdnsAdvertiser:
         self.state = state
         self.reason = reason
         self._export()
-        key = f"{state}:{reason}:{','.join(entry.address for entry in self.addresses)}"
+        key = f"{state}:{reason}:{','.join(entry.address for entry in self.addresses)}:{self.target_in_use}"
         if key == self._logged:
             return
         self._logged = key
         if state == "advertising":
             log.info(
-                "mdns: advertising %s on %s port %d (host %s)",
+                "mdns: advertising %s on %s port %d (host %s, SRV target %s)",
                 " and ".join(repr(name) for name in self.names.values()),
                 ", ".join(entry.address for entry in self.addresses),
                 self.port,
                 self.host.rstrip("."),
+                (self.target_in_use or self.target).rstrip("."),
             )
         elif state == "not_advertised":
             log.warning("mdns: enabled, but %s; bind to a network address (host) to be found", reason)

@@ -43,11 +43,13 @@ def host_label_differs() -> str | None:
     )
 
 
-def service_target(port: int) -> str:
+def service_target(port: int, number: int = 1) -> str:
     """The SRV target: `<hostname>-<port>.local.`, a host name of this gateway's own that carries only the
     addresses it serves. A second gateway on the same machine (another port, maybe the other address
-    family) has its own, so a browser never mixes the two gateways' addresses."""
-    suffix = f"-{port}"
+    family) has its own, so a browser never mixes the two gateways' addresses. The `number`th name to
+    try, when another responder holds it (a machine of the same host name with a gateway on the same
+    port): `<hostname>-<port>-2.local.`, `-3` ...; the host name is cut to keep one 63-byte label."""
+    suffix = f"-{port}" if number <= 1 else f"-{port}-{number}"
     return f"{dns_label(system_hostname())[: LABEL_BYTES - len(suffix)].rstrip('-')}{suffix}.local."
 
 

@@ -28,6 +28,7 @@ from gateway.discovery.names import (
     instance_candidate,
     service_target,
 )
+from gateway.discovery.srv_target import packed, yields
 from gateway.policy.client_auth import check_client_auth
 from gateway.policy.tls_self_signed import create as create_tls
 from gateway.policy.token_files import create_token
@@ -203,6 +204,29 @@ def test_a_hostname_that_is_not_a_dns_name_is_answered_in_its_dns_form_and_said(
     assert host_label_differs() is None
     monkeypatch.setattr(socket, "gethostname", lambda: "x" * 70)
     assert service_target(3000) == "x" * 58 + "-3000.local."
+
+
+def test_a_taken_srv_target_is_numbered_within_one_dns_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "plantgw")
+    assert service_target(3000, 1) == "plantgw-3000.local."
+    assert service_target(3000, 2) == "plantgw-3000-2.local."
+    monkeypatch.setattr(socket, "gethostname", lambda: "x" * 70)
+    assert service_target(3000, 100) == "x" * 54 + "-3000-100.local."
+
+
+def test_of_two_responders_answering_one_srv_target_exactly_one_gives_it_up() -> None:
+    """RFC 6762 section 8.2: the greatest record (type, then address bytes) wins; each side reaches the
+    same verdict from the records it hears, so the name is never given up by both or by neither."""
+    a_type, aaaa_type = 1, 28
+    line_a = packed(["198.18.42.1"])
+    line_e = packed(["198.18.42.2", "fe80::1%eth0"])
+    # Line E's AAAA record is the greatest: line A gives the name up on hearing it, line E never does.
+    assert yields(line_a, packed(["fe80::1"]).pop(), aaaa_type) is True
+    assert yields(line_a, packed(["198.18.42.2"]).pop(), a_type) is True
+    assert yields(line_e, packed(["198.18.42.1"]).pop(), a_type) is False
+    # IPv4 only on both sides: the higher address keeps the name.
+    assert yields(packed(["198.18.42.2"]), packed(["198.18.42.1"]).pop(), a_type) is False
+    assert yields(packed(["198.18.42.1"]), packed(["198.18.42.2"]).pop(), a_type) is True
 
 
 def test_tls_self_signed_says_the_hostname_is_no_dns_name_not_a_flag_never_given(
