@@ -45,6 +45,8 @@ from sim import FIRMWARE_NAME, firmware
 from sim.pump import SimulatedPump
 
 log = logging.getLogger("sim")
+connection_log = logging.getLogger("sim.mqtt")
+"""The pumps' broker connections: their own logger and wording, apart from the gateway's (gateway.mqtt)."""
 
 HEAD_BYTES = 96
 DEFAULT_SERVER_PREFIX = "sim/pumps"
@@ -64,6 +66,22 @@ class MqttTarget:
     username: str | None = None
     password_file: str | None = field(default=None, repr=False)
     ca_file: str | None = None
+    cert_file: str | None = None
+    """A client certificate for a broker that requires one (with key_file; mqtts:// only)."""
+    key_file: str | None = None
+
+    def broker_settings(self) -> dict[str, Any]:
+        """The [[mqtt.brokers]] settings of the connection (validated as the gateway's own are)."""
+        return {
+            "url": self.url,
+            "username": self.username,
+            "password": {"file": self.password_file} if self.password_file else None,
+            "ca_file": self.ca_file,
+            "cert_file": self.cert_file,
+            "key_file": self.key_file,
+            "profiles": [self.profile],
+            "topic_prefix": self.topic_prefix,
+        }
 
 
 class MqttPumpLink:
@@ -85,23 +103,21 @@ class MqttPumpLink:
         self.server_name = f"{target.server_prefix}/{pump.slot}"
         config = MqttBrokerConfig.model_validate(
             {
-                "url": target.url,
-                "username": target.username,
-                "password": {"file": target.password_file} if target.password_file else None,
-                "ca_file": target.ca_file,
+                **target.broker_settings(),
                 "client_id": pump.device_id if self.plain else self.server_id,
-                "profiles": [target.profile],
                 "protocol": "3.1.1" if self.plain else "5",
-                "topic_prefix": target.topic_prefix,
                 "connect_timeout_s": connect_timeout_s,
                 "reconnect_initial_s": backoff_min_s,
                 "reconnect_max_s": max(backoff_max_s, backoff_min_s),
             }
         )
-        self.client = BrokerClient(config, _Events(self), self._options)
+        self.client = BrokerClient(
+            config, _Events(self), self._options, logger=connection_log, who=f"simulated {pump.slot}", counters=None
+        )
         self.clients: set[str] = set()
         """MCP profile: the clients (gateways) with a session on this pump."""
-        self.last_down_reason: str | None = None
+        self._down_reason: str | None = None
+        self._down_by_control = False
         self._cut_reason: str | None = None
         self._cut_link: int | None = None
         """The connection (its number, client.connects) that drop() or restart() cut: down from that
@@ -155,6 +171,13 @@ class MqttPumpLink:
     @property
     def links(self) -> int:
         return self.client.connects
+
+    @property
+    def last_down_reason(self) -> str | None:
+        """Why the link went down last, or why it cannot come up (a refused CONNECT, a failed TLS handshake)."""
+        if not self.client.connected and self.client.last_error and not self._down_by_control:
+            return self.client.last_error  # the latest attempt's failure, newer than the loss
+        return self._down_reason
 
     def offline_for_s(self) -> float | None:
         until = self.client.hold_until
@@ -247,7 +270,8 @@ class MqttPumpLink:
 
     def on_disconnected(self, reason: str) -> None:
         self._stop_reporting()
-        self.last_down_reason = self._cut_reason or reason
+        self._down_reason = self._cut_reason or reason
+        self._down_by_control = self._cut_reason is not None
         self._cut_reason = None
         self.clients.clear()
 
@@ -334,6 +358,9 @@ class _Events:
     def message(self, message: InboundMessage) -> None:
         self.link.on_message(message)
 
+    def publish_refused(self, topic: str, payload: bytes, text: str) -> None:
+        """Warned of by the connection (sim.mqtt); an answer that never arrives is the gateway's deadline."""
+
     def backlog_dropped(self, count: int, topic: str) -> None:
         log.warning(
             "%s: %d message(s) dropped, the simulator fell behind (latest on %s)", self.link.pump.slot, count, topic
@@ -350,13 +377,4 @@ def _is_disconnected(payload: bytes) -> bool:
 
 def check_target(target: MqttTarget) -> None:
     """Raise ValueError naming what is wrong with `target` (the URL, the prefix, the password file)."""
-    MqttBrokerConfig.model_validate(
-        {
-            "url": target.url,
-            "username": target.username,
-            "password": {"file": target.password_file} if target.password_file else None,
-            "ca_file": target.ca_file,
-            "profiles": [target.profile],
-            "topic_prefix": target.topic_prefix,
-        }
-    )
+    MqttBrokerConfig.model_validate(target.broker_settings())

@@ -27,7 +27,8 @@ from sim import MAX_PUMPS
 
 def cmd_sim(args: argparse.Namespace) -> int:
     """Publish simulated pumps (pump-<first> ...) into a gateway, or through an MQTT broker, until SIGTERM or SIGINT."""
-    if args.mqtt is None and (args.profile is not None or args.mqtt_username or args.mqtt_password_file):
+    mqtt_options = (args.mqtt_username, args.mqtt_password_file, args.mqtt_cert_file, args.mqtt_key_file)
+    if args.mqtt is None and (args.profile is not None or any(mqtt_options)):
         print("mcp-gateway sim: --profile and --mqtt-* options need --mqtt URL", file=sys.stderr)
         return 2
     serial_choices = [flag for flag, given in (("--serial", args.serial), ("--serial-pty", args.serial_pty)) if given]
@@ -92,6 +93,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 username=args.mqtt_username,
                 password_file=args.mqtt_password_file,
                 ca_file=args.ca_file,
+                cert_file=args.mqtt_cert_file,
+                key_file=args.mqtt_key_file,
             )
             from sim.mqtt import check_target
 
@@ -218,6 +221,12 @@ def add_sim(commands: Commands) -> None:
     )
     sim.add_argument("--mqtt-username", metavar="NAME", help="broker username (e.g. the slot, with the appliance ACL)")
     sim.add_argument("--mqtt-password-file", metavar="FILE", help="file holding the broker password")
+    sim.add_argument(
+        "--mqtt-cert-file",
+        metavar="FILE",
+        help="mqtts:// only: the pumps' PEM client certificate, for a broker that requires one (with --mqtt-key-file)",
+    )
+    sim.add_argument("--mqtt-key-file", metavar="FILE", help="the PEM private key of --mqtt-cert-file")
     sim.add_argument(
         "--serial",
         type=serial_port_flag,

@@ -7,8 +7,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from gateway.config.base import PositiveFloat, PositiveInt, Section, is_file, masked_url
+from gateway.config.base import PositiveFloat, PositiveInt, Section, masked_url
 from gateway.config.credentials import UpstreamSecretConfig
+from gateway.config.mqtt_tls import TlsFilesError, client_context
 from gateway.southbound.mqtt import topics as mqtt_topics
 
 MqttProfile = Literal["plain", "mcp"]
@@ -24,7 +25,14 @@ class MqttBrokerConfig(Section):
     password: UpstreamSecretConfig | None = None
     """{env = "VAR"} or {file = "/path"}; sent with `username` when connecting."""
     ca_file: str | None = None
-    """PEM CA certificates to verify an mqtts:// broker with (default: the system's)."""
+    """PEM CA certificates to verify an mqtts:// broker with (default: the system's); read again at each connect."""
+    cert_file: str | None = None
+    """mqtts:// only: the gateway's PEM client certificate (optionally followed by its chain, and by its key
+    when key_file is not set), for a broker that requires one (mosquitto's require_certificate)."""
+    key_file: str | None = None
+    """The PEM private key of cert_file (keep it mode 0600)."""
+    key_password: UpstreamSecretConfig | None = None
+    """{env = "VAR"} or {file = "/path"}: the passphrase of an encrypted key_file (never logged)."""
     client_id: str | None = None
     """The gateway's MQTT client id; default mcp-gateway-<random>, new on each connection (the MCP over
     MQTT specification wants one per initialization; one connection serves every server: docs/protocol.md
@@ -94,8 +102,7 @@ class MqttBrokerConfig(Section):
             raise ValueError(f"{what}: announce_max_packet_size needs MQTT 5 (MQTT 3.1.1 cannot announce one)")
         if self.password is not None and self.username is None:
             raise ValueError(f"{what}: password needs a username")
-        if self.ca_file is not None and not is_file(self.ca_file):
-            raise ValueError(f"{what}: ca_file {self.ca_file}: not found")
+        self._check_tls(what)
         prefix = self.topic_prefix
         if mqtt_topics.prefix_problem(prefix) is not None:
             raise ValueError(
@@ -111,6 +118,27 @@ class MqttBrokerConfig(Section):
         if self.reconnect_max_s < self.reconnect_initial_s:
             raise ValueError(f"{what}: reconnect_max_s must be at least reconnect_initial_s")
         return self
+
+    def _check_tls(self, what: str) -> None:
+        """TLS files only with mqtts:// (else the password would go in clear text), and each one loadable."""
+        given = [key for key in ("ca_file", "cert_file", "key_file", "key_password") if getattr(self, key) is not None]
+        if given and not self.tls:
+            raise ValueError(
+                f"{what}: {given[0]} is set but the URL is mqtt:// (no TLS): use mqtts:// or remove {given[0]}"
+            )
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError(f"{what}: key_file needs cert_file (the client certificate it belongs to)")
+        if self.key_password is not None and self.cert_file is None:
+            raise ValueError(f"{what}: key_password needs cert_file and key_file")
+        if self.tls:
+            try:
+                client_context(self.ca_file, self.cert_file, self.key_file, self.key_password_text)
+            except TlsFilesError as exc:
+                raise ValueError(f"{what}: {exc}") from None
+
+    @property
+    def key_password_text(self) -> str | None:
+        return self.key_password.secret.get_secret_value() if self.key_password is not None else None
 
     @property
     def host(self) -> str:

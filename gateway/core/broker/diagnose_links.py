@@ -11,8 +11,9 @@ from gateway.core.broker.problems import GatewayView, Problem
 
 
 def mqtt_problems(view: GatewayView) -> list[Problem]:
-    """A broker the gateway cannot reach, one that would send it far larger packets than it takes, one that
-    lets clients in without credentials, and messages it received but could not use."""
+    """A broker the gateway cannot reach, one that refuses its publishes, one that would send it far larger
+    packets than it takes, one that lets clients in without credentials, and messages it received but could
+    not use."""
     problems: list[Problem] = []
     for broker in view.mqtt:
         label = str(broker.get("broker"))
@@ -25,9 +26,7 @@ def mqtt_problems(view: GatewayView) -> list[Problem]:
                     f"{broker.get('last_error') or 'not connected yet'}; "
                     f"{broker.get('attempts', 0)} connection attempts since the gateway started, "
                     f"next in {broker.get('next_attempt_in_s')}s",
-                    "Check that the broker runs (systemctl status mosquitto), its address and port in "
-                    "[[mqtt.brokers]] url, and the gateway's username and password (a refusal names 'Not "
-                    "authorized'); see docs/mqtt-broker.md.",
+                    MQTT_TLS_FIX if broker.get("last_error_kind") == "tls" else MQTT_UNREACHABLE_FIX,
                 )
             )
         elif broker.get("subscribe_error"):
@@ -41,7 +40,11 @@ def mqtt_problems(view: GatewayView) -> list[Problem]:
                     "(docs/mqtt-broker.md).",
                 )
             )
-        for problem in (_mqtt_packet_size_problem(label, broker), _mqtt_anonymous_problem(label, broker)):
+        for problem in (
+            _mqtt_publish_refused_problem(label, broker),
+            _mqtt_packet_size_problem(label, broker),
+            _mqtt_anonymous_problem(label, broker),
+        ):
             if problem is not None:
                 problems.append(problem)
         dropped = {reason: count for reason, count in (broker.get("dropped") or {}).items() if count}
@@ -64,6 +67,36 @@ def mqtt_problems(view: GatewayView) -> list[Problem]:
                 )
             )
     return problems
+
+
+MQTT_UNREACHABLE_FIX = (
+    "Check that the broker runs (systemctl status mosquitto), its address and port in [[mqtt.brokers]] url, and "
+    "the gateway's username and password (a refusal names 'Not authorized'); see docs/mqtt-broker.md."
+)
+MQTT_TLS_FIX = (
+    "The TLS connection failed: check ca_file of the [[mqtt.brokers]] entry (a readable PEM file with the CA that "
+    "signed the broker's certificate), the broker's certificate (expiry, and a host name or address that matches "
+    "the url), and, for a broker that requires client certificates, cert_file and key_file; see "
+    "docs/mqtt-broker.md, TLS."
+)
+
+
+def _mqtt_publish_refused_problem(label: str, broker: Mapping[str, Any]) -> Problem | None:
+    """The broker refused a publish of the gateway's (its ACL), and none to that topic was accepted since."""
+    refusal = broker.get("last_publish_refusal")
+    if not isinstance(refusal, Mapping):
+        return None
+    topic = refusal.get("topic")
+    return Problem(
+        "mqtt.publish_refused",
+        "error",
+        f"MQTT broker {label} refuses the gateway's publishes to {topic}: requests there fail",
+        f"PUBACK {refusal.get('reason')} (reason {refusal.get('reason_code')}) at {refusal.get('at')}; "
+        f"{broker.get('publish_refusals', 0)} refused publishes since the gateway started",
+        "Let the gateway's broker user write the topics it sends requests on (<topic_prefix>/<slot>/down for "
+        "boards, $mcp-server/... and $mcp-rpc/... for MCP servers) in the broker's ACL file, then reload the broker "
+        "(docs/mqtt-broker.md).",
+    )
 
 
 MQTT_ANONYMOUS_FIX = (

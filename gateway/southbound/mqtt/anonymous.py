@@ -39,6 +39,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from gateway.config import MqttBrokerConfig
+from gateway.config.mqtt_tls import TlsFilesError, client_context
 from gateway.core.timestamps import iso
 from gateway.southbound.mqtt import paho_select
 from gateway.southbound.mqtt import topics as mqtt_topics
@@ -109,7 +110,12 @@ def check(config: MqttBrokerConfig, stop: threading.Event | None = None) -> Anon
     )
     client.connect_timeout = timeout_s
     if config.tls:
-        client.tls_set_context(ssl.create_default_context(cafile=config.ca_file))
+        try:
+            client.tls_set_context(client_context(config.ca_file))  # no client certificate: anyone's view
+        except TlsFilesError as exc:
+            return AnonymousCheck(
+                None, None, f"no client without credentials was tried: {exc}", tuple(topics), time.time()
+            )
     heard: dict[str, Any] = {}
     echoed: set[str] = set()
     client.on_connect = lambda _c, _u, _f, code, _p: heard.setdefault("connack", code)

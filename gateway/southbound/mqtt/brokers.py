@@ -311,6 +311,19 @@ class MqttBroker:
             times=count,
         )
 
+    def publish_refused(self, topic: str, payload: bytes, text: str) -> None:
+        """The broker's ACL refused one of the gateway's publishes (warned of and counted by the client):
+        the caller of the request it carried hears of it now."""
+        self.metrics.publish_refused.labels(self.label).inc()
+        if self.plain is not None:
+            for plain_link in list(self.plain.links.values()):
+                if plain_link.topics["down"] == topic:
+                    plain_link.publish_refused(topic, payload, text)
+        if self.mcp is not None:
+            for mcp_link in list(self.mcp.by_slot.values()):
+                if topic in (mcp_link.rpc, mcp_link.control):
+                    mcp_link.publish_refused(topic, payload, text)
+
     # -- status ---------------------------------------------------------------------------------
 
     def status(self) -> JsonObject:

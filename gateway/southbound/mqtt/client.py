@@ -27,6 +27,15 @@ protocol's limit); MQTT 3.1.1, whose CONNACK says nothing, the payload against m
 
 Refused connections. A broker that refuses CONNECT (wrong password, ACL) is warned about once per
 reason until a connection is accepted; the attempts again are counted (`refusals`, `attempts`).
+
+Failed attempts. Every attempt that fails (the TLS files cannot be loaded, the TCP or TLS connection
+fails, no CONNACK comes, or anything unexpected) is recorded as `last_error` (with `last_error_kind`:
+tls, refused, network or internal) and retried with the back-off; nothing ends the connection task
+but stopping. The first failure of a streak (attempts since the last accepted connection) is a
+warning, as is a new TLS failure; the same failure again is logged at info once, then at debug.
+
+Refused publishes. A PUBACK that refuses a publish (MQTT 5 reason >= 0x80, the broker's ACL) is
+counted, warned of and handed to the owner (gateway/southbound/mqtt/puback.py).
 """
 
 from __future__ import annotations
@@ -51,10 +60,13 @@ from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from gateway.config import MqttBrokerConfig
+from gateway.config.mqtt_tls import TlsFilesError, client_context
 from gateway.core.backoff import Backoff
 from gateway.southbound.mqtt import paho_select
+from gateway.southbound.mqtt import tls as mqtt_tls
 from gateway.southbound.mqtt import topics as mqtt_topics
 from gateway.southbound.mqtt.connack import ConnackLimits, read_connack
+from gateway.southbound.mqtt.puback import PublishAcks, is_refusal
 
 log = logging.getLogger("gateway.mqtt")
 
@@ -134,6 +146,10 @@ class ClientEvents(Protocol):
         """`count` messages were dropped in paho's thread (max_backlog); `topic` is the latest one's."""
         ...
 
+    def publish_refused(self, topic: str, payload: bytes, text: str) -> None:
+        """The broker refused this publish (MQTT 5 PUBACK reason >= 0x80); `text` says so for a caller."""
+        ...
+
 
 class NotConnected(ConnectionError):
     pass
@@ -162,7 +178,29 @@ def _lost_reason(code: Any) -> str:
     # paho reports a connection that broke (the broker stopped, the network failed) as the MQTT 5
     # reason "Unspecified error"; a DISCONNECT from the broker carries its own reason.
     text = _reason(code)
-    return "the broker or the network closed it" if text == "Unspecified error" else text
+    return LOST_UNSPECIFIED if text == "Unspecified error" else text
+
+
+LOST_UNSPECIFIED = "the broker or the network closed it"
+
+
+class _PahoErrors:
+    """paho's logger, keeping only its latest error (e.g. the TLS alert a broker closed the connection
+    with, which paho reports only as a lost connection); the level check keeps paho's hot path cheap."""
+
+    def __init__(self) -> None:
+        self.latest = ""
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        if level >= logging.ERROR:
+            text = fmt % args
+            if _is_tls_text(text):  # not paho's later "Client is not connected", which says nothing new
+                self.latest = text
+
+
+def _is_tls_text(text: str) -> bool:
+    lowered = text.lower()
+    return "ssl" in lowered or "tls" in lowered or "alert" in lowered
 
 
 def _user_properties(properties: Any) -> tuple[tuple[str, str], ...]:
@@ -178,8 +216,17 @@ class BrokerClient:
         config: MqttBrokerConfig,
         events: ClientEvents,
         options: Callable[[str], ConnectOptions],
+        *,
+        logger: logging.Logger | None = None,
+        who: str = "the gateway",
+        counters: str | None = "broker_info mqtt[]",
     ) -> None:
+        """`logger`, `who` and `counters` (where the repeats of a warning are counted; None: nowhere to
+        look) word the log for the connection's owner: the gateway, or a simulated board."""
         self.config = config
+        self.log = logger or log
+        self.counters = counters
+        self.acks = PublishAcks(config.label, self.log, who, f"{counters}.publish_refusals" if counters else "")
         self.label = config.label
         self.events = events
         self.options = options
@@ -196,6 +243,11 @@ class BrokerClient:
         """CONNECTs the broker refused (its CONNACK said why): one warning per reason, counted here."""
         self._refusals_warned: set[str] = set()
         self._retry_logged = ""
+        self._streak_warned = False
+        """The current streak of failed attempts was warned of (a loss, a refusal, or its first failure)."""
+        self.last_error_kind = ""
+        """tls, refused, network or internal: what kind of failure last_error is."""
+        self._paho_errors = _PahoErrors()
         self.last_error = ""
         self.last_error_at: float | None = None
         self.connected_since: float | None = None
@@ -287,7 +339,12 @@ class BrokerClient:
                 if self.stopping():
                     break
                 self._redial_now = False
-                accepted = await self._connect_once()
+                try:
+                    accepted = await self._connect_once()
+                except Exception as exc:  # a bug must not end the connection task: it is retried
+                    self.log.error("MQTT broker %s: connection attempt failed", self.label, exc_info=exc)
+                    self._fail(f"connection attempt failed: {type(exc).__name__}: {exc}", "internal")
+                    accepted = False
                 if self.stopping():
                     break
                 if accepted:
@@ -299,12 +356,7 @@ class BrokerClient:
                 delay = self.backoff.next_delay()
                 self.state = "backoff"
                 self.next_attempt_at = time.monotonic() + delay
-                # Once per kind of failure: a broker that keeps refusing would log every attempt otherwise.
-                if self.last_error != self._retry_logged:
-                    self._retry_logged = self.last_error
-                    log.info("MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
-                else:
-                    log.debug("MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
+                self._log_retry(delay)
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), delay)
@@ -313,8 +365,22 @@ class BrokerClient:
             if self.connected:
                 self._lost("gateway shutting down")
 
-    def _fail(self, text: str) -> None:
+    def _log_retry(self, delay: float) -> None:
+        """Once per kind of failure (a broker that keeps refusing would log every attempt otherwise): a
+        warning for the first failure of a streak and for a new TLS failure, else info; repeats at debug."""
+        if self.last_error == self._retry_logged:
+            self.log.debug("MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
+            return
+        self._retry_logged = self.last_error
+        level = logging.INFO
+        if not self._streak_warned or self.last_error_kind == "tls":
+            level = logging.WARNING
+        self._streak_warned = True
+        self.log.log(level, "MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
+
+    def _fail(self, text: str, kind: str = "network") -> None:
         self.last_error = text
+        self.last_error_kind = kind
         self.last_error_at = time.time()
 
     def _new_client(self, generation: int) -> paho.Client:
@@ -335,8 +401,10 @@ class BrokerClient:
             password = config.password.secret.get_secret_value() if config.password is not None else None
             client.username_pw_set(config.username, password)
         if config.tls:
-            context = ssl.create_default_context(cafile=config.ca_file)
+            # Read at each connect: a rotated CA or certificate is used from the next connection on.
+            context = client_context(config.ca_file, config.cert_file, config.key_file, config.key_password_text)
             client.tls_set_context(context)
+        client.enable_logger(self._paho_errors)  # type: ignore[arg-type]
         options = self.options(self.client_id)
         if options.will is not None:
             will = options.will
@@ -351,7 +419,23 @@ class BrokerClient:
         client.on_disconnect = lambda _c, _u, _f, code, _p: self._post(self._on_lost, generation, _lost_reason(code))
         client.on_message = lambda _c, _u, msg: self._inbound(generation, msg)
         client.on_subscribe = lambda _c, _u, mid, codes, _p: self._post(self._on_suback, generation, mid, codes)
+        if self.v5:
+            client.on_publish = lambda c, _u, mid, code, _p: self._puback(c, generation, mid, code)
         return client
+
+    def _puback(self, client: paho.Client, generation: int, mid: int, code: Any) -> None:
+        """In paho's thread (inside its PUBACK handling, the message still in its out-queue): hand a refusal,
+        or an acceptance on a topic refused before, to the loop; nothing for the common acceptance."""
+        refused = is_refusal(code)
+        if not refused and not self.acks.refused_topics:
+            return
+        message = client._out_messages.get(mid)  # paho gives on_publish only the message id
+        if message is None:
+            return
+        if refused:
+            self._post(self._on_puback, generation, message.topic, bytes(message.payload), code)
+        elif message.topic in self.acks.refused_topics:
+            self._post(self._on_puback, generation, message.topic, b"", code)
 
     def _post(self, handler: Callable[..., None], *args: Any) -> None:
         """From paho's thread to the event loop (a closed loop at shutdown is not an error here)."""
@@ -393,7 +477,12 @@ class BrokerClient:
         generation = self._generation
         self.state = "connecting"
         self.attempts += 1
-        client = self._new_client(generation)
+        self._paho_errors.latest = ""
+        try:
+            client = self._new_client(generation)
+        except TlsFilesError as exc:
+            self._fail(f"cannot connect: {exc}", "tls")
+            return False
         loop = asyncio.get_running_loop()
         self._connack = loop.create_future()
         self._ended = asyncio.Event()
@@ -417,7 +506,10 @@ class BrokerClient:
                 )
             else:
                 await asyncio.to_thread(client.connect, config.host, config.port, config.keepalive_s)
-        except (OSError, ssl.SSLError, ValueError) as exc:
+        except (ssl.SSLError, ssl.CertificateError) as exc:
+            self._fail(f"cannot connect: {mqtt_tls.describe_failure(exc, self.config.cert_file is not None)}", "tls")
+            return False
+        except (OSError, ValueError) as exc:
             self._fail(f"cannot connect: {exc}")
             return False
         if self.stopping():
@@ -456,28 +548,31 @@ class BrokerClient:
             return
         if isinstance(code, ReasonCode) and code.is_failure:
             reason = _reason(code)
-            self._fail(f"refused by the broker: {reason}")
+            self._fail(f"refused by the broker: {reason}", "refused")
             self.refusals += 1
             if reason not in self._refusals_warned:
                 self._refusals_warned.add(reason)
-                log.warning(
-                    "MQTT broker %s refused the connection: %s (trying again with back-off; the attempts are "
-                    "counted in broker_info mqtt[].refusals)",
+                self._streak_warned = True
+                counted = f"; the attempts are counted in {self.counters}.refusals" if self.counters else ""
+                self.log.warning(
+                    "MQTT broker %s refused the connection: %s (trying again with back-off%s)",
                     self.label,
                     reason,
+                    counted,
                 )
             self._connack.set_result(False)
             return
         self._refusals_warned.clear()
+        self._streak_warned = False
         self.limits = read_connack(properties)
         self.connected = True
         self.connects += 1
         self.connected_since = time.time()
         self.state = "connected"
         self._connack.set_result(True)
-        log.info("connected to MQTT broker %s as %s", self.label, self.client_id)
+        self.log.info("connected to MQTT broker %s as %s", self.label, self.client_id)
         for problem in self.limits.problems():
-            log.warning("MQTT broker %s: %s", self.label, problem)
+            self.log.warning("MQTT broker %s: %s", self.label, problem)
         self.events.connected(self.limits)
 
     def _on_lost(self, generation: int, reason: str) -> None:
@@ -490,7 +585,13 @@ class BrokerClient:
             if self._ended is not None:
                 self._ended.set()
             return
-        self._fail(f"connection lost: {reason}")
+        paho_error = self._paho_errors.latest
+        if reason == LOST_UNSPECIFIED and paho_error and _is_tls_text(paho_error):
+            # The broker ended the connection with a TLS alert (e.g. it requires a client certificate).
+            has_certificate = self.config.cert_file is not None
+            self._fail(f"connection lost: {mqtt_tls.describe_alert(paho_error, has_certificate)}", "tls")
+        else:
+            self._fail(f"connection lost: {reason}")
         if self.connected:
             self._lost(self.last_error)
         if self._connack is not None and not self._connack.done():
@@ -507,7 +608,8 @@ class BrokerClient:
             if not future.done():
                 future.set_exception(NotConnected(reason))
         if not self._stopping:
-            log.warning("MQTT broker %s: %s", self.label, reason)
+            self._streak_warned = True
+            self.log.warning("MQTT broker %s: %s", self.label, reason)
         self.events.disconnected(reason)
 
     def _on_message(self, generation: int, msg: paho.MQTTMessage) -> None:
@@ -527,6 +629,14 @@ class BrokerClient:
                 user_properties=_user_properties(getattr(msg, "properties", None)),
             )
         )
+
+    def _on_puback(self, generation: int, topic: str, payload: bytes, code: Any) -> None:
+        if generation != self._generation:
+            return
+        if not is_refusal(code):
+            self.acks.accepted(topic)
+            return
+        self.events.publish_refused(topic, payload, self.acks.refused(topic, code))
 
     def _on_suback(self, generation: int, mid: int, codes: list[Any]) -> None:
         future = self._subacks.pop(mid, None) if generation == self._generation else None
@@ -625,8 +735,10 @@ class BrokerClient:
             "connection_losses": self.losses,
             "connected_since": iso(self.connected_since),
             "last_error": self.last_error or None,
+            "last_error_kind": self.last_error_kind or None,
             "last_error_at": iso(self.last_error_at),
             "next_attempt_in_s": round(max(self.next_attempt_at - time.monotonic(), 0.0), 3)
             if self.next_attempt_at is not None
             else None,
+            **self.acks.status(),
         }

@@ -56,6 +56,12 @@ class MqttMetrics:
             ["broker"],
             registry=r,
         )
+        self.publish_refused = Counter(
+            "mcpgw_mqtt_publish_refusals",
+            "The gateway's publishes the broker refused (MQTT 5 PUBACK reason >= 0x80, e.g. its ACL)",
+            ["broker"],
+            registry=r,
+        )
         self.dropped = Counter(
             "mcpgw_mqtt_dropped_messages",
             "MQTT messages dropped: malformed, wrong_topic, oversize, unregistered, refused, backlog",

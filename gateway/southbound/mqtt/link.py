@@ -6,8 +6,10 @@ import math
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+import orjson
+
 from gateway.config import MqttBrokerConfig
-from gateway.core import jsonrpc
+from gateway.core import errors, jsonrpc
 from gateway.core.answer_head import answer_id
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
@@ -87,6 +89,25 @@ class MqttLink:
                 "announces no limit). Send less, or raise max_payload_bytes with the broker's max_packet_size"
             )
         return MessageRefused(text, {"size": exc.size, "limit": exc.maximum, "measured": exc.measured, "broker": label})
+
+    def publish_refused(self, topic: str, payload: bytes, text: str) -> None:
+        """The broker refused a message this link published (its ACL): the request it carried, still
+        pending, ends now with the broker's reason instead of waiting out its deadline."""
+        session = self.session
+        if session is None:
+            return
+        try:
+            body = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(body, dict) or "method" not in body or "id" not in body:
+            return  # a notification (or an answer to the provider): nobody waits for it
+        request_id = body["id"]
+        entry = session.pending.get(request_id) if isinstance(request_id, str | int) else None
+        if entry is None:
+            return
+        data = {"slot": self.slot, "reason": "broker_refused_publish", "broker": self.broker.label, "topic": topic}
+        session.fail_request(entry, errors.RpcError(jsonrpc.UNAVAILABLE, f'"{self.slot}" not reached: {text}', data))
 
     def is_closed(self) -> bool:
         """Read again after an await (the link may have been closed meanwhile)."""

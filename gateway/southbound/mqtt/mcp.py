@@ -351,7 +351,11 @@ class McpProfile:
         if any(code >= 0x80 for code in codes):
             self.release(link)
             link.closed = True
-            self._refused(link, f"the broker refused the subscription (reason codes {codes})")
+            self._refused(
+                link,
+                f"the broker refused the subscription to {link.rpc} or {link.capability} (reason codes {codes}); "
+                "check the broker's ACL for the gateway's user",
+            )
             return
         if link.closed:
             return
