@@ -2,10 +2,11 @@
 
 # Transport-free (a WebSocket, a serial line or MQTT feeds it frames) and plain Python, so it runs on
 # MicroPython and under CPython. Answers `initialize`, `ping`, `tools/list` (paged so that every
-# answer fits the frame cap) and `tools/call`; takes notifications silently (calls finish at once,
-# so `notifications/cancelled` has nothing to cancel); answers anything else with a named JSON-RPC
-# error and keeps serving. A `tools/call` whose id and bytes repeat one of the last few calls is
-# answered from a small cache of recent responses instead of acting twice (MQTT QoS 1 redelivery);
+# answer fits the frame cap), `tools/call` and the device's own `methods`; takes notifications
+# silently (calls finish at once, so `notifications/cancelled` has nothing to cancel); answers
+# anything else with a named JSON-RPC error and keeps serving. A `tools/call` whose id and bytes
+# repeat one of the last few calls is answered from a small cache of recent responses instead of
+# acting twice (MQTT QoS 1 redelivery);
 # `initialize` clears the cache, because a new gateway session numbers its requests afresh.
 # Every object it writes is an OrderedDict made with keyword arguments, so that an answer's bytes are
 # the same on a board as under CPython (the simulator) and from the C board: MicroPython's dict
@@ -14,10 +15,14 @@
 # API
 # ---
 # Dispatcher(registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None,
-#            telemetry=None)
+#            telemetry=None, capabilities=None, methods=None)
 #     registry     mcpdevice.registry.ToolRegistry (the schema file)
 #     handlers     {tool name: fn(arguments dict) -> CallToolResult dict}; must match the registry
 #     server_info  {"name": ..., "version": ...} for the initialize result
+#     capabilities the initialize result's capabilities; None: {"tools": {"listChanged": False}}
+#     methods      {method: fn(params dict) -> result object} for requests beyond the four above
+#                  (e.g. "resources/list", "resources/read"); a handler raises ValueError(code,
+#                  message) to answer with that JSON-RPC error; any other exception is answered -32603
 #     log          optional function(event, **fields), told about errors (first of a kind, then
 #                  every hundredth), duplicates, and errors the gateway sends with id null
 #     telemetry    optional mcpdevice.telemetry.Telemetry, told the _meta of each tools/call while its
@@ -44,6 +49,7 @@ PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 _ENVELOPE = 96  # '{"jsonrpc":"2.0","id":,"result":{"tools":[]' plus '],"nextCursor":"NN"}}'
 _ID_ROOM = 32  # ids the tool budget is planned for; the gateway's look like "brk-1234"
 _COMPACT = (",", ":")
+_BUILT_IN = ("initialize", "ping", "tools/list", "tools/call")
 
 
 def tool_budget(frame_max):
@@ -71,7 +77,17 @@ def _digits(text):
 
 class Dispatcher:
     def __init__(
-        self, registry, handlers, server_info, instructions=None, frame_max=4096, cache_size=4, log=None, telemetry=None
+        self,
+        registry,
+        handlers,
+        server_info,
+        instructions=None,
+        frame_max=4096,
+        cache_size=4,
+        log=None,
+        telemetry=None,
+        capabilities=None,
+        methods=None,
     ):
         names = registry.names
         odd = [name for name in names if name not in handlers] + [name for name in handlers if name not in names]
@@ -88,6 +104,8 @@ class Dispatcher:
         self.telemetry = telemetry
         self._seen = {}
         self.counts = {"requests": 0, "duplicates": 0, "errors": 0}
+        self.capabilities = capabilities or {"tools": {"listChanged": False}}
+        self.methods = methods or {}
 
     def handle(self, frame):
         try:
@@ -129,16 +147,26 @@ class Dispatcher:
             self._cache = []
             result = OrderedDict(
                 protocolVersion=version if version in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
-                capabilities={"tools": {"listChanged": False}},
+                capabilities=self.capabilities,
                 serverInfo=self.server_info,
             )
             if self.instructions:
                 result["instructions"] = self.instructions
             return self._result(request_id, result)
+        serve = self.methods.get(method)
+        if serve is not None:
+            try:
+                return self._result(request_id, serve(params))
+            except Exception as exc:  # ValueError(code, message): the handler's refusal; else a bug in it
+                error = exc.args
+                if type(exc) is not ValueError or len(error) != 2 or type(error[0]) is not int:
+                    error = INTERNAL_ERROR, "%s failed inside the device: %r" % (method, exc)
+                return self._error(request_id, error[0], error[1])
+        known = _BUILT_IN + tuple(sorted(self.methods))
         return self._error(
             request_id,
             METHOD_NOT_FOUND,
-            "Method not found: %s. This device answers initialize, ping, tools/list and tools/call" % method,
+            "Method not found: %s. This device answers %s and %s" % (method, ", ".join(known[:-1]), known[-1]),
         )
 
     def oversize(self, size, head):

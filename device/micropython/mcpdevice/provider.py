@@ -35,6 +35,10 @@
 #     .links           links made so far; .connected: a link is up now
 #     .transport       the transport of the link up now, or None; the app calls its optional
 #                      .shutdown() (synchronous) on its way out
+#     await .notify(method, params=None) -> bool   one JSON-RPC notification of the device's own
+#                      (e.g. notifications/resources/updated) on the link up now, in the transport's
+#                      framing; False when no link is up or the send failed (the link loop then
+#                      finds out on its own), so nothing is queued for a later link
 
 import asyncio
 import json
@@ -161,6 +165,18 @@ class Provider:
                 fields = {"refused": True} if refused else {}
                 self._log("link_down", reason=reason, retry_in_s=round(delay, 2), failed_dials=failed - 1, **fields)
             await asyncio.sleep(delay)
+
+    async def notify(self, method, params=None):
+        if not self.connected:  # .transport is set while connected
+            return False
+        frame = '{"jsonrpc":"2.0","method":' + json.dumps(method)
+        if params is not None:
+            frame += ',"params":' + json.dumps(params, separators=(",", ":"))
+        try:
+            await self.transport.send((frame + "}").encode())
+            return True
+        except Exception:
+            return False
 
     async def _serve(self, transport):
         """Serve one link until it goes silent (returns why) or fails (raises)."""
