@@ -19,7 +19,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_DIR = ROOT / "device" / "micropython"
-SOURCES = ("pyproject.toml", "README.md", "gateway", "sim", "device/micropython", "device/schemas")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "gateway", "sim", "device/micropython", "device/schemas")
 
 PROBE = """
 import sys
@@ -59,7 +59,7 @@ def built_wheel(tmp_path: Path) -> Path:
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
-    (wheel,) = out.glob("mcp_gateway-*.whl")
+    (wheel,) = out.glob("mcp_edge_gateway-*.whl")
     return wheel
 
 
