@@ -3,8 +3,10 @@
 `mcp-gateway device install` issues each board its own secret, bound to exactly its slot, and keeps
 the digest in the device registry. The gateway asks the registry at each check, so a board adopted
 or revoked while it runs is admitted or refused from its next dial, without a restart or a reload.
-A lookup is one indexed SELECT on a connection kept open (WAL: never waits for a writer); a registry
-that does not exist yet holds no identity, and one that cannot be read admits nobody by it (logged once).
+A lookup opens the registry, asks one indexed SELECT (WAL: it never waits for a writer) and closes it:
+the gateway holds no connection between lookups, so the write-ahead log is folded into devices.db
+as the last user closes it and a copy of the file alone is whole. A registry that does not exist yet
+holds no identity, and one that cannot be read admits nobody by it (logged once).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ _Question = Callable[[DeviceRegistry], Adopted | None]
 class AdoptedIdentities:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path if path is not None else default_registry_path()
-        self._registry: DeviceRegistry | None = None
         self._warned = False
 
     def lookup(self, digest: bytes) -> Adopted | None:
@@ -42,16 +43,15 @@ class AdoptedIdentities:
         return self._ask(lambda registry: registry.revocation(device_id)) is not None
 
     def _ask(self, question: _Question) -> Adopted | None:
-        if self._registry is None:
-            if not self.path.exists():
-                return None
-            self._registry = DeviceRegistry(self.path)
+        if not self.path.exists():
+            return None
+        registry = DeviceRegistry(self.path)
         try:
-            return question(self._registry)
+            return question(registry)
         except (sqlite3.Error, OSError) as exc:
             if not self._warned:
                 self._warned = True
                 log.warning("device registry %s cannot be read (%s): adopted boards are refused", self.path, exc)
-            self._registry.close()
-            self._registry = None
             return None
+        finally:
+            registry.close()

@@ -21,22 +21,21 @@ MAX_FIELD = 128
 
 _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="device-sightings")
 """Every write, one at a time, off the event loop (a gateway has one registry; tests may point at several)."""
-_registries: dict[Path, DeviceRegistry] = {}
-"""Used only on the executor's thread."""
 _warned: set[Path] = set()
 
 
 def _write(path: Path, device_id: str, fields: dict[str, Any]) -> None:
-    registry = _registries.get(path)
-    if registry is None:
-        registry = _registries[path] = DeviceRegistry(path)
+    # Opened for the one write and closed: the gateway holds no connection between writes, so the
+    # write-ahead log is folded into devices.db as the last user closes it (a copy of the file is whole).
+    registry = DeviceRegistry(path)
     try:
         registry.record(device_id, **fields)
     except Exception as exc:
-        registry.close()
         if path not in _warned:
             _warned.add(path)
             log.warning("device registry %s cannot be written (%s): hellos are not recorded", path, exc)
+    finally:
+        registry.close()
 
 
 def _text(value: object) -> str | None:

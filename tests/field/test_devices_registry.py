@@ -160,3 +160,31 @@ def test_the_registry_and_its_journal_are_private_in_a_directory_made_before(sta
     finally:
         os.umask(old_umask)
     assert files == {"devices.db": "0o600", "devices.db-wal": "0o600", "devices.db-shm": "0o600"}
+
+
+async def test_the_registry_file_alone_is_whole_while_the_gateway_runs(
+    gateway_factory: GatewayFactory, publishers: Publishers, state_dir: Path, tmp_path: Path
+) -> None:
+    """The gateway holds no connection to the registry between uses, so its write-ahead log is folded
+    into devices.db as the last user closes it: a backup that copies devices.db alone loses nothing."""
+    gateway = await gateway_factory(providers={"auth": identities_auth()})
+    token = secrets.token_urlsafe(32)
+    adopting = DeviceRegistry(default_registry_path())
+    adopting.adopt(DEVICE, "pump-8", "websocket", None, secret_digest(token))
+    adopting.close()
+    assert await upgrade(gateway, "pump-8", token) == (101, {})  # the gateway looked the board up
+    hello = {"device_id": "24:0a:c4:00:00:09", "firmware": {"name": "pump-x", "version": "1.2.3"}}
+    await publishers.start(gateway, "sim-1", demo_server(), hello=hello, token="bench-secret-for-the-simulators")
+
+    def copied_devices() -> set[str]:
+        backup = tmp_path / "backup"
+        backup.mkdir(exist_ok=True)
+        (backup / "devices.db").write_bytes(default_registry_path().read_bytes())
+        copy = DeviceRegistry(backup / "devices.db")
+        try:
+            return {row.device_id for row in copy.devices()}
+        finally:
+            copy.close()
+
+    await wait_for(lambda: copied_devices() == {DEVICE, "24:0a:c4:00:00:09"}, 5, "both boards in devices.db alone")
+    assert not default_registry_path().with_name("devices.db-wal").exists()
