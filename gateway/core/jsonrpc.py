@@ -59,6 +59,9 @@ class Message:
     limit: str = ""
     """For INVALID: the [limits] key of the bound the message exceeds (`max_json_depth`), else empty.
     Such a message was valid JSON, and its body keeps only its id and method (see `parse`)."""
+    unparsed: bytes | str = b""
+    """For INVALID because the text is not JSON: that text, so that the id at its head can still name
+    the request a provider's broken answer belongs to (gateway/core/refused_answers.py); else empty."""
 
     @property
     def id(self) -> Any:
@@ -124,7 +127,7 @@ def parse(data: bytes | str, max_depth: int | None = None) -> Message:
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        return Message(Kind.INVALID, None, f"malformed JSON: {exc}")
+        return Message(Kind.INVALID, None, f"malformed JSON: {exc}", unparsed=data)
     # Each level takes two brackets, so text up to twice the bound (a ping, a short answer) is not even counted.
     if max_depth is not None and len(data) > 2 * max_depth and nested_deeper(data, value, max_depth):
         return _too_deep(value, max_depth)

@@ -37,6 +37,7 @@ from gateway.core.provider_state import (
     settle,
 )
 from gateway.core.provider_tools import ToolListing
+from gateway.core.refused_answers import refused_answers
 from gateway.core.relay import (
     PROVIDER_FACING_CAPABILITIES,
     RELATED_REQUEST_KEY,
@@ -653,24 +654,18 @@ class ProviderSession:
             self.counters.protocol_violations += 1
             self.warn_once("batch", "provider for slot %s sent a batch; batches are not relayed", self.slot)
             self.requests.refuse_batch()
+            self.refused(message)
         else:
             self.counters.unparsable += 1
             self.warn_once("unparsable", "unparsable message from provider for slot %s: %s", self.slot, message.problem)
             self.refused(message)
 
     def refused(self, message: jsonrpc.Message) -> None:
-        """A message that cannot be taken as an answer (nested deeper than a bound, or with neither
-        `result` nor `error`) but names a pending request ends that request now: its caller gets -32603
-        saying what was wrong instead of waiting out the deadline."""
-        head = message.body
-        request_id = head.get("id") if isinstance(head, dict) and "method" not in head else None
-        if not is_gateway_id(request_id) or request_id not in self.pending:
-            return
-        if message.limit:
-            failure = errors.answer_refused(self.slot, message.problem, message.limit)
-        else:
-            failure = errors.answer_without_outcome(self.slot)
-        self._on_response(failure.response(request_id))
+        """A message that cannot be taken as an answer (not JSON, nested deeper than a bound, with
+        neither `result` nor `error`, or a batch) but names pending requests ends them now: each caller
+        gets -32603 saying what was wrong instead of waiting out the deadline."""
+        for request_id, failure in refused_answers(self.slot, message, self.pending):
+            self._on_response(failure.response(request_id))
 
     def _on_response(self, body: JsonObject) -> None:
         request_id = body.get("id")

@@ -140,8 +140,29 @@ def header_disagrees(header: str, sent: str | None, expected: Any, source: str) 
     return Rejection(jsonrpc.HEADER_MISMATCH, f"{header} header is missing: expected {wanted} ({source})")
 
 
-def check_request(body: Mapping[str, Any], headers: Mapping[str, str]) -> Envelope | Rejection:
-    """Check one stateless-era request; `headers` are keyed by lower-case name."""
+def envelope_problem(meta: Mapping[str, Any]) -> Rejection | None:
+    """-32602 for an envelope (params._meta) that lacks a member or has one of the wrong JSON type."""
+    if META_PROTOCOL_VERSION not in meta or META_CLIENT_CAPABILITIES not in meta:
+        missing = [key for key in (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES) if key not in meta]
+        return Rejection(jsonrpc.INVALID_PARAMS, f"params._meta is missing: {', '.join(missing)}")
+    if not isinstance(meta[META_PROTOCOL_VERSION], str):
+        return Rejection(
+            jsonrpc.INVALID_PARAMS,
+            f"params._meta[{META_PROTOCOL_VERSION!r}] must be a string naming the protocol version, "
+            f"such as {STATELESS_VERSIONS[-1]!r}",
+        )
+    for key in (META_CLIENT_CAPABILITIES, META_CLIENT_INFO):
+        if key in meta and not isinstance(meta[key], dict):
+            return Rejection(jsonrpc.INVALID_PARAMS, f"params._meta[{key!r}] must be an object")
+    return None
+
+
+def check_request(
+    body: Mapping[str, Any], headers: Mapping[str, str], repeated_header: str | None = None
+) -> Envelope | Rejection:
+    """Check one stateless-era request in the documented order: its envelope, then its headers
+    (`repeated_header` names a routing header sent more than once), then its version. `headers` are
+    looked up by lower-case name."""
     params = body.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
     if not isinstance(meta, dict):
@@ -149,9 +170,11 @@ def check_request(body: Mapping[str, Any], headers: Mapping[str, str]) -> Envelo
             jsonrpc.INVALID_PARAMS,
             f"params._meta must be an object carrying {META_PROTOCOL_VERSION!r} and {META_CLIENT_CAPABILITIES!r}",
         )
-    if META_PROTOCOL_VERSION not in meta or META_CLIENT_CAPABILITIES not in meta:
-        missing = [key for key in (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES) if key not in meta]
-        return Rejection(jsonrpc.INVALID_PARAMS, f"params._meta is missing: {', '.join(missing)}")
+    problem = envelope_problem(meta)
+    if problem is not None:
+        return problem
+    if repeated_header is not None:
+        return Rejection(jsonrpc.HEADER_MISMATCH, f"{repeated_header} header appears more than once")
     version = meta[META_PROTOCOL_VERSION]
     header_version = headers.get(HEADER_VERSION)
     if header_version is None or header_version != version:
@@ -166,8 +189,6 @@ def check_request(body: Mapping[str, Any], headers: Mapping[str, str]) -> Envelo
         header_name = headers.get(HEADER_NAME)
         if body_value is not None and decode_header_value(header_name) != body_value:
             return header_disagrees(HEADER_NAME, header_name, body_value, f"the body's {name_key!r}")
-    if not isinstance(version, str):
-        return Rejection(jsonrpc.INVALID_PARAMS, "the protocol version in params._meta must be a string")
     if version not in STATELESS_VERSIONS:
         return unsupported_version(version)
     level = meta.get(META_LOG_LEVEL)

@@ -652,13 +652,8 @@ class StreamableHttpEndpoint:
             # No client-to-server notifications exist in this era; cancellation is closing the stream.
             return web.Response(status=202)
         # aiohttp's header view keeps repeated headers and looks names up case-insensitively.
-        duplicated = stateless.repeated_routing_header(request.headers)
-        if duplicated is not None:
-            return self.rejection(
-                body,
-                Rejection(jsonrpc.HEADER_MISMATCH, f"{duplicated} header appears more than once"),
-            )
-        verdict = stateless.check_request(body, request.headers)
+        repeated = stateless.repeated_routing_header(request.headers)
+        verdict = stateless.check_request(body, request.headers, repeated)
         if isinstance(verdict, Rejection):
             return self.rejection(body, verdict)
         if method == "tools/call":

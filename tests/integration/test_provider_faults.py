@@ -259,8 +259,15 @@ async def test_batch_from_a_provider_is_not_relayed(rig: Rig) -> None:
                 "data": {"reason": "batch"},
             },
         }
-        await rig.board.reply(request, {"content": [{"type": "text", "text": "single"}]}, "board")
-        assert text_of(await asyncio.wait_for(call, 5.0)) == "single"
+        # Nor is the caller whose request the batch answers: it hears why at once, not at the deadline.
+        with pytest.raises(MCPError) as failure:
+            await asyncio.wait_for(call, 5.0)
+        assert failure.value.code == -32603
+        assert failure.value.error.message == (
+            'Provider "board" answered, but the gateway refused the answer: it came inside a JSON-RPC batch, '
+            "which providers may not send (nothing in a batch is read); send each answer as its own message"
+        )
+        assert failure.value.error.data == {"slot": "board", "reason": "answer_refused"}
     # One answer per batch: the ping inside it was not read, so it has no answer of its own.
     assert not [m for _, m in rig.board.received if isinstance(m, dict) and m.get("id") == "batch-ping"]
     assert (await rig.counters())["protocol_violations"] == 1

@@ -108,8 +108,9 @@ def test_version_header_absent_is_named_as_missing() -> None:
 
 
 def test_null_version_in_body_does_not_slip_past_an_absent_header() -> None:
+    # A null version is the envelope's fault (rung 1), so it never reaches the header comparison.
     rejection = rejected(check_request(request("tools/list", version=None), headers("tools/list", version=None)))
-    assert rejection.code == jsonrpc.HEADER_MISMATCH
+    assert rejection.code == jsonrpc.INVALID_PARAMS
 
 
 @pytest.mark.parametrize("header_method", ["tools/call", "TOOLS/LIST", ""])
@@ -180,11 +181,11 @@ def test_name_header_is_not_checked_for_other_methods() -> None:
     assert isinstance(outcome, Envelope)
 
 
-def test_non_string_version_is_rejected_at_the_header_rung() -> None:
-    # A header is always text, so it can never equal a numeric body version: the client is told that
-    # its header and body disagree (as the SDK's ladder does), before any version negotiation.
+def test_non_string_version_is_rejected_at_the_envelope_rung() -> None:
+    # The envelope's member types are checked with the envelope, before the headers are compared with
+    # it (docs/protocol-clients.md): a numeric version is -32602, whatever the header says.
     rejection = rejected(check_request(request("tools/list", version=20260728), headers("tools/list", "20260728")))
-    assert rejection.code == jsonrpc.HEADER_MISMATCH
+    assert rejection.code == jsonrpc.INVALID_PARAMS
 
 
 def test_header_mismatch_wins_over_unsupported_version() -> None:
