@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import ssl
 
+from gateway.config.tls import unreadable
+
 
 class TlsFilesError(ValueError):
     """A ca_file, cert_file or key_file that cannot be loaded; the message names the setting and the path."""
@@ -38,15 +40,9 @@ def client_context(
             raise TlsFilesError(f"ca_file {ca_file}: not readable ({exc.strerror or exc})") from None
     if cert_file is not None:
         for setting, path in (("cert_file", cert_file), ("key_file", key_file)):
-            if path is None:
-                continue
-            try:
-                with open(path, "rb") as handle:
-                    handle.read(1)
-            except FileNotFoundError:
-                raise TlsFilesError(f"{setting} {path}: not found") from None
-            except OSError as exc:
-                raise TlsFilesError(f"{setting} {path}: not readable ({exc.strerror or exc})") from None
+            problem = unreadable(setting, path) if path is not None else None
+            if problem is not None:
+                raise TlsFilesError(problem)
         try:
             context.load_cert_chain(cert_file, key_file, password=key_password)
         except (ssl.SSLError, ValueError, OSError) as exc:

@@ -7,6 +7,18 @@ from pydantic import model_validator
 from gateway.config.base import Section
 
 
+def unreadable(setting: str, path: str) -> str | None:
+    """Why the file a setting names cannot be read (`<setting> <path>: not found`), or None when it can."""
+    try:
+        with open(path, "rb") as handle:
+            handle.read(1)
+    except FileNotFoundError:
+        return f"{setting} {path}: not found"
+    except OSError as exc:
+        return f"{setting} {path}: not readable ({exc.strerror or exc})"
+    return None
+
+
 class TlsConfig(Section):
     """[tls]: serve HTTPS and WSS on the listener. Both files or neither; reloaded on SIGHUP."""
 
@@ -26,15 +38,9 @@ class TlsConfig(Section):
             raise ValueError("client_ca_file needs cert_file and key_file")
         for key in ("cert_file", "key_file", "client_ca_file"):
             path = getattr(self, key)
-            if path is None:
-                continue
-            try:
-                with open(path, "rb") as handle:
-                    handle.read(1)
-            except FileNotFoundError:
-                raise ValueError(f"{key} {path}: not found") from None
-            except OSError as exc:
-                raise ValueError(f"{key} {path}: not readable ({exc.strerror})") from None
+            problem = unreadable(key, path) if path is not None else None
+            if problem is not None:
+                raise ValueError(problem)
         return self
 
     @property
