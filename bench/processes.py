@@ -4,8 +4,10 @@ waiting until a gateway serves a slot, and the timed get_status calls of the pum
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,9 +35,14 @@ PUMP_TOOL = "get_status"
 
 def gateway_env() -> dict[str, str]:
     """The environment of a gateway under test: this one without MCP_GATEWAY_* (no config file or
-    setting of the calling shell leaks in, so it runs its built-in defaults), rate limits off."""
+    setting of the calling shell leaks in, so it runs its built-in defaults), rate limits off, and a
+    fresh state directory of its own, removed when the bench ends: a bench runs two gateways side by
+    side, and a state directory belongs to one gateway (docs/operations.md, "The state directory")."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("MCP_GATEWAY_")}
     env.update(UNLIMITED_RATE_ENV)
+    state = tempfile.mkdtemp(prefix="mcp-gateway-bench-state-")
+    atexit.register(shutil.rmtree, state, ignore_errors=True)
+    env["STATE_DIRECTORY"] = state
     return env
 
 
