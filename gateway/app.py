@@ -165,6 +165,8 @@ class GatewayServer:
         # Providers' declarations and decisions on mcp-broker's wire, decided by the same policy.
         self.declarations = provider_authority(self.governor, config.providers.declarations)
         self.gateway = Gateway(config, self.limiters.for_core(self.governor, self.declarations))
+        if self.governor is not None:
+            self.governor.limit_hit = self.gateway.metrics.limit_hit
         # Built first: a certificate or key that cannot be used stops startup (ConfigError).
         self.tls = ServerTls(config.tls, self.gateway.metrics) if config.tls.enabled else None
         self.app = build_app(config, self.gateway, self.limiters, self.governor)

@@ -174,6 +174,12 @@ class LimitsConfig(Section):
     max_input_rounds: PositiveInt = 16
     """A session-era client's call to a 2026-07-28 provider: input_required rounds the gateway answers
     for it (asking the client, then retrying); a provider that asks more gets the call ended with -32000."""
+    max_pattern_ms: Annotated[int, Field(ge=1, le=2000)] = 50
+    """How long the regular expressions of a tool's inputSchema (`pattern`, `patternProperties`) may take
+    together to check one governed call's arguments; a call they take longer on is refused with -32602
+    (data.reason "pattern_timeout"), never forwarded unchecked. A provider's pattern that backtracks
+    (`(a|a)+$`) would otherwise hold the event loop for minutes on one crafted string; a pattern in a
+    real schema takes microseconds."""
     catalog_coalesce_ms: Annotated[int, Field(ge=0, le=10_000)] = 50
     """How long `_all` and the tool groups wait after a provider comes, goes or changes its tools before
     rebuilding their catalogs and announcing the change, so a burst (every board reconnecting after a

@@ -7,6 +7,8 @@ even when its firmware declares no bound at all. In order:
 1. the arguments must be an object (absent or null: `{}`, as MCP reads a call without them);
 2. the tool's inputSchema, compiled once (gateway/policy/schemas.py), checks the arguments as the
    caller sent them; a schema that does not compile checks nothing, and `Checked.schema_error` says why;
+   its patterns' matches that take longer than limits.max_pattern_ms together refuse the call
+   (gateway/policy/patterns.py): what cannot be checked in time is not forwarded;
 3. each operator limit on an argument the call carries: a number outside [minimum, maximum] is refused,
    or with action "clamp" replaced by the nearest bound (a whole number stays whole); a value not in
    `allowed` is refused, never clamped. A boolean is no number (JSON true is not 1). A limit on an
@@ -28,10 +30,14 @@ from typing import Any, NoReturn
 from fastjsonschema import JsonSchemaValueException
 
 from gateway.core.json_words import json_type
-from gateway.policy.schemas import SchemaCache, Validator, explain, listed, number, shown
+from gateway.policy.patterns import PatternTimeout
+from gateway.policy.schemas import SchemaCache, Validator, argument_path, explain, listed, number, shown
 
 INVALID_PARAMS = -32602
 SCHEMA = "the tool's inputSchema"
+PATTERN_TIMEOUT = "pattern_timeout"
+"""data.reason of a call refused because its arguments' pattern matches took longer than the bound."""
+PATTERN_SETTING = "limits.max_pattern_ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +134,10 @@ def check_arguments(
     if compiled.validator is not None:
         try:
             compiled.validator(arguments)
+        except PatternTimeout as exc:
+            raise pattern_refusal(exc, arguments) from None
         except Exception as exc:
-            raise _schema_refusal(exc) from None
+            raise _schema_refusal(exc, cache.max_pattern_ms) from None
     if not limits:
         return Checked(arguments, [], compiled.error)
     forwarded = arguments
@@ -160,15 +168,15 @@ def check_arguments(
                 clamps.append((limit, value, new))
     if not clamps:
         return Checked(arguments, [], compiled.error)
-    _recheck(forwarded, clamps, limits, compiled.validator, resource)
+    _recheck(forwarded, clamps, limits, compiled.validator, resource, cache.max_pattern_ms)
     clamped = [f"{limit.argument} {shown(old)} -> {shown(new)} ({limit.set_by})" for limit, old, new in clamps]
     rules = tuple(dict.fromkeys(limit.rule for limit, _, _ in clamps if limit.rule))
     return Checked(forwarded, clamped, compiled.error, rules)
 
 
-def _schema_refusal(exc: Exception) -> ArgumentRefused:
+def _schema_refusal(exc: Exception, max_pattern_ms: float) -> ArgumentRefused:
     if isinstance(exc, JsonSchemaValueException):
-        path, words = explain(exc)
+        path, words = explain(exc, max_pattern_ms)
         subject = "The arguments" if path is None else f'Argument "{path}"'
         data = {"reason": "invalid_arguments", "argument": path, "source": "inputSchema", "rule": exc.rule}
         return ArgumentRefused(f"{subject} {words} ({SCHEMA})", data)
@@ -177,6 +185,50 @@ def _schema_refusal(exc: Exception) -> ArgumentRefused:
         f"The arguments could not be checked against {SCHEMA} ({type(exc).__name__}), so the call is refused",
         {"reason": "invalid_arguments", "argument": None, "source": "inputSchema", "rule": None},
     )
+
+
+def pattern_refusal(exc: PatternTimeout, arguments: dict[str, Any]) -> ArgumentRefused:
+    """The refusal of a call whose arguments' pattern matches took longer than limits.max_pattern_ms."""
+    path, is_name = _located(arguments, exc.subject)
+    if path is None:
+        what = "An argument"
+    elif is_name:
+        what = f'The argument name "{path}"'
+    else:
+        what = f'Argument "{path}"'
+    bound = number(exc.limit_ms)
+    message = (
+        f"{what} could not be checked against the pattern {shown(exc.pattern)} of {SCHEMA} within "
+        f"{PATTERN_SETTING} ({bound} ms), so the call is refused; send a shorter or simpler value, or have the "
+        "provider's pattern fixed (it backtracks too much)"
+    )
+    data = {
+        "reason": PATTERN_TIMEOUT,
+        "argument": path,
+        "pattern": exc.pattern,
+        "source": "inputSchema",
+        "limit": exc.limit_ms,
+        "setting": PATTERN_SETTING,
+    }
+    return ArgumentRefused(message, data)
+
+
+def _located(arguments: Any, subject: str) -> tuple[str | None, bool]:
+    """Where `subject` (the very string object a pattern was matched against) is in `arguments`, as an
+    argument path ("config.mode", "items[2]"), and whether it is a key there (a name) or a value."""
+    pending: list[tuple[str, Any]] = [("data", arguments)]  # popped from the end: in the arguments' order
+    while pending:
+        path, value = pending.pop()
+        if value is subject:
+            return argument_path(path), False
+        if isinstance(value, dict):
+            for key in value:
+                if key is subject:
+                    return argument_path(f"{path}.{key}"), True
+            pending.extend((f"{path}.{key}", item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            pending.extend((f"{path}[{index}]", value[index]) for index in reversed(range(len(value))))
+    return None, False
 
 
 def _is_number(value: Any) -> bool:
@@ -228,13 +280,16 @@ def _recheck(
     limits: Sequence[ArgumentLimit],
     validator: Validator | None,
     resource: str,
+    max_pattern_ms: float,
 ) -> None:
     """Clamped arguments against the schema and every limit again: a clamp either refuses is refused."""
     if validator is not None:
         try:
             validator(forwarded)
+        except PatternTimeout as exc:
+            raise pattern_refusal(exc, forwarded) from None
         except JsonSchemaValueException as exc:
-            path, words = explain(exc)
+            path, words = explain(exc, max_pattern_ms)
             _contradiction(clamps, path, f"would break {SCHEMA} ({words})", _SCHEMA_DISAGREES, resource)
         except Exception as exc:
             what = f"could not be checked against {SCHEMA} ({type(exc).__name__})"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from gateway.core.policy_interface import (
 )
 from gateway.core.principal import Principal
 from gateway.policy.approvals import ApprovalUnknown, binding_of
-from gateway.policy.arguments import ArgumentRefused, Checked, check_arguments
+from gateway.policy.arguments import PATTERN_TIMEOUT, ArgumentRefused, Checked, check_arguments
 from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.reading import AuditReadError
 from gateway.policy.audit.records import DecisionRecord, mask_secrets
@@ -126,6 +126,8 @@ class Governor:
         """The calls being decided now, answered at once at shutdown (gateway/core/governed.py)."""
         self.limits = ExecutionLimits(policy.document.execution_limits)
         """[[execution_limits]]: their counters live here, across reloads (docs/governance-limits.md)."""
+        self.limit_hit: Callable[[str], None] = _uncounted
+        """Counts a refusal by a [limits] bound (mcpgw_limit_hits_total); set by the composition root."""
 
     def swap(self, policy: Policy) -> None:
         """Use `policy` from the next request on (requests being decided finish with the old one)."""
@@ -254,6 +256,8 @@ class Governor:
                 call.tool, call.arguments, decision.limits, self.schemas, resource=decision.resource
             )
         except ArgumentRefused as exc:
+            if exc.data.get("reason") == PATTERN_TIMEOUT:
+                self.limit_hit("max_pattern_ms")
             rules = (*record.rules, *exc.rules)
             await self._record_refusal(_replace(record, effect="refuse-arguments", reason=exc.message, rules=rules))
             return CallVerdict(False, reason=exc.message, code=exc.code, data=exc.data, effect="refuse-arguments")
@@ -491,6 +495,10 @@ def declined_result(question: Question, answer: Answer) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
+def _uncounted(limit: str) -> None:
+    pass
+
+
 def _replace(record: DecisionRecord, **changes: Any) -> DecisionRecord:
     return dataclasses.replace(record, **changes)
 
@@ -506,4 +514,4 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
     except PolicyError as exc:
         raise ConfigError(f"[policy]: {exc}") from exc
     trail = AuditTrail.open(config.audit, environ=environ) if config.audit.enabled else None
-    return Governor(policy, trail, source=config.policy)
+    return Governor(policy, trail, SchemaCache(max_pattern_ms=config.limits.max_pattern_ms), source=config.policy)

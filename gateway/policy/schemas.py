@@ -12,14 +12,17 @@ What a provider lists is not trusted:
   `format` is an annotation, as JSON Schema 2019-09 and later say, not an assertion;
 - a schema that does not compile (wrong types, an unknown draft's keywords in the wrong shape, too
   deep, a remote `$ref`) is no error of the call: the call is checked against the operator limits
-  only, and `SchemaCache.error(tool)` says why.
+  only, and `SchemaCache.error(tool)` says why;
+- its patterns (`pattern`, `patternProperties`) are matched within limits.max_pattern_ms per check
+  (gateway/policy/patterns.py): fastjsonschema's own code generator is used with its regular
+  expressions swapped for bounded ones, and with its one match at compile time (a required name
+  against `patternProperties`) bounded the same way.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -28,9 +31,13 @@ from typing import Any
 
 import fastjsonschema
 import orjson
-from fastjsonschema import JsonSchemaValueException
+import regex
+from fastjsonschema import JsonSchemaDefinitionException, JsonSchemaValueException
+from fastjsonschema.draft04 import CodeGeneratorDraft04
+from fastjsonschema.ref_resolver import RefResolver
 
 from gateway.core.json_words import json_type
+from gateway.policy.patterns import DEFAULT_MAX_PATTERN_MS, BoundedPattern, PatternBudget, PatternTimeout, any_match
 
 log = logging.getLogger("gateway.policy.schemas")
 
@@ -83,19 +90,95 @@ def _refuse_remote(uri: str) -> Any:
 LOCAL_REFS_ONLY = _LocalRefsOnly()
 
 
-def compile_schema(schema: Any) -> CompiledSchema:
-    """A validator for `schema` (a fresh copy of it: fastjsonschema rewrites `$ref`s in place), or why not."""
+class _BoundedRequired(CodeGeneratorDraft04):
+    """fastjsonschema's generator with its one compile-time match bounded: with `additionalProperties`
+    false, each required name that `properties` lacks must match a `patternProperties` pattern, which
+    fastjsonschema checks with an unbounded `re.search` of the provider's pattern against the
+    provider's name. Done here within the budget; the code generated is the same."""
+
+    pattern_budget: PatternBudget
+
+    def generate_required(self) -> None:
+        definition = self._definition
+        if not isinstance(definition, dict) or definition.get("additionalProperties", True):
+            super().generate_required()  # type: ignore[no-untyped-call]
+            return
+        patterns = definition.get("patternProperties", {})
+        properties = definition.get("properties", {})
+        required = definition.get("required")
+        if not isinstance(patterns, dict):
+            raise JsonSchemaDefinitionException(f"{self._variable}: patternProperties must be an object")
+        if isinstance(required, list | tuple):
+            impossible = [
+                name
+                for name in required
+                if name not in properties and not any_match(patterns, name, self.pattern_budget)
+            ]
+            if impossible:
+                raise JsonSchemaDefinitionException(
+                    f"{self._variable}: items {impossible} are required but not allowed"
+                )
+        self._definition = {key: value for key, value in definition.items() if key != "additionalProperties"}
+        try:
+            super().generate_required()  # type: ignore[no-untyped-call]
+        finally:
+            self._definition = definition
+
+
+_GENERATORS: dict[type[CodeGeneratorDraft04], type[CodeGeneratorDraft04]] = {}
+
+
+def _generator_class(schema: dict[str, Any]) -> type[CodeGeneratorDraft04]:
+    """fastjsonschema's generator for the schema's draft, with the bounded compile-time match."""
+    draft = fastjsonschema._get_code_generator_class(schema)
+    found = _GENERATORS.get(draft)
+    if found is None:
+        found = _GENERATORS[draft] = type(f"Bounded{draft.__name__}", (_BoundedRequired, draft), {})
+    return found
+
+
+def generated_validator(schema: dict[str, Any], budget: PatternBudget) -> Validator:
+    """fastjsonschema.compile, with every pattern matched within `budget` (started afresh at each check)."""
+    resolver = RefResolver.from_schema(schema, handlers=LOCAL_REFS_ONLY, store={})
+    generator = _generator_class(schema)(schema, resolver=resolver, use_default=False, use_formats=False)
+    assert isinstance(generator, _BoundedRequired)
+    generator.pattern_budget = budget
+    budget.start()
+    state = generator.global_state  # generates the code; the compile-time matches take from `budget` together
+    patterns: dict[str, Any] = state["REGEX_PATTERNS"]
+    for written, compiled in patterns.items():
+        # fastjsonschema compiled each with `re` (its syntax decides what compiles); `regex` matches it.
+        patterns[written] = BoundedPattern(written, compiled.pattern, budget)
+    exec(generator.func_code, state)  # as fastjsonschema.compile does: the provider's strings stay strings
+    validate: Validator = state[resolver.get_scope_name()]
+    if not patterns:
+        return validate
+
+    def bounded(data: Any) -> Any:
+        budget.start()
+        return validate(data)
+
+    return bounded
+
+
+def compile_schema(schema: Any, max_pattern_ms: float = DEFAULT_MAX_PATTERN_MS) -> CompiledSchema:
+    """A validator for `schema` (a fresh copy of it: fastjsonschema rewrites `$ref`s in place), or why not.
+
+    Its patterns' matches take at most `max_pattern_ms` per check (and as much for the compile);
+    past it the validator raises PatternTimeout."""
     if not isinstance(schema, dict):
         return CompiledSchema(None, f"the inputSchema is {json_type(schema)}, not an object")
     try:
-        validator = fastjsonschema.compile(
-            orjson.loads(orjson.dumps(schema)),
-            handlers=LOCAL_REFS_ONLY,
-            use_default=False,
-            use_formats=False,
-        )
+        validator = generated_validator(orjson.loads(orjson.dumps(schema)), PatternBudget(max_pattern_ms))
     except RemoteRefRefused as exc:
         return CompiledSchema(None, f"remote reference refused: {exc}")
+    except PatternTimeout as exc:
+        return CompiledSchema(
+            None,
+            f"the inputSchema does not compile: matching its patternProperties pattern {shown(exc.pattern)} "
+            f"against its required name {shown(exc.subject)} took longer than limits.max_pattern_ms "
+            f"({number(exc.limit_ms)} ms)",
+        )
     except Exception as exc:  # a provider's schema may break the compiler in any way: none stops the call
         return CompiledSchema(None, f"the inputSchema does not compile: {type(exc).__name__}: {exc}"[:300])
     return CompiledSchema(validator)
@@ -112,10 +195,14 @@ class SchemaCache:
       instead of serializing and hashing its schema. The gateway replaces a provider's tool list
       and never edits one in place, so a held schema's content does not change under it."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, max_pattern_ms: float = DEFAULT_MAX_PATTERN_MS) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
+        if not max_pattern_ms > 0:
+            raise ValueError("max_pattern_ms must be above 0")
         self.max_entries = max_entries
+        self.max_pattern_ms = max_pattern_ms
+        """limits.max_pattern_ms: how long the pattern matches of one check may take together."""
         self.compiles = 0
         """How many schemas were compiled (or tried): equal schemas count once while cached."""
         self._by_content: OrderedDict[bytes, CompiledSchema] = OrderedDict()
@@ -161,7 +248,7 @@ class SchemaCache:
             self._by_content.move_to_end(key)
             return key, entry
         self.compiles += 1
-        entry = compile_schema(schema)
+        entry = compile_schema(schema, self.max_pattern_ms)
         if entry.error is not None:
             self._failed(entry, tool)
         self._used(key, entry)
@@ -242,27 +329,31 @@ def _joined(parent: str | None, child: str) -> str:
     return f"{parent}.{child}" if parent else child
 
 
-def _unknown_keys(exc: JsonSchemaValueException) -> list[str]:
-    """The keys `additionalProperties: false` refused: neither in `properties` nor matching a pattern."""
+def _unknown_keys(exc: JsonSchemaValueException, max_pattern_ms: float) -> list[str]:
+    """The keys `additionalProperties: false` refused: neither in `properties` nor matching a pattern
+    (matched within `max_pattern_ms`; past it, or for a pattern that does not compile, none is named)."""
     definition = exc.definition if isinstance(exc.definition, dict) else {}
     known = definition.get("properties") or {}
     patterns = list(definition.get("patternProperties") or {})
     value = exc.value if isinstance(exc.value, dict) else {}
+    budget = PatternBudget(max_pattern_ms)
     unknown = []
     for key in value:
         if key in known:
             continue
         try:
-            if any(re.search(pattern, key) for pattern in patterns):
+            if any_match(patterns, key, budget):
                 continue
-        except re.error:
-            pass
+        except (PatternTimeout, regex.error, TypeError):
+            return []
         unknown.append(key)
     return unknown
 
 
-def explain(exc: JsonSchemaValueException) -> tuple[str | None, str]:
-    """(the argument's path, what is wrong with it) for a failed validation: ("speed_rpm", "must be <= 2900")."""
+def explain(exc: JsonSchemaValueException, max_pattern_ms: float = DEFAULT_MAX_PATTERN_MS) -> tuple[str | None, str]:
+    """(the argument's path, what is wrong with it) for a failed validation: ("speed_rpm", "must be <= 2900").
+
+    `max_pattern_ms` bounds the pattern matches that find which argument `additionalProperties` refused."""
     path = argument_path(exc.name)
     rule = exc.rule or ""
     expected = exc.rule_definition
@@ -274,7 +365,7 @@ def explain(exc: JsonSchemaValueException) -> tuple[str | None, str]:
             also = f" (so {'is' if len(missing) == 2 else 'are'} {others})" if others else ""
             return missing[0], f"is required{also}"
     if rule == "additionalProperties" and definition.get("additionalProperties") is False:
-        unknown = _unknown_keys(exc)
+        unknown = _unknown_keys(exc, max_pattern_ms)
         if unknown:
             known = ", ".join(str(key) for key in (definition.get("properties") or {}))
             takes = f"only {known}" if known else "no arguments"
