@@ -55,6 +55,18 @@ def check_path(text: str) -> str:
     return text
 
 
+def _segment_regex(chunks: list[str]) -> str:
+    """The chunks of a segment between its "*"s as a regular expression that never backtracks into a
+    "*": each chunk between two stars is taken at its first occurrence, in an atomic group (as
+    fnmatch does), which matches whatever backtracking would, in time linear in the path. "a*b*c*d"
+    with a plain [^/]* per star backtracked polynomially on a long slot name (8 stars: 43 s)."""
+    first, *rest = (re.escape(chunk) for chunk in chunks)
+    if not rest:
+        return first
+    *middle, last = rest
+    return first + "".join(f"(?>[^/]*?{chunk})" for chunk in middle) + "[^/]*" + last
+
+
 def compile_pattern(text: str) -> PathPattern:
     """Compile a rule's resource pattern once; PatternError says what is wrong with it."""
     parts = _segments(text, "pattern")
@@ -66,7 +78,7 @@ def compile_pattern(text: str) -> PathPattern:
         if "**" in part:
             raise PatternError(f'pattern "{text}": "**" stands alone as the last segment ("/site1/**")')
         # "*" is any run of characters within one segment, so "pump-*" matches "pump-3" but not "pump-3/x".
-        pieces.append("/" + "[^/]*".join(re.escape(chunk) for chunk in part.split("*")))
+        pieces.append("/" + _segment_regex(part.split("*")))
     body = "".join(pieces)
     # "/site1/**" is /site1 itself and everything below it; "/**" is every path.
     regex = body + "(?:/.*)?" if subtree else (body or "/")
