@@ -51,7 +51,8 @@ class StdioUpstreamConfig(Section):
     """Names of the gateway's own variables copied to the child when set. Nothing else of the gateway's
     environment reaches it except PATH, HOME, LANG, LC_ALL, TZ and TMPDIR (see docs/upstreams.md)."""
     startup_timeout_s: PositiveFloat = 10.0
-    """The child must answer the gateway's initialize and tools/list within this, else it is killed and restarted."""
+    """The child must answer its handshake (server/discover or initialize, then tools/list) within this,
+    else it is killed and restarted (docs/upstreams.md)."""
     restart_initial_s: PositiveFloat = 1.0
     """First wait before restarting a child that exited; doubles per failure in a row (jittered)."""
     restart_max_s: PositiveFloat = 60.0

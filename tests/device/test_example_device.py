@@ -162,6 +162,10 @@ ask(own, "resources/templates/list")
 ask(own, "prompts/list")
 ask(own, "tools/call", {"name": "resources/list"})
 print(json.dumps({"sent": asyncio.run(Provider(own, None, b"").notify("notifications/tools/list_changed"))}))
+try:
+    Dispatcher(registry, {}, OrderedDict(name="d", version="1"), methods={"tools/call": broken, "ping": broken})
+except ValueError as exc:
+    print(json.dumps({"refused": str(exc)}))
 """
 
 ANSWERS: list[dict[str, Any]] = [
@@ -214,6 +218,7 @@ ANSWERS: list[dict[str, Any]] = [
         "error": {"code": -32602, "message": 'Unknown tool: "resources/list". This device offers '},
     },
     {"sent": False},
+    {"refused": "methods cannot replace the built-in initialize, ping, tools/list, tools/call: ping, tools/call"},
 ]
 
 

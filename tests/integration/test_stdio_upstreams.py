@@ -192,8 +192,10 @@ async def test_a_child_that_hangs_on_start_is_killed_at_its_deadline_and_restart
             assert response.status == 200
     first_pid = view(server)["upstream"]["pid"]
     status = await wait_view(server, lambda s: s["upstream"]["last_exit"] is not None, "the startup deadline")
-    assert status["upstream"]["last_exit_kind"] == "startup_timeout"
-    assert "no answer to initialize and tools/list within 3s (startup_timeout_s)" in status["upstream"]["last_exit"]
+    # Silent from the start, it never answered the probe: a hang cannot be told from a mute child.
+    assert status["upstream"]["last_exit_kind"] == "discover_timeout"
+    assert "answered nothing to server/discover within 3s (startup_timeout_s)" in status["upstream"]["last_exit"]
+    assert "raise startup_timeout_s" in status["upstream"]["last_exit"]
     assert f"pid {first_pid} killed by SIGTERM" in status["upstream"]["last_exit"]
     assert process_gone(first_pid)
     problems = await diagnose(server)
@@ -204,6 +206,33 @@ async def test_a_child_that_hangs_on_start_is_killed_at_its_deadline_and_restart
     assert status["upstream"]["starts"] == 2
     async with Client(f"{server.url}/demo/mcp", mode="legacy") as client:
         assert text_of(await client.call_tool("add", {"a": 1, "b": 2})) == "3"
+
+
+async def test_a_child_silent_to_server_discover_gets_initialize_from_its_next_start(
+    gateway_factory: GatewayFactory,
+) -> None:
+    mute = {"name": "demo", "command": [sys.executable, "-m", "tests.support.mute_stdio_server"], "cwd": str(REPO)}
+    server = await gateway_factory(upstreams={"stdio": [{**mute, "startup_timeout_s": 2.0, "restart_initial_s": 4.0}]})
+    status = await wait_view(server, lambda s: s["upstream"]["last_exit"] is not None, "the startup deadline")
+    child = status["upstream"]
+    assert child["last_exit_kind"] == "discover_timeout"
+    assert child["last_exit"].startswith(
+        "the child answered nothing to server/discover within 2s (startup_timeout_s): a server of the session era "
+        'that ignores unknown methods? its next start gets initialize only; pin it with era = "session"'
+    )
+    assert (child["era_setting"], child["era_from_silence"]) == ("session", True)
+    [problem] = await diagnose(server)
+    assert problem["id"] == "upstream.startup_timeout"
+    assert "did not answer server/discover in time" in problem["summary"]
+    assert 'pin it with era = "session"' in problem["fix"]
+    # The next child is asked initialize first, answers it and serves; its stderr shows no probe.
+    status = await wait_view(server, lambda s: s["state"] == "ready", "the restarted child")
+    assert status["upstream"]["starts"] == 2
+    async with Client(f"{server.url}/demo/mcp", mode="legacy") as client:
+        assert text_of(await client.call_tool("hi", {})) == "hi"
+    tail = view(server)["upstream"]["stderr_tail"]
+    assert tail.count("got server/discover") == 1 and tail.index("got server/discover") < tail.index("got initialize")
+    assert await diagnose(server) == []
 
 
 async def test_a_child_that_floods_stderr_keeps_only_a_bounded_tail(gateway_factory: GatewayFactory) -> None:

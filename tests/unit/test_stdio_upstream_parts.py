@@ -228,3 +228,16 @@ def test_a_stdio_upstream_down_is_not_reported_as_a_missing_board() -> None:
     in_handshake = diagnose(upstream_view(connected=True, state="starting", last_exit=None, pid=7), "memory")
     assert [problem.id for problem in in_handshake] == ["upstream.starting"]
     assert diagnose(upstream_view(connected=True, state="ready"), "memory") == []
+
+
+def test_a_child_silent_to_server_discover_is_told_to_pin_the_session_era() -> None:
+    mute = upstream_view(last_exit_kind="discover_timeout", last_exit="the child answered nothing to server/discover")
+    [problem] = diagnose(mute, "memory")
+    assert problem.id == "upstream.startup_timeout"
+    assert problem.summary == 'The stdio upstream "memory" did not answer server/discover in time'
+    assert problem.fix.startswith("It answered nothing to server/discover: a server of the session era")
+    assert 'pin it with era = "session"' in problem.fix
+    assert "raise it for a slow starter" in problem.fix
+    looping = upstream_view(failures_in_a_row=3, crash_loop=True, last_exit_kind="discover_timeout")
+    [loop] = diagnose(looping, "memory")
+    assert loop.id == "upstream.crash_loop" and 'era = "session"' in loop.fix

@@ -21,7 +21,8 @@
 #     server_info  {"name": ..., "version": ...} for the initialize result
 #     capabilities the initialize result's capabilities; None: {"tools": {"listChanged": False}}
 #     methods      {method: fn(params dict) -> result object} for requests beyond the four above
-#                  (e.g. "resources/list", "resources/read"); a handler raises ValueError(code,
+#                  (e.g. "resources/list", "resources/read"; naming one of the four raises
+#                  ValueError, as they cannot be replaced); a handler raises ValueError(code,
 #                  message) to answer with that JSON-RPC error; any other exception is answered -32603
 #     log          optional function(event, **fields), told about errors (first of a kind, then
 #                  every hundredth), duplicates, and errors the gateway sends with id null
@@ -93,6 +94,10 @@ class Dispatcher:
         odd = [name for name in names if name not in handlers] + [name for name in handlers if name not in names]
         if odd:
             raise ValueError("tool handlers and schema disagree on: " + ", ".join(odd))
+        methods = methods or {}
+        odd = [name for name in _BUILT_IN if name in methods]
+        if odd:
+            raise ValueError("methods cannot replace the built-in %s: %s" % (", ".join(_BUILT_IN), ", ".join(odd)))
         self.registry = registry
         self.handlers = handlers
         self.server_info = server_info
@@ -105,7 +110,7 @@ class Dispatcher:
         self._seen = {}
         self.counts = {"requests": 0, "duplicates": 0, "errors": 0}
         self.capabilities = capabilities or {"tools": {"listChanged": False}}
-        self.methods = methods or {}
+        self.methods = methods
 
     def handle(self, frame):
         try:

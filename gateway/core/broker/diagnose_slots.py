@@ -36,11 +36,19 @@ def _stdio_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> lis
         f"env_passthrough (provider_status {name!r} lists them): a missing variable is a common cause. "
         "An MCP stdio server must answer initialize on stdin/stdout and log only to stderr."
     )
-    too_slow = upstream.get("last_exit_kind") == "startup_timeout"
+    deadline_kind = upstream.get("last_exit_kind")
+    too_slow = deadline_kind in ("startup_timeout", "discover_timeout")
     raise_timeout = (
         f"The child must answer within startup_timeout_s ({upstream.get('startup_timeout_s')}s); raise it "
         "for a slow starter (a package manager fetching on first run). "
     )
+    if deadline_kind == "discover_timeout":
+        # Silence to server/discover alone: most likely a session-era server that ignores unknown requests.
+        raise_timeout = (
+            "It answered nothing to server/discover: a server of the session era that ignores unknown methods "
+            'gets initialize only from its next start on; pin it with era = "session" to skip the probe. '
+            + raise_timeout
+        )
     if upstream.get("crash_loop"):
         return [
             Problem(
@@ -74,7 +82,9 @@ def _stdio_upstream_presence(slot: SlotView, upstream: Mapping[str, Any]) -> lis
             Problem(
                 "upstream.startup_timeout",
                 "error",
-                f'The stdio upstream "{name}" did not answer initialize and tools/list in time',
+                f'The stdio upstream "{name}" did not answer '
+                + ("server/discover" if deadline_kind == "discover_timeout" else "initialize and tools/list")
+                + " in time",
                 f"last end: {last_exit}{restart}; {_stderr_evidence(upstream)}",
                 raise_timeout + run_by_hand,
                 name,

@@ -1,11 +1,13 @@
 """Supervision of stdio upstreams: start each configured command, restart it when it ends, stop it.
 
 One `StdioSupervisor` per `[[upstreams.stdio]]` entry owns that slot (no board may claim it) and runs
-its child in a loop: spawn, attach the link, give the child `startup_timeout_s` to answer initialize
-and tools/list, serve until it exits (or the core drops its link), then wait a jittered, doubling
-back-off capped at `restart_max_s` and start it again. A child that served `stable_after_s` starts
-its back-off over. What the supervisor knows is shown in provider_status as "upstream", and
-diagnosis turns it into `upstream.*` problems.
+its child in a loop: spawn, attach the link, give the child `startup_timeout_s` to answer its handshake
+(server/discover, then initialize and tools/list), serve until it exits (or the core drops its link),
+then wait a jittered, doubling back-off capped at `restart_max_s` and start it again. A child that
+served `stable_after_s` starts its back-off over. A child that answered nothing to server/discover
+within the deadline is spoken to in the session era (initialize only) from its next start on. What
+the supervisor knows is shown in provider_status as "upstream", and diagnosis turns it into
+`upstream.*` problems.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class StdioSupervisor:
         """How a handshake that runs past `startup_timeout_ms` names it."""
         self.era_setting = config.era
         """The protocol era the slot registry speaks to the child (None: providers.era)."""
+        self.era_from_silence = False
+        """`era_setting` is "session" because a child answered nothing to server/discover in time."""
         explicit = {name: value.get_secret_value() for name, value in config.env.items()}
         self.env, self.missing_env = child_environment(explicit, config.env_passthrough, environ)
         self.stderr = StderrRing(config.max_stderr_bytes)
@@ -218,11 +222,8 @@ class StdioSupervisor:
                     if session.last_error.startswith("initialize failed"):
                         kind = "initialize"  # the child answered the handshake with an error
                 else:
-                    kind = "startup_timeout"
-                    link.gone(
-                        f"no answer to initialize and tools/list within {self.config.startup_timeout_s:g}s "
-                        "(startup_timeout_s)"
-                    )
+                    kind, reason = self._startup_silence(session)
+                    link.gone(reason)
             if stdout_task.done() and not stdout_task.cancelled() and stdout_task.exception() is not None:
                 link.gone(f"reading the child's stdout failed: {stdout_task.exception()!r}")
             if not exit_task.done():
@@ -238,6 +239,23 @@ class StdioSupervisor:
             for task in (ready_task, stdout_task):
                 task.add_done_callback(_retrieved)
         return kind, served
+
+    def _startup_silence(self, session: ProviderSession) -> tuple[str, str]:
+        """The kind and reason of a start-up deadline, named after what the child left unanswered.
+
+        A child silent to server/discover may be a session-era server that ignores requests it does not
+        know: its next start skips the probe. One that is slow to start gets initialize then, and serves
+        in the session era; pinning `era` in the configuration decides it up front."""
+        within = f"within {self.config.startup_timeout_s:g}s (startup_timeout_s)"
+        unanswered = [entry.method for entry in session.pending.values() if entry.internal]
+        if "server/discover" not in unanswered:
+            return "startup_timeout", f"no answer to {' and '.join(unanswered) or 'initialize and tools/list'} {within}"
+        self.era_setting, self.era_from_silence = "session", True
+        return "discover_timeout", (
+            f"the child answered nothing to server/discover {within}: a server of the session era that ignores "
+            'unknown methods? its next start gets initialize only; pin it with era = "session". '
+            "Slow to start? raise startup_timeout_s"
+        )
 
     @staticmethod
     def _reason(child: Child, link: StdioLink) -> str:
@@ -295,6 +313,8 @@ class StdioSupervisor:
             "next_restart_in_s": round(max(self._restart_at - now, 0.0), 3) if self._restart_at is not None else None,
             "recent_backoff_s": list(self.delays),
             "startup_timeout_s": config.startup_timeout_s,
+            "era_setting": self.era_setting,
+            "era_from_silence": self.era_from_silence,
             "restart_initial_s": config.restart_initial_s,
             "restart_max_s": config.restart_max_s,
             "stop_grace_s": config.stop_grace_s,
