@@ -218,7 +218,7 @@ ANSWERS: list[dict[str, Any]] = [
         "error": {"code": -32602, "message": 'Unknown tool: "resources/list". This device offers '},
     },
     {"sent": False},
-    {"refused": "methods cannot replace the built-in initialize, ping, tools/list, tools/call: ping, tools/call"},
+    {"refused": "methods cannot replace the built-in ping"},
 ]
 
 

@@ -95,9 +95,9 @@ class Dispatcher:
         if odd:
             raise ValueError("tool handlers and schema disagree on: " + ", ".join(odd))
         methods = methods or {}
-        odd = [name for name in _BUILT_IN if name in methods]
-        if odd:
-            raise ValueError("methods cannot replace the built-in %s: %s" % (", ".join(_BUILT_IN), ", ".join(odd)))
+        for name in _BUILT_IN:
+            if name in methods:
+                raise ValueError("methods cannot replace the built-in " + name)
         self.registry = registry
         self.handlers = handlers
         self.server_info = server_info
