@@ -33,14 +33,19 @@ import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import orjson
+from pydantic import ValidationError
 
 from gateway import __version__
 from gateway.config import MqttBrokerConfig
+from gateway.config.base import masked_url
+from gateway.config.mqtt_tls import TlsFilesError, TlsSettingNames, client_context
 from gateway.southbound.mqtt import topics as mqtt_topics
 from gateway.southbound.mqtt.client import BrokerClient, ConnectOptions, InboundMessage, NotConnected, Outbound
 from gateway.southbound.mqtt.connack import ConnackLimits
+from gateway.southbound.mqtt.tls import reword
 from sim import FIRMWARE_NAME, firmware
 from sim.pump import SimulatedPump
 
@@ -49,6 +54,20 @@ connection_log = logging.getLogger("sim.mqtt")
 """The pumps' broker connections: their own logger and wording, apart from the gateway's (gateway.mqtt)."""
 
 HEAD_BYTES = 96
+SIMULATOR_TLS_NAMES = TlsSettingNames(
+    ca_file="--ca-file", cert_file="--mqtt-cert-file", key_file="--mqtt-key-file", key_password=None, where=""
+)
+"""The simulator's TLS options, as its errors, its log and last_down_reason name them."""
+OPTIONS = {
+    "url": "--mqtt",
+    "username": "--mqtt-username",
+    "password": "--mqtt-password-file",
+    "ca_file": "--ca-file",
+    "cert_file": "--mqtt-cert-file",
+    "key_file": "--mqtt-key-file",
+    "topic_prefix": "--topic-prefix",
+}
+"""The simulator's option for each [[mqtt.brokers]] setting it fills in."""
 DEFAULT_SERVER_PREFIX = "sim/pumps"
 MqttProfile = Literal["plain", "mcp"]
 
@@ -101,18 +120,22 @@ class MqttPumpLink:
         self.plain = target.profile == "plain"
         self.server_id = f"{pump.device_id}-{target.instance}" if target.instance else pump.device_id
         self.server_name = f"{target.server_prefix}/{pump.slot}"
-        config = MqttBrokerConfig.model_validate(
-            {
-                **target.broker_settings(),
-                "client_id": pump.device_id if self.plain else self.server_id,
-                "protocol": "3.1.1" if self.plain else "5",
-                "connect_timeout_s": connect_timeout_s,
-                "reconnect_initial_s": backoff_min_s,
-                "reconnect_max_s": max(backoff_max_s, backoff_min_s),
-            }
+        config = broker_config(
+            target,
+            client_id=pump.device_id if self.plain else self.server_id,
+            protocol="3.1.1" if self.plain else "5",
+            connect_timeout_s=connect_timeout_s,
+            reconnect_initial_s=backoff_min_s,
+            reconnect_max_s=max(backoff_max_s, backoff_min_s),
         )
         self.client = BrokerClient(
-            config, _Events(self), self._options, logger=connection_log, who=f"simulated {pump.slot}", counters=None
+            config,
+            _Events(self),
+            self._options,
+            logger=connection_log,
+            who=f"simulated {pump.slot}",
+            counters=None,
+            tls_names=SIMULATOR_TLS_NAMES,
         )
         self.clients: set[str] = set()
         """MCP profile: the clients (gateways) with a session on this pump."""
@@ -376,5 +399,53 @@ def _is_disconnected(payload: bytes) -> bool:
 
 
 def check_target(target: MqttTarget) -> None:
-    """Raise ValueError naming what is wrong with `target` (the URL, the prefix, the password file)."""
-    MqttBrokerConfig.model_validate(target.broker_settings())
+    """Raise ValueError naming the simulator's option that is wrong with `target` (the URL, the
+    credential, the TLS files, the prefix), in one line that shows no password (a URL is masked)."""
+    parsed = urlsplit(target.url)
+    if parsed.username is not None or parsed.password is not None:
+        raise ValueError(
+            f"--mqtt {masked_url(target.url)}: no credentials in the URL; use --mqtt-username and --mqtt-password-file"
+        )
+    if target.password_file is not None and target.username is None:
+        raise ValueError("--mqtt-password-file needs --mqtt-username")
+    given = [
+        option
+        for option, path in (
+            ("--ca-file", target.ca_file),
+            ("--mqtt-cert-file", target.cert_file),
+            ("--mqtt-key-file", target.key_file),
+        )
+        if path is not None
+    ]
+    if given and parsed.scheme != "mqtts":
+        raise ValueError(
+            f"{given[0]} needs an mqtts:// broker, and --mqtt {masked_url(target.url)} is mqtt:// (no TLS: the "
+            "password would go in clear text)"
+        )
+    if target.key_file is not None and target.cert_file is None:
+        raise ValueError("--mqtt-key-file needs --mqtt-cert-file (the client certificate it belongs to)")
+    if parsed.scheme == "mqtts":
+        try:
+            client_context(target.ca_file, target.cert_file, target.key_file, names=SIMULATOR_TLS_NAMES)
+        except TlsFilesError as exc:
+            raise ValueError(str(exc)) from None
+    broker_config(target)
+
+
+def broker_config(target: MqttTarget, **settings: Any) -> MqttBrokerConfig:
+    """The connection's [[mqtt.brokers]] settings, validated as the gateway's own are; ValueError naming
+    the simulator's option, one line: never pydantic's dump, which quotes the input (the URL's password)."""
+    try:
+        return MqttBrokerConfig.model_validate({**target.broker_settings(), **settings})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        text = str(error["msg"]).removeprefix("Value error, ")
+        if error["loc"]:  # a setting's own value: the password file
+            option = OPTIONS.get(str(error["loc"][0]), "--mqtt")
+            raise ValueError(f"{option}: {text.removeprefix('secret: ')}") from None
+        # The entry's checks: "mqtt broker '<masked URL>': <setting> <value>: <problem>" or "...: <problem>".
+        text = reword(text.removeprefix(f"mqtt broker {masked_url(target.url)!r}: "), SIMULATOR_TLS_NAMES)
+        setting, _, rest = text.partition(" ")
+        if setting in OPTIONS:
+            raise ValueError(f"{OPTIONS[setting]} {rest}") from None
+        raise ValueError(f"--mqtt {masked_url(target.url)}: {text}") from None

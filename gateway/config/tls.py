@@ -2,9 +2,48 @@
 
 from __future__ import annotations
 
+import ssl
+
 from pydantic import model_validator
 
 from gateway.config.base import Section
+
+
+class KeyNeedsPassword(ValueError):
+    """The private key is encrypted and no password was given."""
+
+
+class KeyPasswordWrong(ValueError):
+    """The private key is encrypted and the password given does not decrypt it."""
+
+
+def load_cert_chain(context: ssl.SSLContext, cert_file: str, key_file: str | None, password: str | None) -> None:
+    """`context.load_cert_chain` that never falls back to OpenSSL's terminal prompt ("Enter PEM pass
+    phrase:", which waits forever at a terminal and fails with EINVAL without one): an encrypted key
+    with no `password` raises KeyNeedsPassword, one that `password` does not decrypt KeyPasswordWrong;
+    every other failure is load_cert_chain's own (ssl.SSLError, OSError, ValueError)."""
+    asked = False
+
+    def passphrase() -> str:
+        nonlocal asked
+        asked = True  # OpenSSL asks only for an encrypted key
+        if password is None:
+            raise KeyNeedsPassword("the private key is encrypted and no password is given")
+        return password
+
+    try:
+        context.load_cert_chain(cert_file, key_file, password=passphrase)
+    except ssl.SSLError as exc:
+        # Decrypted with the wrong password, the key is garbage OpenSSL reports as a PEM error; decrypted
+        # with the right one, it can still be another certificate's key (KEY_VALUES_MISMATCH).
+        if asked and password is not None and exc.reason != "KEY_VALUES_MISMATCH":
+            raise KeyPasswordWrong("the password does not decrypt the private key") from None
+        raise
+
+
+def decrypt_hint(key_file: str) -> str:
+    """How to write an unencrypted copy of the encrypted key in `key_file` (openssl asks for its passphrase)."""
+    return f"openssl pkey -in {key_file} -out KEY.pem writes one, asking for the passphrase; keep it mode 0600"
 
 
 def unreadable(setting: str, path: str) -> str | None:

@@ -17,6 +17,7 @@ import logging
 import ssl
 
 from gateway.config import ConfigError, TlsConfig
+from gateway.config.tls import KeyNeedsPassword, decrypt_hint, load_cert_chain
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.policy.tls")
@@ -47,7 +48,7 @@ def _explain(cert_file: str, key_file: str, exc: Exception) -> str:
     try:
         private_key = serialization.load_pem_private_key(key_pem, password=None)
     except TypeError:
-        return f"tls.key_file {key_file}: the key is encrypted; give an unencrypted key (keep it mode 0600)"
+        return _encrypted(key_file)
     except (ValueError, UnsupportedAlgorithm):
         return f"tls.key_file {key_file}: not a PEM private key"
     if private_key.public_key().public_bytes(
@@ -59,10 +60,17 @@ def _explain(cert_file: str, key_file: str, exc: Exception) -> str:
     return f"tls.cert_file {cert_file} / tls.key_file {key_file}: cannot be used ({exc})"
 
 
+def _encrypted(key_file: str) -> str:
+    return f"tls.key_file {key_file} is encrypted: the listener needs an unencrypted key ({decrypt_hint(key_file)})"
+
+
 def _load_pair(context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
-    """Load the pair into `context`, or raise ValueError naming the file that is wrong."""
+    """Load the pair into `context`, or raise ValueError naming the file that is wrong. An encrypted key
+    is refused as one: [tls] takes no passphrase, and OpenSSL must not ask for one on the terminal."""
     try:
-        context.load_cert_chain(cert_file, key_file)
+        load_cert_chain(context, cert_file, key_file, None)
+    except KeyNeedsPassword:
+        raise ValueError(_encrypted(key_file)) from None
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(_explain(cert_file, key_file, exc)) from exc
 

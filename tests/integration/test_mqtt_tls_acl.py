@@ -257,3 +257,30 @@ async def test_the_simulator_logs_as_itself_and_reports_why_its_link_cannot_come
         assert reason is not None and "not trusted" in reason, reason
     finally:
         await sim.stop()
+
+
+async def test_the_simulator_names_its_own_options_when_the_broker_wants_a_client_certificate(
+    mosquitto_factory: MosquittoFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="sim.mqtt")
+    tls = pki(tmp_path / "tls")
+    broker = await mosquitto_factory(config_text=tls_broker_config(tmp_path / "broker", tls, require_certificate=True))
+    target = MqttTarget(tls_url(broker), "plain", ca_file=str(tls / "ca.pem"))
+    sim = Simulator(None, SimulatorSettings(pumps=1, backoff_min_s=0.05, backoff_max_s=0.3), mqtt=target)
+    sim.start()
+    try:
+        await wait_for(
+            lambda: "client certificate" in (sim.state("pump-1")["link"]["last_down_reason"] or ""),
+            10,
+            "a failure naming the client certificate",
+        )
+        reason = sim.state("pump-1")["link"]["last_down_reason"]
+        assert "(--mqtt-cert-file and --mqtt-key-file)" in reason, reason
+        warnings = [
+            r.getMessage() for r in caplog.records if r.name == "sim.mqtt" and "client certificate" in r.getMessage()
+        ]
+        assert warnings and all("--mqtt-cert-file and --mqtt-key-file" in text for text in warnings), warnings
+        for text in [reason, *warnings]:
+            assert "cert_file" not in text.replace("--mqtt-cert-file", "") and "[[mqtt.brokers]]" not in text, text
+    finally:
+        await sim.stop()

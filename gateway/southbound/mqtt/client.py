@@ -60,7 +60,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from gateway.config import MqttBrokerConfig
-from gateway.config.mqtt_tls import TlsFilesError, client_context
+from gateway.config.mqtt_tls import GATEWAY_TLS_NAMES, TlsFilesError, TlsSettingNames, client_context
 from gateway.core.backoff import Backoff
 from gateway.southbound.mqtt import paho_select
 from gateway.southbound.mqtt import tls as mqtt_tls
@@ -220,10 +220,13 @@ class BrokerClient:
         logger: logging.Logger | None = None,
         who: str = "the gateway",
         counters: str | None = "broker_info mqtt[]",
+        tls_names: TlsSettingNames = GATEWAY_TLS_NAMES,
     ) -> None:
-        """`logger`, `who` and `counters` (where the repeats of a warning are counted; None: nowhere to
-        look) word the log for the connection's owner: the gateway, or a simulated board."""
+        """`logger`, `who`, `counters` (where the repeats of a warning are counted; None: nowhere to
+        look) and `tls_names` (what its TLS settings are called) word the log and the errors for the
+        connection's owner: the gateway, or a simulated board."""
         self.config = config
+        self.tls_names = tls_names
         self.log = logger or log
         self.counters = counters
         self.acks = PublishAcks(config.label, self.log, who, f"{counters}.publish_refusals" if counters else "")
@@ -379,6 +382,8 @@ class BrokerClient:
         self.log.log(level, "MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
 
     def _fail(self, text: str, kind: str = "network") -> None:
+        if kind == "tls" and self.tls_names is not GATEWAY_TLS_NAMES:
+            text = mqtt_tls.reword(text, self.tls_names)
         self.last_error = text
         self.last_error_kind = kind
         self.last_error_at = time.time()
