@@ -90,18 +90,46 @@ def gateway_notes(result: dict[str, Any]) -> list[str]:
     return [CLAMP_NOTE + "; ".join(str(entry) for entry in clamped)]
 
 
+GATEWAY_META_PREFIX = "io.github.mcp-gateway/"
+"""How the `_meta` keys the gateway adds to a result start (gateway/core/governed.py, `CLAMPED_META_KEY`)."""
+
+
+def device_answer(result: dict[str, Any]) -> dict[str, Any]:
+    """The result as the device sent it: without the gateway's note items (see `gateway_notes`) and the
+    gateway's `_meta` keys (a `_meta` left empty goes too)."""
+    notes = gateway_notes(result)
+    answer = dict(result)
+    content = result.get("content")
+    if notes and isinstance(content, list):
+        answer["content"] = [
+            block
+            for block in content
+            if not (isinstance(block, dict) and block.get("type") == "text" and block.get("text") in notes)
+        ]
+    meta = result.get("_meta")
+    if isinstance(meta, dict):
+        own = {key: value for key, value in meta.items() if not str(key).startswith(GATEWAY_META_PREFIX)}
+        if own:
+            answer["_meta"] = own
+        else:
+            del answer["_meta"]
+    return answer
+
+
 def render_result(result: dict[str, Any]) -> str:
-    """The device's answer: its structuredContent, else its text items; the gateway's own notes (see
-    `gateway_notes`) are left out, for the command to print apart."""
+    """The device's answer: its structuredContent, else its text items, else the whole result as JSON;
+    the gateway's own notes (see `gateway_notes`) and `_meta` keys are left out, for the command to print
+    the notes apart."""
     if "structuredContent" in result:
         return orjson.dumps(result["structuredContent"], option=orjson.OPT_INDENT_2).decode()
-    notes = gateway_notes(result)
+    answer = device_answer(result)
+    content = answer.get("content")
     texts = [
         block.get("text", "")
-        for block in result.get("content", [])
-        if block.get("type") == "text" and block.get("text") not in notes
+        for block in (content if isinstance(content, list) else [])
+        if isinstance(block, dict) and block.get("type") == "text"
     ]
-    return "\n".join(texts) if texts else orjson.dumps(result, option=orjson.OPT_INDENT_2).decode()
+    return "\n".join(texts) if texts else orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode()
 
 
 def never_held(entry: dict[str, Any]) -> bool:

@@ -10,7 +10,8 @@ broken. The descriptor is close-on-exec: a stdio upstream the gateway starts doe
 
 The audit lock is a file beside the database, not the database itself: SQLite keeps POSIX record locks
 on its file, which the process loses when it closes any descriptor of that file, and on NFS flock(2)
-is emulated with those very record locks.
+is emulated with those very record locks. Both locks are named from the resolved path (symbolic links
+followed): an [audit] path that is a link to another gateway's file gets that file's lock.
 """
 
 from __future__ import annotations
@@ -112,6 +113,11 @@ def _holder(pid: str) -> str:
     return f"pid {pid}" if pid else "a process that wrote no pid"
 
 
+def _leads_to(path: Path, real: Path) -> str:
+    """Where `path`, as the operator gave it, leads when that is another place (a symbolic link)."""
+    return "" if path.absolute() == real else f", which leads to {real}"
+
+
 def hold_state(config: GatewayConfig, environ: Mapping[str, str] | None = None) -> HeldState:
     """Lock the state directory and, when `config` writes an audit trail, the audit file, for `run`.
 
@@ -120,18 +126,20 @@ def hold_state(config: GatewayConfig, environ: Mapping[str, str] | None = None) 
     unlocked: what the gateway keeps there fails, and says so, as it would without the lock."""
     env = os.environ if environ is None else environ
     held = HeldState()
-    directory = state_directory(env)
+    directory = real_directory = state_directory(env)
     lock = directory / LOCK_FILE
     try:
         ensure_directory(directory)
+        real_directory = directory.resolve()
+        lock = real_directory / LOCK_FILE
         held.descriptors.append(lock_file(lock))
     except _Held as exc:
         raise StateInUse(
-            f"the state directory {directory} ({_state_variable(env)}) is in use by another gateway "
-            f"({_holder(exc.pid)}, holding {lock}): its device registry, firmware and default audit trail "
-            "belong to one gateway. Give this gateway a state directory of its own (under systemd its own "
-            "StateDirectory=, else STATE_DIRECTORY or XDG_STATE_HOME in its environment), or stop the other "
-            "gateway first"
+            f"the state directory {directory} ({_state_variable(env)}{_leads_to(directory, real_directory)}) is "
+            f"in use by another gateway ({_holder(exc.pid)}, holding {lock}): its device registry, firmware and "
+            "default audit trail belong to one gateway. Give this gateway a state directory of its own (under "
+            "systemd its own StateDirectory=, else STATE_DIRECTORY or XDG_STATE_HOME in its environment), or stop "
+            "the other gateway first"
         ) from None
     except OSError as exc:
         log.warning(
@@ -141,18 +149,20 @@ def hold_state(config: GatewayConfig, environ: Mapping[str, str] | None = None) 
         )
     if config.policy is None or not config.audit.enabled:
         return held  # no audit trail is written (adding [policy] or changing [audit] needs a restart)
-    audit_file = audit_path(config.audit, env)
+    audit_file = real_audit = audit_path(config.audit, env)
     audit_lock = audit_file.with_name(audit_file.name + AUDIT_LOCK_SUFFIX)
     where = "[audit] path" if config.audit.path else "default [audit] path"
     try:
         ensure_directory(audit_file.parent)
+        real_audit = audit_file.resolve()  # the lock lies beside the file SQLite writes
+        audit_lock = real_audit.with_name(real_audit.name + AUDIT_LOCK_SUFFIX)
         held.descriptors.append(lock_file(audit_lock))
     except _Held as exc:
         held.release()
         raise StateInUse(
-            f"the audit file {audit_file} (this gateway's {where}) is written by another gateway "
-            f"({_holder(exc.pid)}, holding {audit_lock}): one audit file records one gateway's calls. Give "
-            "this gateway an [audit] path of its own, or stop the other gateway first"
+            f"the audit file {audit_file} (this gateway's {where}{_leads_to(audit_file, real_audit)}) is written "
+            f"by another gateway ({_holder(exc.pid)}, holding {audit_lock}): one audit file records one "
+            "gateway's calls. Give this gateway an [audit] path of its own, or stop the other gateway first"
         ) from None
     except OSError as exc:
         # The trail itself reports what is wrong with the place (unhealthy, its calls refused).

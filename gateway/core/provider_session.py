@@ -107,7 +107,8 @@ class ProviderSession:
         self.tools_hash = ""
         self.pending: dict[JsonId, Pending] = {}
         self.cancelled = CancelledRequests(slot)
-        """Requests the gateway cancelled upstream: an answer to one of them is no fault of the provider."""
+        """Requests the gateway cancelled upstream or gave up at their deadline: an answer to one of them
+        is no fault of the provider."""
         self.requests = ProviderRequests(self)
         """The provider's requests towards clients, being relayed."""
         self.counters = SessionCounters()
@@ -609,6 +610,7 @@ class ProviderSession:
             return
         self.counters.deadlines += 1
         entry.future.set_exception(deadline_error(self, entry))
+        self.cancelled.gave_up(entry)  # a slow provider's answer to it is late, not an id echoed wrongly
         self.requests.end_relays(
             entry, f"the request it belongs to passed the gateway deadline of {entry.timeout_ms}ms"
         )
@@ -673,7 +675,7 @@ class ProviderSession:
             if self.state == "closed":
                 return  # the link ended and every pending request was answered already (an answer in flight)
             if is_gateway_id(request_id) and self.cancelled.answered(request_id, body):
-                return  # the gateway cancelled it and the answer crossed the cancel: expected (MCP)
+                return  # cancelled or given up, and the answer crossed the cancel: expected (MCP)
             unmatched_answer(self, request_id)
             return
         if entry.timeout_ms != NO_DEADLINE:

@@ -352,24 +352,30 @@ class MdnsAdvertiser:
             holders = await srv_target.probe(zeroconf, name, BROWSE_ANSWER_S)
             if not holders:
                 if clash:
+                    who, advice = self._whose(clash)
                     log.warning(
-                        "mdns: the host name %s is already answered on the network (by %s): another machine "
-                        "has the host name %s and a gateway on port %d; this gateway's services point at %s "
-                        "instead (give the machines different host names to keep the name stable)",
+                        "mdns: the host name %s is already answered on the network (by %s): %s; this gateway's "
+                        "services point at %s instead (%s to keep the name stable)",
                         self.target.rstrip("."),
                         ", ".join(clash),
-                        self.host.removesuffix(".local."),
-                        self.port,
+                        who,
                         name.rstrip("."),
+                        advice,
                     )
                 return name
             clash = clash or holders
+        who, advice = self._whose(clash)
         raise OSError(
             f"every host name from {self.target.rstrip('.')} to "
             f"{service_target(self.port, MAX_INSTANCE_NUMBER).rstrip('.')} is answered on the network "
-            f"(another machine has the host name {self.host.removesuffix('.local.')}); give this machine "
-            "another host name"
+            f"({who}); {advice}"
         )
+
+    def _whose(self, holders: list[str]) -> tuple[str, str]:
+        """Who else answers the SRV target (another gateway on this machine, or another machine of the
+        same host name), and the advice that keeps the names stable (see srv_target.whose)."""
+        local = [entry.address for entry in host_addresses()]
+        return srv_target.whose(holders, local, self.host.removesuffix(".local."), self.port)
 
     def _on_target_clash(self, address: str, yielding: bool) -> None:
         """Another responder announced address records for the SRV target this gateway announced (both
@@ -380,24 +386,22 @@ class MdnsAdvertiser:
             if not self._yield_target_to:
                 self._yield_target_to = address
                 log.warning(
-                    "mdns: %s also answers for the host name %s (another machine has the host name %s and a "
-                    "gateway on port %d); this gateway gives the name up and probes for another",
+                    "mdns: %s also answers for the host name %s (%s); this gateway gives the name up and probes "
+                    "for another (%s to keep the name stable)",
                     address,
                     target,
-                    self.host.removesuffix(".local."),
-                    self.port,
+                    *self._whose([address]),
                 )
                 self._wake.set()
         elif not self._clash_kept_logged:
             self._clash_kept_logged = True
             log.warning(
-                "mdns: %s also answers for the host name %s (another machine has the host name %s and a "
-                "gateway on port %d); this gateway keeps the name, the other is to take another (RFC 6762 "
-                "section 8.2); until it does, browsers may list either gateway at both addresses",
+                "mdns: %s also answers for the host name %s (%s); this gateway keeps the name, the other is to "
+                "take another (RFC 6762 section 8.2); until it does, browsers may list either gateway at both "
+                "addresses (%s to keep the name stable)",
                 address,
                 target,
-                self.host.removesuffix(".local."),
-                self.port,
+                *self._whose([address]),
             )
 
     def _answer_machine(self, zeroconf: Zeroconf, machine: list[str]) -> None:

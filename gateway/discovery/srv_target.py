@@ -35,6 +35,35 @@ def packed(addresses: Iterable[str]) -> set[bytes]:
     return {ipaddress.ip_address(text.split("%", 1)[0]).packed for text in addresses}
 
 
+def on_this_machine(holders: Iterable[str], local: Iterable[str]) -> bool:
+    """Whether the responders `holders` names (as `holders` gives them) are on this machine: each address
+    is one of this machine's `local` interface addresses (another gateway here, bound to another address
+    on the same port). False when any is not, or when none is an address (an NSEC-only responder)."""
+    mine = packed(local)
+    found = []
+    for text in holders:
+        try:
+            found.append(ipaddress.ip_address(text.split("%", 1)[0]).packed)
+        except ValueError:
+            return False
+    return bool(found) and all(address in mine for address in found)
+
+
+def whose(holders: Iterable[str], local: Iterable[str], host: str, port: int) -> tuple[str, str]:
+    """Who else answers the SRV target `<host>-<port>.local.`, and what keeps the names stable: another
+    gateway on this machine (`local`: this machine's addresses) on the same port needs another port;
+    another machine of the same host name with a gateway on that port needs another host name."""
+    if on_this_machine(holders, local):
+        return (
+            f"another gateway on this machine listens on port {port} at another address",
+            "give the gateways on this machine different ports",
+        )
+    return (
+        f"another machine has the host name {host} and a gateway on port {port}",
+        "give the machines different host names",
+    )
+
+
 def address_text(record: DNSAddress) -> str:
     address = ipaddress.ip_address(record.address)
     return str(address)

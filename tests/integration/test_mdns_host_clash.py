@@ -1,8 +1,9 @@
-"""Two gateways whose SRV target `<hostname>-<port>.local` is the same name: two appliances made from one
-image (one host name), both listening on the same port. Here both run on this machine (so the host
-name is the same), bound to two addresses of the test link with one port. The target is probed before
-it is announced and defended after: the second gateway takes `<hostname>-<port>-2.local`, logs why,
-and `discover` lists each gateway at its own address.
+"""Two gateways whose SRV target `<hostname>-<port>.local` is the same name: two gateways on this machine
+bound to two addresses of the test link with one port, or two appliances made from one image (one host
+name), both listening on the same port (a responder announcing an address this machine does not have).
+The target is probed before it is announced and defended after: the second gateway takes
+`<hostname>-<port>-2.local`, logs why (naming another gateway on this machine or another machine), and
+`discover` lists each gateway at its own address.
 
 The test link is tests/support/multicast.py's; the tests fail, and say why, where it cannot be made.
 """
@@ -128,6 +129,13 @@ async def test_a_gateway_whose_srv_target_is_answered_takes_the_next_and_says_wh
     assert any(
         f"{taken} is already answered" in line and multicast_link.address in line and renamed in line for line in warned
     ), warned
+    # The name is answered from this machine: another gateway here, not a machine of the same name.
+    assert any(
+        f"another gateway on this machine listens on port {port} at another address" in line
+        and "give the gateways on this machine different ports" in line
+        for line in warned
+    ), warned
+    assert not any("another machine" in line or "different host names" in line for line in warned), warned
     said = [record.getMessage() for record in caplog.records if record.name == "gateway.mdns"]
     assert any(f"SRV target {renamed}" in line and f"Line E {tag}" in line for line in said), said
 
@@ -204,6 +212,8 @@ async def test_a_responder_announcing_the_srv_target_later_is_settled_by_the_tie
             10,
             "the gateway to hear the other responder",
         )
+        heard = next(record.getMessage() for record in caplog.records if warned in record.getMessage())
+        assert f"another gateway on this machine listens on port {port} at another address" in heard, heard
         if gives_up:
             await wait_for(
                 lambda: (
@@ -219,5 +229,44 @@ async def test_a_responder_announcing_the_srv_target_later_is_settled_by_the_tie
         status = await mdns_info(server)
         assert status["state"] == "advertising"
         assert status["srv_target"] == service_target(port, 2 if gives_up else 1)
+    finally:
+        await other.async_close()
+
+
+async def test_a_responder_of_another_machine_is_blamed_on_the_host_name(
+    multicast_link: MulticastLink, servers: list[GatewayServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A responder announcing the gateway's SRV target with an address this machine does not have is
+    another machine of the same host name with a gateway on the same port: the warning says so."""
+    caplog.set_level(logging.INFO, logger="gateway.mdns")
+    tag = secrets.token_hex(4)
+    elsewhere = str(ipaddress.ip_address(multicast_link.address) + 77)  # on no interface of this machine
+    port = free_port(multicast_link.address)
+    server = gateway(servers, multicast_link.address, port, f"Line A {tag}")
+    await server.start()
+    await wait_for(lambda: server.mdns is not None and server.mdns.state == "advertising", 15, "the advertisement")
+    other = AsyncZeroconf(interfaces=[multicast_link.address])
+    try:
+        announced = ServiceInfo(
+            MCP_TYPE,
+            f"Line E {tag}.{MCP_TYPE}",
+            port=port,
+            properties={"path": "/mcp"},
+            server=service_target(port),
+            parsed_addresses=[elsewhere],
+        )
+        await (await other.async_register_service(announced, cooperating_responders=True))
+        await wait_for(
+            lambda: any(
+                elsewhere in record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING
+            ),
+            10,
+            "the gateway to hear the other responder",
+        )
+        heard = next(record.getMessage() for record in caplog.records if elsewhere in record.getMessage())
+        assert "gives the name up" in heard, heard
+        assert server.mdns is not None
+        assert f"another machine has the host name {server.mdns.host.removesuffix('.local.')}" in heard, heard
+        assert "give the machines different host names" in heard, heard
     finally:
         await other.async_close()

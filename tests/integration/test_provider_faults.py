@@ -165,12 +165,38 @@ async def test_silent_provider_gets_the_deadline_error(rig: Rig) -> None:
         what="notifications/cancelled for the expired request",
     )
     assert "deadline" in cancelled["params"]["reason"]
-    # A late answer after the deadline is dropped, not delivered to anybody.
+    # A late answer after the deadline is dropped, not delivered to anybody, and no fault: the board is
+    # slow, its id right. A second answer to the same id is one.
     await rig.board.reply(forwarded, {"content": [{"type": "text", "text": "too late"}]}, "board")
+    await rig.board.reply(forwarded, {"content": [{"type": "text", "text": "again"}]}, "board")
     await rig.assert_unharmed()
     counters = await rig.counters()
     assert counters["deadlines"] == 2
     assert counters["unmatched_responses"] == 1
+
+
+async def test_a_slow_board_that_echoes_ids_right_is_not_told_it_echoes_them_wrongly(rig: Rig) -> None:
+    """A board that works through one request at a time answers each after its deadline: the deadline
+    error of the request pending meanwhile says it sent no answer, and gives no advice on echoing ids."""
+    async with Client(rig.url, mode="legacy") as client:
+        with pytest.raises(MCPError) as first:
+            await client.call_tool("valve", {})
+        given_up = await rig.board.request("tools/call")
+        second = await pending_call(client)
+        pending = await rig.board.request("tools/call")
+        await rig.board.reply(given_up, {"content": [{"type": "text", "text": "late but right"}]}, "board")
+        with pytest.raises(MCPError) as second_deadline:
+            await asyncio.wait_for(second, 5.0)
+        await rig.board.reply(pending, {"content": [{"type": "text", "text": "late too"}]}, "board")
+    assert first.value.error.message.startswith(f'Provider "board" did not respond within {DEADLINE_MS}ms')
+    message = second_deadline.value.error.message
+    assert "sent no answer for this request" in message, message
+    assert "echoes the request id" not in message
+    assert "unmatched_responses" not in second_deadline.value.error.data
+    await rig.assert_unharmed()
+    counters = await rig.counters()
+    assert counters["deadlines"] == 2
+    assert counters["unmatched_responses"] == 0
 
 
 async def test_second_answer_to_one_request_is_dropped(rig: Rig) -> None:

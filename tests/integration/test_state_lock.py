@@ -77,3 +77,26 @@ async def test_a_second_gateway_writing_the_same_audit_file_is_refused(tmp_path:
         gateway_process("--config", str(config), "--port", "0", env=own_b),
     ):
         pass
+
+
+@pytest.mark.timeout(120)
+async def test_an_audit_path_that_links_to_another_gateways_file_is_refused(tmp_path: Path) -> None:
+    audit = tmp_path / "shared" / "audit.db"
+    link = tmp_path / "other" / "link.db"
+    first_config = tmp_path / "first.toml"
+    first_config.write_text(f'{POLICY}\n[audit]\npath = "{audit}"\n')
+    second_config = tmp_path / "second.toml"
+    second_config.write_text(f'{POLICY}\n[audit]\npath = "{link}"\n')
+    own_a = {"STATE_DIRECTORY": str(tmp_path / "a")}
+    own_b = {"STATE_DIRECTORY": str(tmp_path / "b")}
+    async with gateway_process("--config", str(first_config), "--port", "0", env=own_a) as first:
+        link.parent.mkdir()
+        link.symlink_to(audit)
+        code, _, stderr = await run_to_exit("run", "--config", str(second_config), "--port", "0", env=own_b, timeout=30)
+        assert code == 2, stderr
+        # Both places are named: the path this gateway was given and the file it leads to.
+        assert stderr.startswith(
+            f"mcp-gateway: the audit file {link} (this gateway's [audit] path, which leads to {audit}) is written "
+            f"by another gateway (pid {first.process.pid}, holding {audit}.lock)"
+        ), stderr
+        assert not (tmp_path / "other" / "link.db.lock").exists()

@@ -28,7 +28,7 @@ from gateway.discovery.names import (
     instance_candidate,
     service_target,
 )
-from gateway.discovery.srv_target import packed, yields
+from gateway.discovery.srv_target import packed, whose, yields
 from gateway.policy.client_auth import check_client_auth
 from gateway.policy.tls_self_signed import create as create_tls
 from gateway.policy.token_files import create_token
@@ -227,6 +227,26 @@ def test_of_two_responders_answering_one_srv_target_exactly_one_gives_it_up() ->
     # IPv4 only on both sides: the higher address keeps the name.
     assert yields(packed(["198.18.42.2"]), packed(["198.18.42.1"]).pop(), a_type) is False
     assert yields(packed(["198.18.42.1"]), packed(["198.18.42.2"]).pop(), a_type) is True
+
+
+def test_a_srv_target_answered_from_this_machine_blames_another_gateway_here_not_another_machine() -> None:
+    """Two gateways on one machine on one port, bound to different addresses, answer one SRV target: the
+    warning says so and advises other ports; a responder elsewhere is another machine of the same name."""
+    local = ["127.0.0.1", "192.0.2.2", "fd00::2", "fe80::1"]
+    here = (
+        "another gateway on this machine listens on port 3000 at another address",
+        "give the gateways on this machine different ports",
+    )
+    elsewhere = (
+        "another machine has the host name plantgw and a gateway on port 3000",
+        "give the machines different host names",
+    )
+    assert whose(["192.0.2.2"], local, "plantgw", 3000) == here
+    assert whose(["fd00::2", "fe80::1%eth0"], local, "plantgw", 3000) == here
+    assert whose(["192.168.1.20"], local, "plantgw", 3000) == elsewhere
+    assert whose(["192.0.2.2", "192.168.1.20"], local, "plantgw", 3000) == elsewhere  # one is elsewhere
+    assert whose(["a responder with no address of that family (NSEC)"], local, "plantgw", 3000) == elsewhere
+    assert whose([], local, "plantgw", 3000) == elsewhere
 
 
 def test_tls_self_signed_says_the_hostname_is_no_dns_name_not_a_flag_never_given(

@@ -48,6 +48,31 @@ def test_the_audit_file_is_locked_only_when_a_trail_is_written(tmp_path: Path) -
         hold_state(off, {"STATE_DIRECTORY": str(tmp_path / "d")}).release()
 
 
+def test_a_link_to_a_held_place_is_refused_naming_both_paths(tmp_path: Path) -> None:
+    real_state = tmp_path / "real-state"
+    audit = tmp_path / "trail" / "audit.db"
+    governed = config(**GOVERNED, audit={"path": str(audit)})
+    with hold_state(governed, {"STATE_DIRECTORY": str(real_state)}):
+        linked_state = tmp_path / "linked-state"
+        linked_state.symlink_to(real_state)
+        with pytest.raises(StateInUse) as refused:
+            hold_state(config(), {"STATE_DIRECTORY": str(linked_state)})
+        assert (
+            f"the state directory {linked_state} ($STATE_DIRECTORY, systemd's StateDirectory=, which leads to "
+            f"{real_state}) is in use by another gateway (pid {os.getpid()}, holding {real_state / 'gateway.lock'})"
+        ) in str(refused.value)
+        link = tmp_path / "elsewhere" / "link.db"
+        link.parent.mkdir()
+        link.symlink_to(audit)
+        with pytest.raises(StateInUse) as refused:
+            hold_state(config(**GOVERNED, audit={"path": str(link)}), {"STATE_DIRECTORY": str(tmp_path / "b")})
+        assert (
+            f"the audit file {link} (this gateway's [audit] path, which leads to {audit}) is written by another "
+            f"gateway (pid {os.getpid()}, holding {audit}.lock)"
+        ) in str(refused.value)
+        assert not (tmp_path / "elsewhere" / "link.db.lock").exists()
+
+
 def test_a_place_that_cannot_be_locked_is_logged_and_left_to_fail_as_before(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
