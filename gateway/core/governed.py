@@ -178,8 +178,9 @@ async def call(
     finally:
         late_answer_sink.reset(listening)
         governance.call_ended(verdict, outcome, (time.monotonic() - started) * 1000, error)
-        if outcome == "cancelled":
-            # The device may still have acted: what it answers after the cancel goes in the trail too.
+        if outcome in ("cancelled", "timeout"):
+            # The device may still have acted: what it answers after the cancel (a deadline cancels it
+            # upstream too) goes in the trail as well.
             after_cancel.cancelled(partial(record_after_cancel, governance, verdict))
 
 

@@ -229,3 +229,33 @@ async def test_the_audit_trail_shows_what_the_device_answered_after_the_cancel(
     assert (rows[0]["status"], rows[0]["after_cancel"]) == ("cancelled", "ok")
     assert (await counters_as_agent(gateway))["unmatched_responses"] == 0
     assert [r for r in caplog.records if FAULT_LINE in r.getMessage()] == []
+
+
+async def test_the_audit_trail_shows_what_the_device_answered_after_its_deadline(
+    gateway_factory: GatewayFactory, boards: Boards, tmp_path: Path
+) -> None:
+    """A deadline cancels the call upstream too: a slow board that carries the call out afterwards
+    shows as `timeout, then ok`, not as a call that never happened."""
+    trail = tmp_path / "audit.db"
+    gateway = await gateway_factory(
+        auth={"tokens": [{"name": "agent", "sha256": hashlib.sha256(AGENT.encode()).hexdigest()}]},
+        policy=POLICY,
+        audit={"path": str(trail)},
+        slots={"declared": {"board": {"request_timeout_ms": 300}}},
+    )
+    board = await board_in(gateway, boards)
+    async with aiohttp.ClientSession() as http:
+        client = AgentSession(http, f"{gateway.url}/board/mcp", AGENT)
+        await client.initialize()
+        body = client.request_body("tools/call", {"name": "valve", "arguments": {"open": True}})
+        call = asyncio.create_task(client.post(body))
+        forwarded = await board.request("tools/call")
+        await board.take(partial(cancels, forwarded["id"]), what="the gateway's cancel at the deadline")
+        _, _, told = await asyncio.wait_for(call, 5)
+        assert "did not respond within 300ms" in final(told)["error"]["message"]
+        await board.reply(forwarded, {"content": [{"type": "text", "text": "opened"}]})
+        await answered_normally(client, board)
+    records = await answered_after_cancel(trail, 1)
+    assert (records[0]["status"], records[0]["after_cancel"]) == ("timeout", "ok")
+    assert "timeout, then ok" in await audit(trail, "table")
+    assert (await counters_as_agent(gateway))["unmatched_responses"] == 0
