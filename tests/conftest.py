@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.app import GatewayServer
@@ -16,6 +17,7 @@ from gateway.config import GatewayConfig
 from gateway.publish import MultiplexedPublisher, Publisher
 from gateway.publish.sdk_bridge import SdkServer
 from tests.support.mosquitto import Mosquitto
+from tests.support.southbound import Boards
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
@@ -110,6 +112,21 @@ async def publishers() -> AsyncIterator[Publishers]:
     helper = Publishers()
     yield helper
     await helper.stop_all()
+
+
+@pytest.fixture
+async def boards() -> AsyncIterator[Boards]:
+    """Scripted boards of the wire protocol (tests/support/southbound.py), closed at the end of the test."""
+    helper = Boards()
+    yield helper
+    await helper.aclose()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """A plain HTTP client session for the test."""
+    async with aiohttp.ClientSession() as session:
+        yield session
 
 
 MosquittoFactory = Callable[..., Awaitable[Mosquitto]]

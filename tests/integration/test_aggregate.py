@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import mcp_types as types
@@ -304,13 +303,6 @@ CARELESS_TOOLS: list[dict[str, Any]] = [
     {"name": "", "inputSchema": {"type": "object"}},
 ]
 """A board's tool table with a bug in it (an SDK server cannot send this: it checks its own lists)."""
-
-
-@pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
 
 
 @pytest.mark.parametrize("mode", MODES)

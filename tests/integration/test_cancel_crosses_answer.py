@@ -15,7 +15,6 @@ import hashlib
 import io
 import logging
 import secrets
-from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -68,13 +67,6 @@ async def counters_as_agent(gateway: GatewayServer) -> dict[str, int]:
     assert isinstance(result.structured_content, dict)
     counters: dict[str, int] = result.structured_content["counters"]
     return counters
-
-
-@pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
 
 
 async def board_in(gateway: GatewayServer, boards: Boards) -> ScriptedBoard:

@@ -78,12 +78,6 @@ def bearer(token: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
 async def authority() -> AsyncIterator[JwksServer]:
     async with jwks_server(jwks(rsa_key(), ec_key())) as server:
         yield server

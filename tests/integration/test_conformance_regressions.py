@@ -11,7 +11,6 @@ The suite runs in CI (tests/conformance/run.py); these tests keep each fix witho
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -73,12 +72,6 @@ async def post(http: aiohttp.ClientSession, url: str, body: JsonObject, headers:
     async with http.post(url, data=orjson.dumps(body), headers=headers) as response:
         answer: JsonObject = decode_answer(response.content_type, await response.read())
         return response.status, answer
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 @pytest.fixture

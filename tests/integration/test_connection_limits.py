@@ -17,7 +17,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-import pytest
 from mcp import Client
 
 from gateway.app import GatewayServer
@@ -33,12 +32,6 @@ SLACK_S = 1.0
 """How much later than its timeout a cut may come on a loaded machine."""
 
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 def limits(**connections: Any) -> dict[str, Any]:

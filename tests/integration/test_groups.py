@@ -73,12 +73,6 @@ async def plant(gateway_factory: GatewayFactory, publishers: Publishers) -> Asyn
         await simulator.stop()
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
 async def names_of(client: Client) -> list[str]:
     return [tool.name for tool in (await client.list_tools()).tools]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,13 +20,6 @@ from tests.sim.conftest import SimulatorFactory, simulators  # noqa: F401 (the f
 from tests.support.southbound import SLOW_TOOL, VALVE_TOOL, Boards, provider_status
 
 STALE_HASH = "deadbeefdeadbeef"
-
-
-@pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
 
 
 def register_frame(schema: str) -> dict[str, Any]:

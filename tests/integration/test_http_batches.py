@@ -141,12 +141,6 @@ def by_id(answers: list[JsonObject]) -> dict[Any, JsonObject]:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
 async def pump(gateway: GatewayServer, publishers: Publishers) -> str:
     await publishers.start(gateway, "pump-1", demo_server("pump"))
     return f"{gateway.url}/pump-1/mcp"

@@ -136,12 +136,6 @@ async def decode(response: aiohttp.ClientResponse) -> Any:
     return orjson.loads(raw) if raw else None
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
 def url_of(server: GatewayServer, slot: str) -> str:
     return f"{server.url}/{slot}/mcp"
 

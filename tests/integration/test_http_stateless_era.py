@@ -125,12 +125,6 @@ async def call(http: aiohttp.ClientSession, url: str, body: JsonObject) -> JsonO
     return final
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
 def url_of(server: GatewayServer, slot: str) -> str:
     return f"{server.url}/{slot}/mcp"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator
 from functools import partial
 
 import aiohttp
@@ -22,12 +21,6 @@ from tests.support.servers import demo_server
 from tests.support.southbound import ScriptedBoard
 
 Labels = dict[str, str]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 class Scrape:

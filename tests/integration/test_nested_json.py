@@ -11,7 +11,6 @@ the gateway cannot encode costs that one message, never the stream it is on.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -62,19 +61,6 @@ def assert_refused_for_depth(answer: JsonObject, request_id: Any, limit: int = 6
     message = answer["error"]["message"]
     assert f"nested more than {limit} levels deep" in message, message
     assert "limits.max_json_depth" in message, message
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
 
 
 async def post_raw(

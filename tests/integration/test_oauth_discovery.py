@@ -48,12 +48,6 @@ async def authority() -> AsyncIterator[AuthorizationServer]:
         yield server
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
 async def plant(
     gateway_factory: GatewayFactory,
     publishers: Publishers,

@@ -68,19 +68,6 @@ class AnsweringBoard(ScriptedBoard):
 
 
 @pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
 async def governed(
     gateway_factory: GatewayFactory, boards: Boards, publishers: Publishers, tmp_path: Path
 ) -> AsyncIterator[tuple[GatewayServer, AnsweringBoard]]:

@@ -11,7 +11,6 @@ import hashlib
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +49,6 @@ def identities(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any
             {"name": "other-board", "sha256": hashlib.sha256(OTHER_TOKEN.encode()).hexdigest(), "slots": ["*"]},
         ],
     }
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def upgrade(

@@ -49,12 +49,6 @@ Attach = Callable[..., Awaitable[GatewayServer]]
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
 async def attach(gateway_factory: GatewayFactory, publishers: Publishers) -> AsyncIterator[Attach]:
     """A gateway with the ordinary provider in SLOT, reached one way (`await attach("stdio")`)."""
     remotes: list[RemoteServer] = []

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -86,13 +85,6 @@ class Rig:
         async with Client(f"{self.gateway.url}/healthy/mcp", mode="legacy") as client:
             result = await client.call_tool("add", {"a": 1, "b": 1})
         assert result.structured_content == {"result": 2}
-
-
-@pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
 
 
 @pytest.fixture(params=["/provider/board", "/providers"], ids=["dedicated", "multiplexed"])

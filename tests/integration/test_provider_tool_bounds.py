@@ -4,7 +4,6 @@ the tool names clients are shown (docs/provider-api.md, "Tool names")."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -41,19 +40,6 @@ class PagedBoard(ScriptedBoard):
             await self.reply(message, result)
             return
         await super()._on_text(data)
-
-
-@pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def names_at(url: str) -> list[str]:

@@ -38,13 +38,6 @@ from tests.support.southbound import Boards, provider_status, ws_url
 MODES = ["legacy", "2026-07-28"]
 
 
-@pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
-
-
 async def call_add(gateway: GatewayServer, slot_path: str, mode: str = "legacy") -> Any:
     async with Client(f"{gateway.url}/{slot_path}/mcp", mode=mode) as client:
         result = await client.call_tool("add", {"a": 2, "b": 3})

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -79,12 +78,6 @@ class RawSession:
         assert self.session_id is not None
         async with self.http.delete(self.url, headers={"Mcp-Session-Id": self.session_id}) as response:
             return response.status
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 def assert_rate_limited(answer: Answer, request_id: Any, scope: str, key: str) -> int:

@@ -94,12 +94,6 @@ class Answers:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
 def outcomes() -> list[str]:
     return []
 

@@ -55,13 +55,6 @@ async def wait_status(url: str, slot: str, key: str, value: object, timeout: flo
 
 
 @pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
-
-
-@pytest.fixture
 async def processes() -> AsyncIterator[list[asyncio.subprocess.Process]]:
     started: list[asyncio.subprocess.Process] = []
     yield started

@@ -8,10 +8,8 @@ then they leave, and an ordinary board must still find room.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
-import pytest
 
 from gateway.app import GatewayServer
 from gateway.core.link import LinkInfo
@@ -23,13 +21,6 @@ from tests.support.mqtt_peer import RawPeer
 from tests.support.southbound import Boards, ScriptedBoard, first_mqtt_broker, provider_status
 
 REGISTER = {"jsonrpc": "2.0", "method": "notifications/register"}
-
-
-@pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
 
 
 async def claim(board: ScriptedBoard, gateway: GatewayServer, names: list[str]) -> None:

@@ -126,12 +126,6 @@ class LegacySse:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
 async def pump(gateway: GatewayServer, publishers: Publishers) -> GatewayServer:
     await publishers.start(gateway, "pump-1", demo_server("pump-1"), aggregate=True)
     return gateway

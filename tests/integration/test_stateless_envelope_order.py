@@ -7,7 +7,6 @@ of the wrong JSON type is the envelope's fault, whatever the headers say.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -34,12 +33,6 @@ BAD_ENVELOPES: list[tuple[str, dict[str, Any], str]] = [
     ("capabilities-null", {META_CAPABILITIES: None}, "clientCapabilities'] must be an object"),
     ("client-info-string", {META_CLIENT_INFO: "raw"}, "clientInfo'] must be an object"),
 ]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 @pytest.mark.parametrize("path", ENDPOINTS)

@@ -13,7 +13,6 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +91,6 @@ def no_sessions(server: GatewayServer) -> bool:
 async def pump(gateway: GatewayServer, publishers: Publishers) -> GatewayServer:
     await publishers.start(gateway, "pump-1", demo_server("pump-1"), aggregate=True)
     return gateway
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 # -- plain ------------------------------------------------------------------------------------------

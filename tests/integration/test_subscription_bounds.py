@@ -4,7 +4,6 @@ resource URIs it subscribes to (which a 2026-07-28 provider is asked for in one 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -20,12 +19,6 @@ from tests.support.ordinary_provider import make_server
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
 LISTEN_TOOLS = {"toolsListChanged": True}
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def refused_listen(http: aiohttp.ClientSession, server: GatewayServer, request_id: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,13 +20,6 @@ from tests.support.southbound import Boards, ScriptedBoard, provider_status
 
 HELD = 'Slot already held by a live provider; call provider_status on _broker. Slot: "pump"'
 PROBE_MS = 200
-
-
-@pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    helper = Boards()
-    yield helper
-    await helper.aclose()
 
 
 def policy_config(policy: str, where: str, probe_ms: int = PROBE_MS) -> dict[str, Any]:

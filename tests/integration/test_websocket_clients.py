@@ -7,7 +7,6 @@ era frame by frame, as a browser or a small script would; real SDK servers publi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +73,6 @@ class RawSocket:
         await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         result: JsonObject = answer["result"]
         return result
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 def ws_url(server: GatewayServer, slot: str) -> str:
