@@ -17,7 +17,7 @@ import logging
 import ssl
 
 from gateway.config import ConfigError, TlsConfig
-from gateway.config.tls import KeyNeedsPassword, decrypt_hint, load_cert_chain
+from gateway.config.tls import KeyNeedsPassword, decrypt_hint, load_cert_chain, unreadable
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.policy.tls")
@@ -30,13 +30,9 @@ def _explain(cert_file: str, key_file: str, exc: Exception) -> str:
     from cryptography.hazmat.primitives import serialization
 
     for key, path in (("cert_file", cert_file), ("key_file", key_file)):
-        try:
-            with open(path, "rb") as handle:
-                handle.read(1)
-        except FileNotFoundError:
-            return f"tls.{key} {path}: not found"
-        except OSError as err:
-            return f"tls.{key} {path}: not readable ({err.strerror})"
+        problem = unreadable(f"tls.{key}", path)
+        if problem is not None:
+            return problem
     with open(cert_file, "rb") as handle:
         cert_pem = handle.read()
     with open(key_file, "rb") as handle:
