@@ -17,9 +17,11 @@ followed): an [audit] path that is a link to another gateway's file gets that fi
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,7 +80,17 @@ def lock_file(path: Path) -> int:
 
     Raises _Held when another open file holds the lock (another process, or this one opened it again),
     OSError when the file cannot be opened or locked at all."""
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    # Never through a link and never blocking on a FIFO: whoever may write the directory could
+    # otherwise point the lock at any file, which the gateway would then empty and write its pid into.
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeLock(f"{path} is a symbolic link") from None
+        raise
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise UnsafeLock(f"{path} is not a regular file")
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -97,6 +109,26 @@ def lock_file(path: Path) -> int:
     except OSError:
         pass  # the lock holds without it: a refused gateway then names no pid
     return descriptor
+
+
+class UnsafeLock(Exception):
+    """A lock file's name is taken by a symbolic link or something other than a regular file."""
+
+
+def _unsafe(problem: UnsafeLock) -> StateInUse:
+    return StateInUse(
+        f"{problem}: the gateway's lock files are regular files it makes itself, and it never writes through "
+        "a link. Something else put this there (whoever may write that directory): remove it, and keep the "
+        "directory writable by the gateway's user only"
+    )
+
+
+def _warn_if_open(directory: Path, what: str) -> None:
+    """A directory others may write lets them plant files where the gateway keeps its own."""
+    with contextlib.suppress(OSError):
+        mode = directory.stat().st_mode
+        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+            log.warning("%s %s is writable by other users (mode %o): make it 0700", what, directory, mode & 0o777)
 
 
 def _state_variable(environ: Mapping[str, str]) -> str:
@@ -132,7 +164,10 @@ def hold_state(config: GatewayConfig, environ: Mapping[str, str] | None = None) 
         ensure_directory(directory)
         real_directory = directory.resolve()
         lock = real_directory / LOCK_FILE
+        _warn_if_open(real_directory, "the state directory")
         held.descriptors.append(lock_file(lock))
+    except UnsafeLock as exc:
+        raise _unsafe(exc) from None
     except _Held as exc:
         raise StateInUse(
             f"the state directory {directory} ({_state_variable(env)}{_leads_to(directory, real_directory)}) is "
@@ -156,7 +191,11 @@ def hold_state(config: GatewayConfig, environ: Mapping[str, str] | None = None) 
         ensure_directory(audit_file.parent)
         real_audit = audit_file.resolve()  # the lock lies beside the file SQLite writes
         audit_lock = real_audit.with_name(real_audit.name + AUDIT_LOCK_SUFFIX)
+        _warn_if_open(real_audit.parent, "the audit file's directory")
         held.descriptors.append(lock_file(audit_lock))
+    except UnsafeLock as exc:
+        held.release()
+        raise _unsafe(exc) from None
     except _Held as exc:
         held.release()
         raise StateInUse(

@@ -84,3 +84,41 @@ def test_a_place_that_cannot_be_locked_is_logged_and_left_to_fail_as_before(
     assert held.descriptors == []
     assert f"the state directory {blocker / 'state'} cannot be locked" in caplog.text
     assert f"the audit file {blocker / 'audit.db'} cannot be locked" in caplog.text
+
+
+def test_a_lock_name_taken_by_a_link_or_a_fifo_is_refused_and_the_target_left_alone(tmp_path: Path) -> None:
+    """Whoever may write the state or audit directory could point a lock name at any file, which the
+    gateway would empty and write its pid into: a link is never followed, a FIFO never waited on."""
+    precious = tmp_path / "precious"
+    precious.write_text("keep me\n")
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "gateway.lock").symlink_to(precious)
+    with pytest.raises(StateInUse, match=r"gateway.lock is a symbolic link: .* never writes through a link"):
+        hold_state(config(), {"STATE_DIRECTORY": str(state)})
+    assert precious.read_text() == "keep me\n"
+
+    trail = tmp_path / "trail"
+    trail.mkdir(mode=0o700)
+    (trail / "audit.db.lock").symlink_to(precious)
+    governed = config(**GOVERNED, audit={"path": str(trail / "audit.db")})
+    with pytest.raises(StateInUse, match=r"audit.db.lock is a symbolic link"):
+        hold_state(governed, {"STATE_DIRECTORY": str(tmp_path / "other")})
+    assert precious.read_text() == "keep me\n"
+    # The state directory's lock was let go again when the audit file's was refused.
+    hold_state(config(), {"STATE_DIRECTORY": str(tmp_path / "other")}).release()
+
+    fifo_state = tmp_path / "fifo"
+    fifo_state.mkdir(mode=0o700)
+    os.mkfifo(fifo_state / "gateway.lock")
+    with pytest.raises(StateInUse, match=r"gateway.lock is not a regular file"):
+        hold_state(config(), {"STATE_DIRECTORY": str(fifo_state)})
+
+
+def test_a_state_directory_others_may_write_is_warned_of(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    state = tmp_path / "open"
+    state.mkdir()
+    state.chmod(0o777)
+    with caplog.at_level(logging.WARNING), hold_state(config(), {"STATE_DIRECTORY": str(state)}):
+        pass
+    assert f"the state directory {state} is writable by other users (mode 777): make it 0700" in caplog.text
