@@ -50,7 +50,6 @@ PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 _ENVELOPE = 96  # '{"jsonrpc":"2.0","id":,"result":{"tools":[]' plus '],"nextCursor":"NN"}}'
 _ID_ROOM = 32  # ids the tool budget is planned for; the gateway's look like "brk-1234"
 _COMPACT = (",", ":")
-_BUILT_IN = ("initialize", "ping", "tools/list", "tools/call")
 
 
 def tool_budget(frame_max):
@@ -94,10 +93,10 @@ class Dispatcher:
         odd = [name for name in names if name not in handlers] + [name for name in handlers if name not in names]
         if odd:
             raise ValueError("tool handlers and schema disagree on: " + ", ".join(odd))
-        methods = methods or {}
-        for name in _BUILT_IN:
-            if name in methods:
-                raise ValueError("methods cannot replace the built-in " + name)
+        if methods:  # pump-1 has none: the code for them is a module it never loads (heap)
+            from mcpdevice.methods import check
+
+            check(methods)
         self.registry = registry
         self.handlers = handlers
         self.server_info = server_info
@@ -158,20 +157,14 @@ class Dispatcher:
             if self.instructions:
                 result["instructions"] = self.instructions
             return self._result(request_id, result)
-        serve = self.methods.get(method)
-        if serve is not None:
-            try:
-                return self._result(request_id, serve(params))
-            except Exception as exc:  # ValueError(code, message): the handler's refusal; else a bug in it
-                error = exc.args
-                if type(exc) is not ValueError or len(error) != 2 or type(error[0]) is not int:
-                    error = INTERNAL_ERROR, "%s failed inside the device: %r" % (method, exc)
-                return self._error(request_id, error[0], error[1])
-        known = _BUILT_IN + tuple(sorted(self.methods))
+        if self.methods:
+            from mcpdevice.methods import serve
+
+            return serve(self, request_id, method, params)
         return self._error(
             request_id,
             METHOD_NOT_FOUND,
-            "Method not found: %s. This device answers %s and %s" % (method, ", ".join(known[:-1]), known[-1]),
+            "Method not found: %s. This device answers initialize, ping, tools/list and tools/call" % method,
         )
 
     def oversize(self, size, head):
