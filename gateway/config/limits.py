@@ -180,6 +180,20 @@ class LimitsConfig(Section):
     (data.reason "pattern_timeout"), never forwarded unchecked. A provider's pattern that backtracks
     (`(a|a)+$`) would otherwise hold the event loop for minutes on one crafted string; a pattern in a
     real schema takes microseconds."""
+    max_schema_compile_ms: Annotated[int, Field(ge=1, le=600_000)] = 3000
+    """How long a governed call waits for its tool's inputSchema to be compiled (on a thread of its own,
+    off the event loop); past it the call is checked against the operator limits only, as for a schema
+    that does not compile, and the compile goes on: calls are checked against the schema once it ends.
+    A real schema compiles in about a millisecond; a crafted one (thousands of case-insensitive
+    wide-range classes) takes minutes."""
+    max_schema_compiles_waiting: Annotated[int, Field(ge=0, le=1024)] = 4
+    """inputSchemas waiting to be compiled behind the one compiling; a call whose schema finds the queue
+    full is checked against the operator limits only, and a later call queues it again."""
+    max_schema_code_bytes: Annotated[int, Field(ge=1024, le=64 << 20)] = 1 << 20
+    """Longest validator code (Python source that fastjsonschema generates from an inputSchema, about
+    900 bytes per patterned property) the gateway compiles; a longer one is a schema that does not
+    compile (its calls meet the operator limits only). Python compiles it holding the GIL, so the
+    event loop, about 0.2 s per MB."""
     catalog_coalesce_ms: Annotated[int, Field(ge=0, le=10_000)] = 50
     """How long `_all` and the tool groups wait after a provider comes, goes or changes its tools before
     rebuilding their catalogs and announcing the change, so a burst (every board reconnecting after a

@@ -173,6 +173,8 @@ class Governor:
             # Not listed by the provider: the same answer as a tool the caller may not see, recorded.
             await self._record_refusal(self._unknown_tool(subjects, slot, name, arguments, via, trace_id))
             return CallVerdict(False, visible=False, effect="deny")
+        if not self.schemas.cached(tool):
+            await self.schemas.ready(tool)  # compiled off the event loop, within limits.max_schema_compile_ms
         call = Call(subjects, slot, tool, name, arguments, read_only(tool), via, trace_id)
         policy = self.policy
         # Taken before anything is decided: an attempt matching an approval (or bringing its own
@@ -514,4 +516,11 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
     except PolicyError as exc:
         raise ConfigError(f"[policy]: {exc}") from exc
     trail = AuditTrail.open(config.audit, environ=environ) if config.audit.enabled else None
-    return Governor(policy, trail, SchemaCache(max_pattern_ms=config.limits.max_pattern_ms), source=config.policy)
+    limits = config.limits
+    schemas = SchemaCache(
+        max_pattern_ms=limits.max_pattern_ms,
+        max_compile_ms=limits.max_schema_compile_ms,
+        max_compiles_waiting=limits.max_schema_compiles_waiting,
+        max_code_bytes=limits.max_schema_code_bytes,
+    )
+    return Governor(policy, trail, schemas, source=config.policy)

@@ -16,17 +16,29 @@ What a provider lists is not trusted:
 - its patterns (`pattern`, `patternProperties`) are matched within limits.max_pattern_ms per check
   (gateway/policy/patterns.py): fastjsonschema's own code generator is used with its regular
   expressions swapped for bounded ones, and with its one match at compile time (a required name
-  against `patternProperties`) bounded the same way.
+  against `patternProperties`) bounded the same way;
+- compiling is not cheap for every schema (`re` compiles a case-insensitive class of wide ranges in
+  milliseconds, and a schema can repeat it thousands of times), so a governed call has its schema
+  compiled off the event loop (`SchemaCache.ready`), on one thread shared by every schema, within
+  limits.max_schema_compile_ms; a schema not compiled in time (or not started, with more than
+  limits.max_schema_compiles_waiting already waiting) is treated as one that does not compile
+  until its compile ends.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from hashlib import blake2b
+from queue import SimpleQueue
+from time import monotonic
 from typing import Any
 
 import fastjsonschema
@@ -43,6 +55,13 @@ log = logging.getLogger("gateway.policy.schemas")
 
 Validator = Callable[[Any], Any]
 DEFAULT_MAX_ENTRIES = 4096
+DEFAULT_MAX_COMPILE_MS = 3000
+"""limits.max_schema_compile_ms by default: a real schema compiles in about a millisecond."""
+DEFAULT_MAX_COMPILES_WAITING = 4
+"""limits.max_schema_compiles_waiting by default."""
+DEFAULT_MAX_CODE_BYTES = 1 << 20
+"""limits.max_schema_code_bytes by default: Python compiles this much in about 0.2 s, holding the GIL
+(so the event loop) all along; pump-1's set_speed makes 2 KB."""
 SHOWN_CHARS = 60
 """A value longer than this (as JSON) is cut in messages: the caller sent it, it needs no echo in full."""
 
@@ -54,6 +73,8 @@ class CompiledSchema:
     validator: Validator | None
     error: str | None = None
     """Why the tool's arguments are not checked against its inputSchema (None: they are)."""
+    pending: bool = False
+    """Not compiled yet (past limits.max_schema_compile_ms, or not started): checked by limits only until it is."""
 
 
 NO_SCHEMA = CompiledSchema(None, "the tool lists no inputSchema")
@@ -137,8 +158,13 @@ def _generator_class(schema: dict[str, Any]) -> type[CodeGeneratorDraft04]:
     return found
 
 
-def generated_validator(schema: dict[str, Any], budget: PatternBudget) -> Validator:
-    """fastjsonschema.compile, with every pattern matched within `budget` (started afresh at each check)."""
+def generated_validator(
+    schema: dict[str, Any], budget: PatternBudget, max_code_bytes: int = DEFAULT_MAX_CODE_BYTES
+) -> Validator:
+    """fastjsonschema.compile, with every pattern matched within `budget` (started afresh at each check).
+
+    Code longer than `max_code_bytes` is refused before Python compiles it: that compile holds the GIL
+    (every thread, the event loop's too) from start to end, about 0.2 s per MB."""
     resolver = RefResolver.from_schema(schema, handlers=LOCAL_REFS_ONLY, store={})
     generator = _generator_class(schema)(schema, resolver=resolver, use_default=False, use_formats=False)
     assert isinstance(generator, _BoundedRequired)
@@ -149,7 +175,13 @@ def generated_validator(schema: dict[str, Any], budget: PatternBudget) -> Valida
     for written, compiled in patterns.items():
         # fastjsonschema compiled each with `re` (its syntax decides what compiles); `regex` matches it.
         patterns[written] = BoundedPattern(written, compiled.pattern, budget)
-    exec(generator.func_code, state)  # as fastjsonschema.compile does: the provider's strings stay strings
+    code = generator.func_code
+    if len(code) > max_code_bytes:
+        raise JsonSchemaDefinitionException(
+            f"its validator would be {len(code)} characters of code, more than limits.max_schema_code_bytes "
+            f"({max_code_bytes})"
+        )
+    exec(code, state)  # as fastjsonschema.compile does: the provider's strings stay strings
     validate: Validator = state[resolver.get_scope_name()]
     if not patterns:
         return validate
@@ -161,7 +193,9 @@ def generated_validator(schema: dict[str, Any], budget: PatternBudget) -> Valida
     return bounded
 
 
-def compile_schema(schema: Any, max_pattern_ms: float = DEFAULT_MAX_PATTERN_MS) -> CompiledSchema:
+def compile_schema(
+    schema: Any, max_pattern_ms: float = DEFAULT_MAX_PATTERN_MS, max_code_bytes: int = DEFAULT_MAX_CODE_BYTES
+) -> CompiledSchema:
     """A validator for `schema` (a fresh copy of it: fastjsonschema rewrites `$ref`s in place), or why not.
 
     Its patterns' matches take at most `max_pattern_ms` per check (and as much for the compile);
@@ -169,7 +203,9 @@ def compile_schema(schema: Any, max_pattern_ms: float = DEFAULT_MAX_PATTERN_MS) 
     if not isinstance(schema, dict):
         return CompiledSchema(None, f"the inputSchema is {json_type(schema)}, not an object")
     try:
-        validator = generated_validator(orjson.loads(orjson.dumps(schema)), PatternBudget(max_pattern_ms))
+        validator = generated_validator(
+            orjson.loads(orjson.dumps(schema)), PatternBudget(max_pattern_ms), max_code_bytes
+        )
     except RemoteRefRefused as exc:
         return CompiledSchema(None, f"remote reference refused: {exc}")
     except PatternTimeout as exc:
@@ -184,6 +220,55 @@ def compile_schema(schema: Any, max_pattern_ms: float = DEFAULT_MAX_PATTERN_MS) 
     return CompiledSchema(validator)
 
 
+class _CompileThread:
+    """One daemon thread that compiles schemas in turn: a flood of distinct schemas queues here
+    instead of adding threads, and a compile that runs for minutes never holds the process at exit."""
+
+    def __init__(self) -> None:
+        self._jobs: SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]]] = (
+            SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+
+    def submit(self, job: Callable[[], Any]) -> asyncio.Future[Any]:
+        """`job()`'s result, computed on the thread, as a future of the running loop."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="schema-compile", daemon=True)
+            self._thread.start()
+        self._jobs.put((loop, future, job))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            loop, future, job = self._jobs.get()
+            try:
+                outcome: tuple[bool, Any] = (True, job())
+            except BaseException as exc:  # handed to the loop, whatever it is
+                outcome = (False, exc)
+            with contextlib.suppress(RuntimeError):  # the loop that asked is closed: the result goes nowhere
+                loop.call_soon_threadsafe(_settle, future, outcome)
+
+
+def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    if future.done():
+        return
+    if outcome[0]:
+        future.set_result(outcome[1])
+    else:
+        future.set_exception(outcome[1])
+
+
+@dataclass(slots=True)
+class _Compiling:
+    future: asyncio.Future[Any]
+    deadline: float
+    """monotonic() past which calls stop waiting for it."""
+    late: bool = False
+    """Past its deadline (logged once)."""
+
+
 class SchemaCache:
     """Compiled inputSchemas, keyed by content and bounded (least recently used goes first).
 
@@ -195,18 +280,37 @@ class SchemaCache:
       instead of serializing and hashing its schema. The gateway replaces a provider's tool list
       and never edits one in place, so a held schema's content does not change under it."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, max_pattern_ms: float = DEFAULT_MAX_PATTERN_MS) -> None:
+    def __init__(
+        self,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_pattern_ms: float = DEFAULT_MAX_PATTERN_MS,
+        max_compile_ms: float = DEFAULT_MAX_COMPILE_MS,
+        max_compiles_waiting: int = DEFAULT_MAX_COMPILES_WAITING,
+        max_code_bytes: int = DEFAULT_MAX_CODE_BYTES,
+    ) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         if not max_pattern_ms > 0:
             raise ValueError("max_pattern_ms must be above 0")
+        if not max_compile_ms > 0:
+            raise ValueError("max_compile_ms must be above 0")
+        if max_compiles_waiting < 0:
+            raise ValueError("max_compiles_waiting must be at least 0")
         self.max_entries = max_entries
         self.max_pattern_ms = max_pattern_ms
         """limits.max_pattern_ms: how long the pattern matches of one check may take together."""
+        self.max_compile_ms = max_compile_ms
+        """limits.max_schema_compile_ms: how long a governed call waits for its schema's compile."""
+        self.max_compiles_waiting = max_compiles_waiting
+        self.max_code_bytes = max_code_bytes
+        """limits.max_schema_code_bytes: the longest validator code compiled."""
+        """limits.max_schema_compiles_waiting: compiles queued behind the one running, at most."""
         self.compiles = 0
         """How many schemas were compiled (or tried): equal schemas count once while cached."""
         self._by_content: OrderedDict[bytes, CompiledSchema] = OrderedDict()
         self._by_object: dict[int, tuple[object, bytes | None, CompiledSchema]] = {}
+        self._compiling: dict[bytes, _Compiling] = {}
+        self._thread = _CompileThread()
 
     @property
     def size(self) -> int:
@@ -222,6 +326,8 @@ class SchemaCache:
         return self.entry(tool).error
 
     def entry(self, tool: Mapping[str, Any] | None) -> CompiledSchema:
+        """`tool`'s compiled inputSchema, compiled here (on the caller's thread) when not cached:
+        on the event loop, `await ready(tool)` first (unless `cached(tool)`)."""
         if tool is None:
             return UNLISTED
         schema = tool.get("inputSchema")
@@ -232,10 +338,107 @@ class SchemaCache:
             self._used(held[1], held[2])
             return held[2]
         key, entry = self._by_key(schema, tool)
-        if len(self._by_object) >= self.max_entries:  # first in, first out: a dropped object costs one key
+        self._hold(schema, key, entry)
+        return entry
+
+    def cached(self, tool: Mapping[str, Any] | None) -> bool:
+        """Whether `entry(tool)` answers from the cache (a dict lookup, no compile)."""
+        if tool is None:
+            return True
+        schema = tool.get("inputSchema")
+        if schema is None:
+            return True
+        held = self._by_object.get(id(schema))
+        return held is not None and held[0] is schema and not held[2].pending
+
+    async def ready(self, tool: Mapping[str, Any]) -> None:
+        """Have `tool`'s inputSchema compiled on the compile thread, waiting for it at most
+        max_compile_ms; `entry(tool)` then answers without compiling: the schema's validator, or a
+        `pending` entry (checked by the operator limits only) while it is not compiled."""
+        schema = tool.get("inputSchema")
+        if schema is None:
+            return
+        held = self._by_object.get(id(schema))
+        if held is not None and held[0] is schema:
+            key = held[1]
+        else:
+            try:
+                key = blake2b(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+            except (orjson.JSONEncodeError, TypeError):
+                self.entry(tool)  # not JSON: fails at once, nothing to compile
+                return
+        if key is None:
+            return
+        entry = self._by_content.get(key)
+        if entry is not None:
+            self._hold(schema, key, entry)
+            return
+        compiling = self._compiling.get(key)
+        if compiling is None:
+            if len(self._compiling) > self.max_compiles_waiting:  # one compiles, the others wait
+                self._hold(schema, key, self._pending(tool, self._queue_full()))
+                return
+            self.compiles += 1
+            compiling = self._compiling[key] = _Compiling(
+                self._thread.submit(
+                    partial(compile_schema, schema, self.max_pattern_ms, max_code_bytes=self.max_code_bytes)
+                ),
+                monotonic() + self.max_compile_ms / 1000,
+            )
+            compiling.future.add_done_callback(partial(self._compiled, key, tool.get("name")))
+        left = compiling.deadline - monotonic()
+        if left > 0 and not compiling.future.done():
+            with contextlib.suppress(TimeoutError):  # at the bound the call goes on without it
+                await asyncio.wait_for(asyncio.shield(compiling.future), left)
+        if compiling.future.done():
+            self._hold(schema, key, self._outcome(compiling.future))
+            return
+        error = (
+            f"the inputSchema took longer than limits.max_schema_compile_ms ({number(self.max_compile_ms)} ms) to "
+            "compile; it goes on compiling, and calls are checked against it once it has"
+        )
+        self._hold(schema, key, self._pending(tool, error, logged=compiling.late))
+        compiling.late = True
+
+    def _queue_full(self) -> str:
+        return (
+            f"the inputSchema is not compiled now: {len(self._compiling)} other inputSchemas are being compiled or "
+            f"waiting (limits.max_schema_compiles_waiting = {self.max_compiles_waiting})"
+        )
+
+    def _pending(self, tool: Mapping[str, Any], error: str, *, logged: bool = False) -> CompiledSchema:
+        entry = CompiledSchema(None, error, pending=True)
+        return entry if logged else self._failed(entry, tool)
+
+    @staticmethod
+    def _outcome(future: asyncio.Future[Any]) -> CompiledSchema:
+        exc = future.exception()
+        if exc is None:
+            result: CompiledSchema = future.result()
+            return result
+        return CompiledSchema(None, f"the inputSchema does not compile: {type(exc).__name__}: {exc}"[:300])
+
+    def _compiled(self, key: bytes, name: object, future: asyncio.Future[Any]) -> None:
+        """A compile on the thread ended: cached, and the schemas held as pending get it."""
+        compiling = self._compiling.pop(key, None)
+        if future.cancelled():
+            return
+        entry = self._outcome(future)
+        if entry.error is not None:
+            self._failed(entry, {"name": name})
+        elif compiling is not None and compiling.late:
+            log.warning("tool %s: its inputSchema is compiled now; its calls are checked against it", shown(name))
+        self._used(key, entry)
+        for held_id, (schema, held_key, held) in list(self._by_object.items()):
+            if held_key == key and held.pending:
+                self._by_object[held_id] = (schema, key, entry)
+
+    def _hold(self, schema: object, key: bytes | None, entry: CompiledSchema) -> None:
+        held = self._by_object.get(id(schema))
+        if (held is None or held[0] is not schema) and len(self._by_object) >= self.max_entries:
+            # first in, first out: a dropped object costs one key
             del self._by_object[next(iter(self._by_object))]
         self._by_object[id(schema)] = (schema, key, entry)
-        return entry
 
     def _by_key(self, schema: Any, tool: Mapping[str, Any]) -> tuple[bytes | None, CompiledSchema]:
         try:
@@ -248,7 +451,7 @@ class SchemaCache:
             self._by_content.move_to_end(key)
             return key, entry
         self.compiles += 1
-        entry = compile_schema(schema, self.max_pattern_ms)
+        entry = compile_schema(schema, self.max_pattern_ms, max_code_bytes=self.max_code_bytes)
         if entry.error is not None:
             self._failed(entry, tool)
         self._used(key, entry)
@@ -256,7 +459,7 @@ class SchemaCache:
 
     def _used(self, key: bytes | None, entry: CompiledSchema) -> None:
         """`key` becomes the most recently used (back in the cache if it had been dropped meanwhile)."""
-        if key is None:
+        if key is None or entry.pending:
             return
         try:
             self._by_content.move_to_end(key)
