@@ -175,6 +175,19 @@ async def test_two_gateways_started_together_settle_on_two_srv_targets(
     )
 
 
+async def announce_the_target(responder: AsyncZeroconf, tag: str, port: int, address: str) -> None:
+    """Another responder ("Line E") announces a service whose SRV target is the gateway's own, at `address`."""
+    announced = ServiceInfo(
+        MCP_TYPE,
+        f"Line E {tag}.{MCP_TYPE}",
+        port=port,
+        properties={"path": "/mcp"},
+        server=service_target(port),
+        parsed_addresses=[address],
+    )
+    await (await responder.async_register_service(announced, cooperating_responders=True))
+
+
 @pytest.mark.parametrize("gives_up", [True, False], ids=["lower-address-gives-up", "higher-address-keeps"])
 async def test_a_responder_announcing_the_srv_target_later_is_settled_by_the_tie_break(
     multicast_link: MulticastLink,
@@ -197,15 +210,7 @@ async def test_a_responder_announcing_the_srv_target_later_is_settled_by_the_tie
     assert server.mdns is not None and server.mdns.status()["srv_target"] == service_target(port)
     other = AsyncZeroconf(interfaces=[others])
     try:
-        announced = ServiceInfo(
-            MCP_TYPE,
-            f"Line E {tag}.{MCP_TYPE}",
-            port=port,
-            properties={"path": "/mcp"},
-            server=service_target(port),
-            parsed_addresses=[others],
-        )
-        await (await other.async_register_service(announced, cooperating_responders=True))
+        await announce_the_target(other, tag, port, others)
         warned = "gives the name up" if gives_up else "keeps the name"
         await wait_for(
             lambda: any(warned in record.getMessage() and others in record.getMessage() for record in caplog.records),
@@ -247,15 +252,7 @@ async def test_a_responder_of_another_machine_is_blamed_on_the_host_name(
     await wait_for(lambda: server.mdns is not None and server.mdns.state == "advertising", 15, "the advertisement")
     other = AsyncZeroconf(interfaces=[multicast_link.address])
     try:
-        announced = ServiceInfo(
-            MCP_TYPE,
-            f"Line E {tag}.{MCP_TYPE}",
-            port=port,
-            properties={"path": "/mcp"},
-            server=service_target(port),
-            parsed_addresses=[elsewhere],
-        )
-        await (await other.async_register_service(announced, cooperating_responders=True))
+        await announce_the_target(other, tag, port, elsewhere)
         await wait_for(
             lambda: any(
                 elsewhere in record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING

@@ -43,9 +43,8 @@ async def governed(
     server = await gateway_factory(
         policy=POLICY, audit={"path": str(tmp_path / "audit.db")}, limits={"max_schema_compile_ms": COMPILE_MS}
     )
-    ws = await boards.http.ws_connect(server.url.replace("http", "ws", 1) + "/provider/forms", autoping=False)
-    board = AnsweringBoard(ws, multiplexed=False, tools=TOOLS)
-    boards.opened.append(board)
+    board = await boards.connect(server.url, "/provider/forms", AnsweringBoard, tools=TOOLS)
+    assert isinstance(board, AnsweringBoard)
     await wait_ready_slot(server, "forms")
     yield server, board
 

@@ -203,8 +203,11 @@ class Boards:
         self.http = aiohttp.ClientSession()
         self.opened: list[ScriptedBoard] = []
 
-    async def connect(self, gateway_url: str, path: str, **options: Any) -> ScriptedBoard:
-        board = await ScriptedBoard.connect(self.http, gateway_url, path, **options)
+    async def connect(
+        self, gateway_url: str, path: str, kind: type[ScriptedBoard] = ScriptedBoard, **options: Any
+    ) -> ScriptedBoard:
+        """A board of `kind` (a ScriptedBoard that answers some methods itself) on `path`."""
+        board = await kind.connect(self.http, gateway_url, path, **options)
         self.opened.append(board)
         return board
 
