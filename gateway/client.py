@@ -16,6 +16,7 @@ from gateway import __version__
 from gateway.core.governed import CLAMPED_META_KEY
 from gateway.core.jsonrpc import INVALID_PARAMS
 from gateway.core.names import BROKER_SLOT
+from gateway.core.policy_interface import REFUSED_META_KEY
 from gateway.core.versions import LATEST_HANDSHAKE
 
 if TYPE_CHECKING:
@@ -88,6 +89,22 @@ def gateway_notes(result: dict[str, Any]) -> list[str]:
     if not isinstance(clamped, list) or not clamped:
         return []
     return [CLAMP_NOTE + "; ".join(str(entry) for entry in clamped)]
+
+
+def gateway_refusal(result: dict[str, Any]) -> str | None:
+    """The text of a tool error the gateway answered itself without forwarding the call (arguments the
+    schema or a limit refuses, a person who declined: `_meta["io.github.mcp-gateway/refused"]`); None
+    for any other result."""
+    meta = result.get("_meta")
+    if not isinstance(meta, dict) or REFUSED_META_KEY not in meta:
+        return None
+    content = result.get("content")
+    texts = [
+        str(block.get("text", ""))
+        for block in (content if isinstance(content, list) else [])
+        if isinstance(block, dict) and block.get("type") == "text"
+    ]
+    return " ".join(texts) or "the gateway refused the call"
 
 
 GATEWAY_META_PREFIX = "io.github.mcp-gateway/"

@@ -39,7 +39,7 @@ def cmd_slots(args: argparse.Namespace) -> int:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    from gateway.client import GatewayClient, gateway_notes, parse_arguments, render_result
+    from gateway.client import GatewayClient, gateway_notes, gateway_refusal, parse_arguments, render_result
 
     try:
         arguments = parse_arguments(args.arguments)
@@ -50,6 +50,10 @@ def cmd_call(args: argparse.Namespace) -> int:
     async def go() -> int:
         async with GatewayClient(args.url, args.slot, token=_client_token(args)) as client:
             result = await client.call_tool(args.tool, arguments)
+        refusal = gateway_refusal(result)
+        if refusal is not None:  # the device was never asked: nothing of its on stdout
+            print(f"mcp-gateway call: {refusal}", file=sys.stderr)
+            return 1
         sys.stdout.write(render_result(result) + "\n")
         for note in gateway_notes(result):  # on stderr: stdout stays the device's answer, for scripts
             print(f"mcp-gateway call: {note}", file=sys.stderr)

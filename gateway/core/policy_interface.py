@@ -75,7 +75,8 @@ class CallVerdict:
     visible: bool = True
     """False: the caller may not see the tool, and gets the answer an unknown tool gets."""
     reason: str = ""
-    """Why it is refused, in words the caller can act on (a -32001 Forbidden, or the arguments' -32602)."""
+    """Why it is refused, in words the caller can act on (a -32001 Forbidden, or a -32602 for a malformed
+    request)."""
     code: int = 0
     """The JSON-RPC code of a refusal (0: -32001 Forbidden)."""
     data: dict[str, Any] | None = None
@@ -88,10 +89,16 @@ class CallVerdict:
     admission: object = None
     """The policy layer's hold on the call's execution limits, given back by `call_ended`."""
     answer: dict[str, Any] | None = None
-    """Not forwarded, answered with this result instead (a tool error: a person declined the call)."""
+    """Not forwarded, answered with this result instead (a tool error: a person declined the call, or
+    its arguments are refused)."""
     effect: str = ""
     """The decision in the audit trail's words (`allow`, `clamp`, `deny`, `refuse-arguments`, `declined`,
     `refuse-confirmation`, `refuse-limit`; `error`: a call the trail could not record), for the policy span."""
+
+
+REFUSED_META_KEY = "io.github.mcp-gateway/refused"
+"""In the _meta of a tool error the gateway answered itself (the call was not forwarded): why, for
+programs (`reason`, `slot`, and what the reason names: `argument`, `rule`, ...)."""
 
 
 CONFIRM_STATE_PREFIX = "mcpgwc1."

@@ -83,7 +83,8 @@ class ArgumentLimit:
 
 
 class ArgumentRefused(Exception):
-    """The call's arguments are refused: `message` says which and what to send instead (a -32602)."""
+    """The call's arguments are refused: `message` says which and what to send instead (a tool error,
+    or a -32602 for a `malformed_request`)."""
 
     code = INVALID_PARAMS
 
@@ -93,6 +94,12 @@ class ArgumentRefused(Exception):
         self.data = data
         self.rules = tuple(dict.fromkeys(limit.rule for limit in limits if limit.rule))
         """The ids of the limit rules that refused (none for the tool's inputSchema)."""
+
+    @property
+    def malformed_request(self) -> bool:
+        """The request itself breaks tools/call (its arguments are not an object): a protocol error
+        (-32602), where a value the schema or a limit refuses is a tool error the caller can correct."""
+        return self.data.get("source") == "tools/call"
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from gateway.config import ConfigError, GatewayConfig, PolicyConfig
 from gateway.core import errors, jsonrpc
 from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import (
+    REFUSED_META_KEY,
     AnswerInstead,
     CallVerdict,
     Confirmer,
@@ -262,7 +263,9 @@ class Governor:
                 self.limit_hit("max_pattern_ms")
             rules = (*record.rules, *exc.rules)
             await self._record_refusal(_replace(record, effect="refuse-arguments", reason=exc.message, rules=rules))
-            return CallVerdict(False, reason=exc.message, code=exc.code, data=exc.data, effect="refuse-arguments")
+            if exc.malformed_request:
+                return CallVerdict(False, reason=exc.message, code=exc.code, data=exc.data, effect="refuse-arguments")
+            return CallVerdict(False, answer=refused_arguments_result(exc, slot), effect="refuse-arguments")
         if checked.clamped:
             rules = (*record.rules, *checked.rules)
             record = _replace(record, effect="clamp", constraints=list(checked.clamped), rules=rules)
@@ -479,6 +482,15 @@ class Governor:
             log.warning("audit trail: a refusal of %s on %s was not recorded: %s", record.tool, record.slot, exc)
 
 
+def refused_arguments_result(refused: ArgumentRefused, slot: str) -> dict[str, Any]:
+    """What the agent reads when the tool's inputSchema or an operator limit refuses its arguments: a
+    tool error, as MCP has input validation answered (2025-11-25), so the model reads what to send
+    instead and can retry; agent frameworks hide a JSON-RPC error's message. Nothing was forwarded."""
+    text = f"Not forwarded to {slot}: {refused.message}"
+    why = {**refused.data, "slot": slot}
+    return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {REFUSED_META_KEY: why}}
+
+
 def declined_result(question: Question, answer: Answer) -> dict[str, Any]:
     """What the agent reads when a person said no (or nobody answered): a tool error, nothing was done."""
     if answer.how == "timeout":
@@ -494,7 +506,8 @@ def declined_result(question: Question, answer: Answer) -> dict[str, Any]:
         f"Not done: {question.tool} on {question.slot} was not forwarded to the device; {why} "
         f"(the operator's policy {question.rule.id} has a person confirm this call)."
     )
-    return {"content": [{"type": "text", "text": text}], "isError": True}
+    refused = {"reason": "declined", "slot": question.slot, "setBy": f"policy {question.rule.id}", "by": answer.by}
+    return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {REFUSED_META_KEY: refused}}
 
 
 def _uncounted(limit: str) -> None:

@@ -17,6 +17,7 @@ from gateway.app import GatewayServer
 from gateway.core.schema_hash import tools_hash
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.device.harness import DEVICE_DIR, REPO, Device, run_snippet, start_device
+from tests.support.refusals import refusal
 
 EXAMPLE = DEVICE_DIR / "examples" / "th1"
 PAGE = REPO / "docs" / "device-own.md"
@@ -107,10 +108,10 @@ async def test_the_gateway_governs_the_example_with_its_policy(gateway_factory: 
     await sensor(gateway.url)
     await wait_ready_slot(gateway, SLOT, timeout=10)
     async with Client(f"{gateway.url}/{SLOT}/mcp", mode="legacy") as client:
-        with pytest.raises(MCPError) as below:  # the firmware would take 5; the plant's limit does not
-            await client.call_tool("set_interval", {"interval_s": 5})
-        assert below.value.error.code == -32602
-        assert 'Argument "interval_s" = 5 is below the limit 10' in below.value.error.message
+        # The firmware would take 5; the plant's limit does not (a tool error the agent reads).
+        below, refused = refusal(await client.call_tool("set_interval", {"interval_s": 5}))
+        assert 'Argument "interval_s" = 5 is below the limit 10' in below
+        assert refused["reason"] == "argument_limit"
         for _ in range(6):
             allowed = await client.call_tool("set_interval", {"interval_s": 30})
             assert not allowed.is_error, allowed.content

@@ -13,10 +13,11 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import Client, MCPError
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import GatewayFactory, wait_ready_slot
+from tests.support.refusals import refusal, refused_argument_text
 from tests.support.remote_server import remote_server
 from tests.support.servers import demo_server
 
@@ -55,12 +56,12 @@ async def test_a_secret_argument_value_never_reaches_the_trail(gateway_factory: 
             httpx2.AsyncClient(headers=headers, timeout=30) as transport,
             Client(streamable_http_client(f"{server.url}/files/mcp", http_client=transport), mode="legacy") as sdk,
         ):
-            with pytest.raises(MCPError) as refused:
-                await sdk.call_tool("echo", {"text": "hi", "api_token": SECRET_VALUE})
+            text, _ = refusal(await sdk.call_tool("echo", {"text": "hi", "api_token": SECRET_VALUE}))
             # The caller sent the value: its own error may name it, to say which argument to fix.
-            assert refused.value.error.message.startswith(f'Argument "api_token" = "{SECRET_VALUE}" is not allowed')
-            with pytest.raises(MCPError):
-                await sdk.call_tool("echo", {"text": "hi", "options": {"mode": "b", "password": NESTED_SECRET}})
+            assert refused_argument_text(text, "files").startswith(
+                f'Argument "api_token" = "{SECRET_VALUE}" is not allowed'
+            )
+            refusal(await sdk.call_tool("echo", {"text": "hi", "options": {"mode": "b", "password": NESTED_SECRET}}))
         with contextlib.closing(sqlite3.connect(f"file:{trail}?mode=ro", uri=True)) as db:
             reasons = [row[0] for row in db.execute("SELECT reason FROM decisions WHERE effect = 'refuse-arguments'")]
         assert len(reasons) == 2, reasons

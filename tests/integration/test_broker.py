@@ -15,6 +15,7 @@ import pytest
 from mcp import Client, MCPError
 
 from gateway.app import GatewayServer
+from gateway.core.policy_interface import REFUSED_META_KEY
 from gateway.publish.websocket import SPOKEN_VERSIONS
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.support.servers import demo_server
@@ -40,11 +41,14 @@ async def call(server: GatewayServer, mode: str, tool: str, arguments: dict[str,
     return text
 
 
-async def call_error(server: GatewayServer, mode: str, tool: str, arguments: dict[str, Any]) -> MCPError:
+async def call_refused(server: GatewayServer, mode: str, tool: str, arguments: dict[str, Any]) -> tuple[str, Any]:
+    """A call whose arguments _broker cannot use: a tool error (its text, and its `_meta` refusal)."""
     async with Client(broker_url(server), mode=mode) as client:
-        with pytest.raises(MCPError) as caught:
-            await client.call_tool(tool, arguments)
-    return caught.value
+        result = await client.call_tool(tool, arguments)
+    assert result.is_error, result
+    assert result.structured_content is None
+    meta = result.meta or {}
+    return result.content[0].text, meta.get(REFUSED_META_KEY)  # type: ignore[union-attr]
 
 
 def parse_iso(text: str) -> datetime:
@@ -224,24 +228,28 @@ async def test_provider_status_of_a_published_server(gateway: GatewayServer, pub
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_bad_arguments_are_invalid_params_that_say_what_to_do(
+async def test_bad_arguments_are_tool_errors_that_say_what_to_do(
     gateway: GatewayServer, publishers: Publishers, mode: str
 ) -> None:
+    # As MCP answers input validation: the caller's model reads the text and retries.
     await publishers.start(gateway, "pump-1", demo_server("pump"))
-    unknown = await call_error(gateway, mode, "provider_status", {"name": "nope"})
-    assert unknown.code == -32602
-    assert 'Unknown provider: "nope"' in unknown.error.message
-    assert "pump-1" in unknown.error.message
-    assert "providers_list" in unknown.error.message
-    missing = await call_error(gateway, mode, "provider_status", {})
-    assert missing.code == -32602
-    assert '"name"' in missing.error.message
-    extra = await call_error(gateway, mode, "providers_list", {"verbose": True})
-    assert extra.code == -32602
-    assert "unexpected argument(s) verbose" in extra.error.message
-    topic = await call_error(gateway, mode, "broker_guide", {"topic": "faq"})
-    assert topic.code == -32602
-    assert "index, publish-provider, connect-client, host-config, deploy, troubleshooting" in topic.error.message
+    unknown, refused = await call_refused(gateway, mode, "provider_status", {"name": "nope"})
+    assert 'Unknown provider: "nope"' in unknown
+    assert "pump-1" in unknown
+    assert "providers_list" in unknown
+    assert refused == {"reason": "invalid_arguments", "slot": "_broker", "name": "nope", "known": ["pump-1"]}
+    missing, _ = await call_refused(gateway, mode, "provider_status", {})
+    assert '"name"' in missing
+    extra, _ = await call_refused(gateway, mode, "providers_list", {"verbose": True})
+    assert "unexpected argument(s) verbose" in extra
+    topic, refused = await call_refused(gateway, mode, "broker_guide", {"topic": "faq"})
+    assert "index, publish-provider, connect-client, host-config, deploy, troubleshooting" in topic
+    assert refused["topics"][:2] == ["index", "publish-provider"]
+    async with Client(broker_url(gateway), mode=mode) as client:  # an unknown provider's URI: a protocol error
+        with pytest.raises(MCPError) as caught:
+            await client.read_resource("broker://providers/nope")
+    assert caught.value.code == -32602
+    assert 'Unknown provider: "nope"' in caught.value.error.message
 
 
 # -- guide ------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from tests.integration.test_confirmation import POLICY as CONFIRM_POLICY
 from tests.integration.test_confirmation import Person, client
 from tests.integration.test_governance import AGENT, ERAS, OPERATOR, auth
 from tests.support.gateway_process import run_cli
+from tests.support.refusals import refusal
 
 LIMIT = {"resources": ["/plant/pump-1"], "tool": "start", "argument": "speed_rpm", "min": 300, "max": 2000}
 POLICY: dict[str, Any] = {**CONFIRM_POLICY, "limits": [LIMIT]}
@@ -124,14 +125,15 @@ async def test_a_reload_while_the_person_reads_decides_the_call_again(plant: Pla
     reloaded = REVOKED if change == "revoked" else TIGHTER
     person = Answering(meanwhile=lambda: plant.use(reloaded))
     async with client(plant.gateway, AGENT, mode, person) as agent:
-        with pytest.raises(MCPError) as refused:
-            await agent.call_tool("start", {"speed_rpm": 1500})
+        if change == "revoked":  # the tool is no longer the agent's: answered as a tool it may not see
+            with pytest.raises(MCPError) as unknown:
+                await agent.call_tool("start", {"speed_rpm": 1500})
+            assert unknown.value.error.message.startswith("Unknown tool: start")
+        else:  # arguments the tightened limit refuses: a tool error
+            text, _ = refusal(await agent.call_tool("start", {"speed_rpm": 1500}))
+            assert "above the limit 1400" in text
     assert len(person.asked) == 1
     assert not plant.running()
-    if change == "revoked":  # the tool is no longer the agent's: answered as a tool it may not see
-        assert refused.value.error.message.startswith("Unknown tool: start")
-    else:
-        assert refused.value.error.code == -32602 and "above the limit 1400" in refused.value.error.message
     last = starts(plant.trail)[-1]
     assert last["effect"] == ("deny" if change == "revoked" else "refuse-arguments")
     if mode == "legacy":  # decided again after the person's yes, which is on record with the refusal
@@ -146,8 +148,14 @@ async def test_an_accept_without_approve_true_is_a_no(plant: Plant, content: dic
     person = Answering(content)
     async with client(plant.gateway, AGENT, "legacy", person) as agent:
         declined = await agent.call_tool("start", {"speed_rpm": 1500})
-    assert declined.is_error
-    assert "does not match the question's schema, so it counts as a no" in str(declined.content)
+    text, refused = refusal(declined)
+    assert "does not match the question's schema, so it counts as a no" in text
+    assert refused == {
+        "reason": "declined",
+        "slot": "pump-1",
+        "setBy": "policy confirm[0]",
+        "by": "token:agent via elicitation",
+    }
     assert not plant.running()
     question = person.asked[0]
     assert isinstance(question, types.ElicitRequestFormParams)
@@ -199,9 +207,7 @@ async def test_a_refused_retry_uses_its_approval_up(plant: Plant, tmp_path: Path
         )
         assert (code, err) == (0, "")
         plant.use(TIGHTER)
-        with pytest.raises(MCPError) as refused:
-            await agent.call_tool("start", {"speed_rpm": 1500})
-        assert refused.value.error.code == -32602
+        refusal(await agent.call_tool("start", {"speed_rpm": 1500}))
         plant.use(POLICY)
         with pytest.raises(MCPError) as again:
             await agent.call_tool("start", {"speed_rpm": 1500})

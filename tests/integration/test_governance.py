@@ -29,6 +29,7 @@ from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.integration.test_stdio_bridge import bridge
 from tests.support.gateway_process import run_cli
 from tests.support.oauth import ISSUER, access_token, jwks, jwks_server, rsa_key
+from tests.support.refusals import refusal
 
 AGENT = secrets.token_urlsafe(32)
 OPERATOR = secrets.token_urlsafe(32)
@@ -129,13 +130,20 @@ async def test_each_caller_sees_and_calls_only_what_the_policy_gives_it(plant: G
 @pytest.mark.parametrize("mode", ERAS)
 async def test_limits_refuse_and_clamp_for_a_board_that_declares_nothing(plant: GatewayServer, mode: str) -> None:
     async with client(plant, "/pump-1/mcp", OPERATOR, mode) as operator:
-        with pytest.raises(MCPError) as refused:
-            await operator.call_tool("start", {"speed_rpm": 2500})
-        assert refused.value.error.code == -32602
-        assert refused.value.error.message == (
-            'Argument "speed_rpm" = 2500 is above the limit 2000 set by policy limits[1] for /plant/pump-1; '
-            "use a value from 300 to 2000"
+        # A tool error the agent's model reads (MCP answers input validation so), not a protocol error.
+        text, refused = refusal(await operator.call_tool("start", {"speed_rpm": 2500}))
+        assert text == (
+            'Not forwarded to pump-1: Argument "speed_rpm" = 2500 is above the limit 2000 set by policy limits[1] '
+            "for /plant/pump-1; use a value from 300 to 2000"
         )
+        assert refused == {
+            "reason": "argument_limit",
+            "argument": "speed_rpm",
+            "value": 2500,
+            "limit": {"min": 300, "max": 2000, "allowed": None},
+            "setBy": "policy limits[1]",
+            "slot": "pump-1",
+        }
         started = await operator.call_tool("start", {"speed_rpm": 1000})
         assert not started.is_error
         clamped = await operator.call_tool("set_speed", {"speed_rpm": 2600})
@@ -158,9 +166,8 @@ async def test_all_and_a_group_filter_and_govern_the_same_way(plant: GatewayServ
         names = {tool.name for tool in (await operator.list_tools()).tools}
         assert {"pump-1__set_speed", "pump-2__get_status"} <= names
         assert "pump-2__set_speed" not in names and "pump-1__reset_fault" not in names
-        with pytest.raises(MCPError) as refused:
-            await operator.call_tool("pump-1__start", {"speed_rpm": 2500})
-        assert "is above the limit 2000 set by policy limits[1]" in refused.value.error.message
+        text, _ = refusal(await operator.call_tool("pump-1__start", {"speed_rpm": 2500}))
+        assert "is above the limit 2000 set by policy limits[1]" in text
 
 
 async def test_a_raw_websocket_client_is_governed_too(plant: GatewayServer) -> None:
@@ -195,8 +202,7 @@ async def test_every_decision_is_in_the_trail_and_each_forwarded_call_has_its_re
         await operator.call_tool("get_status", {})
         with pytest.raises(MCPError):
             await operator.call_tool("reset_fault", {})
-        with pytest.raises(MCPError):
-            await operator.call_tool("set_speed", {"speed_rpm": 1000, "password": "hunter2"})
+        refusal(await operator.call_tool("set_speed", {"speed_rpm": 1000, "password": "hunter2"}))
         await operator.call_tool("set_speed", {"speed_rpm": 2600})
     path = tmp_path / "audit.db"
     await wait_for(lambda: len(trail_rows(path)) >= 4, what="four decisions")

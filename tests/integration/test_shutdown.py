@@ -14,7 +14,7 @@ import pytest
 from mcp import Client, MCPError
 
 from bench.ports import free_port
-from tests.support.southbound import Boards, provider_status
+from tests.support.southbound import Boards, SlotUnknown, provider_status
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,7 +46,7 @@ async def wait_status(url: str, slot: str, key: str, value: object, timeout: flo
     while asyncio.get_running_loop().time() < deadline:
         try:
             status = await provider_status(url, slot)
-        except* MCPError:  # the slot is not known yet
+        except SlotUnknown:  # not yet
             status = {}
         if status.get(key) == value:
             return

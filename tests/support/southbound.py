@@ -217,10 +217,17 @@ class Boards:
         await self.http.close()
 
 
+class SlotUnknown(LookupError):
+    """provider_status of a slot the gateway does not know."""
+
+
 async def provider_status(gateway_url: str, slot: str) -> dict[str, Any]:
-    """What an operator sees: the `provider_status` tool of `_broker`."""
+    """What an operator sees: the `provider_status` tool of `_broker`; SlotUnknown for a slot it does
+    not know (yet)."""
     async with Client(f"{gateway_url}/_broker/mcp", mode="legacy") as client:
         result = await client.call_tool("provider_status", {"name": slot})
+    if result.is_error and "Unknown provider" in str(result.content):
+        raise SlotUnknown(slot)
     assert not result.is_error, result
     status = result.structured_content
     assert isinstance(status, dict)

@@ -109,7 +109,7 @@ async def waits(governing: Governor, speed: int) -> str:
     ("reloaded", "speed", "effect", "code"),
     [
         (REVOKED, 1500, "deny", 0),
-        (TIGHTER, 1500, "refuse-arguments", -32602),
+        (TIGHTER, 1500, "refuse-arguments", 0),
         (CLAMPS_LOWER, 2500, "refuse-confirmation", 0),
     ],
     ids=["right-revoked", "limit-tightened", "clamp-changed"],
@@ -128,8 +128,9 @@ async def test_a_reload_while_the_person_is_asked_decides_the_call_again(
     assert refused.confirmed_by == "token:agent via elicitation"  # the person's yes is on record with it
     if effect == "deny":
         assert not verdict.visible  # the tool is no longer the caller's: answered as any unknown tool
-    if effect == "refuse-arguments":
-        assert "limit 1400" in verdict.reason and "limits[0]" in refused.rules
+    if effect == "refuse-arguments":  # answered with a tool error the agent reads
+        assert verdict.answer is not None and verdict.answer["isError"] is True
+        assert "limit 1400" in verdict.answer["content"][0]["text"] and "limits[0]" in refused.rules
     if effect == "refuse-confirmation":
         assert verdict.data == {"reason": "confirmation_changed"}
         assert '{"speed_rpm":1400}, not the {"speed_rpm":2000} that was confirmed' in verdict.reason
@@ -156,7 +157,7 @@ async def test_a_retry_matching_an_approval_uses_it_up_even_when_it_is_refused()
     governing.decide_approval(BOSS, approval, True)
     governing.swap(rules(TIGHTER))
     refused = await start(governing, 1500)
-    assert (refused.allowed, refused.code) == (False, -32602)
+    assert not refused.allowed and refused.answer is not None and refused.answer["isError"] is True
     governing.swap(rules(POLICY))
     assert await waits(governing, 1500) != approval  # asked again: the approval was used by the refused retry
     assert [record.effect for record in trail.decisions] == [

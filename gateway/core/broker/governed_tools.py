@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from gateway.core import errors, jsonrpc
+from gateway.core.broker.results import BadArguments
 from gateway.core.client_context import ClientContext
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.policy_interface import Governance
@@ -70,10 +70,6 @@ def _result(value: Any) -> JsonObject:
     return {"content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": False}
 
 
-def _invalid(message: str) -> errors.RpcError:
-    return errors.RpcError(jsonrpc.INVALID_PARAMS, message)
-
-
 async def call(governance: Governance, ctx: ClientContext, name: str, arguments: object) -> JsonObject:
     """Run one of these tools for `ctx`'s caller (the policy has already let the call through)."""
     given = arguments if isinstance(arguments, dict) else {}
@@ -83,16 +79,16 @@ async def call(governance: Governance, ctx: ClientContext, name: str, arguments:
         approval = given.get("id")
         approve = given.get("approve", True)
         if not isinstance(approval, str) or not approval:
-            raise _invalid('broker_approve needs "id", the approval id broker_approvals lists')
+            raise BadArguments('broker_approve needs "id", the approval id broker_approvals lists')
         if not isinstance(approve, bool):
-            raise _invalid('broker_approve: "approve" must be true or false')
+            raise BadArguments('broker_approve: "approve" must be true or false')
         return _result(governance.decide_approval(ctx.principal, approval, approve))
     limit = given.get("limit", DEFAULT_RECENT)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_RECENT:
-        raise _invalid(f'broker_audit_recent: "limit" must be an integer from 1 to {MAX_RECENT}')
+        raise BadArguments(f'broker_audit_recent: "limit" must be an integer from 1 to {MAX_RECENT}')
     slot, tool = given.get("slot"), given.get("tool")
     for key, value in (("slot", slot), ("tool", tool)):
         if value is not None and (not isinstance(value, str) or not value):
-            raise _invalid(f'broker_audit_recent: "{key}" must be a non-empty string')
+            raise BadArguments(f'broker_audit_recent: "{key}" must be a non-empty string')
     records = await governance.recent_decisions(limit, slot, tool)
     return _result({"decisions": records, "count": len(records)})

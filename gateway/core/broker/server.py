@@ -2,7 +2,8 @@
 
 Tools and resources show the same data (status.py builds it, diagnose.py judges it, guide.py writes
 the how-to pages from it). Results carry structuredContent plus the same JSON as text; a bad
-argument is a JSON-RPC -32602 that says what to pass instead.
+argument is a tool error that says what to pass instead (a bad resource URI, or arguments that are
+not an object, a JSON-RPC -32602).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gateway.core.broker.diagnose import diagnose, worst
 from gateway.core.broker.guide import TOPICS, render
 from gateway.core.broker.guide_text import GuideInput
 from gateway.core.broker.problems import Problem
-from gateway.core.broker.results import dumps, json_result, text_result
+from gateway.core.broker.results import BadArguments, dumps, json_result, text_result
 from gateway.core.client_context import ClientContext
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import BROKER_SLOT
@@ -422,7 +423,7 @@ class BrokerTarget(Target):
         slot = self.gateway.registry.slots.get(name)
         if slot is None:
             known = sorted(self.gateway.registry.slots)
-            raise invalid(
+            raise BadArguments(
                 f'Unknown provider: "{name}". Known slots: {", ".join(known) or "none yet"}; call providers_list '
                 "for details, or broker_diagnose with this slot to learn why it is missing.",
                 name=name,
@@ -467,20 +468,26 @@ class BrokerTarget(Target):
             errors.check_no_cursor(params)
             return {"tools": TOOLS}
         if method == "tools/call":
-            name = (params or {}).get("name")
-            if name == POLICY_RELOAD["name"] or name in governed_tools.NAMES:
-                raise errors.unknown_tool(str(name), "_broker")
-            if name == reload_tool.NAME:  # not listed without a policy; see reload_tool for who may call it
-                self._check_arguments(name, (params or {}).get("arguments"))
-                return await reload_tool.call(self.gateway, governed=False)
-            if name in serial_tools.NAMES:  # the same
-                arguments = self._check_arguments(str(name), (params or {}).get("arguments"))
-                return await serial_tools.call(self.gateway, str(name), arguments, governed=False)
-            if name == recheck_tool.NAME:  # the same
-                self._check_arguments(name, (params or {}).get("arguments"))
-                return await recheck_tool.call(self.gateway, governed=False)
-            return self.call_tool(params or {})
+            try:
+                return await self._call_ungoverned(params or {})
+            except BadArguments as exc:
+                return exc.result()
         return self._resources(method, params)
+
+    async def _call_ungoverned(self, params: JsonObject) -> JsonObject:
+        name = params.get("name")
+        if name == POLICY_RELOAD["name"] or name in governed_tools.NAMES:
+            raise errors.unknown_tool(str(name), "_broker")
+        if name == reload_tool.NAME:  # not listed without a policy; see reload_tool for who may call it
+            self._check_arguments(name, params.get("arguments"))
+            return await reload_tool.call(self.gateway, governed=False)
+        if name in serial_tools.NAMES:  # the same
+            arguments = self._check_arguments(str(name), params.get("arguments"))
+            return await serial_tools.call(self.gateway, str(name), arguments, governed=False)
+        if name == recheck_tool.NAME:  # the same
+            self._check_arguments(name, params.get("arguments"))
+            return await recheck_tool.call(self.gateway, governed=False)
+        return self.call_tool(params)
 
     async def _governed(
         self, governance: Governance, ctx: ClientContext, method: str, params: JsonObject | None
@@ -496,27 +503,33 @@ class BrokerTarget(Target):
             tool = next((tool for tool in GOVERNED_TOOLS if tool["name"] == call.get("name")), None)
 
             async def forward(admitted: JsonObject) -> JsonObject:
-                name = admitted.get("name")
-                if name == POLICY_RELOAD["name"]:
-                    return self.reload_policy(governance)
-                if name == reload_tool.NAME:
-                    self._check_arguments(name, admitted.get("arguments"))
-                    return await reload_tool.call(self.gateway, governed=True)
-                if name in serial_tools.NAMES:
-                    arguments = self._check_arguments(str(name), admitted.get("arguments"))
-                    return await serial_tools.call(self.gateway, str(name), arguments, governed=True)
-                if name == recheck_tool.NAME:
-                    self._check_arguments(name, admitted.get("arguments"))
-                    return await recheck_tool.call(self.gateway, governed=True)
-                if name in governed_tools.NAMES:
-                    self._check_arguments(str(name), admitted.get("arguments"))
-                    return await governed_tools.call(governance, ctx, str(name), admitted.get("arguments"))
-                return self.call_tool(admitted)
+                try:
+                    return await self._call_governed(governance, ctx, admitted)
+                except BadArguments as exc:
+                    return exc.result()
 
             return await governed.call(governance, ctx, BROKER_SLOT, tool, call, "_broker", forward)
         if method.startswith(governed.GOVERNED_PREFIXES):
             governed.permit(governance, ctx, BROKER_SLOT, method)
         return self._resources(method, params)
+
+    async def _call_governed(self, governance: Governance, ctx: ClientContext, admitted: JsonObject) -> JsonObject:
+        name = admitted.get("name")
+        if name == POLICY_RELOAD["name"]:
+            return self.reload_policy(governance)
+        if name == reload_tool.NAME:
+            self._check_arguments(name, admitted.get("arguments"))
+            return await reload_tool.call(self.gateway, governed=True)
+        if name in serial_tools.NAMES:
+            arguments = self._check_arguments(str(name), admitted.get("arguments"))
+            return await serial_tools.call(self.gateway, str(name), arguments, governed=True)
+        if name == recheck_tool.NAME:
+            self._check_arguments(name, admitted.get("arguments"))
+            return await recheck_tool.call(self.gateway, governed=True)
+        if name in governed_tools.NAMES:
+            self._check_arguments(str(name), admitted.get("arguments"))
+            return await governed_tools.call(governance, ctx, str(name), admitted.get("arguments"))
+        return self.call_tool(admitted)
 
     @staticmethod
     def reload_policy(governance: Governance) -> JsonObject:
@@ -534,7 +547,10 @@ class BrokerTarget(Target):
         if method == "resources/templates/list":
             return {"resourceTemplates": RESOURCE_TEMPLATES}
         if method == "resources/read":
-            return self.read_resource(params or {})
+            try:
+                return self.read_resource(params or {})
+            except BadArguments as exc:  # an unknown provider's URI: a protocol error, as any unknown URI
+                raise invalid(exc.message, **exc.data) from None
         raise errors.method_not_found(method, "_broker (it serves tools and resources)")
 
     @staticmethod
@@ -546,7 +562,7 @@ class BrokerTarget(Target):
         unexpected = sorted(set(arguments) - TOOL_ARGUMENTS[name])
         if unexpected:
             allowed = ", ".join(sorted(TOOL_ARGUMENTS[name])) or "none"
-            raise invalid(f"{name}: unexpected argument(s) {', '.join(unexpected)}; allowed: {allowed}")
+            raise BadArguments(f"{name}: unexpected argument(s) {', '.join(unexpected)}; allowed: {allowed}")
         return arguments
 
     def call_tool(self, params: JsonObject) -> JsonObject:
@@ -561,16 +577,20 @@ class BrokerTarget(Target):
         if name == "provider_status":
             slot = arguments.get("name")
             if not isinstance(slot, str) or not slot:
-                raise invalid('provider_status needs "name", the slot name (a string); call providers_list for names')
+                raise BadArguments(
+                    'provider_status needs "name", the slot name (a string); call providers_list for names'
+                )
             return json_result(self.provider_status(slot))
         if name == "broker_diagnose":
             slot = arguments.get("slot")
             if slot is not None and (not isinstance(slot, str) or not slot):
-                raise invalid('broker_diagnose: "slot" must be a non-empty string, or left out for every slot')
+                raise BadArguments('broker_diagnose: "slot" must be a non-empty string, or left out for every slot')
             return json_result(self.diagnosis(slot))
         topic = arguments.get("topic", "index")
         if topic not in TOPICS:
-            raise invalid(f"broker_guide: unknown topic {topic!r}; topics: {', '.join(TOPICS)}", topics=list(TOPICS))
+            raise BadArguments(
+                f"broker_guide: unknown topic {topic!r}; topics: {', '.join(TOPICS)}", topics=list(TOPICS)
+            )
         return text_result(self.guide(topic))
 
     def read_resource(self, params: JsonObject) -> JsonObject:
