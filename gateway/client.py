@@ -93,8 +93,8 @@ def gateway_notes(result: dict[str, Any]) -> list[str]:
 
 def gateway_refusal(result: dict[str, Any]) -> str | None:
     """The text of a tool error the gateway answered itself without forwarding the call (arguments the
-    schema or a limit refuses, a person who declined: `_meta["io.github.mcp-gateway/refused"]`); None
-    for any other result."""
+    schema or a limit refuses, a call waiting for an approval, a person who declined:
+    `_meta["io.github.mcp-gateway/refused"]`); None for any other result."""
     meta = result.get("_meta")
     if not isinstance(meta, dict) or REFUSED_META_KEY not in meta:
         return None

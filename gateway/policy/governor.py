@@ -303,7 +303,10 @@ class Governor:
             raise
         except errors.RpcError as exc:
             # Waiting for an operator's approval, or a retry whose answer does not hold (used, expired, ...).
-            await self._record_refusal(_replace(record, effect=confirmation_effect(exc), reason=exc.message))
+            effect = confirmation_effect(exc)
+            await self._record_refusal(_replace(record, effect=effect, reason=exc.message))
+            if effect == "wait-confirmation":
+                return CallVerdict(False, answer=waiting_result(exc), effect=effect)
             raise
         except asyncio.CancelledError:
             # The call ended before anyone answered: the gateway stopping, or its client (closed the stream,
@@ -489,6 +492,18 @@ def refused_arguments_result(refused: ArgumentRefused, slot: str) -> dict[str, A
     text = f"Not forwarded to {slot}: {refused.message}"
     why = {**refused.data, "slot": slot}
     return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {REFUSED_META_KEY: why}}
+
+
+def waiting_result(waiting: errors.RpcError) -> dict[str, Any]:
+    """What the agent reads when its call waits for an operator's approval: a tool error (nothing was
+    done) whose text says who approves and how, and to send the same call again, with the approval's id
+    and expiry in `_meta`; as for refused arguments, agent frameworks would hide an error's message."""
+    refused = dict(waiting.data) if isinstance(waiting.data, dict) else {}
+    return {
+        "content": [{"type": "text", "text": waiting.message}],
+        "isError": True,
+        "_meta": {REFUSED_META_KEY: refused},
+    }
 
 
 def declined_result(question: Question, answer: Answer) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx2
 import mcp_types as types
 import pytest
-from mcp import Client, MCPError
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.app import GatewayServer
@@ -24,6 +24,7 @@ from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.integration.test_governance import AGENT, ERAS, OPERATOR, auth, text_of
 from tests.support.gateway_process import run_cli
+from tests.support.refusals import refusal
 
 POLICY: dict[str, Any] = {
     "roles": {
@@ -153,13 +154,11 @@ async def test_a_client_that_cannot_be_asked_waits_for_mcp_gateway_approve(
     operator_token = tmp_path / "operator"
     operator_token.write_text(OPERATOR)
     async with client(plant, AGENT, "2026-07-28") as agent:  # no elicitation callback: nothing to ask
-        with pytest.raises(MCPError) as waiting:
-            await agent.call_tool("start", {"speed_rpm": 900})
-        error = waiting.value.error
-        assert error.code == -32001
-        assert isinstance(error.data, dict) and error.data["reason"] == "confirmation_required"
-        approval = error.data["approval"]
-        assert f"`mcp-gateway approve {approval}`" in error.message
+        # A tool error, so an agent framework hands the model the text: how to have it approved.
+        text, data = refusal(await agent.call_tool("start", {"speed_rpm": 900}))
+        assert data["reason"] == "confirmation_required"
+        approval = data["approval"]
+        assert f"`mcp-gateway approve {approval}`" in text
 
         code, out, err = await run_cli("approve", "--url", plant.url, "--token-file", str(operator_token))
         assert (code, err) == (0, "")
@@ -170,18 +169,14 @@ async def test_a_client_that_cannot_be_asked_waits_for_mcp_gateway_approve(
         assert out.startswith(f"{approval} approved: start on pump-1 for token:agent")
 
         # Other arguments are another call: the approval does not cover them.
-        with pytest.raises(MCPError) as other:
-            await agent.call_tool("start", {"speed_rpm": 901})
-        assert isinstance(other.value.error.data, dict) and other.value.error.data["approval"] != approval
+        assert refusal(await agent.call_tool("start", {"speed_rpm": 901}))[1]["approval"] != approval
         started = await agent.call_tool("start", {"speed_rpm": 900})
         assert not started.is_error
         assert await running(agent)
         await plant_stop(plant)
         # Used once: the same call again waits for a new approval.
-        with pytest.raises(MCPError) as again:
-            await agent.call_tool("start", {"speed_rpm": 900})
-        second = again.value.error.data
-        assert isinstance(second, dict) and second["approval"] != approval
+        _, second = refusal(await agent.call_tool("start", {"speed_rpm": 900}))
+        assert second["approval"] != approval
         code, out, err = await run_cli(
             "approve", second["approval"], "--deny", "--url", plant.url, "--token-file", str(operator_token)
         )

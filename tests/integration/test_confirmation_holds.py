@@ -173,11 +173,10 @@ async def test_by_another_never_asks_the_callers_client(plant: Plant, mode: str,
     operator_token.write_text(OPERATOR)
     person = Answering()
     async with client(plant.gateway, AGENT, mode, person) as agent:
-        with pytest.raises(MCPError) as waiting:
-            await agent.call_tool("start", {"speed_rpm": 1500})
-        data = waiting.value.error.data
-        assert isinstance(data, dict) and data["reason"] == "confirmation_required"
-        assert "another principal approves it" in waiting.value.error.message
+        # A tool error the agent's model reads: who approves, and to send the call again.
+        text, data = refusal(await agent.call_tool("start", {"speed_rpm": 1500}))
+        assert data["reason"] == "confirmation_required"
+        assert "another principal approves it" in text
         code, _, err = await run_cli(
             "approve", data["approval"], "--url", plant.gateway.url, "--token-file", str(operator_token)
         )
@@ -197,10 +196,7 @@ async def test_a_refused_retry_uses_its_approval_up(plant: Plant, tmp_path: Path
     operator_token = tmp_path / "operator"
     operator_token.write_text(OPERATOR)
     async with client(plant.gateway, AGENT, "2026-07-28") as agent:  # cannot be asked: waits for approve
-        with pytest.raises(MCPError) as waiting:
-            await agent.call_tool("start", {"speed_rpm": 1500})
-        data = waiting.value.error.data
-        assert isinstance(data, dict)
+        _, data = refusal(await agent.call_tool("start", {"speed_rpm": 1500}))
         approval = data["approval"]
         code, _, err = await run_cli(
             "approve", approval, "--url", plant.gateway.url, "--token-file", str(operator_token)
@@ -209,10 +205,8 @@ async def test_a_refused_retry_uses_its_approval_up(plant: Plant, tmp_path: Path
         plant.use(TIGHTER)
         refusal(await agent.call_tool("start", {"speed_rpm": 1500}))
         plant.use(POLICY)
-        with pytest.raises(MCPError) as again:
-            await agent.call_tool("start", {"speed_rpm": 1500})
-        again_data = again.value.error.data
-        assert isinstance(again_data, dict) and again_data["reason"] == "confirmation_required"
+        _, again_data = refusal(await agent.call_tool("start", {"speed_rpm": 1500}))
+        assert again_data["reason"] == "confirmation_required"
         assert again_data["approval"] != approval
     assert not plant.running()
     assert [row["effect"] for row in starts(plant.trail)] == [

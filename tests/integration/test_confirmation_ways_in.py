@@ -29,6 +29,7 @@ from tests.integration.test_confirmation import POLICY as CONFIRM_POLICY
 from tests.integration.test_confirmation import Person
 from tests.integration.test_governance import AGENT, ERAS, auth, text_of
 from tests.integration.test_http_stateless_era import META_CAPABILITIES, post, request
+from tests.support.refusals import refusal_of
 
 POLICY: dict[str, Any] = {
     **CONFIRM_POLICY,
@@ -223,8 +224,7 @@ async def test_a_raw_websocket_client_answers_the_question_on_its_own_socket(pla
     async with raw_socket(plant, {}) as silent:
         await silent.call("speed", "set_speed", {"speed_rpm": 1600})
         waiting = await silent.answer_to("speed")
-        assert waiting["error"]["code"] == -32001
-        assert waiting["error"]["data"]["reason"] == "confirmation_required"
+        assert refusal_of(waiting["result"])[1]["reason"] == "confirmation_required"
     assert pump(plant)["setpoint_rpm"] == 1200
 
     rows = decisions(plant.trail, ("start", "set_speed"))

@@ -11,12 +11,13 @@ from typing import Any, cast
 import pytest
 
 from gateway.core import errors
-from gateway.core.policy_interface import AnswerInstead, CallVerdict, Confirmer, ConfirmRetry
+from gateway.core.policy_interface import REFUSED_META_KEY, AnswerInstead, CallVerdict, Confirmer, ConfirmRetry
 from gateway.core.principal import Principal
 from gateway.policy.audit.trail import AuditTrail
 from gateway.policy.governor import Governor
 from gateway.policy.rules import Policy
 from gateway.policy.rules.checking import check_policy
+from tests.conftest import wait_for
 from tests.unit.test_execution_limits_governor import Trail
 
 AGENT = Principal("agent", kind="token")
@@ -94,12 +95,18 @@ async def start(
     return await governing.admit_call(who, "pump-1", START, "start", {"speed_rpm": speed}, "streamable-http", confirmer)
 
 
+def waiting_of(verdict: CallVerdict) -> tuple[str, dict[str, Any]]:
+    """The text and data of the tool error that says a call waits for an operator's approval."""
+    assert not verdict.allowed and verdict.effect == "wait-confirmation"
+    assert verdict.answer is not None and verdict.answer["isError"] is True
+    data = verdict.answer["_meta"][REFUSED_META_KEY]
+    assert data["reason"] == "confirmation_required"
+    return verdict.answer["content"][0]["text"], data
+
+
 async def waits(governing: Governor, speed: int) -> str:
     """A start by a caller that cannot be asked: the id of the approval it waits for."""
-    with pytest.raises(errors.RpcError) as waiting:
-        await start(governing, speed)
-    assert isinstance(waiting.value.data, dict) and waiting.value.data["reason"] == "confirmation_required"
-    return str(waiting.value.data["approval"])
+    return str(waiting_of(await start(governing, speed))[1]["approval"])
 
 
 # -- a reload while the person is asked --------------------------------------------------------------
@@ -213,18 +220,14 @@ async def test_by_another_never_asks_the_callers_client_and_only_another_princip
     another = {**POLICY, "confirm": [{**POLICY["confirm"][0], "by": "another"}]}
     governing = governor(trail, another)
     person = Asked(YES)
-    with pytest.raises(errors.RpcError) as waiting:
-        await start(governing, 1500, person)
+    text, data = waiting_of(await start(governing, 1500, person))
     assert person.asked == []
-    data = waiting.value.data
-    assert isinstance(data, dict) and data["reason"] == "confirmation_required"
-    assert "another principal approves it (the caller's own client is never asked)" in waiting.value.message
+    assert "another principal approves it (the caller's own client is never asked)" in text
     with pytest.raises(errors.RpcError) as own:
         governing.decide_approval(AGENT, data["approval"], True)
     assert isinstance(own.value.data, dict) and own.value.data["reason"] == "own_call"
     # A requestState the caller's client brings (from before a reload to by = "another") answers nothing.
-    with pytest.raises(errors.RpcError):
-        await start(governing, 1500, Stateless(ConfirmRetry("mcpgwc1.0.0.0.0", YES)))
+    waiting_of(await start(governing, 1500, Stateless(ConfirmRetry("mcpgwc1.0.0.0.0", YES))))
     governing.decide_approval(BOSS, data["approval"], True)
     allowed = await start(governing, 1500, person)
     assert allowed.allowed and person.asked == []
@@ -247,11 +250,8 @@ async def test_a_question_nobody_answers_before_the_call_ends_is_recorded_as_dec
     trail = Trail()
     person = Asked(None)
     call = asyncio.ensure_future(start(governor(trail), 1500, person))
-    for _ in range(100):
-        if person.asked:
-            break
-        await asyncio.sleep(0)
-    assert person.asked
+    # The tool's schema is compiled on a thread first: wait for the question, not a number of loop turns.
+    await wait_for(lambda: bool(person.asked), what="the question")
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
