@@ -94,9 +94,29 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
     from gateway.client import GatewayClient
 
     async def go() -> int:
-        async with GatewayClient(args.url, args.slot, token=_client_token(args)) as client:
+        token = _client_token(args)
+        # The board's own list, as the gateway hashes it against the board's hello: a [policy] may hide
+        # some of its tools from this client's tools/list.
+        try:
+            async with GatewayClient(args.url, "_broker", token=token) as broker:
+                result = await broker.call_tool("provider_status", {"name": args.slot})
+        except GatewayCallError:
+            result = None  # _broker's status is not this client's to read: hash what it may see
+        status = result.get("structuredContent") if result and not result.get("isError") else None
+        board_hash = status.get("tools_hash") if isinstance(status, dict) else None
+        if isinstance(board_hash, str):
+            print(board_hash)
+            return 0
+        async with GatewayClient(args.url, args.slot, token=token) as client:
             listed = await client.list_tools()
         print(tools_hash(listed))
+        if result is None:
+            print(
+                "mcp-gateway schema-hash: the hash of the tools this client may see: a [policy] that hides some "
+                "makes it differ from the board's (a client granted provider_status on /_system/broker gets the "
+                "board's own)",
+                file=sys.stderr,
+            )
         return 0
 
     return asyncio.run(go())
