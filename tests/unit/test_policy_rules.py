@@ -619,3 +619,19 @@ def test_a_pattern_with_many_stars_in_a_segment_matches_like_fnmatch_without_bac
             continue
         name = "".join(chooser.choice("ab-") for _ in range(chooser.randint(0, 9)))
         assert compile_pattern(f"/{glob}").matches(f"/{name}") == fnmatch.fnmatchcase(name, glob), (glob, name)
+
+
+def test_a_tool_written_as_a_pattern_is_refused_not_silently_matched_to_nothing() -> None:
+    # MCP tool names hold no "*": such a deny or limit would let every call through unchecked.
+    problems = errors_of(
+        minimal(
+            deny=[{"principal": "*", "capabilities": ["tool:self.audio_speaker.*"], "resources": ["/**"]}],
+            limits=[{"resources": ["/**"], "tool": "self.audio_speaker.*", "argument": "volume", "max": 20}],
+        )
+    )
+    assert len(problems) == 2, problems
+    assert all("is a pattern, but a tool rule names one tool exactly" in problem for problem in problems)
+    assert any(problem.startswith("deny[0]") for problem in problems), problems
+    assert any(problem.startswith("limits[0]") for problem in problems), problems
+    exact = {"principal": "*", "capabilities": ["tool:self.audio_speaker.set_volume"], "resources": ["/**"]}
+    check_policy(minimal(deny=[exact]))

@@ -75,7 +75,7 @@ def capability_error(text: str) -> str | None:
     if text.startswith(TOOL_PREFIX):
         name = text[len(TOOL_PREFIX) :]
         if name and name.strip() == name and name.isprintable():
-            return None
+            return tool_pattern_error(text, name)
         return f'"{text}" names no tool: write tool:<name> with the tool\'s name as its provider lists it'
     if is_declared_capability(text):
         return None
@@ -84,6 +84,20 @@ def capability_error(text: str) -> str | None:
     if not close and "." in text and not text.startswith(RESERVED_FAMILIES):
         hint = '; a capability a provider declares is written <domain>.<name>, e.g. "scada.write"'
     return f'unknown capability "{text}" (capabilities: {", ".join(SPELLINGS)}){hint}'
+
+
+WILDCARDS = frozenset("*?[")
+"""Pattern characters no MCP tool name holds: a rule that uses them would match no tool, silently."""
+
+
+def tool_pattern_error(what: str, name: str) -> str | None:
+    """None for a tool name; why not for a name written as a pattern (`self.audio_speaker.*`)."""
+    if WILDCARDS.isdisjoint(name):
+        return None
+    return (
+        f'"{what}" is a pattern, but a tool rule names one tool exactly (MCP tool names hold no "*", "?" '
+        'or "["): write a rule per tool, or use a family such as tool.control'
+    )
 
 
 def is_declared_capability(text: str) -> bool:

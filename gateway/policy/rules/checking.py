@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.config.policy import PolicyConfig
 from gateway.policy.execution.checks import execution_limit_problems
-from gateway.policy.rules.capabilities import capability_error
+from gateway.policy.rules.capabilities import capability_error, tool_pattern_error
 from gateway.policy.rules.declared import declared_limit_problems
 from gateway.policy.rules.model import ENTRY_MODELS, SECTIONS, Entry, PolicyDocument, Role
 from gateway.policy.rules.paths import PatternError, check_path, compile_pattern
@@ -284,6 +284,10 @@ def _mapped_path(path: str, location: Location, errors: Errors) -> None:
 
 
 def _limit_problems(limit: Mapping[str, Any]) -> Iterator[str]:
+    tool = limit.get("tool")
+    problem = tool_pattern_error(f"tool {tool}", tool) if isinstance(tool, str) else None
+    if problem is not None:
+        yield problem
     low, high, allowed = limit.get("min"), limit.get("max"), limit.get("allowed")
     if low is not None and high is not None and low > high:
         yield f"min {low:g} is above max {high:g}"
