@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,6 +20,10 @@ CELL_CHARS = 40
 TABLE_LIMIT = 1000
 """The table shows the newest this many records unless --limit says otherwise."""
 ENV_AUDIT_PATH = "MCP_GATEWAY_AUDIT__PATH"
+DAMAGED = "damaged"
+"""A record's key naming its columns whose stored JSON cannot be read (gateway/policy/audit/reading.py)."""
+DAMAGED_IDS_SHOWN = 20
+"""The note on stderr names at most this many damaged records by id, and counts the rest."""
 
 
 def time_flag(text: str, now_ms: int | None = None) -> int:
@@ -92,20 +96,28 @@ def status_cell(record: dict[str, Any]) -> str | None:
     return f"{status}, then {after}" + (f": {error}" if error else "")
 
 
+def _listed(record: dict[str, Any], column: str) -> str | None:
+    """A list column as comma-separated text; "(damaged)" when its stored JSON cannot be read."""
+    value = record[column]
+    if value is None:
+        return "(damaged)" if column in record.get(DAMAGED, ()) else None
+    return ",".join(str(item) for item in value) if isinstance(value, list) else str(value)
+
+
 def render_table(records: Sequence[dict[str, Any]]) -> str:
     """One line per decision: who, where, what, the effect and how the call ended."""
     lines = [
         [
             local_time(record["time_ms"]),
             str(record["id"]),
-            ",".join(record["principal"]),
+            _listed(record, "principal"),
             record["transport"],
             record["slot"],
             record["tool"],
             record["effect"],
             status_cell(record),
             None if record["latency_ms"] is None else f"{record['latency_ms']:.1f}",
-            ",".join(record["rules"]),
+            _listed(record, "rules"),
         ]
         for record in records
     ]
@@ -122,7 +134,8 @@ def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> None:
 
 
 def write_csv(records: Iterable[dict[str, Any]], out: TextIO) -> None:
-    """Every column; lists and objects (principal, arguments, rules, constraints) as JSON text."""
+    """Every column; lists and objects (principal, arguments, rules, constraints) as JSON text; the last
+    column, `damaged`, is empty for a whole record."""
     import csv
 
     import orjson
@@ -134,7 +147,8 @@ def write_csv(records: Iterable[dict[str, Any]], out: TextIO) -> None:
             key: orjson.dumps(value).decode() if isinstance(value, list | dict) else value for key, value in row.items()
         }
         if writer is None:
-            writer = csv.DictWriter(out, fieldnames=list(row), lineterminator="\n")
+            fields = list(row) if DAMAGED in row else [*row, DAMAGED]
+            writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
             writer.writeheader()
         writer.writerow(row)
 
@@ -145,6 +159,39 @@ def write_table(records: Iterable[dict[str, Any]], out: TextIO) -> None:
 
 
 WRITERS = {"table": write_table, "jsonl": write_jsonl, "csv": write_csv}
+
+
+class DamagedRecords:
+    """The records of one output whose stored JSON cannot be read, for one note on stderr at its end."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.ids: list[int] = []
+
+    def watch(self, records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for record in records:
+            if record.get(DAMAGED):
+                self.count += 1
+                if len(self.ids) < DAMAGED_IDS_SHOWN:
+                    self.ids.append(record["id"])
+            yield record
+
+    def note(self, path: Path) -> str | None:
+        if not self.count:
+            return None
+        ids = ", ".join(str(number) for number in self.ids)
+        more = f" and {self.count - len(self.ids)} more" if self.count > len(self.ids) else ""
+        one = self.count == 1
+        counted = (
+            f"1 record of {path} (id {ids}) holds" if one else f"{self.count} records of {path} (ids {ids}{more}) hold"
+        )
+        return (
+            f"mcp-gateway audit: {counted} "
+            f'JSON that cannot be read: those columns are shown as null and named under "{DAMAGED}" '
+            "(a write cut short by a power loss, or a failing storage card); the other records are whole and the "
+            "gateway writes on. To start a trail without them, stop the gateway and move the file aside with its "
+            "-wal and -shm files, keeping them as the record (docs/governance-audit.md, A damaged trail)"
+        )
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -167,6 +214,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     limit = args.limit if args.limit is not None else TABLE_LIMIT if args.format == "table" else None
     filters = Filters(args.since, args.until, args.principal, args.slot, args.tool, args.effect)
     cut = False
+    damaged = DamagedRecords()
     try:
         records: Iterable[dict[str, Any]]
         if limit is None:
@@ -176,11 +224,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
             fetched = read_records(path, **dataclasses.asdict(filters), limit=limit + 1)
             cut = len(fetched) > limit
             records = fetched[1:] if cut else fetched
-        WRITERS[args.format](records, sys.stdout)
+        WRITERS[args.format](damaged.watch(records), sys.stdout)
     except AuditReadError as exc:
         hint = "" if path.exists() else " (pass --path FILE or --config FILE to read the gateway's own)"
         print(f"mcp-gateway audit: {exc}{hint}", file=sys.stderr)
         return 1
+    finally:
+        note = damaged.note(path)
+        if note is not None:
+            print(note, file=sys.stderr)
     if cut:
         print(
             f"mcp-gateway audit: only the newest {limit} matching records are shown; --limit N for more",

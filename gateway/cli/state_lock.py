@@ -12,6 +12,11 @@ The audit lock is a file beside the database, not the database itself: SQLite ke
 on its file, which the process loses when it closes any descriptor of that file, and on NFS flock(2)
 is emulated with those very record locks. Both locks are named from the resolved path (symbolic links
 followed): an [audit] path that is a link to another gateway's file gets that file's lock.
+
+A place that cannot be locked at all at start (a read-only file system: an SD card awaiting fsck) is
+tried again every LOCK_RETRY_S until it is locked, and `broker_diagnose` shows `state.unlocked`
+meanwhile. The locks are taken before the event loop starts and dropped after it ends, so the tries
+run on a thread of their own, which only opens and flocks (never waiting) one small file each time.
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ import fcntl
 import logging
 import os
 import stat
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from gateway.config import GatewayConfig
+from gateway.core.broker.problems import STANDING, Problem
 from gateway.devices.registry import APP_DIR, state_directory
 from gateway.policy.audit.location import audit_path, ensure_directory
 
@@ -39,6 +46,12 @@ AUDIT_LOCK_SUFFIX = ".lock"
 """The audit file's lock is the file's name with this added (audit.db.lock)."""
 PID_BYTES = 32
 """A lock file holds its holder's pid and a newline: more is not read."""
+LOCK_RETRY_S = 10.0
+"""A place that could not be locked at start is tried again this often until it is locked."""
+UNLOCKED = "state.unlocked"
+"""The broker_diagnose problem of a place not locked."""
+RELEASE_WAIT_S = 2.0
+"""How long release() waits for a try under way to end."""
 
 
 class StateInUse(Exception):
@@ -54,17 +67,128 @@ class _Held(Exception):
 
 
 @dataclass
+class Unlocked:
+    """A place `run` could not lock at start: how to name its lock at each try, and what to say."""
+
+    what: str
+    """"the state directory /var/lib/mcp-gateway", "the audit file /srv/audit.db"."""
+    lock: Path
+    """Its lock file, as last tried."""
+    lock_path: Callable[[], Path]
+    """Its lock file, where the path leads at the time of the try."""
+    in_use: Callable[[str, Path], str]
+    """What another gateway holding the lock means and what to do, from its pid and the lock file."""
+    reason: str
+    """Why it could not be locked, the last time it was tried."""
+    holder: str | None = None
+    """The pid another gateway wrote ("" when none) when it held the lock at the last try; else None."""
+
+    @property
+    def key(self) -> str:
+        return f"{UNLOCKED}:{self.what}"
+
+
+@dataclass
 class HeldState:
-    """The locks `run` holds until it exits; `release()` (or leaving a `with` block) drops them."""
+    """The locks `run` holds until it exits; `release()` (or leaving a `with` block) drops them. The
+    places not locked yet (`unlocked`) are tried again every `retry_s` once `start_retrying()` runs."""
 
     descriptors: list[int] = field(default_factory=list)
+    unlocked: list[Unlocked] = field(default_factory=list)
+    retry_s: float = LOCK_RETRY_S
+    _released: threading.Event = field(default_factory=threading.Event)
+    _mutex: threading.Lock = field(default_factory=threading.Lock)
+    _retrying: threading.Thread | None = None
+
+    def not_locked(self, place: Unlocked) -> None:
+        """`place` could not be locked at start: kept to be tried again, and shown in broker_diagnose."""
+        self.unlocked.append(place)
+        self._report(place)
+
+    def start_retrying(self) -> None:
+        """Try each place not locked again every `retry_s` (on a thread of its own) until all are."""
+        if self.unlocked and self._retrying is None and not self._released.is_set():
+            self._retrying = threading.Thread(target=self._retry_loop, name="state-lock-retry", daemon=True)
+            self._retrying.start()
+
+    def _retry_loop(self) -> None:
+        while self.unlocked and not self._released.wait(self.retry_s):
+            self.retry_now()
+
+    def retry_now(self) -> None:
+        """One try of every place not locked yet."""
+        for place in list(self.unlocked):
+            with self._mutex:
+                if self._released.is_set():
+                    return
+                self._try(place)
+
+    def _try(self, place: Unlocked) -> None:
+        try:
+            place.lock = place.lock_path()
+            descriptor = lock_file(place.lock)
+        except _Held as exc:
+            if place.holder != exc.pid:  # once for each holder, not at every try
+                log.error("%s", place.in_use(exc.pid, place.lock))
+            place.holder = exc.pid
+        except UnsafeLock as exc:
+            reason = str(_unsafe(exc))
+            if reason != place.reason:
+                log.error("%s cannot be locked: %s", place.what, reason)
+            place.reason, place.holder = reason, None
+        except OSError as exc:
+            place.reason, place.holder = str(exc.strerror or exc), None
+        else:
+            self.descriptors.append(descriptor)
+            self.unlocked.remove(place)
+            STANDING.withdraw(place.key)
+            log.info("%s is locked now (%s): another gateway using it is refused again", place.what, place.lock)
+            return
+        self._report(place)
+
+    def _report(self, place: Unlocked) -> None:
+        if place.holder is not None:
+            STANDING.report(
+                place.key,
+                Problem(
+                    UNLOCKED,
+                    "error",
+                    f"{place.what} is used by another gateway as well ({_holder(place.holder)})",
+                    place.in_use(place.holder, place.lock),
+                    "Stop one of the two gateways: each needs a state directory and an audit file of its own "
+                    "(under systemd its own StateDirectory=, else STATE_DIRECTORY or XDG_STATE_HOME; an [audit] "
+                    f"path of its own). This gateway takes the lock once the other is gone (tried every "
+                    f"{self.retry_s:g} s).",
+                ),
+            )
+            return
+        STANDING.report(
+            place.key,
+            Problem(
+                UNLOCKED,
+                "warning",
+                f"{place.what} is not locked: another gateway started on it would not be refused",
+                f"its lock file cannot be made or locked ({place.reason}); tried at start and every "
+                f"{self.retry_s:g} s since",
+                "Make the file system writable (a read-only or full SD card: check it, free space, remount it "
+                "read-write) and the directory writable by the gateway's user. The gateway takes the lock at its "
+                "next try and logs it; until then start no other gateway on this place.",
+            ),
+        )
 
     def release(self) -> None:
-        while self.descriptors:
-            descriptor = self.descriptors.pop()
-            with contextlib.suppress(OSError):
-                os.ftruncate(descriptor, 0)  # no pid of a gateway that has gone
-            os.close(descriptor)  # the lock goes with the last descriptor of the open file
+        self._released.set()
+        if self._retrying is not None and self._retrying is not threading.current_thread():
+            self._retrying.join(timeout=RELEASE_WAIT_S)  # a try takes an open and a flock that never waits
+        with self._mutex:
+            for place in self.unlocked:
+                STANDING.withdraw(place.key)
+            self.unlocked.clear()
+            while self.descriptors:
+                descriptor = self.descriptors.pop()
+                with contextlib.suppress(OSError):
+                    os.ftruncate(descriptor, 0)  # no pid of a gateway that has gone
+                os.close(descriptor)  # the lock goes with the last descriptor of the open file
 
     def __enter__(self) -> HeldState:
         return self
@@ -150,64 +274,114 @@ def _leads_to(path: Path, real: Path) -> str:
     return "" if path.absolute() == real else f", which leads to {real}"
 
 
-def hold_state(config: GatewayConfig, environ: Mapping[str, str] | None = None) -> HeldState:
+def _resolved(path: Path) -> Path:
+    """Where `path` leads (symbolic links followed), or `path` itself when that cannot be found."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a loop of links
+        return path.absolute()
+
+
+def _directory_in_use(directory: Path, env: Mapping[str, str]) -> Callable[[str, Path], str]:
+    def in_use(pid: str, lock: Path) -> str:
+        return (
+            f"the state directory {directory} ({_state_variable(env)}{_leads_to(directory, lock.parent)}) is in "
+            f"use by another gateway ({_holder(pid)}, holding {lock}): its device registry, firmware and default "
+            "audit trail belong to one gateway. Give this gateway a state directory of its own (under systemd its "
+            "own StateDirectory=, else STATE_DIRECTORY or XDG_STATE_HOME in its environment), or stop the other "
+            "gateway first"
+        )
+
+    return in_use
+
+
+def _audit_in_use(audit_file: Path, where: str) -> Callable[[str, Path], str]:
+    def in_use(pid: str, lock: Path) -> str:
+        real = lock.with_name(lock.name.removesuffix(AUDIT_LOCK_SUFFIX))
+        return (
+            f"the audit file {audit_file} (this gateway's {where}{_leads_to(audit_file, real)}) is written by "
+            f"another gateway ({_holder(pid)}, holding {lock}): one audit file records one gateway's calls. Give "
+            "this gateway an [audit] path of its own, or stop the other gateway first"
+        )
+
+    return in_use
+
+
+def hold_state(
+    config: GatewayConfig, environ: Mapping[str, str] | None = None, *, retry_s: float = LOCK_RETRY_S
+) -> HeldState:
     """Lock the state directory and, when `config` writes an audit trail, the audit file, for `run`.
 
     Raises StateInUse naming the directory or file, the holder's pid and what to do. A directory or
     file that cannot be locked at all (a read-only file system, no permission) is logged and left
-    unlocked: what the gateway keeps there fails, and says so, as it would without the lock."""
+    unlocked: what the gateway keeps there fails, and says so, as it would without the lock; it is
+    tried again every `retry_s` (logged when locked; an error naming the holder when another gateway
+    took it meanwhile) and `broker_diagnose` shows `state.unlocked` until it is locked."""
     env = os.environ if environ is None else environ
-    held = HeldState()
-    directory = real_directory = state_directory(env)
+    held = HeldState(retry_s=retry_s)
+    directory = state_directory(env)
     lock = directory / LOCK_FILE
+    directory_in_use = _directory_in_use(directory, env)
     try:
         ensure_directory(directory)
-        real_directory = directory.resolve()
-        lock = real_directory / LOCK_FILE
-        _warn_if_open(real_directory, "the state directory")
+        lock = _resolved(directory) / LOCK_FILE
+        _warn_if_open(lock.parent, "the state directory")
         held.descriptors.append(lock_file(lock))
     except UnsafeLock as exc:
         raise _unsafe(exc) from None
     except _Held as exc:
-        raise StateInUse(
-            f"the state directory {directory} ({_state_variable(env)}{_leads_to(directory, real_directory)}) is "
-            f"in use by another gateway ({_holder(exc.pid)}, holding {lock}): its device registry, firmware and "
-            "default audit trail belong to one gateway. Give this gateway a state directory of its own (under "
-            "systemd its own StateDirectory=, else STATE_DIRECTORY or XDG_STATE_HOME in its environment), or stop "
-            "the other gateway first"
-        ) from None
+        raise StateInUse(directory_in_use(exc.pid, lock)) from None
     except OSError as exc:
+        reason = str(exc.strerror or exc)
         log.warning(
-            "the state directory %s cannot be locked (%s): another gateway using it would not be refused",
+            "the state directory %s cannot be locked (%s): another gateway using it would not be refused until "
+            "it can be (tried again every %g s)",
             directory,
-            exc.strerror or exc,
+            reason,
+            retry_s,
+        )
+        held.not_locked(
+            Unlocked(
+                f"the state directory {directory}",
+                lock,
+                lambda: _resolved(directory) / LOCK_FILE,
+                directory_in_use,
+                reason,
+            )
         )
     if config.policy is None or not config.audit.enabled:
+        held.start_retrying()
         return held  # no audit trail is written (adding [policy] or changing [audit] needs a restart)
-    audit_file = real_audit = audit_path(config.audit, env)
-    audit_lock = audit_file.with_name(audit_file.name + AUDIT_LOCK_SUFFIX)
+    audit_file = audit_path(config.audit, env)
     where = "[audit] path" if config.audit.path else "default [audit] path"
+    audit_in_use = _audit_in_use(audit_file, where)
+
+    def audit_lock() -> Path:
+        real = _resolved(audit_file)  # the lock lies beside the file SQLite writes
+        return real.with_name(real.name + AUDIT_LOCK_SUFFIX)
+
+    lock = audit_file.with_name(audit_file.name + AUDIT_LOCK_SUFFIX)
     try:
         ensure_directory(audit_file.parent)
-        real_audit = audit_file.resolve()  # the lock lies beside the file SQLite writes
-        audit_lock = real_audit.with_name(real_audit.name + AUDIT_LOCK_SUFFIX)
-        _warn_if_open(real_audit.parent, "the audit file's directory")
-        held.descriptors.append(lock_file(audit_lock))
+        lock = audit_lock()
+        _warn_if_open(lock.parent, "the audit file's directory")
+        held.descriptors.append(lock_file(lock))
     except UnsafeLock as exc:
         held.release()
         raise _unsafe(exc) from None
     except _Held as exc:
         held.release()
-        raise StateInUse(
-            f"the audit file {audit_file} (this gateway's {where}{_leads_to(audit_file, real_audit)}) is written "
-            f"by another gateway ({_holder(exc.pid)}, holding {audit_lock}): one audit file records one "
-            "gateway's calls. Give this gateway an [audit] path of its own, or stop the other gateway first"
-        ) from None
+        raise StateInUse(audit_in_use(exc.pid, lock)) from None
     except OSError as exc:
         # The trail itself reports what is wrong with the place (unhealthy, its calls refused).
+        reason = str(exc.strerror or exc)
         log.warning(
-            "the audit file %s cannot be locked (%s): another gateway writing it would not be refused",
+            "the audit file %s cannot be locked (%s): another gateway writing it would not be refused until it "
+            "can be (tried again every %g s)",
             audit_file,
-            exc.strerror or exc,
+            reason,
+            retry_s,
         )
+        held.not_locked(Unlocked(f"the audit file {audit_file}", lock, audit_lock, audit_in_use, reason))
+    held.start_retrying()
     return held

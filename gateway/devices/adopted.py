@@ -6,7 +6,8 @@ or revoked while it runs is admitted or refused from its next dial, without a re
 A lookup opens the registry, asks one indexed SELECT (WAL: it never waits for a writer) and closes it:
 the gateway holds no connection between lookups, so the write-ahead log is folded into devices.db
 as the last user closes it and a copy of the file alone is whole. A registry that does not exist yet
-holds no identity, and one that cannot be read admits nobody by it (logged once).
+holds no identity, and one that cannot be read admits nobody by it (logged once; `unreadable` says
+why until a lookup reads it again, for the refusal's text and broker_diagnose).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ _Question = Callable[[DeviceRegistry], Adopted | None]
 class AdoptedIdentities:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path if path is not None else default_registry_path()
-        self._warned = False
+        self.unreadable: str | None = None
+        """Why the registry could not be read at the last lookup; None when it could (or is not there)."""
 
     def lookup(self, digest: bytes) -> Adopted | None:
         """The adopted board whose secret has this SHA-256 digest (revoked or not); None when none has."""
@@ -44,14 +46,22 @@ class AdoptedIdentities:
 
     def _ask(self, question: _Question) -> Adopted | None:
         if not self.path.exists():
+            self._readable()
             return None
         registry = DeviceRegistry(self.path)
         try:
-            return question(registry)
+            found = question(registry)
         except (sqlite3.Error, OSError) as exc:
-            if not self._warned:
-                self._warned = True
+            if self.unreadable is None:  # once until it is read again
                 log.warning("device registry %s cannot be read (%s): adopted boards are refused", self.path, exc)
+            self.unreadable = str(exc) or type(exc).__name__
             return None
         finally:
             registry.close()
+        self._readable()
+        return found
+
+    def _readable(self) -> None:
+        if self.unreadable is not None:
+            self.unreadable = None
+            log.info("device registry %s can be read again: adopted boards are admitted", self.path)

@@ -25,6 +25,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from gateway.config import ProviderAuthConfig
+from gateway.core.broker.problems import STANDING, Problem
 from gateway.core.names import SlotNameError, check_slot_name
 from gateway.devices.adopted import AdoptedIdentities
 from gateway.telemetry.metrics import Metrics
@@ -34,6 +35,8 @@ log = logging.getLogger("gateway.policy.provider_auth")
 TOKEN_HEADER = "X-Provider-Token"
 SHARED_IDENTITY = "shared"
 REALM = 'Bearer realm="provider"'
+REGISTRY_UNREADABLE = "devices.registry_unreadable"
+"""The broker_diagnose problem of a device registry that cannot be read (adopted boards refused)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class ProviderAuthPolicy:
         if identity is None:
             return None
         adopted = self._adopted.standing(identity) if self._adopted is not None else None
+        self._registry_problem()
         if adopted is not None:
             return ProviderCredential(adopted.identity, (_exactly(adopted.slot),))
         before = next((entry for entry in previous._identities if entry.name == identity), None)
@@ -153,6 +157,7 @@ class ProviderAuthPolicy:
             if hmac.compare_digest(digest, identity.digest) and match is None:
                 match = identity
         adopted = self._adopted.lookup(digest) if match is None and self._adopted is not None else None
+        unreadable = self._registry_problem() if match is None else None
         if adopted is not None and adopted.revoked:
             return self._refuse(
                 401,
@@ -165,6 +170,20 @@ class ProviderAuthPolicy:
             )
         if adopted is not None:
             return ProviderCredential(adopted.identity, (_exactly(adopted.slot),))
+        if match is None and unreadable is not None:
+            # Not the device's fault: the registry that would know its secret cannot be read.
+            return self._refuse(
+                401,
+                "invalid_provider_token",
+                f"The provider secret sent in {TOKEN_HEADER} is none of [providers.auth] on this gateway, and the "
+                "gateway's device registry, which holds the secrets of boards adopted with mcp-gateway device "
+                f"install, cannot be read ({unreadable}): adopted boards are refused whatever their secret. If this "
+                "device was adopted, its secret is not at fault: the gateway's operator must mend the registry "
+                f"(broker_diagnose shows {REGISTRY_UNREADABLE}), and the device is admitted at its next dial once "
+                "the registry can be read. Otherwise check the secret on the device against [providers.auth].",
+                "registry_unreadable",
+                REALM,
+            )
         if match is None:
             return self._refuse(
                 401,
@@ -177,6 +196,33 @@ class ProviderAuthPolicy:
         if self.mode == "shared":
             return ProviderCredential(SHARED_IDENTITY)
         return ProviderCredential(match.name, match.patterns)
+
+    def _registry_problem(self) -> str | None:
+        """Why the device registry could not be read at the last lookup (None when it could), kept in
+        broker_diagnose as devices.registry_unreadable until a lookup reads it again."""
+        adopted = self._adopted
+        if adopted is None:
+            return None
+        key = f"{REGISTRY_UNREADABLE}:{adopted.path}"
+        if adopted.unreadable is None:
+            STANDING.withdraw(key)
+            return None
+        STANDING.report(
+            key,
+            Problem(
+                REGISTRY_UNREADABLE,
+                "error",
+                "The device registry cannot be read: boards adopted with mcp-gateway device install are refused "
+                "(401 invalid_provider_token)",
+                f"{adopted.path}: {adopted.unreadable}",
+                f"Check the file: mcp-gateway devices --registry {adopted.path} reads it as the gateway does. A "
+                'damaged file ("file is not a database", "malformed"): put back a copy, or move it aside with its '
+                "-wal and -shm files and adopt the boards again (mcp-gateway device install; a new file is made at "
+                "the path). A permission or a read-only file system: make the file readable and writable by the "
+                "gateway's user. Each board's next dial reads it again; no restart is needed.",
+            ),
+        )
+        return adopted.unreadable
 
     def slot_refusal(self, credential: ProviderCredential, slot: str) -> ProviderAuthRefusal | None:
         """None when `credential` may publish `slot`; else the refusal (HTTP 403 or a -32001 envelope)."""

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.core import errors
-from gateway.core.policy_interface import AnswerInstead, ConfirmRetry
+from gateway.core.policy_interface import REFUSED_META_KEY, AnswerInstead, ConfirmRetry
 from gateway.core.principal import Principal
 from gateway.policy.approvals import Approvals, ApprovalsFull, ApprovalUnknown, binding_of
 from gateway.policy.confirmation import Confirmations, Question
@@ -227,10 +227,9 @@ async def test_the_question_requires_approve() -> None:
 async def test_a_caller_never_approves_its_own_call() -> None:
     governor = Governor(policy(), trail=None)
     agent = Principal(kind="token", name="agent")
-    with pytest.raises(errors.RpcError) as waiting:
-        await governor.admit_call(agent, "pump-1", {"name": "start"}, "start", {}, "streamable-http")
-    assert isinstance(waiting.value.data, dict)
-    approval = waiting.value.data["approval"]
+    waiting = await governor.admit_call(agent, "pump-1", {"name": "start"}, "start", {}, "streamable-http")
+    assert waiting.answer is not None and waiting.effect == "wait-confirmation"
+    approval = waiting.answer["_meta"][REFUSED_META_KEY]["approval"]
     with pytest.raises(errors.RpcError) as own:
         governor.decide_approval(agent, approval, True)
     assert own.value.data == {"reason": "own_call", "approval": approval}

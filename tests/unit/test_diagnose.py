@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.core.broker.diagnose import diagnose, worst
-from gateway.core.broker.problems import GatewayView, Problem, SlotView
+from gateway.core.broker.problems import STANDING, GatewayView, Problem, SlotView, StandingProblems
 
 URL = "http://127.0.0.1:3000"
 
@@ -343,3 +343,19 @@ def test_an_mqtt_broker_that_would_send_far_larger_packets_than_the_gateway_take
         {**mqtt_broker(broker_max_packet_size="unlimited"), "connected": False},
     ):
         assert "mqtt.broker_packet_size" not in ids(diagnose(view(ready(), mqtt=(quiet,))))
+
+
+def test_standing_problems_are_listed_gateway_wide_until_withdrawn_and_bounded() -> None:
+    found = Problem("state.unlocked", "warning", "the state directory /s is not locked", "EROFS", "remount")
+    STANDING.report("state.unlocked:test", found)
+    try:
+        assert only(diagnose(view(ready())), "state.unlocked") == found
+        assert "state.unlocked" not in ids(diagnose(view(ready()), "pump-1"))
+    finally:
+        STANDING.withdraw("state.unlocked:test")
+    assert "state.unlocked" not in ids(diagnose(view(ready())))
+    board = StandingProblems(max_problems=2)
+    for number in range(3):
+        board.report(f"key-{number}", replace(found, summary=str(number)))
+    board.report("key-0", replace(found, summary="again"))  # a kept one is replaced past the bound too
+    assert [problem.summary for problem in board.current()] == ["again", "1"]

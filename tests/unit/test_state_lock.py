@@ -81,6 +81,7 @@ def test_a_place_that_cannot_be_locked_is_logged_and_left_to_fail_as_before(
     governed = config(**GOVERNED, audit={"path": str(blocker / "audit.db")})
     with caplog.at_level(logging.WARNING, logger="gateway.state"):
         held = hold_state(governed, {"STATE_DIRECTORY": str(blocker / "state")})
+    held.release()  # its retries too (tests/unit/test_state_lock_retry.py)
     assert held.descriptors == []
     assert f"the state directory {blocker / 'state'} cannot be locked" in caplog.text
     assert f"the audit file {blocker / 'audit.db'} cannot be locked" in caplog.text

@@ -1,8 +1,10 @@
 """What is wrong with this gateway right now, as a list of named problems with evidence and a fix.
 
-Pure: a snapshot of the registry, the client sessions and the configuration in, problems out. The
-snapshot is taken by `gateway.core.broker.status`; `broker_diagnose`, `broker://diagnose` and the
-troubleshooting guide show the result. Every problem id is documented in docs/operations.md.
+A snapshot of the registry, the client sessions and the configuration in, problems out, with the
+standing problems the parts looking after the gateway's files report (problems.STANDING: the state
+lock, the device registry). The snapshot is taken by `gateway.core.broker.status`; `broker_diagnose`,
+`broker://diagnose` and the troubleshooting guide show the result. Every problem id is documented in
+docs/operations.md.
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ from gateway.core.broker.diagnose_declarations import declaration_problems
 from gateway.core.broker.diagnose_limits import limit_problems
 from gateway.core.broker.diagnose_links import mdns_problems, mqtt_problems, serial_problems
 from gateway.core.broker.diagnose_slots import slot_faults, slot_presence
-from gateway.core.broker.problems import SEVERITY_ORDER, GatewayView, Problem, near, provider_url, ws_base
+from gateway.core.broker.problems import (
+    SEVERITY_ORDER,
+    STANDING,
+    GatewayView,
+    Problem,
+    near,
+    provider_url,
+    ws_base,
+)
 
 
 def _gateway_problems(view: GatewayView) -> list[Problem]:
@@ -250,7 +260,7 @@ def diagnose(view: GatewayView, slot: str | None = None) -> list[Problem]:
         problems = slot_presence(view, found) + slot_faults(view, found)
         problems += [problem for problem in declaration_problems(view) if problem.slot == slot]
     else:
-        problems = _gateway_problems(view)
+        problems = _gateway_problems(view) + STANDING.current()
         for entry in view.slots:
             problems.extend(slot_presence(view, entry))
             problems.extend(slot_faults(view, entry))

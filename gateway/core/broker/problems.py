@@ -4,6 +4,7 @@ SlotView), the named Problem, and the wording every rule shares.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -115,6 +116,41 @@ class Problem:
             entry["slot"] = self.slot
         entry.update(summary=self.summary, evidence=self.evidence, fix=self.fix)
         return entry
+
+
+MAX_STANDING = 32
+"""Standing problems kept at most: one per place that reports (the state directory's lock, the audit
+file's, the device registry); a report past it is dropped, the ones kept stay."""
+
+
+class StandingProblems:
+    """Problems found outside the snapshot diagnosis judges, by the parts that look after the gateway's
+    files (the state lock, the device registry): each kept under its key from when it is found until
+    the part finds it mended and withdraws it. `broker_diagnose` lists them with the gateway-wide ones.
+    One process runs one gateway (`run` locks its state directory), so the process keeps one board,
+    STANDING; reports may come from any thread."""
+
+    def __init__(self, max_problems: int = MAX_STANDING) -> None:
+        self.max_problems = max_problems
+        self._problems: dict[str, Problem] = {}
+        self._lock = threading.Lock()
+
+    def report(self, key: str, problem: Problem) -> None:
+        """Keep `problem` under `key` (replacing what was kept there) until withdrawn."""
+        with self._lock:
+            if key in self._problems or len(self._problems) < self.max_problems:
+                self._problems[key] = problem
+
+    def withdraw(self, key: str) -> None:
+        with self._lock:
+            self._problems.pop(key, None)
+
+    def current(self) -> list[Problem]:
+        with self._lock:
+            return list(self._problems.values())
+
+
+STANDING = StandingProblems()
 
 
 def last_link(slot: SlotView) -> str:

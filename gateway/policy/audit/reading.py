@@ -18,6 +18,8 @@ STREAM_BATCH = 500
 """Rows fetched at a time when every matching record is read (an export)."""
 GLOB_CHARACTERS = frozenset("*?[")
 JSON_COLUMNS = ("principal", "arguments", "rules", "constraints")
+DAMAGED = "damaged"
+"""The key of a record whose stored JSON cannot be read: the columns shown as None for it."""
 
 SELECT = """
 SELECT d.id, d.time_ms, d.principal, d.client_id, d.transport, d.slot, d.resource, d.tool, d.capability,
@@ -123,7 +125,8 @@ def read_records(
     """The newest `limit` decisions matching every filter given (see Filters), oldest first, each with its
     result (status, latency_ms, error, result_ms: None while the call runs or when it never ended) and, for
     a call whose result is "cancelled", what the device answered after the cancel (after_cancel: "ok",
-    "tool-error", "error"; after_cancel_error, after_cancel_ms; None when nothing came)."""
+    "tool-error", "error"; after_cancel_error, after_cancel_ms; None when nothing came). A record whose
+    stored JSON cannot be read is listed too, those columns None and named under `damaged`."""
     where, values = Filters(since_ms, until_ms, principal, slot, tool, effect).where()
     conn, select = _open(path)
     try:
@@ -160,8 +163,20 @@ def _rows(path: Path, conn: sqlite3.Connection, cursor: sqlite3.Cursor) -> Itera
 
 
 def _record(row: sqlite3.Row) -> dict[str, Any]:
+    """The row as a record, its JSON columns read. A column whose stored JSON cannot be read (a write cut
+    short by a power loss leaves NUL bytes or nothing where SQLite finds no fault) is None, and the
+    record names it under DAMAGED: one torn record never hides the others."""
     record = dict(row)
+    damaged: list[str] = []
     for column in JSON_COLUMNS:
-        if record[column] is not None:
-            record[column] = orjson.loads(record[column])
+        stored = record[column]
+        if stored is None:
+            continue
+        try:
+            record[column] = orjson.loads(stored)
+        except (ValueError, TypeError):  # orjson.JSONDecodeError is a ValueError
+            record[column] = None
+            damaged.append(column)
+    if damaged:
+        record[DAMAGED] = damaged
     return record
