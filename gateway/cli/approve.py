@@ -14,12 +14,17 @@ from gateway.cli.common import Commands, gateway_url_option
 
 
 def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
-    """One line per waiting call, oldest first; the words an operator approves by."""
+    """One line per waiting call, oldest first; the words an operator approves by. The time left is the
+    gateway's (`expires_in_ms`, on its monotonic clock): this machine's clock may differ from its clock;
+    `now_ms` serves only a gateway that does not send it."""
     if not approvals:
         return "No call waits for approval."
     lines = []
     for item in approvals:
-        left_s = max(0, (int(item["expires_ms"]) - now_ms) // 1000)
+        left_ms = item.get("expires_in_ms")
+        if not isinstance(left_ms, int):
+            left_ms = int(item["expires_ms"]) - now_ms
+        left_s = max(0, left_ms // 1000)
         arguments = json.dumps(item.get("arguments"), separators=(",", ":"), sort_keys=True)
         decided = f" by {item['decided_by']}" if item.get("decided_by") else ""
         lines.append(

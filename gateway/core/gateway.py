@@ -10,6 +10,7 @@ from gateway.config import ConfigError, GatewayConfig, TelemetryConfigError
 from gateway.core.aggregate import AggregateTarget
 from gateway.core.broker.scrape import ScrapeSync
 from gateway.core.broker.server import BrokerTarget
+from gateway.core.clock import wall_time_of
 from gateway.core.groups.catalog import GroupCatalog
 from gateway.core.input_required import InputRequired
 from gateway.core.jsonrpc import JsonObject
@@ -70,7 +71,8 @@ class Gateway:
         # /mcp and /mcp/<group>: served by their own routes (gateway/northbound/groups_http.py), not by target().
         self.groups = GroupCatalog(self.registry, self.metrics, self.rate_limiter, self.base_url, self.governance)
         self.broker = BrokerTarget(self)
-        self.started_at = time.time()
+        self.started_monotonic = time.monotonic()
+        """When the gateway started, on the monotonic clock: uptime is measured from it."""
         self.listening = False
         self.bound_port: int | None = None
         """The port actually bound (config.port may be 0, meaning any free port); set by the server."""
@@ -101,6 +103,12 @@ class Gateway:
         an MQTT plain-profile board announcing with it is not attached. Set by the composition root."""
         self._slot_targets: dict[str, SlotTarget] = {}
         self.metrics.before_render.append(ScrapeSync(self))
+
+    @property
+    def started_at(self) -> float:
+        """When the gateway started, on the wall clock as it reads now: right once NTP has set a clock
+        that read 1970 or the last shutdown at start (broker_info started_at and uptime_s)."""
+        return wall_time_of(self.started_monotonic)
 
     def base_url(self) -> str:
         """The URL clients and providers use: public_url if configured, else the bound address."""

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from gateway import __version__
 from gateway.core import eras, errors, jsonrpc, provider_hello
 from gateway.core.cancelled_requests import CancelledRequests, cancel_reason, late_answer_sink
+from gateway.core.clock import wall_time_of
 from gateway.core.due import DueQueue
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.core.link import CLOSE_POLICY, MessageRefused, ProviderLink
@@ -101,7 +102,8 @@ class ProviderSession:
         self.ready = False
         """state == "ready", kept as a plain attribute: every relayed call asks it about three times."""
         self.close_reason = ""
-        self.connected_at = time.time()
+        self.connected_monotonic = time.monotonic()
+        """When the link connected, on the monotonic clock: connected_for_s is measured from it."""
         self.init_result: JsonObject | None = None
         self.tools: list[JsonObject] = []
         self.tools_hash = ""
@@ -758,6 +760,11 @@ class ProviderSession:
         return owner
 
     # -- status -------------------------------------------------------------------------------
+
+    @property
+    def connected_at(self) -> float:
+        """When the link connected, on the wall clock as it reads now (right once the clock is set)."""
+        return wall_time_of(self.connected_monotonic)
 
     def status(self) -> JsonObject:
         return {

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from gateway.config import GatewayConfig
 from gateway.core import errors, jsonrpc
+from gateway.core.clock import wall_time_of
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, LinkInfo, ProviderLink
 from gateway.core.names import SlotNameError, check_slot_name
@@ -70,7 +71,8 @@ class Slot:
     listeners: set[Listener] = field(default_factory=set)
     last_tools_hash: str = ""
     connects: int = 0
-    last_disconnect: float | None = None
+    disconnected_at: float | None = None
+    """Monotonic time its last provider left (None: none has); `last_disconnect` on the wall clock."""
     last_disconnect_reason: str = ""
     last_error: str = ""
     last_link: LinkInfo | None = None  # how the last provider that left came in (provider_url after it)
@@ -84,6 +86,11 @@ class Slot:
     """Monotonic time the slot last lost its provider (or, never held, was first asked for)."""
     manager: UpstreamManager | None = None
     """Who runs its provider when it is a configured upstream (see Registry.manage)."""
+
+    @property
+    def last_disconnect(self) -> float | None:
+        """When its last provider left, on the wall clock as it reads now (right once the clock is set)."""
+        return wall_time_of(self.disconnected_at) if self.disconnected_at is not None else None
 
     @property
     def live(self) -> ProviderSession | None:
@@ -102,7 +109,8 @@ class Slot:
             if self.declared:
                 return "the slot is declared, but no provider has connected to it yet"
             return "no provider has connected to this slot"
-        left = ago(time.time() - self.last_disconnect) if self.last_disconnect is not None else ago(None)
+        gone = self.disconnected_at
+        left = ago(time.monotonic() - gone) if gone is not None else ago(None)
         reason = f" ({self.last_disconnect_reason})" if self.last_disconnect_reason else ""
         return f"its provider left {left}{reason}"
 
@@ -178,7 +186,7 @@ class SlotRegistry:
         """Answers providers' broker/* requests; the gateway gives it the policy layer's answers."""
         self.managers: dict[str, UpstreamManager] = {}
         """Slots whose provider is a configured upstream, and who runs it (see `manage`)."""
-        self.started_at = time.time()
+        self.started_monotonic = time.monotonic()
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._closing = False
         for name in config.slots.declared:
@@ -474,8 +482,7 @@ class SlotRegistry:
         if slot is None:
             return
         slot.session = None
-        slot.vacant_since = time.monotonic()
-        slot.last_disconnect = time.time()
+        slot.vacant_since = slot.disconnected_at = time.monotonic()
         slot.last_disconnect_reason = reason
         slot.last_error = session.last_error
         slot.last_link = session.link.info

@@ -6,7 +6,9 @@ forwarded (its `binding`, after any clamp): a retry the policy now forwards diff
 approval and uses it up, and is refused rather than forwarded on an answer given for other arguments.
 
 Kept in memory: a restart forgets them, and the caller's next attempt asks again (nothing is forwarded
-on an approval the gateway no longer holds).
+on an approval the gateway no longer holds). Lifetimes run on the monotonic clock: setting the wall clock
+(NTP on a board without a real-time clock) neither stretches nor cuts them; the wall clock only says
+when an approval was made and decided.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class Approval:
     rule: str
     created_ms: int
     expires_ms: int
+    """Wall-clock ms, as shown: when it expires by the wall clock as it read at creation."""
+    deadline_s: float
+    """When it expires on the monotonic clock (Approvals.monotonic): what expiry goes by."""
     state: str = "pending"
     """"pending", "approved" or "denied"."""
     decided_by: str | None = None
@@ -83,14 +88,27 @@ class Approval:
 class Approvals:
     """The waiting calls, by id and by attempt; each attempt has at most one."""
 
-    def __init__(self, limit: int = DEFAULT_MAX_APPROVALS, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        limit: int = DEFAULT_MAX_APPROVALS,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limit = limit
         self.clock = clock
+        """The wall clock (unix s): when things happened, as shown and recorded."""
+        self.monotonic = monotonic
+        """The monotonic clock (s): lifetimes and expiry."""
         self._by_id: dict[str, Approval] = {}
         self._by_attempt: dict[str, Approval] = {}
 
     def now_ms(self) -> int:
+        """Wall-clock ms: for what is shown or recorded, never for a lifetime."""
         return int(self.clock() * 1000)
+
+    def monotonic_ms(self) -> int:
+        """Monotonic ms: for lifetimes and expiry."""
+        return int(self.monotonic() * 1000)
 
     def request(
         self,
@@ -127,6 +145,7 @@ class Approvals:
             rule=rule,
             created_ms=now,
             expires_ms=now + expires_s * 1000,
+            deadline_s=self.monotonic() + expires_s,
         )
         while approval.id in self._by_id:  # 32 random bits: a clash is rare, never silent
             approval.id = secrets.token_hex(4)
@@ -159,8 +178,13 @@ class Approvals:
         return found
 
     def listed(self) -> list[dict[str, Any]]:
+        """Oldest first (in the order they were made), each with `expires_in_ms`, the time it has left."""
         self._expire()
-        return [approval.to_json() for approval in sorted(self._by_id.values(), key=lambda a: a.created_ms)]
+        now = self.monotonic()
+        return [
+            {**approval.to_json(), "expires_in_ms": max(0, int((approval.deadline_s - now) * 1000))}
+            for approval in self._by_id.values()
+        ]
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -171,6 +195,6 @@ class Approvals:
             del self._by_attempt[approval.attempt]
 
     def _expire(self) -> None:
-        now = self.now_ms()
-        for approval in [a for a in self._by_id.values() if a.expires_ms <= now]:
+        now = self.monotonic()
+        for approval in [a for a in self._by_id.values() if a.deadline_s <= now]:
             self._drop(approval)

@@ -103,7 +103,7 @@ class Confirmations:
         self.approvals = approvals if approvals is not None else Approvals()
         self._key = secrets.token_bytes(32)
         self._used: dict[str, int] = {}
-        """Each answered requestState's body, with its expiry (ms)."""
+        """Each answered requestState's body, with its expiry (monotonic ms)."""
 
     def claim(
         self, subjects: frozenset[str], slot: str, tool: str, arguments: object, confirmer: Confirmer | None
@@ -260,7 +260,9 @@ class Confirmations:
         return Answer(confirmed, f"{question.who} via {how}", self.approvals.now_ms(), how, unusable)
 
     def _seal(self, question: Question) -> str:
-        expires = self.approvals.now_ms() + question.rule.expires_s * 1000
+        # On the monotonic clock: setting the wall clock neither stretches nor cuts a state's lifetime. A
+        # state outlives no process (the key is the process's), so its clock is always this one.
+        expires = self.approvals.monotonic_ms() + question.rule.expires_s * 1000
         body = f"{CONFIRM_STATE_PREFIX}{secrets.token_hex(8)}.{expires}.{_digest(question.binding)}"
         return f"{body}.{self._mac(body, question.attempt)}"
 
@@ -279,7 +281,8 @@ class Confirmations:
                 "mismatch",
             )
         _, expires, sealed = fields
-        if not expires.isdigit() or int(expires) <= self.approvals.now_ms():
+        now = self.approvals.monotonic_ms()
+        if not expires.isdigit() or int(expires) <= now:
             raise _state_error(
                 "requestState has expired: nobody confirmed in time; send the call again without requestState",
                 "expired",
@@ -290,7 +293,6 @@ class Confirmations:
                 "without requestState to be asked again",
                 "used",
             )
-        now = self.approvals.now_ms()
         for old in [old for old, until in self._used.items() if until <= now]:
             del self._used[old]  # expired: refused as expired anyway, no need to remember it
         if len(self._used) >= MAX_USED_STATES:

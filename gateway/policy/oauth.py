@@ -141,7 +141,11 @@ def failure_for(exc: Exception, settings: OAuthConfig, audience: str) -> AuthFai
     import jwt
 
     if isinstance(exc, jwt.ExpiredSignatureError):
-        return AuthFailure("expired", "The access token has expired; get a new one from the authorization server.")
+        return AuthFailure(
+            "expired",
+            "The access token has expired; get a new one from the authorization server. If a freshly issued "
+            "token is refused so, the clocks of the authorization server and this gateway disagree: check both.",
+        )
     if isinstance(exc, jwt.ImmatureSignatureError):
         return AuthFailure(
             "not_yet_valid",

@@ -392,6 +392,8 @@ async def test_expired_foreign_and_misdirected_tokens_are_refused(
     assert header.startswith('Bearer error="invalid_token", error_description="The access token has expired')
     assert header.endswith(metadata)
     assert body["error"] == "invalid_token"
+    # A fresh token refused so means the clocks disagree (a gateway booted without a real-time clock).
+    assert "the clocks of the authorization server and this gateway disagree" in body["error_description"]
 
     _, body = await refused_token(
         http, pump1, access_token(rsa_key(), pump1, scope="pump-1", issuer="https://evil.example")

@@ -151,15 +151,21 @@ async def test_pruning_takes_the_answers_after_a_cancel_with_their_decisions(
     tmp_path: Path, trails: list[AuditTrail]
 ) -> None:
     path = tmp_path / "audit.db"
-    trail = AuditTrail(path, max_age_days=30)
+    earlier = AuditTrail(path, max_age_days=30)  # an earlier run: this run's records age from its start
+    trails.append(earlier)
+    await earlier.start()
+    old = await earlier.decision(record(time_ms=now_ms() - 31 * DAY_MS))
+    earlier.result(old, "cancelled", 1.0)
+    earlier.answered_after_cancel(old, "ok")
+    await earlier.close()
+    trail = AuditTrail(path, max_age_days=30, prune_interval_s=3600)
     trails.append(trail)
     await trail.start()
-    old = await trail.decision(record(time_ms=now_ms() - 31 * DAY_MS))
     recent = await trail.decision(record())
-    for decision_id in (old, recent):
-        trail.result(decision_id, "cancelled", 1.0)
-        trail.answered_after_cancel(decision_id, "ok")
-    assert await trail.prune() == 1
+    trail.result(recent, "cancelled", 1.0)
+    trail.answered_after_cancel(recent, "ok")
+    await trail.prune()
+    assert trail.status()["pruned_by_age"] == 1
     await trail.close()
     conn = sqlite3.connect(path)
     try:

@@ -369,13 +369,16 @@ async def test_query_filters(trails: TrailFactory) -> None:
     assert trail.query(slot="pump-2")[-1]["confirmed_by"] == "user:bob"
 
 
-async def test_records_past_max_age_are_pruned_with_their_results(trails: TrailFactory) -> None:
-    trail = await trails(max_age_days=30)
-    old = [await trail.decision(record(time_ms=now_ms() - 31 * DAY_MS)) for _ in range(5)]
-    recent = await trail.decision(record(time_ms=now_ms() - 29 * DAY_MS))
+async def test_records_past_max_age_are_pruned_with_their_results(tmp_path: Path, trails: TrailFactory) -> None:
+    path = tmp_path / "audit.db"
+    earlier = await trails(path, max_age_days=30)  # an earlier run: this run's records age from its start
+    old = [await earlier.decision(record(time_ms=now_ms() - 31 * DAY_MS)) for _ in range(5)]
+    recent = await earlier.decision(record(time_ms=now_ms() - 29 * DAY_MS))
     for decision_id in (*old, recent):
-        trail.result(decision_id, "ok", 1.0)
-    assert await trail.prune() == 5
+        earlier.result(decision_id, "ok", 1.0)
+    await earlier.close()
+    trail = await trails(path, max_age_days=30)
+    await trail.prune()  # the pruning due at start has run
     assert [entry["id"] for entry in trail.query()] == [recent]
     assert rows(trail.path, "SELECT decision_id FROM results") == [(recent,)]
     assert await trail.prune() == 0

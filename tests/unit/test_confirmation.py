@@ -105,7 +105,7 @@ class Clock:
 
 def test_an_approval_is_bound_used_once_and_expires() -> None:
     clock = Clock()
-    approvals = Approvals(limit=2, clock=clock)
+    approvals = Approvals(limit=2, clock=clock, monotonic=clock)
     binding = binding_of(AGENT, "pump-1", "start", {"speed_rpm": 900})
     first = approvals.request(binding, binding, AGENT, "pump-1", "/site1/pump-1", "start", {"speed_rpm": 900}, "c", 60)
     assert approvals.request(binding, binding, AGENT, "pump-1", "/p", "start", {}, "c", 60) is first  # one per call
@@ -163,7 +163,7 @@ async def asked_state(confirmations: Confirmations, arguments: object) -> str:
 
 async def test_a_request_state_answers_its_own_call_once_and_only_before_it_expires() -> None:
     clock = Clock()
-    confirmations = Confirmations(Approvals(clock=clock))
+    confirmations = Confirmations(Approvals(clock=clock, monotonic=clock))
     yes = {"action": "accept", "content": {"approve": True}}
     state = await asked_state(confirmations, {"speed_rpm": 900})
     with pytest.raises(errors.RpcError) as moved:
@@ -179,7 +179,7 @@ async def test_a_request_state_answers_its_own_call_once_and_only_before_it_expi
     with pytest.raises(errors.RpcError) as expired:
         await confirmations.ask(question({"speed_rpm": 900}), Stateless(ConfirmRetry(late, yes)))
     assert expired.value.data == {"reason": "expired"}
-    other = Confirmations(Approvals(clock=clock))  # another gateway run: another key
+    other = Confirmations(Approvals(clock=clock, monotonic=clock))  # another gateway run: another key
     with pytest.raises(errors.RpcError) as foreign:
         await other.ask(question({"speed_rpm": 900}), Stateless(ConfirmRetry(state, yes)))
     assert foreign.value.data == {"reason": "mismatch"}

@@ -184,8 +184,9 @@ def client_sessions_of(gateway: BrokerView, name: str) -> int:
 
 
 def provider_status(gateway: BrokerView, slot: Slot) -> JsonObject:
-    """Everything known about one slot and its provider; every key is present, null when unknown."""
-    now = time.time()
+    """Everything known about one slot and its provider; every key is present, null when unknown.
+    Durations are on the monotonic clock; instants are shown on the wall clock as it reads now."""
+    now = time.monotonic()
     session = slot.live
     settings = session.settings if session is not None else None
     per_slot = gateway.config.slot_settings(slot.name)
@@ -202,7 +203,7 @@ def provider_status(gateway: BrokerView, slot: Slot) -> JsonObject:
         "remote": (session.link.info.remote or None) if session else None,
         "identity": session.link.info.identity if session else None,
         "connected_since": iso(session.connected_at) if session else None,
-        "connected_for_s": round(now - session.connected_at, 3) if session else None,
+        "connected_for_s": round(now - session.connected_monotonic, 3) if session else None,
         "pending": session.in_flight if session else 0,
         "max_pending": gateway.config.limits.max_pending_per_slot,
         "aggregate": session.aggregate if session else False,
@@ -217,7 +218,7 @@ def provider_status(gateway: BrokerView, slot: Slot) -> JsonObject:
         "tools_hash": (session.tools_hash or None) if session else None,
         "tools_left_out": session.tool_listing.status() if session else None,
         "heartbeat_misses": totals.get("heartbeat_misses", 0),
-        "last_seen_s_ago": round(time.monotonic() - session.last_seen, 3) if session else None,
+        "last_seen_s_ago": round(now - session.last_seen, 3) if session else None,
         "id_style": ("numeric" if session.numeric_ids else "brk")
         if session
         else ((per_slot.id_style if per_slot and per_slot.id_style else None) or providers.id_style),
@@ -254,7 +255,7 @@ def providers_list(gateway: BrokerView) -> JsonObject:
 
 def broker_info(gateway: BrokerView) -> JsonObject:
     config = gateway.config
-    now = time.time()
+    started = gateway.started_at  # the wall clock now, less the uptime measured on the monotonic clock
     slots = gateway.registry.slots.values()
     base = gateway.base_url()
     lan = insecure_lan(gateway)
@@ -262,8 +263,8 @@ def broker_info(gateway: BrokerView) -> JsonObject:
     return {
         "name": "mcp-gateway",
         "version": __version__,
-        "started_at": iso(gateway.started_at),
-        "uptime_s": round(now - gateway.started_at, 3),
+        "started_at": iso(started),
+        "uptime_s": round(time.time() - started, 3),
         "host": config.host,
         "port": gateway.bound_port if gateway.bound_port is not None else config.port,
         "url": base,
@@ -336,7 +337,7 @@ def broker_info(gateway: BrokerView) -> JsonObject:
 def diagnosis_view(gateway: BrokerView) -> GatewayView:
     """The snapshot `diagnose` works on, taken now."""
     config = gateway.config
-    now = time.time()
+    now = time.monotonic()
     slots: list[SlotView] = []
     for name in sorted(gateway.registry.slots):
         slot = gateway.registry.slots[name]
@@ -354,7 +355,7 @@ def diagnosis_view(gateway: BrokerView) -> GatewayView:
                 max_pending=session.settings.max_pending if session else config.limits.max_pending_per_slot,
                 connects=slot.connects,
                 connected_for_s=status["connected_for_s"],
-                last_disconnect_ago_s=now - slot.last_disconnect if slot.last_disconnect is not None else None,
+                last_disconnect_ago_s=now - slot.disconnected_at if slot.disconnected_at is not None else None,
                 last_disconnect_reason=slot.last_disconnect_reason,
                 last_error=status["last_error"] or "",
                 request_timeout_ms=status["request_timeout_ms"],

@@ -218,14 +218,42 @@ class Pruned:
     more: bool = False
 
 
-def prune_cut(conn: sqlite3.Connection, older_than_ms: int, max_bytes: int) -> tuple[int, str] | None:
+def next_decision_id(conn: sqlite3.Connection) -> int:
+    """The id the next decision written to the file gets (AUTOINCREMENT: never one used before)."""
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'decisions'").fetchone()
+    return 1 if row is None else int(row[0]) + 1
+
+
+def prune_cut(
+    conn: sqlite3.Connection,
+    older_than_ms: int,
+    max_bytes: int,
+    protected_from: int | None = None,
+    within: int | None = None,
+) -> tuple[int, str] | None:
     """The highest decision id to delete so that nothing is older than `older_than_ms` and the file
     fits `max_bytes` (with PRUNE_TARGET's headroom), and why ("age", "size", "age and size"); None:
-    nothing to delete. Oldest first, by id."""
+    nothing to delete. Oldest first, by id.
+
+    By age, only the run of oldest decisions that are all older goes: one stamped by a wall clock that
+    was behind (a board without a real-time clock, before NTP set it) never takes the ones before it,
+    and one stamped recent keeps the ones after it until it is old itself. `protected_from`: decisions
+    from this id on are never deleted by age (the size bound still applies). `within`: look at that
+    many of the oldest decisions at most (a pruning step deletes fewer)."""
     first, last = conn.execute("SELECT min(id), max(id) FROM decisions").fetchone()
     if first is None:
         return None
-    cut: int | None = conn.execute("SELECT max(id) FROM decisions WHERE time_ms < ?", (older_than_ms,)).fetchone()[0]
+    stop = last + 1 if protected_from is None else min(last + 1, protected_from)
+    if within is not None:
+        stop = min(stop, first + within)
+    # By rowid from the oldest, up to the first young one: reads the decisions to delete and one more.
+    young = conn.execute(
+        "SELECT id FROM decisions NOT INDEXED WHERE id < ? AND time_ms >= ? ORDER BY id LIMIT 1",
+        (stop, older_than_ms),
+    ).fetchone()
+    if young is not None:
+        stop = young[0]
+    cut: int | None = stop - 1 if stop > first else None
     reason = "age"
     used = used_bytes(conn)
     if used > max_bytes:
@@ -238,12 +266,14 @@ def prune_cut(conn: sqlite3.Connection, older_than_ms: int, max_bytes: int) -> t
     return None if cut is None else (min(cut, last), reason)
 
 
-def prune(conn: sqlite3.Connection, older_than_ms: int, max_bytes: int, chunk: int) -> Pruned:
-    """Delete the oldest records past the age and size bounds, at most `chunk` decisions at a time,
-    then hand the freed pages back to the file system."""
+def prune(
+    conn: sqlite3.Connection, older_than_ms: int, max_bytes: int, chunk: int, protected_from: int | None = None
+) -> Pruned:
+    """Delete the oldest records past the age and size bounds (see prune_cut), at most `chunk` decisions
+    at a time, then hand the freed pages back to the file system."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        found = prune_cut(conn, older_than_ms, max_bytes)
+        found = prune_cut(conn, older_than_ms, max_bytes, protected_from, chunk + 1)
         if found is None:
             conn.execute("COMMIT")
             return Pruned()

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.core.clock import WallClockWatch, jump_words
 from gateway.policy.audit.errors import AuditSchemaError, AuditUnavailable
 from gateway.policy.audit.records import (
     MAX_ARGUMENTS_BYTES,
@@ -31,6 +32,7 @@ from gateway.policy.audit.store import (
     insert_answers_after_cancel,
     insert_decision,
     insert_results,
+    next_decision_id,
     prune,
     used_bytes,
     wal_limit,
@@ -137,6 +139,13 @@ class Writer:
         self._synchronous = "FULL"
         self._retry_results: list[CallEnd] = []
         self._next_prune = 0.0  # prune at the first chance after start
+        self._started = time.monotonic()
+        self._run_first_id: int | None = None
+        """The first decision id this run writes to the file (read when the file is opened): ids from it
+        on are this run's, kept from pruning by age until the run has lasted max_age by the monotonic clock."""
+        self._run_file: tuple[int, int] | None = None  # the file _run_first_id was read from
+        self._last_id = 0  # the newest decision this run wrote
+        self._clock = WallClockWatch()
         self.healthy = True
         self.last_error = ""
         self.last_error_ms: int | None = None
@@ -223,6 +232,7 @@ class Writer:
                 batch = self._take()
                 if batch is None:
                     break
+                self._check_clock()  # before the batch: its records were stamped after the jump
                 self._write(batch)
                 self._prune_if_due(batch)
         except BaseException:  # a bug: fail closed for everyone waiting instead of leaving them hanging
@@ -297,12 +307,35 @@ class Writer:
             settle([(item.future, item.loop, AuditUnavailable(reason)) for item in waiting])
             return
         self.commits += 1
-        self.decisions_written += sum(1 for _, _, outcome in outcomes if isinstance(outcome, int))
+        written = [outcome for _, _, outcome in outcomes if isinstance(outcome, int)]
+        self.decisions_written += len(written)
+        self._last_id = max([self._last_id, *written])
         self.results_written += len(rows)
         if not self.healthy:
             log.warning("audit trail %s: writable again", self.path)
         self.healthy = True
         settle(outcomes)
+
+    def _protected_from(self) -> int | None:
+        """The first id pruning by age must keep: this run's records are stamped by the wall clock, which on
+        a board without a real-time clock reads 1970 or its last shutdown until NTP sets it. None once the
+        run has lasted max_age by the monotonic clock."""
+        if (time.monotonic() - self._started) * 1000 >= self.settings.max_age_ms:
+            return None
+        return self._run_first_id
+
+    def _check_clock(self) -> None:
+        """Say once, when it is seen, that the wall clock was set: the records before carry the old clock."""
+        jump = self._clock.jumped()
+        if jump is None:
+            return
+        before = f"records up to id {self._last_id} carry" if self._last_id else "records before this point carry"
+        log.warning(
+            "audit trail %s: the wall clock jumped %s (set by NTP or by hand); %s time_ms on the clock before the jump",
+            self.path,
+            jump_words(jump),
+            before,
+        )
 
     def _prune_if_due(self, batch: list[Item]) -> None:
         requests = [item for item in batch if isinstance(item, PruneRequest)]
@@ -319,6 +352,7 @@ class Writer:
                 now_ms() - self.settings.max_age_ms,
                 self.settings.max_bytes,
                 PRUNE_CHUNK,
+                self._protected_from(),
             )
         except STORE_ERRORS as exc:
             # The next decision's write says whether the trail is healthy; the failure is kept for diagnosis.
@@ -371,6 +405,9 @@ class Writer:
             self._conn = connect(self.path, self.settings.lock_timeout_s, wal_limit(self.settings.max_bytes))
             self._synchronous = "FULL"
             self._identity = self._file_identity()
+            if self._identity != self._run_file:  # this run's first file, or one that replaced it
+                self._run_first_id = next_decision_id(self._conn)
+                self._run_file = self._identity
         return self._conn
 
     def _file_identity(self) -> tuple[int, int] | None:
