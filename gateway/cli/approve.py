@@ -25,7 +25,7 @@ def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
         if not isinstance(left_ms, int):
             left_ms = int(item["expires_ms"]) - now_ms
         left_s = max(0, left_ms // 1000)
-        arguments = json.dumps(item.get("arguments"), separators=(",", ":"), sort_keys=True)
+        arguments = json.dumps(item.get("arguments"), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
         decided = f" by {item['decided_by']}" if item.get("decided_by") else ""
         lines.append(
             f"{item['id']}  {item['state']}{decided}  {', '.join(item['principal'])} -> {item['tool']} on "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -14,8 +15,10 @@ import pytest
 from gateway.app import GatewayServer
 from gateway.core import clock
 from gateway.core.broker import status as broker_status
-from tests.conftest import Publishers, wait_for
+from gateway.southbound.serial import ports as serial_ports
+from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.integration.test_broker import call, parse_iso
+from tests.integration.test_serial_boards import port_of, serial_config, simulator_on
 from tests.support.servers import demo_server
 
 JUMPS_S = [90 * 86_400, -3600]  # NTP sets a clock that read the last shutdown; an operator sets one back
@@ -68,3 +71,22 @@ async def test_a_providers_departure_is_dated_on_the_wall_clock_as_it_reads_now(
     assert abs((wall_now(jump_s) - parse_iso(status["last_disconnect"])).total_seconds()) < 60
     diagnosis = await call(gateway, "2026-07-28", "broker_diagnose", {"slot": "pump-1"})
     assert "90 d" not in str(diagnosis) and "2160" not in str(diagnosis)
+
+
+@pytest.mark.parametrize("jump_s", JUMPS_S)
+async def test_a_serial_ports_open_time_is_a_duration_whatever_the_wall_clock_did(
+    gateway_factory: GatewayFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jump_s: float
+) -> None:
+    link = tmp_path / "ttyPUMP"
+    gateway = await gateway_factory(serial=serial_config(str(link)))
+    simulator = simulator_on(link)
+    try:
+        await wait_for(lambda: port_of(gateway)["state"] == "open", timeout=10, what="the port to open")
+        for module in (clock, serial_ports):
+            monkeypatch.setattr(module, "time", SetClock(jump_s))
+        port = port_of(gateway)
+        assert 0 <= port["open_for_s"] < 60
+        since = parse_iso(port["open_since"])
+        assert abs((wall_now(jump_s) - since).total_seconds() - port["open_for_s"]) < 5
+    finally:
+        await simulator.stop()

@@ -101,3 +101,20 @@ def test_mcp_gateway_approve_prints_the_time_the_gateway_gives() -> None:
     listed = found.listed()
     line = render_approvals(listed, now_ms=int(clocks.wall_s * 1000) + 7 * DAY_S * 1000)
     assert line.endswith("[c, expires in 287 s]")
+
+
+def test_mcp_gateway_approve_shows_the_arguments_as_written() -> None:
+    # The person approving reads the value itself, not \u escapes of it.
+    item = {
+        "id": "2ff90e88",
+        "state": "pending",
+        "principal": ["token:agent"],
+        "tool": "self.screen.set_theme",
+        "slot": "小智-客厅",
+        "resource": "/小智-客厅",
+        "arguments": {"theme": "暗黑模式"},
+        "rule": "confirm[0]",
+        "expires_in_ms": 60_000,
+    }
+    line = render_approvals([item], now_ms=0)
+    assert '{"theme":"暗黑模式"}' in line

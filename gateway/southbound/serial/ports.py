@@ -51,6 +51,7 @@ from gateway.config import SERIAL_LIMIT_KEYS, SerialConfig, SerialLineConfig
 from gateway.core import jsonrpc
 from gateway.core.backoff import Backoff
 from gateway.core.broker.scrape import serial_port_key
+from gateway.core.clock import wall_time_of
 from gateway.core.eras import SESSION_ERA
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
@@ -317,7 +318,7 @@ class SerialPort:
         self.decoder.reset()
         self.counters.opens += 1
         self.state = "open"
-        self.opened_at = time.time()
+        self.opened_at = time.monotonic()
         frames_before = self.counters.frames_in
         self._m_open.set(1)
         log.info("serial port %s open at %d baud", self.spec.path, self.spec.line.baud)
@@ -638,8 +639,8 @@ class SerialPort:
             "config_key": spec.config_key,
             "usb": spec.usb,
             "state": self.state,
-            "open_since": iso(self.opened_at),
-            "open_for_s": round(time.time() - self.opened_at, 3) if self.opened_at is not None else None,
+            "open_since": iso(wall_time_of(self.opened_at)) if self.opened_at is not None else None,
+            "open_for_s": round(time.monotonic() - self.opened_at, 3) if self.opened_at is not None else None,
             "baud": spec.line.baud,
             "frame_cap": spec.line.frame_cap,
             "debug_json_lines": spec.line.debug_json_lines,
