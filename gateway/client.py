@@ -196,9 +196,11 @@ def _argument(name: str, schema: Any, required: bool) -> str:
 
 
 def _first_sentence(text: str) -> str:
+    """Up to the first ". " or ideographic full stop, exclamation or question mark (no space follows those)
+    of the first paragraph."""
     paragraph = " ".join(text.split("\n\n", 1)[0].split())
-    end = paragraph.find(". ")
-    return paragraph if end < 0 else paragraph[: end + 1]
+    ends = [end for end in (paragraph.find(". "), *(paragraph.find(mark) for mark in "\u3002\uff01\uff1f")) if end >= 0]
+    return paragraph[: min(ends) + 1] if ends else paragraph
 
 
 def render_tools(tools: list[dict[str, Any]], full: bool = False) -> str:

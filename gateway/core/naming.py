@@ -2,7 +2,12 @@
 (docs/protocol-clients.md, "`_all`", "Tool groups").
 
 `_all` uses "-" (`<slot>-<tool>`); the tool-group endpoints /mcp use `groups_separator`, "__" by default
-(`<slot>__<tool>`, as the original MCP bridge named them). The rules are the same for both."""
+(`<slot>__<tool>`, as the original MCP bridge named them). The rules are the same for both.
+
+A slot name with a character outside ASCII is written `<sanitized slot>_<8 hex digits of its SHA-256>`
+(`小智-客厅` reads `__-___<hash>`): sanitizing turns every such character into `_`, so without the hash
+all slots of equally long names in one script would read alike and be told apart only by the order
+they first appeared in. ASCII slot names keep their plain sanitized form."""
 
 from __future__ import annotations
 
@@ -19,13 +24,21 @@ def sanitize(text: str) -> str:
     return _UNSAFE.sub("_", text)
 
 
+def slot_part(slot: str) -> str:
+    """The slot as it starts its tools' names: sanitized, plus a hash of the name when it is not ASCII."""
+    if slot.isascii():
+        return sanitize(slot)
+    digest = hashlib.sha256(slot.encode("utf-8", errors="surrogatepass")).hexdigest()[:HASH_DIGITS]
+    return f"{sanitize(slot)}_{digest}"
+
+
 def _short_hash(slot: str, tool: str) -> str:
     return hashlib.sha256(f"{slot}\x00{tool}".encode("utf-8", errors="surrogatepass")).hexdigest()[:HASH_DIGITS]
 
 
 def base_name(slot: str, tool: str, separator: str = "-") -> str:
     """The name before collision handling; long names are cut and given a hash of the full pair."""
-    name = sanitize(f"{slot}{separator}{tool}")
+    name = slot_part(slot) + sanitize(f"{separator}{tool}")
     if len(name) > MAX_NAME:
         name = f"{name[: MAX_NAME - HASH_DIGITS - 1]}-{_short_hash(slot, tool)}"
     return name
@@ -68,7 +81,7 @@ class NameBook:
         pairs = list(entries)
         unsettled = [pair for pair in pairs if pair not in self.by_pair or pair in self.displaced]
         if unsettled:
-            self._settle(dict.fromkeys(unsettled), {sanitize(slot) for slot in {pair[0] for pair in pairs}})
+            self._settle(dict.fromkeys(unsettled), {slot_part(slot) for slot in {pair[0] for pair in pairs}})
         current = {self.by_pair[pair]: pair for pair in pairs}
         self._forget_oldest_retired(current)
         return current
@@ -94,7 +107,7 @@ class NameBook:
     def _intrudes(self, slot: str, name: str, present: set[str]) -> bool:
         """Whether `name` lies in the namespace of a present slot longer than `slot`."""
         separator = self.separator
-        cut = name.find(separator, len(slot) + 1)
+        cut = name.find(separator, len(slot_part(slot)) + 1)
         while cut != -1:
             if name[:cut] in present:
                 return True
@@ -103,7 +116,8 @@ class NameBook:
 
     def _must_yield(self, holder_slot: str, owner_slot: str, name: str) -> bool:
         """Whether a pair of `holder_slot` holding `name` gives it up to a (present) pair of `owner_slot`."""
-        return len(holder_slot) < len(owner_slot) and name.startswith(sanitize(owner_slot) + self.separator)
+        owner = slot_part(owner_slot)
+        return len(slot_part(holder_slot)) < len(owner) and name.startswith(owner + self.separator)
 
     def _take_over(self, pair: tuple[str, str], name: str, holder: tuple[str, str]) -> None:
         self._assign(pair, name, name)

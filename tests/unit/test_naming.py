@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.naming import MAX_NAME, NameBook, aggregate_names, base_name, sanitize
+from gateway.core.naming import MAX_NAME, NameBook, aggregate_names, base_name, sanitize, slot_part
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -28,13 +28,63 @@ def test_separator_can_be_configured() -> None:
     [
         ("cell 3", "get.status", "cell_3-get_status"),
         ("a/b", "x:y", "a_b-x_y"),
-        ("café", "lire", "caf_-lire"),  # one underscore per character, not per byte
-        ("泵", "启动", "_-__"),
+        ("pump", "café", "pump-caf_"),  # one underscore per character, not per byte
+        ("pump", "启动", "pump-__"),
         ("ok", "tab\there", "ok-tab_here"),
     ],
 )
 def test_characters_outside_the_safe_set_become_underscores(slot: str, tool: str, expected: str) -> None:
     assert base_name(slot, tool) == expected
+
+
+def test_ascii_slot_names_are_not_hashed() -> None:
+    assert slot_part("pump-1") == "pump-1"
+    assert slot_part("cell 3") == "cell_3"
+    assert base_name("lab.pump", "start") == "lab_pump-start"
+
+
+def test_a_non_ascii_slot_name_carries_a_hash_of_itself() -> None:
+    # Pinned: clients echo these names, so they must not change between gateway versions or starts.
+    assert base_name("小智-客厅", "self.audio_speaker.set_volume") == "__-___b57bdb4e-self_audio_speaker_set_volume"
+    assert base_name("小智-客厅", "self.audio_speaker.set_volume", "__") == (
+        "__-___b57bdb4e__self_audio_speaker_set_volume"
+    )
+    assert base_name("café", "lire") == "caf__850f7dc4-lire"
+
+
+def test_non_ascii_slots_of_one_length_get_distinct_names_whatever_the_order() -> None:
+    rooms = ["小智-客厅", "小智-卧室", "小智-书房"]
+    tool = "self.audio_speaker.set_volume"
+    names = aggregate_names([(room, tool) for room in rooms])
+    reversed_names = aggregate_names([(room, tool) for room in reversed(rooms)])
+    assert names == reversed_names
+    assert all(not name.endswith(("-2", "-3")) for name in names)
+    assert {pair[0] for pair in names.values()} == set(rooms)
+    book = NameBook("__")
+    for room in reversed(rooms):  # joining one by one, in another order
+        book.names_for([(room, tool)])
+    assert {name.replace("__self", "-self") for name in book.by_name} == set(names)
+
+
+def test_a_long_non_ascii_slot_name_is_cut_with_the_pair_hash() -> None:
+    slot = "小智-客厅" * 4
+    name = base_name(slot, "x" * 60)
+    assert len(name) == MAX_NAME
+    assert re.fullmatch(r"[A-Za-z0-9_-]{55}-[0-9a-f]{8}", name)
+    assert name[:55].startswith(slot_part(slot))
+    assert base_name(slot, "x" * 60) != base_name("小智-卧室" * 4, "x" * 60)
+
+
+def test_a_non_ascii_slot_owns_its_namespace_by_its_written_form() -> None:
+    # With "_" as separator, slot "a" offering "_<hash>_x" reads like slot "aé" offering "x": the name
+    # lies in aé's namespace (its written form "a__<hash>" is the longer slot part), so aé keeps it.
+    part = slot_part("aé")
+    intruder = ("a", part[2:] + "_x")
+    owner = ("aé", "x")
+    for order in ([intruder, owner], [owner, intruder]):
+        names = aggregate_names(order, separator="_")
+        assert names[f"{part}_x"] == owner
+        assert names[f"{part}_x-2"] == intruder
 
 
 def test_sanitize_keeps_safe_characters() -> None:

@@ -43,6 +43,21 @@ def test_words_split_snake_kebab_camel_and_punctuation() -> None:
     assert words("Flow (L/min), pressure!") == ["flow", "l", "min", "pressure"]
 
 
+def test_words_are_unicode_letters_and_digits_casefolded() -> None:
+    assert words("Lüfter drehen") == ["lüfter", "drehen"]
+    assert words("Straße") == ["strasse"]
+    assert words("\uff30\uff35\uff2d\uff30\uff12") == ["pump2"]  # fullwidth forms read as plain letters
+
+
+def test_runs_of_scripts_without_spaces_give_overlapping_two_character_words() -> None:
+    assert words("设置音量") == ["设置", "置音", "音量"]
+    assert words("小智-客厅") == ["小智", "客厅"]
+    assert words("灯") == ["灯"]
+    assert words("スピーカーの音量") == ["スピ", "ピー", "ーカ", "カー", "ーの", "の音", "音量"]
+    assert words("볼륨 설정") == ["볼륨", "설정"]
+    assert words("设置volume为50") == ["设置", "volume", "为", "50"]
+
+
 def test_query_drops_stop_words_unless_nothing_else_is_left() -> None:
     assert query_words("set the speed of the pump") == ["set", "speed", "pump"]
     assert query_words("the") == ["the"]
@@ -86,6 +101,30 @@ def test_the_slot_name_counts_a_little() -> None:
     found = names("pump start")
     assert found[:2] == ["pump-1/start", "pump-2/start"]
     assert "lab-1/add" not in found  # lab-1 is not a pump and add never mentions starting
+
+
+XIAOZHI = [
+    Candidate("小智-客厅", "self.audio_speaker.set_volume", "设置音量。音量范围是0到100。"),
+    Candidate("小智-客厅", "self.light.set_brightness", "设置灯光亮度。"),
+    Candidate("fan", "set_speed", "Stellt die Drehzahl des Lüfters ein."),
+]
+
+
+def test_chinese_and_other_non_ascii_words_are_found() -> None:
+    def found(query: str) -> list[str]:
+        return [m.candidate.tool for m in rank(query, XIAOZHI, 10)[0]]
+
+    assert found("音量") == ["self.audio_speaker.set_volume"]
+    assert found("设置音量") == ["self.audio_speaker.set_volume", "self.light.set_brightness"]
+    assert found("灯") == ["self.light.set_brightness"]  # one character: any word holding it
+    assert found("亮度") == ["self.light.set_brightness"]
+    assert found("Lüfters") == ["set_speed"]
+    assert found("客厅") == ["self.audio_speaker.set_volume", "self.light.set_brightness"]  # the slot's word
+
+
+def test_a_longer_chinese_match_scores_more() -> None:
+    volume, light = rank("设置音量", XIAOZHI, 10)[0]
+    assert volume.score > light.score  # three two-character words against one ("设置")
 
 
 def test_nothing_matching_gives_nothing() -> None:

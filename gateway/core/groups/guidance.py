@@ -28,14 +28,16 @@ MAX_GROUP_LISTED = 200
 """A group's page lists at most this many distinct tools (the page stays readable for an agent)."""
 MAX_SENTENCE = 240
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
-"""A sentence ends before a capital letter ("e.g. 'set speed'" does not end one)."""
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])|(?<=[\u3002\uff01\uff1f])")
+"""A sentence ends at . ! ? followed by a space and a capital letter ("e.g. 'set speed'" does not end
+one), or right after an ideographic full stop, exclamation or question mark (U+3002, U+FF01, U+FF1F: Chinese
+and Japanese put no space after them)."""
 
 
 def first_sentence(text: str) -> str:
     """The first sentence (or line) of a description, cut to a readable length."""
     text = " ".join(text.strip().splitlines()[0].split()) if text.strip() else ""
-    sentence = _SENTENCE_END.split(text, maxsplit=1)[0]
+    sentence = _SENTENCE_END.split(text, maxsplit=1)[0].rstrip()
     if len(sentence) > MAX_SENTENCE:
         sentence = sentence[: MAX_SENTENCE - 1].rstrip() + "…"
     return sentence

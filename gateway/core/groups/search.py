@@ -7,16 +7,28 @@ name matches score above description matches, whole words above prefixes above f
 slot name counts a little (it names the device: "pump"). Equal scores are ordered by the number of
 words found in the name, then tools callable where the caller is before others, then slot and tool
 name, so the same catalog always gives the same answer.
+
+Words are runs of Unicode letters and digits (NFKC, casefolded: "Lüfter" is one word). Scripts written
+without spaces between words (Han, Hiragana, Katakana, Hangul) are cut into overlapping two-character
+words, in the query and the text alike, so "音量" finds "设置音量" and "设置音量" matches it word by word;
+a one-character query word of those scripts matches any word holding it.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_WORD = re.compile(r"[a-z0-9]+")
+_CJK = (
+    "\u1100-\u11ff\u3005\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
+)
+"""Han, Hiragana, Katakana and Hangul: scripts written without spaces between words."""
+_WORD = re.compile(f"[{_CJK}]+|[^\\W_{_CJK}]+")
+_CJK_RUN = re.compile(f"[{_CJK}]+")
 
 STOP_WORDS = frozenset(
     {"a", "an", "and", "are", "by", "can", "for", "from", "i", "in", "is", "it", "me", "my", "of", "on", "or"}
@@ -46,8 +58,20 @@ MIN_FRAGMENT = 3
 
 
 def words(text: str) -> list[str]:
-    """Lower-case words: split at anything not a letter or digit, and between camelCase parts."""
-    return _WORD.findall(_CAMEL.sub(" ", text).lower())
+    """Casefolded words: split at anything not a letter or digit, and between camelCase parts; a run of
+    Han, Hiragana, Katakana or Hangul gives its overlapping two-character pieces (one character alone)."""
+    found: list[str] = []
+    for word in _WORD.findall(unicodedata.normalize("NFKC", _CAMEL.sub(" ", text)).casefold()):
+        if len(word) > 1 and _CJK_RUN.fullmatch(word):
+            found.extend(word[i : i + 2] for i in range(len(word) - 1))
+        else:
+            found.append(word)
+    return found
+
+
+def _within(word: str, parts: Sequence[str]) -> bool:
+    """A one-character Han, Hiragana, Katakana or Hangul word found inside a word of `parts`."""
+    return len(word) == 1 and _CJK_RUN.fullmatch(word) is not None and any(word in part for part in parts)
 
 
 def query_words(query: str) -> list[str]:
@@ -75,7 +99,7 @@ class Match:
 
 
 def _name_points(word: str, name_words: Sequence[str], joined: str) -> int:
-    if word in name_words:
+    if word in name_words or _within(word, name_words):
         return NAME_WORD
     if len(word) >= MIN_PREFIX and any(part.startswith(word) for part in name_words):
         return NAME_PREFIX
@@ -88,7 +112,7 @@ def _name_points(word: str, name_words: Sequence[str], joined: str) -> int:
 
 
 def _description_points(word: str, description_words: Sequence[str], description: str) -> int:
-    if word in description_words:
+    if word in description_words or _within(word, description_words):
         return DESCRIPTION_WORD
     if len(word) >= MIN_PREFIX and any(part.startswith(word) for part in description_words):
         return DESCRIPTION_PREFIX
@@ -100,7 +124,7 @@ def _description_points(word: str, description_words: Sequence[str], description
 
 
 def _slot_points(word: str, slot_words: Sequence[str]) -> int:
-    if word in slot_words:
+    if word in slot_words or _within(word, slot_words):
         return SLOT_WORD
     if len(word) >= MIN_PREFIX and any(part.startswith(word) for part in slot_words):
         return SLOT_PREFIX
