@@ -189,6 +189,14 @@ class Approvals:
     def __len__(self) -> int:
         return len(self._by_id)
 
+    def put_back(self, approval: Approval) -> None:
+        """An approval `take` gave out for an attempt that was never decided on record (the audit trail
+        could not take it): usable again until its deadline, unless another call waits on the attempt."""
+        self._expire()
+        if approval.deadline_s > self.monotonic() and approval.attempt not in self._by_attempt:
+            self._by_id[approval.id] = approval
+            self._by_attempt[approval.attempt] = approval
+
     def _drop(self, approval: Approval) -> None:
         self._by_id.pop(approval.id, None)
         if self._by_attempt.get(approval.attempt) is approval:

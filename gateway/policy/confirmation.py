@@ -86,6 +86,8 @@ class Claim:
     """The retry's inputResponses["confirm"]."""
     problem: errors.RpcError | None = None
     """Why the retry's requestState does not hold (mismatch, expired, used)."""
+    spent: str | None = None
+    """The body of the requestState this attempt used up (to give back: Confirmations.give_back)."""
 
     @property
     def retried(self) -> bool:
@@ -122,7 +124,15 @@ class Confirmations:
             sealed = self._spend_state(retry.state, attempt)
         except errors.RpcError as exc:
             return Claim(approval, problem=exc)
-        return Claim(approval, sealed, retry.answer)
+        return Claim(approval, sealed, retry.answer, spent=retry.state.rpartition(".")[0])
+
+    def give_back(self, claim: Claim) -> None:
+        """What an attempt brought counts again: the attempt was refused before anything was decided on
+        record (the audit trail could not record it), so it used up nothing."""
+        if claim.approval is not None:
+            self.approvals.put_back(claim.approval)
+        if claim.spent is not None:
+            self._used.pop(claim.spent, None)
 
     async def ask(self, question: Question, confirmer: Confirmer | None, claim: Claim | None = None) -> Answer:
         """The person's answer; AnswerInstead (an input_required round) or RpcError (-32001 with how to

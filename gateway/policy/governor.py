@@ -204,6 +204,7 @@ class Governor:
                     log.warning("audit trail: %s on %s answered without a record: %s", name, slot, exc)
                     return CallVerdict(True, admission=admitted, effect="allow")
                 self.limits.release(admitted)  # not forwarded: its concurrency places are free again
+                self.confirmations.give_back(claim)  # nor is an approval it brought used up
                 return CallVerdict(
                     False,
                     reason=f"The call was not forwarded: the audit trail cannot record it ({exc}); every call of a "

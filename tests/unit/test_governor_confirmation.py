@@ -13,6 +13,7 @@ import pytest
 from gateway.core import errors
 from gateway.core.policy_interface import REFUSED_META_KEY, AnswerInstead, CallVerdict, Confirmer, ConfirmRetry
 from gateway.core.principal import Principal
+from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.trail import AuditTrail
 from gateway.policy.governor import Governor
 from gateway.policy.rules import Policy
@@ -284,3 +285,30 @@ async def test_clamp_and_refuse_arguments_records_name_the_limit_rule() -> None:
     refused, clamped = trail.decisions
     assert (refused.effect, list(refused.rules)) == ("refuse-arguments", ["assign[1]", "limits[0]"])
     assert (clamped.effect, list(clamped.rules)) == ("clamp", ["assign[1]", "limits[0]"])
+
+
+# -- an attempt the trail cannot record uses nothing up ----------------------------------------------
+
+
+async def test_an_attempt_the_trail_cannot_record_leaves_its_approval_usable() -> None:
+    trail = Trail()
+    governing = governor(trail)
+    approval = await waits(governing, 1500)
+    governing.decide_approval(BOSS, approval, True)
+    trail.failing = AuditUnavailable("database or disk is full")
+    refused = await start(governing, 1500)
+    assert not refused.allowed and refused.data == {"reason": "audit_unavailable"}
+    allowed = await start(governing, 1500)  # the disk has room again: the approval still counts
+    assert allowed.allowed and trail.decisions[-1].confirmed_by == "token:boss"
+
+
+async def test_an_attempt_the_trail_cannot_record_leaves_its_request_state_usable() -> None:
+    trail = Trail()
+    governing = governor(trail)
+    with pytest.raises(AnswerInstead) as asked:
+        await start(governing, 1500, Stateless())
+    state = asked.value.result["requestState"]
+    trail.failing = AuditUnavailable("database or disk is full")
+    refused = await start(governing, 1500, Stateless(ConfirmRetry(state, YES)))
+    assert not refused.allowed and refused.data == {"reason": "audit_unavailable"}
+    assert (await start(governing, 1500, Stateless(ConfirmRetry(state, YES)))).allowed
