@@ -7,7 +7,8 @@
 #
 # API: load(path, max_tool_bytes) -> mcpdevice.registry.ToolRegistry
 #      raises ValueError naming the problem: not a JSON array of objects, a tool without a name or
-#      inputSchema, a duplicate name, or a tool too large for one frame.
+#      inputSchema, a name that is not a JSON string in UTF-8 or is longer than MAX_NAME characters,
+#      a duplicate name, or a tool too large for one frame.
 
 from mcpdevice.registry import ToolRegistry
 
@@ -17,6 +18,10 @@ _COLON = 0x3A
 _OPEN = b"{["
 _CLOSE = b"}]"
 _SPACE = b" \t\r\n"
+MAX_NAME = 128  # characters: the longest tool name MCP allows, and the gateway's bound too
+_RAW_MAX = 12 * MAX_NAME  # one character takes at most 12 bytes of the file (two \uXXXX escapes)
+_KEY_MAX = 12  # enough to tell "name" and "inputSchema" from any other key
+_SHOWN = 40  # characters of a long name an error quotes
 
 
 def _scan(path):
@@ -26,6 +31,7 @@ def _scan(path):
     in_string = escaped = False
     offset = start = size = 0
     text = bytearray()  # the current string, when it sits directly in a tool object
+    limit = _KEY_MAX  # how much of it to keep: a name whole (up to one byte past _RAW_MAX), else a key's length
     last = name = None
     expect_name = has_input = False
     with open(path, "rb") as f:
@@ -47,11 +53,12 @@ def _scan(path):
                             last = bytes(text)
                             if expect_name:
                                 name, expect_name = last, False
-                    if in_string and depth == 2 and len(text) < 64:
+                    if in_string and depth == 2 and len(text) <= limit:
                         text.append(byte)
                 elif byte == _QUOTE:
                     in_string = True
                     text = bytearray()
+                    limit = _RAW_MAX if expect_name else _KEY_MAX
                 elif byte == _COLON and depth == 2:
                     expect_name = last == b"name"
                     has_input = has_input or last == b"inputSchema"
@@ -77,13 +84,50 @@ def _scan(path):
     return tools
 
 
+def _pairs(text):
+    """A surrogate pair as the one character JSON means (MicroPython's json leaves two)."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if 0xDC00 <= code < 0xE000 and out and 0xD800 <= ord(out[-1]) < 0xDC00:
+            char = chr(0x10000 + ((ord(out.pop()) - 0xD800) << 10) + code - 0xDC00)
+        out.append(char)
+    return "".join(out)
+
+
+def _name(path, start, raw):
+    """The tool's name as JSON reads it; ValueError naming the file and the tool when it is no valid name."""
+    name = None
+    if len(raw) <= _RAW_MAX:  # else cut while scanning, and longer than MAX_NAME in any case
+        try:
+            name = raw.decode()
+            if "\\" in name:  # escapes, as json.dump writes non-ASCII names: json is loaded already (dispatcher)
+                import json
+
+                name = _pairs(json.loads('"' + name + '"'))
+        except ValueError:  # UnicodeError too
+            raise ValueError("%s: the name of the tool at byte %d is no JSON string in UTF-8" % (path, start)) from None
+        if len(name) <= MAX_NAME:
+            return name
+    else:
+        for end in range(_SHOWN, _SHOWN - 4, -1):  # the cut may fall inside a UTF-8 character
+            try:
+                name = raw[:end].decode()
+                break
+            except ValueError:
+                name = ""
+    raise ValueError(
+        "%s: tool %s... has a name longer than %d characters, the most MCP allows" % (path, name[:_SHOWN], MAX_NAME)
+    )
+
+
 def load(path, max_tool_bytes):
     names = []
     spans = []
     for start, end, size, raw_name, has_input in _scan(path):
         if not raw_name:
             raise ValueError("%s: the tool at byte %d has no name" % (path, start))
-        name = raw_name.decode()
+        name = _name(path, start, raw_name)
         if not has_input:
             raise ValueError("%s: tool %s has no inputSchema" % (path, name))
         if name in names:
