@@ -19,12 +19,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.app import GatewayServer
-from sim.pump import PumpSettings
-from sim.simulator import Simulator, SimulatorSettings
-from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
+from tests.conftest import GatewayFactory, wait_for
 from tests.integration.test_governance import AGENT, ERAS, OPERATOR, auth, text_of
 from tests.support.gateway_process import run_cli
 from tests.support.refusals import refusal
+from tests.support.southbound import simulated_pumps
 
 POLICY: dict[str, Any] = {
     "roles": {
@@ -60,13 +59,8 @@ class Person:
 @pytest.fixture
 async def plant(gateway_factory: GatewayFactory, tmp_path: Path) -> AsyncIterator[GatewayServer]:
     server = await gateway_factory(auth=auth(), policy=POLICY, audit={"path": str(tmp_path / "audit.db")})
-    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
-    simulator.start()
-    try:
-        await wait_ready_slot(server, "pump-1")
+    async with simulated_pumps(server):
         yield server
-    finally:
-        await simulator.stop()
 
 
 @contextlib.asynccontextmanager

@@ -14,6 +14,7 @@ from mcp.server.lowlevel import Server
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.integration.test_aggregate import answer_of
 
 ROOMS = ["小智-客厅", "小智-卧室"]
 TOOL = "self.audio_speaker.set_volume"
@@ -37,14 +38,6 @@ def documented_name(room: str, separator: str) -> str:
     """The documented rule: sanitized slot, `_`, 8 hex digits of the SHA-256 of the slot name, then the tool."""
     digest = hashlib.sha256(room.encode()).hexdigest()[:8]
     return f"__-___{digest}{separator}self_audio_speaker_set_volume"
-
-
-async def answer_of(client: Client, name: str) -> str:
-    result = await client.call_tool(name, {})
-    assert not result.is_error, result
-    content = result.content[0]
-    assert isinstance(content, types.TextContent)
-    return content.text
 
 
 @pytest.mark.parametrize("order", [ROOMS, ROOMS[::-1]], ids=["living-room-first", "bedroom-first"])

@@ -14,11 +14,10 @@ import pytest
 
 from gateway.app import GatewayServer
 from gateway.core.schema_hash import tools_hash
-from sim.pump import PumpSettings
-from sim.simulator import Simulator, SimulatorSettings
-from tests.conftest import GatewayFactory, wait_ready_slot
+from tests.conftest import GatewayFactory
 from tests.integration.test_governance import AGENT, OPERATOR, POLICY, auth
 from tests.support.gateway_process import run_cli
+from tests.support.southbound import simulated_pumps
 
 PUMP_1_SCHEMA = Path(__file__).parents[2] / "device" / "schemas" / "pump-1.json"
 # The operator may read _broker's status; a deny hides reset_fault from its tools/list (POLICY).
@@ -29,13 +28,8 @@ SYSTEM = {"principal": "token:operator", "role": "observer", "resources": ["/_sy
 async def plant(gateway_factory: GatewayFactory, tmp_path: Path) -> AsyncIterator[GatewayServer]:
     policy: dict[str, Any] = {**POLICY, "assign": [*POLICY["assign"], SYSTEM]}
     server = await gateway_factory(auth=auth(), policy=policy, audit={"path": str(tmp_path / "audit.db")})
-    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
-    simulator.start()
-    try:
-        await wait_ready_slot(server, "pump-1")
+    async with simulated_pumps(server):
         yield server
-    finally:
-        await simulator.stop()
 
 
 async def test_the_slot_hash_is_the_boards_whatever_the_policy_hides(plant: GatewayServer) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -21,6 +21,8 @@ from mcp import Client
 
 from gateway.app import GatewayServer
 from gateway.southbound.mqtt.brokers import MqttBroker
+from sim.pump import PumpSettings
+from sim.simulator import Simulator, SimulatorSettings
 
 VALVE_TOOL: dict[str, Any] = {
     "name": "valve",
@@ -238,3 +240,18 @@ def first_mqtt_broker(server: GatewayServer) -> MqttBroker:
     """The first [[mqtt.brokers]] connection of a gateway built with brokers configured."""
     assert server.mqtt is not None, "the gateway was built without [[mqtt.brokers]]"
     return server.mqtt.brokers[0]
+
+
+@contextlib.asynccontextmanager
+async def simulated_pumps(server: GatewayServer, pumps: int = 1) -> AsyncIterator[Simulator]:
+    """`pumps` simulated pumps (pump-1, pump-2, ...) publishing to `server`, each slot ready; stopped after."""
+    from tests.conftest import wait_ready_slot
+
+    simulator = Simulator(server.url, SimulatorSettings(pumps=pumps, pump=PumpSettings(), backoff_min_s=0.05))
+    simulator.start()
+    try:
+        for number in range(1, pumps + 1):
+            await wait_ready_slot(server, f"pump-{number}")
+        yield simulator
+    finally:
+        await simulator.stop()
