@@ -289,6 +289,9 @@ async def test_guide_pages_use_the_real_addresses(
     trouble = pages["troubleshooting"]
     for needle in ("1008", "1009", "1001", 'Provider "<slot>" not connected', "Slot already held", "413"):
         assert needle in trouble
+    # The tool errors the gateway answers itself, by their _meta reason.
+    assert "## What a client sees: tool errors the gateway answers itself" in trouble
+    assert "| `confirmation_required` | `Not forwarded yet:" in trouble
 
 
 async def test_guide_without_topic_is_the_index(gateway: GatewayServer) -> None:

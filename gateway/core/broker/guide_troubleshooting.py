@@ -183,6 +183,26 @@ TROUBLE_CLIENT: list[tuple[str, str, str]] = [
     ),
 ]
 
+TROUBLE_REFUSED: list[tuple[str, str, str]] = [
+    (
+        "`argument_limit`, `invalid_arguments`, `pattern_timeout`",
+        '`Not forwarded to <slot>: Argument "<name>" = <value> ...`',
+        "The tool's inputSchema or an operator limit refused the value; send what the text says instead "
+        "(`policy explain` shows the limits).",
+    ),
+    (
+        "`confirmation_required`",
+        "`Not forwarded yet: the operator's policy (<rule>) has a person confirm <tool> on <slot> ...`",
+        "An operator runs `mcp-gateway approve <id>` (or `broker_approve`); then send the same call again with "
+        "the same arguments within the rule's `expires_s`.",
+    ),
+    (
+        "`declined`",
+        "`Not done: <tool> on <slot> was not forwarded to the device; <who> declined it ...`",
+        "A person said no, or nobody answered in time: ask them before trying again.",
+    ),
+]
+
 TROUBLE_HTTP: list[tuple[str, str, str]] = [
     (
         "404 `not_found`",
@@ -320,6 +340,12 @@ def page_troubleshooting(data: GuideInput) -> str:
         "## What a client sees: JSON-RPC errors",
         "",
         *table(TROUBLE_CLIENT, "Code"),
+        "## What a client sees: tool errors the gateway answers itself",
+        "",
+        "Not forwarded to the device; an `isError` result whose text says why and what to do, so an agent's model "
+        'reads it, and `_meta["io.github.mcp-gateway/refused"]` whose `reason` names the case:',
+        "",
+        *table(TROUBLE_REFUSED, "reason"),
         "## What a client sees: HTTP",
         "",
         *table(TROUBLE_HTTP, "Status"),
