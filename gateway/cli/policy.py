@@ -42,6 +42,8 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
         held.append(_plural(len(document.execution_limits), "execution limit", "execution limits"))
     if document.declared_limits:
         held.append(_plural(len(document.declared_limits), "declared limit", "declared limits"))
+    for warning in document.warnings:
+        print(f"mcp-gateway policy check: warning: {warning}", file=sys.stderr)
     print("policy OK: " + ", ".join(held))
     return 0
 

@@ -407,10 +407,12 @@ class Governor:
         if self.source is None:
             return "the policy was given directly, not from [policy]"
         try:
-            self.swap(load_policy(self.source))
+            policy = load_policy(self.source)
         except PolicyError as exc:
             log.error("policy reload failed, the policy in force stays: %s", exc)
             return str(exc)
+        warn_of(policy)
+        self.swap(policy)
         log.info("policy reloaded (%d reloads)", self.reloads)
         return None
 
@@ -526,6 +528,12 @@ def declined_result(question: Question, answer: Answer) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {REFUSED_META_KEY: refused}}
 
 
+def warn_of(policy: Policy) -> None:
+    """Log what the policy holds that loads but is likely not what its author meant."""
+    for warning in policy.document.warnings:
+        log.warning("policy: %s", warning)
+
+
 def _uncounted(limit: str) -> None:
     pass
 
@@ -542,6 +550,7 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
         return None
     try:
         policy = load_policy(config.policy)
+        warn_of(policy)
     except PolicyError as exc:
         raise ConfigError(f"[policy]: {exc}") from exc
     trail = AuditTrail.open(config.audit, environ=environ) if config.audit.enabled else None

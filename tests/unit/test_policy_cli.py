@@ -91,6 +91,21 @@ def test_check_summarises_a_usable_policy(capsys: pytest.CaptureFixture[str], po
     )
 
 
+def test_check_warns_of_a_tool_rule_written_like_a_pattern(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "speaker.toml"
+    path.write_text(
+        '[roles.maker]\ncapabilities = ["mcp.tools.list", "mcp.tools.call", "tool.control"]\n'
+        '[[assign]]\nprincipal = "*"\nrole = "maker"\nresources = ["/**"]\n'
+        '[[deny]]\nprincipal = "*"\ncapabilities = ["tool:self.audio_speaker.*"]\nresources = ["/**"]\n',
+        encoding="utf-8",
+    )
+    code, out, err = run(capsys, "policy", "check", str(path))
+    assert (code, out) == (0, "policy OK: 1 role, 1 assignment, 1 deny, 0 limits\n")
+    assert err.startswith(
+        'mcp-gateway policy check: warning: deny[0].capabilities[0]: "tool:self.audio_speaker.*" looks'
+    )
+
+
 def test_check_lists_every_mistake_and_exits_1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "broken.toml"
     path.write_text(BROKEN, encoding="utf-8")

@@ -621,17 +621,18 @@ def test_a_pattern_with_many_stars_in_a_segment_matches_like_fnmatch_without_bac
         assert compile_pattern(f"/{glob}").matches(f"/{name}") == fnmatch.fnmatchcase(name, glob), (glob, name)
 
 
-def test_a_tool_written_as_a_pattern_is_refused_not_silently_matched_to_nothing() -> None:
-    # MCP tool names hold no "*": such a deny or limit would let every call through unchecked.
-    problems = errors_of(
+def test_a_tool_written_like_a_pattern_loads_with_a_warning() -> None:
+    # Rules name one tool exactly: `self.audio_speaker.*` denies nothing of the speaker's tools, which a
+    # maker would not guess; a provider may still list an odd name such as `dump[all]`, so it loads.
+    document = check_policy(
         minimal(
             deny=[{"principal": "*", "capabilities": ["tool:self.audio_speaker.*"], "resources": ["/**"]}],
             limits=[{"resources": ["/**"], "tool": "self.audio_speaker.*", "argument": "volume", "max": 20}],
         )
     )
-    assert len(problems) == 2, problems
-    assert all("is a pattern, but a tool rule names one tool exactly" in problem for problem in problems)
-    assert any(problem.startswith("deny[0]") for problem in problems), problems
-    assert any(problem.startswith("limits[0]") for problem in problems), problems
+    assert len(document.warnings) == 2, document.warnings
+    assert document.warnings[0].startswith('deny[0].capabilities[0]: "tool:self.audio_speaker.*" looks like a pattern')
+    assert document.warnings[1].startswith('limits[0].tool: "tool = self.audio_speaker.*" looks like a pattern')
+    assert 'it applies only to a tool named "self.audio_speaker.*" as written' in document.warnings[0]
     exact = {"principal": "*", "capabilities": ["tool:self.audio_speaker.set_volume"], "resources": ["/**"]}
-    check_policy(minimal(deny=[exact]))
+    assert check_policy(minimal(deny=[exact])).warnings == ()

@@ -75,7 +75,7 @@ def capability_error(text: str) -> str | None:
     if text.startswith(TOOL_PREFIX):
         name = text[len(TOOL_PREFIX) :]
         if name and name.strip() == name and name.isprintable():
-            return tool_pattern_error(text, name)
+            return None
         return f'"{text}" names no tool: write tool:<name> with the tool\'s name as its provider lists it'
     if is_declared_capability(text):
         return None
@@ -87,16 +87,19 @@ def capability_error(text: str) -> str | None:
 
 
 WILDCARDS = frozenset("*?[")
-"""Pattern characters no MCP tool name holds: a rule that uses them would match no tool, silently."""
+"""Pattern characters MCP's tool-name rules leave out (names are letters, digits, `_ - . /`)."""
 
 
-def tool_pattern_error(what: str, name: str) -> str | None:
-    """None for a tool name; why not for a name written as a pattern (`self.audio_speaker.*`)."""
+def tool_pattern_warning(what: str, name: str) -> str | None:
+    """None for an ordinary tool name; a warning for one written like a pattern (`self.audio_speaker.*`):
+    rules name one tool exactly, so it matches only a tool of that very name, which providers following
+    MCP's naming rules never list. Not an error: a provider may list such a name all the same."""
     if WILDCARDS.isdisjoint(name):
         return None
     return (
-        f'"{what}" is a pattern, but a tool rule names one tool exactly (MCP tool names hold no "*", "?" '
-        'or "["): write a rule per tool, or use a family such as tool.control'
+        f'"{what}" looks like a pattern, but a tool rule names one tool exactly: it applies only to a tool '
+        f'named "{name}" as written, never to the tools a pattern would match; write a rule per tool, or use a '
+        "family such as tool.control"
     )
 
 

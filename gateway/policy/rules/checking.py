@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.config.policy import PolicyConfig
 from gateway.policy.execution.checks import execution_limit_problems
-from gateway.policy.rules.capabilities import capability_error, tool_pattern_error
+from gateway.policy.rules.capabilities import TOOL_PREFIX, capability_error, tool_pattern_warning
 from gateway.policy.rules.declared import declared_limit_problems
 from gateway.policy.rules.model import ENTRY_MODELS, SECTIONS, Entry, PolicyDocument, Role
 from gateway.policy.rules.paths import PatternError, check_path, compile_pattern
@@ -100,6 +100,12 @@ class Errors:
     data: Mapping[str, Any]
     prefix: str
     found: list[tuple[tuple[int, int], str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, location: Location, message: str) -> None:
+        """Something that loads but is likely not what the author meant (shown by `policy check`, logged)."""
+        parts = (self.prefix, *location) if self.prefix else location
+        self.warnings.append(f"{where(*parts)}: {message}")
 
     def add(self, location: Location, message: str) -> None:
         parts = (self.prefix, *location) if self.prefix else location
@@ -149,6 +155,10 @@ def check_policy(data: Mapping[str, Any], *, prefix: str = "", source: str = "")
     for entry in (*sections["assign"], *sections["deny"], *sections["limits"], *sections["confirm"]):
         _patterns(entry, errors)
     for entry in sections["limits"]:
+        tool = entry.fields.get("tool")
+        warning = tool_pattern_warning(f"tool = {tool}", tool) if isinstance(tool, str) else None
+        if warning is not None:
+            errors.warn((*entry.location, "tool"), warning)
         if not _LIMIT_KEYS & entry.failed:  # a bound that is no number cannot be compared
             for problem in _limit_problems(entry.fields):
                 errors.add(entry.location, problem)
@@ -179,6 +189,7 @@ def check_policy(data: Mapping[str, Any], *, prefix: str = "", source: str = "")
         resource_patterns=valid("resource_patterns"),
         execution_limits=valid("execution_limits"),
         declared_limits=valid("declared_limits"),
+        warnings=tuple(errors.warnings),
     )
 
 
@@ -255,6 +266,10 @@ def _capabilities(entry: Parsed, errors: Errors) -> None:
         problem = capability_error(capability)
         if problem is not None:
             errors.add((*entry.location, "capabilities", index), problem)
+        elif capability.startswith(TOOL_PREFIX):
+            warning = tool_pattern_warning(capability, capability[len(TOOL_PREFIX) :])
+            if warning is not None:
+                errors.warn((*entry.location, "capabilities", index), warning)
 
 
 def _principal(entry: Parsed, errors: Errors) -> None:
@@ -284,10 +299,6 @@ def _mapped_path(path: str, location: Location, errors: Errors) -> None:
 
 
 def _limit_problems(limit: Mapping[str, Any]) -> Iterator[str]:
-    tool = limit.get("tool")
-    problem = tool_pattern_error(f"tool {tool}", tool) if isinstance(tool, str) else None
-    if problem is not None:
-        yield problem
     low, high, allowed = limit.get("min"), limit.get("max"), limit.get("allowed")
     if low is not None and high is not None and low > high:
         yield f"min {low:g} is above max {high:g}"

@@ -160,3 +160,5 @@ class PolicyDocument:
     resource_patterns: tuple[ResourcePattern, ...] = ()
     execution_limits: tuple[ExecutionLimit, ...] = ()
     declared_limits: tuple[DeclaredLimit, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """What loads but is likely not what its author meant (a tool rule written like a pattern)."""
