@@ -96,7 +96,7 @@ def gateway_refusal(result: dict[str, Any]) -> str | None:
     schema or a limit refuses, a call waiting for an approval, a person who declined:
     `_meta["io.github.mcp-gateway/refused"]`); None for any other result."""
     meta = result.get("_meta")
-    if not isinstance(meta, dict) or REFUSED_META_KEY not in meta:
+    if result.get("isError") is not True or not isinstance(meta, dict) or REFUSED_META_KEY not in meta:
         return None
     content = result.get("content")
     texts = [

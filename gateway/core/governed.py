@@ -19,6 +19,7 @@ from gateway.core.client_context import ClientContext
 from gateway.core.confirmer import ClientConfirmer, StateReader, split_retry
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.policy_interface import (
+    REFUSED_META_KEY,
     SHUTDOWN_CANCEL,
     AnswerInstead,
     CallVerdict,
@@ -165,7 +166,7 @@ async def call(
     after_cancel = AfterCancel()
     listening = late_answer_sink.set(after_cancel.heard)
     try:
-        result = await forward(params)
+        result = provider_answer(await forward(params))
         outcome = outcome_of(result)
         error = tool_error_text(result) if outcome == "tool-error" else None
         return with_clamped(result, verdict.clamped) if verdict.clamped else result
@@ -195,6 +196,19 @@ def refusal(verdict: CallVerdict, slot: str) -> errors.RpcError:
     if verdict.code:
         return errors.RpcError(verdict.code, verdict.reason, data)
     return errors.forbidden(verdict.reason, data)
+
+
+GATEWAY_RESULT_KEYS = (CLAMPED_META_KEY, REFUSED_META_KEY)
+"""The _meta keys the gateway writes on results: its word alone, never a provider's."""
+
+
+def provider_answer(result: JsonObject) -> JsonObject:
+    """A provider's result without the _meta keys only the gateway writes: a provider that wrote one
+    would pass its own answer off as the gateway's refusal or clamp."""
+    meta = result.get("_meta")
+    if isinstance(meta, dict) and (CLAMPED_META_KEY in meta or REFUSED_META_KEY in meta):
+        return {**result, "_meta": {key: value for key, value in meta.items() if key not in GATEWAY_RESULT_KEYS}}
+    return result
 
 
 def with_clamped(result: JsonObject, clamped: tuple[str, ...]) -> JsonObject:
