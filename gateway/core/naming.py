@@ -4,10 +4,10 @@
 `_all` uses "-" (`<slot>-<tool>`); the tool-group endpoints /mcp use `groups_separator`, "__" by default
 (`<slot>__<tool>`, as the original MCP bridge named them). The rules are the same for both.
 
-A slot name with a character outside ASCII is written `<sanitized slot>_<8 hex digits of its SHA-256>`
-(`小智-客厅` reads `__-___<hash>`): sanitizing turns every such character into `_`, so without the hash
-all slots of equally long names in one script would read alike and be told apart only by the order
-they first appeared in. ASCII slot names keep their plain sanitized form."""
+A slot or tool name with a character outside ASCII is written `<sanitized name>_<8 hex digits of its
+SHA-256>` (`小智-客厅` reads `__-___<hash>`): sanitizing turns every such character into `_`, so without
+the hash all names of one length in one script would read alike and be told apart only by the order
+they first appeared in. ASCII names keep their plain sanitized form."""
 
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ def sanitize(text: str) -> str:
     return _UNSAFE.sub("_", text)
 
 
-def slot_part(slot: str) -> str:
-    """The slot as it starts its tools' names: sanitized, plus a hash of the name when it is not ASCII."""
-    if slot.isascii():
-        return sanitize(slot)
-    digest = hashlib.sha256(slot.encode("utf-8", errors="surrogatepass")).hexdigest()[:HASH_DIGITS]
-    return f"{sanitize(slot)}_{digest}"
+def name_part(name: str) -> str:
+    """A slot or tool name as it is written in an aggregate name: sanitized, plus a hash of the name
+    when it is not ASCII."""
+    if name.isascii():
+        return sanitize(name)
+    digest = hashlib.sha256(name.encode("utf-8", errors="surrogatepass")).hexdigest()[:HASH_DIGITS]
+    return f"{sanitize(name)}_{digest}"
 
 
 def _short_hash(slot: str, tool: str) -> str:
@@ -38,7 +39,7 @@ def _short_hash(slot: str, tool: str) -> str:
 
 def base_name(slot: str, tool: str, separator: str = "-") -> str:
     """The name before collision handling; long names are cut and given a hash of the full pair."""
-    name = slot_part(slot) + sanitize(f"{separator}{tool}")
+    name = name_part(slot) + sanitize(separator) + name_part(tool)
     if len(name) > MAX_NAME:
         name = f"{name[: MAX_NAME - HASH_DIGITS - 1]}-{_short_hash(slot, tool)}"
     return name
@@ -81,7 +82,7 @@ class NameBook:
         pairs = list(entries)
         unsettled = [pair for pair in pairs if pair not in self.by_pair or pair in self.displaced]
         if unsettled:
-            self._settle(dict.fromkeys(unsettled), {slot_part(slot) for slot in {pair[0] for pair in pairs}})
+            self._settle(dict.fromkeys(unsettled), {name_part(slot) for slot in {pair[0] for pair in pairs}})
         current = {self.by_pair[pair]: pair for pair in pairs}
         self._forget_oldest_retired(current)
         return current
@@ -107,7 +108,7 @@ class NameBook:
     def _intrudes(self, slot: str, name: str, present: set[str]) -> bool:
         """Whether `name` lies in the namespace of a present slot longer than `slot`."""
         separator = self.separator
-        cut = name.find(separator, len(slot_part(slot)) + 1)
+        cut = name.find(separator, len(name_part(slot)) + 1)
         while cut != -1:
             if name[:cut] in present:
                 return True
@@ -116,8 +117,8 @@ class NameBook:
 
     def _must_yield(self, holder_slot: str, owner_slot: str, name: str) -> bool:
         """Whether a pair of `holder_slot` holding `name` gives it up to a (present) pair of `owner_slot`."""
-        owner = slot_part(owner_slot)
-        return len(slot_part(holder_slot)) < len(owner) and name.startswith(owner + self.separator)
+        owner = name_part(owner_slot)
+        return len(name_part(holder_slot)) < len(owner) and name.startswith(owner + self.separator)
 
     def _take_over(self, pair: tuple[str, str], name: str, holder: tuple[str, str]) -> None:
         self._assign(pair, name, name)

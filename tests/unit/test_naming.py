@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.naming import MAX_NAME, NameBook, aggregate_names, base_name, sanitize, slot_part
+from gateway.core.naming import MAX_NAME, NameBook, aggregate_names, base_name, name_part, sanitize
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -28,8 +28,8 @@ def test_separator_can_be_configured() -> None:
     [
         ("cell 3", "get.status", "cell_3-get_status"),
         ("a/b", "x:y", "a_b-x_y"),
-        ("pump", "café", "pump-caf_"),  # one underscore per character, not per byte
-        ("pump", "启动", "pump-__"),
+        ("pump", "café", "pump-caf__850f7dc4"),  # one underscore per character, and the name's hash
+        ("pump", "启动", "pump-___56410fc6"),
         ("ok", "tab\there", "ok-tab_here"),
     ],
 )
@@ -38,8 +38,8 @@ def test_characters_outside_the_safe_set_become_underscores(slot: str, tool: str
 
 
 def test_ascii_slot_names_are_not_hashed() -> None:
-    assert slot_part("pump-1") == "pump-1"
-    assert slot_part("cell 3") == "cell_3"
+    assert name_part("pump-1") == "pump-1"
+    assert name_part("cell 3") == "cell_3"
     assert base_name("lab.pump", "start") == "lab_pump-start"
 
 
@@ -50,6 +50,14 @@ def test_a_non_ascii_slot_name_carries_a_hash_of_itself() -> None:
         "__-___b57bdb4e__self_audio_speaker_set_volume"
     )
     assert base_name("café", "lire") == "caf__850f7dc4-lire"
+
+
+def test_non_ascii_tools_of_one_slot_get_distinct_names_whatever_the_order() -> None:
+    # A lamp's on and off: without the hash both read lamp-____, numbered by the order first listed.
+    tools = ["打开灯光", "关闭灯光"]
+    names = aggregate_names([("lamp", tool) for tool in tools])
+    assert names == aggregate_names([("lamp", tool) for tool in reversed(tools)])
+    assert sorted(names) == sorted(base_name("lamp", tool) for tool in tools)
 
 
 def test_non_ascii_slots_of_one_length_get_distinct_names_whatever_the_order() -> None:
@@ -71,14 +79,14 @@ def test_a_long_non_ascii_slot_name_is_cut_with_the_pair_hash() -> None:
     name = base_name(slot, "x" * 60)
     assert len(name) == MAX_NAME
     assert re.fullmatch(r"[A-Za-z0-9_-]{55}-[0-9a-f]{8}", name)
-    assert name[:55].startswith(slot_part(slot))
+    assert name[:55].startswith(name_part(slot))
     assert base_name(slot, "x" * 60) != base_name("小智-卧室" * 4, "x" * 60)
 
 
 def test_a_non_ascii_slot_owns_its_namespace_by_its_written_form() -> None:
     # With "_" as separator, slot "a" offering "_<hash>_x" reads like slot "aé" offering "x": the name
     # lies in aé's namespace (its written form "a__<hash>" is the longer slot part), so aé keeps it.
-    part = slot_part("aé")
+    part = name_part("aé")
     intruder = ("a", part[2:] + "_x")
     owner = ("aé", "x")
     for order in ([intruder, owner], [owner, intruder]):
