@@ -18,6 +18,7 @@ from gateway.core.cancelled_requests import cancel_reason, late_answer_sink
 from gateway.core.client_context import ClientContext
 from gateway.core.confirmer import ClientConfirmer, StateReader, split_retry
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import (
     REFUSED_META_KEY,
     SHUTDOWN_CANCEL,
@@ -166,7 +167,9 @@ async def call(
     after_cancel = AfterCancel()
     listening = late_answer_sink.set(after_cancel.heard)
     try:
-        result = provider_answer(await forward(params))
+        result = await forward(params)
+        if slot != BROKER_SLOT:  # _broker's results are the gateway's own
+            result = provider_answer(result)
         outcome = outcome_of(result)
         error = tool_error_text(result) if outcome == "tool-error" else None
         return with_clamped(result, verdict.clamped) if verdict.clamped else result

@@ -218,3 +218,11 @@ async def test_an_agent_cannot_approve_and_recent_decisions_need_broker_audit_re
 def decisions_any(path: Path) -> list[sqlite3.Row]:
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         return list(db.execute("SELECT id FROM decisions WHERE slot = 'pump-1'"))
+
+
+async def test_an_unknown_approval_id_is_a_tool_error_that_says_where_to_look(plant: GatewayServer) -> None:
+    async with client(plant, OPERATOR, "legacy", path="/_broker/mcp") as operator:
+        text, refused = refusal(await operator.call_tool("broker_approve", {"id": "deadbeef"}))
+    assert text.startswith("No call waits for approval 'deadbeef'")
+    assert "broker_approvals lists the waiting calls" in text
+    assert (refused["reason"], refused["approval"]) == ("unknown_approval", "deadbeef")

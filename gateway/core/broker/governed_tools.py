@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core import errors, jsonrpc
 from gateway.core.broker.results import BadArguments
 from gateway.core.client_context import ClientContext
 from gateway.core.jsonrpc import JsonObject
@@ -82,7 +83,12 @@ async def call(governance: Governance, ctx: ClientContext, name: str, arguments:
             raise BadArguments('broker_approve needs "id", the approval id broker_approvals lists')
         if not isinstance(approve, bool):
             raise BadArguments('broker_approve: "approve" must be true or false')
-        return _result(governance.decide_approval(ctx.principal, approval, approve))
+        try:
+            return _result(governance.decide_approval(ctx.principal, approval, approve))
+        except errors.RpcError as exc:
+            if exc.code != jsonrpc.INVALID_PARAMS:  # a caller's own call: a refusal, not a bad argument
+                raise
+            raise BadArguments(exc.message, **(exc.data if isinstance(exc.data, dict) else {})) from None
     limit = given.get("limit", DEFAULT_RECENT)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_RECENT:
         raise BadArguments(f'broker_audit_recent: "limit" must be an integer from 1 to {MAX_RECENT}')
