@@ -70,6 +70,8 @@ def write_cases(folder: Path) -> dict[str, tuple[Path, list[str]]]:
     case("escaped 129", tools_json(["😀" * 129], ensure_ascii=True), [])
     case("cjk 605", tools_json(["self." + "音" * 600], ensure_ascii=False), [])
     case("not utf-8", b'[{"name": "self.\xff", "inputSchema": {}}]', [])
+    case("null", '[{"name": null, "inputSchema": {}}]', [])
+    case("number", '[{"name": 5, "description": "x", "inputSchema": {}}]', [])
     (folder / "cases.json").write_text(
         json.dumps([[label, str(path), names] for label, (path, names) in cases.items()], ensure_ascii=False),
         encoding="utf-8",
@@ -98,3 +100,6 @@ async def test_names_are_kept_whole_decoded_and_bounded(runtime: str, micropytho
     assert "tool " + "\\ud83d\\ude00" * 3 + "\\ud8... has a name longer than 128 characters" in refusal("escaped 129")
     assert "tool self." + "音" * 11 + "... has a name longer than 128 characters" in refusal("cjk 605")
     assert "the name of the tool at byte 1 is no JSON string in UTF-8" in refusal("not utf-8")
+    # A name that is no string is refused, not taken from the next string in the tool.
+    assert "the name of the tool at byte 10 is not a string" in refusal("null")
+    assert "the name of the tool at byte 10 is not a string" in refusal("number")

@@ -7,7 +7,7 @@
 #
 # API: load(path, max_tool_bytes) -> mcpdevice.registry.ToolRegistry
 #      raises ValueError naming the problem: not a JSON array of objects, a tool without a name or
-#      inputSchema, a name that is not a JSON string in UTF-8 or is longer than MAX_NAME characters,
+#      inputSchema, a name that is not a JSON string (in UTF-8) or is longer than MAX_NAME characters,
 #      a duplicate name, or a tool too large for one frame.
 
 from mcpdevice.registry import ToolRegistry
@@ -55,6 +55,8 @@ def _scan(path):
                                 name, expect_name = last, False
                     if in_string and depth == 2 and len(text) <= limit:
                         text.append(byte)
+                elif expect_name and byte != _QUOTE and byte not in _SPACE:
+                    raise ValueError("%s: the name of the tool at byte %d is not a string" % (path, offset))
                 elif byte == _QUOTE:
                     in_string = True
                     text = bytearray()
