@@ -21,7 +21,6 @@ _SPACE = b" \t\r\n"
 MAX_NAME = 128  # characters: the longest tool name MCP allows, and the gateway's bound too
 _RAW_MAX = 12 * MAX_NAME  # one character takes at most 12 bytes of the file (two \uXXXX escapes)
 _KEY_MAX = 12  # enough to tell "name" and "inputSchema" from any other key
-_SHOWN = 40  # characters of a long name an error quotes
 
 
 def _scan(path):
@@ -86,41 +85,18 @@ def _scan(path):
     return tools
 
 
-def _pairs(text):
-    """A surrogate pair as the one character JSON means (MicroPython's json leaves two)."""
-    out = []
-    for char in text:
-        code = ord(char)
-        if 0xDC00 <= code < 0xE000 and out and 0xD800 <= ord(out[-1]) < 0xDC00:
-            char = chr(0x10000 + ((ord(out.pop()) - 0xD800) << 10) + code - 0xDC00)
-        out.append(char)
-    return "".join(out)
-
-
 def _name(path, start, raw):
-    """The tool's name as JSON reads it; ValueError naming the file and the tool when it is no valid name."""
-    name = None
-    if len(raw) <= _RAW_MAX:  # else cut while scanning, and longer than MAX_NAME in any case
-        try:
-            name = raw.decode()
-            if "\\" in name:  # escapes, as json.dump writes non-ASCII names: json is loaded already (dispatcher)
-                import json
+    """The tool's name; an escaped, over-long or not UTF-8 name is read by mcpdevice.schema_names, loaded
+    only then (its code would cost every board's boot heap for names most files never hold)."""
+    try:
+        name = raw.decode()
+    except ValueError:  # UnicodeError too
+        name = None
+    if name is not None and "\\" not in name and len(name) <= MAX_NAME:
+        return name
+    from mcpdevice import schema_names
 
-                name = _pairs(json.loads('"' + name + '"'))
-        except ValueError:  # UnicodeError too
-            raise ValueError("%s: the name of the tool at byte %d is no JSON string in UTF-8" % (path, start)) from None
-        if len(name) <= MAX_NAME:
-            return name
-    else:
-        for end in range(_SHOWN, _SHOWN - 4, -1):  # the cut may fall inside a UTF-8 character
-            try:
-                name = raw[:end].decode()
-                break
-            except ValueError:
-                name = ""
-    raise ValueError(
-        "%s: tool %s... has a name longer than %d characters, the most MCP allows" % (path, name[:_SHOWN], MAX_NAME)
-    )
+    return schema_names.read(path, start, raw)
 
 
 def load(path, max_tool_bytes):
