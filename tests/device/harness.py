@@ -125,15 +125,22 @@ async def start_device(
     return Device(process, config)
 
 
-async def run_snippet(micropython: str | None, script: Path, timeout_s: float = 30.0) -> list[Message]:
-    """Run `script` with the device modules on its path, under the real MicroPython (96 KB heap), or
-    under this CPython when `micropython` is None; the JSON objects it printed, one a line."""
+async def run_snippet(
+    micropython: str | None,
+    script: Path,
+    timeout_s: float = 30.0,
+    heap: str = DEVICE_HEAP,
+    device_dir: Path = DEVICE_DIR,
+) -> list[Message]:
+    """Run `script` with the device modules (`device_dir`) on its path, under the real MicroPython
+    (`heap`: 96 KB), or under this CPython when `micropython` is None; the JSON objects it printed,
+    one a line."""
     if micropython is None:
         command = [sys.executable, str(script)]
-        env = {**os.environ, "PYTHONPATH": str(DEVICE_DIR)}
+        env = {**os.environ, "PYTHONPATH": str(device_dir)}
     else:
-        command = [micropython, "-X", f"heapsize={DEVICE_HEAP}", str(script)]
-        env = {**os.environ, "MICROPYPATH": f".frozen:{DEVICE_DIR}"}
+        command = [micropython, "-X", f"heapsize={heap}", str(script)]
+        env = {**os.environ, "MICROPYPATH": f".frozen:{device_dir}"}
     process = await asyncio.create_subprocess_exec(
         *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
     )
