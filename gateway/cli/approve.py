@@ -34,6 +34,15 @@ def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
     return "\n".join(lines)
 
 
+def refused(result: dict[str, Any]) -> int:
+    """A tool error of _broker (an approval id no call waits under): said on stderr, exit 1; stdout stays
+    for what the command lists or decides."""
+    from gateway.client import render_result
+
+    print(f"mcp-gateway approve: {render_result(result)}", file=sys.stderr)
+    return 1
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     from gateway.cli.calls import _client_token
     from gateway.client import GatewayClient, render_result
@@ -49,16 +58,20 @@ def cmd_approve(args: argparse.Namespace) -> int:
         async with GatewayClient(args.url, "_broker", token=_client_token(args)) as client:
             if args.id is None:
                 result = await client.call_tool("broker_approvals", {})
-                if result.get("isError") or args.json:
+                if result.get("isError"):
+                    return refused(result)
+                if args.json:
                     sys.stdout.write(render_result(result) + "\n")
-                    return 1 if result.get("isError") else 0
+                    return 0
                 approvals = result["structuredContent"]["approvals"]
                 sys.stdout.write(render_approvals(approvals, int(time.time() * 1000)) + "\n")
                 return 0
             result = await client.call_tool("broker_approve", {"id": args.id, "approve": not args.deny})
-        if result.get("isError") or args.json:
+        if result.get("isError"):
+            return refused(result)
+        if args.json:
             sys.stdout.write(render_result(result) + "\n")
-            return 1 if result.get("isError") else 0
+            return 0
         decided = result["structuredContent"]
         verb = "approved" if decided["state"] == "approved" else "denied"
         sys.stdout.write(

@@ -220,9 +220,17 @@ def decisions_any(path: Path) -> list[sqlite3.Row]:
         return list(db.execute("SELECT id FROM decisions WHERE slot = 'pump-1'"))
 
 
-async def test_an_unknown_approval_id_is_a_tool_error_that_says_where_to_look(plant: GatewayServer) -> None:
+async def test_an_unknown_approval_id_is_a_tool_error_that_says_where_to_look(
+    plant: GatewayServer, tmp_path: Path
+) -> None:
     async with client(plant, OPERATOR, "legacy", path="/_broker/mcp") as operator:
         text, refused = refusal(await operator.call_tool("broker_approve", {"id": "deadbeef"}))
     assert text.startswith("No call waits for approval 'deadbeef'")
     assert "broker_approvals lists the waiting calls" in text
     assert (refused["reason"], refused["approval"]) == ("unknown_approval", "deadbeef")
+    # The command says it on stderr: stdout is for what it lists or decides.
+    token = tmp_path / "operator"
+    token.write_text(OPERATOR)
+    code, out, err = await run_cli("approve", "deadbeef", "--url", plant.url, "--token-file", str(token))
+    assert (code, out) == (1, "")
+    assert err.startswith("mcp-gateway approve: No call waits for approval 'deadbeef'"), err
