@@ -167,6 +167,7 @@ class GatewayServer:
         self.gateway = Gateway(config, self.limiters.for_core(self.governor, self.declarations))
         if self.governor is not None:
             self.governor.limit_hit = self.gateway.metrics.limit_hit
+            self.governor.decided = self.gateway.metrics.policy_decided
         # Built first: a certificate or key that cannot be used stops startup (ConfigError).
         self.tls = ServerTls(config.tls, self.gateway.metrics) if config.tls.enabled else None
         self.app = build_app(config, self.gateway, self.limiters, self.governor)

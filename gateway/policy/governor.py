@@ -129,6 +129,9 @@ class Governor:
         """[[execution_limits]]: their counters live here, across reloads (docs/governance-limits.md)."""
         self.limit_hit: Callable[[str], None] = _uncounted
         """Counts a refusal by a [limits] bound (mcpgw_limit_hits_total); set by the composition root."""
+        self.decided: Callable[[str], None] = _uncounted
+        """Counts a tools/call decision by its effect (mcpgw_policy_decisions_total); set by the composition
+        root."""
 
     def swap(self, policy: Policy) -> None:
         """Use `policy` from the next request on (requests being decided finish with the old one)."""
@@ -168,6 +171,25 @@ class Governor:
         confirmer: Confirmer | None = None,
         *,
         trace_id: str | None = None,
+    ) -> CallVerdict:
+        try:
+            verdict = await self._admit_call(principal, slot, tool, name, arguments, via, confirmer, trace_id)
+        except (AnswerInstead, errors.RpcError) as exc:  # held for a confirmation, or its answer refused
+            self.decided(confirmation_effect(exc))
+            raise
+        self.decided(verdict.effect)
+        return verdict
+
+    async def _admit_call(
+        self,
+        principal: Principal,
+        slot: str,
+        tool: dict[str, Any] | None,
+        name: str,
+        arguments: object,
+        via: str,
+        confirmer: Confirmer | None,
+        trace_id: str | None,
     ) -> CallVerdict:
         subjects = self.subjects(principal)
         if tool is None:

@@ -166,6 +166,12 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        self.policy_decisions = Counter(
+            "mcpgw_policy_decisions",
+            "Governed tools/call decisions, by their effect in the audit trail's words",
+            ["effect"],
+            registry=r,
+        )
         self.rate_limited = Counter(
             "mcpgw_rate_limited",
             "Client requests refused by a rate limit",
@@ -306,6 +312,10 @@ class Metrics:
         """A bound refused something (`times` things at once); `limit` is its key, under [limits] (e.g.
         "max_body_bytes") or the section's (e.g. "mqtt.brokers[0].max_backlog")."""
         self.limit_hits.labels(limit).inc(times)
+
+    def policy_decided(self, effect: str) -> None:
+        """One governed tools/call decided, with its effect (`allow`, `refuse-arguments`, ...)."""
+        self.policy_decisions.labels(effect).inc()
 
     def forget_slot(self, slot: str) -> None:
         """Remove every series of a slot the registry no longer tracks, so label values stay bounded by

@@ -21,6 +21,8 @@ from tests.conftest import GatewayFactory, Publishers
 from tests.integration.test_governance import OPERATOR, plant  # noqa: F401 (the fixture)
 from tests.support.gateway_process import run_cli
 
+EFFECTS = ("allow", "refuse-arguments", "clamp", "deny")
+
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -120,3 +122,21 @@ async def test_a_providers_answer_never_carries_the_gateways_own_keys(
     assert result.meta == {"own": 1}
     code, out, err = await run_cli("call", "--url", gateway.url, "odd", "reading")
     assert (code, out, err) == (0, "42.0\n", "")
+
+
+async def test_each_decision_is_counted_by_its_effect(plant: GatewayServer) -> None:  # noqa: F811
+    calls = [("get_status", {}), ("start", {"speed_rpm": 2500}), ("set_speed", {"speed_rpm": 2600}), ("stop", {})]
+    headers = {"Authorization": f"Bearer {OPERATOR}"}
+    async with aiohttp.ClientSession(headers=headers) as session, session.ws_connect(f"{plant.url}/pump-1") as ws:
+        await ws.send_json(INITIALIZE)
+        await ws.receive_json(timeout=10)
+        await ws.send_json({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for number, (tool, arguments) in enumerate([*calls, ("reset_fault", {})], start=2):
+            params = {"name": tool, "arguments": arguments}
+            await ws.send_json({"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": params})
+            await ws.receive_json(timeout=10)
+    registry = plant.gateway.metrics.registry  # /metrics is not the operator's to read under this policy
+    counted = {
+        effect: registry.get_sample_value("mcpgw_policy_decisions_total", {"effect": effect}) for effect in EFFECTS
+    }
+    assert counted == {"allow": 2, "refuse-arguments": 1, "clamp": 1, "deny": 1}
