@@ -107,3 +107,19 @@ def test_a_whole_trail_gets_no_note(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, out, err = run(capsys, "--path", str(path), "--format", "csv")
     assert (code, err) == (0, "")
     assert [row["damaged"] for row in csv.DictReader(io.StringIO(out))] == ["", "", ""]
+
+
+def test_a_trail_copied_without_its_log_says_where_its_records_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A young trail's schema and records are all in audit.db-wal: a copy of audit.db alone is empty.
+    copy = tmp_path / "audit.db"
+    with contextlib.closing(sqlite3.connect(copy)) as db:
+        db.execute("PRAGMA journal_mode=wal")
+    code, out, err = run(capsys, "--path", str(copy))
+    assert (code, out) == (1, "")
+    assert f"{copy} is not an audit trail (no schema); if it is a copy of a running gateway's trail" in err
+    assert "copy a trail with sqlite3's .backup or with the gateway stopped" in err
+    Path(f"{copy}-wal").write_bytes(b"")  # the log is there: nothing to say of it
+    code, _, err = run(capsys, "--path", str(copy))
+    assert code == 1 and err.rstrip().endswith("is not an audit trail (no schema)"), err

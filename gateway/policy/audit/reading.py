@@ -86,11 +86,24 @@ class Filters:
         return (f"WHERE {' AND '.join(where)}\n" if where else ""), values
 
 
+def _without_log(path: Path) -> str:
+    """What to say of a trail file with no `-wal` beside it: a copy of a running gateway's database
+    alone holds none of what is still in the log (the schema included, for a young trail)."""
+    if Path(f"{path}-wal").exists():
+        return ""
+    return (
+        f"; if it is a copy of a running gateway's trail, the records are in the {path.name}-wal file the copy "
+        "left behind: copy a trail with sqlite3's .backup or with the gateway stopped (docs/operations.md, "
+        '"Backup and restore")'
+    )
+
+
 def _open(path: Path) -> tuple[sqlite3.Connection, str]:
     """A read-only connection to an audit trail and the SELECT its schema takes (AuditReadError when
     `path` is none)."""
     if not path.is_file():
         raise AuditReadError(f"no audit trail at {path}")
+    without_log = _without_log(path)  # before connecting, which may make an empty -wal
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
     except sqlite3.Error as exc:
@@ -98,7 +111,7 @@ def _open(path: Path) -> tuple[sqlite3.Connection, str]:
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
-            raise AuditReadError(f"{path} is not an audit trail (no schema)")
+            raise AuditReadError(f"{path} is not an audit trail (no schema){without_log}")
         if version > SCHEMA_VERSION and version != SAME_AS_V1:
             raise AuditReadError(f"{path} has schema version {version}, newer than this gateway's {SCHEMA_VERSION}")
         select = SELECT_WITHOUT_AFTER_CANCEL if "answers_after_cancel" in missing_tables(conn) else SELECT
