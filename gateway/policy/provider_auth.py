@@ -185,11 +185,19 @@ class ProviderAuthPolicy:
                 REALM,
             )
         if match is None:
+            registry = self._adopted.path if self._adopted is not None else None
+            absent = (
+                f" This gateway has no device registry ({registry}): a board adopted with mcp-gateway device install "
+                "on another gateway, or before the registry was lost, is known only to that registry; restore it "
+                "here, or adopt the board again."
+                if registry is not None and not registry.exists()
+                else ""
+            )
             return self._refuse(
                 401,
                 "invalid_provider_token",
                 f"The provider secret sent in {TOKEN_HEADER} (or Authorization: Bearer) is not known to this "
-                "gateway. Check the secret configured on the device against [providers.auth] on the gateway.",
+                "gateway. Check the secret configured on the device against [providers.auth] on the gateway." + absent,
                 "unknown_secret",
                 REALM + ', error="invalid_token"',
             )

@@ -68,3 +68,14 @@ async def test_an_unreadable_registry_is_named_in_the_refusal_and_in_the_diagnos
         assert await registry_problems(gateway.url) == []
     finally:
         STANDING.withdraw(f"{REGISTRY_UNREADABLE}:{path}")
+
+
+async def test_a_gateway_without_a_registry_says_so_to_an_adopted_board(gateway_factory: GatewayFactory) -> None:
+    # A new box restored from the configuration alone: the secrets of adopted boards were in devices.db.
+    path = default_registry_path()
+    assert not path.exists()
+    gateway = await gateway_factory(providers={"auth": identities_auth()})
+    status, body = await upgrade(gateway, "pump-8", secrets.token_urlsafe(32))
+    assert status == 401 and body["error"] == "invalid_provider_token"
+    assert f"This gateway has no device registry ({path})" in body["error_description"]
+    assert "restore it here, or adopt the board again" in body["error_description"]
