@@ -5,18 +5,22 @@ says once on stderr which records are damaged and what to do."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import csv
 import io
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from gateway.cli import main
+from gateway.config import AuditConfig
 from gateway.policy.audit import read_records
 from gateway.policy.audit.reading import Filters, stream_records
+from gateway.policy.audit.trail import AuditTrail
 from tests.unit.test_audit_cli import fill
 
 
@@ -123,3 +127,29 @@ def test_a_trail_copied_without_its_log_says_where_its_records_are(
     Path(f"{copy}-wal").write_bytes(b"")  # the log is there: nothing to say of it
     code, _, err = run(capsys, "--path", str(copy))
     assert code == 1 and err.rstrip().endswith("is not an audit trail (no schema)"), err
+
+
+def test_a_trail_found_damaged_while_pruning_is_unhealthy_at_once(tmp_path: Path) -> None:
+    # A backup copied while SQLite folded its log: the start reads the file, the first prune finds the damage.
+    path = tmp_path / "audit.db"
+    fill(path)
+    data = bytearray(path.read_bytes())
+    data[4 * 4096 + 100 :] = b"\xab" * (len(data) - 4 * 4096 - 100)
+    path.write_bytes(bytes(data))
+
+    async def go() -> dict[str, Any]:
+        trail = AuditTrail.open(AuditConfig(path=str(path)))
+        await trail.start()
+        try:
+            for _ in range(100):
+                status = trail.status()
+                if status["last_error"]:
+                    return status
+                await asyncio.sleep(0.02)
+            return trail.status()
+        finally:
+            await trail.close()
+
+    status = asyncio.run(go())
+    assert status["healthy"] is False  # /readyz answers audit_unavailable before a call is refused
+    assert status["last_error"] == f"audit trail {path}: database disk image is malformed"

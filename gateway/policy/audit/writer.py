@@ -355,11 +355,17 @@ class Writer:
                 self._protected_from(),
             )
         except STORE_ERRORS as exc:
-            # The next decision's write says whether the trail is healthy; the failure is kept for diagnosis.
             self._abandon()
-            self.last_error = describe(self.path, exc) + " (while pruning)"
-            self.last_error_ms = now_ms()
-            log.error("%s", self.last_error)
+            if type(exc) is sqlite3.DatabaseError:
+                # The file is damaged ("database disk image is malformed"): no write will do better, so the
+                # trail is unhealthy from now, and /readyz says so before a governed call is refused.
+                self._failed(exc)
+            else:
+                # A full disk, a held lock: the next decision's write says whether the trail is healthy; the
+                # failure is kept for diagnosis.
+                self.last_error = describe(self.path, exc) + " (while pruning)"
+                self.last_error_ms = now_ms()
+                log.error("%s", self.last_error)
         if pruned.deleted:
             self.pruned += pruned.deleted
             self.prunes += 1
