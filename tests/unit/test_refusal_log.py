@@ -85,3 +85,23 @@ def test_the_pairs_remembered_are_bounded(clock: Clock, caplog: pytest.LogCaptur
     refusals.refused("pump-0", "slot_limit", "Too many slots", "websocket", "a")  # forgotten: warned again
     refusals.refused(f"pump-{KEYS_KEPT}", "slot_limit", "Too many slots", "websocket", "a")  # remembered
     assert len(warnings(caplog)) == KEYS_KEPT + 2
+
+
+def test_a_peer_without_a_valid_secret_cannot_vary_the_slot_to_be_warned_of_again(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    refusals = RefusalLog(60, clock)
+    for number in range(5):
+        refusals.refused(
+            f"probe-{number}",
+            "unknown_secret",
+            "HTTP 401 invalid_provider_token",
+            "websocket",
+            f"10.0.0.9:{40000 + number}",
+        )
+    refusals.refused("probe-9", "unknown_secret", "HTTP 401 invalid_provider_token", "websocket", "10.0.0.7:40000")
+    assert len(warnings(caplog)) == 2  # one per peer address, not per slot name it asked for
+    clock.now += 61
+    refusals.refused("probe-10", "unknown_secret", "HTTP 401 invalid_provider_token", "websocket", "10.0.0.9:41000")
+    assert warnings(caplog)[-1].endswith("(4 more refused since the last warning)")

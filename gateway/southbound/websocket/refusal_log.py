@@ -3,7 +3,8 @@
 A board refused at the door (its slot held by a live provider, a slot limit, a managed slot) retries
 on its back-off, and a misconfigured one may retry faster: every refusal is counted in
 mcpgw_provider_refusals_total, and the log says the first one at once and then at most one per
-`logging.repeat_interval_s` for the same slot and reason, with how many came in between. (The serial
+`logging.repeat_interval_s` for the same slot and reason (for a peer that proved no identity, the same
+peer address and reason: it names any slot it likes), with how many came in between. (The serial
 lines, MQTT and remote upstreams warn once per slot in their own modules.)
 """
 
@@ -25,6 +26,10 @@ UNNAMED = {"bad_name"}
 UNTOLD = {"shutdown"}
 """Refusals that are no news: a gateway shutting down refuses everyone."""
 
+UNPROVEN = {"missing_secret", "unknown_secret", "registry_unreadable", "revoked"}
+"""Refusals of a peer that proved no identity: the slot name it asked for is its own to vary at each try,
+so these are counted by the peer's address (without its port) and reason instead."""
+
 
 @dataclass
 class _Quiet:
@@ -43,7 +48,7 @@ class RefusalLog:
         if kind in UNTOLD:
             return
         shown = "(invalid name)" if kind in UNNAMED else slot
-        key, now = (shown, kind), self.clock()
+        key, now = (remote.rpartition(":")[0] or remote, kind) if kind in UNPROVEN else (shown, kind), self.clock()
         quiet = self._quiet.get(key)
         if quiet is not None and now - quiet.since < self.interval_s:
             quiet.refused += 1
