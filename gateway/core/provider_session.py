@@ -137,8 +137,8 @@ class ProviderSession:
         """Set once the link's first frame was handled (see `first_frame_handled`)."""
         self.tool_listing = ToolListing(self)
         """Walks the provider's tools/list; remembers the tools clients cannot read met on this connection."""
-        self._warned: set[str] = set()
-        """Answers to the provider's own requests on their way out (held so none is collected early)."""
+        self.warned_faults: set[str] = set()
+        """The kinds of fault warned of: the slot's own set once attached, so a reconnect warns no more."""
 
     # -- identity and cached state -------------------------------------------------------------
 
@@ -183,8 +183,8 @@ class ProviderSession:
 
     def warn_once(self, kind: str, text: str, *args: Any) -> None:
         """At most one warning per slot per kind of fault; the counters carry the rest."""
-        if kind not in self._warned:
-            self._warned.add(kind)
+        if kind not in self.warned_faults:
+            self.warned_faults.add(kind)
             log.warning(text, *args, extra={"slot": self.slot, "fault": kind})
 
     # -- lifecycle ----------------------------------------------------------------------------

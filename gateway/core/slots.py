@@ -70,6 +70,8 @@ class Slot:
     session: ProviderSession | None = None
     listeners: set[Listener] = field(default_factory=set)
     last_tools_hash: str = ""
+    warned_faults: set[str] = field(default_factory=set)
+    """The kinds of provider fault warned of for this slot (ProviderSession.warn_once), across its links."""
     connects: int = 0
     disconnected_at: float | None = None
     """Monotonic time its last provider left (None: none has); `last_disconnect` on the wall clock."""
@@ -371,6 +373,7 @@ class SlotRegistry:
             upstream = slot.upstream
             session.listen_uris = lambda: sorted(upstream.subscribers)
             session.log_level_of = lambda listener: upstream.log_levels.get(listener) if listener is not None else None
+            session.warned_faults = slot.warned_faults
             slot.session = session
             slot.connects += 1
             if who is not None:

@@ -530,3 +530,26 @@ async def test_prompts_and_resources_of_a_board_that_declares_none_are_answered_
     methods = [str(message.get("method", "")) for _, message in rig.board.received if isinstance(message, dict)]
     assert not [method for method in methods if method.startswith(("prompts/", "resources/"))]
     await rig.assert_unharmed()
+
+
+async def test_a_board_that_reconnects_is_warned_of_once_per_kind_of_fault(
+    gateway: GatewayServer, boards: Boards, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A board that puts a debug line on its link after each dial: one warning for the slot, not per link.
+    caplog.set_level(logging.WARNING)
+    slot = "junk-1"
+
+    def unparsable() -> int:
+        held = gateway.gateway.registry.slots[slot]
+        live = held.live
+        return held.history.unparsable + (live.counters.unparsable if live is not None else 0)
+
+    for dial in range(1, 4):
+        board = await boards.connect(gateway.url, f"/provider/{slot}")
+        await wait_ready_slot(gateway, slot)
+        await board.send_raw("boot: wifi up")
+        await wait_for(lambda: unparsable() == dial, what="the line to be counted")  # noqa: B023
+        await board.close()
+        await wait_for(lambda: gateway.gateway.registry.slots[slot].live is None, what="the board to leave")
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "unparsable" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
