@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -129,6 +131,10 @@ class Governor:
         """[[execution_limits]]: their counters live here, across reloads (docs/governance-limits.md)."""
         self.limit_hit: Callable[[str], None] = _uncounted
         """Counts a refusal by a [limits] bound (mcpgw_limit_hits_total); set by the composition root."""
+        self.repeat_interval_s = 60.0
+        """logging.repeat_interval_s: how often a call answered without a record is warned of again."""
+        self._unrecorded: tuple[float, int] = (-math.inf, 0)
+        """When a call answered without a record was last warned of, and how many since."""
         self.decided: Callable[[str], None] = _uncounted
         """Counts a tools/call decision by its effect (mcpgw_policy_decisions_total); set by the composition
         root."""
@@ -223,7 +229,7 @@ class Governor:
                 if slot == BROKER_SLOT and call.hint is True:
                     # The gateway's own read-only tools reach no device, and broker_diagnose among
                     # them is how the operator learns why the trail fails: answered, unrecorded.
-                    log.warning("audit trail: %s on %s answered without a record: %s", name, slot, exc)
+                    self._warn_unrecorded("%s on %s answered without a record: %s", name, slot, exc)
                     return CallVerdict(True, admission=admitted, effect="allow")
                 self.limits.release(admitted)  # not forwarded: its concurrency places are free again
                 self.confirmations.give_back(claim)  # nor is an approval it brought used up
@@ -507,7 +513,20 @@ class Governor:
         try:
             await self.trail.decision(record)
         except AuditUnavailable as exc:
-            log.warning("audit trail: a refusal of %s on %s was not recorded: %s", record.tool, record.slot, exc)
+            self._warn_unrecorded("a refusal of %s on %s was not recorded: %s", record.tool, record.slot, exc)
+
+    def _warn_unrecorded(self, text: str, *args: object) -> None:
+        """A call answered or refused without a record while the trail cannot be written: warned of at most
+        once per repeat_interval_s, with how many came since (each call would write a line, on the very
+        storage that is failing; the trail's own failure is logged apart, once)."""
+        since, left_out = self._unrecorded
+        now = time.monotonic()
+        if now - since < self.repeat_interval_s:
+            self._unrecorded = (since, left_out + 1)
+            return
+        self._unrecorded = (now, 0)
+        more = f" ({left_out} more calls without a record since the last line)" if left_out else ""
+        log.warning("audit trail: " + text + "%s", *args, more)
 
 
 def refused_arguments_result(refused: ArgumentRefused, slot: str) -> dict[str, Any]:
@@ -583,4 +602,6 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
         max_compiles_waiting=limits.max_schema_compiles_waiting,
         max_code_bytes=limits.max_schema_code_bytes,
     )
-    return Governor(policy, trail, schemas, source=config.policy)
+    governor = Governor(policy, trail, schemas, source=config.policy)
+    governor.repeat_interval_s = config.logging.repeat_interval_s
+    return governor

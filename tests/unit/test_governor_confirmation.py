@@ -6,6 +6,7 @@ the input_required question, the question nobody answered, the unknown tool."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, cast
 
 import pytest
@@ -312,3 +313,22 @@ async def test_an_attempt_the_trail_cannot_record_leaves_its_request_state_usabl
     refused = await start(governing, 1500, Stateless(ConfirmRetry(state, YES)))
     assert not refused.allowed and refused.data == {"reason": "audit_unavailable"}
     assert (await start(governing, 1500, Stateless(ConfirmRetry(state, YES)))).allowed
+
+
+async def test_calls_refused_while_the_trail_fails_are_warned_of_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Each refusal would write a line on the very storage that is failing (a full SD card).
+    caplog.set_level(logging.WARNING, logger="gateway.policy")
+    trail = Trail()
+    governing = governor(trail)
+    for _ in range(3):
+        trail.failing = AuditUnavailable("database or disk is full")
+        assert not (await start(governing, 1500, who=Principal("stranger", kind="token"))).allowed
+    unrecorded = [r.getMessage() for r in caplog.records if "was not recorded" in r.getMessage()]
+    assert len(unrecorded) == 1, unrecorded
+    governing.repeat_interval_s = 0
+    trail.failing = AuditUnavailable("database or disk is full")
+    await start(governing, 1500, who=Principal("stranger", kind="token"))
+    unrecorded = [r.getMessage() for r in caplog.records if "was not recorded" in r.getMessage()]
+    assert unrecorded[-1].endswith("(2 more calls without a record since the last line)"), unrecorded
