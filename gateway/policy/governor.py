@@ -178,33 +178,26 @@ class Governor:
         *,
         trace_id: str | None = None,
     ) -> CallVerdict:
+        subjects = self.subjects(principal)
+        if tool is None:
+            # Not listed by the provider: the same answer as a tool the caller may not see, recorded.
+            await self._record_refusal(self._unknown_tool(subjects, slot, name, arguments, via, trace_id))
+            self.decided("deny")
+            return CallVerdict(False, visible=False, effect="deny")
+        if not self.schemas.cached(tool):
+            await self.schemas.ready(tool)  # compiled off the event loop, within limits.max_schema_compile_ms
+        call = Call(subjects, slot, tool, name, arguments, read_only(tool), via, trace_id)
         try:
-            verdict = await self._admit_call(principal, slot, tool, name, arguments, via, confirmer, trace_id)
+            verdict = await self._decide(call, confirmer)
         except (AnswerInstead, errors.RpcError) as exc:  # held for a confirmation, or its answer refused
             self.decided(confirmation_effect(exc))
             raise
         self.decided(verdict.effect)
         return verdict
 
-    async def _admit_call(
-        self,
-        principal: Principal,
-        slot: str,
-        tool: dict[str, Any] | None,
-        name: str,
-        arguments: object,
-        via: str,
-        confirmer: Confirmer | None,
-        trace_id: str | None,
-    ) -> CallVerdict:
-        subjects = self.subjects(principal)
-        if tool is None:
-            # Not listed by the provider: the same answer as a tool the caller may not see, recorded.
-            await self._record_refusal(self._unknown_tool(subjects, slot, name, arguments, via, trace_id))
-            return CallVerdict(False, visible=False, effect="deny")
-        if not self.schemas.cached(tool):
-            await self.schemas.ready(tool)  # compiled off the event loop, within limits.max_schema_compile_ms
-        call = Call(subjects, slot, tool, name, arguments, read_only(tool), via, trace_id)
+    async def _decide(self, call: Call, confirmer: Confirmer | None) -> CallVerdict:
+        """admit_call for a tool the provider lists."""
+        subjects, slot, name, arguments = call.subjects, call.slot, call.name, call.arguments
         policy = self.policy
         # Taken before anything is decided: an attempt matching an approval (or bringing its own
         # requestState) uses it up, whatever the checks below make of the call.
