@@ -333,8 +333,8 @@ class SchemaCache:
         schema = tool.get("inputSchema")
         if schema is None:
             return NO_SCHEMA
-        held = self._by_object.get(id(schema))
-        if held is not None and held[0] is schema:
+        held = self._held(schema)
+        if held is not None:
             self._used(held[1], held[2])
             return held[2]
         key, entry = self._by_key(schema, tool)
@@ -348,8 +348,8 @@ class SchemaCache:
         schema = tool.get("inputSchema")
         if schema is None:
             return True
-        held = self._by_object.get(id(schema))
-        return held is not None and held[0] is schema and not held[2].pending
+        held = self._held(schema)
+        return held is not None and not held[2].pending
 
     async def ready(self, tool: Mapping[str, Any]) -> None:
         """Have `tool`'s inputSchema compiled on the compile thread, waiting for it at most
@@ -456,6 +456,11 @@ class SchemaCache:
             self._failed(entry, tool)
         self._used(key, entry)
         return key, entry
+
+    def _held(self, schema: object) -> tuple[object, bytes | None, CompiledSchema] | None:
+        """The cache's entry for this very schema object (its id alone may be a freed object's)."""
+        held = self._by_object.get(id(schema))
+        return held if held is not None and held[0] is schema else None
 
     def _used(self, key: bytes | None, entry: CompiledSchema) -> None:
         """`key` becomes the most recently used (back in the cache if it had been dropped meanwhile)."""

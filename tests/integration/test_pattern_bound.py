@@ -75,11 +75,17 @@ async def governed(
     server = await gateway_factory(
         policy=POLICY, audit={"path": str(tmp_path / "audit.db")}, limits={"max_pattern_ms": BOUND_MS}
     )
-    board = await boards.connect(server.url, "/provider/forms", AnsweringBoard, tools=TOOLS)
-    assert isinstance(board, AnsweringBoard)
-    await wait_ready_slot(server, "forms")
+    board = await forms_board(server, boards, TOOLS)
     await publishers.start(server, "demo", demo_server())
     yield server, board
+
+
+async def forms_board(server: GatewayServer, boards: Boards, tools: list[dict[str, Any]]) -> AnsweringBoard:
+    """A board in slot `forms` that lists `tools` and answers every call, ready."""
+    board = await boards.connect(server.url, "/provider/forms", AnsweringBoard, tools=tools)
+    assert isinstance(board, AnsweringBoard)
+    await wait_ready_slot(server, "forms")
+    return board
 
 
 def trail(path: Path) -> list[sqlite3.Row]:

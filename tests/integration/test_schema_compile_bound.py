@@ -21,8 +21,8 @@ import pytest
 from mcp import Client
 
 from gateway.app import GatewayServer
-from tests.conftest import GatewayFactory, wait_ready_slot
-from tests.integration.test_pattern_bound import POLICY, AnsweringBoard, text_of
+from tests.conftest import GatewayFactory
+from tests.integration.test_pattern_bound import POLICY, AnsweringBoard, forms_board, text_of
 from tests.support.refusals import refusal, refused_argument_text
 from tests.support.southbound import Boards
 
@@ -44,10 +44,7 @@ async def governed(
     server = await gateway_factory(
         policy=POLICY, audit={"path": str(tmp_path / "audit.db")}, limits={"max_schema_compile_ms": COMPILE_MS}
     )
-    board = await boards.connect(server.url, "/provider/forms", AnsweringBoard, tools=TOOLS)
-    assert isinstance(board, AnsweringBoard)
-    await wait_ready_slot(server, "forms")
-    yield server, board
+    yield server, await forms_board(server, boards, TOOLS)
 
 
 async def test_a_slow_schema_compiles_off_the_event_loop(
