@@ -628,11 +628,15 @@ def test_a_tool_written_like_a_pattern_loads_with_a_warning() -> None:
         minimal(
             deny=[{"principal": "*", "capabilities": ["tool:self.audio_speaker.*"], "resources": ["/**"]}],
             limits=[{"resources": ["/**"], "tool": "self.audio_speaker.*", "argument": "volume", "max": 20}],
+            execution_limits=[
+                {"id": "speaker", "match": {"capability": "tool:self.audio_*"}, "calls": {"max": 5, "window_ms": 60000}}
+            ],
         )
     )
-    assert len(document.warnings) == 2, document.warnings
+    assert len(document.warnings) == 3, document.warnings
     assert document.warnings[0].startswith('deny[0].capabilities[0]: "tool:self.audio_speaker.*" looks like a pattern')
     assert document.warnings[1].startswith('limits[0].tool: "tool = self.audio_speaker.*" looks like a pattern')
     assert 'it applies only to a tool named "self.audio_speaker.*" as written' in document.warnings[0]
+    assert document.warnings[2].startswith('execution_limits[0].match.capability: "tool:self.audio_*" looks like a')
     exact = {"principal": "*", "capabilities": ["tool:self.audio_speaker.set_volume"], "resources": ["/**"]}
     assert check_policy(minimal(deny=[exact])).warnings == ()

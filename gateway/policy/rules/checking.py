@@ -165,6 +165,8 @@ def check_policy(data: Mapping[str, Any], *, prefix: str = "", source: str = "")
     for entry in sections["resource_patterns"]:
         if "path" in entry.fields:
             _mapped_path(entry.fields["path"], (*entry.location, "path"), errors)
+    for entry in sections["execution_limits"]:
+        _match_capability(entry, errors)
     limits = [(entry.location, entry.fields, entry.failed) for entry in sections["execution_limits"]]
     for location, problem in execution_limit_problems(limits):
         errors.add(location, problem)
@@ -270,6 +272,15 @@ def _capabilities(entry: Parsed, errors: Errors) -> None:
             warning = tool_pattern_warning(capability, capability[len(TOOL_PREFIX) :])
             if warning is not None:
                 errors.warn((*entry.location, "capabilities", index), warning)
+
+
+def _match_capability(entry: Parsed, errors: Errors) -> None:
+    match = entry.fields.get("match")  # a LimitMatch when the entry is valid, else the raw table
+    capability = match.get("capability") if isinstance(match, Mapping) else getattr(match, "capability", None)
+    if isinstance(capability, str) and capability.startswith(TOOL_PREFIX):
+        warning = tool_pattern_warning(capability, capability[len(TOOL_PREFIX) :])
+        if warning is not None:
+            errors.warn((*entry.location, "match", "capability"), warning)
 
 
 def _principal(entry: Parsed, errors: Errors) -> None:
