@@ -1,6 +1,9 @@
 """A small MCP client for technicians (`mcp-gateway slots`, `tools`, `call`), on aiohttp.
 
-It speaks the session era to `/<slot>/mcp` of a running gateway: initialize, one call, DELETE.
+It speaks the stateless era (2026-07-28) to `/<slot>/mcp` of a running gateway: one POST per request,
+no session, so a command works also while `limits.max_sessions` is full, and costs no initialize or
+DELETE. A server that does not speak that era (_refuses_stateless_era) is spoken to in the session era:
+initialize, the requests, DELETE.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from urllib.parse import quote
 import orjson
 
 from gateway import __version__
+from gateway.core import eras, stateless
 from gateway.core.governed import CLAMPED_META_KEY
-from gateway.core.jsonrpc import INVALID_PARAMS
+from gateway.core.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND, UNSUPPORTED_PROTOCOL_VERSION
 from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import REFUSED_META_KEY
 from gateway.core.versions import LATEST_HANDSHAKE
@@ -228,6 +232,9 @@ def render_tools(tools: list[dict[str, Any]], full: bool = False) -> str:
     return "\n".join(lines)
 
 
+CLIENT_INFO = {"name": "mcp-gateway-cli", "version": __version__}
+
+
 class GatewayClient:
     def __init__(self, base_url: str, slot: str, timeout_s: float = 90.0, token: str | None = None) -> None:
         import aiohttp  # here, not at the top: the CLI imports this module for GatewayCallError alone
@@ -237,28 +244,24 @@ class GatewayClient:
         self.token = token
         """A client token for a gateway with [auth]: sent as Authorization: Bearer, only to this URL."""
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.stateless = True
+        """False once the server refused the stateless era: the session era from then on."""
         self.session_id: str | None = None
         self._http: aiohttp.ClientSession | None = None
         self._next_id = 0
+        self._last_status = 0
 
     async def __aenter__(self) -> GatewayClient:
         import aiohttp
 
         self._http = aiohttp.ClientSession(timeout=self.timeout)
-        try:
-            await self.request(
-                "initialize",
-                {
-                    "protocolVersion": LATEST_HANDSHAKE,
-                    "capabilities": {},
-                    "clientInfo": {"name": "mcp-gateway-cli", "version": __version__},
-                },
-            )
-            await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        except BaseException:
-            await self._http.close()
-            raise
         return self
+
+    async def _initialize(self) -> None:
+        """The session era's handshake, for a server without the stateless era."""
+        params = {"protocolVersion": LATEST_HANDSHAKE, "capabilities": {}, "clientInfo": CLIENT_INFO}
+        await self.request("initialize", params)
+        await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -280,12 +283,27 @@ class GatewayClient:
             headers["MCP-Protocol-Version"] = LATEST_HANDSHAKE
         return headers
 
-    async def _post(self, message: dict[str, Any]) -> dict[str, Any] | None:
+    def _stateless_message(self, method: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        """The request with the stateless era's `_meta`, and its routing headers."""
+        params = {**params, "_meta": eras.envelope({}, CLIENT_INFO)}
+        headers = {"MCP-Protocol-Version": eras.MODERN_ERA, "Mcp-Method": stateless.encode_header_value(method)}
+        name_key = stateless.NAME_PARAM.get(method)
+        name = params.get(name_key) if name_key is not None else None
+        if isinstance(name, str):
+            headers["Mcp-Name"] = stateless.encode_header_value(name)
+        self._next_id += 1
+        return {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}, headers
+
+    async def _post(
+        self, message: dict[str, Any], extra_headers: dict[str, str] | None = None
+    ) -> dict[str, Any] | None:
         import aiohttp
 
         assert self._http is not None
+        headers = {**self._headers(), **(extra_headers or {})}
         try:
-            async with self._http.post(self.url, data=orjson.dumps(message), headers=self._headers()) as response:
+            async with self._http.post(self.url, data=orjson.dumps(message), headers=headers) as response:
+                self._last_status = response.status
                 if "Mcp-Session-Id" in response.headers:
                     self.session_id = response.headers["Mcp-Session-Id"]
                 if response.status == 202:
@@ -324,17 +342,27 @@ class GatewayClient:
             f"environment variable {TOKEN_VARIABLE}."
         )
 
-    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def request(
+        self, method: str, params: dict[str, Any], extra_headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        answer: dict[str, Any] | None
+        if self.stateless:
+            message, headers = self._stateless_message(method, params)
+            answer = await self._post(message, {**headers, **(extra_headers or {})})
+            if not _refuses_stateless_era(self._last_status, answer):
+                result = _result_of(method, answer)
+                if eras.is_input_required(result):
+                    raise GatewayCallError(
+                        f"{method}: the server asks for the caller's input (elicitation, sampling or roots), "
+                        "which mcp-gateway's commands cannot give; use an MCP client that can"
+                    )
+                # What a command prints is the result, without the era's own keys (resultType, serverInfo).
+                return eras.for_session_client(result)
+            self.stateless = False
+            await self._initialize()
         self._next_id += 1
         answer = await self._post({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
-        if answer is None:
-            raise GatewayCallError(f"no answer to {method}")
-        if "error" in answer:
-            error = answer["error"]
-            code = error.get("code")
-            raise GatewayCallError(f"{error.get('message')} (code {code})", code if isinstance(code, int) else None)
-        result: dict[str, Any] = answer["result"]
-        return result
+        return _result_of(method, answer)
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """Every tool the slot lists, page after page."""
@@ -349,8 +377,19 @@ class GatewayClient:
             params = {"cursor": cursor}
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        params = {"name": name, "arguments": arguments}
         try:
-            return await self.request("tools/call", {"name": name, "arguments": arguments})
+            try:
+                return await self.request("tools/call", params)
+            except GatewayCallError as exc:
+                if exc.code != HEADER_MISMATCH or not self.stateless:
+                    raise
+                # The tool mirrors arguments into Mcp-Param-* headers (its inputSchema's x-mcp-header):
+                # they come from its listed schema, read only for such a tool.
+                schema = next(
+                    (tool.get("inputSchema") for tool in await self.list_tools() if tool.get("name") == name), None
+                )
+                return await self.request("tools/call", params, stateless.param_headers(schema, arguments))
         except GatewayCallError as exc:
             if exc.code != INVALID_PARAMS or not str(exc).startswith("Unknown tool:"):
                 raise
@@ -362,6 +401,31 @@ class GatewayClient:
                 hint = f"mcp-gateway tools {self.slot} lists them, with their arguments"
                 raise GatewayCallError(f"{exc}; {hint}", exc.code) from None
             raise
+
+
+def _refuses_stateless_era(status: int, answer: dict[str, Any] | None) -> bool:
+    """A server without the 2026-07-28 era: -32022; -32601 for a method every server has (the commands
+    send tools/list and tools/call only), from one that reads the era's requests as unknown; or the 2025
+    SDKs' HTTP 400 for a version they do not know or a request without a session. The gateway's own 400s
+    (bad arguments, headers) say neither."""
+    error = answer.get("error") if answer is not None else None
+    if not isinstance(error, dict):
+        return False
+    if error.get("code") in (UNSUPPORTED_PROTOCOL_VERSION, METHOD_NOT_FOUND):
+        return True
+    message = str(error.get("message", "")).lower()
+    return status == 400 and ("protocol version" in message or "session" in message)
+
+
+def _result_of(method: str, answer: dict[str, Any] | None) -> dict[str, Any]:
+    if answer is None:
+        raise GatewayCallError(f"no answer to {method}")
+    if "error" in answer:
+        error = answer["error"]
+        code = error.get("code")
+        raise GatewayCallError(f"{error.get('message')} (code {code})", code if isinstance(code, int) else None)
+    result: dict[str, Any] = answer["result"]
+    return result
 
 
 def _not_json(url: str, status: int, content_type: str, body: bytes) -> str:
