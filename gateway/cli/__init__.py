@@ -1,8 +1,8 @@
 """The `mcp-gateway` command: run the gateway, check its configuration, talk to a running one."""
 
 # One module per subcommand group (run, config_cmd, calls, stdio, tokens, sim, tls, discover, policy, reload,
-# audit, approve, flash, device_install, devices), what
-# they share in common.py, what `run` and `config check` refuse before binding in startup.py; this file
+# audit, approve, flash, device_install, devices, backup, restore), what they share in common.py (backup and
+# restore also in backup_files.py), what `run` and `config check` refuse before binding in startup.py; this file
 # assembles the parser and runs a command. A command imports what
 # only it needs inside its function, so that `mcp-gateway --help` loads no more than the parser.
 
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from gateway import __version__
 from gateway.cli.approve import add_approve
 from gateway.cli.audit import add_audit
+from gateway.cli.backup import add_backup
 from gateway.cli.calls import add_calls
 from gateway.cli.common import _config_flags, refuse_insecure_bind
 from gateway.cli.config_cmd import add_config
@@ -25,6 +26,7 @@ from gateway.cli.discover import add_discover
 from gateway.cli.flash import add_flash
 from gateway.cli.policy import add_policy
 from gateway.cli.reload import add_reload
+from gateway.cli.restore import add_restore
 from gateway.cli.run import add_run
 from gateway.cli.sim import add_sim, add_sim_fault_and_status
 from gateway.cli.stdio import add_stdio
@@ -57,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_flash(commands)
     add_device(commands)
     add_devices(commands)
+    add_backup(commands)
+    add_restore(commands)
     return parser
 
 

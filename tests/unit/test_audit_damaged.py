@@ -123,7 +123,7 @@ def test_a_trail_copied_without_its_log_says_where_its_records_are(
     code, out, err = run(capsys, "--path", str(copy))
     assert (code, out) == (1, "")
     assert f"{copy} is not an audit trail (no schema); if it is a copy of a running gateway's trail" in err
-    assert "copy a trail with sqlite3's .backup or with the gateway stopped" in err
+    assert "copy a trail with mcp-gateway backup or with the gateway stopped" in err
     Path(f"{copy}-wal").write_bytes(b"")  # the log is there: nothing to say of it
     code, _, err = run(capsys, "--path", str(copy))
     assert code == 1 and err.rstrip().endswith("is not an audit trail (no schema)"), err

@@ -93,7 +93,7 @@ def _without_log(path: Path) -> str:
         return ""
     return (
         f"; if it is a copy of a running gateway's trail, the records are in the {path.name}-wal file the copy "
-        "left behind: copy a trail with sqlite3's .backup or with the gateway stopped (docs/operations.md, "
+        "left behind: copy a trail with mcp-gateway backup or with the gateway stopped (docs/operations.md, "
         '"Backup and restore")'
     )
 

@@ -1,0 +1,273 @@
+"""`mcp-gateway backup DEST`: one consistent, complete, verifiable copy of a gateway, taken while it runs.
+
+DEST (a new or empty directory, made 0700) receives the audit trail and the device registry, each copied
+with SQLite's online backup (one state of the file, while the gateway goes on writing) and checked with
+`PRAGMA quick_check`; the state directory's firmware/ tree; the configuration file and every file it names;
+and manifest.json, which lists each file's original path, its place in the backup, size, sha256 and mode
+(`mcp-gateway restore` checks them all before it writes anything). A database that cannot be read stops
+the backup (exit 1) and leaves no DEST behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.cli.backup_files import (
+    CONFIG,
+    DATABASES,
+    DEFAULT_BUSY_S,
+    FIRMWARE,
+    MANIFEST,
+    PRIVATE_DIRECTORY,
+    PRIVATE_FILE,
+    BackupError,
+    Entry,
+    Manifest,
+    copy_database,
+    mode_text,
+    named_files,
+    owner_names,
+    sha256_of,
+    sync_directory,
+    write_copy,
+)
+from gateway.cli.common import Commands, decimal_number, with_config
+
+
+def state_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The environment the state directory is found from, with --state-dir as $STATE_DIRECTORY when given."""
+    env = dict(os.environ)
+    if getattr(args, "state_dir", None):
+        env["STATE_DIRECTORY"] = str(Path(args.state_dir).expanduser().absolute())
+    return env
+
+
+class _Refused(Exception):
+    """DEST cannot take a backup: exit 2, nothing written."""
+
+
+def _prepare(dest: Path) -> bool:
+    """Make DEST (0700, with missing parents 0700), or take an empty one; True when it was made here."""
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise _Refused(f"{dest} exists and is not a directory: give a new or empty directory")
+    if dest.exists():
+        if any(dest.iterdir()):
+            raise _Refused(
+                f"{dest} is not empty: give a new or empty directory (a backup is never mixed with other files)"
+            )
+        os.chmod(dest, PRIVATE_DIRECTORY)
+        return False
+    missing = [folder for folder in (dest, *dest.parents) if not folder.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=PRIVATE_DIRECTORY)
+    return True
+
+
+def _remove(dest: Path, made: bool) -> None:
+    if made:
+        shutil.rmtree(dest, ignore_errors=True)
+        return
+    for child in dest.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                child.unlink()
+
+
+class _Writer:
+    """The backup under way: each file copied into DEST and listed in the manifest."""
+
+    def __init__(self, dest: Path, manifest: Manifest) -> None:
+        self.dest = dest
+        self.manifest = manifest
+
+    def _folder(self, relative: Path) -> Path:
+        target = self.dest / relative
+        for folder in reversed([self.dest / part for part in relative.parents if str(part) != "."]):
+            if not folder.exists():
+                folder.mkdir(mode=PRIVATE_DIRECTORY)
+        return target
+
+    def absent(self, kind: str, original: Path | None, why: str) -> None:
+        self.manifest.absent.append({"kind": kind, "original": None if original is None else str(original), "why": why})
+
+    def database(self, kind: str, original: Path, name: str, busy_s: float, why_absent: str) -> None:
+        if not original.exists() and not original.is_symlink():
+            self.absent(kind, original, why_absent)
+            return
+        if not original.is_file():
+            raise BackupError(f"{original} cannot be backed up: it is not a regular file (the {kind} database)")
+        relative = Path(DATABASES) / name
+        target = self._folder(relative)
+        copy_database(original, target, busy_s)
+        info = original.stat()
+        size, digest = sha256_of(target)
+        owner, group = owner_names(info)
+        self.manifest.files.append(
+            Entry(kind, str(original), str(relative), size, digest, mode_text(PRIVATE_FILE), owner, group)
+        )
+
+    def file(self, kind: str, original: Path, relative: Path, setting: str | None = None) -> None:
+        info = original.stat()
+        target = self._folder(relative)
+        size, digest = write_copy(original, target, info.st_mode & 0o777)
+        owner, group = owner_names(info)
+        self.manifest.files.append(
+            Entry(kind, str(original), str(relative), size, digest, mode_text(info.st_mode), owner, group, setting)
+        )
+
+    def firmware(self, directory: Path) -> None:
+        if not directory.is_dir():
+            self.absent("firmware", directory, "no firmware directory")
+            return
+        for root, folders, names in os.walk(directory):
+            folders.sort()
+            here = Path(root)
+            for name in sorted(names):
+                path = here / name
+                if path == self.dest or self.dest in path.parents:
+                    continue
+                if path.is_symlink() or not path.is_file():
+                    self.absent("firmware", path, "not a regular file (a link or a device): not copied")
+                    continue
+                self.file("firmware", path, Path(FIRMWARE) / path.relative_to(directory))
+
+    def configuration(self, config_file: Path | None, config: Any) -> None:
+        listed: list[tuple[str, str | None, Path]] = []
+        if config_file is not None:
+            listed.append(("config", None, config_file))
+        listed += [("named", setting, path) for setting, path in named_files(config)]
+        for index, (kind, setting, path) in enumerate(listed):
+            if not path.exists():
+                self.absent(kind, path, f"not found{f' (named by {setting})' if setting else ''}")
+                continue
+            if not path.is_file():
+                raise BackupError(
+                    f"{path} cannot be backed up: it is not a regular file ({setting or 'the config file'})"
+                )
+            self.file(kind, path, Path(CONFIG) / f"{index:02d}-{path.name}", setting)
+
+
+def _write_manifest(dest: Path, manifest: Manifest) -> None:
+    import orjson
+
+    path = dest / MANIFEST
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(orjson.dumps(manifest.as_json(), option=orjson.OPT_INDENT_2) + b"\n")
+        handle.flush()
+        os.fsync(descriptor)
+    for folder in (dest / DATABASES, dest / FIRMWARE, dest / CONFIG, dest):
+        if folder.is_dir():
+            sync_directory(folder)
+
+
+def take_backup(args: argparse.Namespace, dest: Path, env: Mapping[str, str]) -> Manifest:
+    """Write the backup into the prepared `dest`; BackupError (or OSError) when it cannot be made whole."""
+    from gateway import __version__
+    from gateway.cli.common import _config_flags
+    from gateway.config import ENV_CONFIG_FILE, load_config
+    from gateway.devices.registry import FILE_NAME, state_directory
+    from gateway.flash.firmware import default_firmware_dir
+    from gateway.policy.audit.location import audit_path
+
+    name = args.config or env.get(ENV_CONFIG_FILE) or None
+    config = load_config(name, environ=env, flags=_config_flags(args))
+    state = state_directory(env).absolute()
+    created = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    config_file = Path(name).absolute() if name else None
+    manifest = Manifest(__version__, created, str(state), None if config_file is None else str(config_file))
+    writer = _Writer(dest, manifest)
+    audit = audit_path(config.audit, env).absolute()
+    writes = config.policy is not None and config.audit.enabled
+    writer.database(
+        "audit",
+        audit,
+        "audit.db",
+        args.busy_timeout,
+        "no file yet" if writes else "no audit trail configured (no [policy], or [audit] enabled = false) and no file",
+    )
+    writer.database("registry", state / FILE_NAME, FILE_NAME, args.busy_timeout, "no file yet (no board heard)")
+    writer.firmware(default_firmware_dir(env).absolute())
+    if config_file is None:
+        writer.absent("config", None, "no configuration file (--config, $MCP_GATEWAY_CONFIG): built-in defaults")
+    writer.configuration(config_file, config)
+    _write_manifest(dest, manifest)
+    return manifest
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    import orjson
+
+    dest = Path(args.dest).expanduser().absolute()
+    env = state_environment(args)
+    try:
+        made = _prepare(dest)
+    except _Refused as exc:
+        print(f"mcp-gateway backup: {exc}", file=sys.stderr)
+        return 2
+    done = False
+    try:
+        manifest = take_backup(args, dest, env)
+        done = True
+    except BackupError as exc:
+        print(f"mcp-gateway backup: {exc}; no backup was left in {dest}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(
+            f"mcp-gateway backup: {exc.filename or dest}: {exc.strerror or exc}; no backup was left in {dest}",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        if not done:
+            _remove(dest, made)
+    if args.json:
+        sys.stdout.write(orjson.dumps(manifest.as_json()).decode() + "\n")
+        return 0
+    total = sum(entry.size for entry in manifest.files)
+    print(f"backed up {len(manifest.files)} files, {total} bytes, to {dest} (listed in {dest / MANIFEST})")
+    for item in manifest.absent:
+        print(f"  not in the backup: {item['kind']} {item['original'] or ''} ({item['why']})".replace("  (", " ("))
+    return 0
+
+
+def state_dir_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="the gateway's state directory (default: $STATE_DIRECTORY, else $XDG_STATE_HOME/mcp-gateway, else "
+        "~/.local/state/mcp-gateway; on the appliance /var/lib/mcp-gateway)",
+    )
+
+
+def add_backup(commands: Commands) -> None:
+    backup = commands.add_parser(
+        "backup",
+        help="copy the gateway's databases, firmware and configuration into a new directory, while it runs",
+        description="Write a consistent, complete backup into DEST (a new or empty directory, made 0700): the "
+        "audit trail and the device registry (SQLite's online backup, checked with quick_check), the state "
+        "directory's firmware/, the configuration file and the files it names, and manifest.json with each file's "
+        "original path, size, sha256 and mode. The gateway may keep running.",
+    )
+    backup.add_argument("dest", metavar="DEST", help="the backup's directory: new, or empty")
+    with_config(backup)
+    state_dir_option(backup)
+    backup.add_argument(
+        "--busy-timeout",
+        type=decimal_number(0),
+        default=DEFAULT_BUSY_S,
+        metavar="SECONDS",
+        help=f"how long a database copy waits for a lock the running gateway holds (default {DEFAULT_BUSY_S:g})",
+    )
+    backup.add_argument("--json", action="store_true", help="print the manifest (JSON) instead of the summary")
+    backup.set_defaults(func=cmd_backup)

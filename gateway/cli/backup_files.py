@@ -1,0 +1,272 @@
+"""What `backup` and `restore` share: the manifest, the files a configuration names, copies that keep
+their mode, SQLite's online copy and the checks of a copy (sha256, `PRAGMA quick_check`)."""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import hashlib
+import os
+import pwd
+import sqlite3
+import stat
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+MANIFEST = "manifest.json"
+FORMAT = "mcp-gateway-backup/1"
+"""The manifest's `format`: what `restore` reads. Another value is refused."""
+DATABASES = "databases"
+FIRMWARE = "firmware"
+CONFIG = "config"
+"""The backup's folders: the two databases, the state directory's firmware/ tree, the configuration files."""
+CHUNK_BYTES = 1 << 20
+PRIVATE_FILE = 0o600
+PRIVATE_DIRECTORY = 0o700
+DEFAULT_BUSY_S = 10.0
+"""How long a database copy waits for a lock the running gateway holds (--busy-timeout)."""
+
+
+class BackupError(Exception):
+    """A backup or restore that cannot go on; the message names the file and what to do."""
+
+
+@dataclass
+class Entry:
+    """One file of a backup: its `kind` (audit, registry, firmware, config, named), where it came from
+    (`original`, absolute), its place in the backup (`path`, relative), size, sha256 and mode (octal text)."""
+
+    kind: str
+    original: str
+    path: str
+    size: int
+    sha256: str
+    mode: str
+    owner: str | None = None
+    group: str | None = None
+    setting: str | None = None
+    """For a file the configuration names: the setting that names it, e.g. auth.token_files[0]."""
+
+
+@dataclass
+class Manifest:
+    gateway_version: str
+    created: str
+    state_directory: str
+    config_file: str | None
+    files: list[Entry] = field(default_factory=list)
+    absent: list[dict[str, Any]] = field(default_factory=list)
+    """What the backup does not hold, and why: {kind, original, why}."""
+    format: str = FORMAT
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["files"] = [{key: value for key, value in entry.items() if value is not None} for entry in data["files"]]
+        return {"format": data.pop("format"), **data}
+
+
+def _text(value: Any, name: str, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise BackupError(f"{where}: {name} is missing or not text")
+    return value
+
+
+def read_manifest(source: Path) -> Manifest:
+    """The manifest of the backup at `source`; BackupError when it is missing, not JSON or not one."""
+    import orjson
+
+    where = source / MANIFEST
+    try:
+        data = orjson.loads(where.read_bytes())
+    except FileNotFoundError:
+        raise BackupError(f"{where} not found: {source} is not a backup made by mcp-gateway backup") from None
+    except OSError as exc:
+        raise BackupError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise BackupError(f"{where} is not JSON ({exc}): the backup is damaged") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else None
+        raise BackupError(f"{where}: format {found!r} is not {FORMAT!r}, the one this gateway restores")
+    files = data.get("files")
+    if not isinstance(files, list):
+        raise BackupError(f"{where}: files is missing or not a list")
+    entries = []
+    for index, item in enumerate(files):
+        at = f"{where}, files[{index}]"
+        if not isinstance(item, dict):
+            raise BackupError(f"{at} is not an object")
+        entry = Entry(
+            kind=_text(item.get("kind"), "kind", at),
+            original=_text(item.get("original"), "original", at),
+            path=_text(item.get("path"), "path", at),
+            size=size if isinstance(size := item.get("size"), int) else -1,
+            sha256=_text(item.get("sha256"), "sha256", at),
+            mode=_text(item.get("mode"), "mode", at),
+            owner=item.get("owner"),
+            group=item.get("group"),
+            setting=item.get("setting"),
+        )
+        inside = Path(entry.path)
+        if inside.is_absolute() or ".." in inside.parts or not Path(entry.original).is_absolute():
+            raise BackupError(f"{at}: path {entry.path!r} or original {entry.original!r} is not a backup's")
+        try:
+            int(entry.mode, 8)
+        except ValueError:
+            raise BackupError(f"{at}: mode {entry.mode!r} is not octal") from None
+        entries.append(entry)
+    return Manifest(
+        gateway_version=str(data.get("gateway_version")),
+        created=str(data.get("created")),
+        state_directory=_text(data.get("state_directory"), "state_directory", str(where)),
+        config_file=data.get("config_file") if isinstance(data.get("config_file"), str) else None,
+        files=entries,
+        absent=[item for item in data.get("absent", []) if isinstance(item, dict)],
+    )
+
+
+def sha256_of(path: Path) -> tuple[int, str]:
+    """The size and hex SHA-256 of the file at `path`."""
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def verify(source: Path, manifest: Manifest) -> None:
+    """Every file the manifest lists is in the backup, whole (size and sha256); BackupError naming the first
+    that is not."""
+    for entry in manifest.files:
+        inside = source / entry.path
+        try:
+            if inside.is_symlink() or not inside.is_file():
+                raise BackupError(f"{inside} (backup of {entry.original}) is missing: the backup is incomplete")
+            size, digest = sha256_of(inside)
+        except OSError as exc:
+            raise BackupError(f"{inside} (backup of {entry.original}) cannot be read: {exc.strerror or exc}") from None
+        if (size, digest) != (entry.size, entry.sha256):
+            raise BackupError(
+                f"{inside} (backup of {entry.original}) does not match the manifest (size {size}, sha256 "
+                f"{digest[:16]}…; the manifest says size {entry.size}, sha256 {entry.sha256[:16]}…): the backup is "
+                "damaged or was changed; nothing was restored"
+            )
+
+
+def owner_names(info: os.stat_result) -> tuple[str | None, str | None]:
+    """The names of a file's owner and group (None for an id without a name)."""
+    owner = group = None
+    with contextlib.suppress(KeyError):
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    with contextlib.suppress(KeyError):
+        group = grp.getgrgid(info.st_gid).gr_name
+    return owner, group
+
+
+def write_copy(source: Path, target: Path, mode: int) -> tuple[int, str]:
+    """Copy `source` to the new file `target` (never through a link; made `mode`), synced; its size and sha256."""
+    digest = hashlib.sha256()
+    size = 0
+    with source.open("rb") as reading:
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+        with os.fdopen(descriptor, "wb") as writing:
+            while chunk := reading.read(CHUNK_BYTES):
+                writing.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+            writing.flush()
+            os.fchmod(descriptor, mode)
+            os.fsync(descriptor)
+    return size, digest.hexdigest()
+
+
+def sync_directory(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def quick_check(path: Path, busy_s: float = DEFAULT_BUSY_S) -> str | None:
+    """None when the database at `path`, opened read-only, passes `PRAGMA quick_check`; else what is wrong."""
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=busy_s)
+    except sqlite3.Error as exc:
+        return str(exc)
+    try:
+        rows = db.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.Error as exc:
+        return str(exc)
+    finally:
+        db.close()
+    found = [str(row[0]) for row in rows]
+    return None if found == ["ok"] else "; ".join(found[:3])
+
+
+def copy_database(source: Path, target: Path, busy_s: float) -> None:
+    """One consistent state of the SQLite database `source` (a running gateway may be writing it) into the
+    new file `target`, with SQLite's online backup; the copy is mode 0600, in rollback-journal mode (one file)
+    and passes quick_check. BackupError naming `source` when it cannot be read or the copy is not whole."""
+    fail = f"{source} cannot be backed up"
+    try:
+        reading = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=busy_s)
+    except sqlite3.Error as exc:
+        raise BackupError(f"{fail}: {exc}") from None
+    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    os.close(descriptor)
+    try:
+        writing = sqlite3.connect(target, timeout=busy_s)
+        try:
+            # All pages in one step: one read transaction, so one state of the file, while the writer goes on.
+            reading.backup(writing)
+            writing.execute("PRAGMA journal_mode = DELETE")
+        finally:
+            writing.close()
+    except sqlite3.Error as exc:
+        raise BackupError(f"{fail}: {exc} (is it a SQLite database, and whole?)") from None
+    finally:
+        reading.close()
+    problem = quick_check(target, busy_s)
+    if problem is not None:
+        raise BackupError(f"{fail}: its copy fails SQLite's quick_check ({problem}): the database is damaged")
+    os.chmod(target, PRIVATE_FILE)
+
+
+def _walk(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            item = getattr(value, name)
+            here = f"{where}.{name}" if where else name
+            if isinstance(item, str) and (name == "file" or name.endswith("_file")):
+                yield here, item
+            elif isinstance(item, list) and name.endswith("_files"):
+                yield from ((f"{here}[{index}]", text) for index, text in enumerate(item) if isinstance(text, str))
+            else:
+                yield from _walk(item, here)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _walk(item, f"{where}[{index}]")
+
+
+def named_files(config: BaseModel) -> list[tuple[str, Path]]:
+    """Every file the configuration names (settings called `file`, `*_file`, `*_files`: the policy file, token
+    files, secret files, TLS certificates, keys and CA files, headers files), as the setting and the absolute
+    path (a relative one is read from the working directory, as the gateway reads it); each path once."""
+    found: dict[Path, str] = {}
+    for setting, text in _walk(config, ""):
+        found.setdefault(Path(text).absolute(), setting)
+    return [(setting, path) for path, setting in found.items()]
+
+
+def mode_text(mode: int) -> str:
+    return f"{stat.S_IMODE(mode):04o}"
