@@ -186,5 +186,5 @@ async def test_the_registry_file_alone_is_whole_while_the_gateway_runs(
         finally:
             copy.close()
 
-    await wait_for(lambda: copied_devices() == {DEVICE, "24:0a:c4:00:00:09"}, 5, "both boards in devices.db alone")
+    await wait_for(lambda: copied_devices() == {DEVICE, "24:0a:c4:00:00:09"}, 20, "both boards in devices.db alone")
     assert not default_registry_path().with_name("devices.db-wal").exists()
