@@ -58,10 +58,25 @@ class CappedWebSocketResponse(web.WebSocketResponse):
         request[STREAMED_STATUS_KEY] = 101  # the entry gate counts this exchange as 101, however it ends
         return writer
 
+    async def upgrade(self, request: web.BaseRequest) -> bool:
+        """prepare(), or False when the peer left before the 101 could be written (a board that gave up
+        waiting on a busy gateway): the handler then returns peer_left(), which aiohttp cannot send either
+        and drops quietly; a ConnectionResetError out of the handler would be logged as an error."""
+        try:
+            await self.prepare(request)
+        except ConnectionResetError:
+            return False
+        return True
+
     async def close(self, *, code: int = CLOSE_NORMAL, message: bytes = b"", drain: bool = True) -> bool:
         if code == CLOSE_TOO_BIG and not message:
             message = self.too_big_reason.encode()
         return await super().close(code=code, message=message, drain=drain)
+
+
+def peer_left() -> web.Response:
+    """What a handler returns for an upgrade whose peer is gone (CappedWebSocketResponse.upgrade)."""
+    return web.Response(status=400, text="the peer closed the connection before the upgrade was answered")
 
 
 def handshake_deadline(

@@ -54,7 +54,7 @@ from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal
 from gateway.policy.client_auth import CLIENT_AUTH_KEY, ClientAuth
 from gateway.policy.request_principal import request_principal
 from gateway.policy.verifier import AuthFailure
-from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big
+from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big, peer_left
 
 log = logging.getLogger("gateway.northbound.websocket")
 
@@ -164,7 +164,8 @@ class ClientWebSockets:
         watch = CredentialWatch(request.app.get(CLIENT_AUTH_KEY), request)
         ending: tuple[int, str] | None = None
         try:
-            await ws.prepare(request)
+            if not await ws.upgrade(request):
+                return peer_left()
             timeout_s = self.limits.connections.handshake_timeout_s
             deadline = handshake_deadline(
                 ws,

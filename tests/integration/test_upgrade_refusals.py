@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from urllib.parse import urlsplit
 
 import pytest
@@ -46,4 +47,21 @@ async def test_a_refused_upgrade_ends_the_connection_and_what_follows_is_not_rea
         writer.close()
     await asyncio.sleep(0.1)
     errors = [r for r in caplog.records if r.name.startswith("aiohttp") and r.levelno >= logging.ERROR]
+    assert errors == []
+
+
+@pytest.mark.parametrize("path", ["/provider/pump-1", "/providers", "/pump-1"])
+async def test_an_upgrade_whose_peer_left_before_the_answer_is_dropped_quietly(
+    gateway: GatewayServer, caplog: pytest.LogCaptureFixture, path: str
+) -> None:
+    """A board that gave up waiting on a busy gateway ("no upgrade answer in time") has closed its
+    connection by the time its upgrade is read: request and close arrive together."""
+    caplog.set_level(logging.DEBUG, logger="aiohttp")
+    address = urlsplit(gateway.url)
+    assert address.hostname is not None and address.port is not None
+    # A blocking socket, so that the gateway (on this loop) reads the request and the close in one go.
+    with socket.create_connection((address.hostname, address.port)) as board:
+        board.sendall(UPGRADE.format(path=path, host=address.netloc, extra="").encode())
+    await asyncio.sleep(0.5)
+    errors = [r.getMessage() for r in caplog.records if r.name.startswith("aiohttp") and r.levelno >= logging.ERROR]
     assert errors == []

@@ -34,7 +34,7 @@ from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal
 from gateway.southbound import envelope
 from gateway.southbound.websocket.pacing import TurnPacer
 from gateway.southbound.websocket.refusal_log import RefusalLog
-from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big
+from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big, peer_left
 
 log = logging.getLogger("gateway.southbound.websocket")
 
@@ -234,7 +234,8 @@ class ProviderWebSockets:
         ws = self._response()
         if not ws.can_prepare(request).ok:
             return self._not_an_upgrade()
-        await ws.prepare(request)
+        if not await ws.upgrade(request):
+            return peer_left()
         info = LinkInfo(
             transport="websocket",
             remote=_remote(request),
@@ -325,7 +326,8 @@ class ProviderWebSockets:
         ws = self._response()
         if not ws.can_prepare(request).ok:
             return self._not_an_upgrade()
-        await ws.prepare(request)
+        if not await ws.upgrade(request):
+            return peer_left()
         socket = MultiplexedSocket(ws, _remote(request), credential)
         self.sockets.add(socket)
         timeout_s = self.gateway.config.limits.connections.handshake_timeout_s
