@@ -16,6 +16,7 @@ from aiohttp import web
 
 from gateway import __version__
 from gateway.config import GatewayConfig
+from gateway.config.hosts import url_host
 from gateway.core.broker.status import insecure_lan_warning
 from gateway.core.gateway import Gateway
 from gateway.entry import add_cors_headers, entry_gate, gated_routes, origin_check, rate_limit_admission
@@ -220,12 +221,7 @@ class GatewayServer:
 
     @property
     def url(self) -> str:
-        host = self.config.host
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        if ":" in host:
-            host = f"[{host}]"
-        return f"{self.config.scheme}://{host}:{self.port}"
+        return f"{self.config.scheme}://{url_host(self.config.host)}:{self.port}"
 
     async def start(self) -> None:
         trail = self.governor.trail if self.governor is not None else None

@@ -9,6 +9,7 @@ initialize, the requests, DELETE.
 from __future__ import annotations
 
 import contextlib
+import os
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -327,7 +328,7 @@ class GatewayClient:
                     raise GatewayCallError(f"HTTP {response.status}: {decoded}{hint}")
                 return decoded
         except aiohttp.ClientConnectionError as exc:
-            raise GatewayCallError(f"cannot reach the gateway at {self.url}: {exc}") from exc
+            raise GatewayCallError(_unreachable(self.url, exc)) from exc
 
     def _token_hint(self) -> str:
         """The line added to a 401: how the commands are given a token (the gateway's words name only
@@ -426,6 +427,25 @@ def _result_of(method: str, answer: dict[str, Any] | None) -> dict[str, Any]:
         raise GatewayCallError(f"{error.get('message')} (code {code})", code if isinstance(code, int) else None)
     result: dict[str, Any] = answer["result"]
     return result
+
+
+def _unreachable(url: str, exc: Exception) -> str:
+    """Why the gateway at `url` could not be reached, in words of ours where aiohttp's run an IPv6
+    address and its port together (`::1:3000`): `[::1]:3000: Connection refused`."""
+    import aiohttp
+
+    if type(exc) is not aiohttp.ClientConnectorError:  # TLS failures and the rest: aiohttp's text says it
+        return f"cannot reach the gateway at {url}: {exc}"
+    error = exc.os_error
+    reason = os.strerror(error.errno) if error.errno and error.errno > 0 else (error.strerror or str(error))
+    where = f"[{exc.host}]:{exc.port}" if ":" in exc.host else f"{exc.host}:{exc.port}"
+    text = f"cannot reach the gateway at {url}: cannot connect to {where}: {reason}"
+    if "%25" in exc.host:
+        text += (
+            "; the zone id of a link-local address is read as written, not decoded from %25 (RFC 6874): "
+            "write it after a bare %, e.g. --url 'http://[fe80::1%eth0]:3000'"
+        )
+    return text
 
 
 def _not_json(url: str, status: int, content_type: str, body: bytes) -> str:

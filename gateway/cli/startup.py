@@ -3,6 +3,8 @@ same words, the same exit code (2), whatever the machine (udev, a resolvable hos
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
 import socket
 
@@ -57,6 +59,24 @@ def check_startup(config: GatewayConfig) -> None:
         check_backend(config.serial.hotplug)
 
 
+EVERY_INTERFACE_HINT = "0.0.0.0 for every interface over IPv4, :: over IPv6; 127.0.0.1 or ::1 for this machine only"
+
+
+def _address_hint(host: str) -> str:
+    """What to write instead of `host`: an IPv6 address without brackets, a link-local one with its
+    interface; else the usual choices."""
+    if host.startswith("[") and host.endswith("]"):
+        return f"write the IPv6 address without brackets: host = {host[1:-1]!r} (--host {host[1:-1]})"
+    with contextlib.suppress(ValueError):
+        address = ipaddress.ip_address(host)
+        if isinstance(address, ipaddress.IPv6Address) and address.is_link_local and address.scope_id is None:
+            return (
+                f"a link-local address is bound on one interface: name it after a %, e.g. {host}%eth0 "
+                f"(or give an address of this machine: {EVERY_INTERFACE_HINT})"
+            )
+    return f"give an address of this machine ({EVERY_INTERFACE_HINT})"
+
+
 def check_listen_address(host: str) -> None:
     """ConfigError naming `host` unless every address it resolves to can be listened on here, as the
     listener resolves and binds it (asyncio's create_server: "" is every interface). Each address is
@@ -67,7 +87,7 @@ def check_listen_address(host: str) -> None:
         reason = getattr(exc, "strerror", None) or exc
         raise ConfigError(
             f"setting 'host': {host!r} is not an address, nor a name that resolves to one ({reason}); "
-            "give an address of this machine (0.0.0.0 for every interface, 127.0.0.1 for this machine only)"
+            f"{_address_hint(host)}"
         ) from exc
     for family, kind, protocol, _, address in found:
         try:
@@ -82,6 +102,5 @@ def check_listen_address(host: str) -> None:
             except OSError as exc:
                 named = f"{host!r}" if address[0] == host else f"{host!r}, which resolves to {address[0]}"
                 raise ConfigError(
-                    f"setting 'host': cannot listen on {named}: {exc.strerror or exc}; give an address of this "
-                    "machine (0.0.0.0 for every interface, 127.0.0.1 for this machine only)"
+                    f"setting 'host': cannot listen on {named}: {exc.strerror or exc}; {_address_hint(host)}"
                 ) from exc

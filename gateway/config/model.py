@@ -11,6 +11,7 @@ from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
 from gateway.config.base import DEFAULT_PORT, Section, is_loopback_host, masked_url
 from gateway.config.groups import GROUP_NAME, GROUPS_SEPARATOR, RESERVED_GROUP_NAMES, GroupConfig, group_env_name
+from gateway.config.hosts import check_allowed_host, url_host
 from gateway.config.limits import LimitsConfig
 from gateway.config.mdns import MdnsConfig
 from gateway.config.mqtt import MqttConfig
@@ -86,6 +87,11 @@ class GatewayConfig(Section):
     @classmethod
     def _origins(cls, value: list[str]) -> list[str]:
         return [check_origin_entry(entry) for entry in value]
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        return [check_allowed_host(entry) for entry in value]
 
     @field_validator("groups")
     @classmethod
@@ -183,12 +189,7 @@ class GatewayConfig(Section):
     def base_url(self) -> str:
         if self.public_url:
             return self.public_url.rstrip("/")
-        host = self.host
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"
-        return f"{self.scheme}://{host}:{self.port}"
+        return f"{self.scheme}://{url_host(self.host)}:{self.port}"
 
     @property
     def scheme(self) -> str:

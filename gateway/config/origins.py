@@ -2,11 +2,15 @@
 (docs/security.md, "Origin and Host checks"). A browser sends exactly that form, so an entry with a
 path, without a scheme, or with the scheme's default port could never match one, and a `*` for the
 whole host would admit every site; refusing such an entry at load time names the mistake, where the
-browser only shows a generic CORS error (or nothing at all, for the entry that admits everyone)."""
+browser only shows a generic CORS error (or nothing at all, for the entry that admits everyone). An
+IPv6 address stands in brackets and is rewritten to the one form a browser serialises."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
+
+from gateway.config.hosts import ipv6_text
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _PORT = re.compile(r"[1-9][0-9]{0,4}|\*")  # as a browser writes it: no leading zero
@@ -22,8 +26,32 @@ def _origin_of(entry: str) -> str:
     return f"{scheme}://{rest}"
 
 
+def _ipv6_host(entry: str, host: str, port: str | None) -> str:
+    """The IPv6 literal host of an entry as a browser serialises it (`[fd00:0:0:0::2]` -> `[fd00::2]`,
+    `[::ffff:127.0.0.1]` -> `[::ffff:7f00:1]`), or ValueError naming what is wrong."""
+    if not host.startswith("["):
+        written = f"[{host}]" + (f":{port}" if port is not None else "")
+        raise ValueError(
+            f"{entry!r}: an IPv6 address in an origin stands in brackets, as a browser sends it: write e.g. "
+            f"'{entry.split('://', 1)[0].strip().lower()}://{written}'"
+        )
+    if not host.endswith("]") or host.count("[") != 1 or host.count("]") != 1:
+        raise ValueError(f"{entry!r}: the IPv6 address has no closing ']' (write e.g. 'http://[fd00::2]:8080')")
+    literal = host[1:-1]
+    if "*" in literal:
+        raise ValueError(f"{entry!r}: a '*' cannot stand for part of an IPv6 address; list each address")
+    if "%" in literal:
+        raise ValueError(f"{entry!r}: a browser sends no zone id ('%...') in Origin; leave it out")
+    try:
+        address = ipaddress.IPv6Address(literal)
+    except ValueError:
+        raise ValueError(f"{entry!r}: {literal!r} is not an IPv6 address") from None
+    return f"[{ipv6_text(address)}]"
+
+
 def check_origin_entry(entry: str) -> str:
-    """The entry without surrounding spaces, or ValueError saying what is wrong with it."""
+    """The entry without surrounding spaces, its host in the form a browser sends (punycode, an IPv6
+    address as the browser serialises it), or ValueError saying what is wrong with it."""
     text = entry.strip().lower()
     if text == "*":
         raise ValueError(
@@ -54,6 +82,8 @@ def check_origin_entry(entry: str) -> str:
     if not host:
         raise ValueError(f"{entry!r} names no host")
     given_host = host
+    if host.startswith("[") or host.endswith("]") or ":" in host:
+        host = _ipv6_host(entry, host, port)
     if not host.isascii():
         # A browser sends an internationalised name in its ASCII (punycode) form.
         try:

@@ -35,6 +35,7 @@ from urllib.parse import SplitResult, quote, urlsplit
 from aiohttp import web
 
 from gateway.config import GatewayConfig
+from gateway.config.hosts import Authority, MalformedAuthority, host_key, parse_authority
 from gateway.core.gateway import Gateway
 from gateway.core.groups.views import BRIDGE_PATH, BRIDGE_TARGET, is_bridge_path
 from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name, decode_path_segment
@@ -233,9 +234,19 @@ def refusal(failure: AuthFailure, endpoint: Endpoint) -> web.Response:
 
 def own_names(config: GatewayConfig) -> frozenset[str]:
     """The host names a client may reach this gateway at without public_url, as the Host check accepts
-    them: the loopback names, the bind address and allowed_hosts (lower case, IPv6 without brackets)."""
+    them: the loopback names, the bind address and allowed_hosts (as host_key spells them: compared as addresses)."""
     names = (*LOOPBACK_HOSTS, *config.allowed_hosts, config.host)
-    return frozenset(name.strip().strip("[]").lower() for name in names)
+    return frozenset(host_key(name) for name in names)
+
+
+def url_authority(url: SplitResult) -> Authority | None:
+    """`url`'s authority read strictly as `host[:port]` (gateway/config/hosts.py), None when it is not one:
+    urlsplit's hostname ignores what follows ']' (`http://[::1].evil.example/` has hostname ::1), and
+    a URL with user info names no resource of this gateway."""
+    try:
+        return parse_authority(url.netloc)
+    except MalformedAuthority:
+        return None
 
 
 def resource_name(slot: str | None) -> str:
@@ -337,11 +348,10 @@ class ClientAuth:
 
     def on_this_listener(self, url: SplitResult, scheme: str) -> bool:
         """Whether `url`'s host is a name of this gateway and its port the one it listens on."""
-        try:
-            port = url.port
-        except ValueError:
+        authority = url_authority(url)
+        if authority is None:
             return False
-        return url.hostname in self.names and (port or DEFAULT_PORTS[scheme]) == self.port()
+        return authority.host in self.names and (authority.port or DEFAULT_PORTS[scheme]) == self.port()
 
     def same_resource(self, audience: str, resource: str) -> bool:
         """Whether an access token's audience names the endpoint whose resource is `resource` (OAuthVerifier).
@@ -358,14 +368,14 @@ class ClientAuth:
         public = self.config.public_url
         if public:
             base = urlsplit(self.base_url())
-            try:
-                same_origin = (aud.hostname, aud.port or DEFAULT_PORTS.get(aud.scheme, 0)) == (
-                    base.hostname,
-                    base.port or DEFAULT_PORTS[base.scheme],
-                )
-            except ValueError:
+            aud_authority, base_authority = url_authority(aud), url_authority(base)
+            if aud_authority is None or base_authority is None or aud.scheme.lower() != base.scheme:
                 return False
-            if aud.scheme.lower() != base.scheme or not same_origin:
+            same_origin = (aud_authority.host, aud_authority.port or DEFAULT_PORTS[base.scheme]) == (
+                base_authority.host,
+                base_authority.port or DEFAULT_PORTS[base.scheme],
+            )
+            if not same_origin:
                 return False
             prefix = base.path.rstrip("/")
         else:

@@ -34,6 +34,7 @@ import orjson
 from aiohttp import web
 
 from gateway.config import ConfigError, GatewayConfig, OAuthConfig
+from gateway.config.hosts import is_wildcard
 from gateway.core.principal import Principal
 from gateway.http_body import BodyTooLarge, read_body
 from gateway.policy.claims import client_from_claims, groups_from_claims
@@ -349,7 +350,7 @@ class OAuthVerifier:
         settings = config.auth.oauth
         if settings is None:
             return None
-        if config.host in ("0.0.0.0", "::", "") and not config.public_url:
+        if is_wildcard(config.host) and not config.public_url:
             # The audience of a token is this gateway's canonical URL; a wildcard bind has none.
             raise ConfigError(
                 f"auth.oauth: bound to {config.host!r}, so the gateway cannot know the URL clients use, which "

@@ -5,7 +5,9 @@ boards) passes. While bound to loopback, the Host header must name this machine,
 rebinding (a hostile page whose name resolves to 127.0.0.1); so must an absolute-form request target
 (`POST http://evil.example/...`), whose authority names the server in place of Host (RFC 9112 §3.2.2),
 and a request without Host (HTTP/1.0 allows one) is refused. Two Origin or two Host headers make a
-malformed request (RFC 6454 §7.3, RFC 9112 §3.2): which one would count is anybody's guess.
+malformed request (RFC 6454 §7.3, RFC 9112 §3.2): which one would count is anybody's guess. The Host
+is read strictly as `host[:port]` (gateway/config/hosts.py): `[::1].evil.example` or `[::1]@evil` names
+no host and is refused, and IP literals compare as addresses (`[0:0::1]:3000` names ::1).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from gateway.config.hosts import Authority, MalformedAuthority, host_key, parse_authority
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 _PORT_CHARS = frozenset("0123456789")
@@ -68,13 +72,16 @@ def _spellings(origin: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=64)  # every request sends one of a few Host values; any may arrive
-def _host_name(host: str) -> str:
-    """The name part of a Host header ('[::1]:3000' -> '[::1]', 'pi.local:3000' -> 'pi.local')."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        end = host.find("]")
-        return host[: end + 1] if end != -1 else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+def _host_of(host: str) -> Authority | str:
+    """A Host header (or a request target's authority) read strictly ('[::1]:3000' -> ::1, port 3000),
+    or why it is malformed: text after ']' ('[::1].evil.example'), an '@', a second ':'."""
+    text = host.strip()
+    if not text:
+        return Authority("", None)  # names no host: refused while bound to loopback, as a missing Host is
+    try:
+        return parse_authority(text)
+    except MalformedAuthority as exc:
+        return str(exc)
 
 
 def target_authority(target: str) -> str | None:
@@ -108,9 +115,8 @@ class OriginPolicy:
         self.allowed_origins = list(allowed_origins)
         self._patterns = [_Pattern(text) for origin in allowed_origins for text in _spellings(origin.rstrip("/"))]
         self.loopback_only = loopback_only
-        hosts = {h.lower() for h in LOOPBACK_HOSTS} | {h.lower() for h in allowed_hosts}
-        hosts.add(bind_host.lower())
-        self.allowed_hosts = hosts
+        # Compared as addresses: bound to 0:0:0:0:0:0:0:1, a Host of [::1]:3000 names it too.
+        self.allowed_hosts = {host_key(name) for name in (*LOOPBACK_HOSTS, *allowed_hosts, bind_host)}
 
     def origin_allowed(self, origin: str | None) -> bool:
         if origin is None:
@@ -125,11 +131,16 @@ class OriginPolicy:
         no pages, so admitting it opens nothing; a rebinding page carries its own name (evil.com),
         which is never one of this gateway's. MCP clients that send an Origin equal to the URL they
         talk to (the conformance suite does) are therefore served without configuration."""
-        if origin is None or host is None or _host_name(host) not in self.allowed_hosts:
+        if origin is None or host is None:
             return False
-        origin = origin.lower().rstrip("/")
-        host = host.strip().lower()
-        return origin in (f"http://{host}", f"https://{host}")
+        reached = _host_of(host)
+        if isinstance(reached, str) or reached.host not in self.allowed_hosts:
+            return False
+        scheme, separator, authority = origin.rstrip("/").partition("://")
+        if not separator or scheme.lower() not in ("http", "https"):
+            return False
+        sent = _host_of(authority)
+        return sent == reached
 
     def check_request(self, origins: Sequence[str], hosts: Sequence[str], target: str) -> Refusal | None:
         """The verdict on one request: every Origin and every Host header it carries, in order, and its
@@ -180,7 +191,8 @@ class OriginPolicy:
             )
         if not self.loopback_only:
             return None
-        if host is None:
+        reached = None if host is None else _host_of(host)
+        if reached is None:
             # Only HTTP/1.0 may leave Host out; a request naming no host proves nothing about its page.
             return Refusal(
                 403,
@@ -188,7 +200,15 @@ class OriginPolicy:
                 "The request has no Host header. While bound to loopback the Host must name this gateway "
                 "(DNS-rebinding guard): send Host: localhost (every HTTP/1.1 client does).",
             )
-        if _host_name(host) not in self.allowed_hosts:
+        if isinstance(reached, str):
+            return Refusal(
+                403,
+                "host_not_allowed",
+                f"The Host is malformed: {reached}. While bound to loopback the Host must name this gateway "
+                "(DNS-rebinding guard): send Host: <name or address>[:<port>], an IPv6 address in brackets "
+                "([::1]:3000).",
+            )
+        if reached.host not in self.allowed_hosts:
             return Refusal(
                 403,
                 "host_not_allowed",

@@ -9,8 +9,10 @@ written. Everything else the gateway could be told to fetch comes from the upstr
   metadata, the token endpoint they name): https (http only to a loopback host), no user info, and
   the addresses the name resolves to must be public, or loopback when the configured upstream is on
   loopback, or exactly one of the configured upstream's own addresses. Cloud metadata addresses
-  are never allowed. The check runs on the resolved addresses the connection then uses
-  (GuardedResolver), so a name that resolves differently a second time cannot slip past it.
+  are never allowed. An IPv6 address that carries an IPv4 one (IPv4-mapped, NAT64, 6to4, Teredo,
+  IPv4-compatible) is judged by the IPv4 address it reaches. The check runs on the resolved
+  addresses the connection then uses (GuardedResolver), so a name that resolves differently a
+  second time cannot slip past it.
 
 The rules are pure functions of URLs and addresses; only GuardedResolver does I/O.
 """
@@ -39,6 +41,11 @@ METADATA_ADDRESSES = frozenset(
         "100.100.100.200",  # Alibaba Cloud metadata
     )
 )
+
+
+NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: the IPv4 address in the last 32 bits
+NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: translated to the site's own network
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated (RFC 4291), still routed by some stacks
 
 
 class SsrfRefused(OSError):
@@ -93,13 +100,61 @@ class UpstreamPlace:
         return any(address.is_loopback for address in self.addresses)
 
 
+def embedded_ipv4(address: IPAddress) -> list[tuple[ipaddress.IPv4Address, str]]:
+    """The IPv4 addresses an IPv6 address carries by translation or tunnelling, each with the scheme's
+    name: a packet to the IPv6 address reaches (or comes from) the IPv4 one. Teredo carries two, its
+    server and its client (de-obfuscated); the other schemes one. Empty for any other address."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return []
+    mapped = address.ipv4_mapped
+    if mapped is not None:
+        return [(mapped, "IPv4-mapped, ::ffff:0:0/96")]
+    low_32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in NAT64_WELL_KNOWN:
+        return [(low_32, "NAT64, 64:ff9b::/96")]
+    if address.sixtofour is not None:
+        return [(address.sixtofour, "6to4, 2002::/16")]
+    if address.teredo is not None:
+        server, client = address.teredo
+        return [(server, "Teredo server, 2001::/32"), (client, "Teredo client, 2001::/32")]
+    if address in IPV4_COMPATIBLE and int(address) > 1:  # ::1 is loopback and :: unspecified, not IPv4
+        return [(low_32, "IPv4-compatible, ::/96")]
+    return []
+
+
 def address_refusal(address: IPAddress, place: UpstreamPlace) -> str | None:
-    """Why the gateway may not connect to `address` for a learned URL, or None when it may."""
+    """Why the gateway may not connect to `address` for a learned URL, or None when it may.
+
+    An IPv6 address that carries an IPv4 one (embedded_ipv4) is judged by that IPv4 address: on an
+    IPv6-only network with NAT64, [64:ff9b::a00:5] is 10.0.0.5. The NAT64 local-use prefix
+    (64:ff9b:1::/48, RFC 8215) translates to the site's own IPv4 network: a private address."""
     mapped = getattr(address, "ipv4_mapped", None)
     if mapped is not None:
         address = mapped
+    carried = embedded_ipv4(address)
     if address in METADATA_ADDRESSES:
         return f"{address} is a cloud metadata address"
+    for ipv4, scheme in carried:
+        if ipv4 in METADATA_ADDRESSES:
+            return f"{address} carries the cloud metadata address {ipv4} ({scheme})"
+    if address in place.addresses:
+        return None
+    if address in NAT64_LOCAL_USE:
+        return (
+            f"{address} is a private address (NAT64 local-use prefix 64:ff9b:1::/48, the site's own IPv4 "
+            "network) other than the configured upstream's own"
+        )
+    if carried:
+        for ipv4, scheme in carried:
+            reason = _plain_refusal(ipv4, place)
+            if reason is not None:
+                return f"{address} carries the IPv4 address {ipv4} ({scheme}): {reason}"
+        return None
+    return _plain_refusal(address, place)
+
+
+def _plain_refusal(address: IPAddress, place: UpstreamPlace) -> str | None:
+    """address_refusal for an address that carries no other (metadata addresses already refused)."""
     if address.is_loopback:
         if place.on_loopback:
             return None
