@@ -47,6 +47,10 @@ _OBSERVE_TOOLS = frozenset(
 )
 """The `_broker` tools that are read-only (tool.observe under a policy); the others are actions (tool.control)."""
 _POLICY_ONLY_TOOLS = frozenset({"broker_approvals", "broker_approve", "broker_audit_recent"})
+"""The governance `_broker` tools (gateway/core/broker/governed_tools.py), listed only with a [policy]."""
+_LISTED_WITH_A_POLICY = _POLICY_ONLY_TOOLS | {"broker_policy_reload"}
+"""Those and `policy reload`'s tool (POLICY_RELOAD in gateway/core/broker/server.py): the ones the hint
+says exist only on a gateway with a [policy]."""
 
 
 def broker_tool_hint(tool: str) -> str:
@@ -58,7 +62,7 @@ def broker_tool_hint(tool: str) -> str:
         grant = "broker.audit.read"
     else:
         grant = f"tool:{tool} or {'tool.observe' if tool in _OBSERVE_TOOLS else 'tool.control'}"
-    policy_only = " exists only on a gateway with a [policy] and" if tool in _POLICY_ONLY_TOOLS else ""
+    policy_only = " exists only on a gateway with a [policy] and" if tool in _LISTED_WITH_A_POLICY else ""
     return (
         f"{tool}{policy_only} is hidden from a caller the policy does not grant it: this token may lack {grant} "
         f"on /_system/broker (docs/governance.md), or the gateway is older than this mcp-gateway"
@@ -167,22 +171,43 @@ def never_held(entry: dict[str, Any]) -> bool:
     )
 
 
-def render_slots(result: dict[str, Any], show_all: bool = False) -> str:
-    """The `mcp-gateway slots` table; without `show_all`, names only asked for are counted, not listed."""
-    providers = (result.get("structuredContent") or {}).get("providers", [])
+def listed_slots(result: dict[str, Any], show_all: bool = False) -> tuple[list[dict[str, Any]], str | None]:
+    """The providers_list entries `mcp-gateway slots` lists (without `show_all`, not the names only asked
+    for), and the note counting those left out (None when none is)."""
+    providers: list[dict[str, Any]] = (result.get("structuredContent") or {}).get("providers", [])
     listed = [entry for entry in providers if show_all or not never_held(entry)]
     asked = len(providers) - len(listed)
-    lines = [f"{'SLOT':24} {'STATE':10} {'TRANSPORT':14} {'TOOLS':>5} {'PENDING':>7}"] if listed else ["no slots yet"]
-    for entry in listed:
+    names = "name" if asked == 1 else "names"
+    return listed, (f"{asked} {names} asked for with no provider (see mcp-gateway slots --all)" if asked else None)
+
+
+def slot_cell(name: str) -> str:
+    """A slot name as the table shows it: as it is, or as a JSON string when it holds a space, a quote or
+    a character that does not print (`"pompe à eau"`), so that it stays one whitespace-separated field."""
+    plain = name.isprintable() and not any(char.isspace() or char in "\"'\\" for char in name)
+    return name if plain and name else orjson.dumps(name).decode()
+
+
+def slots_table(listed: list[dict[str, Any]]) -> str:
+    """The `mcp-gateway slots` table of `listed`; the SLOT column as wide as its longest name (24 at least)."""
+    if not listed:
+        return "no slots yet"
+    cells = [slot_cell(str(entry.get("name", ""))) for entry in listed]
+    width = max(24, *(len(cell) for cell in cells))
+    lines = [f"{'SLOT':{width}} {'STATE':10} {'TRANSPORT':14} {'TOOLS':>5} {'PENDING':>7}"]
+    for cell, entry in zip(cells, listed, strict=True):
         state = entry.get("state", "connected") if entry.get("connected") else "empty"
         lines.append(
-            f"{entry['name']:24} {state:10} {entry.get('transport', '-') or '-':14} "
+            f"{cell:{width}} {state:10} {entry.get('transport', '-') or '-':14} "
             f"{entry.get('tools', 0):>5} {entry.get('pending', 0):>7}"
         )
-    if asked:
-        names = "name" if asked == 1 else "names"
-        lines.append(f"{asked} {names} asked for with no provider (see mcp-gateway slots --all)")
     return "\n".join(lines)
+
+
+def render_slots(result: dict[str, Any], show_all: bool = False) -> str:
+    """The `mcp-gateway slots` table, then the note on the names only asked for (see `listed_slots`)."""
+    listed, note = listed_slots(result, show_all)
+    return slots_table(listed) + (f"\n{note}" if note else "")
 
 
 def _argument(name: str, schema: Any, required: bool) -> str:
@@ -208,9 +233,10 @@ def _first_sentence(text: str) -> str:
     return paragraph[: min(ends) + 1] if ends else paragraph
 
 
-def render_tools(tools: list[dict[str, Any]], full: bool = False) -> str:
+def render_tools(tools: list[dict[str, Any]], full: bool = False, width: int | None = 100) -> str:
     """The `mcp-gateway tools` listing: each tool's name and arguments as `call` takes them, then its
-    description (the first sentence, or all of it with `full`), wrapped and indented."""
+    description (the first sentence, or all of it with `full`), indented, and wrapped at `width` (None:
+    one line each)."""
     import textwrap
 
     if not tools:
@@ -229,22 +255,43 @@ def render_tools(tools: list[dict[str, Any]], full: bool = False) -> str:
         description = str(tool.get("description") or "")
         if description:
             shown = " ".join(description.split()) if full else _first_sentence(description)
-            lines += textwrap.wrap(shown, width=100, initial_indent="    ", subsequent_indent="    ")
+            if width is None:
+                lines.append(f"    {shown}")
+            else:
+                lines += textwrap.wrap(shown, width=max(width, 40), initial_indent="    ", subsequent_indent="    ")
     return "\n".join(lines)
 
 
 CLIENT_INFO = {"name": "mcp-gateway-cli", "version": __version__}
 
 
+DEFAULT_TIMEOUT_S = 60.0
+"""How long a command waits for the gateway to connect, and then for each next byte of an answer (the
+commands' --timeout, docs/configuration.md): four times the gateway's default SSE keepalive interval
+(limits.sse_keepalive_s, 15 s), which a gateway still carrying out a call sends, so a long call is
+waited for as long as the gateway keeps it (its request_timeout_ms ends it), a silent peer is not."""
+
+
 class GatewayClient:
-    def __init__(self, base_url: str, slot: str, timeout_s: float = 90.0, token: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        slot: str,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        token: str | None = None,
+        timeout_flag: str | None = None,
+    ) -> None:
         import aiohttp  # here, not at the top: the CLI imports this module for GatewayCallError alone
 
         self.url = f"{base_url.rstrip('/')}/{quote(slot, safe='')}/mcp"
         self.slot = slot
         self.token = token
         """A client token for a gateway with [auth]: sent as Authorization: Bearer, only to this URL."""
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.timeout_s = timeout_s or None
+        """The longest silence waited for: connecting, then between two reads of an answer (None: no limit)."""
+        self.timeout_flag = timeout_flag
+        """The command's option that sets `timeout_s`, which a timeout names (None: the command has none)."""
+        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout_s, sock_read=self.timeout_s)
         self.stateless = True
         """False once the server refused the stateless era: the session era from then on."""
         self.session_id: str | None = None
@@ -327,8 +374,23 @@ class GatewayClient:
                         )
                     raise GatewayCallError(f"HTTP {response.status}: {decoded}{hint}")
                 return decoded
+        except TimeoutError as exc:  # aiohttp's connect and read limits; before ClientConnectionError, also one
+            raise GatewayCallError(self._no_answer(message, exc)) from exc
         except aiohttp.ClientConnectionError as exc:
             raise GatewayCallError(_unreachable(self.url, exc)) from exc
+
+    def _no_answer(self, message: dict[str, Any], exc: TimeoutError) -> str:
+        """A timeout in words (aiohttp's own is an empty message): what waited, how long, and what may still
+        happen to a tool call the gateway did take."""
+        import aiohttp
+
+        limit = f"within {self.timeout_s:g} s" + (f" ({self.timeout_flag})" if self.timeout_flag else "")
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return f"cannot reach the gateway at {self.url}: no connection {limit}"
+        text = f"no answer from the gateway at {self.url} {limit}"
+        if message.get("method") == "tools/call" and self.slot != BROKER_SLOT:
+            text += "; the call may still be carried out by the device"
+        return text
 
     def _token_hint(self) -> str:
         """The line added to a 401: how the commands are given a token (the gateway's words name only

@@ -210,6 +210,10 @@ def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = (), r
     """Configure the root logger; under --insecure-lan every line says which side ("clients", "providers") is open.
 
     repeat_interval_s: how often a repeated warning is logged again (`logging.repeat_interval_s`)."""
+    if sys.stderr is None:  # started with fd 2 closed and not reopened: nowhere to log to
+        logging.getLogger().handlers[:] = [logging.NullHandler()]
+        logging.getLogger().setLevel(level.upper())
+        return
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     if use_json:

@@ -14,4 +14,8 @@ This file imports nothing, so the CLI can read the defaults below without loadin
 DEFAULT_CONTROL_PORT = 3901
 MAX_PUMPS = 1000
 """The most pumps one simulator runs (`sim --pumps`, `run --sim-pumps`): each holds its own link."""
+FAULT_NAMES = ("dry_run", "sensor_failure", "overtemp", "reboot", "link_drop")
+"""What the control endpoint injects (sim.simulator.FAULTS, named here for the CLI's choices)."""
+MAX_OFFLINE_S = 86_400.0
+"""The longest offline period a link_drop asks for (`sim-fault ... link_drop --seconds`)."""
 FIRMWARE_NAME = "pump-1-sim"

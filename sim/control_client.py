@@ -14,7 +14,11 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-TIMEOUT = aiohttp.ClientTimeout(total=10)
+TIMEOUT_S = 10.0
+"""How long sim-status and sim-fault wait for the control endpoint's whole answer (it answers at once)."""
+TIMEOUT = aiohttp.ClientTimeout(total=TIMEOUT_S)
+SIMULATOR_ERRORS = frozenset({"unknown_pump", "unknown_fault", "bad_request", "origin_not_allowed", "host_not_allowed"})
+"""The `error` codes the simulator's control endpoint answers with (sim/control.py); any other is another server's."""
 
 
 class ControlUnreachable(OSError):
@@ -29,14 +33,26 @@ async def _request(method: str, url: str, body: dict[str, Any] | None = None) ->
         ):
             raw = await response.read()
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        # aiohttp's timeout is a TimeoutError with no message: named here.
+        reason = f"no answer within {TIMEOUT_S:g} s" if isinstance(exc, TimeoutError) else str(exc)
         raise ControlUnreachable(
-            f"the simulator's control endpoint did not answer at {url} ({exc or type(exc).__name__}); "
+            f"the simulator's control endpoint did not answer at {url} ({reason or type(exc).__name__}); "
             "is `mcp-gateway sim` (or `run --sim-pumps`) running, and on which --control-port?"
         ) from exc
     try:
-        return response.status, orjson.loads(raw)
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return response.status, {"error": "not_json", "error_description": raw.decode(errors="replace")[:500]}
+        body = {"error": "not_json", "error_description": raw.decode(errors="replace")[:500]}
+    error = body.get("error") if isinstance(body, dict) else None
+    if response.status != 200 and error not in SIMULATOR_ERRORS:
+        said = body.get("error_description") if isinstance(body, dict) else None
+        answered = f"HTTP {response.status}" + (f": {str(said).rstrip('.')}" if said else "")
+        return response.status, {
+            "error": "not_a_simulator",
+            "error_description": f"{url} is not a simulator control endpoint: it answered {answered}; give "
+            "--control the address of `mcp-gateway sim --control-port` (or `run --sim-pumps --sim-control-port`)",
+        }
+    return response.status, body
 
 
 async def post_fault(

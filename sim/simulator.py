@@ -41,7 +41,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway import __version__
-from sim import FIRMWARE_NAME, firmware
+from sim import FIRMWARE_NAME, MAX_OFFLINE_S, firmware
 from sim.link import LinkSecurity, PumpLink, RefusalBodies
 from sim.mqtt import MqttPumpLink, MqttTarget
 from sim.pump import PumpSettings, SimulatedPump
@@ -249,8 +249,8 @@ class Simulator:
             raise BadFault(f"unknown fault {fault!r}; valid faults: {', '.join(FAULTS)}")
         if seconds is not None and fault != "link_drop":
             raise BadFault("seconds applies to link_drop only (how long the pump stays offline)")
-        if seconds is not None and not 0 <= seconds <= 86_400:
-            raise BadFault("seconds must be between 0 and 86400")
+        if seconds is not None and not 0 <= seconds <= MAX_OFFLINE_S:
+            raise BadFault(f"seconds must be between 0 and {MAX_OFFLINE_S:g}")
         link = self.links.get(slot)
         if fault == "reboot":
             if clear:

@@ -24,7 +24,9 @@ from gateway.cli.device_install import add_device
 from gateway.cli.devices import add_devices
 from gateway.cli.discover import add_discover
 from gateway.cli.flash import add_flash
+from gateway.cli.parsing import commands as command_parsers
 from gateway.cli.policy import add_policy
+from gateway.cli.process import reopen_standard_descriptors
 from gateway.cli.reload import add_reload
 from gateway.cli.restore import add_restore
 from gateway.cli.run import add_run
@@ -41,7 +43,7 @@ __all__ = ["_config_flags", "build_parser", "main", "refuse_insecure_bind"]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-gateway", description="Edge MCP broker for plants and labs.")
     parser.add_argument("--version", action="version", version=f"mcp-gateway {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = command_parsers(parser)
     # The order here is the order `mcp-gateway --help` lists the commands in.
     add_run(commands)
     add_config(commands)
@@ -65,15 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    reopen_standard_descriptors()  # first: a closed 0-2 would be taken by the next file or socket opened
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
     except ConfigError as exc:
-        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        print(f"mcp-gateway: {_said(exc)}", file=sys.stderr)
         return 2
     except GatewayCallError as exc:
-        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        print(f"mcp-gateway: {_said(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -83,6 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:
-        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        print(f"mcp-gateway: {_said(exc)}", file=sys.stderr)
         return 1
     return code
+
+
+def _said(exc: BaseException) -> str:
+    """An exception's message, else its class's name (a TimeoutError says nothing): never an empty line."""
+    return str(exc) or type(exc).__name__

@@ -10,7 +10,10 @@ import sys
 import time
 from typing import Any
 
-from gateway.cli.common import Commands, gateway_url_option
+from gateway.cli.common import Commands, gateway_timeout_option, gateway_url_option
+
+NOTHING_WAITS = "No call waits for approval."
+"""What `approve` says, on stderr, when the list is empty."""
 
 
 def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
@@ -18,7 +21,7 @@ def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
     gateway's (`expires_in_ms`, on its monotonic clock): this machine's clock may differ from its clock;
     `now_ms` serves only a gateway that does not send it."""
     if not approvals:
-        return "No call waits for approval."
+        return NOTHING_WAITS
     lines = []
     for item in approvals:
         left_ms = item.get("expires_in_ms")
@@ -44,8 +47,8 @@ def refused(result: dict[str, Any]) -> int:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    from gateway.cli.calls import _client_token
-    from gateway.client import GatewayClient, render_result
+    from gateway.cli.calls import gateway_client
+    from gateway.client import render_result
 
     if args.deny and args.id is None:
         print(
@@ -55,7 +58,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
         return 2
 
     async def go() -> int:
-        async with GatewayClient(args.url, "_broker", token=_client_token(args)) as client:
+        async with gateway_client(args, "_broker") as client:
             if args.id is None:
                 result = await client.call_tool("broker_approvals", {})
                 if result.get("isError"):
@@ -64,6 +67,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
                     sys.stdout.write(render_result(result) + "\n")
                     return 0
                 approvals = result["structuredContent"]["approvals"]
+                if not approvals:  # a note, on stderr: stdout stays the list, empty
+                    print(f"mcp-gateway approve: {NOTHING_WAITS}", file=sys.stderr)
+                    return 0
                 sys.stdout.write(render_approvals(approvals, int(time.time() * 1000)) + "\n")
                 return 0
             result = await client.call_tool("broker_approve", {"id": args.id, "approve": not args.deny})
@@ -100,4 +106,5 @@ def add_approve(commands: Commands) -> None:
     approve.add_argument(
         "--token-file", metavar="FILE", help="a file holding the client token (default: $MCP_GATEWAY_TOKEN)"
     )
+    gateway_timeout_option(approve)
     approve.set_defaults(func=cmd_approve)

@@ -194,6 +194,25 @@ class DamagedRecords:
         )
 
 
+def _missing_hint(args: argparse.Namespace, path: Path) -> str:
+    """What to pass when the trail read does not exist; never the option that was given."""
+    import os
+
+    from gateway.config import ENV_CONFIG_FILE
+
+    if path.exists() or args.path:
+        return ""
+    if not path.is_absolute():
+        # As `run` reads it (docs/governance-audit.md): from the working directory, not the config's.
+        return (
+            f" (a relative [audit] path is read from the working directory, as mcp-gateway run reads it: here "
+            f"{path.absolute()}; run this where the gateway runs, or pass --path FILE)"
+        )
+    if args.config or os.environ.get(ENV_CONFIG_FILE):
+        return " (pass --path FILE to read another trail)"
+    return " (pass --path FILE or --config FILE to read the gateway's own)"
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     """Print the audit trail's decisions with their results, oldest first: every matching one as jsonl or
     csv, the newest TABLE_LIMIT as a table; --limit N keeps the newest N, and a cut is said on stderr."""
@@ -226,8 +245,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             records = fetched[1:] if cut else fetched
         WRITERS[args.format](damaged.watch(records), sys.stdout)
     except AuditReadError as exc:
-        hint = "" if path.exists() else " (pass --path FILE or --config FILE to read the gateway's own)"
-        print(f"mcp-gateway audit: {exc}{hint}", file=sys.stderr)
+        print(f"mcp-gateway audit: {exc}{_missing_hint(args, path)}", file=sys.stderr)
         return 1
     finally:
         note = damaged.note(path)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import sys
+from typing import TYPE_CHECKING
 
 import orjson
 
-from gateway.cli.common import Commands, _read_credential_file, gateway_url_option
+from gateway.cli.common import Commands, _read_credential_file, gateway_timeout_option, gateway_url_option
 from gateway.client import GatewayCallError
+
+if TYPE_CHECKING:
+    from gateway.client import GatewayClient
 
 
 def _client_token(args: argparse.Namespace) -> str | None:
@@ -26,20 +31,45 @@ def _client_token(args: argparse.Namespace) -> str | None:
     return os.environ.get(ENV_CLIENT_TOKEN, "").strip() or None
 
 
+def gateway_client(args: argparse.Namespace, slot: str) -> GatewayClient:
+    """A client of `slot` at the command's --url, with its token and its --timeout."""
+    from gateway.client import DEFAULT_TIMEOUT_S, GatewayClient
+
+    flag = "--timeout" if hasattr(args, "timeout") else None
+    timeout_s = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
+    return GatewayClient(args.url, slot, timeout_s=timeout_s, token=_client_token(args), timeout_flag=flag)
+
+
+def escape_unencodable_output() -> None:
+    """What stdout cannot encode (an ASCII locale, a slot named `pompe à eau`) is written as a backslash
+    escape (`\\xe0`), not a UnicodeEncodeError that loses the whole answer."""
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
 def cmd_slots(args: argparse.Namespace) -> int:
-    from gateway.client import GatewayClient, render_slots
+    from gateway.client import listed_slots, slots_table
+
+    escape_unencodable_output()
 
     async def go() -> int:
-        async with GatewayClient(args.url, "_broker", token=_client_token(args)) as client:
+        async with gateway_client(args, "_broker") as client:
             result = await client.call_tool("providers_list", {})
-        sys.stdout.write(render_slots(result, show_all=args.all) + "\n")
+        listed, note = listed_slots(result, show_all=args.all)
+        if args.json:
+            sys.stdout.write(orjson.dumps(listed, option=orjson.OPT_INDENT_2).decode() + "\n")
+        else:
+            sys.stdout.write(slots_table(listed) + "\n")
+        if note:  # on stderr: stdout stays the slots, for scripts
+            sys.stdout.flush()
+            print(f"mcp-gateway slots: {note}", file=sys.stderr)
         return 0
 
     return asyncio.run(go())
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    from gateway.client import GatewayClient, gateway_notes, gateway_refusal, parse_arguments, render_result
+    from gateway.client import gateway_notes, gateway_refusal, parse_arguments, render_result
 
     try:
         arguments = parse_arguments(args.arguments)
@@ -47,8 +77,10 @@ def cmd_call(args: argparse.Namespace) -> int:
         print(f"mcp-gateway call: {exc}", file=sys.stderr)
         return 2
 
+    escape_unencodable_output()
+
     async def go() -> int:
-        async with GatewayClient(args.url, args.slot, token=_client_token(args)) as client:
+        async with gateway_client(args, args.slot) as client:
             result = await client.call_tool(args.tool, arguments)
         refusal = gateway_refusal(result)
         if refusal is not None:  # the device was never asked: nothing of its on stdout
@@ -91,14 +123,11 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
         print(tools_hash(tools))
         return 0
 
-    from gateway.client import GatewayClient
-
     async def go() -> int:
-        token = _client_token(args)
         # The board's own list, as the gateway hashes it against the board's hello: a [policy] may hide
         # some of its tools from this client's tools/list.
         try:
-            async with GatewayClient(args.url, "_broker", token=token) as broker:
+            async with gateway_client(args, "_broker") as broker:
                 result = await broker.call_tool("provider_status", {"name": args.slot})
         except GatewayCallError:
             result = None  # _broker's status is not this client's to read: hash what it may see
@@ -107,7 +136,7 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
         if isinstance(board_hash, str):
             print(board_hash)
             return 0
-        async with GatewayClient(args.url, args.slot, token=token) as client:
+        async with gateway_client(args, args.slot) as client:
             listed = await client.list_tools()
         print(tools_hash(listed))
         if result is None:
@@ -124,15 +153,21 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
 
 def cmd_tools(args: argparse.Namespace) -> int:
     """What a slot offers, as `call` takes it: names, arguments, descriptions (or the tools as JSON)."""
-    from gateway.client import GatewayClient, render_tools
+    import shutil
+
+    from gateway.client import render_tools
+
+    escape_unencodable_output()
 
     async def go() -> int:
-        async with GatewayClient(args.url, args.slot, token=_client_token(args)) as client:
+        async with gateway_client(args, args.slot) as client:
             tools = await client.list_tools()
         if args.json:
             sys.stdout.write(orjson.dumps(tools, option=orjson.OPT_INDENT_2).decode() + "\n")
         else:
-            sys.stdout.write(render_tools(tools, full=args.full) + "\n")
+            # Wrapped to a terminal's width; into a pipe or a file, each description is one line.
+            width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+            sys.stdout.write(render_tools(tools, full=args.full, width=width) + "\n")
         return 0
 
     return asyncio.run(go())
@@ -143,11 +178,15 @@ def add_calls(commands: Commands) -> None:
     slots = commands.add_parser("slots", help="list the slots of a running gateway")
     gateway_url_option(slots)
     slots.add_argument("--token-file", metavar="FILE", help=token_help)
+    gateway_timeout_option(slots)
     slots.add_argument(
         "--all",
         action="store_true",
         help="also list the names clients asked for that never had a provider and are not declared or configured "
-        "(by default only counted)",
+        "(by default only counted, on stderr)",
+    )
+    slots.add_argument(
+        "--json", action="store_true", help="the slots listed, as one JSON array of providers_list's entries"
     )
     slots.set_defaults(func=cmd_slots)
 
@@ -159,6 +198,7 @@ def add_calls(commands: Commands) -> None:
     tools.add_argument("--json", action="store_true", help="the tools as the slot lists them (tools/list), as JSON")
     gateway_url_option(tools)
     tools.add_argument("--token-file", metavar="FILE", help=token_help)
+    gateway_timeout_option(tools)
     tools.set_defaults(func=cmd_tools)
 
     call = commands.add_parser("call", help="call a tool on a slot of a running gateway")
@@ -175,6 +215,7 @@ def add_calls(commands: Commands) -> None:
     )
     gateway_url_option(call)
     call.add_argument("--token-file", metavar="FILE", help=token_help)
+    gateway_timeout_option(call)
     call.set_defaults(func=cmd_call)
 
     schema_hash = commands.add_parser(
@@ -184,4 +225,5 @@ def add_calls(commands: Commands) -> None:
     schema_hash.add_argument("--slot", help="hash the tools/list of this slot on a running gateway instead")
     gateway_url_option(schema_hash, "with --slot: the gateway's base URL")
     schema_hash.add_argument("--token-file", metavar="FILE", help=token_help)
+    gateway_timeout_option(schema_hash)
     schema_hash.set_defaults(func=cmd_schema_hash)

@@ -106,6 +106,22 @@ def gateway_url_option(sub: argparse.ArgumentParser, purpose: str = "the gateway
     )
 
 
+def gateway_timeout_option(sub: argparse.ArgumentParser) -> None:
+    """--timeout for a client command: the longest silence of the gateway it waits through (connecting,
+    then between two reads of an answer); 0 waits without limit. Not a limit on a whole call: a gateway
+    carrying out a long call streams keepalives (docs/configuration.md, "Client commands")."""
+    from gateway.client import DEFAULT_TIMEOUT_S
+
+    sub.add_argument(
+        "--timeout",
+        type=decimal_number(0),
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long to wait for the gateway to connect and then to send anything (default {DEFAULT_TIMEOUT_S:g}; "
+        "0: no limit); a long call is waited for while the gateway sends its keepalives",
+    )
+
+
 def control_url_option(sub: argparse.ArgumentParser, variable: str, fallback: str) -> None:
     """--control for sim-status and sim-fault: the simulator's control endpoint, checked as --url is."""
     sub.add_argument(

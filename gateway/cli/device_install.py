@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.cli.common import Commands, _read_credential_file, decimal_number, gateway_url_option, whole_number
+from gateway.cli.parsing import subcommands
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE, PasswordFileError
 from gateway.devices.registry import SlotTaken
 from gateway.provision.raw_repl import BoardGone
@@ -92,29 +93,29 @@ def cmd_install(args: argparse.Namespace) -> int:
 
     transport = TRANSPORTS[args.transport]
     if transport == "websocket" and not args.gateway_url:
-        return _fail("--gateway-url is needed for --transport ws, e.g. --gateway-url ws://192.168.1.10:3000")
+        return _usage("--gateway-url is needed for --transport ws, e.g. --gateway-url ws://192.168.1.10:3000")
     if transport == "mqtt" and not args.mqtt_broker:
-        return _fail("--mqtt-broker is needed for --transport mqtt, e.g. --mqtt-broker 192.168.1.10")
+        return _usage("--mqtt-broker is needed for --transport mqtt, e.g. --mqtt-broker 192.168.1.10")
     problem = _slot_problem(args.slot)
     if problem is None and transport == "websocket":
         from gateway.provision.config_check import gateway_url_problem
 
         problem = gateway_url_problem(args.gateway_url)
     if problem is not None:
-        return _fail(problem)
+        return _usage(problem)
     passwd_problem = None
     if transport == "mqtt":
         passwd_problem = _mqtt_username_problem(args.slot) or _password_file_problem(args)
         if passwd_problem and not args.dry_run:
-            return _fail(passwd_problem)
+            return _usage(passwd_problem)
     if bool(args.wifi_ssid) != bool(args.wifi_password_file):
-        return _fail("give --wifi-ssid and --wifi-password-file together")
+        return _usage("give --wifi-ssid and --wifi-password-file together")
     try:
         wifi_password = (
             _read_credential_file(args.wifi_password_file, "--wifi-password-file") if args.wifi_ssid else None
         )
     except ValueError as exc:
-        return _fail(str(exc))
+        return _usage(str(exc))
 
     def config_with(token: str | None, mqtt_password: str | None = None) -> dict[str, Any]:
         return board.board_config(
@@ -139,7 +140,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     issued = "(issued at install)"
     problem = board_refusal(config_with(None, issued) if transport == "mqtt" else config_with(issued))
     if problem is not None:
-        return _fail(problem)
+        return _usage(problem)
     registry = _registry(args)
     try:
         if args.dry_run:
@@ -471,6 +472,12 @@ def _fail(text: str) -> int:
     return 1
 
 
+def _usage(text: str) -> int:
+    """A refusal of the command line before anything is touched (docs/cli.md, exit codes): exit 2."""
+    print(f"mcp-gateway: {text}", file=sys.stderr)
+    return 2
+
+
 async def broker_call(args: argparse.Namespace, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """One `_broker` tool of the running gateway at --url, as a client (--token-file, else $MCP_GATEWAY_TOKEN);
     GatewayCallError or OSError when the gateway cannot be reached or refuses."""
@@ -525,7 +532,9 @@ def cmd_update(args: argparse.Namespace) -> int:
     try:
         before = asyncio.run(_provider_status(args))
     except (GatewayCallError, OSError) as exc:
-        return _fail(f"cannot ask the gateway at {args.url} whether {args.slot} is busy ({exc}); pass --url")
+        # A token file that cannot be read stops the question before the gateway is asked: --url is not it.
+        fix = "give a --token-file that can be read" if str(exc).startswith("--token-file") else "pass --url"
+        return _fail(f"cannot ask the gateway at {args.url} whether {args.slot} is busy ({exc}); {fix}")
     if before.get("pending"):
         return _fail(
             f"{args.slot} has {before['pending']} call(s) in flight: update refused (the board would stop mid-call); "
@@ -670,7 +679,7 @@ def _common(sub: argparse.ArgumentParser) -> None:
 
 def add_device(commands: Commands) -> None:
     device = commands.add_parser("device", help="put the pump-1 application on a MicroPython board, or update it")
-    actions = device.add_subparsers(dest="action", required=True)
+    actions = subcommands(device, "action")
 
     install = actions.add_parser(
         "install", help="install the application and a config.json with the board's own identity"

@@ -28,6 +28,7 @@ import orjson
 
 from gateway.cli.common import Commands
 from gateway.cli.device_install import RELOAD_MOSQUITTO, _registry, broker_call, gateway_options, registry_errors
+from gateway.cli.parsing import subcommands
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE
 
 COLUMNS = ("device", "adopted", "seen", "last seen", "firmware", "schema", "transport", "slot")
@@ -66,7 +67,9 @@ def render(rows: list[Any]) -> str:
 def cmd_devices(args: argparse.Namespace) -> int:
     registry = _registry(args)
     if not registry.path.exists():
-        print(f"no device registry at {registry.path} yet: the gateway records the boards it hears there")
+        # No boards: with --json, nothing on stdout (no object), the note for the person on stderr.
+        note = f"no device registry at {registry.path} yet: the gateway records the boards it hears there"
+        print(note, file=sys.stderr if args.json else sys.stdout)
         return 0
     try:
         rows = registry.devices()
@@ -179,7 +182,7 @@ def add_devices(commands: Commands) -> None:
     )
     devices.add_argument("--json", action="store_true", help="one JSON object per board instead of the table")
     devices.set_defaults(func=registry_errors("devices", cmd_devices))
-    actions = devices.add_subparsers(dest="action")
+    actions = subcommands(devices, "action", required=False)
     revoke = actions.add_parser(
         "revoke",
         help="withdraw a board's own provider identity (an MQTT board: its user in mosquitto's password file) and "

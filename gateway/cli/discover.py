@@ -10,16 +10,23 @@ import orjson
 
 from gateway.cli.common import Commands
 
+MAX_TIMEOUT_S = 60
+"""The longest browse `discover --timeout` takes, in seconds."""
+
 
 def cmd_discover(args: argparse.Namespace) -> int:
     """Browse _mcp-broker._tcp and _mcp._tcp with mDNS and list every gateway found (exit 0 even if none)."""
-    if not 0 < args.timeout <= 60:
-        return _fail(args, "bad_timeout", "--timeout must be more than 0 and at most 60 seconds", 2)
+    timeout = _seconds(args.timeout)
+    if timeout is None:
+        message = (
+            f"--timeout must be a number of seconds, more than 0 and at most {MAX_TIMEOUT_S}, got {args.timeout!r}"
+        )
+        return _fail(args, "bad_timeout", message, 2)
     from gateway.discovery.browse import browse, render
     from gateway.discovery.interfaces import UnknownInterface
 
     try:
-        found = asyncio.run(browse(args.timeout, args.interface))
+        found = asyncio.run(browse(timeout, args.interface))
     except UnknownInterface as exc:
         return _fail(args, "unknown_interface", f"--interface: {exc}", 2)
     except (OSError, RuntimeError) as exc:  # zeroconf could not open or join the multicast sockets
@@ -29,8 +36,20 @@ def cmd_discover(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps([entry.to_json() for entry in found], option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        sys.stdout.write(render(found, args.timeout) + "\n")
+        sys.stdout.write(render(found, timeout) + "\n")
     return 0
+
+
+def _seconds(text: str) -> float | None:
+    """--timeout as seconds, or None when it is no number in (0, MAX_TIMEOUT_S] (nan and inf included).
+
+    Checked here rather than by an argparse type, so that under --json this refusal too is a JSON object
+    on stdout, as every other refusal of the command is."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 < value <= MAX_TIMEOUT_S else None  # False for nan; inf is above the bound
 
 
 def _fail(args: argparse.Namespace, error: str, message: str, code: int) -> int:
@@ -49,7 +68,10 @@ def add_discover(commands: Commands) -> None:
         description=cmd_discover.__doc__,
     )
     discover.add_argument(
-        "--timeout", type=float, default=3.0, metavar="S", help="how long to browse, in seconds (default 3)"
+        "--timeout",
+        default="3",
+        metavar="S",
+        help=f"how long to browse, in seconds, more than 0 and at most {MAX_TIMEOUT_S} (default 3)",
     )
     discover.add_argument("--json", action="store_true", help="print a JSON array (empty when none is found)")
     discover.add_argument(

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from gateway.cli.common import Commands, _load, gateway_url_option
+from gateway.cli.parsing import subcommands
 
 EXPLAIN_EXIT = {True: 0, False: 1}
 """explain's exit status: 0 allowed, 1 denied (2: the policy or the flags cannot be used)."""
@@ -25,7 +26,8 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
         document = load_policy(args.file).document
     except PolicyError as exc:
         print(f"mcp-gateway policy check: {exc}", file=sys.stderr)
-        return 1
+        # A file that cannot be opened is a usage error (2); one read and found wrong, the check's finding (1).
+        return 2 if isinstance(exc.__cause__, OSError) else 1
     held = [
         _plural(len(document.roles), "role", "roles"),
         _plural(len(document.assign), "assignment", "assignments"),
@@ -141,7 +143,7 @@ def cmd_policy_reload(args: argparse.Namespace) -> int:
 
 def add_policy(commands: Commands) -> None:
     policy = commands.add_parser("policy", help="check a policy, or explain how it decides a request ([policy])")
-    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    policy_commands = subcommands(policy, "policy_command")
     check = policy_commands.add_parser(
         "check",
         help="check a policy file and list every mistake in it",

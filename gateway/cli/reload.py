@@ -6,19 +6,21 @@ import argparse
 import asyncio
 import sys
 
-from gateway.cli.common import Commands, gateway_url_option
+from gateway.cli.common import Commands, gateway_timeout_option, gateway_url_option
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
-    from gateway.cli.calls import _client_token
-    from gateway.client import GatewayClient
+    from gateway.cli.calls import gateway_client
 
     async def go() -> int:
-        async with GatewayClient(args.url, "_broker", token=_client_token(args)) as client:
+        async with gateway_client(args, "_broker") as client:
             result = await client.call_tool("broker_reload", {})
         texts = [block.get("text", "") for block in result.get("content", []) if block.get("type") == "text"]
+        if result.get("isError"):  # a refusal: on stderr, as every command's; stdout stays what changed
+            print("mcp-gateway reload: " + "\n".join(texts), file=sys.stderr)
+            return 1
         sys.stdout.write("\n".join(texts) + "\n")
-        return 1 if result.get("isError") else 0
+        return 0
 
     return asyncio.run(go())
 
@@ -38,4 +40,5 @@ def add_reload(commands: Commands) -> None:
     reload.add_argument(
         "--token-file", metavar="FILE", help="a file holding the client token (default: $MCP_GATEWAY_TOKEN)"
     )
+    gateway_timeout_option(reload)
     reload.set_defaults(func=cmd_reload)

@@ -155,7 +155,9 @@ def add_gateway_flags(run: argparse.ArgumentParser) -> None:
     take the same, so they judge what that very command line would run."""
     with_config(run)
     run.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    run.add_argument("--port", type=int, help=f"port to bind (default {DEFAULT_PORT})")
+    run.add_argument(
+        "--port", type=PORT_NUMBER, help=f"port to bind, 0 to 65535 (default {DEFAULT_PORT}; 0: any free port)"
+    )
     run.add_argument(
         "--insecure-lan", action="store_true", help="allow a LAN bind without client or provider authentication"
     )

@@ -16,13 +16,15 @@ from gateway.cli.common import (
     _read_credential_file,
     check_base_url,
     control_url_option,
+    decimal_number,
     mqtt_url_flag,
     serial_port_flag,
     trusted_ca,
 )
+from gateway.cli.numbers import finite_number
 from gateway.config.base import ENV_SIM_CONTROL_URL
 from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
-from sim import MAX_PUMPS
+from sim import FAULT_NAMES, MAX_OFFLINE_S, MAX_PUMPS
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -124,8 +126,19 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_fault(args: argparse.Namespace) -> int:
+    """Inject or clear a fault on a simulated pump through the simulator's control endpoint; print its state."""
     from sim.control_client import post_fault
 
+    # What the endpoint would refuse for any pump, refused here as usage errors (exit 2), before asking it.
+    if args.seconds is not None and args.fault != "link_drop":
+        print(
+            "mcp-gateway sim-fault: --seconds applies to link_drop only (how long the pump stays offline)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.clear and args.fault == "reboot":
+        print("mcp-gateway sim-fault: reboot is an event, there is nothing to --clear", file=sys.stderr)
+        return 2
     status, body = asyncio.run(post_fault(args.control, args.slot, args.fault, args.clear, args.seconds))
     if status != 200:
         print(f"mcp-gateway sim-fault: {body.get('error_description') or body}", file=sys.stderr)
@@ -169,21 +182,21 @@ def add_sim(commands: Commands) -> None:
     )
     sim.add_argument(
         "--deadman-s",
-        type=float,
+        type=finite_number,
         default=90.0,
         metavar="S",
         help="silence from the gateway after which a turning pump stops with link_lost (default 90)",
     )
     sim.add_argument(
         "--dry-run-s",
-        type=float,
+        type=finite_number,
         default=5.0,
         metavar="S",
         help="how long a pump runs dry before it latches dry_run (default 5)",
     )
     sim.add_argument(
         "--telemetry-period-s",
-        type=float,
+        type=finite_number,
         default=10.0,
         metavar="S",
         help="each pump's telemetry sample (broker/telemetry) this often; 0: state changes only (default 10)",
@@ -251,11 +264,18 @@ def add_sim(commands: Commands) -> None:
 
 def add_sim_fault_and_status(commands: Commands) -> None:
     default_control = f"http://127.0.0.1:{SIM_CONTROL_PORT}"
-    sim_fault = commands.add_parser("sim-fault", help="inject or clear a fault on a simulated pump")
-    sim_fault.add_argument("slot", help="the simulated pump, e.g. pump-1")
-    sim_fault.add_argument("fault", help="dry_run, overtemp, sensor_failure, reboot or link_drop")
+    sim_fault = commands.add_parser(
+        "sim-fault", help="inject or clear a fault on a simulated pump", description=cmd_sim_fault.__doc__
+    )
+    sim_fault.add_argument("slot", metavar="SLOT", help="the simulated pump, e.g. pump-1")
+    sim_fault.add_argument("fault", choices=FAULT_NAMES, metavar="FAULT", help=", ".join(FAULT_NAMES))
     sim_fault.add_argument("--clear", action="store_true", help="clear the condition (link_drop: reconnect now)")
-    sim_fault.add_argument("--seconds", type=float, help="link_drop: stay offline this long before dialling again")
+    sim_fault.add_argument(
+        "--seconds",
+        type=decimal_number(0, MAX_OFFLINE_S),
+        metavar="S",
+        help=f"link_drop: stay offline this long before dialling again (0 to {MAX_OFFLINE_S:g})",
+    )
     control_url_option(sim_fault, ENV_SIM_CONTROL_URL, default_control)
     sim_fault.set_defaults(func=cmd_sim_fault)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file, trusted_ca
+from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file, check_base_url, env_default, trusted_ca
+from gateway.config.base import ENV_CLIENT_URL
 
 
 def cmd_stdio(args: argparse.Namespace) -> int:
@@ -21,8 +22,12 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         print(f"mcp-gateway stdio: {reason}", file=sys.stderr)
         return 2
 
-    if not args.url.startswith(("http://", "https://")):
-        return refuse(f"--url must start with http:// or https://, got {args.url!r}")
+    # Checked here, not by argparse, so that every refusal of the bridge is its own line and exit 2.
+    try:
+        check_base_url(args.url, "the gateway's base URL", "http://HOST:PORT", token_flag="--token-file")
+    except ValueError as exc:
+        variable = getattr(args.url, "variable", None)
+        return refuse(f"--url {'(from $' + variable + ') ' if variable else ''}{exc}")
     if args.slot not in (ALL_SLOT, BROKER_SLOT):
         try:
             check_slot_name(args.slot)
@@ -57,7 +62,12 @@ def add_stdio(commands: Commands) -> None:
         description=cmd_stdio.__doc__,
     )
     stdio.add_argument("--slot", default="_all", help="the slot to serve (default _all: every opted-in provider)")
-    stdio.add_argument("--url", default=DEFAULT_URL, help=f"the gateway's base URL (default {DEFAULT_URL})")
+    stdio.add_argument(
+        "--url",
+        default=env_default(ENV_CLIENT_URL, DEFAULT_URL),
+        metavar="URL",
+        help=f"the gateway's base URL, http(s)://HOST:PORT (default: ${ENV_CLIENT_URL}, else {DEFAULT_URL})",
+    )
     stdio.add_argument(
         "--token-file", metavar="FILE", help="a file holding the bearer token (default: $MCP_GATEWAY_TOKEN, if set)"
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.cli.common import Commands
+from gateway.cli.common import Commands, whole_number
+from gateway.cli.parsing import subcommands
 from gateway.config import DEFAULT_PORT
 
 
@@ -52,7 +53,7 @@ def _hostname_refusal(hosts: list[str]) -> str | None:
 
 def add_tls(commands: Commands) -> None:
     tls = commands.add_parser("tls", help="TLS certificates for the gateway")
-    tls_commands = tls.add_subparsers(dest="tls_command", required=True)
+    tls_commands = subcommands(tls, "tls_command")
     self_signed = tls_commands.add_parser(
         "self-signed",
         help="create a local CA and a server certificate for a site without a PKI",
@@ -71,7 +72,10 @@ def add_tls(commands: Commands) -> None:
         "--days", type=int, default=825, metavar="N", help="validity of the server certificate (default 825)"
     )
     self_signed.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port shown in the printed URLs (default {DEFAULT_PORT})"
+        "--port",
+        type=whole_number(1, 65535),
+        default=DEFAULT_PORT,
+        help=f"port shown in the printed URLs, 1 to 65535 (default {DEFAULT_PORT})",
     )
     self_signed.add_argument("--force", action="store_true", help="overwrite existing files")
     self_signed.add_argument(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli.common import Commands, with_config
+from gateway.cli.parsing import subcommands
 
 
 def _config_auth(args: argparse.Namespace) -> dict[str, Any]:
@@ -156,7 +157,7 @@ def _file_flag(sub: argparse.ArgumentParser) -> None:
 
 def add_token(commands: Commands) -> None:
     token = commands.add_parser("token", help="manage static client tokens ([auth] token_files)")
-    token_commands = token.add_subparsers(dest="token_command", required=True)
+    token_commands = subcommands(token, "token_command")
     token_create = token_commands.add_parser(
         "create",
         help="create a client token and print it once",

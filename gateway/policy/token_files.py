@@ -140,7 +140,15 @@ def render_token_file(entries: list[TokenEntry]) -> str:
 def write_atomically(path: Path, text: str) -> None:
     """Replace `path` with `text` in one step: a mode-0600 temporary file beside it, then rename."""
     directory = path.parent if str(path.parent) else Path(".")
-    fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        # mkstemp's error names its random temporary file; the directory is what the user can fix.
+        if isinstance(exc, FileNotFoundError):
+            raise FileNotFoundError(
+                f"cannot write {path}: the directory {directory} does not exist (create it first)"
+            ) from None
+        raise type(exc)(f"cannot write {path}: the directory {directory}: {exc.strerror or exc}") from None
     try:
         os.fchmod(fd, 0o600)
         with contextlib.suppress(FileNotFoundError, PermissionError):

@@ -80,7 +80,7 @@ async def test_a_refused_install_leaves_the_board_and_the_registry_untouched(
         for dry_run in ([], ["--dry-run"]):
             argv = ["device", "install", board.port, *options, "--pace-ms", "0", *dry_run]
             code, out, err = await run_cli(capsys, *argv)
-            assert (code, out, err) == (1, "", f"mcp-gateway: {said}\n"), argv
+            assert (code, out, err) == (2, "", f"mcp-gateway: {said}\n"), argv  # usage errors (docs/cli.md)
     # The tester's command line: --watchdog-s -5 is a usage error, before any of it runs.
     with pytest.raises(SystemExit) as caught:
         cli_parser().parse_args(

@@ -374,7 +374,7 @@ async def test_install_over_mqtt_stops_before_the_board_when_the_password_file_i
         capsys, "device", "install", board.port, "--slot", SLOT, "--transport", "mqtt",
         "--mqtt-broker", "127.0.0.1", "--mosquitto-passwd", str(missing), "--pace-ms", "0",
     )  # fmt: skip
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")  # a usage error: a file the command needs, missing (docs/cli.md)
     assert err == (
         f"mcp-gateway: the mosquitto password file {missing} does not exist (--mosquitto-passwd names it; "
         "the appliance makes it at first boot, see docs/mqtt-broker.md)\n"
@@ -391,4 +391,4 @@ async def test_install_over_mqtt_stops_before_the_board_when_the_password_file_i
         capsys, "device", "install", board.port, "--slot", "plant/pump-7", "--transport", "mqtt",
         "--mqtt-broker", "127.0.0.1", "--mosquitto-passwd", str(missing),
     )  # fmt: skip
-    assert code == 1 and "cannot be an MQTT board's username (it holds /)" in err
+    assert code == 2 and "cannot be an MQTT board's username (it holds /)" in err

@@ -472,9 +472,9 @@ async def test_mcp_gateway_reload_prints_the_changes_and_exits_1_on_a_refusal(re
     assert "  groups: added pumps" in out.splitlines()
     rewrite(server, 'port = 0\nhost = "localhost"\n[groups.pumps]\nslots = ["pump-*"]\n')
     code, out, err = await run_cli("reload", "--url", server.url)
-    assert code == 1, (out, err)
-    assert out.splitlines() == [
-        "Configuration reload refused; nothing was changed:",
+    assert (code, out) == (1, ""), err
+    assert err.splitlines() == [
+        "mcp-gateway reload: Configuration reload refused; nothing was changed:",
         '  host "127.0.0.1" -> "localhost" needs a restart (the listener is bound to it)',
     ]
 
@@ -493,8 +493,11 @@ async def test_a_reload_refuses_a_token_file_made_writable_by_others_as_a_start_
         f"run `chmod 600 {tokens}`"
     )
     code, out, err = await run_cli("reload", "--url", server.url, "--token-file", str(token_file))
-    assert code == 1, (out, err)
-    assert out.splitlines() == ["Configuration reload refused; nothing was changed:", f"  {refusal}"]
+    assert (code, out) == (1, ""), err
+    assert err.splitlines() == [
+        "mcp-gateway reload: Configuration reload refused; nothing was changed:",
+        f"  {refusal}",
+    ]
     # config check, and so the next start, refuse it by the same words.
     source = server.reloader.source
     assert source is not None and source.path is not None
@@ -552,9 +555,9 @@ async def test_sighup_reloads_a_running_gateway_and_refuses_a_port_change(tmp_pa
             "configuration reload refused, nothing was changed: port 0 -> 1 needs a restart "
             "(the listener is bound to it)"
         )
-        code, out, _ = await run_cli("reload", "--url", gateway.url)
-        assert code == 1
-        assert "port 0 -> 1 needs a restart" in out
+        code, out, err = await run_cli("reload", "--url", gateway.url)
+        assert (code, out) == (1, "")
+        assert "port 0 -> 1 needs a restart" in err
         async with aiohttp.ClientSession() as http, http.get(f"{gateway.url}/healthz") as response:
             assert response.status == 200
         assert gateway.process.returncode is None

@@ -123,8 +123,9 @@ def test_check_lists_every_mistake_and_exits_1(capsys: pytest.CaptureFixture[str
 
 
 def test_check_of_a_missing_file_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """A file the check cannot open is a usage error (docs/cli.md, exit codes), not a finding."""
     assert run(capsys, "policy", "check", "nowhere.toml") == (
-        1,
+        2,
         "",
         "mcp-gateway policy check: policy file nowhere.toml: not found\n",
     )

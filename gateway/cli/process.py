@@ -1,0 +1,31 @@
+"""What a command's process needs before anything else: the three standard descriptors open."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+STANDARD_DESCRIPTORS = (0, 1, 2)
+
+
+def reopen_standard_descriptors() -> None:
+    """Open each of fds 0, 1 and 2 that is closed (`mcp-gateway run <&- >&-`) onto /dev/null, and give
+    Python's sys.stdin, sys.stdout and sys.stderr a stream on it when it has none.
+
+    Left closed, the next file or socket the process opens takes that number: the event loop's signal
+    wake-up socket then is fd 0 or 1 (uvloop aborts on it at the first signal), a log line to stderr
+    goes into whatever holds fd 2, and print() to a closed stdout is lost or fails."""
+    for descriptor in STANDARD_DESCRIPTORS:
+        try:
+            os.fstat(descriptor)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, as 0-2 go in order
+            if opened != descriptor:
+                os.dup2(opened, descriptor)
+                os.close(opened)
+    if sys.stdin is None:
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 (the process's own, for its life)
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
