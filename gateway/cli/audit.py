@@ -246,7 +246,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         WRITERS[args.format](damaged.watch(records), sys.stdout)
     except AuditReadError as exc:
         print(f"mcp-gateway audit: {exc}{_missing_hint(args, path)}", file=sys.stderr)
-        return 1
+        return 2  # a trail missing or unusable: the file the command was given (docs/cli.md)
     finally:
         note = damaged.note(path)
         if note is not None:

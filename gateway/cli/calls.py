@@ -12,6 +12,7 @@ import orjson
 
 from gateway.cli.common import Commands, _read_credential_file, gateway_timeout_option, gateway_url_option
 from gateway.client import GatewayCallError
+from gateway.config import ConfigError
 
 if TYPE_CHECKING:
     from gateway.client import GatewayClient
@@ -27,7 +28,7 @@ def _client_token(args: argparse.Namespace) -> str | None:
         try:
             return _read_credential_file(args.token_file, "--token-file")
         except ValueError as exc:
-            raise GatewayCallError(str(exc)) from None
+            raise ConfigError(str(exc)) from None  # a file named on the command line: usage, exit 2
     return os.environ.get(ENV_CLIENT_TOKEN, "").strip() or None
 
 
@@ -106,12 +107,12 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
             with open(args.file, "rb") as f:
                 document = orjson.loads(f.read())
         except FileNotFoundError:
-            # `schema-hash pump-1` reads a file named pump-1; a live slot is named with --slot. Exit 1
-            # as for any file that cannot be read. A path or a .json name is no slot's, so it gets no hint.
+            # `schema-hash pump-1` reads a file named pump-1; a live slot is named with --slot. Exit 2
+            # as for any file named that cannot be read. A path or a .json name is no slot's: no hint.
             looks_like_a_file = "/" in args.file or args.file.endswith(".json")
             hint = "" if looks_like_a_file else f" (to hash the tools a live slot lists, use --slot {args.file})"
             print(f"mcp-gateway schema-hash: no such file: {args.file}{hint}", file=sys.stderr)
-            return 1
+            return 2
         except orjson.JSONDecodeError as exc:
             print(f"mcp-gateway schema-hash: {args.file} is not valid JSON: {exc}", file=sys.stderr)
             return 2

@@ -511,6 +511,7 @@ def _firmware(status: dict[str, Any]) -> tuple[str | None, str | None]:
 
 def cmd_update(args: argparse.Namespace) -> int:
     from gateway.client import GatewayCallError
+    from gateway.config import ConfigError
     from gateway.flash.handover import Stopped, stop_signals
     from gateway.provision.bundle import ProvisionError
 
@@ -531,10 +532,13 @@ def cmd_update(args: argparse.Namespace) -> int:
         return _fail(f"no serial port is known for {args.slot} (it was not installed from here): pass --port")
     try:
         before = asyncio.run(_provider_status(args))
+    except ConfigError as exc:  # a token file that cannot be read: the question was never asked
+        return _usage(
+            f"cannot ask the gateway at {args.url} whether {args.slot} is busy ({exc}); "
+            "give a --token-file that can be read"
+        )
     except (GatewayCallError, OSError) as exc:
-        # A token file that cannot be read stops the question before the gateway is asked: --url is not it.
-        fix = "give a --token-file that can be read" if str(exc).startswith("--token-file") else "pass --url"
-        return _fail(f"cannot ask the gateway at {args.url} whether {args.slot} is busy ({exc}); {fix}")
+        return _fail(f"cannot ask the gateway at {args.url} whether {args.slot} is busy ({exc}); pass --url")
     if before.get("pending"):
         return _fail(
             f"{args.slot} has {before['pending']} call(s) in flight: update refused (the board would stop mid-call); "

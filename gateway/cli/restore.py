@@ -259,6 +259,11 @@ def oct_mode(step: Step) -> str:
 def cmd_restore(args: argparse.Namespace) -> int:
     source = Path(args.source).expanduser().absolute()
     env = state_environment(args)
+    if not source.is_dir():  # the directory named on the command line: usage (docs/cli.md)
+        print(
+            f"mcp-gateway restore: {source} is not a directory: give the one mcp-gateway backup wrote", file=sys.stderr
+        )
+        return 2
     try:
         manifest = read_manifest(source)
         verify(source, manifest)

@@ -87,7 +87,7 @@ async def test_audit_with_a_relative_path_from_another_directory_says_where_it_l
     elsewhere = tmp_path / "home"
     elsewhere.mkdir()
     code, out, err = await run_cli_in(elsewhere, "audit", "--config", str(config))
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert err.rstrip().endswith(
         "(a relative [audit] path is read from the working directory, as mcp-gateway run reads it: here "
         f"{elsewhere / 'audit.db'}; run this where the gateway runs, or pass --path FILE)"
@@ -109,7 +109,7 @@ async def test_device_update_with_a_missing_token_file_names_the_token_file(tmp_
         str(missing),
         env={"STATE_DIRECTORY": str(tmp_path / "state")},
     )
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")  # a file named on the command line: usage (docs/cli.md)
     assert f"--token-file {missing}: cannot be read" in err
     assert err.rstrip().endswith("give a --token-file that can be read"), err
     assert "pass --url" not in err

@@ -172,7 +172,7 @@ def test_the_default_location_follows_xdg_state_home(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     code, _, err = run(capsys)
-    assert code == 1 and f"no audit trail at {tmp_path / 'state' / 'mcp-gateway' / 'audit.db'}" in err
+    assert code == 2 and f"no audit trail at {tmp_path / 'state' / 'mcp-gateway' / 'audit.db'}" in err
     (tmp_path / "state" / "mcp-gateway").mkdir(parents=True)
     fill(tmp_path / "state" / "mcp-gateway" / "audit.db")
     code, out, _ = run(capsys, "--format", "jsonl")
@@ -214,7 +214,7 @@ def test_a_file_that_is_no_audit_trail(tmp_path: Path, capsys: pytest.CaptureFix
     other = tmp_path / "other.db"
     other.write_bytes(b"")
     code, _, err = run(capsys, "--path", str(other))
-    assert code == 1 and "not an audit trail" in err
+    assert code == 2 and "not an audit trail" in err
 
 
 def test_the_installed_command_reads_a_trail(trail_file: Path) -> None:

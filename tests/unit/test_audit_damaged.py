@@ -121,12 +121,12 @@ def test_a_trail_copied_without_its_log_says_where_its_records_are(
     with contextlib.closing(sqlite3.connect(copy)) as db:
         db.execute("PRAGMA journal_mode=wal")
     code, out, err = run(capsys, "--path", str(copy))
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert f"{copy} is not an audit trail (no schema); if it is a copy of a running gateway's trail" in err
     assert "copy a trail with mcp-gateway backup or with the gateway stopped" in err
     Path(f"{copy}-wal").write_bytes(b"")  # the log is there: nothing to say of it
     code, _, err = run(capsys, "--path", str(copy))
-    assert code == 1 and err.rstrip().endswith("is not an audit trail (no schema)"), err
+    assert code == 2 and err.rstrip().endswith("is not an audit trail (no schema)"), err
 
 
 def test_a_trail_found_damaged_while_pruning_is_unhealthy_at_once(tmp_path: Path) -> None:

@@ -160,12 +160,12 @@ def test_a_value_that_is_not_json_stays_text() -> None:
 
 
 def test_schema_hash_of_a_missing_file_points_at_slot(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["schema-hash", "--url", "http://127.0.0.1:3170", "pump-1"]) == 1
+    assert main(["schema-hash", "--url", "http://127.0.0.1:3170", "pump-1"]) == 2
     assert capsys.readouterr().err == (
         "mcp-gateway schema-hash: no such file: pump-1 (to hash the tools a live slot lists, use --slot pump-1)\n"
     )
     # A path is no slot's name: no hint to hash it as one.
-    assert main(["schema-hash", "/nonexistent/pump-1.json"]) == 1
+    assert main(["schema-hash", "/nonexistent/pump-1.json"]) == 2
     assert capsys.readouterr().err == "mcp-gateway schema-hash: no such file: /nonexistent/pump-1.json\n"
 
 

@@ -64,7 +64,7 @@ def test_a_broken_file_is_refused_by_name(
 
 def test_a_missing_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "schema-hash", str(tmp_path / "nope.json"))
-    assert code == 1
+    assert code == 2
     assert "nope.json" in err
 
 
