@@ -26,7 +26,7 @@ from gateway.cli.discover import add_discover
 from gateway.cli.flash import add_flash
 from gateway.cli.parsing import commands as command_parsers
 from gateway.cli.policy import add_policy
-from gateway.cli.process import reopen_standard_descriptors
+from gateway.cli.process import reopen_standard_descriptors, utf8_arguments
 from gateway.cli.reload import add_reload
 from gateway.cli.restore import add_restore
 from gateway.cli.run import add_run
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     reopen_standard_descriptors()  # first: a closed 0-2 would be taken by the next file or socket opened
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(utf8_arguments(sys.argv[1:] if argv is None else argv))
     try:
         code: int = args.func(args)
     except ConfigError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 
 STANDARD_DESCRIPTORS = (0, 1, 2)
 
@@ -29,3 +30,10 @@ def reopen_standard_descriptors() -> None:
         sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
     if sys.stderr is None:
         sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+
+
+def utf8_arguments(argv: Sequence[str]) -> list[str]:
+    """The command line as the UTF-8 a terminal sends, also under a locale Python reads as ASCII
+    (`LC_ALL=C` with `PYTHONUTF8=0`): there `pompe à eau` arrives as surrogate escapes, which no URL,
+    JSON or file name accepts. Bytes that are no UTF-8 keep their escapes."""
+    return [os.fsencode(arg).decode("utf-8", errors="surrogateescape") for arg in argv]

@@ -167,6 +167,9 @@ async def test_slots_and_tools_on_a_stdout_that_cannot_encode_a_name_escape_it(
     # The value as JSON: the argument stays ASCII, the answer is not.
     code, out, err = await run_cli("call", "lab-1", "echo", 'text="caf\\u00e9"', "--url", gateway.url, env=ascii_locale)
     assert (code, out, err) == (0, '{\n  "result": "caf\\xe9"\n}\n', "")
+    # A name typed as it is: the terminal sends UTF-8, which Python reads as escapes under this locale.
+    code, out, err = await run_cli("call", "pompe à eau", "add", "a=1", "b=2", "--url", gateway.url, env=ascii_locale)
+    assert (code, out, err) == (0, '{\n  "result": 3\n}\n', "")
 
 
 async def test_tools_into_a_pipe_keeps_each_description_on_one_line(
