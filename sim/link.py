@@ -195,6 +195,8 @@ class PumpLink:
         self._refusals = 0  # refusals in a row, to log a long run of them only now and then
         self._close_code: int | None = None  # the gateway's close code on the last link
         self._offline_s: float | None = None  # the offline period the last link_drop asked for
+        self._last_line = 0.0  # time.monotonic() of the last link-down or refusal line
+        self._unlogged = 0  # failed dials since that line that got none
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -293,16 +295,31 @@ class PumpLink:
                 self._refusals += 1
                 self.backoff.failures = max(self.backoff.failures, self._refused_failures)
                 delay = self.backoff.next_delay()
-                if self._refusals <= 3 or self._refusals % 20 == 0:
-                    log.warning("%s refused by the gateway (%s); dialling again in %.1f s", slot, self._refused, delay)
+                tries = self._line_due(self._refusals)
+                if tries is not None:
+                    log.warning(
+                        "%s refused by the gateway (%s); dialling again in %.1f s%s", slot, self._refused, delay, tries
+                    )
             else:
                 self._refusals = 0
                 delay = self.backoff.next_delay()
-                if self.backoff.failures <= 3 or self.backoff.failures % 20 == 0:
-                    log.info("%s link down (%s); dialling again in %.2f s", slot, self.last_down_reason, delay)
+                tries = self._line_due(self.backoff.failures)
+                if tries is not None:
+                    log.info("%s link down (%s); dialling again in %.2f s%s", slot, self.last_down_reason, delay, tries)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
+
+    def _line_due(self, in_a_row: int) -> str | None:
+        """Whether failed dial number `in_a_row` of a run gets a log line: the first three, then one per
+        two longest back-offs (60 s with the defaults), as the board logs, so that a long outage never
+        leaves the log silent. None if not, else what the line adds about the dials it follows."""
+        now = time.monotonic()
+        if in_a_row > 3 and now - self._last_line < 2 * self.backoff.max_s:
+            self._unlogged += 1
+            return None
+        unlogged, self._unlogged, self._last_line = self._unlogged, 0, now
+        return f" (try {in_a_row} in a row; {unlogged} not logged since the last line)" if unlogged else ""
 
     async def _wait_offline(self) -> None:
         while self.offline_until is not None and not self._stop.is_set():
@@ -332,7 +349,9 @@ class PumpLink:
                 self.connect_timeout_s,
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            self.last_down_reason = f"{type(exc).__name__}: {exc}"
+            # asyncio's own timeout has no text: say what did not answer, as the board does.
+            text = str(exc) or f"no answer from {self.url} within {self.connect_timeout_s:g} s"
+            self.last_down_reason = f"{type(exc).__name__}: {text}"
             if isinstance(exc, aiohttp.WSServerHandshakeError) and 400 <= exc.status < 500:
                 said = self.refusals.take(self.url) if self.refusals is not None else None
                 self._refused = f"HTTP {exc.status} on the upgrade: {said or exc.message}"

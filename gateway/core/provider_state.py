@@ -141,6 +141,8 @@ class SessionCounters:
     deadlines: int = 0
     unparsable: int = 0
     unmatched_responses: int = 0
+    foreign_answers: int = 0
+    """Answers under an id of the gateway's form this process never sent (gateway/core/unmatched_answers.py)."""
     protocol_violations: int = 0
     heartbeat_misses: int = 0
     notifications: int = 0

@@ -21,7 +21,10 @@ class RequestNumbers:
     def __init__(self, start: int = 1) -> None:
         if not 1 <= start < ID_CEILING:
             raise ValueError(f"a request number is from 1 to {ID_CEILING - 1}, not {start}")
+        self._start = start
         self._next = start
+        self._taken = 0
+        """How many numbers `take` returned, at most every number there is."""
 
     @property
     def upcoming(self) -> int:
@@ -31,7 +34,15 @@ class RequestNumbers:
     def take(self) -> int:
         number = self._next
         self._next = number + 1 if number + 1 < ID_CEILING else 1
+        self._taken = min(self._taken + 1, ID_CEILING - 1)
         return number
+
+    def taken(self, number: int) -> bool:
+        """Did `take` ever return `number`? An answer under a number this process never gave out was
+        asked by someone else on the same medium (docs/operations.md, "Diagnosis")."""
+        if not 1 <= number < ID_CEILING:
+            return False
+        return (number - self._start) % (ID_CEILING - 1) < self._taken
 
 
 def random_start() -> int:

@@ -30,7 +30,7 @@ KNOWN_METHODS = frozenset(
     }
 )
 
-PROVIDER_FAULT_KINDS = ("unparsable", "unmatched_responses", "protocol_violations")
+PROVIDER_FAULT_KINDS = ("unparsable", "unmatched_responses", "foreign_answers", "protocol_violations")
 """Per-slot counters of provider misbehaviour, copied from the sessions at scrape time."""
 
 

@@ -112,6 +112,7 @@ class Provider:
         failures = 0  # the ceiling's doublings: one per failed dial; a refusal jumps to the most (16)
         failed = 0  # links in a row that carried nothing, for the log
         refusals = 0  # refusals in a row, for the log
+        last = ticks_ms()  # when the last link_down line was logged
         while True:
             transport = reporter = None
             refused = False
@@ -158,10 +159,12 @@ class Provider:
             delay = ceiling / 2 + ceiling / 2 * _jitter()
             failures += 1
             failed += 1
-            # Every lost link is logged; the failed dials of a long outage, or a long run of refusals,
-            # only now and then.
+            # Every lost link is logged; past the third failed dial (or refusal) in a row, one line per
+            # two longest back-offs (60 s with the defaults), so a long outage never looks like a board
+            # that gave up. failed_dials says how many dials the run has had.
             count = refusals if refused else failed
-            if count <= 3 or count % 20 == 0:
+            if count <= 3 or ticks_diff(ticks_ms(), last) >= self.backoff_max_s * 2000:
+                last = ticks_ms()
                 fields = {"refused": True} if refused else {}
                 self._log("link_down", reason=reason, retry_in_s=round(delay, 2), failed_dials=failed - 1, **fields)
             await asyncio.sleep(delay)

@@ -180,7 +180,25 @@ def _link(settings, frame_max, tls, resolve):
         )
     from mcpdevice.websocket import WebSocketTransport, provider_url
 
-    url = provider_url(settings["gateway_url"], slot)
+    url = settings["gateway_url"]
+    # One gateway's URL (scheme, host, a port from 1 to 65535): a list of gateways or a missing scheme
+    # is a config_error here, not a link_down at every dial.
+    name, _, host = url.partition("://")
+    host = host.partition("/")[0]
+    port = "80"
+    if host.rfind(":") > host.rfind("]"):
+        host, _, port = host.rpartition(":")
+    if (
+        name not in ("ws", "wss", "http", "https")
+        or not host.strip("[]")
+        or not port.isdigit()
+        or not 0 < int(port) < 65536
+        or any(name in url for name in " ,@\t\r\n")  # a list, a user, spaces
+    ):
+        raise ValueError(
+            "gateway_url must be one gateway's URL, ws://HOST[:PORT][/PATH] or wss://..., not %r" % url
+        )
+    url = provider_url(url, slot)
     agent = "%s/%s" % (FIRMWARE_NAME, FIRMWARE_VERSION)
     return factory(WebSocketTransport, url, frame_max, timeout_s, tls, agent, settings["provider_token"], resolve)
 

@@ -248,6 +248,43 @@ def slot_presence(view: GatewayView, slot: SlotView) -> list[Problem]:
     ]
 
 
+def _foreign_answers(slot: SlotView, foreign: int) -> Problem:
+    """The board answered requests of this gateway's id form that this process never sent: someone
+    else talks to it on the same medium (gateway/core/unmatched_answers.py)."""
+    where = f" ({slot.provider_url})" if slot.provider_url else ""
+    restart = (
+        "A few such answers right after this gateway started can be owed to the gateway process before it; "
+        "a count that keeps growing means a second client."
+    )
+    if slot.way_in == "mqtt":
+        summary = f'Another gateway talks to the board of "{slot.name}" over MQTT'
+        fix = (
+            f"Two gateways are subscribed to this board's topics{where}: the board obeys both, each gateway hears "
+            "the answers of the other, and the policy and audit of each see only its own calls. Stop the other "
+            "gateway (a spare restored from this one's backup has its broker login), or give it other broker "
+            "credentials and an ACL that keeps it off this board's topics (docs/mqtt-broker.md). " + restart
+        )
+    elif slot.way_in == "serial":
+        summary = f'Another program sends requests on the serial line of "{slot.name}"'
+        fix = (
+            f"A second program writes to this board's line{where} (another gateway, a terminal or a shared serial "
+            "bridge): the board obeys both, and this gateway's policy and audit do not see its calls. Close the "
+            "other program. " + restart
+        )
+    else:
+        summary = f'Another client talks to the provider of "{slot.name}"'
+        fix = f"Stop the other client of this provider{where}. " + restart
+    return Problem(
+        "provider.another_gateway",
+        "warning",
+        summary,
+        f"{foreign} answer(s) since start under ids of this gateway's form (brk-<n>) that this gateway never "
+        "sent (the first one is in the log); they are not counted as unmatched responses",
+        fix,
+        slot.name,
+    )
+
+
 def slot_faults(view: GatewayView, slot: SlotView) -> list[Problem]:
     problems: list[Problem] = []
     counters = slot.counters
@@ -306,6 +343,9 @@ def slot_faults(view: GatewayView, slot: SlotView) -> list[Problem]:
                 slot.name,
             )
         )
+    foreign = counters.get("foreign_answers", 0)
+    if foreign:
+        problems.append(_foreign_answers(slot, foreign))
     if slot.connected and slot.schema_announced:
         problems.append(
             Problem(
