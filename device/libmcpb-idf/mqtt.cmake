@@ -41,6 +41,10 @@ function(mcpb_mqtt_host_hook target)
     target_compile_definitions(${target} PRIVATE MCPB_WITH_MQTT=1 MCPB_HOST_MQTT=1)
 endfunction()
 
+# The tests come with MCPB_TESTS (on when libmcpb-idf is the top-level project).
+if(DEFINED MCPB_TESTS AND NOT MCPB_TESTS)
+    return()
+endif()
 find_path(MCPB_CMOCKA_INCLUDE cmocka.h)
 find_library(MCPB_CMOCKA_LIBRARY cmocka)
 if(MCPB_CMOCKA_INCLUDE AND MCPB_CMOCKA_LIBRARY)

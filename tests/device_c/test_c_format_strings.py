@@ -1,7 +1,7 @@
 """The C core's formatter takes fewer conversions than printf, whose attribute checks its calls.
 
 mcpb_format is declared with printf's format attribute, so the compiler checks its arguments, but
-mcpb_vformat prints only %s, %d, %u, %ld and %lu (and %j where no attribute applies): a %llu, %x
+mcpb_vformat prints only %s, %d, %u, %ld and %lu (and %j and %P where no attribute applies): a %llu, %x
 or %% would compile and print wrong. This reads every call in the component's sources and names
 the conversions it cannot print.
 """
@@ -19,7 +19,8 @@ COMPONENT = Path(__file__).resolve().parents[2] / "device" / "libmcpb-idf"
 FORMATTERS = {
     "mcpb_format": (2, {"s", "d", "u", "ld", "lu"}),
     "mcpb__log": (2, {"s", "d", "u", "ld", "lu"}),
-    "json_format": (2, {"s", "j", "d", "u", "ld", "lu"}),
+    "mcpb_format_fit": (2, {"s", "j", "P", "d", "u", "ld", "lu"}),
+    "error_answer": (4, {"s", "d", "u", "ld", "lu"}),
 }
 CALL = re.compile(r"\b(" + "|".join(FORMATTERS) + r")\s*\(")
 LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')

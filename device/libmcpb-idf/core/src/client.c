@@ -31,29 +31,18 @@ static uint32_t until(mcpb_client_t *client, uint32_t when)
     return left > 0 ? (uint32_t)left : 0;
 }
 
-#define WHOLE ((size_t)-1) /* a text's length: up to its NUL */
-
-/* Copies len bytes of text, or fewer up to a NUL, as a string cut to cap: a reason is read as a string. */
-static void copy_text(char *out, size_t cap, const char *text, size_t len)
-{
-    size_t i;
-    for (i = 0; i < len && i < cap - 1 && text[i] != '\0'; i++) {
-        out[i] = text[i];
-    }
-    out[i] = '\0';
-}
-
 static const char *const kind_names[] = {"", "connected", "refused", "closed", "error"};
 
+/* Every reason is a string: a close frame's payload has a NUL after it (mcpb/ws_frame.h). */
 static void emit(mcpb_client_t *client, mcpb_link_kind_t kind, int close_code, int http_status, const char *slot,
-                 const char *reason, size_t reason_len, uint32_t retry_in_ms)
+                 const char *reason, uint32_t retry_in_ms)
 {
     mcpb_link_event_t *event = &client->last_event;
     event->kind = kind;
     event->close_code = close_code;
     event->http_status = http_status;
-    copy_text(event->slot, sizeof(event->slot), slot, WHOLE);
-    copy_text(event->reason, sizeof(event->reason), reason, reason_len);
+    mcpb_format(event->slot, sizeof(event->slot), "%s", slot);
+    mcpb_format(event->reason, sizeof(event->reason), "%s", reason);
     event->retry_in_ms = retry_in_ms;
     mcpb__log(client, kind == MCPB_LINK_CONNECTED ? MCPB_LOG_INFO : MCPB_LOG_WARN,
               "link %s%s%s code=%d http=%d retry_in_ms=%lu: %s", kind_names[kind], slot[0] ? " slot=" : "", slot,
@@ -65,7 +54,7 @@ static void emit(mcpb_client_t *client, mcpb_link_kind_t kind, int close_code, i
 
 /* The link is gone: close the stream, pick the wait, tell the application why. */
 static void link_down(mcpb_client_t *client, mcpb_link_kind_t kind, int close_code, int http_status,
-                      const char *reason, size_t reason_len)
+                      const char *reason)
 {
     uint32_t random = client->port.random32(client->port.ctx);
     uint32_t wait;
@@ -80,12 +69,12 @@ static void link_down(mcpb_client_t *client, mcpb_link_kind_t kind, int close_co
     client->carried = 0; /* failed dials after this loss keep doubling */
     client->state = MCPB_STATE_IDLE;
     client->dial_at_ms = now(client) + wait;
-    emit(client, kind, close_code, http_status, "", reason, reason_len, wait);
+    emit(client, kind, close_code, http_status, "", reason, wait);
 }
 
 static void link_failed(mcpb_client_t *client, const char *reason)
 {
-    link_down(client, MCPB_LINK_ERROR, 0, 0, reason, WHOLE);
+    link_down(client, MCPB_LINK_ERROR, 0, 0, reason);
 }
 
 /* Every byte stream ends up here when a send fails. */
@@ -144,7 +133,7 @@ static void link_up(mcpb_client_t *client)
         return;
     }
     mcpb_format(where, sizeof(where), "%s:%u", client->config.host, (unsigned)client->config.port);
-    emit(client, MCPB_LINK_CONNECTED, 0, 0, "", where, WHOLE, 0);
+    emit(client, MCPB_LINK_CONNECTED, 0, 0, "", where, 0);
 }
 
 static void heard(mcpb_client_t *client)
@@ -173,15 +162,16 @@ static void run_handler(mcpb_client_t *client, size_t slot_index, char *message,
     char reason[MCPB_REASON_MAX + 1];
     int answer;
     if (ENVELOPED(client) && mcpb_refusal_in(message, len, reason, sizeof(reason))) {
-        emit(client, MCPB_LINK_REFUSED, 0, 0, slot->name, reason, WHOLE, 0);
+        emit(client, MCPB_LINK_REFUSED, 0, 0, slot->name, reason, 0);
         return;
     }
     client->messages_in++;
     answer = slot->handler(slot->handler_ctx, message, len, client->buffers.answer, client->buffers.answer_cap);
     if (answer < 0) {
-        client->dropped++;
-        mcpb__log(client, MCPB_LOG_WARN, "%s: answer too long, not sent", slot->name);
-    } else if (answer > 0) {
+        /* the caller learns it now, not at its deadline, as from the MicroPython board */
+        answer = (int)mcpb_too_large_response(client->buffers.answer, client->buffers.answer_cap, message, len);
+    }
+    if (answer > 0) {
         size_t size = (size_t)answer < client->buffers.answer_cap ? (size_t)answer : client->buffers.answer_cap;
         sent(client, mcpb__send_message(client, slot_index, client->buffers.answer, size));
     }
@@ -202,7 +192,7 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
     }
     if (mcpb_envelope_parse(message, len, name, &payload_at, &payload_len) < 0) {
         if (mcpb_refusal_in(message, len, name, sizeof(name))) {
-            emit(client, MCPB_LINK_REFUSED, 0, 0, "", name, WHOLE, 0);
+            emit(client, MCPB_LINK_REFUSED, 0, 0, "", name, 0);
         } else {
             client->dropped++;
         }
@@ -253,7 +243,7 @@ static int line_refused(mcpb_client_t *client, const mcpb_ws_event_t *event)
     if (!mcpb_refusal_in((const char *)event->data, event->len, reason, sizeof(reason))) {
         return 0;
     }
-    link_down(client, client->carried ? MCPB_LINK_CLOSED : MCPB_LINK_REFUSED, 0, 0, reason, WHOLE);
+    link_down(client, client->carried ? MCPB_LINK_CLOSED : MCPB_LINK_REFUSED, 0, 0, reason);
     return 1;
 }
 
@@ -283,14 +273,14 @@ static void on_ws_event(mcpb_client_t *client, const mcpb_ws_event_t *event)
         mcpb_link_kind_t kind =
             event->close_code == 1008 && !client->carried ? MCPB_LINK_REFUSED : MCPB_LINK_CLOSED;
         mcpb__send_close(client, event->close_code == 1005 ? 1000 : event->close_code, "");
-        link_down(client, kind, event->close_code, 0, (const char *)event->data, event->len);
+        link_down(client, kind, event->close_code, 0, (const char *)event->data);
         break;
     }
     case MCPB_WS_PROTOCOL_ERROR: {
         char reason[MCPB_REASON_MAX + 1];
         mcpb_format(reason, sizeof(reason), "protocol error: %s", event->error);
         mcpb__send_close(client, 1002, event->error);
-        link_down(client, MCPB_LINK_ERROR, 1002, 0, reason, WHOLE);
+        link_down(client, MCPB_LINK_ERROR, 1002, 0, reason);
         break;
     }
     default:
@@ -369,20 +359,30 @@ static void dial(mcpb_client_t *client)
     client->head_len = 0;
 }
 
-/* A refused upgrade: the status and as much of the JSON body as has arrived. */
+/* A refused upgrade: the status and the JSON body's error_description (the gateway's advice), else
+ * the body as it is. The whole body is read first (upgrade_step waits for its Content-Length). */
 static void refused_upgrade(mcpb_client_t *client, const mcpb_http_response_t *response)
 {
     char reason[MCPB_REASON_MAX + 1];
-    const char *body = (const char *)client->buffers.message + response->head_len;
+    char *body = (char *)client->buffers.message + response->head_len, *text;
     size_t body_len = client->head_len - response->head_len;
-    size_t n;
     if (body_len > response->content_length) {
         body_len = response->content_length;
     }
-    n = mcpb_format(reason, sizeof(reason), "HTTP %d: ", response->status);
-    copy_text(reason + n, sizeof(reason) - n, body, body_len);
+    body[body_len] = '\0'; /* within the buffer: upgrade_step keeps a byte for it */
+    text = strstr(body, "error_description\"");
+    if (text != NULL && (text = strchr(text + 18, '"')) != NULL) { /* the value's opening quote */
+        /* the string's inside, decoded where it lies: a backslash takes the byte after it as it is */
+        char *end = body;
+        for (text++; *text != '\0' && *text != '"'; text++) {
+            text += *text == '\\' && text[1] != '\0';
+            *end++ = *text;
+        }
+        *end = '\0';
+    }
+    mcpb_format(reason, sizeof(reason), "HTTP %d: %s", response->status, body);
     link_down(client, response->status >= 400 && response->status < 500 ? MCPB_LINK_REFUSED : MCPB_LINK_ERROR, 0,
-              response->status, reason, WHOLE);
+              response->status, reason);
 }
 
 static void upgrade_step(mcpb_client_t *client, uint32_t timeout_ms)
@@ -417,7 +417,7 @@ static void upgrade_step(mcpb_client_t *client, uint32_t timeout_ms)
     } else if (parsed > 0 && response.status != 101) {
         /* A refusal: its body is the reason, and may come in later reads than the head. */
         size_t body = client->head_len - response.head_len;
-        if (failure == NULL && body < response.content_length && body < MCPB_REASON_MAX) {
+        if (failure == NULL && body < response.content_length) {
             return;
         }
         refused_upgrade(client, &response);
@@ -447,7 +447,7 @@ static void open_step(mcpb_client_t *client, uint32_t timeout_ms)
         mcpb_format(reason, sizeof(reason), "no frame or ping from the gateway for %lu s",
                  (unsigned long)(client->config.silence_ms / 1000));
         if (WAY_WS(client)) {
-            mcpb__send_close(client, 1001, "device reconnecting: the gateway went silent");
+            mcpb__send_close(client, 1001, "device reconnecting: gateway silent");
         }
         link_failed(client, reason);
         return;
@@ -456,7 +456,7 @@ static void open_step(mcpb_client_t *client, uint32_t timeout_ms)
                             timeout_ms < silence_left ? timeout_ms : silence_left);
     if (got < 0) {
         link_down(client, MCPB_LINK_CLOSED, WAY_WS(client) ? 1006 : 0, 0,
-                  "connection lost", WHOLE);
+                  "connection lost");
         return;
     }
     client->pending = (size_t)got;
@@ -494,6 +494,52 @@ static int way_built_in(mcpb_way_t way)
            : way == MCPB_WAY_SERIAL       ? MCPB_WITH_SERIAL
                                           : 0;
 }
+
+#if MCPB_WITH_MULTIPLEX || MCPB_WITH_SERIAL
+/* 1 when the name is printable UTF-8: no control character, and every lead byte (none of C0, C1,
+ * F5 to FF) with as many continuation bytes as it announces. The 3- and 4-byte forms' finer rules
+ * (overlong forms, surrogates) are left to the gateway: a name typed as text does not hold them. */
+static int name_ok(const char *name)
+{
+    const unsigned char *s = (const unsigned char *)name;
+    while (*s != 0) {
+        unsigned c = *s++, more = c < 0x80 ? 0 : c < 0xC2 ? 4 : c < 0xE0 ? 1 : c < 0xF0 ? 2 : c < 0xF5 ? 3 : 4;
+        if (c < 0x20 || c == 0x7F || more == 4) {
+            return 0;
+        }
+        for (; more > 0; more--) {
+            if ((*s++ & 0xC0) != 0x80) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* On /providers and serial the slot names travel in JSON (an envelope, the register frame), where the
+ * gateway drops a frame that is not UTF-8 whole as unparsable and holds a name once per link: 1 when
+ * every name is fine, else 0 with a log line naming the slot. */
+static int slot_names_ok(mcpb_client_t *client)
+{
+    const mcpb_client_config_t *config = &client->config;
+    size_t i, j;
+    for (i = 0; config->way != MCPB_WAY_WS_DEDICATED && i < config->slot_count; i++) {
+        const char *problem = name_ok(config->slots[i].name) ? NULL : "slots[%u] is not printable UTF-8";
+        for (j = 0; problem == NULL && j < i; j++) {
+            if (strcmp(config->slots[j].name, config->slots[i].name) == 0) {
+                problem = "slots[%u] repeats a name";
+            }
+        }
+        if (problem != NULL) {
+            mcpb__log(client, MCPB_LOG_ERROR, problem, (unsigned)i);
+            return 0;
+        }
+    }
+    return 1;
+}
+#else
+#define slot_names_ok(client) 1 /* one slot, named by the URL */
+#endif
 
 int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, const mcpb_port_t *port,
                      const mcpb_buffers_t *buffers)
@@ -534,6 +580,8 @@ int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, 
     }
     if (problem != NULL) {
         client->port.log(client->port.ctx, MCPB_LOG_ERROR, problem);
+    }
+    if (problem != NULL || !slot_names_ok(client)) {
         client->state = MCPB_STATE_STOPPED;
         return -1;
     }

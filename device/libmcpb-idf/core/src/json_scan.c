@@ -1,8 +1,11 @@
-/* The JSON scanner: spans of values and members, string decoding and encoding, ids in a head. */
+/* The JSON scanner: spans of values and members, string decoding and encoding, ids in a head, and the
+ * small formatter that writes them. */
 #include "mcpb/json_scan.h"
 
 #include <stdint.h>
 #include <string.h>
+
+#include "mcpb/features.h"
 
 static size_t skip_space(const char *json, size_t len, size_t at)
 {
@@ -210,19 +213,21 @@ static size_t put_char(char *out, size_t limit, size_t n, char c)
     return n + 1;
 }
 
-/* Writes text at out[n] (as a JSON string literal when quoted) as far as limit allows; returns where
- * the whole text ends, so that a caller learns its length also when it was cut. */
-static size_t put_text(char *out, size_t limit, size_t n, const char *text, int quoted)
+/* Writes text at out[n] as `how` says ('s' as it is, 'j' as a JSON string literal, 'P' percent-encoded
+ * as a URL path segment) as far as limit allows; returns where the whole text ends, so that a caller
+ * learns its length also when it was cut. */
+static size_t put_text(char *out, size_t limit, size_t n, const char *text, char how)
 {
-    static const char hex[] = "0123456789abcdef";
     static const char special[] = "\"\\\n\r\t\b\f";
     static const char letter[] = "\"\\nrtbf";
     const unsigned char *c;
+    int quoted = how == 'j';
     if (quoted) {
         n = put_char(out, limit, n, '"');
     }
     for (c = (const unsigned char *)text; *c != 0; c++) {
         const char *hit = quoted ? strchr(special, *c) : NULL;
+        unsigned char low = *c | 0x20;
         char piece[6];
         size_t len = 1, i;
         piece[0] = (char)*c;
@@ -232,9 +237,16 @@ static size_t put_text(char *out, size_t limit, size_t n, const char *text, int 
             len = 2;
         } else if (quoted && *c < 0x20) {
             memcpy(piece, "\\u00", 4);
-            piece[4] = hex[*c >> 4];
-            piece[5] = hex[*c & 15];
+            piece[4] = MCPB_HEX_DIGITS[*c >> 4];
+            piece[5] = MCPB_HEX_DIGITS[*c & 15];
             len = 6;
+        } else if (MCPB_WITH_WEBSOCKET && how == 'P' && (low < 'a' || low > 'z') && (*c < '0' || *c > '9') &&
+                   strchr("-._~", *c) == NULL) {
+            /* not unreserved (RFC 3986): percent-encoded */
+            piece[0] = '%';
+            piece[1] = MCPB_HEX_DIGITS[*c >> 4];
+            piece[2] = MCPB_HEX_DIGITS[*c & 15];
+            len = 3;
         }
         for (i = 0; i < len; i++) {
             n = put_char(out, limit, n, piece[i]);
@@ -245,7 +257,7 @@ static size_t put_text(char *out, size_t limit, size_t n, const char *text, int 
 
 int mcpb_json_put_string(char *out, size_t out_cap, size_t *at, const char *text)
 {
-    size_t n = put_text(out, out_cap, *at, text, 1);
+    size_t n = put_text(out, out_cap, *at, text, 'j');
     if (n > out_cap) {
         return -1;
     }
@@ -293,9 +305,9 @@ size_t mcpb_vformat(char *out, size_t cap, const char *format, va_list args)
         *p = '\0';
         if (*format != '%') {
             n = put_char(out, limit, n, *format);
-        } else if (*++format == 's' || *format == 'j') {
+        } else if (*++format == 's' || *format == 'j' || *format == 'P') {
             const char *text = va_arg(args, const char *);
-            n = text != NULL ? put_text(out, limit, n, text, *format == 'j') : n;
+            n = text != NULL ? put_text(out, limit, n, text, *format) : n;
         } else {
             unsigned long value; /* 32 bits on the device: its own division, nothing from libgcc */
             int negative = 0;
@@ -316,7 +328,7 @@ size_t mcpb_vformat(char *out, size_t cap, const char *format, va_list args)
             if (negative) {
                 *--p = '-';
             }
-            n = put_text(out, limit, n, p, 0);
+            n = put_text(out, limit, n, p, 's');
         }
     }
     if (cap > 0) {
@@ -333,4 +345,14 @@ size_t mcpb_format(char *out, size_t cap, const char *format, ...)
     n = mcpb_vformat(out, cap, format, args);
     va_end(args);
     return n;
+}
+
+size_t mcpb_format_fit(char *out, size_t out_cap, const char *format, ...)
+{
+    va_list args;
+    size_t n;
+    va_start(args, format);
+    n = mcpb_vformat(out, out_cap, format, args);
+    va_end(args);
+    return n < out_cap ? n : 0;
 }

@@ -19,7 +19,6 @@
 #define RETAIN 1
 #define HEAD_BYTES 96 /* of an oversize request, searched for its id (as mqtt_client.py keeps) */
 #define NOTE_MAX 192
-#define PUT_OUT(literal) mcpb_json_put_raw(m->out, m->out_cap, &n, literal, sizeof(literal) - 1)
 
 /* One log line, "mqtt <event>: <detail>", cut to NOTE_MAX. */
 static void note(const mcpb_mqtt *m, int level, const char *event, const char *detail)
@@ -199,22 +198,6 @@ int mcpb_mqtt_open(mcpb_mqtt *m)
     return MCPB_MQTT_OK;
 }
 
-/* The -32603 answer to a request whose answer does not fit out (the handler said so), under the
- * request's id; 0 when even that does not fit. */
-static size_t too_large_answer_error(mcpb_mqtt *m, size_t in_len)
-{
-    char id[HEAD_BYTES];
-    size_t n = 0;
-    int bad;
-    if (mcpb_json_id_in(m->in, in_len < HEAD_BYTES ? in_len : HEAD_BYTES, id, sizeof id) == 0) {
-        memcpy(id, "null", 5);
-    }
-    bad = PUT_OUT("{\"jsonrpc\":\"2.0\",\"id\":");
-    bad |= mcpb_json_put_raw(m->out, m->out_cap, &n, id, strlen(id));
-    bad |= PUT_OUT(",\"error\":{\"code\":-32603,\"message\":\"Internal error: the answer does not fit this device's frame\"}}");
-    return bad ? 0 : n;
-}
-
 static void dropped(mcpb_mqtt *m, int ours)
 {
     m->dropped++;
@@ -264,7 +247,7 @@ int mcpb_mqtt_serve(mcpb_mqtt *m, uint32_t wait_ms, mcpb_handler_fn handler, voi
         n = mcpb_too_large_answer(m->out, m->out_cap, m->in, head, (unsigned long long)message.size, m->in_cap);
     } else {
         rc = handler(handler_ctx, m->in, message.payload_len, m->out, m->out_cap);
-        n = rc >= 0 ? (size_t)rc : too_large_answer_error(m, message.payload_len);
+        n = rc >= 0 ? (size_t)rc : mcpb_too_large_response(m->out, m->out_cap, m->in, message.payload_len);
     }
     if (n > 0 && p->publish(p->ctx, m->up_topic, m->out, n, QOS_1, 0) < 0) {
         return MCPB_MQTT_E_LINK;

@@ -11,31 +11,20 @@ static const char *or_empty(const char *text)
     return text != NULL ? text : "";
 }
 
-/* mcpb_vformat with %j: its length, 0 when it does not fit (with its NUL). */
-static size_t json_format(char *out, size_t out_cap, const char *format, ...)
-{
-    va_list args;
-    size_t n;
-    va_start(args, format);
-    n = mcpb_vformat(out, out_cap, format, args);
-    va_end(args);
-    return n < out_cap ? n : 0;
-}
-
 size_t mcpb_register_frame(char *out, size_t out_cap, const mcpb_hello_t *hello, const char *slot, int aggregate)
 {
     const char *schema = hello->schema != NULL && hello->schema[0] != '\0' ? hello->schema : NULL;
-    return json_format(out, out_cap,
-                       "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/register\",\"params\":{\"hello\":{"
-                       "\"device_id\":%j,\"firmware\":{\"name\":%j,\"version\":%j}%s%j}%s%j%s}}",
-                       or_empty(hello->device_id), or_empty(hello->firmware_name), or_empty(hello->firmware_version),
-                       schema != NULL ? ",\"schema\":" : "", schema, slot != NULL ? ",\"slot\":" : "", slot,
-                       aggregate ? ",\"aggregate\":true" : "");
+    return mcpb_format_fit(out, out_cap,
+                           "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/register\",\"params\":{\"hello\":{"
+                           "\"device_id\":%j,\"firmware\":{\"name\":%j,\"version\":%j}%s%j}%s%j%s}}",
+                           or_empty(hello->device_id), or_empty(hello->firmware_name),
+                           or_empty(hello->firmware_version), schema != NULL ? ",\"schema\":" : "", schema,
+                           slot != NULL ? ",\"slot\":" : "", slot, aggregate ? ",\"aggregate\":true" : "");
 }
 
 size_t mcpb_envelope_prefix(char *out, size_t out_cap, const char *slot)
 {
-    return json_format(out, out_cap, "{\"provider\":%j,\"payload\":", slot);
+    return mcpb_format_fit(out, out_cap, "{\"provider\":%j,\"payload\":", slot);
 }
 
 int mcpb_envelope_parse(const char *message, size_t len, char slot[MCPB_SLOT_MAX + 1], size_t *payload_at,
@@ -88,17 +77,38 @@ int mcpb_refusal_in(const char *message, size_t len, char *reason, size_t reason
     return 1;
 }
 
+/* An error answer under the id in the request's first bytes (null when none is there): the id's
+ * part, then `error` formatted with its arguments. Its length, 0 when it does not fit. */
+static size_t error_answer(char *out, size_t out_cap, const char *head, size_t head_len, const char *error, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+static size_t error_answer(char *out, size_t out_cap, const char *head, size_t head_len, const char *error, ...)
+{
+    char id[MCPB_SLOT_MAX + 4];
+    va_list args;
+    size_t n = mcpb_format(out, out_cap, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-3260",
+                           mcpb_json_id_in(head, head_len, id, sizeof(id)) > 0 ? id : "null");
+    if (n >= out_cap) {
+        return 0;
+    }
+    va_start(args, error);
+    n += mcpb_vformat(out + n, out_cap - n, error, args);
+    va_end(args);
+    return n < out_cap ? n : 0;
+}
+
 size_t mcpb_too_large_answer(char *out, size_t out_cap, const char *head, size_t head_len,
                              uint32_t size, size_t frame_max)
 {
-    char id[MCPB_SLOT_MAX + 4];
-    size_t n;
-    if (mcpb_json_id_in(head, head_len, id, sizeof(id)) == 0) {
-        strcpy(id, "null");
-    }
-    n = mcpb_format(out, out_cap,
-                 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32600,\"message\":\"Request too large: "
-                 "%lu bytes; this device accepts frames of at most %lu bytes\"}}",
-                 id, (unsigned long)size, (unsigned long)frame_max);
-    return n < out_cap ? n : 0;
+    return error_answer(out, out_cap, head, head_len,
+                        "0,\"message\":\"Request too large: %lu bytes; this device accepts frames of at most %lu "
+                        "bytes\"}}",
+                        (unsigned long)size, (unsigned long)frame_max);
+}
+
+size_t mcpb_too_large_response(char *out, size_t out_cap, const char *request, size_t len)
+{
+    return error_answer(out, out_cap, request, len, "3,\"message\":\"Response too large\"}}");
 }

@@ -45,11 +45,8 @@ static void compress(mcpb_sha1_t *sha)
 
 void mcpb_sha1_init(mcpb_sha1_t *sha)
 {
-    sha->state[0] = 0x67452301u;
-    sha->state[1] = 0xEFCDAB89u;
-    sha->state[2] = 0x98BADCFEu;
-    sha->state[3] = 0x10325476u;
-    sha->state[4] = 0xC3D2E1F0u;
+    static const uint32_t initial[5] = {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u};
+    memcpy(sha->state, initial, sizeof(initial));
     sha->total_bytes = 0;
     sha->block_len = 0;
 }

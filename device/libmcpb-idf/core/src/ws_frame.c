@@ -145,6 +145,7 @@ static int end_frame(mcpb_ws_rx_t *rx, mcpb_ws_event_t *event)
     rx->header_need = 2;
     if (rx->opcode >= 8) {
         event->kind = (mcpb_ws_event_kind_t)control_kinds[rx->opcode - 8];
+        rx->control[rx->control_len] = 0;
         event->data = rx->control;
         event->len = rx->control_len;
         if (rx->opcode == MCPB_WS_CLOSE_FRAME) {

@@ -10,29 +10,7 @@ static const char ws_guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
 size_t mcpb_ws_provider_path(const char *slot, char *out, size_t out_cap)
 {
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = 10;
-    const unsigned char *c;
-    if (out_cap <= n) {
-        return 0;
-    }
-    memcpy(out, "/provider/", n);
-    for (c = (const unsigned char *)slot; *c != 0; c++) {
-        unsigned char low = *c | 0x20;
-        /* unreserved: the rest is percent-encoded */
-        int plain = (low >= 'a' && low <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' ||
-                    *c == '_' || *c == '~';
-        if (n + (plain ? 1 : 3) >= out_cap) {
-            return 0;
-        }
-        if (!plain) {
-            out[n++] = '%';
-            out[n++] = hex[*c >> 4];
-        }
-        out[n++] = plain ? (char)*c : hex[*c & 15];
-    }
-    out[n] = '\0';
-    return n;
+    return mcpb_format_fit(out, out_cap, "/provider/%P", slot);
 }
 
 void mcpb_ws_make_key(const uint8_t nonce[16], char key[MCPB_WS_KEY_CHARS + 1])
@@ -55,12 +33,16 @@ size_t mcpb_ws_request(char *out, size_t out_cap, const char *host, uint16_t por
                        const char *key, const char *token, const char *agent)
 {
     int bracket = strchr(host, ':') != NULL; /* an IPv6 literal */
-    size_t n = mcpb_format(out, out_cap,
-                     "GET %s HTTP/1.1\r\nHost: %s%s%s:%u\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nUser-Agent: %s\r\n%s%s%s\r\n",
-                     path, bracket ? "[" : "", host, bracket ? "]" : "", (unsigned)port, key, agent,
-                     token != NULL && token[0] != '\0' ? "X-Provider-Token: " : "",
-                     token != NULL ? token : "", token != NULL && token[0] != '\0' ? "\r\n" : "");
+    size_t n;
+    if (token != NULL && token[0] == '\0') {
+        token = NULL;
+    }
+    /* a NULL %s prints nothing */
+    n = mcpb_format(out, out_cap,
+                    "GET %s HTTP/1.1\r\nHost: %s%s%s:%u\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nUser-Agent: %s\r\n%s%s%s\r\n",
+                    path, bracket ? "[" : NULL, host, bracket ? "]" : NULL, (unsigned)port, key, agent,
+                    token != NULL ? "X-Provider-Token: " : NULL, token, token != NULL ? "\r\n" : NULL);
     return n < out_cap ? n : 0;
 }
 

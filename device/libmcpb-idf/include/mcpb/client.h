@@ -30,7 +30,8 @@ extern "C" {
 #define MCPB_TX_CAP 128 /* bytes written at a time; a message goes out in several writes */
 
 /* One JSON-RPC message in (in[in_len] is a NUL, as a courtesy); the answer goes to out. Returns the
- * answer's length, 0 for no answer, negative when out_cap is too small (nothing is sent, it is logged). */
+ * answer's length, 0 for no answer, negative when out_cap is too small (the client then answers
+ * -32603 "Response too large" under the request's id). */
 typedef int (*mcpb_handler_fn)(void *ctx, const char *in, size_t in_len, char *out, size_t out_cap);
 
 typedef enum {
@@ -122,7 +123,7 @@ typedef struct {
     mcpb_backoff_t backoff;
     uint32_t links;               /* links made so far */
     uint32_t messages_in;         /* messages handed to handlers */
-    uint32_t dropped;             /* messages not delivered: unknown slot, handler overflow, bad envelope */
+    uint32_t dropped;             /* messages not delivered: unknown slot, bad envelope, over the frame cap */
     char key[MCPB_WS_KEY_CHARS + 1];
     mcpb_ws_rx_t ws;
     mcpb_cobs_decoder_t cobs;
@@ -136,7 +137,8 @@ int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, 
 
 /* One step: dial when due, read what arrives within timeout_ms, answer it. Returns how long the
  * caller may wait before the next call without missing anything (0 when this call already waited
- * in the port's recv). */
+ * in the port's recv). It does not wait itself while the link is down (the back-off between dials)
+ * or stopped: the caller sleeps that long (usleep, vTaskDelay), or its loop spins the CPU. */
 uint32_t mcpb_client_poll(mcpb_client_t *client, uint32_t timeout_ms);
 
 /* Sends one message of the slot's own (a notification) on the open link: 0, or -1 when not open. */

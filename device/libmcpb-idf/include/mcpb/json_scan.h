@@ -11,6 +11,9 @@ extern "C" {
 #endif
 
 #define MCPB_JSON_MAX_DEPTH 64
+/* One literal for every hex digit the core writes (a JSON \u escape, a percent-encoded byte): the
+ * linker keeps one copy of it. */
+#define MCPB_HEX_DIGITS "0123456789ABCDEF"
 
 /* The end of the JSON value starting at json[at] (after whitespace), or 0 when it is malformed,
  * truncated or nested deeper than MCPB_JSON_MAX_DEPTH. */
@@ -37,15 +40,20 @@ size_t mcpb_json_id_in(const char *head, size_t len, char *out, size_t out_cap);
 
 /* A small snprintf, so that the core needs no printf: %s, and %d and %u, also with l; no ll, flags,
  * widths or precisions. Writes at most cap - 1 bytes and a NUL (when cap > 0); returns the whole text's length.
- * mcpb_vformat also takes %j, a string written as a JSON string literal (NULL: nothing), which
- * mcpb_format cannot take (its arguments are checked as printf's, which also lets through what it
- * cannot print: tests/device_c/test_c_format_strings.py checks every call's conversions). */
+ * mcpb_vformat also takes %j, a string written as a JSON string literal, and %P, a string
+ * percent-encoded as one URL path segment (RFC 3986's unreserved bytes kept; a build without
+ * MCPB_WITH_WEBSOCKET writes it as %s); a NULL string writes nothing. mcpb_format cannot take them (its
+ * arguments are checked as printf's, which also lets through what it cannot print:
+ * tests/device_c/test_c_format_strings.py checks every call's conversions); mcpb_format_fit can. */
 size_t mcpb_vformat(char *out, size_t cap, const char *format, va_list args);
 size_t mcpb_format(char *out, size_t cap, const char *format, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* mcpb_vformat with its arguments, unchecked: the length, 0 when the text does not fit with its NUL. */
+size_t mcpb_format_fit(char *out, size_t out_cap, const char *format, ...);
 
 #ifdef __cplusplus
 }

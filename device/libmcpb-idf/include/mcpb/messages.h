@@ -1,6 +1,7 @@
 /* The few JSON-RPC messages the core itself reads or writes: the register frame, envelopes,
- * the serial `broker/register` request, refusals addressed to no request, and the answer to a
- * request too large to read. Everything else goes to the slot's handler untouched. */
+ * the serial `broker/register` request, refusals addressed to no request, and the answers to a
+ * request too large to read and to one whose answer is too large to send. Everything else goes to
+ * the slot's handler untouched. */
 #ifndef MCPB_MESSAGES_H
 #define MCPB_MESSAGES_H
 
@@ -44,6 +45,11 @@ int mcpb_refusal_in(const char *message, size_t len, char *reason, size_t reason
  * its first bytes (null when none is there). Its length, 0 when it does not fit. */
 size_t mcpb_too_large_answer(char *out, size_t out_cap, const char *head, size_t head_len,
                              uint32_t size, size_t frame_max);
+
+/* The -32603 answer "Response too large" to a request whose answer does not fit (its handler
+ * returned a negative length), under the request's id (null when none is found). Its length, 0 when
+ * it does not fit. */
+size_t mcpb_too_large_response(char *out, size_t out_cap, const char *request, size_t len);
 
 #ifdef __cplusplus
 }

@@ -60,7 +60,7 @@ typedef struct { /* scalars first: a small core reaches them with short instruct
     uint8_t mask[4];
     uint8_t header[MCPB_WS_MAX_HEADER];
     uint8_t head[MCPB_HEAD_BYTES];
-    uint8_t control[125];
+    uint8_t control[125 + 1]; /* a control frame's payload, and a NUL after it: a close reason is a string */
 } mcpb_ws_rx_t;
 
 void mcpb_ws_rx_init(mcpb_ws_rx_t *rx, uint8_t *buf, size_t cap);

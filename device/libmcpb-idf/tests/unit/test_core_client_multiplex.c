@@ -138,6 +138,45 @@ static void test_oversize_envelope_answered_for_its_slot(void **state)
                                  "frames of at most 2048 bytes\"}}}");
 }
 
+static void test_answer_too_large_answered_in_its_envelope(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    second.result = -1;
+    fake_push_text(&fake, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-5\",\"method\":"
+                          "\"tools/call\"}}");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(second.calls, 1);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_string_equal(payload, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-5\",\"error\":"
+                                 "{\"code\":-32603,\"message\":\"Response too large\"}}}");
+    assert_true(mcpb_client_connected(&client));
+}
+
+/* Slot names the gateway would drop the frame for, or hold once: refused at init, the slot named. */
+static void test_slot_names_checked_at_init(void **state)
+{
+    (void)state;
+    slots[1].name = "valve-1";
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    assert_string_equal(fake.last_log, "slots[1] repeats a name");
+    assert_int_equal(mcpb_client_poll(&client, 100), 100); /* stopped: nothing dialled */
+    slots[1].name = "valve\xff";
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    assert_string_equal(fake.last_log, "slots[1] is not printable UTF-8");
+    slots[1].name = "caf\xe9"; /* Latin-1 */
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    slots[1].name = "valve\xc3"; /* a lead byte without its continuation */
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    slots[0].name = "valve\n1";
+    slots[1].name = "valve-2";
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    assert_string_equal(fake.last_log, "slots[0] is not printable UTF-8");
+    slots[0].name = "Ventil \xc3\xa9 \xe2\x82\xac \xf0\x9f\x92\xa7"; /* 2-, 3- and 4-byte forms */
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+}
+
 static void test_notification_sent_for_a_slot(void **state)
 {
     static const char note[] = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}";
@@ -158,6 +197,8 @@ int main(void)
         cmocka_unit_test_setup(test_refused_slot_reported_link_stays, setup),
         cmocka_unit_test_setup(test_strays_dropped, setup),
         cmocka_unit_test_setup(test_oversize_envelope_answered_for_its_slot, setup),
+        cmocka_unit_test_setup(test_answer_too_large_answered_in_its_envelope, setup),
+        cmocka_unit_test_setup(test_slot_names_checked_at_init, setup),
         cmocka_unit_test_setup(test_notification_sent_for_a_slot, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -207,6 +207,31 @@ static void test_oversize_refused_in_a_frame(void **state)
                              "2999 bytes; this device accepts frames of at most 1024 bytes\"}}");
 }
 
+static void test_answer_too_large_answered_in_a_frame(void **state)
+{
+    (void)state;
+    fake_next_serial(&fake, got, sizeof(got));
+    handler.result = -1;
+    push_framed("{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/list\"}");
+    poll_times(4);
+    assert_int_equal(handler.calls, 1);
+    assert_true(fake_next_serial(&fake, got, sizeof(got)) > 0);
+    assert_string_equal(got, "{\"jsonrpc\":\"2.0\",\"id\":12,\"error\":{\"code\":-32603,\"message\":"
+                             "\"Response too large\"}}");
+    assert_true(mcpb_client_connected(&client));
+}
+
+/* The register frame carries the slot name as JSON: a name the gateway cannot read is refused at init. */
+static void test_slot_name_not_utf8_refused_at_init(void **state)
+{
+    (void)state;
+    slot.name = "pump\x80";
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    assert_string_equal(fake.last_log, "slots[0] is not printable UTF-8");
+    slot.name = "pump\tc1";
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+}
+
 static void test_hang_up_reopens_after_back_off(void **state)
 {
     (void)state;
@@ -241,6 +266,8 @@ int main(void)
         cmocka_unit_test_setup(test_refusal_closes_the_line_and_registers_again_after_the_longest_back_off, setup),
         cmocka_unit_test_setup(test_a_slot_let_go_after_traffic_closes_and_registers_again_soon, setup),
         cmocka_unit_test_setup(test_oversize_refused_in_a_frame, setup),
+        cmocka_unit_test_setup(test_answer_too_large_answered_in_a_frame, setup),
+        cmocka_unit_test_setup(test_slot_name_not_utf8_refused_at_init, setup),
         cmocka_unit_test_setup(test_hang_up_reopens_after_back_off, setup),
         cmocka_unit_test_setup(test_open_failure_names_the_device, setup),
     };

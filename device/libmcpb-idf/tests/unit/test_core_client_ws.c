@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -212,9 +213,34 @@ static void test_http_401_is_a_refusal_with_the_body(void **state)
     poll_times(3);
     assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
     assert_int_equal(fake.last_event.http_status, 401);
-    assert_non_null(strstr(fake.last_event.reason, "HTTP 401: {\"error\":\"invalid_provider_token\""));
+    assert_string_equal(fake.last_event.reason, "HTTP 401: bad");
     assert_true(fake.last_event.retry_in_ms >= 15000);
     assert_null(strstr(fake.last_log, "tok-1")); /* the secret is never logged */
+}
+
+/* The gateway's refusal body, {"error": …, "error_description": …} with the description past the
+ * first 123 bytes and escaped quotes in it: the reason is the description, decoded and cut to 123. */
+static void test_http_refusal_reason_is_the_error_description(void **state)
+{
+    static const char body[] =
+        "{\"error\": \"provider_identity_revoked\", \"padding\": \"0123456789012345678901234567890123456789012345678\", "
+        "\"error_description\": \"The identity \\\"valve-2\\\" this device presents was revoked on this gateway "
+        "(mcp-gateway devices revoke). Install the device again to issue it a new one.\"}";
+    static const char want[] = "HTTP 401: The identity \"valve-2\" this device presents was revoked on this gateway "
+                               "(mcp-gateway devices revoke). Install the";
+    char head[128];
+    (void)state;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    mcpb_client_poll(&client, 100);
+    fake_take_request(&fake);
+    snprintf(head, sizeof(head), "HTTP/1.1 401 Unauthorized\r\nContent-Length: %u\r\n\r\n", (unsigned)strlen(body));
+    fake_push(&fake, head, strlen(head));
+    fake_push(&fake, body, strlen(body));
+    poll_times(6); /* 256 bytes a read: the body comes in a later read than its first bytes */
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_int_equal(fake.last_event.http_status, 401);
+    assert_int_equal(strlen(want), MCPB_REASON_MAX);
+    assert_string_equal(fake.last_event.reason, want);
 }
 
 /* The refusal's body may come in a later read than its head: the reason waits for it. */
@@ -318,7 +344,8 @@ static void test_oversize_request_answered_and_link_survives(void **state)
     assert_true(mcpb_client_connected(&client));
 }
 
-static void test_answer_too_large_sends_nothing(void **state)
+/* A handler whose answer does not fit: the caller gets -32603 under its id at once, not its deadline. */
+static void test_answer_too_large_answered_with_an_error(void **state)
 {
     uint8_t opcode;
     size_t len;
@@ -328,10 +355,16 @@ static void test_answer_too_large_sends_nothing(void **state)
     fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"tools/list\"}");
     poll_times(1);
     assert_int_equal(handler.calls, 1);
-    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), -1);
-    assert_int_equal(client.dropped, 1);
-    assert_non_null(strstr(fake.last_log, "not sent"));
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_int_equal(opcode, MCPB_WS_TEXT);
+    assert_string_equal(payload, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"error\":{\"code\":-32603,\"message\":"
+                                 "\"Response too large\"}}");
     assert_true(mcpb_client_connected(&client));
+    /* an integer id, as written */
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":77,\"method\":\"tools/call\"}");
+    poll_times(1);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_non_null(strstr(payload, "\"id\":77,\"error\":{\"code\":-32603"));
 }
 
 static void test_silence_redials_with_close_1001(void **state)
@@ -417,12 +450,13 @@ int main(void)
         cmocka_unit_test_setup(test_close_after_traffic_redials_soon, setup),
         cmocka_unit_test_setup(test_failed_dials_after_a_good_link_keep_doubling, setup),
         cmocka_unit_test_setup(test_http_401_is_a_refusal_with_the_body, setup),
+        cmocka_unit_test_setup(test_http_refusal_reason_is_the_error_description, setup),
         cmocka_unit_test_setup(test_http_401_body_after_the_head, setup),
         cmocka_unit_test_setup(test_http_400_and_503, setup),
         cmocka_unit_test_setup(test_wrong_accept_not_http_and_timeout, setup),
         cmocka_unit_test_setup(test_connect_failures_back_off_exponentially, setup),
         cmocka_unit_test_setup(test_oversize_request_answered_and_link_survives, setup),
-        cmocka_unit_test_setup(test_answer_too_large_sends_nothing, setup),
+        cmocka_unit_test_setup(test_answer_too_large_answered_with_an_error, setup),
         cmocka_unit_test_setup(test_silence_redials_with_close_1001, setup),
         cmocka_unit_test_setup(test_lost_connection_and_protocol_error, setup),
         cmocka_unit_test_setup(test_stop_closes_with_1001, setup),

@@ -104,6 +104,11 @@ static void test_format(void **state)
     assert_string_equal(out, "4294967295 0 7");
     assert_int_equal(mcpb_format(out, 6, "abc%sxyz", "def"), 9); /* cut, NUL-terminated, whole length */
     assert_string_equal(out, "abcde");
+    /* %j and %P through mcpb_format_fit: a JSON string, a path segment; 0 when it does not fit */
+    assert_int_equal(mcpb_format_fit(out, sizeof out, "%j/%P", "a\"b\x01", "a b/\xc3\xa9~-._"), 31);
+    assert_string_equal(out, "\"a\\\"b\\u0001\"/a%20b%2F%C3%A9~-._");
+    assert_int_equal(mcpb_format_fit(out, 5, "%P", "a b"), 0);
+    assert_int_equal(mcpb_format_fit(out, 6, "%P", "a b"), 5);
 }
 
 static void test_id_in_head(void **state)

@@ -104,6 +104,25 @@ static void test_too_large_answer(void **state)
     assert_int_equal(mcpb_too_large_answer(out, 40, head, strlen(head), 9000, 4096), 0);
 }
 
+static void test_too_large_response(void **state)
+{
+    static const char request[] = "{\"jsonrpc\":\"2.0\",\"method\":\"tools/list\",\"id\":-3}";
+    char out[256];
+    size_t n;
+    (void)state;
+    n = mcpb_too_large_response(out, sizeof(out), request, strlen(request));
+    assert_int_equal(n, strlen(out));
+    assert_string_equal(out, "{\"jsonrpc\":\"2.0\",\"id\":-3,\"error\":{\"code\":-32603,\"message\":\"Response too "
+                             "large\"}}");
+    mcpb_too_large_response(out, sizeof(out), "{\"method\":\"ping\"}", 17);
+    assert_non_null(strstr(out, "\"id\":null,"));
+    /* cut anywhere: nothing */
+    assert_int_equal(mcpb_too_large_response(out, 20, request, strlen(request)), 0);
+    assert_int_equal(mcpb_too_large_response(out, 60, request, strlen(request)), 0);
+    assert_int_equal(mcpb_too_large_response(out, n, request, strlen(request)), 0);
+    assert_int_equal(mcpb_too_large_response(out, n + 1, request, strlen(request)), n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -113,6 +132,7 @@ int main(void)
         cmocka_unit_test(test_register_request),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_too_large_answer),
+        cmocka_unit_test(test_too_large_response),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -385,8 +385,8 @@ static void test_answer_too_large_for_out_becomes_an_error(void **state)
     assert_int_equal(mcpb_mqtt_serve(&r->m, 100, echo_handler, &r->e), 0);
     assert_int_equal(r->f.publishes, 2);
     assert_string_equal(r->f.published[1].data,
-                        "{\"jsonrpc\":\"2.0\",\"id\":12,\"error\":{\"code\":-32603,\"message\":\"Internal error: "
-                        "the answer does not fit this device's frame\"}}");
+                        "{\"jsonrpc\":\"2.0\",\"id\":12,\"error\":{\"code\":-32603,\"message\":\"Response too "
+                        "large\"}}");
 }
 
 static void test_silence_from_the_gateway_ends_the_link(void **state)
