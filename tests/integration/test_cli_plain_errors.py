@@ -4,8 +4,6 @@ trail at a relative path read from another directory, a device update whose toke
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,23 +13,14 @@ import pytest
 import sim.control_client
 from gateway.app import GatewayServer
 from sim.control_client import ControlUnreachable, get_pumps
-from tests.support.gateway_process import REPO, clean_environment, run_cli
+from tests.support.gateway_process import run_cli
+from tests.support.silent import silent_listener
 
 
 @pytest.fixture
 async def silent_endpoint() -> AsyncIterator[str]:
-    """A TCP listener that takes connections and never answers. Its base URL."""
-    held: list[asyncio.StreamWriter] = []
-
-    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)
-
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
-    yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    for writer in held:
-        writer.close()
-    server.close()
-    await server.wait_closed()
+    async with silent_listener() as url:
+        yield url
 
 
 async def test_a_silent_control_endpoint_names_the_timeout(
@@ -65,28 +54,12 @@ async def test_token_create_into_a_missing_directory_names_the_directory(tmp_pat
     assert ".tmp" not in err
 
 
-async def run_cli_in(directory: Path, *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        *args,
-        cwd=directory,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**clean_environment(), "PYTHONPATH": str(REPO)},
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 30)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
-
-
 async def test_audit_with_a_relative_path_from_another_directory_says_where_it_looked(tmp_path: Path) -> None:
     config = tmp_path / "gateway.toml"
     config.write_text('[audit]\npath = "audit.db"\n')
     elsewhere = tmp_path / "home"
     elsewhere.mkdir()
-    code, out, err = await run_cli_in(elsewhere, "audit", "--config", str(config))
+    code, out, err = await run_cli("audit", "--config", str(config), cwd=elsewhere)
     assert (code, out) == (2, "")
     assert err.rstrip().endswith(
         "(a relative [audit] path is read from the working directory, as mcp-gateway run reads it: here "

@@ -21,6 +21,7 @@ from tests.integration.test_cli_operator_errors import governed
 from tests.integration.test_reload import Reloadable, reloadable, rewrite
 from tests.support.gateway_process import REPO, clean_environment, run_cli
 from tests.support.servers import demo_server
+from tests.support.silent import silent_listener
 
 __all__ = ["governed", "reloadable"]  # fixtures, used by name
 
@@ -34,19 +35,9 @@ INITIALIZE = {
 
 @pytest.fixture
 async def silent_gateway() -> AsyncIterator[str]:
-    """A TCP listener that takes connections and never answers: a hung gateway. Its base URL."""
-    held: list[asyncio.StreamWriter] = []
-
-    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)
-
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    for writer in held:
-        writer.close()
-    server.close()
-    await server.wait_closed()
+    """A hung gateway: it takes connections and never answers. Its base URL."""
+    async with silent_listener() as url:
+        yield url
 
 
 async def test_a_silent_gateway_is_named_after_the_timeout(silent_gateway: str) -> None:

@@ -32,11 +32,12 @@ def clean_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**base, **(env or {})}
 
 
-async def run_cli(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
-    """`mcp-gateway ARGS` in a process of its own, with no MCP_GATEWAY_* but those in `env`:
-    its exit code, stdout and stderr."""
+async def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str, str]:
+    """`mcp-gateway ARGS` in a process of its own (in `cwd`, with the repository on its import path),
+    with no MCP_GATEWAY_* but those in `env`: its exit code, stdout and stderr."""
+    environment = clean_environment(env) if cwd is None else {**clean_environment(env), "PYTHONPATH": str(REPO)}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", *args, stdout=PIPE, stderr=PIPE, env=clean_environment(env)
+        sys.executable, "-m", "gateway.cli", *args, stdout=PIPE, stderr=PIPE, env=environment, cwd=cwd
     )
     stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode is not None

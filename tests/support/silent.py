@@ -1,0 +1,25 @@
+"""A TCP listener that takes connections and never answers: a hung gateway or control endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+
+@contextlib.asynccontextmanager
+async def silent_listener() -> AsyncIterator[str]:
+    """Its base URL (`http://127.0.0.1:<port>`) while it runs; every connection is held open unanswered."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
