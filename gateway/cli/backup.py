@@ -2,10 +2,11 @@
 
 DEST (a new or empty directory, made 0700) receives the audit trail and the device registry, each copied
 with SQLite's online backup (one state of the file, while the gateway goes on writing) and checked with
-`PRAGMA quick_check`; the state directory's firmware/ tree; the configuration file and every file it names;
-and manifest.json, which lists each file's original path, its place in the backup, size, sha256 and mode
-(`mcp-gateway restore` checks them all before it writes anything). A database that cannot be read stops
-the backup (exit 1) and leaves no DEST behind.
+`PRAGMA quick_check`; the state directory's firmware/ tree; the configuration file, every file it names
+and the local CA of `tls self-signed` beside the server certificate; and manifest.json, which lists each
+file's original path, its place in the backup, size, sha256, mode and owner (`mcp-gateway restore` checks
+them all before it writes anything). A database that cannot be read, or a DEST that cannot take a copy,
+stops the backup (exit 1) and leaves no DEST behind; a DEST inside the state directory is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli.backup_files import (
+    CA_BESIDE,
     CONFIG,
     DATABASES,
     DEFAULT_BUSY_S,
     FIRMWARE,
+    FULL_ERRNOS,
     MANIFEST,
     PRIVATE_DIRECTORY,
     PRIVATE_FILE,
@@ -32,9 +35,10 @@ from gateway.cli.backup_files import (
     Entry,
     Manifest,
     copy_database,
+    free_bytes,
     mode_text,
     named_files,
-    owner_names,
+    ownership,
     sha256_of,
     sync_directory,
     write_copy,
@@ -54,8 +58,14 @@ class _Refused(Exception):
     """DEST cannot take a backup: exit 2, nothing written."""
 
 
-def _prepare(dest: Path) -> bool:
+def _prepare(dest: Path, state: Path) -> bool:
     """Make DEST (0700, with missing parents 0700), or take an empty one; True when it was made here."""
+    place, home = dest.resolve(), state.resolve()
+    if place == home or home in place.parents:
+        raise _Refused(
+            f"{dest} is inside the state directory {state}: every later backup would hold this one (its secrets "
+            "too) as a firmware image or a stray file; give a directory outside the state directory"
+        )
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise _Refused(f"{dest} exists and is not a directory: give a new or empty directory")
     if dest.exists():
@@ -108,21 +118,35 @@ class _Writer:
             raise BackupError(f"{original} cannot be backed up: it is not a regular file (the {kind} database)")
         relative = Path(DATABASES) / name
         target = self._folder(relative)
-        copy_database(original, target, busy_s)
+        copy_database(original, target, busy_s, self.dest)
         info = original.stat()
         size, digest = sha256_of(target)
-        owner, group = owner_names(info)
         self.manifest.files.append(
-            Entry(kind, str(original), str(relative), size, digest, mode_text(PRIVATE_FILE), owner, group)
+            Entry(kind, str(original), str(relative), size, digest, mode_text(PRIVATE_FILE), **ownership(info))
         )
 
     def file(self, kind: str, original: Path, relative: Path, setting: str | None = None) -> None:
         info = original.stat()
         target = self._folder(relative)
-        size, digest = write_copy(original, target, info.st_mode & 0o777)
-        owner, group = owner_names(info)
+        size, digest = write_copy(original, target, info.st_mode & 0o777, self.dest)
+        link = os.readlink(original) if original.is_symlink() else None
+        directory = None
+        if kind in ("config", "named"):
+            folder = original.parent.stat()
+            directory = {"mode": mode_text(folder.st_mode), **ownership(folder)}
         self.manifest.files.append(
-            Entry(kind, str(original), str(relative), size, digest, mode_text(info.st_mode), owner, group, setting)
+            Entry(
+                kind,
+                str(original),
+                str(relative),
+                size,
+                digest,
+                mode_text(info.st_mode),
+                **ownership(info),
+                setting=setting,
+                link=link,
+                directory=directory,
+            )
         )
 
     def firmware(self, directory: Path) -> None:
@@ -146,6 +170,7 @@ class _Writer:
         if config_file is not None:
             listed.append(("config", None, config_file))
         listed += [("named", setting, path) for setting, path in named_files(config)]
+        listed += self._local_ca(config, {path for _, _, path in listed})
         for index, (kind, setting, path) in enumerate(listed):
             if not path.exists():
                 self.absent(kind, path, f"not found{f' (named by {setting})' if setting else ''}")
@@ -155,6 +180,23 @@ class _Writer:
                     f"{path} cannot be backed up: it is not a regular file ({setting or 'the config file'})"
                 )
             self.file(kind, path, Path(CONFIG) / f"{index:02d}-{path.name}", setting)
+
+    def _local_ca(self, config: Any, listed: set[Path]) -> list[tuple[str, str | None, Path]]:
+        """The local CA `mcp-gateway tls self-signed` writes beside the server certificate (ca-key.pem issues
+        the next one), when there is one; the half of it that is missing is listed as absent."""
+        from gateway.policy.tls_self_signed import CA_CERT, CA_KEY
+
+        if config.tls.cert_file is None:
+            return []
+        folder = Path(config.tls.cert_file).absolute().parent
+        found = [(name, folder / name) for name in (CA_CERT, CA_KEY) if (folder / name) not in listed]
+        if not any(path.exists() for _, path in found):
+            return []
+        for _, path in found:
+            if not path.exists():
+                why = f"not found beside {CA_BESIDE} (without {CA_KEY} a renewal of the certificate makes a new CA)"
+                self.absent("named", path, why)
+        return [("named", f"{name} beside {CA_BESIDE}", path) for name, path in found if path.exists()]
 
 
 def _write_manifest(dest: Path, manifest: Manifest) -> None:
@@ -208,10 +250,12 @@ def take_backup(args: argparse.Namespace, dest: Path, env: Mapping[str, str]) ->
 def cmd_backup(args: argparse.Namespace) -> int:
     import orjson
 
+    from gateway.devices.registry import state_directory
+
     dest = Path(args.dest).expanduser().absolute()
     env = state_environment(args)
     try:
-        made = _prepare(dest)
+        made = _prepare(dest, state_directory(env).absolute())
     except _Refused as exc:
         print(f"mcp-gateway backup: {exc}", file=sys.stderr)
         return 2
@@ -223,10 +267,12 @@ def cmd_backup(args: argparse.Namespace) -> int:
         print(f"mcp-gateway backup: {exc}; no backup was left in {dest}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(
-            f"mcp-gateway backup: {exc.filename or dest}: {exc.strerror or exc}; no backup was left in {dest}",
-            file=sys.stderr,
-        )
+        where = exc.filename or dest
+        if exc.errno in FULL_ERRNOS:
+            why = f"cannot write {where}: the file system of {dest} is full ({free_bytes(dest)} bytes free)"
+        else:
+            why = f"{where}: {exc.strerror or exc}"
+        print(f"mcp-gateway backup: {why}; no backup was left in {dest}", file=sys.stderr)
         return 1
     finally:
         if not done:

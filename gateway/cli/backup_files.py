@@ -4,6 +4,7 @@ their mode, SQLite's online copy and the checks of a copy (sha256, `PRAGMA quick
 from __future__ import annotations
 
 import contextlib
+import errno
 import grp
 import hashlib
 import os
@@ -29,6 +30,22 @@ PRIVATE_FILE = 0o600
 PRIVATE_DIRECTORY = 0o700
 DEFAULT_BUSY_S = 10.0
 """How long a database copy waits for a lock the running gateway holds (--busy-timeout)."""
+CA_BESIDE = "tls.cert_file"
+"""The local CA of `mcp-gateway tls self-signed` (ca.pem, ca-key.pem) lies beside this setting's file; a backup
+holds it under the setting `<name> beside tls.cert_file`."""
+DESTINATION_ERRORS = frozenset(
+    {
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_IOERR_WRITE,
+        sqlite3.SQLITE_IOERR_FSYNC,
+        sqlite3.SQLITE_IOERR_DIR_FSYNC,
+        sqlite3.SQLITE_IOERR_TRUNCATE,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_READONLY,
+    }
+)
+"""SQLite's errors of a database copy that come from writing the copy (the source is opened read-only)."""
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class BackupError(Exception):
@@ -50,6 +67,14 @@ class Entry:
     group: str | None = None
     setting: str | None = None
     """For a file the configuration names: the setting that names it, e.g. auth.token_files[0]."""
+    uid: int | None = None
+    gid: int | None = None
+    """The numeric owner and group (also of an owner or group without a name)."""
+    link: str | None = None
+    """The original was a symbolic link with this text: the backup holds the file it leads to."""
+    directory: dict[str, Any] | None = None
+    """For a configuration file: its directory's mode, owner, group, uid and gid, so that a restore that has to
+    make the directory makes it as it was."""
 
 
 @dataclass
@@ -65,13 +90,44 @@ class Manifest:
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["files"] = [{key: value for key, value in entry.items() if value is not None} for entry in data["files"]]
+        data["files"] = [_given(entry) for entry in data["files"]]
         return {"format": data.pop("format"), **data}
+
+
+def _given(item: dict[str, Any]) -> dict[str, Any]:
+    """`item` without its None values, also in a nested object (a file's directory)."""
+    return {
+        key: _given(value) if isinstance(value, dict) else value for key, value in item.items() if value is not None
+    }
 
 
 def _text(value: Any, name: str, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise BackupError(f"{where}: {name} is missing or not text")
+    return value
+
+
+def _optional(item: dict[str, Any], name: str, kind: type, where: str) -> Any:
+    value = item.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool) or (isinstance(value, int) and value < 0):
+        raise BackupError(f"{where}: {name} {value!r} is not {'a number' if kind is int else 'text'}")
+    return value
+
+
+def _directory(value: Any, where: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    at = f"{where}, directory"
+    if not isinstance(value, dict):
+        raise BackupError(f"{at} is not an object")
+    try:
+        int(_text(value.get("mode"), "mode", at), 8)
+    except ValueError:
+        raise BackupError(f"{at}: mode {value.get('mode')!r} is not octal") from None
+    for name, kind in (("owner", str), ("group", str), ("uid", int), ("gid", int)):
+        _optional(value, name, kind, at)
     return value
 
 
@@ -106,9 +162,13 @@ def read_manifest(source: Path) -> Manifest:
             size=size if isinstance(size := item.get("size"), int) else -1,
             sha256=_text(item.get("sha256"), "sha256", at),
             mode=_text(item.get("mode"), "mode", at),
-            owner=item.get("owner"),
-            group=item.get("group"),
-            setting=item.get("setting"),
+            owner=_optional(item, "owner", str, at),
+            group=_optional(item, "group", str, at),
+            setting=_optional(item, "setting", str, at),
+            uid=_optional(item, "uid", int, at),
+            gid=_optional(item, "gid", int, at),
+            link=_optional(item, "link", str, at),
+            directory=_directory(item.get("directory"), at),
         )
         inside = Path(entry.path)
         if inside.is_absolute() or ".." in inside.parts or not Path(entry.original).is_absolute():
@@ -158,30 +218,58 @@ def verify(source: Path, manifest: Manifest) -> None:
             )
 
 
-def owner_names(info: os.stat_result) -> tuple[str | None, str | None]:
-    """The names of a file's owner and group (None for an id without a name)."""
+def ownership(info: os.stat_result) -> dict[str, Any]:
+    """A file's owner and group: their names (left out for an id without a name) and numbers."""
     owner = group = None
     with contextlib.suppress(KeyError):
         owner = pwd.getpwuid(info.st_uid).pw_name
     with contextlib.suppress(KeyError):
         group = grp.getgrgid(info.st_gid).gr_name
-    return owner, group
+    return {"owner": owner, "group": group, "uid": info.st_uid, "gid": info.st_gid}
 
 
-def write_copy(source: Path, target: Path, mode: int) -> tuple[int, str]:
-    """Copy `source` to the new file `target` (never through a link; made `mode`), synced; its size and sha256."""
+def free_bytes(directory: Path) -> str:
+    """The bytes an unprivileged writer may still write on `directory`'s file system ("?" if unknown)."""
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return "?"
+    return str(found.f_bavail * found.f_frsize)
+
+
+def cannot_write(target: Path, dest: Path, why: str, full: bool, source: Path) -> BackupError:
+    """The copy `target` (under `dest`) of `source` cannot be written: the destination's fault, not the source's."""
+    try:
+        size = f"; {source} is {source.stat().st_size} bytes"
+    except OSError:
+        size = ""
+    free = free_bytes(target.parent)
+    if full:
+        return BackupError(f"cannot write {target}: the file system of {dest} is full ({free} bytes free{size})")
+    return BackupError(f"cannot write {target}: {why} ({free} bytes free on the file system of {dest}{size})")
+
+
+def write_copy(source: Path, target: Path, mode: int, dest: Path | None = None) -> tuple[int, str]:
+    """Copy `source` to the new file `target` (never through a link; made `mode`), synced; its size and sha256.
+    BackupError naming `target` and `dest` (default: its directory) when the copy cannot be written."""
     digest = hashlib.sha256()
     size = 0
     with source.open("rb") as reading:
         descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
-        with os.fdopen(descriptor, "wb") as writing:
-            while chunk := reading.read(CHUNK_BYTES):
-                writing.write(chunk)
-                digest.update(chunk)
-                size += len(chunk)
-            writing.flush()
-            os.fchmod(descriptor, mode)
-            os.fsync(descriptor)
+        try:
+            with os.fdopen(descriptor, "wb") as writing:
+                while chunk := reading.read(CHUNK_BYTES):
+                    writing.write(chunk)
+                    digest.update(chunk)
+                    size += len(chunk)
+                writing.flush()
+                os.fchmod(descriptor, mode)
+                os.fsync(descriptor)
+        except OSError as exc:
+            if exc.errno not in (*FULL_ERRNOS, errno.EFBIG, errno.EIO, errno.EROFS):
+                raise
+            why = exc.strerror or str(exc)
+            raise cannot_write(target, dest or target.parent, why, exc.errno in FULL_ERRNOS, source) from None
     return size, digest.hexdigest()
 
 
@@ -210,10 +298,11 @@ def quick_check(path: Path, busy_s: float = DEFAULT_BUSY_S) -> str | None:
     return None if found == ["ok"] else "; ".join(found[:3])
 
 
-def copy_database(source: Path, target: Path, busy_s: float) -> None:
+def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None:
     """One consistent state of the SQLite database `source` (a running gateway may be writing it) into the
     new file `target`, with SQLite's online backup; the copy is mode 0600, in rollback-journal mode (one file)
-    and passes quick_check. BackupError naming `source` when it cannot be read or the copy is not whole."""
+    and passes quick_check. BackupError naming `source` when it cannot be read or the copy is not whole, and
+    naming `target` and `dest` (the backup) when the copy cannot be written (a full file system)."""
     fail = f"{source} cannot be backed up"
     try:
         reading = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=busy_s)
@@ -230,6 +319,9 @@ def copy_database(source: Path, target: Path, busy_s: float) -> None:
         finally:
             writing.close()
     except sqlite3.Error as exc:
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code in DESTINATION_ERRORS:
+            raise cannot_write(target, dest, str(exc), code == sqlite3.SQLITE_FULL, source) from None
         raise BackupError(f"{fail}: {exc} (is it a SQLite database, and whole?)") from None
     finally:
         reading.close()
@@ -256,6 +348,23 @@ def _walk(value: Any, where: str) -> Iterator[tuple[str, str]]:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _walk(item, f"{where}[{index}]")
+
+
+def settings_in(data: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """Every file a configuration file's own TOML data names, as `named_files` names the setting
+    (`providers.auth.shared_secret.file`, `auth.token_files[0]`) and the path as written."""
+    if isinstance(data, dict):
+        for key, item in data.items():
+            here = f"{where}.{key}" if where else str(key)
+            if isinstance(item, str) and (key == "file" or key.endswith("_file")):
+                yield here, item
+            elif isinstance(item, list) and key.endswith("_files"):
+                yield from ((f"{here}[{index}]", text) for index, text in enumerate(item) if isinstance(text, str))
+            else:
+                yield from settings_in(item, here)
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            yield from settings_in(item, f"{where}[{index}]")
 
 
 def named_files(config: BaseModel) -> list[tuple[str, Path]]:

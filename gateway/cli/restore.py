@@ -5,7 +5,9 @@ The manifest and every file's size and sha256 are checked before anything is wri
 running there is refused (exit 2, naming its pid) and none can start meanwhile. A database, firmware image
 or configuration file already in place is replaced only with --force, and then kept beside it renamed
 `<name>.replaced-<UTC time>` (a database with its -wal and -shm files); a file whose content is already
-the backup's is left as it is. After the restore each restored database passes `PRAGMA quick_check`.
+the backup's is left as it is. With --with-config the configuration files go where the backed-up
+configuration names them (restore_targets). After the restore each restored database passes
+`PRAGMA quick_check`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,16 @@ from gateway.cli.backup_files import (
     write_copy,
 )
 from gateway.cli.common import Commands, with_config
+from gateway.cli.restore_targets import (
+    applied_mode,
+    config_places,
+    entry_owner,
+    give_owner,
+    is_secret,
+    make_config_parents,
+    mode_limit,
+    newer,
+)
 
 DATABASE_NAMES = {"audit": "the audit trail", "registry": "the device registry"}
 LOG_SUFFIXES = ("-wal", "-shm")
@@ -54,6 +66,10 @@ class Step:
     state_owned: bool
     in_place: bool = False
     """The file at `target` holds the backup's content already: left as it is."""
+    mode: int = PRIVATE_FILE
+    """The mode it is given (restore_targets.applied_mode)."""
+    via: Path | None = None
+    """The symbolic link `target` was reached through: the link is kept, the file it leads to written."""
 
     @property
     def what(self) -> str:
@@ -78,16 +94,41 @@ def _audit_target(args: argparse.Namespace, source: Path, manifest: Manifest, en
 
 
 def _file_step(entry: Entry, target: Path, state_owned: bool) -> Step:
-    """A file goes to `target`: it replaces one whose content differs, and is left out where the same is."""
+    """A file goes to `target`: it replaces one whose content differs, and is left out where the same is.
+    A configuration file's place that is a symbolic link is followed (the link kept, the file it leads to
+    compared and written); one in the state directory, which the gateway's user may write, is not."""
+    mode = applied_mode(entry)
+    via = None
+    if target.is_symlink() and not state_owned:
+        try:
+            leads_to = target.resolve(strict=True)
+        except (OSError, RuntimeError):
+            leads_to = None
+        holder = target.parent.stat()
+        if holder.st_uid != os.geteuid() or holder.st_mode & 0o022:  # another user may have made the link
+            raise _Refused(
+                f"{target} is a symbolic link in a directory another user may write (owner uid {holder.st_uid}, "
+                f"mode {holder.st_mode & 0o7777:04o}): restore never writes through it, also with --force; check "
+                "where it leads, replace it by the file or remove it, then restore again; nothing was restored"
+            )
+        if leads_to is None or not leads_to.is_file():
+            raise _Refused(
+                f"{target} is a symbolic link to {os.readlink(target)}, which leads to no regular file: restore "
+                "never replaces a link, also with --force; point it at the file or remove it, then restore again; "
+                "nothing was restored"
+            )
+        via, target = target, leads_to
     if target.is_symlink() or (target.exists() and not target.is_file()):
-        return Step(entry, target, True, state_owned)
+        return Step(entry, target, True, state_owned, mode=mode, via=via)
     if not target.exists():
-        return Step(entry, target, False, state_owned)
+        return Step(entry, target, False, state_owned, mode=mode, via=via)
     same = sha256_of(target) == (entry.size, entry.sha256)
-    return Step(entry, target, not same, state_owned, in_place=same)
+    return Step(entry, target, not same, state_owned, in_place=same, mode=mode, via=via)
 
 
-def _plan(args: argparse.Namespace, source: Path, manifest: Manifest, env: Mapping[str, str]) -> list[Step]:
+def _plan(
+    args: argparse.Namespace, source: Path, manifest: Manifest, env: Mapping[str, str], places: Mapping[int, Path]
+) -> list[Step]:
     from gateway.devices.registry import FILE_NAME, state_directory
     from gateway.flash.firmware import default_firmware_dir
 
@@ -95,15 +136,15 @@ def _plan(args: argparse.Namespace, source: Path, manifest: Manifest, env: Mappi
     firmware = default_firmware_dir(env).absolute()
     audit = _audit_target(args, source, manifest, env)
     steps = []
-    for entry in manifest.files:
+    for index, entry in enumerate(manifest.files):
         if entry.kind in DATABASE_NAMES:
             target = audit if entry.kind == "audit" else state / FILE_NAME
             in_place = target.exists() or target.is_symlink()
             steps.append(Step(entry, target, in_place, state in target.parents))
         elif entry.kind == "firmware":
             steps.append(_file_step(entry, firmware / Path(entry.path).relative_to(FIRMWARE), True))
-        elif args.with_config:
-            steps.append(_file_step(entry, Path(entry.original), False))
+        elif index in places:
+            steps.append(_file_step(entry, places[index], False))
     return steps
 
 
@@ -121,8 +162,12 @@ def _lock(env: Mapping[str, str], audit: Path | None) -> list[int]:
         for what, directory, name in places:
             ensure_directory(directory)
             lock = directory.resolve() / name
+            made = not (lock.exists() or lock.is_symlink())
             try:
                 descriptors.append(lock_file(lock))
+                if made and os.geteuid() == 0:  # the gateway's user must lock it after us
+                    folder = lock.parent.stat()
+                    os.fchown(descriptors[-1], folder.st_uid, folder.st_gid)
             except _Held as held:
                 pid = f"pid {held.pid}" if held.pid else "a process that wrote no pid"
                 raise _Refused(
@@ -156,21 +201,13 @@ def _make_parents(directory: Path, owner: tuple[int, int] | None) -> None:
 
 
 def _chown(path: Path, step: Step, state_owner: tuple[int, int] | None) -> None:
-    """As root: a state file goes to the state directory's owner, a configuration file to its recorded owner."""
+    """As root: a state file goes to the state directory's owner, another file to its recorded owner."""
     if os.geteuid() != 0:
         return
     if step.state_owned and state_owner is not None:
         os.chown(path, *state_owner)
         return
-    import grp
-    import pwd
-
-    uid = gid = -1
-    with contextlib.suppress(KeyError, TypeError):
-        uid = pwd.getpwnam(step.entry.owner or "").pw_uid
-    with contextlib.suppress(KeyError, TypeError):
-        gid = grp.getgrnam(step.entry.group or "").gr_gid
-    os.chown(path, uid, gid)
+    give_owner(path, entry_owner(step.entry), step.target)
 
 
 def _aside(target: Path, stamp: str) -> Path:
@@ -187,17 +224,25 @@ def _with_logs(path: Path) -> list[Path]:
     return [path, *(path.with_name(path.name + suffix) for suffix in LOG_SUFFIXES)]
 
 
-def _put(source: Path, step: Step, stamp: str, state_owner: tuple[int, int] | None) -> str | None:
+def _put(
+    source: Path,
+    step: Step,
+    stamp: str,
+    state_owner: tuple[int, int] | None,
+    folders: Mapping[Path, Mapping[str, object]],
+) -> str | None:
     """Write one file of the backup to its target (through a temporary file beside it, renamed in place);
-    the name the replaced file was kept under, if any."""
+    the name the replaced file was kept under, if any. `folders`: the recorded directories of config files."""
     target = step.target
-    _make_parents(target.parent, state_owner if step.state_owned else None)
     database = step.entry.kind in DATABASE_NAMES
-    mode = PRIVATE_FILE if database else int(step.entry.mode, 8) & 0o777
+    if database or step.state_owned:
+        _make_parents(target.parent, state_owner if step.state_owned else None)
+    else:
+        make_config_parents(target.parent, folders, entry_owner(step.entry))
     temporary = target.with_name(f".{target.name}.restoring")
     with contextlib.suppress(FileNotFoundError):
         temporary.unlink()
-    write_copy(source / step.entry.path, temporary, mode)
+    write_copy(source / step.entry.path, temporary, step.mode)
     _chown(temporary, step, state_owner)
     aside: Path | None = None
     if step.replaces:
@@ -216,14 +261,16 @@ def _put(source: Path, step: Step, stamp: str, state_owner: tuple[int, int] | No
     return None if aside is None else str(aside)
 
 
-def _restore(args: argparse.Namespace, source: Path, manifest: Manifest, env: Mapping[str, str]) -> list[Step]:
+def _restore(
+    args: argparse.Namespace, source: Path, manifest: Manifest, env: Mapping[str, str], places: Mapping[int, Path]
+) -> list[Step]:
     """Lock, plan, refuse or write; the steps written."""
     from gateway.devices.registry import state_directory
 
     writes_audit = any(entry.kind == "audit" for entry in manifest.files)
     descriptors = _lock(env, _audit_target(args, source, manifest, env) if writes_audit else None)
     try:
-        steps = _plan(args, source, manifest, env)
+        steps = _plan(args, source, manifest, env, places)
         in_the_way = [step for step in steps if step.replaces]
         if in_the_way and not args.force:
             lines = "\n".join(
@@ -239,12 +286,18 @@ def _restore(args: argparse.Namespace, source: Path, manifest: Manifest, env: Ma
         state_info = state.stat()
         state_owner = (state_info.st_uid, state_info.st_gid)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        folders = {
+            step.target.parent: step.entry.directory
+            for step in steps
+            if step.entry.directory and step.via is None and Path(step.entry.original).parent == step.target.parent
+        }
         for step in steps:
+            link = "" if step.via is None else f" (through the link {step.via})"
             if step.in_place:
-                print(f"in place already: {step.what} {step.target} (the backup's content)")
+                print(f"in place already: {step.what} {step.target}{link} (the backup's content)")
                 continue
-            kept = _put(source, step, stamp, state_owner)
-            print(f"restored {step.what} {step.target} ({step.entry.size} bytes, mode {oct_mode(step)})")
+            kept = _put(source, step, stamp, state_owner, folders)
+            print(f"restored {step.what} {step.target}{link} ({step.entry.size} bytes, mode {_mode_said(step)})")
             if kept is not None:
                 print(f"  kept the file it replaced as {kept}")
     finally:
@@ -252,8 +305,13 @@ def _restore(args: argparse.Namespace, source: Path, manifest: Manifest, env: Ma
     return steps
 
 
-def oct_mode(step: Step) -> str:
-    return f"{PRIVATE_FILE:04o}" if step.entry.kind in DATABASE_NAMES else step.entry.mode
+def _mode_said(step: Step) -> str:
+    """The mode applied, and the recorded one when restore narrowed it."""
+    applied = f"{step.mode:04o}"
+    if step.entry.kind in DATABASE_NAMES or int(step.entry.mode, 8) == step.mode:
+        return applied
+    kind = "a secret" if is_secret(step.entry) else "a file"
+    return f"{applied}; the backup says {step.entry.mode}, restore gives {kind} at most {mode_limit(step.entry):04o}"
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
@@ -264,17 +322,35 @@ def cmd_restore(args: argparse.Namespace) -> int:
             f"mcp-gateway restore: {source} is not a directory: give the one mcp-gateway backup wrote", file=sys.stderr
         )
         return 2
+    from gateway import __version__
+
     try:
         manifest = read_manifest(source)
         verify(source, manifest)
+        for entry in manifest.files:
+            if entry.kind not in DATABASE_NAMES:
+                applied_mode(entry)
+        places, left_out = config_places(args, source, manifest, env) if args.with_config else ({}, [])
     except BackupError as exc:
         print(f"mcp-gateway restore: {exc}", file=sys.stderr)
         return 1
+    if newer(manifest.gateway_version, __version__):
+        print(
+            f"mcp-gateway restore: warning: the backup was made by gateway {manifest.gateway_version}, newer than "
+            f"this one ({__version__}); its format {manifest.format} is one this gateway reads, but a newer "
+            "gateway's databases may hold what this one does not know: update this gateway first if you can",
+            file=sys.stderr,
+        )
     try:
-        steps = _restore(args, source, manifest, env)
+        steps = _restore(args, source, manifest, env, places)
     except _Refused as exc:
         print(f"mcp-gateway restore: {exc}", file=sys.stderr)
         return 2
+    except BackupError as exc:
+        print(f"mcp-gateway restore: {exc}", file=sys.stderr)
+        return 1
+    for line in left_out:
+        print(line)
     failed = False
     for step in steps:
         if step.entry.kind in DATABASE_NAMES:
