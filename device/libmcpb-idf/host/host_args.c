@@ -3,13 +3,14 @@
 
 #include "host_args.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static const char usage[] =
-    "usage: pump1-host --url ws://HOST:PORT --slot SLOT [--slot SLOT2 ...] [--multiplex]\n"
+    "usage: pump1-host --url ws://HOST[:PORT][/PATH] --slot SLOT [--slot SLOT2 ...] [--multiplex]\n"
     "                  [--token-file FILE] [--device-id ID] [--no-aggregate] [--verbose]\n"
     "       pump1-host --serial /dev/ttyX [--baud 115200] --slot SLOT [--device-id ID]\n"
     "       pump1-host --mqtt HOST:PORT --slot SLOT [--mqtt-user USER --mqtt-password-file FILE]\n"
@@ -23,10 +24,10 @@ static int complain(const char *what, const char *value)
     return -1;
 }
 
-/* ws://host[:port][/anything] into host and port. */
+/* ws://host[:port][/path] into host and port: one URL, nothing after the port but a path. */
 static int parse_url(host_args_t *args, const char *url)
 {
-    const char *rest, *end, *colon;
+    const char *rest, *end, *colon, *after;
     size_t host_len;
     if (strncmp(url, "ws://", 5) == 0) {
         rest = url + 5;
@@ -46,6 +47,7 @@ static int parse_url(host_args_t *args, const char *url)
         host_len = (size_t)(close - rest - 1);
         memcpy(args->host, rest + 1, host_len < sizeof(args->host) ? host_len : 0);
         colon = close[1] == ':' ? close + 1 : NULL;
+        after = close + 1;
     } else {
         colon = memchr(rest, ':', (size_t)(end - rest));
         host_len = (size_t)((colon ? colon : end) - rest);
@@ -53,6 +55,7 @@ static int parse_url(host_args_t *args, const char *url)
             return complain("host name too long", url);
         }
         memcpy(args->host, rest, host_len);
+        after = end;
     }
     if (host_len == 0 || host_len >= sizeof(args->host)) {
         return complain("no host in the URL", url);
@@ -60,29 +63,50 @@ static int parse_url(host_args_t *args, const char *url)
     args->host[host_len] = '\0';
     args->port = 80;
     if (colon != NULL) {
-        long number = strtol(colon + 1, NULL, 10);
-        if (number <= 0 || number > 65535) {
-            return complain("bad port in the URL", url);
+        unsigned long number = 0;
+        for (after = colon + 1; *after >= '0' && *after <= '9' && number <= 65535; after++) {
+            number = number * 10 + (unsigned long)(*after - '0');
+        }
+        if (after == colon + 1 || number == 0 || number > 65535) {
+            return complain("the port in the URL must be a number from 1 to 65535", url);
         }
         args->port = (uint16_t)number;
+    }
+    if (*after != '\0' && *after != '/') {
+        /* "ws://a:1,ws://b:2" would dial a:1 alone: the host program knows one gateway */
+        return complain("one URL, ws://HOST[:PORT][/PATH]: nothing may follow the port but a path", url);
     }
     return 0;
 }
 
+/* The token is the file's text with the whitespace around it taken off, as the gateway reads its
+ * own token files: a trailing newline is not part of it. A control character inside it is left for
+ * mcpb_client_init to refuse, naming the token. */
 static int read_token(host_args_t *args, const char *path)
 {
     FILE *file = fopen(path, "r");
-    size_t len;
+    size_t len, start = 0;
+    int more = 0, c;
     if (file == NULL) {
         return complain("cannot read the token file", path);
     }
-    if (fgets(args->token, sizeof(args->token), file) == NULL) {
-        args->token[0] = '\0';
+    len = fread(args->token, 1, HOST_TOKEN_MAX, file);
+    while ((c = fgetc(file)) != EOF) {
+        more |= !isspace(c); /* whitespace after a token of the longest length is still no part of it */
     }
     fclose(file);
-    len = strcspn(args->token, "\r\n");
-    args->token[len] = '\0';
-    if (len == 0) {
+    while (len > 0 && isspace((unsigned char)args->token[len - 1])) {
+        len--;
+    }
+    while (start < len && isspace((unsigned char)args->token[start])) {
+        start++;
+    }
+    if (more) {
+        return complain("the token is longer than " HOST_STRING(HOST_TOKEN_MAX) " bytes", path);
+    }
+    memmove(args->token, args->token + start, len - start);
+    args->token[len - start] = '\0';
+    if (len == start) {
         return complain("the token file is empty", path);
     }
     return 0;

@@ -5,6 +5,9 @@
 #include <stdint.h>
 
 #define HOST_MAX_SLOTS 4
+#define HOST_TOKEN_MAX 511 /* bytes of the token read from --token-file */
+#define HOST_STRING_OF(x) #x
+#define HOST_STRING(x) HOST_STRING_OF(x)
 
 typedef struct {
     char host[256];           /* from --url, or the serial device from --serial */
@@ -14,7 +17,7 @@ typedef struct {
     const char *slots[HOST_MAX_SLOTS];
     int slot_count;
     int aggregate;
-    char token[512];          /* read from --token-file; never logged */
+    char token[HOST_TOKEN_MAX + 1]; /* read from --token-file, whitespace around it taken off; never logged */
     char device_id[128];
     int verbose;
     unsigned baud;

@@ -117,6 +117,11 @@ static int send_registers(mcpb_client_t *client)
     return 0;
 }
 
+/* A failed dial's reason; its tail ("%s:%u") is a connected link's: one string, not two (a
+ * serial-only build keeps the tail alone). */
+static const char cannot_connect[] = "cannot connect to %s:%u";
+#define HOST_PORT (MCPB_WITH_WEBSOCKET ? cannot_connect + 18 : "%s:%u")
+
 static void link_up(mcpb_client_t *client)
 {
     char where[96];
@@ -132,7 +137,7 @@ static void link_up(mcpb_client_t *client)
     if (send_registers(client) < 0) {
         return;
     }
-    mcpb_format(where, sizeof(where), "%s:%u", client->config.host, (unsigned)client->config.port);
+    mcpb_format(where, sizeof(where), HOST_PORT, client->config.host, (unsigned)client->config.port);
     emit(client, MCPB_LINK_CONNECTED, 0, 0, "", where, 0);
 }
 
@@ -329,7 +334,7 @@ static void dial(mcpb_client_t *client)
         if (WAY_SERIAL(client)) {
             mcpb_format(reason, sizeof(reason), "cannot open %s", config->host);
         } else {
-            mcpb_format(reason, sizeof(reason), "cannot connect to %s:%u", config->host, (unsigned)config->port);
+            mcpb_format(reason, sizeof(reason), cannot_connect, config->host, (unsigned)config->port);
         }
         link_failed(client, reason);
         return;
@@ -351,7 +356,7 @@ static void dial(mcpb_client_t *client)
     len = mcpb_ws_request(client->buffers.answer, client->buffers.answer_cap, config->host, config->port, path,
                           client->key, config->token, config->agent != NULL ? config->agent : "libmcpb-idf");
     if (len == 0 || client->port.send(client->port.ctx, (const uint8_t *)client->buffers.answer, len) < 0) {
-        link_failed(client, len == 0 ? "upgrade request too long" : "cannot send the upgrade");
+        link_failed(client, len == 0 ? "upgrade request too long" : "send failed");
         return;
     }
     client->state = MCPB_STATE_UPGRADING;
@@ -405,7 +410,7 @@ static void upgrade_step(mcpb_client_t *client, uint32_t timeout_ms)
             return;
         }
         if (got < 0) {
-            failure = "closed during upgrade";
+            failure = "connection lost"; /* the text of a loss once open; the kind (error) tells them apart */
         } else {
             memcpy(client->buffers.message + client->head_len, client->buffers.rx, (size_t)got);
             client->head_len += (size_t)got;
@@ -447,7 +452,7 @@ static void open_step(mcpb_client_t *client, uint32_t timeout_ms)
         mcpb_format(reason, sizeof(reason), "no frame or ping from the gateway for %lu s",
                  (unsigned long)(client->config.silence_ms / 1000));
         if (WAY_WS(client)) {
-            mcpb__send_close(client, 1001, "device reconnecting: gateway silent");
+            mcpb__send_close(client, 1001, reason); /* the gateway logs why the device left */
         }
         link_failed(client, reason);
         return;
@@ -541,10 +546,30 @@ static int slot_names_ok(mcpb_client_t *client)
 #define slot_names_ok(client) 1 /* one slot, named by the URL */
 #endif
 
+/* The name of the first of host, token and agent that holds a control character, else NULL: the
+ * token and the agent go into the upgrade's header lines and the host into its Host line, where a
+ * CR or LF would end the line early (the serial device path has no use for one either). */
+static const char *control_in(const mcpb_client_config_t *config)
+{
+    static const char names[] = "host\0\0token\0agent"; /* six bytes apart */
+    const char *const texts[] = {config->host, config->token, config->agent};
+    const char *name = names;
+    size_t i;
+    for (i = 0; i < 3; i++, name += 6) {
+        const unsigned char *s = (const unsigned char *)texts[i];
+        for (; s != NULL && *s != 0; s++) {
+            if (*s < 0x20 || *s == 0x7F) {
+                return name;
+            }
+        }
+    }
+    return NULL;
+}
+
 int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, const mcpb_port_t *port,
                      const mcpb_buffers_t *buffers)
 {
-    const char *problem = NULL;
+    const char *problem = NULL, *field = NULL;
     size_t i;
     memset(client, 0, sizeof(*client));
     client->config = *config;
@@ -571,6 +596,8 @@ int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, 
         problem = "buffers too small";
     } else if (!way_built_in(config->way)) {
         problem = WAY_MISSING;
+    } else if ((field = control_in(config)) != NULL) {
+        problem = "%s holds a control character";
     }
     for (i = 0; problem == NULL && i < config->slot_count; i++) {
         size_t len = config->slots[i].name != NULL ? strlen(config->slots[i].name) : 0;
@@ -579,12 +606,13 @@ int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, 
         }
     }
     if (problem != NULL) {
-        client->port.log(client->port.ctx, MCPB_LOG_ERROR, problem);
+        mcpb__log(client, MCPB_LOG_ERROR, problem, field); /* a format: only the field's takes its %s */
     }
     if (problem != NULL || !slot_names_ok(client)) {
         client->state = MCPB_STATE_STOPPED;
         return -1;
     }
+    /* a maximum below the minimum is raised to it (mcpb_backoff_init) */
     mcpb_backoff_init(&client->backoff, config->backoff_min_ms ? config->backoff_min_ms : 1000u,
                       config->backoff_max_ms ? config->backoff_max_ms : 30000u);
     client->state = MCPB_STATE_IDLE;

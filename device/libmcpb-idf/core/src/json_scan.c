@@ -237,16 +237,16 @@ static size_t put_text(char *out, size_t limit, size_t n, const char *text, char
             len = 2;
         } else if (quoted && *c < 0x20) {
             memcpy(piece, "\\u00", 4);
-            piece[4] = MCPB_HEX_DIGITS[*c >> 4];
-            piece[5] = MCPB_HEX_DIGITS[*c & 15];
             len = 6;
         } else if (MCPB_WITH_WEBSOCKET && how == 'P' && (low < 'a' || low > 'z') && (*c < '0' || *c > '9') &&
                    strchr("-._~", *c) == NULL) {
             /* not unreserved (RFC 3986): percent-encoded */
             piece[0] = '%';
-            piece[1] = MCPB_HEX_DIGITS[*c >> 4];
-            piece[2] = MCPB_HEX_DIGITS[*c & 15];
             len = 3;
+        }
+        if (len > 2) { /* \u00XX or %XX: the byte's two hex digits last */
+            piece[len - 2] = MCPB_HEX_DIGITS[*c >> 4];
+            piece[len - 1] = MCPB_HEX_DIGITS[*c & 15];
         }
         for (i = 0; i < len; i++) {
             n = put_char(out, limit, n, piece[i]);

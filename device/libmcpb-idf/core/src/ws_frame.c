@@ -68,12 +68,9 @@ static int start_frame(mcpb_ws_rx_t *rx)
     uint32_t size = rx->header[1] & 0x7Fu, high = 0;
     rx->fin = first >> 7;
     rx->opcode = first & 0x0Fu;
-    if (at > 2) { /* 16 or 64 bits, big endian */
-        size = 0;
-        for (i = 2; i < at; i++) {
-            high |= size >> 24;
-            size = size << 8 | rx->header[i];
-        }
+    for (i = 2; i < at; i++) { /* 16 or 64 bits, big endian, after the 7-bit 126 or 127 */
+        high |= size >> 24;
+        size = (i == 2 ? 0 : size << 8) | rx->header[i];
     }
     memcpy(rx->mask, rx->header + at, 4); /* servers do not mask; tolerated anyway */
     rx->remaining = high != 0 ? UINT32_MAX : size; /* 4 GB or more: over any cap (it will not come) */

@@ -82,11 +82,12 @@ typedef struct {
 
 typedef struct {
     mcpb_way_t way;
-    const char *host;             /* TCP host name or address; for serial, the device path */
+    const char *host;             /* TCP host name or address; for serial, the device path. Host, token
+                                   * and agent hold no control character (init refuses one) */
     uint16_t port;                /* TCP port; 0 for serial */
     const char *token;            /* provider secret (X-Provider-Token), or NULL */
     const char *agent;            /* User-Agent, or NULL for "libmcpb-idf" */
-    const char *device_id;
+    const char *device_id;        /* hello.device_id, written as a JSON string (escaped) */
     const char *firmware_name;
     const char *firmware_version;
     const mcpb_slot_t *slots;
@@ -94,7 +95,7 @@ typedef struct {
     uint32_t silence_ms;          /* nothing from the gateway this long: redial (default 90000) */
     uint32_t handshake_ms;        /* the upgrade answer must come within (default 10000) */
     uint32_t backoff_min_ms;      /* default 1000 */
-    uint32_t backoff_max_ms;      /* default 30000 */
+    uint32_t backoff_max_ms;      /* default 30000; below backoff_min_ms it is raised to it */
     mcpb_event_fn on_event;       /* optional */
     void *event_ctx;
     void (*on_heard)(void *ctx);  /* optional: every frame from the gateway, pings included */

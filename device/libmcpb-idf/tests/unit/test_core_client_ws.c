@@ -440,6 +440,65 @@ static void test_bad_configuration_refused(void **state)
     assert_non_null(strstr(fake.last_log, "buffers too small"));
 }
 
+/* init refuses a host, token or agent that holds a control character, naming the field and never
+ * the secret: a token read with fgets keeps its newline, which would end the X-Provider-Token line
+ * (the gateway answered 400 and echoed the secret into the board's log). The device id goes into
+ * the register frame as a JSON string, escaped: a control character there is harmless. */
+static void test_control_characters_refused(void **state)
+{
+    static const struct {
+        const char **field;
+        const char *value;
+        const char *log;
+    } cases[] = {
+        {&config.token, "tok-1\n", "token holds a control character"},
+        {&config.token, "tok\r\nX-Other: 1", "token holds a control character"},
+        {&config.agent, "agent\x7f", "agent holds a control character"},
+        {&config.agent, "agent\t1", "agent holds a control character"},
+        {&config.host, "127.0.0.1\r", "host holds a control character"},
+    };
+    uint8_t opcode;
+    size_t i, len;
+    (void)state;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *kept = *cases[i].field;
+        *cases[i].field = cases[i].value;
+        assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+        assert_string_equal(fake.last_log, cases[i].log);
+        assert_int_equal(mcpb_client_poll(&client, 100), 100);
+        assert_int_equal(fake.connects, 0);
+        *cases[i].field = kept;
+    }
+    config.agent = "agent \xc3\xa9 1"; /* UTF-8 and spaces are fine */
+    config.device_id = "host\n1";
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    mcpb_client_poll(&client, 100);
+    assert_non_null(strstr((const char *)fake.from_device, "User-Agent: agent \xc3\xa9 1\r\n"));
+    fake_accept_upgrade(&fake, 1);
+    mcpb_client_poll(&client, 100);
+    assert_true(mcpb_client_connected(&client));
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_non_null(strstr(payload, "\"device_id\":\"host\\n1\""));
+}
+
+/* A maximum below the minimum is not refused: it is raised to the minimum (docs/device-c.md). */
+static void test_backoff_max_below_min_is_raised_to_it(void **state)
+{
+    int i;
+    (void)state;
+    fake.random_value = UINT32_MAX;
+    fake.fail_connects = 3;
+    config.backoff_min_ms = 5000;
+    config.backoff_max_ms = 2000;
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    for (i = 0; i < 3; i++) {
+        mcpb_client_poll(&client, 100);
+        assert_int_equal(fake.last_event.kind, MCPB_LINK_ERROR);
+        assert_int_equal(fake.last_event.retry_in_ms, 5000);
+        fake.now += fake.last_event.retry_in_ms;
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -461,6 +520,8 @@ int main(void)
         cmocka_unit_test_setup(test_lost_connection_and_protocol_error, setup),
         cmocka_unit_test_setup(test_stop_closes_with_1001, setup),
         cmocka_unit_test_setup(test_bad_configuration_refused, setup),
+        cmocka_unit_test_setup(test_control_characters_refused, setup),
+        cmocka_unit_test_setup(test_backoff_max_below_min_is_raised_to_it, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

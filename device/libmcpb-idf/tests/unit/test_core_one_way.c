@@ -79,6 +79,23 @@ static void test_ways_left_out_are_refused(void **state)
 #endif
 }
 
+/* Every build refuses a token (or host, or agent) holding a control character, the one-way builds
+ * included: a CR or LF would end a header line of the upgrade. */
+static void test_control_character_refused(void **state)
+{
+    (void)state;
+    config.way = MCPB_WITH_SERIAL ? MCPB_WAY_SERIAL : MCPB_WAY_WS_DEDICATED;
+    config.token = "tok-1\n";
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    assert_string_equal(fake.last_log, "token holds a control character");
+    config.token = NULL;
+    config.host = MCPB_WITH_SERIAL ? "/dev/ttyUSB0\n" : "127.0.0.1\n";
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    assert_string_equal(fake.last_log, "host holds a control character");
+    assert_int_equal(mcpb_client_poll(&client, 100), 100);
+    assert_int_equal(fake.connects, 0);
+}
+
 static void test_way_built_in_serves(void **state)
 {
     static const char request[] = "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"ping\"}";
@@ -127,6 +144,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_ways_left_out_are_refused, setup),
         cmocka_unit_test_setup(test_way_built_in_serves, setup),
+        cmocka_unit_test_setup(test_control_character_refused, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
