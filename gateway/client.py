@@ -422,6 +422,7 @@ class GatewayClient:
                 # What a command prints is the result, without the era's own keys (resultType, serverInfo).
                 return eras.for_session_client(result)
             self.stateless = False
+            self.session_id = None  # a 2025 SDK puts a throw-away session id on its refusal
             await self._initialize()
         self._next_id += 1
         answer = await self._post({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
 import io
 import sys
 from typing import TYPE_CHECKING
@@ -41,11 +42,33 @@ def gateway_client(args: argparse.Namespace, slot: str) -> GatewayClient:
     return GatewayClient(args.url, slot, timeout_s=timeout_s, token=_client_token(args), timeout_flag=flag)
 
 
+JSON_ESCAPE = "mcp-gateway-json-escape"
+"""The codec error handler that writes a character as JSON's \\uXXXX escape (a surrogate pair past U+FFFF)."""
+
+
+def _json_escape(error: UnicodeError) -> tuple[str, int]:
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    escaped = []
+    for char in error.object[error.start : error.end]:
+        code = ord(char)
+        if code > 0xFFFF:
+            code -= 0x10000
+            escaped.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            escaped.append(f"\\u{code:04x}")
+    return "".join(escaped), error.end
+
+
+codecs.register_error(JSON_ESCAPE, _json_escape)
+
+
 def escape_unencodable_output() -> None:
-    """What stdout cannot encode (an ASCII locale, a slot named `pompe à eau`) is written as a backslash
-    escape (`\\xe0`), not a UnicodeEncodeError that loses the whole answer."""
+    """What stdout cannot encode (an ASCII locale, a slot named `pompe à eau`) is written as JSON's escape
+    (`\\u00e0`), not a UnicodeEncodeError that loses the whole answer: `--json` output, the JSON a call
+    prints and a quoted slot name in the table stay valid JSON."""
     if isinstance(sys.stdout, io.TextIOWrapper):
-        sys.stdout.reconfigure(errors="backslashreplace")
+        sys.stdout.reconfigure(errors=JSON_ESCAPE)
 
 
 def cmd_slots(args: argparse.Namespace) -> int:
@@ -130,7 +153,9 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
         try:
             async with gateway_client(args, "_broker") as broker:
                 result = await broker.call_tool("provider_status", {"name": args.slot})
-        except GatewayCallError:
+        except GatewayCallError as exc:
+            if exc.code is None:  # unreachable, silent or refused at the door: the slot would be too
+                raise
             result = None  # _broker's status is not this client's to read: hash what it may see
         status = result.get("structuredContent") if result and not result.get("isError") else None
         board_hash = status.get("tools_hash") if isinstance(status, dict) else None

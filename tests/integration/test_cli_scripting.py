@@ -50,6 +50,10 @@ async def test_a_silent_gateway_is_named_after_the_timeout(silent_gateway: str) 
     code, out, err = await run_cli("slots", "--url", silent_gateway, "--timeout", "0.5")
     assert (code, out) == (1, "")
     assert err == f"mcp-gateway: no answer from the gateway at {silent_gateway}/_broker/mcp within 0.5 s (--timeout)\n"
+    # schema-hash --slot asks _broker first: one silence is the answer, not a second wait on the slot.
+    code, out, err = await run_cli("schema-hash", "--slot", "pump-1", "--url", silent_gateway, "--timeout", "0.5")
+    assert (code, out) == (1, "")
+    assert err == f"mcp-gateway: no answer from the gateway at {silent_gateway}/_broker/mcp within 0.5 s (--timeout)\n"
 
 
 async def test_a_call_longer_than_the_timeout_is_waited_for_while_the_gateway_sends_keepalives(
@@ -153,11 +157,14 @@ async def test_slots_and_tools_on_a_stdout_that_cannot_encode_a_name_escape_it(
     ascii_locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "ascii"}
     code, out, err = await run_cli("slots", "--url", gateway.url, env=ascii_locale)
     assert (code, err) == (0, "")
-    assert out.splitlines()[1].startswith('"pompe \\xe0 eau" ')
+    assert out.splitlines()[1].startswith('"pompe \\u00e0 eau" ')  # a JSON string still
+    code, out, err = await run_cli("slots", "--json", "--url", gateway.url, env=ascii_locale)
+    assert (code, err) == (0, "")
+    assert orjson.loads(out)[0]["name"] == "pompe à eau"
     await publishers.start(gateway, "lab-1", demo_server("lab"))
     # The value as JSON: the argument stays ASCII, the answer is not.
     code, out, err = await run_cli("call", "lab-1", "echo", 'text="caf\\u00e9"', "--url", gateway.url, env=ascii_locale)
-    assert (code, out, err) == (0, '{\n  "result": "caf\\xe9"\n}\n', "")
+    assert (code, out, err) == (0, '{\n  "result": "caf\\u00e9"\n}\n', "")
     # A name typed as it is: the terminal sends UTF-8, which Python reads as escapes under this locale.
     code, out, err = await run_cli("call", "pompe à eau", "add", "a=1", "b=2", "--url", gateway.url, env=ascii_locale)
     assert (code, out, err) == (0, '{\n  "result": 3\n}\n', "")

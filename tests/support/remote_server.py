@@ -171,7 +171,9 @@ class _SessionEraOnly:
         supported = ", ".join(HANDSHAKE_PROTOCOL_VERSIONS)
         message_text = f"Bad Request: Unsupported protocol version: {version}. Supported versions: {supported}"
         error = {"code": -32600, "message": message_text}
-        await _json(send, 400, {"jsonrpc": "2.0", "id": "server-error", "error": error})
+        # The 1.x SDK's stateful transport names a session of its own on the refusal, which it never made.
+        minted = [(b"mcp-session-id", secrets.token_hex(16).encode())]
+        await _json(send, 400, {"jsonrpc": "2.0", "id": "server-error", "error": error}, minted)
 
 
 async def _json(send: Send, status: int, body: Any, extra: list[tuple[bytes, bytes]] | None = None) -> None:
