@@ -7,7 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
-from gateway.cli.common import Commands, _load, gateway_url_option
+from gateway.cli.common import Commands, _load, gateway_timeout_option, gateway_url_option
 from gateway.cli.parsing import subcommands
 
 EXPLAIN_EXIT = {True: 0, False: 1}
@@ -129,11 +129,11 @@ def _arguments_line(tool: str, arguments: Any, limits: Any, resource: str) -> tu
 
 
 def cmd_policy_reload(args: argparse.Namespace) -> int:
-    from gateway.cli.calls import _client_token
-    from gateway.client import GatewayClient, render_result
+    from gateway.cli.calls import gateway_client
+    from gateway.client import render_result
 
     async def go() -> int:
-        async with GatewayClient(args.url, "_broker", token=_client_token(args)) as client:
+        async with gateway_client(args, "_broker") as client:
             result = await client.call_tool("broker_policy_reload", {})
         sys.stdout.write(render_result(result) + "\n")
         return 1 if result.get("isError") else 0
@@ -195,6 +195,7 @@ def add_policy(commands: Commands) -> None:
         "/_system/broker); unknown tool means it does not, or the gateway has no [policy].",
     )
     gateway_url_option(reload)
+    gateway_timeout_option(reload)
     reload.add_argument(
         "--token-file", metavar="FILE", help="a file holding the client token (default: $MCP_GATEWAY_TOKEN)"
     )

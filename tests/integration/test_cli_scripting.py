@@ -50,6 +50,9 @@ async def test_a_silent_gateway_is_named_after_the_timeout(silent_gateway: str) 
     code, out, err = await run_cli("slots", "--url", silent_gateway, "--timeout", "0.5")
     assert (code, out) == (1, "")
     assert err == f"mcp-gateway: no answer from the gateway at {silent_gateway}/_broker/mcp within 0.5 s (--timeout)\n"
+    code, out, err = await run_cli("policy", "reload", "--url", silent_gateway, "--timeout", "0.5")
+    assert (code, out) == (1, "")
+    assert err == f"mcp-gateway: no answer from the gateway at {silent_gateway}/_broker/mcp within 0.5 s (--timeout)\n"
     # schema-hash --slot asks _broker first: one silence is the answer, not a second wait on the slot.
     code, out, err = await run_cli("schema-hash", "--slot", "pump-1", "--url", silent_gateway, "--timeout", "0.5")
     assert (code, out) == (1, "")
