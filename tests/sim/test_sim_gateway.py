@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from mcp import Client
 
+from gateway import __version__
 from gateway.app import GatewayServer
 from tests.conftest import wait_ready_slot
 from tests.sim.conftest import SimulatorFactory, poll, refusal_of, status_of
@@ -32,7 +33,7 @@ async def test_three_pumps_publish_and_pump_2_runs_through_the_gateway(
     status = await provider_status(gateway.url, "pump-2")
     assert status["hello"] == {
         "device_id": "sim-pump-2",
-        "firmware": {"name": "pump-1-sim", "version": "0.1.0"},
+        "firmware": {"name": "pump-1-sim", "version": __version__},
         "schema": "05bcc58176efee25",
     }
     assert status["in_aggregate"] is True  # the register frame opted in to _all, as a board does

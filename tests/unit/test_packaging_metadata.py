@@ -17,6 +17,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from gateway import __version__
+
 ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTION = "mcp-edge-gateway"
 OTHER_PROJECT = "mcp-gateway"  # on PyPI: "A gateway for MCP servers", with its own `mcp-gateway` command
@@ -120,3 +122,8 @@ def test_the_licence_file_is_the_apache_license_and_ships() -> None:
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text
+
+
+def test_the_package_says_the_version_the_distribution_has() -> None:
+    # `pip install -U` upgrades only to a higher version: both places are raised together.
+    assert pyproject()["project"]["version"] == __version__
