@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -188,11 +189,12 @@ def slot_cell(name: str) -> str:
     return name if plain and name else orjson.dumps(name).decode()
 
 
-def slots_table(listed: list[dict[str, Any]]) -> str:
-    """The `mcp-gateway slots` table of `listed`; the SLOT column as wide as its longest name (24 at least)."""
+def slots_table(listed: list[dict[str, Any]], shown: Callable[[str], str] = str) -> str:
+    """The `mcp-gateway slots` table of `listed`; the SLOT column as wide as its longest name (24 at least)
+    as `shown` writes it (escaped for a stdout that cannot encode it)."""
     if not listed:
         return "no slots yet"
-    cells = [slot_cell(str(entry.get("name", ""))) for entry in listed]
+    cells = [shown(slot_cell(str(entry.get("name", "")))) for entry in listed]
     width = max(24, *(len(cell) for cell in cells))
     lines = [f"{'SLOT':{width}} {'STATE':10} {'TRANSPORT':14} {'TOOLS':>5} {'PENDING':>7}"]
     for cell, entry in zip(cells, listed, strict=True):
@@ -376,6 +378,11 @@ class GatewayClient:
                 return decoded
         except TimeoutError as exc:  # aiohttp's connect and read limits; before ClientConnectionError, also one
             raise GatewayCallError(self._no_answer(message, exc)) from exc
+        except aiohttp.ServerDisconnectedError as exc:  # the request went out: the gateway may have acted on it
+            text = f"the gateway at {self.url} closed the connection before it answered"
+            if message.get("method") == "tools/call" and self.slot != BROKER_SLOT:
+                text += "; the call may have reached the device"
+            raise GatewayCallError(text) from exc
         except aiohttp.ClientConnectionError as exc:
             raise GatewayCallError(_unreachable(self.url, exc)) from exc
 

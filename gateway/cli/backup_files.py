@@ -305,7 +305,10 @@ def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None
     naming `target` and `dest` (the backup) when the copy cannot be written (a full file system)."""
     fail = f"{source} cannot be backed up"
     try:
-        reading = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=busy_s)
+        # Read-write, never create: a read-only connection that is the last to close cannot remove the
+        # -wal and -shm it made beside a database the gateway holds only while it uses it (the registry).
+        # The backup reads; SQLite folds the log on that last close as the gateway's own would.
+        reading = sqlite3.connect(f"{source.resolve().as_uri()}?mode=rw", uri=True, timeout=busy_s)
     except sqlite3.Error as exc:
         raise BackupError(f"{fail}: {exc}") from None
     descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)

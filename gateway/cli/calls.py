@@ -71,6 +71,12 @@ def escape_unencodable_output() -> None:
         sys.stdout.reconfigure(errors=JSON_ESCAPE)
 
 
+def as_written(text: str) -> str:
+    """`text` as stdout writes it (escaped where it cannot encode it), so that columns count what shows."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    return text.encode(encoding, errors=JSON_ESCAPE).decode(encoding)
+
+
 def cmd_slots(args: argparse.Namespace) -> int:
     from gateway.client import listed_slots, slots_table
 
@@ -83,7 +89,7 @@ def cmd_slots(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(orjson.dumps(listed, option=orjson.OPT_INDENT_2).decode() + "\n")
         else:
-            sys.stdout.write(slots_table(listed) + "\n")
+            sys.stdout.write(slots_table(listed, as_written) + "\n")
         if note:  # on stderr: stdout stays the slots, for scripts
             sys.stdout.flush()
             print(f"mcp-gateway slots: {note}", file=sys.stderr)

@@ -282,3 +282,18 @@ async def test_with_config_puts_the_configuration_back_and_keeps_a_changed_file_
     assert f"in place already: the configuration file {config}" in out
     [kept] = [path for path in secret.parent.iterdir() if path.name.startswith("provider-secret.replaced-")]
     assert kept.read_text().startswith("another-secret") and f"kept the file it replaced as {kept}" in out
+
+
+@pytest.mark.timeout(60)
+async def test_a_backup_leaves_no_log_files_beside_a_database_nobody_holds(tmp_path: Path) -> None:
+    # The registry is in write-ahead-log mode and the gateway holds it open only while it uses it: the
+    # backup's own connection is the last to close, and must fold and remove what it opened beside it.
+    env = small_backup_source(tmp_path)
+    registry = Path(env["STATE_DIRECTORY"]) / "devices.db"
+    db = sqlite3.connect(registry)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.close()
+    assert not registry.with_name("devices.db-wal").exists()
+    code, _out, err = await run_to_exit("backup", str(tmp_path / "backup"), env=env)
+    assert code == 0, err
+    assert sorted(path.name for path in registry.parent.iterdir()) == ["devices.db"]

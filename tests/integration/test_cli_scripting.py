@@ -21,7 +21,7 @@ from tests.integration.test_cli_operator_errors import governed
 from tests.integration.test_reload import Reloadable, reloadable, rewrite
 from tests.support.gateway_process import REPO, clean_environment, run_cli
 from tests.support.servers import demo_server
-from tests.support.silent import silent_listener
+from tests.support.silent import closing_listener, silent_listener
 
 __all__ = ["governed", "reloadable"]  # fixtures, used by name
 
@@ -57,6 +57,16 @@ async def test_a_silent_gateway_is_named_after_the_timeout(silent_gateway: str) 
     code, out, err = await run_cli("schema-hash", "--slot", "pump-1", "--url", silent_gateway, "--timeout", "0.5")
     assert (code, out) == (1, "")
     assert err == f"mcp-gateway: no answer from the gateway at {silent_gateway}/_broker/mcp within 0.5 s (--timeout)\n"
+
+
+async def test_a_gateway_gone_after_taking_the_call_is_not_called_unreachable() -> None:
+    async with closing_listener() as url:
+        code, out, err = await run_cli("call", "pump-1", "start", "speed_rpm=1200", "--url", url)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"mcp-gateway: the gateway at {url}/pump-1/mcp closed the connection before it answered; "
+        "the call may have reached the device\n"
+    )
 
 
 async def test_a_call_longer_than_the_timeout_is_waited_for_while_the_gateway_sends_keepalives(
@@ -160,7 +170,9 @@ async def test_slots_and_tools_on_a_stdout_that_cannot_encode_a_name_escape_it(
     ascii_locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "ascii"}
     code, out, err = await run_cli("slots", "--url", gateway.url, env=ascii_locale)
     assert (code, err) == (0, "")
-    assert out.splitlines()[1].startswith('"pompe \\u00e0 eau" ')  # a JSON string still
+    header, row = out.splitlines()[:2]
+    assert row.startswith('"pompe \\u00e0 eau" ')  # a JSON string still
+    assert row.index(" ready ") == header.index("STATE") - 1  # the column as wide as what shows
     code, out, err = await run_cli("slots", "--json", "--url", gateway.url, env=ascii_locale)
     assert (code, err) == (0, "")
     assert orjson.loads(out)[0]["name"] == "pompe à eau"

@@ -23,3 +23,21 @@ async def silent_listener() -> AsyncIterator[str]:
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def closing_listener() -> AsyncIterator[str]:
+    """Its base URL while it runs; it reads each request's head and closes the connection unanswered,
+    as a gateway killed while it carries out the request."""
+
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(drop, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
