@@ -194,6 +194,15 @@ class DamagedRecords:
         )
 
 
+def relative_trail_hint(path: Path, remedy: str) -> str:
+    """Where a relative [audit] `path` was looked for, and `remedy`: `audit` and `backup` say it alike."""
+    # As `run` reads it (docs/governance-audit.md): from the working directory, not the config's.
+    return (
+        f"a relative [audit] path is read from the working directory, as mcp-gateway run reads it: here "
+        f"{path.absolute()}; {remedy}"
+    )
+
+
 def _missing_hint(args: argparse.Namespace, path: Path) -> str:
     """What to pass when the trail read does not exist; never the option that was given."""
     import os
@@ -203,11 +212,7 @@ def _missing_hint(args: argparse.Namespace, path: Path) -> str:
     if path.exists() or args.path:
         return ""
     if not path.is_absolute():
-        # As `run` reads it (docs/governance-audit.md): from the working directory, not the config's.
-        return (
-            f" (a relative [audit] path is read from the working directory, as mcp-gateway run reads it: here "
-            f"{path.absolute()}; run this where the gateway runs, or pass --path FILE)"
-        )
+        return f" ({relative_trail_hint(path, 'run this where the gateway runs, or pass --path FILE')})"
     if args.config or os.environ.get(ENV_CONFIG_FILE):
         return " (pass --path FILE to read another trail)"
     return " (pass --path FILE or --config FILE to read the gateway's own)"

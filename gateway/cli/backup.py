@@ -6,7 +6,8 @@ with SQLite's online backup (one state of the file, while the gateway goes on wr
 and the local CA of `tls self-signed` beside the server certificate; and manifest.json, which lists each
 file's original path, its place in the backup, size, sha256, mode and owner (`mcp-gateway restore` checks
 them all before it writes anything). A database that cannot be read, or a DEST that cannot take a copy,
-stops the backup (exit 1) and leaves no DEST behind; a DEST inside the state directory is refused (exit 2).
+stops the backup (exit 1) and leaves no DEST behind; a DEST inside the state directory, or an audit trail
+expected at a relative [audit] path that names no file from this working directory, is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -229,8 +230,17 @@ def take_backup(args: argparse.Namespace, dest: Path, env: Mapping[str, str]) ->
     config_file = Path(name).absolute() if name else None
     manifest = Manifest(__version__, created, str(state), None if config_file is None else str(config_file))
     writer = _Writer(dest, manifest)
-    audit = audit_path(config.audit, env).absolute()
+    configured = audit_path(config.audit, env)
+    audit = configured.absolute()
     writes = config.policy is not None and config.audit.enabled
+    if writes and not configured.is_absolute() and not audit.exists() and not audit.is_symlink():
+        # The gateway opens its trail at start: no file here means a working directory other than run's.
+        from gateway.cli.audit import relative_trail_hint
+
+        remedy = (
+            "run the backup where the gateway runs (cron starts in $HOME: cd there first) or make [audit] path absolute"
+        )
+        raise _Refused(f"no audit trail at {configured} ({relative_trail_hint(configured, remedy)})")
     writer.database(
         "audit",
         audit,
@@ -263,6 +273,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
     try:
         manifest = take_backup(args, dest, env)
         done = True
+    except _Refused as exc:
+        print(f"mcp-gateway backup: {exc}; no backup was left in {dest}", file=sys.stderr)
+        return 2
     except BackupError as exc:
         print(f"mcp-gateway backup: {exc}; no backup was left in {dest}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import logging
 import signal
 import sys
 import threading
@@ -24,6 +25,7 @@ from gateway.cli.common import (
 )
 from gateway.cli.startup import startup_refusal
 from gateway.config import DEFAULT_PORT
+from gateway.config.entries import config_warnings
 from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
 from sim import MAX_PUMPS as SIM_MAX_PUMPS
 
@@ -97,6 +99,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_logging(
         config.logging.level, config.logging.format, config.insecure_lan_open, config.logging.repeat_interval_s
     )
+    for warning in config_warnings(config):  # entries that load but no request can match
+        logging.getLogger("gateway.config").warning("config: %s", warning)
     try:
         held = hold_state(config)  # one gateway per state directory and audit file (gateway/cli/state_lock.py)
     except StateInUse as exc:

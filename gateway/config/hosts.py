@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 _REG_NAME = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+")
@@ -95,31 +96,128 @@ def parse_authority(text: str) -> Authority:
     return Authority(host, int(port_text) if port_text else None)
 
 
-def check_allowed_host(entry: str) -> str:
-    """An allowed_hosts entry as host_key spells it (`fd00::2`, `[fd00::2]` and `FD00::2` alike), or
-    ValueError naming what is wrong: an entry is a name or an address, without port or scheme."""
+class NeverMatches(ValueError):
+    """A config entry that is well formed but can never match a request (a zone id, an IPv6 origin
+    without brackets, a '*' that would admit anyone's names): loaded, ignored, and warned of."""
+
+
+_WILDCARD_DOMAIN = re.compile(r"(?:\.[a-z0-9_~-]+){2,}")
+"""What follows '*' in an allowed_hosts wildcard: a domain of two labels or more ('.plant.lan')."""
+_SUBDOMAIN = re.compile(r"[a-z0-9_~-]+(?:\.[a-z0-9_~-]+)*")
+"""What a wildcard's '*' stands for in a Host: one label or more."""
+_ALLOWED_HOST_FORMS = (
+    "write a name ('gw.plant.lan'), a wildcard ('*.plant.lan') or an address ('10.0.0.5', '[fd00::2]'), "
+    "optionally with ':port', without scheme"
+)
+
+
+@dataclass(frozen=True)
+class AllowedHost:
+    """One allowed_hosts entry as the Host check reads it."""
+
+    host: str
+    """host_key of the host; for a wildcard the domain under it ('plant.lan' for '*.plant.lan')."""
+    port: int | None
+    """The port a Host must name; None: any port, or none."""
+    wildcard: bool = False
+
+    @property
+    def text(self) -> str:
+        """The entry as the configuration keeps it: 'fd00::2', '[fd00::2]:3000', '*.plant.lan:3000'."""
+        host = f"*.{self.host}" if self.wildcard else self.host
+        if self.port is None:
+            return host
+        return f"{Authority(host, None).url_host}:{self.port}"
+
+    def admits(self, authority: Authority) -> bool:
+        if self.port is not None and authority.port != self.port:
+            return False
+        if not self.wildcard:
+            return authority.host == self.host
+        below, dot, domain = authority.host.rpartition("." + self.host)
+        return bool(dot) and not domain and _SUBDOMAIN.fullmatch(below) is not None
+
+
+def read_allowed_host(entry: str) -> AllowedHost:
+    """An allowed_hosts entry as the Host check compares it: a name, an address (bracketed or not) or a
+    subdomain wildcard ('*.plant.lan': one label or more under plant.lan), each optionally with ':port'
+    (then a Host must name that port). NeverMatches for an entry no Host can match (a zone id, a '*'
+    anywhere but as the first label of a domain of two labels or more); ValueError when malformed."""
     text = entry.strip()
-    bracketed = text.startswith("[") or text.endswith("]")
     literal = text[1:-1] if text.startswith("[") and text.endswith("]") else text
-    if "%" in literal:
-        raise ValueError(
-            f"allowed_hosts entry {entry!r}: a Host header carries no zone id ('%...'); write the address alone"
-        )
+    address_part, percent, _ = literal.lstrip("[").partition("%")
+    if percent:
+        try:
+            address = ipaddress.IPv6Address(address_part)
+        except ValueError:
+            pass
+        else:
+            raise NeverMatches(
+                f"allowed_hosts entry {entry!r} never matches and is ignored: a Host header carries no zone id "
+                f"('%...'); write the address alone ({ipv6_text(address)!r})"
+            )
+    if "://" in text:
+        raise ValueError(f"allowed_hosts entry {entry!r} names a scheme: {_ALLOWED_HOST_FORMS}")
     try:
-        return host_key(str(ipaddress.ip_address(literal)))
+        return AllowedHost(host_key(str(ipaddress.ip_address(literal))), None)
     except ValueError:
         pass
-    if bracketed or ":" in text:
-        raise ValueError(
-            f"allowed_hosts entry {entry!r} is neither a host name nor an IP address: write a name "
-            "('pump-gw.plant.lan') or an address ('10.0.0.5', 'fd00::2' or '[fd00::2]'), without port or scheme"
+    try:
+        authority = parse_authority(text)
+    except MalformedAuthority as exc:
+        raise ValueError(f"allowed_hosts entry {exc}: {_ALLOWED_HOST_FORMS}") from None
+    name = authority.host
+    if text.startswith("["):  # parse_authority read the IPv6 literal
+        return AllowedHost(name, authority.port)
+    without_stars = name.replace("*", "")
+    if without_stars and not _NAME.fullmatch(without_stars):
+        raise ValueError(f"allowed_hosts entry {entry!r} is not a host name: {_ALLOWED_HOST_FORMS}")
+    if "*" not in name:
+        return AllowedHost(name, authority.port)
+    domain = name[1:]
+    if not name.startswith("*.") or not _WILDCARD_DOMAIN.fullmatch(domain) or domain.rsplit(".", 1)[1].isdigit():
+        raise NeverMatches(
+            f"allowed_hosts entry {entry!r} never matches and is ignored: a '*' stands only as the first label, "
+            "for one label or more under a domain of yours of two labels or more, as in '*.plant.lan' "
+            "('*', '*.lan' would admit names not yours; an address has no wildcard)"
         )
-    if not _NAME.fullmatch(text):
-        raise ValueError(
-            f"allowed_hosts entry {entry!r} is not a host name: letters, digits, '-', '.', '_' and '~' only, "
-            "without port or scheme (e.g. 'pump-gw.plant.lan')"
-        )
-    return text.lower()
+    return AllowedHost(domain[1:], authority.port, wildcard=True)
+
+
+def check_allowed_host(entry: str) -> str:
+    """An allowed_hosts entry as the configuration keeps it (read_allowed_host: `fd00::2`, `[fd00::2]`
+    and `FD00::2` alike are `fd00::2`; `Pump-GW.plant.lan:3000` is `pump-gw.plant.lan:3000`), or
+    NeverMatches / ValueError naming what is wrong."""
+    return read_allowed_host(entry).text
+
+
+class HostAllowList:
+    """The hosts a Host header may name: `names` (the loopback names, the bind address) at any port,
+    and the allowed_hosts `entries` as read_allowed_host reads them (one that never matches is left out)."""
+
+    def __init__(self, names: Iterable[str], entries: Iterable[str]) -> None:
+        self.any_port = {host_key(name) for name in names}
+        self.with_port: set[tuple[str, int]] = set()
+        self.wildcards: list[AllowedHost] = []
+        for entry in entries:
+            try:
+                allowed = read_allowed_host(entry)
+            except ValueError:  # NeverMatches; a malformed entry is refused when the configuration loads
+                continue
+            if allowed.wildcard:
+                self.wildcards.append(allowed)
+            elif allowed.port is None:
+                self.any_port.add(allowed.host)
+            else:
+                self.with_port.add((allowed.host, allowed.port))
+
+    def admits(self, authority: Authority) -> bool:
+        """Whether a Host (or a URL's authority) read by parse_authority names one of these hosts."""
+        if authority.host in self.any_port:
+            return True
+        if authority.port is not None and (authority.host, authority.port) in self.with_port:
+            return True
+        return any(wildcard.admits(authority) for wildcard in self.wildcards)
 
 
 def is_wildcard(host: str) -> bool:

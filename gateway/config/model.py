@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
 from gateway.config.base import DEFAULT_PORT, Section, is_loopback_host, masked_url
+from gateway.config.entries import check_entries
 from gateway.config.groups import GROUP_NAME, GROUPS_SEPARATOR, RESERVED_GROUP_NAMES, GroupConfig, group_env_name
 from gateway.config.hosts import check_allowed_host, url_host
 from gateway.config.limits import LimitsConfig
@@ -46,7 +47,8 @@ class GatewayConfig(Section):
     """Browser origins allowed on every HTTP and WebSocket entry: exact ('https://console.plant.lan') or
     patterns ('http://localhost:*', 'https://*.plant.lan'). Requests without an Origin header pass."""
     allowed_hosts: list[str] = Field(default_factory=list)
-    """Extra Host header names accepted while bound to loopback (DNS-rebinding guard)."""
+    """Extra Host header names accepted while bound to loopback (DNS-rebinding guard): names, addresses and
+    subdomain wildcards ('*.plant.lan'), each optionally with ':port' (then a Host must name that port)."""
     session_answers: Literal["sse", "json"] = "sse"
     """How Streamable HTTP answers a session-era request whose client accepts text/event-stream: "sse"
     (one event, then the end, as the MCP SDK's own server answers) or "json" (cheaper; the answer
@@ -86,12 +88,12 @@ class GatewayConfig(Section):
     @field_validator("allowed_origins")
     @classmethod
     def _origins(cls, value: list[str]) -> list[str]:
-        return [check_origin_entry(entry) for entry in value]
+        return check_entries(value, check_origin_entry)
 
     @field_validator("allowed_hosts")
     @classmethod
     def _hosts(cls, value: list[str]) -> list[str]:
-        return [check_allowed_host(entry) for entry in value]
+        return check_entries(value, check_allowed_host)
 
     @field_validator("groups")
     @classmethod

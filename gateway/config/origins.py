@@ -3,14 +3,15 @@
 path, without a scheme, or with the scheme's default port could never match one, and a `*` for the
 whole host would admit every site; refusing such an entry at load time names the mistake, where the
 browser only shows a generic CORS error (or nothing at all, for the entry that admits everyone). An
-IPv6 address stands in brackets and is rewritten to the one form a browser serialises."""
+IPv6 address stands in brackets and is rewritten to the one form a browser serialises; one without
+brackets or with a zone id, which no browser sends, loads with a warning and is ignored."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
 
-from gateway.config.hosts import ipv6_text
+from gateway.config.hosts import NeverMatches, ipv6_text
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _PORT = re.compile(r"[1-9][0-9]{0,4}|\*")  # as a browser writes it: no leading zero
@@ -30,10 +31,16 @@ def _ipv6_host(entry: str, host: str, port: str | None) -> str:
     """The IPv6 literal host of an entry as a browser serialises it (`[fd00:0:0:0::2]` -> `[fd00::2]`,
     `[::ffff:127.0.0.1]` -> `[::ffff:7f00:1]`), or ValueError naming what is wrong."""
     if not host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host.partition("%")[0])
+        except ValueError:
+            raise ValueError(
+                f"{entry!r}: the host is neither a name nor an IPv6 address in brackets ('http://[fd00::2]:8080')"
+            ) from None
         written = f"[{host}]" + (f":{port}" if port is not None else "")
-        raise ValueError(
-            f"{entry!r}: an IPv6 address in an origin stands in brackets, as a browser sends it: write e.g. "
-            f"'{entry.split('://', 1)[0].strip().lower()}://{written}'"
+        raise NeverMatches(
+            f"allowed_origins entry {entry!r} never matches and is ignored: an IPv6 address in an origin stands "
+            f"in brackets, as a browser sends it: write e.g. '{entry.split('://', 1)[0].strip().lower()}://{written}'"
         )
     if not host.endswith("]") or host.count("[") != 1 or host.count("]") != 1:
         raise ValueError(f"{entry!r}: the IPv6 address has no closing ']' (write e.g. 'http://[fd00::2]:8080')")
@@ -41,7 +48,10 @@ def _ipv6_host(entry: str, host: str, port: str | None) -> str:
     if "*" in literal:
         raise ValueError(f"{entry!r}: a '*' cannot stand for part of an IPv6 address; list each address")
     if "%" in literal:
-        raise ValueError(f"{entry!r}: a browser sends no zone id ('%...') in Origin; leave it out")
+        raise NeverMatches(
+            f"allowed_origins entry {entry!r} never matches and is ignored: a browser sends no zone id ('%...') "
+            "in Origin; leave it out"
+        )
     try:
         address = ipaddress.IPv6Address(literal)
     except ValueError:
@@ -51,7 +61,8 @@ def _ipv6_host(entry: str, host: str, port: str | None) -> str:
 
 def check_origin_entry(entry: str) -> str:
     """The entry without surrounding spaces, its host in the form a browser sends (punycode, an IPv6
-    address as the browser serialises it), or ValueError saying what is wrong with it."""
+    address as the browser serialises it); NeverMatches for an entry no browser's Origin can match
+    (an IPv6 address without brackets or with a zone id), ValueError for a malformed or unsafe one."""
     text = entry.strip().lower()
     if text == "*":
         raise ValueError(
@@ -103,3 +114,17 @@ def check_origin_entry(entry: str) -> str:
     if host != given_host:
         return f"{scheme}://{host}" + (f":{port}" if port is not None else "")
     return entry.strip()
+
+
+def usable_origins(entries: list[str]) -> list[str]:
+    """The allowed_origins entries the Origin check compares: those a browser's Origin can match."""
+    usable = []
+    for entry in entries:
+        try:
+            check_origin_entry(entry)
+        except NeverMatches:
+            continue
+        except ValueError:
+            pass  # refused when the configuration loads; a caller's own list is taken as given
+        usable.append(entry)
+    return usable

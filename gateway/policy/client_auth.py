@@ -35,7 +35,7 @@ from urllib.parse import SplitResult, quote, urlsplit
 from aiohttp import web
 
 from gateway.config import GatewayConfig
-from gateway.config.hosts import Authority, MalformedAuthority, host_key, parse_authority
+from gateway.config.hosts import Authority, HostAllowList, MalformedAuthority, parse_authority
 from gateway.core.gateway import Gateway
 from gateway.core.groups.views import BRIDGE_PATH, BRIDGE_TARGET, is_bridge_path
 from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name, decode_path_segment
@@ -232,11 +232,10 @@ def refusal(failure: AuthFailure, endpoint: Endpoint) -> web.Response:
     return response
 
 
-def own_names(config: GatewayConfig) -> frozenset[str]:
-    """The host names a client may reach this gateway at without public_url, as the Host check accepts
-    them: the loopback names, the bind address and allowed_hosts (as host_key spells them: compared as addresses)."""
-    names = (*LOOPBACK_HOSTS, *config.allowed_hosts, config.host)
-    return frozenset(host_key(name) for name in names)
+def own_names(config: GatewayConfig) -> HostAllowList:
+    """The hosts a client may reach this gateway at without public_url, as the Host check accepts them:
+    the loopback names, the bind address and allowed_hosts (compared as addresses)."""
+    return HostAllowList((*LOOPBACK_HOSTS, config.host), config.allowed_hosts)
 
 
 def url_authority(url: SplitResult) -> Authority | None:
@@ -351,7 +350,7 @@ class ClientAuth:
         authority = url_authority(url)
         if authority is None:
             return False
-        return authority.host in self.names and (authority.port or DEFAULT_PORTS[scheme]) == self.port()
+        return self.names.admits(authority) and (authority.port or DEFAULT_PORTS[scheme]) == self.port()
 
     def same_resource(self, audience: str, resource: str) -> bool:
         """Whether an access token's audience names the endpoint whose resource is `resource` (OAuthVerifier).

@@ -16,7 +16,8 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.config.hosts import Authority, MalformedAuthority, host_key, parse_authority
+from gateway.config.hosts import Authority, HostAllowList, MalformedAuthority, parse_authority
+from gateway.config.origins import usable_origins
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 _PORT_CHARS = frozenset("0123456789")
@@ -113,10 +114,12 @@ class OriginPolicy:
         self, allowed_origins: list[str], loopback_only: bool, allowed_hosts: list[str], bind_host: str
     ) -> None:
         self.allowed_origins = list(allowed_origins)
-        self._patterns = [_Pattern(text) for origin in allowed_origins for text in _spellings(origin.rstrip("/"))]
+        self._patterns = [
+            _Pattern(text) for origin in usable_origins(allowed_origins) for text in _spellings(origin.rstrip("/"))
+        ]
         self.loopback_only = loopback_only
         # Compared as addresses: bound to 0:0:0:0:0:0:0:1, a Host of [::1]:3000 names it too.
-        self.allowed_hosts = {host_key(name) for name in (*LOOPBACK_HOSTS, *allowed_hosts, bind_host)}
+        self.allowed_hosts = HostAllowList((*LOOPBACK_HOSTS, bind_host), allowed_hosts)
 
     def origin_allowed(self, origin: str | None) -> bool:
         if origin is None:
@@ -134,7 +137,7 @@ class OriginPolicy:
         if origin is None or host is None:
             return False
         reached = _host_of(host)
-        if isinstance(reached, str) or reached.host not in self.allowed_hosts:
+        if isinstance(reached, str) or not self.allowed_hosts.admits(reached):
             return False
         scheme, separator, authority = origin.rstrip("/").partition("://")
         if not separator or scheme.lower() not in ("http", "https"):
@@ -208,7 +211,7 @@ class OriginPolicy:
                 "(DNS-rebinding guard): send Host: <name or address>[:<port>], an IPv6 address in brackets "
                 "([::1]:3000).",
             )
-        if reached.host not in self.allowed_hosts:
+        if not self.allowed_hosts.admits(reached):
             return Refusal(
                 403,
                 "host_not_allowed",

@@ -1,0 +1,60 @@
+"""The allowed_hosts and allowed_origins lists checked entry by entry: every malformed entry is named in
+one error, and an entry no request can match (NeverMatches: a zone id, an IPv6 origin without brackets)
+loads as written, is ignored by the Host and Origin checks, and is warned of by `config check` and at
+the start of `run` (config_warnings)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from gateway.config.hosts import NeverMatches, check_allowed_host
+from gateway.config.origins import check_origin_entry
+
+
+class _Lists(Protocol):
+    """What config_warnings reads of a GatewayConfig (model.py imports this module)."""
+
+    allowed_hosts: list[str]
+    allowed_origins: list[str]
+
+
+def check_entries(entries: Iterable[str], check: Callable[[str], str]) -> list[str]:
+    """Each entry as `check` writes it (one that never matches: as written, without surrounding spaces),
+    or one ValueError naming every malformed entry."""
+    kept: list[str] = []
+    errors: list[str] = []
+    for entry in entries:
+        try:
+            kept.append(check(entry))
+        except NeverMatches:
+            kept.append(entry.strip())
+        except ValueError as exc:
+            errors.append(str(exc))
+    if len(errors) == 1:
+        raise ValueError(errors[0])
+    if errors:
+        raise ValueError(
+            f"{len(errors)} entries are malformed: " + "; ".join(f"({n}) {e}" for n, e in enumerate(errors, 1))
+        )
+    return kept
+
+
+def entry_warnings(entries: Iterable[str], check: Callable[[str], str]) -> list[str]:
+    """Why each entry that never matches a request is ignored."""
+    warnings: list[str] = []
+    for entry in entries:
+        try:
+            check(entry)
+        except NeverMatches as exc:
+            warnings.append(str(exc))
+    return warnings
+
+
+def config_warnings(config: _Lists) -> list[str]:
+    """What the configuration holds that loads but does nothing: allowed_hosts and allowed_origins
+    entries no request can match (each message names the entry and what to write instead)."""
+    return [
+        *entry_warnings(config.allowed_hosts, check_allowed_host),
+        *entry_warnings(config.allowed_origins, check_origin_entry),
+    ]
