@@ -46,6 +46,8 @@ METADATA_ADDRESSES = frozenset(
 NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: the IPv4 address in the last 32 bits
 NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: translated to the site's own network
 IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated (RFC 4291), still routed by some stacks
+IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")  # SIIT (RFC 2765): the IPv4 address in the last 32 bits
+ISATAP_IDS = (0x00005EFE, 0x02005EFE)  # RFC 5214: an interface id of 0:5efe or 200:5efe, then the IPv4 address
 
 
 class SsrfRefused(OSError):
@@ -112,6 +114,8 @@ def embedded_ipv4(address: IPAddress) -> list[tuple[ipaddress.IPv4Address, str]]
     low_32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     if address in NAT64_WELL_KNOWN:
         return [(low_32, "NAT64, 64:ff9b::/96")]
+    if address in IPV4_TRANSLATED:
+        return [(low_32, "IPv4-translated, ::ffff:0:0:0/96")]
     if address.sixtofour is not None:
         return [(address.sixtofour, "6to4, 2002::/16")]
     if address.teredo is not None:
@@ -119,6 +123,8 @@ def embedded_ipv4(address: IPAddress) -> list[tuple[ipaddress.IPv4Address, str]]
         return [(server, "Teredo server, 2001::/32"), (client, "Teredo client, 2001::/32")]
     if address in IPV4_COMPATIBLE and int(address) > 1:  # ::1 is loopback and :: unspecified, not IPv4
         return [(low_32, "IPv4-compatible, ::/96")]
+    if (int(address) >> 32) & 0xFFFFFFFF in ISATAP_IDS:
+        return [(low_32, "ISATAP, <prefix>:0:5efe:a.b.c.d")]
     return []
 
 
@@ -159,7 +165,8 @@ def _plain_refusal(address: IPAddress, place: UpstreamPlace) -> str | None:
         if place.on_loopback:
             return None
         return f"{address} is a loopback address and the configured upstream is not on loopback"
-    if address.is_global and not address.is_multicast:
+    site_local = isinstance(address, ipaddress.IPv6Address) and address.is_site_local  # fec0::/10, a site's own
+    if address.is_global and not address.is_multicast and not site_local:
         return None
     if address in place.addresses:
         return None
@@ -169,6 +176,8 @@ def _plain_refusal(address: IPAddress, place: UpstreamPlace) -> str | None:
         kind = "multicast"
     elif address.is_link_local:
         kind = "link-local"
+    elif site_local:
+        kind = "site-local (fec0::/10)"
     elif address.is_private:
         kind = "private"
     else:

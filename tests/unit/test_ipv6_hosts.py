@@ -261,6 +261,12 @@ PUBLIC = UpstreamPlace(frozenset({ipaddress.ip_address("93.184.216.34")}))
         # Teredo: server 65.54.227.120, client 10.0.0.5 (stored as its complement).
         ("2001:0:4136:e378:8000:63bf:f5ff:fffa", "carries the IPv4 address 10.0.0.5 (Teredo client"),
         ("2001:0:a00:5:8000:63bf:f7f7:f7f7", "carries the IPv4 address 10.0.0.5 (Teredo server"),
+        ("::ffff:0:a00:5", "carries the IPv4 address 10.0.0.5 (IPv4-translated, ::ffff:0:0:0/96)"),
+        ("::ffff:0:a9fe:a9fe", "cloud metadata address 169.254.169.254 (IPv4-translated"),
+        ("2606:4700::5efe:a00:5", "carries the IPv4 address 10.0.0.5 (ISATAP"),
+        ("2606:4700::200:5efe:a9fe:a9fe", "cloud metadata address 169.254.169.254 (ISATAP"),
+        ("fec0::1", "site-local (fec0::/10)"),
+        ("2606:4700::5efe:808:808", None),  # ISATAP to a public IPv4 tunnel end
         ("64:ff9b::808:808", None),  # 8.8.8.8 through NAT64
         ("2002:808:808::1", None),
         ("::808:808", None),
