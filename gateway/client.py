@@ -352,8 +352,16 @@ class GatewayClient:
         assert self._http is not None
         headers = {**self._headers(), **(extra_headers or {})}
         try:
-            async with self._http.post(self.url, data=orjson.dumps(message), headers=headers) as response:
+            # A redirect is not followed: the commands speak to the gateway at --url, not wherever it points.
+            post = self._http.post(self.url, data=orjson.dumps(message), headers=headers, allow_redirects=False)
+            async with post as response:
                 self._last_status = response.status
+                if 300 <= response.status < 400:
+                    where = response.headers.get("Location", "nowhere")
+                    raise GatewayCallError(
+                        f"HTTP {response.status} from {self.url}: a redirect to {where}, which the command does not "
+                        "follow; give --url (or $MCP_GATEWAY_URL) the gateway's own address"
+                    )
                 if "Mcp-Session-Id" in response.headers:
                     self.session_id = response.headers["Mcp-Session-Id"]
                 if response.status == 202:

@@ -21,7 +21,7 @@ from tests.integration.test_cli_operator_errors import governed
 from tests.integration.test_reload import Reloadable, reloadable, rewrite
 from tests.support.gateway_process import REPO, clean_environment, run_cli
 from tests.support.servers import demo_server
-from tests.support.silent import closing_listener, silent_listener
+from tests.support.silent import closing_listener, redirecting_listener, silent_listener
 
 __all__ = ["governed", "reloadable"]  # fixtures, used by name
 
@@ -67,6 +67,16 @@ async def test_a_gateway_gone_after_taking_the_call_is_not_called_unreachable() 
         f"mcp-gateway: the gateway at {url}/pump-1/mcp closed the connection before it answered; "
         "the call may have reached the device\n"
     )
+
+
+@pytest.mark.parametrize("status", [302, 307, 308])
+async def test_a_redirect_is_not_followed(gateway: GatewayServer, publishers: Publishers, status: int) -> None:
+    await publishers.start(gateway, "pump-1", demo_server("pump"))
+    target = f"{gateway.url}/pump-1/mcp"  # a real slot: following the redirect would get an answer
+    async with redirecting_listener(status, target) as url:
+        code, out, err = await run_cli("call", "pump-1", "add", "a=1", "b=2", "--url", url)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"mcp-gateway: HTTP {status} from {url}/pump-1/mcp: a redirect to {target}, which"), err
 
 
 async def test_a_call_longer_than_the_timeout_is_waited_for_while_the_gateway_sends_keepalives(

@@ -41,3 +41,26 @@ async def closing_listener() -> AsyncIterator[str]:
     finally:
         server.close()
         await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def redirecting_listener(status: int, location: str) -> AsyncIterator[str]:
+    """Its base URL while it runs; it answers every request with the redirect `status` to `location`,
+    as a web server or proxy in front of the wrong address does."""
+
+    async def redirect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(
+                f"HTTP/1.1 {status} Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(redirect, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
