@@ -8,6 +8,8 @@ file's original path, its place in the backup, size, sha256, mode and owner (`mc
 them all before it writes anything). A database that cannot be read, or a DEST that cannot take a copy,
 stops the backup (exit 1) and leaves no DEST behind; a DEST inside the state directory, or an audit trail
 expected at a relative [audit] path that names no file from this working directory, is refused (exit 2).
+Every image and configuration file is opened once, never through a link the gateway's user may have made
+(backup_fds), and copied from that descriptor.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import argparse
 import contextlib
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gateway.cli.backup_fds import NotDirectory, NotRegular, open_below, open_regular, tree
 from gateway.cli.backup_files import (
     CA_BESIDE,
     CONFIG,
@@ -126,11 +130,20 @@ class _Writer:
             Entry(kind, str(original), str(relative), size, digest, mode_text(PRIVATE_FILE), **ownership(info))
         )
 
-    def file(self, kind: str, original: Path, relative: Path, setting: str | None = None) -> None:
-        info = original.stat()
+    def file(
+        self,
+        kind: str,
+        original: Path,
+        relative: Path,
+        reading: int,
+        setting: str | None = None,
+        link: str | None = None,
+    ) -> None:
+        """Copy the open regular file `reading` (of `original`) to `relative` in DEST and list it: the mode and
+        owner are those of the descriptor read, so the manifest says what was copied."""
+        info = os.fstat(reading)
         target = self._folder(relative)
-        size, digest = write_copy(original, target, info.st_mode & 0o777, self.dest)
-        link = os.readlink(original) if original.is_symlink() else None
+        size, digest = write_copy(reading, original, target, info.st_mode & 0o777, self.dest)
         directory = None
         if kind in ("config", "named"):
             folder = original.parent.stat()
@@ -151,20 +164,32 @@ class _Writer:
         )
 
     def firmware(self, directory: Path) -> None:
-        if not directory.is_dir():
+        """The firmware/ tree, which the gateway's user writes: walked without following a link (firmware/
+        itself included), each image opened once and copied only when it is a regular file; the rest listed."""
+        try:
+            top = open_below(directory.parent, [directory.name])
+        except FileNotFoundError:
             self.absent("firmware", directory, "no firmware directory")
             return
-        for root, folders, names in os.walk(directory):
-            folders.sort()
-            here = Path(root)
-            for name in sorted(names):
-                path = here / name
-                if path == self.dest or self.dest in path.parents:
+        except NotDirectory as exc:
+            self.absent("firmware", directory, f"{exc.what}: not copied")
+            return
+
+        def inside_dest(relative: Path) -> bool:
+            path = directory / relative
+            return path == self.dest or self.dest in path.parents
+
+        try:
+            for relative, reading, why in tree(top, inside_dest):
+                if reading is None:
+                    self.absent("firmware", directory / relative, why)
                     continue
-                if path.is_symlink() or not path.is_file():
-                    self.absent("firmware", path, "not a regular file (a link or a device): not copied")
-                    continue
-                self.file("firmware", path, Path(FIRMWARE) / path.relative_to(directory))
+                try:
+                    self.file("firmware", directory / relative, Path(FIRMWARE) / relative, reading)
+                finally:
+                    os.close(reading)
+        finally:
+            os.close(top)
 
     def configuration(self, config_file: Path | None, config: Any) -> None:
         listed: list[tuple[str, str | None, Path]] = []
@@ -173,14 +198,29 @@ class _Writer:
         listed += [("named", setting, path) for setting, path in named_files(config)]
         listed += self._local_ca(config, {path for _, _, path in listed})
         for index, (kind, setting, path) in enumerate(listed):
-            if not path.exists():
-                self.absent(kind, path, f"not found{f' (named by {setting})' if setting else ''}")
+            named = f" (named by {setting})" if setting else ""
+            try:
+                info = path.lstat()
+                link, place = None, path
+                if stat.S_ISLNK(info.st_mode):
+                    link, place = os.readlink(path), path.resolve(strict=True)
+                    writer = next((folder for folder in (path.parent, place.parent) if _others_write(folder)), None)
+                    if writer is not None:
+                        why = f"a symbolic link through {writer}, a directory another user may write: not followed"
+                        self.absent(kind, path, why + named)
+                        continue
+                reading = open_regular(place)
+            except (FileNotFoundError, RuntimeError):  # RuntimeError: a loop of links
+                self.absent(kind, path, f"not found{named}")
                 continue
-            if not path.is_file():
+            except NotRegular as exc:
                 raise BackupError(
-                    f"{path} cannot be backed up: it is not a regular file ({setting or 'the config file'})"
-                )
-            self.file(kind, path, Path(CONFIG) / f"{index:02d}-{path.name}", setting)
+                    f"{path} cannot be backed up: it is {exc.what}, not a regular file ({setting or 'the config file'})"
+                ) from None
+            try:
+                self.file(kind, path, Path(CONFIG) / f"{index:02d}-{path.name}", reading, setting, link)
+            finally:
+                os.close(reading)
 
     def _local_ca(self, config: Any, listed: set[Path]) -> list[tuple[str, str | None, Path]]:
         """The local CA `mcp-gateway tls self-signed` writes beside the server certificate (ca-key.pem issues
@@ -198,6 +238,13 @@ class _Writer:
                 why = f"not found beside {CA_BESIDE} (without {CA_KEY} a renewal of the certificate makes a new CA)"
                 self.absent("named", path, why)
         return [("named", f"{name} beside {CA_BESIDE}", path) for name, path in found if path.exists()]
+
+
+def _others_write(folder: Path) -> bool:
+    """Whether a user other than root and this one owns `folder` or group or others may write it: a link
+    there (or a file it leads to there) may be pointed at any file meanwhile."""
+    info = folder.stat()
+    return info.st_uid not in (0, os.geteuid()) or bool(info.st_mode & 0o022)
 
 
 def _write_manifest(dest: Path, manifest: Manifest) -> None:

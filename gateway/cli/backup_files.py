@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gateway.cli.backup_fds import NotRegular, open_regular
+
 MANIFEST = "manifest.json"
 FORMAT = "mcp-gateway-backup/1"
 """The manifest's `format`: what `restore` reads. Another value is refused."""
@@ -25,6 +27,8 @@ DATABASES = "databases"
 FIRMWARE = "firmware"
 CONFIG = "config"
 """The backup's folders: the two databases, the state directory's firmware/ tree, the configuration files."""
+PLACES = {"audit": DATABASES, "registry": DATABASES, "firmware": FIRMWARE, "config": CONFIG, "named": CONFIG}
+"""The folder of the backup that holds each kind of file; a manifest that puts one elsewhere is refused."""
 CHUNK_BYTES = 1 << 20
 PRIVATE_FILE = 0o600
 PRIVATE_DIRECTORY = 0o700
@@ -173,6 +177,16 @@ def read_manifest(source: Path) -> Manifest:
         inside = Path(entry.path)
         if inside.is_absolute() or ".." in inside.parts or not Path(entry.original).is_absolute():
             raise BackupError(f"{at}: path {entry.path!r} or original {entry.original!r} is not a backup's")
+        folder = PLACES.get(entry.kind)
+        if folder is None:
+            raise BackupError(
+                f"{at}: kind {entry.kind!r} is none a backup holds: the manifest was changed; nothing was restored"
+            )
+        if len(inside.parts) < 2 or inside.parts[0] != folder:
+            raise BackupError(
+                f"{at}: a {entry.kind} file at {entry.path!r}, not in {folder}/ where a backup keeps it: the "
+                "manifest was changed; nothing was restored"
+            )
         try:
             int(entry.mode, 8)
         except ValueError:
@@ -189,13 +203,19 @@ def read_manifest(source: Path) -> Manifest:
 
 
 def sha256_of(path: Path) -> tuple[int, str]:
-    """The size and hex SHA-256 of the file at `path`."""
+    """The size and hex SHA-256 of the regular file at `path`, never read through a link (OSError ELOOP) nor
+    from a FIFO or device (NotRegular)."""
+    descriptor = open_regular(path)
+    with os.fdopen(descriptor, "rb") as handle:
+        return _hashed(handle)
+
+
+def _hashed(handle: Any) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK_BYTES):
-            digest.update(chunk)
-            size += len(chunk)
+    while chunk := handle.read(CHUNK_BYTES):
+        digest.update(chunk)
+        size += len(chunk)
     return size, digest.hexdigest()
 
 
@@ -208,6 +228,8 @@ def verify(source: Path, manifest: Manifest) -> None:
             if inside.is_symlink() or not inside.is_file():
                 raise BackupError(f"{inside} (backup of {entry.original}) is missing: the backup is incomplete")
             size, digest = sha256_of(inside)
+        except NotRegular as exc:
+            raise BackupError(f"{inside} (backup of {entry.original}) is {exc.what}: the backup was changed") from None
         except OSError as exc:
             raise BackupError(f"{inside} (backup of {entry.original}) cannot be read: {exc.strerror or exc}") from None
         if (size, digest) != (entry.size, entry.sha256):
@@ -237,39 +259,45 @@ def free_bytes(directory: Path) -> str:
     return str(found.f_bavail * found.f_frsize)
 
 
-def cannot_write(target: Path, dest: Path, why: str, full: bool, source: Path) -> BackupError:
-    """The copy `target` (under `dest`) of `source` cannot be written: the destination's fault, not the source's."""
-    try:
-        size = f"; {source} is {source.stat().st_size} bytes"
-    except OSError:
-        size = ""
+def cannot_write(target: Path, dest: Path, why: str, full: bool, source: Path, size: int | None = None) -> BackupError:
+    """The copy `target` (under `dest`) of `source` (`size` bytes, else its size now) cannot be written: the
+    destination's fault, not the source's."""
+    if size is None:
+        with contextlib.suppress(OSError):
+            size = source.stat().st_size
+    said = "" if size is None else f"; {source} is {size} bytes"
     free = free_bytes(target.parent)
     if full:
-        return BackupError(f"cannot write {target}: the file system of {dest} is full ({free} bytes free{size})")
-    return BackupError(f"cannot write {target}: {why} ({free} bytes free on the file system of {dest}{size})")
+        return BackupError(f"cannot write {target}: the file system of {dest} is full ({free} bytes free{said})")
+    return BackupError(f"cannot write {target}: {why} ({free} bytes free on the file system of {dest}{said})")
 
 
-def write_copy(source: Path, target: Path, mode: int, dest: Path | None = None) -> tuple[int, str]:
-    """Copy `source` to the new file `target` (never through a link; made `mode`), synced; its size and sha256.
+def write_copy(
+    reading: int, source: Path, target: Path, mode: int, dest: Path | None = None, dir_fd: int | None = None
+) -> tuple[int, str]:
+    """Copy the open regular file `reading` (of `source`, named in errors) to the new file `target` (its name
+    relative to `dir_fd` when given; never through a link; made `mode`), synced; its size and sha256.
     BackupError naming `target` and `dest` (default: its directory) when the copy cannot be written."""
     digest = hashlib.sha256()
     size = 0
-    with source.open("rb") as reading:
-        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
-        try:
-            with os.fdopen(descriptor, "wb") as writing:
-                while chunk := reading.read(CHUNK_BYTES):
-                    writing.write(chunk)
-                    digest.update(chunk)
-                    size += len(chunk)
-                writing.flush()
-                os.fchmod(descriptor, mode)
-                os.fsync(descriptor)
-        except OSError as exc:
-            if exc.errno not in (*FULL_ERRNOS, errno.EFBIG, errno.EIO, errno.EROFS):
-                raise
-            why = exc.strerror or str(exc)
-            raise cannot_write(target, dest or target.parent, why, exc.errno in FULL_ERRNOS, source) from None
+    name = target.name if dir_fd is not None else target
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    descriptor = os.open(name, flags, PRIVATE_FILE, dir_fd=dir_fd)
+    try:
+        with os.fdopen(descriptor, "wb") as writing:
+            while chunk := os.read(reading, CHUNK_BYTES):
+                writing.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+            writing.flush()
+            os.fchmod(descriptor, mode)
+            os.fsync(descriptor)
+    except OSError as exc:
+        if exc.errno not in (*FULL_ERRNOS, errno.EFBIG, errno.EIO, errno.EROFS):
+            raise
+        why = exc.strerror or str(exc)
+        full = exc.errno in FULL_ERRNOS
+        raise cannot_write(target, dest or target.parent, why, full, source, os.fstat(reading).st_size) from None
     return size, digest.hexdigest()
 
 

@@ -6,7 +6,9 @@ running there is refused (exit 2, naming its pid) and none can start meanwhile. 
 or configuration file already in place is replaced only with --force, and then kept beside it renamed
 `<name>.replaced-<UTC time>` (a database with its -wal and -shm files); a file whose content is already
 the backup's is left as it is. With --with-config the configuration files go where the backed-up
-configuration names them (restore_targets). After the restore each restored database passes
+configuration names them (restore_targets), one outside the configuration file's directory only with
+--force. Each file is copied from one descriptor and checked as it is written, and nothing is written
+through a link under the state directory (restore_write). After the restore each restored database passes
 `PRAGMA quick_check`.
 """
 
@@ -17,67 +19,31 @@ import contextlib
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway.cli.backup import state_dir_option, state_environment
+from gateway.cli.backup_fds import NotRegular
 from gateway.cli.backup_files import (
     FIRMWARE,
-    PRIVATE_DIRECTORY,
-    PRIVATE_FILE,
     BackupError,
     Entry,
     Manifest,
     quick_check,
     read_manifest,
     sha256_of,
-    sync_directory,
     verify,
-    write_copy,
 )
 from gateway.cli.common import Commands, with_config
 from gateway.cli.restore_targets import (
     applied_mode,
     config_places,
-    entry_owner,
-    give_owner,
     is_secret,
-    make_config_parents,
     mode_limit,
     newer,
+    outside_places,
 )
-
-DATABASE_NAMES = {"audit": "the audit trail", "registry": "the device registry"}
-LOG_SUFFIXES = ("-wal", "-shm")
-
-
-class _Refused(Exception):
-    """The restore would overwrite something, or a gateway uses the place: exit 2, nothing written."""
-
-
-@dataclass
-class Step:
-    """One file of the backup and where it goes; `replaces`: a file in place that differs (kept aside)."""
-
-    entry: Entry
-    target: Path
-    replaces: bool
-    state_owned: bool
-    in_place: bool = False
-    """The file at `target` holds the backup's content already: left as it is."""
-    mode: int = PRIVATE_FILE
-    """The mode it is given (restore_targets.applied_mode)."""
-    via: Path | None = None
-    """The symbolic link `target` was reached through: the link is kept, the file it leads to written."""
-
-    @property
-    def what(self) -> str:
-        if self.entry.kind in DATABASE_NAMES:
-            return DATABASE_NAMES[self.entry.kind]
-        if self.entry.kind == "named":
-            return f"the file of {self.entry.setting}" if self.entry.setting else "a file the configuration names"
-        return "the configuration file" if self.entry.kind == "config" else "the firmware image"
+from gateway.cli.restore_write import DATABASE_NAMES, Refused, Step, no_link_on_the_way, put
 
 
 def _audit_target(args: argparse.Namespace, source: Path, manifest: Manifest, env: Mapping[str, str]) -> Path:
@@ -106,13 +72,13 @@ def _file_step(entry: Entry, target: Path, state_owned: bool) -> Step:
             leads_to = None
         holder = target.parent.stat()
         if holder.st_uid != os.geteuid() or holder.st_mode & 0o022:  # another user may have made the link
-            raise _Refused(
+            raise Refused(
                 f"{target} is a symbolic link in a directory another user may write (owner uid {holder.st_uid}, "
                 f"mode {holder.st_mode & 0o7777:04o}): restore never writes through it, also with --force; check "
                 "where it leads, replace it by the file or remove it, then restore again; nothing was restored"
             )
         if leads_to is None or not leads_to.is_file():
-            raise _Refused(
+            raise Refused(
                 f"{target} is a symbolic link to {os.readlink(target)}, which leads to no regular file: restore "
                 "never replaces a link, also with --force; point it at the file or remove it, then restore again; "
                 "nothing was restored"
@@ -122,7 +88,10 @@ def _file_step(entry: Entry, target: Path, state_owned: bool) -> Step:
         return Step(entry, target, True, state_owned, mode=mode, via=via)
     if not target.exists():
         return Step(entry, target, False, state_owned, mode=mode, via=via)
-    same = sha256_of(target) == (entry.size, entry.sha256)
+    try:
+        same = sha256_of(target) == (entry.size, entry.sha256)
+    except (OSError, NotRegular):  # swapped meanwhile: replaced (kept aside), never read through
+        same = False
     return Step(entry, target, not same, state_owned, in_place=same, mode=mode, via=via)
 
 
@@ -139,17 +108,21 @@ def _plan(
     for index, entry in enumerate(manifest.files):
         if entry.kind in DATABASE_NAMES:
             target = audit if entry.kind == "audit" else state / FILE_NAME
+            if state in target.parents:
+                no_link_on_the_way(state, target)
             in_place = target.exists() or target.is_symlink()
             steps.append(Step(entry, target, in_place, state in target.parents))
         elif entry.kind == "firmware":
-            steps.append(_file_step(entry, firmware / Path(entry.path).relative_to(FIRMWARE), True))
+            target = firmware / Path(entry.path).relative_to(FIRMWARE)
+            no_link_on_the_way(state, target)
+            steps.append(_file_step(entry, target, True))
         elif index in places:
             steps.append(_file_step(entry, places[index], False))
     return steps
 
 
 def _lock(env: Mapping[str, str], audit: Path | None) -> list[int]:
-    """Lock the state directory (and the audit file's place) as `run` does; _Refused naming the holder's pid."""
+    """Lock the state directory (and the audit file's place) as `run` does; Refused naming the holder's pid."""
     from gateway.cli.state_lock import AUDIT_LOCK_SUFFIX, LOCK_FILE, UnsafeLock, _Held, lock_file
     from gateway.devices.registry import state_directory
     from gateway.policy.audit.location import ensure_directory
@@ -170,12 +143,12 @@ def _lock(env: Mapping[str, str], audit: Path | None) -> list[int]:
                     os.fchown(descriptors[-1], folder.st_uid, folder.st_gid)
             except _Held as held:
                 pid = f"pid {held.pid}" if held.pid else "a process that wrote no pid"
-                raise _Refused(
+                raise Refused(
                     f"{what} is in use by a running gateway ({pid}, holding {lock}): stop it first "
                     "(systemctl stop mcp-gateway), then restore; nothing was restored"
                 ) from None
             except UnsafeLock as exc:
-                raise _Refused(
+                raise Refused(
                     f"{exc}: remove it (the gateway's lock files are regular files it makes itself)"
                 ) from None
     except BaseException:
@@ -189,76 +162,6 @@ def _unlock(descriptors: list[int]) -> None:
         with contextlib.suppress(OSError):
             os.ftruncate(descriptor, 0)
         os.close(descriptor)
-
-
-def _make_parents(directory: Path, owner: tuple[int, int] | None) -> None:
-    """Create `directory` and its missing parents 0700; as root, given `owner` (the state directory's)."""
-    missing = [folder for folder in (directory, *directory.parents) if not folder.exists()]
-    for folder in reversed(missing):
-        folder.mkdir(mode=PRIVATE_DIRECTORY)
-        if owner is not None and os.geteuid() == 0:
-            os.chown(folder, *owner)
-
-
-def _chown(path: Path, step: Step, state_owner: tuple[int, int] | None) -> None:
-    """As root: a state file goes to the state directory's owner, another file to its recorded owner."""
-    if os.geteuid() != 0:
-        return
-    if step.state_owned and state_owner is not None:
-        os.chown(path, *state_owner)
-        return
-    give_owner(path, entry_owner(step.entry), step.target)
-
-
-def _aside(target: Path, stamp: str) -> Path:
-    """`<name>.replaced-<stamp>`, numbered when a restore in the same second kept one already."""
-    aside = target.with_name(f"{target.name}.replaced-{stamp}")
-    number = 1
-    while any(path.exists() or path.is_symlink() for path in _with_logs(aside)):
-        number += 1
-        aside = target.with_name(f"{target.name}.replaced-{stamp}-{number}")
-    return aside
-
-
-def _with_logs(path: Path) -> list[Path]:
-    return [path, *(path.with_name(path.name + suffix) for suffix in LOG_SUFFIXES)]
-
-
-def _put(
-    source: Path,
-    step: Step,
-    stamp: str,
-    state_owner: tuple[int, int] | None,
-    folders: Mapping[Path, Mapping[str, object]],
-) -> str | None:
-    """Write one file of the backup to its target (through a temporary file beside it, renamed in place);
-    the name the replaced file was kept under, if any. `folders`: the recorded directories of config files."""
-    target = step.target
-    database = step.entry.kind in DATABASE_NAMES
-    if database or step.state_owned:
-        _make_parents(target.parent, state_owner if step.state_owned else None)
-    else:
-        make_config_parents(target.parent, folders, entry_owner(step.entry))
-    temporary = target.with_name(f".{target.name}.restoring")
-    with contextlib.suppress(FileNotFoundError):
-        temporary.unlink()
-    write_copy(source / step.entry.path, temporary, step.mode)
-    _chown(temporary, step, state_owner)
-    aside: Path | None = None
-    if step.replaces:
-        aside = _aside(target, stamp)
-        os.rename(target, aside)
-    if database:
-        for suffix in LOG_SUFFIXES:
-            log = target.with_name(target.name + suffix)
-            if aside is not None and log.exists():
-                os.rename(log, aside.with_name(aside.name + suffix))  # the replaced database stays whole
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    log.unlink()  # a stale log of no database: SQLite would replay it into the restored one
-    os.replace(temporary, target)
-    sync_directory(target.parent)
-    return None if aside is None else str(aside)
 
 
 def _restore(
@@ -278,11 +181,11 @@ def _restore(
                 + ("" if step.entry.kind in DATABASE_NAMES else " with other content")
                 for step in in_the_way
             )
-            raise _Refused(
+            raise Refused(
                 f"these files are in place and would be replaced:\n{lines}\nnothing was restored; --force replaces "
                 "them and keeps each replaced file beside it as <name>.replaced-<UTC time>"
             )
-        state = state_directory(env)
+        state = state_directory(env).absolute()
         state_info = state.stat()
         state_owner = (state_info.st_uid, state_info.st_gid)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -296,7 +199,7 @@ def _restore(
             if step.in_place:
                 print(f"in place already: {step.what} {step.target}{link} (the backup's content)")
                 continue
-            kept = _put(source, step, stamp, state_owner, folders)
+            kept = put(source, step, stamp, state, state_owner, folders)
             print(f"restored {step.what} {step.target}{link} ({step.entry.size} bytes, mode {_mode_said(step)})")
             if kept is not None:
                 print(f"  kept the file it replaced as {kept}")
@@ -341,9 +244,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
             "gateway's databases may hold what this one does not know: update this gateway first if you can",
             file=sys.stderr,
         )
+    outside = outside_places(manifest, places)
+    if outside and not args.force:
+        print(
+            "mcp-gateway restore: with --with-config, restore writes where the backed-up configuration says, and "
+            "these places are not beside it:\n" + "\n".join(outside) + "\ncheck them in the backup's configuration "
+            "(restore without --with-config lists every place), then restore again with --force to write them "
+            "there; nothing was restored",
+            file=sys.stderr,
+        )
+        return 2
     try:
         steps = _restore(args, source, manifest, env, places)
-    except _Refused as exc:
+    except Refused as exc:
         print(f"mcp-gateway restore: {exc}", file=sys.stderr)
         return 2
     except BackupError as exc:
@@ -397,6 +310,7 @@ def add_restore(commands: Commands) -> None:
     restore.add_argument(
         "--force",
         action="store_true",
-        help="replace files in place (each replaced one is kept as <name>.replaced-<UTC time>, never deleted)",
+        help="replace files in place (each replaced one is kept as <name>.replaced-<UTC time>, never deleted); "
+        "with --with-config also write a file the configuration puts outside its own directory",
     )
     restore.set_defaults(func=cmd_restore)

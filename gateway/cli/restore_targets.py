@@ -127,6 +127,25 @@ def config_places(
     return places, left_out
 
 
+def outside_places(manifest: Manifest, places: Mapping[int, Path]) -> list[str]:
+    """A line for each file the configuration names that goes outside the restored configuration file's
+    directory (and its subdirectories): an appliance keeps them beside it, so one elsewhere is written only
+    with --force."""
+    configs = (
+        places[index] for index, entry in enumerate(manifest.files) if entry.kind == "config" and index in places
+    )
+    folder = next(configs, None)
+    if folder is None:
+        return []
+    home = folder.parent
+    return [
+        f"  {place} ({manifest.files[index].setting}) is outside {home}, the directory of the configuration file "
+        "restored"
+        for index, place in places.items()
+        if manifest.files[index].kind == "named" and home not in place.parents
+    ]
+
+
 def _id_of(name: str, lookup: Any) -> int | None:
     try:
         return int(lookup(name)[2])
@@ -157,9 +176,12 @@ def entry_owner(entry: Entry) -> dict[str, Any]:
     return {"owner": entry.owner, "group": entry.group, "uid": entry.uid, "gid": entry.gid}
 
 
-def give_owner(path: Path, recorded: Mapping[str, Any], shown: Path) -> tuple[int, int]:
-    """As root: chown `path` to its recorded owner and group; a name missing here is said on stderr
-    (naming `shown`) and that part left to root."""
+def give_owner(
+    path: Path | str, recorded: Mapping[str, Any], shown: Path, dir_fd: int | None = None
+) -> tuple[int, int]:
+    """As root: chown `path` (relative to `dir_fd` when given; a link itself, never the file it leads to) to
+    its recorded owner and group; a name missing here is said on stderr (naming `shown`) and that part left to
+    root."""
     uid, gid, missing = owner_ids(recorded)
     if missing:
         print(
@@ -168,7 +190,7 @@ def give_owner(path: Path, recorded: Mapping[str, Any], shown: Path) -> tuple[in
             "open it",
             file=sys.stderr,
         )
-    os.chown(path, uid, gid)
+    os.chown(path, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
     return uid, gid
 
 
