@@ -119,6 +119,13 @@ class _Writer:
         if not original.exists() and not original.is_symlink():
             self.absent(kind, original, why_absent)
             return
+        # SQLite opens by name: a link in a directory another user may write (the gateway's state
+        # directory, to a root-run backup) could lead it to any database on the machine.
+        if original.is_symlink() and _others_write(original.parent):
+            raise BackupError(
+                f"{original} cannot be backed up: it is a symbolic link in {original.parent}, a directory another "
+                f"user may write (the {kind} database is a file, not a link)"
+            )
         if not original.is_file():
             raise BackupError(f"{original} cannot be backed up: it is not a regular file (the {kind} database)")
         relative = Path(DATABASES) / name

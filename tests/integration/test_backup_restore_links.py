@@ -283,3 +283,20 @@ async def test_a_configuration_link_in_a_directory_others_may_write_is_not_follo
         "providers.auth.shared_secret.file)"
     )
     assert {"kind": "named", "original": str(shared / "provider-secret"), "why": why} in manifest_of(dest)["absent"]
+
+
+@as_root
+@pytest.mark.timeout(60)
+async def test_a_registry_that_is_a_link_in_the_gateway_users_directory_is_not_read(tmp_path: Path) -> None:
+    # SQLite opens by name: the gateway's user could point devices.db at any database root may read.
+    env = small_backup_source(tmp_path)
+    state = Path(env["STATE_DIRECTORY"])
+    elsewhere = tmp_path / "roots-own.db"
+    os.rename(state / "devices.db", elsewhere)
+    os.symlink(elsewhere, state / "devices.db")
+    os.chown(state, NOBODY, NOBODY)
+    dest = tmp_path / "backup"
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 1, err
+    assert f"{state / 'devices.db'} cannot be backed up: it is a symbolic link in {state}" in err
+    assert not dest.exists()
