@@ -362,25 +362,6 @@ def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None
     os.chmod(target, PRIVATE_FILE)
 
 
-def _walk(value: Any, where: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            item = getattr(value, name)
-            here = f"{where}.{name}" if where else name
-            if isinstance(item, str) and (name == "file" or name.endswith("_file")):
-                yield here, item
-            elif isinstance(item, list) and name.endswith("_files"):
-                yield from ((f"{here}[{index}]", text) for index, text in enumerate(item) if isinstance(text, str))
-            else:
-                yield from _walk(item, here)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _walk(item, f"{where}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _walk(item, f"{where}[{index}]")
-
-
 def settings_in(data: Any, where: str = "") -> Iterator[tuple[str, str]]:
     """Every file a configuration file's own TOML data names, as `named_files` names the setting
     (`providers.auth.shared_secret.file`, `auth.token_files[0]`) and the path as written."""
@@ -403,7 +384,7 @@ def named_files(config: BaseModel) -> list[tuple[str, Path]]:
     files, secret files, TLS certificates, keys and CA files, headers files), as the setting and the absolute
     path (a relative one is read from the working directory, as the gateway reads it); each path once."""
     found: dict[Path, str] = {}
-    for setting, text in _walk(config, ""):
+    for setting, text in settings_in(config.model_dump(mode="json")):
         found.setdefault(Path(text).absolute(), setting)
     return [(setting, path) for path, setting in found.items()]
 

@@ -11,16 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.integration.test_backup_restore import POLICY
 from tests.support.gateway_process import REPO, GatewayProcess, clean_environment, run_cli
 
-POLICY = """
-[roles.worker]
-capabilities = ["mcp.tools.list", "mcp.tools.call", "tool.observe", "tool.control"]
-[[assign]]
-principal = "anonymous"
-role = "worker"
-resources = ["/**"]
-"""
 HINT = "a relative [audit] path is read from the working directory, as mcp-gateway run reads it: here "
 
 
