@@ -23,7 +23,7 @@ from tests.support.gateway_process import REPO, clean_environment, run_to_exit
 
 NOBODY = 65534
 """A uid and gid the test gives files and directories as root (the gateway's user stands for it)."""
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="owners are given only by a restore run as root")
+as_root = pytest.mark.usefixtures("root")  # owners are given only by a restore run as root
 
 
 def manifest_of(dest: Path) -> dict[str, Any]:

@@ -164,9 +164,8 @@ async def test_the_gateway_runs_without_writable_executable_memory() -> None:
     assert process.returncode == 0, gateway.log
 
 
+@pytest.mark.usefixtures("root")
 def test_a_token_file_rewritten_by_root_stays_the_service_users(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("only root can give a file to another user")
     tokens = tmp_path / "tokens.toml"
     create_token(tokens, "operator", [], replace=False)
     os.chown(tokens, SERVICE_UID, SERVICE_UID)  # the operator gave it to the service's user
