@@ -206,12 +206,6 @@ def slots_table(listed: list[dict[str, Any]], shown: Callable[[str], str] = str)
     return "\n".join(lines)
 
 
-def render_slots(result: dict[str, Any], show_all: bool = False) -> str:
-    """The `mcp-gateway slots` table, then the note on the names only asked for (see `listed_slots`)."""
-    listed, note = listed_slots(result, show_all)
-    return slots_table(listed) + (f"\n{note}" if note else "")
-
-
 def _argument(name: str, schema: Any, required: bool) -> str:
     """`name=INTEGER 300..2900`, `name=on|off`; in brackets when the tool can do without it."""
     shape = "VALUE"
@@ -388,7 +382,7 @@ class GatewayClient:
             raise GatewayCallError(self._no_answer(message, exc)) from exc
         except aiohttp.ServerDisconnectedError as exc:  # the request went out: the gateway may have acted on it
             text = f"the gateway at {self.url} closed the connection before it answered"
-            if message.get("method") == "tools/call" and self.slot != BROKER_SLOT:
+            if self._calls_a_device(message):
                 text += "; the call may have reached the device"
             raise GatewayCallError(text) from exc
         except aiohttp.ClientConnectionError as exc:
@@ -403,9 +397,13 @@ class GatewayClient:
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             return f"cannot reach the gateway at {self.url}: no connection {limit}"
         text = f"no answer from the gateway at {self.url} {limit}"
-        if message.get("method") == "tools/call" and self.slot != BROKER_SLOT:
+        if self._calls_a_device(message):
             text += "; the call may still be carried out by the device"
         return text
+
+    def _calls_a_device(self, message: dict[str, Any]) -> bool:
+        """Whether `message` is a tool call a device may carry out (not one of the gateway's own tools)."""
+        return message.get("method") == "tools/call" and self.slot != BROKER_SLOT
 
     def _token_hint(self) -> str:
         """The line added to a 401: how the commands are given a token (the gateway's words name only

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.cli.backup_fds import NotDirectory, NotRegular, open_below, open_regular, tree
+from gateway.cli.backup_fds import NotDirectory, NotRegular, open_below, open_regular, others_may_write, tree
 from gateway.cli.backup_files import (
     CA_BESIDE,
     CONFIG,
@@ -121,7 +121,7 @@ class _Writer:
             return
         # SQLite opens by name: a link in a directory another user may write (the gateway's state
         # directory, to a root-run backup) could lead it to any database on the machine.
-        if original.is_symlink() and _others_write(original.parent):
+        if original.is_symlink() and others_may_write(original.parent):
             raise BackupError(
                 f"{original} cannot be backed up: it is a symbolic link in {original.parent}, a directory another "
                 f"user may write (the {kind} database is a file, not a link)"
@@ -211,7 +211,7 @@ class _Writer:
                 link, place = None, path
                 if stat.S_ISLNK(info.st_mode):
                     link, place = os.readlink(path), path.resolve(strict=True)
-                    writer = next((folder for folder in (path.parent, place.parent) if _others_write(folder)), None)
+                    writer = next((folder for folder in (path.parent, place.parent) if others_may_write(folder)), None)
                     if writer is not None:
                         why = f"a symbolic link through {writer}, a directory another user may write: not followed"
                         self.absent(kind, path, why + named)
@@ -245,13 +245,6 @@ class _Writer:
                 why = f"not found beside {CA_BESIDE} (without {CA_KEY} a renewal of the certificate makes a new CA)"
                 self.absent("named", path, why)
         return [("named", f"{name} beside {CA_BESIDE}", path) for name, path in found if path.exists()]
-
-
-def _others_write(folder: Path) -> bool:
-    """Whether a user other than root and this one owns `folder` or group or others may write it: a link
-    there (or a file it leads to there) may be pointed at any file meanwhile."""
-    info = folder.stat()
-    return info.st_uid not in (0, os.geteuid()) or bool(info.st_mode & 0o022)
 
 
 def _write_manifest(dest: Path, manifest: Manifest) -> None:

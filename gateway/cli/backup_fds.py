@@ -172,3 +172,10 @@ def tree(top: int, skip: Callable[[Path], bool]) -> Iterator[tuple[Path, int | N
             pending.extend(reversed(folders))
         finally:
             os.close(folder)
+
+
+def others_may_write(folder: Path) -> bool:
+    """Whether a user other than root and this one owns `folder`, or group or others may write it: a link
+    there (or a file it leads to there) may be pointed at any file meanwhile, so it is not followed."""
+    info = folder.stat()
+    return info.st_uid not in (0, os.geteuid()) or bool(info.st_mode & 0o022)

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway.cli.backup import state_dir_option, state_environment
-from gateway.cli.backup_fds import NotRegular
+from gateway.cli.backup_fds import NotRegular, others_may_write
 from gateway.cli.backup_files import (
     FIRMWARE,
     BackupError,
@@ -70,8 +70,8 @@ def _file_step(entry: Entry, target: Path, state_owned: bool) -> Step:
             leads_to = target.resolve(strict=True)
         except (OSError, RuntimeError):
             leads_to = None
-        holder = target.parent.stat()
-        if holder.st_uid != os.geteuid() or holder.st_mode & 0o022:  # another user may have made the link
+        if others_may_write(target.parent):  # another user may have made the link
+            holder = target.parent.stat()
             raise Refused(
                 f"{target} is a symbolic link in a directory another user may write (owner uid {holder.st_uid}, "
                 f"mode {holder.st_mode & 0o7777:04o}): restore never writes through it, also with --force; check "

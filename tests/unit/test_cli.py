@@ -14,7 +14,7 @@ import gateway.app
 from bench.ports import free_port
 from gateway import __version__
 from gateway.cli import build_parser, main
-from gateway.client import parse_arguments, render_slots, render_tools
+from gateway.client import listed_slots, parse_arguments, render_tools, slots_table
 
 pytestmark = pytest.mark.usefixtures("cli_environment")
 
@@ -204,11 +204,11 @@ def test_call_without_arguments_parses_to_no_arguments() -> None:
     assert build_parser().parse_args(["call", "pump-1", "add", "a=1", "b=2"]).arguments == ["a=1", "b=2"]
 
 
-# -- render_slots (mcp-gateway slots) ------------------------------------------------------------
+# -- listed_slots and slots_table (mcp-gateway slots) ------------------------------------------------------------
 
 
 def slot_entry(name: str, **fields: Any) -> dict[str, Any]:
-    """One providers_list entry with what render_slots reads; an empty slot no provider ever held by default."""
+    """One providers_list entry with what the slots table reads; an empty slot no provider ever held by default."""
     entry: dict[str, Any] = {"name": name, "connected": False, "state": "empty", "declared": False}
     entry.update({"transport": None, "tools": 0, "pending": 0, "connects": 0, "upstream": None})
     entry.update(fields)
@@ -217,6 +217,12 @@ def slot_entry(name: str, **fields: Any) -> dict[str, Any]:
 
 def slots_result(*entries: dict[str, Any]) -> dict[str, Any]:
     return {"structuredContent": {"count": len(entries), "providers": list(entries)}}
+
+
+def render_slots(result: dict[str, Any], show_all: bool = False) -> str:
+    """The table `slots` prints on stdout, then the note it prints on stderr."""
+    listed, note = listed_slots(result, show_all)
+    return slots_table(listed) + (f"\n{note}" if note else "")
 
 
 def test_slots_lists_devices_and_counts_names_only_asked_for() -> None:
