@@ -7,6 +7,7 @@ paho's network loop waits with poll() instead (gateway/southbound/mqtt/paho_sele
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 from collections.abc import Iterator
@@ -22,6 +23,9 @@ QUICK = {"reconnect_initial_s": 0.05, "reconnect_max_s": 0.3, "connect_timeout_s
 @contextmanager
 def descriptors_in_use_up_to(highest: int) -> Iterator[None]:
     """Hold open descriptors until the next one the process opens is above `highest`."""
+    # A socket an earlier test left to the garbage collector would be closed meanwhile, freeing a low
+    # number for the gateway's next socket: collect it before the low numbers are taken.
+    gc.collect()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert hard == resource.RLIM_INFINITY or hard > highest + 64, f"hard descriptor limit {hard} is too low"
     if soft != resource.RLIM_INFINITY and soft <= highest + 64:
