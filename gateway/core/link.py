@@ -65,6 +65,10 @@ class LinkInfo:
     owes an earlier session (of this gateway, or of the one before a restart) may still arrive on it,
     so the session takes its request numbers from the process-wide sequence instead of counting from 1
     (gateway/core/request_ids.py)."""
+    peer_outlives_link: bool = False
+    """The provider's program outlives this link and dials again by itself (a WebSocket client): a
+    client library that keeps a send queue flushes an answer it owed the earlier link onto the next
+    one, so the session takes its request numbers from the process-wide sequence too."""
     era: str | None = None
     """What the transport knows of the provider's protocol era: "session" (the core never asks
     server/discover: a transport or specification without the 2026-07-28 era), "2026-07-28" (the

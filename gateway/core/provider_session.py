@@ -120,7 +120,7 @@ class ProviderSession:
         self.last_error = ""
         self.last_unmatched_id = ""
         """The id of the provider's last answer nobody waited for, as JSON (errors.shown_id)."""
-        self._numbers = numbers_for(link.info.medium_outlives_session)
+        self._numbers = numbers_for(link.info.medium_outlives_session or link.info.peer_outlives_link)
         self._ready = asyncio.Event()
         self._alive: asyncio.Future[None] | None = None
         """While a probe waits: resolved by the provider's next frame or pong."""

@@ -1,10 +1,12 @@
 """The numbers in the ids the gateway gives its requests to providers (docs/protocol.md, "Requests and ids").
 
-A link whose connection is its session (a WebSocket, a stdio child, a remote upstream) numbers its
-requests from 1: nothing sent before the connection can reach it. A link whose medium outlives its
-session (an MQTT topic, a serial line) takes its numbers from one sequence shared by every such link
-of the process, started at a random point once per process: a late answer to a request of an earlier
-session (of this gateway, or of the one before a restart) names no request of the new session.
+A link that nothing sent before it can reach (a stdio child, a remote upstream, an in-process
+server) numbers its requests from 1. A link that an answer owed to an earlier session may reach takes
+its numbers from one sequence shared by every such link of the process, started at a random point
+once per process: a medium that outlives its session (an MQTT topic, a serial line) and a provider
+that dials again by itself (a WebSocket client, whose library may flush an answer it owed the earlier
+connection onto the new one). A late answer to a request of an earlier session (of this gateway, or
+of the one before a restart) then names no request of the new session.
 """
 
 from __future__ import annotations
@@ -51,9 +53,10 @@ def random_start() -> int:
 
 
 LINGERING_MEDIA = RequestNumbers(random_start())
-"""The one sequence of every link whose medium outlives its session (LinkInfo.medium_outlives_session)."""
+"""The one sequence of every link a late answer may reach (LinkInfo.medium_outlives_session or
+peer_outlives_link)."""
 
 
-def numbers_for(medium_outlives_session: bool) -> RequestNumbers:
+def numbers_for(late_answers_may_arrive: bool) -> RequestNumbers:
     """The sequence a new provider session numbers its requests from."""
-    return LINGERING_MEDIA if medium_outlives_session else RequestNumbers()
+    return LINGERING_MEDIA if late_answers_may_arrive else RequestNumbers()

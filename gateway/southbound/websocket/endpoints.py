@@ -242,6 +242,7 @@ class ProviderWebSockets:
             identity=credential.identity,
             native_ping=True,
             register_frame_follows=True,
+            peer_outlives_link=True,
         )
         link = WebSocketLink(ws, info)
         try:
@@ -424,7 +425,11 @@ class ProviderWebSockets:
             return None
         registration = envelope.registration(frame.payload)
         info = LinkInfo(
-            transport="websocket-mux", remote=socket.remote, identity=socket.credential.identity, native_ping=True
+            transport="websocket-mux",
+            remote=socket.remote,
+            identity=socket.credential.identity,
+            native_ping=True,
+            peer_outlives_link=True,
         )
         link = MultiplexedSlotLink(socket, frame.provider, info)
         try:
