@@ -1,13 +1,15 @@
 """The allowed_hosts and allowed_origins lists checked entry by entry: every malformed entry is named in
 one error, and an entry no request can match (NeverMatches: a zone id, an IPv6 origin without brackets)
 loads as written, is ignored by the Host and Origin checks, and is warned of by `config check` and at
-the start of `run` (config_warnings)."""
+the start of `run` (config_warnings), as are mcp-broker's MCP_BROKER_* variables (foreign_env.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Protocol
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
+from gateway.config.foreign_env import foreign_env_warnings, named_strings
 from gateway.config.hosts import NeverMatches, check_allowed_host
 from gateway.config.origins import check_origin_entry
 
@@ -17,6 +19,8 @@ class _Lists(Protocol):
 
     allowed_hosts: list[str]
     allowed_origins: list[str]
+
+    def model_dump(self) -> dict[str, Any]: ...
 
 
 def check_entries(entries: Iterable[str], check: Callable[[str], str]) -> list[str]:
@@ -51,10 +55,13 @@ def entry_warnings(entries: Iterable[str], check: Callable[[str], str]) -> list[
     return warnings
 
 
-def config_warnings(config: _Lists) -> list[str]:
-    """What the configuration holds that loads but does nothing: allowed_hosts and allowed_origins
-    entries no request can match (each message names the entry and what to write instead)."""
+def config_warnings(config: _Lists, environ: Mapping[str, str] | None = None) -> list[str]:
+    """What loads but does nothing: allowed_hosts and allowed_origins entries no request can match
+    (each message names the entry and what to write instead), and MCP_BROKER_* variables set in
+    `environ` (default: this process's) that the configuration does not name."""
+    environ = os.environ if environ is None else environ
     return [
         *entry_warnings(config.allowed_hosts, check_allowed_host),
         *entry_warnings(config.allowed_origins, check_origin_entry),
+        *foreign_env_warnings(environ, named_strings(config.model_dump())),
     ]
