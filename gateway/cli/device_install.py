@@ -11,8 +11,9 @@ whole and the registry is opened and written to (a rolled-back transaction), so 
 after the board holds a secret the registry does not know ([registry-unusable]).
 update: new code onto the board that serves SLOT, its config.json kept, refused while a call to SLOT
 is in flight; waits until the board is back with the new version.
-A failure after the board was interrupted resets it, so that it runs the code it holds again; a board
-that goes away midway is said as such ([board-gone]), with what it may hold.
+A failure after the board was interrupted resets it, so that it runs the code it holds again, and so
+does an install stopped by Ctrl-C, SIGTERM or SIGHUP ([interrupted]); a board that goes away midway
+is said as such ([board-gone]), with what it may hold.
 Secrets are never printed: --dry-run and every message show *** instead.
 """
 
@@ -24,10 +25,18 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.cli.board_left import (
+    BEFORE_THE_BOARD,
+    Progress,
+    board_state,
+    gone_text,
+    interrupted_text,
+    restarted,
+    stop_exit_code,
+)
 from gateway.cli.common import Commands, _read_credential_file, decimal_number, gateway_url_option, whole_number
 from gateway.cli.parsing import subcommands
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE, PasswordFileError
@@ -145,7 +154,13 @@ def cmd_install(args: argparse.Namespace) -> int:
     try:
         if args.dry_run:
             return _dry_run(args, registry, transport, config_with, passwd_problem)
-        return _install(args, registry, transport, config_with)
+        from gateway.flash.handover import stop_signals
+
+        # SIGTERM and SIGHUP (a dropped SSH session) stop it as Ctrl-C does: the board is reset, and said.
+        with stop_signals():
+            return _install(args, registry, transport, config_with)
+    except KeyboardInterrupt as stop:  # before the port was opened
+        return _fail(interrupted_text(args.port, stop, Progress(BEFORE_THE_BOARD), "", "install"), stop_exit_code(stop))
     finally:
         registry.close()
 
@@ -207,19 +222,6 @@ def _dry_run(
     return 1 if problems else 0
 
 
-@dataclass
-class Progress:
-    """How far an install or update got on the board, for what a failure says about it."""
-
-    step: str = "opening the raw REPL"
-    device_id: str | None = None
-    files: bool = False
-    """The new code is in place (the swap ran)."""
-    config: bool = False
-    """The new config.json is in place."""
-    adopted: bool = False
-
-
 def _install(args: argparse.Namespace, registry: Any, transport: str, config_with: Any) -> int:
     from gateway.provision.bundle import ProvisionError
     from gateway.provision.raw_repl import BoardError, RawRepl, open_port
@@ -251,17 +253,17 @@ def _install(args: argparse.Namespace, registry: Any, transport: str, config_wit
                 repl.soft_reset()
                 _say(f"reset: the board starts {bundle.firmware} {bundle.version} and {_dial_text(config)}")
         except BoardGone as exc:
-            return _fail(_gone_text(args.port, exc, progress, "install"))
+            return _fail(gone_text(args.port, exc, progress, "install"))
         except SlotTaken as taken:
-            return _fail(_slot_taken_text(args, taken, progress, _restarted(repl, progress)))
+            return _fail(_slot_taken_text(args, taken, progress, restarted(repl, progress)))
         except sqlite3.Error as exc:
-            return _fail(_registry_text(registry, exc, _board_state(progress) + _restarted(repl, progress)))
+            return _fail(_registry_text(registry, exc, board_state(progress) + restarted(repl, progress)))
         except (BoardError, ProvisionError, PasswordFileError) as exc:
-            after = _restarted(repl, progress) if progress.step != "opening the raw REPL" else ""
+            after = restarted(repl, progress) if progress.step != "opening the raw REPL" else ""
             return _fail(f"{exc}{after}")
-        except KeyboardInterrupt:
-            _restarted(repl, progress)
-            raise
+        except KeyboardInterrupt as stop:
+            reset = restarted(repl, progress)
+            return _fail(interrupted_text(args.port, stop, progress, reset, "install"), stop_exit_code(stop))
     finally:
         repl.close()
     return 0
@@ -344,50 +346,9 @@ def _end_replaced_links(args: argparse.Namespace) -> None:
         _say(f"the gateway at {args.url} ended {args.slot} ({entry.get('transport')}, {who}): {entry.get('how')}")
 
 
-def _restarted(repl: Any, progress: Progress) -> str:
-    """Reset the board after a failure, so that it runs what it holds; the sentence that says so."""
-    from gateway.provision.raw_repl import BoardError
-
-    try:
-        repl.restart()
-    except BoardError as exc:
-        return f"; the board could not be reset ({exc}): reset it by hand (its EN/RESET button, or power)"
-    if not progress.files:
-        return "; the board was reset and runs its previous code again"
-    return "; the board was reset and runs the code it holds now"
-
-
-def _board_state(progress: Progress) -> str:
-    if progress.adopted:
-        return "the board holds the new code and config.json and is adopted"
-    if progress.config:
-        return (
-            "the board holds the new code and a new config.json whose secret the registry does not know: "
-            "run the install again once the registry is usable"
-        )
-    if progress.files:
-        return "the board holds the new code and its previous config.json"
-    return "nothing was written to the board"
-
-
-def _gone_text(port: str, gone: BoardGone, progress: Progress, command: str) -> str:
-    """[board-gone]: where the board stopped answering, what it may hold, and that a rerun starts over."""
-    if progress.step in ("opening the raw REPL", "the probe"):
-        state = "nothing was written to it"
-    elif progress.step == "the copy":
-        state = "its code may be half-written (new files copied in part; the swap to them may have begun)"
-    else:
-        state = _board_state(progress).replace("the board holds", "it holds")
-    registry = "" if progress.adopted else "; the registry was not changed"
-    return (
-        f"the board on {port} went away during {progress.step} ({gone.detail}): {state}{registry}. Plug it in "
-        f"again and run the same {command} again: it starts over [board-gone]"
-    )
-
-
 def _slot_taken_text(args: argparse.Namespace, taken: SlotTaken, progress: Progress, reset: str) -> str:
     return (
-        f"{taken}, and the board on {args.port} is {progress.device_id}: {_board_state(progress)}{reset}. "
+        f"{taken}, and the board on {args.port} is {progress.device_id}: {board_state(progress)}{reset}. "
         f"To move {args.slot} to this board, run the install again with --replace (it revokes "
         f"{taken.device_id}'s identity for {args.slot}), or give this board another --slot [slot-taken]"
     )
@@ -467,9 +428,9 @@ def _built_text(bundle: Any) -> str:
     return f"copying the sources ({bundle.firmware} {bundle.version}, --no-compile)"
 
 
-def _fail(text: str) -> int:
+def _fail(text: str, exit_code: int = 1) -> int:
     print(f"mcp-gateway: {text}", file=sys.stderr)
-    return 1
+    return exit_code
 
 
 def _usage(text: str) -> int:
@@ -595,14 +556,14 @@ def _update(args: argparse.Namespace, port: str, before: dict[str, Any], applica
             repl.enter()
             bundle = _update_on(args, port, repl, application, progress)
         except BoardGone as exc:
-            _fail(_gone_text(port, exc, progress, "update"))
+            _fail(gone_text(port, exc, progress, "update"))
             return None
         except (BoardError, ProvisionError) as exc:
-            after = _restarted(repl, progress) if progress.step != "opening the raw REPL" else ""
+            after = restarted(repl, progress) if progress.step != "opening the raw REPL" else ""
             _fail(f"{exc}{after}")
             return None
         except KeyboardInterrupt:
-            _restarted(repl, progress)
+            restarted(repl, progress)
             raise
         finally:
             repl.close()

@@ -27,7 +27,7 @@ def cmd_flash(args: argparse.Namespace) -> int:
     from gateway.flash.firmware import default_firmware_dir
     from gateway.flash.handover import GatewayHandover, Stopped, stop_signals
     from gateway.flash.procedure import FlashRequest, flash
-    from gateway.flash.progress import JsonLines, Lines, Reporter
+    from gateway.flash.progress import JsonLines, Lines, Reporter, Seen, interrupted_event
 
     bar = sys.stderr if sys.stderr.isatty() else None
     reporter: Reporter = JsonLines(sys.stdout) if args.json else Lines(sys.stdout, bar)
@@ -41,11 +41,14 @@ def cmd_flash(args: argparse.Namespace) -> int:
         connect_attempts=args.connect_attempts,
     )
     handover = None if args.no_handover else GatewayHandover(args.url, _client_token(args))
+    seen = Seen(reporter)
     try:
         with stop_signals():  # SIGTERM and SIGHUP end it as Ctrl-C does: a released port is given back
-            return flash(request, reporter, handover)
-    except Stopped as stopped:
-        return stopped.exit_code
+            return flash(request, seen, handover)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or Stopped (SIGTERM, SIGHUP): the last step says how far it got
+        stopped_by, exit_code = (str(stop), stop.exit_code) if isinstance(stop, Stopped) else ("Ctrl-C (SIGINT)", 130)
+        seen.step(interrupted_event(stopped_by, seen))
+        return exit_code
 
 
 def add_flash(commands: Commands) -> None:

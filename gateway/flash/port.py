@@ -11,7 +11,10 @@ port-in-use        another program holds the lock, or the tty is in exclusive mo
 `diagnose` finds the same without opening the port (opening pulses DTR and RTS, which resets many
 boards): the lock from the kernel's table of locks (/proc/locks), as the open would meet it. A program
 that has the port open without the lock (a PTY's other end, a `cat`) does not stop an open, so it does
-not count; the holders of the lock are named in the message.
+not count; the holders of the lock are named in the message, an `mcp-gateway` process by its command
+(`mcp-gateway run (pid N)`: the gateway's serial way in; `mcp-gateway flash (pid N)`: another flash),
+and the message's advice fits the holder: a flash or install waits for another one to end, and only
+a port the gateway holds is a reason to stop the gateway.
 """
 
 from __future__ import annotations
@@ -112,14 +115,28 @@ def diagnose(path: str) -> FlashError | None:
     return None
 
 
+GATEWAY_COMMAND = "mcp-gateway"
+GATEWAY_SERVICE = f"{GATEWAY_COMMAND} run"
+"""The gateway itself, as `_process_name` names it: its serial way in holds the ports it serves."""
+COMMAND_GROUPS = ("device",)
+"""Commands whose action (the next word) is part of their name: `device install`, `device update`."""
+
+
 def in_use_error(path: str, who: list[str]) -> FlashError:
-    """port-in-use; `who` (the lock's holders, as "name (pid N)") only informs."""
+    """port-in-use; `who` (the lock's holders, as "name (pid N)") informs, and chooses the advice."""
     held = f" (held by {', '.join(who)})" if who else ""
-    return FlashError(
-        "port-in-use",
-        f"{path} is in use by another program{held}: close it (a serial monitor, another flash, the gateway's "
-        "serial way in) and run the command again",
-    )
+    commands = [name.split(" (pid ")[0] for name in who if name.startswith(GATEWAY_COMMAND + " ")]
+    if GATEWAY_SERVICE in commands:
+        advice = (
+            "the gateway's serial way in serves it: have the gateway let go of it (docs/field.md, Port in use) or "
+            "stop the gateway (sudo systemctl stop mcp-gateway), then run the command again"
+        )
+    elif commands:
+        other = commands[0].removeprefix(GATEWAY_COMMAND + " ")
+        advice = f"another {other} is using the board: wait for it to end, then run the command again"
+    else:
+        advice = "close it (a serial monitor, another flash, the gateway's serial way in) and run the command again"
+    return FlashError("port-in-use", f"{path} is in use by another program{held}: {advice}")
 
 
 def lock_holders(path: str) -> list[str] | None:
@@ -145,10 +162,37 @@ def lock_holders(path: str) -> list[str] | None:
 
 
 def _process_name(pid: str) -> str:
+    """An `mcp-gateway` process as its command ("mcp-gateway flash", "mcp-gateway run"), any other by
+    the kernel's name for it (comm, at most 15 characters); "?" when it cannot be read."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        argv = []
+    command = gateway_command(argv)
+    if command is not None:
+        return command
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return "?"
+
+
+def gateway_command(argv: list[str]) -> str | None:
+    """ "mcp-gateway <command>" when `argv` runs mcp-gateway (its console script, also through the
+    interpreter, or `python -m gateway.cli`), else None."""
+    if argv and os.path.basename(argv[0]) == GATEWAY_COMMAND:
+        rest = argv[1:]
+    elif len(argv) > 1 and os.path.basename(argv[1]) == GATEWAY_COMMAND:
+        rest = argv[2:]
+    elif argv[1:3] == ["-m", "gateway.cli"]:
+        rest = argv[3:]
+    else:
+        return None
+    words = [word for word in rest[:2] if word and not word.startswith("-")]
+    if not words or words[0] != rest[0]:
+        return GATEWAY_COMMAND
+    name = rest[:2] if rest[0] in COMMAND_GROUPS and words[1:2] == rest[1:2] else rest[:1]
+    return " ".join([GATEWAY_COMMAND, *name])
 
 
 def permission_error(path: str) -> FlashError:

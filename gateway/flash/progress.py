@@ -8,7 +8,11 @@ Steps, in order (docs/field.md shows both forms):
   verify   {"step": "verify", "ok", "md5"}
   reset    {"step": "reset"}
   resume   {"step": "resume", "port"}            the gateway took the port back
+  note     {"step": "note", "message"}           something the technician should know (an unlisted image)
   error    {"step": "error", "error", "message"} last line; the exit code names it too
+
+A flash stopped by Ctrl-C, SIGTERM or SIGHUP ends with the error `interrupted`, whose message says
+how far the flash got (`Seen` keeps the steps reported) and what the board may hold.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ class Lines:
         self._end_bar()
         line = self._sentence(event)
         if line is not None:
-            stream = sys.stderr if kind == "error" else self.out
+            stream = sys.stderr if kind in ("error", "note") else self.out
             stream.write(line + "\n")
             stream.flush()
 
@@ -86,6 +90,8 @@ class Lines:
             return f"The gateway took {event['port']} back."
         if kind == "error":
             return f"mcp-gateway flash: {event['message']} [{event['error']}]"
+        if kind == "note":
+            return f"mcp-gateway flash: note: {event['message']}"
         return None
 
     def _draw(self, written: int, total: int) -> None:
@@ -107,3 +113,44 @@ class Lines:
             self.bar.write("\n")
             self.bar.flush()
         self._bar_open = False
+
+
+class Seen:
+    """A reporter that passes each step on to `reporter` and keeps the last event of each kind."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.reporter = reporter
+        self.last: dict[str, Event] = {}
+
+    def step(self, event: Event) -> None:
+        self.last[event["step"]] = event
+        self.reporter.step(event)
+
+
+INTERRUPTED = "interrupted"
+"""The error of a flash stopped by a signal; its exit code is 128 plus the signal's number."""
+
+
+def interrupted_event(stopped_by: str, seen: Seen) -> Event:
+    """The last step of a flash that `stopped_by` ("Ctrl-C (SIGINT)", "SIGTERM") stopped: how far it got."""
+    last = seen.last
+    said = f"the flash was stopped by {stopped_by}"
+    if "reset" in last:
+        state = "after the board was flashed, verified and reset: it runs the new firmware"
+    elif "verify" in last:
+        state = (
+            "after the image was written and verified, before the reset: reset the board (its EN/RESET button, or "
+            "power) to start the new firmware"
+        )
+    elif "write" in last:
+        write = last["write"]
+        state = (
+            f"during the write ({write['written']:,} of {write['total']:,} bytes at 0x{write['offset']:X}): the "
+            "flash may hold part of the image, and the board may not start: run the command again"
+        )
+    else:
+        state = (
+            "before anything was written: the board holds the firmware it had (if it stays in its ROM loader, reset "
+            "it: its EN/RESET button, or power)"
+        )
+    return {"step": "error", "error": INTERRUPTED, "message": f"{said} {state}"}

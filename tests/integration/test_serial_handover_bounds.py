@@ -50,7 +50,9 @@ async def test_a_flash_stopped_by_a_signal_gives_the_port_back(
         rest, _ = await asyncio.wait_for(flash.communicate(), 20)
         assert flash.returncode == 128 + stop
         if stop == signal.SIGTERM:  # after SIGHUP the terminal is gone: nothing more is printed
-            assert orjson.loads(rest.splitlines()[-1]) == {"step": "resume", "port": str(link)}
+            *_, resumed, stopped = (orjson.loads(line) for line in rest.splitlines())
+            assert resumed == {"step": "resume", "port": str(link)}
+            assert stopped["step"] == "error" and stopped["error"] == "interrupted"
         await wait_for(lambda: port_of(gateway)["state"] == "open", 10, "the gateway to take the port back")
         await wait_ready_slot(gateway, SLOT, timeout=10)
     finally:
