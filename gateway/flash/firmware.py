@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.flash.errors import FlashError
@@ -86,7 +87,48 @@ def check_sum(path: Path, data: bytes) -> str | None:
     return actual
 
 
-def images_in(firmware_dir: Path) -> list[Path]:
-    """The images SHA256SUMS lists in firmware_dir that exist, in name order."""
-    sums = read_sums(firmware_dir) or {}
-    return [firmware_dir / name for name in sorted(sums) if (firmware_dir / name).is_file()]
+@dataclass(frozen=True)
+class Directory:
+    """What a firmware directory holds, against its SHA256SUMS."""
+
+    path: Path
+    listed: list[Path]
+    """The files SHA256SUMS lists that are there, in name order: the images to choose from."""
+    unlisted: list[Path]
+    """The `*.bin` files SHA256SUMS does not list (all of them when there is no SHA256SUMS), in name order."""
+    missing: list[str]
+    """The names SHA256SUMS lists that are not there (deleted or renamed since it was written)."""
+    has_sums: bool
+
+    @property
+    def sums_path(self) -> Path:
+        return self.path / SUMS_FILE
+
+    def record_command(self) -> str:
+        return f"cd {self.path} && sha256sum *.bin > {SUMS_FILE}"
+
+    def missing_text(self) -> str:
+        """A clause naming the stale entries, or "" when every listed file is there."""
+        if not self.missing:
+            return ""
+        names = ", ".join(self.missing)
+        return f"{SUMS_FILE} lists {names}, not in the directory (deleted or renamed since it was written)"
+
+
+def survey(firmware_dir: Path) -> Directory:
+    """The listed, unlisted and missing images of firmware_dir. `*.bin` is what the recording command
+    (`sha256sum *.bin > SHA256SUMS`) lists, so other files (a README, SHA256SUMS itself) are not images."""
+    sums = read_sums(firmware_dir)
+    names = sums or {}
+    listed = [firmware_dir / name for name in sorted(names) if (firmware_dir / name).is_file()]
+    missing = [name for name in sorted(names) if not (firmware_dir / name).exists()]
+    try:
+        present = sorted(entry for entry in os.listdir(firmware_dir) if entry.endswith(".bin"))
+    except OSError:  # no such directory, or not readable: nothing is there to choose from
+        present = []
+    unlisted = [
+        firmware_dir / name
+        for name in present
+        if not name.startswith(".") and name not in names and (firmware_dir / name).is_file()
+    ]
+    return Directory(firmware_dir, listed, unlisted, missing, sums is not None)

@@ -13,7 +13,9 @@ not release": the flash then reports port-in-use.
 A command that has a port released must give it back however it ends: `stop_signals` makes SIGTERM
 and SIGHUP (a closed terminal, a dropped SSH session) stop it as Ctrl-C does, by an exception, so that
 the code that resumes the port runs. Should the command die anyway (SIGKILL, a power cut), the gateway
-gives the port back by itself after its bound, `[serial] max_hold_s`.
+gives the port back by itself after its bound, `[serial] max_hold_s`, or sooner, when the next flash
+of the port finds it free and released: that flash asks for the release too, takes the hold over,
+and resumes the port at its end.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ from gateway.flash.errors import FlashError, esptool_text
 
 ESP_IMAGE_MAGIC = 0xE9
 HEADER_LEN = 8 + 16  # the common header, then the extended header
+SEGMENT_HEADER_LEN = 8  # a segment's load address and length
+DIGEST_LEN = 32  # the SHA-256 an image may end with
+CHIP_ID_AT = 8 + 4  # the extended header's chip_id (after WP pin and SPI drive settings), 16 bits
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,19 @@ def load_image(path: Path) -> FirmwareImage:
     return parse_image(path, data)
 
 
+def header_chip(path: Path) -> int | None:
+    """The chip id the header of `path` names (its first bytes only), or None when it is no image."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(HEADER_LEN)
+    except OSError:
+        return None
+    if len(header) < HEADER_LEN or header[0] != ESP_IMAGE_MAGIC:
+        return None
+    (chip_id,) = struct.unpack_from("<H", header, CHIP_ID_AT)
+    return int(chip_id)
+
+
 def parse_image(path: Path, data: bytes) -> FirmwareImage:
     if len(data) < HEADER_LEN or data[0] != ESP_IMAGE_MAGIC:
         first = f"0x{data[0]:02X}" if data else "nothing (an empty file)"
@@ -82,16 +98,16 @@ def parse_image(path: Path, data: bytes) -> FirmwareImage:
         parsed = LoadFirmwareImage("esp32", data)
     except (struct.error, TypeError):
         # esptool reads the file as its header says; past the end, struct.unpack and ord(b"") fail.
-        raise FlashError(
-            "not-an-image",
-            f"{path} is not a valid ESP firmware image: it ends after {len(data)} bytes, before the end its "
-            "header describes (a file cut short, or not an image)",
-        ) from None
+        raise _cut_short(path, data) from None
     except (FatalError, RuntimeError, ValueError) as exc:
+        if segments_end(data) > len(data):  # esptool's "End of file reading segment ...": a segment cut short
+            raise _cut_short(path, data) from None
         detail = esptool_text(exc).splitlines()[0].rstrip(".")
         raise FlashError("not-an-image", f"{path} is not a valid ESP firmware image: {detail}") from None
     if parsed.checksum != parsed.calculate_checksum():
         raise FlashError("not-an-image", f"{path} is damaged: its checksum byte does not match its segments")
+    if parsed.append_digest and len(parsed.stored_digest) < DIGEST_LEN:  # the file ends inside its SHA-256
+        raise _cut_short(path, data)
     if parsed.append_digest and parsed.stored_digest != parsed.calc_digest:
         raise FlashError("not-an-image", f"{path} is damaged: the SHA-256 at its end does not match its contents")
     return FirmwareImage(
@@ -101,6 +117,26 @@ def parse_image(path: Path, data: bytes) -> FirmwareImage:
         min_rev_full=int(parsed.min_rev_full),
         max_rev_full=int(parsed.max_rev_full),
     )
+
+
+def _cut_short(path: Path, data: bytes) -> FlashError:
+    return FlashError(
+        "not-an-image",
+        f"{path} is not a valid ESP firmware image: it ends after {len(data)} bytes, before the end its "
+        "header describes (a file cut short, or not an image)",
+    )
+
+
+def segments_end(data: bytes) -> int:
+    """Where the last segment ends by the headers' word: the segment count in the common header, then
+    each segment's 8-byte header (load address, length) followed by its data. Past len(data): cut short."""
+    end = HEADER_LEN
+    for _ in range(data[1]):
+        if end + SEGMENT_HEADER_LEN > len(data):
+            return end + SEGMENT_HEADER_LEN
+        (length,) = struct.unpack_from("<I", data, end + 4)
+        end += SEGMENT_HEADER_LEN + length
+    return end
 
 
 def revision_problem(image: FirmwareImage, revision: int) -> str | None:

@@ -17,7 +17,7 @@ from gateway.flash import firmware
 from gateway.flash.board import Board, BoardInfo, md5, quiet_esptool
 from gateway.flash.errors import FlashError, esptool_text
 from gateway.flash.handover import Handover
-from gateway.flash.image import FirmwareImage, load_image, revision_problem
+from gateway.flash.image import FirmwareImage, chip_name, header_chip, load_image, revision_problem
 from gateway.flash.port import open_port
 from gateway.flash.progress import Reporter
 
@@ -68,29 +68,59 @@ def _image_event(image: FirmwareImage) -> dict[str, object]:
     }
 
 
-def load_candidates(request: FlashRequest) -> list[FirmwareImage]:
+@dataclass(frozen=True)
+class Candidates:
+    """The images to choose from, and, without --firmware, what else the firmware directory holds."""
+
+    images: list[FirmwareImage]
+    directory: firmware.Directory | None = None
+    unlisted_chips: tuple[int | None, ...] = ()
+    """The chip id each of directory.unlisted names in its header; None: not a readable image."""
+
+
+def load_candidates(request: FlashRequest) -> Candidates:
     if request.firmware is not None:
         path = firmware.resolve(request.firmware, request.firmware_dir)
         image = load_image(path)
         firmware.check_sum(path, image.data)
-        return [image]
-    paths = firmware.images_in(request.firmware_dir)
-    if not paths:
-        raise FlashError(
-            "firmware-not-found",
-            f"no --firmware given and no image listed in {request.firmware_dir / firmware.SUMS_FILE}",
-        )
+        return Candidates([image])
+    directory = firmware.survey(request.firmware_dir)
+    if not directory.listed:
+        raise _nothing_listed(directory)
     images = []
-    for path in paths:
+    for path in directory.listed:
         image = load_image(path)
         firmware.check_sum(path, image.data)
         images.append(image)
-    return images
+    return Candidates(images, directory, tuple(header_chip(path) for path in directory.unlisted))
 
 
-def select(images: list[FirmwareImage], board: BoardInfo, named: bool) -> FirmwareImage:
-    """The image to write: the one named (if it is for this chip), else the only one for this chip."""
-    if named:
+def _nothing_listed(directory: firmware.Directory) -> FlashError:
+    if not directory.has_sums:
+        listing = f"there is no {directory.sums_path}"
+    elif directory.missing:
+        listing = f"{directory.sums_path} lists {', '.join(directory.missing)}, none of them in the directory"
+    else:
+        listing = f"{directory.sums_path} lists no image"
+    if directory.unlisted:
+        names = ", ".join(path.name for path in directory.unlisted)
+        return FlashError(
+            "checksum-mismatch",
+            f"no --firmware given and {listing}; not recorded: {names}. If the image to write is there, record "
+            f"the images ({directory.record_command()}) and run the command again",
+        )
+    return FlashError("firmware-not-found", f"no --firmware given and {listing}")
+
+
+def select(candidates: Candidates, board: BoardInfo, named: bool) -> FirmwareImage:
+    """The image to write: the one named (if it is for this chip), else the only one for this chip.
+
+    Without --firmware, an unlisted file that may be for this chip (its header names it, or it is no
+    readable image) stops the command: it is most likely the image just copied in, and writing another
+    one would leave the board on the old firmware with nothing to show for it."""
+    images = candidates.images
+    directory = candidates.directory
+    if named or directory is None:  # --firmware named it: there is no directory to choose from
         image = images[0]
         if image.chip_id != board.chip_id:
             raise FlashError(
@@ -100,13 +130,21 @@ def select(images: list[FirmwareImage], board: BoardInfo, named: bool) -> Firmwa
             )
         return image
     matching = [image for image in images if image.chip_id == board.chip_id]
-    names = ", ".join(image.path.name for image in (matching or images))
+    _refuse_unlisted_for(board, candidates, matching, directory)
+    stale = f"; {directory.missing_text()}" if directory.missing else ""
     if not matching:
+        names = ", ".join(f"{image.path.name} is for {image.chip_name}" for image in images)
+        if stale:  # the image for this chip may be the one that was deleted or renamed
+            raise FlashError(
+                "firmware-not-found",
+                f"no image in the firmware directory is for {board.chip} ({names}){stale}: copy the image in "
+                f"again, or record the images anew ({directory.record_command()}); nothing was written",
+            )
         raise FlashError(
-            "wrong-chip",
-            f"no image in the firmware directory is for {board.chip} ({names}): nothing was written",
+            "wrong-chip", f"no image in the firmware directory is for {board.chip} ({names}): nothing was written"
         )
     if len(matching) > 1:
+        names = ", ".join(image.path.name for image in matching)
         raise FlashError(
             "firmware-not-found",
             f"several images in the firmware directory are for {board.chip} ({names}): name one with --firmware",
@@ -114,16 +152,77 @@ def select(images: list[FirmwareImage], board: BoardInfo, named: bool) -> Firmwa
     return matching[0]
 
 
+def _refuse_unlisted_for(
+    board: BoardInfo, candidates: Candidates, matching: list[FirmwareImage], directory: firmware.Directory
+) -> None:
+    fitting = [
+        f"{path.name} ({'not a readable image' if chip is None else chip_name(chip)})"
+        for path, chip in zip(directory.unlisted, candidates.unlisted_chips, strict=True)
+        if chip is None or chip == board.chip_id
+    ]
+    if not fitting:
+        return
+    listed = ""
+    if matching:
+        names = " or ".join(image.path.stem for image in matching)
+        listed = f", or name the listed image to write with --firmware ({names})"
+    stale = f"; {directory.missing_text()}" if directory.missing else ""
+    raise FlashError(
+        "checksum-mismatch",
+        f"not listed in {directory.sums_path}, and may be for this {board.chip}: {', '.join(fitting)}{stale}. "
+        f"If the image to write is there, record the images ({directory.record_command()}) and run the command "
+        f"again{listed}; nothing was written",
+    )
+
+
+def directory_notes(candidates: Candidates) -> list[str]:
+    """What the firmware directory holds besides the image chosen: unlisted files (for other chips, or
+    the command would have stopped) and listed names that are not there."""
+    directory = candidates.directory
+    if directory is None:
+        return []
+    notes = []
+    if directory.unlisted:
+        names = ", ".join(
+            f"{path.name} ({'not a readable image' if chip is None else chip_name(chip)})"
+            for path, chip in zip(directory.unlisted, candidates.unlisted_chips, strict=True)
+        )
+        notes.append(
+            f"left out, not listed in {directory.sums_path}: {names}; to use them, record the images "
+            f"({directory.record_command()})"
+        )
+    if directory.missing:
+        notes.append(f"{directory.missing_text()}; record the images anew ({directory.record_command()})")
+    return notes
+
+
 def open_with_handover(
     request: FlashRequest, reporter: Reporter, handover: Handover | None
 ) -> tuple[serial.Serial, bool]:
-    """The open port, and whether a holder released it (and must be asked to take it back)."""
+    """The open port, and whether a holder released it (and must be asked to take it back).
+
+    A port that opens at once may still be one the gateway serves and holds released, waiting to be
+    given back (a flash killed mid-way never asked for it back): the gateway is asked to release it
+    anyway. If it says it did, it holds the port for this flash (its bound starts again), and is asked
+    to take it back at the end, as after a handover; otherwise the board stays unserved after a
+    successful flash until `[serial] max_hold_s` passes."""
     try:
-        return open_port(request.port), False
+        port = open_port(request.port)
     except FlashError as exc:
         if exc.code != "port-in-use" or handover is None or not _release(handover, request.port):
             raise
         busy = exc
+    else:
+        if handover is None:
+            return port, False
+        try:
+            held = _release(handover, request.port)
+        except BaseException:
+            port.close()
+            raise
+        if held:
+            reporter.step({"step": "release", "port": request.port})
+        return port, held
     try:
         reporter.step({"step": "release", "port": request.port})
         deadline = time.monotonic() + request.release_wait_s
@@ -149,15 +248,15 @@ def _release(handover: Handover, port: str) -> bool:
 
 
 def _run(request: FlashRequest, reporter: Reporter, handover: Handover | None) -> None:
-    images = load_candidates(request)
+    candidates = load_candidates(request)
     named = request.firmware is not None
     if named:
-        reporter.step(_image_event(images[0]))
+        reporter.step(_image_event(candidates.images[0]))
     port, released = open_with_handover(request, reporter, handover)
     try:
         with quiet_esptool() as collector:
             board = Board.connect(port, request.chip, request.connect_attempts, collector)
-            _flash_board(request, reporter, board, images, named)
+            _flash_board(request, reporter, board, candidates, named)
     finally:
         port.close()
         if released and handover is not None:
@@ -165,9 +264,7 @@ def _run(request: FlashRequest, reporter: Reporter, handover: Handover | None) -
             reporter.step({"step": "resume", "port": request.port})
 
 
-def _flash_board(
-    request: FlashRequest, reporter: Reporter, board: Board, images: list[FirmwareImage], named: bool
-) -> None:
+def _flash_board(request: FlashRequest, reporter: Reporter, board: Board, candidates: Candidates, named: bool) -> None:
     step = "detect"
     try:
         info = board.info()
@@ -180,9 +277,11 @@ def _flash_board(
                 "revision": info.revision_text,
             }
         )
-        image = select(images, info, named)
+        image = select(candidates, info, named)
         if not named:
             reporter.step(_image_event(image))
+            for note in directory_notes(candidates):
+                reporter.step({"step": "note", "message": note})
         problem = revision_problem(image, info.revision)
         if problem is not None:
             raise FlashError("wrong-chip", f"{problem}: nothing was written")

@@ -80,6 +80,23 @@ def test_bad_images_are_named_in_a_sentence(tmp_path: Path) -> None:
     )
 
 
+def test_a_file_cut_anywhere_is_named_cut_short(tmp_path: Path) -> None:
+    """Cut inside a segment (esptool: "End of file reading segment ...") or inside the SHA-256 at the end:
+    the same sentence as a file cut inside its header."""
+    good = build_image("esp32c3")
+    for size in (1000, 30000, len(good) - 40, len(good) - 32, len(good) - 1):
+        path = tmp_path / f"cut-{size}.bin"
+        path.write_bytes(good[:size])
+
+        code, error, message = flash_error(MISSING, path)
+
+        assert (code, error) == (EXIT_CODES["not-an-image"], "not-an-image"), message
+        assert message == (
+            f"{path} is not a valid ESP firmware image: it ends after {size} bytes, before the end its header "
+            "describes (a file cut short, or not an image)"
+        )
+
+
 def test_random_images_never_show_esptool_internals(tmp_path: Path) -> None:
     rng = random.Random(11)
     path = tmp_path / "noise.bin"

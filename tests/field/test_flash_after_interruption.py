@@ -1,0 +1,104 @@
+"""A flash killed while the gateway had the port released leaves the port held; the next flash takes
+that hold over and has the gateway take the port back at its end (gateway/flash/procedure.py,
+open_with_handover).
+
+A real gateway serves a pseudo-terminal whose other side is the fake ROM loader of
+tests/support/fake_rom.py; the first flash runs as its own process (`python -m gateway.cli flash`) and
+is sent SIGKILL, so that nothing of it can resume the port; the second runs the command's own code with
+its own client to the gateway (gateway/flash/handover.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gateway.flash.handover import GatewayHandover
+from gateway.flash.procedure import FlashRequest, flash
+from gateway.flash.progress import JsonLines
+from tests.conftest import GatewayFactory, wait_for
+from tests.field.images import build_image
+from tests.integration.test_serial_boards import port_of, serial_config
+from tests.support.fake_rom import FakeRom
+from tests.support.serial_ports import PtyPair
+
+OFFSET = 0x10000
+
+
+@pytest.fixture
+def rom() -> Iterator[FakeRom]:
+    pair = PtyPair()
+    fake = FakeRom(pair)
+    yield fake
+    fake.close()
+
+
+async def kill_a_flash_after_the_release(url: str, port: str, image: Path) -> None:
+    killed = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "flash", port, "--firmware", str(image), "--offset", hex(OFFSET),
+        "--connect-attempts", "60", "--json", "--url", url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert killed.stdout is not None
+    try:
+        step: dict[str, object] = {}
+        while step.get("step") != "release":
+            line = await asyncio.wait_for(killed.stdout.readline(), 20)
+            assert line, (await killed.stderr.read()).decode() if killed.stderr else "no output"
+            step = orjson.loads(line)
+    finally:
+        killed.send_signal(signal.SIGKILL)
+        await killed.communicate()
+    assert killed.returncode == -signal.SIGKILL
+
+
+async def test_a_flash_after_a_killed_one_gives_the_held_port_back(
+    gateway_factory: GatewayFactory, rom: FakeRom, tmp_path: Path
+) -> None:
+    gateway = await gateway_factory(serial={**serial_config(rom.pair.path), "max_hold_s": 900})
+    image = tmp_path / "pump1-c3.bin"
+    image.write_bytes(build_image("esp32c3"))
+    await wait_for(lambda: port_of(gateway)["state"] == "open", 10, "the gateway to open the port")
+
+    await kill_a_flash_after_the_release(gateway.url, rom.pair.path, image)
+    assert port_of(gateway)["state"] == "held"  # nobody asks for it back: given back only after max_hold_s
+    opens = port_of(gateway)["opens"]
+
+    # The technician runs the command again. The port is free (the gateway holds it closed): the flash
+    # takes the gateway's hold over and asks it, at the end, to take the port back.
+    out = io.StringIO()
+    request = FlashRequest(
+        port=rom.pair.path, firmware=str(image), firmware_dir=tmp_path, offset=OFFSET, connect_attempts=3
+    )
+    code = await asyncio.to_thread(flash, request, JsonLines(out), GatewayHandover(gateway.url, None))
+
+    events = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert code == 0, events
+    steps = [event["step"] for event in events]
+    assert steps[:3] == ["image", "release", "detect"] and steps[-2:] == ["reset", "resume"], steps
+    assert events[-1] == {"step": "resume", "port": rom.pair.path}
+    assert bytes(rom.flash[OFFSET : OFFSET + len(image.read_bytes())]) == image.read_bytes()
+    await wait_for(lambda: port_of(gateway)["opens"] > opens, 10, "the gateway to open the port again")
+    assert "held_since" not in port_of(gateway)
+
+
+async def test_a_free_port_the_gateway_does_not_serve_is_flashed_without_a_handover(
+    gateway_factory: GatewayFactory, rom: FakeRom, tmp_path: Path
+) -> None:
+    gateway = await gateway_factory(serial=serial_config(str(tmp_path / "ttyOTHER")))
+    image = tmp_path / "pump1-c3.bin"
+    image.write_bytes(build_image("esp32c3"))
+
+    out = io.StringIO()
+    request = FlashRequest(port=rom.pair.path, firmware=str(image), firmware_dir=tmp_path, connect_attempts=3)
+    code = await asyncio.to_thread(flash, request, JsonLines(out), GatewayHandover(gateway.url, None))
+
+    steps = [orjson.loads(line)["step"] for line in out.getvalue().splitlines()]
+    assert code == 0 and "release" not in steps and "resume" not in steps, steps
