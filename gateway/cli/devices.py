@@ -1,7 +1,9 @@
 """`mcp-gateway devices`: the boards in the device registry; `devices revoke ID`: withdraw a board's identity.
 
 The registry (gateway/devices/registry.py) lists every board whose hello the gateway heard, by device
-id (the MAC on an ESP32), and whether `mcp-gateway device install` adopted it. A revoked identity is
+id (the MAC on an ESP32), whether `mcp-gateway device install` adopted it, and its last flash
+(`mcp-gateway flash`; a board flashed but never heard is listed too; the whole history:
+`devices flashes`, gateway/cli/devices_flashes.py). A revoked identity is
 refused from the board's next dial (HTTP 401, "provider_identity_revoked"); the running gateway reads
 the registry at each check, so neither a restart nor a reload is needed. An MQTT board's credential is
 its user in mosquitto's password file: revoking removes that user (then mosquitto must be reloaded,
@@ -28,10 +30,12 @@ import orjson
 
 from gateway.cli.common import Commands
 from gateway.cli.device_install import RELOAD_MOSQUITTO, _registry, broker_call, gateway_options, registry_errors
+from gateway.cli.devices_flashes import add_flashes
 from gateway.cli.parsing import subcommands
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE
 
-COLUMNS = ("device", "adopted", "seen", "last seen", "firmware", "schema", "transport", "slot")
+COLUMNS = ("device", "adopted", "seen", "last seen", "firmware", "schema", "transport", "slot", "last flash")
+"""`last flash` is last: its cell holds spaces, and the columns before it keep their places."""
 
 
 def _when(epoch: float | None) -> str:
@@ -42,7 +46,15 @@ def _adopted(row: Any) -> str:
     return "revoked" if row.revoked else ("yes" if row.adopted else "no")
 
 
-def _cells(row: Any) -> tuple[str, ...]:
+def _last_flash(flash: Any) -> str:
+    """A board's last flash as a cell: the image and when (UTC), and the outcome unless it worked."""
+    if flash is None:
+        return "-"
+    outcome = "" if flash.outcome == "ok" else f" [{flash.outcome}]"
+    return f"{flash.image or '(no image chosen)'} {flash.flashed_at}{outcome}"
+
+
+def _cells(row: Any, flash: Any) -> tuple[str, ...]:
     firmware = f"{row.firmware} {row.version}" if row.firmware else "-"
     return (
         row.device_id,
@@ -53,11 +65,12 @@ def _cells(row: Any) -> tuple[str, ...]:
         row.schema or "-",
         row.seen_transport or row.transport or "-",
         row.slot or row.seen_slot or "-",
+        _last_flash(flash),
     )
 
 
-def render(rows: list[Any]) -> str:
-    table = [COLUMNS, *(_cells(row) for row in rows)]
+def render(rows: list[Any], flashes: dict[str, Any] | None = None) -> str:
+    table = [COLUMNS, *(_cells(row, (flashes or {}).get(row.device_id)) for row in rows)]
     widths = [max(len(line[column]) for line in table) for column in range(len(COLUMNS))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in table
@@ -65,6 +78,8 @@ def render(rows: list[Any]) -> str:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
+    from gateway.devices.flashes import last_flashes
+
     registry = _registry(args)
     if not registry.path.exists():
         # No boards: with --json, nothing on stdout (no object), the note for the person on stderr.
@@ -73,16 +88,29 @@ def cmd_devices(args: argparse.Namespace) -> int:
         return 0
     try:
         rows = registry.devices()
+        flashes = last_flashes(registry)
     finally:
         registry.close()
+    # A board flashed but never heard by the gateway is listed too, seen 0 times.
+    listed = {row.device_id for row in rows}
+    rows += [only_flashed(device_id) for device_id in flashes if device_id not in listed]
+    rows.sort(key=lambda row: row.device_id)
     if args.json:
         for row in rows:
             record = {**vars(row), "adopted": _adopted(row)}
             record.pop("revoked")
+            flash = flashes.get(row.device_id)
+            record["last_flash"] = vars(flash) if flash is not None else None
             sys.stdout.write(orjson.dumps(record).decode() + "\n")
         return 0
-    print(render(rows))
+    print(render(rows, flashes))
     return 0
+
+
+def only_flashed(device_id: str) -> Any:
+    from gateway.devices.registry import DeviceRow
+
+    return DeviceRow(device_id, None, None, None, False, False, 0, None, None, None, None, None, None, None)
 
 
 CLEAR_STATUS = (
@@ -176,7 +204,9 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 
 
 def add_devices(commands: Commands) -> None:
-    devices = commands.add_parser("devices", help="list the boards in the device registry; revoke one's identity")
+    devices = commands.add_parser(
+        "devices", help="list the boards in the device registry and their flashes; revoke one's identity"
+    )
     devices.add_argument(
         "--registry", metavar="PATH", help="the device registry (default: devices.db in the state directory)"
     )
@@ -200,3 +230,4 @@ def add_devices(commands: Commands) -> None:
     )
     gateway_options(revoke)
     revoke.set_defaults(func=registry_errors("devices revoke", cmd_revoke))
+    add_flashes(actions)

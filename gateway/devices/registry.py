@@ -104,7 +104,7 @@ def _os_reason(path: Path, exc: OSError) -> str:
     return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)
 
 
-def _roll_back(db: sqlite3.Connection) -> None:
+def roll_back(db: sqlite3.Connection) -> None:
     with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled the transaction back itself
         db.execute("ROLLBACK")
 
@@ -181,7 +181,7 @@ class DeviceRegistry:
         self.path = path
         self._db: sqlite3.Connection | None = None
 
-    def _connection(self) -> sqlite3.Connection:
+    def connection(self) -> sqlite3.Connection:
         if self._db is None:
             try:
                 _private_directory(self.path.parent)
@@ -208,13 +208,13 @@ class DeviceRegistry:
     def check_writable(self) -> None:
         """Open the registry (made if missing), read its table and write to it in a transaction that
         is rolled back: RegistryUnusable (or another sqlite3 error) when any of it fails."""
-        db = self._connection()
+        db = self.connection()
         db.execute(f"SELECT {_COLUMNS} FROM devices LIMIT 1").fetchall()
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute("INSERT INTO devices (device_id) VALUES (?)", ("(a write check, rolled back)",))
         finally:
-            _roll_back(db)
+            roll_back(db)
 
     def check_readable(self) -> None:
         """What check_writable finds out, without making or changing anything (a dry run): the file
@@ -226,14 +226,14 @@ class DeviceRegistry:
             if not os.access(existing, os.W_OK | os.X_OK):
                 raise RegistryUnusable(f"{self.path} cannot be made: {existing} is not writable by this user")
             return
-        with self._read_only() as db:
+        with self.read_only() as db:
             if db is not None:
                 db.execute(f"SELECT {_COLUMNS} FROM devices LIMIT 1").fetchall()
         if not os.access(self.path, os.W_OK) or not os.access(self.path.parent, os.W_OK | os.X_OK):
             raise RegistryUnusable(f"{self.path} (or its directory) is not writable by this user")
 
     @contextlib.contextmanager
-    def _read_only(self) -> Iterator[sqlite3.Connection | None]:
+    def read_only(self) -> Iterator[sqlite3.Connection | None]:
         """The file opened read-only, nothing made or changed; None when it has no devices table yet
         (or no file). RegistryUnusable when it cannot be read."""
         if not self.path.exists():
@@ -268,10 +268,10 @@ class DeviceRegistry:
             " AND adopted_at IS NOT NULL AND revoked_at IS NULL ORDER BY adopted_at DESC LIMIT 1"
         )
         if read_only:
-            with self._read_only() as db:
+            with self.read_only() as db:
                 row = db.execute(query, (slot, device_id)).fetchone() if db is not None else None
         else:
-            row = self._connection().execute(query, (slot, device_id)).fetchone()
+            row = self.connection().execute(query, (slot, device_id)).fetchone()
         return SlotTaken(slot, row[0], row[1]) if row else None
 
     def adopt(
@@ -291,7 +291,7 @@ class DeviceRegistry:
 
         A slot has one adopted board: SlotTaken when another holds it, unless `replace`, which revokes
         the other's adoption in the same transaction (Adopted.replaced names them)."""
-        db = self._connection()
+        db = self.connection()
         now = time.time()
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -313,7 +313,7 @@ class DeviceRegistry:
                 (device_id, slot, transport, port, digest, now),
             )
         except BaseException:
-            _roll_back(db)
+            roll_back(db)
             raise
         db.execute("COMMIT")
         return Adopted(device_id, slot, False, tuple(other for other, _ in others))
@@ -321,20 +321,20 @@ class DeviceRegistry:
     def revoke(self, device_id: str) -> Adopted | None:
         """Stamp the board's adoption revoked; None when it has none (never adopted)."""
         row = (
-            self._connection()
+            self.connection()
             .execute("SELECT slot FROM devices WHERE device_id = ? AND adopted_at IS NOT NULL", (device_id,))
             .fetchone()
         )
         if row is None:
             return None
-        self._connection().execute(
+        self.connection().execute(
             "UPDATE devices SET revoked_at = COALESCE(revoked_at, ?) WHERE device_id = ?", (time.time(), device_id)
         )
         return Adopted(device_id, row[0], True)
 
     def adopted(self, device_id: str) -> Adopted | None:
         row = (
-            self._connection()
+            self.connection()
             .execute(
                 "SELECT device_id, slot, revoked_at FROM devices WHERE device_id = ? AND digest IS NOT NULL",
                 (device_id,),
@@ -346,7 +346,7 @@ class DeviceRegistry:
     def revocation(self, device_id: str) -> Adopted | None:
         """The board's revoked adoption, whatever its transport (an MQTT board has no digest), else None."""
         row = (
-            self._connection()
+            self.connection()
             .execute("SELECT device_id, slot FROM devices WHERE device_id = ? AND revoked_at IS NOT NULL", (device_id,))
             .fetchone()
         )
@@ -356,7 +356,7 @@ class DeviceRegistry:
         """The adopted board whose secret has this hex SHA-256 digest (the index finds it; only the digest,
         never the secret, decides the lookup's time)."""
         row = (
-            self._connection()
+            self.connection()
             .execute("SELECT device_id, slot, revoked_at FROM devices WHERE digest = ?", (digest,))
             .fetchone()
         )
@@ -383,7 +383,7 @@ class DeviceRegistry:
     ) -> None:
         """One hello heard: count it and keep what it said."""
         now = time.time() if when is None else when
-        self._connection().execute(
+        self.connection().execute(
             "INSERT INTO devices (device_id, seen, first_seen, last_seen, firmware, version, schema, seen_slot,"
             " seen_transport) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(device_id) DO UPDATE SET seen = seen + 1,"
@@ -395,7 +395,7 @@ class DeviceRegistry:
 
     def devices(self) -> list[DeviceRow]:
         rows = (
-            self._connection()
+            self.connection()
             .execute(
                 "SELECT device_id, slot, transport, port, adopted_at IS NOT NULL, revoked_at IS NOT NULL, seen,"
                 " first_seen, last_seen, firmware, version, schema, seen_slot, seen_transport"

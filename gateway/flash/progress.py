@@ -8,7 +8,7 @@ Steps, in order (docs/field.md shows both forms):
   verify   {"step": "verify", "ok", "md5"}
   reset    {"step": "reset"}
   resume   {"step": "resume", "port"}            the gateway took the port back
-  note     {"step": "note", "message"}           something the technician should know (an unlisted image)
+  note     {"step": "note", "message"}           a thing to know: an unlisted image, a record not written
   error    {"step": "error", "error", "message"} last line; the exit code names it too
 
 A flash stopped by Ctrl-C, SIGTERM or SIGHUP ends with the error `interrupted`, whose message says

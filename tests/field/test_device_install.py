@@ -248,10 +248,12 @@ async def test_install_serve_and_update_a_board(
     assert code == 0, err
     print_for_docs("devices", out)
     header, row = out.splitlines()
-    assert header.split() == ["device", "adopted", "seen", "last", "seen", "firmware", "schema", "transport", "slot"]
+    assert header.split() == [
+        "device", "adopted", "seen", "last", "seen", "firmware", "schema", "transport", "slot", "last", "flash"
+    ]  # fmt: skip
     cells = row.split()
     assert cells[:3] == [f"unix-{SLOT}", "yes", "1"]
-    assert cells[5:] == ["pump-1-micropython", "0.1.0", status["hello"]["schema"], "websocket", SLOT]
+    assert cells[5:] == ["pump-1-micropython", "0.1.0", status["hello"]["schema"], "websocket", SLOT, "-"]
 
     # Update refused while a call is in flight: the application is frozen mid-call.
     assert board.app is not None

@@ -304,7 +304,7 @@ async def test_install_over_mqtt_issues_a_broker_credential_and_revoke_withdraws
     assert code == 0, err
     print_for_docs("mqtt devices", out)
     cells = out.splitlines()[1].split()
-    assert cells[:3] == [f"unix-{SLOT}", "yes", "1"] and cells[-2:] == ["mqtt", SLOT]
+    assert cells[:3] == [f"unix-{SLOT}", "yes", "1"] and cells[-3:] == ["mqtt", SLOT, "-"]
 
     # Revoked: the user leaves the password file, and the gateway (asked by the command) empties the
     # board's retained status and detaches pump-7 at once; at the reload mosquitto ends the board's
