@@ -22,6 +22,7 @@ from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import SessionCounters, SessionSettings
 from gateway.core.relay import RelayMetrics
 from gateway.core.shared_tools import SharedToolLists
+from gateway.core.slot_flaps import SlotFlapLog
 from gateway.core.timestamps import ago
 from gateway.core.upstream_state import UpstreamState, level_rank
 from gateway.telemetry.metrics import Metrics
@@ -191,6 +192,11 @@ class SlotRegistry:
         self.started_monotonic = time.monotonic()
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._closing = False
+        self.flaps = SlotFlapLog(
+            lambda: self.config.logging.repeat_interval_s,
+            lambda name: name in self.slots and self.slots[name].session is not None,
+        )
+        """Which attach and leave lines are written: a slot that flaps is summarized once per interval."""
         for name in config.slots.declared:
             self.slots[name] = Slot(name, declared=True)
 
@@ -381,13 +387,14 @@ class SlotRegistry:
                 self.held_by[who] += 1
         self.metrics.provider_connects.labels(name, link.info.transport).inc()
         self.metrics.slot_connected.labels(name).set(1)
-        log.info(
-            "provider attached to slot %s over %s from %s",
-            name,
-            link.info.transport,
-            link.info.remote,
-            extra={"slot": name},
-        )
+        if self.flaps.attached(name, slot.disconnected_at, f"{link.info.remote} over {link.info.transport}"):
+            log.info(
+                "provider attached to slot %s over %s from %s",
+                name,
+                link.info.transport,
+                link.info.remote,
+                extra={"slot": name},
+            )
         session.start()
         return session
 
@@ -408,17 +415,25 @@ class SlotRegistry:
     async def _resolve_takeover(self, slot: Slot, incumbent: ProviderSession, link: ProviderLink) -> None:
         policy = self.takeover_policy(slot.name)
         same_identity = link.info.identity is not None and link.info.identity == incumbent.link.info.identity
+        probe_ms = self.config.providers.takeover_probe_ms
+        # A holder that already missed a heartbeat fails the probe without being pinged (ProviderSession.probe).
+        missed_heartbeat = incumbent.missed_heartbeats > 0
         if policy == "always" and same_identity:
             reason = "Replaced by a newer connection of the same provider identity"
-        elif policy == "reject" or await incumbent.probe(self.config.providers.takeover_probe_ms):
+        elif policy == "reject" or await incumbent.probe(probe_ms):
             self.metrics.provider_refusals.labels("held").inc()
             raise SlotRefused(
                 f'Slot already held by a live provider; call provider_status on _broker. Slot: "{slot.name}"',
                 jsonrpc.UNAVAILABLE,
                 "held",
             )
-        else:
+        elif missed_heartbeat:
             reason = "Replaced: this link missed its heartbeat and a new provider claimed the slot"
+        else:
+            reason = (
+                f"Replaced: no answer to the takeover probe within {probe_ms} ms (providers.takeover_probe_ms); "
+                "a new provider took the slot"
+            )
         log.info("slot %s taken over (%s)", slot.name, policy, extra={"slot": slot.name})
         await incumbent.close(CLOSE_POLICY, reason)
 
@@ -494,7 +509,8 @@ class SlotRegistry:
             setattr(slot.history, key, getattr(slot.history, key) + value)
         self.metrics.slot_connected.labels(session.slot).set(0)
         self.metrics.provider_disconnects.labels(session.slot).inc()
-        log.info("provider left slot %s: %s", session.slot, reason, extra={"slot": session.slot})
+        if self.flaps.left(session.slot, reason):
+            log.info("provider left slot %s: %s", session.slot, reason, extra={"slot": session.slot})
         # The session is already "closed" here, so `ready` cannot tell whether it was a member;
         # listeners rebuild from the live members and only announce a real change.
         self._membership_changed()
@@ -530,6 +546,7 @@ class SlotRegistry:
     async def shutdown(self) -> None:
         """Refuse newcomers, answer every pending request with a named error, close every link."""
         self._closing = True
+        self.flaps.close()
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

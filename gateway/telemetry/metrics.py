@@ -197,7 +197,8 @@ class Metrics:
         self.connection_cuts = Counter(
             "mcpgw_connection_cuts",
             "Connections closed, or requests ended, by a timeout",
-            # idle_timeout, header_timeout, body_timeout, body_too_slow, handshake_timeout, stream_write_timeout
+            # idle_timeout, header_timeout, body_timeout, body_too_slow, handshake_timeout, slots_refused,
+            # stream_write_timeout
             ["reason"],
             registry=r,
         )

@@ -179,7 +179,10 @@ async def test_liveness_admits_the_newcomer_when_the_holder_does_not_answer(
             15,
             "board-b to hold the slot",
         )
-        assert entry.last_disconnect_reason.startswith("Replaced: this link missed its heartbeat")
+        assert entry.last_disconnect_reason == (
+            "Replaced: no answer to the takeover probe within 200 ms (providers.takeover_probe_ms); "
+            "a new provider took the slot"
+        )
         assert entry.connects == 2
         assert (await call(server.url, SLOT, "get_status"))["state"] == "stopped"
         assert first_mqtt_broker(server).drops.totals["refused"] == 0

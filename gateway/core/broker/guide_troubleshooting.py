@@ -45,6 +45,13 @@ TROUBLE_PROVIDER: list[tuple[str, str, str]] = [
         "own slot name; a rebooted board gets the slot back once the old link misses a heartbeat.",
     ),
     (
+        "close 1008 on /providers",
+        "`No slot served: every slot claimed was refused (<the last refusal>)`",
+        "Every slot the socket claimed was refused, each with an error envelope saying why; the socket is closed "
+        "{handshake}s after it connected so that the board reconnects and claims again. Fix what the refusals "
+        "name (a slot held by another live provider: give each device its own slot name).",
+    ),
+    (
         "close 1008 (error envelope -32000 on /providers)",
         '`Provider "<slot>" is managed by a stdio upstream` / `... by a remote upstream`',
         "The gateway itself runs or reaches this slot's server ([[upstreams.stdio]] / --stdio, "
@@ -53,9 +60,12 @@ TROUBLE_PROVIDER: list[tuple[str, str, str]] = [
     ),
     (
         "close 1008",
-        "`Replaced: this link missed its heartbeat and a new provider claimed the slot` / `Replaced by a newer "
-        "connection of the same provider identity`",
-        "Expected after a reboot or network change; if the old link was actually alive, two devices share a slot name.",
+        "`Replaced: no answer to the takeover probe within {takeover_probe} ms (providers.takeover_probe_ms); "
+        "a new provider took the slot` / `Replaced: this link missed its heartbeat and a new provider claimed the "
+        "slot` / `Replaced by a newer connection of the same provider identity`",
+        "Expected after a reboot or network change: a new provider claimed the slot and the old link did not "
+        "answer the ping sent then, or had already missed a heartbeat. If the old link was actually alive, two "
+        "devices share a slot name, or it answers pings late: raise `providers.takeover_probe_ms`.",
     ),
     (
         "close 1008",
@@ -302,6 +312,8 @@ def page_troubleshooting(data: GuideInput) -> str:
         "max_slots": limits["max_slots"],
         "takeover": providers["takeover"],
         "heartbeat": f"{providers['heartbeat_interval_s']:g}",
+        "takeover_probe": providers["takeover_probe_ms"],
+        "handshake": f"{limits['connections']['handshake_timeout_s']:g}",
         "init_timeout": providers["initialize_timeout_ms"],
         "max_frame": limits["max_frame_bytes"],
         "max_pending_slot": limits["max_pending_per_slot"],

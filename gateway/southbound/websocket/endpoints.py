@@ -44,6 +44,11 @@ MULTIPLEXED_PATH = "/providers"
 
 PEER_CLOSED = "provider closed the connection"
 
+SLOTS_REFUSED = "slots_refused"
+"""The cut (mcpgw_connection_cuts_total{reason}) of a `/providers` socket whose every slot claim was
+refused, at limits.connections.handshake_timeout_s after its upgrade (a socket that claimed nothing is
+cut as handshake_timeout)."""
+
 
 def link_end(reason: str, close_code: int | None) -> str:
     """Why a provider socket ended, as the log and provider_status say it."""
@@ -95,6 +100,10 @@ class MultiplexedSocket:
         self.sessions: dict[str, ProviderSession] = {}
         self.ping_outstanding = False
         self.warned_unparsable = False
+        self.served = False
+        """Whether any slot it claimed was given to it (its claim handshake is done, whatever came after)."""
+        self.last_refusal: str | None = None
+        """What the last slot it claimed was refused with; None while no claim was refused."""
 
     def ping(self) -> None:
         # Every slot on the socket asks for a heartbeat (and a takeover probe for one more); one
@@ -151,6 +160,9 @@ class ProviderWebSockets:
         self.sockets: set[MultiplexedSocket] = set()
         self.pacer = TurnPacer(gateway.config.providers.upgrades_per_turn)
         self.refusals = RefusalLog(gateway.config.logging.repeat_interval_s)
+        self.refused_cuts = gateway.metrics.connection_cuts.labels(SLOTS_REFUSED)
+        self._cutting: set[asyncio.Task[bool]] = set()
+        """Closes started by _cut_if_all_refused, held until they finish."""
 
     async def shutdown(self) -> None:
         """Close every `/providers` socket with 1001 (their slots were already released by the core).
@@ -335,10 +347,11 @@ class ProviderWebSockets:
         deadline = handshake_deadline(
             ws,
             timeout_s,
-            lambda: bool(socket.sessions),
+            lambda: socket.served or socket.last_refusal is not None,
             f"No slot claimed within {timeout_s:g} s (limits.connections.handshake_timeout_s): send an envelope first",
             self.gateway.metrics,
         )
+        refused_deadline = asyncio.get_running_loop().call_later(timeout_s, self._cut_if_all_refused, socket)
         first = True
         reason = PEER_CLOSED
         close_code: int | None = None  # the code the gateway closed with, when it did
@@ -366,11 +379,24 @@ class ProviderWebSockets:
                     break
         finally:
             deadline.cancel()
+            refused_deadline.cancel()
             self.sockets.discard(socket)
             sessions, socket.sessions = socket.sessions, {}
             for session in sessions.values():
                 session.link_lost(link_end(reason, close_code or ws.close_code))
         return ws
+
+    def _cut_if_all_refused(self, socket: MultiplexedSocket) -> None:
+        """Close a `/providers` socket that claimed slots and was refused every one, once its handshake
+        time is up: the board has its refusal envelopes at once, and the close makes it reconnect on its
+        back-off and claim again (the holder may have left by then) instead of idling with no slot."""
+        if socket.ws.closed or socket.served or socket.last_refusal is None:
+            return
+        self.refused_cuts.inc()
+        reason = close_reason_quoting("No slot served: every slot claimed was refused (", socket.last_refusal, ")")
+        task = asyncio.get_running_loop().create_task(socket.ws.close(code=CLOSE_POLICY, message=reason.encode()))
+        self._cutting.add(task)
+        task.add_done_callback(self._cutting.discard)
 
     async def _refuse_bare_frame(self, ws: web.WebSocketResponse, message: jsonrpc.Message) -> None:
         method = message.method or "(none)"
@@ -418,6 +444,7 @@ class ProviderWebSockets:
         forbidden = self.auth.slot_refusal(socket.credential, frame.provider)
         if forbidden is not None:
             # Only this slot is refused; the socket keeps the slots it may publish.
+            socket.last_refusal = forbidden.description
             with contextlib.suppress(Exception):
                 await socket.ws.send_frame(
                     envelope.error_envelope(frame.provider, jsonrpc.FORBIDDEN, forbidden.description), WSMsgType.TEXT
@@ -441,11 +468,13 @@ class ProviderWebSockets:
             )
         except SlotRefused as exc:
             self.refusals.refused(frame.provider, exc.kind, exc.reason, info.transport, info.remote)
+            socket.last_refusal = exc.reason
             with contextlib.suppress(Exception):
                 await socket.ws.send_frame(
                     envelope.error_envelope(frame.provider, exc.code, exc.reason), WSMsgType.TEXT
                 )
             return None
+        socket.served = True
         socket.sessions[frame.provider] = session
         return session
 
