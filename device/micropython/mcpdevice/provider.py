@@ -10,13 +10,18 @@
 # again, because a gateway that pings every 30 s is gone when nothing came for 90 s. Reconnects wait
 # an exponential back-off with equal jitter: the ceiling starts at `backoff_min_s` and doubles per
 # failed dial up to `backoff_max_s`, the wait is picked between half the ceiling and the ceiling, and
-# the ceiling resets once a link carried traffic, so that a plant full of boards does not hammer a
-# restarting gateway in step (and no board redials at once). A refusal at the door (Refused: an HTTP
-# 4xx on the upgrade; or a close 1008 before the gateway sent any message, e.g. "Slot already held by
-# a live provider" or a bad slot name; on a serial line the gateway's error with id null before it
-# sent any message, LinkClosed with code 0) will not change in a second: it puts the ceiling at
-# `backoff_max_s` at once (15 to 30 s with the defaults), as the C board (mcpb_backoff_refused) and
-# the simulator do, and it stays there until a link carries traffic. Its `link_down` line says
+# the ceiling resets once a link carried traffic and stayed up `backoff_max_s`, so that a plant full of
+# boards does not hammer a restarting gateway in step (and no board redials at once). The gateway
+# speaks at every attach, and an MQTT broker lets a second board with the same client id push the
+# first off; the board pushed off redials within `backoff_max_s`, so a link lost sooner is a failed
+# dial and two such boards both climb to the longest waits instead of redialling every second. The
+# C board has the same rule on MQTT (mcpb_mqtt.c); here it holds on every way, the form that costs
+# the boot's heap least. A refusal at the door (Refused: an HTTP 4xx on the upgrade; or a close 1008
+# before the gateway sent any message, e.g. "Slot already held by a live provider" or a bad slot name;
+# on a serial line the gateway's error with id null before it sent any message, LinkClosed with code
+# 0) will not change in a second: it puts the ceiling at `backoff_max_s` at once (15 to 30 s with the
+# defaults), as the C board (mcpb_backoff_refused) and the simulator do, and it stays there until a
+# link carries traffic and stays up that long. Its `link_down` line says
 # refused=True; ordinary losses have no such field.
 #
 # API
@@ -123,6 +128,7 @@ class Provider:
                 transport = self.make_transport()
                 self.transport = transport
                 await transport.connect()
+                up = ticks_ms()
                 self.links += 1
                 self.connected = True
                 self._log("link_up", url=transport.describe(), links=self.links)
@@ -147,7 +153,7 @@ class Provider:
                 if transport is not None:
                     await transport.close(1001, "device reconnecting")
                 self.transport = None
-            if self._carried:
+            if self._carried and ticks_diff(ticks_ms(), up) >= self.backoff_max_s * 1000:
                 failures = failed = 0
             if refused:  # at the door: the gateway will say the same for a while
                 failures = max(failures, 16)

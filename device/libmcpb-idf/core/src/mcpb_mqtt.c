@@ -194,7 +194,7 @@ int mcpb_mqtt_open(mcpb_mqtt *m)
         return rc;
     }
     m->registered = 1;
-    m->heard_ms = p->now_ms(p->ctx);
+    m->up_ms = m->heard_ms = p->now_ms(p->ctx);
     return MCPB_MQTT_OK;
 }
 
@@ -273,10 +273,13 @@ void mcpb_mqtt_shutdown(mcpb_mqtt *m)
 
 uint32_t mcpb_mqtt_backoff_ms(mcpb_mqtt *m)
 {
-    if (m->carried) {
-        m->carried = 0;
+    /* A link pushed off sooner than the longest wait (by a second board with the same client id,
+     * which redials within that wait) counts as a failed dial even when the gateway spoke on it:
+     * the gateway speaks at every attach, and two such boards would otherwise redial at once. */
+    if (m->carried && m->port->now_ms(m->port->ctx) - m->up_ms >= m->backoff.max_ms) {
         mcpb_backoff_reset(&m->backoff);
     }
+    m->carried = 0;
     return mcpb_backoff_next(&m->backoff, m->port->random32 != NULL ? m->port->random32(m->port->ctx) : 0xFFFFFFFFu);
 }
 

@@ -111,6 +111,7 @@ typedef struct mcpb_mqtt {
     int connected;
     int registered;
     int carried;                 /* the link carried a message from the gateway */
+    uint32_t up_ms;              /* when the link was announced */
     uint32_t heard_ms;
     mcpb_backoff_t backoff;
     uint32_t links;
@@ -135,7 +136,9 @@ int mcpb_mqtt_serve(mcpb_mqtt *m, uint32_t wait_ms, mcpb_handler_fn handler, voi
 /* Publishes the empty retained status (what the will would say), then DISCONNECT and close. */
 void mcpb_mqtt_shutdown(mcpb_mqtt *m);
 
-/* The wait before the next dial: equal jitter under a ceiling that doubles per failed dial. */
+/* The wait before the next dial: equal jitter under a ceiling that doubles per failed dial. The
+ * ceiling starts over only after a link that carried a message from the gateway and stayed up
+ * at least backoff_max_ms; a link lost sooner counts as a failed dial. */
 uint32_t mcpb_mqtt_backoff_ms(mcpb_mqtt *m);
 
 /* Dials, serves and dials again until *stop is set; then clears the status and returns 0.

@@ -441,8 +441,38 @@ static void test_backoff_doubles_and_resets_after_traffic(void **state)
     assert_int_equal(mcpb_mqtt_backoff_ms(&r->m), 8000);
     assert_int_equal(mcpb_mqtt_backoff_ms(&r->m), 15000);
     assert_int_equal(mcpb_mqtt_backoff_ms(&r->m), 15000);
-    r->m.carried = 1;
+    assert_int_equal(mcpb_mqtt_open(&r->m), 0);
+    push(r, "mcpb/pump-1/down", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", 0, 0);
+    assert_int_equal(mcpb_mqtt_serve(&r->m, 100, echo_handler, &r->e), 0);
+    r->f.clock += 30000; /* a link that carried a request and stayed up the longest wait */
     assert_int_equal(mcpb_mqtt_backoff_ms(&r->m), 500);
+}
+
+/* Two boards with one client id push each other off at the broker, and the gateway speaks on down
+ * at every attach: a link that carried a message but was lost within the longest wait is a failed
+ * dial, so the waits grow to the maximum instead of starting over at 1 s. */
+static void test_backoff_grows_when_links_are_pushed_off_soon(void **state)
+{
+    static const uint32_t ceilings[] = {1000, 2000, 4000, 8000, 16000, 30000, 30000};
+    rig *r = new_rig();
+    size_t i;
+    (void)state;
+    r->f.random = 0xFFFFFFFFu; /* the top of each range: the ceiling */
+    assert_int_equal(mcpb_mqtt_init(&r->m, &r->config, &r->port, r->in, sizeof r->in, r->out, sizeof r->out), 0);
+    for (i = 0; i < sizeof ceilings / sizeof ceilings[0]; i++) {
+        r->f.inbox_len = r->f.inbox_next = 0;
+        r->f.lost = 0;
+        assert_int_equal(mcpb_mqtt_open(&r->m), 0);
+        push(r, "mcpb/pump-1/down", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}", 0, 0);
+        assert_int_equal(mcpb_mqtt_serve(&r->m, 100, echo_handler, &r->e), 0);
+        assert_int_equal(r->m.carried, 1);
+        r->f.clock += 700; /* the other board dials and the broker drops this one */
+        r->f.lost = 1;
+        assert_int_equal(mcpb_mqtt_serve(&r->m, 100, echo_handler, &r->e), MCPB_MQTT_E_LINK);
+        mcpb_mqtt_shutdown(&r->m);
+        assert_in_range(mcpb_mqtt_backoff_ms(&r->m), ceilings[i] - 1, ceilings[i]);
+    }
+    assert_int_equal(r->e.calls, 7);
 }
 
 static void tick_count(void *ctx, uint32_t now_ms)
@@ -508,6 +538,7 @@ int main(void)
         cmocka_unit_test(test_lost_link_is_reported),
         cmocka_unit_test(test_shutdown_clears_the_status_then_disconnects),
         cmocka_unit_test(test_backoff_doubles_and_resets_after_traffic),
+        cmocka_unit_test(test_backoff_grows_when_links_are_pushed_off_soon),
         cmocka_unit_test(test_run_serves_until_stopped_and_clears_status),
         cmocka_unit_test(test_every_link_announces_and_clears_its_status),
     };
