@@ -3,7 +3,8 @@
 The registry (gateway/devices/registry.py) lists every board whose hello the gateway heard, by device
 id (the MAC on an ESP32), whether `mcp-gateway device install` adopted it, and its last flash
 (`mcp-gateway flash`; a board flashed but never heard is listed too; the whole history:
-`devices flashes`, gateway/cli/devices_flashes.py). A revoked identity is
+`devices flashes`, gateway/cli/devices_flashes.py). The table escapes text that does not print
+(devices_flashes.cell): hellos and flash records hold what boards and files said. A revoked identity is
 refused from the board's next dial (HTTP 401, "provider_identity_revoked"); the running gateway reads
 the registry at each check, so neither a restart nor a reload is needed. An MQTT board's credential is
 its user in mosquitto's password file: revoking removes that user (then mosquitto must be reloaded,
@@ -30,7 +31,7 @@ import orjson
 
 from gateway.cli.common import Commands
 from gateway.cli.device_install import RELOAD_MOSQUITTO, _registry, broker_call, gateway_options, registry_errors
-from gateway.cli.devices_flashes import add_flashes
+from gateway.cli.devices_flashes import add_flashes, cell
 from gateway.cli.parsing import subcommands
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE
 
@@ -50,21 +51,27 @@ def _last_flash(flash: Any) -> str:
     """A board's last flash as a cell: the image and when (UTC), and the outcome unless it worked."""
     if flash is None:
         return "-"
-    outcome = "" if flash.outcome == "ok" else f" [{flash.outcome}]"
-    return f"{flash.image or '(no image chosen)'} {flash.flashed_at}{outcome}"
+    outcome = "" if flash.outcome == "ok" else f" [{cell(flash.outcome)}]"
+    image = cell(flash.image) if flash.image else "(no image chosen)"
+    return f"{image} {cell(flash.flashed_at)}{outcome}"
 
 
 def _cells(row: Any, flash: Any) -> tuple[str, ...]:
-    firmware = f"{row.firmware} {row.version}" if row.firmware else "-"
+    """The row's text, escaped where it does not print (`cell`): hellos and records come from boards and files."""
+    firmware = cell(row.firmware) if row.firmware else "-"
+    if row.firmware and row.version:
+        firmware += f" {cell(row.version)}"
+    transport = row.seen_transport or row.transport
+    slot = row.slot or row.seen_slot
     return (
-        row.device_id,
+        cell(row.device_id),
         _adopted(row),
         str(row.seen),
         _when(row.last_seen),
         firmware,
-        row.schema or "-",
-        row.seen_transport or row.transport or "-",
-        row.slot or row.seen_slot or "-",
+        cell(row.schema) if row.schema else "-",
+        cell(transport) if transport else "-",
+        cell(slot) if slot else "-",
         _last_flash(flash),
     )
 
@@ -219,8 +226,12 @@ def add_devices(commands: Commands) -> None:
         "have the running gateway end the link the board holds now",
     )
     revoke.add_argument("device_id", metavar="ID", help="the board's device id, as `mcp-gateway devices` lists it")
+    # Also `devices`' own option: no default here, or it would hide one given before the subcommand.
     revoke.add_argument(
-        "--registry", metavar="PATH", help="the device registry (default: devices.db in the state directory)"
+        "--registry",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="the device registry (default: devices.db in the state directory)",
     )
     revoke.add_argument(
         "--mosquitto-passwd",

@@ -2,39 +2,52 @@
 
 Each `mcp-gateway flash` that identified its board records one row (gateway/devices/flashes.py): when
 (UTC), the board's device id (its MAC), chip and revision, the port, the image's name, size, SHA-256
-and offset, the outcome, and who ran it. Exit 0 when listed (also none), 1 when the registry cannot be
-read, 2 for a usage mistake.
+and offset, the outcome, and who ran it. The table escapes what does not print (`cell`); --json gives
+the values as they are. Exit 0 when listed (also none), 1 when the registry cannot be read, 2 for a
+usage mistake.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
 import orjson
 
 from gateway.cli.device_install import registry_errors
+from gateway.client import slot_cell
 
 COLUMNS = ("flashed (UTC)", "device", "chip", "image", "size", "sha-256", "offset", "outcome", "port", "by")
 
 
+def cell(text: str) -> str:
+    """Text from the registry as a table shows it: as it is, or as a JSON string (`"pump 1.bin"`) when it
+    holds a space, a quote or a character that does not print, each of those escaped, so that no control
+    character reaches the terminal (an escape sequence, a newline that would start a row of its own)."""
+    quoted = slot_cell(text)
+    return "".join(char if char.isprintable() else json.dumps(char)[1:-1] for char in quoted)
+
+
 def _by(flash: Any) -> str:
-    return f"{flash.sudo_user} via sudo as {flash.user}" if flash.sudo_user else flash.user or "-"
+    if flash.sudo_user:
+        return f"{cell(flash.sudo_user)} via sudo as {cell(flash.user or '?')}"
+    return cell(flash.user) if flash.user else "-"
 
 
 def _cells(flash: Any) -> tuple[str, ...]:
-    chip = f"{flash.chip} {flash.revision}" if flash.revision else flash.chip or "-"
+    chip = f"{cell(flash.chip)} {cell(flash.revision)}" if flash.revision else cell(flash.chip) if flash.chip else "-"
     return (
-        flash.flashed_at,
-        flash.device_id,
+        cell(flash.flashed_at),
+        cell(flash.device_id),
         chip,
-        flash.image or "-",
+        cell(flash.image) if flash.image else "-",
         f"{flash.image_size:,}" if flash.image_size is not None else "-",
-        f"{flash.image_sha256[:16]}…" if flash.image_sha256 else "-",
+        f"{cell(flash.image_sha256[:16])}…" if flash.image_sha256 else "-",
         f"0x{flash.image_offset:X}" if flash.image_offset is not None else "-",
-        flash.outcome,
-        flash.port or "-",
+        cell(flash.outcome),
+        cell(flash.port) if flash.port else "-",
         _by(flash),
     )
 
@@ -78,8 +91,17 @@ def add_flashes(actions: Any) -> None:
         "flashes", help="list the flashes recorded in the device registry (mcp-gateway flash), newest first"
     )
     flashes.add_argument("--device", metavar="ID", help="only this board's (its device id: the MAC)")
+    # Also `devices`' own options: no defaults here, or they would hide those given before the subcommand.
     flashes.add_argument(
-        "--registry", metavar="PATH", help="the device registry (default: devices.db in the state directory)"
+        "--registry",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="the device registry (default: devices.db in the state directory)",
     )
-    flashes.add_argument("--json", action="store_true", help="one JSON object per flash instead of the table")
+    flashes.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="one JSON object per flash instead of the table",
+    )
     flashes.set_defaults(func=registry_errors("devices flashes", cmd_flashes))

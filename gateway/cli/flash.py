@@ -27,14 +27,16 @@ def flash_offset(text: str) -> int:
 
 
 def _who() -> tuple[str, str | None]:
-    """The OS user running the command, and under sudo the user who called it."""
+    """The OS user running the command, and under sudo the user who called it: $SUDO_USER, taken only
+    when the command runs as root (any user may set the variable; sudo sets it for a command it runs as
+    root)."""
     import pwd
 
     try:
         user = pwd.getpwuid(os.getuid()).pw_name
     except KeyError:  # a uid without a passwd entry (a container)
         user = str(os.getuid())
-    return user, os.environ.get("SUDO_USER") or None
+    return user, (os.environ.get("SUDO_USER") or None) if os.geteuid() == 0 else None
 
 
 def record(args: argparse.Namespace, last: dict[str, Event], outcome: str) -> str | None:

@@ -4,7 +4,8 @@ The gateway's serial way in holds its ports open and locked (gateway/southbound/
 flash asks the gateway's `_broker` provider, over the same MCP endpoint `mcp-gateway reload` uses:
 
   broker_serial_release {"port": "<path>"}   close the port and keep it closed (its slots detach, as
-                                             when a board is unplugged) until resumed
+                                             when a board is unplugged) until resumed; the answer's
+                                             `already_held` says it was let go of before this call
   broker_serial_resume  {"port": "<path>"}   open it again now (the board re-registers)
 
 A gateway that is not running, refuses, or does not have these tools (older versions) counts as "did
@@ -22,20 +23,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import FrameType
-from typing import Protocol
+from typing import Any, Protocol
 
 RELEASE_TOOL = "broker_serial_release"
 RESUME_TOOL = "broker_serial_resume"
 
 
+@dataclass(frozen=True)
+class Release:
+    """The holder let go of the port (it may take a moment to close it)."""
+
+    already_held: bool
+    """It had let go of it before this call (for another program, which may still be using it, or one
+    that died without giving it back); False too from a gateway whose answer does not say."""
+
+
 class Handover(Protocol):
-    def release(self, port: str) -> bool:
-        """True when the holder let go of `port` (it may take a moment to close it)."""
+    def let_go(self, port: str) -> Release | None:
+        """The release when the holder let go of `port`, None when it did not."""
         ...
 
     def resume(self, port: str) -> None: ...
@@ -48,24 +60,42 @@ class GatewayHandover:
         self.url = url
         self.token = token
 
-    def _call(self, tool: str, port: str) -> bool:
+    def _call(self, tool: str, port: str) -> dict[str, Any] | None:
+        """The tool's result, None when the gateway could not be reached or refused."""
         from gateway.client import GatewayCallError, GatewayClient
 
-        async def go() -> bool:
+        async def go() -> dict[str, Any]:
             async with GatewayClient(self.url, "_broker", timeout_s=10.0, token=self.token) as client:
-                result = await client.call_tool(tool, {"port": port})
-            return not result.get("isError")
+                return await client.call_tool(tool, {"port": port})
 
         try:
-            return asyncio.run(go())
+            result = asyncio.run(go())
         except (GatewayCallError, OSError, TimeoutError):
-            return False
+            return None
+        return None if result.get("isError") else result
+
+    def let_go(self, port: str) -> Release | None:
+        result = self._call(RELEASE_TOOL, port)
+        if result is None:
+            return None
+        return Release(already_held=_answer(result).get("already_held") is True)
 
     def release(self, port: str) -> bool:
-        return self._call(RELEASE_TOOL, port)
+        """True when the gateway let go of `port` (also when it had already)."""
+        return self.let_go(port) is not None
 
     def resume(self, port: str) -> None:
         self._call(RESUME_TOOL, port)
+
+
+def _answer(result: dict[str, Any]) -> dict[str, Any]:
+    """The tool's JSON answer: its structured content, else its text (a protocol era without the former)."""
+    state = result.get("structuredContent")
+    if isinstance(state, dict):
+        return state
+    with contextlib.suppress(ValueError, TypeError, KeyError, IndexError):
+        state = json.loads(result["content"][0]["text"])
+    return state if isinstance(state, dict) else {}
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)

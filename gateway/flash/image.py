@@ -87,6 +87,8 @@ def header_chip(path: Path) -> int | None:
 
 
 def parse_image(path: Path, data: bytes) -> FirmwareImage:
+    if data[:1] == bytes([ESP_IMAGE_MAGIC]) and len(data) < HEADER_LEN:  # it ends inside its header
+        raise _cut_short(path, data)
     if len(data) < HEADER_LEN or data[0] != ESP_IMAGE_MAGIC:
         first = f"0x{data[0]:02X}" if data else "nothing (an empty file)"
         raise FlashError(
@@ -120,10 +122,11 @@ def parse_image(path: Path, data: bytes) -> FirmwareImage:
 
 
 def _cut_short(path: Path, data: bytes) -> FlashError:
+    size = "1 byte" if len(data) == 1 else f"{len(data)} bytes"
     return FlashError(
         "not-an-image",
-        f"{path} is not a valid ESP firmware image: it ends after {len(data)} bytes, before the end its "
-        "header describes (a file cut short, or not an image)",
+        f"{path} is not a valid ESP firmware image: it ends after {size}, before the end its header describes "
+        "(a file cut short, or not an image)",
     )
 
 

@@ -125,7 +125,7 @@ COMMAND_GROUPS = ("device",)
 def in_use_error(path: str, who: list[str]) -> FlashError:
     """port-in-use; `who` (the lock's holders, as "name (pid N)") informs, and chooses the advice."""
     held = f" (held by {', '.join(who)})" if who else ""
-    commands = [name.split(" (pid ")[0] for name in who if name.startswith(GATEWAY_COMMAND + " ")]
+    commands = _commands(who)
     if GATEWAY_SERVICE in commands:
         advice = (
             "the gateway's serial way in serves it: have the gateway let go of it (docs/field.md, Port in use) or "
@@ -137,6 +137,19 @@ def in_use_error(path: str, who: list[str]) -> FlashError:
     else:
         advice = "close it (a serial monitor, another flash, the gateway's serial way in) and run the command again"
     return FlashError("port-in-use", f"{path} is in use by another program{held}: {advice}")
+
+
+def _commands(who: list[str]) -> list[str]:
+    """The `mcp-gateway` commands among the holders `who` ("mcp-gateway flash", "mcp-gateway run")."""
+    return [name.split(" (pid ")[0] for name in who if name.startswith(GATEWAY_COMMAND + " ")]
+
+
+def held_by_another_command(path: str) -> bool:
+    """The lock on `path` is held by an `mcp-gateway` command that is not the gateway (another flash, a
+    device install or update): it uses the port for its own work, and gives back what it took from the
+    gateway; nothing is to be asked of the gateway for it."""
+    commands = _commands(lock_holders(path) or [])
+    return bool(commands) and GATEWAY_SERVICE not in commands
 
 
 def lock_holders(path: str) -> list[str] | None:

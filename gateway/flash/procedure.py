@@ -16,9 +16,9 @@ from esptool.util import FatalError  # type: ignore[import-untyped]
 from gateway.flash import firmware
 from gateway.flash.board import Board, BoardInfo, md5, quiet_esptool
 from gateway.flash.errors import FlashError, esptool_text
-from gateway.flash.handover import Handover
+from gateway.flash.handover import Handover, Release
 from gateway.flash.image import FirmwareImage, chip_name, header_chip, load_image, revision_problem
-from gateway.flash.port import open_port
+from gateway.flash.port import held_by_another_command, holders, in_use_error, lock_holders, open_port
 from gateway.flash.progress import Reporter
 
 SECTOR = 0x1000
@@ -199,49 +199,68 @@ def directory_notes(candidates: Candidates) -> list[str]:
 def open_with_handover(
     request: FlashRequest, reporter: Reporter, handover: Handover | None
 ) -> tuple[serial.Serial, bool]:
-    """The open port, and whether a holder released it (and must be asked to take it back).
+    """The open port, and whether this flash holds a release (and must ask the holder to take it back).
 
     A port that opens at once may still be one the gateway serves and holds released, waiting to be
     given back (a flash killed mid-way never asked for it back): the gateway is asked to release it
-    anyway. If it says it did, it holds the port for this flash (its bound starts again), and is asked
-    to take it back at the end, as after a handover; otherwise the board stays unserved after a
+    anyway. If it says it did, it holds the port for this flash (its bound starts again): the flash
+    could lock the port, so whoever it was released for is gone, and this flash takes the hold over and
+    asks for the port back at the end, as after a handover; otherwise the board stays unserved after a
     successful flash until `[serial] max_hold_s` passes."""
     try:
         port = open_port(request.port)
     except FlashError as exc:
-        if exc.code != "port-in-use" or handover is None or not _release(handover, request.port):
+        if exc.code != "port-in-use" or handover is None:
             raise
-        busy = exc
-    else:
-        if handover is None:
-            return port, False
-        try:
-            held = _release(handover, request.port)
-        except BaseException:
-            port.close()
-            raise
-        if held:
-            reporter.step({"step": "release", "port": request.port})
-        return port, held
+        return _open_from_gateway(request, reporter, handover), True
+    if handover is None:
+        return port, False
+    try:
+        held = _release(handover, request.port) is not None
+    except BaseException:
+        port.close()
+        raise
+    if held:
+        reporter.step({"step": "release", "port": request.port})
+    return port, held
+
+
+def _open_from_gateway(request: FlashRequest, reporter: Reporter, handover: Handover) -> serial.Serial:
+    """The port, once the gateway let go of it for this flash; else port-in-use, naming the holders as
+    found when the flash gives up. A port locked by another `mcp-gateway` command (another flash) is
+    left alone: that command has it, and gives back what it took from the gateway. A port the gateway
+    had let go of before this flash asked is another program's release: that program gives it back."""
+    if held_by_another_command(request.port):
+        raise _in_use_now(request.port)
+    release = _release(handover, request.port)
+    if release is None or release.already_held:
+        raise _in_use_now(request.port)
     try:
         reporter.step({"step": "release", "port": request.port})
         deadline = time.monotonic() + request.release_wait_s
         while True:
             try:
-                return open_port(request.port), True
+                return open_port(request.port)
             except FlashError as exc:
                 if exc.code != "port-in-use" or time.monotonic() > deadline:
-                    raise busy from None
+                    raise
             time.sleep(0.1)
     except BaseException:  # the port did not open (or Ctrl-C, a stop signal): the gateway takes it back
-        handover.resume(request.port)
-        reporter.step({"step": "resume", "port": request.port})
+        # ... unless another flash locked it meanwhile: it took the hold over and gives the port back itself
+        if not held_by_another_command(request.port):
+            handover.resume(request.port)
+            reporter.step({"step": "resume", "port": request.port})
         raise
 
 
-def _release(handover: Handover, port: str) -> bool:
+def _in_use_now(path: str) -> FlashError:
+    """port-in-use, naming the holders of `path` as they are now (they change while the flash waits)."""
+    return in_use_error(path, lock_holders(path) or holders(path))
+
+
+def _release(handover: Handover, port: str) -> Release | None:
     try:
-        return handover.release(port)
+        return handover.let_go(port)
     except KeyboardInterrupt:  # Ctrl-C or a stop signal while asking: the gateway may have let go already
         handover.resume(port)
         raise

@@ -26,6 +26,7 @@ import pytest
 from gateway.cli.flash import add_flash
 from gateway.flash import board as board_module
 from gateway.flash.errors import EXIT_CODES
+from gateway.flash.handover import Release
 from gateway.flash.procedure import FlashRequest, flash
 from gateway.flash.progress import JsonLines, Lines
 from tests.field.images import build_image
@@ -197,12 +198,12 @@ class LockHolder:
         fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.calls: list[str] = []
 
-    def release(self, port: str) -> bool:
+    def let_go(self, port: str) -> Release | None:
         self.calls.append(f"release {port}")
         assert self.fd is not None
         os.close(self.fd)
         self.fd = None
-        return True
+        return Release(already_held=False)
 
     def resume(self, port: str) -> None:
         self.calls.append(f"resume {port}")

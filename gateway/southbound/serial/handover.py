@@ -6,8 +6,9 @@ the same tty). Let go, it closes within one pass of the event loop: its slots de
 is unplugged, its exclusive lock goes, and supervision waits, state "held", without reopening it,
 until it is taken back: by broker_serial_resume, or by the gateway itself once `[serial] max_hold_s`
 has passed (a warning names the port and the bound), so that a flash that died before it could resume
-does not keep the port for good. Another release of a held port starts that time again. While held,
-the port's status (broker_info, broker_diagnose) says since when and when it is given back: this
+does not keep the port for good. Another release of a held port starts that time again, and its answer
+says so (`already_held`: let go of before this call, for a program that may still be using it). While
+held, the port's status (broker_info, broker_diagnose) says since when and when it is given back: this
 module wraps the serial way in's status for that. Nothing of this survives a restart: a gateway that
 starts opens every configured port.
 """
@@ -64,16 +65,23 @@ class SerialPortHandover:
     async def release(self, port: str) -> JsonObject:
         found = self._find(port)
         path = found.spec.path
+        already_held = found.held()
         earlier = self.holds.pop(path, None)
         if earlier is not None:
             earlier.timer.cancel()
         timer = asyncio.get_running_loop().call_later(self.max_hold_s, self._give_back, path)
-        since = earlier.since if earlier is not None and found.held() else time.time()
+        since = earlier.since if earlier is not None and already_held else time.time()
         self.holds[path] = Hold(since, time.monotonic() + self.max_hold_s, timer)
         found.let_go("released for another program (broker_serial_release)")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(found.shut.wait(), CLOSE_WAIT_S)
-        return {"port": path, "state": found.state, "closed": found.shut.is_set(), **self._hold_status(path)}
+        return {
+            "port": path,
+            "state": found.state,
+            "closed": found.shut.is_set(),
+            "already_held": already_held,
+            **self._hold_status(path),
+        }
 
     async def resume(self, port: str) -> JsonObject:
         found = self._find(port)
