@@ -5,10 +5,13 @@ true, the hello), answer every frame with the pump's dispatcher, send the pump's
 answers (the board's own report task, docs/pump-1.md "Telemetry"), answer WebSocket pings (each frame
 and each ping feeds the pump's dead-man), drop a link silent for `silence_s`, and dial again after a
 jittered back-off (gateway.core.backoff.Backoff: between half the ceiling and the ceiling, which
-doubles per failure) that is reset once a link carried a request, so a gateway that accepts and at
-once refuses the pump is not hammered. A refusal at the door (an HTTP 4xx on the upgrade, or a close
-1008 before the gateway sent a frame, such as "Slot already held by a live provider") puts the
-ceiling at its maximum at once, as the C board does: a pump that is not wanted waits 15 to 30 s.
+doubles per failure). The ceiling starts over only after a link that carried a frame from the
+gateway and stayed up at least `backoff_max_s`, counted from the dial's success as the board counts
+it; a link lost sooner is a failed dial (the gateway speaks at every attach, so a link it drops soon,
+as in a takeover back and forth, must not reset the wait). A refusal at the door (an HTTP 4xx on the
+upgrade, or a close 1008 before the gateway sent a frame, such as "Slot already held by a live
+provider") puts the ceiling at its maximum at once, as the C board does: a pump that is not wanted
+waits 15 to 30 s.
 
 The link is logged as up once the gateway sent its first frame (the initialize that follows an
 accepted registration): the gateway refuses a slot only after the WebSocket upgrade, so an open
@@ -191,6 +194,7 @@ class PumpLink:
         self._cut_reason: str | None = None  # why the control interface cut the current link
         self._stop = asyncio.Event()
         self._carried = False  # the current link carried a request
+        self._up_at = 0.0  # time.monotonic() when the current (or last) link's dial succeeded
         self._refused: str | None = None  # why the gateway refused the last dial at the door
         self._refusals = 0  # refusals in a row, to log a long run of them only now and then
         self._close_code: int | None = None  # the gateway's close code on the last link
@@ -272,8 +276,8 @@ class PumpLink:
             carried = await self._link_once()
             if self._stop.is_set():
                 return
-            if carried:
-                self.backoff.reset()
+            if carried and time.monotonic() - self._up_at >= self.backoff.max_s:
+                self.backoff.reset()  # a link pushed off sooner is a failed dial, as on the board
             if self._redial_now:
                 continue
             slot = self.pump.slot
@@ -332,7 +336,7 @@ class PumpLink:
                 await asyncio.wait_for(self._wake.wait(), left)
 
     async def _link_once(self) -> bool:
-        """One link from dial to loss; True when it carried a request."""
+        """One link from dial to loss; True when it carried a frame from the gateway."""
         self._refused = None
         self._close_code = None
         try:
@@ -357,6 +361,7 @@ class PumpLink:
                 self._refused = f"HTTP {exc.status} on the upgrade: {said or exc.message}"
             return False
         self._ws = ws
+        self._up_at = time.monotonic()
         self.links += 1
         self.connected = True
         # Not "up" yet: the gateway may still refuse the slot (close 1008) before its first frame.

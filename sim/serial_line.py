@@ -16,7 +16,10 @@ the gateway sent the registration anything it is a refusal at the door (a held, 
 slot): logged as a warning with the gateway's reason, the back-off's ceiling at its maximum (15 to
 30 s with the defaults), as sim.link does after a close 1008. After the registration carried a
 request the gateway let the slot go (a missed heartbeat, a takeover, its shutdown): the back-off
-starts from its minimum.
+starts from its minimum if the registration stayed up at least `backoff_max_s` (from its register
+frame), and counts as a failed dial if it ended sooner, as the board's rule for every link has it
+(sim.link). The line itself follows the same rule: it is opened again after its own back-off, which
+starts over only after an opening that carried a frame and stayed open `backoff_max_s`.
 
 Where the line is (SerialTarget):
 - `path`: a tty to open, as a board's USB adapter or one end of a null-modem pair; reopened with
@@ -97,6 +100,8 @@ class SerialLine:
         self.gateway_path: str | None = None
         self.is_open = False
         self.opens = 0
+        self.opened_at = 0.0
+        """time.monotonic() when the line was last opened."""
         self.last_down_reason: str | None = None
         self.decoder = framing.FrameDecoder(1 << 20)
         self._fd: int | None = None
@@ -156,8 +161,8 @@ class SerialLine:
                     view.last_down_reason = self.last_down_reason
                 if self._stop.is_set():
                     return
-                if carried:
-                    self.backoff.reset()
+                if carried and time.monotonic() - self.opened_at >= self.backoff.max_s:
+                    self.backoff.reset()  # an opening lost sooner is a failed one, as on the board
                 delay = self.backoff.next_delay()
                 log.info(
                     "serial line %s down (%s); opening it again in %.2f s", self.where, self.last_down_reason, delay
@@ -187,6 +192,7 @@ class SerialLine:
         self._lost = loop.create_future()
         self.is_open = True
         self.opens += 1
+        self.opened_at = time.monotonic()
         frames_before = self.decoder.frames
         self.decoder.reset()
         loop.add_reader(fd, self._readable)
@@ -227,7 +233,7 @@ class SerialLine:
         view.offline_until = None
         view.registrations += 1
         view.carried = False
-        view.heard_at = time.monotonic()
+        view.heard_at = view.registered_at = time.monotonic()
         hello = self.hellos[slot]
         if self.enveloped:
             register = firmware.register_frame(hello)
@@ -342,7 +348,6 @@ class SerialLine:
         if not view.carried:
             view.carried = True
             view.refusals = 0
-            view.backoff.reset()
         if len(data) > pump.settings.frame_max_bytes:
             answer: bytes | None = pump.oversize(len(data), data[:HEAD_BYTES])
         else:
@@ -360,6 +365,8 @@ class SerialLine:
         if view.carried:
             view.last_down_reason = f"let go by the gateway, error {code}: {message}"
             view.refusals = 0
+            if time.monotonic() - view.registered_at >= view.backoff.max_s:
+                view.backoff.reset()  # let go sooner (a takeover back and forth): a failed dial
             delay = view.backoff.next_delay()
             log.info("%s link down (%s); registering again in %.2f s", slot, view.last_down_reason, delay)
         else:
@@ -411,7 +418,8 @@ class SerialPumpLink:
         self.backoff = backoff
         self.offline_until: float | None = None
         self.registrations = 0
-        self.heard_at = time.monotonic()
+        self.heard_at = self.registered_at = time.monotonic()
+        """time.monotonic() of the last message from the gateway for this pump, and of its last register frame."""
         self.carried = False
         """The current registration carried a message from the gateway (it accepted the slot)."""
         self.refusals = 0
