@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from gateway.cli.columns import aligned
 from gateway.cli.common import Commands, whole_number
 
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -121,9 +122,7 @@ def render_table(records: Sequence[dict[str, Any]]) -> str:
         ]
         for record in records
     ]
-    cells = [list(TABLE_COLUMNS), *([_cell(value) for value in line] for line in lines)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(TABLE_COLUMNS))]
-    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in cells)
+    return aligned(TABLE_COLUMNS, [[_cell(value) for value in line] for line in lines])
 
 
 def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from gateway.cli.columns import aligned
 from gateway.cli.common import Commands
 from gateway.cli.device_install import RELOAD_MOSQUITTO, _registry, broker_call, gateway_options, registry_errors
 from gateway.cli.devices_flashes import add_flashes, cell
@@ -77,11 +78,7 @@ def _cells(row: Any, flash: Any) -> tuple[str, ...]:
 
 
 def render(rows: list[Any], flashes: dict[str, Any] | None = None) -> str:
-    table = [COLUMNS, *(_cells(row, (flashes or {}).get(row.device_id)) for row in rows)]
-    widths = [max(len(line[column]) for line in table) for column in range(len(COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in table
-    )
+    return aligned(COLUMNS, [_cells(row, (flashes or {}).get(row.device_id)) for row in rows])
 
 
 def cmd_devices(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from gateway.cli.columns import aligned
 from gateway.cli.device_install import registry_errors
 from gateway.client import slot_cell
 
@@ -53,11 +54,7 @@ def _cells(flash: Any) -> tuple[str, ...]:
 
 
 def render(flashes: list[Any]) -> str:
-    table = [COLUMNS, *(_cells(flash) for flash in flashes)]
-    widths = [max(len(line[column]) for line in table) for column in range(len(COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in table
-    )
+    return aligned(COLUMNS, [_cells(flash) for flash in flashes])
 
 
 def cmd_flashes(args: argparse.Namespace) -> int:

@@ -138,11 +138,10 @@ def cmd_token_list(args: argparse.Namespace) -> int:
     if not entries:
         print(f"no tokens in {path}", file=sys.stderr)
         return 0
-    rows = [("NAME", "SCOPES", "CREATED")]
-    rows += [(entry.name, " ".join(entry.scopes) or "-", entry.created or "-") for entry in entries]
-    widths = [max(len(row[column]) for row in rows) for column in range(3)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    from gateway.cli.columns import aligned
+
+    rows = [(entry.name, " ".join(entry.scopes) or "-", entry.created or "-") for entry in entries]
+    print(aligned(("NAME", "SCOPES", "CREATED"), rows))
     return 0
 
 

@@ -16,7 +16,6 @@ import hashlib
 import io
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +30,9 @@ from gateway.flash.procedure import FlashRequest, flash
 from gateway.flash.progress import JsonLines, Lines
 from tests.field.images import build_image
 from tests.support.fake_rom import FakeRom
-from tests.support.serial_ports import PtyPair
 from tests.support.unprivileged import as_nobody
 
 OFFSET = 0x10000
-
-
-@pytest.fixture
-def rom() -> Iterator[FakeRom]:
-    pair = PtyPair()
-    fake = FakeRom(pair)
-    yield fake
-    fake.close()
 
 
 @pytest.fixture

@@ -14,11 +14,9 @@ import asyncio
 import io
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 
 from gateway.flash.handover import GatewayHandover
 from gateway.flash.procedure import FlashRequest, flash
@@ -27,17 +25,8 @@ from tests.conftest import GatewayFactory, wait_for
 from tests.field.images import build_image
 from tests.integration.test_serial_boards import port_of, serial_config
 from tests.support.fake_rom import FakeRom
-from tests.support.serial_ports import PtyPair
 
 OFFSET = 0x10000
-
-
-@pytest.fixture
-def rom() -> Iterator[FakeRom]:
-    pair = PtyPair()
-    fake = FakeRom(pair)
-    yield fake
-    fake.close()
 
 
 async def kill_a_flash_after_the_release(url: str, port: str, image: Path) -> None:

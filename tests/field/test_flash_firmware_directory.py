@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +22,8 @@ from gateway.flash.progress import JsonLines, Lines
 from tests.field.images import build_image
 from tests.field.test_flash import run, write_sums
 from tests.support.fake_rom import FakeRom
-from tests.support.serial_ports import PtyPair
 
 OFFSET = 0x10000
-
-
-@pytest.fixture
-def rom() -> Iterator[FakeRom]:
-    pair = PtyPair()
-    fake = FakeRom(pair)
-    yield fake
-    fake.close()
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ import signal
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +40,6 @@ from tests.support.unprivileged import as_nobody
 BOARD_MAC = bytes.fromhex("3485180a0b0c")  # the fake ROM's eFuse MAC
 BOARD = ":".join("%02x" % byte for byte in BOARD_MAC)  # noqa: UP031  the board's own spelling (pump1/build.py)
 OTHER = "24:0a:c4:00:00:08"
-
-
-@pytest.fixture
-def rom() -> Iterator[FakeRom]:
-    fake = FakeRom(PtyPair())
-    yield fake
-    fake.close()
 
 
 @pytest.fixture

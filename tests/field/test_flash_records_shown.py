@@ -14,7 +14,6 @@ import io
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +26,10 @@ from gateway.devices.registry import DeviceRegistry
 from tests.field.images import build_image
 from tests.field.test_flash_records import BOARD, command, flash_command, history
 from tests.support.fake_rom import FakeRom
-from tests.support.serial_ports import PtyPair
 from tests.support.unprivileged import as_nobody
 
 IMAGE_NAME = "pump1\x1b[2K\x1b[1Gok.bin"
 SUDO_USER = "alice\n2099-01-01T00:00:00Z  forged row"
-
-
-@pytest.fixture
-def rom() -> Iterator[FakeRom]:
-    fake = FakeRom(PtyPair())
-    yield fake
-    fake.close()
 
 
 def test_the_tables_escape_control_characters_and_json_keeps_them(
