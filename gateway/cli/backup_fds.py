@@ -12,6 +12,8 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from gateway.devices.registry import others_may_write  # the registry's judgement too: one rule for root-run commands
+
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 """A file read for its content: never through a link (ELOOP), never blocking on a FIFO."""
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -174,8 +176,16 @@ def tree(top: int, skip: Callable[[Path], bool]) -> Iterator[tuple[Path, int | N
             os.close(folder)
 
 
-def others_may_write(folder: Path) -> bool:
-    """Whether a user other than root and this one owns `folder`, or group or others may write it: a link
-    there (or a file it leads to there) may be pointed at any file meanwhile, so it is not followed."""
-    info = folder.stat()
-    return info.st_uid not in (0, os.geteuid()) or bool(info.st_mode & 0o022)
+__all__ = [
+    "DIRECTORY_FLAGS",
+    "LINK_ERRNOS",
+    "READ_FLAGS",
+    "NotDirectory",
+    "NotRegular",
+    "kind_of",
+    "link_on_the_way",
+    "open_below",
+    "open_regular",
+    "others_may_write",
+    "tree",
+]

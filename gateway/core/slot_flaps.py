@@ -1,24 +1,47 @@
 """The log of a slot whose provider attaches and leaves over and over: one summary line per interval.
 
 Two boards on one MQTT slot push each other off at the broker, and the gateway attaches and lets go of
-the slot about once a second. A slot's attach and leave are logged as they come, until it attaches again
-within `logging.repeat_interval_s` of its last leave: that attach is logged too, and opens a quiet
-window of one interval in which the slot's attaches and leaves are counted instead. When the window
-closes, one warning says how many there were and the last reason it left, and the next window opens;
-a window with nothing in it ends the quiet, and the slot's next attach or leave is logged again.
+the slot about once a second. A slot's attach and leave are logged as they come. An attach within
+`logging.repeat_interval_s` of the slot's last leave is a quick one; a single quick attach is a board
+that rebooted or a takeover, and is only logged. The second quick attach within one interval is
+logged too, and opens a quiet window of one interval in which the slot's attaches and leaves are
+counted instead. When the window
+closes, one warning says how many there were, the hosts they came from and the last reason it left, and
+the next window opens; a window with nothing in it ends the quiet, and the slot's next attach or leave is
+logged again. An attach from a host not seen before in this run of windows is logged as it comes, so a
+peer that keeps flapping hides no other host taking the slot; up to `HOSTS_NAMED` hosts per run are
+remembered (and named per window), attaches from further ones are counted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 log = logging.getLogger("gateway.slots")
 
 HINT = "two providers on one slot push each other off (docs/device-mqtt.md, Troubleshooting)"
+QUICK_REMEMBERED = 1024
+"""Slots whose one quick attach is remembered at once (one per slot; a provider could make up names)."""
+HOSTS_NAMED = 8
+"""Hosts a flapping run remembers (each one's first attach is logged) and a summary names; past them,
+attaches from other hosts are counted."""
+
+
+def host_of(remote: str) -> str:
+    """The host of a peer address written `host:port` (an IPv6 host bare or in brackets); any other
+    remote (a serial path, a child's pid, an MQTT topic) as it is."""
+    head, colon, port = remote.rpartition(":")
+    host = head[1:-1] if head.startswith("[") and head.endswith("]") else head
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return remote
+    return host if colon and port.isdigit() else remote
 
 
 @dataclass
@@ -30,6 +53,22 @@ class _Window:
     """Attach and leave lines not written in this window."""
     last_reason: str = ""
     last_from: str = ""
+    hosts: dict[str, int] = field(default_factory=dict)
+    """Attaches in this window per host, for the first HOSTS_NAMED hosts."""
+    other_hosts: int = 0
+    """Attaches in this window from hosts past those."""
+    known: set[str] = field(default_factory=set)
+    """Hosts seen in this run of windows (carried to the next window), at most HOSTS_NAMED."""
+
+    def count(self, host: str) -> None:
+        if host in self.hosts or len(self.hosts) < HOSTS_NAMED:
+            self.hosts[host] = self.hosts.get(host, 0) + 1
+        else:
+            self.other_hosts += 1
+
+    def hosts_text(self) -> str:
+        named = ", ".join(f"{host} ({count})" for host, count in self.hosts.items()) or "(none)"
+        return f"{named}, and {self.other_hosts} from other hosts" if self.other_hosts else named
 
 
 class SlotFlapLog:
@@ -48,22 +87,43 @@ class SlotFlapLog:
         self.clock = clock
         self._windows: dict[str, _Window] = {}
         """Slots in a quiet window; one entry per slot, gone once a window passes with nothing in it."""
+        self._quick: dict[str, float] = {}
+        """Slots whose last quick attach (within an interval of a leave) opened no window yet, and when."""
 
-    def attached(self, slot: str, left_at: float | None, came_from: str) -> bool:
+    def attached(self, slot: str, left_at: float | None, came_from: str, host: str = "") -> bool:
         """A provider attached to `slot` (whose last provider left at monotonic `left_at`, None if
-        none has); True when the line is to be written."""
+        none has) from `host` (`came_from` when not given); True when the line is to be written."""
+        host = host or came_from
         window = self._windows.get(slot)
         if window is not None:
             window.attaches += 1
-            window.unlogged += 1
             window.last_from = came_from
+            window.count(host)
+            if host not in window.known and len(window.known) < HOSTS_NAMED:
+                window.known.add(host)  # another host takes the slot: written, flapping or not
+                return True
+            window.unlogged += 1
             return False
         interval = self.interval_s()
-        if left_at is not None and self.clock() - left_at < interval:
-            # This attach is written, and counted in the window's summary: it happened within it.
-            window = self._open(slot, interval)
-            window.attaches, window.last_from = 1, came_from
+        now = self.clock()
+        if left_at is None or now - left_at >= interval:
+            return True
+        earlier = self._quick.pop(slot, None)
+        if earlier is None or now - earlier >= interval:
+            self._remember_quick(slot, now, interval)  # a reboot or a takeover, unless another follows
+            return True
+        # This attach is written, and counted in the window's summary: it happened within it.
+        window = self._open(slot, interval)
+        window.attaches, window.last_from = 1, came_from
+        window.count(host)
+        window.known.add(host)
         return True
+
+    def _remember_quick(self, slot: str, now: float, interval: float) -> None:
+        if len(self._quick) >= QUICK_REMEMBERED:  # many slot names: forget the quick attaches that aged out
+            self._quick = {name: at for name, at in self._quick.items() if now - at < interval}
+        if len(self._quick) < QUICK_REMEMBERED:
+            self._quick[slot] = now
 
     def left(self, slot: str, reason: str) -> bool:
         """The provider of `slot` left for `reason`; True when the line is to be written."""
@@ -80,10 +140,11 @@ class SlotFlapLog:
         for window in self._windows.values():
             window.timer.cancel()
         self._windows.clear()
+        self._quick.clear()
 
-    def _open(self, slot: str, interval: float) -> _Window:
+    def _open(self, slot: str, interval: float, known: set[str] | None = None) -> _Window:
         timer = asyncio.get_running_loop().call_later(interval, self._expire, slot, interval)
-        window = self._windows[slot] = _Window(timer)
+        window = self._windows[slot] = _Window(timer, known=set() if known is None else known)
         return window
 
     def _expire(self, slot: str, interval: float) -> None:
@@ -95,17 +156,18 @@ class SlotFlapLog:
         else:
             times = f"attached {_times(window.attaches)} and left {_times(window.leaves)}"
         log.warning(
-            "slot %s %s in the last %g s (%s now); last reason: %s; last attach from %s; %s",
+            "slot %s %s in the last %g s (%s now); attaches from %s; last reason: %s; last attach from %s; %s",
             slot,
             times,
             interval,
             "held" if self.held(slot) else "vacant",
+            window.hosts_text(),
             window.last_reason or "(none)",
             window.last_from or "(none)",
             HINT,
             extra={"slot": slot, "fault": "flapping"},
         )
-        self._open(slot, self.interval_s())
+        self._open(slot, self.interval_s(), window.known)
 
 
 def _times(count: int) -> str:

@@ -22,7 +22,7 @@ from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import SessionCounters, SessionSettings
 from gateway.core.relay import RelayMetrics
 from gateway.core.shared_tools import SharedToolLists
-from gateway.core.slot_flaps import SlotFlapLog
+from gateway.core.slot_flaps import SlotFlapLog, host_of
 from gateway.core.timestamps import ago
 from gateway.core.upstream_state import UpstreamState, level_rank
 from gateway.telemetry.metrics import Metrics
@@ -387,7 +387,8 @@ class SlotRegistry:
                 self.held_by[who] += 1
         self.metrics.provider_connects.labels(name, link.info.transport).inc()
         self.metrics.slot_connected.labels(name).set(1)
-        if self.flaps.attached(name, slot.disconnected_at, f"{link.info.remote} over {link.info.transport}"):
+        came_from = f"{link.info.remote} over {link.info.transport}"
+        if self.flaps.attached(name, slot.disconnected_at, came_from, host_of(link.info.remote)):
             log.info(
                 "provider attached to slot %s over %s from %s",
                 name,

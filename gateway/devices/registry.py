@@ -14,6 +14,12 @@ The secret itself is never stored: only its digest, as `[[providers.auth.identit
 The state directory is one gateway's: `run` locks it (gateway/cli/state_lock.py), so no second gateway
 takes these boards for its own; the CLI's commands read and write the file beside the gateway.
 WAL mode: the gateway's readers never wait for a writer (the CLI, the sightings thread).
+
+A command run as root (`sudo mcp-gateway flash … --registry`) reaches a file in a directory the gateway's
+user may write: the file is made with O_EXCL and O_NOFOLLOW, its mode set through its descriptor, and a
+registry that is a symbolic link in a directory another user may write is refused, never followed (a link
+in a directory only this user or root may write is followed). SQLite opens the file by name: the check
+runs right before the open, and a narrow race between the two remains.
 """
 
 from __future__ import annotations
@@ -86,6 +92,42 @@ def _private_directory(directory: Path) -> None:
     missing = [candidate for candidate in (directory, *directory.parents) if not candidate.exists()]
     for candidate in reversed(missing):
         candidate.mkdir(mode=0o700, exist_ok=True)
+
+
+def others_may_write(folder: Path) -> bool:
+    """Whether a user other than root and this one owns `folder`, or group or others may write it: a link
+    there (or a file it leads to there) may be pointed at any file meanwhile, so it is not followed."""
+    info = folder.stat()
+    return info.st_uid not in (0, os.geteuid()) or bool(info.st_mode & 0o022)
+
+
+def _private_file(path: Path) -> None:
+    """Make `path` (mode 0600, O_EXCL: never through a link) or find it a regular file, and give it mode
+    0600 through its descriptor. A link here is one _refuse_planted_link let through: it is followed."""
+    follow = path.is_symlink()
+    no_follow = 0 if follow else os.O_NOFOLLOW
+    try:
+        try:
+            descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | no_follow)
+        except FileNotFoundError:  # missing (or a link to a missing file, followed as before)
+            exclusive = 0 if follow else os.O_EXCL
+            try:
+                descriptor = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC | exclusive | no_follow, 0o600)
+            except FileExistsError:  # another process (the gateway's sightings, a command) made it meanwhile
+                descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | no_follow)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link made since the check: never followed
+            raise RegistryUnusable(f"{path} is a symbolic link made meanwhile: not followed") from None
+        raise
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise RegistryUnusable(f"{path} is {what}, not a database file")
+        with contextlib.suppress(OSError):  # another user's file (the gateway's, read by root): keep its mode
+            os.fchmod(descriptor, 0o600)
+    finally:
+        os.close(descriptor)
 
 
 def _kind(path: Path) -> str:
@@ -185,12 +227,8 @@ class DeviceRegistry:
         if self._db is None:
             try:
                 _private_directory(self.path.parent)
-                if not self.path.exists():
-                    os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
-                elif not self.path.is_file():
-                    raise RegistryUnusable(f"{self.path} is {_kind(self.path)}, not a database file")
-                with contextlib.suppress(OSError):  # another user's file (the gateway's, read by root): keep its mode
-                    self.path.chmod(0o600)
+                self._refuse_planted_link()
+                _private_file(self.path)
             except OSError as exc:  # a part of the path is a file, no permission, a read-only file system
                 raise RegistryUnusable(_os_reason(self.path, exc)) from None
             # After the mode: SQLite gives the -wal and -shm files the database file's mode.
@@ -204,6 +242,21 @@ class DeviceRegistry:
                 raise
             self._db = db
         return self._db
+
+    def _refuse_planted_link(self) -> None:
+        """RegistryUnusable when the registry is a symbolic link in a directory another user may write:
+        that user may point it at any file, which this user (root, say) would make, chmod or write."""
+        try:
+            if not self.path.is_symlink() or not others_may_write(self.path.parent):
+                return
+            holder = self.path.parent.stat()
+        except OSError:  # the directory is not there or not readable: the open that follows names it
+            return
+        raise RegistryUnusable(
+            f"{self.path} is a symbolic link in {self.path.parent}, a directory another user may write (owner uid "
+            f"{holder.st_uid}, mode {holder.st_mode & 0o7777:04o}): not followed; the registry is a file, not a "
+            "link: remove the link (check where it leads), or name the file itself with --registry"
+        )
 
     def check_writable(self) -> None:
         """Open the registry (made if missing), read its table and write to it in a transaction that
@@ -219,6 +272,7 @@ class DeviceRegistry:
     def check_readable(self) -> None:
         """What check_writable finds out, without making or changing anything (a dry run): the file
         read-only, or where it would be made; RegistryUnusable when it would not do."""
+        self._refuse_planted_link()
         if not self.path.exists():
             existing = next(folder for folder in self.path.parents if folder.exists())
             if not existing.is_dir():
@@ -236,6 +290,7 @@ class DeviceRegistry:
     def read_only(self) -> Iterator[sqlite3.Connection | None]:
         """The file opened read-only, nothing made or changed; None when it has no devices table yet
         (or no file). RegistryUnusable when it cannot be read."""
+        self._refuse_planted_link()
         if not self.path.exists():
             yield None
             return

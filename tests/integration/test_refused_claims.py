@@ -35,10 +35,8 @@ async def test_a_socket_refused_every_slot_is_closed_saying_so(gateway_factory: 
     code, reason = await newcomer.wait_closed(HANDSHAKE_S + SLACK_S + 1)
     assert time.monotonic() - started >= HANDSHAKE_S
     assert code == 1008
-    assert reason == (
-        "No slot served: every slot claimed was refused (Slot already held by a live provider; "
-        "call provider_status on _broker. ...)"
-    )
+    # Whole, not cut: the refusals themselves came in full as error envelopes.
+    assert reason == 'No slot served: every slot claimed was refused (last: "pump-2"); the error envelopes said why'
     assert len(reason.encode()) <= 123
     scrape = metrics(server)
     assert scrape.get("mcpgw_connection_cuts_total", reason="slots_refused") == 1
@@ -66,3 +64,22 @@ async def test_a_socket_that_was_served_a_slot_is_not_cut(gateway_factory: Gatew
     scrape = metrics(server)
     assert scrape.get("mcpgw_connection_cuts_total", reason="slots_refused") == 0
     assert scrape.get("mcpgw_connection_cuts_total", reason="handshake_timeout") == 0
+
+
+async def test_a_long_refused_slot_name_leaves_the_close_reason_whole(
+    gateway_factory: GatewayFactory, boards: Boards
+) -> None:
+    """A slot name that would not fit whole is left out, not cut: the reason stays whole and says where
+    the reasons are."""
+    server = await gateway_factory(
+        providers={"takeover": "reject"}, limits={"connections": {"handshake_timeout_s": HANDSHAKE_S}}
+    )
+    slot = "pump-" + "x" * 59  # 64 bytes, the longest slot name
+    await boards.connect(server.url, "/providers", first_frame={"provider": slot, "payload": REGISTER})
+    newcomer = await boards.connect(server.url, "/providers")
+    await newcomer.send(REGISTER, slot)
+    refusal = await newcomer.take(lambda m: m.get("id", 0) is None, what="the refusal")
+    assert refusal["error"] == {"code": -32000, "message": HELD.format(slot)}
+
+    code, reason = await newcomer.wait_closed(HANDSHAKE_S + SLACK_S + 1)
+    assert (code, reason) == (1008, "No slot served: every slot claimed was refused; the error envelopes said why")

@@ -46,7 +46,7 @@ TROUBLE_PROVIDER: list[tuple[str, str, str]] = [
     ),
     (
         "close 1008 on /providers",
-        "`No slot served: every slot claimed was refused (<the last refusal>)`",
+        '`No slot served: every slot claimed was refused (last: "<slot>"); the error envelopes said why`',
         "Every slot the socket claimed was refused, each with an error envelope saying why; the socket is closed "
         "{handshake}s after it connected so that the board reconnects and claims again. Fix what the refusals "
         "name (a slot held by another live provider: give each device its own slot name).",

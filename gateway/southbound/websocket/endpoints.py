@@ -23,6 +23,7 @@ from gateway.core.link import (
     CLOSE_GOING_AWAY,
     CLOSE_POLICY,
     CLOSE_TOO_BIG,
+    MAX_CLOSE_REASON_BYTES,
     LinkInfo,
     close_reason,
     close_reason_quoting,
@@ -48,6 +49,8 @@ SLOTS_REFUSED = "slots_refused"
 """The cut (mcpgw_connection_cuts_total{reason}) of a `/providers` socket whose every slot claim was
 refused, at limits.connections.handshake_timeout_s after its upgrade (a socket that claimed nothing is
 cut as handshake_timeout)."""
+REFUSED_EVERY_SLOT = "No slot served: every slot claimed was refused"
+REFUSALS_SENT = "the error envelopes said why"
 
 
 def link_end(reason: str, close_code: int | None) -> str:
@@ -63,6 +66,15 @@ def _remote(request: web.Request) -> str:
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
     return str(request.remote or "")
+
+
+def refused_close_reason(last_refused: str) -> str:
+    """The close reason of a `/providers` socket refused every slot it claimed: whole, never cut. Each
+    refusal reached the board in full as an error envelope; the last refused slot is named when it fits."""
+    named = f'{REFUSED_EVERY_SLOT} (last: "{last_refused}"); {REFUSALS_SENT}'
+    if len(named.encode("utf-8")) <= MAX_CLOSE_REASON_BYTES:
+        return named
+    return f"{REFUSED_EVERY_SLOT}; {REFUSALS_SENT}"
 
 
 class WebSocketLink:
@@ -102,8 +114,8 @@ class MultiplexedSocket:
         self.warned_unparsable = False
         self.served = False
         """Whether any slot it claimed was given to it (its claim handshake is done, whatever came after)."""
-        self.last_refusal: str | None = None
-        """What the last slot it claimed was refused with; None while no claim was refused."""
+        self.last_refused: str | None = None
+        """The last slot it claimed and was refused (with an error envelope); None while none was refused."""
 
     def ping(self) -> None:
         # Every slot on the socket asks for a heartbeat (and a takeover probe for one more); one
@@ -347,7 +359,7 @@ class ProviderWebSockets:
         deadline = handshake_deadline(
             ws,
             timeout_s,
-            lambda: socket.served or socket.last_refusal is not None,
+            lambda: socket.served or socket.last_refused is not None,
             f"No slot claimed within {timeout_s:g} s (limits.connections.handshake_timeout_s): send an envelope first",
             self.gateway.metrics,
         )
@@ -390,10 +402,10 @@ class ProviderWebSockets:
         """Close a `/providers` socket that claimed slots and was refused every one, once its handshake
         time is up: the board has its refusal envelopes at once, and the close makes it reconnect on its
         back-off and claim again (the holder may have left by then) instead of idling with no slot."""
-        if socket.ws.closed or socket.served or socket.last_refusal is None:
+        if socket.ws.closed or socket.served or socket.last_refused is None:
             return
         self.refused_cuts.inc()
-        reason = close_reason_quoting("No slot served: every slot claimed was refused (", socket.last_refusal, ")")
+        reason = refused_close_reason(socket.last_refused)
         task = asyncio.get_running_loop().create_task(socket.ws.close(code=CLOSE_POLICY, message=reason.encode()))
         self._cutting.add(task)
         task.add_done_callback(self._cutting.discard)
@@ -444,7 +456,7 @@ class ProviderWebSockets:
         forbidden = self.auth.slot_refusal(socket.credential, frame.provider)
         if forbidden is not None:
             # Only this slot is refused; the socket keeps the slots it may publish.
-            socket.last_refusal = forbidden.description
+            socket.last_refused = frame.provider
             with contextlib.suppress(Exception):
                 await socket.ws.send_frame(
                     envelope.error_envelope(frame.provider, jsonrpc.FORBIDDEN, forbidden.description), WSMsgType.TEXT
@@ -468,7 +480,7 @@ class ProviderWebSockets:
             )
         except SlotRefused as exc:
             self.refusals.refused(frame.provider, exc.kind, exc.reason, info.transport, info.remote)
-            socket.last_refusal = exc.reason
+            socket.last_refused = frame.provider
             with contextlib.suppress(Exception):
                 await socket.ws.send_frame(
                     envelope.error_envelope(frame.provider, exc.code, exc.reason), WSMsgType.TEXT
