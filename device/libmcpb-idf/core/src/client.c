@@ -170,6 +170,9 @@ static void run_handler(mcpb_client_t *client, size_t slot_index, char *message,
         emit(client, MCPB_LINK_REFUSED, 0, 0, slot->name, reason, 0);
         return;
     }
+    if (WAY_MULTIPLEX(client)) {
+        client->carried = 1; /* deliver leaves it to here on /providers */
+    }
     client->messages_in++;
     answer = slot->handler(slot->handler_ctx, message, len, client->buffers.answer, client->buffers.answer_cap);
     if (answer < 0) {
@@ -190,7 +193,12 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
         send_registers(client); /* the gateway asks; it has accepted nothing yet */
         return;
     }
-    client->carried = 1;
+    /* On /providers the gateway refuses a slot with an error envelope and, when it serves none, closes
+     * with 1008: a link that carried nothing but refusals (or strays it drops) was refused at the door
+     * and waits the longest back-off. Only a message for a slot counts there (run_handler, refuse_oversize). */
+    if (!WAY_MULTIPLEX(client)) {
+        client->carried = 1;
+    }
     if (!ENVELOPED(client)) {
         run_handler(client, 0, message, len);
         return;

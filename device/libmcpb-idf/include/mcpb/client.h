@@ -114,7 +114,7 @@ typedef struct {
     mcpb_client_state_t state;
     uint32_t dial_at_ms;          /* IDLE: when to dial */
     uint32_t since_ms;            /* UPGRADING: when it started; OPEN: last frame heard */
-    int carried;                  /* this link delivered a message from the gateway */
+    int carried;                  /* this link delivered a message from the gateway (on /providers: one for a slot, not a refusal) */
     size_t pending;               /* bytes of rx[] not fed yet, starting at pending_at */
     size_t pending_at;
     size_t head_len;              /* UPGRADING: response bytes gathered in message[] */

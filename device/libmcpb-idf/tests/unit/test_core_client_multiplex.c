@@ -1,5 +1,6 @@
 /* The client on /providers with two slots: one register envelope each, requests routed by envelope,
- * answers wrapped for their slot, a refused slot reported while the link stays, strays dropped. */
+ * answers wrapped for their slot, a refused slot reported while the link stays, strays dropped, a link
+ * that carried only refusals and was closed with 1008 refused with the longest back-off. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -154,6 +155,67 @@ static void test_answer_too_large_answered_in_its_envelope(void **state)
     assert_true(mcpb_client_connected(&client));
 }
 
+/* The gateway's close when it served none of the slots claimed: code 1008 and its reason. */
+static void push_no_slot_served(void)
+{
+    static const char reason[] = "\x03\xf0No slot served: every slot claimed was refused (last: \"valve-2\"); the "
+                                 "error envelopes said why";
+    fake_push_frame(&fake, 0x88, reason, sizeof(reason) - 1, NULL);
+}
+
+/* Refusal envelopes are not traffic: a link that carried only them and is closed with 1008 was
+ * refused at the door, and the board waits the longest back-off (15 to 30 s), not 0.5 to 1 s. */
+static void test_refusals_then_close_back_off_to_max(void **state)
+{
+    uint32_t wait;
+    (void)state;
+    fake_push_text(&fake, "{\"provider\":\"valve-1\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":"
+                          "-32000,\"message\":\"Slot already held by a live provider\"}}}");
+    fake_push_text(&fake, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":"
+                          "-32000,\"message\":\"Slot already held by a live provider\"}}}");
+    push_no_slot_served();
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake.events, 4); /* connected, two refused slots, the refused link */
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_int_equal(fake.last_event.close_code, 1008);
+    assert_string_equal(fake.last_event.slot, "");
+    assert_string_equal(fake.last_event.reason, "No slot served: every slot claimed was refused (last: \"valve-2\"); "
+                                                "the error envelopes said why");
+    assert_true(fake.last_event.retry_in_ms >= 15000 && fake.last_event.retry_in_ms <= 30000);
+    assert_false(mcpb_client_connected(&client));
+    wait = mcpb_client_poll(&client, 100);
+    assert_true(wait >= 14000);
+    assert_int_equal(fake.connects, 1);
+}
+
+/* The same with the gateway's bare refusal (an envelope it could not read), then the close. */
+static void test_bare_refusal_then_close_backs_off_to_max(void **state)
+{
+    (void)state;
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}");
+    push_no_slot_served();
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_int_equal(fake.last_event.close_code, 1008);
+    assert_true(fake.last_event.retry_in_ms >= 15000 && fake.last_event.retry_in_ms <= 30000);
+}
+
+/* A slot served a request before the close: the link was wanted, and the board redials soon. */
+static void test_close_after_a_served_request_redials_soon(void **state)
+{
+    (void)state;
+    fake_push_text(&fake, "{\"provider\":\"valve-1\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":"
+                          "-32000,\"message\":\"Slot already held by a live provider\"}}}");
+    fake_push_text(&fake, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"method\":"
+                          "\"tools/list\"}}");
+    push_no_slot_served();
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(second.calls, 1);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CLOSED);
+    assert_int_equal(fake.last_event.close_code, 1008);
+    assert_true(fake.last_event.retry_in_ms <= 1000);
+}
+
 /* Slot names the gateway would drop the frame for, or hold once: refused at init, the slot named. */
 static void test_slot_names_checked_at_init(void **state)
 {
@@ -198,6 +260,9 @@ int main(void)
         cmocka_unit_test_setup(test_strays_dropped, setup),
         cmocka_unit_test_setup(test_oversize_envelope_answered_for_its_slot, setup),
         cmocka_unit_test_setup(test_answer_too_large_answered_in_its_envelope, setup),
+        cmocka_unit_test_setup(test_refusals_then_close_back_off_to_max, setup),
+        cmocka_unit_test_setup(test_bare_refusal_then_close_backs_off_to_max, setup),
+        cmocka_unit_test_setup(test_close_after_a_served_request_redials_soon, setup),
         cmocka_unit_test_setup(test_slot_names_checked_at_init, setup),
         cmocka_unit_test_setup(test_notification_sent_for_a_slot, setup),
     };
