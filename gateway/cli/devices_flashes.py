@@ -10,7 +10,6 @@ usage mistake.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -19,6 +18,7 @@ import orjson
 from gateway.cli.columns import aligned
 from gateway.cli.device_install import registry_errors
 from gateway.client import slot_cell
+from gateway.flash.shown import printable
 
 COLUMNS = ("flashed (UTC)", "device", "chip", "image", "size", "sha-256", "offset", "outcome", "port", "by")
 
@@ -27,8 +27,7 @@ def cell(text: str) -> str:
     """Text from the registry as a table shows it: as it is, or as a JSON string (`"pump 1.bin"`) when it
     holds a space, a quote or a character that does not print, each of those escaped, so that no control
     character reaches the terminal (an escape sequence, a newline that would start a row of its own)."""
-    quoted = slot_cell(text)
-    return "".join(char if char.isprintable() else json.dumps(char)[1:-1] for char in quoted)
+    return printable(slot_cell(text))
 
 
 def _by(flash: Any) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.flash.errors import FlashError
+from gateway.flash.shown import printable
 
 SUMS_FILE = "SHA256SUMS"
 APP_DIR = "mcp-gateway"
@@ -58,10 +59,11 @@ def resolve(firmware: str, firmware_dir: Path) -> Path:
         if candidate.is_file():
             return candidate
     listed = sorted(read_sums(firmware_dir) or {})
-    known = f"; the directory lists: {', '.join(listed)}" if listed else ""
+    known = f"; the directory lists: {', '.join(map(printable, listed))}" if listed else ""
     raise FlashError(
         "firmware-not-found",
-        f"no file {firmware!r} here, and no image of that name in the firmware directory {firmware_dir}{known}",
+        f"no file {firmware!r} here, and no image of that name in the firmware directory "
+        f"{printable(str(firmware_dir))}{known}",
     )
 
 
@@ -75,13 +77,14 @@ def check_sum(path: Path, data: bytes) -> str | None:
     if expected is None:
         raise FlashError(
             "checksum-mismatch",
-            f"{path.name} is not listed in {path.parent / SUMS_FILE}: refusing an image nobody recorded",
+            f"{printable(path.name)} is not listed in {printable(str(path.parent / SUMS_FILE))}: refusing an image "
+            "nobody recorded",
         )
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise FlashError(
             "checksum-mismatch",
-            f"{path} does not match {SUMS_FILE}: SHA-256 {actual}, expected {expected}; "
+            f"{printable(str(path))} does not match {SUMS_FILE}: SHA-256 {actual}, expected {expected}; "
             "the file is damaged or was replaced: copy it again",
         )
     return actual
@@ -111,7 +114,7 @@ class Directory:
         """A clause naming the stale entries, or "" when every listed file is there."""
         if not self.missing:
             return ""
-        names = ", ".join(self.missing)
+        names = ", ".join(map(printable, self.missing))
         return f"{SUMS_FILE} lists {names}, not in the directory (deleted or renamed since it was written)"
 
 

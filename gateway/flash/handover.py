@@ -11,6 +11,16 @@ flash asks the gateway's `_broker` provider, over the same MCP endpoint `mcp-gat
 A gateway that is not running, refuses, or does not have these tools (older versions) counts as "did
 not release": the flash then reports port-in-use.
 
+The call carries the client token, so it goes only to the gateway that may hold the port: the port is
+local, so that gateway is a local process (gateway/flash/peer.py finds who listens at the URL). When
+this command holds the port itself (it opened at once: asking takes over a hold a killed flash left),
+the gateway is asked only when every socket listening at the URL is seen to be held by an
+`mcp-gateway run` process; a listener this user cannot see (another user's process, the command not
+run as root) is not asked. When another process holds the port, the gateway is not asked when nothing
+listens at the URL, when the URL's host is no address of this machine, when a listener is seen that
+is not `mcp-gateway run`, or when the port's lock holders are known and are not the listener (nor a
+gateway at all); a listener that cannot be seen is asked, as the token's holder means it to be.
+
 A command that has a port released must give it back however it ends: `stop_signals` makes SIGTERM
 and SIGHUP (a closed terminal, a dropped SSH session) stop it as Ctrl-C does, by an exception, so that
 the code that resumes the port runs. Should the command die anyway (SIGKILL, a power cut), the gateway
@@ -27,7 +37,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
@@ -47,7 +57,9 @@ class Release:
 
 class Handover(Protocol):
     def let_go(self, port: str) -> Release | None:
-        """The release when the holder let go of `port`, None when it did not."""
+        """The release when the holder let go of `port`, None when it did not (or was not asked); a
+        FlashError port-in-use that says why when the holder was not asked because the gateway it
+        reaches is not the one holding the port."""
         ...
 
     def resume(self, port: str) -> None: ...
@@ -56,9 +68,15 @@ class Handover(Protocol):
 class GatewayHandover:
     """The running gateway at `url`, reached as a client (token as for the other client commands)."""
 
-    def __init__(self, url: str, token: str | None) -> None:
+    def __init__(self, url: str, token: str | None, runs_gateway: Callable[[int], bool] | None = None) -> None:
+        from gateway.flash import peer
+
         self.url = url
         self.token = token
+        self.runs_gateway = runs_gateway or peer.runs_gateway
+        """Whether a process (by pid) is the gateway: by default, whether it runs as `mcp-gateway run`."""
+        self.asked: set[str] = set()
+        """The ports this command asked the gateway to let go of: the only ones it asks to take back."""
 
     def _call(self, tool: str, port: str) -> dict[str, Any] | None:
         """The tool's result, None when the gateway could not be reached or refused."""
@@ -75,17 +93,48 @@ class GatewayHandover:
         return None if result.get("isError") else result
 
     def let_go(self, port: str) -> Release | None:
+        if not self._may_ask(port):
+            return None
+        self.asked.add(port)
         result = self._call(RELEASE_TOOL, port)
         if result is None:
             return None
         return Release(already_held=_answer(result).get("already_held") is True)
 
+    def _may_ask(self, port: str) -> bool:
+        """Whether the gateway at the URL may be asked to let go of `port` (the module's rules); raises
+        port-in-use when another process holds the port and the URL does not lead to it."""
+        from gateway.flash.peer import listener
+        from gateway.flash.port import holders, in_use_error, lock_holder_pids, lock_holders
+
+        found = listener(self.url)
+        holder_pids = lock_holder_pids(port)
+        if holder_pids is not None and os.getpid() in holder_pids:  # this command has the port: a takeover
+            return found.is_gateway(self.runs_gateway)
+        if found.nobody:
+            return False
+        if holder_pids is not None and not any(map(self.runs_gateway, holder_pids)):
+            return False  # another program holds the port: no gateway can give it
+        if found.local and found.unseen and not found.pids:
+            return True
+        leads_to_holder = holder_pids is None or bool(set(found.pids) & set(holder_pids))
+        if found.is_gateway(self.runs_gateway) and leads_to_holder:
+            return True
+        elsewhere = f"--url {self.url} does not lead to the gateway that holds the port ({found.describe()})"
+        raise in_use_error(port, lock_holders(port) or holders(port), elsewhere)
+
     def release(self, port: str) -> bool:
         """True when the gateway let go of `port` (also when it had already)."""
-        return self.let_go(port) is not None
+        from gateway.flash.errors import FlashError
+
+        try:
+            return self.let_go(port) is not None
+        except FlashError:
+            return False
 
     def resume(self, port: str) -> None:
-        self._call(RESUME_TOOL, port)
+        if port in self.asked:
+            self._call(RESUME_TOOL, port)
 
 
 def _answer(result: dict[str, Any]) -> dict[str, Any]:

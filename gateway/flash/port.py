@@ -29,6 +29,7 @@ from pathlib import Path
 import serial
 
 from gateway.flash.errors import FlashError
+from gateway.flash.shown import printable
 
 ROM_BAUD = 115200
 """The ROM loader's rate for the first sync; it detects the rate (auto-baud)."""
@@ -117,13 +118,16 @@ def diagnose(path: str) -> FlashError | None:
 
 GATEWAY_COMMAND = "mcp-gateway"
 GATEWAY_SERVICE = f"{GATEWAY_COMMAND} run"
-"""The gateway itself, as `_process_name` names it: its serial way in holds the ports it serves."""
+"""The gateway itself, as `process_name` names it: its serial way in holds the ports it serves."""
+NAME_LIMIT = 80
+"""The most characters of a process's name a message shows (its command line is its owner's to choose)."""
 COMMAND_GROUPS = ("device",)
 """Commands whose action (the next word) is part of their name: `device install`, `device update`."""
 
 
-def in_use_error(path: str, who: list[str]) -> FlashError:
-    """port-in-use; `who` (the lock's holders, as "name (pid N)") informs, and chooses the advice."""
+def in_use_error(path: str, who: list[str], elsewhere: str = "") -> FlashError:
+    """port-in-use; `who` (the lock's holders, as "name (pid N)") informs, and chooses the advice;
+    `elsewhere`, when given, says why the gateway at --url was not asked (a sentence)."""
     held = f" (held by {', '.join(who)})" if who else ""
     commands = _commands(who)
     if GATEWAY_SERVICE in commands:
@@ -136,7 +140,8 @@ def in_use_error(path: str, who: list[str]) -> FlashError:
         advice = f"another {other} is using the board: wait for it to end, then run the command again"
     else:
         advice = "close it (a serial monitor, another flash, the gateway's serial way in) and run the command again"
-    return FlashError("port-in-use", f"{path} is in use by another program{held}: {advice}")
+    said = f". {elsewhere}" if elsewhere else ""
+    return FlashError("port-in-use", f"{path} is in use by another program{held}: {advice}{said}")
 
 
 def _commands(who: list[str]) -> list[str]:
@@ -155,6 +160,14 @@ def held_by_another_command(path: str) -> bool:
 def lock_holders(path: str) -> list[str] | None:
     """Who holds the lock on `path` (flock, as pyserial's exclusive open takes it), as "name (pid N)";
     None when nobody does, or when the kernel's table of locks cannot be read (the open finds out)."""
+    pids = lock_holder_pids(path)
+    if pids is None:
+        return None
+    return [process_text(pid) for pid in pids]
+
+
+def lock_holder_pids(path: str) -> list[int] | None:
+    """The processes that hold the lock on `path`, as `lock_holders` finds them."""
     try:
         info = os.stat(path)
         with open("/proc/locks", encoding="ascii", errors="replace") as table:
@@ -171,12 +184,23 @@ def lock_holders(path: str) -> list[str] | None:
     ]
     if not pids:
         return None
-    return [f"{_process_name(pid)} (pid {pid})" for pid in dict.fromkeys(pids)]
+    return [int(pid) for pid in dict.fromkeys(pids) if pid.isdigit()] or None
 
 
-def _process_name(pid: str) -> str:
+def process_text(pid: int | str) -> str:
+    """The process `pid` as a message names it: "name (pid N)"."""
+    return f"{process_name(pid)} (pid {pid})"
+
+
+def process_name(pid: int | str) -> str:
     """An `mcp-gateway` process as its command ("mcp-gateway flash", "mcp-gateway run"), any other by
-    the kernel's name for it (comm, at most 15 characters); "?" when it cannot be read."""
+    the kernel's name for it (comm, at most 15 characters); "?" when it cannot be read. What does not
+    print is escaped and the name cut at NAME_LIMIT characters: the process's owner chooses both, and
+    the message may reach a root terminal."""
+    return printable(_raw_process_name(pid), NAME_LIMIT)
+
+
+def _raw_process_name(pid: int | str) -> str:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
@@ -235,5 +259,5 @@ def holders(path: str) -> list[str]:
         except OSError:
             continue
         if target in links:
-            found.append(f"{_process_name(entry.name)} (pid {entry.name})")
+            found.append(process_text(entry.name))
     return found

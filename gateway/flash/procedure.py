@@ -20,6 +20,7 @@ from gateway.flash.handover import Handover, Release
 from gateway.flash.image import FirmwareImage, chip_name, header_chip, load_image, revision_problem
 from gateway.flash.port import held_by_another_command, holders, in_use_error, lock_holders, open_port
 from gateway.flash.progress import Reporter
+from gateway.flash.shown import printable
 
 SECTOR = 0x1000
 DEFAULT_BAUD = 460800
@@ -53,7 +54,8 @@ def flash(request: FlashRequest, reporter: Reporter, handover: Handover | None =
     try:
         _run(request, reporter, handover)
     except FlashError as exc:
-        reporter.step({"step": "error", "error": exc.code, "message": exc.message})
+        # A message may name a file of the firmware directory or a process: what does not print is escaped.
+        reporter.step({"step": "error", "error": exc.code, "message": printable(exc.message)})
         return exc.exit_code
     return 0
 
@@ -99,11 +101,13 @@ def _nothing_listed(directory: firmware.Directory) -> FlashError:
     if not directory.has_sums:
         listing = f"there is no {directory.sums_path}"
     elif directory.missing:
-        listing = f"{directory.sums_path} lists {', '.join(directory.missing)}, none of them in the directory"
+        listing = (
+            f"{directory.sums_path} lists {', '.join(map(printable, directory.missing))}, none of them in the directory"
+        )
     else:
         listing = f"{directory.sums_path} lists no image"
     if directory.unlisted:
-        names = ", ".join(path.name for path in directory.unlisted)
+        names = ", ".join(printable(path.name) for path in directory.unlisted)
         return FlashError(
             "checksum-mismatch",
             f"no --firmware given and {listing}; not recorded: {names}. If the image to write is there, record "
@@ -125,7 +129,7 @@ def select(candidates: Candidates, board: BoardInfo, named: bool) -> FirmwareIma
         if image.chip_id != board.chip_id:
             raise FlashError(
                 "wrong-chip",
-                f"{image.path.name} is an image for {image.chip_name}, the board is an {board.chip}: "
+                f"{printable(image.path.name)} is an image for {image.chip_name}, the board is an {board.chip}: "
                 "nothing was written",
             )
         return image
@@ -133,7 +137,7 @@ def select(candidates: Candidates, board: BoardInfo, named: bool) -> FirmwareIma
     _refuse_unlisted_for(board, candidates, matching, directory)
     stale = f"; {directory.missing_text()}" if directory.missing else ""
     if not matching:
-        names = ", ".join(f"{image.path.name} is for {image.chip_name}" for image in images)
+        names = ", ".join(f"{printable(image.path.name)} is for {image.chip_name}" for image in images)
         if stale:  # the image for this chip may be the one that was deleted or renamed
             raise FlashError(
                 "firmware-not-found",
@@ -144,7 +148,7 @@ def select(candidates: Candidates, board: BoardInfo, named: bool) -> FirmwareIma
             "wrong-chip", f"no image in the firmware directory is for {board.chip} ({names}): nothing was written"
         )
     if len(matching) > 1:
-        names = ", ".join(image.path.name for image in matching)
+        names = ", ".join(printable(image.path.name) for image in matching)
         raise FlashError(
             "firmware-not-found",
             f"several images in the firmware directory are for {board.chip} ({names}): name one with --firmware",
@@ -156,7 +160,7 @@ def _refuse_unlisted_for(
     board: BoardInfo, candidates: Candidates, matching: list[FirmwareImage], directory: firmware.Directory
 ) -> None:
     fitting = [
-        f"{path.name} ({'not a readable image' if chip is None else chip_name(chip)})"
+        f"{printable(path.name)} ({'not a readable image' if chip is None else chip_name(chip)})"
         for path, chip in zip(directory.unlisted, candidates.unlisted_chips, strict=True)
         if chip is None or chip == board.chip_id
     ]
@@ -164,7 +168,7 @@ def _refuse_unlisted_for(
         return
     listed = ""
     if matching:
-        names = " or ".join(image.path.stem for image in matching)
+        names = " or ".join(printable(image.path.stem) for image in matching)
         listed = f", or name the listed image to write with --firmware ({names})"
     stale = f"; {directory.missing_text()}" if directory.missing else ""
     raise FlashError(
@@ -184,7 +188,7 @@ def directory_notes(candidates: Candidates) -> list[str]:
     notes = []
     if directory.unlisted:
         names = ", ".join(
-            f"{path.name} ({'not a readable image' if chip is None else chip_name(chip)})"
+            f"{printable(path.name)} ({'not a readable image' if chip is None else chip_name(chip)})"
             for path, chip in zip(directory.unlisted, candidates.unlisted_chips, strict=True)
         )
         notes.append(
@@ -203,10 +207,11 @@ def open_with_handover(
 
     A port that opens at once may still be one the gateway serves and holds released, waiting to be
     given back (a flash killed mid-way never asked for it back): the gateway is asked to release it
-    anyway. If it says it did, it holds the port for this flash (its bound starts again): the flash
-    could lock the port, so whoever it was released for is gone, and this flash takes the hold over and
-    asks for the port back at the end, as after a handover; otherwise the board stays unserved after a
-    successful flash until `[serial] max_hold_s` passes."""
+    anyway, when it is seen listening at the URL (GatewayHandover asks no other listener). If it says
+    it did, it holds the port for this flash (its bound starts again): the flash could lock the port,
+    so whoever it was released for is gone, and this flash takes the hold over and asks for the port
+    back at the end, as after a handover; otherwise the board stays unserved after a successful flash
+    until `[serial] max_hold_s` passes."""
     try:
         port = open_port(request.port)
     except FlashError as exc:
@@ -310,8 +315,8 @@ def _flash_board(request: FlashRequest, reporter: Reporter, board: Board, candid
             if end > info.flash_bytes:
                 raise FlashError(
                     "image-too-big",
-                    f"{image.path.name} ({len(data):,} bytes at 0x{request.offset:X}) does not fit the board's "
-                    f"{info.flash_size} flash: nothing was written",
+                    f"{printable(image.path.name)} ({len(data):,} bytes at 0x{request.offset:X}) does not fit the "
+                    f"board's {info.flash_size} flash: nothing was written",
                 )
             board.set_flash_size(info.flash_bytes)
         step = "write"

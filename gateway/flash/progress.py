@@ -22,6 +22,8 @@ from typing import Any, Protocol, TextIO
 
 import orjson
 
+from gateway.flash.shown import printable
+
 Event = dict[str, Any]
 BAR_WIDTH = 30
 
@@ -72,7 +74,8 @@ class Lines:
     def _sentence(self, event: Event) -> str | None:
         kind = event["step"]
         if kind == "image":
-            return f"Image: {event['file']} ({event['chip']}, {event['size']:,} bytes, SHA-256 {event['sha256'][:16]}…)"
+            file = printable(str(event["file"]))  # a name in the firmware directory, chosen by its writer
+            return f"Image: {file} ({event['chip']}, {event['size']:,} bytes, SHA-256 {event['sha256'][:16]}…)"
         if kind == "release":
             return f"The gateway released {event['port']} for the flash."
         if kind == "detect":

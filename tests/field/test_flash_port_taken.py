@@ -2,7 +2,8 @@
 gateway for nothing, so the port the gateway released for the first flash stays released until that
 flash gives it back (gateway/flash/procedure.py, open_with_handover).
 
-A real gateway serves a pseudo-terminal whose other side is a slow fake ROM loader
+A real gateway, as its own `mcp-gateway run` process (tests/field/gateway_process.py: a flash asks no
+other listener), serves a pseudo-terminal whose other side is a slow fake ROM loader
 (tests/support/fake_rom.py); the first flash runs as its own process (`python -m gateway.cli flash`,
 named `mcp-gateway flash` by the port's lock holders), the second runs the command's own code with its
 own client to the gateway (gateway/flash/handover.py).
@@ -24,6 +25,7 @@ from gateway.flash.handover import GatewayHandover, Release
 from gateway.flash.procedure import FlashRequest, flash
 from gateway.flash.progress import JsonLines
 from tests.conftest import GatewayFactory, wait_for
+from tests.field.gateway_process import GatewayProcess, gateway_process, in_this_process
 from tests.field.images import build_image
 from tests.integration.test_serial_boards import port_of, serial_config
 from tests.support.fake_rom import FakeRom
@@ -65,18 +67,21 @@ async def start_writing(url: str, port: str, image: Path, registry: Path) -> asy
     return first
 
 
-async def test_a_second_flash_leaves_the_port_of_a_running_flash_alone(
-    gateway_factory: GatewayFactory, rom: FakeRom, tmp_path: Path
-) -> None:
-    gateway = await gateway_factory(serial={**serial_config(rom.pair.path), "max_hold_s": 900})
+async def test_a_second_flash_leaves_the_port_of_a_running_flash_alone(rom: FakeRom, tmp_path: Path) -> None:
     image = tmp_path / "pump1-c3.bin"
     image.write_bytes(build_image("esp32c3"))
-    await wait_for(lambda: port_of(gateway)["state"] == "open", 10, "the gateway to open the port")
+    async with gateway_process(tmp_path, rom.pair.path) as gateway:
+        await gateway.wait_port("the gateway to open the port", lambda port: port["state"] == "open")
+        await second_flash_while_the_first_writes(gateway, rom, image, tmp_path)
 
+
+async def second_flash_while_the_first_writes(
+    gateway: GatewayProcess, rom: FakeRom, image: Path, tmp_path: Path
+) -> None:
     first = await start_writing(gateway.url, rom.pair.path, image, tmp_path / "devices.db")
     try:
-        assert port_of(gateway)["state"] == "held"
-        opens = port_of(gateway)["opens"]
+        held = await gateway.port()
+        assert held["state"] == "held"
 
         out = io.StringIO()
         request = FlashRequest(
@@ -90,22 +95,23 @@ async def test_a_second_flash_leaves_the_port_of_a_running_flash_alone(
         assert f"held by mcp-gateway flash (pid {first.pid})" in events[-1]["message"]
         assert "wait for it to end" in events[-1]["message"]
         assert first.returncode is None  # the first flash still writes ...
-        assert port_of(gateway)["state"] == "held"  # ... and the gateway still keeps the port closed for it
-        assert port_of(gateway)["opens"] == opens
+        still = await gateway.port()
+        assert still["state"] == "held"  # ... and the gateway still keeps the port closed for it
+        assert still["opens"] == held["opens"]
     finally:
         stdout, stderr = await asyncio.wait_for(first.communicate(), 30)
 
     assert await first.wait() == 0, (stdout + stderr).decode()
     steps = [orjson.loads(line)["step"] for line in stdout.splitlines()]
     assert steps[-2:] == ["reset", "resume"], steps
-    assert bytes(rom.flash[OFFSET : OFFSET + len(image.read_bytes())]) == image.read_bytes()
-    await wait_for(lambda: port_of(gateway)["opens"] > opens, 10, "the gateway to open the port again")
+    assert holds(rom, image)
+    await gateway.wait_port("the gateway to open the port again", lambda port: port["opens"] > held["opens"])
 
 
 async def test_the_gateway_says_when_a_port_was_released_already(gateway_factory: GatewayFactory, rom: FakeRom) -> None:
     gateway = await gateway_factory(serial={**serial_config(rom.pair.path), "max_hold_s": 900})
     await wait_for(lambda: port_of(gateway)["state"] == "open", 10, "the gateway to open the port")
-    handover = GatewayHandover(gateway.url, None)
+    handover = GatewayHandover(gateway.url, None, runs_gateway=in_this_process)
 
     assert await asyncio.to_thread(handover.let_go, rom.pair.path) == Release(already_held=False)
     assert await asyncio.to_thread(handover.let_go, rom.pair.path) == Release(already_held=True)
@@ -113,3 +119,9 @@ async def test_the_gateway_says_when_a_port_was_released_already(gateway_factory
     await wait_for(lambda: port_of(gateway)["state"] == "open", 10, "the gateway to open the port again")
     assert await asyncio.to_thread(handover.let_go, rom.pair.path) == Release(already_held=False)
     await asyncio.to_thread(handover.resume, rom.pair.path)
+
+
+def holds(rom: FakeRom, image: Path) -> bool:
+    """The board's flash holds the image at OFFSET."""
+    data = image.read_bytes()
+    return bytes(rom.flash[OFFSET : OFFSET + len(data)]) == data

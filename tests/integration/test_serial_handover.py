@@ -14,6 +14,7 @@ from mcp import Client
 
 from gateway.flash.handover import GatewayHandover
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
+from tests.field.gateway_process import in_this_process
 from tests.integration.test_serial_boards import SLOT, port_of, serial_config, simulator_on
 
 
@@ -31,7 +32,7 @@ async def test_a_released_port_stays_closed_for_another_program_until_it_is_resu
     simulator = simulator_on(link)
     try:
         await wait_ready_slot(gateway, SLOT, timeout=10)
-        handover = GatewayHandover(gateway.url, None)
+        handover = GatewayHandover(gateway.url, None, runs_gateway=in_this_process)
         # The flash's own client; asyncio.run inside it, so off this loop.
         assert await asyncio.to_thread(handover.release, str(link)) is True
         assert port_of(gateway)["state"] == "held"

@@ -18,45 +18,44 @@ import orjson
 import pytest
 
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
+from tests.field.gateway_process import gateway_process
 from tests.field.images import build_image
 from tests.integration.test_serial_boards import SLOT, broker_call, port_of, serial_config, simulator_on
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-async def test_a_flash_stopped_by_a_signal_gives_the_port_back(
-    gateway_factory: GatewayFactory, tmp_path: Path, stop: signal.Signals
-) -> None:
+async def test_a_flash_stopped_by_a_signal_gives_the_port_back(tmp_path: Path, stop: signal.Signals) -> None:
+    # The gateway runs as `mcp-gateway run`: a flash asks only a gateway it sees as one (gateway/flash/peer.py).
     link = tmp_path / "ttyPUMP"
-    gateway = await gateway_factory(serial=serial_config(str(link)))
-    simulator = simulator_on(link)
     image = tmp_path / "pump1-c3.bin"
     image.write_bytes(build_image("esp32c3"))
-    try:
-        await wait_ready_slot(gateway, SLOT, timeout=10)
-        flash = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.cli", "flash", str(link), "--firmware", str(image),
-            "--connect-attempts", "60", "--json", "--url", gateway.url,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        assert flash.stdout is not None
-        steps: list[dict[str, object]] = []
-        while not steps or steps[-1]["step"] != "release":
-            line = await asyncio.wait_for(flash.stdout.readline(), 20)
-            assert line, (await flash.stderr.read()).decode() if flash.stderr else "no output"
-            steps.append(orjson.loads(line))
-        assert port_of(gateway)["state"] == "held"
-        await asyncio.sleep(0.5)  # into esptool's attempts to reach the ROM loader
-        flash.send_signal(stop)
-        rest, _ = await asyncio.wait_for(flash.communicate(), 20)
-        assert flash.returncode == 128 + stop
-        if stop == signal.SIGTERM:  # after SIGHUP the terminal is gone: nothing more is printed
-            *_, resumed, stopped = (orjson.loads(line) for line in rest.splitlines())
-            assert resumed == {"step": "resume", "port": str(link)}
-            assert stopped["step"] == "error" and stopped["error"] == "interrupted"
-        await wait_for(lambda: port_of(gateway)["state"] == "open", 10, "the gateway to take the port back")
-        await wait_ready_slot(gateway, SLOT, timeout=10)
-    finally:
-        await simulator.stop()
+    async with gateway_process(tmp_path, str(link)) as gateway:
+        simulator = simulator_on(link)
+        try:
+            await gateway.wait_port("the gateway to open the port", lambda port: port["state"] == "open")
+            flash = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gateway.cli", "flash", str(link), "--firmware", str(image),
+                "--connect-attempts", "60", "--json", "--url", gateway.url,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            assert flash.stdout is not None
+            steps: list[dict[str, object]] = []
+            while not steps or steps[-1]["step"] != "release":
+                line = await asyncio.wait_for(flash.stdout.readline(), 20)
+                assert line, (await flash.stderr.read()).decode() if flash.stderr else "no output"
+                steps.append(orjson.loads(line))
+            assert (await gateway.port())["state"] == "held"
+            await asyncio.sleep(0.5)  # into esptool's attempts to reach the ROM loader
+            flash.send_signal(stop)
+            rest, _ = await asyncio.wait_for(flash.communicate(), 20)
+            assert flash.returncode == 128 + stop
+            if stop == signal.SIGTERM:  # after SIGHUP the terminal is gone: nothing more is printed
+                *_, resumed, stopped = (orjson.loads(line) for line in rest.splitlines())
+                assert resumed == {"step": "resume", "port": str(link)}
+                assert stopped["step"] == "error" and stopped["error"] == "interrupted"
+            await gateway.wait_port("the gateway to take the port back", lambda port: port["state"] == "open")
+        finally:
+            await simulator.stop()
 
 
 async def test_a_port_released_and_never_resumed_is_taken_back_after_max_hold_s(
