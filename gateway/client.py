@@ -146,7 +146,12 @@ def device_answer(result: dict[str, Any]) -> dict[str, Any]:
 def render_result(result: dict[str, Any]) -> str:
     """The device's answer: its structuredContent, else its text items, else the whole result as JSON;
     the gateway's own notes (see `gateway_notes`) and `_meta` keys are left out, for the command to print
-    the notes apart."""
+    the notes apart. What does not print is escaped (`terminal_text`): the JSON stays the same JSON, the
+    text its lines."""
+    return terminal_text(_result_text(result), lines=True)
+
+
+def _result_text(result: dict[str, Any]) -> str:
     if "structuredContent" in result:
         return orjson.dumps(result["structuredContent"], option=orjson.OPT_INDENT_2).decode()
     answer = device_answer(result)
@@ -189,6 +194,38 @@ def slot_cell(name: str) -> str:
     return name if plain and name else orjson.dumps(name).decode()
 
 
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(char: str) -> str:
+    """One character as JSON writes it escaped: `\\n`, `\\u001b`, a surrogate pair past U+FFFF."""
+    if char in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[char]
+    code = ord(char)
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def terminal_text(text: str, lines: bool = False) -> str:
+    """Text from a provider or a client (a tool's name, description, result) as a terminal may show it:
+    each character that does not print (a C0 or C1 control character that starts an escape sequence, DEL,
+    a carriage return that overwrites the line, a bidi or other format character that reorders it) written
+    as its JSON escape (`\\u001b`). With `lines`, newline and tab stay (and CRLF is a newline), so that
+    multi-line text stays multi-line; without, they are escaped too. JSON in, JSON out: an escape lands
+    only inside a string, where it stands for the same character."""
+    if lines:
+        text = text.replace("\r\n", "\n")
+    return "".join(char if char.isprintable() or (lines and char in "\n\t") else _escaped(char) for char in text)
+
+
+def name_cell(name: str) -> str:
+    """A name from a provider (a tool's, an argument's) as one field: as it is, or as a JSON string with
+    what does not print escaped when it holds a space, a quote or a character that does not print."""
+    return terminal_text(slot_cell(name))
+
+
 def slots_table(listed: list[dict[str, Any]], shown: Callable[[str], str] = str) -> str:
     """The `mcp-gateway slots` table of `listed`; the SLOT column as wide as its longest name (24 at least)
     as `shown` writes it (escaped for a stdout that cannot encode it)."""
@@ -217,7 +254,7 @@ def _argument(name: str, schema: Any, required: bool) -> str:
             low, high = schema.get("minimum"), schema.get("maximum")
             if low is not None or high is not None:
                 shape += f" {'' if low is None else low}..{'' if high is None else high}"
-    text = f"{name}={shape}"
+    text = f"{name_cell(name)}={terminal_text(shape)}"
     return text if required else f"[{text}]"
 
 
@@ -232,7 +269,8 @@ def _first_sentence(text: str) -> str:
 def render_tools(tools: list[dict[str, Any]], full: bool = False, width: int | None = 100) -> str:
     """The `mcp-gateway tools` listing: each tool's name and arguments as `call` takes them, then its
     description (the first sentence, or all of it with `full`), indented, and wrapped at `width` (None:
-    one line each)."""
+    one line each). A name, an argument or a description that holds a character that does not print
+    shows it escaped (`name_cell`, `terminal_text`)."""
     import textwrap
 
     if not tools:
@@ -247,10 +285,11 @@ def render_tools(tools: list[dict[str, Any]], full: bool = False, width: int | N
             required = schema["required"] if isinstance(schema.get("required"), list) else []
         # Required arguments first, each group in the schema's order.
         names = sorted(properties, key=lambda name: name not in required)
-        lines.append(" ".join([str(tool.get("name")), *(_argument(n, properties[n], n in required) for n in names)]))
+        arguments = (_argument(str(n), properties[n], n in required) for n in names)
+        lines.append(" ".join([name_cell(str(tool.get("name"))), *arguments]))
         description = str(tool.get("description") or "")
         if description:
-            shown = " ".join(description.split()) if full else _first_sentence(description)
+            shown = terminal_text(" ".join(description.split()) if full else _first_sentence(description))
             if width is None:
                 lines.append(f"    {shown}")
             else:
@@ -374,7 +413,8 @@ class GatewayClient:
                     hint = f"\n{self._token_hint()}" if response.status == 401 else ""
                     if isinstance(error, str):
                         raise GatewayCallError(
-                            f"HTTP {response.status} {error}: {decoded.get('error_description', '')}{hint}"
+                            f"HTTP {response.status} {terminal_text(error)}: "
+                            f"{terminal_text(str(decoded.get('error_description', '')))}{hint}"
                         )
                     raise GatewayCallError(f"HTTP {response.status}: {decoded}{hint}")
                 return decoded
@@ -500,7 +540,8 @@ def _result_of(method: str, answer: dict[str, Any] | None) -> dict[str, Any]:
     if "error" in answer:
         error = answer["error"]
         code = error.get("code")
-        raise GatewayCallError(f"{error.get('message')} (code {code})", code if isinstance(code, int) else None)
+        message = terminal_text(str(error.get("message")))  # a provider's words, on the operator's terminal
+        raise GatewayCallError(f"{message} (code {code})", code if isinstance(code, int) else None)
     result: dict[str, Any] = answer["result"]
     return result
 
@@ -532,8 +573,8 @@ def _not_json(url: str, status: int, content_type: str, body: bytes) -> str:
             f"HTTP {status} from {url}: a web page ({media}), not an MCP answer; is --url (or "
             "$MCP_GATEWAY_URL) the gateway's address?"
         )
-    text = " ".join(body[:200].decode(errors="replace").split())
-    return f"HTTP {status} from {url} ({media}), not JSON: {text}"
+    text = terminal_text(" ".join(body[:200].decode(errors="replace").split()))
+    return f"HTTP {status} from {url} ({terminal_text(media)}), not JSON: {text}"
 
 
 async def _last_response_event(response: aiohttp.ClientResponse) -> dict[str, Any] | None:

@@ -19,7 +19,10 @@ NOTHING_WAITS = "No call waits for approval."
 def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
     """One line per waiting call, oldest first; the words an operator approves by. The time left is the
     gateway's (`expires_in_ms`, on its monotonic clock): this machine's clock may differ from its clock;
-    `now_ms` serves only a gateway that does not send it."""
+    `now_ms` serves only a gateway that does not send it. What the caller named (its tool, slot, arguments)
+    shows what does not print escaped."""
+    from gateway.client import terminal_text
+
     if not approvals:
         return NOTHING_WAITS
     lines = []
@@ -30,10 +33,11 @@ def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
         left_s = max(0, left_ms // 1000)
         arguments = json.dumps(item.get("arguments"), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
         decided = f" by {item['decided_by']}" if item.get("decided_by") else ""
-        lines.append(
+        line = (
             f"{item['id']}  {item['state']}{decided}  {', '.join(item['principal'])} -> {item['tool']} on "
             f"{item['slot']} ({item['resource']}) {arguments}  [{item['rule']}, expires in {left_s} s]"
         )
+        lines.append(terminal_text(line))
     return "\n".join(lines)
 
 
@@ -48,7 +52,7 @@ def refused(result: dict[str, Any]) -> int:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     from gateway.cli.calls import gateway_client
-    from gateway.client import render_result
+    from gateway.client import render_result, terminal_text
 
     if args.deny and args.id is None:
         print(
@@ -80,11 +84,12 @@ def cmd_approve(args: argparse.Namespace) -> int:
             return 0
         decided = result["structuredContent"]
         verb = "approved" if decided["state"] == "approved" else "denied"
-        sys.stdout.write(
+        said = (
             f"{decided['id']} {verb}: {decided['tool']} on {decided['slot']} for {', '.join(decided['principal'])}; "
             "its next attempt with the same arguments is "
-            f"{'forwarded' if verb == 'approved' else 'answered as declined'}, once.\n"
+            f"{'forwarded' if verb == 'approved' else 'answered as declined'}, once."
         )
+        sys.stdout.write(terminal_text(said) + "\n")
         return 0
 
     return asyncio.run(go())

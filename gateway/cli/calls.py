@@ -99,7 +99,7 @@ def cmd_slots(args: argparse.Namespace) -> int:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    from gateway.client import gateway_notes, gateway_refusal, parse_arguments, render_result
+    from gateway.client import gateway_notes, gateway_refusal, parse_arguments, render_result, terminal_text
 
     try:
         arguments = parse_arguments(args.arguments)
@@ -114,11 +114,11 @@ def cmd_call(args: argparse.Namespace) -> int:
             result = await client.call_tool(args.tool, arguments)
         refusal = gateway_refusal(result)
         if refusal is not None:  # the device was never asked: nothing of its on stdout
-            print(f"mcp-gateway call: {refusal}", file=sys.stderr)
+            print(f"mcp-gateway call: {terminal_text(refusal)}", file=sys.stderr)
             return 1
         sys.stdout.write(render_result(result) + "\n")
         for note in gateway_notes(result):  # on stderr: stdout stays the device's answer, for scripts
-            print(f"mcp-gateway call: {note}", file=sys.stderr)
+            print(f"mcp-gateway call: {terminal_text(note)}", file=sys.stderr)
         return 1 if result.get("isError") else 0
 
     return asyncio.run(go())
@@ -187,15 +187,15 @@ def cmd_tools(args: argparse.Namespace) -> int:
     """What a slot offers, as `call` takes it: names, arguments, descriptions (or the tools as JSON)."""
     import shutil
 
-    from gateway.client import render_tools
+    from gateway.client import render_tools, terminal_text
 
     escape_unencodable_output()
 
     async def go() -> int:
         async with gateway_client(args, args.slot) as client:
             tools = await client.list_tools()
-        if args.json:
-            sys.stdout.write(orjson.dumps(tools, option=orjson.OPT_INDENT_2).decode() + "\n")
+        if args.json:  # the same JSON, with what does not print escaped in its strings
+            sys.stdout.write(terminal_text(orjson.dumps(tools, option=orjson.OPT_INDENT_2).decode(), lines=True) + "\n")
         else:
             # Wrapped to a terminal's width; into a pipe or a file, each description is one line.
             width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None

@@ -9,8 +9,9 @@ has passed (a warning names the port and the bound), so that a flash that died b
 does not keep the port for good. Another release of a held port starts that time again, and its answer
 says so (`already_held`: let go of before this call, for a program that may still be using it). While
 held, the port's status (broker_info, broker_diagnose) says since when and when it is given back: this
-module wraps the serial way in's status for that. Nothing of this survives a restart: a gateway that
-starts opens every configured port.
+module wraps the serial way in's status for that. Taken back, the port is opened at once: the answer
+to broker_serial_resume waits for that attempt and says how it went (`open`, or `backoff` and why).
+Nothing of this survives a restart: a gateway that starts opens every configured port.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ from gateway.southbound.serial.ports import SerialLines, SerialPort
 log = logging.getLogger("gateway.southbound.serial")
 
 CLOSE_WAIT_S = 5.0
-"""How long release() waits for the port to be closed before it answers anyway (with its state)."""
+"""How long release() waits for the port to be closed, and resume() for its attempt to open it, before
+either answers anyway (with the port's state)."""
+OPEN_POLL_S = 0.01
+"""How often resume() looks whether the port's supervision has made that attempt."""
 
 
 @dataclass
@@ -39,6 +43,13 @@ class Hold:
     since: float
     until: float  # monotonic
     timer: asyncio.TimerHandle
+
+
+def _not_tried_yet(port: SerialPort, before: tuple[int, float | None]) -> bool:
+    """The port is closed and its supervision has not tried to open it since `before` (its opens and
+    its last error's time then)."""
+    tried = (port.counters.opens, port.last_error_at) != before
+    return port.shut.is_set() and not port.stopping() and not tried
 
 
 class SerialPortHandover:
@@ -86,8 +97,17 @@ class SerialPortHandover:
     async def resume(self, port: str) -> JsonObject:
         found = self._find(port)
         self._forget(found.spec.path)
+        before = (found.counters.opens, found.last_error_at)
         found.take_back()
-        return {"port": found.spec.path, "state": found.state}
+        # Supervision opens it on its next pass: answer what that attempt did, not the "held" before it.
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        # The port sets an event when it closes (shut), none when it tries to open: it is looked at.
+        while _not_tried_yet(found, before) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(OPEN_POLL_S)
+        answer: JsonObject = {"port": found.spec.path, "state": found.state, "closed": found.shut.is_set()}
+        if answer["closed"] and found.last_error:
+            answer["last_error"] = found.last_error
+        return answer
 
     def _forget(self, path: str) -> None:
         hold = self.holds.pop(path, None)
