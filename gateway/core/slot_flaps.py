@@ -81,7 +81,7 @@ class SlotFlapLog:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.interval_s = interval_s
-        """logging.repeat_interval_s, read at each decision (a reload may change it)."""
+        """logging.repeat_interval_s (fixed while the gateway runs: a reload refuses to change it)."""
         self.held = held
         """Whether a slot has a provider now, for the summary."""
         self.clock = clock
