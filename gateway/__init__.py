@@ -1,3 +1,3 @@
 """mcp-gateway: an edge MCP broker that puts boards and MCP servers behind one governed endpoint."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -15,6 +15,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from gateway import __version__
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
@@ -53,7 +55,7 @@ def test_a_missing_sdk_module_names_the_extra_and_how_to_install_it(module: str,
     assert message.startswith("gateway.publish needs the `provider` extra (the mcp SDK), which is not installed")
     assert f"(no module named {name!r})" in message
     assert "pip install '/path/to/checkout[provider]'" in message
-    assert "pip install '/path/to/mcp_edge_gateway-0.2.0-py3-none-any.whl[provider]'" in message
+    assert f"pip install '/path/to/mcp_edge_gateway-{__version__}-py3-none-any.whl[provider]'" in message
     assert "docs/packaging.md" in message
 
 

@@ -18,6 +18,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from gateway import __version__
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Not copied: large, and not part of the tree a distributor gets. Planted again below where it matters.
@@ -118,7 +120,7 @@ def test_the_sdist_carries_the_source_tree_and_builds_the_trees_wheel(tmp_path: 
         metadata = pkg_info.read().decode()
         archive.extractall(tmp_path / "unpacked", filter="data")
 
-    assert sdist.name == "mcp_edge_gateway-0.2.0.tar.gz"
+    assert sdist.name == f"mcp_edge_gateway-{__version__}.tar.gz"
     assert "Name: mcp-edge-gateway\n" in metadata
     assert "License-Expression: Apache-2.0\n" in metadata and "License-File: LICENSE\n" in metadata
     assert [path for path in REQUIRED if path not in names] == []
@@ -129,8 +131,8 @@ def test_the_sdist_carries_the_source_tree_and_builds_the_trees_wheel(tmp_path: 
 
     from_tree = backend(tree, "build_wheel", tmp_path / "wheel-from-tree")
     from_sdist = backend(tmp_path / "unpacked" / top, "build_wheel", tmp_path / "wheel-from-sdist")
-    assert from_tree.name == from_sdist.name == "mcp_edge_gateway-0.2.0-py3-none-any.whl"
+    assert from_tree.name == from_sdist.name == f"mcp_edge_gateway-{__version__}-py3-none-any.whl"
     contents = wheel_contents(from_tree)
     assert wheel_contents(from_sdist) == contents
-    assert "mcp_edge_gateway-0.2.0.dist-info/licenses/LICENSE" in contents
+    assert f"mcp_edge_gateway-{__version__}.dist-info/licenses/LICENSE" in contents
     assert not [name for name in contents if "planted" in name]
