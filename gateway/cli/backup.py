@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.cli.backup_fds import NotDirectory, NotRegular, open_below, open_regular, others_may_write, tree
+from gateway.cli.backup_fds import NotDirectory, NotRegular, open_below, open_regular, tree
 from gateway.cli.backup_files import (
     CA_BESIDE,
     CONFIG,
@@ -49,6 +49,7 @@ from gateway.cli.backup_files import (
     write_copy,
 )
 from gateway.cli.common import Commands, decimal_number, with_config
+from gateway.devices.registry import others_may_write  # one judgement for root-run commands, the registry's too
 
 
 def state_environment(args: argparse.Namespace) -> dict[str, str]:

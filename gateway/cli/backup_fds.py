@@ -12,8 +12,6 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from gateway.devices.registry import others_may_write  # the registry's judgement too: one rule for root-run commands
-
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 """A file read for its content: never through a link (ELOOP), never blocking on a FIFO."""
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -186,6 +184,5 @@ __all__ = [
     "link_on_the_way",
     "open_below",
     "open_regular",
-    "others_may_write",
     "tree",
 ]

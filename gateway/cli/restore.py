@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway.cli.backup import state_dir_option, state_environment
-from gateway.cli.backup_fds import NotRegular, others_may_write
+from gateway.cli.backup_fds import NotRegular
 from gateway.cli.backup_files import (
     FIRMWARE,
     BackupError,
@@ -44,6 +44,7 @@ from gateway.cli.restore_targets import (
     outside_places,
 )
 from gateway.cli.restore_write import DATABASE_NAMES, Refused, Step, no_link_on_the_way, put
+from gateway.devices.registry import others_may_write  # one judgement for root-run commands, the registry's too
 
 
 def _audit_target(args: argparse.Namespace, source: Path, manifest: Manifest, env: Mapping[str, str]) -> Path:

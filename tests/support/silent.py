@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[str]:
+    """`handle` for each connection to a loopback listener; its base URL while it runs."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 @contextlib.asynccontextmanager
@@ -15,14 +28,12 @@ async def silent_listener() -> AsyncIterator[str]:
     async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         held.append(writer)
 
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        for writer in held:
-            writer.close()
-        server.close()
-        await server.wait_closed()
+    async with _serving(hold) as url:
+        try:
+            yield url
+        finally:
+            for writer in held:  # before the server closes: it may wait for its connections
+                writer.close()
 
 
 @contextlib.asynccontextmanager
@@ -35,12 +46,8 @@ async def closing_listener() -> AsyncIterator[str]:
             await reader.readuntil(b"\r\n\r\n")
         writer.close()
 
-    server = await asyncio.start_server(drop, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with _serving(drop) as url:
+        yield url
 
 
 @contextlib.asynccontextmanager
@@ -58,9 +65,5 @@ async def redirecting_listener(status: int, location: str) -> AsyncIterator[str]
             await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(redirect, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with _serving(redirect) as url:
+        yield url
