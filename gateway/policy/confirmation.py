@@ -204,7 +204,8 @@ class Confirmations:
                         "type": "boolean",
                         "title": "Approve",
                         "description": f"Forward {question.tool} to {question.slot}",
-                        "default": True,
+                        # A form a client pre-fills from the schema and a person submits unread is a no.
+                        "default": False,
                     }
                 },
                 "required": ["approve"],

@@ -202,7 +202,8 @@ async def test_a_raw_websocket_client_answers_the_question_on_its_own_socket(pla
         message = question["params"]["message"]
         assert "token:agent asks to call start on pump-1 (/plant/pump-1)" in message
         assert "The device reports now:" in message
-        assert question["params"]["requestedSchema"]["properties"]["approve"]["type"] == "boolean"
+        approve = question["params"]["requestedSchema"]["properties"]["approve"]
+        assert (approve["type"], approve["default"]) == ("boolean", False)  # submitted unread: not confirmed
         assert not running(plant)  # held while the person reads
         await client.reply(question, {"action": "accept", "content": {"approve": True}})
         started = await client.answer_to("start")
