@@ -9,8 +9,9 @@ A state is {slot, device_id, link: {url, connected, links, offline_for_s, last_d
 injected: [conditions], boots, status: <the get_status object>, requests: {requests, duplicates,
 errors}, telemetry: {queued, dropped} or null}. Errors are JSON
 {"error": code, "error_description": text}: 404 unknown_pump, 400 unknown_fault / bad_request,
-403 when a browser's Origin is not a loopback page or the Host is not a loopback name (a web page
-must not be able to inject faults, also not through DNS rebinding).
+403 when a browser's Origin is not a loopback page or the Host is not a loopback name (a page from
+another machine must not be able to inject faults, also not through DNS rebinding; a test bench's
+dashboard served from this machine may).
 """
 
 from __future__ import annotations
