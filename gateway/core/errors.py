@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.core import jsonrpc
+from gateway.core.json_words import json_type
 
 
 class RpcError(Exception):
@@ -188,6 +189,21 @@ def check_no_cursor(params: dict[str, Any] | None) -> None:
     """tools/list is answered in one page everywhere, so any cursor is one the gateway never gave out."""
     if params and params.get("cursor") is not None:
         raise RpcError(jsonrpc.INVALID_PARAMS, "Invalid cursor: the gateway lists all tools at once")
+
+
+NAMED_BY = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+def check_name(method: str, params: dict[str, Any] | None) -> None:
+    """A request that names what it asks for names it with a string: another value is the caller's
+    mistake, answered as such, not looked up (and recorded) as a tool called "None" or "42"."""
+    key = NAMED_BY.get(method)
+    if key is None:
+        return
+    if params is None or key not in params:
+        raise RpcError(jsonrpc.INVALID_PARAMS, f'{method} needs "params.{key}", a string')
+    if not isinstance(params[key], str):
+        raise RpcError(jsonrpc.INVALID_PARAMS, f'"params.{key}" must be a string, not {json_type(params[key])}')
 
 
 def unknown_tool(name: str, where: str) -> RpcError:

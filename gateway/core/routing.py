@@ -145,6 +145,7 @@ class Target:
         params = strip_caller(params)  # the gateway alone writes a caller reference
         token = CURRENT.set(trace)
         try:
+            errors.check_name(method, params)
             if ctx.era == STATELESS and method in SESSION_ONLY_METHODS:
                 raise errors.method_not_found(method, f"the {STATELESS_VERSIONS[-1]} protocol")
             if method == "ping":

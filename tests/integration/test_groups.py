@@ -185,21 +185,25 @@ async def test_a_session_is_bound_to_the_endpoint_that_opened_it(
     assert status == 404
 
 
-async def test_a_tool_name_that_is_not_a_string_is_an_unknown_tool(
+async def test_a_tool_name_that_is_not_a_string_is_named_as_the_callers_mistake(
     plant: GatewayServer, http: aiohttp.ClientSession
 ) -> None:
     """Found by tests/fuzz/test_live_http.py: a list or an object as the name crashed the handler
-    (it does not hash) with an HTTP 500; it is an unknown tool like any other, and the session goes on."""
+    (it does not hash) with an HTTP 500. It is invalid params that say what was sent, never looked up
+    as a tool called "None" or "7", and the session goes on."""
     status, headers, _ = await post(http, f"{plant.url}/mcp/pumps")
     session = {"Mcp-Session-Id": headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-11-25"}
     names: list[Any] = [[], {"a": 1}, 7, None]
-    for request_id, name in enumerate(names, start=2):
+    kinds = ["an array", "an object", "an integer", "null"]
+    for request_id, (name, kind) in enumerate(zip(names, kinds, strict=True), start=2):
         call = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name}}
         status, _, body = await post(http, f"{plant.url}/mcp/pumps", call, session)
         assert status == 200, body
-        assert body["error"]["code"] == -32602
-        assert body["error"]["message"].startswith("Unknown tool: ")
-        assert body["error"]["message"].endswith(" is not offered by /mcp/pumps; call tools/list")
+        error = body["error"]
+        assert (error["code"], error["message"]) == (-32602, f'"params.name" must be a string, not {kind}')
+    call = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"arguments": {}}}
+    status, _, body = await post(http, f"{plant.url}/mcp/pumps", call, session)
+    assert (body["error"]["code"], body["error"]["message"]) == (-32602, 'tools/call needs "params.name", a string')
     listing = {"jsonrpc": "2.0", "id": 9, "method": "tools/list"}
     status, _, body = await post(http, f"{plant.url}/mcp/pumps", listing, session)
     assert status == 200 and body["result"]["tools"]
