@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from gateway.cli.columns import aligned
 from gateway.cli.common import Commands, whole_number
+from gateway.client import name_cell, terminal_text
 
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
@@ -25,6 +26,11 @@ DAMAGED = "damaged"
 """A record's key naming its columns whose stored JSON cannot be read (gateway/policy/audit/reading.py)."""
 DAMAGED_IDS_SHOWN = 20
 """The note on stderr names at most this many damaged records by id, and counts the rest."""
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""A csv cell starting with one of these is a formula to a spreadsheet (OWASP, CSV injection)."""
+TEXT_MARK = "'"
+"""Put before such a text cell in csv so that a spreadsheet shows it as text; also before a text cell that
+starts with it already, so that removing one leading mark always gives the stored text back."""
 
 
 def time_flag(text: str, now_ms: int | None = None) -> int:
@@ -82,8 +88,15 @@ def local_time(ms: int) -> str:
 
 
 def _cell(value: Any) -> str:
-    text = "-" if value is None or value == "" else str(value)
+    # Escaped before it is cut, so that the cut counts what the terminal shows.
+    text = "-" if value is None or value == "" else terminal_text(str(value))
     return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
+
+
+def _name(value: str | None) -> str | None:
+    """A slot's or tool's name as one field (a JSON string when it holds a space or a quote), so that a
+    name cannot pass for the columns after it."""
+    return None if value is None or value == "" else name_cell(value)
 
 
 def status_cell(record: dict[str, Any]) -> str | None:
@@ -106,15 +119,17 @@ def _listed(record: dict[str, Any], column: str) -> str | None:
 
 
 def render_table(records: Sequence[dict[str, Any]]) -> str:
-    """One line per decision: who, where, what, the effect and how the call ended."""
+    """One line per decision: who, where, what, the effect and how the call ended. What a caller or a
+    provider wrote (a tool's name, a subject, an error's text) is shown with what does not print escaped
+    (gateway.client.terminal_text): it can neither act on the terminal nor start a line of its own."""
     lines = [
         [
             local_time(record["time_ms"]),
             str(record["id"]),
             _listed(record, "principal"),
             record["transport"],
-            record["slot"],
-            record["tool"],
+            _name(record["slot"]),
+            _name(record["tool"]),
             record["effect"],
             status_cell(record),
             None if record["latency_ms"] is None else f"{record['latency_ms']:.1f}",
@@ -132,9 +147,30 @@ def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> None:
         out.write(orjson.dumps({"time": iso_time(record["time_ms"]), **record}).decode() + "\n")
 
 
+def spreadsheet_text(value: Any) -> Any:
+    """A csv cell as a spreadsheet cannot run it: text that starts like a formula (FORMULA_STARTS) or with
+    TEXT_MARK gets TEXT_MARK before it. Numbers stay numbers (a negative one is no formula)."""
+    if isinstance(value, str) and value.startswith((*FORMULA_STARTS, TEXT_MARK)):
+        return TEXT_MARK + value
+    return value
+
+
+class _LineFeedRows:
+    """Rows the csv module ends with CRLF, the terminator for which it quotes a cell holding a carriage
+    return (a bare one ends the row in a spreadsheet), handed on ending in a newline as every line of
+    the export does."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def write(self, row: str) -> int:
+        return self.out.write(row.removesuffix("\r\n") + "\n")
+
+
 def write_csv(records: Iterable[dict[str, Any]], out: TextIO) -> None:
     """Every column; lists and objects (principal, arguments, rules, constraints) as JSON text; the last
-    column, `damaged`, is empty for a whole record."""
+    column, `damaged`, is empty for a whole record. A text cell that a spreadsheet would read as a
+    formula is marked as text (spreadsheet_text); jsonl carries the stored text as it is."""
     import csv
 
     import orjson
@@ -143,11 +179,12 @@ def write_csv(records: Iterable[dict[str, Any]], out: TextIO) -> None:
     for record in records:
         row = {"time": iso_time(record["time_ms"]), **record}
         row = {
-            key: orjson.dumps(value).decode() if isinstance(value, list | dict) else value for key, value in row.items()
+            key: orjson.dumps(value).decode() if isinstance(value, list | dict) else spreadsheet_text(value)
+            for key, value in row.items()
         }
         if writer is None:
             fields = list(row) if DAMAGED in row else [*row, DAMAGED]
-            writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+            writer = csv.DictWriter(_LineFeedRows(out), fieldnames=fields, lineterminator="\r\n")
             writer.writeheader()
         writer.writerow(row)
 

@@ -3,6 +3,7 @@ it read while the gateway writes)."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -98,6 +99,47 @@ def _without_log(path: Path) -> str:
     )
 
 
+def _on_read_only_media(path: Path) -> bool:
+    """Whether `path` is a closed trail in a directory nobody can write (a copy on read-only media): no
+    -wal or -journal beside it, so the file alone holds every record, and nothing can add one."""
+    beside = (Path(f"{path}-wal"), Path(f"{path}-journal"))
+    return not any(log.exists() for log in beside) and not os.access(path.resolve().parent, os.W_OK)
+
+
+def _connect(path: Path) -> tuple[sqlite3.Connection, int]:
+    """A read-only connection to `path` and its schema version (user_version)."""
+    uri = path.resolve().as_uri()
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=5.0)
+    try:
+        return conn, conn.execute("PRAGMA user_version").fetchone()[0]
+    except BaseException as exc:
+        conn.close()
+        # A WAL reader must create the -shm file beside the trail, which a read-only directory refuses.
+        cannot_open = isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode == sqlite3.SQLITE_CANTOPEN
+        if not cannot_open or not _on_read_only_media(path):
+            raise
+    # immutable=1 reads without the -shm and without locks. Safe only because nothing can write a file
+    # in that directory and no log beside it holds records the file lacks; a live trail (its -wal
+    # exists, its directory is writable) is never read this way, as it would miss what the log holds.
+    conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=5.0)
+    try:
+        return conn, conn.execute("PRAGMA user_version").fetchone()[0]
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _log_on_read_only_media(path: Path) -> str:
+    """What to say when a trail cannot be opened in a directory nobody can write that has its -wal
+    beside it: the -wal holds records, so the file is not read without it."""
+    if not Path(f"{path}-wal").exists() or os.access(path.resolve().parent, os.W_OK):
+        return ""
+    return (
+        f"; {path.resolve().parent} cannot be written and {path.name}-wal lies beside it: copy the trail "
+        "with its -wal file to a writable directory to read it"
+    )
+
+
 def _open(path: Path) -> tuple[sqlite3.Connection, str]:
     """A read-only connection to an audit trail and the SELECT its schema takes (AuditReadError when
     `path` is none)."""
@@ -105,11 +147,10 @@ def _open(path: Path) -> tuple[sqlite3.Connection, str]:
         raise AuditReadError(f"no audit trail at {path}")
     without_log = _without_log(path)  # before connecting, which may make an empty -wal
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+        conn, version = _connect(path)
     except sqlite3.Error as exc:
-        raise AuditReadError(f"audit trail {path}: {exc}") from exc
+        raise AuditReadError(f"audit trail {path}: {exc}{_log_on_read_only_media(path)}") from exc
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             raise AuditReadError(f"{path} is not an audit trail (no schema){without_log}")
         if version > SCHEMA_VERSION and version != SAME_AS_V1:
