@@ -135,8 +135,11 @@ def cmd_policy_reload(args: argparse.Namespace) -> int:
     async def go() -> int:
         async with gateway_client(args, "_broker") as client:
             result = await client.call_tool("broker_policy_reload", {})
+        if result.get("isError"):  # a refusal: on stderr, as every command's
+            print("mcp-gateway policy reload: " + render_result(result), file=sys.stderr)
+            return 1
         sys.stdout.write(render_result(result) + "\n")
-        return 1 if result.get("isError") else 0
+        return 0
 
     return asyncio.run(go())
 
