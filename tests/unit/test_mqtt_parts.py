@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, cast
 
 import pytest
@@ -14,6 +15,7 @@ from gateway.core.broker.scrape import mqtt_limit_values
 from gateway.core.slots import SlotRegistry
 from gateway.southbound.mqtt import topics as mqtt_topics
 from gateway.southbound.mqtt.client import (
+    LOST_UNSPECIFIED,
     PACKET_HEADROOM_BYTES,
     BrokerClient,
     ClientEvents,
@@ -305,3 +307,35 @@ def test_a_refusal_is_news_once_per_announcement() -> None:
     assert reattach.first_refusal("pump-1", announced=False)
     assert reattach.first_refusal("pump-1", announced=False)  # not announced: nothing remembered
     assert reattach.slots == {} and reattach.status() == {}
+
+
+class _Lost:
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def disconnected(self, reason: str) -> None:
+        self.reasons.append(reason)
+
+
+@pytest.mark.parametrize("connected", [True, False])
+def test_a_tls_error_names_a_client_certificate_only_before_the_connack(connected: bool) -> None:
+    """A stopping mosquitto ends an established TLS connection without a close_notify, which paho logs as
+    a TLS error ("EOF occurred in violation of protocol"): after a CONNACK that is the broker going
+    away; only before one does it say that the broker may want a client certificate."""
+    events = _Lost()
+    client = BrokerClient(broker().mqtt.brokers[0], cast(ClientEvents, events), lambda _id: ConnectOptions())
+    client.connected = connected
+    eof = "EOF occurred in violation of protocol (_ssl.c:2427)"
+    client._paho_errors.log(logging.ERROR, "failed to receive on socket: %s", eof)
+    client._on_lost(client._generation, LOST_UNSPECIFIED)
+    if connected:
+        assert (client.last_error, client.last_error_kind) == ("connection lost: " + LOST_UNSPECIFIED, "network")
+        assert events.reasons == ["connection lost: " + LOST_UNSPECIFIED]
+    else:
+        assert "client certificate" in client.last_error and client.last_error_kind == "tls"
+    client._paho_errors.log(logging.ERROR, "failed to receive on socket: %s", eof)
+    client.connected = True
+    client._on_lost(client._generation, LOST_UNSPECIFIED)
+    client.connected = False  # the next loss, without a TLS error of its own, does not take an old one
+    client._on_lost(client._generation, LOST_UNSPECIFIED)
+    assert client.last_error == "connection lost: " + LOST_UNSPECIFIED

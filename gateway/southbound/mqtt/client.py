@@ -590,9 +590,10 @@ class BrokerClient:
             if self._ended is not None:
                 self._ended.set()
             return
-        paho_error = self._paho_errors.latest
-        if reason == LOST_UNSPECIFIED and paho_error and _is_tls_text(paho_error):
-            # The broker ended the connection with a TLS alert (e.g. it requires a client certificate).
+        paho_error, self._paho_errors.latest = self._paho_errors.latest, ""
+        if reason == LOST_UNSPECIFIED and paho_error and _is_tls_text(paho_error) and not self.connected:
+            # The broker ended the connection with a TLS alert before its CONNACK (e.g. it requires a
+            # client certificate). After one, a TLS error is how a stopping broker's close reads.
             has_certificate = self.config.cert_file is not None
             self._fail(f"connection lost: {mqtt_tls.describe_alert(paho_error, has_certificate)}", "tls")
         else:
