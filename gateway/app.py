@@ -19,6 +19,7 @@ from gateway.config import GatewayConfig
 from gateway.config.hosts import url_host
 from gateway.core.broker.status import insecure_lan_warning
 from gateway.core.gateway import Gateway
+from gateway.core.slots import TOOLS_CHANGED
 from gateway.entry import add_cors_headers, entry_gate, gated_routes, origin_check, rate_limit_admission
 from gateway.listener import GuardedSite, ListenerGuard, raise_fd_limit
 from gateway.northbound.groups_http import GroupEndpoints
@@ -147,6 +148,23 @@ def build_app(
     return app
 
 
+def announce_tools_changed(gateway: Gateway) -> None:
+    """Tell every listener of every endpoint the policy filters that its tools/list may differ (a policy with
+    other rules is in force). Everyone is told: working out which caller sees what differently costs more
+    than the re-list it saves. Each ready slot is announced as its provider's own list_changed is, so its
+    listeners and those of `_all` and of each group that includes it hear it once (coalesced as usual)."""
+    registry = gateway.registry
+    for session in registry.live_sessions():
+        if session.ready:  # one still in its handshake is announced when it becomes ready
+            registry.session_tools_changed(session, noticed=True)
+    broker = gateway.broker
+    tools = broker.capabilities().get("tools")
+    # Only where `_broker` declares tools.listChanged: a client is never sent what it was told not to expect.
+    if isinstance(tools, dict) and tools.get("listChanged") is True:
+        for listener in list(broker.listeners):
+            listener.deliver(TOOLS_CHANGED)
+
+
 class GatewayServer:
     """A running gateway: the aiohttp runner bound to its address (used by the CLI and the tests)."""
 
@@ -169,6 +187,7 @@ class GatewayServer:
         if self.governor is not None:
             self.governor.limit_hit = self.gateway.metrics.limit_hit
             self.governor.decided = self.gateway.metrics.policy_decided
+            self.governor.visibility_changed = lambda: announce_tools_changed(self.gateway)
         # Built first: a certificate or key that cannot be used stops startup (ConfigError).
         self.tls = ServerTls(config.tls, self.gateway.metrics) if config.tls.enabled else None
         self.app = build_app(config, self.gateway, self.limiters, self.governor)

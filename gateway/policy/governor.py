@@ -138,12 +138,18 @@ class Governor:
         self.decided: Callable[[str], None] = _uncounted
         """Counts a tools/call decision by its effect (mcpgw_policy_decisions_total); set by the composition
         root."""
+        self.visibility_changed: Callable[[], None] = _unannounced
+        """Told after a swap to a policy with other rules: what each caller sees at each endpoint may differ,
+        so listening clients are told their tool lists changed; set by the composition root."""
 
     def swap(self, policy: Policy) -> None:
         """Use `policy` from the next request on (requests being decided finish with the old one)."""
+        changed = policy.document != self.policy.document
         self.policy = policy
         self.limits.swap(policy.document.execution_limits)
         self.reloads += 1
+        if changed:  # the same rules read again show every caller what it saw
+            self.visibility_changed()
 
     def subjects(self, principal: Principal) -> frozenset[str]:
         found = self._subjects.get(principal)
@@ -569,6 +575,10 @@ def warn_of(policy: Policy) -> None:
 
 
 def _uncounted(limit: str) -> None:
+    pass
+
+
+def _unannounced() -> None:
     pass
 
 

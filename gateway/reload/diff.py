@@ -107,7 +107,12 @@ def restart_reason(path: str) -> str:
 
 def restart_refusal(path: str, old: BaseModel, new: BaseModel) -> str:
     """The refusal of a change no part applies at run time, naming the key and why it needs a restart."""
-    text = change_text(path, value_at(old, path), value_at(new, path))
+    return restart_text(path, value_at(old, path), value_at(new, path))
+
+
+def restart_text(path: str, before: Any, after: Any) -> str:
+    """`path before -> after needs a restart (why)`, the values left out where they may not be shown."""
+    text = change_text(path, before, after)
     joint = ", which" if text.endswith(" changed") else ""
     return f"{text}{joint} needs a restart ({restart_reason(path)})"
 

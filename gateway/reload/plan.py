@@ -4,12 +4,15 @@ whatever can fail: TLS contexts, policies, verifiers, token files) before anythi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
 
 from gateway.config import GatewayConfig, lan_sides_text
 from gateway.reload.context import Context, Prepared
-from gateway.reload.diff import changed_paths, owner, restart_refusal
+from gateway.reload.diff import changed_paths, covers, owner, restart_refusal, restart_text
 from gateway.reload.parts import auth, groups, limits, log_level, mdns, policy, providers, telemetry, tls, upstreams
 from gateway.reload.report import Refused
 
@@ -59,6 +62,40 @@ def unowned_refusals(old: GatewayConfig, new: GatewayConfig) -> list[str]:
             f"{', '.join(new.insecure_lan_open) or 'none'}): needs a restart (every log line names them from start)"
         )
     return found
+
+
+def unvalidated_refusals(old: GatewayConfig, raw: Mapping[str, Any], overridden: Collection[str] = ()) -> list[str]:
+    """For a file that does not validate: each key it sets that only a restart applies, read from the parsed
+    file, whose value differs from the running one, so the refusal names it beside the validation error
+    instead of one reload later (pure). Left out, to the validation error: a key an environment variable or
+    a flag in `overridden` sets (they win over the file), a key a part applies at run time, and a value that
+    does not validate on its own (a wrong type is named by the error already)."""
+    found: list[str] = []
+    _unvalidated(old, raw, "", tuple(overridden), found)
+    return found
+
+
+def _unvalidated(
+    model: BaseModel, raw: Mapping[str, Any], prefix: str, overridden: tuple[str, ...], found: list[str]
+) -> None:
+    fields = type(model).model_fields
+    for key, value in raw.items():
+        path = prefix + key
+        if key not in fields or owner(path, OWNED) is not None:
+            continue
+        if any(covers(other, path) or covers(path, other) for other in overridden):
+            continue
+        before = getattr(model, key)
+        if isinstance(before, BaseModel) and isinstance(value, Mapping):
+            _unvalidated(before, value, path + ".", overridden, found)
+            continue
+        try:
+            # The key's own validation, on a copy: the value as the model would hold it (defaults, coercions).
+            after = getattr(type(model).__pydantic_validator__.validate_assignment(model.model_copy(), key, value), key)
+        except (ValueError, TypeError):
+            continue
+        if after != before:
+            found.append(restart_text(path, before, after))
 
 
 def build_plan(old: GatewayConfig, new: GatewayConfig, context: Context) -> Plan:

@@ -14,13 +14,15 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
-from gateway.config import ConfigError, GatewayConfig
+from gateway.config import ENV_CONFIG_FILE, ConfigError, GatewayConfig
+from gateway.config.loading import env_overrides, read_toml
 from gateway.core.jsonrpc import JsonObject
 from gateway.policy.client_auth import CLIENT_AUTH_KEY
 from gateway.reload.context import Context, Prepared, Running
-from gateway.reload.plan import build_plan
+from gateway.reload.plan import build_plan, unvalidated_refusals
 from gateway.reload.report import Outcome, Refused, ReloadReport
 from gateway.reload.source import ConfigSource
 
@@ -86,7 +88,7 @@ class Reloader:
         try:
             new = self.source.load()
         except ConfigError as exc:
-            return self._report("refused", refusals=[str(exc)])
+            return self._report("refused", refusals=[str(exc), *self._unvalidated_restarts(self.source)])
         plan = build_plan(self.running.config, new, self.context)
         if plan.refusals:
             return self._report("refused", refusals=plan.refusals)
@@ -106,6 +108,21 @@ class Reloader:
                 log.exception("configuration reload: settling %s failed", type(part).__name__)
                 notes.append(f"{type(part).__name__}: not settled ({exc!r}); see the log")
         return self._report("applied", changes=[line for part in plan.prepared for line in part.changes] + notes)
+
+    def _unvalidated_restarts(self, source: ConfigSource) -> list[str]:
+        """What a file that does not load would also need a restart for, read from the file parsed but not
+        validated (plan.unvalidated_refusals); nothing when it does not parse (its syntax error is all)."""
+        environ = source.environ if source.environ is not None else os.environ
+        path = source.path if source.path is not None else environ.get(ENV_CONFIG_FILE)
+        if not path:
+            return []
+        try:
+            raw = read_toml(Path(path))
+            _, from_environment = env_overrides(environ)
+        except ConfigError:
+            return []
+        overridden = [*from_environment, *(key for key, value in source.flags.items() if value is not None)]
+        return unvalidated_refusals(self.running.config, raw, overridden)
 
     def _swap(self, prepared: list[Prepared], new: GatewayConfig) -> None:
         """Every part swapped with no await in between. The fallible ones go first: one that refuses
