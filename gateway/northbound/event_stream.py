@@ -10,12 +10,15 @@ from aiohttp import web
 
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.streams import MessageQueue
-from gateway.http_answers import STREAMED_STATUS_KEY, encode_refused
+from gateway.http_answers import JSON_TYPE, STREAMED_STATUS_KEY, encode_refused
+from gateway.northbound.credential_watch import CredentialWatch
 from gateway.policy.connection_limits import STREAM_WRITE_TIMEOUT
+from gateway.policy.verifier import AuthFailure
 from gateway.telemetry.metrics import Metrics
 
+SSE_TYPE = "text/event-stream"
 SSE_HEADERS = {
-    "Content-Type": "text/event-stream",
+    "Content-Type": SSE_TYPE,
     "Cache-Control": "no-cache, no-transform",
     "X-Accel-Buffering": "no",
 }
@@ -34,6 +37,20 @@ def encode_event(message: JsonObject, event: str = "message") -> bytes:
 
 
 KEEPALIVE = b": keepalive\n\n"
+
+
+def accepts(request: web.Request) -> tuple[bool, bool]:
+    """(accepts JSON, accepts SSE); a missing Accept header accepts both."""
+    accept = request.headers.get("Accept", "")
+    if not accept or "*/*" in accept:
+        return True, True
+    return (JSON_TYPE in accept or "application/*" in accept), (SSE_TYPE in accept or "text/*" in accept)
+
+
+def lists_sse(request: web.Request) -> bool:
+    """Whether the client's Accept names text/event-stream itself (what every MCP client sends); a
+    client that accepts anything (`*/*`, no Accept) or only JSON gets JSON answers."""
+    return SSE_TYPE in request.headers.get("Accept", "")
 
 
 def one_event(message: JsonObject, extra_headers: Mapping[str, str], status: int = 200) -> web.Response:
@@ -104,17 +121,26 @@ async def pump(
     keepalive_s: float,
     write_timeout_s: float,
     metrics: Metrics,
-) -> None:
+    watch: CredentialWatch | None = None,
+) -> AuthFailure | None:
     """Write queued messages as events until the queue closes; comment lines keep idle streams open.
     A message that cannot be encoded is dropped (counted), the stream goes on. A client that stops
     reading ends the stream once a write (a message or a keepalive) waits `write_timeout_s`: the
-    queue is closed and the connection aborted, so neither keeps the messages."""
+    queue is closed and the connection aborted, so neither keeps the messages.
+
+    `watch`: the caller's credential is judged before a write, at most once per RECHECK_EVERY_S (a
+    keepalive is a write, so an idle stream is judged at least every `keepalive_s`). When it no longer
+    stands the queue is closed with what it holds dropped, nothing more is written, and the failure
+    is returned for the caller to end the stream with."""
     try:
         while True:
             message = await queue.get(timeout=keepalive_s)
+            if message is None and queue.closed:
+                return None
+            if watch is not None and watch.due() and (failure := await watch.failure()) is not None:
+                queue.close(drop=True)
+                return failure
             if message is None:
-                if queue.closed:
-                    return
                 await write(request, response, KEEPALIVE, write_timeout_s, metrics)
                 continue
             event = encode_event(message)
@@ -124,3 +150,4 @@ async def pump(
             await write(request, response, event, write_timeout_s, metrics)
     except StreamStalled:
         queue.close(drop=True)
+    return None

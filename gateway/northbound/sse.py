@@ -7,6 +7,9 @@
 
 and every message for the session follows as `event: message` (answers, notifications, requests a
 provider sends the client), with `: keepalive` comments in quiet times (limits.sse_keepalive_s).
+The stream's credential is judged again before a write (gateway/northbound/credential_watch.py):
+when it no longer stands the stream ends with a `: credential no longer valid (<reason>)` comment,
+and the session with it.
 `POST /<slot>/messages?sessionId=<id>` takes one JSON-RPC message and answers 202 Accepted at once;
 what the message causes comes on the stream. The session ends when its stream closes.
 
@@ -38,8 +41,9 @@ from gateway.core.versions import DEFAULT_HEADERLESS_VERSION
 from gateway.http_answers import http_error, json_response, rpc_error
 from gateway.northbound import batches, event_stream, http_io, session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
+from gateway.northbound.credential_watch import CredentialWatch, credential_gone_comment
+from gateway.northbound.event_stream import accepts
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
-from gateway.northbound.streamable_http import accepts
 from gateway.policy.request_principal import request_principal
 
 log = logging.getLogger("gateway.northbound.sse")
@@ -129,18 +133,26 @@ class LegacySseEndpoint:
             await event_stream.write(
                 request, response, endpoint_event(slot, channel.id, self.relative_endpoint), bound, self.gateway.metrics
             )
-            await event_stream.pump(
-                request, response, channel.outbox, self.limits.sse_keepalive_s, bound, self.gateway.metrics
+            failure = await event_stream.pump(
+                request,
+                response,
+                channel.outbox,
+                self.limits.sse_keepalive_s,
+                bound,
+                self.gateway.metrics,
+                CredentialWatch.of(request, "SSE stream"),
             )
             if channel.outbox.overflowed:
                 self.gateway.metrics.stream_overflows.labels(TRANSPORT).inc()
                 self.gateway.metrics.limit_hit("notification_queue")
-            await event_stream.write(request, response, b"", bound, self.gateway.metrics, eof=True)
+            end = b"" if failure is None else credential_gone_comment(failure)
+            await event_stream.write(request, response, end, bound, self.gateway.metrics, eof=True)
         except ConnectionError:
             log.debug("SSE client of session %s... went away", channel.id[:6])
         finally:
             # The stream is the session: closed by the client, cut by the network (a keepalive
-            # write fails), or ended by the gateway (shutdown, the client fell too far behind).
+            # write fails), or ended by the gateway (shutdown, the client fell too far behind, its
+            # credential no longer stands).
             metrics.dec()
             self.channels.pop(channel.id, None)
             await channel.close()

@@ -36,36 +36,24 @@ from gateway.core.slots import SlotRefused
 from gateway.core.stateless import Rejection
 from gateway.core.streams import MessageQueue
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS, STATELESS_VERSIONS, is_known
-from gateway.http_answers import JSON_TYPE, http_error, json_response, rpc_error
+from gateway.http_answers import http_error, json_response, rpc_error
 from gateway.northbound import batches, event_stream, http_io, session_era
+from gateway.northbound.credential_watch import CredentialWatch, credential_gone, credential_gone_comment
+from gateway.northbound.event_stream import accepts, lists_sse
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
 from gateway.northbound.listen_quota import ListenQuota
 from gateway.policy.caller_pending import CallerPending, caller_key
 from gateway.policy.request_principal import request_principal
+from gateway.policy.verifier import AuthFailure
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.northbound.http")
 
 SESSION_HEADER = "Mcp-Session-Id"
-SSE_TYPE = "text/event-stream"
 HOW_TO_END = "end sessions you no longer use with DELETE on their endpoint (Mcp-Session-Id header)"
 
 __all__ = ["Admission", "StreamableHttpEndpoint", "http_error", "json_response", "rpc_error"]
 """Admission and the JSON answers are defined in http_io.py and importable from here too."""
-
-
-def accepts(request: web.Request) -> tuple[bool, bool]:
-    """(accepts JSON, accepts SSE); a missing Accept header accepts both."""
-    accept = request.headers.get("Accept", "")
-    if not accept or "*/*" in accept:
-        return True, True
-    return (JSON_TYPE in accept or "application/*" in accept), (SSE_TYPE in accept or "text/*" in accept)
-
-
-def lists_sse(request: web.Request) -> bool:
-    """Whether the client's Accept names text/event-stream itself (what every MCP client sends); a
-    client that accepts anything (`*/*`, no Accept) or only JSON gets JSON answers."""
-    return SSE_TYPE in request.headers.get("Accept", "")
 
 
 SwitchClock = DueQueue["RequestStream"]
@@ -359,9 +347,14 @@ class StreamableHttpEndpoint:
         """`event_stream.write`'s bound and where it counts a stalled write."""
         return self.limits.stream_write_timeout_s, self.gateway.metrics
 
-    async def pump(self, request: web.Request, response: web.StreamResponse, queue: MessageQueue) -> None:
-        keepalive_s, write_timeout_s = self.limits.sse_keepalive_s, self.limits.stream_write_timeout_s
-        await event_stream.pump(request, response, queue, keepalive_s, write_timeout_s, self.gateway.metrics)
+    async def pump(
+        self, request: web.Request, response: web.StreamResponse, queue: MessageQueue, kind: str
+    ) -> AuthFailure | None:
+        """Write a stream the client holds open (`kind`, for the log); why its credential no longer stands, if so."""
+        watch = CredentialWatch.of(request, kind)
+        return await event_stream.pump(
+            request, response, queue, self.limits.sse_keepalive_s, *self.write_bound(), watch
+        )
 
     def counted(self, response: web.StreamResponse, queue: MessageQueue, kind: str) -> web.StreamResponse:
         """Count a stream that notification_queue cut off (the client fell too far behind)."""
@@ -608,9 +601,10 @@ class StreamableHttpEndpoint:
         metrics.inc()
         try:
             response = await event_stream.open_stream(request, self.context_headers(session))
-            await self.pump(request, response, queue)
+            failure = await self.pump(request, response, queue, "GET stream")
+            end = b"" if failure is None else credential_gone_comment(failure)
             with contextlib.suppress(ConnectionError):
-                await event_stream.write(request, response, b"", *self.write_bound(), eof=True)
+                await event_stream.write(request, response, end, *self.write_bound(), eof=True)
             return self.counted(response, queue, "get")
         finally:
             metrics.dec()
@@ -738,17 +732,19 @@ class StreamableHttpEndpoint:
                 {"notifications": honored, "_meta": {META_SUBSCRIPTION_ID: request_id}},
             )
             await event_stream.write(request, response, event_stream.encode_event(ack), *self.write_bound())
-            await self.pump(request, response, stream.queue)
-            if not stream.queue.overflowed:
+            failure = await self.pump(request, response, stream.queue, "subscriptions/listen stream")
+            end = b""
+            if failure is not None:  # the listen request's own answer says why
+                end = event_stream.encode_event(credential_gone(request_id, failure))
+            elif not stream.queue.overflowed:
                 # Graceful end (gateway shutdown): the listen result tells the client it was deliberate.
                 final = jsonrpc.result_response(
                     request_id,
                     target.stamp_stateless("subscriptions/listen", {"_meta": {META_SUBSCRIPTION_ID: request_id}}),
                 )
-                with contextlib.suppress(ConnectionError):
-                    await event_stream.write(request, response, event_stream.encode_event(final), *self.write_bound())
+                end = event_stream.encode_event(final)
             with contextlib.suppress(ConnectionError):
-                await event_stream.write(request, response, b"", *self.write_bound(), eof=True)
+                await event_stream.write(request, response, end, *self.write_bound(), eof=True)
             return self.counted(response, stream.queue, "listen")
         finally:
             metrics.dec()

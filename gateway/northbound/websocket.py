@@ -16,12 +16,13 @@ answer. Binary frames are read as UTF-8 text, as mcp-broker does. A message for 
 be encoded as JSON never ends the write loop: an answer becomes its -32603 error, anything else is
 dropped and counted (mcpgw_unencodable_messages_total).
 
-The credential the upgrade carried is judged again while the socket is open (CredentialWatch): before
-a request, at most once per RECHECK_EVERY_S, the entry gate's own check runs on the upgrade request
-with the verifiers and required scopes in force now. A revoked static token, an expired access token
-or a scope a reload took away gets its request answered with a -32001 error that says why, and the
-socket closed with 1008. An HMAC-signed upgrade is not judged again: a signature vouches for one
-request (its nonce cannot be presented twice), so the socket keeps it until it closes.
+The credential the upgrade carried is judged again while the socket is open (CredentialWatch,
+gateway/northbound/credential_watch.py): before a request, at most once per RECHECK_EVERY_S, the
+entry gate's own check runs on the upgrade request with the verifiers and required scopes in force
+now. A revoked static token, an expired access token or a scope a reload took away gets its request
+answered with a -32001 error that says why, and the socket closed with 1008. An HMAC-signed upgrade
+is not judged again: a signature vouches for one request (its nonce cannot be presented twice), so
+the socket keeps it until it closes.
 
 Route: `/<slot>` is a catch-all for one-segment paths, so it never sees the gateway's own one-segment
 routes (/healthz, /readyz, /metrics, /provider, /providers, /mcp, /groups, /mcp-servers): slots with
@@ -33,8 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
 
 import orjson
 from aiohttp import WSMsgType, web
@@ -50,10 +49,9 @@ from gateway.core.versions import DEFAULT_HEADERLESS_VERSION
 from gateway.http_answers import encode_refused, http_error
 from gateway.northbound import session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
+from gateway.northbound.credential_watch import CredentialWatch, credential_gone
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal
-from gateway.policy.client_auth import CLIENT_AUTH_KEY, ClientAuth
 from gateway.policy.request_principal import request_principal
-from gateway.policy.verifier import AuthFailure
 from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big, peer_left
 
 log = logging.getLogger("gateway.northbound.websocket")
@@ -63,47 +61,6 @@ SUBPROTOCOL = "mcp"
 """Echoed when a client asks for it (a browser closes a socket whose asked-for protocol is not echoed)."""
 HOW_TO_END = "close WebSocket connections you no longer use"
 WRITER_GRACE_S = 2.0
-RECHECK_EVERY_S = 1.0
-"""How stale the judgement of an open socket's credential may be before a request judges it again:
-token files are looked at once a second anyway, and a signature check per message (an access token)
-would cost more than the relay itself."""
-UNRECHECKED_KINDS = frozenset({"anonymous", "hmac"})
-"""Callers whose socket is not judged again: nobody to judge (no [auth]), or a one-request signature."""
-
-
-def credential_gone(request_id: object, failure: AuthFailure) -> jsonrpc.JsonObject:
-    """The answer to a request on a socket whose credential no longer stands (never the credential)."""
-    return jsonrpc.error_response(
-        request_id,
-        jsonrpc.FORBIDDEN,
-        f"The credential this connection opened with no longer stands ({failure.reason}): {failure.description} "
-        "Open a new connection with a valid credential.",
-        {"reason": "credential_invalid", "auth": failure.reason, "error": failure.error},
-    )
-
-
-class CredentialWatch:
-    """Judges an open socket's credential again, through the entry gate's check (see the module docstring)."""
-
-    def __init__(
-        self, auth: ClientAuth | None, request: web.Request, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.auth = None if request_principal(request).kind in UNRECHECKED_KINDS else auth
-        self.request = request
-        self.clock = clock
-        self.checked_at = clock()
-
-    async def failure(self) -> AuthFailure | None:
-        """Why the credential no longer stands; None while it does (or was judged less than a second ago)."""
-        if self.auth is None:
-            return None
-        now = self.clock()
-        if now - self.checked_at < RECHECK_EVERY_S:
-            return None
-        failure = await self.auth.recheck(self.request)
-        if failure is None:
-            self.checked_at = now
-        return failure
 
 
 def is_upgrade(request: web.Request) -> bool:
@@ -161,7 +118,7 @@ class ClientWebSockets:
         metrics.inc()
         writer: asyncio.Task[None] | None = None
         deadline: asyncio.TimerHandle | None = None
-        watch = CredentialWatch(request.app.get(CLIENT_AUTH_KEY), request)
+        watch = CredentialWatch.of(request, "WebSocket")
         ending: tuple[int, str] | None = None
         try:
             if not await ws.upgrade(request):

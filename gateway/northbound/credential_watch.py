@@ -1,0 +1,104 @@
+"""Judging again the credential of a connection a client keeps open: a raw WebSocket, an SSE stream.
+
+The entry gate judges a request once, when it arrives. A raw WebSocket, the Streamable HTTP GET
+stream, the legacy SSE stream and a 2026-07-28 `subscriptions/listen` stream outlive that judgement,
+so while one is open the entry gate's own check runs again on the request that opened it, with the
+verifiers and required scopes in force now (ClientAuth.recheck; a refusal is counted there, in
+mcpgw_auth_failures_total{reason}). It runs at most once per RECHECK_EVERY_S per connection: before a
+request on a WebSocket, before a write (a message or a keepalive) on a stream. Callers whose
+connection is not judged again: anonymous ones (no [auth]: nobody to judge) and HMAC-signed ones (a
+signature vouches for one request and its nonce cannot be presented twice).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from gateway.core import jsonrpc
+from gateway.policy.client_auth import CLIENT_AUTH_KEY, ClientAuth
+from gateway.policy.request_principal import request_principal
+from gateway.policy.verifier import AuthFailure
+
+log = logging.getLogger("gateway.northbound.credential_watch")
+
+RECHECK_EVERY_S = 1.0
+"""How stale the judgement of an open connection's credential may be before it is judged again:
+token files are looked at once a second anyway, and a signature check per message (an access token)
+would cost more than the relay itself."""
+UNRECHECKED_KINDS = frozenset({"anonymous", "hmac"})
+"""Callers whose connection is not judged again: nobody to judge (no [auth]), or a one-request signature."""
+
+
+def credential_gone(request_id: object, failure: AuthFailure) -> jsonrpc.JsonObject:
+    """The answer to a request on a connection whose credential no longer stands (never the credential)."""
+    return jsonrpc.error_response(
+        request_id,
+        jsonrpc.FORBIDDEN,
+        f"The credential this connection opened with no longer stands ({failure.reason}): {failure.description} "
+        "Open a new connection with a valid credential.",
+        {"reason": "credential_invalid", "auth": failure.reason, "error": failure.error},
+    )
+
+
+def credential_gone_comment(failure: AuthFailure) -> bytes:
+    """The last line of a stream ended for its credential: an SSE comment, which every client skips
+    (a notification the protocol does not define could confuse one), read by a person with curl."""
+    return f": credential no longer valid ({failure.reason}): reconnect with a valid credential\n\n".encode()
+
+
+class CredentialWatch:
+    """Judges an open connection's credential again, through the entry gate's check (see the module docstring)."""
+
+    def __init__(
+        self,
+        auth: ClientAuth | None,
+        request: web.Request,
+        transport: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.auth = None if request_principal(request).kind in UNRECHECKED_KINDS else auth
+        self.request = request
+        self.transport = transport
+        self.clock = clock
+        self.checked_at = clock()
+        self.failed: AuthFailure | None = None
+
+    @classmethod
+    def of(cls, request: web.Request, transport: str) -> CredentialWatch:
+        """The watch of a connection `request` opened, by the app's client authentication (none: not judged)."""
+        return cls(request.app.get(CLIENT_AUTH_KEY), request, transport)
+
+    def due(self) -> bool:
+        """Whether `failure` would judge now: one time comparison, cheap enough for every write."""
+        return self.auth is not None and self.clock() - self.checked_at >= RECHECK_EVERY_S
+
+    async def failure(self) -> AuthFailure | None:
+        """Why the credential no longer stands; None while it does (or was judged less than a second ago).
+        Once it has failed it stays failed, counted and logged once."""
+        if self.failed is not None or not self.due():
+            return self.failed
+        assert self.auth is not None  # due() says so
+        now = self.clock()
+        failure = await self.auth.recheck(self.request)
+        if failure is None:
+            self.checked_at = now
+            return None
+        self.failed = failure
+        principal = request_principal(self.request)
+        log.info(
+            "open %s ended: its caller's credential no longer stands (%s)",
+            self.transport,
+            failure.reason,
+            extra={
+                "reason": failure.reason,
+                "transport": self.transport,
+                "caller": f"{principal.kind}:{principal.name}",
+                "path": self.request.rel_url.raw_path[:200],
+                "peer": self.request.remote,
+            },
+        )
+        return failure
