@@ -11,6 +11,11 @@ the next window opens; a window with nothing in it ends the quiet, and the slot'
 logged again. An attach from a host not seen before in this run of windows is logged as it comes, so a
 peer that keeps flapping hides no other host taking the slot; up to `HOSTS_NAMED` hosts per run are
 remembered (and named per window), attaches from further ones are counted.
+
+A leave that came with the loss of a broker's connection (`excuse`: an MQTT broker restarting takes
+every slot it carries with it) is not the slot's flapping: it is taken out of the slot's window, and
+the attach that follows it is written and is not a quick one. The broker's loss is warned of once on
+its own; counted here, each of its slots would be blamed on two providers pushing each other off.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ class _Window:
     unlogged: int = 0
     """Attach and leave lines not written in this window."""
     last_reason: str = ""
+    earlier_reason: str = ""
+    """The last reason before the latest leave, for when that leave is excused."""
     last_from: str = ""
     hosts: dict[str, int] = field(default_factory=dict)
     """Attaches in this window per host, for the first HOSTS_NAMED hosts."""
@@ -89,12 +96,17 @@ class SlotFlapLog:
         """Slots in a quiet window; one entry per slot, gone once a window passes with nothing in it."""
         self._quick: dict[str, float] = {}
         """Slots whose last quick attach (within an interval of a leave) opened no window yet, and when."""
+        self._excused: dict[str, float] = {}
+        """Slots whose last leave came with their broker's connection loss, and when it was excused."""
 
     def attached(self, slot: str, left_at: float | None, came_from: str, host: str = "") -> bool:
         """A provider attached to `slot` (whose last provider left at monotonic `left_at`, None if
         none has) from `host` (`came_from` when not given); True when the line is to be written."""
         host = host or came_from
+        excused = self._excused.pop(slot, None) is not None
         window = self._windows.get(slot)
+        if excused:
+            return True  # back after its broker's outage: written, neither counted nor a quick attach
         if window is not None:
             window.attaches += 1
             window.last_from = came_from
@@ -120,10 +132,7 @@ class SlotFlapLog:
         return True
 
     def _remember_quick(self, slot: str, now: float, interval: float) -> None:
-        if len(self._quick) >= QUICK_REMEMBERED:  # many slot names: forget the quick attaches that aged out
-            self._quick = {name: at for name, at in self._quick.items() if now - at < interval}
-        if len(self._quick) < QUICK_REMEMBERED:
-            self._quick[slot] = now
+        _remember(self._quick, slot, now, interval)
 
     def left(self, slot: str, reason: str) -> bool:
         """The provider of `slot` left for `reason`; True when the line is to be written."""
@@ -132,8 +141,21 @@ class SlotFlapLog:
             return True
         window.leaves += 1
         window.unlogged += 1
-        window.last_reason = reason
+        window.earlier_reason, window.last_reason = window.last_reason, reason
         return False
+
+    def excuse(self, slot: str) -> bool:
+        """The last leave of `slot` (which has no provider now) came with its broker's connection loss:
+        it is taken out of the slot's window, and the slot's next attach is not a quick one. True when
+        that leave's line was not written (it was counted in a window instead)."""
+        window = self._windows.get(slot)
+        counted = window is not None and window.leaves > 0
+        if window is not None and counted:
+            window.leaves -= 1
+            window.unlogged -= 1
+            window.last_reason = window.earlier_reason
+        _remember(self._excused, slot, self.clock(), self.interval_s())
+        return counted
 
     def close(self) -> None:
         """Stop every window's timer (the gateway is shutting down); what they counted is not written."""
@@ -141,6 +163,7 @@ class SlotFlapLog:
             window.timer.cancel()
         self._windows.clear()
         self._quick.clear()
+        self._excused.clear()
 
     def _open(self, slot: str, interval: float, known: set[str] | None = None) -> _Window:
         timer = asyncio.get_running_loop().call_later(interval, self._expire, slot, interval)
@@ -168,6 +191,17 @@ class SlotFlapLog:
             extra={"slot": slot, "fault": "flapping"},
         )
         self._open(slot, self.interval_s(), window.known)
+
+
+def _remember(slots: dict[str, float], slot: str, now: float, interval: float) -> None:
+    """Remember `slot` at `now` in `slots`, at most QUICK_REMEMBERED of them (a provider could make up
+    names): when full, the entries older than an interval are forgotten first, as they decide nothing."""
+    if len(slots) >= QUICK_REMEMBERED:
+        slots_kept = {name: at for name, at in slots.items() if now - at < interval}
+        slots.clear()
+        slots.update(slots_kept)
+    if len(slots) < QUICK_REMEMBERED or slot in slots:
+        slots[slot] = now
 
 
 def _times(count: int) -> str:

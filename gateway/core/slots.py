@@ -516,6 +516,23 @@ class SlotRegistry:
         # listeners rebuild from the live members and only announce a real change.
         self._membership_changed()
 
+    def left_with_broker(self, name: str, info: LinkInfo, reason: str | None = None) -> bool:
+        """The provider that the link described by `info` carried left slot `name` with its broker's
+        connection (an MQTT broker that stopped or was lost), or, given `reason`, just before it (its
+        will came as the broker closed): `reason` becomes the slot's leave reason, which not-connected
+        answers and provider_status show, and the leave does not count toward the slot's flap warning
+        (gateway/core/slot_flaps.py). False, and nothing changes, when the slot has had another provider since."""
+        slot = self.slots.get(name)
+        if slot is None or slot.session is not None or slot.last_link is not info:
+            return False
+        if reason is not None:
+            slot.last_disconnect_reason = reason
+        if self.flaps.excuse(name) or reason is not None:
+            log.info(
+                "provider left slot %s with its broker: %s", name, slot.last_disconnect_reason, extra={"slot": name}
+            )
+        return True
+
     def _membership_changed(self, noticed_slot: str | None = None) -> None:
         """Catalogs built from the ready slots rebuild; each announces a change of its own, and a
         change the provider of `noticed_slot` announced when that slot is part of it."""

@@ -27,7 +27,8 @@ The slots a broker carried are remembered (`slots_seen`, at most max_instances),
 provider_status names the broker and topic of a slot whose device left.
 
 While the broker is away every slot it carried is detached (pending callers get
-`Provider "<slot>" disconnected` at once, later ones `not connected`); after the reconnect the
+`Provider "<slot>" disconnected` at once, later ones `not connected`, both naming the broker's
+connection loss; these leaves do not count toward a slot's flap warning); after the reconnect the
 subscriptions are made again and the retained statuses and presences bring the slots back. A device
 whose announcement stands but whose slot is not served is attached again by its profile
 (mqtt_reattach.py), which hears of freed slots through the registry's membership listeners.
@@ -262,9 +263,12 @@ class MqttBroker:
         self.metrics.connected.labels(self.label).set(0)
         self.metrics.losses.labels(self.label).inc()
         self.subscribed = []
+        servers = list(self.mcp.by_server.values()) if self.mcp is not None else []
         for profile in (self.plain, self.mcp):
             if profile is not None:
                 profile.broker_lost(reason)
+        for server in servers:
+            server.left_with_broker()  # the broker's outage, not the slot's flapping (the plain profile's own)
 
     def message(self, message: InboundMessage) -> None:
         self.metrics.messages.labels(self.label, "in").inc()

@@ -58,6 +58,8 @@ class MqttLink:
         self.session: ProviderSession | None = None
         self.closed = False
         self.close_reason = ""
+        self.with_broker = False
+        """Its provider left with the broker's connection (`left_with_broker`), not on its own."""
         # A request is never delivered after the caller's deadline: the broker discards it (MQTT 5
         # message expiry; a board that was away reconnecting must not start a pump minutes later).
         self.expiry_s = math.ceil(broker.gateway.config.providers.request_timeout_ms / 1000)
@@ -128,6 +130,17 @@ class MqttLink:
             self.close_reason = reason
         if self.session is not None:
             self.session.link_lost(reason)
+
+    def left_with_broker(self, reason: str | None = None) -> None:
+        """The broker's connection was lost: this link's provider went with it (`lost` first), or, given
+        `reason`, left just before it (its will came as the broker closed). The slot's leave reason
+        becomes `reason`, and the leave is not counted as the slot flapping. A link whose slot is still
+        being attached is told again when the attach ends (the profile calls this once more)."""
+        self.with_broker = True
+        if reason is not None:
+            self.close_reason = reason
+        if self.session is not None:
+            self.broker.gateway.registry.left_with_broker(self.slot, self.info, reason)
 
     def deliver(self, topic: str, message: jsonrpc.Message) -> None:
         """Hand one decoded message to the session, or drop it when it is not one JSON-RPC message."""

@@ -26,7 +26,11 @@ is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. Th
   once when the board is heard from on `up` (mqtt_reattach.py). The board need not announce itself
   again; an empty status ends the attempts;
 - detaches every slot of a broker whose connection is lost; the retained statuses bring them back
-  once the gateway has reconnected and subscribed again.
+  once the gateway has reconnected and subscribed again. A broker stopped in an orderly way (mosquitto
+  on SIGTERM) publishes its boards' wills just before it closes the gateway's connection: a slot whose
+  status was emptied within WILLS_BEFORE_CLOSE_S before the loss is relabelled as left with the broker
+  (its leave reason names the broker's loss), and neither kind of leave counts toward the slot's flap
+  warning (gateway/core/slot_flaps.py).
 """
 
 from __future__ import annotations
@@ -48,6 +52,13 @@ from gateway.southbound.mqtt.link import BrokerContext, MqttLink
 from gateway.southbound.mqtt.reattach import RETRIED_REFUSALS, Reattach
 
 log = logging.getLogger("gateway.mqtt")
+
+WILLS_BEFORE_CLOSE_S = 2.0
+"""How long before the loss of a broker's connection an emptied status counts as the broker's closing
+(mosquitto publishes the wills of every board just before it closes the gateway's connection) rather
+than the board going offline. A board that really goes offline is detached at once all the same; only
+its leave reason and the flap warning's count change when its broker is lost within this time after."""
+LEFT_WITH_BROKER = "(the board's last will came as the broker closed)"
 
 
 def _device_id(hello: object) -> object:
@@ -113,6 +124,8 @@ class PlainProfile:
         """Links of another device's status for a slot whose link in `links` serves it: the core decides."""
         self.contests: dict[str, _Quiet] = {}
         """Slots whose refused newcomer was warned of (at most one warning per slot per repeat interval)."""
+        self.emptied: dict[str, tuple[float, PlainLink]] = {}
+        """Slots detached by an emptied status within WILLS_BEFORE_CLOSE_S, when, and the link that served them."""
         self.announced: dict[str, envelope.Registration] = {}
         """The standing (non-empty) status of each board (at most max_instances), so that a board whose
         slot is not served is attached again."""
@@ -134,8 +147,15 @@ class PlainProfile:
         claims, self.claims = self.claims, {}
         self.announced.clear()  # the retained statuses arrive again after the next subscription
         self.reattach.clear()
+        lost = f"MQTT broker {self.broker.label} {reason}"
         for link in [*claims.values(), *links.values()]:
-            link.lost(f"MQTT broker {self.broker.label} {reason}")
+            link.lost(lost)
+            link.left_with_broker()
+        emptied, self.emptied = self.emptied, {}
+        now = time.monotonic()
+        for at, link in emptied.values():
+            if now - at <= WILLS_BEFORE_CLOSE_S:
+                link.left_with_broker(f"{lost} {LEFT_WITH_BROKER}")
 
     def slot_of(self, topic: str) -> str | None:
         address = mqtt_topics.parse_plain(self.prefix, topic)
@@ -163,7 +183,10 @@ class PlainProfile:
 
     def _status(self, topic: str, slot: str, payload: bytes) -> None:
         if not payload:
+            served = self.links.get(slot)
             self._offline(slot, "device went offline: its status was emptied (its last will, or a clean shutdown)")
+            if served is not None:
+                self._emptied(slot, served)
             return
         message = jsonrpc.parse(payload, self.broker.gateway.config.limits.max_json_depth)
         registration = envelope.registration(message.body)
@@ -203,6 +226,18 @@ class PlainProfile:
             del self.links[slot]
             old.lost("a new status replaced the device's registration")
         self._attach(slot, registration)
+
+    def _emptied(self, slot: str, link: PlainLink) -> None:
+        """Remember that `link` was detached by an emptied status now: should the broker's connection be
+        lost within WILLS_BEFORE_CLOSE_S, the will was the broker's closing (`broker_lost`)."""
+        now = time.monotonic()
+        self.emptied.pop(slot, None)
+        self.emptied[slot] = (now, link)  # oldest first: what aged out, or is past max_instances, goes
+        while self.emptied and (
+            next(iter(self.emptied.values()))[0] < now - WILLS_BEFORE_CLOSE_S
+            or len(self.emptied) > self.broker.config.max_instances
+        ):
+            del self.emptied[next(iter(self.emptied))]
 
     def _offline(self, slot: str, reason: str) -> bool:
         """The board on `slot` is gone: no attempts again, its link detached now (True when it had one)."""
@@ -321,6 +356,8 @@ class PlainProfile:
         self.broker.slot_seen(link.slot, link.info.remote)
         if link.is_closed():  # the board went offline while the slot was being attached
             session.link_lost(link.close_reason)
+            if link.with_broker:
+                link.left_with_broker()
 
     def _warn_contest(self, link: PlainLink, holder_id: object, newcomer_id: object) -> None:
         """One warning per slot per logging.repeat_interval_s for a status refused because another MQTT
