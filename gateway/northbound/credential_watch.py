@@ -5,13 +5,15 @@ stream, the legacy SSE stream and a 2026-07-28 `subscriptions/listen` stream out
 so while one is open the entry gate's own check runs again on the request that opened it, with the
 verifiers and required scopes in force now (ClientAuth.recheck; a refusal is counted there, in
 mcpgw_auth_failures_total{reason}). It runs at most once per RECHECK_EVERY_S per connection: before a
-request on a WebSocket, before a write (a message or a keepalive) on a stream. Callers whose
+request or a frame on a WebSocket (and when it has been idle for limits.sse_keepalive_s), before a
+write (a message or a keepalive) on a stream. Callers whose
 connection is not judged again: anonymous ones (no [auth]: nobody to judge) and HMAC-signed ones (a
 signature vouches for one request and its nonce cannot be presented twice).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -44,6 +46,11 @@ def credential_gone(request_id: object, failure: AuthFailure) -> jsonrpc.JsonObj
     )
 
 
+def credential_gone_close_reason(failure: AuthFailure) -> str:
+    """The close reason of a raw WebSocket ended for its credential (never the credential)."""
+    return f"Credential no longer valid ({failure.reason}): reconnect with a valid credential"
+
+
 def credential_gone_comment(failure: AuthFailure) -> bytes:
     """The last line of a stream ended for its credential: an SSE comment, which every client skips
     (a notification the protocol does not define could confuse one), read by a person with curl."""
@@ -66,6 +73,8 @@ class CredentialWatch:
         self.clock = clock
         self.checked_at = clock()
         self.failed: AuthFailure | None = None
+        # A WebSocket's reader and writer may both ask at once: one judgement, counted and logged once.
+        self.judging = asyncio.Lock()
 
     @classmethod
     def of(cls, request: web.Request, transport: str) -> CredentialWatch:
@@ -81,13 +90,16 @@ class CredentialWatch:
         Once it has failed it stays failed, counted and logged once."""
         if self.failed is not None or not self.due():
             return self.failed
-        assert self.auth is not None  # due() says so
-        now = self.clock()
-        failure = await self.auth.recheck(self.request)
-        if failure is None:
-            self.checked_at = now
-            return None
-        self.failed = failure
+        async with self.judging:
+            if self.failed is not None or not self.due():
+                return self.failed  # judged while this caller waited
+            assert self.auth is not None  # due() says so
+            now = self.clock()
+            failure = await self.auth.recheck(self.request)
+            if failure is None:
+                self.checked_at = now
+                return None
+            self.failed = failure
         principal = request_principal(self.request)
         log.info(
             "open %s ended: its caller's credential no longer stands (%s)",

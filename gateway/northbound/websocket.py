@@ -17,12 +17,14 @@ be encoded as JSON never ends the write loop: an answer becomes its -32603 error
 dropped and counted (mcpgw_unencodable_messages_total).
 
 The credential the upgrade carried is judged again while the socket is open (CredentialWatch,
-gateway/northbound/credential_watch.py): before a request, at most once per RECHECK_EVERY_S, the
-entry gate's own check runs on the upgrade request with the verifiers and required scopes in force
-now. A revoked static token, an expired access token or a scope a reload took away gets its request
-answered with a -32001 error that says why, and the socket closed with 1008. An HMAC-signed upgrade
-is not judged again: a signature vouches for one request (its nonce cannot be presented twice), so
-the socket keeps it until it closes.
+gateway/northbound/credential_watch.py): before a request and before a frame the gateway writes, at
+most once per RECHECK_EVERY_S, the entry gate's own check runs on the upgrade request with the
+verifiers and required scopes in force now; a socket with nothing to send is judged each time
+limits.sse_keepalive_s passes, so one that only listens is not kept by its silence. A revoked static
+token, an expired access token or a scope a reload took away closes the socket with 1008 and ends
+the session: a request being read, or an answer being written, is answered with a -32001 error that
+says why; what else is queued is dropped. An HMAC-signed upgrade is not judged again: a signature
+vouches for one request (its nonce cannot be presented twice), so the socket keeps it until it closes.
 
 Route: `/<slot>` is a catch-all for one-segment paths, so it never sees the gateway's own one-segment
 routes (/healthz, /readyz, /metrics, /provider, /providers, /mcp, /groups, /mcp-servers): slots with
@@ -40,7 +42,7 @@ from aiohttp import WSMsgType, web
 
 from gateway.core import jsonrpc
 from gateway.core.gateway import Gateway
-from gateway.core.jsonrpc import Kind
+from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, close_reason
 from gateway.core.names import SlotNameError, decode_path_segment
 from gateway.core.routing import Target
@@ -49,9 +51,10 @@ from gateway.core.versions import DEFAULT_HEADERLESS_VERSION
 from gateway.http_answers import encode_refused, http_error
 from gateway.northbound import session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
-from gateway.northbound.credential_watch import CredentialWatch, credential_gone
+from gateway.northbound.credential_watch import CredentialWatch, credential_gone, credential_gone_close_reason
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal
 from gateway.policy.request_principal import request_principal
+from gateway.policy.verifier import AuthFailure
 from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big, peer_left
 
 log = logging.getLogger("gateway.northbound.websocket")
@@ -131,7 +134,7 @@ class ClientWebSockets:
                 f"No initialize within {timeout_s:g} s (limits.connections.handshake_timeout_s): send initialize first",
                 self.gateway.metrics,
             )
-            writer = asyncio.get_running_loop().create_task(self.write_loop(ws, channel))
+            writer = asyncio.get_running_loop().create_task(self.write_loop(ws, channel, watch))
             async for msg in ws:
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
                     message = jsonrpc.parse_client(msg.data, self.limits.max_json_depth)
@@ -140,10 +143,7 @@ class ClientWebSockets:
                     asks = message.kind is Kind.REQUEST or message.kind is Kind.BATCH
                     if asks and (failure := await watch.failure()) is not None:
                         channel.send(credential_gone(message.id, failure))
-                        ending = (
-                            CLOSE_POLICY,
-                            f"Credential no longer valid ({failure.reason}): reconnect with a valid credential",
-                        )
+                        ending = (CLOSE_POLICY, credential_gone_close_reason(failure))
                         break
                     channel.receive(message)
                     del message
@@ -173,12 +173,27 @@ class ClientWebSockets:
                         await ws.close(code=ending[0], message=close_reason(ending[1]).encode())
         return ws
 
-    async def write_loop(self, ws: web.WebSocketResponse, channel: ClientChannel) -> None:
+    async def write_loop(self, ws: web.WebSocketResponse, channel: ClientChannel, watch: CredentialWatch) -> None:
         """Send the session's messages in order; when the gateway ends the session, close the socket
-        with a reason (the client fell too far behind, or the gateway is shutting down)."""
+        with a reason (the client fell too far behind, the gateway is shutting down, or the caller's
+        credential no longer stands).
+
+        The credential is judged before a frame, at most once per RECHECK_EVERY_S (between judgements a
+        frame costs one time comparison), and each time limits.sse_keepalive_s passes with nothing to
+        send, so a socket that only listens is judged too."""
         outbox = channel.outbox
+        idle_s = self.limits.sse_keepalive_s
         try:
-            while (message := await outbox.get()) is not None:
+            while True:
+                message = await outbox.get(timeout=idle_s)
+                if message is None and outbox.closed:
+                    break
+                # A failure the read path found has queued its own -32001 answer: that one still goes out.
+                if watch.failed is None and watch.due() and (failure := await watch.failure()) is not None:
+                    await self.end_for_credential(ws, channel, message, failure)
+                    return
+                if message is None:
+                    continue  # idle: judged above, nothing to write
                 try:
                     data = orjson.dumps(message)
                 except orjson.JSONEncodeError as exc:
@@ -205,3 +220,16 @@ class ClientWebSockets:
             code, reason = CLOSE_GOING_AWAY, "Session ended by the gateway"
         with contextlib.suppress(Exception):
             await ws.close(code=code, message=close_reason(reason).encode())
+
+    async def end_for_credential(
+        self, ws: web.WebSocketResponse, channel: ClientChannel, message: JsonObject | None, failure: AuthFailure
+    ) -> None:
+        """End a socket whose credential no longer stands: drop what is queued, end the session (its
+        requests cancelled upstream), answer the request whose answer was about to go out with the
+        -32001 error the read path sends, and close with 1008."""
+        channel.outbox.close(drop=True)
+        await channel.close()
+        with contextlib.suppress(Exception):
+            if message is not None and "id" in message and "method" not in message:
+                await ws.send_frame(orjson.dumps(credential_gone(message["id"], failure)), WSMsgType.TEXT)
+            await ws.close(code=CLOSE_POLICY, message=close_reason(credential_gone_close_reason(failure)).encode())

@@ -1,9 +1,10 @@
 """A stream a client holds open is judged again: its credential revoked, the stream ends.
 
-The Streamable HTTP GET stream, the legacy SSE stream and a 2026-07-28 subscriptions/listen stream
-outlive the POST that the entry gate judged, so the gateway judges their credential again before it
-writes to them (gateway/northbound/credential_watch.py). Real gateway, real token file changed by
-`mcp-gateway token revoke`, real SDK servers as providers, raw aiohttp clients reading the bytes.
+The Streamable HTTP GET stream, the legacy SSE stream, a 2026-07-28 subscriptions/listen stream and a
+raw WebSocket outlive the request that the entry gate judged, so the gateway judges their credential
+again before it writes to them, and when one has been idle (gateway/northbound/credential_watch.py).
+Real gateway, real token file changed by `mcp-gateway token revoke`, real SDK servers as providers,
+raw aiohttp clients reading the bytes.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from gateway.northbound.credential_watch import RECHECK_EVERY_S
 from gateway.policy.token_files import create_token
 from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.integration.test_client_auth import REQUIRED, bearer, run_cli
-from tests.integration.test_http_session_era import RawSession, url_of
+from tests.integration.test_http_session_era import RawSession, pump_server, url_of
 from tests.integration.test_http_stateless_era import request, routing_headers
+from tests.integration.test_websocket_clients import call_sleep, connect
 from tests.support.servers import demo_server
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -253,3 +255,131 @@ async def test_an_idle_listen_stream_of_a_revoked_token_ends_within_the_keepaliv
     assert kept_stream.lines.count(b": keepalive") >= 2
     await kept_stream.close()
     await revoked_stream.close()
+
+
+# -- a raw WebSocket that only listens ----------------------------------------------------------
+
+
+class SocketReader:
+    """Every text frame one WebSocket receives, read in the background (which also answers the
+    gateway's pings) until the gateway closes it; `closing` is its close frame."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.messages: list[JsonObject] = []
+        self.closing: aiohttp.WSMessage | None = None
+        self.ended = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self.run())
+
+    async def run(self) -> None:
+        try:
+            while (frame := await self.ws.receive()).type is aiohttp.WSMsgType.TEXT:
+                self.messages.append(orjson.loads(frame.data))
+            self.closing = frame
+        finally:
+            self.ended.set()
+
+    async def call(self, request_id: int, method: str) -> JsonObject:
+        await self.ws.send_json({"jsonrpc": "2.0", "id": request_id, "method": method})
+        await wait_for(lambda: any(m.get("id") == request_id for m in self.messages), what=f"the answer to {method}")
+        return next(m for m in self.messages if m.get("id") == request_id)
+
+    async def close(self) -> None:
+        await self.ws.close()
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+async def initialized(http: aiohttp.ClientSession, server: GatewayServer, token: str) -> SocketReader:
+    ws, client = await connect(http, server, "pump-1", headers=bearer(token))
+    await client.initialize()
+    return SocketReader(ws)
+
+
+def closed_for_credential(socket: SocketReader) -> bool:
+    frame = socket.closing
+    return (
+        frame is not None
+        and frame.type is aiohttp.WSMsgType.CLOSE
+        and frame.data == 1008
+        and frame.extra == "Credential no longer valid (invalid): reconnect with a valid credential"
+    )
+
+
+async def test_a_revoked_token_closes_its_listening_websocket_instead_of_the_next_notification(
+    gateway_factory: GatewayFactory,
+    publishers: Publishers,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.northbound.credential_watch")
+    path, kept_token, revoked_token, ops = await tokens(tmp_path)
+    # Keepalives far apart: the notification, not an idle judgement, is what meets the revocation.
+    server = await gateway_factory(
+        auth={"token_files": [str(path)], "required_scopes": REQUIRED}, limits={"sse_keepalive_s": 60}
+    )
+    kept = await initialized(http, server, kept_token)
+    revoked = await initialized(http, server, revoked_token)  # from now on it only listens
+
+    assert await run_cli("token", "revoke", "hmi", "--file", str(path)) == 0
+
+    async def revoked_post() -> int:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        async with http.post(url_of(server, "pump-1"), json=body, headers=bearer(revoked_token)) as response:
+            return response.status
+
+    await until_refused(revoked_post)
+    failures_before = await auth_failures(http, server, ops)
+    await asyncio.sleep(RECHECK_EVERY_S + 0.2)  # past the staleness a judgement may have
+
+    await publishers.start(server, "pump-1", demo_server("pump-1"))
+    await wait_for(lambda: TOOLS_CHANGED in kept.messages, what="the standing token's socket to hear the attach")
+    await asyncio.wait_for(revoked.ended.wait(), 5)
+    assert revoked.messages == []  # not the tools/list_changed: nothing after the revocation was seen
+    assert closed_for_credential(revoked), revoked.closing
+    await wait_for(lambda: len(server.gateway.sessions.sessions) == 1, what="the revoked socket's session to end")
+    assert await auth_failures(http, server, ops) == failures_before + 1
+    records = stream_log_lines(caplog)
+    assert len(records) == 1 and "WebSocket" in records[0].getMessage()
+    assert all(revoked_token not in r.getMessage() and revoked_token not in str(r.__dict__) for r in caplog.records)
+
+    # The standing token's socket is untouched, well past a judgement.
+    await asyncio.sleep(RECHECK_EVERY_S + 0.2)
+    assert not kept.ended.is_set()
+    assert "result" in await kept.call(5, "tools/list")
+    await kept.close()
+    await revoked.close()
+
+
+async def test_an_idle_websocket_of_a_revoked_token_is_closed_within_the_keepalive_interval(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    path, kept_token, revoked_token, _ = await tokens(tmp_path)
+    keepalive_s = 0.5
+    server = await gateway_factory(
+        auth={"token_files": [str(path)], "required_scopes": REQUIRED}, limits={"sse_keepalive_s": keepalive_s}
+    )
+    cancelled: list[float] = []
+    await publishers.start(server, "pump-1", pump_server(cancelled))
+    kept = await initialized(http, server, kept_token)
+    revoked = await initialized(http, server, revoked_token)
+    await revoked.ws.send_json({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call_sleep(30)})
+    slot = server.gateway.registry.slots["pump-1"]
+    await wait_for(lambda: slot.live is not None and slot.live.in_flight == 1, what="the call to reach pump-1")
+
+    assert await run_cli("token", "revoke", "hmi", "--file", str(path)) == 0
+    # Nothing is sent to it: the idle judgement alone bounds how long it stays open (token files are
+    # looked at once a second, then a judgement is due within RECHECK_EVERY_S plus one idle wait).
+    await asyncio.wait_for(revoked.ended.wait(), 1.0 + RECHECK_EVERY_S + keepalive_s + 2.0)
+    assert revoked.messages == []
+    assert closed_for_credential(revoked), revoked.closing
+    await wait_for(lambda: cancelled == [30.0], what="its call to be cancelled upstream")
+    await wait_for(lambda: len(server.gateway.sessions.sessions) == 1, what="its session to end")
+
+    await asyncio.sleep(RECHECK_EVERY_S + 2 * keepalive_s)
+    assert not kept.ended.is_set()
+    assert "result" in await kept.call(5, "tools/list")
+    await kept.close()
+    await revoked.close()
