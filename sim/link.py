@@ -1,7 +1,8 @@
 """One simulated pump's link to the gateway: a WebSocket to `/provider/<slot>`, as the board dials it.
 
 The board's link loop (mcpdevice.provider) over aiohttp: dial, send the register frame (aggregate
-true, the hello), answer every frame with the pump's dispatcher, send the pump's telemetry beside the
+true, the hello), answer every frame with the pump's dispatcher (each connection empties its repeat
+cache: a new gateway session's ids may start over), send the pump's telemetry beside the
 answers (the board's own report task, docs/pump-1.md "Telemetry"), answer WebSocket pings (each frame
 and each ping feeds the pump's dead-man), drop a link silent for `silence_s`, and dial again after a
 jittered back-off (gateway.core.backoff.Backoff: between half the ceiling and the ceiling, which
@@ -361,6 +362,7 @@ class PumpLink:
                 self._refused = f"HTTP {exc.status} on the upgrade: {said or exc.message}"
             return False
         self._ws = ws
+        self.pump.new_link()  # a new WebSocket is a new gateway session: request ids may repeat
         self._up_at = time.monotonic()
         self.links += 1
         self.connected = True

@@ -115,6 +115,12 @@ class SimulatedPump:
         """A frame or a ping from the gateway: feeds the dead-man, as on the board."""
         self.controller.heard()
 
+    def new_link(self) -> None:
+        """A new WebSocket connection, a new gateway session whose request ids may start over: the
+        dispatcher's repeat cache is emptied, as the board's link loop does (Dispatcher.new_link).
+        MQTT and serial links never call it: their gateway never repeats an id."""
+        self.dispatcher.new_link()
+
     def handle(self, frame: bytes) -> bytes | None:
         return firmware.assemble(self.dispatcher.handle(frame))
 

@@ -158,10 +158,20 @@ async def test_a_repeated_request_id_is_answered_from_the_cache(
     status = (await link.call("get_status"))["structuredContent"]
     assert status["setpoint_rpm"] == 2000, "the replayed start must not run again"
 
-    # A new gateway session numbers its requests afresh: after initialize, brk-7 is a new request.
+    # A new initialize on the same link keeps the cache: a late redelivery still does not act.
+    await link.handshake()
+    after_initialize, _ = await link.exchange(start_1000)
+    assert after_initialize == first_raw
+    assert (await link.call("get_status"))["structuredContent"]["setpoint_rpm"] == 2000
+
+    # A new WebSocket is a new gateway session, which may number its requests from 1 again (as
+    # mcp-broker does): on it, brk-7 is a new request and is acted on.
+    await link.ws.close(code=1001, message=b"gateway restarting")
+    link = await fake_gateway.accept()
     await link.handshake()
     _, fresh = await link.exchange(start_1000)
     assert fresh["result"]["structuredContent"]["setpoint_rpm"] == 1000
+    assert (await link.call("get_status"))["structuredContent"]["setpoint_rpm"] == 1000, "the start acted"
 
 
 async def test_pings_are_answered_with_pongs(devices: DeviceFactory, fake_gateway: FakeGateway) -> None:

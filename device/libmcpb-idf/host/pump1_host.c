@@ -52,7 +52,12 @@ static void sleep_ms(uint32_t ms)
 typedef struct {
     mcpb_pump1_t *pumps;
     int count;
+    mcpb_way_t way;
+    const mcpb_port_t *port; /* for the duplicate lines */
+    const mcpb_slot_t *slots;
 } pumps_t;
+
+static pumps_t pump_set;
 
 /* Every frame from the gateway, WebSocket pings included, feeds the pumps' dead-man. */
 static void heard_all(void *ctx)
@@ -66,9 +71,37 @@ static void heard_all(void *ctx)
 
 static void on_event(void *ctx, const mcpb_link_event_t *event)
 {
-    /* The core logs every event; a board would drive its status LED from here. */
-    (void)ctx;
-    (void)event;
+    /* The core logs every event; a board would drive its status LED from here. A new WebSocket is
+     * a new gateway session whose ids may start over: the pumps forget their repeated answers. A
+     * serial line keeps them, as MQTT does: that gateway never repeats an id. */
+    pumps_t *pumps = (pumps_t *)ctx;
+    int i;
+    if (event->kind == MCPB_LINK_CONNECTED && pumps->way != MCPB_WAY_SERIAL) {
+        for (i = 0; i < pumps->count; i++) {
+            mcpb_pump1_new_link(&pumps->pumps[i]);
+        }
+    }
+}
+
+/* mcpb_pump1_handle, and with --verbose a debug line for a request answered from the repeat cache
+ * (the pump counts it and says nothing: its code is what a board flashes). */
+static int handle(void *ctx, const char *in, size_t in_len, char *out, size_t out_cap)
+{
+    static const char head[] = "{\"jsonrpc\":\"2.0\",\"id\":"; /* an answer's start, then its id */
+    mcpb_pump1_t *pump = (mcpb_pump1_t *)ctx;
+    uint32_t duplicates = mcpb_pump1_counts(pump)->duplicates;
+    int n = mcpb_pump1_handle(pump, in, in_len, out, out_cap);
+    if (mcpb_pump1_counts(pump)->duplicates != duplicates && n > (int)sizeof head) {
+        const char *id = out + sizeof head - 1, *end = id;
+        char line[200]; /* a slot name and an id of up to 64 bytes each */
+        while (end + 9 <= out + n && memcmp(end, ",\"result\"", 9) != 0) {
+            end++;
+        }
+        snprintf(line, sizeof line, "slot %s: duplicate_request, id %.*s answered from the cache",
+                 pump_set.slots[pump - pump_set.pumps].name, (int)(end - id > 64 ? 64 : end - id), id);
+        pump_set.port->log(pump_set.port->ctx, MCPB_LOG_DEBUG, line);
+    }
+    return n;
 }
 
 int main(int argc, char **argv)
@@ -86,7 +119,6 @@ int main(int argc, char **argv)
     mcpb_posix_t posix;
     mcpb_port_t port;
     mcpb_client_t client;
-    pumps_t pump_set;
     uint32_t last_tick;
     int i;
 
@@ -103,11 +135,13 @@ int main(int argc, char **argv)
         slots[i].name = args.slots[i];
         slots[i].aggregate = args.aggregate;
         slots[i].schema = mcpb_pump1_schema_hash();
-        slots[i].handler = mcpb_pump1_handle;
+        slots[i].handler = handle;
         slots[i].handler_ctx = &pumps[i];
     }
     pump_set.pumps = pumps;
     pump_set.count = args.slot_count;
+    pump_set.slots = slots;
+    pump_set.port = &port;
 
     memset(&posix, 0, sizeof(posix));
     posix.baud = args.baud;
@@ -126,6 +160,7 @@ int main(int argc, char **argv)
 
     memset(&config, 0, sizeof(config));
     config.way = args.serial ? MCPB_WAY_SERIAL : args.multiplex ? MCPB_WAY_WS_MULTIPLEX : MCPB_WAY_WS_DEDICATED;
+    pump_set.way = config.way;
     config.host = args.host;
     config.port = args.port;
     config.token = args.token[0] != '\0' ? args.token : NULL;
@@ -136,6 +171,7 @@ int main(int argc, char **argv)
     config.slots = slots;
     config.slot_count = (size_t)args.slot_count;
     config.on_event = on_event;
+    config.event_ctx = &pump_set;
     config.on_heard = heard_all;
     config.heard_ctx = &pump_set;
 

@@ -6,8 +6,10 @@
 # silently (calls finish at once, so `notifications/cancelled` has nothing to cancel); answers
 # anything else with a named JSON-RPC error and keeps serving. A `tools/call` whose id and bytes
 # repeat one of the last few calls is answered from a small cache of recent responses instead of
-# acting twice (MQTT QoS 1 redelivery);
-# `initialize` clears the cache, because a new gateway session numbers its requests afresh.
+# acting twice (MQTT QoS 1 redelivery, also after a new `initialize` on the same MQTT link). The
+# cache outlives `initialize` and is emptied by new_link(), which the WebSocket way calls for every
+# new connection: a gateway such as mcp-broker numbers requests from 1 per connection, while over
+# MQTT and serial the gateway never repeats an id within its process (docs/protocol.md).
 # Every object it writes is an OrderedDict made with keyword arguments, so that an answer's bytes are
 # the same on a board as under CPython (the simulator) and from the C board: MicroPython's dict
 # iterates in hash order, and json.dumps would write a plain dict's keys in that order.
@@ -31,6 +33,7 @@
 #     .handle(frame: bytes) -> bytes, a list of bytes (one frame in parts), or None
 #     .oversize(size, head: bytes) -> bytes      the answer to a frame too large to read; `head`
 #                                                (its first bytes) gives the request id when present
+#     .new_link()  empties the cache of answers: the transport's link is a new gateway session
 #     .counts      {"requests": n, "duplicates": n, "errors": n}
 # tool_budget(frame_max) -> int   the largest tool (compact bytes) one tools/list answer can carry
 # assemble(answer) -> bytes or None   one answer as a single bytes object (for CPython callers such as
@@ -148,7 +151,6 @@ class Dispatcher:
             return self._result(request_id, {})
         if method == "initialize":
             version = params.get("protocolVersion")
-            self._cache = []
             result = OrderedDict(
                 protocolVersion=version if version in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
                 capabilities=self.capabilities,
@@ -166,6 +168,9 @@ class Dispatcher:
             METHOD_NOT_FOUND,
             "Method not found: %s. This device answers initialize, ping, tools/list and tools/call" % method,
         )
+
+    def new_link(self):
+        self._cache = []
 
     def oversize(self, size, head):
         return self._error(
@@ -235,16 +240,13 @@ class Dispatcher:
     def _error(self, request_id, code, message):
         self.counts["errors"] += 1
         self._note("request_error", message)
-        answer = self._error_frame(request_id, code, message)
-        while len(answer) > self.frame_max and len(message) > 3:
+        while True:  # one method, not two: each method a class holds costs the boot's heap
+            error = OrderedDict(code=code, message=message)
+            answer = json.dumps(OrderedDict(jsonrpc="2.0", id=request_id, error=error), separators=_COMPACT).encode()
+            if len(answer) <= self.frame_max or len(message) <= 3:
+                return answer
             # A message quoting a long method or tool name is cut so that the answer fits the cap.
             message = message[: max(0, len(message) - (len(answer) - self.frame_max) - 3)] + "..."
-            answer = self._error_frame(request_id, code, message)
-        return answer
-
-    def _error_frame(self, request_id, code, message):
-        error = OrderedDict(code=code, message=message)
-        return json.dumps(OrderedDict(jsonrpc="2.0", id=request_id, error=error), separators=_COMPACT).encode()
 
     def _note(self, event, detail):
         # The first of a kind, then every hundredth: the counts carry the rest.

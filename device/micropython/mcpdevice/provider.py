@@ -2,7 +2,10 @@
 
 # Transport-independent: it takes a factory of transports with the interface described in
 # mcpdevice.websocket (connect, recv, send, close, describe; LinkClosed below when the peer closes),
-# so serial and MQTT transports plug in unchanged.
+# so serial and MQTT transports plug in unchanged. A transport whose connect() returns true (the
+# WebSocket) makes each link a new gateway session, and the dispatcher's repeat cache is emptied
+# (Dispatcher.new_link); serial and MQTT links keep it, so a redelivery after any reconnect or
+# `initialize` is still answered from it.
 # One request and one response are in memory at a time; the dispatcher answers synchronously.
 #
 # Liveness: every frame from the gateway, pings included, counts as contact (and is passed on to
@@ -127,7 +130,8 @@ class Provider:
                     await self.before_connect()
                 transport = self.make_transport()
                 self.transport = transport
-                await transport.connect()
+                if await transport.connect():  # a new gateway session: ids may repeat (WebSocket)
+                    self.dispatcher.new_link()
                 up = ticks_ms()
                 self.links += 1
                 self.connected = True

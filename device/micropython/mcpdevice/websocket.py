@@ -9,7 +9,10 @@
 #     await .connect()         open the link; raises mcpdevice.provider.Refused (an OSError: the
 #                              gateway answered the upgrade with an HTTP 4xx), OSError (not
 #                              reachable, handshake failed) or asyncio.TimeoutError naming the URL
-#                              (no answer within timeout_s)
+#                              (no answer within timeout_s). Returns True here: a new WebSocket is
+#                              a new gateway session whose request ids may start at 1 again, so the
+#                              provider empties the dispatcher's repeat cache; serial and MQTT
+#                              return None (their gateway never repeats an id)
 #     await .recv()            the next message as bytes; (size, head) for one over the frame cap;
 #                              None after a control frame. Every return means the gateway spoke.
 #     await .send(message)     bytes, or a list of parts sent as one message: bytes-like, or
@@ -107,6 +110,7 @@ class WebSocketTransport:
         except asyncio.TimeoutError:
             # The bare timeout says nothing; the log line should say what did not answer.
             raise asyncio.TimeoutError("no answer from %s within %s s" % (self.url, self.timeout_s)) from None
+        return True
 
     async def _open(self):
         secure = self.url.startswith("wss://")

@@ -14,6 +14,7 @@
  *     every message:   n = mcpb_pump1_handle(&pump, in, in_len, out, out_cap);
  *                      n > 0: send out[0..n); n == 0: nothing to send; n < 0: out holds less than -n
  *     a WebSocket ping from the gateway:  mcpb_pump1_heard(&pump);
+ *     a new WebSocket connection:         mcpb_pump1_new_link(&pump);  (not serial, not MQTT)
  *     a message over the frame cap:       mcpb_pump1_oversize(&pump, size, head, head_len, out, cap);
  *                                         (only with a transport of your own: libmcpb's client
  *                                         answers an oversize request itself, with the same text)
@@ -158,6 +159,14 @@ void mcpb_pump1_tick(void *pump, uint32_t now_ms);
 
 /* A sign of life from the gateway that is no message (a WebSocket ping): feeds the dead-man. */
 void mcpb_pump1_heard(void *pump);
+
+/*
+ * A new WebSocket connection (MCPB_LINK_CONNECTED on the dedicated or /providers way): a new
+ * gateway session, whose request ids may start at 1 again, so the repeat cache is emptied. Not on
+ * a serial line or MQTT: their gateway never repeats an id, and a redelivery after a reconnect or
+ * a new initialize must still be answered from the cache (mcpdevice's Dispatcher.new_link).
+ */
+void mcpb_pump1_new_link(void *pump);
 
 /* Nonzero while the drive stands still and nothing starts it without a new command. */
 int mcpb_pump1_at_rest(const mcpb_pump1_t *pump);

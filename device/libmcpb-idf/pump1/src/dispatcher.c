@@ -54,7 +54,6 @@ static void initialize(mcpb_pump1_t *pump, json_span_t id, json_span_t params, j
             version = protocol_versions[i];
         }
     }
-    pump->cache_used = 0; /* a new gateway session numbers its requests afresh */
     p1_rpc_result(pump, id, initialize_result, version, out);
 }
 

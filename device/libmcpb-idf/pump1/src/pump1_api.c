@@ -81,6 +81,11 @@ void mcpb_pump1_tick(void *pump_object, uint32_t now_ms)
     p1_pump_advance(pump);
 }
 
+void mcpb_pump1_new_link(void *pump_object)
+{
+    ((mcpb_pump1_t *)pump_object)->cache_used = 0;
+}
+
 void mcpb_pump1_heard(void *pump_object)
 {
     p1_pump_heard((mcpb_pump1_t *)pump_object);

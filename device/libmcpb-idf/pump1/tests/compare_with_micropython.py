@@ -3,7 +3,8 @@
 
     compare_with_micropython.py PUMP1_DUMP [-v]
 
-Runs the same scripted sessions (frames, ticks of a virtual clock, injected conditions) through
+Runs the same scripted sessions (frames, ticks of a virtual clock, injected conditions, the link
+events: every session starts with a new link, as a board's first connection) through
 the MicroPython dispatcher, tools and controller on the simulated hardware (the code the simulator
 runs, under CPython) and through the compiled C pump (pump1-dump --script), and compares every
 answer. Exit 0: all equal; 1: the first difference is printed. Needs only the standard library.
@@ -44,6 +45,8 @@ def run_micropython(steps, frame_max, deadman_s, dry_run_s):
             pump.tick()
         elif kind == "heard":
             pump.heard()
+        elif kind == "new_link":
+            rpc.new_link()
         elif kind == "inject":
             hardware.physics.inject(step[1])
         elif kind == "clear":
@@ -63,16 +66,25 @@ def run_c(dump, steps, frame_max, deadman_s, dry_run_s):
     for step in steps:
         kind = step[0]
         if kind == "tick":
-            lines.append("tick %d" % step[1])
+            lines.append(f"tick {step[1]}")
         elif kind in ("inject", "clear"):
-            lines.append("%s %s" % step)
-        elif kind == "heard":
-            lines.append("heard")
+            lines.append("{} {}".format(*step))
+        elif kind in ("heard", "new_link"):
+            lines.append(kind)
         elif kind == "frame":
             lines.append("frame " + step[1].hex())
         elif kind == "oversize":
-            lines.append("oversize %d %s" % (step[1], step[2].hex()))
-    command = [dump, "--script", "--frame-max", str(frame_max), "--deadman", str(deadman_s), "--dry-run", str(dry_run_s)]
+            lines.append(f"oversize {step[1]} {step[2].hex()}")
+    command = [
+        dump,
+        "--script",
+        "--frame-max",
+        str(frame_max),
+        "--deadman",
+        str(deadman_s),
+        "--dry-run",
+        str(dry_run_s),
+    ]
     out = subprocess.run(command, input="\n".join(lines) + "\n", capture_output=True, text=True, check=True).stdout
     return [line.encode() for line in out.split("\n")[:-1]]
 
@@ -98,40 +110,114 @@ def request(request_id, method, params=None):
 
 
 ODD_FRAMES = [
-    b"", b" ", b"{", b"[]", b"[1]", b"1", b'"x"', b"null", b"{}", b'{"id":1}', b'{"jsonrpc":"2.0","id":1}',
-    b'{"jsonrpc":"1.0","id":1,"method":"ping"}', b'{"jsonrpc":"2.0","id":null,"method":"ping"}',
-    b'{"jsonrpc":"2.0","id":true,"method":"ping"}', b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
-    b'{"jsonrpc":"2.0","id":-0,"method":"ping"}', b'{"jsonrpc":"2.0","id":1e2,"method":"ping"}',
+    b"",
+    b" ",
+    b"{",
+    b"[]",
+    b"[1]",
+    b"1",
+    b'"x"',
+    b"null",
+    b"{}",
+    b'{"id":1}',
+    b'{"jsonrpc":"2.0","id":1}',
+    b'{"jsonrpc":"1.0","id":1,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":null,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":true,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":-0,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":1e2,"method":"ping"}',
     b'{"jsonrpc":"2.0","id":"abc\\u00e9\\ud83d\\ude00\\ud800x","method":"ping"}',
-    '{"jsonrpc":"2.0","id":"r\u00e9\U0001F600","method":"ping"}'.encode(),
+    '{"jsonrpc":"2.0","id":"r\u00e9\U0001f600","method":"ping"}'.encode(),
     b'{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}',
-    b'{"jsonrpc":"2.0","method":"notifications/initialized"}', b'{"jsonrpc":"2.0","method":"x"}',
-    b'{"method":"notifications/cancelled"}', b'{"method":5}', b'{"result":{},"id":3}',
-    b'{"error":{"code":1,"message":"no"},"id":null}', b'{"method":null,"result":1}',
-    b'{"jsonrpc":"2.0","id":1,"method":"ping","params":[]}', b'{"jsonrpc":"2.0","id":1,"method":"ping","params":null}',
-    b'{"jsonrpc":"2.0","id":1,"method":"ping","params":"x"}', b'{"jsonrpc":"2.0","id":1,"id":"two","method":"ping"}',
-    b'\xef\xbb\xbf{"jsonrpc":"2.0","id":1,"method":"ping"}', b'{"jsonrpc":"2.0","id":1,"method":"ping"} x',
-    b'  {"jsonrpc" : "2.0" , "id" : 7 , "method" : "ping" }  \n', b'{"jsonrpc":"2.0","id":1,"method":"ping","x":NaN}',
-    b'{"jsonrpc":"2.0","id":1,"method":"p\xffing"}', b'{"jsonrpc":"2.0","id":1,"method":"p\x01"}',
+    b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+    b'{"jsonrpc":"2.0","method":"x"}',
+    b'{"method":"notifications/cancelled"}',
+    b'{"method":5}',
+    b'{"result":{},"id":3}',
+    b'{"error":{"code":1,"message":"no"},"id":null}',
+    b'{"method":null,"result":1}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping","params":[]}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping","params":null}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping","params":"x"}',
+    b'{"jsonrpc":"2.0","id":1,"id":"two","method":"ping"}',
+    b'\xef\xbb\xbf{"jsonrpc":"2.0","id":1,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping"} x',
+    b'  {"jsonrpc" : "2.0" , "id" : 7 , "method" : "ping" }  \n',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping","x":NaN}',
+    b'{"jsonrpc":"2.0","id":1,"method":"p\xffing"}',
+    b'{"jsonrpc":"2.0","id":1,"method":"p\x01"}',
     b'{"jsonrpc":"2.0","id":1,"method":"ping","x":' + b"[" * 14 + b"]" * 14 + b"}",
-    b'{"jsonrpc":"2.0","id":1,"method":"ping","x":01}', b'{"jsonrpc":"2.0","id":1,"method":"ping","x":1.}',
-    b'{"jsonrpc":"2.0","id":1,"method":"ping","x":"\\x"}', b'{"jsonrpc":"2.0","id":1,"method":"ping","x":"\\u12"}',
-    b'{"jsonrpc":"2.0","id":1,"method":"ping",}', b'{"jsonrpc":"2.0","id":1,"method":"ping"',
-    b'{"jsonrpc":"2.0","id":"a","method":"m\\u00e9n\\u00fc\\u0000\\n\\"\\/"}', b'{"jsonrpc":"2.0","id":2,"method":""}',
-    '{"jsonrpc":"2.0","id":2,"method":"caf\u00e9 \U0001F600"}'.encode(), b'{"jsonrpc":"2.\\u0030","id":1,"method":"ping"}',
-    b'{"jsonrpc":"2.0","id":1,"method":"pin\\u0067"}', b'{"jsonrpc":"2.0","id":1,"method":"resources/list"}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping","x":01}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping","x":1.}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping","x":"\\x"}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping","x":"\\u12"}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping",}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ping"',
+    b'{"jsonrpc":"2.0","id":"a","method":"m\\u00e9n\\u00fc\\u0000\\n\\"\\/"}',
+    b'{"jsonrpc":"2.0","id":2,"method":""}',
+    '{"jsonrpc":"2.0","id":2,"method":"caf\u00e9 \U0001f600"}'.encode(),
+    b'{"jsonrpc":"2.\\u0030","id":1,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":1,"method":"pin\\u0067"}',
+    b'{"jsonrpc":"2.0","id":1,"method":"resources/list"}',
 ]
 
-CURSORS = ["1", "4", "0", "5", "01", 1, None, "x", "", "-1", "1.0", {"a": [1, 2.5, "\u00e9", None, True]},
-           "99999999999999999999", "\u0661"]
+CURSORS = [
+    "1",
+    "4",
+    "0",
+    "5",
+    "01",
+    1,
+    None,
+    "x",
+    "",
+    "-1",
+    "1.0",
+    {"a": [1, 2.5, "\u00e9", None, True]},
+    "99999999999999999999",
+    "\u0661",
+]
 
 NAMES = [None, 5, "nope", "", {"b": 1, "a": 2}, [1.0, -0.0, 1e-7, 1e22, 1.5e16, 123456789.125, 0.0001, 0.00001]]
 
 SPEEDS = [
-    "null", '"1200"', "true", "false", "[]", "{}", '{"x":1}', "1200.5", "1200.0", "1.2e3", "12E2", "1e400", "-1e400",
-    "NaN", "-Infinity", "Infinity", "100", "5000", "5000.0", "1e20", "1.5e20", "-0", "-0.0", "299.99999999999999999",
-    "2900.0000000000001", "300", "2900", "2901", "299", "1e-7", "0.1", "-12.75", "123456789012345678901234567890",
-    "3e-400", "1450.25e1", '"\\u00e9"',
+    "null",
+    '"1200"',
+    "true",
+    "false",
+    "[]",
+    "{}",
+    '{"x":1}',
+    "1200.5",
+    "1200.0",
+    "1.2e3",
+    "12E2",
+    "1e400",
+    "-1e400",
+    "NaN",
+    "-Infinity",
+    "Infinity",
+    "100",
+    "5000",
+    "5000.0",
+    "1e20",
+    "1.5e20",
+    "-0",
+    "-0.0",
+    "299.99999999999999999",
+    "2900.0000000000001",
+    "300",
+    "2900",
+    "2901",
+    "299",
+    "1e-7",
+    "0.1",
+    "-12.75",
+    "123456789012345678901234567890",
+    "3e-400",
+    "1450.25e1",
+    '"\\u00e9"',
 ]
 
 
@@ -147,12 +233,25 @@ def rpc_session():
     steps.append(("frame", b'{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"cursor":"\\u0032"}}'))
     steps += [call(4, name) for name in NAMES]
     steps.append(("frame", b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{}}'))
-    steps.append(("frame", b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":{"b":1,"a":2,"b":[3,1e5]}}}'))
+    steps.append(
+        ("frame", b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":{"b":1,"a":2,"b":[3,1e5]}}}')
+    )
     for arguments in ([], "x", None, {}, 0):
-        steps.append(("frame", json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                                           "params": {"name": "get_status", "arguments": arguments}}).encode()))
+        steps.append(
+            (
+                "frame",
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 5,
+                        "method": "tools/call",
+                        "params": {"name": "get_status", "arguments": arguments},
+                    }
+                ).encode(),
+            )
+        )
     for number, speed in enumerate(SPEEDS):
-        steps.append(raw_call(100 + number, '{"speed_rpm":%s}' % speed))
+        steps.append(raw_call(100 + number, f'{{"speed_rpm":{speed}}}'))
         steps.append(("tick", 100 * (number + 1)))
     steps.append(raw_call(200, '{"speed_rpm":1200,"speed_rpm":5000}'))
     steps.append(raw_call(201, '{"speed_rpm":1200,"other\\u00e9":1}'))
@@ -173,16 +272,49 @@ def duplicate_session():
     start = call("brk-1", "start", {"speed_rpm": 1200})
     steps += [start, ("tick", 500), start, call("brk-1", "get_status"), start]
     for number in range(2, 8):
-        steps.append(call("brk-%d" % number, "get_status"))
+        steps.append(call(f"brk-{number}", "get_status"))
         steps.append(("tick", 500 + 100 * number))
     steps.append(start)  # evicted after four more calls: acts again
     steps.append(call(9, "stop"))
     steps.append(call(9, "stop"))
     steps.append(request(10, "initialize", {"protocolVersion": "2025-06-18"}))
-    steps.append(call(9, "stop"))  # the cache was emptied
+    steps.append(call(9, "stop"))  # the cache outlives initialize: answered from it
+    steps.append(("new_link",))
+    steps.append(call(9, "stop"))  # a new WebSocket emptied it: acts again
     steps.append(call(11, "nope"))
     steps.append(call(11, "nope"))
     return steps
+
+
+INITIALIZE = request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
+
+
+def new_link_session():
+    """A gateway's second initialize on the same link (MQTT after a missed heartbeat), then a new
+    WebSocket: a repeated call is answered from the cache after the first, acted on after the second."""
+    start = call("brk-7", "start", {"speed_rpm": 1200})
+    status = call("brk-8", "get_status")
+    steps = [("tick", 0), INITIALIZE, start, ("tick", 1000), call("brk-9", "stop"), ("tick", 5000)]
+    steps += [INITIALIZE, start, ("tick", 6000), status]  # the redelivery: cached, the pump stays stopped
+    steps += [("new_link",), INITIALIZE, start, ("tick", 7000), status]  # a new session's request: acted on
+    return steps
+
+
+def check_new_link(answers):
+    """What new_link_session must show, on both sides alike: the answers in their order."""
+    first_start, repeat, stopped_status, fresh_start, running_status = (
+        json.loads(answers[index]) for index in (1, 4, 5, 7, 8)
+    )
+    problems = []
+    if repeat != first_start:
+        problems.append("the start repeated after initialize was not answered from the cache")
+    if stopped_status["result"]["structuredContent"]["state"] != "stopped":
+        problems.append(f"the start repeated after initialize acted: {stopped_status}")
+    if fresh_start == first_start:  # its uptime differs when it acts
+        problems.append("the start after a new link was answered from the cache")
+    if running_status["result"]["structuredContent"]["state"] not in ("starting", "running"):
+        problems.append(f"the start after a new link did not act: {running_status}")
+    return problems
 
 
 def run_session():
@@ -255,7 +387,7 @@ def small_frame_session():
     steps.append(request("x" * 300, "tools/list", {"cursor": "4"}))
     steps.append(request(2, "m" * 3500))
     steps.append(request(3, "\u00e9" * 3300))
-    steps.append(request(4, "\U0001F600" * 600))
+    steps.append(request(4, "\U0001f600" * 600))
     steps.append(request(5, "\u0001" * 700 + "abc"))
     steps.append(request(6, "ab\ncd" * 700))
     steps.append(request("\u00e9" * 500, "ab\ncd" * 700))
@@ -278,9 +410,24 @@ def small_frame_session():
 
 def oversize_session():
     steps = [("tick", 0)]
-    heads = [b'{"jsonrpc":"2.0","id":"brk-7","method":"tools/call"', b'{"id": 42, "method"', b'{"id":42', b'{"id":4.5,',
-             b'{"id" :\t-3}', b'{"id":"a\\"b"', b'{"id":"open', b'{"method":"x"', b'', b'{"id":true,', b'{"id":-,',
-             b'{"id":00,', b'{"id" x', b'{"x":{"id":5,', b'{"id":\x0b7,', '{"id":"\u00e9",'.encode()]
+    heads = [
+        b'{"jsonrpc":"2.0","id":"brk-7","method":"tools/call"',
+        b'{"id": 42, "method"',
+        b'{"id":42',
+        b'{"id":4.5,',
+        b'{"id" :\t-3}',
+        b'{"id":"a\\"b"',
+        b'{"id":"open',
+        b'{"method":"x"',
+        b"",
+        b'{"id":true,',
+        b'{"id":-,',
+        b'{"id":00,',
+        b'{"id" x',
+        b'{"x":{"id":5,',
+        b'{"id":\x0b7,',
+        '{"id":"\u00e9",'.encode(),
+    ]
     for number, head in enumerate(heads):
         steps.append(("oversize", 5000 + number, head))
     return steps
@@ -289,6 +436,7 @@ def oversize_session():
 SESSIONS = [
     ("rpc", rpc_session, 4096, 90, 5),
     ("duplicates", duplicate_session, 4096, 90, 5),
+    ("new link", new_link_session, 4096, 90, 5),
     ("run", run_session, 4096, 900, 5),
     ("faults", fault_session, 4096, 90, 5),
     ("small frames", small_frame_session, 3300, 90, 5),
@@ -300,21 +448,24 @@ SESSIONS = [
 def main(dump, verbose):
     failed = False
     for name, make, frame_max, deadman_s, dry_run_s in SESSIONS:
-        steps = make()
+        steps = [("new_link",), *make()]
         expected = run_micropython(steps, frame_max, deadman_s, dry_run_s)
         got = run_c(dump, steps, frame_max, deadman_s, dry_run_s)
         frames = [step for step in steps if step[0] in ("frame", "oversize")]
         if len(got) != len(expected):
-            print("%s: %d answers from C, %d from MicroPython" % (name, len(got), len(expected)))
+            print(f"{name}: {len(got)} answers from C, {len(expected)} from MicroPython")
             failed = True
             continue
         differing = [index for index in range(len(got)) if got[index] != expected[index]]
-        print("%s: %d answers, %d differ" % (name, len(got), len(differing)))
+        print(f"{name}: {len(got)} answers, {len(differing)} differ")
         for index in differing[: (20 if verbose else 1)]:
-            print("  request:     %r" % (frames[index][-1][:300],))
-            print("  MicroPython: %s" % expected[index][:600].decode(errors="replace"))
-            print("  C:           %s" % got[index][:600].decode(errors="replace"))
+            print(f"  request:     {frames[index][-1][:300]!r}")
+            print("  MicroPython: {}".format(expected[index][:600].decode(errors="replace")))
+            print("  C:           {}".format(got[index][:600].decode(errors="replace")))
         failed = failed or bool(differing)
+        for problem in check_new_link(expected) if make is new_link_session else []:
+            print(f"  {problem}")
+            failed = True
     return 1 if failed else 0
 
 

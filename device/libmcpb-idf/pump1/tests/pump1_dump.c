@@ -6,7 +6,7 @@
  *   pump1-dump --script [--frame-max N] [--deadman S] [--dry-run S]
  *                              reads steps from stdin, one per line, and prints one line per
  *                              frame or oversize step (the answer; empty for none):
- *                                tick MS | heard | inject|clear dry_run|sensor_failure|overtemp
+ *                                tick MS | heard | new_link | inject|clear dry_run|sensor_failure|overtemp
  *                                frame HEX | oversize SIZE HEX
  */
 #include <stdio.h>
@@ -56,6 +56,8 @@ static int script(mcpb_pump1_t *pump)
             mcpb_pump1_tick(pump, (uint32_t)strtoul(line + 5, NULL, 10));
         } else if (strncmp(line, "heard", 5) == 0) {
             mcpb_pump1_heard(pump);
+        } else if (strncmp(line, "new_link", 8) == 0) {
+            mcpb_pump1_new_link(pump);
         } else if (strncmp(line, "inject ", 7) == 0) {
             mcpb_pump1_inject(pump, condition(line + 7));
         } else if (strncmp(line, "clear ", 6) == 0) {

@@ -217,12 +217,36 @@ static void a_repeated_call_is_answered_from_the_cache(void **state)
     ask(f, start);
     assert_string_not_equal(f->answer, first);
     assert_int_equal(mcpb_pump1_counts(&f->pump)->duplicates, 1);
-    /* initialize empties the cache */
+    /* a new WebSocket connection empties the cache */
     strcpy(first, f->answer);
-    ask(f, "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\"}");
+    mcpb_pump1_new_link(&f->pump);
     run_for(f, 500);
     ask(f, start);
     assert_string_not_equal(f->answer, first);
+    assert_int_equal(mcpb_pump1_counts(&f->pump)->duplicates, 1);
+}
+
+/* A gateway's new initialize on the same link (MQTT after a missed heartbeat) keeps the cache: a
+ * QoS 1 redelivery that arrives after it does not start a stopped pump again. */
+static void the_cache_outlives_initialize(void **state)
+{
+    const char *initialize = "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"initialize\"}";
+    const char *start = "{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"method\":\"tools/call\",\"params\":{\"name\":"
+                        "\"start\",\"arguments\":{\"speed_rpm\":1200}}}";
+    char first[ANSWER_CAP + 1];
+    F;
+    ask(f, initialize);
+    ask(f, start);
+    strcpy(first, f->answer);
+    run_for(f, 1000);
+    call_tool(f, 3, "stop", NULL);
+    run_for(f, 5000);
+    ask(f, initialize);
+    ask(f, start);
+    assert_string_equal(f->answer, first);
+    assert_int_equal(mcpb_pump1_counts(&f->pump)->duplicates, 1);
+    call_tool(f, 4, "get_status", NULL);
+    assert_answer_has(f, "\"structuredContent\":{\"state\":\"stopped\"");
 }
 
 static void a_long_message_is_cut_to_the_frame(void **state)
@@ -260,6 +284,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_small_out_buffer_gives_a_negative_length, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(an_oversize_frame_is_refused_with_its_id, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(a_repeated_call_is_answered_from_the_cache, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(the_cache_outlives_initialize, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(a_long_message_is_cut_to_the_frame, fixture_setup, fixture_teardown),
     };
     return cmocka_run_group_tests_name("pump1 rpc", tests, NULL, NULL);

@@ -80,6 +80,17 @@ static void heard(void *ctx)
     mcpb_pump1_heard(ctx);
 }
 
+#if !CONFIG_MCPB_TRANSPORT_SERIAL
+/* A new WebSocket is a new gateway session whose request ids may start over: the pump forgets its
+ * repeated answers. A serial line (and MQTT) keeps them: that gateway never repeats an id. */
+static void on_event(void *ctx, const mcpb_link_event_t *event)
+{
+    if (event->kind == MCPB_LINK_CONNECTED) {
+        mcpb_pump1_new_link(ctx);
+    }
+}
+#endif
+
 static void serve_link(void)
 {
     static mcpb_esp_t esp;
@@ -114,6 +125,8 @@ static void serve_link(void)
     config.host = url.host;
     config.port = url.port;
     config.token = CONFIG_MCPB_PROVIDER_TOKEN[0] != '\0' ? CONFIG_MCPB_PROVIDER_TOKEN : NULL;
+    config.on_event = on_event;
+    config.event_ctx = &pump;
 #endif
     config.device_id = device_id;
     config.firmware_name = MCPB_PUMP1_FIRMWARE_NAME;
