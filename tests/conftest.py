@@ -17,6 +17,7 @@ from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
 from gateway.publish import MultiplexedPublisher, Publisher
 from gateway.publish.sdk_bridge import SdkServer
+from tests.device.mqtt_harness import BrokerPeer
 from tests.support.mosquitto import Mosquitto
 from tests.support.southbound import Boards
 
@@ -165,3 +166,13 @@ async def mosquitto_factory(tmp_path: Any) -> AsyncIterator[MosquittoFactory]:
 async def mosquitto(mosquitto_factory: MosquittoFactory) -> Mosquitto:
     """An anonymous mosquitto on a free loopback port."""
     return await mosquitto_factory()
+
+
+@pytest.fixture
+async def peer(mosquitto: Mosquitto) -> AsyncIterator[BrokerPeer]:
+    """The gateway's stand-in on `mosquitto` (tests/device/mqtt_harness.py), subscribed before any board
+    connects."""
+    stand_in = BrokerPeer(mosquitto.port)
+    await stand_in.start()
+    yield stand_in
+    await stand_in.stop()

@@ -57,15 +57,6 @@ async def mqtt_devices(micropython: str, umqtt: Path, tmp_path: Path) -> AsyncIt
         await device.stop()
 
 
-@pytest.fixture
-async def peer(mosquitto: Mosquitto) -> AsyncIterator[BrokerPeer]:
-    """The gateway stand-in, subscribed before any board starts."""
-    stand_in = BrokerPeer(mosquitto.port)
-    await stand_in.start()
-    yield stand_in
-    await stand_in.stop()
-
-
 def broker_log(broker: Mosquitto) -> str:
     return broker.log_file.read_text(errors="replace")
 

@@ -32,7 +32,7 @@ from tests.device.telemetry_wire import (
     state_changes,
     traced,
 )
-from tests.device.test_device_mqtt import MqttDeviceFactory, board_on_peer, mqtt_devices, peer  # noqa: F401
+from tests.device.test_device_mqtt import MqttDeviceFactory, board_on_peer, mqtt_devices  # noqa: F401
 from tests.support.serial_ports import PtyPair
 
 Message = dict[str, Any]
@@ -267,7 +267,7 @@ async def test_telemetry_off_sends_nothing(devices: DeviceFactory, fake_gateway:
 
 
 async def test_telemetry_goes_up_the_mqtt_up_topic_beside_the_answers(
-    peer: BrokerPeer,  # noqa: F811
+    peer: BrokerPeer,
     mqtt_devices: MqttDeviceFactory,  # noqa: F811
 ) -> None:
     await board_on_peer(mqtt_devices, peer, telemetry={"sample_s": 0.5})

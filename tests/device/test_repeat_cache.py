@@ -5,11 +5,9 @@ link is answered from the cache without acting; over WebSocket a new connection 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-import pytest
 
 from tests.device.harness import FakeGateway
 from tests.device.mqtt_harness import BrokerPeer, publish_packet, publish_raw
@@ -21,15 +19,6 @@ SLOT = "pump-1"
 START_1000 = orjson.dumps(
     {"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": {"name": "start", "arguments": {"speed_rpm": 1000}}}
 )
-
-
-@pytest.fixture
-async def peer(mosquitto: Mosquitto) -> AsyncIterator[BrokerPeer]:
-    """The gateway stand-in, subscribed before any board starts."""
-    stand_in = BrokerPeer(mosquitto.port)
-    await stand_in.start()
-    yield stand_in
-    await stand_in.stop()
 
 
 async def redeliver_after_a_second_initialize(broker_port: int, peer: BrokerPeer) -> dict[str, Any]:

@@ -4,10 +4,7 @@ from the cache without acting; a new WebSocket connection, a new gateway session
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import orjson
-import pytest
 
 from sim.mqtt import MqttTarget
 from sim.simulator import Simulator, SimulatorSettings
@@ -26,15 +23,6 @@ START_1000 = orjson.dumps(
 def duplicates(simulator: Simulator) -> int:
     count: int = simulator.state(SLOT)["requests"]["duplicates"]
     return count
-
-
-@pytest.fixture
-async def peer(mosquitto: Mosquitto) -> AsyncIterator[BrokerPeer]:
-    """The gateway stand-in on the broker, subscribed before the simulator connects."""
-    stand_in = BrokerPeer(mosquitto.port)
-    await stand_in.start()
-    yield stand_in
-    await stand_in.stop()
 
 
 async def test_a_redelivery_after_a_second_initialize_on_mqtt_is_answered_from_the_cache(
