@@ -99,7 +99,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_logging(
         config.logging.level, config.logging.format, config.insecure_lan_open, config.logging.repeat_interval_s
     )
-    for warning in config_warnings(config):  # entries that load but no request can match
+    # Entries that load but no request can match; token files others can read.
+    for warning in [*config_warnings(config), *config.auth.token_file_warnings()]:
         logging.getLogger("gateway.config").warning("config: %s", warning)
     try:
         held = hold_state(config)  # one gateway per state directory and audit file (gateway/cli/state_lock.py)

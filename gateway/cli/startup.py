@@ -18,7 +18,8 @@ def startup_refusal(config: GatewayConfig) -> str | None:
 
     First the address to listen on (a mistyped host is named as such, not refused as a LAN bind without
     authentication), then the LAN-bind rule, then what start-up builds from the configuration in the
-    order `run` builds it: the event loop, telemetry (OTEL_* applied, its headers file read), the TLS
+    order `run` builds it: the event loop, telemetry (OTEL_* applied, its headers file read), the audit
+    file (one that can never hold the trail), the TLS
     pair, the client authentication verifiers (token and key files read) and the serial hot-plug
     backend. Each is the check the running gateway makes itself, called here first."""
     try:
@@ -46,6 +47,7 @@ def check_startup(config: GatewayConfig) -> None:
         resolve_telemetry(config.telemetry, os.environ)  # as gateway/telemetry/exporting.py resolves it
     except TelemetryConfigError as exc:
         raise ConfigError(str(exc)) from exc
+    check_audit_path(config)
     if config.tls.enabled:
         from gateway.policy.tls import ServerTls
 
@@ -57,6 +59,24 @@ def check_startup(config: GatewayConfig) -> None:
         from gateway.southbound.serial.hotplug import check_backend  # pyserial loads only with hot-plug on
 
         check_backend(config.serial.hotplug)
+
+
+def check_audit_path(config: GatewayConfig) -> None:
+    """ConfigError naming the [audit] path when the trail `run` would write (a [policy], audit on) can
+    never be kept there: the trail itself would only refuse every governed call."""
+    if config.policy is None or not config.audit.enabled:
+        return
+    from gateway.policy.audit.location import audit_path, unusable_audit_path
+
+    path = audit_path(config.audit)
+    why = unusable_audit_path(path)
+    if why is None:
+        return
+    if config.audit.path:
+        raise ConfigError(f"setting 'audit.path': {path} cannot hold the audit trail: {why}")
+    raise ConfigError(
+        f"the default audit file {path} (no [audit] path set) cannot hold the audit trail: {why}; or set [audit] path"
+    )
 
 
 EVERY_INTERFACE_HINT = "0.0.0.0 for every interface over IPv4, :: over IPv6; 127.0.0.1 or ::1 for this machine only"

@@ -45,12 +45,28 @@ def _is_configured(path: Path, configured: str | None) -> bool:
     return configured is not None and Path(configured).resolve() == path.resolve()
 
 
+def _check_mode(path: Path, command: str) -> None:
+    """The gateway's own rule for a token file (docs/security-auth.md): TokenFileError for one that is
+    not a regular file or that others can write; a warning on stderr for one others can read."""
+    from gateway.config.auth import token_file_readable_warning
+    from gateway.policy.token_files import check_token_file_mode
+
+    mode = path.stat().st_mode
+    check_token_file_mode(path, mode)
+    warning = token_file_readable_warning(path, mode)
+    if warning is not None:
+        written = " (this command writes it mode 0600)" if command != "list" else ""
+        print(f"mcp-gateway token {command}: warning: {warning}{written}", file=sys.stderr)
+
+
 def cmd_token_create(args: argparse.Namespace) -> int:
     """Create a random token for NAME, store only its SHA-256 in the token file, print it once."""
     from gateway.policy.token_files import TokenFileError, create_token
 
     path, configured = _token_file(args)
     try:
+        if path.exists():
+            _check_mode(path, "create")  # its warning; create_token refuses what the gateway refuses
         token = create_token(path, args.name, args.scope, replace=args.replace)
     except (TokenFileError, OSError) as exc:
         print(f"mcp-gateway token create: {exc}", file=sys.stderr)
@@ -73,11 +89,12 @@ def cmd_token_create(args: argparse.Namespace) -> int:
 
 
 def _entries_of(path: Path, command: str) -> list[Any] | None:
-    """The entries of the token file, checked as create checks it; None (the error printed) when it cannot be used."""
-    from gateway.policy.token_files import TokenFileError, check_owner_only, read_token_file
+    """The entries of the token file, checked as the gateway checks it; None (the error printed) when it
+    cannot be used."""
+    from gateway.policy.token_files import TokenFileError, read_token_file
 
     try:
-        check_owner_only(path, path.stat().st_mode)  # as create refuses it
+        _check_mode(path, command)
         return read_token_file(path)
     except FileNotFoundError:
         print(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import stat
+from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -22,6 +24,20 @@ BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 """JWT signature algorithms [auth.oauth] accepts: public-key ones only (the gateway holds no signing secret)."""
+
+
+def token_file_readable_warning(path: Path | str, mode: int) -> str | None:
+    """The warning for a token file (whose st_mode is `mode`) that users other than its owner can read,
+    or None. Such a file is used: it holds no token, only SHA-256 hashes of random 256-bit ones, which
+    cannot be turned back into a token. Its names and scopes show, though, and the hash of a token made
+    by hand (a short one) can be guessed offline, so it is named. A file others can write is refused
+    everywhere (gateway/policy/token_files.py): whoever writes it adds a token of their own."""
+    if not mode & (stat.S_IRGRP | stat.S_IROTH) or mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None  # private, or refused anyway
+    return (
+        f"token file {path} is readable by users other than its owner (mode {stat.S_IMODE(mode):04o}): it holds "
+        f"only token hashes, but its names and scopes show; run `chmod 600 {path}`"
+    )
 
 
 def check_sha256_hex(value: str, what: str) -> str:
@@ -209,6 +225,20 @@ class AuthConfig(Section):
             if not key:
                 raise ValueError("required_scopes: an empty key matches nothing; use a slot name or a pattern")
         return self
+
+    def token_file_warnings(self) -> list[str]:
+        """A warning for each token file others can read (token_file_readable_warning); a file that
+        cannot be looked at is the verifier's to refuse."""
+        warnings = []
+        for name in self.token_files:
+            try:
+                mode = Path(name).stat().st_mode
+            except (OSError, ValueError):
+                continue
+            warning = token_file_readable_warning(name, mode)
+            if warning is not None:
+                warnings.append(f"auth.token_files: {warning}")
+        return warnings
 
     @property
     def configured(self) -> bool:

@@ -6,7 +6,8 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 ENV_PREFIX = "MCP_GATEWAY_"
 ENV_CONFIG_FILE = "MCP_GATEWAY_CONFIG"
@@ -28,6 +29,49 @@ answers it, else initialize) or session (initialize only); see docs/protocol.md.
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
+MAX_DURATION_S = 30 * 86_400
+"""The longest any duration setting may be (30 days; its name ends in _s or _ms). Far above any sane
+timeout, interval or retention, and safe for everything that takes one: socket timeouts (at most about
+9.2e9 s), MQTT's 4-byte expiry, int conversions to milliseconds, timers."""
+MAX_DAYS = 36_500
+"""The longest a setting counted in days (its name ends in _days) may be: 100 years, far inside what a
+millisecond timestamp in SQLite holds."""
+
+
+def duration_ceiling(name: str) -> tuple[float, str] | None:
+    """The largest value of the setting `name` if it is a duration (by its unit suffix), with that
+    bound in words; None for other settings. A rate (`_per_s`) is not a duration."""
+    if name.endswith("_per_s"):
+        return None
+    if name.endswith("_ms"):
+        return MAX_DURATION_S * 1000, "30 days"
+    if name.endswith("_s"):
+        return MAX_DURATION_S, "30 days"
+    if name.endswith("_days"):
+        return MAX_DAYS, "100 years"
+    return None
+
+
+def check_duration(value: object, ceiling: tuple[float, str]) -> None:
+    """PydanticCustomError for a duration over its ceiling; a table of them (tool_timeouts_ms) entry by entry."""
+    entries = value.items() if isinstance(value, dict) else [(None, value)]
+    limit, words = ceiling
+    for entry, item in entries:
+        if isinstance(item, int | float) and not isinstance(item, bool) and item > limit:
+            where = "" if entry is None else f"entry {str(entry)[:64]!r}: "
+            raise PydanticCustomError(
+                "less_than_equal",
+                "{where}Input should be less than or equal to {le} ({words}: the longest a duration setting may be)",
+                {"where": where, "le": int(limit), "words": words},
+            )
+
+
+def rule_error(setting: str, message: str) -> PydanticCustomError:
+    """The error of a rule the whole configuration checks (a validator of GatewayConfig, whose errors
+    have no key of their own): it carries the dotted key of the setting to change, so the loader names
+    that key and where it came from."""
+    return PydanticCustomError("config_rule", "{message}", {"message": message, "setting": setting})
+
 
 class Section(BaseModel):
     # Strict: TOML, the environment's JSON and the flags all give typed values, so a value of another
@@ -35,6 +79,16 @@ class Section(BaseModel):
     # Python), `enabled = "yes"` is not true, `port = "3000"` is not a number. No inf or nan either: a
     # bound or an interval must be a finite number.
     model_config = ConfigDict(extra="forbid", validate_default=True, strict=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _bounded_duration(cls, value: object, info: ValidationInfo) -> object:
+        # Every duration, by its name, in every section (present and future): a finite value the
+        # config check accepts must also be one every timer, socket and conversion that uses it takes.
+        ceiling = duration_ceiling(info.field_name or "")
+        if ceiling is not None:
+            check_duration(value, ceiling)
+        return value
 
 
 def masked_url(url: str) -> str:

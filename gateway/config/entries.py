@@ -1,7 +1,8 @@
 """The allowed_hosts and allowed_origins lists checked entry by entry: every malformed entry is named in
 one error, and an entry no request can match (NeverMatches: a zone id, an IPv6 origin without brackets)
 loads as written, is ignored by the Host and Origin checks, and is warned of by `config check` and at
-the start of `run` (config_warnings), as are mcp-broker's MCP_BROKER_* variables (foreign_env.py)."""
+the start of `run` (config_warnings), as are mcp-broker's MCP_BROKER_* variables (foreign_env.py) and
+bounds that load but leave a part next to unusable (limits_warnings, mqtt_warnings)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any, Protocol
 
 from gateway.config.foreign_env import foreign_env_warnings, named_strings
 from gateway.config.hosts import NeverMatches, check_allowed_host
+from gateway.config.limits import LimitsConfig, limits_warnings
+from gateway.config.mqtt import MqttConfig, mqtt_warnings
 from gateway.config.origins import check_origin_entry
 
 
@@ -19,6 +22,8 @@ class _Lists(Protocol):
 
     allowed_hosts: list[str]
     allowed_origins: list[str]
+    limits: LimitsConfig
+    mqtt: MqttConfig
 
     def model_dump(self) -> dict[str, Any]: ...
 
@@ -56,12 +61,15 @@ def entry_warnings(entries: Iterable[str], check: Callable[[str], str]) -> list[
 
 
 def config_warnings(config: _Lists, environ: Mapping[str, str] | None = None) -> list[str]:
-    """What loads but does nothing: allowed_hosts and allowed_origins entries no request can match
-    (each message names the entry and what to write instead), and MCP_BROKER_* variables set in
-    `environ` (default: this process's) that the configuration does not name."""
+    """What loads but does nothing or next to nothing: allowed_hosts and allowed_origins entries no
+    request can match (each message names the entry and what to write instead), a max_body_bytes no
+    initialize fits in, a broker's max_backlog not above its max_instances, and MCP_BROKER_* variables
+    set in `environ` (default: this process's) that the configuration does not name."""
     environ = os.environ if environ is None else environ
     return [
         *entry_warnings(config.allowed_hosts, check_allowed_host),
         *entry_warnings(config.allowed_origins, check_origin_entry),
+        *limits_warnings(config.limits),
+        *mqtt_warnings(config.mqtt),
         *foreign_env_warnings(environ, named_strings(config.model_dump())),
     ]

@@ -10,6 +10,11 @@ from pydantic import Field, field_validator, model_validator
 from gateway.config.base import PositiveFloat, PositiveInt, Section
 from gateway.core.jsonrpc import MAX_DEPTH_CEILING
 
+MIN_MESSAGE_BYTES = 1024
+"""The smallest max_header_bytes and max_frame_bytes (and below which max_body_bytes is warned of): an
+MCP initialize takes 150 to 400 bytes, its answer more, and a request's line and headers (a bearer
+token, cookies) easily a few hundred; below it the gateway answers nothing useful, not even /healthz."""
+
 
 class RateBucketConfig(Section):
     """One token bucket: `rate_per_s` requests per second on average, `burst` at once after a quiet spell."""
@@ -87,8 +92,10 @@ class ConnectionLimitsConfig(Section):
     """A TLS handshake, a /providers socket's first slot claim and a client WebSocket's initialize must
     be done this long after connecting, else the connection is closed (WebSockets with 1008 and a reason).
     A board doing TLS in software over weak Wi-Fi takes seconds; its first frame follows at once."""
-    max_header_bytes: PositiveInt = 8190
-    """Longest request line, and longest header line; longer gets 400 (aiohttp's own bound)."""
+    max_header_bytes: Annotated[int, Field(ge=MIN_MESSAGE_BYTES)] = 8190
+    """Longest request line, and longest header line; longer gets 400 (aiohttp's own bound). At least
+    1024: a bearer token or a browser's headers fill a few hundred bytes, and below that every request,
+    /healthz included, would get 400."""
     max_headers: PositiveInt = 128
     """Most header lines in one request; more gets 400 (aiohttp's own bound)."""
 
@@ -106,10 +113,12 @@ class ConnectionLimitsConfig(Section):
 class LimitsConfig(Section):
     """Every bound the gateway enforces; all are explicit so an operator can see and change them."""
 
-    max_frame_bytes: PositiveInt = 1_048_576
-    """Largest WebSocket message a provider or client may send; larger ones close the link with 1009."""
+    max_frame_bytes: Annotated[int, Field(ge=MIN_MESSAGE_BYTES)] = 1_048_576
+    """Largest WebSocket message a provider or client may send; larger ones close the link with 1009. At
+    least 1024: a provider's initialize answer and tool list must fit in one."""
     max_body_bytes: PositiveInt = 4_194_304
-    """Largest HTTP request body; larger ones get HTTP 413."""
+    """Largest HTTP request body; larger ones get HTTP 413. Below 1024 (no initialize with a client's
+    capabilities fits) `config check` and `run` warn (limits_warnings)."""
     max_json_depth: Annotated[int, Field(ge=16, le=MAX_DEPTH_CEILING)] = 64
     """Deepest nesting of objects and arrays in a message from a client or a provider, on every way in;
     deeper ones are refused (-32600 to a client, dropped from a provider). At least 16 (a tool's input
@@ -212,3 +221,14 @@ class LimitsConfig(Section):
     def subscriptions_per_principal(self) -> int:
         """max_subscriptions_per_principal as it applies (filled in from max_subscriptions when unset)."""
         return self.max_subscriptions_per_principal or max(1, self.max_subscriptions // 4)
+
+
+def limits_warnings(limits: LimitsConfig) -> list[str]:
+    """What loads but leaves the gateway next to unusable: config_warnings (gateway/config/entries.py) reports it."""
+    if limits.max_body_bytes >= MIN_MESSAGE_BYTES:
+        return []
+    return [
+        f"limits.max_body_bytes = {limits.max_body_bytes}: every HTTP request with a longer body gets 413, and "
+        f"an MCP initialize with a client's capabilities is longer; give at least {MIN_MESSAGE_BYTES} "
+        "(the default is 4194304)"
+    ]

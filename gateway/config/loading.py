@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import copy
 import os
 import tomllib
@@ -95,10 +96,21 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str,
     return overrides, sources
 
 
+UTF8_BOM = codecs.BOM_UTF8
+
+
 def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML file at `path` as data; ConfigError naming the file when it cannot be read or parsed.
+
+    One leading UTF-8 byte order mark is skipped: Windows editors (Notepad, older Visual Studio) write
+    one, TOML editors accept it, and it is no character of the configuration."""
+    skipped = 0
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
+            raw = handle.read()
+        skipped = len(UTF8_BOM) if raw.startswith(UTF8_BOM) else 0
+        text = raw[skipped:].decode("utf-8")
+        return tomllib.loads(text)
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {path}: not found") from exc
     except PermissionError as exc:
@@ -106,8 +118,9 @@ def read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: invalid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
-        # TOML is UTF-8; tomllib decodes before it parses, so this is not a TOMLDecodeError.
-        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+        # TOML is UTF-8: a file in another encoding (Latin-1, UTF-16) is named as such, at its byte.
+        offset = exc.start + skipped
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {offset}); TOML files are UTF-8") from exc
     except OSError as exc:  # a directory, a name too long, ...
         raise ConfigError(f"config file {path}: not readable ({exc.strerror or exc})") from exc
 
@@ -158,7 +171,7 @@ def load_config(
         config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        key = _describe(first["loc"])
+        key = _error_key(first)
         raise ConfigError(_error_message(first, _origin_of(key, sources, file_label), env_sources, env_data)) from exc
     _check_overridden(file_data, file_overridden, lambda _key: file_label, env_sources, env_data)
     _check_overridden(
@@ -170,15 +183,55 @@ def load_config(
     return config
 
 
+def _error_key(error: Mapping[str, Any]) -> str:
+    """The dotted key an error is about: where it was found, or for a rule of the top level (found at
+    no key) the setting the rule names (gateway/config/base.py, rule_error)."""
+    return _describe(error["loc"]) or str((error.get("ctx") or {}).get("setting", ""))
+
+
+VALIDATOR_PREFIXES = ("Value error, ", "Assertion failed, ")
+"""What pydantic writes before a validator's own message: noise to a reader of a configuration error."""
+TABLE_ERRORS = frozenset({"model_type", "model_attributes_type", "dict_type"})
+
+
+def _wording(error: Mapping[str, Any]) -> str:
+    """The error's message in the configuration's terms: a validator's message without pydantic's
+    prefix, and a table given another value as `a table ([section])`, not pydantic's class name."""
+    message = str(error["msg"])
+    for prefix in VALIDATOR_PREFIXES:
+        message = message.removeprefix(prefix)
+    if error["type"] in TABLE_ERRORS:
+        loc = error["loc"]
+        names = ".".join(str(part) for part in loc if not isinstance(part, int))
+        header = f"[[{names}]]" if loc and isinstance(loc[-1], int) else f"[{names}]"
+        message = f"Input should be a table ({header}){_kind_given(error.get('input'))}"
+    return message
+
+
+def _kind_given(value: Any) -> str:
+    """What was given instead of a table, by its kind only (its text could be a misplaced secret)."""
+    if isinstance(value, bool):
+        return f", not the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return ", not a number"
+    if isinstance(value, str):
+        return ", not text"
+    if isinstance(value, list):
+        return ", not a list"
+    return ""
+
+
 def _error_message(
     error: Mapping[str, Any], origin: str, env_sources: Mapping[str, str], env_data: Mapping[str, Any]
 ) -> str:
-    key = _describe(error["loc"])
+    key = _error_key(error)
     if error["type"] == "extra_forbidden":
         return f"{origin}: unknown setting {key!r}; see docs/configuration.md"
+    if not key:  # a rule of the whole configuration that names no setting: its message says what
+        return f"{origin}: {_wording(error)}"
     from_environment = origin.startswith(ENV_SOURCE_PREFIX)
     hint = _env_list_hint(error, env_sources.get(key), env_data) or _given_type(error, from_environment)
-    return f"{origin}: setting {key!r}: {error['msg']}{hint}"
+    return f"{origin}: setting {key!r}: {_wording(error)}{hint}"
 
 
 def _check_overridden(
@@ -203,7 +256,7 @@ def _check_overridden(
             by = next((label for path, label in overridden.items() if loc[: len(path)] == path), None)
             if by is None:
                 continue
-            message = _error_message(error, origin(_describe(error["loc"])), env_sources, env_data)
+            message = _error_message(error, origin(_error_key(error)), env_sources, env_data)
             raise ConfigError(f"{message} (the {by} overrides it, but this value must be valid too)") from exc
 
 

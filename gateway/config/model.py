@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 
 from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
-from gateway.config.base import DEFAULT_PORT, Section, is_loopback_host, masked_url
+from gateway.config.base import DEFAULT_PORT, Section, is_loopback_host, masked_url, rule_error
 from gateway.config.entries import check_entries
 from gateway.config.groups import GROUP_NAME, GROUPS_SEPARATOR, RESERVED_GROUP_NAMES, GroupConfig, group_env_name
 from gateway.config.hosts import check_allowed_host, url_host
@@ -149,9 +149,10 @@ class GatewayConfig(Section):
         if self.slots.only_declared:
             for name in self.upstreams.names():
                 if name not in self.slots.declared:
-                    raise ValueError(
+                    raise rule_error(
+                        "slots.only_declared",
                         f"upstream {name!r}: slots.only_declared is true but the slot is not declared; "
-                        f"add [slots.declared.{name}]"
+                        f"add [slots.declared.{name}]",
                     )
         return self
 

@@ -61,7 +61,8 @@ class MqttBrokerConfig(Section):
     drop without stalling (EMQX); with mosquitto set its own max_packet_size instead (docs/mqtt-broker.md)."""
     max_backlog: PositiveInt = 10_000
     """Messages received and not yet handled by the event loop; past this they are dropped and counted
-    (backlog). Keep it above max_instances: the retained announcements arrive at once after each connect."""
+    (backlog). Keep it above max_instances: the retained announcements arrive at once after each connect
+    (`config check` and `run` warn of one that is not: mqtt_warnings)."""
     max_instances: PositiveInt = 4096
     """Announced devices known per broker (plain statuses, MCP server instances); more are dropped (refused)."""
     keepalive_s: Annotated[int, Field(ge=5, le=65535)] = 30
@@ -172,3 +173,15 @@ class MqttConfig(Section):
         if repeated:
             raise ValueError(f"each broker once (one connection per broker); repeated: {', '.join(repeated)}")
         return self
+
+
+def mqtt_warnings(mqtt: MqttConfig) -> list[str]:
+    """Brokers whose max_backlog is not above max_instances: loads (a bench may want a small backlog on
+    purpose), but the retained announcements after each connect can overflow it and devices go missing."""
+    return [
+        f"mqtt.brokers[{index}] ({broker.label}): max_backlog ({broker.max_backlog}) is not above max_instances "
+        f"({broker.max_instances}): the retained announcements that arrive at once after each connect can "
+        "overflow the backlog and be dropped (counted as backlog); raise max_backlog above max_instances"
+        for index, broker in enumerate(mqtt.brokers)
+        if broker.max_backlog <= broker.max_instances
+    ]

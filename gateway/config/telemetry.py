@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,12 +11,14 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from gateway.config.base import PositiveFloat, PositiveInt, Section, masked_url
+from gateway.config.base import MAX_DURATION_S, PositiveFloat, PositiveInt, Section, masked_url
 
 DEFAULT_SERVICE_NAME = "mcp-gateway"
 DEFAULT_ENDPOINT = "http://localhost:4318"
 """The OTLP/HTTP port on the same host, as the OpenTelemetry SDK defaults."""
 MAX_HEADERS_FILE_BYTES = 64 * 1024
+MAX_DURATION_MS = MAX_DURATION_S * 1000
+"""OTEL_EXPORTER_OTLP_TIMEOUT at most: the ceiling of every duration setting (export_timeout_ms too)."""
 
 ENV_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
@@ -23,6 +26,12 @@ ENV_SAMPLER = "OTEL_TRACES_SAMPLER"
 ENV_SAMPLER_ARG = "OTEL_TRACES_SAMPLER_ARG"
 ENV_SDK_DISABLED = "OTEL_SDK_DISABLED"
 ENV_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+ENV_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
+ENV_TIMEOUT = "OTEL_EXPORTER_OTLP_TIMEOUT"
+SIGNALS = ("traces", "metrics", "logs")
+"""The exporters' signals; each also reads OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT and _HEADERS."""
+HEADER_NAME_FORBIDDEN = ' \t()<>@,;\\"/[]?={}'
+"""Characters an HTTP header name (an RFC 9110 token) cannot hold."""
 SAMPLERS = (
     "always_on",
     "always_off",
@@ -82,7 +91,7 @@ class TelemetryConfig(Section):
     max_export_batch_size: PositiveInt = 512
     """Spans (or provider items) in one export request."""
     export_timeout_ms: PositiveInt = 10_000
-    """One export request, retries included."""
+    """One export request, retries included. Unset: OTEL_EXPORTER_OTLP_TIMEOUT, else 10 s."""
     metric_interval_ms: Annotated[int, Field(ge=1000)] = 30_000
     """How often the gateway's own OTLP metrics are sent."""
     providers: ProviderTelemetryConfig = Field(default_factory=ProviderTelemetryConfig)
@@ -116,6 +125,9 @@ class TelemetrySettings:
     ratio: float
     service_name: str
     config: TelemetryConfig
+    """[telemetry], with export_timeout_ms from OTEL_EXPORTER_OTLP_TIMEOUT when the key is unset."""
+    env_endpoints: tuple[tuple[str, str], ...] = ()
+    """(variable, URL) of the OTEL_EXPORTER_OTLP_(<SIGNAL>_)ENDPOINT variables set, when `endpoint` is None."""
 
     def signal_endpoint(self, signal: str) -> str | None:
         """The URL one signal ("traces", "metrics", "logs") is sent to (None: as the SDK resolves it)."""
@@ -124,7 +136,12 @@ class TelemetrySettings:
         return f"{self.endpoint.rstrip('/')}/v1/{signal}"
 
     def shown_endpoint(self) -> str:
-        return masked_url(self.endpoint) if self.endpoint is not None else "from OTEL_EXPORTER_OTLP_*"
+        """The endpoint for a log line: the URL (credentials masked), and the variable it came from."""
+        if self.endpoint is not None:
+            return masked_url(self.endpoint)
+        return ", ".join(f"{masked_url(url)} from {variable}" for variable, url in self.env_endpoints) or (
+            f"{DEFAULT_ENDPOINT}, the OTLP default"
+        )
 
 
 def read_headers_file(path: str) -> dict[str, str]:
@@ -171,13 +188,72 @@ def resolve_telemetry(config: TelemetryConfig, environ: Mapping[str, str]) -> Te
     endpoint = config.endpoint
     if endpoint is None and enabled and not env_endpoint:
         endpoint = DEFAULT_ENDPOINT
+    env_endpoints = _env_endpoints(environ) if enabled and endpoint is None else ()
     headers = read_headers_file(config.headers_file) if enabled and config.headers_file is not None else None
+    if enabled and headers is None:
+        _check_env_headers(environ)
+    if enabled and "export_timeout_ms" not in config.model_fields_set:
+        timeout_ms = _env_timeout_ms(environ)
+        if timeout_ms is not None:
+            config = config.model_copy(update={"export_timeout_ms": timeout_ms})
     if config.sampling_ratio is not None:
         sampler, ratio = "parentbased_traceidratio", config.sampling_ratio
     else:
         sampler, ratio = _env_sampler(environ)
     service_name = config.service_name or _flag(environ, ENV_SERVICE_NAME) or DEFAULT_SERVICE_NAME
-    return TelemetrySettings(enabled, endpoint, headers, sampler, ratio, service_name, config)
+    return TelemetrySettings(enabled, endpoint, headers, sampler, ratio, service_name, config, env_endpoints)
+
+
+def _env_endpoints(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The OTLP endpoint variables the exporters read, each checked as [telemetry] endpoint is."""
+    names = (ENV_ENDPOINT, *(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT" for signal in SIGNALS))
+    found = []
+    for name in names:
+        url = _flag(environ, name)
+        if not url:
+            continue
+        if not url.startswith(("http://", "https://")):
+            raise TelemetryConfigError(
+                f"{name}={masked_url(url)[:80]!r}: give an http:// or https:// URL of an OTLP/HTTP collector"
+            )
+        found.append((name, url))
+    return tuple(found)
+
+
+def _check_env_headers(environ: Mapping[str, str]) -> None:
+    """OTEL_EXPORTER_OTLP_(<SIGNAL>_)HEADERS as the OTLP exporter specification writes them:
+    `name=value,name2=value2` (values percent-encoded). The exporter itself skips a malformed item with
+    a log line that quotes it; the item may hold a secret, so it is refused here by its number only."""
+    for name in (ENV_HEADERS, *(f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS" for signal in SIGNALS)):
+        text = environ.get(name, "")
+        for number, item in enumerate(text.split(","), start=1):
+            if not item.strip():
+                continue
+            key, equals, _ = item.partition("=")
+            key = key.strip()
+            if not equals or not key or not key.isascii() or any(char in key for char in HEADER_NAME_FORBIDDEN):
+                raise TelemetryConfigError(
+                    f"{name}: item {number} is not name=value; write the headers as name=value,name2=value2 "
+                    "(values percent-encoded), or use [telemetry] headers_file"
+                )
+
+
+def _env_timeout_ms(environ: Mapping[str, str]) -> int | None:
+    """OTEL_EXPORTER_OTLP_TIMEOUT in milliseconds (as the OTLP exporter specification defines it),
+    within export_timeout_ms's bounds; None when unset."""
+    text = _flag(environ, ENV_TIMEOUT)
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 1 <= value <= MAX_DURATION_MS):
+        raise TelemetryConfigError(
+            f"{ENV_TIMEOUT}={text[:40]!r}: give the export timeout in milliseconds, 1 to {MAX_DURATION_MS} "
+            "(or set [telemetry] export_timeout_ms)"
+        )
+    return round(value)
 
 
 def _env_sampler(environ: Mapping[str, str]) -> tuple[str, float]:

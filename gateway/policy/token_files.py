@@ -10,7 +10,8 @@ A token file is TOML and holds no token, only what is needed to recognise one:
 
 The token itself is printed once at creation and never stored. Files are written atomically (a
 temporary file in the same directory, then rename) with mode 0600, so a reader never sees half a
-file and nobody but the owner can read the hashes.
+file and nobody but the owner can read the hashes. A file others can write is refused (whoever writes
+it adds a token); one others can read is used, with a warning.
 """
 
 from __future__ import annotations
@@ -173,23 +174,21 @@ def write_atomically(path: Path, text: str) -> None:
             os.close(dir_fd)
 
 
-def check_owner_only(path: Path, mode: int) -> None:
-    """TokenFileError unless `path` (whose st_mode is `mode`) is a regular file only its owner can
-    read or write: the hashes are for the owner's eyes only, so create, list and revoke refuse it."""
+def check_token_file_mode(path: Path, mode: int) -> None:
+    """TokenFileError unless `path` (whose st_mode is `mode`) is a regular file nobody but its owner can
+    write (check_not_writable_by_others): the gateway's rule, which create, list and revoke follow. A
+    file others can read is used: it holds hashes of random tokens, not tokens (the warning is
+    gateway.config.auth.token_file_readable_warning's)."""
     if not stat.S_ISREG(mode):
         raise TokenFileError(f"token file {path}: not a regular file")
-    if mode & 0o077:
-        raise TokenFileError(
-            f"token file {path}: readable or writable by users other than its owner "
-            f"(mode {stat.S_IMODE(mode):04o}); run `chmod 600 {path}` first"
-        )
+    check_not_writable_by_others(path, mode)
 
 
 def create_token(path: Path, name: str, scopes: list[str], *, replace: bool = False) -> str:
     """Add a new random token for `name` to the token file at `path` and return the token.
 
-    Refuses (TokenFileError) a file others can read or write, a name already present unless
-    `replace`, and invalid names or scopes. Only the token's SHA-256 is written.
+    Refuses (TokenFileError) a file others can write, a name already present unless `replace`, and
+    invalid names or scopes. Only the token's SHA-256 is written, in a file of mode 0600.
     """
     entries: list[TokenEntry] = []
     try:
@@ -197,7 +196,7 @@ def create_token(path: Path, name: str, scopes: list[str], *, replace: bool = Fa
     except FileNotFoundError:
         mode = None
     if mode is not None:
-        check_owner_only(path, mode)
+        check_token_file_mode(path, mode)
         entries = read_token_file(path)
     existing = [entry for entry in entries if entry.name == name]
     if existing and not replace:

@@ -215,7 +215,7 @@ def test_public_url_must_be_an_http_url_with_a_host(tmp_path: Path, url: str, me
     path = write(tmp_path, f"public_url = {url!r}\n")
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ={})
-    assert str(caught.value).startswith(f"config file {path}: setting 'public_url': Value error, ")
+    assert str(caught.value).startswith(f"config file {path}: setting 'public_url': ")
     assert message in str(caught.value)
     assert "secret" not in str(caught.value)
 

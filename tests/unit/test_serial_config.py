@@ -139,7 +139,7 @@ def test_one_tty_named_twice_through_a_link_is_refused_naming_both(tmp_path: Pat
     with pytest.raises(ConfigError) as refused:
         load_config(None, environ={}, flags={"serial": {"ports": [{"path": str(by_id)}, {"path": str(tty)}]}})
     assert str(refused.value) == (
-        f"command-line flag for serial: setting 'serial': Value error, serial.ports[0] {str(by_id)!r} and "
+        f"command-line flag for serial: setting 'serial': serial.ports[0] {str(by_id)!r} and "
         f"serial.ports[1] {str(tty)!r} are the same port ({tty}); each serial port once: keep one entry"
     )
     # From the file and a flag alike (run --serial adds to the file's ports).

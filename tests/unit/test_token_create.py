@@ -100,18 +100,29 @@ def test_a_duplicate_name_is_refused_unless_replace(tmp_path: Path, capsys: pyte
     assert entries[0].sha256 == hashlib.sha256(out.strip().encode()).hexdigest() != first
 
 
-@pytest.mark.parametrize("mode", [0o644, 0o640, 0o620, 0o606])
-def test_a_file_others_can_read_or_write_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: int
-) -> None:
+@pytest.mark.parametrize("mode", [0o620, 0o606, 0o664])
+def test_a_file_others_can_write_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: int) -> None:
     path = tmp_path / "tokens.toml"
     create(capsys, "scada", "--file", str(path))
     os.chmod(path, mode)
     before = path.read_bytes()
     code, out, err = create(capsys, "hmi", "--file", str(path))
     assert code == 2 and out == ""
-    assert "chmod 600" in err
+    assert "writable by users other than its owner" in err and "chmod 600" in err
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640])
+def test_a_file_others_can_only_read_is_used_with_a_warning_and_written_0600(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: int
+) -> None:
+    path = tmp_path / "tokens.toml"
+    create(capsys, "scada", "--file", str(path))
+    os.chmod(path, mode)
+    code, out, err = create(capsys, "hmi", "--file", str(path))
+    assert code == 0 and out.strip()
+    assert "warning: token file" in err and "readable by users other than its owner" in err
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 @pytest.mark.parametrize(

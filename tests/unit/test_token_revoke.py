@@ -103,14 +103,14 @@ def test_list_shows_names_scopes_and_creation_never_a_hash(path: Path, capsys: p
 
 
 @pytest.mark.parametrize("command", [["revoke", "scada"], ["list"]])
-def test_a_file_others_can_read_or_a_missing_file_is_refused(
+def test_a_file_others_can_write_or_a_missing_file_is_refused(
     path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
-    os.chmod(path, 0o640)
+    os.chmod(path, 0o660)
     before = path.read_bytes()
     code, out, err = token(capsys, *command, "--file", str(path))
     assert (code, out) == (2, "")
-    assert "chmod 600" in err
+    assert "writable by users other than its owner" in err and "chmod 600" in err
     assert path.read_bytes() == before
     missing = path.parent / "missing.toml"
     code, out, err = token(capsys, *command, "--file", str(missing))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -41,3 +42,40 @@ def ensure_directory(directory: Path) -> None:
         missing.append(candidate)
     for candidate in reversed(missing):
         candidate.mkdir(mode=0o700, exist_ok=True)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file (https://sqlite.org/fileformat.html)."""
+
+
+def unusable_audit_path(path: Path) -> str | None:
+    """Why `path` can never hold the audit trail, or None. Only what no waiting mends is named: a
+    directory, a part of its directory that is a file, something other than a regular file, a file
+    that is not SQLite. A missing directory is created at start; a read-only or full disk, or a file
+    SQLite finds damaged inside, is a run-time condition the trail reports and recovers from (fail
+    closed), so those are not judged here. An empty file is a new database to SQLite."""
+    try:
+        info = path.stat()
+    except NotADirectoryError:
+        blocker = next((part for part in reversed(path.parents) if part.exists() and not part.is_dir()), None)
+        named = f"{blocker} is a file, not a directory" if blocker is not None else "a part of it is not a directory"
+        return f"{named}; name a file in a directory"
+    except (OSError, ValueError):  # missing (created at start), no permission (the trail says so), a NUL
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return f"it is a directory; name a file in it, e.g. {path / FILE_NAME}"
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a regular file (a device, a pipe or a socket); name a file"
+    if info.st_size == 0:
+        return None
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError:
+        return None  # not readable now: the trail reports it, and recovers when it can be read
+    if header != SQLITE_HEADER:
+        return (
+            "it is not an SQLite database (the file does not start with SQLite's header); move it aside, "
+            "or name another file: the gateway starts a new trail where none is"
+        )
+    return None

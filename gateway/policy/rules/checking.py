@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import re
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
@@ -61,15 +62,19 @@ def where(*parts: str | int) -> str:
 def read_policy_file(path: str | Path) -> dict[str, Any]:
     """The TOML of a policy file; PolicyError naming the file when it cannot be read."""
     source = f"policy file {path}"
+    skipped = 0
     try:
         with Path(path).open("rb") as handle:
-            return tomllib.load(handle)
+            raw = handle.read()
+        # One leading byte order mark skipped, as in the configuration (Windows editors write one).
+        skipped = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
+        return tomllib.loads(raw[skipped:].decode("utf-8"))
     except FileNotFoundError as exc:
         raise PolicyError(["not found"], source) from exc
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError([f"invalid TOML: {exc}"], source) from exc
     except UnicodeDecodeError as exc:
-        raise PolicyError([f"not UTF-8 text (byte {exc.start}); TOML files are UTF-8"], source) from exc
+        raise PolicyError([f"not UTF-8 text (byte {exc.start + skipped}); TOML files are UTF-8"], source) from exc
     except OSError as exc:  # not readable, a directory, ...
         raise PolicyError([f"not readable ({exc.strerror or exc})"], source) from exc
 
