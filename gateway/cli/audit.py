@@ -293,10 +293,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if note is not None:
             print(note, file=sys.stderr)
     if cut:
-        print(
-            f"mcp-gateway audit: only the newest {limit} matching records are shown; --limit N for more",
-            file=sys.stderr,
-        )
+        shown = "the newest matching record is" if limit == 1 else f"the newest {limit} matching records are"
+        more = "a larger --limit" if args.limit is not None else "--limit N"
+        print(f"mcp-gateway audit: only {shown} shown; {more} for more", file=sys.stderr)
     return 0
 
 

@@ -100,7 +100,7 @@ def test_output_cut_by_a_limit_says_so_on_stderr(
     assert code == 0
     lines = out.splitlines()
     assert len(lines) == (11 if format_ != "jsonl" else 10)  # a header, then the newest ten, oldest first
-    assert "only the newest 10 matching records are shown; --limit N for more" in err
+    assert "only the newest 10 matching records are shown; a larger --limit for more" in err
     if format_ == "jsonl":
         assert [orjson.loads(line)["id"] for line in lines] == list(range(996, 1006))
     code, out, err = run(capsys, "--path", str(big_trail), "--format", format_, "--limit", "1005")
@@ -110,7 +110,13 @@ def test_output_cut_by_a_limit_says_so_on_stderr(
 def test_the_table_shows_the_newest_thousand_by_default(big_trail: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "--path", str(big_trail))
     assert code == 0 and len(out.splitlines()) == 1001
-    assert "only the newest 1000 matching records are shown" in err
+    assert "only the newest 1000 matching records are shown; --limit N for more" in err
+
+
+def test_a_cut_to_one_record_says_record(big_trail: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--path", str(big_trail), "--format", "jsonl", "--limit", "1")
+    assert code == 0 and len(out.splitlines()) == 1
+    assert "only the newest matching record is shown; a larger --limit for more" in err
 
 
 def test_the_table_names_the_utc_offset_of_its_local_times(
