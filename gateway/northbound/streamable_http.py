@@ -756,7 +756,7 @@ class StreamableHttpEndpoint:
     @staticmethod
     def honored_filter(target: Target, wanted: JsonObject) -> JsonObject:
         """The part of `wanted` this endpoint delivers: a list-change kind only where its capability
-        says `listChanged: true` (`_broker`'s tools do not change, for one), resource updates only
+        says `listChanged: true` (not `_broker`'s without a policy, for one), resource updates only
         where `resources.subscribe` is true."""
         caps = target.capabilities()
         honored: JsonObject = {}

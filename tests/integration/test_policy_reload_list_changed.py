@@ -1,5 +1,5 @@
 """A policy reload that changes what a caller may see tells every listening session its tools changed:
-SDK clients holding a GET stream on a slot, on `_all` and on a tool group hear
+SDK clients holding a GET stream on a slot, on `_all`, on a tool group and on `_broker` hear
 `notifications/tools/list_changed` and then list only what the new policy lets them see; a reload that
 reads the same rules again tells nobody."""
 
@@ -22,6 +22,7 @@ from tests.integration.test_reload import AGENT_OLD, Reloadable, pumps, reloadab
 __all__ = ["reloadable"]  # the fixture, used by name
 
 ENDPOINTS = ("/pump-1/mcp", "/_all/mcp", "/mcp")
+LISTENING = (*ENDPOINTS, "/_broker/mcp")  # _broker's tools are filtered by the policy too
 CONTROL_TOOLS = {"start", "set_speed", "stop", "reset_fault"}
 
 
@@ -62,7 +63,7 @@ async def test_a_policy_reload_that_hides_a_tool_tells_every_listening_session(
     policy = tmp_path / "policy.toml"
     policy.write_text(OPERATOR)
     server = await reloadable(config_text(policy, tmp_path / "audit.db"))
-    changes = dict.fromkeys(ENDPOINTS, 0)
+    changes = dict.fromkeys(LISTENING, 0)
     async with (
         pumps(server),
         httpx2.AsyncClient(
@@ -78,10 +79,10 @@ async def test_a_policy_reload_that_hides_a_tool_tells_every_listening_session(
                     message_handler=counter(changes, path),
                 )
             )
-            for path in ENDPOINTS
+            for path in LISTENING
         }
         await wait_for(
-            lambda: sum(s.stream is not None for s in server.gateway.sessions.sessions.values()) == len(ENDPOINTS),
+            lambda: sum(s.stream is not None for s in server.gateway.sessions.sessions.values()) == len(LISTENING),
             what="every GET stream",
         )
 
@@ -92,7 +93,7 @@ async def test_a_policy_reload_that_hides_a_tool_tells_every_listening_session(
             assert len(control_tools(await listed(path))) == len(CONTROL_TOOLS), path
         # Whatever the providers announced while connecting has been heard; count from here.
         await asyncio.sleep(10 * server.gateway.config.limits.catalog_coalesce_ms / 1000)
-        changes.update(dict.fromkeys(ENDPOINTS, 0))
+        changes.update(dict.fromkeys(LISTENING, 0))
 
         # The configuration reload (SIGHUP, `mcp-gateway reload`) takes tool.control away.
         policy.write_text(OBSERVER)
@@ -106,7 +107,7 @@ async def test_a_policy_reload_that_hides_a_tool_tells_every_listening_session(
             assert any(name.endswith("get_status") for name in names), (path, names)
 
         # `mcp-gateway policy reload` (broker_policy_reload) gives it back: told again, and shown again.
-        changes.update(dict.fromkeys(ENDPOINTS, 0))
+        changes.update(dict.fromkeys(LISTENING, 0))
         policy.write_text(OPERATOR)
         assert server.reload_policy() is None
         await wait_for(lambda: all(changes.values()), what=f"list_changed on every endpoint (heard: {changes})")
@@ -114,8 +115,8 @@ async def test_a_policy_reload_that_hides_a_tool_tells_every_listening_session(
             assert len(control_tools(await listed(path))) == len(CONTROL_TOOLS), path
 
         # The same rules read again change nobody's list: nobody is told.
-        changes.update(dict.fromkeys(ENDPOINTS, 0))
+        changes.update(dict.fromkeys(LISTENING, 0))
         assert server.reload_policy() is None
         assert (await server.reload()).outcome == "unchanged"
         await asyncio.sleep(10 * server.gateway.config.limits.catalog_coalesce_ms / 1000)
-        assert changes == dict.fromkeys(ENDPOINTS, 0)
+        assert changes == dict.fromkeys(LISTENING, 0)

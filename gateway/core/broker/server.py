@@ -392,7 +392,10 @@ class BrokerTarget(Target):
         return {"name": BROKER_SLOT, "title": "mcp-gateway introspection", "version": __version__}
 
     def capabilities(self) -> JsonObject:
-        return {"tools": {"listChanged": False}, "resources": {"subscribe": False, "listChanged": False}}
+        # Under a policy each caller's tool list is filtered by rules a reload may change (app.py
+        # announce_tools_changed); without one the list never changes. [policy] itself needs a restart.
+        governed = self.gateway.governance is not None
+        return {"tools": {"listChanged": governed}, "resources": {"subscribe": False, "listChanged": False}}
 
     def instructions(self) -> str | None:
         text = (
