@@ -93,7 +93,10 @@ PROVIDER_STATUS_SCHEMA: JsonObject = {
         "connects": {"type": "integer"},
         "last_disconnect": {**_nullable("string"), "description": "ISO-8601 UTC"},
         "last_disconnect_reason": _nullable("string"),
-        "listeners": {"type": "integer", "description": "Client streams receiving this slot's notifications"},
+        "listeners": {
+            "type": "integer",
+            "description": "Client sessions and listen streams this slot's notifications are delivered to",
+        },
         "client_sessions": {"type": "integer"},
         "resource_subscriptions": {"type": "integer"},
         "client_url": {"type": "string"},
