@@ -75,6 +75,9 @@ def build_app(
         gateway.auth_posture = client_auth.posture
         gateway.aggregate.slot_scopes = client_auth.required.for_slot
         gateway.groups.slot_scopes = client_auth.required.for_slot
+        # A reload that changes [auth] required_scopes changes who sees which slot's tools, as a policy
+        # reload with other rules does: every listener is told the same way.
+        client_auth.scopes_changed = lambda: announce_tools_changed(gateway)
     gate = entry_gate(gateway.metrics, checks)
     app = web.Application(client_max_size=config.limits.max_body_bytes)
     app[GATEWAY_KEY] = gateway
@@ -150,9 +153,10 @@ def build_app(
 
 def announce_tools_changed(gateway: Gateway) -> None:
     """Tell every listener of every endpoint the policy filters that its tools/list may differ (a policy with
-    other rules is in force). Everyone is told: working out which caller sees what differently costs more
-    than the re-list it saves. Each ready slot is announced as its provider's own list_changed is, so its
-    listeners and those of `_all` and of each group that includes it hear it once (coalesced as usual)."""
+    other rules, or other [auth] required_scopes, is in force). Everyone is told: working out which caller
+    sees what differently costs more than the re-list it saves. Each ready slot is announced as its
+    provider's own list_changed is, so its listeners and those of `_all` and of each group that includes
+    it hear it once (coalesced as usual)."""
     registry = gateway.registry
     for session in registry.live_sessions():
         if session.ready:  # one still in its handshake is announced when it becomes ready

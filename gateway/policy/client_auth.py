@@ -274,6 +274,9 @@ class ClientAuth:
         self._base: tuple[int | None, str] | None = None
         self._origins: dict[str, str] = {}
         self.names = own_names(config)
+        self.scopes_changed: Callable[[], None] = _unannounced
+        """Called after a reload changed [auth] required_scopes, which changes who sees which slot's tools
+        (the composition root tells every listener its tools/list may differ)."""
         self._install_audience_rule()
 
     @classmethod
@@ -290,7 +293,9 @@ class ClientAuth:
         """Use `config`'s [auth] and `verifiers` (prepared by a configuration reload) from the next request on.
 
         The slot-scope hooks of `_all` and the tool groups are pointed at the new required scopes; a
-        verifier dropped here is closed by the caller, a new one started by it."""
+        verifier dropped here is closed by the caller, a new one started by it. Changed required scopes
+        are announced (`scopes_changed`) once the hooks point at them."""
+        scopes_before = self.config.auth.required_scopes
         self.config = config
         self.verifiers = verifiers
         self.oauth = config.auth.oauth
@@ -300,6 +305,8 @@ class ClientAuth:
         self._install_audience_rule()
         self.gateway.aggregate.slot_scopes = self.required.for_slot
         self.gateway.groups.slot_scopes = self.required.for_slot
+        if list(config.auth.required_scopes.items()) != list(scopes_before.items()):  # patterns match in order
+            self.scopes_changed()
 
     def _install_audience_rule(self) -> None:
         for verifier in self.verifiers:
@@ -579,3 +586,7 @@ def check_client_auth(config: GatewayConfig) -> None:
     """Build every configured verifier once, as `run` would (for `config check`); ConfigError if unusable."""
     for factory in VERIFIER_FACTORIES:
         factory(config, Metrics())
+
+
+def _unannounced() -> None:
+    """No listener to tell (a ClientAuth built without the composition root, as some tests do)."""

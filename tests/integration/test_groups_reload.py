@@ -1,10 +1,12 @@
 """Tool groups across a reload, seen by SDK clients holding a session on them: a group that a reload
-removes, and groups whose list a reload leaves as it was."""
+removes, and groups whose list a reload leaves as it was; and GET /mcp-servers and GET /groups counting
+what a policy reload lets the caller see."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,7 +16,14 @@ from mcp import Client, MCPError
 
 from tests.conftest import Publishers, wait_for
 from tests.integration.test_groups import INITIALIZE, MCP_HEADERS
-from tests.integration.test_reload import Reloadable, pumps, reloadable, rewrite
+from tests.integration.test_policy_reload_list_changed import (
+    CONTROL_TOOLS,
+    OBSERVER,
+    OPERATOR,
+    config_text,
+    policy_text,
+)
+from tests.integration.test_reload import AGENT_OLD, Reloadable, pumps, reloadable, rewrite
 from tests.support.servers import demo_server
 
 __all__ = ["reloadable"]  # the fixture, used by name
@@ -94,3 +103,39 @@ async def test_a_reload_tells_only_the_endpoints_whose_list_changed(
         assert (await server.reload()).outcome == "applied"
         await asyncio.sleep(10 * server.gateway.config.limits.catalog_coalesce_ms / 1000)
         assert changes == {"/mcp": 1, "/mcp/pumps": 0}
+
+
+async def test_mcp_servers_counts_only_the_tools_the_policy_lets_the_caller_see(
+    reloadable: Reloadable, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(OPERATOR)
+    server = await reloadable(config_text(policy, tmp_path / "audit.db"))
+    headers = {"Authorization": f"Bearer {AGENT_OLD}"}
+
+    async def counts() -> tuple[int, int, list[str]]:
+        """pump-1's tools at GET /mcp-servers, the pumps group's at GET /groups, and its members."""
+        async with aiohttp.ClientSession(headers=headers) as http:
+            async with http.get(f"{server.url}/mcp-servers") as response:
+                assert response.status == 200
+                servers = {entry["name"]: entry for entry in await response.json()}
+            async with http.get(f"{server.url}/groups") as response:
+                assert response.status == 200
+                groups = {entry["name"]: entry for entry in (await response.json())["groups"]}
+        return servers["pump-1"]["tools"], groups["pumps"]["tools"], groups["pumps"]["members"]
+
+    async with pumps(server):
+        session = server.gateway.registry.slots["pump-1"].live
+        assert session is not None
+        every = len(session.tools)
+        assert await counts() == (every, every, ["pump-1"])
+
+        # A policy that takes tool.control away: its control tools are counted nowhere.
+        policy.write_text(OBSERVER)
+        assert (await server.reload()).outcome == "applied"
+        assert await counts() == (every - len(CONTROL_TOOLS), every - len(CONTROL_TOOLS), ["pump-1"])
+
+        # No tool at all: the slot is still listed (the caller may call it), with none of its tools counted.
+        policy.write_text(policy_text(["mcp.tools.list", "mcp.tools.call"]))
+        assert (await server.reload()).outcome == "applied"
+        assert await counts() == (0, 0, ["pump-1"])

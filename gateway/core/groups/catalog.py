@@ -16,6 +16,7 @@ charges the slot a tools/call is routed to against that slot's rate limit, and t
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 
 from gateway import __version__
@@ -75,6 +76,10 @@ class GroupCatalog:
         who could call that slot directly."""
         self.bridge = GroupTarget(self, None)
         self.targets = {spec.name: GroupTarget(self, spec) for spec in self.specs if spec.enabled}
+        self._retired: weakref.WeakValueDictionary[str, GroupTarget] = weakref.WeakValueDictionary()
+        """Targets of groups a reload removed or disabled, while a session or socket still holds one: the
+        group's return takes it back, so those clients hear list_changed and list its tools again (weak, so
+        a group nobody holds any more costs nothing)."""
         # Rebuilt once per burst of changes; with nobody listening to an endpoint (as always when no
         # group is configured) only when the catalog is read: guidance, search, a listing.
         self.refresh = CoalescedRebuild(
@@ -87,14 +92,15 @@ class GroupCatalog:
     def reconfigure(self, specs: list[GroupSpec]) -> None:
         """Serve `specs` from now on (a configuration reload). A group that stays keeps its target, so
         clients connected to it stay; a removed or disabled one lists no tools any more, and every endpoint
-        whose list (names, descriptions, schemas) changed tells its listeners. Names stay those of the one
-        NameBook (the separator never changes while the gateway runs)."""
+        whose list (names, descriptions, schemas) changed tells its listeners. A group enabled or added
+        again takes back the target its clients still hold. Names stay those of the one NameBook (the
+        separator never changes while the gateway runs)."""
         self.specs = specs
         kept = self.targets
         self.targets = {}
         for spec in specs:
             if spec.enabled:
-                target = kept.pop(spec.name, None) or GroupTarget(self, spec)
+                target = kept.pop(spec.name, None) or self._retired.pop(spec.name, None) or GroupTarget(self, spec)
                 target.spec = spec
                 self.targets[spec.name] = target
         self._built = {}  # every entry's groups are computed again
@@ -104,6 +110,8 @@ class GroupCatalog:
             # Sessions still bound to it see an empty, disabled group: no slot, no tool.
             gone.spec = GroupSpec(name, (), (), enabled=False, description="", enabled_by="configuration reload")
             gone.tools = []
+            gone._listed_from = []  # so that the group's return, with tools, is news to them
+            self._retired[name] = gone
             for listener in list(gone.listeners):
                 listener.deliver(message)
 
@@ -244,8 +252,11 @@ class GroupCatalog:
 
     def servers_listing(self, principal: Principal) -> list[JsonObject]:
         """Every slot the caller may call (the original bridge's MCP server list: name, url, tools), with
-        its transport, whether a provider holds it, and which enabled groups' slot patterns match it."""
+        its transport, whether a provider holds it, and which enabled groups' slot patterns match it. Its
+        tool count is of the tools the caller may see (the policy's view, as GET /groups counts): a tool it
+        may not call is not counted, as one that does not exist is not."""
         base = self.base_url()
+        governance = self.governance
         servers: list[JsonObject] = []
         for name in sorted(self.registry.slots):
             if not self.may_call(principal, name):
@@ -259,7 +270,9 @@ class GroupCatalog:
                     "transport": session.link.info.transport if session is not None else None,
                     "connected": session is not None,
                     "ready": ready,
-                    "tools": len(session.tools) if session is not None and ready else 0,
+                    "tools": _visible_count(session.tools, principal, name, governance)
+                    if session is not None and ready
+                    else 0,
                     "groups": [spec.name for spec in self.enabled if spec.has_slot(name)],
                 }
             )
@@ -282,6 +295,12 @@ class GroupCatalog:
             ],
             "mcp_tools": len(self.bridge.tools),
         }
+
+
+def _visible_count(tools: list[JsonObject], principal: Principal, slot: str, governance: Governance | None) -> int:
+    if governance is None:
+        return len(tools)
+    return sum(1 for tool in tools if governance.may_see(principal, slot, tool))
 
 
 def _listed(tool: JsonObject, slot: str, name: str) -> JsonObject:

@@ -309,18 +309,24 @@ def page_overview(view: CatalogView) -> str:
     here = [tool for tool in view.tools if view.callable_here(tool)]
     slots_here = sorted({tool.slot for tool in here})
     endpoint = view.group(view.endpoint_group) if view.endpoint_group else None
-    if endpoint is not None:
-        what = f"the tool group `{endpoint.spec.name}`" + (
-            f": {endpoint.spec.description}" if endpoint.spec.description else ""
-        )
+    if view.endpoint_group is not None and (endpoint is None or not endpoint.spec.enabled):
+        offers = _group_off(view.endpoint_group, endpoint, view)
     else:
-        what = "every enabled tool group"
+        if endpoint is not None:
+            what = f"the tool group `{endpoint.spec.name}`" + (
+                f": {endpoint.spec.description}" if endpoint.spec.description else ""
+            )
+        else:
+            what = "every enabled tool group"
+        offers = (
+            f"You are connected to {view.endpoint_url}, {what}. It offers {plural(len(here), 'tool')} of "
+            f"{plural(len(slots_here), 'slot')} ({', '.join(slots_here) or 'none ready now'}), plus `guidance` "
+            "and `search`."
+        )
     lines = [
         "# What this endpoint offers",
         "",
-        f"You are connected to {view.endpoint_url}, {what}. It offers {plural(len(here), 'tool')} of "
-        f"{plural(len(slots_here), 'slot')} ({', '.join(slots_here) or 'none ready now'}), plus `guidance` "
-        "and `search`.",
+        offers,
         "",
         f"Tool names are `<slot>{view.separator}<tool>`: the slot (a device or an MCP server behind this gateway), "
         "then the tool's own name. Call a tool by its name exactly as tools/list gives it.",
@@ -367,6 +373,17 @@ def page_overview(view: CatalogView) -> str:
         '`Provider "<slot>" not connected` means that device is offline now.',
     ]
     return "\n".join(lines)
+
+
+def _group_off(name: str, group: GroupView | None, view: CatalogView) -> str:
+    """The overview's first words on a session still open on a group a reload disabled or removed."""
+    state = "was removed from the gateway's configuration" if group is None else f"is {_state(group)}"
+    return (
+        f"You are connected to {view.endpoint_url}, the tool group `{name}`, which {state}. This endpoint "
+        "offers no tool until a reload enables the group again (this session then hears "
+        "notifications/tools/list_changed); only `guidance` and `search` answer here. Every enabled group's "
+        f"tools are at {view.group_url(None)}."
+    )
 
 
 def _outside_groups(view: CatalogView) -> list[str]:

@@ -1,6 +1,7 @@
 """[groups.<name>] at run time: groups added, removed, enabled or disabled, their slots, prefixes and
 descriptions. Tool names stay those of the gateway's one name book (groups_separator needs a restart),
-so a tool keeps its /mcp name; a client on a group that is gone sees it empty and is told the list changed."""
+so a tool keeps its /mcp name; a client on a group that is gone sees it empty and is told the list changed,
+and is told again, and lists the group's tools, when a later reload brings the group back."""
 
 from __future__ import annotations
 

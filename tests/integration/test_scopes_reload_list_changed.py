@@ -1,0 +1,85 @@
+"""A configuration reload that changes [auth] required_scopes changes what a caller sees at `_all`, /mcp
+and /mcp/<group> (tools of slots whose scopes it lacks are not listed), so every listening session is
+told `notifications/tools/list_changed`, as after a policy reload; a reload that changes [auth] but not
+the required scopes tells nobody."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.app import GatewayServer
+from tests.conftest import wait_for
+from tests.integration.test_policy_reload_list_changed import counter
+from tests.integration.test_reload import AGENT_OLD, Reloadable, pumps, reloadable, rewrite, token_entry
+
+__all__ = ["reloadable"]  # the fixture, used by name
+
+LISTENING = ("/_all/mcp", "/mcp", "/mcp/pumps")
+BASE = 'port = 0\n[groups.pumps]\nslots = ["pump-*"]\n' + token_entry("agent", AGENT_OLD)
+SCOPED = BASE + '[auth.required_scopes]\n"pump-1" = ["pump-1"]\n'
+
+
+async def reload_to(server: GatewayServer, text: str) -> tuple[str, ...]:
+    rewrite(server, text)
+    report = await server.reload()
+    assert report.outcome == "applied", report.refusals
+    return report.changes
+
+
+async def test_a_reload_that_changes_required_scopes_tells_every_listening_session(reloadable: Reloadable) -> None:
+    server = await reloadable(BASE)
+    changes = dict.fromkeys(LISTENING, 0)
+    quiet_s = 10 * server.gateway.config.limits.catalog_coalesce_ms / 1000
+    async with (
+        pumps(server),
+        httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {AGENT_OLD}"}, timeout=httpx2.Timeout(30, read=60)
+        ) as http,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        clients = {
+            path: await stack.enter_async_context(
+                Client(
+                    streamable_http_client(f"{server.url}{path}", http_client=http),
+                    mode="legacy",
+                    message_handler=counter(changes, path),
+                )
+            )
+            for path in LISTENING
+        }
+        await wait_for(
+            lambda: sum(s.stream is not None for s in server.gateway.sessions.sessions.values()) == len(LISTENING),
+            what="every GET stream",
+        )
+
+        async def pump_tools(path: str) -> list[str]:
+            return [tool.name for tool in (await clients[path].list_tools()).tools if tool.name.startswith("pump-1")]
+
+        for path in LISTENING:
+            assert await pump_tools(path), path
+        await asyncio.sleep(quiet_s)  # what the providers announced while connecting is heard; count from here
+        changes.update(dict.fromkeys(LISTENING, 0))
+
+        # pump-1 now needs a scope the agent's token lacks: its tools go, and every listener is told.
+        assert await reload_to(server, SCOPED) == ("auth.required_scopes: added pump-1",)
+        await wait_for(lambda: all(changes.values()), what=f"list_changed on every endpoint (heard: {changes})")
+        for path in LISTENING:
+            assert await pump_tools(path) == [], path
+
+        # Another [auth] change with the same required scopes changes nobody's list: nobody is told.
+        changes.update(dict.fromkeys(LISTENING, 0))
+        await reload_to(server, SCOPED + token_entry("other", secrets.token_urlsafe(32)))
+        await asyncio.sleep(quiet_s)
+        assert changes == dict.fromkeys(LISTENING, 0)
+
+        # The requirement goes again: told again, and pump-1's tools are listed again.
+        await reload_to(server, BASE)
+        await wait_for(lambda: all(changes.values()), what=f"list_changed on every endpoint (heard: {changes})")
+        for path in LISTENING:
+            assert await pump_tools(path), path
