@@ -23,6 +23,10 @@ __all__ = ["reloadable"]  # the fixture, used by name
 LISTENING = ("/_all/mcp", "/mcp", "/mcp/pumps")
 BASE = 'port = 0\n[groups.pumps]\nslots = ["pump-*"]\n' + token_entry("agent", AGENT_OLD)
 SCOPED = BASE + '[auth.required_scopes]\n"pump-1" = ["pump-1"]\n'
+# The first matching pattern in file order decides: pump-1 needs a scope the agent lacks in the first
+# order, none in the second.
+PUMP_1_FIRST = BASE + '[auth.required_scopes]\n"pump-1*" = ["pump-1"]\n"pump-*" = []\n'
+ANY_PUMP_FIRST = BASE + '[auth.required_scopes]\n"pump-*" = []\n"pump-1*" = ["pump-1"]\n'
 
 
 async def reload_to(server: GatewayServer, text: str) -> tuple[str, ...]:
@@ -81,5 +85,16 @@ async def test_a_reload_that_changes_required_scopes_tells_every_listening_sessi
         # The requirement goes again: told again, and pump-1's tools are listed again.
         await reload_to(server, BASE)
         await wait_for(lambda: all(changes.values()), what=f"list_changed on every endpoint (heard: {changes})")
+        for path in LISTENING:
+            assert await pump_tools(path), path
+
+        # The same patterns in another order are another rule: applied, announced, and heeded.
+        await reload_to(server, PUMP_1_FIRST)
+        for path in LISTENING:
+            assert await pump_tools(path) == [], path
+        await asyncio.sleep(quiet_s)
+        changes.update(dict.fromkeys(LISTENING, 0))
+        assert await reload_to(server, ANY_PUMP_FIRST) == ("auth.required_scopes: patterns reordered",)
+        await wait_for(lambda: all(changes.values()), what="list_changed on every endpoint")
         for path in LISTENING:
             assert await pump_tools(path), path

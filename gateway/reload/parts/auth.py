@@ -102,6 +102,8 @@ def describe(old: GatewayConfig, new: GatewayConfig) -> list[str]:
         keyed_changes("auth.required_scopes", before.required_scopes, after.required_scopes),
     ]
     lines = [line for line in found if line is not None]
+    if _scopes_reordered(old, new):
+        lines.append("auth.required_scopes: patterns reordered")
     lines += scalar_changes("auth.oauth", before.oauth, after.oauth)
     if before.hmac != after.hmac and before.hmac is not None and after.hmac is not None:
         keys = keyed_changes(
@@ -117,7 +119,7 @@ def describe(old: GatewayConfig, new: GatewayConfig) -> list[str]:
 
 
 def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepared | None:
-    if old.auth == new.auth:
+    if old.auth == new.auth and not _scopes_reordered(old, new):
         if new.auth.configured:
             # Token and key files change without the configuration (chmod 666 tokens.toml): read them as a
             # start and `config check` do, so what they would refuse refuses the reload too, by the same words.
@@ -154,3 +156,10 @@ def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepare
         if isinstance(fresh, HmacVerifier) and isinstance(previous, HmacVerifier):
             carried.append((fresh, previous))
     return AuthSwap(describe(old, new), step, new, verifiers, started, carried)
+
+
+def _scopes_reordered(old: GatewayConfig, new: GatewayConfig) -> bool:
+    """The same required_scopes in another order: equal as tables, yet the first matching pattern in file
+    order decides a slot's scopes, so the order is part of what they mean."""
+    before, after = old.auth.required_scopes, new.auth.required_scopes
+    return before == after and list(before) != list(after)
