@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from gateway.core.groups import guidance as guidance_pages
 from gateway.core.groups.views import CatalogTool, CatalogView, GroupSpec, GroupView
 from tests.unit.test_search import BASE, LAB_TOOLS, PUMP_TOOLS, guidance
 
@@ -120,3 +123,15 @@ def test_a_group_disabled_by_its_variable_needs_the_variable_changed_and_a_resta
     assert (
         "disabled (by environment variable MCP_GROUP_MAINTENANCE: unset it or set it to true, then restart the gateway)"
     ) in page
+
+
+def test_a_group_page_too_long_to_list_points_to_search_and_tools_list_not_to_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(guidance_pages, "MAX_GROUP_LISTED", 2)
+    page = guidance({"topic": "pumps"}, catalog())
+    more = [line for line in page.splitlines() if line.startswith("- … and ")]
+    assert more == [
+        f"- … and 3 more: use `search` with words of what you need, or tools/list at {BASE}/mcp/pumps for every name."
+    ]
+    assert "guidance` with a group name" not in page

@@ -207,7 +207,13 @@ def _distinct(tools: Iterable[CatalogTool]) -> list[list[CatalogTool]]:
     return list(bunches.values())
 
 
-def _tool_entries(tools: Iterable[CatalogTool], view: CatalogView, limit: int | None = None) -> list[str]:
+MORE_ON_OVERVIEW = "use `search`, or `guidance` with a group name."
+
+
+def _tool_entries(
+    tools: Iterable[CatalogTool], view: CatalogView, limit: int | None = None, more: str = MORE_ON_OVERVIEW
+) -> list[str]:
+    """One line per distinct tool, at most `limit`; then how many more, and `more`: where to find them."""
     lines: list[str] = []
     bunches = _distinct(tools)
     for bunch in bunches[:limit]:
@@ -222,7 +228,7 @@ def _tool_entries(tools: Iterable[CatalogTool], view: CatalogView, limit: int | 
             f"- **{first.original}** on {slots}: {summary} Arguments: {arguments}. Call as {', '.join(names)}."
         )
     if limit is not None and len(bunches) > limit:
-        lines.append(f"- … and {len(bunches) - limit} more: use `search`, or `guidance` with a group name.")
+        lines.append(f"- … and {len(bunches) - limit} more: {more}")
     return lines
 
 
@@ -300,7 +306,10 @@ def page_group(group: GroupView, view: CatalogView) -> str:
             + "."
         )
         return "\n".join(lines)
-    lines += _tool_entries(group.tools, view, MAX_GROUP_LISTED)
+    # This is the group's page already: the rest are found by search, or by name in tools/list.
+    where = f"tools/list at {view.group_url(spec.name)}" if spec.enabled else "tools/list on their slots"
+    more = f"use `search` with words of what you need, or {where} for every name."
+    lines += _tool_entries(group.tools, view, MAX_GROUP_LISTED, more)
     lines += ["", "For one tool's arguments and result, call `guidance` with its name."]
     return "\n".join(lines)
 
