@@ -154,6 +154,10 @@ class LimitsConfig(Section):
     session) may wait for a client that does not read; then the stream's connection is aborted."""
     sse_keepalive_s: PositiveFloat = 15.0
     """Interval of SSE comment lines that keep idle streams open through proxies."""
+    max_sse_answer_bytes: PositiveInt = 524_288
+    """Largest answer a Streamable HTTP POST gets as one SSE event when it is ready before anything else
+    went out on the POST; a larger one goes as application/json to a client that accepts JSON. Below the
+    mcp SDK's 1 MiB limit on one SSE event, which a JSON body does not have."""
     max_subscriptions: PositiveInt = 256
     """Open stateless-era subscriptions/listen streams across all clients."""
     max_subscriptions_per_principal: PositiveInt | None = None

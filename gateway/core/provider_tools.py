@@ -1,4 +1,5 @@
-"""Listing one provider's tools: every page of `tools/list` (following cursors, up to max_tools_pages),
+"""Listing one provider's tools: every page of `tools/list` (following cursors, up to max_tools_pages,
+whose later pages are left out as visibly as the tools over max_tools_per_slot),
 each tool kept only when clients can read it (docs/protocol.md, "Tools clients cannot read") and its
 name may be shown to them (gateway/core/tool_names.py), up to limits.max_tools_per_slot of them in the
 provider's order; the pages after the cap are not read (docs/provider-api.md, "Tool names")."""
@@ -65,6 +66,8 @@ class Listing:
         self.names_left_out = 0
         self.names_shown: list[str] = []
         """The first NAMES_SHOWN of the tools left out for their names: each quoted, with why."""
+        self.pages_cut = False
+        """The provider had more pages after providers.max_tools_pages (their tools, unread, are left out)."""
 
     def named(self, tools: list[JsonObject]) -> list[JsonObject]:
         """The tools whose names clients may be shown; the others are counted and the first few quoted."""
@@ -139,7 +142,7 @@ class ToolListing:
                 session.warn_once("cursor_loop", "provider for slot %s repeats a tools/list cursor", session.slot)
                 return tools
             seen.add(cursor)
-        session.warn_once("cursor_pages", "provider for slot %s pages tools/list past the cap", session.slot)
+        listing.pages_cut = True
         return tools
 
     def _report(self, listed: int, listing: Listing) -> None:
@@ -157,6 +160,20 @@ class ToolListing:
                 self.max_tools,
                 listed + listing.over_cap,
                 listed,
+            )
+        if listing.pages_cut:
+            if self.metrics is not None:
+                self.metrics.limit_hit("providers.max_tools_pages")
+            pages = session.settings.max_tools_pages
+            session.warn_once(
+                "cursor_pages",
+                "provider for slot %s has more tools/list pages than %d (providers.max_tools_pages); the %d "
+                "tools of the first %d pages are listed and the tools of its later pages are left out: raise "
+                "providers.max_tools_pages or have the provider send larger pages",
+                session.slot,
+                pages,
+                listed,
+                pages,
             )
         if listing.names_left_out:
             more = listing.names_left_out - len(listing.names_shown)
@@ -176,6 +193,8 @@ class ToolListing:
             "over_cap": self.last.over_cap,
             "names_left_out": self.last.names_left_out,
             "names_left_out_shown": list(self.last.names_shown),
+            "max_tools_pages": self.session.settings.max_tools_pages,
+            "pages_cut": self.last.pages_cut,
         }
 
     def readable(self, page: list[Any]) -> list[JsonObject]:

@@ -24,16 +24,23 @@ SSE_HEADERS = {
 }
 
 
-def encode_event(message: JsonObject, event: str = "message") -> bytes:
-    """One SSE event; b"" for a notification or request that cannot be encoded (http_io.encode_refused)."""
+def encode_data(message: JsonObject) -> bytes | None:
+    """`message` as JSON; an answer the encoder refuses becomes its -32603 error, and a notification or
+    request that cannot be encoded is None (http_io.encode_refused)."""
     try:
-        data = orjson.dumps(message)
+        return orjson.dumps(message)
     except orjson.JSONEncodeError as exc:
-        refused = encode_refused(message, exc)
-        if refused is None:
-            return b""
-        data = refused
+        return encode_refused(message, exc)
+
+
+def as_event(data: bytes, event: str = "message") -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def encode_event(message: JsonObject, event: str = "message") -> bytes:
+    """One SSE event; b"" for a notification or request that cannot be encoded."""
+    data = encode_data(message)
+    return b"" if data is None else as_event(data, event)
 
 
 KEEPALIVE = b": keepalive\n\n"
@@ -58,14 +65,6 @@ def one_event(message: JsonObject, extra_headers: Mapping[str, str], status: int
     sends the headers and the event in one write, and a client that reads the body to its end can
     send its next request on the same connection. `status`: a stateless-era error's HTTP status."""
     return web.Response(body=encode_event(message), status=status, headers={**SSE_HEADERS, **extra_headers})
-
-
-def events(messages: list[JsonObject], extra_headers: Mapping[str, str]) -> web.Response:
-    """A whole SSE answer of one `message` event per message (the responses to a batch), written
-    like `one_event`: one body with a Content-Length."""
-    return web.Response(
-        body=b"".join(encode_event(message) for message in messages), headers={**SSE_HEADERS, **extra_headers}
-    )
 
 
 async def open_stream(request: web.Request, extra_headers: Mapping[str, str] | None = None) -> web.StreamResponse:

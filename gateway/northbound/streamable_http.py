@@ -4,7 +4,8 @@
 The MCP-Protocol-Version header picks the era: a stateless-era version goes to the stateless
 handler; none, or a session-era version, to the session handler. A session-era answer is one SSE
 event when the client lists text/event-stream (as the SDK's own server answers; `session_answers`),
-else JSON; a stateless-era answer is JSON. A client that takes no JSON gets one SSE event in either
+else JSON, and JSON too when that event would be over limits.max_sse_answer_bytes (whole_answers.py); a
+stateless-era answer is JSON. A client that takes no JSON gets one SSE event in either
 era. Any of them becomes a streamed SSE response as soon as a request-tied notification (progress, a
 log message) arrives or the answer takes longer than the keepalive interval.
 
@@ -37,7 +38,7 @@ from gateway.core.stateless import Rejection
 from gateway.core.streams import MessageQueue
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS, STATELESS_VERSIONS, is_known
 from gateway.http_answers import http_error, json_response, rpc_error
-from gateway.northbound import batches, event_stream, http_io, session_era
+from gateway.northbound import batches, event_stream, http_io, session_era, whole_answers
 from gateway.northbound.credential_watch import CredentialWatch, credential_gone, credential_gone_comment
 from gateway.northbound.event_stream import accepts, lists_sse
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
@@ -62,8 +63,9 @@ connection open through proxies (gateway/core/due.py: one timer for all in-fligh
 
 
 class RequestStream:
-    """The HTTP answer to one request: JSON, or (`sse_answer`) one SSE event; a streamed SSE response
-    as soon as notifications arrive or the answer runs past the keepalive interval."""
+    """The HTTP answer to one request: JSON, or (`sse_answer`) one SSE event, JSON again when that
+    event would be over `max_sse_answer_bytes`; a streamed SSE response as soon as notifications arrive
+    or the answer runs past the keepalive interval, which carries the answer as one event of any size."""
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class RequestStream:
         metrics: Metrics,
         sse_allowed: bool,
         sse_answer: bool = False,
+        max_sse_answer_bytes: int = 0,
     ) -> None:
         self.request = request
         self.headers = headers
@@ -83,6 +86,7 @@ class RequestStream:
         self.write_timeout_s = write_timeout_s
         self.sse_allowed = sse_allowed
         self.sse_answer = sse_answer and sse_allowed
+        self.max_sse_answer_bytes = max_sse_answer_bytes
         self.queue = MessageQueue(queue_limit)
         self.response: web.StreamResponse | None = None
         self.final: JsonObject | None = None
@@ -135,7 +139,9 @@ class RequestStream:
         self._unwatch()
         if self._writer is None:
             if self.sse_answer:
-                return event_stream.one_event(final, self.headers, status)
+                return whole_answers.whole(
+                    self.request, [final], self.headers, self.max_sse_answer_bytes, batch=False, status=status
+                )
             return json_response(final, status=status, headers=self.headers)
         self.queue.close()
         await self._writer
@@ -169,7 +175,7 @@ class BatchStream(RequestStream):
                 answers.append(answer)
             self.queue.close()  # nothing more goes out: a late notification cannot start a stream now
             if self.sse_answer:
-                return event_stream.events(answers, self.headers)
+                return whole_answers.whole(self.request, answers, self.headers, self.max_sse_answer_bytes, batch=True)
             return json_response(answers, headers=self.headers)
         self.queue.close()
         await self._writer
@@ -551,6 +557,7 @@ class StreamableHttpEndpoint:
             self.gateway.metrics,
             sse_ok,
             sse_answer,
+            self.limits.max_sse_answer_bytes,
         )
 
     def answers_as_sse(self, request: web.Request, json_ok: bool, sse_ok: bool) -> bool:

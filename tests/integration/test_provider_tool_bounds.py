@@ -65,6 +65,8 @@ async def test_tools_beyond_the_cap_are_left_out_and_their_pages_not_read(
             "over_cap": 2,
             "names_left_out": 0,
             "names_left_out_shown": [],
+            "max_tools_pages": 64,
+            "pages_cut": False,
         }
         # The provider lists again: counted again, warned about once per connection.
         await board.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})

@@ -76,7 +76,7 @@ PROVIDER_STATUS_SCHEMA: JsonObject = {
         "tools_left_out": {
             **_nullable("object"),
             "description": "What the last tools/list left out: max_tools, over_cap, names_left_out, "
-            "names_left_out_shown",
+            "names_left_out_shown, max_tools_pages, pages_cut",
         },
         "heartbeat_misses": {"type": "integer", "description": "Missed heartbeats since the gateway started"},
         "last_seen_s_ago": _nullable("number"),

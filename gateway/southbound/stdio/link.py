@@ -21,6 +21,7 @@ from gateway.core import jsonrpc
 from gateway.core.answer_head import HEAD_BYTES, answer_id
 from gateway.core.link import LinkInfo
 from gateway.core.provider_session import ProviderSession
+from gateway.core.provider_state import is_gateway_id
 from gateway.telemetry.metrics import Metrics
 
 BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
@@ -328,9 +329,17 @@ class StdioLink:
         if request_id is None:
             return
         limit = self._splitter.limit
+        entry = session.pending.get(request_id) if is_gateway_id(request_id) else None
+        method = entry.method if entry is not None else ""
+        if method.endswith("/list"):
+            # A list (tools, prompts, resources, templates) is what MCP pages: nextCursor splits it.
+            advice = f"have the server page its {method} answer (nextCursor) or raise limits.max_frame_bytes"
+        else:
+            who = "the tool" if method == "tools/call" else "the server"
+            advice = f"raise limits.max_frame_bytes or have {who} answer with less"
         problem = (
             f"the answer is larger than {limit} bytes (limits.max_frame_bytes, the longest line read from a "
-            "child's stdout); raise limits.max_frame_bytes or have the tool answer with less"
+            f"child's stdout); {advice}"
         )
         session.refused(jsonrpc.Message(jsonrpc.Kind.INVALID, {"id": request_id}, problem, "limits.max_frame_bytes"))
 
