@@ -58,13 +58,25 @@ class ClientContext:
     """The HTTP `traceparent`, `tracestate` and `baggage` headers of the request, where its way in has them."""
     trace: RequestTrace | None = None
     """The request's trace, set as the core begins answering it (gateway/core/trace_relay.py)."""
+    session_level_of: Callable[[Hashable | None], str | None] | None = None
+    """Session era: the level `listener` set with logging/setLevel at the slot serving the request
+    (None: none set), set as the request is forwarded; read as each log message arrives, so a level
+    set mid-call applies to the rest of it."""
 
     def emit(self, message: JsonObject) -> None:
-        """Deliver a request-tied notification, honouring the era's logging rule."""
+        """Deliver a request-tied notification, honouring the era's logging rule: a stateless-era
+        request's logLevel, a session's logging/setLevel (a session-era provider logs at the most
+        verbose level any client of its slot asked for, so the gateway filters for each)."""
         if self.sink is None:
             return
-        if message.get("method") == "notifications/message" and self.era == STATELESS:
-            params = message.get("params") or {}
-            if self.log_level is None or level_rank(params.get("level")) < level_rank(self.log_level):
-                return
+        if message.get("method") == "notifications/message":
+            params = message.get("params")
+            rank = level_rank(params.get("level") if isinstance(params, dict) else None)
+            if self.era == STATELESS:
+                if self.log_level is None or rank < level_rank(self.log_level):
+                    return
+            elif self.session_level_of is not None:
+                wanted = self.session_level_of(self.listener)
+                if wanted is not None and rank < level_rank(wanted):
+                    return
         self.sink(message)

@@ -150,7 +150,35 @@ def classify_client(value: Any) -> Message:
 def _held_to_version(message: Message) -> Message:
     if message.kind in (Kind.REQUEST, Kind.NOTIFICATION, Kind.RESPONSE) and message.body.get("jsonrpc") != "2.0":
         return Message(Kind.INVALID, message.body, 'the "jsonrpc" member must be "2.0"')
+    if message.kind is Kind.RESPONSE:
+        problem = response_shape_problem(message.body)
+        if problem is not None:
+            # Refused under id null: a response's id is one the gateway minted for its request to the
+            # client, and an error under it would read as the answer to the client's own request
+            # of that id (JSON-RPC 2.0 §5: null when the id cannot be used).
+            head = {key: value for key, value in message.body.items() if key != "id"}
+            return Message(Kind.INVALID, head, problem)
     return message
+
+
+def response_shape_problem(body: JsonObject) -> str | None:
+    """What makes `body` (a message with an id and `result` or `error`) no JSON-RPC 2.0 response, or
+    None: exactly one of `result` and `error`, an error an object with an integer `code` and a string
+    `message`. Held against clients, whose answers go to providers as they are; a provider's loose
+    error is mended instead (`normalize_error`), as boards send them."""
+    if "result" in body and "error" in body:
+        return 'a response has "result" or "error", not both'
+    if "result" in body:
+        return None
+    error = body["error"]
+    if not isinstance(error, dict):
+        return 'the "error" member must be an object with an integer "code" and a string "message"'
+    code = error.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        return '"error.code" must be an integer'
+    if not isinstance(error.get("message"), str):
+        return '"error.message" must be a string'
+    return None
 
 
 def nested_deeper(data: bytes | str, value: Any, max_depth: int) -> bool:

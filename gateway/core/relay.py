@@ -224,6 +224,11 @@ class ClientRequests:
         self.closed = False
         self.unmatched = 0
         self._next_id = 0
+        self._untold: dict[int, Send] = {}
+        """The stream each waiting request went out on, until the client is told it was withdrawn."""
+        self.fallback: Send | None = None
+        """Where the client still hears a withdrawal when the request's own stream has ended (the
+        session's GET stream on Streamable HTTP); set by the client session."""
 
     def via(self, send: Send) -> ClientRequester:
         """A requester that sends on `send` (the stream of one client request)."""
@@ -250,20 +255,36 @@ class ClientRequests:
             if not _sent(send, message):
                 why = "the stream of the request it belongs to is closed or does not accept text/event-stream"
                 raise refusal(method, why, "no_channel")
+            self._untold[request_id] = send
             return await future
         except asyncio.CancelledError:
-            # (Cancelling the task that awaits the future cancels the future too.)
+            # (Cancelling the task that awaits the future cancels the future too.) The provider
+            # withdrew it, or the request it belongs to ended and `withdraw_ended` has not told the
+            # client yet: the client may drop its dialog or model call.
             if not future.done() or future.cancelled():
-                # The request it belongs to ended: the client may drop its dialog or model call.
-                _sent(
-                    send,
-                    jsonrpc.notification(
-                        "notifications/cancelled", {"requestId": request_id, "reason": "no longer needed"}
-                    ),
-                )
+                self._tell_withdrawn(request_id)
             raise
         finally:
             self.waiting.pop(request_id, None)
+            self._untold.pop(request_id, None)
+
+    def withdraw_ended(self, stream_gone: bool = False) -> None:
+        """Tell the client now of each request withdrawn since it was sent (its future cancelled):
+        called as a client request ends, before its answer goes out, so `notifications/cancelled`
+        precedes the answer on that request's stream; on `fallback` when that stream is gone (the
+        client hung up on it)."""
+        if not self._untold:
+            return
+        for request_id in [rid for rid, future in self.waiting.items() if future.cancelled()]:
+            self._tell_withdrawn(request_id, stream_gone)
+
+    def _tell_withdrawn(self, request_id: int, stream_gone: bool = False) -> None:
+        send = self._untold.pop(request_id, None)
+        if send is None:
+            return  # never sent, or told already
+        note = jsonrpc.notification("notifications/cancelled", {"requestId": request_id, "reason": "no longer needed"})
+        if (stream_gone or not _sent(send, note)) and self.fallback is not None:
+            _sent(self.fallback, note)
 
     def resolve(self, body: JsonObject) -> bool:
         """Take the client's response to one of our requests; False when nobody waits for its id."""
@@ -286,6 +307,7 @@ class ClientRequests:
     def close(self) -> None:
         """The session ended: everything still waiting gets "client disconnected"."""
         self.closed = True
+        self._untold.clear()  # nobody is left to tell
         waiting, self.waiting = self.waiting, {}
         for future in waiting.values():
             if not future.done():

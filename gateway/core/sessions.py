@@ -73,6 +73,7 @@ class ClientSession:
         self.requests = ClientRequests(max_relayed)
         """Requests providers sent this client through the gateway (sampling, elicitation, roots)
         that it has not answered yet; the transport hands the client's responses to `requests.resolve`."""
+        self.requests.fallback = self.deliver  # a withdrawal whose request's stream has ended
         self.initialized = False
         self.transport = "streamable-http"
         """The way in that holds this session ("streamable-http", "sse", "websocket"); a session is

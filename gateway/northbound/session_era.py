@@ -154,6 +154,7 @@ async def run_request(session: ClientSession, target: Target, ctx: ClientContext
     assert caller is not None, "run_request runs in a task"
     entry = InFlight(caller)
     session.in_flight[request_id] = entry
+    client_gone = False
     try:
         answer = await target.handle(ctx, body)
     except asyncio.CancelledError:
@@ -161,12 +162,17 @@ async def run_request(session: ClientSession, target: Target, ctx: ClientContext
         if entry.cancelled and caller.cancelling() == 1:
             caller.uncancel()
             return jsonrpc.error_response(request_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled")
+        client_gone = True
         raise
     else:
         if entry.cancelled:  # the work let the cancellation pass without raising: balance its count
             caller.uncancel()
         return answer
     finally:
+        # Requests the provider sent the client for this one ended with it (deadline, cancel,
+        # answer): the client hears so on this request's stream, before its answer (on the
+        # session's stream when it hung up on this one).
+        session.requests.withdraw_ended(client_gone)
         if session.in_flight.get(request_id) is entry:
             del session.in_flight[request_id]
             session.touch()
