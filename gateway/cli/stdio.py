@@ -14,6 +14,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     import os
 
     from gateway.config import ENV_CLIENT_TOKEN
+    from gateway.config.auth import read_secret_file, secret_file_readable_warning
     from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name
     from gateway.logs import setup_logging
     from gateway.northbound.stdio_bridge import BearerToken, Credentials, HmacKey, StdioBridge, main
@@ -40,14 +41,19 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     credentials: Credentials | None = None
     try:
         if args.hmac_key_id is not None:
-            secret = _read_credential_file(args.hmac_secret_file, "--hmac-secret-file")
-            credentials = HmacKey(args.hmac_key_id, secret.encode("utf-8"))
+            # The rule of the gateway's own secret files: refused when others may write it (they would
+            # choose the secret), named when others may read it.
+            secret = read_secret_file(args.hmac_secret_file, "--hmac-secret-file")
+            warning = secret_file_readable_warning(args.hmac_secret_file, os.stat(args.hmac_secret_file).st_mode)
+            if warning is not None:
+                print(f"mcp-gateway stdio: warning: --hmac-secret-file: {warning}", file=sys.stderr)
+            credentials = HmacKey(args.hmac_key_id, secret.encode("utf-8"), args.hmac_secret_file)
         elif args.token_file is not None:
             credentials = BearerToken(_read_credential_file(args.token_file, "--token-file"))
         elif os.environ.get(ENV_CLIENT_TOKEN, "").strip():
             credentials = BearerToken(os.environ[ENV_CLIENT_TOKEN].strip())
         context = trusted_ca(args.ca_file) if args.ca_file else None
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         return refuse(str(exc))
     # stdout belongs to the MCP host: logs go to stderr only.
     setup_logging(args.log_level, "text")

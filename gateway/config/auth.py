@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import stat
 from pathlib import Path
@@ -12,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from gateway.config.base import PositiveFloat, PositiveInt, Section, is_loopback_host, masked_url
-from gateway.config.credentials import read_secret
+from gateway.config.credentials import MIN_PROVIDER_SECRET_CHARS, read_secret
 
 PrincipalName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]*$")]
 """A caller's name as logs and broker_info show it: letters, digits and . _ @ : + - (at most 64)."""
@@ -38,6 +39,74 @@ def token_file_readable_warning(path: Path | str, mode: int) -> str | None:
         f"token file {path} is readable by users other than its owner (mode {stat.S_IMODE(mode):04o}): it holds "
         f"only token hashes, but its names and scopes show; run `chmod 600 {path}`"
     )
+
+
+def secret_from_text(text: str, where: str) -> str:
+    """The secret a secret file holds: a leading byte-order mark skipped (as in config and policy
+    files), surrounding white space stripped. ValueError naming `where` when it is empty or holds more
+    than one non-empty line: the other end would use different bytes and every request would fail."""
+    lines = [line.strip() for line in text.removeprefix("\ufeff").splitlines() if line.strip()]
+    if not lines:
+        raise ValueError(f"{where} is empty")
+    if len(lines) > 1:
+        raise ValueError(f"{where} holds {len(lines)} non-empty lines; put the secret alone on one line")
+    return lines[0]
+
+
+def read_secret_file(path: str, what: str) -> str:
+    """The secret in the file at `path` (secret_from_text), for a secret [auth] checks requests with
+    and for the stdio bridge's --hmac-secret-file. Refused (ValueError naming `what` and the file)
+    when it is not a regular file or users other than its owner may write it: whoever writes it
+    chooses the secret (the rule of token files, gateway/policy/token_files.py). One others can read
+    is used; secret_file_readable_warning names it."""
+    where = f"{what}: file {path}"
+    try:
+        with open(path, "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise ValueError(f"{where} is not a regular file")
+            if mode & (stat.S_IWGRP | stat.S_IWOTH):
+                raise ValueError(
+                    f"{where} is writable by users other than its owner (mode {stat.S_IMODE(mode):04o}); "
+                    f"run `chmod 600 {path}`"
+                )
+            raw = handle.read()
+    except FileNotFoundError:
+        raise ValueError(f"{where} not found") from None
+    except IsADirectoryError:
+        raise ValueError(f"{where} is not a regular file") from None
+    except OSError as exc:  # not readable, below a file, a name too long, ...
+        raise ValueError(f"{where} is not readable ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{where} is not UTF-8 text") from None
+    return secret_from_text(text, where)
+
+
+def secret_file_readable_warning(path: Path | str, mode: int) -> str | None:
+    """The warning for a secret file (whose st_mode is `mode`) others can read, or None: it holds the
+    secret itself, so whoever reads it can sign or present it."""
+    if not mode & (stat.S_IRGRP | stat.S_IROTH) or mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None  # private, or refused anyway
+    return (
+        f"secret file {path} is readable by users other than its owner (mode {stat.S_IMODE(mode):04o}): "
+        f"whoever reads it holds the secret; run `chmod 600 {path}`"
+    )
+
+
+def read_auth_secret(env: str | None, file: str | None, what: str) -> SecretStr:
+    """A secret [auth] checks requests with, from exactly one of an environment variable or a file
+    (read_secret_file's rules for a file), at least MIN_PROVIDER_SECRET_CHARS long."""
+    if file is None or env is not None:
+        return read_secret(env, file, what)
+    secret = read_secret_file(file, what)
+    if len(secret) < MIN_PROVIDER_SECRET_CHARS:
+        raise ValueError(
+            f"{what}: the secret in file {file} is shorter than {MIN_PROVIDER_SECRET_CHARS} characters; "
+            "use a random one (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+        )
+    return SecretStr(secret)
 
 
 def check_sha256_hex(value: str, what: str) -> str:
@@ -70,7 +139,7 @@ class ClientTokenConfig(Section):
             self.sha256 = SecretStr(self._digest)
         else:
             # Read now, so a missing variable or file stops the gateway before it listens.
-            secret = read_secret(self.env, self.file, what).get_secret_value()
+            secret = read_auth_secret(self.env, self.file, what).get_secret_value()
             if not BEARER_TOKEN.fullmatch(secret):
                 # Such a token could never be sent: the gateway refuses it as malformed on every request.
                 raise ValueError(
@@ -156,7 +225,8 @@ class HmacKeyConfig(Section):
     env: str | None = None
     """Name of an environment variable that holds the secret (HMAC needs the secret itself, not a hash)."""
     file: str | None = None
-    """A file that holds the secret (keep it mode 0600)."""
+    """A file that holds the secret on one line (mode 0600: refused when others may write it, named in a
+    warning when others may read it). A reload reads it again: a changed secret applies from then on."""
     principal: PrincipalName | None = None
     """The caller a request signed with this key is; default: the key id."""
     scopes: list[Scope] = Field(default_factory=list)
@@ -165,7 +235,7 @@ class HmacKeyConfig(Section):
     @model_validator(mode="after")
     def _load(self) -> HmacKeyConfig:
         # Read now, so a missing variable or file stops the gateway before it listens.
-        self._secret = read_secret(self.env, self.file, f"auth.hmac.keys {self.key_id!r}")
+        self._secret = read_auth_secret(self.env, self.file, f"auth.hmac.keys {self.key_id!r}")
         return self
 
     @property
@@ -227,8 +297,9 @@ class AuthConfig(Section):
         return self
 
     def token_file_warnings(self) -> list[str]:
-        """A warning for each token file others can read (token_file_readable_warning); a file that
-        cannot be looked at is the verifier's to refuse."""
+        """A warning for each token file others can read (token_file_readable_warning), and for each
+        secret file ([[auth.tokens]] file, [[auth.hmac.keys]] file) others can read; a file that cannot
+        be looked at is the verifier's to refuse."""
         warnings = []
         for name in self.token_files:
             try:
@@ -238,6 +309,17 @@ class AuthConfig(Section):
             warning = token_file_readable_warning(name, mode)
             if warning is not None:
                 warnings.append(f"auth.token_files: {warning}")
+        secret_files = [(f"auth.tokens {token.name!r}", token.file) for token in self.tokens if token.file]
+        keys = self.hmac.keys if self.hmac is not None else []
+        secret_files += [(f"auth.hmac.keys {key.key_id!r}", key.file) for key in keys if key.file]
+        for what, secret_file in secret_files:
+            try:
+                mode = Path(str(secret_file)).stat().st_mode
+            except (OSError, ValueError):
+                continue
+            warning = secret_file_readable_warning(str(secret_file), mode)
+            if warning is not None:
+                warnings.append(f"{what}: {warning}")
         return warnings
 
     @property

@@ -22,7 +22,9 @@ notifications/cancelled closes the request's HTTP answer, which cancels it upstr
 probes with server/discover is answered -32601 and speaks the session era: hosts on stdio expect
 list changes, resource subscriptions and log levels, which only a session carries.
 
-Authentication: a bearer token, or HMAC-SHA256 request signing (gateway/policy/hmac_signing.py).
+Authentication: a bearer token, or HMAC-SHA256 request signing (gateway/policy/bridge_credentials.py);
+a refusal the credentials can answer (signed before the gateway started, a rotated secret) is sent
+again, signed afresh.
 """
 
 from __future__ import annotations
@@ -40,19 +42,21 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import aiohttp
 import orjson
+from aiohttp.http_exceptions import LineTooLong
 from yarl import URL
 
 from gateway.core import eras, jsonrpc, stateless
 from gateway.core.client_context import TRANSPORT_HEADER
 from gateway.core.jsonrpc import JsonObject, Kind
-from gateway.policy import hmac_signing
+from gateway.policy.bridge_credentials import BearerToken, Credentials, HmacKey, NoCredentials
 
 log = logging.getLogger("gateway.stdio")
+__all__ = ["BearerToken", "Credentials", "HmacKey", "NoCredentials", "StdioBridge", "main"]
 
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
@@ -68,35 +72,6 @@ STREAM_RETRY_S = (0.25, 5.0)
 REQUEST_ID_PREFIX = "mcp-gateway-stdio-"
 
 Emit = Callable[[JsonObject], Awaitable[None]]
-
-
-# -- authentication --------------------------------------------------------------------------------
-
-
-class Credentials(Protocol):
-    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]: ...
-
-
-class NoCredentials:
-    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
-        return {}
-
-
-@dataclass(frozen=True)
-class BearerToken:
-    token: str
-
-    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
-
-
-@dataclass(frozen=True)
-class HmacKey:
-    key_id: str
-    secret: bytes
-
-    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
-        return hmac_signing.sign(self.key_id, self.secret, method, path, body)
 
 
 # -- stdio ------------------------------------------------------------------------------------------
@@ -239,12 +214,18 @@ class SessionRefused(BridgeError):
     """The gateway answered, but would not open a new session for the client."""
 
 
+class AnswerUnreadable(BridgeError):
+    """The gateway's answer could not be read whole (over MAX_LINE_BYTES, or cut off); the text says why."""
+
+
 @dataclass
 class Answer:
     status: int
     body: Any = None
     """The decoded JSON body of a non-SSE answer (None when empty or not JSON)."""
     session_id: str | None = None
+    retry_after_s: int | None = None
+    """The Retry-After of a refusal (whole seconds), passed to the host as retryAfterMs."""
 
 
 def _rpc_error(request_id: Any, code: int, message: str, data: Any = None) -> JsonObject:
@@ -343,9 +324,24 @@ class StdioBridge:
         on_message: Emit,
         extra_headers: dict[str, str] | None = None,
     ) -> Answer:
-        """POST one message; SSE events and a JSON body are handed to `on_message` as they arrive."""
-        assert self.http is not None
+        """POST one message; SSE events and a JSON body are handed to `on_message` as they arrive. A
+        refusal the credentials can answer (Credentials.resend_after) is sent again, signed afresh."""
         body = orjson.dumps(message)
+        attempt = 0
+        while True:
+            answer = await self._post_once(body, session_id, on_message, extra_headers)
+            if answer.status < 400:
+                return answer
+            pause = self.credentials.resend_after(answer.status, answer.body, attempt)
+            if pause is None:
+                return answer
+            await asyncio.sleep(pause)
+            attempt += 1
+
+    async def _post_once(
+        self, body: bytes, session_id: str | None, on_message: Emit, extra_headers: dict[str, str] | None
+    ) -> Answer:
+        assert self.http is not None
         headers = self._headers("POST", body, session_id)
         headers.update(extra_headers or {})
         try:
@@ -356,9 +352,18 @@ class StdioBridge:
                     async for event in sse_messages(response.content):
                         await on_message(event)
                     return answer
-                raw = await response.read()
+                retry_after = response.headers.get("Retry-After", "")
+                if retry_after.isdigit():
+                    answer.retry_after_s = int(retry_after)
+                raw = await read_answer(response.content)
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             raise self._unreachable(exc) from exc
+        except (aiohttp.ClientPayloadError, AnswerUnreadable) as exc:
+            if isinstance(on_message, Relay) and on_message.answered:
+                return answer  # what failed came after the answer, which the host has already
+            if isinstance(exc, AnswerUnreadable):
+                raise
+            raise AnswerUnreadable(f"the gateway's answer broke off ({exc}); send the request again") from exc
         if raw:
             with contextlib.suppress(orjson.JSONDecodeError):
                 answer.body = orjson.loads(raw)
@@ -454,6 +459,17 @@ class StdioBridge:
             log.warning("%s", exc)
             if message.kind is Kind.REQUEST:
                 await self.emit(_rpc_error(message.id, jsonrpc.UNAVAILABLE, str(exc), {"reason": "session_refused"}))
+        except AnswerUnreadable as exc:
+            log.warning("the answer to a %s could not be read: %s", message.method, exc)
+            if message.kind is Kind.REQUEST:
+                await self.emit(
+                    _rpc_error(
+                        message.id,
+                        jsonrpc.INTERNAL_ERROR,
+                        f"The gateway answered, but the bridge could not read the answer: {exc}",
+                        {"reason": "answer_unreadable", "maxBytes": MAX_LINE_BYTES},
+                    )
+                )
 
     async def forward(self, message: jsonrpc.Message) -> None:
         body: JsonObject = message.body
@@ -596,12 +612,15 @@ class StdioBridge:
         code = jsonrpc.FORBIDDEN if answer.status in (401, 403) else jsonrpc.UNAVAILABLE
         if answer.status in (400, 404, 405, 406, 413):
             code = jsonrpc.INVALID_REQUEST
+        data = {"httpStatus": answer.status, **(answer.body if isinstance(answer.body, dict) else {})}
+        if answer.retry_after_s is not None:
+            data["retryAfterMs"] = answer.retry_after_s * 1000  # as the gateway's own 429 says it
         await self.emit(
             _rpc_error(
                 message.id,
                 code,
                 f"The gateway refused the request (HTTP {answer.status}): {_describe(answer.body)}",
-                {"httpStatus": answer.status, **(answer.body if isinstance(answer.body, dict) else {})},
+                data,
             )
         )
 
@@ -719,20 +738,51 @@ def _describe(body: Any) -> str:
     return "no details" if body is None else orjson.dumps(body)[:300].decode(errors="replace")
 
 
+def answer_too_large() -> str:
+    return (
+        f"the gateway's answer is larger than {MAX_LINE_BYTES} bytes, the longest message this bridge "
+        "relays; ask for less (one slot or a tool group instead of _all, a smaller resource)"
+    )
+
+
+async def read_answer(content: aiohttp.StreamReader) -> bytes:
+    """A JSON answer's body, read up to MAX_LINE_BYTES; a larger one raises AnswerUnreadable."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in content.iter_any():
+        size += len(chunk)
+        if size > MAX_LINE_BYTES:
+            raise AnswerUnreadable(answer_too_large())
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def sse_messages(content: aiohttp.StreamReader) -> AsyncIterator[Any]:
-    """The JSON value of each SSE event's data (comments and keepalives skipped, multi-line data joined)."""
+    """The JSON value of each SSE event's data (comments and keepalives skipped, multi-line data joined).
+    An event over MAX_LINE_BYTES, the longest message a host reads from the bridge, raises AnswerUnreadable
+    (aiohttp's own line bound, 128 KiB, is far below what a big catalog's tools/list takes)."""
     data: list[bytes] = []
-    async for raw in content:
+    size = 0
+    while True:
+        try:
+            raw = await content.readline(max_line_length=MAX_LINE_BYTES + 2)  # with its CR LF
+        except LineTooLong:
+            raise AnswerUnreadable(answer_too_large()) from None
+        if not raw:
+            break
         line = raw.rstrip(b"\r\n")
         if not line:
             if data:
                 with contextlib.suppress(orjson.JSONDecodeError):
                     yield orjson.loads(b"\n".join(data))
-                data = []
+                data, size = [], 0
             continue
         if line.startswith(b"data:"):
             value = line[5:]
             data.append(value[1:] if value.startswith(b" ") else value)
+            size += len(value)
+            if size > MAX_LINE_BYTES:
+                raise AnswerUnreadable(answer_too_large())
     if data:
         with contextlib.suppress(orjson.JSONDecodeError):
             yield orjson.loads(b"\n".join(data))

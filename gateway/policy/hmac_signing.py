@@ -12,8 +12,10 @@ joined by "\\n", without a trailing newline:
 
 The signature is the lower-case hex HMAC-SHA256 of that string (UTF-8) under the key's secret (the
 secret's UTF-8 bytes), sent in X-MCPGW-Signature with the key id in X-MCPGW-Key-Id. The gateway
-accepts a timestamp at most max_skew_s from its own clock and each (key id, nonce) once: it
-remembers a nonce until its timestamp leaves the window, so a captured request cannot be replayed.
+accepts a timestamp at most max_skew_s (whole seconds) from its own clock and each (key id, nonce)
+once: it remembers a nonce until its timestamp leaves the window, so a captured request cannot be
+replayed. Across a restart, a timestamp before the gateway started is refused (the nonces an earlier
+process saw may be gone), and the nonces of an orderly stop are saved and loaded again (nonce_store.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import hmac
+import math
 import re
 import secrets
 import time
@@ -39,6 +42,11 @@ _NONCE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
+
+BAD_SIGNATURE = "The request signature does not match."
+"""How a bad_signature refusal's description starts (the stdio bridge reads its secret file again on it)."""
+SIGNED_BEFORE_START = "The request was signed before this gateway started."
+"""How a signed_before_start refusal's description starts (the stdio bridge signs again and resends on it)."""
 
 
 def canonical_string(method: str, path: str, timestamp: str, nonce: str, body: bytes) -> bytes:
@@ -92,21 +100,29 @@ class Refusal:
     reason: str
     description: str
     status: int = 401
+    error: str = "invalid_token"
+
+
+NonceEntry = tuple[str, str, float]
+"""(key id, nonce, expiry): one remembered nonce, as nonce_store.py saves it."""
 
 
 class NonceCache:
     """(key id, nonce) pairs seen, each kept until its request's timestamp leaves the skew window.
 
     Bounded: when full of live nonces it refuses to take more rather than forget one early (an
-    early-forgotten nonce would make its request replayable)."""
+    early-forgotten nonce would make its request replayable). `since` is when the cache began (0: no
+    such rule): a request signed before it may have been taken by an earlier process whose nonces are
+    gone, so it is refused. A configuration reload carries the cache, and with it `since`."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, since: float = 0.0) -> None:
         self.max_entries = max_entries
+        self.since = since
         self._expiry: dict[tuple[str, str], float] = {}
         self._heap: list[tuple[float, tuple[str, str]]] = []
 
     def _prune(self, now: float) -> None:
-        while self._heap and self._heap[0][0] < now:
+        while self._heap and self._heap[0][0] <= now:
             expires, key = heapq.heappop(self._heap)
             if self._expiry.get(key) == expires:
                 del self._expiry[key]
@@ -126,14 +142,32 @@ class NonceCache:
     def __len__(self) -> int:
         return len(self._expiry)
 
+    def live(self, now: float) -> list[NonceEntry]:
+        """The nonces still inside the window, latest expiry first."""
+        self._prune(now)
+        entries = [(key_id, nonce, expires) for (key_id, nonce), expires in self._expiry.items()]
+        return sorted(entries, key=lambda entry: entry[2], reverse=True)
+
+    def restore(self, entries: list[NonceEntry], now: float) -> int:
+        """Remember saved nonces again (expired ones dropped, at most the room left); how many were taken."""
+        self._prune(now)
+        taken = 0
+        for key_id, nonce, expires in sorted(entries, key=lambda entry: entry[2], reverse=True):
+            if len(self._expiry) >= self.max_entries:
+                break
+            if expires > now and self._expiry.get((key_id, nonce), -math.inf) < expires:
+                self.add((key_id, nonce), expires)
+                taken += 1
+        return taken
+
 
 class SignatureChecker:
     """Checks signed requests against the configured keys; the caller supplies the clock."""
 
-    def __init__(self, keys: list[SigningKey], max_skew_s: float, nonce_cache: int) -> None:
+    def __init__(self, keys: list[SigningKey], max_skew_s: float, nonce_cache: int, since: float = 0.0) -> None:
         self.keys = {key.key_id: key for key in keys}
         self.max_skew_s = max_skew_s
-        self.nonces = NonceCache(nonce_cache)
+        self.nonces = NonceCache(nonce_cache, since)
 
     @staticmethod
     def is_signed(headers: Mapping[str, str]) -> bool:
@@ -158,21 +192,30 @@ class SignatureChecker:
         key = self.keys.get(key_id)
         if key is None:
             return Refusal("invalid", "The signing key id is not known to this gateway (see [auth.hmac] keys).")
-        skew = int(timestamp) - now
+        # Whole seconds on both sides (the timestamp has no fraction), so exactly max_skew_s either way is accepted.
+        skew = int(timestamp) - math.floor(now)
         if abs(skew) > self.max_skew_s:
             direction = "ahead of" if skew > 0 else "behind"
             return Refusal(
                 "clock_skew",
-                f"The request's timestamp is {abs(skew):.0f} s {direction} the gateway's clock; at most "
+                f"The request's timestamp is {abs(skew)} s {direction} the gateway's clock; at most "
                 f"{self.max_skew_s:g} s is accepted (auth.hmac.max_skew_s). Set the signing machine's clock (NTP).",
             )
         expected = signature(key.secret, canonical_string(method, path, timestamp, nonce, body))
         if not hmac.compare_digest(expected, sent):
             return Refusal(
                 "bad_signature",
-                "The request signature does not match. Sign METHOD, PATH, TIMESTAMP, NONCE and the body's "
+                f"{BAD_SIGNATURE} Sign METHOD, PATH, TIMESTAMP, NONCE and the body's "
                 "SHA-256 (hex), joined by newlines, with the key's secret "
                 "(docs/security-auth.md#the-signature).",
+            )
+        # Whole seconds again: a request signed in the second the gateway started is taken (a crash and a
+        # new start within one second is the edge docs/security-auth.md names).
+        if int(timestamp) < math.floor(self.nonces.since):
+            return Refusal(
+                "signed_before_start",
+                f"{SIGNED_BEFORE_START} Sign it again and resend it (the stdio bridge does so by itself); "
+                "a request from before a restart is refused so that it cannot be replayed.",
             )
         # Only a request signed with a known key reaches the cache, so strangers cannot fill it.
         seen_key = (key_id, nonce)
@@ -183,6 +226,8 @@ class SignatureChecker:
                 "nonce_cache_full",
                 "Too many signed requests within the replay window (auth.hmac.nonce_cache); retry shortly.",
                 status=503,
+                error="temporarily_unavailable",
             )
-        self.nonces.add(seen_key, int(timestamp) + self.max_skew_s)
+        # Kept one second past the window: the window is judged in whole seconds of the gateway's clock.
+        self.nonces.add(seen_key, int(timestamp) + self.max_skew_s + 1)
         return key.principal

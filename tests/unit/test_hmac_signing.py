@@ -179,3 +179,69 @@ def test_hmac_keys_load_fail_closed(tmp_path: pytest.TempPathFactory, monkeypatc
         )
     with pytest.raises(ConfigError, match=r"auth\.hmac\.keys"):
         load_config(environ={}, flags={"auth.hmac": {"keys": []}})
+
+
+def test_the_skew_window_is_judged_in_whole_seconds_and_names_the_real_difference() -> None:
+    check = checker(max_skew_s=60)
+    # The gateway's clock part-way into a second: exactly 60 s either way is inside, 61 s is not.
+    now = NOW + 0.9
+    assert check.check("POST", "/pump-1/mcp", signed(now=NOW - 60), b"{}", now) == BRIDGE
+    assert check.check("POST", "/pump-1/mcp", signed(now=NOW + 60), b"{}", now) == BRIDGE
+    ahead = check.check("POST", "/pump-1/mcp", signed(now=NOW + 61), b"{}", now)
+    assert isinstance(ahead, hs.Refusal) and ahead.reason == "clock_skew"
+    assert ahead.description.startswith("The request's timestamp is 61 s ahead of the gateway's clock; at most 60 s")
+    behind = check.check("POST", "/pump-1/mcp", signed(now=NOW - 61), b"{}", now)
+    assert isinstance(behind, hs.Refusal) and "61 s behind" in behind.description
+
+
+def test_a_full_replay_cache_is_temporarily_unavailable() -> None:
+    check = checker(nonce_cache=1)
+    assert check.check("POST", "/pump-1/mcp", signed(), b"{}", NOW) == BRIDGE
+    full = check.check("POST", "/pump-1/mcp", signed(), b"{}", NOW)
+    assert isinstance(full, hs.Refusal)
+    assert (full.reason, full.status, full.error) == ("nonce_cache_full", 503, "temporarily_unavailable")
+
+
+def test_a_request_signed_before_the_gateway_started_is_refused() -> None:
+    check = hs.SignatureChecker([hs.SigningKey("bridge-1", SECRET, BRIDGE)], 60, 1000, since=NOW + 0.5)
+    early = check.check("POST", "/pump-1/mcp", signed(now=NOW - 1), b"{}", NOW + 1)
+    assert isinstance(early, hs.Refusal) and early.reason == "signed_before_start"
+    assert early.description.startswith(hs.SIGNED_BEFORE_START) and "Sign it again" in early.description
+    # Whole seconds: the second the gateway started in is accepted.
+    assert check.check("POST", "/pump-1/mcp", signed(now=NOW), b"{}", NOW + 1) == BRIDGE
+
+
+def test_saved_nonces_are_restored_without_expired_ones_and_within_the_bound() -> None:
+    check = checker()
+    headers = signed()
+    assert check.check("POST", "/pump-1/mcp", headers, b"{}", NOW) == BRIDGE
+    saved = check.nonces.live(NOW + 1)
+    assert saved == [("bridge-1", headers["X-MCPGW-Nonce"], NOW + 61)]
+    after_restart = checker(nonce_cache=2)
+    expired = ("bridge-1", "x" * 16, NOW - 5)
+    others = [("bridge-1", f"{'y' * 16}{index}", NOW + 10) for index in range(3)]
+    assert after_restart.nonces.restore([*saved, expired, *others], NOW + 1) == 2  # the bound holds
+    replay = after_restart.check("POST", "/pump-1/mcp", headers, b"{}", NOW + 2)
+    assert isinstance(replay, hs.Refusal) and replay.reason == "replayed"
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("\ufeffs3cret-s3cret-s3cret\n", "s3cret-s3cret-s3cret"),
+        ("  s3cret-s3cret-s3cret\r\n\n", "s3cret-s3cret-s3cret"),
+    ],
+)
+def test_a_secret_file_may_start_with_a_bom_and_end_with_blank_lines(text: str, secret: str) -> None:
+    from gateway.config.auth import secret_from_text
+
+    assert secret_from_text(text, "f") == secret
+
+
+def test_a_secret_file_with_two_lines_or_none_is_refused() -> None:
+    from gateway.config.auth import secret_from_text
+
+    with pytest.raises(ValueError, match="f holds 2 non-empty lines; put the secret alone on one line"):
+        secret_from_text("first-part-of-it\nsecond-part-of-it\n", "f")
+    with pytest.raises(ValueError, match="f is empty"):
+        secret_from_text("\ufeff\n  \n", "f")
