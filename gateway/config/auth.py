@@ -95,6 +95,21 @@ def secret_file_readable_warning(path: Path | str, mode: int) -> str | None:
     )
 
 
+def readable_secret_warnings(secret_files: list[tuple[str, str]]) -> list[str]:
+    """`what: warning` for each (what, path) secret file others can read; a file that cannot be
+    looked at is refused where it is read."""
+    warnings = []
+    for what, secret_file in secret_files:
+        try:
+            mode = Path(secret_file).stat().st_mode
+        except (OSError, ValueError):
+            continue
+        warning = secret_file_readable_warning(secret_file, mode)
+        if warning is not None:
+            warnings.append(f"{what}: {warning}")
+    return warnings
+
+
 def read_auth_secret(env: str | None, file: str | None, what: str) -> SecretStr:
     """A secret [auth] checks requests with, from exactly one of an environment variable or a file
     (read_secret_file's rules for a file), at least MIN_PROVIDER_SECRET_CHARS long."""
@@ -312,15 +327,7 @@ class AuthConfig(Section):
         secret_files = [(f"auth.tokens {token.name!r}", token.file) for token in self.tokens if token.file]
         keys = self.hmac.keys if self.hmac is not None else []
         secret_files += [(f"auth.hmac.keys {key.key_id!r}", key.file) for key in keys if key.file]
-        for what, secret_file in secret_files:
-            try:
-                mode = Path(str(secret_file)).stat().st_mode
-            except (OSError, ValueError):
-                continue
-            warning = secret_file_readable_warning(str(secret_file), mode)
-            if warning is not None:
-                warnings.append(f"{what}: {warning}")
-        return warnings
+        return warnings + readable_secret_warnings(secret_files)
 
     @property
     def configured(self) -> bool:

@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, model_validator
 
+from gateway.config.auth import read_auth_secret, readable_secret_warnings
 from gateway.config.base import IdStyle, PositiveFloat, PositiveInt, ProviderEra, Section, TakeoverPolicy
-from gateway.config.credentials import read_secret
 from gateway.config.declarations import DeclarationsConfig
 
 
@@ -22,7 +22,7 @@ class ProviderSecretConfig(Section):
 
     @model_validator(mode="after")
     def _load(self) -> ProviderSecretConfig:
-        self._secret = read_secret(self.env, self.file, "shared_secret")
+        self._secret = read_auth_secret(self.env, self.file, "shared_secret")
         return self
 
     @property
@@ -53,7 +53,7 @@ class ProviderIdentityConfig(Section):
                 raise ValueError(f"{what}: sha256 must be 64 hex digits (sha256sum of the secret)")
             self.sha256 = SecretStr(digest)
         else:
-            self._secret = read_secret(self.env, self.file, what)
+            self._secret = read_auth_secret(self.env, self.file, what)
         return self
 
     def secret_sha256(self) -> str:
@@ -75,6 +75,12 @@ class ProviderAuthConfig(Section):
     identities: a secret per provider identity, each limited to the slot names it lists."""
     shared_secret: ProviderSecretConfig | None = None
     identities: list[ProviderIdentityConfig] = Field(default_factory=list)
+
+    def secret_file_warnings(self) -> list[str]:
+        """A warning for each secret file (shared_secret, an identity's) others can read."""
+        files = [("providers.auth.shared_secret", self.shared_secret.file)] if self.shared_secret else []
+        files += [(f"providers.auth.identities {each.name!r}", each.file) for each in self.identities]
+        return readable_secret_warnings([(what, path) for what, path in files if path is not None])
 
     @model_validator(mode="after")
     def _consistent(self) -> ProviderAuthConfig:

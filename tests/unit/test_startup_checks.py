@@ -124,3 +124,28 @@ def test_what_run_accepts_config_check_calls_ok(capsys: pytest.CaptureFixture[st
     for host in ("127.0.0.1", "localhost", "0.0.0.0"):
         assert main(["config", "check", "--config", config, "--host", host, "--insecure-lan"]) == 0
         assert capsys.readouterr().out == "configuration OK\n"
+
+
+def test_a_provider_secret_file_others_may_write_is_refused_and_one_they_may_read_warned_of(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    secret = tmp_path / "provider.secret"
+    secret.write_text("a-provider-secret-of-some-length\n")
+    shared = f'[providers.auth]\nmode = "shared"\nshared_secret = {{ file = {json.dumps(str(secret))} }}\n'
+    identity = (
+        '[providers.auth]\nmode = "identities"\n[[providers.auth.identities]]\nname = "line-2"\n'
+        f'file = {json.dumps(str(secret))}\nslots = ["pump-*"]\n'
+    )
+    for text, what in ((shared, "shared_secret"), (identity, "identity 'line-2'")):
+        secret.chmod(0o666)
+        refusal = f"{what}: file {secret} is writable by users other than its owner (mode 0666)"
+        for command in ("config", "check"), ("run",):
+            assert main([*command, "--config", write_config(tmp_path, text)]) == 2
+            assert refusal in capsys.readouterr().err
+        secret.chmod(0o644)
+        assert main(["config", "check", "--config", write_config(tmp_path, text)]) == 0
+        err = capsys.readouterr().err
+        assert f"secret file {secret} is readable by users other than its owner (mode 0644)" in err
+        secret.chmod(0o600)
+        assert main(["config", "check", "--config", write_config(tmp_path, text)]) == 0
+        assert capsys.readouterr().err == ""
