@@ -85,3 +85,14 @@ def error_message(code: int, message: str) -> bytes:
 
 def error_envelope(provider: str, code: int, message: str) -> bytes:
     return wrap(provider, error_message(code, message))
+
+
+def replaced_by(where: str, old_slot: str, old_hello: JsonObject | None, slot: str, hello: JsonObject | None) -> str:
+    """Why a link on `where` ends at a register frame for `slot`: its own board restarted, or another
+    board took the line (boards swapped), named by its device id and slot so the log says which moved."""
+    old_device = old_hello.get("device_id") if old_hello else None
+    device = hello.get("device_id") if hello else None
+    if slot == old_slot and device == old_device:
+        return f"the board on {where} registered again"
+    named = f"device {device}, " if isinstance(device, str) else ""
+    return f"another board registered on {where} ({named}slot {slot})"

@@ -850,3 +850,27 @@ async def test_provider_url_names_the_last_link_that_held_the_slot(
     await wait_for(lambda: slots[SLOT].live is None, what="the WebSocket provider to leave")
     status = await provider_status(gateway.url, SLOT)
     assert status["provider_url"] == f"{gateway.url.replace('http', 'ws', 1)}/provider/{SLOT}"
+
+
+async def test_another_board_on_the_line_is_named_where_the_first_board_left(
+    gateway_factory: GatewayFactory, ptys: PtyFactory, framed: Any
+) -> None:
+    # Boards swapped between lines: the slot of the board that was on the line says which board came.
+    pair = ptys()
+    board = framed(pair)
+    gateway = await gateway_factory(serial=serial_config(pair.path, slots=["pump-*"]))
+    await board.next_message()
+    board.register("pump-a", hello={"device_id": "dev-a"})
+    await wait_ready_slot(gateway, "pump-a")
+    first = gateway.gateway.registry.slots["pump-a"].live
+    board.register("pump-a", hello={"device_id": "dev-a"})  # the same board, restarted
+    await wait_for(lambda: gateway.gateway.registry.slots["pump-a"].live is not first, what="the old link to go")
+    assert (await provider_status(gateway.url, "pump-a"))["last_disconnect_reason"] == (
+        f"the board on serial port {pair.path} registered again"
+    )
+    await wait_ready_slot(gateway, "pump-a")
+    board.register("pump-b", hello={"device_id": "dev-b"})  # another board on this line
+    await wait_ready_slot(gateway, "pump-b")
+    assert (await provider_status(gateway.url, "pump-a"))["last_disconnect_reason"] == (
+        f"another board registered on serial port {pair.path} (device dev-b, slot pump-b)"
+    )

@@ -500,13 +500,14 @@ class SerialPort:
                 "or envelopes",
             )
             return
-        # A register frame starts a new link: the board restarted, whatever it had is gone.
         replaced = [self.links.get(slot)] if enveloped else list(self.links.values())
+        line = f"serial port {self.spec.path}"  # a register frame starts a new link: what it had is gone
         for old in replaced:
             if old is not None:
                 del self.links[old.slot]
                 if old.session is not None:
-                    old.session.link_lost(f"the board on serial port {self.spec.path} registered again")
+                    reason = envelope.replaced_by(line, old.slot, old.session.hello, slot, registration.hello)
+                    old.session.link_lost(reason)
         await self._attach(slot, registration, enveloped)
 
     def allows(self, slot: str) -> bool:
