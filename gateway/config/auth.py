@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -95,16 +96,18 @@ def secret_file_readable_warning(path: Path | str, mode: int) -> str | None:
     )
 
 
-def readable_secret_warnings(secret_files: list[tuple[str, str]]) -> list[str]:
-    """`what: warning` for each (what, path) secret file others can read; a file that cannot be
-    looked at is refused where it is read."""
+def readable_secret_warnings(
+    files: list[tuple[str, str]], warn: Callable[[str, int], str | None] = secret_file_readable_warning
+) -> list[str]:
+    """`what: warning` for each (what, path) file whose mode `warn` warns of (by default a secret file
+    others can read); a file that cannot be looked at is refused where it is read."""
     warnings = []
-    for what, secret_file in secret_files:
+    for what, path in files:
         try:
-            mode = Path(secret_file).stat().st_mode
+            mode = Path(path).stat().st_mode
         except (OSError, ValueError):
             continue
-        warning = secret_file_readable_warning(secret_file, mode)
+        warning = warn(path, mode)
         if warning is not None:
             warnings.append(f"{what}: {warning}")
     return warnings
@@ -315,15 +318,8 @@ class AuthConfig(Section):
         """A warning for each token file others can read (token_file_readable_warning), and for each
         secret file ([[auth.tokens]] file, [[auth.hmac.keys]] file) others can read; a file that cannot
         be looked at is the verifier's to refuse."""
-        warnings = []
-        for name in self.token_files:
-            try:
-                mode = Path(name).stat().st_mode
-            except (OSError, ValueError):
-                continue
-            warning = token_file_readable_warning(name, mode)
-            if warning is not None:
-                warnings.append(f"auth.token_files: {warning}")
+        token_files = [("auth.token_files", str(name)) for name in self.token_files]
+        warnings = readable_secret_warnings(token_files, token_file_readable_warning)
         secret_files = [(f"auth.tokens {token.name!r}", token.file) for token in self.tokens if token.file]
         keys = self.hmac.keys if self.hmac is not None else []
         secret_files += [(f"auth.hmac.keys {key.key_id!r}", key.file) for key in keys if key.file]

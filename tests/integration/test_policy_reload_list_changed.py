@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import httpx2
@@ -16,6 +17,7 @@ from mcp import Client
 from mcp.client.session import IncomingMessage, MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway.app import GatewayServer
 from tests.conftest import wait_for
 from tests.integration.test_reload import AGENT_OLD, Reloadable, pumps, reloadable, token_entry
 
@@ -52,20 +54,13 @@ def counter(changes: dict[str, int], path: str) -> MessageHandlerFnT:
     return on_message
 
 
-def control_tools(names: list[str]) -> set[str]:
-    """The pump's control tools among `names`, whatever prefix the endpoint gives them."""
-    return {name for name in names if name.endswith(tuple(CONTROL_TOOLS))}
-
-
-async def test_a_policy_reload_that_hides_a_tool_tells_every_listening_session(
-    reloadable: Reloadable, tmp_path: Path
-) -> None:
-    policy = tmp_path / "policy.toml"
-    policy.write_text(OPERATOR)
-    server = await reloadable(config_text(policy, tmp_path / "audit.db"))
-    changes = dict.fromkeys(LISTENING, 0)
+@contextlib.asynccontextmanager
+async def listening(
+    server: GatewayServer, paths: Sequence[str], changes: dict[str, int]
+) -> AsyncIterator[dict[str, Client]]:
+    """The agent's session-era SDK clients on `paths`, each holding its GET stream and counting the
+    notifications/tools/list_changed it hears in `changes`."""
     async with (
-        pumps(server),
         httpx2.AsyncClient(
             headers={"Authorization": f"Bearer {AGENT_OLD}"}, timeout=httpx2.Timeout(30, read=60)
         ) as http,
@@ -79,12 +74,28 @@ async def test_a_policy_reload_that_hides_a_tool_tells_every_listening_session(
                     message_handler=counter(changes, path),
                 )
             )
-            for path in LISTENING
+            for path in paths
         }
         await wait_for(
-            lambda: sum(s.stream is not None for s in server.gateway.sessions.sessions.values()) == len(LISTENING),
+            lambda: sum(s.stream is not None for s in server.gateway.sessions.sessions.values()) == len(paths),
             what="every GET stream",
         )
+        yield clients
+
+
+def control_tools(names: list[str]) -> set[str]:
+    """The pump's control tools among `names`, whatever prefix the endpoint gives them."""
+    return {name for name in names if name.endswith(tuple(CONTROL_TOOLS))}
+
+
+async def test_a_policy_reload_that_hides_a_tool_tells_every_listening_session(
+    reloadable: Reloadable, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(OPERATOR)
+    server = await reloadable(config_text(policy, tmp_path / "audit.db"))
+    changes = dict.fromkeys(LISTENING, 0)
+    async with pumps(server), listening(server, LISTENING, changes) as clients:
 
         async def listed(path: str) -> list[str]:
             return [tool.name for tool in (await clients[path].list_tools()).tools]

@@ -6,16 +6,11 @@ the required scopes tells nobody."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
-
-import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from gateway.app import GatewayServer
 from tests.conftest import wait_for
-from tests.integration.test_policy_reload_list_changed import counter
+from tests.integration.test_policy_reload_list_changed import listening
 from tests.integration.test_reload import AGENT_OLD, Reloadable, pumps, reloadable, rewrite, token_entry
 
 __all__ = ["reloadable"]  # the fixture, used by name
@@ -40,27 +35,7 @@ async def test_a_reload_that_changes_required_scopes_tells_every_listening_sessi
     server = await reloadable(BASE)
     changes = dict.fromkeys(LISTENING, 0)
     quiet_s = 10 * server.gateway.config.limits.catalog_coalesce_ms / 1000
-    async with (
-        pumps(server),
-        httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {AGENT_OLD}"}, timeout=httpx2.Timeout(30, read=60)
-        ) as http,
-        contextlib.AsyncExitStack() as stack,
-    ):
-        clients = {
-            path: await stack.enter_async_context(
-                Client(
-                    streamable_http_client(f"{server.url}{path}", http_client=http),
-                    mode="legacy",
-                    message_handler=counter(changes, path),
-                )
-            )
-            for path in LISTENING
-        }
-        await wait_for(
-            lambda: sum(s.stream is not None for s in server.gateway.sessions.sessions.values()) == len(LISTENING),
-            what="every GET stream",
-        )
+    async with pumps(server), listening(server, LISTENING, changes) as clients:
 
         async def pump_tools(path: str) -> list[str]:
             return [tool.name for tool in (await clients[path].list_tools()).tools if tool.name.startswith("pump-1")]
