@@ -5,8 +5,12 @@ list changes, and updates of subscribed resources, only on the stream of a `subs
 request. The gateway keeps one open per such provider, asking for every list change the provider
 declares and for the resources its clients subscribed to, reopens it with jittered back-off when it
 ends, opens it again when the subscribed resources change, and lists the tools again after a
-reopening (nothing is replayed across streams). A provider that does not serve it (-32601) has its
-tools listed again every `tools_poll_s`, when set. The session routes what the stream carries
+reopening (nothing is replayed across streams). A change of the subscribed resources while a listen
+serves is make-before-break: the new listen opens beside the serving one, which ends only once the new
+one is acknowledged (or has failed), so no update is lost in between; changes made while the new one
+opens are asked for by one more listen after its acknowledgement, so a burst of changes costs a few
+reopenings, not one each. A provider that does not serve it (-32601) has its tools listed again
+every `tools_poll_s`, when set. The session routes what the stream carries
 (ProviderSession._on_listen_event); this class only keeps the request open.
 """
 
@@ -79,6 +83,11 @@ class ProviderListen:
         self.last_error = ""
         self.asked: JsonObject = {}
         self._task: asyncio.Task[None] | None = None
+        self._next: asyncio.Task[None] | None = None
+        """A listen opening beside the serving one (make-before-break) until it is acknowledged."""
+        self._next_asked: JsonObject = {}
+        self._changed = False
+        """The subscribed resources changed while a listen was opening: ask again once it is acknowledged."""
         self._backoff = Backoff(RETRY_INITIAL_S, RETRY_MAX_S)
         self._reopened = False
 
@@ -93,15 +102,46 @@ class ProviderListen:
         """The subscribed resources changed: ask again with the new list (a served listen only)."""
         if self.state in ("unsupported", "polling") or not self.session.modern or not self.session.ready:
             return
-        self.start()
+        if self._next is not None:
+            self._changed = True  # asked for once the listen opening beside the serving one is acknowledged
+        elif self.state == "open" and self._task is not None and not self._task.done():
+            self._open_next()
+        else:
+            self.start()  # no listen serves yet, so there is nothing to lose: ask again at once
+
+    def _open_next(self) -> None:
+        """Open a listen beside the serving one; the serving one ends once this one is acknowledged."""
+        self._next = asyncio.get_running_loop().create_task(self._run(), name=f"listen {self.session.slot} (next)")
+
+    def _promote_next(self) -> None:
+        """The listen opened beside the serving one takes over (acknowledged or failed): end the old one."""
+        old, self._task, self._next = self._task, self._next, None
+        if old is not None and not old.done() and old is not asyncio.current_task():
+            old.cancel()
+
+    def _take_over(self) -> None:
+        """A listen opened beside the serving one ended or needs none before its acknowledgement: the
+        serving one asks for an outdated list, so it ends, and this one goes on in its place."""
+        if self._next is asyncio.current_task():
+            self.asked = self._next_asked
+            self._promote_next()
 
     def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None and not task.done() and task is not asyncio.current_task():
-            task.cancel()
+        self._changed = False
+        for task in (self._task, self._next):
+            if task is not None and not task.done() and task is not asyncio.current_task():
+                task.cancel()
+        self._task = self._next = None
 
     def acknowledged(self, params: JsonObject) -> None:
-        """The provider's first event on the stream: it is open."""
+        """The provider's first event on the stream: it is open.
+
+        Only one listen opens beside a serving one at a time (changes meanwhile wait in `_changed`), and
+        the serving one was acknowledged already, so an acknowledgement meanwhile is the new one's.
+        """
+        if self._next is not None:
+            self.asked = self._next_asked
+            self._promote_next()
         self.state = "open"
         self.opens += 1
         self._backoff.reset()
@@ -109,6 +149,9 @@ class ProviderListen:
             # Nothing is replayed across listen streams: a change made while none was open is found
             # by listing again (clients hear of it only if the list really differs).
             self.session.relist()
+        if self._changed:
+            self._changed = False
+            self._open_next()
 
     async def _run(self) -> None:
         session = self.session
@@ -116,11 +159,16 @@ class ProviderListen:
             capabilities = session.capabilities
             wanted = eras.listen_filter(capabilities, session.listen_uris())
             if not wanted:
+                self._take_over()
                 self.state = "none"
                 await self._poll()
                 return
-            self.asked = wanted
-            self.state = "opening"
+            self._changed = False  # `wanted` holds every change made so far
+            if self._next is asyncio.current_task():
+                self._next_asked = wanted  # the serving listen stays what the status shows until the handover
+            else:
+                self.asked = wanted
+                self.state = "opening"
             params = session.own_params({"notifications": wanted})
             try:
                 reply = await session.request("subscriptions/listen", params, timeout_ms=0, internal=True)
@@ -131,6 +179,7 @@ class ProviderListen:
             else:
                 error = reply.get("error")
                 if isinstance(error, dict) and error.get("code") == jsonrpc.METHOD_NOT_FOUND:
+                    self._take_over()
                     self.state = "unsupported"
                     self.last_error = str(error.get("message", ""))
                     await self._poll()
@@ -142,6 +191,17 @@ class ProviderListen:
                 )
             if session.state == "closed":
                 return
+            if self._next is not None and self._next is not asyncio.current_task():
+                # The serving listen ended while another opens beside it: that one serves from its
+                # acknowledgement on, which lists again for what the gap may have hidden.
+                self.drops += 1
+                self._reopened = True
+                self.asked = self._next_asked
+                self.state = "opening"
+                self._task, self._next = self._next, None
+                session.warn_once("listen", "subscriptions/listen of slot %s ended: %s", session.slot, self.last_error)
+                return
+            self._take_over()
             self.state = "reconnecting"
             self.drops += 1
             self._reopened = True

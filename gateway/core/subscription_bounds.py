@@ -80,6 +80,16 @@ def check_new(
     count = len(subscribed) + len(added)
     if count > limits.max_subscribed_uris_per_slot:
         bound = limits.max_subscribed_uris_per_slot
+        requested = len(dict.fromkeys(new_uris))
+        if requested > bound:
+            # The request alone is over the bound: unsubscribing elsewhere would not make it fit.
+            return "max_subscribed_uris_per_slot", refusal(
+                slot,
+                "max_subscribed_uris_per_slot",
+                bound,
+                f"The request asks for {requested} resource URIs, at most {bound} per slot "
+                f"(limits.max_subscribed_uris_per_slot): ask for fewer URIs",
+            )
         return "max_subscribed_uris_per_slot", refusal(
             slot,
             "max_subscribed_uris_per_slot",

@@ -9,10 +9,13 @@ only the first HEAD_BYTES of its data, which may name the request it answers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.core.answer_head import HEAD_BYTES
+
+_LINE_END = re.compile(rb"[\r\n]")
 
 
 class SseTooLarge(ValueError):
@@ -33,7 +36,7 @@ class SseDecoder:
     def __init__(self, max_event_bytes: int, *, skip_oversized: bool = False) -> None:
         self.max_event_bytes = max_event_bytes
         self.skip_oversized = skip_oversized
-        self._buffer = b""
+        self._buffer = bytearray()  # the unfinished line, grown in place
         self._skip_lf = False
         self._event = ""
         self._data: list[str] = []
@@ -45,37 +48,51 @@ class SseDecoder:
         self._head = ""
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
-        """Decode what `chunk` completes; incomplete lines wait for the next chunk."""
+        """Decode what `chunk` completes; incomplete lines wait for the next chunk.
+
+        Only the new bytes are searched for line ends and an unfinished line grows in place, so a
+        long line arriving in N chunks costs time linear in its size, not in N times its size.
+        """
         events: list[SseEvent] = []
-        data = self._buffer + chunk
         start = 0
-        index = 0
-        length = len(data)
-        while index < length:
-            byte = data[index]
-            if byte in (0x0A, 0x0D):
-                if byte == 0x0A and self._skip_lf and index == start:
-                    # The LF of a CRLF split across lines: already ended the line.
-                    self._skip_lf = False
-                    start = index = index + 1
-                    continue
-                self._skip_lf = byte == 0x0D
-                if self._skipping:
-                    event = self._skipped_line(index == start)
-                else:
-                    event = self._line(data[start:index].decode("utf-8", errors="replace"))
-                if event is not None:
-                    events.append(event)
-                start = index = index + 1
+        skip_lf = self._skip_lf
+        for match in _LINE_END.finditer(chunk):
+            index = match.start()
+            if skip_lf and index == start and chunk[index] == 0x0A:
+                # The LF of a CRLF (possibly split across chunks): the CR already ended the line.
+                skip_lf = False
+                start = index + 1
                 continue
-            self._skip_lf = False
-            index += 1
-        self._buffer = data[start:]
-        if not self._skipping and len(self._buffer) + self._data_bytes > self.max_event_bytes:
-            self._too_large(self._buffer)
-        if self._skipping and self._buffer:
+            skip_lf = chunk[index] == 0x0D
+            if self._buffer:
+                self._buffer += chunk[start:index]
+                line = bytes(self._buffer)
+                self._buffer = bytearray()
+            else:
+                line = chunk[start:index]
+            if self._skipping:
+                event = self._skipped_line(not line)
+            else:
+                event = self._line(line.decode("utf-8", errors="replace"))
+            if event is not None:
+                events.append(event)
+            start = index + 1
+        if start < len(chunk):
+            skip_lf = False
+        self._skip_lf = skip_lf
+        tail = chunk[start:]
+        if not tail:
+            return events
+        if self._skipping:
             self._dropped_in_line = True
-            self._buffer = b""
+            return events
+        if len(self._buffer) + len(tail) + self._data_bytes > self.max_event_bytes:
+            # Checked before keeping the tail, so nothing past the bound is ever held.
+            self._too_large(bytes(self._buffer[: HEAD_BYTES + 6]) + tail[: HEAD_BYTES + 6])
+            self._buffer = bytearray()
+            self._dropped_in_line = True
+            return events
+        self._buffer += tail
         return events
 
     def _line(self, line: str) -> SseEvent | None:
