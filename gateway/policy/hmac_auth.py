@@ -84,7 +84,7 @@ class HmacVerifier:
         if self.nonce_file is None:
             return
         saved = nonce_store.load_nonces(self.nonce_file, self.clock())
-        taken = self.checker.nonces.restore(saved, self.clock())
+        taken = self.checker.restore(saved, self.clock())
         if taken:
             log.info("loaded %d HMAC nonces still inside the replay window from %s", taken, self.nonce_file)
 

@@ -169,6 +169,15 @@ class SignatureChecker:
         self.max_skew_s = max_skew_s
         self.nonces = NonceCache(nonce_cache, since)
 
+    def restore(self, saved: list[NonceEntry], now: float) -> int:
+        """Remember the nonces an earlier process saved, but only those it can still matter to hold: of
+        requests signed at or after this start (the start-time rule refuses the earlier ones anyway,
+        and their nonces would only fill the cache), none expiring later than a request signed now
+        could (a clock that ran ahead at the stop). How many were taken."""
+        first = math.floor(self.nonces.since) + self.max_skew_s + 1  # expiry = timestamp + max_skew_s + 1
+        last = math.floor(now) + 2 * self.max_skew_s + 1
+        return self.nonces.restore([entry for entry in saved if first <= entry[2] <= last], now)
+
     @staticmethod
     def is_signed(headers: Mapping[str, str]) -> bool:
         """True when the request carries any signing header (then it must carry all four, valid)."""

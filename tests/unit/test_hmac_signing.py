@@ -225,6 +225,20 @@ def test_saved_nonces_are_restored_without_expired_ones_and_within_the_bound() -
     assert isinstance(replay, hs.Refusal) and replay.reason == "replayed"
 
 
+def test_only_nonces_signed_since_the_start_are_restored_so_a_busy_cache_does_not_refuse_after_a_restart() -> None:
+    # Started at NOW + 30: what was signed before it is refused by the start-time rule and needs no
+    # nonce; one signed by a clock running ahead does; one expiring later than a request signed now
+    # could (the clock ran far ahead at the stop) does not.
+    after_restart = hs.SignatureChecker([hs.SigningKey("bridge-1", SECRET, BRIDGE)], 60, 2, since=NOW + 30)
+    before_start = [("bridge-1", f"{'b' * 16}{index}", NOW + 29 + 61) for index in range(5)]
+    ahead = ("bridge-1", "a" * 16, NOW + 40 + 61)
+    a_day_ahead = ("bridge-1", "d" * 16, NOW + 86_400 + 61)
+    assert after_restart.restore([*before_start, ahead, a_day_ahead], NOW + 31) == 1
+    assert after_restart.nonces.live(NOW + 31) == [ahead]
+    fresh = after_restart.check("POST", "/pump-1/mcp", signed(now=NOW + 31), b"{}", NOW + 31)
+    assert fresh == BRIDGE  # room in the cache of two
+
+
 @pytest.mark.parametrize(
     ("text", "secret"),
     [
