@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from gateway.cli.common import Commands, _read_credential_file, gateway_timeout_option, gateway_url_option
+from gateway.cli.common import (
+    Commands,
+    _read_credential_file,
+    client_token_from_env,
+    gateway_timeout_option,
+    gateway_url_option,
+)
 from gateway.client import GatewayCallError
 from gateway.config import ConfigError
 
@@ -21,16 +27,13 @@ if TYPE_CHECKING:
 
 def _client_token(args: argparse.Namespace) -> str | None:
     """The client token for slots/call/schema-hash: --token-file, else $MCP_GATEWAY_TOKEN, else none."""
-    import os
 
-    from gateway.config import ENV_CLIENT_TOKEN
-
-    if getattr(args, "token_file", None):
-        try:
+    try:
+        if getattr(args, "token_file", None):
             return _read_credential_file(args.token_file, "--token-file")
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None  # a file named on the command line: usage, exit 2
-    return os.environ.get(ENV_CLIENT_TOKEN, "").strip() or None
+        return client_token_from_env()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None  # named on the command line or in the environment: usage, exit 2
 
 
 def gateway_client(args: argparse.Namespace, slot: str) -> GatewayClient:

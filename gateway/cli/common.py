@@ -261,11 +261,25 @@ def refuse_insecure_bind(config: GatewayConfig) -> str | None:
 
 
 def _read_credential_file(path: str, what: str) -> str:
+    """The credential a file holds, as the gateway reads its own secret files (secret_from_text: a
+    byte-order mark skipped, white space around it stripped, more than one non-empty line refused:
+    a line break would end up in an HTTP header); ValueError naming `what` and the file."""
+    from gateway.config.auth import secret_from_text
+
     try:
         with open(path, encoding="utf-8") as handle:
-            text = handle.read().strip()
+            text = handle.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{what} {path}: cannot be read ({exc})") from None
-    if not text:
-        raise ValueError(f"{what} {path} is empty")
-    return text
+    return secret_from_text(text, f"{what} {path}")
+
+
+def client_token_from_env() -> str | None:
+    """$MCP_GATEWAY_TOKEN read as a token file is (None when unset or blank); ValueError naming it."""
+    import os
+
+    from gateway.config import ENV_CLIENT_TOKEN
+    from gateway.config.auth import secret_from_text
+
+    value = os.environ.get(ENV_CLIENT_TOKEN, "")
+    return secret_from_text(value, f"${ENV_CLIENT_TOKEN}") if value.strip() else None

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.cli.common import DEFAULT_URL, Commands, _read_credential_file, check_base_url, env_default, trusted_ca
+from gateway.cli.common import (
+    DEFAULT_URL,
+    Commands,
+    _read_credential_file,
+    check_base_url,
+    client_token_from_env,
+    env_default,
+    trusted_ca,
+)
 from gateway.config.base import ENV_CLIENT_URL
 
 
@@ -13,7 +21,6 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     """Serve MCP on stdin/stdout, forwarding every message to a running gateway's /<slot>/mcp."""
     import os
 
-    from gateway.config import ENV_CLIENT_TOKEN
     from gateway.config.auth import read_secret_file, secret_file_readable_warning
     from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name
     from gateway.logs import setup_logging
@@ -50,8 +57,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
             credentials = HmacKey(args.hmac_key_id, secret.encode("utf-8"), args.hmac_secret_file)
         elif args.token_file is not None:
             credentials = BearerToken(_read_credential_file(args.token_file, "--token-file"))
-        elif os.environ.get(ENV_CLIENT_TOKEN, "").strip():
-            credentials = BearerToken(os.environ[ENV_CLIENT_TOKEN].strip())
+        elif (token := client_token_from_env()) is not None:
+            credentials = BearerToken(token)
         context = trusted_ca(args.ca_file) if args.ca_file else None
     except (ValueError, OSError) as exc:
         return refuse(str(exc))

@@ -4,11 +4,13 @@ $MCP_GATEWAY_SIM_CONTROL, `call`'s key=value arguments, schema-hash's FILE, the 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
 from bench.ports import free_port
 from gateway.cli import build_parser, main
+from gateway.cli.calls import _client_token
 from gateway.client import _OBSERVE_TOOLS, _POLICY_ONLY_TOOLS, broker_tool_hint, parse_arguments
 from gateway.core.broker import governed_tools, recheck_tool, reload_tool, serial_tools, server
 
@@ -201,3 +203,28 @@ def test_approve_deny_without_an_id_is_a_usage_error(capsys: pytest.CaptureFixtu
     # Without the check it listed the pending calls and exited 0, as if the denial had been made.
     assert main(["approve", "--deny", "--url", "http://127.0.0.1:9"]) == 2
     assert "--deny needs the ID of the call to deny" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["call", "pump-3", "get_status"], ["slots"], ["stdio"]])
+def test_a_client_token_of_two_lines_is_a_usage_error_not_a_header_injection(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: list[str]
+) -> None:
+    # A token goes into an HTTP header: a second line would be refused there with a traceback, or the
+    # stdio bridge would leave its host unanswered. It is read as the gateway reads its secret files.
+    url = f"http://127.0.0.1:{free_port()}"
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token-of-some-length\nsecond\n")
+    assert main([*command, "--url", url, "--token-file", str(token_file)]) == 2
+    assert f"--token-file {token_file} holds 2 non-empty lines; put the secret alone on one line" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setenv("MCP_GATEWAY_TOKEN", "s3cret-token-of-some-length\nsecond")
+    assert main([*command, "--url", url]) == 2
+    assert "$MCP_GATEWAY_TOKEN holds 2 non-empty lines" in capsys.readouterr().err
+
+
+def test_a_client_token_file_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("\ufeffs3cret-token-of-some-length\r\n", encoding="utf-8")
+    args = argparse.Namespace(token_file=str(token_file))
+    assert _client_token(args) == "s3cret-token-of-some-length"
