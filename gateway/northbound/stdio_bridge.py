@@ -213,6 +213,10 @@ class Unreachable(BridgeError):
 class SessionRefused(BridgeError):
     """The gateway answered, but would not open a new session for the client."""
 
+    def __init__(self, text: str, data: JsonObject) -> None:
+        super().__init__(text)
+        self.data = data  # the error's data for the host: the refusal's HTTP status and Retry-After
+
 
 class AnswerUnreadable(BridgeError):
     """The gateway's answer could not be read whole (over MAX_LINE_BYTES, or cut off); the text says why."""
@@ -389,9 +393,13 @@ class StdioBridge:
         answer = await self.post(request, None, keep)
         result = results[-1].get("result") if results and isinstance(results[-1], dict) else None
         if answer.status != 200 or not isinstance(result, dict) or answer.session_id is None:
+            refused: JsonObject = {"reason": "session_refused", "httpStatus": answer.status}
+            if answer.retry_after_s is not None:
+                refused["retryAfterMs"] = answer.retry_after_s * 1000
             raise SessionRefused(
                 f"The gateway at {self.url} would not open a session for this client "
-                f"(HTTP {answer.status}): {_describe(answer.body)}"
+                f"(HTTP {answer.status}): {_describe(answer.body)}",
+                refused,
             )
         self.session_id = answer.session_id
         self.protocol_version = result.get("protocolVersion")
@@ -458,7 +466,7 @@ class StdioBridge:
         except SessionRefused as exc:
             log.warning("%s", exc)
             if message.kind is Kind.REQUEST:
-                await self.emit(_rpc_error(message.id, jsonrpc.UNAVAILABLE, str(exc), {"reason": "session_refused"}))
+                await self.emit(_rpc_error(message.id, jsonrpc.UNAVAILABLE, str(exc), exc.data))
         except AnswerUnreadable as exc:
             log.warning("the answer to a %s could not be read: %s", message.method, exc)
             if message.kind is Kind.REQUEST:

@@ -159,3 +159,41 @@ async def test_the_bridge_refuses_a_secret_file_others_can_write_and_names_one_o
     code, err = await run_bridge(*desk_args(key))
     assert code == 0  # stdin is empty: the bridge serves nothing and ends
     assert f"warning: --hmac-secret-file: secret file {key} is readable by users other than its owner" in err
+
+
+async def test_a_session_the_gateway_will_not_open_reaches_the_host_with_the_refusal_s_status_and_retry_hint(
+    signed: tuple[GatewayServer, Path], tmp_path: Path
+) -> None:
+    server, gateway_key = signed
+    bridge_file = tmp_path / "bridge.key"
+    write_secret(bridge_file, gateway_key.read_text().strip())
+    nonces = verifier(server).checker.nonces
+    nonces.max_entries = len(nonces)  # full before the host's first request
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *["-m", "gateway.cli", "stdio", "--url", server.url, "--slot", "_broker", *desk_args(bridge_file)],
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        cwd=str(REPO),
+    )
+    assert process.stdin is not None and process.stdout is not None
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+    for message in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ):
+        process.stdin.write(json.dumps(message).encode() + b"\n")
+    await process.stdin.drain()
+    try:
+        answers = {}
+        while len(answers) < 2:
+            line = await asyncio.wait_for(process.stdout.readline(), 30)
+            answer = json.loads(line)
+            answers[answer["id"]] = answer
+    finally:
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), 30)
+    for answer in answers.values():
+        data = answer["error"]["data"]
+        assert (data["httpStatus"], data["retryAfterMs"]) == (503, 5000), answer
