@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client, MCPError
@@ -186,7 +187,7 @@ async def test_a_session_the_gateway_will_not_open_reaches_the_host_with_the_ref
         process.stdin.write(json.dumps(message).encode() + b"\n")
     await process.stdin.drain()
     try:
-        answers = {}
+        answers: dict[int, Any] = {}
         while len(answers) < 2:
             line = await asyncio.wait_for(process.stdout.readline(), 30)
             answer = json.loads(line)
