@@ -198,8 +198,10 @@ def resolve_telemetry(config: TelemetryConfig, environ: Mapping[str, str]) -> Te
             config = config.model_copy(update={"export_timeout_ms": timeout_ms})
     if config.sampling_ratio is not None:
         sampler, ratio = "parentbased_traceidratio", config.sampling_ratio
-    else:
+    elif enabled:
         sampler, ratio = _env_sampler(environ)
+    else:  # export off: the variables are left unread, as every other OTEL_* one is then
+        sampler, ratio = "parentbased_traceidratio", 1.0
     service_name = config.service_name or _flag(environ, ENV_SERVICE_NAME) or DEFAULT_SERVICE_NAME
     return TelemetrySettings(enabled, endpoint, headers, sampler, ratio, service_name, config, env_endpoints)
 

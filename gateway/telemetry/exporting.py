@@ -14,13 +14,13 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.config import TelemetryConfig, TelemetryConfigError, TelemetrySettings, resolve_telemetry
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.provider_telemetry import ExportSink, ProviderTelemetry
-from gateway.telemetry.tracing import OFF, Tracing
+from gateway.telemetry.tracing import OFF, Tracing, run_side_by_side
 
 log = logging.getLogger("gateway.telemetry")
 
@@ -99,7 +99,10 @@ class Telemetry:
             return str(exc)
         self.settings = settings
         self.reloads += 1
-        threading.Thread(target=_retire, args=(old, RETIRE_GRACE_S), name="mcpgw-telemetry-retire", daemon=True).start()
+        timeout_s = self.settings.config.export_timeout_ms / 1000
+        threading.Thread(
+            target=_retire, args=(old, RETIRE_GRACE_S, timeout_s), name="mcpgw-telemetry-retire", daemon=True
+        ).start()
         log.info("telemetry reloaded: %s", "exporting to " + settings.shown_endpoint() if settings.enabled else "off")
         return None
 
@@ -112,19 +115,27 @@ class Telemetry:
         if old == (OFF, None):
             return
         loop = asyncio.get_running_loop()
-        finished = asyncio.Event()
+        timeout_s = self.settings.config.export_timeout_ms / 1000
+        finished: asyncio.Future[bool] = loop.create_future()
+
+        def answer(done: bool) -> None:
+            if not finished.done():
+                finished.set_result(done)
 
         def stop() -> None:
+            done = False
             try:
-                _retire(old, 0.0)
+                done = _retire(old, 0.0, timeout_s)
             finally:
                 with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(finished.set)
+                    loop.call_soon_threadsafe(answer, done)
 
         threading.Thread(target=stop, name="mcpgw-telemetry-stop", daemon=True).start()
-        try:
-            await asyncio.wait_for(finished.wait(), self.settings.config.export_timeout_ms / 1000)
-        except TimeoutError:
+        # _retire returns within timeout_s; the second more only covers a thread slow to be scheduled.
+        done = False
+        with contextlib.suppress(TimeoutError):
+            done = await asyncio.wait_for(asyncio.shield(finished), timeout_s + 1.0)
+        if not done:
             log.warning("telemetry: the last exports did not finish within export_timeout_ms; they are dropped")
 
     def status(self) -> dict[str, Any]:
@@ -139,11 +150,14 @@ class Telemetry:
         }
 
 
-def _retire(old: tuple[Tracing, ExportSink | None], grace_s: float) -> None:
-    """Stop the tracing and export queue a reload or shutdown replaced (blocking: its own thread)."""
+def _retire(old: tuple[Tracing, ExportSink | None], grace_s: float, timeout_s: float) -> bool:
+    """Stop the tracing and export queue a reload or shutdown replaced (blocking: its own thread), side
+    by side so that together they take `timeout_s` (export_timeout_ms) at most, not that long each.
+    True when everything was sent or given up on by the exporters themselves within it."""
     if grace_s > 0:
         threading.Event().wait(grace_s)
     tracing, sink = old
-    tracing.shutdown()
+    jobs: list[Callable[[], object]] = [tracing.shutdown]
     if sink is not None:
-        sink.shutdown()
+        jobs.append(sink.shutdown)
+    return run_side_by_side(jobs, timeout_s, "mcpgw-telemetry-retire")

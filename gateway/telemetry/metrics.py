@@ -15,6 +15,9 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 # Label values must stay bounded: a client may send any method name, so only MCP's own are kept.
 KNOWN_METHODS = frozenset(
     {
+        "initialize",
+        "server/discover",
+        "subscriptions/listen",
         "tools/call",
         "tools/list",
         "resources/list",

@@ -85,7 +85,7 @@ class ProviderExport:
         self.batch_items = config.max_export_batch_size
         self.delay_s = config.schedule_delay_ms / 1000
         self.max_resources = max_slots
-        timeout = config.export_timeout_ms / 1000
+        timeout = self.timeout_s = config.export_timeout_ms / 1000
         options: dict[str, Any] = {"headers": settings.headers, "timeout": timeout}
         self.spans = OTLPSpanExporter(endpoint=settings.signal_endpoint("traces"), **options)
         self.logs = OTLPLogExporter(endpoint=settings.signal_endpoint("logs"), **options)
@@ -95,6 +95,8 @@ class ProviderExport:
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopping = False
+        self.give_up_at = float("inf")
+        """time.monotonic() past which a stopping thread sends nothing more (shutdown sets it)."""
         self._resources: dict[tuple[str, str | None], Resource] = {}
         self._warned: set[str] = set()
         """Slots whose unconvertible item was logged (at most max_slots; counted either way)."""
@@ -123,12 +125,21 @@ class ProviderExport:
             self.wake.clear()
             stopping = self.stopping
             try:
-                while self._export_some():
+                while time.monotonic() < self.give_up_at and self._export_some():
                     pass
             except Exception as exc:  # a fault of the gateway's own: keep serving the other slots
                 self._warn("*thread", "provider telemetry: the export thread met %s; it goes on", type(exc).__name__)
             if stopping:
+                self._drop_waiting()
                 return
+
+    def _drop_waiting(self) -> None:
+        """At stop, what the export timeout left no time for: dropped and counted."""
+        with self.lock:
+            left, self.queued_items = self.queued_items, 0
+            self.queue.clear()
+        if left:
+            self.metrics.telemetry_dropped.labels("provider_export").inc(left)
 
     def _take(self) -> list[Batch]:
         taken: list[Batch] = []
@@ -219,13 +230,15 @@ class ProviderExport:
         return found
 
     def shutdown(self) -> None:
-        """Send what waits (bounded by the export timeout of each request) and stop the thread."""
+        """Send what waits within export_timeout_ms and stop the thread. The thread is a daemon: an export
+        still blocked on the collector when the time is up ends with the process."""
         with self.lock:
             self.stopping = True
+            self.give_up_at = time.monotonic() + self.timeout_s
         self.wake.set()
-        self.thread.join()
+        self.thread.join(self.timeout_s)
         for exporter in (self.spans, self.logs, self.points):
-            exporter.shutdown()
+            exporter.shutdown()  # ends the exporters' retry waits; a request under way keeps its own timeout
 
 
 def _span(item: ProviderSpan, resource: Resource) -> ReadableSpan:

@@ -38,13 +38,13 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusC
 
 from gateway import __version__
 from gateway.config import TelemetrySettings
-from gateway.telemetry.metrics import Metrics, method_label
+from gateway.telemetry.metrics import LATENCY_BUCKETS, Metrics, method_label
 from gateway.telemetry.trace_context import RequestTrace, caller_context
-from gateway.telemetry.tracing import RequestFacts, Tracing
+from gateway.telemetry.tracing import RequestFacts, Tracing, run_side_by_side
 
 SCOPE = "mcp-gateway"
 MAX_ATTRIBUTE_TEXT = 256
-"""Characters of a tool name put on a span."""
+"""Characters of a tool name, or of a method that is not MCP's, put on a span."""
 MAX_ARGUMENTS_TEXT = 4096
 """Characters of the JSON arguments on a span, when capture_arguments is on."""
 
@@ -60,6 +60,16 @@ def sampler_of(settings: TelemetrySettings) -> Sampler:
         "parentbased_always_off": ParentBased(ALWAYS_OFF),
         "parentbased_traceidratio": ParentBased(ratio),
     }[settings.sampler]
+
+
+def method_attributes(method: str) -> dict[str, str]:
+    """`mcp.method.name` of a span: an MCP method as it is, any other as "other" (a client may send any
+    name, and a span name or attribute per name would be unbounded) with the name asked for, cut to
+    MAX_ATTRIBUTE_TEXT, in `mcpgw.method.raw`."""
+    label = method_label(method)
+    if label == method:
+        return {"mcp.method.name": method}
+    return {"mcp.method.name": label, "mcpgw.method.raw": method[:MAX_ATTRIBUTE_TEXT]}
 
 
 def gateway_resource(settings: TelemetrySettings) -> Resource:
@@ -163,7 +173,9 @@ class SdkTracing(Tracing):
             max_export_batch_size=min(config.max_export_batch_size, config.max_queue_size),
             export_timeout_millis=config.export_timeout_ms,
         )
-        self.provider = TracerProvider(resource=resource, sampler=sampler_of(settings))
+        # shutdown_on_exit=False: the SDK's exit handlers would wait for a collector that is away once
+        # more (up to 30 s each) after the gateway's own stop gave up on it; `shutdown` is bounded.
+        self.provider = TracerProvider(resource=resource, sampler=sampler_of(settings), shutdown_on_exit=False)
         self.provider.add_span_processor(self.bound)
         self.tracer = self.provider.get_tracer(SCOPE, __version__)
         reader = PeriodicExportingMetricReader(
@@ -173,13 +185,18 @@ class SdkTracing(Tracing):
             export_interval_millis=config.metric_interval_ms,
             export_timeout_millis=config.export_timeout_ms,
         )
-        self.meters = MeterProvider(resource=resource, metric_readers=[reader])
+        self.meters = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
         meter = self.meters.get_meter(SCOPE, __version__)
         self.requests = meter.create_counter(
             "mcpgw.requests", unit="{request}", description="Client requests answered, by method, target and outcome"
         )
+        # Bounds in seconds, as Prometheus's mcpgw_call_latency_seconds has them: the SDK's default
+        # bounds (0, 5, 10 ... 10000) are meant for milliseconds and would put every request in one bucket.
         self.duration = meter.create_histogram(
-            "mcpgw.request.duration", unit="s", description="Time from a client request to its answer"
+            "mcpgw.request.duration",
+            unit="s",
+            description="Time from a client request to its answer",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
         )
 
     # -- the client request -------------------------------------------------------------------
@@ -194,7 +211,7 @@ class SdkTracing(Tracing):
             trace_id, caller_span, flags, state = caller
             remote = SpanContext(int(trace_id, 16), int(caller_span, 16), True, TraceFlags(int(flags, 16)))
             parent = set_span_in_context(NonRecordingSpan(remote), parent)
-        name = f"{facts.method} {facts.target}" if facts is not None else "request"
+        name = f"{method_label(facts.method)} {facts.target}" if facts is not None else "request"
         span = self.tracer.start_span(name, parent, SpanKind.SERVER, self._request_attributes(facts))
         context = span.get_span_context()
         return RequestTrace(
@@ -212,7 +229,7 @@ class SdkTracing(Tracing):
         if facts is None:
             return {}
         attributes: dict[str, Any] = {
-            "mcp.method.name": facts.method[:MAX_ATTRIBUTE_TEXT],
+            **method_attributes(facts.method),
             "mcpgw.slot": facts.target,
             "mcpgw.transport": facts.transport,
             "mcpgw.principal": facts.principal,
@@ -239,13 +256,12 @@ class SdkTracing(Tracing):
     # -- the relay and the provider's answer --------------------------------------------------
 
     def start_relay(self, trace: RequestTrace, slot: str, method: str, params: Any, link: str) -> tuple[Any, str]:
-        attributes: dict[str, Any] = {"mcp.method.name": method[:MAX_ATTRIBUTE_TEXT], "mcpgw.slot": slot}
-        attributes["mcpgw.link"] = link
+        attributes: dict[str, Any] = {**method_attributes(method), "mcpgw.slot": slot, "mcpgw.link": link}
         tool = params.get("name") if method == "tools/call" and isinstance(params, dict) else None
         if isinstance(tool, str):
             attributes["mcpgw.tool"] = tool[:MAX_ATTRIBUTE_TEXT]
         parent = set_span_in_context(trace.span, Context())
-        span = self.tracer.start_span(f"{method} {slot}", parent, SpanKind.CLIENT, attributes)
+        span = self.tracer.start_span(f"{method_label(method)} {slot}", parent, SpanKind.CLIENT, attributes)
         return span, f"{span.get_span_context().span_id:016x}"
 
     def end_relay(self, span: Any, outcome: str, error_code: int | None, reason: str | None) -> None:
@@ -270,8 +286,15 @@ class SdkTracing(Tracing):
         span.end()
 
     def shutdown(self) -> None:
-        self.provider.shutdown()
-        self.meters.shutdown(timeout_millis=self.settings.config.export_timeout_ms)
+        """Spans and metrics flush side by side, each with export_timeout_ms at most: one after the other,
+        a collector that hangs would cost the stop that long for each. The SDK's threads are daemons: one
+        still blocked on the collector when the time is up is left to end with the process."""
+        timeout_ms = self.settings.config.export_timeout_ms
+        run_side_by_side(
+            (self.provider.shutdown, lambda: self.meters.shutdown(timeout_millis=timeout_ms)),
+            timeout_ms / 1000,
+            "mcpgw-otlp-stop",
+        )
 
 
 def _finish(span: Any, outcome: str, error_code: int | None) -> None:

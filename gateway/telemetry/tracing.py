@@ -7,6 +7,10 @@ export off is the trace context alone.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.telemetry.trace_context import RequestTrace, begin_untraced
@@ -68,3 +72,22 @@ class Tracing:
 
 OFF = Tracing()
 """The one tracing object of a gateway whose [telemetry] is off (and of contexts made in tests)."""
+
+
+def run_side_by_side(jobs: Sequence[Callable[[], object]], timeout_s: float, name: str) -> bool:
+    """Run each job on a daemon thread of its own and wait `timeout_s` at most for all of them; True when
+    every one finished. A job that raises is done (the SDK logs its own faults)."""
+    deadline = time.monotonic() + timeout_s
+    threads = []
+    for job in jobs:
+
+        def run(job: Callable[[], object] = job) -> None:
+            with contextlib.suppress(Exception):
+                job()
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(thread.is_alive() for thread in threads)

@@ -509,3 +509,30 @@ async def test_the_otlp_metrics_name_slots_a_provider_held_and_fold_every_other_
     assert slots() == {"valve-5", "_all", "_broker", "_other"}
     # A span still says what the caller asked for.
     await wait_for(lambda: any(span.attributes.get("mcpgw.slot") == "typo-0" for span in receiver.spans), 10, "spans")
+
+
+async def test_server_discover_is_named_and_an_unknown_method_is_other_in_spans_and_metrics(
+    receiver: OtlpReceiver, gateway_factory: GatewayFactory
+) -> None:
+    server = await gateway_factory(telemetry=telemetry(receiver))
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    unknown = "vendor/" + "x" * 400
+    async with aiohttp.ClientSession() as http:
+        for number, method in enumerate(["server/discover", unknown]):
+            headers = {"Accept": "application/json", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+            request = {"jsonrpc": "2.0", "id": number, "method": method, "params": {"_meta": envelope}}
+            async with http.post(f"{server.url}/_all/mcp", json=request, headers=headers) as answer:
+                await answer.read()
+
+    def counted() -> set[str]:
+        return {point.attributes["mcp.method.name"] for point in receiver.points if point.name == "mcpgw.requests"}
+
+    await wait_for(lambda: {"server/discover", "other"} <= counted(), 10, "the request counts")
+    await wait_for(lambda: len([span for span in receiver.spans if span.kind == SERVER]) >= 2, 10, "the spans")
+    names = {span.name: span.attributes for span in receiver.spans if span.kind == SERVER}
+    assert set(names) == {"server/discover _all", "other _all"}
+    assert names["other _all"]["mcp.method.name"] == "other"
+    assert names["other _all"]["mcpgw.method.raw"] == unknown[:256]

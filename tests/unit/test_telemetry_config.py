@@ -55,9 +55,17 @@ def test_the_keys_win_over_the_variables() -> None:
 @pytest.mark.parametrize(
     "environ",
     [
-        {"OTEL_TRACES_SAMPLER": "jaeger_remote"},
-        {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"},
-        {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT, "OTEL_TRACES_SAMPLER": "jaeger_remote"},
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT,
+            "OTEL_TRACES_SAMPLER": "traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": "2",
+        },
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT,
+            "OTEL_TRACES_SAMPLER": "traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": "half",
+        },
         {"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
     ],
 )
@@ -70,7 +78,9 @@ def test_the_sampler_is_what_the_settings_name() -> None:
     ratio = sampler_of(resolve_telemetry(TelemetryConfig(sampling_ratio=0.1), {}))
     assert isinstance(ratio, ParentBased) and "0.1" in ratio.get_description()
     plain = sampler_of(
-        resolve_telemetry(TelemetryConfig(), {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"})
+        resolve_telemetry(
+            TelemetryConfig(enabled=True), {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"}
+        )
     )
     assert isinstance(plain, TraceIdRatioBased)
     assert "AlwaysOn" in sampler_of(resolve_telemetry(TelemetryConfig(), {})).get_description()
