@@ -9,6 +9,7 @@ from gateway.core import errors, governed
 from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.confirmer import state_reader
+from gateway.core.endpoint_levels import EndpointLevels
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.names import ALL_SLOT
 from gateway.core.naming import NameBook
@@ -105,12 +106,13 @@ class AggregateTarget(Target):
         authentication is configured: `_all` shows and routes a slot's tools only to callers who
         could call that slot directly, so the aggregate is never a way around a slot's scopes."""
         registry.membership_listeners.append(self.refresh.changed)
+        self.levels = EndpointLevels()
 
     def server_info(self) -> JsonObject:
         return {"name": "mcp-gateway _all", "version": __version__}
 
     def capabilities(self) -> JsonObject:
-        return {"tools": {"listChanged": True}}
+        return {"tools": {"listChanged": True}, "logging": {}}
 
     def instructions(self) -> str | None:
         # No slot names: every caller gets these, and one without a slot's scopes must not learn it exists.
@@ -222,8 +224,11 @@ class AggregateTarget(Target):
         if method == "tools/list":
             errors.check_no_cursor(params)
             return {"tools": self.tools_for(ctx.principal)}
+        if method == "logging/setLevel":
+            return self.levels.set_level(ctx, params)
         if method != "tools/call":
             raise errors.method_not_found(method, "_all (it serves tools only)")
+        self.levels.applied_to(ctx)
         name = (params or {}).get("name")
         route = self.routes.get(name) if isinstance(name, str) else None
         if route is None and isinstance(name, str):

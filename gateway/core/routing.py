@@ -541,7 +541,7 @@ def _forward(
     client something (tools/call, prompts/get, resources/read) names the caller's capabilities; in
     the stateless era it is served through the input_required translation (gateway/core/input_required.py)."""
     sink = ctx.emit if ctx.sink is not None else None
-    if ctx.era != STATELESS:
+    if ctx.era != STATELESS and ctx.session_level_of is None:  # _all and a group set their own
         ctx.session_level_of = session.log_level_of  # the level this session set at the slot
     if session.modern:
         return modern_calls.call(session, ctx, method, params, metrics, sink, progress_token(params))

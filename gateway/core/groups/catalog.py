@@ -25,6 +25,7 @@ from gateway.core.aggregate import ORIGIN_META_KEY, not_connected, offline_answe
 from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.confirmer import state_reader
+from gateway.core.endpoint_levels import EndpointLevels
 from gateway.core.groups import builtin_tools
 from gateway.core.groups.views import (
     BRIDGE_PATH,
@@ -324,6 +325,7 @@ class GroupTarget(Target):
         self.name = BRIDGE_TARGET if spec is None else f"{BRIDGE_TARGET}/{spec.name}"
         self.path = BRIDGE_PATH if spec is None else f"{BRIDGE_PATH}/{spec.name}"
         self.listeners: set[Listener] = set()
+        self.levels = EndpointLevels()
         self.tools: list[CatalogTool] = []
         self._listed_from: list[tuple[str, str | None, JsonObject]] = []
         """What the list its listeners last heard of was made of: each tool's slot, name here and provider's
@@ -335,7 +337,7 @@ class GroupTarget(Target):
         return {"name": f"mcp-gateway {self.path}", "version": __version__}
 
     def capabilities(self) -> JsonObject:
-        return {"tools": {"listChanged": True}}
+        return {"tools": {"listChanged": True}, "logging": {}}
 
     def instructions(self) -> str | None:
         separator = self.catalog.separator
@@ -415,8 +417,11 @@ class GroupTarget(Target):
         if method == "tools/list":
             errors.check_no_cursor(params)
             return {"tools": self.tools_for(ctx.principal)}
+        if method == "logging/setLevel":
+            return self.levels.set_level(ctx, params)
         if method != "tools/call":
             raise errors.method_not_found(method, f"{self.path} (it serves tools only)")
+        self.levels.applied_to(ctx)
         params = params or {}
         name = params.get("name")
         if not isinstance(name, str):  # a list or an object would not even hash
