@@ -53,6 +53,13 @@ from yarl import URL
 from gateway.core import eras, jsonrpc, stateless
 from gateway.core.client_context import TRANSPORT_HEADER
 from gateway.core.jsonrpc import JsonObject, Kind
+from gateway.northbound.bridge_errors import (
+    MAX_LINE_BYTES,
+    AnswerUnreadable,
+    BridgeError,
+    SessionRefused,
+    Unreachable,
+)
 from gateway.policy.bridge_credentials import BearerToken, Credentials, HmacKey, NoCredentials
 
 log = logging.getLogger("gateway.stdio")
@@ -60,8 +67,6 @@ __all__ = ["BearerToken", "Credentials", "HmacKey", "NoCredentials", "StdioBridg
 
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
-MAX_LINE_BYTES = 16 * 1024 * 1024
-"""Longest stdin line read; a longer one is answered with an error and skipped."""
 CONNECT_TIMEOUT_S = 5.0
 EOF_GRACE_S = 1.5
 """After stdin closes, how long answers still in flight may take before they are cancelled. Hosts
@@ -200,26 +205,6 @@ async def _skip_line(reader: asyncio.StreamReader) -> None:
 
 
 # -- the gateway side -------------------------------------------------------------------------------
-
-
-class BridgeError(Exception):
-    """The message could not be forwarded; the text says why, for the client."""
-
-
-class Unreachable(BridgeError):
-    """The gateway could not be reached (refused, timed out, reset before an answer)."""
-
-
-class SessionRefused(BridgeError):
-    """The gateway answered, but would not open a new session for the client."""
-
-    def __init__(self, text: str, data: JsonObject) -> None:
-        super().__init__(text)
-        self.data = data  # the error's data for the host: the refusal's HTTP status and Retry-After
-
-
-class AnswerUnreadable(BridgeError):
-    """The gateway's answer could not be read whole (over MAX_LINE_BYTES, or cut off); the text says why."""
 
 
 @dataclass
@@ -451,33 +436,12 @@ class StdioBridge:
             return
         try:
             await self.forward(message)
-        except Unreachable as exc:
-            log.warning("gateway at %s unreachable: %s", self.url, exc)
+        except BridgeError as exc:
+            url = str(self.url)
+            log.warning("%s", exc.log_text(message.method, url))
             if message.kind is Kind.REQUEST:
-                await self.emit(
-                    _rpc_error(
-                        message.id,
-                        jsonrpc.UNAVAILABLE,
-                        f"Cannot reach the MCP gateway at {self.url} ({exc}). Is `mcp-gateway run` running "
-                        "there? This bridge tries again with the next message.",
-                        {"reason": "gateway_unreachable", "url": str(self.url)},
-                    )
-                )
-        except SessionRefused as exc:
-            log.warning("%s", exc)
-            if message.kind is Kind.REQUEST:
-                await self.emit(_rpc_error(message.id, jsonrpc.UNAVAILABLE, str(exc), exc.data))
-        except AnswerUnreadable as exc:
-            log.warning("the answer to a %s could not be read: %s", message.method, exc)
-            if message.kind is Kind.REQUEST:
-                await self.emit(
-                    _rpc_error(
-                        message.id,
-                        jsonrpc.INTERNAL_ERROR,
-                        f"The gateway answered, but the bridge could not read the answer: {exc}",
-                        {"reason": "answer_unreadable", "maxBytes": MAX_LINE_BYTES},
-                    )
-                )
+                text, data = exc.host_error(url)
+                await self.emit(_rpc_error(message.id, exc.code, text, data))
 
     async def forward(self, message: jsonrpc.Message) -> None:
         body: JsonObject = message.body
@@ -746,13 +710,6 @@ def _describe(body: Any) -> str:
     return "no details" if body is None else orjson.dumps(body)[:300].decode(errors="replace")
 
 
-def answer_too_large() -> str:
-    return (
-        f"the gateway's answer is larger than {MAX_LINE_BYTES} bytes, the longest message this bridge "
-        "relays; ask for less (one slot or a tool group instead of _all, a smaller resource)"
-    )
-
-
 async def read_answer(content: aiohttp.StreamReader) -> bytes:
     """A JSON answer's body, read up to MAX_LINE_BYTES; a larger one raises AnswerUnreadable."""
     chunks: list[bytes] = []
@@ -760,7 +717,7 @@ async def read_answer(content: aiohttp.StreamReader) -> bytes:
     async for chunk in content.iter_any():
         size += len(chunk)
         if size > MAX_LINE_BYTES:
-            raise AnswerUnreadable(answer_too_large())
+            raise AnswerUnreadable.too_large()
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -775,7 +732,7 @@ async def sse_messages(content: aiohttp.StreamReader) -> AsyncIterator[Any]:
         try:
             raw = await content.readline(max_line_length=MAX_LINE_BYTES + 2)  # with its CR LF
         except LineTooLong:
-            raise AnswerUnreadable(answer_too_large()) from None
+            raise AnswerUnreadable.too_large() from None
         if not raw:
             break
         line = raw.rstrip(b"\r\n")
@@ -790,7 +747,7 @@ async def sse_messages(content: aiohttp.StreamReader) -> AsyncIterator[Any]:
             data.append(value[1:] if value.startswith(b" ") else value)
             size += len(value)
             if size > MAX_LINE_BYTES:
-                raise AnswerUnreadable(answer_too_large())
+                raise AnswerUnreadable.too_large()
     if data:
         with contextlib.suppress(orjson.JSONDecodeError):
             yield orjson.loads(b"\n".join(data))

@@ -16,7 +16,7 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 
 from gateway.app import GatewayServer
-from gateway.northbound.stdio_bridge import MAX_LINE_BYTES
+from gateway.northbound.bridge_errors import MAX_LINE_BYTES
 from tests.conftest import GatewayFactory, wait_ready_slot
 from tests.integration.test_big_catalog_answers import SERVER_SOURCE, catalog
 from tests.integration.test_stdio_upstreams import START_S

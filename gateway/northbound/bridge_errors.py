@@ -1,0 +1,74 @@
+"""Why the stdio bridge could not forward a host's message, and the error answer the host gets for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.core import jsonrpc
+from gateway.core.jsonrpc import JsonObject
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""Longest line the bridge relays, either way: a longer stdin line is answered with an error and
+skipped, a longer answer from the gateway is AnswerUnreadable."""
+
+
+class BridgeError(Exception):
+    """The message could not be forwarded; the text says why, for the client."""
+
+    code = jsonrpc.INTERNAL_ERROR
+
+    def log_text(self, method: str | None, url: str) -> str:
+        return str(self)
+
+    def host_error(self, url: str) -> tuple[str, Any]:
+        """The message and data of the error answer the host gets for its request."""
+        return str(self), None
+
+
+class Unreachable(BridgeError):
+    """The gateway could not be reached (refused, timed out, reset before an answer)."""
+
+    code = jsonrpc.UNAVAILABLE
+
+    def log_text(self, method: str | None, url: str) -> str:
+        return f"gateway at {url} unreachable: {self}"
+
+    def host_error(self, url: str) -> tuple[str, Any]:
+        return (
+            f"Cannot reach the MCP gateway at {url} ({self}). Is `mcp-gateway run` running "
+            "there? This bridge tries again with the next message.",
+            {"reason": "gateway_unreachable", "url": url},
+        )
+
+
+class SessionRefused(BridgeError):
+    """The gateway answered, but would not open a new session for the client."""
+
+    code = jsonrpc.UNAVAILABLE
+
+    def __init__(self, text: str, data: JsonObject) -> None:
+        super().__init__(text)
+        self.data = data  # the error's data for the host: the refusal's HTTP status and Retry-After
+
+    def host_error(self, url: str) -> tuple[str, Any]:
+        return str(self), self.data
+
+
+class AnswerUnreadable(BridgeError):
+    """The gateway's answer could not be read whole (over MAX_LINE_BYTES, or cut off); the text says why."""
+
+    @classmethod
+    def too_large(cls) -> AnswerUnreadable:
+        return cls(
+            f"the gateway's answer is larger than {MAX_LINE_BYTES} bytes, the longest message this bridge "
+            "relays; ask for less (one slot or a tool group instead of _all, a smaller resource)"
+        )
+
+    def log_text(self, method: str | None, url: str) -> str:
+        return f"the answer to a {method} could not be read: {self}"
+
+    def host_error(self, url: str) -> tuple[str, Any]:
+        return (
+            f"The gateway answered, but the bridge could not read the answer: {self}",
+            {"reason": "answer_unreadable", "maxBytes": MAX_LINE_BYTES},
+        )
