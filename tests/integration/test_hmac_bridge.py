@@ -21,6 +21,7 @@ from gateway.app import GatewayServer
 from gateway.policy.client_auth import CLIENT_AUTH_KEY
 from gateway.policy.hmac_auth import HmacVerifier
 from gateway.reload import ConfigSource
+from tests.conftest import wait_for
 from tests.integration.test_metrics import Scrape
 from tests.integration.test_stdio_bridge import REPO, bridge
 
@@ -70,6 +71,11 @@ async def test_a_running_bridge_follows_a_rotated_secret_without_a_restart(
     write_secret(bridge_file, gateway_key.read_text().strip(), bom=True)  # a BOM is not part of the secret
     async with Client(bridge(server.url, *desk_args(bridge_file), slot="_broker"), mode="legacy") as client:
         assert (await client.list_tools()).tools
+        # The GET stream opens on its own after initialize: signed with the old secret after the rotation,
+        # it would add a refusal of its own.
+        await wait_for(
+            lambda: any(s.stream is not None for s in server.gateway.sessions.sessions.values()), what="GET stream"
+        )
         # Rotation 1: a secret of the same length, its file's time put back, so only the gateway's 401
         # "signature does not match" tells the bridge to read the file again.
         before = bridge_file.stat()
