@@ -456,6 +456,16 @@ async def test_a_caller_sees_and_calls_only_the_slots_its_scopes_cover(scoped: G
         assert (await client.call_tool("lab-1__add", {"a": 1, "b": 2})).structured_content == {"result": 3}
 
 
+async def test_guidance_says_slots_are_withheld_rather_than_not_ready(scoped: GatewayServer) -> None:
+    async with sdk_client(f"{scoped.url}/mcp/lab", PUMPS_ONLY, "legacy") as client:
+        overview = text_of(await client.call_tool("guidance", {"topic": "overview"}))
+        group = text_of(await client.call_tool("guidance", {"topic": "lab"}))
+    assert "none you may call; slots outside your access are not shown" in overview, overview
+    assert "Slots you may call: pump-1; slots outside your access are not shown." in group, group
+    for text in (overview, group):
+        assert "none ready now" not in text and "lab-1" not in text, text
+
+
 async def test_the_bridge_needs_its_own_scope_and_lists_only_visible_slots(
     scoped: GatewayServer, http: aiohttp.ClientSession
 ) -> None:

@@ -213,7 +213,8 @@ class GroupCatalog:
 
     def view(self, principal: Principal, endpoint_group: str | None) -> CatalogView:
         visible = [tool for tool in self.tools if self.may_use(principal, tool)]
-        slots = [slot for slot in self.ready_slots() if self.may_call(principal, slot)]
+        ready = self.ready_slots()
+        slots = [slot for slot in ready if self.may_call(principal, slot)]
         groups = [
             GroupView(
                 spec,
@@ -222,7 +223,9 @@ class GroupCatalog:
             )
             for spec in self.specs
         ]
-        return CatalogView(self.base_url(), self.separator, endpoint_group, groups, visible, slots)
+        return CatalogView(
+            self.base_url(), self.separator, endpoint_group, groups, visible, slots, len(slots) < len(ready)
+        )
 
     # -- GET /groups and GET /mcp-servers ---------------------------------------------------------
 

@@ -300,11 +300,17 @@ def page_group(group: GroupView, view: CatalogView) -> str:
         "",
     ]
     if not group.tools:
-        lines.append(
-            "None now: no ready slot matches the patterns, or no tool name starts with a prefix. Slots ready now: "
-            + (", ".join(view.slots) or "none")
-            + "."
-        )
+        slots = ", ".join(view.slots)
+        if view.slots_withheld:
+            lines.append(
+                "None now: no ready slot you may call matches the patterns, or no tool name starts with a prefix. "
+                f"Slots you may call: {slots or 'none'}; slots outside your access are not shown."
+            )
+        else:
+            lines.append(
+                "None now: no ready slot matches the patterns, or no tool name starts with a prefix. "
+                f"Slots ready now: {slots or 'none'}."
+            )
         return "\n".join(lines)
     # This is the group's page already: the rest are found by search, or by name in tools/list.
     where = f"tools/list at {view.group_url(spec.name)}" if spec.enabled else "tools/list on their slots"
@@ -329,7 +335,7 @@ def page_overview(view: CatalogView) -> str:
             what = "every enabled tool group"
         offers = (
             f"You are connected to {view.endpoint_url}, {what}. It offers {plural(len(here), 'tool')} of "
-            f"{plural(len(slots_here), 'slot')} ({', '.join(slots_here) or 'none ready now'}), plus `guidance` "
+            f"{plural(len(slots_here), 'slot')} ({', '.join(slots_here) or view.none_here()}), plus `guidance` "
             "and `search`."
         )
     lines = [

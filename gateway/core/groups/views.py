@@ -126,6 +126,14 @@ class CatalogView:
     """Every tool of every ready slot the caller may call, in or out of a group."""
     slots: list[str] = field(default_factory=list)
     """Ready slots the caller may call."""
+    slots_withheld: bool = False
+    """Some ready slot is one the caller may not call: "none" then says so rather than "none ready"."""
+
+    def none_here(self) -> str:
+        """What stands for an empty list of the caller's slots."""
+        if self.slots_withheld:
+            return "none you may call; slots outside your access are not shown"
+        return "none ready now"
 
     @property
     def endpoint_url(self) -> str:
