@@ -11,17 +11,12 @@ from gateway.cli.common import Commands, _load
 from gateway.cli.run import add_gateway_flags
 from gateway.cli.startup import startup_refusal
 from gateway.config import masked_dump
-from gateway.config.entries import config_warnings
 
 
 def cmd_config(args: argparse.Namespace) -> int:
     config = _load(args)
     if args.action == "check":
-        for warning in [
-            *config_warnings(config),
-            *config.auth.token_file_warnings(),
-            *config.providers.auth.secret_file_warnings(),
-        ]:
+        for warning in config.warnings():
             print(f"mcp-gateway config check: warning: {warning}", file=sys.stderr)
         # run's own check, on this machine: files read, the OTEL_* environment, udev, the host resolved.
         refusal = startup_refusal(config)

@@ -25,7 +25,6 @@ from gateway.cli.common import (
 )
 from gateway.cli.startup import startup_refusal
 from gateway.config import DEFAULT_PORT
-from gateway.config.entries import config_warnings
 from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
 from sim import MAX_PUMPS as SIM_MAX_PUMPS
 
@@ -100,11 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.logging.level, config.logging.format, config.insecure_lan_open, config.logging.repeat_interval_s
     )
     # Entries that load but no request can match; token files others can read.
-    for warning in [
-        *config_warnings(config),
-        *config.auth.token_file_warnings(),
-        *config.providers.auth.secret_file_warnings(),
-    ]:
+    for warning in config.warnings():
         logging.getLogger("gateway.config").warning("config: %s", warning)
     try:
         held = hold_state(config)  # one gateway per state directory and audit file (gateway/cli/state_lock.py)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
 from gateway.config.base import DEFAULT_PORT, Section, is_loopback_host, masked_url, rule_error
-from gateway.config.entries import check_entries
+from gateway.config.entries import check_entries, config_warnings
 from gateway.config.groups import GROUP_NAME, GROUPS_SEPARATOR, RESERVED_GROUP_NAMES, GroupConfig, group_env_name
 from gateway.config.hosts import check_allowed_host, url_host
 from gateway.config.limits import LimitsConfig
@@ -201,6 +201,16 @@ class GatewayConfig(Section):
 
     def slot_settings(self, slot: str) -> SlotConfig | None:
         return self.slots.declared.get(slot)
+
+    def warnings(self) -> list[str]:
+        """What `config check`, the start of `run` and every reload that is not refused warn of: entries
+        and bounds that load but do (next to) nothing (config_warnings), and token and secret files
+        users other than their owner can read."""
+        return [
+            *config_warnings(self),
+            *self.auth.token_file_warnings(),
+            *self.providers.auth.secret_file_warnings(),
+        ]
 
 
 def masked_dump(config: GatewayConfig) -> dict[str, Any]:

@@ -74,11 +74,19 @@ class Reloader:
             log.error("%s", report.line())
         else:
             log.info("%s", report.line())
+            for warning in report.warnings:
+                log.warning("config: %s", warning)
         return report
 
-    def _report(self, outcome: Outcome, changes: Sequence[str] = (), refusals: Sequence[str] = ()) -> ReloadReport:
+    def _report(
+        self,
+        outcome: Outcome,
+        changes: Sequence[str] = (),
+        refusals: Sequence[str] = (),
+        warnings: Sequence[str] = (),
+    ) -> ReloadReport:
         where = self.source.describe(os.environ) if self.source is not None else "nowhere"
-        return ReloadReport(self.clock(), outcome, where, tuple(changes), tuple(refusals))
+        return ReloadReport(self.clock(), outcome, where, tuple(changes), tuple(refusals), tuple(warnings))
 
     async def _run(self) -> ReloadReport:
         if self.closed:
@@ -95,7 +103,7 @@ class Reloader:
         if not plan.prepared:
             if new != self.running.config:
                 self._swap([], new)  # a key whose part found nothing to do (required_scopes without [auth])
-            return self._report("unchanged")
+            return self._report("unchanged", warnings=new.warnings())
         try:
             self._swap(plan.prepared, new)
         except Refused as exc:
@@ -107,7 +115,8 @@ class Reloader:
             except Exception as exc:  # a fault of the gateway's own: the swaps stand, the log says what failed
                 log.exception("configuration reload: settling %s failed", type(part).__name__)
                 notes.append(f"{type(part).__name__}: not settled ({exc!r}); see the log")
-        return self._report("applied", changes=[line for part in plan.prepared for line in part.changes] + notes)
+        changes = [line for part in plan.prepared for line in part.changes] + notes
+        return self._report("applied", changes=changes, warnings=new.warnings())
 
     def _unvalidated_restarts(self, source: ConfigSource) -> list[str]:
         """What a file that does not load would also need a restart for, read from the file parsed but not

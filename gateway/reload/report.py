@@ -29,6 +29,9 @@ class ReloadReport:
     """What changed, one entry per part, e.g. "upstreams.stdio: added files"."""
     refusals: tuple[str, ...] = ()
     """Why nothing was applied, e.g. "port 3000 -> 3001 needs a restart (the listener is bound to it)"."""
+    warnings: tuple[str, ...] = ()
+    """What the configuration in force now loads with but should not (GatewayConfig.warnings): a token
+    file others can read, an allowed_hosts entry no request matches."""
 
     def line(self) -> str:
         """The one log line (and the first line of `mcp-gateway reload`'s answer)."""
@@ -39,12 +42,16 @@ class ReloadReport:
         return f"configuration reloaded from {self.source}: " + "; ".join(self.changes)
 
     def text(self) -> str:
-        """For a person: the line's summary, then one change or reason per line."""
+        """For a person: the line's summary, then one change or reason per line, then the warnings."""
         if self.outcome == "refused":
             return "\n".join(["Configuration reload refused; nothing was changed:", *(f"  {r}" for r in self.refusals)])
         if self.outcome == "unchanged":
-            return f"Configuration reloaded from {self.source}: nothing changed."
-        return "\n".join([f"Configuration reloaded from {self.source}:", *(f"  {c}" for c in self.changes)])
+            lines = [f"Configuration reloaded from {self.source}: nothing changed."]
+        else:
+            lines = [f"Configuration reloaded from {self.source}:", *(f"  {c}" for c in self.changes)]
+        if self.warnings:
+            lines += ["Warnings:", *(f"  {w}" for w in self.warnings)]
+        return "\n".join(lines)
 
     def to_json(self) -> JsonObject:
         return {
@@ -53,5 +60,6 @@ class ReloadReport:
             "source": self.source,
             "changes": list(self.changes),
             "refusals": list(self.refusals),
+            "warnings": list(self.warnings),
             "text": self.text(),
         }

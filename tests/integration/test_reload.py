@@ -508,6 +508,16 @@ async def test_a_reload_refuses_a_token_file_made_writable_by_others_as_a_start_
     code, out, err = await run_cli("reload", "--url", server.url, "--token-file", str(token_file))
     assert (code, err) == (0, "")
     assert "nothing changed" in out
+    # Readable by others loads, and the reload warns of it as `config check` and `run` do.
+    tokens.chmod(0o644)
+    code, out, err = await run_cli("reload", "--url", server.url, "--token-file", str(token_file))
+    assert (code, err) == (0, "")
+    warning = (
+        f"auth.token_files: token file {tokens} is readable by users other than its owner (mode 0644): it holds only token "
+        f"hashes, but its names and scopes show; run `chmod 600 {tokens}`"
+    )
+    assert out.splitlines()[1:] == ["Warnings:", f"  {warning}"], out
+    assert server.reloader.last is not None and server.reloader.last.warnings == (warning,)
 
 
 async def test_broker_reload_under_a_policy_is_for_whom_it_grants_it(reloadable: Reloadable, tmp_path: Path) -> None:
