@@ -128,6 +128,12 @@ class LimitsConfig(Section):
     """Requests in flight towards one provider."""
     max_pending_per_client: PositiveInt = 64
     """Requests in flight from one client session."""
+    max_pending_approvals: PositiveInt = 256
+    """Calls waiting for a person's approval (`mcp-gateway approve`), or approved and not yet used, at
+    once; past it a new one is refused with -32000 approvals_full."""
+    max_pending_approvals_per_caller: PositiveInt = 32
+    """As many of one caller's (its principal), so one agent cannot fill max_pending_approvals and keep
+    every other caller's calls from reaching a person."""
     max_batch_messages: PositiveInt = 32
     """Messages in one JSON-RPC batch, which only a session that negotiated 2025-03-26 may send; a
     larger batch is refused whole with -32600. Each request in it still counts against

@@ -26,6 +26,8 @@ from gateway.policy.audit.records import mask_secrets
 
 DEFAULT_MAX_APPROVALS = 256
 """Calls waiting for approval (or approved and not yet used) at once; past it a new one is refused."""
+DEFAULT_MAX_APPROVALS_PER_CALLER = 32
+"""As many of one caller's: one agent sending many calls to be approved leaves room for the others'."""
 
 
 def binding_of(subjects: Collection[str], slot: str, tool: str, arguments: object) -> str:
@@ -35,7 +37,12 @@ def binding_of(subjects: Collection[str], slot: str, tool: str, arguments: objec
 
 
 class ApprovalsFull(Exception):
-    """Too many calls wait for approval: the new one is refused, none is dropped."""
+    """Too many calls wait for approval (in all, or the caller's): the new one is refused, none is dropped."""
+
+    def __init__(self, text: str, limit: str) -> None:
+        super().__init__(text)
+        self.limit = limit
+        """The [limits] key reached: max_pending_approvals or max_pending_approvals_per_caller."""
 
 
 class ApprovalUnknown(Exception):
@@ -91,10 +98,12 @@ class Approvals:
     def __init__(
         self,
         limit: int = DEFAULT_MAX_APPROVALS,
+        per_caller: int = DEFAULT_MAX_APPROVALS_PER_CALLER,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limit = limit
+        self.per_caller = per_caller
         self.clock = clock
         """The wall clock (unix s): when things happened, as shown and recorded."""
         self.monotonic = monotonic
@@ -131,13 +140,23 @@ class Approvals:
         if found is not None:
             self._drop(found)
         if len(self._by_id) >= self.limit:
-            raise ApprovalsFull(f"{len(self._by_id)} calls already wait for approval (the limit)")
+            raise ApprovalsFull(
+                f"{len(self._by_id)} calls already wait for approval (limits.max_pending_approvals)",
+                "max_pending_approvals",
+            )
+        caller = tuple(sorted(principal))
+        waiting = sum(1 for approval in self._by_id.values() if approval.principal == caller)
+        if waiting >= self.per_caller:
+            raise ApprovalsFull(
+                f"{waiting} calls of this caller already wait for approval (limits.max_pending_approvals_per_caller)",
+                "max_pending_approvals_per_caller",
+            )
         now = self.now_ms()
         approval = Approval(
             id=secrets.token_hex(4),
             attempt=attempt,
             binding=binding,
-            principal=tuple(sorted(principal)),
+            principal=caller,
             slot=slot,
             resource=resource,
             tool=tool,

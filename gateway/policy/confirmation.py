@@ -239,7 +239,7 @@ class Confirmations:
                 jsonrpc.UNAVAILABLE,
                 f"Not forwarded: {question.tool} on {question.slot} needs a person's confirmation and {exc}; "
                 "an operator approves or denies them with `mcp-gateway approve`",
-                {"reason": "approvals_full", "slot": question.slot},
+                {"reason": "approvals_full", "slot": question.slot, "limit": f"limits.{exc.limit}"},
             )
         if question.rule.by == "another":
             why = "another principal approves it (the caller's own client is never asked)"

@@ -451,6 +451,11 @@ class Governor:
             "providers": self.providers.status() if self.providers is not None else None,
         }
 
+    def bound_approvals(self, limit: int, per_caller: int) -> None:
+        """limits.max_pending_approvals(_per_caller): read at the next call that waits for approval."""
+        self.confirmations.approvals.limit = limit
+        self.confirmations.approvals.per_caller = per_caller
+
     def approvals(self) -> list[dict[str, Any]]:
         return self.confirmations.approvals.listed()
 
@@ -607,4 +612,5 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
     )
     governor = Governor(policy, trail, schemas, source=config.policy)
     governor.repeat_interval_s = config.logging.repeat_interval_s
+    governor.bound_approvals(limits.max_pending_approvals, limits.max_pending_approvals_per_caller)
     return governor

@@ -255,3 +255,47 @@ async def test_a_question_the_client_drops_is_recorded_and_logs_no_traceback(
     gc.collect()  # an exception nobody retrieved is reported when its task is collected
     await asyncio.sleep(0)
     assert not [record for record in caplog.records if "never retrieved" in record.getMessage()]
+
+
+# -- bounds on the calls waiting for approval ------------------------------------------------------------
+
+BOTH_BY_ANOTHER: dict[str, Any] = {
+    **BY_ANOTHER,
+    "confirm": [*BY_ANOTHER["confirm"], {**BY_ANOTHER["confirm"][0], "principal": "token:operator"}],
+}
+
+
+async def test_one_caller_cannot_fill_the_calls_waiting_for_approval(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(policy_toml(BOTH_BY_ANOTHER))
+    limits = {"max_pending_approvals": 3, "max_pending_approvals_per_caller": 2}
+    server = await gateway_factory(auth=auth(), policy={"file": str(policy)}, limits=limits)
+    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
+    simulator.start()
+    try:
+        await wait_ready_slot(server, "pump-1")
+        async with client(server, AGENT, "2026-07-28") as agent, client(server, OPERATOR, "2026-07-28") as operator:
+            for speed in (1000, 1100):
+                assert refusal(await agent.call_tool("start", {"speed_rpm": speed}))[1]["reason"] == (
+                    "confirmation_required"
+                )
+            with pytest.raises(MCPError) as mine:
+                await agent.call_tool("start", {"speed_rpm": 1200})
+            assert mine.value.error.data is not None
+            assert mine.value.error.data["reason"] == "approvals_full"
+            assert mine.value.error.data["limit"] == "limits.max_pending_approvals_per_caller"
+            assert "2 calls of this caller already wait for approval" in mine.value.error.message
+            # The agent's flood leaves room for another caller's call to reach a person...
+            assert refusal(await operator.call_tool("start", {"speed_rpm": 900}))[1]["reason"] == (
+                "confirmation_required"
+            )
+            # ...up to the gateway-wide bound.
+            with pytest.raises(MCPError) as full:
+                await operator.call_tool("start", {"speed_rpm": 950})
+            assert full.value.error.data is not None
+            assert full.value.error.data["limit"] == "limits.max_pending_approvals"
+        assert server.governor is not None and len(server.governor.approvals()) == 3
+    finally:
+        await simulator.stop()

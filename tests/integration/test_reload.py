@@ -37,6 +37,8 @@ from sim.link import LinkSecurity
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import Publishers, wait_for, wait_ready_slot
+from tests.integration.test_confirmation import POLICY as CONFIRM_POLICY
+from tests.integration.test_confirmation_holds import policy_toml
 from tests.integration.test_tls import self_signed, serial_of, served_serial, trusting
 from tests.support.gateway_process import gateway_process, run_cli
 from tests.support.servers import demo_server
@@ -284,6 +286,25 @@ async def test_groups_limits_and_the_log_level_change_without_a_restart(reloadab
         logging.getLogger().setLevel(logging.NOTSET)  # pytest's own again
 
 
+async def test_the_bounds_of_calls_waiting_for_approval_change_at_a_reload(
+    reloadable: Reloadable, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(policy_toml(CONFIRM_POLICY))
+    head = f"port = 0\n[policy]\nfile = {json.dumps(str(policy))}\n"
+    server = await reloadable(head)
+    assert server.governor is not None
+    approvals = server.governor.confirmations.approvals
+    assert (approvals.limit, approvals.per_caller) == (256, 32)
+    rewrite(server, head + "[limits]\nmax_pending_approvals = 100\nmax_pending_approvals_per_caller = 5\n")
+    report = await server.reload()
+    assert set(report.changes) == {
+        "limits.max_pending_approvals 256 -> 100",
+        "limits.max_pending_approvals_per_caller 32 -> 5",
+    }
+    assert (approvals.limit, approvals.per_caller) == (100, 5)
+
+
 async def test_telemetry_changes_through_its_own_reload_and_a_bad_value_changes_nothing(
     reloadable: Reloadable, tmp_path: Path
 ) -> None:
@@ -513,8 +534,8 @@ async def test_a_reload_refuses_a_token_file_made_writable_by_others_as_a_start_
     code, out, err = await run_cli("reload", "--url", server.url, "--token-file", str(token_file))
     assert (code, err) == (0, "")
     warning = (
-        f"auth.token_files: token file {tokens} is readable by users other than its owner (mode 0644): it holds only token "
-        f"hashes, but its names and scopes show; run `chmod 600 {tokens}`"
+        f"auth.token_files: token file {tokens} is readable by users other than its owner (mode 0644): it "
+        f"holds only token hashes, but its names and scopes show; run `chmod 600 {tokens}`"
     )
     assert out.splitlines()[1:] == ["Warnings:", f"  {warning}"], out
     assert server.reloader.last is not None and server.reloader.last.warnings == (warning,)

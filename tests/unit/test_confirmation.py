@@ -237,3 +237,18 @@ async def test_a_caller_never_approves_its_own_call() -> None:
     assert decided["decided_by"] == "token:boss"
     verdict = await governor.admit_call(agent, "pump-1", {"name": "start"}, "start", {}, "streamable-http")
     assert verdict.allowed
+
+
+def test_one_callers_waiting_calls_are_bounded_apart_from_the_others() -> None:
+    approvals = Approvals(limit=3, per_caller=2)
+    for n in (1, 2):
+        approvals.request(f"a{n}", f"b{n}", AGENT, "s", "/s", "t", {"n": n}, "c", 60)
+    with pytest.raises(ApprovalsFull) as mine:
+        approvals.request("a3", "b3", AGENT, "s", "/s", "t", {"n": 3}, "c", 60)
+    assert mine.value.limit == "max_pending_approvals_per_caller"
+    # The same call again is the one waiting, not a new one.
+    assert approvals.request("a1", "b1", AGENT, "s", "/s", "t", {"n": 1}, "c", 60).arguments == {"n": 1}
+    approvals.request("o1", "p1", ("token:operator",), "s", "/s", "t", {}, "c", 60)
+    with pytest.raises(ApprovalsFull) as full:
+        approvals.request("o2", "p2", ("token:operator",), "s", "/s", "t", {}, "c", 60)
+    assert full.value.limit == "max_pending_approvals"

@@ -1,4 +1,5 @@
-"""[limits] at run time: the request rate buckets, the connection caps, and the slot table's bounds.
+"""[limits] at run time: the request rate buckets, the connection caps, the slot table's bounds, and the
+bounds of the calls waiting for approval.
 
 Those are read where they are enforced, so swapping them changes what the next request, connection or
 slot meets. Every other bound of [limits] is built into a session, a stream, a parser or the listener at
@@ -25,6 +26,8 @@ OWNS = (
     "limits.max_slots",
     "limits.max_slots_per_peer",
     "limits.vacant_slot_ttl_s",
+    "limits.max_pending_approvals",
+    "limits.max_pending_approvals_per_caller",
 )
 NAME_BOOK_PER_SLOT = 4
 """Departed names the /mcp and _all name books remember per slot (as the core builds them)."""
@@ -48,6 +51,8 @@ class LimitsSwap(Prepared):
         gateway = running.gateway
         gateway.aggregate.names.max_retired = NAME_BOOK_PER_SLOT * limits.max_slots
         gateway.groups.names.max_retired = NAME_BOOK_PER_SLOT * limits.max_slots
+        if running.governor is not None:
+            running.governor.bound_approvals(limits.max_pending_approvals, limits.max_pending_approvals_per_caller)
         # max_slots, max_slots_per_peer and vacant_slot_ttl_s are read from the configuration, swapped last.
         for name, value in limit_values(limits).items():
             gateway.metrics.limit.labels(name).set(value)
