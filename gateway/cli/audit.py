@@ -239,6 +239,24 @@ def relative_trail_hint(path: Path, remedy: str) -> str:
     )
 
 
+SYSTEMD_TRAIL_HINT = (
+    "under systemd the gateway writes $STATE_DIRECTORY/audit.db, /var/lib/mcp-gateway/audit.db with the "
+    "shipped unit: pass --path FILE"
+)
+"""The trail a gateway finds through its service's environment, which this shell lacks."""
+
+
+def _names_a_trail(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
+    """Whether --config / $MCP_GATEWAY_CONFIG has an [audit] path or $MCP_GATEWAY_AUDIT__PATH is set."""
+    from gateway.config import ENV_CONFIG_FILE, read_toml
+
+    if environ.get(ENV_AUDIT_PATH):
+        return True
+    name = args.config or environ.get(ENV_CONFIG_FILE)
+    table = read_toml(Path(name)).get("audit", {}) if name else {}
+    return isinstance(table, dict) and bool(table.get("path"))
+
+
 def _missing_hint(args: argparse.Namespace, path: Path) -> str:
     """What to pass when the trail read does not exist; never the option that was given."""
     import os
@@ -249,9 +267,12 @@ def _missing_hint(args: argparse.Namespace, path: Path) -> str:
         return ""
     if not path.is_absolute():
         return f" ({relative_trail_hint(path, 'run this where the gateway runs, or pass --path FILE')})"
-    if args.config or os.environ.get(ENV_CONFIG_FILE):
+    if _names_a_trail(args, os.environ):
         return " (pass --path FILE to read another trail)"
-    return " (pass --path FILE or --config FILE to read the gateway's own)"
+    # No [audit] path anywhere: this shell's default location, not necessarily the running gateway's.
+    if args.config or os.environ.get(ENV_CONFIG_FILE):
+        return f" (the configuration names no [audit] path; {SYSTEMD_TRAIL_HINT})"
+    return f" ({SYSTEMD_TRAIL_HINT}, or --config FILE when the gateway's configuration names an [audit] path)"
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

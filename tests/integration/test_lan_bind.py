@@ -134,10 +134,15 @@ async def test_the_appliance_configuration_starts(tmp_path: Path) -> None:
         (REPO / "image" / "policy.toml").read_text(encoding="utf-8")
     )  # the image installs it
     config = tmp_path / "mcp-gateway.toml"
-    config.write_text(text.replace("/etc/mcp-gateway/", f"{etc}/"), encoding="utf-8")
+    # The image names the audit trail in the service's StateDirectory=: the test's own stands in for it.
+    state = tmp_path / "state"
+    assert '\n[audit]\npath = "/var/lib/mcp-gateway/audit.db"\n' in text
+    local = text.replace("/etc/mcp-gateway/", f"{etc}/").replace("/var/lib/mcp-gateway/", f"{state}/")
+    config.write_text(local, encoding="utf-8")
     # A free port, and no advertisement on this machine's network during a test.
-    state = {"STATE_DIRECTORY": str(tmp_path / "state")}  # systemd's StateDirectory=, where the audit trail goes
-    async with gateway_process("--config", str(config), "--port", "0", "--no-mdns", env=state) as gateway:
+    env = {"STATE_DIRECTORY": str(state)}  # systemd's StateDirectory=
+    async with gateway_process("--config", str(config), "--port", "0", "--no-mdns", env=env) as gateway:
         assert gateway.url.startswith("https://")
     assert "INSECURE-LAN" not in gateway.log
     assert any(entry["msg"] == "stopped" for entry in gateway.json_lines())
+    assert (state / "audit.db").is_file()

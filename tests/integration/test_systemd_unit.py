@@ -87,10 +87,15 @@ def test_the_unit_is_what_the_gateway_needs() -> None:
     assert unit["ExecReload"] == ["/bin/kill -HUP $MAINPID"]  # the gateway answers RELOADING=1, then READY=1
     assert int(unit["WatchdogSec"][0]) >= 10
     assert unit["StateDirectory"] == ["mcp-gateway"]  # the audit trail's $STATE_DIRECTORY
-    assert unit["ConfigurationDirectory"] == ["mcp-gateway"]
+    # Tokens, TLS key and secrets are the service user's files: only a read-only mount keeps a compromised
+    # gateway from adding a client token or swapping its key. ConfigurationDirectory= under
+    # ProtectSystem=strict would mount /etc/mcp-gateway read-write.
+    assert unit["ReadOnlyPaths"] == ["/etc/mcp-gateway"]
+    assert "ConfigurationDirectory" not in unit and "ReadWritePaths" not in unit
     assert unit["SupplementaryGroups"] == ["dialout"]  # serial ports
     assert set(unit["RestrictAddressFamilies"][0].split()) == {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"}
-    assert unit["DeviceAllow"] == ["char-ttyUSB rw", "char-ttyACM rw"]
+    # USB-serial bridges, USB CDC boards and a Raspberry Pi's UART (/dev/ttyAMA0, docs/configuration.md).
+    assert unit["DeviceAllow"] == ["char-ttyUSB rw", "char-ttyACM rw", "char-ttyAMA rw"]
     for hardening in ("NoNewPrivileges", "PrivateTmp", "LockPersonality", "MemoryDenyWriteExecute"):
         assert unit[hardening] == ["yes"], hardening
     assert unit["ProtectSystem"] == ["strict"]

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from gateway.cli import main
-from gateway.cli.audit import time_flag
+from gateway.cli.audit import time_flag, trail_path
 from gateway.config import AuditConfig
 from gateway.policy.audit import AuditTrail, DecisionRecord
 from gateway.policy.audit.records import now_ms
@@ -230,3 +230,31 @@ def test_the_installed_command_reads_a_trail(trail_file: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert [orjson.loads(line)["effect"] for line in done.stdout.splitlines()] == ["deny", "clamp"]
+
+
+def test_a_missing_trail_with_no_audit_path_points_at_the_service_s_state_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A root shell on the appliance: no $STATE_DIRECTORY, so the default here is not the service's trail.
+    for name in ("STATE_DIRECTORY", "MCP_GATEWAY_CONFIG", "MCP_GATEWAY_AUDIT__PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    service_trail = "under systemd the gateway writes $STATE_DIRECTORY/audit.db, /var/lib/mcp-gateway/audit.db"
+    code, _, err = run(capsys)
+    assert code == 2 and service_trail in err and "pass --path FILE" in err
+    assert "--config FILE to read the gateway's own" not in err  # a config without [audit] path would not help
+    config = tmp_path / "gateway.toml"
+    config.write_text('host = "0.0.0.0"\n[policy]\nfile = "/etc/mcp-gateway/policy.toml"\n')
+    code, _, err = run(capsys, "--config", str(config))
+    assert code == 2 and f"no audit trail at {tmp_path / 'state' / 'mcp-gateway' / 'audit.db'}" in err
+    assert f"(the configuration names no [audit] path; {service_trail}" in err and "another trail" not in err
+    config.write_text(f'[audit]\npath = "{tmp_path / "elsewhere.db"}"\n')
+    code, _, err = run(capsys, "--config", str(config))
+    assert code == 2 and err.endswith("(pass --path FILE to read another trail)\n"), err
+
+
+def test_the_appliance_config_names_the_services_trail() -> None:
+    # `audit --config /etc/mcp-gateway/mcp-gateway.toml` from a root shell (no $STATE_DIRECTORY) reads
+    # the file the service writes under its StateDirectory=.
+    args = argparse.Namespace(path=None, config=str(REPO / "image" / "mcp-gateway.toml"))
+    assert trail_path(args, {"HOME": "/root"}) == Path("/var/lib/mcp-gateway/audit.db")
