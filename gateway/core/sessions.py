@@ -63,6 +63,8 @@ class ClientSession:
         self.client_info = client_info if isinstance(client_info, dict) else {}
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         self.principal = principal
+        """The caller, with the scopes its credential granted at its last judged request (_all and the
+        tool groups show and route by them)."""
         self.owner: Hashable = principal.key if owner is None else owner
         """Whose quota (limits.max_sessions_per_principal) the session counts against."""
         self.created = time.time()
@@ -89,6 +91,10 @@ class ClientSession:
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
+
+    def adopt(self, principal: Principal) -> None:
+        """The caller as its credential was judged again (the same caller, its scopes as granted now)."""
+        self.principal = principal
 
     def idle_seconds(self, now: float) -> float:
         if self.in_flight or (self.stream is not None and not self.stream.closed):

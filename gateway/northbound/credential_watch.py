@@ -21,6 +21,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gateway.core import jsonrpc
+from gateway.core.principal import Principal
 from gateway.policy.client_auth import CLIENT_AUTH_KEY, ClientAuth
 from gateway.policy.request_principal import request_principal
 from gateway.policy.verifier import AuthFailure
@@ -75,6 +76,9 @@ class CredentialWatch:
         self.failed: AuthFailure | None = None
         # A WebSocket's reader and writer may both ask at once: one judgement, counted and logged once.
         self.judging = asyncio.Lock()
+        self.adopt: Callable[[Principal], None] | None = None
+        """Told the caller as judged again, when it still stands: a raw WebSocket's session takes its scopes
+        as granted now (a reload may have changed them; _all and the tool groups filter by them)."""
 
     @classmethod
     def of(cls, request: web.Request, transport: str) -> CredentialWatch:
@@ -95,11 +99,13 @@ class CredentialWatch:
                 return self.failed  # judged while this caller waited
             assert self.auth is not None  # due() says so
             now = self.clock()
-            failure = await self.auth.recheck(self.request)
-            if failure is None:
+            outcome = await self.auth.recheck(self.request)
+            if not isinstance(outcome, AuthFailure):
                 self.checked_at = now
+                if outcome is not None and self.adopt is not None:
+                    self.adopt(outcome)
                 return None
-            self.failed = failure
+            failure = self.failed = outcome
         principal = request_principal(self.request)
         log.info(
             "open %s ended: its caller's credential no longer stands (%s)",

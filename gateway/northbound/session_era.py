@@ -71,13 +71,16 @@ def create_session(
         )
 
 
-def owner_mismatch(session: ClientSession, principal: Principal, gateway: Gateway) -> bool:
-    """True when `principal` is not the caller that opened `session`. A session id is not a
-    credential: knowing another caller's id opens nothing (counted as an authentication failure)."""
+def claims_session(session: ClientSession, principal: Principal, gateway: Gateway) -> bool:
+    """True when `principal` is the caller that opened `session`; the session then takes `principal` as
+    this request's credential grants it now, so scopes a reload or a refreshed access token changed hold
+    from this request on (_all and the tool groups filter by them). A session id is not a credential:
+    knowing another caller's id opens nothing (False, counted as an authentication failure)."""
     if session.principal.key == principal.key:
-        return False
+        session.adopt(principal)
+        return True
     gateway.metrics.auth_failures.labels("session_owner").inc()
-    return True
+    return False
 
 
 OWNER_MISMATCH = "This session belongs to another caller. Open a session of your own."

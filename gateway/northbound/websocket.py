@@ -122,6 +122,7 @@ class ClientWebSockets:
         writer: asyncio.Task[None] | None = None
         deadline: asyncio.TimerHandle | None = None
         watch = CredentialWatch.of(request, "WebSocket")
+        watch.adopt = session.adopt
         ending: tuple[int, str] | None = None
         try:
             if not await ws.upgrade(request):

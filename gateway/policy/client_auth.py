@@ -45,7 +45,7 @@ from gateway.policy.hmac_auth import HmacVerifier
 from gateway.policy.oauth import OAuthVerifier, protected_resource_metadata
 from gateway.policy.origin import LOOPBACK_HOSTS
 from gateway.policy.request_principal import PRINCIPAL_KEY
-from gateway.policy.static_tokens import StaticTokenVerifier
+from gateway.policy.static_tokens import StaticTokenVerifier, regranted
 from gateway.policy.verifier import AuthFailure, Endpoint, Verifier, bearer_token
 from gateway.telemetry.metrics import Metrics
 
@@ -275,9 +275,10 @@ class ClientAuth:
         self._origins: dict[str, str] = {}
         self.names = own_names(config)
         self.scopes_changed: Callable[[], None] = _unannounced
-        """Called after a reload changed [auth] required_scopes, which changes who sees which slot's tools
-        (the composition root tells every listener its tools/list may differ)."""
-        self._install_audience_rule()
+        """Called after a reload changed [auth] required_scopes or a static token's scopes, or an edited token
+        file changed a token's scopes: who sees which slot's tools changes (the composition root tells every
+        listener its tools/list may differ)."""
+        self._install_hooks()
 
     @classmethod
     def from_config(
@@ -296,22 +297,40 @@ class ClientAuth:
         verifier dropped here is closed by the caller, a new one started by it. Changed required scopes
         are announced (`scopes_changed`) once the hooks point at them."""
         scopes_before = self.config.auth.required_scopes
+        grants_before = self.token_grants()
         self.config = config
         self.verifiers = verifiers
         self.oauth = config.auth.oauth
         self.required = RequiredScopes(config.auth.required_scopes)
         self.names = own_names(config)
         self._origins = {}
-        self._install_audience_rule()
+        self._install_hooks()
         self.gateway.aggregate.slot_scopes = self.required.for_slot
         self.gateway.groups.slot_scopes = self.required.for_slot
-        if list(config.auth.required_scopes.items()) != list(scopes_before.items()):  # patterns match in order
+        if (
+            list(config.auth.required_scopes.items()) != list(scopes_before.items())  # patterns match in order
+            or regranted(grants_before, self.token_grants())
+        ):
             self.scopes_changed()
 
-    def _install_audience_rule(self) -> None:
+    def token_grants(self) -> dict[str, frozenset[str]]:
+        """Which static token caller holds which scopes (a reload that changes them is announced)."""
+        return {
+            name: scopes
+            for verifier in self.verifiers
+            if isinstance(verifier, StaticTokenVerifier)
+            for name, scopes in verifier.grants().items()
+        }
+
+    def _install_hooks(self) -> None:
         for verifier in self.verifiers:
             if isinstance(verifier, OAuthVerifier):
                 verifier.audience_matches = self.same_resource
+            elif isinstance(verifier, StaticTokenVerifier):
+                verifier.grants_changed = self._tell_scopes_changed
+
+    def _tell_scopes_changed(self) -> None:
+        self.scopes_changed()  # looked up when called: the composition root sets it after __init__
 
     # -- what a request calls ------------------------------------------------------------------
 
@@ -433,15 +452,16 @@ class ClientAuth:
         request[PRINCIPAL_KEY] = outcome
         return None
 
-    async def recheck(self, request: web.Request) -> AuthFailure | None:
-        """Whether the credential of `request`, the upgrade of a raw WebSocket that is still open, still
-        stands: judged exactly as the entry gate judged it (the verifiers and required scopes in force now,
-        so a revoked static token, an expired access token or a scope taken away by a reload fails)."""
+    async def recheck(self, request: web.Request) -> Principal | AuthFailure | None:
+        """The credential of `request`, the upgrade of a raw WebSocket (or a stream) that is still open,
+        judged exactly as the entry gate judged it, with the verifiers and required scopes in force now:
+        the caller with the scopes it holds now, or why it no longer stands (a revoked static token, an
+        expired access token, a scope of the endpoint taken away by a reload); None on an endpoint that
+        needs no credential."""
         endpoint = self.request_endpoint(request)
         if endpoint is None:
             return None
-        outcome = await self.judge(request, endpoint)
-        return outcome if isinstance(outcome, AuthFailure) else None
+        return await self.judge(request, endpoint)
 
     async def judge(self, request: web.Request, endpoint: Endpoint) -> Principal | AuthFailure:
         """The caller of `request` if its credential is good and holds the endpoint's scopes (a refusal

@@ -24,7 +24,7 @@ import hmac
 import ipaddress
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,16 @@ def from_this_machine(request: web.Request) -> bool:
     return address is not None and address == _address(local[0])
 
 
+def _untold() -> None:
+    return None
+
+
+def regranted(before: Mapping[str, frozenset[str]], after: Mapping[str, frozenset[str]]) -> bool:
+    """Whether a caller in both holds other scopes now: its sessions' tool lists at _all and the tool
+    groups may differ. A caller added has no session yet, and one removed is refused from its next request."""
+    return any(name in after and after[name] != scopes for name, scopes in before.items())
+
+
 class StaticTokenVerifier:
     kind = "token"
 
@@ -133,6 +143,9 @@ class StaticTokenVerifier:
             self.by_file[path] = tokens_from_file(path)
         self.tokens = self._combine()
         self.checked_at = clock()
+        self.grants_changed: Callable[[], None] = _untold
+        """Called when a token file's edit changed who holds which scopes (ClientAuth points it at its
+        scopes_changed: _all and the tool groups show each caller the tools its scopes cover)."""
 
     @classmethod
     def from_config(cls, config: GatewayConfig, metrics: Metrics) -> StaticTokenVerifier | None:
@@ -159,10 +172,12 @@ class StaticTokenVerifier:
         if now - self.checked_at < RELOAD_CHECK_S:
             return
         self.checked_at = now
+        before: dict[str, frozenset[str]] | None = None
         for path in self.files:
             stamp = _stamp(path)
             if stamp == self.stamps.get(path):
                 continue
+            before = self.grants() if before is None else before
             self.stamps[path] = stamp
             previous = self.by_file.get(path, [])
             if stamp is None:
@@ -179,6 +194,12 @@ class StaticTokenVerifier:
                 continue
             log.info("token file %s reloaded: %d tokens", path, len(self.by_file[path]))
         self.tokens = self._combine()
+        if before is not None and regranted(before, self.grants()):
+            self.grants_changed()
+
+    def grants(self) -> dict[str, frozenset[str]]:
+        """Each token's caller (names are unique) and the scopes it holds."""
+        return {token.principal.name: token.principal.scopes for token in self.tokens}
 
     def match(self, bearer: str) -> StaticToken | None:
         digest = hashlib.sha256(bearer.encode("utf-8")).digest()
