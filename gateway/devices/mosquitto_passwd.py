@@ -128,8 +128,8 @@ def _stat(path: Path, option: str) -> os.stat_result:
         info = path.stat()
     except FileNotFoundError:
         raise PasswordFileError(
-            f"the mosquitto password file {path} does not exist ({option} names it; the appliance makes it "
-            "at first boot, see docs/mqtt-broker.md)"
+            f"the mosquitto password file {path} does not exist ({option} names it; the appliance's "
+            "operator makes it once, before the first start: see docs/mqtt-broker.md)"
         ) from None
     except OSError as exc:
         raise PasswordFileError(f"the mosquitto password file {path} cannot be read: {exc.strerror}") from None

@@ -43,8 +43,8 @@ REFUSED = "Not authorized"
 
 
 def appliance_password_file(directory: Path) -> Path:
-    """The appliance's file as first boot makes it: the gateway's credential, by `mosquitto_passwd -b`,
-    mode 0640 (root:mosquitto there)."""
+    """The appliance's file as its operator makes it before the first start: the gateway's credential,
+    by `mosquitto_passwd -b`, mode 0640 (root:mosquitto there)."""
     directory.mkdir(parents=True, exist_ok=True)
     passwd = write_password_file(directory / "passwd", {GATEWAY_USER: GATEWAY_PASSWORD})
     passwd.chmod(0o640)
@@ -190,8 +190,8 @@ def test_errors_name_the_file_the_option_and_the_permissions(tmp_path: Path, mon
     with pytest.raises(PasswordFileError) as raised:
         set_user(missing, SLOT, "x", "--mosquitto-passwd")
     assert str(raised.value) == (
-        f"the mosquitto password file {missing} does not exist (--mosquitto-passwd names it; the appliance "
-        "makes it at first boot, see docs/mqtt-broker.md)"
+        f"the mosquitto password file {missing} does not exist (--mosquitto-passwd names it; the appliance's "
+        "operator makes it once, before the first start: see docs/mqtt-broker.md)"
     )
     passwd = tmp_path / "passwd"
     passwd.write_text("# a comment\nmcp-gateway:$7$101$AA==$AA==\n")
@@ -362,7 +362,8 @@ async def test_install_over_mqtt_issues_a_broker_credential_and_revoke_withdraws
     assert code == 1
     assert err == (
         f"mcp-gateway: unix-{SLOT} is not revoked: the mosquitto password file {tmp_path / 'other'} does not exist "
-        "(--mosquitto-passwd names it; the appliance makes it at first boot, see docs/mqtt-broker.md)\n"
+        "(--mosquitto-passwd names it; the appliance's operator makes it once, before the first start: "
+        "see docs/mqtt-broker.md)\n"
     )
 
 
@@ -377,7 +378,7 @@ async def test_install_over_mqtt_stops_before_the_board_when_the_password_file_i
     assert (code, out) == (2, "")  # a usage error: a file the command needs, missing (docs/cli.md)
     assert err == (
         f"mcp-gateway: the mosquitto password file {missing} does not exist (--mosquitto-passwd names it; "
-        "the appliance makes it at first boot, see docs/mqtt-broker.md)\n"
+        "the appliance's operator makes it once, before the first start: see docs/mqtt-broker.md)\n"
     )
     assert list(board.root.iterdir()) == [] and not default_registry_path().exists()
     # A dry run shows what it would do, and says where the install would stop.
