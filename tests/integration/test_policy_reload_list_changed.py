@@ -56,14 +56,12 @@ def counter(changes: dict[str, int], path: str) -> MessageHandlerFnT:
 
 @contextlib.asynccontextmanager
 async def listening(
-    server: GatewayServer, paths: Sequence[str], changes: dict[str, int]
+    server: GatewayServer, paths: Sequence[str], changes: dict[str, int], token: str = AGENT_OLD
 ) -> AsyncIterator[dict[str, Client]]:
-    """The agent's session-era SDK clients on `paths`, each holding its GET stream and counting the
-    notifications/tools/list_changed it hears in `changes`."""
+    """The agent's session-era SDK clients on `paths` (with `token`), each holding its GET stream and
+    counting the notifications/tools/list_changed it hears in `changes`."""
     async with (
-        httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {AGENT_OLD}"}, timeout=httpx2.Timeout(30, read=60)
-        ) as http,
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=60)) as http,
         contextlib.AsyncExitStack() as stack,
     ):
         clients = {

@@ -10,19 +10,17 @@ import contextlib
 import hashlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import httpx2
 import pytest
 from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
 
 from gateway.app import GatewayServer
 from tests.conftest import wait_for
-from tests.integration.test_policy_reload_list_changed import counter
+from tests.integration.test_policy_reload_list_changed import listening
 from tests.integration.test_reload import Reloadable, pumps, reloadable, rewrite
 
 __all__ = ["reloadable"]  # the fixture, used by name
@@ -35,33 +33,6 @@ GROUPS = '[groups.pumps]\nslots = ["pump-*"]\n[auth.required_scopes]\n"pump-*" =
 def token_entry(scopes: list[str]) -> str:
     digest = hashlib.sha256(AGENT.encode()).hexdigest()
     return f'[[auth.tokens]]\nname = "agent"\nsha256 = "{digest}"\nscopes = {json.dumps(scopes)}\n'
-
-
-@contextlib.asynccontextmanager
-async def agent_clients(
-    server: GatewayServer, paths: Sequence[str], changes: dict[str, int]
-) -> AsyncIterator[dict[str, Client]]:
-    """The agent's session-era SDK clients on `paths`, each holding its GET stream and counting the
-    notifications/tools/list_changed it hears in `changes`."""
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {AGENT}"}, timeout=httpx2.Timeout(30, read=60)) as http,
-        contextlib.AsyncExitStack() as stack,
-    ):
-        clients = {
-            path: await stack.enter_async_context(
-                Client(
-                    streamable_http_client(f"{server.url}{path}", http_client=http),
-                    mode="legacy",
-                    message_handler=counter(changes, path),
-                )
-            )
-            for path in paths
-        }
-        await wait_for(
-            lambda: sum(s.stream is not None for s in server.gateway.sessions.sessions.values()) == len(paths),
-            what="every GET stream",
-        )
-        yield clients
 
 
 class RawSocket:
@@ -111,7 +82,7 @@ async def quiet(server: GatewayServer) -> None:
 async def test_a_scope_a_reload_takes_away_holds_on_the_sessions_opened_before(reloadable: Reloadable) -> None:
     server = await reloadable("port = 0\n" + GROUPS + token_entry(["pumps"]))
     changes = dict.fromkeys(LISTENING, 0)
-    async with pumps(server), agent_clients(server, LISTENING, changes) as clients, raw_socket(server) as socket:
+    async with pumps(server), listening(server, LISTENING, changes, AGENT) as clients, raw_socket(server) as socket:
         for path in LISTENING:
             assert await pump_tools(clients[path]), path
         assert await socket.pump_tools()
@@ -147,7 +118,7 @@ async def test_an_edited_token_file_tells_the_listening_sessions(reloadable: Rel
     write_tokens(["pumps"])
     server = await reloadable(f"port = 0\n{GROUPS}[auth]\ntoken_files = [{json.dumps(str(tokens))}]\n")
     changes = dict.fromkeys(LISTENING, 0)
-    async with pumps(server), agent_clients(server, LISTENING, changes) as clients:
+    async with pumps(server), listening(server, LISTENING, changes, AGENT) as clients:
         for path in LISTENING:
             assert await pump_tools(clients[path]), path
         await quiet(server)
