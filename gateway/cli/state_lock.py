@@ -15,8 +15,12 @@ followed): an [audit] path that is a link to another gateway's file gets that fi
 
 A place that cannot be locked at all at start (a read-only file system: an SD card awaiting fsck) is
 tried again every LOCK_RETRY_S until it is locked, and `broker_diagnose` shows `state.unlocked`
-meanwhile. The locks are taken before the event loop starts and dropped after it ends, so the tries
-run on a thread of their own, which only opens and flocks (never waiting) one small file each time.
+meanwhile. A lock held is checked at the same cadence: a flock stays on the open file, so once its
+path is removed (`rm -rf` of the state directory, made again) a second gateway would make a new file
+there and lock it unopposed. When the file at the path is not the one held (another inode, or none)
+the gateway takes the lock again on the file there, or names the gateway that got it first. The locks
+are taken before the event loop starts and dropped after it ends, so the checks run on a thread of
+their own, which only stats, opens and flocks (never waiting) one small file each time.
 """
 
 from __future__ import annotations
@@ -67,21 +71,23 @@ class _Held(Exception):
 
 
 @dataclass
-class Unlocked:
-    """A place `run` could not lock at start: how to name its lock at each try, and what to say."""
+class Place:
+    """A place `run` locks: how to name its lock at each check, what to say, and its lock while held."""
 
     what: str
     """"the state directory /var/lib/mcp-gateway", "the audit file /srv/audit.db"."""
     lock: Path
-    """Its lock file, as last tried."""
+    """Its lock file, as last locked or tried."""
     lock_path: Callable[[], Path]
-    """Its lock file, where the path leads at the time of the try."""
+    """Its lock file, where the path leads at the time of the check."""
     in_use: Callable[[str, Path], str]
     """What another gateway holding the lock means and what to do, from its pid and the lock file."""
-    reason: str
+    reason: str = ""
     """Why it could not be locked, the last time it was tried."""
     holder: str | None = None
     """The pid another gateway wrote ("" when none) when it held the lock at the last try; else None."""
+    descriptor: int | None = None
+    """The open, flocked lock file while this gateway holds it; None while the place is not locked."""
 
     @property
     def key(self) -> str:
@@ -90,40 +96,62 @@ class Unlocked:
 
 @dataclass
 class HeldState:
-    """The locks `run` holds until it exits; `release()` (or leaving a `with` block) drops them. The
-    places not locked yet (`unlocked`) are tried again every `retry_s` once `start_retrying()` runs."""
+    """The locks `run` holds until it exits; `release()` (or leaving a `with` block) drops them. Once
+    `start_retrying()` runs, every `retry_s` each place not locked yet is tried again and each one held
+    is checked to be still the file at its path (it is taken again when it was removed or replaced)."""
 
-    descriptors: list[int] = field(default_factory=list)
-    unlocked: list[Unlocked] = field(default_factory=list)
+    places: list[Place] = field(default_factory=list)
     retry_s: float = LOCK_RETRY_S
     _released: threading.Event = field(default_factory=threading.Event)
     _mutex: threading.Lock = field(default_factory=threading.Lock)
     _retrying: threading.Thread | None = None
 
-    def not_locked(self, place: Unlocked) -> None:
+    @property
+    def descriptors(self) -> list[int]:
+        """The lock files held now."""
+        return [place.descriptor for place in self.places if place.descriptor is not None]
+
+    @property
+    def unlocked(self) -> list[Place]:
+        """The places not locked now: tried again every `retry_s`, shown in broker_diagnose."""
+        return [place for place in self.places if place.descriptor is None]
+
+    def locked(self, place: Place, descriptor: int) -> None:
+        """`place` is locked at start: kept to be checked."""
+        place.descriptor = descriptor
+        self.places.append(place)
+
+    def not_locked(self, place: Place) -> None:
         """`place` could not be locked at start: kept to be tried again, and shown in broker_diagnose."""
-        self.unlocked.append(place)
+        self.places.append(place)
         self._report(place)
 
     def start_retrying(self) -> None:
-        """Try each place not locked again every `retry_s` (on a thread of its own) until all are."""
-        if self.unlocked and self._retrying is None and not self._released.is_set():
+        """Check every place every `retry_s` (on a thread of its own) until release()."""
+        if self.places and self._retrying is None and not self._released.is_set():
             self._retrying = threading.Thread(target=self._retry_loop, name="state-lock-retry", daemon=True)
             self._retrying.start()
 
     def _retry_loop(self) -> None:
-        while self.unlocked and not self._released.wait(self.retry_s):
+        while not self._released.wait(self.retry_s):
             self.retry_now()
 
     def retry_now(self) -> None:
-        """One try of every place not locked yet."""
-        for place in list(self.unlocked):
+        """One check of every place: one not locked is tried, one held is taken again if its file is not
+        the one at its path any more (the directory removed and made again, the file deleted or replaced)."""
+        for place in list(self.places):
             with self._mutex:
                 if self._released.is_set():
                     return
-                self._try(place)
+                if place.descriptor is None:
+                    self._try(place)
+                elif not _still_there(place.descriptor, place.lock_path):
+                    # The flock stays on a file no other gateway finds: one started now would not be refused.
+                    os.close(place.descriptor)
+                    place.descriptor = None
+                    self._try(place, lost=True)
 
-    def _try(self, place: Unlocked) -> None:
+    def _try(self, place: Place, lost: bool = False) -> None:
         try:
             place.lock = place.lock_path()
             descriptor = lock_file(place.lock)
@@ -133,20 +161,36 @@ class HeldState:
             place.holder = exc.pid
         except UnsafeLock as exc:
             reason = str(_unsafe(exc))
-            if reason != place.reason:
+            if reason != place.reason or lost:
                 log.error("%s cannot be locked: %s", place.what, reason)
             place.reason, place.holder = reason, None
         except OSError as exc:
             place.reason, place.holder = str(exc.strerror or exc), None
+            if lost:
+                log.warning(
+                    "%s: its lock file %s was removed or replaced while the gateway ran and cannot be locked again "
+                    "(%s): another gateway using it would not be refused until it can be (tried again every %g s)",
+                    place.what,
+                    place.lock,
+                    place.reason,
+                    self.retry_s,
+                )
         else:
-            self.descriptors.append(descriptor)
-            self.unlocked.remove(place)
+            place.descriptor, place.holder = descriptor, None
             STANDING.withdraw(place.key)
-            log.info("%s is locked now (%s): another gateway using it is refused again", place.what, place.lock)
+            if lost:
+                log.warning(
+                    "%s: its lock file was removed or replaced while the gateway ran; locked again (%s): another "
+                    "gateway using it is refused again",
+                    place.what,
+                    place.lock,
+                )
+            else:
+                log.info("%s is locked now (%s): another gateway using it is refused again", place.what, place.lock)
             return
         self._report(place)
 
-    def _report(self, place: Unlocked) -> None:
+    def _report(self, place: Place) -> None:
         if place.holder is not None:
             STANDING.report(
                 place.key,
@@ -168,11 +212,11 @@ class HeldState:
                 UNLOCKED,
                 "warning",
                 f"{place.what} is not locked: another gateway started on it would not be refused",
-                f"its lock file cannot be made or locked ({place.reason}); tried at start and every "
-                f"{self.retry_s:g} s since",
+                f"its lock file cannot be made or locked ({place.reason}); tried every {self.retry_s:g} s",
                 "Make the file system writable (a read-only or full SD card: check it, free space, remount it "
-                "read-write) and the directory writable by the gateway's user. The gateway takes the lock at its "
-                "next try and logs it; until then start no other gateway on this place.",
+                "read-write) and the directory writable by the gateway's user, or make a removed directory again "
+                "(mode 0700). The gateway takes the lock at its next try and logs it; until then start no other "
+                "gateway on this place.",
             ),
         )
 
@@ -181,14 +225,15 @@ class HeldState:
         if self._retrying is not None and self._retrying is not threading.current_thread():
             self._retrying.join(timeout=RELEASE_WAIT_S)  # a try takes an open and a flock that never waits
         with self._mutex:
-            for place in self.unlocked:
-                STANDING.withdraw(place.key)
-            self.unlocked.clear()
-            while self.descriptors:
-                descriptor = self.descriptors.pop()
+            for place in self.places:
+                if place.descriptor is None:
+                    STANDING.withdraw(place.key)
+                    continue
                 with contextlib.suppress(OSError):
-                    os.ftruncate(descriptor, 0)  # no pid of a gateway that has gone
-                os.close(descriptor)  # the lock goes with the last descriptor of the open file
+                    os.ftruncate(place.descriptor, 0)  # no pid of a gateway that has gone
+                os.close(place.descriptor)  # the lock goes with the last descriptor of the open file
+                place.descriptor = None
+            self.places.clear()
 
     def __enter__(self) -> HeldState:
         return self
@@ -197,6 +242,18 @@ class HeldState:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.release()
+
+
+def _still_there(descriptor: int, lock_path: Callable[[], Path]) -> bool:
+    """Whether the file at the lock's path is the open file `descriptor` locks (one lstat and one fstat)."""
+    try:
+        found = os.lstat(lock_path())
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True  # cannot tell (an I/O error): the lock is kept, and looked at again at the next check
+    held = os.fstat(descriptor)
+    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
 
 
 def lock_file(path: Path) -> int:
@@ -316,21 +373,26 @@ def hold_state(
     file that cannot be locked at all (a read-only file system, no permission) is logged and left
     unlocked: what the gateway keeps there fails, and says so, as it would without the lock; it is
     tried again every `retry_s` (logged when locked; an error naming the holder when another gateway
-    took it meanwhile) and `broker_diagnose` shows `state.unlocked` until it is locked."""
+    took it meanwhile) and `broker_diagnose` shows `state.unlocked` until it is locked. A lock held is
+    checked as often and taken again when its file was removed or replaced."""
     env = os.environ if environ is None else environ
     held = HeldState(retry_s=retry_s)
     directory = state_directory(env)
-    lock = directory / LOCK_FILE
     directory_in_use = _directory_in_use(directory, env)
+
+    def directory_lock() -> Path:
+        return _resolved(directory) / LOCK_FILE
+
+    place = Place(f"the state directory {directory}", directory / LOCK_FILE, directory_lock, directory_in_use)
     try:
         ensure_directory(directory)
-        lock = _resolved(directory) / LOCK_FILE
-        _warn_if_open(lock.parent, "the state directory")
-        held.descriptors.append(lock_file(lock))
+        place.lock = directory_lock()
+        _warn_if_open(place.lock.parent, "the state directory")
+        held.locked(place, lock_file(place.lock))
     except UnsafeLock as exc:
         raise _unsafe(exc) from None
     except _Held as exc:
-        raise StateInUse(directory_in_use(exc.pid, lock)) from None
+        raise StateInUse(directory_in_use(exc.pid, place.lock)) from None
     except OSError as exc:
         reason = str(exc.strerror or exc)
         log.warning(
@@ -340,15 +402,8 @@ def hold_state(
             reason,
             retry_s,
         )
-        held.not_locked(
-            Unlocked(
-                f"the state directory {directory}",
-                lock,
-                lambda: _resolved(directory) / LOCK_FILE,
-                directory_in_use,
-                reason,
-            )
-        )
+        place.reason = reason
+        held.not_locked(place)
     if config.policy is None or not config.audit.enabled:
         held.start_retrying()
         return held  # no audit trail is written (adding [policy] or changing [audit] needs a restart)
@@ -360,18 +415,23 @@ def hold_state(
         real = _resolved(audit_file)  # the lock lies beside the file SQLite writes
         return real.with_name(real.name + AUDIT_LOCK_SUFFIX)
 
-    lock = audit_file.with_name(audit_file.name + AUDIT_LOCK_SUFFIX)
+    place = Place(
+        f"the audit file {audit_file}",
+        audit_file.with_name(audit_file.name + AUDIT_LOCK_SUFFIX),
+        audit_lock,
+        audit_in_use,
+    )
     try:
         ensure_directory(audit_file.parent)
-        lock = audit_lock()
-        _warn_if_open(lock.parent, "the audit file's directory")
-        held.descriptors.append(lock_file(lock))
+        place.lock = audit_lock()
+        _warn_if_open(place.lock.parent, "the audit file's directory")
+        held.locked(place, lock_file(place.lock))
     except UnsafeLock as exc:
         held.release()
         raise _unsafe(exc) from None
     except _Held as exc:
         held.release()
-        raise StateInUse(audit_in_use(exc.pid, lock)) from None
+        raise StateInUse(audit_in_use(exc.pid, place.lock)) from None
     except OSError as exc:
         # The trail itself reports what is wrong with the place (unhealthy, its calls refused).
         reason = str(exc.strerror or exc)
@@ -382,6 +442,7 @@ def hold_state(
             reason,
             retry_s,
         )
-        held.not_locked(Unlocked(f"the audit file {audit_file}", lock, audit_lock, audit_in_use, reason))
+        place.reason = reason
+        held.not_locked(place)
     held.start_retrying()
     return held
