@@ -146,6 +146,16 @@ def _copy_checked(source: Path, step: Step, temporary: str, folder: int) -> None
         raise BackupError(f"{inside} (backup of {entry.original}) cannot be read: {exc.strerror or exc}") from None
     try:
         size, digest = write_copy(reading, inside, step.target.with_name(temporary), step.mode, dir_fd=folder)
+    except BackupError as exc:
+        # A full disk, a file too large, an I/O error: the partial copy would only take more space.
+        _remove(temporary, folder)
+        raise BackupError(
+            f"{exc}; {step.target} was not written and the files said restored above stay in place: free space "
+            "on that file system (or repair it), then run restore again with --force"
+        ) from None
+    except BaseException:
+        _remove(temporary, folder)
+        raise
     finally:
         os.close(reading)
     if (size, digest) != (entry.size, entry.sha256):
@@ -154,6 +164,11 @@ def _copy_checked(source: Path, step: Step, temporary: str, folder: int) -> None
             f"{inside} (backup of {entry.original}) changed after restore checked it (size {size}, sha256 "
             f"{digest[:16]}…; the manifest says size {entry.size}, sha256 {entry.sha256[:16]}…): {tail}"
         )
+
+
+def _remove(name: str, folder: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=folder)
 
 
 def put(

@@ -9,9 +9,14 @@ outcome lying past the head, gives None.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
-from gateway.core.jsonrpc import JsonId
+# jsonrpc.JsonId and JsonObject, spelled out: jsonrpc reads the head of a text too deep to decode with
+# this module, so this one imports nothing of it.
+JsonId = str | int
+JsonObject = dict[str, Any]
 
 HEAD_BYTES = 256
 """How much of an oversize answer is read for its id: room for `{"jsonrpc": "2.0", "id": …, "result":`
@@ -58,6 +63,60 @@ def answer_id(head: bytes) -> JsonId | None:
         if head[at : at + 1] != b",":
             return None  # the object ended (or the JSON is broken) without both members
         at += 1
+
+
+def message_head(head: bytes) -> JsonObject:
+    """The top-level `id` and `method` among the first members of the message whose first bytes are
+    `head`, for a message too deep to parse whole: `{}`, or what of them is whole before a member runs
+    past the head. The id counts only beside a `method` or an outcome (`result`, `error`) member, as in
+    `answer_id`, so that an id is never taken for an answer's without a sign that it is one."""
+    found: JsonObject = {}
+    named = False
+    at = _skip_space(head, 0)
+    if head[at : at + 1] != b"{":
+        return found
+    at += 1
+    while True:
+        at = _skip_space(head, at)
+        key_end = _string_end(head, at)
+        if key_end < 0:
+            break
+        key = head[at:key_end]
+        at = _skip_space(head, key_end)
+        if head[at : at + 1] != b":":
+            break
+        at = _skip_space(head, at + 1)
+        if key == b'"id"':
+            end, request_id = _id_value(head, at)
+            if request_id is not None:
+                found["id"] = request_id
+        elif key == b'"method"':
+            end = _string_end(head, at)
+            method = _string(head[at:end]) if end > 0 else None
+            if method is None:
+                break
+            found["method"] = method
+            named = True
+        else:
+            named = named or key in _OUTCOMES
+            end = _value_end(head, at)
+        if end < 0:
+            break
+        at = _skip_space(head, end)
+        if head[at : at + 1] != b",":
+            break
+        at += 1
+    if not named:
+        found.pop("id", None)
+    return found
+
+
+def _string(text: bytes) -> str | None:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _skip_space(head: bytes, at: int) -> int:

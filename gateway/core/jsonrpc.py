@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 
+from gateway.core.answer_head import HEAD_BYTES, message_head
+
 # Standard JSON-RPC codes and the MCP additions the gateway emits.
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -37,6 +39,8 @@ MAX_DEPTH_CEILING = 200
 request, a status page quoting a provider's hello): under this ceiling all of them stay writable."""
 DEPTH_LIMIT = "max_json_depth"
 """The [limits] key of the nesting bound, as a refusal names it and `mcpgw_limit_hits_total` counts it."""
+ORJSON_DEPTH_ERROR = "depth limit exceeded"
+"""What orjson says of JSON nested past the 1024 levels it reads: the nesting bound's refusal too."""
 EncodeError = orjson.JSONEncodeError
 """What `dumps` raises for a value JSON has no form for, or one nested deeper than orjson writes."""
 
@@ -127,6 +131,8 @@ def parse(data: bytes | str, max_depth: int | None = None) -> Message:
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        if max_depth is not None and exc.msg == ORJSON_DEPTH_ERROR:
+            return _too_deep(_head_of(data), max_depth)
         return Message(Kind.INVALID, None, f"malformed JSON: {exc}", unparsed=data)
     # Each level takes two brackets, so text up to twice the bound (a ping, a short answer) is not even counted.
     if max_depth is not None and len(data) > 2 * max_depth and nested_deeper(data, value, max_depth):
@@ -208,6 +214,12 @@ def nested_deeper(data: bytes | str, value: Any, max_depth: int) -> bool:
         depth += 1
         unseen -= len(level)
     return True
+
+
+def _head_of(data: bytes | str) -> JsonObject:
+    """The id and method at the head of a text too deep for orjson to decode at all."""
+    head = data[:HEAD_BYTES]
+    return message_head(head if isinstance(head, bytes) else head.encode("utf-8", errors="replace"))
 
 
 def _too_deep(value: Any, max_depth: int) -> Message:

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from gateway.core import errors, jsonrpc
+from gateway.core.json_words import json_type
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import NotificationSink
@@ -50,4 +51,33 @@ async def call_provider(
     if not isinstance(result, dict):
         metrics.call_errors.labels(slot, "provider").inc()
         raise errors.RpcError(jsonrpc.INTERNAL_ERROR, f'Provider "{slot}" returned a result that is not an object')
+    problem = call_result_problem(result) if method == "tools/call" else None
+    if problem is not None:
+        metrics.call_errors.labels(slot, "provider").inc()
+        raise errors.RpcError(
+            jsonrpc.INTERNAL_ERROR,
+            f'Provider "{slot}" returned a tools/call result the gateway cannot relay: {problem}',
+            {"slot": slot, "reason": "malformed_result"},
+        )
     return result
+
+
+def call_result_problem(result: JsonObject) -> str | None:
+    """What is wrong with the top-level members of a tools/call result, or None.
+
+    MCP's CallToolResult has `content: ContentBlock[]`, `isError: boolean` and `structuredContent:
+    object`; a client's SDK rejects any other type with an error that names no provider. Only the
+    members' own types are looked at (a few isinstance calls per answer, never the content blocks'
+    insides), and only the members present: a task's or an input_required result carries no content."""
+    if "content" in result:
+        content = result["content"]
+        if not isinstance(content, list):
+            return f'"content" is {json_type(content)}, not an array of content blocks'
+        for block in content:
+            if not isinstance(block, dict):
+                return f'"content" holds {json_type(block)}, not a content block object'
+    if "isError" in result and not isinstance(result["isError"], bool):
+        return f'"isError" is {json_type(result["isError"])}, not a boolean'
+    if "structuredContent" in result and not isinstance(result["structuredContent"], dict):
+        return f'"structuredContent" is {json_type(result["structuredContent"])}, not an object'
+    return None

@@ -30,6 +30,13 @@ from dataclasses import dataclass, field
 log = logging.getLogger("gateway.slots")
 
 HINT = "two providers on one slot push each other off (docs/device-mqtt.md, Troubleshooting)"
+"""The hint of a window whose attaches came from more than one host: two providers, for sure."""
+ONE_HOST_HINT = (
+    "two providers on one slot push each other off, or one provider keeps reconnecting "
+    "(docs/device-mqtt.md, Troubleshooting)"
+)
+"""The hint of a window whose attaches all came from one host: two boards behind one address (or on one
+MQTT topic, which is all an MQTT slot's host says) look the same as one board that keeps reconnecting."""
 QUICK_REMEMBERED = 1024
 """Slots whose one quick attach is remembered at once (one per slot; a provider could make up names)."""
 HOSTS_NAMED = 8
@@ -187,7 +194,7 @@ class SlotFlapLog:
             window.hosts_text(),
             window.last_reason or "(none)",
             window.last_from or "(none)",
-            HINT,
+            HINT if len(window.hosts) + (window.other_hosts > 0) > 1 else ONE_HOST_HINT,
             extra={"slot": slot, "fault": "flapping"},
         )
         self._open(slot, self.interval_s(), window.known)

@@ -9,6 +9,7 @@ docs/operations.md.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 from gateway.core.broker.diagnose_declarations import declaration_problems
@@ -224,13 +225,23 @@ def _governance_problems(view: GatewayView) -> list[Problem]:
         return []  # not a problem: the diagnosis says `governed: false` (server.py)
     audit = governance.get("audit")
     if isinstance(audit, Mapping) and not audit.get("healthy", True):
+        evidence = f"{audit.get('path')}: {audit.get('last_error') or 'the last write failed'}"
+        # The running gateway never makes the directory again: a storage device that went away would
+        # be replaced, unnoticed, by the directory under its mount point. Only the operator can tell.
+        gone = ""
+        if "No such file or directory" in evidence:
+            folder = os.path.dirname(str(audit.get("path") or "")) or "."
+            gone = (
+                f"If its directory {folder} is gone, mount its storage again or re-create it (mkdir -p {folder}, "
+                "owned by the gateway's user, mode 0700): the running gateway does not, and needs no restart. "
+            )
         return [
             Problem(
                 "audit.unavailable",
                 "error",
                 "The audit trail cannot be written: governed calls are refused",
-                f"{audit.get('path')}: {audit.get('last_error') or 'the last write failed'}",
-                "Mend what the detail names ([audit] path): free disk space, make a read-only file system "
+                evidence,
+                f"{gone}Mend what the detail names ([audit] path): free disk space, make a read-only file system "
                 'writable, fix the file\'s permissions, or move a damaged file ("file is not a database", '
                 '"malformed") aside for a new one to be started at the path. The gateway tries again with each '
                 "call and serves again once a write succeeds; /readyz answers 503 meanwhile.",

@@ -58,6 +58,9 @@ WILLS_BEFORE_CLOSE_S = 2.0
 (mosquitto publishes the wills of every board just before it closes the gateway's connection) rather
 than the board going offline. A board that really goes offline is detached at once all the same; only
 its leave reason and the flap warning's count change when its broker is lost within this time after."""
+MAX_WARNED_RESERVED = 64
+"""Reserved slot names whose refused status is warned of, each once; past them the drop counters alone
+say it, so that a board cycling through names cannot flood the log."""
 LEFT_WITH_BROKER = "(the board's last will came as the broker closed)"
 
 
@@ -129,6 +132,8 @@ class PlainProfile:
         self.announced: dict[str, envelope.Registration] = {}
         """The standing (non-empty) status of each board (at most max_instances), so that a board whose
         slot is not served is attached again."""
+        self.reserved_warned: set[str] = set()
+        """Reserved slot names whose refused status was warned of (at most MAX_WARNED_RESERVED)."""
         self.reattach = Reattach(
             broker.gateway.registry, broker.config.reconnect_initial_s, broker.config.reconnect_max_s, self._retry
         )
@@ -172,6 +177,10 @@ class PlainProfile:
     def handle(self, topic: str, payload: bytes) -> None:
         address = mqtt_topics.parse_plain(self.prefix, topic)
         if address is None:
+            reserved = mqtt_topics.reserved_status_slot(self.prefix, topic) if payload else None
+            if reserved is not None:
+                self._refuse_reserved(topic, reserved, payload)
+                return
             self.broker.drops.count("wrong_topic", topic, mqtt_topics.plain_topic_problem(self.prefix, topic))
             return
         if address.kind == "status":
@@ -226,6 +235,30 @@ class PlainProfile:
             del self.links[slot]
             old.lost("a new status replaced the device's registration")
         self._attach(slot, registration)
+
+    def _refuse_reserved(self, topic: str, slot: str, payload: bytes) -> None:
+        """A status for a slot name reserved for the gateway: refused as the core refuses such a name on
+        every way in, answered on the board's down topic (it reads no close reason), warned once per name."""
+        reason = mqtt_topics.slot_level_problem(slot) or f'Provider "{slot}" is reserved'
+        warn = slot not in self.reserved_warned and len(self.reserved_warned) < MAX_WARNED_RESERVED
+        if warn:
+            self.reserved_warned.add(slot)
+            log.warning(
+                "MQTT broker %s: refused the status on %s: %s; rename the board's slot (its topics)",
+                self.broker.label,
+                topic[:160],
+                reason,
+                extra={"slot": slot},
+            )
+        self.broker.drops.count("refused", topic, reason, slot, warn=False)
+        registration = envelope.registration(
+            jsonrpc.parse(payload, self.broker.gateway.config.limits.max_json_depth).body
+        )
+        device_id = _device_id(registration.hello) if registration is not None else None
+        data = {"device_id": device_id} if device_id is not None else None
+        refusal = jsonrpc.dumps(jsonrpc.error_response(None, jsonrpc.UNAVAILABLE, reason, data))
+        with contextlib.suppress(ConnectionError, PacketTooLarge):
+            self.broker.client.publish(mqtt_topics.plain_topic(self.prefix, slot, "down"), refusal)
 
     def _emptied(self, slot: str, link: PlainLink) -> None:
         """Remember that `link` was detached by an emptied status now: should the broker's connection be

@@ -318,6 +318,20 @@ def parse_plain(prefix: str, topic: str) -> PlainAddress | None:
     return PlainAddress(rest[0], kind)
 
 
+def reserved_status_slot(prefix: str, topic: str) -> str | None:
+    """The slot level of `<prefix>/<slot>/status` when it names a slot reserved for the gateway (`_all`,
+    `_broker`, any name starting with `_`) and is otherwise usable as a topic level, else None: such a
+    board's `down` topic can carry its refusal."""
+    head = prefix + "/"
+    if not topic.startswith(head):
+        return None
+    rest = topic[len(head) :].split("/")
+    if len(rest) != 2 or rest[1] != STATUS or not rest[0].startswith("_") or any(c in rest[0] for c in "+#"):
+        return None
+    problem = slot_level_problem(rest[0])
+    return rest[0] if problem is not None and "reserved" in problem else None
+
+
 def plain_topic_problem(prefix: str, topic: str) -> str:
     """Why `parse_plain` finds no slot in `topic`: the slot level's own problem when the topic has the
     profile's shape (what the operator must fix on the board), else what the shape must be."""
