@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway.cli.backup_fds import NotRegular, open_regular
+from gateway.devices.sqlite_journal import connect_reader, shm_unsafe
 
 MANIFEST = "manifest.json"
 FORMAT = "mcp-gateway-backup/1"
@@ -313,7 +314,7 @@ def sync_directory(directory: Path) -> None:
 def quick_check(path: Path, busy_s: float = DEFAULT_BUSY_S) -> str | None:
     """None when the database at `path`, opened read-only, passes `PRAGMA quick_check`; else what is wrong."""
     try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=busy_s)
+        db = connect_reader(path, busy_s)
     except sqlite3.Error as exc:
         return str(exc)
     try:
@@ -337,6 +338,10 @@ def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None
         # -wal and -shm it made beside a database the gateway holds only while it uses it (the registry).
         # The backup reads; SQLite folds the log on that last close as the gateway's own would.
         reading = sqlite3.connect(f"{source.resolve().as_uri()}?mode=rw", uri=True, timeout=busy_s)
+        if shm_unsafe(source):
+            # A file left in WAL mode where its -shm may have holes (SIGBUS on a full disk): the WAL index
+            # in the heap instead; the running gateway waits for the copy (or the copy for it).
+            reading.execute("PRAGMA locking_mode = EXCLUSIVE")
     except sqlite3.Error as exc:
         raise BackupError(f"{fail}: {exc}") from None
     descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
@@ -344,6 +349,9 @@ def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None
     try:
         writing = sqlite3.connect(target, timeout=busy_s)
         try:
+            # The copy is this connection's alone: a WAL source's header makes it WAL until the switch
+            # below, and in exclusive mode SQLite keeps its WAL index in the heap, never a -shm beside it.
+            writing.execute("PRAGMA locking_mode = EXCLUSIVE")
             # All pages in one step: one read transaction, so one state of the file, while the writer goes on.
             reading.backup(writing)
             writing.execute("PRAGMA journal_mode = DELETE")

@@ -36,6 +36,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.devices.sqlite_journal import connect_reader, exclusive_first, journal_for, set_journal
+
 FILE_NAME = "devices.db"
 APP_DIR = "mcp-gateway"
 IDENTITY_PREFIX = "device:"
@@ -233,8 +235,11 @@ class DeviceRegistry:
                 raise RegistryUnusable(_os_reason(self.path, exc)) from None
             # After the mode: SQLite gives the -wal and -shm files the database file's mode.
             db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
+            # WAL, or a rollback journal where WAL's memory-mapped index could die of SIGBUS on a full disk.
+            journal = journal_for(self.path.absolute().parent)
             try:
-                db.execute("PRAGMA journal_mode=WAL")
+                exclusive_first(db, journal)
+                set_journal(db, journal)
                 db.execute("PRAGMA synchronous=NORMAL")
                 db.execute(_SCHEMA)
             except sqlite3.Error:
@@ -297,7 +302,7 @@ class DeviceRegistry:
         if not self.path.is_file():
             raise RegistryUnusable(f"{self.path} is {_kind(self.path)}, not a database file")
         try:
-            db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+            db = connect_reader(self.path, 5.0)
         except sqlite3.Error as exc:
             raise RegistryUnusable(str(exc)) from None
         try:

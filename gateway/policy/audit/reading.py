@@ -1,5 +1,5 @@
-"""Reading the trail: decisions joined with their results, filtered, on a read-only connection (WAL lets
-it read while the gateway writes)."""
+"""Reading the trail: decisions joined with their results, filtered, on a read-only connection (WAL, or
+a rollback journal's brief commits, let it read while the gateway writes)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ from typing import Any
 
 import orjson
 
+from gateway.devices.sqlite_journal import connect_reader
 from gateway.policy.audit.store import SAME_AS_V1, SCHEMA_VERSION, missing_tables
 
 DEFAULT_LIMIT = 1000
+READ_TIMEOUT_S = 5.0
+"""How long a reader waits for the writer's lock (with a rollback journal a commit holds it briefly)."""
 STREAM_BATCH = 500
 """Rows fetched at a time when every matching record is read (an export)."""
 GLOB_CHARACTERS = frozenset("*?[")
@@ -103,13 +106,22 @@ def _on_read_only_media(path: Path) -> bool:
     """Whether `path` is a closed trail in a directory nobody can write (a copy on read-only media): no
     -wal or -journal beside it, so the file alone holds every record, and nothing can add one."""
     beside = (Path(f"{path}-wal"), Path(f"{path}-journal"))
-    return not any(log.exists() for log in beside) and not os.access(path.resolve().parent, os.W_OK)
+    return not any(_holds_log(log) for log in beside) and not os.access(path.resolve().parent, os.W_OK)
+
+
+def _holds_log(log: Path) -> bool:
+    """Whether a -wal or -journal file lies at `log` with something in it (a rollback journal is truncated,
+    not removed, after each commit: an empty one holds nothing)."""
+    try:
+        return log.stat().st_size > 0 or log.name.endswith("-wal")
+    except OSError:
+        return False
 
 
 def _connect(path: Path) -> tuple[sqlite3.Connection, int]:
     """A read-only connection to `path` and its schema version (user_version)."""
     uri = path.resolve().as_uri()
-    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=5.0)
+    conn = connect_reader(path, READ_TIMEOUT_S)
     try:
         return conn, conn.execute("PRAGMA user_version").fetchone()[0]
     except BaseException as exc:
@@ -121,7 +133,7 @@ def _connect(path: Path) -> tuple[sqlite3.Connection, int]:
     # immutable=1 reads without the -shm and without locks. Safe only because nothing can write a file
     # in that directory and no log beside it holds records the file lacks; a live trail (its -wal
     # exists, its directory is writable) is never read this way, as it would miss what the log holds.
-    conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=5.0)
+    conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=READ_TIMEOUT_S)
     try:
         return conn, conn.execute("PRAGMA user_version").fetchone()[0]
     except BaseException:

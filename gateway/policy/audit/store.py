@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway.devices.sqlite_journal import exclusive_first, journal_for, set_journal
 from gateway.policy.audit.errors import AuditSchemaError
 
 log = logging.getLogger("gateway.audit")
@@ -108,7 +109,8 @@ def wal_limit(max_bytes: int) -> int:
 
 
 def connect(path: Path, lock_timeout_s: float, wal_limit_bytes: int = WAL_LIMIT_BYTES) -> sqlite3.Connection:
-    """A writing connection: WAL, synchronous=FULL, incremental auto-vacuum, the schema up to date.
+    """A writing connection: WAL (a rollback journal on a file system with blocks under 4 KiB, see
+    gateway.devices.sqlite_journal), synchronous=FULL, incremental auto-vacuum, the schema up to date.
 
     Raises sqlite3.Error or OSError when the file cannot be opened or written, AuditSchemaError when
     it belongs to a newer gateway. The caller uses it from one thread at a time (its writer)."""
@@ -117,16 +119,20 @@ def connect(path: Path, lock_timeout_s: float, wal_limit_bytes: int = WAL_LIMIT_
     # read-only once the file is writable again.
     uri = f"{Path(os.path.abspath(path)).as_uri()}?mode=rw"
     conn = sqlite3.connect(uri, uri=True, timeout=lock_timeout_s, isolation_level=None, check_same_thread=False)
+    # WAL, or a rollback journal where WAL's memory-mapped index could die of SIGBUS on a full disk.
+    journal = journal_for(Path(os.path.abspath(path)).parent)
     try:
+        exclusive_first(conn, journal)  # before the first read, which auto_vacuum is
         # Must precede the first table of a new file; pruning then hands freed pages back with
         # incremental_vacuum, without VACUUM's rewrite of the whole file.
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise sqlite3.OperationalError(f"cannot use the WAL journal here (journal_mode stays {mode})")
+        mode = set_journal(conn, journal)
+        if mode != journal.lower():
+            raise sqlite3.OperationalError(f"cannot use the {journal} journal here (journal_mode stays {mode})")
         conn.execute("PRAGMA synchronous = FULL")
         # Checkpointed each `wal_limit_bytes` of pages and cut back to that after: the WAL beside the file
-        # stays within a quarter of max_bytes (a single larger transaction grows it while it lasts).
+        # stays within a quarter of max_bytes (a single larger transaction grows it while it lasts). The
+        # size limit bounds what a rollback journal keeps too; the checkpoint applies to WAL only.
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
         conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, wal_limit_bytes // page_size)}")
         conn.execute(f"PRAGMA journal_size_limit = {wal_limit_bytes}")
