@@ -461,6 +461,8 @@ async def test_guidance_says_slots_are_withheld_rather_than_not_ready(scoped: Ga
         overview = text_of(await client.call_tool("guidance", {"topic": "overview"}))
         group = text_of(await client.call_tool("guidance", {"topic": "lab"}))
     assert "none you may call; slots outside your access are not shown" in overview, overview
+    assert "| `lab` | Bench arithmetic | none you may call | 0 |" in overview, overview
+    assert "members now: none you may call." in group, group
     assert "Slots you may call: pump-1; slots outside your access are not shown." in group, group
     for text in (overview, group):
         assert "none ready now" not in text and "lab-1" not in text, text

@@ -215,17 +215,18 @@ class GroupCatalog:
         visible = [tool for tool in self.tools if self.may_use(principal, tool)]
         ready = self.ready_slots()
         slots = [slot for slot in ready if self.may_call(principal, slot)]
+        callable_here = set(slots)
+        withheld = [slot for slot in ready if slot not in callable_here]
         groups = [
             GroupView(
                 spec,
                 [slot for slot in slots if spec.has_slot(slot)],
                 [tool for tool in visible if spec.name in tool.groups],
+                any(spec.has_slot(slot) for slot in withheld),
             )
             for spec in self.specs
         ]
-        return CatalogView(
-            self.base_url(), self.separator, endpoint_group, groups, visible, slots, len(slots) < len(ready)
-        )
+        return CatalogView(self.base_url(), self.separator, endpoint_group, groups, visible, slots, bool(withheld))
 
     # -- GET /groups and GET /mcp-servers ---------------------------------------------------------
 

@@ -269,7 +269,7 @@ def page_groups(view: CatalogView) -> str:
     for group in view.groups:
         spec = group.spec
         lines.append(
-            f"| `{spec.name}` | {cell(_state(group))} | {cell(', '.join(group.members) or 'none now')} | "
+            f"| `{spec.name}` | {cell(_state(group))} | {cell(group.members_text())} | "
             f"{len(group.tools)} | {cell(code_list(spec.slot_patterns))} | "
             f"{cell(code_list(spec.prefixes) or 'all tools')} | {cell(spec.description or '(no description)')} |"
         )
@@ -293,7 +293,7 @@ def page_group(group: GroupView, view: CatalogView) -> str:
     prefixes = code_list(spec.prefixes) or "all tools"
     lines += [
         "",
-        f"Slot patterns: {code_list(spec.slot_patterns)}; members now: {', '.join(group.members) or 'none'}. "
+        f"Slot patterns: {code_list(spec.slot_patterns)}; members now: {group.members_text()}. "
         f"Tool prefixes: {prefixes}.",
         "",
         f"## Tools ({len(group.tools)})",
@@ -360,7 +360,7 @@ def page_overview(view: CatalogView) -> str:
             spec = group.spec
             lines.append(
                 f"| `{spec.name}` | {cell(spec.description or '(no description)')} | "
-                f"{cell(', '.join(group.members) or 'none now')} | {len(group.tools)} | {view.group_url(spec.name)} |"
+                f"{cell(group.members_text())} | {len(group.tools)} | {view.group_url(spec.name)} |"
             )
         lines.append("")
     else:

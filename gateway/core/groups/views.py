@@ -111,6 +111,14 @@ class GroupView:
     spec: GroupSpec
     members: list[str]
     tools: list[CatalogTool]
+    members_withheld: bool = False
+    """Some ready slot the group matches is one the caller may not call (not shown in `members`)."""
+
+    def members_text(self) -> str:
+        """The members for a table cell: their names, else why there are none to show."""
+        if self.members:
+            return ", ".join(self.members)
+        return "none you may call" if self.members_withheld else "none now"
 
 
 @dataclass(frozen=True)
