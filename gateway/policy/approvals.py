@@ -139,16 +139,18 @@ class Approvals:
             return found
         if found is not None:
             self._drop(found)
+        caller = tuple(sorted(principal))
+        self._make_room(caller)
         if len(self._by_id) >= self.limit:
             raise ApprovalsFull(
                 f"{len(self._by_id)} calls already wait for approval (limits.max_pending_approvals)",
                 "max_pending_approvals",
             )
-        caller = tuple(sorted(principal))
-        waiting = sum(1 for approval in self._by_id.values() if approval.principal == caller)
-        if waiting >= self.per_caller:
+        waiting = self._of(caller)
+        if len(waiting) >= self.per_caller:
             raise ApprovalsFull(
-                f"{waiting} calls of this caller already wait for approval (limits.max_pending_approvals_per_caller)",
+                f"{len(waiting)} calls of this caller already wait for approval "
+                "(limits.max_pending_approvals_per_caller)",
                 "max_pending_approvals_per_caller",
             )
         now = self.now_ms()
@@ -215,6 +217,22 @@ class Approvals:
         if approval.deadline_s > self.monotonic() and approval.attempt not in self._by_attempt:
             self._by_id[approval.id] = approval
             self._by_attempt[approval.attempt] = approval
+
+    def _of(self, caller: tuple[str, ...]) -> list[Approval]:
+        return [approval for approval in self._by_id.values() if approval.principal == caller]
+
+    def _make_room(self, caller: tuple[str, ...]) -> None:
+        """At a bound, the oldest denied call (the caller's own, at its bound) gives way: a denial is kept only
+        to answer the call's retry, so denying a flood frees the room it took (that retry then asks again)."""
+        if len(self._of(caller)) >= self.per_caller:
+            self._drop_oldest_denied(self._of(caller))
+        if len(self._by_id) >= self.limit:
+            self._drop_oldest_denied(list(self._by_id.values()))
+
+    def _drop_oldest_denied(self, approvals: list[Approval]) -> None:
+        denied = next((approval for approval in approvals if approval.state == "denied"), None)
+        if denied is not None:
+            self._drop(denied)
 
     def _drop(self, approval: Approval) -> None:
         self._by_id.pop(approval.id, None)

@@ -252,3 +252,21 @@ def test_one_callers_waiting_calls_are_bounded_apart_from_the_others() -> None:
     with pytest.raises(ApprovalsFull) as full:
         approvals.request("o2", "p2", ("token:operator",), "s", "/s", "t", {}, "c", 60)
     assert full.value.limit == "max_pending_approvals"
+
+
+def test_a_denied_call_gives_way_at_a_bound() -> None:
+    approvals = Approvals(limit=3, per_caller=2)
+    first, second = (approvals.request(f"a{n}", f"b{n}", AGENT, "s", "/s", "t", {"n": n}, "c", 60) for n in (1, 2))
+    approvals.decide(first.id, False, "token:boss")
+    approvals.decide(second.id, False, "token:boss")
+    # Denying the caller's flood frees its room: the oldest denial goes first, the newer one answers its retry.
+    third = approvals.request("a3", "b3", AGENT, "s", "/s", "t", {"n": 3}, "c", 60)
+    assert approvals.get(first.id) is None and approvals.get(second.id) is second
+    # At the gateway-wide bound a denied call of any caller gives way; pending ones never do.
+    approvals.request("o1", "p1", ("token:operator",), "s", "/s", "t", {}, "c", 60)
+    assert approvals.get(second.id) is second
+    approvals.request("o2", "p2", ("token:operator",), "s", "/s", "t", {}, "c", 60)
+    assert approvals.get(second.id) is None and approvals.get(third.id) is third
+    with pytest.raises(ApprovalsFull) as full:
+        approvals.request("x1", "y1", ("token:other",), "s", "/s", "t", {}, "c", 60)
+    assert full.value.limit == "max_pending_approvals"
