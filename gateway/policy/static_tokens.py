@@ -19,6 +19,8 @@ revoking by deleting an entry need no restart. A file that becomes invalid keeps
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -143,6 +145,7 @@ class StaticTokenVerifier:
             self.by_file[path] = tokens_from_file(path)
         self.tokens = self._combine()
         self.checked_at = clock()
+        self._watching: asyncio.Task[None] | None = None
         self.grants_changed: Callable[[], None] = _untold
         """Called when a token file's edit changed who holds which scopes (ClientAuth points it at its
         scopes_changed: _all and the tool groups show each caller the tools its scopes cover)."""
@@ -232,7 +235,19 @@ class StaticTokenVerifier:
         return {"static_tokens": len(self.tokens)}
 
     async def start(self) -> None:
-        return None
+        # Looked at on a schedule of its own too, not only when a request presents a token: an idle
+        # connection's revocation and the list_changed of an edited token's scopes wait for no request.
+        if self.files and self._watching is None:
+            self._watching = asyncio.get_running_loop().create_task(self._watch_files())
+
+    async def _watch_files(self) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_CHECK_S)
+            self.reload_if_changed()
 
     async def close(self) -> None:
-        return None
+        watching, self._watching = self._watching, None
+        if watching is not None:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching

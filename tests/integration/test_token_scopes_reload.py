@@ -124,12 +124,7 @@ async def test_an_edited_token_file_tells_the_listening_sessions(reloadable: Rel
         await quiet(server)
         changes.update(dict.fromkeys(LISTENING, 0))
         write_tokens([])
-        # The file is looked at, at most once a second, when a request presents a token.
-        for _ in range(50):
-            await pump_tools(clients["/mcp"])
-            if all(changes.values()):
-                break
-            await asyncio.sleep(0.1)
-        assert all(changes.values()), f"list_changed on every endpoint (heard: {changes})"
+        # The file is looked at every second, with no request needed to make it so.
+        await wait_for(lambda: all(changes.values()), what=f"list_changed on every endpoint (heard: {changes})")
         for path in LISTENING:
             assert await pump_tools(clients[path]) == [], path
