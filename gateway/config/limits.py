@@ -158,6 +158,11 @@ class LimitsConfig(Section):
     stream_write_timeout_s: PositiveFloat = 30.0
     """How long one write to an SSE stream (a GET or listen stream, an SSE answer, a legacy SSE
     session) may wait for a client that does not read; then the stream's connection is aborted."""
+    provider_send_timeout_s: PositiveFloat = 30.0
+    """How long one send to a WebSocket provider (a `/provider/<slot>` socket, or a whole `/providers`
+    socket) may wait for a provider that does not read; then the connection is aborted and every request
+    pending on it fails at once ("provider stopped reading"). It also bounds a polite close of such a
+    link, and so how long frames waiting to be sent are held."""
     sse_keepalive_s: PositiveFloat = 15.0
     """Interval of SSE comment lines that keep idle streams open through proxies."""
     max_sse_answer_bytes: PositiveInt = 524_288

@@ -45,6 +45,7 @@ from gateway.core.relay import (
     RequestRelay,
 )
 from gateway.core.request_ids import numbers_for
+from gateway.core.request_sends import RequestSends
 from gateway.core.schema_hash import tools_hash
 from gateway.core.shared_tools import SharedToolLists
 from gateway.core.unmatched_answers import deadline_error, unmatched_answer
@@ -108,6 +109,8 @@ class ProviderSession:
         self.tools: list[JsonObject] = []
         self.tools_hash = ""
         self.pending: dict[JsonId, Pending] = {}
+        self.sends = RequestSends()
+        """Requests whose frames are being sent: each waits at most until its deadline or the link's end."""
         self.cancelled = CancelledRequests(slot)
         """Requests the gateway cancelled upstream or gave up at their deadline: an answer to one of them
         is no fault of the provider."""
@@ -410,6 +413,7 @@ class ProviderSession:
         for entry in pending.values():
             if not entry.future.done():
                 entry.future.set_exception(failure)
+        self.sends.wake_all()
         self.requests.cancel_all()
         for task in (self._relist_task, self._start_task):
             if task is not None and not task.done() and task is not asyncio.current_task():
@@ -555,9 +559,10 @@ class ProviderSession:
             if deadlines is None:
                 deadlines = self._deadlines[timeout_ms] = DueQueue(timeout_ms / 1000, self._expire)
             deadlines.watch(request_id)
-        sent = False
+        deadline_at = None if timeout_ms == NO_DEADLINE else loop.time() + timeout_ms / 1000
+        sent = gave_up = False
         try:
-            await self.link.send(jsonrpc.dumps(message))
+            gave_up = await self.sends.send(self.link, request_id, jsonrpc.dumps(message), deadline_at)
             sent = True
         except asyncio.CancelledError as cancel:
             # The caller went away while the link was still taking the frame (a provider that does
@@ -583,6 +588,8 @@ class ProviderSession:
                 # A send that waited past the deadline: the deadline's error is on a future nobody
                 # will await (the caller gets the send's failure), so asyncio must not report it.
                 settle(entry.future)
+        if gave_up:
+            self._expire(request_id)  # past its deadline while its frame waited; a no-op once answered
         try:
             return await entry.future
         except asyncio.CancelledError as cancel:

@@ -871,10 +871,10 @@ async def test_a_request_whose_send_outlives_its_deadline_leaves_no_unretrieved_
     await wait_for(lambda: not session.pending, what="the deadline to pass while the send waits")
     link.broken = True
     link.flow.set()
-    with pytest.raises(errors.RpcError, match="disconnected"):
+    with pytest.raises(errors.RpcError, match="did not respond within 20ms"):
         await call
-    # The caller got the send's failure; the deadline's error on the request's future is marked seen,
-    # else asyncio reports "Future exception was never retrieved" when the future is collected.
+    # The caller got its deadline's error while its frame still waited; that error on the request's future
+    # is marked seen, else asyncio reports "Future exception was never retrieved" when the future is collected.
     assert future.done() and not future._log_traceback
 
 

@@ -33,7 +33,7 @@ from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
 from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderAuthRefusal, ProviderCredential
 from gateway.southbound import envelope
-from gateway.southbound.websocket.pacing import TurnPacer
+from gateway.southbound.websocket.pacing import SocketSender, TurnPacer
 from gateway.southbound.websocket.refusal_log import RefusalLog
 from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big, peer_left
 
@@ -80,33 +80,31 @@ def refused_close_reason(last_refused: str) -> str:
 class WebSocketLink:
     """One dedicated WebSocket carrying one slot."""
 
-    def __init__(self, ws: web.WebSocketResponse, info: LinkInfo) -> None:
+    def __init__(self, ws: web.WebSocketResponse, info: LinkInfo, sender: SocketSender) -> None:
         self.ws = ws
         self.info = info
+        self.sender = sender
 
     async def send(self, data: bytes) -> None:
-        if self.ws.closed:
-            raise ConnectionError("WebSocket closed")
-        await self.ws.send_frame(data, WSMsgType.TEXT)
+        await self.sender.send(data)
 
     def send_ping(self) -> None:
         if not self.ws.closed:
-            asyncio.get_running_loop().create_task(_quiet_ping(self.ws))
+            asyncio.get_running_loop().create_task(self.sender.quiet_ping())
 
     async def close(self, code: int, reason: str) -> None:
-        await self.ws.close(code=code, message=close_reason(reason).encode())
-
-
-async def _quiet_ping(ws: web.WebSocketResponse) -> None:
-    with contextlib.suppress(Exception):
-        await ws.ping()
+        await self.sender.close(code, reason)
 
 
 class MultiplexedSocket:
     """One `/providers` WebSocket and the slots it holds."""
 
-    def __init__(self, ws: web.WebSocketResponse, remote: str, credential: ProviderCredential) -> None:
+    def __init__(
+        self, ws: web.WebSocketResponse, remote: str, credential: ProviderCredential, sender: SocketSender
+    ) -> None:
         self.ws = ws
+        self.sender = sender
+        sender.on_cut = self.cut
         self.remote = remote
         self.credential = credential
         self.sessions: dict[str, ProviderSession] = {}
@@ -123,12 +121,17 @@ class MultiplexedSocket:
         # pong, so no sweep or probe is ever left waiting for a pong to a ping that was never sent.
         if not self.ping_outstanding and not self.ws.closed:
             self.ping_outstanding = True
-            asyncio.get_running_loop().create_task(_quiet_ping(self.ws))
+            asyncio.get_running_loop().create_task(self.sender.quiet_ping())
 
     def pong(self) -> None:
         self.ping_outstanding = False
         for session in self.sessions.values():
             session.mark_alive()
+
+    def cut(self, reason: str) -> None:
+        """The socket was cut (SocketSender): every slot it carries ends now, with `reason`."""
+        for session in list(self.sessions.values()):
+            session.link_lost(reason)
 
 
 class MultiplexedSlotLink:
@@ -142,7 +145,7 @@ class MultiplexedSlotLink:
     async def send(self, data: bytes) -> None:
         if self.socket.ws.closed or self.socket.sessions.get(self.slot) is None:
             raise ConnectionError("slot no longer on this socket")
-        await self.socket.ws.send_frame(envelope.wrap(self.slot, data), WSMsgType.TEXT)
+        await self.socket.sender.send(envelope.wrap(self.slot, data))
 
     def send_ping(self) -> None:
         self.socket.ping()
@@ -152,15 +155,14 @@ class MultiplexedSlotLink:
         self.socket.sessions.pop(self.slot, None)
         if not self.socket.ws.closed:
             with contextlib.suppress(Exception):
-                await self.socket.ws.send_frame(
-                    envelope.error_envelope(self.slot, jsonrpc.UNAVAILABLE, reason), WSMsgType.TEXT
-                )
+                # Bounded like every send: a socket that does not read is cut, with all its slots.
+                await self.socket.sender.send(envelope.error_envelope(self.slot, jsonrpc.UNAVAILABLE, reason))
         if not self.socket.sessions and self.socket.ping_outstanding and not self.socket.ws.closed:
             # The last slot of a socket that stopped answering pings (a missed heartbeat, a failed
-            # takeover probe): the socket itself is dead, so close it and let the board reconnect
-            # instead of leaving a half-open socket behind.
+            # takeover probe): the socket itself is dead, so close it (aborted when it does not take
+            # frames) and let the board reconnect instead of leaving a half-open socket behind.
             with contextlib.suppress(Exception):
-                await self.socket.ws.close(code=code, message=close_reason(reason).encode())
+                await self.socket.sender.close(code, reason)
 
 
 class ProviderWebSockets:
@@ -191,6 +193,13 @@ class ProviderWebSockets:
             web.get(DEDICATED_PREFIX, self.dedicated),
             web.get(DEDICATED_PREFIX + r"/{rest:[\s\S]*}", self.dedicated),
         ]
+
+    def _sender(self, ws: web.WebSocketResponse, request: web.Request) -> SocketSender:
+        """The bounded sends of one provider socket (limits.provider_send_timeout_s)."""
+        timeout_s = self.gateway.config.limits.provider_send_timeout_s
+        return SocketSender(
+            ws, request.transport, timeout_s, lambda: self.gateway.metrics.limit_hit("provider_send_timeout_s")
+        )
 
     def _response(self) -> CappedWebSocketResponse:
         return CappedWebSocketResponse(self.gateway.config.limits.max_frame_bytes, autoping=False)
@@ -268,13 +277,15 @@ class ProviderWebSockets:
             register_frame_follows=True,
             peer_outlives_link=True,
         )
-        link = WebSocketLink(ws, info)
+        sender = self._sender(ws, request)
+        link = WebSocketLink(ws, info, sender)
         try:
             session = await self.gateway.registry.attach(slot, link)
         except SlotRefused as exc:
             self.refusals.refused(slot, exc.kind, exc.reason, info.transport, info.remote)
             await ws.close(code=CLOSE_POLICY, message=close_reason(exc.reason).encode())
             return ws
+        sender.on_cut = session.link_lost  # a socket cut for not reading ends the slot at once
         reason = PEER_CLOSED
         close_code: int | None = None  # the code the gateway closed with, when it did
         first = True
@@ -303,7 +314,7 @@ class ProviderWebSockets:
                     reason, close_code = self._socket_error(ws, msg.data)
                     break
         finally:
-            session.link_lost(link_end(reason, close_code or ws.close_code))
+            session.link_lost(sender.cut_reason or link_end(reason, close_code or ws.close_code))
         return ws
 
     async def _first_dedicated_frame(
@@ -353,7 +364,7 @@ class ProviderWebSockets:
             return self._not_an_upgrade()
         if not await ws.upgrade(request):
             return peer_left()
-        socket = MultiplexedSocket(ws, _remote(request), credential)
+        socket = MultiplexedSocket(ws, _remote(request), credential, self._sender(ws, request))
         self.sockets.add(socket)
         timeout_s = self.gateway.config.limits.connections.handshake_timeout_s
         deadline = handshake_deadline(
@@ -395,7 +406,7 @@ class ProviderWebSockets:
             self.sockets.discard(socket)
             sessions, socket.sessions = socket.sessions, {}
             for session in sessions.values():
-                session.link_lost(link_end(reason, close_code or ws.close_code))
+                session.link_lost(socket.sender.cut_reason or link_end(reason, close_code or ws.close_code))
         return ws
 
     def _cut_if_all_refused(self, socket: MultiplexedSocket) -> None:
@@ -458,8 +469,8 @@ class ProviderWebSockets:
             # Only this slot is refused; the socket keeps the slots it may publish.
             socket.last_refused = frame.provider
             with contextlib.suppress(Exception):
-                await socket.ws.send_frame(
-                    envelope.error_envelope(frame.provider, jsonrpc.FORBIDDEN, forbidden.description), WSMsgType.TEXT
+                await socket.sender.send(
+                    envelope.error_envelope(frame.provider, jsonrpc.FORBIDDEN, forbidden.description)
                 )
             return None
         registration = envelope.registration(frame.payload)
@@ -482,9 +493,7 @@ class ProviderWebSockets:
             self.refusals.refused(frame.provider, exc.kind, exc.reason, info.transport, info.remote)
             socket.last_refused = frame.provider
             with contextlib.suppress(Exception):
-                await socket.ws.send_frame(
-                    envelope.error_envelope(frame.provider, exc.code, exc.reason), WSMsgType.TEXT
-                )
+                await socket.sender.send(envelope.error_envelope(frame.provider, exc.code, exc.reason))
             return None
         socket.served = True
         socket.sessions[frame.provider] = session
