@@ -41,6 +41,24 @@ class Unreachable(BridgeError):
         )
 
 
+class AnswerLost(BridgeError):
+    """The request went to the gateway, and the connection ended before its answer (the gateway stopped,
+    a network fault): it may have been carried out, so the host is told to check before sending it again."""
+
+    code = jsonrpc.UNAVAILABLE
+
+    def log_text(self, method: str | None, url: str) -> str:
+        return f"the connection to the gateway at {url} ended before the answer to a {method}: {self}"
+
+    def host_error(self, url: str) -> tuple[str, Any]:
+        return (
+            f"The MCP gateway at {url} received the request, but the connection ended before its answer "
+            f"({self}): the request may have been carried out. Check its effect (a device's status, say) "
+            "before sending it again; this bridge connects again with the next message.",
+            {"reason": "gateway_disconnected", "url": url},
+        )
+
+
 class SessionRefused(BridgeError):
     """The gateway answered, but would not open a new session for the client."""
 

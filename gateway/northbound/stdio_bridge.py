@@ -55,6 +55,7 @@ from gateway.core.client_context import TRANSPORT_HEADER
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.northbound.bridge_errors import (
     MAX_LINE_BYTES,
+    AnswerLost,
     AnswerUnreadable,
     BridgeError,
     SessionRefused,
@@ -294,9 +295,13 @@ class StdioBridge:
         headers.update(self.credentials.headers(method, self.url.raw_path_qs, body))
         return headers
 
-    def _unreachable(self, exc: BaseException) -> Unreachable:
-        detail = str(exc) or type(exc).__name__
-        return Unreachable(f"{type(exc).__name__}: {detail}")
+    def _unreachable(self, exc: BaseException) -> BridgeError:
+        """Unreachable when no connection could be made (nothing was sent); else AnswerLost: the request
+        may have reached the gateway, so the host must not take it as never sent."""
+        detail = f"{type(exc).__name__}: {str(exc) or type(exc).__name__}"
+        if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+            return Unreachable(detail)
+        return AnswerLost(detail)
 
     async def emit(self, message: Any) -> None:
         """Write one message from the gateway to the client; anything that is not a JSON object is dropped."""
@@ -352,7 +357,10 @@ class StdioBridge:
                 return answer  # what failed came after the answer, which the host has already
             if isinstance(exc, AnswerUnreadable):
                 raise
-            raise AnswerUnreadable(f"the gateway's answer broke off ({exc}); send the request again") from exc
+            raise AnswerUnreadable(
+                f"the gateway's answer broke off ({exc}); the request may have been carried out: check its "
+                "effect before sending it again"
+            ) from exc
         if raw:
             with contextlib.suppress(orjson.JSONDecodeError):
                 answer.body = orjson.loads(raw)
