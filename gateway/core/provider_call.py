@@ -78,6 +78,7 @@ def call_result_problem(result: JsonObject) -> str | None:
                 return f'"content" holds {json_type(block)}, not a content block object'
     if "isError" in result and not isinstance(result["isError"], bool):
         return f'"isError" is {json_type(result["isError"])}, not a boolean'
-    if "structuredContent" in result and not isinstance(result["structuredContent"], dict):
-        return f'"structuredContent" is {json_type(result["structuredContent"])}, not an object'
+    structured = result.get("structuredContent")
+    if structured is not None and not isinstance(structured, dict):  # null is as good as absent to clients
+        return f'"structuredContent" is {json_type(structured)}, not an object'
     return None

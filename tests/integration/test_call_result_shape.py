@@ -57,6 +57,7 @@ async def test_well_formed_results_pass_untouched(
     results: list[dict[str, Any]] = [
         {"content": [{"type": "text", "text": "ok"}], "isError": False, "structuredContent": {"a": 1}, "extra": 2},
         {"content": [], "isError": True},
+        {"content": [], "structuredContent": None},  # null is as good as absent to an SDK client
         {"task": {"taskId": "t1", "status": "working"}},  # a task's result carries no content
     ]
     for request_id, result in enumerate(results, start=1):
