@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 from mcp import MCPError
 
-from sim.pump import PumpSettings
-from sim.simulator import Simulator, SimulatorSettings
-from tests.conftest import GatewayFactory, wait_ready_slot
-from tests.integration.test_governance import OPERATOR, POLICY, auth, client
+from tests.conftest import GatewayFactory
+from tests.integration.test_governance import OPERATOR, POLICY, auth, client, one_pump
 
 
 async def test_a_removed_audit_directory_is_advised_to_be_made_again(
@@ -22,10 +20,7 @@ async def test_a_removed_audit_directory_is_advised_to_be_made_again(
     folder = tmp_path / "trail"
     folder.mkdir(mode=0o700)
     server = await gateway_factory(auth=auth(), policy=POLICY, audit={"path": str(folder / "audit.db")})
-    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
-    simulator.start()
-    try:
-        await wait_ready_slot(server, "pump-1")
+    async with one_pump(server):
         async with client(server, "/pump-1/mcp", OPERATOR, "legacy") as operator:
             assert (await operator.call_tool("get_status", {})).structured_content is not None
             shutil.rmtree(folder)
@@ -39,5 +34,3 @@ async def test_a_removed_audit_directory_is_advised_to_be_made_again(
             folder.mkdir(mode=0o700)  # what the fix says, with the gateway left running
             assert (await operator.call_tool("get_status", {})).structured_content is not None
         assert not [p for p in server.gateway.broker.problems() if p.id.startswith("audit.")]
-    finally:
-        await simulator.stop()

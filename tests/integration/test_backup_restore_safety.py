@@ -6,12 +6,8 @@ and a backup of a newer gateway."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import resource
-import signal
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +15,7 @@ import orjson
 import pytest
 
 from tests.integration.test_backup_restore import POLICY, SECRET, mode, small_backup_source, write_config
-from tests.support.gateway_process import REPO, clean_environment, run_to_exit
+from tests.support.gateway_process import run_to_exit
 
 NOBODY = 65534
 """A uid and gid the test gives files and directories as root (the gateway's user stands for it)."""
@@ -219,36 +215,23 @@ async def test_a_config_file_behind_a_symbolic_link_is_compared_and_written_thro
     assert (tmp_path / "etc" / "provider-secret").read_text() == SECRET + "\n"
 
 
-def limit_file_size() -> None:
-    """In the child: files it writes stop at 256 KiB (write fails with EFBIG instead of a signal)."""
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, resource.RLIM_INFINITY))
+def grow_registry(env: dict[str, str], boards: int) -> Path:
+    """`boards` rows of about 400 bytes each in the device registry of the backup source `env`."""
+    registry = Path(env["STATE_DIRECTORY"]) / "devices.db"
+    db = sqlite3.connect(registry)
+    db.executemany("INSERT INTO devices VALUES (?)", [(f"board-{n:04d}-{'x' * 400}",) for n in range(boards)])
+    db.commit()
+    db.close()
+    return registry
 
 
 @pytest.mark.timeout(60)
 async def test_a_destination_that_cannot_take_the_copy_is_named_not_the_database(tmp_path: Path) -> None:
     env = small_backup_source(tmp_path)
-    registry = Path(env["STATE_DIRECTORY"]) / "devices.db"
-    db = sqlite3.connect(registry)
-    db.executemany("INSERT INTO devices VALUES (?)", [(f"board-{n:04d}-{'x' * 400}",) for n in range(2000)])
-    db.commit()
-    db.close()
+    registry = grow_registry(env, 2000)
     dest = tmp_path / "backup"
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        "backup",
-        str(dest),
-        cwd=REPO,
-        env=clean_environment(env),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        preexec_fn=limit_file_size,
-    )
-    _out, raw = await asyncio.wait_for(process.communicate(), 30)
-    err = raw.decode()
-    assert process.returncode == 1, err
+    code, _out, err = await run_to_exit("backup", str(dest), env=env, file_size_limit=256 * 1024)
+    assert code == 1, err
     assert err.startswith(f"mcp-gateway backup: cannot write {dest}/databases/devices.db: disk I/O error ("), err
     assert f"bytes free on the file system of {dest}; {registry} is {registry.stat().st_size} bytes)" in err
     assert "cannot be backed up" not in err and f"no backup was left in {dest}" in err

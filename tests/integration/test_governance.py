@@ -86,6 +86,18 @@ async def plant(gateway_factory: GatewayFactory, tmp_path: Path) -> AsyncIterato
 
 
 @contextlib.asynccontextmanager
+async def one_pump(server: GatewayServer) -> AsyncIterator[None]:
+    """A simulated pump-1 attached to `server` and ready for the block, stopped at its end."""
+    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
+    simulator.start()
+    try:
+        await wait_ready_slot(server, "pump-1")
+        yield
+    finally:
+        await simulator.stop()
+
+
+@contextlib.asynccontextmanager
 async def client(server: GatewayServer, path: str, token: str, mode: str) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"}
     async with (
@@ -290,21 +302,15 @@ async def test_a_reload_swaps_the_policy_whole_and_a_bad_file_keeps_the_one_in_f
     policy = tmp_path / "policy.toml"
     write_policy(policy, "observer")
     server = await gateway_factory(auth=auth(), policy={"file": str(policy)}, audit={"path": str(tmp_path / "a.db")})
-    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
-    simulator.start()
-    try:
-        await wait_ready_slot(server, "pump-1")
-        async with client(server, "/pump-1/mcp", AGENT, "2026-07-28") as agent:
-            assert [tool.name for tool in (await agent.list_tools()).tools] == ["get_status"]
-            write_policy(policy, "operator")
-            assert server.reload_policy() is None
-            assert len((await agent.list_tools()).tools) == 5
-            policy.write_text('[[assign]]\nprincipal = "token:agent"\nrole = "nobody"\nresources = ["/**"]\n')
-            problem = server.reload_policy()
-            assert problem is not None and 'unknown role "nobody"' in problem
-            assert len((await agent.list_tools()).tools) == 5  # the policy in force stays
-    finally:
-        await simulator.stop()
+    async with one_pump(server), client(server, "/pump-1/mcp", AGENT, "2026-07-28") as agent:
+        assert [tool.name for tool in (await agent.list_tools()).tools] == ["get_status"]
+        write_policy(policy, "operator")
+        assert server.reload_policy() is None
+        assert len((await agent.list_tools()).tools) == 5
+        policy.write_text('[[assign]]\nprincipal = "token:agent"\nrole = "nobody"\nresources = ["/**"]\n')
+        problem = server.reload_policy()
+        assert problem is not None and 'unknown role "nobody"' in problem
+        assert len((await agent.list_tools()).tools) == 5  # the policy in force stays
 
 
 async def test_a_trail_that_cannot_be_written_refuses_calls_and_says_so(
@@ -315,10 +321,7 @@ async def test_a_trail_that_cannot_be_written_refuses_calls_and_says_so(
     system = {"principal": "token:operator", "role": "operator", "resources": ["/_system/**"]}
     policy = {**POLICY, "assign": [*POLICY["assign"], system]}
     server = await gateway_factory(auth=auth(), policy=policy, audit={"path": str(blocker / "audit.db")})
-    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
-    simulator.start()
-    try:
-        await wait_ready_slot(server, "pump-1")
+    async with one_pump(server):
         async with client(server, "/pump-1/mcp", OPERATOR, "legacy") as operator:
             with pytest.raises(MCPError) as refused:
                 await operator.call_tool("get_status", {})
@@ -335,8 +338,6 @@ async def test_a_trail_that_cannot_be_written_refuses_calls_and_says_so(
             with pytest.raises(MCPError) as refused:
                 await operator.call_tool("broker_policy_reload", {})  # an action: recorded, so refused
             assert "the audit trail cannot record it" in refused.value.error.message
-    finally:
-        await simulator.stop()
 
 
 async def test_a_damaged_trail_is_named_and_moving_it_aside_mends_it(
@@ -345,10 +346,7 @@ async def test_a_damaged_trail_is_named_and_moving_it_aside_mends_it(
     trail = tmp_path / "audit.db"
     trail.write_bytes(b"not a database, " * 64)
     server = await gateway_factory(auth=auth(), policy=POLICY, audit={"path": str(trail)})
-    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
-    simulator.start()
-    try:
-        await wait_ready_slot(server, "pump-1")
+    async with one_pump(server):
         async with client(server, "/pump-1/mcp", OPERATOR, "legacy") as operator:
             with pytest.raises(MCPError, match="file is not a database"):
                 await operator.call_tool("get_status", {})
@@ -357,8 +355,6 @@ async def test_a_damaged_trail_is_named_and_moving_it_aside_mends_it(
             trail.rename(tmp_path / "audit.db.damaged")  # what the fix says: a new file is started at the path
             assert (await operator.call_tool("get_status", {})).structured_content is not None
         assert not [p for p in server.gateway.broker.problems() if p.id.startswith("audit.")]
-    finally:
-        await simulator.stop()
 
 
 async def test_the_diagnosis_says_whether_tools_are_governed(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
@@ -414,10 +410,7 @@ async def test_an_oauth_callers_groups_and_client_come_from_its_access_token(
             policy=policy,
             audit={"path": str(tmp_path / "a.db")},
         )
-        simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
-        simulator.start()
-        try:
-            await wait_ready_slot(server, "pump-1")
+        async with one_pump(server):
             url = f"{server.url}/pump-1/mcp"
             operator = access_token(rsa_key(), url, subject="alice", groups=["operators"])
             hmi = access_token(rsa_key(), url, subject="panel-7", azp="hmi")
@@ -433,8 +426,6 @@ async def test_an_oauth_callers_groups_and_client_come_from_its_access_token(
                     seen[name] = {tool.name for tool in (await caller.list_tools()).tools}
             assert seen["operator"] == {"get_status", "start", "set_speed", "stop", "reset_fault"}
             assert seen["hmi"] == {"get_status"}
-        finally:
-            await simulator.stop()
 
 
 async def test_reloads_during_a_burst_decide_each_call_by_one_whole_policy(
@@ -457,10 +448,7 @@ async def test_reloads_during_a_burst_decide_each_call_by_one_whole_policy(
     server = await gateway_factory(
         auth=auth(), policy={"file": str(policy)}, audit={"path": str(path)}, limits=unlimited
     )
-    simulator = Simulator(server.url, SimulatorSettings(pumps=1, pump=PumpSettings(), backoff_min_s=0.05))
-    simulator.start()
-    try:
-        await wait_ready_slot(server, "pump-1")
+    async with one_pump(server):
 
         async def reloads() -> None:
             for turn in range(30):
@@ -478,5 +466,3 @@ async def test_reloads_during_a_burst_decide_each_call_by_one_whole_policy(
         rules = {row["rules"] for row in trail_rows(path)}
         assert rules <= {'["assign[0]"]', '["assign[1]"]'}, rules
         assert len(trail_rows(path)) == 160
-    finally:
-        await simulator.stop()

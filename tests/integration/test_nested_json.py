@@ -73,16 +73,25 @@ async def post_raw(
 # -- clients -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("levels", [OVER_BOUND, BEYOND_ENCODER])
-async def test_streamable_http_session_era_refuses_nested_json_with_400(
+async def session_refused_a_nested_call(
     gateway: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession, levels: int
-) -> None:
+) -> RawSession:
+    """A session-era client of pump-1 (a demo server) posts a call (id 7) nested `levels` deep and gets
+    HTTP 400 with the depth error under that id. The session, for what the test does next."""
     await publishers.start(gateway, "pump-1", demo_server("pump-1"))
     raw = RawSession(http, url_of(gateway, "pump-1"))
     await raw.initialize()
     status, kind, body = await post_raw(http, raw.url, with_nested(add_call(7, NESTED), levels), raw.headers())
     assert (status, kind) == (400, "application/json"), body
     assert_refused_for_depth(orjson.loads(body), 7)
+    return raw
+
+
+@pytest.mark.parametrize("levels", [OVER_BOUND, BEYOND_ENCODER])
+async def test_streamable_http_session_era_refuses_nested_json_with_400(
+    gateway: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession, levels: int
+) -> None:
+    raw = await session_refused_a_nested_call(gateway, publishers, http, levels)
     # The session goes on.
     assert (await raw.call("tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}}))["result"][
         "structuredContent"
@@ -192,35 +201,52 @@ async def board_client(
     return ws, client
 
 
-async def test_a_providers_nested_answer_is_an_error_to_its_caller_and_nothing_else_suffers(
-    gateway: GatewayServer, boards: Boards, http: aiohttp.ClientSession
-) -> None:
-    board = await board_on(gateway, boards, "/provider/board")
-    ws, client = await board_client(gateway, http)
-    await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "valve"}})
+VALVE = {"name": "valve"}
+
+
+async def answer_nested(board: ScriptedBoard, levels: int) -> None:
+    """The board answers the next tools/call it gets with a result nested `levels` deep."""
     forwarded = await board.request("tools/call")
     answer = {"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": [], "structuredContent": NESTED}}
-    await board.send_raw(with_nested(answer, BEYOND_ENCODER).decode())
-    # At once, not at the deadline: the answer's id could still be read.
+    await board.send_raw(with_nested(answer, levels).decode())
+
+
+async def assert_nested_answer_refused(board: ScriptedBoard, client: RawSocket, levels: int) -> str:
+    """A call (id 1) the board answers nested `levels` deep: its caller gets the depth refusal at once,
+    not at the deadline (the answer's id could still be read). The error message."""
+    await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": VALVE})
+    await answer_nested(board, levels)
     refused = await client.answer(1, timeout=2.0)
     assert refused["error"]["code"] == -32603
     assert 'Provider "board" answered, but the gateway refused the answer' in refused["error"]["message"]
     assert "limits.max_json_depth" in refused["error"]["message"]
     assert refused["error"]["data"] == {"slot": "board", "reason": "answer_refused", "limit": "max_json_depth"}
-    # The same over Streamable HTTP: an error on HTTP 200, never a 500.
-    body = request("tools/call", {"name": "valve", "arguments": {}}, request_id="http")
-    call = asyncio.create_task(post_raw(http, url_of(gateway, "board"), orjson.dumps(body), routing_headers(body)))
+    return str(refused["error"]["message"])
+
+
+async def assert_board_still_answers(board: ScriptedBoard, client: RawSocket) -> None:
+    """The client's socket and the board's link carry the next call (id 2) and its answer."""
+    await client.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": VALVE})
     forwarded = await board.request("tools/call")
-    answer = {"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": [], "structuredContent": NESTED}}
-    await board.send_raw(with_nested(answer, OVER_BOUND).decode())
+    await board.reply(forwarded, {"content": [{"type": "text", "text": "opened"}]})
+    assert (await client.answer(2))["result"]["content"][0]["text"] == "opened"
+
+
+async def test_a_providers_nested_answer_is_an_error_to_its_caller_and_nothing_else_suffers(
+    gateway: GatewayServer, boards: Boards, http: aiohttp.ClientSession
+) -> None:
+    board = await board_on(gateway, boards, "/provider/board")
+    ws, client = await board_client(gateway, http)
+    await assert_nested_answer_refused(board, client, BEYOND_ENCODER)
+    # The same over Streamable HTTP: an error on HTTP 200, never a 500.
+    body = request("tools/call", {**VALVE, "arguments": {}}, request_id="http")
+    call = asyncio.create_task(post_raw(http, url_of(gateway, "board"), orjson.dumps(body), routing_headers(body)))
+    await answer_nested(board, OVER_BOUND)
     status, kind, raw = await call
     assert (status, kind) == (200, "application/json"), raw
     assert orjson.loads(raw)["error"]["data"]["reason"] == "answer_refused"
     # The client's socket, the board's link and its next answer are unharmed.
-    await client.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "valve"}})
-    forwarded = await board.request("tools/call")
-    await board.reply(forwarded, {"content": [{"type": "text", "text": "opened"}]})
-    assert (await client.answer(2))["result"]["content"][0]["text"] == "opened"
+    await assert_board_still_answers(board, client)
     status_now = await provider_status(gateway.url, "board")
     assert status_now["connected"] is True and status_now["connects"] == 1
     assert status_now["counters"]["unparsable"] == 2

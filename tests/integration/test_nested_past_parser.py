@@ -7,25 +7,23 @@ caller with `data.limit`, never a bare "malformed JSON: depth limit exceeded".
 from __future__ import annotations
 
 import aiohttp
-import orjson
 import pytest
 
 from gateway.app import GatewayServer
 from gateway.core import jsonrpc
 from tests.conftest import Publishers
-from tests.integration.test_http_session_era import RawSession
-from tests.integration.test_http_stateless_era import url_of
 from tests.integration.test_nested_json import (
     NESTED,
     add_call,
+    assert_board_still_answers,
+    assert_nested_answer_refused,
     assert_refused_for_depth,
     board_client,
     board_on,
-    post_raw,
+    session_refused_a_nested_call,
     with_nested,
 )
 from tests.integration.test_websocket_clients import connect
-from tests.support.servers import demo_server
 from tests.support.southbound import Boards, provider_status
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -48,12 +46,7 @@ def test_the_parsers_own_depth_error_is_the_bound_with_the_head_kept() -> None:
 async def test_a_client_gets_the_depth_refusal_with_its_id_on_http_and_websocket(
     gateway: GatewayServer, publishers: Publishers, http: aiohttp.ClientSession
 ) -> None:
-    await publishers.start(gateway, "pump-1", demo_server("pump-1"))
-    raw = RawSession(http, url_of(gateway, "pump-1"))
-    await raw.initialize()
-    status, kind, body = await post_raw(http, raw.url, with_nested(add_call(7, NESTED), PAST_PARSER), raw.headers())
-    assert (status, kind) == (400, "application/json"), body
-    assert_refused_for_depth(orjson.loads(body), 7)
+    await session_refused_a_nested_call(gateway, publishers, http, PAST_PARSER)
     ws, client = await connect(http, gateway, "pump-1")
     await client.initialize()
     await client.send(with_nested(add_call("deep", NESTED), PAST_PARSER))
@@ -68,20 +61,9 @@ async def test_a_providers_answer_past_the_parser_is_refused_to_its_caller_at_on
 ) -> None:
     board = await board_on(gateway, boards, "/provider/board")
     ws, client = await board_client(gateway, http)
-    await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "valve"}})
-    forwarded = await board.request("tools/call")
-    answer = {"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": [], "structuredContent": NESTED}}
-    await board.send_raw(with_nested(answer, PAST_PARSER).decode())
-    refused = await client.answer(1, timeout=2.0)
-    assert refused["error"]["code"] == -32603
-    message = refused["error"]["message"]
+    message = await assert_nested_answer_refused(board, client, PAST_PARSER)
     assert message.startswith('Provider "board" answered, but the gateway refused the answer: JSON nested more than 64')
-    assert "limits.max_json_depth" in message
-    assert refused["error"]["data"] == {"slot": "board", "reason": "answer_refused", "limit": "max_json_depth"}
-    await client.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "valve"}})
-    forwarded = await board.request("tools/call")
-    await board.reply(forwarded, {"content": [{"type": "text", "text": "opened"}]})
-    assert (await client.answer(2))["result"]["content"][0]["text"] == "opened"
+    await assert_board_still_answers(board, client)
     status_now = await provider_status(gateway.url, "board")
     assert status_now["connected"] is True and status_now["counters"]["unparsable"] == 1
     await ws.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -51,16 +52,21 @@ async def dying_gateway(request: pytest.FixtureRequest) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
+async def initialize_answer(url: str) -> dict[str, Any]:
+    """What a host gets from a bridge to `url` for its initialize request."""
+    raw = await RawBridge.start(url)
+    try:
+        await raw.send(INITIALIZE)
+        return await raw.receive()
+    finally:
+        await raw.close()
+
+
 @pytest.mark.parametrize("dying_gateway", [close_at_once], indirect=True)
 async def test_a_request_whose_connection_ends_before_the_answer_may_have_been_carried_out(
     dying_gateway: str,
 ) -> None:
-    raw = await RawBridge.start(dying_gateway)
-    try:
-        await raw.send(INITIALIZE)
-        answer = await raw.receive()
-    finally:
-        await raw.close()
+    answer = await initialize_answer(dying_gateway)
     assert answer["id"] == 1 and answer["error"]["code"] == -32000, answer
     assert answer["error"]["data"] == {"reason": "gateway_disconnected", "url": f"{dying_gateway}/pump-1/mcp"}
     assert "received the request, but the connection ended before its answer" in answer["error"]["message"]
@@ -70,11 +76,6 @@ async def test_a_request_whose_connection_ends_before_the_answer_may_have_been_c
 
 @pytest.mark.parametrize("dying_gateway", [close_inside_an_answer], indirect=True)
 async def test_an_answer_that_breaks_off_is_not_advice_to_send_again(dying_gateway: str) -> None:
-    raw = await RawBridge.start(dying_gateway)
-    try:
-        await raw.send(INITIALIZE)
-        answer = await raw.receive()
-    finally:
-        await raw.close()
+    answer = await initialize_answer(dying_gateway)
     assert answer["error"]["data"]["reason"] == "answer_unreadable", answer
     assert "may have been carried out: check its effect before sending it again" in answer["error"]["message"]

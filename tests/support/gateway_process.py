@@ -13,9 +13,10 @@ import asyncio
 import contextlib
 import os
 import re
+import resource
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
 import orjson
@@ -97,10 +98,26 @@ class GatewayProcess:
             await asyncio.wait_for(self._reader, 5)
 
 
+def limited_file_size(limit_bytes: int) -> Callable[[], None]:
+    """A preexec_fn: the child's writes past `limit_bytes` in a file fail with EFBIG, as they fail with
+    ENOSPC on a full file system (SIGXFSZ, which would kill it instead, is ignored)."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, resource.RLIM_INFINITY))
+
+    return limit
+
+
 async def cli_process(
-    *args: str, env: Mapping[str, str] | None = None, stdin: int = asyncio.subprocess.DEVNULL, stdout: int = PIPE
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    stdin: int = asyncio.subprocess.DEVNULL,
+    stdout: int = PIPE,
+    file_size_limit: int | None = None,
 ) -> asyncio.subprocess.Process:
-    """`mcp-gateway ARGS...` started from the repository, stderr piped, in the clean environment plus `env`."""
+    """`mcp-gateway ARGS...` started from the repository, stderr piped, in the clean environment plus `env`;
+    with `file_size_limit`, the files it writes stop at that many bytes (see limited_file_size)."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -111,6 +128,7 @@ async def cli_process(
         stdout=stdout,
         stderr=PIPE,
         env=clean_environment(env),
+        preexec_fn=None if file_size_limit is None else limited_file_size(file_size_limit),
     )
 
 
@@ -129,9 +147,11 @@ async def gateway_process(*args: str, env: Mapping[str, str] | None = None) -> A
         await gateway.stop()
 
 
-async def run_to_exit(*args: str, env: Mapping[str, str] | None = None, timeout: float = 30) -> tuple[int, str, str]:
+async def run_to_exit(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 30, file_size_limit: int | None = None
+) -> tuple[int, str, str]:
     """`mcp-gateway ARGS...` to completion: exit code, stdout, stderr."""
-    process = await cli_process(*args, env=env)
+    process = await cli_process(*args, env=env, file_size_limit=file_size_limit)
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
     except TimeoutError:

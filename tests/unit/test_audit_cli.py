@@ -152,6 +152,15 @@ def test_filters(trail_file: Path, capsys: pytest.CaptureFixture[str], flags: li
     assert [orjson.loads(line)["id"] for line in out.splitlines()] == ids
 
 
+def default_trail_under_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No $STATE_DIRECTORY, config or audit path in the environment and $XDG_STATE_HOME in `tmp_path`:
+    the default trail's path there (nothing is made)."""
+    for name in ("STATE_DIRECTORY", "MCP_GATEWAY_CONFIG", "MCP_GATEWAY_AUDIT__PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state" / "mcp-gateway" / "audit.db"
+
+
 def test_time_flags() -> None:
     now = 1_800_000_000_000
     assert time_flag("1h", now) == now - HOUR_MS
@@ -168,13 +177,11 @@ def test_time_flags() -> None:
 def test_the_default_location_follows_xdg_state_home(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("STATE_DIRECTORY", "MCP_GATEWAY_CONFIG", "MCP_GATEWAY_AUDIT__PATH"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    default = default_trail_under_xdg(monkeypatch, tmp_path)
     code, _, err = run(capsys)
-    assert code == 2 and f"no audit trail at {tmp_path / 'state' / 'mcp-gateway' / 'audit.db'}" in err
-    (tmp_path / "state" / "mcp-gateway").mkdir(parents=True)
-    fill(tmp_path / "state" / "mcp-gateway" / "audit.db")
+    assert code == 2 and f"no audit trail at {default}" in err
+    default.parent.mkdir(parents=True)
+    fill(default)
     code, out, _ = run(capsys, "--format", "jsonl")
     assert code == 0 and len(out.splitlines()) == 3
 
@@ -236,9 +243,7 @@ def test_a_missing_trail_with_no_audit_path_points_at_the_service_s_state_direct
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A root shell on the appliance: no $STATE_DIRECTORY, so the default here is not the service's trail.
-    for name in ("STATE_DIRECTORY", "MCP_GATEWAY_CONFIG", "MCP_GATEWAY_AUDIT__PATH"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    default = default_trail_under_xdg(monkeypatch, tmp_path)
     service_trail = "under systemd the gateway writes $STATE_DIRECTORY/audit.db, /var/lib/mcp-gateway/audit.db"
     code, _, err = run(capsys)
     assert code == 2 and service_trail in err and "pass --path FILE" in err
@@ -246,7 +251,7 @@ def test_a_missing_trail_with_no_audit_path_points_at_the_service_s_state_direct
     config = tmp_path / "gateway.toml"
     config.write_text('host = "0.0.0.0"\n[policy]\nfile = "/etc/mcp-gateway/policy.toml"\n')
     code, _, err = run(capsys, "--config", str(config))
-    assert code == 2 and f"no audit trail at {tmp_path / 'state' / 'mcp-gateway' / 'audit.db'}" in err
+    assert code == 2 and f"no audit trail at {default}" in err
     assert f"(the configuration names no [audit] path; {service_trail}" in err and "another trail" not in err
     config.write_text(f'[audit]\npath = "{tmp_path / "elsewhere.db"}"\n')
     code, _, err = run(capsys, "--config", str(config))

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -48,14 +50,31 @@ def header_journal(path: Path) -> int:
     return path.read_bytes()[18]
 
 
-def legacy_wal_trail(path: Path, records: int) -> None:
-    """A trail as a gateway that always used WAL leaves it after a clean stop (no -shm, no -wal)."""
+def wal_trail(path: Path) -> sqlite3.Connection:
+    """A trail opened as a gateway that always used WAL opened it."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     store.migrate(conn)
+    return conn
+
+
+def legacy_wal_trail(path: Path, records: int) -> None:
+    """A trail as a gateway that always used WAL leaves it after a clean stop (no -shm, no -wal)."""
+    conn = wal_trail(path)
     write_records(conn, records)
     conn.close()
     assert not Path(f"{path}-shm").exists()
+
+
+@contextmanager
+def opened_on(monkeypatch: pytest.MonkeyPatch, block: int, trail: Path) -> Iterator[sqlite3.Connection]:
+    """The trail as the gateway opens it, on a file system of `block`-byte blocks; closed at the end."""
+    blocks_of(monkeypatch, block)
+    conn = store.connect(trail, 2.0)
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize(("block", "safe"), [(0, False), (512, False), (1024, False), (2048, False), (4096, True)])
@@ -74,10 +93,8 @@ def test_the_smaller_of_block_and_fragment_size_counts(monkeypatch: pytest.Monke
 def test_trail_on_small_blocks_uses_a_rollback_journal_and_no_shm(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    blocks_of(monkeypatch, 1024)
     trail = tmp_path / "audit.db"
-    conn = store.connect(trail, 2.0)
-    try:
+    with opened_on(monkeypatch, 1024, trail) as conn:
         write_records(conn, 3)
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "truncate"
         assert conn.execute("PRAGMA mmap_size").fetchone()[0] == 0
@@ -88,33 +105,23 @@ def test_trail_on_small_blocks_uses_a_rollback_journal_and_no_shm(
         write_records(conn, 1)
         assert len(read_records(trail)) == 4
         assert not Path(f"{trail}-shm").exists()
-    finally:
-        conn.close()
     assert header_journal(trail) == 1
 
 
 def test_trail_on_4k_blocks_keeps_wal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    blocks_of(monkeypatch, 4096)
     trail = tmp_path / "audit.db"
-    conn = store.connect(trail, 2.0)
-    try:
+    with opened_on(monkeypatch, 4096, trail) as conn:
         write_records(conn, 1)
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert Path(f"{trail}-shm").exists()
-    finally:
-        conn.close()
 
 
 def test_a_trail_left_in_wal_is_switched_without_making_a_shm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     trail = tmp_path / "audit.db"
     legacy_wal_trail(trail, 5)
-    blocks_of(monkeypatch, 1024)
-    conn = store.connect(trail, 2.0)
-    try:
+    with opened_on(monkeypatch, 1024, trail) as conn:
         assert not Path(f"{trail}-shm").exists()
         assert conn.execute("SELECT count(*) FROM decisions").fetchone()[0] == 5
-    finally:
-        conn.close()
     assert header_journal(trail) == 1
 
 
@@ -122,22 +129,16 @@ def test_records_only_in_a_crashed_gateways_wal_survive_the_switch(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     live = tmp_path / "live.db"
-    conn = sqlite3.connect(live, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
+    conn = wal_trail(live)
     conn.execute("PRAGMA wal_autocheckpoint = 0")  # the records stay in the -wal, as at a power cut
-    store.migrate(conn)
     write_records(conn, 7)
     trail = tmp_path / "audit.db"
     shutil.copyfile(live, trail)  # the files as a power cut leaves them: the -wal holds the records, no -shm
     shutil.copyfile(f"{live}-wal", f"{trail}-wal")
     conn.close()
-    blocks_of(monkeypatch, 1024)
-    conn = store.connect(trail, 2.0)
-    try:
+    with opened_on(monkeypatch, 1024, trail) as conn:
         assert not Path(f"{trail}-shm").exists()
         assert conn.execute("SELECT count(*) FROM decisions").fetchone()[0] == 7
-    finally:
-        conn.close()
     assert not Path(f"{trail}-wal").exists()
 
 

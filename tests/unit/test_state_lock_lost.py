@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.state_lock import StateInUse, hold_state
+from gateway.cli.state_lock import HeldState, StateInUse, hold_state
 from gateway.core.broker.problems import STANDING
 from tests.unit.test_state_lock import GOVERNED, config
-from tests.unit.test_state_lock_retry import HOLDER, unlocked_problems, wait_until
+from tests.unit.test_state_lock_retry import another_gateway, assert_named_once, unlocked_problems, wait_until
 
 PROBE = """
 import fcntl, os, sys
@@ -49,6 +49,20 @@ def state(tmp_path: Path) -> Iterator[Path]:
         STANDING.withdraw(f"state.unlocked:{what}")
 
 
+@pytest.fixture
+def held(state: Path) -> Iterator[HeldState]:
+    """The state directory held, its lock checked again only when the test calls retry_now()."""
+    held = hold_state(config(), {"STATE_DIRECTORY": str(state)}, retry_s=3600)
+    yield held
+    held.release()
+
+
+def remake(state: Path) -> None:
+    """The state directory removed and made again, as `rm -rf` and a later mkdir (or systemd) leave it."""
+    shutil.rmtree(state)
+    state.mkdir(mode=0o700)
+
+
 def test_a_state_directory_removed_and_made_again_is_locked_again_and_a_second_gateway_refused(
     state: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -57,8 +71,7 @@ def test_a_state_directory_removed_and_made_again_is_locked_again_and_a_second_g
     with caplog.at_level(logging.INFO, logger="gateway.state"):
         held = hold_state(governed, environ, retry_s=0.05)
         try:
-            shutil.rmtree(state)
-            state.mkdir(mode=0o700)
+            remake(state)
             # A second gateway starting now would find an unlocked place (what this test guards against).
             wait_until(lambda: (state / "gateway.lock").exists() and (state / "audit.db.lock").exists())
             wait_until(lambda: probe(state / "gateway.lock") == "held" and probe(state / "audit.db.lock") == "held")
@@ -82,84 +95,50 @@ def test_a_state_directory_removed_and_made_again_is_locked_again_and_a_second_g
     assert probe(state / "gateway.lock") == "free"
 
 
-def test_a_lock_file_replaced_by_another_file_is_locked_again(state: Path) -> None:
-    held = hold_state(config(), {"STATE_DIRECTORY": str(state)}, retry_s=3600)  # checked by hand below
-    try:
-        lock = state / "gateway.lock"
-        first = os.stat(lock).st_ino
-        other = state / "other"
-        other.write_text("")
-        other.replace(lock)  # a file moved over it: the path now names another inode
-        assert probe(lock) == "free"
-        held.retry_now()
-        assert probe(lock) == "held"
-        assert os.stat(lock).st_ino != first and lock.read_text() == f"{os.getpid()}\n"
-        assert len(held.descriptors) == 1
-    finally:
-        held.release()
+def test_a_lock_file_replaced_by_another_file_is_locked_again(state: Path, held: HeldState) -> None:
+    lock = state / "gateway.lock"
+    first = os.stat(lock).st_ino
+    other = state / "other"
+    other.write_text("")
+    other.replace(lock)  # a file moved over it: the path now names another inode
+    assert probe(lock) == "free"
+    held.retry_now()
+    assert probe(lock) == "held"
+    assert os.stat(lock).st_ino != first and lock.read_text() == f"{os.getpid()}\n"
+    assert len(held.descriptors) == 1
 
 
 def test_another_process_that_locked_the_new_file_first_is_named_once_until_it_is_gone(
-    state: Path, caplog: pytest.LogCaptureFixture
+    state: Path, held: HeldState, caplog: pytest.LogCaptureFixture
 ) -> None:
-    held = hold_state(config(), {"STATE_DIRECTORY": str(state)}, retry_s=3600)  # checked by hand below
-    try:
-        shutil.rmtree(state)
-        state.mkdir(mode=0o700)
-        lock = state / "gateway.lock"
-        other = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        try:
-            assert other.stdout is not None and other.stdout.readline() == "locked\n"
-            with caplog.at_level(logging.ERROR, logger="gateway.state"):
-                held.retry_now()
-                held.retry_now()  # the same holder is logged once
-            errors = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
-            assert len(errors) == 1, errors
-            assert (
-                f"the state directory {state} ($STATE_DIRECTORY, systemd's StateDirectory=) is in use by another "
-                f"gateway (pid {other.pid}, holding {lock})"
-            ) in errors[0]
-            (problem,) = unlocked_problems()
-            assert problem.severity == "error"
-            assert (
-                problem.summary == f"the state directory {state} is used by another gateway as well (pid {other.pid})"
-            )
-            assert held.descriptors == []
-        finally:
-            assert other.stdin is not None
-            other.stdin.close()
-            other.wait(timeout=10)
-        held.retry_now()  # the other is gone: this gateway takes the lock
-        assert lock.read_text() == f"{os.getpid()}\n" and probe(lock) == "held"
-        assert unlocked_problems() == []
-    finally:
-        held.release()
+    remake(state)
+    lock = state / "gateway.lock"
+    with another_gateway(lock) as other:
+        assert_named_once(held, state, other, caplog)
+        assert held.descriptors == []
+    held.retry_now()  # the other is gone: this gateway takes the lock
+    assert lock.read_text() == f"{os.getpid()}\n" and probe(lock) == "held"
+    assert unlocked_problems() == []
 
 
 def test_a_removed_directory_not_made_again_is_shown_until_it_is_back(
-    state: Path, caplog: pytest.LogCaptureFixture
+    state: Path, held: HeldState, caplog: pytest.LogCaptureFixture
 ) -> None:
-    held = hold_state(config(), {"STATE_DIRECTORY": str(state)}, retry_s=3600)  # checked by hand below
-    try:
-        shutil.rmtree(state)
-        with caplog.at_level(logging.INFO, logger="gateway.state"):
-            held.retry_now()
-            held.retry_now()
-            assert not state.exists()  # not made again: a storage device gone is not replaced by a directory
-            lost = [record.getMessage() for record in caplog.records if "cannot be locked again" in record.message]
-            assert lost == [
-                f"the state directory {state}: its lock file {state / 'gateway.lock'} was removed or replaced while "
-                "the gateway ran and cannot be locked again (No such file or directory): another gateway using it "
-                "would not be refused until it can be (tried again every 3600 s)"
-            ]
-            (problem,) = unlocked_problems()
-            assert problem.severity == "warning" and "No such file or directory" in problem.evidence
-            assert "make a removed directory again" in problem.fix
-            state.mkdir(mode=0o700)
-            held.retry_now()
-        assert f"the state directory {state} is locked now ({state / 'gateway.lock'})" in caplog.text
-        assert probe(state / "gateway.lock") == "held" and unlocked_problems() == []
-    finally:
-        held.release()
+    shutil.rmtree(state)
+    with caplog.at_level(logging.INFO, logger="gateway.state"):
+        held.retry_now()
+        held.retry_now()
+        assert not state.exists()  # not made again: a storage device gone is not replaced by a directory
+        lost = [record.getMessage() for record in caplog.records if "cannot be locked again" in record.message]
+        assert lost == [
+            f"the state directory {state}: its lock file {state / 'gateway.lock'} was removed or replaced while "
+            "the gateway ran and cannot be locked again (No such file or directory): another gateway using it "
+            "would not be refused until it can be (tried again every 3600 s)"
+        ]
+        (problem,) = unlocked_problems()
+        assert problem.severity == "warning" and "No such file or directory" in problem.evidence
+        assert "make a removed directory again" in problem.fix
+        state.mkdir(mode=0o700)
+        held.retry_now()
+    assert f"the state directory {state} is locked now ({state / 'gateway.lock'})" in caplog.text
+    assert probe(state / "gateway.lock") == "held" and unlocked_problems() == []

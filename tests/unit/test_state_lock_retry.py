@@ -11,11 +11,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from gateway.cli.state_lock import StateInUse, hold_state
+from gateway.cli.state_lock import HeldState, StateInUse, hold_state
 from gateway.core.broker.diagnose import diagnose
 from gateway.core.broker.problems import STANDING, GatewayView, Problem
 from tests.unit.test_state_lock import GOVERNED, config
@@ -41,6 +42,41 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+@contextmanager
+def another_gateway(lock: Path) -> Iterator[subprocess.Popen[str]]:
+    """HOLDER running on `lock` until the block ends."""
+    other = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "locked\n"
+        yield other
+    finally:
+        assert other.stdin is not None
+        other.stdin.close()
+        other.wait(timeout=10)
+
+
+def assert_named_once(
+    held: HeldState, state: Path, other: subprocess.Popen[str], caplog: pytest.LogCaptureFixture
+) -> tuple[str, Problem]:
+    """Two retries while `other` holds the state directory's lock: one error naming it, and `state.unlocked`
+    as an error. The error line and the problem, for what a test asserts beyond that."""
+    with caplog.at_level(logging.ERROR, logger="gateway.state"):
+        held.retry_now()
+        held.retry_now()  # the same holder is logged once
+    errors = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
+    assert len(errors) == 1, errors
+    assert (
+        f"the state directory {state} ($STATE_DIRECTORY, systemd's StateDirectory=) is in use by another "
+        f"gateway (pid {other.pid}, holding {state / 'gateway.lock'})"
+    ) in errors[0]
+    (problem,) = unlocked_problems()
+    assert problem.severity == "error"
+    assert problem.summary == f"the state directory {state} is used by another gateway as well (pid {other.pid})"
+    return errors[0], problem
 
 
 @pytest.fixture
@@ -105,31 +141,10 @@ def test_another_gateway_that_took_the_lock_meanwhile_is_named_until_it_is_gone(
     try:
         state = mend(blocker)
         lock = state / "gateway.lock"
-        other = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        try:
-            assert other.stdout is not None and other.stdout.readline() == "locked\n"
-            with caplog.at_level(logging.ERROR, logger="gateway.state"):
-                held.retry_now()
-                held.retry_now()  # the same holder is logged once
-            errors = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
-            assert len(errors) == 1, errors
-            assert (
-                f"the state directory {state} ($STATE_DIRECTORY, systemd's StateDirectory=) is in use by another "
-                f"gateway (pid {other.pid}, holding {lock})"
-            ) in errors[0]
-            assert "Give this gateway a state directory of its own" in errors[0]
-            (problem,) = unlocked_problems()
-            assert problem.severity == "error"
-            assert (
-                problem.summary == f"the state directory {state} is used by another gateway as well (pid {other.pid})"
-            )
+        with another_gateway(lock) as other:
+            error, problem = assert_named_once(held, state, other, caplog)
+            assert "Give this gateway a state directory of its own" in error
             assert "Stop one of the two gateways" in problem.fix
-        finally:
-            assert other.stdin is not None
-            other.stdin.close()
-            other.wait(timeout=10)
         held.retry_now()  # the other is gone: this gateway takes the lock
         assert held.unlocked == [] and len(held.descriptors) == 1
         assert lock.read_text() == f"{os.getpid()}\n"
