@@ -90,3 +90,24 @@ class AnswerUnreadable(BridgeError):
             f"The gateway answered, but the bridge could not read the answer: {self}",
             {"reason": "answer_unreadable", "maxBytes": MAX_LINE_BYTES},
         )
+
+
+class RedirectRefused(BridgeError):
+    """The gateway's URL answered with a redirect (3xx). The bridge follows none: what the host sends,
+    and the credentials' headers (an HMAC signature as well as a token), go to --url and nowhere else."""
+
+    code = jsonrpc.UNAVAILABLE
+
+    def __init__(self, status: int, location: str | None) -> None:
+        self.status = status
+        self.location = location
+        super().__init__(f"a redirect (HTTP {status}) to {location or 'an address it did not give'}")
+
+    def log_text(self, method: str | None, url: str) -> str:
+        return f"the gateway at {url} answered the {method} with {self}; not followed"
+
+    def host_error(self, url: str) -> tuple[str, Any]:
+        return (
+            f"The gateway at {url} answered with {self}; the bridge follows none: give --url the gateway's own address",
+            {"reason": "redirect_refused", "url": url, "httpStatus": self.status, "location": self.location},
+        )

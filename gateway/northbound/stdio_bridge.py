@@ -25,6 +25,9 @@ list changes, resource subscriptions and log levels, which only a session carrie
 Authentication: a bearer token, or HMAC-SHA256 request signing (gateway/policy/bridge_credentials.py);
 a refusal the credentials can answer (signed before the gateway started, a rotated secret) is sent
 again, signed afresh.
+
+The bridge follows no redirect (what the host sends and the credentials go to --url only), and of the
+gateway's responses passes on only the first to each of the host's requests (bridge_relay.py).
 """
 
 from __future__ import annotations
@@ -58,9 +61,11 @@ from gateway.northbound.bridge_errors import (
     AnswerLost,
     AnswerUnreadable,
     BridgeError,
+    RedirectRefused,
     SessionRefused,
     Unreachable,
 )
+from gateway.northbound.bridge_relay import Drops, PendingRequests, Relay
 from gateway.policy.bridge_credentials import BearerToken, Credentials, HmacKey, NoCredentials
 
 log = logging.getLogger("gateway.stdio")
@@ -226,29 +231,6 @@ SESSION_STATE_METHODS = frozenset({"logging/setLevel", "resources/subscribe", "r
 """Requests whose effect lasts as long as the session: the bridge makes them again on a new one."""
 
 
-class Relay:
-    """Writes out what the gateway sends while one client message is forwarded, and notes whether
-    the answer to that message (a request with `request_id`) was among it."""
-
-    def __init__(self, emit: Emit, request_id: Any) -> None:
-        self.emit = emit
-        self.request_id = request_id
-        self.answered = False
-        self.on_answer: Callable[[JsonObject], None] | None = None
-
-    async def __call__(self, reply: Any) -> None:
-        if (
-            self.request_id is not None
-            and isinstance(reply, dict)
-            and reply.get("id") == self.request_id
-            and ("result" in reply or "error" in reply)
-        ):
-            self.answered = True
-            if self.on_answer is not None:
-                self.on_answer(reply)
-        await self.emit(reply)
-
-
 class StdioBridge:
     def __init__(
         self,
@@ -280,6 +262,8 @@ class StdioBridge:
         """The params of the host's last accepted logging/setLevel, set again on a new session."""
         self.subscriptions: dict[str, JsonObject] = {}
         """The host's accepted resources/subscribe params by URI, made again on a new session."""
+        self.drops = Drops()
+        self.pending = PendingRequests(self.drops)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -322,15 +306,16 @@ class StdioBridge:
         refusal the credentials can answer (Credentials.resend_after) is sent again, signed afresh."""
         body = orjson.dumps(message)
         attempt = 0
-        while True:
-            answer = await self._post_once(body, session_id, on_message, extra_headers)
-            if answer.status < 400:
-                return answer
-            pause = self.credentials.resend_after(answer.status, answer.body, attempt)
-            if pause is None:
-                return answer
-            await asyncio.sleep(pause)
-            attempt += 1
+        with self.pending.awaiting(on_message):
+            while True:
+                answer = await self._post_once(body, session_id, on_message, extra_headers)
+                if answer.status < 400:
+                    return answer
+                pause = self.credentials.resend_after(answer.status, answer.body, attempt)
+                if pause is None:
+                    return answer
+                await asyncio.sleep(pause)
+                attempt += 1
 
     async def _post_once(
         self, body: bytes, session_id: str | None, on_message: Emit, extra_headers: dict[str, str] | None
@@ -339,7 +324,10 @@ class StdioBridge:
         headers = self._headers("POST", body, session_id)
         headers.update(extra_headers or {})
         try:
-            async with self.http.post(self.url, data=body, headers=headers, ssl=self.ssl or True) as response:
+            async with self.http.post(
+                self.url, data=body, headers=headers, ssl=self.ssl or True, allow_redirects=False
+            ) as response:
+                _refuse_redirect(response)
                 answer = Answer(response.status, session_id=response.headers.get(SESSION_HEADER))
                 content_type = response.headers.get("Content-Type", "")
                 if response.status == 200 and content_type.startswith("text/event-stream"):
@@ -493,7 +481,7 @@ class StdioBridge:
         """What writes the gateway's messages for one client message out, noting its answer (and the
         tools' input schemas in a tools/list answer, for the stateless era's Mcp-Param-* headers; the
         session state a new session must be given again)."""
-        relay = Relay(self.emit, message.id if message.kind is Kind.REQUEST else None)
+        relay = Relay(self.emit, message.id if message.kind is Kind.REQUEST else None, self.drops)
         if message.method == "tools/list":
             relay.on_answer = self.learn_tools
         elif message.method in SESSION_STATE_METHODS:
@@ -521,12 +509,14 @@ class StdioBridge:
 
     async def finish(self, message: jsonrpc.Message, answer: Answer, relay: Relay) -> None:
         if message.kind is Kind.REQUEST and answer.status == 200 and not relay.answered:
-            # An SSE answer cut short (the gateway closes a stream its reader falls far behind on).
+            # An SSE answer cut short (the gateway closes a stream its reader falls far behind on), or
+            # one whose only responses were for other ids. The request may have run all the same.
             await self.emit(
                 _rpc_error(
                     message.id,
                     jsonrpc.UNAVAILABLE,
-                    "The gateway's answer stream ended without a response; send the request again",
+                    "The gateway's answer stream ended without a response; the request may have been carried "
+                    "out: check its effect before sending it again",
                     {"reason": "stream_ended"},
                 )
             )
@@ -571,13 +561,15 @@ class StdioBridge:
             self.init_params = params if isinstance(params, dict) else {}
             if self.session_id is not None:
                 await self.end_session()
-            answer = await self.post(body, None, self.emit)
-            if answer.status == 200 and answer.session_id is not None:
+            message = jsonrpc.Message(Kind.REQUEST, body)
+            relay = self.relay_for(message)
+            answer = await self.post(body, None, relay)
+            if answer.status == 200 and answer.session_id is not None and relay.answered:
                 self.session_id = answer.session_id
                 result = answer.body.get("result") if isinstance(answer.body, dict) else None
                 if isinstance(result, dict):
                     self.protocol_version = result.get("protocolVersion")
-        await self.relay_refusal(jsonrpc.Message(Kind.REQUEST, body), answer)
+        await self.finish(message, answer, relay)
 
     async def relay_refusal(self, message: jsonrpc.Message, answer: Answer) -> None:
         """An HTTP refusal (4xx/5xx) of a request becomes the request's JSON-RPC error."""
@@ -627,6 +619,9 @@ class StdioBridge:
                     return
                 if status == 200:
                     pause = STREAM_RETRY_S[0]
+            except RedirectRefused as exc:
+                log.warning("%s; the bridge holds no GET stream on this session", exc.log_text("GET", str(self.url)))
+                return
             except BridgeError as exc:
                 log.debug("GET stream: %s", exc)
             await asyncio.sleep(pause)
@@ -636,12 +631,13 @@ class StdioBridge:
         assert self.http is not None
         try:
             async with self.http.get(
-                self.url, headers=self._headers("GET", b"", session_id), ssl=self.ssl or True
+                self.url, headers=self._headers("GET", b"", session_id), ssl=self.ssl or True, allow_redirects=False
             ) as response:
+                _refuse_redirect(response)
                 if response.status != 200:
                     return response.status
                 async for event in sse_messages(response.content):
-                    await self.emit(event)
+                    await self.pending.from_stream(event, self.emit)
                 return 200
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             raise self._unreachable(exc) from exc
@@ -658,7 +654,13 @@ class StdioBridge:
                 headers=self._headers("DELETE", b"", session_id),
                 ssl=self.ssl or True,
                 timeout=aiohttp.ClientTimeout(total=DELETE_TIMEOUT_S),
+                allow_redirects=False,
             ) as response:
+                try:
+                    _refuse_redirect(response)
+                except RedirectRefused as exc:
+                    log.warning("%s", exc.log_text("DELETE", str(self.url)))
+                    return
                 log.info("ended the gateway session (HTTP %d)", response.status)
 
     async def run(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
@@ -688,6 +690,7 @@ class StdioBridge:
             if self.stream_task is not None:
                 await asyncio.gather(self.stream_task, return_exceptions=True)
             await self.end_session()
+        self.drops.summary()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signum)
@@ -702,6 +705,13 @@ class StdioBridge:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+
+
+def _refuse_redirect(response: aiohttp.ClientResponse) -> None:
+    """Every request is made with allow_redirects=False: a token or an HMAC signature, and what the host
+    sends, go to --url only, never to where its answer points."""
+    if 300 <= response.status < 400:
+        raise RedirectRefused(response.status, response.headers.get("Location"))
 
 
 def _is_jsonrpc(body: Any) -> bool:

@@ -1,0 +1,123 @@
+"""Which of the gateway's responses the stdio bridge passes on to the host: for each request of the host's
+the first response under its id, and no other response (one for an id the host never sent, a second one
+for the same request), so a host never acts on an answer it did not ask for."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from gateway.core.jsonrpc import JsonObject
+
+log = logging.getLogger("gateway.stdio")
+
+Emit = Callable[[JsonObject], Awaitable[None]]
+
+
+def id_key(value: Any) -> tuple[type, Any] | None:
+    """A JSON-RPC id as a key that keeps 1, 1.0 and true apart (Python takes them as equal, a host does
+    not); None for what cannot be an id."""
+    if isinstance(value, str | int | float):
+        return (type(value), value)
+    return None
+
+
+def is_response(message: Any) -> bool:
+    return isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message)
+
+
+def _shown(value: Any) -> str:
+    return repr(value)[:80]  # an id from the gateway may be anything, of any length
+
+
+class Drops:
+    """Responses the bridge dropped, counted by kind: the first of each kind is a warning, the rest are
+    debug lines that carry the count, and `summary` names the totals when the bridge stops."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def note(self, kind: str, text: str) -> None:
+        self.counts[kind] += 1
+        count = self.counts[kind]
+        log.log(logging.WARNING if count == 1 else logging.DEBUG, "%s (%d dropped so far)", text, count)
+
+    def summary(self) -> None:
+        if any(count > 1 for count in self.counts.values()):
+            log.warning("dropped responses the host did not ask for: %s", dict(self.counts))
+
+
+class Relay:
+    """Writes out what the gateway sends while one client message is forwarded. Notifications and the
+    gateway's own requests pass as they come; of the responses, only the first one to the message (a
+    request with `request_id`) does: `answered` says whether it came."""
+
+    def __init__(self, emit: Emit, request_id: Any, drops: Drops) -> None:
+        self.emit = emit
+        self.request_id = request_id
+        self.key = id_key(request_id) if request_id is not None else None
+        self.drops = drops
+        self.answered = False
+        self.on_answer: Callable[[JsonObject], None] | None = None
+
+    async def __call__(self, reply: Any) -> None:
+        if is_response(reply):
+            if self.key is None or id_key(reply.get("id")) != self.key:
+                self.drops.note(
+                    "foreign_id",
+                    f"dropped a response from the gateway for id {_shown(reply.get('id'))}: "
+                    f"it came on the answer to {_shown(self.request_id)}",
+                )
+                return
+            if self.answered:
+                self.drops.note(
+                    "second_answer",
+                    f"dropped a second response from the gateway for id {_shown(self.request_id)}: "
+                    "the first one was relayed",
+                )
+                return
+            self.answered = True
+            if self.on_answer is not None:
+                self.on_answer(reply)
+        await self.emit(reply)
+
+
+class PendingRequests:
+    """The host's requests whose answers are on their way, by id. A response on the session's GET stream
+    goes through its request's Relay (so only the first response of either way counts); one for no
+    request in flight is dropped."""
+
+    def __init__(self, drops: Drops) -> None:
+        self.drops = drops
+        self.relays: dict[tuple[type, Any], Relay] = {}
+
+    @contextlib.contextmanager
+    def awaiting(self, relay: Any) -> Iterator[None]:
+        key = relay.key if isinstance(relay, Relay) else None
+        if key is None or key in self.relays:  # a host reusing an id in flight: the first keeps it
+            yield
+            return
+        self.relays[key] = relay
+        try:
+            yield
+        finally:
+            del self.relays[key]
+
+    async def from_stream(self, message: Any, emit: Emit) -> None:
+        """Pass on one message from the GET stream."""
+        if not is_response(message):
+            await emit(message)
+            return
+        key = id_key(message.get("id"))
+        relay = self.relays.get(key) if key is not None else None
+        if relay is None:
+            self.drops.note(
+                "no_request",
+                f"dropped a response on the gateway's GET stream for id {_shown(message.get('id'))}: "
+                "no request of the host's with that id awaits an answer",
+            )
+            return
+        await relay(message)
