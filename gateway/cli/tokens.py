@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -12,14 +13,21 @@ from gateway.cli.common import Commands, with_config
 from gateway.cli.parsing import subcommands
 
 
+def _config_name(args: argparse.Namespace) -> str | None:
+    """The config file named by --config or $MCP_GATEWAY_CONFIG, if any."""
+    from gateway.config import ENV_CONFIG_FILE
+
+    return getattr(args, "config", None) or os.environ.get(ENV_CONFIG_FILE) or None
+
+
 def _config_auth(args: argparse.Namespace) -> dict[str, Any]:
     """The [auth] table of the config file named by --config or $MCP_GATEWAY_CONFIG ({} without one).
 
     Read as plain TOML, not validated: the secrets the configuration names (environment variables of
     the service) need not exist in the shell of whoever manages tokens."""
-    from gateway.config import ENV_CONFIG_FILE, read_toml
+    from gateway.config import read_toml
 
-    name = getattr(args, "config", None) or os.environ.get(ENV_CONFIG_FILE)
+    name = _config_name(args)
     if not name:
         return {}
     auth = read_toml(Path(name)).get("auth", {})
@@ -59,15 +67,120 @@ def _check_mode(path: Path, command: str) -> None:
         print(f"mcp-gateway token {command}: warning: {warning}{written}", file=sys.stderr)
 
 
+def _configured_sha256(entry: dict[str, Any]) -> str | None:
+    """The hex SHA-256 of an [[auth.tokens]] entry's token where this shell can know it (its sha256, a
+    secret file it can read, a variable it has); None otherwise: only its name is checked then."""
+    from gateway.config.auth import secret_from_text
+
+    digest, file, env = entry.get("sha256"), entry.get("file"), entry.get("env")
+    if isinstance(digest, str):
+        return digest.strip().lower()
+    try:
+        if isinstance(file, str):
+            text = Path(file).read_text(encoding="utf-8")
+        elif isinstance(env, str):
+            text = os.environ.get(env, "")
+        else:
+            return None
+        secret = secret_from_text(text, "the token")
+    except (OSError, ValueError):
+        return None
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _check_whole(args: argparse.Namespace, path: Path, entries: list[Any]) -> None:
+    """With a configuration, check `entries` as the content of the token file `path` together with
+    everything else the gateway loads ([[auth.tokens]] and every token file, `path` counted even when
+    the configuration does not list it yet): TokenFileError (a TokenClash for a name or token used
+    twice) when the gateway could not use them. Without a configuration, nothing beyond the file."""
+    from gateway.policy.token_files import TokenSource, check_unique, read_token_file
+
+    config = _config_name(args)
+    if config is None:
+        return
+    auth = _config_auth(args)
+    configured = auth.get("tokens")
+    sources = [
+        TokenSource(item["name"], f"[[auth.tokens]] of {config}", _configured_sha256(item))
+        for item in (configured if isinstance(configured, list) else [])
+        if isinstance(item, dict) and isinstance(item.get("name"), str)
+    ]
+    files = auth.get("token_files")
+    written = _written_where(args, path)
+    listed = False
+    for name in files if isinstance(files, list) else []:
+        if not isinstance(name, str):
+            continue
+        where = str(Path(name))
+        listed = listed or where == written
+        current = entries if where == written else read_token_file(Path(name))
+        sources += [TokenSource(entry.name, where, entry.sha256) for entry in current]
+    if not listed:
+        sources += [TokenSource(entry.name, written, entry.sha256) for entry in entries]
+    check_unique(sources)
+
+
+def _written_where(args: argparse.Namespace, path: Path) -> str:
+    """`path` as the configuration's token_files spells it (as the gateway names it), else as given."""
+    files = _config_auth(args).get("token_files")
+    for name in files if isinstance(files, list) else []:
+        try:
+            if isinstance(name, str) and Path(name).resolve() == path.resolve():
+                return str(Path(name))
+        except (OSError, ValueError):  # a NUL in a name: the gateway refuses that configuration itself
+            continue
+    return str(path)
+
+
+def _mending(args: argparse.Namespace, exc: Exception) -> str:
+    """How to mend what stops the gateway from using the tokens: a clash undone at either of its places,
+    another token file mended."""
+    from gateway.policy.token_files import TokenClash
+
+    if not isinstance(exc, TokenClash):
+        return "mend that file first (`mcp-gateway token list --file FILE` reads it as the gateway does)"
+    ways = []
+    for name, place in zip(exc.names, exc.places, strict=True):
+        if place.startswith("[[auth.tokens]]"):
+            ways.append(
+                f"remove the [[auth.tokens]] entry {name!r} from {_config_name(args)} and run `mcp-gateway reload`"
+            )
+        else:
+            ways.append(f"`mcp-gateway token revoke {name} --file {place}`")
+    return "undo it at either place: " + ", or ".join(dict.fromkeys(ways))
+
+
+def _involves(exc: Exception, where: str) -> bool:
+    from gateway.policy.token_files import TokenClash
+
+    return isinstance(exc, TokenClash) and where in exc.places
+
+
 def cmd_token_create(args: argparse.Namespace) -> int:
     """Create a random token for NAME, store only its SHA-256 in the token file, print it once."""
-    from gateway.policy.token_files import TokenFileError, create_token
+    from gateway.policy.token_files import TokenClash, TokenFileError, create_token
 
     path, configured = _token_file(args)
     try:
         if path.exists():
             _check_mode(path, "create")  # its warning; create_token refuses what the gateway refuses
-        token = create_token(path, args.name, args.scope, replace=args.replace)
+        token = create_token(
+            path, args.name, args.scope, replace=args.replace, check=lambda entries: _check_whole(args, path, entries)
+        )
+    except TokenClash as exc:
+        where = _written_where(args, path)
+        if _involves(exc, where) and args.name in exc.names:
+            advice = "choose another name: a token name is unique across [[auth.tokens]] and every token file"
+            if args.replace:
+                advice += f" (--replace replaces a token of {where} only)"
+        else:
+            advice = _mending(args, exc)
+        print(
+            f"mcp-gateway token create: {exc}; nothing written: the gateway would not use {where} (a running one "
+            f"keeps its previous tokens, and one starting refuses to start). To go on, {advice}.",
+            file=sys.stderr,
+        )
+        return 2
     except (TokenFileError, OSError) as exc:
         print(f"mcp-gateway token create: {exc}", file=sys.stderr)
         return 2
@@ -108,7 +221,7 @@ def _entries_of(path: Path, command: str) -> list[Any] | None:
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
     """Remove NAME's entry from the token file (written atomically, mode 0600, as create writes it)."""
-    from gateway.policy.token_files import render_token_file, write_atomically
+    from gateway.policy.token_files import TokenFileError, render_token_file, write_atomically
 
     path, configured = _token_file(args)
     entries = _entries_of(path, "revoke")
@@ -127,11 +240,30 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
             )
         print(message, file=sys.stderr)
         return 1
+    # A revocation is written whatever else is wrong: it is the safe direction, and once the rest is mended
+    # it applies by itself. What keeps it from applying now is said, and the exit status is 1.
     try:
         write_atomically(path, render_token_file(kept))
     except OSError as exc:
         print(f"mcp-gateway token revoke: token file {path}: {exc}", file=sys.stderr)
         return 2
+    try:
+        _check_whole(args, path, kept)
+    except TokenFileError as exc:
+        where = _written_where(args, path)
+        if _involves(exc, where):
+            outcome = (
+                f"a running gateway cannot use {where} now and keeps its previous tokens, so {args.name!r} is "
+                "still accepted until that is mended"
+            )
+        else:
+            outcome = "a gateway started with this configuration refuses to start"
+        print(
+            f"mcp-gateway token revoke: revoked {args.name!r} in {path}, but {exc}: {outcome}. Mend it: "
+            f"{_mending(args, exc)}; the revocation then applies within a second.",
+            file=sys.stderr,
+        )
+        return 1
     print(f'Revoked token "{args.name}" in {path}.')
     # Token files are re-read when they change (gateway/policy/static_tokens.py): no reload is needed.
     who = (
@@ -159,6 +291,23 @@ def cmd_token_list(args: argparse.Namespace) -> int:
 
     rows = [(entry.name, " ".join(entry.scopes) or "-", entry.created or "-") for entry in entries]
     print(aligned(("NAME", "SCOPES", "CREATED"), rows))
+    return _whole_listed(args, path, entries)
+
+
+def _whole_listed(args: argparse.Namespace, path: Path, entries: list[Any]) -> int:
+    """With a configuration: 1 and the reason on stderr when the gateway cannot use the file's tokens
+    together with the rest of it (as broker_diagnose's auth.token_file_unusable says of a running one)."""
+    from gateway.policy.token_files import TokenFileError
+
+    try:
+        _check_whole(args, path, entries)
+    except TokenFileError as exc:
+        print(
+            f"mcp-gateway token list: {exc}: the gateway cannot use these tokens (a running one keeps the file's "
+            f"previous tokens, and one starting refuses to start). To mend it, {_mending(args, exc)}.",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -13,8 +13,10 @@ the kernel carries that connection over loopback, and drops a packet from outsid
 source). A reverse proxy on this machine that terminates TLS counts as such a client.
 
 Token files are re-read when they change (checked at most once a second), so `token create` and
-revoking by deleting an entry need no restart. A file that becomes invalid keeps its previous tokens
-(logged as an error); a file that disappears revokes its tokens.
+revoking by deleting an entry need no restart. A file that becomes invalid, or clashes with
+another token (a name or token used twice), keeps its previous tokens: logged as an error and shown by
+broker_diagnose as auth.token_file_unusable until the file is used again. A file that disappears
+revokes its tokens.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from typing import Any
 from aiohttp import web
 
 from gateway.config import ConfigError, GatewayConfig
+from gateway.core.broker.problems import STANDING, Problem
 from gateway.core.principal import Principal
-from gateway.policy.token_files import TokenFileError, read_token_file
+from gateway.policy.token_files import TokenFileError, TokenSource, read_token_file
+from gateway.policy.token_files import check_unique as check_unique_tokens
 from gateway.policy.verifier import AuthFailure, Endpoint, is_loopback_peer
 from gateway.telemetry.metrics import Metrics
 
@@ -43,6 +47,8 @@ log = logging.getLogger("gateway.policy.static_tokens")
 
 RELOAD_CHECK_S = 1.0
 """How often (at most) token files are checked for changes, on the request path."""
+TOKEN_FILE_UNUSABLE = "auth.token_file_unusable"
+"""broker_diagnose's problem for a token file that changed but cannot be used."""
 
 
 @dataclass(frozen=True)
@@ -73,17 +79,9 @@ def tokens_from_file(path: Path) -> list[StaticToken]:
 
 
 def check_unique(tokens: list[StaticToken]) -> None:
-    """Two tokens with one name, or one token under two names, would make the caller ambiguous."""
-    by_name: dict[str, str] = {}
-    by_digest: dict[bytes, str] = {}
-    for token in tokens:
-        name = token.principal.name
-        if name in by_name:
-            raise TokenFileError(f"the token name {name!r} is used in both {by_name[name]} and {token.origin}")
-        by_name[name] = token.origin
-        owner = by_digest.setdefault(token.digest, name)
-        if owner != name:
-            raise TokenFileError(f"tokens {owner!r} and {name!r} are the same token; give each its own")
+    """Two tokens with one name, or one token under two names, would make the caller ambiguous (the rule
+    `mcp-gateway token create` and `revoke` check before they write, token_files.check_unique)."""
+    check_unique_tokens(TokenSource(token.principal.name, token.origin, token.digest.hex()) for token in tokens)
 
 
 def _address(text: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -140,6 +138,8 @@ class StaticTokenVerifier:
         self.clock = clock
         self.by_file: dict[Path, list[StaticToken]] = {}
         self.stamps: dict[Path, FileStamp | None] = {}
+        self.unusable: dict[Path, str] = {}
+        """Files that changed but cannot be used (kept at their previous tokens), and why."""
         for path in files:
             self.stamps[path] = _stamp(path)
             self.by_file[path] = tokens_from_file(path)
@@ -170,15 +170,18 @@ class StaticTokenVerifier:
         return tokens
 
     def reload_if_changed(self) -> None:
-        """Pick up token files edited since the last look (at most once per RELOAD_CHECK_S)."""
+        """Pick up token files edited since the last look (at most once per RELOAD_CHECK_S). A file that
+        cannot be used is looked at again every time, changed or not: the clash that stops it may be
+        mended in another file or by a reload of [[auth.tokens]]."""
         now = self.clock()
         if now - self.checked_at < RELOAD_CHECK_S:
             return
         self.checked_at = now
         before: dict[str, frozenset[str]] | None = None
-        for path in self.files:
+        # Unusable files last: an edit of another file in this same look may be what mends them.
+        for path in sorted(self.files, key=lambda path: path in self.unusable):
             stamp = _stamp(path)
-            if stamp == self.stamps.get(path):
+            if stamp == self.stamps.get(path) and path not in self.unusable:
                 continue
             before = self.grants() if before is None else before
             self.stamps[path] = stamp
@@ -186,6 +189,7 @@ class StaticTokenVerifier:
             if stamp is None:
                 # Deleting the file revokes its tokens (fail closed).
                 self.by_file[path] = []
+                self._usable(path)
                 log.warning("token file %s is gone: its %d tokens no longer work", path, len(previous))
                 continue
             try:
@@ -193,12 +197,40 @@ class StaticTokenVerifier:
                 self.tokens = self._combine()
             except TokenFileError as exc:
                 self.by_file[path] = previous
-                log.error("token file %s changed but cannot be used, keeping its previous tokens: %s", path, exc)
+                self._unusable(path, str(exc))
                 continue
+            self._usable(path)
             log.info("token file %s reloaded: %d tokens", path, len(self.by_file[path]))
         self.tokens = self._combine()
         if before is not None and regranted(before, self.grants()):
             self.grants_changed()
+
+    def _unusable(self, path: Path, reason: str) -> None:
+        """Keep `path`'s previous tokens and say so: one error line per reason, and a standing problem in
+        broker_diagnose until the file is used again (an edit that revokes a token does not apply meanwhile)."""
+        if self.unusable.get(path) != reason:
+            log.error("token file %s changed but cannot be used, keeping its previous tokens: %s", path, reason)
+        self.unusable[path] = reason
+        STANDING.report(
+            f"{TOKEN_FILE_UNUSABLE}:{path}",
+            Problem(
+                TOKEN_FILE_UNUSABLE,
+                "error",
+                f"The token file {path} changed but cannot be used: the gateway keeps its previous tokens, so "
+                "tokens revoked or changed in it since are still accepted as they were",
+                f"{path}: {reason}",
+                "Mend the file: `mcp-gateway token list --config CONFIG` checks it with [[auth.tokens]] and every "
+                "token file, as the gateway does. A name or token used twice: revoke one (`mcp-gateway token revoke "
+                "NAME --file FILE`), or remove the [[auth.tokens]] entry and run `mcp-gateway reload`. The gateway "
+                f"uses the file within {RELOAD_CHECK_S:g} s of it loading and withdraws this problem; until then a "
+                "restart fails.",
+            ),
+        )
+
+    def _usable(self, path: Path) -> None:
+        if self.unusable.pop(path, None) is not None:
+            log.info("token file %s can be used again", path)
+        STANDING.withdraw(f"{TOKEN_FILE_UNUSABLE}:{path}")
 
     def grants(self) -> dict[str, frozenset[str]]:
         """Each token's caller (names are unique) and the scopes it holds."""
@@ -246,6 +278,9 @@ class StaticTokenVerifier:
             self.reload_if_changed()
 
     async def close(self) -> None:
+        for path in self.unusable:
+            STANDING.withdraw(f"{TOKEN_FILE_UNUSABLE}:{path}")
+        self.unusable.clear()
         watching, self._watching = self._watching, None
         if watching is not None:
             watching.cancel()

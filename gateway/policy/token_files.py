@@ -24,8 +24,9 @@ import stat
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 import orjson
 from pydantic import Field, ValidationError, field_validator
@@ -95,6 +96,49 @@ def parse_token_file(text: str, path: Path) -> list[TokenEntry]:
             raise TokenFileError(f"token file {path}: the name {entry.name!r} appears twice")
         seen.add(entry.name)
     return entries
+
+
+class TokenClash(TokenFileError):
+    """Two tokens with one name, or one token under two names: `names` and `places` are the two's."""
+
+    def __init__(self, message: str, names: tuple[str, str], places: tuple[str, str]) -> None:
+        super().__init__(message)
+        self.names = names
+        self.places = places
+
+
+class TokenSource(NamedTuple):
+    """One token as the uniqueness rule sees it: its name, where it is configured, its hex SHA-256 (None
+    when it cannot be known here: the token of an [[auth.tokens]] entry in the service's environment)."""
+
+    name: str
+    where: str
+    sha256: str | None
+
+
+def check_unique(tokens: Iterable[TokenSource]) -> None:
+    """TokenFileError for two tokens with one name, or one token under two names, across [[auth.tokens]]
+    and every token file: either would make the caller ambiguous, so the gateway loads neither."""
+    by_name: dict[str, str] = {}
+    by_digest: dict[str, TokenSource] = {}
+    for token in tokens:
+        if token.name in by_name:
+            raise TokenClash(
+                f"the token name {token.name!r} is used in both {by_name[token.name]} and {token.where}",
+                (token.name, token.name),
+                (by_name[token.name], token.where),
+            )
+        by_name[token.name] = token.where
+        if token.sha256 is None:
+            continue
+        owner = by_digest.setdefault(token.sha256, token)
+        if owner.name != token.name:
+            raise TokenClash(
+                f"tokens {owner.name!r} ({owner.where}) and {token.name!r} ({token.where}) are the same token; "
+                "give each its own",
+                (owner.name, token.name),
+                (owner.where, token.where),
+            )
 
 
 def check_not_writable_by_others(path: Path, mode: int) -> None:
@@ -184,11 +228,20 @@ def check_token_file_mode(path: Path, mode: int) -> None:
     check_not_writable_by_others(path, mode)
 
 
-def create_token(path: Path, name: str, scopes: list[str], *, replace: bool = False) -> str:
+def create_token(
+    path: Path,
+    name: str,
+    scopes: list[str],
+    *,
+    replace: bool = False,
+    check: Callable[[list[TokenEntry]], None] | None = None,
+) -> str:
     """Add a new random token for `name` to the token file at `path` and return the token.
 
     Refuses (TokenFileError) a file others can write, a name already present unless `replace`, and
-    invalid names or scopes. Only the token's SHA-256 is written, in a file of mode 0600.
+    invalid names or scopes; `check` sees the file's entries as they would be written and may refuse
+    them too (TokenFileError) before anything is written. Only the token's SHA-256 is written, in a
+    file of mode 0600.
     """
     entries: list[TokenEntry] = []
     try:
@@ -215,6 +268,8 @@ def create_token(path: Path, name: str, scopes: list[str], *, replace: bool = Fa
     except ValidationError as exc:
         field = str(exc.errors()[0]["loc"][0])
         raise TokenFileError(RULES.get(field, str(exc))) from exc
-    kept = [item for item in entries if item.name != name]
-    write_atomically(path, render_token_file([*kept, entry]))
+    result = [*(item for item in entries if item.name != name), entry]
+    if check is not None:
+        check(result)
+    write_atomically(path, render_token_file(result))
     return token
