@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -137,7 +138,7 @@ async def test_callers_get_their_deadline_while_the_frames_wait(
             assert took < 1.5 + MARGIN_S
         # The frames still wait; the send bound then cuts the link, naming why.
         reason = await slot_reason(gateway, "stall")
-        assert reason == "provider stopped reading: a send waited 4 s (limits.provider_send_timeout_s)"
+        assert reason == "provider stopped reading: its socket took nothing for 4 s (limits.provider_send_timeout_s)"
 
 
 @pytest.mark.parametrize("multiplexed", [False, True], ids=["dedicated", "multiplexed"])
@@ -152,7 +153,7 @@ async def test_a_send_waiting_past_its_bound_fails_every_pending_request_at_once
             # A slot sharing the stalled socket: small calls, ended with the socket.
             calls.append(call_all(gateway, "stall-b", ["small"] * 2))
         results = await asyncio.wait_for(asyncio.gather(*calls), 2 + MARGIN_S)
-        why = "provider stopped reading: a send waited 2 s (limits.provider_send_timeout_s)"
+        why = "provider stopped reading: its socket took nothing for 2 s (limits.provider_send_timeout_s)"
         for slot, outcomes in zip(slots, results, strict=True):
             for message, took in outcomes:
                 assert message == f'Provider "{slot}" disconnected: {why}'
@@ -179,3 +180,36 @@ async def test_a_heartbeat_drop_aborts_the_link_and_fails_its_callers_at_once(
             for _ in range(50):
                 await ws.send('{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"here?"}}')
                 await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("multiplexed", [False, True], ids=["dedicated", "multiplexed"])
+async def test_a_provider_that_reads_slowly_but_steadily_is_not_cut(
+    gateway_factory: GatewayFactory, multiplexed: bool
+) -> None:
+    """A weak radio link: the socket takes 16 KiB every 50 ms (about 320 kB/s), so the frames queued
+    take seconds to leave, far past the send bound, but the socket never goes a bound without taking
+    anything; once it takes nothing, the bound cuts it."""
+    gateway = await gateway_factory(providers={"request_timeout_ms": 30_000}, limits={"provider_send_timeout_s": 1})
+    async with provider_that_stops_reading(gateway, ["slow"], multiplexed=multiplexed, alive_every_s=None) as ws:
+        # Bytes taken off the socket below the paused WebSocket client: how a slow link drains it.
+        raw = socket.socket(fileno=os.dup(ws.transport.get_extra_info("socket").fileno()))
+        calls = asyncio.create_task(call_all(gateway, "slow", [BIG_TEXT] * CALLS))
+        try:
+            taken = 0
+            started = time.monotonic()
+            while time.monotonic() - started < 4:
+                with contextlib.suppress(BlockingIOError):
+                    taken += len(raw.recv(16384))
+                await asyncio.sleep(0.05)
+            slot = gateway.gateway.registry.slots["slow"]
+            assert slot.session is not None, slot.last_disconnect_reason  # 4 s of frames waiting, never cut
+            assert 0 < taken < len(BIG_TEXT) * CALLS  # still draining: the frames waited all along
+            # It takes nothing more: cut within the bound.
+            reason = await slot_reason(gateway, "slow")
+            assert (
+                reason == "provider stopped reading: its socket took nothing for 1 s (limits.provider_send_timeout_s)"
+            )
+        finally:
+            raw.close()
+            calls.cancel()
+            await asyncio.gather(calls, return_exceptions=True)

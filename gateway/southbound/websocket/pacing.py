@@ -7,15 +7,18 @@ every client for a third of a second. A turn lets `per_turn` upgrades through; t
 connected at the TCP level, for the turns after, while other work interleaves.
 
 A provider that stops reading its socket (while it still sends, so it looks alive) leaves every send
-waiting for the socket to drain, each frame held in memory: a send that waits longer than
-limits.provider_send_timeout_s cuts the connection (SocketSender), whether its caller still waits
-for it or not.
+waiting for the socket to drain, each frame held in memory: a send during which the socket takes
+nothing for limits.provider_send_timeout_s cuts the connection (SocketSender), whether its caller
+still waits for it or not. A provider that reads slowly but steadily is never cut for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import struct
+import termios
 from collections.abc import Callable
 
 from aiohttp import WSMsgType, web
@@ -40,14 +43,28 @@ class TurnPacer:
 
 def stalled_reason(timeout_s: float) -> str:
     """Why a provider socket was cut for not reading (the close reason and the callers' error say it)."""
-    return f"provider stopped reading: a send waited {timeout_s:g} s (limits.provider_send_timeout_s)"
+    return f"provider stopped reading: its socket took nothing for {timeout_s:g} s (limits.provider_send_timeout_s)"
+
+
+def _kernel_send_queue(transport: asyncio.Transport) -> int:
+    """Bytes sent on the connection's socket that its peer has not acknowledged (Linux SIOCOUTQ); 0 where
+    that cannot be asked, so progress is then judged by the connection's own buffer alone."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or not hasattr(termios, "TIOCOUTQ"):
+        return 0
+    try:
+        answer = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return int(struct.unpack("i", answer)[0])
 
 
 class SocketSender:
-    """The frames sent on one provider WebSocket, each allowed `timeout_s` to leave.
+    """The frames sent on one provider WebSocket, each allowed `timeout_s` without progress to leave.
 
-    A send that waits longer aborts the connection (no close handshake can pass the full buffer), so
-    the frames held for it are dropped, and `on_cut` ends every slot the socket carries at once.
+    A send during which the socket takes nothing for longer aborts the connection (no close handshake
+    can pass the full buffer), so the frames held for it are dropped, and `on_cut` ends every slot the
+    socket carries at once.
 
     A frame that may have to wait is sent by a task of its own, which the caller awaits shielded:
     every send waiting on a socket shares one drain future in aiohttp, so a caller that stops waiting
@@ -72,6 +89,8 @@ class SocketSender:
         """Why the socket was cut for not reading; None while it was not."""
         self._high_water = transport.get_write_buffer_limits()[1] if transport is not None else 0
         self._sending: set[asyncio.Task[None]] = set()
+        self._written = 0
+        """Bytes handed to the connection so far (what it has taken is this less what it still buffers)."""
 
     async def send(self, data: bytes) -> None:
         """Send one text frame; ConnectionError when the socket is closed or was cut for waiting too long."""
@@ -80,6 +99,7 @@ class SocketSender:
         if self.ws.closed:
             raise ConnectionError("WebSocket closed")
         transport = self.transport
+        self._written += len(data)
         if transport is not None and transport.get_write_buffer_size() + len(data) < self._high_water:
             # Below the buffer's high-water mark aiohttp writes the frame and returns without waiting.
             await self.ws.send_frame(data, WSMsgType.TEXT)
@@ -95,13 +115,20 @@ class SocketSender:
             task.exception()  # its caller may have stopped waiting: its failure is the link's, told elsewhere
 
     async def _send_bounded(self, data: bytes) -> None:
+        # The bound is on progress, not on the whole send: a provider that reads slowly but steadily
+        # (a weak radio link) takes a large frame in its own time; one whose socket takes nothing for
+        # `timeout_s` has stopped reading.
+        sending = asyncio.ensure_future(self.ws.send_frame(data, WSMsgType.TEXT))
         try:
-            async with asyncio.timeout(self.timeout_s):
-                await self.ws.send_frame(data, WSMsgType.TEXT)
-        except TimeoutError:
-            reason = stalled_reason(self.timeout_s)
-            self.cut(reason)
-            raise ConnectionError(reason) from None
+            taken = self._taken() - len(data)  # counted in _written already, not in the buffer until the task runs
+            while not (await asyncio.wait({sending}, timeout=self.timeout_s))[0]:
+                now_taken = self._taken()
+                if now_taken <= taken:
+                    reason = stalled_reason(self.timeout_s)
+                    self.cut(reason)
+                    raise ConnectionError(reason)
+                taken = now_taken
+            sending.result()
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -109,6 +136,18 @@ class SocketSender:
             # The shared drain future was cancelled under this send (another send timed out and cut
             # the socket): a failure of the link, not a cancellation of the caller.
             raise ConnectionError(self.cut_reason or "WebSocket send interrupted") from None
+        finally:
+            if not sending.done():
+                sending.cancel()
+
+    def _taken(self) -> int:
+        """Bytes the peer has taken of those sent through this sender (frame headers aside): what is
+        neither in the connection's buffer nor in the kernel's send queue. The kernel's queue counts: on
+        a LAN it holds megabytes, and a slow reader drains it long before the connection's buffer moves."""
+        transport = self.transport
+        if transport is None:
+            return self._written
+        return self._written - transport.get_write_buffer_size() - _kernel_send_queue(transport)
 
     def cut(self, reason: str) -> None:
         """Abort the connection now and end its slots with `reason` (once)."""
