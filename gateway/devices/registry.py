@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.devices.sqlite_journal import connect_reader, exclusive_first, journal_for, set_journal
+from gateway.devices.sqlite_journal import connect_reader, exclusive_first, full_disk_note, journal_for, set_journal
 
 FILE_NAME = "devices.db"
 APP_DIR = "mcp-gateway"
@@ -242,8 +242,11 @@ class DeviceRegistry:
                 set_journal(db, journal)
                 db.execute("PRAGMA synchronous=NORMAL")
                 db.execute(_SCHEMA)
-            except sqlite3.Error:
+            except sqlite3.Error as exc:
                 db.close()
+                note = full_disk_note(exc, self.path)
+                if note:
+                    raise RegistryUnusable(f"{exc}{note}") from exc
                 raise
             self._db = db
         return self._db
@@ -304,12 +307,12 @@ class DeviceRegistry:
         try:
             db = connect_reader(self.path, 5.0)
         except sqlite3.Error as exc:
-            raise RegistryUnusable(str(exc)) from None
+            raise RegistryUnusable(f"{exc}{full_disk_note(exc, self.path)}") from None
         try:
             tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
             yield db if ("devices",) in tables else None
         except sqlite3.Error as exc:
-            raise RegistryUnusable(str(exc)) from None
+            raise RegistryUnusable(f"{exc}{full_disk_note(exc, self.path)}") from None
         finally:
             db.close()
 

@@ -101,3 +101,21 @@ def connect_reader(path: Path, timeout_s: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+FULL_NOTE = " (the file system is full)"
+"""Said after an SQLite I/O error when the file system holding the file has no free block left."""
+
+
+def full_disk_note(exc: BaseException, path: Path) -> str:
+    """FULL_NOTE when `exc` is SQLite's I/O error (any of its extended codes) and the file system holding
+    `path` has no block left for this user, else "": SQLite reports a full disk as "disk I/O error" where it
+    cannot grow a WAL file's `-shm`, which names no cause."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if not isinstance(exc, sqlite3.Error) or not isinstance(code, int) or code & 0xFF != sqlite3.SQLITE_IOERR:
+        return ""
+    try:
+        free_blocks = os.statvfs(Path(os.path.abspath(path)).parent).f_bavail
+    except OSError:
+        return ""
+    return FULL_NOTE if free_blocks == 0 else ""

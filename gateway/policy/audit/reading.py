@@ -12,14 +12,15 @@ from typing import Any
 
 import orjson
 
-from gateway.devices.sqlite_journal import connect_reader
+from gateway.devices.sqlite_journal import connect_reader, full_disk_note
 from gateway.policy.audit.store import SAME_AS_V1, SCHEMA_VERSION, missing_tables
 
 DEFAULT_LIMIT = 1000
 READ_TIMEOUT_S = 5.0
 """How long a reader waits for the writer's lock (with a rollback journal a commit holds it briefly)."""
 STREAM_BATCH = 500
-"""Rows fetched at a time when every matching record is read (an export)."""
+"""Decisions read at a time when every matching record is read (an export). With a rollback journal each
+batch is one short read, so a commit of the gateway waits for one batch's query at most."""
 GLOB_CHARACTERS = frozenset("*?[")
 JSON_COLUMNS = ("principal", "arguments", "rules", "constraints")
 DAMAGED = "damaged"
@@ -161,7 +162,8 @@ def _open(path: Path) -> tuple[sqlite3.Connection, str]:
     try:
         conn, version = _connect(path)
     except sqlite3.Error as exc:
-        raise AuditReadError(f"audit trail {path}: {exc}{_log_on_read_only_media(path)}") from exc
+        note = full_disk_note(exc, path) or _log_on_read_only_media(path)
+        raise AuditReadError(f"audit trail {path}: {exc}{note}") from exc
     try:
         if version == 0:
             raise AuditReadError(f"{path} is not an audit trail (no schema){without_log}")
@@ -206,15 +208,32 @@ def read_records(
 
 def stream_records(path: Path, filters: Filters) -> Iterator[dict[str, Any]]:
     """Every decision matching `filters`, oldest first, one at a time (the whole trail is never held in
-    memory). The file is checked when the iterator is made; AuditReadError when it is no audit trail."""
+    memory). The file is checked when the iterator is made; AuditReadError when it is no audit trail.
+
+    A WAL trail is read in one read transaction: the records as they were when the first batch was read
+    (WAL lets the gateway commit beside it). Any other trail is read in batches of STREAM_BATCH decisions,
+    keyed by id, each batch its own short read and nothing held while the caller writes what it got: with
+    a rollback journal a reader's shared lock stops every commit, and an export into a slow pipe would hold
+    it for as long as the pipe stalls. Those batches give the decisions written before the export began
+    (ids up to the last one then), each with its result as it stood when its batch was read; what pruning
+    deletes meanwhile before its batch is read is not given."""
     where, values = filters.where()
     conn, select = _open(path)
     try:
-        cursor = conn.execute(select + where + "ORDER BY d.id", values)
+        if _reads_beside_the_writer(conn):
+            cursor = conn.execute(select + where + "ORDER BY d.id", values)
+            return _rows(path, conn, cursor)
+        first, last = conn.execute("SELECT min(id), max(id) FROM decisions").fetchone()
     except sqlite3.Error as exc:
         conn.close()
         raise AuditReadError(f"audit trail {path}: {exc}") from exc
-    return _rows(path, conn, cursor)
+    query = select + (f"{where}AND " if where else "WHERE ") + "d.id BETWEEN ? AND ?\nORDER BY d.id"
+    return _batches(path, conn, query, values, first, last)
+
+
+def _reads_beside_the_writer(conn: sqlite3.Connection) -> bool:
+    """Whether the file is in WAL mode: a read transaction there never stops a commit."""
+    return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
 
 
 def _rows(path: Path, conn: sqlite3.Connection, cursor: sqlite3.Cursor) -> Iterator[dict[str, Any]]:
@@ -222,6 +241,33 @@ def _rows(path: Path, conn: sqlite3.Connection, cursor: sqlite3.Cursor) -> Itera
         while rows := cursor.fetchmany(STREAM_BATCH):
             for row in rows:
                 yield _record(row)
+    except sqlite3.Error as exc:
+        raise AuditReadError(f"audit trail {path}: {exc}") from exc
+    finally:
+        conn.close()
+
+
+def _batches(
+    path: Path, conn: sqlite3.Connection, query: str, values: list[Any], first: int | None, last: int | None
+) -> Iterator[dict[str, Any]]:
+    """The matching decisions with ids `first` to `last`, STREAM_BATCH decisions of the table per query
+    (however few of them match), each query read to its end (fetchall) before a record is handed on: the
+    statement is then done and its shared lock released while the caller writes."""
+    try:
+        start = first
+        while start is not None and last is not None and start <= last:
+            # The batch's last id, from the rowid b-tree: the gateway's ids run without gaps, but a file
+            # edited by hand may have any, and a gap must neither widen a batch nor cost a query per id.
+            end = conn.execute(
+                "SELECT max(id) FROM (SELECT id FROM decisions WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?)",
+                (start, last, STREAM_BATCH),
+            ).fetchone()[0]
+            if end is None:
+                return
+            rows = conn.execute(query, [*values, start, end]).fetchall()
+            for row in rows:
+                yield _record(row)
+            start = end + 1
     except sqlite3.Error as exc:
         raise AuditReadError(f"audit trail {path}: {exc}") from exc
     finally:

@@ -10,10 +10,11 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.core.clock import WallClockWatch, jump_words
+from gateway.devices.sqlite_journal import full_disk_note
 from gateway.policy.audit.errors import AuditSchemaError, AuditUnavailable
 from gateway.policy.audit.records import (
     MAX_ARGUMENTS_BYTES,
@@ -56,6 +57,10 @@ PRUNE_REASONS = {
 """The log line's words for why records were deleted."""
 PRUNE_CHUNK = 20_000
 """Decisions deleted per pruning transaction: a backlog is cut in steps, with batches written between them."""
+LOCKED_NOTE = (
+    " (another process holds a lock on it: a second writer, or a reader such as `mcp-gateway audit` or sqlite3)"
+)
+"""Said after SQLite's "database is locked"."""
 
 
 @dataclass(frozen=True)
@@ -71,11 +76,13 @@ class WriterSettings:
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """A decision and the future its caller awaits, on the caller's loop."""
+    """A decision and the future its caller awaits, on the caller's loop; `queued_at`: when it was queued
+    (monotonic), from which its wait for another process's lock is counted."""
 
     record: DecisionRecord
     future: asyncio.Future[int]
     loop: asyncio.AbstractEventLoop
+    queued_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +121,11 @@ def describe(path: Path, exc: BaseException) -> str:
     """An operator's words for why the file cannot be written."""
     text = str(exc) or type(exc).__name__
     if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
-        text += " (another process holds the write lock)"
+        # A rollback journal's commit waits for readers too: the operator must not look for a writer only.
+        text += LOCKED_NOTE
     if isinstance(exc, OSError) and exc.strerror:
         text = exc.strerror
-    return f"audit trail {path}: {text}"
+    return f"audit trail {path}: {text}{full_disk_note(exc, path)}"
 
 
 class Writer:
@@ -272,10 +280,15 @@ class Writer:
         if not waiting and not results:
             return
         outcomes: list[tuple[asyncio.Future[int], asyncio.AbstractEventLoop, Outcome]] = []
+        # The lock timeout bounds a decision's wait for locks as a whole, counted from when it was queued: a
+        # batch that waited in vain before it, and this batch's two waits (BEGIN for another writer, COMMIT
+        # for readers under a rollback journal), share it.
+        deadline = min((item.queued_at for item in waiting), default=time.monotonic()) + self.settings.lock_timeout_s
         try:
-            conn = self._connection()
+            conn = self._connection(deadline)
             # A decision must be on disk before the call goes on; results alone may wait for the next fsync.
             self._set_synchronous(conn, "FULL" if waiting else "NORMAL")
+            self._wait_for_locks_until(conn, deadline)
             conn.execute("BEGIN IMMEDIATE")
             for item in waiting:
                 try:
@@ -297,6 +310,7 @@ class Writer:
                     self._lost_results += 1
             insert_results(conn, rows)
             insert_answers_after_cancel(conn, answers_after_cancel)
+            self._wait_for_locks_until(conn, deadline)
             conn.execute("COMMIT")
         except STORE_ERRORS as exc:
             self._abandon()
@@ -347,8 +361,10 @@ class Writer:
                 return
         pruned = Pruned()
         try:
+            conn = self._connection()
+            self._wait_for_locks_until(conn, time.monotonic() + self.settings.lock_timeout_s)
             pruned = prune(
-                self._connection(),
+                conn,
                 now_ms() - self.settings.max_age_ms,
                 self.settings.max_bytes,
                 PRUNE_CHUNK,
@@ -401,14 +417,16 @@ class Writer:
 
     # --- the connection -------------------------------------------------------------------------
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self, deadline: float | None = None) -> sqlite3.Connection:
         """The open connection to the file at `path`; a new one when the file was removed or replaced
-        (what is written to a deleted file is lost with it). Never creates the directory again."""
+        (what is written to a deleted file is lost with it). Never creates the directory again. A new
+        connection's steps wait for locks until `deadline` (monotonic) at most, else the lock timeout."""
         if self._conn is not None and self._file_identity() != self._identity:
             log.warning("audit trail %s: the file was removed or replaced; opening it again", self.path)
             self._disconnect()
         if self._conn is None:
-            self._conn = connect(self.path, self.settings.lock_timeout_s, wal_limit(self.settings.max_bytes))
+            wait_s = self.settings.lock_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
+            self._conn = connect(self.path, wait_s, wal_limit(self.settings.max_bytes))
             self._synchronous = "FULL"
             self._identity = self._file_identity()
             if self._identity != self._run_file:  # this run's first file, or one that replaced it
@@ -427,6 +445,13 @@ class Writer:
         if level != self._synchronous:
             conn.execute(f"PRAGMA synchronous = {level}")
             self._synchronous = level
+
+    @staticmethod
+    def _wait_for_locks_until(conn: sqlite3.Connection, deadline: float) -> None:
+        """Let the connection's next lock wait last until `deadline` (monotonic) at most: none left, it
+        takes a free lock and fails at once on a held one."""
+        wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        conn.execute(f"PRAGMA busy_timeout = {wait_ms}")  # a setting of the connection: takes no lock
 
     def _abandon(self) -> None:
         """After a failed write: roll back and drop the connection, so the next attempt opens the file afresh."""
