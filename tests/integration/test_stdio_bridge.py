@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 import mcp_types as types
@@ -349,7 +349,8 @@ class RawBridge:
         self.process = process
 
     @classmethod
-    async def start(cls, url: str, slot: str = "pump-1") -> RawBridge:
+    async def start(cls, url: str, slot: str = "pump-1", *extra: str) -> Self:
+        """`extra`: more options of `mcp-gateway stdio` (credentials, say)."""
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -359,6 +360,7 @@ class RawBridge:
             slot,
             "--url",
             url,
+            *extra,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -6,9 +6,7 @@ plain aiohttp server in the test, answering as a wrong or hostile server would."
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +18,7 @@ from aiohttp import web
 
 from bench.ports import free_port
 from gateway.policy import hmac_signing
-from tests.integration.test_stdio_bridge import INITIALIZE, REPO, RawBridge
+from tests.integration.test_stdio_bridge import INITIALIZE, RawBridge
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -87,15 +85,7 @@ async def servers() -> AsyncIterator[Servers]:
 class Bridge(RawBridge):
     @classmethod
     async def start_with(cls, url: str, *args: str) -> Bridge:
-        process = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-m", "gateway.cli", "stdio", "--slot", "pump-1", "--url", url, *args],
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=str(REPO),
-            env={k: v for k, v in os.environ.items() if k != "MCP_GATEWAY_TOKEN"},
-        )
-        return cls(process)
+        return await cls.start(url, "pump-1", *args)
 
     async def nothing_more(self, wait_s: float = 1.0) -> None:
         assert self.process.stdout is not None

@@ -16,6 +16,7 @@ import pytest
 from gateway.config import AuditConfig
 from gateway.policy.audit import AuditTrail, AuditUnavailable, DecisionRecord
 from tests.conftest import wait_for
+from tests.unit.test_audit_export import record
 from tests.unit.test_sqlite_journal import blocks_of
 
 pytestmark = pytest.mark.timeout(60)
@@ -24,17 +25,8 @@ LOCK_TIMEOUT_S = 3.0
 READER_NAMED = "a second writer, or a reader such as `mcp-gateway audit` or sqlite3"
 
 
-def record() -> DecisionRecord:
-    return DecisionRecord(
-        {"token:agent-1"},
-        transport="streamable-http",
-        slot="pump-1",
-        resource="/l2/pump-1",
-        capability="tool.control",
-        tool="set_speed",
-        effect="allow",
-        rules=("assign[0]",),
-    )
+def allowed() -> DecisionRecord:
+    return record("allow", 0, rules=("assign[0]",))
 
 
 @contextmanager
@@ -54,7 +46,7 @@ async def refused_after(trail: AuditTrail) -> float:
     """Seconds from queueing a decision to its refusal."""
     queued = time.monotonic()
     with pytest.raises(AuditUnavailable) as refused:
-        await trail.decision(record())
+        await trail.decision(allowed())
     assert "database is locked" in str(refused.value)
     return time.monotonic() - queued
 
@@ -66,7 +58,7 @@ async def test_a_decision_queued_behind_a_waiting_batch_waits_the_lock_timeout_a
     trail = AuditTrail.open(AuditConfig(path=str(tmp_path / "audit.db")), lock_timeout_s=LOCK_TIMEOUT_S)
     await trail.start()
     try:
-        assert await trail.decision(record()) == 1
+        assert await trail.decision(allowed()) == 1
         await trail.prune()  # the pruning due at start is done: the writer now waits for records only
         with reading(trail.path):
             first = asyncio.ensure_future(refused_after(trail))
@@ -78,7 +70,7 @@ async def test_a_decision_queued_behind_a_waiting_batch_waits_the_lock_timeout_a
             await first
         assert second < LOCK_TIMEOUT_S * 1.5, second
         assert READER_NAMED in trail.last_error
-        assert await trail.decision(record()) == 2  # the reader gone: written again
+        assert await trail.decision(allowed()) == 2  # the reader gone: written again
     finally:
         await trail.close()
 
@@ -88,9 +80,9 @@ async def test_a_reader_alone_is_named_in_the_refusal(monkeypatch: pytest.Monkey
     trail = AuditTrail.open(AuditConfig(path=str(tmp_path / "audit.db")), lock_timeout_s=0.2)
     await trail.start()
     try:
-        assert await trail.decision(record()) == 1
+        assert await trail.decision(allowed()) == 1
         with reading(trail.path), pytest.raises(AuditUnavailable) as refused:
-            await trail.decision(record())
+            await trail.decision(allowed())
         assert str(refused.value).endswith(f"database is locked (another process holds a lock on it: {READER_NAMED})")
         assert not trail.healthy
     finally:

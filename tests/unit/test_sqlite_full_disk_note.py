@@ -16,6 +16,7 @@ from gateway.config import AuditConfig
 from gateway.devices.registry import DeviceRegistry, RegistryUnusable
 from gateway.policy.audit import AuditTrail, AuditUnavailable, DecisionRecord, store
 from gateway.policy.audit.reading import AuditReadError, read_records
+from tests.unit.test_audit_export import record
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -39,17 +40,8 @@ def shm_that_cannot_be_mapped(path: Path) -> None:
     os.mkfifo(f"{path}-shm")
 
 
-def record() -> DecisionRecord:
-    return DecisionRecord(
-        {"token:agent-1"},
-        transport="streamable-http",
-        slot="pump-1",
-        resource="/l2/pump-1",
-        capability="tool.control",
-        tool="set_speed",
-        effect="allow",
-        rules=("assign[0]",),
-    )
+def allowed() -> DecisionRecord:
+    return record("allow", 0, rules=("assign[0]",))
 
 
 def wal_trail(path: Path) -> None:
@@ -77,7 +69,7 @@ async def test_the_trail_says_the_file_system_is_full(
     await trail.start()
     try:
         with pytest.raises(AuditUnavailable) as refused:
-            await trail.decision(record())
+            await trail.decision(allowed())
         assert str(refused.value).endswith(said)
         assert trail.last_error.endswith(said)  # what /readyz and broker_diagnose show
     finally:

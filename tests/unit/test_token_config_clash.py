@@ -11,20 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
-from gateway.policy import token_files
 from gateway.policy.token_files import create_token, read_token_file
+from tests.unit.test_token_revoke import clean_environment, token
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(cli_environment: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(token_files, "APPLIANCE_DIR", tmp_path / "no-etc")
-
-
-def token(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["token", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+__all__ = ["clean_environment"]  # the autouse fixture, used by name
 
 
 @pytest.fixture
