@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from gateway.policy.audit.records import mask_secrets
+from gateway.policy.rules.subjects import identity_of
 
 DEFAULT_MAX_APPROVALS = 256
 """Calls waiting for approval (or approved and not yet used) at once; past it a new one is refused."""
@@ -59,6 +60,11 @@ class Approval:
     binding: str
     """The call as it is forwarded: what the approver approved."""
     principal: tuple[str, ...]
+    """Every subject of the call's caller (as shown, and as its retry is matched by)."""
+    caller: str
+    """The caller's stable identity (identity_of: the subject it authenticated as, as sessions and execution
+    limits count it; never its groups or OAuth client): what counts against the per-caller bound, and who
+    may not approve it."""
     slot: str
     resource: str
     tool: str
@@ -139,7 +145,7 @@ class Approvals:
             return found
         if found is not None:
             self._drop(found)
-        caller = tuple(sorted(principal))
+        caller = identity_of(principal)
         self._make_room(caller)
         if len(self._by_id) >= self.limit:
             raise ApprovalsFull(
@@ -158,7 +164,8 @@ class Approvals:
             id=secrets.token_hex(4),
             attempt=attempt,
             binding=binding,
-            principal=caller,
+            principal=tuple(sorted(principal)),
+            caller=caller,
             slot=slot,
             resource=resource,
             tool=tool,
@@ -218,10 +225,10 @@ class Approvals:
             self._by_id[approval.id] = approval
             self._by_attempt[approval.attempt] = approval
 
-    def _of(self, caller: tuple[str, ...]) -> list[Approval]:
-        return [approval for approval in self._by_id.values() if approval.principal == caller]
+    def _of(self, caller: str) -> list[Approval]:
+        return [approval for approval in self._by_id.values() if approval.caller == caller]
 
-    def _make_room(self, caller: tuple[str, ...]) -> None:
+    def _make_room(self, caller: str) -> None:
         """At a bound, the oldest denied call (the caller's own, at its bound) gives way: a denial is kept only
         to answer the call's retry, so denying a flood frees the room it took (that retry then asks again)."""
         if len(self._of(caller)) >= self.per_caller:

@@ -44,7 +44,7 @@ from gateway.policy.execution.admission import Admission, ExecutionLimits
 from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
 from gateway.policy.rules.capabilities import TOOLS_CALL
 from gateway.policy.rules.decision import Decision
-from gateway.policy.rules.subjects import caller_name
+from gateway.policy.rules.subjects import caller_name, identity_of
 from gateway.policy.schemas import SchemaCache
 
 log = logging.getLogger("gateway.policy")
@@ -463,10 +463,12 @@ class Governor:
         approvals = self.confirmations.approvals
         subjects = self.subjects(principal)
         waiting = approvals.get(approval_id)
-        if waiting is not None and approve and subjects == frozenset(waiting.principal):
+        # By stable identity, as sessions go: the same user through another OAuth client or with other
+        # groups in its token is still the person whose call it is.
+        if waiting is not None and approve and identity_of(subjects) == waiting.caller:
             raise errors.forbidden(
-                f"Approval {approval_id} is for a call of yours: another person approves it (a caller never "
-                "confirms its own device action)",
+                f"Approval {approval_id} is for a call of yours ({waiting.caller}, whichever client or groups "
+                "your token names): another person approves it (a caller never confirms its own device action)",
                 {"reason": "own_call", "approval": approval_id},
             )
         try:

@@ -12,10 +12,10 @@ import pytest
 from gateway.core.broker.diagnose import diagnose
 from gateway.policy.execution.admission import Admission, ExecutionLimits
 from gateway.policy.execution.refusals import LimitRefusal
-from gateway.policy.execution.rules import identity_of
 from gateway.policy.execution.windows import WINDOW_PIECES, SlidingWindow, WindowSpec
 from gateway.policy.rules.checking import check_policy
 from gateway.policy.rules.model import ExecutionLimit
+from gateway.policy.rules.subjects import identity_of
 from tests.unit.test_diagnose import view as diagnosis_view
 
 AGENT = frozenset({"token:agent"})

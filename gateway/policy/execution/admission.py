@@ -17,9 +17,10 @@ from gateway.policy.execution import debits
 from gateway.policy.execution.counters import RuleCounters
 from gateway.policy.execution.ledger import DEFAULT_MAX_RESERVATIONS, DEFAULT_RETENTION_MS, BudgetLedger
 from gateway.policy.execution.refusals import RECENT_REFUSALS, LimitRefusal, RefusalLog
-from gateway.policy.execution.rules import Target, compile_limit, identity_of
+from gateway.policy.execution.rules import Target, compile_limit
 from gateway.policy.rules.capabilities import TOOL_PREFIX, TOOLS_CALL, tool_class
 from gateway.policy.rules.model import ExecutionLimit
+from gateway.policy.rules.subjects import identity_of
 
 log = logging.getLogger("gateway.policy.limits")
 

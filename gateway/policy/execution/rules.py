@@ -3,36 +3,15 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gateway.policy.execution.bounds import DEFAULT_MAX_KEYS
 from gateway.policy.execution.windows import WindowSpec
 from gateway.policy.rules.model import ExecutionLimit
 from gateway.policy.rules.paths import PathPattern, compile_pattern
-from gateway.policy.rules.subjects import ANONYMOUS, ANYONE
-
-DAY_MS = 86_400_000
-"""The longest window a rule may have."""
-GROUP_BY = ("subject", "provider", "capability", "resource")
-"""What a rule may partition its counters by."""
-DEFAULT_MAX_KEYS = 4096
-"""Groups (counter sets) a rule keeps when it sets no max_keys."""
-MAX_KEYS_CEILING = 1_000_000
-IDENTITY_ORDER = ("user:", "service:", "token:", "client:")
-"""Which subject is a caller's stable identity for group_by = ["subject"]; never a group, which can change."""
+from gateway.policy.rules.subjects import ANYONE, identity_of
 
 GroupKey = tuple[str, ...]
-
-
-def identity_of(subjects: Iterable[str]) -> str:
-    """The caller's stable identity: its user, else service, else token, else client; else one shared
-    anonymous bucket. Group memberships never partition: they change without making a new caller."""
-    ordered = sorted(subjects)
-    for prefix in IDENTITY_ORDER:
-        for subject in ordered:
-            if subject.startswith(prefix):
-                return subject
-    return ANONYMOUS
 
 
 @dataclass(frozen=True)

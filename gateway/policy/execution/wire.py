@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 
 from gateway.core import jsonrpc
 from gateway.core.errors import RpcError
-from gateway.policy.execution.checks import UNIT
 from gateway.policy.execution.ledger import SETTLE_RESULTS, BudgetLedger
 from gateway.policy.execution.refusals import LimitRefusal
+from gateway.policy.rules.execution_checks import UNIT
 from gateway.policy.rules.paths import PatternError, check_path
 
 CALLER_REF = "caller-ref"

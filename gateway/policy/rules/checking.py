@@ -13,9 +13,9 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from gateway.config.policy import PolicyConfig
-from gateway.policy.execution.checks import execution_limit_problems
 from gateway.policy.rules.capabilities import TOOL_PREFIX, capability_error, tool_pattern_warning
 from gateway.policy.rules.declared import declared_limit_problems
+from gateway.policy.rules.execution_checks import execution_limit_problems
 from gateway.policy.rules.model import ENTRY_MODELS, SECTIONS, Entry, PolicyDocument, Role
 from gateway.policy.rules.paths import PatternError, check_path, compile_pattern
 from gateway.policy.rules.subjects import subject_error

@@ -19,6 +19,8 @@ broker/authorize for its own work (docs/governance-providers.md); no client is e
 _PREFIX_OF_KIND = {"token": "token", "oauth": "user", "hmac": "service"}
 # Which subject names the caller in a reason: the one it authenticated as, before its groups and client.
 _NAMING_ORDER = ("token", "user", "service", "client", "group")
+IDENTITY_ORDER = ("user:", "service:", "token:", "client:")
+"""Which subject is a caller's stable identity for group_by = ["subject"]; never a group, which can change."""
 
 
 def subjects_of(principal: Principal, claims: Mapping[str, Any] | None = None) -> frozenset[str]:
@@ -48,6 +50,17 @@ def subject_error(text: str) -> str | None:
         return None
     kinds = ", ".join(f"{kind}:<name>" for kind in KINDS)
     return f'"{text}" is not a subject (write one of {kinds}, {ANONYMOUS}, or * for any caller)'
+
+
+def identity_of(subjects: Iterable[str]) -> str:
+    """The caller's stable identity: its user, else service, else token, else client; else one shared
+    anonymous bucket. Group memberships never partition: they change without making a new caller."""
+    ordered = sorted(subjects)
+    for prefix in IDENTITY_ORDER:
+        for subject in ordered:
+            if subject.startswith(prefix):
+                return subject
+    return ANONYMOUS
 
 
 def caller_name(subjects: Iterable[str]) -> str:

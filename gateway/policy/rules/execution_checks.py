@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.policy.execution.rules import DAY_MS, GROUP_BY, MAX_KEYS_CEILING
+from gateway.policy.execution.bounds import DAY_MS, GROUP_BY, MAX_KEYS_CEILING
 from gateway.policy.rules.capabilities import capability_error
 from gateway.policy.rules.paths import PatternError, compile_pattern
 from gateway.policy.rules.subjects import subject_error
