@@ -21,6 +21,7 @@ from gateway.core.routing import Target
 from gateway.core.sessions import ClientSession, InFlight, SessionLimitReached
 from gateway.northbound.http_io import Refusal
 from gateway.policy.caller_pending import caller_key, describe
+from gateway.policy.client_auth import count_refusal
 
 
 def create_session(
@@ -71,15 +72,16 @@ def create_session(
         )
 
 
-def claims_session(session: ClientSession, principal: Principal, gateway: Gateway) -> bool:
+def claims_session(session: ClientSession, principal: Principal, gateway: Gateway, path: str, peer: str | None) -> bool:
     """True when `principal` is the caller that opened `session`; the session then takes `principal` as
     this request's credential grants it now, so scopes a reload or a refreshed access token changed hold
     from this request on (_all and the tool groups filter by them). A session id is not a credential:
-    knowing another caller's id opens nothing (False, counted as an authentication failure)."""
+    knowing another caller's id opens nothing (False, counted and logged as an authentication failure
+    of the request to `path` from `peer`, as the entry gate's refusals are)."""
     if session.principal.key == principal.key:
         session.adopt(principal)
         return True
-    gateway.metrics.auth_failures.labels("session_owner").inc()
+    count_refusal(gateway.metrics, "session_owner", path, peer)
     return False
 
 

@@ -183,7 +183,9 @@ class LegacySseEndpoint:
                 f"Unknown or expired session: its SSE stream is closed; open GET /{quote(slot, safe='')}/"
                 f"{STREAM_SEGMENT} for a new one",
             )
-        if not session_era.claims_session(channel.session, request_principal(request), self.gateway):
+        if not session_era.claims_session(
+            channel.session, request_principal(request), self.gateway, request.rel_url.raw_path, request.remote
+        ):
             return http_error(403, "forbidden", session_era.OWNER_MISMATCH)
         # A message nested too deep is answered on the stream, with its id: the SDK's client stops
         # posting altogether after one refused POST.

@@ -395,7 +395,9 @@ class StreamableHttpEndpoint:
                 "Unknown or expired session; send initialize to start a new one",
                 request_id,
             )
-        if not session_era.claims_session(session, request_principal(request), self.gateway):
+        if not session_era.claims_session(
+            session, request_principal(request), self.gateway, request.rel_url.raw_path, request.remote
+        ):
             return http_error(403, "forbidden", session_era.OWNER_MISMATCH)
         return session
 

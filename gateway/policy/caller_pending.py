@@ -5,7 +5,7 @@ has no session, so its requests in flight are counted per caller instead: the au
 principal, or, for an anonymous caller (no [auth] configured), the principal "anonymous" together
 with the peer address, so two programs on the machine do not share one bound while one program
 cannot open more by opening more connections. The refusal is the session era's: JSON-RPC -32000
-`Too many requests in flight for caller ...`, data.reason "pending_limit", on HTTP 200.
+`Too many requests in flight for caller "token:bob"` (describe), data.reason "pending_limit", on HTTP 200.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from gateway.core import errors
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.principal import Principal
+from gateway.policy.rules.subjects import caller_name, subjects_of
 
 CallerKey = tuple[str, str, str | None]
 """(principal kind, principal name, peer address for an anonymous caller, else None)."""
@@ -28,8 +29,12 @@ def caller_key(principal: Principal, peer: str | None) -> CallerKey:
 
 
 def describe(caller: CallerKey) -> str:
+    """How a refusal names `caller`: by the subject it authenticated as (`caller "token:bob"`), since a
+    static token, an OAuth subject and a signing key of one name are three callers with three quotas;
+    the anonymous caller with its peer address (`caller "anonymous" at 127.0.0.1`)."""
     kind, name, peer = caller
-    return f'caller "{name}" at {peer}' if kind == "anonymous" else f'caller "{name}"'
+    subject = caller_name(subjects_of(Principal(name, kind)))
+    return f'caller "{subject}" at {peer}' if kind == "anonymous" else f'caller "{subject}"'
 
 
 class CallerPending:

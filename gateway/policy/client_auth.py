@@ -45,6 +45,7 @@ from gateway.policy.hmac_auth import HmacVerifier
 from gateway.policy.oauth import OAuthVerifier, protected_resource_metadata
 from gateway.policy.origin import LOOPBACK_HOSTS
 from gateway.policy.request_principal import PRINCIPAL_KEY
+from gateway.policy.rules.subjects import caller_name, subjects_of
 from gateway.policy.static_tokens import StaticTokenVerifier, regranted
 from gateway.policy.verifier import AuthFailure, Endpoint, Verifier, bearer_token
 from gateway.telemetry.metrics import Metrics
@@ -470,17 +471,13 @@ class ClientAuth:
         if isinstance(outcome, Principal) and not outcome.has_scopes(frozenset(endpoint.required_scopes)):
             outcome = AuthFailure(
                 "insufficient_scope",
-                f"{outcome.name} may not call this endpoint: it needs the scope(s) "
+                f"{caller_name(subjects_of(outcome))} may not call this endpoint: it needs the scope(s) "
                 f"{' '.join(endpoint.required_scopes)} and was granted {' '.join(sorted(outcome.scopes)) or 'none'}.",
                 status=403,
                 error="insufficient_scope",
             )
         if isinstance(outcome, AuthFailure):
-            self.metrics.auth_failures.labels(outcome.reason).inc()
-            log.debug(
-                "client authentication refused",
-                extra={"reason": outcome.reason, "path": request.rel_url.raw_path[:200], "peer": request.remote},
-            )
+            count_refusal(self.metrics, outcome.reason, request.rel_url.raw_path, request.remote)
         return outcome
 
     async def authenticate(self, request: web.Request, endpoint: Endpoint) -> Principal | AuthFailure:
@@ -596,6 +593,14 @@ class ClientAuth:
     async def close(self) -> None:
         for verifier in self.verifiers:
             await verifier.close()
+
+
+def count_refusal(metrics: Metrics, reason: str, path: str, peer: str | None) -> None:
+    """Count one refusal in mcpgw_auth_failures_total and log it at debug level: the reason, the path and
+    the peer address, never the credential. Every refusal of a caller goes through here, the entry gate's
+    and the session-era transports' (a session another caller opened), so they read alike in the log."""
+    metrics.auth_failures.labels(reason).inc()
+    log.debug("client authentication refused", extra={"reason": reason, "path": path[:200], "peer": peer})
 
 
 CLIENT_AUTH_KEY = web.AppKey("client_auth", ClientAuth)

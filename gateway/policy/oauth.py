@@ -23,7 +23,9 @@ import contextlib
 import logging
 import math
 import operator
+import re
 import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,8 @@ MAX_CANDIDATE_KEYS = 8
 """A token without a key id is tried against at most this many keys of its algorithm."""
 MAX_SUBJECT_CHARS = 256
 MAX_AUDIENCES = 32
+SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
+"""An RFC 6749 scope token, as config/auth.py's Scope reads it: printable ASCII, no space, quote or backslash."""
 """Audiences of one access token looked at; a longer `aud` array is judged by its first ones."""
 
 RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
@@ -126,15 +130,32 @@ def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[Signin
 
 
 def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:
-    """`scope` (RFC 8693/9068: one space-separated string) or `scp` (a list, as some servers write it)."""
+    """`scope` (RFC 8693/9068: one space-separated string) or `scp` (a list, as some servers write it).
+
+    Tokens are separated by the space (0x20) alone, and only RFC 6749 section 3.3 scope tokens count
+    (printable ASCII without space, double quote or backslash, as [auth] requires of every scope it
+    names): "x\tpump-1" is one malformed token that grants nothing, not "x" and "pump-1"."""
     scopes: set[str] = set()
     for name in ("scope", "scp"):
         value = claims.get(name)
         if isinstance(value, str):
-            scopes.update(value.split())
+            scopes.update(token for token in value.split(" ") if SCOPE_TOKEN.fullmatch(token))
         elif isinstance(value, list):
-            scopes.update(item for item in value if isinstance(item, str) and item)
+            scopes.update(item for item in value if isinstance(item, str) and SCOPE_TOKEN.fullmatch(item))
     return frozenset(scopes)
+
+
+def subject_from_claims(claims: dict[str, Any]) -> str | AuthFailure:
+    """The caller `sub` names, or why it names no one: it must be a string that is not blank (only
+    whitespace, Unicode's included) and holds no control character (C0, DEL, C1), since a caller shows
+    as its subject in refusals, the audit trail and approvals, where " " or a line break would pass for
+    no one or for someone else."""
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not subject.strip():
+        return AuthFailure("invalid_subject", "The access token's subject (sub) is empty or blank.")
+    if any(unicodedata.category(char) == "Cc" for char in subject):
+        return AuthFailure("invalid_subject", "The access token's subject (sub) holds a control character.")
+    return subject
 
 
 def failure_for(exc: Exception, settings: OAuthConfig, audience: str) -> AuthFailure:
@@ -420,9 +441,9 @@ class OAuthVerifier:
                 continue
             if not any(self.audience_matches(item, audience) for item in audiences_of(claims)):
                 return failure_for(jwt.InvalidAudienceError("Audience doesn't match"), self.settings, audience)
-            subject = claims.get("sub")
-            if not isinstance(subject, str) or not subject:
-                return AuthFailure("invalid", "The access token's subject (sub) is empty.")
+            subject = subject_from_claims(claims)
+            if isinstance(subject, AuthFailure):
+                return subject
             return Principal(
                 subject[:MAX_SUBJECT_CHARS],
                 self.kind,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from gateway.core.principal import Principal
+from gateway.policy.rules.subjects import caller_name, subjects_of
 
 PRINCIPAL = "principal"
 SLOT = "slot"
@@ -104,6 +105,7 @@ class Limited:
 
     scope: str  # PRINCIPAL or SLOT
     key: str
+    """The slot, or the caller's subject ("token:bob"): the message and data.principal name it."""
     retry_after_s: float
     spec: BucketSpec
 
@@ -183,26 +185,35 @@ class RateLimiter:
         from the other. A principal's bucket is keyed by kind and name (a token "alice" and an
         OAuth subject "alice" are different callers)."""
         now = self.clock()
-        wanted: list[tuple[str, str, BucketTable, TokenBucket]] = []
-        asked: tuple[tuple[str, Hashable, str | None], ...] = (
-            (PRINCIPAL, principal.key if principal is not None else None, principal.name if principal else None),
-            (SLOT, slot, slot),
+        wanted: list[tuple[str, BucketTable, TokenBucket]] = []
+        asked: tuple[tuple[str, Hashable], ...] = (
+            (PRINCIPAL, principal.key if principal is not None else None),
+            (SLOT, slot),
         )
-        for scope, key, name in asked:
+        for scope, key in asked:
             table = self.tables[scope]
-            if key is None or name is None or not table.spec.enabled:
+            if key is None or not table.spec.enabled:
                 continue
             bucket = table.bucket(key, now)
             bucket.refill(table.spec, now)
-            wanted.append((scope, name, table, bucket))
+            wanted.append((scope, table, bucket))
         refusals = [
-            Limited(scope, key, bucket.wait_s(table.spec), table.spec)
-            for scope, key, table, bucket in wanted
+            Limited(scope, named(principal, slot, scope), bucket.wait_s(table.spec), table.spec)
+            for scope, table, bucket in wanted
             if bucket.tokens < 1.0
         ]
         if refusals:
             # The longest wait is the one that matters: retrying sooner would be refused again.
             return max(refusals, key=lambda refusal: refusal.retry_after_s)
-        for _, _, _, bucket in wanted:
+        for _, _, bucket in wanted:
             bucket.tokens -= 1.0
         return None
+
+
+def named(principal: Principal | None, slot: str | None, scope: str) -> str:
+    """Whose bucket ran dry, as a refusal names it: the slot, or the subject the caller authenticated as
+    (token:bob, user:bob, service:bob, anonymous), since one name of three kinds is three callers with
+    three buckets. Worked out for a refusal only, not for every request admitted."""
+    if scope == PRINCIPAL and principal is not None:
+        return caller_name(subjects_of(principal))
+    return slot or ""

@@ -151,8 +151,8 @@ class Metrics:
             "mcpgw_auth_failures",
             "Client requests refused by authentication ([auth])",
             # missing, malformed, invalid, expired, not_yet_valid, wrong_issuer, wrong_audience, unknown_key,
-            # insufficient_scope, not_tls, keys_unavailable, session_owner; signed requests: clock_skew,
-            # bad_signature, replayed, nonce_cache_full
+            # insufficient_scope, not_tls, keys_unavailable, session_owner, invalid_subject; signed requests:
+            # clock_skew, bad_signature, replayed, nonce_cache_full
             ["reason"],
             registry=r,
         )

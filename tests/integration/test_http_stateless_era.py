@@ -613,8 +613,8 @@ async def test_requests_in_flight_are_bounded_per_caller(
     third = sleep_call(0, 3)
     status, _, refused = await post(http, url, third, signed(ALICE, third))
     assert (status, refused["id"], refused["error"]["code"]) == (200, 3, -32000)
-    assert refused["error"]["message"].startswith('Too many requests in flight for caller "alice" (limit 2)')
-    assert refused["error"]["data"] == {"reason": "pending_limit", "scope": 'caller "alice"', "limit": 2}
+    assert refused["error"]["message"].startswith('Too many requests in flight for caller "token:alice" (limit 2)')
+    assert refused["error"]["data"] == {"reason": "pending_limit", "scope": 'caller "token:alice"', "limit": 2}
     # Another caller is not held back by alice.
     other = sleep_call(0, 4)
     status, _, answer = await post(http, url, other, signed(BOB, other))

@@ -339,7 +339,7 @@ async def test_one_callers_rate_limit_leaves_other_callers_alone(
     alice = CallerSession(http, url, ALICE)
     await alice.open()
     assert (await alice.post(request(2, "tools/list"))).status == 200
-    assert_rate_limited(await alice.post(request(3, "tools/list")), 3, "principal", "alice")
+    assert_rate_limited(await alice.post(request(3, "tools/list")), 3, "principal", "token:alice")
     bob = CallerSession(http, url, BOB)
     await bob.open()
     answer = await bob.post(request(4, "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}}))
@@ -357,7 +357,7 @@ async def test_one_callers_session_quota_leaves_other_callers_alone(
     await CallerSession(http, url, ALICE).open()
     refused = await CallerSession(http, url, ALICE).post(initialize(9))
     assert refused.status == 429
-    assert 'Too many sessions for caller "alice" (limit 1' in refused.body["error"]["message"]
+    assert 'Too many sessions for caller "token:alice" (limit 1' in refused.body["error"]["message"]
     bob = CallerSession(http, url, BOB)
     await bob.open()
     assert await bob.delete() == 200

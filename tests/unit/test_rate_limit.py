@@ -31,14 +31,14 @@ def test_a_full_bucket_lets_the_burst_through_then_refuses_with_the_time_to_the_
     assert [rl.admit(who("alice")) for _ in range(5)] == [None] * 5
     refused = rl.admit(who("alice"))
     assert isinstance(refused, Limited)
-    assert refused.scope == PRINCIPAL and refused.key == "alice"
+    assert refused.scope == PRINCIPAL and refused.key == "token:alice"
     assert refused.retry_after_s == pytest.approx(0.1)
     assert refused.retry_after_ms == 100
     assert refused.retry_after_header == 1  # whole seconds, rounded up
     assert refused.data()["retryAfterMs"] == 100
-    assert refused.data()["principal"] == "alice"
+    assert refused.data()["principal"] == "token:alice"
     assert refused.message() == (
-        'Rate limit exceeded for principal "alice" (limits.rate.per_principal: 10/s, burst 5); retry after 100 ms'
+        'Rate limit exceeded for principal "token:alice" (limits.rate.per_principal: 10/s, burst 5); retry after 100 ms'
     )
 
 
@@ -180,4 +180,4 @@ def test_a_principal_is_keyed_by_kind_and_name() -> None:
     assert rl.admit(Principal("alice", "token")) is None
     assert rl.admit(Principal("alice", "oauth")) is None  # another caller that happens to share the name
     refused = rl.admit(Principal("alice", "token", frozenset({"pumps"})))  # same caller, other scopes
-    assert refused is not None and refused.key == "alice"
+    assert refused is not None and refused.key == "token:alice"
