@@ -112,6 +112,28 @@ def deadline(
     )
 
 
+def client_deadline(slot: str, timeout_ms: int, setting: str, method: str) -> RpcError:
+    """A client request's deadline passed while the provider waited for the client: it had relayed
+    `method` (elicitation/create, sampling/createMessage, roots/list) to the client, which had not
+    answered it. The provider is not at fault, and the text says so."""
+    raise_what = (
+        "this tool's entry in the slot's tool_timeouts_ms" if setting == "tool_timeouts_ms" else f"the slot's {setting}"
+    )
+    return RpcError(
+        jsonrpc.UNAVAILABLE,
+        f'The client did not answer the {method} request of provider "{slot}" within the call\'s deadline of '
+        f"{timeout_ms}ms; answer it sooner, or raise {raise_what}",
+        {
+            "slot": slot,
+            "reason": "deadline",
+            "timeout_ms": timeout_ms,
+            "setting": setting,
+            "waiting_for": "client",
+            "method": method,
+        },
+    )
+
+
 def handshake_deadline(slot: str, timeout_ms: int, setting: str, method: str | None = None) -> RpcError:
     """The provider did not answer `method` of the gateway's own handshake (server/discover, initialize,
     tools/list; None: the handshake as a whole) within its deadline, which `setting` configures (not the

@@ -14,16 +14,17 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 from gateway import __version__
-from gateway.core import eras, errors, jsonrpc, provider_hello
+from gateway.core import eras, errors, jsonrpc, provider_hello, request_notices
 from gateway.core.cancelled_requests import CancelledRequests, cancel_reason, late_answer_sink
 from gateway.core.clock import wall_time_of
 from gateway.core.due import DueQueue
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
-from gateway.core.link import CLOSE_POLICY, MessageRefused, ProviderLink
+from gateway.core.link import CLOSE_POLICY, MessageRefused, ProviderLink, send_failed_reason
 from gateway.core.provider_listen import ProviderListen
 from gateway.core.provider_requests import ProviderRequests
 from gateway.core.provider_state import (
@@ -39,11 +40,7 @@ from gateway.core.provider_state import (
 )
 from gateway.core.provider_tools import ToolListing
 from gateway.core.refused_answers import refused_answers
-from gateway.core.relay import (
-    PROVIDER_FACING_CAPABILITIES,
-    RELATED_REQUEST_KEY,
-    RequestRelay,
-)
+from gateway.core.relay import PROVIDER_FACING_CAPABILITIES, RequestRelay
 from gateway.core.request_ids import numbers_for
 from gateway.core.request_sends import RequestSends
 from gateway.core.schema_hash import tools_hash
@@ -116,6 +113,8 @@ class ProviderSession:
         is no fault of the provider."""
         self.requests = ProviderRequests(self)
         """The provider's requests towards clients, being relayed."""
+        self.relayed_methods: weakref.WeakKeyDictionary[asyncio.Task[None], str] = weakref.WeakKeyDictionary()
+        """The method of each request being relayed (by its relay task, forgotten with it)."""
         self.counters = SessionCounters()
         self.last_seen = time.monotonic()
         self.awaiting_heartbeat = False
@@ -483,7 +482,7 @@ class ProviderSession:
         except MessageRefused as exc:
             raise self._refused(exc) from None
         except (ConnectionError, RuntimeError) as exc:
-            self.link_lost(f"send failed: {exc}")
+            self.link_lost(send_failed_reason("a message", exc))
             raise errors.disconnected(self.slot, self.close_reason) from exc
 
     def _unencodable(self, message: JsonObject, exc: jsonrpc.EncodeError) -> errors.RpcError:
@@ -578,7 +577,7 @@ class ProviderSession:
             raise self._refused(exc) from None
         except (ConnectionError, RuntimeError) as exc:
             self._forget(request_id, "the provider link failed")
-            self.link_lost(f"send failed: {exc}")
+            self.link_lost(send_failed_reason("the request", exc))
             raise errors.disconnected(self.slot, self.close_reason) from exc
         except Exception:
             self._forget(request_id, "the request was not sent")  # no entry waits out a deadline for nothing
@@ -618,12 +617,19 @@ class ProviderSession:
         if entry is None or entry.future.done():
             return
         self.counters.deadlines += 1
-        entry.future.set_exception(deadline_error(self, entry))
+        entry.future.set_exception(deadline_error(self, entry, self._asked_client(entry)))
         self.cancelled.gave_up(entry)  # a slow provider's answer to it is late, not an id echoed wrongly
         self.requests.end_relays(
             entry, f"the request it belongs to passed the gateway deadline of {entry.timeout_ms}ms"
         )
         self._cancel_upstream(request_id, f"gateway deadline of {entry.timeout_ms}ms passed")
+
+    def _asked_client(self, entry: Pending) -> str | None:
+        """The method of a request relayed to `entry`'s client that it has not answered yet, if any."""
+        for record in self.requests.relayed.values():
+            if record.owner is entry and not record.task.done():
+                return self.relayed_methods.get(record.task, "relayed")
+        return None
 
     def fail_request(self, owner: Pending, error: errors.RpcError) -> None:
         """End the client request `owner` with `error` now: its provider call is cancelled upstream."""
@@ -661,6 +667,9 @@ class ProviderSession:
             self._on_notification(message.body)
         elif kind is Kind.REQUEST:
             self.requests.on_request(message.body)
+            record = self.requests.relayed.get(message.body["id"])
+            if record is not None:  # being relayed to a client: a deadline passing meanwhile names it
+                self.relayed_methods.setdefault(record.task, message.body["method"])
         elif kind is Kind.BATCH:
             self.counters.protocol_violations += 1
             self.warn_once("batch", "provider for slot %s sent a batch; batches are not relayed", self.slot)
@@ -708,22 +717,11 @@ class ProviderSession:
             # id means nothing to the client), the relay tells the client under the id it got.
             self.requests.provider_cancelled(params.get("requestId"))
             return
-        if method == "notifications/progress":
-            token = params.get("progressToken")
-            entry = self.pending.get(token) if is_gateway_id(token) else None
-            if entry is not None and entry.sink is not None:
-                entry.sink(jsonrpc.notification(method, {**params, "progressToken": entry.client_progress_token}))
+        routed = request_notices.route(self, body, method, params)
+        if routed is None:
             return
-        meta = params.get("_meta")
-        if isinstance(meta, dict) and RELATED_REQUEST_KEY in meta:
-            related = meta[RELATED_REQUEST_KEY]
-            entry = self.pending.get(related) if is_gateway_id(related) else None
-            rest = {key: value for key, value in meta.items() if key != RELATED_REQUEST_KEY}
-            params = {**params, "_meta": rest} if rest else {k: v for k, v in params.items() if k != "_meta"}
-            if entry is not None and entry.sink is not None:
-                entry.sink(jsonrpc.notification(method, params))
-                return
-            body = jsonrpc.notification(method, params)
+        if routed is not body:  # the gateway's tag came off
+            body, params = routed, routed.get("params") or {}
         if method in LISTEN_METHODS:
             self._on_listen_event(method, params)
             return
@@ -736,13 +734,6 @@ class ProviderSession:
             # (docs/protocol.md, "Requests from providers").
             self.requests.broker_notification(method, params)
             return
-        if method == "notifications/message":
-            # Untagged (stdio cannot tag): the only pending client request's when the provider speaks
-            # 2026-07-28 (it logs only for a request) or its caller does (no GET stream); else the slot's.
-            owner = self._only_client_request()
-            if owner is not None and owner.sink is not None and (self.modern or owner.stateless_caller):
-                owner.sink(body)
-                return
         self.observer.session_notification(self, body)
 
     def _on_listen_event(self, method: str, params: JsonObject) -> None:
@@ -756,15 +747,6 @@ class ProviderSession:
             self.relist(noticed=True)
             return
         self.observer.session_notification(self, jsonrpc.notification(method, params or None))
-
-    def _only_client_request(self) -> Pending | None:
-        owner: Pending | None = None
-        for entry in self.pending.values():
-            if entry.relay is not None:
-                if owner is not None:
-                    return None
-                owner = entry
-        return owner
 
     # -- status -------------------------------------------------------------------------------
 

@@ -87,9 +87,12 @@ def unmatched_answer(session: AnsweredSession, request_id: Any) -> None:
     )
 
 
-def deadline_error(session: AnsweredSession, entry: Pending) -> errors.RpcError:
-    """The error of `entry`, whose deadline passed: it names the answers nobody waited for that the
-    provider sent while `entry` was pending."""
+def deadline_error(session: AnsweredSession, entry: Pending, asked_client: str | None = None) -> errors.RpcError:
+    """The error of `entry`, whose deadline passed: when the provider was waiting for the client's
+    answer to a request relayed to it (`asked_client`, its method), the client's silence; else the
+    provider's, naming the answers nobody waited for that it sent while `entry` was pending."""
+    if asked_client is not None:
+        return errors.client_deadline(session.slot, entry.timeout_ms, session.settings.setting_for(entry), asked_client)
     return errors.deadline(
         session.slot,
         entry.timeout_ms,
