@@ -5,8 +5,10 @@ with SQLite's online backup (one state of the file, while the gateway goes on wr
 `PRAGMA quick_check`; the state directory's firmware/ tree; the configuration file, every file it names
 and the local CA of `tls self-signed` beside the server certificate; and manifest.json, which lists each
 file's original path, its place in the backup, size, sha256, mode and owner (`mcp-gateway restore` checks
-them all before it writes anything). A database that cannot be read, or a DEST that cannot take a copy,
-stops the backup (exit 1) and leaves no DEST behind; a DEST inside the state directory, or an audit trail
+them all before it writes anything). A run claims DEST (CLAIM) before it writes anything, so a second
+backup into the same DEST is refused (exit 2) and a failing run removes only its own files. A database
+that cannot be read, or a DEST that cannot take a copy, stops the backup (exit 1) and leaves no DEST
+behind; a DEST inside the state directory, one that cannot be made or written, or an audit trail
 expected at a relative [audit] path that names no file from this working directory, is refused (exit 2).
 Every image and configuration file is opened once, never through a link the gateway's user may have made
 (backup_fds), and copied from that descriptor.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import shutil
 import stat
@@ -60,12 +63,97 @@ def state_environment(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+CLAIM = ".mcp-gateway-backup.lock"
+"""The file a backup makes first in DEST (O_EXCL, holding its pid and an flock) and removes last: DEST is
+that run's alone while it exists, so a second backup into the same DEST is refused instead of mixing
+files with the first, and a failing run removes only what it made."""
+
+
 class _Refused(Exception):
     """DEST cannot take a backup: exit 2, nothing written."""
 
 
-def _prepare(dest: Path, state: Path) -> bool:
-    """Make DEST (0700, with missing parents 0700), or take an empty one; True when it was made here."""
+class _Claim:
+    """DEST, held by this run: `made` when this run created the directory."""
+
+    def __init__(self, dest: Path, descriptor: int, made: bool) -> None:
+        self.dest = dest
+        self.descriptor = descriptor
+        self.made = made
+
+    def release(self, keep: bool) -> None:
+        """End the hold; unless `keep` (the backup is whole), first remove what this run wrote: under the
+        claim nothing else was written into DEST."""
+        if not keep:
+            try:
+                children = list(self.dest.iterdir())
+            except OSError:  # DEST removed meanwhile: nothing of this run's left to remove
+                children = []
+            for child in children:
+                if child.name == CLAIM:
+                    continue
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        child.unlink()
+        self.let_go(keep)
+
+    def let_go(self, keep: bool = False) -> None:
+        """Remove the claim alone (and DEST, when this run made it and it is empty: never another's files)."""
+        with contextlib.suppress(OSError):
+            os.unlink(self.dest / CLAIM)
+        os.close(self.descriptor)
+        if keep:
+            sync_directory(self.dest)
+        elif self.made:
+            with contextlib.suppress(OSError):  # another run's claim in it since: its directory now
+                self.dest.rmdir()
+
+
+def _cannot_write(dest: Path, exc: OSError) -> _Refused:
+    """DEST (or a missing parent) cannot be made or written: named, not a traceback (docs/cli.md: exit 2)."""
+    where = Path(exc.filename) if exc.filename else dest
+    if exc.errno in FULL_ERRNOS:
+        why = f"the file system is full ({free_bytes(where if where.is_dir() else where.parent)} bytes free)"
+    else:
+        text = exc.strerror or str(exc)
+        why = text[:1].lower() + text[1:]
+    said = "" if where in (dest, dest / CLAIM) else f" ({where})"
+    return _Refused(f"cannot write {dest}{said}: {why}; no backup was left")
+
+
+def _in_use(dest: Path) -> _Refused:
+    """The refusal for a DEST whose claim another run holds, or one a stopped run left."""
+    holder = ""
+    held = True
+    with contextlib.suppress(OSError):
+        descriptor = os.open(dest / CLAIM, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            holder = os.read(descriptor, 32).decode(errors="replace").strip()
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass
+            else:
+                held = not holder  # an empty claim: a run that has only just made it
+        finally:
+            os.close(descriptor)
+    pid = f" (pid {holder})" if holder.isdigit() else ""
+    if held:
+        return _Refused(
+            f"another backup{pid} is writing {dest}: wait for it to end, or give another directory (two backups "
+            "never share one)"
+        )
+    return _Refused(
+        f"{dest} holds an incomplete backup: the backup{pid} that wrote it was stopped before it finished "
+        f"({CLAIM} is left); remove {dest} (restore refuses it) and back up again"
+    )
+
+
+def _prepare(dest: Path, state: Path) -> _Claim:
+    """Make DEST (0700, with missing parents 0700) or take an empty one, and claim it (CLAIM): this run's
+    until `release`. _Refused when it is inside the state directory, not empty, in use or cannot be written."""
     place, home = dest.resolve(), state.resolve()
     if place == home or home in place.parents:
         raise _Refused(
@@ -74,29 +162,53 @@ def _prepare(dest: Path, state: Path) -> bool:
         )
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise _Refused(f"{dest} exists and is not a directory: give a new or empty directory")
-    if dest.exists():
-        if any(dest.iterdir()):
-            raise _Refused(
-                f"{dest} is not empty: give a new or empty directory (a backup is never mixed with other files)"
-            )
-        os.chmod(dest, PRIVATE_DIRECTORY)
-        return False
-    missing = [folder for folder in (dest, *dest.parents) if not folder.exists()]
-    for folder in reversed(missing):
-        folder.mkdir(mode=PRIVATE_DIRECTORY)
-    return True
-
-
-def _remove(dest: Path, made: bool) -> None:
-    if made:
-        shutil.rmtree(dest, ignore_errors=True)
-        return
-    for child in dest.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
+    made = False
+    try:
+        for folder in reversed([folder for folder in dest.parents if not folder.exists()]):
+            with contextlib.suppress(FileExistsError):  # made by a run beside this one: as good
+                folder.mkdir(mode=PRIVATE_DIRECTORY)
+        try:
+            dest.mkdir(mode=PRIVATE_DIRECTORY)
+            made = True
+        except FileExistsError:
+            _check_empty(dest)
+        # O_EXCL: of two runs that both found DEST empty, one makes the claim and the other is refused.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        descriptor = os.open(dest / CLAIM, flags, PRIVATE_FILE)
+    except FileExistsError as exc:
+        if exc.filename is not None and Path(exc.filename).name == CLAIM:
+            raise _in_use(dest) from None
+        raise _cannot_write(dest, exc) from None
+    except OSError as exc:
+        if made:
             with contextlib.suppress(OSError):
-                child.unlink()
+                dest.rmdir()
+        raise _cannot_write(dest, exc) from None
+    claim = _Claim(dest, descriptor, made)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+        # Checked again under the claim: a run that ended between the first look and the claim left its files.
+        _check_empty(dest, claimed=True)
+        if not made:
+            os.chmod(dest, PRIVATE_DIRECTORY)
+    except _Refused:
+        claim.let_go()
+        raise
+    except OSError as exc:
+        claim.let_go()
+        raise _cannot_write(dest, exc) from None
+    return claim
+
+
+def _check_empty(dest: Path, claimed: bool = False) -> None:
+    names = set(os.listdir(dest))
+    if claimed:
+        names.discard(CLAIM)
+    elif CLAIM in names:
+        raise _in_use(dest)
+    if names:
+        raise _Refused(f"{dest} is not empty: give a new or empty directory (a backup is never mixed with other files)")
 
 
 class _Writer:
@@ -313,7 +425,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     dest = Path(args.dest).expanduser().absolute()
     env = state_environment(args)
     try:
-        made = _prepare(dest, state_directory(env).absolute())
+        claim = _prepare(dest, state_directory(env).absolute())
     except _Refused as exc:
         print(f"mcp-gateway backup: {exc}", file=sys.stderr)
         return 2
@@ -336,8 +448,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         print(f"mcp-gateway backup: {why}; no backup was left in {dest}", file=sys.stderr)
         return 1
     finally:
-        if not done:
-            _remove(dest, made)
+        claim.release(keep=done)
     if args.json:
         sys.stdout.write(orjson.dumps(manifest.as_json()).decode() + "\n")
         return 0

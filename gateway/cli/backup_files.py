@@ -344,7 +344,12 @@ def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None
             reading.execute("PRAGMA locking_mode = EXCLUSIVE")
     except sqlite3.Error as exc:
         raise BackupError(f"{fail}: {exc}") from None
-    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    except BaseException:
+        reading.close()
+        raise
+    made = os.fstat(descriptor)
     os.close(descriptor)
     try:
         writing = sqlite3.connect(target, timeout=busy_s)
@@ -361,13 +366,36 @@ def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None
         code = getattr(exc, "sqlite_errorcode", None)
         if code in DESTINATION_ERRORS:
             raise cannot_write(target, dest, str(exc), code == sqlite3.SQLITE_FULL, source) from None
+        copy_fault = _copy_fault(source, target, made, busy_s)
+        if copy_fault is not None:
+            raise cannot_write(target, dest, f"{exc}; {copy_fault}", False, source) from None
         raise BackupError(f"{fail}: {exc} (is it a SQLite database, and whole?)") from None
     finally:
         reading.close()
     problem = quick_check(target, busy_s)
     if problem is not None:
+        copy_fault = _copy_fault(source, target, made, busy_s)
+        if copy_fault is not None:
+            raise cannot_write(
+                target, dest, f"the copy fails SQLite's quick_check ({problem}); {copy_fault}", False, source
+            )
         raise BackupError(f"{fail}: its copy fails SQLite's quick_check ({problem}): the database is damaged")
     os.chmod(target, PRIVATE_FILE)
+
+
+def _copy_fault(source: Path, target: Path, made: os.stat_result, busy_s: float) -> str | None:
+    """Why a failed database copy is the copy's own fault, not the source's (None when it may be the source's):
+    the copy is gone or is another file than the one made (another process writes the backup's directory),
+    or the source passes quick_check on its own."""
+    try:
+        now = os.stat(target, follow_symlinks=False)
+    except OSError:
+        now = None
+    if now is None or (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
+        return "the copy was removed or replaced while it was written: another process writes this directory"
+    if quick_check(source, busy_s) is None:
+        return f"{source} itself passes quick_check"
+    return None
 
 
 def settings_in(data: Any, where: str = "") -> Iterator[tuple[str, str]]:

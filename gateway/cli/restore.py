@@ -8,8 +8,8 @@ or configuration file already in place is replaced only with --force, and then k
 the backup's is left as it is. With --with-config the configuration files go where the backed-up
 configuration names them (restore_targets), one outside the configuration file's directory only with
 --force. Each file is copied from one descriptor and checked as it is written, and nothing is written
-through a link under the state directory (restore_write). After the restore each restored database passes
-`PRAGMA quick_check`.
+through a link under the state directory (restore_write). A database copy passes `PRAGMA quick_check`
+before it is renamed into place (one that fails leaves the target as it was), and again after the restore.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How `restore` writes one file of a backup: the plan's step, the directory it writes into (under the state
-directory reached without following a link), the copy made from one descriptor and checked as it is written,
-and the file in place kept aside."""
+directory reached without following a link), the copy made from one descriptor and checked as it is written
+(a database also with quick_check before it is renamed into place), and the file in place kept aside."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.cli.backup_fds import NotDirectory, NotRegular, link_on_the_way, open_below, open_regular
-from gateway.cli.backup_files import PRIVATE_DIRECTORY, PRIVATE_FILE, BackupError, Entry, write_copy
+from gateway.cli.backup_files import PRIVATE_DIRECTORY, PRIVATE_FILE, BackupError, Entry, quick_check, write_copy
 from gateway.cli.restore_targets import entry_owner, give_owner, make_config_parents
 
 DATABASE_NAMES = {"audit": "the audit trail", "registry": "the device registry"}
@@ -166,6 +166,20 @@ def _copy_checked(source: Path, step: Step, temporary: str, folder: int) -> None
         )
 
 
+def _database_checked(source: Path, step: Step, temporary: str, folder: int) -> None:
+    """The copied database passes `PRAGMA quick_check` before it is renamed into place: one that fails is
+    removed, so the target stays as it was (a damaged backup whose sums were made to match)."""
+    problem = quick_check(step.target.with_name(temporary))
+    if problem is None:
+        return
+    _remove(temporary, folder)
+    raise BackupError(
+        f"{source / step.entry.path} (backup of {step.entry.original}) fails SQLite's quick_check ({problem}): the "
+        f"backup's database is damaged; {step.target} was not written and the files said restored above stay in "
+        "place: restore a backup whose databases pass the check"
+    )
+
+
 def _remove(name: str, folder: int) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=folder)
@@ -189,6 +203,8 @@ def put(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary, dir_fd=folder)
         _copy_checked(source, step, temporary, folder)
+        if step.entry.kind in DATABASE_NAMES:
+            _database_checked(source, step, temporary, folder)
         _chown(temporary, folder, step, state_owner)
         aside: str | None = None
         if step.replaces:

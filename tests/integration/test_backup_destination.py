@@ -1,0 +1,189 @@
+"""Who owns a backup's DEST (docs/operations.md, "Backup and restore"): a second `mcp-gateway backup` into
+the DEST a first one is writing is refused by name and takes none of its files, a claim a stopped backup
+left is named, a DEST that cannot be written is named with exit 2, and a restore of a database that fails
+its check leaves the target as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.integration.test_backup_restore import small_backup_source
+from tests.support.gateway_process import PIPE, REPO, clean_environment, cli_process, run_to_exit
+
+CLAIM = ".mcp-gateway-backup.lock"
+
+
+async def wait_for(path: Path, seconds: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not await asyncio.to_thread(path.exists):
+        assert loop.time() < deadline, f"{path} did not appear"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.timeout(90)
+async def test_a_second_backup_into_the_destination_a_first_writes_is_refused_and_takes_nothing(
+    tmp_path: Path,
+) -> None:
+    env = small_backup_source(tmp_path)
+    registry = Path(env["STATE_DIRECTORY"]) / "devices.db"
+    dest = tmp_path / "same"
+    # The first backup is held inside its copy of the registry (a lock as a running gateway holds it), so
+    # the second starts while the first has claimed DEST and written part of it: no timing involved.
+    holder = sqlite3.connect(registry, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    first = await cli_process("backup", str(dest), "--busy-timeout", "60", env=env)
+    try:
+        await wait_for(dest / "databases" / "devices.db")
+        assert (dest / CLAIM).read_text().strip() == str(first.pid)
+        code, _out, err = await run_to_exit("backup", str(dest), env=env)
+        assert code == 2, err
+        assert err.startswith(f"mcp-gateway backup: another backup (pid {first.pid}) is writing {dest}: "), err
+        assert "cannot be backed up" not in err and "damaged" not in err
+        assert sorted(path.name for path in dest.iterdir()) == sorted([CLAIM, "databases"])
+        assert (dest / "databases" / "devices.db").exists()
+    finally:
+        holder.rollback()
+        holder.close()
+        out, err_bytes = await asyncio.wait_for(first.communicate(), 60)
+    assert first.returncode == 0, err_bytes.decode()
+    assert out.decode().startswith(f"backed up 1 files, {registry.stat().st_size} bytes, to {dest}")
+    assert sorted(path.name for path in dest.iterdir()) == ["databases", "manifest.json"]
+    fresh = tmp_path / "fresh"
+    code, _out, err = await run_to_exit("restore", str(dest), env={"STATE_DIRECTORY": str(fresh)})
+    assert code == 0, err
+    rows = sqlite3.connect(fresh / "devices.db").execute("SELECT count(*) FROM devices").fetchone()
+    assert rows == (200,)
+
+
+@pytest.mark.timeout(60)
+async def test_a_claim_a_stopped_backup_left_is_named(tmp_path: Path) -> None:
+    env = small_backup_source(tmp_path)
+    dest = tmp_path / "stopped"
+    (dest / "databases").mkdir(parents=True)
+    (dest / "databases" / "devices.db").write_bytes(b"part of a copy")
+    (dest / CLAIM).write_text("4242\n")  # no process holds its lock: the run that wrote it is gone
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    assert err.startswith(
+        f"mcp-gateway backup: {dest} holds an incomplete backup: the backup (pid 4242) that wrote it was stopped "
+        f"before it finished ({CLAIM} is left); remove {dest} (restore refuses it) and back up again"
+    ), err
+    assert (dest / "databases" / "devices.db").read_bytes() == b"part of a copy"
+
+
+@pytest.mark.timeout(60)
+async def test_a_claim_held_without_other_files_is_still_in_use(tmp_path: Path) -> None:
+    env = small_backup_source(tmp_path)
+    dest = tmp_path / "held"
+    dest.mkdir()
+    with open(dest / CLAIM, "w") as claim:  # noqa: ASYNC230 - a tiny local file, held as a backup holds it
+        fcntl.flock(claim, fcntl.LOCK_EX)
+        claim.write(f"{os.getpid()}\n")
+        claim.flush()
+        code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    assert err.startswith(f"mcp-gateway backup: another backup (pid {os.getpid()}) is writing {dest}: "), err
+    assert [path.name for path in dest.iterdir()] == [CLAIM]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("root")  # mounting a read-only file system, in a mount namespace of its own
+@pytest.mark.parametrize("below", ["b", "x/b", ""])
+async def test_a_read_only_destination_is_named_with_exit_2(tmp_path: Path, below: str) -> None:
+    env = small_backup_source(tmp_path)
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    dest = mount / below if below else mount
+    script = 'mount -t tmpfs -o ro,size=64k tmpfs "$1" && shift && exec "$@"'
+    process = await asyncio.create_subprocess_exec(
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        str(mount),
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "backup",
+        str(dest),
+        cwd=REPO,
+        stdout=PIPE,
+        stderr=PIPE,
+        env=clean_environment(env),
+    )
+    _out, err_bytes = await asyncio.wait_for(process.communicate(), 30)
+    err = err_bytes.decode()
+    assert process.returncode == 2, err
+    where = f" ({mount / 'x'})" if below == "x/b" else ""
+    assert err == f"mcp-gateway backup: cannot write {dest}{where}: read-only file system; no backup was left\n"
+
+
+@pytest.mark.timeout(60)
+async def test_a_restored_database_that_fails_its_check_leaves_the_target_as_it_was(tmp_path: Path) -> None:
+    env = small_backup_source(tmp_path)
+    damaged = tmp_path / "damaged"
+    code, _out, err = await run_to_exit("backup", str(damaged), env=env)
+    assert code == 0, err
+    copy = damaged / "databases" / "devices.db"
+    data = bytearray(copy.read_bytes())
+    data[4096:8192] = b"\xa5" * 4096  # the table's second page
+    copy.write_bytes(bytes(data))
+    manifest = orjson.loads((damaged / "manifest.json").read_bytes())
+    from gateway.cli.backup_files import sha256_of
+
+    manifest["files"][0]["size"], manifest["files"][0]["sha256"] = sha256_of(copy)  # sums made to match
+    (damaged / "manifest.json").write_bytes(orjson.dumps(manifest))
+    fresh = tmp_path / "fresh"
+    code, _out, err = await run_to_exit("restore", str(damaged), env={"STATE_DIRECTORY": str(fresh)})
+    assert code == 1, err
+    assert err.startswith(
+        f"mcp-gateway restore: {copy} (backup of {env['STATE_DIRECTORY']}/devices.db) fails SQLite's quick_check ("
+    ), err
+    assert f"{fresh}/devices.db was not written" in err
+    assert [path.name for path in fresh.iterdir() if "devices" in path.name] == []
+    whole = tmp_path / "whole"
+    code, _out, err = await run_to_exit("backup", str(whole), env=env)
+    assert code == 0, err
+    code, out, err = await run_to_exit("restore", str(whole), env={"STATE_DIRECTORY": str(fresh)})
+    assert code == 0, err
+    assert f"restored the device registry {fresh}/devices.db" in out
+
+
+@pytest.mark.timeout(90)
+async def test_a_copy_removed_under_the_backup_is_named_as_the_destinations_fault_not_the_database(
+    tmp_path: Path,
+) -> None:
+    env = small_backup_source(tmp_path)
+    registry = Path(env["STATE_DIRECTORY"]) / "devices.db"
+    dest = tmp_path / "backup"
+    holder = sqlite3.connect(registry, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    backup = await cli_process("backup", str(dest), "--busy-timeout", "60", env=env)
+    try:
+        copy = dest / "databases" / "devices.db"
+        await wait_for(copy)
+        copy.unlink()  # another process writing DEST (not a backup: those are refused) removes the copy
+    finally:
+        holder.rollback()
+        holder.close()
+        _out, err_bytes = await asyncio.wait_for(backup.communicate(), 60)
+    err = err_bytes.decode()
+    assert backup.returncode == 1, err
+    assert err.startswith(f"mcp-gateway backup: cannot write {copy}: "), err  # SQLite: "disk I/O error"
+    assert "the copy was removed or replaced while it was written: another process writes this directory" in err
+    assert "cannot be backed up" not in err and "damaged" not in err and f"no backup was left in {dest}" in err
+    assert not dest.exists()
+    assert sqlite3.connect(registry).execute("PRAGMA quick_check").fetchone() == ("ok",)
