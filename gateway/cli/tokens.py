@@ -93,11 +93,21 @@ def _check_whole(args: argparse.Namespace, path: Path, entries: list[Any]) -> No
     everything else the gateway loads ([[auth.tokens]] and every token file, `path` counted even when
     the configuration does not list it yet): TokenFileError (a TokenClash for a name or token used
     twice) when the gateway could not use them. Without a configuration, nothing beyond the file."""
-    from gateway.policy.token_files import TokenSource, check_unique, read_token_file
+    from gateway.policy.token_files import check_unique
+
+    sources = _sources(args, path, entries)
+    if sources is not None:
+        check_unique(sources)
+
+
+def _sources(args: argparse.Namespace, path: Path, entries: list[Any]) -> list[Any] | None:
+    """Every token the gateway of the configuration loads, `entries` standing for the file `path` (as
+    TokenSource); None without a configuration. TokenFileError when one of its token files cannot be read."""
+    from gateway.policy.token_files import TokenSource, read_token_file
 
     config = _config_name(args)
     if config is None:
-        return
+        return None
     auth = _config_auth(args)
     configured = auth.get("tokens")
     sources = [
@@ -117,7 +127,7 @@ def _check_whole(args: argparse.Namespace, path: Path, entries: list[Any]) -> No
         sources += [TokenSource(entry.name, where, entry.sha256) for entry in current]
     if not listed:
         sources += [TokenSource(entry.name, written, entry.sha256) for entry in entries]
-    check_unique(sources)
+    return sources
 
 
 def _written_where(args: argparse.Namespace, path: Path) -> str:
@@ -132,22 +142,30 @@ def _written_where(args: argparse.Namespace, path: Path) -> str:
     return str(path)
 
 
+def _undoing(args: argparse.Namespace, name: str, place: str) -> str:
+    """How to remove the token `name` configured at `place` (a token file, or [[auth.tokens]])."""
+    if place.startswith("[[auth.tokens]]"):
+        return f"remove the [[auth.tokens]] entry {name!r} from {_config_name(args)} and run `mcp-gateway reload`"
+    return f"`mcp-gateway token revoke {name} --file {place}`"
+
+
 def _mending(args: argparse.Namespace, exc: Exception) -> str:
-    """How to mend what stops the gateway from using the tokens: a clash undone at either of its places,
-    another token file mended."""
+    """How to mend what stops the gateway from using the tokens: a name clash undone at either of its
+    places, one token under two names withdrawn at both (or the copy removed), another token file mended."""
     from gateway.policy.token_files import TokenClash
 
     if not isinstance(exc, TokenClash):
         return "mend that file first (`mcp-gateway token list --file FILE` reads it as the gateway does)"
-    ways = []
-    for name, place in zip(exc.names, exc.places, strict=True):
-        if place.startswith("[[auth.tokens]]"):
-            ways.append(
-                f"remove the [[auth.tokens]] entry {name!r} from {_config_name(args)} and run `mcp-gateway reload`"
-            )
-        else:
-            ways.append(f"`mcp-gateway token revoke {name} --file {place}`")
-    return "undo it at either place: " + ", or ".join(dict.fromkeys(ways))
+    ways = [_undoing(args, name, place) for name, place in zip(exc.names, exc.places, strict=True)]
+    if exc.names[0] == exc.names[1]:
+        return "undo it at either place: " + ", or ".join(dict.fromkeys(ways))
+    # One secret under two names: removing either name lets the other load, and the secret with it.
+    first, second = exc.names
+    return (
+        f"remove both names to withdraw the secret (it may have leaked): {ways[0]}, and {ways[1]}; removing one "
+        f"name alone leaves the secret accepted under the other. To keep it for one caller, remove only the copy "
+        f"({first!r} or {second!r}, whichever was not meant to hold it), and the secret stays valid for the other"
+    )
 
 
 def _involves(exc: Exception, where: str) -> bool:
@@ -221,7 +239,13 @@ def _entries_of(path: Path, command: str) -> list[Any] | None:
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
     """Remove NAME's entry from the token file (written atomically, mode 0600, as create writes it)."""
-    from gateway.policy.token_files import TokenFileError, render_token_file, write_atomically
+    from gateway.policy.token_files import (
+        TokenFileError,
+        TokenSource,
+        check_unique,
+        render_token_file,
+        write_atomically,
+    )
 
     path, configured = _token_file(args)
     entries = _entries_of(path, "revoke")
@@ -247,11 +271,32 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"mcp-gateway token revoke: token file {path}: {exc}", file=sys.stderr)
         return 2
+    revoked = next(entry for entry in entries if entry.name == args.name)
+    clash: TokenFileError | None = None
+    sources: list[Any] | None = None
+    survivors: list[Any] = []
     try:
-        _check_whole(args, path, kept)
+        sources = _sources(args, path, kept)
+        # Without a configuration only this file is seen: the same secret may sit in it under another name.
+        seen = sources if sources is not None else [TokenSource(e.name, str(path), e.sha256) for e in kept]
+        survivors = [source for source in seen if source.sha256 == revoked.sha256]
+        if sources is not None:
+            check_unique(sources)
     except TokenFileError as exc:
+        clash = exc
+    if survivors:
+        # A revocation withdraws a name; the secret it stood for stays valid under each other name.
+        names = ", ".join(f"{source.name!r} ({source.where})" for source in survivors)
+        ways = ", and ".join(_undoing(args, source.name, source.where) for source in survivors)
+        print(
+            f"mcp-gateway token revoke: revoked {args.name!r} in {path}, but the same token (the same secret) "
+            f"is still accepted as {names}. To withdraw it, remove {'that' if len(survivors) == 1 else 'each'} "
+            f"too: {ways}.",
+            file=sys.stderr,
+        )
+    if clash is not None:
         where = _written_where(args, path)
-        if _involves(exc, where):
+        if _involves(clash, where):
             outcome = (
                 f"a running gateway cannot use {where} now and keeps its previous tokens, so {args.name!r} is "
                 "still accepted until that is mended"
@@ -259,10 +304,11 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
         else:
             outcome = "a gateway started with this configuration refuses to start"
         print(
-            f"mcp-gateway token revoke: revoked {args.name!r} in {path}, but {exc}: {outcome}. Mend it: "
-            f"{_mending(args, exc)}; the revocation then applies within a second.",
+            f"mcp-gateway token revoke: revoked {args.name!r} in {path}, but {clash}: {outcome}. Mend it: "
+            f"{_mending(args, clash)}; the revocation then applies within a second.",
             file=sys.stderr,
         )
+    if survivors or clash is not None:
         return 1
     print(f'Revoked token "{args.name}" in {path}.')
     # Token files are re-read when they change (gateway/policy/static_tokens.py): no reload is needed.
@@ -275,6 +321,20 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
         f"{who} re-reads the file within a second and refuses the token from its next request; "
         "no reload or restart is needed."
     )
+    if sources is None:
+        print(
+            f"Only {path} was searched for the same token under another name: without a configuration "
+            "(--config or $MCP_GATEWAY_CONFIG) this command cannot see the other token files or [[auth.tokens]]: "
+            "the same token under another name there stays accepted. With --config it checks them all."
+        )
+    else:
+        unknown = [source.name for source in sources if source.sha256 is None]
+        if unknown:
+            print(
+                f"The [[auth.tokens]] token(s) {', '.join(map(repr, unknown))} cannot be read from this shell (an "
+                "environment variable of the service, or a file it cannot read), so they were not compared with "
+                "the revoked one."
+            )
     return 0
 
 
@@ -349,7 +409,9 @@ def add_token(commands: Commands) -> None:
         help="revoke a client token (remove it from the token file)",
         description="Remove NAME's token from the token file (replaced atomically, mode 0600). A running gateway "
         "re-reads the file when it changes: the token is refused from its next request, without a reload. Exit "
-        "1 when the file has no token of that name.",
+        "1 when the file has no token of that name, and when the token is still accepted after its removal: "
+        "the same token under another name (in any token file or [[auth.tokens]] the command sees), or a "
+        "clash that keeps the gateway from using the file (the revocation is written all the same).",
     )
     token_revoke.add_argument("name", help="the token's name, as `mcp-gateway token list` shows it")
     _file_flag(token_revoke)

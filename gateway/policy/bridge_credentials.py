@@ -1,10 +1,10 @@
 """What the stdio bridge (gateway/northbound/stdio_bridge.py) authenticates its requests with.
 
 A bearer token, or an [auth.hmac] key that signs each request afresh (hmac_signing.py). The key's
-secret file is read again before signing whenever it changed (modification time, size or inode), so
-a rotated secret needs no restart of the bridge. A refusal the credentials can answer is resent:
-signed before the gateway started (a few times, a second apart), or a signature that does not match
-when the secret file holds a different secret now (once).
+secret file is read again before signing whenever it changed (modification or change time, size or
+inode), so a rotated secret needs no restart of the bridge. A refusal the credentials can answer is
+resent: signed before the gateway started (a few times, a second apart), or a signature that does not
+match when the secret file holds a different secret now (once).
 """
 
 from __future__ import annotations
@@ -62,14 +62,15 @@ class HmacKey:
         self.secret_file = secret_file
         self._file_state = self._stat()
 
-    def _stat(self) -> tuple[int, int, int] | None:
+    def _stat(self) -> tuple[int, int, int, int] | None:
         if self.secret_file is None:
             return None
         try:
             found = os.stat(self.secret_file)
         except OSError:
             return None
-        return (found.st_mtime_ns, found.st_size, found.st_ino)
+        # ctime as well: a same-size rewrite whose mtime is set back (cp -p, rsync -t) still moves it.
+        return (found.st_mtime_ns, found.st_ctime_ns, found.st_size, found.st_ino)
 
     def read_again(self, *, force: bool = False) -> bool:
         """Read the secret file again when it changed (or when `force`); True when the secret differs."""

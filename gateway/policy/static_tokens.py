@@ -38,7 +38,7 @@ from aiohttp import web
 from gateway.config import ConfigError, GatewayConfig
 from gateway.core.broker.problems import STANDING, Problem
 from gateway.core.principal import Principal
-from gateway.policy.token_files import TokenFileError, TokenSource, read_token_file
+from gateway.policy.token_files import TokenClash, TokenFileError, TokenSource, read_token_file
 from gateway.policy.token_files import check_unique as check_unique_tokens
 from gateway.policy.verifier import AuthFailure, Endpoint, is_loopback_peer
 from gateway.telemetry.metrics import Metrics
@@ -60,7 +60,7 @@ class StaticToken:
     """Where it was configured ("config" or a token file path), for error messages."""
 
 
-FileStamp = tuple[int, int, int]  # (inode, size, mtime_ns)
+FileStamp = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
 
 
 def _stamp(path: Path) -> FileStamp | None:
@@ -68,7 +68,9 @@ def _stamp(path: Path) -> FileStamp | None:
         info = path.stat()
     except (OSError, ValueError):  # ValueError: a NUL in the name
         return None
-    return (info.st_ino, info.st_size, info.st_mtime_ns)
+    # The change time too: an in-place edit of the same size whose mtime is set back (cp -p, rsync -t,
+    # touch -r) keeps inode, size and mtime, but every write and chmod moves ctime, which no user can set.
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def tokens_from_file(path: Path) -> list[StaticToken]:
@@ -109,6 +111,23 @@ def from_this_machine(request: web.Request) -> bool:
         return False
     address = _address(peer[0])
     return address is not None and address == _address(local[0])
+
+
+def _clash_fix(exc: TokenFileError) -> str:
+    """The way out of a clash: a name used twice is undone at either place; one token under two names
+    must go at both, since removing one name lets the file load and the token with it under the other."""
+    if isinstance(exc, TokenClash) and exc.names[0] != exc.names[1]:
+        first, second = exc.names
+        return (
+            f"One token under two names ({first!r}, {second!r}): removing either name leaves the token accepted "
+            "under the other. To withdraw it, remove both (`mcp-gateway token revoke NAME --file FILE` for a "
+            "token file, the [[auth.tokens]] entry and `mcp-gateway reload` for the configuration); to keep it "
+            "for one caller, remove only the copy, and it stays valid for that caller."
+        )
+    return (
+        "A name used twice: revoke one (`mcp-gateway token revoke NAME --file FILE`), or remove the "
+        "[[auth.tokens]] entry and run `mcp-gateway reload`."
+    )
 
 
 def _untold() -> None:
@@ -197,7 +216,7 @@ class StaticTokenVerifier:
                 self.tokens = self._combine()
             except TokenFileError as exc:
                 self.by_file[path] = previous
-                self._unusable(path, str(exc))
+                self._unusable(path, exc)
                 continue
             self._usable(path)
             log.info("token file %s reloaded: %d tokens", path, len(self.by_file[path]))
@@ -205,9 +224,10 @@ class StaticTokenVerifier:
         if before is not None and regranted(before, self.grants()):
             self.grants_changed()
 
-    def _unusable(self, path: Path, reason: str) -> None:
+    def _unusable(self, path: Path, exc: TokenFileError) -> None:
         """Keep `path`'s previous tokens and say so: one error line per reason, and a standing problem in
         broker_diagnose until the file is used again (an edit that revokes a token does not apply meanwhile)."""
+        reason = str(exc)
         if self.unusable.get(path) != reason:
             log.error("token file %s changed but cannot be used, keeping its previous tokens: %s", path, reason)
         self.unusable[path] = reason
@@ -220,10 +240,8 @@ class StaticTokenVerifier:
                 "tokens revoked or changed in it since are still accepted as they were",
                 f"{path}: {reason}",
                 "Mend the file: `mcp-gateway token list --config CONFIG` checks it with [[auth.tokens]] and every "
-                "token file, as the gateway does. A name or token used twice: revoke one (`mcp-gateway token revoke "
-                "NAME --file FILE`), or remove the [[auth.tokens]] entry and run `mcp-gateway reload`. The gateway "
-                f"uses the file within {RELOAD_CHECK_S:g} s of it loading and withdraws this problem; until then a "
-                "restart fails.",
+                f"token file, as the gateway does. {_clash_fix(exc)} The gateway uses the file within "
+                f"{RELOAD_CHECK_S:g} s of it loading and withdraws this problem; until then a restart fails.",
             ),
         )
 

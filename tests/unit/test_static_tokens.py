@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -165,6 +166,27 @@ def test_token_files_are_read_and_reloaded_when_they_change(tmp_path: Path) -> N
     now[0] += 1.5
     found.reload_if_changed()
     assert found.match(first) is None and found.match(second) is None
+
+
+def test_a_same_size_edit_whose_mtime_is_set_back_is_picked_up(tmp_path: Path) -> None:
+    # cp -p, rsync -t and touch -r restore the modification time; with the size and inode unchanged only
+    # the change time (which no user can set) tells that the content changed.
+    path = tmp_path / "tokens.toml"
+    bob = create_token(path, "bob", ["pump-1"])
+    now = [0.0]
+    found = StaticTokenVerifier([], [path], tls=False, clock=lambda: now[0])
+    before = path.stat()
+    time.sleep(0.05)  # past the kernel's timestamp granularity, so the write's change time differs
+    with path.open("r+") as handle:
+        text = handle.read()
+        handle.seek(0)
+        handle.write(text.replace('scopes = ["pump-1"]', 'scopes = ["pump-2"]'))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    now[0] += 1.5
+    found.reload_if_changed()
+    assert found.match(bob).principal.scopes == frozenset({"pump-2"})  # type: ignore[union-attr]
 
 
 def test_a_token_file_others_can_write_is_refused(tmp_path: Path) -> None:
