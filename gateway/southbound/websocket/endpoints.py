@@ -314,6 +314,7 @@ class ProviderWebSockets:
                     reason, close_code = self._socket_error(ws, msg.data)
                     break
         finally:
+            sender.stop_watch()
             session.link_lost(sender.cut_reason or link_end(reason, close_code or ws.close_code))
         return ws
 
@@ -403,6 +404,7 @@ class ProviderWebSockets:
         finally:
             deadline.cancel()
             refused_deadline.cancel()
+            socket.sender.stop_watch()
             self.sockets.discard(socket)
             sessions, socket.sessions = socket.sessions, {}
             for session in sessions.values():

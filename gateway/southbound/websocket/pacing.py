@@ -9,7 +9,8 @@ connected at the TCP level, for the turns after, while other work interleaves.
 A provider that stops reading its socket (while it still sends, so it looks alive) leaves every send
 waiting for the socket to drain, each frame held in memory: a send during which the socket takes
 nothing for limits.provider_send_timeout_s cuts the connection (SocketSender), whether its caller
-still waits for it or not. A provider that reads slowly but steadily is never cut for it.
+still waits for it or not; so do frames the kernel accepted at once and the provider never takes. A
+provider that reads slowly but steadily is never cut for it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from collections.abc import Callable
 from aiohttp import WSMsgType, web
 
 from gateway.core.link import close_reason
+
+WATCH_TICKS = 4
+"""Looks per limits.provider_send_timeout_s a link's watch takes at bytes still outstanding: a link
+that takes nothing is cut within a quarter of the bound past it, at one `SIOCOUTQ` call per look."""
 
 
 class TurnPacer:
@@ -69,7 +74,14 @@ class SocketSender:
     A frame that may have to wait is sent by a task of its own, which the caller awaits shielded:
     every send waiting on a socket shares one drain future in aiohttp, so a caller that stops waiting
     (its deadline passed, or it left) must not cancel it under the others; and its frame, already in
-    the buffer, stays under the bound whether anyone waits for it or not."""
+    the buffer, stays under the bound whether anyone waits for it or not.
+
+    A frame the kernel accepts at once (it fits in the socket's send buffer, megabytes on a LAN) needs
+    no waiting send, so the watch times it: one timer per socket, set by a send when none is set, that
+    looks every `timeout_s / WATCH_TICKS` at what is outstanding (the connection's buffer and the
+    kernel's send queue) and cuts like a waiting send once the peer took nothing for `WATCH_TICKS`
+    looks; it lapses when nothing is outstanding. A send thus costs one test of the timer, never a
+    system call."""
 
     def __init__(
         self,
@@ -91,6 +103,12 @@ class SocketSender:
         self._sending: set[asyncio.Task[None]] = set()
         self._written = 0
         """Bytes handed to the connection so far (what it has taken is this less what it still buffers)."""
+        self._watch: asyncio.TimerHandle | None = None
+        """The next look of the watch at outstanding bytes; None while the watch is not set."""
+        self._watched_taken = 0
+        """What the peer had taken at the watch's last look."""
+        self._idle_looks = -1
+        """Looks in a row at which the peer had taken nothing more; -1 before the watch's first look."""
 
     async def send(self, data: bytes) -> None:
         """Send one text frame; ConnectionError when the socket is closed or was cut for waiting too long."""
@@ -100,6 +118,8 @@ class SocketSender:
             raise ConnectionError("WebSocket closed")
         transport = self.transport
         self._written += len(data)
+        if self._watch is None and transport is not None:
+            self._watch = asyncio.get_running_loop().call_later(self.timeout_s / WATCH_TICKS, self._look)
         if transport is not None and transport.get_write_buffer_size() + len(data) < self._high_water:
             # Below the buffer's high-water mark aiohttp writes the frame and returns without waiting.
             await self.ws.send_frame(data, WSMsgType.TEXT)
@@ -140,6 +160,33 @@ class SocketSender:
             if not sending.done():
                 sending.cancel()
 
+    def _look(self) -> None:
+        """The watch: cut the socket when what is outstanding on it has not moved for `WATCH_TICKS` looks."""
+        self._watch = None
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.cut_reason is not None:
+            return
+        outstanding = transport.get_write_buffer_size() + _kernel_send_queue(transport)
+        if outstanding <= 0:
+            self._idle_looks = -1  # all taken: the next send sets the watch again
+            return
+        taken = self._written - outstanding
+        if self._idle_looks >= 0 and taken <= self._watched_taken:
+            self._idle_looks += 1
+            if self._idle_looks >= WATCH_TICKS:
+                self.cut(stalled_reason(self.timeout_s))
+                return
+        else:
+            self._idle_looks = 0  # the first look, or progress: the clock starts again
+        self._watched_taken = taken
+        self._watch = asyncio.get_running_loop().call_later(self.timeout_s / WATCH_TICKS, self._look)
+
+    def stop_watch(self) -> None:
+        """The socket is gone: no more looks at it."""
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
     def _taken(self) -> int:
         """Bytes the peer has taken of those sent through this sender (frame headers aside): what is
         neither in the connection's buffer nor in the kernel's send queue. The kernel's queue counts: on
@@ -153,6 +200,7 @@ class SocketSender:
         """Abort the connection now and end its slots with `reason` (once)."""
         if self.cut_reason is None:
             self.cut_reason = reason
+            self.stop_watch()
             self.abort()
             self.on_stall()
             self.on_cut(reason)
