@@ -36,6 +36,20 @@ def close_reason_quoting(before: str, name: str, after: str) -> str:
     return close_reason(before + name + after)
 
 
+CLOSING_TRANSPORT = "closing transport"
+"""What asyncio-based transports (aiohttp's "Cannot write to closing transport") say when a write meets a
+socket already being closed: the peer or the gateway ended it before its end was noticed."""
+
+
+def send_failed_reason(what: str, exc: BaseException) -> str:
+    """The end of a link whose send of `what` ("the request", "a message") failed, as provider_status and
+    the disconnected error say it (docs/protocol.md): a socket already closing is named, since the
+    library's own words mean nothing to a caller; any other failure keeps its text after what was done."""
+    if isinstance(exc, ConnectionError) and CLOSING_TRANSPORT in str(exc).lower():
+        return f"connection closing: the provider's socket was already closing when {what} was sent"
+    return f"sending {what} failed: {exc or type(exc).__name__}"
+
+
 class MessageRefused(Exception):
     """A link cannot carry this one message (e.g. larger than its transport accepts) and did not send it;
     the link itself is fine. The session answers the message's caller with `message` (a JSON-RPC error

@@ -450,10 +450,10 @@ async def test_send_failure_answers_disconnected_and_leaves_nothing_pending() ->
     link.broken = True
     with pytest.raises(errors.RpcError) as caught:
         await session.request("ping", None)
-    assert caught.value.message == f'Provider "{SLOT}" disconnected: send failed: peer went away'
+    assert caught.value.message == f'Provider "{SLOT}" disconnected: sending the request failed: peer went away'
     assert session.pending == {}
     assert session.state == "closed"
-    assert recorder.closed_reasons == ["send failed: peer went away"]
+    assert recorder.closed_reasons == ["sending the request failed: peer went away"]
 
 
 class RefusingLink(MemoryLink):
