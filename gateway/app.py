@@ -238,9 +238,14 @@ class GatewayServer:
 
         self.gateway.device_revoked = AdoptedIdentities().revoked
         # Every board's hello goes to the device registry (`mcp-gateway devices`, docs/field-devices.md).
-        from gateway.devices.sightings import record_hello
+        from gateway.devices.sightings import Sightings
 
-        self.gateway.registry.on_hello = record_hello
+        slots = self.gateway.registry
+        self.gateway.registry.on_hello = Sightings(
+            lambda: slots.config.limits.max_devices,
+            lambda: (session.hello for session in slots.live_sessions()),
+            self.gateway.metrics.limit_hit,
+        )
 
     @property
     def url(self) -> str:

@@ -147,6 +147,10 @@ class LimitsConfig(Section):
     longest (the caller's own at its cap) once it has idled this long, instead of being refused."""
     max_slots: PositiveInt = 1024
     """Slots the gateway tracks at once; vacant ones are forgotten, oldest first, to make room."""
+    max_devices: PositiveInt = 4096
+    """Boards the device registry (devices.db, `mcp-gateway devices`) keeps, about 100 bytes each on disk: a
+    hello with a new device id past it takes the row of the board heard longest ago, never one an operator
+    adopted or revoked nor one connected now; when every row is such, that hello is not recorded."""
     max_slots_per_peer: Annotated[int, Field(ge=0)] = 128
     """Slots one WebSocket provider may hold at once, counted by its authenticated identity or, with
     no credential, by its IP address (0: no cap). Keeps one peer from taking every name."""

@@ -9,6 +9,8 @@ per board, keyed by its device id (the `device_id` of its hello: the MAC on an E
   slot has at most one adopted board (`adopt` refuses a second unless told to replace the first);
   revocation (`mcp-gateway devices revoke`) keeps the row and stamps it.
 - sightings (the gateway, at each hello): how often, when last, firmware, schema hash, transport, slot.
+  At most limits.max_devices rows: a new board past it takes the row of the board heard longest ago
+  (never one an operator adopted or revoked, nor one with a session now), else it is not recorded.
 
 The secret itself is never stored: only its digest, as `[[providers.auth.identities]] sha256` would be.
 The state directory is one gateway's: `run` locks it (gateway/cli/state_lock.py), so no second gateway
@@ -68,6 +70,9 @@ _COLUMNS = (
     " version, schema, seen_slot, seen_transport"
 )
 """Every column the registry reads: a file whose devices table lacks one cannot be used."""
+KEPT_BY_OPERATOR = "adopted_at IS NOT NULL OR revoked_at IS NOT NULL OR digest IS NOT NULL OR slot IS NOT NULL"
+"""Rows an operator's command wrote (`mcp-gateway device install` adopts, `devices revoke` stamps): never
+forgotten to make room for a board heard, since a revocation forgotten would admit the board again."""
 
 
 def state_directory(environ: Mapping[str, str] | None = None) -> Path:
@@ -198,6 +203,16 @@ class Adopted:
     @property
     def identity(self) -> str:
         return identity_name(self.device_id)
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """What record_within did: the registry's rows after it (None: not counted), whether the hello was
+    recorded, and how many rows of boards heard longest ago it deleted to make room."""
+
+    rows: int | None
+    recorded: bool
+    forgotten: int = 0
 
 
 @dataclass(frozen=True)
@@ -455,6 +470,71 @@ class DeviceRegistry:
             " schema = excluded.schema, seen_slot = excluded.seen_slot, seen_transport = excluded.seen_transport",
             (device_id, now, now, firmware, version, schema, slot, transport),
         )
+
+    def record_within(
+        self,
+        device_id: str,
+        max_devices: int,
+        rows: int | None,
+        live: frozenset[str],
+        *,
+        slot: str | None,
+        transport: str | None,
+        firmware: str | None,
+        version: str | None,
+        schema: str | None,
+        when: float | None = None,
+    ) -> Bounded:
+        """`record`, with the registry held to `max_devices` rows: a board already in it is counted as
+        always (one indexed UPDATE); a new one is added while there is room, else the rows of boards not
+        heard for the longest time go first, except those an operator wrote (KEPT_BY_OPERATOR) and those of
+        `live` (device ids with a session now); when none may go, the new board is not recorded.
+        `rows`: the caller's count of rows from the last call, None when unknown: counted (a full scan)
+        only then and at the bound, so a hello under the bound costs no scan."""
+        now = time.time() if when is None else when
+        db = self.connection()
+        seen = db.execute(
+            "UPDATE devices SET seen = seen + 1, first_seen = COALESCE(first_seen, ?), last_seen = ?, firmware = ?,"
+            " version = ?, schema = ?, seen_slot = ?, seen_transport = ? WHERE device_id = ?",
+            (now, now, firmware, version, schema, slot, transport, device_id),
+        )
+        if seen.rowcount:
+            return Bounded(rows, recorded=True)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if rows is None or rows >= max_devices:  # another process (a command) may have added or removed rows
+                rows = int(db.execute("SELECT COUNT(*) FROM devices").fetchone()[0])
+            forgotten = self._forget_oldest(db, rows - max_devices + 1, live) if rows >= max_devices else 0
+            rows -= forgotten
+            recorded = rows < max_devices
+            if recorded:
+                self.record(
+                    device_id,
+                    slot=slot,
+                    transport=transport,
+                    firmware=firmware,
+                    version=version,
+                    schema=schema,
+                    when=now,
+                )
+                rows += 1
+        except BaseException:
+            roll_back(db)
+            raise
+        db.execute("COMMIT")
+        return Bounded(rows, recorded, forgotten)
+
+    @staticmethod
+    def _forget_oldest(db: sqlite3.Connection, count: int, live: frozenset[str]) -> int:
+        """Delete up to `count` rows, the boards heard longest ago first, none KEPT_BY_OPERATOR nor in `live`."""
+        oldest = db.execute(
+            f"SELECT device_id FROM devices WHERE NOT ({KEPT_BY_OPERATOR})"
+            " ORDER BY COALESCE(last_seen, first_seen, 0), device_id LIMIT ?",
+            (count + len(live),),
+        ).fetchall()
+        going = [(device_id,) for (device_id,) in oldest if device_id not in live][:count]
+        db.executemany("DELETE FROM devices WHERE device_id = ?", going)
+        return len(going)
 
     def devices(self) -> list[DeviceRow]:
         rows = (

@@ -1,5 +1,5 @@
-"""[limits] at run time: the request rate buckets, the connection caps, the slot table's bounds, and the
-bounds of the calls waiting for approval.
+"""[limits] at run time: the request rate buckets, the connection caps, the slot table's bounds, the
+device registry's bound, and the bounds of the calls waiting for approval.
 
 Those are read where they are enforced, so swapping them changes what the next request, connection or
 slot meets. Every other bound of [limits] is built into a session, a stream, a parser or the listener at
@@ -26,6 +26,7 @@ OWNS = (
     "limits.max_slots",
     "limits.max_slots_per_peer",
     "limits.vacant_slot_ttl_s",
+    "limits.max_devices",
     "limits.max_pending_approvals",
     "limits.max_pending_approvals_per_caller",
 )
@@ -53,7 +54,8 @@ class LimitsSwap(Prepared):
         gateway.groups.names.max_retired = NAME_BOOK_PER_SLOT * limits.max_slots
         if running.governor is not None:
             running.governor.bound_approvals(limits.max_pending_approvals, limits.max_pending_approvals_per_caller)
-        # max_slots, max_slots_per_peer and vacant_slot_ttl_s are read from the configuration, swapped last.
+        # max_slots, max_slots_per_peer, vacant_slot_ttl_s and max_devices (the device registry's sightings,
+        # at each hello) are read from the configuration, swapped last.
         for name, value in limit_values(limits).items():
             gateway.metrics.limit.labels(name).set(value)
 
