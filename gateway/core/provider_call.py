@@ -23,7 +23,6 @@ async def call_provider(
     relay: RequestRelay,
     sink: NotificationSink | None,
     token: Any,
-    stateless_caller: bool = False,
 ) -> JsonObject:
     """One request to a provider, counted in the metrics; its result, or its error as RpcError."""
     slot = session.slot
@@ -32,9 +31,7 @@ async def call_provider(
     started = time.perf_counter()
     # Pending requests are read from the session at scrape time (mcpgw_slot_pending_requests).
     try:
-        reply = await session.request(
-            method, params, sink=sink, client_progress_token=token, relay=relay, stateless_caller=stateless_caller
-        )
+        reply = await session.request(method, params, sink=sink, client_progress_token=token, relay=relay)
     except errors.RpcError as exc:
         reason = exc.data.get("reason", "other") if isinstance(exc.data, dict) else "other"
         metrics.call_errors.labels(slot, reason).inc()

@@ -511,7 +511,6 @@ class ProviderSession:
         client_progress_token: Any = None,
         internal: bool = False,
         relay: RequestRelay | None = None,
-        stateless_caller: bool = False,
     ) -> JsonObject:
         """Forward one request under a gateway id and wait for the provider's response object.
 
@@ -548,7 +547,6 @@ class ProviderSession:
             relay=relay,
             internal=internal,
             late=None if internal else late_answer_sink.get(),
-            stateless_caller=stateless_caller,
             unmatched_before=self.counters.unmatched_responses,
         )
         # Registered before the send so an immediate answer finds it; removed if the send fails.

@@ -115,9 +115,6 @@ class Pending:
     (`SessionCounters.requests`, `errors`)."""
     late: LateAnswerSink | None = None
     """Who hears the provider's answer when it comes after the gateway cancelled this request."""
-    stateless_caller: bool = False
-    """Its client speaks 2026-07-28: it has no stream for a session-era provider's own log
-    messages, so an untagged one sent while this is the only client request pending is its."""
     unmatched_before: int = 0
     """The provider's answers nobody waited for (SessionCounters.unmatched_responses) when this was
     sent: the deadline error names those that came after, as they may be this request's answer."""

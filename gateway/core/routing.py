@@ -547,10 +547,7 @@ def _forward(
         return modern_calls.call(session, ctx, method, params, metrics, sink, progress_token(params))
     if method not in ASKING_METHODS:
         params = strip_envelope(params)
-        stateless = ctx.era == STATELESS
-        return call_provider(
-            session, method, params, metrics, relay_for(ctx, method), sink, progress_token(params), stateless
-        )
+        return call_provider(session, method, params, metrics, relay_for(ctx, method), sink, progress_token(params))
     capabilities = ctx.client_capabilities
     asking = relay_capabilities(capabilities) if capabilities else {}  # most clients declare none
     params = asking_params(params, asking)
@@ -561,10 +558,10 @@ def _forward(
     if not asking and not continues_held_call(params):
         # Nothing can be asked of this client (the SDK client's default): no call to hold, so the
         # provider is called directly and each of its requests is refused as a held call refuses it.
-        return call_provider(session, method, params, metrics, CANNOT_ASK, sink, token, True)
+        return call_provider(session, method, params, metrics, CANNOT_ASK, sink, token)
 
     async def call(relay: RequestRelay, forwarded: JsonObject, held_sink: NotificationSink) -> JsonObject:
-        return await call_provider(session, method, forwarded, metrics, relay, held_sink, token, True)
+        return await call_provider(session, method, forwarded, metrics, relay, held_sink, token)
 
     caller = Caller(ctx.client_capabilities, ctx.principal.key, sink, token)
     return book.serve(session, method, params, caller, session.settings.timeout_for(method, params), call)
