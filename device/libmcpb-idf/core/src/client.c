@@ -164,12 +164,7 @@ static size_t slot_named(const mcpb_client_t *client, const char *name)
 static void run_handler(mcpb_client_t *client, size_t slot_index, char *message, size_t len)
 {
     const mcpb_slot_t *slot = &client->config.slots[slot_index];
-    char reason[MCPB_REASON_MAX + 1];
     int answer;
-    if (ENVELOPED(client) && mcpb_refusal_in(message, len, reason, sizeof(reason))) {
-        emit(client, MCPB_LINK_REFUSED, 0, 0, slot->name, reason, 0);
-        return;
-    }
     if (WAY_MULTIPLEX(client)) {
         client->carried = 1; /* deliver leaves it to here on /providers */
     }
@@ -185,10 +180,21 @@ static void run_handler(mcpb_client_t *client, size_t slot_index, char *message,
     }
 }
 
-static void deliver(mcpb_client_t *client, char *message, size_t len)
+/* The slot an envelope's "provider" names: MCPB_NO_SLOT when it names none of ours or is no envelope. */
+static size_t envelope_slot(const mcpb_client_t *client, const char *message, size_t len)
 {
     char name[MCPB_SLOT_MAX + 1];
-    size_t payload_at, payload_len, slot_index;
+    size_t at, value_len;
+    if (mcpb_json_member(message, len, "provider", &at, &value_len) != 1 ||
+        mcpb__json_text(message + at, name, sizeof(name)) <= 0) {
+        return MCPB_NO_SLOT;
+    }
+    return slot_named(client, name);
+}
+
+static void deliver(mcpb_client_t *client, char *message, size_t len)
+{
+    size_t slot_index = 0, payload_at, payload_len;
     if (WAY_SERIAL(client) && mcpb_is_register_request(message, len)) {
         send_registers(client); /* the gateway asks; it has accepted nothing yet */
         return;
@@ -199,25 +205,31 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
     if (!WAY_MULTIPLEX(client)) {
         client->carried = 1;
     }
-    if (!ENVELOPED(client)) {
-        run_handler(client, 0, message, len);
-        return;
-    }
-    if (mcpb_envelope_parse(message, len, name, &payload_at, &payload_len) < 0) {
-        if (mcpb_refusal_in(message, len, name, sizeof(name))) {
-            emit(client, MCPB_LINK_REFUSED, 0, 0, "", name, 0);
+    if (ENVELOPED(client)) {
+        /* A refusal of a slot comes in its envelope; the gateway's bare refusal (of an envelope it
+         * could not read) names none. Anything else not for a slot of ours is a stray. */
+        const char *refused = "";
+        char reason[MCPB_REASON_MAX + 1];
+        slot_index = envelope_slot(client, message, len);
+        if (slot_index != MCPB_NO_SLOT &&
+            mcpb_json_member(message, len, "payload", &payload_at, &payload_len) == 1) {
+            message[payload_at + payload_len] = '\0'; /* the envelope's closing brace or a space */
+            message += payload_at;
+            len = payload_len;
+            refused = client->config.slots[slot_index].name;
         } else {
-            client->dropped++;
+            slot_index = MCPB_NO_SLOT;
         }
-        return;
+        if (mcpb_refusal_in(message, len, reason, sizeof(reason))) {
+            emit(client, MCPB_LINK_REFUSED, 0, 0, refused, reason, 0);
+            return;
+        }
+        if (slot_index == MCPB_NO_SLOT) {
+            client->dropped++;
+            return;
+        }
     }
-    slot_index = slot_named(client, name);
-    if (slot_index == MCPB_NO_SLOT) {
-        client->dropped++;
-        return;
-    }
-    message[payload_at + payload_len] = '\0'; /* the envelope's closing brace or a space: no longer needed */
-    run_handler(client, slot_index, message + payload_at, payload_len);
+    run_handler(client, slot_index, message, len);
 }
 
 /* A message over the cap was skipped; its request still gets an answer naming the cap. */
@@ -227,13 +239,7 @@ static void refuse_oversize(mcpb_client_t *client, const uint8_t *head, size_t h
     client->carried = 1;
     client->dropped++;
     if (ENVELOPED(client)) {
-        char name[MCPB_SLOT_MAX + 1];
-        size_t at, value_len;
-        slot_index = MCPB_NO_SLOT;
-        if (mcpb_json_member((const char *)head, head_len, "provider", &at, &value_len) == 1 &&
-            mcpb_json_string((const char *)head + at, value_len, name, sizeof(name)) > 0) {
-            slot_index = slot_named(client, name);
-        }
+        slot_index = envelope_slot(client, (const char *)head, head_len);
         if (slot_index == MCPB_NO_SLOT) {
             return;
         }
@@ -336,6 +342,7 @@ static void dial(mcpb_client_t *client)
     const mcpb_client_config_t *config = &client->config;
     char reason[MCPB_REASON_MAX + 1];
     char path[16 + MCPB_SLOT_MAX * 3];
+    const char *target = "/providers";
     uint8_t nonce[16];
     size_t i, len;
     if (client->port.connect(client->port.ctx, config->host, config->port) < 0) {
@@ -351,17 +358,16 @@ static void dial(mcpb_client_t *client)
         link_up(client);
         return;
     }
-    if (WAY_MULTIPLEX(client)) {
-        strcpy(path, "/providers");
-    } else {
+    if (!WAY_MULTIPLEX(client)) {
         mcpb_ws_provider_path(config->slots[0].name, path, sizeof(path));
+        target = path;
     }
     for (i = 0; i < 16; i += 4) {
         uint32_t bits = client->port.random32(client->port.ctx);
         memcpy(nonce + i, &bits, 4); /* random bytes: their order does not matter */
     }
     mcpb_ws_make_key(nonce, client->key);
-    len = mcpb_ws_request(client->buffers.answer, client->buffers.answer_cap, config->host, config->port, path,
+    len = mcpb_ws_request(client->buffers.answer, client->buffers.answer_cap, config->host, config->port, target,
                           client->key, config->token, config->agent != NULL ? config->agent : "libmcpb-idf");
     if (len == 0 || client->port.send(client->port.ctx, (const uint8_t *)client->buffers.answer, len) < 0) {
         link_failed(client, len == 0 ? "upgrade request too long" : "send failed");
@@ -385,7 +391,8 @@ static void refused_upgrade(mcpb_client_t *client, const mcpb_http_response_t *r
     body[body_len] = '\0'; /* within the buffer: upgrade_step keeps a byte for it */
     text = strstr(body, "error_description\"");
     if (text != NULL && (text = strchr(text + 18, '"')) != NULL) { /* the value's opening quote */
-        /* the string's inside, decoded where it lies: a backslash takes the byte after it as it is */
+        /* the string's inside, decoded where it lies by mcpb__json_text's rule, written out here:
+         * the call costs the dedicated-WebSocket core more than the loop */
         char *end = body;
         for (text++; *text != '\0' && *text != '"'; text++) {
             text += *text == '\\' && text[1] != '\0';
@@ -515,12 +522,13 @@ static int way_built_in(mcpb_way_t way)
 static int name_ok(const char *name)
 {
     const unsigned char *s = (const unsigned char *)name;
-    while (*s != 0) {
-        unsigned c = *s++, more = c < 0x80 ? 0 : c < 0xC2 ? 4 : c < 0xE0 ? 1 : c < 0xF0 ? 2 : c < 0xF5 ? 3 : 4;
-        if (c < 0x20 || c == 0x7F || more == 4) {
+    unsigned c, more;
+    while ((c = *s++) != 0) {
+        /* a control, a continuation byte as a lead, C0, C1, F5 to FF */
+        if (c < 0x20 || c == 0x7F || c - 0x80u < 0x42u || c > 0xF4u) {
             return 0;
         }
-        for (; more > 0; more--) {
+        for (more = (c >= 0xC0) + (c >= 0xE0) + (c >= 0xF0); more > 0; more--) {
             if ((*s++ & 0xC0) != 0x80) {
                 return 0;
             }
@@ -530,28 +538,21 @@ static int name_ok(const char *name)
 }
 
 /* On /providers and serial the slot names travel in JSON (an envelope, the register frame), where the
- * gateway drops a frame that is not UTF-8 whole as unparsable and holds a name once per link: 1 when
- * every name is fine, else 0 with a log line naming the slot. */
-static int slot_names_ok(mcpb_client_t *client)
+ * gateway drops a frame that is not UTF-8 whole as unparsable and holds a name once per link: what is
+ * wrong with slot i's name (a format naming the slot), else NULL. */
+static const char *name_problem(const mcpb_client_t *client, size_t i)
 {
-    const mcpb_client_config_t *config = &client->config;
-    size_t i, j;
-    for (i = 0; config->way != MCPB_WAY_WS_DEDICATED && i < config->slot_count; i++) {
-        const char *problem = name_ok(config->slots[i].name) ? NULL : "slots[%u] is not printable UTF-8";
-        for (j = 0; problem == NULL && j < i; j++) {
-            if (strcmp(config->slots[j].name, config->slots[i].name) == 0) {
-                problem = "slots[%u] repeats a name";
-            }
-        }
-        if (problem != NULL) {
-            mcpb__log(client, MCPB_LOG_ERROR, problem, (unsigned)i);
-            return 0;
-        }
+    const char *name = client->config.slots[i].name;
+    if (client->config.way == MCPB_WAY_WS_DEDICATED) {
+        return NULL; /* one slot, named by the URL */
     }
-    return 1;
+    /* the first slot of that name is an earlier one: the lookup that routes envelopes finds it */
+    return !name_ok(name) ? "slots[%u] is not printable UTF-8"
+           : slot_named(client, name) != i ? "slots[%u] repeats a name"
+                                           : NULL;
 }
 #else
-#define slot_names_ok(client) 1 /* one slot, named by the URL */
+#define name_problem(client, i) NULL /* one slot, named by the URL */
 #endif
 
 /* The name of the first of host, token and agent that holds a control character, else NULL: the
@@ -578,7 +579,7 @@ int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, 
                      const mcpb_buffers_t *buffers)
 {
     const char *problem = NULL, *field = NULL;
-    size_t i;
+    size_t i, named = MCPB_NO_SLOT;
     memset(client, 0, sizeof(*client));
     client->config = *config;
     client->port = *port;
@@ -611,12 +612,17 @@ int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, 
         size_t len = config->slots[i].name != NULL ? strlen(config->slots[i].name) : 0;
         if (len == 0 || len > MCPB_SLOT_MAX || config->slots[i].handler == NULL) {
             problem = "slot needs a name (1-64 bytes) and a handler";
+        } else if ((problem = name_problem(client, i)) != NULL) {
+            named = i;
         }
     }
     if (problem != NULL) {
-        mcpb__log(client, MCPB_LOG_ERROR, problem, field); /* a format: only the field's takes its %s */
-    }
-    if (problem != NULL || !slot_names_ok(client)) {
+        /* a format: a slot's takes the slot's index, the field's its name */
+        if (named != MCPB_NO_SLOT) {
+            mcpb__log(client, MCPB_LOG_ERROR, problem, (unsigned)named);
+        } else {
+            mcpb__log(client, MCPB_LOG_ERROR, problem, field);
+        }
         client->state = MCPB_STATE_STOPPED;
         return -1;
     }

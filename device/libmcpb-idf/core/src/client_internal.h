@@ -25,6 +25,14 @@ int mcpb__send_control(mcpb_client_t *client, uint8_t opcode, const uint8_t *pay
 /* A close frame with code and reason (cut to 123 bytes). */
 void mcpb__send_close(mcpb_client_t *client, int code, const char *reason);
 
+/* The text of the JSON string literal at `literal` (its opening quote) into out (out_cap > 0),
+ * NUL-terminated; out may be the literal itself. A backslash takes the byte after it as it is: exact
+ * for what the gateway escapes in slot names and refusal reasons (its JSON writer escapes only `"`,
+ * `\` and control characters, which neither holds), and the rule the scanner skips strings by, so
+ * the text ends at the literal's closing quote (or a NUL). Its length; -1 when `literal` is no string
+ * or the text was cut to out_cap - 1 bytes. mcpb_json_string decodes every escape, at more cost. */
+int mcpb__json_text(const char *literal, char *out, size_t out_cap);
+
 void mcpb__log(mcpb_client_t *client, int level, const char *format, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "client_internal.h"
 #include "mcpb/features.h"
 
 static size_t skip_space(const char *json, size_t len, size_t at)
@@ -13,6 +14,12 @@ static size_t skip_space(const char *json, size_t len, size_t at)
         at++;
     }
     return at;
+}
+
+/* Past the character c at json[at] and the whitespace after it; 0 when json[at] is not c. */
+static size_t past(const char *json, size_t len, size_t at, char c)
+{
+    return at < len && json[at] == c ? skip_space(json, len, at + 1) : 0;
 }
 
 /* The end of the string literal starting at json[at] (a quote), or 0. */
@@ -32,15 +39,9 @@ static size_t skip_string(const char *json, size_t len, size_t at)
     return 0;
 }
 
-static int is_scalar_char(char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-' || c == '+' || c == '.' ||
-           c == 'E';
-}
-
 size_t mcpb_json_skip_value(const char *json, size_t len, size_t at)
 {
-    uint8_t is_array[MCPB_JSON_MAX_DEPTH / 8] = {0}; /* one bit per open container: 1 array, 0 object */
+    char closers[MCPB_JSON_MAX_DEPTH]; /* what each open container ends with: '{' + 2, '[' + 2 */
     unsigned depth = 0;
     do {
         char c;
@@ -54,31 +55,34 @@ size_t mcpb_json_skip_value(const char *json, size_t len, size_t at)
             if (at == 0) {
                 return 0;
             }
-        } else if (c == '{' || c == '[') {
+            continue;
+        }
+        if (c == '{' || c == '[') {
             if (depth == MCPB_JSON_MAX_DEPTH) {
                 return 0;
             }
-            is_array[depth / 8] = (uint8_t)((is_array[depth / 8] & ~(1u << depth % 8)) | (c == '[') << depth % 8);
-            depth++;
-            at++;
+            closers[depth++] = (char)(c + 2);
         } else if (c == '}' || c == ']') {
-            if (depth == 0 || ((is_array[(depth - 1) / 8] >> (depth - 1) % 8) & 1u) != (c == ']')) {
+            if (depth == 0 || closers[--depth] != c) {
                 return 0;
             }
-            depth--;
-            at++;
         } else if (c == ',' || c == ':') {
             if (depth == 0) {
                 return 0;
             }
-            at++;
-        } else if (is_scalar_char(c)) {
-            while (at < len && is_scalar_char(json[at])) {
+        } else {
+            /* a scalar (number, true, false, null): its characters, at least one */
+            size_t start = at;
+            while (at < len && (((c = json[at]) >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-' ||
+                                c == '+' || c == '.' || c == 'E')) {
                 at++;
             }
-        } else {
-            return 0;
+            if (at == start) {
+                return 0;
+            }
+            continue;
         }
+        at++;
     } while (depth > 0);
     return at;
 }
@@ -86,33 +90,20 @@ size_t mcpb_json_skip_value(const char *json, size_t len, size_t at)
 int mcpb_json_member(const char *json, size_t len, const char *key, size_t *value_at, size_t *value_len)
 {
     size_t key_len = strlen(key);
-    size_t at = skip_space(json, len, 0);
-    if (at >= len || json[at] != '{') {
+    size_t at = past(json, len, skip_space(json, len, 0), '{');
+    if (at == 0) {
         return -1;
     }
-    at = skip_space(json, len, at + 1);
     if (at < len && json[at] == '}') {
         return 0;
     }
-    while (at < len) {
-        size_t key_start = at, key_end, end;
-        if (json[at] != '"') {
+    for (;;) {
+        size_t key_at = at, key_end = at < len && json[at] == '"' ? skip_string(json, len, at) : 0, end;
+        if (key_end == 0 || (at = past(json, len, skip_space(json, len, key_end), ':')) == 0 ||
+            (end = mcpb_json_skip_value(json, len, at)) == 0) {
             return -1;
         }
-        key_end = skip_string(json, len, at);
-        if (key_end == 0) {
-            return -1;
-        }
-        at = skip_space(json, len, key_end);
-        if (at >= len || json[at] != ':') {
-            return -1;
-        }
-        at = skip_space(json, len, at + 1);
-        end = mcpb_json_skip_value(json, len, at);
-        if (end == 0) {
-            return -1;
-        }
-        if (key_end - key_start - 2 == key_len && memcmp(json + key_start + 1, key, key_len) == 0) {
+        if (key_end - key_at - 2 == key_len && memcmp(json + key_at + 1, key, key_len) == 0) {
             *value_at = at;
             *value_len = end - at;
             return 1;
@@ -121,12 +112,11 @@ int mcpb_json_member(const char *json, size_t len, const char *key, size_t *valu
         if (at < len && json[at] == '}') {
             return 0;
         }
-        if (at >= len || json[at] != ',') {
+        at = past(json, len, at, ',');
+        if (at == 0) {
             return -1;
         }
-        at = skip_space(json, len, at + 1);
     }
-    return -1;
 }
 
 /* The four hex digits at json[at] (inside a checked string, so no control bytes), or -1. */
@@ -190,6 +180,24 @@ int mcpb_json_string(const char *json, size_t len, char *out, size_t out_cap)
         }
         out[n] = (char)(count == 1 ? cp : ((0xFFu << (8 - count)) & 0xFFu) | cp);
         n += count;
+    }
+    out[n] = '\0';
+    return (int)n;
+}
+
+int mcpb__json_text(const char *literal, char *out, size_t out_cap)
+{
+    size_t n = 0;
+    if (*literal != '"') {
+        return -1;
+    }
+    while (*++literal != '\0' && *literal != '"') {
+        literal += *literal == '\\' && literal[1] != '\0';
+        if (n + 1 >= out_cap) {
+            out[n] = '\0';
+            return -1;
+        }
+        out[n++] = *literal;
     }
     out[n] = '\0';
     return (int)n;
@@ -270,15 +278,14 @@ size_t mcpb_json_id_in(const char *head, size_t len, char *out, size_t out_cap)
     size_t at, end;
     for (at = 0; at + 4 <= len && memcmp(head + at, "\"id\"", 4) != 0; at++) {
     }
-    at = skip_space(head, len, at + 4);
-    if (at >= len || head[at] != ':') {
+    at = past(head, len, skip_space(head, len, at + 4), ':');
+    if (at == 0) {
         return 0;
     }
-    at = skip_space(head, len, at + 1);
     if (at < len && head[at] == '"') {
         end = skip_string(head, len, at); /* 0 when cut */
     } else {
-        end = at < len && head[at] == '-' ? at + 1 : at;
+        end = at + (at < len && head[at] == '-');
         while (end < len && head[end] >= '0' && head[end] <= '9') {
             end++;
         }

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "client_internal.h"
 #include "mcpb/json_scan.h"
 
 static const char *or_empty(const char *text)
@@ -49,32 +50,29 @@ static int member_is(const char *message, size_t len, const char *key, const cha
            memcmp(message + at, literal, value_len) == 0;
 }
 
+/* Before mcpb_is_register_request: the literals go with the first function that uses them, and a
+ * /providers build keeps this one alone. */
+int mcpb_refusal_in(const char *message, size_t len, char *reason, size_t reason_cap)
+{
+    size_t error_at, error_len, at, value_len;
+    if (mcpb_json_member(message, len, "id", &at, &value_len) != 1 || value_len != 4 ||
+        memcmp(message + at, "null", 4) != 0 || mcpb_json_member(message, len, "error", &error_at, &error_len) != 1) {
+        return 0;
+    }
+    if (reason_cap > 0) {
+        reason[0] = '\0';
+        if (mcpb_json_member(message + error_at, error_len, "message", &at, &value_len) == 1) {
+            mcpb__json_text(message + error_at + at, reason, reason_cap); /* longer: what fits */
+        }
+    }
+    return 1;
+}
+
 int mcpb_is_register_request(const char *message, size_t len)
 {
     size_t at, value_len;
     return member_is(message, len, "method", "\"broker/register\"") &&
            mcpb_json_member(message, len, "id", &at, &value_len) == 0;
-}
-
-int mcpb_refusal_in(const char *message, size_t len, char *reason, size_t reason_cap)
-{
-    size_t error_at, error_len, at, value_len;
-    if (!member_is(message, len, "id", "null") ||
-        mcpb_json_member(message, len, "error", &error_at, &error_len) != 1) {
-        return 0;
-    }
-    if (reason_cap > 0) {
-        reason[0] = '\0';
-        if (mcpb_json_member(message + error_at, error_len, "message", &at, &value_len) == 1 &&
-            message[error_at + at] == '"' &&
-            mcpb_json_string(message + error_at + at, value_len, reason, reason_cap) < 0) {
-            /* longer than reason_cap: keep what fits, raw */
-            size_t keep = value_len - 2 < reason_cap - 1 ? value_len - 2 : reason_cap - 1;
-            memcpy(reason, message + error_at + at + 1, keep);
-            reason[keep] = '\0';
-        }
-    }
-    return 1;
 }
 
 /* An error answer under the id in the request's first bytes (null when none is there): the id's

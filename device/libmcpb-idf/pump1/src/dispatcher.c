@@ -11,9 +11,13 @@
 #include "pump_controller.h"
 #include "rpc_answer.h"
 
+/* the next cursor is one digit */
+typedef char pump1_tools_fit_one_digit[PUMP1_TOOL_COUNT <= 10 ? 1 : -1];
+
 #define ENVELOPE 96 /* '{"jsonrpc":"2.0","id":,"result":{"tools":[' plus '],"nextCursor":"NN"}}' */
 
-static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+/* packed, the newest first; an empty one ends them */
+static const char protocol_versions[] = "2025-11-25\0" "2025-06-18\0" "2025-03-26\0" "2024-11-05\0";
 
 /* Neither absent nor null. */
 static int given(json_kind_t kind)
@@ -47,11 +51,10 @@ static void initialize_result(const mcpb_pump1_t *pump, const void *context, jso
 static void initialize(mcpb_pump1_t *pump, json_span_t id, json_span_t params, json_out_t *out)
 {
     json_span_t asked = p1_json_get(params, "protocolVersion");
-    const char *version = protocol_versions[0];
-    size_t i;
-    for (i = 0; i < sizeof protocol_versions / sizeof protocol_versions[0]; i++) {
-        if (p1_json_string_is(asked, protocol_versions[i])) {
-            version = protocol_versions[i];
+    const char *version = protocol_versions, *known;
+    for (known = protocol_versions; *known != '\0'; known += strlen(known) + 1) {
+        if (p1_json_string_is(asked, known)) {
+            version = known;
         }
     }
     p1_rpc_result(pump, id, initialize_result, version, out);
@@ -82,8 +85,8 @@ static int cursor_index(json_span_t cursor)
  * error text (invalid params, quoting the cursor) that dispatch() answers with. */
 static const char *tools_list(mcpb_pump1_t *pump, json_span_t id, json_span_t cursor, json_out_t *out)
 {
-    json_sink_t raw;
     json_kind_t kind = p1_json_kind(cursor);
+    char tail[] = "0\"}}"; /* the next cursor (one digit: fewer than ten tools), then the closing braces */
     int first = 0, index;
     long budget, used = 0;
     if (given(kind)) {
@@ -108,12 +111,10 @@ static const char *tools_list(mcpb_pump1_t *pump, json_span_t id, json_span_t cu
     }
     p1_json_out_text(out, "]");
     if (index < PUMP1_TOOL_COUNT) {
-        p1_json_sink_init(&raw, out, 0);
         p1_pump_out_text(out, P1_TOOLS_NEXT_CURSOR);
-        p1_json_sink_int(&raw, index);
-        p1_json_out_text(out, "\"");
+        tail[0] = (char)(tail[0] + index);
     }
-    p1_json_out_text(out, "}}");
+    p1_json_out_text(out, index < PUMP1_TOOL_COUNT ? tail : tail + 2);
     return NULL;
 }
 
@@ -317,8 +318,9 @@ static const char *tools_call(mcpb_pump1_t *pump, json_span_t id, json_span_t pa
 static void dispatch(mcpb_pump1_t *pump, const char *in, size_t in_len, json_out_t *out)
 {
     /* the members a request is read by, in one walk (a repeated key: the last, as in a dict) */
-    static const char *const names[] = {"method", "id", "params", "jsonrpc", "result", "error"};
-    static const char *const methods[] = {"tools/call", "tools/list", "ping", "initialize"}; /* the cases below */
+    static const char names[] = "method\0id\0params\0jsonrpc\0result\0error"; /* packed: no pointers */
+    static const char methods[] = "tools/call\0tools/list\0ping\0initialize"; /* the cases below */
+    const char *name;
     json_span_t root, key, value, id = {NULL, 0}, quoted = {NULL, 0};
     json_span_t m[6] = {{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}};
     json_kind_t method_kind, id_kind, params_kind;
@@ -331,8 +333,8 @@ static void dispatch(mcpb_pump1_t *pump, const char *in, size_t in_len, json_out
     }
     object = p1_json_kind(root) == JSON_OBJECT;
     while (object && p1_json_next_member(root, &at, &key, &value)) {
-        for (i = 0; i < 6; i++) {
-            if (p1_json_string_is(key, names[i])) {
+        for (i = 0, name = names; i < 6; i++, name += strlen(name) + 1) {
+            if (p1_json_string_is(key, name)) {
                 m[i] = value;
             }
         }
@@ -362,7 +364,7 @@ static void dispatch(mcpb_pump1_t *pump, const char *in, size_t in_len, json_out
     if (text == NULL) {
         pump->counts.requests++;
         code = RPC_INVALID_PARAMS;
-        for (i = 0; i < 4 && !p1_json_string_is(m[0], methods[i]); i++) {
+        for (i = 0, name = methods; i < 4 && !p1_json_string_is(m[0], name); i++, name += strlen(name) + 1) {
         }
         switch (i) {
         case 0:

@@ -175,8 +175,8 @@ void p1_json_number_float(json_sink_t *sink, json_span_t number, int for_dumps)
         return;
     }
     if (fabs(v) > DBL_MAX) {
-        p1_json_sink_text(sink, d.negative ? "-" : ""); /* the sign decimal_value gave v */
-        p1_json_sink_text(sink, for_dumps ? "Infinity" : "inf");
+        /* the sign decimal_value gave v: the text from its minus, or from after it */
+        p1_json_sink_text(sink, (for_dumps ? "-Infinity" : "-inf") + !d.negative);
         return;
     }
     if (v == 0.0) {

@@ -13,18 +13,11 @@ static int is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
-static int hex_value(char c)
+/* A hex digit: 0-9, or a-f in either case (setting bit 5 lowers A-F and no other byte into a-f). */
+static int is_hex(char c)
 {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
+    unsigned lower = (unsigned char)c | 0x20u;
+    return is_digit(c) || (lower >= 'a' && lower <= 'f');
 }
 
 static size_t skip_space(const char *s, size_t n, size_t at)
@@ -77,7 +70,7 @@ static size_t scan_string(const char *s, size_t n, size_t at)
                     return 0;
                 }
                 for (i = 2; i < 6; i++) {
-                    if (hex_value(s[at + i]) < 0) {
+                    if (!is_hex(s[at + i])) {
                         return 0;
                     }
                 }
@@ -100,7 +93,7 @@ static size_t scan_string(const char *s, size_t n, size_t at)
     return 0;
 }
 
-static size_t scan_digits(const char *s, size_t n, size_t at)
+P1_NOINLINE static size_t scan_digits(const char *s, size_t n, size_t at)
 {
     while (at < n && is_digit(s[at])) {
         at++;
@@ -117,11 +110,12 @@ static int starts_with(const char *s, size_t n, size_t at, const char *word)
 /* End of the number or literal starting at s[at], or 0. */
 static size_t scan_scalar(const char *s, size_t n, size_t at)
 {
-    static const char *const words[] = {"true", "false", "null", "NaN", "Infinity", "-Infinity"};
-    size_t i;
-    for (i = 0; i < sizeof words / sizeof words[0]; i++) {
-        if (starts_with(s, n, at, words[i])) {
-            return at + strlen(words[i]);
+    /* the literals, one after another, an empty one last */
+    static const char words[] = "true\0false\0null\0NaN\0Infinity\0-Infinity\0";
+    const char *word;
+    for (word = words; *word != '\0'; word += strlen(word) + 1) {
+        if (starts_with(s, n, at, word)) {
+            return at + strlen(word);
         }
     }
     if (s[at] == '-') {
@@ -155,7 +149,7 @@ typedef char json_depth_fits_stack[JSON_MAX_DEPTH <= 32 ? 1 : -1];
  */
 static size_t scan_value(const char *s, size_t n, size_t at)
 {
-    uint32_t stack = 0; /* bit k: the container at depth k is an object (JSON_MAX_DEPTH <= 32) */
+    uint32_t stack = 0; /* a shift register: bit 0 says the innermost open container is an object */
     size_t depth = 0;
     int object = 0;
     for (;;) {
@@ -169,9 +163,9 @@ static size_t scan_value(const char *s, size_t n, size_t at)
             if (depth == JSON_MAX_DEPTH) {
                 return 0;
             }
-            stack = (stack & ~((uint32_t)1 << depth)) | ((uint32_t)object << depth);
             at = skip_space(s, n, at + 1);
             if (at >= n || s[at] != (object ? '}' : ']')) {
+                stack = (stack << 1) | (uint32_t)object;
                 depth++;
                 continue;
             }
@@ -201,10 +195,11 @@ static size_t scan_value(const char *s, size_t n, size_t at)
             if (depth == 0) {
                 return at;
             }
-            object = (int)((stack >> (depth - 1)) & 1u);
+            object = (int)(stack & 1u);
             at = skip_space(s, n, at);
             if (at < n && s[at] == (object ? '}' : ']')) {
                 depth--;
+                stack >>= 1;
                 at++;
                 continue;
             }
@@ -280,7 +275,8 @@ json_span_t p1_json_get(json_span_t object, const char *key)
 {
     json_span_t found = {NULL, 0}, name, value;
     size_t at = 0;
-    while (p1_json_kind(object) == JSON_OBJECT && p1_json_next_member(object, &at, &name, &value)) {
+    int more = p1_json_kind(object) == JSON_OBJECT;
+    while (more && p1_json_next_member(object, &at, &name, &value)) {
         if (p1_json_string_is(name, key)) {
             found = value;
         }

@@ -15,7 +15,7 @@ static int32_t ticks_diff(uint32_t later, uint32_t earlier)
 }
 
 /* Whole seconds plus a millisecond remainder: exact for years, as the MicroPython board keeps them. */
-static void add_ms(uint32_t *seconds, uint32_t *rem_ms, uint32_t dt_ms)
+P1_NOINLINE static void add_ms(uint32_t *seconds, uint32_t *rem_ms, uint32_t dt_ms)
 {
     *rem_ms += dt_ms;
     if (*rem_ms >= 1000) {
@@ -134,23 +134,10 @@ void p1_pump_controller_init(mcpb_pump1_t *pump)
     p1_pump_advance(pump);
 }
 
-/* The speed's own limits, for a value of any JSON kind (absent counts as null): a refusal text or NULL. */
-static const char *check_speed(json_span_t speed)
+/* The state a pump leaves for when told to stop: stopping while it still turns. */
+P1_NOINLINE static int stop_state(const mcpb_pump1_t *pump)
 {
-    json_kind_t kind = p1_json_kind(speed);
-    double v;
-    if (kind != JSON_INT && kind != JSON_FLOAT) {
-        return P1_SPEED_NOT_NUMBER;
-    }
-    v = p1_json_number_value(speed);
-    /* v - floor(v) is 0 for a whole finite v only: NaN and infinity give NaN (one test, no isfinite) */
-    if (kind == JSON_FLOAT && v - floor(v) != 0) {
-        return P1_SPEED_NOT_WHOLE;
-    }
-    if (v < PUMP_MIN_RPM || v > PUMP_MAX_RPM) {
-        return P1_SPEED_OUT_OF_RANGE;
-    }
-    return NULL;
+    return pump->speed == 0 ? PUMP_STOPPED : PUMP_STOPPING;
 }
 
 const char *p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments, json_span_t *quoted)
@@ -159,7 +146,7 @@ const char *p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments, js
     json_kind_t kind;
     int takes_speed = tool == TOOL_START || tool == TOOL_SET_SPEED, stopped;
     size_t at = 0;
-    const char *text;
+    double v = 0;
     /* the first argument the tool does not take, as tools.py's _unexpected finds it; else every
        member is speed_rpm, and the last one counts (a dict) */
     while (p1_json_kind(arguments) == JSON_OBJECT && p1_json_next_member(arguments, &at, &key, &value)) {
@@ -182,8 +169,19 @@ const char *p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments, js
     }
     stopped = pump->state == PUMP_STOPPED || pump->state == PUMP_STOPPING;
     if (takes_speed) {
-        if (kind != JSON_ABSENT && (text = check_speed(speed)) != NULL) {
-            return text;
+        /* the speed's own limits, its value read once */
+        if (kind != JSON_ABSENT) {
+            if (kind != JSON_INT && kind != JSON_FLOAT) {
+                return P1_SPEED_NOT_NUMBER;
+            }
+            v = p1_json_number_value(speed);
+            /* v - floor(v) is 0 for a whole finite v only: NaN and infinity give NaN (one test, no isfinite) */
+            if (kind == JSON_FLOAT && v - floor(v) != 0) {
+                return P1_SPEED_NOT_WHOLE;
+            }
+            if (v < PUMP_MIN_RPM || v > PUMP_MAX_RPM) {
+                return P1_SPEED_OUT_OF_RANGE;
+            }
         }
         if (pump->fault != FAULT_NONE) {
             return P1_IN_FAULT;
@@ -192,7 +190,7 @@ const char *p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments, js
             return P1_NOT_RUNNING;
         }
         if (kind != JSON_ABSENT) {
-            pump->setpoint_rpm = (int)p1_json_number_value(speed);
+            pump->setpoint_rpm = (int)v;
         }
         if (stopped) {
             pump->state = PUMP_STARTING;
@@ -200,7 +198,7 @@ const char *p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments, js
         return NULL;
     }
     if (tool == TOOL_STOP && !stopped && pump->state != PUMP_FAULT) {
-        pump->state = pump->speed == 0 ? PUMP_STOPPED : PUMP_STOPPING;
+        pump->state = stop_state(pump);
     }
     if (tool != TOOL_RESET_FAULT) {
         return NULL;
@@ -231,6 +229,6 @@ const char *p1_pump_call(mcpb_pump1_t *pump, int tool, json_span_t arguments, js
     }
     pump->fault = FAULT_NONE;
     pump->fault_text[0] = '\0';
-    pump->state = pump->speed == 0 ? PUMP_STOPPED : PUMP_STOPPING;
+    pump->state = stop_state(pump);
     return NULL;
 }

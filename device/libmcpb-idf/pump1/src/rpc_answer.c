@@ -3,27 +3,23 @@
 
 #include "pump_refusal.h"
 
-/* '{"jsonrpc":"2.0","id":ID' and `tail`: one function for the result's head and the error's. */
-static void write_head(json_out_t *out, json_span_t id, const char *tail)
+/* '{"jsonrpc":"2.0","id":ID' and `tail`, with a code (an error's start) the code and its message's
+ * key: one function for the result's head and the error's. */
+static void write_head(json_out_t *out, json_span_t id, const char *tail, int code)
 {
     json_sink_t raw;
     p1_json_sink_init(&raw, out, 0);
     p1_pump_out_text(out, P1_RPC_HEAD);
     p1_json_sink_id(&raw, id);
     p1_pump_out_text(out, tail);
-}
-
-static void write_error_start(json_out_t *out, json_span_t id, int code)
-{
-    json_sink_t raw;
-    p1_json_sink_init(&raw, out, 0);
-    write_head(out, id, P1_RPC_ERROR);
-    p1_json_sink_int(&raw, code);
-    p1_pump_out_text(out, P1_RPC_MESSAGE);
+    if (code != 0) {
+        p1_json_sink_int(&raw, code);
+        p1_pump_out_text(out, P1_RPC_MESSAGE);
+    }
 }
 
 /* The message, escaped and cut after `limit` code points, into `out`: how many it has uncut. */
-static size_t write_message(json_out_t *out, const char *text, const pump_text_args_t *args, size_t limit)
+P1_NOINLINE static size_t write_message(json_out_t *out, const char *text, const pump_text_args_t *args, size_t limit)
 {
     json_sink_t sink;
     p1_json_sink_init(&sink, out, 1);
@@ -47,7 +43,7 @@ void p1_rpc_error(mcpb_pump1_t *pump, json_span_t id, int code, const char *text
     }
     /* measured first: the answer's start, then the message after it, again after each cut */
     p1_json_out_init(&measure, NULL, 0);
-    write_error_start(&measure, id, code);
+    write_head(&measure, id, P1_RPC_ERROR, code);
     head = measure.len;
     kept = write_message(&measure, text, &args, (size_t)-1);
     answer = measure.len + 3; /* and "}} */
@@ -60,7 +56,7 @@ void p1_rpc_error(mcpb_pump1_t *pump, json_span_t id, int code, const char *text
         write_message(&measure, text, &args, kept);
         answer = measure.len + 3 + 3; /* and ..."}} */
     }
-    write_error_start(out, id, code);
+    write_head(out, id, P1_RPC_ERROR, code);
     write_message(out, text, &args, kept);
     if (cut) {
         p1_json_out_text(out, "...");
@@ -70,7 +66,7 @@ void p1_rpc_error(mcpb_pump1_t *pump, json_span_t id, int code, const char *text
 
 void p1_rpc_result_head(json_out_t *out, json_span_t id)
 {
-    write_head(out, id, P1_RPC_RESULT);
+    write_head(out, id, P1_RPC_RESULT, 0);
 }
 
 void p1_rpc_result(mcpb_pump1_t *pump, json_span_t id, rpc_result_fn result, const void *context, json_out_t *out)

@@ -200,6 +200,21 @@ static void test_bare_refusal_then_close_backs_off_to_max(void **state)
     assert_true(fake.last_event.retry_in_ms >= 15000 && fake.last_event.retry_in_ms <= 30000);
 }
 
+/* A bare refusal's reason reaches the event whole, its escapes read, up to MCPB_REASON_MAX bytes. */
+static void test_bare_refusal_reason_whole(void **state)
+{
+    (void)state;
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":"
+                          "\"Bare message on /providers: wrap each in an envelope, "
+                          "{\\\"provider\\\":<slot>,\\\"payload\\\":<message>}\"}}");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_string_equal(fake.last_event.slot, "");
+    assert_string_equal(fake.last_event.reason, "Bare message on /providers: wrap each in an envelope, "
+                                                "{\"provider\":<slot>,\"payload\":<message>}");
+    assert_true(mcpb_client_connected(&client));
+}
+
 /* A slot served a request before the close: the link was wanted, and the board redials soon. */
 static void test_close_after_a_served_request_redials_soon(void **state)
 {
@@ -262,6 +277,7 @@ int main(void)
         cmocka_unit_test_setup(test_answer_too_large_answered_in_its_envelope, setup),
         cmocka_unit_test_setup(test_refusals_then_close_back_off_to_max, setup),
         cmocka_unit_test_setup(test_bare_refusal_then_close_backs_off_to_max, setup),
+        cmocka_unit_test_setup(test_bare_refusal_reason_whole, setup),
         cmocka_unit_test_setup(test_close_after_a_served_request_redials_soon, setup),
         cmocka_unit_test_setup(test_slot_names_checked_at_init, setup),
         cmocka_unit_test_setup(test_notification_sent_for_a_slot, setup),
