@@ -26,6 +26,9 @@ from gateway.config.telemetry import TelemetryConfig
 from gateway.config.tls import TlsConfig
 from gateway.config.upstreams import UpstreamsConfig
 
+ANONYMOUS_PRINCIPALS = ("*", "anonymous")
+"""A [[confirm]] principal that covers the caller of a gateway without [auth]."""
+
 
 class LoggingConfig(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -210,6 +213,39 @@ class GatewayConfig(Section):
             *config_warnings(self),
             *self.auth.token_file_warnings(),
             *self.providers.auth.secret_file_warnings(),
+            *self.unapprovable_confirmations(),
+        ]
+
+    def unapprovable_confirmations(self) -> list[str]:
+        """A warning when [[confirm]] rules cover the anonymous caller and there is no [auth]: their calls
+        that wait for `mcp-gateway approve` wait for nobody, as an anonymous caller never approves an
+        anonymous call (the own-call rule) and every caller is anonymous."""
+        # Imported here: the policy checks import the configuration's [policy] section (gateway/config/loading.py).
+        from gateway.policy.rules.checking import PolicyError, read_policy_file
+
+        if self.policy is None or self.auth_configured:
+            return []
+        entries: Any = self.policy.confirm
+        where = "[policy]"
+        if self.policy.file is not None:
+            where = f"policy file {self.policy.file}"
+            try:
+                entries = read_policy_file(self.policy.file).get("confirm")
+            except PolicyError:
+                return []  # the policy loader names what is wrong with the file, at start and at reload
+        covering = [
+            f"confirm[{index}]"
+            for index, entry in enumerate(entries if isinstance(entries, list) else [])
+            if isinstance(entry, dict) and entry.get("principal") in ANONYMOUS_PRINCIPALS
+        ]
+        if not covering:
+            return []
+        return [
+            f"{where}: {', '.join(covering)} {'makes' if len(covering) == 1 else 'make'} calls of any caller wait "
+            "for a person, and with no [auth] nobody can approve "
+            'the ones that wait for `mcp-gateway approve` (every call under by = "another"; under by = "caller" '
+            "those of a client that cannot be asked): every caller is anonymous, and a caller never approves its "
+            "own call. Add [auth] with a token for the approver (docs/governance.md#confirmation-of-device-writes)"
         ]
 
 

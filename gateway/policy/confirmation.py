@@ -27,6 +27,7 @@ from gateway.core.policy_interface import (
 from gateway.policy.approvals import Approval, Approvals, ApprovalsFull, binding_of
 from gateway.policy.audit.records import mask_secrets
 from gateway.policy.rules.compiled import ConfirmRule
+from gateway.policy.rules.subjects import ANONYMOUS, identity_of
 
 MAX_STATE_CHARS = 2000
 """Longest device state quoted in a question; a longer one is cut (the person reads it, a page is enough)."""
@@ -245,11 +246,23 @@ class Confirmations:
             why = "another principal approves it (the caller's own client is never asked)"
         else:
             why = "this client cannot be asked (it declares no elicitation)"
+        if identity_of(question.subjects) == ANONYMOUS:
+            # Only a gateway without [auth] has anonymous callers, and an anonymous caller approves no
+            # anonymous call: telling the agent an operator can would have its user wait for nobody.
+            how = (
+                "No one can approve it on this gateway: without [auth] every caller is anonymous, and a caller "
+                "never approves its own call. Its operator adds [auth] with a token for the approver "
+                "(docs/governance.md#confirmation-of-device-writes); until then the call cannot be done."
+            )
+        else:
+            how = (
+                f"An operator runs `mcp-gateway approve {approval.id}` (or the _broker tool broker_approve); then "
+                f"send the same call again, with the same arguments, within {question.rule.expires_s} s of the "
+                "first attempt."
+            )
         return errors.forbidden(
             f"Not forwarded yet: the operator's policy ({question.rule.id}) has a person confirm {question.tool} "
-            f"on {question.slot}, and {why}. An operator runs "
-            f"`mcp-gateway approve {approval.id}` (or the _broker tool broker_approve); then send the same call "
-            f"again, with the same arguments, within {question.rule.expires_s} s of the first attempt.",
+            f"on {question.slot}, and {why}. {how}",
             {
                 "reason": "confirmation_required",
                 "approval": approval.id,

@@ -44,7 +44,7 @@ from gateway.policy.execution.admission import Admission, ExecutionLimits
 from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
 from gateway.policy.rules.capabilities import TOOLS_CALL
 from gateway.policy.rules.decision import Decision
-from gateway.policy.rules.subjects import caller_name, identity_of
+from gateway.policy.rules.subjects import ANONYMOUS, ANYONE, caller_name, identity_of
 from gateway.policy.schemas import SchemaCache
 
 log = logging.getLogger("gateway.policy")
@@ -118,6 +118,9 @@ class Governor:
         """Where the policy comes from, for reload (its file is read again; None: it cannot be reloaded)."""
         self.trail = trail
         """None: [audit] enabled = false; decisions are then made and not recorded."""
+        self.clients_authenticated = True
+        """[auth] is configured (fixed until a restart). Without it every caller is anonymous and nobody can
+        approve a call that waits for `mcp-gateway approve` (status: unapprovable_confirm_rules)."""
         self.schemas = schemas or SchemaCache()
         self._subjects: dict[Principal, frozenset[str]] = {}
         self.reloads = 0
@@ -445,11 +448,21 @@ class Governor:
 
     def status(self) -> dict[str, Any]:
         return {
-            "policy": {"reloads": self.reloads},
+            "policy": {"reloads": self.reloads, "unapprovable_confirm_rules": self.unapprovable_confirm_rules()},
             "audit": self.trail.status() if self.trail is not None else None,
             "limits": self.limits.status(),
             "providers": self.providers.status() if self.providers is not None else None,
         }
+
+    def unapprovable_confirm_rules(self) -> list[str]:
+        """The [[confirm]] rules covering the anonymous caller, on a gateway without [auth]: their calls that
+        wait for `mcp-gateway approve` are approved by nobody (an anonymous caller approves no anonymous call)."""
+        if self.clients_authenticated:
+            return []
+        document = self.policy.document
+        return [
+            f"confirm[{index}]" for index, rule in enumerate(document.confirm) if rule.principal in (ANYONE, ANONYMOUS)
+        ]
 
     def bound_approvals(self, limit: int, per_caller: int) -> None:
         """limits.max_pending_approvals(_per_caller): read at the next call that waits for approval."""
@@ -467,8 +480,8 @@ class Governor:
         # groups in its token is still the person whose call it is.
         if waiting is not None and approve and identity_of(subjects) == waiting.caller:
             raise errors.forbidden(
-                f"Approval {approval_id} is for a call of yours ({waiting.caller}, whichever client or groups "
-                "your token names): another person approves it (a caller never confirms its own device action)",
+                f"Approval {approval_id} is for a call of yours ({_own_call_who(waiting.caller)}): another person "
+                "approves it (a caller never confirms its own device action)",
                 {"reason": "own_call", "approval": approval_id},
             )
         try:
@@ -575,6 +588,19 @@ def declined_result(question: Question, answer: Answer) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {REFUSED_META_KEY: refused}}
 
 
+def _own_call_who(caller: str) -> str:
+    """Who the own-call refusal says the caller is: a user whatever client or groups its token names; the
+    anonymous caller, which is everyone on a gateway without [auth]; else the identity alone."""
+    if caller.startswith("user:"):
+        return f"{caller}, whichever client or groups your token names"
+    if caller == ANONYMOUS:
+        return (
+            f"{caller}: every caller is anonymous on a gateway without [auth]; add [auth] with a token for the "
+            "approver (docs/governance.md#confirmation-of-device-writes)"
+        )
+    return caller
+
+
 def warn_of(policy: Policy) -> None:
     """Log what the policy holds that loads but is likely not what its author meant."""
     for warning in policy.document.warnings:
@@ -614,5 +640,6 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
     )
     governor = Governor(policy, trail, schemas, source=config.policy)
     governor.repeat_interval_s = config.logging.repeat_interval_s
+    governor.clients_authenticated = config.auth_configured  # turning [auth] on or off needs a restart
     governor.bound_approvals(limits.max_pending_approvals, limits.max_pending_approvals_per_caller)
     return governor

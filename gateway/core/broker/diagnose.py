@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gateway.core.broker.diagnose_declarations import declaration_problems
 from gateway.core.broker.diagnose_limits import limit_problems
@@ -223,6 +224,32 @@ def _governance_problems(view: GatewayView) -> list[Problem]:
     governance = view.governance
     if governance is None:
         return []  # not a problem: the diagnosis says `governed: false` (server.py)
+    return _unapprovable_problems(governance) + _audit_problems(governance)
+
+
+def _unapprovable_problems(governance: Mapping[str, Any]) -> list[Problem]:
+    """[[confirm]] rules covering the anonymous caller on a gateway without [auth]: a call of theirs that
+    waits for `mcp-gateway approve` waits for nobody, as an anonymous caller approves no anonymous call."""
+    policy = governance.get("policy")
+    rules = policy.get("unapprovable_confirm_rules") if isinstance(policy, Mapping) else None
+    if not rules:
+        return []
+    return [
+        Problem(
+            "governance.approvals_unanswerable",
+            "warning",
+            "Calls that wait for `mcp-gateway approve` can be approved by nobody: there is no [auth]",
+            f'{", ".join(map(str, rules))} make calls wait for a person (every call under by = "another"; under '
+            'by = "caller" those of a client that cannot be asked); without [auth] every caller is anonymous, and '
+            "an anonymous caller never approves an anonymous call",
+            "Add [auth] with a token for the approver and one for each agent (mcp-gateway token create NAME), then "
+            "restart; the approver runs `mcp-gateway approve` with its token "
+            "(docs/governance.md#confirmation-of-device-writes).",
+        )
+    ]
+
+
+def _audit_problems(governance: Mapping[str, Any]) -> list[Problem]:
     audit = governance.get("audit")
     if isinstance(audit, Mapping) and not audit.get("healthy", True):
         evidence = f"{audit.get('path')}: {audit.get('last_error') or 'the last write failed'}"
