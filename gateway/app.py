@@ -267,18 +267,26 @@ class GatewayServer:
                 connections.cap,
                 self.config.limits.connections.max_connections,
             )
-        await self.runner.setup()
-        server = self.runner.server
-        assert server is not None
-        site = GuardedSite(
-            self.runner,
-            self.config.host,
-            self.config.port,
-            self.listener.protocol_factory(server),
-            ssl_context=self.tls.context if self.tls is not None else None,
-            handshake_timeout_s=self.config.limits.connections.handshake_timeout_s,
-        )
-        await site.start()
+        try:
+            await self.runner.setup()
+            server = self.runner.server
+            assert server is not None
+            site = GuardedSite(
+                self.runner,
+                self.config.host,
+                self.config.port,
+                self.listener.protocol_factory(server),
+                ssl_context=self.tls.context if self.tls is not None else None,
+                handshake_timeout_s=self.config.limits.connections.handshake_timeout_s,
+            )
+            await site.start()
+        except BaseException:
+            # Not listening (the port taken, say): what setup started (the gateway, client auth's key
+            # fetcher and its HTTP session, the audit trail) ends here, not as "Unclosed ..." at exit.
+            await self.runner.cleanup()
+            if trail is not None:
+                await trail.close()
+            raise
         # The bound socket tells the real port when port 0 (any free port) was asked for.
         sockets = getattr(site._server, "sockets", None) or []
         if sockets:

@@ -9,6 +9,7 @@ initialize, the requests, DELETE.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable
 from types import TracebackType
@@ -557,6 +558,9 @@ def _unreachable(url: str, exc: Exception) -> str:
     reason = os.strerror(error.errno) if error.errno and error.errno > 0 else (error.strerror or str(error))
     where = f"[{exc.host}]:{exc.port}" if ":" in exc.host else f"{exc.host}:{exc.port}"
     text = f"cannot reach the gateway at {url}: cannot connect to {where}: {reason}"
+    if error.errno == errno.ECONNREFUSED:
+        # Nothing listens there: the usual causes are a gateway not started, or one on another address.
+        text += ". Is `mcp-gateway run` running there? Point elsewhere with --url (or $MCP_GATEWAY_URL)"
     if "%25" in exc.host:
         text += (
             "; the zone id of a link-local address is read as written, not decoded from %25 (RFC 6874): "

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from typing import Any
 
 from gateway.cli.common import Commands, _load, gateway_timeout_option, gateway_url_option
 from gateway.cli.parsing import subcommands
+from gateway.config.base import ENV_CONFIG_FILE
 
 EXPLAIN_EXIT = {True: 0, False: 1}
 """explain's exit status: 0 allowed, 1 denied (2: the policy or the flags cannot be used)."""
@@ -80,7 +82,15 @@ def cmd_policy_explain(args: argparse.Namespace) -> int:
         else:
             config = _load(args)
             if config.policy is None:
-                print("no [policy] in the configuration: every request is allowed (authentication and scopes apply)")
+                # Without a file the defaults answer, and they must not read as a configuration that was checked.
+                given = getattr(args, "config", None) or os.environ.get(ENV_CONFIG_FILE)
+                where = (
+                    "no [policy] in the configuration"
+                    if given
+                    else f"no configuration given (--config or {ENV_CONFIG_FILE}): "
+                    "the built-in defaults have no [policy]"
+                )
+                print(f"{where}: every request is allowed (authentication and scopes apply)")
                 return 0
             policy = load_policy(config.policy)
     except PolicyError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 
 import orjson
@@ -15,6 +16,8 @@ from gateway.northbound.credential_watch import CredentialWatch
 from gateway.policy.connection_limits import STREAM_WRITE_TIMEOUT
 from gateway.policy.verifier import AuthFailure
 from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("gateway.northbound.http")
 
 SSE_TYPE = "text/event-stream"
 SSE_HEADERS = {
@@ -72,6 +75,15 @@ async def open_stream(request: web.Request, extra_headers: Mapping[str, str] | N
     await response.prepare(request)
     request[STREAMED_STATUS_KEY] = 200  # counted as answered, however the stream ends
     return response
+
+
+def client_gone(what: str, exc: ConnectionError) -> web.Response:
+    """The end of a stream handler whose client hung up (before its headers went out, or while it was
+    written): a hang-up is what clients do, not a fault, so it is logged at debug only (an ERROR with a
+    traceback per dropped connection would fill an SD card). Nobody reads the returned answer; aiohttp
+    drops it quietly."""
+    log.debug("%s: the client went away: %s", what, exc)
+    return web.Response(status=200)
 
 
 WRITE_HEADROOM = 16 * 1024

@@ -615,6 +615,8 @@ class StreamableHttpEndpoint:
             with contextlib.suppress(ConnectionError):
                 await event_stream.write(request, response, end, *self.write_bound(), eof=True)
             return self.counted(response, queue, "get")
+        except ConnectionError as exc:
+            return event_stream.client_gone("GET stream", exc)
         finally:
             metrics.dec()
             queue.close()
@@ -755,6 +757,8 @@ class StreamableHttpEndpoint:
             with contextlib.suppress(ConnectionError):
                 await event_stream.write(request, response, end, *self.write_bound(), eof=True)
             return self.counted(response, stream.queue, "listen")
+        except ConnectionError as exc:
+            return event_stream.client_gone("subscriptions/listen stream", exc)
         finally:
             metrics.dec()
             self.listens.leave(caller)

@@ -330,7 +330,8 @@ async def test_an_unreachable_ipv6_gateway_is_named_in_brackets() -> None:
             await client.list_tools()
     assert str(refused.value) == (
         f"cannot reach the gateway at http://[::1]:{port}/_broker/mcp: "
-        f"cannot connect to [::1]:{port}: Connection refused"
+        f"cannot connect to [::1]:{port}: Connection refused. Is `mcp-gateway run` running there? "
+        "Point elsewhere with --url (or $MCP_GATEWAY_URL)"
     )
 
 

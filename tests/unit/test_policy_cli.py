@@ -127,7 +127,8 @@ def test_check_of_a_missing_file_says_so(capsys: pytest.CaptureFixture[str]) -> 
     assert run(capsys, "policy", "check", "nowhere.toml") == (
         2,
         "",
-        "mcp-gateway policy check: policy file nowhere.toml: not found\n",
+        "mcp-gateway policy check: policy file nowhere.toml: not found (a relative path is read from the working "
+        f"directory: here {Path('nowhere.toml').absolute()})\n",
     )
 
 

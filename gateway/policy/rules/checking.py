@@ -70,7 +70,13 @@ def read_policy_file(path: str | Path) -> dict[str, Any]:
         skipped = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
         return tomllib.loads(raw[skipped:].decode("utf-8"))
     except FileNotFoundError as exc:
-        raise PolicyError(["not found"], source) from exc
+        # A relative path names a file from wherever the command runs (a service's WorkingDirectory=, say).
+        where = (
+            ""
+            if Path(path).is_absolute()
+            else f" (a relative path is read from the working directory: here {Path(path).absolute()})"
+        )
+        raise PolicyError([f"not found{where}"], source) from exc
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError([f"invalid TOML: {exc}"], source) from exc
     except UnicodeDecodeError as exc:
