@@ -123,8 +123,8 @@ def _cannot_write(dest: Path, exc: OSError) -> _Refused:
     return _Refused(f"cannot write {dest}{said}: {why}; no backup was left")
 
 
-def _in_use(dest: Path) -> _Refused:
-    """The refusal for a DEST whose claim another run holds, or one a stopped run left."""
+def _holder(dest: Path) -> tuple[str, bool]:
+    """Who holds DEST's claim: " (pid N)" (or "") and whether a run still holds it."""
     holder = ""
     held = True
     with contextlib.suppress(OSError):
@@ -139,16 +139,36 @@ def _in_use(dest: Path) -> _Refused:
                 held = not holder  # an empty claim: a run that has only just made it
         finally:
             os.close(descriptor)
-    pid = f" (pid {holder})" if holder.isdigit() else ""
+    return (f" (pid {holder})" if holder.isdigit() else ""), held
+
+
+def _incomplete(dest: Path, pid: str) -> str:
+    return (
+        f"{dest} holds an incomplete backup: the backup{pid} that wrote it was stopped before it finished "
+        f"({CLAIM} is left); remove {dest} (restore refuses it) and back up again"
+    )
+
+
+def unfinished_backup(dest: Path) -> str | None:
+    """Why restore refuses DEST when a backup's claim is in it (one running, or one stopped before it
+    finished: the same words backup says); None without a claim."""
+    if not os.path.lexists(dest / CLAIM):
+        return None
+    pid, held = _holder(dest)
+    if held:
+        return f"a backup{pid} is still writing {dest}: wait for it to end, then restore"
+    return _incomplete(dest, pid)
+
+
+def _in_use(dest: Path) -> _Refused:
+    """The refusal for a DEST whose claim another run holds, or one a stopped run left."""
+    pid, held = _holder(dest)
     if held:
         return _Refused(
             f"another backup{pid} is writing {dest}: wait for it to end, or give another directory (two backups "
             "never share one)"
         )
-    return _Refused(
-        f"{dest} holds an incomplete backup: the backup{pid} that wrote it was stopped before it finished "
-        f"({CLAIM} is left); remove {dest} (restore refuses it) and back up again"
-    )
+    return _Refused(_incomplete(dest, pid))
 
 
 def _prepare(dest: Path, state: Path) -> _Claim:

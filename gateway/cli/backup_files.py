@@ -261,12 +261,17 @@ def free_bytes(directory: Path) -> str:
 
 
 def cannot_write(target: Path, dest: Path, why: str, full: bool, source: Path, size: int | None = None) -> BackupError:
-    """The copy `target` (under `dest`) of `source` (`size` bytes, else its size now) cannot be written: the
-    destination's fault, not the source's."""
+    """The copy `target` (under `dest`) of `source` (`size` bytes; else a database, its size now with its
+    write-ahead log) cannot be written: the destination's fault, not the source's."""
+    said = "" if size is None else f"; {source} is {size} bytes"
     if size is None:
         with contextlib.suppress(OSError):
             size = source.stat().st_size
-    said = "" if size is None else f"; {source} is {size} bytes"
+            said = f"; {source} is {size} bytes"
+            # A database's copy holds the pages of its -wal too: the main file alone undersays what it needs.
+            log = os.stat(f"{source}-wal").st_size
+            if log:
+                said += f", {log} more in its write-ahead log: the copy needs up to {size + log} bytes"
     free = free_bytes(target.parent)
     if full:
         return BackupError(f"cannot write {target}: the file system of {dest} is full ({free} bytes free{said})")
@@ -324,7 +329,14 @@ def quick_check(path: Path, busy_s: float = DEFAULT_BUSY_S) -> str | None:
     finally:
         db.close()
     found = [str(row[0]) for row in rows]
-    return None if found == ["ok"] else "; ".join(found[:3])
+    if found == ["ok"]:
+        return None
+    # SQLite's report runs to many lines (a header, then one per problem): a message keeps one line.
+    lines = [line for text in found for line in text.splitlines() if line.strip() and not line.startswith("***")]
+    if not lines:
+        return "; ".join(found)
+    more = len(lines) - 1
+    return lines[0] + (f" (and {more} more {'problem' if more == 1 else 'problems'})" if more else "")
 
 
 def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None:

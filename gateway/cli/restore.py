@@ -22,10 +22,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gateway.cli.backup import state_dir_option, state_environment
+from gateway.cli.backup import state_dir_option, state_environment, unfinished_backup
 from gateway.cli.backup_fds import NotRegular
 from gateway.cli.backup_files import (
     FIRMWARE,
+    MANIFEST,
     BackupError,
     Entry,
     Manifest,
@@ -195,12 +196,14 @@ def _restore(
             for step in steps
             if step.entry.directory and step.via is None and Path(step.entry.original).parent == step.target.parent
         }
+        restored = 0
         for step in steps:
             link = "" if step.via is None else f" (through the link {step.via})"
             if step.in_place:
                 print(f"in place already: {step.what} {step.target}{link} (the backup's content)")
                 continue
-            kept = put(source, step, stamp, state, state_owner, folders)
+            kept = put(source, step, stamp, state, state_owner, folders, restored)
+            restored += 1
             print(f"restored {step.what} {step.target}{link} ({step.entry.size} bytes, mode {_mode_said(step)})")
             if kept is not None:
                 print(f"  kept the file it replaced as {kept}")
@@ -228,6 +231,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return 2
     from gateway import __version__
 
+    unfinished = None if (source / MANIFEST).exists() else unfinished_backup(source)
+    if unfinished is not None:  # a backup writes its manifest last: without one, its claim says what SRC is
+        print(f"mcp-gateway restore: {unfinished}", file=sys.stderr)
+        return 1
     try:
         manifest = read_manifest(source)
         verify(source, manifest)

@@ -70,7 +70,11 @@ def _make_parents(directory: Path) -> None:
 
 
 def _folder(
-    step: Step, state: Path, state_owner: tuple[int, int] | None, folders: Mapping[Path, Mapping[str, object]]
+    step: Step,
+    state: Path,
+    state_owner: tuple[int, int] | None,
+    folders: Mapping[Path, Mapping[str, object]],
+    before: str,
 ) -> int:
     """A descriptor of the directory `step` writes into, made when missing: under the state directory each
     directory opened from the one above without following a link (made 0700, as root given the state
@@ -86,7 +90,7 @@ def _folder(
         try:
             return open_below(state, parent.relative_to(state).parts, made, PRIVATE_DIRECTORY)
         except NotDirectory as exc:
-            raise Refused(_through(exc, "the files said restored above stay in place")) from None
+            raise Refused(_through(exc, before)) from None
     if step.entry.kind in DATABASE_NAMES:
         _make_parents(parent)
     else:
@@ -126,15 +130,15 @@ def _with_logs(name: str) -> list[str]:
     return [name, *(name + suffix for suffix in LOG_SUFFIXES)]
 
 
-def _copy_checked(source: Path, step: Step, temporary: str, folder: int) -> None:
+def _copy_checked(source: Path, step: Step, temporary: str, folder: int, before: str) -> None:
     """Copy the backup's file into `temporary` in `folder` from one descriptor, hashing as it goes: the bytes
     written are the bytes checked. BackupError (the temporary file removed) when the file changed since the
     check, or is a link or no regular file now."""
     entry = step.entry
     inside = source / entry.path
     tail = (
-        f"the backup was changed while restore ran; {step.target} was not written and the files said restored "
-        "above stay in place: check the backup and who may write it, then run restore again with --force"
+        f"the backup was changed while restore ran; {step.target} was not written and {before}: check the backup "
+        "and who may write it, then run restore again with --force"
     )
     try:
         reading = open_regular(inside)
@@ -150,8 +154,8 @@ def _copy_checked(source: Path, step: Step, temporary: str, folder: int) -> None
         # A full disk, a file too large, an I/O error: the partial copy would only take more space.
         _remove(temporary, folder)
         raise BackupError(
-            f"{exc}; {step.target} was not written and the files said restored above stay in place: free space "
-            "on that file system (or repair it), then run restore again with --force"
+            f"{exc}; {step.target} was not written and {before}: free space on that file system (or repair it), "
+            "then run restore again with --force"
         ) from None
     except BaseException:
         _remove(temporary, folder)
@@ -166,7 +170,7 @@ def _copy_checked(source: Path, step: Step, temporary: str, folder: int) -> None
         )
 
 
-def _database_checked(source: Path, step: Step, temporary: str, folder: int) -> None:
+def _database_checked(source: Path, step: Step, temporary: str, folder: int, before: str) -> None:
     """The copied database passes `PRAGMA quick_check` before it is renamed into place: one that fails is
     removed, so the target stays as it was (a damaged backup whose sums were made to match)."""
     problem = quick_check(step.target.with_name(temporary))
@@ -175,8 +179,8 @@ def _database_checked(source: Path, step: Step, temporary: str, folder: int) -> 
     _remove(temporary, folder)
     raise BackupError(
         f"{source / step.entry.path} (backup of {step.entry.original}) fails SQLite's quick_check ({problem}): the "
-        f"backup's database is damaged; {step.target} was not written and the files said restored above stay in "
-        "place: restore a backup whose databases pass the check"
+        f"backup's database is damaged; {step.target} was not written and {before}: restore a backup whose "
+        "databases pass the check"
     )
 
 
@@ -192,19 +196,22 @@ def put(
     state: Path,
     state_owner: tuple[int, int] | None,
     folders: Mapping[Path, Mapping[str, object]],
+    restored: int = 0,
 ) -> str | None:
     """Write one file of the backup to its target (through a temporary file beside it, renamed in place);
-    the name the replaced file was kept under, if any. `folders`: the recorded directories of config files."""
+    the name the replaced file was kept under, if any. `folders`: the recorded directories of config files;
+    `restored`: how many files this restore wrote before this one (its errors say what stays)."""
     target = step.target
     name = target.name
-    folder = _folder(step, state, state_owner, folders)
+    before = "the files said restored above stay in place" if restored else "no file was restored"
+    folder = _folder(step, state, state_owner, folders, before)
     try:
         temporary = f".{name}.restoring"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary, dir_fd=folder)
-        _copy_checked(source, step, temporary, folder)
+        _copy_checked(source, step, temporary, folder, before)
         if step.entry.kind in DATABASE_NAMES:
-            _database_checked(source, step, temporary, folder)
+            _database_checked(source, step, temporary, folder, before)
         _chown(temporary, folder, step, state_owner)
         aside: str | None = None
         if step.replaces:

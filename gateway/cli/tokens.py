@@ -237,6 +237,15 @@ def _entries_of(path: Path, command: str) -> list[Any] | None:
     return None
 
 
+def _only_this_file(path: Path) -> str:
+    """The note of a revocation without a configuration: which places it could not search."""
+    return (
+        f"Only {path} was searched for the same token under another name: without a configuration "
+        "(--config or $MCP_GATEWAY_CONFIG) this command cannot see the other token files or [[auth.tokens]]: "
+        "the same token under another name there stays accepted. With --config it checks them all."
+    )
+
+
 def cmd_token_revoke(args: argparse.Namespace) -> int:
     """Remove NAME's entry from the token file (written atomically, mode 0600, as create writes it)."""
     from gateway.policy.token_files import (
@@ -294,6 +303,9 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
             f"too: {ways}.",
             file=sys.stderr,
         )
+        if sources is None:
+            # Other copies may sit where this command cannot look: said here as on success.
+            print(_only_this_file(path), file=sys.stderr)
     if clash is not None:
         where = _written_where(args, path)
         if _involves(clash, where):
@@ -322,11 +334,7 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
         "no reload or restart is needed."
     )
     if sources is None:
-        print(
-            f"Only {path} was searched for the same token under another name: without a configuration "
-            "(--config or $MCP_GATEWAY_CONFIG) this command cannot see the other token files or [[auth.tokens]]: "
-            "the same token under another name there stays accepted. With --config it checks them all."
-        )
+        print(_only_this_file(path))
     else:
         unknown = [source.name for source in sources if source.sha256 is None]
         if unknown:

@@ -78,6 +78,15 @@ async def test_a_claim_a_stopped_backup_left_is_named(tmp_path: Path) -> None:
         f"before it finished ({CLAIM} is left); remove {dest} (restore refuses it) and back up again"
     ), err
     assert (dest / "databases" / "devices.db").read_bytes() == b"part of a copy"
+    # Restore says the same of it, not that it is no backup of mcp-gateway's.
+    fresh = tmp_path / "fresh"
+    code, out, err = await run_to_exit("restore", str(dest), env={"STATE_DIRECTORY": str(fresh)})
+    assert (code, out) == (1, ""), err
+    assert err == (
+        f"mcp-gateway restore: {dest} holds an incomplete backup: the backup (pid 4242) that wrote it was stopped "
+        f"before it finished ({CLAIM} is left); remove {dest} (restore refuses it) and back up again\n"
+    )
+    assert not fresh.exists()
 
 
 @pytest.mark.timeout(60)
@@ -152,7 +161,8 @@ async def test_a_restored_database_that_fails_its_check_leaves_the_target_as_it_
     assert err.startswith(
         f"mcp-gateway restore: {copy} (backup of {env['STATE_DIRECTORY']}/devices.db) fails SQLite's quick_check ("
     ), err
-    assert f"{fresh}/devices.db was not written" in err
+    assert f"{fresh}/devices.db was not written and no file was restored: " in err
+    assert "restored above" not in err  # nothing was said restored
     assert [path.name for path in fresh.iterdir() if "devices" in path.name] == []
     whole = tmp_path / "whole"
     code, _out, err = await run_to_exit("backup", str(whole), env=env)
@@ -187,3 +197,69 @@ async def test_a_copy_removed_under_the_backup_is_named_as_the_destinations_faul
     assert "cannot be backed up" not in err and "damaged" not in err and f"no backup was left in {dest}" in err
     assert not dest.exists()
     assert sqlite3.connect(registry).execute("PRAGMA quick_check").fetchone() == ("ok",)
+
+
+def damaged_backup_of_many_pages(tmp_path: Path) -> tuple[dict[str, str], int]:
+    """A state directory whose registry spans many pages, with a SQLite quick_check report of many lines
+    once one of its leaf pages is zeroed: its environment and where the zeroed page starts."""
+    state = tmp_path / "state-large"
+    state.mkdir(mode=0o700)
+    db = sqlite3.connect(state / "devices.db")
+    db.execute("CREATE TABLE devices (device_id TEXT PRIMARY KEY, note TEXT)")
+    db.executemany("INSERT INTO devices VALUES (?, ?)", [(f"board-{n}", f"note {n}" * 20) for n in range(2000)])
+    db.commit()
+    page = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    return {"STATE_DIRECTORY": str(state)}, page * 2  # the third page: an interior page of the table
+
+
+@pytest.mark.timeout(60)
+async def test_a_damaged_databases_many_line_report_is_one_line_with_a_count(tmp_path: Path) -> None:
+    env, offset = damaged_backup_of_many_pages(tmp_path)
+    damaged = tmp_path / "damaged"
+    code, _out, err = await run_to_exit("backup", str(damaged), env=env)
+    assert code == 0, err
+    copy = damaged / "databases" / "devices.db"
+    data = bytearray(copy.read_bytes())
+    data[offset : offset + 4096] = bytes(4096)
+    copy.write_bytes(bytes(data))
+    report = sqlite3.connect(copy).execute("PRAGMA quick_check").fetchall()
+    assert len(report[0][0].splitlines()) > 3, report  # the premise: SQLite reports many lines
+    manifest = orjson.loads((damaged / "manifest.json").read_bytes())
+    from gateway.cli.backup_files import sha256_of
+
+    manifest["files"][0]["size"], manifest["files"][0]["sha256"] = sha256_of(copy)
+    (damaged / "manifest.json").write_bytes(orjson.dumps(manifest))
+    code, _out, err = await run_to_exit("restore", str(damaged), env={"STATE_DIRECTORY": str(tmp_path / "fresh")})
+    assert code == 1, err
+    assert err.count("\n") == 1, err
+    more = len(report[0][0].splitlines()) - 2  # less the header and the line kept
+    assert "fails SQLite's quick_check (Page " in err and f" (and {more} more problems)): " in err, err
+
+
+@pytest.mark.timeout(60)
+async def test_a_database_copy_stopped_by_a_file_size_limit_names_the_size_with_its_log(tmp_path: Path) -> None:
+    state = tmp_path / "state-wal"
+    state.mkdir(mode=0o700)
+    registry = state / "devices.db"
+    # A writer keeps its pages in the -wal (no checkpoint, the connection open): the copy holds them too.
+    writer = sqlite3.connect(registry, isolation_level=None)
+    writer.execute("PRAGMA journal_mode = WAL")
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("CREATE TABLE devices (device_id TEXT PRIMARY KEY, note TEXT)")
+    writer.executemany("INSERT INTO devices VALUES (?, ?)", [(f"board-{n}", "x" * 200) for n in range(500)])
+    try:
+        main, log = os.stat(registry).st_size, os.stat(f"{registry}-wal").st_size
+        assert log > main, (main, log)  # the premise: the log holds most of it
+        dest = tmp_path / "backup"
+        code, _out, err = await run_to_exit(
+            "backup", str(dest), env={"STATE_DIRECTORY": str(state)}, file_size_limit=main + 4096
+        )
+    finally:
+        writer.close()
+    assert code == 1, err
+    assert err.startswith(f"mcp-gateway backup: cannot write {dest}/databases/devices.db: "), err
+    assert (
+        f"; {registry} is {main} bytes, {log} more in its write-ahead log: the copy needs up to {main + log} bytes)"
+        in err
+    )

@@ -32,6 +32,6 @@ async def test_a_restore_that_cannot_write_the_copy_leaves_no_temporary_file(tmp
     assert sorted(path.name for path in fresh.iterdir() if "devices" in path.name) == [], err
     assert err.startswith(f"mcp-gateway restore: cannot write {fresh}/.devices.db.restoring: "), err
     assert err.rstrip().endswith(
-        f"{fresh}/devices.db was not written and the files said restored above stay in place: free space on that "
-        "file system (or repair it), then run restore again with --force"
+        f"{fresh}/devices.db was not written and no file was restored: free space on that file system (or repair "
+        "it), then run restore again with --force"
     ), err

@@ -98,6 +98,9 @@ def test_without_a_configuration_the_file_itself_is_searched_and_the_rest_said_u
     code, out, err = token(capsys, "revoke", "alice2", "--file", str(second))
     assert (code, out) == (1, "")
     assert f"is still accepted as 'alice3' ({second})" in err
+    # A copy found does not mean every copy was found: the places not searched are said here too.
+    assert f"Only {second} was searched for the same token under another name" in err
+    assert "cannot see the other token files or [[auth.tokens]]" in err
 
 
 def test_an_unreadable_configured_secret_is_said_not_compared(
