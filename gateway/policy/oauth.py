@@ -146,16 +146,28 @@ def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:
 
 
 def subject_from_claims(claims: dict[str, Any]) -> str | AuthFailure:
-    """The caller `sub` names, or why it names no one: it must be a string that is not blank (only
-    whitespace, Unicode's included) and holds no control character (C0, DEL, C1), since a caller shows
-    as its subject in refusals, the audit trail and approvals, where " " or a line break would pass for
-    no one or for someone else."""
+    """The caller `sub` names, or why it names no one: it must be a string with a visible character
+    (not only whitespace or invisible format characters such as U+200B and U+FEFF) and without a
+    control character (C0, DEL, C1), a line or paragraph separator, or a bidirectional override
+    (U+202A-U+202E, U+2066-U+2069), since a caller shows as its subject in refusals, the audit trail and
+    approvals, where " " would pass for no one, a line break for another line and an override for
+    another name."""
     subject = claims.get("sub")
-    if not isinstance(subject, str) or not subject.strip():
+    if not isinstance(subject, str) or all(char.isspace() or unicodedata.category(char) == "Cf" for char in subject):
         return AuthFailure("invalid_subject", "The access token's subject (sub) is empty or blank.")
-    if any(unicodedata.category(char) == "Cc" for char in subject):
-        return AuthFailure("invalid_subject", "The access token's subject (sub) holds a control character.")
+    if any(_unprintable_in_a_name(char) for char in subject):
+        return AuthFailure(
+            "invalid_subject",
+            "The access token's subject (sub) holds a control character, a line break or a bidirectional override.",
+        )
     return subject
+
+
+_OVERRIDES = frozenset({"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"})
+
+
+def _unprintable_in_a_name(char: str) -> bool:
+    return unicodedata.category(char) in ("Cc", "Zl", "Zp") or unicodedata.bidirectional(char) in _OVERRIDES
 
 
 def failure_for(exc: Exception, settings: OAuthConfig, audience: str) -> AuthFailure:

@@ -145,7 +145,7 @@ async def test_an_access_token_whose_subject_names_no_one_is_refused(
         assert body["error"] == "invalid_token"
         assert body["error_description"] in (
             "The access token's subject (sub) is empty or blank.",
-            "The access token's subject (sub) holds a control character.",
+            "The access token's subject (sub) holds a control character, a line break or a bidirectional override.",
         )
         assert 'error="invalid_token"' in headers["WWW-Authenticate"]
     assert await metric(http, server, 'mcpgw_auth_failures_total{reason="invalid_subject"}') == 5

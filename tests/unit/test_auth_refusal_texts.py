@@ -21,7 +21,7 @@ from tests.support.oauth import ISSUER, access_token, jwks, rsa_key
 
 AUDIENCE = "http://127.0.0.1:3000/pump-1/mcp"
 BLANK = "The access token's subject (sub) is empty or blank."
-CONTROL = "The access token's subject (sub) holds a control character."
+CONTROL = "The access token's subject (sub) holds a control character, a line break or a bidirectional override."
 
 
 @pytest.fixture
@@ -46,8 +46,28 @@ def verifier(tmp_path: Path) -> OAuthVerifier:
         ("bell\x07", CONTROL),
         ("c1\x85", CONTROL),
         ("del\x7f", CONTROL),
+        ("\u200b", BLANK),
+        ("\ufeff\u2060", BLANK),
+        ("a\u2029b", CONTROL),
+        ("\u202eyrolam", CONTROL),
+        ("x\u2066y", CONTROL),
     ],
-    ids=["empty", "space", "tab", "nbsp", "ideographic-space", "newline", "bell", "c1", "del"],
+    ids=[
+        "empty",
+        "space",
+        "tab",
+        "nbsp",
+        "ideographic-space",
+        "newline",
+        "bell",
+        "c1",
+        "del",
+        "zero-width-space",
+        "bom-word-joiner",
+        "paragraph-separator",
+        "right-to-left-override",
+        "isolate",
+    ],
 )
 async def test_a_subject_that_names_no_one_is_refused(verifier: OAuthVerifier, subject: str, problem: str) -> None:
     outcome = await verifier.validate(access_token(rsa_key(), AUDIENCE, subject=subject, scope="pump-1"), AUDIENCE)
@@ -57,7 +77,9 @@ async def test_a_subject_that_names_no_one_is_refused(verifier: OAuthVerifier, s
     assert outcome.description == problem
 
 
-@pytest.mark.parametrize("subject", ["alice smith", " padded ", "jörg@werk", "名前", "248289761001"])
+@pytest.mark.parametrize(
+    "subject", ["alice smith", " padded ", "jörg@werk", "名前", "248289761001", "\U0001f469\u200d\U0001f52c"]
+)
 async def test_a_subject_with_inner_spaces_or_letters_of_any_script_names_a_caller(
     verifier: OAuthVerifier, subject: str
 ) -> None:

@@ -204,7 +204,8 @@ TROUBLE_REFUSED: list[tuple[str, str, str]] = [
         "`confirmation_required`",
         "`Not forwarded yet: the operator's policy (<rule>) has a person confirm <tool> on <slot> ...`",
         "An operator runs `mcp-gateway approve <id>` (or `broker_approve`); then send the same call again with "
-        "the same arguments within the rule's `expires_s`.",
+        "the same arguments within the rule's `expires_s`. When the text says no one can approve it on this "
+        "gateway (no `[auth]`: every caller is anonymous), it cannot be done until the operator adds `[auth]`.",
     ),
     (
         "`declined`",
