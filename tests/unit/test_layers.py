@@ -1,7 +1,9 @@
 """The house rules of docs/architecture.md, checked on the source: which layer may import which, no
 import cycles, no transport library in the core, no module over 800 lines.
 
-Every import counts, as the code writes it: at the top, inside functions and under TYPE_CHECKING.
+Every import counts, as the code writes it: at the top, inside functions and under TYPE_CHECKING. A
+second cycle check takes only the imports outside functions (TYPE_CHECKING ones too, to be safe), with
+the packages each runs the __init__ of.
 """
 
 from __future__ import annotations
