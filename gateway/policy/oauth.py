@@ -147,13 +147,14 @@ def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:
 
 def subject_from_claims(claims: dict[str, Any]) -> str | AuthFailure:
     """The caller `sub` names, or why it names no one: it must be a string with a visible character
-    (not only whitespace or invisible format characters such as U+200B and U+FEFF) and without a
+    (not only whitespace, invisible format characters such as U+200B and U+FEFF, combining marks, or
+    the Hangul fillers and blank Braille pattern that draw as a space) and without a
     control character (C0, DEL, C1), a line or paragraph separator, or a bidirectional override
     (U+202A-U+202E, U+2066-U+2069), since a caller shows as its subject in refusals, the audit trail and
     approvals, where " " would pass for no one, a line break for another line and an override for
     another name."""
     subject = claims.get("sub")
-    if not isinstance(subject, str) or all(char.isspace() or unicodedata.category(char) == "Cf" for char in subject):
+    if not isinstance(subject, str) or not any(map(_visible, subject)):
         return AuthFailure("invalid_subject", "The access token's subject (sub) is empty or blank.")
     if any(_unprintable_in_a_name(char) for char in subject):
         return AuthFailure(
@@ -164,6 +165,14 @@ def subject_from_claims(claims: dict[str, Any]) -> str | AuthFailure:
 
 
 _OVERRIDES = frozenset({"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"})
+_UNSEEN = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Me"})
+"""Categories that draw nothing of their own: spaces, separators, controls, format and combining marks."""
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+"""Hangul fillers and the blank Braille pattern: letters and symbols by category that draw as a space."""
+
+
+def _visible(char: str) -> bool:
+    return unicodedata.category(char) not in _UNSEEN and char not in _BLANK_LETTERS
 
 
 def _unprintable_in_a_name(char: str) -> bool:

@@ -239,7 +239,8 @@ def _unapprovable_problems(governance: Mapping[str, Any]) -> list[Problem]:
             "governance.approvals_unanswerable",
             "warning",
             "Calls that wait for `mcp-gateway approve` can be approved by nobody: there is no [auth]",
-            f'{", ".join(map(str, rules))} make calls wait for a person (every call under by = "another"; under '
+            f"{', '.join(map(str, rules))} {'makes' if len(rules) == 1 else 'make'} calls wait for a person "
+            '(every call under by = "another"; under '
             'by = "caller" those of a client that cannot be asked); without [auth] every caller is anonymous, and '
             "an anonymous caller never approves an anonymous call",
             "Add [auth] with a token for the approver and one for each agent (mcp-gateway token create NAME), then "
