@@ -6,10 +6,13 @@ its check leaves the target as it was."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import sqlite3
 import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -29,33 +32,51 @@ async def wait_for(path: Path, seconds: float = 20) -> None:
         await asyncio.sleep(0.02)
 
 
+@dataclass
+class HeldBackup:
+    env: dict[str, str]
+    registry: Path
+    process: asyncio.subprocess.Process
+    out: str = ""
+    err: str = ""
+
+
+@contextlib.asynccontextmanager
+async def backup_held_in_its_copy(tmp_path: Path, dest: Path) -> AsyncIterator[HeldBackup]:
+    """A real backup of a small state directory into `dest`, held inside its copy of the registry (a lock
+    as a running gateway holds it): it has claimed DEST and written part of it, no timing involved. On
+    leaving, the lock goes and the backup runs to its end (`out`, `err`)."""
+    env = small_backup_source(tmp_path)
+    registry = Path(env["STATE_DIRECTORY"]) / "devices.db"
+    holder = sqlite3.connect(registry, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    held = HeldBackup(env, registry, await cli_process("backup", str(dest), "--busy-timeout", "60", env=env))
+    try:
+        await wait_for(dest / "databases" / "devices.db")
+        yield held
+    finally:
+        holder.rollback()
+        holder.close()
+        out, err = await asyncio.wait_for(held.process.communicate(), 60)
+        held.out, held.err = out.decode(), err.decode()
+
+
 @pytest.mark.timeout(90)
 async def test_a_second_backup_into_the_destination_a_first_writes_is_refused_and_takes_nothing(
     tmp_path: Path,
 ) -> None:
-    env = small_backup_source(tmp_path)
-    registry = Path(env["STATE_DIRECTORY"]) / "devices.db"
     dest = tmp_path / "same"
-    # The first backup is held inside its copy of the registry (a lock as a running gateway holds it), so
-    # the second starts while the first has claimed DEST and written part of it: no timing involved.
-    holder = sqlite3.connect(registry, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")
-    first = await cli_process("backup", str(dest), "--busy-timeout", "60", env=env)
-    try:
-        await wait_for(dest / "databases" / "devices.db")
-        assert (dest / CLAIM).read_text().strip() == str(first.pid)
-        code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    async with backup_held_in_its_copy(tmp_path, dest) as first:
+        pid = first.process.pid
+        assert (dest / CLAIM).read_text().strip() == str(pid)
+        code, _out, err = await run_to_exit("backup", str(dest), env=first.env)
         assert code == 2, err
-        assert err.startswith(f"mcp-gateway backup: another backup (pid {first.pid}) is writing {dest}: "), err
+        assert err.startswith(f"mcp-gateway backup: another backup (pid {pid}) is writing {dest}: "), err
         assert "cannot be backed up" not in err and "damaged" not in err
         assert sorted(path.name for path in dest.iterdir()) == sorted([CLAIM, "databases"])
         assert (dest / "databases" / "devices.db").exists()
-    finally:
-        holder.rollback()
-        holder.close()
-        out, err_bytes = await asyncio.wait_for(first.communicate(), 60)
-    assert first.returncode == 0, err_bytes.decode()
-    assert out.decode().startswith(f"backed up 1 files, {registry.stat().st_size} bytes, to {dest}")
+    assert first.process.returncode == 0, first.err
+    assert first.out.startswith(f"backed up 1 files, {first.registry.stat().st_size} bytes, to {dest}")
     assert sorted(path.name for path in dest.iterdir()) == ["databases", "manifest.json"]
     fresh = tmp_path / "fresh"
     code, _out, err = await run_to_exit("restore", str(dest), env={"STATE_DIRECTORY": str(fresh)})
@@ -176,22 +197,12 @@ async def test_a_restored_database_that_fails_its_check_leaves_the_target_as_it_
 async def test_a_copy_removed_under_the_backup_is_named_as_the_destinations_fault_not_the_database(
     tmp_path: Path,
 ) -> None:
-    env = small_backup_source(tmp_path)
-    registry = Path(env["STATE_DIRECTORY"]) / "devices.db"
     dest = tmp_path / "backup"
-    holder = sqlite3.connect(registry, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")
-    backup = await cli_process("backup", str(dest), "--busy-timeout", "60", env=env)
-    try:
-        copy = dest / "databases" / "devices.db"
-        await wait_for(copy)
+    copy = dest / "databases" / "devices.db"
+    async with backup_held_in_its_copy(tmp_path, dest) as backup:
         copy.unlink()  # another process writing DEST (not a backup: those are refused) removes the copy
-    finally:
-        holder.rollback()
-        holder.close()
-        _out, err_bytes = await asyncio.wait_for(backup.communicate(), 60)
-    err = err_bytes.decode()
-    assert backup.returncode == 1, err
+    err, registry = backup.err, backup.registry
+    assert backup.process.returncode == 1, err
     assert err.startswith(f"mcp-gateway backup: cannot write {copy}: "), err  # SQLite: "disk I/O error"
     assert "the copy was removed or replaced while it was written: another process writes this directory" in err
     assert "cannot be backed up" not in err and "damaged" not in err and f"no backup was left in {dest}" in err
