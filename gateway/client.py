@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import unicodedata
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -195,6 +196,22 @@ def slot_cell(name: str) -> str:
     return name if plain and name else orjson.dumps(name).decode()
 
 
+def display_width(text: str) -> int:
+    """The terminal columns `text` takes: two for a wide East Asian character (CJK, full-width forms),
+    none for a combining mark or a format character, one for the rest."""
+    width = 0
+    for char in text:
+        if unicodedata.category(char) in ("Mn", "Me", "Cf"):
+            continue
+        width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+    return width
+
+
+def padded(text: str, width: int) -> str:
+    """`text` with spaces after it up to `width` terminal columns."""
+    return text + " " * max(0, width - display_width(text))
+
+
 _SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -229,16 +246,16 @@ def name_cell(name: str) -> str:
 
 def slots_table(listed: list[dict[str, Any]], shown: Callable[[str], str] = str) -> str:
     """The `mcp-gateway slots` table of `listed`; the SLOT column as wide as its longest name (24 at least)
-    as `shown` writes it (escaped for a stdout that cannot encode it)."""
+    as `shown` writes it (escaped for a stdout that cannot encode it), in terminal columns."""
     if not listed:
         return "no slots yet"
     cells = [shown(slot_cell(str(entry.get("name", "")))) for entry in listed]
-    width = max(24, *(len(cell) for cell in cells))
+    width = max(24, *(display_width(cell) for cell in cells))
     lines = [f"{'SLOT':{width}} {'STATE':10} {'TRANSPORT':14} {'TOOLS':>5} {'PENDING':>7}"]
     for cell, entry in zip(cells, listed, strict=True):
         state = entry.get("state", "connected") if entry.get("connected") else "empty"
         lines.append(
-            f"{cell:{width}} {state:10} {entry.get('transport', '-') or '-':14} "
+            f"{padded(cell, width)} {state:10} {entry.get('transport', '-') or '-':14} "
             f"{entry.get('tools', 0):>5} {entry.get('pending', 0):>7}"
         )
     return "\n".join(lines)

@@ -14,7 +14,8 @@ import gateway.app
 from bench.ports import free_port
 from gateway import __version__
 from gateway.cli import build_parser, main
-from gateway.client import listed_slots, parse_arguments, render_tools, slots_table
+from gateway.cli.columns import aligned
+from gateway.client import display_width, listed_slots, parse_arguments, render_tools, slots_table
 
 pytestmark = pytest.mark.usefixtures("cli_environment")
 
@@ -244,6 +245,24 @@ def test_slots_lists_devices_and_counts_names_only_asked_for() -> None:
     ]
     everything = render_slots(result, show_all=True).splitlines()
     assert [line.split()[0] for line in everything[1:]] == ["files", "pmup-1", "pump-1", "pump-2", "pump-3", "pump-9"]
+
+
+def test_slots_align_wide_and_combining_names_in_terminal_columns() -> None:
+    # A CJK character takes two columns of a terminal and a combining accent none: STATE starts in the
+    # same column on every line however the names are written.
+    names = ["实验-一", "pump-1", "cafe\u0301-pump", "实验室水泵第二十六号-pump-a"]
+    result = slots_result(*(slot_entry(name, connected=True, state="ready", connects=1) for name in names))
+    lines = render_slots(result).splitlines()
+    starts = {
+        display_width(line[: line.index(" ready" if index else " STATE") + 1]) for index, line in enumerate(lines)
+    }
+    assert len(starts) == 1, lines
+    assert starts == {display_width(names[3]) + 1}
+
+
+def test_aligned_columns_count_terminal_columns() -> None:
+    table = aligned(["DEVICE", "SLOT"], [["测试板", "a"], ["board", "b"]]).splitlines()
+    assert table == ["DEVICE  SLOT", "测试板  a", "board   b"]
 
 
 def test_slots_with_only_names_asked_for_or_none() -> None:
