@@ -23,6 +23,7 @@ import os
 import shutil
 import stat
 import sys
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,6 +68,11 @@ CLAIM = ".mcp-gateway-backup.lock"
 """The file a backup makes first in DEST (O_EXCL, holding its pid and an flock) and removes last: DEST is
 that run's alone while it exists, so a second backup into the same DEST is refused instead of mixing
 files with the first, and a failing run removes only what it made."""
+
+
+CLAIM_SETTLE_S = 5.0
+"""How long an empty, unlocked claim is taken for a run that has only just made it; older, it was left by a
+run stopped before it locked and wrote its pid."""
 
 
 class _Refused(Exception):
@@ -136,7 +142,9 @@ def _holder(dest: Path) -> tuple[str, bool]:
             except BlockingIOError:
                 pass
             else:
-                held = not holder  # an empty claim: a run that has only just made it
+                # An empty claim nobody locks: a run between making it and locking it (a moment), or one
+                # stopped in that moment (then it stays empty and ages).
+                held = not holder and time.time() - os.fstat(descriptor).st_mtime < CLAIM_SETTLE_S
         finally:
             os.close(descriptor)
     return (f" (pid {holder})" if holder.isdigit() else ""), held

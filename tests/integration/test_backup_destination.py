@@ -11,6 +11,7 @@ import fcntl
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,28 @@ async def test_a_claim_a_stopped_backup_left_is_named(tmp_path: Path) -> None:
         f"before it finished ({CLAIM} is left); remove {dest} (restore refuses it) and back up again\n"
     )
     assert not fresh.exists()
+
+
+@pytest.mark.timeout(60)
+async def test_an_empty_claim_is_a_starting_backup_only_while_it_is_young(tmp_path: Path) -> None:
+    """A run stopped between making its claim and writing its pid leaves an empty claim: once older than a
+    run needs to lock it, it is an incomplete backup, not "another backup is writing" for ever."""
+    env = small_backup_source(tmp_path)
+    dest = tmp_path / "empty-claim"
+    dest.mkdir()
+    (dest / CLAIM).write_bytes(b"")
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    assert err.startswith(f"mcp-gateway backup: another backup is writing {dest}: "), err
+    old = time.time() - 60
+    os.utime(dest / CLAIM, (old, old))
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    assert err.startswith(
+        f"mcp-gateway backup: {dest} holds an incomplete backup: the backup that wrote it was stopped before it "
+        f"finished ({CLAIM} is left)"
+    ), err
+    assert [path.name for path in dest.iterdir()] == [CLAIM]
 
 
 @pytest.mark.timeout(60)
