@@ -188,7 +188,13 @@ def _prepare(dest: Path, state: Path) -> _Claim:
             f"{dest} is inside the state directory {state}: every later backup would hold this one (its secrets "
             "too) as a firmware image or a stray file; give a directory outside the state directory"
         )
-    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+    if dest.is_symlink():
+        # Never written through a link: a link an untrusted user can change would steer a root-run backup.
+        target = ""
+        with contextlib.suppress(OSError):  # removed since: named without its target
+            target = f" (to {os.readlink(dest)})"
+        raise _Refused(f"{dest} is a symbolic link{target}: give the directory itself, new or empty")
+    if dest.exists() and not dest.is_dir():
         raise _Refused(f"{dest} exists and is not a directory: give a new or empty directory")
     made = False
     try:

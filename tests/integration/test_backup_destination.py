@@ -134,6 +134,18 @@ async def test_an_empty_claim_is_a_starting_backup_only_while_it_is_young(tmp_pa
 
 
 @pytest.mark.timeout(60)
+async def test_a_destination_that_is_a_link_to_an_empty_directory_is_named_as_a_link(tmp_path: Path) -> None:
+    env = small_backup_source(tmp_path)
+    (tmp_path / "empty").mkdir()
+    dest = tmp_path / "link"
+    dest.symlink_to("empty")
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    assert err == f"mcp-gateway backup: {dest} is a symbolic link (to empty): give the directory itself, new or empty\n"
+    assert not any((tmp_path / "empty").iterdir())
+
+
+@pytest.mark.timeout(60)
 async def test_a_claim_held_without_other_files_is_still_in_use(tmp_path: Path) -> None:
     env = small_backup_source(tmp_path)
     dest = tmp_path / "held"
