@@ -37,6 +37,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NotRequired, TypedDict, Unpack
 
 from gateway.devices.sqlite_journal import connect_reader, exclusive_first, full_disk_note, journal_for, set_journal
 
@@ -203,6 +204,28 @@ class Adopted:
     @property
     def identity(self) -> str:
         return identity_name(self.device_id)
+
+
+class Hello(TypedDict):
+    """What one hello said, as `record` and `record_within` take it (keyword arguments), and when it was
+    heard (`when`, seconds since the epoch; absent or None: now)."""
+
+    slot: str | None
+    transport: str | None
+    firmware: str | None
+    version: str | None
+    schema: str | None
+    when: NotRequired[float | None]
+
+
+def _heard_at(hello: Hello) -> float:
+    when = hello.get("when")
+    return time.time() if when is None else when
+
+
+def _columns(hello: Hello) -> tuple[str | None, ...]:
+    """What `hello` said, in the order of the columns firmware, version, schema, seen_slot, seen_transport."""
+    return hello["firmware"], hello["version"], hello["schema"], hello["slot"], hello["transport"]
 
 
 @dataclass(frozen=True)
@@ -448,19 +471,9 @@ class DeviceRegistry:
 
     # -- sightings ------------------------------------------------------------------------------
 
-    def record(
-        self,
-        device_id: str,
-        *,
-        slot: str | None,
-        transport: str | None,
-        firmware: str | None,
-        version: str | None,
-        schema: str | None,
-        when: float | None = None,
-    ) -> None:
+    def record(self, device_id: str, **hello: Unpack[Hello]) -> None:
         """One hello heard: count it and keep what it said."""
-        now = time.time() if when is None else when
+        now = _heard_at(hello)
         self.connection().execute(
             "INSERT INTO devices (device_id, seen, first_seen, last_seen, firmware, version, schema, seen_slot,"
             " seen_transport) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?)"
@@ -468,7 +481,7 @@ class DeviceRegistry:
             " first_seen = COALESCE(first_seen, excluded.first_seen),"
             " last_seen = excluded.last_seen, firmware = excluded.firmware, version = excluded.version,"
             " schema = excluded.schema, seen_slot = excluded.seen_slot, seen_transport = excluded.seen_transport",
-            (device_id, now, now, firmware, version, schema, slot, transport),
+            (device_id, now, now, *_columns(hello)),
         )
 
     def record_within(
@@ -477,13 +490,7 @@ class DeviceRegistry:
         max_devices: int,
         rows: int | None,
         live: frozenset[str],
-        *,
-        slot: str | None,
-        transport: str | None,
-        firmware: str | None,
-        version: str | None,
-        schema: str | None,
-        when: float | None = None,
+        **hello: Unpack[Hello],
     ) -> Bounded:
         """`record`, with the registry held to `max_devices` rows: a board already in it is counted as
         always (one indexed UPDATE); a new one is added while there is room, else the rows of boards not
@@ -491,12 +498,12 @@ class DeviceRegistry:
         `live` (device ids with a session now); when none may go, the new board is not recorded.
         `rows`: the caller's count of rows from the last call, None when unknown: counted (a full scan)
         only then and at the bound, so a hello under the bound costs no scan."""
-        now = time.time() if when is None else when
+        hello["when"] = now = _heard_at(hello)  # one time for the UPDATE and, when it finds no row, the INSERT
         db = self.connection()
         seen = db.execute(
             "UPDATE devices SET seen = seen + 1, first_seen = COALESCE(first_seen, ?), last_seen = ?, firmware = ?,"
             " version = ?, schema = ?, seen_slot = ?, seen_transport = ? WHERE device_id = ?",
-            (now, now, firmware, version, schema, slot, transport, device_id),
+            (now, now, *_columns(hello), device_id),
         )
         if seen.rowcount:
             return Bounded(rows, recorded=True)
@@ -508,15 +515,7 @@ class DeviceRegistry:
             rows -= forgotten
             recorded = rows < max_devices
             if recorded:
-                self.record(
-                    device_id,
-                    slot=slot,
-                    transport=transport,
-                    firmware=firmware,
-                    version=version,
-                    schema=schema,
-                    when=now,
-                )
+                self.record(device_id, **hello)
                 rows += 1
         except BaseException:
             roll_back(db)

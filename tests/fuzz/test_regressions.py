@@ -31,9 +31,9 @@ from tests.fuzz.strategies import padded
 from tests.fuzz.targets import device_framing
 from tests.fuzz.test_mqtt_routing import broker_for
 from tests.support.answers import decode_answer
+from tests.support.raw_mcp import MCP_HEADERS
 from tests.support.servers import demo_server
 
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,

@@ -6,41 +6,25 @@ grants nothing, and the per-caller refusals name the caller with its kind."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import orjson
 import pytest
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory
-from tests.support.answers import decode_answer
+from tests.integration.test_client_auth import bearer, metric, post, sha
 from tests.support.oauth import ISSUER, JwksServer, access_token, jwks, jwks_server, rsa_key
+from tests.support.raw_mcp import MCP_HEADERS
 
 ALICE = secrets.token_urlsafe(32)
 BOB = secrets.token_urlsafe(32)
 OPS = secrets.token_urlsafe(32)
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-}
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 OFF = {"rate_per_s": 0, "burst": 1}
-
-
-def sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.fixture
@@ -62,38 +46,32 @@ def auth(authority: JwksServer) -> dict[str, Any]:
     }
 
 
-async def post(
-    http: aiohttp.ClientSession, url: str, body: Any = INITIALIZE, headers: dict[str, str] | None = None
-) -> tuple[int, dict[str, str], Any]:
-    async with http.post(url, data=orjson.dumps(body), headers={**MCP_HEADERS, **(headers or {})}) as response:
-        return response.status, dict(response.headers), decode_answer(response.content_type, await response.read())
-
-
-async def metric(http: aiohttp.ClientSession, server: GatewayServer, line_start: str) -> float:
-    async with http.get(f"{server.url}/metrics", headers=bearer(OPS)) as response:
-        assert response.status == 200
-        text = await response.text()
-    for line in text.splitlines():
-        if line.startswith(line_start):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+@pytest.fixture
+async def server(gateway_factory: GatewayFactory, authority: JwksServer) -> GatewayServer:
+    """A gateway with `auth(authority)` and every other setting at its default."""
+    return await gateway_factory(auth=auth(authority))
 
 
 def user_token(server: GatewayServer, subject: str, scope: str = "pump-1", slot: str = "pump-1") -> str:
     return access_token(rsa_key(), f"{server.url}/{slot}/mcp", subject=subject, scope=scope)
 
 
+async def second_initialize_refused(http: aiohttp.ClientSession, url: str, credential: str) -> Any:
+    """Initialize a session at `url` as `credential`, then once more: the second answer's body (status 429)."""
+    status, _, _ = await post(http, url, headers=bearer(credential))
+    assert status == 200
+    status, _, body = await post(http, url, headers=bearer(credential))
+    assert status == 429
+    return body
+
+
 # -- a request on another caller's session -----------------------------------------------------------
 
 
 async def test_a_request_on_another_callers_session_is_logged_like_every_refusal(
-    gateway_factory: GatewayFactory,
-    http: aiohttp.ClientSession,
-    authority: JwksServer,
-    caplog: pytest.LogCaptureFixture,
+    server: GatewayServer, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, "gateway.policy.client_auth")
-    server = await gateway_factory(auth=auth(authority))
     url = f"{server.url}/_broker/mcp"
     status, headers, _ = await post(http, url, headers=bearer(ALICE))
     assert status == 200
@@ -128,16 +106,15 @@ async def test_a_request_on_another_callers_session_is_logged_like_every_refusal
         logged = str(record.__dict__)
         assert ALICE not in logged and BOB not in logged
         assert session["Mcp-Session-Id"] not in logged and legacy_session not in logged
-    assert await metric(http, server, 'mcpgw_auth_failures_total{reason="session_owner"}') == 4
+    assert await metric(http, server, 'mcpgw_auth_failures_total{reason="session_owner"}', OPS) == 4
 
 
 # -- who an access token stands for ------------------------------------------------------------------
 
 
 async def test_an_access_token_whose_subject_names_no_one_is_refused(
-    gateway_factory: GatewayFactory, http: aiohttp.ClientSession, authority: JwksServer
+    server: GatewayServer, http: aiohttp.ClientSession
 ) -> None:
-    server = await gateway_factory(auth=auth(authority))
     url = f"{server.url}/pump-1/mcp"
     for subject in ("", " ", "\t", "\u00a0", "ops\ntoken:alice"):
         status, headers, body = await post(http, url, headers=bearer(user_token(server, subject)))
@@ -148,15 +125,12 @@ async def test_an_access_token_whose_subject_names_no_one_is_refused(
             "The access token's subject (sub) holds a control character, a line break or a bidirectional override.",
         )
         assert 'error="invalid_token"' in headers["WWW-Authenticate"]
-    assert await metric(http, server, 'mcpgw_auth_failures_total{reason="invalid_subject"}') == 5
+    assert await metric(http, server, 'mcpgw_auth_failures_total{reason="invalid_subject"}', OPS) == 5
     status, _, _ = await post(http, url, headers=bearer(user_token(server, "jörg smith")))
     assert status == 200
 
 
-async def test_a_scope_joined_by_a_tab_grants_nothing(
-    gateway_factory: GatewayFactory, http: aiohttp.ClientSession, authority: JwksServer
-) -> None:
-    server = await gateway_factory(auth=auth(authority))
+async def test_a_scope_joined_by_a_tab_grants_nothing(server: GatewayServer, http: aiohttp.ClientSession) -> None:
     url = f"{server.url}/pump-1/mcp"
     status, _, body = await post(http, url, headers=bearer(user_token(server, "mallory", scope="x\tpump-1")))
     assert status == 403 and body["error"] == "insufficient_scope"
@@ -171,9 +145,8 @@ async def test_a_scope_joined_by_a_tab_grants_nothing(
 
 
 async def test_a_missing_scope_names_the_caller_with_its_kind(
-    gateway_factory: GatewayFactory, http: aiohttp.ClientSession, authority: JwksServer
+    server: GatewayServer, http: aiohttp.ClientSession
 ) -> None:
-    server = await gateway_factory(auth=auth(authority))
     url = f"{server.url}/pump-2/mcp"
     status, _, body = await post(http, url, headers=bearer(BOB))
     assert status == 403
@@ -193,10 +166,7 @@ async def test_a_session_quota_names_the_caller_with_its_kind(
     url = f"{server.url}/pump-1/mcp"
     # A static token and an access token of the same name are two callers with a quota each.
     for credential, subject in ((BOB, "token:bob"), (user_token(server, "bob"), "user:bob")):
-        status, _, _ = await post(http, url, headers=bearer(credential))
-        assert status == 200
-        status, _, body = await post(http, url, headers=bearer(credential))
-        assert status == 429
+        body = await second_initialize_refused(http, url, credential)
         assert body["error"]["message"].startswith(f'Too many sessions for caller "{subject}" (limit 1, ')
 
 
@@ -207,9 +177,6 @@ async def test_a_rate_limit_names_the_caller_with_its_kind(
     server = await gateway_factory(auth=auth(authority), limits={"rate": {"per_principal": limited, "per_slot": OFF}})
     url = f"{server.url}/pump-1/mcp"
     for credential, subject in ((BOB, "token:bob"), (user_token(server, "bob"), "user:bob")):
-        status, _, _ = await post(http, url, headers=bearer(credential))
-        assert status == 200
-        status, _, body = await post(http, url, headers=bearer(credential))
-        assert status == 429
+        body = await second_initialize_refused(http, url, credential)
         assert body["error"]["message"].startswith(f'Rate limit exceeded for principal "{subject}" (limits.rate')
         assert body["error"]["data"]["principal"] == subject

@@ -37,6 +37,7 @@ from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.support.answers import decode_answer
 from tests.support.gateway_process import run_cli as run_cli_process
 from tests.support.oauth import ISSUER, JwksServer, access_token, ec_key, jwks, jwks_server, rsa_key
+from tests.support.raw_mcp import INITIALIZE, MCP_HEADERS
 from tests.support.servers import demo_server
 from tests.support.southbound import Boards
 
@@ -46,13 +47,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprec
 SCADA = secrets.token_urlsafe(32)  # may call pump-1
 OPS = secrets.token_urlsafe(32)  # may call pump-1, pump-2 and read /metrics
 REQUIRED = {"pump-1": ["pump-1"], "pump-2": ["pump-2"]}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-}
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 SESSION_ERA = "legacy"
 STATELESS_ERA = "2026-07-28"

@@ -32,6 +32,7 @@ from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.support.answers import decode_answer
 from tests.support.oauth import ISSUER, access_token, jwks, jwks_server, rsa_key
+from tests.support.raw_mcp import INITIALIZE, MCP_HEADERS
 from tests.support.servers import demo_server
 
 # The demo provider logs on purpose (logging is deprecated in 2026-07-28, still part of the session era).
@@ -48,13 +49,6 @@ GROUPS: dict[str, Any] = {
     # Overlaps pumps: get_status of a pump is in both and listed once at /mcp.
     "readers": {"slots": ["*"], "tools": ["get_"], "description": "Read-only status"},
     "maintenance": {"slots": ["pump-*"], "tools": ["reset_"], "enabled": False},
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
 }
 
 

@@ -15,7 +15,6 @@ import pytest
 from mcp import Client, MCPError
 
 from tests.conftest import Publishers, wait_for
-from tests.integration.test_groups import INITIALIZE, MCP_HEADERS
 from tests.integration.test_policy_reload_list_changed import (
     CONTROL_TOOLS,
     OBSERVER,
@@ -24,6 +23,7 @@ from tests.integration.test_policy_reload_list_changed import (
     policy_text,
 )
 from tests.integration.test_reload import AGENT_OLD, Reloadable, pumps, reloadable, rewrite
+from tests.support.raw_mcp import INITIALIZE, MCP_HEADERS
 from tests.support.servers import demo_server
 
 __all__ = ["reloadable"]  # the fixture, used by name

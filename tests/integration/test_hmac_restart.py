@@ -20,23 +20,16 @@ import pytest
 from gateway.app import GatewayServer
 from gateway.policy import hmac_signing
 from gateway.reload import ConfigSource
+from tests.support import raw_mcp
 from tests.support.gateway_process import gateway_process, run_cli
 
 pytestmark = pytest.mark.timeout(120)
 
 SECRET = secrets.token_urlsafe(32)
 PATH = "/_broker/mcp"
-INITIALIZE = orjson.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-    }
-)
+INITIALIZE = orjson.dumps(raw_mcp.INITIALIZE)
 FILE_NAME = "hmac-nonces.json"
 """Where the nonces are saved, in the state directory (docs/security-auth.md)."""
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 def secret_file(tmp_path: Path, text: str = SECRET, mode: int = 0o600, name: str = "desk.key") -> Path:
@@ -57,7 +50,7 @@ def config_text(key_file: Path, extra: str = "") -> str:
 async def post(url: str, headers: dict[str, str]) -> tuple[int, dict[str, object]]:
     async with (
         aiohttp.ClientSession() as http,
-        http.post(url + PATH, data=INITIALIZE, headers={**MCP_HEADERS, **headers}) as response,
+        http.post(url + PATH, data=INITIALIZE, headers={**raw_mcp.MCP_HEADERS, **headers}) as response,
     ):
         body = await response.read()
         return response.status, (orjson.loads(body) if response.content_type == "application/json" else {})

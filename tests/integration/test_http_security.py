@@ -19,6 +19,7 @@ from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.integration.test_metrics import scrape
 from tests.integration.test_sse_clients import LegacySse
 from tests.support.answers import decode_answer
+from tests.support.raw_mcp import MCP_HEADERS
 from tests.support.servers import demo_server
 
 # The demo provider logs on purpose (logging is deprecated in 2026-07-28, still part of the session era).
@@ -31,7 +32,6 @@ INITIALIZE = {
     "method": "initialize",
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}},
 }
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 UPGRADE_HEADERS = {
     "Connection": "Upgrade",
     "Upgrade": "websocket",

@@ -19,6 +19,7 @@ from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory
 from tests.support.gateway_process import gateway_process
 from tests.support.oauth import ISSUER, JwksServer, access_token, jwks, jwks_server, rsa_key
+from tests.support.raw_mcp import INITIALIZE
 
 
 def ipv6_loopback() -> bool:
@@ -33,14 +34,6 @@ def _ipv6() -> None:
     """These tests check IPv6 handling: a machine without ::1 fails them, never skips them."""
     if not ipv6_loopback():
         pytest.fail("this machine has no IPv6 loopback (::1): these tests need it")
-
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-}
 
 
 async def broker_info(url: str) -> dict[str, Any]:

@@ -12,9 +12,9 @@ import pytest
 from mcp import Client, MCPError
 
 from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.support.raw_mcp import MCP_HEADERS
 from tests.support.servers import demo_server
 
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
 CALL = {
     "jsonrpc": "2.0",

@@ -25,6 +25,7 @@ from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.support.answers import decode_answer
 from tests.support.authorization_server import AuthorizationServer, MemoryStorage, agent_auth, authorization_server
 from tests.support.oauth import access_token, rsa_key
+from tests.support.raw_mcp import INITIALIZE, MCP_HEADERS
 from tests.support.servers import demo_server
 
 # The demo provider logs on purpose (logging is deprecated in 2026-07-28, still part of the session era).
@@ -33,13 +34,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprec
 REQUIRED = {"pump-1": ["pump-1"], "pump-2": ["pumps"], "_broker": ["admin"], "_mcp": ["tools"]}
 GROUPS = {"pumps": {"slots": ["pump-*"], "description": "the pumps"}}
 METADATA = "/.well-known/oauth-protected-resource"
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-}
 
 
 @pytest.fixture

@@ -11,17 +11,18 @@ notification every 200 ms, so it looks alive to the heartbeat.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import socket
-import time
 
 import aiohttp
 import pytest
 
 from tests.conftest import GatewayFactory
 from tests.integration.test_metrics import scrape
-from tests.integration.test_provider_stops_reading import call_all, provider_that_stops_reading, slot_reason
+from tests.integration.test_provider_stops_reading import (
+    call_all,
+    drain_slowly,
+    provider_that_stops_reading,
+    slot_reason,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,22 +58,14 @@ async def test_a_slow_steady_reader_of_small_frames_is_not_cut(
     leave, far past the send bound, but the socket never goes a bound without taking anything."""
     gateway = await gateway_factory(providers={"request_timeout_ms": 30_000}, limits={"provider_send_timeout_s": 1})
     async with provider_that_stops_reading(gateway, ["slow"], multiplexed=multiplexed, alive_every_s=0.2) as ws:
-        # Bytes taken off the socket below the paused WebSocket client: how a slow link drains it.
-        raw = socket.socket(fileno=os.dup(ws.transport.get_extra_info("socket").fileno()))
         calls = asyncio.create_task(call_all(gateway, "slow", [SMALL_TEXT] * 100))
         try:
-            taken = 0
-            started = time.monotonic()
-            while time.monotonic() - started < 3:
-                with contextlib.suppress(BlockingIOError):
-                    taken += len(raw.recv(2048))
-                await asyncio.sleep(0.05)
+            taken = await drain_slowly(ws, chunk=2048, for_s=3)
             slot = gateway.gateway.registry.slots["slow"]
             assert slot.session is not None, slot.last_disconnect_reason  # 3 s of frames waiting, never cut
             assert 0 < taken < len(SMALL_TEXT) * 100  # still draining: the frames waited all along
             # It takes nothing more: cut by the bound.
             assert await slot_reason(gateway, "slow") == WHY.replace("2 s", "1 s")
         finally:
-            raw.close()
             calls.cancel()
             await asyncio.gather(calls, return_exceptions=True)

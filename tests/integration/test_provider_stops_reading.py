@@ -105,6 +105,22 @@ async def provider_that_stops_reading(
         ws.transport.abort()
 
 
+async def drain_slowly(ws: ClientConnection, *, chunk: int, for_s: float) -> int:
+    """Take up to `chunk` bytes off the socket below the paused WebSocket client every 50 ms for `for_s`
+    seconds, as a slow link drains it; how many bytes it took. The client itself still reads nothing."""
+    raw = socket.socket(fileno=os.dup(ws.transport.get_extra_info("socket").fileno()))
+    try:
+        taken = 0
+        started = time.monotonic()
+        while time.monotonic() - started < for_s:
+            with contextlib.suppress(BlockingIOError):
+                taken += len(raw.recv(chunk))
+            await asyncio.sleep(0.05)
+        return taken
+    finally:
+        raw.close()  # the duplicate descriptor only: the connection stays open
+
+
 async def call_all(gateway: GatewayServer, slot: str, texts: list[str]) -> list[tuple[str, float]]:
     """Call echo once per text, all at once; each call's error message and how long it took."""
 
@@ -191,16 +207,9 @@ async def test_a_provider_that_reads_slowly_but_steadily_is_not_cut(
     anything; once it takes nothing, the bound cuts it."""
     gateway = await gateway_factory(providers={"request_timeout_ms": 30_000}, limits={"provider_send_timeout_s": 1})
     async with provider_that_stops_reading(gateway, ["slow"], multiplexed=multiplexed, alive_every_s=None) as ws:
-        # Bytes taken off the socket below the paused WebSocket client: how a slow link drains it.
-        raw = socket.socket(fileno=os.dup(ws.transport.get_extra_info("socket").fileno()))
         calls = asyncio.create_task(call_all(gateway, "slow", [BIG_TEXT] * CALLS))
         try:
-            taken = 0
-            started = time.monotonic()
-            while time.monotonic() - started < 4:
-                with contextlib.suppress(BlockingIOError):
-                    taken += len(raw.recv(16384))
-                await asyncio.sleep(0.05)
+            taken = await drain_slowly(ws, chunk=16384, for_s=4)
             slot = gateway.gateway.registry.slots["slow"]
             assert slot.session is not None, slot.last_disconnect_reason  # 4 s of frames waiting, never cut
             assert 0 < taken < len(BIG_TEXT) * CALLS  # still draining: the frames waited all along
@@ -210,6 +219,5 @@ async def test_a_provider_that_reads_slowly_but_steadily_is_not_cut(
                 reason == "provider stopped reading: its socket took nothing for 1 s (limits.provider_send_timeout_s)"
             )
         finally:
-            raw.close()
             calls.cancel()
             await asyncio.gather(calls, return_exceptions=True)

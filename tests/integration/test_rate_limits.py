@@ -18,11 +18,11 @@ from mcp import Client, MCPError
 from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.integration.test_metrics import scrape
 from tests.support.answers import decode_answer
+from tests.support.raw_mcp import MCP_HEADERS
 from tests.support.servers import demo_server
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 STATELESS_VERSION = "2026-07-28"
 OFF = {"rate_per_s": 0, "burst": 1}
 

@@ -41,6 +41,7 @@ from tests.integration.test_confirmation import POLICY as CONFIRM_POLICY
 from tests.integration.test_confirmation_holds import policy_toml
 from tests.integration.test_tls import self_signed, serial_of, served_serial, trusting
 from tests.support.gateway_process import gateway_process, run_cli
+from tests.support.raw_mcp import INITIALIZE, MCP_HEADERS
 from tests.support.servers import demo_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,13 +51,6 @@ START_S = 20.0
 OPS = secrets.token_urlsafe(32)
 AGENT_OLD = secrets.token_urlsafe(32)
 AGENT_NEW = secrets.token_urlsafe(32)
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-}
 
 
 def sha(token: str) -> str:

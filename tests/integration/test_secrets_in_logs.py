@@ -36,6 +36,7 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.policy import hmac_signing
 from tests.conftest import MosquittoFactory
 from tests.support.gateway_process import PIPE, GatewayProcess, cli_process, gateway_process, run_to_exit
+from tests.support.raw_mcp import MCP_HEADERS
 from tests.support.remote_server import Guard, TokenServer, remote_server
 from tests.support.servers import demo_server
 
@@ -65,7 +66,6 @@ INITIALIZE = {
     "method": "initialize",
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "desk", "version": "1"}},
 }
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 def sha(text: str) -> str:

@@ -17,7 +17,6 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
-from mcp.client.session import LoggingFnT
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, wait_ready_slot
@@ -38,11 +37,13 @@ def child(**options: Any) -> dict[str, Any]:
     return {"name": SLOT, "command": command, "cwd": str(REPO), "era": "session", **options}
 
 
-def collector(into: list[str]) -> LoggingFnT:
-    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
-        into.append(str(params.data))
+def listener(url: str, heard: list[str]) -> Client:
+    """A session-era SDK client of `url` that keeps the data of each log message it gets in `heard`."""
 
-    return on_log
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        heard.append(str(params.data))
+
+    return Client(url, mode="legacy", logging_callback=on_log)
 
 
 @pytest.fixture
@@ -62,8 +63,8 @@ async def test_a_client_that_made_no_call_never_gets_another_clients_call_logs(g
     caller: list[str] = []
     url = f"{gateway.url}/{SLOT}/mcp"
     async with (
-        Client(url, mode="legacy", logging_callback=collector(onlooker)) as idle,
-        Client(url, mode="legacy", logging_callback=collector(caller)) as calling,
+        listener(url, onlooker) as idle,
+        listener(url, caller) as calling,
     ):
         await idle.set_logging_level("debug")
         await calling.set_logging_level("info")  # the child logs at debug (the most verbose asked for)
@@ -78,8 +79,8 @@ async def test_all_and_group_callers_get_their_own_calls_logs(gateway: GatewaySe
     heard: list[str] = []
     onlooker: list[str] = []
     async with (
-        Client(f"{gateway.url}/{SLOT}/mcp", mode="legacy", logging_callback=collector(onlooker)) as idle,
-        Client(f"{gateway.url}{path}", mode="legacy", logging_callback=collector(heard)) as client,
+        listener(f"{gateway.url}/{SLOT}/mcp", onlooker) as idle,
+        listener(f"{gateway.url}{path}", heard) as client,
     ):
         await idle.set_logging_level("debug")
         await client.set_logging_level("warning")
@@ -96,8 +97,8 @@ async def test_one_clients_parallel_calls_get_their_logs_and_two_clients_calls_g
     second: list[str] = []
     url = f"{gateway.url}/{SLOT}/mcp"
     async with (
-        Client(url, mode="legacy", logging_callback=collector(first)) as one,
-        Client(url, mode="legacy", logging_callback=collector(second)) as two,
+        listener(url, first) as one,
+        listener(url, second) as two,
     ):
         await one.set_logging_level("warning")
         await two.set_logging_level("warning")
