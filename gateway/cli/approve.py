@@ -33,17 +33,19 @@ def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
         left_s = max(0, left_ms // 1000)
         arguments = json.dumps(item.get("arguments"), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
         decided = f" by {item['decided_by']}" if item.get("decided_by") else ""
+        # After a reload that changed the [[confirm]] rules, confirm[N] of the list may be another rule now.
+        rule = f"{item['rule']} of an earlier policy" if item.get("rule_reloaded") else item["rule"]
         line = (
             f"{item['id']}  {item['state']}{decided}  {', '.join(item['principal'])} -> {item['tool']} on "
-            f"{item['slot']} ({item['resource']}) {arguments}  [{item['rule']}, expires in {left_s} s]"
+            f"{item['slot']} ({item['resource']}) {arguments}  [{rule}, expires in {left_s} s]"
         )
         lines.append(terminal_text(line))
     return "\n".join(lines)
 
 
 def refused(result: dict[str, Any]) -> int:
-    """A tool error of _broker (an approval id no call waits under): said on stderr, exit 1; stdout stays
-    for what the command lists or decides."""
+    """A tool error of _broker (an approval id no call waits under, or a call already decided, named with
+    whose decision holds): said on stderr, exit 1; stdout stays for what the command lists or decides."""
     from gateway.client import render_result
 
     print(f"mcp-gateway approve: {render_result(result)}", file=sys.stderr)

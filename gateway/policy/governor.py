@@ -33,7 +33,7 @@ from gateway.core.policy_interface import (
     confirmation_effect,
 )
 from gateway.core.principal import Principal
-from gateway.policy.approvals import ApprovalUnknown, binding_of
+from gateway.policy.approvals import Approval, ApprovalUnknown, binding_of
 from gateway.policy.arguments import PATTERN_TIMEOUT, ArgumentRefused, Checked, check_arguments
 from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.reading import AuditReadError
@@ -43,6 +43,7 @@ from gateway.policy.confirmation import Answer, Claim, Confirmations, Question
 from gateway.policy.execution.admission import Admission, ExecutionLimits
 from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
 from gateway.policy.rules.capabilities import TOOLS_CALL
+from gateway.policy.rules.compiled import ConfirmRule
 from gateway.policy.rules.decision import Decision
 from gateway.policy.rules.subjects import ANONYMOUS, ANYONE, caller_name, identity_of
 from gateway.policy.schemas import SchemaCache
@@ -130,6 +131,9 @@ class Governor:
         self.confirmations = Confirmations()
         self.held = HeldCalls()
         """The calls being decided now, answered at once at shutdown (gateway/core/governed.py)."""
+        self._confirms_changed_s = -math.inf
+        """When a reload last changed the [[confirm]] rules (the approvals' monotonic clock): a call waiting since
+        before then names its rule by its index in a policy no longer in force."""
         self.limits = ExecutionLimits(policy.document.execution_limits)
         """[[execution_limits]]: their counters live here, across reloads (docs/governance-limits.md)."""
         self.limit_hit: Callable[[str], None] = _uncounted
@@ -148,6 +152,8 @@ class Governor:
     def swap(self, policy: Policy) -> None:
         """Use `policy` from the next request on (requests being decided finish with the old one)."""
         changed = policy.document != self.policy.document
+        if policy.document.confirm != self.policy.document.confirm:
+            self._confirms_changed_s = self.confirmations.approvals.monotonic()
         self.policy = policy
         self.limits.swap(policy.document.execution_limits)
         self.reloads += 1
@@ -372,6 +378,10 @@ class Governor:
                 return again
             if binding_of(call.subjects, call.slot, call.name, again.forwarded) != question.binding:
                 return await self._changed(again, question)
+            in_force = again.decision.confirm
+            # An approval is another principal's answer and holds under any rule; the caller's own does not.
+            if in_force is not None and in_force.by == "another" and not answer.how.startswith("approval"):
+                return await self._now_by_another(again, question, in_force, answer)
             judged = again
         return Judged(
             judged.decision,
@@ -392,6 +402,22 @@ class Governor:
         rules = (*judged.record.rules, question.rule.id)
         await self._record_refusal(_replace(judged.record, effect="refuse-confirmation", reason=reason, rules=rules))
         return CallVerdict(False, reason=reason, data={"reason": "confirmation_changed"}, effect="refuse-confirmation")
+
+    async def _now_by_another(
+        self, judged: Judged, question: Question, rule: ConfirmRule, answer: Answer
+    ) -> CallVerdict:
+        """A call its caller confirmed through its own client, which the reloaded policy has another principal
+        approve: the caller's yes is not the approval the policy in force asks for."""
+        reason = (
+            f"Not forwarded: the operator's policy changed while {question.tool} on {question.slot} waited for its "
+            f'confirmation, and it now requires approval by another principal ({rule.id}, by = "another"); the '
+            f"answer came from the caller ({answer.by}), and a caller never confirms its own call. Send the call "
+            "again: it then waits for another principal's `mcp-gateway approve`"
+        )
+        rules = (*judged.record.rules, rule.id)
+        await self._record_refusal(_replace(judged.record, effect="refuse-confirmation", reason=reason, rules=rules))
+        data = {"reason": "confirmation_changed", "by": "another", "rule": rule.id, "slot": question.slot}
+        return CallVerdict(False, reason=reason, data=data, effect="refuse-confirmation")
 
     def _unknown_tool(
         self, subjects: frozenset[str], slot: str, name: str, arguments: object, via: str, trace_id: str | None
@@ -470,7 +496,15 @@ class Governor:
         self.confirmations.approvals.per_caller = per_caller
 
     def approvals(self) -> list[dict[str, Any]]:
-        return self.confirmations.approvals.listed()
+        """The waiting calls, each with `rule_reloaded`: its `rule` (confirm[N]) is the index of a policy a reload
+        has replaced with other [[confirm]] rules since, where confirm[N] may be another rule or none."""
+        approvals = self.confirmations.approvals
+        listed = approvals.listed()
+        for item in listed:
+            approval = approvals.get(item["id"])
+            began_s = approval.deadline_s - (approval.expires_ms - approval.created_ms) / 1000 if approval else 0.0
+            item["rule_reloaded"] = began_s <= self._confirms_changed_s
+        return listed
 
     def decide_approval(self, principal: Principal, approval_id: str, approve: bool) -> dict[str, Any]:
         approvals = self.confirmations.approvals
@@ -484,13 +518,15 @@ class Governor:
                 "approves it (a caller never confirms its own device action)",
                 {"reason": "own_call", "approval": approval_id},
             )
+        if waiting is not None and waiting.state != "pending":
+            raise _already_decided(waiting, approvals.monotonic())
         try:
             decided = approvals.decide(approval_id, approve, caller_name(subjects))
         except ApprovalUnknown:
             raise errors.RpcError(
                 jsonrpc.INVALID_PARAMS,
-                f"No call waits for approval {approval_id!r}: it was never issued, was already decided or used, or "
-                "expired; broker_approvals lists the waiting calls",
+                f"No call waits for approval {approval_id!r}: it was never issued, or its call already used it, or "
+                "it expired; broker_approvals lists the waiting calls",
                 {"reason": "unknown_approval", "approval": approval_id},
             ) from None
         log.info(
@@ -586,6 +622,26 @@ def declined_result(question: Question, answer: Answer) -> dict[str, Any]:
     )
     refused = {"reason": "declined", "slot": question.slot, "setBy": f"policy {question.rule.id}", "by": answer.by}
     return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {REFUSED_META_KEY: refused}}
+
+
+def _already_decided(approval: Approval, now_s: float) -> errors.RpcError:
+    """The answer to deciding a call another decision came first for (two operators at once, say): whose
+    decision holds, and what the caller's retry gets; a decision is final until the call's retry uses it."""
+    left_s = max(0, int(approval.deadline_s - now_s))
+    then = "forwarded, once" if approval.state == "approved" else "answered as declined"
+    return errors.RpcError(
+        jsonrpc.INVALID_PARAMS,
+        f"Approval {approval.id!r} was already {approval.state} by {approval.decided_by} ({approval.tool} on "
+        f"{approval.slot}); its caller's next attempt with the same arguments within {left_s} s is {then}. A "
+        "decision is final: nothing changed",
+        {
+            "reason": "already_decided",
+            "approval": approval.id,
+            "state": approval.state,
+            "decided_by": approval.decided_by,
+            "decided_ms": approval.decided_ms,
+        },
+    )
 
 
 def _own_call_who(caller: str) -> str:

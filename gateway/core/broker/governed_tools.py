@@ -23,8 +23,10 @@ APPROVALS: JsonObject = {
     "name": "broker_approvals",
     "title": "Calls waiting for approval",
     "description": "The device calls the policy has a person confirm whose caller could not be asked (its client "
-    "declares no elicitation): id, caller, slot, resource, tool, arguments (secrets masked), the [[confirm]] rule, "
-    "when it expires, and its state (pending, or approved/denied and not yet used). Approve one with broker_approve.",
+    "declares no elicitation): id, caller, slot, resource, tool, arguments (secrets masked), the [[confirm]] rule "
+    "(rule_reloaded: true when a reload has changed the [[confirm]] rules since, so that confirm[N] names a rule of "
+    "an earlier policy), when it expires, and its state (pending, or approved/denied and not yet used). Approve "
+    "one with broker_approve.",
     "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
     "annotations": READ_ONLY,
 }
@@ -32,7 +34,8 @@ APPROVE: JsonObject = {
     "name": "broker_approve",
     "title": "Approve or deny a waiting call",
     "description": "Approve (or deny) one call listed by broker_approvals. The caller's next attempt of the same "
-    "call (same tool, slot and arguments) before it expires is then forwarded (or answered as declined), once.",
+    "call (same tool, slot and arguments) before it expires is then forwarded (or answered as declined), once. A "
+    "decision is final: deciding a call already decided is refused (already_decided), naming who decided it.",
     "inputSchema": {
         "type": "object",
         "properties": {
