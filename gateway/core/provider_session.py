@@ -111,6 +111,8 @@ class ProviderSession:
         self.cancelled = CancelledRequests(slot)
         """Requests the gateway cancelled upstream or gave up at their deadline: an answer to one of them
         is no fault of the provider."""
+        self.given_up = request_notices.GivenUpRequests(settings.request_timeout_ms)
+        """Client requests the gateway gave up that the provider may still be running: whose log lines are unclear."""
         self.requests = ProviderRequests(self)
         """The provider's requests towards clients, being relayed."""
         self.relayed_methods: weakref.WeakKeyDictionary[asyncio.Task[None], str] = weakref.WeakKeyDictionary()
@@ -409,6 +411,7 @@ class ProviderSession:
         pending, self.pending = self.pending, {}
         for deadlines in self._deadlines.values():
             deadlines.close()
+        self.given_up.close()
         for entry in pending.values():
             if not entry.future.done():
                 entry.future.set_exception(failure)
@@ -599,6 +602,7 @@ class ProviderSession:
         why = cancel_reason(cancel)
         if (entry := self._forget(request_id, why)) is not None:
             self.cancelled.remember(entry, self.settings.request_timeout_ms)
+            self.given_up.hold(entry)
             self._cancel_upstream(request_id, why)
 
     def _forget(self, request_id: JsonId, why: str) -> Pending | None:
@@ -617,6 +621,7 @@ class ProviderSession:
         self.counters.deadlines += 1
         entry.future.set_exception(deadline_error(self, entry, self._asked_client(entry)))
         self.cancelled.gave_up(entry)  # a slow provider's answer to it is late, not an id echoed wrongly
+        self.given_up.hold(entry)
         self.requests.end_relays(
             entry, f"the request it belongs to passed the gateway deadline of {entry.timeout_ms}ms"
         )
@@ -636,6 +641,7 @@ class ProviderSession:
         owner.future.set_exception(error)
         if self._forget(owner.request_id, error.message) is not None:
             self.cancelled.remember(owner, self.settings.request_timeout_ms)
+            self.given_up.hold(owner)
             self._cancel_upstream(owner.request_id, error.message)
 
     def _cancel_upstream(self, request_id: JsonId, reason: str) -> None:
@@ -690,6 +696,8 @@ class ProviderSession:
         if not is_gateway_id(request_id) or (entry := self.pending.pop(request_id, None)) is None:
             if self.state == "closed":
                 return  # the link ended and every pending request was answered already (an answer in flight)
+            if is_gateway_id(request_id):
+                self.given_up.answered(request_id)
             if is_gateway_id(request_id) and self.cancelled.answered(request_id, body):
                 return  # cancelled or given up, and the answer crossed the cancel: expected (MCP)
             unmatched_answer(self, request_id)

@@ -4,7 +4,9 @@ stream of the request they are tied to (docs/upstreams.md, "Log messages"; docs/
 
 MCP sends each message on exactly one stream, never across streams: a log message written while a
 client's call runs may hold that call's data, so it reaches that client only, or nobody when the
-gateway cannot tell whose it is.
+gateway cannot tell whose it is. A call the gateway gave up (its client cancelled it or went away, or
+its deadline passed) may still be running in the provider, so it counts as a possible owner until the
+provider answers it or a bound passes (`GivenUpRequests`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from collections.abc import Hashable, Mapping
 from typing import Protocol
 
 from gateway.core import jsonrpc
+from gateway.core.cancelled_requests import MAX_CANCELLED_REMEMBERED
 from gateway.core.client_context import ClientContext
+from gateway.core.due import DueQueue
 from gateway.core.jsonrpc import JsonId, JsonObject
 from gateway.core.provider_state import Pending, is_gateway_id
 from gateway.core.relay import RELATED_REQUEST_KEY
@@ -23,6 +27,58 @@ log = logging.getLogger("gateway.provider")
 
 UNATTRIBUTED_LOG = "unattributed_log"
 """The kind of the one debug line per slot about log messages nobody could be given."""
+
+
+class GivenUpRequests:
+    """The client requests of one provider session the gateway gave up (the client cancelled or went
+    away, the deadline passed, the call failed) and the provider has not answered: it got
+    notifications/cancelled, but may still be running them and logging. Each is held until the
+    provider answers it, at most `hold_ms` (the slot's request_timeout_ms: an SDK server never answers
+    a cancelled request, and a provider that ignores the cancel must not withhold log lines forever),
+    and at most `max_held` at once, the oldest released first."""
+
+    def __init__(self, hold_ms: int, max_held: int = MAX_CANCELLED_REMEMBERED) -> None:
+        self.max_held = max_held
+        self.clients: dict[Hashable, int] = {}
+        """Whose requests are held, with how many each: what routing a log line reads."""
+        self._held: dict[JsonId, Hashable] = {}
+        self._due: DueQueue[JsonId] = DueQueue(hold_ms / 1000, self._release)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def hold(self, entry: Pending) -> None:
+        if entry.relay is None:
+            return  # the gateway's own request (a listing, a heartbeat): no client's data in its logs
+        if len(self._held) >= self.max_held:
+            oldest = next(iter(self._held))
+            self._due.forget(oldest)
+            self._release(oldest)
+        client = client_of(entry)
+        self._held[entry.request_id] = client
+        self.clients[client] = self.clients.get(client, 0) + 1
+        self._due.watch(entry.request_id)
+
+    def answered(self, request_id: JsonId) -> None:
+        """The provider answered `request_id`: it no longer works on it."""
+        if request_id in self._held:
+            self._due.forget(request_id)
+            self._release(request_id)
+
+    def close(self) -> None:
+        self._due.close()
+        self._held.clear()
+        self.clients.clear()
+
+    def _release(self, request_id: JsonId) -> None:
+        client = self._held.pop(request_id, None)
+        if client is None:
+            return
+        left = self.clients[client] - 1
+        if left:
+            self.clients[client] = left
+        else:
+            del self.clients[client]
 
 
 class NoticeSession(Protocol):
@@ -36,6 +92,9 @@ class NoticeSession(Protocol):
 
     @property
     def warned_faults(self) -> set[str]: ...
+
+    @property
+    def given_up(self) -> GivenUpRequests: ...
 
 
 def route(session: NoticeSession, body: JsonObject, method: str, params: JsonObject) -> JsonObject | None:
@@ -65,30 +124,39 @@ def route(session: NoticeSession, body: JsonObject, method: str, params: JsonObj
 
 def _untagged_log(session: NoticeSession, body: JsonObject) -> JsonObject | None:
     """A log message that names no request (a stdio child cannot: the SDK writes `ctx.info(...)` as a
-    plain notifications/message). With no client request pending it is the server's own, for the
-    slot's listeners. While the client requests pending are all one client's, it is that client's, on
-    the stream of its request, filtered by the level that client asked for (ClientContext.emit). With
-    several clients' requests pending it cannot be told whose it is, and goes to nobody."""
+    plain notifications/message). With no client request pending and none given up still held it is
+    the server's own, for the slot's listeners. While the client requests pending are all one client's,
+    and any held given-up ones too, it is that client's, on the stream of its request, filtered by the
+    level that client asked for (ClientContext.emit). Otherwise (several clients' requests, or only
+    given-up ones whose caller ended its call) it cannot be given to anyone, and goes to nobody."""
     owners = [entry for entry in session.pending.values() if entry.relay is not None]
+    held = session.given_up.clients
     if not owners:
-        return body
+        if not held:
+            return body
+        _unattributed(session, len(held))
+        return None
     owner = owners[0]
-    if len(owners) > 1:
+    if len(owners) > 1 or held:
         client = client_of(owner)
-        if any(client_of(entry) != client for entry in owners[1:]):
-            if UNATTRIBUTED_LOG not in session.warned_faults:
-                session.warned_faults.add(UNATTRIBUTED_LOG)
-                log.debug(
-                    "provider for slot %s sent a log message naming no request while %d clients' requests "
-                    "were pending; it goes to none of them (said once per slot)",
-                    session.slot,
-                    len({client_of(entry) for entry in owners}),
-                    extra={"slot": session.slot, "fault": UNATTRIBUTED_LOG},
-                )
+        if any(client_of(entry) != client for entry in owners[1:]) or any(other != client for other in held):
+            _unattributed(session, len({client_of(entry) for entry in owners} | held.keys()))
             return None
     if owner.sink is not None:
         owner.sink(body)
     return None
+
+
+def _unattributed(session: NoticeSession, clients: int) -> None:
+    if UNATTRIBUTED_LOG not in session.warned_faults:
+        session.warned_faults.add(UNATTRIBUTED_LOG)
+        log.debug(
+            "provider for slot %s sent a log message naming no request while requests of %d clients were "
+            "pending or given up but unanswered; it goes to none of them (said once per slot)",
+            session.slot,
+            clients,
+            extra={"slot": session.slot, "fault": UNATTRIBUTED_LOG},
+        )
 
 
 def client_of(entry: Pending) -> Hashable:
