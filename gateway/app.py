@@ -241,17 +241,20 @@ class GatewayServer:
         from gateway.devices.sightings import Sightings
 
         slots = self.gateway.registry
-        self.gateway.registry.on_hello = Sightings(
+        self.sightings = Sightings(
             lambda: slots.config.limits.max_devices,
             lambda: (session.hello for session in slots.live_sessions()),
             self.gateway.metrics.limit_hit,
+            forgot=self.gateway.metrics.devices_forgotten.inc,
         )
+        self.gateway.registry.on_hello = self.sightings
 
     @property
     def url(self) -> str:
         return f"{self.config.scheme}://{url_host(self.config.host)}:{self.port}"
 
     async def start(self) -> None:
+        self.sightings.check_bound()  # a registry over limits.max_devices (an upgrade) is named at start
         trail = self.governor.trail if self.governor is not None else None
         if trail is not None:
             await trail.start()  # before the listener: no governed call may come before its recorder

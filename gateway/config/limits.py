@@ -150,7 +150,8 @@ class LimitsConfig(Section):
     max_devices: PositiveInt = 4096
     """Boards the device registry (devices.db, `mcp-gateway devices`) keeps, about 100 bytes each on disk: a
     hello with a new device id past it takes the row of the board heard longest ago, never one an operator
-    adopted or revoked nor one connected now; when every row is such, that hello is not recorded."""
+    adopted or revoked nor one connected now; when every row is such, that hello is not recorded. A registry
+    over it (an upgrade, a lowered bound) is kept and loses at most two rows per new board, oldest heard first."""
     max_slots_per_peer: Annotated[int, Field(ge=0)] = 128
     """Slots one WebSocket provider may hold at once, counted by its authenticated identity or, with
     no credential, by its IP address (0: no cap). Keeps one peer from taking every name."""

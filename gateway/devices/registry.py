@@ -10,7 +10,9 @@ per board, keyed by its device id (the `device_id` of its hello: the MAC on an E
   revocation (`mcp-gateway devices revoke`) keeps the row and stamps it.
 - sightings (the gateway, at each hello): how often, when last, firmware, schema hash, transport, slot.
   At most limits.max_devices rows: a new board past it takes the row of the board heard longest ago
-  (never one an operator adopted or revoked, nor one with a session now), else it is not recorded.
+  (never one an operator adopted or revoked, nor one with a session now), else it is not recorded; a
+  registry over the bound (an older version kept more, or the bound was lowered) loses one row more
+  per new board until it is within it, never many at once (MAX_FORGOTTEN_PER_HELLO).
 
 The secret itself is never stored: only its digest, as `[[providers.auth.identities]] sha256` would be.
 The state directory is one gateway's: `run` locks it (gateway/cli/state_lock.py), so no second gateway
@@ -74,6 +76,10 @@ _COLUMNS = (
 KEPT_BY_OPERATOR = "adopted_at IS NOT NULL OR revoked_at IS NOT NULL OR digest IS NOT NULL OR slot IS NOT NULL"
 """Rows an operator's command wrote (`mcp-gateway device install` adopts, `devices revoke` stamps): never
 forgotten to make room for a board heard, since a revocation forgotten would admit the board again."""
+MAX_FORGOTTEN_PER_HELLO = 2
+"""Rows one new board's hello may forget: one to make its room, one to bring a registry over the bound
+down by one. Bounded work per hello, and a registry over the bound shrinks as new boards come instead
+of losing at once every row past it (an upgrade from a version without the bound, a lowered bound)."""
 
 
 def state_directory(environ: Mapping[str, str] | None = None) -> Path:
@@ -231,11 +237,21 @@ def _columns(hello: Hello) -> tuple[str | None, ...]:
 @dataclass(frozen=True)
 class Bounded:
     """What record_within did: the registry's rows after it (None: not counted), whether the hello was
-    recorded, and how many rows of boards heard longest ago it deleted to make room."""
+    recorded, how many rows of boards heard longest ago it deleted to make room, and when the last of
+    those was last heard (seconds since the epoch; None when none went or it was never heard)."""
 
     rows: int | None
     recorded: bool
     forgotten: int = 0
+    forgotten_heard: float | None = None
+
+
+@dataclass(frozen=True)
+class Census:
+    """The registry's rows, and how many of them an operator wrote (KEPT_BY_OPERATOR: never forgotten)."""
+
+    rows: int
+    kept: int
 
 
 @dataclass(frozen=True)
@@ -493,9 +509,11 @@ class DeviceRegistry:
         **hello: Unpack[Hello],
     ) -> Bounded:
         """`record`, with the registry held to `max_devices` rows: a board already in it is counted as
-        always (one indexed UPDATE); a new one is added while there is room, else the rows of boards not
-        heard for the longest time go first, except those an operator wrote (KEPT_BY_OPERATOR) and those of
-        `live` (device ids with a session now); when none may go, the new board is not recorded.
+        always (one indexed UPDATE); a new one is added while there is room, else rows of boards not heard
+        for the longest time go first, except those an operator wrote (KEPT_BY_OPERATOR) and those of
+        `live` (device ids with a session now): one to make room, and one more while the registry is over
+        the bound (at most MAX_FORGOTTEN_PER_HELLO), so it never grows past the larger of its rows and the
+        bound; when none may go, the new board is not recorded.
         `rows`: the caller's count of rows from the last call, None when unknown: counted (a full scan)
         only then and at the bound, so a hello under the bound costs no scan."""
         hello["when"] = now = _heard_at(hello)  # one time for the UPDATE and, when it finds no row, the INSERT
@@ -511,9 +529,12 @@ class DeviceRegistry:
         try:
             if rows is None or rows >= max_devices:  # another process (a command) may have added or removed rows
                 rows = int(db.execute("SELECT COUNT(*) FROM devices").fetchone()[0])
-            forgotten = self._forget_oldest(db, rows - max_devices + 1, live) if rows >= max_devices else 0
+            heard: float | None = None
+            forgotten = 0
+            if rows >= max_devices:
+                forgotten, heard = self._forget_oldest(db, min(rows - max_devices + 1, MAX_FORGOTTEN_PER_HELLO), live)
             rows -= forgotten
-            recorded = rows < max_devices
+            recorded = rows < max_devices or forgotten > 0
             if recorded:
                 self.record(device_id, **hello)
                 rows += 1
@@ -521,19 +542,31 @@ class DeviceRegistry:
             roll_back(db)
             raise
         db.execute("COMMIT")
-        return Bounded(rows, recorded, forgotten)
+        return Bounded(rows, recorded, forgotten, heard)
 
     @staticmethod
-    def _forget_oldest(db: sqlite3.Connection, count: int, live: frozenset[str]) -> int:
-        """Delete up to `count` rows, the boards heard longest ago first, none KEPT_BY_OPERATOR nor in `live`."""
+    def _forget_oldest(db: sqlite3.Connection, count: int, live: frozenset[str]) -> tuple[int, float | None]:
+        """Delete up to `count` rows, the boards heard longest ago first, none KEPT_BY_OPERATOR nor in `live`:
+        how many went, and when the last of them was last heard (None: none went, or never heard)."""
         oldest = db.execute(
-            f"SELECT device_id FROM devices WHERE NOT ({KEPT_BY_OPERATOR})"
+            f"SELECT device_id, COALESCE(last_seen, first_seen) FROM devices WHERE NOT ({KEPT_BY_OPERATOR})"
             " ORDER BY COALESCE(last_seen, first_seen, 0), device_id LIMIT ?",
             (count + len(live),),
         ).fetchall()
-        going = [(device_id,) for (device_id,) in oldest if device_id not in live][:count]
-        db.executemany("DELETE FROM devices WHERE device_id = ?", going)
-        return len(going)
+        going = [(device_id, heard) for device_id, heard in oldest if device_id not in live][:count]
+        db.executemany("DELETE FROM devices WHERE device_id = ?", [(device_id,) for device_id, _ in going])
+        return len(going), (going[-1][1] if going else None)
+
+    def census(self) -> Census | None:
+        """The rows and the operator's rows, read-only in one scan (at start and at a reload, not per hello);
+        None when there is no registry yet."""
+        with self.read_only() as db:
+            if db is None:
+                return None
+            rows, kept = db.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {KEPT_BY_OPERATOR} THEN 1 ELSE 0 END), 0) FROM devices"
+            ).fetchone()
+        return Census(int(rows), int(kept))
 
     def devices(self) -> list[DeviceRow]:
         rows = (

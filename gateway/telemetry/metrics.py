@@ -169,6 +169,11 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        self.devices_forgotten = Counter(
+            "mcpgw_devices_forgotten",
+            "Device registry rows of boards heard longest ago forgotten to stay within limits.max_devices",
+            registry=r,
+        )
         self.policy_decisions = Counter(
             "mcpgw_policy_decisions",
             "Governed tools/call decisions, by their effect in the audit trail's words",

@@ -66,10 +66,18 @@ def test_past_the_bound_the_board_heard_longest_ago_goes_and_operator_and_live_r
     done = registry.record_within("new-2", 5, done.rows, live, when=12.0, **FIELDS)
     assert (done.rows, done.recorded, done.forgotten) == (5, False, 0)
     assert listed(tmp_path / "devices.db") == {"adopted", "revoked", "connected", "newer", "new-1"}
-    # A bound lowered below the rows held: the new board makes what room it can, oldest first.
+    # A bound lowered below the rows held: each new board forgets two rows, the oldest heard first (its room,
+    # and one less), so the registry comes down to the bound as new boards come, never at once.
     done = registry.record_within("new-3", 3, done.rows, frozenset(), when=13.0, **FIELDS)
-    assert (done.rows, done.recorded, done.forgotten) == (3, True, 3)
-    assert listed(tmp_path / "devices.db") == {"adopted", "revoked", "new-3"}
+    assert (done.rows, done.recorded, done.forgotten, done.forgotten_heard) == (4, True, 2, 10.0)
+    assert listed(tmp_path / "devices.db") == {"adopted", "revoked", "newer", "new-3"}
+    done = registry.record_within("new-4", 3, done.rows, frozenset(), when=14.0, **FIELDS)
+    assert (done.rows, done.recorded, done.forgotten) == (3, True, 2)
+    assert listed(tmp_path / "devices.db") == {"adopted", "revoked", "new-4"}
+    # At the bound, one row makes room for the new board.
+    done = registry.record_within("new-5", 3, done.rows, frozenset(), when=15.0, **FIELDS)
+    assert (done.rows, done.recorded, done.forgotten) == (3, True, 1)
+    assert listed(tmp_path / "devices.db") == {"adopted", "revoked", "new-5"}
     registry.close()
 
 
@@ -114,21 +122,29 @@ async def test_a_gateway_keeps_its_registry_within_max_devices_and_a_reload_chan
         await wait_for(lambda: server.gateway.registry.slots["cell-2"].live is None, 10, "cell-2 left")
     assert listed(path) == {"stays", "passing-3"}
 
-    # An operator adopts a board: the registry is full of rows that may not go, so the next new board is
-    # not recorded; said once, counted each time.
+    # An operator adopts a board: the registry holds 3 rows, over the bound. The next new board takes the row
+    # heard longest ago (passing-3; "stays" is connected) and stays connected itself: the registry holds no row
+    # that may go, so the boards after it are not recorded; said once with the rows it holds, counted each time.
     operator = DeviceRegistry(path)
     operator.adopt("adopted", "cell-9", "websocket", None, secret_digest("s"))
     operator.close()
+    taking = await publishers.start(server, "cell-5", demo_server(), hello={"device_id": "takes-room"})
+    await wait_for(functools.partial(holds, path, "takes-room"), 10, "takes-room recorded")
+    assert listed(path) == {"stays", "adopted", "takes-room"}
     caplog.set_level(logging.WARNING, logger="gateway.devices.sightings")
     for index in range(2):
         publisher = await publishers.start(server, "cell-3", demo_server(), hello={"device_id": f"refused-{index}"})
         await wait_for(functools.partial(counted, server, index + 1), 10, f"refused-{index} counted")
         await publisher.stop()
         await wait_for(lambda: server.gateway.registry.slots["cell-3"].live is None, 10, "cell-3 left")
-    assert listed(path) == {"stays", "adopted"}  # passing-3, heard longest ago, made what room it could
+    assert listed(path) == {"stays", "adopted", "takes-room"}
     warnings = [record.getMessage() for record in caplog.records if record.name == "gateway.devices.sightings"]
     assert len(warnings) == 1
-    assert "limits.max_devices = 2" in warnings[0] and "the hello of refused-0 is not recorded" in warnings[0]
+    assert "holds 3 boards (limits.max_devices = 2)" in warnings[0], warnings
+    assert "the hello of refused-0 is not recorded" in warnings[0]
+    assert "raise limits.max_devices" in warnings[0] and "revoke boards" not in warnings[0]
+    await taking.stop()
+    await wait_for(lambda: server.gateway.registry.slots["cell-5"].live is None, 10, "cell-5 left")
 
     # The bound changes at a reload, for the next hello.
     rewrite(server, "port = 0\n[limits]\nmax_devices = 3\n")
@@ -137,5 +153,5 @@ async def test_a_gateway_keeps_its_registry_within_max_devices_and_a_reload_chan
     assert "limits.max_devices 2 -> 3" in report.changes
     await publishers.start(server, "cell-4", demo_server(), hello={"device_id": "after-reload"})
     await wait_for(lambda: "after-reload" in listed(path), 10, "a board recorded within the new bound")
-    assert listed(path) == {"stays", "adopted", "after-reload"}
+    assert listed(path) == {"stays", "adopted", "after-reload"}  # takes-room, left, made room
     assert server.gateway.metrics.limit.labels("max_devices")._value.get() == 3

@@ -35,10 +35,11 @@ NAME_BOOK_PER_SLOT = 4
 
 
 class LimitsSwap(Prepared):
-    def __init__(self, changes: list[str], context: Context, new: GatewayConfig) -> None:
+    def __init__(self, changes: list[str], context: Context, new: GatewayConfig, changed: list[str]) -> None:
         super().__init__(changes)
         self.context = context
         self.new = new
+        self.changed = changed
 
     def swap(self) -> None:
         running, limits = self.context.running, self.new.limits
@@ -58,6 +59,11 @@ class LimitsSwap(Prepared):
         # at each hello) are read from the configuration, swapped last.
         for name, value in limit_values(limits).items():
             gateway.metrics.limit.labels(name).set(value)
+        from gateway.devices.sightings import Sightings
+
+        on_hello = gateway.registry.on_hello
+        if "limits.max_devices" in self.changed and isinstance(on_hello, Sightings):
+            on_hello.check_bound(limits.max_devices)  # a registry left over the new bound is named once
 
 
 def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepared | None:
@@ -70,4 +76,5 @@ def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepare
             "limits.rate: turning rate limiting on needs a restart (it was off at start, so the entry was built "
             "without the check)"
         )
-    return LimitsSwap([change_text(path, value_at(old, path), value_at(new, path)) for path in paths], context, new)
+    changes = [change_text(path, value_at(old, path), value_at(new, path)) for path in paths]
+    return LimitsSwap(changes, context, new, paths)
