@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from gateway.cli.common import Commands, whole_number
@@ -29,6 +30,13 @@ def cmd_tls_self_signed(args: argparse.Namespace) -> int:
     except SelfSignedError as exc:
         print(f"mcp-gateway tls self-signed: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        # A --dir that cannot be made or written is a usage error (2) like any path named on the command
+        # line; a write that fails on a full or failing disk is the operation failing (1).
+        text = exc.strerror or str(exc)
+        where = exc.filename if exc.filename is not None else args.dir
+        print(f"mcp-gateway tls self-signed: cannot write {where}: {text[:1].lower()}{text[1:]}", file=sys.stderr)
+        return 1 if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else 2
     print(instructions(issued, args.port))
     return 0
 

@@ -185,3 +185,14 @@ def test_ip_addresses_are_canonical(tmp_path: Path) -> None:
     issued = create(tmp_path, [], ["::0001"])
     assert issued.ip_addresses == ("::1",)
     assert ipaddress.ip_address(sans(certificate(tmp_path / "server.pem"))[1][0]).is_loopback
+
+
+def test_a_directory_that_cannot_be_made_is_named_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    where = tmp_path / "a-file" / "tls"
+    code, _out, err = run(capsys, "--dir", str(where), "--host", "gw.local")
+    assert code == 2
+    assert err.startswith("mcp-gateway tls self-signed: cannot write "), err
+    assert "not a directory" in err and err.count("\n") == 1, err
