@@ -57,7 +57,7 @@ def _refused(refusals: Mapping[str, Any]) -> Problem:
         "info",
         f"Execution limits refused {refusals.get('total')} calls or reservations since the gateway started",
         f"most recent: {named}" if named else "none kept",
-        "Expected when agents go past the operator's limits: the agents got -32029 with retryAfterMs and "
-        "nothing reached the device. broker_info governance.limits shows each rule's counts; raise a rule's "
-        "limits in the policy if the work is legitimate.",
+        "Expected when agents go past the operator's limits: the agents got -32029 (with retryAfterMs when "
+        "time alone lets the call pass) and nothing reached the device. broker_info governance.limits shows "
+        "each rule's counts; raise a rule's limits in the policy if the work is legitimate.",
     )

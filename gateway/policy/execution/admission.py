@@ -110,6 +110,9 @@ class ExecutionLimits:
 
     def _refused(self, refusal: LimitRefusal, target: Target, **context: Any) -> None:
         who = identity_of(target.subjects)
+        for counters in self.rules:
+            if counters.rule.id == refusal.rule_id:
+                counters.refused += 1  # kept with the rule's counters: a changed rule counts from zero
         self.refusals.add(refusal, int(self._wall_clock() * 1000), slot=target.slot, subject=who, **context)
         log.info("execution limit refused %s on %s: %s", who, target.slot, refusal.message())
 
@@ -117,9 +120,5 @@ class ExecutionLimits:
         """For broker_info and broker_diagnose: each rule with its busiest groups, the reservations,
         and the recent refusals."""
         now = self.now_ms()
-        shown = []
-        for counters in self.rules:
-            entry = counters.status(now)
-            entry["refused"] = self.refusals.by_rule.get(counters.rule.id, 0)
-            shown.append(entry)
+        shown = [counters.status(now) for counters in self.rules]
         return {"rules": shown, "reservations": self.budget.status(), "refusals": self.refusals.status()}

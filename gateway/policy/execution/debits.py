@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gateway.policy.execution.counters import GroupCounters, RuleCounters
+from gateway.policy.execution.counters import PRUNE_PER_DEBIT, GroupCounters, RuleCounters
 from gateway.policy.execution.refusals import (
     CONCURRENCY_EXCEEDED,
     LIMIT_EXCEEDED,
@@ -54,6 +54,7 @@ def plan(
     refusals: list[LimitRefusal] = []
     for counters, windows, hold in matching:
         rule = counters.rule
+        counters.prune(now_ms, PRUNE_PER_DEBIT)
         key = rule.key(target)
         group = counters.find(key)
         refused = _too_much(counters, windows, quantity)
@@ -81,6 +82,7 @@ def commit(debits: Sequence[Debit], quantity: int, now_ms: float) -> tuple[Held,
         if debit.hold:
             group.in_flight += 1
             held.append(Held(debit.counters, debit.key, group))
+        debit.counters.settle(debit.key, group, now_ms)  # into the idle heap, or kept out while in flight
     return tuple(held)
 
 
@@ -150,11 +152,15 @@ def _room(counters: RuleCounters, key: GroupKey, now_ms: float) -> LimitRefusal 
     if wait <= 0:
         return None
     rule = counters.rule
-    retry = None if math.isinf(wait) else max(1, math.ceil(wait))
+    groups = "group" if rule.max_keys == 1 else "groups"
+    if math.isinf(wait):
+        why, then = "each with a call in flight", "call again once one has ended, or the operator may raise max_keys"
+    else:
+        why, then = "none idle yet", "the operator may raise max_keys"
     return LimitRefusal(
         LIMIT_KEYS_FULL,
-        f'Execution limit "{rule.id}" counts {rule.max_keys} groups already (max_keys), each still busy, and '
-        f"cannot count one more{_scope(counters, key)}; the operator may raise max_keys",
+        f'Execution limit "{rule.id}" counts {rule.max_keys} {groups} already (max_keys), {why}, and cannot '
+        f"count one more{_scope(counters, key)}; {then}",
         rule.id,
-        retry,
+        None if math.isinf(wait) else max(1, math.ceil(wait)),
     )

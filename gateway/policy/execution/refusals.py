@@ -3,7 +3,7 @@ record of recent refusals that broker_info and broker_diagnose show."""
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -78,16 +78,15 @@ def deciding(refusals: Iterable[LimitRefusal]) -> LimitRefusal | None:
 
 
 class RefusalLog:
-    """Counts of refusals by rule and the last RECENT_REFUSALS of them, for status and diagnosis."""
+    """The count of refusals and the last RECENT_REFUSALS of them, for status and diagnosis (each rule's
+    own count lives with its counters)."""
 
     def __init__(self, keep: int = RECENT_REFUSALS) -> None:
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
-        self.by_rule: Counter[str] = Counter()
         self.total = 0
 
     def add(self, refusal: LimitRefusal, time_ms: int, **context: Any) -> None:
         self.total += 1
-        self.by_rule[refusal.rule_id or ""] += 1
         self.recent.append({"time_ms": time_ms, **refusal.data(), **context})
 
     def status(self) -> dict[str, Any]:
