@@ -136,6 +136,8 @@ def _holder(dest: Path) -> tuple[str, bool]:
     with contextlib.suppress(OSError):
         descriptor = os.open(dest / CLAIM, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                return "", False  # a directory or a device: no backup made it, and none holds it
             holder = os.read(descriptor, 32).decode(errors="replace").strip()
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -144,9 +146,12 @@ def _holder(dest: Path) -> tuple[str, bool]:
             else:
                 # An empty claim nobody locks: a run between making it and locking it (a moment), or one
                 # stopped in that moment (then it stays empty and ages).
-                held = not holder and time.time() - os.fstat(descriptor).st_mtime < CLAIM_SETTLE_S
+                # abs(): a claim dated ahead (the clock stepped back since) must age too.
+                held = not holder and abs(time.time() - os.fstat(descriptor).st_mtime) < CLAIM_SETTLE_S
         finally:
             os.close(descriptor)
+    if held and not holder and os.path.islink(dest / CLAIM):
+        held = False  # a link in the claim's place: no backup made it (a backup makes a regular file)
     return (f" (pid {holder})" if holder.isdigit() else ""), held
 
 
@@ -182,18 +187,21 @@ def _in_use(dest: Path) -> _Refused:
 def _prepare(dest: Path, state: Path) -> _Claim:
     """Make DEST (0700, with missing parents 0700) or take an empty one, and claim it (CLAIM): this run's
     until `release`. _Refused when it is inside the state directory, not empty, in use or cannot be written."""
-    place, home = dest.resolve(), state.resolve()
-    if place == home or home in place.parents:
-        raise _Refused(
-            f"{dest} is inside the state directory {state}: every later backup would hold this one (its secrets "
-            "too) as a firmware image or a stray file; give a directory outside the state directory"
-        )
     if dest.is_symlink():
         # Never written through a link: a link an untrusted user can change would steer a root-run backup.
         target = ""
         with contextlib.suppress(OSError):  # removed since: named without its target
             target = f" (to {os.readlink(dest)})"
         raise _Refused(f"{dest} is a symbolic link{target}: give the directory itself, new or empty")
+    try:
+        place, home = dest.resolve(), state.resolve()
+    except RuntimeError:  # a loop of symbolic links in a parent
+        raise _Refused(f"{dest} cannot be reached: its path runs into a loop of symbolic links") from None
+    if place == home or home in place.parents:
+        raise _Refused(
+            f"{dest} is inside the state directory {state}: every later backup would hold this one (its secrets "
+            "too) as a firmware image or a stray file; give a directory outside the state directory"
+        )
     if dest.exists() and not dest.is_dir():
         raise _Refused(f"{dest} exists and is not a directory: give a new or empty directory")
     made = False

@@ -131,6 +131,43 @@ async def test_an_empty_claim_is_a_starting_backup_only_while_it_is_young(tmp_pa
         f"finished ({CLAIM} is left)"
     ), err
     assert [path.name for path in dest.iterdir()] == [CLAIM]
+    ahead = time.time() + 3600  # the clock stepped back since the claim was made: it ages all the same
+    os.utime(dest / CLAIM, (ahead, ahead))
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    assert " holds an incomplete backup: " in err, err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["directory", "link"])
+async def test_a_claim_no_backup_could_have_made_is_not_taken_for_one_writing(tmp_path: Path, kind: str) -> None:
+    env = small_backup_source(tmp_path)
+    dest = tmp_path / "odd-claim"
+    dest.mkdir()
+    if kind == "directory":
+        (dest / CLAIM).mkdir()
+    else:
+        (dest / CLAIM).symlink_to("/etc/passwd")
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    assert err.startswith(f"mcp-gateway backup: {dest} holds an incomplete backup: "), err
+    code, _out, err = await run_to_exit("restore", str(dest), env={"STATE_DIRECTORY": str(tmp_path / "fresh")})
+    assert code == 1, err
+    assert " holds an incomplete backup: " in err, err
+
+
+@pytest.mark.timeout(60)
+async def test_a_destination_in_a_loop_of_links_is_named(tmp_path: Path) -> None:
+    env = small_backup_source(tmp_path)
+    (tmp_path / "loop-a").symlink_to("loop-b")
+    (tmp_path / "loop-b").symlink_to("loop-a")
+    code, _out, err = await run_to_exit("backup", str(tmp_path / "loop-a"), env=env)
+    assert code == 2, err
+    assert err.startswith(f"mcp-gateway backup: {tmp_path / 'loop-a'} is a symbolic link (to loop-b): "), err
+    dest = tmp_path / "loop-a" / "b"
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    assert err == f"mcp-gateway backup: {dest} cannot be reached: its path runs into a loop of symbolic links\n"
 
 
 @pytest.mark.timeout(60)
