@@ -36,7 +36,7 @@ def cmd_tls_self_signed(args: argparse.Namespace) -> int:
         text = exc.strerror or str(exc)
         where = exc.filename if exc.filename is not None else args.dir
         print(f"mcp-gateway tls self-signed: cannot write {where}: {text[:1].lower()}{text[1:]}", file=sys.stderr)
-        return 1 if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else 2
+        return 1 if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO) else 2
     print(instructions(issued, args.port))
     return 0
 

@@ -13,6 +13,7 @@ overwritten without `force`. Keys are ECDSA P-256: small and fast on an ESP32's 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
@@ -198,14 +199,39 @@ def load_authority(directory: Path) -> Authority:
 
 
 def _write(path: Path, data: bytes, mode: int, force: bool) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
-    descriptor = os.open(path, flags, mode)
+    """Write `path` whole or not at all: a full disk must not leave a half-written key or certificate
+    that the next run refuses to read. The bytes go to a temporary name beside it, then take its place
+    (replacing it with `force`; else only if no file has appeared there since the check)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        # An existing file keeps its old mode through O_TRUNC; a key must not stay readable by others.
-        os.fchmod(descriptor, mode)
-        os.write(descriptor, data)
+        try:
+            os.fchmod(descriptor, mode)  # the umask must not widen or narrow a key's mode
+            view = memoryview(data)
+            while view:
+                view = view[os.write(descriptor, view) :]
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        if force:
+            os.replace(temporary, path)
+        else:
+            os.link(temporary, path)
     finally:
-        os.close(descriptor)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def _write_pair(key_path: Path, key_pem: bytes, cert_path: Path, certificate: x509.Certificate, force: bool) -> None:
+    """A key and its certificate, key first: when the certificate cannot be written the key goes too, so a
+    failed run leaves no half pair that the next run would refuse (or ask --force for)."""
+    _write(key_path, key_pem, 0o600, force)
+    try:
+        _write(cert_path, _cert_pem(certificate), 0o644, force)
+    except OSError:
+        with contextlib.suppress(OSError):
+            key_path.unlink()
+        raise
 
 
 def create(
@@ -251,12 +277,10 @@ def create(
     authority = load_authority(directory) if reuse else new_authority((names or tuple(addresses))[0])
     certificate, key = issue(authority, names, addresses, days)
     if not reuse:
-        _write(directory / CA_KEY, _key_pem(authority.key), 0o600, force)
-        _write(directory / CA_CERT, _cert_pem(authority.certificate), 0o644, force)
+        _write_pair(directory / CA_KEY, _key_pem(authority.key), directory / CA_CERT, authority.certificate, force)
     # Key before certificate: a reload between the two writes then fails on the mismatch and keeps
     # the old pair, instead of pairing an old key with a new certificate unnoticed.
-    _write(directory / SERVER_KEY, _key_pem(key), 0o600, force)
-    _write(directory / SERVER_CERT, _cert_pem(certificate), 0o644, force)
+    _write_pair(directory / SERVER_KEY, _key_pem(key), directory / SERVER_CERT, certificate, force)
     return Issued(
         directory=directory,
         dns_names=names,
