@@ -43,11 +43,14 @@ def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
     return "\n".join(lines)
 
 
-def refused(result: dict[str, Any]) -> int:
+def refused(result: dict[str, Any], as_json: bool) -> int:
     """A tool error of _broker (an approval id no call waits under, or a call already decided, named with
-    whose decision holds): said on stderr, exit 1; stdout stays for what the command lists or decides."""
+    whose decision holds): said on stderr, exit 1; with --json the answer goes to stdout as well, so a
+    script reads its data (reason, decided_by)."""
     from gateway.client import render_result
 
+    if as_json:
+        sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
     print(f"mcp-gateway approve: {render_result(result)}", file=sys.stderr)
     return 1
 
@@ -68,7 +71,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
             if args.id is None:
                 result = await client.call_tool("broker_approvals", {})
                 if result.get("isError"):
-                    return refused(result)
+                    return refused(result, args.json)
                 if args.json:
                     sys.stdout.write(render_result(result) + "\n")
                     return 0
@@ -80,7 +83,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
                 return 0
             result = await client.call_tool("broker_approve", {"id": args.id, "approve": not args.deny})
         if result.get("isError"):
-            return refused(result)
+            return refused(result, args.json)
         if args.json:
             sys.stdout.write(render_result(result) + "\n")
             return 0

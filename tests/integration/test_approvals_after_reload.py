@@ -148,6 +148,10 @@ async def test_deciding_a_call_already_decided_names_the_decision_that_holds(tmp
             assert f"Approval '{approval}' was already approved by token:operator (start on pump-1)" in err
             assert "its caller's next attempt with the same arguments within" in err
             assert "s is forwarded, once. A decision is final: nothing changed" in err
+        code, out, err = await plant.cli("approve", "--json", approval, token="operator2")
+        assert code == 1 and "was already approved by token:operator" in err
+        answer = json.loads(out)  # a script reads the refusal's data from stdout
+        assert answer["isError"] is True and '"already_decided"' in out, out
         code, out, _ = await plant.cli("approve", "--json")
         [listed] = json.loads(out)["approvals"]
         assert (listed["state"], listed["decided_by"]) == ("approved", "token:operator")
