@@ -2,7 +2,8 @@
 process through the same core a board runs, against real gateways, brokers and pseudo-terminals.
 
 The binary is brought up to date once per session: `cmake --build build/c --target pump1-host` when
-the tree is configured, else `scripts/build-c` (which configures it, and runs ctest). Without cmake or
+the tree is configured, else `scripts/build-c` (which configures it, and runs ctest). `MCPB_C_BUILD_DIR`
+names another tree, which must be configured already. Without cmake or
 a C compiler the tests FAIL, they never skip. The board logs to stderr, one line per event
 (`pump1-host WARN: link refused code=1008 http=0 retry_in_ms=23311: ...`); CBoard keeps those lines.
 """
@@ -32,7 +33,8 @@ from tests.integration.test_serial_boards import ptys, relays  # noqa: F401 - th
 from tests.sim.conftest import simulators  # noqa: F401 - the fixture, for the schema test
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD_DIR = REPO / "build" / "c"
+# MCPB_C_BUILD_DIR points the tests at another configured tree (one engineer's build beside the shared one).
+BUILD_DIR = Path(os.environ.get("MCPB_C_BUILD_DIR") or REPO / "build" / "c")
 BINARY = BUILD_DIR / "pump1-host"
 SLOT = "pump-c1"
 TOOL_NAMES = ["get_status", "start", "set_speed", "stop", "reset_fault"]

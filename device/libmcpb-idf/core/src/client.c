@@ -57,18 +57,23 @@ static void link_down(mcpb_client_t *client, mcpb_link_kind_t kind, int close_co
                       const char *reason)
 {
     uint32_t random = client->port.random32(client->port.ctx);
-    uint32_t wait;
+    uint32_t wait, at = now(client);
     client->port.close(client->port.ctx);
     client->pending = 0;
-    if (client->carried) {
+    /* The ceiling starts over only after a link that proved useful: one that carried a message and
+     * stayed up backoff_max_ms (dial_at_ms holds when it came up). The gateway speaks first on every
+     * link (initialize), so a board it closes during the handshake (tools/list fails) would otherwise
+     * redial every second for ever; the MicroPython board and the MQTT profile keep the same rule. */
+    if (client->carried && at - client->dial_at_ms >= client->backoff.max_ms) {
         mcpb_backoff_reset(&client->backoff);
     }
-    /* A refusal at the door (busy slot, bad secret) will not change in a second: never a tight loop. */
-    wait = kind == MCPB_LINK_REFUSED && !client->carried ? mcpb_backoff_refused(&client->backoff, random)
-                                                           : mcpb_backoff_next(&client->backoff, random);
+    /* A refusal at the door (busy slot, bad secret) will not change in a second: never a tight loop.
+     * Every caller names a loss REFUSED only before the link carried a message. */
+    wait = kind == MCPB_LINK_REFUSED ? mcpb_backoff_refused(&client->backoff, random)
+                                     : mcpb_backoff_next(&client->backoff, random);
     client->carried = 0; /* failed dials after this loss keep doubling */
     client->state = MCPB_STATE_IDLE;
-    client->dial_at_ms = now(client) + wait;
+    client->dial_at_ms = at + wait;
     emit(client, kind, close_code, http_status, "", reason, wait);
 }
 
@@ -128,7 +133,7 @@ static void link_up(mcpb_client_t *client)
     client->state = MCPB_STATE_OPEN;
     client->links++;
     client->carried = 0;
-    client->since_ms = now(client);
+    client->dial_at_ms = client->since_ms = now(client); /* OPEN: when the link came up (link_down) */
     if (WAY_SERIAL(client)) {
         mcpb_cobs_decoder_init(&client->cobs, client->buffers.message, client->buffers.message_cap);
     } else {
@@ -170,13 +175,13 @@ static void run_handler(mcpb_client_t *client, size_t slot_index, char *message,
     }
     client->messages_in++;
     answer = slot->handler(slot->handler_ctx, message, len, client->buffers.answer, client->buffers.answer_cap);
-    if (answer < 0) {
-        /* the caller learns it now, not at its deadline, as from the MicroPython board */
+    /* A length past out_cap is no answer either: sending the buffer would send stale bytes of earlier
+     * messages. The caller learns it now, not at its deadline, as from the MicroPython board. */
+    if (answer < 0 || (size_t)answer > client->buffers.answer_cap) {
         answer = (int)mcpb_too_large_response(client->buffers.answer, client->buffers.answer_cap, message, len);
     }
     if (answer > 0) {
-        size_t size = (size_t)answer < client->buffers.answer_cap ? (size_t)answer : client->buffers.answer_cap;
-        sent(client, mcpb__send_message(client, slot_index, client->buffers.answer, size));
+        sent(client, mcpb__send_message(client, slot_index, client->buffers.answer, (size_t)answer));
     }
 }
 

@@ -159,7 +159,7 @@ int mcpb_json_string(const char *json, size_t len, char *out, size_t out_cap)
                 }
                 at += 6;
                 high = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
-            } else if (high < 0 || (high >= 0xDC00 && high <= 0xDFFF)) {
+            } else if (high <= 0 || (high >= 0xDC00 && high <= 0xDFFF)) { /* no NUL inside: see json_scan.h */
                 return -1;
             }
             cp = (unsigned long)high;

@@ -247,7 +247,10 @@ int mcpb_mqtt_serve(mcpb_mqtt *m, uint32_t wait_ms, mcpb_handler_fn handler, voi
         n = mcpb_too_large_answer(m->out, m->out_cap, m->in, head, (unsigned long long)message.size, m->in_cap);
     } else {
         rc = handler(handler_ctx, m->in, message.payload_len, m->out, m->out_cap);
-        n = rc >= 0 ? (size_t)rc : mcpb_too_large_response(m->out, m->out_cap, m->in, message.payload_len);
+        /* a length past out_cap is no answer either (the buffer holds stale bytes past it) */
+        n = rc >= 0 && (size_t)rc <= m->out_cap
+                ? (size_t)rc
+                : mcpb_too_large_response(m->out, m->out_cap, m->in, message.payload_len);
     }
     if (n > 0 && p->publish(p->ctx, m->up_topic, m->out, n, QOS_1, 0) < 0) {
         return MCPB_MQTT_E_LINK;

@@ -30,8 +30,9 @@ extern "C" {
 #define MCPB_TX_CAP 128 /* bytes written at a time; a message goes out in several writes */
 
 /* One JSON-RPC message in (in[in_len] is a NUL, as a courtesy); the answer goes to out. Returns the
- * answer's length, 0 for no answer, negative when out_cap is too small (the client then answers
- * -32603 "Response too large" under the request's id). */
+ * answer's length (at most out_cap), 0 for no answer, negative when out_cap is too small. A negative
+ * length or one past out_cap sends nothing of out: the client answers -32603 "Response too large"
+ * under the request's id instead. */
 typedef int (*mcpb_handler_fn)(void *ctx, const char *in, size_t in_len, char *out, size_t out_cap);
 
 typedef enum {
@@ -72,9 +73,9 @@ typedef void (*mcpb_event_fn)(void *ctx, const mcpb_link_event_t *event);
 typedef struct {
     uint8_t *message;   /* one incoming message: the frame cap + 5 (serial CRC and a NUL); >= 1024 */
     size_t message_cap;
-    char *answer;       /* one outgoing message (a handler's answer, the register frame) */
+    char *answer;       /* one outgoing message (a handler's answer, the register frame); >= 512 */
     size_t answer_cap;
-    uint8_t *rx;        /* bytes read from the port at a time, e.g. 512 */
+    uint8_t *rx;        /* bytes read from the port at a time, e.g. 512; >= 16 */
     size_t rx_cap;
     uint8_t *tx;        /* bytes written to the port at a time, >= 64; about one TCP segment is best */
     size_t tx_cap;
@@ -112,7 +113,7 @@ typedef enum {
 /* The fields used most come first: a small core reaches them with short instructions. */
 typedef struct {
     mcpb_client_state_t state;
-    uint32_t dial_at_ms;          /* IDLE: when to dial */
+    uint32_t dial_at_ms;          /* IDLE: when to dial; OPEN: when the link came up */
     uint32_t since_ms;            /* UPGRADING: when it started; OPEN: last frame heard */
     int carried;                  /* this link delivered a message from the gateway (on /providers: one for a slot, not a refusal) */
     size_t pending;               /* bytes of rx[] not fed yet, starting at pending_at */
@@ -131,7 +132,8 @@ typedef struct {
     mcpb_link_event_t last_event;
 } mcpb_client_t;
 
-/* Checks the configuration and buffers; 0, or -1 with a log line naming what is wrong.
+/* Checks the configuration and buffers; 0, or -1 with a log line saying what is wrong (a buffer
+ * under its least size above: "buffers too small", naming none).
  * Nothing is copied: config strings, slots and buffers must outlive the client. */
 int mcpb_client_init(mcpb_client_t *client, const mcpb_client_config_t *config, const mcpb_port_t *port,
                      const mcpb_buffers_t *buffers);

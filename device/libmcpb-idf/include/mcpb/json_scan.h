@@ -24,7 +24,8 @@ size_t mcpb_json_skip_value(const char *json, size_t len, size_t at);
 int mcpb_json_member(const char *json, size_t len, const char *key, size_t *value_at, size_t *value_len);
 
 /* Decodes the JSON string literal json[0..len) (quotes included) into out, NUL-terminated:
- * its length, or -1 when malformed or when out_cap is too small. */
+ * its length, or -1 when malformed or when out_cap is too small. A \u0000 escape counts as
+ * malformed: a NUL inside would cut the text short for strcmp ("open\u0000x" is not "open"). */
 int mcpb_json_string(const char *json, size_t len, char *out, size_t out_cap);
 
 /* Writes `text` as a JSON string literal (quotes, escapes) at out[*at]; 0 on success, -1 when it

@@ -201,6 +201,54 @@ static void test_failed_dials_after_a_good_link_keep_doubling(void **state)
     }
 }
 
+/* The gateway speaks first on every link (initialize), then closes a board whose tools/list it cannot
+ * take with 1008: the link carried a message but proved nothing, so the ceiling keeps doubling to
+ * the longest wait instead of redialling every second; a link that stays up backoff_max_ms resets it. */
+static void test_closes_in_the_handshake_climb_to_the_longest_back_off(void **state)
+{
+    static const char reason[] = "Provider must answer initialize and tools/list: tools/list failed: Response too large";
+    static const uint32_t ceilings[] = {1000, 2000, 4000, 8000, 16000, 30000, 30000};
+    uint8_t close_payload[2 + sizeof(reason)];
+    size_t i;
+    (void)state;
+    fake.random_value = UINT32_MAX; /* every wait its ceiling */
+    close_payload[0] = 0x03;
+    close_payload[1] = 0xF0;
+    memcpy(close_payload + 2, reason, sizeof(reason) - 1);
+    open_link();
+    for (i = 0; i < sizeof(ceilings) / sizeof(ceilings[0]); i++) {
+        if (i > 0) {
+            fake.from_device_at = fake.from_device_len; /* the last link's frames, read */
+            fake.now += fake.last_event.retry_in_ms;
+            mcpb_client_poll(&client, 100);
+            fake_accept_upgrade(&fake, 1);
+            mcpb_client_poll(&client, 100);
+            assert_true(mcpb_client_connected(&client));
+        }
+        fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"initialize\"}");
+        fake_push_frame(&fake, 0x88, close_payload, 2 + sizeof(reason) - 1, NULL);
+        poll_times(2);
+        assert_int_equal(fake.last_event.kind, MCPB_LINK_CLOSED);
+        assert_int_equal(fake.last_event.close_code, 1008);
+        assert_string_equal(fake.last_event.reason, reason);
+        assert_int_equal(fake.last_event.retry_in_ms, ceilings[i]);
+    }
+    assert_int_equal(handler.calls, (int)i);
+    /* a link that carried a message and stayed up backoff_max_ms (30 s) starts the ceiling over */
+    fake.from_device_at = fake.from_device_len;
+    fake.now += fake.last_event.retry_in_ms;
+    mcpb_client_poll(&client, 100);
+    fake_accept_upgrade(&fake, 1);
+    mcpb_client_poll(&client, 100);
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"initialize\"}");
+    poll_times(1);
+    fake.now += 30000;
+    fake_push_frame(&fake, 0x88, "\x03\xe9" "Gateway shutting down", 23, NULL);
+    poll_times(1);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CLOSED);
+    assert_int_equal(fake.last_event.retry_in_ms, 1000);
+}
+
 static void test_http_401_is_a_refusal_with_the_body(void **state)
 {
     static const char reply[] = "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: 60\r\n\r\n"
@@ -367,6 +415,28 @@ static void test_answer_too_large_answered_with_an_error(void **state)
     assert_non_null(strstr(payload, "\"id\":77,\"error\":{\"code\":-32603"));
 }
 
+/* A handler that returns more than out_cap: the answer buffer then holds an earlier message's bytes,
+ * never sent; the caller gets -32603 under its id, as for a negative length. */
+static void test_answer_length_past_out_cap_answered_with_an_error(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    (void)state;
+    open_link();
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"ping\"}");
+    poll_times(1);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_string_equal(payload, handler.answer);
+    handler.result = (int)sizeof(answer) + 1;
+    fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"method\":\"tools/list\"}");
+    poll_times(1);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_int_equal(opcode, MCPB_WS_TEXT);
+    assert_string_equal(payload, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"error\":{\"code\":-32603,\"message\":"
+                                 "\"Response too large\"}}");
+    assert_true(mcpb_client_connected(&client));
+}
+
 static void test_silence_redials_with_close_1001(void **state)
 {
     uint8_t opcode;
@@ -508,6 +578,7 @@ int main(void)
         cmocka_unit_test_setup(test_held_slot_refusal_backs_off_to_max, setup),
         cmocka_unit_test_setup(test_close_after_traffic_redials_soon, setup),
         cmocka_unit_test_setup(test_failed_dials_after_a_good_link_keep_doubling, setup),
+        cmocka_unit_test_setup(test_closes_in_the_handshake_climb_to_the_longest_back_off, setup),
         cmocka_unit_test_setup(test_http_401_is_a_refusal_with_the_body, setup),
         cmocka_unit_test_setup(test_http_refusal_reason_is_the_error_description, setup),
         cmocka_unit_test_setup(test_http_401_body_after_the_head, setup),
@@ -516,6 +587,7 @@ int main(void)
         cmocka_unit_test_setup(test_connect_failures_back_off_exponentially, setup),
         cmocka_unit_test_setup(test_oversize_request_answered_and_link_survives, setup),
         cmocka_unit_test_setup(test_answer_too_large_answered_with_an_error, setup),
+        cmocka_unit_test_setup(test_answer_length_past_out_cap_answered_with_an_error, setup),
         cmocka_unit_test_setup(test_silence_redials_with_close_1001, setup),
         cmocka_unit_test_setup(test_lost_connection_and_protocol_error, setup),
         cmocka_unit_test_setup(test_stop_closes_with_1001, setup),

@@ -75,6 +75,11 @@ static void test_string_decoding(void **state)
     assert_int_equal(mcpb_json_string("\"\\x\"", 4, out, sizeof(out)), -1);
     assert_int_equal(mcpb_json_string("\"\\u12\"", 6, out, sizeof(out)), -1);
     assert_int_equal(mcpb_json_string("nope", 4, out, sizeof(out)), -1);
+    /* \u0000 would end the decoded text early for strcmp ("open\u0000whatever" read as "open"): malformed */
+    assert_int_equal(mcpb_json_string("\"open\\u0000whatever\"", 20, out, sizeof(out)), -1);
+    assert_int_equal(mcpb_json_string("\"\\u0000\"", 8, out, sizeof(out)), -1);
+    assert_int_equal(mcpb_json_string("\"\\u0001\"", 8, out, sizeof(out)), 1); /* other controls decode */
+    assert_int_equal(out[0], 1);
 }
 
 static void test_string_encoding(void **state)

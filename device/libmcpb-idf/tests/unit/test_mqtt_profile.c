@@ -152,7 +152,7 @@ static void fake_sleep(void *ctx, uint32_t ms)
 typedef struct echo {
     int calls;
     char seen[512];
-    int result; /* 1: answer; 0: no answer; -1: out too small */
+    int result; /* 1: answer; 0: no answer; -1: out too small; 2: a length past out_cap */
 } echo;
 
 static int echo_handler(void *ctx, const char *in, size_t in_len, char *out, size_t out_cap)
@@ -163,6 +163,9 @@ static int echo_handler(void *ctx, const char *in, size_t in_len, char *out, siz
     e->seen[in_len] = '\0';
     if (e->result <= 0) {
         return e->result == 0 ? 0 : -(int)(out_cap + 1);
+    }
+    if (e->result == 2) {
+        return (int)(out_cap + 1);
     }
     assert_true(in_len + 10 < out_cap);
     memcpy(out, "answer to ", 10);
@@ -389,6 +392,25 @@ static void test_answer_too_large_for_out_becomes_an_error(void **state)
                         "large\"}}");
 }
 
+/* A handler that returns more than out_cap: the answer is the same error, never out's bytes (which
+ * would be an earlier answer's, and past the buffer's end). */
+static void test_answer_length_past_out_cap_becomes_an_error(void **state)
+{
+    rig *r = new_rig();
+    (void)state;
+    r->e.result = 1;
+    assert_int_equal(start(r), 0);
+    push(r, "mcpb/pump-1/down", "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"ping\"}", 0, 0);
+    assert_int_equal(mcpb_mqtt_serve(&r->m, 100, echo_handler, &r->e), 0);
+    r->e.result = 2;
+    push(r, "mcpb/pump-1/down", "{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/list\"}", 0, 0);
+    assert_int_equal(mcpb_mqtt_serve(&r->m, 100, echo_handler, &r->e), 0);
+    assert_int_equal(r->f.publishes, 3);
+    assert_string_equal(r->f.published[2].data,
+                        "{\"jsonrpc\":\"2.0\",\"id\":12,\"error\":{\"code\":-32603,\"message\":\"Response too "
+                        "large\"}}");
+}
+
 static void test_silence_from_the_gateway_ends_the_link(void **state)
 {
     rig *r = new_rig();
@@ -534,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_retained_and_foreign_messages_are_dropped),
         cmocka_unit_test(test_oversize_request_is_refused_under_its_id),
         cmocka_unit_test(test_answer_too_large_for_out_becomes_an_error),
+        cmocka_unit_test(test_answer_length_past_out_cap_becomes_an_error),
         cmocka_unit_test(test_silence_from_the_gateway_ends_the_link),
         cmocka_unit_test(test_lost_link_is_reported),
         cmocka_unit_test(test_shutdown_clears_the_status_then_disconnects),
