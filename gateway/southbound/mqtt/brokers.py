@@ -297,7 +297,7 @@ class MqttBroker:
                 # Read no further than its first bytes: an answer's id there ends its caller's wait now.
                 link.oversize(message.payload[:HEAD_BYTES], size)
             return
-        profile.handle(topic, message.payload)
+        profile.handle(topic, message.payload, retained=message.retain)
 
     def backlog_dropped(self, count: int, topic: str) -> None:
         self.metrics.messages.labels(self.label, "in").inc(count)

@@ -185,7 +185,8 @@ class McpProfile:
         link = self.by_server.get(rpc.server.server_id)
         return link if link is not None and link.address == rpc.server and link.session is not None else None
 
-    def handle(self, topic: str, payload: bytes) -> None:
+    def handle(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
+        # `retained` matters to the plain profile only (a stored status); presence here is MCP's own.
         drops = self.broker.drops
         if topic.startswith(mqtt_topics.RPC_ROOT + "/"):
             rpc = mqtt_topics.parse_rpc(topic)

@@ -6,7 +6,9 @@ is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. Th
 
 - attaches the slot when a status arrives; a status for a live slot from the same device (its hello's
   device_id) is the board reconnecting: the session takes it as a new register frame (aggregate,
-  hello; a new schema hash re-lists its tools) and calls in flight go on. A status naming another
+  hello; a new schema hash re-lists its tools) and calls in flight go on; one the board published
+  before its slot finished the handshake also makes the link publish the unanswered handshake requests
+  again, same ids (`handshake_again`: the board (re)started, or was not listening yet). A status naming another
   device is a newcomer claiming a held slot: the core's takeover decision admits or refuses it as it
   does a WebSocket newcomer (docs/protocol.md, "Liveness and takeover"), and the holder keeps the slot
   (and its link here) until the core lets it go. Both boards read the slot's down topic and act on
@@ -24,7 +26,9 @@ is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. Th
 - while a board's status stands and its slot is not served (dropped by the core, or refused because
   another provider holds it), attaches it again: with back-off, at once when the slot frees, and at
   once when the board is heard from on `up` (mqtt_reattach.py). The board need not announce itself
-  again; an empty status ends the attempts;
+  again; an empty status ends the attempts. A status delivered retained (the broker's stored copy)
+  whose board has not been heard from since and whose handshake failed is the exception: no attempts
+  until the board publishes a status or speaks on `up` (`_stale`: one warning per board);
 - detaches every slot of a broker whose connection is lost; the retained statuses bring them back
   once the gateway has reconnected and subscribed again. A broker stopped in an orderly way (mosquitto
   on SIGTERM) publishes its boards' wills just before it closes the gateway's connection: a slot whose
@@ -40,10 +44,12 @@ import logging
 import time
 from dataclasses import dataclass
 
+import orjson
+
 from gateway.core import jsonrpc
 from gateway.core.eras import SESSION_ERA
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.link import LinkInfo
+from gateway.core.link import LinkInfo, MessageRefused
 from gateway.core.slots import SlotRefused
 from gateway.southbound import envelope
 from gateway.southbound.mqtt import topics as mqtt_topics
@@ -62,6 +68,9 @@ MAX_WARNED_RESERVED = 64
 """Reserved slot names whose refused status is warned of, each once; past them the drop counters alone
 say it, so that a board cycling through names cannot flood the log."""
 LEFT_WITH_BROKER = "(the board's last will came as the broker closed)"
+HANDSHAKE_REMEMBERED = 8
+"""Requests a link keeps from before its session is ready, to publish again when the board announces
+itself anew meanwhile; the handshake has one or two requests out at a time (initialize, a tools/list page)."""
 
 
 def _device_id(hello: object) -> object:
@@ -87,9 +96,63 @@ class PlainLink(MqttLink):
         )
         super().__init__(broker, slot, info)
         self.profile = profile
+        self.handshake: dict[jsonrpc.JsonId, bytes] = {}
+        """Requests sent before the session was ready, by id (the newest HANDSHAKE_REMEMBERED)."""
+        self.sent_again: dict[jsonrpc.JsonId, None] = {}
+        """Ids `handshake_again` published twice: a second answer to one is expected, not unmatched."""
 
     async def send(self, data: bytes) -> None:
         self.publish(self.topics["down"], data)
+        session = self.session
+        if session is None or not session.ready:
+            self._remember(data)
+
+    def _remember(self, data: bytes) -> None:
+        try:
+            body = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        request_id = body.get("id") if isinstance(body, dict) and "method" in body else None
+        if isinstance(request_id, str | int):
+            self.handshake[request_id] = data
+            while len(self.handshake) > HANDSHAKE_REMEMBERED:
+                del self.handshake[next(iter(self.handshake))]
+
+    def handshake_again(self) -> int:
+        """The board published its status again before answering the handshake: it (re)started, or was
+        not listening yet when the requests went out (a broker that keeps retained messages over a
+        restart hands the gateway a board's old status before the board is back), so they are lost.
+        Publish the ones still unanswered again, under their own ids, so that callers waiting for the
+        slot go on; how many."""
+        session = self.session
+        if session is None or session.ready or session.state == "closed":
+            return 0
+        again = [(request_id, data) for request_id, data in self.handshake.items() if request_id in session.pending]
+        for request_id, data in again:
+            with contextlib.suppress(ConnectionError, MessageRefused):
+                self.publish(self.topics["down"], data)
+            self.sent_again[request_id] = None
+            while len(self.sent_again) > HANDSHAKE_REMEMBERED:
+                del self.sent_again[next(iter(self.sent_again))]
+        return len(again)
+
+    def deliver(self, topic: str, message: jsonrpc.Message) -> None:
+        if self.sent_again and message.kind is jsonrpc.Kind.RESPONSE and self._second_answer(message.body):
+            return
+        super().deliver(topic, message)
+
+    def _second_answer(self, body: JsonObject) -> bool:
+        """A board that got both copies of a request `handshake_again` sent answers both: the later
+        answer is expected, so it is not counted as unmatched."""
+        request_id = body.get("id")
+        session = self.session
+        if not isinstance(request_id, str | int) or request_id not in self.sent_again or session is None:
+            return False
+        if request_id in session.pending:
+            return False  # the first answer: delivered
+        del self.sent_again[request_id]
+        session.mark_alive()
+        return True
 
     async def close(self, code: int, reason: str) -> None:
         # The core let go of the slot (a missed heartbeat, a takeover, shutdown). The board stays on the
@@ -134,6 +197,12 @@ class PlainProfile:
         slot is not served is attached again."""
         self.reserved_warned: set[str] = set()
         """Reserved slot names whose refused status was warned of (at most MAX_WARNED_RESERVED)."""
+        self.retained: set[str] = set()
+        """Announced slots whose status came as a retained message (the broker's stored copy, not a
+        publication since the gateway subscribed) and whose board has not been heard from since."""
+        self.stale_warned: dict[str, None] = {}
+        """Slots whose unanswered retained status was warned of, until the board is heard from again
+        (at most max_instances, oldest first out): one warning per board, however often the broker restarts."""
         self.reattach = Reattach(
             broker.gateway.registry, broker.config.reconnect_initial_s, broker.config.reconnect_max_s, self._retry
         )
@@ -151,6 +220,7 @@ class PlainProfile:
         links, self.links = self.links, {}
         claims, self.claims = self.claims, {}
         self.announced.clear()  # the retained statuses arrive again after the next subscription
+        self.retained.clear()
         self.reattach.clear()
         lost = f"MQTT broker {self.broker.label} {reason}"
         for link in [*claims.values(), *links.values()]:
@@ -174,7 +244,9 @@ class PlainProfile:
         link = self.links.get(address.slot)
         return link if link is not None and link.serving() else None
 
-    def handle(self, topic: str, payload: bytes) -> None:
+    def handle(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
+        """One message on a plain-profile topic; `retained`: the broker delivered its stored copy (the
+        MQTT retain flag), so it says what a board published before, not that the board is there now."""
         address = mqtt_topics.parse_plain(self.prefix, topic)
         if address is None:
             reserved = mqtt_topics.reserved_status_slot(self.prefix, topic) if payload else None
@@ -184,13 +256,13 @@ class PlainProfile:
             self.broker.drops.count("wrong_topic", topic, mqtt_topics.plain_topic_problem(self.prefix, topic))
             return
         if address.kind == "status":
-            self._status(topic, address.slot, payload)
+            self._status(topic, address.slot, payload, retained)
         elif address.kind == "up":
             self._up(topic, address.slot, payload)
         else:
             self.broker.drops.count("wrong_topic", topic, "the gateway does not read down topics", address.slot)
 
-    def _status(self, topic: str, slot: str, payload: bytes) -> None:
+    def _status(self, topic: str, slot: str, payload: bytes, retained: bool) -> None:
         if not payload:
             served = self.links.get(slot)
             self._offline(slot, "device went offline: its status was emptied (its last will, or a clean shutdown)")
@@ -221,11 +293,17 @@ class PlainProfile:
             self.broker.drops.count("refused", topic, f"more than {max_instances} devices on this broker", slot)
             return
         self.announced[slot] = registration
+        if retained:
+            self.retained.add(slot)
+        else:
+            self.heard(slot)
         self.reattach.now(slot)
         old = self.links.get(slot)
         if old is not None and old.serving() and old.session is not None:
             if _device_id(old.session.hello) == _device_id(registration.hello):
                 old.deliver(topic, message)  # the board reconnected: same session, updated registration
+                if not retained:
+                    old.handshake_again()  # before its initialize was answered: the board (re)started
                 return
             # Another device claims a held slot: the core's takeover decision, as for any newcomer (WIRE
             # §2.3). The holder's link stays in `links` meanwhile, so that its answer to the probe reaches it.
@@ -275,6 +353,7 @@ class PlainProfile:
     def _offline(self, slot: str, reason: str) -> bool:
         """The board on `slot` is gone: no attempts again, its link detached now (True when it had one)."""
         self.announced.pop(slot, None)
+        self.retained.discard(slot)
         self.reattach.forget(slot)
         claim = self.claims.pop(slot, None)
         if claim is not None:
@@ -348,8 +427,40 @@ class PlainProfile:
             del self.links[link.slot]
         if link.slot in self.claims:
             return  # taken over: the claim that the core admitted gets the slot
-        if link.slot in self.announced and not self.broker.is_halted():
-            self.reattach.later(link.slot, link.close_reason, was_ready=link.was_ready())
+        if link.slot not in self.announced or self.broker.is_halted():
+            return
+        if link.slot in self.retained and not link.was_ready():
+            self._stale(link)
+            return
+        self.reattach.later(link.slot, link.close_reason, was_ready=link.was_ready())
+
+    def heard(self, slot: str) -> None:
+        """The board on `slot` published something since the gateway subscribed: it is there."""
+        self.retained.discard(slot)
+        self.stale_warned.pop(slot, None)
+
+    def _stale(self, link: PlainLink) -> None:
+        """`link`, attached for a retained status, failed its handshake and nothing came from the board:
+        the status is the broker's stored copy of a board that is gone (it went while the broker was down,
+        so no will emptied it; a broker with persistence keeps it over the restart). No attempts again
+        until the board publishes a status or answers on `up`; the slot is vacant meanwhile, its leave
+        reason says why, and the leave is not counted as the slot flapping (the broker's restart left it)."""
+        slot = link.slot
+        self.reattach.forget(slot)
+        registration = self.announced.get(slot)
+        device_id = _device_id(registration.hello) if registration is not None else None
+        reason = (
+            f"a retained status of device {device_id!r} from before the broker restarted: the board does not "
+            f"answer; waiting for it to publish a new status; a broker with persistence keeps such statuses: "
+            f"docs/mqtt-broker.md"
+        )
+        self.broker.gateway.registry.left_with_broker(slot, link.info, reason)
+        if slot in self.stale_warned:
+            return
+        self.stale_warned[slot] = None
+        while len(self.stale_warned) > self.broker.config.max_instances:
+            del self.stale_warned[next(iter(self.stale_warned))]
+        log.warning("MQTT broker %s: slot %s: %s", self.broker.label, slot, reason, extra={"slot": slot})
 
     async def _attach_link(self, link: PlainLink, registration: envelope.Registration) -> None:
         try:
@@ -420,6 +531,7 @@ class PlainProfile:
         )
 
     def _up(self, topic: str, slot: str, payload: bytes) -> None:
+        self.heard(slot)
         link = self.links.get(slot)
         if link is None or link.closed:
             registration = self.announced.get(slot)
