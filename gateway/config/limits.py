@@ -168,6 +168,11 @@ class LimitsConfig(Section):
     socket) may wait for a provider that does not read; then the connection is aborted and every request
     pending on it fails at once ("provider stopped reading"). It also bounds a polite close of such a
     link, and so how long frames waiting to be sent are held."""
+    provider_send_buffer_bytes: Annotated[int, Field(ge=0, le=64 * 1024 * 1024)] = 64 * 1024
+    """The kernel's send buffer of each provider WebSocket (SO_SNDBUF; Linux doubles it). Requests wait
+    unwritten while it and the connection's buffer are full, so one whose caller gives up meanwhile never
+    reaches the provider; left to itself Linux grows it to megabytes, minutes of requests for a slow
+    reader. 0 leaves the kernel's own sizing."""
     sse_keepalive_s: PositiveFloat = 15.0
     """Interval of SSE comment lines that keep idle streams open through proxies."""
     max_sse_answer_bytes: PositiveInt = 524_288

@@ -645,8 +645,8 @@ class ProviderSession:
             self._cancel_upstream(owner.request_id, error.message)
 
     def _cancel_upstream(self, request_id: JsonId, reason: str) -> None:
-        if self.state == "closed":
-            return
+        if self.state == "closed" or self.sends.withdraw(request_id):
+            return  # the link is gone, or the request's frame was never written: nothing to cancel
         cancel = jsonrpc.notification("notifications/cancelled", {"requestId": request_id, "reason": reason})
 
         async def send() -> None:

@@ -196,9 +196,13 @@ class ProviderWebSockets:
 
     def _sender(self, ws: web.WebSocketResponse, request: web.Request) -> SocketSender:
         """The bounded sends of one provider socket (limits.provider_send_timeout_s)."""
-        timeout_s = self.gateway.config.limits.provider_send_timeout_s
+        limits = self.gateway.config.limits
         return SocketSender(
-            ws, request.transport, timeout_s, lambda: self.gateway.metrics.limit_hit("provider_send_timeout_s")
+            ws,
+            request.transport,
+            limits.provider_send_timeout_s,
+            lambda: self.gateway.metrics.limit_hit("provider_send_timeout_s"),
+            kernel_send_buffer_bytes=limits.provider_send_buffer_bytes,
         )
 
     def _response(self) -> CappedWebSocketResponse:

@@ -10,7 +10,8 @@ A provider that stops reading its socket (while it still sends, so it looks aliv
 waiting for the socket to drain, each frame held in memory: a send during which the socket takes
 nothing for limits.provider_send_timeout_s cuts the connection (SocketSender), whether its caller
 still waits for it or not; so do frames the kernel accepted at once and the provider never takes. A
-provider that reads slowly but steadily is never cut for it.
+provider that reads slowly but steadily is never cut for it, and its frames wait unwritten while the
+connection's buffer is full, so a request given up meanwhile never reaches it.
 """
 
 from __future__ import annotations
@@ -18,17 +19,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import socket
 import struct
 import termios
 from collections.abc import Callable
 
 from aiohttp import WSMsgType, web
+from aiohttp.base_protocol import BaseProtocol
 
 from gateway.core.link import close_reason
+from gateway.core.request_sends import FrameHold, held_frame
 
 WATCH_TICKS = 4
 """Looks per limits.provider_send_timeout_s a link's watch takes at bytes still outstanding: a link
 that takes nothing is cut within a quarter of the bound past it, at one `SIOCOUTQ` call per look."""
+
+
+KERNEL_SEND_BUFFER_BYTES = 64 * 1024
+"""The default of limits.provider_send_buffer_bytes: the kernel's send buffer of a provider socket
+(SO_SNDBUF; Linux doubles it for its bookkeeping). Left to itself Linux grows it to megabytes
+(net.ipv4.tcp_wmem), where a slow reader's requests would wait, already written and out of the gate's
+reach, for minutes; 64 KiB still keeps a LAN busy."""
+
+DRAIN_RETRY_S = 0.05
+"""How long the gate pauses before it looks again when aiohttp's drain could not be awaited."""
 
 
 class TurnPacer:
@@ -71,10 +85,18 @@ class SocketSender:
     can pass the full buffer), so the frames held for it are dropped, and `on_cut` ends every slot the
     socket carries at once.
 
-    A frame that may have to wait is sent by a task of its own, which the caller awaits shielded:
-    every send waiting on a socket shares one drain future in aiohttp, so a caller that stops waiting
-    (its deadline passed, or it left) must not cancel it under the others; and its frame, already in
-    the buffer, stays under the bound whether anyone waits for it or not.
+    A request frame that would take the connection's buffer to its high-water mark waits, unwritten,
+    at a gate (first come, first written) until the buffer drained below the mark and the send before
+    it left aiohttp; its caller may stop waiting there (its deadline passed, or it left) and the frame
+    is then never written, so requests hold the buffer to about the mark plus one frame, and a provider
+    that reads slowly never gets a request whose caller gave up before it was written. Other frames
+    (answers, notifications, cancels) follow what the provider sent or asked, so they are few, and are
+    written at once, as they always were; a slot's last word before its socket is closed must not
+    wait behind requests a dead provider never takes. Past the gate the frame
+    is sent by a task of its own, which the caller awaits shielded: every send waiting on a socket
+    shares one drain future in aiohttp, so a caller that stops waiting must not cancel it under the
+    others; and its frame, already in the buffer, stays under the bound whether anyone waits for it or
+    not. The drain the gate waits for is awaited by one task per socket, for the same reason.
 
     A frame the kernel accepts at once (it fits in the socket's send buffer, megabytes on a LAN) needs
     no waiting send, so the watch times it: one timer per socket, set by a send when none is set, that
@@ -89,6 +111,7 @@ class SocketSender:
         transport: asyncio.Transport | None,
         timeout_s: float,
         on_stall: Callable[[], None] = lambda: None,
+        kernel_send_buffer_bytes: int = KERNEL_SEND_BUFFER_BYTES,
     ) -> None:
         self.ws = ws
         self.transport = transport
@@ -100,7 +123,21 @@ class SocketSender:
         self.cut_reason: str | None = None
         """Why the socket was cut for not reading; None while it was not."""
         self._high_water = transport.get_write_buffer_limits()[1] if transport is not None else 0
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is not None and kernel_send_buffer_bytes > 0:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, kernel_send_buffer_bytes)
         self._sending: set[asyncio.Task[None]] = set()
+        protocol = transport.get_protocol() if transport is not None else None
+        self._protocol = protocol if isinstance(protocol, BaseProtocol) else None
+        """aiohttp's side of the connection: it says whether writing is paused and wakes a drain."""
+        self._gate = asyncio.Lock()
+        """Held by the frame at the head of those waiting for room in the connection's buffer."""
+        self._gated = 0
+        """Frames at the gate: while any waits, later ones queue behind it (their order is kept)."""
+        self._passed: asyncio.Task[None] | None = None
+        """The send of the frame that passed the gate last, until aiohttp took it."""
+        self._draining: asyncio.Task[None] | None = None
         self._written = 0
         """Bytes handed to the connection so far (what it has taken is this less what it still buffers)."""
         self._watch: asyncio.TimerHandle | None = None
@@ -117,17 +154,78 @@ class SocketSender:
         if self.ws.closed:
             raise ConnectionError("WebSocket closed")
         transport = self.transport
-        self._written += len(data)
         if self._watch is None and transport is not None:
             self._watch = asyncio.get_running_loop().call_later(self.timeout_s / WATCH_TICKS, self._look)
-        if transport is not None and transport.get_write_buffer_size() + len(data) < self._high_water:
+        if (
+            not self._gated
+            and transport is not None
+            and transport.get_write_buffer_size() + len(data) < self._high_water
+        ):
             # Below the buffer's high-water mark aiohttp writes the frame and returns without waiting.
+            self._written += len(data)
             await self.ws.send_frame(data, WSMsgType.TEXT)
             return
+        hold = held_frame.get()
+        if hold is None:
+            # Not a request (an answer, a notification, a cancel, a slot's last word before a close):
+            # written now, as its sender counts on; such frames follow what the provider sent or asked.
+            self._written += len(data)
+            await asyncio.shield(self._start(data))
+        elif (task := await self._through_gate(data, hold)) is not None:
+            await asyncio.shield(task)
+
+    def _start(self, data: bytes) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._send_bounded(data))
         self._sending.add(task)
         task.add_done_callback(self._sent)
-        await asyncio.shield(task)
+        return task
+
+    async def _through_gate(self, data: bytes, hold: FrameHold) -> asyncio.Task[None] | None:
+        """Wait, unwritten and cancellably, for room in the connection's buffer, then start the request
+        frame's send; None when the request was withdrawn meanwhile (never written)."""
+        hold.held = True
+        self._gated += 1
+        try:
+            async with self._gate:
+                while True:
+                    if self.cut_reason is not None:
+                        raise ConnectionError(self.cut_reason)
+                    if self.ws.closed:
+                        raise ConnectionError("WebSocket closed")
+                    if hold.withdrawn:
+                        return None
+                    passed = self._passed
+                    if passed is not None and not passed.done():
+                        await asyncio.wait({passed})  # never cancels it: the frame is in the buffer
+                    elif self._protocol is not None and self._protocol.writing_paused:
+                        await asyncio.wait({self._drained()})
+                    else:
+                        break
+                hold.held = False  # written from here on: a cancel must follow it
+                self._written += len(data)
+                task = self._passed = self._start(data)
+                return task
+        finally:
+            self._gated -= 1
+
+    def _drained(self) -> asyncio.Task[None]:
+        """One task per socket awaits aiohttp's drain (resumed below the low-water mark, or the
+        connection lost): a waiter that gives up cancels only its own wait, never the shared future."""
+        draining = self._draining
+        if draining is None or draining.done():
+            draining = self._draining = asyncio.get_running_loop().create_task(self._drain())
+        return draining
+
+    async def _drain(self) -> None:
+        protocol = self._protocol
+        if protocol is None:
+            return
+        try:
+            await protocol._drain_helper()
+        except (Exception, asyncio.CancelledError):
+            # The connection was lost, or the shared future was cancelled under it (a send cut, a ping
+            # past its bound) and stays so until the buffer drains: the gate looks again after a pause.
+            await asyncio.sleep(DRAIN_RETRY_S)
 
     def _sent(self, task: asyncio.Task[None]) -> None:
         self._sending.discard(task)
