@@ -184,10 +184,14 @@ class Target:
 
 def gateway_capabilities(provider_caps: JsonObject) -> JsonObject:
     """What a slot advertises: the provider's capabilities, with tools.listChanged always on
-    (the gateway itself tells clients when a provider comes, goes or changes its tools)."""
+    (the gateway itself tells clients when a provider comes, goes or changes its tools) and logging
+    (the gateway answers logging/setLevel at the slot and relays the provider's log messages, which
+    a client that checks capabilities first would otherwise never filter)."""
     caps = dict(provider_caps)
     tools = caps.get("tools")
     caps["tools"] = {**(tools if isinstance(tools, dict) else {}), "listChanged": True}
+    if not isinstance(caps.get("logging"), dict):
+        caps["logging"] = {}
     return caps
 
 
