@@ -52,7 +52,7 @@ from gateway.cli.backup_files import (
     sync_directory,
     write_copy,
 )
-from gateway.cli.common import Commands, decimal_number, with_config
+from gateway.cli.common import Commands, decimal_number, directory_name, with_config
 from gateway.devices.registry import others_may_write  # one judgement for root-run commands, the registry's too
 
 
@@ -519,7 +519,7 @@ def add_backup(commands: Commands) -> None:
         "directory's firmware/, the configuration file and the files it names, and manifest.json with each file's "
         "original path, size, sha256 and mode. The gateway may keep running.",
     )
-    backup.add_argument("dest", metavar="DEST", help="the backup's directory: new, or empty")
+    backup.add_argument("dest", metavar="DEST", type=directory_name, help="the backup's directory: new, or empty")
     with_config(backup)
     state_dir_option(backup)
     backup.add_argument(

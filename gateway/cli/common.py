@@ -219,6 +219,15 @@ PORT_NUMBER = whole_number(0, 65535, " (0: any free port)")
 """The argparse type of a port to listen on, where 0 lets the system pick a free one."""
 
 
+def directory_name(text: str) -> str:
+    """An argparse type: a directory's name, never empty: an unset shell variable ("$DEST") would
+    otherwise name the current directory, and a backup or certificates would land wherever the command
+    runs."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a directory's name, got an empty one")
+    return text
+
+
 def trusted_ca(path: str, flag: str = "--ca-file") -> ssl.SSLContext:
     """A client TLS context trusting the CA certificate(s) in the PEM file `path`; ValueError naming
     `flag` and the file when it cannot be read or holds no certificate (ssl's own errors name neither)."""

@@ -35,7 +35,7 @@ from gateway.cli.backup_files import (
     sha256_of,
     verify,
 )
-from gateway.cli.common import Commands, with_config
+from gateway.cli.common import Commands, directory_name, with_config
 from gateway.cli.restore_targets import (
     applied_mode,
     config_places,
@@ -307,7 +307,9 @@ def add_restore(commands: Commands) -> None:
         "--with-config the configuration files too, at their original paths. Refused while a gateway runs on the "
         "state directory. A file in place is replaced only with --force, and kept as <name>.replaced-<UTC time>.",
     )
-    restore.add_argument("source", metavar="SRC", help="the backup's directory, as `mcp-gateway backup` wrote it")
+    restore.add_argument(
+        "source", metavar="SRC", type=directory_name, help="the backup's directory, as `mcp-gateway backup` wrote it"
+    )
     with_config(restore)
     state_dir_option(restore)
     restore.add_argument(

@@ -6,7 +6,7 @@ import argparse
 import errno
 import sys
 
-from gateway.cli.common import Commands, whole_number
+from gateway.cli.common import Commands, directory_name, whole_number
 from gateway.cli.parsing import subcommands
 from gateway.config import DEFAULT_PORT
 
@@ -67,7 +67,9 @@ def add_tls(commands: Commands) -> None:
         help="create a local CA and a server certificate for a site without a PKI",
         description=cmd_tls_self_signed.__doc__,
     )
-    self_signed.add_argument("--dir", default="tls", help="where to write the files (default ./tls)")
+    self_signed.add_argument(
+        "--dir", default="tls", type=directory_name, help="where to write the files (default ./tls)"
+    )
     self_signed.add_argument(
         "--host",
         action="append",

@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
+import json
 import os
+import shlex
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -291,6 +293,12 @@ def create(
     )
 
 
+def _quoted(path: Path) -> str:
+    """`path` as a string literal that TOML and Python read back as it is (a quote or a line break in a
+    directory name stays inside the string): JSON's escapes are a subset of both."""
+    return json.dumps(str(path), ensure_ascii=False)
+
+
 def instructions(issued: Issued, port: int) -> str:
     """What to put in the gateway's configuration and on a board, with this run's paths and names."""
     directory = issued.directory.resolve()
@@ -301,6 +309,7 @@ def instructions(issued: Issued, port: int) -> str:
     if ":" in board_host:
         board_host = f"[{board_host}]"
     valid_for = ", ".join([*issued.dns_names, *issued.ip_addresses])
+    ca_arg = shlex.quote(str(directory / CA_CERT))  # a shell word, whatever the directory's name holds
     ca_line = "reused the existing local CA (boards keep their ca.pem)" if issued.ca_reused else "new local CA"
     lines = [
         f"Created in {directory} ({ca_line}):",
@@ -313,23 +322,23 @@ def instructions(issued: Issued, port: int) -> str:
         "Gateway configuration (TOML):",
         "",
         "  [tls]",
-        f'  cert_file = "{directory / SERVER_CERT}"',
-        f'  key_file = "{directory / SERVER_KEY}"',
+        f"  cert_file = {_quoted(directory / SERVER_CERT)}",
+        f"  key_file = {_quoted(directory / SERVER_KEY)}",
         "",
         "  Restart the gateway: it then serves https:// and wss:// only. After renewing the files,",
         "  SIGHUP (kill -HUP <pid>, or systemctl reload) makes a running gateway use them.",
         "",
         "On a MicroPython board (pump-1): copy the CA and point the board at wss://",
         "",
-        f"  mpremote fs cp {directory / CA_CERT} :ca.pem",
+        f"  mpremote fs cp {ca_arg} :ca.pem",
         f'  config.json:  "gateway_url": "wss://{board_host}:{port}",  "ca_file": "ca.pem"',
         "",
         "  The board checks the gateway's name against the certificate: use one of the names above.",
         "",
         "Python publishers and clients:",
         "",
-        f'  Publisher(server, "wss://{board_host}:{port}", slot="...", ca_file="{directory / CA_CERT}")',
-        f"  mcp-gateway sim --gateway wss://{board_host}:{port} --ca-file {directory / CA_CERT}",
-        f"  SSL_CERT_FILE={directory / CA_CERT} (for tools that read it), or your client's CA setting",
+        f'  Publisher(server, "wss://{board_host}:{port}", slot="...", ca_file={_quoted(directory / CA_CERT)})',
+        f"  mcp-gateway sim --gateway wss://{board_host}:{port} --ca-file {ca_arg}",
+        f"  SSL_CERT_FILE={ca_arg} (for tools that read it), or your client's CA setting",
     ]
     return "\n".join(lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import stat
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,30 @@ def test_a_directory_that_cannot_be_made_is_named_with_exit_2(
     assert code == 2
     assert err.startswith("mcp-gateway tls self-signed: cannot write "), err
     assert "not a directory" in err and err.count("\n") == 1, err
+
+
+def test_the_printed_configuration_reads_back_whatever_the_directory_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = tmp_path / 'q"x\\y'
+    code, out, _err = run(capsys, "--dir", str(where), "--host", "gw.local")
+    assert code == 0
+    toml_lines = [
+        line.strip() for line in out.splitlines() if line.strip().startswith(("[tls]", "cert_file", "key_file"))
+    ]
+    parsed = tomllib.loads("\n".join(toml_lines))
+    assert parsed["tls"] == {"cert_file": str(where / "server.pem"), "key_file": str(where / "server-key.pem")}
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [(["backup", ""], "DEST"), (["restore", ""], "SRC"), (["tls", "self-signed", "--dir", ""], "--dir")],
+)
+def test_an_empty_directory_name_is_a_usage_error(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An unset "$DEST" must not mean the current directory.
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert f"argument {named}: expected a directory's name, got an empty one" in capsys.readouterr().err
