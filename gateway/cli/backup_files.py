@@ -9,6 +9,7 @@ import grp
 import hashlib
 import os
 import pwd
+import resource
 import sqlite3
 import stat
 from collections.abc import Iterator
@@ -275,6 +276,10 @@ def cannot_write(target: Path, dest: Path, why: str, full: bool, source: Path, s
     free = free_bytes(target.parent)
     if full:
         return BackupError(f"cannot write {target}: the file system of {dest} is full ({free} bytes free{said})")
+    # SQLite reports a write stopped by the process's file size limit as a disk I/O error: name the limit.
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        said += f"; this process may write files of at most {limit} bytes (ulimit -f)"
     return BackupError(f"cannot write {target}: {why} ({free} bytes free on the file system of {dest}{said})")
 
 

@@ -343,6 +343,6 @@ async def test_a_database_copy_stopped_by_a_file_size_limit_names_the_size_with_
     assert code == 1, err
     assert err.startswith(f"mcp-gateway backup: cannot write {dest}/databases/devices.db: "), err
     assert (
-        f"; {registry} is {main} bytes, {log} more in its write-ahead log: the copy needs up to {main + log} bytes)"
-        in err
-    )
+        f"; {registry} is {main} bytes, {log} more in its write-ahead log: the copy needs up to {main + log} bytes; "
+        f"this process may write files of at most {main + 4096} bytes (ulimit -f))" in err
+    ), err
