@@ -113,21 +113,25 @@ class Board:
 
         return run
 
-    async def connect(self) -> None:
+    async def open_peer(self, **options: Any) -> RawPeer:
+        """Connect the board's raw MQTT 3.1.1 client (`options` go to RawPeer), every message it gets
+        handed to `_request` on this loop; subscribing and announcing are the caller's."""
         loop = asyncio.get_running_loop()
         peer = RawPeer(
-            self.port,
-            self.client_id,
-            v5=False,
+            self.port, self.client_id, v5=False, on_message=lambda _peer, message: self._post(loop, message), **options
+        )
+        self.peer = peer
+        assert await peer.connect() == "Success"
+        return peer
+
+    async def connect(self) -> None:
+        peer = await self.open_peer(
             username=self.credential[0] if self.credential else None,
             password=self.credential[1] if self.credential else None,
             clean=self.clean,
             will=(self.topics["status"], b"", True),
             manual_ack=True,
-            on_message=lambda _peer, message: self._post(loop, message),
         )
-        self.peer = peer
-        assert await peer.connect() == "Success"
         if self.clean or not self.held:
             await peer.subscribe(self.topics["down"])
         frame = firmware.register_frame(self.hello, self.slot)

@@ -47,6 +47,17 @@ async def stale_gateway(gateway_factory: GatewayFactory, mosquitto: Mosquitto, *
     )
 
 
+async def parked_gateway(gateway_factory: GatewayFactory, mosquitto: Mosquitto, board: Board) -> GatewayServer:
+    """A gateway that got `board`'s stored status while the board is away: it tried the handshake once
+    (500 ms), gave up, and the slot now waits for the board."""
+    await store_status(mosquitto.port, board)
+    server = await stale_gateway(gateway_factory, mosquitto, initialize_timeout_ms=500)
+    slots = server.gateway.registry.slots
+    await wait_for(lambda: SLOT in slots and slots[SLOT].connects == 1, 10, "the stored status to attach")
+    await wait_for(lambda: slots[SLOT].live is None, 10, "the handshake to fail")
+    return server
+
+
 def warnings_of(caplog: pytest.LogCaptureFixture, logger: str, text: str) -> list[str]:
     return [
         record.getMessage()
@@ -89,11 +100,8 @@ async def test_a_stored_status_of_a_board_that_is_gone_is_tried_once_then_waits_
 ) -> None:
     caplog.set_level(logging.INFO)
     board = Board(mosquitto.port, SLOT)
-    await store_status(mosquitto.port, board)
-    server = await stale_gateway(gateway_factory, mosquitto, initialize_timeout_ms=500)
+    server = await parked_gateway(gateway_factory, mosquitto, board)
     slots = server.gateway.registry.slots
-    await wait_for(lambda: SLOT in slots and slots[SLOT].connects == 1, 10, "the stored status to attach")
-    await wait_for(lambda: slots[SLOT].live is None, 10, "the handshake to fail")
     # Back-off is 0.05 s to 0.3 s: without the rule the slot would be attached several times by now,
     # and a quiet window of the flap log (1 s) would close with a warning.
     await asyncio.sleep(3.0)
@@ -128,16 +136,7 @@ class SpeakingBoard(Board):
     never saw its status emptied may."""
 
     async def connect(self) -> None:
-        loop = asyncio.get_running_loop()
-        peer = RawPeer(
-            self.port,
-            self.client_id,
-            v5=False,
-            manual_ack=True,
-            on_message=lambda _peer, message: self._post(loop, message),
-        )
-        self.peer = peer
-        assert await peer.connect() == "Success"
+        peer = await self.open_peer(manual_ack=True)
         await peer.subscribe(self.topics["down"])
         peer.publish(self.topics["up"], b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info"}}')
 
@@ -146,11 +145,8 @@ async def test_a_parked_stored_status_is_attached_again_when_the_board_speaks_on
     gateway_factory: GatewayFactory, mosquitto: Mosquitto
 ) -> None:
     board = SpeakingBoard(mosquitto.port, SLOT)
-    await store_status(mosquitto.port, board)
-    server = await stale_gateway(gateway_factory, mosquitto, initialize_timeout_ms=500)
+    server = await parked_gateway(gateway_factory, mosquitto, board)
     slots = server.gateway.registry.slots
-    await wait_for(lambda: SLOT in slots and slots[SLOT].connects == 1, 10, "the stored status to attach")
-    await wait_for(lambda: slots[SLOT].live is None, 10, "the handshake to fail")
     await asyncio.sleep(1.0)
     assert slots[SLOT].connects == 1
 
@@ -173,10 +169,7 @@ class SleepyBoard(SpeakingBoard):
         self.initialize_answered = 0
 
     async def connect(self) -> None:
-        loop = asyncio.get_running_loop()
-        peer = RawPeer(self.port, self.client_id, v5=False, on_message=lambda _peer, message: self._post(loop, message))
-        self.peer = peer
-        assert await peer.connect() == "Success"
+        peer = await self.open_peer()
         await peer.subscribe(self.topics["down"])
 
     def _request(self, message: paho.MQTTMessage) -> None:

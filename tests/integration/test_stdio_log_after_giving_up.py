@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import mcp_types as types
 import pytest
-from mcp import Client, MCPError
+from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, wait_ready_slot
+from tests.integration.test_stdio_log_routing import START_S, listener
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
@@ -32,8 +32,6 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[2]
 SLOT = "worker"
-START_S = 20.0
-"""How long a test waits for the Python child to import the SDK and answer (generous for a busy machine)."""
 
 
 def build_child() -> MCPServer:
@@ -61,17 +59,6 @@ def build_child() -> MCPServer:
 def child() -> dict[str, Any]:
     command = [sys.executable, "-m", "tests.integration.test_stdio_log_after_giving_up"]
     return {"name": SLOT, "command": command, "cwd": str(REPO), "era": "session"}
-
-
-def listener(url: str, heard: list[str], mode: str = "legacy") -> Client:
-    """An SDK client of `url` that keeps the data of each log message it gets in `heard`."""
-
-    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
-        heard.append(str(params.data))
-
-    if mode == "legacy":
-        return Client(url, mode="legacy", logging_callback=on_log)
-    return Client(url, mode=mode, logging_callback=on_log, log_level="debug")
 
 
 async def started(gateway_factory: GatewayFactory, **providers: Any) -> GatewayServer:

@@ -37,13 +37,17 @@ def child(**options: Any) -> dict[str, Any]:
     return {"name": SLOT, "command": command, "cwd": str(REPO), "era": "session", **options}
 
 
-def listener(url: str, heard: list[str]) -> Client:
-    """A session-era SDK client of `url` that keeps the data of each log message it gets in `heard`."""
+def listener(url: str, heard: list[str], mode: str = "legacy") -> Client:
+    """An SDK client of `url` that keeps the data of each log message it gets in `heard`. A session-era
+    client sets its level with logging/setLevel; a stateless-era one gets log messages only for requests
+    that opt in, so this one opts every request in at debug."""
 
     async def on_log(params: types.LoggingMessageNotificationParams) -> None:
         heard.append(str(params.data))
 
-    return Client(url, mode="legacy", logging_callback=on_log)
+    if mode == "legacy":
+        return Client(url, mode="legacy", logging_callback=on_log)
+    return Client(url, mode=mode, logging_callback=on_log, log_level="debug")
 
 
 @pytest.fixture

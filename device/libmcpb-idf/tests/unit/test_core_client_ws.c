@@ -392,6 +392,21 @@ static void test_oversize_request_answered_and_link_survives(void **state)
     assert_true(mcpb_client_connected(&client));
 }
 
+/* The next frame answers request `id` (as written in JSON) with -32603 "Response too large", a text
+ * frame on a link that stays up. */
+static void expect_response_too_large(const char *id)
+{
+    char expected[128];
+    uint8_t opcode;
+    size_t len;
+    snprintf(expected, sizeof(expected),
+             "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32603,\"message\":\"Response too large\"}}", id);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_int_equal(opcode, MCPB_WS_TEXT);
+    assert_string_equal(payload, expected);
+    assert_true(mcpb_client_connected(&client));
+}
+
 /* A handler whose answer does not fit: the caller gets -32603 under its id at once, not its deadline. */
 static void test_answer_too_large_answered_with_an_error(void **state)
 {
@@ -403,11 +418,7 @@ static void test_answer_too_large_answered_with_an_error(void **state)
     fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"tools/list\"}");
     poll_times(1);
     assert_int_equal(handler.calls, 1);
-    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
-    assert_int_equal(opcode, MCPB_WS_TEXT);
-    assert_string_equal(payload, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"error\":{\"code\":-32603,\"message\":"
-                                 "\"Response too large\"}}");
-    assert_true(mcpb_client_connected(&client));
+    expect_response_too_large("\"brk-1\"");
     /* an integer id, as written */
     fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":77,\"method\":\"tools/call\"}");
     poll_times(1);
@@ -430,11 +441,7 @@ static void test_answer_length_past_out_cap_answered_with_an_error(void **state)
     handler.result = (int)sizeof(answer) + 1;
     fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"method\":\"tools/list\"}");
     poll_times(1);
-    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
-    assert_int_equal(opcode, MCPB_WS_TEXT);
-    assert_string_equal(payload, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"error\":{\"code\":-32603,\"message\":"
-                                 "\"Response too large\"}}");
-    assert_true(mcpb_client_connected(&client));
+    expect_response_too_large("\"brk-2\"");
 }
 
 static void test_silence_redials_with_close_1001(void **state)
