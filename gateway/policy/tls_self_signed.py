@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import ipaddress
 import json
 import os
 import shlex
 import socket
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,12 +202,10 @@ def load_authority(directory: Path) -> Authority:
     return Authority(certificate, key)
 
 
-def _write(path: Path, data: bytes, mode: int, force: bool) -> None:
-    """Write `path` whole or not at all: a full disk must not leave a half-written key or certificate
-    that the next run refuses to read. The bytes go to a temporary name beside it, then take its place
-    (replacing it with `force`; else only if no file has appeared there since the check)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+def _staged(path: Path, data: bytes, mode: int) -> Path:
+    """`data` written whole, with `mode`, under a fresh temporary name beside `path` (a random one: a
+    name left by a run killed meanwhile never blocks the next); the file is synced before it is named."""
+    descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         try:
             os.fchmod(descriptor, mode)  # the umask must not widen or narrow a key's mode
@@ -215,25 +215,52 @@ def _write(path: Path, data: bytes, mode: int, force: bool) -> None:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
-        if force:
-            os.replace(temporary, path)
-        else:
-            os.link(temporary, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+    return Path(name)
+
+
+def _place(staged: Path, path: Path, force: bool) -> None:
+    """Give `staged` the name `path`: replacing a file there with `force`, else only while none is (a
+    hard link fails on an existing name; a file system without hard links gets a checked rename)."""
+    if force:
+        os.replace(staged, path)
+        return
+    try:
+        os.link(staged, path)
+    except FileExistsError:
+        raise
+    except OSError:  # vfat, exFAT, some FUSE file systems: no hard links
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "File exists", str(path)) from None
+        os.rename(staged, path)
+        return
+    os.unlink(staged)
 
 
 def _write_pair(key_path: Path, key_pem: bytes, cert_path: Path, certificate: x509.Certificate, force: bool) -> None:
-    """A key and its certificate, key first: when the certificate cannot be written the key goes too, so a
-    failed run leaves no half pair that the next run would refuse (or ask --force for)."""
-    _write(key_path, key_pem, 0o600, force)
+    """A key and its certificate, whole or not at all: both are written under temporary names first (a
+    full disk stops the run before either is placed), then the key is placed before its certificate (a
+    reload between the two fails on the mismatch and keeps the old pair, instead of pairing an old key
+    with a new certificate unnoticed). A certificate that cannot be placed takes a new key with it."""
+    staged: list[Path] = []
     try:
-        _write(cert_path, _cert_pem(certificate), 0o644, force)
-    except OSError:
-        with contextlib.suppress(OSError):
-            key_path.unlink()
-        raise
+        staged.append(_staged(key_path, key_pem, 0o600))
+        staged.append(_staged(cert_path, _cert_pem(certificate), 0o644))
+        _place(staged[0], key_path, force)
+        try:
+            _place(staged[1], cert_path, force)
+        except OSError:
+            if not force:
+                with contextlib.suppress(OSError):
+                    key_path.unlink()
+            raise
+    finally:
+        for name in staged:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
 
 
 def create(
@@ -280,8 +307,6 @@ def create(
     certificate, key = issue(authority, names, addresses, days)
     if not reuse:
         _write_pair(directory / CA_KEY, _key_pem(authority.key), directory / CA_CERT, authority.certificate, force)
-    # Key before certificate: a reload between the two writes then fails on the mismatch and keeps
-    # the old pair, instead of pairing an old key with a new certificate unnoticed.
     _write_pair(directory / SERVER_KEY, _key_pem(key), directory / SERVER_CERT, certificate, force)
     return Issued(
         directory=directory,

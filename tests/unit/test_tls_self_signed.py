@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import stat
 import tomllib
@@ -224,3 +225,22 @@ def test_an_empty_directory_name_is_a_usage_error(
         main(argv)
     assert stopped.value.code == 2
     assert f"argument {named}: expected a directory's name, got an empty one" in capsys.readouterr().err
+
+
+def test_a_temporary_file_a_killed_run_left_does_not_block_the_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = tmp_path / "tls"
+    where.mkdir()
+    # The name the run before would have used under this process's pid (pids repeat on an appliance).
+    left = where / f".ca-key.pem.{os.getpid()}.tmp"
+    left.write_text("half a key")
+    code, _out, err = run(capsys, "--dir", str(where), "--host", "gw.local")
+    assert code == 0, err
+    assert {path.name for path in where.iterdir()} == {
+        "ca.pem",
+        "ca-key.pem",
+        "server.pem",
+        "server-key.pem",
+        left.name,
+    }
