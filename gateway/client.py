@@ -251,11 +251,12 @@ def slots_table(listed: list[dict[str, Any]], shown: Callable[[str], str] = str)
         return "no slots yet"
     cells = [shown(slot_cell(str(entry.get("name", "")))) for entry in listed]
     width = max(24, *(display_width(cell) for cell in cells))
-    lines = [f"{'SLOT':{width}} {'STATE':10} {'TRANSPORT':14} {'TOOLS':>5} {'PENDING':>7}"]
+    # STATE as wide as its longest word, "initializing".
+    lines = [f"{'SLOT':{width}} {'STATE':12} {'TRANSPORT':14} {'TOOLS':>5} {'PENDING':>7}"]
     for cell, entry in zip(cells, listed, strict=True):
         state = entry.get("state", "connected") if entry.get("connected") else "empty"
         lines.append(
-            f"{padded(cell, width)} {state:10} {entry.get('transport', '-') or '-':14} "
+            f"{padded(cell, width)} {state:12} {entry.get('transport', '-') or '-':14} "
             f"{entry.get('tools', 0):>5} {entry.get('pending', 0):>7}"
         )
     return "\n".join(lines)

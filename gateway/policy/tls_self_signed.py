@@ -321,7 +321,7 @@ def create(
 def _quoted(path: Path) -> str:
     """`path` as a string literal that TOML and Python read back as it is (a quote or a line break in a
     directory name stays inside the string): JSON's escapes are a subset of both."""
-    return json.dumps(str(path), ensure_ascii=False)
+    return json.dumps(str(path), ensure_ascii=False).replace("\x7f", "\\u007f")  # DEL: TOML wants it escaped
 
 
 def instructions(issued: Issued, port: int) -> str:

@@ -234,17 +234,27 @@ def test_slots_lists_devices_and_counts_names_only_asked_for() -> None:
         slot_entry("pump-2", connects=2),  # its board left
         slot_entry("pump-3", declared=True),
         slot_entry("pump-9"),
+        slot_entry("tank-1", connected=True, state="initializing", transport="mqtt", connects=1),
     )
     assert render_slots(result).splitlines() == [
-        "SLOT                     STATE      TRANSPORT      TOOLS PENDING",
-        "files                    empty      -                  0       0",
-        "pump-1                   ready      websocket          4       0",
-        "pump-2                   empty      -                  0       0",
-        "pump-3                   empty      -                  0       0",
+        "SLOT                     STATE        TRANSPORT      TOOLS PENDING",
+        "files                    empty        -                  0       0",
+        "pump-1                   ready        websocket          4       0",
+        "pump-2                   empty        -                  0       0",
+        "pump-3                   empty        -                  0       0",
+        "tank-1                   initializing mqtt               0       0",
         "2 names asked for with no provider (see mcp-gateway slots --all)",
     ]
     everything = render_slots(result, show_all=True).splitlines()
-    assert [line.split()[0] for line in everything[1:]] == ["files", "pmup-1", "pump-1", "pump-2", "pump-3", "pump-9"]
+    assert [line.split()[0] for line in everything[1:]] == [
+        "files",
+        "pmup-1",
+        "pump-1",
+        "pump-2",
+        "pump-3",
+        "pump-9",
+        "tank-1",
+    ]
 
 
 def test_slots_align_wide_and_combining_names_in_terminal_columns() -> None:

@@ -203,7 +203,7 @@ def test_a_directory_that_cannot_be_made_is_named_with_exit_2(
 def test_the_printed_configuration_reads_back_whatever_the_directory_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    where = tmp_path / 'q"x\\y'
+    where = tmp_path / 'q"x\\y\x7fz'
     code, out, _err = run(capsys, "--dir", str(where), "--host", "gw.local")
     assert code == 0
     toml_lines = [
