@@ -8,8 +8,10 @@ file's original path, its place in the backup, size, sha256, mode and owner (`mc
 them all before it writes anything). A run claims DEST (CLAIM) before it writes anything, so a second
 backup into the same DEST is refused (exit 2) and a failing run removes only its own files. A database
 that cannot be read, or a DEST that cannot take a copy, stops the backup (exit 1) and leaves no DEST
-behind; a DEST inside the state directory, one that cannot be made or written, or an audit trail
-expected at a relative [audit] path that names no file from this working directory, is refused (exit 2).
+behind; a DEST inside the state directory, one another user owns or could rename (a directory above it
+another user owns, or group or others may write without the sticky bit), one that cannot be made or
+written, or an audit trail expected at a relative [audit] path that names no file from this working
+directory, is refused (exit 2).
 Every image and configuration file is opened once, never through a link the gateway's user may have made
 (backup_fds), and copied from that descriptor.
 """
@@ -20,6 +22,7 @@ import argparse
 import contextlib
 import fcntl
 import os
+import pwd
 import shutil
 import stat
 import sys
@@ -80,16 +83,36 @@ class _Refused(Exception):
 
 
 class _Claim:
-    """DEST, held by this run: `made` when this run created the directory."""
+    """DEST, held by this run: `made` when this run created the directory; `identity` its (st_dev, st_ino)
+    when claimed."""
 
-    def __init__(self, dest: Path, descriptor: int, made: bool) -> None:
+    def __init__(self, dest: Path, descriptor: int, made: bool, identity: tuple[int, int]) -> None:
         self.dest = dest
         self.descriptor = descriptor
         self.made = made
+        self.identity = identity
+
+    def replaced(self) -> bool:
+        """Whether the name DEST leads to another file than the directory claimed (renamed, or swapped for a
+        link): then nothing is removed by that name, whatever it leads to now is not this run's."""
+        try:
+            info = os.lstat(self.dest)
+        except FileNotFoundError:
+            return True
+        return not stat.S_ISDIR(info.st_mode) or (info.st_dev, info.st_ino) != self.identity
 
     def release(self, keep: bool) -> None:
         """End the hold; unless `keep` (the backup is whole), first remove what this run wrote: under the
         claim nothing else was written into DEST."""
+        if not keep and self.replaced():
+            print(
+                f"mcp-gateway backup: {self.dest} is no longer the directory this backup claimed (it was renamed or "
+                "replaced meanwhile): nothing was removed through it; find the part this backup wrote (it holds "
+                f"{CLAIM}) and remove it",
+                file=sys.stderr,
+            )
+            os.close(self.descriptor)
+            return
         if not keep:
             try:
                 children = list(self.dest.iterdir())
@@ -204,6 +227,7 @@ def _prepare(dest: Path, state: Path) -> _Claim:
         )
     if dest.exists() and not dest.is_dir():
         raise _Refused(f"{dest} exists and is not a directory: give a new or empty directory")
+    _refuse_swappable_folders(dest, place)
     made = False
     try:
         for folder in reversed([folder for folder in dest.parents if not folder.exists()]):
@@ -213,6 +237,12 @@ def _prepare(dest: Path, state: Path) -> _Claim:
             dest.mkdir(mode=PRIVATE_DIRECTORY)
             made = True
         except FileExistsError:
+            pass
+        # What is there now, be it made (a link, another's directory) since the first look: once it is this
+        # user's directory in a folder no other user may rename entries of, the name stays that directory.
+        found = os.lstat(dest)
+        if not made:
+            _refuse_foreign(dest, found)
             _check_empty(dest)
         # O_EXCL: of two runs that both found DEST empty, one makes the claim and the other is refused.
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -226,7 +256,7 @@ def _prepare(dest: Path, state: Path) -> _Claim:
             with contextlib.suppress(OSError):
                 dest.rmdir()
         raise _cannot_write(dest, exc) from None
-    claim = _Claim(dest, descriptor, made)
+    claim = _Claim(dest, descriptor, made, (found.st_dev, found.st_ino))
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         os.write(descriptor, f"{os.getpid()}\n".encode())
@@ -241,6 +271,52 @@ def _prepare(dest: Path, state: Path) -> _Claim:
         claim.let_go()
         raise _cannot_write(dest, exc) from None
     return claim
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _refuse_swappable_folders(dest: Path, place: Path) -> None:
+    """Refuse a DEST below a directory a user other than root and this one may rename entries in: that user
+    could swap DEST (or a folder on its way) for a link while the backup writes and removes by name. Unlike
+    others_may_write (which judges a link to follow), a sticky directory such as /tmp is fine: in it only an
+    entry's owner renames the entry, and DEST must be this user's (_refuse_foreign)."""
+    euid = os.geteuid()
+    folders = dict.fromkeys([dest.parent, *dest.parent.parents, place.parent, *place.parent.parents])
+    for folder in folders:
+        try:
+            info = os.stat(folder)
+        except OSError:  # not there yet (made 0700 by this run) or not reachable: named when it is made
+            continue
+        where = "in" if folder in (dest.parent, place.parent) else "below"
+        if info.st_uid not in (0, euid):
+            raise _Refused(
+                f"{dest} is {where} {folder}, which belongs to {_user(info.st_uid)}, not to root or the user running "
+                f"this backup: that user could swap {dest} for a link while the backup writes; give a directory "
+                "only root or you may change"
+            )
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            raise _Refused(
+                f"{dest} is {where} {folder} (mode {info.st_mode & 0o7777:04o}), which group or others may write "
+                f"and which has no sticky bit: any of them could swap {dest} for a link while the backup writes; "
+                "give a directory only root or you may change"
+            )
+
+
+def _refuse_foreign(dest: Path, info: os.stat_result) -> None:
+    """Refuse an existing DEST this user does not own (or a link made in its place since the first look): its
+    owner could swap it for a link while the backup writes, even in a sticky directory."""
+    if stat.S_ISLNK(info.st_mode):
+        raise _Refused(f"{dest} is a symbolic link: give the directory itself, new or empty")
+    if info.st_uid != os.geteuid():
+        raise _Refused(
+            f"{dest} belongs to {_user(info.st_uid)}, not to the user running this backup: another user could swap "
+            "it for a link while the backup writes; give a new directory or one you own"
+        )
 
 
 def _check_empty(dest: Path, claimed: bool = False) -> None:

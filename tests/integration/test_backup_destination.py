@@ -346,3 +346,111 @@ async def test_a_database_copy_stopped_by_a_file_size_limit_names_the_size_with_
         f"; {registry} is {main} bytes, {log} more in its write-ahead log: the copy needs up to {main + log} bytes; "
         f"this process may write files of at most {main + 4096} bytes (ulimit -f))" in err
     ), err
+
+
+NOBODY = 65534  # a user other than the one running the backup (root, in CI)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("root")  # giving DEST to another user
+async def test_an_empty_destination_another_user_owns_is_refused(tmp_path: Path) -> None:
+    """Its owner could swap it for a link to any directory while a root-run backup writes and, failing,
+    empties it by name."""
+    env = small_backup_source(tmp_path)
+    public = tmp_path / "public"
+    public.mkdir()
+    public.chmod(0o1777)  # like /tmp: sticky, so only the owner of `dest` can rename it
+    dest = public / "dest"
+    dest.mkdir()
+    os.chown(dest, NOBODY, NOBODY)
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    assert err.startswith(
+        f"mcp-gateway backup: {dest} belongs to uid {NOBODY} (nobody), not to the user running this backup: another "
+        "user could swap it for a link while the backup writes; give a new directory or one you own\n"
+    ), err
+    assert not any(dest.iterdir())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("root")  # giving the parent to another user
+@pytest.mark.parametrize("exists", [False, True])
+async def test_a_destination_in_a_directory_another_user_owns_is_refused(tmp_path: Path, exists: bool) -> None:
+    env = small_backup_source(tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    dest = theirs / "dest"
+    if exists:
+        dest.mkdir()  # root's own, but the owner of its parent may rename it
+    os.chown(theirs, NOBODY, NOBODY)
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    assert err.startswith(
+        f"mcp-gateway backup: {dest} is in {theirs}, which belongs to uid {NOBODY} (nobody), not to root or the "
+        f"user running this backup: that user could swap {dest} for a link while the backup writes; "
+    ), err
+    assert [path.name for path in theirs.iterdir()] == (["dest"] if exists else [])
+    assert not exists or not any(dest.iterdir())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("below", ["dest", "new/dest"])
+async def test_a_destination_in_a_directory_others_may_write_without_a_sticky_bit_is_refused(
+    tmp_path: Path, below: str
+) -> None:
+    env = small_backup_source(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # whoever may write here may rename any entry in it
+    dest = shared / below
+    code, _out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 2, err
+    where = "in" if below == "dest" else "below"
+    assert err.startswith(
+        f"mcp-gateway backup: {dest} is {where} {shared} (mode 0777), which group or others may write and which has "
+        f"no sticky bit: any of them could swap {dest} for a link while the backup writes; "
+    ), err
+    assert not any(shared.iterdir())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("exists", [False, True])
+async def test_a_destination_of_this_user_in_a_sticky_directory_others_may_write_is_taken(
+    tmp_path: Path, exists: bool
+) -> None:
+    """Like /tmp: in a sticky directory only an entry's owner renames it, and DEST is this user's."""
+    env = small_backup_source(tmp_path)
+    public = tmp_path / "public"
+    public.mkdir()
+    public.chmod(0o1777)
+    dest = public / "dest"
+    if exists:
+        dest.mkdir()
+    code, out, err = await run_to_exit("backup", str(dest), env=env)
+    assert code == 0, err
+    assert out.startswith("backed up 1 files, "), out
+    assert sorted(path.name for path in dest.iterdir()) == ["databases", "manifest.json"]
+
+
+@pytest.mark.timeout(90)
+async def test_a_failing_backup_removes_nothing_through_a_destination_replaced_under_it(tmp_path: Path) -> None:
+    """DEST renamed away and another directory put in its place while the backup writes: the failing backup
+    leaves that directory's files alone (they are not this run's) and says where its own part is."""
+    dest = tmp_path / "backup"
+    moved = tmp_path / "moved"
+    async with backup_held_in_its_copy(tmp_path, dest) as backup:
+        dest.rename(moved)
+        (dest / "keep-dir").mkdir(parents=True)
+        (dest / "keep-dir" / "x").write_text("x\n")
+        (dest / "keep-me.txt").write_text("precious\n")
+    err = backup.err
+    assert backup.process.returncode == 1, err
+    assert (
+        f"mcp-gateway backup: {dest} is no longer the directory this backup claimed (it was renamed or replaced "
+        f"meanwhile): nothing was removed through it; find the part this backup wrote (it holds {CLAIM}) and "
+        "remove it\n"
+    ) in err, err
+    assert (dest / "keep-me.txt").read_text() == "precious\n"
+    assert (dest / "keep-dir" / "x").read_text() == "x\n"
+    assert sorted(path.name for path in dest.iterdir()) == ["keep-dir", "keep-me.txt"]
+    assert CLAIM in [path.name for path in moved.iterdir()]

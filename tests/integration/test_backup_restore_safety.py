@@ -233,7 +233,10 @@ async def test_a_destination_that_cannot_take_the_copy_is_named_not_the_database
     code, _out, err = await run_to_exit("backup", str(dest), env=env, file_size_limit=256 * 1024)
     assert code == 1, err
     assert err.startswith(f"mcp-gateway backup: cannot write {dest}/databases/devices.db: disk I/O error ("), err
-    assert f"bytes free on the file system of {dest}; {registry} is {registry.stat().st_size} bytes)" in err
+    assert (
+        f"bytes free on the file system of {dest}; {registry} is {registry.stat().st_size} bytes; this process may "
+        f"write files of at most {256 * 1024} bytes (ulimit -f))" in err
+    ), err
     assert "cannot be backed up" not in err and f"no backup was left in {dest}" in err
     assert not dest.exists()
 
