@@ -212,10 +212,7 @@ def _prepare(dest: Path, state: Path) -> _Claim:
     until `release`. _Refused when it is inside the state directory, not empty, in use or cannot be written."""
     if dest.is_symlink():
         # Never written through a link: a link an untrusted user can change would steer a root-run backup.
-        target = ""
-        with contextlib.suppress(OSError):  # removed since: named without its target
-            target = f" (to {os.readlink(dest)})"
-        raise _Refused(f"{dest} is a symbolic link{target}: give the directory itself, new or empty")
+        raise _link_refused(dest)
     try:
         place, home = dest.resolve(), state.resolve()
     except RuntimeError:  # a loop of symbolic links in a parent
@@ -307,11 +304,19 @@ def _refuse_swappable_folders(dest: Path, place: Path) -> None:
             )
 
 
+def _link_refused(dest: Path) -> _Refused:
+    """The refusal of a DEST that is a symbolic link, named with where it leads."""
+    target = ""
+    with contextlib.suppress(OSError):  # removed since: named without its target
+        target = f" (to {os.readlink(dest)})"
+    return _Refused(f"{dest} is a symbolic link{target}: give the directory itself, new or empty")
+
+
 def _refuse_foreign(dest: Path, info: os.stat_result) -> None:
     """Refuse an existing DEST this user does not own (or a link made in its place since the first look): its
     owner could swap it for a link while the backup writes, even in a sticky directory."""
     if stat.S_ISLNK(info.st_mode):
-        raise _Refused(f"{dest} is a symbolic link: give the directory itself, new or empty")
+        raise _link_refused(dest)
     if info.st_uid != os.geteuid():
         raise _Refused(
             f"{dest} belongs to {_user(info.st_uid)}, not to the user running this backup: another user could swap "
