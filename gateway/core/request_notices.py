@@ -104,7 +104,8 @@ def route(session: NoticeSession, body: JsonObject, method: str, params: JsonObj
     if method == "notifications/progress":
         token = params.get("progressToken")
         entry = session.pending.get(token) if is_gateway_id(token) else None
-        if entry is not None and entry.sink is not None:
+        # A client that asked for no progress gets none: a token of null is no token (MCP).
+        if entry is not None and entry.sink is not None and entry.client_progress_token is not None:
             entry.sink(jsonrpc.notification(method, {**params, "progressToken": entry.client_progress_token}))
         return None
     meta = params.get("_meta")

@@ -573,6 +573,19 @@ async def test_boolean_progress_token_is_not_request_1() -> None:
     await task
 
 
+async def test_progress_for_a_call_that_asked_for_none_is_dropped() -> None:
+    # A provider may name the id of its request as a progress token; the client sent no token.
+    session, link, recorder = make_session()
+    delivered: list[JsonObject] = []
+    task = asyncio.create_task(session.request("tools/call", {"name": "sleep"}, sink=delivered.append))
+    sent = await link.next()
+    notify(session, "notifications/progress", {"progressToken": sent["id"], "progress": 1, "total": 2})
+    assert delivered == []
+    assert recorder.notifications == []
+    answer(session, sent["id"])
+    await task
+
+
 async def test_related_request_key_routes_a_log_message_to_the_request_and_is_stripped() -> None:
     session, link, recorder = make_session()
     delivered: list[JsonObject] = []
