@@ -66,6 +66,13 @@ def disconnected(slot: str, why: str = "") -> RpcError:
     return RpcError(jsonrpc.UNAVAILABLE, f'Provider "{slot}" disconnected: {why}', data)
 
 
+def ended_before_ready(slot: str, why: str) -> RpcError:
+    """The provider a request waited for ended in its handshake: the request was never sent, so
+    (unlike `disconnected`) the caller knows the device did nothing and may simply call again."""
+    history = f"its provider ended before it was ready ({why or 'link closed'}); the request was not sent"
+    return not_connected(slot, history)
+
+
 SHOWN_ID_CHARS = 40
 """A provider's request id quoted in an error message is cut to this many characters."""
 

@@ -218,14 +218,14 @@ class ProviderSession:
         if self.state == "ready":
             return
         if self.state == "closed":
-            raise errors.disconnected(self.slot, self.close_reason)
+            raise errors.ended_before_ready(self.slot, self.close_reason)
         try:
             await asyncio.wait_for(self._ready.wait(), timeout_s)
         except TimeoutError:
             setting = self.settings.initialize_timeout_setting
             raise errors.handshake_deadline(self.slot, int(timeout_s * 1000), setting) from None
         if self.state != "ready":
-            raise errors.disconnected(self.slot, self.close_reason)
+            raise errors.ended_before_ready(self.slot, self.close_reason)
 
     @property
     def modern(self) -> bool:

@@ -327,6 +327,23 @@ async def test_a_child_that_dies_in_its_handshake_leaves_only_the_gateways_own_w
     assert view(server)["upstream"]["last_exit"].endswith("exited with code 1")
 
 
+async def test_a_call_waiting_for_a_child_that_dies_in_its_handshake_is_told_it_was_not_sent(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # The child reads the gateway's first request, stays up a moment (the call arrives and waits for
+    # the handshake), then exits without answering.
+    dies = [sys.executable, "-c", "import sys, time; sys.stdin.readline(); time.sleep(2); sys.exit(1)"]
+    server = await gateway_factory(upstreams={"stdio": [{"name": "demo", "command": dies, "restart_initial_s": 30}]})
+    await wait_view(server, lambda s: s["state"] == "initializing", "the child in its handshake")
+    async with Client(f"{server.url}/demo/mcp", mode="legacy") as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("add", {"a": 1, "b": 2})
+    message = str(refused.value)
+    assert message.startswith('Provider "demo" not connected: its provider ended before it was ready (')
+    assert message.endswith("exited with code 1); the request was not sent")
+    assert refused.value.error.data["reason"] == "not_connected"
+
+
 async def test_shutdown_stops_children_and_their_grandchildren() -> None:
     stubborn = upstream("--hang-at-start", "--ignore-sigterm", name="stubborn", stop_grace_s=0.5)
     async with own_gateway(upstreams={"stdio": [upstream(), stubborn]}) as server:

@@ -230,7 +230,9 @@ async def test_initialize_error_closes_the_link_with_the_reason() -> None:
     with pytest.raises(errors.RpcError) as caught:
         await session.wait_ready(1.0)
     why = "Provider must answer initialize and tools/list: busy"
-    assert caught.value.message == f'Provider "{SLOT}" disconnected: {why}'
+    assert caught.value.message == (
+        f'Provider "{SLOT}" not connected: its provider ended before it was ready ({why}); the request was not sent'
+    )
     assert link.closed == (CLOSE_POLICY, "Provider must answer initialize and tools/list: busy")
     assert session.last_error == "initialize failed: busy"
     assert recorder.closed_reasons == ["Provider must answer initialize and tools/list: busy"]
