@@ -134,6 +134,12 @@ class LimitsConfig(Section):
     max_pending_approvals_per_caller: PositiveInt = 32
     """As many of one caller's (its principal), so one agent cannot fill max_pending_approvals and keep
     every other caller's calls from reaching a person."""
+    max_used_confirmations: PositiveInt = 4096
+    """Answered 2026-07-28 confirmations (input_required requestStates) remembered until they expire, so none
+    is answered twice; past it a new answer is refused with -32000 confirmations_full until one expires."""
+    max_used_confirmations_per_caller: PositiveInt = 256
+    """As many of one caller's (its principal), so one caller answering its own questions in a loop cannot
+    fill max_used_confirmations and keep every other caller's answers from counting."""
     max_batch_messages: PositiveInt = 32
     """Messages in one JSON-RPC batch, which only a session that negotiated 2025-03-26 may send; a
     larger batch is refused whole with -32600. Each request in it still counts against
@@ -194,6 +200,12 @@ class LimitsConfig(Section):
     max_tools_per_slot: PositiveInt = 1024
     """Tools of one provider the gateway lists; the ones beyond it (in the provider's order) are left out
     and the slot's provider_status says so. Bounds what one provider can make the gateway hold."""
+    max_tool_list_bytes_per_slot: PositiveInt = 1_048_576
+    """JSON-encoded bytes (each kept tool's encoding, summed) of the tools of one provider the gateway
+    lists; the tool that would pass it and every later one (in the provider's order) are left out, the
+    pages after it are not read, and the slot's provider_status says so. With max_tools_per_slot alone a
+    provider could make each tool nearly a frame long (60 MiB per slot); this bounds the tool lists held
+    to max_slots times it, max_slots_per_peer times it for one peer."""
     max_sessions_per_principal: PositiveInt = 64
     """Session-era sessions one principal may hold at once, so one caller cannot use up max_sessions."""
     max_relayed_requests_per_client: PositiveInt = 16

@@ -50,7 +50,8 @@ def schema_mismatch(session: HelloSession) -> str | None:
     if announced is None or not listed or announced.lower() == listed:
         return None
     listing = session.tool_listing
-    if listing.last.over_cap or listing.last.pages_cut or listing.last.names_left_out or listing.unreadable:
+    last = listing.last
+    if last.over_cap or last.over_bytes or last.pages_cut or last.names_left_out or listing.unreadable:
         return None
     return announced
 

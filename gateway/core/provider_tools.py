@@ -1,8 +1,9 @@
 """Listing one provider's tools: every page of `tools/list` (following cursors, up to max_tools_pages,
 whose later pages are left out as visibly as the tools over max_tools_per_slot),
 each tool kept only when clients can read it (docs/protocol.md, "Tools clients cannot read") and its
-name may be shown to them (gateway/core/tool_names.py), up to limits.max_tools_per_slot of them in the
-provider's order; the pages after the cap are not read (docs/provider-api.md, "Tool names")."""
+name may be shown to them (gateway/core/tool_names.py), up to limits.max_tools_per_slot of them and
+limits.max_tool_list_bytes_per_slot of their JSON in the provider's order; the pages after either bound
+are not read (docs/provider-api.md, "What the gateway lists of your tools")."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ MAX_UNREADABLE_TOOLS_NAMED = 256
 """Unreadable tools each warned about once per connection; past this many, each listing counts them again."""
 DEFAULT_MAX_TOOLS = 1024
 """limits.max_tools_per_slot when the registry sets none (`ToolListing.configure`)."""
+DEFAULT_MAX_TOOL_LIST_BYTES = 1 << 20
+"""limits.max_tool_list_bytes_per_slot when the registry sets none (`ToolListing.configure`)."""
 NAMES_SHOWN = 5
 """Tools left out for their names that the warning and provider_status quote."""
 
@@ -68,6 +71,11 @@ class Listing:
         """The first NAMES_SHOWN of the tools left out for their names: each quoted, with why."""
         self.pages_cut = False
         """The provider had more pages after providers.max_tools_pages (their tools, unread, are left out)."""
+        self.tool_bytes = 0
+        """The JSON-encoded bytes of the tools kept, summed tool by tool."""
+        self.over_bytes = 0
+        """Tools left out by max_tool_list_bytes: the first that did not fit and every later one, as far as the
+        list was read (the pages after it are not)."""
 
     def named(self, tools: list[JsonObject]) -> list[JsonObject]:
         """The tools whose names clients may be shown; the others are counted and the first few quoted."""
@@ -94,13 +102,18 @@ class ToolListing:
         self.unreadable: set[tuple[str, str]] = set()
         """The tools left out of this connection's lists, as (tool, problem): each is warned about once."""
         self.max_tools = DEFAULT_MAX_TOOLS
+        self.max_bytes = DEFAULT_MAX_TOOL_LIST_BYTES
         self.metrics: LimitCounter | None = None
         self.last = Listing()
         """What the last listing left out."""
 
-    def configure(self, max_tools: int, metrics: LimitCounter | None) -> None:
-        """limits.max_tools_per_slot, and where its hits are counted (mcpgw_limit_hits_total)."""
+    def configure(
+        self, max_tools: int, metrics: LimitCounter | None, max_bytes: int = DEFAULT_MAX_TOOL_LIST_BYTES
+    ) -> None:
+        """limits.max_tools_per_slot and limits.max_tool_list_bytes_per_slot, and where their hits are
+        counted (mcpgw_limit_hits_total)."""
         self.max_tools = max_tools
+        self.max_bytes = max_bytes
         self.metrics = metrics
 
     async def fetch(self) -> list[JsonObject]:
@@ -128,13 +141,10 @@ class ToolListing:
             page = result.get("tools") if isinstance(result, dict) else None
             if not isinstance(page, list):
                 raise errors.RpcError(jsonrpc.INTERNAL_ERROR, "tools/list result has no tools array")
-            kept = listing.named(self.readable(page))
-            room = self.max_tools - len(tools)
-            tools.extend(kept[:room])
-            listing.over_cap += max(len(kept) - room, 0)
+            self._keep(tools, listing.named(self.readable(page)), listing)
             cursor = result.get("nextCursor") if isinstance(result, dict) else None
-            if not isinstance(cursor, str) or not cursor:
-                return tools
+            if not isinstance(cursor, str) or not cursor or listing.over_bytes:
+                return tools  # over the byte bound: at least one tool is counted as left out already
             if len(tools) >= self.max_tools:
                 listing.over_cap = max(listing.over_cap, 1)  # more pages: at least one tool more, unread
                 return tools
@@ -145,8 +155,25 @@ class ToolListing:
         listing.pages_cut = True
         return tools
 
+    def _keep(self, tools: list[JsonObject], page: list[JsonObject], listing: Listing) -> None:
+        """Add the tools of `page` to `tools` while both bounds hold; count the ones left out. The bytes are
+        the tools' JSON as the gateway keeps and serves them: a count alone lets a provider make each tool
+        as large as a frame (1024 tools of 60 KB descriptions, 60 MiB per slot)."""
+        for tool in page:
+            if listing.over_bytes:
+                listing.over_bytes += 1  # the list is cut at the first tool that did not fit: keep its order
+            elif len(tools) >= self.max_tools:
+                listing.over_cap += 1
+            else:
+                size = len(jsonrpc.dumps(tool))
+                if listing.tool_bytes + size > self.max_bytes:
+                    listing.over_bytes = 1
+                else:
+                    listing.tool_bytes += size
+                    tools.append(tool)
+
     def _report(self, listed: int, listing: Listing) -> None:
-        """Warn once per connection of tools left out by the cap or for their names; count the cap's hits."""
+        """Warn once per connection of tools left out by the bounds or for their names; count the bounds' hits."""
         session = self.session
         self.last = listing
         if listing.over_cap:
@@ -160,6 +187,20 @@ class ToolListing:
                 self.max_tools,
                 listed + listing.over_cap,
                 listed,
+            )
+        if listing.over_bytes:
+            if self.metrics is not None:
+                self.metrics.limit_hit("max_tool_list_bytes_per_slot")
+            session.warn_once(
+                "tools_over_bytes",
+                "provider for slot %s lists tools whose JSON is over %d bytes (limits.max_tool_list_bytes_per_slot); "
+                "the first %d tools (%d bytes) are listed and at least %d more are left out: shorten the tools' "
+                "descriptions and schemas, split them across slots, or raise limits.max_tool_list_bytes_per_slot",
+                session.slot,
+                self.max_bytes,
+                listed,
+                listing.tool_bytes,
+                listing.over_bytes,
             )
         if listing.pages_cut:
             if self.metrics is not None:
@@ -191,6 +232,9 @@ class ToolListing:
         return {
             "max_tools": self.max_tools,
             "over_cap": self.last.over_cap,
+            "max_tool_list_bytes": self.max_bytes,
+            "tool_list_bytes": self.last.tool_bytes,
+            "over_bytes": self.last.over_bytes,
             "names_left_out": self.last.names_left_out,
             "names_left_out_shown": list(self.last.names_shown),
             "max_tools_pages": self.session.settings.max_tools_pages,

@@ -29,14 +29,15 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("gateway.slots")
 
-HINT = "two providers on one slot push each other off (docs/device-mqtt.md, Troubleshooting)"
+HINT = "two providers on one slot push each other off"
 """The hint of a window whose attaches came from more than one host: two providers, for sure."""
-ONE_HOST_HINT = (
-    "two providers on one slot push each other off, or one provider keeps reconnecting "
-    "(docs/device-mqtt.md, Troubleshooting)"
-)
+ONE_HOST_HINT = "two providers on one slot push each other off, or one provider keeps reconnecting"
 """The hint of a window whose attaches all came from one host: two boards behind one address (or on one
 MQTT topic, which is all an MQTT slot's host says) look the same as one board that keeps reconnecting."""
+MQTT_DOCS = "docs/device-mqtt.md, Troubleshooting"
+"""Where to read on for a slot whose last attach came over MQTT (two boards with one client id)."""
+OTHER_DOCS = "docs/operations.md, Logs"
+"""Where to read on for any other slot (a serial cable that comes and goes, a board that reboots)."""
 QUICK_REMEMBERED = 1024
 """Slots whose one quick attach is remembered at once (one per slot; a provider could make up names)."""
 HOSTS_NAMED = 8
@@ -186,7 +187,7 @@ class SlotFlapLog:
         else:
             times = f"attached {_times(window.attaches)} and left {_times(window.leaves)}"
         log.warning(
-            "slot %s %s in the last %g s (%s now); attaches from %s; last reason: %s; last attach from %s; %s",
+            "slot %s %s in the last %g s (%s now); attaches from %s; last reason: %s; last attach from %s; %s (%s)",
             slot,
             times,
             interval,
@@ -195,6 +196,7 @@ class SlotFlapLog:
             window.last_reason or "(none)",
             window.last_from or "(none)",
             HINT if len(window.hosts) + (window.other_hosts > 0) > 1 else ONE_HOST_HINT,
+            MQTT_DOCS if window.last_from.endswith((" over mqtt", " over mqtt-mcp")) else OTHER_DOCS,
             extra={"slot": slot, "fault": "flapping"},
         )
         self._open(slot, self.interval_s(), window.known)

@@ -17,6 +17,7 @@ from gateway.core.clock import wall_time_of
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, LinkInfo, ProviderLink
 from gateway.core.names import SlotNameError, check_slot_name
+from gateway.core.principal import Principal
 from gateway.core.provider_broker import ProviderBroker
 from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import SessionCounters, SessionSettings
@@ -33,7 +34,16 @@ log = logging.getLogger("gateway.slots")
 class Listener(Hashable, Protocol):
     """A client stream that wants a slot's notifications."""
 
+    @property
+    def principal(self) -> Principal:
+        """The caller the stream belongs to: under a policy it receives only what it may know of."""
+        ...
+
     def deliver(self, message: JsonObject) -> None: ...
+
+
+Receives = Callable[[Principal, str, str], bool]
+"""Whether a caller receives a slot's notification: (principal, slot, notification method) -> bool."""
 
 
 class UpstreamManager(Protocol):
@@ -126,25 +136,31 @@ class Slot:
                 totals[key] = totals.get(key, 0) + value
         return totals
 
-    def broadcast(self, message: JsonObject) -> None:
-        """Send a provider notification to the listeners that asked for it."""
+    def broadcast(self, message: JsonObject, may_receive: Receives | None = None) -> None:
+        """Send a provider notification to the listeners that asked for it and, under a policy
+        (`may_receive`), may know what it concerns on this slot."""
         method = message.get("method")
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
+        listeners = list(self.listeners)
+        if may_receive is not None and listeners:
+            # Asked per message, not at attach: a policy reload applies to the very next notification.
+            name, kind = self.name, str(method)
+            listeners = [listener for listener in listeners if may_receive(listener.principal, name, kind)]
         if method == "notifications/resources/updated":
             uri = params.get("uri")
-            for listener in list(self.listeners):
+            for listener in listeners:
                 if isinstance(uri, str) and self.upstream.subscribed(uri, listener):
                     listener.deliver(message)
             return
         if method == "notifications/message":
             rank = level_rank(params.get("level"))
-            for listener in list(self.listeners):
+            for listener in listeners:
                 wanted = self.upstream.log_levels.get(listener)
                 if wanted is None or rank >= level_rank(wanted):
                     listener.deliver(message)
             return
-        for listener in list(self.listeners):
+        for listener in listeners:
             listener.deliver(message)
 
 
@@ -174,6 +190,9 @@ class SlotRegistry:
         self.metrics = metrics
         self.slots: dict[str, Slot] = {}
         self.membership_listeners: list[Callable[[str | None], None]] = []
+        self.may_receive: Receives | None = None
+        """Under [policy], which listeners receive each of a slot's notifications (Governance.may_receive);
+        None: every listener does. Set by the gateway."""
         self.relay_metrics = RelayMetrics(metrics)
         self.shared_tools = SharedToolLists()
         """Tool lists held once for every session that lists the same (boards of one model)."""
@@ -375,7 +394,11 @@ class SlotRegistry:
             session.requests.broker = self.broker
             session.shared_tools = self.shared_tools
             session.handshake_turns = self.handshake_turns
-            session.tool_listing.configure(self.config.limits.max_tools_per_slot, self.metrics)
+            session.tool_listing.configure(
+                self.config.limits.max_tools_per_slot,
+                self.metrics,
+                max_bytes=self.config.limits.max_tool_list_bytes_per_slot,
+            )
             upstream = slot.upstream
             session.listen_uris = lambda: sorted(upstream.subscribers)
             session.log_level_of = lambda listener: upstream.log_levels.get(listener) if listener is not None else None
@@ -456,7 +479,7 @@ class SlotRegistry:
         # Every (re)connect is announced, even with an unchanged tool list: a client that asked
         # while the slot was empty got "not connected" and must learn that the tools are back.
         slot.last_tools_hash = session.tools_hash
-        slot.broadcast(TOOLS_CHANGED)
+        slot.broadcast(TOOLS_CHANGED, self.may_receive)
         self._membership_changed()
         if self.on_hello is not None:
             self.on_hello(session.hello, session.slot, session.link.info.transport)
@@ -477,7 +500,7 @@ class SlotRegistry:
         if slot is None:
             return
         slot.last_tools_hash = session.tools_hash
-        slot.broadcast(TOOLS_CHANGED)
+        slot.broadcast(TOOLS_CHANGED, self.may_receive)
         # Every provider, not only _all's members: tool groups (/mcp) include any ready slot. A
         # catalog that does not contain this slot rebuilds to the same hash and announces nothing.
         self._membership_changed(session.slot if noticed else None)
@@ -485,7 +508,7 @@ class SlotRegistry:
     def session_notification(self, session: ProviderSession, message: JsonObject) -> None:
         slot = self._owner(session)
         if slot is not None:
-            slot.broadcast(message)
+            slot.broadcast(message, self.may_receive)
 
     def session_registered(self, session: ProviderSession) -> None:
         if self._owner(session) is not None and session.ready:

@@ -197,8 +197,9 @@ class SubscriptionStream:
         "notifications/resources/list_changed": "resourcesListChanged",
     }
 
-    def __init__(self, subscription_id: Any, honored: JsonObject, queue_limit: int) -> None:
+    def __init__(self, subscription_id: Any, honored: JsonObject, queue_limit: int, principal: Principal) -> None:
         self.subscription_id = subscription_id
+        self.principal = principal  # under a policy, the slot delivers only what this caller may know of
         self.honored = honored
         self.uris = set(honored.get("resourceSubscriptions") or ())
         self.queue = MessageQueue(queue_limit)
@@ -726,7 +727,7 @@ class StreamableHttpEndpoint:
         crowded = self.listens.enter(caller, request_id)
         if crowded is not None:
             return json_response(crowded)
-        stream = SubscriptionStream(request_id, honored, self.limits.notification_queue)
+        stream = SubscriptionStream(request_id, honored, self.limits.notification_queue, ctx.principal)
         ctx.listener = stream
         target.attach(stream)
         self.gateway.client_streams.add(stream.queue)

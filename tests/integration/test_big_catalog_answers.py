@@ -94,8 +94,10 @@ def catalog(path: Path, tools: int, schema_kb: int, page: int, name: str = "cata
 
 async def big_catalog(gateway_factory: GatewayFactory, path: Path) -> GatewayServer:
     # Six tools of ~230 KiB schemas: pages of two fit limits.max_frame_bytes, the whole list does not fit
-    # one SDK event.
-    server = await gateway_factory(upstreams={"stdio": [catalog(path, 6, 230, 2)]})
+    # one SDK event, nor the default limits.max_tool_list_bytes_per_slot (1 MiB), raised to hold it.
+    server = await gateway_factory(
+        upstreams={"stdio": [catalog(path, 6, 230, 2)]}, limits={"max_tool_list_bytes_per_slot": 4 << 20}
+    )
     await wait_ready_slot(server, "catalog", START_S)
     return server
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from gateway.core import jsonrpc
 from gateway.core.schema_hash import tools_hash
 from tests.conftest import GatewayFactory, wait_ready_slot
 from tests.sim.conftest import SimulatorFactory, simulators  # noqa: F401 (the fixture)
@@ -94,6 +95,24 @@ async def test_a_true_hello_schema_is_no_finding(
     await boards.connect(gateway.url, "/provider/th-1", first_frame=register_frame(listed.upper()))
     await wait_ready_slot(gateway, "th-1")
     assert (await diagnosis(gateway.url, "th-1"))["status"] == "ok"
+    assert mismatch_warnings(caplog) == []
+
+
+async def test_a_list_cut_by_its_byte_bound_is_not_compared_with_the_hello(
+    gateway_factory: GatewayFactory, boards: Boards, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Room for the first tool only: the listed hash is of fewer tools than the board has.
+    caplog.set_level(logging.WARNING)
+    bound = len(jsonrpc.dumps(VALVE_TOOL))
+    gateway = await gateway_factory(limits={"max_tool_list_bytes_per_slot": bound})
+    true_hash = tools_hash([VALVE_TOOL, SLOW_TOOL])
+    await boards.connect(gateway.url, "/provider/th-3", first_frame=register_frame(true_hash))
+    await wait_ready_slot(gateway, "th-3")
+    status = await provider_status(gateway.url, "th-3")
+    assert status["tools_left_out"]["over_bytes"] == 1
+    assert status["tools_hash"] == tools_hash([VALVE_TOOL])
+    found = await diagnosis(gateway.url, "th-3")
+    assert not any(problem["id"] == "provider.schema_mismatch" for problem in found["problems"]), found
     assert mismatch_warnings(caplog) == []
 
 

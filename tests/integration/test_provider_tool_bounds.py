@@ -63,6 +63,9 @@ async def test_tools_beyond_the_cap_are_left_out_and_their_pages_not_read(
         assert status["tools_left_out"] == {
             "max_tools": 10,
             "over_cap": 2,
+            "max_tool_list_bytes": 1_048_576,
+            "tool_list_bytes": sum(len(orjson.dumps(tool(f"t{index}"))) for index in range(10)),
+            "over_bytes": 0,
             "names_left_out": 0,
             "names_left_out_shown": [],
             "max_tools_pages": 64,

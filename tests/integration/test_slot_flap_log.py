@@ -52,7 +52,7 @@ async def test_a_flapping_slot_is_summarized_once_per_interval(
         # Every attach came from one host here: the hint names both causes it cannot tell apart.
         assert summary.endswith(
             " over websocket; two providers on one slot push each other off, or one provider keeps reconnecting "
-            "(docs/device-mqtt.md, Troubleshooting)"
+            "(docs/operations.md, Logs)"
         )
         (record,) = [r for r in caplog.records if r.getMessage() == summary]
         assert record.levelno == logging.WARNING

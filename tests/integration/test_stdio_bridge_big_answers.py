@@ -54,9 +54,11 @@ async def test_sse_answers_far_over_aiohttps_line_bound_reach_the_host(
     gateway_factory: GatewayFactory, server_path: Path
 ) -> None:
     # limits.max_sse_answer_bytes raised: these answers of about 1 MiB come as one SSE event each
-    # (aiohttp reads lines of at most 512 KiB unless told otherwise).
+    # (aiohttp reads lines of at most 512 KiB unless told otherwise); the catalog of about 1 MiB needs
+    # limits.max_tool_list_bytes_per_slot raised too.
     server = await gateway_factory(
-        upstreams={"stdio": [catalog(server_path, 5, 200, 2)]}, limits={"max_sse_answer_bytes": 4 * 1_048_576}
+        upstreams={"stdio": [catalog(server_path, 5, 200, 2)]},
+        limits={"max_sse_answer_bytes": 4 * 1_048_576, "max_tool_list_bytes_per_slot": 4 * 1_048_576},
     )
     await wait_ready_slot(server, "catalog", START_S)
     async with Client(bridge(server), mode="legacy") as client:

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import pytest
 
 from gateway.core.jsonrpc import JsonObject
@@ -77,6 +78,9 @@ async def test_pages_past_the_cap_are_named_in_the_status_the_metric_and_the_log
     assert listing.status() == {
         "max_tools": 1024,
         "over_cap": 0,
+        "max_tool_list_bytes": 1_048_576,
+        "tool_list_bytes": sum(len(orjson.dumps(tool)) for tool in tools),
+        "over_bytes": 0,
         "names_left_out": 0,
         "names_left_out_shown": [],
         "max_tools_pages": 3,

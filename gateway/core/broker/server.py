@@ -75,8 +75,8 @@ PROVIDER_STATUS_SCHEMA: JsonObject = {
         "tools_hash": {**_nullable("string"), "description": "Hash of the tool list"},
         "tools_left_out": {
             **_nullable("object"),
-            "description": "What the last tools/list left out: max_tools, over_cap, names_left_out, "
-            "names_left_out_shown, max_tools_pages, pages_cut",
+            "description": "What the last tools/list left out: max_tools, over_cap, max_tool_list_bytes, "
+            "tool_list_bytes, over_bytes, names_left_out, names_left_out_shown, max_tools_pages, pages_cut",
         },
         "heartbeat_misses": {"type": "integer", "description": "Missed heartbeats since the gateway started"},
         "last_seen_s_ago": _nullable("number"),
