@@ -214,11 +214,17 @@ class AggregateTarget(Target):
         return [tool for tool in self.tools if self.may_list(principal, tool["name"])]
 
     def may_list(self, principal: Principal, name: str) -> bool:
+        """Whether `_all` lists the tool to `principal`: as its slot would (the slot's scopes, then the
+        policy's mcp.tools.list there, so a deny of it wins), and only a tool the caller may call."""
         slot, original = self.routes[name]
         if not self.may_call(principal, slot):
             return False
         governance = self.governance
-        return governance is None or governance.may_see(principal, slot, self._listed[(slot, original)][0])
+        if governance is None:
+            return True
+        if governance.permits(principal, slot, "tools/list") is not None:
+            return False
+        return governance.may_see(principal, slot, self._listed[(slot, original)][0])
 
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         if method == "tools/list":

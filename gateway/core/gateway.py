@@ -66,6 +66,8 @@ class Gateway:
         self.connections = policies.connections
         self.governance = policies.governance
         """[policy]: decides each request by what it asks; None without a policy."""
+        if self.governance is not None:  # a slot's notifications reach only callers entitled to them
+            self.registry.may_receive = self.governance.may_receive
         self.registry.broker.governance = policies.provider_governance
         self.aggregate = AggregateTarget(self.registry, self.metrics, self.rate_limiter, self.governance)
         # /mcp and /mcp/<group>: served by their own routes (gateway/northbound/groups_http.py), not by target().

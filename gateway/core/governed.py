@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from gateway.core import eras, errors, trace_relay
+from gateway.core import eras, errors, method_rules, trace_relay
 from gateway.core.cancelled_requests import cancel_reason, late_answer_sink
 from gateway.core.client_context import ClientContext
-from gateway.core.confirmer import ClientConfirmer, StateReader, split_retry
+from gateway.core.confirmer import QUESTION_VIA, ClientConfirmer, Forward, QuestionRead, StateReader, split_retry
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import (
@@ -31,15 +31,19 @@ from gateway.core.policy_interface import (
 CLAMPED_META_KEY = "io.github.mcp-gateway/clamped"
 """In a result's _meta: the arguments the gateway clamped to the operator's limits before forwarding."""
 
-GOVERNED_PREFIXES = ("resources/", "prompts/", "completion/")
+GOVERNED_PREFIXES = method_rules.GOVERNED_PREFIXES
 """Methods decided by their capability (mcp.resources.read, mcp.prompts.read, mcp.completion.use)."""
 
 
 def permit(governance: Governance, ctx: ClientContext, slot: str, method: str) -> None:
-    """Raise -32001 Forbidden when the caller may not use `method` on `slot`."""
+    """Raise -32001 Forbidden when the caller may not use `method` on `slot`; for a method outside MCP's
+    governed families, `data.governed_families` lists the only ones relayed under a [policy]."""
     reason = governance.permits(ctx.principal, slot, method)
     if reason is not None:
-        raise errors.forbidden(reason, {"slot": slot, "method": method})
+        data: dict[str, Any] = {"slot": slot, "method": method}
+        if not method_rules.is_governed(method) and method != method_rules.LOGGING_SET_LEVEL:
+            data["governed_families"] = list(method_rules.GOVERNED_FAMILIES)
+        raise errors.forbidden(reason, data)
 
 
 def outcome_of(result: JsonObject) -> str:
@@ -124,6 +128,8 @@ async def call(
     # aggregate name such as `pump-1-get_status` the caller used on _all or a group).
     decided = str(tool["name"]) if tool else str(name)
     params, retry = split_retry(params)
+    if read_state is not None:
+        read_state = read_state.through(partial(question_read, governance, ctx, slot))
     confirmer = ClientConfirmer(ctx, retry, read_state)
     span = trace_relay.start_policy(ctx, slot, decided)
     held, task = governance.held, asyncio.current_task()
@@ -159,6 +165,38 @@ async def call(
         return verdict.answer
     if not verdict.allowed:
         raise refusal(verdict, slot)
+    return await forwarded(governance, verdict, slot, params, forward)
+
+
+async def question_read(
+    governance: Governance, ctx: ClientContext, slot: str, tool: JsonObject, params: JsonObject, forward: Forward
+) -> JsonObject:
+    """The gateway's read of a device's state, to quote it in the caller's confirmation question: the
+    caller's own call of the read tool, decided by the policy, within the caller's execution limits and
+    recorded (way in `confirmation-question`, the confirmed call's trace id) before it reaches the device.
+    A refusal raises RpcError or comes back as a tool error: the question is then asked without the state."""
+    verdict = await governance.admit_call(
+        ctx.principal,
+        slot,
+        tool,
+        str(tool["name"]),
+        params.get("arguments"),
+        QUESTION_VIA,
+        QuestionRead(),
+        trace_id=trace_relay.trace_id(ctx),
+    )
+    if verdict.answer is not None:
+        return verdict.answer
+    if not verdict.allowed:
+        raise refusal(verdict, slot)
+    return await forwarded(governance, verdict, slot, params, forward)
+
+
+async def forwarded(
+    governance: Governance, verdict: CallVerdict, slot: str, params: JsonObject, forward: Forward
+) -> JsonObject:
+    """Forward an allowed call with `forward` (its arguments as the verdict clamped them) and record how
+    it ended."""
     if verdict.arguments is not None:
         params = {**params, "arguments": verdict.arguments}
     started = time.monotonic()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from gateway.core import eras, errors, jsonrpc
+from gateway.core import eras, errors, jsonrpc, method_rules
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.provider_call import call_provider
 from gateway.core.relay import NoRelay, missing_capability, required_capabilities
@@ -37,9 +37,10 @@ def caller_params(session: ProviderSession, ctx: ClientContext, params: JsonObje
     """The params as the provider gets them: a stateless-era caller's as sent (its envelope in _meta),
     a session-era caller's with the envelope its session stands for."""
     if ctx.era != "session":
-        return params if params is not None else {}
+        return method_rules.without_tasks_in_meta(params) if params is not None else {}
     level = session.log_level_of(ctx.listener) or SESSION_ERA_LOG_LEVEL
-    return eras.with_meta(params, eras.session_client_envelope(ctx.client_capabilities, ctx.client_info, level))
+    declared = method_rules.without_tasks(ctx.client_capabilities)
+    return eras.with_meta(params, eras.session_client_envelope(declared, ctx.client_info, level))
 
 
 def undeclared(ctx: ClientContext, requests: dict[str, JsonObject]) -> errors.RpcError | None:

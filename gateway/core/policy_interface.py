@@ -189,6 +189,11 @@ class Governance(Protocol):
         """None when `principal` may use `method` on `slot`; else why not (a -32001 Forbidden)."""
         ...
 
+    def may_receive(self, principal: Principal, slot: str, method: str) -> bool:
+        """Whether `principal` receives `slot`'s notification `method`: only when it holds there the
+        capability the notification concerns (docs/governance.md), decided by the policy in force now."""
+        ...
+
     def visible_tools(self, principal: Principal, slot: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The tools of `slot` the caller may call: the only ones it sees, in every catalog."""
         ...

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from gateway.core import errors, governed, jsonrpc, modern_calls, subscription_bounds, trace_relay
+from gateway.core import errors, governed, jsonrpc, method_rules, modern_calls, subscription_bounds, trace_relay
 from gateway.core.client_context import SESSION, STATELESS, ClientContext
 from gateway.core.confirmer import state_reader
 from gateway.core.eras import ENVELOPE_KEYS, META_SERVER_INFO
@@ -142,10 +142,12 @@ class Target:
         if params is not None and not isinstance(params, dict):
             refused = errors.RpcError(jsonrpc.INVALID_PARAMS, '"params" must be an object')
             return trace_relay.error_answer(ctx, refused, request_id)
-        params = strip_caller(params)  # the gateway alone writes a caller reference
+        # The gateway alone writes a caller reference; a task-augmented request is served as a plain one.
+        params = method_rules.without_task_param(strip_caller(params))
         token = CURRENT.set(trace)
         try:
             errors.check_name(method, params)
+            method_rules.check_not_task(method)
             if ctx.era == STATELESS and method in SESSION_ONLY_METHODS:
                 raise errors.method_not_found(method, f"the {STATELESS_VERSIONS[-1]} protocol")
             if method == "ping":
@@ -186,8 +188,9 @@ def gateway_capabilities(provider_caps: JsonObject) -> JsonObject:
     """What a slot advertises: the provider's capabilities, with tools.listChanged always on
     (the gateway itself tells clients when a provider comes, goes or changes its tools) and logging
     (the gateway answers logging/setLevel at the slot and relays the provider's log messages, which
-    a client that checks capabilities first would otherwise never filter)."""
-    caps = dict(provider_caps)
+    a client that checks capabilities first would otherwise never filter), and without `tasks`, which the
+    gateway does not relay (gateway/core/method_rules.py)."""
+    caps = dict(method_rules.without_tasks(provider_caps))
     tools = caps.get("tools")
     caps["tools"] = {**(tools if isinstance(tools, dict) else {}), "listChanged": True}
     if not isinstance(caps.get("logging"), dict):
@@ -338,8 +341,8 @@ class SlotTarget(Target):
         if governance is not None:
             if method in ("tools/list", "tools/call"):
                 return await self._governed_tools(governance, ctx, method, params)
-            if method.startswith(governed.GOVERNED_PREFIXES):
-                governed.permit(governance, ctx, self.name, method)
+            # Every other method too: one the policy does not govern is refused, not relayed unchecked.
+            governed.permit(governance, ctx, self.name, method)
         if method == "tools/list":
             session = await self.provider(ctx)
             errors.check_no_cursor(params)

@@ -12,12 +12,14 @@ import asyncio
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway.core import errors, jsonrpc
+from gateway.core.confirmer import QUESTION_READ
 from gateway.core.policy_interface import (
     CONFIRM_INPUT_KEY,
     CONFIRM_STATE_PREFIX,
@@ -31,8 +33,12 @@ from gateway.policy.rules.subjects import ANONYMOUS, identity_of
 
 MAX_STATE_CHARS = 2000
 """Longest device state quoted in a question; a longer one is cut (the person reads it, a page is enough)."""
-MAX_USED_STATES = 4096
-"""requestStates answered and not yet expired, remembered so none is answered twice; past it, answers wait."""
+DEFAULT_MAX_USED_CONFIRMATIONS = 4096
+"""requestStates answered and not yet expired, remembered so none is answered twice; past it, answers wait
+(limits.max_used_confirmations)."""
+DEFAULT_MAX_USED_CONFIRMATIONS_PER_CALLER = 256
+"""As many of one caller's, so one caller answering its own questions in a loop leaves room for the others'
+(limits.max_used_confirmations_per_caller)."""
 
 
 @dataclass(frozen=True)
@@ -105,13 +111,28 @@ class Confirmations:
     def __init__(self, approvals: Approvals | None = None) -> None:
         self.approvals = approvals if approvals is not None else Approvals()
         self._key = secrets.token_bytes(32)
-        self._used: dict[str, int] = {}
-        """Each answered requestState's body, with its expiry (monotonic ms)."""
+        self._used: dict[str, tuple[int, str]] = {}
+        """Each answered requestState's body, with its expiry (monotonic ms) and its caller's identity."""
+        self._used_by: dict[str, int] = {}
+        """How many of `_used` each caller (its stable identity) answered."""
+        self.max_used = DEFAULT_MAX_USED_CONFIRMATIONS
+        self.max_used_per_caller = DEFAULT_MAX_USED_CONFIRMATIONS_PER_CALLER
+        self.limit_hit: Callable[[str], None] = _uncounted
+        """Counts an answer refused by one of the two bounds (mcpgw_limit_hits_total); set by the composition root."""
+
+    def bound_used(self, limit: int, per_caller: int) -> None:
+        """limits.max_used_confirmations(_per_caller): read at the next answer that comes. States already
+        remembered stay remembered (forgetting one would let it be answered twice)."""
+        self.max_used = limit
+        self.max_used_per_caller = per_caller
 
     def claim(
         self, subjects: frozenset[str], slot: str, tool: str, arguments: object, confirmer: Confirmer | None
     ) -> Claim:
         """Take what this attempt brings towards its confirmation, used up now (see Claim)."""
+        if confirmer is not None and confirmer.way == QUESTION_READ:
+            # The gateway's own read for a question: it uses up none of the caller's approvals.
+            return NO_CLAIM
         retry = confirmer.retry if confirmer is not None else None
         if retry is not None and confirmer is not None and confirmer.way != "input":
             retry = None  # a requestState answers only the input_required round it came from
@@ -122,7 +143,7 @@ class Confirmations:
         if retry is None:
             return Claim(approval) if approval is not None else NO_CLAIM
         try:
-            sealed = self._spend_state(retry.state, attempt)
+            sealed = self._spend_state(retry.state, attempt, identity_of(subjects))
         except errors.RpcError as exc:
             return Claim(approval, problem=exc)
         return Claim(approval, sealed, retry.answer, spent=retry.state.rpartition(".")[0])
@@ -133,11 +154,13 @@ class Confirmations:
         if claim.approval is not None:
             self.approvals.put_back(claim.approval)
         if claim.spent is not None:
-            self._used.pop(claim.spent, None)
+            self._forget(claim.spent)
 
     async def ask(self, question: Question, confirmer: Confirmer | None, claim: Claim | None = None) -> Answer:
         """The person's answer; AnswerInstead (an input_required round) or RpcError (-32001 with how to
         approve) when it cannot be had now. `claim`: what the attempt brought (taken here when None)."""
+        if confirmer is not None and confirmer.way == QUESTION_READ:
+            raise _question_read_confirmed(question)
         if claim is None:
             claim = self.claim(question.subjects, question.slot, question.tool, question.sent, confirmer)
         approval = claim.approval
@@ -293,7 +316,7 @@ class Confirmations:
     def _mac(self, body: str, attempt: str) -> str:
         return hmac.new(self._key, f"{body}|{attempt}".encode(), hashlib.sha256).hexdigest()[:32]
 
-    def _spend_state(self, state: str, attempt: str) -> str:
+    def _spend_state(self, state: str, attempt: str, caller: str) -> str:
         """Check a requestState against the attempt carrying it and mark it used; the digest of the
         forwarded call it was issued for. RpcError when it does not hold."""
         body, _, mac = state.rpartition(".")
@@ -317,16 +340,53 @@ class Confirmations:
                 "without requestState to be asked again",
                 "used",
             )
-        for old in [old for old, until in self._used.items() if until <= now]:
-            del self._used[old]  # expired: refused as expired anyway, no need to remember it
-        if len(self._used) >= MAX_USED_STATES:
-            raise errors.RpcError(
-                jsonrpc.UNAVAILABLE,
-                f"Too many confirmations answered within their lifetime ({MAX_USED_STATES}); try again later",
-                {"reason": "confirmations_full"},
+        if len(self._used) >= self.max_used or self._used_by.get(caller, 0) >= self.max_used_per_caller:
+            for old in [old for old, (until, _) in self._used.items() if until <= now]:
+                self._forget(old)  # expired: refused as expired anyway, no need to remember it
+        mine = self._used_by.get(caller, 0)
+        if mine >= self.max_used_per_caller:
+            # This caller's share is full: its own answers wait, every other caller's still count.
+            raise self._full(
+                f"{mine} of this caller's confirmations were answered within their lifetime",
+                "max_used_confirmations_per_caller",
+                min(until for until, who in self._used.values() if who == caller) - now,
             )
-        self._used[body] = int(expires)
+        if len(self._used) >= self.max_used:
+            raise self._full(
+                f"{len(self._used)} confirmations were answered within their lifetime",
+                "max_used_confirmations",
+                min(until for until, _ in self._used.values()) - now,
+            )
+        self._used[body] = (int(expires), caller)
+        self._used_by[caller] = mine + 1
         return sealed
+
+    def _forget(self, body: str) -> None:
+        remembered = self._used.pop(body, None)
+        if remembered is None:
+            return
+        caller = remembered[1]
+        left = self._used_by.get(caller, 0) - 1
+        if left > 0:
+            self._used_by[caller] = left
+        else:
+            self._used_by.pop(caller, None)
+
+    def _full(self, text: str, limit: str, wait_ms: int) -> errors.RpcError:
+        """The refusal of an answer past a bound: the answered states are remembered until they expire, so
+        none is answered twice; the answer counts once one of them has (its requestState holds till then)."""
+        self.limit_hit(limit)
+        retry_after_ms = max(wait_ms, 1)
+        return errors.RpcError(
+            jsonrpc.UNAVAILABLE,
+            f"Not forwarded: {text} (limits.{limit}); send the same retry again in {-(-retry_after_ms // 1000)} s, "
+            "when the oldest of them expires, or ask the operator to raise the bound",
+            {"reason": "confirmations_full", "limit": f"limits.{limit}", "retryAfterMs": retry_after_ms},
+        )
+
+
+def _uncounted(limit: str) -> None:
+    """The count of a limit hit where nothing counts them (a Confirmations built outside the gateway)."""
 
 
 def _digest(binding: str) -> str:
@@ -342,6 +402,17 @@ def _approval_changed(question: Question, approval: Approval) -> errors.RpcError
         f"{orjson.dumps(approval.arguments).decode()}, and the operator's policy now forwards {forwarded} (it "
         "changed since). The approval is used up; send the call again to have it approved again.",
         {"reason": "approval_changed", "approval": approval.id, "slot": question.slot},
+    )
+
+
+def _question_read_confirmed(question: Question) -> errors.RpcError:
+    """The gateway's own read of a device's state, to quote it in a question, is never itself put to a
+    person: where the policy has its read tool confirmed too, the question goes without the state."""
+    return errors.forbidden(
+        f"Not read: the operator's policy ({question.rule.id}) has a person confirm {question.tool} on "
+        f"{question.slot} too, so the gateway does not read it to quote the device's state in a confirmation "
+        "question; the question is asked without it",
+        {"reason": "question_read_confirmed", "slot": question.slot},
     )
 
 

@@ -45,6 +45,7 @@ from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects
 from gateway.policy.rules.capabilities import TOOLS_CALL
 from gateway.policy.rules.compiled import ConfirmRule
 from gateway.policy.rules.decision import Decision
+from gateway.policy.rules.notices import receives
 from gateway.policy.rules.subjects import ANONYMOUS, ANYONE, caller_name, identity_of
 from gateway.policy.schemas import SchemaCache
 
@@ -173,6 +174,9 @@ class Governor:
     def permits(self, principal: Principal, slot: str, method: str) -> str | None:
         decision = self.policy.decide(Ask(self.subjects(principal), slot, method))
         return None if decision.allowed else decision.reason
+
+    def may_receive(self, principal: Principal, slot: str, method: str) -> bool:
+        return receives(self.policy, self.subjects(principal), slot, method)
 
     def visible_tools(self, principal: Principal, slot: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         policy, subjects = self.policy, self.subjects(principal)
@@ -698,4 +702,7 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
     governor.repeat_interval_s = config.logging.repeat_interval_s
     governor.clients_authenticated = config.auth_configured  # turning [auth] on or off needs a restart
     governor.bound_approvals(limits.max_pending_approvals, limits.max_pending_approvals_per_caller)
+    governor.confirmations.bound_used(limits.max_used_confirmations, limits.max_used_confirmations_per_caller)
+    # Late bound: the composition root sets governor.limit_hit after this.
+    governor.confirmations.limit_hit = lambda limit: governor.limit_hit(limit)  # noqa: PLW0108
     return governor

@@ -444,7 +444,7 @@ def test_the_star_principal_is_any_caller_the_anonymous_one_included() -> None:
     assert not policy.decide(call(frozenset({"anonymous"}), "x", "write")).allowed
 
 
-def test_methods_map_to_capabilities_and_the_rest_are_always_allowed() -> None:
+def test_methods_map_to_capabilities_and_the_rest_are_decided_by_kind() -> None:
     policy = Policy(
         check_policy(
             {
@@ -465,7 +465,10 @@ def test_methods_map_to_capabilities_and_the_rest_are_always_allowed() -> None:
         "initialize": (True, ""),
         "ping": (True, ""),
         "notifications/initialized": (True, ""),
-        "logging/setLevel": (True, ""),
+        "server/discover": (True, ""),
+        "logging/setLevel": (True, "mcp.prompts.read"),  # any MCP capability held on the slot
+        "tools/search": (False, ""),  # no capability decides it: not relayed under a policy
+        "vendor/reboot": (False, ""),
     }
     found = {}
     for method in expected:
@@ -473,6 +476,12 @@ def test_methods_map_to_capabilities_and_the_rest_are_always_allowed() -> None:
         found[method] = (decision.allowed, decision.capability)
     assert found == expected
     assert policy.decide(Ask(nobody, "x", "ping")).rules == ("always",)
+    assert (
+        "relays only the methods of MCP's governed families" in policy.decide(Ask(nobody, "x", "vendor/reboot")).reason
+    )
+    no_rights = Policy(check_policy({"roles": {"r": {"capabilities": ["mcp.tools.list"]}}}))
+    level = no_rights.decide(Ask(nobody, "x", "logging/setLevel"))
+    assert not level.allowed and "may not set the log level on /x" in level.reason
     listing = policy.decide(Ask(nobody, "x", "tools/list"))
     assert listing.reason == (
         "Forbidden: anonymous may not list tools on /x (no role of theirs there grants mcp.tools.list); "
@@ -603,6 +612,14 @@ def test_explain_says_which_rule_does_not_apply_and_why(policy: Policy) -> None:
         'resource: /site2/valve (slot "valve", by resource_patterns[1])',
         "capability: none (ping is always allowed)",
     ]
+    vendor = policy.explain(Ask(AGENT, "valve", "vendor/reboot"))
+    assert vendor[0].startswith("denied: Forbidden: vendor/reboot is not relayed on /site2/valve")
+    assert vendor[-1].startswith("capability: none grants it (under a [policy] the gateway relays only")
+    level = policy.explain(Ask(AGENT, "valve", "logging/setLevel"))
+    assert level[-1] == (
+        "capability: any of mcp.tools.list, mcp.tools.call, mcp.resources.read, mcp.prompts.read, "
+        "mcp.completion.use (the slot's log level is shared)"
+    )
 
 
 def test_a_pattern_with_many_stars_in_a_segment_matches_like_fnmatch_without_backtracking() -> None:

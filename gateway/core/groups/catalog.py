@@ -145,11 +145,16 @@ class GroupCatalog:
         return offline_answer(self.registry, remembered, principal, self.may_call, self.governance, self.metrics)
 
     def may_use(self, principal: Principal, tool: CatalogTool) -> bool:
-        """Whether the caller sees and may call `tool`: its slot's scopes, then the policy."""
+        """Whether a listing shows the caller `tool`: its slot's scopes, then the policy (mcp.tools.list on
+        the slot, so a deny of it wins as on the slot itself, and a tool the caller may call)."""
         if not self.may_call(principal, tool.slot):
             return False
         governance = self.governance
-        return governance is None or governance.may_see(principal, tool.slot, tool.tool)
+        if governance is None:
+            return True
+        if governance.permits(principal, tool.slot, "tools/list") is not None:
+            return False
+        return governance.may_see(principal, tool.slot, tool.tool)
 
     # -- the catalog ----------------------------------------------------------------------------
 

@@ -37,8 +37,12 @@ NAMED = (
 SPELLINGS = (*NAMED, "tool:<name>")
 """As an error message lists them."""
 
-# The methods decided by a capability, by prefix (resources/templates/list, resources/subscribe, ...);
-# any other method (initialize, ping, notifications, logging/setLevel) is always allowed.
+MCP_CAPABILITIES = (TOOLS_LIST, TOOLS_CALL, RESOURCES_READ, PROMPTS_READ, COMPLETION_USE)
+"""Holding any one of them on a slot lets a caller set the slot's log level (logging/setLevel)."""
+
+# The methods decided by a capability, by prefix (resources/templates/list, resources/subscribe, ...).
+# Of the others, initialize, ping and notifications are always allowed, logging/setLevel needs any of
+# MCP_CAPABILITIES, and the rest are refused (gateway/core/method_rules.py).
 _BY_METHOD = {"tools/list": TOOLS_LIST, "tools/call": TOOLS_CALL}
 _BY_PREFIX = (("resources/", RESOURCES_READ), ("prompts/", PROMPTS_READ), ("completion/", COMPLETION_USE))
 
@@ -53,7 +57,7 @@ VERBS = {
 
 
 def capability_of(method: str) -> str | None:
-    """The capability `method` needs, or None when the method is always allowed."""
+    """The capability `method` needs, or None when no one capability decides it (see Policy.decide)."""
     named = _BY_METHOD.get(method)
     if named is not None:
         return named

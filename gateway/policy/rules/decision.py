@@ -8,7 +8,8 @@ from gateway.policy.arguments import ArgumentLimit
 from gateway.policy.rules.compiled import ConfirmRule
 
 ALWAYS = "always"
-"""The rule id of a method no capability governs (initialize, ping, notifications, logging/setLevel)."""
+"""The rule id of a method any caller may use (initialize, ping, server/discover, subscriptions/listen,
+notifications)."""
 DEFAULT = "default"
 """The rule id of a refusal no rule made: nothing grants the capability, so the caller does not hold it."""
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import fnmatch
 
+from gateway.core import method_rules
 from gateway.core.names import BROKER_SLOT
 from gateway.policy.arguments import ArgumentLimit
 from gateway.policy.rules.capabilities import (
     BROKER_TOOL_NEEDS,
+    MCP_CAPABILITIES,
     TOOL_PREFIX,
     TOOLS_CALL,
     VERBS,
@@ -52,7 +54,12 @@ class Policy:
         capability = capability_of(ask.method)
         place = self.place(ask.slot)
         if capability is None:
-            return Decision(True, f"{ask.method} is always allowed", (ALWAYS,), place.resource, "")
+            if method_rules.needs_no_capability(ask.method):
+                return Decision(True, f"{ask.method} is always allowed", (ALWAYS,), place.resource, "")
+            if ask.method == method_rules.LOGGING_SET_LEVEL:
+                return _decide_level(place, self.grants(ask.subjects, ask.slot))
+            reason = f"Forbidden: {ask.method} is not relayed on {place.resource}: {method_rules.NOT_GOVERNED}"
+            return Decision(False, reason, (DEFAULT,), place.resource, "")
         grants = self.grants(ask.subjects, ask.slot)
         if capability == TOOLS_CALL:
             return _decide_call(ask, place, grants)
@@ -150,6 +157,21 @@ class Policy:
             if fnmatch.fnmatchcase(slot, pattern.slots):
                 return pattern.path.replace("{slot}", segment(slot)), f"resource_patterns[{index}]"
         return f"/{segment(slot)}", "the default, /<slot>"
+
+
+def _decide_level(place: Place, grants: Grants) -> Decision:
+    """logging/setLevel: the level is shared upstream by every caller of the slot, so only a caller
+    holding some MCP capability there (and not denied it) may set it."""
+    for capability in MCP_CAPABILITIES:
+        granted_by = grants.held.get(capability)
+        if granted_by is not None and capability not in grants.denied:
+            reason = f"{grants.who} may set the log level on {place.resource} ({granted_by})"
+            return Decision(True, reason, (granted_by,), place.resource, capability)
+    reason = (
+        f"Forbidden: {grants.who} may not set the log level on {place.resource} (no role of theirs there "
+        f"grants an MCP capability it is not denied); ask the operator for one of {', '.join(MCP_CAPABILITIES)} there"
+    )
+    return Decision(False, reason, (DEFAULT,), place.resource, "")
 
 
 def _decide_call(ask: Ask, place: Place, grants: Grants) -> Decision:

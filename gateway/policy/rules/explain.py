@@ -5,8 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from gateway.core import method_rules
 from gateway.policy.arguments import ArgumentLimit
-from gateway.policy.rules.capabilities import TOOL_OBSERVE, TOOL_PREFIX, TOOLS_CALL, capability_of, tool_class
+from gateway.policy.rules.capabilities import (
+    MCP_CAPABILITIES,
+    TOOL_OBSERVE,
+    TOOL_PREFIX,
+    TOOLS_CALL,
+    capability_of,
+    tool_class,
+)
 from gateway.policy.rules.compiled import ConfirmRule, Place, Rule, Rules
 from gateway.policy.rules.decision import Ask, Decision
 
@@ -20,7 +28,12 @@ def explanation(ask: Ask, decision: Decision, place: Place, rules: Rules) -> lis
         f'resource: {place.resource} (slot "{ask.slot}", by {place.mapped_by})',
     ]
     if not asked:
-        lines.append(f"capability: none ({ask.method} is always allowed)")
+        if method_rules.needs_no_capability(ask.method):
+            lines.append(f"capability: none ({ask.method} is always allowed)")
+        elif ask.method == method_rules.LOGGING_SET_LEVEL:
+            lines.append(f"capability: any of {', '.join(MCP_CAPABILITIES)} (the slot's log level is shared)")
+        else:
+            lines.append(f"capability: none grants it ({method_rules.NOT_GOVERNED})")
         return lines
     if ask.method == "tools/call":
         kind = tool_class(ask.read_only)

@@ -1,5 +1,5 @@
 """[limits] at run time: the request rate buckets, the connection caps, the slot table's bounds, the
-device registry's bound, and the bounds of the calls waiting for approval.
+device registry's bound, the bounds of the calls waiting for approval and of the confirmations answered.
 
 Those are read where they are enforced, so swapping them changes what the next request, connection or
 slot meets. Every other bound of [limits] is built into a session, a stream, a parser or the listener at
@@ -29,6 +29,8 @@ OWNS = (
     "limits.max_devices",
     "limits.max_pending_approvals",
     "limits.max_pending_approvals_per_caller",
+    "limits.max_used_confirmations",
+    "limits.max_used_confirmations_per_caller",
 )
 NAME_BOOK_PER_SLOT = 4
 """Departed names the /mcp and _all name books remember per slot (as the core builds them)."""
@@ -55,6 +57,9 @@ class LimitsSwap(Prepared):
         gateway.groups.names.max_retired = NAME_BOOK_PER_SLOT * limits.max_slots
         if running.governor is not None:
             running.governor.bound_approvals(limits.max_pending_approvals, limits.max_pending_approvals_per_caller)
+            running.governor.confirmations.bound_used(
+                limits.max_used_confirmations, limits.max_used_confirmations_per_caller
+            )
         # max_slots, max_slots_per_peer, vacant_slot_ttl_s and max_devices (the device registry's sightings,
         # at each hello) are read from the configuration, swapped last.
         for name, value in limit_values(limits).items():
