@@ -90,6 +90,11 @@ class Target:
         """The tools this target lists now, as cached by the gateway (none when it keeps no cache)."""
         return []
 
+    async def listen_subscribe(self, ctx: ClientContext, uri: str) -> bool:
+        """Subscribe a subscriptions/listen stream to `uri`; False when refused (a target that keeps no
+        subscriptions has nothing to refuse)."""
+        return True
+
     def metric_slot(self) -> str:
         """`mcpgw.slot` of a request's OTLP metrics: the target's name (`_all`, `_broker`, a group's)."""
         return self.name
@@ -423,6 +428,13 @@ class SlotTarget(Target):
         if changed is not None and session is not None and session.ready and "logging" in session.capabilities:
             await forward_to(session, ctx, "logging/setLevel", {"level": changed}, self.metrics)
         return {}
+
+    async def listen_subscribe(self, ctx: ClientContext, uri: str) -> bool:
+        try:  # the whole dispatch: the policy, the provider's capability, the bounds
+            await self.dispatch(ctx, "resources/subscribe", {"uri": uri})
+        except errors.RpcError:
+            return False
+        return True
 
     async def _subscription(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         uri = (params or {}).get("uri")

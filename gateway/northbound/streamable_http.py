@@ -734,10 +734,10 @@ class StreamableHttpEndpoint:
         metrics = self.gateway.metrics.streams.labels("listen")
         metrics.inc()
         try:
-            for uri in stream.uris:
-                if isinstance(target, SlotTarget):
-                    with contextlib.suppress(errors.RpcError):
-                        await target.dispatch(ctx, "resources/subscribe", {"uri": uri})
+            refused = [uri for uri in list(stream.uris) if not await target.listen_subscribe(ctx, uri)]
+            if refused:  # the acknowledgement names only what this stream will get (a policy may refuse)
+                stream.uris.difference_update(refused)
+                honored["resourceSubscriptions"] = [uri for uri in uris or () if uri in stream.uris]
             response = await event_stream.open_stream(request)
             ack = jsonrpc.notification(
                 "notifications/subscriptions/acknowledged",

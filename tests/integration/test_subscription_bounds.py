@@ -163,3 +163,23 @@ async def test_a_stateless_listen_over_a_subscription_bound_is_refused_whole(
     assert answer["error"]["data"]["setting"] == "limits.max_subscribed_uris_per_slot"
     assert server.gateway.registry.slots[SLOT].upstream.subscribers == {}
     assert server.gateway.open_subscriptions == 0
+
+
+async def test_a_listen_acknowledges_only_the_resources_the_policy_lets_it_subscribe(
+    gateway_factory: GatewayFactory, publishers: Publishers, http: aiohttp.ClientSession
+) -> None:
+    # The caller may list and call tools on the slot, not read its resources.
+    viewer = {"capabilities": ["mcp.tools.list", "mcp.tools.call", "tool.observe"]}
+    policy = {
+        "roles": {"viewer": viewer},
+        "assign": [{"principal": "anonymous", "role": "viewer", "resources": ["/**"]}],
+    }
+    server = await gateway_factory(policy=policy)
+    await publishers.start(server, SLOT, make_server(), aggregate=True)
+    wanted = {"toolsListChanged": True, "resourceSubscriptions": ["file:///plant/tank"]}
+    response, _, ack = await open_listen(http, url_of(server, SLOT), wanted, "sub-1")
+    try:
+        assert ack["params"]["notifications"] == {"toolsListChanged": True, "resourceSubscriptions": []}
+        assert server.gateway.registry.slots[SLOT].upstream.subscribers == {}
+    finally:
+        response.close()
