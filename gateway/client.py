@@ -39,10 +39,12 @@ which this module may not import)."""
 class GatewayCallError(Exception):
     """The gateway answered with a JSON-RPC error or an HTTP failure; the message says which."""
 
-    def __init__(self, message: str, code: int | None = None) -> None:
+    def __init__(self, message: str, code: int | None = None, error: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
         """The JSON-RPC error code, when the gateway answered with one."""
+        self.error = error
+        """The JSON-RPC error object as the gateway sent it (its data too), when it answered with one."""
 
 
 _OBSERVE_TOOLS = frozenset(
@@ -560,7 +562,11 @@ def _result_of(method: str, answer: dict[str, Any] | None) -> dict[str, Any]:
         error = answer["error"]
         code = error.get("code")
         message = terminal_text(str(error.get("message")))  # a provider's words, on the operator's terminal
-        raise GatewayCallError(f"{message} (code {code})", code if isinstance(code, int) else None)
+        raise GatewayCallError(
+            f"{message} (code {code})",
+            code if isinstance(code, int) else None,
+            error if isinstance(error, dict) else None,
+        )
     result: dict[str, Any] = answer["result"]
     return result
 

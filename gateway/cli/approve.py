@@ -8,9 +8,12 @@ import asyncio
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.cli.common import Commands, gateway_timeout_option, gateway_url_option
+
+if TYPE_CHECKING:
+    from gateway.client import GatewayCallError
 
 NOTHING_WAITS = "No call waits for approval."
 """What `approve` says, on stderr, when the list is empty."""
@@ -55,9 +58,18 @@ def refused(result: dict[str, Any], as_json: bool) -> int:
     return 1
 
 
+def refused_by_error(exc: GatewayCallError, as_json: bool) -> int:
+    """A JSON-RPC error of _broker (a caller deciding its own call, a caller without the rights): said on
+    stderr, exit 1; with --json the error object goes to stdout as a tool error's answer does."""
+    if as_json and exc.error is not None:
+        sys.stdout.write(json.dumps({"error": exc.error}, ensure_ascii=False) + "\n")
+    print(f"mcp-gateway approve: {exc}", file=sys.stderr)
+    return 1
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     from gateway.cli.calls import gateway_client
-    from gateway.client import render_result, terminal_text
+    from gateway.client import GatewayCallError, render_result, terminal_text
 
     if args.deny and args.id is None:
         print(
@@ -97,7 +109,13 @@ def cmd_approve(args: argparse.Namespace) -> int:
         sys.stdout.write(terminal_text(said) + "\n")
         return 0
 
-    return asyncio.run(go())
+    async def decided() -> int:
+        try:
+            return await go()
+        except GatewayCallError as exc:
+            return refused_by_error(exc, args.json)
+
+    return asyncio.run(decided())
 
 
 def add_approve(commands: Commands) -> None:

@@ -8,6 +8,7 @@ server, a simulated pump, SDK clients and `mcp-gateway approve`."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,15 @@ async def test_a_user_never_approves_their_own_call_through_another_client_or_ot
             code, text = await approve(server, own, approval, tmp_path)
             assert code != 0 and f"Approval {approval} is for a call of yours" in text, text
             assert "(user:alice, whichever client or groups your token names)" in text
+        # A script reads the refusal's data on stdout; the words go to stderr, named by the command.
+        credential = tmp_path / "credential"
+        credential.write_text(token(server, "alice"))
+        code, out, err = await run_cli(
+            "approve", "--json", approval, "--url", server.url, "--token-file", str(credential)
+        )
+        assert code == 1
+        assert json.loads(out)["error"]["data"]["reason"] == "own_call", out
+        assert err.startswith(f"mcp-gateway approve: Approval {approval} is for a call of yours"), err
         # Nothing was approved: the agent's retry still waits, for the same approval.
         again = await start(server, agent, 900)
         assert again is not None and again[1]["approval"] == approval

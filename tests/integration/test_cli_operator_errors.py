@@ -61,7 +61,7 @@ async def test_approve_and_slots_with_a_token_not_granted_the_broker_tool_say_wh
     code, out, err = await run_cli("approve", "--url", server.url, "--token-file", agent, "3f9a01c2")
     assert (code, out) == (1, "")
     assert err == (
-        "mcp-gateway: Unknown tool: broker_approve is not offered by _broker; call tools/list (code -32602); "
+        "mcp-gateway approve: Unknown tool: broker_approve is not offered by _broker; call tools/list (code -32602); "
         "broker_approve exists only on a gateway with a [policy] and is hidden from a caller the policy does not "
         "grant it: this token may lack tool:broker_approve or tool.control on /_system/broker (docs/governance.md), "
         "or the gateway is older than this mcp-gateway\n"
