@@ -16,7 +16,14 @@ GOVERNED_PREFIXES = ("resources/", "prompts/", "completion/")
 """MCP's families the policy decides by capability; under a [policy] no other method is relayed."""
 GOVERNED_FAMILIES = ("tools/list", "tools/call", "resources/*", "prompts/*", "completion/*")
 """The same, as a refusal lists them."""
-OPEN_METHODS = frozenset({"initialize", "ping", "server/discover", "subscriptions/listen"})
+LISTEN = "subscriptions/listen"
+LISTEN_SERVED_BY = (
+    "a session or a relayed request: it is a 2026-07-28 request the gateway answers itself over Streamable "
+    "HTTP (a session-era client opens a GET stream for notifications)"
+)
+"""Why a subscriptions/listen that reaches a target is refused: only the stateless transport serves it, and
+it applies the policy to what the stream gets (a relayed one would reach the provider unchecked)."""
+OPEN_METHODS = frozenset({"initialize", "ping", "server/discover", LISTEN})
 """Methods the gateway answers itself (the handshake, ping, the stateless era's own methods): no capability."""
 LOGGING_SET_LEVEL = "logging/setLevel"
 """Needs any MCP capability on the slot: the level it sets is shared upstream by every caller of the slot."""

@@ -155,6 +155,8 @@ class Target:
             method_rules.check_not_task(method)
             if ctx.era == STATELESS and method in SESSION_ONLY_METHODS:
                 raise errors.method_not_found(method, f"the {STATELESS_VERSIONS[-1]} protocol")
+            if method == method_rules.LISTEN:  # the stateless transport serves it; here it would be relayed
+                raise errors.method_not_found(method, method_rules.LISTEN_SERVED_BY)
             if method == "ping":
                 result: JsonObject = {}
             elif method == "server/discover":

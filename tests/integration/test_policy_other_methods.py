@@ -81,8 +81,13 @@ def serve_provider() -> None:
         heard("tasks/list")
         return types.ListTasksResult(tasks=[])
 
+    async def listen(ctx: Any, params: types.RequestParams) -> types.EmptyResult:
+        heard("subscriptions/listen")
+        return types.EmptyResult()
+
     low = server._lowlevel_server
     low.add_request_handler("vendor/reboot", types.RequestParams, reboot)
+    low.add_request_handler("subscriptions/listen", types.RequestParams, listen)
     low.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
     low.add_request_handler("tasks/list", types.PaginatedRequestParams, list_tasks)
     options = low.create_initialization_options()
@@ -216,6 +221,20 @@ async def test_logging_set_level_needs_a_capability_on_the_slot(
 
 
 @pytest.mark.parametrize("policy", [POLICY, None], ids=["policy", "no-policy"])
+async def test_a_listen_sent_in_a_session_is_refused_not_relayed(
+    gateway_factory: GatewayFactory, tmp_path: Path, policy: dict[str, Any] | None
+) -> None:
+    # Only the stateless transport serves subscriptions/listen (and filters what the stream gets); sent
+    # inside a session it would reach the provider, and its stream the caller, unchecked.
+    server = await start(gateway_factory, tmp_path, policy)
+    async with session(server, "secret", AGENT) as agent:
+        listen = await agent.request("subscriptions/listen", {"notifications": {"resourceSubscriptions": ["x://y"]}})
+        assert listen["error"]["code"] == -32601, listen
+        assert "Method not found: subscriptions/listen" in listen["error"]["message"]
+    assert not [line for line in heard(tmp_path, "secret") if line.startswith("subscriptions/listen")]
+
+
+@pytest.mark.parametrize("policy", [POLICY, None], ids=["policy", "no-policy"])
 async def test_mcp_tasks_are_neither_advertised_nor_relayed(
     gateway_factory: GatewayFactory, tmp_path: Path, policy: dict[str, Any] | None
 ) -> None:
@@ -263,6 +282,12 @@ async def test_all_and_groups_list_no_tool_of_a_slot_whose_tools_list_is_denied(
         listed = await operator.request("tools/list", {})
         names = sorted(tool["name"] for tool in listed["result"]["tools"])
         assert names == ["guidance", "public__read_secret", "search", "secret__read_secret"]
+    # GET /mcp-servers counts what the caller's listings show.
+    async with aiohttp.ClientSession() as http:
+        for token, counted in ((AGENT, {"public": 0, "secret": 0}), (OPERATOR, {"public": 1, "secret": 1})):
+            async with http.get(f"{server.url}/mcp-servers", headers={"Authorization": f"Bearer {token}"}) as response:
+                servers = await response.json()
+            assert {entry["name"]: entry["tools"] for entry in servers} == counted
 
 
 if __name__ == "__main__":

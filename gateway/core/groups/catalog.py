@@ -308,8 +308,11 @@ class GroupCatalog:
 
 
 def _visible_count(tools: list[JsonObject], principal: Principal, slot: str, governance: Governance | None) -> int:
+    """The slot's tools the caller's listings show (none where it may not list the slot's tools)."""
     if governance is None:
         return len(tools)
+    if governance.permits(principal, slot, "tools/list") is not None:
+        return 0
     return sum(1 for tool in tools if governance.may_see(principal, slot, tool))
 
 
