@@ -38,7 +38,8 @@ SPELLINGS = (*NAMED, "tool:<name>")
 """As an error message lists them."""
 
 MCP_CAPABILITIES = (TOOLS_LIST, TOOLS_CALL, RESOURCES_READ, PROMPTS_READ, COMPLETION_USE)
-"""Holding any one of them on a slot lets a caller set the slot's log level (logging/setLevel)."""
+"""Holding any one of them on a slot lets a caller set the slot's log level (logging/setLevel) and hear its
+log lines and other untagged notifications (gateway/policy/rules/notices.py)."""
 
 # The methods decided by a capability, by prefix (resources/templates/list, resources/subscribe, ...).
 # Of the others, initialize, ping and notifications are always allowed, logging/setLevel needs any of

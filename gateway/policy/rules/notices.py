@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway.policy.rules.capabilities import COMPLETION_USE, PROMPTS_READ, RESOURCES_READ, TOOLS_CALL, TOOLS_LIST
+from gateway.policy.rules.capabilities import MCP_CAPABILITIES, PROMPTS_READ, RESOURCES_READ, TOOLS_LIST
 
 if TYPE_CHECKING:
     from gateway.policy.rules.engine import Policy
-
-MCP_CAPABILITIES = (TOOLS_LIST, TOOLS_CALL, RESOURCES_READ, PROMPTS_READ, COMPLETION_USE)
-"""Holding one of these on a slot entitles a caller to its log lines and other untagged notifications."""
 
 
 def notice_needs(method: str) -> tuple[str, ...]:
