@@ -287,6 +287,16 @@ class SlotRegistry:
             and not slot.lock.locked()  # a provider is being attached to it right now
         ]
 
+    def vacant_names(self) -> list[str]:
+        """The slots admission may forget to make room for a new one (see `_vacant`), by name."""
+        return [slot.name for slot in self._vacant()]
+
+    def forget(self, name: str) -> None:
+        """Forget `name` if it is vacant (a slot a reload made, then undid); else nothing."""
+        slot = self.slots.get(name)
+        if slot is not None and slot in self._vacant():
+            self._forget(slot)
+
     def _make_room(self) -> None:
         """Forget vacant slots, oldest first, until one more fits: a slot a provider held once counts
         no more than a name a client only asked for, so no past claim keeps a board out for good."""

@@ -48,13 +48,15 @@ class Context:
 class Prepared:
     """One part's change, built and checked without touching the running gateway.
 
-    `swap` puts it in place and cannot fail (references are replaced, nothing is read or parsed);
-    `settle` does what takes time once every part is swapped (starting and stopping upstreams,
-    closing links whose credential no longer stands) and returns what it adds to the report.
+    `swap` puts it in place (references are replaced, nothing is read or parsed); `settle` does what
+    takes time once every part is swapped (starting and stopping upstreams, closing links whose
+    credential no longer stands) and returns what it adds to the report.
 
     A `fallible` part's swap builds from files or a library that may still refuse (the TLS pair read
-    again, telemetry exporters): such parts swap first, and raise Refused before any other part has;
-    `undo` puts back what one of them swapped when a later one refuses."""
+    again, telemetry exporters): such parts swap first, and raise Refused before any other part has.
+    Every part has an `undo` that puts back what its swap changed: when a later part refuses, or any
+    swap fails unexpectedly (that part itself included), the reloader undoes the parts swapped so far,
+    newest first, and the reload is refused whole (gateway/reload/reloader.py)."""
 
     fallible = False
 

@@ -4,7 +4,8 @@ and report what changed in one log line and in broker_info (docs/reload.md).
 One reload runs at a time; a second waits for the first. A reload is shielded from its caller: a
 `mcp-gateway reload` that goes away does not stop it halfway. Swaps run without an await between
 them, so no request sees half of them; then each part settles (upstreams stopped and started, revoked
-providers closed, mDNS re-announced).
+providers closed, mDNS re-announced). A swap that fails, refused or by a fault of the gateway's own,
+has every part swapped before it undone: a reload is applied whole or refused whole.
 """
 
 from __future__ import annotations
@@ -97,7 +98,11 @@ class Reloader:
             new = self.source.load()
         except ConfigError as exc:
             return self._report("refused", refusals=[str(exc), *self._unvalidated_restarts(self.source)])
-        plan = build_plan(self.running.config, new, self.context)
+        try:
+            plan = build_plan(self.running.config, new, self.context)
+        except Exception as exc:  # a fault of the gateway's own; nothing is swapped while planning
+            log.exception("configuration reload: preparing the new configuration failed")
+            return self._report("refused", refusals=[f"preparing the new configuration failed ({exc!r}); see the log"])
         if plan.refusals:
             return self._report("refused", refusals=plan.refusals)
         if not plan.prepared:
@@ -134,29 +139,51 @@ class Reloader:
         return unvalidated_refusals(self.running.config, raw, overridden)
 
     def _swap(self, prepared: list[Prepared], new: GatewayConfig) -> None:
-        """Every part swapped with no await in between. The fallible ones go first: one that refuses
-        has the others undone and raises Refused before anything else is touched."""
+        """Every part swapped with no await in between; the fallible ones go first.
+
+        The slot table reads the new configuration from the first swap on, so an upstream's slot is admitted
+        under the new limits.max_slots, as the plan checked it (parts/upstreams.py check_room). A part whose
+        swap raises has every part swapped before it undone, newest first, and the old configuration put
+        back; the reload is then refused (Refused raised). A part that raises Refused has touched nothing;
+        one that raises anything else (a fault of the gateway's own) is undone too, for what it did."""
+        running = self.running
+        registry = running.gateway.registry
+        old = registry.config
+        registry.config = new
         done: list[Prepared] = []
-        for part in (part for part in prepared if part.fallible):
+        for part in [*(part for part in prepared if part.fallible), *(part for part in prepared if not part.fallible)]:
             try:
                 part.swap()
             except Refused:
-                for earlier in reversed(done):
-                    earlier.undo()
+                self._undo(done)
+                registry.config = old
                 raise
+            except Exception as exc:
+                what = "; ".join(part.changes) or type(part).__name__
+                log.exception("configuration reload: applying %s failed; putting back every part swapped", what)
+                self._undo([*done, part])
+                registry.config = old
+                raise Refused(
+                    f"{what}: could not be applied ({exc.__class__.__name__}: {exc}), so every part was put back; "
+                    "a fault of the gateway's own, see its log"
+                ) from exc
             done.append(part)
-        for part in prepared:
-            if not part.fallible:
-                part.swap()
-        running = self.running
         # Keys no part owns are equal in both (else the reload was refused), so the new configuration
         # can be read everywhere the old one was.
         running.config = new
         running.gateway.config = new
-        running.gateway.registry.config = new
         step = running.app.get(CLIENT_AUTH_KEY)
         if step is not None:
             step.config = new
+
+    @staticmethod
+    def _undo(done: list[Prepared]) -> None:
+        """Undo each part, newest first; one whose undo fails is logged and the others still undone."""
+        for part in reversed(done):
+            try:
+                part.undo()
+            except Exception:
+                log.exception("configuration reload: undoing %s failed", "; ".join(part.changes) or type(part).__name__)
 
 
 class Reloads(Protocol):

@@ -51,14 +51,26 @@ class AuthSwap(Prepared):
         self.started = started
         self.carried = carried
         self.dropped = [verifier for verifier in step.verifiers if verifier not in verifiers]
+        self.previous: tuple[GatewayConfig, list[Verifier]] | None = None
+        self.bounds: list[tuple[HmacVerifier, int]] = []
+        """The replay caches' bounds before the swap (an undo puts them back)."""
 
     def swap(self) -> None:
+        self.previous = (self.step.config, self.step.verifiers)
         for fresh, previous in self.carried:
             # The nonces seen so far stay refused; the new bound applies from now on.
             size = fresh.checker.nonces.max_entries
+            self.bounds.append((previous, previous.checker.nonces.max_entries))
             fresh.checker.nonces = previous.checker.nonces
             fresh.checker.nonces.max_entries = size
         self.step.swap(self.config, self.verifiers)
+
+    def undo(self) -> None:
+        for previous, size in self.bounds:
+            previous.checker.nonces.max_entries = size  # nonces seen meanwhile stay refused
+        self.bounds = []
+        if self.previous is not None and self.step.config is not self.previous[0]:
+            self.step.swap(*self.previous)
 
     async def settle(self) -> list[str]:
         for verifier in self.started:

@@ -19,9 +19,17 @@ class GroupsSwap(Prepared):
         super().__init__(changes)
         self.catalog = catalog
         self.specs = specs
+        self.previous: list[GroupSpec] | None = None
 
     def swap(self) -> None:
+        self.previous = self.catalog.specs
         self.catalog.reconfigure(self.specs)
+
+    def undo(self) -> None:
+        # The groups' own targets come back (a removed group's clients hold theirs); a client told its list
+        # changed by the swap is told again, and lists what it had.
+        if self.previous is not None:
+            self.catalog.reconfigure(self.previous)
 
 
 def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepared | None:

@@ -9,7 +9,7 @@ one too: the entry was built without the check.
 
 from __future__ import annotations
 
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, LimitsConfig
 from gateway.core.broker.scrape import limit_values
 from gateway.policy.rate_limit import BucketSpec
 from gateway.reload.context import Context, Prepared
@@ -37,14 +37,29 @@ NAME_BOOK_PER_SLOT = 4
 
 
 class LimitsSwap(Prepared):
-    def __init__(self, changes: list[str], context: Context, new: GatewayConfig, changed: list[str]) -> None:
+    def __init__(
+        self, changes: list[str], context: Context, old: GatewayConfig, new: GatewayConfig, changed: list[str]
+    ) -> None:
         super().__init__(changes)
         self.context = context
+        self.old = old
         self.new = new
         self.changed = changed
 
     def swap(self) -> None:
-        running, limits = self.context.running, self.new.limits
+        self._apply(self.new.limits)
+        from gateway.devices.sightings import Sightings
+
+        on_hello = self.context.running.gateway.registry.on_hello
+        if "limits.max_devices" in self.changed and isinstance(on_hello, Sightings):
+            on_hello.check_bound(self.new.limits.max_devices)  # a registry left over the new bound is named once
+
+    def undo(self) -> None:
+        # Rate buckets keep what they hold, at most the smaller of the two bursts.
+        self._apply(self.old.limits)
+
+    def _apply(self, limits: LimitsConfig) -> None:
+        running = self.context.running
         rate = limits.rate
         running.limiters.rate.reconfigure(
             BucketSpec(rate.per_principal.rate_per_s, rate.per_principal.burst),
@@ -61,14 +76,9 @@ class LimitsSwap(Prepared):
                 limits.max_used_confirmations, limits.max_used_confirmations_per_caller
             )
         # max_slots, max_slots_per_peer, vacant_slot_ttl_s and max_devices (the device registry's sightings,
-        # at each hello) are read from the configuration, swapped last.
+        # at each hello) are read from the configuration where enforced (Reloader._swap swaps it).
         for name, value in limit_values(limits).items():
             gateway.metrics.limit.labels(name).set(value)
-        from gateway.devices.sightings import Sightings
-
-        on_hello = gateway.registry.on_hello
-        if "limits.max_devices" in self.changed and isinstance(on_hello, Sightings):
-            on_hello.check_bound(limits.max_devices)  # a registry left over the new bound is named once
 
 
 def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepared | None:
@@ -82,4 +92,4 @@ def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepare
             "without the check)"
         )
     changes = [change_text(path, value_at(old, path), value_at(new, path)) for path in paths]
-    return LimitsSwap(changes, context, new, paths)
+    return LimitsSwap(changes, context, old, new, paths)

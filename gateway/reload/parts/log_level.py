@@ -15,9 +15,16 @@ class LevelSwap(Prepared):
     def __init__(self, changes: list[str], level: str) -> None:
         super().__init__(changes)
         self.level = level
+        self.previous: int | None = None
 
     def swap(self) -> None:
-        logging.getLogger().setLevel(self.level.upper())
+        root = logging.getLogger()
+        self.previous = root.level
+        root.setLevel(self.level.upper())
+
+    def undo(self) -> None:
+        if self.previous is not None:
+            logging.getLogger().setLevel(self.previous)
 
 
 def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepared | None:

@@ -3,9 +3,11 @@ TXT record again when what it says changed (TLS, client or provider authenticati
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gateway.config import GatewayConfig
+from gateway.core.jsonrpc import JsonObject
 from gateway.reload.context import Context, Prepared
 from gateway.reload.diff import scalar_changes
 
@@ -29,13 +31,21 @@ class MdnsSwap(Prepared):
         self.context = context
         self.new = new
         self.stopping: MdnsAdvertiser | None = None
+        self.previous: tuple[MdnsAdvertiser | None, Callable[[], JsonObject] | None] | None = None
 
     def swap(self) -> None:
         running = self.context.running
         if not self.new.mdns.enabled and running.mdns is not None:
+            self.previous = (self.context.parked_mdns, running.gateway.discovery)
             self.stopping, running.mdns = running.mdns, None
             self.context.parked_mdns = self.stopping
             running.gateway.discovery = None
+
+    def undo(self) -> None:
+        if self.previous is not None and self.stopping is not None:
+            running = self.context.running
+            running.mdns, (self.context.parked_mdns, running.gateway.discovery) = self.stopping, self.previous
+            self.stopping = self.previous = None
 
     async def settle(self) -> list[str]:
         running = self.context.running

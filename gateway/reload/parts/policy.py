@@ -23,12 +23,26 @@ class PolicySwap(Prepared):
         self.governor = governor
         self.policy = policy
         self.source = source
+        self.previous: tuple[PolicyConfig | None, Policy, int] | None = None
 
     def swap(self) -> None:
-        self.governor.source = self.source
+        governor = self.governor
+        self.previous = (governor.source, governor.policy, governor.reloads)
+        governor.source = self.source
         if self.policy is not None:
-            self.governor.swap(self.policy)
-            log.info("policy reloaded (%d reloads)", self.governor.reloads)
+            governor.swap(self.policy)
+            log.info("policy reloaded (%d reloads)", governor.reloads)
+
+    def undo(self) -> None:
+        if self.previous is None:
+            return
+        source, policy, reloads = self.previous
+        governor = self.governor
+        governor.source = source
+        if governor.policy is not policy:
+            governor.swap(policy)  # execution-limit counters carry over, as they did forward
+            log.info("policy put back: the configuration reload was refused")
+        governor.reloads = reloads
 
 
 def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepared | None:

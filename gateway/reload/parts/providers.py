@@ -21,7 +21,7 @@ from gateway.config import GatewayConfig, ProviderAuthConfig
 from gateway.core.link import CLOSE_POLICY, close_reason
 from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRegistry
-from gateway.policy.provider_auth import ProviderAuthPolicy
+from gateway.policy.provider_auth import ProviderAuthPolicy, ProviderCredential
 from gateway.reload.context import Context, Prepared
 from gateway.reload.diff import change_text, keyed_changes
 from gateway.southbound.websocket.endpoints import PROVIDER_SOCKETS_KEY, MultiplexedSocket, ProviderWebSockets
@@ -98,10 +98,23 @@ class ProvidersSwap(Prepared):
         self.policy = policy
         self.registry = registry
         self.doomed = Unstanding()
+        self.previous: ProviderAuthPolicy | None = None
+        self.credentials: list[tuple[MultiplexedSocket, ProviderCredential]] = []
 
     def swap(self) -> None:
         previous, self.sockets.auth = self.sockets.auth, self.policy
+        self.previous = previous
+        # find() hands each standing /providers socket the new credential: an undo gives back the old ones.
+        self.credentials = [(socket, socket.credential) for socket in self.sockets.sockets]
         self.doomed = Unstanding.find(self.sockets, self.registry, previous, self.policy)
+
+    def undo(self) -> None:
+        if self.previous is None:
+            return
+        self.sockets.auth = self.previous
+        for socket, credential in self.credentials:
+            socket.credential = credential
+        self.doomed = Unstanding()  # nothing is closed
 
     async def settle(self) -> list[str]:
         closed = sorted({slot for socket in self.doomed.sockets for slot in socket.sessions})

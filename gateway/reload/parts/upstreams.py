@@ -10,12 +10,13 @@ board holds takes the slot: the board is closed with the reason (the operator co
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from gateway.config import GatewayConfig, RemoteUpstreamConfig, StdioUpstreamConfig
 from gateway.core.link import CLOSE_POLICY
 from gateway.core.names import SlotNameError
-from gateway.core.slots import SlotRefused
+from gateway.core.slots import SlotRefused, UpstreamManager
 from gateway.reload.context import Context, Prepared
 from gateway.reload.report import Refused
 from gateway.southbound.remote.upstreams import RemoteUpstream, RemoteUpstreams
@@ -87,16 +88,53 @@ class UpstreamsSwap(Prepared):
         self.remote: RemoteUpstreams = context.running.remote_upstreams
         self.registry = context.running.gateway.registry
         self.started: list[Manager] = []
+        self.made: set[str] = set()
+        """Slots the swap made for new upstreams (an undo forgets them again)."""
+        self.before: tuple[list[StdioSupervisor], list[RemoteUpstream], dict[str, UpstreamManager | None]] | None = None
+        self.halting: asyncio.Handle | None = None
 
     def _add(self, config: Config) -> Manager:
         return self.stdio.add(config) if isinstance(config, StdioUpstreamConfig) else self.remote.add(config)
 
     def swap(self) -> None:
+        # What an undo puts back, whatever part of the adds below has run (one may fail half-way).
+        names = [config.name for config in [*self.found.added, *(config for _, config in self.found.changed)]]
+        self.before = (
+            list(self.stdio.supervisors),
+            list(self.remote.upstreams),
+            {name: self.registry.managers.get(name) for name in names},
+        )
+        self.made = {name for name in names if name not in self.registry.slots}
         # New managers first: each reserves its slot (checked to fit by prepare) before anything stops.
         for config in [*self.found.added, *(config for _, config in self.found.changed)]:
             self.started.append(self._add(config))
+        # A halt cannot be taken back (it wakes the manager's loop at once), so it runs as soon as the loop
+        # turns, once every part has swapped; an undone reload cancels it. Stopped while settling.
+        self.halting = asyncio.get_running_loop().call_soon(self._halt)
+
+    def _halt(self) -> None:
         for manager in [*self.found.removed, *(manager for manager, _ in self.found.changed)]:
-            manager.halt()  # no more restarts; stopped while settling
+            manager.halt()  # no more restarts
+
+    def undo(self) -> None:
+        """Drop the managers the swap made (none started yet), hand each slot back to the manager it had,
+        and forget the slots the swap made."""
+        if self.halting is not None:
+            self.halting.cancel()
+        if self.before is None:
+            return
+        supervisors, upstreams, managers = self.before
+        self.stdio.supervisors[:] = supervisors
+        self.remote.upstreams[:] = upstreams
+        for name, manager in managers.items():
+            current = self.registry.managers.get(name)
+            if current is not None and current is not manager:
+                self.registry.unmanage(name, current)
+            if manager is not None and current is not manager:
+                self.registry.manage(name, manager)  # its slot exists: admitted as it was
+        for name in self.made:
+            self.registry.forget(name)
+        self.started, self.made, self.before = [], set(), None
 
     async def settle(self) -> list[str]:
         for manager in self.found.removed:
@@ -132,11 +170,9 @@ def check_room(names: list[str], context: Context, new: GatewayConfig) -> None:
             problems.append(f"upstreams: {name}: {exc}")
     missing = [name for name in names if name not in registry.slots]
     if missing:
-        vacant = sum(
-            1
-            for slot in registry.slots.values()
-            if slot.session is None and not slot.listeners and not slot.declared and slot.name not in registry.managers
-        )
+        # Counted as the slot table admits them at the swap (SlotRegistry.slot, under the new bound): a
+        # vacant slot it may forget makes room, but not one a new upstream takes over itself.
+        vacant = sum(1 for name in registry.vacant_names() if name not in names)
         room = new.limits.max_slots - len(registry.slots) + vacant
         if len(missing) > room:
             problems.append(
