@@ -39,6 +39,10 @@ DEFAULT_MAX_USED_CONFIRMATIONS = 4096
 DEFAULT_MAX_USED_CONFIRMATIONS_PER_CALLER = 256
 """As many of one caller's, so one caller answering its own questions in a loop leaves room for the others'
 (limits.max_used_confirmations_per_caller)."""
+FULL_RETRY_MARGIN_MS = 1000
+"""How long a requestState refused at one of those bounds must still hold after room frees for its refusal
+to advise the same retry (the client's timer and the network take part of the window); with less, the
+refusal says to ask again."""
 
 
 @dataclass(frozen=True)
@@ -173,22 +177,22 @@ class Confirmations:
                 approval.decided_ms or self.approvals.now_ms(),
                 f"approval {approval.id}",
             )
-        if question.rule.by == "another":
-            raise self._waiting(question)  # the caller's own client is never asked
         way = confirmer.way if confirmer is not None else ""
+        if question.rule.by == "another":
+            if way == "input" and claim.sealed is not None:
+                # The caller answers a question asked under a rule that a reload has since made
+                # by = "another": its no stays a no, its yes is not the approval the policy asks for.
+                answer = self._claimed(claim, question)
+                if answer.confirmed:
+                    raise callers_answer_refused(question, question.rule, answer)
+                return answer
+            raise self._waiting(question)  # the caller's own client is never asked
         if confirmer is not None and way == "input":
             if claim.problem is not None:
                 raise claim.problem
             if claim.sealed is None:
                 raise AnswerInstead(await self._input_required(question, confirmer))
-            if claim.sealed != _digest(question.binding):
-                raise _state_error(
-                    "requestState answers a question about other arguments than this call forwards now (the "
-                    "operator's policy changed since it was asked); send the call again without requestState "
-                    "to be asked again",
-                    "changed",
-                )
-            return self._answer(claim.answer, question, "input_required")
+            return self._claimed(claim, question)
         if confirmer is not None and way == "elicit":
             params = await self._elicitation(question, confirmer)
             try:
@@ -196,7 +200,7 @@ class Confirmations:
                     result = await confirmer.elicit(params)
             except TimeoutError:
                 return Answer(False, "nobody", self.approvals.now_ms(), "timeout")
-            return self._answer(result, question, "elicitation")
+            return self._answer(result, question.who, "elicitation")
         raise self._waiting(question)
 
     # -- the question -------------------------------------------------------------------------
@@ -296,7 +300,7 @@ class Confirmations:
 
     # -- the answer ---------------------------------------------------------------------------
 
-    def _answer(self, result: dict[str, Any] | None, question: Question, how: str) -> Answer:
+    def _answer(self, result: dict[str, Any] | None, who: str, how: str) -> Answer:
         """An elicitation result: only accept with content.approve exactly true confirms. An accept with
         anything else there does not match the question's schema and counts as a no (fail closed)."""
         action = result.get("action") if isinstance(result, dict) else None
@@ -304,7 +308,27 @@ class Confirmations:
         approve = content.get("approve") if isinstance(content, dict) else None
         confirmed = action == "accept" and approve is True
         unusable = action == "accept" and approve is not True and approve is not False
-        return Answer(confirmed, f"{question.who} via {how}", self.approvals.now_ms(), how, unusable)
+        return Answer(confirmed, f"{who} via {how}", self.approvals.now_ms(), how, unusable)
+
+    def _claimed(self, claim: Claim, question: Question) -> Answer:
+        """The answer a retry brings with its requestState (claim.sealed is set), for the call it retries."""
+        if claim.sealed != _digest(question.binding):
+            raise _state_error(
+                "requestState answers a question about other arguments than this call forwards now (the "
+                "operator's policy changed since it was asked); send the call again without requestState "
+                "to be asked again",
+                "changed",
+            )
+        return self._answer(claim.answer, question.who, "input_required")
+
+    def claimed_yes(self, claim: Claim, who: str) -> Answer | None:
+        """The yes a retry brings with its requestState, read before its call is decided again: a refusal
+        then (a limit tightened by a reload, say) records it, as the session era records the yes given to
+        a call it decides again. None without a yes. `who`: the caller's name (caller_name)."""
+        if claim.sealed is None:
+            return None
+        answer = self._answer(claim.answer, who, "input_required")
+        return answer if answer.confirmed else None
 
     def _seal(self, question: Question) -> str:
         # On the monotonic clock: setting the wall clock neither stretches nor cuts a state's lifetime. A
@@ -350,12 +374,14 @@ class Confirmations:
                 f"{mine} of this caller's confirmations were answered within their lifetime",
                 "max_used_confirmations_per_caller",
                 min(until for until, who in self._used.values() if who == caller) - now,
+                int(expires) - now,
             )
         if len(self._used) >= self.max_used:
             raise self._full(
                 f"{len(self._used)} confirmations were answered within their lifetime",
                 "max_used_confirmations",
                 min(until for until, _ in self._used.values()) - now,
+                int(expires) - now,
             )
         self._used[body] = (int(expires), caller)
         self._used_by[caller] = mine + 1
@@ -372,16 +398,33 @@ class Confirmations:
         else:
             self._used_by.pop(caller, None)
 
-    def _full(self, text: str, limit: str, wait_ms: int) -> errors.RpcError:
+    def _full(self, text: str, limit: str, wait_ms: int, state_left_ms: int) -> errors.RpcError:
         """The refusal of an answer past a bound: the answered states are remembered until they expire, so
-        none is answered twice; the answer counts once one of them has (its requestState holds till then)."""
+        none is answered twice; an answer counts once one of them has (data.retryAfterMs). The same retry
+        counts then only if its requestState still holds (`state_left_ms`, its remaining lifetime): when it
+        expires first, the refusal says to send the call again to be asked again (data.retry)."""
         self.limit_hit(limit)
         retry_after_ms = max(wait_ms, 1)
+        wait_s = -(-retry_after_ms // 1000)
+        if retry_after_ms + FULL_RETRY_MARGIN_MS <= state_left_ms:
+            retry = "same"
+            advice = f"send the same retry again in {wait_s} s, when the oldest of them expires"
+        else:
+            retry = "ask_again"
+            advice = (
+                f"this question expires in {-(-max(state_left_ms, 0) // 1000)} s, before the oldest of them (in "
+                f"{wait_s} s) or less than {FULL_RETRY_MARGIN_MS / 1000:g} s after, so its retry cannot count: send "
+                f"the call again without requestState in {wait_s} s to be asked again"
+            )
         return errors.RpcError(
             jsonrpc.UNAVAILABLE,
-            f"Not forwarded: {text} (limits.{limit}); send the same retry again in {-(-retry_after_ms // 1000)} s, "
-            "when the oldest of them expires, or ask the operator to raise the bound",
-            {"reason": "confirmations_full", "limit": f"limits.{limit}", "retryAfterMs": retry_after_ms},
+            f"Not forwarded: {text} (limits.{limit}); {advice}, or ask the operator to raise the bound",
+            {
+                "reason": "confirmations_full",
+                "limit": f"limits.{limit}",
+                "retryAfterMs": retry_after_ms,
+                "retry": retry,
+            },
         )
 
 
@@ -402,6 +445,30 @@ def _approval_changed(question: Question, approval: Approval) -> errors.RpcError
         f"{orjson.dumps(approval.arguments).decode()}, and the operator's policy now forwards {forwarded} (it "
         "changed since). The approval is used up; send the call again to have it approved again.",
         {"reason": "approval_changed", "approval": approval.id, "slot": question.slot},
+    )
+
+
+class AnswerRefused(errors.RpcError):
+    """The refusal of a call whose caller answered its question: the answer goes on record with it
+    (confirmed_by, confirmed_ms), as it does for a call the person's answer let go ahead."""
+
+    def __init__(self, code: int, message: str, data: dict[str, Any], answer: Answer) -> None:
+        super().__init__(code, message, data)
+        self.answer = answer
+
+
+def callers_answer_refused(question: Question, rule: ConfirmRule, answer: Answer) -> AnswerRefused:
+    """A yes the caller gave through its own client (an elicitation, or an input_required round answered
+    by its retry) for a call that the policy in force, reloaded since the question was asked, has
+    another principal approve: a caller never confirms its own call."""
+    return AnswerRefused(
+        jsonrpc.FORBIDDEN,
+        f"Not forwarded: the operator's policy changed while {question.tool} on {question.slot} waited for its "
+        f'confirmation, and it now requires approval by another principal ({rule.id}, by = "another"); the '
+        f"answer came from the caller ({answer.by}), and a caller never confirms its own call. Send the call "
+        "again: it then waits for another principal's `mcp-gateway approve`",
+        {"reason": "confirmation_changed", "by": "another", "rule": rule.id, "slot": question.slot},
+        answer,
     )
 
 

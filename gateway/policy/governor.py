@@ -39,7 +39,7 @@ from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.reading import AuditReadError
 from gateway.policy.audit.records import DecisionRecord, mask_secrets
 from gateway.policy.audit.trail import AuditTrail
-from gateway.policy.confirmation import Answer, Claim, Confirmations, Question
+from gateway.policy.confirmation import Answer, AnswerRefused, Claim, Confirmations, Question, callers_answer_refused
 from gateway.policy.execution.admission import Admission, ExecutionLimits
 from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
 from gateway.policy.rules.capabilities import TOOLS_CALL
@@ -221,7 +221,9 @@ class Governor:
         # Taken before anything is decided: an attempt matching an approval (or bringing its own
         # requestState) uses it up, whatever the checks below make of the call.
         claim = self.confirmations.claim(subjects, slot, name, arguments, confirmer)
-        judged = await self._judge(policy, call)
+        # A 2026-07-28 retry brings its yes before its call is decided again: a refusal records it.
+        yes = self.confirmations.claimed_yes(claim, caller_name(subjects))
+        judged = await self._judge(policy, call, **({} if yes is None else _confirmed_fields(yes)))
         if isinstance(judged, CallVerdict):
             return judged
         if judged.decision.confirm is not None:
@@ -345,7 +347,10 @@ class Governor:
         except errors.RpcError as exc:
             # Waiting for an operator's approval, or a retry whose answer does not hold (used, expired, ...).
             effect = confirmation_effect(exc)
-            await self._record_refusal(_replace(record, effect=effect, reason=exc.message))
+            refused = _replace(record, effect=effect, reason=exc.message)
+            if isinstance(exc, AnswerRefused):  # the caller answered: its answer is on record with the refusal
+                refused = _replace(refused, rules=(*record.rules, rule.id), **_confirmed_fields(exc.answer))
+            await self._record_refusal(refused)
             if effect == "wait-confirmation":
                 return CallVerdict(False, answer=waiting_result(exc), effect=effect)
             raise
@@ -367,7 +372,7 @@ class Governor:
             )
             await asyncio.shield(self._record_refusal(unanswered))
             raise
-        confirmed = {"confirmed_by": answer.by, "confirmed_ms": answer.at_ms}
+        confirmed = _confirmed_fields(answer)
         if not answer.confirmed:
             result = declined_result(question, answer)
             declined = _replace(
@@ -412,16 +417,12 @@ class Governor:
     ) -> CallVerdict:
         """A call its caller confirmed through its own client, which the reloaded policy has another principal
         approve: the caller's yes is not the approval the policy in force asks for."""
-        reason = (
-            f"Not forwarded: the operator's policy changed while {question.tool} on {question.slot} waited for its "
-            f'confirmation, and it now requires approval by another principal ({rule.id}, by = "another"); the '
-            f"answer came from the caller ({answer.by}), and a caller never confirms its own call. Send the call "
-            "again: it then waits for another principal's `mcp-gateway approve`"
-        )
+        refused = callers_answer_refused(question, rule, answer)
         rules = (*judged.record.rules, rule.id)
-        await self._record_refusal(_replace(judged.record, effect="refuse-confirmation", reason=reason, rules=rules))
-        data = {"reason": "confirmation_changed", "by": "another", "rule": rule.id, "slot": question.slot}
-        return CallVerdict(False, reason=reason, data=data, effect="refuse-confirmation")
+        await self._record_refusal(
+            _replace(judged.record, effect="refuse-confirmation", reason=refused.message, rules=rules)
+        )
+        return CallVerdict(False, reason=refused.message, data=refused.data, effect="refuse-confirmation")
 
     def _unknown_tool(
         self, subjects: frozenset[str], slot: str, name: str, arguments: object, via: str, trace_id: str | None
@@ -677,6 +678,11 @@ def _unannounced() -> None:
 
 def _replace(record: DecisionRecord, **changes: Any) -> DecisionRecord:
     return dataclasses.replace(record, **changes)
+
+
+def _confirmed_fields(answer: Answer) -> dict[str, Any]:
+    """The record's fields of a person's answer."""
+    return {"confirmed_by": answer.by, "confirmed_ms": answer.at_ms}
 
 
 def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | None = None) -> Governor | None:
