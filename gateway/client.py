@@ -26,6 +26,7 @@ from gateway.core.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOU
 from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import REFUSED_META_KEY
 from gateway.core.versions import LATEST_HANDSHAKE
+from gateway.tls_probe import speaks_tls
 
 if TYPE_CHECKING:
     import aiohttp
@@ -442,12 +443,30 @@ class GatewayClient:
         except TimeoutError as exc:  # aiohttp's connect and read limits; before ClientConnectionError, also one
             raise GatewayCallError(self._no_answer(message, exc)) from exc
         except aiohttp.ServerDisconnectedError as exc:  # the request went out: the gateway may have acted on it
-            text = f"the gateway at {self.url} closed the connection before it answered"
-            if self._calls_a_device(message):
-                text += "; the call may have reached the device"
-            raise GatewayCallError(text) from exc
+            raise GatewayCallError(self._disconnected(message)) from exc
+        except aiohttp.ClientOSError as exc:
+            if exc.errno == errno.ECONNRESET and self.url.startswith("http://"):
+                raise GatewayCallError(self._disconnected(message)) from exc
+            raise GatewayCallError(_unreachable(self.url, exc)) from exc
         except aiohttp.ClientConnectionError as exc:
             raise GatewayCallError(_unreachable(self.url, exc)) from exc
+        except aiohttp.ClientResponseError as exc:
+            if not _is_tls_alert(exc) or not self.url.startswith("http://"):
+                raise
+            raise GatewayCallError(_plain_http_to_tls(self.url)) from exc
+
+    def _disconnected(self, message: dict[str, Any]) -> str:
+        """A connection ended before any answer. Over http:// that is also how a TLS listener ends a
+        plain-HTTP request it never read: when the port answers a TLS handshake, that is said, and
+        nothing was carried out; when that cannot be told, the hint to use https:// is added."""
+        if self.url.startswith("http://") and speaks_tls(self.url, min(TLS_PROBE_TIMEOUT_S, self.timeout_s or 1e9)):
+            return _plain_http_to_tls(self.url)
+        text = f"the gateway at {self.url} closed the connection before it answered"
+        if self._calls_a_device(message):
+            text += "; the call may have reached the device"
+        if self.url.startswith("http://"):
+            text += f"; {TLS_HINT}"
+        return text
 
     def _no_answer(self, message: dict[str, Any], exc: TimeoutError) -> str:
         """A timeout in words (aiohttp's own is an empty message): what waited, how long, and what may still
@@ -571,13 +590,56 @@ def _result_of(method: str, answer: dict[str, Any] | None) -> dict[str, Any]:
     return result
 
 
+TLS_PROBE_TIMEOUT_S = 2.0
+"""Longest wait, after a connection to an http:// URL ended with no answer, for a fresh connection to
+the same port to answer a TLS handshake (`speaks_tls`); the command's --timeout when shorter."""
+
+TLS_HINT = "if the gateway serves TLS ([tls] in its configuration), use https://"
+
+UNTRUSTED_CA_HINT = (
+    "the commands trust the system's CAs: for a gateway with a CA of its own, name it in the environment "
+    "variable SSL_CERT_FILE (`mcp-gateway tls self-signed` prints its path: ca.pem in its --dir), e.g. "
+    "SSL_CERT_FILE=/etc/mcp-gateway/tls/ca.pem"
+)
+
+
+def _is_tls_alert(exc: Exception) -> bool:
+    """An answer that begins with a TLS alert record (0x15 0x03) where an HTTP status line was expected:
+    a TLS listener's refusal of a plain-HTTP request, which aiohttp reports as a bad status line."""
+    return "\\x15\\x03" in str(getattr(exc, "message", ""))
+
+
+def _plain_http_to_tls(url: str) -> str:
+    https = "https://" + url.removeprefix("http://").rsplit("/", 2)[0]
+    return (
+        f"the gateway at {url} serves TLS ([tls] in its configuration) and dropped this plain-HTTP request "
+        f"unread, so nothing was carried out: use https://, --url {https}"
+    )
+
+
+def certificate_hint(error: str, trust_hint: str) -> str:
+    """A certificate verification failure (`error`, the TLS library's text) in words that say what to do:
+    a certificate for another name needs a --url with one it holds; an untrusted one, `trust_hint`."""
+    if "mismatch" in error:  # OpenSSL's "Hostname mismatch" / "IP address mismatch"
+        return (
+            f"the gateway's certificate is not for the host in the URL ({error}): use a name or address it "
+            "holds (`mcp-gateway tls self-signed --host/--ip` sets them)"
+        )
+    return f"the gateway's certificate is not trusted ({error}); {trust_hint}"
+
+
 def _unreachable(url: str, exc: Exception) -> str:
     """Why the gateway at `url` could not be reached, in words of ours where aiohttp's run an IPv6
     address and its port together (`::1:3000`): `[::1]:3000: Connection refused`."""
     import aiohttp
 
-    if type(exc) is not aiohttp.ClientConnectorError:  # TLS failures and the rest: aiohttp's text says it
-        return f"cannot reach the gateway at {url}: {exc}"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return f"cannot reach the gateway at {url}: {certificate_hint(str(exc), UNTRUSTED_CA_HINT)}"
+    if type(exc) is not aiohttp.ClientConnectorError:  # other TLS failures and the rest: aiohttp's text says it
+        text = f"cannot reach the gateway at {url}: {exc}"
+        if "WRONG_VERSION_NUMBER" in str(exc) and url.startswith("https://"):
+            text += "; if the gateway serves no TLS (no [tls] in its configuration), use http://"
+        return text
     error = exc.os_error
     reason = os.strerror(error.errno) if error.errno and error.errno > 0 else (error.strerror or str(error))
     where = f"[{exc.host}]:{exc.port}" if ":" in exc.host else f"{exc.host}:{exc.port}"

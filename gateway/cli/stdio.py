@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from gateway.cli.common import (
@@ -15,13 +16,16 @@ from gateway.cli.common import (
     trusted_ca,
 )
 from gateway.config.base import ENV_CLIENT_URL
+from gateway.northbound.bridge_wait import DEFAULT_READ_TIMEOUT_S  # no aiohttp: cheap for every command
 
 
 def cmd_stdio(args: argparse.Namespace) -> int:
-    """Serve MCP on stdin/stdout, forwarding every message to a running gateway's /<slot>/mcp."""
+    """Serve MCP on stdin/stdout, forwarding every message to a running gateway's /<slot>/mcp (or, with
+    --group, a tool group's /mcp/<group>)."""
     import os
 
     from gateway.config.auth import read_secret_file, secret_file_readable_warning
+    from gateway.config.groups import GROUP_NAME, RESERVED_GROUP_NAMES
     from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name
     from gateway.logs import setup_logging
     from gateway.northbound.stdio_bridge import BearerToken, Credentials, HmacKey, StdioBridge, main
@@ -36,11 +40,30 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     except ValueError as exc:
         variable = getattr(args.url, "variable", None)
         return refuse(f"--url {'(from $' + variable + ') ' if variable else ''}{exc}")
-    if args.slot not in (ALL_SLOT, BROKER_SLOT):
+    if args.slot is not None and args.group is not None:
+        return refuse("give --slot or --group, not both")
+    if (
+        args.group is not None
+        and args.group
+        and (not GROUP_NAME.match(args.group) or args.group in RESERVED_GROUP_NAMES)
+    ):
+        return refuse(
+            f"--group {args.group!r} is not a tool group's name (1 to 64 letters, digits, _ or -, starting with "
+            'a letter or digit); --group "" serves /mcp, every enabled group'
+        )
+    slot = ALL_SLOT if args.slot is None else args.slot
+    if _path_like(slot):
+        return refuse(
+            f"--slot {slot!r} is a path, not a slot name: for a tool group give --group NAME (it serves "
+            '/mcp/NAME; --group "" serves /mcp), for a slot its name alone, e.g. --slot pump-1'
+        )
+    if slot not in (ALL_SLOT, BROKER_SLOT):
         try:
-            check_slot_name(args.slot)
+            check_slot_name(slot)
         except SlotNameError as exc:
             return refuse(f"--slot: {exc}")
+    if not math.isfinite(args.read_timeout) or args.read_timeout < 0:
+        return refuse(f"--read-timeout {args.read_timeout:g}: give seconds, 0 or more (0 waits without limit)")
     if (args.hmac_key_id is None) != (args.hmac_secret_file is None):
         return refuse("request signing needs both --hmac-key-id and --hmac-secret-file")
     if args.hmac_key_id is not None and args.token_file is not None:
@@ -64,8 +87,15 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         return refuse(str(exc))
     # stdout belongs to the MCP host: logs go to stderr only.
     setup_logging(args.log_level, "text")
-    main(StdioBridge(args.url, args.slot, credentials, context))
+    main(StdioBridge(args.url, slot, credentials, context, group=args.group, read_timeout_s=args.read_timeout or None))
     return 0
+
+
+def _path_like(slot: str) -> bool:
+    """A --slot value written as a path (`mcp/pumps`, `/pump-1/mcp`): a slot's own name may hold "/" (the
+    slot `a/b`, docs/protocol.md), but not an empty step nor a step `mcp`, which are the URL's."""
+    steps = slot.split("/")
+    return len(steps) > 1 and any(step in ("", "mcp") for step in steps)
 
 
 def add_stdio(commands: Commands) -> None:
@@ -74,7 +104,14 @@ def add_stdio(commands: Commands) -> None:
         help="serve MCP on stdin/stdout, forwarding to a running gateway (for hosts that launch a command)",
         description=cmd_stdio.__doc__,
     )
-    stdio.add_argument("--slot", default="_all", help="the slot to serve (default _all: every opted-in provider)")
+    stdio.add_argument(
+        "--slot", default=None, help="the slot to serve (default _all: every opted-in provider); not with --group"
+    )
+    stdio.add_argument(
+        "--group",
+        metavar="NAME",
+        help='a tool group to serve, /mcp/NAME ("" for /mcp: every enabled group); not with --slot',
+    )
     stdio.add_argument(
         "--url",
         default=env_default(ENV_CLIENT_URL, DEFAULT_URL),
@@ -87,5 +124,13 @@ def add_stdio(commands: Commands) -> None:
     stdio.add_argument("--hmac-key-id", metavar="ID", help="sign every request with this [auth.hmac] key id")
     stdio.add_argument("--hmac-secret-file", metavar="FILE", help="a file holding that key's secret")
     stdio.add_argument("--ca-file", metavar="FILE", help="CA certificate(s) to trust for an https:// gateway")
+    stdio.add_argument(
+        "--read-timeout",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT_S,
+        metavar="S",
+        help="answer a request with an error when the gateway sends nothing for S seconds (a working gateway "
+        f"sends keepalives; default {DEFAULT_READ_TIMEOUT_S:g}, 0: no limit)",
+    )
     stdio.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     stdio.set_defaults(func=cmd_stdio)

@@ -6,10 +6,35 @@ from typing import Any
 
 from gateway.core import jsonrpc
 from gateway.core.jsonrpc import JsonObject
+from gateway.tls_probe import speaks_tls
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """Longest line the bridge relays, either way: a longer stdin line is answered with an error and
 skipped, a longer answer from the gateway is AnswerUnreadable."""
+
+
+TLS_PROBE_TIMEOUT_S = 1.0
+"""Longest wait, after a connection to an http:// gateway ended with no answer, for a fresh connection
+to the same port to answer a TLS handshake (`speaks_tls`). Short: the bridge waits on it, and a
+gateway that just closed a connection answers at once."""
+
+TLS_HINT = "If the gateway serves TLS ([tls] in its configuration), use https:// in --url."
+
+
+def _certificate_advice(detail: str) -> str | None:
+    """What to do about a TLS failure in `detail` on connecting; None for any other failure."""
+    if "CERTIFICATE_VERIFY_FAILED" not in detail and "CertificateError" not in detail:
+        return None
+    if "mismatch" in detail:  # OpenSSL's "Hostname mismatch" / "IP address mismatch"
+        return (
+            "The gateway's certificate is not for the host in --url: use a name or address it holds "
+            "(`mcp-gateway tls self-signed --host/--ip` sets them)."
+        )
+    return (
+        "The gateway's certificate is not trusted: give the bridge the CA that signed it with --ca-file FILE "
+        "(for a gateway with `mcp-gateway tls self-signed`, the ca.pem it prints the path of, e.g. "
+        "--ca-file /etc/mcp-gateway/tls/ca.pem)."
+    )
 
 
 class BridgeError(Exception):
@@ -34,9 +59,13 @@ class Unreachable(BridgeError):
         return f"gateway at {url} unreachable: {self}"
 
     def host_error(self, url: str) -> tuple[str, Any]:
+        detail = str(self)
+        advice = _certificate_advice(detail)
+        if advice is None and "WRONG_VERSION_NUMBER" in detail and url.startswith("https://"):
+            advice = "If the gateway serves no TLS (no [tls] in its configuration), use http:// in --url."
         return (
-            f"Cannot reach the MCP gateway at {url} ({self}). Is `mcp-gateway run` running "
-            "there? This bridge tries again with the next message.",
+            f"Cannot reach the MCP gateway at {url} ({detail}). "
+            f"{advice or 'Is `mcp-gateway run` running there?'} This bridge tries again with the next message.",
             {"reason": "gateway_unreachable", "url": url},
         )
 
@@ -47,14 +76,35 @@ class AnswerLost(BridgeError):
 
     code = jsonrpc.UNAVAILABLE
 
+    _serves_tls: bool | None = None
+
+    def _plain_http_to_tls(self, url: str) -> bool:
+        """Whether the http:// gateway that ended the connection serves TLS: a TLS listener ends a
+        plain-HTTP request unread, as a disconnect (or a reset) before any answer byte. Probed once."""
+        if self._serves_tls is None:
+            ended = str(self).startswith("ServerDisconnectedError") or "Connection reset" in str(self)
+            self._serves_tls = url.startswith("http://") and ended and speaks_tls(url, TLS_PROBE_TIMEOUT_S)
+        return self._serves_tls
+
     def log_text(self, method: str | None, url: str) -> str:
+        if self._plain_http_to_tls(url):
+            return f"the gateway at {url} serves TLS and dropped the plain-HTTP {method} unread; use https://"
         return f"the connection to the gateway at {url} ended before the answer to a {method}: {self}"
 
     def host_error(self, url: str) -> tuple[str, Any]:
+        if self._plain_http_to_tls(url):
+            https = "https://" + url.removeprefix("http://").rsplit("/", 2)[0]
+            return (
+                f"The MCP gateway at {url} serves TLS ([tls] in its configuration) and dropped this plain-HTTP "
+                f"request unread, so nothing was carried out: use https:// in --url ({https}), with --ca-file "
+                "for a gateway with a CA of its own.",
+                {"reason": "gateway_serves_tls", "url": url},
+            )
+        hint = f" {TLS_HINT}" if url.startswith("http://") else ""
         return (
             f"The MCP gateway at {url} received the request, but the connection ended before its answer "
             f"({self}): the request may have been carried out. Check its effect (a device's status, say) "
-            "before sending it again; this bridge connects again with the next message.",
+            f"before sending it again; this bridge connects again with the next message.{hint}",
             {"reason": "gateway_disconnected", "url": url},
         )
 

@@ -1,16 +1,22 @@
 """Which of the gateway's responses the stdio bridge passes on to the host: for each request of the host's
 the first response under its id, and no other response (one for an id the host never sent, a second one
-for the same request), so a host never acts on an answer it did not ask for."""
+for the same request), so a host never acts on an answer it did not ask for. Also how an answer is read
+(a JSON body or SSE events), each bounded by MAX_LINE_BYTES."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+import aiohttp
+import orjson
+from aiohttp.http_exceptions import LineTooLong
+
 from gateway.core.jsonrpc import JsonObject
+from gateway.northbound.bridge_errors import MAX_LINE_BYTES, AnswerUnreadable
 
 log = logging.getLogger("gateway.stdio")
 
@@ -121,3 +127,46 @@ class PendingRequests:
             )
             return
         await relay(message)
+
+
+async def read_answer(content: aiohttp.StreamReader) -> bytes:
+    """A JSON answer's body, read up to MAX_LINE_BYTES; a larger one raises AnswerUnreadable."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in content.iter_any():
+        size += len(chunk)
+        if size > MAX_LINE_BYTES:
+            raise AnswerUnreadable.too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def sse_messages(content: aiohttp.StreamReader) -> AsyncIterator[Any]:
+    """The JSON value of each SSE event's data (comments and keepalives skipped, multi-line data joined).
+    An event over MAX_LINE_BYTES, the longest message a host reads from the bridge, raises AnswerUnreadable
+    (aiohttp's own line bound, 128 KiB, is far below what a big catalog's tools/list takes)."""
+    data: list[bytes] = []
+    size = 0
+    while True:
+        try:
+            raw = await content.readline(max_line_length=MAX_LINE_BYTES + 2)  # with its CR LF
+        except LineTooLong:
+            raise AnswerUnreadable.too_large() from None
+        if not raw:
+            break
+        line = raw.rstrip(b"\r\n")
+        if not line:
+            if data:
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    yield orjson.loads(b"\n".join(data))
+                data, size = [], 0
+            continue
+        if line.startswith(b"data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(b" ") else value)
+            size += len(value)
+            if size > MAX_LINE_BYTES:
+                raise AnswerUnreadable.too_large()
+    if data:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            yield orjson.loads(b"\n".join(data))

@@ -10,9 +10,11 @@ ends the gateway session with DELETE.
 stdout carries JSON-RPC and nothing else, one message per line; logs go to stderr.
 
 When the gateway cannot be reached, a request is answered at once with a JSON-RPC error that says
-so, and the next message tries again. When the gateway forgot the session (it restarted, or the
-session idled out) the bridge opens a new one with the client's own initialize parameters, resends
-the message, and tells the client `notifications/tools/list_changed` (the tools may differ now).
+so, and the next message tries again. A gateway that sends nothing for --read-timeout (a working one
+sends keepalives) is named in the request's error too (bridge_wait.py). When the gateway forgot the
+session (it restarted, or the session idled out) the bridge opens a new one with the client's own
+initialize parameters, resends the message, and tells the client `notifications/tools/list_changed`
+(the tools may differ now).
 
 A host pinned to the stateless era (2026-07-28: its requests carry the protocol version in
 params._meta, and it sends no initialize) is passed through: each request becomes a stateless-era
@@ -50,7 +52,6 @@ from urllib.parse import quote
 
 import aiohttp
 import orjson
-from aiohttp.http_exceptions import LineTooLong
 from yarl import URL
 
 from gateway.core import eras, jsonrpc, stateless
@@ -65,7 +66,8 @@ from gateway.northbound.bridge_errors import (
     SessionRefused,
     Unreachable,
 )
-from gateway.northbound.bridge_relay import Drops, PendingRequests, Relay
+from gateway.northbound.bridge_relay import Drops, PendingRequests, Relay, read_answer, sse_messages
+from gateway.northbound.bridge_wait import DEFAULT_READ_TIMEOUT_S, GatewaySilent, too_deep, unreadable_line
 from gateway.policy.bridge_credentials import BearerToken, Credentials, HmacKey, NoCredentials
 
 log = logging.getLogger("gateway.stdio")
@@ -231,6 +233,13 @@ SESSION_STATE_METHODS = frozenset({"logging/setLevel", "resources/subscribe", "r
 """Requests whose effect lasts as long as the session: the bridge makes them again on a new one."""
 
 
+def endpoint_path(slot: str, group: str | None = None) -> str:
+    """`/<slot>/mcp`, or for a tool group `/mcp/<group>` (`/mcp`, every enabled group, for "")."""
+    if group is not None:
+        return f"/mcp/{quote(group, safe='')}" if group else "/mcp"
+    return f"/{quote(slot, safe='')}/mcp"
+
+
 class StdioBridge:
     def __init__(
         self,
@@ -238,10 +247,14 @@ class StdioBridge:
         slot: str,
         credentials: Credentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        *,
+        group: str | None = None,
+        read_timeout_s: float | None = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
-        endpoint = f"{base_url.rstrip('/')}/{quote(slot, safe='')}/mcp"
-        self.url = URL(endpoint, encoded=True)
+        self.url = URL(base_url.rstrip("/") + endpoint_path(slot, group), encoded=True)
         self.slot = slot
+        self.read_timeout_s = read_timeout_s or None
+        """The longest silence of the gateway waited through while reading an answer (None: no limit)."""
         self.credentials = credentials or NoCredentials()
         self.ssl = ssl_context
         self.session_id: str | None = None
@@ -282,6 +295,8 @@ class StdioBridge:
     def _unreachable(self, exc: BaseException) -> BridgeError:
         """Unreachable when no connection could be made (nothing was sent); else AnswerLost: the request
         may have reached the gateway, so the host must not take it as never sent."""
+        if isinstance(exc, aiohttp.SocketTimeoutError) and self.read_timeout_s is not None:
+            return GatewaySilent(self.read_timeout_s)
         detail = f"{type(exc).__name__}: {str(exc) or type(exc).__name__}"
         if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
             return Unreachable(detail)
@@ -423,9 +438,17 @@ class StdioBridge:
         # Bounded only by the ceiling of limits.max_json_depth: the gateway applies its own bound to what
         # is forwarded, and anything deeper could not be encoded again to forward it.
         message = jsonrpc.parse(line, jsonrpc.MAX_DEPTH_CEILING)
+        if message.kind is Kind.INVALID and message.body is None:
+            # Not JSON to orjson; a lone surrogate escape (Node writes one for a cut emoji) still has an id.
+            await self.emit(_rpc_error(*unreadable_line(line, message.problem)))
+            return
         if message.kind is Kind.INVALID:
-            code = jsonrpc.PARSE_ERROR if message.body is None else jsonrpc.INVALID_REQUEST
-            await self.emit(_rpc_error(message.id, code, f"Invalid JSON-RPC: {message.problem}"))
+            refusal = (
+                too_deep(jsonrpc.MAX_DEPTH_CEILING)
+                if message.limit == jsonrpc.DEPTH_LIMIT
+                else (f"Invalid JSON-RPC: {message.problem}", None)
+            )
+            await self.emit(_rpc_error(message.id, jsonrpc.INVALID_REQUEST, *refusal))
             return
         if message.kind is Kind.BATCH:
             await self.emit(_rpc_error(None, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are not supported"))
@@ -665,7 +688,11 @@ class StdioBridge:
 
     async def run(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
         self.out = Stdout(stdout)
-        timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S)
+        # sock_read: the longest silence between two reads of an answer (headers, body, SSE keepalives),
+        # so a gateway that took a request and then stopped is named, while a long call it keeps alive runs on.
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S, sock_read=self.read_timeout_s
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -726,49 +753,6 @@ def _describe(body: Any) -> str:
         if "error_description" in body:
             return f"{body.get('error')}: {body['error_description']}"[:500]
     return "no details" if body is None else orjson.dumps(body)[:300].decode(errors="replace")
-
-
-async def read_answer(content: aiohttp.StreamReader) -> bytes:
-    """A JSON answer's body, read up to MAX_LINE_BYTES; a larger one raises AnswerUnreadable."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in content.iter_any():
-        size += len(chunk)
-        if size > MAX_LINE_BYTES:
-            raise AnswerUnreadable.too_large()
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def sse_messages(content: aiohttp.StreamReader) -> AsyncIterator[Any]:
-    """The JSON value of each SSE event's data (comments and keepalives skipped, multi-line data joined).
-    An event over MAX_LINE_BYTES, the longest message a host reads from the bridge, raises AnswerUnreadable
-    (aiohttp's own line bound, 128 KiB, is far below what a big catalog's tools/list takes)."""
-    data: list[bytes] = []
-    size = 0
-    while True:
-        try:
-            raw = await content.readline(max_line_length=MAX_LINE_BYTES + 2)  # with its CR LF
-        except LineTooLong:
-            raise AnswerUnreadable.too_large() from None
-        if not raw:
-            break
-        line = raw.rstrip(b"\r\n")
-        if not line:
-            if data:
-                with contextlib.suppress(orjson.JSONDecodeError):
-                    yield orjson.loads(b"\n".join(data))
-                data, size = [], 0
-            continue
-        if line.startswith(b"data:"):
-            value = line[5:]
-            data.append(value[1:] if value.startswith(b" ") else value)
-            size += len(value)
-            if size > MAX_LINE_BYTES:
-                raise AnswerUnreadable.too_large()
-    if data:
-        with contextlib.suppress(orjson.JSONDecodeError):
-            yield orjson.loads(b"\n".join(data))
 
 
 def main(bridge: StdioBridge) -> None:

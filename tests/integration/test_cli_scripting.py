@@ -65,7 +65,7 @@ async def test_a_gateway_gone_after_taking_the_call_is_not_called_unreachable() 
     assert (code, out) == (1, "")
     assert err == (
         f"mcp-gateway: the gateway at {url}/pump-1/mcp closed the connection before it answered; "
-        "the call may have reached the device\n"
+        "the call may have reached the device; if the gateway serves TLS ([tls] in its configuration), use https://\n"
     )
 
 

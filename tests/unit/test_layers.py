@@ -19,7 +19,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     # A part of gateway/ (its first segment) -> the parts it may import besides itself.
     "core": frozenset({ROOT, "config", "telemetry", "event_loop"}),
     "policy": frozenset({ROOT, "core", "config", "telemetry", "http_answers", "http_body", "devices"}),
-    "northbound": frozenset({ROOT, "policy", "core", "config", "telemetry", "http_answers", "websocket_limits"}),
+    "northbound": frozenset(
+        {ROOT, "policy", "core", "config", "telemetry", "http_answers", "websocket_limits", "tls_probe"}
+    ),
     "southbound": frozenset({ROOT, "policy", "core", "config", "telemetry", "websocket_limits", "http_body"}),
     "publish": frozenset({ROOT, "core"}),
     "discovery": frozenset({ROOT, "core", "config", "telemetry"}),
@@ -31,7 +33,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "event_loop": frozenset({ROOT}),
     "logs": frozenset({ROOT, "config", "service"}),
     "service": frozenset({ROOT, "config"}),
-    "client": frozenset({ROOT, "core"}),
+    "client": frozenset({ROOT, "core", "tls_probe"}),
+    "tls_probe": frozenset({ROOT}),
     "devices": frozenset({ROOT}),
     "provision": frozenset({ROOT, "flash"}),  # flash/port.py: one diagnosis of a serial port
     "flash": frozenset({ROOT, "client"}),
