@@ -24,6 +24,7 @@ from gateway.reload import ConfigSource
 from tests.conftest import wait_for
 from tests.integration.test_metrics import Scrape
 from tests.integration.test_stdio_bridge import REPO, bridge
+from tests.support.gateway_process import bridge_exit
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -127,43 +128,23 @@ async def test_a_full_replay_cache_reaches_the_host_with_a_retry_hint(
     assert error.data["retryAfterMs"] == 5000
 
 
-async def run_bridge(*args: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        "stdio",
-        "--url",
-        "http://127.0.0.1:9",
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=str(REPO),
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 30)
-    assert out == b""  # stdout belongs to the host
-    assert process.returncode is not None
-    return process.returncode, err.decode()
-
-
 async def test_the_bridge_refuses_a_secret_file_others_can_write_and_names_one_others_can_read(
     tmp_path: Path,
 ) -> None:
     key = tmp_path / "bridge.key"
     write_secret(key, secrets.token_urlsafe(32))
     key.chmod(0o666)
-    code, err = await run_bridge(*desk_args(key))
+    code, err = await bridge_exit(*desk_args(key))
     assert code == 2
     assert f"--hmac-secret-file: file {key} is writable by users other than its owner (mode 0666)" in err
     key.write_text("first-line-of-a-secret\nsecond-line-of-a-secret\n")
     key.chmod(0o600)
-    code, err = await run_bridge(*desk_args(key))
+    code, err = await bridge_exit(*desk_args(key))
     assert code == 2
     assert "holds 2 non-empty lines" in err
     write_secret(key, secrets.token_urlsafe(32))
     key.chmod(0o644)
-    code, err = await run_bridge(*desk_args(key))
+    code, err = await bridge_exit(*desk_args(key))
     assert code == 0  # stdin is empty: the bridge serves nothing and ends
     assert f"warning: --hmac-secret-file: secret file {key} is readable by users other than its owner" in err
 

@@ -4,8 +4,6 @@ before the bridge starts, with the hint to use --group, while a slot whose own n
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sys
 
 import pytest
@@ -14,6 +12,7 @@ from mcp import Client, StdioServerParameters
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers
 from tests.integration.test_stdio_bridge import REPO
+from tests.support.gateway_process import bridge_exit
 from tests.support.servers import demo_server
 
 pytestmark = [
@@ -61,30 +60,9 @@ async def test_a_host_reaches_one_tool_group_and_every_group(plant: GatewayServe
         assert (await client.call_tool("lab-1__add", {"a": 1, "b": 1})).structured_content == {"result": 2}
 
 
-async def stdio_exit(*args: str) -> tuple[int, str]:
-    """Exit code and stderr of `mcp-gateway stdio ARGS` with stdin at EOF (it exits 0 once it runs)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        "stdio",
-        "--url",
-        "http://127.0.0.1:9",
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=str(REPO),
-        env={k: v for k, v in os.environ.items() if k != "MCP_GATEWAY_TOKEN"},
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
-    assert stdout == b""
-    return await process.wait(), stderr.decode()
-
-
 @pytest.mark.parametrize("slot", ["mcp/pumps", "/mcp/pumps", "pump-1/mcp", "mcp/"])
 async def test_a_slot_written_as_a_path_is_refused_with_the_hint_to_use_group(slot: str) -> None:
-    code, stderr = await stdio_exit("--slot", slot)
+    code, stderr = await bridge_exit("--slot", slot)
     assert code == 2, stderr
     assert stderr.startswith(f"mcp-gateway stdio: --slot {slot!r} is a path, not a slot name"), stderr
     assert "give --group NAME (it serves /mcp/NAME" in stderr
@@ -102,11 +80,11 @@ async def test_a_slot_written_as_a_path_is_refused_with_the_hint_to_use_group(sl
 async def test_group_and_read_timeout_options_are_checked_before_the_bridge_starts(
     args: list[str], refusal: str
 ) -> None:
-    code, stderr = await stdio_exit(*args)
+    code, stderr = await bridge_exit(*args)
     assert code == 2, stderr
     assert stderr.startswith(f"mcp-gateway stdio: {refusal}"), stderr
 
 
 @pytest.mark.parametrize("args", [["--slot", "a/b"], ["--group", "pumps"], ["--group", ""], ["--read-timeout", "0"]])
 async def test_a_slot_named_with_a_slash_and_a_group_start_the_bridge(args: list[str]) -> None:
-    assert await stdio_exit(*args) == (0, "")
+    assert await bridge_exit(*args) == (0, "")

@@ -45,6 +45,24 @@ async def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | 
     return process.returncode, stdout.decode(), stderr.decode()
 
 
+async def bridge_exit(*args: str) -> tuple[int, str]:
+    """`mcp-gateway stdio --url http://127.0.0.1:9 ARGS` with stdin at EOF and no MCP_GATEWAY_*: its exit
+    code and stderr (a bridge that starts exits 0 at EOF; stdout, the host's, stays empty)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "gateway.cli", "stdio", "--url", "http://127.0.0.1:9", *args),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=PIPE,
+        stderr=PIPE,
+        env=clean_environment(),
+        cwd=str(REPO),
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert stdout == b""  # stdout belongs to the host
+    assert process.returncode is not None
+    return process.returncode, stderr.decode()
+
+
 class GatewayProcess:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
