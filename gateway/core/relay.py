@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from gateway.core import errors, jsonrpc
+from gateway.core import errors, jsonrpc, method_rules
 from gateway.core.jsonrpc import JsonObject
 from gateway.telemetry.metrics import Metrics
 
@@ -133,8 +133,9 @@ def missing_capability_call(method: str, missing: str) -> CallRefused:
 
 
 def client_params(params: JsonObject | None) -> JsonObject | None:
-    """A provider request's params as the client gets them: without the gateway's own _meta keys."""
-    return jsonrpc.without_meta_keys(params, _GATEWAY_META_KEYS)
+    """A provider request's params as the client gets them: without the gateway's own _meta keys, and
+    without `task` (the gateway relays no MCP tasks, so a task the client made could never be polled)."""
+    return method_rules.without_task_param(jsonrpc.without_meta_keys(params, _GATEWAY_META_KEYS))
 
 
 def refusal(method: str, why: str, reason: str) -> errors.RpcError:

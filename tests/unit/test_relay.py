@@ -64,6 +64,11 @@ def test_the_gateways_meta_keys_never_reach_the_client() -> None:
     assert client_params(None) is None
 
 
+def test_a_task_augmented_provider_request_reaches_the_client_as_a_plain_one() -> None:
+    # The gateway relays no MCP tasks: a task the client made for it could never be polled.
+    assert client_params({**ELICIT, "task": {"ttl": 60000}}) == ELICIT
+
+
 # -- one client's table of requests ----------------------------------------------------------------
 
 
