@@ -150,6 +150,15 @@ class Governor:
         """Told after a swap to a policy with other rules: what each caller sees at each endpoint may differ,
         so listening clients are told their tool lists changed; set by the composition root."""
 
+    @property
+    def confirms_changed_s(self) -> float:
+        """When a reload last changed the [[confirm]] rules; a refused reload puts back what it found."""
+        return self._confirms_changed_s
+
+    @confirms_changed_s.setter
+    def confirms_changed_s(self, when_s: float) -> None:
+        self._confirms_changed_s = when_s
+
     def swap(self, policy: Policy) -> None:
         """Use `policy` from the next request on (requests being decided finish with the old one)."""
         changed = policy.document != self.policy.document

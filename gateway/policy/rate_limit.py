@@ -145,6 +145,11 @@ class Limited:
         }
 
 
+RateSnapshot = dict[str, tuple[BucketSpec, int, list[tuple[Hashable, TokenBucket, float, float]]]]
+"""RateLimiter.snapshot: by scope, the spec, max_buckets and each bucket (least recently used first) with its
+tokens and the time it was last brought up to."""
+
+
 class RateLimiter:
     """The gateway's two kinds of bucket; `admit` takes one token from each that applies, or none."""
 
@@ -177,6 +182,29 @@ class RateLimiter:
                 table.buckets.popitem(last=False)
             for bucket in table.buckets.values():
                 bucket.tokens = min(bucket.tokens, float(spec.burst))
+
+    def snapshot(self) -> RateSnapshot:
+        """Each table's spec, bound and buckets with what they hold, for `restore` (a refused reload)."""
+        return {
+            scope: (
+                table.spec,
+                table.max_buckets,
+                [(key, bucket, bucket.tokens, bucket.updated) for key, bucket in table.buckets.items()],
+            )
+            for scope, table in self.tables.items()
+        }
+
+    def restore(self, snapshot: RateSnapshot) -> None:
+        """Put back exactly what `snapshot` saw: the same buckets in the same order, holding what they held,
+        so a reconfigure taken back neither refills a bucket it dropped nor keeps one it cut down."""
+        for scope, (spec, max_buckets, buckets) in snapshot.items():
+            table = self.tables[scope]
+            table.spec = spec
+            table.max_buckets = max_buckets
+            table.buckets = OrderedDict()
+            for key, bucket, tokens, updated in buckets:
+                bucket.tokens, bucket.updated = tokens, updated
+                table.buckets[key] = bucket
 
     def admit(self, principal: Principal | None = None, slot: str | None = None) -> Limited | None:
         """Take one token for the principal and one for the slot (None: that limit does not apply).

@@ -23,6 +23,7 @@ from gateway.config.loading import env_overrides, read_toml
 from gateway.core.jsonrpc import JsonObject
 from gateway.policy.client_auth import CLIENT_AUTH_KEY
 from gateway.reload.context import Context, Prepared, Running
+from gateway.reload.parts.upstreams import UpstreamsSwap
 from gateway.reload.plan import build_plan, unvalidated_refusals
 from gateway.reload.report import Outcome, Refused, ReloadReport
 from gateway.reload.source import ConfigSource
@@ -139,7 +140,7 @@ class Reloader:
         return unvalidated_refusals(self.running.config, raw, overridden)
 
     def _swap(self, prepared: list[Prepared], new: GatewayConfig) -> None:
-        """Every part swapped with no await in between; the fallible ones go first.
+        """Every part swapped with no await in between, in `swap_order`.
 
         The slot table reads the new configuration from the first swap on, so an upstream's slot is admitted
         under the new limits.max_slots, as the plan checked it (parts/upstreams.py check_room). A part whose
@@ -151,7 +152,7 @@ class Reloader:
         old = registry.config
         registry.config = new
         done: list[Prepared] = []
-        for part in [*(part for part in prepared if part.fallible), *(part for part in prepared if not part.fallible)]:
+        for part in swap_order(prepared):
             try:
                 part.swap()
             except Refused:
@@ -184,6 +185,16 @@ class Reloader:
                 part.undo()
             except Exception:
                 log.exception("configuration reload: undoing %s failed", "; ".join(part.changes) or type(part).__name__)
+
+
+def swap_order(prepared: list[Prepared]) -> list[Prepared]:
+    """The fallible parts first (they may still refuse), then the upstreams, whose slot admission is the
+    one other swap that can still fail, then the rest in plan order: a failure has the least to undo."""
+
+    def rank(part: Prepared) -> int:
+        return 0 if part.fallible else 1 if isinstance(part, UpstreamsSwap) else 2
+
+    return sorted(prepared, key=rank)  # stable: plan order within a rank
 
 
 class Reloads(Protocol):

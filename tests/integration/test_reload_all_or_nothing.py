@@ -9,21 +9,28 @@ upstreams the stdio test server, `mcp-gateway reload` the real command.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
 import pytest
+from mcp import MCPError
 
 from gateway.app import GatewayServer
 from gateway.config import StdioUpstreamConfig
+from gateway.policy.governor import Governor
 from gateway.southbound.stdio.supervisor import StdioSupervisor
 from sim.link import LinkSecurity
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import wait_ready_slot
+from tests.integration.test_confirmation import POLICY as CONFIRM_POLICY
+from tests.integration.test_confirmation_holds import policy_toml
 from tests.integration.test_reload import (
     AGENT_NEW,
     AGENT_OLD,
@@ -32,6 +39,7 @@ from tests.integration.test_reload import (
     pumps,
     reloadable,
     rewrite,
+    sdk_client,
     status_with,
     stdio_entry,
     token_entry,
@@ -40,6 +48,7 @@ from tests.integration.test_reload import (
 )
 from tests.support.gateway_process import run_cli
 from tests.support.raw_mcp import INITIALIZE, MCP_HEADERS
+from tests.support.refusals import refusal
 
 __all__ = ["reloadable"]  # the fixture, imported to be used here
 
@@ -166,8 +175,9 @@ async def test_a_swap_that_fails_unexpectedly_puts_back_every_part_swapped_befor
         )
         rewrite(server, edited)
 
-        # The upstreams part swaps after logging, limits, auth and groups. Its add of "extra" works (a slot
-        # reserved, a supervisor made); the add of the changed "keep" fails after it has taken the slot.
+        # The upstreams part swaps before logging, limits, auth and groups (Reloader.swap_order). Its add of
+        # "extra" works (a slot reserved, a supervisor made); the add of the changed "keep" fails after it has
+        # taken the slot.
         upstreams = server.stdio_upstreams
         real_add = upstreams.add
 
@@ -187,7 +197,7 @@ async def test_a_swap_that_fails_unexpectedly_puts_back_every_part_swapped_befor
         assert (status["applied"], status["refused"]) == (0, 1)
         assert status["last_refused"]["refusals"] == [reason]
 
-        # Every part swapped before the failing one is back as it was.
+        # Every other part is as it was.
         assert logging.getLogger().level == logging.INFO
         assert server.limiters.rate.tables["slot"].spec.burst == 200
         assert server.gateway.registry.config.limits.max_slots == 64
@@ -215,3 +225,126 @@ async def test_a_swap_that_fails_unexpectedly_puts_back_every_part_swapped_befor
         assert await wait_upstream_ready(server, "keep") != kept_pid
         assert await status_with(server, AGENT_NEW) == 200
         assert logging.getLogger().level == logging.WARNING
+
+
+# -- a refused reload puts back exactly what the policy and limits swaps changed ----------------------------
+
+AGENT = AGENT_OLD
+OBSERVE_POLICY: dict[str, Any] = {key: value for key, value in CONFIRM_POLICY.items() if key != "confirm"}
+"""The agent observes and controls pump-1, and nothing waits for a confirmation."""
+
+
+def fail_telling_clients_once(governor: Governor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy swap fails for a fault of the gateway's own once it has swapped the rules (the tools-changed
+    announcement raises), after the limits part has swapped; the undo's own announcement goes through."""
+    failed: list[bool] = []
+    announce = governor.visibility_changed
+
+    def failing() -> None:
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("clients could not be told")
+        announce()
+
+    monkeypatch.setattr(governor, "visibility_changed", failing)
+
+
+def policy_head(tmp_path: Path, policy: dict[str, Any], more: str = "") -> str:
+    """A configuration with the policy (and `more` TOML of it) written to its own file, and the tokens of the
+    agent and the operator."""
+    (tmp_path / "policy.toml").write_text(policy_toml(policy) + more)
+    return (
+        f"port = 0\n[policy]\nfile = {json.dumps(str(tmp_path / 'policy.toml'))}\n"
+        + token_entry("agent", AGENT)
+        + token_entry("operator", OPS)
+    )
+
+
+async def admitted_status_calls(url: str, most: int) -> int:
+    """How many get_status calls of the agent go through before an execution limit refuses one (-32029)."""
+    async with sdk_client(f"{url}/pump-1/mcp", AGENT) as agent:
+        for count in range(most):
+            try:
+                await agent.call_tool("get_status", {})
+            except MCPError as exc:
+                assert exc.error.code == -32029, exc.error
+                return count
+    return most
+
+
+async def test_a_refused_reload_keeps_the_execution_limit_counters(
+    reloadable: Reloadable, tmp_path: Path, root_level: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def limited(most: int) -> str:
+        return (
+            '[[execution_limits]]\nid = "status-calls"\nmatch = { capability = "tool:get_status" }\n'
+            f"calls = {{ max = {most}, window_ms = 3600000 }}\n"
+        )
+
+    server = await reloadable(policy_head(tmp_path, OBSERVE_POLICY, limited(3)))
+    assert server.governor is not None
+    async with pumps(server):
+        assert await admitted_status_calls(server.url, 2) == 2  # one call of three left
+        policy_head(tmp_path, OBSERVE_POLICY, limited(5))  # the rule changes: swapped in, it counts from zero
+        fail_telling_clients_once(server.governor, monkeypatch)
+        report = await server.reload()
+        assert report.outcome == "refused", report.changes
+        assert "policy: reloaded: could not be applied (RuntimeError: " in report.refusals[0]
+        assert await admitted_status_calls(server.url, 5) == 1  # the old rule, with the calls it counted
+
+
+async def rate_admitted(server: GatewayServer, token: str, most: int = 12) -> int:
+    """How many requests of `token` the rate limit lets through before it answers 429."""
+    for count in range(most):
+        if await status_with(server, token) == 429:
+            return count
+    return most
+
+
+async def test_a_refused_reload_gives_back_the_rate_buckets_it_dropped_or_cut_down(
+    reloadable: Reloadable, tmp_path: Path, root_level: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def limits(max_buckets: int, burst: int) -> str:
+        return (
+            f"[limits.rate]\nmax_buckets = {max_buckets}\n"
+            f"[limits.rate.per_principal]\nrate_per_s = 0.001\nburst = {burst}\n"
+        )
+
+    server = await reloadable(policy_head(tmp_path, OBSERVE_POLICY) + limits(4, 8))
+    assert server.governor is not None
+    async with pumps(server):
+        for _ in range(3):
+            assert await status_with(server, AGENT) == 200  # the agent's bucket holds 5 of 8
+        assert await status_with(server, OPS) == 200  # the operator's 7 of 8; the agent's is the older one
+        # One bucket at most, burst 2: swapped in, the agent's bucket is dropped and the operator's cut to 2.
+        other = {**OBSERVE_POLICY, "assign": [*OBSERVE_POLICY["assign"][:-1]]}
+        head = policy_head(tmp_path, other)
+        rewrite(server, head + limits(1, 2))
+        fail_telling_clients_once(server.governor, monkeypatch)
+        report = await server.reload()
+        assert report.outcome == "refused", report.changes
+        assert "every part was put back" in report.refusals[0]
+        assert server.limiters.rate.tables["principal"].spec.burst == 8
+        # The agent's bucket is not full again, the operator's not cut down to 2.
+        assert (await rate_admitted(server, AGENT), await rate_admitted(server, OPS)) == (5, 7)
+
+
+async def test_a_refused_reload_does_not_mark_waiting_calls_as_of_an_earlier_policy(
+    reloadable: Reloadable, tmp_path: Path, root_level: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    by_another: dict[str, Any] = {**CONFIRM_POLICY, "confirm": [{**CONFIRM_POLICY["confirm"][0], "by": "another"}]}
+    operator_rule = {"principal": "token:operator", "capabilities": ["tool:stop"], "resources": ["/plant/**"]}
+    server = await reloadable(policy_head(tmp_path, by_another))
+    (tmp_path / "operator.token").write_text(OPS)
+    assert server.governor is not None
+    async with pumps(server):
+        async with sdk_client(f"{server.url}/pump-1/mcp", AGENT) as agent:
+            _, data = refusal(await agent.call_tool("start", {"speed_rpm": 1500}))
+        assert data["reason"] == "confirmation_required"  # it waits for the operator, under confirm[0]
+        policy_head(tmp_path, {**by_another, "confirm": [operator_rule, *by_another["confirm"]]})
+        fail_telling_clients_once(server.governor, monkeypatch)
+        report = await server.reload()
+        assert report.outcome == "refused", report.changes
+        code, out, err = await run_cli("approve", "--url", server.url, "--token-file", str(tmp_path / "operator.token"))
+        assert code == 0, (out, err)
+        assert "[confirm[0], expires in" in out  # the rule in force, not "confirm[0] of an earlier policy"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from gateway.config import GatewayConfig, LimitsConfig
 from gateway.core.broker.scrape import limit_values
-from gateway.policy.rate_limit import BucketSpec
+from gateway.policy.rate_limit import BucketSpec, RateSnapshot
 from gateway.reload.context import Context, Prepared
 from gateway.reload.diff import change_text, changed_paths, owner, value_at
 from gateway.reload.report import Refused
@@ -45,8 +45,12 @@ class LimitsSwap(Prepared):
         self.old = old
         self.new = new
         self.changed = changed
+        self.rate_before: RateSnapshot | None = None
 
     def swap(self) -> None:
+        # Reconfiguring drops buckets over a lower max_buckets and cuts them down to a lower burst, which
+        # reconfiguring back cannot undo: an undo puts these back as they are.
+        self.rate_before = self.context.running.limiters.rate.snapshot()
         self._apply(self.new.limits)
         from gateway.devices.sightings import Sightings
 
@@ -55,8 +59,9 @@ class LimitsSwap(Prepared):
             on_hello.check_bound(self.new.limits.max_devices)  # a registry left over the new bound is named once
 
     def undo(self) -> None:
-        # Rate buckets keep what they hold, at most the smaller of the two bursts.
         self._apply(self.old.limits)
+        if self.rate_before is not None:
+            self.context.running.limiters.rate.restore(self.rate_before)
 
     def _apply(self, limits: LimitsConfig) -> None:
         running = self.context.running

@@ -1,13 +1,16 @@
 """[policy] at run time: its inline rules or its file, loaded and checked whole, then swapped in (as
-`mcp-gateway policy reload` does; execution-limit counters carry over). Adding or removing [policy]
+`mcp-gateway policy reload` does; execution-limit counters carry over, and a refused reload puts back
+the very counters it found). Adding or removing [policy]
 needs a restart: the audit trail opens, and every way in is wired to the policy, at start. [audit]
 needs one too (its database is open, its writer running)."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from gateway.config import GatewayConfig, PolicyConfig
+from gateway.policy.execution.counters import RuleCounters
 from gateway.policy.governor import Governor
 from gateway.policy.rules import Policy, PolicyError, load_policy
 from gateway.reload.context import Context, Prepared
@@ -17,32 +20,54 @@ OWNS = ("policy",)
 log = logging.getLogger("gateway.policy")
 
 
+@dataclass(frozen=True)
+class Before:
+    """What a policy swap changes in the governor, saved to be put back exactly."""
+
+    source: PolicyConfig | None
+    policy: Policy
+    reloads: int
+    limit_rules: tuple[RuleCounters, ...]
+    """The execution-limit rules with their counters: swapping back keeps a rule's counters only when its
+    id and definition match both ways, so going back through swap would start some from zero."""
+    confirms_changed_s: float
+
+
 class PolicySwap(Prepared):
     def __init__(self, changes: list[str], governor: Governor, policy: Policy | None, source: PolicyConfig) -> None:
         super().__init__(changes)
         self.governor = governor
         self.policy = policy
         self.source = source
-        self.previous: tuple[PolicyConfig | None, Policy, int] | None = None
+        self.before: Before | None = None
 
     def swap(self) -> None:
         governor = self.governor
-        self.previous = (governor.source, governor.policy, governor.reloads)
+        self.before = Before(
+            governor.source, governor.policy, governor.reloads, governor.limits.rules, governor.confirms_changed_s
+        )
         governor.source = self.source
         if self.policy is not None:
             governor.swap(self.policy)
             log.info("policy reloaded (%d reloads)", governor.reloads)
 
     def undo(self) -> None:
-        if self.previous is None:
+        before = self.before
+        if before is None:
             return
-        source, policy, reloads = self.previous
         governor = self.governor
-        governor.source = source
-        if governor.policy is not policy:
-            governor.swap(policy)  # execution-limit counters carry over, as they did forward
-            log.info("policy put back: the configuration reload was refused")
-        governor.reloads = reloads
+        governor.source = before.source
+        try:
+            if governor.policy is not before.policy:
+                governor.swap(before.policy)  # tells listening clients again, as the swap forward did
+                log.info("policy put back: the configuration reload was refused")
+        finally:
+            # Exactly what the swap found, even when telling clients fails: the very counters (no quota
+            # starts again) and the time the [[confirm]] rules last changed (no waiting call's rule is
+            # marked as from an earlier policy).
+            governor.limits.rules = before.limit_rules
+            governor.confirms_changed_s = before.confirms_changed_s
+            governor.reloads = before.reloads
 
 
 def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepared | None:
