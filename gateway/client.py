@@ -552,11 +552,11 @@ class GatewayClient:
                 raise
             # The operator commands call _broker tools by name; "unknown" there is rarely a typo.
             if self.slot == BROKER_SLOT:
-                raise GatewayCallError(f"{exc}; {broker_tool_hint(name)}", exc.code) from None
+                raise GatewayCallError(f"{exc}; {broker_tool_hint(name)}", exc.code, exc.error) from None
             # The gateway's own answer (_all, a tool group) says "call tools/list": the command that does.
             if "call tools/list" in str(exc):
                 hint = f"mcp-gateway tools {self.slot} lists them, with their arguments"
-                raise GatewayCallError(f"{exc}; {hint}", exc.code) from None
+                raise GatewayCallError(f"{exc}; {hint}", exc.code, exc.error) from None
             raise
 
 

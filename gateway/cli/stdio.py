@@ -49,7 +49,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     ):
         return refuse(
             f"--group {args.group!r} is not a tool group's name (1 to 64 letters, digits, _ or -, starting with "
-            'a letter or digit); --group "" serves /mcp, every enabled group'
+            f"a letter or digit, and none of {', '.join(sorted(RESERVED_GROUP_NAMES))}); "
+            '--group "" serves /mcp, every enabled group'
         )
     slot = ALL_SLOT if args.slot is None else args.slot
     if _path_like(slot):

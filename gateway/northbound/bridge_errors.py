@@ -89,7 +89,7 @@ class AnswerLost(BridgeError):
     def log_text(self, method: str | None, url: str) -> str:
         if self._plain_http_to_tls(url):
             return f"the gateway at {url} serves TLS and dropped the plain-HTTP {method} unread; use https://"
-        return f"the connection to the gateway at {url} ended before the answer to a {method}: {self}"
+        return f"the connection to the gateway at {url} ended before the answer to {method}: {self}"
 
     def host_error(self, url: str) -> tuple[str, Any]:
         if self._plain_http_to_tls(url):
@@ -133,7 +133,7 @@ class AnswerUnreadable(BridgeError):
         )
 
     def log_text(self, method: str | None, url: str) -> str:
-        return f"the answer to a {method} could not be read: {self}"
+        return f"the answer to {method} could not be read: {self}"
 
     def host_error(self, url: str) -> tuple[str, Any]:
         return (

@@ -33,7 +33,7 @@ class GatewaySilent(BridgeError):
         super().__init__(f"nothing came from it for {read_timeout_s:g} s (--read-timeout)")
 
     def log_text(self, method: str | None, url: str) -> str:
-        return f"no answer from the gateway at {url} to a {method}: {self}"
+        return f"no answer from the gateway at {url} to {method}: {self}"
 
     def host_error(self, url: str) -> tuple[str, Any]:
         return (

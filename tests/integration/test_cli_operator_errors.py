@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import secrets
 import socket
 import sys
@@ -66,6 +67,10 @@ async def test_approve_and_slots_with_a_token_not_granted_the_broker_tool_say_wh
         "grant it: this token may lack tool:broker_approve or tool.control on /_system/broker (docs/governance.md), "
         "or the gateway is older than this mcp-gateway\n"
     )
+    # A script reads the refusal on stdout with --json.
+    code, out, _ = await run_cli("approve", "--json", "--url", server.url, "--token-file", agent, "3f9a01c2")
+    assert code == 1
+    assert json.loads(out)["error"]["code"] == -32602, out
     code, out, err = await run_cli("slots", "--url", server.url, "--token-file", agent)
     assert (code, out) == (1, "")
     assert "Unknown tool: providers_list is not offered by _broker" in err

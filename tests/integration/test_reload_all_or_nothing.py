@@ -136,8 +136,8 @@ async def test_a_vacant_slot_a_new_upstream_takes_over_is_no_room_for_another(re
         report = await server.reload()
         assert report.outcome == "refused"
         assert report.refusals == (
-            "upstreams: no room for 1 new slot(s) under limits.max_slots = 2 (2 slots held now); "
-            "raise limits.max_slots",
+            "upstreams: no room for 1 new slot(s) under limits.max_slots = 2 "
+            "(2 slots in use now, vacant ones forgotten); raise limits.max_slots",
         )
         assert server.gateway.registry.managers == {}
         assert set(server.gateway.registry.slots) == {"pump-1", "ghost"}

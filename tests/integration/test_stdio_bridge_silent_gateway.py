@@ -95,7 +95,7 @@ async def test_a_gateway_that_takes_a_request_and_sends_nothing_is_named_after_t
         assert_silent(await raw.receive(), "call", silent_gateway)
         assert await raw.close() == 0
         stderr = await raw.stderr()
-        assert f"no answer from the gateway at {silent_gateway}/pump-1/mcp to a initialize" in stderr
+        assert f"no answer from the gateway at {silent_gateway}/pump-1/mcp to initialize" in stderr
         assert "Traceback" not in stderr
     finally:
         if raw.process.returncode is None:

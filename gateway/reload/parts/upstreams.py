@@ -177,7 +177,7 @@ def check_room(names: list[str], context: Context, new: GatewayConfig) -> None:
         if len(missing) > room:
             problems.append(
                 f"upstreams: no room for {len(missing)} new slot(s) under limits.max_slots = {new.limits.max_slots} "
-                f"({len(registry.slots)} slots held now); raise limits.max_slots"
+                f"({len(registry.slots) - vacant} slots in use now, vacant ones forgotten); raise limits.max_slots"
             )
     if problems:
         raise Refused(*problems)
