@@ -220,11 +220,7 @@ class AggregateTarget(Target):
         if not self.may_call(principal, slot):
             return False
         governance = self.governance
-        if governance is None:
-            return True
-        if governance.permits(principal, slot, "tools/list") is not None:
-            return False
-        return governance.may_see(principal, slot, self._listed[(slot, original)][0])
+        return governance is None or governed.lists(governance, principal, slot, self._listed[(slot, original)][0])
 
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         if method == "tools/list":

@@ -27,6 +27,7 @@ from gateway.core.policy_interface import (
     Governance,
     confirmation_effect,
 )
+from gateway.core.principal import Principal
 
 CLAMPED_META_KEY = "io.github.mcp-gateway/clamped"
 """In a result's _meta: the arguments the gateway clamped to the operator's limits before forwarding."""
@@ -44,6 +45,12 @@ def permit(governance: Governance, ctx: ClientContext, slot: str, method: str) -
         if not method_rules.is_governed(method) and method != method_rules.LOGGING_SET_LEVEL:
             data["governed_families"] = list(method_rules.GOVERNED_FAMILIES)
         raise errors.forbidden(reason, data)
+
+
+def lists(governance: Governance, principal: Principal, slot: str, tool: JsonObject) -> bool:
+    """Whether a catalog (`_all`, a tool group, GET /mcp-servers) lists `slot`'s `tool` to the caller: as
+    the slot itself would (mcp.tools.list there, so a deny of it wins) and only a tool it may call."""
+    return governance.permits(principal, slot, "tools/list") is None and governance.may_see(principal, slot, tool)
 
 
 def outcome_of(result: JsonObject) -> str:

@@ -150,11 +150,7 @@ class GroupCatalog:
         if not self.may_call(principal, tool.slot):
             return False
         governance = self.governance
-        if governance is None:
-            return True
-        if governance.permits(principal, tool.slot, "tools/list") is not None:
-            return False
-        return governance.may_see(principal, tool.slot, tool.tool)
+        return governance is None or governed.lists(governance, principal, tool.slot, tool.tool)
 
     # -- the catalog ----------------------------------------------------------------------------
 
@@ -311,9 +307,7 @@ def _visible_count(tools: list[JsonObject], principal: Principal, slot: str, gov
     """The slot's tools the caller's listings show (none where it may not list the slot's tools)."""
     if governance is None:
         return len(tools)
-    if governance.permits(principal, slot, "tools/list") is not None:
-        return 0
-    return sum(1 for tool in tools if governance.may_see(principal, slot, tool))
+    return sum(1 for tool in tools if governed.lists(governance, principal, slot, tool))
 
 
 def _listed(tool: JsonObject, slot: str, name: str) -> JsonObject:
