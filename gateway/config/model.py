@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -207,13 +208,14 @@ class GatewayConfig(Section):
 
     def warnings(self) -> list[str]:
         """What `config check`, the start of `run` and every reload that is not refused warn of: entries
-        and bounds that load but do (next to) nothing (config_warnings), and token and secret files
-        users other than their owner can read."""
+        and bounds that load but do (next to) nothing (config_warnings), token and secret files users
+        other than their owner can read, and stdio upstreams whose program this machine does not have."""
         return [
             *config_warnings(self),
             *self.auth.token_file_warnings(),
             *self.providers.auth.secret_file_warnings(),
             *self.unapprovable_confirmations(),
+            *self.upstreams.command_warnings(os.environ),
         ]
 
     def unapprovable_confirmations(self) -> list[str]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -274,6 +277,31 @@ class UpstreamsConfig(Section):
     def names(self) -> list[str]:
         """Every upstream's slot name, stdio ones first, in file order."""
         return [upstream.name for upstream in self.stdio] + [upstream.name for upstream in self.remote]
+
+    def command_warnings(self, environ: Mapping[str, str]) -> list[str]:
+        """A warning per stdio upstream whose program cannot be found or run on this machine, looked up as
+        the child is started: on the PATH it gets (its `env` wins over `environ`), a path with a `/` from
+        its cwd. Not a refusal: the program may be installed after the gateway starts, and the upstream's
+        start is retried with back-off until it is."""
+        warnings = []
+        for upstream in self.stdio:
+            program = upstream.command[0]
+            explicit_path = upstream.env.get("PATH")
+            search = explicit_path.get_secret_value() if explicit_path is not None else environ.get("PATH", os.defpath)
+            if "/" in program:
+                where = os.path.join(upstream.cwd or os.getcwd(), program)
+                found = os.path.isfile(where) and os.access(where, os.X_OK)
+            else:
+                found = shutil.which(program, path=search) is not None
+            if not found:
+                place = (
+                    "is not an executable file" if "/" in program else f"is not found on the PATH it gets ({search})"
+                )
+                warnings.append(
+                    f"upstream {upstream.name!r}: command {program!r} {place}; its slot stays not connected "
+                    "and the gateway retries starting it with back-off (docs/upstreams.md)"
+                )
+        return warnings
 
     @model_validator(mode="after")
     def _unique(self) -> UpstreamsConfig:

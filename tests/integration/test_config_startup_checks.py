@@ -201,3 +201,24 @@ async def test_a_token_file_others_can_read_is_used_everywhere_with_a_warning(tm
     assert stat.S_IMODE(tokens.stat().st_mode) == 0o600
     code, out, err = await run_to_exit("token", "list", "--file", str(tokens))
     assert code == 0 and "hmi" in out and "warning" not in err, err
+
+
+async def test_a_stdio_upstream_whose_program_is_missing_starts_with_a_warning(tmp_path: Path) -> None:
+    """config check and run name the program this machine lacks (the slot would only retry it); a
+    program found on the PATH the child gets, or given by a path, is not warned of."""
+    found = tmp_path / "server"
+    found.write_text("#!/bin/sh\n")
+    found.chmod(0o755)
+    config = write_config(
+        tmp_path,
+        '[[upstreams.stdio]]\nname = "historian"\ncommand = ["no-such-mcp-server", "--site", "2"]\n'
+        '[[upstreams.stdio]]\nname = "units"\ncommand = ["server"]\n'
+        f'env = {{ PATH = "{tmp_path}" }}\n'
+        f'[[upstreams.stdio]]\nname = "local"\ncommand = ["{found}"]\n',
+    )
+    warning = "upstream 'historian': command 'no-such-mcp-server' is not found on the PATH it gets ("
+    code, out, err = await run_to_exit("config", "check", "--config", str(config), env=state_env(tmp_path))
+    assert (code, out) == (0, "configuration OK\n") and warning in err, err
+    assert "'units'" not in err and "'local'" not in err, err
+    async with gateway_process("--config", str(config), env=state_env(tmp_path)) as gateway:
+        assert warning in gateway.log
