@@ -35,7 +35,11 @@ def default_firmware_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def read_sums(directory: Path) -> dict[str, str] | None:
-    """name -> lower-case hex SHA-256 from directory/SHA256SUMS; None when there is no such file."""
+    """name -> lower-case hex SHA-256 from directory/SHA256SUMS; None when there is no such file.
+
+    Only plain file names count (`./name` is read as `name`): an entry with a directory part
+    (`sub/x.bin`, `../x.bin`) records a file of another directory, which that directory's own list must
+    vouch for, so it is left out rather than letting this list's digest stand for a file it never checks."""
     try:
         text = (directory / SUMS_FILE).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -43,8 +47,8 @@ def read_sums(directory: Path) -> dict[str, str] | None:
     sums: dict[str, str] = {}
     for line in text.splitlines():
         digest, _, name = line.strip().partition(" ")
-        name = name.strip().removeprefix("*")
-        if len(digest) == 64 and name:
+        name = name.strip().removeprefix("*").removeprefix("./")
+        if len(digest) == 64 and name and "/" not in name and name not in (".", ".."):
             sums[name] = digest.lower()
     return sums
 

@@ -7,6 +7,7 @@ tests/support/fake_rom.py on a pseudo-terminal (an ESP32-C3 board).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import shutil
 import sys
@@ -166,6 +167,38 @@ def test_a_directory_with_images_and_no_list_says_how_to_record_them(tmp_path: P
     assert events[-1]["message"] == (
         f"no --firmware given and {directory / 'SHA256SUMS'} lists pump1-c3-v1.bin, none of them in the directory"
     )
+
+
+@pytest.mark.parametrize("listed", ["sub/pump1-c3.bin", "../pump1-c3.bin"])
+def test_a_list_entry_naming_another_directory_vouches_for_nothing(tmp_path: Path, listed: str) -> None:
+    """`sha256sum sub/*.bin > SHA256SUMS` records files of another directory: the digest it lists is
+    never compared, so the file is not an image of this directory (a replaced one would be written)."""
+    directory = tmp_path / "firmware"
+    (directory / "sub").mkdir(parents=True)
+    recorded = build_image("esp32c3", seed=1)
+    (directory / listed).write_bytes(build_image("esp32c3", seed=2))  # not the image the list recorded
+    (directory / "SHA256SUMS").write_text(f"{hashlib.sha256(recorded).hexdigest()}  {listed}\n")
+
+    code, events = before_the_port(directory)
+
+    assert code == EXIT_CODES["firmware-not-found"], events
+    assert [event["step"] for event in events] == ["error"], events
+    assert events[-1]["message"].startswith(f"no --firmware given and {directory / 'SHA256SUMS'} lists no image")
+
+
+def test_a_list_entry_written_with_dot_slash_names_the_file_beside_it(tmp_path: Path) -> None:
+    """`sha256sum ./*.bin` writes `./name`: the same file as `name`, checked against its digest."""
+    directory = tmp_path / "firmware"
+    directory.mkdir()
+    image = directory / "pump1-c3.bin"
+    image.write_bytes(build_image("esp32c3", seed=1))
+    (directory / "SHA256SUMS").write_text(f"{hashlib.sha256(image.read_bytes()).hexdigest()}  ./pump1-c3.bin\n")
+    image.write_bytes(build_image("esp32c3", seed=2))
+
+    code, events = before_the_port(directory)
+
+    assert code == EXIT_CODES["checksum-mismatch"], events
+    assert "does not match SHA256SUMS" in events[-1]["message"], events
 
 
 def test_a_note_goes_to_stderr_in_the_plain_output(capsys: pytest.CaptureFixture[str]) -> None:
