@@ -215,10 +215,13 @@ def www_authenticate(
 
 def refusal(failure: AuthFailure, endpoint: Endpoint) -> web.Response:
     response = http_error(failure.status, failure.error, failure.description)
+    # MCP (2025-11-25 on) has a 401 name the scopes the resource needs, which a client asks for before
+    # the metadata's scopes_supported; a 403 for missing scopes names them always (RFC 6750 section 3).
+    needed = " ".join(endpoint.required_scopes) or None
     if failure.status == 503:
         response.headers["Retry-After"] = str(RETRY_AFTER_S)
     elif failure.reason == "missing":
-        response.headers["WWW-Authenticate"] = www_authenticate(resource_metadata=endpoint.metadata_url)
+        response.headers["WWW-Authenticate"] = www_authenticate(resource_metadata=endpoint.metadata_url, scope=needed)
     elif failure.status == 403:
         response.headers["WWW-Authenticate"] = www_authenticate(
             resource_metadata=endpoint.metadata_url,
@@ -228,7 +231,7 @@ def refusal(failure: AuthFailure, endpoint: Endpoint) -> web.Response:
         )
     else:
         response.headers["WWW-Authenticate"] = www_authenticate(
-            resource_metadata=endpoint.metadata_url, error=failure.error, description=failure.description
+            resource_metadata=endpoint.metadata_url, error=failure.error, description=failure.description, scope=needed
         )
     return response
 

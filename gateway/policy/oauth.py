@@ -152,7 +152,7 @@ def subject_from_claims(claims: dict[str, Any]) -> str | AuthFailure:
     control character (C0, DEL, C1), a line or paragraph separator, or a bidirectional override
     (U+202A-U+202E, U+2066-U+2069), since a caller shows as its subject in refusals, the audit trail and
     approvals, where " " would pass for no one, a line break for another line and an override for
-    another name."""
+    another name. A subject longer than MAX_SUBJECT_CHARS is refused too."""
     subject = claims.get("sub")
     if not isinstance(subject, str) or not any(map(_visible, subject)):
         return AuthFailure("invalid_subject", "The access token's subject (sub) is empty or blank.")
@@ -160,6 +160,12 @@ def subject_from_claims(claims: dict[str, Any]) -> str | AuthFailure:
         return AuthFailure(
             "invalid_subject",
             "The access token's subject (sub) holds a control character, a line break or a bidirectional override.",
+        )
+    if len(subject) > MAX_SUBJECT_CHARS:
+        # Refused, not cut: two subjects sharing their first characters would become one caller (one
+        # session owner, one audit name, one rate bucket).
+        return AuthFailure(
+            "invalid_subject", f"The access token's subject (sub) is longer than {MAX_SUBJECT_CHARS} characters."
         )
     return subject
 
@@ -466,7 +472,7 @@ class OAuthVerifier:
             if isinstance(subject, AuthFailure):
                 return subject
             return Principal(
-                subject[:MAX_SUBJECT_CHARS],
+                subject,
                 self.kind,
                 scopes_from_claims(claims),
                 groups=groups_from_claims(claims),

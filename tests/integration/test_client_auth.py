@@ -128,14 +128,21 @@ def lan_address() -> str | None:
 # -- static tokens -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/pump-1/mcp", "/_all/mcp", "/_broker/mcp"])
+@pytest.mark.parametrize(
+    ("path", "challenge"),
+    [
+        ("/pump-1/mcp", 'Bearer realm="mcp-gateway", scope="pump-1"'),  # the scopes the endpoint needs
+        ("/_all/mcp", 'Bearer realm="mcp-gateway"'),
+        ("/_broker/mcp", 'Bearer realm="mcp-gateway"'),
+    ],
+)
 async def test_no_token_gets_401_with_www_authenticate(
-    gateway_factory: GatewayFactory, http: aiohttp.ClientSession, path: str
+    gateway_factory: GatewayFactory, http: aiohttp.ClientSession, path: str, challenge: str
 ) -> None:
     server = await gateway_factory(auth=static_auth())
     status, headers, body = await post(http, server.url + path)
     assert status == 401
-    assert headers["WWW-Authenticate"] == 'Bearer realm="mcp-gateway"'
+    assert headers["WWW-Authenticate"] == challenge
     assert headers["Content-Type"].startswith("application/json")
     assert body["error"] == "unauthorized"
     assert "Authorization: Bearer <token>" in body["error_description"]
@@ -564,6 +571,11 @@ async def test_protected_resource_metadata_per_endpoint(
     assert status == 401
     metadata_url = headers["WWW-Authenticate"].removeprefix('Bearer resource_metadata="').removesuffix('"')
     assert metadata_url == f"{server.url}/.well-known/oauth-protected-resource/pump%201/mcp"
+    status, headers, _ = await post(http, f"{server.url}/_broker/mcp")
+    assert (status, headers["WWW-Authenticate"]) == (
+        401,
+        f'Bearer scope="admin", resource_metadata="{server.url}/.well-known/oauth-protected-resource/_broker/mcp"',
+    )
     cases = {
         metadata_url: (f"{server.url}/pump%201/mcp", None, 'mcp-gateway slot "pump 1"'),
         f"{server.url}/.well-known/oauth-protected-resource/pump-1/mcp": (

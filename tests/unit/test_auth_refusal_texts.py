@@ -81,6 +81,17 @@ async def test_a_subject_that_names_no_one_is_refused(verifier: OAuthVerifier, s
     assert outcome.description == problem
 
 
+async def test_a_subject_longer_than_the_bound_is_refused_not_cut(verifier: OAuthVerifier) -> None:
+    """Cut to its first 256 characters, two callers would share one name: one owner of a session."""
+    for subject in ("u" * 256 + "-alice", "u" * 257):
+        outcome = await verifier.validate(access_token(rsa_key(), AUDIENCE, subject=subject, scope="pump-1"), AUDIENCE)
+        assert isinstance(outcome, AuthFailure), outcome
+        assert (outcome.reason, outcome.status) == ("invalid_subject", 401)
+        assert outcome.description == "The access token's subject (sub) is longer than 256 characters."
+    outcome = await verifier.validate(access_token(rsa_key(), AUDIENCE, subject="u" * 256, scope="pump-1"), AUDIENCE)
+    assert outcome == Principal("u" * 256, "oauth", frozenset({"pump-1"}))
+
+
 @pytest.mark.parametrize(
     "subject", ["alice smith", " padded ", "jörg@werk", "名前", "248289761001", "\U0001f469\u200d\U0001f52c"]
 )
