@@ -378,6 +378,22 @@ PROVIDER_PREFIX = "broker://providers/"
 GUIDE_PREFIX = "broker://guide/"
 
 
+def resource_tool(uri: str) -> str | None:
+    """The tool whose answer the resource `uri` (or URI template) is: under [policy] a caller reads it
+    only if it may see that tool, so a resource never shows what the tool is withheld for."""
+    if uri == "broker://info":
+        return "broker_info"
+    if uri == "broker://providers":
+        return "providers_list"
+    if uri == "broker://diagnose":
+        return "broker_diagnose"
+    if uri.startswith(PROVIDER_PREFIX):
+        return "provider_status"
+    if uri.startswith(GUIDE_PREFIX):
+        return "broker_guide"
+    return None
+
+
 def invalid(message: str, **data: Any) -> errors.RpcError:
     return errors.RpcError(jsonrpc.INVALID_PARAMS, message, data or None)
 
@@ -517,6 +533,22 @@ class BrokerTarget(Target):
             return await governed.call(governance, ctx, BROKER_SLOT, tool, call, "_broker", forward)
         if method.startswith(governed.GOVERNED_PREFIXES):
             governed.permit(governance, ctx, BROKER_SLOT, method)
+        visible = {tool["name"] for tool in governance.visible_tools(ctx.principal, BROKER_SLOT, TOOLS)}
+        if method == "resources/list":
+            return {"resources": [item for item in STATIC_RESOURCES if resource_tool(item["uri"]) in visible]}
+        if method == "resources/templates/list":
+            templates = [item for item in RESOURCE_TEMPLATES if resource_tool(item["uriTemplate"]) in visible]
+            return {"resourceTemplates": templates}
+        uri = (params or {}).get("uri")
+        if method == "resources/read" and isinstance(uri, str):
+            answer_of = resource_tool(uri)
+            if answer_of is not None and answer_of not in visible:
+                raise invalid(
+                    f"Resource {uri} is not offered to this caller: it is the answer of the tool {answer_of}, which the "
+                    "policy does not let this caller see (docs/governance.md)",
+                    uri=uri,
+                    reason="not_visible",
+                )
         return self._resources(method, params)
 
     async def _call_governed(self, governance: Governance, ctx: ClientContext, admitted: JsonObject) -> JsonObject:
