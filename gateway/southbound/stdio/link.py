@@ -46,6 +46,23 @@ def child_environment(
     return env, missing
 
 
+def keep_descriptors_from_children() -> None:
+    """Mark every descriptor above stderr close-on-exec. uvloop's subprocess_exec ignores close_fds, so a
+    descriptor the gateway was started with inheritable (a supervisor's pipe, a file a wrapper opened)
+    would reach every child, which could write through it. Python opens its own descriptors
+    close-on-exec already; this covers the ones handed to it."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:  # no /proc: nothing to walk, close_fds is the only guard
+        return
+    for name in names:
+        descriptor = int(name)
+        if descriptor > 2:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+                if os.get_inheritable(descriptor):
+                    os.set_inheritable(descriptor, False)
+
+
 @dataclass(frozen=True)
 class OversizedLine:
     """A line over the limit, in its place among the lines: its first bytes, which may name the request
@@ -183,6 +200,7 @@ class Child:
     async def spawn(cls, command: Sequence[str], env: Mapping[str, str], cwd: str | None) -> Child:
         """Start `command` in a new session (its own process group); raises OSError when it cannot run."""
         loop = asyncio.get_running_loop()
+        keep_descriptors_from_children()
         transport, protocol = await loop.subprocess_exec(
             lambda: _ExitAwareProtocol(READ_CHUNK, loop),
             *command,
