@@ -42,6 +42,7 @@ from gateway.cli.restore_targets import (
     is_secret,
     mode_limit,
     newer,
+    normal_place,
     outside_places,
 )
 from gateway.cli.restore_write import DATABASE_NAMES, Refused, Step, no_link_on_the_way, put
@@ -194,7 +195,9 @@ def _restore(
         folders = {
             step.target.parent: step.entry.directory
             for step in steps
-            if step.entry.directory and step.via is None and Path(step.entry.original).parent == step.target.parent
+            if step.entry.directory
+            and step.via is None
+            and normal_place(Path(step.entry.original)).parent == step.target.parent
         }
         restored = 0
         for step in steps:

@@ -54,6 +54,12 @@ def applied_mode(entry: Entry) -> int:
     return recorded & mode_limit(entry)
 
 
+def normal_place(path: Path) -> Path:
+    """`path` made absolute with `.` and `..` folded: the one text restore both checks and writes, so a
+    `<config dir>/../elsewhere` is judged where it lands."""
+    return Path(os.path.normpath(path.absolute()))
+
+
 def _named_place(setting: str, settings: Mapping[str, str]) -> Path | None:
     """Where the backed-up configuration puts the file of `setting` (None: it does not name it)."""
     from gateway.policy.tls_self_signed import CA_CERT, CA_KEY
@@ -62,8 +68,8 @@ def _named_place(setting: str, settings: Mapping[str, str]) -> Path | None:
     if beside:
         if base != CA_BESIDE or name not in (CA_CERT, CA_KEY) or base not in settings:
             return None
-        return Path(settings[base]).absolute().parent / name
-    return Path(settings[setting]).absolute() if setting in settings else None
+        return normal_place(Path(settings[base])).parent / name
+    return normal_place(Path(settings[setting])) if setting in settings else None
 
 
 def _written_absolute(setting: str, settings: Mapping[str, str]) -> bool:
@@ -89,14 +95,14 @@ def config_places(
         index, entry = configs[0]
         given = args.config or env.get(ENV_CONFIG_FILE)
         if given:
-            places[index] = Path(given).expanduser().absolute()
+            places[index] = normal_place(Path(given).expanduser())
         elif manifest.config_file != entry.original:
             raise BackupError(
                 f"{where}: the configuration file's original {entry.original} is not the backup's config_file "
                 f"{manifest.config_file}: the manifest was changed; nothing was restored"
             )
         else:
-            places[index] = Path(entry.original)
+            places[index] = normal_place(Path(entry.original))
         copy = source / entry.path
         try:
             settings = dict(settings_in(tomllib.loads(copy.read_text(encoding="utf-8"))))
@@ -114,7 +120,7 @@ def config_places(
                 "configuration file does not name it (the environment or a flag did, at the backup); copy it by "
                 "hand if it belongs there"
             )
-        elif place != Path(entry.original):
+        elif place != normal_place(Path(entry.original)):
             relative = "" if _written_absolute(setting, settings) else ", restore runs in another directory than the "
             relative += "" if not relative else "backup did (the path is relative: run restore there)"
             raise BackupError(
@@ -130,7 +136,9 @@ def config_places(
 def outside_places(manifest: Manifest, places: Mapping[int, Path]) -> list[str]:
     """A line for each file the configuration names that goes outside the restored configuration file's
     directory (and its subdirectories): an appliance keeps them beside it, so one elsewhere is written only
-    with --force."""
+    with --force. Places are compared with `..` folded (normal_place) and again with the directories that
+    exist on their way resolved, so neither `<dir>/../x` nor a directory link under the configuration's
+    directory reaches elsewhere unasked; the file itself may be a link (restore_write follows it as it is)."""
     configs = (
         places[index] for index, entry in enumerate(manifest.files) if entry.kind == "config" and index in places
     )
@@ -138,12 +146,26 @@ def outside_places(manifest: Manifest, places: Mapping[int, Path]) -> list[str]:
     if folder is None:
         return []
     home = folder.parent
-    return [
-        f"  {place} ({manifest.files[index].setting}) is outside {home}, the directory of the configuration file "
-        "restored"
-        for index, place in places.items()
-        if manifest.files[index].kind == "named" and home not in place.parents
-    ]
+    real_home = Path(os.path.realpath(home))
+    lines = []
+    for index, place in places.items():
+        entry = manifest.files[index]
+        if entry.kind != "named":
+            continue
+        named = "" if entry.original == str(place) else f" (named {entry.original})"
+        if home not in place.parents:
+            lines.append(
+                f"  {place} ({entry.setting}){named} is outside {home}, the directory of the configuration file "
+                "restored"
+            )
+            continue
+        real_folder = Path(os.path.realpath(place.parent))
+        if real_folder != real_home and real_home not in real_folder.parents:
+            lines.append(
+                f"  {place} ({entry.setting}) is outside {home}, the directory of the configuration file restored: "
+                f"a directory on its way is a symbolic link, and it leads to {real_folder}"
+            )
+    return lines
 
 
 def _id_of(name: str, lookup: Any) -> int | None:

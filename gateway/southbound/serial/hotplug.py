@@ -10,7 +10,9 @@ one that appears or disappears as a `PortEvent`. Two implementations:
 
 `HotplugPorts` takes the events: a port that appears with a listed VID:PID (and that no
 [[serial.ports]] entry names) is opened exactly like a configured one (gateway/southbound/serial/ports.py);
-a port that disappears is closed and its slots detached at once, their pending callers answered.
+a port that disappears is closed and its slots detached at once, their pending callers answered. A
+port that appears while released for another program (a board re-enumerating during a flash) stays
+closed: it inherits the hold (gateway/southbound/serial/handover.py, SerialPortHandover.adopt).
 Tests drive the same `HotplugPorts` with an enumerator of their own.
 """
 
@@ -26,6 +28,7 @@ from typing import Any, Literal, Protocol
 
 from gateway.config import ConfigError, SerialHotplugConfig
 from gateway.core.jsonrpc import JsonObject
+from gateway.southbound.serial.handover import SerialPortHandover
 from gateway.southbound.serial.ports import PortSpec, SerialLines
 
 log = logging.getLogger("gateway.southbound.hotplug")
@@ -305,10 +308,14 @@ class HotplugPorts:
         port = event.port
         if event.action == "detach":
             self.ignored.pop(port.device, None)
-            if port.device in self.lines.ports and self.lines.ports[port.device].spec.source == "hotplug":
+            served = self.lines.ports.get(port.device)
+            if served is not None and served.spec.source == "hotplug":
                 self.detached += 1
                 log.info("serial hot-plug: %s (%s) unplugged", port.device, port.vid_pid)
-                self._spawn(self.lines.remove(port.device, "unplugged"))
+                # Out of the served ports now, not once its stop has run: an attach in the same batch of
+                # events (the node back at once, or the same board under another name) must find it gone.
+                del self.lines.ports[port.device]
+                self._spawn(served.stop("unplugged"))
             return
         if port.vid_pid not in self.wanted:
             self.ignored[port.device] = f"VID:PID {port.vid_pid} is not in serial.hotplug.vid_pid"
@@ -324,9 +331,22 @@ class HotplugPorts:
             stable_id=port.stable_id,
             usb=port.describe(),
         )
-        if self.lines.add(spec) is not None:
-            self.attached += 1
-            log.info("serial hot-plug: %s (%s %s) plugged in; opening it", port.device, port.vid_pid, port.description)
+        added = self.lines.add(spec)
+        if added is None:
+            return
+        self.attached += 1
+        # Asked before the port's supervision first runs (on the next pass of the loop), so that a held
+        # port is never opened, not even for a moment: a flash may be writing to it.
+        handover = self.lines.gateway.serial_handover
+        if isinstance(handover, SerialPortHandover) and handover.adopt(added):
+            log.info(
+                "serial hot-plug: %s (%s %s) plugged in; kept closed: released for another program",
+                port.device,
+                port.vid_pid,
+                port.description,
+            )
+            return
+        log.info("serial hot-plug: %s (%s %s) plugged in; opening it", port.device, port.vid_pid, port.description)
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
