@@ -197,15 +197,19 @@ def check_invariants(broker: MqttBroker) -> None:
     for slot in broker.plain.links:
         assert mqtt_topics.slot_level_problem(slot) is None
     mcp = broker.mcp
-    by_slot = {server_id: slot for slot, same in mcp.of_slot.items() for server_id in same}
-    assert by_slot == {server_id: instance.slot for server_id, instance in mcp.instances.items()}
+    # An instance is its slot and server-id, indexed three ways: by that pair, by slot, by server-id.
+    assert {(slot, server_id) for slot, same in mcp.of_slot.items() for server_id in same} == set(mcp.instances)
+    assert {(slot, server_id) for server_id, same in mcp.of_server.items() for slot in same} == set(mcp.instances)
     assert all(mcp.of_slot.values()), "a slot without instances is still indexed"
+    assert all(mcp.of_server.values()), "a server-id without instances is still indexed"
     for slot, same in mcp.of_slot.items():
         for instance in same.values():
-            assert instance is mcp.instances[instance.address.server_id]
+            assert instance is mcp.instances[(slot, instance.address.server_id)]
+            assert instance is mcp.of_server[instance.address.server_id][slot]
             assert slot == slot_for(instance.address.server_name, mcp.rule)
+    assert len(mcp.by_server) == len(mcp.by_slot)
     for slot, link in broker.mcp.by_slot.items():
-        assert link.slot == slot and broker.mcp.by_server[link.address.server_id] is link
+        assert link.slot == slot and broker.mcp.by_server[link.address] is link
         assert isinstance(link, McpLink)
         for topic in (link.rpc, link.control, link.capability):
             assert mqtt_topic_name_ok(topic), f"a bridged server's topic {topic[:60]!r}… is not an MQTT topic"

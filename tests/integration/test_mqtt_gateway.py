@@ -971,7 +971,7 @@ async def test_max_instances_bounds_the_devices_one_broker_announces(
             rogue.publish(f"$mcp-server/presence/{server_id}/plant/{server_id}", online, retain=True)
         await wait_for(lambda: broker.drops.totals["refused"] == 2, 5, "the third board and the third server")
         assert broker.plain is not None and sorted(broker.plain.announced) == ["pump-1", "pump-2"]
-        assert broker.mcp is not None and sorted(broker.mcp.instances) == ["srv-1", "srv-2"]
+        assert broker.mcp is not None and sorted(broker.mcp.instances) == [("srv-1", "srv-1"), ("srv-2", "srv-2")]
         assert "more than 2" in broker.drops.last["refused"]
         metrics = await fetch_metrics(server)
         assert 'mcpgw_limit{limit="mqtt.brokers[0].max_instances"} 2.0' in metrics
@@ -1081,7 +1081,7 @@ async def test_appliance_acl_confines_each_board_to_its_own_topics(
         # The broker handles a publish before its PUBACK, and the forgers had theirs before the simulators
         # started: had a forged message passed, the gateway would have had it before the real ones.
         assert "boiler-9" not in server.gateway.registry.slots and "more" not in server.gateway.registry.slots
-        assert gateway_broker.mcp is not None and set(gateway_broker.mcp.instances) == {"sim-pump-1"}
+        assert gateway_broker.mcp is not None and set(gateway_broker.mcp.instances) == {("pump-1", "sim-pump-1")}
         assert gateway_broker.drops.totals["unregistered"] == 0
     finally:
         await plain.stop()

@@ -5,7 +5,11 @@ Discovery: the gateway subscribes to `$mcp-server/presence/+/<filter>` for each 
 ones). A retained `notifications/server/online` names one server instance (server-id, server-name).
 
 Bridging: each server-name becomes one slot (`slot_naming`); of several instances of one
-server-name one serves the slot, the next takes over when it goes. For the serving instance the
+server-name one serves the slot, the next takes over when it goes. An instance is its slot and
+server-id: the broker's ACL confines a credential to server-names (slots) but leaves the server-id
+level free, so a presence under another slot never displaces an instance, whatever its server-id or
+the order the presences arrive in (retained ones after each subscription); one server-id under two
+slots is warned of (`_warn_shared`). For the serving instance the
 gateway subscribes to its RPC topic (No Local) and its capability topic, then attaches a link: the
 core's `initialize` goes to the server's control topic, everything after it to the RPC topic, every
 PUBLISH with the MCP-COMPONENT-TYPE and MCP-MQTT-CLIENT-ID user properties.
@@ -26,6 +30,8 @@ topic instead of the whole connection (docs/protocol.md, Departures).
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from dataclasses import dataclass
 
 import orjson
@@ -44,6 +50,16 @@ from gateway.southbound.mqtt.reattach import RETRIED_REFUSALS, Reattach
 from gateway.southbound.mqtt.topics import ServerAddress
 
 DISCONNECTED = jsonrpc.dumps(jsonrpc.notification(mqtt_topics.METHOD_DISCONNECTED))
+SHARED_NAMED = 8
+"""Other slots of a shared server-id named in a warning and in provider_status (the count says the rest)."""
+SHOWN_CHARS = 120
+"""A server-id or server-name in a log line is cut to this many characters (MQTT allows 65,535 bytes)."""
+
+log = logging.getLogger("gateway.mqtt")
+
+InstanceKey = tuple[str, str]
+"""(slot, server-id): one server instance. Within a slot the server-id identifies it (a new server-name
+under the same slot replaces the old one); across slots it does not (see the module's docstring)."""
 
 
 def slot_for(server_name: str, rule: str) -> str:
@@ -59,6 +75,18 @@ class Instance:
     slot: str
     """slot_for(address.server_name), fixed when the presence arrives (a new name is a new Instance)."""
     description: str = ""
+
+    @property
+    def key(self) -> InstanceKey:
+        return (self.slot, self.address.server_id)
+
+
+@dataclass
+class _Quiet:
+    """When a slot's shared server-id was last warned of, and how many presences came since."""
+
+    since: float
+    more: int = 0
 
 
 class McpLink(MqttLink):
@@ -117,6 +145,7 @@ class McpLink(MqttLink):
             "server_id": self.address.server_id,
             "server_name": self.address.server_name,
             "description": self.instance.description or None,
+            "server_id_also_in": self.profile.shared_with(self.instance) if self.profile is not None else [],
             "topics": {"control": self.control, "rpc": self.rpc, "capability": self.capability},
         }
 
@@ -129,18 +158,36 @@ def _is_initialize(data: bytes) -> bool:
     return isinstance(value, dict) and value.get("method") == "initialize" and "id" in value
 
 
+def _shown(text: str) -> str:
+    """A name from the wire in a log line: quoted (control characters escaped) and cut short."""
+    return repr(text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…")
+
+
+def _unindex(index: dict[str, dict[str, Instance]], outer: str, inner: str) -> None:
+    entries = index.get(outer)
+    if entries is not None:
+        entries.pop(inner, None)
+        if not entries:
+            del index[outer]
+
+
 class McpProfile:
     """Every MCP over MQTT server instance one broker announces."""
 
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.rule = broker.config.slot_naming
-        self.instances: dict[str, Instance] = {}
-        """Every announced instance by server-id (at most max_instances)."""
+        self.instances: dict[InstanceKey, Instance] = {}
+        """Every announced instance by slot and server-id (at most max_instances)."""
         self.of_slot: dict[str, dict[str, Instance]] = {}
         """The same instances by slot, then server-id, in the order they are tried (`_add`, `_remove`)."""
-        self.by_server: dict[str, McpLink] = {}
+        self.of_server: dict[str, dict[str, Instance]] = {}
+        """The same instances by server-id, then slot: more than one slot is a shared server-id."""
+        self.by_server: dict[ServerAddress, McpLink] = {}
+        """The bridged links by the address their topics carry (one per slot: `by_slot`)."""
         self.by_slot: dict[str, McpLink] = {}
+        self.shared_warned: dict[str, _Quiet] = {}
+        """Slots whose shared server-id was warned of (at most one warning per slot per repeat interval)."""
         self.server_filters: list[str] = list(broker.config.server_filter)
         self.reattach = Reattach(
             broker.gateway.registry, broker.config.reconnect_initial_s, broker.config.reconnect_max_s, self._retry
@@ -165,6 +212,7 @@ class McpProfile:
         self.by_slot.clear()
         self.instances.clear()  # the retained presences arrive again after the next subscription
         self.of_slot.clear()
+        self.of_server.clear()
         self.reattach.clear()
         for link in links:
             link.released = True
@@ -182,8 +230,8 @@ class McpProfile:
         rpc = mqtt_topics.parse_rpc(topic)
         if rpc is None or rpc.client_id != self.broker.client.client_id:
             return None
-        link = self.by_server.get(rpc.server.server_id)
-        return link if link is not None and link.address == rpc.server and link.session is not None else None
+        link = self.by_server.get(rpc.server)
+        return link if link is not None and link.session is not None else None
 
     def handle(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
         # `retained` matters to the plain profile only (a stored status); presence here is MCP's own.
@@ -201,8 +249,8 @@ class McpProfile:
             return
         capability = mqtt_topics.parse_server_capability(topic)
         if capability is not None:
-            link = self.by_server.get(capability.server_id)
-            if link is None or link.address != capability or link.session is None:
+            link = self.by_server.get(capability)
+            if link is None or link.session is None:
                 drops.count("unregistered", topic, "no bridged server instance publishes here")
                 return
             link.deliver(topic, jsonrpc.parse(payload, link.session.settings.max_json_depth))
@@ -221,13 +269,14 @@ class McpProfile:
         if too_long:
             drops.count("wrong_topic", topic, f"server-id and server-name too long: {too_long}", slot)
             return
+        key = (slot, address.server_id)
         if not payload:
-            known = self.instances.get(address.server_id)
+            known = self.instances.get(key)
             if known is not None and known.address == address:
-                self._remove(address.server_id)
+                self._remove(key)
                 self._forget_if_gone(slot)
-            link = self.by_server.get(address.server_id)
-            if link is not None and link.address == address:
+            link = self.by_server.get(address)
+            if link is not None:
                 self.release(link)
                 link.lost(
                     f"MCP server {address.server_name} ({address.server_id}) went offline: its presence was "
@@ -243,18 +292,20 @@ class McpProfile:
         params = body.get("params")
         description = params.get("description") if isinstance(params, dict) else None
         max_instances = self.broker.config.max_instances
-        if address.server_id not in self.instances and len(self.instances) >= max_instances:
+        if key not in self.instances and len(self.instances) >= max_instances:
             self.broker.limit_hit("max_instances")
             drops.count("refused", topic, f"more than {max_instances} server instances on this broker", slot)
             return
         instance = Instance(address, slot, description if isinstance(description, str) else "")
-        previous = self._add(instance)
-        if previous is not None and previous.address != address:
-            self._forget_if_gone(previous.slot)  # it took another name
+        new = key not in self.instances
+        self._add(instance)
+        if new and len(self.of_server[address.server_id]) > 1:
+            self._warn_shared(instance)
         self.reattach.now(slot)
-        current = self.by_server.get(address.server_id)
-        if current is not None:
-            # The same instance announced itself again: it reconnected and its client sessions are gone.
+        current = self.by_slot.get(slot)
+        if current is not None and current.address.server_id == address.server_id:
+            # The same instance announced itself again (under this slot: the server-id alone says so only
+            # within a slot): it reconnected and its client sessions are gone.
             self.release(current)
             current.lost(f"MCP server {address.server_name} ({address.server_id}) announced itself again")
         if slot not in self.by_slot:
@@ -278,26 +329,58 @@ class McpProfile:
             return f"subscribing to its topics would exceed the broker's Maximum Packet Size ({maximum} bytes)"
         return None
 
-    def _add(self, instance: Instance) -> Instance | None:
-        """Record an announced instance; the one it replaces (same server-id), if any. Announced again
-        under the same slot it keeps its turn; under another it is the last of its new slot."""
+    def _add(self, instance: Instance) -> None:
+        """Record an announced instance. Announced again (its server-name may differ above the slot's
+        level) it keeps its turn in its slot; the instances of other slots are left alone."""
         server_id = instance.address.server_id
-        previous = self.instances.get(server_id)
-        if previous is not None and previous.slot != instance.slot:
-            self._remove(server_id)
-        self.instances[server_id] = instance
+        self.instances[instance.key] = instance
         self.of_slot.setdefault(instance.slot, {})[server_id] = instance
-        return previous
+        self.of_server.setdefault(server_id, {})[instance.slot] = instance
 
-    def _remove(self, server_id: str) -> Instance | None:
-        instance = self.instances.pop(server_id, None)
+    def _remove(self, key: InstanceKey) -> Instance | None:
+        instance = self.instances.pop(key, None)
         if instance is not None:
-            same_slot = self.of_slot.get(instance.slot)
-            if same_slot is not None:
-                same_slot.pop(server_id, None)
-                if not same_slot:
-                    del self.of_slot[instance.slot]
+            slot, server_id = key
+            _unindex(self.of_slot, slot, server_id)
+            _unindex(self.of_server, server_id, slot)
         return instance
+
+    def shared_with(self, instance: Instance) -> list[str]:
+        """The other slots an instance of this server-id is announced under (at most SHARED_NAMED)."""
+        same_id = self.of_server.get(instance.address.server_id, {})
+        return sorted(slot for slot in same_id if slot != instance.slot)[:SHARED_NAMED]
+
+    def _warn_shared(self, instance: Instance) -> None:
+        """A server-id announced under a slot while an instance of it stands under another. Both are kept
+        apart (neither replaces the other): the broker's ACL leaves the server-id free, so either can be
+        a credential reusing another server's id, or a server that took a new name without emptying its
+        old presence. One warning per slot per logging.repeat_interval_s; the presences between are counted."""
+        slot, now = instance.slot, time.monotonic()
+        quiet = self.shared_warned.get(slot)
+        if quiet is not None and now - quiet.since < self.broker.gateway.config.logging.repeat_interval_s:
+            quiet.more += 1
+            return
+        self.shared_warned.pop(slot, None)
+        self.shared_warned[slot] = _Quiet(now)
+        if len(self.shared_warned) > self.broker.config.max_instances:
+            del self.shared_warned[next(iter(self.shared_warned))]
+        address = instance.address
+        others = [self.of_server[address.server_id][other] for other in self.shared_with(instance)]
+        named = ", ".join(f"{_shown(other.address.server_name)} (slot {_shown(other.slot)})" for other in others)
+        more = f" ({quiet.more} more since the last warning)" if quiet is not None and quiet.more else ""
+        log.warning(
+            "MQTT broker %s: MCP server-id %s announced as %s (slot %s) while it stands as %s too: each slot "
+            "keeps its own instance, neither replaces the other. A server that took a new name empties its "
+            "old presence (an empty retained message on $mcp-server/presence/<server-id>/<old server-name>); "
+            "else a credential announces another server's id (docs/mqtt-broker.md)%s",
+            self.broker.label,
+            _shown(address.server_id),
+            _shown(address.server_name),
+            _shown(slot),
+            named,
+            more,
+            extra={"slot": slot},
+        )
 
     def _announced(self, slot: str) -> bool:
         return slot in self.of_slot
@@ -325,7 +408,7 @@ class McpProfile:
         its slot is announced, bridge it again later, the next instance first."""
         if self.broker.is_halted() or not self._announced(link.slot):
             return
-        instance = self._remove(link.address.server_id)
+        instance = self._remove((link.slot, link.address.server_id))
         if instance is not None:
             self._add(instance)  # to the end: another instance of the slot goes first
         self.reattach.later(link.slot, link.close_reason, was_ready=link.was_ready())
@@ -338,7 +421,7 @@ class McpProfile:
             return
         link = McpLink(self.broker, slot, instance)
         link.profile = self
-        self.by_server[instance.address.server_id] = link
+        self.by_server[instance.address] = link
         self.by_slot[slot] = link
         self.broker.spawn(self._bridge(link))
 
@@ -385,8 +468,8 @@ class McpProfile:
         if link.released:
             return
         link.released = True
-        if self.by_server.get(link.address.server_id) is link:
-            del self.by_server[link.address.server_id]
+        if self.by_server.get(link.address) is link:
+            del self.by_server[link.address]
         if self.by_slot.get(link.slot) is link:
             del self.by_slot[link.slot]
         self.broker.client.unsubscribe([link.rpc, link.capability])
@@ -394,14 +477,14 @@ class McpProfile:
     # -- RPC --------------------------------------------------------------------------------------
 
     def _rpc(self, topic: str, address: ServerAddress, payload: bytes) -> None:
-        link = self.by_server.get(address.server_id)
-        if link is None or link.address != address or link.session is None:
+        link = self.by_server.get(address)
+        if link is None or link.session is None:
             self.broker.drops.count("unregistered", topic, "no bridged server instance answers on this topic")
             return
         message = jsonrpc.parse(payload, link.session.settings.max_json_depth)
         if message.kind is jsonrpc.Kind.NOTIFICATION and message.method == mqtt_topics.METHOD_DISCONNECTED:
             # The server ended this client session; the specification: consider it offline.
-            self._remove(address.server_id)
+            self._remove((link.slot, address.server_id))
             self._forget_if_gone(link.slot)
             self.release(link)
             link.lost(f"MCP server {address.server_name} ({address.server_id}) sent notifications/disconnected")
@@ -415,6 +498,7 @@ class McpProfile:
         return {
             "server_filters": list(self.server_filters),
             "instances": len(self.instances),
+            "shared_server_ids": sum(1 for slots in self.of_server.values() if len(slots) > 1),
             "bridged": sorted(self.by_slot),
             "reattaching": self.reattach.status(),
         }
