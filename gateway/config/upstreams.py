@@ -152,7 +152,8 @@ class RemoteOAuthConfig(Section):
 
     token_url: str | None = None
     """The authorization server's token endpoint. Unset: discovered from the upstream's metadata (its 401's
-    resource_metadata, RFC 9728, then the authorization server's RFC 8414 metadata), through the SSRF guard."""
+    resource_metadata, RFC 9728, then the authorization server's RFC 8414 metadata), through the SSRF guard;
+    metadata naming another resource or issuer than it was fetched for is not used (no secret is sent)."""
     client_id: Annotated[str, Field(min_length=1)]
     client_secret: UpstreamSecretConfig
     scope: str | None = None
@@ -160,7 +161,8 @@ class RemoteOAuthConfig(Section):
     audience: str | None = None
     """Sent as `audience` (Auth0, Okta and others name the API this way)."""
     resource: str | None = None
-    """Sent as `resource` (RFC 8707), e.g. the upstream's URL; some servers require it, some refuse it."""
+    """Sent as `resource` (RFC 8707), e.g. the upstream's URL; some servers require it, some refuse it.
+    Unset: a discovered token endpoint gets the resource the verified metadata names, a configured one none."""
     auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
     """How the client secret reaches the token endpoint: HTTP Basic (default) or form fields."""
 

@@ -469,6 +469,7 @@ async def test_token_endpoint_discovered_from_the_remotes_metadata(
                 assert text(await client.call_tool("add", {"a": 1, "b": 1})) == "2"
             credential = upstream(server)["credential"]
             assert credential["token_url_discovered"] is True and credential["token_url"] == tokens.token_url
+            assert tokens.requests[0] == {"grant_type": "client_credentials", "resource": remote.url}  # RFC 8707
             assert guard.refusals == 1  # the first request, which carried no token yet
         finally:
             await remote.stop()
@@ -481,7 +482,10 @@ async def test_discovered_metadata_pointing_at_a_cloud_metadata_address_is_refus
     port = free_port()
     remote = RemoteServer(lambda: demo_server("files"), port=port)
     remote.guard = Guard(lambda _: False)
-    remote.routes["/.well-known/oauth-protected-resource/mcp"] = {"authorization_servers": ["http://169.254.169.254/"]}
+    remote.routes["/.well-known/oauth-protected-resource/mcp"] = {
+        "resource": remote.url,
+        "authorization_servers": ["http://169.254.169.254/"],
+    }
     await remote.start()
     try:
         server = await start_gateway(gateway_factory, oauth_entry(remote.url, None))

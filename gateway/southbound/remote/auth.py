@@ -4,7 +4,9 @@ A client's token never goes upstream: the link builds every request's headers fr
 only credential on them comes from here. An OAuth token is fetched before first use, kept until
 shortly before it expires (refreshed early), and fetched again once when the upstream answers 401.
 With no token_url configured, the token endpoint is discovered from the upstream's metadata
-(RFC 9728, then RFC 8414 or OpenID discovery); every URL learned that way passes the SSRF guard.
+(RFC 9728, then RFC 8414 or OpenID discovery); every URL learned that way passes the SSRF guard, a
+metadata document that names another resource or issuer than the one it was fetched for is not used
+(no secret goes anywhere it names), and the token is asked for the resource the metadata names (RFC 8707).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ MAX_METADATA_BYTES = 65_536
 REFRESH_MARGIN_MAX_S = 60.0
 REFRESH_MARGIN_SHARE = 0.2
 """A token is refreshed when less than min(60 s, 20% of its lifetime) is left."""
+MAX_SHOWN_VALUE = 120
+"""Longest piece of a foreign metadata value quoted in an error (the value is the server's, any length)."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class UpstreamError(Exception):
@@ -89,6 +94,49 @@ def _basic(client_id: str, secret: str) -> str:
     return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN_VALUE else text[: MAX_SHOWN_VALUE - 3] + "..."
+
+
+def _resource_key(url: str) -> tuple[str, str, int | None, str, str] | None:
+    """A resource identifier as RFC 3986 §6.2.2-6.2.3 normalization compares it: scheme and host in lower
+    case, the default port dropped, a trailing slash ignored (MCP treats `…/mcp` and `…/mcp/` alike); the
+    user info is no part of the identity. None: not an absolute http(s) URL without a fragment."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname or parts.fragment:
+        return None
+    if port == DEFAULT_PORTS[scheme]:
+        port = None
+    return (scheme, parts.hostname.lower(), port, parts.path.rstrip("/"), parts.query)
+
+
+def same_resource(published: object, expected: str) -> bool:
+    """RFC 9728 §3.3: protected-resource metadata counts only when its `resource` is the resource it was
+    fetched for; anything else (another host, another path, a missing value) is not used."""
+    if not isinstance(published, str):
+        return False
+    key = _resource_key(published)
+    return key is not None and key == _resource_key(expected)
+
+
+def same_issuer(published: object, expected: str) -> bool:
+    """RFC 8414 §3.3: a simple string comparison, except that a root issuer with and without its trailing
+    slash names the same server (the MCP SDK's client accepts both forms as well)."""
+    if not isinstance(published, str):
+        return False
+    if published == expected:
+        return True
+    shorter, longer = sorted((published, expected), key=len)
+    parts = urlsplit(shorter)
+    return longer == f"{shorter}/" and shorter == f"{parts.scheme}://{parts.netloc}"
+
+
 async def _read_json(response: aiohttp.ClientResponse, what: str) -> Any:
     try:
         body = await read_body(response, MAX_METADATA_BYTES)
@@ -122,6 +170,8 @@ class ClientCredentials:
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.token_url = config.token_url
         self.token_url_learned = False
+        self.learned_resource: str | None = None
+        """The `resource` of the verified protected-resource metadata: sent when none is configured."""
         self.token: str | None = None
         self.expires_at: float | None = None
         self.refresh_at: float | None = None
@@ -159,6 +209,11 @@ class ClientCredentials:
             value = getattr(config, key)
             if value:
                 form[key] = value
+        # RFC 8707 as MCP authorization asks: a discovered authorization server learns which server the
+        # token is for. A configured token_url gets only what is configured (some servers refuse `resource`).
+        resource = self._resource()
+        if resource and "resource" not in form:
+            form["resource"] = resource
         headers = {"Accept": "application/json"}
         if config.auth_method == "client_secret_basic":
             headers["Authorization"] = _basic(config.client_id, secret)
@@ -199,6 +254,10 @@ class ClientCredentials:
             self.expires_at = self.refresh_at = None  # kept until the upstream refuses it
         self.last_error = ""
 
+    def _resource(self) -> str | None:
+        """The `resource` the token is asked for: the configured one, else the one the verified metadata names."""
+        return self.config.resource or (self.learned_resource if self.token_url_learned else None)
+
     def _fail(self, message: str) -> NoReturn:
         self.last_error = message
         self.token = None
@@ -225,24 +284,50 @@ class ClientCredentials:
             self._fail(f"{what} at {public_url(url)} could not be fetched: {exc or type(exc).__name__}")
 
     async def _discover(self, challenge: str | None) -> None:
-        """Find the token endpoint: protected-resource metadata, then the authorization server's."""
+        """Find the token endpoint: protected-resource metadata, then the authorization server's.
+
+        A document is used only when it describes what it was fetched for (RFC 9728 §3.3, RFC 8414 §3.3);
+        otherwise whoever served it could name a token endpoint of their own and receive the client secret.
+        """
         params = www_authenticate_params(challenge) if challenge else {}
         parts = urlsplit(self.upstream_url)
         base = f"{parts.scheme}://{parts.netloc}"
         path = parts.path.rstrip("/")
+        # (metadata URL, the resource its `resource` must name): the URL the 401 answered, or the resource
+        # identifier the well-known suffix was inserted into.
         candidates = (
-            [params["resource_metadata"]]
+            [(params["resource_metadata"], self.upstream_url)]
             if params.get("resource_metadata")
-            else [f"{base}/.well-known/oauth-protected-resource{path}", f"{base}/.well-known/oauth-protected-resource"]
+            else [
+                (f"{base}/.well-known/oauth-protected-resource{path}", self.upstream_url),
+                (f"{base}/.well-known/oauth-protected-resource", base),
+            ]
         )
         issuer: str | None = None
-        for url in candidates:
+        refusals: list[str] = []
+        for url, expected in candidates:
             document = await self._get_metadata(url, "protected-resource metadata")
-            servers = document.get("authorization_servers") if isinstance(document, dict) else None
+            if not isinstance(document, dict):
+                continue
+            resource = document.get("resource")
+            if not same_resource(resource, expected):
+                refusals.append(
+                    f"protected-resource metadata at {public_url(url)} names "
+                    f"{f'resource {_shown(resource)}' if resource else 'no resource'}, not {public_url(expected)}: "
+                    "not used (RFC 9728 §3.3) and no client secret sent"
+                )
+                continue
+            servers = document.get("authorization_servers")
             if isinstance(servers, list) and servers and isinstance(servers[0], str):
                 issuer = servers[0]
+                self.learned_resource = resource
                 break
         if issuer is None:
+            if refusals:
+                self._fail(
+                    f"{refusals[0]}; have the server publish its own URL as `resource`, or set token_url "
+                    "(and resource) under oauth_client_credentials"
+                )
             self._fail(
                 "the upstream names no authorization server (no RFC 9728 metadata); set token_url under "
                 "oauth_client_credentials"
@@ -251,12 +336,22 @@ class ClientCredentials:
         issuer_parts = urlsplit(issuer)
         issuer_base = f"{issuer_parts.scheme}://{issuer_parts.netloc}"
         issuer_path = issuer_parts.path.rstrip("/")
+        issuer_refusals: list[str] = []
         for url in (
             f"{issuer_base}/.well-known/oauth-authorization-server{issuer_path}",
             f"{issuer_base}{issuer_path}/.well-known/openid-configuration",
         ):
             document = await self._get_metadata(url, "authorization-server metadata")
-            endpoint = document.get("token_endpoint") if isinstance(document, dict) else None
+            if not isinstance(document, dict):
+                continue
+            if not same_issuer(document.get("issuer"), issuer):
+                issuer_refusals.append(
+                    f"authorization-server metadata at {public_url(url)} names issuer "
+                    f"{_shown(document.get('issuer'))}, not {_shown(issuer)} it was fetched for: not used "
+                    "(RFC 8414 §3.3) and no client secret sent"
+                )
+                continue
+            endpoint = document.get("token_endpoint")
             if isinstance(endpoint, str) and endpoint:
                 refusal = learned_url_refusal(endpoint, self.place())
                 if refusal is not None:
@@ -265,7 +360,9 @@ class ClientCredentials:
                 self.token_url_learned = True
                 log.info("discovered token endpoint %s for %s", public_url(endpoint), public_url(self.upstream_url))
                 return
-        self._fail(f"authorization server {issuer!r} publishes no token_endpoint; set token_url")
+        if issuer_refusals:
+            self._fail(f"{issuer_refusals[0]}; fix the authorization server's metadata, or set token_url")
+        self._fail(f"authorization server {_shown(issuer)} publishes no token_endpoint; set token_url")
 
     def status(self) -> JsonObject:
         now = time.monotonic()
@@ -273,6 +370,7 @@ class ClientCredentials:
             "kind": self.kind,
             "token_url": public_url(self.token_url) if self.token_url else None,
             "token_url_discovered": self.token_url_learned,
+            "resource": public_url(resource) if (resource := self._resource()) else None,
             "token": "held" if self.token else "none",
             "token_expires_in_s": round(self.expires_at - now, 1) if self.token and self.expires_at else None,
             "token_fetches": self.fetches,
