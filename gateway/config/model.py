@@ -252,11 +252,17 @@ class GatewayConfig(Section):
 
 
 def masked_dump(config: GatewayConfig) -> dict[str, Any]:
-    """The effective configuration as plain data with every secret replaced by '***'."""
+    """The effective configuration as plain data with every secret replaced by '***': each secret setting
+    whole, and the password of a URL's userinfo (masked_url) in every string that holds a URL, as the
+    log lines show it ([telemetry] endpoint, a URL among a stdio upstream's command arguments)."""
 
     def walk(value: Any) -> Any:
         if isinstance(value, SecretStr):
             return "***"
+        if isinstance(value, str):
+            # Any string, not only the settings named *url*: a credential in a URL is a secret wherever
+            # the URL is written, and masked_url leaves a string without userinfo as it is.
+            return masked_url(value)
         if isinstance(value, BaseModel):
             return {name: walk(getattr(value, name)) for name in type(value).model_fields}
         if isinstance(value, dict):

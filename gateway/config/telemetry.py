@@ -73,7 +73,9 @@ class TelemetryConfig(Section):
     """None: on when `endpoint` or OTEL_EXPORTER_OTLP_ENDPOINT is set; true or false decides alone."""
     endpoint: str | None = None
     """The collector's OTLP/HTTP base URL (http://collector:4318); /v1/traces, /v1/metrics and /v1/logs
-    are appended. Unset: OTEL_EXPORTER_OTLP_ENDPOINT (and its per-signal variables), else localhost:4318."""
+    are appended. Unset: OTEL_EXPORTER_OTLP_ENDPOINT (and its per-signal variables), else localhost:4318.
+    A password in it (http://user:password@host) is shown masked everywhere: logs, broker_info,
+    broker_guide and `config show` (masked_url)."""
     headers_file: str | None = None
     """A file of `Name: value` lines sent with every export (an API key); never logged. Unset: the SDK
     reads OTEL_EXPORTER_OTLP_HEADERS."""

@@ -8,7 +8,8 @@ import hashlib
 import itertools
 import re
 import time
-from collections.abc import Collection, Sequence
+from collections import OrderedDict
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -58,6 +59,9 @@ MAX_MARKER_KEY_CHARS = 128
 """A marker names at most this many of the arguments' top-level keys, each cut to this many characters."""
 MAX_ERROR_CHARS = 1024
 """[audit] max_error_chars by default: a result's error text is stored cut to this many characters."""
+MAX_CALLS_WITH_SECRETS = 4096
+"""Forwarded calls whose secret argument values the trail holds until their result is stored (CallSecrets);
+past it the oldest is forgotten. Far above the calls in flight at once (max_pending_per_slot per slot)."""
 
 
 def now_ms() -> int:
@@ -79,6 +83,8 @@ Effect = Literal[
 declaring provider's broker/authorize allowed it within limits), the others did not. The one list:
 DecisionRecord.effect is typed by it, so a writer of another effect fails the type check."""
 EFFECTS: tuple[str, ...] = get_args(Effect)
+FORWARDED_EFFECTS = frozenset({"allow", "clamp", "allow-with-constraints"})
+"""The effects of a decision whose call goes on, and so gets a result."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +127,9 @@ class ResultRecord:
     latency_ms: float
     error: str | None = None
     time_ms: int = field(default_factory=now_ms)
+    secrets: Mapping[str, Any] = field(default_factory=dict)
+    """The call's secret argument values (secret_values): the provider's error text may quote them, and
+    is stored without them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +141,8 @@ class AnswerAfterCancel:
     status: str
     error: str | None = None
     time_ms: int = field(default_factory=now_ms)
+    secrets: Mapping[str, Any] = field(default_factory=dict)
+    """As ResultRecord.secrets."""
 
 
 @functools.lru_cache(maxsize=MAX_KEYS_REMEMBERED)
@@ -191,7 +202,7 @@ def _forms(value: Any, depth: int = 0) -> set[str]:
     return forms
 
 
-def mask_text(text: str, secrets: dict[str, Any]) -> str:
+def mask_text(text: str, secrets: Mapping[str, Any]) -> str:
     """`text` (a refusal's reason) without the `secrets` (secret_values of the arguments) in it: the value
     in `Argument "api_token" = "..."` whatever its length, and any other copy of one of 4 characters or more."""
     if not secrets:
@@ -205,7 +216,7 @@ def mask_text(text: str, secrets: dict[str, Any]) -> str:
     return text
 
 
-def mask_in(value: Any, secrets: dict[str, Any], depth: int = 0) -> Any:
+def mask_in(value: Any, secrets: Mapping[str, Any], depth: int = 0) -> Any:
     """`value` (a record's constraints) with mask_text applied to every string in it."""
     if not secrets:
         return value
@@ -292,14 +303,23 @@ def cut_text(value: str | None, max_chars: int) -> str | None:
     return value[: max_chars - 1] + "…"
 
 
+def stored_error(error: str | None, secrets: Mapping[str, Any], max_chars: int) -> str | None:
+    """The error column: a provider's or the gateway's text without the call's secret values (a device's
+    error may quote the password it was given), then cut to `max_chars` (masked first, so a cut cannot
+    leave the start of a secret that masking would no longer recognise)."""
+    if error is None:
+        return None
+    return text(cut_text(mask_text(error, secrets), max_chars))
+
+
 def result_row(record: ResultRecord, max_error_chars: int = MAX_ERROR_CHARS) -> tuple[Any, ...]:
-    """The results table's columns, in order (store.INSERT_RESULT); the error cut to `max_error_chars`."""
+    """The results table's columns, in order (store.INSERT_RESULT); the error masked and cut to `max_error_chars`."""
     return (
         int(record.decision_id),
         int(record.time_ms),
         text(record.status),
         float(record.latency_ms),
-        optional_text(cut_text(record.error, max_error_chars)),
+        stored_error(record.error, record.secrets, max_error_chars),
     )
 
 
@@ -309,5 +329,39 @@ def answer_after_cancel_row(record: AnswerAfterCancel, max_error_chars: int = MA
         int(record.decision_id),
         int(record.time_ms),
         text(record.status),
-        optional_text(cut_text(record.error, max_error_chars)),
+        stored_error(record.error, record.secrets, max_error_chars),
     )
+
+
+class CallSecrets:
+    """The secret argument values of forwarded calls, by decision id, from their decision until their
+    result is stored: a result carries only the decision's id, and its error text is masked with them.
+    A call whose result is "cancelled" keeps them for the device's answer after the cancel. Bounded:
+    past `max_calls` the oldest call's are forgotten (its error would be stored as it came)."""
+
+    def __init__(self, max_calls: int = MAX_CALLS_WITH_SECRETS) -> None:
+        self.max_calls = max_calls
+        self._by_decision: OrderedDict[int, dict[str, Any]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_decision)
+
+    def remember(self, decision_id: int, record: DecisionRecord) -> None:
+        """Keep the secrets of `record`'s arguments if its call goes on and it has any (most have none)."""
+        if record.effect not in FORWARDED_EFFECTS:
+            return  # a refusal gets no result
+        secrets = secret_values(record.arguments)
+        if not secrets:
+            return
+        self._by_decision[decision_id] = secrets
+        while len(self._by_decision) > self.max_calls:
+            self._by_decision.popitem(last=False)
+
+    def for_result(self, decision_id: int, status: str) -> dict[str, Any]:
+        """The secrets for the result of `decision_id`; forgotten unless it was cancelled."""
+        if status == "cancelled":
+            return self._by_decision.get(decision_id, {})
+        return self._by_decision.pop(decision_id, {})
+
+    def for_answer_after_cancel(self, decision_id: int) -> dict[str, Any]:
+        return self._by_decision.pop(decision_id, {})

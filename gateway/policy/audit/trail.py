@@ -16,6 +16,7 @@ from gateway.policy.audit.records import (
     MAX_ARGUMENTS_BYTES,
     MAX_ERROR_CHARS,
     AnswerAfterCancel,
+    CallSecrets,
     DecisionRecord,
     ResultRecord,
 )
@@ -62,6 +63,7 @@ class AuditTrail:
             max_error_chars=max_error_chars,
         )
         self._writer = Writer(path, settings)
+        self._secrets = CallSecrets()
 
     @classmethod
     def open(
@@ -158,13 +160,16 @@ class AuditTrail:
         future: asyncio.Future[int] = loop.create_future()
         self._writer.submit(Waiting(record, future, loop))
         if not forwarding:
-            return await future
-        try:
-            # Shielded: the write goes on when the caller is cancelled, and its id is known then.
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            future.add_done_callback(self._not_sent)
-            raise
+            decision_id = await future
+        else:
+            try:
+                # Shielded: the write goes on when the caller is cancelled, and its id is known then.
+                decision_id = await asyncio.shield(future)
+            except asyncio.CancelledError:
+                future.add_done_callback(self._not_sent)
+                raise
+        self._secrets.remember(decision_id, record)  # for the result's error text, which may quote them
+        return decision_id
 
     def _not_sent(self, future: asyncio.Future[int]) -> None:
         if future.cancelled() or future.exception() is not None:
@@ -173,12 +178,14 @@ class AuditTrail:
 
     def result(self, decision_id: int, status: str, latency_ms: float, error: str | None = None) -> None:
         """Queue how the call of decision `decision_id` ended; written with the next batch, no wait."""
-        self._writer.submit_result(ResultRecord(decision_id, status, latency_ms, error))
+        secrets = self._secrets.for_result(decision_id, status)
+        self._writer.submit_result(ResultRecord(decision_id, status, latency_ms, error, secrets=secrets))
 
     def answered_after_cancel(self, decision_id: int, status: str, error: str | None = None) -> None:
         """Queue what the device answered to the call of decision `decision_id` after its result was
         recorded "cancelled" ("ok", "tool-error", "error"); written with the next batch, no wait."""
-        self._writer.submit_result(AnswerAfterCancel(decision_id, status, error))
+        secrets = self._secrets.for_answer_after_cancel(decision_id)
+        self._writer.submit_result(AnswerAfterCancel(decision_id, status, error, secrets=secrets))
 
     async def prune(self) -> int:
         """Prune now (the writer does it at most once a minute by itself); returns the decisions deleted."""
