@@ -28,6 +28,7 @@ from gateway.core.relay import (
     outcome_of,
     refusal,
 )
+from gateway.core.request_notices import GivenUpRequests, client_of
 
 log = logging.getLogger("gateway.provider")
 
@@ -49,6 +50,9 @@ class RelayingSession(Protocol):
 
     @property
     def counters(self) -> SessionCounters: ...
+
+    @property
+    def given_up(self) -> GivenUpRequests: ...
 
     async def send_message(self, message: JsonObject) -> None: ...
 
@@ -206,21 +210,31 @@ class ProviderRequests:
     def attribute(self, method: str, params: JsonObject | None) -> Pending | errors.RpcError:
         """The client request a provider request belongs to (docs/protocol-clients.md, "Attribution"): the
         one it names in _meta, else the only client request pending, else the only one whose client is
-        waiting."""
+        waiting; neither of the last two while a call the gateway gave up of another client is held."""
         meta = params.get("_meta") if params is not None else None
         if isinstance(meta, dict) and RELATED_REQUEST_KEY in meta:
             related = meta[RELATED_REQUEST_KEY]
+            # A given-up call is no longer pending: a tag naming it is refused like an unknown one.
             entry = self.session.pending.get(related) if is_gateway_id(related) else None
             if entry is None or entry.relay is None:
                 return refusal(method, f"the request it names ({related!r}) is not a pending client request", "ended")
             return entry
         clients = [entry for entry in self.session.pending.values() if entry.relay is not None]
-        if len(clients) == 1:
-            return clients[0]
         waiting = [entry for entry in clients if entry.relay is not None and entry.relay.waiting]
-        if len(waiting) == 1:
-            return waiting[0]
-        if not clients:
+        owner = clients[0] if len(clients) == 1 else waiting[0] if len(waiting) == 1 else None
+        if owner is not None:
+            # A call given up (cancelled, its client gone, past its deadline) may still run in the
+            # provider and be the one asking, with its caller's data: never another client's to see
+            # or answer (MCP: a server's request goes only to the client whose request caused it).
+            held = self.session.given_up.clients
+            if not held or held.keys() == {client_of(owner)}:
+                return owner
+            why = (
+                "another client's request the gateway gave up (cancelled, its client gone or past its deadline) "
+                "may still be running and be the one asking, and the request does not name one "
+                f"(_meta {RELATED_REQUEST_KEY!r})"
+            )
+        elif not clients:
             why = "no client request is pending on this provider"
         else:
             why = (

@@ -723,7 +723,7 @@ class ProviderSession:
             # id means nothing to the client), the relay tells the client under the id it got.
             self.requests.provider_cancelled(params.get("requestId"))
             return
-        routed = request_notices.route(self, body, method, params)
+        routed = request_notices.route(self, body, method, params, numeric_ids=self.numeric_ids)
         if routed is None:
             return
         if routed is not body:  # the gateway's tag came off

@@ -6,12 +6,15 @@ MCP sends each message on exactly one stream, never across streams: a log messag
 client's call runs may hold that call's data, so it reaches that client only, or nobody when the
 gateway cannot tell whose it is. A call the gateway gave up (its client cancelled it or went away, or
 its deadline passed) may still be running in the provider, so it counts as a possible owner until the
-provider answers it or a bound passes (`GivenUpRequests`).
+provider answers it or a bound passes (`GivenUpRequests`). A notification tagged with an id of the
+gateway's form that names no pending request (given up, answered, never sent) is dropped for the
+same reason.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Hashable, Mapping
 from typing import Protocol
 
@@ -20,13 +23,18 @@ from gateway.core.cancelled_requests import MAX_CANCELLED_REMEMBERED
 from gateway.core.client_context import ClientContext
 from gateway.core.due import DueQueue
 from gateway.core.jsonrpc import JsonId, JsonObject
-from gateway.core.provider_state import Pending, is_gateway_id
+from gateway.core.provider_state import LISTEN_METHODS, Pending, is_gateway_id
 from gateway.core.relay import RELATED_REQUEST_KEY
+from gateway.core.request_ids import ID_CEILING
 
 log = logging.getLogger("gateway.provider")
 
 UNATTRIBUTED_LOG = "unattributed_log"
 """The kind of the one debug line per slot about log messages nobody could be given."""
+STALE_TAG = "stale_related_request"
+"""The kind of the one debug line per slot about notifications tagged with a request not pending."""
+_GATEWAY_FORM = re.compile(r"brk-([1-9][0-9]{0,9})")
+"""The string ids the gateway gives its requests (gateway/core/provider_session.py, `_new_id`)."""
 
 
 class GivenUpRequests:
@@ -97,10 +105,13 @@ class NoticeSession(Protocol):
     def given_up(self) -> GivenUpRequests: ...
 
 
-def route(session: NoticeSession, body: JsonObject, method: str, params: JsonObject) -> JsonObject | None:
+def route(
+    session: NoticeSession, body: JsonObject, method: str, params: JsonObject, *, numeric_ids: bool = False
+) -> JsonObject | None:
     """Deliver `body` to the client request it belongs to. Returns the notification (without the
     gateway's own tag) when it belongs to no request, for the session and the slot's listeners; None
-    when it was delivered, or dropped as nobody's to have."""
+    when it was delivered, or dropped as nobody's to have. `numeric_ids`: the session's requests have
+    integer ids (ProviderSession.numeric_ids)."""
     if method == "notifications/progress":
         token = params.get("progressToken")
         entry = session.pending.get(token) if is_gateway_id(token) else None
@@ -114,10 +125,20 @@ def route(session: NoticeSession, body: JsonObject, method: str, params: JsonObj
         entry = session.pending.get(related) if is_gateway_id(related) else None
         rest = {key: value for key, value in meta.items() if key != RELATED_REQUEST_KEY}
         params = {**params, "_meta": rest} if rest else {k: v for k, v in params.items() if k != "_meta"}
-        if entry is not None and entry.sink is not None:
-            entry.sink(jsonrpc.notification(method, params))
+        body = jsonrpc.notification(method, params)
+        if entry is not None:
+            if entry.sink is not None:
+                entry.sink(body)
+                return None
+            # A client's request whose way in gave it no stream: nobody's; the gateway's own
+            # request (a listing) carries no client's data: the server's, for the slot.
+            return None if entry.relay is not None else body
+        if has_gateway_form(related, numeric_ids) and method not in LISTEN_METHODS:
+            # A request the gateway gave up, answered, or never sent: maybe a caller's data, for nobody.
+            # A list change or resource update tells of the server's state and is routed as untagged.
+            _stale_tag(session, related)
             return None
-        return jsonrpc.notification(method, params)
+        # A tag the gateway cannot have made names no request of its own: routed as if untagged.
     if method == "notifications/message":
         return _untagged_log(session, body)
     return body
@@ -146,6 +167,31 @@ def _untagged_log(session: NoticeSession, body: JsonObject) -> JsonObject | None
     if owner.sink is not None:
         owner.sink(body)
     return None
+
+
+def has_gateway_form(value: object, numeric_ids: bool) -> bool:
+    """Is `value` shaped like the ids a provider session gives its requests (`ProviderSession._new_id`):
+    "brk-<n>", or an integer when the session numbers them (`numeric_ids`), n from 1 to below ID_CEILING?"""
+    if isinstance(value, str):
+        found = _GATEWAY_FORM.fullmatch(value)
+        number = int(found.group(1)) if found else 0
+    elif numeric_ids and isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        return False
+    return 1 <= number < ID_CEILING
+
+
+def _stale_tag(session: NoticeSession, related: JsonId) -> None:
+    if STALE_TAG not in session.warned_faults:
+        session.warned_faults.add(STALE_TAG)
+        log.debug(
+            "provider for slot %s sent a notification tagged with request %r, which is not pending (given "
+            "up, answered or never sent); it goes to nobody (said once per slot)",
+            session.slot,
+            related,
+            extra={"slot": session.slot, "fault": STALE_TAG},
+        )
 
 
 def _unattributed(session: NoticeSession, clients: int) -> None:
