@@ -214,6 +214,10 @@ class LimitsConfig(Section):
     max_input_required_states: PositiveInt = 256
     """Stateless-era calls held open after an input_required result until the client retries with
     inputResponses (each ends at its call's deadline); more are answered -32000 to the client."""
+    max_input_required_states_per_caller: PositiveInt = 32
+    """As many of one caller's (its principal; an anonymous caller per peer address), so one caller that
+    never retries cannot fill max_input_required_states and keep every other caller from being asked.
+    A held call does not count in max_pending_per_client (no client request is in flight for it)."""
     input_required_gather_ms: PositiveInt = 50
     """After a provider's first request during a stateless-era call, how long the gateway waits for
     more before answering input_required (a provider asking several things at once gets one round)."""

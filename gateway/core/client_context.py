@@ -37,6 +37,8 @@ class ClientContext:
     sink: NotificationSink | None = None
     log_level: str | None = None  # stateless era: the per-request opt-in
     principal: Principal = ANONYMOUS
+    peer: str | None = None
+    """Stateless era: the client's address, which tells anonymous callers apart (held input_required calls)."""
     client_capabilities: JsonObject = field(default_factory=dict)
     client_info: JsonObject = field(default_factory=dict)
     """Session era: the clientInfo of the client's initialize (a 2026-07-28 provider gets it in the

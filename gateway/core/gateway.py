@@ -55,6 +55,7 @@ class Gateway:
         # Stateless-era calls whose provider asked the client something (gateway/core/input_required.py).
         self.input_required = InputRequired(
             limits.max_input_required_states,
+            limits.max_input_required_states_per_caller,
             limits.max_relayed_requests_per_client,
             limits.input_required_gather_ms,
             self.metrics,

@@ -9,9 +9,12 @@ roots/list, the gateway answers the client's request with
 
 and keeps the provider's call, and the provider's requests, open. The client retries its request
 (a new id) with `inputResponses` keyed like `inputRequests` and the echoed `requestState`; the gateway
-checks the state's seal (HMAC with a key of this gateway run), answers the held provider requests,
-and the retry waits for the same provider call, which may ask again (another round) or finish.
-Held calls are bounded (limits.max_input_required_states) and end at the call's deadline.
+checks the state's seal (HMAC with a key of this gateway run), that it is the latest round's and that
+the retry is the same request of the same caller (method, name or URI, arguments, principal, and an
+anonymous caller's peer address), answers the held provider requests, and the retry waits for the
+same provider call, which may ask again (another round) or finish. Held calls are bounded
+(limits.max_input_required_states, limits.max_input_required_states_per_caller) and end at the call's
+deadline.
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.principal import Principal
 from gateway.core.relay import (
     INPUT_KEY,
     RELAYED_METHODS,
@@ -48,6 +54,17 @@ client that is waiting rather than an "expired" one."""
 
 MAX_KEY_CHARS = 128
 """Longest input key a provider may name (INPUT_KEY); longer ones get a minted key."""
+
+CallerId = tuple[str, str, str | None]
+"""Whose a held call is: (principal kind, principal name, peer address of an anonymous caller, else None)."""
+
+
+def caller_id(principal: Principal, peer: str | None) -> CallerId:
+    """The caller a held call belongs to. Anonymous callers are told apart by peer address, as
+    limits.max_pending_per_client counts them: without it, any host could continue (and answer the
+    questions of) another anonymous host's call, and one host's held calls would count as everyone's."""
+    return (principal.kind, principal.name, peer if principal.kind == "anonymous" else None)
+
 
 NotificationSink = Callable[[JsonObject], None]
 ProviderCall = Callable[[RequestRelay, JsonObject, NotificationSink], Awaitable[JsonObject]]
@@ -77,8 +94,8 @@ class StateSeal:
     def owns(state: object) -> bool:
         return isinstance(state, str) and state.startswith(f"{STATE_PREFIX}.")
 
-    def open(self, state: str) -> int:
-        """The call id sealed in `state`; RpcError -32602 when it was altered or is from another run."""
+    def open(self, state: str) -> tuple[int, int]:
+        """The call id and round sealed in `state`; RpcError -32602 when it was altered or is from another run."""
         parts = state.split(".")
         if len(parts) == 5 and parts[1] != self.run:
             raise _state_error(
@@ -87,9 +104,10 @@ class StateSeal:
                 "expired",
             )
         body = ".".join(parts[:4])
-        if len(parts) != 5 or not hmac.compare_digest(parts[4], self._mac(body)) or not parts[2].isdigit():
+        valid = len(parts) == 5 and hmac.compare_digest(parts[4], self._mac(body))
+        if not valid or not parts[2].isdigit() or not parts[3].isdigit():
             raise _state_error("requestState failed its integrity check: it was altered or not issued here", "tampered")
-        return int(parts[2])
+        return int(parts[2]), int(parts[3])
 
     def _mac(self, body: str) -> str:
         return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
@@ -119,7 +137,7 @@ class Caller:
     """The client request now waiting on a call: what may be relayed to it and where its notifications go."""
 
     capabilities: JsonObject
-    principal: tuple[str, str]
+    principal: CallerId
     sink: NotificationSink | None = None
     progress_token: Any = None
 
@@ -139,6 +157,17 @@ def _subject(method: str, params: JsonObject) -> Any:
     return params.get("uri") if method == "resources/read" else params.get("name")
 
 
+def _arguments_digest(params: JsonObject) -> bytes:
+    """A digest of the request's arguments (canonical JSON: keys sorted) that a retry must match: the
+    provider runs the call with the first request's arguments, so a retry that sent others would be
+    answered, and audited, for a call that never ran. A resource's arguments are its URI (_subject)."""
+    try:
+        canonical = orjson.dumps(params.get("arguments"), option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # unreachable for decoded JSON; never equal to anything then
+        canonical = secrets.token_bytes(16)
+    return hashlib.sha256(canonical).digest()
+
+
 class HeldCall:
     """One provider call of a stateless-era client, from its first request to its final answer."""
 
@@ -148,8 +177,9 @@ class HeldCall:
         self.session = session
         self.method = method
         self.subject = _subject(method, params)
+        self.arguments = _arguments_digest(params)
         self.caller: Caller | None = None
-        self.principal: tuple[str, str] | None = None
+        self.principal: CallerId | None = None
         self.questions: dict[str, Question] = {}
         self.offered: dict[str, JsonObject] = {}
         self.minted: dict[str, int] = {}
@@ -299,13 +329,16 @@ class HeldCall:
 class InputRequired:
     """Every held stateless-era call of this gateway, and the seal of their request states."""
 
-    def __init__(self, limit: int, max_questions: int, gather_ms: int, metrics: Metrics) -> None:
+    def __init__(self, limit: int, per_caller: int, max_questions: int, gather_ms: int, metrics: Metrics) -> None:
         self.limit = limit
+        self.per_caller = per_caller
         self.max_questions = max_questions
         self.gather_s = gather_ms / 1000
         self.metrics = metrics
         self.seal = StateSeal()
         self.calls: dict[int, HeldCall] = {}
+        self.held_by: dict[CallerId, int] = {}
+        """Calls held per caller (callers with none hold no entry), bounded by `per_caller`."""
         self._next_id = 0
 
     async def serve(
@@ -355,7 +388,8 @@ class InputRequired:
         return responses, state, forwarded
 
     def _resume(self, state: str, session: object, method: str, params: JsonObject, caller: Caller) -> HeldCall:
-        held = self.calls.get(self.seal.open(state))
+        call_id, round_number = self.seal.open(state)
+        held = self.calls.get(call_id)
         if held is None:
             raise _state_error(
                 "requestState has expired: the call it continues finished or passed its deadline; send the "
@@ -367,28 +401,31 @@ class InputRequired:
             or held.method != method
             or held.subject != _subject(method, params)
             or held.principal != caller.principal
+            or held.arguments != _arguments_digest(params)
         ):
             raise _state_error(
                 "requestState belongs to another request: retry the same method, name and arguments as the "
                 "caller that got it",
                 "mismatch",
             )
+        if round_number != held.round:
+            # An answer to questions the call has moved past: only the latest round's state continues it.
+            raise _state_error(
+                f"requestState is from round {round_number} of this call, which has moved on to round "
+                f"{held.round}; retry with the requestState of the latest input_required result",
+                "superseded",
+            )
         return held
 
     def input_required(self, held: HeldCall) -> JsonObject:
         """Hold `held` (bounded) and build the input_required result asking its open questions."""
         if not held.held:
-            if len(self.calls) >= self.limit:
-                self.metrics.limit_hit("max_input_required_states")
-                held.abandon("too many calls are waiting for client input (limits.max_input_required_states)")
-                raise errors.RpcError(
-                    jsonrpc.UNAVAILABLE,
-                    f"Too many calls are waiting for client input (limit {self.limit}, "
-                    "limits.max_input_required_states); try again later",
-                    {"reason": "input_required_limit", "limit": self.limit},
-                )
+            self._admit(held)
             held.held = True
             self.calls[held.call_id] = held
+            owner = held.principal
+            assert owner is not None  # set by serve, which is waiting now
+            self.held_by[owner] = self.held_by.get(owner, 0) + 1
             loop = asyncio.get_running_loop()
             held.expiry = loop.call_at(
                 held.deadline + EXPIRY_GRACE_S, held.abandon, "the client did not send its inputResponses in time"
@@ -407,11 +444,41 @@ class InputRequired:
             "requestState": self.seal.seal(held.call_id, held.round),
         }
 
+    def _admit(self, held: HeldCall) -> None:
+        """Refuse to hold `held` (its provider call is cancelled) past either bound: the gateway's, and
+        its caller's share of it, so that one caller's unanswered calls cannot keep every other caller
+        from being asked anything."""
+        if len(self.calls) >= self.limit:
+            setting, limit, reason = "max_input_required_states", self.limit, "input_required_limit"
+            whose, advice = "calls are", "try again later"
+            why = "too many calls are"
+        elif held.principal is not None and self.held_by.get(held.principal, 0) >= self.per_caller:
+            setting, reason = "max_input_required_states_per_caller", "input_required_caller_limit"
+            limit = self.per_caller
+            whose, advice = "of your calls are", "answer them first (retry each with its inputResponses)"
+            why = "too many of this caller's calls are"
+        else:
+            return
+        self.metrics.limit_hit(setting)
+        held.abandon(f"{why} waiting for client input (limits.{setting})")
+        raise errors.RpcError(
+            jsonrpc.UNAVAILABLE,
+            f"Too many {whose} waiting for client input (limit {limit}, limits.{setting}); {advice}",
+            {"reason": reason, "limit": limit},
+        )
+
     def release(self, held: HeldCall) -> None:
         """Stop holding `held` (it answered, was abandoned, or expired)."""
         if self.calls.get(held.call_id) is held:
             del self.calls[held.call_id]
             self.metrics.input_required_held.set(len(self.calls))
+            owner = held.principal
+            if owner is not None:
+                count = self.held_by.get(owner, 0) - 1
+                if count > 0:
+                    self.held_by[owner] = count
+                else:
+                    self.held_by.pop(owner, None)
         if held.expiry is not None:
             held.expiry.cancel()
             held.expiry = None

@@ -16,7 +16,7 @@ from gateway.core import errors, governed, jsonrpc, method_rules, modern_calls, 
 from gateway.core.client_context import SESSION, STATELESS, ClientContext
 from gateway.core.confirmer import state_reader
 from gateway.core.eras import ENVELOPE_KEYS, META_SERVER_INFO
-from gateway.core.input_required import CANNOT_ASK, Caller, continues_held_call
+from gateway.core.input_required import CANNOT_ASK, Caller, caller_id, continues_held_call
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.policy_interface import Governance
 from gateway.core.principal import Principal
@@ -584,5 +584,5 @@ def _forward(
     async def call(relay: RequestRelay, forwarded: JsonObject, held_sink: NotificationSink) -> JsonObject:
         return await call_provider(session, method, forwarded, metrics, relay, held_sink, token)
 
-    caller = Caller(ctx.client_capabilities, ctx.principal.key, sink, token)
+    caller = Caller(ctx.client_capabilities, caller_id(ctx.principal, ctx.peer), sink, token)
     return book.serve(session, method, params, caller, session.settings.timeout_for(method, params), call)

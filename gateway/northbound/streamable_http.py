@@ -680,6 +680,7 @@ class StreamableHttpEndpoint:
             protocol_version=verdict.protocol_version,
             log_level=verdict.log_level,
             principal=request_principal(request),
+            peer=request.remote,
             client_capabilities=verdict.client_capabilities if isinstance(verdict.client_capabilities, dict) else {},
             input_required=self.gateway.input_required,
             transport=http_transport(request.headers.get(TRANSPORT_HEADER)),

@@ -147,7 +147,7 @@ def test_a_request_state_opens_only_untouched_and_only_in_its_own_run() -> None:
     seal = StateSeal()
     state = seal.seal(7, 2)
     assert StateSeal.owns(state) and not StateSeal.owns("provider-state") and not StateSeal.owns(None)
-    assert seal.open(state) == 7
+    assert seal.open(state) == (7, 2)
     for altered in (state + "-TAMPERED", state.replace(".7.", ".8."), "mcpgw1.x"):
         with pytest.raises(errors.RpcError) as tampered:
             seal.open(altered)
@@ -204,7 +204,7 @@ async def test_a_tagged_request_goes_to_the_call_it_names() -> None:
 
 async def test_an_untagged_request_goes_to_the_only_call_a_client_waits_on() -> None:
     session, link, _ = make_session()
-    book = InputRequired(limit=4, max_questions=4, gather_ms=10, metrics=Metrics())
+    book = InputRequired(limit=4, per_caller=4, max_questions=4, gather_ms=10, metrics=Metrics())
     held = HeldCall(book, 1, session, "tools/call", {"name": "t"})  # between rounds: nobody waits
     asked: list[JsonObject] = []
     waiting = SessionRelay({"roots": {}}, ClientRequests().via(asked.append))
