@@ -183,26 +183,32 @@ def has_gateway_form(value: object, numeric_ids: bool) -> bool:
 
 
 def _stale_tag(session: NoticeSession, related: JsonId) -> None:
-    if STALE_TAG not in session.warned_faults:
-        session.warned_faults.add(STALE_TAG)
-        log.debug(
-            "provider for slot %s sent a notification tagged with request %r, which is not pending (given "
-            "up, answered or never sent); it goes to nobody (said once per slot)",
-            session.slot,
-            related,
-            extra={"slot": session.slot, "fault": STALE_TAG},
-        )
+    _debug_once(
+        session,
+        STALE_TAG,
+        f"sent a notification tagged with request {related!r}, which is not pending (given up, answered or "
+        "never sent); it goes to nobody",
+    )
 
 
 def _unattributed(session: NoticeSession, clients: int) -> None:
-    if UNATTRIBUTED_LOG not in session.warned_faults:
-        session.warned_faults.add(UNATTRIBUTED_LOG)
+    _debug_once(
+        session,
+        UNATTRIBUTED_LOG,
+        f"sent a log message naming no request while requests of {clients} clients were pending or given up "
+        "but unanswered; it goes to none of them",
+    )
+
+
+def _debug_once(session: NoticeSession, fault: str, what: str) -> None:
+    """One debug line per slot and kind: a provider that does it once usually does it for every message."""
+    if fault not in session.warned_faults:
+        session.warned_faults.add(fault)
         log.debug(
-            "provider for slot %s sent a log message naming no request while requests of %d clients were "
-            "pending or given up but unanswered; it goes to none of them (said once per slot)",
+            "provider for slot %s %s (said once per slot)",
             session.slot,
-            clients,
-            extra={"slot": session.slot, "fault": UNATTRIBUTED_LOG},
+            what,
+            extra={"slot": session.slot, "fault": fault},
         )
 
 
