@@ -20,6 +20,7 @@ from gateway.core.eras import (
     META_LOG_LEVEL,
     META_PROTOCOL_VERSION,
 )
+from gateway.core.upstream_state import LOG_LEVELS
 from gateway.core.versions import STATELESS_VERSIONS
 
 HEADER_VERSION = "mcp-protocol-version"
@@ -40,6 +41,11 @@ HTTP_STATUS = {
 }
 
 _SENTINEL = re.compile(r"^=\?base64\?(?P<payload>.*)\?=$")
+
+OBJECT_CAPABILITIES = ("elicitation", "sampling", "roots", "experimental", "extensions")
+"""The ClientCapabilities members the MCP schema defines as objects. Checked by the gateway so that a
+session-era and a 2026-07-28 provider's slot refuse the same malformed envelope the same way; any
+other member is the client's own and passes unchecked."""
 
 
 def http_status(code: int) -> int:
@@ -154,6 +160,22 @@ def envelope_problem(meta: Mapping[str, Any]) -> Rejection | None:
     for key in (META_CLIENT_CAPABILITIES, META_CLIENT_INFO):
         if key in meta and not isinstance(meta[key], dict):
             return Rejection(jsonrpc.INVALID_PARAMS, f"params._meta[{key!r}] must be an object")
+    capabilities = meta[META_CLIENT_CAPABILITIES]
+    for member in OBJECT_CAPABILITIES:
+        if member in capabilities and not isinstance(capabilities[member], dict):
+            return Rejection(
+                jsonrpc.INVALID_PARAMS,
+                f"params._meta[{META_CLIENT_CAPABILITIES!r}].{member} must be an object "
+                f"(leave it out to declare no {member} capability)",
+                {"member": f"{META_CLIENT_CAPABILITIES}.{member}"},
+            )
+    # An unknown level would otherwise rank as debug at a session-era slot and stream everything.
+    if META_LOG_LEVEL in meta and meta[META_LOG_LEVEL] not in LOG_LEVELS:
+        return Rejection(
+            jsonrpc.INVALID_PARAMS,
+            f"params._meta[{META_LOG_LEVEL!r}] must be one of: {', '.join(LOG_LEVELS)} (lower case)",
+            {"member": META_LOG_LEVEL, "allowed": list(LOG_LEVELS)},
+        )
     return None
 
 
@@ -191,12 +213,11 @@ def check_request(
             return header_disagrees(HEADER_NAME, header_name, body_value, f"the body's {name_key!r}")
     if version not in STATELESS_VERSIONS:
         return unsupported_version(version)
-    level = meta.get(META_LOG_LEVEL)
     return Envelope(
         protocol_version=version,
         client_capabilities=meta[META_CLIENT_CAPABILITIES],
         client_info=meta.get(META_CLIENT_INFO),
-        log_level=level if isinstance(level, str) else None,
+        log_level=meta.get(META_LOG_LEVEL),  # one of LOG_LEVELS or None: envelope_problem checked it
     )
 
 

@@ -16,6 +16,10 @@ LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert"
 
 
 def level_rank(level: object) -> int:
+    """A level's severity, 0 (debug) for anything unknown. Only a provider's message can carry an
+    unknown level here (ranked least severe, so delivered to the fewest): a level a client asks for
+    is refused where it enters (logging/setLevel, the stateless envelope's logLevel), because ranking
+    a wanted level as debug would stream every message."""
     return LOG_LEVELS.index(level) if isinstance(level, str) and level in LOG_LEVELS else 0
 
 

@@ -218,14 +218,22 @@ def test_accepted_request_yields_the_envelope() -> None:
     )
 
 
-def test_client_info_is_optional_and_a_non_string_log_level_is_ignored() -> None:
+def test_client_info_is_optional() -> None:
     body = request("tools/list")
     del body["params"]["_meta"][META_CLIENT_INFO]
-    body["params"]["_meta"][META_LOG_LEVEL] = 7
     outcome = check_request(body, headers("tools/list"))
     assert isinstance(outcome, Envelope)
     assert outcome.client_info is None
     assert outcome.log_level is None
+
+
+@pytest.mark.parametrize("level", [7, "WARNING", "bogus", None])
+def test_a_log_level_that_is_not_one_of_the_eight_names_is_refused(level: object) -> None:
+    body = request("tools/list")
+    body["params"]["_meta"][META_LOG_LEVEL] = level
+    refusal = rejected(check_request(body, headers("tools/list")))
+    assert refusal.code == jsonrpc.INVALID_PARAMS
+    assert refusal.data is not None and refusal.data["member"] == META_LOG_LEVEL
 
 
 # -- header helpers -----------------------------------------------------------------------------
