@@ -6,6 +6,10 @@ priority prefix, which journald reads as the line's priority.
 A field is `NAME=value\\n`; a value holding a newline goes in the binary-safe form (the name, a newline,
 its length as 64-bit little-endian, the bytes, a newline). An entry too big for one datagram goes in a
 sealed memfd passed with SCM_RIGHTS, as journald expects.
+
+The socket is non-blocking: records are written from the event loop's thread, and a journald that does not
+read (its socket's queue full) must not stall the loop. An entry the socket would not take at once is
+dropped and counted; the next entry the journal takes is preceded by one warning entry with the count.
 """
 
 from __future__ import annotations
@@ -114,7 +118,13 @@ class JournalHandler(logging.Handler):
         self.prefix = prefix
         self.static = dict(static or {})
         self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        # Non-blocking: a journald that does not read must not stall the event loop, which logs.
+        self.socket.setblocking(False)
         self._exceptions = logging.Formatter()
+        self.dropped = 0
+        """Entries dropped because the journal's socket was full, since the handler was made."""
+        self._unreported = 0
+        """Of those, the ones no later entry has told the journal about yet."""
 
     def fields(self, record: logging.LogRecord) -> list[tuple[str, str]]:
         message = self.prefix + record.getMessage()
@@ -142,23 +152,55 @@ class JournalHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            entry = b"".join(encode_field(name, value) for name, value in self.fields(record))
-            self.send(entry)
+            entry = self.encode(record)
+            if self._unreported and not self.send(self.encode(self._dropped_notice())):
+                self._drop()
+                return
+            self._unreported = 0
+            if not self.send(entry):
+                self._drop()
         except OSError:
             # journald away (restarting, or its socket gone): the line goes to stderr instead.
             self.fallback.handle(record)
         except Exception:
             self.handleError(record)
 
-    def send(self, entry: bytes) -> None:
+    def encode(self, record: logging.LogRecord) -> bytes:
+        return b"".join(encode_field(name, value) for name, value in self.fields(record))
+
+    def _drop(self) -> None:
+        # Not to the fallback: under systemd stderr is journald's stream, stalled along with its socket.
+        self.dropped += 1
+        self._unreported += 1
+
+    def _dropped_notice(self) -> logging.LogRecord:
+        """The warning entry that says how many entries were dropped since the journal last took one."""
+        notice = logging.LogRecord(
+            __name__,
+            logging.WARNING,
+            __file__,
+            0,
+            "the journal's socket was full (journald not reading): %d log entries dropped",
+            (self._unreported,),
+            None,
+            func="emit",
+        )
+        notice.journal_dropped = self._unreported  # JOURNAL_DROPPED=
+        return notice
+
+    def send(self, entry: bytes) -> bool:
+        """True when the socket took `entry`; False when it would have had to wait (its queue full)."""
         try:
             self.socket.sendto(entry, self.path)
+        except BlockingIOError:
+            return False
         except OSError as exc:
             if exc.errno != errno.EMSGSIZE:
                 raise
-            self._send_large(entry)
+            return self._send_large(entry)
+        return True
 
-    def _send_large(self, entry: bytes) -> None:
+    def _send_large(self, entry: bytes) -> bool:
         """An entry over the datagram size: in a sealed memfd, its descriptor passed to journald."""
         fd = os.memfd_create("journal-entry", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
@@ -168,7 +210,11 @@ class JournalHandler(logging.Handler):
             seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
             rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))]
-            self.socket.sendmsg([], rights, 0, self.path)
+            try:
+                self.socket.sendmsg([], rights, 0, self.path)
+            except BlockingIOError:
+                return False
+            return True
         finally:
             os.close(fd)
 
