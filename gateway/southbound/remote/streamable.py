@@ -17,7 +17,11 @@ to the server itself (gateway/core/eras.py), so every request already carries it
 the link POSTs it as it is, with the MCP-Protocol-Version, Mcp-Method, Mcp-Name (and Mcp-Param-*)
 headers it implies, and feeds back the answer and whatever the response stream carries before it
 (the core's subscriptions/listen is one such request, its stream open as long as the core keeps it).
-Cancelling a request closes its response stream, which is the cancellation.
+Cancelling a request closes its response stream, which is the cancellation. A request the server
+sends on a call's stream has no way back in this era: the call ends at once, closing the stream.
+
+In either era what a request's response stream carries is that request's: an answer on it under
+another id would reach another caller, so it is dropped, counted as unmatched, and ends the request.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import aiohttp
 from gateway.core import eras, jsonrpc
 from gateway.core.backoff import Backoff
 from gateway.core.jsonrpc import JsonId, JsonObject, Kind
+from gateway.core.unmatched_answers import unmatched_answer
 from gateway.http_body import BodyTooLarge, read_body, read_prefix
 from gateway.southbound.remote.auth import UpstreamAuthFailed, UpstreamDropped, UpstreamError, UpstreamUnreachable
 from gateway.southbound.remote.http import MAX_ERROR_BODY, STREAM_CLOSED, RemoteHttp, read_failure
@@ -41,10 +46,14 @@ from gateway.southbound.remote.wire import (
     ERA_SESSION,
     ERA_STATELESS,
     LAST_EVENT_ID,
+    MAX_METHOD_SHOWN,
     PROTOCOL_VERSION,
     SESSION_ID,
+    answer_to_another,
+    answered_another_id,
     http_failure,
     related_to,
+    request_out_of_era,
     request_to_client,
     stateless_headers,
     stream_broken,
@@ -129,6 +138,7 @@ class StreamableHttpLink(RemoteLink):
             # No other notification to a server exists in this era.
         elif not self.stateless:
             await self._post_one_way(message)  # the core's answer to a request from the server
+        # A 2026-07-28 link feeds the core no request from the server (_request_out_of_era): no answer to carry.
 
     def _start_exchange(self, message: JsonObject) -> None:
         request_id = message["id"]
@@ -290,15 +300,29 @@ class StreamableHttpLink(RemoteLink):
         self.answer_if_pending(stream_broken(request_id, self.name, why))
 
     def _from_server(self, data: bytes, request_id: JsonId | None, method: Any = None) -> bool:
-        """Feed one message from the server; True when it is the answer to `request_id`."""
+        """Feed one message from the server; True when the call of `request_id` is answered (by the
+        server, or by the link when the server broke the rules of that call's stream)."""
         parsed = jsonrpc.parse(data)
-        if parsed.kind is Kind.RESPONSE and request_id is not None and parsed.body.get("id") == request_id:
+        if request_id is None:
+            self.feed(data)
+            return False
+        if parsed.kind is Kind.RESPONSE and parsed.body.get("id") == request_id:
             result = parsed.body.get("result")
             if method == "initialize" and isinstance(result, dict) and isinstance(result.get("protocolVersion"), str):
                 self.protocol_version = result["protocolVersion"]
             self.feed(data)
             return True
-        if request_id is not None and parsed.kind in (Kind.NOTIFICATION, Kind.REQUEST):
+        elsewhere, answered = answer_to_another(parsed, data, request_id)
+        if elsewhere:
+            # What a server sends on a request's stream is that request's: an answer under another
+            # id (a cache or proxy mixing streams up) would reach that id's caller, someone else.
+            self._unmatched(answered)
+            self.answer_if_pending(answered_another_id(request_id, self.name, answered))
+            return True
+        if parsed.kind is Kind.REQUEST and self.stateless:
+            self._request_out_of_era(request_id, parsed.body["method"])
+            return True
+        if parsed.kind in (Kind.NOTIFICATION, Kind.REQUEST):
             # Sent on the stream of one request (a call's log messages, its sampling): it belongs to
             # that request, so the core gives it to that request's client only, as a tag says.
             tagged = related_to(parsed.body, request_id)
@@ -307,6 +331,27 @@ class StreamableHttpLink(RemoteLink):
                 return False
         self.feed(data)
         return False
+
+    def _unmatched(self, answered: Any) -> None:
+        """An answer the link dropped: counted as the core counts answers nobody waits for."""
+        if self.session is not None:
+            unmatched_answer(self.session, answered)
+
+    def _request_out_of_era(self, request_id: JsonId, method: str) -> None:
+        """A 2026-07-28 server asked its client something on a call's stream. The era has no way to
+        answer it (no session to POST the answer to), so the call ends now rather than at its deadline,
+        and returning closes the stream, which cancels the call at the server."""
+        if self.session is not None:
+            self.session.counters.protocol_violations += 1
+            self.session.warn_once(
+                "request_out_of_era",
+                "remote upstream %s sent its client a request (%s) on a call's stream, which the 2026-07-28 era "
+                "does not carry (its servers ask through input_required results); the call ends with an error "
+                "(protocol_violations counts them)",
+                self.name,
+                method[:MAX_METHOD_SHOWN],
+            )
+        self.answer_if_pending(request_out_of_era(request_id, self.name, method))
 
     async def _settled(self) -> None:
         """Wait while a new session is being started, so the next request carries its id."""
@@ -387,8 +432,11 @@ class StreamableHttpLink(RemoteLink):
                         if not event.data:
                             continue
                         parsed = jsonrpc.parse(event.data)
-                        if parsed.kind is Kind.RESPONSE and parsed.body.get("id") == request_id:
-                            return parsed.body, response.headers
+                        if parsed.kind is Kind.RESPONSE:
+                            if parsed.body.get("id") == request_id:
+                                return parsed.body, response.headers
+                            self._unmatched(parsed.body.get("id"))  # not fed: it would answer another caller
+                            continue
                         self._from_server(event.data.encode(), None)
             except (aiohttp.ClientError, TimeoutError, SseTooLarge) as exc:
                 raise UpstreamDropped(f"{message.get('method')}: {read_failure(exc)}") from exc

@@ -13,8 +13,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from gateway.core import jsonrpc
+from gateway.core.answer_head import HEAD_BYTES, answer_id
 from gateway.core.eras import META_PROTOCOL_VERSION
-from gateway.core.jsonrpc import JsonId, JsonObject
+from gateway.core.errors import shown_id
+from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.core.relay import RELATED_REQUEST_KEY
 from gateway.core.stateless import NAME_PARAM, PARAM_HEADER_PREFIX, header_annotations
 from gateway.core.versions import LATEST_STATELESS
@@ -104,6 +106,21 @@ def related_to(message: JsonObject, request_id: JsonId) -> JsonObject | None:
     return {**message, "params": {**params, "_meta": {**meta, RELATED_REQUEST_KEY: request_id}}}
 
 
+def answer_to_another(message: jsonrpc.Message, data: bytes, request_id: JsonId) -> tuple[bool, Any]:
+    """(True, its id) when `message`, read on the response stream of the gateway's request `request_id`,
+    answers another id (null included), even as a malformed answer; (False, None) for its own answer,
+    a request, a notification, or what names no id."""
+    body = message.body
+    if message.kind is Kind.RESPONSE:
+        return (body.get("id") != request_id, body.get("id"))
+    if message.kind is not Kind.INVALID:
+        return False, None
+    if isinstance(body, dict) and "method" not in body and "id" in body:
+        return (body["id"] != request_id, body["id"])
+    answered = answer_id(message.unparsed[:HEAD_BYTES]) if isinstance(message.unparsed, bytes) else None
+    return (answered is not None and answered != request_id, answered)
+
+
 # -- failures -----------------------------------------------------------------------------------
 
 
@@ -153,6 +170,36 @@ def too_large_request(method: str, max_bytes: int) -> str:
     return (
         f"the upstream sent its client a request ({method}) larger than {max_bytes} bytes "
         "(limits.max_frame_bytes), which the gateway cannot pass on"
+    )
+
+
+def answered_another_id(request_id: JsonId, upstream: str, answered: Any) -> JsonObject:
+    """A request's answer stream carried an answer under another id, which the link dropped: the
+    request ends now, in the words of a provider's refused answer (-32603)."""
+    return jsonrpc.error_response(
+        request_id,
+        jsonrpc.INTERNAL_ERROR,
+        f'Provider "{upstream}" answered, but the gateway refused the answer: it came on the stream of this '
+        f"request (id {shown_id(request_id)}) under id {shown_id(answered)}, and was dropped and counted in "
+        "unmatched_responses; the upstream must answer each request under its own id",
+        {"slot": upstream, "reason": "answer_refused", "answered_id": shown_id(answered)},
+    )
+
+
+MAX_METHOD_SHOWN = 128
+
+
+def request_out_of_era(request_id: JsonId, upstream: str, method: str) -> JsonObject:
+    """A 2026-07-28 server sent a request towards the client on a call's stream, which that era does
+    not carry (its servers ask through input_required results): the call ends now (-32603)."""
+    shown = method[:MAX_METHOD_SHOWN]
+    return jsonrpc.error_response(
+        request_id,
+        jsonrpc.INTERNAL_ERROR,
+        f'Upstream "{upstream}" sent its client a request ({shown}) on the stream of this call, which the '
+        "2026-07-28 era does not carry (a server of that era asks through an input_required result); "
+        "the gateway ended the call",
+        {"slot": upstream, "reason": "upstream_protocol", "method": shown},
     )
 
 
