@@ -12,7 +12,7 @@ from gateway.core.confirmer import state_reader
 from gateway.core.endpoint_levels import EndpointLevels
 from gateway.core.jsonrpc import JsonObject, notification
 from gateway.core.names import ALL_SLOT
-from gateway.core.naming import NameBook
+from gateway.core.naming import RETIRED_PER_SLOT, NameBook
 from gateway.core.policy_interface import Governance, RateLimits
 from gateway.core.principal import Principal
 from gateway.core.routing import SlotTarget, Target, forward_to
@@ -95,7 +95,7 @@ class AggregateTarget(Target):
         self._tools: list[JsonObject] = []
         self.catalog_hash = 0
         """What the listed catalog was built from (names, members and their tool hashes), hashed."""
-        self.names = NameBook(max_retired=4 * registry.config.limits.max_slots)
+        self.names = NameBook(max_retired=RETIRED_PER_SLOT * registry.config.limits.max_slots)
         self._listed: dict[tuple[str, str], tuple[JsonObject, str, JsonObject]] = {}
         """Per (slot, tool): the provider's tool dict, its name here, and the listed copy made of them."""
         self.refresh = CoalescedRebuild(

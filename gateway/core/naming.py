@@ -12,10 +12,13 @@ they first appeared in. ASCII names keep their plain sanitized form."""
 from __future__ import annotations
 
 import hashlib
+import heapq
 import re
 from collections.abc import Iterable
 
 MAX_NAME = 64
+RETIRED_PER_SLOT = 4
+"""Departed names a name book (_all's, the groups') remembers per slot of limits.max_slots."""
 HASH_DIGITS = 8
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -52,7 +55,9 @@ class NameBook:
     another pair holds that name). From then on the pair keeps that name, and no other pair is ever
     given it, even after the pair's provider left. So a client holding an old tools/list can never
     reach a different device's tool by calling a name it remembers: the name either still means the
-    same tool or is unknown. Up to `max_retired` names of departed pairs are remembered.
+    same tool or is unknown. Up to `max_retired` names of departed pairs are remembered; past it the
+    book forgets from the slot holding the most (see _forget_retired), so a departed name can be given
+    again only after more than `max_retired` distinct slots each hold departed names.
 
     The exception: a name `<S><separator><rest>` belongs to the slot S with the longest name among the
     present slots whose name, then the separator, starts it. Slot names are the operator's and tool
@@ -84,7 +89,7 @@ class NameBook:
         if unsettled:
             self._settle(dict.fromkeys(unsettled), {name_part(slot) for slot in {pair[0] for pair in pairs}})
         current = {self.by_pair[pair]: pair for pair in pairs}
-        self._forget_oldest_retired(current)
+        self._forget_retired(current)
         return current
 
     def _settle(self, unsettled: Iterable[tuple[str, str]], present: set[str]) -> None:
@@ -143,19 +148,37 @@ class NameBook:
             counter += 1
         return name
 
-    def _forget_oldest_retired(self, current: dict[str, tuple[str, str]]) -> None:
-        retired = len(self.by_name) - len(current)
-        if retired <= self.max_retired:
+    def _forget_retired(self, current: dict[str, tuple[str, str]]) -> None:
+        """Past `max_retired` departed names, forget from the slot that holds the most of them, its
+        oldest first (of slots holding equally many, the one with the oldest name). A provider that
+        renames its tools again and again thus forgets its own departed names, never another device's:
+        a slot's last departed name goes only when more than `max_retired` slots each hold one."""
+        excess = len(self.by_name) - len(current) - self.max_retired
+        if excess <= 0:
             return
-        for name, pair in list(self.by_name.items()):  # insertion order: oldest first
-            if retired <= self.max_retired:
-                return
+        retired_by_slot: dict[str, list[tuple[int, str]]] = {}
+        for age, (name, pair) in enumerate(self.by_name.items()):  # insertion order: oldest first
             if name not in current:
-                del self.by_name[name]
-                if self.by_pair.get(pair) == name:
-                    del self.by_pair[pair]
-                    self.displaced.discard(pair)
-                retired -= 1
+                retired_by_slot.setdefault(pair[0], []).append((age, name))
+        # The slot with the most left comes off the heap first; `taken` counts each slot's forgotten names.
+        heap = [(-len(names), names[0][0], slot) for slot, names in retired_by_slot.items()]
+        heapq.heapify(heap)
+        taken = dict.fromkeys(retired_by_slot, 0)
+        while excess > 0:
+            _, _, slot = heapq.heappop(heap)
+            names = retired_by_slot[slot]
+            self._forget(names[taken[slot]][1])
+            taken[slot] += 1
+            excess -= 1
+            left = len(names) - taken[slot]
+            if left:
+                heapq.heappush(heap, (-left, names[taken[slot]][0], slot))
+
+    def _forget(self, name: str) -> None:
+        pair = self.by_name.pop(name)
+        if self.by_pair.get(pair) == name:
+            del self.by_pair[pair]
+            self.displaced.discard(pair)
 
 
 def aggregate_names(entries: Iterable[tuple[str, str]], separator: str = "-") -> dict[str, tuple[str, str]]:

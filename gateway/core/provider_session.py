@@ -44,7 +44,7 @@ from gateway.core.relay import PROVIDER_FACING_CAPABILITIES, RequestRelay
 from gateway.core.request_ids import numbers_for
 from gateway.core.request_sends import RequestSends
 from gateway.core.schema_hash import tools_hash
-from gateway.core.shared_tools import SharedToolLists
+from gateway.core.shared_tools import SharedToolLists, listed_order
 from gateway.core.unmatched_answers import deadline_error, unmatched_answer
 from gateway.core.versions import LATEST_HANDSHAKE
 
@@ -352,10 +352,10 @@ class ProviderSession:
     def _keep_tools(self, tools: list[JsonObject]) -> bool:
         """Cache `tools` (shared with every session that lists the same); True when they changed."""
         new_hash = tools_hash(tools)
-        changed = new_hash != self.tools_hash
+        changed = new_hash != self.tools_hash or listed_order(tools) != listed_order(self.tools)  # hash sorts
         if changed:
             if self.tools_hash:
-                self.shared_tools.release(self.tools_hash)
+                self.shared_tools.release(self.tools_hash, self.tools)
             self.tools = self.shared_tools.share(new_hash, tools)
             self.tools_hash = new_hash
         provider_hello.check_schema(self)  # also when only the hello's schema changed
@@ -422,7 +422,7 @@ class ProviderSession:
                 task.cancel()
         self.listen.stop()
         if self.tools_hash:
-            self.shared_tools.release(self.tools_hash)
+            self.shared_tools.release(self.tools_hash, self.tools)
         self.observer.session_closed(self, reason)
 
     # -- liveness -----------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from gateway.core.groups.views import (
     specs_from_config,
 )
 from gateway.core.jsonrpc import JsonObject, notification
-from gateway.core.naming import NameBook
+from gateway.core.naming import RETIRED_PER_SLOT, NameBook
 from gateway.core.policy_interface import Governance, RateLimits
 from gateway.core.principal import Principal
 from gateway.core.routing import Target, forward_to
@@ -66,7 +66,7 @@ class GroupCatalog:
         self.base_url = base_url
         self.separator = config.groups_separator
         self.specs = specs_from_config(config)
-        self.names = NameBook(self.separator, max_retired=4 * config.limits.max_slots)
+        self.names = NameBook(self.separator, max_retired=RETIRED_PER_SLOT * config.limits.max_slots)
         self._tools: list[CatalogTool] = []
         self._by_name: dict[str, CatalogTool] = {}
         self._built: dict[tuple[str, str], CatalogTool] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from gateway.config import GatewayConfig, LimitsConfig
 from gateway.core.broker.scrape import limit_values
+from gateway.core.naming import RETIRED_PER_SLOT
 from gateway.policy.rate_limit import BucketSpec, RateSnapshot
 from gateway.reload.context import Context, Prepared
 from gateway.reload.diff import change_text, changed_paths, owner, value_at
@@ -32,8 +33,6 @@ OWNS = (
     "limits.max_used_confirmations",
     "limits.max_used_confirmations_per_caller",
 )
-NAME_BOOK_PER_SLOT = 4
-"""Departed names the /mcp and _all name books remember per slot (as the core builds them)."""
 
 
 class LimitsSwap(Prepared):
@@ -73,8 +72,8 @@ class LimitsSwap(Prepared):
         )
         running.limiters.connections.reconfigure(limits.connections)
         gateway = running.gateway
-        gateway.aggregate.names.max_retired = NAME_BOOK_PER_SLOT * limits.max_slots
-        gateway.groups.names.max_retired = NAME_BOOK_PER_SLOT * limits.max_slots
+        gateway.aggregate.names.max_retired = RETIRED_PER_SLOT * limits.max_slots
+        gateway.groups.names.max_retired = RETIRED_PER_SLOT * limits.max_slots
         if running.governor is not None:
             running.governor.bound_approvals(limits.max_pending_approvals, limits.max_pending_approvals_per_caller)
             running.governor.confirmations.bound_used(
