@@ -544,8 +544,8 @@ class BrokerTarget(Target):
             answer_of = resource_tool(uri)
             if answer_of is not None and answer_of not in visible:
                 raise invalid(
-                    f"Resource {uri} is not offered to this caller: it is the answer of the tool {answer_of}, which the "
-                    "policy does not let this caller see (docs/governance.md)",
+                    f"Resource {uri} is not offered to this caller: it is the answer of the tool {answer_of}, "
+                    "which the policy does not let this caller see (docs/governance.md)",
                     uri=uri,
                     reason="not_visible",
                 )
