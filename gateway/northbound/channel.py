@@ -54,6 +54,20 @@ def bind_admission(admission: Admission | None, request: web.Request, target: Ta
     return admit
 
 
+class Outbox(MessageQueue):
+    """The channel's outgoing queue. `on_overflow` runs once, inside the put that passed the bound, so
+    a transport can end the session then instead of when its writer, perhaps stalled on a client that
+    does not read, next looks at the queue."""
+
+    on_overflow: Callable[[], None] | None = None
+
+    def close(self, drop: bool = False) -> None:
+        fresh = not self.closed
+        super().close(drop)
+        if fresh and self.overflowed and self.on_overflow is not None:
+            self.on_overflow()
+
+
 def _client_id(value: Any) -> Any:
     """The id to answer an unusable message with: its own when valid, else null (JSON-RPC 2.0 §5)."""
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
@@ -78,7 +92,7 @@ class ClientChannel:
         self.session = session
         self.admit = admit
         self.on_response = on_response
-        self.outbox = MessageQueue(gateway.config.limits.notification_queue)
+        self.outbox = Outbox(gateway.config.limits.notification_queue)
         session.stream = self.outbox
         session.transport = transport
         gateway.client_streams.add(self.outbox)
@@ -105,8 +119,12 @@ class ClientChannel:
 
     def receive(self, message: jsonrpc.Message, headers: Mapping[str, str] | None = None) -> None:
         """Take one message from the client; everything it causes goes out on the outbox. `headers`: the
-        HTTP headers it came with, where its way in has them (a legacy SSE POST), for its trace context."""
-        if self.closed:
+        HTTP headers it came with, where its way in has them (a legacy SSE POST), for its trace context.
+
+        Once the outbox is closed (overflowed, the gateway shutting down, a credential gone) nothing can
+        be answered any more: the message is dropped, so a client that does not read cannot keep
+        starting provider work whose answers would be thrown away."""
+        if self.closed or self.outbox.closed:
             return
         self.session.touch()
         if message.kind is Kind.INVALID:

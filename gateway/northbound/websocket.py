@@ -16,6 +16,12 @@ answer. Binary frames are read as UTF-8 text, as mcp-broker does. A message for 
 be encoded as JSON never ends the write loop: an answer becomes its -32603 error, anything else is
 dropped and counted (mcpgw_unencodable_messages_total).
 
+A client that does not read is bounded two ways, whether or not it keeps sending (aiohttp's heartbeat
+pings only a quiet socket). A frame, the close frame included, that waits limits.stream_write_timeout_s
+aborts the connection. A client limits.notification_queue messages behind ends its session at once
+(counted then, its requests cancelled, further requests dropped unanswered) and gets 1008 once the frame
+being written is out, within the same write bound.
+
 The credential the upgrade carried is judged again while the socket is open (CredentialWatch,
 gateway/northbound/credential_watch.py): before a request and before a frame the gateway writes, at
 most once per RECHECK_EVERY_S, the entry gate's own check runs on the upgrade request with the
@@ -43,7 +49,7 @@ from aiohttp import WSMsgType, web
 from gateway.core import jsonrpc
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject, Kind
-from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_POLICY, close_reason
+from gateway.core.link import CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_POLICY, close_reason
 from gateway.core.names import SlotNameError, decode_path_segment
 from gateway.core.routing import Target
 from gateway.core.slots import SlotRefused
@@ -52,7 +58,9 @@ from gateway.http_answers import encode_refused, http_error
 from gateway.northbound import session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
 from gateway.northbound.credential_watch import CredentialWatch, credential_gone, credential_gone_close_reason
+from gateway.northbound.event_stream import WRITE_HEADROOM, StreamStalled
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, Admission, Refusal
+from gateway.policy.connection_limits import STREAM_WRITE_TIMEOUT
 from gateway.policy.request_principal import request_principal
 from gateway.policy.verifier import AuthFailure
 from gateway.websocket_limits import CappedWebSocketResponse, handshake_deadline, is_too_big, peer_left
@@ -124,6 +132,19 @@ class ClientWebSockets:
         watch = CredentialWatch.of(request, "WebSocket")
         watch.adopt = session.adopt
         ending: tuple[int, str] | None = None
+        gone: JsonObject | None = None  # the -32001 answer to a request that met a failed credential
+        ender: asyncio.Task[None] | None = None
+
+        def overflowed() -> None:
+            # Counted and ended now: the writer may be stalled on a client that does not read, and a
+            # session that cannot answer must not keep running (or taking) requests meanwhile. The
+            # writer closes with 1008 once its current frame is out, or aborts at stream_write_timeout_s.
+            nonlocal ender
+            self.gateway.metrics.stream_overflows.labels(TRANSPORT).inc()
+            self.gateway.metrics.limit_hit("notification_queue")
+            ender = asyncio.get_running_loop().create_task(channel.close())
+
+        channel.outbox.on_overflow = overflowed
         try:
             if not await ws.upgrade(request):
                 return peer_left()
@@ -135,7 +156,7 @@ class ClientWebSockets:
                 f"No initialize within {timeout_s:g} s (limits.connections.handshake_timeout_s): send initialize first",
                 self.gateway.metrics,
             )
-            writer = asyncio.get_running_loop().create_task(self.write_loop(ws, channel, watch))
+            writer = asyncio.get_running_loop().create_task(self.write_loop(request, ws, channel, watch))
             async for msg in ws:
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
                     message = jsonrpc.parse_client(msg.data, self.limits.max_json_depth)
@@ -143,7 +164,9 @@ class ClientWebSockets:
                     # A batch may carry requests (gateway/northbound/batches.py): judged like one.
                     asks = message.kind is Kind.REQUEST or message.kind is Kind.BATCH
                     if asks and (failure := await watch.failure()) is not None:
-                        channel.send(credential_gone(message.id, failure))
+                        # What is queued was meant for a credential that no longer stands: dropped.
+                        channel.outbox.close(drop=True)
+                        gone = credential_gone(message.id, failure)
                         ending = (CLOSE_POLICY, credential_gone_close_reason(failure))
                         break
                     channel.receive(message)
@@ -159,6 +182,8 @@ class ClientWebSockets:
                 deadline.cancel()
             metrics.dec()
             await channel.close()
+            if ender is not None:
+                await ender
             if writer is not None:
                 # Closing the channel closed its outbox, so the writer ends by itself once it has
                 # finished a close handshake it started; only a peer that stopped reading keeps it.
@@ -168,16 +193,21 @@ class ClientWebSockets:
                     await writer
             if not ws.closed and ws.prepared:
                 with contextlib.suppress(Exception):
+                    if gone is not None:
+                        await self.send(request, ws, orjson.dumps(gone))
                     if ending is None:
-                        await ws.close()
+                        await self.close(request, ws, CLOSE_NORMAL, "")
                     else:
-                        await ws.close(code=ending[0], message=close_reason(ending[1]).encode())
+                        await self.close(request, ws, *ending)
         return ws
 
-    async def write_loop(self, ws: web.WebSocketResponse, channel: ClientChannel, watch: CredentialWatch) -> None:
+    async def write_loop(
+        self, request: web.Request, ws: web.WebSocketResponse, channel: ClientChannel, watch: CredentialWatch
+    ) -> None:
         """Send the session's messages in order; when the gateway ends the session, close the socket
         with a reason (the client fell too far behind, the gateway is shutting down, or the caller's
-        credential no longer stands).
+        credential no longer stands). A frame that waits limits.stream_write_timeout_s for a client
+        that does not read aborts the connection.
 
         The credential is judged before a frame, at most once per RECHECK_EVERY_S (between judgements a
         frame costs one time comparison), and each time limits.sse_keepalive_s passes with nothing to
@@ -189,9 +219,9 @@ class ClientWebSockets:
                 message = await outbox.get(timeout=idle_s)
                 if message is None and outbox.closed:
                     break
-                # A failure the read path found has queued its own -32001 answer: that one still goes out.
+                # A failure the read path found is answered there, once this loop has ended.
                 if watch.failed is None and watch.due() and (failure := await watch.failure()) is not None:
-                    await self.end_for_credential(ws, channel, message, failure)
+                    await self.end_for_credential(request, ws, channel, message, failure)
                     return
                 if message is None:
                     continue  # idle: judged above, nothing to write
@@ -203,34 +233,79 @@ class ClientWebSockets:
                         self.gateway.metrics.unencodable.inc()
                         continue
                     data = refused
-                await ws.send_frame(data, WSMsgType.TEXT)
+                await self.send(request, ws, data)
+            if ws.closed:
+                return
+            if outbox.overflowed:  # counted as it happened (serve)
+                code, reason = (
+                    CLOSE_POLICY,
+                    f"Client too slow: more than {outbox.limit} messages waiting (limits.notification_queue)",
+                )
+            elif channel.closed:
+                return  # the read side ended the session and closes the socket itself
+            elif not self.gateway.listening:
+                code, reason = CLOSE_GOING_AWAY, "Gateway shutting down"
+            else:
+                code, reason = CLOSE_GOING_AWAY, "Session ended by the gateway"
+            await self.close(request, ws, code, reason)
         except ConnectionError:
-            return
-        if channel.closed or ws.closed:
-            return
-        if outbox.overflowed:
-            self.gateway.metrics.stream_overflows.labels(TRANSPORT).inc()
-            self.gateway.metrics.limit_hit("notification_queue")
-            code, reason = (
-                CLOSE_POLICY,
-                f"Client too slow: more than {outbox.limit} messages waiting (limits.notification_queue)",
-            )
-        elif not self.gateway.listening:
-            code, reason = CLOSE_GOING_AWAY, "Gateway shutting down"
-        else:
-            code, reason = CLOSE_GOING_AWAY, "Session ended by the gateway"
-        with contextlib.suppress(Exception):
-            await ws.close(code=code, message=close_reason(reason).encode())
+            return  # the client left, or a write stalled and its connection was aborted
+
+    async def send(self, request: web.Request, ws: web.WebSocketResponse, data: bytes) -> None:
+        """Write one text frame, waiting at most limits.stream_write_timeout_s for a client that does
+        not read; then the connection is aborted (what its buffers hold is freed), the cut is counted
+        as on an SSE stream, and StreamStalled is raised."""
+        transport = request.transport
+        if transport is not None:
+            # aiohttp waits only while the transport's buffer is over its high-water mark; a frame that
+            # cannot take it there needs no timer (the common case, and the relay's hot path).
+            high = transport.get_write_buffer_limits()[1]
+            if transport.get_write_buffer_size() + len(data) + WRITE_HEADROOM <= high:
+                await ws.send_frame(data, WSMsgType.TEXT)
+                return
+        timeout_s = self.limits.stream_write_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                await ws.send_frame(data, WSMsgType.TEXT)
+        except TimeoutError:
+            self.stalled(request)
+            raise StreamStalled(f"Client did not read for {timeout_s:g} s (limits.stream_write_timeout_s)") from None
+
+    async def close(self, request: web.Request, ws: web.WebSocketResponse, code: int, reason: str) -> None:
+        """Close with `code` and `reason`, the close frame bounded like any frame: a client that does not
+        read it (or answer it) within limits.stream_write_timeout_s has its connection aborted."""
+        try:
+            async with asyncio.timeout(self.limits.stream_write_timeout_s):
+                await ws.close(code=code, message=close_reason(reason).encode())
+        except TimeoutError:
+            transport = request.transport
+            if transport is not None and transport.get_write_buffer_size():
+                self.stalled(request)  # bytes still unsent: the client stopped reading
+            elif transport is not None:
+                transport.abort()  # sent, but never answered: no need to wait for the peer's close
+        except Exception as exc:  # a socket that fails while closing is closed all the same
+            log.debug("closing the client socket failed: %s", exc)
+
+    def stalled(self, request: web.Request) -> None:
+        """Cut a connection whose client stopped reading: abort it and count it (as event_stream.write)."""
+        self.gateway.metrics.connection_cuts.labels(STREAM_WRITE_TIMEOUT).inc()
+        self.gateway.metrics.limit_hit("stream_write_timeout_s")
+        if request.transport is not None:
+            request.transport.abort()
 
     async def end_for_credential(
-        self, ws: web.WebSocketResponse, channel: ClientChannel, message: JsonObject | None, failure: AuthFailure
+        self,
+        request: web.Request,
+        ws: web.WebSocketResponse,
+        channel: ClientChannel,
+        message: JsonObject | None,
+        failure: AuthFailure,
     ) -> None:
         """End a socket whose credential no longer stands: drop what is queued, end the session (its
         requests cancelled upstream), answer the request whose answer was about to go out with the
         -32001 error the read path sends, and close with 1008."""
         channel.outbox.close(drop=True)
         await channel.close()
-        with contextlib.suppress(Exception):
-            if message is not None and "id" in message and "method" not in message:
-                await ws.send_frame(orjson.dumps(credential_gone(message["id"], failure)), WSMsgType.TEXT)
-            await ws.close(code=CLOSE_POLICY, message=close_reason(credential_gone_close_reason(failure)).encode())
+        if message is not None and "id" in message and "method" not in message:
+            await self.send(request, ws, orjson.dumps(credential_gone(message["id"], failure)))
+        await self.close(request, ws, CLOSE_POLICY, credential_gone_close_reason(failure))
