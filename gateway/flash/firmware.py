@@ -34,23 +34,31 @@ def default_firmware_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(home) / ".local" / "state" / APP_DIR / "firmware"
 
 
-def read_sums(directory: Path) -> dict[str, str] | None:
-    """name -> lower-case hex SHA-256 from directory/SHA256SUMS; None when there is no such file.
-
-    Only plain file names count (`./name` is read as `name`): an entry with a directory part
-    (`sub/x.bin`, `../x.bin`) records a file of another directory, which that directory's own list must
-    vouch for, so it is left out rather than letting this list's digest stand for a file it never checks."""
+def read_entries(directory: Path) -> tuple[dict[str, str], dict[str, str]] | None:
+    """The entries of directory/SHA256SUMS, name -> lower-case hex SHA-256, split into plain file names
+    (`./name` read as `name`) and names with a directory part (`sub/x.bin`, `../x.bin`, as
+    `sha256sum sub/*.bin` writes them); None when there is no such file."""
     try:
         text = (directory / SUMS_FILE).read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    sums: dict[str, str] = {}
+    plain: dict[str, str] = {}
+    foreign: dict[str, str] = {}
     for line in text.splitlines():
         digest, _, name = line.strip().partition(" ")
         name = name.strip().removeprefix("*").removeprefix("./")
-        if len(digest) == 64 and name and "/" not in name and name not in (".", ".."):
-            sums[name] = digest.lower()
-    return sums
+        if len(digest) == 64 and name and name not in (".", ".."):
+            (foreign if "/" in name else plain)[name] = digest.lower()
+    return plain, foreign
+
+
+def read_sums(directory: Path) -> dict[str, str] | None:
+    """The images SHA256SUMS lists beside it: name -> digest; None when there is no such file.
+
+    An entry with a directory part records a file of another directory: it is no image of this one
+    (the file is checked against it only when named itself: check_sum)."""
+    entries = read_entries(directory)
+    return None if entries is None else entries[0]
 
 
 def resolve(firmware: str, firmware_dir: Path) -> Path:
@@ -71,12 +79,17 @@ def resolve(firmware: str, firmware_dir: Path) -> Path:
     )
 
 
-def check_sum(path: Path, data: bytes) -> str | None:
+def check_sum(path: Path, data: bytes, firmware_dir: Path | None = None) -> str | None:
     """Refuse `data` when the SHA256SUMS next to `path` does not list it or lists another digest.
-    Returns the digest that was checked, or None when the directory has no SHA256SUMS."""
+    Without a list beside it, an entry of firmware_dir's list that names this very file through a
+    directory part (`sub/x.bin`) is its record and is compared. Returns the digest that was checked,
+    or None when nothing records the file."""
     sums = read_sums(path.parent)
     if sums is None:
-        return None
+        recorded = _recorded_elsewhere(path, firmware_dir)
+        if recorded is None:
+            return None
+        sums = {path.name: recorded}
     expected = sums.get(path.name)
     if expected is None:
         raise FlashError(
@@ -94,6 +107,18 @@ def check_sum(path: Path, data: bytes) -> str | None:
     return actual
 
 
+def _recorded_elsewhere(path: Path, firmware_dir: Path | None) -> str | None:
+    """The digest firmware_dir's SHA256SUMS records for `path` under a name with a directory part."""
+    entries = read_entries(firmware_dir) if firmware_dir is not None else None
+    if entries is None or firmware_dir is None:
+        return None
+    try:
+        target = path.resolve()
+        return next((digest for name, digest in entries[1].items() if (firmware_dir / name).resolve() == target), None)
+    except (OSError, RuntimeError, ValueError):  # a loop of links, a name the system refuses
+        return None
+
+
 @dataclass(frozen=True)
 class Directory:
     """What a firmware directory holds, against its SHA256SUMS."""
@@ -106,6 +131,8 @@ class Directory:
     missing: list[str]
     """The names SHA256SUMS lists that are not there (deleted or renamed since it was written)."""
     has_sums: bool
+    foreign: list[str]
+    """The names SHA256SUMS lists with a directory part: files of other directories, no images of this one."""
 
     @property
     def sums_path(self) -> Path:
@@ -121,11 +148,22 @@ class Directory:
         names = ", ".join(map(printable, self.missing))
         return f"{SUMS_FILE} lists {names}, not in the directory (deleted or renamed since it was written)"
 
+    def foreign_text(self) -> str:
+        """A clause naming the entries with a directory part, or "" when there are none."""
+        if not self.foreign:
+            return ""
+        names = ", ".join(map(printable, self.foreign))
+        return (
+            f"{SUMS_FILE} lists {names} with a directory part: no image of this directory (give it with "
+            "--firmware, or move it beside the list and record it there)"
+        )
+
 
 def survey(firmware_dir: Path) -> Directory:
     """The listed, unlisted and missing images of firmware_dir. `*.bin` is what the recording command
     (`sha256sum *.bin > SHA256SUMS`) lists, so other files (a README, SHA256SUMS itself) are not images."""
-    sums = read_sums(firmware_dir)
+    entries = read_entries(firmware_dir)
+    sums, foreign = entries if entries is not None else (None, {})
     names = sums or {}
     listed = [firmware_dir / name for name in sorted(names) if (firmware_dir / name).is_file()]
     missing = [name for name in sorted(names) if not (firmware_dir / name).exists()]
@@ -138,4 +176,4 @@ def survey(firmware_dir: Path) -> Directory:
         for name in present
         if not name.startswith(".") and name not in names and (firmware_dir / name).is_file()
     ]
-    return Directory(firmware_dir, listed, unlisted, missing, sums is not None)
+    return Directory(firmware_dir, listed, unlisted, missing, sums is not None, sorted(foreign))

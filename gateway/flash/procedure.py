@@ -84,7 +84,7 @@ def load_candidates(request: FlashRequest) -> Candidates:
     if request.firmware is not None:
         path = firmware.resolve(request.firmware, request.firmware_dir)
         image = load_image(path)
-        firmware.check_sum(path, image.data)
+        firmware.check_sum(path, image.data, request.firmware_dir)
         return Candidates([image])
     directory = firmware.survey(request.firmware_dir)
     if not directory.listed:
@@ -104,6 +104,8 @@ def _nothing_listed(directory: firmware.Directory) -> FlashError:
         listing = (
             f"{directory.sums_path} lists {', '.join(map(printable, directory.missing))}, none of them in the directory"
         )
+    elif directory.foreign:
+        listing = directory.foreign_text().replace(firmware.SUMS_FILE, str(directory.sums_path), 1)
     else:
         listing = f"{directory.sums_path} lists no image"
     if directory.unlisted:
@@ -181,7 +183,7 @@ def _refuse_unlisted_for(
 
 def directory_notes(candidates: Candidates) -> list[str]:
     """What the firmware directory holds besides the image chosen: unlisted files (for other chips, or
-    the command would have stopped) and listed names that are not there."""
+    the command would have stopped), listed names that are not there, and entries of other directories."""
     directory = candidates.directory
     if directory is None:
         return []
@@ -197,6 +199,8 @@ def directory_notes(candidates: Candidates) -> list[str]:
         )
     if directory.missing:
         notes.append(f"{directory.missing_text()}; record the images anew ({directory.record_command()})")
+    if directory.foreign:
+        notes.append(directory.foreign_text())
     return notes
 
 

@@ -183,7 +183,32 @@ def test_a_list_entry_naming_another_directory_vouches_for_nothing(tmp_path: Pat
 
     assert code == EXIT_CODES["firmware-not-found"], events
     assert [event["step"] for event in events] == ["error"], events
-    assert events[-1]["message"].startswith(f"no --firmware given and {directory / 'SHA256SUMS'} lists no image")
+    assert events[-1]["message"] == (
+        f"no --firmware given and {directory / 'SHA256SUMS'} lists {listed} with a directory part: no image of "
+        "this directory (give it with --firmware, or move it beside the list and record it there)"
+    )
+
+
+def test_a_file_named_with_firmware_is_checked_against_the_entry_that_names_it_from_above(
+    tmp_path: Path,
+) -> None:
+    """`sha256sum sub/*.bin > SHA256SUMS`, then `--firmware sub/pump1-c3.bin`: sub/ has no list of its
+    own, so the entry above that names the file is its record, and a replaced file is refused."""
+    directory = tmp_path / "firmware"
+    (directory / "sub").mkdir(parents=True)
+    recorded = build_image("esp32c3", seed=1)
+    (directory / "sub" / "pump1-c3.bin").write_bytes(build_image("esp32c3", seed=2))
+    (directory / "SHA256SUMS").write_text(f"{hashlib.sha256(recorded).hexdigest()}  sub/pump1-c3.bin\n")
+    out = io.StringIO()
+    request = FlashRequest(
+        port="/dev/null/not-a-port", firmware=str(directory / "sub" / "pump1-c3.bin"), firmware_dir=directory
+    )
+
+    code = flash(request, JsonLines(out))
+
+    events = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert code == EXIT_CODES["checksum-mismatch"], events
+    assert "does not match SHA256SUMS" in events[-1]["message"], events
 
 
 def test_a_list_entry_written_with_dot_slash_names_the_file_beside_it(tmp_path: Path) -> None:
