@@ -292,17 +292,20 @@ class UpstreamsConfig(Section):
             search = explicit_path.get_secret_value() if explicit_path is not None else environ.get("PATH", os.defpath)
             if "/" in program:
                 where = os.path.join(upstream.cwd or os.getcwd(), program)
-                found = os.path.isfile(where) and os.access(where, os.X_OK)
+                if not os.path.lexists(where):
+                    place = "does not exist"
+                elif not (os.path.isfile(where) and os.access(where, os.X_OK)):
+                    place = "is not an executable file"
+                else:
+                    continue
+            elif shutil.which(program, path=search) is None:
+                place = f"is not found on the PATH it gets ({search})"
             else:
-                found = shutil.which(program, path=search) is not None
-            if not found:
-                place = (
-                    "is not an executable file" if "/" in program else f"is not found on the PATH it gets ({search})"
-                )
-                warnings.append(
-                    f"upstream {upstream.name!r}: command {program!r} {place}; its slot stays not connected "
-                    "and the gateway retries starting it with back-off (docs/upstreams.md)"
-                )
+                continue
+            warnings.append(
+                f"upstream {upstream.name!r}: command {program!r} {place}; its slot stays not connected "
+                "and the gateway retries starting it with back-off (docs/upstreams.md)"
+            )
         return warnings
 
     @model_validator(mode="after")

@@ -400,12 +400,17 @@ class InputRequired:
             held.session is not session
             or held.method != method
             or held.subject != _subject(method, params)
-            or held.principal != caller.principal
             or held.arguments != _arguments_digest(params)
         ):
             raise _state_error(
                 "requestState belongs to another request: retry the same method, name and arguments as the "
                 "caller that got it",
+                "mismatch",
+            )
+        if held.principal != caller.principal:
+            raise _state_error(
+                "requestState belongs to another caller: only the caller that got it (the same credential, or "
+                "without one the same host) continues its call",
                 "mismatch",
             )
         if round_number != held.round:

@@ -214,11 +214,13 @@ async def test_a_stdio_upstream_whose_program_is_missing_starts_with_a_warning(t
         '[[upstreams.stdio]]\nname = "historian"\ncommand = ["no-such-mcp-server", "--site", "2"]\n'
         '[[upstreams.stdio]]\nname = "units"\ncommand = ["server"]\n'
         f'env = {{ PATH = "{tmp_path}" }}\n'
-        f'[[upstreams.stdio]]\nname = "local"\ncommand = ["{found}"]\n',
+        f'[[upstreams.stdio]]\nname = "local"\ncommand = ["{found}"]\n'
+        f'[[upstreams.stdio]]\nname = "gone"\ncommand = ["{tmp_path}/no-such-server"]\n',
     )
     warning = "upstream 'historian': command 'no-such-mcp-server' is not found on the PATH it gets ("
     code, out, err = await run_to_exit("config", "check", "--config", str(config), env=state_env(tmp_path))
     assert (code, out) == (0, "configuration OK\n") and warning in err, err
     assert "'units'" not in err and "'local'" not in err, err
+    assert f"upstream 'gone': command '{tmp_path}/no-such-server' does not exist;" in err, err
     async with gateway_process("--config", str(config), env=state_env(tmp_path)) as gateway:
         assert warning in gateway.log

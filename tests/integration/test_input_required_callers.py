@@ -215,6 +215,7 @@ async def test_an_anonymous_callers_request_state_is_bound_to_its_peer_address(
         state = await owner.asked("act", {"value": "open"})
         status, refused = await stranger.call("act", {"value": "open"}, answered(state))
         assert (status, error_of(refused)) == (400, (-32602, "mismatch")), refused
+        assert refused["error"]["message"].startswith("requestState belongs to another caller")
         assert device.executed == []
         _, done = await owner.call("act", {"value": "open"}, answered(state))
         assert done["result"]["content"][0]["text"] == "executed value=open action=accept"
