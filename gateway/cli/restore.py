@@ -289,9 +289,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
         for entry in manifest.files:
             if entry.kind in ("config", "named"):
                 named = f", {entry.setting}" if entry.setting else ""
+                place = normal_place(Path(entry.original))  # where --with-config would write, `..` folded
+                spelled = "" if str(place) == entry.original else f", named {entry.original}"
                 print(
-                    f"not restored (--with-config puts it there): {source / entry.path} -> {entry.original} "
-                    f"(mode {entry.mode}{named})"
+                    f"not restored (--with-config puts it there): {source / entry.path} -> {place} "
+                    f"(mode {entry.mode}{named}{spelled})"
                 )
     for item in manifest.absent:
         print(f"not in the backup: {item.get('kind')} {item.get('original') or ''} ({item.get('why')})")

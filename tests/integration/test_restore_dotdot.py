@@ -54,6 +54,11 @@ async def test_a_named_file_that_leaves_the_configuration_directory_is_refused_w
     lands = tmp_path / "outside" / "evil.sh"
     named = f"{tmp_path}/etc/../outside/evil.sh" if spelled == "with .." else str(lands)
     dest, config = await hostile_backup(tmp_path, named)
+    # The list to read first (restore without --with-config) names the place as it would be written.
+    preview_env = {"STATE_DIRECTORY": str(tmp_path / "preview")}
+    code, out, err = await run_to_exit("restore", str(dest), env=preview_env)
+    spelled_so = f", named {named}" if spelled == "with .." else ""
+    assert code == 0 and f"-> {lands} (mode 0755, policy.file{spelled_so})" in out, (out, err)
     fresh = {"STATE_DIRECTORY": str(tmp_path / "fresh")}
     code, out, err = await run_to_exit("restore", str(dest), "--with-config", env=fresh)
     assert code == 2, (out, err)
