@@ -54,6 +54,11 @@ from sim.pump import SimulatedPump
 log = logging.getLogger("sim")
 
 HEAD_BYTES = 96  # of a frame over the cap, kept to name its request id (as the board does)
+READ_MAX_BYTES = 1 << 20
+"""Largest message from the gateway a pump reads whole (the gateway's default limits.max_frame_bytes):
+one over the pump's frame cap but within this is answered by name, as the board answers it; a bigger
+one closes the link with 1009 before any of it is buffered (aiohttp cannot skip a message as the
+board does), and the pump dials again after its back-off."""
 USER_AGENT = f"{FIRMWARE_NAME}/{__version__}"
 TOKEN_HEADER = "X-Provider-Token"
 TOKEN_ENV = "MCP_SIM_PROVIDER_TOKEN"
@@ -169,8 +174,10 @@ class PumpLink:
         security: LinkSecurity | None = None,
         own_gateway: bool = False,
         refusals: RefusalBodies | None = None,
+        read_max_bytes: int = READ_MAX_BYTES,
     ) -> None:
         self.pump = pump
+        self.read_max_bytes = read_max_bytes
         self.refusals = refusals
         """Where the session's trace hook leaves what the gateway said in refusing an upgrade."""
         self.own_gateway = own_gateway
@@ -346,7 +353,9 @@ class PumpLink:
                 self.http.ws_connect(
                     self.url,
                     autoping=False,  # pings are answered below, where they also feed the dead-man
-                    max_msg_size=0,  # frames over the board's cap are refused by name, not by closing
+                    # Frames over the board's cap are refused by name, up to this bound (aiohttp
+                    # refuses one past it with 1009 from its length, before buffering it).
+                    max_msg_size=self.read_max_bytes + 1,
                     timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=2.0),
                     headers=self.headers,
                     ssl=self.security.ssl,

@@ -327,7 +327,10 @@ class SerialLine:
                 value = orjson.loads(data)
             except orjson.JSONDecodeError:
                 return
-            if not isinstance(value, dict) or value.get("provider") not in self.pumps or "payload" not in value:
+            provider = value.get("provider") if isinstance(value, dict) else None
+            # A string first: a list or object as the provider is unhashable, and an exception in
+            # this reader callback would lose the other messages of the same read.
+            if not isinstance(provider, str) or provider not in self.pumps or "payload" not in value:
                 return
             slot = value["provider"]
             payload = value["payload"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import ssl as ssl_module
+import time
 from collections.abc import AsyncGenerator
 from typing import Any
 from urllib.parse import quote
@@ -15,7 +17,7 @@ import anyio
 import orjson
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from gateway.core.backoff import Backoff
+from gateway.core.backoff import MAX_DOUBLINGS, Backoff
 from gateway.publish.sdk_bridge import SdkServer, SdkSession
 
 TEXT = aiohttp.WSMsgType.TEXT
@@ -24,6 +26,12 @@ reads them: docs/protocol.md, "Compatibility with mcp-broker"); the bytes are UT
 go out without a decode and re-encode."""
 
 log = logging.getLogger("gateway.publish")
+
+CLOSE_POLICY = 1008
+"""The gateway's close for a slot it refuses after the upgrade (held, reserved, undeclared)."""
+FAULT_KINDS_LOGGED = 32
+"""Kinds (exception types) of unexpected fault whose first occurrence is logged with its traceback;
+past them, and for each kind's repeats, a fault is only counted (`faults`)."""
 
 
 SPOKEN_VERSIONS = [*MODERN_PROTOCOL_VERSIONS, *HANDSHAKE_PROTOCOL_VERSIONS]
@@ -84,9 +92,13 @@ class _PublisherBase:
         self.connected = asyncio.Event()
         self.connections = 0
         self.last_close: tuple[int | None, str] | None = None
+        self.faults = 0
+        """Links ended by an unexpected error in the publisher's own handling (logged, then dialled again)."""
+        self._faults_logged: set[str] = set()
         self._stop = asyncio.Event()
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._close_reasons: list[str] = []
+        self._carried = False  # the current link carried a frame for an accepted slot
 
     def url(self) -> str:
         raise NotImplementedError
@@ -98,19 +110,23 @@ class _PublisherBase:
         """Connect, serve, and reconnect with jittered back-off until `stop()`."""
         async with aiohttp.ClientSession() as http:
             while not self._stop.is_set():
+                self._carried = False
+                up_at: float | None = None  # time.monotonic() when the upgrade succeeded
                 try:
                     async with http.ws_connect(
                         self.url(), headers=self.headers, autoping=True, max_msg_size=self.max_msg_size, ssl=self.ssl
                     ) as ws:
                         self._ws = ws
                         self.connections += 1
+                        up_at = time.monotonic()
                         self.connected.set()
-                        self.backoff.reset()
                         self._close_reasons = []
                         await self._serve(ws)
                         self.last_close = (ws.close_code, _reason(ws, "".join(self._close_reasons)))
                 except (aiohttp.ClientError, OSError) as exc:
                     self.last_close = (None, str(exc))
+                except Exception as exc:  # a fault of ours ends this link, never the publisher
+                    self._fault(exc)
                 finally:
                     self._ws = None
                     self.connected.clear()
@@ -118,8 +134,37 @@ class _PublisherBase:
                     log.info("gateway closed the link: %s %s", *self.last_close)
                 if not self.reconnect or self._stop.is_set():
                     return
+                self._count_link(up_at)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), self.backoff.next_delay())
+
+    def _count_link(self, up_at: float | None) -> None:
+        """Where the back-off stands after a link: it starts over only once a link proved itself (it
+        carried a frame for an accepted slot and stayed up at least `backoff_max_s`), so a gateway that
+        refuses or drops the publisher right after the upgrade is dialled ever more slowly; a close 1008
+        before any such frame (a refusal at the door: slot held, reserved, undeclared) puts the ceiling
+        at `backoff_max_s` at once, as the boards and the simulator do."""
+        if up_at is None:
+            return
+        if self._carried and time.monotonic() - up_at >= self.backoff.max_s:
+            self.backoff.reset()
+        elif not self._carried and self.last_close is not None and self.last_close[0] == CLOSE_POLICY:
+            self.backoff.failures = max(self.backoff.failures, _ceiling_failures(self.backoff))
+
+    def _fault(self, exc: Exception) -> None:
+        """An error in the publisher's own handling of a link: the link ends, the publisher dials again."""
+        leaf = _leaf(exc)
+        if isinstance(leaf, (aiohttp.ClientError, OSError)):  # the link failed inside a task group
+            self.last_close = (None, str(leaf))
+            return
+        self.faults += 1
+        self.last_close = (None, f"publisher fault: {type(leaf).__name__}: {leaf}")
+        kind = type(leaf).__name__
+        if kind not in self._faults_logged and len(self._faults_logged) < FAULT_KINDS_LOGGED:
+            self._faults_logged.add(kind)
+            log.error("publisher fault on the link to %s; the link ends", self.url(), exc_info=exc)
+        else:
+            log.debug("publisher fault on the link to %s (%d so far): %s", self.url(), self.faults, leaf)
 
     async def stop(self) -> None:
         self._stop.set()
@@ -132,6 +177,20 @@ class _PublisherBase:
         ws = self._ws
         if ws is not None:
             await ws.close(code=1001)
+
+
+def _ceiling_failures(backoff: Backoff) -> int:
+    """Failures after which the back-off's ceiling is its maximum."""
+    if not 0 < backoff.initial_s < backoff.max_s:
+        return 0
+    return min(MAX_DOUBLINGS, math.ceil(math.log2(backoff.max_s / backoff.initial_s)))
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first error inside (nested) exception groups: what went wrong, rather than the task group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _reason(ws: aiohttp.ClientWebSocketResponse, close_reason: str) -> str:
@@ -202,6 +261,7 @@ class Publisher(_PublisherBase):
         async with anyio.create_task_group() as group:
             await group.start(session.run)
             async for data in _read_frames(ws, self._close_reasons):
+                self._carried = True  # the gateway speaks only once it accepted the slot
                 await session.feed(data)
             await session.close_input()
             group.cancel_scope.cancel()
@@ -224,9 +284,29 @@ class MultiplexedPublisher(_PublisherBase):
         self.aggregate = aggregate
         self.hello = hello or {}
         self.errors: list[dict[str, Any]] = []
+        """The gateway's latest refusal of each slot it refused: at most one entry per slot."""
+        self.malformed_frames: dict[str, int] = {}
+        """Frames from the gateway skipped as malformed, counted by kind (MALFORMED_KINDS)."""
 
     def url(self) -> str:
         return f"{self.base_url}/providers"
+
+    def _malformed(self, kind: str) -> None:
+        """Skip a frame; the first of each kind is logged, the rest counted (a gateway that sends one
+        bad frame usually sends it again)."""
+        count = self.malformed_frames.get(kind, 0) + 1
+        self.malformed_frames[kind] = count
+        if count == 1:
+            log.warning("skipped a frame from %s: %s (later ones of this kind are only counted)", self.url(), kind)
+
+    def _refused(self, slot: str, error: Any) -> None:
+        code, message = (error.get("code"), error.get("message")) if isinstance(error, dict) else (None, None)
+        if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
+            self._malformed(MALFORMED_REFUSAL)
+            return
+        # The latest per slot: the gateway refuses a held slot again at every reconnect.
+        self.errors = [entry for entry in self.errors if entry["slot"] != slot]
+        self.errors.append({"slot": slot, "code": code, "message": message})
 
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         sessions: dict[str, SdkSession] = {}
@@ -246,18 +326,40 @@ class MultiplexedPublisher(_PublisherBase):
                 sessions[slot] = SdkSession(server, sender(slot))
                 await group.start(sessions[slot].run)
             async for data in _read_frames(ws, self._close_reasons):
+                # Every value from the wire is checked before use: a frame that is not what the
+                # gateway sends is skipped, and the link and its other slots carry on.
                 try:
                     frame = orjson.loads(data)
                 except orjson.JSONDecodeError:
+                    self._malformed(MALFORMED_JSON)
                     continue
-                if not isinstance(frame, dict) or frame.get("provider") not in sessions:
+                provider = frame.get("provider") if isinstance(frame, dict) else None
+                if not isinstance(provider, str):
+                    self._malformed(MALFORMED_ENVELOPE)
+                    continue
+                session = sessions.get(provider)
+                if session is None:
+                    self._malformed(MALFORMED_SLOT)
                     continue
                 payload = frame.get("payload")
-                if isinstance(payload, dict) and payload.get("id", 0) is None and "error" in payload:
-                    # The gateway refused this slot (held, reserved, forbidden).
-                    self.errors.append({"slot": frame["provider"], **payload["error"]})
+                if not isinstance(payload, dict):
+                    self._malformed(MALFORMED_PAYLOAD)
                     continue
-                await sessions[frame["provider"]].feed(orjson.dumps(payload))
+                if "id" in payload and payload["id"] is None and "error" in payload:
+                    # The gateway refused this slot (held, reserved, forbidden).
+                    self._refused(provider, payload["error"])
+                    continue
+                self._carried = True
+                await session.feed(orjson.dumps(payload))
             for session in sessions.values():
                 await session.close_input()
             group.cancel_scope.cancel()
+
+
+MALFORMED_JSON = "not JSON"
+MALFORMED_ENVELOPE = "not an envelope with a string provider"
+MALFORMED_SLOT = "an envelope for a slot this publisher does not publish"
+MALFORMED_PAYLOAD = "an envelope whose payload is not a JSON object"
+MALFORMED_REFUSAL = "a refusal whose error has no integer code and string message"
+MALFORMED_KINDS = (MALFORMED_JSON, MALFORMED_ENVELOPE, MALFORMED_SLOT, MALFORMED_PAYLOAD, MALFORMED_REFUSAL)
+"""What `MultiplexedPublisher.malformed_frames` counts: a fixed set, so the count stays bounded."""
