@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from gateway.core.jsonrpc import JsonObject
@@ -80,6 +80,8 @@ class ClientSession:
         self.transport = "streamable-http"
         """The way in that holds this session ("streamable-http", "sse", "websocket"); a session is
         reachable only through the way in that opened it."""
+        self.end: Callable[[], object] | None = None
+        """Ends this session in its store (SessionStore.create sets it); None: not stored."""
 
     def __hash__(self) -> int:
         return hash(self.id)
@@ -88,6 +90,11 @@ class ClientSession:
         stream = self.stream
         if stream is not None and not stream.closed:
             stream.put(message)
+
+    def slot_reclaimed(self) -> None:
+        """Its slot was reclaimed for a provider (SlotRegistry): the session ends, its stream closes."""
+        if self.end is not None:
+            self.end()
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
@@ -178,16 +185,16 @@ class SessionStore:
             owner=owner,
         )
         self.sessions[session_id] = session
+        session.end = lambda: self.close(session_id)
         self.per_principal[owner] = self.per_principal.get(owner, 0) + 1
         target.attach(session)
         self.metrics.sessions.set(len(self.sessions))
         return session
 
     def get(self, session_id: str) -> ClientSession | None:
-        session = self.sessions.get(session_id)
-        if session is not None:
-            session.touch()
-        return session
+        """The session `session_id`, untouched: the caller touches it once the request is accepted, so
+        a request refused (another caller's, or at the wrong endpoint) keeps nobody's session alive."""
+        return self.sessions.get(session_id)
 
     def close(self, session_id: str) -> bool:
         session = self.sessions.pop(session_id, None)

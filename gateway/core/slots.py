@@ -41,6 +41,11 @@ class Listener(Hashable, Protocol):
 
     def deliver(self, message: JsonObject) -> None: ...
 
+    def slot_reclaimed(self) -> None:
+        """Its slot, a name only clients asked for, was reclaimed for a provider: the stream ends (a
+        session-era session with it, so its next request gets 404 unknown or expired session)."""
+        ...
+
 
 Receives = Callable[[Principal, str, str], bool]
 """Whether a caller receives a slot's notification: (principal, slot, notification method) -> bool."""
@@ -233,14 +238,17 @@ class SlotRegistry:
                 "undeclared",
             )
 
-    def slot(self, name: str) -> Slot:
-        """The slot called `name`, created on first reference (bounded by limits.max_slots)."""
+    def slot(self, name: str, *, for_provider: bool = False) -> Slot:
+        """The slot called `name`, created on first reference (bounded by limits.max_slots).
+        `for_provider`: a provider (or an upstream) needs it, and may reclaim a client-only name."""
         existing = self.slots.get(name)
         if existing is not None:
             return existing
         self.check_name(name)
         if len(self.slots) >= self.config.limits.max_slots:
             self._make_room()
+            if for_provider and len(self.slots) >= self.config.limits.max_slots:
+                self._reclaim_client_names(name)
             if len(self.slots) >= self.config.limits.max_slots:
                 self.metrics.limit_hit("max_slots")
                 raise SlotRefused(
@@ -258,7 +266,7 @@ class SlotRegistry:
 
     def manage(self, name: str, manager: UpstreamManager) -> Slot:
         """Reserve `name` for a configured upstream before the gateway listens (so no board claims it)."""
-        slot = self.slot(name)
+        slot = self.slot(name, for_provider=True)
         self.managers[name] = manager
         slot.manager = manager
         return slot
@@ -307,6 +315,38 @@ class SlotRegistry:
         vacant.sort(key=lambda slot: slot.vacant_since)
         for slot in vacant[:excess]:
             self._forget(slot)
+
+    def _reclaim_client_names(self, wanted: str) -> None:
+        """Room for a provider's slot `wanted` when no vacant slot could go: forget the oldest slot
+        that only clients ever asked for (no provider held it, neither declared nor configured), and
+        end its listeners. Their open streams would otherwise keep made-up names, and a board, out."""
+        names = [
+            slot
+            for name, slot in self.slots.items()
+            if slot.connects == 0
+            and slot.session is None
+            and not slot.declared
+            and name not in self.managers
+            and not slot.lock.locked()
+        ]
+        if not names:
+            return
+        oldest = min(names, key=lambda slot: slot.vacant_since)
+        listeners = list(oldest.listeners)
+        oldest.listeners.clear()
+        self._forget(oldest)
+        self.metrics.limit_hit("max_slots")
+        log.info(
+            "slot %s reclaimed for provider slot %s (limits.max_slots %d): no provider ever held it; "
+            "%d client stream(s) on it ended",
+            oldest.name,
+            wanted,
+            self.config.limits.max_slots,
+            len(listeners),
+            extra={"slot": oldest.name},
+        )
+        for listener in listeners:
+            listener.slot_reclaimed()
 
     def forget_vacant(self, now: float | None = None) -> int:
         """Forget slots vacant for longer than limits.vacant_slot_ttl_s; how many went."""
@@ -380,7 +420,7 @@ class SlotRegistry:
         if self._closing:
             raise SlotRefused("Gateway is shutting down; reconnect later", jsonrpc.UNAVAILABLE, "shutdown")
         try:
-            slot = self.slot(name)
+            slot = self.slot(name, for_provider=True)
         except SlotNameError as exc:
             self.metrics.provider_refusals.labels("bad_name").inc()
             raise SlotRefused(f"{exc}", jsonrpc.UNAVAILABLE, "bad_name") from exc

@@ -222,6 +222,9 @@ class SubscriptionStream:
         }
         self.queue.put(jsonrpc.notification(str(method), params))
 
+    def slot_reclaimed(self) -> None:
+        self.queue.close()  # the slot went to a provider (SlotRegistry._reclaim_client_names)
+
 
 class StreamableHttpEndpoint:
     def __init__(self, gateway: Gateway, admission: Admission | None = None) -> None:
@@ -400,6 +403,7 @@ class StreamableHttpEndpoint:
             session, request_principal(request), self.gateway, request.rel_url.raw_path, request.remote
         ):
             return http_error(403, "forbidden", session_era.OWNER_MISMATCH)
+        session.touch()  # only now: a refused request keeps nobody's session alive
         return session
 
     async def session_post(self, request: web.Request, target: Target, version: str | None) -> web.StreamResponse:
