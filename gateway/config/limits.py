@@ -229,7 +229,8 @@ class LimitsConfig(Section):
     together to check one governed call's arguments; a call they take longer on is refused with -32602
     (data.reason "pattern_timeout"), never forwarded unchecked. A provider's pattern that backtracks
     (`(a|a)+$`) would otherwise hold the event loop for minutes on one crafted string; a pattern in a
-    real schema takes microseconds."""
+    real schema takes microseconds. A check through the schema's `$ref`s (a recursive definition under
+    oneOf/anyOf checks a value 2^depth times) is bounded by it too, pattern matches included."""
     max_schema_compile_ms: Annotated[int, Field(ge=1, le=600_000)] = 3000
     """How long a governed call waits for its tool's inputSchema to be compiled (on a thread of its own,
     off the event loop); past it the call is checked against the operator limits only, as for a schema

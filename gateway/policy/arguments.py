@@ -8,7 +8,9 @@ even when its firmware declares no bound at all. In order:
 2. the tool's inputSchema, compiled once (gateway/policy/schemas.py), checks the arguments as the
    caller sent them; a schema that does not compile checks nothing, and `Checked.schema_error` says why;
    its patterns' matches that take longer than limits.max_pattern_ms together refuse the call
-   (gateway/policy/patterns.py): what cannot be checked in time is not forwarded;
+   (gateway/policy/patterns.py), and so does a check through its `$ref`s that takes longer (a
+   definition that refers to itself from two branches checks the same value 2^depth times): what
+   cannot be checked in time is not forwarded;
 3. each operator limit on an argument the call carries: a number outside [minimum, maximum] is refused,
    or with action "clamp" replaced by the nearest bound (a whole number stays whole); a value not in
    `allowed` is refused, never clamped. A boolean is no number (JSON true is not 1). A limit on an
@@ -31,12 +33,24 @@ from fastjsonschema import JsonSchemaValueException
 
 from gateway.core.json_words import json_type
 from gateway.policy.patterns import PatternTimeout
-from gateway.policy.schemas import SchemaCache, Validator, argument_path, explain, listed, number, shown
+from gateway.policy.schemas import (
+    SchemaCache,
+    SchemaCheckTimeout,
+    Validator,
+    argument_path,
+    explain,
+    listed,
+    number,
+    shown,
+)
 
 INVALID_PARAMS = -32602
 SCHEMA = "the tool's inputSchema"
 PATTERN_TIMEOUT = "pattern_timeout"
-"""data.reason of a call refused because its arguments' pattern matches took longer than the bound."""
+"""data.reason of a call refused because its arguments' pattern matches, or their check through the
+schema's `$ref`s (data.rule "$ref"), took longer than the bound: one setting, one reason, one count."""
+SHOWN_PATH_CHARS = 200
+"""An argument path in a refusal's data is cut at this: the caller nested it, it needs no echo in full."""
 PATTERN_SETTING = "limits.max_pattern_ms"
 
 
@@ -143,6 +157,8 @@ def check_arguments(
             compiled.validator(arguments)
         except PatternTimeout as exc:
             raise pattern_refusal(exc, arguments) from None
+        except SchemaCheckTimeout as exc:
+            raise recursion_refusal(exc) from None
         except Exception as exc:
             raise _schema_refusal(exc, cache.max_pattern_ms) from None
     if not limits:
@@ -214,6 +230,28 @@ def pattern_refusal(exc: PatternTimeout, arguments: dict[str, Any]) -> ArgumentR
         "argument": path,
         "pattern": exc.pattern,
         "source": "inputSchema",
+        "limit": exc.limit_ms,
+        "setting": PATTERN_SETTING,
+    }
+    return ArgumentRefused(message, data)
+
+
+def recursion_refusal(exc: SchemaCheckTimeout) -> ArgumentRefused:
+    """The refusal of a call whose check through the schema's `$ref`s took longer than limits.max_pattern_ms."""
+    what = "The arguments" if exc.path is None else f"Argument {shown(exc.path)}"
+    bound = number(exc.limit_ms)
+    message = (
+        f"{what} could not be checked against {SCHEMA} within {PATTERN_SETTING} ({bound} ms), so the call is "
+        "refused: its definitions ($ref) check a value again at each level of nesting (or the arguments are that "
+        "large); send arguments nested less deeply (or smaller), or have the provider's inputSchema fixed "
+        "(oneOf/anyOf/allOf branches that each refer to the same definition)"
+    )
+    path = exc.path if exc.path is None or len(exc.path) <= SHOWN_PATH_CHARS else exc.path[:SHOWN_PATH_CHARS] + "…"
+    data = {
+        "reason": PATTERN_TIMEOUT,
+        "argument": path,
+        "source": "inputSchema",
+        "rule": "$ref",
         "limit": exc.limit_ms,
         "setting": PATTERN_SETTING,
     }
@@ -295,6 +333,8 @@ def _recheck(
             validator(forwarded)
         except PatternTimeout as exc:
             raise pattern_refusal(exc, forwarded) from None
+        except SchemaCheckTimeout as exc:
+            raise recursion_refusal(exc) from None
         except JsonSchemaValueException as exc:
             path, words = explain(exc, max_pattern_ms)
             _contradiction(clamps, path, f"would break {SCHEMA} ({words})", _SCHEMA_DISAGREES, resource)

@@ -17,6 +17,16 @@ What a provider lists is not trusted:
   (gateway/policy/patterns.py): fastjsonschema's own code generator is used with its regular
   expressions swapped for bounded ones, and with its one match at compile time (a required name
   against `patternProperties`) bounded the same way;
+- its recursion is bounded by the same limits.max_pattern_ms: a definition reached through `$ref`
+  that refers to itself from two branches (`oneOf`, `anyOf`, `allOf`) checks the same value twice
+  at every level of nesting, 2^depth times, so 263 bytes of arguments would hold the event loop for
+  minutes. fastjsonschema makes one function per `$ref` target and calls it by its global name, so
+  each one called is wrapped with a counter (`_RefCalls`) that reads the thread's CPU time every
+  CHECK_EVERY entries and raises SchemaCheckTimeout once the check has taken longer: the call is
+  refused. Only work through `$ref` is bounded so (nothing else can repeat itself 2^depth times): a
+  schema without `$ref` costs nothing more, one with it under 0.1 µs per entry. The bound is on the
+  check's time, whatever makes it long: an argument of tens of thousands of `$ref`'d items (25 000
+  rows take 50 ms here) needs a higher limits.max_pattern_ms;
 - compiling is not cheap for every schema (`re` compiles a case-insensitive class of wide ranges in
   milliseconds, and a schema can repeat it thousands of times), so a governed call has its schema
   compiled off the event loop (`SchemaCache.ready`), on one thread shared by every schema, within
@@ -38,7 +48,8 @@ from dataclasses import dataclass
 from functools import partial
 from hashlib import blake2b
 from queue import SimpleQueue
-from time import monotonic
+from time import monotonic, thread_time
+from types import CodeType, FunctionType
 from typing import Any
 
 import fastjsonschema
@@ -64,6 +75,10 @@ DEFAULT_MAX_CODE_BYTES = 1 << 20
 (so the event loop) all along; pump-1's set_speed makes 2 KB."""
 SHOWN_CHARS = 60
 """A value longer than this (as JSON) is cut in messages: the caller sent it, it needs no echo in full."""
+CHECK_EVERY = 256
+"""`$ref`'d functions entered between two readings of the thread's CPU time: a reading costs about 2 µs,
+an entry some tenths of a µs at least, so the readings add a few % at most and the bound is overrun by
+a fraction of a millisecond."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +98,71 @@ UNLISTED = CompiledSchema(None, "the provider does not list the tool")
 
 class RemoteRefRefused(fastjsonschema.JsonSchemaDefinitionException):
     pass
+
+
+class SchemaCheckTimeout(Exception):
+    """A check through `$ref`'d functions took longer than limits.max_pattern_ms: the call is refused.
+
+    No JsonSchemaValueException: the `try` of each `oneOf`/`anyOf` branch in fastjsonschema's code
+    catches those (a failed branch) and would try the next branch instead of stopping."""
+
+    def __init__(self, path: str | None, limit_ms: float) -> None:
+        super().__init__(f"the recursive check took longer than {limit_ms:g} ms (at {path or 'the arguments'})")
+        self.path = path
+        """The argument path being checked when the bound was found spent ("filter.c.c"); None for the whole."""
+        self.limit_ms = limit_ms
+
+
+class _RefCalls:
+    """The entries into the `$ref`'d functions of one check, and its time; one per compiled schema,
+    started at each check (a check runs to its end without yielding, so two never share it)."""
+
+    __slots__ = ("budget", "cpu_start", "left")
+
+    def __init__(self, budget: PatternBudget) -> None:
+        self.budget = budget
+        """The bound (limits.max_pattern_ms); the pattern matches of the check take from it too."""
+        self.left = CHECK_EVERY
+        self.cpu_start: float | None = None
+
+    def start(self, cpu_start: float | None) -> None:
+        """A check begins; `cpu_start` is the thread's CPU time now, or None to read it at the first
+        CHECK_EVERY entries (a reading costs more than the whole check of most arguments)."""
+        self.left = CHECK_EVERY
+        self.cpu_start = cpu_start
+
+    def counted(self, validate: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+        """`validate` (a generated function, always called with its three arguments) counting its calls."""
+
+        def counted(data: Any, custom_formats: Any, name_prefix: Any) -> Any:
+            self.left -= 1
+            if self.left <= 0:
+                self.spent(name_prefix)
+            return validate(data, custom_formats, name_prefix)
+
+        return counted
+
+    def spent(self, name_prefix: Any) -> None:
+        """Every CHECK_EVERY entries: SchemaCheckTimeout when the check has had its time."""
+        self.left = CHECK_EVERY
+        if self.cpu_start is None:
+            self.cpu_start = thread_time()
+        elif thread_time() - self.cpu_start > self.budget.limit_s:
+            path = argument_path(name_prefix) if isinstance(name_prefix, str) else None
+            raise SchemaCheckTimeout(path, self.budget.limit_ms)
+
+
+def _called_by_name(functions: dict[str, FunctionType]) -> list[str]:
+    """The generated functions that generated code calls (by their global name): each `$ref`'s target,
+    the root's too when a `$ref` points at "#". Read from the bytecode's global names, which the
+    provider's strings (in the code as constants) cannot add to."""
+    names: set[str] = set()
+    pending: list[CodeType] = [function.__code__ for function in functions.values()]
+    while pending:
+        code = pending.pop()
+        names.update(code.co_names)
+        pending.extend(const for const in code.co_consts if isinstance(const, CodeType))
+    return [name for name in functions if name in names]
 
 
 class _LocalRefsOnly(Mapping[str, Callable[[str], Any]]):
@@ -161,7 +241,8 @@ def _generator_class(schema: dict[str, Any]) -> type[CodeGeneratorDraft04]:
 def generated_validator(
     schema: dict[str, Any], budget: PatternBudget, max_code_bytes: int = DEFAULT_MAX_CODE_BYTES
 ) -> Validator:
-    """fastjsonschema.compile, with every pattern matched within `budget` (started afresh at each check).
+    """fastjsonschema.compile, with every pattern matched within `budget` (started afresh at each check),
+    and the functions that `$ref`s call counted, so the check ends at the budget's bound (`_RefCalls`).
 
     Code longer than `max_code_bytes` is refused before Python compiles it: that compile holds the GIL
     (every thread, the event loop's too) from start to end, about 0.2 s per MB."""
@@ -183,6 +264,24 @@ def generated_validator(
         )
     exec(code, state)  # as fastjsonschema.compile does: the provider's strings stay strings
     validate: Validator = state[resolver.get_scope_name()]
+    functions = {
+        name: value for name, value in state.items() if isinstance(value, FunctionType) and value.__globals__ is state
+    }
+    recursive = _called_by_name(functions)
+    if recursive:  # a schema without `$ref` has nothing to count, and costs nothing more
+        calls = _RefCalls(budget)
+        for name in recursive:
+            state[name] = calls.counted(functions[name])
+
+        def counting(data: Any) -> Any:
+            if patterns:
+                budget.start()
+                calls.start(budget.cpu_start)
+            else:
+                calls.start(None)
+            return validate(data)
+
+        return counting
     if not patterns:
         return validate
 
@@ -199,7 +298,8 @@ def compile_schema(
     """A validator for `schema` (a fresh copy of it: fastjsonschema rewrites `$ref`s in place), or why not.
 
     Its patterns' matches take at most `max_pattern_ms` per check (and as much for the compile);
-    past it the validator raises PatternTimeout."""
+    past it the validator raises PatternTimeout. A check through its `$ref`s takes at most as long
+    (its CPU time, patterns included); past it the validator raises SchemaCheckTimeout."""
     if not isinstance(schema, dict):
         return CompiledSchema(None, f"the inputSchema is {json_type(schema)}, not an object")
     try:
