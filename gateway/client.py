@@ -412,7 +412,8 @@ class GatewayClient:
             async with post as response:
                 self._last_status = response.status
                 if 300 <= response.status < 400:
-                    where = response.headers.get("Location", "nowhere")
+                    # The server's words, on the operator's terminal: escaped like a provider's.
+                    where = terminal_text(response.headers.get("Location", "nowhere"))
                     raise GatewayCallError(
                         f"HTTP {response.status} from {self.url}: a redirect to {where}, which the command does not "
                         "follow; give --url (or $MCP_GATEWAY_URL) the gateway's own address"
@@ -423,7 +424,7 @@ class GatewayClient:
                     return None
                 content_type = response.headers.get("Content-Type", "")
                 if content_type.startswith("text/event-stream"):
-                    return await _last_response_event(response)
+                    return await _last_response_event(response, self.url)
                 body = await response.read()
                 try:
                     decoded: dict[str, Any] = orjson.loads(body)
@@ -439,6 +440,8 @@ class GatewayClient:
                             f"{terminal_text(str(decoded.get('error_description', '')))}{hint}"
                         )
                     raise GatewayCallError(f"HTTP {response.status}: {decoded}{hint}")
+                if not isinstance(decoded, dict):
+                    raise GatewayCallError(_not_a_message(self.url, response.status, decoded))
                 return decoded
         except TimeoutError as exc:  # aiohttp's connect and read limits; before ClientConnectionError, also one
             raise GatewayCallError(self._no_answer(message, exc)) from exc
@@ -506,7 +509,7 @@ class GatewayClient:
             message, headers = self._stateless_message(method, params)
             answer = await self._post(message, {**headers, **(extra_headers or {})})
             if not _refuses_stateless_era(self._last_status, answer):
-                result = _result_of(method, answer)
+                result = _result_of(method, answer, self.url)
                 if eras.is_input_required(result):
                     raise GatewayCallError(
                         f"{method}: the server asks for the caller's input (elicitation, sampling or roots), "
@@ -519,7 +522,7 @@ class GatewayClient:
             await self._initialize()
         self._next_id += 1
         answer = await self._post({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
-        return _result_of(method, answer)
+        return _result_of(method, answer, self.url)
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """Every tool the slot lists, page after page."""
@@ -574,20 +577,42 @@ def _refuses_stateless_era(status: int, answer: dict[str, Any] | None) -> bool:
     return status == 400 and ("protocol version" in message or "session" in message)
 
 
-def _result_of(method: str, answer: dict[str, Any] | None) -> dict[str, Any]:
+def _result_of(method: str, answer: dict[str, Any] | None, url: str = "the server") -> dict[str, Any]:
+    """The result of `answer`; a GatewayCallError for its JSON-RPC error, or naming `url` and what is
+    wrong for an answer that holds neither a result object nor an error object."""
     if answer is None:
         raise GatewayCallError(f"no answer to {method}")
     if "error" in answer:
         error = answer["error"]
+        if not isinstance(error, dict):
+            raise GatewayCallError(
+                f"the answer from {url} to {method} holds an error that is not a JSON-RPC error object: "
+                f"{_json_excerpt(error)}"
+            )
         code = error.get("code")
         message = terminal_text(str(error.get("message")))  # a provider's words, on the operator's terminal
-        raise GatewayCallError(
-            f"{message} (code {code})",
-            code if isinstance(code, int) else None,
-            error if isinstance(error, dict) else None,
-        )
-    result: dict[str, Any] = answer["result"]
+        # A code is an integer; any other value is shown as JSON, escaped like the message.
+        shown = code if isinstance(code, int) else _json_excerpt(code)
+        raise GatewayCallError(f"{message} (code {shown})", code if isinstance(code, int) else None, error)
+    result = answer.get("result")
+    if not isinstance(result, dict):
+        raise GatewayCallError(f"the answer from {url} to {method} holds no result object: {_json_excerpt(answer)}")
     return result
+
+
+EXCERPT_CHARS = 200
+"""The most characters of a malformed answer an error shows (the start of it: enough to tell what answered)."""
+
+
+def _json_excerpt(value: Any) -> str:
+    """`value` as JSON, cut to EXCERPT_CHARS, with what does not print escaped."""
+    text = orjson.dumps(value).decode()
+    return terminal_text(text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…")
+
+
+def _not_a_message(url: str, status: int, decoded: Any) -> str:
+    """A JSON answer that is no JSON-RPC message (an array, a number): no gateway sends one."""
+    return f"HTTP {status} from {url}: JSON that is not a JSON-RPC message (an object): {_json_excerpt(decoded)}"
 
 
 TLS_PROBE_TIMEOUT_S = 2.0
@@ -667,12 +692,23 @@ def _not_json(url: str, status: int, content_type: str, body: bytes) -> str:
     return f"HTTP {status} from {url} ({terminal_text(media)}), not JSON: {text}"
 
 
-async def _last_response_event(response: aiohttp.ClientResponse) -> dict[str, Any] | None:
+async def _last_response_event(response: aiohttp.ClientResponse, url: str) -> dict[str, Any] | None:
+    """The last response in an event stream; a GatewayCallError naming `url` for a line that is not UTF-8
+    or an event whose data is not JSON (no gateway sends either)."""
     answer: dict[str, Any] | None = None
+    where = f"HTTP {response.status} from {url} (text/event-stream)"
     async for raw in response.content:
-        line = raw.decode().rstrip("\r\n")
+        try:
+            line = raw.decode().rstrip("\r\n")
+        except UnicodeDecodeError:
+            raise GatewayCallError(f"{where}: a line that is not UTF-8") from None
         if line.startswith("data:"):
-            message = orjson.loads(line[5:].strip())
+            data = line[5:].strip()
+            try:
+                message = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                excerpt = data if len(data) <= EXCERPT_CHARS else data[: EXCERPT_CHARS - 1] + "…"
+                raise GatewayCallError(f"{where}: an event whose data is not JSON: {terminal_text(excerpt)}") from None
             if isinstance(message, dict) and ("result" in message or "error" in message):
                 answer = message
     return answer

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import re
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -155,6 +155,17 @@ def spreadsheet_text(value: Any) -> Any:
     return value
 
 
+def _csv_cell(value: Any, dumps: Callable[[Any], bytes]) -> Any:
+    """A csv cell: lists and objects as JSON text, text marked as text where it starts like a formula
+    (spreadsheet_text, judged on the stored text), and in both what does not print escaped as the table
+    escapes it (terminal_text; a text's newlines and tabs stay, in a quoted cell), since an export is
+    also read on a terminal. Numbers stay numbers."""
+    if isinstance(value, list | dict):
+        return terminal_text(dumps(value).decode())
+    marked = spreadsheet_text(value)
+    return terminal_text(marked, lines=True) if isinstance(marked, str) else marked
+
+
 class _LineFeedRows:
     """Rows the csv module ends with CRLF, the terminator for which it quotes a cell holding a carriage
     return (a bare one ends the row in a spreadsheet), handed on ending in a newline as every line of
@@ -178,10 +189,7 @@ def write_csv(records: Iterable[dict[str, Any]], out: TextIO) -> None:
     writer: Any = None
     for record in records:
         row = {"time": iso_time(record["time_ms"]), **record}
-        row = {
-            key: orjson.dumps(value).decode() if isinstance(value, list | dict) else spreadsheet_text(value)
-            for key, value in row.items()
-        }
+        row = {key: _csv_cell(value, orjson.dumps) for key, value in row.items()}
         if writer is None:
             fields = list(row) if DAMAGED in row else [*row, DAMAGED]
             writer = csv.DictWriter(_LineFeedRows(out), fieldnames=fields, lineterminator="\r\n")

@@ -28,12 +28,31 @@ if TYPE_CHECKING:
 def _client_token(args: argparse.Namespace) -> str | None:
     """The client token for slots/call/schema-hash: --token-file, else $MCP_GATEWAY_TOKEN, else none."""
 
+    from gateway.client import TOKEN_VARIABLE
+
     try:
         if getattr(args, "token_file", None):
-            return _read_credential_file(args.token_file, "--token-file")
-        return client_token_from_env()
+            where = f"--token-file {args.token_file}"
+            token: str | None = _read_credential_file(args.token_file, "--token-file")
+        else:
+            where = f"${TOKEN_VARIABLE}"
+            token = client_token_from_env()
+        _refuse_unprintable(token, where)
+        return token
     except ValueError as exc:
         raise ConfigError(str(exc)) from None  # named on the command line or in the environment: usage, exit 2
+
+
+def _refuse_unprintable(token: str | None, where: str) -> None:
+    """ValueError naming `where` (never the token) for a token holding a character that does not print
+    (a control character, DEL, a format character): no gateway issues one, and an HTTP header cannot
+    carry a control character."""
+    bad = next((char for char in token or "" if not char.isprintable()), None)
+    if bad is not None:
+        raise ValueError(
+            f"{where} holds a character that does not print (U+{ord(bad):04X}), which a token never holds: "
+            "give the token alone, as the gateway issued it"
+        )
 
 
 def gateway_client(args: argparse.Namespace, slot: str) -> GatewayClient:

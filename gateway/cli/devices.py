@@ -136,7 +136,7 @@ RECHECK = "broker_providers_recheck"
 def _end_links(args: argparse.Namespace, revoked: Any, mqtt: bool) -> None:
     """Ask the running gateway to end the links whose credential no longer stands (broker_providers_recheck)
     and say which it ended; one line when it cannot be asked (the revocation stands either way)."""
-    from gateway.client import GatewayCallError
+    from gateway.client import GatewayCallError, terminal_text
 
     result: dict[str, Any] = {}
     try:
@@ -153,19 +153,21 @@ def _end_links(args: argparse.Namespace, revoked: Any, mqtt: bool) -> None:
             )
         else:
             still = "the board is refused from its next dial; a link it holds now ends when the gateway restarts"
-        print(f"the gateway at {args.url} could not end the board's link now ({refusal}): {still}")
+        print(f"the gateway at {args.url} could not end the board's link now ({terminal_text(refusal)}): {still}")
         return
     found = result.get("structuredContent")
     report = found if isinstance(found, dict) else {}
     ended = [entry for entry in report.get("ended", []) if isinstance(entry, dict)]
     if not any(entry.get("slot") == revoked.slot for entry in ended):
         print(f"the gateway at {args.url} holds no link of it now: nothing to end")
+    # The report carries what boards sent (a device_id from a board's hello): escaped like a provider's words.
     for entry in ended:
-        who = entry.get("identity") or entry.get("device_id") or "no identity"
-        slot = entry.get("slot") or "a /providers socket without a slot"
-        print(f"the gateway at {args.url} ended {slot} ({entry.get('transport')}, {who}): {entry.get('how')}")
+        who = terminal_text(str(entry.get("identity") or entry.get("device_id") or "no identity"))
+        slot = terminal_text(str(entry.get("slot") or "a /providers socket without a slot"))
+        transport, how = terminal_text(str(entry.get("transport"))), terminal_text(str(entry.get("how")))
+        print(f"the gateway at {args.url} ended {slot} ({transport}, {who}): {how}")
     for problem in report.get("problems", []):
-        print(f"the gateway at {args.url}: {problem}")
+        print(f"the gateway at {args.url}: {terminal_text(str(problem))}")
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:

@@ -138,8 +138,29 @@ def _open(interfaces: Sequence[str]) -> AsyncZeroconf:
         return AsyncZeroconf(interfaces=InterfaceChoice.All, ip_version=IPVersion.V4Only)
 
 
+def _shown(text: str) -> str:
+    """What a LAN host advertised, as a terminal may show it: each character that does not print (a
+    control character that starts an escape sequence, a newline, DEL, C1, a bidi or other format
+    character) written as its JSON escape (`\\u001b`), as gateway.client.terminal_text writes it (which
+    this layer may not import): anyone on the network can advertise, and the operator reads it."""
+    escaped = []
+    for char in text:
+        code = ord(char)
+        if char.isprintable():
+            escaped.append(char)
+        elif char in "\n\r\t":
+            escaped.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[char])
+        elif code > 0xFFFF:
+            code -= 0x10000
+            escaped.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            escaped.append(f"\\u{code:04x}")
+    return "".join(escaped)
+
+
 def render(found: Sequence[Found], timeout_s: float) -> str:
-    """The text `mcp-gateway discover` prints."""
+    """The text `mcp-gateway discover` prints; what a host advertised (its name, URL, host and TXT
+    record) with what does not print escaped (`_shown`)."""
     if not found:
         types = " and ".join(service_type.removesuffix(".local.") for service_type in SERVICE_TYPES)
         return (
@@ -150,13 +171,14 @@ def render(found: Sequence[Found], timeout_s: float) -> str:
     for entry in found:
         kind = "" if entry.is_gateway else "  (an MCP server, not an mcp-broker compatible gateway)"
         services = ", ".join(service_type.removesuffix(".local.") for service_type in entry.service_types)
+        txt = " ".join(f"{_shown(key)}={_shown(value)}" for key, value in entry.txt.items())
         lines = [
-            f"{entry.name}{kind}",
-            f"  url        {entry.url}",
-            f"  host       {entry.host.rstrip('.')}:{entry.port}",
-            f"  addresses  {', '.join(entry.addresses) or '(none)'}",
+            f"{_shown(entry.name)}{kind}",
+            f"  url        {_shown(entry.url)}",
+            f"  host       {_shown(entry.host.rstrip('.'))}:{entry.port}",
+            f"  addresses  {_shown(', '.join(entry.addresses)) or '(none)'}",
             f"  services   {services}",
-            f"  txt        {' '.join(f'{key}={value}' for key, value in entry.txt.items())}",
+            f"  txt        {txt}",
         ]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

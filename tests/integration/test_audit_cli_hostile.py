@@ -157,7 +157,7 @@ def test_csv_marks_a_formula_as_text_and_jsonl_keeps_it(tmp_path: Path) -> None:
         "'-2",
         "'\tpump",
         "''quoted",
-        "'\r=1",
+        "'\\r=1",  # what does not print is escaped, as in the table
     )
     # Numbers stay numbers, a negative one too; JSON text and plain words are as stored.
     assert (first["time_ms"], first["latency_ms"], first["id"]) == ("-1000", "-2.5", "1")
