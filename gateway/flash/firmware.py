@@ -108,14 +108,17 @@ def check_sum(path: Path, data: bytes, firmware_dir: Path | None = None) -> str 
 
 
 def _recorded_elsewhere(path: Path, firmware_dir: Path | None) -> str | None:
-    """The digest firmware_dir's SHA256SUMS records for `path` under a name with a directory part."""
-    entries = read_entries(firmware_dir) if firmware_dir is not None else None
-    if entries is None or firmware_dir is None:
+    """The digest firmware_dir's SHA256SUMS records for `path` under a name with a directory part.
+    A firmware directory this user cannot read records nothing for it (the image was given by path)."""
+    if firmware_dir is None:
         return None
     try:
+        entries = read_entries(firmware_dir)
+        if entries is None:
+            return None
         target = path.resolve()
         return next((digest for name, digest in entries[1].items() if (firmware_dir / name).resolve() == target), None)
-    except (OSError, RuntimeError, ValueError):  # a loop of links, a name the system refuses
+    except (OSError, RuntimeError, ValueError):  # unreadable, not UTF-8, a loop of links, a name refused
         return None
 
 

@@ -213,11 +213,14 @@ def www_authenticate(
     return "Bearer " + ", ".join(params)
 
 
-def refusal(failure: AuthFailure, endpoint: Endpoint) -> web.Response:
+def refusal(failure: AuthFailure, endpoint: Endpoint, supported: tuple[str, ...] = ()) -> web.Response:
+    """The HTTP answer to `failure`. `supported`: the scopes a client should ask for to use the endpoint
+    fully (its metadata's scopes_supported, RequiredScopes.supported)."""
     response = http_error(failure.status, failure.error, failure.description)
-    # MCP (2025-11-25 on) has a 401 name the scopes the resource needs, which a client asks for before
-    # the metadata's scopes_supported; a 403 for missing scopes names them always (RFC 6750 section 3).
-    needed = " ".join(endpoint.required_scopes) or None
+    # MCP (2025-11-25 on) has a 401 name the scopes to ask for, which a client prefers to the metadata's
+    # scopes_supported: the same list, so that an agent's token for `_all` or a group sees the tools of
+    # every slot it serves; a 403 for missing scopes names the endpoint's own (RFC 6750 section 3).
+    needed = " ".join(supported or endpoint.required_scopes) or None
     if failure.status == 503:
         response.headers["Retry-After"] = str(RETRY_AFTER_S)
     elif failure.reason == "missing":
@@ -452,7 +455,7 @@ class ClientAuth:
             return None
         outcome = await self.judge(request, endpoint)
         if isinstance(outcome, AuthFailure):
-            return refusal(outcome, endpoint)
+            return refusal(outcome, endpoint, self.required.supported(endpoint))
         request[PRINCIPAL_KEY] = outcome
         return None
 

@@ -132,7 +132,7 @@ def lan_address() -> str | None:
     ("path", "challenge"),
     [
         ("/pump-1/mcp", 'Bearer realm="mcp-gateway", scope="pump-1"'),  # the scopes the endpoint needs
-        ("/_all/mcp", 'Bearer realm="mcp-gateway"'),
+        ("/_all/mcp", 'Bearer realm="mcp-gateway", scope="pump-1 pump-2"'),  # and those of the slots it serves
         ("/_broker/mcp", 'Bearer realm="mcp-gateway"'),
     ],
 )

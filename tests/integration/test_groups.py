@@ -492,7 +492,7 @@ async def test_an_access_token_for_mcp_serves_every_group_endpoint(
         status, headers, _ = await post(http, f"{server.url}/mcp/lab")
         assert status == 401
         metadata = f"{server.url}/.well-known/oauth-protected-resource/mcp"
-        assert headers["WWW-Authenticate"] == f'Bearer resource_metadata="{metadata}"'
+        assert headers["WWW-Authenticate"] == f'Bearer scope="lab", resource_metadata="{metadata}"'
         status, document = await get_json(http, metadata)
         assert status == 200 and document["resource"] == f"{server.url}/mcp"
         # Discovery by path insertion (RFC 9728) finds the same resource from a group's URL.
