@@ -13,7 +13,7 @@ dropped as malformed, wrong_topic, oversize or unregistered changes nothing; wha
 subscribes to, unsubscribes from or publishes to is a topic (filter) MQTT accepts, so that no input
 can make paho refuse the call, in a packet within the broker's Maximum Packet Size (a broker
 disconnects a client that sends a larger one); and every message handed to a session is one
-JSON-RPC message.
+JSON-RPC message or a batch, and every one refused to it says what was wrong.
 """
 
 from __future__ import annotations
@@ -107,13 +107,15 @@ class StandInSession:
         pass
 
     def receive_message(self, message: jsonrpc.Message) -> None:
-        assert message.kind not in (jsonrpc.Kind.INVALID, jsonrpc.Kind.BATCH), message.problem
+        """One JSON-RPC message, or a batch (the session answers it -32600, as on every way in)."""
+        assert message.kind is not jsonrpc.Kind.INVALID, message.problem
         relayable(message.body)
         self.received.append(message)
 
     def refused(self, message: jsonrpc.Message) -> None:
-        """A message refused for a bound (nested too deep): the session ends the request it answers."""
-        assert message.kind is jsonrpc.Kind.INVALID and message.limit, message
+        """A message that is no answer (not JSON, nested too deep, no outcome): the session ends the
+        request it names, if any, with what was wrong."""
+        assert message.kind is jsonrpc.Kind.INVALID and message.problem, message
         relayable(message.problem)
 
     def link_lost(self, reason: str) -> None:
@@ -243,6 +245,23 @@ def test_any_message_is_routed_or_dropped_for_a_documented_reason() -> None:
                     b'{"jsonrpc": "2.0", "method": "notifications/server/online"}',
                 ),
                 ("$mcp-rpc/mcp-gateway-0123456789ab/srv-3/pump-1/pump-2", b"[" * 65 + b"]" * 65),
+            ],
+        )
+        # From a bridged server: no outcome, nothing, a batch (the session is told of each).
+        @example(
+            fields=None,
+            slot_naming="last_segment",
+            messages=[
+                (
+                    "$mcp-server/presence/srv-2/plant/pump-1",
+                    b'{"jsonrpc": "2.0", "method": "notifications/server/online"}',
+                ),
+                ("$mcp-rpc/mcp-gateway-0123456789ab/srv-2/plant/pump-1", b"{}"),
+                ("$mcp-rpc/mcp-gateway-0123456789ab/srv-2/plant/pump-1", b""),
+                (
+                    "$mcp-rpc/mcp-gateway-0123456789ab/srv-2/plant/pump-1",
+                    b'[{"jsonrpc": "2.0", "id": 1, "result": {}}]',
+                ),
             ],
         )
         def fuzz(fields: dict[str, Any] | None, slot_naming: str, messages: list[tuple[str, bytes]]) -> None:
