@@ -25,6 +25,7 @@ from gateway.core.governed import CLAMPED_META_KEY
 from gateway.core.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND, UNSUPPORTED_PROTOCOL_VERSION
 from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import REFUSED_META_KEY
+from gateway.core.terminal_text import terminal_text
 from gateway.core.versions import LATEST_HANDSHAKE
 from gateway.tls_probe import speaks_tls
 
@@ -213,32 +214,6 @@ def display_width(text: str) -> int:
 def padded(text: str, width: int) -> str:
     """`text` with spaces after it up to `width` terminal columns."""
     return text + " " * max(0, width - display_width(text))
-
-
-_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escaped(char: str) -> str:
-    """One character as JSON writes it escaped: `\\n`, `\\u001b`, a surrogate pair past U+FFFF."""
-    if char in _SHORT_ESCAPES:
-        return _SHORT_ESCAPES[char]
-    code = ord(char)
-    if code > 0xFFFF:
-        code -= 0x10000
-        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-    return f"\\u{code:04x}"
-
-
-def terminal_text(text: str, lines: bool = False) -> str:
-    """Text from a provider or a client (a tool's name, description, result) as a terminal may show it:
-    each character that does not print (a C0 or C1 control character that starts an escape sequence, DEL,
-    a carriage return that overwrites the line, a bidi or other format character that reorders it) written
-    as its JSON escape (`\\u001b`). With `lines`, newline and tab stay (and CRLF is a newline), so that
-    multi-line text stays multi-line; without, they are escaped too. JSON in, JSON out: an escape lands
-    only inside a string, where it stands for the same character."""
-    if lines:
-        text = text.replace("\r\n", "\n")
-    return "".join(char if char.isprintable() or (lines and char in "\n\t") else _escaped(char) for char in text)
 
 
 def name_cell(name: str) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from zeroconf import DNSQuestionType, InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from gateway.core.terminal_text import terminal_text
 from gateway.discovery.interfaces import UnknownInterface, host_addresses, multicast_sockets, resolve_interfaces
 from gateway.discovery.mdns import BROKER_SERVICE, SERVICE_TYPES
 
@@ -138,29 +139,9 @@ def _open(interfaces: Sequence[str]) -> AsyncZeroconf:
         return AsyncZeroconf(interfaces=InterfaceChoice.All, ip_version=IPVersion.V4Only)
 
 
-def _shown(text: str) -> str:
-    """What a LAN host advertised, as a terminal may show it: each character that does not print (a
-    control character that starts an escape sequence, a newline, DEL, C1, a bidi or other format
-    character) written as its JSON escape (`\\u001b`), as gateway.client.terminal_text writes it (which
-    this layer may not import): anyone on the network can advertise, and the operator reads it."""
-    escaped = []
-    for char in text:
-        code = ord(char)
-        if char.isprintable():
-            escaped.append(char)
-        elif char in "\n\r\t":
-            escaped.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[char])
-        elif code > 0xFFFF:
-            code -= 0x10000
-            escaped.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
-        else:
-            escaped.append(f"\\u{code:04x}")
-    return "".join(escaped)
-
-
 def render(found: Sequence[Found], timeout_s: float) -> str:
     """The text `mcp-gateway discover` prints; what a host advertised (its name, URL, host and TXT
-    record) with what does not print escaped (`_shown`)."""
+    record) with what does not print escaped (`terminal_text`)."""
     if not found:
         types = " and ".join(service_type.removesuffix(".local.") for service_type in SERVICE_TYPES)
         return (
@@ -171,12 +152,12 @@ def render(found: Sequence[Found], timeout_s: float) -> str:
     for entry in found:
         kind = "" if entry.is_gateway else "  (an MCP server, not an mcp-broker compatible gateway)"
         services = ", ".join(service_type.removesuffix(".local.") for service_type in entry.service_types)
-        txt = " ".join(f"{_shown(key)}={_shown(value)}" for key, value in entry.txt.items())
+        txt = " ".join(f"{terminal_text(key)}={terminal_text(value)}" for key, value in entry.txt.items())
         lines = [
-            f"{_shown(entry.name)}{kind}",
-            f"  url        {_shown(entry.url)}",
-            f"  host       {_shown(entry.host.rstrip('.'))}:{entry.port}",
-            f"  addresses  {_shown(', '.join(entry.addresses)) or '(none)'}",
+            f"{terminal_text(entry.name)}{kind}",
+            f"  url        {terminal_text(entry.url)}",
+            f"  host       {terminal_text(entry.host.rstrip('.'))}:{entry.port}",
+            f"  addresses  {terminal_text(', '.join(entry.addresses)) or '(none)'}",
             f"  services   {services}",
             f"  txt        {txt}",
         ]
