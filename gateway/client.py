@@ -25,7 +25,7 @@ from gateway.core.governed import CLAMPED_META_KEY
 from gateway.core.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND, UNSUPPORTED_PROTOCOL_VERSION
 from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import REFUSED_META_KEY
-from gateway.core.terminal_text import terminal_text
+from gateway.core.terminal_text import terminal_text as terminal_text  # noqa: PLC0414 (re-exported: the CLI, flash)
 from gateway.core.versions import LATEST_HANDSHAKE
 from gateway.tls_probe import speaks_tls
 
