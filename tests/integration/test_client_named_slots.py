@@ -16,25 +16,20 @@ import aiohttp
 import orjson
 
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
+from tests.support.raw_mcp import INITIALIZE, MCP_HEADERS, PROTOCOL_VERSION
 from tests.support.southbound import Boards
 
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
 
 
 async def open_session(http: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None) -> dict[str, str]:
     """Initialize a session-era session at `url`; the headers its later requests carry."""
-    base = {**HEADERS, **(headers or {})}
+    base = {**MCP_HEADERS, **(headers or {})}
     async with http.post(url, data=orjson.dumps(INITIALIZE), headers=base) as response:
         assert response.status == 200, await response.text()
-        session = {**base, "Mcp-Session-Id": response.headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-06-18"}
+        session_id = response.headers["Mcp-Session-Id"]
+        session = {**base, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": PROTOCOL_VERSION}
     async with http.post(url, data=orjson.dumps(INITIALIZED), headers=session) as response:
         assert response.status == 202
     return session

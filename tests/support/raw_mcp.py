@@ -10,10 +10,13 @@ from __future__ import annotations
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 """A POST's headers as the MCP transport asks: JSON in, JSON or an SSE stream back."""
 
+PROTOCOL_VERSION = "2025-11-25"
+"""The session-era protocol version INITIALIZE asks for (and a session's requests carry after it)."""
+
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
 }
 """The first request of a session (id 1, protocol 2025-11-25, a client named "raw")."""
