@@ -217,48 +217,43 @@ async def test_a_slot_refused_at_the_door_is_not_dialled_in_a_tight_loop(
         assert "already held" in newcomer.last_close[1]
 
 
-async def test_links_dropped_right_after_the_upgrade_back_off_longer_and_longer(
-    fake_gateway: Callable[[str, Handler], Awaitable[str]],
-) -> None:
-    """The gateway speaks (a ping) and then closes at once, every time: each link is a failed dial."""
-    dials = 0
+def pinging_provider(links: list[int], stay_up_s: Callable[[int], float]) -> Handler:
+    """A gateway's /provider endpoint that takes the register frame, sends a ping, stays up
+    `stay_up_s(link number)` seconds and closes 1001; each link's number is appended to `links`."""
 
     async def provider(request: web.Request) -> web.WebSocketResponse:
-        nonlocal dials
-        dials += 1
+        links.append(len(links) + 1)
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         await ws.receive()
         await ws.send_bytes(orjson.dumps(PING))
+        await asyncio.sleep(stay_up_s(links[-1]))
         await ws.close(code=1001, message=b"going away")
         return ws
 
-    url = await fake_gateway("/provider/{slot}", provider)
+    return provider
+
+
+async def test_links_dropped_right_after_the_upgrade_back_off_longer_and_longer(
+    fake_gateway: Callable[[str, Handler], Awaitable[str]],
+) -> None:
+    """The gateway speaks (a ping) and then closes at once, every time: each link is a failed dial."""
+    links: list[int] = []
+    url = await fake_gateway("/provider/{slot}", pinging_provider(links, lambda _: 0.0))
     publisher = Publisher(demo_server("demo"), url, "demo-1", backoff_initial_s=0.05, backoff_max_s=1.0)
     async with running(publisher):
         await asyncio.sleep(2.5)
         # Ceilings 0.05, 0.1, 0.2, 0.4, 0.8, 1 s...: some seven dials, never the dozens of a reset per link.
-        assert 3 <= dials <= 10, dials
+        assert 3 <= len(links) <= 10, len(links)
         assert publisher.backoff.failures >= 3
 
 
 async def test_a_link_that_carried_frames_and_stayed_up_starts_the_back_off_over(
     fake_gateway: Callable[[str, Handler], Awaitable[str]],
 ) -> None:
-    links = 0
-
-    async def provider(request: web.Request) -> web.WebSocketResponse:
-        nonlocal links
-        links += 1
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        await ws.receive()
-        await ws.send_bytes(orjson.dumps(PING))
-        await asyncio.sleep(0.5 if links >= 4 else 0.0)  # from the fourth, links stay up past backoff_max_s
-        await ws.close(code=1001, message=b"going away")
-        return ws
-
-    url = await fake_gateway("/provider/{slot}", provider)
+    links: list[int] = []
+    # From the fourth, links stay up past backoff_max_s.
+    url = await fake_gateway("/provider/{slot}", pinging_provider(links, lambda link: 0.5 if link >= 4 else 0.0))
     publisher = Publisher(demo_server("demo"), url, "demo-1", backoff_initial_s=0.05, backoff_max_s=0.3)
     async with running(publisher):
         await wait_for(lambda: publisher.connections >= 4, 10, "the fourth link")
