@@ -118,6 +118,31 @@ async def client(http: aiohttp.ClientSession, gateway: GatewayServer, token: str
         await session.close()
 
 
+@asynccontextmanager
+async def two_principals_on_a_board(
+    gateway_factory: GatewayFactory, boards: Boards
+) -> AsyncIterator[tuple[ScriptedBoard, WsClient, WsClient]]:
+    """A logging board on the slot, and two principals' sessions on it: the bystander's, the caller's."""
+    gateway = await gateway_with_two_principals(gateway_factory)
+    board = await boards.connect(gateway.url, f"/provider/{SLOT}", LoggingBoard)
+    await wait_ready_slot(gateway, SLOT)
+    async with (
+        aiohttp.ClientSession() as http,
+        client(http, gateway, BYSTANDER) as bystander,
+        client(http, gateway, CALLER) as caller,
+    ):
+        yield board, bystander, caller
+
+
+async def only_the_servers_own_line_was_heard(board: ScriptedBoard, bystander: WsClient) -> None:
+    """Nothing pending or held: an untagged line is the server's own, for the listeners; once it is
+    heard, the bystander has read everything the board sent before, and that line alone reached it."""
+    await board.send(log_line(SENTINEL))
+    await bystander.wait_for(lambda m: m.get("params", {}).get("data") == SENTINEL, "server's own line")
+    await asyncio.sleep(0.2)  # the caller's socket, read by another task, catches up
+    assert bystander.log_lines() == [SENTINEL]
+
+
 def log_line(data: str, related: Any = None) -> Message:
     params: Message = {"level": "info", "logger": "work", "data": data}
     if related is not None:
@@ -141,14 +166,7 @@ def answers(request_id: int, message: Message) -> bool:
 async def test_a_tagged_line_of_a_given_up_call_reaches_nobody(
     gateway_factory: GatewayFactory, boards: Boards, given_up: str
 ) -> None:
-    gateway = await gateway_with_two_principals(gateway_factory)
-    board = await boards.connect(gateway.url, f"/provider/{SLOT}", LoggingBoard)
-    await wait_ready_slot(gateway, SLOT)
-    async with (
-        aiohttp.ClientSession() as http,
-        client(http, gateway, BYSTANDER) as bystander,
-        client(http, gateway, CALLER) as caller,
-    ):
+    async with two_principals_on_a_board(gateway_factory, boards) as (board, bystander, caller):
         await caller.send({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "valve"}})
         forwarded = await board.request("tools/call")
         if given_up == "cancelled":
@@ -162,23 +180,12 @@ async def test_a_tagged_line_of_a_given_up_call_reaches_nobody(
         await board.reply(forwarded, {"content": [{"type": "text", "text": "done"}]})
         # Answered: a tag naming it still belongs to that call.
         await board.send(log_line(SECRET, forwarded["id"]))
-        # Nothing pending or held: an untagged line is the server's own, for the listeners.
-        await board.send(log_line(SENTINEL))
-        await bystander.wait_for(lambda m: m.get("params", {}).get("data") == SENTINEL, "server's own line")
-        await asyncio.sleep(0.2)  # the caller's socket, read by another task, catches up
-        assert bystander.log_lines() == [SENTINEL]
+        await only_the_servers_own_line_was_heard(board, bystander)
         assert SECRET not in caller.log_lines()
 
 
 async def test_a_tagged_line_of_a_call_answered_reaches_nobody(gateway_factory: GatewayFactory, boards: Boards) -> None:
-    gateway = await gateway_with_two_principals(gateway_factory)
-    board = await boards.connect(gateway.url, f"/provider/{SLOT}", LoggingBoard)
-    await wait_ready_slot(gateway, SLOT)
-    async with (
-        aiohttp.ClientSession() as http,
-        client(http, gateway, BYSTANDER) as bystander,
-        client(http, gateway, CALLER) as caller,
-    ):
+    async with two_principals_on_a_board(gateway_factory, boards) as (board, bystander, caller):
         await caller.send({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "valve"}})
         forwarded = await board.request("tools/call")
         await board.send(log_line("working", forwarded["id"]))
@@ -186,10 +193,7 @@ async def test_a_tagged_line_of_a_call_answered_reaches_nobody(gateway_factory: 
         assert "result" in await caller.wait_for(partial(answers, 8), "the call's answer")
         # A background task of the board logs on under the answered call's tag.
         await board.send(log_line(SECRET, forwarded["id"]))
-        await board.send(log_line(SENTINEL))
-        await bystander.wait_for(lambda m: m.get("params", {}).get("data") == SENTINEL, "server's own line")
-        await asyncio.sleep(0.2)
-        assert bystander.log_lines() == [SENTINEL]
+        await only_the_servers_own_line_was_heard(board, bystander)
         assert caller.log_lines()[:1] == ["working"]  # the line while its call ran is the caller's
         assert SECRET not in caller.log_lines()
 
@@ -198,14 +202,7 @@ async def test_a_tag_of_another_form_is_routed_as_untagged(gateway_factory: Gate
     """A tag the gateway cannot have made (its ids are "brk-<n>" here) names no request of its own:
     the line is routed as one with no tag: the caller's while only its call is pending, the server's
     (for the listeners) once nothing is."""
-    gateway = await gateway_with_two_principals(gateway_factory)
-    board = await boards.connect(gateway.url, f"/provider/{SLOT}", LoggingBoard)
-    await wait_ready_slot(gateway, SLOT)
-    async with (
-        aiohttp.ClientSession() as http,
-        client(http, gateway, BYSTANDER) as bystander,
-        client(http, gateway, CALLER) as caller,
-    ):
+    async with two_principals_on_a_board(gateway_factory, boards) as (board, bystander, caller):
         await caller.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "valve"}})
         forwarded = await board.request("tools/call")
         await board.send(log_line(SECRET, "job-17"))
