@@ -129,6 +129,19 @@ def call_big(request_id: int) -> JsonObject:
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
 
 
+async def a_deaf_client(
+    gateway_factory: GatewayFactory, publishers: Publishers, limits: JsonObject
+) -> tuple[GatewayServer, DeafSocket, list[int]]:
+    """A gateway with `limits`, a pump-1 of big answers (each call's number appended to the list) and an
+    initialized client socket on it that reads nothing unless told to."""
+    server = await gateway_factory(limits=limits)
+    calls: list[int] = []
+    await publishers.start(server, "pump-1", big_answers(calls))
+    client = await DeafSocket.open(server, "pump-1")
+    await client.initialize()
+    return server, client, calls
+
+
 def only_stream(server: GatewayServer) -> MessageQueue:
     (session,) = server.gateway.sessions.sessions.values()
     assert session.stream is not None
@@ -140,11 +153,7 @@ async def test_a_client_that_never_reads_but_keeps_calling_loses_its_session_as_
 ) -> None:
     # The write bound far away: the overflow alone has to end the session. Heartbeats far apart too.
     limits = {"notification_queue": 4, "stream_write_timeout_s": 60, "sse_keepalive_s": 60}
-    server = await gateway_factory(limits=limits)
-    calls: list[int] = []
-    await publishers.start(server, "pump-1", big_answers(calls))
-    client = await DeafSocket.open(server, "pump-1")
-    await client.initialize()
+    server, client, calls = await a_deaf_client(gateway_factory, publishers, limits)
 
     sent = 0
     while server.gateway.sessions.sessions and sent < 100:  # the client never reads from here on
@@ -186,11 +195,7 @@ async def test_a_client_that_stops_reading_is_cut_after_the_write_timeout_while_
 ) -> None:
     # A queue that never fills in this test: the write bound alone has to cut the connection.
     limits = {"stream_write_timeout_s": 0.5, "sse_keepalive_s": 60}
-    server = await gateway_factory(limits=limits)
-    calls: list[int] = []
-    await publishers.start(server, "pump-1", big_answers(calls))
-    client = await DeafSocket.open(server, "pump-1")
-    await client.initialize()
+    server, client, _ = await a_deaf_client(gateway_factory, publishers, limits)
 
     sent = 0
     while server.gateway.sessions.sessions and sent < 100 and client.send(call_big(sent + 1)):
