@@ -42,6 +42,11 @@ extern "C" {
  * hardware backend reporting absurd values, a refusal echoing a long argument) is sent but not kept. */
 #define MCPB_PUMP1_CACHE_ANSWER_MAX 544
 #define MCPB_PUMP1_CACHE_ID_MAX 64                 /* an id longer than this (as JSON) is not kept */
+/* The largest answer of a command (start, set_speed, stop, reset_fault) without its id: a status
+ * result with a 255-byte fault text and readings under 1e6 in magnitude is at most 1069 bytes. A
+ * command whose id (as JSON) is longer than frame_max minus this is refused before it acts, since
+ * its answer might not fit the frame (a -32603 after acting would hide that the pump acted). */
+#define MCPB_PUMP1_COMMAND_ANSWER_MAX 1100
 #define MCPB_PUMP1_FAULT_TEXT_MAX 256
 
 /* A sensor reading: each value counts only while its bit is set in `valid`. */

@@ -274,6 +274,11 @@ static void remember(mcpb_pump1_t *pump, const char *id, size_t id_len, uint64_t
     pump->cache_used++;
 }
 
+/* \013 (T_NUMBER) is the longest id a command takes */
+static const char ID_TOO_LONG[] =
+    "Invalid Request: id too long for the answer to fit the frame; nothing was done. "
+    "Use an id of at most \013 bytes";
+
 /* Returns NULL, or the error text (invalid params; *quoted: what it quotes) that dispatch() answers with. */
 static const char *tools_call(mcpb_pump1_t *pump, json_span_t id, json_span_t params, const char *in, size_t in_len,
                               json_span_t *quoted, json_out_t *out)
@@ -305,6 +310,13 @@ static const char *tools_call(mcpb_pump1_t *pump, json_span_t id, json_span_t pa
     }
     if (given(kind) && kind != JSON_OBJECT) {
         return P1_ARGUMENTS_NOT_OBJECT;
+    }
+    /* A command whose answer could not fit the frame is refused before it acts: acting and then
+       answering -32603 would tell the caller it failed, and a retry would act again. */
+    if (tool != TOOL_GET_STATUS && id_out.len > pump->config.frame_max - MCPB_PUMP1_COMMAND_ANSWER_MAX) {
+        p1_rpc_error(pump, id, RPC_INVALID_REQUEST, ID_TOO_LONG, NULL,
+                     (unsigned long)(pump->config.frame_max - MCPB_PUMP1_COMMAND_ANSWER_MAX), out);
+        return NULL;
     }
     call.text = p1_pump_call(pump, tool, arguments, &call.value);
     p1_rpc_result(pump, id, call_result, &call, out);

@@ -268,6 +268,90 @@ static void a_long_message_is_cut_to_the_frame(void **state)
     assert_string_equal(f->answer + n - 6, "...\"}}");
 }
 
+/* A command whose id leaves too little of the frame for its answer is refused before it acts: the
+ * pump does not start while the caller is told the call failed (and a retry cannot start it twice). */
+static void a_command_whose_answer_cannot_fit_is_refused_before_it_acts(void **state)
+{
+    static char frame[8192], id[4000];
+    size_t longest = 4096 - MCPB_PUMP1_COMMAND_ANSWER_MAX; /* the longest id a command takes, as JSON */
+    F;
+    memset(id, '7', 3802);
+    id[3802] = '\0';
+    snprintf(frame, sizeof frame,
+             "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\",\"params\":{\"name\":\"start\","
+             "\"arguments\":{\"speed_rpm\":1000}}}",
+             id);
+    assert_true(strlen(frame) < 4096);
+    assert_true(ask(f, frame) > 0);
+    assert_answer_has(f, "7\",\"error\":{\"code\":-32600,\"message\":\"Invalid Request: id too long for the answer "
+                         "to fit the frame; nothing was done. Use an id of at most 2996 bytes\"}}");
+    call_tool(f, 2, "get_status", NULL);
+    assert_answer_has(f, "\"structuredContent\":{\"state\":\"stopped\",\"speed_rpm\":0,\"setpoint_rpm\":1450,");
+    /* an id of the longest length a command takes: it acts and its answer fits */
+    memset(id, '7', sizeof id);
+    id[longest - 2] = '\0'; /* the quotes make up the rest */
+    snprintf(frame, sizeof frame,
+             "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\",\"params\":{\"name\":\"start\","
+             "\"arguments\":{\"speed_rpm\":1000}}}",
+             id);
+    assert_true(ask(f, frame) > 0);
+    assert_answer_has(f, "\"structuredContent\":{\"state\":\"starting\",\"speed_rpm\":0,\"setpoint_rpm\":1000,");
+    /* get_status changes nothing: it is answered as before, too large or not */
+    memset(id, '7', 3802);
+    id[3802] = '\0';
+    snprintf(frame, sizeof frame,
+             "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\",\"params\":{\"name\":\"get_status\"}}", id);
+    ask(f, frame);
+    assert_answer_has(f, "\"error\":{\"code\":-32603,\"message\":\"Response too large: ");
+}
+
+static void extreme_reading(void *context, mcpb_pump1_reading_t *reading)
+{
+    (void)context;
+    reading->flow_lpm = 999999.96; /* each prints as 1000000.0, the widest under 1e6 */
+    reading->pressure_bar = 999999.996;
+    reading->motor_temp_c = -999999.96;
+    reading->valid = MCPB_PUMP1_FLOW_VALID | MCPB_PUMP1_PRESSURE_VALID | MCPB_PUMP1_TEMP_VALID;
+}
+
+static void no_drive(void *context, double rpm, double dt_s)
+{
+    (void)context;
+    (void)rpm;
+    (void)dt_s;
+}
+
+/* MCPB_PUMP1_COMMAND_ANSWER_MAX holds the widest status a command answers with: every number at its
+ * widest, the longest fault code and a fault text as long as the pump keeps. */
+static void the_widest_command_answer_fits_its_bound(void **state)
+{
+    static const char *const tools[] = {"get_status", "start", "set_speed", "stop", "reset_fault"};
+    mcpb_pump1_hardware_t hardware = {NULL, no_drive, extreme_reading, NULL};
+    mcpb_pump1_config_t config;
+    int i;
+    F;
+    mcpb_pump1_config_default(&config);
+    config.hardware = &hardware;
+    mcpb_pump1_init(&f->pump, &config);
+    mcpb_pump1_tick(&f->pump, 1000);
+    for (i = 0; i < 5; i++) {
+        /* the state is written directly: no run reaches every field's widest value at once */
+        f->pump.uptime_s = 4294967295u;
+        f->pump.run_s = 4294967295u;
+        f->pump.run_rem_ms = 999;
+        f->pump.speed = 2899.9;
+        f->pump.setpoint_rpm = 2900;
+        f->pump.state = 1; /* starting */
+        f->pump.fault = 2; /* sensor_failure, the longest code */
+        memset(f->pump.fault_text, 'w', MCPB_PUMP1_FAULT_TEXT_MAX - 1);
+        f->pump.fault_text[MCPB_PUMP1_FAULT_TEXT_MAX - 1] = '\0';
+        /* get_status gives the status a command answers with; a refusal (in fault) is shorter */
+        call_tool(f, 1, tools[i], i == 2 ? "{\"speed_rpm\":2900}" : NULL);
+        assert_true(f->length > 0);
+        assert_true((size_t)f->length - 1 <= MCPB_PUMP1_COMMAND_ANSWER_MAX); /* the id 1 is one byte */
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +370,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_repeated_call_is_answered_from_the_cache, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(the_cache_outlives_initialize, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(a_long_message_is_cut_to_the_frame, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(a_command_whose_answer_cannot_fit_is_refused_before_it_acts, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(the_widest_command_answer_fits_its_bound, fixture_setup, fixture_teardown),
     };
     return cmocka_run_group_tests_name("pump1 rpc", tests, NULL, NULL);
 }
