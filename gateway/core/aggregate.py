@@ -241,6 +241,12 @@ class AggregateTarget(Target):
             # The same answer for a tool the caller may not call as for an unknown one.
             raise errors.unknown_tool(str(name), "_all")
         slot_name, tool = route
+        governance = self.governance
+        if governance is not None:
+            source = self._listed[(slot_name, tool)][0]
+            hidden = await governed.hidden_call(governance, ctx, slot_name, source, params or {}, "_all")
+            if hidden is not None:
+                return hidden
         session = self.registry.slots[slot_name].live
         if session is None:
             raise not_connected(self.registry, slot_name, ctx.principal, self.may_call, self.metrics)
@@ -250,13 +256,11 @@ class AggregateTarget(Target):
                 self.metrics.rate_limited.labels(limited.scope).inc()
                 self.metrics.limit_hit(limited.limit)
                 raise errors.rate_limited(limited.message(), limited.data())
-        if self.governance is not None:
-            source = self._listed[(slot_name, tool)][0]
+        if governance is not None:
 
             async def forward(admitted: JsonObject) -> JsonObject:
                 return await forward_to(session, ctx, method, {**admitted, "name": tool}, self.metrics)
 
-            governance = self.governance
             read_state = state_reader(
                 session.tools,
                 lambda listed: governance.may_see(ctx.principal, slot_name, listed),

@@ -24,6 +24,7 @@ from gateway.core.policy_interface import (
     SHUTDOWN_CANCEL,
     AnswerInstead,
     CallVerdict,
+    Confirmer,
     Governance,
     confirmation_effect,
 )
@@ -51,6 +52,23 @@ def lists(governance: Governance, principal: Principal, slot: str, tool: JsonObj
     """Whether a catalog (`_all`, a tool group, GET /mcp-servers) lists `slot`'s `tool` to the caller: as
     the slot itself would (mcp.tools.list there, so a deny of it wins) and only a tool it may call."""
     return governance.permits(principal, slot, "tools/list") is None and governance.may_see(principal, slot, tool)
+
+
+async def hidden_call(
+    governance: Governance, ctx: ClientContext, slot: str, tool: JsonObject, params: JsonObject, where: str
+) -> JsonObject | None:
+    """A tools/call through a catalog (`_all`, a tool group) of `slot`'s `tool` that the caller may not
+    see: decided and recorded as on the slot itself, and answered as an unknown tool at `where`; None
+    when the caller may see the tool. Asked before the slot's connection and rate limit are looked at, so
+    neither tells the caller the tool exists, and its calls never drain the slot's rate limit."""
+    if governance.may_see(ctx.principal, slot, tool):
+        return None
+
+    async def never_forwarded(admitted: JsonObject) -> JsonObject:
+        # The policy refuses a tool the caller may not see before it would be forwarded.
+        raise errors.unknown_tool(str(params.get("name")), where)
+
+    return await call(governance, ctx, slot, tool, params, where, never_forwarded)
 
 
 def outcome_of(result: JsonObject) -> str:
@@ -124,12 +142,15 @@ async def call(
     where: str,
     forward: Callable[[JsonObject], Awaitable[JsonObject]],
     read_state: StateReader | None = None,
+    confirmer: Confirmer | None = None,
 ) -> JsonObject:
     """Decide one tools/call of `tool` (as `slot`'s provider lists it; None when it lists no such
     tool), then forward it with `forward(params)` and record how it ended.
 
     `params["name"]` is the name the caller used (at `where`), for the unknown-tool answer;
-    `read_state` reads the device's state for a confirmation question."""
+    `read_state` reads the device's state for a confirmation question; `confirmer` asks for a
+    confirmation in place of the caller (a request that is the answer of a tool but cannot ask,
+    `_broker`'s resources/read)."""
     name = params.get("name")
     # What the policy decides and the audit records: the tool as the provider lists it (not an
     # aggregate name such as `pump-1-get_status` the caller used on _all or a group).
@@ -137,7 +158,8 @@ async def call(
     params, retry = split_retry(params)
     if read_state is not None:
         read_state = read_state.through(partial(question_read, governance, ctx, slot))
-    confirmer = ClientConfirmer(ctx, retry, read_state)
+    if confirmer is None:
+        confirmer = ClientConfirmer(ctx, retry, read_state)
     span = trace_relay.start_policy(ctx, slot, decided)
     held, task = governance.held, asyncio.current_task()
     if task is not None:

@@ -127,6 +127,10 @@ class AnswerInstead(Exception):
 WAITING_REASON = "confirmation_required"
 """`error.data.reason` of a call that waits for an operator's approval (a -32001 from `admit_call`)."""
 
+QUESTION_READ_REASON = "question_read_confirmed"
+"""`error.data.reason` of a call the policy has a person confirm, refused to a confirmer that cannot ask
+one (`QuestionRead`: the gateway's own read for a question, `_broker`'s resources/read)."""
+
 
 def confirmation_effect(exc: BaseException) -> str:
     """The audit trail's effect of a call whose decision ended in `exc` instead of a verdict: `admit_call`

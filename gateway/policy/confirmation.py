@@ -23,6 +23,7 @@ from gateway.core.confirmer import QUESTION_READ
 from gateway.core.policy_interface import (
     CONFIRM_INPUT_KEY,
     CONFIRM_STATE_PREFIX,
+    QUESTION_READ_REASON,
     AnswerInstead,
     Confirmer,
 )
@@ -479,7 +480,7 @@ def _question_read_confirmed(question: Question) -> errors.RpcError:
         f"Not read: the operator's policy ({question.rule.id}) has a person confirm {question.tool} on "
         f"{question.slot} too, so the gateway does not read it to quote the device's state in a confirmation "
         "question; the question is asked without it",
-        {"reason": "question_read_confirmed", "slot": question.slot},
+        {"reason": QUESTION_READ_REASON, "slot": question.slot},
     )
 
 

@@ -12,6 +12,8 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
+import orjson
+
 from gateway import __version__
 from gateway.config import masked_dump
 from gateway.core import errors, governed, jsonrpc
@@ -22,9 +24,10 @@ from gateway.core.broker.guide_text import GuideInput
 from gateway.core.broker.problems import Problem
 from gateway.core.broker.results import BadArguments, dumps, json_result, text_result
 from gateway.core.client_context import ClientContext
+from gateway.core.confirmer import QuestionRead
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import BROKER_SLOT
-from gateway.core.policy_interface import Governance
+from gateway.core.policy_interface import QUESTION_READ_REASON, REFUSED_META_KEY, Governance
 from gateway.core.routing import Target
 from gateway.core.slots import Listener
 from gateway.core.timestamps import iso
@@ -394,6 +397,31 @@ def resource_tool(uri: str) -> str | None:
     return None
 
 
+def resource_call(uri: str) -> JsonObject | None:
+    """The tools/call params (tool and arguments) whose answer the resource `uri` is; None for a URI
+    `_broker` does not serve. Under [policy] a read is decided as this call."""
+    if uri == "broker://info":
+        return {"name": "broker_info", "arguments": {}}
+    if uri == "broker://providers":
+        return {"name": "providers_list", "arguments": {}}
+    if uri == "broker://diagnose":
+        return {"name": "broker_diagnose", "arguments": {}}
+    if uri.startswith(PROVIDER_PREFIX) and len(uri) > len(PROVIDER_PREFIX):
+        return {"name": "provider_status", "arguments": {"name": unquote(uri[len(PROVIDER_PREFIX) :])}}
+    if uri.startswith(GUIDE_PREFIX) and uri[len(GUIDE_PREFIX) :] in TOPICS:
+        return {"name": "broker_guide", "arguments": {"topic": uri[len(GUIDE_PREFIX) :]}}
+    return None
+
+
+def refused_read(uri: str, call: JsonObject, why: str, data: JsonObject) -> errors.RpcError:
+    """-32001 for a resources/read the policy refuses as the tools/call `call`, naming that call."""
+    arguments = orjson.dumps(call["arguments"]).decode()
+    return errors.forbidden(
+        f"Resource {uri} is not read: it is the answer of {call['name']} with {arguments}, and {why}",
+        {**data, "uri": uri, "tool": call["name"], "arguments": call["arguments"]},
+    )
+
+
 def invalid(message: str, **data: Any) -> errors.RpcError:
     return errors.RpcError(jsonrpc.INVALID_PARAMS, message, data or None)
 
@@ -549,7 +577,58 @@ class BrokerTarget(Target):
                     uri=uri,
                     reason="not_visible",
                 )
+            read_as = resource_call(uri)
+            if read_as is not None:
+                return await self._governed_read(governance, ctx, uri, read_as)
         return self._resources(method, params)
+
+    async def _governed_read(
+        self, governance: Governance, ctx: ClientContext, uri: str, call: JsonObject
+    ) -> JsonObject:
+        """resources/read of `uri` under [policy]: decided, checked against argument and execution limits
+        and recorded as the tools/call `call` whose answer it is, so a resource never shows what that
+        call is refused. A read has no way to ask a person: where the policy has the call confirmed, the
+        read is refused, naming the call to make instead (QuestionRead queues no approval and uses none)."""
+        tool = next(tool for tool in TOOLS if tool["name"] == call["name"])
+
+        async def forward(admitted: JsonObject) -> JsonObject:
+            try:
+                return self._read_answer(uri, admitted)
+            except BadArguments as exc:  # an unknown provider: a protocol error, as any unknown URI
+                raise invalid(exc.message, **exc.data) from None
+
+        try:
+            result = await governed.call(
+                governance, ctx, BROKER_SLOT, tool, call, "_broker", forward, confirmer=QuestionRead()
+            )
+        except errors.RpcError as exc:
+            if not isinstance(exc.data, dict) or exc.data.get("reason") != QUESTION_READ_REASON:
+                raise
+            why = (
+                "the operator's policy has a person confirm that call, which a resources/read cannot ask for; "
+                f"call the tool {call['name']} with those arguments instead"
+            )
+            raise refused_read(uri, call, why, {"reason": "confirmation_required_use_tool"}) from None
+        if "contents" in result:
+            return result
+        # The policy's answer in place of the tool's (its arguments refused): a tool error, which a read cannot carry.
+        meta = result.get("_meta")
+        refused = meta.get(REFUSED_META_KEY) if isinstance(meta, dict) else None
+        text = governed.tool_error_text(result) or "the policy refuses that call"
+        raise refused_read(
+            uri, call, f"the policy refuses that call: {text}", refused if isinstance(refused, dict) else {}
+        )
+
+    def _read_answer(self, uri: str, admitted: JsonObject) -> JsonObject:
+        """The resource `uri`, made from the tools/call the policy admitted (with its arguments as admitted)."""
+        arguments = admitted.get("arguments")
+        arguments = arguments if isinstance(arguments, dict) else {}
+        if admitted.get("name") == "provider_status":
+            return self._json_contents(uri, self.provider_status(str(arguments.get("name"))))
+        if admitted.get("name") == "broker_guide":
+            text = self.guide(str(arguments.get("topic")))
+            return {"contents": [{"uri": uri, "mimeType": MARKDOWN_TYPE, "text": text}]}
+        return self.read_resource({"uri": uri})
 
     async def _call_governed(self, governance: Governance, ctx: ClientContext, admitted: JsonObject) -> JsonObject:
         name = admitted.get("name")

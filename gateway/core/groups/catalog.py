@@ -444,10 +444,10 @@ class GroupTarget(Target):
             # The same answer for a tool the caller may not call as for an unknown one.
             raise errors.unknown_tool(str(name), self.path)
         governance = self.catalog.governance
-        if governance is not None and not governance.may_see(ctx.principal, tool.slot, tool.tool):
-            # Decided (and recorded) as on the slot itself, answered as an unknown tool; before the slot's
-            # connection and rate limit are looked at, so neither tells the caller the tool exists.
-            return await governed.call(governance, ctx, tool.slot, tool.tool, params, self.path, _never_forwarded)
+        if governance is not None:
+            hidden = await governed.hidden_call(governance, ctx, tool.slot, tool.tool, params, self.path)
+            if hidden is not None:
+                return hidden
         catalog = self.catalog
         session = catalog.registry.slots[tool.slot].live
         if session is None:
@@ -473,8 +473,3 @@ class GroupTarget(Target):
             )
             return await governed.call(governance, ctx, tool.slot, tool.tool, params, self.path, forward, read_state)
         return await forward_to(session, ctx, method, {**params, "name": tool.original}, self.catalog.metrics)
-
-
-async def _never_forwarded(params: JsonObject) -> JsonObject:
-    """The forward of a call the policy refuses before it gets here (a tool the caller may not see)."""
-    raise errors.unknown_tool(str(params.get("name")), BRIDGE_PATH)
