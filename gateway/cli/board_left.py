@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 BEFORE_THE_BOARD = "before the board was touched"
 """The step of a command stopped before it opened the port."""
+SWAP = "the swap"
+"""The step that renames the copied files into place: never interrupted, and what it leaves is said as such."""
 
 
 @dataclass
@@ -24,26 +26,31 @@ class Progress:
     step: str = "opening the raw REPL"
     device_id: str | None = None
     files: bool = False
-    """The new code is in place (the swap ran)."""
+    """The new code is in place (the swap ran). During the swap, step is SWAP."""
     config: bool = False
     """The new config.json is in place."""
     adopted: bool = False
 
 
 def restarted(repl: Any, progress: Progress) -> str:
-    """Reset the board after a failure, so that it runs what it holds; the sentence that says so."""
+    """Reset the board after a failure, so that it runs what it holds; the sentence that says so. During
+    the swap the reset sends no Ctrl-C (RawRepl.restart): it waits for the swap to end."""
     from gateway.provision.raw_repl import BoardError
 
     try:
         repl.restart()
     except BoardError as exc:
-        return f"; the board could not be reset ({exc}): reset it by hand (its EN/RESET button, or power)"
+        wait = "wait a minute for the swap to end, then " if progress.step == SWAP else ""
+        return f"; the board could not be reset ({exc}): {wait}reset it by hand (its EN/RESET button, or power)"
+    if progress.step == SWAP:
+        return "; the board was reset once the swap ended and runs the code it holds"
     if not progress.files:
         return "; the board was reset and runs its previous code again"
     return "; the board was reset and runs the code it holds now"
 
 
 def board_state(progress: Progress) -> str:
+    """What the board holds, from how far the command got."""
     if progress.adopted:
         return "the board holds the new code and config.json and is adopted"
     if progress.config:
@@ -53,7 +60,17 @@ def board_state(progress: Progress) -> str:
         )
     if progress.files:
         return "the board holds the new code and its previous config.json"
+    if progress.step == SWAP:
+        return "the board may hold a mix of old and new files (the swap to the new files had begun)"
+    if progress.step == "the copy":
+        return "the new files copied in part (*.new) stay on the board unused; its code is as it was"
     return "nothing was written to the board"
+
+
+def failed_text(error: Exception, progress: Progress, reset: str, command: str) -> str:
+    """A failure on the board: the error, what the board holds, its reset, and a rerun when the swap was cut."""
+    again = f". Run the same {command} again: it starts over" if progress.step == SWAP else ""
+    return f"{error}; {board_state(progress)}{reset}{again}"
 
 
 def gone_text(port: str, gone: BoardGone, progress: Progress, command: str) -> str:
@@ -61,7 +78,7 @@ def gone_text(port: str, gone: BoardGone, progress: Progress, command: str) -> s
     if progress.step in ("opening the raw REPL", "the probe"):
         state = "nothing was written to it"
     elif progress.step == "the copy":
-        state = "its code may be half-written (new files copied in part; the swap to them may have begun)"
+        state = "its code is as it was (new files copied in part, *.new, stay unused)"
     else:
         state = board_state(progress).replace("the board holds", "it holds")
     registry = "" if progress.adopted else "; the registry was not changed"
@@ -92,7 +109,7 @@ def interrupted_text(port: str, stop: KeyboardInterrupt, progress: Progress, res
     elif progress.step == "the copy":
         state = (
             "the copy was cut short: the new files copied in part (*.new) stay on the board unused until the next "
-            f"{command} replaces them, unless the swap to them had begun"
+            f"{command} replaces them"
         )
     else:
         state = board_state(progress)

@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.cli.board_left import (
     BEFORE_THE_BOARD,
+    SWAP,
     Progress,
     board_state,
+    failed_text,
     gone_text,
     interrupted_text,
     restarted,
@@ -260,10 +262,13 @@ def _install(args: argparse.Namespace, registry: Any, transport: str, config_wit
             return _fail(_registry_text(registry, exc, board_state(progress) + restarted(repl, progress)))
         except (BoardError, ProvisionError, PasswordFileError) as exc:
             after = restarted(repl, progress) if progress.step != "opening the raw REPL" else ""
-            return _fail(f"{exc}{after}")
+            return _fail(failed_text(exc, progress, after, "install"))
         except KeyboardInterrupt as stop:
             reset = restarted(repl, progress)
             return _fail(interrupted_text(args.port, stop, progress, reset, "install"), stop_exit_code(stop))
+        except Exception:  # a fault of this program: the board still runs its code again, then the traceback
+            restarted(repl, progress)
+            raise
     finally:
         repl.close()
     return 0
@@ -291,9 +296,7 @@ def _install_on(
         raise holder
     bundle = build(application, info, compile_modules=not args.no_compile)
     _say(_built_text(bundle))
-    progress.step = "the copy"
-    board.write_files(repl, bundle.files)
-    progress.files = True
+    _copy(repl, bundle, progress)
     _say(f"copied {len(bundle.files)} files, {bundle.size} bytes")
     progress.step = "the config.json write"
     if transport == "mqtt":
@@ -317,6 +320,17 @@ def _install_on(
         )
         _end_replaced_links(args)
     return config, bundle
+
+
+def _copy(repl: Any, bundle: Bundle, progress: Progress) -> None:
+    """The new files copied and checked, then swapped in; `progress` names the swap from its start."""
+    from gateway.provision import board
+
+    progress.step = "the copy"
+    board.copy_files(repl, bundle.files)
+    progress.step = SWAP
+    board.swap_files(repl, [path for path, _ in bundle.files])
+    progress.files = True
 
 
 def _end_replaced_links(args: argparse.Namespace) -> None:
@@ -560,9 +574,9 @@ def _update(args: argparse.Namespace, port: str, before: dict[str, Any], applica
             return None
         except (BoardError, ProvisionError) as exc:
             after = restarted(repl, progress) if progress.step != "opening the raw REPL" else ""
-            _fail(f"{exc}{after}")
+            _fail(failed_text(exc, progress, after, "update"))
             return None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Exception):  # Ctrl-C, or a fault of this program: the board runs its code again
             restarted(repl, progress)
             raise
         finally:
@@ -584,9 +598,7 @@ def _update_on(args: argparse.Namespace, port: str, repl: Any, application: Appl
     _say(f"{args.slot}: MicroPython on {port} ({info.describe()}), device id {progress.device_id}")
     bundle = build(application, info, compile_modules=not args.no_compile)
     _say(_built_text(bundle))
-    progress.step = "the copy"
-    board.write_files(repl, bundle.files)
-    progress.files = True
+    _copy(repl, bundle, progress)
     _say(f"copied {len(bundle.files)} files, {bundle.size} bytes; config.json kept")
     progress.step = "its reset"
     repl.soft_reset()

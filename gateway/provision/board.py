@@ -2,26 +2,32 @@
 
 Every file goes to `<path>.new` first, in base64 pieces (`binascii.a2b_base64`, a third more than the
 bytes, where a bytes literal can take four times), its size is checked on the board, and only then
-are the new files renamed over the old ones in one step and the modules the new code no longer has
-(`.py` or `.mpy` in its packages: a stale `.py` would shadow a new `.mpy`) removed. A copy cut short
-leaves the board's running code as it was.
+are the new files renamed over the old ones in one program, the swap, and the modules the new code no
+longer has (`.py` or `.mpy` in its packages: a stale `.py` would shadow a new `.mpy`) removed. A copy
+cut short leaves the board's running code as it was. The swap is never interrupted (its own bound,
+SWAP_TIMEOUT_S, and no Ctrl-C while it runs): `os.rename` replaces the old file in one step on
+MicroPython's littlefs and FAT; where a filesystem refuses to rename over a file, the old file stays as
+`<path>.old` until the new one is in place.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from gateway.provision.bundle import PACKAGES, PROBE, BoardInfo, ProvisionError, parse_probe
-from gateway.provision.raw_repl import RawRepl
+from gateway.provision.raw_repl import BoardError, BoardGone, RawRepl
 
 PIECE = 768  # bytes per a2b_base64 call: 1,024 characters of code
 PIECES_PER_EXEC = 3
 SECRET_KEYS = ("provider_token", "password")
 MASK = "***"
+SWAP_TIMEOUT_S = 60.0
+"""How long the swap may take on the board (a rename on a slow flash takes a fraction of a second)."""
 
 
 def probe(repl: RawRepl) -> BoardInfo:
@@ -55,10 +61,9 @@ def _directories(paths: list[str]) -> list[str]:
     return sorted(folders, key=lambda folder: (folder.count("/"), folder))
 
 
-def write_files(repl: RawRepl, files: list[tuple[str, bytes]]) -> None:
-    """Copy `files` to the board (paths relative to its root), check their sizes, then swap them in."""
-    paths = [path for path, _ in files]
-    folders = _directories(paths)
+def copy_files(repl: RawRepl, files: list[tuple[str, bytes]]) -> None:
+    """Copy `files` to the board as `<path>.new` (paths relative to its root) and check their sizes."""
+    folders = _directories([path for path, _ in files])
     if folders:
         repl.exec(
             f"import os\nfor p in {folders!r}:\n    try:\n        os.mkdir(p)\n    except OSError:\n        pass\n"
@@ -66,29 +71,69 @@ def write_files(repl: RawRepl, files: list[tuple[str, bytes]]) -> None:
     for path, content in files:
         for program in _write_code(path + ".new", content):
             repl.exec(program)
-    expected = {path + ".new": len(content) for path, content in files}
-    sizes = repl.exec(f"import os\nfor p in {sorted(expected)!r}:\n    print(p, os.stat(p)[6])\n").split()
-    found = dict(zip(sizes[::2], map(int, sizes[1::2]), strict=True))
-    wrong = sorted(path for path, size in expected.items() if found.get(path) != size)
+    news = [path + ".new" for path, _ in files]
+    # One size a line, in the order sent: no file name in the answer, so any name reads back alike.
+    found = _sizes(repl, repl.exec(f"import os\nfor p in {news!r}:\n    print(os.stat(p)[6])\n"), len(news))
+    wrong = [path for (path, content), size in zip(files, found, strict=True) if size != len(content)]
     if wrong:
         raise ProvisionError(f"the board holds other sizes than were sent for {', '.join(wrong)}: copy again")
+
+
+def _sizes(repl: RawRepl, answer: str, count: int) -> list[int]:
+    """The sizes the board printed, one a line; BoardError when the answer is anything else."""
+    lines = answer.replace("\r\n", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) != count or not all(re.fullmatch(r"[0-9]{1,12}", line) for line in lines):
+        raise BoardError(
+            f"{repl.name} answered the size check with {answer[:200]!r}, not the {count} sizes asked for, one a line "
+            "(is the line clean?)"
+        )
+    return [int(line) for line in lines]
+
+
+def swap_files(repl: RawRepl, paths: list[str]) -> None:
+    """Rename the copied `<path>.new` files into place, and remove the modules the new code does not have
+    from the packages written now. One program, never interrupted: BoardError when it has not answered
+    within SWAP_TIMEOUT_S (the board may then hold a mix of old and new files)."""
     keep = {
         package: sorted(path.split("/", 1)[1] for path in paths if path.startswith(package + "/"))
         for package in PACKAGES
     }
     # Only the packages written now lose the modules the new code does not have.
     keep = {package: names for package, names in keep.items() if names}
-    repl.exec(
+    program = (
         "import os\n"
         f"for p in {paths!r}:\n"
-        "    try:\n        os.remove(p)\n    except OSError:\n        pass\n"
-        "    os.rename(p + '.new', p)\n"
+        "    try:\n        os.rename(p + '.new', p)\n"
+        "    except OSError:\n"
+        "        try:\n            os.remove(p + '.old')\n        except OSError:\n            pass\n"
+        "        os.rename(p, p + '.old')\n"
+        "        os.rename(p + '.new', p)\n"
+        "        os.remove(p + '.old')\n"
         f"for d, keep in {sorted(keep.items())!r}:\n"
         "    for n in os.listdir(d):\n"
-        "        if (n.endswith('.py') or n.endswith('.mpy')) and n not in keep:\n"
+        "        if (n.endswith('.py') or n.endswith('.mpy') or n.endswith('.old')) and n not in keep:\n"
         "            os.remove(d + '/' + n)\n"
         "if hasattr(os, 'sync'):\n    os.sync()\n"
     )
+    try:
+        repl.exec(program, SWAP_TIMEOUT_S, whole=True)
+    except BoardGone:
+        raise
+    except BoardError as exc:
+        if not repl.whole_running:
+            raise  # the swap answered with an error: it ended
+        raise BoardError(
+            f"{repl.name} did not finish renaming the new files into place within {SWAP_TIMEOUT_S:g} s ({exc}), "
+            "and was not interrupted: a swap cut short would leave a mix of old and new files"
+        ) from None
+
+
+def write_files(repl: RawRepl, files: list[tuple[str, bytes]]) -> None:
+    """Copy `files` to the board (paths relative to its root), check their sizes, then swap them in."""
+    copy_files(repl, files)
+    swap_files(repl, [path for path, _ in files])
 
 
 def write_config(repl: RawRepl, config: Mapping[str, Any]) -> None:

@@ -90,10 +90,33 @@ print(u)
 
 
 def parse_probe(output: str) -> BoardInfo:
-    lines = [line.strip() for line in output.strip().splitlines()]
-    if len(lines) < 2 or not lines[0].isdigit():
-        raise ProvisionError(f"the board's answer to the probe is not MicroPython's: {output[:200]!r}")
+    """The board's answer to PROBE; BoardError naming what is wrong with an answer that is not MicroPython's."""
+    from gateway.provision.raw_repl import BoardError
+
+    lines = [line.strip() for line in output.strip().split("\n")]
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
+    if len(lines) < 2 or not re.fullmatch(r"[0-9]{1,10}", lines[0]):
+        raise BoardError(
+            "the board's answer to the probe is not MicroPython's (its first line, sys.implementation._mpy, is not a "
+            f"whole number): {output[:200]!r} (is MicroPython on it, and is the line clean?)"
+        )
     return BoardInfo(int(lines[0]), lines[1], lines[2] if len(lines) > 2 else "")
+
+
+NAME_MAX_BYTES = 251
+"""The longest name (UTF-8 bytes) of a file on the board: littlefs and FAT take 255, and the copy adds `.new`."""
+FAT_REFUSES = '\\:*?"<>|'
+
+
+def board_name_problem(path: str) -> str | None:
+    """Why the board's filesystem (FAT or littlefs) cannot hold `path`, or None."""
+    for name in path.split("/"):
+        bad = sorted({char for char in name if ord(char) < 32 or ord(char) == 127 or char in FAT_REFUSES})
+        if bad:
+            return f"holds {' '.join(repr(char) for char in bad)}, which a board's FAT filesystem refuses in a name"
+        if len(name.encode()) > NAME_MAX_BYTES:
+            return f"has a name longer than {NAME_MAX_BYTES} bytes, more than a board's filesystem holds"
+    return None
 
 
 @dataclass(frozen=True)
@@ -212,6 +235,10 @@ def _build(application: Application, board: BoardInfo | None, compile_modules: b
     source = application.modules
     firmware, version = firmware_of(source)
     modules = sorted(path.relative_to(source) for package in PACKAGES for path in (source / package).rglob("*.py"))
+    for module in modules:
+        problem = board_name_problem((module.with_suffix(".mpy") if compile_modules else module).as_posix())
+        if problem is not None:
+            raise ProvisionError(f"{source / module} {problem}: rename it, or move it out of {source}")
     files: list[tuple[str, bytes]] = []
     march: str | None = None
     if compile_modules:

@@ -7,6 +7,9 @@ leaves for the friendly REPL (`>>> `), where Ctrl-D soft-resets the board: it ru
 again. Large code is written 256 bytes at a time with a short pause (`pace_s`), as mpremote does
 without raw-paste mode, so that a board's UART buffer never overflows.
 
+A program run with `exec(..., whole=True)` (the swap of new files into place) is never interrupted:
+while its answer has not come, `restart()` sends no Ctrl-C, which could land between two of its steps.
+
 Nothing read from or written to the board is logged: the code sent may carry secrets (config.json).
 """
 
@@ -19,6 +22,8 @@ from typing import Protocol
 
 RAW_PROMPT = b"raw REPL; CTRL-B to exit\r\n>"
 CHUNK = 256
+EXEC_TIMEOUT_S = 10.0
+"""How long a program sent to the board may take to answer, unless its caller gives its own bound."""
 
 
 class BoardError(Exception):
@@ -85,11 +90,15 @@ def open_port(port: str, baud: int = 115200) -> SerialLike:
 class RawRepl:
     """One raw REPL session on an open port; `with RawRepl(port) as repl: repl.exec("print(1)")`."""
 
-    def __init__(self, port: SerialLike, *, name: str = "the board", timeout_s: float = 10.0, pace_s: float = 0.01):
+    def __init__(
+        self, port: SerialLike, *, name: str = "the board", timeout_s: float | None = None, pace_s: float = 0.01
+    ):
         self.port = port
         self.name = name
-        self.timeout_s = timeout_s
+        self.timeout_s = EXEC_TIMEOUT_S if timeout_s is None else timeout_s
         self.pace_s = pace_s
+        self.whole_running = False
+        """A program that must not be cut (exec whole=True) was sent and its answer has not come."""
         self._buffer = bytearray()
 
     def __enter__(self) -> RawRepl:
@@ -146,8 +155,10 @@ class RawRepl:
             "is MicroPython on it, and is nothing else (the gateway's serial way in, a terminal) using the port?"
         )
 
-    def exec(self, code: str, timeout_s: float | None = None) -> str:
-        """Run `code` on the board; what it printed. BoardError with the board's traceback when it failed."""
+    def exec(self, code: str, timeout_s: float | None = None, *, whole: bool = False) -> str:
+        """Run `code` on the board; what it printed. BoardError with the board's traceback when it failed.
+        `whole`: the program must run to its end, so a failure after it was sent never interrupts it."""
+        self.whole_running = whole
         data = code.encode()
         for start in range(0, len(data), CHUNK):
             self._write(data[start : start + CHUNK])
@@ -161,20 +172,27 @@ class RawRepl:
         output = self._read_until(b"\x04", deadline)[:-1]
         error = self._read_until(b"\x04", deadline)[:-1]
         self._read_until(b">", deadline)
+        self.whole_running = False
         if error:
-            raise BoardError(f"{self.name} failed: {error.decode(errors='replace').strip()}")
+            # The traceback's last line names the error (OSError: [Errno 28] ENOSPC): a message stays one line.
+            lines = error.decode(errors="replace").strip().splitlines() or ["?"]
+            raise BoardError(f"{self.name} failed: {lines[-1].strip()}")
         return output.decode(errors="replace")
 
-    def soft_reset(self) -> None:
+    def soft_reset(self, wait_s: float | None = None) -> None:
         """Leave the raw REPL and soft-reset in the friendly REPL: the board runs boot.py and main.py."""
         self._write(b"\x02")
-        self._read_until(b">>> ", min(self.timeout_s, 5.0))
+        self._read_until(b">>> ", min(self.timeout_s, 5.0) if wait_s is None else wait_s)
         self._write(b"\x04")
         self._flush()
 
     def restart(self) -> None:
         """After a failure: drop whatever code was half sent (Ctrl-C), then soft_reset(), so that the
-        board runs the code it holds again."""
+        board runs the code it holds again. A whole program still running gets no Ctrl-C: the board
+        reads the Ctrl-B once that program has ended, so the reset waits for it (`timeout_s` at most)."""
+        if self.whole_running:
+            self.soft_reset(self.timeout_s)
+            return
         self._write(b"\r\x03")
         self._drain(0.2)
         self.soft_reset()

@@ -283,8 +283,8 @@ async def test_a_board_unplugged_during_the_copy_is_named_board_gone(
     assert code == 1
     assert err.startswith(f"mcp-gateway: the board on {board.port} went away during the copy ("), err
     assert err.endswith(
-        "): its code may be half-written (new files copied in part; the swap to them may have begun); the registry "
-        "was not changed. Plug it in again and run the same install again: it starts over [board-gone]\n"
+        "): its code is as it was (new files copied in part, *.new, stay unused); the registry was not changed. Plug "
+        "it in again and run the same install again: it starts over [board-gone]\n"
     ), err
     assert "Errno" not in err.split("(", 1)[0]
     assert adopted_rows() == []

@@ -66,8 +66,8 @@ async def test_an_install_stopped_during_the_copy_resets_the_board(
         assert err == (
             f"mcp-gateway: the install on {board.port} was stopped by {stopped_by} during the copy: the copy was cut "
             "short: the new files copied in part (*.new) stay on the board unused until the next install replaces "
-            "them, unless the swap to them had begun; the registry was not changed; the board was reset and runs its "
-            "previous code again. Run the same install again: it starts over [interrupted]\n"
+            "them; the registry was not changed; the board was reset and runs its previous code again. Run the same "
+            "install again: it starts over [interrupted]\n"
         )
     # Ctrl-C and a reset on the console: the board runs its application again and serves its slot.
     await wait_for(lambda: "reset" in board.events[events:], 15, "the board's reset")
