@@ -12,6 +12,10 @@ from gateway.cli.common import Commands
 
 MAX_TIMEOUT_S = 60
 """The longest browse `discover --timeout` takes, in seconds."""
+MAX_LISTED_DEFAULT = 64
+"""How many instances `discover` lists without --max (gateway.discovery.browse.MAX_LISTED)."""
+MAX_LISTED_BOUND = 10_000
+"""The most instances `discover --max` may ask to list."""
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
@@ -22,11 +26,15 @@ def cmd_discover(args: argparse.Namespace) -> int:
             f"--timeout must be a number of seconds, more than 0 and at most {MAX_TIMEOUT_S}, got {args.timeout!r}"
         )
         return _fail(args, "bad_timeout", message, 2)
-    from gateway.discovery.browse import browse, render
+    limit = _count(args.max)
+    if limit is None:
+        message = f"--max must be a whole number from 1 to {MAX_LISTED_BOUND}, got {args.max!r}"
+        return _fail(args, "bad_max", message, 2)
+    from gateway.discovery.browse import browse, left_out_line, render
     from gateway.discovery.interfaces import UnknownInterface
 
     try:
-        found = asyncio.run(browse(timeout, args.interface))
+        browsed = asyncio.run(browse(timeout, args.interface, limit))
     except UnknownInterface as exc:
         return _fail(args, "unknown_interface", f"--interface: {exc}", 2)
     except (OSError, RuntimeError) as exc:  # zeroconf could not open or join the multicast sockets
@@ -34,10 +42,22 @@ def cmd_discover(args: argparse.Namespace) -> int:
         message = f"cannot browse{where}: {exc}; is multicast on there, and UDP port 5353 free to use?"
         return _fail(args, "browse_failed", message, 1)
     if args.json:
-        sys.stdout.write(orjson.dumps([entry.to_json() for entry in found], option=orjson.OPT_INDENT_2).decode() + "\n")
+        listed = [entry.to_json() for entry in browsed.found]
+        sys.stdout.write(orjson.dumps(listed, option=orjson.OPT_INDENT_2).decode() + "\n")
+        if browsed.skipped or browsed.left_out:  # stdout stays the array scripts read
+            print(f"mcp-gateway discover: {left_out_line(browsed.skipped, browsed.left_out)}", file=sys.stderr)
     else:
-        sys.stdout.write(render(found, timeout) + "\n")
+        sys.stdout.write(render(browsed.found, timeout, browsed.skipped, browsed.left_out) + "\n")
     return 0
+
+
+def _count(text: str) -> int | None:
+    """--max as a number of instances, or None when it is no whole number in [1, MAX_LISTED_BOUND]."""
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if 1 <= value <= MAX_LISTED_BOUND else None
 
 
 def _seconds(text: str) -> float | None:
@@ -72,6 +92,13 @@ def add_discover(commands: Commands) -> None:
         default="3",
         metavar="S",
         help=f"how long to browse, in seconds, more than 0 and at most {MAX_TIMEOUT_S} (default 3)",
+    )
+    discover.add_argument(
+        "--max",
+        default=str(MAX_LISTED_DEFAULT),
+        metavar="N",
+        help=f"list at most N instances, gateways first (default {MAX_LISTED_DEFAULT}, at most "
+        f"{MAX_LISTED_BOUND}); the rest are counted in a last line (on stderr with --json)",
     )
     discover.add_argument("--json", action="store_true", help="print a JSON array (empty when none is found)")
     discover.add_argument(

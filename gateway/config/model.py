@@ -29,6 +29,9 @@ from gateway.config.upstreams import UpstreamsConfig
 
 ANONYMOUS_PRINCIPALS = ("*", "anonymous")
 """A [[confirm]] principal that covers the caller of a gateway without [auth]."""
+PUBLIC_URL_MAX_BYTES = 251
+"""The longest public_url, in bytes of UTF-8 without a trailing '/': the gateway advertises it as the mDNS
+TXT entry `url=<public_url>`, and a TXT string holds at most 255 bytes (RFC 6763 section 6.1)."""
 
 
 class LoggingConfig(Section):
@@ -138,6 +141,14 @@ class GatewayConfig(Section):
         if parts.username is not None or parts.query or parts.fragment:
             raise ValueError(
                 f"{masked_url(value)!r}: the URL clients reach the gateway at takes no user, query or fragment"
+            )
+        size = len(value.rstrip("/").encode("utf-8"))
+        if size > PUBLIC_URL_MAX_BYTES:
+            # The mDNS TXT entry `url=<public_url>` is one DNS character-string: at most 255 bytes.
+            raise ValueError(
+                f"{masked_url(value)[:60]!r}... is {size} bytes; a public_url is at most {PUBLIC_URL_MAX_BYTES} "
+                "bytes of UTF-8 (without a trailing '/'), so that its mDNS TXT entry url=<public_url> fits the "
+                "255 bytes of a TXT string; use a shorter host name or path"
             )
         return value
 

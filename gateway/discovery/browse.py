@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zeroconf import DNSQuestionType, InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
+from zeroconf import BadTypeInNameException, DNSQuestionType, InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from gateway.core.terminal_text import terminal_text
@@ -25,6 +25,12 @@ unicast-response bit by default). A unicast answer goes to port 5353 of this mac
 mDNS stack (avahi, a gateway on the same box) may hold a socket bound to the same address; the kernel
 hands the datagram to one of them, often not to us, and the gateway stays unseen until the second
 query. A multicast answer reaches every listener."""
+MAX_LISTED = 64
+"""How many instances `discover` lists by default (`--max`): anyone on the segment can advertise
+hundreds, and the gateways sought must not drown in them. The rest are counted, not listed."""
+TXT_SHOWN_CHARS = 512
+"""How much of one instance's TXT record the text output shows (a record may hold kilobytes); the
+rest is cut with '…' and its length said. `--json` gives the whole record."""
 
 
 @dataclass
@@ -68,20 +74,55 @@ class Found:
         }
 
 
+@dataclass
+class Browsed:
+    """What one browse found: the instances to list, and what was left out."""
+
+    found: list[Found]
+    skipped: int = 0
+    """Advertisements that name no instance of the type browsed (a PTR to another type, or to the type
+    itself), or whose records the mDNS library refused: anyone on the segment can send them."""
+    left_out: int = 0
+    """Instances found beyond the `limit` of the browse, not listed."""
+
+
 def _instance_of(full_name: str, service_type: str) -> str:
+    instance = _instance_label(full_name, service_type)
+    return full_name if instance is None else instance
+
+
+def _instance_label(full_name: str, service_type: str) -> str | None:
+    """The instance part of `full_name` when it is an instance of `service_type`, else None. DNS names
+    compare without regard to case (RFC 1035 section 2.3.3, RFC 6762 section 16): a responder may
+    spell the type `_MCP-BROKER._tcp.local.`."""
     suffix = "." + service_type
-    return full_name[: -len(suffix)] if full_name.endswith(suffix) else full_name
+    if len(full_name) <= len(suffix) or not full_name.lower().endswith(suffix.lower()):
+        return None
+    return full_name[: -len(suffix)]
+
+
+def _service_info(service_type: str, name: str) -> AsyncServiceInfo | None:
+    """The records to ask for `name`, found under `service_type`; None when `name` is no instance of it."""
+    if _instance_label(name, service_type) is None:
+        return None
+    try:
+        # The type as the name spells it: python-zeroconf compares the two case-sensitively.
+        return AsyncServiceInfo(name[-len(service_type) :], name)
+    except BadTypeInNameException:  # a label over 63 bytes, a control character, ...
+        return None
 
 
 def _text(value: bytes | None) -> str:
     return value.decode("utf-8", errors="replace") if value is not None else ""
 
 
-async def browse(timeout_s: float, interfaces: Sequence[str] = ()) -> list[Found]:
-    """Everything advertised under our service types within `timeout_s`, one entry per instance.
+async def browse(timeout_s: float, interfaces: Sequence[str] = (), limit: int = MAX_LISTED) -> Browsed:
+    """Everything advertised under our service types within `timeout_s`, one entry per instance, at
+    most `limit` of them (see `_listing_order`; an instance that does not resolve is not listed).
 
     `interfaces`: browse only there, given as [mdns] interfaces takes them (names such as "eth0", or
-    addresses of this machine); UnknownInterface for one this machine does not have."""
+    addresses of this machine); UnknownInterface for one this machine does not have. One advertisement
+    that cannot be read is counted in `skipped` and never ends the browse."""
     zeroconf = _open(interfaces)
     seen: dict[tuple[str, str], None] = {}
 
@@ -94,32 +135,51 @@ async def browse(timeout_s: float, interfaces: Sequence[str] = ()) -> list[Found
     browser = AsyncServiceBrowser(
         zeroconf.zeroconf, list(SERVICE_TYPES), handlers=[on_change], question_type=QUESTION_TYPE
     )
+    skipped = 0
     try:
         await asyncio.sleep(timeout_s)
-        infos = [AsyncServiceInfo(service_type, name) for service_type, name in seen]
+        infos: list[tuple[str, AsyncServiceInfo]] = []
+        for service_type, name in list(seen):
+            info = _service_info(service_type, name)
+            if info is None:
+                skipped += 1
+            else:
+                infos.append((service_type, info))
         # Browsing usually brings the SRV, TXT and address records along; async_request then answers
         # from the cache, and asks the network only for what is missing.
         answered = await asyncio.gather(
-            *(info.async_request(zeroconf.zeroconf, RESOLVE_TIMEOUT_MS, QUESTION_TYPE) for info in infos)
+            *(info.async_request(zeroconf.zeroconf, RESOLVE_TIMEOUT_MS, QUESTION_TYPE) for _, info in infos),
+            return_exceptions=True,
         )
     finally:
         with contextlib.suppress(Exception):
             await browser.async_cancel()
         await zeroconf.async_close()
     found: dict[tuple[str, str, int], Found] = {}
-    for info, ok in zip(infos, answered, strict=True):
+    for (service_type, info), ok in zip(infos, answered, strict=True):
+        if isinstance(ok, BaseException):
+            skipped += 1
+            continue
         if not ok or info.port is None or info.server is None:
             continue
-        name = _instance_of(info.name, info.type)
-        key = (name, info.server.lower(), info.port)
+        name = _instance_of(info.name, service_type)
+        key = (name.lower(), info.server.lower(), info.port)
         entry = found.get(key)
         if entry is None:
             txt = {_text(k): _text(v) for k, v in info.properties.items()}
             entry = found[key] = Found(name, info.server, info.port, sorted(info.parsed_scoped_addresses()), txt)
-        entry.service_types.append(info.type)
+        if service_type not in entry.service_types:
+            entry.service_types.append(service_type)
     for entry in found.values():
         entry.service_types.sort(key=SERVICE_TYPES.index)
-    return sorted(found.values(), key=lambda entry: (not entry.is_gateway, entry.name.lower()))
+    listed = sorted(found.values(), key=_listing_order)
+    return Browsed(listed[:limit], skipped, max(0, len(listed) - limit))
+
+
+def _listing_order(entry: Found) -> tuple[bool, int, str]:
+    """Gateways first; among them those under both service types, as an mcp-gateway advertises itself
+    (a host flooding the segment with one type does not push it past --max); then by name."""
+    return (not entry.is_gateway, -len(entry.service_types), entry.name.lower())
 
 
 def _open(interfaces: Sequence[str]) -> AsyncZeroconf:
@@ -139,9 +199,37 @@ def _open(interfaces: Sequence[str]) -> AsyncZeroconf:
         return AsyncZeroconf(interfaces=InterfaceChoice.All, ip_version=IPVersion.V4Only)
 
 
-def render(found: Sequence[Found], timeout_s: float) -> str:
+def render(found: Sequence[Found], timeout_s: float, skipped: int = 0, left_out: int = 0) -> str:
     """The text `mcp-gateway discover` prints; what a host advertised (its name, URL, host and TXT
-    record) with what does not print escaped (`terminal_text`)."""
+    record) with what does not print escaped (`terminal_text`), each TXT record cut to
+    TXT_SHOWN_CHARS, and a last line for what was left out."""
+    return "\n\n".join(
+        [_render_found(found, timeout_s)] + ([left_out_line(skipped, left_out)] if skipped or left_out else [])
+    )
+
+
+def left_out_line(skipped: int, left_out: int) -> str:
+    """What a browse did not list, in one line: `skipped 2 malformed advertisements; 40 more instances
+    not listed (--max)`."""
+    parts = []
+    if skipped:
+        parts.append(f"skipped {skipped} malformed advertisement{'s' if skipped != 1 else ''}")
+    if left_out:
+        parts.append(f"{left_out} more instance{'s' if left_out != 1 else ''} not listed (raise --max to list them)")
+    return "; ".join(parts)
+
+
+def _shown_txt(txt: dict[str, str]) -> str:
+    return _cut(" ".join(f"{terminal_text(key)}={terminal_text(value)}" for key, value in txt.items()))
+
+
+def _cut(text: str) -> str:
+    if len(text) <= TXT_SHOWN_CHARS:
+        return text
+    return f"{text[:TXT_SHOWN_CHARS]}… ({len(text) - TXT_SHOWN_CHARS} more characters; --json shows them)"
+
+
+def _render_found(found: Sequence[Found], timeout_s: float) -> str:
     if not found:
         types = " and ".join(service_type.removesuffix(".local.") for service_type in SERVICE_TYPES)
         return (
@@ -152,14 +240,13 @@ def render(found: Sequence[Found], timeout_s: float) -> str:
     for entry in found:
         kind = "" if entry.is_gateway else "  (an MCP server, not an mcp-broker compatible gateway)"
         services = ", ".join(service_type.removesuffix(".local.") for service_type in entry.service_types)
-        txt = " ".join(f"{terminal_text(key)}={terminal_text(value)}" for key, value in entry.txt.items())
         lines = [
             f"{terminal_text(entry.name)}{kind}",
-            f"  url        {terminal_text(entry.url)}",
+            f"  url        {_cut(terminal_text(entry.url))}",
             f"  host       {terminal_text(entry.host.rstrip('.'))}:{entry.port}",
             f"  addresses  {terminal_text(', '.join(entry.addresses)) or '(none)'}",
             f"  services   {services}",
-            f"  txt        {txt}",
+            f"  txt        {_shown_txt(entry.txt)}",
         ]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

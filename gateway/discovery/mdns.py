@@ -19,11 +19,20 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import Gauge
-from zeroconf import DNSQuestionType, NonUniqueNameException, ServiceInfo, ServiceStateChange, Zeroconf
+from zeroconf import (
+    DNSQuestionType,
+    NonUniqueNameException,
+    ServiceInfo,
+    ServiceStateChange,
+    Zeroconf,
+    current_time_millis,
+)
+from zeroconf._dns import DNSPointer
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncZeroconf
 
 from gateway import __version__
@@ -56,6 +65,8 @@ MCP_SERVICE = "_mcp._tcp.local."
 """Generic MCP server discovery."""
 SERVICE_TYPES = (BROKER_SERVICE, MCP_SERVICE)
 TXT_VERSION = "1"
+TXT_STRING_BYTES = 255
+"""One TXT entry, `key=value`, is one DNS character-string: a length byte, then at most 255 bytes."""
 STOP_TIMEOUT_S = 3.0
 """Goodbye packets take well under a second; a stuck socket must not hold up shutdown longer than this."""
 MAX_INSTANCE_NUMBER = 100
@@ -68,6 +79,12 @@ GOODBYE_INTERVAL_S = 0.125
 datagram must not leave a stopped gateway in browsers until its records expire."""
 BROWSE_ANSWER_S = 1.5
 """How long the browse that runs while the name is probed waits for answers (see _free)."""
+CONFLICT_LIMIT = 15
+CONFLICT_WINDOW_S = 10.0
+CONFLICT_BACKOFF_S = 5.0
+"""After CONFLICT_LIMIT conflicts over the SRV target within CONFLICT_WINDOW_S, the gateway waits
+CONFLICT_BACKOFF_S before it probes the next name (RFC 6762 section 8.1): a host that claims every name
+the gateway takes does not make it withdraw and re-announce without pause."""
 HOST_ENTRY = "mcp-gateway:host"
 """The registry key under which the `<hostname>.local` address answer is kept (see _answer_host)."""
 
@@ -113,6 +130,17 @@ def txt_properties(config: GatewayConfig) -> dict[str, str]:
     return properties
 
 
+def txt_too_long(properties: dict[str, str]) -> str | None:
+    """Why the TXT record cannot be sent, naming the entry, or None when every `key=value` fits one TXT
+    string (at most TXT_STRING_BYTES; python-zeroconf says only "bytes must be in range(0, 256)")."""
+    for key, value in properties.items():
+        size = len(f"{key}={value}".encode())
+        if size > TXT_STRING_BYTES:
+            where = " (public_url: shorten it)" if key == "url" else ""
+            return f"the TXT entry {key}=... is {size} bytes, more than the {TXT_STRING_BYTES} of a TXT string{where}"
+    return None
+
+
 class MdnsAdvertiser:
     """Advertises one running gateway; started once its listener is up, stopped before it closes."""
 
@@ -153,6 +181,11 @@ class MdnsAdvertiser:
         """Set to advertise again before the next refresh: the SRV target is to be given up."""
         self._yield_target_to = ""
         """The address of the responder this gateway gives its SRV target up to, until it claimed another."""
+        self._given_up: set[str] = set()
+        """SRV targets this gateway gave up to another responder: not probed again (that responder need not
+        answer a probe, and a fresh cache would find the name free), until a reload."""
+        self._conflicts: deque[float] = deque(maxlen=CONFLICT_LIMIT)
+        """When the last CONFLICT_LIMIT SRV target conflicts were (loop time)."""
         self._clash_kept_logged = False
         self._logged = ""
         self._host_logged = False
@@ -178,6 +211,7 @@ class MdnsAdvertiser:
         self.addresses = ()
         self.state, self.reason, self._logged = "starting", "", ""
         self._yield_target_to = ""
+        self._given_up.clear()
         self.start()
 
     async def stop(self) -> None:
@@ -248,6 +282,9 @@ class MdnsAdvertiser:
             self._wake.clear()
 
     async def _refresh(self) -> None:
+        too_long = txt_too_long(self.txt)
+        if too_long is not None:  # the configuration refuses it at load; a record that cannot go out is not sent
+            raise ValueError(too_long)
         available = host_addresses()
         reachable = served_addresses(self.bound, available, self.config.mdns.interfaces)
         served = tuple(entry for entry in reachable if multicast_on(entry.interface))
@@ -264,6 +301,8 @@ class MdnsAdvertiser:
             return
         # A changed address, or an SRV target to give up: goodbye for the old records, then announce anew.
         await self._withdraw()
+        if self._yield_target_to:
+            await self._pace_conflicts()
         self._yield_target_to = ""
         self._clash_kept_logged = False
         self.addresses = served
@@ -349,6 +388,8 @@ class MdnsAdvertiser:
         clash: list[str] = []
         for number in range(1, MAX_INSTANCE_NUMBER + 1):
             name = service_target(self.port, number)
+            if name in self._given_up:
+                continue
             holders = await srv_target.probe(zeroconf, name, BROWSE_ANSWER_S)
             if not holders:
                 if clash:
@@ -371,6 +412,12 @@ class MdnsAdvertiser:
             f"({who}); {advice}"
         )
 
+    async def _pace_conflicts(self) -> None:
+        """Wait CONFLICT_BACKOFF_S when the last CONFLICT_LIMIT conflicts came within CONFLICT_WINDOW_S."""
+        now = asyncio.get_running_loop().time()
+        if len(self._conflicts) == CONFLICT_LIMIT and now - self._conflicts[0] < CONFLICT_WINDOW_S:
+            await asyncio.sleep(CONFLICT_BACKOFF_S)
+
     def _whose(self, holders: list[str]) -> tuple[str, str]:
         """Who else answers the SRV target (another gateway on this machine, or another machine of the
         same host name), and the advice that keeps the names stable (see srv_target.whose)."""
@@ -385,6 +432,8 @@ class MdnsAdvertiser:
         if yielding:
             if not self._yield_target_to:
                 self._yield_target_to = address
+                self._given_up.add(self.target_in_use or self.target)
+                self._conflicts.append(asyncio.get_running_loop().time())
                 log.warning(
                     "mdns: %s also answers for the host name %s (%s); this gateway gives the name up and probes "
                     "for another (%s to keep the name stable)",
@@ -507,12 +556,27 @@ async def _free(zeroconf: Zeroconf, infos: Sequence[ServiceInfo]) -> bool:
             if failure is not None:
                 raise failure
         await asyncio.sleep(max(0.0, answered_by - loop.time()))
-        return not any(zeroconf.cache.current_entry_with_name_and_alias(info.type, info.name) for info in infos)
+        return not any(_held(zeroconf, info.type, info.name) for info in infos)
     finally:
         for probe in probes:
             probe.cancel()
         await asyncio.gather(*probes, return_exceptions=True)
         await browser.async_cancel()
+
+
+def _held(zeroconf: Zeroconf, service_type: str, name: str) -> bool:
+    """Whether another responder's PTR under `service_type` names `name`. Compared without regard to
+    case, as DNS names compare (RFC 1035 section 2.3.3, RFC 6762 section 16): "PLANT GW" is the name
+    "plant gw" holds. (python-zeroconf's current_entry_with_name_and_alias compares case-sensitively.)"""
+    now = current_time_millis()
+    wanted = name.lower()
+    return any(
+        isinstance(record, DNSPointer)
+        and record.alias.lower() == wanted
+        and record.ttl > srv_target.GOODBYE_TTL_S  # a goodbye frees the name
+        and not record.is_expired(now)
+        for record in zeroconf.cache.async_entries_with_name(service_type)
+    )
 
 
 def _ignore(zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:

@@ -116,7 +116,12 @@ def yields(own: Collection[bytes], other: bytes, other_type: int) -> bool:
 
 class TargetWatch(RecordUpdateListener):
     """Watches the announced SRV target for another responder's address records: `on_clash` is called
-    with the other responder's address, and whether this gateway is the one to give the name up."""
+    with the other responder's address, and whether this gateway is the one to give the name up.
+
+    Only records sent with the cache-flush bit count: a conflict is between unique records (RFC 6762
+    section 9), which every responder that owns a host name sends so (python-zeroconf, avahi). A shared
+    record is anyone's to send and claims nothing: acting on one would let a single spoofed packet
+    withdraw the gateway's services."""
 
     def __init__(self, name: str, own: Collection[bytes], on_clash: Callable[[str, bool], None]) -> None:
         self.name = name.lower()
@@ -128,6 +133,7 @@ class TargetWatch(RecordUpdateListener):
             record: DNSRecord = update.new
             if (
                 isinstance(record, DNSAddress)
+                and record.unique  # only a record sent as unique (cache-flush bit) claims the name
                 and record.name.lower() == self.name
                 and record.ttl > GOODBYE_TTL_S
                 and record.address not in self.own
