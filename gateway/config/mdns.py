@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 from typing import Annotated
-from unicodedata import category
 
 from pydantic import Field, field_validator
 
 from gateway.config.base import PositiveFloat, Section
+from gateway.core.names import hidden_character
 
 MDNS_INSTANCE_NAME_BYTES = 63
 """A DNS-SD instance name is one DNS label: at most 63 bytes of UTF-8."""
-HIDDEN_CATEGORIES = {
-    "Cc": "control characters",
-    "Cf": "format characters",
-    "Zl": "line or paragraph separators",
-    "Zp": "line or paragraph separators",
-    "Co": "private-use characters",
-    "Cn": "unassigned code points",
-    "Cs": "surrogates",
-}
-"""What an instance name must not hold, by Unicode category: the slot-name rule (gateway/core/names.py,
-which config may not import): nothing that shows nothing, moves other characters or drives a terminal."""
-BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-"""The bidirectional controls (all Cf), named apart: they reorder what a reader sees."""
 
 
 class MdnsConfig(Section):
@@ -48,15 +35,15 @@ class MdnsConfig(Section):
             return None
         if not value.strip() or len(value.encode("utf-8")) > MDNS_INSTANCE_NAME_BYTES:
             raise ValueError(f"an instance name is 1 to {MDNS_INSTANCE_NAME_BYTES} bytes of UTF-8 text")
-        for position, char in enumerate(value, 1):
-            kind = "bidirectional controls" if char in BIDI_CONTROLS else HIDDEN_CATEGORIES.get(category(char))
-            if kind:
-                # Browsers and terminals would show the name reordered, hidden or cut (python-zeroconf
-                # itself refuses only the C0 controls, and then every 30 s instead of at load).
-                raise ValueError(
-                    f"an instance name cannot hold {kind} (U+{ord(char):04X} at character {position}); "
-                    "use characters that print"
-                )
+        hidden = hidden_character(value)
+        if hidden is not None:
+            # Browsers and terminals would show the name reordered, hidden or cut (python-zeroconf
+            # itself refuses only the C0 controls, and then every 30 s instead of at load).
+            kind, char, position = hidden
+            raise ValueError(
+                f"an instance name cannot hold {kind} (U+{ord(char):04X} at character {position}); "
+                "use characters that print"
+            )
         if value.startswith("_"):
             # A leading underscore marks a DNS-SD service or subtype label (`_sub`): python-zeroconf refuses
             # "_sub" and browsers may take "_name.<type>" for a type rather than an instance.

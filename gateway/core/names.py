@@ -36,6 +36,20 @@ REFUSED_CATEGORIES = {
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 """The bidirectional controls (ALM, LRM, RLM, the embeddings and overrides, the isolates): all in Cf,
 named apart in the refusal because they reorder what a reader sees (Trojan Source, CVE-2021-42574)."""
+
+
+def hidden_character(text: str) -> tuple[str, str, int] | None:
+    """The first character of `text` a name must not hold: its kind (as REFUSED_CATEGORIES names it, or
+    "bidirectional controls"), the character and its place (from 1); None when there is none."""
+    for position, char in enumerate(text, 1):
+        if char in BIDI_CONTROLS:
+            return "bidirectional controls", char, position
+        kind = REFUSED_CATEGORIES.get(unicodedata.category(char))
+        if kind:
+            return kind, char, position
+    return None
+
+
 DOT_SEGMENTS = (".", "..")
 """Names a URL resolves as path steps: /../mcp is /mcp, so the slot's URLs would point elsewhere."""
 
@@ -74,18 +88,15 @@ def check_slot_name(name: str) -> str:
 
 
 def _check_characters(name: str) -> None:
-    """Refuse the first character of `name` in REFUSED_CATEGORIES, naming its code point and place.
+    """Refuse the first character of `name` a name must not hold, naming its code point and place.
 
-    str.isprintable() is also False for spaces other than U+0020, which are allowed, hence this loop."""
-    for position, char in enumerate(name, 1):
-        if char in BIDI_CONTROLS:
-            kind = "bidirectional controls"
-        else:
-            kind = REFUSED_CATEGORIES.get(unicodedata.category(char), "")
-        if kind:
-            raise SlotNameError(
-                f"Slot name contains {kind} (U+{ord(char):04X} at character {position}); use printable characters only"
-            )
+    str.isprintable() is also False for spaces other than U+0020, which are allowed, hence this check."""
+    hidden = hidden_character(name)
+    if hidden is not None:
+        kind, char, position = hidden
+        raise SlotNameError(
+            f"Slot name contains {kind} (U+{ord(char):04X} at character {position}); use printable characters only"
+        )
 
 
 def decode_path_segment(raw: str) -> str:
