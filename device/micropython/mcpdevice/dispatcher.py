@@ -221,7 +221,7 @@ class Dispatcher:
         try:
             result = handler(arguments)
         except Exception as exc:  # a bug in a tool must not take the device off the air
-            self._note("tool_failed", "%s: %r" % (name, exc))
+            self._note("tool_failed", "%s: %r" % (name, exc), name)
             result = results.error("Tool %s failed inside the device: %r" % (name, exc))
         if telemetry is not None:
             telemetry.serving(None)
@@ -239,7 +239,7 @@ class Dispatcher:
 
     def _error(self, request_id, code, message):
         self.counts["errors"] += 1
-        self._note("request_error", message)
+        self._note("request_error", message, message[:12])
         while True:  # one method, not two: each method a class holds costs the boot's heap
             error = OrderedDict(code=code, message=message)
             answer = json.dumps(OrderedDict(jsonrpc="2.0", id=request_id, error=error), separators=_COMPACT).encode()
@@ -248,11 +248,13 @@ class Dispatcher:
             # A message quoting a long method or tool name is cut so that the answer fits the cap.
             message = message[: max(0, len(message) - (len(answer) - self.frame_max) - 3)] + "..."
 
-    def _note(self, event, detail):
-        # The first of a kind, then every hundredth: the counts carry the rest.
+    def _note(self, event, detail, kind=""):
+        # The first of a kind, then every hundredth: the counts carry the rest. A kind is the event and
+        # what the device's own code says (an error's fixed opening words, a listed tool's name), never
+        # text from the wire (a gateway's message, a request id): each kind holds heap for good.
         if self._log is None:
             return
-        kind = event + detail[:12]
+        kind = event + kind
         seen = self._seen.get(kind, 0) + 1
         self._seen[kind] = seen
         if seen == 1 or seen % 100 == 0:

@@ -196,7 +196,9 @@ def _link(settings, frame_max, tls, resolve):
         or any(name in url for name in " ,@\t\r\n")  # a list, a user, spaces
     ):
         raise ValueError(
-            "gateway_url must be one gateway's URL, ws://HOST[:PORT][/PATH] or wss://..., not %r" % url
+            "gateway_url must be one gateway's URL, ws://HOST[:PORT][/PATH] or wss://..., not %r"
+            # Not quoted with a user part: user:password@ must not reach the log.
+            % (url if "@" not in url else "a URL with a user part (not shown)")
         )
     url = provider_url(url, slot)
     agent = "%s/%s" % (FIRMWARE_NAME, FIRMWARE_VERSION)

@@ -103,7 +103,17 @@ def _check(merged, given, defaults, where):
         else:
             ok = type(value) is type(default)
         if not ok:
-            raise ConfigError("%s must be a %s, got %s" % (name, type(default).__name__, json.dumps(value)))
+            # A secret's value is never printed: the type it got is enough to mend it.
+            raise ConfigError(
+                "%s must be a %s, got %s"
+                % (
+                    name,
+                    type(default).__name__,
+                    "a %s (not shown)" % type(value).__name__
+                    if "password" in key or "token" in key
+                    else json.dumps(value),
+                )
+            )
         merged[key] = value
 
 
@@ -181,6 +191,10 @@ def load(path):
     for key in ("deadman_s", "link_timeout_s", "backoff_min_s", "backoff_max_s", "connect_timeout_s", "tick_ms"):
         if merged[key] <= 0:
             raise ConfigError("%s must be greater than 0" % key)
+    for key in ("deadman_s", "link_timeout_s"):
+        # ticks_diff wraps after 2**29 ms (6.2 days): a longer wait would never be seen to end.
+        if merged[key] > 86400:
+            raise ConfigError("%s must be at most 86400 s (a day): the board's clock cannot time longer" % key)
     if merged["backoff_max_s"] < merged["backoff_min_s"]:
         raise ConfigError("backoff_max_s must not be smaller than backoff_min_s")
     if merged["watchdog_s"] < 0:
