@@ -13,8 +13,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
-from gateway.config.base import PositiveFloat, PositiveInt, Section, is_loopback_host, masked_url
+from gateway.config.base import PositiveInt, Section, is_loopback_host, masked_url
 from gateway.config.credentials import MIN_PROVIDER_SECRET_CHARS, read_secret
+from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 
 PrincipalName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]*$")]
 """A caller's name as logs and broker_info show it: letters, digits and . _ @ : + - (at most 64)."""
@@ -61,17 +62,16 @@ def read_secret_file(path: str, what: str) -> str:
     chooses the secret (the rule of token files, gateway/policy/token_files.py). One others can read
     is used; secret_file_readable_warning names it."""
     where = f"{what}: file {path}"
+
+    def private(info: os.stat_result) -> None:
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ValueError(
+                f"{where} is writable by users other than its owner (mode {stat.S_IMODE(info.st_mode):04o}); "
+                f"run `chmod 600 {path}`"
+            )
+
     try:
-        with open(path, "rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                raise ValueError(f"{where} is not a regular file")
-            if mode & (stat.S_IWGRP | stat.S_IWOTH):
-                raise ValueError(
-                    f"{where} is writable by users other than its owner (mode {stat.S_IMODE(mode):04o}); "
-                    f"run `chmod 600 {path}`"
-                )
-            raw = handle.read()
+        raw = read_regular_file(path, what, MAX_SECRET_FILE_BYTES, check=private)
     except FileNotFoundError:
         raise ValueError(f"{where} not found") from None
     except IsADirectoryError:
@@ -182,8 +182,8 @@ class OAuthConfig(Section):
     """The authorization server's signing keys (JWKS): https, or http only on a loopback address."""
     jwks_file: str | None = None
     """A local JWKS file instead of jwks_url (re-read every jwks_refresh_s)."""
-    jwks_refresh_s: PositiveFloat = 600.0
-    """How often the keys are fetched again (key rotation)."""
+    jwks_refresh_s: Annotated[float, Field(ge=0.1)] = 600.0
+    """How often the keys are fetched again (key rotation); at least 0.1 s (each refresh is a fetch)."""
     jwks_refetch_min_s: Annotated[float, Field(ge=0)] = 30.0
     """A token signed with an unknown key id fetches the keys again at most this often, so a stranger
     cannot make the gateway hammer the authorization server."""
@@ -226,8 +226,11 @@ class OAuthConfig(Section):
                 )
         if self.jwks_file is not None:
             try:
-                with open(self.jwks_file, "rb") as handle:
-                    handle.read(1)
+                # A character device is accepted (/dev/null stands for a key set still to come; `run`
+                # refuses an empty one), within the bound; a FIFO would hang, and is refused.
+                read_regular_file(self.jwks_file, "jwks_file", MAX_SECRET_FILE_BYTES, devices=True)
+            except FileRefused as exc:  # a FIFO, a device, a file over the bound
+                raise ValueError(f"jwks_file {self.jwks_file}: {exc.reason}") from None
             except FileNotFoundError:
                 raise ValueError(f"jwks_file {self.jwks_file}: not found") from None
             except OSError as exc:
@@ -270,8 +273,9 @@ class HmacConfig(Section):
     "Signed stdio bridge")."""
 
     keys: Annotated[list[HmacKeyConfig], Field(min_length=1)]
-    max_skew_s: Annotated[float, Field(gt=0, le=600)] = 60.0
-    """A signed request whose X-MCPGW-Timestamp is further than this from the gateway's clock is refused."""
+    max_skew_s: Annotated[float, Field(ge=1, le=600)] = 60.0
+    """A signed request whose X-MCPGW-Timestamp is further than this from the gateway's clock is refused.
+    At least 1 s: timestamps are whole seconds, so less would refuse every request."""
     nonce_cache: PositiveInt = 65_536
     """Nonces remembered (each for max_skew_s past its timestamp) so a captured request cannot be replayed;
     when full of live nonces, signed requests get 503 until some expire (the cache never forgets early)."""

@@ -29,6 +29,13 @@ answers it, else initialize) or session (initialize only); see docs/protocol.md.
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
+MIN_TIMEOUT_S = 0.1
+"""The shortest timeout or grace a duration setting may name (docs/configuration.md): below it every
+connection, handshake or child would fail at once, or a timer would fire in a loop."""
+MIN_RETRY_S = 0.05
+"""The shortest first (and longest) wait of a retry back-off: a link that keeps failing is retried
+at most 20 times a second instead of as fast as the event loop turns."""
+
 MAX_DURATION_S = 30 * 86_400
 """The longest any duration setting may be (30 days; its name ends in _s or _ms). Far above any sane
 timeout, interval or retention, and safe for everything that takes one: socket timeouts (at most about

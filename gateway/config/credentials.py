@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from pydantic import PrivateAttr, SecretStr, model_validator
 
 from gateway.config.base import Section
+from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 
 MIN_PROVIDER_SECRET_CHARS = 16
 """A provider secret shorter than this is refused: it could be guessed from the plant network."""
@@ -28,7 +28,9 @@ def read_secret(env: str | None, file: str | None, what: str, min_chars: int = M
     else:
         assert file is not None
         try:
-            text = Path(file).read_text(encoding="utf-8")
+            text = read_regular_file(file, what, MAX_SECRET_FILE_BYTES).decode("utf-8")
+        except FileRefused as exc:  # a FIFO, a device, a file over the bound
+            raise ValueError(str(exc)) from None
         except FileNotFoundError:
             raise ValueError(f"{what}: file {file} not found") from None
         except UnicodeDecodeError:

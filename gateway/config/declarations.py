@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from gateway.config.base import PositiveFloat, Section
+from gateway.config.base import Section
 
 BoundedCount = Annotated[int, Field(gt=0, le=1_000_000)]
 
@@ -35,10 +35,10 @@ class DeclarationsConfig(Section):
     """Caller references held (live calls and those in their grace); past it the oldest goes."""
     caller_ref_grace_s: Annotated[float, Field(ge=0, le=3600)] = 5.0
     """How long a caller reference still resolves after its call ended."""
-    result_timeout_s: PositiveFloat = 60.0
+    result_timeout_s: Annotated[float, Field(ge=0.01)] = 60.0
     """A decision of a `resultsRequired` capability with no broker/audit/result after this long shows in
     broker_diagnose (declarations.result_overdue)."""
-    decision_retention_s: PositiveFloat = 600.0
+    decision_retention_s: Annotated[float, Field(ge=0.01)] = 600.0
     """How long a decision waits for its broker/audit/result; a later one is unmatched (counted)."""
     max_tracked_decisions: BoundedCount = 10_000
     """Decisions waiting for their result at most; past it the oldest stops waiting (counted as expired)."""

@@ -7,9 +7,13 @@ from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
-from gateway.config.base import PositiveFloat, PositiveInt, Section
+from gateway.config.base import MIN_TIMEOUT_S, PositiveInt, Section
 from gateway.core.jsonrpc import MAX_DEPTH_CEILING
 
+MAX_FRAME_BYTES = 1 << 30
+"""The largest max_frame_bytes: 1 GiB. aiohttp keeps its WebSocket message bound in a C unsigned int, so
+one of 4 GiB or more fails every WebSocket handshake; a message that large would not fit a gateway's
+memory anyway."""
 MIN_MESSAGE_BYTES = 1024
 """The smallest max_header_bytes and max_frame_bytes (and below which max_body_bytes is warned of): an
 MCP initialize takes 150 to 400 bytes, its answer more, and a request's line and headers (a bearer
@@ -75,20 +79,20 @@ class ConnectionLimitsConfig(Section):
     fd_reserve: PositiveInt = 256
     """File descriptors kept for everything but client and board connections: child processes' pipes,
     serial ports, upstream and MQTT connections, logs, and connections being accepted."""
-    idle_timeout_s: PositiveFloat = 60.0
+    idle_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 60.0
     """A keep-alive connection with no request for this long is closed. Above the idle expiry of HTTP
     client pools (httpx 5 s, aiohttp 15 s), so a client does not find its pooled connection just closed."""
-    header_timeout_s: PositiveFloat = 15.0
+    header_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 15.0
     """A request's headers must be complete this long after the connection opened (its first request)
     or after the request's first byte (later ones); else 408 and close. Headers arrive in one packet on
     a LAN; 15 s leaves room for TCP retransmissions on poor Wi-Fi."""
-    body_timeout_s: PositiveFloat = 15.0
+    body_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 15.0
     """A request body that stops arriving for this long gets 408 and the connection is closed; also the
     grace before body_min_rate_bytes_per_s applies, and how long an unread body is drained after an answer."""
     body_min_rate_bytes_per_s: Annotated[int, Field(ge=0)] = 1024
     """After body_timeout_s, a request body must have arrived at this average rate, else 408 and close
     (a body dripped a byte at a time). Far below any working link (radio, VPN, cellular); 0 turns it off."""
-    handshake_timeout_s: PositiveFloat = 30.0
+    handshake_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 30.0
     """A TLS handshake, a /providers socket's first slot claim and a client WebSocket's initialize must
     be done this long after connecting, else the connection is closed (WebSockets with 1008 and a reason).
     A board doing TLS in software over weak Wi-Fi takes seconds; its first frame follows at once."""
@@ -113,9 +117,10 @@ class ConnectionLimitsConfig(Section):
 class LimitsConfig(Section):
     """Every bound the gateway enforces; all are explicit so an operator can see and change them."""
 
-    max_frame_bytes: Annotated[int, Field(ge=MIN_MESSAGE_BYTES)] = 1_048_576
+    max_frame_bytes: Annotated[int, Field(ge=MIN_MESSAGE_BYTES, le=MAX_FRAME_BYTES)] = 1_048_576
     """Largest WebSocket message a provider or client may send; larger ones close the link with 1009. At
-    least 1024: a provider's initialize answer and tool list must fit in one."""
+    least 1024: a provider's initialize answer and tool list must fit in one. At most 1 GiB
+    (MAX_FRAME_BYTES)."""
     max_body_bytes: PositiveInt = 4_194_304
     """Largest HTTP request body; larger ones get HTTP 413. Below 1024 (no initialize with a client's
     capabilities fits) `config check` and `run` warn (limits_warnings)."""
@@ -146,9 +151,9 @@ class LimitsConfig(Section):
     max_pending_per_client and the rate limits."""
     max_sessions: PositiveInt = 1024
     """Session-era client sessions held at once (see session_idle_when_full_s for what happens at it)."""
-    session_idle_timeout_s: PositiveFloat = 1800.0
+    session_idle_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 1800.0
     """A client session with no request and no open stream for this long is expired (404 afterwards)."""
-    session_idle_when_full_s: PositiveFloat = 60.0
+    session_idle_when_full_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 60.0
     """At max_sessions or a caller's max_sessions_per_principal, a new session ends the one idle the
     longest (the caller's own at its cap) once it has idled this long, instead of being refused."""
     max_slots: PositiveInt = 1024
@@ -166,10 +171,10 @@ class LimitsConfig(Section):
     kept); 0 keeps vacant slots until room is needed."""
     notification_queue: PositiveInt = 256
     """Notifications buffered per client stream; a stream that falls further behind is closed."""
-    stream_write_timeout_s: PositiveFloat = 30.0
+    stream_write_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 30.0
     """How long one write to an SSE stream (a GET or listen stream, an SSE answer, a legacy SSE
     session) may wait for a client that does not read; then the stream's connection is aborted."""
-    provider_send_timeout_s: PositiveFloat = 30.0
+    provider_send_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 30.0
     """How long one send to a WebSocket provider (a `/provider/<slot>` socket, or a whole `/providers`
     socket) may wait for a provider that does not read; then the connection is aborted and every request
     pending on it fails at once ("provider stopped reading"). It also bounds a polite close of such a
@@ -179,8 +184,8 @@ class LimitsConfig(Section):
     unwritten while it and the connection's buffer are full, so one whose caller gives up meanwhile never
     reaches the provider; left to itself Linux grows it to megabytes, minutes of requests for a slow
     reader. 0 leaves the kernel's own sizing."""
-    sse_keepalive_s: PositiveFloat = 15.0
-    """Interval of SSE comment lines that keep idle streams open through proxies."""
+    sse_keepalive_s: Annotated[float, Field(ge=0.05)] = 15.0
+    """Interval of SSE comment lines that keep idle streams open through proxies; at least 0.05 s."""
     max_sse_answer_bytes: PositiveInt = 524_288
     """Largest answer a Streamable HTTP POST gets as one SSE event when it is ready before anything else
     went out on the POST; a larger one goes as application/json to a client that accepts JSON. Below the

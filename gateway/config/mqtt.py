@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from gateway.config.base import PositiveFloat, PositiveInt, Section, masked_url
+from gateway.config.base import MIN_RETRY_S, MIN_TIMEOUT_S, PositiveInt, Section, masked_url
 from gateway.config.credentials import UpstreamSecretConfig
 from gateway.config.mqtt_tls import TlsFilesError, client_context
 from gateway.southbound.mqtt import topics as mqtt_topics
@@ -66,11 +66,11 @@ class MqttBrokerConfig(Section):
     max_instances: PositiveInt = 4096
     """Announced devices known per broker (plain statuses, MCP server instances); more are dropped (refused)."""
     keepalive_s: Annotated[int, Field(ge=5, le=65535)] = 30
-    connect_timeout_s: PositiveFloat = 10.0
-    reconnect_initial_s: PositiveFloat = 0.5
+    connect_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 10.0
+    reconnect_initial_s: Annotated[float, Field(ge=MIN_RETRY_S)] = 0.5
     """First wait before connecting again after the broker was lost, or attaching again a device whose
     announcement stands but whose slot is not served; doubles per failure (jittered)."""
-    reconnect_max_s: PositiveFloat = 30.0
+    reconnect_max_s: Annotated[float, Field(ge=MIN_RETRY_S)] = 30.0
     check_anonymous: bool = True
     """After each connection, connect a throw-away client without credentials to the same broker and try a
     board topic with it: a broker that lets it in is logged as a warning and reported by broker_diagnose

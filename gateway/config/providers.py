@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PrivateAttr, SecretStr, model_validator
 
 from gateway.config.auth import read_auth_secret, readable_secret_warnings
-from gateway.config.base import IdStyle, PositiveFloat, PositiveInt, ProviderEra, Section, TakeoverPolicy
+from gateway.config.base import IdStyle, PositiveInt, ProviderEra, Section, TakeoverPolicy
 from gateway.config.declarations import DeclarationsConfig
 
 
@@ -107,8 +107,9 @@ class ProviderAuthConfig(Section):
 
 
 class ProvidersConfig(Section):
-    heartbeat_interval_s: PositiveFloat = 30.0
-    """How often every provider is pinged; one that has not answered since the previous sweep is dropped."""
+    heartbeat_interval_s: Annotated[float, Field(ge=0.1)] = 30.0
+    """How often every provider is pinged; one that has not answered since the previous sweep is dropped.
+    At least 0.1 s: each sweep wakes the event loop, and a provider must be able to answer in between."""
     takeover: TakeoverPolicy = "liveness"
     """Who may claim a held slot: liveness (only if the holder missed a heartbeat), reject, always."""
     takeover_probe_ms: PositiveInt = 1000

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gateway.config.base import PositiveFloat, Section
+from gateway.config.base import MIN_RETRY_S, MIN_TIMEOUT_S, Section
 
 DEFAULT_SERIAL_BAUD = 115_200
 DEFAULT_SERIAL_FRAME_CAP = 8192
@@ -48,7 +48,8 @@ class SerialHotplugConfig(SerialLineConfig):
     vid_pid: list[str] = Field(default_factory=lambda: list(DEFAULT_HOTPLUG_VID_PID))
     backend: Literal["auto", "udev", "poll"] = "auto"
     """auto: udev events where udev runs (pyudev), else polling pyserial's port list."""
-    poll_interval_s: PositiveFloat = 2.0
+    poll_interval_s: Annotated[float, Field(ge=0.01)] = 2.0
+    """How often the port list is read when polling; at least 0.01 s."""
 
     @field_validator("vid_pid")
     @classmethod
@@ -78,10 +79,10 @@ class SerialConfig(Section):
 
     ports: list[SerialPortConfig] = Field(default_factory=list)
     hotplug: SerialHotplugConfig = Field(default_factory=SerialHotplugConfig)
-    retry_initial_s: PositiveFloat = 0.5
+    retry_initial_s: Annotated[float, Field(ge=MIN_RETRY_S)] = 0.5
     """First wait before opening a port again after it failed or disappeared; doubles per failure (jittered)."""
-    retry_max_s: PositiveFloat = 30.0
-    write_timeout_s: PositiveFloat = 5.0
+    retry_max_s: Annotated[float, Field(ge=MIN_RETRY_S)] = 30.0
+    write_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 5.0
     """A frame not written within this long (a board that stopped reading its USB port) fails the port."""
     backlog_messages: Annotated[int, Field(ge=1, le=65_536)] = 64
     """Messages of one port read while an earlier one (a register frame) is still being attached; more are
@@ -89,7 +90,7 @@ class SerialConfig(Section):
     register_request_interval_s: Annotated[float, Field(ge=0.05, le=3600)] = 1.0
     """At most one broker/register per port in this long while an unregistered board keeps sending
     (one always goes out as the port opens)."""
-    max_hold_s: Annotated[float, Field(gt=0, le=86_400)] = 900.0
+    max_hold_s: Annotated[float, Field(ge=MIN_TIMEOUT_S, le=86_400)] = 900.0
     """A port let go of for another program (broker_serial_release) is taken back after this long
     without broker_serial_resume: a flash killed before it could resume does not keep it for good.
     Another broker_serial_release starts the time again."""

@@ -20,5 +20,5 @@ class SystemdConfig(Section):
     broker, serial port) to connect or finish its first attempt; READY=1 is sent when the wait ends even if one
     has not, so a dead upstream never keeps the service "activating". 0: READY=1 as soon as the listener is
     bound. Keep it below the unit's TimeoutStartSec=."""
-    status_interval_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
+    status_interval_s: Annotated[float, Field(ge=0.1, le=3600)] = 1.0
     """STATUS= (the connected slots) is sent when the count changes, at most once per this many seconds."""

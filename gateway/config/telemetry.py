@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, field_validator
 
 from gateway.config.base import MAX_DURATION_S, PositiveFloat, PositiveInt, Section, masked_url
+from gateway.config.files import FileRefused, read_regular_file
 
 DEFAULT_SERVICE_NAME = "mcp-gateway"
 DEFAULT_ENDPOINT = "http://localhost:4318"
@@ -149,11 +149,11 @@ class TelemetrySettings:
 def read_headers_file(path: str) -> dict[str, str]:
     """`Name: value` lines (blank lines and # comments skipped); the message names a bad line by number only."""
     try:
-        data = Path(path).read_bytes()[: MAX_HEADERS_FILE_BYTES + 1]
+        data = read_regular_file(path, "[telemetry] headers_file", MAX_HEADERS_FILE_BYTES)
+    except FileRefused as exc:  # a FIFO, a device, a file over the bound
+        raise TelemetryConfigError(f"[telemetry] headers_file {path}: {exc.reason}") from exc
     except OSError as exc:
         raise TelemetryConfigError(f"[telemetry] headers_file {path}: not readable ({exc.strerror or exc})") from exc
-    if len(data) > MAX_HEADERS_FILE_BYTES:
-        raise TelemetryConfigError(f"[telemetry] headers_file {path}: larger than {MAX_HEADERS_FILE_BYTES} bytes")
     headers: dict[str, str] = {}
     for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
         text = line.strip()

@@ -7,6 +7,7 @@ import ssl
 from pydantic import model_validator
 
 from gateway.config.base import Section
+from gateway.config.files import MAX_TLS_FILE_BYTES, FileRefused, read_regular_file
 
 
 class KeyNeedsPassword(ValueError):
@@ -49,8 +50,9 @@ def decrypt_hint(key_file: str) -> str:
 def unreadable(setting: str, path: str) -> str | None:
     """Why the file a setting names cannot be read (`<setting> <path>: not found`), or None when it can."""
     try:
-        with open(path, "rb") as handle:
-            handle.read(1)
+        read_regular_file(path, setting, MAX_TLS_FILE_BYTES)
+    except FileRefused as exc:  # a FIFO or a device: ssl would wait on it or read without end
+        return f"{setting} {path}: {exc.reason}"
     except FileNotFoundError:
         return f"{setting} {path}: not found"
     except OSError as exc:

@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from gateway.config.base import (
-    PositiveFloat,
+    MIN_RETRY_S,
+    MIN_TIMEOUT_S,
     PositiveInt,
     ProviderEra,
     Section,
@@ -23,6 +24,7 @@ from gateway.config.base import (
     masked_url,
 )
 from gateway.config.credentials import UpstreamSecretConfig, check_header_value
+from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 from gateway.core.names import SlotNameError, check_slot_name
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -53,17 +55,17 @@ class StdioUpstreamConfig(Section):
     env_passthrough: list[str] = Field(default_factory=list)
     """Names of the gateway's own variables copied to the child when set. Nothing else of the gateway's
     environment reaches it except PATH, HOME, LANG, LC_ALL, TZ and TMPDIR (see docs/upstreams.md)."""
-    startup_timeout_s: PositiveFloat = 10.0
+    startup_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 10.0
     """The child must answer its handshake (server/discover or initialize, then tools/list) within this,
     else it is killed and restarted (docs/upstreams.md)."""
-    restart_initial_s: PositiveFloat = 1.0
+    restart_initial_s: Annotated[float, Field(ge=MIN_RETRY_S)] = 1.0
     """First wait before restarting a child that exited; doubles per failure in a row (jittered)."""
-    restart_max_s: PositiveFloat = 60.0
+    restart_max_s: Annotated[float, Field(ge=MIN_RETRY_S)] = 60.0
     """Longest wait between restarts."""
-    stable_after_s: PositiveFloat = 60.0
+    stable_after_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 60.0
     """A child that served this long before it ended starts its back-off over: the next start waits only
     the first step (0.5-1x restart_initial_s), as if it had never failed."""
-    stop_grace_s: PositiveFloat = 5.0
+    stop_grace_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 5.0
     """On shutdown (or when the gateway drops it) the child gets SIGTERM, then SIGKILL after this long."""
     max_stderr_bytes: PositiveInt = 16_384
     """The child's most recent stderr lines kept for provider_status (older lines are dropped)."""
@@ -193,15 +195,15 @@ class RemoteUpstreamConfig(Section):
     """Accept a plain http URL on a non-loopback host (credentials and calls travel unencrypted)."""
     ca_file: str | None = None
     """PEM CA certificates to verify the server's TLS certificate with (default: the system's)."""
-    connect_timeout_s: PositiveFloat = 10.0
+    connect_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 10.0
     """How long connecting (and each handshake step) may take before the attempt counts as failed."""
-    reconnect_initial_s: PositiveFloat = 0.5
+    reconnect_initial_s: Annotated[float, Field(ge=MIN_RETRY_S)] = 0.5
     """First wait before connecting again after the server was unreachable; doubles per failure (jittered)."""
-    reconnect_max_s: PositiveFloat = 30.0
+    reconnect_max_s: Annotated[float, Field(ge=MIN_RETRY_S)] = 30.0
     """Longest wait between attempts."""
     tools_poll_s: Annotated[float, Field(ge=0)] = 60.0
     """2026-07-28 servers without subscriptions/listen: how often tools/list is fetched again to notice
-    changes (0: never)."""
+    changes (0: never; else at least MIN_RETRY_S, 0.05 s, so the server is not asked in a loop)."""
     _headers: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
 
     @field_validator("name")
@@ -224,6 +226,8 @@ class RemoteUpstreamConfig(Section):
             raise ValueError(f"{what}: header_name needs secret = {{env = ...}} or {{file = ...}}")
         if self.reconnect_max_s < self.reconnect_initial_s:
             raise ValueError(f"{what}: reconnect_max_s must be at least reconnect_initial_s")
+        if 0 < self.tools_poll_s < MIN_RETRY_S:
+            raise ValueError(f"{what}: tools_poll_s must be 0 (never) or at least {MIN_RETRY_S:g}")
         if self.ca_file is not None and not is_file(self.ca_file):
             raise ValueError(f"{what}: ca_file {self.ca_file}: not found")
         oauth = self.oauth_client_credentials
@@ -249,7 +253,9 @@ class RemoteUpstreamConfig(Section):
 
 def _read_headers_file(path: str, what: str) -> dict[str, SecretStr]:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_regular_file(path, f"{what}: headers_file", MAX_SECRET_FILE_BYTES).decode("utf-8")
+    except FileRefused as exc:  # a FIFO, a device, a file over the bound
+        raise ValueError(f"{what}: headers_file {path} is {exc.reason}") from None
     except FileNotFoundError:
         raise ValueError(f"{what}: headers_file {path} not found") from None
     except (OSError, UnicodeDecodeError) as exc:

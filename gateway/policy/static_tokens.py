@@ -165,6 +165,8 @@ class StaticTokenVerifier:
         self.tokens = self._combine()
         self.checked_at = clock()
         self._watching: asyncio.Task[None] | None = None
+        self._reading = False
+        """The watcher is reading token files in a thread (_reload_off_loop)."""
         self.grants_changed: Callable[[], None] = _untold
         """Called when a token file's edit changed who holds which scopes (ClientAuth points it at its
         scopes_changed: _all and the tool groups show each caller the tools its scopes cover)."""
@@ -192,17 +194,55 @@ class StaticTokenVerifier:
         """Pick up token files edited since the last look (at most once per RELOAD_CHECK_S). A file that
         cannot be used is looked at again every time, changed or not: the clash that stops it may be
         mended in another file or by a reload of [[auth.tokens]]."""
-        now = self.clock()
-        if now - self.checked_at < RELOAD_CHECK_S:
+        due = self._due()
+        if due:
+            self._apply(due, self._read(due))
+
+    async def _reload_off_loop(self) -> None:
+        """reload_if_changed with the files read in a thread: a slow file system does not hold the event
+        loop. Meanwhile a request's own look (verify) is skipped and the tokens in force answer it."""
+        due = self._due()
+        if not due:
             return
+        self._reading = True
+        try:
+            read = await asyncio.to_thread(self._read, due)
+        finally:
+            self._reading = False
+        self._apply(due, read)
+
+    def _due(self) -> list[tuple[Path, FileStamp | None]]:
+        """The files to read again with their stamps (a stat each, cheap), when a look is due."""
+        now = self.clock()
+        if self._reading or now - self.checked_at < RELOAD_CHECK_S:
+            return []
         self.checked_at = now
-        before: dict[str, frozenset[str]] | None = None
+        due = []
         # Unusable files last: an edit of another file in this same look may be what mends them.
         for path in sorted(self.files, key=lambda path: path in self.unusable):
             stamp = _stamp(path)
-            if stamp == self.stamps.get(path) and path not in self.unusable:
+            if stamp != self.stamps.get(path) or path in self.unusable:
+                due.append((path, stamp))
+        return due
+
+    @staticmethod
+    def _read(due: list[tuple[Path, FileStamp | None]]) -> dict[Path, list[StaticToken] | TokenFileError]:
+        """Each file's tokens, or why it cannot be used; touches nothing else, so it may run in a thread."""
+        read: dict[Path, list[StaticToken] | TokenFileError] = {}
+        for path, stamp in due:
+            if stamp is None:
                 continue
-            before = self.grants() if before is None else before
+            try:
+                read[path] = tokens_from_file(path)
+            except TokenFileError as exc:
+                read[path] = exc
+        return read
+
+    def _apply(
+        self, due: list[tuple[Path, FileStamp | None]], read: Mapping[Path, list[StaticToken] | TokenFileError]
+    ) -> None:
+        before = self.grants()
+        for path, stamp in due:
             self.stamps[path] = stamp
             previous = self.by_file.get(path, [])
             if stamp is None:
@@ -212,7 +252,10 @@ class StaticTokenVerifier:
                 log.warning("token file %s is gone: its %d tokens no longer work", path, len(previous))
                 continue
             try:
-                self.by_file[path] = tokens_from_file(path)
+                tokens = read[path]
+                if isinstance(tokens, TokenFileError):
+                    raise tokens
+                self.by_file[path] = tokens
                 self.tokens = self._combine()
             except TokenFileError as exc:
                 self.by_file[path] = previous
@@ -221,7 +264,7 @@ class StaticTokenVerifier:
             self._usable(path)
             log.info("token file %s reloaded: %d tokens", path, len(self.by_file[path]))
         self.tokens = self._combine()
-        if before is not None and regranted(before, self.grants()):
+        if regranted(before, self.grants()):
             self.grants_changed()
 
     def _unusable(self, path: Path, exc: TokenFileError) -> None:
@@ -293,7 +336,7 @@ class StaticTokenVerifier:
     async def _watch_files(self) -> None:
         while True:
             await asyncio.sleep(RELOAD_CHECK_S)
-            self.reload_if_changed()
+            await self._reload_off_loop()
 
     async def close(self) -> None:
         for path in self.unusable:

@@ -32,6 +32,7 @@ import orjson
 from pydantic import Field, ValidationError, field_validator
 
 from gateway.config import PrincipalName, Scope, Section, check_sha256_hex
+from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 
 APPLIANCE_DIR = Path("/etc/mcp-gateway")
 TOKEN_BYTES = 32
@@ -153,9 +154,15 @@ def check_not_writable_by_others(path: Path, mode: int) -> None:
 def read_token_file(path: Path) -> list[TokenEntry]:
     """The entries of one token file; TokenFileError when it is missing, unsafe or invalid."""
     try:
-        with path.open("rb") as handle:
-            check_not_writable_by_others(path, os.fstat(handle.fileno()).st_mode)
-            text = handle.read().decode("utf-8")
+        data = read_regular_file(
+            path,
+            "token file",
+            MAX_SECRET_FILE_BYTES,
+            check=lambda info: check_not_writable_by_others(path, info.st_mode),
+        )
+        text = data.decode("utf-8")
+    except FileRefused as exc:  # a FIFO (opened without waiting for a writer), a device, over the bound
+        raise TokenFileError(f"token file {path}: {exc.reason}") from exc
     except FileNotFoundError as exc:
         raise TokenFileError(
             f"token file {path}: not found; create it with `mcp-gateway token create NAME --file {path}`"

@@ -95,10 +95,14 @@ class Reloader:
             return self._report("refused", refusals=[SHUTTING_DOWN])
         if self.source is None:
             return self._report("refused", refusals=[NO_SOURCE])
+        # Loading reads files (the configuration, the policy, secrets, certificates) and changes nothing
+        # running, so it runs in a thread: a slow or hung file system holds this reload (the lock), never
+        # the event loop. Planning and applying stay on the loop.
         try:
-            new = self.source.load()
+            new = await asyncio.to_thread(self.source.load)
         except ConfigError as exc:
-            return self._report("refused", refusals=[str(exc), *self._unvalidated_restarts(self.source)])
+            also = await asyncio.to_thread(self._unvalidated_restarts, self.source)
+            return self._report("refused", refusals=[str(exc), *also])
         try:
             plan = build_plan(self.running.config, new, self.context)
         except Exception as exc:  # a fault of the gateway's own; nothing is swapped while planning

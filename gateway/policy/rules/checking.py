@@ -12,6 +12,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from gateway.config.files import MAX_POLICY_FILE_BYTES, FileRefused, read_regular_file
 from gateway.config.policy import PolicyConfig
 from gateway.policy.rules.capabilities import TOOL_PREFIX, capability_error, tool_pattern_warning
 from gateway.policy.rules.declared import declared_limit_problems
@@ -64,8 +65,7 @@ def read_policy_file(path: str | Path) -> dict[str, Any]:
     source = f"policy file {path}"
     skipped = 0
     try:
-        with Path(path).open("rb") as handle:
-            raw = handle.read()
+        raw = read_regular_file(path, "policy file", MAX_POLICY_FILE_BYTES)
         # One leading byte order mark skipped, as in the configuration (Windows editors write one).
         skipped = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
         return tomllib.loads(raw[skipped:].decode("utf-8"))
@@ -77,6 +77,8 @@ def read_policy_file(path: str | Path) -> dict[str, Any]:
             else f" (a relative path is read from the working directory: here {Path(path).absolute()})"
         )
         raise PolicyError([f"not found{where}"], source) from exc
+    except FileRefused as exc:  # a FIFO (opened without waiting for a writer), a device, over the bound
+        raise PolicyError([exc.reason], source) from exc
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError([f"invalid TOML: {exc}"], source) from exc
     except UnicodeDecodeError as exc:
