@@ -31,6 +31,8 @@
 #define DISCONNECT 0xE0
 #define SKIP_SLICE 256
 #define HOST_FRAME 4096
+#define SLOW_PACKET "mqtt error: a packet from the broker took longer than io_timeout_ms (3 s by default) to arrive"
+#define SLOW_SUBACK "mqtt error: no SUBACK from the broker within connect_timeout_ms (10 s by default)"
 
 #ifdef MSG_NOSIGNAL
 #define SEND_FLAGS MSG_NOSIGNAL
@@ -349,13 +351,22 @@ static int wait_fd(int fd, short events, uint32_t ms)
     return rc > 0 ? 1 : 0;
 }
 
-/* Reads exactly n bytes, each within the I/O timeout: 0, or -1 when the peer closed or stalled. */
-static int read_exact(mcpb_mqtt_posix *c, void *buf, size_t n)
+/* wait_fd on the connection until deadline (a now_ms value); past it, 0. Whole packets and whole
+ * operations have deadlines, not single reads: a broker that dribbles a byte now and then would
+ * otherwise hold the caller's loop, and with it the pump's ticks and dead-man, for as long as it likes. */
+static int wait_until(mcpb_mqtt_posix *c, short events, uint32_t deadline)
+{
+    int32_t left = (int32_t)(deadline - now_ms(c));
+    return left > 0 ? wait_fd(c->fd, events, (uint32_t)left) : 0;
+}
+
+/* Reads exactly n bytes before deadline: 0, or -1 when the peer closed or was too slow. */
+static int read_exact(mcpb_mqtt_posix *c, void *buf, size_t n, uint32_t deadline)
 {
     uint8_t *at = buf;
     while (n > 0) {
         ssize_t got;
-        if (wait_fd(c->fd, POLLIN, c->io_timeout_ms) != 1) {
+        if (wait_until(c, POLLIN, deadline) != 1) {
             return -1;
         }
         got = recv(c->fd, at, n, 0);
@@ -371,12 +382,12 @@ static int read_exact(mcpb_mqtt_posix *c, void *buf, size_t n)
     return 0;
 }
 
-static int skip(mcpb_mqtt_posix *c, size_t n)
+static int skip(mcpb_mqtt_posix *c, size_t n, uint32_t deadline)
 {
     uint8_t sink[SKIP_SLICE];
     while (n > 0) {
         size_t part = n < sizeof sink ? n : sizeof sink;
-        if (read_exact(c, sink, part) != 0) {
+        if (read_exact(c, sink, part, deadline) != 0) {
             return -1;
         }
         n -= part;
@@ -384,9 +395,10 @@ static int skip(mcpb_mqtt_posix *c, size_t n)
     return 0;
 }
 
-/* Writes the parts as one message, each write within the I/O timeout. */
+/* Writes the parts as one message, all of it within the I/O timeout. */
 static int write_parts(mcpb_mqtt_posix *c, struct iovec *parts, int count)
 {
+    uint32_t deadline = now_ms(c) + c->io_timeout_ms;
     while (count > 0) {
         struct msghdr msg;
         ssize_t sent;
@@ -396,7 +408,7 @@ static int write_parts(mcpb_mqtt_posix *c, struct iovec *parts, int count)
             count--;
             continue;
         }
-        if (wait_fd(c->fd, POLLOUT, c->io_timeout_ms) != 1) {
+        if (wait_until(c, POLLOUT, deadline) != 1) {
             return -1;
         }
         memset(&msg, 0, sizeof msg);
@@ -430,14 +442,14 @@ static int write_all(mcpb_mqtt_posix *c, const void *data, size_t len)
 }
 
 /* The first byte and remaining length of the next packet (the first byte already read). */
-static int read_length(mcpb_mqtt_posix *c, uint32_t *remaining)
+static int read_length(mcpb_mqtt_posix *c, uint32_t *remaining, uint32_t deadline)
 {
     uint8_t bytes[4];
     size_t used;
     size_t n;
     for (n = 0; n < sizeof bytes; n++) {
         int rc;
-        if (read_exact(c, bytes + n, 1) != 0) {
+        if (read_exact(c, bytes + n, 1, deadline) != 0) {
             return -1;
         }
         rc = mcpb_mqtt_get_length(bytes, n + 1, remaining, &used);
@@ -487,6 +499,15 @@ static int dial(mcpb_mqtt_posix *c, const char *host, uint16_t port)
     return -1;
 }
 
+/* A failed read loses the link; one past its deadline is named, as the broker did not hang up. */
+static int lost(mcpb_mqtt_posix *c, uint32_t deadline, const char *too_slow)
+{
+    if ((int32_t)(now_ms(c) - deadline) >= 0) {
+        note(c, too_slow);
+    }
+    return MCPB_MQTT_E_LINK;
+}
+
 static void drop(mcpb_mqtt_posix *c)
 {
     if (c->fd >= 0) {
@@ -526,8 +547,8 @@ static int port_connect(void *ctx, const mcpb_mqtt_connect_options *options)
     if (c->fd < 0) {
         return MCPB_MQTT_E_LINK;
     }
-    if (write_all(c, packet, (size_t)len) != 0 || wait_fd(c->fd, POLLIN, c->connect_timeout_ms) != 1 ||
-        read_exact(c, answer, sizeof answer) != 0) {
+    if (write_all(c, packet, (size_t)len) != 0 ||
+        read_exact(c, answer, sizeof answer, now_ms(c) + c->connect_timeout_ms) != 0) {
         note(c, "mqtt error: the broker closed the connection before CONNACK (check client id and ACL)");
         drop(c);
         return MCPB_MQTT_E_LINK;
@@ -553,27 +574,25 @@ static int port_subscribe(void *ctx, const char *topic, int qos)
     uint8_t packet[MCPB_MQTT_TOPIC_MAX + 8];
     uint16_t id = next_packet_id(c);
     int len = mcpb_mqtt_encode_subscribe(packet, sizeof packet, id, topic, qos);
+    uint32_t deadline;
     if (len < 0 || c->fd < 0 || write_all(c, packet, (size_t)len) != 0) {
         return MCPB_MQTT_E_LINK;
     }
-    /* With a clean session nothing but the SUBACK comes first; anything else is skipped. */
+    /* With a clean session nothing but the SUBACK comes first; anything else is skipped. All of it
+     * within connect_timeout_ms: a broker sending other packets forever must not hold the loop. */
+    deadline = now_ms(c) + c->connect_timeout_ms;
     for (;;) {
         uint8_t first;
         uint32_t remaining;
         uint8_t ack[5];
         int granted;
-        if (wait_fd(c->fd, POLLIN, c->connect_timeout_ms) != 1 || read_exact(c, &first, 1) != 0 ||
-            read_length(c, &remaining) != 0) {
-            return MCPB_MQTT_E_LINK;
+        if (read_exact(c, &first, 1, deadline) != 0 || read_length(c, &remaining, deadline) != 0 ||
+            (first != SUBACK && skip(c, remaining, deadline) != 0) ||
+            (first == SUBACK && (remaining != 3 || read_exact(c, ack + 2, 3, deadline) != 0))) {
+            return lost(c, deadline, SLOW_SUBACK);
         }
         if (first != SUBACK) {
-            if (skip(c, remaining) != 0) {
-                return MCPB_MQTT_E_LINK;
-            }
             continue;
-        }
-        if (remaining != 3 || read_exact(c, ack + 2, 3) != 0) {
-            return MCPB_MQTT_E_LINK;
         }
         ack[0] = SUBACK;
         ack[1] = 3;
@@ -608,29 +627,28 @@ static int port_publish(void *ctx, const char *topic, const void *data, size_t l
     return write_parts(c, parts, 2) == 0 ? MCPB_MQTT_OK : MCPB_MQTT_E_LINK;
 }
 
-/* The rest of a PUBLISH whose first byte and remaining length are read. */
-static int read_publish(mcpb_mqtt_posix *c, uint8_t first, uint32_t remaining, mcpb_mqtt_message *m)
+/* The rest of a PUBLISH whose first byte and remaining length are read, before deadline. */
+static int read_publish(mcpb_mqtt_posix *c, uint8_t first, uint32_t remaining, mcpb_mqtt_message *m,
+                        uint32_t deadline)
 {
     uint8_t field[2];
     mcpb_mqtt_publish_view view;
     size_t keep;
-    if (remaining < 2 || read_exact(c, field, 2) != 0) {
-        return MCPB_MQTT_E_LINK;
+    if (remaining < 2 || read_exact(c, field, 2, deadline) != 0) {
+        return lost(c, deadline, SLOW_PACKET);
     }
     if (mcpb_mqtt_publish_layout(first, remaining, (uint16_t)(field[0] << 8 | field[1]), &view) != 0) {
         note(c, "mqtt error: malformed PUBLISH from the broker");
         return MCPB_MQTT_E_LINK;
     }
     keep = view.topic_len < m->topic_cap ? view.topic_len : m->topic_cap;
-    if (read_exact(c, m->topic, keep) != 0 || skip(c, view.topic_len - keep) != 0) {
-        return MCPB_MQTT_E_LINK;
-    }
-    if (view.qos != 0 && read_exact(c, field, 2) != 0) {
-        return MCPB_MQTT_E_LINK;
+    if (read_exact(c, m->topic, keep, deadline) != 0 || skip(c, view.topic_len - keep, deadline) != 0 ||
+        (view.qos != 0 && read_exact(c, field, 2, deadline) != 0)) {
+        return lost(c, deadline, SLOW_PACKET);
     }
     keep = view.payload_len < m->payload_cap ? view.payload_len : m->payload_cap;
-    if (read_exact(c, m->payload, keep) != 0 || skip(c, view.payload_len - keep) != 0) {
-        return MCPB_MQTT_E_LINK;
+    if (read_exact(c, m->payload, keep, deadline) != 0 || skip(c, view.payload_len - keep, deadline) != 0) {
+        return lost(c, deadline, SLOW_PACKET);
     }
     m->topic_len = view.topic_len;
     m->payload_len = keep;
@@ -671,6 +689,7 @@ static int port_receive(void *ctx, mcpb_mqtt_message *message, uint32_t timeout_
         uint32_t wait = left;
         uint8_t first;
         uint32_t remaining;
+        uint32_t deadline;
         int ready;
         if (c->keepalive_s != 0 && until_keepalive(c, now) < wait) {
             wait = until_keepalive(c, now);
@@ -700,16 +719,21 @@ static int port_receive(void *ctx, mcpb_mqtt_message *message, uint32_t timeout_
             }
             continue;
         }
-        if (read_exact(c, &first, 1) != 0 || read_length(c, &remaining) != 0) {
-            return MCPB_MQTT_E_LINK;
+        /* The whole packet, from its first byte, within the I/O timeout (see wait_until). */
+        deadline = now_ms(c) + c->io_timeout_ms;
+        if (read_exact(c, &first, 1, deadline) != 0 || read_length(c, &remaining, deadline) != 0) {
+            return lost(c, deadline, SLOW_PACKET);
         }
         c->pinging = 0; /* any packet shows the broker is there */
         if ((first & 0xF0u) == PUBLISH) {
-            return read_publish(c, first, remaining, message);
+            return read_publish(c, first, remaining, message, deadline);
         }
         /* PINGRESP, the PUBACKs of our answers, anything else unasked */
-        if (skip(c, remaining) != 0) {
-            return MCPB_MQTT_E_LINK;
+        if (skip(c, remaining, deadline) != 0) {
+            return lost(c, deadline, SLOW_PACKET);
+        }
+        if (now_ms(c) - start >= timeout_ms) {
+            return 0; /* a stream of such packets must not hold off the caller's ticks either */
         }
     }
 }

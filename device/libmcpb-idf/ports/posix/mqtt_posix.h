@@ -70,8 +70,8 @@ typedef struct mcpb_mqtt_posix {
     int pinging;          /* a PINGREQ went out that no packet has answered yet */
     uint32_t pinged_ms;
     uint32_t sent_ms;
-    uint32_t io_timeout_ms;      /* the rest of a packet, and every write */
-    uint32_t connect_timeout_ms; /* TCP connection plus CONNACK */
+    uint32_t io_timeout_ms;      /* 3000: a whole packet from its first byte, and a whole write */
+    uint32_t connect_timeout_ms; /* 10000: the TCP connection; CONNACK; SUBSCRIBE to its SUBACK */
     uint32_t random_state;
 } mcpb_mqtt_posix;
 
