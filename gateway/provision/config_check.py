@@ -69,6 +69,12 @@ def gateway_url_problem(url: str) -> str | None:
     taken as ws://), and wss:// only with the gateway's CA as ca_file, which the install does not write."""
     example = "e.g. --gateway-url ws://192.168.1.10:3000"
     parts = urlsplit(url)
+    if "@" in parts.netloc:
+        # Not quoted: a user:password@ must not reach the terminal or a log.
+        return (
+            "--gateway-url holds a user part (user@ or user:password@, not shown): the board refuses one at boot "
+            f"and authenticates with its provider token instead, {example}"
+        )
     if parts.scheme in ("wss", "https"):
         return (
             f"--gateway-url {url!r}: a board dials {parts.scheme}:// only with the gateway's CA (ca_file in its "

@@ -57,6 +57,11 @@ def refusals(passwd: Path) -> list[tuple[list[str], str]]:
             "e.g. --gateway-url ws://192.168.1.10:3000",
         ),
         (
+            ["--slot", "pump-7", "--gateway-url", "ws://operator:S3cretPass@192.168.1.10:3000"],
+            "--gateway-url holds a user part (user@ or user:password@, not shown): the board refuses one at boot "
+            "and authenticates with its provider token instead, e.g. --gateway-url ws://192.168.1.10:3000",
+        ),
+        (
             ["--slot", "pump-7", "--gateway-url", "wss://gateway.plant.lan:3000"],
             "--gateway-url 'wss://gateway.plant.lan:3000': a board dials wss:// only with the gateway's CA "
             "(ca_file in its config.json), which device install does not write: the board would stop at boot with "
@@ -135,11 +140,17 @@ BOARD_REFUSES = [
         "--watchdog-s -5: the board would refuse it at boot (config_error: watchdog_s must be 0 (no watchdog) or more)",
     ),
     (config(gateway_url="wss://127.0.0.1:1"), "a wss:// gateway needs ca_file (or tls_insecure: true in a lab)", None),
+    (
+        config(gateway_url="ws://operator:S3cretPass@127.0.0.1:1"),
+        "gateway_url must be one gateway's URL, ws://HOST[:PORT][/PATH] or wss://..., not "
+        "'a URL with a user part (not shown)'",
+        None,
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("refused", "board_error", "install_error"), BOARD_REFUSES, ids=["_bad", "$pump", "uart", "watchdog", "wss"]
+    ("refused", "board_error", "install_error"), BOARD_REFUSES, ids=["_bad", "$pump", "uart", "watchdog", "wss", "user"]
 )
 async def test_the_board_refuses_at_boot_what_the_install_refuses(
     tmp_path: Path, refused: dict[str, Any], board_error: str, install_error: str | None
