@@ -35,8 +35,8 @@ def token_file_readable_warning(path: Path | str, mode: int) -> str | None:
     cannot be turned back into a token. Its names and scopes show, though, and the hash of a token made
     by hand (a short one) can be guessed offline, so it is named. A file others can write is refused
     everywhere (gateway/policy/token_files.py): whoever writes it adds a token of their own."""
-    if not mode & (stat.S_IRGRP | stat.S_IROTH) or mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return None  # private, or refused anyway
+    if not stat.S_ISREG(mode) or not mode & (stat.S_IRGRP | stat.S_IROTH) or mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None  # not a file (refused as such), private, or refused anyway
     return (
         f"token file {path} is readable by users other than its owner (mode {stat.S_IMODE(mode):04o}): it holds "
         f"only token hashes, but its names and scopes show; run `chmod 600 {path}`"
@@ -88,8 +88,8 @@ def read_secret_file(path: str, what: str) -> str:
 def secret_file_readable_warning(path: Path | str, mode: int) -> str | None:
     """The warning for a secret file (whose st_mode is `mode`) others can read, or None: it holds the
     secret itself, so whoever reads it can sign or present it."""
-    if not mode & (stat.S_IRGRP | stat.S_IROTH) or mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return None  # private, or refused anyway
+    if not stat.S_ISREG(mode) or not mode & (stat.S_IRGRP | stat.S_IROTH) or mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None  # not a file (refused as such), private, or refused anyway
     return (
         f"secret file {path} is readable by users other than its owner (mode {stat.S_IMODE(mode):04o}): "
         f"whoever reads it holds the secret; run `chmod 600 {path}`"
