@@ -52,26 +52,33 @@ def not_connected(
     return SlotTarget(registry, registry.slots.get(slot) or Slot(slot), metrics, may_call).not_connected(principal)
 
 
-def offline_answer(
+async def offline_call(
     registry: SlotRegistry,
-    remembered: tuple[str, str] | None,
-    principal: Principal,
+    ctx: ClientContext,
+    slot: str,
+    tool: str,
+    params: JsonObject,
+    where: str,
     may_call: Callable[[Principal, str], bool],
     governance: Governance | None,
     metrics: Metrics,
-) -> errors.RpcError | None:
-    """The not-connected answer for the (slot, tool) a name book `remembered` for a called name, when that
-    slot has no ready provider now; None otherwise. A caller that may not call the slot, or see the tool,
-    gets None ("unknown tool", as for any name); the policy judges the tool by its name alone, as a tool
-    that changes state."""
-    if remembered is None or not may_call(principal, remembered[0]):
-        return None
-    slot, tool = remembered
-    if governance is not None and not governance.may_see(principal, slot, {"name": tool}):
-        return None
-    if is_ready(registry, slot):
-        return None
-    return not_connected(registry, slot, principal, may_call, metrics)
+) -> JsonObject:
+    """A tools/call through a catalog (`_all`, a tool group) of `slot`'s `tool` while the slot has no ready
+    provider. Under a policy it is decided and recorded as `/<slot>/mcp` decides it: the tool judged by
+    its name alone, as a tool that changes state (its annotations left with its provider); a caller that
+    may not see it is answered as an unknown tool at `where`, an allowed call is recorded and ends with
+    the not-connected error as its result. Without a policy: the not-connected error."""
+
+    def answer() -> errors.RpcError:
+        return not_connected(registry, slot, ctx.principal, may_call, metrics)
+
+    if governance is None:
+        raise answer()
+
+    async def forward(admitted: JsonObject) -> JsonObject:
+        raise answer()
+
+    return await governed.call(governance, ctx, slot, {"name": tool}, params, where, forward)
 
 
 class AggregateTarget(Target):
@@ -202,11 +209,18 @@ class AggregateTarget(Target):
     def may_call(self, principal: Principal, slot: str) -> bool:
         return self.slot_scopes is None or principal.has_scopes(self.slot_scopes(slot))
 
-    def offline(self, principal: Principal, name: str) -> errors.RpcError | None:
-        """The not-connected answer for a name `_all` listed for a slot that has no ready provider now (None
-        for any other name)."""
+    def offline(self, principal: Principal, name: str) -> tuple[str, str] | None:
+        """The (slot, tool) of a name `_all` listed for a slot that has no ready provider now, when the caller
+        may call that slot; None for any other name (answered as unknown: it reaches no device)."""
         remembered = self.names.by_name.get(name)
-        return offline_answer(self.registry, remembered, principal, self.may_call, self.governance, self.metrics)
+        if remembered is None or not self.may_call(principal, remembered[0]):
+            return None
+        return None if is_ready(self.registry, remembered[0]) else remembered
+
+    async def _offline_call(self, ctx: ClientContext, slot: str, tool: str, params: JsonObject) -> JsonObject:
+        return await offline_call(
+            self.registry, ctx, slot, tool, params, "_all", self.may_call, self.governance, self.metrics
+        )
 
     def tools_for(self, principal: Principal) -> list[JsonObject]:
         if self.slot_scopes is None and self.governance is None:
@@ -236,7 +250,7 @@ class AggregateTarget(Target):
         if route is None and isinstance(name, str):
             offline = self.offline(ctx.principal, name)
             if offline is not None:
-                raise offline
+                return await self._offline_call(ctx, *offline, params or {})
         if route is None or not self.may_call(ctx.principal, route[0]):
             # The same answer for a tool the caller may not call as for an unknown one.
             raise errors.unknown_tool(str(name), "_all")
@@ -249,7 +263,7 @@ class AggregateTarget(Target):
                 return hidden
         session = self.registry.slots[slot_name].live
         if session is None:
-            raise not_connected(self.registry, slot_name, ctx.principal, self.may_call, self.metrics)
+            return await self._offline_call(ctx, slot_name, tool, params or {})
         if self.rate_limiter is not None:
             limited = self.rate_limiter.admit(slot=slot_name)
             if limited is not None:

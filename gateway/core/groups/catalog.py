@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 
 from gateway import __version__
 from gateway.core import errors, governed
-from gateway.core.aggregate import ORIGIN_META_KEY, not_connected, offline_answer
+from gateway.core.aggregate import ORIGIN_META_KEY, is_ready, offline_call
 from gateway.core.client_context import ClientContext
 from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.confirmer import state_reader
@@ -134,15 +134,14 @@ class GroupCatalog:
     def may_call(self, principal: Principal, slot: str) -> bool:
         return self.slot_scopes is None or principal.has_scopes(self.slot_scopes(slot))
 
-    def offline(self, principal: Principal, name: str, target: GroupTarget) -> errors.RpcError | None:
-        """The not-connected answer for a name the NameBook remembers for a tool `target` would list, of a
-        slot with no ready provider now (None for any other name). A caller that may not call the slot, or
-        see the tool, gets "unknown tool" as for any name; the policy judges the tool by its name alone, as
-        a tool that changes state."""
+    def offline(self, principal: Principal, name: str, target: GroupTarget) -> tuple[str, str] | None:
+        """The (slot, tool) the NameBook remembers for `name`, a tool `target` would list, of a slot with no
+        ready provider now, when the caller may call that slot; None for any other name (answered as
+        unknown: it reaches no device)."""
         remembered = self.names.by_name.get(name)
-        if remembered is not None and not target.would_list(*remembered):
+        if remembered is None or not target.would_list(*remembered) or not self.may_call(principal, remembered[0]):
             return None
-        return offline_answer(self.registry, remembered, principal, self.may_call, self.governance, self.metrics)
+        return None if is_ready(self.registry, remembered[0]) else remembered
 
     def may_use(self, principal: Principal, tool: CatalogTool) -> bool:
         """Whether a listing shows the caller `tool`: its slot's scopes, then the policy (mcp.tools.list on
@@ -382,6 +381,12 @@ class GroupTarget(Target):
             return self.spec.has_slot(slot) and self.spec.has_tool(tool)
         return any(spec.enabled and spec.has_slot(slot) and spec.has_tool(tool) for spec in self.catalog.specs)
 
+    async def _offline_call(self, ctx: ClientContext, slot: str, tool: str, params: JsonObject) -> JsonObject:
+        catalog = self.catalog
+        return await offline_call(
+            catalog.registry, ctx, slot, tool, params, self.path, catalog.may_call, catalog.governance, catalog.metrics
+        )
+
     def covers(self, slot: str) -> bool:
         """Whether this endpoint serves tools of `slot` (its group, or for /mcp any enabled group, names it)."""
         if self.spec is not None:
@@ -439,7 +444,7 @@ class GroupTarget(Target):
         if tool is None:
             offline = self.catalog.offline(ctx.principal, name, self)
             if offline is not None:
-                raise offline
+                return await self._offline_call(ctx, *offline, params)
         if tool is None or not self.includes(tool) or not self.catalog.may_call(ctx.principal, tool.slot):
             # The same answer for a tool the caller may not call as for an unknown one.
             raise errors.unknown_tool(str(name), self.path)
@@ -451,7 +456,7 @@ class GroupTarget(Target):
         catalog = self.catalog
         session = catalog.registry.slots[tool.slot].live
         if session is None:
-            raise not_connected(catalog.registry, tool.slot, ctx.principal, catalog.may_call, catalog.metrics)
+            return await self._offline_call(ctx, tool.slot, tool.original, params)
         limiter = self.catalog.rate_limiter
         if limiter is not None:
             limited = limiter.admit(slot=tool.slot)
