@@ -10,20 +10,18 @@ import asyncio
 import contextlib
 import hashlib
 import secrets
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
 
 from gateway.app import GatewayServer
 from gateway.policy.audit import read_records
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
+from tests.integration.test_audit_outcomes import caller
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
@@ -40,15 +38,6 @@ POLICY: dict[str, Any] = {
         {"principal": "token:operator", "role": "operator", "resources": ["/**"]},
     ],
 }
-
-
-@contextlib.asynccontextmanager
-async def caller(url: str, token: str) -> AsyncIterator[Client]:
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as transport,
-        Client(streamable_http_client(url, http_client=transport), mode="legacy") as client,
-    ):
-        yield client
 
 
 async def answer_of(client: Client, name: str, arguments: dict[str, Any]) -> str:
