@@ -28,7 +28,6 @@ import time
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -36,6 +35,7 @@ import orjson
 from aiohttp import web
 
 from gateway.config import ConfigError, GatewayConfig, OAuthConfig
+from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 from gateway.config.hosts import is_wildcard
 from gateway.core.principal import Principal
 from gateway.http_body import BodyTooLarge, read_body
@@ -275,7 +275,7 @@ class JwksCache:
         """At startup with jwks_file: read and parse it at once, so a bad file stops the gateway."""
         assert self.settings.jwks_file is not None
         try:
-            document = orjson.loads(Path(self.settings.jwks_file).read_bytes())
+            document = orjson.loads(self._read_file())
             self.keys = parse_jwks(document, self.allowed)
             if not self.keys:
                 raise JwksError('no keys ("keys" is empty)')
@@ -283,10 +283,18 @@ class JwksCache:
             raise ConfigError(f"auth.oauth.jwks_file {self.settings.jwks_file}: {exc}") from exc
         self.loaded = True
 
+    def _read_file(self) -> bytes:
+        """The key set file, read as the configuration checks it: a regular file (or a device such as
+        /dev/null), within its bound, never a wait on a FIFO; JwksError naming what is wrong."""
+        assert self.settings.jwks_file is not None
+        try:
+            return read_regular_file(self.settings.jwks_file, "jwks_file", MAX_SECRET_FILE_BYTES, devices=True)
+        except FileRefused as exc:
+            raise JwksError(exc.reason) from None
+
     async def _document(self) -> Any:
         if self.settings.jwks_file is not None:
-            data = await asyncio.to_thread(Path(self.settings.jwks_file).read_bytes)
-            return orjson.loads(data)
+            return orjson.loads(await asyncio.to_thread(self._read_file))
         assert self.settings.jwks_url is not None
         if self._http is None:
             self._http = aiohttp.ClientSession()

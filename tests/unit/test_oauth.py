@@ -3,9 +3,11 @@ against a key set read from a file (no network; the HTTP side is in tests/integr
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
+import os
 import re
 import time
 from pathlib import Path
@@ -268,3 +270,27 @@ async def test_an_unknown_kid_refetches_the_keys_at_most_once_per_interval(tmp_p
             await refused(verifier, access_token(ec_key(), AUDIENCE, kid=f"made-up-{index}"))
         ).reason == "unknown_key"
     assert verifier.keys.fetches == 2
+
+
+def replace(path: Path, content: bytes | None) -> None:
+    """`path` rewritten with `content`, or made a FIFO nobody writes (None)."""
+    path.unlink()
+    if content is None:
+        os.mkfifo(path, 0o600)
+    else:
+        path.write_bytes(content)
+
+
+async def test_a_key_set_file_that_grew_past_its_bound_or_became_a_fifo_is_not_read(jwks_file: Path) -> None:
+    """The file is read as the configuration checks it (gateway/config/files.py): a refresh of a file grown
+    past 1 MiB, or swapped for a FIFO nobody writes, fails and keeps the keys it had, never waits."""
+    verifier = verifier_for(jwks_file)
+    assert await verifier.keys.refresh()
+    kept = verifier.keys.keys
+    grown = {**jwks(rsa_key()), "padding": "x" * (1 << 20)}  # valid keys, in a file over the bound
+    replace(jwks_file, orjson.dumps(grown))
+    assert not await verifier.keys.refresh()
+    assert verifier.keys.keys == kept
+    replace(jwks_file, None)
+    assert not await asyncio.wait_for(verifier.keys.refresh(), 5)
+    assert verifier.keys.keys == kept
