@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -25,7 +27,7 @@ from gateway.config.slots import SlotConfig, SlotsConfig
 from gateway.config.systemd import SystemdConfig
 from gateway.config.telemetry import TelemetryConfig
 from gateway.config.tls import TlsConfig
-from gateway.config.upstreams import UpstreamsConfig
+from gateway.config.upstreams import ENV_NAME, StdioUpstreamConfig, UpstreamsConfig
 
 ANONYMOUS_PRINCIPALS = ("*", "anonymous")
 """A [[confirm]] principal that covers the caller of a gateway without [auth]."""
@@ -262,10 +264,51 @@ class GatewayConfig(Section):
         ]
 
 
+SECRET_WORDS = frozenset({"key", "auth", "authorization"})
+"""Words of an argument's name that mark its value a secret on their own (`--api-key`, `--auth`); not
+parts of a longer word (`--keyboard`, `--author`)."""
+SECRET_ENDINGS = ("token", "secret", "password", "passwd", "apikey", "credential")
+"""Word endings that mark an argument's value a secret: `--token`, `--accesstoken`, `--db-password`."""
+NAME_WORDS = re.compile(r"[-_]+|(?<=[a-z0-9])(?=[A-Z])")
+"""Where an argument's name splits into words: at - and _, and where a capital follows a small letter
+or a digit (`apiKey`)."""
+MASK = "***"
+
+
+def names_secret(name: str) -> bool:
+    """Whether an argument named `name` (without its leading dashes) carries a secret: one of its words,
+    compared without case and without a plural s, is in SECRET_WORDS or ends in one of SECRET_ENDINGS."""
+    words = (word.lower().removesuffix("s") for word in NAME_WORDS.split(name))
+    return any(word in SECRET_WORDS or word.endswith(SECRET_ENDINGS) for word in words)
+
+
+def masked_command(command: Sequence[str]) -> list[str]:
+    """A stdio upstream's command as it is shown (never as it is run), secrets replaced by `***`:
+    the VALUE of `--NAME=VALUE`, `-NAME=VALUE` and `NAME=VALUE` (a variable for `env` or `docker -e`) and
+    the argument after a bare `--NAME` or `-NAME` (unless it starts with `-`) when NAME names a secret
+    (names_secret); the password of a URL's userinfo in any other argument (masked_url)."""
+    shown: list[str] = []
+    value_next = False
+    for argument in command:
+        if value_next and not argument.startswith("-"):
+            shown.append(MASK)
+            value_next = False
+            continue
+        name, equals, _ = argument.lstrip("-").partition("=")
+        dashed = argument.startswith("-")
+        if equals and (dashed or ENV_NAME.match(name)) and names_secret(name):
+            shown.append(f"{argument.partition('=')[0]}={MASK}")
+        else:
+            shown.append(masked_url(argument))
+        value_next = dashed and not equals and names_secret(name)
+    return shown
+
+
 def masked_dump(config: GatewayConfig) -> dict[str, Any]:
     """The effective configuration as plain data with every secret replaced by '***': each secret setting
-    whole, and the password of a URL's userinfo (masked_url) in every string that holds a URL, as the
-    log lines show it ([telemetry] endpoint, a URL among a stdio upstream's command arguments)."""
+    whole, the secrets among a stdio upstream's command arguments (masked_command), and the password of a
+    URL's userinfo (masked_url) in every string that holds a URL, as the log lines show it ([telemetry]
+    endpoint, a URL among a stdio upstream's command arguments)."""
 
     def walk(value: Any) -> Any:
         if isinstance(value, SecretStr):
@@ -274,13 +317,18 @@ def masked_dump(config: GatewayConfig) -> dict[str, Any]:
             # Any string, not only the settings named *url*: a credential in a URL is a secret wherever
             # the URL is written, and masked_url leaves a string without userinfo as it is.
             return masked_url(value)
+        if isinstance(value, StdioUpstreamConfig):
+            return {**walk_model(value), "command": masked_command(value.command)}
         if isinstance(value, BaseModel):
-            return {name: walk(getattr(value, name)) for name in type(value).model_fields}
+            return walk_model(value)
         if isinstance(value, dict):
             return {key: walk(item) for key, item in value.items()}
         if isinstance(value, list):
             return [walk(item) for item in value]
         return value
+
+    def walk_model(model: BaseModel) -> dict[str, Any]:
+        return {name: walk(getattr(model, name)) for name in type(model).model_fields}
 
     dumped: dict[str, Any] = walk(config)
     return dumped

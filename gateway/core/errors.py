@@ -214,10 +214,11 @@ def method_not_found(method: str, where: str) -> RpcError:
     return RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} is not served by {where}")
 
 
-def check_no_cursor(params: dict[str, Any] | None) -> None:
-    """tools/list is answered in one page everywhere, so any cursor is one the gateway never gave out."""
+def check_no_cursor(params: dict[str, Any] | None, listed: str = "tools") -> None:
+    """A list the gateway answers in one page (tools/list everywhere, `_broker`'s resources/list and
+    resources/templates/list), so any cursor is one the gateway never gave out; `listed` names its items."""
     if params and params.get("cursor") is not None:
-        raise RpcError(jsonrpc.INVALID_PARAMS, "Invalid cursor: the gateway lists all tools at once")
+        raise RpcError(jsonrpc.INVALID_PARAMS, f"Invalid cursor: the gateway lists all {listed} at once")
 
 
 NAMED_BY = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}

@@ -563,8 +563,10 @@ class BrokerTarget(Target):
             governed.permit(governance, ctx, BROKER_SLOT, method)
         visible = {tool["name"] for tool in governance.visible_tools(ctx.principal, BROKER_SLOT, TOOLS)}
         if method == "resources/list":
+            errors.check_no_cursor(params, "resources")
             return {"resources": [item for item in STATIC_RESOURCES if resource_tool(item["uri"]) in visible]}
         if method == "resources/templates/list":
+            errors.check_no_cursor(params, "resource templates")
             templates = [item for item in RESOURCE_TEMPLATES if resource_tool(item["uriTemplate"]) in visible]
             return {"resourceTemplates": templates}
         uri = (params or {}).get("uri")
@@ -660,8 +662,10 @@ class BrokerTarget(Target):
 
     def _resources(self, method: str, params: JsonObject | None) -> JsonObject:
         if method == "resources/list":
+            errors.check_no_cursor(params, "resources")
             return {"resources": STATIC_RESOURCES}
         if method == "resources/templates/list":
+            errors.check_no_cursor(params, "resource templates")
             return {"resourceTemplates": RESOURCE_TEMPLATES}
         if method == "resources/read":
             try:

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Mapping
 
 from gateway.config import StdioUpstreamConfig
+from gateway.config.model import masked_command
 from gateway.core.backoff import Backoff
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
@@ -297,7 +298,7 @@ class StdioSupervisor:
         return {
             "kind": "stdio",
             "state": self.state,
-            "command": list(config.command),
+            "command": masked_command(config.command),  # shown to agents: secrets masked as config show does
             "cwd": config.cwd,
             "env": sorted(self.env),  # names only: values may be secrets
             "env_missing": list(self.missing_env),
