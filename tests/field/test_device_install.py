@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import os
 import re
 import shutil
 import signal
-import tty
 from pathlib import Path
 from typing import Any
 
@@ -33,57 +31,38 @@ from gateway.cli.devices import add_devices
 from gateway.devices.registry import DeviceRegistry, default_registry_path
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.device.harness import DEVICE_DIR, DEVICE_HEAP, Device, find_tool
+from tests.field.pty_console import PtyConsole
 
 SHIM = Path(__file__).resolve().parents[1] / "support" / "raw_repl_shim.py"
 SLOT = "pump-7"
 BENCH_TOKEN = "bench-secret-for-the-simulators"
 
 
-class Board:
+class Board(PtyConsole):
     """A MicroPython board on a PTY: its console (the raw REPL shim) and, once reset, its application."""
 
     def __init__(self, micropython: str, root: Path) -> None:
+        super().__init__(
+            root,
+            [micropython, str(SHIM), str(root)],
+            env={**os.environ, "MICROPYPATH": ".frozen"},
+            what="the raw REPL shim",
+        )
         self.micropython = micropython
-        self.root = root
         self.app: Device | None = None
         self.apps: list[Device] = []
-        self.events: list[str] = []
-        self.port = ""
-        self._slave = -1
-        self._shim: asyncio.subprocess.Process | None = None
-        self._watch: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        master, self._slave = os.openpty()
-        tty.setraw(self._slave)  # no line discipline: Ctrl-C and Ctrl-D reach the console as bytes
-        self.port = os.ttyname(self._slave)
-        self._shim = await asyncio.create_subprocess_exec(
-            self.micropython,
-            str(SHIM),
-            str(self.root),
-            stdin=master,
-            stdout=master,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "MICROPYPATH": ".frozen"},
-        )
-        os.close(master)  # the console holds it; the slave stays open here, so the PTY never hangs up
-        self._watch = asyncio.get_running_loop().create_task(self._follow())
-        await wait_for(lambda: "ready" in self.events, 10, "the raw REPL shim to start")
+    @property
+    def _shim(self) -> asyncio.subprocess.Process | None:
+        """The console's process (test_device_install_faults kills it: the cable comes out)."""
+        return self._console
 
-    async def _follow(self) -> None:
-        assert self._shim is not None and self._shim.stderr is not None
-        async for raw in self._shim.stderr:
-            line = raw.decode(errors="replace").strip()
-            if not line.startswith("event "):
-                continue  # the shim's own trouble: shown by the test that fails on it
-            event = line.removeprefix("event ")
-            if event == "interrupt":
-                await self._stop_app()
-            elif event == "reset":
-                await self._stop_app()
-                await self._start_app()
-            self.events.append(event)
+    async def on_event(self, event: str) -> None:
+        if event == "interrupt":
+            await self._stop_app()
+        elif event == "reset":
+            await self._stop_app()
+            await self._start_app()
 
     async def _start_app(self) -> None:
         config = orjson.loads((self.root / "config.json").read_bytes())
@@ -117,16 +96,7 @@ class Board:
 
     async def stop(self) -> None:
         await self._stop_app()
-        if self._shim is not None and self._shim.returncode is None:
-            self._shim.kill()
-            await self._shim.wait()
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._watch
-        if self._slave >= 0:
-            os.close(self._slave)
-            self._slave = -1
+        await super().stop()
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ begins), `event ctrl-c-running` (a Ctrl-C reached a running program).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import io
@@ -26,7 +25,6 @@ import os
 import select
 import sys
 import time
-import tty
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ import pytest
 
 from gateway.devices.registry import DeviceRegistry, default_registry_path
 from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.field.pty_console import PtyConsole
 from tests.field.test_device_install import bumped_source, run_cli, state_dir
 from tests.support.servers import demo_server
 
@@ -155,60 +154,32 @@ class _Console:
 # -- the test's side ----------------------------------------------------------------------------------
 
 
-class PtyBoard:
+class PtyBoard(PtyConsole):
     """A board on a PTY (the emulator above in its own process); `port` is the slave's name."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
         self.control = root.parent / f"{root.name}.mode"
-        self.events: list[str] = []
-        self.port = ""
-        self._slave = -1
-        self._process: asyncio.subprocess.Process | None = None
-        self._watch: asyncio.Task[None] | None = None
+        super().__init__(
+            root,
+            [sys.executable, "-m", "tests.field.test_device_install_board_answers", str(self.control), str(root)],
+            cwd=REPO,
+            what="the pty board",
+        )
 
     def set_mode(self, *mode: str) -> None:
         self.control.write_text(" ".join(mode))
 
     async def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
         self.set_mode("normal")
-        master, self._slave = os.openpty()
-        tty.setraw(self._slave)  # no line discipline: Ctrl-C and Ctrl-D reach the board as bytes
-        self.port = os.ttyname(self._slave)
-        self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.field.test_device_install_board_answers", str(self.control), str(self.root),
-            stdin=master, stdout=master, stderr=asyncio.subprocess.PIPE, cwd=REPO,
-        )  # fmt: skip
-        os.close(master)
-        self._watch = asyncio.get_running_loop().create_task(self._follow())
-        await wait_for(lambda: "ready" in self.events, 10, "the pty board to start")
+        await super().start()
 
-    async def _follow(self) -> None:
-        assert self._process is not None and self._process.stderr is not None
-        async for raw in self._process.stderr:
-            line = raw.decode(errors="replace").strip()
-            if line.startswith("event "):
-                self.events.append(line.removeprefix("event "))
-            else:
-                print("board:", line, file=sys.stderr)
+    def on_other_line(self, line: str) -> None:
+        print("board:", line, file=sys.stderr)
 
     def files(self) -> dict[str, bytes]:
         return {
             path.relative_to(self.root).as_posix(): path.read_bytes() for path in self.root.rglob("*") if path.is_file()
         }
-
-    async def stop(self) -> None:
-        if self._process is not None and self._process.returncode is None:
-            self._process.kill()
-            await self._process.wait()
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._watch
-        if self._slave >= 0:
-            os.close(self._slave)
-            self._slave = -1
 
 
 @pytest.fixture

@@ -75,6 +75,8 @@ async def test_a_swap_past_its_own_bound_is_said_and_never_interrupted(
     )
     # No Ctrl-C reached the swap: it ran to its end, then the board was reset.
     assert "ctrl-c-running" not in pty_board.events
+    # The board's event lines are read by a task of their own: the reset's may come after the CLI returned.
+    await wait_for(lambda: pty_board.events.count("reset") > resets, 10, "the board's reset event")
     assert pty_board.events.count("reset") == resets + 1
     assert holds(pty_board, new)
     assert adopted() == ["unix-pump-7"]  # the first install's adoption; this one adopted nothing new

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import secrets
 from pathlib import Path
 from typing import Any
@@ -21,23 +20,14 @@ from gateway.policy.audit import read_records
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
-from tests.integration.test_audit_outcomes import caller
+from tests.integration.test_audit_outcomes import caller, policy, token_auth
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
 OPERATOR = secrets.token_urlsafe(32)
 WATCHER = secrets.token_urlsafe(32)
 # The appliance's default policy: every caller with a token observes, the operator also acts.
-POLICY: dict[str, Any] = {
-    "roles": {
-        "observer": {"capabilities": ["mcp.tools.list", "mcp.tools.call", "tool.observe"]},
-        "operator": {"inherits": ["observer"], "capabilities": ["tool.control"]},
-    },
-    "assign": [
-        {"principal": "*", "role": "observer", "resources": ["/**"]},
-        {"principal": "token:operator", "role": "operator", "resources": ["/**"]},
-    ],
-}
+POLICY = policy(("*", "observer"), ("token:operator", "operator"))
 
 
 async def answer_of(client: Client, name: str, arguments: dict[str, Any]) -> str:
@@ -51,12 +41,7 @@ async def test_calls_of_a_slot_whose_provider_left_are_recorded_on_the_slot_on_a
 ) -> None:
     trail = tmp_path / "audit.db"
     server: GatewayServer = await gateway_factory(
-        auth={
-            "tokens": [
-                {"name": name, "sha256": hashlib.sha256(token.encode()).hexdigest()}
-                for name, token in (("operator", OPERATOR), ("watcher", WATCHER))
-            ]
-        },
+        auth=token_auth(operator=OPERATOR, watcher=WATCHER),
         policy=POLICY,
         audit={"path": str(trail)},
         groups={"pumps": {"slots": ["pump-*"]}},
@@ -132,7 +117,7 @@ async def test_a_name_all_never_routed_is_answered_as_unknown_and_not_recorded(
     """The bound of the rule above: a name `_all` does not route to any slot reaches no device."""
     trail = tmp_path / "audit.db"
     server = await gateway_factory(
-        auth={"tokens": [{"name": "operator", "sha256": hashlib.sha256(OPERATOR.encode()).hexdigest()}]},
+        auth=token_auth(operator=OPERATOR),
         policy=POLICY,
         audit={"path": str(trail)},
     )

@@ -34,19 +34,34 @@ pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprec
 
 AGENT = secrets.token_urlsafe(32)
 VISITOR = secrets.token_urlsafe(32)
-POLICY: dict[str, Any] = {
-    "roles": {"caller": {"capabilities": ["mcp.tools.list", "mcp.tools.call", "tool.observe", "tool.control"]}},
-    "assign": [{"principal": "token:agent", "role": "caller", "resources": ["/**"]}],
+ROLES: dict[str, Any] = {
+    "observer": {"capabilities": ["mcp.tools.list", "mcp.tools.call", "tool.observe"]},
+    "operator": {"inherits": ["observer"], "capabilities": ["tool.control"]},
 }
 
 
-def tokens() -> dict[str, Any]:
+def policy(*assign: tuple[str, str]) -> dict[str, Any]:
+    """ROLES, each (principal, role) given on every resource."""
+    return {
+        "roles": ROLES,
+        "assign": [{"principal": principal, "role": role, "resources": ["/**"]} for principal, role in assign],
+    }
+
+
+def token_auth(**tokens: str) -> dict[str, Any]:
+    """[auth] with one bearer token per name, `token:NAME` to the policy."""
     return {
         "tokens": [
-            {"name": name, "sha256": hashlib.sha256(token.encode()).hexdigest()}
-            for name, token in (("agent", AGENT), ("visitor", VISITOR))
+            {"name": name, "sha256": hashlib.sha256(token.encode()).hexdigest()} for name, token in tokens.items()
         ]
     }
+
+
+POLICY = policy(("token:agent", "operator"))
+
+
+def tokens() -> dict[str, Any]:
+    return token_auth(agent=AGENT, visitor=VISITOR)
 
 
 @contextlib.asynccontextmanager

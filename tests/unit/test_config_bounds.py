@@ -4,9 +4,7 @@ through the real loader, and through `mcp-gateway config check` as a process."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,44 +12,22 @@ import pytest
 from gateway.config import ConfigError, load_config
 from gateway.config.entries import config_warnings
 from gateway.policy.rules.checking import read_policy_file
+from tests.support import written_config
+from tests.support.written_config import write_config
 
-REPO = Path(__file__).resolve().parents[2]
 STDIO = '[[upstreams.stdio]]\nname = "mem"\ncommand = ["true"]\n'
 BROKER = '[[mqtt.brokers]]\nurl = "mqtt://127.0.0.1:1883"\n'
 
 
-def write(tmp_path: Path, text: str | bytes) -> Path:
-    path = tmp_path / "gateway.toml"
-    if isinstance(text, bytes):
-        path.write_bytes(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
-
-
 def refusal(tmp_path: Path, text: str | bytes) -> str:
-    path = write(tmp_path, text)
+    path = write_config(tmp_path, text)
     with pytest.raises(ConfigError) as refused:
         load_config(path, environ={})
     return str(refused.value).removeprefix(f"config file {path}: ")
 
 
 def config_check(tmp_path: Path, text: str | bytes) -> subprocess.CompletedProcess[str]:
-    """`mcp-gateway config check --config F` as a user runs it, in an environment of its own."""
-    command = Path(sys.executable).parent / "mcp-gateway"
-    if not command.exists():
-        command = REPO / ".venv" / "bin" / "mcp-gateway"
-    environ = {name: value for name, value in os.environ.items() if not name.startswith(("MCP_GATEWAY_", "MCP_"))}
-    environ["STATE_DIRECTORY"] = str(tmp_path / "state")
-    return subprocess.run(
-        [str(command), "config", "check", "--config", str(write(tmp_path, text))],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=environ,
-        cwd=tmp_path,
-    )
+    return written_config.config_check(tmp_path, text, timeout_s=60)
 
 
 LIMIT_S = "Input should be less than or equal to 2592000 (30 days: the longest a duration setting may be)"
@@ -95,7 +71,7 @@ def test_a_huge_duration_is_refused_naming_the_key_and_the_bound(
 
 def test_the_bound_itself_loads_and_a_rate_is_no_duration(tmp_path: Path) -> None:
     config = load_config(
-        write(
+        write_config(
             tmp_path,
             "[limits]\nsession_idle_timeout_s = 2592000\n[providers]\nrequest_timeout_ms = 2592000000\n"
             "[limits.rate.per_principal]\nrate_per_s = 1e9\n",
@@ -145,7 +121,9 @@ def test_config_check_refuses_a_huge_duration_without_a_traceback(tmp_path: Path
 )
 def test_byte_limits_below_a_usable_minimum_are_refused(tmp_path: Path, text: str, key: str) -> None:
     assert refusal(tmp_path, text) == f"setting {key!r}: Input should be greater than or equal to 1024"
-    assert load_config(write(tmp_path, text.replace("= 10\n", "= 1024\n").replace("= 1\n", "= 1024\n")), environ={})
+    assert load_config(
+        write_config(tmp_path, text.replace("= 10\n", "= 1024\n").replace("= 1\n", "= 1024\n")), environ={}
+    )
 
 
 def test_config_check_refuses_a_header_bound_no_request_fits(tmp_path: Path) -> None:
@@ -156,7 +134,7 @@ def test_config_check_refuses_a_header_bound_no_request_fits(tmp_path: Path) -> 
 
 def test_a_tiny_body_bound_and_a_backlog_below_the_instances_are_warned_of(tmp_path: Path) -> None:
     text = "[limits]\nmax_body_bytes = 1\n" + BROKER + "max_backlog = 10\nmax_instances = 4096\n"
-    warnings = config_warnings(load_config(write(tmp_path, text), environ={}), environ={})
+    warnings = config_warnings(load_config(write_config(tmp_path, text), environ={}), environ={})
     assert len(warnings) == 2
     assert warnings[0].startswith("limits.max_body_bytes = 1: every HTTP request with a longer body gets 413")
     assert warnings[1].startswith(
@@ -167,12 +145,12 @@ def test_a_tiny_body_bound_and_a_backlog_below_the_instances_are_warned_of(tmp_p
     assert "warning: limits.max_body_bytes = 1:" in done.stderr
     assert "warning: mqtt.brokers[0] (mqtt://127.0.0.1:1883): max_backlog (10)" in done.stderr
     sane = "[limits]\nmax_body_bytes = 1024\n" + BROKER + "max_backlog = 4097\n"
-    assert config_warnings(load_config(write(tmp_path, sane), environ={}), environ={}) == []
+    assert config_warnings(load_config(write_config(tmp_path, sane), environ={}), environ={}) == []
 
 
 def test_a_leading_byte_order_mark_is_skipped(tmp_path: Path) -> None:
     text = b"\xef\xbb\xbfport = 3001\n[limits]\nmax_slots = 7\n"
-    config = load_config(write(tmp_path, text), environ={})
+    config = load_config(write_config(tmp_path, text), environ={})
     assert (config.port, config.limits.max_slots) == (3001, 7)
     done = config_check(tmp_path, text)
     assert done.returncode == 0 and done.stdout == "configuration OK\n", done.stderr
@@ -195,7 +173,7 @@ def test_a_rule_between_settings_names_the_setting_without_pydantic_wording(tmp_
     assert done.returncode == 2 and expected in done.stderr and "Value error" not in done.stderr
     # Set by the environment, the rule's setting is blamed on its variable.
     with pytest.raises(ConfigError) as refused:
-        load_config(write(tmp_path, STDIO), environ={"MCP_GATEWAY_SLOTS__ONLY_DECLARED": "true"})
+        load_config(write_config(tmp_path, STDIO), environ={"MCP_GATEWAY_SLOTS__ONLY_DECLARED": "true"})
     assert str(refused.value).startswith("environment variable MCP_GATEWAY_SLOTS__ONLY_DECLARED: setting")
 
 

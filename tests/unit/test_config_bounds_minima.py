@@ -7,18 +7,14 @@ real loader, and one through `mcp-gateway config check` as a process."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gateway.config import ConfigError, load_config
+from tests.support.written_config import REMOTE, config_check, write_config
 
-REPO = Path(__file__).resolve().parents[2]
 STDIO = '[[upstreams.stdio]]\nname = "mem"\ncommand = ["true"]\n'
-REMOTE = '[[upstreams.remote]]\nname = "r1"\nurl = "https://example.com/mcp"\n'
 MAX_FRAME_BYTES = 1 << 30
 """limits.max_frame_bytes at most: 1 GiB (gateway/config/limits.py MAX_FRAME_BYTES)."""
 BROKER = '[[mqtt.brokers]]\nurl = "mqtt://127.0.0.1:1883"\n'
@@ -72,9 +68,7 @@ def hmac_secret(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def load(text: str, tmp_path: Path) -> None:
-    path = tmp_path / "gateway.toml"
-    path.write_text(text)
-    load_config(path, environ={})
+    load_config(write_config(tmp_path, text), environ={})
 
 
 @pytest.mark.parametrize(("before", "key", "minimum"), MINIMA, ids=[key for _, key, _ in MINIMA])
@@ -110,22 +104,7 @@ def test_max_frame_bytes_is_at_most_one_gibibyte(tmp_path: Path) -> None:
 
 
 def test_config_check_refuses_a_tiny_heartbeat(tmp_path: Path) -> None:
-    command = Path(sys.executable).parent / "mcp-gateway"
-    if not command.exists():
-        command = REPO / ".venv" / "bin" / "mcp-gateway"
-    config = tmp_path / "gateway.toml"
-    config.write_text("port = 0\n[providers]\nheartbeat_interval_s = 1e-9\n")
-    environ = {name: value for name, value in os.environ.items() if not name.startswith("MCP_")}
-    environ["STATE_DIRECTORY"] = str(tmp_path / "state")
-    done = subprocess.run(
-        [str(command), "config", "check", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env=environ,
-        cwd=tmp_path,
-    )
+    done = config_check(tmp_path, "port = 0\n[providers]\nheartbeat_interval_s = 1e-9\n")
     assert done.returncode == 2
     assert "setting 'providers.heartbeat_interval_s': Input should be greater than or equal to 0.1" in done.stderr
     assert "Traceback" not in done.stderr

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import os
 import resource
-import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,9 +16,10 @@ from gateway.config.files import MAX_POLICY_FILE_BYTES, MAX_SECRET_FILE_BYTES, F
 from gateway.config.telemetry import TelemetryConfigError, read_headers_file
 from gateway.policy.rules.checking import PolicyError, read_policy_file
 from gateway.policy.token_files import TokenFileError, read_token_file
+from tests.support.written_config import REMOTE, config_check, write_config
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(20)  # a FIFO that is opened for reading blocks: fail, do not stall the run
+CHECK_TIMEOUT_S = 15  # under the 20 s above: a `config check` that hangs fails by its own timeout first
 
 
 @pytest.fixture
@@ -76,35 +74,10 @@ def test_the_reader_raises_the_os_error_of_a_missing_file(tmp_path: Path) -> Non
 
 
 def refusal(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "gateway.toml"
-    path.write_text(text)
+    path = write_config(tmp_path, text)
     with pytest.raises(ConfigError) as refused:
         load_config(path, environ={})
     return str(refused.value).removeprefix(f"config file {path}: ")
-
-
-def config_check(
-    config: Path, tmp_path: Path, preexec_fn: Callable[[], None] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """`mcp-gateway config check --config CONFIG` as a user runs it, in an environment of its own."""
-    command = Path(sys.executable).parent / "mcp-gateway"
-    if not command.exists():
-        command = REPO / ".venv" / "bin" / "mcp-gateway"
-    environ = {name: value for name, value in os.environ.items() if not name.startswith("MCP_")}
-    environ["STATE_DIRECTORY"] = str(tmp_path / "state")
-    return subprocess.run(
-        [str(command), "config", "check", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=15,
-        check=False,
-        env=environ,
-        cwd=tmp_path,
-        preexec_fn=preexec_fn,
-    )
-
-
-REMOTE = '[[upstreams.remote]]\nname = "r1"\nurl = "https://example.com/mcp"\n'
 
 
 @pytest.mark.parametrize(
@@ -160,9 +133,7 @@ def limited_memory() -> None:
 def test_dev_zero_as_a_remote_secret_or_headers_file_is_refused_not_read(
     tmp_path: Path, entry: str, expected: str
 ) -> None:
-    config = tmp_path / "gateway.toml"
-    config.write_text("port = 0\n" + REMOTE + entry)
-    done = config_check(config, tmp_path, preexec_fn=limited_memory)
+    done = config_check(tmp_path, "port = 0\n" + REMOTE + entry, preexec_fn=limited_memory, timeout_s=CHECK_TIMEOUT_S)
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr
     assert "Traceback" not in done.stderr
@@ -191,10 +162,10 @@ def test_a_file_within_its_bound_still_loads(tmp_path: Path) -> None:
     headers = tmp_path / "headers"
     headers.write_text("# comment\nX-Api-Key: abc\n")
     headers.chmod(0o600)
-    config = tmp_path / "gateway.toml"
-    config.write_text(
+    config = write_config(
+        tmp_path,
         f'port = 0\n{REMOTE}secret = {{ file = "{secret}" }}\n'
-        f'[[upstreams.remote]]\nname = "r2"\nurl = "https://example.com/mcp"\nheaders_file = "{headers}"\n'
+        f'[[upstreams.remote]]\nname = "r2"\nurl = "https://example.com/mcp"\nheaders_file = "{headers}"\n',
     )
     loaded = load_config(config, environ={})
     assert loaded.upstreams.remote[0].secret is not None
@@ -214,9 +185,7 @@ def test_config_check_refuses_a_fifo_instead_of_hanging(
     tmp_path: Path, fifo: Path, section: str, expected: str
 ) -> None:
     fifo.chmod(0o644)  # readable by others, as a FIFO made without a umask of 077 is
-    config = tmp_path / "gateway.toml"
-    config.write_text("port = 0\n" + section.format(f=fifo))
-    done = config_check(config, tmp_path)
+    done = config_check(tmp_path, "port = 0\n" + section.format(f=fifo), timeout_s=CHECK_TIMEOUT_S)
     assert done.returncode == 2, done.stderr
     assert expected.format(f=fifo) in done.stderr
     assert "chmod" not in done.stdout + done.stderr  # the mode of what is no file is not the problem
