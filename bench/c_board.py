@@ -25,7 +25,6 @@ summed over all its runs).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import os
 import platform
@@ -43,15 +42,16 @@ from bench.processes import (
     gateway_env,
     memory_kib,
     rotating_rounds,
+    run_interruptible,
     start_simulator,
     stop_process,
     wait_healthy,
     wait_slot_ready,
 )
 from bench.pump_paths import DEVICE_DIR, SCHEMA_FILE, micropython
-from bench.pump_rounds import LATENCY_ROWS, Figures, RoundOptions, new_figures, timed_round
+from bench.pump_rounds import LATENCY_ROWS, Figures, RoundOptions, new_figures, round_options, timed_round
 from bench.pump_rounds import render as render_rounds
-from bench.report import MODES, markdown_table, parse_modes
+from bench.report import MODES, markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE_DIR = REPO / "device" / "libmcpb-idf"
@@ -63,6 +63,7 @@ CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
 )
 PATHS = {"c": "pump-c1", "board": "pump-1", "simulator": "pump-2"}
+IDLE_LAUNCHER = "idle MicroPython launcher (no program)"
 COLUMNS = {"c": "C board (pump1-host)", "board": "MicroPython board", "simulator": "simulator (CPython)"}
 RATIOS = (("c", "board", "ratio C/MicroPython"), ("c", "simulator", "ratio C/sim"))
 ROWS = (
@@ -71,6 +72,10 @@ ROWS = (
     ("cpu_gateway", "CPU per call, gateway", "us"),
 )
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+IDLE_PROGRAM = "import time\nfor _ in range(86400):\n    time.sleep(1)\n"
+"""What the idle launcher runs: nothing, for at most a day. The `micropython` of the venv
+(micropython_unix) runs MicroPython inside a CPython process, so most of the board's resident memory
+is that host interpreter's: the same launcher with the same heap, idle, is the baseline taken off."""
 
 
 def parse_options(argv: Sequence[str] | None) -> tuple[RoundOptions, Path | None]:
@@ -84,13 +89,7 @@ def parse_options(argv: Sequence[str] | None) -> tuple[RoundOptions, Path | None
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 20 calls")
     args = parser.parse_args(argv)
-    options = RoundOptions(
-        rounds=args.rounds or (1 if args.quick else 3),
-        calls=args.calls or (20 if args.quick else 500),
-        warmup=args.warmup or (3 if args.quick else 30),
-        modes=parse_modes(parser, args.modes),
-    )
-    return options, args.binary
+    return round_options(parser, args, full=(3, 500, 30)), args.binary
 
 
 def build_release_binary() -> Path:
@@ -129,7 +128,7 @@ class Stack:
         self.gateway: Child | None = None
         self.simulator: Child | None = None
         self.boards: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs = {"c": work / "c-board.log", "board": work / "board.log"}
+        self.logs = {"c": work / "c-board.log", "board": work / "board.log", "idle": work / "idle.log"}
 
     def pid(self, path: str) -> int:
         if path == "simulator":
@@ -148,6 +147,7 @@ class Stack:
         )
         board = [micropython(), "-X", "heapsize=96K", str(DEVICE_DIR / "main.py"), "--config", str(config)]
         self._launch("board", board, {**os.environ, "MICROPYPATH": f".frozen:{DEVICE_DIR}"})
+        self._launch("idle", [micropython(), "-X", "heapsize=96K", "-c", IDLE_PROGRAM], None)
         self.simulator, _ = await start_simulator("simulator", ["--gateway", self.url, "--first", "2"], REPO)
         for path, slot in PATHS.items():
             try:
@@ -177,6 +177,8 @@ class Measured:
     def __init__(self) -> None:
         self.figures: Figures = new_figures()
         self.memory: dict[str, dict[str, int]] = {}
+        self.idle_memory: dict[str, int] = {}
+        """The idle launcher's (IDLE_PROGRAM), read when the pumps' are."""
         self.c_ticks = 0
         self.c_calls = 0
 
@@ -201,16 +203,29 @@ async def run(options: RoundOptions, binary: Path) -> Measured:
 
             await rotating_rounds(options.rounds, options.modes, list(PATHS), timed)
             measured.memory = {path: memory_kib(stack.pid(path)) for path in PATHS}
+            measured.idle_memory = memory_kib(stack.pid("idle"))
             return measured
         finally:
             stack.stop()
 
 
 def render_memory(measured: Measured, binary: Path) -> str:
+    """Each pump's VmRSS and VmHWM; for the MicroPython board also its VmRSS beyond the idle launcher,
+    the part its program and heap add to the host interpreter."""
+    idle_rss = measured.idle_memory["VmRSS"]
     lines = [
-        [COLUMNS[path], f"{memory['VmRSS']:,}", f"{memory['VmHWM']:,}"] for path, memory in measured.memory.items()
+        [
+            COLUMNS[path],
+            f"{memory['VmRSS']:,}",
+            f"{memory['VmHWM']:,}",
+            f"{memory['VmRSS'] - idle_rss:,}" if path == "board" else "",
+        ]
+        for path, memory in measured.memory.items()
     ]
-    table = markdown_table(["pump process", "VmRSS (KiB)", "VmHWM (KiB)"], lines)
+    lines.append([IDLE_LAUNCHER, f"{idle_rss:,}", f"{measured.idle_memory['VmHWM']:,}", ""])
+    table = markdown_table(
+        ["pump process", "VmRSS (KiB)", "VmHWM (KiB)", "VmRSS beyond the idle launcher (KiB)"], lines
+    )
     per_call = measured.c_ticks / CLOCK_TICKS / measured.c_calls * 1e6 if measured.c_calls else float("nan")
     return "\n".join(
         [
@@ -226,7 +241,9 @@ def render_memory(measured: Measured, binary: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     options, binary = parse_options(argv)
     binary = binary or build_release_binary()
-    measured = asyncio.run(run(options, binary))
+    measured = run_interruptible(run(options, binary), "bench.c_board interrupted")
+    if measured is None:
+        return 130
     today = datetime.date.today().isoformat()
     print(
         f"pump-1 through the gateway, C board vs MicroPython board vs simulator: {options.rounds} rounds x "

@@ -3,9 +3,11 @@
     python -m bench.health_probe http://127.0.0.1:3000 samples.txt
 
 One line per poll, `<monotonic time> <seconds>` (a failed poll: `<monotonic time> fail`), every 10 ms,
-until killed. A benchmark that also drives hundreds of connections from its own event loop cannot time
-the gateway's answers from that loop: the wait would be its own. time.monotonic() is the same clock
-in every process of the machine, so the benchmark reads the samples of any window it timed.
+until killed; once its first poll is in the file it prints `ready` on stdout (importing aiohttp alone can
+outlast any fixed wait on a loaded machine, so the benchmark waits for that line). A benchmark that also
+drives hundreds of connections from its own event loop cannot time the gateway's answers from that loop:
+the wait would be its own. time.monotonic() is the same clock in every process of the machine, so the
+benchmark reads the samples of any window it timed.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import time
 import aiohttp
 
 POLL_S = 0.01
+READY = "ready"
+"""The line the probe prints once its first poll is in the file."""
 
 
 async def probe(url: str, path: str) -> None:
     with open(path, "a", buffering=1) as out:  # noqa: ASYNC230 - a line per 10 ms, to a local file
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as http:
+            ready = True
             while True:
                 started = time.monotonic()
                 try:
@@ -32,12 +37,17 @@ async def probe(url: str, path: str) -> None:
                     ok = False
                 took = time.monotonic() - started
                 out.write(f"{started:.6f} {took:.6f}\n" if ok else f"{started:.6f} fail\n")
+                if ready:
+                    print(READY, flush=True)
+                    ready = False
                 await asyncio.sleep(POLL_S)
 
 
-def slowest(path: str, since: float, until: float) -> tuple[float, int]:
-    """(the slowest answer, failed polls) among the polls that started in [since, until]."""
-    worst, failures = 0.0, 0
+def slowest(path: str, since: float, until: float) -> tuple[float | None, int]:
+    """(the slowest answer, failed polls) among the polls that started in [since, until]; None for
+    the slowest when no poll in the window was answered."""
+    worst: float | None = None
+    failures = 0
     with open(path) as samples:
         for line in samples:
             started, _, took = line.partition(" ")
@@ -46,7 +56,7 @@ def slowest(path: str, since: float, until: float) -> tuple[float, int]:
             if took.strip() == "fail":
                 failures += 1
             else:
-                worst = max(worst, float(took))
+                worst = float(took) if worst is None else max(worst, float(took))
     return worst, failures
 
 

@@ -16,7 +16,6 @@ the median over rounds, each ratio path ÷ WebSocket the median of the per-round
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import os
 import platform
@@ -28,7 +27,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.ports import free_port
-from bench.processes import PUMP_TOOL, Child, gateway_env, start_simulator, stop_process, wait_healthy, wait_slot_ready
+from bench.processes import (
+    PUMP_TOOL,
+    Child,
+    gateway_env,
+    run_interruptible,
+    start_simulator,
+    stop_process,
+    wait_healthy,
+    wait_slot_ready,
+)
 from bench.pump_rounds import (
     LATENCY_ROWS,
     Figures,
@@ -143,7 +151,9 @@ async def run(options: RoundOptions) -> Figures:
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_options(argv)
-    figures = asyncio.run(run(options))
+    figures = run_interruptible(run(options), "bench.mqtt interrupted")
+    if figures is None:
+        return 130
     today = datetime.date.today().isoformat()
     print(
         f"pump-1 over MQTT vs WebSocket: {options.rounds} rounds x {options.calls} calls of {PUMP_TOOL} "

@@ -29,7 +29,16 @@ from pathlib import Path
 import orjson
 
 from bench.ports import free_port
-from bench.processes import PUMP_TOOL, Child, gateway_env, start_simulator, stop_process, wait_healthy, wait_slot_ready
+from bench.processes import (
+    PUMP_TOOL,
+    Child,
+    gateway_env,
+    run_interruptible,
+    start_simulator,
+    stop_process,
+    wait_healthy,
+    wait_slot_ready,
+)
 from bench.pump_rounds import (
     LATENCY_ROWS,
     Figures,
@@ -150,7 +159,9 @@ async def run(options: RoundOptions) -> Figures:
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_options(argv)
-    figures = asyncio.run(run(options))
+    figures = run_interruptible(run(options), "bench.pump_paths interrupted")
+    if figures is None:
+        return 130
     today = datetime.date.today().isoformat()
     print(
         f"pump-1 through the gateway, board vs simulator: {options.rounds} rounds x {options.calls} calls of "

@@ -42,15 +42,29 @@ def add_round_arguments(parser: argparse.ArgumentParser, rounds_help: str) -> No
     parser.add_argument("--modes", default=",".join(MODES), help=f"protocol eras, comma-separated (default {MODES})")
 
 
-def round_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RoundOptions:
-    """The round options of parsed `args` (their defaults, or the quick ones with --quick)."""
-    modes = parse_modes(parser, args.modes)
-    return RoundOptions(
-        rounds=args.rounds or (1 if args.quick else 5),
-        calls=args.calls or (20 if args.quick else 400),
-        warmup=args.warmup or (3 if args.quick else 30),
-        modes=modes,
+def round_options(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    full: tuple[int, int, int] = (5, 400, 30),
+    quick: tuple[int, int, int] = (1, 20, 3),
+) -> RoundOptions:
+    """The round options of parsed `args`: each one given, else its default (rounds, calls, warmup) of
+    `full`, or of `quick` with --quick. A parser error for --rounds or --calls under 1, or --warmup
+    under 0 (0 given stays 0: it is not the default)."""
+    defaults = quick if args.quick else full
+    options = RoundOptions(
+        rounds=args.rounds if args.rounds is not None else defaults[0],
+        calls=args.calls if args.calls is not None else defaults[1],
+        warmup=args.warmup if args.warmup is not None else defaults[2],
+        modes=parse_modes(parser, args.modes),
     )
+    if options.rounds < 1:
+        parser.error(f"--rounds must be at least 1, not {options.rounds}")
+    if options.calls < 1:
+        parser.error(f"--calls must be at least 1, not {options.calls}")
+    if options.warmup < 0:
+        parser.error(f"--warmup must not be negative, not {options.warmup}")
+    return options
 
 
 async def timed_round(

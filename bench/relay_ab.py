@@ -8,13 +8,14 @@
 On a shared host one `bench.relay` run moves by several hundredths against the next, which hides any
 change smaller than that. Here each tree runs its own gateway and its own SDK server (publishing with
 that tree's `gateway.publish`), and one SDK client per path makes sequential 2026-07-28 calls in
-short blocks that take turns in a cycle, none after itself (the method of `bench.relay`), on four
-paths: each tree's server on its own Streamable HTTP (the SDK's code, the same in both trees) and
-through that tree's gateway. Both trees see the same drift, so their difference survives it.
-Prints each tree's gateway path against its own direct path, the candidate's gateway path against
-the baseline's round by round (and in how many rounds it was faster), and the CPU per call of each
-tree's gateway and server. A revision is checked out into a temporary git worktree that is removed
-afterwards. Exit code 0 whatever the outcome: it is a measurement.
+short blocks that take turns in a cycle, none after itself (the method of `bench.relay`; the cycle
+starts one path later each round, so each path takes every seat), on four paths: each tree's server
+on its own Streamable HTTP (the SDK's code, the same in both trees) and through that tree's gateway.
+Both trees see the same drift, so their difference survives it. Prints each tree's gateway path
+against its own direct path, the candidate's gateway path against the baseline's round by round (and
+in how many rounds it was faster), and the CPU per call of each tree's gateway and server. A revision
+is checked out into a temporary git worktree that is removed afterwards. Exit code 0 whatever the
+outcome: it is a measurement.
 """
 
 from __future__ import annotations
@@ -98,6 +99,19 @@ def checked_out(spec: str) -> Iterator[Path]:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
 
 
+def round_plan(round_index: int, calls: int, block: int) -> list[tuple[str, int]]:
+    """The blocks of round `round_index`: the cycle of PATHS rotated by one path a round, so every
+    path takes every seat in turn and no block follows one of its own path, within a round or across
+    its boundary (the previous round ends on the path before this round's first)."""
+    first = round_index % len(PATHS)
+    return block_plan((*PATHS[first:], *PATHS[:first]), calls, block)
+
+
+def run_plan(rounds: int, calls: int, block: int) -> list[tuple[str, int]]:
+    """Every block of a run, in order."""
+    return [step for round_index in range(rounds) for step in round_plan(round_index, calls, block)]
+
+
 @dataclass
 class Results:
     medians: dict[str, list[float]] = field(default_factory=lambda: {path: [] for path in PATHS})
@@ -119,7 +133,7 @@ async def measure(stacks: dict[str, TreeStack], options: SequentialOptions, prog
         await wait_idle(pids)
         for round_index in range(options.rounds):
             latencies: dict[str, list[float]] = {path: [] for path in PATHS}
-            plan = block_plan(PATHS if round_index % 2 == 0 else PATHS[::-1], options.calls, options.block)
+            plan = round_plan(round_index, options.calls, options.block)
             for path, count in plan:
                 before = stacks[path].cpu() if path in TREES else None
                 timed = await clients[path].timed_calls(REWARM_CALLS + count)

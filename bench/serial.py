@@ -89,6 +89,10 @@ RUNNING_STATUS = {
 """get_status of a pump that has been running for a while (a fresh simulator's reads all zeros)."""
 
 
+MAX_MIN_TIME_S = 60.0
+"""The longest --min-time: each message and codec runs its loops that long, every repeat."""
+
+
 @dataclass
 class Options(RoundOptions):
     repeats: int
@@ -104,11 +108,16 @@ def parse_options(argv: Sequence[str] | None) -> Options:
     add_round_arguments(parser, "round trip: alternating rounds")
     parser.add_argument("--quick", action="store_true", help="a smoke run: short loops, 1 round of 20 calls")
     args = parser.parse_args(argv)
-    return Options(
+    options = Options(
         **vars(round_options(parser, args)),
-        repeats=args.repeats or (3 if args.quick else 7),
-        min_time=args.min_time or (0.005 if args.quick else 0.05),
+        repeats=args.repeats if args.repeats is not None else (3 if args.quick else 7),
+        min_time=args.min_time if args.min_time is not None else (0.005 if args.quick else 0.05),
     )
+    if options.repeats < 1:
+        parser.error(f"--repeats must be at least 1, not {options.repeats}")
+    if not 0 < options.min_time <= MAX_MIN_TIME_S:
+        parser.error(f"--min-time must be over 0 and at most {MAX_MIN_TIME_S:g} s, not {options.min_time}")
+    return options
 
 
 # -- framing: in this process ---------------------------------------------------------------------

@@ -39,10 +39,11 @@ REPO = Path(__file__).resolve().parent.parent
 class Storm:
     boards: int
     serve_s: float = 0.0
-    serve_health_ms: float = 0.0
+    serve_health_ms: float | None = None
+    """None: no /healthz poll was answered in the window (printed n/a)."""
     serve_cpu_s: float = 0.0
     leave_s: float = 0.0
-    leave_health_ms: float = 0.0
+    leave_health_ms: float | None = None
     leave_cpu_s: float = 0.0
     rss_per_board_kib: float = 0.0
     first_board_kib: float = 0.0
@@ -101,6 +102,24 @@ def storm_env(settings: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+PROBE_READY_S = 30.0
+"""Longest wait for the /healthz probe's first poll (its imports, on a loaded machine)."""
+
+
+async def start_probe(url: str, samples: Path, ready_s: float = PROBE_READY_S) -> Child:
+    """The /healthz probe writing to `samples`, once it printed that its first poll is in the file;
+    RuntimeError with its log if it does not within `ready_s`."""
+    probe = Child("health probe", ["-m", "bench.health_probe", url, str(samples)], REPO)
+    try:
+        line = await asyncio.to_thread(probe.read_line, ready_s)
+        if line != health_probe.READY:
+            raise RuntimeError(f"the /healthz probe was not ready within {ready_s:g} s:\n{probe.output()[-3000:]}")
+    except BaseException:
+        probe.stop()
+        raise
+    return probe
+
+
 async def one_storm(boards: int, timeout_s: float, settings: dict[str, str] | None = None) -> Storm:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -119,37 +138,39 @@ async def one_storm(boards: int, timeout_s: float, settings: dict[str, str] | No
         await wait_idle([gateway.pid])
         idle_rss = memory_kib(gateway.pid)["VmRSS"]
         result.first_board_kib = idle_rss - cold_rss
-        samples = Path(tempfile.mkdtemp(prefix="storm-")) / "healthz.txt"
-        probe = Child("health probe", ["-m", "bench.health_probe", url, str(samples)], REPO)
-        await asyncio.sleep(0.5)  # the probe's first polls: the window below starts with it running
-        devices = Devices(url, boards, prefix="board", register=True, tools=PUMP1_TOOLS)
-        cpu = cpu_seconds(gateway.pid)
-        window = time.monotonic()
-        started = time.perf_counter()
-        await devices.start()
-        # Served: the gateway listed every board's tools, and a client of `_all` lists them all.
-        await devices.wait_listed(timeout_s)
-        expected = boards * len(PUMP1_TOOLS)
-        if not await wait_for_all(url, lambda tools: tools >= expected, timeout_s):
-            result.notes.append(f"not every board was served within {timeout_s:g} s")
-        result.serve_s = time.perf_counter() - started
-        result.serve_cpu_s = cpu_seconds(gateway.pid) - cpu
-        slowest_s, failures = health_probe.slowest(str(samples), window, time.monotonic())
-        result.serve_health_ms = slowest_s * 1000
-        await wait_idle([gateway.pid])
-        result.rss_per_board_kib = (memory_kib(gateway.pid)["VmRSS"] - idle_rss) / boards
-        cpu = cpu_seconds(gateway.pid)
-        window = time.monotonic()
-        started = time.perf_counter()
-        await devices.stop()
-        if not await wait_for_all(url, lambda tools: tools == 0, timeout_s):
-            result.notes.append(f"boards still attached after {timeout_s:g} s")
-        result.leave_s = time.perf_counter() - started
-        result.leave_cpu_s = cpu_seconds(gateway.pid) - cpu
-        slowest_s, more_failures = health_probe.slowest(str(samples), window, time.monotonic())
-        result.leave_health_ms = slowest_s * 1000
-        result.health_failures = failures + more_failures
-        probe.stop()
+        with tempfile.TemporaryDirectory(prefix="storm-") as directory:
+            samples = Path(directory) / "healthz.txt"
+            probe = await start_probe(url, samples)
+            try:
+                devices = Devices(url, boards, prefix="board", register=True, tools=PUMP1_TOOLS)
+                cpu = cpu_seconds(gateway.pid)
+                window = time.monotonic()
+                started = time.perf_counter()
+                await devices.start()
+                # Served: the gateway listed every board's tools, and a client of `_all` lists them all.
+                await devices.wait_listed(timeout_s)
+                expected = boards * len(PUMP1_TOOLS)
+                if not await wait_for_all(url, lambda tools: tools >= expected, timeout_s):
+                    result.notes.append(f"not every board was served within {timeout_s:g} s")
+                result.serve_s = time.perf_counter() - started
+                result.serve_cpu_s = cpu_seconds(gateway.pid) - cpu
+                slowest_s, failures = health_probe.slowest(str(samples), window, time.monotonic())
+                result.serve_health_ms = None if slowest_s is None else slowest_s * 1000
+                await wait_idle([gateway.pid])
+                result.rss_per_board_kib = (memory_kib(gateway.pid)["VmRSS"] - idle_rss) / boards
+                cpu = cpu_seconds(gateway.pid)
+                window = time.monotonic()
+                started = time.perf_counter()
+                await devices.stop()
+                if not await wait_for_all(url, lambda tools: tools == 0, timeout_s):
+                    result.notes.append(f"boards still attached after {timeout_s:g} s")
+                result.leave_s = time.perf_counter() - started
+                result.leave_cpu_s = cpu_seconds(gateway.pid) - cpu
+                slowest_s, more_failures = health_probe.slowest(str(samples), window, time.monotonic())
+                result.leave_health_ms = None if slowest_s is None else slowest_s * 1000
+                result.health_failures = failures + more_failures
+            finally:
+                probe.stop()
     finally:
         log = gateway.output()
         gateway.stop()
@@ -174,6 +195,11 @@ def raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def milliseconds(value_ms: float | None) -> str:
+    """A slowest /healthz figure, or n/a when no poll was answered in its window."""
+    return "n/a" if value_ms is None else f"{value_ms:.0f}"
+
+
 def render(results: list[Storm]) -> str:
     rows = [
         (
@@ -193,10 +219,10 @@ def render(results: list[Storm]) -> str:
             (
                 f"{storm.boards:,}",
                 f"{storm.serve_s:.2f}",
-                f"{storm.serve_health_ms:.0f}",
+                milliseconds(storm.serve_health_ms),
                 f"{storm.serve_cpu_s:.2f}",
                 f"{storm.leave_s:.2f}",
-                f"{storm.leave_health_ms:.0f}",
+                milliseconds(storm.leave_health_ms),
                 f"{storm.leave_cpu_s:.2f}",
                 f"{storm.rss_per_board_kib:.0f}",
                 str(storm.tracebacks),
