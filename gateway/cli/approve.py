@@ -38,9 +38,13 @@ def render_approvals(approvals: list[dict[str, Any]], now_ms: int) -> str:
         decided = f" by {item['decided_by']}" if item.get("decided_by") else ""
         # After a reload that changed the [[confirm]] rules, confirm[N] of the list may be another rule now.
         rule = f"{item['rule']} of an earlier policy" if item.get("rule_reloaded") else item["rule"]
+        # A masked value hides what may tell two calls apart: the approver is told it does not see it.
+        masked = [str(key) for key in item.get("masked") or []]
+        more = item.get("masked_more") or 0
+        hidden = f"  masked: {', '.join(masked)}{f' and {more} more' if more else ''}" if masked else ""
         line = (
             f"{item['id']}  {item['state']}{decided}  {', '.join(item['principal'])} -> {item['tool']} on "
-            f"{item['slot']} ({item['resource']}) {arguments}  [{rule}, expires in {left_s} s]"
+            f"{item['slot']} ({item['resource']}) {arguments}{hidden}  [{rule}, expires in {left_s} s]"
         )
         lines.append(terminal_text(line))
     return "\n".join(lines)

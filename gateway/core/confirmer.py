@@ -5,17 +5,34 @@ not at all; and the device's state for the question, read with the slot's read t
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import secrets
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from gateway.core import errors, jsonrpc
 from gateway.core.client_context import SESSION, ClientContext
 from gateway.core.eras import ENVELOPE_KEYS
+from gateway.core.input_required import CallerId
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.policy_interface import CONFIRM_INPUT_KEY, CONFIRM_STATE_PREFIX, ConfirmRetry
 from gateway.core.relay import missing_capability
 
 ELICIT = "elicitation/create"
+CONTINUE_STATE_PREFIX = "mcpgwk1."
+"""Marks a requestState the gateway issued for a provider's own input_required round of a call a person
+confirmed: it seals the provider's requestState and that the call is confirmed (Continuations)."""
+CONTINUE_S = 600
+"""How long such a state holds (s): a person answering the provider's question has this long."""
+MAX_CONTINUED = 4096
+"""Continuation states answered and not yet expired, remembered so none is used twice; past it, new
+ones are refused until one expires."""
 QUESTION_READ = "question-read"
 """The `way` of the gateway's own read of a device's state for a question: it is decided, limited and
 recorded as the caller's call of the read tool, and never itself put to a person."""
@@ -40,15 +57,141 @@ def split_retry(params: JsonObject) -> tuple[JsonObject, ConfirmRetry | None]:
     return rest, ConfirmRetry(state, answer if isinstance(answer, dict) else None)
 
 
+@dataclass(frozen=True)
+class Continued:
+    """What a continuation state brings: the provider's own requestState (None: it gave none), who
+    confirmed the call, and the digest of the arguments the call was forwarded with."""
+
+    provider_state: str | None
+    confirmed_by: str
+    forwarded: str
+
+
+def _digest(value: object) -> str:
+    try:
+        canonical = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # unreachable for decoded JSON; never equal to anything then
+        canonical = secrets.token_bytes(16)
+    return hashlib.sha256(canonical).hexdigest()[:32]
+
+
+def _continue_error(message: str, reason: str) -> errors.RpcError:
+    return errors.RpcError(jsonrpc.INVALID_PARAMS, message, {"reason": reason})
+
+
+class Continuations:
+    """Seals and opens continuation states (CONTINUE_STATE_PREFIX): HMAC with a key of this process, as
+    the gateway's other requestStates, over the state and the call it continues (caller, slot, tool,
+    arguments as sent), so it cannot be forged, altered or moved to another call; each is used once."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+        self._used: dict[str, float] = {}
+        """The digest of each used state's body, with its expiry (monotonic s)."""
+
+    def seal(self, call: str, provider_state: object, continued: Continued) -> str:
+        inner = orjson.dumps(
+            {
+                "s": provider_state if isinstance(provider_state, str) else None,
+                "by": continued.confirmed_by,
+                "f": continued.forwarded,
+            }
+        )
+        expires = int(time.monotonic() + CONTINUE_S)
+        body = f"{CONTINUE_STATE_PREFIX}{secrets.token_hex(8)}.{expires}.{base64.urlsafe_b64encode(inner).decode()}"
+        return f"{body}.{self._mac(body, call)}"
+
+    def open(self, state: str, call: str) -> Continued:
+        """The continuation `state` carries for `call`, used up now; RpcError -32602 when it does not hold."""
+        body, _, mac = state.rpartition(".")
+        fields = body.removeprefix(CONTINUE_STATE_PREFIX).split(".")
+        if len(fields) != 3 or not mac.isascii() or not hmac.compare_digest(mac, self._mac(body, call)):
+            raise _continue_error(
+                "requestState does not belong to this call (altered, from another run of the gateway, or sent "
+                "with another tool, other arguments or by another caller): retry the same tool with the same "
+                "arguments as the call that got it, or send the call again without requestState",
+                "mismatch",
+            )
+        now = time.monotonic()
+        if not fields[1].isdigit() or int(fields[1]) <= now:
+            raise _continue_error(
+                "requestState has expired: the provider's question was not answered in time; send the call "
+                "again without requestState",
+                "expired",
+            )
+        used = hashlib.sha256(body.encode()).hexdigest()  # a provider's state may be long: its digest is kept
+        if used in self._used:
+            raise _continue_error(
+                "requestState was already used: each round of a confirmed call continues once; send the call "
+                "again without requestState",
+                "used",
+            )
+        if len(self._used) >= MAX_CONTINUED:
+            for old in [old for old, until in self._used.items() if until <= now]:
+                del self._used[old]
+            if len(self._used) >= MAX_CONTINUED:
+                raise errors.RpcError(
+                    jsonrpc.UNAVAILABLE,
+                    f"Not forwarded: {MAX_CONTINUED} continued rounds of confirmed calls are remembered within "
+                    "their lifetime; try again later",
+                    {"reason": "continuations_full", "limit": MAX_CONTINUED},
+                )
+        self._used[used] = float(fields[1])
+        inner = orjson.loads(base64.urlsafe_b64decode(fields[2]))
+        state = inner.get("s")
+        return Continued(state if isinstance(state, str) else None, str(inner.get("by")), str(inner.get("f")))
+
+    def _mac(self, body: str, call: str) -> str:
+        return hmac.new(self._key, f"{body}|{call}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+CONTINUATIONS = Continuations()
+
+
+def call_of(caller: CallerId, slot: str, tool: str, arguments: object) -> str:
+    """What a continuation state is bound to: the caller, the slot, the tool, the arguments as sent."""
+    return orjson.dumps([*caller, slot, tool, _digest(arguments)]).decode()  # JSON: no part runs into the next
+
+
+def forwarded_digest(arguments: object) -> str:
+    """The digest of the arguments a call was forwarded with, sealed with its continuation."""
+    return _digest(arguments)
+
+
+def split_continuation(params: JsonObject, call: str) -> tuple[JsonObject, Continued | None]:
+    """A 2026-07-28 retry of a confirmed call's provider round: the params with the provider's own
+    requestState back in place of the gateway's, and what the state brings; RpcError when it does not hold."""
+    state = params.get("requestState")
+    if not isinstance(state, str) or not state.startswith(CONTINUE_STATE_PREFIX):
+        return params, None
+    continued = CONTINUATIONS.open(state, call)
+    rest = {key: value for key, value in params.items() if key != "requestState"}
+    if continued.provider_state is not None:
+        rest["requestState"] = continued.provider_state
+    return rest, continued
+
+
 class ClientConfirmer:
-    """One call's caller, as the policy layer may ask it to confirm the call."""
+    """One call's caller, as the policy layer may ask it to confirm the call.
 
-    __slots__ = ("ctx", "read_state", "retry")
+    `confirmed_by` is set by the policy layer when a person confirmed this call, and `continued` by the
+    core when the call continues a provider round of a call confirmed earlier: either way a provider's
+    input_required answer is relayed with a continuation state, and its retry is not confirmed again."""
 
-    def __init__(self, ctx: ClientContext, retry: ConfirmRetry | None, read_state: StateReader | None) -> None:
+    __slots__ = ("confirmed_by", "continued", "ctx", "read_state", "retry")
+
+    def __init__(
+        self,
+        ctx: ClientContext,
+        retry: ConfirmRetry | None,
+        read_state: StateReader | None,
+        continued: Continued | None = None,
+    ) -> None:
         self.ctx = ctx
         self.retry = retry
         self.read_state = read_state
+        self.continued = continued
+        self.confirmed_by: str | None = None
 
     @property
     def way(self) -> str:

@@ -13,10 +13,23 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from gateway.core import eras, errors, method_rules, trace_relay
+from gateway.core import eras, errors, jsonrpc, method_rules, trace_relay
 from gateway.core.cancelled_requests import cancel_reason, late_answer_sink
-from gateway.core.client_context import ClientContext
-from gateway.core.confirmer import QUESTION_VIA, ClientConfirmer, Forward, QuestionRead, StateReader, split_retry
+from gateway.core.client_context import SESSION, ClientContext
+from gateway.core.confirmer import (
+    CONTINUATIONS,
+    QUESTION_VIA,
+    ClientConfirmer,
+    Continued,
+    Forward,
+    QuestionRead,
+    StateReader,
+    call_of,
+    forwarded_digest,
+    split_continuation,
+    split_retry,
+)
+from gateway.core.input_required import caller_id
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import (
@@ -156,10 +169,12 @@ async def call(
     # aggregate name such as `pump-1-get_status` the caller used on _all or a group).
     decided = str(tool["name"]) if tool else str(name)
     params, retry = split_retry(params)
+    bound = call_of(caller_id(ctx.principal, ctx.peer), slot, decided, params.get("arguments"))
+    params, continued = split_continuation(params, bound)
     if read_state is not None:
         read_state = read_state.through(partial(question_read, governance, ctx, slot))
     if confirmer is None:
-        confirmer = ClientConfirmer(ctx, retry, read_state)
+        confirmer = ClientConfirmer(ctx, retry, read_state, continued)
     span = trace_relay.start_policy(ctx, slot, decided)
     held, task = governance.held, asyncio.current_task()
     if task is not None:
@@ -194,7 +209,31 @@ async def call(
         return verdict.answer
     if not verdict.allowed:
         raise refusal(verdict, slot)
-    return await forwarded(governance, verdict, slot, params, forward)
+    if not isinstance(confirmer, ClientConfirmer) or (confirmer.confirmed_by is None and continued is None):
+        return await forwarded(governance, verdict, slot, params, forward)
+    sent = verdict.arguments if verdict.arguments is not None else params.get("arguments")
+    if continued is not None and forwarded_digest(sent) != continued.forwarded:
+        raise refused_continuation(governance, verdict, slot)
+    result = await forwarded(governance, verdict, slot, params, forward)
+    if not eras.is_input_required(result) or ctx.era == SESSION:
+        return result
+    # The provider asks its own question of a confirmed call: the client's retry continues this call,
+    # with the provider's requestState restored and no second confirmation.
+    by = confirmer.confirmed_by if continued is None else continued.confirmed_by
+    state = CONTINUATIONS.seal(bound, result.get("requestState"), Continued(None, str(by), forwarded_digest(sent)))
+    return {**result, "requestState": state}
+
+
+def refused_continuation(governance: Governance, verdict: CallVerdict, slot: str) -> errors.RpcError:
+    """A retry of a confirmed call's provider round that the policy in force now forwards with other
+    arguments than the person confirmed (a reload changed a limit): refused, and recorded as its result."""
+    text = (
+        f"Not forwarded: the operator's policy changed while the provider of {slot} asked its question, and it "
+        "now forwards other arguments than the person confirmed; send the call again without requestState to "
+        "be asked again"
+    )
+    governance.call_ended(verdict, "error", 0.0, text)
+    return errors.RpcError(jsonrpc.INVALID_PARAMS, text, {"reason": "confirmation_changed", "slot": slot})
 
 
 async def question_read(

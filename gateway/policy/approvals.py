@@ -22,13 +22,17 @@ from typing import Any
 
 import orjson
 
-from gateway.policy.audit.records import mask_secrets
+from gateway.policy.audit.records import cut_text, mask_secrets, masked_keys
 from gateway.policy.rules.subjects import identity_of
 
 DEFAULT_MAX_APPROVALS = 256
 """Calls waiting for approval (or approved and not yet used) at once; past it a new one is refused."""
 DEFAULT_MAX_APPROVALS_PER_CALLER = 32
 """As many of one caller's: one agent sending many calls to be approved leaves room for the others'."""
+MAX_MASKED_NAMED = 16
+MAX_MASKED_KEY_CHARS = 64
+"""An approval names at most this many masked keys (the rest counted in masked_more), each cut to this many
+characters: the list goes to every observer of /_system/broker, for up to max_pending_approvals calls."""
 
 
 def binding_of(subjects: Collection[str], slot: str, tool: str, arguments: object) -> str:
@@ -70,6 +74,11 @@ class Approval:
     tool: str
     arguments: Any
     """Masked: secret-looking keys are never shown to the approver."""
+    masked: tuple[str, ...]
+    """The keys whose values `arguments` hides (at most MAX_MASKED_NAMED): two calls differing only there
+    look alike, so the approver is told it approves without seeing them."""
+    masked_more: int
+    """How many more keys are masked than `masked` names."""
     rule: str
     created_ms: int
     expires_ms: int
@@ -90,6 +99,8 @@ class Approval:
             "resource": self.resource,
             "tool": self.tool,
             "arguments": self.arguments,
+            "masked": list(self.masked),
+            "masked_more": self.masked_more,
             "rule": self.rule,
             "created_ms": self.created_ms,
             "expires_ms": self.expires_ms,
@@ -160,6 +171,7 @@ class Approvals:
                 "max_pending_approvals_per_caller",
             )
         now = self.now_ms()
+        hidden = list(masked_keys(arguments))
         approval = Approval(
             id=secrets.token_hex(4),
             attempt=attempt,
@@ -170,6 +182,8 @@ class Approvals:
             resource=resource,
             tool=tool,
             arguments=mask_secrets(arguments),
+            masked=tuple(str(cut_text(key, MAX_MASKED_KEY_CHARS)) for key in hidden[:MAX_MASKED_NAMED]),
+            masked_more=max(0, len(hidden) - MAX_MASKED_NAMED),
             rule=rule,
             created_ms=now,
             expires_ms=now + expires_s * 1000,

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from gateway.core import errors, jsonrpc
-from gateway.core.confirmer import QUESTION_READ
+from gateway.core.confirmer import QUESTION_READ, ClientConfirmer
 from gateway.core.policy_interface import (
     CONFIRM_INPUT_KEY,
     CONFIRM_STATE_PREFIX,
@@ -27,6 +27,7 @@ from gateway.core.policy_interface import (
     AnswerInstead,
     Confirmer,
 )
+from gateway.core.relay import ClientAnswerError
 from gateway.policy.approvals import Approval, Approvals, ApprovalsFull, binding_of
 from gateway.policy.audit.records import mask_secrets
 from gateway.policy.rules.compiled import ConfirmRule
@@ -34,6 +35,8 @@ from gateway.policy.rules.subjects import ANONYMOUS, identity_of
 
 MAX_STATE_CHARS = 2000
 """Longest device state quoted in a question; a longer one is cut (the person reads it, a page is enough)."""
+MAX_ERROR_CHARS = 200
+"""Longest part of a client's error answer to a question quoted in its record and tool error (the client's text)."""
 DEFAULT_MAX_USED_CONFIRMATIONS = 4096
 """requestStates answered and not yet expired, remembered so none is answered twice; past it, answers wait
 (limits.max_used_confirmations)."""
@@ -109,6 +112,12 @@ class Claim:
 NO_CLAIM = Claim()
 
 
+def continues(confirmer: Confirmer | None) -> bool:
+    """Whether the call continues a provider's input_required round of a call a person confirmed (its
+    retry brings the gateway's continuation state, which the core checked): it is not confirmed again."""
+    return isinstance(confirmer, ClientConfirmer) and confirmer.continued is not None
+
+
 class Confirmations:
     """The confirmation step of Governor.admit_call, with the approvals waiting and the seal of the
     requestStates it issues (a key of this process: a state cannot be forged or moved to another call)."""
@@ -135,8 +144,9 @@ class Confirmations:
         self, subjects: frozenset[str], slot: str, tool: str, arguments: object, confirmer: Confirmer | None
     ) -> Claim:
         """Take what this attempt brings towards its confirmation, used up now (see Claim)."""
-        if confirmer is not None and confirmer.way == QUESTION_READ:
-            # The gateway's own read for a question: it uses up none of the caller's approvals.
+        if (confirmer is not None and confirmer.way == QUESTION_READ) or continues(confirmer):
+            # The gateway's own read for a question, or a confirmed call's later round: it uses up none
+            # of the caller's approvals.
             return NO_CLAIM
         retry = confirmer.retry if confirmer is not None else None
         if retry is not None and confirmer is not None and confirmer.way != "input":
@@ -163,7 +173,16 @@ class Confirmations:
 
     async def ask(self, question: Question, confirmer: Confirmer | None, claim: Claim | None = None) -> Answer:
         """The person's answer; AnswerInstead (an input_required round) or RpcError (-32001 with how to
-        approve) when it cannot be had now. `claim`: what the attempt brought (taken here when None)."""
+        approve) when it cannot be had now. `claim`: what the attempt brought (taken here when None).
+
+        A yes is told to the core's confirmer: a provider's own input_required round of the call is then
+        relayed so that its retry continues the confirmed call (gateway/core/confirmer.py, Continuations)."""
+        answer = await self._ask(question, confirmer, claim)
+        if answer.confirmed and isinstance(confirmer, ClientConfirmer):
+            confirmer.confirmed_by = answer.by
+        return answer
+
+    async def _ask(self, question: Question, confirmer: Confirmer | None, claim: Claim | None) -> Answer:
         if confirmer is not None and confirmer.way == QUESTION_READ:
             raise _question_read_confirmed(question)
         if claim is None:
@@ -201,6 +220,20 @@ class Confirmations:
                     result = await confirmer.elicit(params)
             except TimeoutError:
                 return Answer(False, "nobody", self.approvals.now_ms(), "timeout")
+            except ClientAnswerError as exc:
+                # The client answered the question with an error (its form could not be shown, say): a no.
+                return Answer(
+                    False,
+                    f"{question.who} via elicitation (an error answer: {exc.message[:MAX_ERROR_CHARS]})",
+                    self.approvals.now_ms(),
+                    "elicitation",
+                )
+            except errors.RpcError as exc:
+                if not isinstance(exc.data, dict) or exc.data.get("reason") != "no_channel":
+                    raise
+                # The request's stream cannot carry the question (its POST accepts no text/event-stream):
+                # the client cannot be asked, and its call waits for an operator's approval.
+                raise self._waiting(question, "this request cannot carry the question (no text/event-stream)") from None
             return self._answer(result, question.who, "elicitation")
         raise self._waiting(question)
 
@@ -249,8 +282,9 @@ class Confirmations:
             "requestState": self._seal(question),
         }
 
-    def _waiting(self, question: Question) -> errors.RpcError:
-        """The refusal of a caller that cannot be asked: the call waits for an operator's approval."""
+    def _waiting(self, question: Question, unaskable: str = "it declares no elicitation") -> errors.RpcError:
+        """The refusal of a caller that cannot be asked (`unaskable`: why): the call waits for an operator's
+        approval."""
         try:
             approval = self.approvals.request(
                 question.attempt,
@@ -273,7 +307,7 @@ class Confirmations:
         if question.rule.by == "another":
             why = "another principal approves it (the caller's own client is never asked)"
         else:
-            why = "this client cannot be asked (it declares no elicitation)"
+            why = f"this client cannot be asked ({unaskable})"
         if identity_of(question.subjects) == ANONYMOUS:
             # Only a gateway without [auth] has anonymous callers, and an anonymous caller approves no
             # anonymous call: telling the agent an operator can would have its user wait for nobody.

@@ -37,9 +37,17 @@ from gateway.policy.approvals import Approval, ApprovalUnknown, binding_of
 from gateway.policy.arguments import PATTERN_TIMEOUT, ArgumentRefused, Checked, check_arguments
 from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.reading import AuditReadError
-from gateway.policy.audit.records import DecisionRecord, mask_secrets
+from gateway.policy.audit.records import DecisionRecord, mask_secrets, now_ms
 from gateway.policy.audit.trail import AuditTrail
-from gateway.policy.confirmation import Answer, AnswerRefused, Claim, Confirmations, Question, callers_answer_refused
+from gateway.policy.confirmation import (
+    Answer,
+    AnswerRefused,
+    Claim,
+    Confirmations,
+    Question,
+    callers_answer_refused,
+    continues,
+)
 from gateway.policy.execution.admission import Admission, ExecutionLimits
 from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
 from gateway.policy.rules.capabilities import TOOLS_CALL
@@ -235,7 +243,7 @@ class Governor:
         judged = await self._judge(policy, call, **({} if yes is None else _confirmed_fields(yes)))
         if isinstance(judged, CallVerdict):
             return judged
-        if judged.decision.confirm is not None:
+        if judged.decision.confirm is not None and not continues(confirmer):
             confirmed = await self._confirm(policy, call, judged, confirmer, claim)
             if isinstance(confirmed, CallVerdict):
                 return confirmed
@@ -351,12 +359,12 @@ class Governor:
                 f"{call.slot}; the client was asked with input_required, and its retry carrying the answer is "
                 "decided again"
             )
-            await self._record_refusal(_replace(record, effect="wait-confirmation", reason=reason))
+            await self._record_refusal(_replace(record, effect="wait-confirmation", reason=reason, time_ms=now_ms()))
             raise
         except errors.RpcError as exc:
             # Waiting for an operator's approval, or a retry whose answer does not hold (used, expired, ...).
             effect = confirmation_effect(exc)
-            refused = _replace(record, effect=effect, reason=exc.message)
+            refused = _replace(record, effect=effect, reason=exc.message, time_ms=now_ms())
             if isinstance(exc, AnswerRefused):  # the caller answered: its answer is on record with the refusal
                 refused = _replace(refused, rules=(*record.rules, rule.id), **_confirmed_fields(exc.answer))
             await self._record_refusal(refused)
@@ -373,6 +381,7 @@ class Governor:
             )
             unanswered = _replace(
                 record,
+                time_ms=now_ms(),  # written now, not when the call arrived before the wait
                 effect="declined",
                 confirmed_by="nobody",
                 confirmed_ms=self.confirmations.approvals.now_ms(),
@@ -382,6 +391,8 @@ class Governor:
             await asyncio.shield(self._record_refusal(unanswered))
             raise
         confirmed = _confirmed_fields(answer)
+        # The record is written now, with the answer: time_ms is the decision's, not the call's arrival.
+        record = _replace(record, time_ms=now_ms())
         if not answer.confirmed:
             result = declined_result(question, answer)
             declined = _replace(
@@ -403,7 +414,7 @@ class Governor:
             judged = again
         return Judged(
             judged.decision,
-            _replace(judged.record, rules=(*judged.record.rules, rule.id), **confirmed),
+            _replace(judged.record, rules=(*judged.record.rules, rule.id), time_ms=record.time_ms, **confirmed),
             judged.checked,
             judged.forwarded,
         )

@@ -185,7 +185,7 @@ async def test_a_secret_quoted_in_an_answer_after_the_cancel_never_reaches_the_t
         client = AgentSession(http, f"{gateway.url}/board/mcp", AGENT)
         await client.initialize()
         for secret, answer in ((tool_secret, tool_error), (rpc_secret, rpc_error)):
-            told = await cancel_crossing_the_answer(client, board, {"open": True, "pin": secret}, answer)
+            told = await cancel_crossing_the_answer(client, board, {"open": True, "pin_code": secret}, answer)
             assert told["error"]["code"] == -32800
     records = await answered_after_cancel(trail, 2)
     assert [(r["status"], r["after_cancel"], r["after_cancel_error"]) for r in records[:2]] == [

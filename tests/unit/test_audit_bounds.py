@@ -122,9 +122,9 @@ async def test_a_call_cancelled_while_its_decision_is_written_gets_a_cancelled_r
 
 async def test_every_secret_looking_key_is_masked_by_its_words(trails: TrailFactory) -> None:
     trail = await trails()
-    secret_keys = ["passphrase", "private_key", "pwd", "pin", "user_pin", "userPIN", "session_key", "cookie"]
+    secret_keys = ["passphrase", "private_key", "pwd", "pin_code", "user_pin", "userPIN", "session_key", "cookie"]
     secret_keys += ["bearer", "credential", "secret", "token", "X-Api-Key", "privateKey", "Authorization"]
-    plain_keys = ["spin_rate", "pinned", "speed_rpm", "key"]
+    plain_keys = ["spin_rate", "pinned", "speed_rpm", "key", "pin", "gpio_pin"]
     arguments = {key: "v4lue" for key in (*secret_keys, *plain_keys)}
     await trail.decision(record(arguments={"nested": [arguments]}))
     (stored,) = trail.query()[0]["arguments"]["nested"]

@@ -26,7 +26,8 @@ SECRET_WORDS = frozenset(
         "passwd",
         "passphrase",
         "pwd",
-        "pin",
+        "pincode",
+        "passcode",
         "secret",
         "secrets",
         "token",
@@ -41,9 +42,23 @@ SECRET_WORDS = frozenset(
         "privatekey",
     }
 )
-"""A key holding one of these words is secret-looking: `pin` and `user_pin`, not `spin_rate` or `pinned`."""
-SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("session", "key"), ("access", "key")})
-"""Two words in a row that make a key secret-looking: `api_key`, `X-Api-Key`, `privateKey`, `session_key`."""
+"""A key holding one of these words is secret-looking: `db_password`, `passcode`, not `tokenizer`. A bare
+`pin` is not one: on this appliance it is a GPIO pin number, which an approver must see to tell two
+calls apart; PIN codes are caught by SECRET_PAIRS and `pincode`."""
+SECRET_PAIRS = frozenset(
+    {
+        ("api", "key"),
+        ("private", "key"),
+        ("session", "key"),
+        ("access", "key"),
+        ("pin", "code"),
+        ("user", "pin"),
+        ("sim", "pin"),
+        ("admin", "pin"),
+    }
+)
+"""Two words in a row that make a key secret-looking: `api_key`, `X-Api-Key`, `privateKey`, `pin_code`,
+`userPIN`, `sim_pin`; not `gpio_pin` or `pin_number`."""
 MAX_KEYS_REMEMBERED = 4096
 """Keys whose verdict is kept (the same few keys come in every call)."""
 MASK = "***"
@@ -167,6 +182,24 @@ def mask_secrets(value: Any, depth: int = 0) -> Any:
     if isinstance(value, list | tuple):
         return [mask_secrets(item, depth + 1) for item in value]
     return value
+
+
+def masked_keys(value: Any, depth: int = 0) -> dict[str, None]:
+    """The keys whose values mask_secrets replaces, at any depth, each once, in the order met (a dict
+    used as an ordered set); none under a masked value, whose whole value is hidden."""
+    found: dict[str, None] = {}
+    if depth >= MAX_DEPTH:
+        return found
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and is_secret_key(key):
+                found[key] = None
+            else:
+                found.update(masked_keys(item, depth + 1))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            found.update(masked_keys(item, depth + 1))
+    return found
 
 
 MIN_MASKED_CHARS = 4

@@ -14,16 +14,26 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.config.files import MAX_POLICY_FILE_BYTES, FileRefused, read_regular_file
 from gateway.config.policy import PolicyConfig
-from gateway.policy.rules.capabilities import TOOL_PREFIX, capability_error, tool_pattern_warning
+from gateway.core.names import BROKER_SLOT
+from gateway.policy.rules.capabilities import (
+    TOOL_CONTROL,
+    TOOL_PREFIX,
+    TOOLS_CALL,
+    capability_error,
+    tool_pattern_warning,
+)
 from gateway.policy.rules.declared import declared_limit_problems
 from gateway.policy.rules.execution_checks import execution_limit_problems
 from gateway.policy.rules.model import ENTRY_MODELS, SECTIONS, Entry, PolicyDocument, Role
-from gateway.policy.rules.paths import PatternError, check_path, compile_pattern
+from gateway.policy.rules.paths import BROKER_PATH, PatternError, check_path, compile_pattern
 from gateway.policy.rules.subjects import subject_error
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _SLOT_PLACEHOLDER = "{slot}"
 _LIMIT_KEYS = frozenset({"min", "max", "allowed", "action"})
+POLICY_RELOAD_TOOL = "broker_policy_reload"
+_HOLDS_POLICY_RELOAD = frozenset({TOOLS_CALL, TOOL_CONTROL, TOOL_PREFIX + POLICY_RELOAD_TOOL})
+"""The capabilities a call of broker_policy_reload asks for (a control tool): a [[confirm]] naming one holds it."""
 # pydantic's words for the mistakes a person makes in a policy file, said the way the file is written.
 _MESSAGES = {
     "missing": "missing (required)",
@@ -187,6 +197,8 @@ def check_policy(data: Mapping[str, Any], *, prefix: str = "", source: str = "")
         _patterns(entry, errors)
         for key, problem in declared_limit_problems(entry.fields, entry.failed):
             errors.add((*entry.location, key) if key else entry.location, problem)
+    for entry in sections["confirm"]:
+        _holds_policy_reload(entry, resources.get(BROKER_SLOT, BROKER_PATH), errors)
 
     if errors.found:
         raise PolicyError(errors.listed(), source)
@@ -301,6 +313,27 @@ def _principal(entry: Parsed, errors: Errors) -> None:
     problem = subject_error(principal) if isinstance(principal, str) else None
     if problem is not None:
         errors.add((*entry.location, "principal"), problem)
+
+
+def _holds_policy_reload(entry: Parsed, broker: str, errors: Errors) -> None:
+    """Warn of a [[confirm]] that holds broker_policy_reload (the gateway's own tools on `broker`): a reload
+    asked for then waits for a person's approval. broker_approvals and broker_approve are never held."""
+    held = sorted(_HOLDS_POLICY_RELOAD.intersection(entry.fields.get("capabilities", ())))
+    if not held:
+        return
+    for pattern in entry.fields.get("resources", ()):
+        try:
+            covers = compile_pattern(pattern).matches(broker)
+        except PatternError:
+            continue  # named as a mistake by _patterns
+        if covers:
+            errors.warn(
+                entry.location,
+                f'covers {POLICY_RELOAD_TOOL} on {broker} ({", ".join(held)} on "{pattern}"): `mcp-gateway policy '
+                "reload` then waits for a person's approval (`mcp-gateway approve`) before the policy is loaded "
+                "again; SIGHUP (systemctl reload mcp-gateway) still reloads it without one",
+            )
+            return
 
 
 def _patterns(entry: Parsed, errors: Errors) -> None:

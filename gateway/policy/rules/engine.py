@@ -211,7 +211,10 @@ def _decide_call(ask: Ask, place: Place, grants: Grants) -> Decision:
         return Decision(False, reason, (DEFAULT,), place.resource, kind, limits)
     rules = (call_by,) if tool_by == call_by else (call_by, tool_by)
     confirm = None
-    if grants.confirm is not None:
+    # broker_approvals and broker_approve are how confirmations are given: held for one, no call could ever
+    # be approved. Who may call them is still the policy's rights, decided above.
+    gives_confirmations = ask.slot == BROKER_SLOT and tool in ("broker_approvals", "broker_approve")
+    if grants.confirm is not None and not gives_confirmations:
         for asked in (TOOLS_CALL, named, kind):
             confirm = grants.confirm.get(asked)
             if confirm is not None:

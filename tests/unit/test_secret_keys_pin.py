@@ -1,0 +1,39 @@
+"""Which keys about pins are secret-looking (docs/governance-audit.md): a bare `pin` is a GPIO pin number
+on this appliance and is shown; a PIN code is masked, by its pairs and words."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.policy.audit.records import is_secret_key, mask_secrets, masked_keys
+
+SHOWN = ["pin", "PIN", "gpio_pin", "pin_number", "pinNumber", "led-pin", "pins", "spin_rate", "pinned", "code"]
+MASKED = ["pin_code", "pinCode", "PIN-CODE", "userPIN", "user_pin", "sim_pin", "SIM-PIN", "adminPin"]
+MASKED += ["pincode", "PINCODE", "passcode", "door_passcode", "password", "api_key"]
+
+
+@pytest.mark.parametrize("key", SHOWN)
+def test_a_pin_number_is_shown(key: str) -> None:
+    assert not is_secret_key(key)
+
+
+@pytest.mark.parametrize("key", MASKED)
+def test_a_pin_code_is_masked(key: str) -> None:
+    assert is_secret_key(key)
+
+
+def test_masked_keys_names_each_masked_key_once_and_none_inside_a_masked_value() -> None:
+    arguments = {
+        "pin": 5,
+        "value": 1,
+        "door": {"pin_code": "1234", "options": [{"passcode": "x"}, {"passcode": "y"}]},
+        "credentials": {"password": "hidden with its parent"},
+    }
+    assert mask_secrets(arguments) == {
+        "pin": 5,
+        "value": 1,
+        "door": {"pin_code": "***", "options": [{"passcode": "***"}, {"passcode": "***"}]},
+        "credentials": "***",
+    }
+    assert list(masked_keys(arguments)) == ["pin_code", "passcode", "credentials"]
+    assert list(masked_keys({"pin": 12, "value": 0})) == []
