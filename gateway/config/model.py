@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -28,6 +27,7 @@ from gateway.config.systemd import SystemdConfig
 from gateway.config.telemetry import TelemetryConfig
 from gateway.config.tls import TlsConfig
 from gateway.config.upstreams import ENV_NAME, StdioUpstreamConfig, UpstreamsConfig
+from gateway.core.secret_keys import is_secret_argument
 
 ANONYMOUS_PRINCIPALS = ("*", "anonymous")
 """A [[confirm]] principal that covers the caller of a gateway without [auth]."""
@@ -264,29 +264,14 @@ class GatewayConfig(Section):
         ]
 
 
-SECRET_WORDS = frozenset({"key", "auth", "authorization"})
-"""Words of an argument's name that mark its value a secret on their own (`--api-key`, `--auth`); not
-parts of a longer word (`--keyboard`, `--author`)."""
-SECRET_ENDINGS = ("token", "secret", "password", "passwd", "apikey", "credential")
-"""Word endings that mark an argument's value a secret: `--token`, `--accesstoken`, `--db-password`."""
-NAME_WORDS = re.compile(r"[-_]+|(?<=[a-z0-9])(?=[A-Z])")
-"""Where an argument's name splits into words: at - and _, and where a capital follows a small letter
-or a digit (`apiKey`)."""
 MASK = "***"
-
-
-def names_secret(name: str) -> bool:
-    """Whether an argument named `name` (without its leading dashes) carries a secret: one of its words,
-    compared without case and without a plural s, is in SECRET_WORDS or ends in one of SECRET_ENDINGS."""
-    words = (word.lower().removesuffix("s") for word in NAME_WORDS.split(name))
-    return any(word in SECRET_WORDS or word.endswith(SECRET_ENDINGS) for word in words)
 
 
 def masked_command(command: Sequence[str]) -> list[str]:
     """A stdio upstream's command as it is shown (never as it is run), secrets replaced by `***`:
     the VALUE of `--NAME=VALUE`, `-NAME=VALUE` and `NAME=VALUE` (a variable for `env` or `docker -e`) and
     the argument after a bare `--NAME` or `-NAME` (unless it starts with `-`) when NAME names a secret
-    (names_secret); the password of a URL's userinfo in any other argument (masked_url)."""
+    (is_secret_argument); the password of a URL's userinfo in any other argument (masked_url)."""
     shown: list[str] = []
     value_next = False
     for argument in command:
@@ -296,11 +281,11 @@ def masked_command(command: Sequence[str]) -> list[str]:
             continue
         name, equals, _ = argument.lstrip("-").partition("=")
         dashed = argument.startswith("-")
-        if equals and (dashed or ENV_NAME.match(name)) and names_secret(name):
+        if equals and (dashed or ENV_NAME.match(name)) and is_secret_argument(name):
             shown.append(f"{argument.partition('=')[0]}={MASK}")
         else:
             shown.append(masked_url(argument))
-        value_next = dashed and not equals and names_secret(name)
+        value_next = dashed and not equals and is_secret_argument(name)
     return shown
 
 

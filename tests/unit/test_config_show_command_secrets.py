@@ -112,7 +112,11 @@ async def test_the_log_of_a_stdio_upstream_names_no_secret_argument(tmp_path: Pa
             ["s", "--APIKey=x", "--credentials", "x", "--authorization", "x"],
             ["s", "--APIKey=***", "--credentials", "***", "--authorization", "***"],
         ),
-        (["s", "--author", "me", "--tokenizer", "bert", "--monkey", "x", "--keyring=/k"], None),
+        (["s", "--author", "me", "--tokenizer", "bert", "--monkey", "x", "--keyring=/k", "--keys-dir=/k"], None),
+        (
+            ["s", "--dbpassword=x", "--sim-pin", "x", "--pin=5"],
+            ["s", "--dbpassword=***", "--sim-pin", "***", "--pin=5"],
+        ),
         (["s", "--token", "-1", "--token"], None),  # a value that starts with '-' and a flag at the end
         (["s", "--", "--token=x"], ["s", "--", "--token=***"]),
         (

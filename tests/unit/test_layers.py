@@ -43,10 +43,16 @@ ALLOWED: dict[str, frozenset[str]] = {
 }
 COMPOSITION = frozenset({"app", "cli", "entry", "listener", "reload"})
 CONFIG_MAY_USE = frozenset(
-    {"gateway.core.names", "gateway.core.jsonrpc", "gateway.southbound.mqtt.topics", "gateway.policy.rules.checking"}
+    {
+        "gateway.core.names",
+        "gateway.core.jsonrpc",
+        "gateway.core.secret_keys",
+        "gateway.southbound.mqtt.topics",
+        "gateway.policy.rules.checking",
+    }
 )
-"""Pure rule modules the configuration validates with (slot names, nesting depth, MQTT topics, the
-[policy] checks), so a bad value fails at load with the same words the running gateway would use."""
+"""Pure rule modules the configuration validates with (slot names, nesting depth, secret names, MQTT
+topics, the [policy] checks), so a bad value fails at load with the same words the running gateway would use."""
 TRANSPORT_LIBRARIES = frozenset(
     {"aiohttp", "multidict", "yarl", "paho", "serial", "cobs", "pyudev", "zeroconf", "websockets", "httpx"}
 )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.policy.audit.records import is_secret_key, mask_secrets, masked_keys
+from gateway.core.secret_keys import is_secret_key
+from gateway.policy.audit.records import mask_secrets, masked_keys
 
 SHOWN = ["pin", "PIN", "gpio_pin", "pin_number", "pinNumber", "led-pin", "pins", "spin_rate", "pinned", "code"]
 MASKED = ["pin_code", "pinCode", "PIN-CODE", "userPIN", "user_pin", "sim_pin", "SIM-PIN", "adminPin"]

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import itertools
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
@@ -15,52 +12,9 @@ from typing import Any, Literal, get_args
 
 import orjson
 
+from gateway.core.secret_keys import is_secret_key
 from gateway.policy.schemas import shown
 
-KEY_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
-"""A word of a key: snake_case, kebab-case, camelCase and PascalCase split alike ("userPIN" is user, pin)."""
-SECRET_WORDS = frozenset(
-    {
-        "password",
-        "passwords",
-        "passwd",
-        "passphrase",
-        "pwd",
-        "pincode",
-        "passcode",
-        "secret",
-        "secrets",
-        "token",
-        "tokens",
-        "credential",
-        "credentials",
-        "cookie",
-        "cookies",
-        "bearer",
-        "authorization",
-        "apikey",
-        "privatekey",
-    }
-)
-"""A key holding one of these words is secret-looking: `db_password`, `passcode`, not `tokenizer`. A bare
-`pin` is not one: on this appliance it is a GPIO pin number, which an approver must see to tell two
-calls apart; PIN codes are caught by SECRET_PAIRS and `pincode`."""
-SECRET_PAIRS = frozenset(
-    {
-        ("api", "key"),
-        ("private", "key"),
-        ("session", "key"),
-        ("access", "key"),
-        ("pin", "code"),
-        ("user", "pin"),
-        ("sim", "pin"),
-        ("admin", "pin"),
-    }
-)
-"""Two words in a row that make a key secret-looking: `api_key`, `X-Api-Key`, `privateKey`, `pin_code`,
-`userPIN`, `sim_pin`; not `gpio_pin` or `pin_number`."""
-MAX_KEYS_REMEMBERED = 4096
-"""Keys whose verdict is kept (the same few keys come in every call)."""
 MASK = "***"
 MAX_DEPTH = 64
 """Deeper than this, a value is stored as a marker: the gateway bounds nesting long before, this guards the walk."""
@@ -158,16 +112,6 @@ class AnswerAfterCancel:
     time_ms: int = field(default_factory=now_ms)
     secrets: Mapping[str, Any] = field(default_factory=dict)
     """As ResultRecord.secrets."""
-
-
-@functools.lru_cache(maxsize=MAX_KEYS_REMEMBERED)
-def is_secret_key(key: str) -> bool:
-    """Whether the value under `key` is never stored: a word of it is in SECRET_WORDS, or two words in a
-    row are a pair of SECRET_PAIRS, in any case."""
-    words = [word.lower() for word in KEY_WORD.findall(key)]
-    return any(word in SECRET_WORDS for word in words) or any(
-        pair in SECRET_PAIRS for pair in itertools.pairwise(words)
-    )
 
 
 def mask_secrets(value: Any, depth: int = 0) -> Any:

@@ -1,0 +1,87 @@
+"""Which names hold secrets: the keys of a call's arguments whose values the audit trail and the approvals
+list mask, and the arguments of a stdio upstream's command that `config show` masks. One rule for both,
+so a name reads the same wherever the gateway shows it."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+
+MAX_KEYS_REMEMBERED = 4096
+"""Keys whose verdict is kept (the same few keys come in every call)."""
+
+KEY_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+"""A word of a key: snake_case, kebab-case, camelCase and PascalCase split alike ("userPIN" is user, pin)."""
+SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwords",
+        "passwd",
+        "passphrase",
+        "pwd",
+        "pincode",
+        "passcode",
+        "secret",
+        "secrets",
+        "token",
+        "tokens",
+        "credential",
+        "credentials",
+        "cookie",
+        "cookies",
+        "bearer",
+        "authorization",
+        "apikey",
+        "privatekey",
+    }
+)
+"""A key holding one of these words is secret-looking: `db_password`, `passcode`, not `tokenizer`. A bare
+`pin` is not one: on this appliance it is a GPIO pin number, which an approver must see to tell two
+calls apart; PIN codes are caught by SECRET_PAIRS and `pincode`."""
+SECRET_PAIRS = frozenset(
+    {
+        ("api", "key"),
+        ("private", "key"),
+        ("session", "key"),
+        ("access", "key"),
+        ("pin", "code"),
+        ("user", "pin"),
+        ("sim", "pin"),
+        ("admin", "pin"),
+    }
+)
+"""Two words in a row that make a key secret-looking: `api_key`, `X-Api-Key`, `privateKey`, `pin_code`,
+`userPIN`, `sim_pin`; not `gpio_pin` or `pin_number`."""
+
+
+def key_words(key: str) -> list[str]:
+    """The words of `key` (KEY_WORD), in lower case."""
+    return [word.lower() for word in KEY_WORD.findall(key)]
+
+
+@functools.lru_cache(maxsize=MAX_KEYS_REMEMBERED)
+def is_secret_key(key: str) -> bool:
+    """Whether the value under `key` is never stored: a word of it is in SECRET_WORDS, or two words in a
+    row are a pair of SECRET_PAIRS, in any case."""
+    words = key_words(key)
+    return any(word in SECRET_WORDS for word in words) or any(
+        pair in SECRET_PAIRS for pair in itertools.pairwise(words)
+    )
+
+
+ARGUMENT_WORDS = frozenset({"key", "auth"})
+"""Words that mark a command-line argument's value a secret on their own (`--key`, `--auth`), though a
+tool's argument under such a key is mostly not one (`{"key": "valve-3"}`)."""
+SECRET_ENDINGS = tuple(sorted(SECRET_WORDS))
+"""An argument's word ending in a secret word is one too: a flag's name is often run together
+(`--dbpassword`, `--accesstoken`)."""
+
+
+def is_secret_argument(name: str) -> bool:
+    """Whether a command-line argument named `name` (without its leading dashes) carries a secret: its
+    name is a secret key (is_secret_key), or one of its words is in ARGUMENT_WORDS or ends in a secret
+    word. `--api-key`, `--key`, `--dbpassword` do; `--keyboard`, `--author`, `--tokenizer` do not."""
+    return is_secret_key(name) or any(
+        word in ARGUMENT_WORDS or word.endswith(SECRET_ENDINGS) for word in key_words(name)
+    )
