@@ -110,7 +110,12 @@ def _usable_id(value: Any) -> Any:
     """The id of a request, when it is one the answer can carry back (a string of whole characters)."""
     if not isinstance(value, dict) or not isinstance(value.get("method"), str):
         return None
-    request_id = value.get("id")
+    return answerable_id(value.get("id"))
+
+
+def answerable_id(request_id: Any) -> str | int | None:
+    """`request_id` when an answer can carry it back (a string of whole characters, an integer of at most
+    64 bits), else None: JSON-RPC answers a request whose id cannot be read under id null."""
     if isinstance(request_id, bool) or not isinstance(request_id, str | int):
         return None
     try:

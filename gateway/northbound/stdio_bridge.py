@@ -2,10 +2,12 @@
 
 For hosts that can only launch a command (desktop MCP hosts, IDE plugins): the host writes
 newline-delimited JSON-RPC to stdin and reads it from stdout; the bridge speaks the session era to
-the gateway over HTTP. Every client message becomes one POST (answers come back as JSON or SSE and
-are written out as they arrive); after `notifications/initialized` the bridge holds the session's
+the gateway over HTTP (its requests: stdio_gateway.py). Every client message becomes one POST, sent in
+stdin order (stdio_order.py: each once the one before it went out; answers come back as JSON or SSE
+and are written out as they arrive); after `notifications/initialized` the bridge holds the session's
 GET stream open and relays its notifications (list_changed, resource updates). At EOF on stdin it
-ends the gateway session with DELETE.
+waits for the answers on their way (up to --read-timeout), names on stderr the requests left without
+one (exit status 1), and ends the gateway session with DELETE.
 
 stdout carries JSON-RPC and nothing else, one message per line; logs go to stderr.
 
@@ -19,7 +21,8 @@ initialize parameters, resends the message, and tells the client `notifications/
 A host pinned to the stateless era (2026-07-28: its requests carry the protocol version in
 params._meta, and it sends no initialize) is passed through: each request becomes a stateless-era
 POST with the routing headers that era needs (Mcp-Method, Mcp-Name, and Mcp-Param-* from the input
-schemas of the tools/list answers the bridge relayed), no session is opened, and the host's
+schemas of the tools/list answers the bridge relayed or, for a call before any, made itself:
+stdio_stateless.py), no session is opened, and the host's
 notifications/cancelled closes the request's HTTP answer, which cancels it upstream. A host that
 probes with server/discover is answered -32601 and speaks the session era: hosts on stdio expect
 list changes, resource subscriptions and log levels, which only a session carries.
@@ -37,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import io
 import logging
 import os
@@ -45,8 +49,7 @@ import ssl
 import stat
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
 from urllib.parse import quote
 
@@ -54,37 +57,35 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from gateway.core import eras, jsonrpc, stateless
-from gateway.core.client_context import TRANSPORT_HEADER
+from gateway.core import jsonrpc, stateless
+from gateway.core.answer_head import message_head
 from gateway.core.jsonrpc import JsonObject, Kind
-from gateway.northbound.bridge_errors import (
-    MAX_LINE_BYTES,
-    AnswerLost,
-    AnswerUnreadable,
-    BridgeError,
-    RedirectRefused,
-    SessionRefused,
-    Unreachable,
+from gateway.northbound.bridge_errors import MAX_LINE_BYTES, BridgeError, RedirectRefused, SessionRefused
+from gateway.northbound.bridge_relay import Relay, id_key
+from gateway.northbound.bridge_wait import (
+    DEFAULT_READ_TIMEOUT_S,
+    GatewaySilent,
+    answerable_id,
+    too_deep,
+    unreadable_line,
 )
-from gateway.northbound.bridge_relay import Drops, PendingRequests, Relay, read_answer, sse_messages
-from gateway.northbound.bridge_wait import DEFAULT_READ_TIMEOUT_S, GatewaySilent, too_deep, unreadable_line
+from gateway.northbound.stdio_gateway import Answer, GatewayHttp, describe, is_jsonrpc, keeper
+from gateway.northbound.stdio_order import SENDING, InOrder
+from gateway.northbound.stdio_stateless import (
+    MAX_LIST_PAGES,
+    learn_tools,
+    list_request,
+    stateless_headers,
+    unknown_tool,
+)
 from gateway.policy.bridge_credentials import BearerToken, Credentials, HmacKey, NoCredentials
 
 log = logging.getLogger("gateway.stdio")
 __all__ = ["BearerToken", "Credentials", "HmacKey", "NoCredentials", "StdioBridge", "main"]
 
-SESSION_HEADER = "Mcp-Session-Id"
-VERSION_HEADER = "MCP-Protocol-Version"
 CONNECT_TIMEOUT_S = 5.0
-EOF_GRACE_S = 1.5
-"""After stdin closes, how long answers still in flight may take before they are cancelled. Hosts
-kill a server that has not exited a couple of seconds after closing its stdin."""
-DELETE_TIMEOUT_S = 1.0
 STREAM_RETRY_S = (0.25, 5.0)
 """First and longest pause before the GET stream is opened again after it ended."""
-REQUEST_ID_PREFIX = "mcp-gateway-stdio-"
-
-Emit = Callable[[JsonObject], Awaitable[None]]
 
 
 # -- stdio ------------------------------------------------------------------------------------------
@@ -117,6 +118,20 @@ class Stdout:
 
 TOO_LONG = b"\x00too long"
 """Stands for a stdin line over MAX_LINE_BYTES (no JSON text starts with a NUL byte)."""
+LINE_HEAD_BYTES = 4096
+"""How much of a stdin line over MAX_LINE_BYTES is kept, to answer it under the id at its head."""
+
+
+class TooLong(bytes):
+    """TOO_LONG (equal to it), carrying the first LINE_HEAD_BYTES of the line it stands for."""
+
+    head: bytes
+
+    @classmethod
+    def of(cls, head: bytes) -> TooLong:
+        marker = cls(TOO_LONG)
+        marker.head = head[:LINE_HEAD_BYTES]
+        return marker
 
 
 async def stdin_lines(stream: BinaryIO) -> AsyncIterator[bytes]:
@@ -156,9 +171,10 @@ async def _reader_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
             if exc.partial.strip():
                 yield exc.partial
             return
-        except asyncio.LimitOverrunError:
+        except asyncio.LimitOverrunError as exc:
+            head = await reader.readexactly(min(exc.consumed, LINE_HEAD_BYTES))  # consumed: about the limit
             await _skip_line(reader)
-            yield TOO_LONG
+            yield TooLong.of(head)
             continue
         yield line.rstrip(b"\r\n")
 
@@ -185,7 +201,7 @@ async def _thread_lines(stream: BinaryIO) -> AsyncIterator[bytes]:
                 if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
                     while (rest := stream.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
                         pass  # skip the rest of the long line without holding it
-                    line = TOO_LONG
+                    line = TooLong.of(line)
                 else:
                     line = line.rstrip(b"\r\n")
                     if not line:
@@ -215,16 +231,6 @@ async def _skip_line(reader: asyncio.StreamReader) -> None:
 # -- the gateway side -------------------------------------------------------------------------------
 
 
-@dataclass
-class Answer:
-    status: int
-    body: Any = None
-    """The decoded JSON body of a non-SSE answer (None when empty or not JSON)."""
-    session_id: str | None = None
-    retry_after_s: int | None = None
-    """The Retry-After of a refusal (whole seconds), passed to the host as retryAfterMs."""
-
-
 def _rpc_error(request_id: Any, code: int, message: str, data: Any = None) -> JsonObject:
     return jsonrpc.error_response(request_id, code, message, data)
 
@@ -240,7 +246,7 @@ def endpoint_path(slot: str, group: str | None = None) -> str:
     return f"/{quote(slot, safe='')}/mcp"
 
 
-class StdioBridge:
+class StdioBridge(GatewayHttp):
     def __init__(
         self,
         base_url: str,
@@ -251,56 +257,30 @@ class StdioBridge:
         group: str | None = None,
         read_timeout_s: float | None = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
-        self.url = URL(base_url.rstrip("/") + endpoint_path(slot, group), encoded=True)
+        url = URL(base_url.rstrip("/") + endpoint_path(slot, group), encoded=True)
+        super().__init__(url, credentials, ssl_context, read_timeout_s)
         self.slot = slot
-        self.read_timeout_s = read_timeout_s or None
-        """The longest silence of the gateway waited through while reading an answer (None: no limit)."""
-        self.credentials = credentials or NoCredentials()
-        self.ssl = ssl_context
-        self.session_id: str | None = None
-        self.protocol_version: str | None = None
         self.init_params: JsonObject | None = None
         """The client's own initialize params, replayed when the gateway lost the session."""
         self.session_lock = asyncio.Lock()
-        self.http: aiohttp.ClientSession | None = None
         self.out: Stdout | None = None
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.order = InOrder(self.handle_line)
+        self.silent_upto = 0
+        """The stdin lines taken before an open of the session last met a silent gateway (by seq)."""
         self.stream_task: asyncio.Task[None] | None = None
-        self._internal_ids = 0
         self.tool_schemas: dict[str, Any] = {}
         """Input schemas from the tools/list answers relayed so far, by tool name."""
+        self.tools_listed = False
+        """Whether the bridge listed the tools on its own (for a stateless call before any tools/list)."""
+        self.listing_lock = asyncio.Lock()
         self.stateless_calls: dict[Any, asyncio.Task[Any]] = {}
-        """Stateless-era requests in flight by the host's id (notifications/cancelled cancels one)."""
+        """Stateless-era requests in flight by the host's id (id_key; notifications/cancelled cancels one)."""
         self.log_level: JsonObject | None = None
         """The params of the host's last accepted logging/setLevel, set again on a new session."""
         self.subscriptions: dict[str, JsonObject] = {}
         """The host's accepted resources/subscribe params by URI, made again on a new session."""
-        self.drops = Drops()
-        self.pending = PendingRequests(self.drops)
 
     # -- plumbing ---------------------------------------------------------------------------
-
-    def _headers(self, method: str, body: bytes, session_id: str | None) -> dict[str, str]:
-        # TRANSPORT_HEADER: the audit trail records the host's way in as "stdio" (a label, never a credential).
-        headers = {"Accept": "application/json, text/event-stream", TRANSPORT_HEADER: "stdio"}
-        if body:
-            headers["Content-Type"] = "application/json"
-        if session_id is not None:
-            headers[SESSION_HEADER] = session_id
-            if self.protocol_version:
-                headers[VERSION_HEADER] = self.protocol_version
-        headers.update(self.credentials.headers(method, self.url.raw_path_qs, body))
-        return headers
-
-    def _unreachable(self, exc: BaseException) -> BridgeError:
-        """Unreachable when no connection could be made (nothing was sent); else AnswerLost: the request
-        may have reached the gateway, so the host must not take it as never sent."""
-        if isinstance(exc, aiohttp.SocketTimeoutError) and self.read_timeout_s is not None:
-            return GatewaySilent(self.read_timeout_s)
-        detail = f"{type(exc).__name__}: {str(exc) or type(exc).__name__}"
-        if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-            return Unreachable(detail)
-        return AnswerLost(detail)
 
     async def emit(self, message: Any) -> None:
         """Write one message from the gateway to the client; anything that is not a JSON object is dropped."""
@@ -310,82 +290,14 @@ class StdioBridge:
         assert self.out is not None
         await self.out.write(message)
 
-    async def post(
-        self,
-        message: JsonObject,
-        session_id: str | None,
-        on_message: Emit,
-        extra_headers: dict[str, str] | None = None,
-    ) -> Answer:
-        """POST one message; SSE events and a JSON body are handed to `on_message` as they arrive. A
-        refusal the credentials can answer (Credentials.resend_after) is sent again, signed afresh."""
-        body = orjson.dumps(message)
-        attempt = 0
-        with self.pending.awaiting(on_message):
-            while True:
-                answer = await self._post_once(body, session_id, on_message, extra_headers)
-                if answer.status < 400:
-                    return answer
-                pause = self.credentials.resend_after(answer.status, answer.body, attempt)
-                if pause is None:
-                    return answer
-                await asyncio.sleep(pause)
-                attempt += 1
-
-    async def _post_once(
-        self, body: bytes, session_id: str | None, on_message: Emit, extra_headers: dict[str, str] | None
-    ) -> Answer:
-        assert self.http is not None
-        headers = self._headers("POST", body, session_id)
-        headers.update(extra_headers or {})
-        try:
-            async with self.http.post(
-                self.url, data=body, headers=headers, ssl=self.ssl or True, allow_redirects=False
-            ) as response:
-                _refuse_redirect(response)
-                answer = Answer(response.status, session_id=response.headers.get(SESSION_HEADER))
-                content_type = response.headers.get("Content-Type", "")
-                if response.status == 200 and content_type.startswith("text/event-stream"):
-                    async for event in sse_messages(response.content):
-                        await on_message(event)
-                    return answer
-                retry_after = response.headers.get("Retry-After", "")
-                if retry_after.isdigit():
-                    answer.retry_after_s = int(retry_after)
-                raw = await read_answer(response.content)
-        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-            raise self._unreachable(exc) from exc
-        except (aiohttp.ClientPayloadError, AnswerUnreadable) as exc:
-            if isinstance(on_message, Relay) and on_message.answered:
-                return answer  # what failed came after the answer, which the host has already
-            if isinstance(exc, AnswerUnreadable):
-                raise
-            raise AnswerUnreadable(
-                f"the gateway's answer broke off ({exc}); the request may have been carried out: check its "
-                "effect before sending it again"
-            ) from exc
-        if raw:
-            with contextlib.suppress(orjson.JSONDecodeError):
-                answer.body = orjson.loads(raw)
-        if answer.status == 200 and answer.body is not None:
-            await on_message(answer.body)
-        return answer
-
     # -- session ----------------------------------------------------------------------------
-
-    def _next_internal_id(self) -> str:
-        self._internal_ids += 1
-        return f"{REQUEST_ID_PREFIX}{self._internal_ids}"
 
     async def _open_session(self) -> None:
         """initialize + notifications/initialized with the client's parameters (session lock held)."""
         assert self.init_params is not None
         request = {"jsonrpc": "2.0", "id": self._next_internal_id(), "method": "initialize", "params": self.init_params}
         results: list[Any] = []
-
-        async def keep(message: JsonObject) -> None:
-            results.append(message)
-
+        keep = keeper(results)
         answer = await self.post(request, None, keep)
         result = results[-1].get("result") if results and isinstance(results[-1], dict) else None
         if answer.status != 200 or not isinstance(result, dict) or answer.session_id is None:
@@ -394,7 +306,7 @@ class StdioBridge:
                 refused["retryAfterMs"] = answer.retry_after_s * 1000
             raise SessionRefused(
                 f"The gateway at {self.url} would not open a session for this client "
-                f"(HTTP {answer.status}): {_describe(answer.body)}",
+                f"(HTTP {answer.status}): {describe(answer.body)}",
                 refused,
             )
         self.session_id = answer.session_id
@@ -424,43 +336,69 @@ class StdioBridge:
         but has no session (the gateway was down then, or forgot it), one is opened for it."""
         async with self.session_lock:
             if self.session_id is None and self.init_params is not None:
-                await self._open_session()
+                self._refuse_if_silent_before()
+                try:
+                    await self._open_session()
+                except GatewaySilent:
+                    self.silent_upto = self.order.taken
+                    raise
                 self.start_stream()
                 return self.session_id, True
             return self.session_id, False
 
+    def _refuse_if_silent_before(self) -> None:
+        """A message taken from stdin before an open of the session met a silent gateway is answered at
+        once: waiting through the silence again for each message already queued helps nobody."""
+        sending = SENDING.get()
+        if sending is not None and sending.seq <= self.silent_upto and self.read_timeout_s is not None:
+            raise GatewaySilent(self.read_timeout_s)
+
     # -- one client message -----------------------------------------------------------------
 
     async def handle_line(self, line: bytes) -> None:
-        if line == TOO_LONG:
-            await self.emit(_rpc_error(None, jsonrpc.INVALID_REQUEST, f"Message longer than {MAX_LINE_BYTES} bytes"))
-            return
-        # Bounded only by the ceiling of limits.max_json_depth: the gateway applies its own bound to what
-        # is forwarded, and anything deeper could not be encoded again to forward it.
-        message = jsonrpc.parse(line, jsonrpc.MAX_DEPTH_CEILING)
-        if message.kind is Kind.INVALID and message.body is None:
-            # Not JSON to orjson; a lone surrogate escape (Node writes one for a cut emoji) still has an id.
-            await self.emit(_rpc_error(*unreadable_line(line, message.problem)))
-            return
-        if message.kind is Kind.INVALID:
-            refusal = (
-                too_deep(jsonrpc.MAX_DEPTH_CEILING)
-                if message.limit == jsonrpc.DEPTH_LIMIT
-                else (f"Invalid JSON-RPC: {message.problem}", None)
-            )
-            await self.emit(_rpc_error(message.id, jsonrpc.INVALID_REQUEST, *refusal))
-            return
-        if message.kind is Kind.BATCH:
-            await self.emit(_rpc_error(None, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are not supported"))
-            return
+        request_id: Any = None
         try:
+            if isinstance(line, TooLong):
+                request_id = answerable_id(message_head(line.head).get("id"))
+                text = f"Message longer than {MAX_LINE_BYTES} bytes, the longest this bridge relays"
+                await self.emit(_rpc_error(request_id, jsonrpc.INVALID_REQUEST, text, {"maxBytes": MAX_LINE_BYTES}))
+                return
+            # Bounded only by the ceiling of limits.max_json_depth: the gateway applies its own bound to what
+            # is forwarded, and anything deeper could not be encoded again to forward it.
+            message = jsonrpc.parse(line, jsonrpc.MAX_DEPTH_CEILING)
+            if message.kind is Kind.INVALID and message.body is None:
+                # Not JSON to orjson; a lone surrogate escape (Node writes one for a cut emoji) still has an id.
+                await self.emit(_rpc_error(*unreadable_line(line, message.problem)))
+                return
+            if message.kind is Kind.INVALID:
+                refusal = (
+                    too_deep(jsonrpc.MAX_DEPTH_CEILING)
+                    if message.limit == jsonrpc.DEPTH_LIMIT
+                    else (f"Invalid JSON-RPC: {message.problem}", None)
+                )
+                # JSON-RPC: an id that cannot be one (an object, true, 1.5, past 64 bits) is answered as null.
+                await self.emit(_rpc_error(answerable_id(message.id), jsonrpc.INVALID_REQUEST, *refusal))
+                return
+            if message.kind is Kind.BATCH:
+                await self.emit(_rpc_error(None, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are not supported"))
+                return
+            if message.kind is Kind.REQUEST:
+                request_id = answerable_id(message.id)
+            sending = SENDING.get()
+            if sending is not None:
+                sending.body, sending.request_id = message.body, request_id
             await self.forward(message)
         except BridgeError as exc:
             url = str(self.url)
             log.warning("%s", exc.log_text(message.method, url))
             if message.kind is Kind.REQUEST:
                 text, data = exc.host_error(url)
-                await self.emit(_rpc_error(message.id, exc.code, text, data))
+                await self.emit(_rpc_error(request_id, exc.code, text, data))
+        except Exception as exc:  # a fault of the bridge's own: the host still gets an answer
+            log.exception("the bridge failed on a message from the host")
+            if request_id is not None:
+                text = f"Internal error of the bridge: {type(exc).__name__}: {exc}"[:500]
+                await self.emit(_rpc_error(request_id, jsonrpc.INTERNAL_ERROR, text))
 
     async def forward(self, message: jsonrpc.Message) -> None:
         body: JsonObject = message.body
@@ -480,18 +418,16 @@ class StdioBridge:
         if message.kind is Kind.REQUEST and stateless.carries_envelope(body):
             await self.forward_stateless(message)
             return
-        if message.kind is Kind.NOTIFICATION and message.method == "notifications/cancelled":
-            call = self.stateless_calls.get((message.params or {}).get("requestId"))
-            if call is not None:
-                call.cancel()  # closing its HTTP answer is how the stateless era cancels upstream
-                return
+        cancelled = message.kind is Kind.NOTIFICATION and message.method == "notifications/cancelled"
+        if cancelled and self.cancel_stateless(message):
+            return
         relay = self.relay_for(message)
         initialized = message.kind is Kind.NOTIFICATION and message.method == "notifications/initialized"
         session_id, opened = await self.current_session()
         if initialized and opened:
             return  # opening the session sent notifications/initialized already
         answer = await self.post(body, session_id, relay)
-        if answer.status == 404 and session_id is not None and _is_jsonrpc(answer.body):
+        if answer.status == 404 and session_id is not None and is_jsonrpc(answer.body):
             # The gateway forgot the session (restart, idle expiry): a new one, then the message again.
             log.info("gateway session %s... is gone; opening a new one", session_id[:6])
             await self.renew(session_id)
@@ -499,6 +435,23 @@ class StdioBridge:
         if initialized and answer.status < 400:
             self.start_stream()
         await self.finish(message, answer, relay)
+
+    def cancel_stateless(self, message: jsonrpc.Message) -> bool:
+        """Carry out a host's notifications/cancelled of a stateless-era request; False when it is one
+        for the session (or for no request: the host never opened a session, so there is none to tell)."""
+        request_id = (message.params or {}).get("requestId")
+        key = id_key(request_id) if not isinstance(request_id, bool) else None
+        if key is None:
+            log.warning("ignored a notifications/cancelled whose requestId is no request id: %.80r", request_id)
+            return True
+        call = self.stateless_calls.get(key)
+        if call is not None:
+            call.cancel()  # closing its HTTP answer is how the stateless era cancels upstream
+            return True
+        if self.init_params is None and self.session_id is None:
+            log.debug("dropped a notifications/cancelled for %.80r: no request of that id is in flight", request_id)
+            return True
+        return False
 
     def relay_for(self, message: jsonrpc.Message) -> Relay:
         """What writes the gateway's messages for one client message out, noting its answer (and the
@@ -524,11 +477,7 @@ class StdioBridge:
             self.subscriptions.pop(uri, None)
 
     def learn_tools(self, reply: JsonObject) -> None:
-        result = reply.get("result")
-        tools = result.get("tools") if isinstance(result, dict) else None
-        for tool in tools if isinstance(tools, list) else ():
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                self.tool_schemas[tool["name"]] = tool.get("inputSchema")
+        learn_tools(self.tool_schemas, reply)
 
     async def finish(self, message: jsonrpc.Message, answer: Answer, relay: Relay) -> None:
         if message.kind is Kind.REQUEST and answer.status == 200 and not relay.answered:
@@ -551,32 +500,40 @@ class StdioBridge:
         body: JsonObject = message.body
         relay = self.relay_for(message)
         task = asyncio.current_task()
-        if task is not None:
-            self.stateless_calls[message.id] = task
+        key = id_key(message.id)
+        if task is not None and key is not None:
+            self.stateless_calls[key] = task
         try:
-            answer = await self.post(body, None, relay, self.stateless_headers(body))
+            unknown = unknown_tool(body, self.tool_schemas)
+            answer = await self.post(body, None, relay, stateless_headers(body, self.tool_schemas))
+            if unknown is not None and _header_missing(answer) and await self.learn_schema(body, unknown):
+                # Refused before it ran, for want of the Mcp-Param-* headers its schema names: sent again.
+                answer = await self.post(body, None, relay, stateless_headers(body, self.tool_schemas))
         finally:
-            if self.stateless_calls.get(message.id) is task:
-                del self.stateless_calls[message.id]
+            if key is not None and self.stateless_calls.get(key) is task:
+                del self.stateless_calls[key]
         await self.finish(message, answer, relay)
 
-    def stateless_headers(self, body: JsonObject) -> dict[str, str]:
-        """MCP-Protocol-Version, Mcp-Method, Mcp-Name and Mcp-Param-*, as the body says (the gateway
-        checks them against it); a value that is not text is left out for the gateway to refuse."""
-        params = body.get("params")
-        params = params if isinstance(params, dict) else {}
-        meta = params.get("_meta")
-        version = meta.get(eras.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
-        method = body["method"]
-        headers = {VERSION_HEADER: version} if isinstance(version, str) else {}
-        headers["Mcp-Method"] = stateless.encode_header_value(method)
-        name_key = stateless.NAME_PARAM.get(method)
-        name = params.get(name_key) if name_key is not None else None
-        if isinstance(name, str):
-            headers["Mcp-Name"] = stateless.encode_header_value(name)
-        if method == "tools/call" and isinstance(name, str):
-            headers.update(stateless.param_headers(self.tool_schemas.get(name), params.get("arguments")))
-        return headers
+    async def learn_schema(self, call: JsonObject, name: str) -> bool:
+        """For a tools/call of a tool whose input schema the bridge has not seen, refused for a missing
+        header: the tools, listed once on the bridge's own (the host may call before it lists them);
+        whether the tool's schema is known now."""
+        async with self.listing_lock:
+            cursor: str | None = None
+            for _ in range(MAX_LIST_PAGES if not self.tools_listed else 0):
+                request = list_request(call, self._next_internal_id(), cursor)
+                replies: list[Any] = []
+                headers = stateless_headers(request, self.tool_schemas)
+                answer = await self.post(request, None, keeper(replies), headers)
+                answered = [reply for reply in replies if isinstance(reply, dict) and reply.get("id") == request["id"]]
+                if answer.status != 200 or not answered:
+                    log.info("listing the tools for %s failed (HTTP %d)", name, answer.status)
+                    break
+                cursor = learn_tools(self.tool_schemas, answered[0])
+                self.tools_listed = True
+                if cursor is None or name in self.tool_schemas:
+                    break
+        return name in self.tool_schemas
 
     async def initialize(self, body: JsonObject) -> None:
         params = body.get("params")
@@ -586,12 +543,18 @@ class StdioBridge:
                 await self.end_session()
             message = jsonrpc.Message(Kind.REQUEST, body)
             relay = self.relay_for(message)
-            answer = await self.post(body, None, relay)
+            agreed: list[Any] = []
+            # The answer's protocolVersion, from the answer as relayed (an SSE answer has no body).
+            relay.on_answer = lambda reply: agreed.append(reply.get("result"))
+            try:
+                answer = await self.post(body, None, relay)
+            except GatewaySilent:
+                self.silent_upto = self.order.taken
+                raise
             if answer.status == 200 and answer.session_id is not None and relay.answered:
                 self.session_id = answer.session_id
-                result = answer.body.get("result") if isinstance(answer.body, dict) else None
-                if isinstance(result, dict):
-                    self.protocol_version = result.get("protocolVersion")
+                version = agreed[0].get("protocolVersion") if agreed and isinstance(agreed[0], dict) else None
+                self.protocol_version = version if isinstance(version, str) else None
         await self.finish(message, answer, relay)
 
     async def relay_refusal(self, message: jsonrpc.Message, answer: Answer) -> None:
@@ -599,9 +562,9 @@ class StdioBridge:
         if answer.status < 400:
             return
         if message.kind is not Kind.REQUEST:
-            log.warning("the gateway refused a %s (HTTP %d): %s", message.method, answer.status, _describe(answer.body))
+            log.warning("the gateway refused a %s (HTTP %d): %s", message.method, answer.status, describe(answer.body))
             return
-        if _is_jsonrpc(answer.body) and isinstance(answer.body.get("error"), dict):
+        if is_jsonrpc(answer.body) and isinstance(answer.body.get("error"), dict):
             await self.emit({**answer.body, "id": message.id})
             return
         code = jsonrpc.FORBIDDEN if answer.status in (401, 403) else jsonrpc.UNAVAILABLE
@@ -614,7 +577,7 @@ class StdioBridge:
             _rpc_error(
                 message.id,
                 code,
-                f"The gateway refused the request (HTTP {answer.status}): {_describe(answer.body)}",
+                f"The gateway refused the request (HTTP {answer.status}): {describe(answer.body)}",
                 data,
             )
         )
@@ -623,7 +586,8 @@ class StdioBridge:
 
     def start_stream(self) -> None:
         if self.stream_task is None or self.stream_task.done():
-            self.stream_task = asyncio.get_running_loop().create_task(self.stream_loop())
+            # A context of its own: the stream is no part of the message whose task starts it (SENDING).
+            self.stream_task = asyncio.get_running_loop().create_task(self.stream_loop(), context=contextvars.Context())
 
     async def stream_loop(self) -> None:
         """Hold the session's GET stream open and relay what comes on it, reopening it when it ends."""
@@ -647,46 +611,17 @@ class StdioBridge:
                 return
             except BridgeError as exc:
                 log.debug("GET stream: %s", exc)
+            except Exception:  # a fault of the bridge's own: named, where it would pass unseen in a task
+                log.exception("the GET stream failed; the bridge holds none on this session")
+                return
             await asyncio.sleep(pause)
             pause = min(pause * 2, STREAM_RETRY_S[1])
 
-    async def listen(self, session_id: str) -> int:
-        assert self.http is not None
-        try:
-            async with self.http.get(
-                self.url, headers=self._headers("GET", b"", session_id), ssl=self.ssl or True, allow_redirects=False
-            ) as response:
-                _refuse_redirect(response)
-                if response.status != 200:
-                    return response.status
-                async for event in sse_messages(response.content):
-                    await self.pending.from_stream(event, self.emit)
-                return 200
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-            raise self._unreachable(exc) from exc
-
     # -- life cycle -------------------------------------------------------------------------
 
-    async def end_session(self) -> None:
-        session_id, self.session_id = self.session_id, None
-        if session_id is None or self.http is None:
-            return
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self.http.delete(
-                self.url,
-                headers=self._headers("DELETE", b"", session_id),
-                ssl=self.ssl or True,
-                timeout=aiohttp.ClientTimeout(total=DELETE_TIMEOUT_S),
-                allow_redirects=False,
-            ) as response:
-                try:
-                    _refuse_redirect(response)
-                except RedirectRefused as exc:
-                    log.warning("%s", exc.log_text("DELETE", str(self.url)))
-                    return
-                log.info("ended the gateway session (HTTP %d)", response.status)
-
-    async def run(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
+    async def run(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
+        """Serve until EOF on stdin, a signal, or the host closing stdout; the exit status (1 when
+        requests were left unanswered at EOF)."""
         self.out = Stdout(stdout)
         # sock_read: the longest silence between two reads of an answer (headers, body, SSE keepalives),
         # so a gateway that took a request and then stopped is named, while a long call it keeps alive runs on.
@@ -698,62 +633,72 @@ class StdioBridge:
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, stop.set)
-        async with aiohttp.ClientSession(timeout=timeout) as http:
+        status = 0
+        # Room for every message the order lets be in flight, and the GET stream, DELETE and an open.
+        connector = aiohttp.TCPConnector(limit=self.order.max_messages + 8)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
             self.http = http
-            reading = loop.create_task(self.read(stdin))
+            reading = loop.create_task(self.order.read(_host_lines(stdin), len))
+            sender = loop.create_task(self.order.send())
             stopping = loop.create_task(stop.wait())
             gone = loop.create_task(self.out.gone.wait())
             await asyncio.wait({reading, stopping, gone}, return_when=asyncio.FIRST_COMPLETED)
-            gone.cancel()
             if reading.done() and not stop.is_set() and not self.out.gone.is_set():
-                # EOF: let answers in flight arrive briefly, then give up on them.
-                pending = set(self.tasks)
-                if pending:
-                    await asyncio.wait(pending, timeout=EOF_GRACE_S)
-            for task in (reading, stopping, *self.tasks, *([self.stream_task] if self.stream_task else [])):
+                # EOF: what the host sent is still forwarded and answered, for as long as a request may
+                # take (--read-timeout); what is left then is named.
+                settled = loop.create_task(self.order.settled(sender))
+                await asyncio.wait(
+                    {settled, stopping, gone}, timeout=self.read_timeout_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                settled.cancel()
+                status = self.report_unanswered()
+            gone.cancel()
+            tasks = [reading, sender, stopping, *self.order.cancel(), *([self.stream_task] if self.stream_task else [])]
+            for task in tasks:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(reading, stopping, *self.tasks, return_exceptions=True)
-            if self.stream_task is not None:
-                await asyncio.gather(self.stream_task, return_exceptions=True)
+                await asyncio.gather(*tasks, return_exceptions=True)
             await self.end_session()
         self.drops.summary()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signum)
+        return status
 
-    async def read(self, stdin: BinaryIO) -> None:
-        async for line in stdin_lines(stdin):
-            if not line.strip():
-                continue
-            task = asyncio.get_running_loop().create_task(self.handle_line(line))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+    def report_unanswered(self) -> int:
+        """Name on stderr the requests given up at EOF; the exit status (1 when there are any)."""
+        ids, unsent = self.order.unfinished()
+        if not ids and not unsent:
+            return 0
+        waited = f"{self.read_timeout_s:g} s (--read-timeout)" if self.read_timeout_s is not None else "a signal"
+        shown = ", ".join(orjson.dumps(request_id).decode()[:80] for request_id in ids[:50])
+        more = f" and {len(ids) - 50} more" if len(ids) > 50 else ""
+        never = f"; {unsent} more message(s) were never sent" if unsent else ""
+        log.error(
+            "stdin closed; gave up after %s on %d request(s) still without an answer: id %s%s%s",
+            waited,
+            len(ids),
+            shown or "none",
+            more,
+            never,
+        )
+        return 1
 
 
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def _refuse_redirect(response: aiohttp.ClientResponse) -> None:
-    """Every request is made with allow_redirects=False: a token or an HMAC signature, and what the host
-    sends, go to --url only, never to where its answer points."""
-    if 300 <= response.status < 400:
-        raise RedirectRefused(response.status, response.headers.get("Location"))
+def _header_missing(answer: Answer) -> bool:
+    """Whether the gateway refused a stateless-era request for a routing header (-32020)."""
+    error = answer.body.get("error") if answer.status == 400 and isinstance(answer.body, dict) else None
+    return isinstance(error, dict) and error.get("code") == jsonrpc.HEADER_MISMATCH
 
 
-def _is_jsonrpc(body: Any) -> bool:
-    return isinstance(body, dict) and body.get("jsonrpc") == "2.0"
+async def _host_lines(stdin: BinaryIO) -> AsyncIterator[bytes]:
+    async for line in stdin_lines(stdin):
+        if line.strip():
+            yield line
 
 
-def _describe(body: Any) -> str:
-    """A refusal's text for a person: the error description, the JSON-RPC message, or a short dump."""
-    if isinstance(body, dict):
-        if isinstance(body.get("error"), dict):
-            return str(body["error"].get("message", ""))[:500]
-        if "error_description" in body:
-            return f"{body.get('error')}: {body['error_description']}"[:500]
-    return "no details" if body is None else orjson.dumps(body)[:300].decode(errors="replace")
-
-
-def main(bridge: StdioBridge) -> None:
-    asyncio.run(bridge.run(sys.stdin.buffer, sys.stdout.buffer))
+def main(bridge: StdioBridge) -> int:
+    return asyncio.run(bridge.run(sys.stdin.buffer, sys.stdout.buffer))

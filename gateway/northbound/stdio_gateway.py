@@ -1,0 +1,235 @@
+"""The gateway side of the stdio bridge: the HTTP requests it makes of the gateway's `/<slot>/mcp` (POST
+of a message, the session's GET stream, DELETE of the session), with the credentials' headers, and the
+error each failure of them is to the host (bridge_errors.py). No redirect is followed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from gateway.core.client_context import TRANSPORT_HEADER
+from gateway.core.jsonrpc import JsonObject
+from gateway.northbound.bridge_errors import AnswerLost, AnswerUnreadable, BridgeError, RedirectRefused, Unreachable
+from gateway.northbound.bridge_relay import Drops, PendingRequests, Relay, read_answer, sse_messages
+from gateway.northbound.bridge_wait import GatewaySilent
+from gateway.northbound.stdio_order import SentPayload, own_message
+from gateway.northbound.stdio_stateless import VERSION_HEADER
+from gateway.policy.bridge_credentials import Credentials, NoCredentials
+
+log = logging.getLogger("gateway.stdio")
+
+SESSION_HEADER = "Mcp-Session-Id"
+DELETE_TIMEOUT_S = 1.0
+REQUEST_ID_PREFIX = "mcp-gateway-stdio-"
+
+Emit = Callable[[JsonObject], Awaitable[None]]
+
+
+@dataclass
+class Answer:
+    status: int
+    body: Any = None
+    """The decoded JSON body of a non-SSE answer (None when empty or not JSON)."""
+    session_id: str | None = None
+    retry_after_s: int | None = None
+    """The Retry-After of a refusal (whole seconds), passed to the host as retryAfterMs."""
+
+
+class GatewayHttp:
+    """The requests of one bridge to its gateway URL; the bridge (stdio_bridge.StdioBridge) builds on it."""
+
+    def __init__(
+        self,
+        url: URL,
+        credentials: Credentials | None,
+        ssl_context: ssl.SSLContext | None,
+        read_timeout_s: float | None,
+    ) -> None:
+        self.url = url
+        self.read_timeout_s = read_timeout_s or None
+        """The longest silence of the gateway waited through while reading an answer (None: no limit)."""
+        self.credentials = credentials or NoCredentials()
+        self.ssl = ssl_context
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self.http: aiohttp.ClientSession | None = None
+        self._internal_ids = 0
+        self.drops = Drops()
+        self.pending = PendingRequests(self.drops)
+
+    async def emit(self, message: Any) -> None:
+        """Write one message from the gateway to the host."""
+        raise NotImplementedError
+
+    def _headers(self, method: str, body: bytes, session_id: str | None) -> dict[str, str]:
+        # TRANSPORT_HEADER: the audit trail records the host's way in as "stdio" (a label, never a credential).
+        headers = {"Accept": "application/json, text/event-stream", TRANSPORT_HEADER: "stdio"}
+        if body:
+            headers["Content-Type"] = "application/json"
+        if session_id is not None:
+            headers[SESSION_HEADER] = session_id
+            if self.protocol_version:
+                headers[VERSION_HEADER] = self.protocol_version
+        headers.update(self.credentials.headers(method, self.url.raw_path_qs, body))
+        return headers
+
+    def _unreachable(self, exc: BaseException) -> BridgeError:
+        """Unreachable when no connection could be made (nothing was sent); else AnswerLost: the request
+        may have reached the gateway, so the host must not take it as never sent."""
+        if isinstance(exc, aiohttp.SocketTimeoutError) and self.read_timeout_s is not None:
+            return GatewaySilent(self.read_timeout_s)
+        detail = f"{type(exc).__name__}: {str(exc) or type(exc).__name__}"
+        if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+            return Unreachable(detail)
+        return AnswerLost(detail)
+
+    def _next_internal_id(self) -> str:
+        self._internal_ids += 1
+        return f"{REQUEST_ID_PREFIX}{self._internal_ids}"
+
+    async def post(
+        self,
+        message: JsonObject,
+        session_id: str | None,
+        on_message: Emit,
+        extra_headers: dict[str, str] | None = None,
+    ) -> Answer:
+        """POST one message; SSE events and a JSON body are handed to `on_message` as they arrive. A
+        refusal the credentials can answer (Credentials.resend_after) is sent again, signed afresh."""
+        body = orjson.dumps(message)
+        attempt = 0
+        sending = own_message(message)
+        with self.pending.awaiting(on_message):
+            while True:
+                # The host's own message says when it went out: the next one is sent only then.
+                data = SentPayload(body, sending) if sending is not None and attempt == 0 else body
+                answer = await self._post_once(body, data, session_id, on_message, extra_headers)
+                if answer.status < 400:
+                    return answer
+                pause = self.credentials.resend_after(answer.status, answer.body, attempt)
+                if pause is None:
+                    return answer
+                await asyncio.sleep(pause)
+                attempt += 1
+
+    async def _post_once(
+        self,
+        body: bytes,
+        data: bytes | SentPayload,
+        session_id: str | None,
+        on_message: Emit,
+        extra_headers: dict[str, str] | None,
+    ) -> Answer:
+        assert self.http is not None
+        headers = self._headers("POST", body, session_id)
+        headers.update(extra_headers or {})
+        try:
+            async with self.http.post(
+                self.url, data=data, headers=headers, ssl=self.ssl or True, allow_redirects=False
+            ) as response:
+                if isinstance(data, SentPayload):
+                    data.sending.began.set()
+                _refuse_redirect(response)
+                answer = Answer(response.status, session_id=response.headers.get(SESSION_HEADER))
+                content_type = response.headers.get("Content-Type", "")
+                if response.status == 200 and content_type.startswith("text/event-stream"):
+                    async for event in sse_messages(response.content):
+                        await on_message(event)
+                    return answer
+                retry_after = response.headers.get("Retry-After", "")
+                if retry_after.isdigit():
+                    answer.retry_after_s = int(retry_after)
+                raw = await read_answer(response.content)
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            raise self._unreachable(exc) from exc
+        except (aiohttp.ClientPayloadError, AnswerUnreadable) as exc:
+            if isinstance(on_message, Relay) and on_message.answered:
+                return answer  # what failed came after the answer, which the host has already
+            if isinstance(exc, AnswerUnreadable):
+                raise
+            raise AnswerUnreadable(
+                f"the gateway's answer broke off ({exc}); the request may have been carried out: check its "
+                "effect before sending it again"
+            ) from exc
+        if raw:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                answer.body = orjson.loads(raw)
+        if answer.status == 200 and answer.body is not None:
+            await on_message(answer.body)
+        return answer
+
+    async def listen(self, session_id: str) -> int:
+        assert self.http is not None
+        try:
+            async with self.http.get(
+                self.url, headers=self._headers("GET", b"", session_id), ssl=self.ssl or True, allow_redirects=False
+            ) as response:
+                _refuse_redirect(response)
+                if response.status != 200:
+                    return response.status
+                async for event in sse_messages(response.content):
+                    await self.pending.from_stream(event, self.emit)
+                return 200
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            raise self._unreachable(exc) from exc
+
+    async def end_session(self) -> None:
+        session_id, self.session_id = self.session_id, None
+        if session_id is None or self.http is None:
+            return
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with self.http.delete(
+                self.url,
+                headers=self._headers("DELETE", b"", session_id),
+                ssl=self.ssl or True,
+                timeout=aiohttp.ClientTimeout(total=DELETE_TIMEOUT_S),
+                allow_redirects=False,
+            ) as response:
+                try:
+                    _refuse_redirect(response)
+                except RedirectRefused as exc:
+                    log.warning("%s", exc.log_text("DELETE", str(self.url)))
+                    return
+                log.info("ended the gateway session (HTTP %d)", response.status)
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _refuse_redirect(response: aiohttp.ClientResponse) -> None:
+    """Every request is made with allow_redirects=False: a token or an HMAC signature, and what the host
+    sends, go to --url only, never to where its answer points."""
+    if 300 <= response.status < 400:
+        raise RedirectRefused(response.status, response.headers.get("Location"))
+
+
+def is_jsonrpc(body: Any) -> bool:
+    return isinstance(body, dict) and body.get("jsonrpc") == "2.0"
+
+
+def describe(body: Any) -> str:
+    """A refusal's text for a person: the error description, the JSON-RPC message, or a short dump."""
+    if isinstance(body, dict):
+        if isinstance(body.get("error"), dict):
+            return str(body["error"].get("message", ""))[:500]
+        if "error_description" in body:
+            return f"{body.get('error')}: {body['error_description']}"[:500]
+    return "no details" if body is None else orjson.dumps(body)[:300].decode(errors="replace")
+
+
+def keeper(kept: list[Any]) -> Emit:
+    """An `on_message` that keeps what the gateway sends (for the bridge's own requests)."""
+
+    async def keep(message: Any) -> None:
+        kept.append(message)
+
+    return keep
