@@ -10,13 +10,17 @@ aiohttp bounds header sizes and closes a keep-alive connection idle for `keepali
   opened (its first request) or after the request's first byte, else 408 (or a plain close when not a
   byte of it came) and close;
 - a TLS handshake deadline (asyncio's `ssl_handshake_timeout`);
+- a bound on draining: a request answered before its body was read whole (a 413, a 401) has the rest
+  of its body read and discarded for `body_timeout_s` at most (aiohttp's lingering) and for at most
+  the request's max_body_bytes (limits.max_body_bytes) more bytes, after which the connection closes;
 - the descriptor limit raised from soft to hard at start, and the cap lowered to what it leaves.
 
 A connection's request being answered, and an open stream (SSE, WebSocket), are never idle: aiohttp's
 idle timer and the header deadline run only while the connection waits for a request. Bodies keep to
 their pace in gateway/policy/request_body.py. The handler reads aiohttp's `_waiter` (pending while the
-connection waits for a request), `_request_count` (requests parsed) and replaces `_request_handler`
-for a refused connection; tests/integration/test_connection_limits.py fails if aiohttp changes them.
+connection waits for a request), `_request_count` (requests parsed), replaces `_request_handler`
+for a refused connection and extends `finish_response` (the answer written, before the drain);
+tests/integration/test_connection_limits.py and test_refused_body_drain.py fail if aiohttp changes them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
 from gateway.config import ConnectionLimitsConfig
@@ -134,7 +139,8 @@ class ListenerGuard:
         options: dict[str, Any] = {
             "keepalive_timeout": settings.idle_timeout_s,
             # An answer given before the body was read (413, 408) drains what the client still sends,
-            # so it reads the answer rather than a reset; for as long as a body may pause, no longer.
+            # so it reads the answer rather than a reset; for as long as a body may pause, no longer,
+            # and no more than the request's max_body_bytes (GuardedRequestHandler.finish_response).
             "lingering_time": settings.body_timeout_s,
             "max_line_size": settings.max_header_bytes,
             "max_field_size": settings.max_header_bytes,
@@ -151,7 +157,7 @@ class ListenerGuard:
 class GuardedRequestHandler(RequestHandler):
     """aiohttp's request handler, counted against the caps and with a header deadline."""
 
-    __slots__ = ("_admission", "_guard", "_header_bytes", "_header_count", "_header_timer")
+    __slots__ = ("_admission", "_drain_left", "_draining", "_guard", "_header_bytes", "_header_count", "_header_timer")
 
     def __init__(self, manager: web.Server, guard: ListenerGuard, *, loop: asyncio.AbstractEventLoop, **options: Any):
         super().__init__(manager, loop=loop, **options)
@@ -162,6 +168,10 @@ class GuardedRequestHandler(RequestHandler):
         """The request the header deadline is for (requests parsed when it was armed)."""
         self._header_bytes = False
         """Whether a byte of that request has come: a 408 makes sense to it only then."""
+        self._draining: StreamReader | None = None
+        """The body of a request answered before it was read whole, while aiohttp drains it."""
+        self._drain_left = 0
+        """Bytes the drain may still read before the connection is closed."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
@@ -189,6 +199,8 @@ class GuardedRequestHandler(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
+        if self._draining is not None:
+            self._drain(len(data))
         waiter = self._waiter  # pending while the connection waits for a request; None while one runs
         if waiter is None or not data:
             return
@@ -202,6 +214,32 @@ class GuardedRequestHandler(RequestHandler):
         if self._header_timer is None or self._header_count != self._request_count:
             self._arm_header_deadline()
         self._header_bytes = True
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        answered = await super().finish_response(request, resp, start_time)
+        body = request.content
+        if not body.is_eof() and self.transport is not None:
+            # aiohttp reads what is left of the body for lingering_time, at whatever rate it comes (an
+            # endless chunked body: gigabytes); a client sending a modest oversize body still gets to
+            # read its answer, a longer body has the connection closed.
+            self._draining = body
+            self._drain_left = request.client_max_size
+        return answered
+
+    def _drain(self, received: int) -> None:
+        """Count bytes read while an answered request's body is drained; close past the budget."""
+        body = self._draining
+        if body is None or body.is_eof() or self.transport is None:
+            self._draining = None  # drained whole: the connection goes on (keep-alive) or closes as aiohttp says
+            return
+        self._drain_left -= received
+        if self._drain_left < 0:
+            self._draining = None
+            log.debug("closing a connection whose unread request body passed max_body_bytes after its answer")
+            body.feed_eof()  # ends aiohttp's drain as a finished one: no "Connection closed." error logged
+            self.force_close()
 
     def _arm_header_deadline(self) -> None:
         if self._header_timer is not None:

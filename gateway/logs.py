@@ -9,14 +9,21 @@ warning level (a record below warning keeps its level), with no traceback. The d
 from a fixed list of the parser's own reasons ("Missing expected LF after header value") or one fixed per
 class, so nothing the client sent is copied into it. At most one line per peer and fault (class and
 description) every `repeat_interval_s`; the next one says how many were left out.
+
+`RepeatLogFilter`, on the log handler, does the same for faults that repeat as long as they last: for
+the OpenTelemetry SDK's loggers (a collector that is away fails every export, each with a retry warning
+and an error), one line per logger and kind of message every `repeat_interval_s`; for the audit
+trail's pruning (a trail at its max_bytes prunes after every batch), one line, the next one summing
+the records and bytes pruned by the steps left out.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -161,15 +168,43 @@ def describe(exc: HttpProcessingError) -> str:
     return "malformed request"
 
 
+class RepeatCounter:
+    """Which repeats of a kind of line pass: the first, then one every `repeat_interval_s`; the ones
+    between are left out, counted and (`numbers`) summed, and the next that passes learns how many.
+    At most `max_kinds` kinds are tracked: past that all are forgotten, costing each one line again."""
+
+    def __init__(self, repeat_interval_s: float, clock: Callable[[], float], max_kinds: int) -> None:
+        self.repeat_interval_s = repeat_interval_s
+        self.clock = clock
+        self.max_kinds = max_kinds
+        # kind -> (when its last line was written, how many were left out since, their sums)
+        self.quiet: dict[Hashable, tuple[float, int, dict[str, int]]] = {}
+        self.lock = threading.Lock()  # the OpenTelemetry SDK's export threads log side by side
+
+    def admit(self, kind: Hashable, numbers: Mapping[str, int] | None = None) -> tuple[int, dict[str, int]] | None:
+        """None when this repeat of `kind` is left out; else how many were left out before it, and their sums."""
+        now = self.clock()
+        with self.lock:
+            last = self.quiet.get(kind)
+            if last is not None and now - last[0] < self.repeat_interval_s:
+                totals = last[2]
+                for name, number in (numbers or {}).items():
+                    totals[name] = totals.get(name, 0) + number
+                self.quiet[kind] = (last[0], last[1] + 1, totals)
+                return None
+            if len(self.quiet) >= self.max_kinds:
+                self.quiet.clear()
+            self.quiet[kind] = (now, 0, {})
+        return (last[1], last[2]) if last is not None else (0, {})
+
+
 class BadRequestLogFilter(logging.Filter):
     """On aiohttp's server logger: parser errors become one safe warning line; other records pass as they are."""
 
     def __init__(self, repeat_interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
-        self.repeat_interval_s = repeat_interval_s
-        self.clock = clock
-        # (peer, class name, description) -> (when the last line was written, how many were left out since)
-        self.quiet: dict[tuple[str, str, str], tuple[float, int]] = {}
+        # per (peer, class name, description)
+        self.repeats = RepeatCounter(repeat_interval_s, clock, MAX_PEERS_TRACKED)
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = parser_error(record.exc_info[1] if record.exc_info else None)
@@ -177,16 +212,10 @@ class BadRequestLogFilter(logging.Filter):
             return True
         peer = str(record.args[0]) if isinstance(record.args, tuple) and record.args else "unknown peer"
         kind, description = type(exc).__name__, describe(exc)
-        now = self.clock()
-        key = (peer, kind, description)
-        last = self.quiet.get(key)
-        if last is not None and now - last[0] < self.repeat_interval_s:
-            self.quiet[key] = (last[0], last[1] + 1)
+        admitted = self.repeats.admit((peer, kind, description))
+        if admitted is None:
             return False
-        if len(self.quiet) >= MAX_PEERS_TRACKED:
-            self.quiet.clear()  # bounded: a flood of peers costs at most one line each again
-        self.quiet[key] = (now, 0)
-        left_out = f" ({last[1]} more since the last line)" if last is not None and last[1] else ""
+        left_out = f" ({admitted[0]} more since the last line)" if admitted[0] else ""
         record.msg = "malformed HTTP request from %s: %s (HTTP %s): %s%s"
         record.args = (peer, kind, exc.code, description, left_out)
         if record.levelno > logging.WARNING:
@@ -204,6 +233,71 @@ def install_bad_request_filter(repeat_interval_s: float = 60.0) -> None:
         for old in [f for f in logger.filters if isinstance(f, BadRequestLogFilter)]:
             logger.removeFilter(old)
         logger.addFilter(BadRequestLogFilter(repeat_interval_s))
+
+
+SDK_LOGGERS = "opentelemetry."
+"""The OpenTelemetry SDK's loggers: its exporters write a line or two for every export that fails."""
+PRUNE_SUMS = {"pruned_records": "records", "pruned_bytes": "bytes"}
+"""The numbers an audit pruning line carries (`extra`), summed over the steps a summary stands for."""
+MAX_KINDS_TRACKED = 1024
+
+
+class RepeatLogFilter(logging.Filter):
+    """One line per kind of record every `repeat_interval_s` (RepeatCounter): the next that passes says
+    how many were left out (and the sums of their `sums` numbers). `select` names a record's kind; None
+    lets the record pass as it is."""
+
+    def __init__(
+        self,
+        repeat_interval_s: float,
+        select: Callable[[logging.LogRecord], Hashable | None],
+        sums: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.select = select
+        self.sums = dict(sums or {})
+        self.repeats = RepeatCounter(repeat_interval_s, clock, MAX_KINDS_TRACKED)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = self.select(record)
+        if kind is None:
+            return True
+        numbers = {name: number for name in self.sums if isinstance(number := getattr(record, name, 0), int)}
+        admitted = self.repeats.admit(kind, numbers)
+        if admitted is None:
+            return False
+        if admitted[0]:
+            self._summarise(record, *admitted)
+        return True
+
+    def _summarise(self, record: logging.LogRecord, left_out: int, totals: dict[str, int]) -> None:
+        """Say in the line how many like it were left out since the last one, and what they add up to."""
+        summed = "".join(f", {totals.get(name, 0)} {words}" for name, words in self.sums.items())
+        record.msg = f"{record.getMessage()} ({left_out} more like it since the last line{summed})"
+        record.args = None
+        record.repeats_left_out = left_out
+        for name in self.sums:
+            setattr(record, f"{name}_left_out", totals.get(name, 0))
+
+
+def exporter_kind(record: logging.LogRecord) -> Hashable | None:
+    """A kind of SDK line: its logger, level and message template (the reason varies, the fault not)."""
+    return (record.name, record.levelno, str(record.msg)) if record.name.startswith(SDK_LOGGERS) else None
+
+
+def prune_kind(record: logging.LogRecord) -> Hashable | None:
+    """The audit trail's pruning lines (they carry pruned_records); every other line passes."""
+    return (record.name, str(record.msg)) if hasattr(record, "pruned_records") else None
+
+
+def repeat_filters(repeat_interval_s: float = 60.0) -> list[RepeatLogFilter]:
+    """The filters setup_logging puts on its handler: on the handler, not the loggers, so that they go
+    with it (a second setup, a test putting its own handlers back) and see the SDK's every logger."""
+    return [
+        RepeatLogFilter(repeat_interval_s, exporter_kind),
+        RepeatLogFilter(repeat_interval_s, prune_kind, PRUNE_SUMS),
+    ]
 
 
 def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = (), repeat_interval_s: float = 60.0) -> None:
@@ -227,6 +321,9 @@ def setup_logging(level: str, fmt: str, insecure_lan_open: Sequence[str] = (), r
         handler = journal_handler(
             handler, prefix=insecure_lan_prefix(insecure_lan_open), static=fields if insecure_lan_open else None
         )
+    # A collector away, an audit trail at its max_bytes: a line per export or per batch, for as long as it lasts.
+    for repeats in repeat_filters(repeat_interval_s):
+        handler.addFilter(repeats)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

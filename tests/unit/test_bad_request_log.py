@@ -73,6 +73,6 @@ def test_setup_logging_gives_the_filter_the_configured_interval() -> None:
     try:
         setup_logging("info", "text", repeat_interval_s=5.0)
         filters = [f for f in logging.getLogger(SERVER_LOGGERS[0]).filters if isinstance(f, BadRequestLogFilter)]
-        assert [f.repeat_interval_s for f in filters] == [5.0]
+        assert [f.repeats.repeat_interval_s for f in filters] == [5.0]
     finally:
         root.handlers[:], root.level = handlers, level

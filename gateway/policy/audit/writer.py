@@ -360,9 +360,11 @@ class Writer:
             if time.monotonic() < self._next_prune and not self._over_size():
                 return
         pruned = Pruned()
+        freed = 0
         try:
             conn = self._connection()
             self._wait_for_locks_until(conn, time.monotonic() + self.settings.lock_timeout_s)
+            before = used_bytes(conn)
             pruned = prune(
                 conn,
                 now_ms() - self.settings.max_age_ms,
@@ -370,6 +372,7 @@ class Writer:
                 PRUNE_CHUNK,
                 self._protected_from(),
             )
+            freed = max(0, before - used_bytes(conn)) if pruned.deleted else 0
         except STORE_ERRORS as exc:
             self._abandon()
             if type(exc) is sqlite3.DatabaseError:
@@ -390,16 +393,20 @@ class Writer:
                 self.pruned_by_size += pruned.deleted
             else:
                 self.pruned_by_age += pruned.deleted
+            # At max_bytes this is every batch, for good: the numbers let gateway/logs.py sum the steps it
+            # leaves out of the log (one line per logging.repeat_interval_s).
             log.warning(
-                "audit trail %s: pruned %d records (ids %d to %d) by %s: %s",
+                "audit trail %s: pruned %d records (ids %d to %d, %d bytes) by %s: %s",
                 self.path,
                 pruned.deleted,
                 pruned.first_id,
                 pruned.last_id,
+                freed,
                 pruned.reason,
                 PRUNE_REASONS[pruned.reason].format(
                     days=self.settings.max_age_ms / DAY_MS, bytes=self.settings.max_bytes
                 ),
+                extra={"pruned_records": pruned.deleted, "pruned_bytes": freed},
             )
         # A backlog is cut again right after the next batch; otherwise once per interval.
         self._next_prune = time.monotonic() + (0 if pruned.more else self.settings.prune_interval_s)
