@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -267,22 +268,30 @@ class GatewayConfig(Section):
 MASK = "***"
 
 
+HEADER_ARGUMENT = re.compile(r"([A-Za-z0-9-]+):\s*\S")
+"""An argument that is an HTTP header, `Name: value` (after `--header` or `-H`)."""
+
+
 def masked_command(command: Sequence[str]) -> list[str]:
     """A stdio upstream's command as it is shown (never as it is run), secrets replaced by `***`:
     the VALUE of `--NAME=VALUE`, `-NAME=VALUE` and `NAME=VALUE` (a variable for `env` or `docker -e`) and
-    the argument after a bare `--NAME` or `-NAME` (unless it starts with `-`) when NAME names a secret
-    (is_secret_argument); the password of a URL's userinfo in any other argument (masked_url)."""
+    the argument after a bare `--NAME` or `-NAME` (unless it is a long flag itself: a token may start with
+    `-`) when NAME names a secret (is_secret_argument); the value of a header argument `Name: value` whose
+    name does (`Authorization: Bearer ...`); the password of a URL's userinfo in any other argument."""
     shown: list[str] = []
     value_next = False
     for argument in command:
-        if value_next and not argument.startswith("-"):
+        if value_next and not argument.startswith("--"):
             shown.append(MASK)
             value_next = False
             continue
         name, equals, _ = argument.lstrip("-").partition("=")
         dashed = argument.startswith("-")
+        header = HEADER_ARGUMENT.match(argument)
         if equals and (dashed or ENV_NAME.match(name)) and is_secret_argument(name):
             shown.append(f"{argument.partition('=')[0]}={MASK}")
+        elif header is not None and not dashed and is_secret_argument(header.group(1)):
+            shown.append(f"{header.group(1)}: {MASK}")
         else:
             shown.append(masked_url(argument))
         value_next = dashed and not equals and is_secret_argument(name)

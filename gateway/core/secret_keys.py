@@ -37,22 +37,22 @@ SECRET_WORDS = frozenset(
     }
 )
 """A key holding one of these words is secret-looking: `db_password`, `passcode`, not `tokenizer`. A bare
-`pin` is not one: on this appliance it is a GPIO pin number, which an approver must see to tell two
-calls apart; PIN codes are caught by SECRET_PAIRS and `pincode`."""
+`pin` is not one: on this appliance it is mostly a GPIO pin number, which an approver must see to tell
+two calls apart; PIN codes are caught by PIN_CODE_WORDS, SECRET_PAIRS and `PIN` in capitals."""
+PIN_CODE_WORDS = frozenset(
+    {"user", "sim", "admin", "unlock", "door", "master", "card", "alarm", "access", "security", "lock", "login"}
+    | {"bank", "safe", "owner", "pass", "secret", "puk"}
+)
+"""Words that, before `pin`, make it a PIN code rather than a GPIO pin: `unlock_pin`, `alarmPin`, `sim_pin`
+(`led_pin`, `gpio_pin` and `relay_pin` are pins)."""
 SECRET_PAIRS = frozenset(
-    {
-        ("api", "key"),
-        ("private", "key"),
-        ("session", "key"),
-        ("access", "key"),
-        ("pin", "code"),
-        ("user", "pin"),
-        ("sim", "pin"),
-        ("admin", "pin"),
-    }
+    {("api", "key"), ("private", "key"), ("session", "key"), ("access", "key"), ("pin", "code"), ("pin", "hash")}
+    | {(word, "pin") for word in PIN_CODE_WORDS}
 )
 """Two words in a row that make a key secret-looking: `api_key`, `X-Api-Key`, `privateKey`, `pin_code`,
-`userPIN`, `sim_pin`; not `gpio_pin` or `pin_number`."""
+`pin_hash`, `userPIN`, `door_pin`; not `gpio_pin` or `pin_number`."""
+CAPITAL_PIN = "PIN"
+"""`pin` written in capitals is a PIN code (`PIN`, `PIN_2`): a GPIO pin is written as a word (`pin`, `Pin`)."""
 
 
 def key_words(key: str) -> list[str]:
@@ -63,10 +63,12 @@ def key_words(key: str) -> list[str]:
 @functools.lru_cache(maxsize=MAX_KEYS_REMEMBERED)
 def is_secret_key(key: str) -> bool:
     """Whether the value under `key` is never stored: a word of it is in SECRET_WORDS, or two words in a
-    row are a pair of SECRET_PAIRS, in any case."""
+    row are a pair of SECRET_PAIRS, in any case, or a word is CAPITAL_PIN as written."""
     words = key_words(key)
-    return any(word in SECRET_WORDS for word in words) or any(
-        pair in SECRET_PAIRS for pair in itertools.pairwise(words)
+    return (
+        any(word in SECRET_WORDS for word in words)
+        or any(pair in SECRET_PAIRS for pair in itertools.pairwise(words))
+        or CAPITAL_PIN in KEY_WORD.findall(key)
     )
 
 

@@ -117,7 +117,12 @@ async def test_the_log_of_a_stdio_upstream_names_no_secret_argument(tmp_path: Pa
             ["s", "--dbpassword=x", "--sim-pin", "x", "--pin=5"],
             ["s", "--dbpassword=***", "--sim-pin", "***", "--pin=5"],
         ),
-        (["s", "--token", "-1", "--token"], None),  # a value that starts with '-' and a flag at the end
+        (["s", "--token", "--verbose", "--token"], None),  # a long flag after it and a flag at the end
+        (["s", "--api-key", "-Kx9secret", "-v"], ["s", "--api-key", "***", "-v"]),  # a token may start with -
+        (
+            ["s", "--header", "Authorization: Bearer abc", "-H", "X-Api-Key:abc", "-H", "Accept: text/plain"],
+            ["s", "--header", "Authorization: ***", "-H", "X-Api-Key: ***", "-H", "Accept: text/plain"],
+        ),
         (["s", "--", "--token=x"], ["s", "--", "--token=***"]),
         (
             ["docker", "run", "-e", "DB_PASSWORD=x", "-e", "MODE=fast", "img"],

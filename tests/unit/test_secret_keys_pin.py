@@ -8,9 +8,11 @@ import pytest
 from gateway.core.secret_keys import is_secret_key
 from gateway.policy.audit.records import mask_secrets, masked_keys
 
-SHOWN = ["pin", "PIN", "gpio_pin", "pin_number", "pinNumber", "led-pin", "pins", "spin_rate", "pinned", "code"]
+SHOWN = ["pin", "Pin", "gpio_pin", "pin_number", "pinNumber", "led-pin", "relay_pin", "pins", "spin_rate"]
+SHOWN += ["pinned", "code", "pin_no"]
 MASKED = ["pin_code", "pinCode", "PIN-CODE", "userPIN", "user_pin", "sim_pin", "SIM-PIN", "adminPin"]
 MASKED += ["pincode", "PINCODE", "passcode", "door_passcode", "password", "api_key"]
+MASKED += ["PIN", "unlock_pin", "door_pin", "master_pin", "card_pin", "alarmPin", "pin_hash", "PIN_2"]
 
 
 @pytest.mark.parametrize("key", SHOWN)
