@@ -11,8 +11,9 @@ The packets are mcpdevice.mqtt_client's (umqtt.simple's client, made fit for a b
 #     <prefix>/<slot>/down     gateway -> board, subscribed with QoS 1
 #     <prefix>/<slot>/up       board -> gateway: answers and notifications
 #
-# asyncio opens the TCP connection and waits for the first byte of each packet; the client reads the
-# rest. Answers go out without waiting for their PUBACK.
+# asyncio opens the TCP connection and waits for the first byte of each packet (the SUBACK too, for
+# at most timeout_s); the client reads the rest within IO_TIMEOUT_S. Answers go out without waiting
+# for their PUBACK.
 #
 # Only messages from the gateway count as contact (they feed the dead-man); the broker's PINGRESP,
 # PUBACK and SUBACK do not. A retained message on down is dropped unread: a request that waited in
@@ -34,12 +35,11 @@ The packets are mcpdevice.mqtt_client's (umqtt.simple's client, made fit for a b
 import asyncio
 
 from mcpdevice.clock import ticks_diff, ticks_ms
-from mcpdevice.mqtt_client import SEGMENT, Client, MQTTException
+from mcpdevice.mqtt_client import IO_TIMEOUT_S, SEGMENT, Client, MQTTException
 
 STATUS = "status"
 DOWN = "down"
 UP = "up"
-IO_TIMEOUT_S = 3  # the rest of a packet, and every write: well inside the 10 s watchdog
 
 
 def topic(prefix, slot, kind):
@@ -117,6 +117,7 @@ class MqttTransport:
         client.keepalive = self.keepalive_s
         client.frame_max = self.frame_max
         client.sock = sock
+        client.raw = writer.s
         client._out = self.segment
         client.set_callback(self._deliver)
         client.set_last_will(self._status, b"", retain=True, qos=1)
@@ -127,10 +128,30 @@ class MqttTransport:
         if not first:
             raise OSError("the broker closed the connection before CONNACK (check client id and ACL)")
         client.read_connack(first[0])
-        try:
-            client.subscribe(self._down, 1)
-        except MQTTException:
-            raise OSError("the broker refused the subscription to %s (check the ACL)" % self._down.decode()) from None
+        client.subscribe(self._down, 1)
+        # The SUBACK, with whatever the broker sends before it, within timeout_s: awaited, so the
+        # board's loop (and its dead-man) runs meanwhile.
+        end = ticks_ms() + int(self.timeout_s * 1000)
+        while True:
+            wait_ms = ticks_diff(end, ticks_ms())
+            if wait_ms <= 0:
+                raise OSError("no SUBACK from the broker within %s s of SUBSCRIBE" % self.timeout_s)
+            try:
+                first = await asyncio.wait_for_ms(reader.read(1), wait_ms)
+            except asyncio.TimeoutError:
+                continue
+            if not first:
+                raise OSError("the broker closed the connection before SUBACK")
+            try:
+                op = client.wait_msg(first[0])
+            except MQTTException:
+                raise OSError(
+                    "the broker refused the subscription to %s (check the ACL)" % self._down.decode()
+                ) from None
+            if first[0] == 0x90:
+                break
+            if op is not None and op & 0xF0 != 0x30:
+                client.skip(client._recv_len())  # anything else unasked
         self._sent_ms = ticks_ms()
 
     async def recv(self):

@@ -1,37 +1,49 @@
-"""umqtt.simple's MQTT 3.1.1 client with the three methods a board that runs a motor cannot use.
+"""umqtt.simple's MQTT 3.1.1 client without the methods a board that runs a motor cannot use.
 
 For mcpdevice.mqtt (the transport), which opens the socket with asyncio and hands it over.
 """
 
 # umqtt.simple (`mip install umqtt.simple` on a board) writes the packets. Not used as they are:
 # connect() opens a blocking socket without a timeout (an unreachable broker would hold the control
-# loop past the watchdog; send_connect and read_connack take its place), wait_msg() reads a message of
-# any size into memory (one large message would exhaust a 96 KB heap), and publish(qos=1) blocks
-# until the PUBACK while handing arriving requests to the callback in the middle of a publish (both
-# replaced). The rest of a packet is read with the socket's short timeout; a message over the frame
-# cap is skipped in slices keeping its first bytes (so the dispatcher can name the request it
-# refuses); the PUBACK owed for a request rides in the same TCP segment as its answer.
+# loop past the watchdog; send_connect and read_connack take its place), wait_msg() reads a message
+# of any size into memory (one large message would exhaust a 96 KB heap), publish(qos=1) blocks
+# until the PUBACK while handing arriving requests to the callback in the middle of a publish,
+# subscribe() blocks until the SUBACK (the transport awaits it instead), and _recv_len() reads a
+# remaining length of any number of bytes straight from the socket (all replaced). A packet whose
+# first byte came has IO_TIMEOUT_S for the rest as a whole, not per read: a broker that spaces its
+# bytes just inside each read's timeout cannot hold the board, whose loop runs the dead-man. A
+# message over the frame cap is skipped in slices keeping its first bytes (so the dispatcher can
+# name the request it refuses); the PUBACK owed for a request rides in the same TCP segment as its
+# answer.
 #
 # What this relies on in umqtt.simple, the same from 1.3.4 (PyPI) to the current micropython-lib
-# release: the constructor's first six arguments, set_callback, set_last_will, subscribe (which
-# calls wait_msg, replaced here, and reads its SUBACK), ping, disconnect, _send_str, _recv_len, and
-# the attributes they keep (sock, pid, cb, client_id, user, pswd, keepalive, lw_*).
+# release: the constructor's first six arguments, set_callback, set_last_will, ping, disconnect,
+# _send_str, and the attributes they keep (sock, pid, cb, client_id, user, pswd, keepalive, lw_*).
 #
 # API: Client(client_id, server, port, user, password) as umqtt.simple's MQTTClient, plus
 #     .frame_max        messages over it reach the callback as (size, first HEAD_BYTES bytes)
-#     .send_connect(clean_session=True); .read_connack(first byte)   on the socket in .sock
-#     .wait_msg(first=None) -> first byte of the packet (None: PINGRESP, consumed)
-#     .skip(size); .flush_ack(); .publish(topic, msg or list of parts, retain, qos)
+#     .sock, .raw       the socket (TLS-wrapped or not) and the TCP socket under it, set by the
+#                       caller; each read sets .raw's timeout to what its packet has left, and
+#                       then back to IO_TIMEOUT_S for the writes
+#     .send_connect(clean_session=True); .read_connack(first byte)
+#     .subscribe(topic, qos)   sends the SUBSCRIBE; wait_msg checks and consumes its SUBACK
+#     .wait_msg(first byte) -> first byte of the packet (None: PINGRESP or SUBACK, consumed)
+#     .skip(size); ._recv_len(); .flush_ack(); .publish(topic, msg or list of parts, retain, qos)
 #     ._out             a bytearray(SEGMENT) that publish gathers its writes in, set by the caller
-# MQTTException: umqtt.simple's, raised by subscribe when the broker refuses it.
+# MQTTException: umqtt.simple's, raised by wait_msg when a SUBACK refuses the subscription. Every
+# other failure is an OSError saying what the broker did (closed, stopped mid-packet, sent a
+# malformed packet).
 
 import struct
 
-from umqtt.simple import MQTTClient, MQTTException  # noqa: F401 (MQTTException: for the transport)
+from umqtt.simple import MQTTClient, MQTTException
+
+from mcpdevice.clock import ticks_diff, ticks_ms
 
 HEAD_BYTES = 96  # kept of an oversize message: enough to find its request id
 _SLICE = 256  # an oversize message is skipped this many bytes at a time
 SEGMENT = 1400  # bytes per socket write: about one TCP segment
+IO_TIMEOUT_S = 3  # the rest of a packet, and every write: well inside the 10 s watchdog
 _TOPIC_MAX = 256  # a longer topic name on our subscription is a broken broker
 _REFUSED = {
     1: "unacceptable protocol version (the broker needs MQTT 3.1.1)",
@@ -52,10 +64,10 @@ def _remaining_length(size):
             return out
 
 
-# umqtt.simple's own connect, publish, wait_msg and check_msg: replaced here or never called. Their
-# code leaves the heap once nothing refers to it (a few KB of a 96 KB board's; where umqtt.simple is
-# frozen into the firmware it is in flash already, and stays).
-for _name in ("connect", "publish", "wait_msg", "check_msg"):
+# umqtt.simple's own connect, publish, subscribe, wait_msg, check_msg and _recv_len: replaced here or
+# never called. Their code leaves the heap once nothing refers to it (a few KB of a 96 KB board's;
+# where umqtt.simple is frozen into the firmware it is in flash already, and stays).
+for _name in ("connect", "publish", "subscribe", "wait_msg", "check_msg", "_recv_len"):
     try:
         setattr(MQTTClient, _name, None)
     except (AttributeError, TypeError):
@@ -69,12 +81,37 @@ class Client(MQTTClient):
     # delayed ACK) in one buffer of SEGMENT bytes: the transport's, the same for every link (a new
     # one per message, or per link, would leave holes in the heap).
     _out = None
+    raw = None  # the TCP socket under .sock (the same socket without TLS), set by the caller
+    end = 0  # ticks_ms by which the packet being read must be whole (not wrapped: ticks_diff copes)
 
     def _read(self, size):
-        data = self.sock.read(size) if size else b""
-        if data is None or len(data) < size:  # None: a TLS socket's timeout
-            raise OSError("the broker closed the connection or stopped mid-packet")
+        # `size` bytes of the packet being read, by its deadline (.end), however the broker spaces them.
+        data = b""
+        while len(data) < size:
+            wait_ms = ticks_diff(self.end, ticks_ms())
+            if wait_ms <= 0:
+                raise OSError("the broker stopped mid-packet: no whole packet within %d s" % IO_TIMEOUT_S)
+            self.raw.settimeout(wait_ms / 1000)
+            try:
+                part = self.sock.recv(size - len(data))  # what has come, up to size: one wait
+            except OSError:  # the time left ran out (a broken connection: the next recv says so)
+                part = None
+            if part == b"":
+                raise OSError("the broker closed the connection mid-packet")
+            if part:  # None: a TLS socket's timeout
+                data += part
+        self.raw.settimeout(IO_TIMEOUT_S)  # for the writes
         return data
+
+    def _recv_len(self):
+        # A packet's remaining length, as umqtt.simple's but bounded: at most MQTT's 4 bytes.
+        size = 0
+        for at in (0, 7, 14, 21):
+            byte = self._read(1)[0]
+            size |= (byte & 0x7F) << at
+            if not byte & 0x80:
+                return size
+        raise OSError("malformed packet from the broker: its remaining length runs past 4 bytes")
 
     def send_connect(self, clean_session=True):
         """The CONNECT packet umqtt.simple's connect() sends, on the socket the transport opened."""
@@ -104,24 +141,41 @@ class Client(MQTTClient):
                 self._send_str(self.pswd)
 
     def read_connack(self, first):
+        self.end = ticks_ms() + IO_TIMEOUT_S * 1000
         rest = self._read(3)
         if first != 0x20 or rest[0] != 2:
             raise OSError("not an MQTT 3.1.1 broker: its answer to CONNECT starts %02x %02x" % (first, rest[0]))
         if rest[2]:
             raise OSError("the broker refused the connection: %s (CONNACK %d)" % (_REFUSED.get(rest[2], "?"), rest[2]))
 
+    def subscribe(self, topic, qos=0):
+        # umqtt.simple's SUBSCRIBE. The caller awaits the SUBACK (wait_msg checks it): a synchronous
+        # wait would stop the board's loop for as long as the broker delays it.
+        self.pid = self.pid % 65535 + 1  # packet ids are 1 to 65535
+        packet = bytearray(b"\x82")
+        packet.extend(_remaining_length(5 + len(topic)))
+        packet.extend(struct.pack("!H", self.pid))
+        self.sock.write(packet)
+        self._send_str(topic)
+        self.sock.write(bytes((qos,)))
+
     def skip(self, size):
         while size > 0:
             size -= len(self._read(min(_SLICE, size)))
 
-    def wait_msg(self, first=None):
-        """One packet, as umqtt.simple's wait_msg: a PUBLISH goes to the callback as (topic, message,
-        flags), where message is bytes or, over the frame cap, (size, first bytes); other packets
-        return their first byte with the rest unread (None for PINGRESP, which is consumed)."""
-        if first is None:
-            first = self._read(1)[0]
+    def wait_msg(self, first):
+        # One packet, as umqtt.simple's wait_msg: a PUBLISH goes to the callback as (topic, message,
+        # flags), where message is bytes or, over the frame cap, (size, first bytes); other packets
+        # return their first byte with the rest unread (None for PINGRESP and SUBACK, which are
+        # consumed; a SUBACK refusing the subscription raises MQTTException). The rest of the packet
+        # must come within IO_TIMEOUT_S of its first byte.
+        self.end = ticks_ms() + IO_TIMEOUT_S * 1000
         if first == 0xD0:
             self._read(1)
+            return None
+        if first == 0x90:  # the SUBACK of subscribe, consumed
+            if self._read(4)[3] == 0x80:  # remaining length 3, packet id, granted QoS or refused
+                raise MQTTException(0x80)
             return None
         if first & 0xF0 != 0x30:
             return first

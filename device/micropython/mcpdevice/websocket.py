@@ -31,7 +31,8 @@
 # A provider secret (`token`) is sent as `X-Provider-Token` on the upgrade when the gateway has
 # provider authentication; a refusal (HTTP 401 or 403) is a Refused carrying the gateway's JSON body.
 # Every HTTP 4xx is a Refused (`HTTP <status> from <url>: <body>`); another answer than 101 an OSError
-# in the same words.
+# in the same words. The answer's status and header lines are read up to 64 lines of 1024 bytes
+# each; a longer line is an OSError naming the bound.
 
 import asyncio
 import binascii
@@ -145,12 +146,24 @@ class WebSocketTransport:
             ).encode()
         )
         await self._writer.drain()
-        status = (await self._reader.readline()).split(None, 2)
+        status = None
         accept = None
         length = 0
-        for _ in range(64):
-            line = await self._reader.readline()
-            if len(line) < 3 or len(line) > 1024:
+        for _ in range(64):  # the status line and up to 63 header lines
+            # A byte at a time, at most 1024 a line: a readline would take a line of any length into
+            # the heap, and a larger read could take the first WebSocket frame with the last line.
+            line = b""
+            while line[-1:] != b"\n":
+                if len(line) >= 1024:
+                    raise OSError("a line over 1024 bytes in the answer to the upgrade from " + self.url)
+                data = await self._reader.read(1)
+                if not data:
+                    break
+                line += data
+            if status is None:
+                status = line.split(None, 2)
+                continue
+            if len(line) < 3:
                 break
             name, _, value = line.partition(b":")
             name = name.strip().lower()
