@@ -29,10 +29,15 @@ CONTINUE_STATE_PREFIX = "mcpgwk1."
 """Marks a requestState the gateway issued for a provider's own input_required round of a call a person
 confirmed: it seals the provider's requestState and that the call is confirmed (Continuations)."""
 CONTINUE_S = 600
-"""How long such a state holds (s): a person answering the provider's question has this long."""
+"""How long such a state holds (s): a person answering the provider's question has this long, and never
+past the confirmation's own lifetime (Continued.deadline_ms)."""
 MAX_CONTINUED = 4096
 """Continuation states answered and not yet expired, remembered so none is used twice; past it, new
 ones are refused until one expires."""
+MAX_CONTINUED_PER_CALLER = 256
+"""As many of one caller's, so one caller continuing its own calls in a loop leaves room for the others'."""
+MAX_ROUNDS = 32
+"""Provider rounds one confirmed call continues; past it, the call is sent again and confirmed again."""
 QUESTION_READ = "question-read"
 """The `way` of the gateway's own read of a device's state for a question: it is decided, limited and
 recorded as the caller's call of the read tool, and never itself put to a person."""
@@ -65,6 +70,16 @@ class Continued:
     provider_state: str | None
     confirmed_by: str
     forwarded: str
+    own: bool
+    """The caller confirmed it through its own client (not another principal's approval)."""
+    deadline_ms: int
+    """When the confirmation's lifetime ends (Continuations.clock_ms): the same through every round."""
+    rounds: int
+    """The provider rounds continued with this state, counting its own."""
+    used: str = ""
+    """The digest of the state's body, the key it is remembered by once used (Continuations.spend)."""
+    until_ms: int = 0
+    """When the state expires (Continuations.clock_ms)."""
 
 
 def _digest(value: object) -> str:
@@ -75,8 +90,8 @@ def _digest(value: object) -> str:
     return hashlib.sha256(canonical).hexdigest()[:32]
 
 
-def _continue_error(message: str, reason: str) -> errors.RpcError:
-    return errors.RpcError(jsonrpc.INVALID_PARAMS, message, {"reason": reason})
+def _continue_error(message: str, reason: str, **data: object) -> errors.RpcError:
+    return errors.RpcError(jsonrpc.INVALID_PARAMS, message, {"reason": reason, **data})
 
 
 class Continuations:
@@ -86,8 +101,16 @@ class Continuations:
 
     def __init__(self) -> None:
         self._key = secrets.token_bytes(32)
-        self._used: dict[str, float] = {}
-        """The digest of each used state's body, with its expiry (monotonic s)."""
+        # Times in a state are on the monotonic clock plus an offset of this process: a client reads
+        # them, and the offset hides the host's uptime (a wall-clock change stretches no lifetime).
+        self._offset_ms = secrets.randbelow(1 << 40)
+        self._used: dict[str, tuple[int, str]] = {}
+        """The digest of each used state's body, with its expiry (clock_ms) and its caller."""
+        self._used_by: dict[str, int] = {}
+        """How many of `_used` each caller used."""
+
+    def clock_ms(self) -> int:
+        return int(time.monotonic() * 1000) + self._offset_ms
 
     def seal(self, call: str, provider_state: object, continued: Continued) -> str:
         inner = orjson.dumps(
@@ -95,14 +118,18 @@ class Continuations:
                 "s": provider_state if isinstance(provider_state, str) else None,
                 "by": continued.confirmed_by,
                 "f": continued.forwarded,
+                "o": continued.own,
+                "d": continued.deadline_ms,
+                "n": continued.rounds,
             }
         )
-        expires = int(time.monotonic() + CONTINUE_S)
+        expires = min(self.clock_ms() + CONTINUE_S * 1000, continued.deadline_ms)
         body = f"{CONTINUE_STATE_PREFIX}{secrets.token_hex(8)}.{expires}.{base64.urlsafe_b64encode(inner).decode()}"
         return f"{body}.{self._mac(body, call)}"
 
     def open(self, state: str, call: str) -> Continued:
-        """The continuation `state` carries for `call`, used up now; RpcError -32602 when it does not hold."""
+        """The continuation `state` carries for `call` (not used up: see spend); RpcError -32602 when it
+        does not hold."""
         body, _, mac = state.rpartition(".")
         fields = body.removeprefix(CONTINUE_STATE_PREFIX).split(".")
         if len(fields) != 3 or not mac.isascii() or not hmac.compare_digest(mac, self._mac(body, call)):
@@ -112,7 +139,16 @@ class Continuations:
                 "arguments as the call that got it, or send the call again without requestState",
                 "mismatch",
             )
-        now = time.monotonic()
+        inner = orjson.loads(base64.urlsafe_b64decode(fields[2]))
+        now = self.clock_ms()
+        deadline = inner.get("d")
+        if not isinstance(deadline, int) or deadline <= now:
+            raise _continue_error(
+                "requestState has expired: the person's confirmation of this call lasts the confirm rule's "
+                "expires_s, and that lifetime passed before this round; send the call again without "
+                "requestState to be confirmed again",
+                "expired",
+            )
         if not fields[1].isdigit() or int(fields[1]) <= now:
             raise _continue_error(
                 "requestState has expired: the provider's question was not answered in time; send the call "
@@ -121,28 +157,89 @@ class Continuations:
             )
         used = hashlib.sha256(body.encode()).hexdigest()  # a provider's state may be long: its digest is kept
         if used in self._used:
+            raise _used_error()
+        state = inner.get("s")
+        rounds = inner.get("n")
+        return Continued(
+            state if isinstance(state, str) else None,
+            str(inner.get("by")),
+            str(inner.get("f")),
+            inner.get("o") is True,
+            deadline,
+            rounds if isinstance(rounds, int) else MAX_ROUNDS + 1,
+            used,
+            int(fields[1]),
+        )
+
+    def spend(self, continued: Continued, caller: str) -> None:
+        """Use up an opened state, once its round is admitted; RpcError when it was used meanwhile or a
+        bound is reached (MAX_ROUNDS, MAX_CONTINUED_PER_CALLER, MAX_CONTINUED)."""
+        if continued.rounds > MAX_ROUNDS:
             raise _continue_error(
-                "requestState was already used: each round of a confirmed call continues once; send the call "
-                "again without requestState",
-                "used",
+                f"Not forwarded: a confirmed call continues at most {MAX_ROUNDS} rounds of its provider's "
+                "questions (MAX_ROUNDS); send the call again without requestState to be confirmed again",
+                "too_many_rounds",
+                limit=MAX_ROUNDS,
+            )
+        if continued.used in self._used:
+            raise _used_error()
+        now = self.clock_ms()
+        mine = self._used_by.get(caller, 0)
+        if len(self._used) >= MAX_CONTINUED or mine >= MAX_CONTINUED_PER_CALLER:
+            for old in [old for old, (until, _) in self._used.items() if until <= now]:
+                self._forget(old)  # expired: refused as expired anyway, no need to remember it
+            mine = self._used_by.get(caller, 0)
+        if mine >= MAX_CONTINUED_PER_CALLER:
+            # This caller's share is full: its own rounds wait, every other caller's still count.
+            oldest = min(until for until, who in self._used.values() if who == caller)
+            raise _full(
+                f"{mine} of this caller's continued rounds",
+                "max_continued_per_caller",
+                MAX_CONTINUED_PER_CALLER,
+                oldest - now,
             )
         if len(self._used) >= MAX_CONTINUED:
-            for old in [old for old, until in self._used.items() if until <= now]:
-                del self._used[old]
-            if len(self._used) >= MAX_CONTINUED:
-                raise errors.RpcError(
-                    jsonrpc.UNAVAILABLE,
-                    f"Not forwarded: {MAX_CONTINUED} continued rounds of confirmed calls are remembered within "
-                    "their lifetime; try again later",
-                    {"reason": "continuations_full", "limit": MAX_CONTINUED},
-                )
-        self._used[used] = float(fields[1])
-        inner = orjson.loads(base64.urlsafe_b64decode(fields[2]))
-        state = inner.get("s")
-        return Continued(state if isinstance(state, str) else None, str(inner.get("by")), str(inner.get("f")))
+            oldest = min(until for until, _ in self._used.values())
+            raise _full(f"{len(self._used)} continued rounds", "max_continued", MAX_CONTINUED, oldest - now)
+        self._used[continued.used] = (continued.until_ms, caller)
+        self._used_by[caller] = mine + 1
+
+    def give_back(self, continued: Continued) -> None:
+        """A spent state counts again: its round was refused before anything was decided on record."""
+        self._forget(continued.used)
+
+    def _forget(self, used: str) -> None:
+        remembered = self._used.pop(used, None)
+        if remembered is None:
+            return
+        caller = remembered[1]
+        left = self._used_by.get(caller, 0) - 1
+        if left > 0:
+            self._used_by[caller] = left
+        else:
+            self._used_by.pop(caller, None)
 
     def _mac(self, body: str, call: str) -> str:
         return hmac.new(self._key, f"{body}|{call}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _used_error() -> errors.RpcError:
+    return _continue_error(
+        "requestState was already used: each round of a confirmed call continues once; send the call "
+        "again without requestState",
+        "used",
+    )
+
+
+def _full(text: str, limit: str, bound: int, wait_ms: int) -> errors.RpcError:
+    """The refusal of a round past a bound of remembered states: one counts once the oldest expires."""
+    retry_after_ms = max(wait_ms, 1)
+    return errors.RpcError(
+        jsonrpc.UNAVAILABLE,
+        f"Not forwarded: {text} are remembered within their lifetime ({limit} = {bound}); send the same retry "
+        f"again in {-(-retry_after_ms // 1000)} s, when the oldest of them expires",
+        {"reason": "continuations_full", "limit": limit, "bound": bound, "retryAfterMs": retry_after_ms},
+    )
 
 
 CONTINUATIONS = Continuations()
@@ -174,11 +271,21 @@ def split_continuation(params: JsonObject, call: str) -> tuple[JsonObject, Conti
 class ClientConfirmer:
     """One call's caller, as the policy layer may ask it to confirm the call.
 
-    `confirmed_by` is set by the policy layer when a person confirmed this call, and `continued` by the
-    core when the call continues a provider round of a call confirmed earlier: either way a provider's
+    `confirmed_by` is set by the policy layer when a person confirmed this call (with `confirmed_own`
+    and `confirmed_left_ms`, what is left of the confirmation's lifetime), and `continued` by the core
+    when the call continues a provider round of a call confirmed earlier: either way a provider's
     input_required answer is relayed with a continuation state, and its retry is not confirmed again."""
 
-    __slots__ = ("confirmed_by", "continued", "ctx", "read_state", "retry")
+    __slots__ = (
+        "caller",
+        "confirmed_by",
+        "confirmed_left_ms",
+        "confirmed_own",
+        "continued",
+        "ctx",
+        "read_state",
+        "retry",
+    )
 
     def __init__(
         self,
@@ -186,12 +293,26 @@ class ClientConfirmer:
         retry: ConfirmRetry | None,
         read_state: StateReader | None,
         continued: Continued | None = None,
+        caller: str = "",
     ) -> None:
         self.ctx = ctx
         self.retry = retry
         self.read_state = read_state
         self.continued = continued
+        self.caller = caller
+        """Whose `continued` is, for its share of the remembered states."""
         self.confirmed_by: str | None = None
+        self.confirmed_own = True
+        self.confirmed_left_ms = CONTINUE_S * 1000
+
+    def spend_continued(self) -> None:
+        """Use up the continuation state this call brings, once its round is admitted (Continuations.spend)."""
+        if self.continued is not None:
+            CONTINUATIONS.spend(self.continued, self.caller)
+
+    def give_back_continued(self) -> None:
+        if self.continued is not None:
+            CONTINUATIONS.give_back(self.continued)
 
     @property
     def way(self) -> str:

@@ -8,6 +8,7 @@ configured; without one nothing here runs and the hot path is as it was.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -169,12 +170,13 @@ async def call(
     # aggregate name such as `pump-1-get_status` the caller used on _all or a group).
     decided = str(tool["name"]) if tool else str(name)
     params, retry = split_retry(params)
-    bound = call_of(caller_id(ctx.principal, ctx.peer), slot, decided, params.get("arguments"))
+    caller = caller_id(ctx.principal, ctx.peer)
+    bound = call_of(caller, slot, decided, params.get("arguments"))
     params, continued = split_continuation(params, bound)
     if read_state is not None:
         read_state = read_state.through(partial(question_read, governance, ctx, slot))
     if confirmer is None:
-        confirmer = ClientConfirmer(ctx, retry, read_state, continued)
+        confirmer = ClientConfirmer(ctx, retry, read_state, continued, repr(caller))
     span = trace_relay.start_policy(ctx, slot, decided)
     held, task = governance.held, asyncio.current_task()
     if task is not None:
@@ -219,8 +221,14 @@ async def call(
         return result
     # The provider asks its own question of a confirmed call: the client's retry continues this call,
     # with the provider's requestState restored and no second confirmation.
-    by = confirmer.confirmed_by if continued is None else continued.confirmed_by
-    state = CONTINUATIONS.seal(bound, result.get("requestState"), Continued(None, str(by), forwarded_digest(sent)))
+    if continued is None:  # the first provider round: the confirmation's lifetime runs from the person's yes
+        deadline_ms = CONTINUATIONS.clock_ms() + confirmer.confirmed_left_ms
+        continued = Continued(None, str(confirmer.confirmed_by), "", confirmer.confirmed_own, deadline_ms, 0)
+    state = CONTINUATIONS.seal(
+        bound,
+        result.get("requestState"),
+        dataclasses.replace(continued, forwarded=forwarded_digest(sent), rounds=continued.rounds + 1),
+    )
     return {**result, "requestState": state}
 
 

@@ -118,6 +118,26 @@ def continues(confirmer: Confirmer | None) -> bool:
     return isinstance(confirmer, ClientConfirmer) and confirmer.continued is not None
 
 
+def continued_yes(confirmer: Confirmer | None, at_ms: int) -> Answer | None:
+    """The caller's own yes a continuing call brings (None: not continuing, or another principal approved
+    it): refused when the rule in force has another principal approve the call."""
+    if not isinstance(confirmer, ClientConfirmer) or confirmer.continued is None or not confirmer.continued.own:
+        return None
+    return Answer(True, confirmer.continued.confirmed_by, at_ms, "input_required")
+
+
+def spend_continued(confirmer: Confirmer | None) -> None:
+    """Use up the continuation state a continuing call brings, its round admitted (RpcError at a bound)."""
+    if isinstance(confirmer, ClientConfirmer):
+        confirmer.spend_continued()
+
+
+def give_back_continued(confirmer: Confirmer | None) -> None:
+    """The continuation state counts again: its round was refused before it was decided on record."""
+    if isinstance(confirmer, ClientConfirmer):
+        confirmer.give_back_continued()
+
+
 class Confirmations:
     """The confirmation step of Governor.admit_call, with the approvals waiting and the seal of the
     requestStates it issues (a key of this process: a state cannot be forged or moved to another call)."""
@@ -180,6 +200,10 @@ class Confirmations:
         answer = await self._ask(question, confirmer, claim)
         if answer.confirmed and isinstance(confirmer, ClientConfirmer):
             confirmer.confirmed_by = answer.by
+            confirmer.confirmed_own = not answer.how.startswith("approval")
+            # A yes lasts the rule's expires_s from when it was given, through every provider round.
+            elapsed_ms = max(self.approvals.now_ms() - answer.at_ms, 0)
+            confirmer.confirmed_left_ms = max(question.rule.expires_s * 1000 - elapsed_ms, 0)
         return answer
 
     async def _ask(self, question: Question, confirmer: Confirmer | None, claim: Claim | None) -> Answer:

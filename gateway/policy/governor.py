@@ -46,7 +46,10 @@ from gateway.policy.confirmation import (
     Confirmations,
     Question,
     callers_answer_refused,
+    continued_yes,
     continues,
+    give_back_continued,
+    spend_continued,
 )
 from gateway.policy.execution.admission import Admission, ExecutionLimits
 from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
@@ -248,10 +251,20 @@ class Governor:
             if isinstance(confirmed, CallVerdict):
                 return confirmed
             judged = confirmed
+        elif judged.decision.confirm is not None:
+            refused = await self._continued(call, judged, confirmer)
+            if refused is not None:
+                return refused
         record, checked = judged.record, judged.checked
         admitted = await self._admit_limits(record, subjects, call.hint)
         if isinstance(admitted, CallVerdict):
             return admitted
+        try:
+            spend_continued(confirmer)  # only an admitted round uses its continuation state up
+        except errors.RpcError as exc:
+            self.limits.release(admitted)
+            await self._record_refusal(_replace(record, effect="refuse-confirmation", reason=exc.message))
+            raise
         ticket: int | None = None
         if self.trail is not None:
             try:
@@ -264,6 +277,7 @@ class Governor:
                     return CallVerdict(True, admission=admitted, effect="allow")
                 self.limits.release(admitted)  # not forwarded: its concurrency places are free again
                 self.confirmations.give_back(claim)  # nor is an approval it brought used up
+                give_back_continued(confirmer)
                 return CallVerdict(
                     False,
                     reason=f"The call was not forwarded: the audit trail cannot record it ({exc}); every call of a "
@@ -418,6 +432,26 @@ class Governor:
             judged.checked,
             judged.forwarded,
         )
+
+    async def _continued(self, call: Call, judged: Judged, confirmer: Confirmer | None) -> CallVerdict | None:
+        """A round continuing a call its caller confirmed through its own client, which a [[confirm]] rule
+        in force (reloaded since) has another principal approve: refused as the plain retry would be."""
+        rule = judged.decision.confirm
+        yes = continued_yes(confirmer, now_ms())
+        if rule is None or rule.by != "another" or yes is None:
+            return None
+        question = Question(
+            call.subjects,
+            caller_name(call.subjects),
+            call.slot,
+            judged.decision.resource,
+            call.name,
+            judged.forwarded,
+            rule,
+            call.arguments,
+        )
+        judged = dataclasses.replace(judged, record=_replace(judged.record, **_confirmed_fields(yes)))
+        return await self._now_by_another(judged, question, rule, yes)
 
     async def _changed(self, judged: Judged, question: Question) -> CallVerdict:
         """A confirmed call the reloaded policy would forward with other arguments than the person saw."""
