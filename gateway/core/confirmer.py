@@ -23,6 +23,7 @@ from gateway.core.input_required import CallerId
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.policy_interface import CONFIRM_INPUT_KEY, CONFIRM_STATE_PREFIX, ConfirmRetry
 from gateway.core.relay import missing_capability
+from gateway.core.used_states import UsedStates
 
 ELICIT = "elicitation/create"
 CONTINUE_STATE_PREFIX = "mcpgwk1."
@@ -104,10 +105,8 @@ class Continuations:
         # Times in a state are on the monotonic clock plus an offset of this process: a client reads
         # them, and the offset hides the host's uptime (a wall-clock change stretches no lifetime).
         self._offset_ms = secrets.randbelow(1 << 40)
-        self._used: dict[str, tuple[int, str]] = {}
-        """The digest of each used state's body, with its expiry (clock_ms) and its caller."""
-        self._used_by: dict[str, int] = {}
-        """How many of `_used` each caller used."""
+        self._used = UsedStates()
+        """The digest of each used state's body, until it expires (clock_ms)."""
 
     def clock_ms(self) -> int:
         return int(time.monotonic() * 1000) + self._offset_ms
@@ -184,40 +183,24 @@ class Continuations:
         if continued.used in self._used:
             raise _used_error()
         now = self.clock_ms()
-        mine = self._used_by.get(caller, 0)
-        if len(self._used) >= MAX_CONTINUED or mine >= MAX_CONTINUED_PER_CALLER:
-            for old in [old for old, (until, _) in self._used.items() if until <= now]:
-                self._forget(old)  # expired: refused as expired anyway, no need to remember it
-            mine = self._used_by.get(caller, 0)
-        if mine >= MAX_CONTINUED_PER_CALLER:
+        full = self._used.full(caller, MAX_CONTINUED, MAX_CONTINUED_PER_CALLER, now)
+        if full == "per_caller":
             # This caller's share is full: its own rounds wait, every other caller's still count.
-            oldest = min(until for until, who in self._used.values() if who == caller)
             raise _full(
-                f"{mine} of this caller's continued rounds",
+                f"{self._used.held_by(caller)} of this caller's continued rounds",
                 "max_continued_per_caller",
                 MAX_CONTINUED_PER_CALLER,
-                oldest - now,
+                self._used.oldest(caller) - now,
             )
-        if len(self._used) >= MAX_CONTINUED:
-            oldest = min(until for until, _ in self._used.values())
-            raise _full(f"{len(self._used)} continued rounds", "max_continued", MAX_CONTINUED, oldest - now)
-        self._used[continued.used] = (continued.until_ms, caller)
-        self._used_by[caller] = mine + 1
+        if full == "all":
+            raise _full(
+                f"{len(self._used)} continued rounds", "max_continued", MAX_CONTINUED, self._used.oldest() - now
+            )
+        self._used.add(continued.used, continued.until_ms, caller)
 
     def give_back(self, continued: Continued) -> None:
         """A spent state counts again: its round was refused before anything was decided on record."""
-        self._forget(continued.used)
-
-    def _forget(self, used: str) -> None:
-        remembered = self._used.pop(used, None)
-        if remembered is None:
-            return
-        caller = remembered[1]
-        left = self._used_by.get(caller, 0) - 1
-        if left > 0:
-            self._used_by[caller] = left
-        else:
-            self._used_by.pop(caller, None)
+        self._used.forget(continued.used)
 
     def _mac(self, body: str, call: str) -> str:
         return hmac.new(self._key, f"{body}|{call}".encode(), hashlib.sha256).hexdigest()[:32]

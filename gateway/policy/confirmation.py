@@ -28,6 +28,7 @@ from gateway.core.policy_interface import (
     Confirmer,
 )
 from gateway.core.relay import ClientAnswerError
+from gateway.core.used_states import UsedStates
 from gateway.policy.approvals import Approval, Approvals, ApprovalsFull, binding_of
 from gateway.policy.audit.records import mask_secrets
 from gateway.policy.rules.compiled import ConfirmRule
@@ -145,10 +146,8 @@ class Confirmations:
     def __init__(self, approvals: Approvals | None = None) -> None:
         self.approvals = approvals if approvals is not None else Approvals()
         self._key = secrets.token_bytes(32)
-        self._used: dict[str, tuple[int, str]] = {}
-        """Each answered requestState's body, with its expiry (monotonic ms) and its caller's identity."""
-        self._used_by: dict[str, int] = {}
-        """How many of `_used` each caller (its stable identity) answered."""
+        self._used = UsedStates()
+        """Each answered requestState's body, until it expires (monotonic ms), by its caller's identity."""
         self.max_used = DEFAULT_MAX_USED_CONFIRMATIONS
         self.max_used_per_caller = DEFAULT_MAX_USED_CONFIRMATIONS_PER_CALLER
         self.limit_hit: Callable[[str], None] = _uncounted
@@ -189,7 +188,7 @@ class Confirmations:
         if claim.approval is not None:
             self.approvals.put_back(claim.approval)
         if claim.spent is not None:
-            self._forget(claim.spent)
+            self._used.forget(claim.spent)
 
     async def ask(self, question: Question, confirmer: Confirmer | None, claim: Claim | None = None) -> Answer:
         """The person's answer; AnswerInstead (an input_required round) or RpcError (-32001 with how to
@@ -423,39 +422,24 @@ class Confirmations:
                 "without requestState to be asked again",
                 "used",
             )
-        if len(self._used) >= self.max_used or self._used_by.get(caller, 0) >= self.max_used_per_caller:
-            for old in [old for old, (until, _) in self._used.items() if until <= now]:
-                self._forget(old)  # expired: refused as expired anyway, no need to remember it
-        mine = self._used_by.get(caller, 0)
-        if mine >= self.max_used_per_caller:
+        full = self._used.full(caller, self.max_used, self.max_used_per_caller, now)
+        if full == "per_caller":
             # This caller's share is full: its own answers wait, every other caller's still count.
             raise self._full(
-                f"{mine} of this caller's confirmations were answered within their lifetime",
+                f"{self._used.held_by(caller)} of this caller's confirmations were answered within their lifetime",
                 "max_used_confirmations_per_caller",
-                min(until for until, who in self._used.values() if who == caller) - now,
+                self._used.oldest(caller) - now,
                 int(expires) - now,
             )
-        if len(self._used) >= self.max_used:
+        if full == "all":
             raise self._full(
                 f"{len(self._used)} confirmations were answered within their lifetime",
                 "max_used_confirmations",
-                min(until for until, _ in self._used.values()) - now,
+                self._used.oldest() - now,
                 int(expires) - now,
             )
-        self._used[body] = (int(expires), caller)
-        self._used_by[caller] = mine + 1
+        self._used.add(body, int(expires), caller)
         return sealed
-
-    def _forget(self, body: str) -> None:
-        remembered = self._used.pop(body, None)
-        if remembered is None:
-            return
-        caller = remembered[1]
-        left = self._used_by.get(caller, 0) - 1
-        if left > 0:
-            self._used_by[caller] = left
-        else:
-            self._used_by.pop(caller, None)
 
     def _full(self, text: str, limit: str, wait_ms: int, state_left_ms: int) -> errors.RpcError:
         """The refusal of an answer past a bound: the answered states are remembered until they expire, so

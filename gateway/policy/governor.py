@@ -355,16 +355,7 @@ class Governor:
         rule = judged.decision.confirm
         assert rule is not None
         record = judged.record
-        question = Question(
-            call.subjects,
-            caller_name(call.subjects),
-            call.slot,
-            judged.decision.resource,
-            call.name,
-            judged.forwarded,
-            rule,
-            call.arguments,
-        )
+        question = _question(call, judged, rule)
         try:
             answer = await self.confirmations.ask(question, confirmer, claim)
         except AnswerInstead:
@@ -440,16 +431,7 @@ class Governor:
         yes = continued_yes(confirmer, now_ms())
         if rule is None or rule.by != "another" or yes is None:
             return None
-        question = Question(
-            call.subjects,
-            caller_name(call.subjects),
-            call.slot,
-            judged.decision.resource,
-            call.name,
-            judged.forwarded,
-            rule,
-            call.arguments,
-        )
+        question = _question(call, judged, rule)
         judged = dataclasses.replace(judged, record=_replace(judged.record, **_confirmed_fields(yes)))
         return await self._now_by_another(judged, question, rule, yes)
 
@@ -728,6 +710,20 @@ def _uncounted(limit: str) -> None:
 
 def _unannounced() -> None:
     pass
+
+
+def _question(call: Call, judged: Judged, rule: ConfirmRule) -> Question:
+    """What a person is asked about `call`, as `judged` would forward it under `rule`."""
+    return Question(
+        call.subjects,
+        caller_name(call.subjects),
+        call.slot,
+        judged.decision.resource,
+        call.name,
+        judged.forwarded,
+        rule,
+        call.arguments,
+    )
 
 
 def _replace(record: DecisionRecord, **changes: Any) -> DecisionRecord:
