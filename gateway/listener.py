@@ -10,9 +10,10 @@ aiohttp bounds header sizes and closes a keep-alive connection idle for `keepali
   opened (its first request) or after the request's first byte, else 408 (or a plain close when not a
   byte of it came) and close;
 - a TLS handshake deadline (asyncio's `ssl_handshake_timeout`);
-- a bound on draining: a request answered before its body was read whole (a 413, a 401) has the rest
-  of its body read and discarded for `body_timeout_s` at most (aiohttp's lingering) and for at most
-  the request's max_body_bytes (limits.max_body_bytes) more bytes, after which the connection closes;
+- a bound on draining: a request answered before its body was read whole (a 413, a 401) is answered
+  with `Connection: close`, and the rest of its body is read and discarded for `body_timeout_s` at
+  most (aiohttp's lingering) and for at most DRAIN_FACTOR times the request's max_body_bytes more
+  bytes, after which the connection closes;
 - the descriptor limit raised from soft to hard at start, and the cap lowered to what it leaves.
 
 A connection's request being answered, and an open stream (SSE, WebSocket), are never idle: aiohttp's
@@ -59,6 +60,9 @@ log = logging.getLogger("gateway.listener")
 
 SETTINGS = f"limits.{KEY}"
 """How a refusal names the section its bound is set in."""
+DRAIN_FACTOR = 16
+"""How many times max_body_bytes of an unread body is drained after an early answer (413, 401)
+before the connection is closed: 64 MiB at the default, a fraction of a second of reading."""
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
@@ -218,14 +222,17 @@ class GuardedRequestHandler(RequestHandler):
     async def finish_response(
         self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
     ) -> tuple[web.StreamResponse, bool]:
-        answered = await super().finish_response(request, resp, start_time)
         body = request.content
+        if not body.is_eof() and not resp.prepared:
+            resp.force_close()  # answered before its body was read: the client must not send on this connection
+        answered = await super().finish_response(request, resp, start_time)
         if not body.is_eof() and self.transport is not None:
             # aiohttp reads what is left of the body for lingering_time, at whatever rate it comes (an
-            # endless chunked body: gigabytes); a client sending a modest oversize body still gets to
-            # read its answer, a longer body has the connection closed.
+            # endless chunked body: gigabytes). A client that sends its whole body before it reads (as
+            # http.client does) reads its answer if the rest fits DRAIN_FACTOR bodies; past that the
+            # connection is closed.
             self._draining = body
-            self._drain_left = request.client_max_size
+            self._drain_left = request.client_max_size * DRAIN_FACTOR
         return answered
 
     def _drain(self, received: int) -> None:
@@ -237,7 +244,7 @@ class GuardedRequestHandler(RequestHandler):
         self._drain_left -= received
         if self._drain_left < 0:
             self._draining = None
-            log.debug("closing a connection whose unread request body passed max_body_bytes after its answer")
+            log.debug("closing a connection whose unread request body passed its drain budget after its answer")
             body.feed_eof()  # ends aiohttp's drain as a finished one: no "Connection closed." error logged
             self.force_close()
 

@@ -1,8 +1,9 @@
-"""A request answered before its body was read (413 for a body over limits.max_body_bytes) has the rest
-of its body drained for max_body_bytes more bytes at most, then its connection closed
-(docs/security-limits.md): an endless chunked body costs the gateway a bounded read, not
-`body_timeout_s` of reading at whatever rate it comes. A modest oversize body is drained whole, so
-its client reads the 413 cleanly.
+"""A request answered before its body was read (413 for a body over limits.max_body_bytes) is answered
+with `Connection: close` and has the rest of its body drained for DRAIN_FACTOR times max_body_bytes
+more bytes at most, then its connection closed (docs/security-limits.md): an endless chunked body
+costs the gateway a bounded read, not `body_timeout_s` of reading at whatever rate it comes. A body
+several times over the bound is drained whole, so a client that sends it all before it reads (as
+http.client does) reads its 413 cleanly.
 
 The clients are raw sockets, so the test controls every byte and counts what it got to send."""
 
@@ -16,6 +17,7 @@ import time
 import orjson
 import pytest
 
+from gateway.listener import DRAIN_FACTOR
 from tests.conftest import GatewayFactory
 
 MAX_BODY = 65_536
@@ -99,7 +101,7 @@ async def test_an_endless_chunked_body_is_drained_by_bytes_not_by_time(
     )
     sent, answer, elapsed, broke = await asyncio.to_thread(endless_body, server.port)
     assert broke, f"the gateway took {sent} bytes after its 413 and still reads"
-    assert sent < MAX_BODY * 2 + KERNEL_BUFFERS, f"{sent} bytes sent before the gateway closed"
+    assert sent < MAX_BODY * (DRAIN_FACTOR + 1) + KERNEL_BUFFERS, f"{sent} bytes sent before the gateway closed"
     assert elapsed < BODY_TIMEOUT_S / 3, f"closed after {elapsed:.1f} s, by time rather than by bytes"
     if answer:  # usually read; a reset can take it with the connection
         assert status_and_error(answer) == (413, "body_too_large")
@@ -116,3 +118,24 @@ async def test_a_modest_oversize_body_gets_its_413_read_cleanly(gateway_factory:
     server = await gateway_factory(limits={"max_body_bytes": MAX_BODY})
     answer = await asyncio.to_thread(modest_body, server.port, MAX_BODY + MAX_BODY // 2)
     assert status_and_error(answer) == (413, "body_too_large")
+
+
+def whole_body_then_answer(port: int, size: int) -> bytes:
+    """POST a body of `size` bytes with its Content-Length, all of it before reading, as http.client
+    does; then read the answer to the connection's end."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(10)
+        sock.sendall(head(port, f"Content-Length: {size}\r\n") + b"a" * size)
+        answer = b""
+        while data := sock.recv(65_536):
+            answer += data
+    return answer
+
+
+async def test_a_body_many_times_over_is_drained_and_its_413_closes_the_connection(
+    gateway_factory: GatewayFactory,
+) -> None:
+    server = await gateway_factory(limits={"max_body_bytes": MAX_BODY})
+    answer = await asyncio.to_thread(whole_body_then_answer, server.port, MAX_BODY * (DRAIN_FACTOR // 2))
+    assert status_and_error(answer) == (413, "body_too_large")
+    assert b"Connection: close" in answer.partition(b"\r\n\r\n")[0].split(b"\r\n")  # nothing more on it
