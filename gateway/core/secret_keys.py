@@ -72,18 +72,27 @@ def is_secret_key(key: str) -> bool:
     )
 
 
-ARGUMENT_WORDS = frozenset({"key", "auth"})
-"""Words that mark a command-line argument's value a secret on their own (`--key`, `--auth`), though a
-tool's argument under such a key is mostly not one (`{"key": "valve-3"}`)."""
+ARGUMENT_WORDS = frozenset({"key", "auth", "pass", "secretkey", "accesskey", "signingkey"})
+"""Words that mark a command-line argument's value a secret on their own (`--key`, `--auth`, `--pass`),
+though a tool's argument under such a key is mostly not one (`{"key": "valve-3"}`)."""
 SECRET_ENDINGS = tuple(sorted(SECRET_WORDS))
 """An argument's word ending in a secret word is one too: a flag's name is often run together
 (`--dbpassword`, `--accesstoken`)."""
 
 
+def singular(word: str) -> str:
+    """`word` without a plural s (`keys`, `tokens`), `pass` and `access` kept."""
+    return word[:-1] if word.endswith("s") and not word.endswith("ss") else word
+
+
 def is_secret_argument(name: str) -> bool:
     """Whether a command-line argument named `name` (without its leading dashes) carries a secret: its
-    name is a secret key (is_secret_key), or one of its words is in ARGUMENT_WORDS or ends in a secret
-    word. `--api-key`, `--key`, `--dbpassword` do; `--keyboard`, `--author`, `--tokenizer` do not."""
-    return is_secret_key(name) or any(
-        word in ARGUMENT_WORDS or word.endswith(SECRET_ENDINGS) for word in key_words(name)
+    name is a secret key (is_secret_key), or, its words taken without a plural s, one is in
+    ARGUMENT_WORDS or ends in a secret word, or two in a row are a pair of SECRET_PAIRS. `--api-key`,
+    `--keys`, `--signing-keys`, `--dbpassword` do; `--keyboard`, `--author`, `--tokenizer` do not."""
+    if is_secret_key(name):
+        return True
+    words = [singular(word) for word in key_words(name)]
+    return any(word in ARGUMENT_WORDS or word.endswith(SECRET_ENDINGS) for word in words) or any(
+        pair in SECRET_PAIRS for pair in itertools.pairwise(words)
     )

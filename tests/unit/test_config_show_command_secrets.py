@@ -112,11 +112,16 @@ async def test_the_log_of_a_stdio_upstream_names_no_secret_argument(tmp_path: Pa
             ["s", "--APIKey=x", "--credentials", "x", "--authorization", "x"],
             ["s", "--APIKey=***", "--credentials", "***", "--authorization", "***"],
         ),
-        (["s", "--author", "me", "--tokenizer", "bert", "--monkey", "x", "--keyring=/k", "--keys-dir=/k"], None),
+        (["s", "--author", "me", "--tokenizer", "bert", "--monkey", "x", "--keyring=/k", "--pass-env"], None),
         (
             ["s", "--dbpassword=x", "--sim-pin", "x", "--pin=5"],
             ["s", "--dbpassword=***", "--sim-pin", "***", "--pin=5"],
         ),
+        (
+            ["s", "--keys", "x", "--signing-keys=x", "API_KEYS=x", "--api-keys", "x", "--secretKey=x"],
+            ["s", "--keys", "***", "--signing-keys=***", "API_KEYS=***", "--api-keys", "***", "--secretKey=***"],
+        ),
+        (["s", "--pass", "x"], ["s", "--pass", "***"]),
         (["s", "--token", "--verbose", "--token"], None),  # a long flag after it and a flag at the end
         (["s", "--api-key", "-Kx9secret", "-v"], ["s", "--api-key", "***", "-v"]),  # a token may start with -
         (
