@@ -70,7 +70,7 @@ from gateway.northbound.bridge_wait import (
     unreadable_line,
 )
 from gateway.northbound.stdio_gateway import Answer, GatewayHttp, describe, is_jsonrpc, keeper
-from gateway.northbound.stdio_order import SENDING, InOrder
+from gateway.northbound.stdio_order import SENDING, InOrder, after_previous
 from gateway.northbound.stdio_stateless import (
     MAX_LIST_PAGES,
     learn_tools,
@@ -387,6 +387,8 @@ class StdioBridge(GatewayHttp):
             sending = SENDING.get()
             if sending is not None:
                 sending.body, sending.request_id = message.body, request_id
+                if message.kind is not Kind.REQUEST or message.method == "logging/setLevel":
+                    await after_previous(sending)  # it acts on an earlier message: that one goes first
             await self.forward(message)
         except BridgeError as exc:
             url = str(self.url)
@@ -651,7 +653,7 @@ class StdioBridge(GatewayHttp):
                     {settled, stopping, gone}, timeout=self.read_timeout_s, return_when=asyncio.FIRST_COMPLETED
                 )
                 settled.cancel()
-                status = self.report_unanswered()
+                status = await self.give_up_unanswered()
             gone.cancel()
             tasks = [reading, sender, stopping, *self.order.cancel(), *([self.stream_task] if self.stream_task else [])]
             for task in tasks:
@@ -665,11 +667,17 @@ class StdioBridge(GatewayHttp):
                 loop.remove_signal_handler(signum)
         return status
 
-    def report_unanswered(self) -> int:
-        """Name on stderr the requests given up at EOF; the exit status (1 when there are any)."""
+    async def give_up_unanswered(self) -> int:
+        """Answer the requests given up at EOF (stdout may still be read) and name them on stderr; the exit
+        status (1 when there are any)."""
         ids, unsent = self.order.unfinished()
         if not ids and not unsent:
             return 0
+        if self.out is not None and not self.out.gone.is_set():
+            silent = GatewaySilent(self.read_timeout_s) if self.read_timeout_s is not None else None
+            text, data = silent.host_error(str(self.url)) if silent is not None else ("stdin closed", None)
+            for request_id in ids:
+                await self.emit(_rpc_error(request_id, jsonrpc.UNAVAILABLE, text, data))
         waited = f"{self.read_timeout_s:g} s (--read-timeout)" if self.read_timeout_s is not None else "a signal"
         shown = ", ".join(orjson.dumps(request_id).decode()[:80] for request_id in ids[:50])
         more = f" and {len(ids) - 50} more" if len(ids) > 50 else ""

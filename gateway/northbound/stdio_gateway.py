@@ -30,6 +30,9 @@ log = logging.getLogger("gateway.stdio")
 SESSION_HEADER = "Mcp-Session-Id"
 DELETE_TIMEOUT_S = 1.0
 REQUEST_ID_PREFIX = "mcp-gateway-stdio-"
+RESENT = frozenset({401, 404})
+"""Statuses after which the bridge may send a POST again: a session the gateway forgot (404), a signature
+to make again (401). The message has not been taken in yet."""
 
 Emit = Callable[[JsonObject], Awaitable[None]]
 
@@ -137,7 +140,10 @@ class GatewayHttp:
                 self.url, data=data, headers=headers, ssl=self.ssl or True, allow_redirects=False
             ) as response:
                 if isinstance(data, SentPayload):
-                    data.sending.began.set()
+                    if response.status in RESENT:
+                        data.sending.written.clear()  # sent again: what waits for it waits for the resend
+                    else:
+                        data.sending.began.set()
                 _refuse_redirect(response)
                 answer = Answer(response.status, session_id=response.headers.get(SESSION_HEADER))
                 content_type = response.headers.get("Content-Type", "")

@@ -1,14 +1,18 @@
-"""The order of the stdio bridge: the host's messages reach the gateway in stdin order, while the answers
-to them stream back concurrently, and what the bridge holds of them is bounded.
+"""The order of the stdio bridge: the host's messages reach the gateway in stdin order where the order
+matters, while the answers to them stream back concurrently, and what the bridge holds of them is
+bounded.
 
 A reader takes stdin lines into a queue; a sender starts one task per line, in order, and starts the
-next only once the message before it was sent: its POST's body written whole to its connection
-(`SentPayload`) and the gateway's answer begun (its headers), or its task ended without a POST (a
-refusal of the bridge's own, a cancel it carried out itself). So a host's `notifications/cancelled`
-never overtakes its request, nor a `logging/setLevel` an earlier one. The gateway begins an answer
-when it has one, or a first notification or keepalive for it: for a long call that is later, so the
-next message waits for the headers only ANSWER_HEAD_WAIT_S after the body went out (by then the
-gateway has taken the call in), and a long call does not hold up the messages after it.
+next once the message before it went out: its POST's body written whole to its connection
+(`SentPayload`), or its task ended without a POST (a refusal of the bridge's own, a cancel it
+carried out itself). Requests are independent of each other, so that is all they wait for: parallel
+calls go out at once. A message that acts on an earlier one (a notification such as
+`notifications/cancelled`, an answer to the gateway's request, `logging/setLevel`) also waits, in its
+task, for the message before it to have been taken in by the gateway (`after_previous`): its final
+POST's answer begun (its headers; not a POST the gateway answered 404 or 401, which the bridge sends
+again), or ANSWER_HEAD_WAIT_S after that POST's body went out (the gateway begins the answer of a
+long call only with its first notification or keepalive, and has taken the call in by then). So a
+cancel never overtakes its request, nor a `logging/setLevel` an earlier one.
 
 Lines taken but not done (queued, or with their answer still on its way) are bounded by
 MAX_PENDING_BYTES and MAX_PENDING_MESSAGES: at either bound stdin is not read until one is done, so a
@@ -53,6 +57,8 @@ class Sending:
     """The message whose own POST sets `sent` (not one the bridge makes on the way, such as initialize)."""
     request_id: Any = None
     """The host's id when the message is a request: named on stderr when it is given up at EOF."""
+    previous: tuple[asyncio.Task[None], Sending] | None = None
+    """The message sent before it, which a message acting on an earlier one waits for."""
 
 
 SENDING: contextvars.ContextVar[Sending | None] = contextvars.ContextVar("stdio_sending", default=None)
@@ -121,18 +127,18 @@ class InOrder:
     async def send(self) -> None:
         """Start each queued line's task in order, each once the one before it was sent; ends at EOF."""
         loop = asyncio.get_running_loop()
+        previous: tuple[asyncio.Task[None], Sending] | None = None
         while (item := await self.queue.get()) is not None:
             line, size = item
             self.started += 1
-            sending = Sending(self.started)
+            sending = Sending(self.started, previous=previous)
             context = contextvars.copy_context()
             context.run(SENDING.set, sending)
             task = loop.create_task(self.handle(line), context=context)
             self.tasks[task] = sending
             task.add_done_callback(functools.partial(self._done, size))
             await _first(task, sending.written)
-            if not task.done() and not sending.began.is_set():
-                await _first(task, sending.began, ANSWER_HEAD_WAIT_S)
+            previous = (task, sending)
 
     def _done(self, size: int, task: asyncio.Task[None]) -> None:
         self.tasks.pop(task, None)
@@ -157,6 +163,20 @@ class InOrder:
         for task in tasks:
             task.cancel()
         return tasks
+
+
+async def after_previous(sending: Sending) -> None:
+    """Until the message sent before `sending` has been taken in by the gateway (see the module's doc)."""
+    if sending.previous is None:
+        return
+    task, before = sending.previous
+    while not task.done() and not before.began.is_set():
+        await _first(task, before.written)
+        if task.done() or before.began.is_set():
+            return
+        await _first(task, before.began, ANSWER_HEAD_WAIT_S)
+        if before.written.is_set():  # its final body went out long enough ago (a resend clears it first)
+            return
 
 
 async def _first(task: asyncio.Task[None], event: asyncio.Event, timeout: float | None = None) -> None:

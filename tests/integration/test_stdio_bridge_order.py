@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ import pytest
 
 from bench.ports import free_port
 from gateway.app import GatewayServer
+from gateway.config import GatewayConfig
 from tests.conftest import GatewayFactory, Publishers, wait_ready_slot
 from tests.integration.test_stdio_bridge import INITIALIZE, RawBridge
 from tests.integration.test_stdio_upstreams import upstream
@@ -94,6 +96,64 @@ async def test_a_cancel_written_right_after_its_call_cancels_that_call(stdio_ups
         await stop(raw)
 
 
+async def test_parallel_calls_all_reach_the_server_before_the_first_answers(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    # Requests do not wait for each other's answers to begin: 20 one-second calls written at once are
+    # all at the server before the first of them ends (waiting for each to be taken in took 0.1 s each).
+    record = tmp_path / "upstream-stdin.jsonl"
+    server = await gateway_factory(upstreams={"stdio": [upstream("--record-stdin", str(record), name="pump-1")]})
+    await wait_ready_slot(server, "pump-1", timeout=20)
+    raw = await initialized(server.url)
+    try:
+        calls = 20
+        await write_all(raw, *(call(n, "sleep", {"seconds": 1}) for n in range(calls)))
+        first = await raw.receive()
+        reached = record.read_bytes().count(b'"name":"sleep"')
+        assert reached == calls, f"{reached} of {calls} calls at the server when call {first['id']} ended"
+        rest = [await raw.receive() for _ in range(calls - 1)]
+        assert sorted(answer["id"] for answer in [first, *rest]) == list(range(calls))
+    finally:
+        await stop(raw)
+
+
+async def test_a_cancel_follows_its_call_into_the_session_opened_after_a_gateway_restart() -> None:
+    # The host's session is gone with the first gateway: each call's first POST gets 404, and the bridge
+    # opens a new session and sends it again. Its cancel waits for that resend, not for the 404.
+    port = free_port()
+    settings = {"port": port, "upstreams": {"stdio": [upstream(name="pump-1")]}}
+    first = GatewayServer(GatewayConfig.model_validate(settings))
+    await first.start()
+    raw: RawBridge | None = None
+    second: GatewayServer | None = None
+    try:
+        await wait_ready_slot(first, "pump-1", timeout=20)
+        raw = await RawBridge.start(first.url, "pump-1")
+        await raw.send(INITIALIZE)  # no notifications/initialized: no GET stream renews the session first
+        assert "result" in await raw.receive()
+        await first.stop()
+        second = GatewayServer(GatewayConfig.model_validate(settings))
+        await second.start()
+        await wait_ready_slot(second, "pump-1", timeout=20)
+        calls = 3
+        await write_all(
+            raw, *(message for n in range(calls) for message in (call(n, "sleep", {"seconds": 30}), cancel(n)))
+        )
+        answers: list[dict[str, Any]] = []
+        while len(answers) < calls:  # the new session's notifications may come between them
+            message = await raw.receive()
+            if "id" in message:
+                answers.append(message)
+        assert sorted(answer["id"] for answer in answers) == list(range(calls))
+        assert all(answer["error"]["code"] == -32800 for answer in answers), answers
+    finally:
+        if raw is not None:
+            await stop(raw)
+        for server in (first, second):
+            if server is not None:
+                await server.stop()
+
+
 # -- EOF ---------------------------------------------------------------------------------------------
 
 
@@ -130,6 +190,10 @@ async def test_at_eof_requests_left_unanswered_after_the_read_timeout_are_named(
         raw.process.stdin.close()
         assert await asyncio.wait_for(raw.process.wait(), 15) == 1
         assert time.monotonic() - started < 8
+        # stdout is still open: each request given up gets its answer, the gateway-silent error.
+        given_up = [await raw.receive() for _ in range(2)]
+        assert sorted(answer["id"] for answer in given_up) == ["long-1", "long-2"]
+        assert all(answer["error"]["data"]["reason"] == "gateway_silent" for answer in given_up), given_up
         stderr = await raw.stderr()
         assert "stdin closed; gave up after 1 s (--read-timeout) on 2 request(s) still without an answer" in stderr
         assert '"long-1"' in stderr and '"long-2"' in stderr
