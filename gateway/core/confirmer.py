@@ -238,13 +238,14 @@ def forwarded_digest(arguments: object) -> str:
     return _digest(arguments)
 
 
-def split_continuation(params: JsonObject, call: str) -> tuple[JsonObject, Continued | None]:
+def split_continuation(params: JsonObject, call: Callable[[], str]) -> tuple[JsonObject, Continued | None]:
     """A 2026-07-28 retry of a confirmed call's provider round: the params with the provider's own
-    requestState back in place of the gateway's, and what the state brings; RpcError when it does not hold."""
+    requestState back in place of the gateway's, and what the state brings; RpcError when it does not hold.
+    `call` gives what the state must be bound to (call_of), asked only when a state came."""
     state = params.get("requestState")
     if not isinstance(state, str) or not state.startswith(CONTINUE_STATE_PREFIX):
         return params, None
-    continued = CONTINUATIONS.open(state, call)
+    continued = CONTINUATIONS.open(state, call())
     rest = {key: value for key, value in params.items() if key != "requestState"}
     if continued.provider_state is not None:
         rest["requestState"] = continued.provider_state

@@ -171,7 +171,8 @@ async def call(
     decided = str(tool["name"]) if tool else str(name)
     params, retry = split_retry(params)
     caller = caller_id(ctx.principal, ctx.peer)
-    bound = call_of(caller, slot, decided, params.get("arguments"))
+    # What a continuation state is bound to: hashed only for a call that brings one or gets one.
+    bound = partial(call_of, caller, slot, decided, params.get("arguments"))
     params, continued = split_continuation(params, bound)
     if read_state is not None:
         read_state = read_state.through(partial(question_read, governance, ctx, slot))
@@ -225,7 +226,7 @@ async def call(
         deadline_ms = CONTINUATIONS.clock_ms() + confirmer.confirmed_left_ms
         continued = Continued(None, str(confirmer.confirmed_by), "", confirmer.confirmed_own, deadline_ms, 0)
     state = CONTINUATIONS.seal(
-        bound,
+        bound(),
         result.get("requestState"),
         dataclasses.replace(continued, forwarded=forwarded_digest(sent), rounds=continued.rounds + 1),
     )
