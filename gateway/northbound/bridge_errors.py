@@ -6,7 +6,7 @@ from typing import Any
 
 from gateway.core import jsonrpc
 from gateway.core.jsonrpc import JsonObject
-from gateway.tls_probe import speaks_tls
+from gateway.tls_probe import speaks_tls_async
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """Longest line the bridge relays, either way: a longer stdin line is answered with an error and
@@ -15,8 +15,9 @@ skipped, a longer answer from the gateway is AnswerUnreadable."""
 
 TLS_PROBE_TIMEOUT_S = 1.0
 """Longest wait, after a connection to an http:// gateway ended with no answer, for a fresh connection
-to the same port to answer a TLS handshake (`speaks_tls`). Short: the bridge waits on it, and a
-gateway that just closed a connection answers at once."""
+to the same port to answer a TLS handshake (`speaks_tls_async`, connection and handshake together).
+Short: the request's answer waits on it (the event loop does not), and a gateway that just closed a
+connection answers at once."""
 
 TLS_HINT = "If the gateway serves TLS ([tls] in its configuration), use https:// in --url."
 
@@ -41,6 +42,9 @@ class BridgeError(Exception):
     """The message could not be forwarded; the text says why, for the client."""
 
     code = jsonrpc.INTERNAL_ERROR
+
+    async def probe(self, url: str) -> None:
+        """Find out, before `log_text` and `host_error`, what those need to learn from the network."""
 
     def log_text(self, method: str | None, url: str) -> str:
         return str(self)
@@ -78,13 +82,17 @@ class AnswerLost(BridgeError):
 
     _serves_tls: bool | None = None
 
-    def _plain_http_to_tls(self, url: str) -> bool:
+    async def probe(self, url: str) -> None:
         """Whether the http:// gateway that ended the connection serves TLS: a TLS listener ends a
-        plain-HTTP request unread, as a disconnect (or a reset) before any answer byte. Probed once."""
+        plain-HTTP request unread, as a disconnect (or a reset) before any answer byte. Probed once, on
+        the event loop (the bridge's other requests go on meanwhile), for at most TLS_PROBE_TIMEOUT_S."""
         if self._serves_tls is None:
             ended = str(self).startswith("ServerDisconnectedError") or "Connection reset" in str(self)
-            self._serves_tls = url.startswith("http://") and ended and speaks_tls(url, TLS_PROBE_TIMEOUT_S)
-        return self._serves_tls
+            probed = url.startswith("http://") and ended
+            self._serves_tls = probed and await speaks_tls_async(url, TLS_PROBE_TIMEOUT_S)
+
+    def _plain_http_to_tls(self, url: str) -> bool:
+        return bool(self._serves_tls)  # False until `probe` found a TLS listener
 
     def log_text(self, method: str | None, url: str) -> str:
         if self._plain_http_to_tls(url):

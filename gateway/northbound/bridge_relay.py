@@ -67,6 +67,8 @@ class Relay:
         self.key = id_key(request_id) if request_id is not None else None
         self.drops = drops
         self.answered = False
+        self.relayed = False
+        """The answer was written out: the request has its one answer, whatever fails after it."""
         self.on_answer: Callable[[JsonObject], None] | None = None
 
     async def __call__(self, reply: Any) -> None:
@@ -88,6 +90,9 @@ class Relay:
             self.answered = True
             if self.on_answer is not None:
                 self.on_answer(reply)
+            await self.emit(reply)
+            self.relayed = True
+            return
         await self.emit(reply)
 
 
@@ -141,12 +146,39 @@ async def read_answer(content: aiohttp.StreamReader) -> bytes:
     return b"".join(chunks)
 
 
-async def sse_messages(content: aiohttp.StreamReader) -> AsyncIterator[Any]:
-    """The JSON value of each SSE event's data (comments and keepalives skipped, multi-line data joined).
-    An event over MAX_LINE_BYTES, the longest message a host reads from the bridge, raises AnswerUnreadable
-    (aiohttp's own line bound, 128 KiB, is far below what a big catalog's tools/list takes)."""
+class EventIds:
+    """The id of the last SSE event read on a stream (its `id:` field), to ask a resumable server for what
+    came after it with Last-Event-ID when the stream is opened again."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.pending: str | None = None
+        """An id read in the event not yet dispatched."""
+
+    def read(self, value: bytes) -> None:
+        # Printable ASCII only: it goes into a header (the SSE spec ignores an id holding NUL).
+        if len(value) <= MAX_EVENT_ID_BYTES and all(0x20 <= byte < 0x7F for byte in value):
+            self.pending = value.decode("ascii")
+        else:
+            log.debug("ignored an SSE event id that cannot go into a Last-Event-ID header: %.80r", value)
+
+    def dispatched(self) -> None:
+        if self.pending is not None:
+            self.last, self.pending = self.pending or None, None  # an empty id forgets the last one
+
+
+MAX_EVENT_ID_BYTES = 1024
+"""The longest event id kept: it goes back to the server in a header (a longer one is ignored)."""
+
+
+async def sse_messages(content: aiohttp.StreamReader, ids: EventIds | None = None) -> AsyncIterator[Any]:
+    """The JSON value of each SSE event's data (comments and keepalives skipped, multi-line data joined);
+    `ids` notes the event ids. An event over MAX_LINE_BYTES, the longest message a host reads from the
+    bridge, raises AnswerUnreadable (aiohttp's own line bound, 128 KiB, is far below what a big catalog's
+    tools/list takes)."""
     data: list[bytes] = []
     size = 0
+    ids = ids or EventIds()
     while True:
         try:
             raw = await content.readline(max_line_length=MAX_LINE_BYTES + 2)  # with its CR LF
@@ -156,6 +188,7 @@ async def sse_messages(content: aiohttp.StreamReader) -> AsyncIterator[Any]:
             break
         line = raw.rstrip(b"\r\n")
         if not line:
+            ids.dispatched()  # an event with an id and no data (a priming event) moves the id too
             if data:
                 with contextlib.suppress(orjson.JSONDecodeError):
                     yield orjson.loads(b"\n".join(data))
@@ -167,6 +200,9 @@ async def sse_messages(content: aiohttp.StreamReader) -> AsyncIterator[Any]:
             size += len(value)
             if size > MAX_LINE_BYTES:
                 raise AnswerUnreadable.too_large()
+        elif line == b"id" or line.startswith(b"id:"):
+            value = line[3:]
+            ids.read(value[1:] if value.startswith(b" ") else value)
     if data:
         with contextlib.suppress(orjson.JSONDecodeError):
             yield orjson.loads(b"\n".join(data))

@@ -235,6 +235,10 @@ def _rpc_error(request_id: Any, code: int, message: str, data: Any = None) -> Js
     return jsonrpc.error_response(request_id, code, message, data)
 
 
+RELAYS: contextvars.ContextVar[list[Relay] | None] = contextvars.ContextVar("stdio_relays", default=None)
+"""The relays of the host's message the running task forwards: once one wrote the request's answer, a
+fault after it goes to stderr only (each request gets one answer)."""
+
 SESSION_STATE_METHODS = frozenset({"logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
 """Requests whose effect lasts as long as the session: the bridge makes them again on a new one."""
 
@@ -357,6 +361,8 @@ class StdioBridge(GatewayHttp):
 
     async def handle_line(self, line: bytes) -> None:
         request_id: Any = None
+        relays: list[Relay] = []
+        token = RELAYS.set(relays)
         try:
             if isinstance(line, TooLong):
                 request_id = answerable_id(message_head(line.head).get("id"))
@@ -392,15 +398,21 @@ class StdioBridge(GatewayHttp):
             await self.forward(message)
         except BridgeError as exc:
             url = str(self.url)
+            await exc.probe(url)
             log.warning("%s", exc.log_text(message.method, url))
-            if message.kind is Kind.REQUEST:
+            if message.kind is Kind.REQUEST and not _relayed(relays):
                 text, data = exc.host_error(url)
                 await self.emit(_rpc_error(request_id, exc.code, text, data))
         except Exception as exc:  # a fault of the bridge's own: the host still gets an answer
+            if _relayed(relays):
+                log.exception("the bridge failed on a message from the host after relaying its answer")
+                return
             log.exception("the bridge failed on a message from the host")
             if request_id is not None:
                 text = f"Internal error of the bridge: {type(exc).__name__}: {exc}"[:500]
                 await self.emit(_rpc_error(request_id, jsonrpc.INTERNAL_ERROR, text))
+        finally:
+            RELAYS.reset(token)
 
     async def forward(self, message: jsonrpc.Message) -> None:
         body: JsonObject = message.body
@@ -460,6 +472,9 @@ class StdioBridge(GatewayHttp):
         tools' input schemas in a tools/list answer, for the stateless era's Mcp-Param-* headers; the
         session state a new session must be given again)."""
         relay = Relay(self.emit, message.id if message.kind is Kind.REQUEST else None, self.drops)
+        relays = RELAYS.get()
+        if relays is not None:
+            relays.append(relay)
         if message.method == "tools/list":
             relay.on_answer = self.learn_tools
         elif message.method in SESSION_STATE_METHODS:
@@ -694,6 +709,11 @@ class StdioBridge(GatewayHttp):
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+
+
+def _relayed(relays: list[Relay]) -> bool:
+    """Whether the message's answer was written out (the gateway's, through one of its relays)."""
+    return any(relay.relayed for relay in relays)
 
 
 def _header_missing(answer: Answer) -> bool:

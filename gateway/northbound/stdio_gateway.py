@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from yarl import URL
 from gateway.core.client_context import TRANSPORT_HEADER
 from gateway.core.jsonrpc import JsonObject
 from gateway.northbound.bridge_errors import AnswerLost, AnswerUnreadable, BridgeError, RedirectRefused, Unreachable
-from gateway.northbound.bridge_relay import Drops, PendingRequests, Relay, read_answer, sse_messages
+from gateway.northbound.bridge_relay import Drops, EventIds, PendingRequests, Relay, read_answer, sse_messages
 from gateway.northbound.bridge_wait import GatewaySilent
 from gateway.northbound.stdio_order import SentPayload, own_message
 from gateway.northbound.stdio_stateless import VERSION_HEADER
@@ -28,6 +29,7 @@ from gateway.policy.bridge_credentials import Credentials, NoCredentials
 log = logging.getLogger("gateway.stdio")
 
 SESSION_HEADER = "Mcp-Session-Id"
+LAST_EVENT_ID = "Last-Event-ID"
 DELETE_TIMEOUT_S = 1.0
 REQUEST_ID_PREFIX = "mcp-gateway-stdio-"
 RESENT = frozenset({401, 404})
@@ -35,6 +37,11 @@ RESENT = frozenset({401, 404})
 to make again (401). The message has not been taken in yet."""
 
 Emit = Callable[[JsonObject], Awaitable[None]]
+
+STREAM_TCP_KEEPALIVE = (30, 10, 3)
+"""The GET stream's TCP keepalive (idle seconds, seconds between probes, probes): it has no read timeout,
+since it may idle longer than --read-timeout (a gateway's limits.sse_keepalive_s), so a gateway gone with
+its host or network is noticed by the kernel, within about a minute, and the stream is opened again."""
 
 
 @dataclass
@@ -68,6 +75,9 @@ class GatewayHttp:
         self._internal_ids = 0
         self.drops = Drops()
         self.pending = PendingRequests(self.drops)
+        self.stream_ids = EventIds()
+        """The last event id of the GET stream of `stream_session`, sent as Last-Event-ID when it reopens."""
+        self.stream_session: str | None = None
 
     async def emit(self, message: Any) -> None:
         """Write one message from the gateway to the host."""
@@ -135,6 +145,7 @@ class GatewayHttp:
         assert self.http is not None
         headers = self._headers("POST", body, session_id)
         headers.update(extra_headers or {})
+        answer = Answer(0)  # 0: no answer of the gateway's to this POST (the GET stream may bring one)
         try:
             async with self.http.post(
                 self.url, data=data, headers=headers, ssl=self.ssl or True, allow_redirects=False
@@ -156,6 +167,10 @@ class GatewayHttp:
                     answer.retry_after_s = int(retry_after)
                 raw = await read_answer(response.content)
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            if isinstance(on_message, Relay) and on_message.answered:
+                # After the answer, which the host has already: one answer per request, so this is a log line.
+                log.info("the answer stream to id %.80r failed after its answer: %r", on_message.request_id, exc)
+                return answer
             raise self._unreachable(exc) from exc
         except (aiohttp.ClientPayloadError, AnswerUnreadable) as exc:
             if isinstance(on_message, Relay) and on_message.answered:
@@ -174,15 +189,27 @@ class GatewayHttp:
         return answer
 
     async def listen(self, session_id: str) -> int:
+        """Read the session's GET stream until it ends; its HTTP status. Opened again on the same session,
+        it asks for the events after the last one read (Last-Event-ID), which a resumable server replays."""
         assert self.http is not None
+        if session_id != self.stream_session:
+            self.stream_session, self.stream_ids = session_id, EventIds()
+        headers = self._headers("GET", b"", session_id)
+        if self.stream_ids.last is not None:
+            headers[LAST_EVENT_ID] = self.stream_ids.last
+        # No read timeout: an idle stream hears nothing for limits.sse_keepalive_s, which may be longer
+        # than --read-timeout, and events sent while it was closed would be lost (STREAM_TCP_KEEPALIVE).
+        bound = self.http.timeout
+        timeout = aiohttp.ClientTimeout(total=None, connect=bound.connect, sock_connect=bound.sock_connect)
         try:
             async with self.http.get(
-                self.url, headers=self._headers("GET", b"", session_id), ssl=self.ssl or True, allow_redirects=False
+                self.url, headers=headers, ssl=self.ssl or True, allow_redirects=False, timeout=timeout
             ) as response:
                 _refuse_redirect(response)
                 if response.status != 200:
                     return response.status
-                async for event in sse_messages(response.content):
+                _keep_alive(response)
+                async for event in sse_messages(response.content, self.stream_ids):
                     await self.pending.from_stream(event, self.emit)
                 return 200
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
@@ -216,6 +243,20 @@ def _refuse_redirect(response: aiohttp.ClientResponse) -> None:
     sends, go to --url only, never to where its answer points."""
     if 300 <= response.status < 400:
         raise RedirectRefused(response.status, response.headers.get("Location"))
+
+
+def _keep_alive(response: aiohttp.ClientResponse) -> None:
+    """TCP keepalive on the connection of a GET stream (STREAM_TCP_KEEPALIVE), where the system has it."""
+    transport = response.connection.transport if response.connection is not None else None
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return
+    idle, interval, count = STREAM_TCP_KEEPALIVE
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count)):
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def is_jsonrpc(body: Any) -> bool:
