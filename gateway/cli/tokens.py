@@ -202,9 +202,9 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     except (TokenFileError, OSError) as exc:
         print(f"mcp-gateway token create: {exc}", file=sys.stderr)
         return 2
-    # The token alone on stdout (TOKEN=$(mcp-gateway token create ...) works); the notes on stderr.
-    sys.stdout.write(token + "\n")
-    sys.stdout.flush()
+    failure = _print_token(token)
+    if failure is not None:
+        return _withdrawn(args, path, token, failure)
     scopes = " ".join(args.scope) or "none"
     notes = [
         f'Created token "{args.name}" (scopes: {scopes}) in {path}.',
@@ -217,6 +217,48 @@ def cmd_token_create(args: argparse.Namespace) -> int:
         )
     print("\n".join(notes), file=sys.stderr)
     return 0
+
+
+def _print_token(token: str) -> str | None:
+    """Print the token alone on stdout (TOKEN=$(mcp-gateway token create ...) works); why it reached
+    nobody, or None: stdout closed when the command started (`main` gave it /dev/null), or the write failed."""
+    if sys.__stdout__ is None:
+        return "standard output is closed"
+    try:
+        sys.stdout.write(token + "\n")
+        sys.stdout.flush()
+    except OSError as exc:
+        # The unwritten token stays buffered: /dev/null gives the interpreter's last flush somewhere to go.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exc.strerror or type(exc).__name__
+    return None
+
+
+def _withdrawn(args: argparse.Namespace, path: Path, token: str, reason: str) -> int:
+    """Remove the entry of a token nobody received (its printing failed): exit 1, saying what became of it."""
+    from gateway.policy.token_files import TokenFileError, token_sha256, withdraw_token
+
+    told = f"mcp-gateway token create: the token could not be printed ({reason}), so nobody received it"
+    try:
+        removed = withdraw_token(path, args.name, token_sha256(token))
+    except (TokenFileError, OSError) as exc:
+        print(
+            f"{told}, and its entry could not be removed again: {exc}. It stays valid until you run "
+            f"`mcp-gateway token revoke {args.name} --file {path}`.",
+            file=sys.stderr,
+        )
+        return 1
+    done = (
+        f"its entry {args.name!r} is removed from {path} again"
+        if removed
+        else "another command has changed or removed its entry since"
+    )
+    replaced = " (the token it replaced stays withdrawn)" if args.replace and removed else ""
+    print(
+        f"{told}: {done}{replaced}. Run the command again with standard output open.",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _entries_of(path: Path, command: str) -> list[Any] | None:
@@ -246,17 +288,11 @@ def _only_this_file(path: Path) -> str:
     )
 
 
-def cmd_token_revoke(args: argparse.Namespace) -> int:
-    """Remove NAME's entry from the token file (written atomically, mode 0600, as create writes it)."""
-    from gateway.policy.token_files import (
-        TokenFileError,
-        TokenSource,
-        check_unique,
-        render_token_file,
-        write_atomically,
-    )
+def _remove_entry(args: argparse.Namespace, path: Path, target: Path) -> int | tuple[list[Any], list[Any]]:
+    """Under the file's lock: the entries before and after NAME's removal, written to `target`; or the
+    exit status, the reason printed, when there is nothing to remove."""
+    from gateway.policy.token_files import render_token_file, write_atomically
 
-    path, configured = _token_file(args)
     entries = _entries_of(path, "revoke")
     if entries is None:
         return 2
@@ -275,11 +311,30 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
         return 1
     # A revocation is written whatever else is wrong: it is the safe direction, and once the rest is mended
     # it applies by itself. What keeps it from applying now is said, and the exit status is 1.
+    write_atomically(target, render_token_file(kept))
+    return entries, kept
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    """Remove NAME's entry from the token file (written atomically, mode 0600, as create writes it)."""
+    from gateway.policy.token_files import TokenFileError, TokenSource, check_unique, locked_token_file
+
+    path, configured = _token_file(args)
     try:
-        write_atomically(path, render_token_file(kept))
+        with locked_token_file(path) as target:
+            removed = _remove_entry(args, path, target)
+    except TokenFileError as exc:  # the lock was not free in time
+        print(f"mcp-gateway token revoke: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError:  # no directory to hold the lock: no file either
+        _entries_of(path, "revoke")
+        return 2
     except OSError as exc:
         print(f"mcp-gateway token revoke: token file {path}: {exc}", file=sys.stderr)
         return 2
+    if isinstance(removed, int):
+        return removed
+    entries, kept = removed
     revoked = next(entry for entry in entries if entry.name == args.name)
     clash: TokenFileError | None = None
     sources: list[Any] | None = None

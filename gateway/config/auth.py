@@ -286,6 +286,17 @@ class HmacConfig(Section):
         repeated = sorted({key_id for key_id in ids if ids.count(key_id) > 1})
         if repeated:
             raise ValueError(f"key ids must be unique; repeated: {', '.join(repeated)}")
+        # Nonces are remembered per key id, and the key id is not signed: a request signed with a secret
+        # two keys share could be replayed once under each id.
+        owners: dict[str, str] = {}
+        for key in self.keys:
+            digest = hashlib.sha256(key.secret.get_secret_value().encode("utf-8")).hexdigest()
+            other = owners.setdefault(digest, key.key_id)
+            if other != key.key_id:
+                raise ValueError(
+                    f"keys {other!r} and {key.key_id!r} have the same secret: a request signed with it could be "
+                    "replayed under the other key id; give each key its own secret"
+                )
         return self
 
 

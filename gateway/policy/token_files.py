@@ -11,12 +11,15 @@ A token file is TOML and holds no token, only what is needed to recognise one:
 The token itself is printed once at creation and never stored. Files are written atomically (a
 temporary file in the same directory, then rename) with mode 0600, so a reader never sees half a
 file and nobody but the owner can read the hashes. A file others can write is refused (whoever writes
-it adds a token); one others can read is used, with a warning.
+it adds a token); one others can read is used, with a warning. Every command that rewrites a file
+holds an exclusive lock on `.<name>.lock` beside it from its read to its rename (locked_token_file),
+so parallel commands never lose each other's changes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import secrets
@@ -24,7 +27,7 @@ import stat
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, NamedTuple
 
@@ -37,6 +40,9 @@ from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regula
 APPLIANCE_DIR = Path("/etc/mcp-gateway")
 TOKEN_BYTES = 32
 """256 random bits per token (secrets.token_urlsafe: 43 URL-safe characters)."""
+LOCK_WAIT_S = 10.0
+"""How long a command waits for another's lock on a token file before it gives up (TokenFileLocked)."""
+LOCK_POLL_S = 0.02
 HEADER = (
     "# mcp-gateway client tokens, written by `mcp-gateway token create`.\n"
     "# Only SHA-256 hashes are stored: a token is shown once, when it is created.\n"
@@ -53,6 +59,10 @@ RULES = {
 
 class TokenFileError(Exception):
     """A token file cannot be used; the message names the file and what is wrong."""
+
+
+class TokenFileLocked(TokenFileError):
+    """Another command held the token file's lock for longer than LOCK_WAIT_S."""
 
 
 class TokenEntry(Section):
@@ -189,18 +199,20 @@ def render_token_file(entries: list[TokenEntry]) -> str:
     return "\n".join(lines)
 
 
+def _directory_error(path: Path, directory: Path, exc: OSError) -> OSError:
+    """An error naming `path` and its directory (what the user can fix), not a file made inside it."""
+    if isinstance(exc, FileNotFoundError):
+        return FileNotFoundError(f"cannot write {path}: the directory {directory} does not exist (create it first)")
+    return type(exc)(f"cannot write {path}: the directory {directory}: {exc.strerror or exc}")
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Replace `path` with `text` in one step: a mode-0600 temporary file beside it, then rename."""
     directory = path.parent if str(path.parent) else Path(".")
     try:
         fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
-        # mkstemp's error names its random temporary file; the directory is what the user can fix.
-        if isinstance(exc, FileNotFoundError):
-            raise FileNotFoundError(
-                f"cannot write {path}: the directory {directory} does not exist (create it first)"
-            ) from None
-        raise type(exc)(f"cannot write {path}: the directory {directory}: {exc.strerror or exc}") from None
+        raise _directory_error(path, directory, exc) from None
     try:
         os.fchmod(fd, 0o600)
         with contextlib.suppress(FileNotFoundError, PermissionError):
@@ -223,6 +235,65 @@ def write_atomically(path: Path, text: str) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def lock_file_of(target: Path) -> Path:
+    return target.with_name(f".{target.name}.lock")
+
+
+def _take_lock(lock: Path, path: Path, deadline: float) -> int | None:
+    """The descriptor of `lock`, locked exclusively; None when the file was removed (by its previous
+    holder, on release) while this waited: the caller opens it again."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TokenFileLocked(
+                        f"token file {path}: another command has held its lock file {lock} for over "
+                        f"{LOCK_WAIT_S:g} s; wait for it to finish, then try again (nothing written)"
+                    ) from None
+                time.sleep(LOCK_POLL_S)
+        try:
+            current = os.stat(lock, follow_symlinks=False)
+        except FileNotFoundError:
+            current = None
+        held = os.fstat(fd)
+        if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None
+
+
+@contextlib.contextmanager
+def locked_token_file(path: Path) -> Iterator[Path]:
+    """Hold the exclusive lock of the token file `path` (its lock file beside the file a symlink points
+    to), waiting at most LOCK_WAIT_S (TokenFileLocked); yields the path to write: `path` with symlinks
+    resolved, so a link keeps pointing at the file it names. The lock file is removed on release, and
+    a command that locked a removed one locks the new one instead, so no file is left behind."""
+    target = Path(os.path.realpath(path))
+    lock = lock_file_of(target)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    fd = None
+    while fd is None:
+        try:
+            fd = _take_lock(lock, path, deadline)
+        except (FileNotFoundError, PermissionError) as exc:
+            raise _directory_error(path, lock.parent, exc) from None
+        except OSError as exc:  # e.g. a symlink or a directory where the lock file goes
+            raise type(exc)(f"cannot write {path}: its lock file {lock}: {exc.strerror or exc}") from None
+    try:
+        yield target
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)  # before the unlock: a waiter then sees the removal and takes a fresh file
+        os.close(fd)
 
 
 def check_token_file_mode(path: Path, mode: int) -> None:
@@ -248,8 +319,21 @@ def create_token(
     Refuses (TokenFileError) a file others can write, a name already present unless `replace`, and
     invalid names or scopes; `check` sees the file's entries as they would be written and may refuse
     them too (TokenFileError) before anything is written. Only the token's SHA-256 is written, in a
-    file of mode 0600.
+    file of mode 0600, under the file's lock (locked_token_file).
     """
+    with locked_token_file(path) as target:
+        return _create_locked(path, target, name, scopes, replace=replace, check=check)
+
+
+def _create_locked(
+    path: Path,
+    target: Path,
+    name: str,
+    scopes: list[str],
+    *,
+    replace: bool,
+    check: Callable[[list[TokenEntry]], None] | None,
+) -> str:
     entries: list[TokenEntry] = []
     try:
         mode = path.stat().st_mode
@@ -278,5 +362,17 @@ def create_token(
     result = [*(item for item in entries if item.name != name), entry]
     if check is not None:
         check(result)
-    write_atomically(path, render_token_file(result))
+    write_atomically(target, render_token_file(result))
     return token
+
+
+def withdraw_token(path: Path, name: str, sha256: str) -> bool:
+    """Remove the entry `name` from the token file under its lock, if it still holds the token whose
+    SHA-256 is `sha256` (not one written since by another command); whether it was removed."""
+    with locked_token_file(path) as target:
+        entries = read_token_file(path)
+        kept = [entry for entry in entries if (entry.name, entry.sha256) != (name, sha256)]
+        if len(kept) == len(entries):
+            return False
+        write_atomically(target, render_token_file(kept))
+        return True
