@@ -201,6 +201,19 @@ class ProviderRequests:
             message = "JSON-RPC batches are not supported: nothing in this batch was read; send one message at a time"
             self.answer(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, message, {"reason": "batch"}))
 
+    def refuse_too_deep(self, message: jsonrpc.Message) -> None:
+        """A request nested deeper than limits.max_json_depth whose id and method were still read: answered
+        -32600 under its id at once, as a client's is, rather than left to the provider's own deadline."""
+        if not message.limit or self.session.state == "closed":
+            return
+        if not isinstance(message.body, dict) or "id" not in message.body or not message.method:
+            return  # an answer (refused_answers ends its caller's wait) or no id to answer under
+        self.answer(
+            jsonrpc.error_response(
+                message.id, jsonrpc.INVALID_REQUEST, f"Invalid JSON-RPC: {message.problem}", {"limit": message.limit}
+            )
+        )
+
     def answer(self, reply: JsonObject) -> None:
         """Send an answer to a request of the provider without waiting for the send."""
         task = asyncio.get_running_loop().create_task(self._reply(reply))

@@ -682,6 +682,8 @@ class ProviderSession:
         else:
             self.counters.unparsable += 1
             self.warn_once("unparsable", "unparsable message from provider for slot %s: %s", self.slot, message.problem)
+            if message.limit:
+                self.requests.refuse_too_deep(message)  # a request nested too deep is answered, not lost
             self.refused(message)
 
     def refused(self, message: jsonrpc.Message) -> None:

@@ -39,7 +39,7 @@ from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regula
 from gateway.config.hosts import is_wildcard
 from gateway.core.principal import Principal
 from gateway.http_body import BodyTooLarge, read_body
-from gateway.policy.claims import client_from_claims, groups_from_claims
+from gateway.policy.claims import ClaimsRefused, client_from_claims, groups_from_claims
 from gateway.policy.verifier import AuthFailure, Endpoint
 from gateway.telemetry.metrics import Metrics
 
@@ -479,13 +479,12 @@ class OAuthVerifier:
             subject = subject_from_claims(claims)
             if isinstance(subject, AuthFailure):
                 return subject
-            return Principal(
-                subject,
-                self.kind,
-                scopes_from_claims(claims),
-                groups=groups_from_claims(claims),
-                client=client_from_claims(claims),
-            )
+            try:
+                groups, client = groups_from_claims(claims), client_from_claims(claims)
+            except ClaimsRefused as exc:
+                # Refused, not cut: a [[deny]] naming a group past the cut would not apply.
+                return AuthFailure("invalid_subject", str(exc))
+            return Principal(subject, self.kind, scopes_from_claims(claims), groups=groups, client=client)
         return failure or AuthFailure("invalid", "The access token is not valid.")
 
     def posture(self) -> dict[str, Any]:

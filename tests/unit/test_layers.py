@@ -31,7 +31,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "http_body": frozenset({ROOT}),
     "websocket_limits": frozenset({ROOT, "core", "policy", "telemetry", "http_answers"}),
     "event_loop": frozenset({ROOT}),
-    "logs": frozenset({ROOT, "config", "service"}),
+    "logs": frozenset({ROOT, "core", "config", "service"}),
     "service": frozenset({ROOT, "config"}),
     "client": frozenset({ROOT, "core", "tls_probe"}),
     "tls_probe": frozenset({ROOT}),

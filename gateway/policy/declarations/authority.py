@@ -23,6 +23,7 @@ from gateway.config.declarations import DeclarationsConfig
 from gateway.core import errors, jsonrpc
 from gateway.core.policy_interface import CallerReference, ProviderOrigin
 from gateway.core.principal import Principal
+from gateway.core.repeats import RepeatCounter
 from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.records import DecisionRecord, now_ms
 from gateway.policy.audit.trail import AuditTrail
@@ -30,7 +31,7 @@ from gateway.policy.declarations.authorize import Check, Outcome, decide_check, 
 from gateway.policy.declarations.caller_refs import CallerRefs
 from gateway.policy.declarations.registry import DeclarationRegistry
 from gateway.policy.declarations.results import DecisionTracker, Tracked
-from gateway.policy.declarations.validation import Declaration, DeclareContext, check_declaration, describe
+from gateway.policy.declarations.validation import Declaration, DeclareContext, check_declaration, describe, listed
 from gateway.policy.declarations.wire import (
     AUDIT_RESULT,
     AUDIT_UNAVAILABLE,
@@ -56,6 +57,9 @@ log = logging.getLogger("gateway.policy.declarations")
 PROVIDER_SUBJECT = "provider:"
 """`{"type": "provider"}` asks as the provider itself: the subject `provider:<identity>`."""
 MAX_WARNED_SLOTS = 1024
+DEFAULT_REPEAT_INTERVAL_S = 60.0
+"""logging.repeat_interval_s when the policy source carries none: a slot's refused declarations are
+logged once per this, the ones between counted in the next line."""
 
 
 class PolicySource(Protocol):
@@ -88,6 +92,8 @@ class ProviderAuthority:
         self.checks_decided = 0
         self._operator: tuple[Policy | None, tuple[OperatorLimit, ...]] = (None, ())
         self._warned: set[str] = set()
+        self._refusals_logged = RepeatCounter(DEFAULT_REPEAT_INTERVAL_S, clock, MAX_WARNED_SLOTS)
+        """Per slot: its refused declarations logged once per logging.repeat_interval_s."""
 
     @property
     def policy_version(self) -> str:
@@ -160,22 +166,22 @@ class ProviderAuthority:
             owner_of=registry.owner_of,
             room=registry.has_room(origin.identity),
             bounds=self.bounds,
+            transport=origin.transport,
         )
         checked = check_declaration(params, context)
         if isinstance(checked, list):
             registry.refused += 1
-            log.warning(
-                "declaration from slot %s (identity %s) refused: %s",
-                origin.slot,
-                origin.identity or "none",
-                "; ".join(checked),
-                extra={"slot": origin.slot},
-            )
-            raise invalid(
-                f"Declaration refused: {len(checked)} problem(s). Nothing changed; the previous declaration, if any, "
-                "stays in force.",
-                {"errors": checked},
-            )
+            shown = listed(checked)
+            self._log_refusal(origin, len(checked), shown)
+            if registry.live(origin.slot, origin.link) is not None:
+                after = "Nothing changed; the declaration live on this connection stays in force."
+            else:
+                # After a reconnect the identity may still hold one, but nothing is live on this link.
+                after = (
+                    "Nothing changed; no declaration is live on this connection, so broker/authorize is refused "
+                    "until one is accepted."
+                )
+            raise invalid(f"Declaration refused: {len(checked)} problem(s). {after}", {"errors": shown})
         version = f"{self.source.reloads}.{registry.accepted + 1}"
         declaration = dataclasses.replace(checked, policy_version=version, accepted_ms=now_ms())
         registry.accept(declaration, origin.link)
@@ -189,6 +195,26 @@ class ProviderAuthority:
             extra={"slot": origin.slot},
         )
         return {"accepted": True, "version": declaration.version, "policyVersion": version}
+
+    def _log_refusal(self, origin: ProviderOrigin, count: int, shown: list[str]) -> None:
+        """One line per slot per logging.repeat_interval_s, with the listed problems only: a provider
+        re-sending a bad declaration must not fill the log."""
+        repeats = self._refusals_logged
+        repeats.repeat_interval_s = float(getattr(self.source, "repeat_interval_s", DEFAULT_REPEAT_INTERVAL_S))
+        admitted = repeats.admit(origin.slot)
+        if admitted is None:
+            return
+        left_out = admitted[0]
+        since = f" ({left_out} more refused from this slot since the last line)" if left_out else ""
+        log.warning(
+            "declaration from slot %s (identity %s) refused: %d problem(s): %s%s",
+            origin.slot,
+            origin.identity or "none",
+            count,
+            "; ".join(shown),
+            since,
+            extra={"slot": origin.slot},
+        )
 
     # -- broker/authorize -----------------------------------------------------------------------
 

@@ -126,16 +126,21 @@ def decide_check(
     subjects: frozenset[str],
     max_length: int,
 ) -> Outcome:
-    """One check: the capability must be declared, the path inside the namespace (and the resource's own
-    path when the resource is declared), the policy must grant it, and the limits must leave something."""
+    """One check: the capability must be declared, the path inside the namespace (the resource's own path
+    when the resource is declared, and the identifier declared for the path when the path is), the policy
+    must grant it, and the limits must leave something."""
     if check.capability not in declaration.capabilities:
         return Outcome("deny", UNDECLARED_CAPABILITY)
     path = provider_path(check.resource_path, "resourcePath", max_length)
     if not isinstance(path, str) or not within(declaration.namespace, path):
         return Outcome("deny", UNDECLARED_RESOURCE, path=path if isinstance(path, str) else None)
-    declared = declaration.resources.get(check.resource)
-    if declared is not None and declared.path != path:
+    named = declaration.resources.get(check.resource)
+    if named is not None and named.path != path:
         # The same resource under another path would escape the limits declared for it.
+        return Outcome("deny", UNDECLARED_RESOURCE, path=path)
+    declared = declaration.paths.get(path)
+    if declared is not None and declared.resource != check.resource:
+        # The declared path under another identifier would escape them too: the limits follow the path.
         return Outcome("deny", UNDECLARED_RESOURCE, path=path)
     verdict = decide_declared(rules, subjects, check.capability, path)
     if not verdict.allowed:

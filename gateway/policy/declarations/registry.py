@@ -42,12 +42,17 @@ class DeclarationRegistry:
         return identity in self.declarations or len(self.declarations) < self.max_declarations
 
     def accept(self, declaration: Declaration, link: object) -> None:
-        """Hold `declaration` (replacing its identity's previous one) and make it live on its slot's `link`."""
+        """Hold `declaration` (replacing its identity's previous one) and make it live on its slot's `link`
+        only: the identity's other slots hold nothing live until they declare again."""
         previous = self.declarations.get(declaration.identity)
         if previous is not None and previous.domain != declaration.domain:
             self.owners.pop(previous.domain, None)
         self.declarations[declaration.identity] = declaration
         self.owners[declaration.domain] = declaration.identity
+        # Live only where it was sent: a slot the identity declared on before would otherwise answer
+        # with this declaration, whose namespace lies under another slot.
+        for slot in self.live_slots(declaration.identity):
+            del self.bindings[slot]
         self.bindings[declaration.slot] = Binding(declaration.identity, link)
         self.accepted += 1
 

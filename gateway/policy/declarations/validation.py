@@ -19,6 +19,12 @@ RIGHTS_KEYS = ("assignments", "roles", "denies")
 RESOURCE_KEYS = ("resource", "resourcePath", "effect", "limits")
 MAX_VERSION_LENGTH = 128
 MAX_BUDGET_UNITS = 32
+MAX_DOMAIN_LENGTH = 63
+MAX_LISTED_ERRORS = 20
+"""Problems a refusal lists (the rest are counted): one per key of a frame would echo the frame tenfold."""
+MAX_ERROR_CHARS = 300
+"""Characters of one listed problem: it may quote a key or value the provider sent."""
+MQTT_TRANSPORTS = frozenset({"mqtt", "mqtt-mcp"})
 BUDGET_UNIT = re.compile(r"[a-z][a-z0-9._-]{0,63}")
 
 
@@ -49,6 +55,12 @@ class Declaration:
     policy_version: str = ""
     accepted_ms: int = 0
 
+    paths: Mapping[str, DeclaredResource] = field(init=False, repr=False, compare=False)
+    """The declared resources by resourcePath (each path is declared at most once)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "paths", {resource.path: resource for resource in self.resources.values()})
+
 
 @dataclass(frozen=True)
 class DeclareContext:
@@ -62,14 +74,28 @@ class DeclareContext:
     room: bool
     """False when this identity holds no declaration yet and max_declarations are held."""
     bounds: DeclarationsConfig = field(default_factory=DeclarationsConfig)
+    transport: str = "websocket"
+    """The provider's way in (LinkInfo.transport): a refusal for want of an identity says what fits it."""
 
 
-def identity_problem(identity: str | None) -> str | None:
-    """Why a provider with this identity may not declare at all, or None."""
+def identity_problem(identity: str | None, transport: str = "websocket") -> str | None:
+    """Why a provider with this identity, come in over `transport`, may not declare at all, or None."""
+    if identity is None and transport in MQTT_TRANSPORTS:
+        return (
+            "the provider comes in over MQTT, which carries no provider identity to the gateway "
+            "([providers.auth] applies to WebSocket providers only): only a provider on a WebSocket with an identity "
+            '([providers.auth] mode = "identities") or on a serial port may declare an authorization domain'
+        )
+    if identity is None and transport == "loopback":
+        return (
+            "the provider runs inside the gateway's own process (attach_loopback), which gives it no identity of "
+            "its own: only a provider on a WebSocket with an identity "
+            '([providers.auth] mode = "identities") or on a serial port may declare an authorization domain'
+        )
     if identity is None:
         return (
             "the provider has no identity of its own: only a provider that authenticates as an identity "
-            '([providers.auth] mode = "identities") may declare an authorization domain'
+            '([providers.auth] mode = "identities") or comes in on a serial port may declare an authorization domain'
         )
     if identity == SHARED_IDENTITY:
         return (
@@ -82,7 +108,7 @@ def identity_problem(identity: str | None) -> str | None:
 
 def check_declaration(params: object, context: DeclareContext) -> Declaration | list[str]:
     """The declaration `params` describes, or every problem with it."""
-    problem = identity_problem(context.identity)
+    problem = identity_problem(context.identity, context.transport)
     if problem is not None:
         return [problem]
     assert context.identity is not None
@@ -137,6 +163,9 @@ def check_declaration(params: object, context: DeclareContext) -> Declaration | 
 
 
 def _domain(value: object, context: DeclareContext, errors: list[str]) -> str | None:
+    if isinstance(value, str) and len(value) > MAX_DOMAIN_LENGTH:
+        errors.append(f"domain is {len(value)} characters long; a domain has at most {MAX_DOMAIN_LENGTH} characters")
+        return None
     if not isinstance(value, str) or not DOMAIN.fullmatch(value):
         errors.append('domain must be lowercase letters, digits and "-", starting with a letter (e.g. "scada")')
         return None
@@ -206,6 +235,7 @@ def _resources(
     value: object, namespace: str | None, bounds: DeclarationsConfig, errors: list[str]
 ) -> dict[str, DeclaredResource]:
     resources: dict[str, DeclaredResource] = {}
+    paths: dict[str, str] = {}
     if value is None:
         return resources
     if not isinstance(value, list):
@@ -246,6 +276,12 @@ def _resources(
         if native in resources:
             errors.append(f'{label}.resource "{native}" is declared twice')
             continue
+        holder = paths.get(path)
+        if holder is not None:
+            # One path, one set of limits: a check naming either identifier would get different ones.
+            errors.append(f'{label}.resourcePath "{path}" is already the path of resource "{holder}"')
+            continue
+        paths[path] = native
         resources[native] = DeclaredResource(native, path, effect if isinstance(effect, str) else None, limits)
     return resources
 
@@ -263,6 +299,17 @@ def _results_required(value: object, capabilities: list[str], errors: list[str])
             continue
         required.add(capability)
     return frozenset(required)
+
+
+def listed(problems: list[str]) -> list[str]:
+    """The problems a refusal shows: the first MAX_LISTED_ERRORS, each cut to MAX_ERROR_CHARS, then how many more."""
+    shown = [
+        problem if len(problem) <= MAX_ERROR_CHARS else problem[: MAX_ERROR_CHARS - 3] + "..."
+        for problem in problems[:MAX_LISTED_ERRORS]
+    ]
+    if len(problems) > MAX_LISTED_ERRORS:
+        shown.append(f"and {len(problems) - MAX_LISTED_ERRORS} more")
+    return shown
 
 
 def describe(declaration: Declaration) -> dict[str, Any]:

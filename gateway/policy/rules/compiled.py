@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from gateway.policy.arguments import ArgumentLimit
 from gateway.policy.rules.model import PolicyDocument
 from gateway.policy.rules.paths import PathPattern, compile_pattern
-from gateway.policy.rules.subjects import ANYONE
+from gateway.policy.rules.subjects import ANYONE, PROVIDER_PREFIX
 
 
 @dataclass(frozen=True)
@@ -20,9 +20,14 @@ class Rule:
     patterns: tuple[PathPattern, ...]
     capabilities: frozenset[str]
     role: str = ""
+    takes_away: bool = False
+    """A [[deny]]: its "*" covers a provider's own work too, since a deny can only narrow."""
 
     def applies_to(self, subjects: frozenset[str]) -> bool:
-        return self.principal == ANYONE or self.principal in subjects
+        if self.principal == ANYONE:
+            # "*" grants any caller; a provider asking for its own work gets grants only as provider:<identity>.
+            return self.takes_away or not any(subject.startswith(PROVIDER_PREFIX) for subject in subjects)
+        return self.principal in subjects
 
     def covers(self, resource: str) -> bool:
         return any(pattern.matches(resource) for pattern in self.patterns)
@@ -93,7 +98,13 @@ def compile_rules(document: PolicyDocument) -> Rules:
             for i, entry in enumerate(document.assign)
         ),
         denies=tuple(
-            Rule(f"deny[{i}]", entry.principal, _compiled(entry.resources), frozenset(entry.capabilities))
+            Rule(
+                f"deny[{i}]",
+                entry.principal,
+                _compiled(entry.resources),
+                frozenset(entry.capabilities),
+                takes_away=True,
+            )
             for i, entry in enumerate(document.deny)
         ),
         limits=tuple(

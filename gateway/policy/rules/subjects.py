@@ -6,11 +6,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gateway.core.principal import Principal
-from gateway.policy.claims import client_from_claims, groups_from_claims
+from gateway.policy.claims import MAX_CLAIM_CHARS, client_from_claims, groups_from_claims
 
 ANYONE = "*"
-"""A rule's principal matching every caller, the anonymous one included."""
+"""A rule's principal matching every caller, the anonymous one included (never a provider's own work)."""
+PROVIDER_PREFIX = "provider:"
+"""The subject of a declaring provider asking broker/authorize for its own work: provider:<identity>."""
 ANONYMOUS = "anonymous"
+MAX_SUBJECT_NAME = MAX_CLAIM_CHARS
+"""Characters of a subject's name: an access token's sub, groups and client are refused past it."""
 KINDS = ("token", "user", "group", "client", "service", "provider")
 """The prefixes of a subject string, `<kind>:<name>`. `provider:<identity>` is a declaring provider asking
 broker/authorize for its own work (docs/governance-providers.md); no client is ever one."""
@@ -46,6 +50,10 @@ def subject_error(text: str) -> str | None:
     if text in (ANYONE, ANONYMOUS):
         return None
     kind, colon, name = text.partition(":")
+    if colon and kind in KINDS and len(name) > MAX_SUBJECT_NAME:
+        # No caller is ever named so (a longer sub, group or client refuses the token): a rule naming one
+        # would never apply, a deny least of all.
+        return f'"{text[:64]}..." is longer than {MAX_SUBJECT_NAME} characters after "{kind}:", which no caller can be'
     if colon and kind in KINDS and name and name.isprintable():
         return None
     kinds = ", ".join(f"{kind}:<name>" for kind in KINDS)
