@@ -90,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _load(args)
     # A reload (SIGHUP, `mcp-gateway reload`) loads it again the same way: file, environment, these flags.
     source = ConfigSource(getattr(args, "config", None), _config_flags(args))
-    refusal = startup_refusal(config)  # what `config check` asks too (gateway/cli/startup.py)
+    refusal = startup_refusal(config, warn=False)  # what `config check` asks too (gateway/cli/startup.py)
     if refusal is not None:
         print(f"mcp-gateway: {refusal}", file=sys.stderr)
         return 2

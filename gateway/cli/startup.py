@@ -13,7 +13,7 @@ from gateway.cli.common import refuse_insecure_bind
 from gateway.config import ConfigError, GatewayConfig, TelemetryConfigError, resolve_telemetry
 
 
-def startup_refusal(config: GatewayConfig) -> str | None:
+def startup_refusal(config: GatewayConfig, *, warn: bool = True) -> str | None:
     """Why `run` would not start with `config`, or None.
 
     First the address to listen on (a mistyped host is named as such, not refused as a LAN bind without
@@ -21,7 +21,8 @@ def startup_refusal(config: GatewayConfig) -> str | None:
     order `run` builds it: the event loop, telemetry (OTEL_* applied, its headers file read), the audit
     file (one that can never hold the trail), the TLS
     pair, the client authentication verifiers (token and key files read) and the serial hot-plug
-    backend. Each is the check the running gateway makes itself, called here first."""
+    backend. Each is the check the running gateway makes itself, called here first. `warn`: say what
+    starts with a warning (a certificate ending soon); `run` says it once logging is up."""
     try:
         check_listen_address(config.host)
     except ConfigError as exc:
@@ -30,13 +31,13 @@ def startup_refusal(config: GatewayConfig) -> str | None:
     if refusal is not None:
         return refusal
     try:
-        check_startup(config)
+        check_startup(config, warn=warn)
     except ConfigError as exc:
         return str(exc)
     return None
 
 
-def check_startup(config: GatewayConfig) -> None:
+def check_startup(config: GatewayConfig, *, warn: bool = True) -> None:
     """ConfigError (the message naming the key or the file) for what start-up would refuse beyond the
     address and the LAN-bind rule."""
     try:
@@ -51,7 +52,7 @@ def check_startup(config: GatewayConfig) -> None:
     if config.tls.enabled:
         from gateway.policy.tls import ServerTls
 
-        ServerTls(config.tls)
+        ServerTls(config.tls, warn=warn)
     from gateway.policy.client_auth import check_client_auth
 
     check_client_auth(config)

@@ -15,17 +15,32 @@ def cmd_tls_self_signed(args: argparse.Namespace) -> int:
     """Create a local CA and a server certificate signed by it, then print where each file goes."""
     from pathlib import Path
 
-    from gateway.policy.tls_self_signed import SelfSignedError, create, default_names, instructions
+    from gateway.policy.tls_self_signed import (
+        SERVER_CERT,
+        SelfSignedError,
+        create,
+        default_names,
+        existing_names,
+        instructions,
+    )
 
-    hosts, ips = default_names()
-    if args.host or args.ip:
-        hosts, ips = args.host or [], args.ip or []
-    else:
-        refusal = _hostname_refusal(hosts)
-        if refusal is not None:
-            print(f"mcp-gateway tls self-signed: {refusal}", file=sys.stderr)
-            return 2
+    notes: list[str] = []
     try:
+        if args.host or args.ip:
+            hosts, ips = args.host or [], args.ip or []
+        elif args.force and (kept := existing_names(Path(args.dir))) is not None:
+            # A renewal (--force) keeps what boards and clients dial, not this machine's defaults.
+            hosts, ips = kept
+            notes.append(
+                f"keeping the names of the existing {SERVER_CERT}: {', '.join([*hosts, *ips])} "
+                "(give --host/--ip to change them)"
+            )
+        else:
+            hosts, ips = default_names()
+            refusal = _hostname_refusal(hosts)
+            if refusal is not None:
+                print(f"mcp-gateway tls self-signed: {refusal}", file=sys.stderr)
+                return 2
         issued = create(Path(args.dir), hosts, ips, days=args.days, force=args.force, new_ca=args.new_ca)
     except SelfSignedError as exc:
         print(f"mcp-gateway tls self-signed: {exc}", file=sys.stderr)
@@ -37,6 +52,17 @@ def cmd_tls_self_signed(args: argparse.Namespace) -> int:
         where = exc.filename if exc.filename is not None else args.dir
         print(f"mcp-gateway tls self-signed: cannot write {where}: {text[:1].lower()}{text[1:]}", file=sys.stderr)
         return 1 if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO) else 2
+    for host in issued.hosts_as_ip:
+        notes.append(f"--host {host} is an IP address: the certificate holds it as one (as --ip would)")
+    for note in notes:
+        print(f"mcp-gateway tls self-signed: {note}", file=sys.stderr)
+    if issued.cut_short:
+        print(
+            f"mcp-gateway tls self-signed: warning: {SERVER_CERT} is valid only until {issued.not_after:%Y-%m-%d}, "
+            f"not {args.days} days: the CA ends then; pass --new-ca --force for a new CA "
+            "(boards then need the new ca.pem)",
+            file=sys.stderr,
+        )
     print(instructions(issued, args.port))
     return 0
 
@@ -74,7 +100,8 @@ def add_tls(commands: Commands) -> None:
         "--host",
         action="append",
         metavar="NAME",
-        help="a DNS name the certificate is valid for (repeat; default: this machine's hostname, "
+        help="a DNS name the certificate is valid for; an IP address given here goes in as --ip (repeat; "
+        "default: the names of the server.pem in DIR when renewing it, else this machine's hostname, "
         "<hostname>.local, localhost, and 127.0.0.1, ::1)",
     )
     self_signed.add_argument("--ip", action="append", metavar="ADDR", help="an IP address it is valid for (repeat)")

@@ -3,24 +3,36 @@
 TLS 1.2 or later. The certificate and key are loaded into the same context again on reload, so the
 listener keeps its socket and every new handshake gets the new pair; connections already open keep
 the pair they started with. A reload that fails (missing file, bad PEM, a key that does not match
-the certificate) leaves the old pair in place and logs an error naming the file.
+the certificate, a certificate outside its notBefore/notAfter) leaves the old pair in place and logs
+an error naming the file.
 
 Startup fails closed: a certificate or key that cannot be used stops the gateway with one message
-naming the file (ConfigError), before anything listens.
+naming the file (ConfigError), before anything listens. A certificate that ends within
+EXPIRY_WARNING is served, with a warning at start, at `config check` and at each reload.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import logging
 import ssl
+import sys
+from typing import TYPE_CHECKING
 
 from gateway.config import ConfigError, TlsConfig
+from gateway.config.files import MAX_TLS_FILE_BYTES, read_regular_file
 from gateway.config.tls import KeyNeedsPassword, decrypt_hint, load_cert_chain, unreadable
 from gateway.telemetry.metrics import Metrics
 
+if TYPE_CHECKING:
+    from cryptography import x509
+
 log = logging.getLogger("gateway.policy.tls")
+
+EXPIRY_WARNING = datetime.timedelta(days=30)
+"""A certificate ending sooner than this is served with a warning: time to renew it."""
 
 
 def _explain(cert_file: str, key_file: str, exc: Exception) -> str:
@@ -69,6 +81,68 @@ def _load_pair(context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
         raise ValueError(_encrypted(key_file)) from None
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(_explain(cert_file, key_file, exc)) from exc
+    _check_dates(cert_file)
+
+
+def _when(moment: datetime.datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M} UTC"
+
+
+def _certificates(cert_file: str) -> list[x509.Certificate]:
+    """The certificates in `cert_file` (the server's first, then its chain), as ssl has just loaded them."""
+    from cryptography import x509
+
+    try:
+        data = read_regular_file(cert_file, "tls.cert_file", MAX_TLS_FILE_BYTES)
+        return list(x509.load_pem_x509_certificates(data))
+    except (OSError, ValueError) as exc:  # changed since ssl read it: the next reload tries again
+        raise ValueError(f"tls.cert_file {cert_file}: cannot be read again to check its dates ({exc})") from exc
+
+
+def _check_dates(cert_file: str, now: datetime.datetime | None = None) -> None:
+    """ValueError naming notBefore or notAfter when a certificate in `cert_file` is not valid at `now`:
+    every client refuses such a certificate, so serving it only moves the failure to each handshake."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    for index, certificate in enumerate(_certificates(cert_file)):
+        which = "the certificate" if index == 0 else f"certificate {index + 1} (its chain)"
+        if certificate.not_valid_after_utc < now:
+            raise ValueError(
+                f"tls.cert_file {cert_file}: {which} has expired (notAfter {_when(certificate.not_valid_after_utc)}, "
+                f"now {_when(now)}); renew it (mcp-gateway tls self-signed --force, or your CA)"
+            )
+        if certificate.not_valid_before_utc > now:
+            raise ValueError(
+                f"tls.cert_file {cert_file}: {which} is not valid yet (notBefore "
+                f"{_when(certificate.not_valid_before_utc)}, now {_when(now)}); check this machine's clock "
+                "or the certificate's"
+            )
+
+
+def expiry_warning(cert_file: str, now: datetime.datetime | None = None) -> str | None:
+    """A warning when a certificate in `cert_file` ends within EXPIRY_WARNING of `now`, else None."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    try:
+        ends = [certificate.not_valid_after_utc for certificate in _certificates(cert_file)]
+    except ValueError:
+        return None  # the dates were checked when the pair loaded; a file changed since is the next reload's
+    if not ends or min(ends) - now >= EXPIRY_WARNING:
+        return None
+    left = min(ends) - now
+    days = left.days
+    within = f"in {days} day{'s' if days != 1 else ''}" if days else f"in {int(left.total_seconds() // 3600)} h"
+    return (
+        f"tls.cert_file {cert_file} expires {within} (notAfter {_when(min(ends))}); renew it before then "
+        "(mcp-gateway tls self-signed --force, or your CA), then reload"
+    )
+
+
+def _warn(text: str) -> None:
+    """A warning in the log once logging is set up (`run`); before that (`config check`, run's own check
+    before it logs) on stderr, as the command's own line."""
+    if logging.getLogger().handlers:
+        log.warning("%s", text)
+    else:
+        print(f"mcp-gateway: warning: {text}", file=sys.stderr)
 
 
 def fingerprint(*paths: str) -> str | None:
@@ -92,7 +166,9 @@ def check_pair(cert_file: str, key_file: str) -> None:
 class ServerTls:
     """The SSLContext the listener serves, and its reload."""
 
-    def __init__(self, config: TlsConfig, metrics: Metrics | None = None) -> None:
+    def __init__(self, config: TlsConfig, metrics: Metrics | None = None, *, warn: bool = True) -> None:
+        """`warn`: say when the certificate ends soon (not in `run`'s check before it logs: it says so
+        once logging is up)."""
         if config.cert_file is None or config.key_file is None:
             raise ConfigError("tls: cert_file and key_file are needed to serve TLS")
         self.cert_file = config.cert_file
@@ -115,6 +191,9 @@ class ServerTls:
                 ) from exc
             context.verify_mode = ssl.CERT_REQUIRED
         self.context = context
+        warning = expiry_warning(self.cert_file) if warn else None
+        if warning is not None:
+            _warn(warning)
 
     def reload(self) -> bool:
         """Load the files again into the live context; False (old pair kept, error logged) on failure."""
@@ -136,6 +215,9 @@ class ServerTls:
             log.error("TLS reload failed, still serving the previous certificate: %s", exc)
             self._count("failed")
             raise
+        warning = expiry_warning(cert_file)
+        if warning is not None:
+            _warn(warning)
 
     def use(self, cert_file: str, key_file: str) -> None:
         """Serve the pair `check` accepted from the next handshake on. Should the files have changed in

@@ -7,8 +7,9 @@ Files in the chosen directory:
     server-key.pem  its key (0600)
 
 An existing CA in the directory (ca.pem and ca-key.pem) is reused, so renewing the server
-certificate does not touch the boards; `new_ca` makes a new one. Existing files are never
-overwritten without `force`. Keys are ECDSA P-256: small and fast on an ESP32's mbedTLS.
+certificate does not touch the boards; `new_ca` makes a new one. A CA that has ended, is not valid
+yet, or whose key is not ca.pem's is refused. Existing files are never overwritten without `force`.
+Keys are ECDSA P-256: small and fast on an ESP32's mbedTLS.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from gateway.config.files import MAX_TLS_FILE_BYTES, FileRefused, read_regular_file
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca-key.pem"
@@ -53,6 +56,10 @@ class Issued:
     not_after: datetime.datetime
     serial: int
     ca_reused: bool
+    hosts_as_ip: tuple[str, ...] = ()
+    """The --host values that are IP addresses: the certificate holds them as addresses (IP SANs)."""
+    cut_short: bool = False
+    """The certificate ends with the CA, sooner than the days asked for."""
 
     def path(self, name: str) -> Path:
         return self.directory / name
@@ -72,8 +79,21 @@ def default_names() -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(names)), ["127.0.0.1", "::1"]
 
 
+def host_address(name: str) -> str | None:
+    """`name` as an IP address (the form a certificate's IP SAN holds), or None when it is not one;
+    an IPv6 address may be in brackets as in a URL."""
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    try:
+        return str(ipaddress.ip_address(bare))
+    except ValueError:
+        return None
+
+
 def check_dns_name(name: str) -> str:
     labels = name.split(".")
+    if len(labels) > 1 and labels[-1].isdigit():
+        # Clients read an all-digit last label as an IPv4 address, never as a name.
+        raise SelfSignedError(f"--host {name!r} is neither a DNS name nor an IP address")
     for index, label in enumerate(labels):
         wildcard = index == 0 and label == "*" and len(labels) > 2
         if not wildcard and not (
@@ -152,6 +172,8 @@ def issue(
     alternative += [x509.IPAddress(ipaddress.ip_address(address)) for address in ip_addresses]
     now = _now()
     ca_not_after = authority.certificate.not_valid_after_utc
+    if ca_not_after <= now:
+        raise SelfSignedError(_ca_ended(authority.certificate, now))
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
@@ -188,7 +210,24 @@ def issue(
     return builder.sign(authority.key, hashes.SHA256()), key
 
 
+def _ca_ended(certificate: x509.Certificate, now: datetime.datetime, where: str = CA_CERT) -> str:
+    return (
+        f"the CA {where} expired on {certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC (now {now:%Y-%m-%d %H:%M} "
+        "UTC) and can issue nothing a client accepts; pass --new-ca --force to make a new one "
+        "(boards then need the new ca.pem)"
+    )
+
+
+def _spki(certificate_or_key: x509.Certificate | ec.EllipticCurvePrivateKey) -> bytes:
+    """The public key as DER SubjectPublicKeyInfo: equal for a certificate and its own key only."""
+    return certificate_or_key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
 def load_authority(directory: Path) -> Authority:
+    """The CA in `directory`; SelfSignedError when it cannot be read, has ended or is not valid yet, or
+    its key is not the one ca.pem was made for (what it signed would fail every verification)."""
     try:
         certificate = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
         key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), password=None)
@@ -199,7 +238,54 @@ def load_authority(directory: Path) -> Authority:
         ) from exc
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise SelfSignedError(f"{directory / CA_KEY} is not an EC key made by this command; pass --new-ca --force")
+    if _spki(key) != _spki(certificate):
+        raise SelfSignedError(
+            f"{directory / CA_KEY} does not belong to {directory / CA_CERT}: what it signs would fail "
+            f"verification against {CA_CERT}; restore the CA's own key, or pass --new-ca --force "
+            "(boards then need the new ca.pem)"
+        )
+    now = _now()
+    if certificate.not_valid_after_utc <= now:
+        raise SelfSignedError(_ca_ended(certificate, now, str(directory / CA_CERT)))
+    if certificate.not_valid_before_utc > now:
+        starts = certificate.not_valid_before_utc
+        raise SelfSignedError(
+            f"{directory / CA_CERT}: the CA is not valid yet (notBefore {starts:%Y-%m-%d %H:%M} UTC, now "
+            f"{now:%Y-%m-%d %H:%M} UTC); check this machine's clock, or pass --new-ca --force"
+        )
     return Authority(certificate, key)
+
+
+def existing_names(directory: Path) -> tuple[list[str], list[str]] | None:
+    """The DNS names and IP addresses of the server.pem in `directory`, to keep when it is renewed
+    without --host or --ip; None when there is none. SelfSignedError when it has none that can be kept."""
+    path = directory / SERVER_CERT
+    give = "give the names with --host/--ip"
+    try:
+        data = read_regular_file(path, SERVER_CERT, MAX_TLS_FILE_BYTES)
+    except FileNotFoundError:
+        return None
+    except FileRefused as exc:  # a FIFO would block the read; a huge file is no certificate
+        raise SelfSignedError(f"{path} is {exc.reason}, so its names cannot be kept; {give}") from None
+    except OSError as exc:
+        raise SelfSignedError(f"{path} cannot be read to keep its names ({exc.strerror}); {give}") from None
+    try:
+        certificate = x509.load_pem_x509_certificate(data)
+        alternative = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except ValueError:
+        raise SelfSignedError(f"{path} is not a PEM certificate, so its names cannot be kept; {give}") from None
+    except x509.ExtensionNotFound:
+        raise SelfSignedError(f"{path} holds no DNS name or IP address to keep; {give}") from None
+    names = [str(name) for name in alternative.get_values_for_type(x509.DNSName)]
+    addresses = [str(address) for address in alternative.get_values_for_type(x509.IPAddress)]
+    if not names and not addresses:
+        raise SelfSignedError(f"{path} holds no DNS name or IP address to keep; {give}")
+    for name in names:
+        try:
+            check_dns_name(name)
+        except SelfSignedError:
+            raise SelfSignedError(f"{path} holds the name {name!r}, which this command cannot issue; {give}") from None
+    return names, addresses
 
 
 def _staged(path: Path, data: bytes, mode: int) -> Path:
@@ -275,13 +361,15 @@ def create(
     """Make (or reuse) the CA and issue a server certificate into `directory`."""
     if not 1 <= days <= CA_DAYS:
         raise SelfSignedError(f"--days must be between 1 and {CA_DAYS}, got {days}")
-    names = tuple(dict.fromkeys(check_dns_name(name) for name in dns_names))
-    addresses: list[str] = []
+    hosts_as_ip = [name for name in dns_names if host_address(name) is not None]
+    names = tuple(dict.fromkeys(check_dns_name(name) for name in dns_names if name not in hosts_as_ip))
+    addresses: list[str] = [str(host_address(name)) for name in hosts_as_ip]
     for address in ip_addresses:
         try:
             addresses.append(str(ipaddress.ip_address(address)))
         except ValueError:
             raise SelfSignedError(f"--ip {address!r} is not an IP address") from None
+    addresses = list(dict.fromkeys(addresses))
     if not names and not addresses:
         raise SelfSignedError("give at least one --host or --ip for the certificate")
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -304,6 +392,7 @@ def create(
         )
 
     authority = load_authority(directory) if reuse else new_authority((names or tuple(addresses))[0])
+    cut_short = authority.certificate.not_valid_after_utc < _now() + datetime.timedelta(days=days)
     certificate, key = issue(authority, names, addresses, days)
     if not reuse:
         _write_pair(directory / CA_KEY, _key_pem(authority.key), directory / CA_CERT, authority.certificate, force)
@@ -315,6 +404,8 @@ def create(
         not_after=certificate.not_valid_after_utc,
         serial=certificate.serial_number,
         ca_reused=reuse,
+        hosts_as_ip=tuple(hosts_as_ip),
+        cut_short=cut_short,
     )
 
 

@@ -1,14 +1,14 @@
 """[tls] at run time: the certificate and key (renewed in place, or new paths). A pair that cannot be
-served refuses the whole reload, the old pair kept and the failure logged as before. Turning TLS on or
-off changes the listener's scheme and needs a restart, as does tls.client_ca_file (a CA cannot be taken
-out of a live context)."""
+served (also a certificate expired or not valid yet) refuses the whole reload, the old pair kept and
+the failure logged as before. Turning TLS on or off changes the listener's scheme and needs a restart,
+as does tls.client_ca_file (a CA cannot be taken out of a live context)."""
 
 from __future__ import annotations
 
 import contextlib
 
 from gateway.config import GatewayConfig
-from gateway.policy.tls import ServerTls, fingerprint
+from gateway.policy.tls import ServerTls, expiry_warning, fingerprint
 from gateway.reload.context import Context, Prepared
 from gateway.reload.report import Refused
 
@@ -54,4 +54,7 @@ def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepare
     except ValueError as exc:
         raise Refused(f"tls: {exc}") from exc
     where = "renewed in place" if same_files else f"now {cert_file}"
-    return TlsSwap([f"tls: certificate reloaded ({where})"], tls, cert_file, key_file)
+    # Also logged by check(); said here too so `mcp-gateway reload` shows it to whoever renewed the files.
+    soon = expiry_warning(cert_file)
+    change = f"tls: certificate reloaded ({where})" + (f"; warning: {soon}" if soon is not None else "")
+    return TlsSwap([change], tls, cert_file, key_file)
