@@ -26,6 +26,7 @@ from gateway.northbound.groups_http import GroupEndpoints
 from gateway.northbound.sse import LegacySseEndpoint
 from gateway.northbound.streamable_http import StreamableHttpEndpoint
 from gateway.northbound.websocket import ClientWebSockets
+from gateway.policy.audit.writer import failure_code
 from gateway.policy.client_auth import CLIENT_AUTH_KEY, ClientAuth
 from gateway.policy.connection_limits import CAP_FROM_FD_LIMIT
 from gateway.policy.declarations.authority import provider_authority
@@ -99,8 +100,12 @@ def build_app(
     async def readyz(_: web.Request) -> web.Response:
         trail = governor.trail if governor is not None else None
         if trail is not None and not trail.healthy:
-            # Governed calls are refused while their decisions cannot be recorded (fail closed).
-            return web.json_response({"status": "audit_unavailable", "error": trail.last_error}, status=503)
+            # Governed calls are refused while their decisions cannot be recorded (fail closed). Anyone may
+            # ask here: under [auth] the answer names no file and quotes no SQLite text (broker_diagnose does).
+            answer = {"status": "audit_unavailable", "reason": failure_code(trail.path, trail.last_error)}
+            if client_auth is None:
+                answer["error"] = trail.last_error
+            return web.json_response(answer, status=503)
         if gateway.listening:
             return web.json_response({"status": "ready"})
         return web.json_response({"status": "starting"}, status=503)

@@ -6,6 +6,7 @@ Adding a check (authentication, rate limits) means adding one step here, so no w
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -31,6 +32,9 @@ CORS_ALLOW_HEADERS = (
     "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID"
 )
 CORS_HEADERS_KEY = web.RequestKey("cors_headers", dict[str, str])
+CLIENT_CLOSED = 499
+"""The status mcpgw_http_requests_total counts a request under when its client left before the answer
+(nginx's "client closed request"): no answer was sent, but the request is counted all the same."""
 
 
 @functools.lru_cache(maxsize=256)  # clients use a few paths; any may arrive, so the memo is bounded
@@ -162,12 +166,16 @@ def entry_gate(metrics: Metrics, checks: list[Check]) -> Gate:
             except web.HTTPException as exc:
                 counter.count(kind, exc.status)
                 raise
-            except BaseException:
+            except BaseException as exc:
                 # A WebSocket or event stream whose connection was lost ends its handler with an
                 # exception: it was answered (101, 200) all the same.
                 streamed = request.get(STREAMED_STATUS_KEY)
                 if streamed is not None:
                     counter.count(kind, streamed)
+                elif isinstance(exc, asyncio.CancelledError | ConnectionError):
+                    counter.count(kind, CLIENT_CLOSED)  # the client left before its answer (aiohttp cancels)
+                elif isinstance(exc, Exception):
+                    counter.count(kind, 500)  # what aiohttp answers for a handler's unexpected error
                 raise
             counter.count(kind, response.status)
             return _closing_refused_upgrade(request, response) if response.status >= 400 else response

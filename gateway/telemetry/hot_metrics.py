@@ -70,6 +70,9 @@ class _Family(Generic[Child]):
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self.children: dict[tuple[str, ...], Child] = {}
+        self.by_first: dict[str, set[tuple[str, ...]]] = {}
+        """The children's label values by their first label's value (the slot): removing one slot's
+        series touches those only, not every child of the family."""
         self._child: Callable[[], Child] = child
         registry.register(self)  # asks describe(): a name taken twice is refused here
 
@@ -79,13 +82,26 @@ class _Family(Generic[Child]):
             if len(values) != len(self.labelnames):
                 raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values!r}")
             child = self.children[values] = self._child()
+            if values:
+                self.by_first.setdefault(values[0], set()).add(values)
         return child
 
     def remove_matching(self, label: str, value: str) -> None:
-        """Drop every child whose `label` is `value` (a slot the registry forgot)."""
+        """Drop every child whose `label` is `value` (a slot the registry forgot): at the cost of those
+        children when `label` is the first one, else of a look at every child."""
         index = self.labelnames.index(label)
-        for values in [values for values in self.children if values[index] == value]:
-            del self.children[values]
+        if index == 0:
+            gone = self.by_first.pop(value, set())
+        else:
+            gone = {values for values in self.children if values[index] == value}
+            for values in gone:
+                kin = self.by_first.get(values[0])
+                if kin is not None:
+                    kin.discard(values)
+                    if not kin:
+                        del self.by_first[values[0]]
+        for values in gone:
+            self.children.pop(values, None)
 
     def describe(self) -> list[Metric]:
         raise NotImplementedError

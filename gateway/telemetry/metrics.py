@@ -64,14 +64,58 @@ class WithoutCreated:
             yield trimmed
 
 
-def _series_of(family: Counter | Gauge, labelnames: tuple[str, ...], slot: str) -> set[tuple[str, ...]]:
-    """The label values of `family`'s series whose slot is `slot`, read from what it exposes."""
-    found: set[tuple[str, ...]] = set()
-    for metric in family.collect():
-        for sample in metric.samples:
-            if sample.labels.get("slot") == slot:
-                found.add(tuple(sample.labels[name] for name in labelnames))
-    return found
+class SlotSeries:
+    """The label values of every series each slot has in the slot-labelled prometheus-client families,
+    noted as callers ask for them: forgetting a slot then touches that slot's series only, not every
+    series of every family (with limits.max_slots names shown, a scan per forgotten name stalls the loop)."""
+
+    def __init__(self) -> None:
+        self.of: dict[str, set[tuple[SlotCounter | SlotGauge, tuple[str, ...]]]] = {}
+
+    def note(
+        self, family: SlotCounter | SlotGauge, labelvalues: tuple[object, ...], labelkwargs: dict[str, object]
+    ) -> None:
+        names = family.slot_labelnames
+        values = tuple(str(labelkwargs[name]) for name in names) if labelkwargs else tuple(str(v) for v in labelvalues)
+        if len(values) != len(names):
+            return  # prometheus-client refused the call already
+        series = self.of.get(values[family.slot_at])
+        if series is None:
+            series = self.of[values[family.slot_at]] = set()
+        series.add((family, values))
+
+    def forget(self, slot: str) -> int:
+        """Remove the slot's series; how many there were."""
+        series = self.of.pop(slot, ())
+        for family, values in series:
+            family.remove(*values)
+        return len(series)
+
+
+class SlotCounter(Counter):
+    """A Counter labelled by slot whose series are noted in a SlotSeries (set by Metrics)."""
+
+    slot_series: SlotSeries
+    slot_labelnames: tuple[str, ...]
+    slot_at: int
+
+    def labels(self, *labelvalues: object, **labelkwargs: object) -> SlotCounter:
+        child = super().labels(*labelvalues, **labelkwargs)
+        self.slot_series.note(self, labelvalues, labelkwargs)
+        return child
+
+
+class SlotGauge(Gauge):
+    """A Gauge labelled by slot whose series are noted in a SlotSeries (set by Metrics)."""
+
+    slot_series: SlotSeries
+    slot_labelnames: tuple[str, ...]
+    slot_at: int
+
+    def labels(self, *labelvalues: object, **labelkwargs: object) -> SlotGauge:
+        child = super().labels(*labelvalues, **labelkwargs)
+        self.slot_series.note(self, labelvalues, labelkwargs)
+        return child
 
 
 def method_label(method: str) -> str:
@@ -85,8 +129,10 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.exposed = WithoutCreated(self.registry)
         r = self.registry
-        self.slot_connected = Gauge("mcpgw_slot_connected", "1 when a provider holds the slot", ["slot"], registry=r)
-        self.slot_pending = Gauge(
+        self.slot_connected = SlotGauge(
+            "mcpgw_slot_connected", "1 when a provider holds the slot", ["slot"], registry=r
+        )
+        self.slot_pending = SlotGauge(
             "mcpgw_slot_pending_requests",
             "Requests in flight towards the slot's provider",
             ["slot"],
@@ -94,7 +140,7 @@ class Metrics:
         )
         # The three metrics every request bumps are plain numbers read at scrape time (hot_metrics.py).
         self.calls = CounterFamily("mcpgw_calls", "Requests forwarded to providers", ["slot", "method"], registry=r)
-        self.call_errors = Counter(
+        self.call_errors = SlotCounter(
             "mcpgw_call_errors",
             "Forwarded requests that ended in an error",
             ["slot", "kind"],  # kind: see docs/operations.md (provider, deadline, ..., message_refused, other)
@@ -107,10 +153,10 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.heartbeat_misses = Counter(
+        self.heartbeat_misses = SlotCounter(
             "mcpgw_heartbeat_misses", "Providers dropped for not answering a heartbeat", ["slot"], registry=r
         )
-        self.provider_connects = Counter(
+        self.provider_connects = SlotCounter(
             "mcpgw_provider_connects", "Provider links admitted", ["slot", "transport"], registry=r
         )
         self.provider_refusals = Counter(
@@ -224,17 +270,17 @@ class Metrics:
             "Sessions held by the principal holding the most (compare with limits.max_sessions_per_principal)",
             registry=r,
         )
-        self.provider_disconnects = Counter(
+        self.provider_disconnects = SlotCounter(
             "mcpgw_provider_disconnects", "Provider links that ended (any reason)", ["slot"], registry=r
         )
-        self.provider_faults = Counter(
+        self.provider_faults = SlotCounter(
             "mcpgw_provider_faults",
             "Provider misbehaviour: unparsable messages, responses nobody waited for, batches",
             ["slot", "kind"],
             registry=r,
         )
-        self.slot_tools = Gauge("mcpgw_slot_tools", "Tools the slot's provider lists", ["slot"], registry=r)
-        self.slot_in_aggregate = Gauge(
+        self.slot_tools = SlotGauge("mcpgw_slot_tools", "Tools the slot's provider lists", ["slot"], registry=r)
+        self.slot_in_aggregate = SlotGauge(
             "mcpgw_slot_in_aggregate", "1 when the slot's tools are part of _all", ["slot"], registry=r
         )
         self.aggregate_tools = Gauge("mcpgw_aggregate_tools", "Tools listed by _all", registry=r)
@@ -279,14 +325,15 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self.provider_telemetry = Counter(
+        self.provider_telemetry = SlotCounter(
             "mcpgw_provider_telemetry",
             "Providers' broker/telemetry notifications by outcome (accepted, rate_limited, invalid, queue_full, off, "
             "not_a_board)",
             ["slot", "outcome"],
             registry=r,
         )
-        self._slot_families: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
+        self.slot_series = SlotSeries()
+        slot_families: tuple[tuple[SlotCounter | SlotGauge, tuple[str, ...]], ...] = (
             (self.slot_connected, ("slot",)),
             (self.slot_pending, ("slot",)),
             (self.call_errors, ("slot", "kind")),
@@ -298,23 +345,31 @@ class Metrics:
             (self.slot_in_aggregate, ("slot",)),
             (self.provider_telemetry, ("slot", "outcome")),
         )
-        """Every prometheus-client family labelled by slot, with its label names (the hot ones, calls and
-        latency, are hot_metrics families): forget_slot removes the slot's series from each."""
+        # Every prometheus-client family labelled by slot (the hot ones, calls and latency, are
+        # hot_metrics families): each notes its series in slot_series, which forget_slot empties.
+        for family, labelnames in slot_families:
+            family.slot_series = self.slot_series
+            family.slot_labelnames = labelnames
+            family.slot_at = labelnames.index("slot")
         self.before_render: list[Callable[[], None]] = []
         """Called before each scrape to copy state that is read, not counted (pending, connected, faults)."""
-        self._call_children: dict[tuple[str, str], tuple[Count, Latency]] = {}
+        self._call_children: dict[str, dict[str, tuple[Count, Latency]]] = {}
+        """The hot path's children by slot, then method (any name a client sent, and its label's)."""
 
     def call_metrics(self, slot: str, method: str) -> tuple[Count, Latency]:
         """The (calls counter, latency histogram) children of one slot and method (any method name:
-        unknown ones are counted as "other"), looked up once: one dict lookup per forwarded request.
+        unknown ones are counted as "other"), looked up once: two dict lookups per forwarded request.
         Bounded: a method that is not a known one is remembered under "other" after its first call."""
-        children = self._call_children.get((slot, method))
+        by_method = self._call_children.get(slot)
+        if by_method is None:
+            by_method = self._call_children[slot] = {}
+        children = by_method.get(method)
         if children is None:
             label = method_label(method)
-            children = self._call_children.get((slot, label))
+            children = by_method.get(label)
             if children is None:
                 children = (self.calls.labels(slot, label), self.latency.labels(slot))
-                self._call_children[(slot, label)] = children
+                by_method[label] = children
         return children
 
     def limit_hit(self, limit: str, times: int = 1) -> None:
@@ -328,15 +383,17 @@ class Metrics:
 
     def forget_slot(self, slot: str) -> None:
         """Remove every series of a slot the registry no longer tracks, so label values stay bounded by
-        limits.max_slots; a slot made again under the name starts its series from nothing."""
-        for family, labelnames in self._slot_families:
-            for values in _series_of(family, labelnames, slot):
-                family.remove(*values)
-        self.calls.remove_matching("slot", slot)
-        self.latency.remove_matching("slot", slot)
+        limits.max_slots; a slot made again under the name starts its series from nothing. Costs what
+        the slot's own series number: a forgotten name, or one forgotten before, costs a lookup."""
+        self.slot_series.forget(slot)
         # The hot path's cached children of the slot go too: they would count into series no longer shown.
-        for key in [key for key in self._call_children if key[0] == slot]:
-            del self._call_children[key]
+        if self._call_children.pop(slot, None) is not None:
+            self.calls.remove_matching("slot", slot)
+            self.latency.remove_matching("slot", slot)
+
+    def has_series(self, slot: str) -> bool:
+        """Whether any series is labelled with `slot` (a lookup, whatever the number of slots)."""
+        return slot in self.slot_series.of or slot in self._call_children
 
     def render(self) -> bytes:
         for refresh in self.before_render:

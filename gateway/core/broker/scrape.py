@@ -94,7 +94,10 @@ class ScrapeSync:
         metrics = gateway.metrics
         slots = gateway.registry.slots
         for name in self._slots_shown - slots.keys():
-            metrics.forget_slot(name)
+            # The registry forgot its series with the slot: only a series a late event of its last link
+            # set since then is left to forget, so no name is forgotten twice.
+            if metrics.has_series(name):
+                metrics.forget_slot(name)
             self._counted.pop(name, None)
         self._slots_shown = set(slots)
         members = set(gateway.aggregate.members())

@@ -76,7 +76,8 @@ class AuditTrail:
     ) -> AuditTrail:
         """The trail [audit] describes: its directory created (0700), the file opened and its schema
         migrated. A file that cannot be opened does not raise: the trail starts unhealthy and every
-        decision tries again. (`config.enabled` is the composition root's to check.)"""
+        decision tries again, as does the writer's probe once a second. (`config.enabled` is the
+        composition root's to check.)"""
         path = audit_path(config, environ)
         trail = cls(
             path,

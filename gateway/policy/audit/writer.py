@@ -61,6 +61,16 @@ LOCKED_NOTE = (
     " (another process holds a lock on it: a second writer, or a reader such as `mcp-gateway audit` or sqlite3)"
 )
 """Said after SQLite's "database is locked"."""
+PROBE_INTERVAL_S = 1.0
+"""How often an unhealthy trail whose file was locked or could not be opened is tried again by the clock,
+without a decision to write: /readyz recovers by itself once the lock is gone."""
+
+
+def cleared_by_probe(exc: BaseException) -> bool:
+    """Whether a probe (open the file, take and drop the write lock) tells that this failure is over: a
+    held lock is. A full disk or a damaged file is not (a probe writes nothing): the next write decides."""
+    text = str(exc)
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,27 @@ def describe(path: Path, exc: BaseException) -> str:
     return f"audit trail {path}: {text}{full_disk_note(exc, path)}"
 
 
+FAILURE_CODES = (
+    ("locked", ("database is locked", "database is busy")),
+    ("disk_full", ("database or disk is full", "the file system is full", "No space left on device")),
+    ("read_only", ("readonly database", "Read-only file system", "Permission denied")),
+    ("damaged", ("malformed", "file is not a database")),
+    ("newer_schema", ("newer than this gateway",)),
+    ("writer_stopped", ("the writer thread stopped",)),
+)
+"""Reason codes of a trail that cannot be written, by words of `describe`'s text (first match wins)."""
+
+
+def failure_code(path: Path, last_error: str) -> str:
+    """A reason code for `last_error` (as `describe` wrote it for the file at `path`) that names no path
+    and quotes no SQLite text: what /readyz tells a caller who proved nothing. "unwritable" otherwise."""
+    text = last_error.removeprefix(f"audit trail {path}: ")
+    for code, words in FAILURE_CODES:
+        if any(word in text for word in words):
+            return code
+    return "unwritable"
+
+
 class Writer:
     """Owns the writing connection; runs in its own thread once started. Counters are read from any thread."""
 
@@ -147,6 +178,11 @@ class Writer:
         self._synchronous = "FULL"
         self._retry_results: list[CallEnd] = []
         self._next_prune = 0.0  # prune at the first chance after start
+        self._next_probe = 0.0
+        self._probing = False
+        """Unhealthy with a failure a probe can tell is over (cleared_by_probe, or the file failed to open):
+        the thread tries the file each PROBE_INTERVAL_S until one probe or write succeeds."""
+        self._open_failed = False  # the last attempt to open the file failed
         self._started = time.monotonic()
         self._run_first_id: int | None = None
         """The first decision id this run writes to the file (read when the file is opened): ids from it
@@ -243,6 +279,7 @@ class Writer:
                 self._check_clock()  # before the batch: its records were stamped after the jump
                 self._write(batch)
                 self._prune_if_due(batch)
+                self._probe_if_due()
         except BaseException:  # a bug: fail closed for everyone waiting instead of leaving them hanging
             log.exception("audit writer stopped")
             self.healthy = False
@@ -262,6 +299,8 @@ class Writer:
                 due = self._next_prune - now
                 if self._results_since is not None:
                     due = min(due, self._results_since + RESULT_DELAY_S - now)
+                if self._probing:
+                    due = min(due, self._next_probe - now)
                 if due <= 0:
                     break
                 self._cond.wait(due)
@@ -328,6 +367,7 @@ class Writer:
         if not self.healthy:
             log.warning("audit trail %s: writable again", self.path)
         self.healthy = True
+        self._probing = False
         settle(outcomes)
 
     def _protected_from(self) -> int | None:
@@ -354,7 +394,7 @@ class Writer:
     def _prune_if_due(self, batch: list[Item]) -> None:
         requests = [item for item in batch if isinstance(item, PruneRequest)]
         if not requests:
-            if not self.healthy:  # an unhealthy file is tried again by the next decision, not by the clock
+            if not self.healthy:  # not pruned while unhealthy: a decision or the probe tries it first
                 self._next_prune = max(self._next_prune, time.monotonic() + self.settings.prune_interval_s)
                 return
             if time.monotonic() < self._next_prune and not self._over_size():
@@ -412,6 +452,27 @@ class Writer:
         self._next_prune = time.monotonic() + (0 if pruned.more else self.settings.prune_interval_s)
         settle([(request.future, request.loop, pruned.deleted) for request in requests])
 
+    def _probe_if_due(self) -> None:
+        """Try an unhealthy file again by the clock (see `_probing`): open it, take the write lock without
+        waiting for it and drop it. Healthy again when that works; else the failure is kept, said once."""
+        if not self._probing or self.healthy or time.monotonic() < self._next_probe:
+            return
+        self._next_probe = time.monotonic() + PROBE_INTERVAL_S
+        try:
+            now = time.monotonic()
+            conn = self._connection(now)
+            self._wait_for_locks_until(conn, now)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            conn.execute("ROLLBACK")
+        except STORE_ERRORS as exc:
+            self._abandon()
+            self._failed(exc)
+            return
+        log.warning("audit trail %s: writable again (tried by the clock)", self.path)
+        self.healthy = True
+        self._probing = False
+
     def _over_size(self) -> bool:
         """Whether the file's pages in use pass max_bytes: checked after every batch (three pragmas), so
         the bound holds between the pruning the clock brings."""
@@ -433,7 +494,9 @@ class Writer:
             self._disconnect()
         if self._conn is None:
             wait_s = self.settings.lock_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
+            self._open_failed = True
             self._conn = connect(self.path, wait_s, wal_limit(self.settings.max_bytes))
+            self._open_failed = False
             self._synchronous = "FULL"
             self._identity = self._file_identity()
             if self._identity != self._run_file:  # this run's first file, or one that replaced it
@@ -480,6 +543,9 @@ class Writer:
         self.healthy = False
         self.last_error = reason
         self.last_error_ms = now_ms()
+        with self._cond:
+            self._probing = self._open_failed or cleared_by_probe(exc)
+            self._cond.notify()  # the thread's wait is cut to the next probe
         return reason
 
     def _fail_leftovers(self, reason: str) -> None:
