@@ -45,7 +45,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     if (
         args.group is not None
         and args.group
-        and (not GROUP_NAME.match(args.group) or args.group in RESERVED_GROUP_NAMES)
+        and (not GROUP_NAME.fullmatch(args.group) or args.group in RESERVED_GROUP_NAMES)
     ):
         return refuse(
             f"--group {args.group!r} is not a tool group's name (1 to 64 letters, digits, _ or -, starting with "

@@ -11,11 +11,12 @@ from gateway.config.base import Section
 
 GROUP_ENV_PREFIX = "MCP_GROUP_"
 """MCP_GROUP_<NAME>=true|false turns a configured group on or off at start (the original bridge's toggles)."""
-GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-RESERVED_GROUP_NAMES = frozenset({"mcp", "sse", "messages", "overview", "groups", "tool"})
+# \Z, not $ (which also matches before a final newline); checked with fullmatch.
+GROUP_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+RESERVED_GROUP_NAMES = frozenset({"mcp", "sse", "messages", "overview", "groups", "tool", "guidance", "search"})
 """Not group names: /mcp/mcp, /mcp/sse and /mcp/messages stay the endpoints of a slot named "mcp", and
-overview, groups and tool are topics of the guidance tool."""
-GROUPS_SEPARATOR = re.compile(r"^[_-]{1,4}$")
+overview, groups, tool, guidance and search are topics of the guidance tool."""
+GROUPS_SEPARATOR = re.compile(r"\A[_-]{1,4}\Z")
 """Only _ and -: a separator can then never occur in the built-in tool names (guidance, search)."""
 
 

@@ -130,8 +130,10 @@ def load_config(
     *,
     environ: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    reloading: bool = False,
 ) -> GatewayConfig:
-    """Build the effective configuration: defaults < file < environment < flags.
+    """Build the effective configuration: defaults < file < environment < flags. `reloading`: for a
+    running gateway's reload, where an MCP_GROUP_* variable naming no group is a warning (apply_group_toggles).
 
     Every layer's own values must be valid: a value a later layer overrides is checked too (alone,
     with the defaults around it), so a broken file does not pass while a flag happens to mask it."""
@@ -179,7 +181,7 @@ def load_config(
     )
     if config.policy is not None:
         _check_policy(config, sources, file_label)
-    apply_group_toggles(config, environ)
+    apply_group_toggles(config, environ, reloading=reloading)
     return config
 
 
@@ -388,19 +390,28 @@ def _check_policy(config: GatewayConfig, sources: Mapping[str, str], file_label:
 GROUP_TOGGLE_VALUES = {"true": True, "false": False}
 
 
-def apply_group_toggles(config: GatewayConfig, environ: Mapping[str, str]) -> None:
-    """MCP_GROUP_<NAME>=true|false turns [groups.<name>] on or off (read once, at start).
+def apply_group_toggles(config: GatewayConfig, environ: Mapping[str, str], *, reloading: bool = False) -> None:
+    """MCP_GROUP_<NAME>=true|false turns [groups.<name>] on or off.
 
     Fails closed like MCP_GATEWAY_*: a value other than true or false, or a variable naming no
     configured group (a typo would otherwise leave a group silently in its default state), stops
-    the gateway with a message naming the variable."""
+    the gateway with a message naming the variable. At a reload (`reloading`) such a variable is a group
+    the file removed or renamed since the start (a running process's environment does not change): it is
+    ignored, with a warning among `config.warnings()`, which the reload reports and logs."""
     by_variable = {group_env_name(name): name for name in config.groups}
     for variable, text in sorted(environ.items()):
         if not variable.startswith(GROUP_ENV_PREFIX):
             continue
         name = by_variable.get(variable)
+        known = ", ".join(sorted(by_variable)) or "none: no [groups.<name>] is configured"
+        if name is None and reloading:
+            config._ignored_toggles.append(
+                f"environment variable {variable}: no such group in the configuration loaded now; ignored "
+                f"(toggles of the configured groups: {known}). A restart with it set fails: define the group "
+                "again under [groups.<name>], or remove the variable"
+            )
+            continue
         if name is None:
-            known = ", ".join(sorted(by_variable)) or "none: no [groups.<name>] is configured"
             raise ConfigError(
                 f"environment variable {variable}: no such group; toggles of the configured groups: {known}. "
                 "Fix the name, define the group under [groups.<name>], or remove the variable (a running "

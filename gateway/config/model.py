@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
@@ -46,6 +46,8 @@ class LoggingConfig(Section):
 
 
 class GatewayConfig(Section):
+    _ignored_toggles: list[str] = PrivateAttr(default_factory=list)
+    """MCP_GROUP_* variables a reload ignored, naming groups the file no longer has (warnings())."""
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
     public_url: str | None = None
@@ -110,7 +112,7 @@ class GatewayConfig(Section):
     def _group_names(cls, value: dict[str, GroupConfig]) -> dict[str, GroupConfig]:
         toggles: dict[str, str] = {}
         for name in value:
-            if not GROUP_NAME.match(name):
+            if not GROUP_NAME.fullmatch(name):
                 raise ValueError(
                     f"group {name!r}: a group name is 1 to 64 letters, digits, _ or -, starting with a letter "
                     "or digit (it is a URL path segment, /mcp/<name>)"
@@ -158,7 +160,7 @@ class GatewayConfig(Section):
     @field_validator("groups_separator")
     @classmethod
     def _separator(cls, value: str) -> str:
-        if not GROUPS_SEPARATOR.match(value):
+        if not GROUPS_SEPARATOR.fullmatch(value):
             raise ValueError('use 1 to 4 of the characters _ and -, e.g. "__" (the default) or "-"')
         return value
 
@@ -226,6 +228,7 @@ class GatewayConfig(Section):
         other than their owner can read, and stdio upstreams whose program this machine does not have."""
         return [
             *config_warnings(self),
+            *self._ignored_toggles,
             *self.auth.token_file_warnings(),
             *self.providers.auth.secret_file_warnings(),
             *self.unapprovable_confirmations(),

@@ -22,8 +22,8 @@ class ConfigSource:
     does not change from outside; a changed EnvironmentFile= needs a restart)."""
 
     def load(self) -> GatewayConfig:
-        """The configuration as `run` would build it now; ConfigError naming the key or the file."""
-        return load_config(self.path, environ=self.environ, flags=self.flags)
+        """The configuration as `run` would build it now, for a reload; ConfigError naming the key or the file."""
+        return load_config(self.path, environ=self.environ, flags=self.flags, reloading=True)
 
     def describe(self, environ: Mapping[str, str]) -> str:
         if self.path is not None:

@@ -25,6 +25,8 @@ NAMES = frozenset({GUIDANCE, SEARCH})
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 50
 MAX_QUERY_CHARS = 500
+MAX_TOPIC_CHARS = 200
+"""guidance's topic and tool_name: a group or tool name is at most 64 characters; longer text names nothing."""
 MAX_DESCRIPTION_CHARS = 400
 """Search results carry a description cut to this; guidance with the tool's name gives all of it."""
 
@@ -69,11 +71,13 @@ TOOLS: list[JsonObject] = [
             "properties": {
                 "topic": {
                     "type": "string",
-                    "description": "overview, groups, a group name, or a tool name (e.g. pump-1__set_speed)",
+                    "description": "overview, groups, a group name, or a tool name (e.g. pump-1__set_speed); "
+                    f"at most {MAX_TOPIC_CHARS} characters",
                 },
                 "tool_name": {
                     "type": "string",
-                    "description": "With topic 'tool' (the original MCP bridge's form): the tool to explain",
+                    "description": "With topic 'tool' (the original MCP bridge's form): the tool to explain; "
+                    f"at most {MAX_TOPIC_CHARS} characters",
                 },
             },
             "additionalProperties": False,
@@ -90,7 +94,11 @@ TOOLS: list[JsonObject] = [
         "inputSchema": {
             "type": "object",
             "properties": {
-                "query": {"type": "string", "description": "A few words, e.g. 'set speed' or 'read temperature'"},
+                "query": {
+                    "type": "string",
+                    "description": "A few words, e.g. 'set speed' or 'read temperature' (at most "
+                    f"{MAX_QUERY_CHARS} characters; the first {search.MAX_QUERY_WORDS} distinct words count)",
+                },
                 "limit": {
                     "type": "integer",
                     "minimum": 1,
@@ -141,15 +149,26 @@ def call_guidance(arguments: JsonObject, view: CatalogView) -> JsonObject:
         return text_result(
             'guidance: "topic" and "tool_name" must be strings, e.g. {"topic": "overview"}', is_error=True
         )
-    if topic == guidance.TOOL_TOPIC or tool_name is not None:
-        # The original bridge asked {"topic": "tool", "tool_name": X}; both forms work.
+    for argument, value in (("topic", topic), ("tool_name", tool_name)):
+        if value is not None and len(value) > MAX_TOPIC_CHARS:
+            return text_result(
+                f'guidance: "{argument}" is {len(value)} characters; use at most {MAX_TOPIC_CHARS} (a group or '
+                'tool name, e.g. {"topic": "pump-1__set_speed"})',
+                is_error=True,
+            )
+    as_tool = topic == guidance.TOOL_TOPIC or tool_name is not None
+    if as_tool:
+        # The original bridge asked {"topic": "tool", "tool_name": X}; both forms work, and this one always
+        # means the tool, also when a group or a built-in topic has its name.
         if not tool_name:
             return text_result('guidance: topic "tool" needs "tool_name", the tool to explain', is_error=True)
         topic = tool_name
     topic = topic.strip() or guidance.OVERVIEW
+    if topic in NAMES and not as_tool:
+        return text_result(builtin_page(topic) + guidance.also_a_tool(topic, view))
+    page = guidance.render(topic, view, as_tool=as_tool)
     if topic in NAMES:
-        return text_result(builtin_page(topic))
-    page = guidance.render(topic, view)
+        page = builtin_page(topic) if page is None else page + guidance.also_a_topic(topic)
     if page is None:
         return text_result(guidance.unknown_topic(topic, view, suggestions(topic, view)), is_error=True)
     return text_result(page)
@@ -174,25 +193,17 @@ def builtin_page(name: str) -> str:
 
 def suggestions(text: str, view: CatalogView, limit: int = 5) -> list[str]:
     """Names to call that look like `text` (for an unknown guidance topic)."""
-    return [name_to_call(match.candidate, view)[0] for match in _matches(text, view, limit)[0]]
+    return [name_to_call(tool, view)[0] for tool, _ in view.search(text, limit)[0]]
 
 
-def _matches(query: str, view: CatalogView, limit: int) -> tuple[list[search.Match], int]:
-    candidates = [
-        search.Candidate(tool.slot, tool.original, tool.description, view.callable_here(tool)) for tool in view.tools
-    ]
-    return search.rank(query, candidates, limit)
-
-
-def name_to_call(candidate: search.Candidate, view: CatalogView) -> tuple[str, str, CatalogTool]:
-    """(the name to call, the endpoint URL to call it at, the catalog entry) for a search candidate."""
-    tool = next(t for t in view.tools if t.slot == candidate.slot and t.original == candidate.tool)
+def name_to_call(tool: CatalogTool, view: CatalogView) -> tuple[str, str]:
+    """(the name to call, the endpoint URL to call it at) for a tool of the catalog."""
     if view.callable_here(tool):
         assert tool.name is not None
-        return tool.name, view.endpoint_url, tool
+        return tool.name, view.endpoint_url
     if tool.name is not None:
-        return tool.name, view.group_url(None), tool
-    return tool.original, view.slot_url(tool.slot), tool
+        return tool.name, view.group_url(None)
+    return tool.original, view.slot_url(tool.slot)
 
 
 def call_search(arguments: JsonObject, view: CatalogView) -> JsonObject:
@@ -209,10 +220,10 @@ def call_search(arguments: JsonObject, view: CatalogView) -> JsonObject:
     limit = arguments.get("limit", DEFAULT_LIMIT)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         return text_result(f'search: "limit" must be an integer from 1 to {MAX_LIMIT}', is_error=True)
-    matches, total = _matches(query, view, limit)
+    matches, total = view.search(query, limit)
     results: list[JsonObject] = []
-    for match in matches:
-        name, endpoint, tool = name_to_call(match.candidate, view)
+    for tool, match in matches:
+        name, endpoint = name_to_call(tool, view)
         description = tool.description
         if len(description) > MAX_DESCRIPTION_CHARS:
             description = description[: MAX_DESCRIPTION_CHARS - 1].rstrip() + "…"

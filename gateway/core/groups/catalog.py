@@ -34,6 +34,7 @@ from gateway.core.groups.views import (
     CatalogView,
     GroupSpec,
     GroupView,
+    ToolIndex,
     slot_url,
     specs_from_config,
 )
@@ -71,6 +72,8 @@ class GroupCatalog:
         self._by_name: dict[str, CatalogTool] = {}
         self._built: dict[tuple[str, str], CatalogTool] = {}
         """The last rebuild's entry per (slot, tool), reused while its provider lists the same tool dict."""
+        self._index: ToolIndex | None = None
+        """`search`'s index of `_tools`: built on the first search after a rebuild."""
         self.slot_scopes: Callable[[str], tuple[str, ...]] | None = None
         """The scopes a caller needs for each slot, set by the composition root when client authentication
         is configured (the same hook as `_all`'s): a group shows and routes a slot's tools only to callers
@@ -207,9 +210,18 @@ class GroupCatalog:
             self._built[key] = entry
             tools.append(entry)
         self._tools = tools
+        self._index = None
         self._by_name = {tool.name: tool for tool in tools if tool.name is not None}
         for target in (self.bridge, *self.targets.values()):
             target.refresh(any(target.covers(slot) for slot in noticed))
+
+    def search_index(self) -> ToolIndex:
+        """Every tool's words indexed, once per rebuild (a search then costs per query word, not per word of
+        every description)."""
+        tools = self.tools
+        if self._index is None:
+            self._index = ToolIndex.of(tools)
+        return self._index
 
     def view(self, principal: Principal, endpoint_group: str | None) -> CatalogView:
         visible = [tool for tool in self.tools if self.may_use(principal, tool)]
@@ -226,7 +238,9 @@ class GroupCatalog:
             )
             for spec in self.specs
         ]
-        return CatalogView(self.base_url(), self.separator, endpoint_group, groups, visible, slots, bool(withheld))
+        return CatalogView(
+            self.base_url(), self.separator, endpoint_group, groups, visible, slots, bool(withheld), self.search_index
+        )
 
     # -- GET /groups and GET /mcp-servers ---------------------------------------------------------
 

@@ -480,21 +480,49 @@ def find_tool(topic: str, view: CatalogView) -> CatalogTool | list[list[CatalogT
     return candidates[0] if candidates else None
 
 
-def render(topic: str, view: CatalogView) -> str | None:
-    """The page for `topic`, or None when it names nothing the caller may see."""
+def render(topic: str, view: CatalogView, *, as_tool: bool = False) -> str | None:
+    """The page for `topic`, or None when it names nothing the caller may see. `overview` and `groups` come
+    first, then a group, then a tool; `as_tool` (the form {"topic": "tool", "tool_name": X}) asks for the
+    tool only. A page whose name is also another topic's says how to reach that one."""
+    if as_tool:
+        page = tool_page(topic, view)
+        if page is not None and (topic in (OVERVIEW, GROUPS) or view.group(topic) is not None):
+            page += also_a_topic(topic)
+        return page
     if topic == OVERVIEW:
-        return page_overview(view)
-    if topic == GROUPS:
-        return page_groups(view)
-    group = view.group(topic)
-    if group is not None:
-        return page_group(group, view)
+        page = page_overview(view)
+    elif topic == GROUPS:
+        page = page_groups(view)
+    elif (group := view.group(topic)) is not None:
+        page = page_group(group, view)
+    else:
+        return tool_page(topic, view)
+    return page + also_a_tool(topic, view)
+
+
+def tool_page(topic: str, view: CatalogView) -> str | None:
+    """The page of the tool (or the tools) named `topic`; None when the caller may see none."""
     found = find_tool(topic, view)
     if isinstance(found, list):
         return page_same_name(topic, found, view)
     if found is not None:
         return page_tool(found, view)
     return None
+
+
+def also_a_topic(topic: str) -> str:
+    """For a tool's page asked for by the tool form, when its name is also another topic's: how to reach that."""
+    return f'\n\n`{topic}` is also a topic of its own: `guidance` with {{"topic": "{topic}"}} gives it.'
+
+
+def also_a_tool(topic: str, view: CatalogView) -> str:
+    """For a page of another kind (a group, a built-in topic) named like a tool: how to reach the tool's page."""
+    if find_tool(topic, view) is None:
+        return ""
+    return (
+        f'\n\n`{topic}` is also the name of a tool: `guidance` with {{"topic": "tool", "tool_name": "{topic}"}} '
+        "explains that tool."
+    )
 
 
 def unknown_topic(topic: str, view: CatalogView, suggestions: list[str]) -> str:

@@ -8,6 +8,10 @@ slot name counts a little (it names the device: "pump"). Equal scores are ordere
 words found in the name, then tools callable where the caller is before others, then slot and tool
 name, so the same catalog always gives the same answer.
 
+Each tool's words are indexed once (Index: postings per word, a sorted vocabulary for prefixes), so a
+search costs time per query word and per matching tool, not per word of every description; at most
+MAX_QUERY_WORDS distinct query words count.
+
 Words are runs of Unicode letters and digits (NFKC, casefolded: "Lüfter" is one word). Scripts written
 without spaces between words (Han, Hiragana, Katakana, Hangul) are cut into overlapping two-character
 words, in the query and the text alike, so "音量" finds "设置音量" and "设置音量" matches it word by word;
@@ -16,10 +20,11 @@ a one-character query word of those scripts matches any word holding it.
 
 from __future__ import annotations
 
+import bisect
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _CJK = (
@@ -27,14 +32,17 @@ _CJK = (
     "\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
 )
 """Han, Hiragana, Katakana and Hangul: scripts written without spaces between words."""
-_WORD = re.compile(f"[{_CJK}]+|[^\\W_{_CJK}]+")
+_WORD = re.compile(f"([{_CJK}]+)|([^\\W_{_CJK}]+)")
+"""A run of those scripts (group 1) or of other letters and digits (group 2)."""
 _CJK_RUN = re.compile(f"[{_CJK}]+")
+_ASCII_WORD = re.compile("[a-z0-9]+")
 
 STOP_WORDS = frozenset(
     {"a", "an", "and", "are", "by", "can", "for", "from", "i", "in", "is", "it", "me", "my", "of", "on", "or"}
     | {"the", "this", "that", "to", "what", "which", "with", "how", "do", "does", "please", "you", "be", "at"}
 )
-"""Words that say nothing about a tool; dropped from a query unless nothing else is left."""
+"""Words that say nothing about a tool; dropped from a query unless nothing else is left, but a stop word
+that is a whole word of a tool's name ("on" of switch_on) still scores there."""
 
 # Points per query word: the best kind of match in the name, else the best in the description,
 # plus a little when the slot name matches.
@@ -55,30 +63,63 @@ WHOLE_NAME = 5
 MIN_PREFIX = 2
 """A query word shorter than this matches only whole words (no prefix or fragment matches)."""
 MIN_FRAGMENT = 3
+MAX_QUERY_WORDS = 32
+"""Distinct query words that count (the first ones); the rest are ignored, so the work per search is bounded."""
 
 
 def words(text: str) -> list[str]:
     """Casefolded words: split at anything not a letter or digit, and between camelCase parts; a run of
     Han, Hiragana, Katakana or Hangul gives its overlapping two-character pieces (one character alone)."""
+    if text.isascii():  # most names and descriptions: NFKC changes nothing, no script without spaces
+        return _ASCII_WORD.findall(_CAMEL.sub(" ", text).lower())
     found: list[str] = []
-    for word in _WORD.findall(unicodedata.normalize("NFKC", _CAMEL.sub(" ", text)).casefold()):
-        if len(word) > 1 and _CJK_RUN.fullmatch(word):
-            found.extend(word[i : i + 2] for i in range(len(word) - 1))
+    for run, other in _WORD.findall(unicodedata.normalize("NFKC", _CAMEL.sub(" ", text)).casefold()):
+        if other:
+            found.append(other)
+        elif len(run) > 1:
+            found.extend(run[i : i + 2] for i in range(len(run) - 1))
         else:
-            found.append(word)
+            found.append(run)
     return found
 
 
-def _within(word: str, parts: Sequence[str]) -> bool:
-    """A one-character Han, Hiragana, Katakana or Hangul word found inside a word of `parts`."""
-    return len(word) == 1 and _CJK_RUN.fullmatch(word) is not None and any(word in part for part in parts)
+@dataclass(frozen=True)
+class Query:
+    """A query as ranked: its words, the stop words that count only as whole words of a tool's name, and
+    every word joined by "_" (the whole-name bonus compares that, stop words included)."""
+
+    words: tuple[str, ...]
+    name_only: tuple[str, ...]
+    whole: str
+
+
+def parse(query: str) -> Query:
+    found = words(query)
+    distinct = list(dict.fromkeys(found))
+    kept = [word for word in distinct if word not in STOP_WORDS]
+    stops = [word for word in distinct if word in STOP_WORDS]
+    if not kept:
+        kept, stops = stops, []
+    return Query(tuple(kept[:MAX_QUERY_WORDS]), tuple(stops[:MAX_QUERY_WORDS]), "_".join(found))
 
 
 def query_words(query: str) -> list[str]:
-    """The query's words without stop words (all of them when only stop words were typed), each once."""
-    found = words(query)
-    kept = [word for word in found if word not in STOP_WORDS] or found
-    return list(dict.fromkeys(kept))
+    """The query's words without stop words (all of them when only stop words were typed), each once,
+    at most MAX_QUERY_WORDS."""
+    return list(parse(query).words)
+
+
+@dataclass(frozen=True)
+class ToolWords:
+    """One tool's words, split once (the catalog keeps them with its entry)."""
+
+    name: tuple[str, ...]
+    description: frozenset[str]
+    slot: tuple[str, ...]
+
+    @classmethod
+    def of(cls, slot: str, tool: str, description: str) -> ToolWords:
+        return cls(tuple(words(tool)), frozenset(words(description)), tuple(words(slot)))
 
 
 @dataclass(frozen=True)
@@ -88,6 +129,11 @@ class Candidate:
     description: str = ""
     here: bool = False
     """Callable at the endpoint asking: on an equal score it comes before tools that are not."""
+    split: ToolWords | None = field(default=None, compare=False, repr=False)
+    """Its words when already split (the catalog's); None: split when indexed."""
+
+    def tool_words(self) -> ToolWords:
+        return self.split if self.split is not None else ToolWords.of(self.slot, self.tool, self.description)
 
 
 @dataclass(frozen=True)
@@ -96,71 +142,181 @@ class Match:
     score: int
     name_hits: int
     """Query words found in the tool's name (a tie-break after the score)."""
+    position: int = 0
+    """The candidate's place in the index it was found in."""
 
 
-def _name_points(word: str, name_words: Sequence[str], joined: str) -> int:
-    if word in name_words or _within(word, name_words):
-        return NAME_WORD
-    if len(word) >= MIN_PREFIX and any(part.startswith(word) for part in name_words):
-        return NAME_PREFIX
-    # "speeds" or "starting" for set_speed or start: the query word extends a word of the name.
-    if any(len(part) >= MIN_FRAGMENT and word.startswith(part) for part in name_words):
-        return NAME_STEM
-    if len(word) >= MIN_FRAGMENT and word in joined:
-        return NAME_FRAGMENT
-    return 0
+_FIRST_CJK = "\u1100"
+"""Below this no character is one of those scripts: most words are told apart without the pattern."""
 
 
-def _description_points(word: str, description_words: Sequence[str], description: str) -> int:
-    if word in description_words or _within(word, description_words):
-        return DESCRIPTION_WORD
-    if len(word) >= MIN_PREFIX and any(part.startswith(word) for part in description_words):
-        return DESCRIPTION_PREFIX
-    if any(len(part) > MIN_FRAGMENT and word.startswith(part) for part in description_words):
-        return DESCRIPTION_PREFIX
-    if len(word) > MIN_FRAGMENT and word in description:
-        return DESCRIPTION_FRAGMENT
-    return 0
+def _is_cjk(word: str) -> bool:
+    return word[0] >= _FIRST_CJK and _CJK_RUN.match(word) is not None
 
 
-def _slot_points(word: str, slot_words: Sequence[str]) -> int:
-    if word in slot_words or _within(word, slot_words):
-        return SLOT_WORD
-    if len(word) >= MIN_PREFIX and any(part.startswith(word) for part in slot_words):
-        return SLOT_PREFIX
-    return 0
+class _Field:
+    """One kind of text (names, descriptions or slot names) of every indexed tool."""
+
+    def __init__(self, per_tool: Sequence[Iterable[str]]) -> None:
+        postings: dict[str, list[int]] = {}
+        chars: dict[str, set[int]] = {}
+        for position, found in enumerate(per_tool):
+            for word in found if isinstance(found, frozenset) else set(found):
+                postings.setdefault(word, []).append(position)
+                if _is_cjk(word):
+                    for char in word:
+                        chars.setdefault(char, set()).add(position)
+        self.postings = postings
+        self.chars = chars
+        self.vocabulary = sorted(postings)
+        self.longest = max(map(len, self.vocabulary), default=0)
+        # Every word once, "\n" between them: a fragment is found by str.find, then its word by bisect.
+        self.text = "\n".join(self.vocabulary)
+        self.starts: list[int] = []
+        offset = 0
+        for word in self.vocabulary:
+            self.starts.append(offset)
+            offset += len(word) + 1
+
+    def exact(self, word: str) -> Iterable[int]:
+        found: Iterable[int] = self.postings.get(word, ())
+        if len(word) == 1 and _is_cjk(word):
+            found = [*found, *self.chars.get(word, ())]
+        return found
+
+    def extending(self, word: str) -> Iterable[int]:
+        """Tools with a word that starts with `word` and is longer."""
+        vocabulary = self.vocabulary
+        index = bisect.bisect_right(vocabulary, word)
+        while index < len(vocabulary) and vocabulary[index].startswith(word):
+            yield from self.postings[vocabulary[index]]
+            index += 1
+
+    def stems(self, word: str, shortest: int) -> Iterable[int]:
+        """Tools with a word of at least `shortest` characters that `word` starts with."""
+        for length in range(shortest, min(len(word), self.longest) + 1):
+            yield from self.postings.get(word[:length], ())
+
+    def holding(self, word: str) -> Iterable[int]:
+        """Tools with a word that holds `word`."""
+        text, starts = self.text, self.starts
+        at = text.find(word)
+        while at >= 0:
+            index = bisect.bisect_right(starts, at) - 1
+            yield from self.postings[self.vocabulary[index]]
+            following = index + 1
+            if following >= len(starts):
+                break
+            at = text.find(word, starts[following])
 
 
-def score(query: Sequence[str], candidate: Candidate) -> Match:
-    """How well one tool matches the query words (0: not at all)."""
-    name_words = words(candidate.tool)
-    joined = "".join(name_words)
-    description_words = words(candidate.description)
-    description = " ".join(description_words)
-    slot_words = words(candidate.slot)
-    total = 0
-    name_hits = 0
-    for word in query:
-        points = _name_points(word, name_words, joined)
-        in_description = _description_points(word, description_words, description)
-        if points:
-            name_hits += 1
-            points += DESCRIPTION_TOO if in_description else 0
-        else:
-            points = in_description
-        # The slot only adds to a word the tool itself matched, or stands alone for a device word
-        # ("pump"): either way it cannot outrank a tool whose own name holds the word.
-        total += points + _slot_points(word, slot_words)
-    if query and "_".join(query) == "_".join(name_words):
-        total += WHOLE_NAME
-    return Match(candidate, total, name_hits)
+def _best(*kinds: tuple[int, Iterable[int]]) -> dict[int, int]:
+    """Per tool, the points of the first kind (best first) that found it."""
+    best: dict[int, int] = {}
+    for points, found in kinds:
+        for position in found:
+            best.setdefault(position, points)
+    return best
+
+
+class Index:
+    """The words of a list of tools, split and indexed once, to rank them by any query."""
+
+    def __init__(self, candidates: Sequence[Candidate]) -> None:
+        self.candidates = list(candidates)
+        split = [candidate.tool_words() for candidate in self.candidates]
+        self.names = _Field([found.name for found in split])
+        self.descriptions = _Field([found.description for found in split])
+        self.slots = _Field([found.slot for found in split])
+        # A tool's name words joined: fragments may span its words ("tspe" in set_speed).
+        self.joined = [("".join(found.name), position) for position, found in enumerate(split)]
+        self.whole_names: dict[str, list[int]] = {}
+        for position, found in enumerate(split):
+            self.whole_names.setdefault("_".join(found.name), []).append(position)
+        self.joined_text = "\n".join(joined for joined, _ in self.joined)
+        self.joined_starts: list[int] = []
+        offset = 0
+        for joined, _ in self.joined:
+            self.joined_starts.append(offset)
+            offset += len(joined) + 1
+
+    def _name_fragments(self, word: str) -> Iterable[int]:
+        at = self.joined_text.find(word)
+        while at >= 0:
+            index = bisect.bisect_right(self.joined_starts, at) - 1
+            yield self.joined[index][1]
+            if index + 1 >= len(self.joined_starts):
+                break
+            at = self.joined_text.find(word, self.joined_starts[index + 1])
+
+    def _word(self, word: str) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+        """Points per tool for one query word: in the name, in the description, for the slot."""
+        prefix = len(word) >= MIN_PREFIX
+        names, descriptions, slots = self.names, self.descriptions, self.slots
+        in_name = _best(
+            (NAME_WORD, names.exact(word)),
+            (NAME_PREFIX, names.extending(word) if prefix else ()),
+            # "speeds" or "starting" for set_speed or start: the query word extends a word of the name.
+            (NAME_STEM, names.stems(word, MIN_FRAGMENT)),
+            (NAME_FRAGMENT, self._name_fragments(word) if len(word) >= MIN_FRAGMENT else ()),
+        )
+        in_description = _best(
+            (DESCRIPTION_WORD, descriptions.exact(word)),
+            (DESCRIPTION_PREFIX, descriptions.extending(word) if prefix else ()),
+            (DESCRIPTION_PREFIX, descriptions.stems(word, MIN_FRAGMENT + 1)),
+            (DESCRIPTION_FRAGMENT, descriptions.holding(word) if len(word) > MIN_FRAGMENT else ()),
+        )
+        for_slot = _best((SLOT_WORD, slots.exact(word)), (SLOT_PREFIX, slots.extending(word) if prefix else ()))
+        return in_name, in_description, for_slot
+
+    def rank(
+        self,
+        query: str,
+        limit: int,
+        allowed: Collection[int] | None = None,
+        here: Callable[[int], bool] | None = None,
+    ) -> tuple[list[Match], int]:
+        """The best `limit` matches among the tools at `allowed` positions (None: all), best first, and how
+        many matched at all. `here` says by position which are callable where the caller is (default:
+        Candidate.here)."""
+        parsed = parse(query)
+        if not parsed.words:
+            return [], 0
+        totals: dict[int, int] = {}
+        hits: dict[int, int] = {}
+        for word in parsed.words:
+            in_name, in_description, for_slot = self._word(word)
+            for position in in_name.keys() | in_description.keys() | for_slot.keys():
+                points = in_name.get(position, 0)
+                described = in_description.get(position, 0)
+                if points:
+                    hits[position] = hits.get(position, 0) + 1
+                    points += DESCRIPTION_TOO if described else 0
+                else:
+                    points = described
+                # The slot only adds to a word the tool itself matched, or stands alone for a device word
+                # ("pump"): either way it cannot outrank a tool whose own name holds the word.
+                totals[position] = totals.get(position, 0) + points + for_slot.get(position, 0)
+        for word in parsed.name_only:
+            for position in self.names.postings.get(word, ()):
+                totals[position] = totals.get(position, 0) + NAME_WORD
+                hits[position] = hits.get(position, 0) + 1
+        for position in self.whole_names.get(parsed.whole, ()):
+            if position in totals:
+                totals[position] += WHOLE_NAME
+        candidates = self.candidates
+        is_here = here or (lambda position: candidates[position].here)
+        matches = [
+            Match(candidates[position], total, hits.get(position, 0), position)
+            for position, total in totals.items()
+            if total > 0 and (allowed is None or position in allowed)
+        ]
+        matches.sort(
+            key=lambda m: (-m.score, -m.name_hits, not is_here(m.position), m.candidate.slot, m.candidate.tool)
+        )
+        return matches[:limit], len(matches)
 
 
 def rank(query: str, candidates: Iterable[Candidate], limit: int) -> tuple[list[Match], int]:
     """The best `limit` matches, best first, and how many tools matched at all."""
-    wanted = query_words(query)
-    if not wanted:
-        return [], 0
-    matches = [match for candidate in candidates if (match := score(wanted, candidate)).score > 0]
-    matches.sort(key=lambda m: (-m.score, -m.name_hits, not m.candidate.here, m.candidate.slot, m.candidate.tool))
-    return matches[:limit], len(matches)
+    return Index(list(candidates)).rank(query, limit)

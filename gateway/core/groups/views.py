@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
 from gateway.config import GatewayConfig, group_env_name
+from gateway.core.groups import search
 from gateway.core.jsonrpc import JsonObject
 
 BRIDGE_PATH = "/mcp"
@@ -103,6 +105,27 @@ class CatalogTool:
         description = self.tool.get("description")
         return description if isinstance(description, str) else ""
 
+    @functools.cached_property
+    def search_words(self) -> search.ToolWords:
+        """Its words for `search`, split once: the catalog keeps an entry while its provider lists the same tool."""
+        return search.ToolWords.of(self.slot, self.original, self.description)
+
+
+@dataclass(frozen=True)
+class ToolIndex:
+    """`search`'s index of a list of catalog tools (the catalog's: built once per rebuild, on first use)."""
+
+    tools: list[CatalogTool]
+    index: search.Index
+    positions: dict[int, int]
+    """id() of each tool (held in `tools`, so no id is reused) -> its position in the index."""
+
+    @classmethod
+    def of(cls, tools: Sequence[CatalogTool]) -> ToolIndex:
+        held = list(tools)
+        candidates = [search.Candidate(t.slot, t.original, t.description, split=t.search_words) for t in held]
+        return cls(held, search.Index(candidates), {id(tool): position for position, tool in enumerate(held)})
+
 
 @dataclass(frozen=True)
 class GroupView:
@@ -136,6 +159,25 @@ class CatalogView:
     """Ready slots the caller may call."""
     slots_withheld: bool = False
     """Some ready slot is one the caller may not call: "none" then says so rather than "none ready"."""
+    catalog_index: Callable[[], ToolIndex] | None = None
+    """The catalog's index of every tool (`tools` is a part of them), built on first use; None: one is
+    built for `tools`."""
+
+    @functools.cached_property
+    def _own_index(self) -> ToolIndex:
+        return ToolIndex.of(self.tools)
+
+    def search(self, query: str, limit: int) -> tuple[list[tuple[CatalogTool, search.Match]], int]:
+        """`search.Index.rank` over the tools of this view: each match with its catalog entry, and the count."""
+        allowed: set[int] | None = None
+        if self.catalog_index is None:
+            shared = self._own_index
+        else:
+            shared = self.catalog_index()
+            allowed = {position for tool in self.tools if (position := shared.positions.get(id(tool))) is not None}
+        tools = shared.tools
+        matches, total = shared.index.rank(query, limit, allowed, lambda position: self.callable_here(tools[position]))
+        return [(tools[match.position], match) for match in matches], total
 
     def none_here(self) -> str:
         """What stands for an empty list of the caller's slots."""
