@@ -8,7 +8,8 @@
 A state is {slot, device_id, link: {url, connected, links, offline_for_s, last_down_reason},
 injected: [conditions], boots, status: <the get_status object>, requests: {requests, duplicates,
 errors}, telemetry: {queued, dropped} or null}. Errors are JSON
-{"error": code, "error_description": text}: 404 unknown_pump, 400 unknown_fault / bad_request,
+{"error": code, "error_description": text}: 404 unknown_pump / not_found, 405 method_not_allowed,
+413 request_too_large (a body over 64 KiB), 400 unknown_fault / bad_request,
 403 when a browser's Origin is not a loopback page or the Host is not a loopback name (a page from
 another machine must not be able to inject faults, also not through DNS rebinding; a test bench's
 dashboard served from this machine may).
@@ -42,6 +43,33 @@ def _error(status: int, error: str, description: str, **extra: Any) -> web.Respo
     return _json({"error": error, "error_description": description, **extra}, status)
 
 
+MAX_BODY_BYTES = 64 * 1024
+"""The largest request body; a fault request is a small JSON object."""
+ROUTES = "GET /pumps, GET /pumps/<slot>, POST /pumps/<slot>/faults"
+
+
+def _http_error(exc: web.HTTPException, request: web.Request) -> web.Response:
+    """aiohttp's own refusals (no such path, a method the path does not take, a body too big) as the
+    JSON error every other answer uses, with aiohttp's headers (Allow) kept."""
+    if exc.status == 404:
+        error, description = "not_found", f"No such path {request.path}; the endpoint serves {ROUTES}."
+    elif isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        error = "method_not_allowed"
+        description = f"{request.method} is not taken on {request.path}; it takes {allowed}."
+    elif exc.status == 413:
+        error = "request_too_large"
+        description = f"The body is over {MAX_BODY_BYTES} bytes; a fault request is a small JSON object."
+    else:
+        error = (exc.reason or "error").lower().replace(" ", "_")
+        description = f"{exc.reason}: {exc.text}" if exc.text else str(exc.reason)
+    response = _error(exc.status, error, description)
+    for name, value in exc.headers.items():
+        if name.lower() not in ("content-type", "content-length"):
+            response.headers[name] = value
+    return response
+
+
 def control_app(simulator: Simulator) -> web.Application:
     from sim.simulator import FAULTS, BadFault, UnknownPump
 
@@ -57,7 +85,12 @@ def control_app(simulator: Simulator) -> web.Application:
                 "The simulator's control endpoint takes requests from this machine only: "
                 "no browser page from elsewhere, no other host name.",
             )
-        response: web.StreamResponse = await handler(request)
+        try:
+            response: web.StreamResponse = await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return _http_error(exc, request)
         return response
 
     async def list_pumps(_: web.Request) -> web.Response:
@@ -102,7 +135,7 @@ def control_app(simulator: Simulator) -> web.Application:
         except BadFault as exc:
             return _error(400, "bad_request", str(exc))
 
-    app = web.Application(middlewares=[loopback_only], client_max_size=64 * 1024)
+    app = web.Application(middlewares=[loopback_only], client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/pumps", list_pumps)
     app.router.add_get("/pumps/{slot}", one_pump)
     app.router.add_post("/pumps/{slot}/faults", fault)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+import sys
 
 from gateway.app import GatewayServer, serve
 from gateway.config import GatewayConfig
@@ -42,7 +43,12 @@ async def serve_with_simulator(
 ) -> None:
     """`source`: where `config` came from, for reloads (gateway/reload/)."""
     # own_gateway: when this gateway shuts down, its pumps do not dial it again.
-    simulator = Simulator(None, SimulatorSettings(pumps=pumps), own_listener_security(config), own_gateway=True)
+    try:
+        security = own_listener_security(config)
+    except ValueError as exc:  # $MCP_SIM_PROVIDER_TOKEN unusable: a usage error, before anything is bound
+        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    simulator = Simulator(None, SimulatorSettings(pumps=pumps), security, own_gateway=True)
     control = await simulator.start_control(control_port, "--sim-control-port")
 
     def attach(server: GatewayServer) -> None:

@@ -47,6 +47,7 @@ import aiohttp
 import orjson
 
 from gateway import __version__
+from gateway.config.credentials import header_safe
 from gateway.core.backoff import MAX_DOUBLINGS, Backoff
 from sim import FIRMWARE_NAME, firmware
 from sim.pump import SimulatedPump
@@ -77,17 +78,23 @@ class LinkSecurity:
 
 
 def provider_token(file: str | None, environ: Mapping[str, str] | None = None) -> str | None:
-    """The secret from `file` (stripped), else from $MCP_SIM_PROVIDER_TOKEN, else None.
+    """The secret from `file` (stripped), else from $MCP_SIM_PROVIDER_TOKEN (read as a token file is),
+    else None.
 
-    Raises OSError naming the file when it cannot be read or is empty."""
+    Raises OSError naming the file when it cannot be read or is empty; ValueError naming the file or
+    the variable when the secret holds a control character (header_safe)."""
     if file is not None:
         with open(file, encoding="utf-8") as handle:
             token = handle.read().strip()
         if not token:
             raise OSError(f"provider token file {file} is empty")
-        return token
-    token = (os.environ if environ is None else environ).get(TOKEN_ENV, "").strip()
-    return token or None
+        return header_safe(token, f"provider token file {file}")
+    value = (os.environ if environ is None else environ).get(TOKEN_ENV, "")
+    if not value.strip():
+        return None
+    from gateway.config.auth import secret_from_text
+
+    return header_safe(secret_from_text(value, f"${TOKEN_ENV}"), f"${TOKEN_ENV}")
 
 
 REFUSAL_BODY_BYTES = 4096
@@ -241,8 +248,11 @@ class PumpLink:
         self._cut("link_drop from the control endpoint")
 
     def reconnect(self) -> None:
-        """End an offline period (or a back-off wait): dial now."""
+        """End an offline period (or a back-off wait): dial now. A link that is up stays up, and its
+        next loss waits out the back-off as any loss does."""
         self.offline_until = None
+        if self._ws is not None and self._cut_reason is None:
+            return
         self._redial_now = True
         self._wake.set()
 
@@ -281,7 +291,11 @@ class PumpLink:
             if self._stop.is_set():
                 return
             self._redial_now = False
-            carried = await self._link_once()
+            try:
+                carried = await self._link_once()
+            except Exception as exc:  # an unforeseen error must not end the pump's link for good
+                self._unexpected(exc)
+                carried = False
             if self._stop.is_set():
                 return
             if carried and time.monotonic() - self._up_at >= self.backoff.max_s:
@@ -321,6 +335,22 @@ class PumpLink:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
+
+    def _unexpected(self, exc: Exception) -> None:
+        """An error _link_once does not expect: named with the pump (with its traceback, unless it is
+        the last loss's again), then a failed dial as any other, dialled again after the back-off."""
+        self.connected = False
+        self._ws = None
+        self._refused = None
+        reason = f"{type(exc).__name__}: {exc}"
+        if reason != self.last_down_reason:
+            log.error(
+                "%s link failed unexpectedly (%s); dialling again after the back-off",
+                self.pump.slot,
+                reason,
+                exc_info=exc,
+            )
+        self.last_down_reason = reason
 
     def _line_due(self, in_a_row: int) -> str | None:
         """Whether failed dial number `in_a_row` of a run gets a log line: the first three, then one per
@@ -371,6 +401,7 @@ class PumpLink:
                 self._refused = f"HTTP {exc.status} on the upgrade: {said or exc.message}"
             return False
         self._ws = ws
+        self._redial_now = False  # a reconnect() asked for during the dial is done: this link is it
         self.pump.new_link()  # a new WebSocket is a new gateway session: request ids may repeat
         self._up_at = time.monotonic()
         self.links += 1
@@ -439,6 +470,7 @@ class PumpLink:
                     if msg.data == CLOSE_POLICY and not self._carried:  # at the door: held slot, bad name
                         self._refused = f"code {msg.data}: {msg.extra or ''}".rstrip(": ")
                 else:
-                    error = ws.exception()
+                    # aiohttp hands a failed read (a message over max_msg_size: 1009) in msg.data.
+                    error = msg.data if isinstance(msg.data, BaseException) else ws.exception()
                     self.last_down_reason = f"connection lost: {error}" if error else "connection lost"
                 return

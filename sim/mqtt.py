@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -69,6 +70,8 @@ OPTIONS = {
 }
 """The simulator's option for each [[mqtt.brokers]] setting it fills in."""
 DEFAULT_SERVER_PREFIX = "sim/pumps"
+LOSS_WARNING = "MQTT broker %s: %s"
+"""How the connection (gateway.southbound.mqtt.client) warns of a lost connection."""
 MqttProfile = Literal["plain", "mcp"]
 
 
@@ -132,7 +135,7 @@ class MqttPumpLink:
             config,
             _Events(self),
             self._options,
-            logger=connection_log,
+            logger=_PumpConnectionLog(self._quiet_cut),
             who=f"simulated {pump.slot}",
             counters=None,
             tls_names=SIMULATOR_TLS_NAMES,
@@ -222,22 +225,29 @@ class MqttPumpLink:
             task.cancel()
 
     def drop(self, offline_s: float | None = None) -> None:
-        self._cut_reason = "link_drop from the control endpoint"
-        self._cut()
+        self._cut("link_drop from the control endpoint")
         self.client.cut(offline_s)
 
     def reconnect(self) -> None:
+        if self.connected:
+            return  # a connection that is up stays up; a redial asked for now would skip the next loss's back-off
         self.client.redial()
 
     def restart(self) -> None:
-        self._cut_reason = "reboot from the control endpoint"
-        self._cut()
+        self._cut("reboot from the control endpoint")
         self.client.cut()
         self.client.redial()
 
-    def _cut(self) -> None:
+    def _cut(self, reason: str) -> None:
+        # Only a connection that is up is cut: a reason kept while down would name the next real loss.
         if self.client.connected:
             self._cut_link = self.client.connects
+            self._cut_reason = reason
+
+    def _quiet_cut(self, record: logging.LogRecord) -> bool:
+        """The connection's warning of a loss this link caused on purpose is left out: on_disconnected
+        logs it at info, naming the pump and the control action."""
+        return not (self._cut_reason is not None and record.levelno == logging.WARNING and record.msg == LOSS_WARNING)
 
     # -- what the connection tells (through _Events) ----------------------------------------------
 
@@ -293,6 +303,15 @@ class MqttPumpLink:
 
     def on_disconnected(self, reason: str) -> None:
         self._stop_reporting()
+        if self._cut_reason is not None:
+            hold = self.offline_for_s()
+            if hold:
+                then = f"offline for {hold:g} s, connecting again after"
+            elif self._cut_reason.startswith("reboot"):
+                then = "connecting again at once"
+            else:
+                then = "connecting again after the back-off"
+            log.info("%s link down (%s); %s", self.pump.slot, self._cut_reason, then)
         self._down_reason = self._cut_reason or reason
         self._down_by_control = self._cut_reason is not None
         self._cut_reason = None
@@ -364,6 +383,20 @@ class MqttPumpLink:
     def _close_session(self, client_id: str) -> None:
         self.clients.discard(client_id)
         self.client.unsubscribe(self._client_topics(client_id))
+
+
+class _PumpConnectionLog(logging.Logger):
+    """connection_log as one pump's connection writes to it: the same name, level and handlers (its
+    records go to connection_log's), with the pump's filter. Not registered with logging, so the level
+    is connection_log's at every call, not a cached copy."""
+
+    def __init__(self, keep: Callable[[logging.LogRecord], bool]) -> None:
+        super().__init__(connection_log.name)
+        self.parent = connection_log
+        self.addFilter(keep)
+
+    def isEnabledFor(self, level: int) -> bool:
+        return connection_log.isEnabledFor(level)
 
 
 class _Events:

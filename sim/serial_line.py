@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import stat
 import time
 import tty
 from dataclasses import dataclass
@@ -67,11 +68,62 @@ class SerialTarget:
     pty: bool = False
     """Make a pseudo-terminal; the gateway opens `SerialLine.gateway_path`."""
     link: str | None = None
-    """With pty: also a symbolic link to the gateway's end at this path (replaced if it exists)."""
+    """With pty: also a symbolic link to the gateway's end at this path (check_link_path says which may be taken)."""
     baud: int = 115_200
 
     def describe(self) -> str:
         return f"pseudo-terminal {self.link or ''}".rstrip() if self.pty else f"serial {self.path}"
+
+
+class SerialLinkError(ValueError):
+    """`--serial-link PATH` names a path the simulator may not take; the message says why."""
+
+
+def check_link_path(path: str) -> None:
+    """Raise SerialLinkError unless `path` is free for the link: nothing there, or a symbolic link whose
+    target is gone (left by a simulator that ended without removing it). A file or a directory is never
+    replaced, nor a link whose target exists: another simulator's live pseudo-terminal, or someone's file."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SerialLinkError(f"--serial-link {path}: cannot be checked ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise SerialLinkError(f"--serial-link {path} is a directory; name the link itself, e.g. {path}/ttyPUMP")
+    if not stat.S_ISLNK(info.st_mode):
+        raise SerialLinkError(
+            f"--serial-link {path} exists and is not a symbolic link; the simulator replaces only a link whose "
+            "target is gone: remove the file or choose another path"
+        )
+    if os.path.exists(path):  # follows the link
+        raise SerialLinkError(
+            f"--serial-link {path} is a link to {os.readlink(path)}, which exists (another simulator's "
+            "pseudo-terminal?); stop that simulator or choose another path"
+        )
+
+
+def take_link(path: str, target: str) -> None:
+    """Make `path` a symbolic link to `target`, where check_link_path allows it; SerialLinkError if not."""
+    check_link_path(path)
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.islink(path):
+            os.unlink(path)  # a dangling link: its pseudo-terminal is gone
+    try:
+        os.symlink(target, path)
+    except FileExistsError:
+        raise SerialLinkError(
+            f"--serial-link {path} was taken by someone else meanwhile; choose another path"
+        ) from None
+    except OSError as exc:
+        raise SerialLinkError(f"--serial-link {path}: cannot make the link ({exc.strerror or exc})") from None
+
+
+def release_link(path: str, target: str) -> None:
+    """Remove the link at `path` only while it still points at `target` (ours): never one taken over since."""
+    with contextlib.suppress(OSError):
+        if os.readlink(path) == target:
+            os.unlink(path)
 
 
 class SerialLine:
@@ -107,6 +159,7 @@ class SerialLine:
         self._fd: int | None = None
         self._port: Any = None  # the pyserial port, in path mode
         self._pty_slave: int | None = None
+        self._linked: str | None = None  # the pty path the link at target.link was made to
         self._unwritten = bytearray()
         self._lost: asyncio.Future[str] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -124,9 +177,14 @@ class SerialLine:
         self._fd, self._pty_slave = master, slave  # the slave stays open: the gateway may close and reopen it
         self.gateway_path = os.ttyname(slave)
         if self.target.link is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.target.link)
-            os.symlink(self.gateway_path, self.target.link)
+            try:
+                take_link(self.target.link, self.gateway_path)
+            except SerialLinkError:
+                for fd in (master, slave):
+                    os.close(fd)
+                self._fd = self._pty_slave = None
+                raise
+            self._linked = self.gateway_path
         return self.target.link or self.gateway_path
 
     def start(self) -> None:
@@ -146,9 +204,9 @@ class SerialLine:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._fd = self._pty_slave = None
-        if self.target.link is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self.target.link)
+        if self.target.link is not None and self._linked is not None:
+            release_link(self.target.link, self._linked)
+            self._linked = None
 
     async def _run(self) -> None:
         if self.target.pty and self._fd is None:

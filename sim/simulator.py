@@ -41,7 +41,8 @@ import aiohttp
 from aiohttp import web
 
 from gateway import __version__
-from sim import FIRMWARE_NAME, MAX_OFFLINE_S, firmware
+from gateway.core.names import MAX_SLOT_BYTES
+from sim import FIRMWARE_NAME, MAX_OFFLINE_S, SLOT_PREFIX, firmware, max_first
 from sim.link import LinkSecurity, PumpLink, RefusalBodies
 from sim.mqtt import MqttPumpLink, MqttTarget
 from sim.pump import PumpSettings, SimulatedPump
@@ -74,7 +75,7 @@ class SimulatorSettings:
 
     @property
     def slots(self) -> list[str]:
-        return [f"pump-{number}" for number in range(self.first, self.first + self.pumps)]
+        return [f"{SLOT_PREFIX}{number}" for number in range(self.first, self.first + self.pumps)]
 
 
 class Simulator:
@@ -90,6 +91,11 @@ class Simulator:
     ) -> None:
         if settings.pumps < 1:
             raise ValueError("the simulator needs at least one pump")
+        if not 0 <= settings.first <= max_first(settings.pumps):
+            raise ValueError(
+                f"the first pump number must be between 0 and {max_first(settings.pumps)} with {settings.pumps} "
+                f"pump(s): every slot name, pump-<n>, fits the gateway's {MAX_SLOT_BYTES} bytes"
+            )
         self.gateway_url = gateway_url
         self.settings = settings
         self.security = security or LinkSecurity()
@@ -249,6 +255,8 @@ class Simulator:
             raise BadFault(f"unknown fault {fault!r}; valid faults: {', '.join(FAULTS)}")
         if seconds is not None and fault != "link_drop":
             raise BadFault("seconds applies to link_drop only (how long the pump stays offline)")
+        if seconds is not None and clear:
+            raise BadFault("clear and seconds do not go together: clear dials now, seconds keeps the pump offline")
         if seconds is not None and not 0 <= seconds <= MAX_OFFLINE_S:
             raise BadFault(f"seconds must be between 0 and {MAX_OFFLINE_S:g}")
         link = self.links.get(slot)

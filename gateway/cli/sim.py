@@ -23,8 +23,9 @@ from gateway.cli.common import (
 )
 from gateway.cli.numbers import finite_number
 from gateway.config.base import ENV_SIM_CONTROL_URL
+from gateway.core.names import MAX_SLOT_BYTES
 from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
-from sim import FAULT_NAMES, MAX_OFFLINE_S, MAX_PUMPS
+from sim import FAULT_NAMES, MAX_OFFLINE_S, MAX_PUMPS, max_first
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -40,6 +41,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.serial_link is not None and not args.serial_pty:
         print("mcp-gateway sim: --serial-link names the pseudo-terminal of --serial-pty", file=sys.stderr)
         return 2
+    if args.serial_link is not None:
+        from sim.serial_line import SerialLinkError, check_link_path
+
+        try:
+            check_link_path(args.serial_link)  # again when it is made: this says so before anything starts
+        except SerialLinkError as exc:
+            print(f"mcp-gateway sim: {exc}", file=sys.stderr)
+            return 2
     try:
         check_base_url(
             args.gateway,
@@ -53,10 +62,17 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(f"mcp-gateway sim: --gateway {exc}", file=sys.stderr)
         return 2
     out_of_range = [
-        f"{flag} must be {rule}, got {value:g}"
+        f"{flag} must be {rule}, got {_shown(value)}"
         for flag, value, fine, rule in (
             ("--pumps", args.pumps, 1 <= args.pumps <= MAX_PUMPS, f"between 1 and {MAX_PUMPS}"),
             ("--first", args.first, args.first >= 0, "0 or more"),
+            (
+                "--first",
+                args.first,
+                args.first < 0 or args.first <= max_first(max(args.pumps, 1)),
+                f"at most {max_first(max(args.pumps, 1))} with --pumps {args.pumps}: the last slot, "
+                f"pump-<first + pumps - 1>, must fit the gateway's {MAX_SLOT_BYTES}-byte slot names",
+            ),
             ("--deadman-s", args.deadman_s, args.deadman_s > 0, "greater than 0"),
             ("--dry-run-s", args.dry_run_s, args.dry_run_s > 0, "greater than 0"),
         )
@@ -68,6 +84,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.telemetry_period_s < 0:
         print("mcp-gateway sim: --telemetry-period-s must be 0 (no samples) or more", file=sys.stderr)
         return 2
+    from gateway.config.credentials import header_safe
     from gateway.logs import setup_logging
     from sim.link import LinkSecurity, provider_token
     from sim.mqtt import MqttTarget
@@ -78,9 +95,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
         # Checked here, before the MQTT target's check, whose refusal names neither the flag nor the problem.
         trust: ssl.SSLContext | bool = trusted_ca(args.ca_file) if args.ca_file else True  # True: the system's CAs
         token = (
-            _read_credential_file(args.provider_token_file, "--provider-token-file")
+            header_safe(
+                _read_credential_file(args.provider_token_file, "--provider-token-file"),
+                f"--provider-token-file {args.provider_token_file}",
+            )
             if args.provider_token_file
-            else provider_token(None)
+            else provider_token(None)  # $MCP_SIM_PROVIDER_TOKEN, checked as a file's secret is
         )
     except ValueError as exc:
         print(f"mcp-gateway sim: {exc}", file=sys.stderr)
@@ -121,8 +141,20 @@ def cmd_sim(args: argparse.Namespace) -> int:
         serial = SerialTarget(
             path=line.get("path"), pty=args.serial_pty, link=args.serial_link, baud=line.get("baud", 115_200)
         )
-    asyncio.run(run(args.gateway, settings, args.control_port, LinkSecurity(token, trust), mqtt, serial))
+    from sim.serial_line import SerialLinkError
+
+    try:
+        asyncio.run(run(args.gateway, settings, args.control_port, LinkSecurity(token, trust), mqtt, serial))
+    except SerialLinkError as exc:  # the path was taken between the check above and the link
+        print(f"mcp-gateway sim: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _shown(value: float) -> str:
+    """A number in a usage error: whole, unless it is too long to read (--first takes any integer)."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 64 else f"a number of {len(text)} digits"
 
 
 def cmd_sim_fault(args: argparse.Namespace) -> int:
@@ -133,6 +165,13 @@ def cmd_sim_fault(args: argparse.Namespace) -> int:
     if args.seconds is not None and args.fault != "link_drop":
         print(
             "mcp-gateway sim-fault: --seconds applies to link_drop only (how long the pump stays offline)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.clear and args.seconds is not None:
+        print(
+            "mcp-gateway sim-fault: --clear and --seconds do not go together: --clear dials now, --seconds keeps "
+            "the pump offline",
             file=sys.stderr,
         )
         return 2

@@ -25,6 +25,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     import os
 
     from gateway.config.auth import read_secret_file, secret_file_readable_warning
+    from gateway.config.credentials import header_safe
     from gateway.config.groups import GROUP_NAME, RESERVED_GROUP_NAMES
     from gateway.core.names import ALL_SLOT, BROKER_SLOT, SlotNameError, check_slot_name
     from gateway.logs import setup_logging
@@ -78,13 +79,13 @@ def cmd_stdio(args: argparse.Namespace) -> int:
             warning = secret_file_readable_warning(args.hmac_secret_file, os.stat(args.hmac_secret_file).st_mode)
             if warning is not None:
                 print(f"mcp-gateway stdio: warning: --hmac-secret-file: {warning}", file=sys.stderr)
-            _header_safe(args.hmac_key_id, "--hmac-key-id")
+            header_safe(args.hmac_key_id, "--hmac-key-id")
             credentials = HmacKey(args.hmac_key_id, secret.encode("utf-8"), args.hmac_secret_file)
         elif args.token_file is not None:
             token = _read_credential_file(args.token_file, "--token-file")
-            credentials = BearerToken(_header_safe(token, f"--token-file {args.token_file}"))
+            credentials = BearerToken(header_safe(token, f"--token-file {args.token_file}"))
         elif (from_env := client_token_from_env()) is not None:
-            credentials = BearerToken(_header_safe(from_env, f"${ENV_CLIENT_TOKEN}"))
+            credentials = BearerToken(header_safe(from_env, f"${ENV_CLIENT_TOKEN}"))
         context = trusted_ca(args.ca_file) if args.ca_file else None
     except (ValueError, OSError) as exc:
         return refuse(str(exc))
@@ -94,18 +95,6 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         args.url, slot, credentials, context, group=args.group, read_timeout_s=args.read_timeout or None
     )
     return main(bridge)
-
-
-def _header_safe(value: str, what: str) -> str:
-    """`value`, which goes into an HTTP header: ValueError naming `what` for a control character in it
-    (aiohttp would refuse every request, and the host would hear nothing)."""
-    bad = next((char for char in value if ord(char) < 0x20 or ord(char) == 0x7F), None)
-    if bad is not None:
-        raise ValueError(
-            f"{what}: holds the control character {bad!r} (U+{ord(bad):04X}), which an HTTP header cannot carry; "
-            "give the credential as printable text"
-        )
-    return value
 
 
 def _path_like(slot: str) -> bool:

@@ -9,6 +9,20 @@ from pydantic import PrivateAttr, SecretStr, model_validator
 from gateway.config.base import Section
 from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 
+
+def header_safe(value: str, what: str) -> str:
+    """`value`, a credential that goes into an HTTP header: ValueError naming `what` and the place of a
+    control character in it, never the secret (aiohttp refuses such a header at every request, so
+    whoever sends it would hear nothing back)."""
+    for position, char in enumerate(value, 1):
+        if ord(char) < 0x20 or ord(char) == 0x7F:
+            raise ValueError(
+                f"{what}: holds the control character {char!r} (U+{ord(char):04X}, character {position}), which an "
+                "HTTP header cannot carry; give the credential as printable text"
+            )
+    return value
+
+
 MIN_PROVIDER_SECRET_CHARS = 16
 """A provider secret shorter than this is refused: it could be guessed from the plant network."""
 
