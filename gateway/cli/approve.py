@@ -127,9 +127,10 @@ def add_approve(commands: Commands) -> None:
         "approve",
         help="list device calls waiting for a person's approval; approve or deny one",
         description="Without ID: list the calls the policy has a person confirm ([[confirm]]) whose client could "
-        "not ask its user. With ID: approve it (or deny it with --deny); the caller's next attempt of the same "
-        "call before it expires is forwarded (or answered as declined), once. Runs the _broker tools "
-        "broker_approvals and broker_approve, which the policy gives to operators.",
+        "not ask its user, only those the token may decide (calls it may make itself under the policy). With ID: "
+        "approve it (or deny it with --deny); the caller's next attempt of the same call before it expires is "
+        "forwarded (or answered as declined), once. Runs the _broker tools broker_approvals and broker_approve, "
+        "which the policy gives to operators.",
     )
     approve.add_argument("id", nargs="?", help="the approval id to decide, as the list shows it")
     approve.add_argument("--deny", action="store_true", help="deny the call instead of approving it")

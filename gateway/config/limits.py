@@ -145,6 +145,9 @@ class LimitsConfig(Section):
     max_used_confirmations_per_caller: PositiveInt = 256
     """As many of one caller's (its principal), so one caller answering its own questions in a loop cannot
     fill max_used_confirmations and keep every other caller's answers from counting."""
+    cancelled_call_hold_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    """How long a governed call that was cancelled or passed its deadline keeps its [[execution_limits]]
+    concurrency places at most, waiting for the device's late answer (the device may still be working)."""
     max_batch_messages: PositiveInt = 32
     """Messages in one JSON-RPC batch, which only a session that negotiated 2025-03-26 may send; a
     larger batch is refused whole with -32600. Each request in it still counts against

@@ -81,6 +81,12 @@ class Continued:
     """The digest of the state's body, the key it is remembered by once used (Continuations.spend)."""
     until_ms: int = 0
     """When the state expires (Continuations.clock_ms)."""
+    yes_ms: int | None = None
+    """When the person's yes was given (Continuations.clock_ms): ClientConfirmer.confirmed_yes_ms in a
+    call's first state; None only in a state that does not hold (problem)."""
+    problem: errors.RpcError | None = None
+    """Why the state does not hold (mismatch, expired, used): the call is refused once it is decided, so
+    the refusal is on record like any other (the other fields then mean nothing)."""
 
 
 def _digest(value: object) -> str:
@@ -120,6 +126,7 @@ class Continuations:
                 "o": continued.own,
                 "d": continued.deadline_ms,
                 "n": continued.rounds,
+                "y": continued.yes_ms,
             }
         )
         expires = min(self.clock_ms() + CONTINUE_S * 1000, continued.deadline_ms)
@@ -142,12 +149,7 @@ class Continuations:
         now = self.clock_ms()
         deadline = inner.get("d")
         if not isinstance(deadline, int) or deadline <= now:
-            raise _continue_error(
-                "requestState has expired: the person's confirmation of this call lasts the confirm rule's "
-                "expires_s, and that lifetime passed before this round; send the call again without "
-                "requestState to be confirmed again",
-                "expired",
-            )
+            raise _lifetime_passed()
         if not fields[1].isdigit() or int(fields[1]) <= now:
             raise _continue_error(
                 "requestState has expired: the provider's question was not answered in time; send the call "
@@ -159,6 +161,7 @@ class Continuations:
             raise _used_error()
         state = inner.get("s")
         rounds = inner.get("n")
+        yes = inner.get("y")
         return Continued(
             state if isinstance(state, str) else None,
             str(inner.get("by")),
@@ -168,11 +171,24 @@ class Continuations:
             rounds if isinstance(rounds, int) else MAX_ROUNDS + 1,
             used,
             int(fields[1]),
+            yes if isinstance(yes, int) else None,
         )
+
+    def within(self, continued: Continued, expires_s: int) -> None:
+        """Refuse (RpcError, expired) a round past the confirmation's lifetime as the [[confirm]] rule in
+        force gives it: min(the sealed deadline, the yes + that rule's expires_s), so a reload that shortens
+        expires_s shortens the lifetime of the states already sealed."""
+        deadline = continued.deadline_ms
+        if continued.yes_ms is not None:
+            deadline = min(deadline, continued.yes_ms + expires_s * 1000)
+        if deadline <= self.clock_ms():
+            raise _lifetime_passed()
 
     def spend(self, continued: Continued, caller: str) -> None:
         """Use up an opened state, once its round is admitted; RpcError when it was used meanwhile or a
-        bound is reached (MAX_ROUNDS, MAX_CONTINUED_PER_CALLER, MAX_CONTINUED)."""
+        bound is reached (MAX_ROUNDS, MAX_CONTINUED_PER_CALLER, MAX_CONTINUED) or the state does not hold."""
+        if continued.problem is not None:
+            raise continued.problem
         if continued.rounds > MAX_ROUNDS:
             raise _continue_error(
                 f"Not forwarded: a confirmed call continues at most {MAX_ROUNDS} rounds of its provider's "
@@ -200,10 +216,21 @@ class Continuations:
 
     def give_back(self, continued: Continued) -> None:
         """A spent state counts again: its round was refused before anything was decided on record."""
+        if continued.problem is not None:
+            return
         self._used.forget(continued.used)
 
     def _mac(self, body: str, call: str) -> str:
         return hmac.new(self._key, f"{body}|{call}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _lifetime_passed() -> errors.RpcError:
+    return _continue_error(
+        "requestState has expired: the person's confirmation of this call lasts the confirm rule's "
+        "expires_s, and that lifetime passed before this round; send the call again without "
+        "requestState to be confirmed again",
+        "expired",
+    )
 
 
 def _used_error() -> errors.RpcError:
@@ -240,13 +267,18 @@ def forwarded_digest(arguments: object) -> str:
 
 def split_continuation(params: JsonObject, call: Callable[[], str]) -> tuple[JsonObject, Continued | None]:
     """A 2026-07-28 retry of a confirmed call's provider round: the params with the provider's own
-    requestState back in place of the gateway's, and what the state brings; RpcError when it does not hold.
+    requestState back in place of the gateway's, and what the state brings (Continued.problem: why it
+    does not hold).
     `call` gives what the state must be bound to (call_of), asked only when a state came."""
     state = params.get("requestState")
     if not isinstance(state, str) or not state.startswith(CONTINUE_STATE_PREFIX):
         return params, None
-    continued = CONTINUATIONS.open(state, call())
     rest = {key: value for key, value in params.items() if key != "requestState"}
+    try:
+        continued = CONTINUATIONS.open(state, call())
+    except errors.RpcError as exc:
+        # Refused when the call is decided (Continuations.spend), so the refusal is on record.
+        return rest, Continued(None, "", "", False, 0, MAX_ROUNDS + 1, problem=exc)
     if continued.provider_state is not None:
         rest["requestState"] = continued.provider_state
     return rest, continued
@@ -255,16 +287,18 @@ def split_continuation(params: JsonObject, call: Callable[[], str]) -> tuple[Jso
 class ClientConfirmer:
     """One call's caller, as the policy layer may ask it to confirm the call.
 
-    `confirmed_by` is set by the policy layer when a person confirmed this call (with `confirmed_own`
-    and `confirmed_left_ms`, what is left of the confirmation's lifetime), and `continued` by the core
-    when the call continues a provider round of a call confirmed earlier: either way a provider's
-    input_required answer is relayed with a continuation state, and its retry is not confirmed again."""
+    `confirmed_by` is set by the policy layer when a person confirmed this call (with `confirmed_own`,
+    `confirmed_left_ms`, what is left of the confirmation's lifetime, and `confirmed_yes_ms`), and
+    `continued` by the core when the call continues a provider round of a call confirmed earlier: either
+    way a provider's input_required answer is relayed with a continuation state, and its retry is not
+    confirmed again."""
 
     __slots__ = (
         "caller",
         "confirmed_by",
         "confirmed_left_ms",
         "confirmed_own",
+        "confirmed_yes_ms",
         "continued",
         "ctx",
         "read_state",
@@ -288,6 +322,15 @@ class ClientConfirmer:
         self.confirmed_by: str | None = None
         self.confirmed_own = True
         self.confirmed_left_ms = CONTINUE_S * 1000
+        self.confirmed_yes_ms: int | None = None
+        """When the yes was given (Continuations.clock_ms): sealed into the call's first continuation state."""
+
+    def confirmed(self, by: str, own: bool, lifetime_ms: int, age_ms: int) -> None:
+        """A person confirmed this call `age_ms` ago, for `lifetime_ms` (the rule's expires_s)."""
+        self.confirmed_by = by
+        self.confirmed_own = own
+        self.confirmed_left_ms = max(lifetime_ms - age_ms, 0)
+        self.confirmed_yes_ms = CONTINUATIONS.clock_ms() - age_ms
 
     def spend_continued(self) -> None:
         """Use up the continuation state this call brings, once its round is admitted (Continuations.spend)."""

@@ -224,7 +224,8 @@ async def call(
     # with the provider's requestState restored and no second confirmation.
     if continued is None:  # the first provider round: the confirmation's lifetime runs from the person's yes
         deadline_ms = CONTINUATIONS.clock_ms() + confirmer.confirmed_left_ms
-        continued = Continued(None, str(confirmer.confirmed_by), "", confirmer.confirmed_own, deadline_ms, 0)
+        by, own, yes_ms = str(confirmer.confirmed_by), confirmer.confirmed_own, confirmer.confirmed_yes_ms
+        continued = Continued(None, by, "", own, deadline_ms, 0, yes_ms=yes_ms)
     state = CONTINUATIONS.seal(
         bound(),
         result.get("requestState"),
@@ -304,9 +305,10 @@ async def forwarded(
 
 
 def record_after_cancel(governance: Governance, verdict: CallVerdict, body: JsonObject) -> None:
+    """The device's late answer: recorded, and the call's execution-limit places given back (any answer,
+    an input_required too, says the device is done with the call)."""
     answered = answered_after_cancel(body)
-    if answered is not None:
-        governance.answered_after_cancel(verdict, *answered)
+    governance.answered_after_cancel(verdict, *(answered or ("input_required", None)))
 
 
 def refusal(verdict: CallVerdict, slot: str) -> errors.RpcError:

@@ -223,8 +223,9 @@ class Governance(Protocol):
         `trace_id`: the request's W3C trace id, recorded with the decision."""
         ...
 
-    def approvals(self) -> list[dict[str, Any]]:
-        """The calls waiting for a person's approval, and those approved and not yet used."""
+    def approvals(self, principal: Principal) -> list[dict[str, Any]]:
+        """The calls waiting for a person's approval, and those approved and not yet used, that `principal`
+        may decide: those it could make itself under the policy in force (as decide_approval requires)."""
         ...
 
     def decide_approval(self, principal: Principal, approval_id: str, approve: bool) -> dict[str, Any]:

@@ -85,6 +85,8 @@ class Approval:
     """Wall-clock ms, as shown: when it expires by the wall clock as it read at creation."""
     deadline_s: float
     """When it expires on the monotonic clock (Approvals.monotonic): what expiry goes by."""
+    hint: bool | None = None
+    """The tool's readOnlyHint, not shown: with slot and tool, what its approver must be allowed to call."""
     state: str = "pending"
     """"pending", "approved" or "denied"."""
     decided_by: str | None = None
@@ -147,6 +149,7 @@ class Approvals:
         arguments: object,
         rule: str,
         expires_s: int,
+        hint: bool | None = None,
     ) -> Approval:
         """The waiting call for `attempt`: the one already waiting for the same `binding`, or a new one
         (ApprovalsFull past the limit)."""
@@ -188,6 +191,7 @@ class Approvals:
             created_ms=now,
             expires_ms=now + expires_s * 1000,
             deadline_s=self.monotonic() + expires_s,
+            hint=hint,
         )
         while approval.id in self._by_id:  # 32 random bits: a clash is rare, never silent
             approval.id = secrets.token_hex(4)

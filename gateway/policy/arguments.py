@@ -13,8 +13,9 @@ even when its firmware declares no bound at all. In order:
    cannot be checked in time is not forwarded;
 3. each operator limit on an argument the call carries: a number outside [minimum, maximum] is refused,
    or with action "clamp" replaced by the nearest bound (a whole number stays whole); a value not in
-   `allowed` is refused, never clamped. A boolean is no number (JSON true is not 1). A limit on an
-   argument the call leaves out does nothing: the schema says whether it is required;
+   `allowed` is refused, never clamped. A boolean is no number (JSON true is not 1). A call that leaves
+   out an argument a limit is on is refused (the device would use a value of its own, which no limit
+   checks), unless the limit says `missing = "allow"`;
 4. clamped arguments are checked again, against the schema and every limit: a call whose clamped
    value either would refuse is refused instead (the limits contradict the schema, or each other).
 
@@ -52,6 +53,11 @@ schema's `$ref`s (data.rule "$ref"), took longer than the bound: one setting, on
 SHOWN_PATH_CHARS = 200
 """An argument path in a refusal's data is cut at this: the caller nested it, it needs no echo in full."""
 PATTERN_SETTING = "limits.max_pattern_ms"
+REQUIRED_BY_LIMIT = "argument_required_by_limit"
+"""data.reason of a call that leaves out an argument a limit is on (the limit's `missing` is "refuse")."""
+MISSING_REFUSE = "refuse"
+MISSING_CHOICES = (MISSING_REFUSE, "allow")
+"""What a limit does with a call that leaves its argument out ([[limits]] missing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +74,14 @@ class ArgumentLimit:
     """Who set it, for the messages: "policy limits[2]"."""
     rule: str = ""
     """The id of the policy rule that set it ("limits[2]"), for the audit record's rules ("" when none)."""
+    missing: str = MISSING_REFUSE
+    """A call without the argument: "refuse" it (the device would pick the value), or "allow" it."""
 
     def __post_init__(self) -> None:
         if self.action not in ("refuse", "clamp"):
             raise ValueError(f'action must be "refuse" or "clamp", not {self.action!r}')
+        if self.missing not in MISSING_CHOICES:
+            raise ValueError(f'missing must be "refuse" or "allow", not {self.missing!r}')
         for bound in (self.minimum, self.maximum):
             if bound is not None and (isinstance(bound, bool) or math.isnan(bound)):
                 raise ValueError(f"a limit's bound must be a number, not {bound!r}")
@@ -166,29 +176,30 @@ def check_arguments(
     forwarded = arguments
     clamps: list[tuple[ArgumentLimit, Any, Any]] = []
     for limit in limits:
-        if limit.argument in forwarded:
-            value = forwarded[limit.argument]
-            kind = type(value)
-            if (
-                (kind is int or kind is float)  # the common case, inline: a number within the bounds
-                and limit.allowed is None
-                and (limit.minimum is None or value >= limit.minimum)
-                and (limit.maximum is None or value <= limit.maximum)
-            ):
-                continue
-            try:
-                new = _within(limit, value, resource)
-            except ArgumentRefused:
-                if value is arguments[limit.argument]:
-                    raise
-                _contradiction(
-                    clamps, limit.argument, _breaks_limit(limit, resource), _LIMITS_DISAGREE, resource, limit
-                )
-            if new is not value:
-                if forwarded is arguments:
-                    forwarded = dict(arguments)
-                forwarded[limit.argument] = new
-                clamps.append((limit, value, new))
+        if limit.argument not in forwarded:
+            if limit.missing == MISSING_REFUSE:
+                _refuse_missing(limit, resource)
+            continue
+        value = forwarded[limit.argument]
+        kind = type(value)
+        if (
+            (kind is int or kind is float)  # the common case, inline: a number within the bounds
+            and limit.allowed is None
+            and (limit.minimum is None or value >= limit.minimum)
+            and (limit.maximum is None or value <= limit.maximum)
+        ):
+            continue
+        try:
+            new = _within(limit, value, resource)
+        except ArgumentRefused:
+            if value is arguments[limit.argument]:
+                raise
+            _contradiction(clamps, limit.argument, _breaks_limit(limit, resource), _LIMITS_DISAGREE, resource, limit)
+        if new is not value:
+            if forwarded is arguments:
+                forwarded = dict(arguments)
+            forwarded[limit.argument] = new
+            clamps.append((limit, value, new))
     if not clamps:
         return Checked(arguments, [], compiled.error)
     _recheck(forwarded, clamps, limits, compiled.validator, resource, cache.max_pattern_ms)
@@ -387,6 +398,28 @@ def _refuse(limit: ArgumentLimit, value: Any, resource: str, words: str) -> NoRe
     raise ArgumentRefused(
         f'Argument "{limit.argument}" = {shown(value)} {words}', _refusal_data(limit, value), (limit,)
     )
+
+
+def _refuse_missing(limit: ArgumentLimit, resource: str) -> NoReturn:
+    """Refuse a call that leaves out `limit`'s argument: the device would use a value no limit checks."""
+    if limit.allowed is not None:
+        wanted = f"one of {listed(limit.allowed)}"
+        if limit.minimum is not None or limit.maximum is not None:
+            wanted += f", a number {limit.span}"
+    else:
+        wanted = f"a number {limit.span}"
+    message = (
+        f'Argument "{limit.argument}" is left out, but the limit set by {_by(limit, resource)} bounds it to '
+        f"{wanted}: the device would use a value of its own, which the limit cannot check, so the call is "
+        f'refused; pass "{limit.argument}" explicitly'
+    )
+    data = {
+        "reason": REQUIRED_BY_LIMIT,
+        "argument": limit.argument,
+        "limit": limit.described(),
+        "setBy": limit.set_by,
+    }
+    raise ArgumentRefused(message, data, (limit,))
 
 
 def _refusal_data(limit: ArgumentLimit, value: Any) -> dict[str, Any]:

@@ -14,12 +14,12 @@ import hmac
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
 from gateway.core import errors, jsonrpc
-from gateway.core.confirmer import QUESTION_READ, ClientConfirmer
+from gateway.core.confirmer import CONTINUATIONS, QUESTION_READ, ClientConfirmer
 from gateway.core.policy_interface import (
     CONFIRM_INPUT_KEY,
     CONFIRM_STATE_PREFIX,
@@ -64,6 +64,8 @@ class Question:
     rule: ConfirmRule
     sent: object
     """The arguments as the caller sent them: what a retry is matched by."""
+    hint: bool | None = None
+    """The tool's readOnlyHint: with slot and tool, what an approver must have the rights to call."""
 
     @property
     def binding(self) -> str:
@@ -113,18 +115,26 @@ class Claim:
 NO_CLAIM = Claim()
 
 
-def continues(confirmer: Confirmer | None) -> bool:
+def continues(confirmer: Confirmer | None) -> TypeGuard[ClientConfirmer]:
     """Whether the call continues a provider's input_required round of a call a person confirmed (its
-    retry brings the gateway's continuation state, which the core checked): it is not confirmed again."""
+    retry brings the gateway's continuation state, checked by continued_answer): it is not confirmed again."""
     return isinstance(confirmer, ClientConfirmer) and confirmer.continued is not None
 
 
-def continued_yes(confirmer: Confirmer | None, at_ms: int) -> Answer | None:
-    """The caller's own yes a continuing call brings (None: not continuing, or another principal approved
-    it): refused when the rule in force has another principal approve the call."""
-    if not isinstance(confirmer, ClientConfirmer) or confirmer.continued is None or not confirmer.continued.own:
-        return None
-    return Answer(True, confirmer.continued.confirmed_by, at_ms, "input_required")
+def continued_answer(confirmer: ClientConfirmer, rule: ConfirmRule | None, at_ms: int) -> Answer:
+    """The yes a continuing call brings (its `how` "input_required" when the caller gave it through its
+    own client, else "approval"; `at_ms`, now on the wall clock, moved back to when it was given), for its
+    record; RpcError when its continuation state does not hold or the confirmation's lifetime under
+    `rule`, the [[confirm]] rule in force, has passed."""
+    continued = confirmer.continued
+    assert continued is not None
+    if continued.problem is not None:
+        raise continued.problem
+    if rule is not None:
+        CONTINUATIONS.within(continued, rule.expires_s)
+    if continued.yes_ms is not None:  # when the yes was given, on the wall clock as it reads now
+        at_ms -= max(CONTINUATIONS.clock_ms() - continued.yes_ms, 0)
+    return Answer(True, continued.confirmed_by, at_ms, "input_required" if continued.own else "approval")
 
 
 def spend_continued(confirmer: Confirmer | None) -> None:
@@ -198,11 +208,10 @@ class Confirmations:
         relayed so that its retry continues the confirmed call (gateway/core/confirmer.py, Continuations)."""
         answer = await self._ask(question, confirmer, claim)
         if answer.confirmed and isinstance(confirmer, ClientConfirmer):
-            confirmer.confirmed_by = answer.by
-            confirmer.confirmed_own = not answer.how.startswith("approval")
             # A yes lasts the rule's expires_s from when it was given, through every provider round.
             elapsed_ms = max(self.approvals.now_ms() - answer.at_ms, 0)
-            confirmer.confirmed_left_ms = max(question.rule.expires_s * 1000 - elapsed_ms, 0)
+            own = not answer.how.startswith("approval")
+            confirmer.confirmed(answer.by, own, question.rule.expires_s * 1000, elapsed_ms)
         return answer
 
     async def _ask(self, question: Question, confirmer: Confirmer | None, claim: Claim | None) -> Answer:
@@ -319,6 +328,7 @@ class Confirmations:
                 question.arguments,
                 question.rule.id,
                 question.rule.expires_s,
+                question.hint,
             )
         except ApprovalsFull as exc:
             return errors.RpcError(

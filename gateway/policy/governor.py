@@ -22,6 +22,7 @@ import orjson
 
 from gateway.config import ConfigError, GatewayConfig, PolicyConfig
 from gateway.core import errors, jsonrpc
+from gateway.core.confirmer import ClientConfirmer
 from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import (
     REFUSED_META_KEY,
@@ -46,7 +47,7 @@ from gateway.policy.confirmation import (
     Confirmations,
     Question,
     callers_answer_refused,
-    continued_yes,
+    continued_answer,
     continues,
     give_back_continued,
     spend_continued,
@@ -246,15 +247,16 @@ class Governor:
         judged = await self._judge(policy, call, **({} if yes is None else _confirmed_fields(yes)))
         if isinstance(judged, CallVerdict):
             return judged
-        if judged.decision.confirm is not None and not continues(confirmer):
+        if continues(confirmer):
+            continued = await self._continued(call, judged, confirmer)
+            if isinstance(continued, CallVerdict):
+                return continued
+            judged = continued
+        elif judged.decision.confirm is not None:
             confirmed = await self._confirm(policy, call, judged, confirmer, claim)
             if isinstance(confirmed, CallVerdict):
                 return confirmed
             judged = confirmed
-        elif judged.decision.confirm is not None:
-            refused = await self._continued(call, judged, confirmer)
-            if refused is not None:
-                return refused
         record, checked = judged.record, judged.checked
         admitted = await self._admit_limits(record, subjects, call.hint)
         if isinstance(admitted, CallVerdict):
@@ -424,16 +426,24 @@ class Governor:
             judged.forwarded,
         )
 
-    async def _continued(self, call: Call, judged: Judged, confirmer: Confirmer | None) -> CallVerdict | None:
-        """A round continuing a call its caller confirmed through its own client, which a [[confirm]] rule
-        in force (reloaded since) has another principal approve: refused as the plain retry would be."""
+    async def _continued(self, call: Call, judged: Judged, confirmer: ClientConfirmer) -> Judged | CallVerdict:
+        """A round continuing a call a person confirmed: on record with who confirmed it. Refused (recorded)
+        when its continuation state does not hold, when the confirmation's lifetime under the [[confirm]]
+        rule in force has passed, or when that rule has another principal approve and the caller confirmed."""
         rule = judged.decision.confirm
-        yes = continued_yes(confirmer, now_ms())
-        if rule is None or rule.by != "another" or yes is None:
-            return None
-        question = _question(call, judged, rule)
-        judged = dataclasses.replace(judged, record=_replace(judged.record, **_confirmed_fields(yes)))
-        return await self._now_by_another(judged, question, rule, yes)
+        rules = judged.record.rules if rule is None else (*judged.record.rules, rule.id)
+        try:
+            yes = continued_answer(confirmer, rule, now_ms())
+        except errors.RpcError as exc:
+            await self._record_refusal(
+                _replace(judged.record, effect="refuse-confirmation", reason=exc.message, rules=rules)
+            )
+            raise
+        record = _replace(judged.record, **_confirmed_fields(yes))
+        if rule is not None and rule.by == "another" and yes.how == "input_required":
+            judged = dataclasses.replace(judged, record=record)
+            return await self._now_by_another(judged, _question(call, judged, rule), rule, yes)
+        return dataclasses.replace(judged, record=_replace(record, rules=rules))
 
     async def _changed(self, judged: Judged, question: Question) -> CallVerdict:
         """A confirmed call the reloaded policy would forward with other arguments than the person saw."""
@@ -536,11 +546,15 @@ class Governor:
         self.confirmations.approvals.limit = limit
         self.confirmations.approvals.per_caller = per_caller
 
-    def approvals(self) -> list[dict[str, Any]]:
-        """The waiting calls, each with `rule_reloaded`: its `rule` (confirm[N]) is the index of a policy a reload
-        has replaced with other [[confirm]] rules since, where confirm[N] may be another rule or none."""
+    def approvals(self, principal: Principal | None = None) -> list[dict[str, Any]]:
+        """The waiting calls (those `principal` may decide: may_decide), each with `rule_reloaded`: its `rule`
+        (confirm[N]) is the index of a policy a reload has replaced with other [[confirm]] rules since, where
+        confirm[N] may be another rule or none."""
         approvals = self.confirmations.approvals
         listed = approvals.listed()
+        if principal is not None:
+            subjects = self.subjects(principal)
+            listed = [item for item in listed if self._may_decide(subjects, approvals.get(item["id"]))]
         for item in listed:
             approval = approvals.get(item["id"])
             began_s = approval.deadline_s - (approval.expires_ms - approval.created_ms) / 1000 if approval else 0.0
@@ -558,6 +572,12 @@ class Governor:
                 f"Approval {approval_id} is for a call of yours ({_own_call_who(waiting.caller)}): another person "
                 "approves it (a caller never confirms its own device action)",
                 {"reason": "own_call", "approval": approval_id},
+            )
+        if waiting is not None and not self._may_decide(subjects, waiting):
+            raise errors.forbidden(
+                f"Approval {approval_id} is for {waiting.tool} on {waiting.slot}, which the operator's policy in force "
+                "does not let you call: only a principal that may make a call itself approves or denies it",
+                {"reason": "approver_not_permitted", "approval": approval_id, "slot": waiting.slot},
             )
         if waiting is not None and waiting.state != "pending":
             raise _already_decided(waiting, approvals.monotonic())
@@ -580,6 +600,14 @@ class Governor:
         )
         return decided.to_json()
 
+    def _may_decide(self, subjects: frozenset[str], approval: Approval | None) -> bool:
+        """Whether `subjects` may make the waiting call itself (tools/call of its tool on its slot, as the
+        policy in force decides a call): only such a principal approves or denies it."""
+        if approval is None:
+            return False
+        ask = Ask(subjects, approval.slot, "tools/call", approval.tool, approval.hint)
+        return self.policy.decide(ask).allowed
+
     async def recent_decisions(self, limit: int, slot: str | None, tool: str | None) -> list[dict[str, Any]]:
         trail = self.trail
         if trail is None:
@@ -593,12 +621,14 @@ class Governor:
 
     def call_ended(self, verdict: CallVerdict, outcome: str, latency_ms: float, error: str | None = None) -> None:
         if isinstance(verdict.admission, Admission):
-            self.limits.release(verdict.admission)
+            self.limits.ended(verdict.admission, outcome)  # a cancelled call's places wait for its late answer
         if self.trail is not None and isinstance(verdict.ticket, int):
             self.trail.result(verdict.ticket, outcome, latency_ms, error)
 
     def answered_after_cancel(self, verdict: CallVerdict, outcome: str, error: str | None = None) -> None:
-        if self.trail is not None and isinstance(verdict.ticket, int):
+        if isinstance(verdict.admission, Admission):
+            self.limits.release(verdict.admission)  # the device answered: it is done with the call
+        if self.trail is not None and isinstance(verdict.ticket, int) and outcome != "input_required":
             self.trail.answered_after_cancel(verdict.ticket, outcome, error)
 
     async def _record_refusal(self, record: DecisionRecord) -> None:
@@ -723,6 +753,7 @@ def _question(call: Call, judged: Judged, rule: ConfirmRule) -> Question:
         judged.forwarded,
         rule,
         call.arguments,
+        call.hint,
     )
 
 
@@ -756,6 +787,7 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
     )
     governor = Governor(policy, trail, schemas, source=config.policy)
     governor.repeat_interval_s = config.logging.repeat_interval_s
+    governor.limits.kept_after_cancel_s = limits.cancelled_call_hold_s
     governor.clients_authenticated = config.auth_configured  # turning [auth] on or off needs a restart
     governor.bound_approvals(limits.max_pending_approvals, limits.max_pending_approvals_per_caller)
     governor.confirmations.bound_used(limits.max_used_confirmations, limits.max_used_confirmations_per_caller)

@@ -29,7 +29,8 @@ POLICY: dict[str, Any] = {
     "roles": {"operator": {"capabilities": ["mcp.tools.list", "mcp.tools.call", "tool.observe", "tool.control"]}},
     "assign": [{"principal": "token:operator", "role": "operator", "resources": ["/plant/**"]}],
     "limits": [
-        {"resources": ["/plant/files"], "tool": "echo", "argument": "api_token", "allowed": ["x"]},
+        # The second call leaves api_token out, to meet the limit on options.
+        {"resources": ["/plant/files"], "tool": "echo", "argument": "api_token", "allowed": ["x"], "missing": "allow"},
         {"resources": ["/plant/files"], "tool": "echo", "argument": "options", "allowed": ["a"]},
     ],
     "resource_patterns": [{"slots": "*", "path": "/plant/{slot}"}],

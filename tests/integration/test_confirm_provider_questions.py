@@ -129,11 +129,12 @@ async def test_confirmed_once_then_the_providers_question_is_relayed(start: Star
         result = await sdk.call_tool("greet", {})
     assert text(result) == "Hello, Bob!", result
     assert person.asked == ["confirm", "name"]
-    # One confirmation; the provider is called once per its own round (asks, then answers).
+    # One confirmation; the provider is called once per its own round (asks, then answers), and the
+    # continued round records the yes it continues.
     assert await recorded(tmp_path / "audit.db", 2) == [
         ("wait-confirmation", None, None),
         ("allow", "token:agent via input_required", "ok"),
-        ("allow", None, "ok"),
+        ("allow", "token:agent via input_required", "ok"),
     ]
 
 
@@ -150,14 +151,12 @@ async def test_approved_by_another_then_the_providers_question_is_relayed(start:
         result = await sdk.call_tool("greet", {})
     assert text(result) == "Hello, Bob!", result
     assert person.asked == ["name"]  # the caller's own client is never asked to confirm
-    decided = await recorded(tmp_path / "audit.db", 2)
-    assert [(effect, status) for effect, _, status in decided] == [
-        ("wait-confirmation", None),
-        ("allow", "ok"),
-        ("allow", "ok"),
+    # Both rounds record the operator's approval.
+    assert await recorded(tmp_path / "audit.db", 2) == [
+        ("wait-confirmation", None, None),
+        ("allow", "token:operator", "ok"),
+        ("allow", "token:operator", "ok"),
     ]
-    assert decided[1][1] is not None and "operator" in decided[1][1]
-    assert decided[2][1] is None
 
 
 async def test_a_session_era_providers_question_continues_its_held_call(
@@ -184,7 +183,7 @@ async def test_a_session_era_providers_question_continues_its_held_call(
         assert [(effect, by) for effect, by, _ in decided] == [
             ("wait-confirmation", None),
             ("allow", "token:agent via input_required"),
-            ("allow", None),
+            ("allow", "token:agent via input_required"),
         ]
     finally:
         await remote.stop()
@@ -240,9 +239,14 @@ async def test_a_tampered_moved_or_reused_state_is_refused(start: Start, tmp_pat
             http, server, {"name": "greet", "arguments": {}, "requestState": state, "inputResponses": NAME}
         )
         assert again["error"]["code"] == -32602 and again["error"]["data"]["reason"] == "used", again
-    # Refused states reach neither the policy nor the provider: one confirmation, two provider rounds.
-    assert [(effect, status) for effect, _, status in await recorded(tmp_path / "audit.db", 2)] == [
-        ("wait-confirmation", None),
-        ("allow", "ok"),
-        ("allow", "ok"),
+    # Refused states reach no provider: one confirmation, two provider rounds, and each refused state on
+    # record as refuse-confirmation, claiming no confirmation.
+    by = "token:agent via input_required"
+    assert await recorded(tmp_path / "audit.db", 2) == [
+        ("wait-confirmation", None, None),
+        ("allow", by, "ok"),
+        ("refuse-confirmation", None, None),
+        ("refuse-confirmation", None, None),
+        ("allow", by, "ok"),
+        ("refuse-confirmation", None, None),
     ]

@@ -7,6 +7,7 @@ import builtins
 import contextlib
 import socket
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,6 @@ def test_pump_1_lists_the_tools_these_tests_use() -> None:
     ("tool", "arguments"),
     [
         ("get_status", {}),
-        ("start", {}),
         ("start", {"speed_rpm": 1500}),
         ("set_speed", {"speed_rpm": 300}),
         ("set_speed", {"speed_rpm": 2000}),
@@ -66,6 +66,9 @@ def test_valid_arguments_pass_as_the_same_object(
     tool: str, arguments: dict[str, Any], limits: list[ArgumentLimit]
 ) -> None:
     before = dict(arguments)
+    # As the policy gives them: a limit on speed_rpm goes with the tools that take it. (start {} with
+    # one is refused: tests/unit/test_limits_fix_arguments.py.)
+    limits = [limit for limit in limits if limit.argument in TOOLS[tool]["inputSchema"].get("properties", {})]
     checked = check(TOOLS[tool], arguments, limits)
     assert checked.arguments is arguments
     assert checked.arguments == before
@@ -190,7 +193,7 @@ def test_arguments_that_are_not_an_object_are_refused(arguments: Any, kind: str)
 
 
 def test_absent_arguments_are_an_empty_object() -> None:
-    checked = check(TOOLS["start"], None, [REFUSE])
+    checked = check(TOOLS["start"], None, [replace(REFUSE, missing="allow")])
     assert checked.arguments == {}
     assert checked.clamped == []
 
@@ -271,10 +274,15 @@ def test_only_numbers_meet_a_numeric_limit_and_a_boolean_is_no_number(value: Any
         assert refused.data["reason"] == "argument_limit"
 
 
-def test_a_limit_on_a_missing_argument_does_nothing() -> None:
+def test_a_limit_on_a_missing_argument_refuses_the_call_unless_it_allows_that() -> None:
+    # The device would run at a value of its own (pump-1's stored setpoint), which no limit checks.
+    for limits in ([REFUSE], [CLAMP], [REFUSE, CLAMP]):
+        assert refusal(TOOLS["start"], {}, limits).data["reason"] == "argument_required_by_limit"
+    assert refusal(NO_SCHEMA, {}, [REFUSE]).data["reason"] == "argument_required_by_limit"
     arguments: dict[str, Any] = {}
-    assert check(TOOLS["start"], arguments, [REFUSE, CLAMP]).arguments is arguments
-    assert check(NO_SCHEMA, arguments, [REFUSE]).arguments is arguments
+    allow = [replace(REFUSE, missing="allow"), replace(CLAMP, missing="allow")]
+    assert check(TOOLS["start"], arguments, allow).arguments is arguments
+    assert check(NO_SCHEMA, arguments, allow[:1]).arguments is arguments
 
 
 MODE_TOOL = {"name": "set_mode", "inputSchema": {"type": "object", "properties": {"mode": {"type": "string"}}}}

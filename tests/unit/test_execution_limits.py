@@ -182,7 +182,7 @@ def test_group_by_subject_partitions_by_the_callers_stable_identity_never_its_gr
     admitted(call(engine, subjects=frozenset({"anonymous"})))
     refused(call(engine, subjects=frozenset({"anonymous"})))  # one shared anonymous bucket
     message = refused(call(engine, subjects=frozenset({"user:bob"}))).message()
-    assert message.startswith('Execution limit "per-agent" reached for subject user:bob: at most 1 calls per 1 min')
+    assert message.startswith('Execution limit "per-agent" reached for subject user:bob: at most 1 call per 1 min')
 
 
 def test_the_identity_is_user_then_service_then_token_then_client() -> None:
@@ -341,7 +341,7 @@ def test_the_diagnosis_names_recent_refusals_and_a_full_rule() -> None:
     problems = diagnose(replace(diagnosis_view(), governance={"limits": engine.status()}))
     by_id = {problem.id: problem for problem in problems}
     assert by_id["limits.keys_full"].severity == "warning"
-    assert "1 groups of at most 1 (max_keys), grouped by subject" in by_id["limits.keys_full"].evidence
+    assert "1 group of at most 1 (max_keys), grouped by subject" in by_id["limits.keys_full"].evidence
     refusals = by_id["limits.refused"]
     assert refusals.summary == "Execution limits refused 2 calls or reservations since the gateway started"
     assert refusals.evidence.startswith(

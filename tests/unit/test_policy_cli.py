@@ -175,7 +175,7 @@ def test_explain_says_when_the_arguments_would_be_refused(
 ) -> None:
     code, out, _ = run(
         capsys, "policy", "explain", "--principal", "group:operators", "--slot", "pump-1", "--tool", "set_speed",
-        "--args", '{"mode": "turbo"}', "--policy", str(policy_file),
+        "--args", '{"speed_rpm": 1000, "mode": "turbo"}', "--policy", str(policy_file),
     )  # fmt: skip
     assert code == 1  # the call would fail, as a denied one does
     assert out.splitlines()[0].startswith("allowed: ")  # by the rules; the limits refuse the arguments

@@ -38,7 +38,7 @@ def _full(rule: Mapping[str, Any]) -> Problem:
         "limits.keys_full",
         "warning",
         f'Execution limit "{rule_id}" counts as many groups as it may: calls of a new group are refused',
-        f"{rule.get('groups')} groups of at most {rule.get('max_keys')} (max_keys), grouped by "
+        f"{_count(rule.get('groups'), 'group', 'groups')} of at most {rule.get('max_keys')} (max_keys), grouped by "
         f"{', '.join(rule.get('group_by') or ()) or 'nothing'}; a group is dropped once its windows are empty "
         "and it has no call in flight",
         f'Raise max_keys of the rule "{rule_id}" in the policy and reload it, or group by fewer keys.',
@@ -55,9 +55,15 @@ def _refused(refusals: Mapping[str, Any]) -> Problem:
     return Problem(
         "limits.refused",
         "info",
-        f"Execution limits refused {refusals.get('total')} calls or reservations since the gateway started",
+        f"Execution limits refused {_count(refusals.get('total'), 'call or reservation', 'calls or reservations')} "
+        "since the gateway started",
         f"most recent: {named}" if named else "none kept",
         "Expected when agents go past the operator's limits: the agents got -32029 (with retryAfterMs when "
         "time alone lets the call pass) and nothing reached the device. broker_info governance.limits shows "
         "each rule's counts; raise a rule's limits in the policy if the work is legitimate.",
     )
+
+
+def _count(count: object, one: str, many: str) -> str:
+    """`count` with its noun: "1 group", "2 groups"."""
+    return f"{count} {one if count == 1 else many}"

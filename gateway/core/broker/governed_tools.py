@@ -23,10 +23,10 @@ APPROVALS: JsonObject = {
     "name": "broker_approvals",
     "title": "Calls waiting for approval",
     "description": "The device calls the policy has a person confirm whose caller could not be asked (its client "
-    "declares no elicitation): id, caller, slot, resource, tool, arguments (secrets masked), the [[confirm]] rule "
-    "(rule_reloaded: true when a reload has changed the [[confirm]] rules since, so that confirm[N] names a rule of "
-    "an earlier policy), when it expires, and its state (pending, or approved/denied and not yet used). Approve "
-    "one with broker_approve.",
+    "declares no elicitation), only those you may decide (calls you may make yourself under the policy in force): "
+    "id, caller, slot, resource, tool, arguments (secrets masked), the [[confirm]] rule (rule_reloaded: true when a "
+    "reload has changed the [[confirm]] rules since, so that confirm[N] names a rule of an earlier policy), when it "
+    "expires, and its state (pending, or approved/denied and not yet used). Approve one with broker_approve.",
     "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
     "annotations": READ_ONLY,
 }
@@ -78,7 +78,7 @@ async def call(governance: Governance, ctx: ClientContext, name: str, arguments:
     """Run one of these tools for `ctx`'s caller (the policy has already let the call through)."""
     given = arguments if isinstance(arguments, dict) else {}
     if name == "broker_approvals":
-        return _result({"approvals": governance.approvals()})
+        return _result({"approvals": governance.approvals(ctx.principal)})
     if name == "broker_approve":
         approval = given.get("id")
         approve = given.get("approve", True)

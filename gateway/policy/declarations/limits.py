@@ -39,8 +39,17 @@ class ResourceLimits:
         return out
 
 
+def _finite(value: int | float) -> bool:
+    """Whether `value` is a number a float holds: an integer past 1.8e308 raises OverflowError in
+    math.isfinite and float(), so it is no bound the gateway can compare or a device can keep."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, int | float) and not isinstance(value, bool) and _finite(value)
 
 
 def _scalar(value: object) -> bool:
@@ -95,7 +104,7 @@ def parse_limits(raw: object, label: str, errors: list[str], max_list: int) -> R
 
 
 def _in_range(value: Scalar, low: float | None, high: float | None) -> bool:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+    if not isinstance(value, int | float) or isinstance(value, bool) or not _finite(value):
         return False
     return (low is None or value >= low) and (high is None or value <= high)
 
@@ -108,7 +117,7 @@ def _key(value: Scalar) -> tuple[str, Scalar]:
         return ("bool", value)
     if isinstance(value, str):
         return ("string", value)
-    return ("number", float(value))
+    return ("number", float(value) if _finite(value) else value)
 
 
 def _common(lists: Iterable[tuple[Scalar, ...]]) -> tuple[Scalar, ...] | None:

@@ -7,12 +7,14 @@ unchanged, and starts the others from zero; a restart starts all of them from ze
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.core.names import BROKER_SLOT
 from gateway.policy.execution import debits
 from gateway.policy.execution.counters import RuleCounters
 from gateway.policy.execution.ledger import DEFAULT_MAX_RESERVATIONS, DEFAULT_RETENTION_MS, BudgetLedger
@@ -26,6 +28,14 @@ log = logging.getLogger("gateway.policy.limits")
 
 Clock = Callable[[], float]
 
+KEPT_AFTER_CANCEL_S = 60.0
+"""How long a cancelled or timed-out call keeps its concurrency places at most while the gateway waits
+for the device's late answer (the device may still be working): limits.cancelled_call_hold_s's default."""
+
+DEVICE_MAY_GO_ON = frozenset({"cancelled", "timeout"})
+"""How a call ends while its device may still be working on it; the gateway's own tools (_broker) stop
+with their call."""
+
 
 @dataclass
 class Admission:
@@ -33,6 +43,10 @@ class Admission:
 
     held: tuple[debits.Held, ...] = ()
     released: bool = False
+    slot: str = ""
+    """The slot the call went to."""
+    kept: asyncio.TimerHandle | None = None
+    """While a cancelled call keeps its places (`ExecutionLimits.keep`): the bound that gives them back."""
 
 
 class ExecutionLimits:
@@ -47,8 +61,10 @@ class ExecutionLimits:
         recent_refusals: int = RECENT_REFUSALS,
         max_reservations: int = DEFAULT_MAX_RESERVATIONS,
         reservation_retention_ms: int = DEFAULT_RETENTION_MS,
+        kept_after_cancel_s: float = KEPT_AFTER_CANCEL_S,
     ) -> None:
         self._clock = clock
+        self.kept_after_cancel_s = kept_after_cancel_s
         self.rules: tuple[RuleCounters, ...] = ()
         self.refusals = RefusalLog(recent_refusals)
         self.budget = BudgetLedger(
@@ -99,14 +115,37 @@ class ExecutionLimits:
         if isinstance(planned, LimitRefusal):
             self._refused(planned, target, tool=tool)
             return planned
-        return Admission(debits.commit(planned, 1, now))
+        return Admission(debits.commit(planned, 1, now), slot=slot)
 
     def release(self, admission: Admission) -> None:
-        """The call ended (answered, failed, timed out, cancelled, or was never forwarded): its
-        concurrency places are free again. Releasing twice is harmless."""
+        """The call ended (answered, failed, or was never forwarded; a kept call's late answer came or its
+        bound passed): its concurrency places are free again. Releasing twice is harmless."""
+        if admission.kept is not None:
+            admission.kept.cancel()
+            admission.kept = None
         if not admission.released and admission.held:
             debits.release(admission.held, self.now_ms())
         admission.released = True
+
+    def ended(self, admission: Admission, outcome: str) -> None:
+        """The gateway's call ended with `outcome`: its places are given back, or kept (`keep`) when the
+        call was cancelled or timed out on a device that may still be working on it."""
+        if outcome in DEVICE_MAY_GO_ON and admission.slot != BROKER_SLOT:
+            self.keep(admission)
+        else:
+            self.release(admission)
+
+    def keep(self, admission: Admission) -> None:
+        """The call was cancelled or passed its deadline while the device may still be working: its
+        places stay taken until `release` (the device's late answer) or kept_after_cancel_s, whichever
+        comes first. Without places to keep it is released now."""
+        if admission.released or admission.kept is not None:
+            return
+        if not admission.held:
+            admission.released = True
+            return
+        loop = asyncio.get_running_loop()
+        admission.kept = loop.call_later(self.kept_after_cancel_s, self.release, admission)
 
     def _refused(self, refusal: LimitRefusal, target: Target, **context: Any) -> None:
         who = identity_of(target.subjects)

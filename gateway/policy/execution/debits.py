@@ -61,9 +61,11 @@ def plan(
         if refused is None and group is None:
             refused = _room(counters, key, now_ms)  # a new group starts empty: only its room can refuse
         elif refused is None and group is not None:
-            refused = _windows(counters, key, group, windows, quantity, now_ms)
-            if refused is None and hold and rule.concurrency is not None and group.in_flight >= rule.concurrency:
-                refused = _concurrency(counters, key)
+            # Every full window and a full concurrency, so the rule's answer is the one that decides.
+            found = _windows(counters, key, group, windows, quantity, now_ms)
+            if hold and rule.concurrency is not None and group.in_flight >= rule.concurrency:
+                found.append(_concurrency(counters, key))
+            refused = deciding(found)
         if refused is not None:
             refusals.append(refused)
         else:
@@ -103,20 +105,29 @@ def _windows(
     windows: Sequence[WindowSpec],
     quantity: int,
     now_ms: float,
-) -> LimitRefusal | None:
+) -> list[LimitRefusal]:
+    """A refusal for each of `windows` that has no room for `quantity` now."""
     rule = counters.rule
+    found: list[LimitRefusal] = []
     for spec in windows:
         wait = group.windows[spec.kind].wait_ms(now_ms, quantity)
         if wait:
-            return LimitRefusal(
-                LIMIT_EXCEEDED,
-                f'Execution limit "{rule.id}" reached{_scope(counters, key)}: at most {spec.max} {spec.unit} per '
-                f"{duration(spec.window_ms)} ({spec.kind})",
-                rule.id,
-                wait,
-                spec.kind,
+            found.append(
+                LimitRefusal(
+                    LIMIT_EXCEEDED,
+                    f'Execution limit "{rule.id}" reached{_scope(counters, key)}: at most {spec.max} '
+                    f"{_units(spec, spec.max)} per {duration(spec.window_ms)} ({spec.kind})",
+                    rule.id,
+                    wait,
+                    spec.kind,
+                )
             )
-    return None
+    return found
+
+
+def _units(spec: WindowSpec, count: int) -> str:
+    """The window's unit for `count`: "call" for one, else "calls"; a budget's unit as the policy names it."""
+    return "call" if spec.unit == "calls" and count == 1 else spec.unit
 
 
 def _too_much(counters: RuleCounters, windows: Iterable[WindowSpec], quantity: int) -> LimitRefusal | None:
@@ -124,7 +135,7 @@ def _too_much(counters: RuleCounters, windows: Iterable[WindowSpec], quantity: i
         if quantity > spec.max:
             return LimitRefusal(
                 QUANTITY_EXCEEDS_LIMIT,
-                f'Execution limit "{counters.rule.id}" allows at most {spec.max} {spec.unit} per '
+                f'Execution limit "{counters.rule.id}" allows at most {spec.max} {_units(spec, spec.max)} per '
                 f"{duration(spec.window_ms)}; {quantity} at once can never pass",
                 counters.rule.id,
                 None,

@@ -234,11 +234,21 @@ def _parse(model: type[Entry], body: Any, location: Location, errors: Errors) ->
                 message = f"unknown key (keys: {', '.join(_keys_at(model, loc))})"
             else:
                 message = _MESSAGES.get(kind) or error["msg"][0].lower() + error["msg"][1:]
+                if kind == "literal_error":  # name what was written: limits[0].missing "maybe"
+                    message += f", not {_written(error.get('input'))}"
             errors.add((*location, *loc), message)
         good = body if isinstance(body, Mapping) else {}
         fields = {key: value for key, value in good.items() if key in model.model_fields and key not in failed}
         return Parsed(location, None, fields, frozenset(str(key) for key in failed))
     return Parsed(location, parsed, {name: getattr(parsed, name) for name in model.model_fields})
+
+
+def _written(value: Any) -> str:
+    """A value as the policy file spells it, cut short: "maybe", 1, true."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = f'"{value}"' if isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def _keys_at(model: type[BaseModel], loc: Location) -> list[str]:

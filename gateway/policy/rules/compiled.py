@@ -118,6 +118,7 @@ def compile_rules(document: PolicyDocument) -> Rules:
                     maximum=entry.max,
                     allowed=tuple(entry.allowed) if entry.allowed is not None else None,
                     action=entry.action,
+                    missing=entry.missing,
                     set_by=f"policy limits[{i}]",
                     rule=f"limits[{i}]",
                 ),

@@ -54,6 +54,8 @@ class Limit(Entry):
     max: float | None = None
     allowed: Annotated[list[Value], Field(min_length=1)] | None = None
     action: Literal["refuse", "clamp"] = "refuse"
+    missing: Literal["refuse", "allow"] = "refuse"
+    """A call that leaves the argument out: refused, or let through ("allow": the device's own value is harmless)."""
 
 
 class Confirm(Entry):
