@@ -6,10 +6,12 @@ holding a control character is refused at init, naming the token and never showi
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 
 import pytest
+from mcp import Client
 
 from tests.conftest import GatewayFactory, wait_ready_slot
 from tests.device_c.conftest import SLOT, CBoardFactory
@@ -104,3 +106,28 @@ def test_a_token_over_the_host_programs_bound_is_refused(pump1_host: Path, tmp_p
     done = run_briefly(pump1_host, "--url", "ws://127.0.0.1:9", "--slot", SLOT, "--token-file", str(tmp_path / "token"))
     assert done.returncode == 2, done.stderr
     assert "the token is longer than 511 bytes" in done.stderr
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "86401", "2x", "", "nan", "inf"])
+def test_a_deadman_that_is_not_seconds_up_to_a_day_is_refused_with_the_usage(pump1_host: Path, seconds: str) -> None:
+    done = run_briefly(pump1_host, "--url", "ws://127.0.0.1:9", "--slot", SLOT, "--deadman-s", seconds)
+    assert done.returncode == 2, done.stderr
+    assert "--deadman-s must be a number of seconds above 0 and at most 86400" in done.stderr, done.stderr
+    assert "[--deadman-s S]" in done.stderr, "the usage names the option"
+
+
+async def test_deadman_s_sets_the_silence_after_which_a_turning_pump_stops(
+    gateway_factory: GatewayFactory, c_boards: CBoardFactory
+) -> None:
+    """A gateway that never pings within the dead-man (heartbeat 30 s): a pump started with
+    --deadman-s 1 latches link_lost about a second after the last call, not after the default 90 s."""
+    gateway = await gateway_factory()
+    board = await c_boards("--url", gateway.url, "--slot", SLOT, "--deadman-s", "1")
+    await wait_ready_slot(gateway, SLOT, timeout=10)
+    async with Client(f"{gateway.url}/{SLOT}/mcp", mode="legacy") as client:
+        started = await client.call_tool("start", {"speed_rpm": 600})
+        assert not started.is_error, board.output()
+        await asyncio.sleep(2.5)
+        status = (await client.call_tool("get_status", {})).structured_content
+    assert status is not None and status["fault"] is not None, status
+    assert status["fault"]["code"] == "link_lost", status

@@ -15,6 +15,7 @@ static const char usage[] =
     "       pump1-host --serial /dev/ttyX [--baud 115200] --slot SLOT [--device-id ID]\n"
     "       pump1-host --mqtt HOST:PORT --slot SLOT [--mqtt-user USER --mqtt-password-file FILE]\n"
     "                  [--device-id ID]   (the MQTT plain profile, when built in; mqtt://HOST:PORT too)\n"
+    "       every way takes [--deadman-s S]: seconds of silence from the gateway that stop a turning pump (90)\n"
     "Serves pump-1 (a simulated pump) into the gateway's slot; reconnects by itself; SIGTERM/SIGINT stop it.\n"
     "The device id is HOSTNAME-SLOT (the first slot) unless --device-id gives one.\n";
 
@@ -79,6 +80,20 @@ static int parse_url(host_args_t *args, const char *url)
     return 0;
 }
 
+/* --deadman-s: seconds, more than 0 and at most a day; the pump core would take a bad value for
+ * its default silently, so the command line refuses it. */
+static int parse_deadman(host_args_t *args, const char *value)
+{
+    char *end = NULL;
+    double seconds = strtod(value, &end);
+    if (end == value || *end != '\0' || !(seconds > 0 && seconds <= HOST_DEADMAN_MAX_S)) {
+        return complain("--deadman-s must be a number of seconds above 0 and at most "
+                        HOST_STRING(HOST_DEADMAN_MAX_S), value);
+    }
+    args->deadman_s = seconds;
+    return 0;
+}
+
 /* The token is the file's text with the whitespace around it taken off, as the gateway reads its
  * own token files: a trailing newline is not part of it. A control character inside it is left for
  * mcpb_client_init to refuse, naming the token. */
@@ -125,7 +140,7 @@ int host_args_parse(host_args_t *args, int argc, char **argv)
                           strcmp(flag, "--slot") == 0 || strcmp(flag, "--token-file") == 0 ||
                           strcmp(flag, "--device-id") == 0 || strcmp(flag, "--baud") == 0 ||
                           strcmp(flag, "--mqtt") == 0 || strcmp(flag, "--mqtt-user") == 0 ||
-                          strcmp(flag, "--mqtt-password-file") == 0;
+                          strcmp(flag, "--mqtt-password-file") == 0 || strcmp(flag, "--deadman-s") == 0;
         if (takes_value && value == NULL) {
             return complain("missing value for", flag);
         }
@@ -162,6 +177,10 @@ int host_args_parse(host_args_t *args, int argc, char **argv)
             args->mqtt_user = value;
         } else if (strcmp(flag, "--mqtt-password-file") == 0) {
             args->mqtt_password_file = value;
+        } else if (strcmp(flag, "--deadman-s") == 0) {
+            if (parse_deadman(args, value) < 0) {
+                return -1;
+            }
         } else if (strcmp(flag, "--multiplex") == 0) {
             args->multiplex = 1;
         } else if (strcmp(flag, "--no-aggregate") == 0) {

@@ -6,6 +6,7 @@
 
 #define HOST_MAX_SLOTS 4
 #define HOST_TOKEN_MAX 511 /* bytes of the token read from --token-file */
+#define HOST_DEADMAN_MAX_S 86400 /* a day, as the MicroPython board's deadman_s */
 #define HOST_STRING_OF(x) #x
 #define HOST_STRING(x) HOST_STRING_OF(x)
 
@@ -24,6 +25,7 @@ typedef struct {
     const char *mqtt_url;     /* --mqtt: the MQTT plain profile's option (see the hook in pump1_host.c) */
     const char *mqtt_user;    /* --mqtt-user, or NULL */
     const char *mqtt_password_file; /* --mqtt-password-file, or NULL; read by host_mqtt.c */
+    double deadman_s;         /* --deadman-s, 0 when not given (the pump's default, 90 s) */
 } host_args_t;
 
 /* Fills args from argv: 0, or -1 after printing what is wrong and the usage to stderr. */

@@ -129,6 +129,9 @@ int main(int argc, char **argv)
 
     mcpb_pump1_config_default(&pump_config);
     pump_config.frame_max = FRAME_MAX;
+    if (args.deadman_s > 0) {
+        pump_config.deadman_s = args.deadman_s;
+    }
     memset(slots, 0, sizeof(slots));
     for (i = 0; i < args.slot_count; i++) {
         mcpb_pump1_init(&pumps[i], &pump_config);
