@@ -306,7 +306,7 @@ class MqttPumpLink:
         if self._cut_reason is not None:
             hold = self.offline_for_s()
             if hold:
-                then = f"offline for {hold:g} s, connecting again after"
+                then = f"offline for {round(hold, 1):g} s, connecting again after"
             elif self._cut_reason.startswith("reboot"):
                 then = "connecting again at once"
             else:

@@ -83,6 +83,11 @@ def check_link_path(path: str) -> None:
     """Raise SerialLinkError unless `path` is free for the link: nothing there, or a symbolic link whose
     target is gone (left by a simulator that ended without removing it). A file or a directory is never
     replaced, nor a link whose target exists: another simulator's live pseudo-terminal, or someone's file."""
+    if not path:
+        raise SerialLinkError("--serial-link: give the path of the link to make, e.g. /tmp/ttyPUMP")
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        raise SerialLinkError(f"--serial-link {path}: the directory {directory} does not exist; create it first")
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -104,7 +109,12 @@ def check_link_path(path: str) -> None:
 
 
 def take_link(path: str, target: str) -> None:
-    """Make `path` a symbolic link to `target`, where check_link_path allows it; SerialLinkError if not."""
+    """Make `path` a symbolic link to `target`, where check_link_path allows it; SerialLinkError if not.
+    A link to `target` itself is taken too: a killed simulator's link whose pseudo-terminal number this
+    one's new pseudo-terminal reuses (openpty hands out the lowest free one)."""
+    with contextlib.suppress(OSError):
+        if os.readlink(path) == target:
+            return
     check_link_path(path)
     with contextlib.suppress(FileNotFoundError):
         if os.path.islink(path):

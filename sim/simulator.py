@@ -321,14 +321,20 @@ async def run(
             loop.add_signal_handler(signum, stop.set)
     simulator = Simulator(gateway_url, settings, security, mqtt, serial)
     control = await simulator.start_control(control_port)
+    failed = False
     try:
         if not stop.is_set():
-            simulator.start()
+            try:
+                simulator.start()
+            except BaseException:
+                failed = True  # the error says why; "stopped" would read as if it had run
+                raise
             _announce(simulator, gateway_url, control)
         await stop.wait()
     finally:
         await simulator.stop()
-        print("simulator stopped", file=sys.stderr)
+        if not failed:
+            print("simulator stopped", file=sys.stderr)
 
 
 def _announce(simulator: Simulator, gateway_url: str, control: str) -> None:
