@@ -42,6 +42,7 @@ DECLARATION: dict[str, Any] = {
         },
     ],
     "resultsRequired": ["scada.write"],
+    "budgetUnits": ["write"],
 }
 POLICY: dict[str, Any] = {
     "roles": {"writer": {"capabilities": ["scada.write", "scada.read"]}, "reader": {"capabilities": ["scada.read"]}},

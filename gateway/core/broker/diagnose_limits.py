@@ -1,5 +1,6 @@
 """Problems of execution limits (docs/governance-limits.md), read from the governance status the policy
-layer reports (`limits`): calls refused by a limit, and rules whose groups fill their max_keys.
+layer reports (`limits`): calls refused by a limit, rules whose groups fill their max_keys, and a budget
+ledger that refused reservations for want of room.
 
 Pure: the status in, problems out.
 """
@@ -13,6 +14,9 @@ from gateway.core.broker.problems import GatewayView, Problem
 
 SHOWN_REFUSALS = 3
 """Recent refusals named in the evidence, newest first; the count covers them all."""
+LEDGER_ROOM = ("ledger_full", "caller_reservations_full")
+"""Refusal reasons of a budget ledger without room (gateway/policy/execution/refusals.py)."""
+CALLER_FULL = "caller_reservations_full"
 
 
 def limit_problems(view: GatewayView) -> list[Problem]:
@@ -22,6 +26,9 @@ def limit_problems(view: GatewayView) -> list[Problem]:
         return []
     problems = [_full(rule) for rule in limits.get("rules") or () if isinstance(rule, Mapping) and _is_full(rule)]
     refusals = limits.get("refusals")
+    full = _ledger_refusals(refusals)
+    if full:
+        problems.append(_ledger_full(full, limits.get("reservations")))
     if isinstance(refusals, Mapping) and refusals.get("total"):
         problems.append(_refused(refusals))
     return problems
@@ -42,6 +49,31 @@ def _full(rule: Mapping[str, Any]) -> Problem:
         f"{', '.join(rule.get('group_by') or ()) or 'nothing'}; a group is dropped once its windows are empty "
         "and it has no call in flight",
         f'Raise max_keys of the rule "{rule_id}" in the policy and reload it, or group by fewer keys.',
+    )
+
+
+def _ledger_refusals(refusals: object) -> list[Mapping[str, Any]]:
+    """The kept recent refusals of the ledger for want of room."""
+    if not isinstance(refusals, Mapping):
+        return []
+    recent = refusals.get("recent") or ()
+    return [entry for entry in recent if isinstance(entry, Mapping) and entry.get("reason") in LEDGER_ROOM]
+
+
+def _ledger_full(full: list[Mapping[str, Any]], reservations: object) -> Problem:
+    held = reservations if isinstance(reservations, Mapping) else {}
+    callers = sorted({str(entry.get("subject")) for entry in full if entry.get("reason") == CALLER_FULL})
+    return Problem(
+        "limits.ledger_full",
+        "warning",
+        "The budget ledger refused reservations for want of room: providers hold many grants they have not settled",
+        f"{_count(len(full), 'reservation', 'reservations')} among the recent refusals "
+        f"({', '.join(sorted({str(entry.get('reason')) for entry in full}))}); the ledger holds {held.get('held')} "
+        f"records of at most {held.get('max_reservations')}, {held.get('unsettled')} unsettled"
+        + (f"; callers at their own bound: {', '.join(callers)}" if callers else ""),
+        "Have each provider settle a reservation as soon as its native work ends (broker/budget/settle) and "
+        "reserve only right before the work: a settled or expired record makes room at once. A caller at its "
+        "bound (caller_reservations_full) is reserving past its share: find what its calls ask the provider to do.",
     )
 
 

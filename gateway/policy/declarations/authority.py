@@ -46,7 +46,7 @@ from gateway.policy.declarations.wire import (
     new_id,
 )
 from gateway.policy.execution.ledger import BudgetLedger
-from gateway.policy.execution.wire import CallerOfRef, reserve_budget, settle_budget
+from gateway.policy.execution.wire import CallerOfRef, Declared, reserve_budget, settle_budget
 from gateway.policy.governor import Governor, client_id_of
 from gateway.policy.rules import Policy
 from gateway.policy.rules.declared import OperatorLimit, compile_declared_limits
@@ -343,12 +343,14 @@ class ProviderAuthority:
 
     def budget(self, origin: ProviderOrigin, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         """Budget reservations (gateway/policy/execution/wire.py), for the caller of a reference this
-        connection's live declaration was handed (resolved as broker/authorize resolves it). A settlement
+        connection's live declaration was handed (resolved as broker/authorize resolves it), inside that
+        declaration's capabilities, budgetUnits and namespace. A settlement
         needs only the slot that reserved, after a reconnect too."""
         assert self.ledger is not None
         if method == BUDGET_SETTLE:
             return settle_budget(params, origin.slot, self.ledger)
-        if self.registry.live(origin.slot, origin.link) is None:
+        declaration = self.registry.live(origin.slot, origin.link)
+        if declaration is None:
             raise errors.RpcError(
                 NO_DECLARATION,
                 f"No accepted authorization declaration for this provider on this slot: send {DECLARE} first "
@@ -360,9 +362,10 @@ class ProviderAuthority:
             caller = self.refs.resolve(ref, origin.slot, origin.identity, origin.link)
             if caller is None:
                 return None
-            return CallerOfRef(caller.subjects, caller.slot, policy.resource_of(caller.slot))
+            return CallerOfRef(caller.subjects, caller.slot, policy.resource_of(caller.slot), caller.correlation_id)
 
-        return reserve_budget(params, origin.slot, resolve, self.ledger)
+        declared = Declared(declaration.capabilities, frozenset(declaration.budget_units), declaration.namespace)
+        return reserve_budget(params, origin.slot, resolve, self.ledger, declared)
 
     # -- broker/audit/result --------------------------------------------------------------------
 

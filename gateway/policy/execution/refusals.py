@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 RECENT_REFUSALS = 50
-"""Refusals kept for diagnosis (the oldest goes first); the log and the audit trail keep every one."""
+"""Refusals kept for diagnosis (the oldest goes first); the log keeps every one, the audit trail every refused call."""
 
 # data.reason of a refusal. The token buckets of [limits.rate] answer -32029 with reason "rate_limited";
 # these reasons are the execution limits' own.
@@ -28,6 +28,12 @@ RESERVATION_EXPIRED_OR_SETTLED = "reservation_expired_or_settled"
 UNKNOWN_RESERVATION = "unknown_reservation"
 SETTLEMENT_CONFLICT = "settlement_conflict"
 INVALID_USAGE = "invalid_usage"
+CALLER_RESERVATIONS_FULL = "caller_reservations_full"
+"""The caller holds MAX_LIVE_PER_CALLER live (unsettled, unexpired) reservations already."""
+# A reservation outside the reserving provider's live declaration: broker/authorize's reason names.
+UNDECLARED_CAPABILITY = "undeclared-capability"
+UNDECLARED_UNIT = "undeclared-unit"
+UNDECLARED_RESOURCE = "undeclared-resource"
 
 
 def duration(ms: int) -> str:

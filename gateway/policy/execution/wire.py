@@ -3,7 +3,8 @@ answered from the budget ledger, or an RpcError (-32602 naming the malformed fie
 refusal). The provider link calls these with the provider's own slot, which the link authenticated.
 
 reserve params: {principal: {type: "caller-ref", ref}, capability, resource?, resourcePath?, unit,
-quantity, idempotencyKey}; result: {reservationId, decisionId, quantity, expiresAt, replayed}.
+quantity, idempotencyKey}; result: {reservationId, decisionId, quantity, expiresAt, replayed}. The
+capability, unit and resourcePath must be among what the provider's live declaration lists (Declared).
 settle params: {reservationId, used, result}; result: {settled: true, reservationId, replayed}.
 """
 
@@ -16,7 +17,7 @@ from typing import Any, NamedTuple
 from gateway.core import jsonrpc
 from gateway.core.errors import RpcError
 from gateway.policy.execution.ledger import SETTLE_RESULTS, BudgetLedger
-from gateway.policy.execution.refusals import LimitRefusal
+from gateway.policy.execution.refusals import UNDECLARED_CAPABILITY, UNDECLARED_RESOURCE, UNDECLARED_UNIT, LimitRefusal
 from gateway.policy.rules.execution_checks import UNIT
 from gateway.policy.rules.paths import PatternError, check_path
 
@@ -36,6 +37,16 @@ class CallerOfRef(NamedTuple):
     subjects: frozenset[str]
     slot: str
     resource: str
+    correlation_id: str = ""
+    """The forwarded call's correlationId, named in the ledger's log lines."""
+
+
+class Declared(NamedTuple):
+    """What the reserving provider's live declaration lists: a reservation stays inside it."""
+
+    capabilities: frozenset[str]
+    units: frozenset[str]
+    namespace: str
 
 
 ResolveCallerRef = Callable[[str], CallerOfRef | tuple[frozenset[str], str, str] | None]
@@ -43,9 +54,14 @@ ResolveCallerRef = Callable[[str], CallerOfRef | tuple[frozenset[str], str, str]
 
 
 def reserve_budget(
-    params: object, provider_slot: str, resolve: ResolveCallerRef, ledger: BudgetLedger
+    params: object,
+    provider_slot: str,
+    resolve: ResolveCallerRef,
+    ledger: BudgetLedger,
+    declared: Declared | None = None,
 ) -> dict[str, Any]:
-    """Answer broker/budget/reserve from the provider on `provider_slot`: the grant, or RpcError."""
+    """Answer broker/budget/reserve from the provider on `provider_slot`, whose live declaration is
+    `declared`: the grant, or RpcError."""
     body = _object(params)
     ref = _caller_ref(body.get("principal"))
     capability = _text(body, "capability", CAPABILITY, 'a capability name such as "network.active"')
@@ -58,7 +74,11 @@ def reserve_budget(
         # The same answer for a reference of another slot: a provider cannot probe other slots' callers.
         raise _invalid("principal.ref", "is not a live caller reference of a call to this slot")
     _namespace(body.get("resource"), caller)
-    path = _resource_path(body.get("resourcePath"), caller)
+    path = _resource_path(body.get("resourcePath"), caller, declared)
+    if declared is not None:
+        undeclared = _undeclared(declared, capability, unit, path)
+        if undeclared is not None:
+            raise refusal_error(ledger.refuse(undeclared, caller.subjects, provider_slot, capability, path))
     answer = ledger.reserve(
         subjects=frozenset(caller.subjects),
         slot=provider_slot,
@@ -68,10 +88,29 @@ def reserve_budget(
         unit=unit,
         quantity=quantity,
         idempotency_key=key,
+        correlation_id=caller.correlation_id,
     )
     if isinstance(answer, LimitRefusal):
         raise refusal_error(answer)
     return answer.to_json()
+
+
+def _undeclared(declared: Declared, capability: str, unit: str, path: str) -> LimitRefusal | None:
+    """Why a reservation is outside the provider's declaration (broker/authorize's reason names), or None."""
+    if capability not in declared.capabilities:
+        listed = ", ".join(sorted(declared.capabilities))
+        text = f'Capability "{capability}" is not among this provider\'s declared capabilities ({listed})'
+        return LimitRefusal(UNDECLARED_CAPABILITY, text)
+    if unit not in declared.units:
+        listed = ", ".join(sorted(declared.units)) or "none"
+        return LimitRefusal(
+            UNDECLARED_UNIT, f'Unit "{unit}" is not among this provider\'s declared budgetUnits ({listed})'
+        )
+    root = declared.namespace.rstrip("/")
+    if path != declared.namespace and not path.startswith(root + "/"):
+        text = f'resourcePath "{path}" is outside this provider\'s declared namespace "{declared.namespace}"'
+        return LimitRefusal(UNDECLARED_RESOURCE, text)
+    return None
 
 
 def settle_budget(params: object, provider_slot: str, ledger: BudgetLedger) -> dict[str, Any]:
@@ -139,10 +178,11 @@ def _namespace(resource: object, caller: CallerOfRef) -> None:
         raise _invalid("resource", f'must be the call\'s slot "{caller.slot}" or its resource "{caller.resource}"')
 
 
-def _resource_path(path: object, caller: CallerOfRef) -> str:
-    """The path budget rules match: the slot's resource, or a path below it (never another part of the plant)."""
+def _resource_path(path: object, caller: CallerOfRef, declared: Declared | None) -> str:
+    """The path budget rules match: the slot's resource, or a path below it (never another part of the plant);
+    by default the declared namespace, else the slot's resource."""
     if path is None:
-        return caller.resource
+        return declared.namespace if declared is not None else caller.resource
     if not isinstance(path, str):
         raise _invalid("resourcePath", "must be a resource path string")
     try:
