@@ -3,12 +3,14 @@
 TLS 1.2 or later. The certificate and key are loaded into the same context again on reload, so the
 listener keeps its socket and every new handshake gets the new pair; connections already open keep
 the pair they started with. A reload that fails (missing file, bad PEM, a key that does not match
-the certificate, a certificate outside its notBefore/notAfter) leaves the old pair in place and logs
-an error naming the file.
+the certificate, a server certificate outside its notBefore/notAfter) leaves the old pair in place and
+logs an error naming the file.
 
 Startup fails closed: a certificate or key that cannot be used stops the gateway with one message
-naming the file (ConfigError), before anything listens. A certificate that ends within
-EXPIRY_WARNING is served, with a warning at start, at `config check` and at each reload.
+naming the file (ConfigError), before anything listens. A server certificate that ends within
+EXPIRY_WARNING is served, with a warning at start, at `config check` and at each reload. The chain
+after it is only warned about (expired, not valid yet, or ending within EXPIRY_WARNING), never refused:
+clients build their own path and skip an extra certificate such as an expired cross-signed root.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import hashlib
 import logging
 import ssl
 import sys
+import warnings
 from typing import TYPE_CHECKING
 
 from gateway.config import ConfigError, TlsConfig
@@ -91,49 +94,80 @@ def _when(moment: datetime.datetime) -> str:
 def _certificates(cert_file: str) -> list[x509.Certificate]:
     """The certificates in `cert_file` (the server's first, then its chain), as ssl has just loaded them."""
     from cryptography import x509
+    from cryptography.utils import CryptographyDeprecationWarning
 
     try:
         data = read_regular_file(cert_file, "tls.cert_file", MAX_TLS_FILE_BYTES)
-        return list(x509.load_pem_x509_certificates(data))
+        # A certificate cryptography parses with a deprecation warning (a negative serial) is one ssl
+        # served: the warning would only be a stray stderr line at every check.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+            return list(x509.load_pem_x509_certificates(data))
     except (OSError, ValueError) as exc:  # changed since ssl read it: the next reload tries again
         raise ValueError(f"tls.cert_file {cert_file}: cannot be read again to check its dates ({exc})") from exc
 
 
 def _check_dates(cert_file: str, now: datetime.datetime | None = None) -> None:
-    """ValueError naming notBefore or notAfter when a certificate in `cert_file` is not valid at `now`:
-    every client refuses such a certificate, so serving it only moves the failure to each handshake."""
+    """ValueError naming notBefore or notAfter when the server's certificate (the first in `cert_file`) is
+    not valid at `now`: every client refuses it, so serving it only moves the failure to each handshake.
+    The chain after it is not checked here (see expiry_warning)."""
     now = now or datetime.datetime.now(datetime.UTC)
-    for index, certificate in enumerate(_certificates(cert_file)):
-        which = "the certificate" if index == 0 else f"certificate {index + 1} (its chain)"
-        if certificate.not_valid_after_utc < now:
-            raise ValueError(
-                f"tls.cert_file {cert_file}: {which} has expired (notAfter {_when(certificate.not_valid_after_utc)}, "
-                f"now {_when(now)}); renew it (mcp-gateway tls self-signed --force, or your CA)"
-            )
-        if certificate.not_valid_before_utc > now:
-            raise ValueError(
-                f"tls.cert_file {cert_file}: {which} is not valid yet (notBefore "
-                f"{_when(certificate.not_valid_before_utc)}, now {_when(now)}); check this machine's clock "
-                "or the certificate's"
-            )
+    certificate = _certificates(cert_file)[0]
+    ends, starts = certificate.not_valid_after_utc, certificate.not_valid_before_utc
+    if ends < now:
+        raise ValueError(
+            f"tls.cert_file {cert_file}: the certificate has expired (notAfter {_when(ends)}, now {_when(now)}); "
+            "renew it (mcp-gateway tls self-signed --force, or your CA)"
+        )
+    if starts > now:
+        raise ValueError(
+            f"tls.cert_file {cert_file}: the certificate is not valid yet (notBefore {_when(starts)}, now "
+            f"{_when(now)}); check this machine's clock or the certificate's"
+        )
+
+
+def _left(left: datetime.timedelta) -> str:
+    """Time left, rounded to the nearest day (hour, minute): 9.99 days is "in 10 days"."""
+    seconds = left.total_seconds()
+    for unit, size in (("day", 86400), ("h", 3600)):
+        if seconds >= size:
+            count = round(seconds / size)
+            return f"in {count} {unit}{'s' if unit == 'day' and count != 1 else ''}"
+    return f"in {max(1, round(seconds / 60))} min"
 
 
 def expiry_warning(cert_file: str, now: datetime.datetime | None = None) -> str | None:
-    """A warning when a certificate in `cert_file` ends within EXPIRY_WARNING of `now`, else None."""
+    """A warning when the server's certificate ends within EXPIRY_WARNING of `now`, or a certificate of the
+    chain after it has expired, is not valid yet or ends within EXPIRY_WARNING; else None."""
     now = now or datetime.datetime.now(datetime.UTC)
     try:
-        ends = [certificate.not_valid_after_utc for certificate in _certificates(cert_file)]
+        certificates = _certificates(cert_file)
     except ValueError:
         return None  # the dates were checked when the pair loaded; a file changed since is the next reload's
-    if not ends or min(ends) - now >= EXPIRY_WARNING:
-        return None
-    left = min(ends) - now
-    days = left.days
-    within = f"in {days} day{'s' if days != 1 else ''}" if days else f"in {int(left.total_seconds() // 3600)} h"
-    return (
-        f"tls.cert_file {cert_file} expires {within} (notAfter {_when(min(ends))}); renew it before then "
-        "(mcp-gateway tls self-signed --force, or your CA), then reload"
-    )
+    said: list[str] = []
+    for index, certificate in enumerate(certificates):
+        ends = certificate.not_valid_after_utc
+        if index == 0:
+            if ends - now < EXPIRY_WARNING:
+                said.append(
+                    f"tls.cert_file {cert_file} expires {_left(ends - now)} (notAfter {_when(ends)}); renew it "
+                    "before then (mcp-gateway tls self-signed --force, or your CA), then reload"
+                )
+            continue
+        which = f"tls.cert_file {cert_file}: certificate {index + 1} of the chain"
+        if ends < now:
+            state = f"has expired (notAfter {_when(ends)})"
+        elif certificate.not_valid_before_utc > now:
+            state = f"is not valid yet (notBefore {_when(certificate.not_valid_before_utc)})"
+        elif ends - now < EXPIRY_WARNING:
+            state = f"expires {_left(ends - now)} (notAfter {_when(ends)})"
+        else:
+            continue
+        said.append(
+            f"{which} {state}; clients that need it to reach their trusted root will refuse the chain: replace "
+            "it, or remove it if clients do not need it"
+        )
+    return "; ".join(said) or None
 
 
 def _warn(text: str) -> None:

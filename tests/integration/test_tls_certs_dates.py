@@ -1,6 +1,8 @@
 """[tls] certificates outside their dates (docs/security.md, "TLS on the listener"): an expired or
 not-yet-valid certificate stops `config check` and `run` naming notAfter/notBefore, and a SIGHUP
-onto one keeps the old pair; one that ends within 30 days is served with a warning at each of them.
+onto one keeps the old pair; one that ends within 30 days is served with a warning at each of them. Only the
+server's certificate is refused: a certificate of the chain after it that has expired or ends soon (an old
+cross-signed root in a fullchain.pem) is served with a warning naming its place in the chain.
 
 Real `mcp-gateway config check` and `mcp-gateway run` processes, real TLS handshakes."""
 
@@ -116,7 +118,8 @@ async def test_config_check_and_run_refuse_a_certificate_outside_its_dates(
 
 
 async def test_a_certificate_ending_within_30_days_is_served_with_a_warning(tls_dir: Path, tmp_path: Path) -> None:
-    cert, key = leaf(tls_dir, tmp_path / "soon", -1, 10.5, serial=8)
+    # 9.99 days left is said as 10 days (rounded, not cut to 9).
+    cert, key = leaf(tls_dir, tmp_path / "soon", -1, 9.99, serial=8)
     config = config_file(tmp_path, cert, key)
     warning = f"tls.cert_file {cert} expires in 10 days (notAfter "
 
@@ -176,7 +179,7 @@ async def test_sighup_onto_an_expired_certificate_keeps_the_old_pair_and_says_wh
         assert await served_serial(port, trust) == served
 
     # Renewed to one that ends in 5 days: served, with the warning.
-    leaf(tls_dir, tls_dir, -1, 5.5, serial=99)
+    leaf(tls_dir, tls_dir, -1, 5.2, serial=99)
     mark = len(gateway.lines)
     gateway.process.send_signal(signal.SIGHUP)
     await gateway.wait_line("TLS certificate reloaded", after=mark)
@@ -187,3 +190,67 @@ async def test_sighup_onto_an_expired_certificate_keeps_the_old_pair_and_says_wh
         re.escape(f"tls: certificate reloaded (renewed in place); warning: tls.cert_file {cert}"), after=mark
     )
     assert await served_serial(port, trust) == 99
+
+
+def chain_certificate(ca_dir: Path, starts_in_days: float, ends_in_days: float) -> bytes:
+    """An extra CA certificate for the end of a fullchain file (like an old cross-signed root), as PEM:
+    clients that trust the CA in `ca_dir` never need it."""
+    authority = load_authority(ca_dir)
+    now = datetime.datetime.now(datetime.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Old Root")])
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(authority.certificate.subject)
+        .issuer_name(name)
+        .public_key(authority.certificate.public_key())
+        .serial_number(4242)
+        .not_valid_before(now + datetime.timedelta(days=starts_in_days))
+        .not_valid_after(now + datetime.timedelta(days=ends_in_days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return certificate.public_bytes(serialization.Encoding.PEM)
+
+
+@pytest.mark.parametrize(
+    ("starts", "ends", "says"),
+    [
+        (-2000, -60, "certificate 2 of the chain has expired (notAfter "),
+        (-2000, 9.99, "certificate 2 of the chain expires in 10 days (notAfter "),
+    ],
+)
+async def test_a_chain_certificate_out_of_date_is_served_with_a_warning_naming_it(
+    tls_dir: Path, tmp_path: Path, starts: float, ends: float, says: str
+) -> None:
+    cert, key = leaf(tls_dir, tmp_path / "chain", -1, 80, serial=11)
+    cert.write_bytes(cert.read_bytes() + chain_certificate(tls_dir, starts, ends))
+    config = config_file(tmp_path, cert, key)
+    warning = f"tls.cert_file {cert}: {says}"
+
+    code, out, err = await cli("config", "check", "--config", str(config))
+    assert code == 0, err
+    assert out.strip() == "configuration OK"
+    assert f"mcp-gateway: warning: {warning}" in err
+    # The server's own certificate ends in 80 days: the file as a whole is not said to expire.
+    assert f"tls.cert_file {cert} expires" not in err
+
+    gateway = RunningGateway(await run_gateway("--config", str(config)))
+    try:
+        match = LISTENING.search(await gateway.wait_line("listening on"))
+        assert match is not None
+        port = int(match.group(1).rsplit(":", 1)[1])
+        assert [orjson.loads(x)["level"] for x in gateway.lines if warning in x] == ["warning"]
+        # A client trusting the CA builds its path without the extra certificate and connects.
+        assert await served_serial(port, trusting(tls_dir)) == 11
+
+        # A reload onto the same kind of file loads it, with the warning.
+        leaf(tls_dir, cert.parent, -1, 80, serial=12)
+        cert.write_bytes(cert.read_bytes() + chain_certificate(tls_dir, starts, ends))
+        mark = len(gateway.lines)
+        gateway.process.send_signal(signal.SIGHUP)
+        await gateway.wait_line("TLS certificate reloaded", after=mark)
+        await gateway.wait_line(re.escape(warning), after=mark)
+        assert await served_serial(port, trusting(tls_dir)) == 12
+    finally:
+        await gateway.stop()

@@ -170,7 +170,8 @@ def call_guidance(arguments: JsonObject, view: CatalogView) -> JsonObject:
     if topic in NAMES:
         page = builtin_page(topic) if page is None else page + guidance.also_a_topic(topic)
     if page is None:
-        return text_result(guidance.unknown_topic(topic, view, suggestions(topic, view)), is_error=True)
+        unknown = guidance.unknown_topic(topic, view, suggestions(topic, view), as_tool=as_tool)
+        return text_result(unknown, is_error=True)
     return text_result(page)
 
 

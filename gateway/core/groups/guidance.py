@@ -525,12 +525,16 @@ def also_a_tool(topic: str, view: CatalogView) -> str:
     )
 
 
-def unknown_topic(topic: str, view: CatalogView, suggestions: list[str]) -> str:
+def unknown_topic(topic: str, view: CatalogView, suggestions: list[str], *, as_tool: bool = False) -> str:
+    """`as_tool`: asked as {"topic": "tool", "tool_name": X}, so X names no tool; when X is a built-in topic
+    or a group, say how to ask for that instead of calling X unknown."""
     groups = ", ".join(group.spec.name for group in view.groups) or "none configured"
-    text = (
-        f"Unknown guidance topic {topic[:80]!r}. Topics: overview, groups, a group name ({groups}), or a tool "
-        "name as tools/list gives it."
-    )
+    if as_tool and topic in (OVERVIEW, GROUPS):
+        return f'No tool named {topic!r}; `{topic}` is a built-in topic: ask `guidance` with {{"topic": "{topic}"}}.'
+    if as_tool and view.group(topic) is not None:
+        return f'No tool named {topic!r}; `{topic}` is a group: ask `guidance` with {{"topic": "{topic}"}}.'
+    text = f"No tool named {topic[:80]!r}." if as_tool else f"Unknown guidance topic {topic[:80]!r}."
+    text += f" Topics: overview, groups, a group name ({groups}), or a tool name as tools/list gives it."
     if suggestions:
         text += " Tools whose names or descriptions share words with it: " + code_list(suggestions) + "."
     return text

@@ -41,8 +41,9 @@ STOP_WORDS = frozenset(
     {"a", "an", "and", "are", "by", "can", "for", "from", "i", "in", "is", "it", "me", "my", "of", "on", "or"}
     | {"the", "this", "that", "to", "what", "which", "with", "how", "do", "does", "please", "you", "be", "at"}
 )
-"""Words that say nothing about a tool; dropped from a query unless nothing else is left, but a stop word
-that is a whole word of a tool's name ("on" of switch_on) still scores there."""
+"""Words that say nothing about a tool; dropped from a query unless nothing else is left. A stop word that
+is a whole word of a tool's name ("on" of switch_on) still scores there, but only for a tool the other
+words found ("how do I start" gives do_self_test nothing) or whose whole name the query is."""
 
 # Points per query word: the best kind of match in the name, else the best in the description,
 # plus a little when the slot name matches.
@@ -86,11 +87,13 @@ def words(text: str) -> list[str]:
 @dataclass(frozen=True)
 class Query:
     """A query as ranked: its words, the stop words that count only as whole words of a tool's name, and
-    every word joined by "_" (the whole-name bonus compares that, stop words included)."""
+    the names the whole-name bonus compares: every word joined by "_", and the same without stop words
+    ("switch_on", and "stop" of "can you stop it")."""
 
     words: tuple[str, ...]
     name_only: tuple[str, ...]
     whole: str
+    whole_kept: str = ""
 
 
 def parse(query: str) -> Query:
@@ -100,7 +103,8 @@ def parse(query: str) -> Query:
     stops = [word for word in distinct if word in STOP_WORDS]
     if not kept:
         kept, stops = stops, []
-    return Query(tuple(kept[:MAX_QUERY_WORDS]), tuple(stops[:MAX_QUERY_WORDS]), "_".join(found))
+    whole_kept = "_".join(word for word in found if word not in STOP_WORDS)
+    return Query(tuple(kept[:MAX_QUERY_WORDS]), tuple(stops[:MAX_QUERY_WORDS]), "_".join(found), whole_kept)
 
 
 def query_words(query: str) -> list[str]:
@@ -284,6 +288,7 @@ class Index:
             return [], 0
         totals: dict[int, int] = {}
         hits: dict[int, int] = {}
+        matched: set[int] = set()  # the tool's own name or description held a word (not just its slot)
         for word in parsed.words:
             in_name, in_description, for_slot = self._word(word)
             for position in in_name.keys() | in_description.keys() | for_slot.keys():
@@ -294,14 +299,20 @@ class Index:
                     points += DESCRIPTION_TOO if described else 0
                 else:
                     points = described
+                if points:
+                    matched.add(position)
                 # The slot only adds to a word the tool itself matched, or stands alone for a device word
                 # ("pump"): either way it cannot outrank a tool whose own name holds the word.
                 totals[position] = totals.get(position, 0) + points + for_slot.get(position, 0)
+        exact = set(self.whole_names.get(parsed.whole, ()))
         for word in parsed.name_only:
             for position in self.names.postings.get(word, ()):
-                totals[position] = totals.get(position, 0) + NAME_WORD
-                hits[position] = hits.get(position, 0) + 1
-        for position in self.whole_names.get(parsed.whole, ()):
+                if position in matched or position in exact:
+                    totals[position] = totals.get(position, 0) + NAME_WORD
+                    hits[position] = hits.get(position, 0) + 1
+        # "can you stop it" is the name stop as well: the bonus once, either way.
+        kept_name = self.whole_names.get(parsed.whole_kept, ()) if parsed.whole_kept else ()
+        for position in exact.union(kept_name):
             if position in totals:
                 totals[position] += WHOLE_NAME
         candidates = self.candidates
