@@ -10,6 +10,7 @@ import hashlib
 import os
 import pwd
 import resource
+import shutil
 import sqlite3
 import stat
 from collections.abc import Iterator
@@ -52,6 +53,10 @@ DESTINATION_ERRORS = frozenset(
 )
 """SQLite's errors of a database copy that come from writing the copy (the source is opened read-only)."""
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+MAX_MANIFEST_BYTES = 4 << 20
+"""The largest manifest.json restore reads: a backup's lists its files in a few hundred bytes each."""
+MAX_ID = 2**32 - 2
+"""The largest uid or gid a manifest may give (2**32 - 1 is chown's "keep")."""
 
 
 class BackupError(Exception):
@@ -119,6 +124,39 @@ def _optional(item: dict[str, Any], name: str, kind: type, where: str) -> Any:
         return None
     if not isinstance(value, kind) or isinstance(value, bool) or (isinstance(value, int) and value < 0):
         raise BackupError(f"{where}: {name} {value!r} is not {'a number' if kind is int else 'text'}")
+    if name in ("uid", "gid") and isinstance(value, int) and value > MAX_ID:
+        raise BackupError(f"{where}: {name} {value} is out of range (0 to {MAX_ID}): the manifest is damaged")
+    return value
+
+
+def _manifest_bytes(where: Path) -> bytes:
+    """The manifest's bytes: a regular file, never read through a link, at most MAX_MANIFEST_BYTES."""
+    try:
+        descriptor = open_regular(where)
+    except NotRegular as exc:
+        raise BackupError(
+            f"{where} is {exc.what}, not the regular file mcp-gateway backup writes: the backup is damaged or was "
+            "changed; nothing was restored"
+        ) from None
+    with os.fdopen(descriptor, "rb") as handle:
+        data = handle.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise BackupError(
+            f"{where} is larger than {MAX_MANIFEST_BYTES} bytes, more than a backup's manifest: the backup is "
+            "damaged or was changed; nothing was restored"
+        )
+    return data
+
+
+def _absent(value: Any, where: str) -> list[dict[str, Any]]:
+    """The manifest's `absent`: a list of objects whose values are text."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BackupError(f"{where}: absent {value!r:.40} is not a list: the manifest is damaged")
+    for index, item in enumerate(value):
+        if not isinstance(item, dict) or not all(isinstance(text, str | None) for text in item.values()):
+            raise BackupError(f"{where}: absent[{index}] is not an object of texts: the manifest is damaged")
     return value
 
 
@@ -143,7 +181,7 @@ def read_manifest(source: Path) -> Manifest:
 
     where = source / MANIFEST
     try:
-        data = orjson.loads(where.read_bytes())
+        data = orjson.loads(_manifest_bytes(where))
     except FileNotFoundError:
         raise BackupError(f"{where} not found: {source} is not a backup made by mcp-gateway backup") from None
     except OSError as exc:
@@ -165,7 +203,7 @@ def read_manifest(source: Path) -> Manifest:
             kind=_text(item.get("kind"), "kind", at),
             original=_text(item.get("original"), "original", at),
             path=_text(item.get("path"), "path", at),
-            size=size if isinstance(size := item.get("size"), int) else -1,
+            size=size if isinstance(size := item.get("size"), int) and not isinstance(size, bool) else -1,
             sha256=_text(item.get("sha256"), "sha256", at),
             mode=_text(item.get("mode"), "mode", at),
             owner=_optional(item, "owner", str, at),
@@ -200,7 +238,7 @@ def read_manifest(source: Path) -> Manifest:
         state_directory=_text(data.get("state_directory"), "state_directory", str(where)),
         config_file=data.get("config_file") if isinstance(data.get("config_file"), str) else None,
         files=entries,
-        absent=[item for item in data.get("absent", []) if isinstance(item, dict)],
+        absent=_absent(data.get("absent"), str(where)),
     )
 
 
@@ -350,21 +388,17 @@ def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None
     and passes quick_check. BackupError naming `source` when it cannot be read or the copy is not whole, and
     naming `target` and `dest` (the backup) when the copy cannot be written (a full file system)."""
     fail = f"{source} cannot be backed up"
+    staged = target.with_name(f".{target.name}.source")
     try:
-        # Read-write, never create: a read-only connection that is the last to close cannot remove the
-        # -wal and -shm it made beside a database the gateway holds only while it uses it (the registry).
-        # The backup reads; SQLite folds the log on that last close as the gateway's own would.
-        reading = sqlite3.connect(f"{source.resolve().as_uri()}?mode=rw", uri=True, timeout=busy_s)
-        if shm_unsafe(source):
-            # A file left in WAL mode where its -shm may have holes (SIGBUS on a full disk): the WAL index
-            # in the heap instead; the running gateway waits for the copy (or the copy for it).
-            reading.execute("PRAGMA locking_mode = EXCLUSIVE")
+        reading = _open_source(source, busy_s, staged, dest)
     except sqlite3.Error as exc:
+        shutil.rmtree(staged, ignore_errors=True)
         raise BackupError(f"{fail}: {exc}") from None
     try:
         descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
     except BaseException:
         reading.close()
+        shutil.rmtree(staged, ignore_errors=True)
         raise
     made = os.fstat(descriptor)
     os.close(descriptor)
@@ -389,6 +423,7 @@ def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None
         raise BackupError(f"{fail}: {exc} (is it a SQLite database, and whole?)") from None
     finally:
         reading.close()
+        shutil.rmtree(staged, ignore_errors=True)
     problem = quick_check(target, busy_s)
     if problem is not None:
         copy_fault = _copy_fault(source, target, made, busy_s)
@@ -398,6 +433,63 @@ def copy_database(source: Path, target: Path, busy_s: float, dest: Path) -> None
             )
         raise BackupError(f"{fail}: its copy fails SQLite's quick_check ({problem}): the database is damaged")
     os.chmod(target, PRIVATE_FILE)
+
+
+def read_only_place(path: Path) -> bool:
+    """Whether the file system holding `path` is mounted read-only."""
+    try:
+        return bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _open_source(source: Path, busy_s: float, staged: Path, dest: Path) -> sqlite3.Connection:
+    """A connection that reads `source`; one opened read-only is checked by a first read (sqlite3.Error: the
+    source's fault, never the destination's).
+
+    Read-write, never create, where the file may be written: a read-only connection that is the last to close
+    cannot remove the -wal and -shm it made beside a database the gateway holds only while it uses it (the
+    registry); SQLite folds the log on that last close as the gateway's own would. A file that may not be
+    written is opened read-only; on a read-only file system (a card mounted ro) SQLite can make no WAL index,
+    so a file with no log is read as immutable, and one with a log is copied with it into `staged` (beside
+    the copy, under `dest`) and read there, its log folded into that copy."""
+    uri = source.resolve().as_uri()
+    read_only = read_only_place(source)
+    if not read_only and os.access(source, os.W_OK):
+        reading = sqlite3.connect(f"{uri}?mode=rw", uri=True, timeout=busy_s)
+        if shm_unsafe(source):
+            # A file left in WAL mode where its -shm may have holes (SIGBUS on a full disk): the WAL index
+            # in the heap instead; the running gateway waits for the copy (or the copy for it).
+            reading.execute("PRAGMA locking_mode = EXCLUSIVE")
+        return reading  # read in the copy, which waits for a gateway's lock up to busy_s
+    if not read_only:
+        reading = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=busy_s)
+    elif _log_size(source) == 0:
+        reading = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=busy_s)
+    else:
+        staged.mkdir(mode=PRIVATE_DIRECTORY)
+        for suffix in ("", "-wal"):
+            try:
+                with open(f"{source}{suffix}", "rb") as original, open(staged / f"db{suffix}", "xb") as copy:
+                    shutil.copyfileobj(original, copy, CHUNK_BYTES)
+            except OSError as exc:
+                if exc.errno not in FULL_ERRNOS:
+                    raise sqlite3.OperationalError(f"{source}{suffix} cannot be read: {exc.strerror}") from None
+                raise cannot_write(staged, dest, exc.strerror or str(exc), True, source) from None
+        reading = sqlite3.connect(f"{(staged / 'db').as_uri()}?mode=rw", uri=True, timeout=busy_s)
+    try:
+        reading.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        reading.close()
+        raise
+    return reading
+
+
+def _log_size(source: Path) -> int:
+    try:
+        return os.stat(f"{source}-wal").st_size
+    except OSError:
+        return 0
 
 
 def _copy_fault(source: Path, target: Path, made: os.stat_result, busy_s: float) -> str | None:

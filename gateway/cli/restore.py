@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -136,7 +137,10 @@ def _lock(env: Mapping[str, str], audit: Path | None) -> list[int]:
     descriptors: list[int] = []
     try:
         for what, directory, name in places:
-            ensure_directory(directory)
+            try:
+                ensure_directory(directory)
+            except (NotADirectoryError, FileExistsError):
+                raise Refused(_no_directory(what, directory, audit is not None and directory == audit.parent)) from None
             lock = directory.resolve() / name
             made = not (lock.exists() or lock.is_symlink())
             try:
@@ -160,6 +164,34 @@ def _lock(env: Mapping[str, str], audit: Path | None) -> list[int]:
     return descriptors
 
 
+def _no_directory(what: str, directory: Path, of_audit: bool) -> str:
+    """Why `directory` cannot be made: a part of its way is a file; the setting that names it."""
+    blocker = next((part for part in (directory, *directory.parents) if part.exists() and not part.is_dir()), None)
+    why = f"{blocker} is a file, not a directory" if blocker is not None else "a part of it is no directory"
+    setting = "the [audit] path of the configuration" if of_audit else "--state-dir or $STATE_DIRECTORY"
+    return (
+        f"{what} cannot be written: {why}; {setting} names a place under it: set it to a place in a directory (or "
+        "move the file away), then restore again; nothing was restored"
+    )
+
+
+def _not_in_use(steps: list[Step]) -> None:
+    """Refused when another process uses a database in place (a gateway whose lock files were removed)."""
+    from gateway.cli.state_lock import database_user
+
+    for step in steps:
+        if step.entry.kind not in DATABASE_NAMES:
+            continue
+        found = database_user(step.target)
+        if found is not None:
+            path, pid = found
+            raise Refused(
+                f"{step.target} ({step.what}) is in use by process {pid} (it holds a SQLite lock on {path}), a "
+                "gateway whose lock files were removed or another program: stop it first (systemctl stop "
+                "mcp-gateway), then restore; nothing was restored"
+            )
+
+
 def _unlock(descriptors: list[int]) -> None:
     for descriptor in descriptors:
         with contextlib.suppress(OSError):
@@ -177,6 +209,7 @@ def _restore(
     descriptors = _lock(env, _audit_target(args, source, manifest, env) if writes_audit else None)
     try:
         steps = _plan(args, source, manifest, env, places)
+        _not_in_use(steps)
         in_the_way = [step for step in steps if step.replaces]
         if in_the_way and not args.force:
             lines = "\n".join(
@@ -299,8 +332,25 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print(f"not in the backup: {item.get('kind')} {item.get('original') or ''} ({item.get('why')})")
     if failed:
         return 1
-    print("start the gateway, then check: mcp-gateway audit --limit 5, mcp-gateway devices")
+    print(f"start the gateway, then check: {_checks(args, steps)}")
     return 0
+
+
+def _checks(args: argparse.Namespace, steps: list[Step]) -> str:
+    """The commands that read what restore wrote, with the configuration and state directory it was given."""
+    audit = "mcp-gateway audit --limit 5"
+    trail = next((step.target for step in steps if step.entry.kind == "audit"), None)
+    if args.config:
+        audit += f" --config {shlex.quote(args.config)}"
+    elif args.state_dir and trail is not None:
+        audit += f" --path {shlex.quote(str(trail))}"
+    devices = "mcp-gateway devices"
+    if args.state_dir:
+        from gateway.devices.registry import FILE_NAME
+
+        registry = Path(args.state_dir).expanduser().absolute() / FILE_NAME
+        devices += f" --registry {shlex.quote(str(registry))}"
+    return f"{audit}, {devices}"
 
 
 def add_restore(commands: Commands) -> None:

@@ -14,6 +14,7 @@ import argparse
 import grp
 import os
 import pwd
+import re
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -25,8 +26,26 @@ from gateway.cli.backup_files import CA_BESIDE, MANIFEST, BackupError, Entry, Ma
 MODE_LIMIT = 0o755
 """The most a restored configuration file or firmware image gets: no write for group or others."""
 SECRET_MODE_LIMIT = 0o640
-"""The most a restored secret gets (a file named by a setting of a key, token, secret, password or headers)."""
-SECRET_WORDS = ("key", "token", "secret", "password", "headers")
+"""The most a restored secret gets (a file named by one of SECRET_SETTINGS)."""
+SECRET_SETTINGS = (
+    "auth.token_files[]",
+    "auth.tokens[].file",
+    "auth.hmac.keys[].file",
+    "providers.auth.shared_secret.file",
+    "providers.auth.identities[].file",
+    "tls.key_file",
+    f"ca-key.pem beside {CA_BESIDE}",
+    "mqtt.brokers[].password.file",
+    "mqtt.brokers[].key_password.file",
+    "mqtt.brokers[].key_file",
+    "upstreams.remote[].secret.file",
+    "upstreams.remote[].headers_file",
+    "upstreams.remote[].oauth_client_credentials.client_secret.file",
+    "telemetry.headers_file",
+)
+"""The settings whose file holds a secret (gateway/config: tokens, HMAC keys, provider secrets and identities,
+private keys and their passwords, MQTT passwords, upstream secrets, headers, OAuth client secrets), with each
+list index written `[]`."""
 SPECIAL_BITS = 0o7000
 """setuid, setgid, sticky: no file a gateway keeps has them; a manifest that asks for them is refused."""
 MADE_DIRECTORY_MODE = 0o750
@@ -35,7 +54,25 @@ the file's owner and group."""
 
 
 def is_secret(entry: Entry) -> bool:
-    return entry.kind == "named" and any(word in (entry.setting or "").lower() for word in SECRET_WORDS)
+    """Whether `entry` is a file of one of SECRET_SETTINGS; also one of no setting known here (a later gateway's):
+    a file given too little access is fixed with chmod, a secret given too much is read."""
+    if entry.kind != "named":
+        return False
+    setting = re.sub(r"\[\d+\]", "[]", entry.setting or "")
+    return setting in SECRET_SETTINGS or setting not in PUBLIC_SETTINGS
+
+
+PUBLIC_SETTINGS = (
+    "policy.file",
+    "tls.cert_file",
+    "tls.client_ca_file",
+    f"ca.pem beside {CA_BESIDE}",
+    "mqtt.brokers[].ca_file",
+    "mqtt.brokers[].cert_file",
+    "upstreams.remote[].ca_file",
+    "auth.oauth.jwks_file",
+)
+"""The settings whose file holds nothing secret (policies, certificates, public keys)."""
 
 
 def mode_limit(entry: Entry) -> int:
@@ -229,12 +266,44 @@ def make_config_parents(directory: Path, recorded: Mapping[Path, Mapping[str, An
             give_owner(folder, known or owner, folder)
 
 
+VERSION = re.compile(
+    r"v?(?P<release>\d+(?:\.\d+)*)"
+    r"(?:[-_.]?(?P<phase>alpha|beta|preview|pre|a|b|c|rc)[-_.]?(?P<pre>\d*))?"
+    r"(?:[-_.]?(?:post|rev|r)[-_.]?(?P<post>\d*))?"
+    r"(?:[-_.]?dev[-_.]?(?P<dev>\d*))?"
+    r"(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?",
+    re.IGNORECASE,
+)
+"""A PEP 440 version (packaging is no dependency of the gateway): release, pre-release, post-release, dev."""
+PHASES = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+MAX_VERSION_CHARS = 100
+
+
+def version_key(text: str) -> tuple[Any, ...] | None:
+    """`text`'s order by PEP 440 (1.0.dev1 < 1.0a1 < 1.0rc1 < 1.0 < 1.0.post1); None when it is no version."""
+    found = VERSION.fullmatch(text.strip()) if len(text) <= MAX_VERSION_CHARS else None
+    if found is None:
+        return None
+    release = [int(part) for part in found["release"].split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    phase, post, dev = found["phase"], found["post"], found["dev"]
+    if phase is not None:
+        pre: tuple[int, ...] = (1, PHASES[phase.lower()], int(found["pre"] or 0))
+    elif dev is not None and post is None:
+        pre = (0,)  # 1.0.dev1 comes before 1.0a1
+    else:
+        pre = (2,)
+    return (
+        tuple(release),
+        pre,
+        -1 if post is None else int(post or 0),
+        (1,) if dev is None else (0, int(dev or 0)),
+    )
+
+
 def newer(version: str, than: str) -> bool:
-    """Whether the release `version` comes after `than` (numeric parts compared; False when unreadable)."""
-
-    def parts(text: str) -> tuple[int, ...] | None:
-        numbers = text.split("+", maxsplit=1)[0].split(".")
-        return tuple(int(part) for part in numbers) if all(part.isdigit() for part in numbers) else None
-
-    left, right = parts(version), parts(than)
+    """Whether the version `version` comes after `than` by PEP 440, pre-releases included (False when either
+    is unreadable)."""
+    left, right = version_key(version), version_key(than)
     return left is not None and right is not None and left > right

@@ -15,7 +15,9 @@ from gateway.cli.backup_files import PRIVATE_DIRECTORY, PRIVATE_FILE, BackupErro
 from gateway.cli.restore_targets import entry_owner, give_owner, make_config_parents
 
 DATABASE_NAMES = {"audit": "the audit trail", "registry": "the device registry"}
-LOG_SUFFIXES = ("-wal", "-shm")
+LOG_SUFFIXES = ("-wal", "-shm", "-journal")
+"""SQLite's files beside a database (WAL, its index, the rollback journal of sqlite_journal.ROLLBACK): SQLite
+would replay one left there into the restored file."""
 
 
 class Refused(Exception):
@@ -205,29 +207,47 @@ def put(
     name = target.name
     before = "the files said restored above stay in place" if restored else "no file was restored"
     folder = _folder(step, state, state_owner, folders, before)
+    temporary = f".{name}.restoring"
     try:
-        temporary = f".{name}.restoring"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary, dir_fd=folder)
-        _copy_checked(source, step, temporary, folder, before)
-        if step.entry.kind in DATABASE_NAMES:
-            _database_checked(source, step, temporary, folder, before)
-        _chown(temporary, folder, step, state_owner)
-        aside: str | None = None
-        if step.replaces:
-            aside = _aside(name, folder, stamp)
-            os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
-        if step.entry.kind in DATABASE_NAMES:
-            for suffix in LOG_SUFFIXES:
-                log = name + suffix
-                if aside is not None and _there(log, folder):
-                    # the replaced database stays whole
-                    os.rename(log, aside + suffix, src_dir_fd=folder, dst_dir_fd=folder)
-                else:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(log, dir_fd=folder)  # a stale log of no database: SQLite would replay it
-        os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
-        os.fsync(folder)
+        aside = _written(source, step, stamp, state_owner, temporary, folder, before)
+    except BaseException:
+        _remove(temporary, folder)  # a copy of a secret may not stay under a name nobody looks at
+        raise
     finally:
         os.close(folder)
     return None if aside is None else str(target.with_name(aside))
+
+
+def _written(
+    source: Path,
+    step: Step,
+    stamp: str,
+    state_owner: tuple[int, int] | None,
+    temporary: str,
+    folder: int,
+    before: str,
+) -> str | None:
+    """put's copy, checks and renames in `folder`; the name the replaced file was kept under, if any."""
+    name = step.target.name
+    _copy_checked(source, step, temporary, folder, before)
+    if step.entry.kind in DATABASE_NAMES:
+        _database_checked(source, step, temporary, folder, before)
+    _chown(temporary, folder, step, state_owner)
+    aside: str | None = None
+    if step.replaces:
+        aside = _aside(name, folder, stamp)
+        os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
+    if step.entry.kind in DATABASE_NAMES:
+        for suffix in LOG_SUFFIXES:
+            log = name + suffix
+            if aside is not None and _there(log, folder):
+                # the replaced database stays whole
+                os.rename(log, aside + suffix, src_dir_fd=folder, dst_dir_fd=folder)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(log, dir_fd=folder)  # a stale log of no database: SQLite would replay it
+    os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+    os.fsync(folder)
+    return aside

@@ -446,3 +446,42 @@ def hold_state(
         held.not_locked(place)
     held.start_retrying()
     return held
+
+
+FLOCK_FORMAT = "hhqqi"
+"""struct flock (l_type, l_whence, l_start, l_len, l_pid), with Python's LFS F_GETLK on every platform."""
+FLOCK_SLACK = b"\0" * 16
+"""Room past the packed fields for the padding a platform's struct flock has."""
+
+
+def record_lock_holder(path: Path) -> int | None:
+    """The pid of another process holding a POSIX record lock on the regular file `path` (None: none, or no
+    such file). SQLite keeps such locks on a database during each transaction and, in WAL mode, on its `-shm`
+    for as long as a connection is open: a gateway that uses the file, its lock files removed or not."""
+    import struct
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        asked = struct.pack(FLOCK_FORMAT, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0) + FLOCK_SLACK
+        answer = fcntl.fcntl(descriptor, fcntl.F_GETLK, asked)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)  # this process holds no SQLite lock on it: closing drops nobody's
+    kind, _whence, _start, _length, pid = struct.unpack_from(FLOCK_FORMAT, answer)
+    return None if kind == fcntl.F_UNLCK else pid
+
+
+def database_user(database: Path) -> tuple[Path, int] | None:
+    """The file of the SQLite database `database` (it, its `-shm`, its `-journal`) another process holds a
+    record lock on, and that process's pid; None when no process uses it."""
+    for path in (database, Path(f"{database}-shm"), Path(f"{database}-journal")):
+        pid = record_lock_holder(path)
+        if pid is not None:
+            return path, pid
+    return None
