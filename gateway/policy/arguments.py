@@ -177,7 +177,7 @@ def check_arguments(
     clamps: list[tuple[ArgumentLimit, Any, Any]] = []
     for limit in limits:
         if limit.argument not in forwarded:
-            if limit.missing == MISSING_REFUSE:
+            if limit.missing == MISSING_REFUSE and _may_take(tool, limit.argument):
                 _refuse_missing(limit, resource)
             continue
         value = forwarded[limit.argument]
@@ -398,6 +398,16 @@ def _refuse(limit: ArgumentLimit, value: Any, resource: str, words: str) -> NoRe
     raise ArgumentRefused(
         f'Argument "{limit.argument}" = {shown(value)} {words}', _refusal_data(limit, value), (limit,)
     )
+
+
+def _may_take(tool: Mapping[str, Any] | None, argument: str) -> bool:
+    """Whether `tool` may take `argument`: its inputSchema names it, or says nothing of its properties (or
+    the tool is not listed). A tool whose schema lists properties without it has no such argument, so no
+    value of the device's own can stand in for one left out: a limit written for another device's tool of
+    the same name (a policy's `resources = ["/**"]`) does not refuse its calls."""
+    schema = tool.get("inputSchema") if tool is not None else None
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return not isinstance(properties, dict) or argument in properties
 
 
 def _refuse_missing(limit: ArgumentLimit, resource: str) -> NoReturn:

@@ -120,3 +120,23 @@ def test_intersecting_an_allowed_value_too_large_for_a_float_keeps_only_what_the
     assert limits == ResourceLimits(0, 5, (1,)) and not empty
     both, _ = intersect([ResourceLimits(allowed_values=(HUGE, 1)), ResourceLimits(allowed_values=(HUGE,))])
     assert both == ResourceLimits(allowed_values=(HUGE,))
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {}},  # an SDK server's start() that takes nothing
+        {"type": "object", "properties": {"belt": {"type": "string"}}, "additionalProperties": False},
+    ],
+)
+def test_a_tool_whose_schema_has_no_such_argument_is_not_refused_for_leaving_it_out(schema: dict[str, Any]) -> None:
+    # The image policy bounds speed_rpm of every slot's start ("/**"): a conveyor's start has no speed_rpm,
+    # so no stored value of its own can stand in for one, and its calls go through as they are.
+    conveyor = {"name": "start", "inputSchema": schema}
+    checked = check_arguments(conveyor, {}, [START_LIMIT], SchemaCache(), resource="/plant/conveyor")
+    assert checked.arguments == {}
+
+
+def test_a_tool_listed_without_properties_or_not_listed_is_refused_for_leaving_it_out() -> None:
+    for tool in ({"name": "start", "inputSchema": {"type": "object"}}, None):
+        assert refused(tool, {}, [START_LIMIT]).data["reason"] == REQUIRED_BY_LIMIT  # type: ignore[arg-type]
