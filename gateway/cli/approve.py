@@ -15,7 +15,7 @@ from gateway.cli.common import Commands, gateway_timeout_option, gateway_url_opt
 if TYPE_CHECKING:
     from gateway.client import GatewayCallError
 
-NOTHING_WAITS = "No call waits for approval."
+NOTHING_WAITS = "No call waits for an approval you may give."
 """What `approve` says, on stderr, when the list is empty."""
 
 

@@ -81,7 +81,7 @@ async def test_approve_and_slots_with_a_token_not_granted_the_broker_tool_say_wh
     code, out, err = await run_cli("slots", "--url", server.url, "--token-file", operator)
     assert (code, err) == (0, "")
     code, out, err = await run_cli("approve", "--url", server.url, "--token-file", operator)
-    assert (code, out, err) == (0, "", "mcp-gateway approve: No call waits for approval.\n")
+    assert (code, out, err) == (0, "", "mcp-gateway approve: No call waits for an approval you may give.\n")
 
 
 async def test_an_unknown_tool_on_a_device_slot_gets_no_broker_hint(

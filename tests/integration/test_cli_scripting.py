@@ -215,7 +215,7 @@ async def test_approve_with_nothing_waiting_leaves_stdout_empty(governed: tuple[
     server, directory = governed
     operator = str(directory / "operator.token")
     code, out, err = await run_cli("approve", "--url", server.url, "--token-file", operator)
-    assert (code, out, err) == (0, "", "mcp-gateway approve: No call waits for approval.\n")
+    assert (code, out, err) == (0, "", "mcp-gateway approve: No call waits for an approval you may give.\n")
 
 
 async def test_a_refused_reload_is_said_on_stderr(reloadable: Reloadable) -> None:

@@ -304,7 +304,7 @@ async def test_the_list_shows_only_calls_the_approver_may_make(gateway_factory: 
     code, out, err = await approve(server, tmp_path, WATCHER)
     assert code == 0 and listed(out) == [], (out, err)
     code, out, err = await run_cli("approve", "--url", server.url, "--token-file", str(_token(tmp_path, WATCHER)))
-    assert (code, out) == (0, "") and "No call waits for approval." in err, (out, err)
+    assert (code, out) == (0, "") and "No call waits for an approval you may give." in err, (out, err)
     # The operator, who may call greet on the slot, sees it.
     code, out, err = await approve(server, tmp_path, OPERATOR)
     assert code == 0 and listed(out) == [data["approval"]], (out, err)
