@@ -104,7 +104,7 @@ def test_a_reservation_stays_inside_the_providers_declaration() -> None:
     assert path.data == {"reason": "undeclared-resource"}
     assert '"/site/network/lan"' in path.message
     reserve(limits, "ref-a", "k4", DECLARED, resourcePath="/site/network/lan/vlan-7")
-    # Without a resourcePath the reservation is for the declared namespace.
+    # Without a resourcePath the reservation is for the slot's resource path, as for a provider without a namespace.
     default = params(principal={"type": "caller-ref", "ref": "ref-a"}, idempotencyKey="k5", resourcePath=None)
     assert reserve_budget(default, "scanner", CALLERS.get, limits.budget, DECLARED)["quantity"] == 1
     recent = limits.status()["refusals"]["recent"]

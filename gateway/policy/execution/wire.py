@@ -74,9 +74,10 @@ def reserve_budget(
         # The same answer for a reference of another slot: a provider cannot probe other slots' callers.
         raise _invalid("principal.ref", "is not a live caller reference of a call to this slot")
     _namespace(body.get("resource"), caller)
-    path = _resource_path(body.get("resourcePath"), caller, declared)
+    given = body.get("resourcePath")
+    path = _resource_path(given, caller)
     if declared is not None:
-        undeclared = _undeclared(declared, capability, unit, path)
+        undeclared = _undeclared(declared, capability, unit, path if given is not None else None)
         if undeclared is not None:
             raise refusal_error(ledger.refuse(undeclared, caller.subjects, provider_slot, capability, path))
     answer = ledger.reserve(
@@ -95,8 +96,9 @@ def reserve_budget(
     return answer.to_json()
 
 
-def _undeclared(declared: Declared, capability: str, unit: str, path: str) -> LimitRefusal | None:
-    """Why a reservation is outside the provider's declaration (broker/authorize's reason names), or None."""
+def _undeclared(declared: Declared, capability: str, unit: str, path: str | None) -> LimitRefusal | None:
+    """Why a reservation is outside the provider's declaration (broker/authorize's reason names), or None.
+    `path`: the resourcePath the provider gave (None: the slot's own resource path, its by default)."""
     if capability not in declared.capabilities:
         listed = ", ".join(sorted(declared.capabilities))
         text = f'Capability "{capability}" is not among this provider\'s declared capabilities ({listed})'
@@ -107,7 +109,7 @@ def _undeclared(declared: Declared, capability: str, unit: str, path: str) -> Li
             UNDECLARED_UNIT, f'Unit "{unit}" is not among this provider\'s declared budgetUnits ({listed})'
         )
     root = declared.namespace.rstrip("/")
-    if path != declared.namespace and not path.startswith(root + "/"):
+    if path is not None and path != declared.namespace and not path.startswith(root + "/"):
         text = f'resourcePath "{path}" is outside this provider\'s declared namespace "{declared.namespace}"'
         return LimitRefusal(UNDECLARED_RESOURCE, text)
     return None
@@ -178,11 +180,11 @@ def _namespace(resource: object, caller: CallerOfRef) -> None:
         raise _invalid("resource", f'must be the call\'s slot "{caller.slot}" or its resource "{caller.resource}"')
 
 
-def _resource_path(path: object, caller: CallerOfRef, declared: Declared | None) -> str:
-    """The path budget rules match: the slot's resource, or a path below it (never another part of the plant);
-    by default the declared namespace, else the slot's resource."""
+def _resource_path(path: object, caller: CallerOfRef) -> str:
+    """The path budget rules match: the slot's resource (the default), or a path below it (never another part
+    of the plant)."""
     if path is None:
-        return declared.namespace if declared is not None else caller.resource
+        return caller.resource
     if not isinstance(path, str):
         raise _invalid("resourcePath", "must be a resource path string")
     try:
