@@ -30,8 +30,9 @@ from tests.hil.targets import CI_HEARTBEAT_S, Target
 from tests.support.gateway_process import GatewayProcess, spawn
 
 TOOL_NAMES = ("get_status", "start", "set_speed", "stop", "reset_fault")
-ATTACH_TIMEOUT_S = 30.0
-"""How long a board gets to (re)attach: pump1-host's back-off reaches 4 to 8 s after a few failed dials."""
+ATTACH_TIMEOUT_S = 60.0
+"""How long a board gets to (re)attach: a serial board counts each check's short-lived gateway as a failed
+dial, so its back-off climbs to its longest (30 s by default) and it ignores broker/register meanwhile."""
 
 
 @functools.cache
@@ -131,9 +132,18 @@ class Rig:
                 names = tuple(sorted(tool.name for tool in listed.tools))
                 if names == tuple(sorted(TOOL_NAMES)):
                     return
+                if "get_status" in names:  # attached, but the token or policy shows only some tools
+                    pytest.fail(
+                        f"slot {self.slot} of {self.target.spec} lists only {', '.join(names)} for this caller: the "
+                        f"suite calls all of {', '.join(TOOL_NAMES)}, so its token (MCP_GATEWAY_TOKEN) needs "
+                        "tool.control on the slot under the gateway's [policy]"
+                    )
                 last = names
             except Exception as exc:  # not attached yet: the last failure is shown
                 last = exc
+                refused = _refused_at_the_door(exc)
+                if refused is not None and self.target.kind == "ws":
+                    pytest.fail(f"{self.target.spec} at {self.gateway_url}: {refused}")
             await asyncio.sleep(0.2)
         pytest.fail(
             f"slot {self.slot} of {self.target.spec} not attached after {timeout} s ({last!r}):\n{self.output()}"
@@ -179,3 +189,15 @@ class Rig:
 def bench_token() -> str:
     """The token of a running gateway (ws:<slot> targets), from MCP_GATEWAY_TOKEN when set."""
     return os.environ.get("MCP_GATEWAY_TOKEN", "")
+
+
+def _refused_at_the_door(exc: BaseException) -> str | None:
+    """What a running gateway's refusal means for a ws: target (no use waiting for it), or None."""
+    text = repr(exc)
+    if "401" in text or "Unauthorized" in text:
+        return "the gateway refused the caller (401): set MCP_GATEWAY_TOKEN to a token it accepts"
+    if "403" in text or "Forbidden" in text:
+        return "the gateway refused the caller (403): its token lacks the scopes of the slot"
+    if "All connection attempts failed" in text or "Connection refused" in text:
+        return "nothing answers there: check --gateway-url and that the gateway runs"
+    return None
