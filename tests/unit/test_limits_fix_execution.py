@@ -120,3 +120,90 @@ async def test_the_gateways_own_tools_give_their_place_back_at_the_cancel() -> N
         admitted_call = admitted(call(engine, "start"))
         engine.ended(admitted_call, outcome)
         assert admitted_call.released
+
+
+# --- what a refusal says of places kept by cancelled calls ----------------------------------------------
+
+ONE_SLOW = {"id": "one-slow", "match": {"capability": "tool:slow"}, "concurrency": 1}
+HELD_WORDS = (
+    "1 of them kept by a call that was cancelled or passed its deadline, until its device answers or at most "
+    "60 s after it ended (limits.cancelled_call_hold_s)"
+)
+
+
+async def test_a_place_kept_by_a_cancelled_call_is_named_with_when_time_frees_it() -> None:
+    clock = Clock()
+    engine = limits(ONE_SLOW, clock=clock)
+    first = admitted(call(engine, "slow"))
+    engine.ended(first, "cancelled")  # an SDK server never answers a cancelled request
+    clock.advance_ms(10_000)
+    refusal = refused(call(engine, "slow"))
+    assert refusal.reason == "concurrency_exceeded" and refusal.kind == "concurrency"
+    assert refusal.text == (
+        f'Execution limit "one-slow": at most 1 call in flight, and that many are ({HELD_WORDS}); '
+        "call again once one has ended"
+    )
+    assert refusal.retry_after_ms == 50_000 and refusal.data()["retryAfterMs"] == 50_000
+    clock.advance_ms(20_000)
+    assert refused(call(engine, "slow")).retry_after_ms == 30_000  # counts down with the hold
+    engine.release(first)  # the device's late answer ends the hold early
+    admitted(call(engine, "slow"))
+
+
+async def test_a_call_in_flight_beside_kept_places_gives_no_retry_after() -> None:
+    clock = Clock()
+    engine = limits({**ONE_SLOW, "concurrency": 2}, clock=clock)
+    cancelled = admitted(call(engine, "slow"))
+    engine.ended(cancelled, "timeout")
+    running = admitted(call(engine, "slow"))
+    refusal = refused(call(engine, "slow"))
+    # Freeing the kept place would let a call pass: when its hold ends.
+    assert "1 of them kept by a call that was cancelled" in refusal.text
+    assert refusal.retry_after_ms == 60_000
+    engine.release(cancelled)
+    again = admitted(call(engine, "slow"))
+    refusal = refused(call(engine, "slow"))
+    assert refusal.retry_after_ms is None and "kept" not in refusal.text  # only ending calls free a place
+    engine.ended(running, "ok")
+    engine.ended(again, "ok")
+
+
+async def test_the_hold_that_lets_the_call_pass_decides_its_retry_after() -> None:
+    clock = Clock()
+    engine = limits({**ONE_SLOW, "concurrency": 2}, clock=clock)
+    first = admitted(call(engine, "slow"))
+    second = admitted(call(engine, "slow"))
+    engine.ended(first, "cancelled")
+    clock.advance_ms(5000)
+    engine.ended(second, "cancelled")
+    refusal = refused(call(engine, "slow"))
+    assert "2 of them kept by calls that were cancelled or passed their deadlines, until their devices" in (
+        refusal.text
+    )
+    assert refusal.retry_after_ms == 55_000  # the first hold ends first; one free place is enough
+    with_live = limits(ONE_SLOW, clock=clock)
+    live = admitted(call(with_live, "slow"))
+    refusal = refused(call(with_live, "slow"))
+    assert refusal.retry_after_ms is None and "kept" not in refusal.text
+    with_live.ended(live, "ok")
+
+
+async def test_across_rules_a_kept_place_waits_only_when_time_alone_lets_the_call_pass() -> None:
+    clock = Clock()
+    agent, other = frozenset({"token:agent"}), frozenset({"token:other"})
+    per_caller = {"id": "per-caller", "match": {"capability": "tool:slow"}, "group_by": ["subject"], "concurrency": 1}
+    engine = limits(ONE_SLOW, {**per_caller, "concurrency": 2}, clock=clock)
+    engine.ended(admitted(call(engine, "slow", subjects=agent)), "cancelled")
+    assert refused(call(engine, "slow", subjects=other)).retry_after_ms == 60_000  # the other rule has room
+    # A rule that only an ending call frees decides: time alone does not let the call pass.
+    engine = limits({**ONE_SLOW, "concurrency": 2}, per_caller, clock=clock)
+    live = admitted(call(engine, "slow", subjects=agent))
+    engine.ended(admitted(call(engine, "slow", subjects=other)), "cancelled")
+    refusal = refused(call(engine, "slow", subjects=agent))
+    assert (refusal.rule_id, refusal.retry_after_ms) == ("per-caller", None)
+    engine.ended(live, "ok")
+    # The hold ends in 60 s, the calls window frees in 120 s: the longer wait decides.
+    engine = limits({**ONE_SLOW, "calls": {"max": 1, "window_ms": 120_000}}, clock=clock)
+    engine.ended(admitted(call(engine, "slow")), "cancelled")
+    refusal = refused(call(engine, "slow"))
+    assert (refusal.kind, refusal.retry_after_ms) == ("calls", 120_000)

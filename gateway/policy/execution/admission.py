@@ -47,6 +47,8 @@ class Admission:
     """The slot the call went to."""
     kept: asyncio.TimerHandle | None = None
     """While a cancelled call keeps its places (`ExecutionLimits.keep`): the bound that gives them back."""
+    kept_until: tuple[float, float] | None = None
+    """While kept: (when the bound ends, on the limits' clock in ms; the bound in s), noted in each group."""
 
 
 class ExecutionLimits:
@@ -123,6 +125,11 @@ class ExecutionLimits:
         if admission.kept is not None:
             admission.kept.cancel()
             admission.kept = None
+        if admission.kept_until is not None:
+            for place in admission.held:
+                if admission.kept_until in place.group.kept:
+                    place.group.kept.remove(admission.kept_until)
+            admission.kept_until = None
         if not admission.released and admission.held:
             debits.release(admission.held, self.now_ms())
         admission.released = True
@@ -145,7 +152,11 @@ class ExecutionLimits:
             admission.released = True
             return
         loop = asyncio.get_running_loop()
-        admission.kept = loop.call_later(self.kept_after_cancel_s, self.release, admission)
+        hold_s = self.kept_after_cancel_s
+        admission.kept = loop.call_later(hold_s, self.release, admission)
+        admission.kept_until = (self.now_ms() + hold_s * 1000, hold_s)
+        for place in admission.held:
+            place.group.kept.append(admission.kept_until)
 
     def _refused(self, refusal: LimitRefusal, target: Target, **context: Any) -> None:
         who = identity_of(target.subjects)

@@ -28,11 +28,14 @@ A full rule looks at as many as it takes to find room."""
 class GroupCounters:
     """One group of one rule: a window per windowed limit, and its calls in flight."""
 
-    __slots__ = ("in_flight", "scheduled", "windows")
+    __slots__ = ("in_flight", "kept", "scheduled", "windows")
 
     def __init__(self, rule: LimitRule) -> None:
         self.windows = {spec.kind: SlidingWindow(spec) for spec in rule.windows}
         self.in_flight = 0
+        self.kept: list[tuple[float, float]] = []
+        """Of the places in flight, those kept by cancelled or timed-out calls: (when the hold ends in ms,
+        the hold's length in s), so a refusal can say when time alone frees them."""
         self.scheduled = False
         """The group has an entry in its rule's idle heap."""
 

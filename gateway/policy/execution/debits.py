@@ -64,7 +64,7 @@ def plan(
             # Every full window and a full concurrency, so the rule's answer is the one that decides.
             found = _windows(counters, key, group, windows, quantity, now_ms)
             if hold and rule.concurrency is not None and group.in_flight >= rule.concurrency:
-                found.append(_concurrency(counters, key))
+                found.append(_concurrency(counters, key, group, now_ms))
             refused = deciding(found)
         if refused is not None:
             refusals.append(refused)
@@ -144,16 +144,37 @@ def _too_much(counters: RuleCounters, windows: Iterable[WindowSpec], quantity: i
     return None
 
 
-def _concurrency(counters: RuleCounters, key: GroupKey) -> LimitRefusal:
+def _concurrency(counters: RuleCounters, key: GroupKey, group: GroupCounters, now_ms: float) -> LimitRefusal:
+    """The rule's concurrency is full. Places kept by cancelled or timed-out calls are named, and when
+    freeing only those lets the call pass, retryAfterMs is when enough of their holds have ended."""
     rule = counters.rule
     limit = rule.concurrency
+    assert limit is not None
     calls = "call" if limit == 1 else "calls"
+    kept = sorted(group.kept)
+    held, retry = "", None
+    if kept:
+        hold_s = max(length for _, length in kept)
+        one = len(kept) == 1
+        by = (
+            "a call that was cancelled or passed its deadline"
+            if one
+            else "calls that were cancelled or passed their deadlines"
+        )
+        until = "its device answers or at most" if one else "their devices answer or at most"
+        held = (
+            f" ({len(kept)} of them kept by {by}, until {until} {hold_s:g} s after "
+            f"{'it' if one else 'each'} ended (limits.cancelled_call_hold_s))"
+        )
+        freed = group.in_flight - limit + 1  # places that must end before one more call fits
+        if freed <= len(kept):
+            retry = max(1, math.ceil(kept[freed - 1][0] - now_ms))
     return LimitRefusal(
         CONCURRENCY_EXCEEDED,
         f'Execution limit "{rule.id}": at most {limit} {calls} in flight{_scope(counters, key)}, and that many '
-        "are; call again once one has ended",
+        f"are{held}; call again once one has ended",
         rule.id,
-        None,
+        retry,
         "concurrency",
     )
 
