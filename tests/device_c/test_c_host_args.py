@@ -108,11 +108,11 @@ def test_a_token_over_the_host_programs_bound_is_refused(pump1_host: Path, tmp_p
     assert "the token is longer than 511 bytes" in done.stderr
 
 
-@pytest.mark.parametrize("seconds", ["0", "-1", "86401", "2x", "", "nan", "inf"])
+@pytest.mark.parametrize("seconds", ["0", "-1", "0.0004", "1e-300", "86401", "2x", "", "nan", "inf"])
 def test_a_deadman_that_is_not_seconds_up_to_a_day_is_refused_with_the_usage(pump1_host: Path, seconds: str) -> None:
     done = run_briefly(pump1_host, "--url", "ws://127.0.0.1:9", "--slot", SLOT, "--deadman-s", seconds)
     assert done.returncode == 2, done.stderr
-    assert "--deadman-s must be a number of seconds above 0 and at most 86400" in done.stderr, done.stderr
+    assert "--deadman-s must be a number of seconds from 0.001 to 86400" in done.stderr, done.stderr
     assert "[--deadman-s S]" in done.stderr, "the usage names the option"
 
 

@@ -80,14 +80,14 @@ static int parse_url(host_args_t *args, const char *url)
     return 0;
 }
 
-/* --deadman-s: seconds, more than 0 and at most a day; the pump core would take a bad value for
- * its default silently, so the command line refuses it. */
+/* --deadman-s: seconds, from a millisecond (the pump counts whole milliseconds: less would be 0) to a
+ * day; the pump core would take a bad value for its default silently, so the command line refuses it. */
 static int parse_deadman(host_args_t *args, const char *value)
 {
     char *end = NULL;
     double seconds = strtod(value, &end);
-    if (end == value || *end != '\0' || !(seconds > 0 && seconds <= HOST_DEADMAN_MAX_S)) {
-        return complain("--deadman-s must be a number of seconds above 0 and at most "
+    if (end == value || *end != '\0' || !(seconds >= 0.001 && seconds <= HOST_DEADMAN_MAX_S)) {
+        return complain("--deadman-s must be a number of seconds from 0.001 to "
                         HOST_STRING(HOST_DEADMAN_MAX_S), value);
     }
     args->deadman_s = seconds;
