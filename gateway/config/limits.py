@@ -145,6 +145,11 @@ class LimitsConfig(Section):
     max_used_confirmations_per_caller: PositiveInt = 256
     """As many of one caller's (its principal), so one caller answering its own questions in a loop cannot
     fill max_used_confirmations and keep every other caller's answers from counting."""
+    max_budget_reservations: PositiveInt = 10_000
+    """Records in the budget ledger (broker/budget/reserve): past it the oldest settled or expired record is
+    dropped, and with every record a live grant a reservation is refused ledger_full."""
+    max_budget_reservations_per_caller: PositiveInt = 1_000
+    """Live (unsettled, unexpired) reservations made for one caller, so one caller cannot fill the ledger."""
     cancelled_call_hold_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
     """How long a governed call that was cancelled or passed its deadline keeps its [[execution_limits]]
     concurrency places at most, waiting for the device's late answer (the device may still be working)."""

@@ -787,7 +787,9 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
     )
     governor = Governor(policy, trail, schemas, source=config.policy)
     governor.repeat_interval_s = config.logging.repeat_interval_s
-    governor.limits.kept_after_cancel_s = limits.cancelled_call_hold_s
+    governor.limits.bound(
+        limits.cancelled_call_hold_s, limits.max_budget_reservations, limits.max_budget_reservations_per_caller
+    )
     governor.clients_authenticated = config.auth_configured  # turning [auth] on or off needs a restart
     governor.bound_approvals(limits.max_pending_approvals, limits.max_pending_approvals_per_caller)
     governor.confirmations.bound_used(limits.max_used_confirmations, limits.max_used_confirmations_per_caller)

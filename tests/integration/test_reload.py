@@ -299,6 +299,36 @@ async def test_the_bounds_of_calls_waiting_for_approval_change_at_a_reload(
     assert (approvals.limit, approvals.per_caller) == (100, 5)
 
 
+async def test_the_execution_limits_bounds_change_at_a_reload(reloadable: Reloadable, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(policy_toml(CONFIRM_POLICY))
+    head = f"port = 0\n[policy]\nfile = {json.dumps(str(policy))}\n"
+    server = await reloadable(head + "[limits]\nmax_budget_reservations = 500\n")
+    assert server.governor is not None
+    limits = server.governor.limits
+    assert (limits.kept_after_cancel_s, limits.budget.max_reservations, limits.budget.max_live_per_caller) == (
+        60.0,
+        500,
+        1000,
+    )
+    rewrite(
+        server,
+        head + "[limits]\ncancelled_call_hold_s = 5\nmax_budget_reservations = 400\n"
+        "max_budget_reservations_per_caller = 20\n",
+    )
+    report = await server.reload()
+    assert set(report.changes) == {
+        "limits.cancelled_call_hold_s 60 -> 5",
+        "limits.max_budget_reservations 500 -> 400",
+        "limits.max_budget_reservations_per_caller 1000 -> 20",
+    }
+    assert (limits.kept_after_cancel_s, limits.budget.max_reservations, limits.budget.max_live_per_caller) == (
+        5.0,
+        400,
+        20,
+    )
+
+
 async def test_telemetry_changes_through_its_own_reload_and_a_bad_value_changes_nothing(
     reloadable: Reloadable, tmp_path: Path
 ) -> None:

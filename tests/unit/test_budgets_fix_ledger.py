@@ -84,7 +84,7 @@ def test_one_caller_holds_a_bounded_share_of_live_reservations() -> None:
     reserve(limits, "ref-a", "k2")
     bounded = refused(limits, "ref-a", "k3")
     assert bounded.data == {"reason": "caller_reservations_full", "retryAfterMs": 9000}
-    assert "max_live_per_caller 2" in bounded.message
+    assert "(limits.max_budget_reservations_per_caller 2)" in bounded.message
     reserve(limits, "ref-b", "k1")  # another caller is not locked out
     settle(limits, held)
     reserve(limits, "ref-a", "k3")  # a settled reservation is no longer live

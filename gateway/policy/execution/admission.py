@@ -119,6 +119,13 @@ class ExecutionLimits:
             return planned
         return Admission(debits.commit(planned, 1, now), slot=slot)
 
+    def bound(self, kept_after_cancel_s: float, max_reservations: int, max_live_per_caller: int) -> None:
+        """The [limits] bounds in force (at start and at each reload): how long a cancelled call keeps its
+        places, and the budget ledger's records in all and live per caller."""
+        self.kept_after_cancel_s = kept_after_cancel_s
+        self.budget.max_reservations = max_reservations
+        self.budget.max_live_per_caller = max_live_per_caller
+
     def release(self, admission: Admission) -> None:
         """The call ended (answered, failed, or was never forwarded; a kept call's late answer came or its
         bound passed): its concurrency places are free again. Releasing twice is harmless."""

@@ -219,7 +219,7 @@ class BudgetLedger:
                 wait = min(self._records[rid].expires_ms for rid in mine) - now
                 text = (
                     f"This caller holds {len(mine)} live reservations, the most one caller may "
-                    f"(max_live_per_caller {self.max_live_per_caller}); settle some first"
+                    f"(limits.max_budget_reservations_per_caller {self.max_live_per_caller}); settle some first"
                 )
                 return LimitRefusal(CALLER_RESERVATIONS_FULL, text, None, max(1, math.ceil(wait)))
         if len(self._records) < self.max_reservations:
@@ -230,7 +230,10 @@ class BudgetLedger:
             self._drop(oldest)
             return None
         wait = min(kept.expires_ms for kept in self._records.values()) - now
-        text = f"The budget ledger holds its maximum of {self.max_reservations} live reservations"
+        text = (
+            f"The budget ledger holds its maximum of {self.max_reservations} live reservations "
+            "(limits.max_budget_reservations)"
+        )
         return LimitRefusal(LEDGER_FULL, text, None, max(1, math.ceil(wait)))
 
     def _drop(self, reservation_id: str) -> None:

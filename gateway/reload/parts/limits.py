@@ -33,6 +33,8 @@ OWNS = (
     "limits.max_used_confirmations",
     "limits.max_used_confirmations_per_caller",
     "limits.cancelled_call_hold_s",
+    "limits.max_budget_reservations",
+    "limits.max_budget_reservations_per_caller",
 )
 
 
@@ -76,7 +78,9 @@ class LimitsSwap(Prepared):
         gateway.aggregate.names.max_retired = RETIRED_PER_SLOT * limits.max_slots
         gateway.groups.names.max_retired = RETIRED_PER_SLOT * limits.max_slots
         if running.governor is not None:
-            running.governor.limits.kept_after_cancel_s = limits.cancelled_call_hold_s
+            running.governor.limits.bound(
+                limits.cancelled_call_hold_s, limits.max_budget_reservations, limits.max_budget_reservations_per_caller
+            )
             running.governor.bound_approvals(limits.max_pending_approvals, limits.max_pending_approvals_per_caller)
             running.governor.confirmations.bound_used(
                 limits.max_used_confirmations, limits.max_used_confirmations_per_caller
