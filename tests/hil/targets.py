@@ -24,7 +24,8 @@ CAPABILITIES = {
     "restart_gateway": "the suite runs the gateway, so it can stop it past the dead-man and start it again",
     "inject_faults": "faults are injected only through the simulator's control endpoint",
     "fresh_boot": "the suite boots the board for each check, so its state after boot is known",
-    "ungoverned": "the suite's gateway has no [policy]: an out-of-range speed reaches the board itself",
+    "ungoverned": "the suite's gateway has no [policy]: an out-of-range speed, or a start without one, "
+    "reaches the board",
 }
 
 

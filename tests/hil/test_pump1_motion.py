@@ -78,6 +78,7 @@ async def test_ramp_up_and_down_at_most_600_rpm_per_s_with_starting_and_stopping
         assert down[-1][2]["setpoint_rpm"] == target, "stop keeps the setpoint"
 
 
+@pytest.mark.needs("ungoverned")  # a policy bounding speed_rpm refuses a start without one
 async def test_start_without_speed_runs_at_the_last_setpoint(rig: Rig) -> None:
     async with rig.client() as client:
         await status_of(client, "start", {"speed_rpm": 600})
