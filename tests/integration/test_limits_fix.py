@@ -17,9 +17,9 @@ from gateway.app import GatewayServer
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
-from tests.integration.test_cancel_crosses_answer import AgentSession, board_in, cancels, final
+from tests.integration.test_cancel_crosses_answer import AgentSession, answered_normally, board_in, cancels, final
 from tests.integration.test_execution_limits import client
-from tests.support.southbound import Boards, ScriptedBoard
+from tests.support.southbound import Boards
 
 AGENT = "limits-fix-agent-token-0123456789abcdef"
 ONE_VALVE = {"id": "one-valve", "match": {"capability": "tool:valve"}, "concurrency": 1}
@@ -44,15 +44,6 @@ async def refused_at_once(client: AgentSession) -> dict[str, Any]:
     status, _, told = await asyncio.wait_for(client.post(body), 5)
     assert status == 200, told
     return final(told)
-
-
-async def passes(client: AgentSession, board: ScriptedBoard) -> None:
-    body = client.request_body("tools/call", {"name": "valve", "arguments": {"open": False}})
-    call = asyncio.create_task(client.post(body))
-    forwarded = await board.request("tools/call")
-    await board.reply(forwarded, {"content": [{"type": "text", "text": "closed"}]})
-    _, _, told = await asyncio.wait_for(call, 5)
-    assert final(told)["result"]["content"][0]["text"] == "closed"
 
 
 @pytest.mark.parametrize("ends_by", ["cancel", "deadline"])
@@ -93,7 +84,7 @@ async def test_a_cancelled_or_timed_out_call_keeps_its_place_until_the_devices_l
         # Its late answer gives the place back, once.
         await board.send({"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": []}})
         await wait_for(lambda: in_flight(gateway) == 0, what="the place given back at the late answer")
-        await passes(second, board)
+        await answered_normally(second, board)
         assert in_flight(gateway) == 0
 
 
@@ -176,4 +167,4 @@ async def test_a_cancelled_call_gives_its_place_back_after_limits_cancelled_call
         assert in_flight(gateway) == 1
         # No late answer: the place comes back once the hold has passed.
         await wait_for(lambda: in_flight(gateway) == 0, timeout=5, what="the place given back after the hold")
-        await passes(second, board)
+        await answered_normally(second, board)

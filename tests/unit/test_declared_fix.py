@@ -5,7 +5,6 @@ follow the declared path, and "*" grants callers, not a provider's own work."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -14,13 +13,13 @@ from gateway.config.declarations import DeclarationsConfig
 from gateway.core import errors
 from gateway.core.policy_interface import ProviderOrigin
 from gateway.core.principal import Principal
-from gateway.policy.audit.trail import AuditTrail
 from gateway.policy.claims import MAX_CLAIM_CHARS, MAX_GROUPS, client_from_claims, groups_from_claims
 from gateway.policy.declarations.authority import ProviderAuthority
 from gateway.policy.declarations.validation import DeclareContext, check_declaration
 from gateway.policy.rules import Policy, PolicyError, subjects_of
 from gateway.policy.rules.checking import check_policy
 from gateway.policy.rules.subjects import subject_error
+from tests.unit.test_provider_declarations import Clock, Source
 
 DECLARE = "broker/authorization/declare"
 AUTHORIZE = "broker/authorize"
@@ -50,26 +49,6 @@ TOKEN_OP = Principal("op", "token")
 LISTED = 20
 """Problems a refusal lists (validation.LISTED), each at most 300 characters (ERROR_CHARS)."""
 ERROR_CHARS = 300
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
-class Source:
-    """What the authority reads of the Governor."""
-
-    policy: Policy
-    trail: AuditTrail | None = None
-    reloads: int = 0
-
-    def subjects(self, principal: Principal) -> frozenset[str]:
-        return subjects_of(principal)
 
 
 def authority(clock: Clock | None = None) -> ProviderAuthority:
