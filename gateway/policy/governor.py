@@ -575,9 +575,9 @@ class Governor:
             )
         if waiting is not None and not self._may_decide(subjects, waiting):
             raise errors.forbidden(
-                f"Approval {approval_id} is for {waiting.tool} on {waiting.slot}, which the operator's policy in force "
-                "does not let you call: only a principal that may make a call itself approves or denies it",
-                {"reason": "approver_not_permitted", "approval": approval_id, "slot": waiting.slot},
+                f"Approval {approval_id} is for a call the operator's policy in force does not let you make: only a "
+                "principal that may make a call itself approves or denies it (nor learns its tool and slot)",
+                {"reason": "approver_not_permitted", "approval": approval_id},
             )
         if waiting is not None and waiting.state != "pending":
             raise _already_decided(waiting, approvals.monotonic())
