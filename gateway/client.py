@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import json
 import os
 import unicodedata
 from collections.abc import Callable
@@ -76,9 +78,15 @@ def broker_tool_hint(tool: str) -> str:
     )
 
 
+INTEGER_RANGE = (-(1 << 63), (1 << 64) - 1)
+"""The integers a request carries exactly: the gateway reads JSON with orjson, which turns one beyond
+64 bits into a float (99999999999999999999999 into 1e+23)."""
+
+
 def parse_arguments(pairs: list[str]) -> dict[str, Any]:
     """`key=value` pairs; a value that parses as JSON is taken as JSON (numbers, booleans, objects), any other
-    as text (so `01200`, not JSON, is the string "01200"). A key given twice is refused, not the last kept."""
+    as text (so `01200`, not JSON, is the string "01200"). A key given twice is refused, not the last kept,
+    and so is an integer outside INTEGER_RANGE, which would arrive as another number."""
     arguments: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
@@ -87,10 +95,27 @@ def parse_arguments(pairs: list[str]) -> dict[str, Any]:
         if key in arguments:
             raise ValueError(f"argument {key!r} is given twice; give each argument once")
         try:
-            arguments[key] = orjson.loads(text)
+            orjson.loads(text)
         except orjson.JSONDecodeError:
             arguments[key] = text
+            continue
+        # JSON: read again with the json module, whose integers are exact, to refuse one out of range.
+        try:
+            arguments[key] = json.loads(text, parse_int=functools.partial(_exact_integer, key))
+        except RecursionError:
+            raise ValueError(f"argument {key!r} is JSON nested too deeply for the command to read") from None
     return arguments
+
+
+def _exact_integer(key: str, digits: str) -> int:
+    value = int(digits)
+    low, high = INTEGER_RANGE
+    if not low <= value <= high:
+        raise ValueError(
+            f"argument {key!r}: the integer {digits} is outside {low}..{high}, the integers a call carries "
+            f"exactly; to send it as text, quote it: {key}='\"{digits}\"'"
+        )
+    return value
 
 
 CLAMP_NOTE = "The gateway clamped arguments to the operator's limits: "
@@ -163,11 +188,16 @@ def _result_text(result: dict[str, Any]) -> str:
     answer = device_answer(result)
     content = answer.get("content")
     texts = [
-        block.get("text", "")
+        _shown_text(block.get("text", ""))
         for block in (content if isinstance(content, list) else [])
         if isinstance(block, dict) and block.get("type") == "text"
     ]
     return "\n".join(texts) if texts else orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode()
+
+
+def _shown_text(text: Any) -> str:
+    """A text item's `text`; as JSON when a provider put another value there (a number, null, an object)."""
+    return text if isinstance(text, str) else orjson.dumps(text).decode()
 
 
 def never_held(entry: dict[str, Any]) -> bool:
@@ -280,9 +310,11 @@ def render_tools(tools: list[dict[str, Any]], full: bool = False, width: int | N
         if isinstance(schema, dict):
             properties = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
             required = schema["required"] if isinstance(schema.get("required"), list) else []
-        # Required arguments first, each group in the schema's order.
-        names = sorted(properties, key=lambda name: name not in required)
-        arguments = (_argument(str(n), properties[n], n in required) for n in names)
+        # Required arguments first, each group in the schema's order; one required but not among the
+        # properties is listed too (any value), as the tool cannot be called without it.
+        unlisted = [name for name in required if isinstance(name, str) and name not in properties]
+        names = sorted([*properties, *dict.fromkeys(unlisted)], key=lambda name: name not in required)
+        arguments = (_argument(str(n), properties.get(n), n in required) for n in names)
         lines.append(" ".join([name_cell(str(tool.get("name"))), *arguments]))
         description = str(tool.get("description") or "")
         if description:
@@ -302,6 +334,15 @@ DEFAULT_TIMEOUT_S = 60.0
 commands' --timeout, docs/configuration.md): four times the gateway's default SSE keepalive interval
 (limits.sse_keepalive_s, 15 s), which a gateway still carrying out a call sends, so a long call is
 waited for as long as the gateway keeps it (its request_timeout_ms ends it), a silent peer is not."""
+
+
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The largest answer a command reads (a JSON body, or one event of an event stream), as the stdio bridge
+(its MAX_LINE_BYTES): the gateway streams a long call's answer as one event of any size."""
+
+MAX_TOOLS_PAGES = 64
+"""The most tools/list pages a command follows: the gateway's own bound on a provider's pages
+(providers.max_tools_pages, 64 by default)."""
 
 
 class GatewayClient:
@@ -400,7 +441,7 @@ class GatewayClient:
                 content_type = response.headers.get("Content-Type", "")
                 if content_type.startswith("text/event-stream"):
                     return await _last_response_event(response, self.url)
-                body = await response.read()
+                body = await _bounded_body(response, self.url)
                 try:
                     decoded: dict[str, Any] = orjson.loads(body)
                 except orjson.JSONDecodeError:
@@ -428,6 +469,8 @@ class GatewayClient:
             raise GatewayCallError(_unreachable(self.url, exc)) from exc
         except aiohttp.ClientConnectionError as exc:
             raise GatewayCallError(_unreachable(self.url, exc)) from exc
+        except aiohttp.ClientPayloadError as exc:  # the answer began, then its connection ended
+            raise GatewayCallError(self._broke_off(message, exc)) from exc
         except aiohttp.ClientResponseError as exc:
             if not _is_tls_alert(exc) or not self.url.startswith("http://"):
                 raise
@@ -444,6 +487,14 @@ class GatewayClient:
             text += "; the call may have reached the device"
         if self.url.startswith("http://"):
             text += f"; {TLS_HINT}"
+        return text
+
+    def _broke_off(self, message: dict[str, Any], exc: Exception) -> str:
+        """An answer cut off mid-way (the gateway stopped, the network failed): as the stdio bridge says
+        it, a tool call may have been carried out all the same."""
+        text = f"the answer from the gateway at {self.url} broke off ({terminal_text(str(exc))})"
+        if self._calls_a_device(message):
+            text += "; the call may have reached the device: check its effect before calling it again"
         return text
 
     def _no_answer(self, message: dict[str, Any], exc: TimeoutError) -> str:
@@ -500,16 +551,29 @@ class GatewayClient:
         return _result_of(method, answer, self.url)
 
     async def list_tools(self) -> list[dict[str, Any]]:
-        """Every tool the slot lists, page after page."""
+        """Every tool the slot lists, page after page: at most MAX_TOOLS_PAGES pages, and a cursor that
+        comes back (a listing that would never end) is refused."""
         listed: list[dict[str, Any]] = []
         params: dict[str, Any] = {}
-        while True:
+        seen: set[str] = set()
+        for _ in range(MAX_TOOLS_PAGES):
             result = await self.request("tools/list", params)
-            listed.extend(tool for tool in result.get("tools", []) if isinstance(tool, dict))
+            tools = result.get("tools")
+            listed.extend(tool for tool in (tools if isinstance(tools, list) else []) if isinstance(tool, dict))
             cursor = result.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
                 return listed
+            if cursor in seen:
+                raise GatewayCallError(
+                    f"the tools/list of {self.url} gives the cursor {_json_excerpt(cursor)} a second time: "
+                    "a listing that never ends (no gateway sends one)"
+                )
+            seen.add(cursor)
             params = {"cursor": cursor}
+        raise GatewayCallError(
+            f"the tools/list of {self.url} goes on past {MAX_TOOLS_PAGES} pages (MAX_TOOLS_PAGES), the most "
+            "a command reads (the gateway lists a slot's tools in one page)"
+        )
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         params = {"name": name, "arguments": arguments}
@@ -667,23 +731,62 @@ def _not_json(url: str, status: int, content_type: str, body: bytes) -> str:
     return f"HTTP {status} from {url} ({terminal_text(media)}), not JSON: {text}"
 
 
+def _too_large(url: str) -> GatewayCallError:
+    return GatewayCallError(
+        f"the answer from {url} is larger than {MAX_ANSWER_BYTES} bytes (MAX_ANSWER_BYTES), the most a command "
+        "reads; ask for less (one slot or a tool group instead of _all, a smaller result)"
+    )
+
+
+async def _bounded_body(response: aiohttp.ClientResponse, url: str) -> bytes:
+    """The body of `response`, read up to MAX_ANSWER_BYTES; a GatewayCallError naming `url` past it."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise _too_large(url)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _last_response_event(response: aiohttp.ClientResponse, url: str) -> dict[str, Any] | None:
-    """The last response in an event stream; a GatewayCallError naming `url` for a line that is not UTF-8
-    or an event whose data is not JSON (no gateway sends either)."""
+    """The last response in an event stream (comments and keepalives skipped, an event's data lines
+    joined), each line and event up to MAX_ANSWER_BYTES; a GatewayCallError naming `url` for a larger
+    one, a line that is not UTF-8 or an event whose data is not JSON (no gateway sends either)."""
+    from aiohttp.http_exceptions import LineTooLong
+
     answer: dict[str, Any] | None = None
     where = f"HTTP {response.status} from {url} (text/event-stream)"
-    async for raw in response.content:
+    data: list[str] = []
+    size = 0
+    while True:
+        try:
+            raw = await response.content.readline(max_line_length=MAX_ANSWER_BYTES + 2)  # with its CR LF
+        except LineTooLong:
+            raise _too_large(url) from None
         try:
             line = raw.decode().rstrip("\r\n")
         except UnicodeDecodeError:
             raise GatewayCallError(f"{where}: a line that is not UTF-8") from None
         if line.startswith("data:"):
-            data = line[5:].strip()
-            try:
-                message = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                excerpt = data if len(data) <= EXCERPT_CHARS else data[: EXCERPT_CHARS - 1] + "…"
-                raise GatewayCallError(f"{where}: an event whose data is not JSON: {terminal_text(excerpt)}") from None
+            value = line[5:]
+            data.append(value[1:] if value.startswith(" ") else value)
+            size += len(value)
+            if size > MAX_ANSWER_BYTES:
+                raise _too_large(url)
+        elif not line and data:  # an empty line ends the event; one at the end of the stream too
+            message = _event_message(where, "\n".join(data))
             if isinstance(message, dict) and ("result" in message or "error" in message):
                 answer = message
-    return answer
+            data, size = [], 0
+        if not raw:
+            return answer
+
+
+def _event_message(where: str, data: str) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        excerpt = data if len(data) <= EXCERPT_CHARS else data[: EXCERPT_CHARS - 1] + "…"
+        raise GatewayCallError(f"{where}: an event whose data is not JSON: {terminal_text(excerpt)}") from None

@@ -54,10 +54,10 @@ def refused(result: dict[str, Any], as_json: bool) -> int:
     """A tool error of _broker (an approval id no call waits under, or a call already decided, named with
     whose decision holds): said on stderr, exit 1; with --json the answer goes to stdout as well, so a
     script reads its data (reason, decided_by)."""
-    from gateway.client import render_result
+    from gateway.client import render_result, terminal_text
 
-    if as_json:
-        sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
+    if as_json:  # escaped as render_result is: the answer carries what callers and providers wrote
+        sys.stdout.write(terminal_text(json.dumps(result, ensure_ascii=False)) + "\n")
     print(f"mcp-gateway approve: {render_result(result)}", file=sys.stderr)
     return 1
 
@@ -65,8 +65,10 @@ def refused(result: dict[str, Any], as_json: bool) -> int:
 def refused_by_error(exc: GatewayCallError, as_json: bool) -> int:
     """A JSON-RPC error of _broker (a caller deciding its own call, a caller without the rights): said on
     stderr, exit 1; with --json the error object goes to stdout as a tool error's answer does."""
+    from gateway.client import terminal_text
+
     if as_json and exc.error is not None:
-        sys.stdout.write(json.dumps({"error": exc.error}, ensure_ascii=False) + "\n")
+        sys.stdout.write(terminal_text(json.dumps({"error": exc.error}, ensure_ascii=False)) + "\n")
     print(f"mcp-gateway approve: {exc}", file=sys.stderr)
     return 1
 

@@ -18,6 +18,7 @@ from gateway.cli.common import (
     gateway_timeout_option,
     gateway_url_option,
 )
+from gateway.cli.parsing import intermixed
 from gateway.client import GatewayCallError
 from gateway.config import ConfigError
 
@@ -100,16 +101,20 @@ def as_written(text: str) -> str:
 
 
 def cmd_slots(args: argparse.Namespace) -> int:
-    from gateway.client import listed_slots, slots_table
+    from gateway.client import listed_slots, slots_table, terminal_text
 
+    if refused_as_not_utf8("slots", [("--url", args.url)]):
+        return 2
     escape_unencodable_output()
 
     async def go() -> int:
         async with gateway_client(args, "_broker") as client:
             result = await client.call_tool("providers_list", {})
         listed, note = listed_slots(result, show_all=args.all)
-        if args.json:
-            sys.stdout.write(orjson.dumps(listed, option=orjson.OPT_INDENT_2).decode() + "\n")
+        if args.json:  # the same JSON, with what does not print escaped in its strings (a provider's words)
+            sys.stdout.write(
+                terminal_text(orjson.dumps(listed, option=orjson.OPT_INDENT_2).decode(), lines=True) + "\n"
+            )
         else:
             sys.stdout.write(slots_table(listed, as_written) + "\n")
         if note:  # on stderr: stdout stays the slots, for scripts
@@ -120,9 +125,31 @@ def cmd_slots(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def refused_as_not_utf8(command: str, named: list[tuple[str, str | None]]) -> bool:
+    """Whether one of `named` (what it is, the text given) holds bytes that are no UTF-8 (a Latin-1
+    terminal, a script in another encoding): no URL, JSON or tool name can carry them. The first one
+    is named on stderr."""
+    from gateway.cli.process import not_utf8
+    from gateway.client import terminal_text
+
+    for what, text in named:
+        shown = not_utf8(text or "")
+        if shown is not None:
+            print(
+                f"mcp-gateway {command}: {what} {terminal_text(shown)} is not UTF-8 (the bytes shown as \\x..): "
+                "give it in UTF-8",
+                file=sys.stderr,
+            )
+            return True
+    return False
+
+
 def cmd_call(args: argparse.Namespace) -> int:
     from gateway.client import gateway_notes, gateway_refusal, parse_arguments, render_result, terminal_text
 
+    given = [("the slot", args.slot), ("the tool", args.tool), ("--url", args.url)]
+    if refused_as_not_utf8("call", [*given, *(("the argument", pair) for pair in args.arguments)]):
+        return 2
     try:
         arguments = parse_arguments(args.arguments)
     except ValueError as exc:
@@ -152,6 +179,8 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
 
     if (args.file is None) == (args.slot is None):
         print("mcp-gateway schema-hash: give either a schema FILE or --slot SLOT", file=sys.stderr)
+        return 2
+    if refused_as_not_utf8("schema-hash", [("--slot", args.slot), ("--url", args.url)]):
         return 2
     if args.file is not None:
         try:
@@ -211,6 +240,8 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
     from gateway.client import render_tools, terminal_text
 
+    if refused_as_not_utf8("tools", [("the slot", args.slot), ("--url", args.url)]):
+        return 2
     escape_unencodable_output()
 
     async def go() -> int:
@@ -256,6 +287,7 @@ def add_calls(commands: Commands) -> None:
     tools.set_defaults(func=cmd_tools)
 
     call = commands.add_parser("call", help="call a tool on a slot of a running gateway")
+    intermixed(call)  # `call SLOT TOOL a=1 --timeout 5 b=2`: options among the key=value arguments
     call.add_argument("slot", help="the slot to call, e.g. pump-1 (mcp-gateway slots lists them)")
     call.add_argument("tool", help="the tool's name, as mcp-gateway tools SLOT lists it, e.g. get_status")
     # A default keeps argparse from reporting key=value as required when tool is missing too.

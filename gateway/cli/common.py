@@ -272,12 +272,18 @@ def refuse_insecure_bind(config: GatewayConfig) -> str | None:
 def _read_credential_file(path: str, what: str) -> str:
     """The credential a file holds, as the gateway reads its own secret files (secret_from_text: a
     byte-order mark skipped, white space around it stripped, more than one non-empty line refused:
-    a line break would end up in an HTTP header); ValueError naming `what` and the file."""
+    a line break would end up in an HTTP header); ValueError naming `what` and the file. A regular
+    file only, of at most MAX_SECRET_FILE_BYTES: a FIFO with no writer would hang the command, a
+    device such as /dev/zero fill its memory."""
     from gateway.config.auth import secret_from_text
+    from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        text = read_regular_file(path, what, MAX_SECRET_FILE_BYTES).decode("utf-8")
+    except FileRefused as exc:
+        raise ValueError(
+            f"{what} {path}: cannot be used: it is {exc.reason}; give a file holding the credential"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{what} {path}: cannot be read ({exc})") from None
     return secret_from_text(text, f"{what} {path}")

@@ -4,7 +4,8 @@ The registry (gateway/devices/registry.py) lists every board whose hello the gat
 id (the MAC on an ESP32), whether `mcp-gateway device install` adopted it, and its last flash
 (`mcp-gateway flash`; a board flashed but never heard is listed too; the whole history:
 `devices flashes`, gateway/cli/devices_flashes.py). The table escapes text that does not print
-(devices_flashes.cell): hellos and flash records hold what boards and files said. A revoked identity is
+(devices_flashes.cell), --json writes it as its JSON escape (terminal_text): hellos and flash records
+hold what boards and files said. A revoked identity is
 refused from the board's next dial (HTTP 401, "provider_identity_revoked"); the running gateway reads
 the registry at each check, so neither a restart nor a reload is needed. An MQTT board's credential is
 its user in mosquitto's password file: revoking removes that user (then mosquitto must be reloaded,
@@ -82,6 +83,7 @@ def render(rows: list[Any], flashes: dict[str, Any] | None = None) -> str:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
+    from gateway.client import terminal_text
     from gateway.devices.flashes import last_flashes
 
     registry = _registry(args)
@@ -105,7 +107,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
             record.pop("revoked")
             flash = flashes.get(row.device_id)
             record["last_flash"] = vars(flash) if flash is not None else None
-            sys.stdout.write(orjson.dumps(record).decode() + "\n")
+            # Escaped where it does not print (the same JSON): hellos and records hold what boards said.
+            sys.stdout.write(terminal_text(orjson.dumps(record).decode()) + "\n")
         return 0
     print(render(rows, flashes))
     return 0

@@ -37,3 +37,20 @@ def utf8_arguments(argv: Sequence[str]) -> list[str]:
     (`LC_ALL=C` with `PYTHONUTF8=0`): there `pompe à eau` arrives as surrogate escapes, which no URL,
     JSON or file name accepts. Bytes that are no UTF-8 keep their escapes."""
     return [os.fsencode(arg).decode("utf-8", errors="surrogateescape") for arg in argv]
+
+
+def not_utf8(text: str) -> str | None:
+    """`text` with its bytes that are no UTF-8 written as `\\xe9`, when it holds any (the escapes
+    `utf8_arguments` keeps); None for text that is UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape" if _escapes_only(text) else "backslashreplace").decode(
+            "utf-8", "backslashreplace"
+        )
+    return None
+
+
+def _escapes_only(text: str) -> bool:
+    """Every surrogate in `text` is one of surrogateescape's (U+DC80 to U+DCFF, a byte it could not decode)."""
+    return all(not 0xD800 <= ord(char) <= 0xDFFF or 0xDC80 <= ord(char) <= 0xDCFF for char in text)

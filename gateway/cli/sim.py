@@ -159,7 +159,8 @@ def _shown(value: float) -> str:
 
 def cmd_sim_fault(args: argparse.Namespace) -> int:
     """Inject or clear a fault on a simulated pump through the simulator's control endpoint; print its state."""
-    from sim.control_client import post_fault
+    from gateway.client import terminal_text
+    from sim.control_client import NotASimulator, post_fault
 
     # What the endpoint would refuse for any pump, refused here as usage errors (exit 2), before asking it.
     if args.seconds is not None and args.fault != "link_drop":
@@ -178,23 +179,33 @@ def cmd_sim_fault(args: argparse.Namespace) -> int:
     if args.clear and args.fault == "reboot":
         print("mcp-gateway sim-fault: reboot is an event, there is nothing to --clear", file=sys.stderr)
         return 2
-    status, body = asyncio.run(post_fault(args.control, args.slot, args.fault, args.clear, args.seconds))
-    if status != 200:
-        print(f"mcp-gateway sim-fault: {body.get('error_description') or body}", file=sys.stderr)
+    try:
+        status, body = asyncio.run(post_fault(args.control, args.slot, args.fault, args.clear, args.seconds))
+    except NotASimulator as exc:
+        print(f"mcp-gateway sim-fault: {terminal_text(str(exc))}", file=sys.stderr)
         return 1
-    sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+    # What the endpoint wrote reaches the terminal escaped where it does not print: the same JSON.
+    if status != 200:
+        print(f"mcp-gateway sim-fault: {terminal_text(body['error_description'])}", file=sys.stderr)
+        return 1
+    sys.stdout.write(terminal_text(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode(), lines=True) + "\n")
     return 0
 
 
 def cmd_sim_status(args: argparse.Namespace) -> int:
-    from sim.control_client import get_pumps, render_pumps
+    from gateway.client import terminal_text
+    from sim.control_client import NotASimulator, get_pumps, render_pumps
 
-    status, body = asyncio.run(get_pumps(args.control))
+    try:
+        status, body = asyncio.run(get_pumps(args.control))
+    except NotASimulator as exc:
+        print(f"mcp-gateway sim-status: {terminal_text(str(exc))}", file=sys.stderr)
+        return 1
     if status != 200:
-        print(f"mcp-gateway sim-status: {body.get('error_description') or body}", file=sys.stderr)
+        print(f"mcp-gateway sim-status: {terminal_text(body['error_description'])}", file=sys.stderr)
         return 1
     if args.json:
-        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(terminal_text(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode(), lines=True) + "\n")
     else:
         sys.stdout.write(render_pumps(body) + "\n")
     return 0
