@@ -48,8 +48,12 @@ static void fuzz_ws(const uint8_t *data, size_t size, size_t chunk)
                 __builtin_trap();
             }
             scan_message(event.data, event.len);
-        } else if (event.kind == MCPB_WS_OVERSIZE && event.head_len > MCPB_HEAD_BYTES) {
-            __builtin_trap();
+        } else if (event.kind == MCPB_WS_OVERSIZE) {
+            /* the head: what fitted the buffer, NUL-terminated, scanned as the client scans it */
+            if (event.head != buf || event.head_len >= sizeof(buf) || event.head[event.head_len] != 0) {
+                __builtin_trap();
+            }
+            scan_message(event.head, event.head_len);
         } else if (event.kind == MCPB_WS_PROTOCOL_ERROR) {
             break;
         }
@@ -77,6 +81,11 @@ static void fuzz_cobs(const uint8_t *data, size_t size, size_t chunk)
                 /* a decoded message always re-encodes; the CRC call keeps the compiler honest */
             }
             scan_message(buf, frame.size);
+        } else if (frame.kind == MCPB_FRAME_OVERSIZE) {
+            if (frame.head != buf || frame.head_len >= sizeof(buf) || frame.head[frame.head_len] != 0) {
+                __builtin_trap();
+            }
+            scan_message(frame.head, frame.head_len);
         }
     }
 }

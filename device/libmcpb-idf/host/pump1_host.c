@@ -55,17 +55,21 @@ typedef struct {
     mcpb_way_t way;
     const mcpb_port_t *port; /* for the duplicate lines */
     const mcpb_slot_t *slots;
+    unsigned let_go; /* bit i: the gateway let slot i go; its pump is stopped and not fed till the next link */
 } pumps_t;
 
 static pumps_t pump_set;
 
-/* Every frame from the gateway, WebSocket pings included, feeds the pumps' dead-man. */
+/* Every frame from the gateway, WebSocket pings included, feeds the dead-man of the pumps whose
+ * slots the gateway holds: a slot it let go hears nothing meant for it. */
 static void heard_all(void *ctx)
 {
     pumps_t *pumps = (pumps_t *)ctx;
     int i;
     for (i = 0; i < pumps->count; i++) {
-        mcpb_pump1_heard(&pumps->pumps[i]);
+        if (!(pumps->let_go >> i & 1u)) {
+            mcpb_pump1_heard(&pumps->pumps[i]);
+        }
     }
 }
 
@@ -76,9 +80,19 @@ static void on_event(void *ctx, const mcpb_link_event_t *event)
      * serial line keeps them, as MQTT does: that gateway never repeats an id. */
     pumps_t *pumps = (pumps_t *)ctx;
     int i;
-    if (event->kind == MCPB_LINK_CONNECTED && pumps->way != MCPB_WAY_SERIAL) {
-        for (i = 0; i < pumps->count; i++) {
+    if (event->kind == MCPB_LINK_CONNECTED) {
+        pumps->let_go = 0; /* every slot registered again */
+        for (i = 0; i < pumps->count && pumps->way != MCPB_WAY_SERIAL; i++) {
             mcpb_pump1_new_link(&pumps->pumps[i]);
+        }
+    }
+    /* An event naming a slot (on /providers or a multi-slot serial line): the gateway refused or let
+     * go that slot while the link stays, and its pings go on feeding heard_all. Its pump stops now,
+     * as at its dead-man, rather than turn on unwatched. */
+    for (i = 0; i < pumps->count && event->slot[0] != '\0'; i++) {
+        if (strcmp(pumps->slots[i].name, event->slot) == 0) {
+            pumps->let_go |= 1u << i;
+            mcpb_pump1_link_lost(&pumps->pumps[i]);
         }
     }
 }

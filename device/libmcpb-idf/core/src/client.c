@@ -170,8 +170,10 @@ static void run_handler(mcpb_client_t *client, size_t slot_index, char *message,
 {
     const mcpb_slot_t *slot = &client->config.slots[slot_index];
     int answer;
-    if (WAY_MULTIPLEX(client)) {
-        client->carried = 1; /* deliver leaves it to here on /providers */
+    if (ENVELOPED(client)) {
+        /* deliver leaves it to here on /providers; one bit a slot: a refusal of a slot that served
+         * is the gateway letting it go (deliver) */
+        client->carried |= 2 << slot_index;
     }
     client->messages_in++;
     answer = slot->handler(slot->handler_ctx, message, len, client->buffers.answer, client->buffers.answer_cap);
@@ -185,8 +187,9 @@ static void run_handler(mcpb_client_t *client, size_t slot_index, char *message,
     }
 }
 
-/* The slot an envelope's "provider" names: MCPB_NO_SLOT when it names none of ours or is no envelope. */
-static size_t envelope_slot(const mcpb_client_t *client, const char *message, size_t len)
+/* The slot an envelope's "provider" names: MCPB_NO_SLOT when it names none of ours or is no envelope.
+ * *end: where the name's literal ends. */
+static size_t envelope_slot(const mcpb_client_t *client, const char *message, size_t len, size_t *end)
 {
     char name[MCPB_SLOT_MAX + 1];
     size_t at, value_len;
@@ -194,6 +197,7 @@ static size_t envelope_slot(const mcpb_client_t *client, const char *message, si
         mcpb__json_text(message + at, name, sizeof(name)) <= 0) {
         return MCPB_NO_SLOT;
     }
+    *end = at + value_len;
     return slot_named(client, name);
 }
 
@@ -215,7 +219,7 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
          * could not read) names none. Anything else not for a slot of ours is a stray. */
         const char *refused = "";
         char reason[MCPB_REASON_MAX + 1];
-        slot_index = envelope_slot(client, message, len);
+        slot_index = envelope_slot(client, message, len, &payload_at);
         if (slot_index != MCPB_NO_SLOT &&
             mcpb_json_member(message, len, "payload", &payload_at, &payload_len) == 1) {
             message[payload_at + payload_len] = '\0'; /* the envelope's closing brace or a space */
@@ -226,7 +230,9 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
             slot_index = MCPB_NO_SLOT;
         }
         if (mcpb_refusal_in(message, len, reason, sizeof(reason))) {
-            emit(client, MCPB_LINK_REFUSED, 0, 0, refused, reason, 0);
+            /* a slot that served is let go (a takeover, the gateway's shutdown), not refused */
+            emit(client, refused[0] && (client->carried >> slot_index & 2) ? MCPB_LINK_CLOSED : MCPB_LINK_REFUSED,
+                 0, 0, refused, reason, 0);
             return;
         }
         if (slot_index == MCPB_NO_SLOT) {
@@ -237,20 +243,24 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
     run_handler(client, slot_index, message, len);
 }
 
-/* A message over the cap was skipped; its request still gets an answer naming the cap. */
+/* A message over the cap was skipped; its request still gets an answer naming the cap, under the id in
+ * the request's first MCPB_HEAD_BYTES (as the MicroPython board looks for it; deeper, an "id" may be a
+ * nested one). `head` holds what fitted the buffer: on an enveloped link, the envelope first. */
 static void refuse_oversize(mcpb_client_t *client, const uint8_t *head, size_t head_len, uint32_t size)
 {
-    size_t slot_index = 0, len;
+    size_t slot_index = 0, len, at = 0, window = MCPB_HEAD_BYTES;
     client->carried = 1;
     client->dropped++;
     if (ENVELOPED(client)) {
-        slot_index = envelope_slot(client, (const char *)head, head_len);
+        slot_index = envelope_slot(client, (const char *)head, head_len, &at);
         if (slot_index == MCPB_NO_SLOT) {
             return;
         }
+        window += sizeof(",\"payload\":") - 1; /* the request starts after the slot name and this */
     }
-    len = mcpb_too_large_answer(client->buffers.answer, client->buffers.answer_cap, (const char *)head, head_len,
-                                size, client->buffers.message_cap - 5);
+    head_len -= at;
+    len = mcpb_too_large_answer(client->buffers.answer, client->buffers.answer_cap, (const char *)head + at,
+                                head_len < window ? head_len : window, size, client->buffers.message_cap - 5);
     if (len > 0) {
         sent(client, mcpb__send_message(client, slot_index, client->buffers.answer, len));
     }
@@ -296,7 +306,8 @@ static void on_ws_event(mcpb_client_t *client, const mcpb_ws_event_t *event)
         /* 1008 before the gateway said anything is a refusal at the door (held slot, bad name). */
         mcpb_link_kind_t kind =
             event->close_code == 1008 && !client->carried ? MCPB_LINK_REFUSED : MCPB_LINK_CLOSED;
-        mcpb__send_close(client, event->close_code == 1005 ? 1000 : event->close_code, "");
+        /* 1000 whatever came: an echo could send a code no endpoint may send (1005, 1006, 1015) */
+        mcpb__send_close(client, 1000, "");
         link_down(client, kind, event->close_code, 0, (const char *)event->data);
         break;
     }
@@ -436,7 +447,13 @@ static void upgrade_step(mcpb_client_t *client, uint32_t timeout_ms)
             client->head_len += (size_t)got;
         }
     }
-    parsed = mcpb_ws_parse_response((const char *)client->buffers.message, client->head_len, client->key, &response);
+    /* an interim answer (1xx, such as 100 Continue) goes before the real one: dropped, the rest read on */
+    while ((parsed = mcpb_ws_parse_response((const char *)client->buffers.message, client->head_len, client->key,
+                                            &response)) > 0 &&
+           response.status < 200 && response.status != 101) {
+        client->head_len -= response.head_len;
+        memmove(client->buffers.message, client->buffers.message + response.head_len, client->head_len);
+    }
     if (parsed < 0) {
         failure = "upgrade answer not HTTP";
     } else if (parsed > 0 && response.status != 101) {

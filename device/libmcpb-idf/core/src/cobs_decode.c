@@ -12,8 +12,6 @@ static void reset(mcpb_cobs_decoder_t *dec)
     dec->bad = 0;
     dec->size = 0;
     dec->crc = 0;
-    dec->head_len = 0;
-    dec->over = 0;
 }
 
 void mcpb_cobs_decoder_init(mcpb_cobs_decoder_t *dec, uint8_t *buf, size_t cap)
@@ -24,30 +22,14 @@ void mcpb_cobs_decoder_init(mcpb_cobs_decoder_t *dec, uint8_t *buf, size_t cap)
     reset(dec);
 }
 
+/* What fits of the frame goes to buf: all of a message, the first bytes (the head) of one over the
+ * cap. One byte of buf stays free for the NUL after it. */
 static void keep(mcpb_cobs_decoder_t *dec, const uint8_t *data, size_t len)
 {
-    size_t end = dec->size + len;
+    size_t at = dec->size < dec->cap - 1 ? dec->size : dec->cap - 1, room = dec->cap - 1 - at;
     dec->crc = mcpb_crc32(dec->crc, data, len);
-    /* One byte of buf stays free for the NUL after the message. */
-    if (!dec->over && end < dec->cap) {
-        memcpy(dec->buf + dec->size, data, len);
-    } else {
-        if (!dec->over) {
-            size_t from_buf = dec->size < MCPB_HEAD_BYTES ? dec->size : MCPB_HEAD_BYTES;
-            memcpy(dec->head, dec->buf, from_buf);
-            dec->head_len = from_buf;
-            dec->over = 1;
-        }
-        if (dec->head_len < MCPB_HEAD_BYTES) {
-            size_t take = MCPB_HEAD_BYTES - dec->head_len;
-            if (take > len) {
-                take = len;
-            }
-            memcpy(dec->head + dec->head_len, data, take);
-            dec->head_len += take;
-        }
-    }
-    dec->size = end;
+    memcpy(dec->buf + at, data, len < room ? len : room);
+    dec->size += len;
 }
 
 /* A 0x00 ended the frame: fills `frame` and returns 1 when it was a message. */
@@ -61,23 +43,12 @@ static int finish(mcpb_cobs_decoder_t *dec, mcpb_frame_t *frame)
     } else if (dec->size < 5 || dec->crc != CRC_RESIDUE) {
         dec->dropped++;
     } else {
+        /* the message, or the head of one over the cap (its CRC bytes cut off when they fit) */
         frame->size = dec->size - 4;
-        if (dec->over || frame->size + 5 > dec->cap) {
-            frame->kind = MCPB_FRAME_OVERSIZE;
-            if (!dec->over) {
-                dec->head_len = frame->size < MCPB_HEAD_BYTES ? frame->size : MCPB_HEAD_BYTES;
-                memcpy(dec->head, dec->buf, dec->head_len);
-            } else if (dec->head_len > frame->size) {
-                dec->head_len = frame->size;
-            }
-            frame->head = dec->head;
-            frame->head_len = dec->head_len;
-        } else {
-            frame->kind = MCPB_FRAME_MESSAGE;
-            dec->buf[frame->size] = 0;
-            frame->head = dec->buf;
-            frame->head_len = frame->size;
-        }
+        frame->kind = frame->size + 5 > dec->cap ? MCPB_FRAME_OVERSIZE : MCPB_FRAME_MESSAGE;
+        frame->head = dec->buf;
+        frame->head_len = frame->size < dec->cap - 1 ? frame->size : dec->cap - 1;
+        dec->buf[frame->head_len] = 0;
         delivered = 1;
     }
     reset(dec);

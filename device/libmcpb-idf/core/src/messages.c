@@ -84,7 +84,7 @@ static size_t error_answer(char *out, size_t out_cap, const char *head, size_t h
     ;
 static size_t error_answer(char *out, size_t out_cap, const char *head, size_t head_len, const char *error, ...)
 {
-    char id[MCPB_SLOT_MAX + 4];
+    char id[MCPB_HEAD_BYTES + 16]; /* any id the window refuse_oversize searches can hold */
     va_list args;
     size_t n = mcpb_format(out, out_cap, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-3260",
                            mcpb_json_id_in(head, head_len, id, sizeof(id)) > 0 ? id : "null");

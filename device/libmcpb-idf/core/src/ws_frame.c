@@ -1,5 +1,6 @@
 /* The WebSocket frame decoder and encoder. Oversize messages are skipped as they arrive and only
- * their first bytes kept, so the device can still answer the request it refuses. */
+ * the first bytes that fit the buffer kept, so the device can still answer the request it refuses
+ * (on /providers the envelope with a long slot name comes before the request's id). */
 #include "mcpb/ws_frame.h"
 
 #include <string.h>
@@ -102,8 +103,6 @@ static int start_frame(mcpb_ws_rx_t *rx)
     if (!rx->skipping && rx->remaining > rx->cap - 1 - rx->message_len) {
         rx->skipping = 1;
         rx->skipped = (uint32_t)rx->message_len;
-        rx->head_len = rx->message_len < MCPB_HEAD_BYTES ? rx->message_len : MCPB_HEAD_BYTES;
-        memcpy(rx->head, rx->buf, rx->head_len);
     }
     return 0;
 }
@@ -115,16 +114,15 @@ static void take_payload(mcpb_ws_rx_t *rx, const uint8_t *data, size_t take)
     if (rx->opcode >= 8) {
         target = rx->control + rx->control_len;
         rx->control_len += take;
-    } else if (rx->skipping) { /* only the head is kept, for the request's id */
-        target = rx->head + rx->head_len;
-        if (keep > MCPB_HEAD_BYTES - rx->head_len) {
-            keep = MCPB_HEAD_BYTES - rx->head_len;
-        }
-        rx->head_len += keep;
-        rx->skipped = rx->skipped > UINT32_MAX - take ? UINT32_MAX : rx->skipped + (uint32_t)take;
     } else {
         target = rx->buf + rx->message_len;
-        rx->message_len += take;
+        if (rx->skipping) { /* what fits is kept, for the request's id */
+            if (keep > rx->cap - 1 - rx->message_len) {
+                keep = rx->cap - 1 - rx->message_len;
+            }
+            rx->skipped = rx->skipped > UINT32_MAX - take ? UINT32_MAX : rx->skipped + (uint32_t)take;
+        }
+        rx->message_len += keep;
     }
     memcpy(target, data, keep);
     if (rx->masked) {
@@ -157,19 +155,14 @@ static int end_frame(mcpb_ws_rx_t *rx, mcpb_ws_event_t *event)
             }
         }
     } else if (rx->fin) {
+        /* an oversize message's first bytes are its head, where a whole one's are its data */
         rx->in_message = 0;
-        if (rx->skipping) {
-            rx->skipping = 0;
-            event->kind = MCPB_WS_OVERSIZE;
-            event->size = rx->skipped;
-            event->head = rx->head;
-            event->head_len = rx->head_len;
-        } else {
-            rx->buf[rx->message_len] = 0;
-            event->kind = MCPB_WS_MESSAGE;
-            event->data = rx->buf;
-            event->len = rx->message_len;
-        }
+        rx->buf[rx->message_len] = 0;
+        event->kind = rx->skipping ? MCPB_WS_OVERSIZE : MCPB_WS_MESSAGE;
+        event->size = rx->skipped;
+        event->data = event->head = rx->buf;
+        event->len = event->head_len = rx->message_len;
+        rx->skipping = 0;
     }
     return 0;
 }

@@ -51,9 +51,11 @@ typedef struct {
 
 typedef enum {
     MCPB_LINK_CONNECTED = 1, /* the link is up and the register frame went out */
-    MCPB_LINK_REFUSED,       /* the gateway refused: HTTP 4xx, close 1008, or an error with id null */
-    MCPB_LINK_CLOSED,        /* the peer closed (close frame, the stream ended, or on a serial line
-                                * an error with id null after the gateway had taken the slot) */
+    MCPB_LINK_REFUSED,       /* the gateway refused: HTTP 4xx, close 1008, or an error with id null
+                                * (in an envelope: that slot, which had served nothing on this link) */
+    MCPB_LINK_CLOSED,        /* the peer closed (close frame, the stream ended, or an error with id null
+                                * after the gateway had taken the slot: on a bare serial line the link
+                                * ends; in an envelope the gateway let that slot go and the link stays) */
     MCPB_LINK_ERROR          /* cannot connect, handshake failed, protocol error, silence */
 } mcpb_link_kind_t;
 
@@ -62,7 +64,8 @@ typedef struct {
     mcpb_link_kind_t kind;
     int close_code;                    /* WebSocket close code, 0 when none */
     int http_status;                   /* status of a refused upgrade, 0 when none */
-    char slot[MCPB_SLOT_MAX + 1];      /* the slot a refusal names on a multi-slot link, else "" */
+    char slot[MCPB_SLOT_MAX + 1];      /* the slot refused or let go on an enveloped link, else "": that
+                                        * slot is served no more until the next MCPB_LINK_CONNECTED */
     char reason[MCPB_REASON_MAX + 1];  /* close reason, refusal body or message, what failed */
     uint32_t retry_in_ms;              /* the wait before the next dial, when the link is down */
 } mcpb_link_event_t;

@@ -10,7 +10,8 @@
 extern "C" {
 #endif
 
-#define MCPB_HEAD_BYTES 96 /* kept of an oversize message: enough to find its request id */
+#define MCPB_HEAD_BYTES 96 /* of an oversize request, where its id is looked for (after an envelope's
+                              * slot name on an enveloped link) */
 
 /* Where encoded bytes go: 0 on success, negative to stop (the encoder reports it at the end). */
 typedef int (*mcpb_sink_fn)(void *ctx, const uint8_t *data, size_t len);
@@ -39,7 +40,8 @@ size_t mcpb_serial_frame_encode(const uint8_t *message, size_t len, uint8_t *out
 typedef enum {
     MCPB_FRAME_NONE = 0,     /* the bytes ran out before a frame ended */
     MCPB_FRAME_MESSAGE = 1,  /* a verified message: buf[0..size), NUL-terminated at buf[size] */
-    MCPB_FRAME_OVERSIZE = 2  /* a verified message over the cap: size, head[0..head_len) */
+    MCPB_FRAME_OVERSIZE = 2  /* a verified message over the cap: size, head[0..head_len) (its first
+                              * bytes that fit buf, NUL-terminated) */
 } mcpb_frame_kind_t;
 
 typedef struct {
@@ -50,7 +52,8 @@ typedef struct {
 } mcpb_frame_t;
 
 /* Undoes COBS as bytes arrive, into the caller's buffer (cap = the frame cap + 4 for the CRC + 1),
- * and checks the CRC by its residue, so a frame over the cap is still verified without being stored.
+ * and checks the CRC by its residue, so a frame over the cap is still verified, only its first
+ * cap - 1 bytes stored.
  * A frame failing COBS or the CRC is dropped and counted; decoding resumes after the next 0x00. */
 typedef struct {
     uint8_t *buf;
@@ -60,10 +63,7 @@ typedef struct {
     int bad;          /* not a frame: skip to the next 0x00 */
     size_t size;      /* decoded bytes so far, CRC included */
     uint32_t crc;
-    size_t head_len;
-    int over;         /* the frame outgrew buf */
     uint32_t dropped; /* frames dropped (bad COBS or CRC) */
-    uint8_t head[MCPB_HEAD_BYTES];
 } mcpb_cobs_decoder_t;
 
 void mcpb_cobs_decoder_init(mcpb_cobs_decoder_t *dec, uint8_t *buf, size_t cap);

@@ -22,7 +22,8 @@ extern "C" {
 typedef enum {
     MCPB_WS_NONE = 0,       /* the bytes ran out before anything completed */
     MCPB_WS_MESSAGE,        /* a whole message (fragments joined): data/len, NUL-terminated */
-    MCPB_WS_OVERSIZE,       /* a message over the cap, skipped unbuffered: size, head/head_len */
+    MCPB_WS_OVERSIZE,       /* a message over the cap, skipped: size, head/head_len (the first bytes
+                             * that fit the buffer, NUL-terminated; data/len the same) */
     MCPB_WS_PING,           /* data/len: the payload to echo in the pong */
     MCPB_WS_PONG,
     MCPB_WS_CLOSE,          /* close_code (1005 when none), data/len: the reason */
@@ -53,13 +54,11 @@ typedef struct { /* scalars first: a small core reaches them with short instruct
     int in_message;             /* a fragmented message is being assembled */
     size_t message_len;
     int skipping;               /* the message being assembled is over the cap */
-    uint32_t skipped;           /* bytes of the oversize message so far (saturated) */
-    size_t head_len;
+    uint32_t skipped;           /* bytes of the oversize message so far (saturated); buf keeps its first */
     size_t control_len;
     int failed;
     uint8_t mask[4];
     uint8_t header[MCPB_WS_MAX_HEADER];
-    uint8_t head[MCPB_HEAD_BYTES];
     uint8_t control[125 + 1]; /* a control frame's payload, and a NUL after it: a close reason is a string */
 } mcpb_ws_rx_t;
 

@@ -1,6 +1,6 @@
 /* The POSIX port: a TCP connection (getaddrinfo, TCP_NODELAY, bounded connect) or a serial device
  * opened raw with termios, its stale input dropped; clock_gettime(CLOCK_MONOTONIC); one line per log
- * to stderr; getrandom. */
+ * to stderr, control bytes escaped; getrandom. */
 #define _DEFAULT_SOURCE 1
 #define _GNU_SOURCE 1
 
@@ -209,14 +209,40 @@ static uint32_t posix_now_ms(void *ctx)
     return (uint32_t)((uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u);
 }
 
+/* `in` into out (cap > 0), NUL-terminated, with every control byte (below 0x20, and 0x7F) written as
+ * \xNN: gateway text (a close reason, a refusal) in a log line cannot end the line or forge another.
+ * Cut at the last whole byte or escape that fits. */
+static void escape_controls(char *out, size_t cap, const char *in)
+{
+    size_t n = 0;
+    for (; *in != '\0'; in++) {
+        unsigned char c = (unsigned char)*in;
+        int control = c < 0x20 || c == 0x7F;
+        if (n + (control ? 4 : 1) >= cap) {
+            break;
+        }
+        if (control) {
+            out[n++] = '\\';
+            out[n++] = 'x';
+            out[n++] = "0123456789abcdef"[c >> 4];
+            out[n++] = "0123456789abcdef"[c & 15];
+        } else {
+            out[n++] = (char)c;
+        }
+    }
+    out[n] = '\0';
+}
+
 static void posix_log(void *ctx, int level, const char *message)
 {
     static const char *const names[] = {"error", "warn", "info", "debug"};
     mcpb_posix_t *posix = (mcpb_posix_t *)ctx;
+    char text[1024]; /* the core's lines (at most 223 bytes) whole, every byte escaped */
     if (level > posix->log_level || level < 0 || level > MCPB_LOG_DEBUG) {
         return;
     }
-    fprintf(stderr, "%s %s: %s\n", posix->log_name, names[level], message);
+    escape_controls(text, sizeof(text), message);
+    fprintf(stderr, "%s %s: %s\n", posix->log_name, names[level], text);
 }
 
 static uint32_t posix_random32(void *ctx)

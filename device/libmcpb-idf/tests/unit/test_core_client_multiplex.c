@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -24,12 +25,16 @@ static char answer[1024];
 static uint8_t rx[512];
 static uint8_t tx[256];
 static char payload[8192];
+/* The longest slot name (64 bytes): its envelope prefix alone is 89 bytes. */
+#define LONG_NAME "valve-with-the-longest-name-a-slot-may-have-sixty-four-bytes-xyz"
+static const char *second_name;
 
-static int setup(void **state)
+static int setup_named(const char *name)
 {
+    char prefix[128];
     uint8_t opcode;
     size_t len;
-    (void)state;
+    second_name = name;
     fake_port_init(&fake, &port);
     memset(&first, 0, sizeof(first));
     memset(&second, 0, sizeof(second));
@@ -39,7 +44,7 @@ static int setup(void **state)
     slots[0].aggregate = 1;
     slots[0].handler = fake_handler;
     slots[0].handler_ctx = &first;
-    slots[1].name = "valve-2";
+    slots[1].name = second_name;
     slots[1].handler = fake_handler;
     slots[1].handler_ctx = &second;
     memset(&config, 0, sizeof(config));
@@ -70,9 +75,29 @@ static int setup(void **state)
                                  "\"firmware\":{\"name\":\"libmcpb-idf\",\"version\":\"" MCPB_VERSION "\"}},"
                                  "\"aggregate\":true}}}");
     assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
-    assert_non_null(strstr(payload, "{\"provider\":\"valve-2\",\"payload\":{"));
+    snprintf(prefix, sizeof(prefix), "{\"provider\":\"%s\",\"payload\":{", second_name);
+    assert_non_null(strstr(payload, prefix));
     assert_null(strstr(payload, "aggregate"));
     return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return setup_named("valve-2");
+}
+
+static int setup_id(void **state)
+{
+    (void)state;
+    return setup_named("id");
+}
+
+static int setup_long(void **state)
+{
+    (void)state;
+    assert_int_equal(strlen(LONG_NAME), MCPB_SLOT_MAX);
+    return setup_named(LONG_NAME);
 }
 
 static void test_routed_and_wrapped(void **state)
@@ -137,6 +162,71 @@ static void test_oversize_envelope_answered_for_its_slot(void **state)
     assert_string_equal(payload, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-9\",\"error\":"
                                  "{\"code\":-32600,\"message\":\"Request too large: 3000 bytes; this device accepts "
                                  "frames of at most 2048 bytes\"}}}");
+}
+
+/* A slot name of 64 bytes puts the request's id past the envelope's first 96 bytes: the answer still
+ * names it, found in the request's own first bytes, and the caller hears at once, not at its deadline. */
+static void test_oversize_envelope_of_a_long_slot_name_keeps_its_id(void **state)
+{
+    static char big[5000];
+    static const char request[] = "{\"jsonrpc\":\"2.0\",\"id\":\"brk-0123456789-0123456789-0123456789\",";
+    uint8_t opcode;
+    size_t len;
+    int i, n;
+    (void)state;
+    memset(big, ' ', sizeof(big));
+    n = snprintf(big, sizeof(big), "{\"provider\":\"%s\",\"payload\":%s", LONG_NAME, request);
+    big[n] = ' ';
+    fake_push_frame(&fake, 0x81, big, sizeof(big), NULL);
+    for (i = 0; i < 12; i++) {
+        mcpb_client_poll(&client, 100);
+    }
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_string_equal(payload, "{\"provider\":\"" LONG_NAME "\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":"
+                                 "\"brk-0123456789-0123456789-0123456789\",\"error\":{\"code\":-32600,\"message\":"
+                                 "\"Request too large: 5000 bytes; this device accepts frames of at most 2048 bytes\"}}}");
+}
+
+/* A slot named "id": the envelope's "provider" value is no request id; the request's is found. */
+static void test_oversize_envelope_of_a_slot_named_id(void **state)
+{
+    static char big[3000];
+    uint8_t opcode;
+    size_t len;
+    int i;
+    (void)state;
+    memset(big, ' ', sizeof(big));
+    memcpy(big, "{\"provider\":\"id\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":41,", 52);
+    fake_push_frame(&fake, 0x81, big, sizeof(big), NULL);
+    for (i = 0; i < 10; i++) {
+        mcpb_client_poll(&client, 100);
+    }
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_memory_equal(payload, "{\"provider\":\"id\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":41,\"error\"", 52);
+}
+
+/* A slot that served and is then refused was let go (a takeover, the gateway's shutdown): its event is
+ * "closed", naming it, and the link stays for the other slot. A slot refused before it served was
+ * refused at the door. */
+static void test_slot_let_go_after_serving_is_closed(void **state)
+{
+    (void)state;
+    fake_push_text(&fake, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"method\":"
+                          "\"tools/list\"}}");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(second.calls, 1);
+    fake_push_text(&fake, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":"
+                          "-32000,\"message\":\"Gateway shutting down\"}}}");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CLOSED);
+    assert_string_equal(fake.last_event.slot, "valve-2");
+    assert_string_equal(fake.last_event.reason, "Gateway shutting down");
+    assert_true(mcpb_client_connected(&client));
+    fake_push_text(&fake, "{\"provider\":\"valve-1\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":"
+                          "-32000,\"message\":\"Slot already held by a live provider\"}}}");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_REFUSED);
+    assert_string_equal(fake.last_event.slot, "valve-1");
 }
 
 static void test_answer_too_large_answered_in_its_envelope(void **state)
@@ -275,6 +365,9 @@ int main(void)
         cmocka_unit_test_setup(test_strays_dropped, setup),
         cmocka_unit_test_setup(test_oversize_envelope_answered_for_its_slot, setup),
         cmocka_unit_test_setup(test_answer_too_large_answered_in_its_envelope, setup),
+        cmocka_unit_test_setup(test_oversize_envelope_of_a_long_slot_name_keeps_its_id, setup_long),
+        cmocka_unit_test_setup(test_oversize_envelope_of_a_slot_named_id, setup_id),
+        cmocka_unit_test_setup(test_slot_let_go_after_serving_is_closed, setup),
         cmocka_unit_test_setup(test_refusals_then_close_back_off_to_max, setup),
         cmocka_unit_test_setup(test_bare_refusal_then_close_backs_off_to_max, setup),
         cmocka_unit_test_setup(test_bare_refusal_reason_whole, setup),

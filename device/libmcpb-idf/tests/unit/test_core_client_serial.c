@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -221,6 +222,42 @@ static void test_answer_too_large_answered_in_a_frame(void **state)
     assert_true(mcpb_client_connected(&client));
 }
 
+/* Two slots on the line, so envelopes: an oversize request for a slot of the longest name (64 bytes,
+ * its envelope prefix 89) is answered in its envelope under its id, which lies past the frame's
+ * first 96 bytes. */
+static void test_oversize_envelope_of_a_long_slot_name_keeps_its_id(void **state)
+{
+    static const char name[] = "pump-with-the-longest-name-a-slot-may-have-sixty-four-bytes-xyz0";
+    static char big[3000];
+    mcpb_slot_t two[2];
+    int n;
+    (void)state;
+    assert_int_equal(strlen(name), MCPB_SLOT_MAX);
+    two[0] = slot;
+    two[1] = slot;
+    two[1].name = name;
+    config.slots = two;
+    config.slot_count = 2;
+    fake_port_init(&fake, &port);
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+    poll_times(1);
+    while (fake_next_serial(&fake, got, sizeof(got)) > 0) { /* the register envelopes */
+    }
+    memset(big, 'x', sizeof(big) - 1);
+    n = snprintf(big, sizeof(big), "{\"provider\":\"%s\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-31\",\"p\":\"",
+                 name);
+    big[n] = 'x';
+    push_framed(big);
+    poll_times(80);
+    assert_true(fake_next_serial(&fake, got, sizeof(got)) > 0);
+    snprintf(big, sizeof(big), "{\"provider\":\"%s\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-31\",\"error\":"
+                               "{\"code\":-32600,\"message\":\"Request too large: 2999 bytes; this device accepts "
+                               "frames of at most 1024 bytes\"}}}", name);
+    assert_string_equal(got, big);
+    config.slots = &slot;
+    config.slot_count = 1;
+}
+
 /* The register frame carries the slot name as JSON: a name the gateway cannot read is refused at init. */
 static void test_slot_name_not_utf8_refused_at_init(void **state)
 {
@@ -265,6 +302,7 @@ int main(void)
         cmocka_unit_test_setup(test_request_answered_through_noise_in_small_chunks, setup),
         cmocka_unit_test_setup(test_refusal_closes_the_line_and_registers_again_after_the_longest_back_off, setup),
         cmocka_unit_test_setup(test_a_slot_let_go_after_traffic_closes_and_registers_again_soon, setup),
+        cmocka_unit_test_setup(test_oversize_envelope_of_a_long_slot_name_keeps_its_id, setup),
         cmocka_unit_test_setup(test_oversize_refused_in_a_frame, setup),
         cmocka_unit_test_setup(test_answer_too_large_answered_in_a_frame, setup),
         cmocka_unit_test_setup(test_slot_name_not_utf8_refused_at_init, setup),

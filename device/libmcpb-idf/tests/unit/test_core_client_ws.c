@@ -136,6 +136,33 @@ static void test_frames_with_the_101_are_served(void **state)
     assert_string_equal(payload, handler.answer);
 }
 
+/* Interim answers (100 Continue, 102) before the 101 are read past, whether they come in reads of
+ * their own or with the 101 and the frames after it. */
+static void test_interim_answers_before_the_101_are_skipped(void **state)
+{
+    static const char interim[] = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\nX-A: b\r\n\r\n";
+    uint8_t opcode;
+    size_t len;
+    int chunk;
+    (void)state;
+    for (chunk = 0; chunk <= 7; chunk += 7) {
+        setup(NULL);
+        assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), 0);
+        mcpb_client_poll(&client, 100);
+        fake_push(&fake, interim, strlen(interim));
+        fake_accept_upgrade(&fake, 1);
+        fake_push_text(&fake, "{\"jsonrpc\":\"2.0\",\"id\":\"brk-1\",\"method\":\"initialize\"}");
+        fake.recv_chunk = (size_t)chunk; /* 0: all at once */
+        poll_times(80);
+        assert_true(mcpb_client_connected(&client));
+        assert_int_equal(fake.last_event.kind, MCPB_LINK_CONNECTED);
+        assert_int_equal(handler.calls, 1);
+        assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0); /* register */
+        assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0); /* answer */
+        assert_string_equal(payload, handler.answer);
+    }
+}
+
 static void test_held_slot_refusal_backs_off_to_max(void **state)
 {
     static const char reason[] = "Slot already held by a live provider; call provider_status on _broker. Slot: \"pump c1\"";
@@ -155,10 +182,10 @@ static void test_held_slot_refusal_backs_off_to_max(void **state)
     assert_string_equal(fake.last_event.reason, reason);
     assert_true(fake.last_event.retry_in_ms >= 15000 && fake.last_event.retry_in_ms <= 30000);
     assert_false(mcpb_client_connected(&client));
-    /* the close was echoed */
+    /* the close was answered, with 1000 */
     assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
     assert_int_equal(opcode, MCPB_WS_CLOSE_FRAME);
-    assert_int_equal((uint8_t)payload[0] << 8 | (uint8_t)payload[1], 1008);
+    assert_int_equal((uint8_t)payload[0] << 8 | (uint8_t)payload[1], 1000);
     /* no redial until the wait is over: never a tight loop */
     wait = mcpb_client_poll(&client, 100);
     assert_true(wait >= 14000);
@@ -392,6 +419,75 @@ static void test_oversize_request_answered_and_link_survives(void **state)
     assert_true(mcpb_client_connected(&client));
 }
 
+/* A close with a code no endpoint may send (RFC 6455 7.4.1: 1005, 1006, 1015; 0 and 4999 are no
+ * code at all or unassigned) is answered with 1000, never echoed. */
+static void test_close_answered_with_1000_whatever_its_code(void **state)
+{
+    static const int codes[] = {1005, 1006, 1015, 0, 4999, 1001};
+    uint8_t opcode;
+    size_t len, i;
+    (void)state;
+    for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        uint8_t close_payload[2] = {(uint8_t)(codes[i] >> 8), (uint8_t)codes[i]};
+        setup(NULL);
+        open_link();
+        fake_push_frame(&fake, 0x88, close_payload, codes[i] == 1005 ? 0 : 2, NULL);
+        poll_times(1);
+        assert_false(mcpb_client_connected(&client));
+        assert_int_equal(fake.last_event.close_code, codes[i]);
+        assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+        assert_int_equal(opcode, MCPB_WS_CLOSE_FRAME);
+        assert_int_equal(len, 2);
+        assert_int_equal((uint8_t)payload[0] << 8 | (uint8_t)payload[1], 1000);
+    }
+}
+
+/* An oversize request's id is the one in its first 96 bytes, as the MicroPython board finds it: a
+ * string id of up to 72 characters (74 with its quotes) after {"jsonrpc":"2.0","id":, not null. */
+static void test_oversize_request_with_a_long_id(void **state)
+{
+    static const size_t lengths[] = {64, 66, 72};
+    char id[80], expected[300];
+    uint8_t opcode;
+    size_t len, i;
+    (void)state;
+    for (i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) {
+        int n;
+        setup(NULL);
+        open_link();
+        memset(id, 'k', lengths[i]);
+        id[lengths[i]] = '\0';
+        memset(payload, 'x', 5000);
+        n = snprintf(payload, sizeof(payload), "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"params\":{\"a\":\"", id);
+        payload[n] = 'x';
+        fake_push_frame(&fake, 0x81, payload, 5000, NULL);
+        poll_times(40);
+        assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+        snprintf(expected, sizeof(expected), "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"error\":{\"code\":-32600,", id);
+        assert_memory_equal(payload, expected, strlen(expected));
+    }
+}
+
+/* An "id" past the first 96 bytes may be a nested one (an argument named id): not the request's. */
+static void test_oversize_request_id_past_the_head_is_null(void **state)
+{
+    uint8_t opcode;
+    size_t len;
+    int n;
+    (void)state;
+    open_link();
+    memset(payload, 'x', 5000);
+    n = snprintf(payload, sizeof(payload), "{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\",\"params\":{\"name\":"
+                                           "\"get_status\",\"arguments\":{\"note\":\"padding padding\",\"id\":7,"
+                                           "\"pad\":\"");
+    payload[n] = 'x';
+    assert_true(n > 96);
+    fake_push_frame(&fake, 0x81, payload, 5000, NULL);
+    poll_times(40);
+    assert_int_equal(fake_next_frame(&fake, &opcode, payload, sizeof(payload), &len), 0);
+    assert_memory_equal(payload, "{\"jsonrpc\":\"2.0\",\"id\":null,", 27);
+}
+
 /* The next frame answers request `id` (as written in JSON) with -32603 "Response too large", a text
  * frame on a link that stays up. */
 static void expect_response_too_large(const char *id)
@@ -582,6 +678,7 @@ int main(void)
         cmocka_unit_test_setup(test_request_answered_masked, setup),
         cmocka_unit_test_setup(test_websocket_ping_gets_pong, setup),
         cmocka_unit_test_setup(test_frames_with_the_101_are_served, setup),
+        cmocka_unit_test_setup(test_interim_answers_before_the_101_are_skipped, setup),
         cmocka_unit_test_setup(test_held_slot_refusal_backs_off_to_max, setup),
         cmocka_unit_test_setup(test_close_after_traffic_redials_soon, setup),
         cmocka_unit_test_setup(test_failed_dials_after_a_good_link_keep_doubling, setup),
@@ -593,6 +690,9 @@ int main(void)
         cmocka_unit_test_setup(test_wrong_accept_not_http_and_timeout, setup),
         cmocka_unit_test_setup(test_connect_failures_back_off_exponentially, setup),
         cmocka_unit_test_setup(test_oversize_request_answered_and_link_survives, setup),
+        cmocka_unit_test_setup(test_close_answered_with_1000_whatever_its_code, setup),
+        cmocka_unit_test_setup(test_oversize_request_with_a_long_id, setup),
+        cmocka_unit_test_setup(test_oversize_request_id_past_the_head_is_null, setup),
         cmocka_unit_test_setup(test_answer_too_large_answered_with_an_error, setup),
         cmocka_unit_test_setup(test_answer_length_past_out_cap_answered_with_an_error, setup),
         cmocka_unit_test_setup(test_silence_redials_with_close_1001, setup),

@@ -75,18 +75,31 @@ static void serve_mqtt(void)
     mcpb_mqtt_run(&m, mcpb_pump1_handle, &pump, mcpb_pump1_tick, &pump, &stop);
 }
 #else
+/* Set when the gateway let the slot go on /providers, where its pings go on while the link stays:
+ * they feed the dead-man no more until the next link registers the slot again. */
+static int let_go;
+
 static void heard(void *ctx)
 {
-    mcpb_pump1_heard(ctx);
+    if (!let_go) {
+        mcpb_pump1_heard(ctx);
+    }
 }
 
 #if !CONFIG_MCPB_TRANSPORT_SERIAL
 /* A new WebSocket is a new gateway session whose request ids may start over: the pump forgets its
- * repeated answers. A serial line (and MQTT) keeps them: that gateway never repeats an id. */
+ * repeated answers. A serial line (and MQTT) keeps them: that gateway never repeats an id. An event
+ * naming the slot (only on /providers) is the gateway refusing or letting it go: the pump stops now,
+ * as at its dead-man. */
 static void on_event(void *ctx, const mcpb_link_event_t *event)
 {
     if (event->kind == MCPB_LINK_CONNECTED) {
+        let_go = 0;
         mcpb_pump1_new_link(ctx);
+    }
+    if (event->slot[0] != '\0') {
+        let_go = 1;
+        mcpb_pump1_link_lost(ctx);
     }
 }
 #endif
