@@ -118,8 +118,8 @@ class ListenerGuard:
         if admission.reason == MAX_CONNECTIONS:
             body = json_error(
                 "too_many_connections",
-                f"The gateway holds {admission.held} connections, its limit ({SETTINGS}.max_connections, "
-                f"{limiter.cap} here); try again shortly, and close connections you no longer use",
+                f"The gateway holds {admission.held} connections, its limit ({limiter.cap_words()}); "
+                "try again shortly, and close connections you no longer use",
             )
         else:
             body = json_error(

@@ -43,6 +43,9 @@ timeout, interval or retention, and safe for everything that takes one: socket t
 MAX_DAYS = 36_500
 """The longest a setting counted in days (its name ends in _days) may be: 100 years, far inside what a
 millisecond timestamp in SQLite holds."""
+MAX_CONFIG_INTEGER = (1 << 63) - 1
+"""The largest integer any setting takes, also one without a bound of its own: TOML's integers are
+64-bit, and C code beneath (aiohttp's parser, sockets, SQLite) takes no larger one."""
 
 
 def duration_ceiling(name: str) -> tuple[float, str] | None:
@@ -73,6 +76,25 @@ def check_duration(value: object, ceiling: tuple[float, str]) -> None:
             )
 
 
+def check_integer(value: object) -> None:
+    """PydanticCustomError for an integer past 64 bits (TOML's range), in a setting or in a list or
+    table of them: Python reads any length, so TOML and the environment hand over
+    99999999999999999999 as it is."""
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+    for item in items:
+        if (
+            isinstance(item, int)
+            and not isinstance(item, bool)
+            and not -MAX_CONFIG_INTEGER - 1 <= item <= MAX_CONFIG_INTEGER
+        ):
+            bound, kind = (MAX_CONFIG_INTEGER, "less") if item > 0 else (-MAX_CONFIG_INTEGER - 1, "greater")
+            raise PydanticCustomError(
+                f"{kind}_than_equal",
+                f"Input should be {kind} than or equal to {{bound}} (integers in the configuration are 64-bit)",
+                {"bound": bound},
+            )
+
+
 def rule_error(setting: str, message: str) -> PydanticCustomError:
     """The error of a rule the whole configuration checks (a validator of GatewayConfig, whose errors
     have no key of their own): it carries the dotted key of the setting to change, so the loader names
@@ -92,9 +114,11 @@ class Section(BaseModel):
     def _bounded_duration(cls, value: object, info: ValidationInfo) -> object:
         # Every duration, by its name, in every section (present and future): a finite value the
         # config check accepts must also be one every timer, socket and conversion that uses it takes.
+        # Likewise every integer, whatever its setting: one past 64 bits is no value C code takes.
         ceiling = duration_ceiling(info.field_name or "")
         if ceiling is not None:
             check_duration(value, ceiling)
+        check_integer(value)
         return value
 
 
@@ -116,7 +140,7 @@ def masked_url(url: str) -> str:
 
 
 def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
+    if host.lower() == "localhost":  # host names are case-insensitive (RFC 4343)
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback

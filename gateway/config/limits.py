@@ -14,6 +14,18 @@ MAX_FRAME_BYTES = 1 << 30
 """The largest max_frame_bytes: 1 GiB. aiohttp keeps its WebSocket message bound in a C unsigned int, so
 one of 4 GiB or more fails every WebSocket handshake; a message that large would not fit a gateway's
 memory anyway."""
+MAX_HEADER_BYTES = 1 << 20
+"""The largest max_header_bytes: 1 MiB, a hundred times aiohttp's default. aiohttp keeps it in a C size_t:
+a larger number (a typo of extra digits) would fail every connection the gateway accepts."""
+MAX_HEADERS = 65_535
+"""The largest max_headers (aiohttp keeps it in a C size_t too); a real request has a few dozen."""
+MAX_DESCRIPTORS = 1 << 20
+"""The largest fd_reserve and max_refusing: Linux's default fs.nr_open, the most descriptors a process
+may have at all."""
+MIN_RATE_PER_S = 1e-6
+"""The smallest rate_per_s other than 0 (off): one request per 11.6 days. A refused request's wait for a
+token is at most 1 / rate_per_s, so it stays below the 30 days of the longest duration setting
+(MAX_DURATION_S) and fits Retry-After and retryAfterMs as the numbers they are."""
 MIN_MESSAGE_BYTES = 1024
 """The smallest max_header_bytes and max_frame_bytes (and below which max_body_bytes is warned of): an
 MCP initialize takes 150 to 400 bytes, its answer more, and a request's line and headers (a bearer
@@ -24,9 +36,19 @@ class RateBucketConfig(Section):
     """One token bucket: `rate_per_s` requests per second on average, `burst` at once after a quiet spell."""
 
     rate_per_s: Annotated[float, Field(ge=0)]
-    """Refill rate in requests per second; 0 turns this limit off."""
+    """Refill rate in requests per second; 0 turns this limit off, else at least MIN_RATE_PER_S."""
     burst: PositiveInt
     """Requests let through at once by a full bucket."""
+
+    @field_validator("rate_per_s")
+    @classmethod
+    def _slowest(cls, rate: float) -> float:
+        if 0 < rate < MIN_RATE_PER_S:
+            raise ValueError(
+                f"{rate:g} is below the slowest rate, {MIN_RATE_PER_S:g} (one request per 11.6 days: the wait "
+                "for a token must stay below the 30 days of the longest duration); give 0 to turn the limit off"
+            )
+        return rate
 
 
 class PrincipalRateConfig(RateBucketConfig):
@@ -73,12 +95,13 @@ class ConnectionLimitsConfig(Section):
     """Addresses or networks (CIDR) max_per_peer does not apply to: by default the gateway's own host,
     where a local reverse proxy (every client behind it is one address), the simulator and the stdio
     bridge connect from. Add a reverse proxy's address here; max_connections still applies."""
-    max_refusing: PositiveInt = 64
+    max_refusing: Annotated[int, Field(gt=0, le=MAX_DESCRIPTORS)] = 64
     """Connections over a cap held at once to read their request and answer it 503 (each at most
-    header_timeout_s); beyond that an over-cap connection is closed unanswered."""
-    fd_reserve: PositiveInt = 256
+    header_timeout_s); beyond that an over-cap connection is closed unanswered. At most MAX_DESCRIPTORS."""
+    fd_reserve: Annotated[int, Field(gt=0, le=MAX_DESCRIPTORS)] = 256
     """File descriptors kept for everything but client and board connections: child processes' pipes,
-    serial ports, upstream and MQTT connections, logs, and connections being accepted."""
+    serial ports, upstream and MQTT connections, logs, and connections being accepted. At most
+    MAX_DESCRIPTORS; with max_refusing it comes off the descriptor limit before max_connections does."""
     idle_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 60.0
     """A keep-alive connection with no request for this long is closed. Above the idle expiry of HTTP
     client pools (httpx 5 s, aiohttp 15 s), so a client does not find its pooled connection just closed."""
@@ -96,12 +119,12 @@ class ConnectionLimitsConfig(Section):
     """A TLS handshake, a /providers socket's first slot claim and a client WebSocket's initialize must
     be done this long after connecting, else the connection is closed (WebSockets with 1008 and a reason).
     A board doing TLS in software over weak Wi-Fi takes seconds; its first frame follows at once."""
-    max_header_bytes: Annotated[int, Field(ge=MIN_MESSAGE_BYTES)] = 8190
+    max_header_bytes: Annotated[int, Field(ge=MIN_MESSAGE_BYTES, le=MAX_HEADER_BYTES)] = 8190
     """Longest request line, and longest header line; longer gets 400 (aiohttp's own bound). At least
     1024: a bearer token or a browser's headers fill a few hundred bytes, and below that every request,
-    /healthz included, would get 400."""
-    max_headers: PositiveInt = 128
-    """Most header lines in one request; more gets 400 (aiohttp's own bound)."""
+    /healthz included, would get 400. At most 1 MiB (MAX_HEADER_BYTES)."""
+    max_headers: Annotated[int, Field(gt=0, le=MAX_HEADERS)] = 128
+    """Most header lines in one request; more gets 400 (aiohttp's own bound). At most 65535 (MAX_HEADERS)."""
 
     @field_validator("per_peer_exempt")
     @classmethod

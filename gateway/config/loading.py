@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import copy
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,7 +14,8 @@ from typing import Any, get_args
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from gateway.config.base import CLIENT_SIDE_ENV, ENV_CONFIG_FILE, ENV_PREFIX
+from gateway.config.base import CLIENT_SIDE_ENV, ENV_CONFIG_FILE, ENV_PREFIX, MAX_CONFIG_INTEGER
+from gateway.config.files import FileRefused, read_regular_file
 from gateway.config.groups import GROUP_ENV_PREFIX, group_env_name
 from gateway.config.model import GatewayConfig
 
@@ -36,12 +38,30 @@ def _merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _env_value(text: str) -> Any:
-    """Environment values are JSON when they parse as JSON (numbers, booleans, lists), else strings."""
+INTEGER_TEXT = re.compile(r"\s*-?(?:0|[1-9][0-9]*)\s*")
+MAX_INTEGER_DIGITS = 1000
+"""The longest integer an environment value is read as (Python reads at most 4300 digits): far past
+every setting's bound, so a longer one is refused by its length alone."""
+
+
+def _env_value(name: str, text: str) -> Any:
+    """Environment values are JSON when they parse as JSON (numbers, booleans, lists), else strings.
+
+    An integer stays an integer however large: orjson reads one past 64 bits as a float (and one past
+    a double's range not at all), and the setting's bound, not "a number with a fraction", is what to say."""
     try:
-        return orjson.loads(text)
+        value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return text
+        value = text
+    if isinstance(value, int) or not INTEGER_TEXT.fullmatch(text):
+        return value
+    digits = text.strip()
+    if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise ConfigError(
+            f"environment variable {name}: an integer of {len(digits.lstrip('-'))} digits; no setting takes one "
+            f"past {MAX_CONFIG_INTEGER} (the largest 64-bit integer)"
+        )
+    return int(digits)
 
 
 def _known_path(path: list[str]) -> bool:
@@ -91,23 +111,28 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str,
                     "that is not a table, so no key can be set inside it; remove one of the two"
                 )
             node = child
-        node[path[-1]] = _env_value(text)
+        node[path[-1]] = _env_value(name, text)
         sources[".".join(path)] = f"environment variable {name}"
     return overrides, sources
 
 
 UTF8_BOM = codecs.BOM_UTF8
+MAX_CONFIG_FILE_BYTES = 1 << 20
+"""The largest configuration file: 1 MiB. A full one with every section and a hundred upstreams is
+tens of KiB; tokens, secrets and policies go in files of their own (gateway/config/files.py)."""
 
 
 def read_toml(path: Path) -> dict[str, Any]:
     """The TOML file at `path` as data; ConfigError naming the file when it cannot be read or parsed.
 
-    One leading UTF-8 byte order mark is skipped: Windows editors (Notepad, older Visual Studio) write
-    one, TOML editors accept it, and it is no character of the configuration."""
+    Read as the files settings name are (read_regular_file): a regular file of at most
+    MAX_CONFIG_FILE_BYTES, so /dev/zero, a FIFO or a huge file is refused by name instead of hanging
+    or exhausting memory (a reload reads the file while the gateway serves). One leading UTF-8 byte
+    order mark is skipped: Windows editors (Notepad, older Visual Studio) write one, TOML editors
+    accept it, and it is no character of the configuration."""
     skipped = 0
     try:
-        with path.open("rb") as handle:
-            raw = handle.read()
+        raw = read_regular_file(path, "config file", MAX_CONFIG_FILE_BYTES)
         skipped = len(UTF8_BOM) if raw.startswith(UTF8_BOM) else 0
         text = raw[skipped:].decode("utf-8")
         return tomllib.loads(text)
@@ -115,6 +140,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: not found") from exc
     except PermissionError as exc:
         raise ConfigError(f"config file {path}: not readable ({exc.strerror})") from exc
+    except FileRefused as exc:  # a device, a FIFO, a socket, over the bound
+        raise ConfigError(f"config file {path}: {exc.reason}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: invalid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
@@ -351,6 +378,8 @@ def _given_type(error: Mapping[str, Any], from_environment: bool) -> str:
         return f", not text: give {wanted}" if from_environment else f", not text: write {wanted} without quotes"
     if isinstance(value, float):
         return ", not a number with a fraction"
+    if isinstance(value, int) and error["type"] == "float_type":  # past a double's range (about 1.8e308)
+        return ", not an integer that large: a number with a fraction holds at most about 1.8e308"
     if isinstance(value, int):
         return f", not the number {value}: write true or false"
     if isinstance(value, list):

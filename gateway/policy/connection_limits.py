@@ -10,13 +10,17 @@ from __future__ import annotations
 import contextlib
 import enum
 import ipaddress
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config import ConnectionLimitsConfig
 
+log = logging.getLogger("gateway.listener")
+
 KEY = "connections"
 """The section's key under [limits]: the prefix of its bounds in mcpgw_limit and mcpgw_limit_hits."""
+SETTINGS = f"limits.{KEY}"
 
 # Why a connection was refused (mcpgw_connection_refusals_total{reason}); each is also the bound's key.
 MAX_CONNECTIONS = "max_connections"
@@ -46,6 +50,10 @@ is routine, so it counts only in mcpgw_connection_cuts_total."""
 
 CAP_FROM_CONFIG = "max_connections"
 CAP_FROM_FD_LIMIT = "fd_limit"
+"""The descriptor limit leaves less than max_connections (the gateway's start warns of it)."""
+CAP_FROM_RESERVE = "fd_reserve"
+"""fd_reserve and max_refusing take more of the descriptor limit than they leave for connections:
+they, not the limit, are what to change (configure_fd_limit warns of it)."""
 
 
 def peer_key(peername: object) -> str | None:
@@ -128,12 +136,48 @@ class ConnectionLimiter:
         """Lower the cap to what the descriptor limit leaves after the reserve and the refusals."""
         self.fd_limit = fd_limit
         settings = self.settings
+        before = self.cap, self.cap_from
         self.cap, self.cap_from = settings.max_connections, CAP_FROM_CONFIG
         if fd_limit is None or fd_limit.soft is None:
             return
-        room = fd_limit.soft - fd_limit.open_at_start - settings.fd_reserve - settings.max_refusing
-        if room < self.cap:
-            self.cap, self.cap_from = max(1, room), CAP_FROM_FD_LIMIT
+        reserve = settings.fd_reserve + settings.max_refusing
+        room = fd_limit.soft - fd_limit.open_at_start - reserve
+        if room >= self.cap:
+            return
+        # A reserve larger than what it leaves is the setting to change, not the descriptor limit.
+        self.cap, self.cap_from = max(1, room), CAP_FROM_RESERVE if reserve > room else CAP_FROM_FD_LIMIT
+        if self.cap_from == CAP_FROM_RESERVE and (self.cap, self.cap_from) != before:
+            log.warning(
+                "%s.fd_reserve = %d and %s.max_refusing = %d take %d of the %d descriptors the descriptor limit "
+                "(RLIMIT_NOFILE %d) leaves after the %d open at start, leaving room for %d connections, fewer than "
+                "%s.max_connections = %d; lower fd_reserve or max_refusing",
+                SETTINGS,
+                settings.fd_reserve,
+                SETTINGS,
+                settings.max_refusing,
+                reserve,
+                fd_limit.soft - fd_limit.open_at_start,
+                fd_limit.soft,
+                fd_limit.open_at_start,
+                self.cap,
+                SETTINGS,
+                settings.max_connections,
+            )
+
+    def cap_words(self) -> str:
+        """The cap in force and the settings that set it, as a 503 names them (no values but the cap:
+        anyone may be refused)."""
+        if self.cap_from == CAP_FROM_RESERVE:
+            return (
+                f"{self.cap} here: what {SETTINGS}.fd_reserve and {SETTINGS}.max_refusing leave of the process's "
+                f"descriptor limit, below {SETTINGS}.max_connections"
+            )
+        if self.cap_from == CAP_FROM_FD_LIMIT:
+            return (
+                f"{self.cap} here: what the process's descriptor limit leaves after {SETTINGS}.fd_reserve and "
+                f"{SETTINGS}.max_refusing, below {SETTINGS}.max_connections"
+            )
+        return f"{SETTINGS}.max_connections, {self.cap} here"
 
     def is_exempt(self, peer: str) -> bool:
         try:

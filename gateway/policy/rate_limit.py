@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from gateway.config.base import MAX_DURATION_S
 from gateway.core.principal import Principal
 from gateway.policy.rules.subjects import caller_name, subjects_of
 
@@ -55,9 +56,10 @@ class TokenBucket:
         return self.tokens
 
     def wait_s(self, spec: BucketSpec) -> float:
-        """Seconds until the bucket holds one token again (0 when it holds one now)."""
+        """Seconds until the bucket holds one token again (0 when it holds one now), at most 30 days
+        (MAX_DURATION_S): Retry-After and retryAfterMs must stay numbers a client and JSON take."""
         missing = 1.0 - self.tokens
-        return 0.0 if missing <= 0 else missing / spec.rate_per_s
+        return 0.0 if missing <= 0 else min(missing / spec.rate_per_s, float(MAX_DURATION_S))
 
     def full(self, spec: BucketSpec, now: float) -> bool:
         return self.tokens + (now - self.updated) * spec.rate_per_s >= spec.burst
