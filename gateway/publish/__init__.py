@@ -28,6 +28,7 @@ def missing_extra(missing: ModuleNotFoundError) -> ModuleNotFoundError:
 # Every module of this package imports through here first, so a base install without the extra
 # gets one error that names the extra instead of the first SDK module that happens to be missing.
 try:
+    from gateway.publish.link_errors import PublishRefused
     from gateway.publish.loopback import attach_loopback
     from gateway.publish.websocket import MultiplexedPublisher, Publisher
 except ModuleNotFoundError as missing:
@@ -35,4 +36,4 @@ except ModuleNotFoundError as missing:
         raise
     raise missing_extra(missing) from missing
 
-__all__ = ["MultiplexedPublisher", "Publisher", "attach_loopback"]
+__all__ = ["MultiplexedPublisher", "PublishRefused", "Publisher", "attach_loopback"]

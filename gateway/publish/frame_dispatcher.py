@@ -73,7 +73,7 @@ def parse(data: bytes | str) -> SessionMessage | Exception:
 class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
     """A `JSONRPCDispatcher` whose messages arrive by `deliver()`, its results written by orjson."""
 
-    def __init__(self, writer: FrameWriter) -> None:
+    def __init__(self, writer: FrameWriter, *, max_message_bytes: int | None = None) -> None:
         # The base class wants a read stream; this one is never read, so it is closed at once.
         unused_send, unused_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         unused_send.close()
@@ -82,6 +82,7 @@ class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
         # the writer, as the base class writes it.
         super().__init__(unused_receive, writer, inline_methods=frozenset({"initialize"}))
         self._writer = writer  # the base's _write_stream, with its FrameWriter type for the result path
+        self.max_message_bytes = max_message_bytes
         self._input_ended = anyio.Event()
         self._on_request: OnRequest | None = None
         self._on_notify: OnNotify | None = None
@@ -143,6 +144,16 @@ class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
         except TypeError:  # a value orjson cannot encode: the SDK's model dumps it as it always did
             await super()._write_result(request_id, result)
             return
+        bound = self.max_message_bytes
+        if bound is not None and len(data) > bound:
+            # The gateway would close the whole link (1009) for it, failing every other call on it.
+            message = (
+                f"Response too large: the result is {len(data)} bytes, over the provider's frame bound of "
+                f"{bound} bytes (the publisher's max_frame_bytes, matching the gateway's limits.max_frame_bytes)"
+            )
+            log.warning("answered request %r with an error: %s", request_id, message)
+            error = {"code": types.INTERNAL_ERROR, "message": message, "data": {"bytes": len(data), "bound": bound}}
+            data = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": error})
         # Unshielded, unlike the writer's other frames: the base class has taken this request out of
         # its in-flight table before writing its result, so no notifications/cancelled can cancel
         # this task in aiohttp's flow-control wait any more; only the link's own end can (and that

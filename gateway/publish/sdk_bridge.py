@@ -119,9 +119,11 @@ class SdkSession:
     `run()` must have reported itself started (`await group.start(session.run)`) before the first
     `feed()`: the publishers read the link only from then on."""
 
-    def __init__(self, server: SdkServer, send: SendBytes) -> None:
+    def __init__(self, server: SdkServer, send: SendBytes, *, max_message_bytes: int | None = None) -> None:
+        """`max_message_bytes`: the largest result sent; one over it is answered with an error instead
+        (FrameDispatcher), so the link that carries other calls lives. None: no bound (in-process)."""
         self.server = lowlevel(server)
-        self._dispatcher = FrameDispatcher(FrameWriter(send))
+        self._dispatcher = FrameDispatcher(FrameWriter(send), max_message_bytes=max_message_bytes)
         self.router: EraRouter | None = None
 
     @property

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import re
 import ssl as ssl_module
 import time
 from collections.abc import AsyncGenerator
@@ -18,6 +19,7 @@ import orjson
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from gateway.core.backoff import MAX_DOUBLINGS, Backoff
+from gateway.publish.link_errors import REFUSED_STATUSES, ConnectTimeout, PublishRefused, UpgradeRefused, check_upgrade
 from gateway.publish.sdk_bridge import SdkServer, SdkSession
 
 TEXT = aiohttp.WSMsgType.TEXT
@@ -29,6 +31,19 @@ log = logging.getLogger("gateway.publish")
 
 CLOSE_POLICY = 1008
 """The gateway's close for a slot it refuses after the upgrade (held, reserved, undeclared)."""
+CLOSE_ABNORMAL = 1006
+"""A link that ended without a close frame (here: one the gateway went silent on)."""
+DEFAULT_SILENCE_S = 90.0
+"""How long a link may carry nothing from the gateway (no frame, no ping) before it is taken as lost:
+three of the gateway's pings at its default providers.heartbeat_interval_s (30 s), as on the boards."""
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+"""How long a dial (TCP, TLS and the WebSocket upgrade) may take."""
+DEFAULT_MAX_FRAME_BYTES = 1_048_576
+"""The largest frame sent to the gateway: its default limits.max_frame_bytes, past which it closes 1009."""
+MIN_FRAME_BYTES = 1024
+"""The smallest max_frame_bytes accepted: the gateway's own floor for limits.max_frame_bytes."""
+FAILURES_WARNED = 32
+"""Distinct dial failures warned of between two links that came up; past them, repeats only at debug."""
 FAULT_KINDS_LOGGED = 32
 """Kinds (exception types) of unexpected fault whose first occurrence is logged with its traceback;
 past them, and for each kind's repeats, a fault is only counted (`faults`)."""
@@ -52,6 +67,25 @@ def register_frame(aggregate: bool, hello: dict[str, Any] | None) -> dict[str, A
 
 
 TOKEN_HEADER = "X-Provider-Token"
+ENDPOINT_PATHS = re.compile(r"/(provider(/[^/]*)?|providers)$")
+"""Paths the publisher adds itself: a gateway_url ending in one would get it twice."""
+
+
+def gateway_base(gateway_url: str) -> str:
+    """The gateway's ws:// or wss:// base URL (a path prefix, as behind a reverse proxy, is kept)."""
+    base = gateway_url.rstrip("/")
+    if base.startswith("http"):
+        base = "ws" + base[4:]
+    scheme, sep, rest = base.partition("://")
+    if not sep or scheme not in ("ws", "wss"):
+        raise ValueError(f"gateway_url must be a ws://, wss://, http:// or https:// URL; got {gateway_url!r}")
+    _, slash, path = rest.partition("/")
+    if slash and ENDPOINT_PATHS.search("/" + path.partition("?")[0]):
+        raise ValueError(
+            f"gateway_url names the gateway, not a provider endpoint: give {scheme}://{rest.partition('/')[0]} "
+            f"(the publisher adds /provider/<slot> or /providers); got {gateway_url!r}"
+        )
+    return base
 
 
 def client_ssl(ssl: ssl_module.SSLContext | bool | None, ca_file: str | None) -> ssl_module.SSLContext | bool:
@@ -77,11 +111,11 @@ class _PublisherBase:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 30.0,
         max_msg_size: int = 4 * 1024 * 1024,
+        silence_s: float | None = DEFAULT_SILENCE_S,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
-        base = gateway_url.rstrip("/")
-        if base.startswith("http"):
-            base = "ws" + base[4:]
-        self.base_url = base
+        self.base_url = gateway_base(gateway_url)
         self.headers = dict(headers or {})
         if token is not None:
             self.headers[TOKEN_HEADER] = token
@@ -89,16 +123,30 @@ class _PublisherBase:
         self.reconnect = reconnect
         self.backoff = Backoff(backoff_initial_s, backoff_max_s)
         self.max_msg_size = max_msg_size
+        if silence_s is not None and not (_seconds(silence_s) and silence_s > 0):
+            raise ValueError(f"silence_s must be a number of seconds above 0, or None (no limit); got {silence_s!r}")
+        if not (_seconds(connect_timeout_s) and connect_timeout_s > 0):
+            raise ValueError(f"connect_timeout_s must be a number of seconds above 0; got {connect_timeout_s!r}")
+        if not (type(max_frame_bytes) is int and max_frame_bytes >= MIN_FRAME_BYTES):
+            raise ValueError(
+                f"max_frame_bytes must be an integer of at least {MIN_FRAME_BYTES}; got {max_frame_bytes!r}"
+            )
+        self.silence_s = silence_s
+        self.connect_timeout_s = connect_timeout_s
+        self.max_frame_bytes = max_frame_bytes
         self.connected = asyncio.Event()
         self.connections = 0
         self.last_close: tuple[int | None, str] | None = None
         self.faults = 0
         """Links ended by an unexpected error in the publisher's own handling (logged, then dialled again)."""
         self._faults_logged: set[str] = set()
+        self._failures_warned: set[str] = set()
         self._stop = asyncio.Event()
         self._ws: aiohttp.ClientWebSocketResponse | None = None
-        self._close_reasons: list[str] = []
+        self._dialling: asyncio.Task[aiohttp.ClientWebSocketResponse] | None = None
+        self._closed_with: list[tuple[int | None, str]] = []
         self._carried = False  # the current link carried a frame for an accepted slot
+        self._refused_link = False  # the last dial or link was refused (HTTP 401/403, 1008 before any frame)
 
     def url(self) -> str:
         raise NotImplementedError
@@ -108,48 +156,101 @@ class _PublisherBase:
 
     async def run(self) -> None:
         """Connect, serve, and reconnect with jittered back-off until `stop()`."""
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(raise_for_status=check_upgrade) as http:
             while not self._stop.is_set():
                 self._carried = False
+                self._refused_link = False
                 up_at: float | None = None  # time.monotonic() when the upgrade succeeded
                 try:
-                    async with http.ws_connect(
-                        self.url(), headers=self.headers, autoping=True, max_msg_size=self.max_msg_size, ssl=self.ssl
-                    ) as ws:
+                    ws = await self._dial(http)
+                    if ws is None:  # stop() while dialling
+                        return
+                    if self._stop.is_set():  # stop() as the dial completed: too late to cancel it
+                        await ws.close()
+                        return
+                    async with ws:
                         self._ws = ws
                         self.connections += 1
                         up_at = time.monotonic()
+                        self._failures_warned.clear()  # the next outage is warned of again
                         self.connected.set()
-                        self._close_reasons = []
+                        self._closed_with = []
                         await self._serve(ws)
-                        self.last_close = (ws.close_code, _reason(ws, "".join(self._close_reasons)))
-                except (aiohttp.ClientError, OSError) as exc:
+                        self.last_close = self._closed_with[0] if self._closed_with else (ws.close_code, _reason(ws))
+                except UpgradeRefused as exc:
                     self.last_close = (None, str(exc))
+                    self._refused_link = exc.status in REFUSED_STATUSES
+                    self._warn_failure(str(exc))
+                except (aiohttp.ClientError, OSError) as exc:
+                    self.last_close = (None, str(exc) or type(exc).__name__)
+                    self._warn_failure(self.last_close[1])
                 except Exception as exc:  # a fault of ours ends this link, never the publisher
                     self._fault(exc)
                 finally:
                     self._ws = None
                     self.connected.clear()
                 if self.last_close and self.last_close[0] not in (None, 1000):
-                    log.info("gateway closed the link: %s %s", *self.last_close)
+                    log.info("the link to %s ended: %s %s", self.url(), *self.last_close)
+                if up_at is not None and not self._carried and self.last_close is not None:
+                    self._refused_link = self.last_close[0] == CLOSE_POLICY
                 if not self.reconnect or self._stop.is_set():
+                    if self._refused_link and not self._stop.is_set() and self.last_close is not None:
+                        raise PublishRefused(self.last_close)
                     return
                 self._count_link(up_at)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), self.backoff.next_delay())
 
+    async def _dial(self, http: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse | None:
+        """The upgraded WebSocket, within `connect_timeout_s`; None when `stop()` cancelled the dial."""
+        self._dialling = asyncio.ensure_future(self._connect(http))
+        try:
+            return await self._dialling
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._stop.is_set() and task is not None and not task.cancelling():
+                return None
+            raise
+        finally:
+            self._dialling = None
+
+    async def _connect(self, http: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse:
+        try:
+            return await asyncio.wait_for(
+                http.ws_connect(
+                    self.url(),
+                    headers=self.headers,
+                    autoping=True,
+                    max_msg_size=self.max_msg_size,
+                    ssl=self.ssl,
+                    # Bounds the wait for the gateway's answer to our close too (a gateway gone silent).
+                    timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=self.connect_timeout_s),
+                ),
+                self.connect_timeout_s,
+            )
+        except TimeoutError:
+            raise ConnectTimeout(
+                f"no WebSocket upgrade from {self.url()} within {self.connect_timeout_s:g}s (connect_timeout_s)"
+            ) from None
+
+    def _warn_failure(self, text: str) -> None:
+        """A failed dial is warned of once per distinct failure until a link comes up; repeats at debug."""
+        if text not in self._failures_warned and len(self._failures_warned) < FAILURES_WARNED:
+            self._failures_warned.add(text)
+            log.warning("cannot publish to %s: %s (retried with back-off; repeats are not logged)", self.url(), text)
+        else:
+            log.debug("cannot publish to %s: %s", self.url(), text)
+
     def _count_link(self, up_at: float | None) -> None:
         """Where the back-off stands after a link: it starts over only once a link proved itself (it
         carried a frame for an accepted slot and stayed up at least `backoff_max_s`), so a gateway that
-        refuses or drops the publisher right after the upgrade is dialled ever more slowly; a close 1008
-        before any such frame (a refusal at the door: slot held, reserved, undeclared) puts the ceiling
-        at `backoff_max_s` at once, as the boards and the simulator do."""
-        if up_at is None:
-            return
-        if self._carried and time.monotonic() - up_at >= self.backoff.max_s:
-            self.backoff.reset()
-        elif not self._carried and self.last_close is not None and self.last_close[0] == CLOSE_POLICY:
+        refuses or drops the publisher right after the upgrade is dialled ever more slowly; a refusal
+        (HTTP 401 or 403 before the upgrade, or a close 1008 before any frame: slot held, reserved,
+        undeclared) puts the ceiling at `backoff_max_s` at once, as the boards and the simulator do."""
+        if self._refused_link:
             self.backoff.failures = max(self.backoff.failures, _ceiling_failures(self.backoff))
+        elif up_at is not None and self._carried and time.monotonic() - up_at >= self.backoff.max_s:
+            self.backoff.reset()
 
     def _fault(self, exc: Exception) -> None:
         """An error in the publisher's own handling of a link: the link ends, the publisher dials again."""
@@ -167,7 +268,10 @@ class _PublisherBase:
             log.debug("publisher fault on the link to %s (%d so far): %s", self.url(), self.faults, leaf)
 
     async def stop(self) -> None:
+        """End `run()`: a dial in progress is cancelled, a link up is closed."""
         self._stop.set()
+        if self._dialling is not None:
+            self._dialling.cancel()
         ws = self._ws
         if ws is not None and not ws.closed:
             await ws.close()
@@ -177,6 +281,11 @@ class _PublisherBase:
         ws = self._ws
         if ws is not None:
             await ws.close(code=1001)
+
+
+def _seconds(value: object) -> bool:
+    """Whether an option is a finite number (a bool is not one)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _ceiling_failures(backoff: Backoff) -> int:
@@ -193,35 +302,50 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _reason(ws: aiohttp.ClientWebSocketResponse, close_reason: str) -> str:
-    """The gateway's close reason (what to do), else what went wrong on our side."""
-    if close_reason:
-        return close_reason
+def _reason(ws: aiohttp.ClientWebSocketResponse) -> str:
+    """What went wrong on our side, for a link that ended without a close frame."""
     exc = ws.exception()
     return str(exc) if exc else ""
 
 
-async def _send_text(ws: aiohttp.ClientWebSocketResponse, data: bytes) -> None:
+async def _send_text(ws: aiohttp.ClientWebSocketResponse, data: bytes, max_frame_bytes: int) -> None:
     """One frame out; dropped when the link is closed or closing. The gateway has already answered
     the callers of a provider that left, and an error here would end the SDK session in the middle
-    of a tool's answer instead of letting the link's end end it."""
+    of a tool's answer instead of letting the link's end end it. A frame over the gateway's bound is
+    dropped too (results never get here over it: FrameDispatcher answers an error instead): the
+    gateway would close the whole link with 1009, failing every other call in flight on it."""
     if ws.closed:
+        return
+    if len(data) > max_frame_bytes:
+        log.warning(
+            "dropped a %d-byte frame: over max_frame_bytes (%d), which the gateway closes the link for",
+            len(data),
+            max_frame_bytes,
+        )
         return
     with contextlib.suppress(ConnectionResetError):  # aiohttp's ClientConnectionResetError: closing
         await ws.send_frame(data, TEXT)
 
 
 async def _read_frames(
-    ws: aiohttp.ClientWebSocketResponse, close_reasons: list[str]
+    ws: aiohttp.ClientWebSocketResponse, closed_with: list[tuple[int | None, str]], silence_s: float | None
 ) -> AsyncGenerator[bytes | str, None]:
-    """Every text or binary frame; the reason of the close frame that ends them goes to `close_reasons`."""
+    """Every text or binary frame; the code and reason of the close frame that ends them go to
+    `closed_with`. Nothing at all (no frame, no ping) for `silence_s` ends them too: a gateway that lost
+    power or its cable leaves a half-open TCP link that would otherwise look connected forever."""
     # receive(), not `async for`: iterating stops at a close frame without handing over its reason.
+    # aiohttp answers a ping inside receive() and starts the timeout over for the next read.
     while True:
-        msg = await ws.receive()
+        try:
+            msg = await ws.receive(timeout=silence_s)
+        except TimeoutError:
+            reason = f"nothing from the gateway (no frame, no ping) for {silence_s:g}s (silence_s); link taken as lost"
+            closed_with.append((CLOSE_ABNORMAL, reason))
+            return
         if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
             yield msg.data
         elif msg.type is aiohttp.WSMsgType.CLOSE:
-            close_reasons.append(msg.extra or "")
+            closed_with.append((msg.data if isinstance(msg.data, int) else None, msg.extra or ""))
             return
         elif msg.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
             return
@@ -255,12 +379,12 @@ class Publisher(_PublisherBase):
         await ws.send_frame(orjson.dumps(register_frame(self.aggregate, self.hello)), TEXT)
 
         async def send(data: bytes) -> None:
-            await _send_text(ws, data)
+            await _send_text(ws, data, self.max_frame_bytes)
 
-        session = SdkSession(self.server, send)
+        session = SdkSession(self.server, send, max_message_bytes=self.max_frame_bytes)
         async with anyio.create_task_group() as group:
             await group.start(session.run)
-            async for data in _read_frames(ws, self._close_reasons):
+            async for data in _read_frames(ws, self._closed_with, self.silence_s):
                 self._carried = True  # the gateway speaks only once it accepted the slot
                 await session.feed(data)
             await session.close_input()
@@ -300,32 +424,52 @@ class MultiplexedPublisher(_PublisherBase):
             log.warning("skipped a frame from %s: %s (later ones of this kind are only counted)", self.url(), kind)
 
     def _refused(self, slot: str, error: Any) -> None:
+        """Record the gateway's refusal of `slot` (a malformed one is counted instead)."""
         code, message = (error.get("code"), error.get("message")) if isinstance(error, dict) else (None, None)
         if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
             self._malformed(MALFORMED_REFUSAL)
             return
-        # The latest per slot: the gateway refuses a held slot again at every reconnect.
+        # The latest per slot: the gateway refuses a held slot again at every claim.
         self.errors = [entry for entry in self.errors if entry["slot"] != slot]
         self.errors.append({"slot": slot, "code": code, "message": message})
 
+    def _accepted(self, slot: str) -> None:
+        """The gateway spoke to `slot`: it holds it, so no refusal of it stands any more."""
+        if any(entry["slot"] == slot for entry in self.errors):
+            self.errors = [entry for entry in self.errors if entry["slot"] != slot]
+
+    def _register_envelope(self, slot: str) -> bytes:
+        return orjson.dumps({"provider": slot, "payload": register_frame(self.aggregate, self.hello.get(slot))})
+
+    async def _claim_again(self, ws: aiohttp.ClientWebSocketResponse, slot: str, claiming: set[str]) -> None:
+        """Send a refused slot's register envelope again after its own wait (drawn as for a close 1008:
+        `backoff_max_s`/2 to `backoff_max_s`), so a slot freed by its holder is taken within `backoff_max_s`."""
+        backoff = Backoff(self.backoff.initial_s, self.backoff.max_s)
+        backoff.failures = _ceiling_failures(backoff)
+        try:
+            await asyncio.sleep(backoff.next_delay())
+            await _send_text(ws, self._register_envelope(slot), self.max_frame_bytes)
+        finally:
+            claiming.discard(slot)
+
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         sessions: dict[str, SdkSession] = {}
+        claiming: set[str] = set()  # refused slots whose next claim is waiting
 
-        def sender(slot: str) -> Any:
-            prefix = b'{"provider":' + orjson.dumps(slot) + b',"payload":'
-
+        def sender(prefix: bytes) -> Any:
             async def send(data: bytes) -> None:
-                await _send_text(ws, prefix + data + b"}")
+                await _send_text(ws, prefix + data + b"}", self.max_frame_bytes)
 
             return send
 
         async with anyio.create_task_group() as group:
             for slot, server in self.servers.items():
-                register = register_frame(self.aggregate, self.hello.get(slot))
-                await ws.send_frame(orjson.dumps({"provider": slot, "payload": register}), TEXT)
-                sessions[slot] = SdkSession(server, sender(slot))
+                await ws.send_frame(self._register_envelope(slot), TEXT)
+                prefix = b'{"provider":' + orjson.dumps(slot) + b',"payload":'
+                bound = self.max_frame_bytes - len(prefix) - 1
+                sessions[slot] = SdkSession(server, sender(prefix), max_message_bytes=bound)
                 await group.start(sessions[slot].run)
-            async for data in _read_frames(ws, self._close_reasons):
+            async for data in _read_frames(ws, self._closed_with, self.silence_s):
                 # Every value from the wire is checked before use: a frame that is not what the
                 # gateway sends is skipped, and the link and its other slots carry on.
                 try:
@@ -346,10 +490,15 @@ class MultiplexedPublisher(_PublisherBase):
                     self._malformed(MALFORMED_PAYLOAD)
                     continue
                 if "id" in payload and payload["id"] is None and "error" in payload:
-                    # The gateway refused this slot (held, reserved, forbidden).
+                    # The gateway refused this slot (held, reserved, forbidden) and forgot the name:
+                    # a later register envelope for it tries again (docs/protocol.md).
                     self._refused(provider, payload["error"])
+                    if provider not in claiming:
+                        claiming.add(provider)
+                        group.start_soon(self._claim_again, ws, provider, claiming)
                     continue
                 self._carried = True
+                self._accepted(provider)
                 await session.feed(orjson.dumps(payload))
             for session in sessions.values():
                 await session.close_input()

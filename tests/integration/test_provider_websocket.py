@@ -787,7 +787,10 @@ async def test_a_call_cancelled_while_the_link_is_backed_up_leaves_the_other_ans
         return ws
 
     async with stand_in_gateway(provider_endpoint) as url:
-        publisher = Publisher(server, url, "pump-1", backoff_initial_s=0.05, backoff_max_s=0.1)
+        # The stand-in takes frames past the gateway's 1 MiB bound, which the publisher keeps by default.
+        publisher = Publisher(
+            server, url, "pump-1", backoff_initial_s=0.05, backoff_max_s=0.1, max_frame_bytes=4 * size
+        )
         task = asyncio.create_task(publisher.run())
         try:
             await wait_for(all_in.is_set, timeout=30, what="the answers to b and to c after it")
