@@ -184,9 +184,9 @@ class OAuthConfig(Section):
     """A local JWKS file instead of jwks_url (re-read every jwks_refresh_s)."""
     jwks_refresh_s: Annotated[float, Field(ge=0.1)] = 600.0
     """How often the keys are fetched again (key rotation); at least 0.1 s (each refresh is a fetch)."""
-    jwks_refetch_min_s: Annotated[float, Field(ge=0)] = 30.0
+    jwks_refetch_min_s: Annotated[float, Field(ge=1)] = 30.0
     """A token signed with an unknown key id fetches the keys again at most this often, so a stranger
-    cannot make the gateway hammer the authorization server."""
+    cannot make the gateway hammer the authorization server; at least 1 s (0 would remove that bound)."""
     algorithms: list[str] = Field(default_factory=lambda: list(ASYMMETRIC_ALGORITHMS))
     """Accepted signature algorithms; public-key ones only (never `none`, never HS*)."""
     leeway_s: Annotated[float, Field(ge=0, le=300)] = 30.0

@@ -8,7 +8,8 @@ mcpgw_auth_failures_total{reason}). It runs at most once per RECHECK_EVERY_S per
 request or a frame on a WebSocket (and when it has been idle for limits.sse_keepalive_s), before a
 write (a message or a keepalive) on a stream. Callers whose
 connection is not judged again: anonymous ones (no [auth]: nobody to judge) and HMAC-signed ones (a
-signature vouches for one request and its nonce cannot be presented twice).
+signature vouches for one request and its nonce cannot be presented twice). A judgement the gateway
+cannot make (503: the authorization server's keys cannot be loaded) leaves the connection open.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ RECHECK_EVERY_S = 1.0
 """How stale the judgement of an open connection's credential may be before it is judged again:
 token files are looked at once a second anyway, and a signature check per message (an access token)
 would cost more than the relay itself."""
+UNAVAILABLE = 503
+"""A refusal with this status (keys_unavailable) means the gateway cannot judge, not that the credential fell."""
 UNRECHECKED_KINDS = frozenset({"anonymous", "hmac"})
 """Callers whose connection is not judged again: nobody to judge (no [auth]), or a one-request signature."""
 
@@ -104,6 +107,11 @@ class CredentialWatch:
                 self.checked_at = now
                 if outcome is not None and self.adopt is not None:
                     self.adopt(outcome)
+                return None
+            if outcome.status == UNAVAILABLE:
+                # The gateway cannot judge right now (no authorization server keys): that says nothing
+                # against the credential, which stood when last judged; judged again a second later.
+                self.checked_at = now
                 return None
             failure = self.failed = outcome
         principal = request_principal(self.request)

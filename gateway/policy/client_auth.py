@@ -505,10 +505,9 @@ class ClientAuth:
     def how_to_authenticate(self, endpoint: Endpoint) -> str:
         ways = []
         if self.oauth is not None:
-            ways.append(
-                f"an access token from {self.oauth.issuer} with audience {endpoint.resource} "
-                f"(metadata: {endpoint.metadata_url})"
-            )
+            # A path naming no endpoint has no metadata, and no audience a token could be asked for.
+            named = f" with audience {endpoint.resource} (metadata: {endpoint.metadata_url})"
+            ways.append(f"an access token from {self.oauth.issuer}{named if endpoint.metadata_url else ''}")
         if self.config.auth.tokens or self.config.auth.token_files:
             ways.append("a client token of this gateway ([auth] tokens, or one made with `mcp-gateway token create`)")
         if not ways and self.config.auth.hmac is not None:

@@ -32,9 +32,11 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yarl
 from aiohttp import web
 
 from gateway.config import ConfigError, GatewayConfig, OAuthConfig
+from gateway.config.base import masked_url
 from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 from gateway.config.hosts import is_wildcard
 from gateway.core.principal import Principal
@@ -58,6 +60,7 @@ SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
 """An RFC 6749 scope token, as config/auth.py's Scope reads it: printable ASCII, no space, quote or backslash."""
 """Audiences of one access token looked at; a longer `aud` array is judged by its first ones."""
 
+NUMERIC_DATES = ("exp", "nbf", "iat")
 RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
 EC_ALGORITHMS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
 
@@ -75,27 +78,60 @@ class SigningKey:
 
 
 def key_algorithms(jwk: dict[str, Any]) -> frozenset[str]:
-    """The algorithms one JWK may verify: its `alg` if it names one, else what its key type allows."""
+    """The algorithms one JWK may verify: its `alg` if it names one, else what its key type allows.
+    Members of the wrong type (checked by entry_problem first) count as absent."""
     alg = jwk.get("alg")
     if isinstance(alg, str):
         return frozenset({alg})
-    kty = jwk.get("kty")
+    kty, crv = jwk.get("kty"), jwk.get("crv")
     if kty == "RSA":
         return RSA_ALGORITHMS
-    if kty == "EC" and jwk.get("crv") in EC_ALGORITHMS:
-        return frozenset({EC_ALGORITHMS[jwk["crv"]]})
-    if kty == "OKP" and jwk.get("crv") in ("Ed25519", "Ed448"):
+    if kty == "EC" and isinstance(crv, str) and crv in EC_ALGORITHMS:
+        return frozenset({EC_ALGORITHMS[crv]})
+    if kty == "OKP" and crv in ("Ed25519", "Ed448"):
         return frozenset({"EdDSA"})
     return frozenset()
 
 
-def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[SigningKey]:
+STRING_MEMBERS = ("kty", "use", "alg", "kid", "crv", "x", "y", "n", "e")
+"""JWK members that are strings (RFC 7517, 7518, 8037) wherever they appear."""
+
+
+def entry_problem(entry: Any, allowed: frozenset[str]) -> str | None:
+    """Why one JWKS entry cannot verify a token here (its members type-checked first); None if it may."""
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    for member in STRING_MEMBERS:
+        if member in entry and not isinstance(entry[member], str):
+            return f'"{member}" is not a string'
+    ops = entry.get("key_ops")
+    if ops is not None and not (isinstance(ops, list) and all(isinstance(op, str) for op in ops)):
+        return '"key_ops" is not an array of strings'
+    if "kty" not in entry:
+        return 'no "kty"'
+    if entry.get("use", "sig") != "sig":
+        return f'"use" is {entry["use"][:20]!r}, not "sig"'
+    if entry["kty"] == "oct":
+        return "a symmetric key"
+    if not key_algorithms(entry) & allowed:
+        return f"no accepted algorithm (accepted: {', '.join(sorted(allowed))})"
+    return None
+
+
+def entry_label(index: int, entry: Any) -> str:
+    """How a log line names one JWKS entry: its position, and its key id when that is a string."""
+    kid = entry.get("kid") if isinstance(entry, dict) else None
+    return f"#{index} (kid {kid[:64]!r})" if isinstance(kid, str) else f"#{index}"
+
+
+def parse_jwks(document: Any, allowed: frozenset[str] | set[str], skipped: list[str] | None = None) -> list[SigningKey]:
     """The signing keys of a JWKS document usable with the allowed algorithms (JwksError if none).
 
-    Keys for encryption (`use` other than "sig"), symmetric keys and keys of other algorithms are
-    skipped: they cannot verify an access token under this configuration. An empty "keys" array is a
-    valid set of no keys (the authorization server withdrew them all) and yields []; entries of which
-    none is usable are refused, as a set that does not fit this configuration."""
+    Keys for encryption (`use` other than "sig"), symmetric keys, keys of other algorithms and entries
+    whose members have the wrong type (a "crv" that is an array, say) are skipped, each with its
+    reason appended to `skipped`: they cannot verify an access token under this configuration. An empty
+    "keys" array is a valid set of no keys (the authorization server withdrew them all) and yields [];
+    entries of which none is usable are refused, as a set that does not fit this configuration."""
     import jwt  # PyJWT, and cryptography under it: about 9 MiB, loaded only where OAuth is configured
 
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
@@ -103,30 +139,42 @@ def parse_jwks(document: Any, allowed: frozenset[str] | set[str]) -> list[Signin
     entries = document["keys"]
     if len(entries) > MAX_JWKS_KEYS:
         raise JwksError(f"{len(entries)} keys; at most {MAX_JWKS_KEYS} are accepted")
-    if not entries:
-        return []
+    reasons = skipped if skipped is not None else []
+    accepted = frozenset(allowed)
     keys: list[SigningKey] = []
-    skipped = 0
-    for entry in entries:
-        if not isinstance(entry, dict) or entry.get("use", "sig") != "sig" or entry.get("kty") == "oct":
-            skipped += 1
-            continue
-        algorithms = key_algorithms(entry) & frozenset(allowed)
-        kid = entry.get("kid")
-        if not algorithms or (kid is not None and not isinstance(kid, str)):
-            skipped += 1
-            continue
-        try:
-            key = jwt.PyJWK(entry, algorithm=sorted(algorithms)[0]).key
-        except (jwt.PyJWTError, ValueError, TypeError, KeyError):
-            skipped += 1
-            continue
-        keys.append(SigningKey(kid, algorithms, key))
-    if not keys:
+    for index, entry in enumerate(entries):
+        problem = entry_problem(entry, accepted)
+        if problem is None:
+            algorithms = key_algorithms(entry) & accepted
+            try:
+                key = jwt.PyJWK(entry, algorithm=sorted(algorithms)[0]).key
+            except (jwt.PyJWTError, ValueError, TypeError, KeyError) as exc:
+                problem = f"not a valid key ({type(exc).__name__})"
+            else:
+                keys.append(SigningKey(entry.get("kid"), algorithms, key))
+                continue
+        reasons.append(f"entry {entry_label(index, entry)}: {problem}")
+    if entries and not keys:
         raise JwksError(
-            f"no usable signing key ({skipped} skipped): none is a public signing key for {', '.join(sorted(allowed))}"
+            f"no usable signing key ({len(reasons)} skipped: {'; '.join(reasons[:3])}): none is a public "
+            f"signing key for {', '.join(sorted(allowed))}"
         )
     return keys
+
+
+def masked_source(url: str) -> str:
+    """A key set URL as a log line may show it: the userinfo's password (masked_url) and every query
+    value replaced by `***` (an api_key=... is a credential too)."""
+    shown = masked_url(url)
+    head, question, rest = shown.partition("?")
+    if not question:
+        return shown
+    query, hashmark, fragment = rest.partition("#")
+    parts = []
+    for part in query.split("&"):
+        name, equals, value = part.partition("=")
+        parts.append(f"{name}=***" if equals and value else part if equals or not part else "***")
+    return f"{head}?{'&'.join(parts)}{hashmark}{'***' if fragment else ''}"
 
 
 def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:
@@ -261,6 +309,10 @@ class JwksCache:
         self.allowed = frozenset(settings.algorithms)
         self.keys: list[SigningKey] = []
         self.loaded = False
+        self.last_failed = False
+        """Whether the last fetch failed: the scheduled one after it comes within RETRY_AFTER_FAILURE_S."""
+        self.skipped: list[str] = []
+        """The entries the last fetch skipped, and why (logged when they change)."""
         self.fetches = 0
         self.last_on_demand = -math.inf
         self._inflight: asyncio.Future[bool] | None = None
@@ -269,7 +321,23 @@ class JwksCache:
 
     @property
     def source(self) -> str:
-        return self.settings.jwks_url or f"file {self.settings.jwks_file}"
+        """The key source as log lines name it: never a credential in the URL."""
+        if self.settings.jwks_url is not None:
+            return masked_source(self.settings.jwks_url)
+        return f"file {self.settings.jwks_file}"
+
+    def same_source(self, other: JwksCache) -> bool:
+        """Whether `other` holds keys from the same place, judged under the same algorithms."""
+        mine, theirs = self.settings, other.settings
+        return (mine.jwks_url, mine.jwks_file, self.allowed) == (theirs.jwks_url, theirs.jwks_file, other.allowed)
+
+    def adopt(self, previous: JwksCache) -> None:
+        """Start from the keys `previous` holds (a reload that left the key source alone), so requests are
+        judged on them while the authorization server is unreachable, rather than answered 503."""
+        if self.loaded or not previous.loaded or not self.same_source(previous):
+            return
+        self.keys, self.loaded, self.last_failed = previous.keys, True, previous.last_failed
+        self.skipped, self.last_on_demand = previous.skipped, previous.last_on_demand
 
     def load_file_now(self) -> None:
         """At startup with jwks_file: read and parse it at once, so a bad file stops the gateway."""
@@ -309,23 +377,41 @@ class JwksCache:
                 raise JwksError(str(exc)) from None
         return orjson.loads(body)
 
+    def _why(self, exc: Exception) -> str:
+        """What a failed fetch logs: the error without the URL's credentials (aiohttp quotes the URL)."""
+        text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, JwksError) else str(exc)
+        url = self.settings.jwks_url
+        if url is not None:
+            for spelling in {url, str(yarl.URL(url, encoded=True)), str(yarl.URL(url))}:
+                text = text.replace(spelling, self.source)
+        return text[:500]
+
     async def _fetch(self) -> bool:
         self.fetches += 1
+        skipped: list[str] = []
         try:
-            keys = parse_jwks(await self._document(), self.allowed)
-        except (JwksError, aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
+            keys = parse_jwks(await self._document(), self.allowed, skipped)
+        except Exception as exc:  # any document that cannot be read or used is a failed refresh
+            self.last_failed = True
             self.metrics.jwks_fetches.labels("error").inc()
             log.warning(
-                "cannot load the authorization server's keys from %s (keeping %d): %s", self.source, len(self.keys), exc
+                "cannot load the authorization server's keys from %s (keeping %d): %s",
+                self.source,
+                len(self.keys),
+                self._why(exc),
             )
             return False
         self.metrics.jwks_fetches.labels("ok").inc()
+        if skipped != self.skipped:
+            for reason in skipped:
+                log.info("authorization server key set at %s: skipped %s", self.source, reason)
         if not keys and self.keys:
             log.warning("the authorization server's key set at %s is empty: every access token is refused", self.source)
         elif {key.kid for key in keys} != {key.kid for key in self.keys}:
             log.info("authorization server keys loaded from %s: %d keys", self.source, len(keys))
-        self.keys = keys
+        self.keys, self.skipped = keys, skipped
         self.loaded = True
+        self.last_failed = False
         return True
 
     async def refresh(self) -> bool:
@@ -333,7 +419,19 @@ class JwksCache:
         if self._inflight is None:
             self._inflight = asyncio.ensure_future(self._fetch())
             self._inflight.add_done_callback(self._clear_inflight)
-        return await asyncio.shield(self._inflight)
+        return await self._share(self._inflight)
+
+    @staticmethod
+    async def _share(fetch: asyncio.Future[bool]) -> bool:
+        """The outcome of a shared fetch; False when the cache closed during it (a reload replaced the
+        verifier), so the request waiting on it is answered (503 or 401) rather than dropped."""
+        try:
+            return await asyncio.shield(fetch)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if fetch.cancelled() and task is not None and not task.cancelling():
+                return False
+            raise
 
     def _clear_inflight(self, _: asyncio.Future[bool]) -> None:
         self._inflight = None
@@ -341,7 +439,7 @@ class JwksCache:
     async def refresh_on_demand(self) -> bool:
         """A refetch asked for by a request (unknown key id, nothing loaded yet): rate-limited."""
         if self._inflight is not None:
-            return await asyncio.shield(self._inflight)
+            return await self._share(self._inflight)
         now = self.clock()
         if now - self.last_on_demand < self.settings.jwks_refetch_min_s:
             return False
@@ -364,30 +462,41 @@ class JwksCache:
             found = self.find(kid, alg)
         return found[:MAX_CANDIDATE_KEYS]
 
+    def next_refresh_in(self) -> float:
+        """The wait before the next scheduled fetch: sooner after a failed one."""
+        if self.last_failed or not self.loaded:
+            return min(self.settings.jwks_refresh_s, RETRY_AFTER_FAILURE_S)
+        return self.settings.jwks_refresh_s
+
     async def _refresh_loop(self) -> None:
         if not self.loaded:
-            await self.refresh()
+            await self._scheduled_refresh()
         while True:
-            delay = (
-                self.settings.jwks_refresh_s
-                if self.loaded
-                else min(self.settings.jwks_refresh_s, RETRY_AFTER_FAILURE_S)
-            )
-            await asyncio.sleep(delay)
+            await asyncio.sleep(self.next_refresh_in())
+            await self._scheduled_refresh()
+
+    async def _scheduled_refresh(self) -> None:
+        try:
             await self.refresh()
+        except Exception:  # the schedule outlives any one fetch: withdrawn keys must still leave
+            self.last_failed = True
+            log.exception("refreshing the authorization server's keys from %s failed", self.source)
 
     def start(self) -> None:
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop())
 
     async def close(self) -> None:
+        """Stop refreshing; never raises (a reload settles after it whatever became of the schedule)."""
         if self._refresher is not None:
             self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+            await asyncio.wait([self._refresher])
+            if not self._refresher.cancelled() and self._refresher.exception() is not None:
+                log.error("the key refresh of %s had stopped", self.source, exc_info=self._refresher.exception())
         if self._inflight is not None:
-            self._inflight.cancel()
+            self._inflight.cancel()  # its waiters get False (_share)
         if self._http is not None:
-            await self._http.close()
+            with contextlib.suppress(Exception):
+                await self._http.close()
 
 
 class OAuthVerifier:
@@ -451,6 +560,13 @@ class OAuthVerifier:
                 error="temporarily_unavailable",
             )
         if not candidates:
+            published = [key for key in self.keys.keys if kid is not None and key.kid == kid]
+            if published:
+                return AuthFailure(
+                    "invalid",
+                    f"The access token is signed with {alg}, which is not accepted for the key it names: the "
+                    f"authorization server publishes that key for {', '.join(sorted(published[0].algorithms))}.",
+                )
             return AuthFailure(
                 "unknown_key", "The access token is signed with a key the authorization server does not publish."
             )
@@ -474,6 +590,10 @@ class OAuthVerifier:
             except (TypeError, ValueError):
                 failure = AuthFailure("invalid", "The access token is not valid.")
                 continue
+            for name in NUMERIC_DATES:
+                if name in claims and (isinstance(claims[name], bool) or not isinstance(claims[name], int | float)):
+                    # PyJWT reads "exp": "9999999999" as a number; RFC 7519 says a NumericDate is one.
+                    return AuthFailure("invalid", f"The access token's {name} claim is not a number (NumericDate).")
             if not any(self.audience_matches(item, audience) for item in audiences_of(claims)):
                 return failure_for(jwt.InvalidAudienceError("Audience doesn't match"), self.settings, audience)
             subject = subject_from_claims(claims)

@@ -3,8 +3,11 @@
 Each kind of credential keeps its verifier while its settings are unchanged (an OAuth verifier keeps its
 fetched keys, the signing verifier its replay cache); a changed kind gets a new verifier, built and
 checked (token files read) before anything is swapped. A new signing verifier takes over the replay
-cache, so a captured request cannot be replayed across a reload. With [auth] unchanged its files are
-still read again, so a token file a start would refuse (writable by others, say) refuses the reload.
+cache, so a captured request cannot be replayed across a reload. A new OAuth verifier whose key source
+(jwks_url or jwks_file, and algorithms) is unchanged starts with the keys the old one holds, so a reload
+while the authorization server is unreachable does not leave every access token without keys.
+With [auth] unchanged its files are still read again, so a token file a start would refuse (writable by
+others, say) refuses the reload.
 
 What needs a restart: turning client authentication on or off (the entry gate is built with or without
 the step), adding or removing [auth.oauth] (its metadata routes are registered at start), and widening
@@ -19,6 +22,7 @@ from typing import Any
 from gateway.config import ConfigError, GatewayConfig
 from gateway.policy.client_auth import CLIENT_AUTH_KEY, VERIFIER_FACTORIES, ClientAuth, check_client_auth
 from gateway.policy.hmac_auth import HmacVerifier
+from gateway.policy.oauth import OAuthVerifier
 from gateway.policy.verifier import Verifier
 from gateway.reload.context import Context, Prepared
 from gateway.reload.diff import keyed_changes, scalar_changes
@@ -43,6 +47,7 @@ class AuthSwap(Prepared):
         verifiers: list[Verifier],
         started: list[Verifier],
         carried: list[tuple[HmacVerifier, HmacVerifier]],
+        adopted: list[tuple[OAuthVerifier, OAuthVerifier]] | None = None,
     ) -> None:
         super().__init__(changes)
         self.step = step
@@ -50,6 +55,8 @@ class AuthSwap(Prepared):
         self.verifiers = verifiers
         self.started = started
         self.carried = carried
+        self.adopted = adopted or []
+        """(new, old) OAuth verifiers: the new one starts with the old one's keys (JwksCache.adopt)."""
         self.dropped = [verifier for verifier in step.verifiers if verifier not in verifiers]
         self.previous: tuple[GatewayConfig, list[Verifier]] | None = None
         self.bounds: list[tuple[HmacVerifier, int]] = []
@@ -63,6 +70,9 @@ class AuthSwap(Prepared):
             self.bounds.append((previous, previous.checker.nonces.max_entries))
             fresh.checker.nonces = previous.checker.nonces
             fresh.checker.nonces.max_entries = size
+        for fresh_oauth, previous_oauth in self.adopted:
+            # At the swap, not at prepare: the keys the old verifier holds now, its latest refresh included.
+            fresh_oauth.keys.adopt(previous_oauth.keys)
         self.step.swap(self.config, self.verifiers)
 
     def undo(self) -> None:
@@ -151,6 +161,7 @@ def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepare
     verifiers: list[Verifier] = []
     started: list[Verifier] = []
     carried: list[tuple[HmacVerifier, HmacVerifier]] = []
+    adopted: list[tuple[OAuthVerifier, OAuthVerifier]] = []
     for factory in VERIFIER_FACTORIES:
         try:
             fresh = factory(new, metrics)  # token files are read here: one that cannot be used refuses
@@ -167,7 +178,9 @@ def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepare
         started.append(fresh)
         if isinstance(fresh, HmacVerifier) and isinstance(previous, HmacVerifier):
             carried.append((fresh, previous))
-    return AuthSwap(describe(old, new), step, new, verifiers, started, carried)
+        if isinstance(fresh, OAuthVerifier) and isinstance(previous, OAuthVerifier):
+            adopted.append((fresh, previous))
+    return AuthSwap(describe(old, new), step, new, verifiers, started, carried, adopted)
 
 
 def _scopes_reordered(old: GatewayConfig, new: GatewayConfig) -> bool:
