@@ -36,7 +36,7 @@ def cmd_tls_self_signed(args: argparse.Namespace) -> int:
                 "(give --host/--ip to change them)"
             )
         else:
-            hosts, ips = default_names()
+            hosts, ips = default_names(args.port)
             refusal = _hostname_refusal(hosts)
             if refusal is not None:
                 print(f"mcp-gateway tls self-signed: {refusal}", file=sys.stderr)
@@ -102,7 +102,7 @@ def add_tls(commands: Commands) -> None:
         metavar="NAME",
         help="a DNS name the certificate is valid for; an IP address given here goes in as --ip (repeat; "
         "default: the names of the server.pem in DIR when renewing it, else this machine's hostname, "
-        "<hostname>.local, localhost, and 127.0.0.1, ::1)",
+        "<hostname>.local, localhost, the mDNS SRV target <hostname>-<port>.local, and 127.0.0.1, ::1)",
     )
     self_signed.add_argument("--ip", action="append", metavar="ADDR", help="an IP address it is valid for (repeat)")
     self_signed.add_argument(
@@ -112,7 +112,8 @@ def add_tls(commands: Commands) -> None:
         "--port",
         type=whole_number(1, 65535),
         default=DEFAULT_PORT,
-        help=f"port shown in the printed URLs, 1 to 65535 (default {DEFAULT_PORT})",
+        help=f"the gateway's port, shown in the printed URLs and named in the default SRV target name, 1 to 65535 "
+        f"(default {DEFAULT_PORT})",
     )
     self_signed.add_argument("--force", action="store_true", help="overwrite existing files")
     self_signed.add_argument(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import re
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +15,14 @@ from zeroconf import BadTypeInNameException, DNSQuestionType, InterfaceChoice, I
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from gateway.core.terminal_text import terminal_text
-from gateway.discovery.interfaces import UnknownInterface, host_addresses, multicast_sockets, resolve_interfaces
+from gateway.discovery.interfaces import (
+    Network,
+    UnknownInterface,
+    host_addresses,
+    local_networks,
+    multicast_sockets,
+    resolve_interfaces,
+)
 from gateway.discovery.mdns import BROKER_SERVICE, SERVICE_TYPES
 
 RESOLVE_TIMEOUT_MS = 1500
@@ -30,7 +39,10 @@ MAX_LISTED = 64
 hundreds, and the gateways sought must not drown in them. The rest are counted, not listed."""
 TXT_SHOWN_CHARS = 512
 """How much of one instance's TXT record the text output shows (a record may hold kilobytes); the
-rest is cut with '…' and its length said. `--json` gives the whole record."""
+rest is cut with '…' and its length said. `--json` gives the whole record. The addresses line and the
+URL are cut the same way."""
+LABEL_BYTES = 63
+"""A DNS label: at most 63 bytes (a gateway cuts its host name to keep `<hostname>-<port>` one label)."""
 
 
 @dataclass
@@ -43,6 +55,8 @@ class Found:
     addresses: list[str]
     txt: dict[str, str]
     service_types: list[str] = field(default_factory=list)
+    local: Sequence[Network] = ()
+    """The networks of the browsing machine's interfaces: an address on one of them is preferred in `url`."""
 
     @property
     def is_gateway(self) -> bool:
@@ -51,15 +65,31 @@ class Found:
 
     @property
     def url(self) -> str:
-        """The URL to use: the gateway's own public_url if it advertises one, else its first address."""
+        """The URL to use: the gateway's own public_url if it advertises one; for TLS the host name its
+        certificate holds (see `tls_host`); else the address of it this machine reaches best (see
+        `url_address`)."""
         if self.txt.get("url"):
             return self.txt["url"]
-        scheme = "https" if self.txt.get("tls") == "1" else "http"
-        addresses = sorted(self.addresses, key=lambda text: ipaddress.ip_address(text).version)
-        host = addresses[0] if addresses else self.host.rstrip(".")
-        if ":" in host:
-            host = f"[{host}]"
-        return f"{scheme}://{host}:{self.port}"
+        if self.txt.get("tls") == "1":
+            return f"https://{self.tls_host()}:{self.port}"
+        address = url_address(self.addresses, self.local)
+        if address is None:
+            return f"http://{self.host.rstrip('.')}:{self.port}"
+        return f"http://{address}:{self.port}"
+
+    def tls_host(self) -> str:
+        """The name to dial over TLS, one a certificate holds (an address is not in one made by `mcp-gateway
+        tls self-signed`): for an mcp-gateway, whose SRV target is `<hostname>-<port>[-N].local`, the
+        machine's name `<hostname>.local`, which it answers and `tls self-signed` puts in the certificate;
+        for any other server its SRV target, its own host name."""
+        host = self.host.rstrip(".")
+        match = re.fullmatch(rf"(.+)-{self.port}(-[0-9]+)?\.local", host, flags=re.IGNORECASE)
+        if match is None:
+            return host
+        suffix = host[len(match.group(1)) : -len(".local")]
+        if len(match.group(1).encode()) + len(suffix) >= LABEL_BYTES:  # the host name may be cut: keep the target
+            return host
+        return f"{match.group(1)}.local"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +102,41 @@ class Found:
             "service_types": self.service_types,
             "txt": self.txt,
         }
+
+
+def url_address(addresses: Sequence[str], local: Sequence[Network]) -> str | None:
+    """The address to put in a URL (an IPv6 one in brackets), or None when there is none. Preferred, in
+    order: an address on a network of this machine (`local`), then a link-local one received on a known
+    interface (written with its zone, `[fe80::1%25eth0]`, RFC 6874), then any other routable one, then a
+    link-local one without a zone; IPv4 before IPv6, then the lowest."""
+    ranked: list[tuple[int, int, str, str]] = []
+    for text in addresses:
+        bare, _, scope = text.partition("%")
+        try:
+            ip = ipaddress.ip_address(bare)
+        except ValueError:
+            continue
+        if ip.is_link_local and ip.version == 6:
+            zone = _zone_name(scope)
+            rank = 1 if zone else 3
+            shown = f"[{bare}%25{zone}]" if zone else f"[{bare}]"
+        else:
+            near = any(ip.version == network.version and ip in network for network in local)
+            rank = (1 if ip.is_link_local else 0) if near else (3 if ip.is_link_local else 2)
+            shown = f"[{bare}]" if ip.version == 6 else bare
+        ranked.append((rank, ip.version, bare, shown))
+    return min(ranked)[3] if ranked else None
+
+
+def _zone_name(scope: str) -> str:
+    """The interface name for a zone (zeroconf gives the interface index it received the record on);
+    the index itself where the name cannot be had; empty when there is no zone."""
+    if not scope:
+        return ""
+    if scope.isdigit():
+        with contextlib.suppress(OSError, OverflowError, ValueError):
+            return socket.if_indextoname(int(scope))
+    return scope if re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", scope) else ""
 
 
 @dataclass
@@ -156,6 +221,7 @@ async def browse(timeout_s: float, interfaces: Sequence[str] = (), limit: int = 
             await browser.async_cancel()
         await zeroconf.async_close()
     found: dict[tuple[str, str, int], Found] = {}
+    local = local_networks()
     for (service_type, info), ok in zip(infos, answered, strict=True):
         if isinstance(ok, BaseException):
             skipped += 1
@@ -167,7 +233,8 @@ async def browse(timeout_s: float, interfaces: Sequence[str] = (), limit: int = 
         entry = found.get(key)
         if entry is None:
             txt = {_text(k): _text(v) for k, v in info.properties.items()}
-            entry = found[key] = Found(name, info.server, info.port, sorted(info.parsed_scoped_addresses()), txt)
+            addresses = sorted(info.parsed_scoped_addresses())
+            entry = found[key] = Found(name, info.server, info.port, addresses, txt, local=local)
         if service_type not in entry.service_types:
             entry.service_types.append(service_type)
     for entry in found.values():
@@ -244,7 +311,7 @@ def _render_found(found: Sequence[Found], timeout_s: float) -> str:
             f"{terminal_text(entry.name)}{kind}",
             f"  url        {_cut(terminal_text(entry.url))}",
             f"  host       {terminal_text(entry.host.rstrip('.'))}:{entry.port}",
-            f"  addresses  {terminal_text(', '.join(entry.addresses)) or '(none)'}",
+            f"  addresses  {_cut(terminal_text(', '.join(entry.addresses))) or '(none)'}",
             f"  services   {services}",
             f"  txt        {_shown_txt(entry.txt)}",
         ]

@@ -28,6 +28,9 @@ class HostAddress:
         return ipaddress.ip_address(self.address)
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
 class UnknownInterface(ValueError):
     """A name or an address that no network interface of this machine has."""
 
@@ -41,6 +44,26 @@ def host_addresses() -> list[HostAddress]:
             text = entry.ip if isinstance(entry.ip, str) else entry.ip[0]
             found.append(HostAddress(adapter.name, text.split("%", 1)[0], adapter.index))
     return found
+
+
+def local_networks() -> list[Network]:
+    """The networks this machine's interfaces are on (address and prefix length), loopback and IPv6
+    link-local left out (fe80::/64 is on every interface; such an address needs its zone, see
+    browse.url_address): an advertised address on one of them is one this machine reaches directly."""
+    networks: list[Network] = []
+    for adapter in ifaddr.get_adapters():
+        for entry in adapter.ips:
+            text = entry.ip if isinstance(entry.ip, str) else entry.ip[0]
+            try:
+                network = ipaddress.ip_network(f"{text.split('%', 1)[0]}/{entry.network_prefix}", strict=False)
+            except ValueError:
+                continue
+            if (
+                not (network.is_loopback or (network.version == 6 and network.is_link_local))
+                and network not in networks
+            ):
+                networks.append(network)
+    return networks
 
 
 def _picks(wanted: str, candidate: HostAddress) -> bool:

@@ -8,7 +8,8 @@ and never what is behind the gateway: no slot name, tool name, token or policy i
 Only addresses that really answer are advertised: the ones the listener is bound to, or for a
 wildcard bind every non-loopback address of the machine. A loopback-bound gateway is not advertised
 at all (no other machine could connect). The addresses are read again every `refresh_s`, so a
-DHCP lease that arrives after start, or changes, is advertised without a restart. A failure to
+DHCP lease that arrives after start, or changes, is advertised without a restart (in place when the
+interfaces stay: browsers never see the gateway leave). A failure to
 advertise (no interface can join the multicast group) is logged once, shown in broker_diagnose,
 retried, and never stops the gateway.
 """
@@ -32,8 +33,10 @@ from zeroconf import (
     Zeroconf,
     current_time_millis,
 )
-from zeroconf._dns import DNSPointer
+from zeroconf._dns import DNSAddress, DNSPointer
+from zeroconf._protocol.outgoing import DNSOutgoing
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncZeroconf
+from zeroconf.const import _CLASS_IN, _FLAGS_AA, _FLAGS_QR_RESPONSE, _TYPE_A, _TYPE_AAAA
 
 from gateway import __version__
 from gateway.config import GatewayConfig
@@ -80,13 +83,30 @@ datagram must not leave a stopped gateway in browsers until its records expire."
 BROWSE_ANSWER_S = 1.5
 """How long the browse that runs while the name is probed waits for answers (see _free)."""
 CONFLICT_LIMIT = 15
-CONFLICT_WINDOW_S = 10.0
+CONFLICT_WINDOW_S = 60.0
 CONFLICT_BACKOFF_S = 5.0
-"""After CONFLICT_LIMIT conflicts over the SRV target within CONFLICT_WINDOW_S, the gateway waits
-CONFLICT_BACKOFF_S before it probes the next name (RFC 6762 section 8.1): a host that claims every name
-the gateway takes does not make it withdraw and re-announce without pause."""
+CONFLICT_BACKOFF_MAX_S = 120.0
+"""After CONFLICT_LIMIT conflicts over the SRV target within the last CONFLICT_WINDOW_S, the gateway waits
+CONFLICT_BACKOFF_S before it probes the next name, doubled for each further conflict in the window up to
+CONFLICT_BACKOFF_MAX_S (RFC 6762 section 8.1): a host that claims every name the gateway takes does not
+make it withdraw and re-announce without pause. The RFC counts 15 conflicts in 10 s; one probe and
+announcement here takes about 2.5 s, so the window is wide enough for the count to be reached."""
+CONFLICTS_KEPT = 1000
+"""The most conflict times remembered (those older than CONFLICT_WINDOW_S are dropped anyway)."""
+GIVEN_UP_MIN_S = 10.0
+GIVEN_UP_MAX_S = 600.0
+"""An SRV target given up to another responder is not probed again for the TTL of that responder's
+address record (how long browsers keep it), at least GIVEN_UP_MIN_S and at most GIVEN_UP_MAX_S: host
+address records live 120 s (RFC 6762 section 10), and a record claiming hours must not keep the name
+(or, with every name claimed, the whole advertisement) away that long."""
 HOST_ENTRY = "mcp-gateway:host"
 """The registry key under which the `<hostname>.local` address answer is kept (see _answer_host)."""
+
+
+class NoTargetFree(OSError):
+    """Every SRV target name, `<hostname>-<port>.local.` to `-MAX_INSTANCE_NUMBER`, is answered by another
+    responder or given up to one; the advertisement is retried (see MdnsAdvertiser._next_refresh_s)."""
+
 
 State = str  # "starting" | "advertising" | "not_advertised" | "failed" | "stopped"
 
@@ -177,15 +197,26 @@ class MdnsAdvertiser:
         self._machine: list[str] = []
         """The addresses `<hostname>.local` is answered with: every address of the interfaces advertised on."""
         self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        """Held while the records change (a refresh, or a reload that updates them in place)."""
+        self._idle = asyncio.Event()
+        """Set while no refresh runs."""
+        self._idle.set()
+        self._joins: list[str | int] = []
+        """What the running zeroconf joined the multicast group with (see multicast_sockets)."""
+        self._watch: srv_target.TargetWatch | None = None
         self._wake = asyncio.Event()
         """Set to advertise again before the next refresh: the SRV target is to be given up."""
         self._yield_target_to = ""
         """The address of the responder this gateway gives its SRV target up to, until it claimed another."""
-        self._given_up: set[str] = set()
-        """SRV targets this gateway gave up to another responder: not probed again (that responder need not
-        answer a probe, and a fresh cache would find the name free), until a reload."""
-        self._conflicts: deque[float] = deque(maxlen=CONFLICT_LIMIT)
-        """When the last CONFLICT_LIMIT SRV target conflicts were (loop time)."""
+        self._given_up: dict[str, float] = {}
+        """SRV targets this gateway gave up to another responder -> when (loop time) the hold ends: not
+        probed before (that responder need not answer a probe, and a fresh cache would find the name free)."""
+        self._conflicts: deque[float] = deque(maxlen=CONFLICTS_KEPT)
+        """When the SRV target conflicts of the last CONFLICT_WINDOW_S were (loop time)."""
+        self._conflict_total = 0
+        self._last_conflict = ""
+        """The address of the responder of the last conflict, for the message when no name is left."""
         self._clash_kept_logged = False
         self._logged = ""
         self._host_logged = False
@@ -203,7 +234,21 @@ class MdnsAdvertiser:
 
     async def reconfigure(self, config: GatewayConfig) -> None:
         """Advertise what `config` says (a configuration reload): goodbye for the old records, then the new
-        name and TXT record announced as at start."""
+        name and TXT record announced as at start. When the instance name and the interfaces stay and
+        the gateway is advertising, the TXT record is updated in place instead: browsers never see the
+        gateway leave."""
+        instance = config.mdns.instance_name or default_instance_name()
+        txt = txt_properties(config)
+        with contextlib.suppress(TimeoutError):  # the announcements of a refresh may still be going out
+            await asyncio.wait_for(self._idle.wait(), STOP_TIMEOUT_S)
+        if self._updatable(instance, config, txt):
+            async with self._lock:
+                changed = txt != self.txt
+                self.config, self.txt = config, txt
+                if changed:
+                    await self._update_in_place(self.addresses, self._machine)
+            self._wake.set()  # refresh_s may have changed: the loop waits anew
+            return
         await self._halt()
         self.config = config
         self.instance = config.mdns.instance_name or default_instance_name()
@@ -212,7 +257,22 @@ class MdnsAdvertiser:
         self.state, self.reason, self._logged = "starting", "", ""
         self._yield_target_to = ""
         self._given_up.clear()
+        self._conflicts.clear()
+        self._conflict_total, self._last_conflict = 0, ""
         self.start()
+
+    def _updatable(self, instance: str, config: GatewayConfig, txt: dict[str, str]) -> bool:
+        """Whether a reload to `config` can update the records in place: advertising, nothing else
+        changing them now, the same instance name and interfaces, a TXT record that fits."""
+        return bool(
+            self.state == "advertising"
+            and self._zeroconf is not None
+            and self._infos
+            and not self._lock.locked()
+            and instance == self.instance
+            and config.mdns.interfaces == self.config.mdns.interfaces
+            and txt_too_long(txt) is None
+        )
 
     async def stop(self) -> None:
         """Say goodbye (the services disappear from browsers at once), close the sockets, and take the
@@ -269,17 +329,38 @@ class MdnsAdvertiser:
 
     async def _run(self) -> None:
         while True:
+            self._idle.clear()
             try:
-                await self._refresh()
+                async with self._lock:
+                    await self._refresh()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # zeroconf or the kernel refused: report, retry later, keep serving
                 with contextlib.suppress(Exception):
                     await self._withdraw()
                 self._report("failed", f"{type(exc).__name__}: {exc}")
+            finally:
+                self._idle.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.mdns.refresh_s)
+                await asyncio.wait_for(self._wake.wait(), self._next_refresh_s())
             self._wake.clear()
+
+    def _next_refresh_s(self) -> float:
+        """refresh_s, or sooner when a given-up SRV target's hold ends first: with every name given up,
+        the gateway probes again then rather than at a reload."""
+        self._forget_expired()
+        wait = self.config.mdns.refresh_s
+        if self._given_up:
+            now = asyncio.get_running_loop().time()
+            wait = min(wait, max(0.0, min(self._given_up.values()) - now))
+        return wait
+
+    def _forget_expired(self) -> None:
+        """Drop the given-up SRV targets whose hold has ended: they may be probed again."""
+        now = asyncio.get_running_loop().time()
+        for name, until in list(self._given_up.items()):
+            if until <= now:
+                del self._given_up[name]
 
     async def _refresh(self) -> None:
         too_long = txt_too_long(self.txt)
@@ -299,6 +380,10 @@ class MdnsAdvertiser:
             if machine != self._machine and self._infos:
                 self._answer_machine(self._zeroconf.zeroconf, machine)
             return
+        joins = multicast_sockets(interfaces, available)
+        if self._zeroconf is not None and self._infos and not self._yield_target_to and joins == self._joins:
+            await self._update_in_place(served, machine)  # the same sockets: the same names, other addresses
+            return
         # A changed address, or an SRV target to give up: goodbye for the old records, then announce anew.
         await self._withdraw()
         if self._yield_target_to:
@@ -309,8 +394,8 @@ class MdnsAdvertiser:
         texts = [entry.address for entry in served]
         # The instance name is one namespace on the link whatever the listener's address family: probe and
         # defend it over IPv4 and IPv6 on the interfaces served, while the records name only `texts`.
-        zeroconf = AsyncZeroconf(interfaces=multicast_sockets(interfaces, available))
-        self._zeroconf = zeroconf
+        zeroconf = AsyncZeroconf(interfaces=joins)
+        self._zeroconf, self._joins = zeroconf, joins
         await zeroconf.zeroconf.async_wait_for_start()
         if not zeroconf.zeroconf.engine.senders:
             raise OSError(
@@ -320,9 +405,7 @@ class MdnsAdvertiser:
         infos = await self._claim(zeroconf.zeroconf, texts)
         assert infos[0].server is not None
         target = infos[0].server
-        zeroconf.zeroconf.async_add_listener(
-            srv_target.TargetWatch(target, srv_target.packed(texts), self._on_target_clash), None
-        )
+        self._watch_target(zeroconf.zeroconf, target, texts)
         # Probed: nothing else on the link holds the name under either type, so no second probe.
         announcements = [await zeroconf.async_register_service(info, cooperating_responders=True) for info in infos]
         self._infos = infos
@@ -333,6 +416,49 @@ class MdnsAdvertiser:
         self.target_in_use = target
         self._report("advertising", "")
         await asyncio.gather(*announcements)
+
+    def _watch_target(self, zeroconf: Zeroconf, target: str, texts: list[str]) -> None:
+        if self._watch is not None:
+            zeroconf.async_remove_listener(self._watch)
+        self._watch = srv_target.TargetWatch(target, srv_target.packed(texts), self._on_target_clash)
+        zeroconf.async_add_listener(self._watch, None)
+
+    async def _update_in_place(self, served: tuple[HostAddress, ...], machine: list[str]) -> None:
+        """The same names with other addresses or another TXT record: the records are announced again where
+        they are, with a goodbye for each address no longer served, rather than withdrawn and announced
+        anew (browsers would see the gateway leave and come back)."""
+        assert self._zeroconf is not None
+        engine = self._zeroconf.zeroconf
+        target = self.target_in_use
+        texts = [entry.address for entry in served]
+        gone = srv_target.packed(entry.address for entry in self.addresses) - srv_target.packed(texts)
+        infos = self._records(self.instance_in_use, target, texts)
+        self.addresses = served
+        self._watch_target(engine, target, texts)
+        if gone:
+            goodbye = DNSOutgoing(_FLAGS_QR_RESPONSE | _FLAGS_AA)
+            for packed in sorted(gone):
+                record_type = _TYPE_A if len(packed) == 4 else _TYPE_AAAA
+                goodbye.add_answer_at_time(DNSAddress(target, record_type, _CLASS_IN, 0, packed), 0)
+            engine.async_send(goodbye)
+        updates = [await engine.async_update_service(info) for info in infos]
+        self._infos = infos
+        self._answer_machine(engine, machine)
+        self._report("advertising", "")
+        await asyncio.gather(*updates)
+
+    def _records(self, instance: str, target: str, texts: list[str]) -> list[ServiceInfo]:
+        return [
+            ServiceInfo(
+                service_type,
+                f"{instance}.{service_type}",
+                port=self.port,
+                properties=dict(self.txt),
+                server=target,
+                parsed_addresses=texts,
+            )
+            for service_type in SERVICE_TYPES
+        ]
 
     async def _claim(self, zeroconf: Zeroconf, texts: list[str]) -> list[ServiceInfo]:
         """The records to register: the first instance name free under both service types, pointing at
@@ -348,17 +474,7 @@ class MdnsAdvertiser:
             for probe in probes:
                 probe.cancel()
             await asyncio.gather(*probes, return_exceptions=True)
-        return [
-            ServiceInfo(
-                service_type,
-                f"{instance}.{service_type}",
-                port=self.port,
-                properties=dict(self.txt),
-                server=target,
-                parsed_addresses=texts,
-            )
-            for service_type in SERVICE_TYPES
-        ]
+        return self._records(instance, target, texts)
 
     async def _claim_instance(self, zeroconf: Zeroconf) -> str:
         """The first instance name that is free under both service types.
@@ -384,11 +500,15 @@ class MdnsAdvertiser:
     async def _claim_target(self, zeroconf: Zeroconf) -> str:
         """The first SRV target no other responder answers for: `<hostname>-<port>.local.`, else
         `<hostname>-<port>-2.local.` ... (another machine of the same host name, made from the same image,
-        with a gateway on the same port, holds it)."""
+        with a gateway on the same port, holds it). A name given up to another responder is skipped until
+        its hold ends (see GIVEN_UP_MIN_S)."""
+        self._forget_expired()
         clash: list[str] = []
+        given_up: list[str] = []
         for number in range(1, MAX_INSTANCE_NUMBER + 1):
             name = service_target(self.port, number)
             if name in self._given_up:
+                given_up.append(name)
                 continue
             holders = await srv_target.probe(zeroconf, name, BROWSE_ANSWER_S)
             if not holders:
@@ -405,18 +525,45 @@ class MdnsAdvertiser:
                     )
                 return name
             clash = clash or holders
-        who, advice = self._whose(clash)
-        raise OSError(
-            f"every host name from {self.target.rstrip('.')} to "
-            f"{service_target(self.port, MAX_INSTANCE_NUMBER).rstrip('.')} is answered on the network "
-            f"({who}); {advice}"
-        )
+        raise NoTargetFree(self._no_target_free(clash, given_up))
+
+    def _no_target_free(self, clash: list[str], given_up: list[str]) -> str:
+        """Why no SRV target could be taken: how many names were answered when probed, how many were given
+        up after conflicts (and when the first is probed again)."""
+        first = self.target.rstrip(".")
+        last = service_target(self.port, MAX_INSTANCE_NUMBER).rstrip(".")
+        parts: list[str] = []
+        advice = ""
+        answered = MAX_INSTANCE_NUMBER - len(given_up)
+        if answered:
+            who, advice = self._whose(clash)
+            parts.append(f"{answered} answered on the network when probed ({who})")
+        if given_up:
+            who, advice = self._whose([self._last_conflict] if self._last_conflict else clash)
+            again = max(0.0, min(self._given_up[name] for name in given_up) - asyncio.get_running_loop().time())
+            parts.append(
+                f"{len(given_up)} given up after {self._conflict_total} conflicts (another responder announced "
+                f"address records for the name this gateway held, last {self._last_conflict or 'unknown'}: {who}); "
+                f"a name given up is probed again when its hold ends, the first in {again:.0f}s"
+            )
+        return f"no host name from {first} to {last} is free: {'; '.join(parts)}; {advice}"
 
     async def _pace_conflicts(self) -> None:
-        """Wait CONFLICT_BACKOFF_S when the last CONFLICT_LIMIT conflicts came within CONFLICT_WINDOW_S."""
+        """Wait CONFLICT_BACKOFF_S (doubled for each conflict past the limit, at most CONFLICT_BACKOFF_MAX_S)
+        when CONFLICT_LIMIT or more conflicts came within the last CONFLICT_WINDOW_S."""
         now = asyncio.get_running_loop().time()
-        if len(self._conflicts) == CONFLICT_LIMIT and now - self._conflicts[0] < CONFLICT_WINDOW_S:
-            await asyncio.sleep(CONFLICT_BACKOFF_S)
+        while self._conflicts and now - self._conflicts[0] >= CONFLICT_WINDOW_S:
+            self._conflicts.popleft()
+        excess = len(self._conflicts) - CONFLICT_LIMIT
+        if excess >= 0:
+            delay = min(CONFLICT_BACKOFF_S * 2 ** min(excess, 32), CONFLICT_BACKOFF_MAX_S)
+            log.warning(
+                "mdns: %d conflicts over the SRV target within %gs; waiting %gs before probing the next name",
+                len(self._conflicts),
+                CONFLICT_WINDOW_S,
+                delay,
+            )
+            await asyncio.sleep(delay)
 
     def _whose(self, holders: list[str]) -> tuple[str, str]:
         """Who else answers the SRV target (another gateway on this machine, or another machine of the
@@ -424,16 +571,21 @@ class MdnsAdvertiser:
         local = [entry.address for entry in host_addresses()]
         return srv_target.whose(holders, local, self.host.removesuffix(".local."), self.port)
 
-    def _on_target_clash(self, address: str, yielding: bool) -> None:
+    def _on_target_clash(self, address: str, yielding: bool, ttl: float) -> None:
         """Another responder announced address records for the SRV target this gateway announced (both
         probed it at once, or the two were on separate links when they probed): the one whose records
-        compare lower gives the name up (RFC 6762 sections 8.2 and 9)."""
+        compare lower gives the name up (RFC 6762 sections 8.2 and 9), for the `ttl` of the other's record
+        (bounded by GIVEN_UP_MIN_S and GIVEN_UP_MAX_S)."""
         target = (self.target_in_use or self.target).rstrip(".")
         if yielding:
             if not self._yield_target_to:
+                now = asyncio.get_running_loop().time()
                 self._yield_target_to = address
-                self._given_up.add(self.target_in_use or self.target)
-                self._conflicts.append(asyncio.get_running_loop().time())
+                self._last_conflict = address
+                hold = min(max(ttl, GIVEN_UP_MIN_S), GIVEN_UP_MAX_S)
+                self._given_up[self.target_in_use or self.target] = now + hold
+                self._conflicts.append(now)
+                self._conflict_total += 1
                 log.warning(
                     "mdns: %s also answers for the host name %s (%s); this gateway gives the name up and probes "
                     "for another (%s to keep the name stable)",
@@ -488,7 +640,7 @@ class MdnsAdvertiser:
         said goodbye to. The address records of `<hostname>.local` belong to the machine: avahi and any
         other gateway on it answer them too, and a goodbye would make browsers drop the address of a
         gateway that is still running."""
-        zeroconf, self._zeroconf = self._zeroconf, None
+        zeroconf, self._zeroconf, self._joins, self._watch = self._zeroconf, None, [], None
         infos, self._infos = self._infos, []
         self.names, self.instance_in_use, self.target_in_use = {}, "", ""
         if zeroconf is None:

@@ -116,14 +116,15 @@ def yields(own: Collection[bytes], other: bytes, other_type: int) -> bool:
 
 class TargetWatch(RecordUpdateListener):
     """Watches the announced SRV target for another responder's address records: `on_clash` is called
-    with the other responder's address, and whether this gateway is the one to give the name up.
+    with the other responder's address, whether this gateway is the one to give the name up, and the
+    record's TTL (how long browsers keep it).
 
     Only records sent with the cache-flush bit count: a conflict is between unique records (RFC 6762
     section 9), which every responder that owns a host name sends so (python-zeroconf, avahi). A shared
     record is anyone's to send and claims nothing: acting on one would let a single spoofed packet
     withdraw the gateway's services."""
 
-    def __init__(self, name: str, own: Collection[bytes], on_clash: Callable[[str, bool], None]) -> None:
+    def __init__(self, name: str, own: Collection[bytes], on_clash: Callable[[str, bool, float], None]) -> None:
         self.name = name.lower()
         self.own = frozenset(own)
         self.on_clash = on_clash
@@ -138,4 +139,4 @@ class TargetWatch(RecordUpdateListener):
                 and record.ttl > GOODBYE_TTL_S
                 and record.address not in self.own
             ):
-                self.on_clash(address_text(record), yields(self.own, record.address, record.type))
+                self.on_clash(address_text(record), yields(self.own, record.address, record.type), record.ttl)

@@ -40,6 +40,8 @@ SERVER_CERT = "server.pem"
 SERVER_KEY = "server-key.pem"
 DEFAULT_DAYS = 825
 CA_DAYS = 3650
+SRV_LABEL_BYTES = 63
+"""A DNS label, as the SRV target `<hostname>-<port>` is one."""
 CLOCK_SKEW = datetime.timedelta(hours=1)
 """Certificates start this long in the past, so a peer whose clock is a little behind accepts them."""
 
@@ -71,11 +73,17 @@ class Authority:
     key: ec.EllipticCurvePrivateKey
 
 
-def default_names() -> tuple[list[str], list[str]]:
-    """This machine's names: its hostname, <hostname>.local (mDNS), localhost; 127.0.0.1 and ::1."""
+def default_names(port: int | None = None) -> tuple[list[str], list[str]]:
+    """This machine's names: its hostname, <hostname>.local (mDNS), localhost; 127.0.0.1 and ::1. With
+    the gateway's `port`, also the SRV target its mDNS advertisement points at, `<hostname>-<port>.local`
+    (gateway.discovery.names.service_target: the host name cut to keep one 63-byte label); the `-2` ...
+    names taken when another machine holds that one are not deterministic and left out."""
     hostname = socket.gethostname().strip() or "localhost"
     short = hostname.split(".", 1)[0]
     names = [hostname, f"{short}.local", "localhost"]
+    if port is not None:
+        suffix = f"-{port}"
+        names.append(f"{short[: SRV_LABEL_BYTES - len(suffix)].rstrip('-')}{suffix}.local")
     return list(dict.fromkeys(names)), ["127.0.0.1", "::1"]
 
 

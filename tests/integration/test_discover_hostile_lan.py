@@ -224,8 +224,8 @@ async def test_a_shared_address_record_for_the_srv_target_claims_nothing(
 async def test_a_srv_target_given_up_is_not_taken_again_and_a_burst_of_conflicts_is_paced(
     multicast_link: MulticastLink, gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A responder that claims the name once and answers no probe: the gateway gave the name up, probed
-    with a fresh cache, found it free and took the same name again, over and over. After
+    """A responder that claims the name once and answers no probe: the gateway holds the name it gave up
+    (a probe with a fresh cache would find it free and take it again, over and over) and moves on. After
     CONFLICT_LIMIT conflicts within CONFLICT_WINDOW_S the next probe waits CONFLICT_BACKOFF_S (here 2
     conflicts and 3 s, to keep the test short)."""
     monkeypatch.setattr(mdns, "CONFLICT_LIMIT", 2)

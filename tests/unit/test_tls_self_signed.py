@@ -51,7 +51,9 @@ def test_defaults_certify_this_machine_and_print_what_goes_where(
     short = hostname.split(".", 1)[0]
     server = certificate(directory / "server.pem")
     dns, ips = sans(server)
-    assert dns == list(dict.fromkeys([hostname.lower(), f"{short.lower()}.local", "localhost"]))
+    # The SRV target discovery advertises for the default port is named too (docs/discovery.md).
+    names = [hostname.lower(), f"{short.lower()}.local", "localhost", f"{short.lower()}-3000.local"]
+    assert dns == list(dict.fromkeys(names))
     assert ips == ["127.0.0.1", "::1"]
 
     # The server certificate is signed by the CA, is no CA itself, and is for servers.
@@ -244,3 +246,12 @@ def test_a_temporary_file_a_killed_run_left_does_not_block_the_next(
         "server-key.pem",
         left.name,
     }
+
+
+def test_the_port_names_the_srv_target_the_certificate_covers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "--dir", str(tmp_path / "tls"), "--port", "8443")
+    assert code == 0, err
+    dns, _ = sans(certificate(tmp_path / "tls" / "server.pem"))
+    assert f"{socket.gethostname().split('.', 1)[0].lower()}-8443.local" in dns, dns
