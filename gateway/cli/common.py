@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
 
-from gateway.config import DEFAULT_PORT, GatewayConfig, lan_sides_text, load_config
+from gateway.config import DEFAULT_PORT, GatewayConfig, bind_shown, lan_sides_text, load_config
 from gateway.config.base import ENV_CLIENT_URL
 
 if TYPE_CHECKING:
@@ -262,7 +262,7 @@ def refuse_insecure_bind(config: GatewayConfig) -> str | None:
         return None
     what, risk = lan_sides_text(missing)
     return (
-        f"refusing to listen on {config.host} without {what}: anyone on the network could {risk}. "
+        f"refusing to listen on {bind_shown(config.host)} without {what}: anyone on the network could {risk}. "
         "A LAN bind needs both: client authentication ([auth] tokens, token_files or oauth) and provider "
         'authentication ([providers.auth] mode = "shared" or "identities"). Configure what is missing, '
         "bind to 127.0.0.1, or pass --insecure-lan to accept the risk."

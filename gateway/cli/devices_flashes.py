@@ -17,7 +17,7 @@ import orjson
 
 from gateway.cli.columns import aligned
 from gateway.cli.device_install import registry_errors
-from gateway.client import slot_cell
+from gateway.client import slot_cell, terminal_text
 from gateway.flash.shown import printable
 
 COLUMNS = ("flashed (UTC)", "device", "chip", "image", "size", "sha-256", "offset", "outcome", "port", "by")
@@ -71,7 +71,8 @@ def cmd_flashes(args: argparse.Namespace) -> int:
         registry.close()
     if args.json:
         for flash in flashes:
-            sys.stdout.write(orjson.dumps(vars(flash)).decode() + "\n")
+            # JSON leaves C1 controls, bidi overrides and DEL raw: escaped as the other --json outputs are.
+            sys.stdout.write(terminal_text(orjson.dumps(vars(flash)).decode(), lines=True) + "\n")
         return 0
     if not flashes:
         which = f" of {args.device}" if args.device else ""

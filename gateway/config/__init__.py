@@ -58,6 +58,7 @@ from gateway.config.groups import (
 from gateway.config.lan import (
     LAN_SIDES,
     LanSide,
+    bind_shown,
     lan_sides_text,
 )
 from gateway.config.limits import (
@@ -219,6 +220,7 @@ __all__ = [
     "UpstreamSecretConfig",
     "UpstreamsConfig",
     "apply_group_toggles",
+    "bind_shown",
     "check_sha256_hex",
     "env_overrides",
     "group_env_name",

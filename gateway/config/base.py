@@ -139,6 +139,21 @@ def masked_url(url: str) -> str:
     return f"{scheme}://{shown}@{host}{rest[authority_end:]}"
 
 
+def masked_url_and_query(url: str) -> str:
+    """`url` masked as masked_url does, and every query value and the fragment replaced by `***` too (an
+    api_key=... is a credential as much as a password). Text that is not a URL is returned as it is."""
+    shown = masked_url(url)
+    head, question, rest = shown.partition("?")
+    if not question or "://" not in head:
+        return shown
+    query, hashmark, fragment = rest.partition("#")
+    parts = []
+    for part in query.split("&"):
+        name, equals, value = part.partition("=")
+        parts.append(f"{name}=***" if equals and value else part if equals or not part else "***")
+    return f"{head}?{'&'.join(parts)}{hashmark}{'***' if fragment else ''}"
+
+
 def is_loopback_host(host: str) -> bool:
     if host.lower() == "localhost":  # host names are case-insensitive (RFC 4343)
         return True

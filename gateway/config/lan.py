@@ -30,3 +30,8 @@ def lan_sides_text(sides: Sequence[str]) -> tuple[str, str]:
     """What the open sides leave off and what anyone can then do, as prose: ("client authentication or
     provider authentication", "call every device and publish a free slot ...")."""
     return " or ".join(LAN_SIDES[side].off for side in sides), " and ".join(LAN_SIDES[side].risk for side in sides)
+
+
+def bind_shown(host: str) -> str:
+    """The listen address as a message names it: an empty host (every interface, IPv4 and IPv6) is named."""
+    return host or '"" (every interface)'

@@ -12,7 +12,15 @@ from pydantic import BaseModel, Field, PrivateAttr, SecretStr, field_validator, 
 
 from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
-from gateway.config.base import DEFAULT_PORT, Section, is_loopback_host, masked_url, rule_error
+from gateway.config.base import (
+    DEFAULT_PORT,
+    MIN_TIMEOUT_S,
+    Section,
+    is_loopback_host,
+    masked_url,
+    masked_url_and_query,
+    rule_error,
+)
 from gateway.config.entries import check_entries, config_warnings
 from gateway.config.groups import GROUP_NAME, GROUPS_SEPARATOR, RESERVED_GROUP_NAMES, GroupConfig, group_env_name
 from gateway.config.hosts import check_allowed_host, url_host
@@ -41,7 +49,8 @@ class LoggingConfig(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "text"] = "auto"
     """auto: text on a terminal, one JSON object per line otherwise."""
-    repeat_interval_s: Annotated[float, Field(gt=0)] = 60.0
+    # A floor keeps the throttle a throttle: 1e-300 would let every repeated warning through.
+    repeat_interval_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 60.0
     """A provider refused the same slot for the same reason again is warned of at most once per interval."""
 
 
@@ -304,16 +313,16 @@ def masked_command(command: Sequence[str]) -> list[str]:
 def masked_dump(config: GatewayConfig) -> dict[str, Any]:
     """The effective configuration as plain data with every secret replaced by '***': each secret setting
     whole, the secrets among a stdio upstream's command arguments (masked_command), and the password of a
-    URL's userinfo (masked_url) in every string that holds a URL, as the log lines show it ([telemetry]
-    endpoint, a URL among a stdio upstream's command arguments)."""
+    URL's userinfo and every query value (masked_url_and_query) in every string that holds a URL ([auth.oauth]
+    jwks_url, [telemetry] endpoint, a URL among a stdio upstream's command arguments)."""
 
     def walk(value: Any) -> Any:
         if isinstance(value, SecretStr):
             return "***"
         if isinstance(value, str):
             # Any string, not only the settings named *url*: a credential in a URL is a secret wherever
-            # the URL is written, and masked_url leaves a string without userinfo as it is.
-            return masked_url(value)
+            # the URL is written; a string that is not a URL stays as it is.
+            return masked_url_and_query(value)
         if isinstance(value, StdioUpstreamConfig):
             return {**walk_model(value), "command": masked_command(value.command)}
         if isinstance(value, BaseModel):

@@ -36,7 +36,7 @@ import yarl
 from aiohttp import web
 
 from gateway.config import ConfigError, GatewayConfig, OAuthConfig
-from gateway.config.base import masked_url
+from gateway.config.base import masked_url_and_query
 from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 from gateway.config.hosts import is_wildcard
 from gateway.core.principal import Principal
@@ -160,21 +160,6 @@ def parse_jwks(document: Any, allowed: frozenset[str] | set[str], skipped: list[
             f"signing key for {', '.join(sorted(allowed))}"
         )
     return keys
-
-
-def masked_source(url: str) -> str:
-    """A key set URL as a log line may show it: the userinfo's password (masked_url) and every query
-    value replaced by `***` (an api_key=... is a credential too)."""
-    shown = masked_url(url)
-    head, question, rest = shown.partition("?")
-    if not question:
-        return shown
-    query, hashmark, fragment = rest.partition("#")
-    parts = []
-    for part in query.split("&"):
-        name, equals, value = part.partition("=")
-        parts.append(f"{name}=***" if equals and value else part if equals or not part else "***")
-    return f"{head}?{'&'.join(parts)}{hashmark}{'***' if fragment else ''}"
 
 
 def scopes_from_claims(claims: dict[str, Any]) -> frozenset[str]:
@@ -323,7 +308,7 @@ class JwksCache:
     def source(self) -> str:
         """The key source as log lines name it: never a credential in the URL."""
         if self.settings.jwks_url is not None:
-            return masked_source(self.settings.jwks_url)
+            return masked_url_and_query(self.settings.jwks_url)
         return f"file {self.settings.jwks_file}"
 
     def same_source(self, other: JwksCache) -> bool:

@@ -21,10 +21,10 @@ import orjson
 import pytest
 
 from gateway.cli import build_parser
-from gateway.devices.flashes import flash_history
+from gateway.devices.flashes import flash_history, record_flash
 from gateway.devices.registry import DeviceRegistry
 from tests.field.images import build_image
-from tests.field.test_flash_records import BOARD, command, flash_command, history
+from tests.field.test_flash_records import BOARD, a_record, command, flash_command, history
 from tests.support.fake_rom import FakeRom
 from tests.support.unprivileged import as_nobody
 
@@ -94,3 +94,15 @@ def test_sudo_user_is_not_recorded_from_a_command_that_does_not_run_as_root(rom:
         assert (flash.user, flash.sudo_user) == ("nobody", None)
     finally:
         shutil.rmtree(public)
+
+
+def test_devices_flashes_json_escapes_what_json_leaves_raw(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "devices.db"
+    registry = DeviceRegistry(path)
+    record_flash(registry, a_record(BOARD, image="pump1\u202e\x9b31m\x7f.bin"))
+    registry.close()
+    code, out, _ = command(capsys, "devices", "flashes", "--json", "--registry", str(path))
+    assert code == 0
+    assert not {"\u202e", "\x9b", "\x7f"} & set(out), out
+    (record,) = map(orjson.loads, out.splitlines())
+    assert record["image"] == "pump1\u202e\x9b31m\x7f.bin"  # the same JSON, written printable

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from pydantic import ValidationError
 
-from gateway.config import ConfigError, ConnectionLimitsConfig, load_config
+from gateway.config import ConfigError, ConnectionLimitsConfig, GatewayConfig, load_config
 from gateway.core.principal import Principal
 from gateway.policy.connection_limits import ConnectionLimiter, FdLimit
 from gateway.policy.rate_limit import BucketSpec, RateLimiter
@@ -258,3 +259,16 @@ def test_localhost_in_any_case_is_loopback(host: str) -> None:
     config = load_config(environ={"MCP_GATEWAY_HOST": host})
     assert config.is_loopback
     assert config.lan_open_sides == []
+
+
+@pytest.mark.parametrize("interval", [1e-300, 0.0, 31 * 86_400])
+def test_repeat_interval_s_keeps_the_throttle_a_throttle(interval: float) -> None:
+    with pytest.raises(ValidationError, match="repeat_interval_s"):
+        GatewayConfig.model_validate({"logging": {"repeat_interval_s": interval}})
+
+
+def test_an_empty_host_is_named_in_the_lan_bind_refusal() -> None:
+    from gateway.cli import refuse_insecure_bind
+
+    refusal = refuse_insecure_bind(GatewayConfig.model_validate({"host": ""}))
+    assert refusal is not None and refusal.startswith('refusing to listen on "" (every interface) without'), refusal

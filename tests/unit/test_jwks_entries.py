@@ -13,6 +13,8 @@ import orjson
 import pytest
 
 from gateway.config import GatewayConfig, OAuthConfig
+from gateway.config.base import masked_url_and_query
+from gateway.config.model import masked_dump
 from gateway.policy import oauth
 from gateway.policy.oauth import JwksCache, JwksError, OAuthVerifier, key_algorithms, parse_jwks
 from gateway.policy.verifier import AuthFailure
@@ -67,10 +69,19 @@ def test_key_algorithms_reads_a_malformed_curve_as_none() -> None:
         ("https://as.plant.test/jwks?api_key=s3cret&realm=", "https://as.plant.test/jwks?api_key=***&realm="),
         ("https://as.plant.test/jwks?s3cret#frag", "https://as.plant.test/jwks?***#***"),
         ("https://u:p@as.plant.test/jwks?a=1&b=2", "https://u:***@as.plant.test/jwks?a=***&b=***"),
+        ("not a URL? keep=it", "not a URL? keep=it"),
     ],
 )
 def test_the_key_set_url_is_logged_without_its_credentials(url: str, shown: str) -> None:
-    assert oauth.masked_source(url) == shown
+    assert masked_url_and_query(url) == shown
+
+
+def test_config_show_masks_the_key_set_urls_query_values_too() -> None:
+    jwks_url = "https://svc:pa55@as.plant.test/jwks?api_key=s3cret"
+    config = GatewayConfig.model_validate({"auth": {"oauth": {"issuer": ISSUER, "jwks_url": jwks_url}}})
+    shown = orjson.dumps(masked_dump(config)).decode()
+    assert "https://svc:***@as.plant.test/jwks?api_key=***" in shown
+    assert "pa55" not in shown and "s3cret" not in shown
 
 
 def test_jwks_refetch_min_s_keeps_a_bound() -> None:

@@ -175,8 +175,9 @@ BROKER_INFO_SCHEMA: JsonObject = {
         "connections": {
             "type": "object",
             "description": "The listener's connections now: open, cap (max_connections, or lower when the "
-            "descriptor limit leaves less: cap_from), peers, largest_peer, refusing (over a cap, being answered "
-            "503), fd_limit (soft and hard RLIMIT_NOFILE, raised_from, open_at_start; null where unknown)",
+            "descriptor limit, or fd_reserve and max_refusing, leave less: cap_from), peers, largest_peer, "
+            "refusing (over a cap, being answered 503), fd_limit (soft and hard RLIMIT_NOFILE, raised_from, "
+            "open_at_start; null where unknown)",
         },
         "providers": {"type": "object"},
         "protocol_versions": {"type": "object"},
