@@ -235,6 +235,8 @@ class GatewayServer:
         """systemd's view of this run (serve() sets it): every reload, however asked for, is announced to it."""
         # The whole configuration again on SIGHUP or broker_reload (gateway/reload/, docs/reload.md).
         self.reloader = Reloader(self, source)
+        self.reloads_running = 0
+        """Reloads begun and not ended: systemd hears RELOADING=1 at the first, READY=1 after the last."""
         self.gateway.reloading = BrokerReloading(self, self.reloader.status)
         # broker_providers_recheck (`mcp-gateway devices revoke`): the links whose credential no longer stands.
         self.gateway.provider_recheck = LinkRecheck(self.app[PROVIDER_SOCKETS_KEY], self.gateway.registry, self.mqtt)
@@ -358,14 +360,17 @@ class GatewayServer:
     async def reload(self) -> ReloadReport:
         """SIGHUP (systemctl reload) and broker_reload: the whole configuration, loaded as at start, applied
         whole or refused whole (gateway/reload/); the report says which and why."""
-        service = self.service
-        if service is not None:
-            service.notifier.reloading()
+        # Overlapping reloads (one waits for the other) are one reload to systemd: READY=1 while one still
+        # runs would say it ended. After STOPPING=1 the notifier sends neither (gateway/service/notify.py).
+        self.reloads_running += 1
+        if self.reloads_running == 1 and self.service is not None:
+            self.service.notifier.reloading()
         try:
             return await self.reloader.reload()
         finally:
-            if service is not None:
-                service.reloaded()  # READY=1 whatever the outcome: the service runs on, old or new
+            self.reloads_running -= 1
+            if self.reloads_running == 0 and self.service is not None:
+                self.service.reloaded()  # READY=1 whatever the outcome: the service runs on, old or new
 
     def upstreams(self) -> dict[str, Any]:
         """Every configured upstream by name, each with its `state`: READY=1 waits for their first attempts."""

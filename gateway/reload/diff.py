@@ -62,6 +62,47 @@ def changed_paths(old: BaseModel, new: BaseModel, prefix: str = "") -> list[str]
     return found
 
 
+def same_settings(old: Any, new: Any) -> bool:
+    """Equal as the file, the environment and the flags set them: what a model read from the files they name
+    (a secret, held as private state) is left out."""
+    if isinstance(old, BaseModel) and isinstance(new, BaseModel):
+        fields = type(old).model_fields
+        return type(old) is type(new) and all(same_settings(getattr(old, name), getattr(new, name)) for name in fields)
+    if isinstance(old, list) and isinstance(new, list):
+        return len(old) == len(new) and all(same_settings(a, b) for a, b in zip(old, new, strict=True))
+    if isinstance(old, dict) and isinstance(new, dict):
+        return old.keys() == new.keys() and all(same_settings(old[key], new[key]) for key in old)
+    return bool(old == new)
+
+
+def reread_secret_files(old: Any, new: Any, path: str) -> list[tuple[str, str]]:
+    """(key, file) of each secret under `path` whose file says something else than when `old` was loaded:
+    a model with a `file` key whose settings are equal but whose private state (the secret read) is not."""
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [
+            found
+            for i, (a, b) in enumerate(zip(old, new, strict=True))
+            for found in reread_secret_files(a, b, f"{path}[{i}]")
+        ]
+    if not (isinstance(old, BaseModel) and type(old) is type(new)) or old == new:
+        return []
+    fields = type(old).model_fields
+    inner = [
+        found
+        for name in fields
+        for found in reread_secret_files(getattr(old, name), getattr(new, name), f"{path}.{name}")
+    ]
+    file = getattr(old, "file", None)
+    if (
+        not inner
+        and "file" in fields
+        and isinstance(file, str)
+        and all(getattr(old, n) == getattr(new, n) for n in fields)
+    ):
+        return [(path, file)]
+    return inner
+
+
 def covers(prefix: str, path: str) -> bool:
     return path == prefix or path.startswith(prefix + ".")
 

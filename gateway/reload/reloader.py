@@ -110,10 +110,12 @@ class Reloader:
             return self._report("refused", refusals=[f"preparing the new configuration failed ({exc!r}); see the log"])
         if plan.refusals:
             return self._report("refused", refusals=plan.refusals)
+        new = plan.config  # a key left to a restart stays as running (plan.awaiting_restart)
+        warnings = [*plan.warnings, *new.warnings()]
         if not plan.prepared:
             if new != self.running.config:
                 self._swap([], new)  # a key whose part found nothing to do (required_scopes without [auth])
-            return self._report("unchanged", warnings=new.warnings())
+            return self._report("unchanged", warnings=warnings)
         try:
             self._swap(plan.prepared, new)
         except Refused as exc:
@@ -126,7 +128,7 @@ class Reloader:
                 log.exception("configuration reload: settling %s failed", type(part).__name__)
                 notes.append(f"{type(part).__name__}: not settled ({exc!r}); see the log")
         changes = [line for part in plan.prepared for line in part.changes] + notes
-        return self._report("applied", changes=changes, warnings=new.warnings())
+        return self._report("applied", changes=changes, warnings=warnings)
 
     def _unvalidated_restarts(self, source: ConfigSource) -> list[str]:
         """What a file that does not load would also need a restart for, read from the file parsed but not

@@ -52,6 +52,9 @@ class Notifier:
             )
         self.sent = 0
         self.failures = 0
+        self.stopping_sent = False
+        """STOPPING=1 was sent: no READY=1 or RELOADING=1 after it (a reload that ends, or begins, during
+        shutdown would tell systemd the service is up again)."""
         self._socket: socket.socket | None = None
         self._warned = False
 
@@ -89,15 +92,20 @@ class Notifier:
         return "@" + address[1:] if address.startswith("\0") else address
 
     def ready(self, status: str | None = None) -> bool:
-        """Start-up, or a reload, is complete."""
+        """Start-up, or a reload, is complete (nothing once stopping)."""
+        if self.stopping_sent:
+            return False
         return self.send("READY=1", *([status_field(status)] if status else []))
 
     def reloading(self, status: str | None = "reloading") -> bool:
-        """A reload begins; `ready()` must follow when it ends, whatever its outcome."""
+        """A reload begins; `ready()` must follow when it ends, whatever its outcome (nothing once stopping)."""
+        if self.stopping_sent:
+            return False
         fields = ["RELOADING=1", f"MONOTONIC_USEC={monotonic_usec()}"]
         return self.send(*fields, *([status_field(status)] if status else []))
 
     def stopping(self, status: str | None = "stopping") -> bool:
+        self.stopping_sent = True
         return self.send("STOPPING=1", *([status_field(status)] if status else []))
 
     def status(self, text: str) -> bool:

@@ -1,13 +1,19 @@
 """[tls] at run time: the certificate and key (renewed in place, or new paths). A pair that cannot be
 served (also a certificate expired or not valid yet) refuses the whole reload, the old pair kept and
 the failure logged as before. Turning TLS on or off changes the listener's scheme and needs a restart,
-as does tls.client_ca_file (a CA cannot be taken out of a live context)."""
+as does tls.client_ca_file (a CA cannot be taken out of a live context).
+
+The client CA file is read at every reload, as a start reads it: one a start would refuse refuses the
+reload by the same message, and one whose CAs differ from those the listener trusts is a warning that
+they are trusted after a restart (the rest of the reload applies)."""
 
 from __future__ import annotations
 
 import contextlib
+import ssl
 
 from gateway.config import GatewayConfig
+from gateway.config.tls import unreadable
 from gateway.policy.tls import ServerTls, expiry_warning, fingerprint
 from gateway.reload.context import Context, Prepared
 from gateway.reload.report import Refused
@@ -58,3 +64,28 @@ def prepare(old: GatewayConfig, new: GatewayConfig, context: Context) -> Prepare
     soon = expiry_warning(cert_file)
     change = f"tls: certificate reloaded ({where})" + (f"; warning: {soon}" if soon is not None else "")
     return TlsSwap([change], tls, cert_file, key_file)
+
+
+def client_ca_check(old: GatewayConfig, new: GatewayConfig, context: Context) -> list[str]:
+    """Refused when tls.client_ca_file cannot be loaded as a start loads it (gateway/policy/tls.py ServerTls,
+    whose words these are); a warning when it loads other CAs than the listener trusts now."""
+    path = new.tls.client_ca_file
+    if path is None:
+        return []
+    problem = unreadable("tls.client_ca_file", path)  # a FIFO or a device: ssl would wait on it
+    if problem is not None:
+        raise Refused(problem)
+    scratch = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        scratch.load_verify_locations(cafile=path)
+    except (OSError, ssl.SSLError) as exc:
+        raise Refused(f"tls.client_ca_file {path}: no usable PEM CA certificate ({exc})") from exc
+    running = context.running.tls
+    if running is None or old.tls.client_ca_file != path:
+        return []  # turning TLS on, or another path: refused as needing a restart
+    if scratch.get_ca_certs(binary_form=True) == running.context.get_ca_certs(binary_form=True):
+        return []
+    return [
+        f"tls.client_ca_file {path}: its CA certificates changed; the listener trusts the new ones after a "
+        "restart (trusted client CAs cannot be taken out of the live TLS context)"
+    ]
