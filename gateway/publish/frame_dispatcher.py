@@ -73,7 +73,9 @@ def parse(data: bytes | str) -> SessionMessage | Exception:
 class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
     """A `JSONRPCDispatcher` whose messages arrive by `deliver()`, its results written by orjson."""
 
-    def __init__(self, writer: FrameWriter, *, max_message_bytes: int | None = None) -> None:
+    def __init__(
+        self, writer: FrameWriter, *, max_message_bytes: int | None = None, bound_source: str = "max_message_bytes"
+    ) -> None:
         # The base class wants a read stream; this one is never read, so it is closed at once.
         unused_send, unused_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         unused_send.close()
@@ -83,6 +85,8 @@ class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
         super().__init__(unused_receive, writer, inline_methods=frozenset({"initialize"}))
         self._writer = writer  # the base's _write_stream, with its FrameWriter type for the result path
         self.max_message_bytes = max_message_bytes
+        self.bound_source = bound_source
+        """Where `max_message_bytes` came from, for the error a result over it is answered with."""
         self._input_ended = anyio.Event()
         self._on_request: OnRequest | None = None
         self._on_notify: OnNotify | None = None
@@ -149,7 +153,7 @@ class FrameDispatcher(JSONRPCDispatcher[TransportContext]):
             # The gateway would close the whole link (1009) for it, failing every other call on it.
             message = (
                 f"Response too large: the result is {len(data)} bytes, over the provider's frame bound of "
-                f"{bound} bytes (the publisher's max_frame_bytes, matching the gateway's limits.max_frame_bytes)"
+                f"{bound} bytes ({self.bound_source})"
             )
             log.warning("answered request %r with an error: %s", request_id, message)
             error = {"code": types.INTERNAL_ERROR, "message": message, "data": {"bytes": len(data), "bound": bound}}

@@ -43,7 +43,7 @@ class PublishRefused(Exception):
         super().__init__(f"the gateway refused the publisher: {reason}" + (f" (close {code})" if code else ""))
 
 
-def _plain(value: object) -> str:
+def plain(value: object) -> str:
     """A string from the wire as a log line may show it: printable characters only, bounded."""
     if not isinstance(value, str):
         return ""
@@ -62,7 +62,7 @@ async def check_upgrade(response: aiohttp.ClientResponse) -> None:
     except (orjson.JSONDecodeError, aiohttp.ClientError, OSError, ValueError):
         body = None
     if isinstance(body, dict):
-        error, description = _plain(body.get("error")), _plain(body.get("error_description"))
+        error, description = plain(body.get("error")), plain(body.get("error_description"))
     if not description:
-        description = _plain(response.reason)
+        description = plain(response.reason)
     raise UpgradeRefused(response.status, error, description)

@@ -119,11 +119,21 @@ class SdkSession:
     `run()` must have reported itself started (`await group.start(session.run)`) before the first
     `feed()`: the publishers read the link only from then on."""
 
-    def __init__(self, server: SdkServer, send: SendBytes, *, max_message_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        server: SdkServer,
+        send: SendBytes,
+        *,
+        max_message_bytes: int | None = None,
+        bound_source: str = "max_message_bytes",
+    ) -> None:
         """`max_message_bytes`: the largest result sent; one over it is answered with an error instead
-        (FrameDispatcher), so the link that carries other calls lives. None: no bound (in-process)."""
+        (FrameDispatcher), so the link that carries other calls lives. None: no bound (in-process).
+        `bound_source`: where that bound came from, as the error names it."""
         self.server = lowlevel(server)
-        self._dispatcher = FrameDispatcher(FrameWriter(send), max_message_bytes=max_message_bytes)
+        self._dispatcher = FrameDispatcher(
+            FrameWriter(send), max_message_bytes=max_message_bytes, bound_source=bound_source
+        )
         self.router: EraRouter | None = None
 
     @property

@@ -9,8 +9,8 @@ import math
 import re
 import ssl as ssl_module
 import time
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -19,7 +19,14 @@ import orjson
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from gateway.core.backoff import MAX_DOUBLINGS, Backoff
-from gateway.publish.link_errors import REFUSED_STATUSES, ConnectTimeout, PublishRefused, UpgradeRefused, check_upgrade
+from gateway.publish.link_errors import (
+    REFUSED_STATUSES,
+    ConnectTimeout,
+    PublishRefused,
+    UpgradeRefused,
+    check_upgrade,
+    plain,
+)
 from gateway.publish.sdk_bridge import SdkServer, SdkSession
 
 TEXT = aiohttp.WSMsgType.TEXT
@@ -28,6 +35,7 @@ reads them: docs/protocol.md, "Compatibility with mcp-broker"); the bytes are UT
 go out without a decode and re-encode."""
 
 log = logging.getLogger("gateway.publish")
+_T = TypeVar("_T")
 
 CLOSE_POLICY = 1008
 """The gateway's close for a slot it refuses after the upgrade (held, reserved, undeclared)."""
@@ -35,13 +43,25 @@ CLOSE_ABNORMAL = 1006
 """A link that ended without a close frame (here: one the gateway went silent on)."""
 DEFAULT_SILENCE_S = 90.0
 """How long a link may carry nothing from the gateway (no frame, no ping) before it is taken as lost:
-three of the gateway's pings at its default providers.heartbeat_interval_s (30 s), as on the boards."""
+three of the gateway's pings at its default providers.heartbeat_interval_s (30 s), as on the boards.
+A gateway that announces a longer interval gets SILENCE_PINGS of its own pings instead."""
+SILENCE_PINGS = 3
+"""Pings at the gateway's announced interval a link may miss before it is taken as lost."""
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 """How long a dial (TCP, TLS and the WebSocket upgrade) may take."""
 DEFAULT_MAX_FRAME_BYTES = 1_048_576
-"""The largest frame sent to the gateway: its default limits.max_frame_bytes, past which it closes 1009."""
+"""The largest frame sent to a gateway that announces no bound: its default limits.max_frame_bytes,
+past which it closes 1009."""
 MIN_FRAME_BYTES = 1024
 """The smallest max_frame_bytes accepted: the gateway's own floor for limits.max_frame_bytes."""
+MAX_FRAME_BYTES = 1 << 30
+"""The largest max_frame_bytes a gateway may announce: its own ceiling for limits.max_frame_bytes."""
+HEARTBEAT_HEADER = "X-Heartbeat-Interval-S"
+"""The gateway's providers.heartbeat_interval_s, in its answer to the upgrade (docs/protocol.md)."""
+MAX_FRAME_HEADER = "X-Max-Frame-Bytes"
+"""The gateway's limits.max_frame_bytes, in its answer to the upgrade (docs/protocol.md)."""
+ANNOUNCED_CHARS = 32
+"""Longest announced value read; a longer one is not a number the gateway sends."""
 FAILURES_WARNED = 32
 """Distinct dial failures warned of between two links that came up; past them, repeats only at debug."""
 FAULT_KINDS_LOGGED = 32
@@ -73,10 +93,11 @@ ENDPOINT_PATHS = re.compile(r"/(provider(/[^/]*)?|providers)$")
 
 def gateway_base(gateway_url: str) -> str:
     """The gateway's ws:// or wss:// base URL (a path prefix, as behind a reverse proxy, is kept)."""
-    base = gateway_url.rstrip("/")
-    if base.startswith("http"):
-        base = "ws" + base[4:]
-    scheme, sep, rest = base.partition("://")
+    scheme, sep, rest = gateway_url.rstrip("/").partition("://")
+    scheme = scheme.lower()  # schemes are case-insensitive (RFC 3986, 3.1)
+    if scheme in ("http", "https"):
+        scheme = "ws" + scheme[4:]
+    base = f"{scheme}{sep}{rest}"
     if not sep or scheme not in ("ws", "wss"):
         raise ValueError(f"gateway_url must be a ws://, wss://, http:// or https:// URL; got {gateway_url!r}")
     _, slash, path = rest.partition("/")
@@ -113,7 +134,7 @@ class _PublisherBase:
         max_msg_size: int = 4 * 1024 * 1024,
         silence_s: float | None = DEFAULT_SILENCE_S,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_frame_bytes: int | None = None,
     ) -> None:
         self.base_url = gateway_base(gateway_url)
         self.headers = dict(headers or {})
@@ -127,13 +148,19 @@ class _PublisherBase:
             raise ValueError(f"silence_s must be a number of seconds above 0, or None (no limit); got {silence_s!r}")
         if not (_seconds(connect_timeout_s) and connect_timeout_s > 0):
             raise ValueError(f"connect_timeout_s must be a number of seconds above 0; got {connect_timeout_s!r}")
-        if not (type(max_frame_bytes) is int and max_frame_bytes >= MIN_FRAME_BYTES):
+        if max_frame_bytes is not None and not (type(max_frame_bytes) is int and max_frame_bytes >= MIN_FRAME_BYTES):
             raise ValueError(
-                f"max_frame_bytes must be an integer of at least {MIN_FRAME_BYTES}; got {max_frame_bytes!r}"
+                f"max_frame_bytes must be an integer of at least {MIN_FRAME_BYTES}, or None (the gateway's "
+                f"announced bound, else {DEFAULT_MAX_FRAME_BYTES}); got {max_frame_bytes!r}"
             )
         self.silence_s = silence_s
         self.connect_timeout_s = connect_timeout_s
         self.max_frame_bytes = max_frame_bytes
+        self.announced_heartbeat_s: float | None = None
+        """The gateway's X-Heartbeat-Interval-S on the current or last link (None: not announced)."""
+        self.announced_max_frame_bytes: int | None = None
+        """The gateway's X-Max-Frame-Bytes on the current or last link (None: not announced)."""
+        self._bad_announcements: set[str] = set()
         self.connected = asyncio.Event()
         self.connections = 0
         self.last_close: tuple[int | None, str] | None = None
@@ -156,10 +183,11 @@ class _PublisherBase:
 
     async def run(self) -> None:
         """Connect, serve, and reconnect with jittered back-off until `stop()`."""
-        async with aiohttp.ClientSession(raise_for_status=check_upgrade) as http:
+        async with aiohttp.ClientSession(raise_for_status=self._upgrade_answer) as http:
             while not self._stop.is_set():
                 self._carried = False
                 self._refused_link = False
+                self.announced_heartbeat_s = self.announced_max_frame_bytes = None
                 up_at: float | None = None  # time.monotonic() when the upgrade succeeded
                 try:
                     ws = await self._dial(http)
@@ -233,6 +261,45 @@ class _PublisherBase:
                 f"no WebSocket upgrade from {self.url()} within {self.connect_timeout_s:g}s (connect_timeout_s)"
             ) from None
 
+    async def _upgrade_answer(self, response: aiohttp.ClientResponse) -> None:
+        """The session's `raise_for_status`: a refusal raises (check_upgrade); a 101 gives the bounds
+        the gateway announces. aiohttp keeps no public handle on the upgrade's answer past this point."""
+        if response.status == 101:
+            headers = response.headers
+            self.announced_heartbeat_s = self._announced(HEARTBEAT_HEADER, headers.get(HEARTBEAT_HEADER), _seconds_text)
+            self.announced_max_frame_bytes = self._announced(
+                MAX_FRAME_HEADER, headers.get(MAX_FRAME_HEADER), _bytes_text
+            )
+        await check_upgrade(response)
+
+    def _announced(self, name: str, text: str | None, parse: Callable[[str], _T | None]) -> _T | None:
+        """An announced bound, or None when absent or not what a gateway sends (warned of once per value)."""
+        if text is None:
+            return None
+        value = parse(text) if len(text) <= ANNOUNCED_CHARS else None
+        if value is None:
+            warning = f"{name}: {plain(text)!r}"
+            if warning not in self._bad_announcements and len(self._bad_announcements) < FAILURES_WARNED:
+                self._bad_announcements.add(warning)
+                log.warning("ignored the bound %s from %s: not a bound a gateway announces", warning, self.url())
+        return value
+
+    def silence_bound(self) -> tuple[float | None, str]:
+        """How long the link may stay silent, and why: `silence_s`, or SILENCE_PINGS of the gateway's
+        announced pings when that is longer (None: no bound)."""
+        announced = self.announced_heartbeat_s
+        if self.silence_s is None or announced is None or SILENCE_PINGS * announced <= self.silence_s:
+            return self.silence_s, "silence_s"
+        return SILENCE_PINGS * announced, f"{SILENCE_PINGS} x the gateway's announced heartbeat of {announced:g}s"
+
+    def frame_bound(self) -> tuple[int, str]:
+        """The largest frame sent on the link, and where that bound comes from."""
+        if self.max_frame_bytes is not None:
+            return self.max_frame_bytes, "the publisher's max_frame_bytes"
+        if self.announced_max_frame_bytes is not None:
+            return self.announced_max_frame_bytes, "limits.max_frame_bytes, announced by the gateway"
+        return DEFAULT_MAX_FRAME_BYTES, "the publisher's 1 MiB default; the gateway announced no bound"
+
     def _warn_failure(self, text: str) -> None:
         """A failed dial is warned of once per distinct failure until a link comes up; repeats at debug."""
         if text not in self._failures_warned and len(self._failures_warned) < FAILURES_WARNED:
@@ -288,6 +355,24 @@ def _seconds(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _seconds_text(text: str) -> float | None:
+    """An announced interval: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _bytes_text(text: str) -> int | None:
+    """An announced frame bound: ASCII digits, within the gateway's own range for limits.max_frame_bytes."""
+    stripped = text.strip()
+    if not (stripped.isascii() and stripped.isdigit()):
+        return None
+    value = int(stripped)
+    return value if MIN_FRAME_BYTES <= value <= MAX_FRAME_BYTES else None
+
+
 def _ceiling_failures(backoff: Backoff) -> int:
     """Failures after which the back-off's ceiling is its maximum."""
     if not 0 < backoff.initial_s < backoff.max_s:
@@ -318,7 +403,7 @@ async def _send_text(ws: aiohttp.ClientWebSocketResponse, data: bytes, max_frame
         return
     if len(data) > max_frame_bytes:
         log.warning(
-            "dropped a %d-byte frame: over max_frame_bytes (%d), which the gateway closes the link for",
+            "dropped a %d-byte frame: over the frame bound (%d), which the gateway closes the link for",
             len(data),
             max_frame_bytes,
         )
@@ -328,18 +413,19 @@ async def _send_text(ws: aiohttp.ClientWebSocketResponse, data: bytes, max_frame
 
 
 async def _read_frames(
-    ws: aiohttp.ClientWebSocketResponse, closed_with: list[tuple[int | None, str]], silence_s: float | None
+    ws: aiohttp.ClientWebSocketResponse, closed_with: list[tuple[int | None, str]], silence: tuple[float | None, str]
 ) -> AsyncGenerator[bytes | str, None]:
     """Every text or binary frame; the code and reason of the close frame that ends them go to
     `closed_with`. Nothing at all (no frame, no ping) for `silence_s` ends them too: a gateway that lost
     power or its cable leaves a half-open TCP link that would otherwise look connected forever."""
+    silence_s, why = silence
     # receive(), not `async for`: iterating stops at a close frame without handing over its reason.
     # aiohttp answers a ping inside receive() and starts the timeout over for the next read.
     while True:
         try:
             msg = await ws.receive(timeout=silence_s)
         except TimeoutError:
-            reason = f"nothing from the gateway (no frame, no ping) for {silence_s:g}s (silence_s); link taken as lost"
+            reason = f"nothing from the gateway (no frame, no ping) for {silence_s:g}s ({why}); link taken as lost"
             closed_with.append((CLOSE_ABNORMAL, reason))
             return
         if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
@@ -378,13 +464,15 @@ class Publisher(_PublisherBase):
         # first frame, instead of waiting providers.register_wait_ms for a register frame that may come.
         await ws.send_frame(orjson.dumps(register_frame(self.aggregate, self.hello)), TEXT)
 
-        async def send(data: bytes) -> None:
-            await _send_text(ws, data, self.max_frame_bytes)
+        bound, source = self.frame_bound()
 
-        session = SdkSession(self.server, send, max_message_bytes=self.max_frame_bytes)
+        async def send(data: bytes) -> None:
+            await _send_text(ws, data, bound)
+
+        session = SdkSession(self.server, send, max_message_bytes=bound, bound_source=source)
         async with anyio.create_task_group() as group:
             await group.start(session.run)
-            async for data in _read_frames(ws, self._closed_with, self.silence_s):
+            async for data in _read_frames(ws, self._closed_with, self.silence_bound()):
                 self._carried = True  # the gateway speaks only once it accepted the slot
                 await session.feed(data)
             await session.close_input()
@@ -448,17 +536,18 @@ class MultiplexedPublisher(_PublisherBase):
         backoff.failures = _ceiling_failures(backoff)
         try:
             await asyncio.sleep(backoff.next_delay())
-            await _send_text(ws, self._register_envelope(slot), self.max_frame_bytes)
+            await _send_text(ws, self._register_envelope(slot), self.frame_bound()[0])
         finally:
             claiming.discard(slot)
 
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         sessions: dict[str, SdkSession] = {}
         claiming: set[str] = set()  # refused slots whose next claim is waiting
+        frame_bytes, source = self.frame_bound()
 
         def sender(prefix: bytes) -> Any:
             async def send(data: bytes) -> None:
-                await _send_text(ws, prefix + data + b"}", self.max_frame_bytes)
+                await _send_text(ws, prefix + data + b"}", frame_bytes)
 
             return send
 
@@ -466,10 +555,12 @@ class MultiplexedPublisher(_PublisherBase):
             for slot, server in self.servers.items():
                 await ws.send_frame(self._register_envelope(slot), TEXT)
                 prefix = b'{"provider":' + orjson.dumps(slot) + b',"payload":'
-                bound = self.max_frame_bytes - len(prefix) - 1
-                sessions[slot] = SdkSession(server, sender(prefix), max_message_bytes=bound)
+                bound = frame_bytes - len(prefix) - 1
+                sessions[slot] = SdkSession(
+                    server, sender(prefix), max_message_bytes=bound, bound_source=f"{source}, less the envelope"
+                )
                 await group.start(sessions[slot].run)
-            async for data in _read_frames(ws, self._closed_with, self.silence_s):
+            async for data in _read_frames(ws, self._closed_with, self.silence_bound()):
                 # Every value from the wire is checked before use: a frame that is not what the
                 # gateway sends is skipped, and the link and its other slots carry on.
                 try:

@@ -495,8 +495,9 @@ async def test_frame_over_the_limit_closes_1009(
     assert await mux.wait_closed() == (1009, TOO_BIG_REASON)
     await wait_for(lambda: gateway.gateway.registry.slots["big-mux"].live is None, what="mux slot freed")
 
-    # An SDK provider whose answer is too big: the link closes 1009 and the caller is told at once.
-    publisher = await publishers.start(gateway, "chatty", demo_server("c"), reconnect=False)
+    # An SDK provider whose answer is too big for the gateway (its max_frame_bytes set above the bound
+    # the gateway announces): the link closes 1009 and the caller is told at once.
+    publisher = await publishers.start(gateway, "chatty", demo_server("c"), reconnect=False, max_frame_bytes=1_048_576)
     async with Client(f"{gateway.url}/chatty/mcp", mode="legacy") as client:
         with pytest.raises(Exception, match='Provider "chatty" disconnected'):
             await client.call_tool("echo", {"text": "y" * 6000})

@@ -299,7 +299,8 @@ def slot_faults(view: GatewayView, slot: SlotView) -> list[Problem]:
                 f"{slot.connects} connection(s); {last_link(slot)}",
                 "The provider must answer WebSocket pings (or JSON-RPC ping) within one heartbeat interval. "
                 "Check Wi-Fi signal and power; a board that blocks its loop for long (sensor reads, flash writes) "
-                "needs to service the socket; raise providers.heartbeat_interval_s for sleepy devices.",
+                "needs to service the socket; raise providers.heartbeat_interval_s for sleepy devices, below 90 s "
+                "(boards and the simulator redial a link silent for 90 s).",
                 slot.name,
             )
         )

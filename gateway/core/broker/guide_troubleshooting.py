@@ -70,8 +70,10 @@ TROUBLE_PROVIDER: list[tuple[str, str, str]] = [
     (
         "close 1008",
         "`No answer to heartbeat ping within {heartbeat}s; reconnect`",
-        "The provider did not answer WebSocket pings. Keep servicing the socket while working; check Wi-Fi; "
-        "raise `providers.heartbeat_interval_s` for sleepy devices.",
+        "The provider did not answer WebSocket pings. Keep servicing the socket while working; check Wi-Fi. "
+        "No setting counts missed pings: a sleepy device must answer within one to two "
+        "`providers.heartbeat_interval_s`, so raise that, but keep it below 90 s: the boards and the simulator "
+        "redial a link silent for 90 s (and a turning pump's dead-man stops it).",
     ),
     (
         "close 1008",

@@ -41,6 +41,8 @@ log = logging.getLogger("gateway.southbound.websocket")
 
 DEDICATED_PREFIX = "/provider"
 MULTIPLEXED_PATH = "/providers"
+HEARTBEAT_HEADER = "X-Heartbeat-Interval-S"
+MAX_FRAME_HEADER = "X-Max-Frame-Bytes"
 
 
 PEER_CLOSED = "provider closed the connection"
@@ -206,7 +208,14 @@ class ProviderWebSockets:
         )
 
     def _response(self) -> CappedWebSocketResponse:
-        return CappedWebSocketResponse(self.gateway.config.limits.max_frame_bytes, autoping=False)
+        config = self.gateway.config
+        ws = CappedWebSocketResponse(config.limits.max_frame_bytes, autoping=False)
+        # Announced in the 101 answer (informational; boards may ignore them): a publisher sizes its
+        # silence bound and its frame bound by what this gateway enforces (docs/protocol.md).
+        interval = config.providers.heartbeat_interval_s
+        ws.headers[HEARTBEAT_HEADER] = str(int(interval)) if interval.is_integer() else repr(interval)
+        ws.headers[MAX_FRAME_HEADER] = str(config.limits.max_frame_bytes)
+        return ws
 
     def _socket_error(self, ws: CappedWebSocketResponse, error: object) -> tuple[str, int | None]:
         """Why a socket aiohttp reported an error on ended, and the close code sent for it."""
