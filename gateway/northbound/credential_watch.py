@@ -9,7 +9,9 @@ request or a frame on a WebSocket (and when it has been idle for limits.sse_keep
 write (a message or a keepalive) on a stream. Callers whose
 connection is not judged again: anonymous ones (no [auth]: nobody to judge) and HMAC-signed ones (a
 signature vouches for one request and its nonce cannot be presented twice). A judgement the gateway
-cannot make (503: the authorization server's keys cannot be loaded) leaves the connection open.
+cannot make (503: the authorization server's keys cannot be loaded) leaves the connection open, but not
+past the access token's `exp` plus leeway_s (read from the token the connection opened with, verified
+then), nor once the gateway has been unable to judge it for jwks_refresh_s in a row.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from aiohttp import web
 from gateway.core import jsonrpc
 from gateway.core.principal import Principal
 from gateway.policy.client_auth import CLIENT_AUTH_KEY, ClientAuth
+from gateway.policy.oauth import EXPIRED, unverified_expiry
 from gateway.policy.request_principal import request_principal
-from gateway.policy.verifier import AuthFailure
+from gateway.policy.verifier import AuthFailure, bearer_token
 
 log = logging.getLogger("gateway.northbound.credential_watch")
 
@@ -76,6 +79,9 @@ class CredentialWatch:
         self.transport = transport
         self.clock = clock
         self.checked_at = clock()
+        self.unjudged_since: float | None = None
+        """When (by `clock`) the judgements the gateway could not make (503) began; None after one it made."""
+        self.wall_clock: Callable[[], float] = time.time
         self.failed: AuthFailure | None = None
         # A WebSocket's reader and writer may both ask at once: one judgement, counted and logged once.
         self.judging = asyncio.Lock()
@@ -104,15 +110,18 @@ class CredentialWatch:
             now = self.clock()
             outcome = await self.auth.recheck(self.request)
             if not isinstance(outcome, AuthFailure):
-                self.checked_at = now
+                self.checked_at, self.unjudged_since = now, None
                 if outcome is not None and self.adopt is not None:
                     self.adopt(outcome)
                 return None
             if outcome.status == UNAVAILABLE:
                 # The gateway cannot judge right now (no authorization server keys): that says nothing
-                # against the credential, which stood when last judged; judged again a second later.
-                self.checked_at = now
-                return None
+                # against the credential, which stood when last judged; judged again a second later, up
+                # to its bounds (unjudgeable).
+                outcome = self.unjudgeable(outcome, now)
+                if outcome is None:
+                    self.checked_at = now
+                    return None
             failure = self.failed = outcome
         principal = request_principal(self.request)
         log.info(
@@ -128,3 +137,20 @@ class CredentialWatch:
             },
         )
         return failure
+
+    def unjudgeable(self, outcome: AuthFailure, now: float) -> AuthFailure | None:
+        """Why a connection the gateway cannot judge (`outcome`, a 503) ends now: its access token's exp
+        plus leeway_s has passed (EXPIRED), or it has gone unjudged for jwks_refresh_s (`outcome`); None
+        while neither holds."""
+        assert self.auth is not None
+        if self.unjudged_since is None:
+            self.unjudged_since = now
+        oauth = self.auth.config.auth.oauth
+        leeway_s, bound_s = (oauth.leeway_s, oauth.jwks_refresh_s) if oauth is not None else (0.0, 0.0)
+        token = bearer_token(self.request)
+        expiry = unverified_expiry(token) if isinstance(token, str) else None
+        if expiry is not None and self.wall_clock() > expiry + leeway_s:
+            return EXPIRED
+        if now - self.unjudged_since >= bound_s:
+            return outcome
+        return None

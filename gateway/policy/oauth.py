@@ -218,16 +218,34 @@ def _unprintable_in_a_name(char: str) -> bool:
     return unicodedata.category(char) in ("Cc", "Zl", "Zp") or unicodedata.bidirectional(char) in _OVERRIDES
 
 
+EXPIRED = AuthFailure(
+    "expired",
+    "The access token has expired; get a new one from the authorization server. If a freshly issued "
+    "token is refused so, the clocks of the authorization server and this gateway disagree: check both.",
+)
+
+
+def unverified_expiry(token: str) -> float | None:
+    """The `exp` of an access token read without checking its signature; None when it has none readable.
+    Only for a token the gateway accepted earlier (an open connection's), whose exp it verified then."""
+    import jwt
+
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    exp = claims.get("exp")
+    if isinstance(exp, bool) or not isinstance(exp, int | float) or not math.isfinite(exp):
+        return None
+    return float(exp)
+
+
 def failure_for(exc: Exception, settings: OAuthConfig, audience: str) -> AuthFailure:
     """What a client is told about a token PyJWT refused (never the token itself)."""
     import jwt
 
     if isinstance(exc, jwt.ExpiredSignatureError):
-        return AuthFailure(
-            "expired",
-            "The access token has expired; get a new one from the authorization server. If a freshly issued "
-            "token is refused so, the clocks of the authorization server and this gateway disagree: check both.",
-        )
+        return EXPIRED
     if isinstance(exc, jwt.ImmatureSignatureError):
         return AuthFailure(
             "not_yet_valid",
@@ -296,6 +314,10 @@ class JwksCache:
         self.loaded = False
         self.last_failed = False
         """Whether the last fetch failed: the scheduled one after it comes within RETRY_AFTER_FAILURE_S."""
+        self.fetched_at = -math.inf
+        self.failed_at = -math.inf
+        """When (by `clock`) the last fetch succeeded and the last one failed: the schedule counts from them,
+        and a reload that carries the keys over carries these too, so it never postpones a refresh."""
         self.skipped: list[str] = []
         """The entries the last fetch skipped, and why (logged when they change)."""
         self.fetches = 0
@@ -323,6 +345,7 @@ class JwksCache:
             return
         self.keys, self.loaded, self.last_failed = previous.keys, True, previous.last_failed
         self.skipped, self.last_on_demand = previous.skipped, previous.last_on_demand
+        self.fetched_at, self.failed_at = previous.fetched_at, previous.failed_at
 
     def load_file_now(self) -> None:
         """At startup with jwks_file: read and parse it at once, so a bad file stops the gateway."""
@@ -335,6 +358,7 @@ class JwksCache:
         except (OSError, orjson.JSONDecodeError, JwksError) as exc:
             raise ConfigError(f"auth.oauth.jwks_file {self.settings.jwks_file}: {exc}") from exc
         self.loaded = True
+        self.fetched_at = self.clock()
 
     def _read_file(self) -> bytes:
         """The key set file, read as the configuration checks it: a regular file (or a device such as
@@ -377,7 +401,7 @@ class JwksCache:
         try:
             keys = parse_jwks(await self._document(), self.allowed, skipped)
         except Exception as exc:  # any document that cannot be read or used is a failed refresh
-            self.last_failed = True
+            self.last_failed, self.failed_at = True, self.clock()
             self.metrics.jwks_fetches.labels("error").inc()
             log.warning(
                 "cannot load the authorization server's keys from %s (keeping %d): %s",
@@ -396,7 +420,7 @@ class JwksCache:
             log.info("authorization server keys loaded from %s: %d keys", self.source, len(keys))
         self.keys, self.skipped = keys, skipped
         self.loaded = True
-        self.last_failed = False
+        self.last_failed, self.fetched_at = False, self.clock()
         return True
 
     async def refresh(self) -> bool:
@@ -441,21 +465,22 @@ class JwksCache:
             if not self.loaded:
                 return None
         found = self.find(kid, alg)
-        unknown_kid = not found and kid is not None and all(key.kid != kid for key in self.keys)
-        # Perhaps the authorization server rotated its keys since the last fetch.
-        if unknown_kid and await self.refresh_on_demand():
+        # Perhaps the authorization server rotated its keys since the last fetch: a key id it does not
+        # hold, or one held for other algorithms (a key id reused for a new key).
+        if not found and kid is not None and await self.refresh_on_demand():
             found = self.find(kid, alg)
         return found[:MAX_CANDIDATE_KEYS]
 
     def next_refresh_in(self) -> float:
-        """The wait before the next scheduled fetch: sooner after a failed one."""
+        """The wait before the next scheduled fetch, counted from the last fetch (0 before any): sooner
+        after a failed one. Keys carried over by a reload keep their schedule (adopt)."""
         if self.last_failed or not self.loaded:
-            return min(self.settings.jwks_refresh_s, RETRY_AFTER_FAILURE_S)
-        return self.settings.jwks_refresh_s
+            due = self.failed_at + min(self.settings.jwks_refresh_s, RETRY_AFTER_FAILURE_S)
+        else:
+            due = self.fetched_at + self.settings.jwks_refresh_s
+        return max(0.0, min(due - self.clock(), self.settings.jwks_refresh_s))
 
     async def _refresh_loop(self) -> None:
-        if not self.loaded:
-            await self._scheduled_refresh()
         while True:
             await asyncio.sleep(self.next_refresh_in())
             await self._scheduled_refresh()
@@ -464,7 +489,7 @@ class JwksCache:
         try:
             await self.refresh()
         except Exception:  # the schedule outlives any one fetch: withdrawn keys must still leave
-            self.last_failed = True
+            self.last_failed, self.failed_at = True, self.clock()
             log.exception("refreshing the authorization server's keys from %s failed", self.source)
 
     def start(self) -> None:

@@ -4,8 +4,10 @@ Each kind of credential keeps its verifier while its settings are unchanged (an 
 fetched keys, the signing verifier its replay cache); a changed kind gets a new verifier, built and
 checked (token files read) before anything is swapped. A new signing verifier takes over the replay
 cache, so a captured request cannot be replayed across a reload. A new OAuth verifier whose key source
-(jwks_url or jwks_file, and algorithms) is unchanged starts with the keys the old one holds, so a reload
-while the authorization server is unreachable does not leave every access token without keys.
+(jwks_url or jwks_file, and algorithms) is unchanged starts with the keys the old one holds, and with
+their refresh schedule (when they were fetched, when a fetch last failed), so a reload while the
+authorization server is unreachable does not leave every access token without keys, and a reload
+never postpones the next fetch.
 With [auth] unchanged its files are still read again, so a token file a start would refuse (writable by
 others, say) refuses the reload.
 
@@ -71,7 +73,8 @@ class AuthSwap(Prepared):
             fresh.checker.nonces = previous.checker.nonces
             fresh.checker.nonces.max_entries = size
         for fresh_oauth, previous_oauth in self.adopted:
-            # At the swap, not at prepare: the keys the old verifier holds now, its latest refresh included.
+            # At the swap, not at prepare: the keys the old verifier holds now, its latest refresh included,
+            # with the times the schedule counts from (settle starts the new one's refresh loop after).
             fresh_oauth.keys.adopt(previous_oauth.keys)
         self.step.swap(self.config, self.verifiers)
 
