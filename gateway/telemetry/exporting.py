@@ -153,11 +153,12 @@ class Telemetry:
 def _retire(old: tuple[Tracing, ExportSink | None], grace_s: float, timeout_s: float) -> bool:
     """Stop the tracing and export queue a reload or shutdown replaced (blocking: its own thread), side
     by side so that together they take `timeout_s` (export_timeout_ms) at most, not that long each.
-    True when everything was sent or given up on by the exporters themselves within it."""
+    True when every job said it finished within it (an export blocked on the collector for its whole
+    timeout did not)."""
     if grace_s > 0:
         threading.Event().wait(grace_s)
     tracing, sink = old
-    jobs: list[Callable[[], object]] = [tracing.shutdown]
+    jobs: list[Callable[[], bool | None]] = [tracing.shutdown]
     if sink is not None:
         jobs.append(sink.shutdown)
     return run_side_by_side(jobs, timeout_s, "mcpgw-telemetry-retire")

@@ -97,6 +97,8 @@ class ProviderExport:
         self.stopping = False
         self.give_up_at = float("inf")
         """time.monotonic() past which a stopping thread sends nothing more (shutdown sets it)."""
+        self.ended_at: float | None = None
+        """time.monotonic() when the stopping thread ended (None while it runs)."""
         self._resources: dict[tuple[str, str | None], Resource] = {}
         self._warned: set[str] = set()
         """Slots whose unconvertible item was logged (at most max_slots; counted either way)."""
@@ -131,6 +133,7 @@ class ProviderExport:
                 self._warn("*thread", "provider telemetry: the export thread met %s; it goes on", type(exc).__name__)
             if stopping:
                 self._drop_waiting()
+                self.ended_at = time.monotonic()
                 return
 
     def _drop_waiting(self) -> None:
@@ -229,16 +232,20 @@ class ProviderExport:
             found = self._resources[key] = Resource(attributes)
         return found
 
-    def shutdown(self) -> None:
-        """Send what waits within export_timeout_ms and stop the thread. The thread is a daemon: an export
-        still blocked on the collector when the time is up ends with the process."""
+    def shutdown(self) -> bool:
+        """Send what waits within export_timeout_ms and stop the thread; True when it ended by then. The
+        thread is a daemon: an export still blocked on the collector when the time is up ends with the
+        process."""
         with self.lock:
             self.stopping = True
-            self.give_up_at = time.monotonic() + self.timeout_s
+            give_up_at = self.give_up_at = time.monotonic() + self.timeout_s
         self.wake.set()
         self.thread.join(self.timeout_s)
+        # The thread's own end time decides: this one may run again late, after the export gave up.
+        ended_at = self.ended_at
         for exporter in (self.spans, self.logs, self.points):
             exporter.shutdown()  # ends the exporters' retry waits; a request under way keeps its own timeout
+        return ended_at is not None and ended_at <= give_up_at
 
 
 def _span(item: ProviderSpan, resource: Resource) -> ReadableSpan:

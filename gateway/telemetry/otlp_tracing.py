@@ -285,12 +285,13 @@ class SdkTracing(Tracing):
         span.set_attribute("mcpgw.policy.effect", effect)
         span.end()
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> bool:
         """Spans and metrics flush side by side, each with export_timeout_ms at most: one after the other,
         a collector that hangs would cost the stop that long for each. The SDK's threads are daemons: one
-        still blocked on the collector when the time is up is left to end with the process."""
+        still blocked on the collector when the time is up is left to end with the process. True when both
+        finished within export_timeout_ms."""
         timeout_ms = self.settings.config.export_timeout_ms
-        run_side_by_side(
+        return run_side_by_side(
             (self.provider.shutdown, lambda: self.meters.shutdown(timeout_millis=timeout_ms)),
             timeout_ms / 1000,
             "mcpgw-otlp-stop",

@@ -105,8 +105,9 @@ class ExportSink(Protocol):
         """Queue one batch; False when the queue is full (the batch is dropped)."""
         ...
 
-    def shutdown(self) -> None:
-        """Send what waits and stop (blocking: called off the event loop)."""
+    def shutdown(self) -> bool | None:
+        """Send what waits and stop (blocking: called off the event loop); False when the export did not
+        end within export_timeout_ms (a sink with nothing to wait for may answer None)."""
         ...
 
 

@@ -66,8 +66,10 @@ class Tracing:
         """The decision, in the audit trail's words ("allow", "clamp", "deny", "refuse-arguments",
         "wait-confirmation", ...; "error" when it did not complete)."""
 
-    def shutdown(self) -> None:
-        """Flush what waits and stop the export threads (blocking: run it off the event loop)."""
+    def shutdown(self) -> bool:
+        """Flush what waits and stop the export threads (blocking: run it off the event loop); True when
+        every last export finished within export_timeout_ms."""
+        return True
 
 
 OFF = Tracing()
@@ -76,18 +78,24 @@ OFF = Tracing()
 
 def run_side_by_side(jobs: Sequence[Callable[[], object]], timeout_s: float, name: str) -> bool:
     """Run each job on a daemon thread of its own and wait `timeout_s` at most for all of them; True when
-    every one finished. A job that raises is done (the SDK logs its own faults)."""
+    every one returned by the deadline and none returned False (a job that raises is done: the SDK logs
+    its own faults). A job's own return time decides, not when this thread looks: on a busy machine the
+    waiting thread may run again only after a job given up on by its own timeout has ended."""
     deadline = time.monotonic() + timeout_s
+    in_time: list[bool] = []
     threads = []
     for job in jobs:
 
         def run(job: Callable[[], object] = job) -> None:
+            answer: object = None
             with contextlib.suppress(Exception):
-                job()
+                answer = job()
+            in_time.append(answer is not False and time.monotonic() <= deadline)
 
         thread = threading.Thread(target=run, name=name, daemon=True)
         thread.start()
         threads.append(thread)
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
-    return not any(thread.is_alive() for thread in threads)
+    answers = list(in_time)  # a job still running appends later: it missed the deadline
+    return len(answers) == len(threads) and all(answers)

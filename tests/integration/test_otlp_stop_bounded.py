@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,12 @@ import aiohttp
 import pytest
 
 from bench.ports import free_port
+from gateway.config import TelemetryConfig, resolve_telemetry
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.otlp_providers import ProviderExport
+from gateway.telemetry.otlp_tracing import SdkTracing
+from gateway.telemetry.provider_telemetry import Batch, MetricPoint
+from gateway.telemetry.tracing import run_side_by_side
 from tests.integration.test_shutdown import spawn, wait_until_ready
 
 EXPORT_TIMEOUT_MS = 4000
@@ -100,3 +107,45 @@ async def test_sigterm_with_a_hung_collector_exits_within_export_timeout(
     assert gateway.returncode == 0, err.decode()
     assert took < EXPORT_TIMEOUT_MS / 1000 + MARGIN_S, f"the stop took {took:.1f} s: {err.decode()[-2000:]}"
     assert b"did not finish within export_timeout_ms" in err
+
+
+def test_a_job_that_ends_past_the_deadline_is_late_however_late_the_waiter_looks() -> None:
+    """On a busy machine the stopping thread may look only after an export given up on by its own
+    timeout (which began after the deadline was set) has ended: that export is still late."""
+    timeout_s = 0.2
+
+    def job() -> None:
+        # Holds the interpreter past the deadline: the waiting thread runs again only once this ended.
+        end = time.monotonic() + timeout_s + 0.3
+        while time.monotonic() < end:
+            pass
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    try:
+        assert run_side_by_side([job], timeout_s, "test-late-job") is False
+    finally:
+        sys.setswitchinterval(previous)
+
+
+@pytest.mark.timeout(30)
+async def test_the_sdk_tracing_stop_says_a_hung_collector_kept_its_exports(collector: HungCollector) -> None:
+    """Its answer is what the gateway's stop logs the warning by; an answer lost here leaves only the
+    race of when the stopping thread looks."""
+    config = TelemetryConfig(
+        endpoint=collector.url, schedule_delay_ms=600_000, metric_interval_ms=600_000, export_timeout_ms=1000
+    )
+    tracing = SdkTracing(resolve_telemetry(config, {}), Metrics())
+    tracing.tracer.start_span("waits for the stop").end()
+    assert await asyncio.to_thread(tracing.shutdown) is False
+    assert collector.connections >= 1
+
+
+@pytest.mark.timeout(30)
+async def test_the_provider_export_stop_says_a_hung_collector_kept_its_exports(collector: HungCollector) -> None:
+    config = TelemetryConfig(endpoint=collector.url, schedule_delay_ms=600_000, export_timeout_ms=1000)
+    export = ProviderExport(resolve_telemetry(config, {}), Metrics(), max_slots=4)
+    point = MetricPoint("pump.flow", "gauge", 1.5, "l/min", None, {})
+    assert export.put(Batch("pump-1", None, time.time_ns(), (point,)))
+    assert await asyncio.to_thread(export.shutdown) is False
+    assert collector.connections >= 1
