@@ -55,7 +55,7 @@ typedef struct {
     mcpb_way_t way;
     const mcpb_port_t *port; /* for the duplicate lines */
     const mcpb_slot_t *slots;
-    unsigned let_go; /* bit i: the gateway let slot i go; its pump is stopped and not fed till the next link */
+    unsigned let_go; /* bit i: the gateway let slot i go or refused it; its pump is not fed till the next link */
 } pumps_t;
 
 static pumps_t pump_set;
@@ -87,12 +87,11 @@ static void on_event(void *ctx, const mcpb_link_event_t *event)
         }
     }
     /* An event naming a slot (on /providers or a multi-slot serial line): the gateway refused or let
-     * go that slot while the link stays, and its pings go on feeding heard_all. Its pump stops now,
-     * as at its dead-man, rather than turn on unwatched. */
+     * go that slot while the link stays. Its pump hears nothing more (heard_all) till the next link:
+     * its dead-man stops it, with its own text, unless that link comes in time (a quick restart). */
     for (i = 0; i < pumps->count && event->slot[0] != '\0'; i++) {
         if (strcmp(pumps->slots[i].name, event->slot) == 0) {
             pumps->let_go |= 1u << i;
-            mcpb_pump1_link_lost(&pumps->pumps[i]);
         }
     }
 }

@@ -249,13 +249,14 @@ static void deliver(mcpb_client_t *client, char *message, size_t len)
 static void refuse_oversize(mcpb_client_t *client, const uint8_t *head, size_t head_len, uint32_t size)
 {
     size_t slot_index = 0, len, at = 0, window = MCPB_HEAD_BYTES;
-    client->carried = 1;
+    client->carried |= 1; /* |=: the slots' served bits (run_handler) stay for deliver */
     client->dropped++;
     if (ENVELOPED(client)) {
         slot_index = envelope_slot(client, (const char *)head, head_len, &at);
         if (slot_index == MCPB_NO_SLOT) {
             return;
         }
+        client->carried |= 2 << slot_index; /* the gateway sent this slot a request: it holds it */
         window += sizeof(",\"payload\":") - 1; /* the request starts after the slot name and this */
     }
     head_len -= at;

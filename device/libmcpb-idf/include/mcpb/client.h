@@ -52,7 +52,7 @@ typedef struct {
 typedef enum {
     MCPB_LINK_CONNECTED = 1, /* the link is up and the register frame went out */
     MCPB_LINK_REFUSED,       /* the gateway refused: HTTP 4xx, close 1008, or an error with id null
-                                * (in an envelope: that slot, which had served nothing on this link) */
+                                * (in an envelope: that slot, sent no request on this link) */
     MCPB_LINK_CLOSED,        /* the peer closed (close frame, the stream ended, or an error with id null
                                 * after the gateway had taken the slot: on a bare serial line the link
                                 * ends; in an envelope the gateway let that slot go and the link stays) */

@@ -15,7 +15,6 @@
  *                      n > 0: send out[0..n); n == 0: nothing to send; n < 0: out holds less than -n
  *     a WebSocket ping from the gateway:  mcpb_pump1_heard(&pump);
  *     a new WebSocket connection:         mcpb_pump1_new_link(&pump);  (not serial, not MQTT)
- *     the gateway let the slot go:        mcpb_pump1_link_lost(&pump); (an event naming the slot)
  *     a message over the frame cap:       mcpb_pump1_oversize(&pump, size, head, head_len, out, cap);
  *                                         (only with a transport of your own: libmcpb's client
  *                                         answers an oversize request itself, with the same text)
@@ -165,13 +164,6 @@ void mcpb_pump1_tick(void *pump, uint32_t now_ms);
 
 /* A sign of life from the gateway that is no message (a WebSocket ping): feeds the dead-man. */
 void mcpb_pump1_heard(void *pump);
-
-/*
- * The gateway let this pump's slot go while the link stays (an event naming the slot on /providers
- * or a multi-slot serial line: a takeover, a refusal, the gateway's shutdown): a turning motor stops
- * now with fault link_lost, as at the dead-man. Feed it no more heard until the link is opened again.
- */
-void mcpb_pump1_link_lost(void *pump);
 
 /*
  * A new WebSocket connection (MCPB_LINK_CONNECTED on the dedicated or /providers way): a new

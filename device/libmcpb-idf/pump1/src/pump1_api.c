@@ -86,14 +86,6 @@ void mcpb_pump1_new_link(void *pump_object)
     ((mcpb_pump1_t *)pump_object)->cache_used = 0;
 }
 
-void mcpb_pump1_link_lost(void *pump_object)
-{
-    mcpb_pump1_t *pump = (mcpb_pump1_t *)pump_object;
-    /* the dead-man's trip, now: the last contact set past it */
-    pump->heard_ms = pump->now_ms - pump->deadman_ms - 1;
-    p1_pump_advance(pump);
-}
-
 void mcpb_pump1_heard(void *pump_object)
 {
     p1_pump_heard((mcpb_pump1_t *)pump_object);

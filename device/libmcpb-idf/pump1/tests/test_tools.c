@@ -224,23 +224,6 @@ static void dry_run_trips_after_five_seconds(void **state)
     assert_answer_has(f, "\"fault\":null");
 }
 
-/* The gateway let the slot go: a turning pump stops at once with link_lost, long before its dead-man
- * (90 s), and a stopped one is left as it is. */
-static void link_lost_stops_a_turning_pump_at_once(void **state)
-{
-    F;
-    mcpb_pump1_link_lost(&f->pump);
-    call_tool(f, 1, "get_status", NULL);
-    assert_answer_has(f, "\"structuredContent\":{\"state\":\"stopped\"");
-    call_tool(f, 2, "start", "{\"speed_rpm\":1450}");
-    run_for(f, 3000);
-    mcpb_pump1_link_lost(&f->pump);
-    run_for(f, 100);
-    call_tool(f, 3, "get_status", NULL);
-    assert_answer_has(f, "\"state\":\"fault\"");
-    assert_answer_has(f, "\"fault\":{\"code\":\"link_lost\"");
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,7 +238,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_fault_refuses_start_until_reset, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(overtemp_trips_and_resets_below_85, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(dry_run_trips_after_five_seconds, fixture_setup, fixture_teardown),
-        cmocka_unit_test_setup_teardown(link_lost_stops_a_turning_pump_at_once, fixture_setup, fixture_teardown),
     };
     return cmocka_run_group_tests_name("pump1 tools", tests, NULL, NULL);
 }

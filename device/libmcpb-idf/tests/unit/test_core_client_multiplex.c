@@ -229,6 +229,39 @@ static void test_slot_let_go_after_serving_is_closed(void **state)
     assert_string_equal(fake.last_event.slot, "valve-1");
 }
 
+/* An oversize request keeps what the slots served, and counts for its own slot: a slot let go after
+ * it is "closed", not "refused". */
+static void test_slot_let_go_after_an_oversize_request_is_closed(void **state)
+{
+    static char big[3000];
+    int i;
+    (void)state;
+    fake_push_text(&fake, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-2\",\"method\":"
+                          "\"tools/list\"}}");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(second.calls, 1);
+    memset(big, ' ', sizeof(big));
+    memcpy(big, "{\"provider\":\"valve-1\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":\"brk-9\",", 63);
+    fake_push_frame(&fake, 0x81, big, sizeof(big), NULL);
+    for (i = 0; i < 10; i++) { /* 512 bytes a read */
+        mcpb_client_poll(&client, 100);
+    }
+    assert_int_equal(client.dropped, 1);
+    assert_int_equal(first.calls, 0);
+    fake_push_text(&fake, "{\"provider\":\"valve-2\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":"
+                          "-32000,\"message\":\"Gateway shutting down\"}}}");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CLOSED);
+    assert_string_equal(fake.last_event.slot, "valve-2");
+    /* valve-1 had only the oversize request: the gateway held it all the same */
+    fake_push_text(&fake, "{\"provider\":\"valve-1\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":"
+                          "-32000,\"message\":\"Gateway shutting down\"}}}");
+    mcpb_client_poll(&client, 100);
+    assert_int_equal(fake.last_event.kind, MCPB_LINK_CLOSED);
+    assert_string_equal(fake.last_event.slot, "valve-1");
+    assert_true(mcpb_client_connected(&client));
+}
+
 static void test_answer_too_large_answered_in_its_envelope(void **state)
 {
     uint8_t opcode;
@@ -368,6 +401,7 @@ int main(void)
         cmocka_unit_test_setup(test_oversize_envelope_of_a_long_slot_name_keeps_its_id, setup_long),
         cmocka_unit_test_setup(test_oversize_envelope_of_a_slot_named_id, setup_id),
         cmocka_unit_test_setup(test_slot_let_go_after_serving_is_closed, setup),
+        cmocka_unit_test_setup(test_slot_let_go_after_an_oversize_request_is_closed, setup),
         cmocka_unit_test_setup(test_refusals_then_close_back_off_to_max, setup),
         cmocka_unit_test_setup(test_bare_refusal_then_close_backs_off_to_max, setup),
         cmocka_unit_test_setup(test_bare_refusal_reason_whole, setup),

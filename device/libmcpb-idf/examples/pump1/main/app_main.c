@@ -75,8 +75,8 @@ static void serve_mqtt(void)
     mcpb_mqtt_run(&m, mcpb_pump1_handle, &pump, mcpb_pump1_tick, &pump, &stop);
 }
 #else
-/* Set when the gateway let the slot go on /providers, where its pings go on while the link stays:
- * they feed the dead-man no more until the next link registers the slot again. */
+/* Set when the gateway let the slot go (or refused it) on /providers, where its pings go on while the
+ * link stays: they feed the dead-man no more until the next link registers the slot again. */
 static int let_go;
 
 static void heard(void *ctx)
@@ -89,8 +89,8 @@ static void heard(void *ctx)
 #if !CONFIG_MCPB_TRANSPORT_SERIAL
 /* A new WebSocket is a new gateway session whose request ids may start over: the pump forgets its
  * repeated answers. A serial line (and MQTT) keeps them: that gateway never repeats an id. An event
- * naming the slot (only on /providers) is the gateway refusing or letting it go: the pump stops now,
- * as at its dead-man. */
+ * naming the slot (only on /providers) is the gateway refusing or letting it go: the pump is fed no
+ * more, and its dead-man stops it unless the next link comes in time (a quick gateway restart). */
 static void on_event(void *ctx, const mcpb_link_event_t *event)
 {
     if (event->kind == MCPB_LINK_CONNECTED) {
@@ -99,7 +99,6 @@ static void on_event(void *ctx, const mcpb_link_event_t *event)
     }
     if (event->slot[0] != '\0') {
         let_go = 1;
-        mcpb_pump1_link_lost(ctx);
     }
 }
 #endif
