@@ -15,7 +15,8 @@ else()
     target_sources(mcpb_mqtt PRIVATE
         ${MCPB_MQTT_DIR}/core/src/messages.c
         ${MCPB_MQTT_DIR}/core/src/json_scan.c
-        ${MCPB_MQTT_DIR}/core/src/backoff.c)
+        ${MCPB_MQTT_DIR}/core/src/backoff.c
+        ${MCPB_MQTT_DIR}/core/src/log_text.c)
 endif()
 
 add_library(mcpb_mqtt_posix STATIC ${MCPB_MQTT_DIR}/ports/posix/mqtt_posix.c)

@@ -36,6 +36,11 @@ typedef struct mcpb_port {
     uint32_t (*random32)(void *ctx);
 } mcpb_port_t;
 
+/* `in` into out (cap > 0), NUL-terminated, with every control byte (below 0x20, and 0x7F) written as
+ * \xNN, cut at the last whole byte or escape that fits: what a port's log writes of a core line, whose
+ * gateway text (a close reason, a refusal) could otherwise end the line or forge another. */
+void mcpb_log_text(char *out, size_t cap, const char *in);
+
 #ifdef __cplusplus
 }
 #endif

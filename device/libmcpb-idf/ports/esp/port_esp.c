@@ -21,35 +21,11 @@ uint32_t mcpb_esp_now_ms(void *ctx)
     return (uint32_t)(esp_timer_get_time() / 1000);
 }
 
-/* `in` into out (cap > 0), NUL-terminated, with every control byte (below 0x20, and 0x7F) written as
- * \xNN: gateway text (a close reason, a refusal) in a log line cannot end the line or forge another.
- * Cut at the last whole byte or escape that fits. */
-static void escape_controls(char *out, size_t cap, const char *in)
-{
-    size_t n = 0;
-    for (; *in != '\0'; in++) {
-        unsigned char c = (unsigned char)*in;
-        int control = c < 0x20 || c == 0x7F;
-        if (n + (control ? 4 : 1) >= cap) {
-            break;
-        }
-        if (control) {
-            out[n++] = '\\';
-            out[n++] = 'x';
-            out[n++] = "0123456789abcdef"[c >> 4];
-            out[n++] = "0123456789abcdef"[c & 15];
-        } else {
-            out[n++] = (char)c;
-        }
-    }
-    out[n] = '\0';
-}
-
 void mcpb_esp_log(void *ctx, int level, const char *message)
 {
     char text[512]; /* the core's lines (at most 223 bytes) whole when they hold few control bytes */
     (void)ctx;
-    escape_controls(text, sizeof(text), message);
+    mcpb_log_text(text, sizeof(text), message);
     message = text;
     switch (level) {
     case MCPB_LOG_ERROR:
