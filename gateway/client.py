@@ -22,6 +22,14 @@ from urllib.parse import quote
 import orjson
 
 from gateway import __version__
+from gateway.client_answers import (
+    EXCERPT_CHARS,
+    MAX_ANSWER_BYTES,
+    MAX_ANSWER_BYTES_LIMIT,
+    bounded_body,
+    last_response_event,
+)
+from gateway.client_answers import GatewayCallError as GatewayCallError  # noqa: PLC0414 (re-exported: the CLI, flash)
 from gateway.core import eras, stateless
 from gateway.core.governed import CLAMPED_META_KEY
 from gateway.core.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND, UNSUPPORTED_PROTOCOL_VERSION
@@ -38,17 +46,6 @@ if TYPE_CHECKING:
 TOKEN_VARIABLE = "MCP_GATEWAY_TOKEN"
 """Where the commands read a client token when --token-file is not given (gateway.config.ENV_CLIENT_TOKEN,
 which this module may not import)."""
-
-
-class GatewayCallError(Exception):
-    """The gateway answered with a JSON-RPC error or an HTTP failure; the message says which."""
-
-    def __init__(self, message: str, code: int | None = None, error: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        """The JSON-RPC error code, when the gateway answered with one."""
-        self.error = error
-        """The JSON-RPC error object as the gateway sent it (its data too), when it answered with one."""
 
 
 _OBSERVE_TOOLS = frozenset(
@@ -336,10 +333,6 @@ commands' --timeout, docs/configuration.md): four times the gateway's default SS
 waited for as long as the gateway keeps it (its request_timeout_ms ends it), a silent peer is not."""
 
 
-MAX_ANSWER_BYTES = 16 * 1024 * 1024
-"""The largest answer a command reads (a JSON body, or one event of an event stream), as the stdio bridge
-(its MAX_LINE_BYTES): the gateway streams a long call's answer as one event of any size."""
-
 MAX_TOOLS_PAGES = 64
 """The most tools/list pages a command follows: the gateway's own bound on a provider's pages
 (providers.max_tools_pages, 64 by default)."""
@@ -353,6 +346,8 @@ class GatewayClient:
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         token: str | None = None,
         timeout_flag: str | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+        answer_flag: str | None = None,
     ) -> None:
         import aiohttp  # here, not at the top: the CLI imports this module for GatewayCallError alone
 
@@ -364,6 +359,10 @@ class GatewayClient:
         """The longest silence waited for: connecting, then between two reads of an answer (None: no limit)."""
         self.timeout_flag = timeout_flag
         """The command's option that sets `timeout_s`, which a timeout names (None: the command has none)."""
+        self.max_answer_bytes = max_answer_bytes
+        """The largest answer read: a JSON body, or one event of an event stream."""
+        self.answer_flag = answer_flag
+        """The command's option that sets `max_answer_bytes`, which a refusal names (None: it has none)."""
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout_s, sock_read=self.timeout_s)
         self.stateless = True
         """False once the server refused the stateless era: the session era from then on."""
@@ -439,9 +438,10 @@ class GatewayClient:
                 if response.status == 202:
                     return None
                 content_type = response.headers.get("Content-Type", "")
+                too_large = functools.partial(self._too_large, message)
                 if content_type.startswith("text/event-stream"):
-                    return await _last_response_event(response, self.url)
-                body = await _bounded_body(response, self.url)
+                    return await last_response_event(response, self.url, self.max_answer_bytes, too_large)
+                body = await bounded_body(response, self.max_answer_bytes, too_large)
                 try:
                     decoded: dict[str, Any] = orjson.loads(body)
                 except orjson.JSONDecodeError:
@@ -475,6 +475,18 @@ class GatewayClient:
             if not _is_tls_alert(exc) or not self.url.startswith("http://"):
                 raise
             raise GatewayCallError(_plain_http_to_tls(self.url)) from exc
+
+    def _too_large(self, message: dict[str, Any]) -> GatewayCallError:
+        """An answer past `max_answer_bytes`: how to ask for less (a listing: one slot or a tool group
+        instead of _all) and the option that reads more."""
+        flag = self.answer_flag or "MAX_ANSWER_BYTES"
+        limit = f"{self.max_answer_bytes} bytes ({flag})"
+        text = f"the answer from {self.url} is larger than {limit}, the most the command reads"
+        if message.get("method") == "tools/list":
+            text += "; list one slot or a tool group instead of _all"
+        if self.answer_flag:
+            text += f"; raise {self.answer_flag} (at most {MAX_ANSWER_BYTES_LIMIT})"
+        return GatewayCallError(text)
 
     def _disconnected(self, message: dict[str, Any]) -> str:
         """A connection ended before any answer. Over http:// that is also how a TLS listener ends a
@@ -639,10 +651,6 @@ def _result_of(method: str, answer: dict[str, Any] | None, url: str = "the serve
     return result
 
 
-EXCERPT_CHARS = 200
-"""The most characters of a malformed answer an error shows (the start of it: enough to tell what answered)."""
-
-
 def _json_excerpt(value: Any) -> str:
     """`value` as JSON, cut to EXCERPT_CHARS, with what does not print escaped."""
     text = orjson.dumps(value).decode()
@@ -729,64 +737,3 @@ def _not_json(url: str, status: int, content_type: str, body: bytes) -> str:
         )
     text = terminal_text(" ".join(body[:200].decode(errors="replace").split()))
     return f"HTTP {status} from {url} ({terminal_text(media)}), not JSON: {text}"
-
-
-def _too_large(url: str) -> GatewayCallError:
-    return GatewayCallError(
-        f"the answer from {url} is larger than {MAX_ANSWER_BYTES} bytes (MAX_ANSWER_BYTES), the most a command "
-        "reads; ask for less (one slot or a tool group instead of _all, a smaller result)"
-    )
-
-
-async def _bounded_body(response: aiohttp.ClientResponse, url: str) -> bytes:
-    """The body of `response`, read up to MAX_ANSWER_BYTES; a GatewayCallError naming `url` past it."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.content.iter_any():
-        size += len(chunk)
-        if size > MAX_ANSWER_BYTES:
-            raise _too_large(url)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def _last_response_event(response: aiohttp.ClientResponse, url: str) -> dict[str, Any] | None:
-    """The last response in an event stream (comments and keepalives skipped, an event's data lines
-    joined), each line and event up to MAX_ANSWER_BYTES; a GatewayCallError naming `url` for a larger
-    one, a line that is not UTF-8 or an event whose data is not JSON (no gateway sends either)."""
-    from aiohttp.http_exceptions import LineTooLong
-
-    answer: dict[str, Any] | None = None
-    where = f"HTTP {response.status} from {url} (text/event-stream)"
-    data: list[str] = []
-    size = 0
-    while True:
-        try:
-            raw = await response.content.readline(max_line_length=MAX_ANSWER_BYTES + 2)  # with its CR LF
-        except LineTooLong:
-            raise _too_large(url) from None
-        try:
-            line = raw.decode().rstrip("\r\n")
-        except UnicodeDecodeError:
-            raise GatewayCallError(f"{where}: a line that is not UTF-8") from None
-        if line.startswith("data:"):
-            value = line[5:]
-            data.append(value[1:] if value.startswith(" ") else value)
-            size += len(value)
-            if size > MAX_ANSWER_BYTES:
-                raise _too_large(url)
-        elif not line and data:  # an empty line ends the event; one at the end of the stream too
-            message = _event_message(where, "\n".join(data))
-            if isinstance(message, dict) and ("result" in message or "error" in message):
-                answer = message
-            data, size = [], 0
-        if not raw:
-            return answer
-
-
-def _event_message(where: str, data: str) -> Any:
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        excerpt = data if len(data) <= EXCERPT_CHARS else data[: EXCERPT_CHARS - 1] + "…"
-        raise GatewayCallError(f"{where}: an event whose data is not JSON: {terminal_text(excerpt)}") from None

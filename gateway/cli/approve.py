@@ -74,9 +74,11 @@ def refused_by_error(exc: GatewayCallError, as_json: bool) -> int:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    from gateway.cli.calls import gateway_client
+    from gateway.cli.calls import gateway_client, refused_as_not_utf8
     from gateway.client import GatewayCallError, render_result, terminal_text
 
+    if refused_as_not_utf8("approve", [("the ID", args.id), ("--url", args.url)]):
+        return 2
     if args.deny and args.id is None:
         print(
             "mcp-gateway approve: --deny needs the ID of the call to deny (mcp-gateway approve lists them)",

@@ -15,6 +15,7 @@ from gateway.cli.common import (
     Commands,
     _read_credential_file,
     client_token_from_env,
+    gateway_answer_option,
     gateway_timeout_option,
     gateway_url_option,
 )
@@ -57,12 +58,22 @@ def _refuse_unprintable(token: str | None, where: str) -> None:
 
 
 def gateway_client(args: argparse.Namespace, slot: str) -> GatewayClient:
-    """A client of `slot` at the command's --url, with its token and its --timeout."""
+    """A client of `slot` at the command's --url, with its token, its --timeout and --max-answer-bytes."""
     from gateway.client import DEFAULT_TIMEOUT_S, GatewayClient
+    from gateway.client_answers import MAX_ANSWER_BYTES
 
     flag = "--timeout" if hasattr(args, "timeout") else None
     timeout_s = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
-    return GatewayClient(args.url, slot, timeout_s=timeout_s, token=_client_token(args), timeout_flag=flag)
+    answer_flag = "--max-answer-bytes" if hasattr(args, "max_answer_bytes") else None
+    return GatewayClient(
+        args.url,
+        slot,
+        timeout_s=timeout_s,
+        token=_client_token(args),
+        timeout_flag=flag,
+        max_answer_bytes=getattr(args, "max_answer_bytes", MAX_ANSWER_BYTES),
+        answer_flag=answer_flag,
+    )
 
 
 JSON_ESCAPE = "mcp-gateway-json-escape"
@@ -264,6 +275,7 @@ def add_calls(commands: Commands) -> None:
     gateway_url_option(slots)
     slots.add_argument("--token-file", metavar="FILE", help=token_help)
     gateway_timeout_option(slots)
+    gateway_answer_option(slots)
     slots.add_argument(
         "--all",
         action="store_true",
@@ -284,6 +296,7 @@ def add_calls(commands: Commands) -> None:
     gateway_url_option(tools)
     tools.add_argument("--token-file", metavar="FILE", help=token_help)
     gateway_timeout_option(tools)
+    gateway_answer_option(tools)
     tools.set_defaults(func=cmd_tools)
 
     call = commands.add_parser("call", help="call a tool on a slot of a running gateway")
@@ -302,6 +315,7 @@ def add_calls(commands: Commands) -> None:
     gateway_url_option(call)
     call.add_argument("--token-file", metavar="FILE", help=token_help)
     gateway_timeout_option(call)
+    gateway_answer_option(call)
     call.set_defaults(func=cmd_call)
 
     schema_hash = commands.add_parser(
@@ -312,4 +326,5 @@ def add_calls(commands: Commands) -> None:
     gateway_url_option(schema_hash, "with --slot: the gateway's base URL")
     schema_hash.add_argument("--token-file", metavar="FILE", help=token_help)
     gateway_timeout_option(schema_hash)
+    gateway_answer_option(schema_hash)
     schema_hash.set_defaults(func=cmd_schema_hash)

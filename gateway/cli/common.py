@@ -122,6 +122,21 @@ def gateway_timeout_option(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def gateway_answer_option(sub: argparse.ArgumentParser) -> None:
+    """--max-answer-bytes for a command that reads an answer: its bound, for a gateway whose
+    limits.max_frame_bytes lets a provider answer more than the default."""
+    from gateway.client_answers import MAX_ANSWER_BYTES, MAX_ANSWER_BYTES_LIMIT
+
+    sub.add_argument(
+        "--max-answer-bytes",
+        type=whole_number(1, MAX_ANSWER_BYTES_LIMIT),
+        default=MAX_ANSWER_BYTES,
+        metavar="N",
+        help=f"the largest answer read, in bytes (default {MAX_ANSWER_BYTES}, 16 MiB; at most "
+        f"{MAX_ANSWER_BYTES_LIMIT}, 1 GiB, the gateway's largest limits.max_frame_bytes)",
+    )
+
+
 def control_url_option(sub: argparse.ArgumentParser, variable: str, fallback: str) -> None:
     """--control for sim-status and sim-fault: the simulator's control endpoint, checked as --url is."""
     sub.add_argument(
@@ -269,24 +284,85 @@ def refuse_insecure_bind(config: GatewayConfig) -> str | None:
     )
 
 
+CREDENTIAL_PIPE_TIMEOUT_S = 10.0
+"""The longest wait for a pipe or FIFO given as a credential file (`--token-file <(pass show x)`,
+/dev/stdin) to be written and closed: a FIFO nobody opens ends the command instead of hanging it."""
+
+
+NOT_REGULAR = "not a regular file"
+"""FileRefused's reason for a device, a socket or a FIFO (gateway/config/files.py)."""
+
+
 def _read_credential_file(path: str, what: str) -> str:
     """The credential a file holds, as the gateway reads its own secret files (secret_from_text: a
     byte-order mark skipped, white space around it stripped, more than one non-empty line refused:
     a line break would end up in an HTTP header); ValueError naming `what` and the file. A regular
-    file only, of at most MAX_SECRET_FILE_BYTES: a FIFO with no writer would hang the command, a
-    device such as /dev/zero fill its memory."""
+    file or a pipe (a FIFO, /dev/stdin, process substitution), of at most MAX_SECRET_FILE_BYTES; a
+    device such as /dev/zero is refused (it would fill the command's memory)."""
     from gateway.config.auth import secret_from_text
     from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 
     try:
-        text = read_regular_file(path, what, MAX_SECRET_FILE_BYTES).decode("utf-8")
+        raw = _read_pipe(path, what, MAX_SECRET_FILE_BYTES)
+        if raw is None:
+            raw = read_regular_file(path, what, MAX_SECRET_FILE_BYTES)
+        text = raw.decode("utf-8")
     except FileRefused as exc:
         raise ValueError(
-            f"{what} {path}: cannot be used: it is {exc.reason}; give a file holding the credential"
+            f"{what} {path}: cannot be used: it is {exc.reason}{' or a pipe' if exc.reason == NOT_REGULAR else ''}; "
+            "give a file or a pipe holding the credential"
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{what} {path}: cannot be read ({exc})") from None
     return secret_from_text(text, f"{what} {path}")
+
+
+def _read_pipe(path: str, what: str, max_bytes: int) -> bytes | None:
+    """What the pipe or FIFO at `path` carries up to its end, of at most `max_bytes` (FileRefused past
+    them); None when `path` is no pipe. Opened and read without blocking, each wait bounded by
+    CREDENTIAL_PIPE_TIMEOUT_S in all, so a FIFO without a writer, or a writer that never ends, cannot
+    hang the command (ValueError naming the bound)."""
+    import select
+    import stat
+    import time
+
+    from gateway.config.files import FileRefused
+
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISFIFO(os.fstat(descriptor).st_mode):
+            return None
+        deadline = time.monotonic() + CREDENTIAL_PIPE_TIMEOUT_S
+        poller = select.poll()
+        poller.register(descriptor, select.POLLIN)
+        chunks: list[bytes] = []
+        size = 0
+        hung_up = False
+        while True:
+            try:
+                chunk = os.read(descriptor, 64 << 10)
+            except BlockingIOError:  # a writer is there, nothing written yet
+                chunk = None
+            if chunk:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise FileRefused(what, path, f"larger than {max_bytes} bytes, the bound for it")
+                chunks.append(chunk)
+                continue
+            # An end (b""): the writer closed, once it has written or hung up; before, none has come yet.
+            if chunk is not None and (chunks or hung_up):
+                return b"".join(chunks)
+            left = deadline - time.monotonic()
+            events = poller.poll(max(0, int(left * 1000) + 1)) if left > 0 else []
+            if not events:
+                raise ValueError(
+                    f"{what} {path}: no writer/no data within {CREDENTIAL_PIPE_TIMEOUT_S:g} s "
+                    "(CREDENTIAL_PIPE_TIMEOUT_S): a pipe or FIFO is read once, from a writer that writes the "
+                    "credential and closes it"
+                )
+            hung_up = any(event & select.POLLHUP for _, event in events)
+    finally:
+        os.close(descriptor)
 
 
 def client_token_from_env() -> str | None:

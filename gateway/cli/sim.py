@@ -159,9 +159,12 @@ def _shown(value: float) -> str:
 
 def cmd_sim_fault(args: argparse.Namespace) -> int:
     """Inject or clear a fault on a simulated pump through the simulator's control endpoint; print its state."""
+    from gateway.cli.calls import refused_as_not_utf8
     from gateway.client import terminal_text
     from sim.control_client import NotASimulator, post_fault
 
+    if refused_as_not_utf8("sim-fault", [("the slot", args.slot), ("--control", args.control)]):
+        return 2
     # What the endpoint would refuse for any pump, refused here as usage errors (exit 2), before asking it.
     if args.seconds is not None and args.fault != "link_drop":
         print(
@@ -193,9 +196,12 @@ def cmd_sim_fault(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_status(args: argparse.Namespace) -> int:
+    from gateway.cli.calls import refused_as_not_utf8
     from gateway.client import terminal_text
     from sim.control_client import NotASimulator, get_pumps, render_pumps
 
+    if refused_as_not_utf8("sim-status", [("--control", args.control)]):
+        return 2
     try:
         status, body = asyncio.run(get_pumps(args.control))
     except NotASimulator as exc:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import copy
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -141,7 +143,14 @@ def read_toml(path: Path) -> dict[str, Any]:
     except PermissionError as exc:
         raise ConfigError(f"config file {path}: not readable ({exc.strerror})") from exc
     except FileRefused as exc:  # a device, a FIFO, a socket, over the bound
-        raise ConfigError(f"config file {path}: {exc.reason}") from exc
+        pipe = ""
+        with contextlib.suppress(OSError):
+            if stat.S_ISFIFO(os.stat(path).st_mode):
+                pipe = (
+                    "; process substitution and pipes are not accepted for the configuration: the gateway "
+                    "reads it again at reload"
+                )
+        raise ConfigError(f"config file {path}: {exc.reason}{pipe}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: invalid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:

@@ -349,12 +349,14 @@ def fifo(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("command", TOKEN_COMMANDS, ids=lambda command: command[0])
-async def test_a_token_file_that_is_a_device_or_a_fifo_is_refused(fifo: Path, command: list[str]) -> None:
-    for path in ("/dev/zero", str(fifo)):
+async def test_a_token_file_that_is_a_device_or_a_fifo_without_writer_is_refused(
+    fifo: Path, command: list[str]
+) -> None:
+    for path, reason in (("/dev/zero", "cannot be used: it is not a regular file"), (str(fifo), "no writer/no data")):
         code, out, err = await cli(*command, path, timeout_s=20)
         assert (code, out) == (2, ""), (path, err)
         assert err.count("\n") == 1 and "Traceback" not in err, err
-        assert f"{command[-1]} {path}: cannot be used: it is not a regular file" in err, err
+        assert f"{command[-1]} {path}: {reason}" in err, err
 
 
 @pytest.mark.parametrize("command", TOKEN_COMMANDS, ids=lambda command: command[0])

@@ -285,8 +285,8 @@ def test_an_answer_without_end_is_refused_at_the_bound(serve: Callable[[bytes, s
         code, out, err = cli("call", "pump-1", "get_status", "--url", server.url, "--timeout", "10")
     assert (code, out) == (1, "")
     assert err == (
-        f"mcp-gateway: the answer from {server.url}/pump-1/mcp is larger than 16777216 bytes (MAX_ANSWER_BYTES), "
-        "the most a command reads; ask for less (one slot or a tool group instead of _all, a smaller result)\n"
+        f"mcp-gateway: the answer from {server.url}/pump-1/mcp is larger than 16777216 bytes (--max-answer-bytes), "
+        "the most the command reads; raise --max-answer-bytes (at most 1073741824)\n"
     )
 
 

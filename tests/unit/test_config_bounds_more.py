@@ -162,7 +162,10 @@ def test_a_fifo_as_config_file_is_refused_at_once(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     result = config_check_of(fifo, tmp_path)  # without the check, open() waits for a writer forever
     assert result.returncode == 2, result
-    assert result.stderr == f"mcp-gateway: config file {fifo}: not a regular file\n"
+    assert result.stderr == (
+        f"mcp-gateway: config file {fifo}: not a regular file; process substitution and pipes are not accepted "
+        "for the configuration: the gateway reads it again at reload\n"
+    )
 
 
 def test_dev_zero_as_config_file_is_refused_without_reading_it(tmp_path: Path) -> None:

@@ -33,7 +33,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "event_loop": frozenset({ROOT}),
     "logs": frozenset({ROOT, "core", "config", "service"}),
     "service": frozenset({ROOT, "config"}),
-    "client": frozenset({ROOT, "core", "tls_probe"}),
+    "client": frozenset({ROOT, "core", "tls_probe", "client_answers"}),
+    "client_answers": frozenset({ROOT, "core"}),  # gateway/client.py's answer reading, the same layer
     "tls_probe": frozenset({ROOT}),
     "devices": frozenset({ROOT}),
     "provision": frozenset({ROOT, "flash"}),  # flash/port.py: one diagnosis of a serial port
