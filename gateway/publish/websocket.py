@@ -293,10 +293,12 @@ class _PublisherBase:
         return SILENCE_PINGS * announced, f"{SILENCE_PINGS} x the gateway's announced heartbeat of {announced:g}s"
 
     def frame_bound(self) -> tuple[int, str]:
-        """The largest frame sent on the link, and where that bound comes from."""
-        if self.max_frame_bytes is not None:
+        """The largest frame sent on the link, and where that bound comes from. A frame over the announced
+        bound would only get the link closed (1009), so an explicit max_frame_bytes can lower it, never raise it."""
+        announced = self.announced_max_frame_bytes
+        if self.max_frame_bytes is not None and (announced is None or self.max_frame_bytes <= announced):
             return self.max_frame_bytes, "the publisher's max_frame_bytes"
-        if self.announced_max_frame_bytes is not None:
+        if announced is not None:
             return self.announced_max_frame_bytes, "limits.max_frame_bytes, announced by the gateway"
         return DEFAULT_MAX_FRAME_BYTES, "the publisher's 1 MiB default; the gateway announced no bound"
 

@@ -1,8 +1,9 @@
 """The bounds a gateway announces in its answer to the provider upgrade (docs/protocol.md, "Bounds
 announced on the upgrade"), as the publishers use them (docs/provider-api.md): a quiet link to a
 gateway that pings less often than `silence_s` is kept, results up to a raised limits.max_frame_bytes
-go through a default publisher, an explicit max_frame_bytes wins, a gateway that announces nothing
-(or nonsense) leaves the publisher's own bounds, and an upper-case URL scheme is a scheme."""
+go through a default publisher, an explicit max_frame_bytes lowers the bound (never raises it), a
+gateway that announces nothing (or nonsense) leaves the publisher's own bounds, and an upper-case URL
+scheme is a scheme."""
 
 from __future__ import annotations
 
@@ -148,7 +149,7 @@ async def test_a_gateway_with_the_default_bound_still_fails_an_oversized_call_al
     assert publisher.connections == 1
 
 
-async def test_an_explicit_max_frame_bytes_wins_over_the_announced_bound(
+async def test_an_explicit_max_frame_bytes_under_the_announced_bound_applies(
     gateway_factory: GatewayFactory, publishers: Publishers
 ) -> None:
     gateway = await gateway_factory(limits={"max_frame_bytes": RAISED_FRAME_BYTES})
@@ -157,6 +158,16 @@ async def test_an_explicit_max_frame_bytes_wins_over_the_announced_bound(
     assert "Response too large" in message, message
     assert "65536 bytes (the publisher's max_frame_bytes)" in message
     assert publisher.connections == 1
+
+
+async def test_an_explicit_max_frame_bytes_over_the_announced_bound_does_not_raise_it(
+    gateway_factory: GatewayFactory, publishers: Publishers
+) -> None:
+    gateway = await gateway_factory()  # announces 1 MiB
+    publisher = await publishers.start(gateway, "loose-1", bulky_server("loose"), max_frame_bytes=4 * 1024 * 1024)
+    message = await refused_call(gateway, "loose-1", 1_400_000)
+    assert "1048576 bytes (limits.max_frame_bytes, announced by the gateway)" in message, message
+    assert publisher.connections == 1 and publisher.last_close is None  # the link was never closed 1009
 
 
 # -- a gateway that announces nothing, or nonsense ---------------------------------------------------
