@@ -19,6 +19,7 @@ import contextlib
 import datetime
 import hashlib
 import logging
+import re
 import ssl
 import sys
 import warnings
@@ -197,6 +198,17 @@ def check_pair(cert_file: str, key_file: str) -> None:
     _load_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), cert_file, key_file)
 
 
+PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
+
+
+def pem_certificates(path: str) -> tuple[bytes, ...]:
+    """The certificates of a PEM file, each as DER: what a client CA file trusts, leaves pinned in it as
+    much as CAs (SSLContext.get_ca_certs lists only certificates marked as CAs)."""
+    with open(path, "rb") as file:
+        text = file.read()
+    return tuple(ssl.PEM_cert_to_DER_cert(block.decode("ascii", "replace")) for block in PEM_CERTIFICATE.findall(text))
+
+
 class ServerTls:
     """The SSLContext the listener serves, and its reload."""
 
@@ -224,6 +236,8 @@ class ServerTls:
                     f"tls.client_ca_file {config.client_ca_file}: no usable PEM CA certificate ({exc})"
                 ) from exc
             context.verify_mode = ssl.CERT_REQUIRED
+        self.client_cas = pem_certificates(config.client_ca_file) if config.client_ca_file is not None else ()
+        """The certificates of tls.client_ca_file as the live context loaded them (a reload compares)."""
         self.context = context
         warning = expiry_warning(self.cert_file) if warn else None
         if warning is not None:

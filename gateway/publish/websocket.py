@@ -295,11 +295,11 @@ class _PublisherBase:
     def frame_bound(self) -> tuple[int, str]:
         """The largest frame sent on the link, and where that bound comes from. A frame over the announced
         bound would only get the link closed (1009), so an explicit max_frame_bytes can lower it, never raise it."""
-        announced = self.announced_max_frame_bytes
-        if self.max_frame_bytes is not None and (announced is None or self.max_frame_bytes <= announced):
-            return self.max_frame_bytes, "the publisher's max_frame_bytes"
+        announced, own = self.announced_max_frame_bytes, self.max_frame_bytes
+        if own is not None and (announced is None or own <= announced):
+            return own, "the publisher's max_frame_bytes"
         if announced is not None:
-            return self.announced_max_frame_bytes, "limits.max_frame_bytes, announced by the gateway"
+            return announced, "limits.max_frame_bytes, announced by the gateway"
         return DEFAULT_MAX_FRAME_BYTES, "the publisher's 1 MiB default; the gateway announced no bound"
 
     def _warn_failure(self, text: str) -> None:

@@ -161,7 +161,7 @@ async def test_a_client_ca_file_with_other_cas_is_a_warning_and_the_listener_kee
     assert report.outcome == "applied", report.refusals
     assert report.changes == ("limits.max_slots 100 -> 90",)
     assert (
-        f"tls.client_ca_file {client_ca}: its CA certificates changed; the listener trusts the new ones after a "
+        f"tls.client_ca_file {client_ca}: its certificates changed; the listener trusts the new ones after a "
         "restart (trusted client CAs cannot be taken out of the live TLS context)"
     ) in report.warnings
     assert server.tls.context.get_ca_certs(binary_form=True) == trusted
@@ -170,6 +170,18 @@ async def test_a_client_ca_file_with_other_cas_is_a_warning_and_the_listener_kee
     report = await server.reload()
     assert report.outcome == "unchanged"
     assert not [warning for warning in report.warnings if "client_ca_file" in warning]
+
+
+async def test_a_client_ca_file_pinning_another_leaf_is_a_warning_too(reloadable: Reloadable, tmp_path: Path) -> None:
+    # A client CA file may pin client certificates themselves (not CAs), which get_ca_certs does not list.
+    first = self_signed(tmp_path / "first")
+    second = self_signed(tmp_path / "second")
+    client_ca = tmp_path / "pinned.pem"
+    shutil.copy(first / "server.pem", client_ca)
+    server = await reloadable(tls_text(first, client_ca))
+    shutil.copy(second / "server.pem", client_ca)
+    report = await server.reload()
+    assert [warning for warning in report.warnings if "its certificates changed" in warning], report.warnings
 
 
 async def test_an_mqtt_ca_file_replaced_by_garbage_refuses_the_reload(reloadable: Reloadable, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import ssl
 
 from gateway.config import GatewayConfig
 from gateway.config.tls import unreadable
-from gateway.policy.tls import ServerTls, expiry_warning, fingerprint
+from gateway.policy.tls import ServerTls, expiry_warning, fingerprint, pem_certificates
 from gateway.reload.context import Context, Prepared
 from gateway.reload.report import Refused
 
@@ -83,9 +83,12 @@ def client_ca_check(old: GatewayConfig, new: GatewayConfig, context: Context) ->
     running = context.running.tls
     if running is None or old.tls.client_ca_file != path:
         return []  # turning TLS on, or another path: refused as needing a restart
-    if scratch.get_ca_certs(binary_form=True) == running.context.get_ca_certs(binary_form=True):
-        return []
+    try:
+        if pem_certificates(path) == running.client_cas:
+            return []
+    except (OSError, ValueError):
+        pass  # loaded above, so readable: a block ssl cannot decode counts as a change
     return [
-        f"tls.client_ca_file {path}: its CA certificates changed; the listener trusts the new ones after a "
+        f"tls.client_ca_file {path}: its certificates changed; the listener trusts the new ones after a "
         "restart (trusted client CAs cannot be taken out of the live TLS context)"
     ]
