@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import argparse
 import io
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from gateway.cli.audit import write_csv
 from gateway.cli.devices import _end_links
 from gateway.discovery.browse import Found, _instance_of, _text, render
 from tests.support.gateway_process import REPO, clean_environment
+from tests.support.raw_http import RawHttpServer
 
 ESC = b"\x1b"
 TITLE = ESC + b"]0;PWNED\x07"
@@ -31,52 +30,12 @@ def no_control(text: str) -> bool:
     return all(char.isprintable() or char == "\n" for char in text)
 
 
-class HostileServer:
-    """An HTTP server on a free loopback port that answers every request with `answer`, as it is."""
+class HostileServer(RawHttpServer):
+    """Answers every request with `answer`, as it is."""
 
     def __init__(self) -> None:
         self.answer = b""
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                connection, _ = self.listener.accept()
-            except TimeoutError:
-                continue
-            with connection:
-                connection.settimeout(5)
-                self._read_request(connection)
-                connection.sendall(self.answer)
-
-    @staticmethod
-    def _read_request(connection: socket.socket) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = connection.recv(65536)
-            if not chunk:
-                return
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        lengths = [
-            line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
-        ]
-        length = int(lengths[0]) if lengths else 0
-        while len(body) < length:
-            chunk = connection.recv(65536)
-            if not chunk:
-                return
-            body += chunk
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(5)
-        self.listener.close()
+        super().__init__(lambda _, connection: connection.sendall(self.answer))
 
 
 @pytest.fixture

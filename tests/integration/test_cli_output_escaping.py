@@ -13,7 +13,6 @@ import json
 import os
 import socket
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from gateway.devices.registry import DeviceRegistry, default_registry_path
 from sim.control_client import MAX_ANSWER_BYTES, TIMEOUT_S
 from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.support.gateway_process import REPO, clean_environment
+from tests.support.raw_http import RawHttpServer
 from tests.support.servers import demo_server
 
 TITLE = "\x1b]0;PWNED\x07"
@@ -72,66 +72,22 @@ async def cli(*args: str, env: dict[str, str] | None = None, timeout_s: float = 
     return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
-class Endpoint:
-    """An HTTP server on a free loopback port answering every request with `answer` as it is, or, with
-    `endless`, a 200 whose body never ends (written until the client goes)."""
+class Endpoint(RawHttpServer):
+    """Answers every request with `answer`, as it is, or with a JSON array that never ends (`endless`)."""
 
     def __init__(self) -> None:
         self.answer = b""
         self.endless = False
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        super().__init__(self._respond)
 
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                connection, _ = self.listener.accept()
-            except TimeoutError:
-                continue
-            with connection:
-                connection.settimeout(5)
-                try:
-                    self._read_request(connection)
-                    if self.endless:
-                        self._send_endless(connection)
-                    else:
-                        connection.sendall(self.answer)
-                except OSError:
-                    pass  # the client went: the next one
-
-    def _send_endless(self, connection: socket.socket) -> None:
+    def _respond(self, _: bytes, connection: socket.socket) -> None:
+        if not self.endless:
+            connection.sendall(self.answer)
+            return
         connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n[")
         chunk = b'"' + b"x" * (1 << 20) + b'",'
         while not self.stopped.is_set():
             connection.sendall(chunk)
-
-    @staticmethod
-    def _read_request(connection: socket.socket) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = connection.recv(65536)
-            if not chunk:
-                return
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        lengths = [
-            line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
-        ]
-        length = int(lengths[0]) if lengths else 0
-        while len(body) < length:
-            chunk = connection.recv(65536)
-            if not chunk:
-                return
-            body += chunk
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(5)
-        self.listener.close()
 
 
 @pytest.fixture

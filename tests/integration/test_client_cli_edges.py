@@ -13,8 +13,7 @@ import re
 import signal
 import socket
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from mcp.server.lowlevel import Server
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for
 from tests.support.gateway_process import REPO, clean_environment, run_cli
+from tests.support.raw_http import raw_http
 
 BIG = 600_000
 """A result larger than aiohttp's own line bound, sent as one SSE event line."""
@@ -170,60 +170,6 @@ async def _drain(stream: asyncio.StreamReader) -> None:
         pass
 
 
-class Hostile:
-    """An HTTP server on a free loopback port: `answer(request_body, connection)` writes each answer."""
-
-    def __init__(self, answer: Callable[[bytes, socket.socket], None]) -> None:
-        self.answer = answer
-        self.requests = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                connection, _ = self.listener.accept()
-            except TimeoutError:
-                continue
-            with connection, contextlib.suppress(OSError):
-                connection.settimeout(5)
-                body = _read_request(connection)
-                self.requests += 1
-                self.answer(body, connection)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(10)
-        self.listener.close()
-
-
-def _read_request(connection: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = connection.recv(65536)
-        if not chunk:
-            return b""
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lengths = [line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
-    while len(body) < (int(lengths[0]) if lengths else 0):
-        body += connection.recv(65536)
-    return body
-
-
-@contextlib.contextmanager
-def hostile(answer: Callable[[bytes, socket.socket], None]) -> Iterator[Hostile]:
-    server = Hostile(answer)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def head(content_type: str, extra: str = "") -> bytes:
     return f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nConnection: close\r\n{extra}\r\n".encode()
 
@@ -249,7 +195,7 @@ def result(value: dict[str, Any]) -> bytes:
     ],
 )
 def test_an_answer_that_breaks_off_is_one_line(sent: bytes) -> None:
-    with hostile(lambda _request, connection: connection.sendall(sent)) as server:
+    with raw_http(lambda _request, connection: connection.sendall(sent)) as server:
         code, out, err = cli("call", "pump-1", "get_status", "--url", server.url)
     assert (code, out) == (1, "")
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -281,7 +227,7 @@ MIB = b"A" * (1 << 20)
     ids=["json", "sse-line", "sse-event"],
 )
 def test_an_answer_without_end_is_refused_at_the_bound(serve: Callable[[bytes, socket.socket], None]) -> None:
-    with hostile(serve) as server:
+    with raw_http(serve) as server:
         code, out, err = cli("call", "pump-1", "get_status", "--url", server.url, "--timeout", "10")
     assert (code, out) == (1, "")
     assert err == (
@@ -292,14 +238,14 @@ def test_an_answer_without_end_is_refused_at_the_bound(serve: Callable[[bytes, s
 
 def test_an_event_of_several_data_lines_is_one_message() -> None:
     body = b'data: {"jsonrpc": "2.0", "id": 1,\ndata:  "result": {"content": [{"type": "text", "text": "ok"}]}}\n\n'
-    with hostile(whole("text/event-stream", body)) as server:
+    with raw_http(whole("text/event-stream", body)) as server:
         code, out, err = cli("call", "pump-1", "get_status", "--url", server.url)
     assert (code, out, err) == (0, "ok\n", "")
 
 
 def test_text_items_that_hold_no_text_are_shown_as_json() -> None:
     content = [{"type": "text", "text": 5}, {"type": "text", "text": None}, {"type": "text", "text": {"a": "\x1b"}}]
-    with hostile(whole("application/json", result({"content": content}))) as server:
+    with raw_http(whole("application/json", result({"content": content}))) as server:
         code, out, err = cli("call", "pump-1", "get_status", "--url", server.url)
     assert (code, out, err) == (0, '5\nnull\n{"a":"\\u001b"}\n', "")
 
@@ -317,7 +263,7 @@ def paged(cursors: Callable[[int], str]) -> Callable[[bytes, socket.socket], Non
 
 
 def test_a_cursor_that_comes_back_ends_the_listing() -> None:
-    with hostile(paged(lambda page: "again")) as server:
+    with raw_http(paged(lambda page: "again")) as server:
         code, out, err = cli("tools", "pump-1", "--url", server.url)
     assert (code, out) == (1, "")
     assert err == (
@@ -328,7 +274,7 @@ def test_a_cursor_that_comes_back_ends_the_listing() -> None:
 
 
 def test_a_listing_is_read_up_to_its_page_bound() -> None:
-    with hostile(paged(lambda page: f"page-{page}")) as server:
+    with raw_http(paged(lambda page: f"page-{page}")) as server:
         code, out, err = cli("tools", "pump-1", "--url", server.url)
     assert (code, out) == (1, "")
     assert err == (
@@ -346,7 +292,7 @@ def test_slots_json_escapes_what_a_provider_wrote() -> None:
         "stderr_tail": ["x\x9b31m \u202eevil \x7fDEL \x1b[31m"],
     }
     answer = result({"content": [], "structuredContent": {"providers": [entry]}})
-    with hostile(whole("application/json", answer)) as server:
+    with raw_http(whole("application/json", answer)) as server:
         code, out, err = cli("slots", "--json", "--url", server.url)
     assert (code, err) == (0, "")
     assert all(char.isprintable() or char == "\n" for char in out)
