@@ -15,55 +15,26 @@ import json
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from bench.ports import free_port
-from gateway.app import GatewayServer
-from gateway.reload import ConfigSource
 from gateway.service import Notifier
 from tests.conftest import MosquittoFactory, wait_for
+from tests.integration.test_reload import Reloadable, reloadable, rewrite
 from tests.integration.test_tls import self_signed
 from tests.support.gateway_process import GatewayProcess, spawn
 from tests.support.southbound import first_mqtt_broker
 from tests.support.systemd import Message, NotifySocket
 from tests.support.written_config import config_check
 
+__all__ = ["reloadable"]  # the fixture, used by name
 pytestmark = pytest.mark.timeout(90)
 REPO = Path(__file__).resolve().parents[2]
 FIRST = "first-mqtt-password-0123"
 SECOND = "second-mqtt-password-4567"
 QUICK = "reconnect_initial_s = 0.05\nreconnect_max_s = 0.3\nconnect_timeout_s = 3\n"
-
-Reloadable = Callable[[str], Awaitable[GatewayServer]]
-
-
-@pytest.fixture
-async def reloadable(tmp_path: Path) -> AsyncIterator[Reloadable]:
-    """A gateway built from tmp_path/gateway.toml (written from the text given) as `run` builds one, with no
-    MCP_GATEWAY_* of the developer's; stopped at the end."""
-    servers: list[GatewayServer] = []
-
-    async def make(text: str) -> GatewayServer:
-        path = tmp_path / "gateway.toml"
-        path.write_text(text)
-        source = ConfigSource(str(path), environ={})
-        server = GatewayServer(source.load(), source=source)
-        await server.start()
-        servers.append(server)
-        return server
-
-    yield make
-    for server in servers:
-        await server.stop()
-
-
-def rewrite(server: GatewayServer, text: str) -> None:
-    source = server.reloader.source
-    assert source is not None and source.path is not None
-    Path(source.path).write_text(text)
 
 
 # -- a rotated MQTT password file ---------------------------------------------------------------
