@@ -21,6 +21,7 @@ from mcp.server.mcpserver import MCPServer
 from gateway.app import GatewayServer
 from gateway.publish import Publisher
 from tests.conftest import GatewayFactory, Publishers, wait_for
+from tests.integration.test_publisher_hostile_gateway import running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -197,17 +198,6 @@ async def bare_gateway(headers: dict[str, str]) -> AsyncIterator[str]:
         yield f"ws://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
-
-
-@contextlib.asynccontextmanager
-async def running(publisher: Publisher) -> AsyncIterator[None]:
-    task = asyncio.create_task(publisher.run())
-    try:
-        yield
-    finally:
-        await publisher.stop()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(task, 5)
 
 
 async def test_without_announcements_the_publishers_own_bounds_apply() -> None:

@@ -22,6 +22,7 @@ from gateway.app import GatewayServer
 from gateway.publish import MultiplexedPublisher, Publisher, PublishRefused
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.integration.test_provider_websocket import stand_in_gateway
+from tests.integration.test_publisher_hostile_gateway import running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -90,18 +91,6 @@ class Relay:
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
-
-
-@contextlib.asynccontextmanager
-async def running(publisher: Publisher | MultiplexedPublisher) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(publisher.run())
-    try:
-        yield task
-    finally:
-        await publisher.stop()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(task, 5)
 
 
 def port_of(url: str) -> int:
