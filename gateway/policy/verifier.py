@@ -78,7 +78,13 @@ def bearer_token(request: web.Request) -> str | AuthFailure | None:
     if not values:
         return None
     if len(values) > 1:
-        return AuthFailure("malformed", "Send one Authorization header, not several.")
+        # A malformed request, not a bad token (RFC 6750 section 3.1): which header counts is unknowable.
+        return AuthFailure(
+            "malformed",
+            f"The request carries {len(values)} Authorization headers; send exactly one.",
+            status=400,
+            error="invalid_request",
+        )
     value = values[0]
     if len(value) > MAX_BEARER_CHARS:
         return AuthFailure("malformed", f"The Authorization header is longer than {MAX_BEARER_CHARS} characters.")
