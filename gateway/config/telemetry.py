@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 
 from gateway.config.base import MAX_DURATION_S, PositiveFloat, PositiveInt, Section, masked_url
 from gateway.config.files import FileRefused, read_regular_file
+from gateway.config.limits import MIN_RATE_PER_S
 
 DEFAULT_SERVICE_NAME = "mcp-gateway"
 DEFAULT_ENDPOINT = "http://localhost:4318"
@@ -53,7 +54,8 @@ class ProviderTelemetryConfig(Section):
     enabled: bool = True
     """Export boards' telemetry when [telemetry] exports at all (false: counted and dropped)."""
     rate_per_s: PositiveFloat = 20.0
-    """Items (events, metric points, spans) one slot may send per second, on average."""
+    """Items (events, metric points, spans) one slot may send per second, on average; at least
+    MIN_RATE_PER_S, the floor of limits.rate (a refused item's wait, 1 / rate_per_s, stays bounded)."""
     burst: PositiveInt = 100
     """Items one slot may send at once after a quiet spell (its token bucket's size)."""
     max_items: PositiveInt = 32
@@ -64,6 +66,16 @@ class ProviderTelemetryConfig(Section):
     """Characters of a name, a unit, a body or an attribute's key or value."""
     max_queue: PositiveInt = 2048
     """Items waiting for export, every slot together; past it new items are dropped and counted."""
+
+    @field_validator("rate_per_s")
+    @classmethod
+    def _slowest(cls, rate: float) -> float:
+        if rate < MIN_RATE_PER_S:
+            raise ValueError(
+                f"{rate:g} is below the slowest rate, {MIN_RATE_PER_S:g} (one item per 11.6 days, as limits.rate); "
+                "to drop boards' telemetry, set telemetry.providers.enabled = false"
+            )
+        return rate
 
 
 class TelemetryConfig(Section):
