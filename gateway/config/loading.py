@@ -210,10 +210,16 @@ def load_config(
     except ValidationError as exc:
         first = exc.errors()[0]
         key = _error_key(first)
-        raise ConfigError(_error_message(first, _origin_of(key, sources, file_label), env_sources, env_data)) from exc
-    _check_overridden(file_data, file_overridden, lambda _key: file_label, env_sources, env_data)
+        origin = _origin_of(key, sources, file_label)
+        raise ConfigError(_error_message(first, origin, env_sources, env_data, environ)) from exc
+    _check_overridden(file_data, file_overridden, lambda _key: file_label, env_sources, env_data, environ)
     _check_overridden(
-        env_data, env_overridden, lambda key: _origin_of(key, env_sources, "environment"), env_sources, env_data
+        env_data,
+        env_overridden,
+        lambda key: _origin_of(key, env_sources, "environment"),
+        env_sources,
+        env_data,
+        environ,
     )
     if config.policy is not None:
         _check_policy(config, sources, file_label)
@@ -260,7 +266,11 @@ def _kind_given(value: Any) -> str:
 
 
 def _error_message(
-    error: Mapping[str, Any], origin: str, env_sources: Mapping[str, str], env_data: Mapping[str, Any]
+    error: Mapping[str, Any],
+    origin: str,
+    env_sources: Mapping[str, str],
+    env_data: Mapping[str, Any],
+    environ: Mapping[str, str],
 ) -> str:
     key = _error_key(error)
     if error["type"] == "extra_forbidden":
@@ -268,7 +278,12 @@ def _error_message(
     if not key:  # a rule of the whole configuration that names no setting: its message says what
         return f"{origin}: {_wording(error)}"
     from_environment = origin.startswith(ENV_SOURCE_PREFIX)
-    hint = _env_list_hint(error, env_sources.get(key), env_data) or _given_type(error, from_environment)
+    source = env_sources.get(key)
+    hint = (
+        _env_list_hint(error, source, env_data)
+        or _env_text_hint(error, source, environ)
+        or _given_type(error, from_environment)
+    )
     return f"{origin}: setting {key!r}: {_wording(error)}{hint}"
 
 
@@ -278,6 +293,7 @@ def _check_overridden(
     origin: Callable[[str], str],
     env_sources: Mapping[str, str],
     env_data: Mapping[str, Any],
+    environ: Mapping[str, str],
 ) -> None:
     """ConfigError for the first invalid value `layer` sets at a path a later layer overrides.
 
@@ -294,7 +310,7 @@ def _check_overridden(
             by = next((label for path, label in overridden.items() if loc[: len(path)] == path), None)
             if by is None:
                 continue
-            message = _error_message(error, origin(_error_key(error)), env_sources, env_data)
+            message = _error_message(error, origin(_error_key(error)), env_sources, env_data, environ)
             raise ConfigError(f"{message} (the {by} overrides it, but this value must be valid too)") from exc
 
 
@@ -368,6 +384,34 @@ def _env_list_hint(error: Mapping[str, Any], source: str | None, env_data: Mappi
     else:
         example = "[...]"
     return f"; {name} takes a JSON list, e.g. {name}='{example}'"
+
+
+MAX_SHOWN_VALUE_CHARS = 64
+"""The longest environment value a hint repeats; a longer one is shown as "..."."""
+
+
+def _env_text_hint(error: Mapping[str, Any], source: str | None, environ: Mapping[str, str]) -> str:
+    """A text setting given by an environment variable whose value reads as JSON (8080, 0.5, true, null):
+    the JSON string to write instead, e.g. MCP_GATEWAY_HOST='"8080"'. The value repeated is a number, a
+    boolean or null of at most MAX_SHOWN_VALUE_CHARS characters, not a misplaced secret's text."""
+    if error["type"] != "string_type" or source is None or not source.startswith(ENV_SOURCE_PREFIX):
+        return ""
+    value = error.get("input")
+    if isinstance(value, bool):
+        kind = f"the boolean {str(value).lower()}"
+    elif isinstance(value, int | float):
+        kind = "a number"
+    elif value is None:
+        kind = "null"
+    else:  # a list or a table: no text was meant
+        return ""
+    name = source.removeprefix(ENV_SOURCE_PREFIX)
+    text = environ.get(name, "").strip()
+    shown = orjson.dumps(text).decode() if len(text) <= MAX_SHOWN_VALUE_CHARS else '"..."'
+    return (
+        f", not {kind}: an environment value that parses as JSON is read as JSON; to give it as text, "
+        f"quote it as a JSON string: {name}='{shown}'"
+    )
 
 
 SCALAR_TYPE_ERRORS = frozenset({"int_type", "float_type", "bool_type"})
