@@ -122,6 +122,11 @@ def gateway_timeout_option(sub: argparse.ArgumentParser) -> None:
     )
 
 
+MIN_ANSWER_BYTES = 64 * 1024
+"""The least --max-answer-bytes allows: an initialize answer alone takes several hundred bytes and a
+pump's tools/list several KiB, so a smaller bound refuses every answer as too large."""
+
+
 def gateway_answer_option(sub: argparse.ArgumentParser) -> None:
     """--max-answer-bytes for a command that reads an answer: its bound, for a gateway whose
     limits.max_frame_bytes lets a provider answer more than the default."""
@@ -129,11 +134,15 @@ def gateway_answer_option(sub: argparse.ArgumentParser) -> None:
 
     sub.add_argument(
         "--max-answer-bytes",
-        type=whole_number(1, MAX_ANSWER_BYTES_LIMIT),
+        type=whole_number(
+            MIN_ANSWER_BYTES,
+            MAX_ANSWER_BYTES_LIMIT,
+            " (64 KiB to 1 GiB: an initialize answer alone takes several hundred bytes, a tools/list several KiB)",
+        ),
         default=MAX_ANSWER_BYTES,
         metavar="N",
-        help=f"the largest answer read, in bytes (default {MAX_ANSWER_BYTES}, 16 MiB; at most "
-        f"{MAX_ANSWER_BYTES_LIMIT}, 1 GiB, the gateway's largest limits.max_frame_bytes)",
+        help=f"the largest answer read, in bytes (default {MAX_ANSWER_BYTES}, 16 MiB; at least {MIN_ANSWER_BYTES}, "
+        f"64 KiB; at most {MAX_ANSWER_BYTES_LIMIT}, 1 GiB, the gateway's largest limits.max_frame_bytes)",
     )
 
 

@@ -17,7 +17,7 @@ import pytest
 from mcp.server.mcpserver import MCPServer
 
 from gateway.app import GatewayServer
-from gateway.cli.common import CREDENTIAL_PIPE_TIMEOUT_S
+from gateway.cli.common import CREDENTIAL_PIPE_TIMEOUT_S, MIN_ANSWER_BYTES
 from gateway.client_answers import MAX_ANSWER_BYTES, MAX_ANSWER_BYTES_LIMIT
 from tests.conftest import GatewayFactory, Publishers
 from tests.support.gateway_process import REPO, clean_environment, run_cli
@@ -27,6 +27,8 @@ BIG = MAX_ANSWER_BYTES + (1 << 20)
 FRAMES = 24 << 20
 """The raised limits.max_frame_bytes (and the publisher's) that carries BIG."""
 TOKEN = "cli2-followup-token"
+WORDY = MIN_ANSWER_BYTES + 4096
+"""The length of a tool description that makes the slot's tools/list larger than the smallest bound."""
 
 
 def board() -> MCPServer:
@@ -36,6 +38,10 @@ def board() -> MCPServer:
     def text(size: int) -> str:
         """Answers `size` letters."""
         return "x" * size
+
+    @server.tool(description="d" * WORDY)
+    def wordy() -> str:
+        return "ok"
 
     return server
 
@@ -65,34 +71,46 @@ async def test_an_answer_past_the_default_bound_passes_with_a_raised_max_answer_
     assert len(out) == BIG + 1 and out == "x" * BIG + "\n"
 
 
-async def test_a_small_bound_refuses_a_small_answer_and_a_listing_names_all(big_gateway: GatewayServer) -> None:
+async def test_the_smallest_bound_refuses_a_larger_answer_and_a_listing_names_all(
+    big_gateway: GatewayServer,
+) -> None:
     url = f"{big_gateway.url}/huge-1/mcp"
+    bound = str(MIN_ANSWER_BYTES)
     code, out, err = await run_cli(
-        "call", "huge-1", "text", "size=2000", "--max-answer-bytes", "1000", "--url", big_gateway.url
+        "call",
+        "huge-1",
+        "text",
+        f"size={MIN_ANSWER_BYTES + 1000}",
+        "--max-answer-bytes",
+        bound,
+        "--url",
+        big_gateway.url,
     )
     assert (code, out) == (1, "")
     assert err == (
-        f"mcp-gateway: the answer from {url} is larger than 1000 bytes (--max-answer-bytes), the most the command "
-        f"reads; raise --max-answer-bytes (at most {MAX_ANSWER_BYTES_LIMIT})\n"
+        f"mcp-gateway: the answer from {url} is larger than {bound} bytes (--max-answer-bytes), the most the "
+        f"command reads; raise --max-answer-bytes (at most {MAX_ANSWER_BYTES_LIMIT})\n"
     )
-    code, out, err = await run_cli("tools", "huge-1", "--max-answer-bytes", "100", "--url", big_gateway.url)
+    code, out, err = await run_cli("tools", "huge-1", "--max-answer-bytes", bound, "--url", big_gateway.url)
     assert (code, out) == (1, "")
     assert err == (
-        f"mcp-gateway: the answer from {url} is larger than 100 bytes (--max-answer-bytes), the most the command "
-        f"reads; list one slot or a tool group instead of _all; raise --max-answer-bytes (at most "
+        f"mcp-gateway: the answer from {url} is larger than {bound} bytes (--max-answer-bytes), the most the "
+        f"command reads; list one slot or a tool group instead of _all; raise --max-answer-bytes (at most "
         f"{MAX_ANSWER_BYTES_LIMIT})\n"
     )
-    for command in (["slots"], ["schema-hash", "--slot", "huge-1"]):
-        code, out, err = await run_cli(*command, "--max-answer-bytes", "10", "--url", big_gateway.url)
-        assert (code, out) == (1, ""), (command, err)
-        assert "is larger than 10 bytes (--max-answer-bytes)" in err and "_all" not in err, (command, err)
+    for command in (["slots"], ["schema-hash", "--slot", "huge-1"]):  # ordinary answers fit the smallest bound
+        code, out, err = await run_cli(*command, "--max-answer-bytes", bound, "--url", big_gateway.url)
+        assert (code, err) == (0, ""), command
 
 
-@pytest.mark.parametrize("given", ["0", str(MAX_ANSWER_BYTES_LIMIT + 1), "lots"])
+@pytest.mark.parametrize("given", ["0", str(MIN_ANSWER_BYTES - 1), str(MAX_ANSWER_BYTES_LIMIT + 1), "lots"])
 async def test_max_answer_bytes_out_of_its_range_is_a_usage_error(given: str) -> None:
     code, out, err = await run_cli("call", "a", "b", "--max-answer-bytes", given, "--url", "http://127.0.0.1:9")
     assert (code, out) == (2, "")
-    assert f"argument --max-answer-bytes: expected a whole number from 1 to {MAX_ANSWER_BYTES_LIMIT}" in err, err
+    assert (
+        f"argument --max-answer-bytes: expected a whole number from {MIN_ANSWER_BYTES} to {MAX_ANSWER_BYTES_LIMIT}"
+        in err
+    ), err
 
 
 # -- --token-file from a pipe or a FIFO ----------------------------------------------------------
