@@ -265,13 +265,21 @@ def _names_a_trail(args: argparse.Namespace, environ: Mapping[str, str]) -> bool
     return isinstance(table, dict) and bool(table.get("path"))
 
 
+def _present(path: Path) -> bool:
+    """Whether `path` exists, taking a directory this user may not enter as holding it: its error says so."""
+    try:
+        return path.exists()
+    except PermissionError:
+        return True
+
+
 def _missing_hint(args: argparse.Namespace, path: Path) -> str:
     """What to pass when the trail read does not exist; never the option that was given."""
     import os
 
     from gateway.config import ENV_CONFIG_FILE
 
-    if path.exists() or args.path:
+    if args.path or _present(path):
         return ""
     if not path.is_absolute():
         return f" ({relative_trail_hint(path, 'run this where the gateway runs, or pass --path FILE')})"

@@ -153,11 +153,28 @@ def _log_on_read_only_media(path: Path) -> str:
     )
 
 
+AS_THE_GATEWAYS_USER = "run the command as the gateway's user (sudo -u mcp-gateway) or with sudo"
+
+
+def _check_readable(path: Path) -> None:
+    """AuditReadError for a trail that is not there or that this user may not read: the file itself, or a
+    directory on its way it may not enter (the appliance's state directory is the service user's, 0700)."""
+    try:
+        found = path.is_file()
+    except PermissionError as exc:
+        raise AuditReadError(
+            f"audit trail {path}: a directory on its way may not be entered by this user; {AS_THE_GATEWAYS_USER}"
+        ) from exc
+    if not found:
+        raise AuditReadError(f"no audit trail at {path}")
+    if not os.access(path, os.R_OK):
+        raise AuditReadError(f"audit trail {path}: not readable by this user; {AS_THE_GATEWAYS_USER}")
+
+
 def _open(path: Path) -> tuple[sqlite3.Connection, str]:
     """A read-only connection to an audit trail and the SELECT its schema takes (AuditReadError when
     `path` is none)."""
-    if not path.is_file():
-        raise AuditReadError(f"no audit trail at {path}")
+    _check_readable(path)
     without_log = _without_log(path)  # before connecting, which may make an empty -wal
     try:
         conn, version = _connect(path)
