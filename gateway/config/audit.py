@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from gateway.config.base import PositiveInt, Section
 
 MIB = 1024 * 1024
+DEFAULT_REFUSED_ARGUMENTS_BYTES = 1024
+"""[audit] max_refused_arguments_bytes when it is not set (bounded by max_arguments_bytes)."""
 
 
 class AuditConfig(Section):
@@ -27,8 +29,30 @@ class AuditConfig(Section):
     """Records waiting for the writer at most; a decision beyond it is refused ("audit queue full")."""
     max_arguments_bytes: Annotated[int, Field(ge=256, le=MIB)] = 16_384
     """Arguments whose JSON is larger are stored as a marker with their size and SHA-256, not whole."""
+    max_refused_arguments_bytes: Annotated[int, Field(ge=256, le=MIB)] | None = None
+    """The same bound for a call that is not forwarded (refused, declined, held for a person): 1024, or
+    max_arguments_bytes when that is smaller; set, at most max_arguments_bytes. A caller's refused calls
+    then cannot push the forwarded writes out of the trail 16 KiB at a time."""
     max_error_chars: Annotated[int, Field(ge=64, le=65_536)] = 1024
     """A result's error text (what the caller was told) is stored cut to this many characters."""
+
+    @property
+    def refused_arguments_bytes(self) -> int:
+        """max_refused_arguments_bytes as it applies: its default bounded by max_arguments_bytes."""
+        if self.max_refused_arguments_bytes is None:
+            return min(DEFAULT_REFUSED_ARGUMENTS_BYTES, self.max_arguments_bytes)
+        return self.max_refused_arguments_bytes
+
+    @model_validator(mode="after")
+    def _refused_within_forwarded(self) -> AuditConfig:
+        refused = self.max_refused_arguments_bytes
+        if refused is not None and refused > self.max_arguments_bytes:
+            raise ValueError(
+                f"max_refused_arguments_bytes ({refused}) must be at most max_arguments_bytes "
+                f"({self.max_arguments_bytes}): a refused call's arguments are kept no more whole than a "
+                "forwarded call's"
+            )
+        return self
 
     @field_validator("path")
     @classmethod

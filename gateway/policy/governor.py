@@ -777,7 +777,8 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
         warn_of(policy)
     except PolicyError as exc:
         raise ConfigError(f"[policy]: {exc}") from exc
-    trail = AuditTrail.open(config.audit, environ=environ) if config.audit.enabled else None
+    repeats = config.logging.repeat_interval_s
+    trail = AuditTrail.open(config.audit, environ=environ, repeat_interval_s=repeats) if config.audit.enabled else None
     limits = config.limits
     schemas = SchemaCache(
         max_pattern_ms=limits.max_pattern_ms,
@@ -786,7 +787,7 @@ def governor_from_config(config: GatewayConfig, environ: Mapping[str, str] | Non
         max_code_bytes=limits.max_schema_code_bytes,
     )
     governor = Governor(policy, trail, schemas, source=config.policy)
-    governor.repeat_interval_s = config.logging.repeat_interval_s
+    governor.repeat_interval_s = repeats
     governor.limits.bound(
         limits.cancelled_call_hold_s, limits.max_budget_reservations, limits.max_budget_reservations_per_caller
     )

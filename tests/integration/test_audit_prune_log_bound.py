@@ -131,5 +131,7 @@ async def test_pruning_at_max_bytes_is_logged_once_per_interval_with_sums(tmp_pa
     records = sum(int(line["pruned_records"]) + int(line.get("pruned_records_left_out", 0)) for line in lines)
     freed = sum(int(line["pruned_bytes"]) + int(line.get("pruned_bytes_left_out", 0)) for line in lines)
     gone = records_pruned(tmp_path / "audit.db")
-    assert records <= gone < records + 3 * int(last["pruned_records"]), (records, gone)
+    # The last line may be the one said once the steps stopped coming (its own pruned_records 0).
+    step = max(int(line["pruned_records"]) for line in lines)
+    assert records <= gone <= records + 3 * step, (records, gone)
     assert freed > 0

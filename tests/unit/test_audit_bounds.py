@@ -50,6 +50,7 @@ async def test_a_flood_of_huge_refused_calls_neither_bloats_the_file_nor_prunes_
         "bytes": len(sent),
         "sha256": hashlib.sha256(sent).hexdigest(),
         "keys": ["blob", "note"],
+        "values": {"note": "x"},
     }
     assert trail.status()["pruned"] == 0
     assert "pruned" not in caplog.text

@@ -21,11 +21,16 @@ MAX_DEPTH = 64
 TOO_DEEP = "<nested too deep>"
 MAX_ARGUMENTS_BYTES = 16_384
 """[audit] max_arguments_bytes by default: larger arguments are stored as a marker (stored_arguments)."""
+MAX_REFUSED_ARGUMENTS_BYTES = 1024
+"""[audit] max_refused_arguments_bytes by default: the bound for a decision whose call is not forwarded, so
+that a caller's refused calls cannot fill the file (and prune the forwarded writes before them) 16 KiB at a time."""
 TRUNCATED_KEY = "io.github.mcp-gateway/truncated"
 """The key that marks arguments stored as their size and hash instead of whole."""
 MAX_MARKER_KEYS = 64
 MAX_MARKER_KEY_CHARS = 128
 """A marker names at most this many of the arguments' top-level keys, each cut to this many characters."""
+MAX_MARKER_VALUE_CHARS = 64
+"""A top-level string value of at most this many characters is kept in a marker's "values"; a longer one is not."""
 MAX_ERROR_CHARS = 1024
 """[audit] max_error_chars by default: a result's error text is stored cut to this many characters."""
 MAX_CALLS_WITH_SECRETS = 4096
@@ -233,8 +238,9 @@ def optional_text(value: Any) -> str | None:
 
 def stored_arguments(arguments: Any, max_bytes: int) -> str | None:
     """The arguments column: the arguments as JSON with secrets masked; when their JSON is larger than
-    `max_bytes`, a marker that still proves what was sent: {TRUNCATED_KEY: true, "bytes": N, "sha256":
-    the hex SHA-256 of that JSON (compact, keys in the order sent), "keys": the top-level keys}."""
+    `max_bytes`, a marker of at most `max_bytes` that still proves what was sent: {TRUNCATED_KEY: true,
+    "bytes": N, "sha256": the hex SHA-256 of that JSON (compact, keys in the order sent), "keys": the
+    top-level keys, "values": the top-level values that are small scalars (marker_value)}."""
     if arguments is None:
         return None
     try:
@@ -244,14 +250,78 @@ def stored_arguments(arguments: Any, max_bytes: int) -> str | None:
     if len(judged) <= max_bytes:
         return to_json(mask_secrets(arguments))
     marker: dict[str, Any] = {TRUNCATED_KEY: True, "bytes": len(judged), "sha256": hashlib.sha256(judged).hexdigest()}
-    if isinstance(arguments, dict):
-        keys = [cut_text(text(key), MAX_MARKER_KEY_CHARS) for key in list(arguments)[:MAX_MARKER_KEYS]]
-        marker["keys"] = keys
+    if not isinstance(arguments, dict):
+        return to_json(marker)
+    shown_keys: dict[str, Any] = {}  # the key as the marker shows it -> the key as sent
+    for key in list(arguments)[:MAX_MARKER_KEYS]:
+        shown_keys.setdefault(cut_text(text(key), MAX_MARKER_KEY_CHARS) or "", key)
+    # The keys in the order sent, as many as fit in max_bytes: the last-listed are left out first.
+    room = max_bytes - len(_compact(marker)) - len(',"keys":[]')
+    keys: list[str] = []
+    for shown_key in shown_keys:
+        cost = len(_compact(shown_key)) + (1 if keys else 0)
+        if cost > room:
+            break
+        keys.append(shown_key)
+        room -= cost
+    marker["keys"] = keys
+    # Then the small values, the largest left out first (a number always fits before a padded string).
+    room -= len(',"values":{}') - 1  # the first value needs no comma: each below counts one
+    candidates = []
+    for order, shown_key in enumerate(keys):
+        value = marker_value(shown_keys[shown_key], arguments[shown_keys[shown_key]])
+        if value is not _LEFT_OUT:
+            candidates.append((len(_compact(shown_key)) + 2 + len(_compact(value)), order, shown_key, value))
+    kept = []
+    for cost, order, shown_key, value in sorted(candidates):
+        if cost > room:
+            break
+        kept.append((order, shown_key, value))
+        room -= cost
+    values = {shown_key: value for _, shown_key, value in sorted(kept)}
+    if values:
+        marker["values"] = values
     return to_json(marker)
 
 
-def decision_row(record: DecisionRecord, max_arguments_bytes: int = MAX_ARGUMENTS_BYTES) -> tuple[Any, ...]:
+_LEFT_OUT = object()
+
+
+def marker_value(key: Any, value: Any) -> Any:
+    """What a marker's "values" keeps of a top-level argument: a number, a boolean, null or a string of
+    at most MAX_MARKER_VALUE_CHARS characters as sent ("***" under a secret-looking key); _LEFT_OUT for
+    anything else (an object, an array, a longer string), which only the hash proves."""
+    if value is None or isinstance(value, bool | int | float):
+        small = True
+    else:
+        small = isinstance(value, str) and len(value) <= MAX_MARKER_VALUE_CHARS
+    if not small:
+        return _LEFT_OUT
+    if isinstance(key, str) and is_secret_key(key):
+        return MASK
+    return text(value) if isinstance(value, str) else value
+
+
+def _compact(value: Any) -> bytes:
+    """The JSON to_json stores for `value`, to count a marker's bytes before it is built."""
+    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
+
+
+def arguments_bound(effect: str, max_arguments_bytes: int, max_refused_arguments_bytes: int) -> int:
+    """The size up to which a decision's arguments are stored whole: a forwarded call's up to
+    max_arguments_bytes; a refused one's (any other effect: it reached no device) up to the smaller bound."""
+    if effect in FORWARDED_EFFECTS:
+        return max_arguments_bytes
+    return min(max_arguments_bytes, max_refused_arguments_bytes)
+
+
+def decision_row(
+    record: DecisionRecord,
+    max_arguments_bytes: int = MAX_ARGUMENTS_BYTES,
+    max_refused_arguments_bytes: int = MAX_REFUSED_ARGUMENTS_BYTES,
+) -> tuple[Any, ...]:
     """The decisions table's columns after id, in order (store.DECISION_COLUMNS)."""
+    bound = arguments_bound(record.effect, max_arguments_bytes, max_refused_arguments_bytes)
     secrets = secret_values(record.arguments)  # kept out of the reason and the constraints too
     return (
         int(record.time_ms),
@@ -262,7 +332,7 @@ def decision_row(record: DecisionRecord, max_arguments_bytes: int = MAX_ARGUMENT
         text(record.resource),
         optional_text(record.tool),
         text(record.capability),
-        stored_arguments(record.arguments, max_arguments_bytes),
+        stored_arguments(record.arguments, bound),
         text(record.effect),
         to_json([text(rule) for rule in record.rules]),
         to_json(mask_in(record.constraints, secrets)),

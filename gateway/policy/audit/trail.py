@@ -15,6 +15,7 @@ from gateway.policy.audit.reading import DEFAULT_LIMIT, read_records
 from gateway.policy.audit.records import (
     MAX_ARGUMENTS_BYTES,
     MAX_ERROR_CHARS,
+    MAX_REFUSED_ARGUMENTS_BYTES,
     AnswerAfterCancel,
     CallSecrets,
     DecisionRecord,
@@ -51,7 +52,10 @@ class AuditTrail:
         prune_interval_s: float = PRUNE_INTERVAL_S,
         max_arguments_bytes: int = MAX_ARGUMENTS_BYTES,
         max_error_chars: int = MAX_ERROR_CHARS,
+        max_refused_arguments_bytes: int = MAX_REFUSED_ARGUMENTS_BYTES,
+        repeat_interval_s: float = 0.0,
     ) -> None:
+        """`repeat_interval_s`: how often pruning is logged (logging.repeat_interval_s; 0, every step)."""
         self.path = path
         settings = WriterSettings(
             max_queue=max_queue,
@@ -61,6 +65,8 @@ class AuditTrail:
             prune_interval_s=prune_interval_s,
             max_arguments_bytes=max_arguments_bytes,
             max_error_chars=max_error_chars,
+            max_refused_arguments_bytes=max_refused_arguments_bytes,
+            repeat_interval_s=repeat_interval_s,
         )
         self._writer = Writer(path, settings)
         self._secrets = CallSecrets()
@@ -73,6 +79,7 @@ class AuditTrail:
         environ: Mapping[str, str] | None = None,
         lock_timeout_s: float = LOCK_TIMEOUT_S,
         prune_interval_s: float = PRUNE_INTERVAL_S,
+        repeat_interval_s: float = 0.0,
     ) -> AuditTrail:
         """The trail [audit] describes: its directory created (0700), the file opened and its schema
         migrated. A file that cannot be opened does not raise: the trail starts unhealthy and every
@@ -88,6 +95,8 @@ class AuditTrail:
             prune_interval_s=prune_interval_s,
             max_arguments_bytes=config.max_arguments_bytes,
             max_error_chars=config.max_error_chars,
+            max_refused_arguments_bytes=config.refused_arguments_bytes,
+            repeat_interval_s=repeat_interval_s,
         )
         try:
             ensure_directory(path.parent)

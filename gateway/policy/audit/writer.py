@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.core.clock import WallClockWatch, jump_words
+from gateway.core.repeats import RepeatCounter
 from gateway.devices.sqlite_journal import full_disk_note
 from gateway.policy.audit.errors import AuditSchemaError, AuditUnavailable
 from gateway.policy.audit.records import (
     MAX_ARGUMENTS_BYTES,
     MAX_ERROR_CHARS,
+    MAX_REFUSED_ARGUMENTS_BYTES,
     AnswerAfterCancel,
     DecisionRecord,
     ResultRecord,
@@ -61,6 +63,11 @@ LOCKED_NOTE = (
     " (another process holds a lock on it: a second writer, or a reader such as `mcp-gateway audit` or sqlite3)"
 )
 """Said after SQLite's "database is locked"."""
+LOG_HANDOVER_S = 0.05
+"""Added to the interval between two pruning lines: the log handler's own filter (gateway/logs.py) counts
+the same interval from when it saw the last line, a moment after the writer wrote it."""
+PRUNE_SUMS = ("pruned_records", "pruned_bytes")
+"""The numbers a pruning line carries (extra), summed over the steps a later line stands for."""
 PROBE_INTERVAL_S = 1.0
 """How often an unhealthy trail whose file was locked or could not be opened is tried again by the clock,
 without a decision to write: /readyz recovers by itself once the lock is gone."""
@@ -82,6 +89,10 @@ class WriterSettings:
     prune_interval_s: float
     max_arguments_bytes: int = MAX_ARGUMENTS_BYTES
     max_error_chars: int = MAX_ERROR_CHARS
+    max_refused_arguments_bytes: int = MAX_REFUSED_ARGUMENTS_BYTES
+    repeat_interval_s: float = 0.0
+    """logging.repeat_interval_s: pruning steps are logged at most once per this, the ones between summed
+    (0: every step is logged)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +170,22 @@ def failure_code(path: Path, last_error: str) -> str:
     return "unwritable"
 
 
+def left_out_words(left_out: int, totals: dict[str, int]) -> str:
+    """How a pruning line says the steps left out of the log since the last one (as gateway/logs.py's
+    RepeatLogFilter says them)."""
+    if not left_out:
+        return ""
+    records, freed = (totals.get(name, 0) for name in PRUNE_SUMS)
+    return f" ({left_out} more like it since the last line, {records} records, {freed} bytes)"
+
+
+def left_out_extra(left_out: int, totals: dict[str, int]) -> dict[str, int]:
+    """The same numbers for a JSON line: repeats_left_out, pruned_records_left_out, pruned_bytes_left_out."""
+    if not left_out:
+        return {}
+    return {"repeats_left_out": left_out, **{f"{name}_left_out": totals.get(name, 0) for name in PRUNE_SUMS}}
+
+
 class Writer:
     """Owns the writing connection; runs in its own thread once started. Counters are read from any thread."""
 
@@ -202,6 +229,11 @@ class Writer:
         self.prunes = 0
         self.pruned_by_age = 0
         self.pruned_by_size = 0
+        interval = settings.repeat_interval_s + (LOG_HANDOVER_S if settings.repeat_interval_s > 0 else 0.0)
+        self._prune_lines = RepeatCounter(interval, time.monotonic, 1)
+        """One pruning line per interval; the steps between are summed into the next line."""
+        self._prune_summary_due: float | None = None
+        """When the steps left out of the log are said on their own if no step comes before (monotonic)."""
 
     # --- any thread -----------------------------------------------------------------------------
 
@@ -280,6 +312,7 @@ class Writer:
                 self._write(batch)
                 self._prune_if_due(batch)
                 self._probe_if_due()
+                self._summarise_prunes_if_due()
         except BaseException:  # a bug: fail closed for everyone waiting instead of leaving them hanging
             log.exception("audit writer stopped")
             self.healthy = False
@@ -287,6 +320,7 @@ class Writer:
             with self._cond:
                 self._closing = True
         finally:
+            self._summarise_prunes_if_due(closing=True)
             self._fail_leftovers("audit trail closed")
             self._disconnect()
 
@@ -301,6 +335,8 @@ class Writer:
                     due = min(due, self._results_since + RESULT_DELAY_S - now)
                 if self._probing:
                     due = min(due, self._next_probe - now)
+                if self._prune_summary_due is not None:
+                    due = min(due, self._prune_summary_due - now)
                 if due <= 0:
                     break
                 self._cond.wait(due)
@@ -332,7 +368,12 @@ class Writer:
             for item in waiting:
                 try:
                     outcome: Outcome = insert_decision(
-                        conn, decision_row(item.record, self.settings.max_arguments_bytes)
+                        conn,
+                        decision_row(
+                            item.record,
+                            self.settings.max_arguments_bytes,
+                            self.settings.max_refused_arguments_bytes,
+                        ),
                     )
                 except DATA_ERRORS as exc:
                     outcome = AuditUnavailable(f"audit record not storable: {exc}")
@@ -433,24 +474,57 @@ class Writer:
                 self.pruned_by_size += pruned.deleted
             else:
                 self.pruned_by_age += pruned.deleted
-            # At max_bytes this is every batch, for good: the numbers let gateway/logs.py sum the steps it
-            # leaves out of the log (one line per logging.repeat_interval_s).
-            log.warning(
-                "audit trail %s: pruned %d records (ids %d to %d, %d bytes) by %s: %s",
-                self.path,
-                pruned.deleted,
-                pruned.first_id,
-                pruned.last_id,
-                freed,
-                pruned.reason,
-                PRUNE_REASONS[pruned.reason].format(
-                    days=self.settings.max_age_ms / DAY_MS, bytes=self.settings.max_bytes
-                ),
-                extra={"pruned_records": pruned.deleted, "pruned_bytes": freed},
-            )
+            self._log_prune(pruned, freed)
         # A backlog is cut again right after the next batch; otherwise once per interval.
         self._next_prune = time.monotonic() + (0 if pruned.more else self.settings.prune_interval_s)
         settle([(request.future, request.loop, pruned.deleted) for request in requests])
+
+    def _log_prune(self, pruned: Pruned, freed: int) -> None:
+        """At max_bytes the trail prunes after every batch, for good: one line per repeat_interval_s, the
+        next one summing the steps left out since (their count, records and bytes)."""
+        numbers = {"pruned_records": pruned.deleted, "pruned_bytes": freed}
+        admitted = self._prune_lines.admit("prune", numbers)
+        if admitted is None:  # left out: said by the next line, or on its own once the interval is over
+            self._prune_summary_due = self._prune_lines.quiet["prune"][0] + self._prune_lines.repeat_interval_s
+            return
+        self._prune_summary_due = None
+        left_out, totals = admitted
+        log.warning(
+            "audit trail %s: pruned %d records (ids %d to %d, %d bytes) by %s: %s%s",
+            self.path,
+            pruned.deleted,
+            pruned.first_id,
+            pruned.last_id,
+            freed,
+            pruned.reason,
+            PRUNE_REASONS[pruned.reason].format(days=self.settings.max_age_ms / DAY_MS, bytes=self.settings.max_bytes),
+            left_out_words(left_out, totals),
+            extra={**numbers, **left_out_extra(left_out, totals)},
+        )
+
+    def _summarise_prunes_if_due(self, *, closing: bool = False) -> None:
+        """The steps left out of the log, said on their own once the interval is over and no step came to
+        say them (or at once when the writer stops): a burst of pruning that stops is counted in the log
+        within repeat_interval_s."""
+        due = self._prune_summary_due
+        if due is None or (time.monotonic() < due and not closing):
+            return
+        self._prune_summary_due = None
+        lines = self._prune_lines
+        last_line, left_out, totals = lines.quiet.get("prune", (0.0, 0, {}))
+        if not left_out:
+            return  # a step's line said them meanwhile
+        if time.monotonic() - last_line < lines.repeat_interval_s and not closing:
+            self._prune_summary_due = last_line + lines.repeat_interval_s
+            return
+        with lines.lock:
+            lines.quiet["prune"] = (time.monotonic(), 0, {})  # this line opens the next interval
+        log.warning(
+            "audit trail %s: pruned no records since the last step%s",
+            self.path,
+            left_out_words(left_out, totals),
+            extra={"pruned_records": 0, "pruned_bytes": 0, **left_out_extra(left_out, totals)},
+        )
 
     def _probe_if_due(self) -> None:
         """Try an unhealthy file again by the clock (see `_probing`): open it, take the write lock without
