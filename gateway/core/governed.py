@@ -43,6 +43,7 @@ from gateway.core.policy_interface import (
     confirmation_effect,
 )
 from gateway.core.principal import Principal
+from gateway.core.provider_session import AnswerLost
 
 CLAMPED_META_KEY = "io.github.mcp-gateway/clamped"
 """In a result's _meta: the arguments the gateway clamped to the operator's limits before forwarding."""
@@ -143,6 +144,11 @@ class AfterCancel:
 
 
 def failure_outcome(exc: errors.RpcError) -> str:
+    """How a forwarded call that failed ended, for its record: `timeout` past its deadline; `lost` when the
+    link ended after the request was sent (no answer can come, and the device may have carried it out);
+    else `error` (a call refused before it was sent among them: no provider, the link already closed)."""
+    if isinstance(exc, AnswerLost):
+        return "lost"
     reason = exc.data.get("reason") if isinstance(exc.data, dict) else None
     return "timeout" if reason == "deadline" else "error"
 

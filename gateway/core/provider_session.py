@@ -51,6 +51,11 @@ from gateway.core.versions import LATEST_HANDSHAKE
 log = logging.getLogger("gateway.provider")
 
 
+class AnswerLost(errors.RpcError):
+    """The link ended (the board left, the gateway stopped) after the request's frame was written: no
+    answer comes, and the provider may have carried the request out."""
+
+
 class SessionObserver(Protocol):
     """What the slot registry hears from a provider session."""
 
@@ -595,6 +600,11 @@ class ProviderSession:
         except asyncio.CancelledError as cancel:
             self._abandon(request_id, cancel)
             raise
+        except errors.RpcError as exc:  # a frame the link held back unwritten never reached the provider
+            ended = isinstance(exc.data, dict) and exc.data.get("reason") in ("disconnected", "shutdown")
+            if not ended or (gave_up and self.sends.withdraw(request_id)):
+                raise
+            raise AnswerLost(exc.code, exc.message, exc.data) from None
 
     def _abandon(self, request_id: JsonId, cancel: asyncio.CancelledError) -> None:
         """The caller went away (or gave up, saying why: `task.cancel(reason)`): tell the provider,

@@ -21,13 +21,20 @@ even when its firmware declares no bound at all. In order:
 
 Nothing is changed in place: the caller's arguments come back as the same object when nothing was
 clamped, and as a new dict when something was.
+
+A limit on an argument its tool's inputSchema does not take (its properties leave it out) checks
+nothing on that tool's calls (`_may_take`): a provider version that renamed the argument escapes the
+limit so. `UntakenLimits` makes that visible: a warning once per (slot, tool, rule), and the rule in
+the governance status (`limits.arguments_not_taken`) for broker_diagnose.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, NoReturn
 
 from fastjsonschema import JsonSchemaValueException
@@ -58,6 +65,12 @@ REQUIRED_BY_LIMIT = "argument_required_by_limit"
 MISSING_REFUSE = "refuse"
 MISSING_CHOICES = (MISSING_REFUSE, "allow")
 """What a limit does with a call that leaves its argument out ([[limits]] missing)."""
+MAX_NOT_TAKEN = 256
+"""(slot, tool, rule) triples kept whose tool takes no argument of the rule's name; past it the oldest goes."""
+SHOWN_PROPERTIES = 20
+"""The tool's own argument names kept with such a triple, at most."""
+
+log = logging.getLogger("gateway.policy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +154,58 @@ class Checked:
     """The ids of the limit rules that clamped ("limits[0]")."""
 
 
+class UntakenLimits:
+    """The limits whose tool, as a slot's provider lists it, takes no argument of the limit's name, seen
+    at that tool's calls: each warned of once and kept while it lasts (a call finds the argument in the
+    tool's schema again, or the rule gone after a reload: dropped), at most MAX_NOT_TAKEN."""
+
+    def __init__(self, most: int = MAX_NOT_TAKEN) -> None:
+        self.most = most
+        self.kept: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+    def check(self, slot: str, tool: Mapping[str, Any] | None, limits: Sequence[ArgumentLimit]) -> None:
+        """`slot`'s `tool` is called under `limits`: note each limit it takes no argument for."""
+        name = str(tool.get("name")) if tool is not None else ""
+        if self.kept:  # what this call shows mended: the argument taken again, the rule gone after a reload
+            untaken = {limit.rule or limit.set_by for limit in limits if not _may_take(tool, limit.argument)}
+            for key in [key for key in self.kept if key[:2] == (slot, name) and key[2] not in untaken]:
+                del self.kept[key]
+        for limit in limits:
+            if not _may_take(tool, limit.argument):
+                self._untaken(slot, name, tool, limit)
+
+    def _untaken(self, slot: str, name: str, tool: Mapping[str, Any] | None, limit: ArgumentLimit) -> None:
+        rule = limit.rule or limit.set_by
+        if (slot, name, rule) in self.kept:
+            return
+        schema = tool.get("inputSchema") if tool is not None else None
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        takes = [str(key) for key in islice(properties, SHOWN_PROPERTIES)] if isinstance(properties, dict) else []
+        # A provider's names, quoted and cut: none can start a log line of its own.
+        log.warning(
+            'the limit %s on argument "%s" does not apply to tool %s on slot %s: its inputSchema takes no such '
+            "argument (it takes: %s), so its calls pass unchecked by the limit; if the provider renamed the "
+            "argument, write the limit for the new name",
+            rule,
+            limit.argument,
+            shown(name),
+            slot,
+            ", ".join(shown(key) for key in takes) or "none",
+        )
+        if len(self.kept) >= self.most:
+            del self.kept[next(iter(self.kept))]
+        self.kept[(slot, name, rule)] = {
+            "slot": slot,
+            "tool": name,
+            "rule": rule,
+            "argument": limit.argument,
+            "takes": takes,
+        }
+
+    def status(self) -> list[dict[str, Any]]:
+        return list(self.kept.values())
+
+
 def check_arguments(
     tool: Mapping[str, Any] | None,
     arguments: object,
@@ -148,12 +213,18 @@ def check_arguments(
     cache: SchemaCache,
     *,
     resource: str = "",
+    untaken: tuple[str, UntakenLimits] | None = None,
 ) -> Checked:
     """Check one tools/call's `arguments` against `tool`'s inputSchema, then `limits`; raises ArgumentRefused.
 
     `tool` is the tool as its provider lists it (None: not listed, so the limits alone apply);
     `resource` (the slot's resource path) goes into the limits' messages: "set by policy limits[0]
-    for /site1/line2/pump-1"."""
+    for /site1/line2/pump-1"; `untaken`, the slot called and where a limit its tool takes no argument for
+    is noted."""
+    if untaken is not None and limits:
+        slot, noted = untaken
+        if noted.kept or not all(_may_take(tool, limit.argument) for limit in limits):
+            noted.check(slot, tool, limits)
     if arguments is None:
         arguments = {}
     elif not isinstance(arguments, dict):

@@ -25,7 +25,6 @@ from gateway.core import errors, jsonrpc
 from gateway.core.confirmer import ClientConfirmer
 from gateway.core.names import BROKER_SLOT
 from gateway.core.policy_interface import (
-    REFUSED_META_KEY,
     AnswerInstead,
     CallVerdict,
     Confirmer,
@@ -35,7 +34,7 @@ from gateway.core.policy_interface import (
 )
 from gateway.core.principal import Principal
 from gateway.policy.approvals import Approval, ApprovalUnknown, binding_of
-from gateway.policy.arguments import PATTERN_TIMEOUT, ArgumentRefused, Checked, check_arguments
+from gateway.policy.arguments import PATTERN_TIMEOUT, ArgumentRefused, Checked, UntakenLimits, check_arguments
 from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.reading import AuditReadError
 from gateway.policy.audit.records import DecisionRecord, mask_secrets, now_ms
@@ -53,6 +52,7 @@ from gateway.policy.confirmation import (
     spend_continued,
 )
 from gateway.policy.execution.admission import Admission, ExecutionLimits
+from gateway.policy.refusal_results import declined_result, refused_arguments_result, waiting_result
 from gateway.policy.rules import Ask, Policy, PolicyError, load_policy, subjects_of
 from gateway.policy.rules.capabilities import TOOLS_CALL
 from gateway.policy.rules.compiled import ConfirmRule
@@ -136,6 +136,8 @@ class Governor:
         """[auth] is configured (fixed until a restart). Without it every caller is anonymous and nobody can
         approve a call that waits for `mcp-gateway approve` (status: unapprovable_confirm_rules)."""
         self.schemas = schemas or SchemaCache()
+        self.untaken = UntakenLimits()
+        """Limits whose tool takes no argument of their name, seen at calls (governance status)."""
         self._subjects: dict[Principal, frozenset[str]] = {}
         self.reloads = 0
         self.providers: ProviderGovernance | None = None
@@ -332,7 +334,12 @@ class Governor:
             )
         try:
             checked = check_arguments(
-                call.tool, call.arguments, decision.limits, self.schemas, resource=decision.resource
+                call.tool,
+                call.arguments,
+                decision.limits,
+                self.schemas,
+                resource=decision.resource,
+                untaken=(slot, self.untaken),
             )
         except ArgumentRefused as exc:
             if exc.data.get("reason") == PATTERN_TIMEOUT:
@@ -527,7 +534,7 @@ class Governor:
         return {
             "policy": {"reloads": self.reloads, "unapprovable_confirm_rules": self.unapprovable_confirm_rules()},
             "audit": self.trail.status() if self.trail is not None else None,
-            "limits": self.limits.status(),
+            "limits": self.limits.status() | {"arguments_not_taken": self.untaken.status()},
             "providers": self.providers.status() if self.providers is not None else None,
         }
 
@@ -653,46 +660,6 @@ class Governor:
         self._unrecorded = (now, 0)
         more = f" ({left_out} more calls without a record since the last line)" if left_out else ""
         log.warning("audit trail: " + text + "%s", *args, more)
-
-
-def refused_arguments_result(refused: ArgumentRefused, slot: str) -> dict[str, Any]:
-    """What the agent reads when the tool's inputSchema or an operator limit refuses its arguments: a
-    tool error, as MCP has input validation answered (2025-11-25), so the model reads what to send
-    instead and can retry; agent frameworks hide a JSON-RPC error's message. Nothing was forwarded."""
-    text = f"Not forwarded to {slot}: {refused.message}"
-    why = {**refused.data, "slot": slot}
-    return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {REFUSED_META_KEY: why}}
-
-
-def waiting_result(waiting: errors.RpcError) -> dict[str, Any]:
-    """What the agent reads when its call waits for an operator's approval: a tool error (nothing was
-    done) whose text says who approves and how, and to send the same call again, with the approval's id
-    and expiry in `_meta`; as for refused arguments, agent frameworks would hide an error's message."""
-    refused = dict(waiting.data) if isinstance(waiting.data, dict) else {}
-    return {
-        "content": [{"type": "text", "text": waiting.message}],
-        "isError": True,
-        "_meta": {REFUSED_META_KEY: refused},
-    }
-
-
-def declined_result(question: Question, answer: Answer) -> dict[str, Any]:
-    """What the agent reads when a person said no (or nobody answered): a tool error, nothing was done."""
-    if answer.how == "timeout":
-        why = f"nobody confirmed it within {question.rule.expires_s} s"
-    elif answer.unusable:
-        why = (
-            f"{answer.by} answered accept without content.approve = true, which does not match the question's "
-            "schema, so it counts as a no"
-        )
-    else:
-        why = f"{answer.by} declined it"
-    text = (
-        f"Not done: {question.tool} on {question.slot} was not forwarded to the device; {why} "
-        f"(the operator's policy {question.rule.id} has a person confirm this call)."
-    )
-    refused = {"reason": "declined", "slot": question.slot, "setBy": f"policy {question.rule.id}", "by": answer.by}
-    return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {REFUSED_META_KEY: refused}}
 
 
 def _already_decided(approval: Approval, now_s: float) -> errors.RpcError:

@@ -12,7 +12,8 @@ from gateway.core.policy_interface import REFUSED_META_KEY, AnswerInstead, Confi
 from gateway.core.principal import Principal
 from gateway.policy.approvals import Approvals, ApprovalsFull, ApprovalUnknown, binding_of
 from gateway.policy.confirmation import Confirmations, Question
-from gateway.policy.governor import Governor, declined_result
+from gateway.policy.governor import Governor
+from gateway.policy.refusal_results import declined_result
 from gateway.policy.rules import Ask, Policy, PolicyError
 from gateway.policy.rules.checking import check_policy
 from gateway.policy.rules.compiled import ConfirmRule

@@ -1,6 +1,7 @@
 """Problems of execution limits (docs/governance-limits.md), read from the governance status the policy
-layer reports (`limits`): calls refused by a limit, rules whose groups fill their max_keys, and a budget
-ledger that refused reservations for want of room.
+layer reports (`limits`): calls refused by a limit, rules whose groups fill their max_keys, a budget
+ledger that refused reservations for want of room, and [[limits]] on an argument a slot's tool takes
+not (docs/governance-arguments.md), whose calls pass unchecked by them.
 
 Pure: the status in, problems out.
 """
@@ -17,6 +18,8 @@ SHOWN_REFUSALS = 3
 LEDGER_ROOM = ("ledger_full", "caller_reservations_full")
 """Refusal reasons of a budget ledger without room (gateway/policy/execution/refusals.py)."""
 CALLER_FULL = "caller_reservations_full"
+SHOWN_NOT_TAKEN = 5
+"""(slot, tool, rule) triples named in the evidence of limits.argument_not_taken; the count covers them all."""
 
 
 def limit_problems(view: GatewayView) -> list[Problem]:
@@ -31,7 +34,30 @@ def limit_problems(view: GatewayView) -> list[Problem]:
         problems.append(_ledger_full(full, limits.get("reservations")))
     if isinstance(refusals, Mapping) and refusals.get("total"):
         problems.append(_refused(refusals))
+    untaken = [entry for entry in limits.get("arguments_not_taken") or () if isinstance(entry, Mapping)]
+    if untaken:
+        problems.append(_not_taken(untaken))
     return problems
+
+
+def _not_taken(untaken: list[Mapping[str, Any]]) -> Problem:
+    named = "; ".join(
+        f'{entry.get("rule")} on "{entry.get("argument")}": tool {entry.get("tool")} on slot {entry.get("slot")} '
+        f"takes {', '.join(str(name) for name in entry.get('takes') or ()) or 'no arguments'}"
+        for entry in untaken[:SHOWN_NOT_TAKEN]
+    )
+    more = len(untaken) - SHOWN_NOT_TAKEN
+    return Problem(
+        "limits.argument_not_taken",
+        "warning",
+        f"{_count(len(untaken), 'argument limit does', 'argument limits do')} not apply: the tool's input schema "
+        "takes no argument of the limit's name, so its calls are forwarded unchecked by the limit",
+        named + (f"; and {more} more (broker_info governance.limits.arguments_not_taken)" if more > 0 else ""),
+        "If the provider renamed the argument (a new firmware or version), write the [[limits]] rule for the new "
+        "name and reload the policy; if the tool never takes it (another device's tool of the same name), narrow "
+        "the rule's resources to the slots whose tool does.",
+        untaken[0].get("slot") if len({entry.get("slot") for entry in untaken}) == 1 else None,
+    )
 
 
 def _is_full(rule: Mapping[str, Any]) -> bool:
