@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import stat
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from gateway.config.base import PositiveInt, Section, is_loopback_host, masked_url
-from gateway.config.credentials import MIN_PROVIDER_SECRET_CHARS, read_secret
+from gateway.config.credentials import MIN_PROVIDER_SECRET_CHARS, only_its_owner_writes, read_secret
 from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 
 PrincipalName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]*$")]
@@ -62,16 +61,8 @@ def read_secret_file(path: str, what: str) -> str:
     chooses the secret (the rule of token files, gateway/policy/token_files.py). One others can read
     is used; secret_file_readable_warning names it."""
     where = f"{what}: file {path}"
-
-    def private(info: os.stat_result) -> None:
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise ValueError(
-                f"{where} is writable by users other than its owner (mode {stat.S_IMODE(info.st_mode):04o}); "
-                f"run `chmod 600 {path}`"
-            )
-
     try:
-        raw = read_regular_file(path, what, MAX_SECRET_FILE_BYTES, check=private)
+        raw = read_regular_file(path, what, MAX_SECRET_FILE_BYTES, check=only_its_owner_writes(path, where))
     except FileNotFoundError:
         raise ValueError(f"{where} not found") from None
     except IsADirectoryError:

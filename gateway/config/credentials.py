@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Callable
+from typing import ClassVar
 
 from pydantic import PrivateAttr, SecretStr, model_validator
 
@@ -23,16 +26,45 @@ def header_safe(value: str, what: str) -> str:
     return value
 
 
+class WritableByOthers(ValueError):
+    """A secret or key file users other than its owner may write: whoever writes it chooses the secret
+    (or the key), so it is refused wherever it is read; the message names the file and its mode."""
+
+
+def only_its_owner_writes(path: str | os.PathLike[str], where: str) -> Callable[[os.stat_result], None]:
+    """A read_regular_file check: WritableByOthers (`<where> is writable by users other than its owner
+    (mode 0666); run chmod 600 <path>`) for a file its group or others may write. The one rule of every
+    secret and key file: [auth] and provider secrets, [tls] key_file, [[mqtt.brokers]] key files and
+    password files. One others may only read is used and warned of (gateway/config/auth.py)."""
+
+    def check(info: os.stat_result) -> None:
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise WritableByOthers(
+                f"{where} is writable by users other than its owner (mode {stat.S_IMODE(info.st_mode):04o}); "
+                f"run `chmod 600 {os.fspath(path)}`"
+            )
+
+    return check
+
+
 MIN_PROVIDER_SECRET_CHARS = 16
 """A provider secret shorter than this is refused: it could be guessed from the plant network."""
 
 
-def read_secret(env: str | None, file: str | None, what: str, min_chars: int = MIN_PROVIDER_SECRET_CHARS) -> SecretStr:
+def read_secret(
+    env: str | None,
+    file: str | None,
+    what: str,
+    min_chars: int = MIN_PROVIDER_SECRET_CHARS,
+    *,
+    owner_only: bool = False,
+) -> SecretStr:
     """The secret named by exactly one of `env` (a variable name) or `file` (a path), stripped.
 
     Read once at load time so a missing variable or file stops the gateway before it listens.
     `min_chars` guards secrets the gateway checks; a credential it only sends (to a remote
-    upstream) is as long as its issuer made it, so those pass min_chars=1."""
+    upstream) is as long as its issuer made it, so those pass min_chars=1. With `owner_only`, a file
+    others may write is refused (only_its_owner_writes)."""
     if (env is None) == (file is None):
         raise ValueError(f"{what}: give exactly one of env (a variable name) or file (a path)")
     if env is not None:
@@ -42,7 +74,8 @@ def read_secret(env: str | None, file: str | None, what: str, min_chars: int = M
     else:
         assert file is not None
         try:
-            text = read_regular_file(file, what, MAX_SECRET_FILE_BYTES).decode("utf-8")
+            check = only_its_owner_writes(file, f"{what}: file {file}") if owner_only else None
+            text = read_regular_file(file, what, MAX_SECRET_FILE_BYTES, check).decode("utf-8")
         except FileRefused as exc:  # a FIFO, a device, a file over the bound
             raise ValueError(str(exc)) from None
         except FileNotFoundError:
@@ -71,16 +104,25 @@ def check_header_value(value: str, what: str) -> str:
 class UpstreamSecretConfig(Section):
     """A credential the gateway sends to a remote upstream: from an environment variable or a file (exactly one)."""
 
+    OWNER_ONLY: ClassVar[bool] = False
+    """A file others may write is refused (PrivateSecretConfig)."""
     env: str | None = None
     file: str | None = None
     _secret: SecretStr = PrivateAttr(default_factory=lambda: SecretStr(""))
 
     @model_validator(mode="after")
     def _load(self) -> UpstreamSecretConfig:
-        secret = read_secret(self.env, self.file, "secret", min_chars=1)
+        secret = read_secret(self.env, self.file, "secret", min_chars=1, owner_only=self.OWNER_ONLY)
         self._secret = SecretStr(check_header_value(secret.get_secret_value(), "secret"))
         return self
 
     @property
     def secret(self) -> SecretStr:
         return self._secret
+
+
+class PrivateSecretConfig(UpstreamSecretConfig):
+    """A credential ([[mqtt.brokers]] password, key_password) whose file is refused when users other than
+    its owner may write it, as [auth]'s secrets are: whoever writes it chooses what the gateway sends."""
+
+    OWNER_ONLY: ClassVar[bool] = True

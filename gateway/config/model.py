@@ -240,6 +240,7 @@ class GatewayConfig(Section):
             *self._ignored_toggles,
             *self.auth.token_file_warnings(),
             *self.providers.auth.secret_file_warnings(),
+            *self.tls.key_file_warnings(),
             *self.unapprovable_confirmations(),
             *self.upstreams.command_warnings(os.environ),
         ]

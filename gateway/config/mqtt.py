@@ -7,8 +7,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
+from gateway.config.auth import readable_secret_warnings
 from gateway.config.base import MIN_RETRY_S, MIN_TIMEOUT_S, PositiveInt, Section, masked_url
-from gateway.config.credentials import UpstreamSecretConfig
+from gateway.config.credentials import PrivateSecretConfig
 from gateway.config.mqtt_tls import TlsFilesError, client_context
 from gateway.southbound.mqtt import topics as mqtt_topics
 
@@ -22,17 +23,20 @@ class MqttBrokerConfig(Section):
     url: str
     """mqtt://HOST[:PORT] (default port 1883) or mqtts://HOST[:PORT] (TLS, default port 8883)."""
     username: str | None = None
-    password: UpstreamSecretConfig | None = None
-    """{env = "VAR"} or {file = "/path"}; sent with `username` when connecting."""
+    password: PrivateSecretConfig | None = None
+    """{env = "VAR"} or {file = "/path"}; sent with `username` when connecting. A file others may write
+    is refused, one others may read warned of (mqtt_warnings), as [auth]'s secrets are."""
     ca_file: str | None = None
     """PEM CA certificates to verify an mqtts:// broker with (default: the system's); read again at each connect."""
     cert_file: str | None = None
     """mqtts:// only: the gateway's PEM client certificate (optionally followed by its chain, and by its key
     when key_file is not set), for a broker that requires one (mosquitto's require_certificate)."""
     key_file: str | None = None
-    """The PEM private key of cert_file (keep it mode 0600)."""
-    key_password: UpstreamSecretConfig | None = None
-    """{env = "VAR"} or {file = "/path"}: the passphrase of an encrypted key_file (never logged)."""
+    """The PEM private key of cert_file (keep it mode 0600: refused when others may write it, warned of
+    when they may read it; so is cert_file when it holds the key)."""
+    key_password: PrivateSecretConfig | None = None
+    """{env = "VAR"} or {file = "/path"}: the passphrase of an encrypted key_file (never logged); its file
+    is refused and warned of as password's is."""
     client_id: str | None = None
     """The gateway's MQTT client id; default mcp-gateway-<random>, new on each connection (the MCP over
     MQTT specification wants one per initialization; one connection serves every server: docs/protocol.md
@@ -177,11 +181,21 @@ class MqttConfig(Section):
 
 def mqtt_warnings(mqtt: MqttConfig) -> list[str]:
     """Brokers whose max_backlog is not above max_instances: loads (a bench may want a small backlog on
-    purpose), but the retained announcements after each connect can overflow it and devices go missing."""
-    return [
+    purpose), but the retained announcements after each connect can overflow it and devices go missing.
+    And each broker's key, password and key_password file others can read (readable_secret_warnings)."""
+    warnings = [
         f"mqtt.brokers[{index}] ({broker.label}): max_backlog ({broker.max_backlog}) is not above max_instances "
         f"({broker.max_instances}): the retained announcements that arrive at once after each connect can "
         "overflow the backlog and be dropped (counted as backlog); raise max_backlog above max_instances"
         for index, broker in enumerate(mqtt.brokers)
         if broker.max_backlog <= broker.max_instances
     ]
+    for index, broker in enumerate(mqtt.brokers):
+        where = f"mqtt.brokers[{index}] ({broker.label})"
+        files = [
+            ("key_file" if broker.key_file is not None else "cert_file", broker.key_file or broker.cert_file),
+            ("password", broker.password.file if broker.password is not None else None),
+            ("key_password", broker.key_password.file if broker.key_password is not None else None),
+        ]
+        warnings += readable_secret_warnings([(f"{where} {key}", path) for key, path in files if path is not None])
+    return warnings

@@ -60,12 +60,12 @@ def client_context(
         except OSError as exc:
             raise TlsFilesError(f"{names.ca_file} {ca_file}: not readable ({exc.strerror or exc})") from None
     if cert_file is not None:
+        # The key is in key_file, or after the certificate in cert_file: that file is a key file.
+        key_setting, key_path = (names.key_file, key_file) if key_file is not None else (names.cert_file, cert_file)
         for setting, path in ((names.cert_file, cert_file), (names.key_file, key_file)):
-            problem = unreadable(setting, path) if path is not None else None
+            problem = unreadable(setting, path, key=path == key_path) if path is not None else None
             if problem is not None:
                 raise TlsFilesError(problem)
-        # The key is in key_file, or after the certificate in cert_file.
-        key_setting, key_path = (names.key_file, key_file) if key_file is not None else (names.cert_file, cert_file)
         try:
             load_cert_chain(context, cert_file, key_file, key_password)
         except KeyNeedsPassword:

@@ -6,7 +6,9 @@ import ssl
 
 from pydantic import model_validator
 
+from gateway.config.auth import readable_secret_warnings
 from gateway.config.base import Section
+from gateway.config.credentials import WritableByOthers, only_its_owner_writes
 from gateway.config.files import MAX_TLS_FILE_BYTES, FileRefused, read_regular_file
 
 
@@ -47,10 +49,14 @@ def decrypt_hint(key_file: str) -> str:
     return f"openssl pkey -in {key_file} -out KEY.pem writes one, asking for the passphrase; keep it mode 0600"
 
 
-def unreadable(setting: str, path: str) -> str | None:
-    """Why the file a setting names cannot be read (`<setting> <path>: not found`), or None when it can."""
+def unreadable(setting: str, path: str, *, key: bool = False) -> str | None:
+    """Why the file a setting names cannot be read (`<setting> <path>: not found`), or None when it can.
+    A `key` file (a private key) others may write is refused too: whoever writes it chooses the key."""
+    check = only_its_owner_writes(path, f"{setting} {path}") if key else None
     try:
-        read_regular_file(path, setting, MAX_TLS_FILE_BYTES)
+        read_regular_file(path, setting, MAX_TLS_FILE_BYTES, check)
+    except WritableByOthers as exc:
+        return str(exc)
     except FileRefused as exc:  # a FIFO or a device: ssl would wait on it or read without end
         return f"{setting} {path}: {exc.reason}"
     except FileNotFoundError:
@@ -77,12 +83,19 @@ class TlsConfig(Section):
             raise ValueError("give both cert_file and key_file, or neither")
         if self.client_ca_file is not None and self.cert_file is None:
             raise ValueError("client_ca_file needs cert_file and key_file")
-        for key in ("cert_file", "key_file", "client_ca_file"):
-            path = getattr(self, key)
-            problem = unreadable(key, path) if path is not None else None
+        for setting in ("cert_file", "key_file", "client_ca_file"):
+            path = getattr(self, setting)
+            problem = unreadable(setting, path, key=setting == "key_file") if path is not None else None
             if problem is not None:
                 raise ValueError(problem)
         return self
+
+    def key_file_warnings(self) -> list[str]:
+        """A warning when users other than its owner can read key_file (secret_file_readable_warning):
+        it is used, as a secret file others can read is, but whoever reads it can pose as the gateway."""
+        if self.key_file is None:
+            return []
+        return readable_secret_warnings([("tls.key_file", self.key_file)])
 
     @property
     def enabled(self) -> bool:

@@ -21,6 +21,8 @@ read(path, option) -> dict[str, str]      username -> hash, in file order
 check_writable(path, option) -> None      what set_user/remove_user need, checked without a change
 set_user(path, username, password, option) -> bool      True when it replaced an earlier line
 remove_user(path, username, option) -> bool             False when the user was not there
+keep_owner(descriptor, info) -> None      a new file takes the owner of the one it replaces (also
+                                          used by token files and `tls self-signed`)
 PasswordFileError: every failure, one line naming the file (and `option`, the command-line option
 that names it, when the file is missing) and, for permissions, the modes and owners involved.
 """
@@ -194,6 +196,15 @@ def check_writable(path: Path, option: str = "--mosquitto-passwd") -> None:
         )
 
 
+def keep_owner(descriptor: int, info: os.stat_result) -> None:
+    """Give the open file `descriptor` the owner and group in `info` (of the file it is to replace), so
+    a file root rewrites stays readable by the service that owns it. PermissionError when this user may
+    not (only root gives a file to another user); nothing is done when they are the file's already."""
+    made = os.fstat(descriptor)
+    if (made.st_uid, made.st_gid) != (info.st_uid, info.st_gid):
+        os.fchown(descriptor, info.st_uid, info.st_gid)
+
+
 def _replace(path: Path, lines: list[str], info: os.stat_result) -> None:
     data = "".join(line + "\n" for line in lines).encode("utf-8")
     directory = path.parent
@@ -208,14 +219,13 @@ def _replace(path: Path, lines: list[str], info: os.stat_result) -> None:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
             out.flush()
-            if (info.st_uid, info.st_gid) != (os.geteuid(), os.getegid()):
-                try:
-                    os.fchown(out.fileno(), info.st_uid, info.st_gid)
-                except PermissionError:
-                    raise PasswordFileError(
-                        f"cannot keep the owner {_owner(info)} of the mosquitto password file {path} as "
-                        f"{_me()} (mosquitto might no longer read it): run the command as root (sudo)"
-                    ) from None
+            try:
+                keep_owner(out.fileno(), info)
+            except PermissionError:
+                raise PasswordFileError(
+                    f"cannot keep the owner {_owner(info)} of the mosquitto password file {path} as "
+                    f"{_me()} (mosquitto might no longer read it): run the command as root (sudo)"
+                ) from None
             os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
             os.fsync(out.fileno())
         os.replace(temporary, path)

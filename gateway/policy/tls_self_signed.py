@@ -9,6 +9,9 @@ Files in the chosen directory:
 An existing CA in the directory (ca.pem and ca-key.pem) is reused, so renewing the server
 certificate does not touch the boards; `new_ca` makes a new one. A CA that has ended, is not valid
 yet, or whose key is not ca.pem's is refused. Existing files are never overwritten without `force`.
+A file replaced keeps its owner and group (root renewing files it gave to the gateway's user leaves
+them that user's); a new server.pem or server-key.pem written by root takes the owner and group of the
+directory when another user owns it. Modes are set whatever the umask: keys 0600, certificates 0644.
 Keys are ECDSA P-256: small and fast on an ESP32's mbedTLS.
 """
 
@@ -33,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gateway.config.files import MAX_TLS_FILE_BYTES, FileRefused, read_regular_file
+from gateway.devices.mosquitto_passwd import keep_owner
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca-key.pem"
@@ -296,13 +300,40 @@ def existing_names(directory: Path) -> tuple[list[str], list[str]] | None:
     return names, addresses
 
 
+def _owner_of(path: Path) -> os.stat_result | None:
+    """Whose the file written at `path` is to be: the owner and group of the file it replaces (the service
+    that reads it, after `chown`); for a new server.pem or server-key.pem written by root, the directory's
+    when another user owns it (the service's, as the image lays /etc/mcp-gateway/tls out). None: the
+    writer's own (a new CA file, or a directory root owns: `chown` the files to the service)."""
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        pass
+    if path.name not in (SERVER_CERT, SERVER_KEY) or os.geteuid() != 0:
+        return None
+    folder = path.parent.stat()
+    return folder if folder.st_uid != 0 else None
+
+
 def _staged(path: Path, data: bytes, mode: int) -> Path:
-    """`data` written whole, with `mode`, under a fresh temporary name beside `path` (a random one: a
-    name left by a run killed meanwhile never blocks the next); the file is synced before it is named."""
+    """`data` written whole, with `mode` and the owner _owner_of gives, under a fresh temporary name
+    beside `path` (a random one: a name left by a run killed meanwhile never blocks the next); the file
+    is synced before it is named."""
+    owner = _owner_of(path)
+    whose = "the file it replaces" if path.exists() else "its directory"
     descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         try:
             os.fchmod(descriptor, mode)  # the umask must not widen or narrow a key's mode
+            if owner is not None:
+                try:
+                    keep_owner(descriptor, owner)
+                except PermissionError:
+                    raise SelfSignedError(
+                        f"cannot give the new {path} the owner of {whose} (uid {owner.st_uid}, "
+                        f"gid {owner.st_gid}) as uid {os.geteuid()}, and whoever reads it (the gateway's user) "
+                        "might no longer: run the command as root (sudo) or as that user (nothing written)"
+                    ) from None
             view = memoryview(data)
             while view:
                 view = view[os.write(descriptor, view) :]
@@ -334,23 +365,30 @@ def _place(staged: Path, path: Path, force: bool) -> None:
     os.unlink(staged)
 
 
-def _write_pair(key_path: Path, key_pem: bytes, cert_path: Path, certificate: x509.Certificate, force: bool) -> None:
-    """A key and its certificate, whole or not at all: both are written under temporary names first (a
-    full disk stops the run before either is placed), then the key is placed before its certificate (a
-    reload between the two fails on the mismatch and keeps the old pair, instead of pairing an old key
-    with a new certificate unnoticed). A certificate that cannot be placed takes a new key with it."""
+Pair = tuple[Path, bytes, Path, x509.Certificate]
+"""A key's path and PEM, its certificate's path and the certificate."""
+
+
+def _write_pairs(pairs: Sequence[Pair], force: bool) -> None:
+    """Keys and their certificates, whole or not at all: every file is written under a temporary name
+    first (a full disk or an owner that cannot be kept stops the run before any is placed), then each
+    key is placed before its certificate (a reload between the two fails on the mismatch and keeps the
+    old pair, instead of pairing an old key with a new certificate unnoticed). A certificate that
+    cannot be placed takes a new key with it."""
     staged: list[Path] = []
     try:
-        staged.append(_staged(key_path, key_pem, 0o600))
-        staged.append(_staged(cert_path, _cert_pem(certificate), 0o644))
-        _place(staged[0], key_path, force)
-        try:
-            _place(staged[1], cert_path, force)
-        except OSError:
-            if not force:
-                with contextlib.suppress(OSError):
-                    key_path.unlink()
-            raise
+        for key_path, key_pem, cert_path, certificate in pairs:
+            staged.append(_staged(key_path, key_pem, 0o600))
+            staged.append(_staged(cert_path, _cert_pem(certificate), 0o644))
+        for index, (key_path, _, cert_path, _) in enumerate(pairs):
+            _place(staged[2 * index], key_path, force)
+            try:
+                _place(staged[2 * index + 1], cert_path, force)
+            except OSError:
+                if not force:
+                    with contextlib.suppress(OSError):
+                        key_path.unlink()
+                raise
     finally:
         for name in staged:
             with contextlib.suppress(FileNotFoundError):
@@ -402,9 +440,11 @@ def create(
     authority = load_authority(directory) if reuse else new_authority((names or tuple(addresses))[0])
     cut_short = authority.certificate.not_valid_after_utc < _now() + datetime.timedelta(days=days)
     certificate, key = issue(authority, names, addresses, days)
-    if not reuse:
-        _write_pair(directory / CA_KEY, _key_pem(authority.key), directory / CA_CERT, authority.certificate, force)
-    _write_pair(directory / SERVER_KEY, _key_pem(key), directory / SERVER_CERT, certificate, force)
+    pairs: list[Pair] = (
+        [] if reuse else [(directory / CA_KEY, _key_pem(authority.key), directory / CA_CERT, authority.certificate)]
+    )
+    pairs.append((directory / SERVER_KEY, _key_pem(key), directory / SERVER_CERT, certificate))
+    _write_pairs(pairs, force)
     return Issued(
         directory=directory,
         dns_names=names,

@@ -36,6 +36,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from gateway.config import PrincipalName, Scope, Section, check_sha256_hex
 from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
+from gateway.devices.mosquitto_passwd import keep_owner
 
 APPLIANCE_DIR = Path("/etc/mcp-gateway")
 TOKEN_BYTES = 32
@@ -217,8 +218,7 @@ def write_atomically(path: Path, text: str) -> None:
         os.fchmod(fd, 0o600)
         with contextlib.suppress(FileNotFoundError, PermissionError):
             # Rewritten by root, a file the service's user owns stays its own (docs/operations.md, "systemd").
-            owner = path.stat()
-            os.fchown(fd, owner.st_uid, owner.st_gid)
+            keep_owner(fd, path.stat())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
