@@ -6,9 +6,11 @@ slot (docs/field-devices.md). An MQTT board gets its own broker credential inste
 slot, a new random password, set in the appliance's mosquitto password file (the broker's ACL confines
 that username to the slot's topics); mosquitto must then be reloaded, which the command says.
 A slot has one adopted board: another board already adopted for it stops the install ([slot-taken])
-unless --replace revokes that board's identity. Before the board is written to, the source is built
-whole and the registry is opened and written to (a rolled-back transaction), so that neither can fail
-after the board holds a secret the registry does not know ([registry-unusable]).
+unless --replace revokes that board's identity. An MQTT install never takes the gateway's broker username
+([gateway-user]), nor a user of the password file no adoption owns unless --replace-user ([user-exists]).
+Before the board is written to, the source is built whole and the registry is opened and written to (a
+rolled-back transaction), so that neither can fail after the board holds a secret the registry does not
+know ([registry-unusable]).
 update: new code onto the board that serves SLOT, its config.json kept, refused while a call to SLOT
 is in flight; waits until the board is back with the new version.
 A failure after the board was interrupted resets it, so that it runs the code it holds again, and so
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sqlite3
 import sys
 import time
@@ -52,6 +55,8 @@ if TYPE_CHECKING:
 TRANSPORTS = {"ws": "websocket", "mqtt": "mqtt", "serial": "serial"}
 SERIAL_UARTS = ("1", "2", "console")
 """What the board takes as serial.uart (pump1/config.py): UART 1 or 2 on its own pins, or the REPL's port."""
+GATEWAY_USERNAME = "mcp-gateway"  # the gateway's broker user on the appliance (image/mosquitto/acl)
+APPLIANCE_CONFIG = Path("/etc/mcp-gateway/mcp-gateway.toml")  # image/systemd/mcp-gateway.service runs it
 PACE_MAX_MS = 1000.0
 """A longer pause per 256 bytes would make a copy of the application take hours."""
 
@@ -116,7 +121,7 @@ def cmd_install(args: argparse.Namespace) -> int:
         return _usage(problem)
     passwd_problem = None
     if transport == "mqtt":
-        passwd_problem = _mqtt_username_problem(args.slot) or _password_file_problem(args)
+        passwd_problem = _mqtt_username_problem(args) or _password_file_problem(args)
         if passwd_problem and not args.dry_run:
             return _usage(passwd_problem)
     if bool(args.wifi_ssid) != bool(args.wifi_password_file):
@@ -213,6 +218,10 @@ def _dry_run(
         )
         _say(f"  {holder}: the install goes on if the board on {args.port} is {holder.device_id}; {then}")
     if transport == "mqtt":
+        try:
+            problems += [] if passwd_problem else [text for text in [_user_exists_problem(args, registry)] if text]
+        except (sqlite3.Error, PasswordFileError) as exc:
+            problems.append(str(exc))
         _say(f"would set user {args.slot} in the mosquitto password file {args.mosquitto_passwd}")
         _say(f"would write config.json: {board.shown(config_with(None, '(issued at install)'))}")
     else:
@@ -236,8 +245,13 @@ def _install(args: argparse.Namespace, registry: Any, transport: str, config_wit
     # that fails after the board got its new secret would lock the board out.
     try:
         registry.check_writable()
+        problem = _user_exists_problem(args, registry) if transport == "mqtt" else None
+    except PasswordFileError as exc:
+        problem = str(exc)
     except sqlite3.Error as exc:
         return _fail(_registry_text(registry, exc, f"nothing was written to the board on {args.port}"))
+    if problem is not None:
+        return _fail(f"{problem}; nothing was written to the board on {args.port}")
     try:
         line = open_port(args.port, args.baud)
     except BoardError as exc:
@@ -387,8 +401,9 @@ def _slot_problem(slot: str) -> str | None:
     return None
 
 
-def _mqtt_username_problem(slot: str) -> str | None:
-    """Why `slot` cannot be an MQTT board's username (the appliance's ACL puts it in its topics)."""
+def _mqtt_username_problem(args: argparse.Namespace) -> str | None:
+    """Why the slot cannot be an MQTT board's username (the ACL puts it in its topics; the gateway's own)."""
+    slot = args.slot
     bad = [char for char in "/+#:" if char in slot]
     if bad or not slot or any(ord(char) < 32 for char in slot):
         shown = " or ".join(bad) if bad else "a control character"
@@ -396,7 +411,51 @@ def _mqtt_username_problem(slot: str) -> str | None:
             f"--slot {slot!r} cannot be an MQTT board's username (it holds {shown}): the broker's ACL puts the "
             "username in the board's topics, mcpb/<slot>/..."
         )
+    from gateway.config import ConfigError
+
+    try:  # the gateway's own: its password replaced, mosquitto refuses the gateway, the board reads every topic
+        config, names = _gateway_usernames(args)
+    except ConfigError as exc:
+        return f"{exc}: the gateway's own broker username cannot be learnt; give a readable --config [gateway-user]"
+    if slot in names:
+        where = f"[[mqtt.brokers]] username in {config}" if config else f"the appliance's default, {GATEWAY_USERNAME}"
+        return (
+            f"--slot {slot!r} is the gateway's own broker username ({where}): its password in "
+            f"{args.mosquitto_passwd} would be replaced, mosquitto would refuse the gateway after its reload, and "
+            "the board would read every board's topics; give the board another --slot [gateway-user]"
+        )
     return None
+
+
+def _gateway_usernames(args: argparse.Namespace) -> tuple[str | None, set[str]]:
+    """The config file read (--config, $MCP_GATEWAY_CONFIG, the appliance's) and each [[mqtt.brokers]]
+    username there, and mcp-gateway; plain TOML, as `token create` reads it (its secrets need not be)."""
+    from gateway.config import ENV_CONFIG_FILE, read_toml
+
+    appliance = str(APPLIANCE_CONFIG) if APPLIANCE_CONFIG.is_file() else None
+    config = args.config or os.environ.get(ENV_CONFIG_FILE) or appliance
+    mqtt = read_toml(Path(config)).get("mqtt") if config else None
+    brokers = mqtt.get("brokers") if isinstance(mqtt, dict) else None
+    found = [b.get("username") for b in brokers if isinstance(b, dict)] if isinstance(brokers, list) else []
+    return config, {GATEWAY_USERNAME, *(name for name in found if isinstance(name, str))}
+
+
+def _user_exists_problem(args: argparse.Namespace, registry: Any) -> str | None:
+    """Why the slot's user is kept: no adoption of the slot owns it, no --replace-user; raises as read() does."""
+    from gateway.devices.mosquitto_passwd import read
+
+    if args.replace_user or args.slot not in read(Path(args.mosquitto_passwd), "--mosquitto-passwd"):
+        return None
+    with registry.read_only() as db:  # nothing made or changed: a dry run asks it too
+        query = "SELECT 1 FROM devices WHERE slot = ? AND adopted_at IS NOT NULL AND revoked_at IS NULL"
+        if db is not None and db.execute(query, (args.slot,)).fetchone():
+            return None
+    return (
+        f"the mosquitto password file {args.mosquitto_passwd} has a user {args.slot} that no board adopted for "
+        f"{args.slot} in the registry {registry.path} owns (made by hand, or another program's): the install would "
+        "replace its password and lock out whoever logs in with it. Give the board another --slot, or pass "
+        "--replace-user when that user may go [user-exists]"
+    )
 
 
 def _password_file_problem(args: argparse.Namespace) -> str | None:
@@ -712,6 +771,13 @@ def add_device(commands: Commands) -> None:
         help="when another board is adopted for --slot, revoke its identity for the slot and adopt this one "
         "(without it the install stops, [slot-taken])",
     )
+    install.add_argument(
+        "--replace-user",
+        action="store_true",
+        help="replace the password of a user of --mosquitto-passwd named --slot that no board adopted for the slot "
+        "owns (without it the install stops, [user-exists]); never the gateway's own",
+    )
+    install.add_argument("--config", help="the gateway's config (default: $MCP_GATEWAY_CONFIG, else the appliance's)")
     gateway_url_option(install, "the running gateway, asked to end the link of a board --replace revokes")
     install.add_argument("--token-file", metavar="FILE", help="a client token for a gateway with [auth] (--replace)")
     _common(install)

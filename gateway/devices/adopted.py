@@ -12,6 +12,7 @@ why until a lookup reads it again, for the refusal's text and broker_diagnose).
 
 from __future__ import annotations
 
+import errno
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -45,23 +46,41 @@ class AdoptedIdentities:
         return self._ask(lambda registry: registry.revocation(device_id)) is not None
 
     def _ask(self, question: _Question) -> Adopted | None:
-        if not self.path.exists():
-            self._readable()
-            return None
         registry = DeviceRegistry(self.path)
         try:
+            # exists() raises too: EACCES on a directory the gateway's user may not search (root-made, 0700).
+            if not self.path.exists():
+                self._readable()
+                return None
             found = question(registry)
         except (sqlite3.Error, OSError) as exc:
-            if self.unreadable is None:  # once until it is read again
-                log.warning("device registry %s cannot be read (%s): adopted boards are refused", self.path, exc)
-            self.unreadable = str(exc) or type(exc).__name__
+            self._unreadable(exc)
             return None
         finally:
             registry.close()
         self._readable()
         return found
 
+    def _unreadable(self, exc: sqlite3.Error | OSError) -> None:
+        if self.unreadable is None:  # once until it is read again
+            log.warning(
+                "device registry %s cannot be read (%s): adopted boards are refused and revocations are not "
+                "checked; let the gateway's user read the file and enter each directory above it "
+                "(e.g. chown the state directory to the service user)",
+                self.path,
+                _reason(exc),
+            )
+        self.unreadable = _reason(exc)
+
     def _readable(self) -> None:
         if self.unreadable is not None:
             self.unreadable = None
             log.info("device registry %s can be read again: adopted boards are admitted", self.path)
+
+
+def _reason(exc: sqlite3.Error | OSError) -> str:
+    """`exc` in words, with its errno's name when it has one (EACCES, ENOTDIR, ...)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        return f"{exc.strerror or exc} [{name}]" + (f": {exc.filename}" if exc.filename else "")
+    return str(exc) or type(exc).__name__

@@ -1,10 +1,11 @@
 """Which file to write: `--firmware` as a path, or a name in the firmware directory.
 
-The appliance keeps its images in `<state dir>/firmware/` ($STATE_DIRECTORY/firmware under systemd,
-else $XDG_STATE_HOME/mcp-gateway/firmware, else ~/.local/state/mcp-gateway/firmware), with a
-`SHA256SUMS` file in `sha256sum`'s format (`<hex>  <name>`, or `<hex> *<name>`). A file in a
-directory that has a SHA256SUMS must be listed there and match: a damaged or unlisted image is
-refused. Nothing is ever downloaded.
+The appliance keeps its images in `<state dir>/firmware/` ($STATE_DIRECTORY/firmware under systemd;
+from a shell without it /var/lib/mcp-gateway/firmware when that directory is there, as `token create`
+finds /etc/mcp-gateway; else $XDG_STATE_HOME/mcp-gateway/firmware, else ~/.local/state/mcp-gateway/
+firmware), with a `SHA256SUMS` file in `sha256sum`'s format (`<hex>  <name>`, or `<hex> *<name>`). A
+file in a directory that has a SHA256SUMS must be listed there and match: a damaged or unlisted image
+is refused. Nothing is ever downloaded.
 """
 
 from __future__ import annotations
@@ -22,16 +23,44 @@ SUMS_FILE = "SHA256SUMS"
 APP_DIR = "mcp-gateway"
 
 
-def default_firmware_dir(environ: Mapping[str, str] | None = None) -> Path:
+APPLIANCE_FIRMWARE_DIR = Path("/var/lib/mcp-gateway/firmware")
+"""$STATE_DIRECTORY/firmware of the appliance's service (StateDirectory=mcp-gateway), where docs/field.md
+has technicians put the images."""
+
+
+def default_firmware_dir(environ: Mapping[str, str] | None = None, appliance: Path | None = None) -> Path:
+    return firmware_dir_choice(environ, appliance)[0]
+
+
+def firmware_dir_choice(environ: Mapping[str, str] | None = None, appliance: Path | None = None) -> tuple[Path, str]:
+    """The default firmware directory and why it is the one (for the error that finds no image there);
+    `appliance`: the appliance's directory (default APPLIANCE_FIRMWARE_DIR)."""
     env = os.environ if environ is None else environ
+    appliance = APPLIANCE_FIRMWARE_DIR if appliance is None else appliance
     state_directory = env.get("STATE_DIRECTORY", "").split(":")[0]
     if state_directory:
-        return Path(state_directory) / "firmware"
+        return Path(state_directory) / "firmware", "$STATE_DIRECTORY/firmware"
+    if _present(appliance):
+        return appliance, "the appliance's: $STATE_DIRECTORY is not set and this directory is there"
+    unset = f"$STATE_DIRECTORY is not set and there is no {appliance}"
     xdg = env.get("XDG_STATE_HOME", "")
     if xdg and Path(xdg).is_absolute():
-        return Path(xdg) / APP_DIR / "firmware"
+        return Path(xdg) / APP_DIR / "firmware", f"$XDG_STATE_HOME/{APP_DIR}/firmware: {unset}"
     home = env.get("HOME") or str(Path.home())
-    return Path(home) / ".local" / "state" / APP_DIR / "firmware"
+    return Path(home) / ".local" / "state" / APP_DIR / "firmware", f"this user's: {unset}"
+
+
+def _present(directory: Path) -> bool:
+    try:
+        return directory.is_dir()
+    except OSError:  # there, in a state directory this user may not enter: the read that follows says so
+        return True
+
+
+def _origin(firmware_dir: Path) -> str:
+    """Why `firmware_dir` was used, when it is the default one (not --firmware-dir)."""
+    default, why = firmware_dir_choice()
+    return f" ({why}; --firmware-dir names another)" if firmware_dir == default else ""
 
 
 def read_entries(directory: Path) -> tuple[dict[str, str], dict[str, str]] | None:
@@ -75,7 +104,7 @@ def resolve(firmware: str, firmware_dir: Path) -> Path:
     raise FlashError(
         "firmware-not-found",
         f"no file {firmware!r} here, and no image of that name in the firmware directory "
-        f"{printable(str(firmware_dir))}{known}",
+        f"{printable(str(firmware_dir))}{_origin(firmware_dir)}{known}",
     )
 
 
