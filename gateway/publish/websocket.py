@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import aiohttp
 import anyio
+import anyio.abc
 import orjson
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
@@ -414,6 +415,44 @@ async def _send_text(ws: aiohttp.ClientWebSocketResponse, data: bytes, max_frame
         await ws.send_frame(data, TEXT)
 
 
+class _LinkSends:
+    """Every frame the SDK sessions of one link send. Once the link ends (`end()`), nothing more goes
+    out on it, and sends waiting for the link to drain (a gateway that stopped reading) are abandoned:
+    the SDK's writer shields them from its callers' cancellation, which would otherwise hold the
+    link's teardown, and with it the next dial, for as long as the dead link never drains."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, max_frame_bytes: int) -> None:
+        self.ws = ws
+        self.max_frame_bytes = max_frame_bytes
+        self.ended = False
+        self._waiting: set[anyio.CancelScope] = set()
+
+    async def send(self, data: bytes) -> None:
+        if self.ended:
+            return  # the gateway has answered this link's callers already (or never will hear it)
+        with anyio.CancelScope() as scope:
+            self._waiting.add(scope)
+            try:
+                await _send_text(self.ws, data, self.max_frame_bytes)
+            finally:
+                self._waiting.discard(scope)
+
+    def end(self) -> None:
+        self.ended = True
+        for scope in list(self._waiting):
+            scope.cancel()
+
+
+async def _end_sessions(sends: _LinkSends, sessions: list[SdkSession], group: anyio.abc.TaskGroup) -> None:
+    """The link's end: sends stop first, so no call cut off here answers on the dead link, then the
+    sessions' calls in flight are cancelled (their handlers see the cancellation), so the task group
+    waits for no send and for no `async` tool."""
+    sends.end()
+    for session in sessions:
+        await session.close_input()
+    group.cancel_scope.cancel()
+
+
 async def _read_frames(
     ws: aiohttp.ClientWebSocketResponse, closed_with: list[tuple[int | None, str]], silence: tuple[float | None, str]
 ) -> AsyncGenerator[bytes | str, None]:
@@ -467,18 +506,16 @@ class Publisher(_PublisherBase):
         await ws.send_frame(orjson.dumps(register_frame(self.aggregate, self.hello)), TEXT)
 
         bound, source = self.frame_bound()
-
-        async def send(data: bytes) -> None:
-            await _send_text(ws, data, bound)
-
-        session = SdkSession(self.server, send, max_message_bytes=bound, bound_source=source)
+        sends = _LinkSends(ws, bound)
+        session = SdkSession(self.server, sends.send, max_message_bytes=bound, bound_source=source)
         async with anyio.create_task_group() as group:
             await group.start(session.run)
-            async for data in _read_frames(ws, self._closed_with, self.silence_bound()):
-                self._carried = True  # the gateway speaks only once it accepted the slot
-                await session.feed(data)
-            await session.close_input()
-            group.cancel_scope.cancel()
+            try:
+                async for data in _read_frames(ws, self._closed_with, self.silence_bound()):
+                    self._carried = True  # the gateway speaks only once it accepted the slot
+                    await session.feed(data)
+            finally:  # a fault of ours ends the link too
+                await _end_sessions(sends, [session], group)
 
 
 class MultiplexedPublisher(_PublisherBase):
@@ -546,10 +583,11 @@ class MultiplexedPublisher(_PublisherBase):
         sessions: dict[str, SdkSession] = {}
         claiming: set[str] = set()  # refused slots whose next claim is waiting
         frame_bytes, source = self.frame_bound()
+        sends = _LinkSends(ws, frame_bytes)
 
         def sender(prefix: bytes) -> Any:
             async def send(data: bytes) -> None:
-                await _send_text(ws, prefix + data + b"}", frame_bytes)
+                await sends.send(prefix + data + b"}")
 
             return send
 
@@ -562,40 +600,40 @@ class MultiplexedPublisher(_PublisherBase):
                     server, sender(prefix), max_message_bytes=bound, bound_source=f"{source}, less the envelope"
                 )
                 await group.start(sessions[slot].run)
-            async for data in _read_frames(ws, self._closed_with, self.silence_bound()):
-                # Every value from the wire is checked before use: a frame that is not what the
-                # gateway sends is skipped, and the link and its other slots carry on.
-                try:
-                    frame = orjson.loads(data)
-                except orjson.JSONDecodeError:
-                    self._malformed(MALFORMED_JSON)
-                    continue
-                provider = frame.get("provider") if isinstance(frame, dict) else None
-                if not isinstance(provider, str):
-                    self._malformed(MALFORMED_ENVELOPE)
-                    continue
-                session = sessions.get(provider)
-                if session is None:
-                    self._malformed(MALFORMED_SLOT)
-                    continue
-                payload = frame.get("payload")
-                if not isinstance(payload, dict):
-                    self._malformed(MALFORMED_PAYLOAD)
-                    continue
-                if "id" in payload and payload["id"] is None and "error" in payload:
-                    # The gateway refused this slot (held, reserved, forbidden) and forgot the name:
-                    # a later register envelope for it tries again (docs/protocol.md).
-                    self._refused(provider, payload["error"])
-                    if provider not in claiming:
-                        claiming.add(provider)
-                        group.start_soon(self._claim_again, ws, provider, claiming)
-                    continue
-                self._carried = True
-                self._accepted(provider)
-                await session.feed(orjson.dumps(payload))
-            for session in sessions.values():
-                await session.close_input()
-            group.cancel_scope.cancel()
+            try:
+                async for data in _read_frames(ws, self._closed_with, self.silence_bound()):
+                    # Every value from the wire is checked before use: a frame that is not what the
+                    # gateway sends is skipped, and the link and its other slots carry on.
+                    try:
+                        frame = orjson.loads(data)
+                    except orjson.JSONDecodeError:
+                        self._malformed(MALFORMED_JSON)
+                        continue
+                    provider = frame.get("provider") if isinstance(frame, dict) else None
+                    if not isinstance(provider, str):
+                        self._malformed(MALFORMED_ENVELOPE)
+                        continue
+                    session = sessions.get(provider)
+                    if session is None:
+                        self._malformed(MALFORMED_SLOT)
+                        continue
+                    payload = frame.get("payload")
+                    if not isinstance(payload, dict):
+                        self._malformed(MALFORMED_PAYLOAD)
+                        continue
+                    if "id" in payload and payload["id"] is None and "error" in payload:
+                        # The gateway refused this slot (held, reserved, forbidden) and forgot the name:
+                        # a later register envelope for it tries again (docs/protocol.md).
+                        self._refused(provider, payload["error"])
+                        if provider not in claiming:
+                            claiming.add(provider)
+                            group.start_soon(self._claim_again, ws, provider, claiming)
+                        continue
+                    self._carried = True
+                    self._accepted(provider)
+                    await session.feed(orjson.dumps(payload))
+            finally:  # a fault of ours ends the link too
+                await _end_sessions(sends, list(sessions.values()), group)
 
 
 MALFORMED_JSON = "not JSON"
