@@ -41,7 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import itertools
 import logging
+import socket
 import threading
 import time
 from collections.abc import Coroutine
@@ -53,6 +56,7 @@ from gateway.core.broker.diagnose_links import MQTT_ANONYMOUS_FIX, mqtt_anonymou
 from gateway.core.broker.scrape import mqtt_broker_key
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.repeats import RepeatCounter
 from gateway.core.timestamps import iso
 from gateway.southbound.mqtt import anonymous as mqtt_anonymous
 from gateway.southbound.mqtt import topics as mqtt_topics
@@ -98,6 +102,8 @@ class MqttBroker:
         self._checking = False
         self._check_stop = threading.Event()
         self._anonymous_warned = False
+        self.same_broker_as: list[str] = []
+        """Other entries that resolve to this broker's address and port (warned of at start)."""
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -122,6 +128,12 @@ class MqttBroker:
 
     def is_halted(self) -> bool:
         return self._halted
+
+    def announces(self, slot: str) -> bool:
+        """A status or presence for `slot` stands on this broker (so its slot is attached again when lost)."""
+        return (self.plain is not None and slot in self.plain.announced) or (
+            self.mcp is not None and slot in self.mcp.of_slot
+        )
 
     def limit_hit(self, name: str, times: int = 1) -> None:
         self.gateway.metrics.limit_hit(f"{self.limits_key}.{name}", times)
@@ -338,6 +350,7 @@ class MqttBroker:
             **self.client.status(),
             "subscriptions": list(self.subscribed),
             "subscribe_error": self.subscribe_error or None,
+            "same_broker_as": list(self.same_broker_as),
             "anonymous_clients": self.anonymous.to_json() if self.anonymous is not None else None,
             "limits": {
                 "max_payload_bytes": self.config.max_payload_bytes,
@@ -378,6 +391,72 @@ class MqttBroker:
         return "unlimited" if max_outbound >= MQTT_MAX_PACKET_BYTES else max_outbound
 
 
+LOOPBACK = "loopback (127.0.0.1, ::1)"
+"""Every loopback address counts as one: a broker on loopback is reached by each of them (localhost)."""
+
+
+async def _addresses(config: MqttBrokerConfig) -> set[tuple[str, int]]:
+    """The addresses and port `config`'s host resolves to (every loopback address as LOOPBACK); empty
+    when it does not resolve within connect_timeout_s (its connection attempts say why)."""
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM), config.connect_timeout_s
+        )
+    except (OSError, TimeoutError, UnicodeError):
+        return set()
+    found: set[tuple[str, int]] = set()
+    for *_, sockaddr in infos:
+        try:
+            address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        except ValueError:
+            continue
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        found.add((LOOPBACK if address.is_loopback else str(address), config.port))
+    return found
+
+
+PROVIDER_LOGGER = "gateway.provider"
+"""The provider session's logger (gateway/core/provider_session.py): it warns of each failed initialize."""
+FAILED_TO_INITIALIZE = "failed to initialize"
+MAX_SLOTS_TRACKED = 4096
+
+
+class RetriedInitializeLines(logging.Filter):
+    """A device whose status or presence stands is attached again after every failed initialize, with
+    back-off, for as long as the announcement stands: a board that died without a last will would log a
+    warning per attempt (about 2,900 a day). For a slot an MQTT broker still announces, the first such
+    line passes, then one per logging.repeat_interval_s saying how many were left out (gateway.logs'
+    repeat rule, on the provider session's logger)."""
+
+    def __init__(self, brokers: list[MqttBroker], repeat_interval_s: float) -> None:
+        super().__init__()
+        self.brokers = brokers
+        self.repeats = RepeatCounter(repeat_interval_s, time.monotonic, MAX_SLOTS_TRACKED)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        slot = getattr(record, "slot", None)
+        if FAILED_TO_INITIALIZE not in str(record.msg) or not isinstance(slot, str):
+            return True
+        if not any(broker.announces(slot) for broker in self.brokers):
+            return True
+        admitted = self.repeats.admit(slot)
+        if admitted is None:
+            return False
+        left_out = admitted[0]
+        if left_out:
+            record.msg = f"{record.getMessage()} ({left_out} more like it since the last line)"
+        else:
+            record.msg = (
+                f"{record.getMessage()}; tried again with back-off while its MQTT announcement stands "
+                "(broker_info mqtt[].reattaching), this line once per logging.repeat_interval_s"
+            )
+        record.args = None
+        record.repeats_left_out = left_out
+        return True
+
+
 class MqttBrokers:
     """Every [[mqtt.brokers]] entry of the configuration."""
 
@@ -389,20 +468,57 @@ class MqttBrokers:
             if self.metrics
             else []
         )
+        self.retried_lines = RetriedInitializeLines(self.brokers, gateway.config.logging.repeat_interval_s)
+        self._checking: asyncio.Task[None] | None = None
         if self.brokers:
             gateway.mqtt_status = self.status
 
     def start(self) -> None:
+        if self.brokers:
+            logging.getLogger(PROVIDER_LOGGER).addFilter(self.retried_lines)
         for broker in self.brokers:
             broker.start()
+        if len(self.brokers) > 1:
+            self._checking = asyncio.get_running_loop().create_task(self._warn_same_broker())
+
+    async def _warn_same_broker(self) -> None:
+        """The configuration refuses a broker listed twice by the same URL; two names of one broker
+        (`127.0.0.1` and `localhost`) pass it, and each entry then opens its own connection, so every
+        board both carry is attached twice and contested. Warned at start, naming both entries; both
+        connections stay (a name may resolve elsewhere later)."""
+        found = [await _addresses(broker.config) for broker in self.brokers]
+        for first, second in itertools.combinations(range(len(self.brokers)), 2):
+            common = found[first] & found[second]
+            if not common:
+                continue
+            one, other = self.brokers[first], self.brokers[second]
+            one.same_broker_as.append(other.label)
+            other.same_broker_as.append(one.label)
+            address, port = sorted(common)[0]
+            log.warning(
+                "MQTT brokers %s (mqtt.brokers[%d]) and %s (mqtt.brokers[%d]) are one broker: both reach %s port %d. "
+                "Each entry opens its own connection, so every board both carry is attached by both and contested; "
+                "list each broker once (docs/configuration.md, [[mqtt.brokers]])",
+                one.label,
+                first,
+                other.label,
+                second,
+                address,
+                port,
+            )
 
     def halt(self) -> None:
         for broker in self.brokers:
             broker.halt()
 
     async def stop(self) -> None:
+        if self._checking is not None:
+            self._checking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checking
         with contextlib.suppress(Exception):
             await asyncio.gather(*(broker.stop() for broker in self.brokers))
+        logging.getLogger(PROVIDER_LOGGER).removeFilter(self.retried_lines)
 
     def status(self) -> list[JsonObject]:
         return [broker.status() for broker in self.brokers]

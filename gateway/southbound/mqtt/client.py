@@ -32,7 +32,10 @@ Failed attempts. Every attempt that fails (the TLS files cannot be loaded, the T
 fails, no CONNACK comes, or anything unexpected) is recorded as `last_error` (with `last_error_kind`:
 tls, refused, network or internal) and retried with the back-off; nothing ends the connection task
 but stopping. The first failure of a streak (attempts since the last accepted connection) is a
-warning, as is a new TLS failure; the same failure again is logged at info once, then at debug.
+warning, as is a new kind of TLS failure; another kind is logged at info, the same kind again at debug.
+A kind (`last_error_category`) is what failed, not its words: OpenSSL words one TLS failure differently
+from attempt to attempt. A connection closed before the CONNACK adds that the listener may expect the
+other scheme (mqtt:// or mqtts://).
 
 Refused publishes. A PUBACK that refuses a publish (MQTT 5 reason >= 0x80, the broker's ACL) is
 counted, warned of and handed to the owner (gateway/southbound/mqtt/puback.py).
@@ -245,11 +248,15 @@ class BrokerClient:
         self.refusals = 0
         """CONNECTs the broker refused (its CONNACK said why): one warning per reason, counted here."""
         self._refusals_warned: set[str] = set()
-        self._retry_logged = ""
+        self._retry_logged: tuple[str, ...] = ()
+        """The failure category (`last_error_category`) the back-off last logged at info or above."""
         self._streak_warned = False
         """The current streak of failed attempts was warned of (a loss, a refusal, or its first failure)."""
         self.last_error_kind = ""
         """tls, refused, network or internal: what kind of failure last_error is."""
+        self.last_error_category: tuple[str, ...] = ()
+        """What failed, without the words (an exception class, an errno, the TLS handshake phase): the
+        retries log once per category, since OpenSSL words one failure differently from try to try."""
         self._paho_errors = _PahoErrors()
         self.last_error = ""
         self.last_error_at: float | None = None
@@ -346,14 +353,18 @@ class BrokerClient:
                     accepted = await self._connect_once()
                 except Exception as exc:  # a bug must not end the connection task: it is retried
                     self.log.error("MQTT broker %s: connection attempt failed", self.label, exc_info=exc)
-                    self._fail(f"connection attempt failed: {type(exc).__name__}: {exc}", "internal")
+                    self._fail(
+                        f"connection attempt failed: {type(exc).__name__}: {exc}",
+                        "internal",
+                        ("internal", type(exc).__name__),
+                    )
                     accepted = False
                 if self.stopping():
                     break
                 if accepted:
                     self.backoff.reset()
                     # The loss that ended it was warned of (_lost): the retry names only a new failure at info.
-                    self._retry_logged = self.last_error
+                    self._retry_logged = self.last_error_category
                 if self._redial_now or self.hold_until is not None:
                     continue
                 delay = self.backoff.next_delay()
@@ -369,24 +380,33 @@ class BrokerClient:
                 self._lost("gateway shutting down")
 
     def _log_retry(self, delay: float) -> None:
-        """Once per kind of failure (a broker that keeps refusing would log every attempt otherwise): a
-        warning for the first failure of a streak and for a new TLS failure, else info; repeats at debug."""
-        if self.last_error == self._retry_logged:
+        """Once per kind of failure (`last_error_category`; a broker that keeps refusing would log every
+        attempt otherwise): a warning for the first failure of a streak and for a new kind of TLS failure,
+        else info; repeats at debug."""
+        if self.last_error_category == self._retry_logged:
             self.log.debug("MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
             return
-        self._retry_logged = self.last_error
+        self._retry_logged = self.last_error_category
         level = logging.INFO
         if not self._streak_warned or self.last_error_kind == "tls":
             level = logging.WARNING
         self._streak_warned = True
         self.log.log(level, "MQTT broker %s: %s; connecting again in %.1fs", self.label, self.last_error, delay)
 
-    def _fail(self, text: str, kind: str = "network") -> None:
+    def _fail(self, text: str, kind: str = "network", category: tuple[str, ...] | None = None) -> None:
+        """Record a failure; `category` (default: its kind and text) is what the retries log once."""
         if kind == "tls" and self.tls_names is not GATEWAY_TLS_NAMES:
             text = mqtt_tls.reword(text, self.tls_names)
         self.last_error = text
         self.last_error_kind = kind
+        self.last_error_category = category or (kind, text)
         self.last_error_at = time.time()
+
+    def _scheme_hint(self) -> str:
+        """For a connection the broker closed before its CONNACK: the other scheme may be the listener's."""
+        if self.config.tls:
+            return "; the listener may expect plain MQTT (an mqtt:// URL), and this URL is mqtts://"
+        return "; the listener may expect TLS (an mqtts:// URL), and this URL is mqtt://"
 
     def _new_client(self, generation: int) -> paho.Client:
         config = self.config
@@ -486,7 +506,7 @@ class BrokerClient:
         try:
             client = self._new_client(generation)
         except TlsFilesError as exc:
-            self._fail(f"cannot connect: {exc}", "tls")
+            self._fail(f"cannot connect: {exc}", "tls", ("tls", "files", str(exc)))
             return False
         loop = asyncio.get_running_loop()
         self._connack = loop.create_future()
@@ -512,10 +532,18 @@ class BrokerClient:
             else:
                 await asyncio.to_thread(client.connect, config.host, config.port, config.keepalive_s)
         except (ssl.SSLError, ssl.CertificateError) as exc:
-            self._fail(f"cannot connect: {mqtt_tls.describe_failure(exc, self.config.cert_file is not None)}", "tls")
+            text = mqtt_tls.describe_failure(exc, self.config.cert_file is not None)
+            if isinstance(exc, ssl.SSLCertVerificationError):
+                self._fail(f"cannot connect: {text}", "tls", ("tls", "untrusted", str(exc.verify_code)))
+            else:
+                hint = self._scheme_hint() if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError) else ""
+                self._fail(f"cannot connect: {text}{hint}", "tls", ("tls", "handshake"))
             return False
         except (OSError, ValueError) as exc:
-            self._fail(f"cannot connect: {exc}")
+            closed = isinstance(exc, ConnectionResetError | ConnectionAbortedError | BrokenPipeError)
+            hint = self._scheme_hint() if closed and self.config.tls else ""
+            errno = getattr(exc, "errno", None)
+            self._fail(f"cannot connect: {exc}{hint}", "network", ("network", type(exc).__name__, str(errno)))
             return False
         if self.stopping():
             client.disconnect()
@@ -533,7 +561,7 @@ class BrokerClient:
             try:
                 accepted = await asyncio.wait_for(asyncio.shield(self._connack), config.connect_timeout_s)
             except TimeoutError:
-                self._fail(f"no CONNACK within {config.connect_timeout_s:g}s")
+                self._fail(f"no CONNACK within {config.connect_timeout_s:g}s", "network", ("network", "no CONNACK"))
             if accepted:
                 await self._ended.wait()
         finally:
@@ -553,7 +581,7 @@ class BrokerClient:
             return
         if isinstance(code, ReasonCode) and code.is_failure:
             reason = _reason(code)
-            self._fail(f"refused by the broker: {reason}", "refused")
+            self._fail(f"refused by the broker: {reason}", "refused", ("refused", reason))
             self.refusals += 1
             if reason not in self._refusals_warned:
                 self._refusals_warned.add(reason)
@@ -595,9 +623,18 @@ class BrokerClient:
             # The broker ended the connection with a TLS alert before its CONNACK (e.g. it requires a
             # client certificate). After one, a TLS error is how a stopping broker's close reads.
             has_certificate = self.config.cert_file is not None
-            self._fail(f"connection lost: {mqtt_tls.describe_alert(paho_error, has_certificate)}", "tls")
+            text = mqtt_tls.describe_alert(paho_error, has_certificate)
+            self._fail(f"connection lost: {text}", "tls", ("tls", "handshake"))
+        elif self._connack is not None and not self._connack.done():
+            # Closed before its CONNACK: nothing was connected, and a scheme that does not match the
+            # listener ends a connection exactly so.
+            self._fail(
+                f"connection closed before the broker's CONNACK: {reason}{self._scheme_hint()}",
+                "network",
+                ("network", "closed before CONNACK"),
+            )
         else:
-            self._fail(f"connection lost: {reason}")
+            self._fail(f"connection lost: {reason}", "network", ("network", "lost", reason))
         if self.connected:
             self._lost(self.last_error)
         if self._connack is not None and not self._connack.done():

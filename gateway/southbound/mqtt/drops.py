@@ -17,6 +17,9 @@ A message is dropped, never fatal: the connection and every other slot carry on.
   provider, reserved, not a slot name (an MCP server-name whose slot is `..` or holds invisible
   characters), undeclared, the broker refused the subscription, or max_instances devices are
   already known); counted once per announcement, however often the gateway tries again;
+- retained: a retained message on a topic that carries live traffic only (a board's `up`, an MCP server's
+  RPC or capability topic): the broker's stored copy, replayed at every subscription, so it is never taken
+  as the device speaking now;
 - backlog: received while max_backlog messages were waiting for the event loop (dropped in paho's
   thread, unread).
 """
@@ -31,7 +34,12 @@ from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.mqtt")
 
-REASONS = ("malformed", "wrong_topic", "oversize", "unregistered", "refused", "backlog")
+REASONS = ("malformed", "wrong_topic", "oversize", "unregistered", "refused", "retained", "backlog")
+RETAINED_DETAIL = (
+    "a retained message on a topic of live traffic is the broker's stored copy, replayed at every subscription, "
+    "not the device speaking now; publish it without the retain flag, and clear the stored copy (an empty "
+    "retained message on the topic)"
+)
 MAX_TRACKED_SLOTS = 1024
 """Per-slot counts are kept for this many names; past that, only the broker's totals count (a noisy
 publisher inventing slot names cannot grow the gateway's memory)."""
@@ -64,7 +72,7 @@ class MqttMetrics:
         )
         self.dropped = Counter(
             "mcpgw_mqtt_dropped_messages",
-            "MQTT messages dropped: malformed, wrong_topic, oversize, unregistered, refused, backlog",
+            "MQTT messages dropped: malformed, wrong_topic, oversize, unregistered, refused, retained, backlog",
             ["broker", "reason"],
             registry=r,
         )

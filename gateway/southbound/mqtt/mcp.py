@@ -45,6 +45,7 @@ from gateway.core.slots import SlotRefused
 from gateway.southbound.mqtt import topics as mqtt_topics
 from gateway.southbound.mqtt.client import NotConnected, PacketTooLarge
 from gateway.southbound.mqtt.connack import ConnackLimits
+from gateway.southbound.mqtt.drops import RETAINED_DETAIL
 from gateway.southbound.mqtt.link import BrokerContext, MqttLink
 from gateway.southbound.mqtt.reattach import RETRIED_REFUSALS, Reattach
 from gateway.southbound.mqtt.topics import ServerAddress
@@ -189,6 +190,15 @@ class McpProfile:
         self.shared_warned: dict[str, _Quiet] = {}
         """Slots whose shared server-id was warned of (at most one warning per slot per repeat interval)."""
         self.server_filters: list[str] = list(broker.config.server_filter)
+        self.retained: set[InstanceKey] = set()
+        """Instances whose presence came retained (the broker's stored copy, not a publication since the
+        gateway subscribed) and that were not heard from since."""
+        self.parked: set[InstanceKey] = set()
+        """Instances of a retained presence whose handshake failed with nothing heard from them: not bridged
+        again until they announce themselves anew, or the broker's connection comes back (`_stale`)."""
+        self.stale_warned: dict[InstanceKey, None] = {}
+        """Instances whose unanswered retained presence was warned of, until heard from again (at most
+        max_instances, oldest first out): one warning per server, however often the broker restarts."""
         self.reattach = Reattach(
             broker.gateway.registry, broker.config.reconnect_initial_s, broker.config.reconnect_max_s, self._retry
         )
@@ -214,6 +224,8 @@ class McpProfile:
         self.of_slot.clear()
         self.of_server.clear()
         self.reattach.clear()
+        self.retained.clear()  # the stored presences arrive again, and each is tried once more
+        self.parked.clear()
         for link in links:
             link.released = True
             link.lost(f"MQTT broker {self.broker.label} {reason}")
@@ -234,21 +246,28 @@ class McpProfile:
         return link if link is not None and link.session is not None else None
 
     def handle(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
-        # `retained` matters to the plain profile only (a stored status); presence here is MCP's own.
+        """One message on an MCP over MQTT topic; `retained`: the broker delivered its stored copy (the
+        MQTT retain flag), which says what a server published before, not that it is there now."""
         drops = self.broker.drops
         if topic.startswith(mqtt_topics.RPC_ROOT + "/"):
             rpc = mqtt_topics.parse_rpc(topic)
             if rpc is None or rpc.client_id != self.broker.client.client_id:
                 drops.count("wrong_topic", topic, "not an RPC topic of this gateway's client id")
                 return
+            if retained:
+                drops.count("retained", topic, RETAINED_DETAIL, slot_for(rpc.server.server_name, self.rule))
+                return
             self._rpc(topic, rpc.server, payload)
             return
         presence = mqtt_topics.parse_server_presence(topic)
         if presence is not None:
-            self._presence(topic, presence, payload)
+            self._presence(topic, presence, payload, retained)
             return
         capability = mqtt_topics.parse_server_capability(topic)
         if capability is not None:
+            if retained:
+                drops.count("retained", topic, RETAINED_DETAIL, slot_for(capability.server_name, self.rule))
+                return
             link = self.by_server.get(capability)
             if link is None or link.session is None:
                 drops.count("unregistered", topic, "no bridged server instance publishes here")
@@ -259,7 +278,7 @@ class McpProfile:
 
     # -- presence ---------------------------------------------------------------------------------
 
-    def _presence(self, topic: str, address: ServerAddress, payload: bytes) -> None:
+    def _presence(self, topic: str, address: ServerAddress, payload: bytes, retained: bool = False) -> None:
         drops = self.broker.drops
         slot = slot_for(address.server_name, self.rule)
         if not mqtt_topics.valid_client_id(address.server_id) or not mqtt_topics.valid_server_name(address.server_name):
@@ -271,6 +290,8 @@ class McpProfile:
             return
         key = (slot, address.server_id)
         if not payload:
+            self.retained.discard(key)
+            self.parked.discard(key)
             known = self.instances.get(key)
             if known is not None and known.address == address:
                 self._remove(key)
@@ -299,6 +320,10 @@ class McpProfile:
         instance = Instance(address, slot, description if isinstance(description, str) else "")
         new = key not in self.instances
         self._add(instance)
+        if retained:
+            self.retained.add(key)
+        else:
+            self._heard(key)
         if new and len(self.of_server[address.server_id]) > 1:
             self._warn_shared(instance)
         self.reattach.now(slot)
@@ -394,6 +419,8 @@ class McpProfile:
         if slot in self.by_slot:
             return
         for instance in self.of_slot.get(slot, {}).values():
+            if instance.key in self.parked:
+                continue
             address = instance.address
             self._activate(mqtt_topics.server_presence_topic(address.server_id, address.server_name), slot, instance)
             return
@@ -408,10 +435,43 @@ class McpProfile:
         its slot is announced, bridge it again later, the next instance first."""
         if self.broker.is_halted() or not self._announced(link.slot):
             return
-        instance = self._remove((link.slot, link.address.server_id))
+        key = (link.slot, link.address.server_id)
+        if key in self.retained and not link.was_ready():
+            self._stale(link)
+        instance = self._remove(key)
         if instance is not None:
             self._add(instance)  # to the end: another instance of the slot goes first
+        if all(other.key in self.parked for other in self.of_slot.get(link.slot, {}).values()):
+            self.reattach.forget(link.slot)  # nothing to try until a server announces itself anew
+            return
         self.reattach.later(link.slot, link.close_reason, was_ready=link.was_ready())
+
+    def _heard(self, key: InstanceKey) -> None:
+        """The server instance `key` published something since the gateway subscribed: it is there."""
+        self.retained.discard(key)
+        self.parked.discard(key)
+        self.stale_warned.pop(key, None)
+
+    def _stale(self, link: McpLink) -> None:
+        """`link`, bridged for a retained presence, failed its handshake and nothing came from the server:
+        the presence is the broker's stored copy of a server that is gone (it went while the broker was
+        down, so no will emptied it). Parked until it announces itself anew; its slot's leave reason says
+        why, and the leave does not count as the slot flapping (the plain profile's rule for a status)."""
+        key = (link.slot, link.address.server_id)
+        self.parked.add(key)
+        address = link.address
+        reason = (
+            f"a retained presence of MCP server {_shown(address.server_name)} ({_shown(address.server_id)}) from "
+            "before the broker restarted: the server does not answer; waiting for it to announce itself again; a "
+            "broker with persistence keeps such presences: docs/mqtt-broker.md"
+        )
+        self.broker.gateway.registry.left_with_broker(link.slot, link.info, reason)
+        if key in self.stale_warned:
+            return
+        self.stale_warned[key] = None
+        while len(self.stale_warned) > self.broker.config.max_instances:
+            del self.stale_warned[next(iter(self.stale_warned))]
+        log.warning("MQTT broker %s: slot %s: %s", self.broker.label, link.slot, reason, extra={"slot": link.slot})
 
     def _activate(self, topic: str, slot: str, instance: Instance) -> None:
         try:
@@ -484,6 +544,7 @@ class McpProfile:
         message = jsonrpc.parse(payload, link.session.settings.max_json_depth)
         if message.kind is jsonrpc.Kind.NOTIFICATION and message.method == mqtt_topics.METHOD_DISCONNECTED:
             # The server ended this client session; the specification: consider it offline.
+            self.retained.discard((link.slot, address.server_id))
             self._remove((link.slot, address.server_id))
             self._forget_if_gone(link.slot)
             self.release(link)
@@ -492,6 +553,7 @@ class McpProfile:
             return
         if message.kind is jsonrpc.Kind.RESPONSE:
             link.initialized = True
+        self._heard((link.slot, address.server_id))
         link.deliver(topic, message)
 
     def status(self) -> JsonObject:

@@ -28,7 +28,9 @@ is an empty retained `status`), listens on `down` and answers on `up`, QoS 1. Th
   once when the board is heard from on `up` (mqtt_reattach.py). The board need not announce itself
   again; an empty status ends the attempts. A status delivered retained (the broker's stored copy)
   whose board has not been heard from since and whose handshake failed is the exception: no attempts
-  until the board publishes a status or speaks on `up` (`_stale`: one warning per board);
+  until the board publishes a status or speaks on `up` (`_stale`: one warning per board). A retained
+  message on `up` is the broker's stored copy, replayed at every subscription: dropped and counted
+  (`retained`), never taken as the board speaking;
 - detaches every slot of a broker whose connection is lost; the retained statuses bring them back
   once the gateway has reconnected and subscribed again. A broker stopped in an orderly way (mosquitto
   on SIGTERM) publishes its boards' wills just before it closes the gateway's connection: a slot whose
@@ -54,6 +56,7 @@ from gateway.core.slots import SlotRefused
 from gateway.southbound import envelope
 from gateway.southbound.mqtt import topics as mqtt_topics
 from gateway.southbound.mqtt.client import PacketTooLarge
+from gateway.southbound.mqtt.drops import RETAINED_DETAIL
 from gateway.southbound.mqtt.link import BrokerContext, MqttLink
 from gateway.southbound.mqtt.reattach import RETRIED_REFUSALS, Reattach
 
@@ -258,7 +261,7 @@ class PlainProfile:
         if address.kind == "status":
             self._status(topic, address.slot, payload, retained)
         elif address.kind == "up":
-            self._up(topic, address.slot, payload)
+            self._up(topic, address.slot, payload, retained)
         else:
             self.broker.drops.count("wrong_topic", topic, "the gateway does not read down topics", address.slot)
 
@@ -530,7 +533,11 @@ class PlainProfile:
             extra={"slot": slot, "refusal": "held"},
         )
 
-    def _up(self, topic: str, slot: str, payload: bytes) -> None:
+    def _up(self, topic: str, slot: str, payload: bytes, retained: bool = False) -> None:
+        if retained:
+            # The broker's stored copy, replayed at every subscription: it says nothing about the board now.
+            self.broker.drops.count("retained", topic, RETAINED_DETAIL, slot)
+            return
         self.heard(slot)
         link = self.links.get(slot)
         if link is None or link.closed:
