@@ -19,12 +19,13 @@ from gateway.config.base import (
     PositiveInt,
     ProviderEra,
     Section,
-    is_file,
     is_loopback_host,
     masked_url,
 )
 from gateway.config.credentials import UpstreamSecretConfig, check_header_value
 from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
+from gateway.config.mqtt_tls import TlsFilesError, client_context
+from gateway.config.tls import unreadable
 from gateway.core.names import SlotNameError, check_slot_name
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -228,8 +229,8 @@ class RemoteUpstreamConfig(Section):
             raise ValueError(f"{what}: reconnect_max_s must be at least reconnect_initial_s")
         if 0 < self.tools_poll_s < MIN_RETRY_S:
             raise ValueError(f"{what}: tools_poll_s must be 0 (never) or at least {MIN_RETRY_S:g}")
-        if self.ca_file is not None and not is_file(self.ca_file):
-            raise ValueError(f"{what}: ca_file {self.ca_file}: not found")
+        if self.ca_file is not None:
+            _check_ca_file(self.ca_file, what)
         oauth = self.oauth_client_credentials
         if oauth is not None and oauth.token_url is not None:
             _check_remote_url(oauth.token_url, f"{what}: token_url", self.allow_insecure_http)
@@ -251,6 +252,20 @@ class RemoteUpstreamConfig(Section):
         return dict(self._headers)
 
 
+def _check_ca_file(path: str, what: str) -> None:
+    """ca_file loaded as the link loads it (an [[mqtt.brokers]] ca_file's loader, in its words): a file
+    that is not PEM CA certificates is refused here, not when the gateway first connects."""
+    if _is_dir(path):
+        raise ValueError(f"{what}: ca_file {path}: is a directory, not a file of PEM CA certificates")
+    problem = unreadable("ca_file", path)  # before OpenSSL: it would wait on a FIFO
+    if problem is not None:
+        raise ValueError(f"{what}: {problem}")
+    try:
+        client_context(path)
+    except TlsFilesError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
 def _read_headers_file(path: str, what: str) -> dict[str, SecretStr]:
     try:
         text = read_regular_file(path, f"{what}: headers_file", MAX_SECRET_FILE_BYTES).decode("utf-8")
@@ -261,6 +276,7 @@ def _read_headers_file(path: str, what: str) -> dict[str, SecretStr]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{what}: headers_file {path} is not readable UTF-8 text ({exc})") from None
     headers: dict[str, SecretStr] = {}
+    first_line: dict[str, int] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -269,7 +285,14 @@ def _read_headers_file(path: str, what: str) -> dict[str, SecretStr]:
         where = f"{what}: headers_file {path} line {number}"
         if not colon or not value.strip():
             raise ValueError(f"{where}: expected `Name: value`")
-        headers[_header_name(name.strip(), where)] = SecretStr(check_header_value(value.strip(), where))
+        name = _header_name(name.strip(), where)
+        if name.lower() in first_line:
+            # Header names are case-insensitive: a second line would replace the first one's value unseen.
+            raise ValueError(
+                f"{where}: header {name!r} is already given on line {first_line[name.lower()]}; give each header once"
+            )
+        first_line[name.lower()] = number
+        headers[name] = SecretStr(check_header_value(value.strip(), where))
     if not headers:
         raise ValueError(f"{what}: headers_file {path} holds no `Name: value` line")
     return headers

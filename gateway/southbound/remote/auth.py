@@ -15,7 +15,7 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NoReturn, Protocol
 from urllib.parse import quote_plus, urlsplit
 
@@ -37,6 +37,9 @@ REFRESH_MARGIN_SHARE = 0.2
 MAX_SHOWN_VALUE = 120
 """Longest piece of a foreign metadata value quoted in an error (the value is the server's, any length)."""
 DEFAULT_PORTS = {"http": 80, "https": 443}
+REDACTED = "***"
+MAX_TOKENS_REMEMBERED = 4
+"""Access tokens (the current one and those before it) whose echo in an upstream's text is redacted."""
 
 
 class UpstreamError(Exception):
@@ -57,6 +60,43 @@ class UpstreamDropped(UpstreamError):
     """The connection broke during one exchange (the server may still be up): that request fails, the link stays."""
 
 
+def secret_forms(value: str) -> set[str]:
+    """`value` as an upstream may quote it: as sent, JSON-escaped, form-encoded; for a credential that
+    names its scheme ("Bearer x", "Basic x") its parameter alone too, and a Basic one decoded with its
+    password alone."""
+    forms = {value}
+    scheme, _, parameter = value.partition(" ")
+    if parameter.strip():
+        forms.add(parameter.strip())
+        if scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(parameter.strip(), validate=True).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                decoded = ""
+            forms.update(part for part in (decoded, decoded.partition(":")[2]) if part)
+    for form in list(forms):
+        forms.add(orjson.dumps(form).decode()[1:-1])
+        forms.add(quote_plus(form))
+    return {form for form in forms if form}
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` from an upstream (an error page, a challenge) with every form of every secret replaced by
+    ***, longest first so that a whole header value goes before its parts: whatever quotes upstream text
+    to callers, status, diagnosis or the log passes it through here first."""
+    forms: set[str] = set()
+    for secret in secrets:
+        forms |= secret_forms(secret)
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
+    return text
+
+
+def redact_bytes(body: bytes, secrets: Iterable[str]) -> bytes:
+    """`redact` for a body not yet decoded: bytes that are not UTF-8 stay as they are."""
+    return redact(body.decode("utf-8", errors="surrogateescape"), secrets).encode("utf-8", errors="surrogateescape")
+
+
 class Credentials(Protocol):
     kind: str
 
@@ -66,6 +106,10 @@ class Credentials(Protocol):
 
     async def rejected(self, challenge: str | None) -> bool:
         """The upstream answered 401: True when a fresh credential is ready and one retry makes sense."""
+        ...
+
+    def secrets(self) -> list[str]:
+        """Every secret value this credential holds or sends, for `redact`."""
         ...
 
     def status(self) -> JsonObject: ...
@@ -83,6 +127,9 @@ class StaticCredentials:
 
     async def rejected(self, challenge: str | None) -> bool:
         return False  # the same header would be refused again
+
+    def secrets(self) -> list[str]:
+        return [value.get_secret_value() for value in self._headers.values()]
 
     def status(self) -> JsonObject:
         return {"kind": self.kind, "headers": sorted(self._headers)}
@@ -137,7 +184,7 @@ def same_issuer(published: object, expected: str) -> bool:
     return longer == f"{shorter}/" and shorter == f"{parts.scheme}://{parts.netloc}"
 
 
-async def _read_json(response: aiohttp.ClientResponse, what: str) -> Any:
+async def _read_json(response: aiohttp.ClientResponse, what: str, secrets: Iterable[str]) -> Any:
     try:
         body = await read_body(response, MAX_METADATA_BYTES)
     except BodyTooLarge:
@@ -145,7 +192,7 @@ async def _read_json(response: aiohttp.ClientResponse, what: str) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise UpstreamAuthFailed(f"{what} is not JSON: {snippet(body)}") from None
+        raise UpstreamAuthFailed(f"{what} is not JSON: {snippet(redact_bytes(body, secrets))}") from None
 
 
 class ClientCredentials:
@@ -173,6 +220,7 @@ class ClientCredentials:
         self.learned_resource: str | None = None
         """The `resource` of the verified protected-resource metadata: sent when none is configured."""
         self.token: str | None = None
+        self.tokens_held: list[str] = []
         self.expires_at: float | None = None
         self.refresh_at: float | None = None
         self.fetches = 0
@@ -227,11 +275,11 @@ class ClientCredentials:
                 self.token_url, data=form, headers=headers, allow_redirects=False, timeout=self.timeout
             ) as response:
                 if response.status != 200:
-                    body = await read_prefix(response, MAX_METADATA_BYTES)
+                    body = redact_bytes(await read_prefix(response, MAX_METADATA_BYTES), self.secrets())
                     self._fail(
                         f"token endpoint {where} refused the client credentials: HTTP {response.status} {snippet(body)}"
                     )
-                answer = await _read_json(response, f"the answer of token endpoint {where}")
+                answer = await _read_json(response, f"the answer of token endpoint {where}", self.secrets())
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._fail(f"token endpoint {where} unreachable: {exc or type(exc).__name__}")
         if (
@@ -246,6 +294,7 @@ class ClientCredentials:
         now = time.monotonic()
         lifetime = answer.get("expires_in")
         self.token = answer["access_token"]
+        self.tokens_held = [*self.tokens_held, self.token][-MAX_TOKENS_REMEMBERED:]
         if isinstance(lifetime, int | float) and not isinstance(lifetime, bool) and lifetime > 0:
             margin = min(REFRESH_MARGIN_MAX_S, lifetime * REFRESH_MARGIN_SHARE)
             self.expires_at = now + lifetime
@@ -253,6 +302,11 @@ class ClientCredentials:
         else:
             self.expires_at = self.refresh_at = None  # kept until the upstream refuses it
         self.last_error = ""
+
+    def secrets(self) -> list[str]:
+        config = self.config
+        secret = config.client_secret.secret.get_secret_value()
+        return [secret, _basic(config.client_id, secret), *self.tokens_held]
 
     def _resource(self) -> str | None:
         """The `resource` the token is asked for: the configured one, else the one the verified metadata names."""
@@ -279,7 +333,7 @@ class ClientCredentials:
             ) as response:
                 if response.status != 200:
                     return None
-                return await _read_json(response, what)
+                return await _read_json(response, what, self.secrets())
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._fail(f"{what} at {public_url(url)} could not be fetched: {exc or type(exc).__name__}")
 

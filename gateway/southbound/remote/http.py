@@ -5,17 +5,29 @@ headers are built from the link's own values plus the gateway's credential (neve
 a redirect is followed only within the upstream's origin (MAX_REDIRECTS at most, and a POST only on
 307/308, which keep the method and body); a 401 gets one retry with a fresh credential, then
 `UpstreamAuthFailed`; a failure to connect (DNS, refused, TLS, timeout) is `UpstreamUnreachable`.
+Whatever of the upstream's text is quoted (an error page, a challenge) is read within the link's
+connect_timeout_s and at most MAX_ERROR_BODY bytes, and passes `redacted` first: no configured secret
+reaches a caller, status, diagnosis or the log through an upstream that echoes it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 
 import aiohttp
 from aiohttp.http_exceptions import ContentEncodingError
 
+from gateway.config.mqtt_tls import TlsFilesError, client_context
 from gateway.policy.ssrf import MAX_REDIRECTS, SsrfRefused, same_origin_url
-from gateway.southbound.remote.auth import Credentials, UpstreamAuthFailed, UpstreamDropped, UpstreamUnreachable
+from gateway.southbound.remote.auth import (
+    Credentials,
+    UpstreamAuthFailed,
+    UpstreamDropped,
+    UpstreamUnreachable,
+    redact,
+    redact_bytes,
+)
 from gateway.southbound.remote.wire import public_url, snippet
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -24,8 +36,13 @@ MAX_ERROR_BODY = 4096
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext:
-    """Certificate verification always on; a private CA bundle when the operator names one."""
-    return ssl.create_default_context(cafile=ca_file)
+    """Certificate verification always on; a private CA bundle when the operator names one, loaded as the
+    configuration check loads it. UpstreamUnreachable naming ca_file and why when it cannot be loaded (the
+    file can change after the check)."""
+    try:
+        return client_context(ca_file)
+    except TlsFilesError as exc:
+        raise UpstreamUnreachable(str(exc)) from None
 
 
 def connect_failure(exc: BaseException) -> str:
@@ -63,11 +80,47 @@ def read_failure(exc: BaseException, closed: str = CLOSED_MID_ANSWER) -> str:
 
 
 class RemoteHttp:
-    def __init__(self, name: str, session: aiohttp.ClientSession, credentials: Credentials) -> None:
+    def __init__(self, name: str, session: aiohttp.ClientSession, credentials: Credentials, timeout_s: float) -> None:
         self.name = name
         self.session = session
         self.credentials = credentials
+        self.timeout_s = timeout_s
+        """connect_timeout_s: the bound of a response's headers (open_within) and of an error body's read."""
         self.auth_retries = 0
+
+    def redacted(self, text: str) -> str:
+        """Upstream text with the configured secrets replaced by ***, before anything quotes it."""
+        return redact(text, self.credentials.secrets())
+
+    def redacted_body(self, body: bytes) -> bytes:
+        return redact_bytes(body, self.credentials.secrets())
+
+    async def error_body(self, response: aiohttp.ClientResponse) -> bytes:
+        """The start of an error page to quote: at most MAX_ERROR_BODY bytes, whatever arrived within
+        timeout_s (a server that sends headers and then stalls costs no more), secrets redacted."""
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                while size < MAX_ERROR_BODY:
+                    chunk = await response.content.read(MAX_ERROR_BODY - size)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+        except (TimeoutError, aiohttp.ClientError):
+            pass  # quoted as far as it came
+        return self.redacted_body(b"".join(chunks))
+
+    async def open_within(self, method: str, url: str, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        """`open` for a long-lived stream: its headers must arrive within timeout_s (connect_timeout_s),
+        its body is then read without a bound in time. UpstreamUnreachable when the headers do not come."""
+        try:
+            return await self.open(method, url, headers, headers_within_s=self.timeout_s)
+        except TimeoutError:
+            raise UpstreamUnreachable(
+                f"{public_url(url)}: no answer within {self.timeout_s:g}s (connect_timeout_s)"
+            ) from None
 
     async def open(
         self,
@@ -76,15 +129,21 @@ class RemoteHttp:
         headers: dict[str, str],
         body: bytes | None = None,
         timeout: aiohttp.ClientTimeout | None = None,
+        headers_within_s: float | None = None,
     ) -> aiohttp.ClientResponse:
-        """Send one request and return the response with its body unread (the caller releases it)."""
+        """Send one request and return the response with its body unread (the caller releases it);
+        TimeoutError when `headers_within_s` is given and the response's headers take longer."""
         for attempt in range(2):
             credential = await self.credentials.headers()
-            response = await self._follow(method, url, {**headers, **credential}, body, timeout)
+            following = self._follow(method, url, {**headers, **credential}, body, timeout)
+            if headers_within_s is None:
+                response = await following
+            else:
+                response = await asyncio.wait_for(following, headers_within_s)
             if response.status != 401:
                 return response
             challenge = response.headers.get("WWW-Authenticate")
-            detail = snippet(await response.content.read(MAX_ERROR_BODY))
+            detail = snippet(await self.error_body(response))
             response.release()
             if attempt == 0 and await self.credentials.rejected(challenge):
                 self.auth_retries += 1
@@ -93,7 +152,7 @@ class RemoteHttp:
             raise UpstreamAuthFailed(
                 f"{public_url(url)} refused {what} ({self.credentials.kind}): HTTP 401"
                 + (f" {detail}" if detail else "")
-                + (f"; WWW-Authenticate: {challenge}" if challenge else "")
+                + (f"; WWW-Authenticate: {self.redacted(challenge)}" if challenge else "")
             )
         raise AssertionError("unreachable")  # pragma: no cover
 

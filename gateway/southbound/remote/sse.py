@@ -18,7 +18,7 @@ import aiohttp
 from gateway.core import eras, jsonrpc
 from gateway.policy.ssrf import SsrfRefused, same_origin_url
 from gateway.southbound.remote.auth import UpstreamAuthFailed, UpstreamDropped, UpstreamUnreachable
-from gateway.southbound.remote.http import MAX_ERROR_BODY, STREAM_CLOSED, RemoteHttp, read_failure
+from gateway.southbound.remote.http import STREAM_CLOSED, RemoteHttp, read_failure
 from gateway.southbound.remote.link import RemoteLink
 from gateway.southbound.remote.sse_events import SseEvent, read_events
 from gateway.southbound.remote.wire import ERA_LEGACY_SSE, http_failure, public_url, stream_broken
@@ -42,7 +42,8 @@ class LegacySseLink(RemoteLink):
 
     async def open(self) -> None:
         """Open the stream and learn the message endpoint; raises UpstreamError when that fails."""
-        response = await self.http.open("GET", self.url, {"Accept": EVENT_STREAM})
+        # The headers and the endpoint event each within connect_timeout_s; the stream's reads are unbounded.
+        response = await self.http.open_within("GET", self.url, {"Accept": EVENT_STREAM})
         kind = response.headers.get("Content-Type", "").partition(";")[0].strip().lower()
         if response.status != 200 or kind != EVENT_STREAM:
             response.release()
@@ -53,6 +54,12 @@ class LegacySseLink(RemoteLink):
         self._events = read_events(response.content.iter_any(), self.max_event_bytes, skip_oversized=True)
         try:
             self.endpoint = await asyncio.wait_for(self._endpoint(), self.timeout_s)
+        except TimeoutError:
+            response.release()
+            raise UpstreamUnreachable(
+                f"{public_url(self.url)}: the SSE stream sent no endpoint event within {self.timeout_s:g}s "
+                "(connect_timeout_s)"
+            ) from None
         except BaseException:
             response.release()
             raise
@@ -116,7 +123,7 @@ class LegacySseLink(RemoteLink):
                 self.lose("the upstream no longer knows this SSE session (HTTP 404)")
                 raise ConnectionError(self.end_reason)
             if response.status >= 300 and request_id is not None:
-                body = await response.content.read(MAX_ERROR_BODY)
+                body = await self.http.error_body(response)
                 self.answer_if_pending(http_failure(request_id, self.name, response.status, body))
         finally:
             response.release()

@@ -38,7 +38,7 @@ from gateway.core.jsonrpc import JsonId, JsonObject, Kind
 from gateway.core.unmatched_answers import unmatched_answer
 from gateway.http_body import BodyTooLarge, read_body, read_prefix
 from gateway.southbound.remote.auth import UpstreamAuthFailed, UpstreamDropped, UpstreamError, UpstreamUnreachable
-from gateway.southbound.remote.http import MAX_ERROR_BODY, STREAM_CLOSED, RemoteHttp, read_failure
+from gateway.southbound.remote.http import STREAM_CLOSED, RemoteHttp, read_failure
 from gateway.southbound.remote.link import RemoteLink
 from gateway.southbound.remote.sse_events import SseTooLarge, read_events
 from gateway.southbound.remote.wire import (
@@ -59,6 +59,7 @@ from gateway.southbound.remote.wire import (
     stream_broken,
     too_large,
     too_large_request,
+    wrong_content_type,
 )
 
 log = logging.getLogger("gateway.remote")
@@ -256,7 +257,7 @@ class StreamableHttpLink(RemoteLink):
     async def _read_answer(self, request_id: JsonId, method: Any, response: aiohttp.ClientResponse) -> None:
         status = response.status
         if status >= 300:
-            body = await read_prefix(response, MAX_ERROR_BODY)
+            body = await self.http.error_body(response)
             self.answer_if_pending(http_failure(request_id, self.name, status, body))
             return
         if method == "initialize" and not self.stateless:
@@ -296,8 +297,10 @@ class StreamableHttpLink(RemoteLink):
         except (aiohttp.ClientError, TimeoutError) as exc:
             self.answer_if_pending(stream_broken(request_id, self.name, read_failure(exc)))
             return
-        why = "HTTP 202 without a body" if status == 202 else f"unexpected content type {kind or 'none'!r}"
-        self.answer_if_pending(stream_broken(request_id, self.name, why))
+        if status == 202:
+            self.answer_if_pending(stream_broken(request_id, self.name, "HTTP 202 without a body"))
+        else:
+            self.answer_if_pending(wrong_content_type(request_id, self.name, status, kind))
 
     def _from_server(self, data: bytes, request_id: JsonId | None, method: Any = None) -> bool:
         """Feed one message from the server; True when the call of `request_id` is answered (by the
@@ -423,6 +426,8 @@ class StreamableHttpLink(RemoteLink):
                         data = await read(response, self.max_event_bytes)
                     except BodyTooLarge:
                         raise SseTooLarge(too_large(self.max_event_bytes)) from None
+                    if response.status >= 300:
+                        data = self.http.redacted_body(data)
                     parsed = jsonrpc.parse(data)
                     if parsed.kind is Kind.RESPONSE:
                         return parsed.body, response.headers
@@ -459,7 +464,9 @@ class StreamableHttpLink(RemoteLink):
             if last_event_id is not None:
                 headers[LAST_EVENT_ID] = last_event_id
             try:
-                response = await self.http.open("GET", self.url, headers)
+                # The headers within connect_timeout_s (a server that never answers is tried again with
+                # back-off); the stream itself is read without a bound in time.
+                response = await self.http.open_within("GET", self.url, headers)
             except UpstreamAuthFailed as exc:
                 self.lose(self._describe(exc), exc)
                 return

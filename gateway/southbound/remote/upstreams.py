@@ -26,9 +26,10 @@ from gateway.core.backoff import Backoff
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import CLOSE_GOING_AWAY
+from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
 from gateway.core.timestamps import iso
-from gateway.http_body import BodyTooLarge, read_body, read_prefix
+from gateway.http_body import BodyTooLarge, read_body
 from gateway.policy.ssrf import GuardedResolver, UpstreamPlace, resolve_place
 from gateway.southbound.remote.auth import (
     ClientCredentials,
@@ -38,7 +39,7 @@ from gateway.southbound.remote.auth import (
     UpstreamError,
     UpstreamUnreachable,
 )
-from gateway.southbound.remote.http import MAX_ERROR_BODY, RemoteHttp, tls_context
+from gateway.southbound.remote.http import RemoteHttp, tls_context
 from gateway.southbound.remote.link import RemoteLink
 from gateway.southbound.remote.sse import LegacySseLink
 from gateway.southbound.remote.sse_events import SseTooLarge, read_events
@@ -56,6 +57,7 @@ from gateway.southbound.remote.wire import (
 log = logging.getLogger("gateway.remote")
 
 USER_AGENT = {"User-Agent": f"mcp-gateway/{__version__}"}
+LINK_END_WAIT_S = 3.0
 
 
 class UpstreamIncompatible(UpstreamError):
@@ -72,6 +74,10 @@ class RemoteUpstream:
         self.name = config.name
         self.gateway = gateway
         self.request_timeout_ms = config.request_timeout_ms
+        # Each step of the handshake (discover, initialize, each tools/list page) is bounded by
+        # connect_timeout_s, as every other step of reaching the server, not providers.initialize_timeout_ms.
+        self.startup_timeout_ms = max(round(config.connect_timeout_s * 1000), 1)
+        self.startup_timeout_setting = "the upstream's connect_timeout_s"
         self.tools_poll_s = config.tools_poll_s
         """A 2026-07-28 server without subscriptions/listen: how often the core lists its tools again."""
         self.backoff = Backoff(config.reconnect_initial_s, config.reconnect_max_s)
@@ -100,6 +106,18 @@ class RemoteUpstream:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
+        try:
+            self._open_http()
+        except UpstreamUnreachable as exc:
+            # A ca_file that cannot be loaded (replaced since the configuration was checked) fails this
+            # upstream's attempts, each of which loads it again, not the gateway.
+            self._failed("unreachable", str(exc))
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def _open_http(self) -> RemoteHttp:
+        """The HTTP session and credentials, made once; UpstreamUnreachable when ca_file cannot be loaded."""
+        if self.http is not None:
+            return self.http
         config = self.config
         limits = self.gateway.config.limits
         timeout = aiohttp.ClientTimeout(
@@ -116,8 +134,8 @@ class RemoteUpstream:
                 lambda: self.place,
                 config.connect_timeout_s,
             )
-        self.http = RemoteHttp(self.name, self._session, self.credentials)
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self.http = RemoteHttp(self.name, self._session, self.credentials, config.connect_timeout_s)
+        return self.http
 
     async def _guarded_session(self) -> aiohttp.ClientSession:
         """For URLs learned from the upstream: every resolved address passes the SSRF guard."""
@@ -197,19 +215,28 @@ class RemoteUpstream:
             self._attempting = False
         link.bind(session)
         self.link = self.last_link = link
-        self.state = "connected"
-        self.connects += 1
-        self.connected_since = time.time()
-        if self.failures:
-            log.info("remote upstream %s reachable again", self.name, extra={"slot": self.name})
-        self.failures = 0
-        await link.ended.wait()
+        # Attached is not connected: only a completed handshake counts as a connect and ends a run of failures.
+        self._attempting = True
+        try:
+            ready = await self._handshake(link, session)
+        finally:
+            self._attempting = False
+        if ready:
+            self.state = "connected"
+            self.connects += 1
+            self.connected_since = time.time()
+            if self.failures:
+                log.info("remote upstream %s reachable again", self.name, extra={"slot": self.name})
+            self.failures = 0
+            await link.ended.wait()
         self.link = None
         self.connected_since = None
-        initialized = session.init_result is not None
+        initialized = ready and session.init_result is not None
         error = link.end_error
         if error is not None:
             self._failed(error.state, str(error))
+        elif not ready:
+            self._failed("disconnected", session.last_error or link.end_reason or session.close_reason)
         elif session.last_error:
             self._failed("disconnected", session.last_error)
         else:
@@ -217,6 +244,29 @@ class RemoteUpstream:
             self.last_error = link.end_reason or session.close_reason
             self.last_error_at = time.time()
         return initialized
+
+    async def _handshake(self, link: RemoteLink, session: ProviderSession) -> bool:
+        """Wait for the core's handshake with the server (each step bounded by startup_timeout_ms):
+        True once it completed, False when the link ended first (the core closes it when a step fails)."""
+        settings = session.settings
+        # Every step has its own deadline; this one only guards against a handshake that never ends.
+        bound_s = settings.initialize_timeout_ms / 1000 * (settings.max_tools_pages + 3)
+        ready = asyncio.ensure_future(session.wait_ready(bound_s))
+        ended = asyncio.ensure_future(link.ended.wait())
+        try:
+            await asyncio.wait({ready, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+            ready.cancel()
+        await asyncio.gather(ready, ended, return_exceptions=True)  # both done: their outcome can be read
+        failure = None if ready.cancelled() else ready.exception()
+        if ready.cancelled() or failure is not None:
+            if session.state != "closed":  # (the bound above passed; a failed step closed the session itself)
+                await session.close(CLOSE_GOING_AWAY, f"the handshake did not complete: {failure or 'cancelled'}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(link.ended.wait(), LINK_END_WAIT_S)  # (a goodbye DELETE takes up to 2 s)
+            return False
+        return not link.ended.is_set()
 
     def _failed(self, state: str, message: str) -> None:
         self.state = state
@@ -230,14 +280,14 @@ class RemoteUpstream:
 
     async def _connect(self) -> RemoteLink:
         config = self.config
-        assert self.http is not None
+        http = self._open_http()
         self.place = await resolve_place(urlsplit(config.url).hostname or "")
         limits = self.gateway.config.limits
         max_event_bytes = limits.max_frame_bytes
         timeout_s = config.connect_timeout_s
         if config.transport == "sse":
             self.era = None
-            sse = LegacySseLink(self.name, config.url, self.http, max_event_bytes=max_event_bytes, timeout_s=timeout_s)
+            sse = LegacySseLink(self.name, config.url, http, max_event_bytes=max_event_bytes, timeout_s=timeout_s)
             await sse.open()
             self.era = "legacy-sse"
             return sse
@@ -251,7 +301,7 @@ class RemoteUpstream:
         return StreamableHttpLink(
             self.name,
             config.url,
-            self.http,
+            http,
             era=self.era,
             stream_retry_max_s=config.reconnect_max_s,
             max_event_bytes=max_event_bytes,
@@ -300,7 +350,7 @@ class RemoteUpstream:
         try:
             return eras.discover_verdict(reply)
         except ValueError as exc:
-            raise UpstreamIncompatible(f"{public_url(self.config.url)}: {exc}") from exc
+            raise UpstreamIncompatible(f"{public_url(self.config.url)}: {self.http.redacted(str(exc))}") from exc
 
     async def _preflight(self) -> None:
         """Session era: prove the server is reachable and takes the credential before attaching
@@ -310,7 +360,7 @@ class RemoteUpstream:
         response = await self.http.open("GET", self.config.url, {"Accept": "text/event-stream"}, None, timeout)
         try:
             if response.status == 403:
-                detail = snippet(await read_prefix(response, MAX_ERROR_BODY))
+                detail = snippet(await self.http.error_body(response))
                 raise UpstreamAuthFailed(f"{public_url(self.config.url)} answered HTTP 403 {detail}".rstrip())
         finally:
             response.release()

@@ -212,6 +212,18 @@ def stream_broken(request_id: Any, upstream: str, why: str) -> JsonObject:
     )
 
 
+def wrong_content_type(request_id: Any, upstream: str, status: int, kind: str) -> JsonObject:
+    """The server answered a request with a body that is neither JSON nor an event stream."""
+    shown = repr(kind[:MAX_METHOD_SHOWN]) if kind else "none"
+    return jsonrpc.error_response(
+        request_id,
+        jsonrpc.UNAVAILABLE,
+        f'Upstream "{upstream}" answered HTTP {status} with content type {shown}, not application/json or '
+        "text/event-stream: not an MCP answer (is the URL the server's MCP endpoint?)",
+        {"slot": upstream, "reason": "upstream_content_type", "status": status},
+    )
+
+
 def www_authenticate_params(header: str) -> dict[str, str]:
     """The auth-params of a `WWW-Authenticate: Bearer k="v", ...` header (RFC 9110 §11.6.1), lower-cased keys."""
     _, _, rest = header.strip().partition(" ")
