@@ -12,6 +12,8 @@ from gateway.config.base import MIN_RETRY_S, MIN_TIMEOUT_S, Section
 
 DEFAULT_SERIAL_BAUD = 115_200
 DEFAULT_SERIAL_FRAME_CAP = 8192
+DEFAULT_SERIAL_MAX_SLOTS = 16
+MAX_SERIAL_SLOTS_PER_PORT = 1024
 DEFAULT_HOTPLUG_VID_PID = ("303a:1001", "10c4:ea60", "1a86:7523", "1a86:55d4", "0403:6001")
 """docs/protocol-serial-mqtt.md: Espressif USB-JTAG/serial, Silicon Labs CP210x, WCH CH340 and CH9102, FTDI FT232R."""
 VID_PID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
@@ -30,6 +32,9 @@ class SerialLineConfig(Section):
     debug_json_lines: bool = False
     """Also accept a line starting with { as one unframed JSON message (a person at a terminal). No CRC:
     never on a port that drives actuators in production."""
+    max_slots: Annotated[int, Field(ge=1, le=MAX_SERIAL_SLOTS_PER_PORT)] = DEFAULT_SERIAL_MAX_SLOTS
+    """Slots one port carries at once (envelopes name many): a register for another name is refused, so a
+    board under slots = ["*"] cannot fill limits.max_slots (limits.max_slots_per_peer does not count serial)."""
 
 
 class SerialPortConfig(SerialLineConfig):

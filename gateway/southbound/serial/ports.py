@@ -1,13 +1,11 @@
 """The serial way in: boards on a UART or USB serial line, one slot or many per port
 (docs/protocol-serial-mqtt.md, "Serial way in").
 
-What this module holds: opening a tty with pyserial (DTR and RTS de-asserted together in one ioctl
-and never asserted, so that opening a port never resets a board through its auto-reset circuit:
-HeldLinesSerial; an exclusive lock, so that two programs never share a line), reading it without
-threads (the port's file descriptor on the event loop), the frames of gateway/southbound/serial/framing.py
-both ways, registration, and supervision: a port that cannot be opened, fails or disappears detaches
-its slots at once (their pending callers get `Provider "<slot>" disconnected`) and is opened again
-after a jittered, doubling back-off.
+What this module holds: a port opened by opening.py read without threads (its file descriptor on
+the event loop), the frames of framing.py both ways, registration (at most max_slots slots per port),
+and supervision: a port that cannot be opened, fails or disappears detaches its slots at once (their
+pending callers get `Provider "<slot>" disconnected`) and is opened again after a jittered, doubling
+back-off.
 
 Registration: a serial line has no URL, so a board names its slot in its first frame,
 `notifications/register` with `params.slot` (and optional `aggregate`, `hello`), or sends envelopes
@@ -32,14 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
 import fnmatch
 import logging
 import os
-import struct
-import termios
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +56,8 @@ from gateway.core.slots import SlotRefused
 from gateway.core.timestamps import iso
 from gateway.southbound import envelope
 from gateway.southbound.serial import framing
+from gateway.southbound.serial.opening import describe as describe  # noqa: PLC0414 (re-exported: sim)
+from gateway.southbound.serial.opening import open_port as open_port  # noqa: PLC0414 (re-exported: sim, tests)
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.southbound.serial")
@@ -71,12 +68,14 @@ REGISTER_REQUEST = b'{"jsonrpc":"2.0","method":"broker/register"}'
 TRANSPORT = "serial"
 PORT_DROP_REASONS = (*framing.DROP_REASONS, "unregistered", "refused", "backlog")
 """framing's reasons, and: unregistered (a valid message from a board that has not registered),
-refused (a register frame for a slot the port may not publish, or that the core refused), backlog
-(more than serial.backlog_messages messages waiting while a register frame was being attached)."""
+refused (a register frame for a slot the port may not publish, over its max_slots, or that the core
+refused), backlog (more than serial.backlog_messages messages unread, or waiting behind attaches)."""
 WARNED_KINDS_MAX = 32
 """Kinds of fault (drop reasons, refused slot names) a port warns about once each; beyond, only counted."""
 SLOTS_SEEN_MAX = 64
 """Slot names a port remembers having carried (for provider_url and fix texts after the board left)."""
+
+Queued = tuple[jsonrpc.Message, envelope.Envelope | None]  # a message read, and its envelope if any
 
 
 class SerialMetrics:
@@ -214,6 +213,9 @@ class SerialPort:
         self._fd: int | None = None
         self._lost: asyncio.Future[str] | None = None
         self._inbox: asyncio.Queue[bytes] = asyncio.Queue(settings.backlog_messages)
+        self._lanes: dict[str | None, deque[Queued]] = {}
+        """Slot (None: the bare line) -> its messages from an attaching one on, handled in order (_consume)."""
+        self._lane_tasks: set[asyncio.Task[None]] = set()
         self._write_lock = asyncio.Lock()
         self._asked_at: float | None = None
         self._retry_at: float | None = None
@@ -257,6 +259,10 @@ class SerialPort:
         """Close the port and keep it closed until take_back(): another program (a flash) needs it."""
         self._held = True
         self._lose(f"closed: {reason}")
+        if self.shut.is_set():  # not open (in back-off): held from now, not after the back-off's wait
+            self.state = "held"
+            self._retry_at = None
+        self._wake.set()
 
     def take_back(self) -> None:
         """Open the port again now, after let_go()."""
@@ -332,6 +338,7 @@ class SerialPort:
             consumer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await consumer
+            await self._stop_lanes()
             self._drain_inbox()
             self._close_port()
         self._detach_all(f"serial port {self.spec.path} {reason}")
@@ -432,7 +439,6 @@ class SerialPort:
             self._inbox.get_nowait()
 
     async def _consume(self) -> None:
-        """Handle messages in the order they arrived; a register frame is attached before the next."""
         while True:
             data = await self._inbox.get()
             try:
@@ -441,14 +447,61 @@ class SerialPort:
                 log.exception("serial port %s: handling a message failed", self.spec.path)
 
     async def _message(self, data: bytes) -> None:
+        """Handle messages in the order they arrived, each slot's (and the bare line's) in its order.
+
+        A message that attaches a slot (a register frame, an envelope naming a new slot) runs in a lane
+        of its own, with that slot's later messages queued behind it: an attach can wait on a takeover
+        probe whose answer comes on another port, whose own attach may wait on this one. At most
+        max_slots lanes at once; beyond, the next attach waits here for one to end."""
         message = jsonrpc.parse(data, self.gateway.config.limits.max_json_depth)
         body = message.body
-        if isinstance(body, dict) and "jsonrpc" not in body:
-            frame = envelope.decode_envelope(body)
-            if frame is not None:
-                await self._enveloped(frame)
-                return
-        registration = envelope.registration(body)
+        frame = envelope.decode_envelope(body) if isinstance(body, dict) and "jsonrpc" not in body else None
+        key = frame.provider if frame is not None else None  # None: the bare line
+        lane = self._lanes.get(key)
+        if lane is not None:  # bounded like the inbox: waiting behind an attach is waiting unread
+            if sum(map(len, self._lanes.values())) >= self.settings.backlog_messages:
+                self._count_drop("backlog")
+            else:
+                lane.append((message, frame))
+        elif self._attaches(message, frame):
+            while len(self._lanes) >= self.spec.line.max_slots:  # attaches start in arrival order
+                await asyncio.wait(self._lane_tasks, return_when=asyncio.FIRST_COMPLETED)
+            self._lanes[key] = deque([(message, frame)])
+            task = asyncio.get_running_loop().create_task(self._run_lane(key))
+            self._lane_tasks.add(task)
+            task.add_done_callback(self._lane_tasks.discard)
+        else:
+            await self._handle(message, frame)
+
+    def _attaches(self, message: jsonrpc.Message, frame: envelope.Envelope | None) -> bool:
+        if frame is None:
+            return envelope.registration(message.body) is not None
+        return frame.provider not in self.links or envelope.registration(frame.payload) is not None
+
+    async def _run_lane(self, key: str | None) -> None:
+        lane = self._lanes[key]
+        try:
+            while lane:
+                message, frame = lane.popleft()
+                try:
+                    await self._handle(message, frame)
+                except Exception:
+                    log.exception("serial port %s: handling a message failed", self.spec.path)
+        finally:
+            if self._lanes.get(key) is lane:
+                del self._lanes[key]
+
+    async def _stop_lanes(self) -> None:
+        for task in self._lane_tasks:
+            task.cancel()
+        await asyncio.gather(*self._lane_tasks, return_exceptions=True)
+        self._lanes.clear()
+
+    async def _handle(self, message: jsonrpc.Message, frame: envelope.Envelope | None) -> None:
+        if frame is not None:
+            await self._enveloped(frame)
+            return
+        registration = envelope.registration(message.body)
         if registration is not None:
             await self._register(registration, None)
             return
@@ -461,10 +514,7 @@ class SerialPort:
         link.session.receive_message(message)
 
     def _bare_link(self) -> SerialSlotLink | None:
-        for link in self.links.values():
-            if not link.enveloped:
-                return link
-        return None
+        return next((link for link in self.links.values() if not link.enveloped), None)
 
     async def _enveloped(self, frame: envelope.Envelope) -> None:
         registration = envelope.registration(frame.payload)
@@ -521,6 +571,18 @@ class SerialPort:
                 enveloped,
                 jsonrpc.FORBIDDEN,
                 f'Serial port {self.spec.path} may not publish slot "{slot}"; its slots setting allows: {patterns}',
+            )
+            return None
+        cap = self.spec.line.max_slots
+        if slot not in self.links and len(self.links) >= cap:
+            # Checked and the link stored in one step (no await between): attaches running at once count.
+            self._metrics.limit_hit(f"{self.spec.config_key}.max_slots")
+            await self._refuse(
+                slot,
+                enveloped,
+                jsonrpc.UNAVAILABLE,
+                f"Too many slots on serial port {self.spec.path} (limit {cap}); "
+                f"raise {self.spec.config_key}.max_slots. Slot: {slot}",
             )
             return None
         link = SerialSlotLink(self, slot, enveloped)
@@ -634,6 +696,8 @@ class SerialPort:
         spec = self.spec
         counters = self.counters
         now = time.monotonic()
+        reasons = {"unregistered": counters.unregistered, "refused": counters.refused, "backlog": counters.backlog}
+        dropped = {**counters.dropped, **reasons}
         return {
             "path": spec.path,
             "source": spec.source,
@@ -646,6 +710,7 @@ class SerialPort:
             "frame_cap": spec.line.frame_cap,
             "debug_json_lines": spec.line.debug_json_lines,
             "slots_allowed": list(spec.line.slots),
+            "max_slots": spec.line.max_slots,
             "slots": sorted(self.links),
             "slots_seen": {slot: iso(at) for slot, at in self.slots_seen.items()},
             "opens": counters.opens,
@@ -659,77 +724,10 @@ class SerialPort:
             "bytes_in": counters.bytes_in,
             "bytes_out": counters.bytes_out,
             "debug_lines": self.decoder.debug_lines,
-            "dropped": {
-                **counters.dropped,
-                "unregistered": counters.unregistered,
-                "refused": counters.refused,
-                "backlog": counters.backlog,
-            },
-            "dropped_total": sum(counters.dropped.values())
-            + counters.unregistered
-            + counters.refused
-            + counters.backlog,
+            "dropped": dropped,
+            "dropped_total": sum(dropped.values()),
             "register_requests": counters.register_requests,
         }
-
-
-DTR_AND_RTS = struct.pack("I", termios.TIOCM_DTR | termios.TIOCM_RTS)
-"""The modem-control mask of both lines, for one TIOCMBIC that clears them together."""
-
-
-class HeldLinesSerial(serial.Serial):
-    """pyserial's port with DTR and RTS only ever de-asserted, both in one ioctl, never one before the other.
-
-    Why both at once: the auto-reset circuit of nearly every ESP32 devkit and USB-serial adapter board
-    is two transistors cross-wired between DTR and RTS. EN (reset) is pulled low while RTS is asserted
-    and DTR is not; GPIO0 (boot mode) is pulled low while DTR is asserted and RTS is not; with both
-    asserted or both de-asserted neither pin is touched. Linux asserts both lines at open(2).
-    pyserial's own open then clears DTR and, in a second ioctl, RTS: for that moment RTS is asserted
-    alone, EN goes low and the board resets, at every open, reopen and hot-plug. One TIOCMBIC with
-    the mask DTR|RTS goes from both asserted straight to both de-asserted: two states the circuit
-    ignores. (The kernel raising both at open(2) is itself harmless, and cannot be avoided.)"""
-
-    def _update_dtr_state(self) -> None:
-        # open() calls this first (then _update_rts_state); a tty without modem lines (a
-        # pseudo-terminal) raises ENOTTY or EINVAL here, which open() ignores as for pyserial's own.
-        self._refuse_asserting()
-        if self.fd is not None:
-            fcntl.ioctl(self.fd, termios.TIOCMBIC, DTR_AND_RTS)
-
-    def _update_rts_state(self) -> None:
-        """Nothing to do: _update_dtr_state cleared RTS together with DTR."""
-        self._refuse_asserting()
-
-    def _refuse_asserting(self) -> None:
-        if self.dtr or self.rts:
-            raise ValueError("this port never asserts DTR or RTS (see HeldLinesSerial)")
-
-
-def open_port(path: str, baud: int) -> serial.Serial:
-    """Open `path` raw at `baud`, non-blocking, exclusively, with DTR and RTS de-asserted together at once.
-
-    The line states are set before open() so that open() clears them (HeldLinesSerial: one ioctl for
-    both, so that opening never resets a board); a tty without modem lines (a pseudo-terminal)
-    refuses that ioctl, which pyserial ignores."""
-    port = HeldLinesSerial()
-    port.port = path
-    port.baudrate = baud
-    port.timeout = 0
-    port.write_timeout = 0
-    port.exclusive = True
-    port.dtr = False
-    port.rts = False
-    port.open()
-    return port
-
-
-def describe(exc: BaseException) -> str:
-    """An OS error in words, e.g. 'No such file or directory (ENOENT)'."""
-    if isinstance(exc, OSError) and exc.errno is not None:
-        # pyserial wraps the OS error in a message naming the port again; the port is named already.
-        name = errno.errorcode.get(exc.errno, str(exc.errno))
-        return f"{os.strerror(exc.errno)} ({name})"
-    return str(exc) or type(exc).__name__
 
 
 class SerialLines:
