@@ -171,13 +171,7 @@ async def test_the_log_says_every_record_pruned_once_pruning_stops(tmp_path: Pat
         publishing = asyncio.create_task(publisher.run())
         try:
             async with Client(f"{gateway.url}/recorder/mcp", mode="2026-07-28") as client:
-                for _ in range(100):  # the provider's slot comes up
-                    with contextlib.suppress(Exception):
-                        await client.call_tool("note", {"text": "warm"})
-                        break
-                    await asyncio.sleep(0.1)
-                else:
-                    pytest.fail("the provider never answered:\n" + gateway.log)
+                await prune_log.first_answer(client, gateway)
                 for number in range(prune_log.BURST):
                     await client.call_tool("note", {"text": f"{number:06d}" + "x" * prune_log.ARGUMENT_CHARS})
             # No call after the burst: whatever the log left out must come without a next step.

@@ -89,17 +89,21 @@ def records_pruned(audit: Path) -> int:
     return int(newest) - int(count)
 
 
+async def first_answer(client: Client, gateway: GatewayProcess) -> None:
+    """Call `note` until the recorder's slot is up and answers (its provider dials in after the start)."""
+    for _ in range(100):
+        with contextlib.suppress(Exception):
+            await client.call_tool("note", {"text": "warm"})
+            return
+        await asyncio.sleep(0.1)
+    pytest.fail("the provider never answered:\n" + gateway.log)
+
+
 @pytest.mark.timeout(180)
 async def test_pruning_at_max_bytes_is_logged_once_per_interval_with_sums(tmp_path: Path) -> None:
     async with governed_gateway(tmp_path) as gateway:
         async with Client(f"{gateway.url}/recorder/mcp", mode="2026-07-28") as client:
-            for _ in range(100):  # the provider's slot comes up
-                with contextlib.suppress(Exception):
-                    await client.call_tool("note", {"text": "warm"})
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                pytest.fail("the provider never answered:\n" + gateway.log)
+            await first_answer(client, gateway)
             started = time.monotonic()
             for number in range(BURST):
                 await client.call_tool("note", {"text": f"{number:06d}" + "x" * ARGUMENT_CHARS})

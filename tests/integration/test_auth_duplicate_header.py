@@ -7,7 +7,6 @@ token twice, a static token and an access token, a good token and garbage), coun
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
 
 import aiohttp
 import orjson
@@ -15,9 +14,11 @@ import pytest
 
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory
-from tests.integration.test_client_auth import bearer, metric, sha
-from tests.support.oauth import ISSUER, JwksServer, access_token, jwks, jwks_server, rsa_key
+from tests.integration.test_client_auth import authority, bearer, metric, sha
+from tests.support.oauth import ISSUER, JwksServer, access_token, rsa_key
 from tests.support.raw_mcp import INITIALIZE
+
+__all__ = ["authority"]  # the fixture, used by name
 
 SCADA = secrets.token_urlsafe(32)
 OPS = secrets.token_urlsafe(32)
@@ -39,12 +40,6 @@ WAYS_IN = {
     "_broker": ("POST", "/_broker/mcp", JSON_POST),
     "metrics": ("GET", "/metrics", []),
 }
-
-
-@pytest.fixture
-async def authority() -> AsyncIterator[JwksServer]:
-    async with jwks_server(jwks(rsa_key())) as server:
-        yield server
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_mqtt_gateway import Board, call
-from tests.support.gateway_process import REPO, GatewayProcess, clean_environment
 from tests.support.mosquitto import Mosquitto
 from tests.support.southbound import SlotUnknown, provider_status
-from tests.support.unprivileged import NOBODY
+from tests.support.unprivileged import gateway_as_nobody
 
 SLOT = "pump-1"
 
@@ -36,22 +34,6 @@ def public() -> Iterator[Path]:
         shutil.rmtree(folder)
 
 
-async def gateway_as_nobody(config: Path, state: Path) -> GatewayProcess:
-    setpriv = shutil.which("setpriv")
-    assert setpriv is not None, "setpriv (util-linux) is needed to run the gateway as nobody"
-    process = await asyncio.create_subprocess_exec(
-        setpriv,
-        *("--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", sys.executable),
-        *("-m", "gateway.cli", "run", "--config", str(config), "--port", "0"),
-        cwd=REPO,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=clean_environment({"STATE_DIRECTORY": str(state), "HOME": "/nonexistent"}),
-    )
-    return GatewayProcess(process)
-
-
 async def test_a_plain_board_attaches_when_the_state_directory_cannot_be_entered(
     root: None, public: Path, mosquitto: Mosquitto
 ) -> None:
@@ -63,7 +45,7 @@ async def test_a_plain_board_attaches_when_the_state_directory_cannot_be_entered
         "reconnect_initial_s = 0.05\nreconnect_max_s = 0.3\n"
     )
     config.chmod(0o644)
-    gateway = await gateway_as_nobody(config, state)
+    gateway = await gateway_as_nobody(config, state, "--port", "0")
     board = Board(mosquitto.port, SLOT)
     try:
         await gateway.started()

@@ -7,12 +7,10 @@ root's; a user who cannot keep a file's owner is refused before anything is writ
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
 import stat
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +20,8 @@ import pytest
 from gateway.policy import tls_self_signed
 from gateway.policy.tls_self_signed import SelfSignedError
 from tests.integration.test_tls import serial_of, served_serial, trusting
-from tests.support.gateway_process import REPO, GatewayProcess, clean_environment, run_to_exit
-from tests.support.unprivileged import NOBODY, as_nobody
+from tests.support.gateway_process import GatewayProcess, run_to_exit
+from tests.support.unprivileged import NOBODY, as_nobody, gateway_as_nobody
 
 SERVER_FILES = ("server.pem", "server-key.pem")
 CA_FILES = ("ca.pem", "ca-key.pem")
@@ -53,22 +51,6 @@ async def self_signed(directory: Path, *args: str) -> None:
 def owner_and_mode(path: Path) -> tuple[int, int, int]:
     info = path.stat()
     return info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)
-
-
-async def gateway_as_nobody(config: Path, state: Path) -> GatewayProcess:
-    setpriv = shutil.which("setpriv")
-    assert setpriv is not None, "setpriv (util-linux) is needed to run the gateway as nobody"
-    process = await asyncio.create_subprocess_exec(
-        setpriv,
-        *("--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", sys.executable),
-        *("-m", "gateway.cli", "run", "--config", str(config)),
-        cwd=REPO,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=clean_environment({"STATE_DIRECTORY": str(state), "HOME": "/nonexistent"}),
-    )
-    return GatewayProcess(process)
 
 
 def port_of(gateway: GatewayProcess) -> int:
