@@ -503,7 +503,7 @@ def take_backup(args: argparse.Namespace, dest: Path, env: Mapping[str, str]) ->
     from gateway.cli.common import _config_flags
     from gateway.config import ENV_CONFIG_FILE, load_config
     from gateway.devices.registry import FILE_NAME, state_directory
-    from gateway.flash.firmware import default_firmware_dir
+    from gateway.flash.firmware import FOLDER
     from gateway.policy.audit.location import audit_path
 
     name = args.config or env.get(ENV_CONFIG_FILE) or None
@@ -532,7 +532,7 @@ def take_backup(args: argparse.Namespace, dest: Path, env: Mapping[str, str]) ->
         "no file yet" if writes else "no audit trail configured (no [policy], or [audit] enabled = false) and no file",
     )
     writer.database("registry", state / FILE_NAME, FILE_NAME, args.busy_timeout, "no file yet (no board heard)")
-    writer.firmware(default_firmware_dir(env).absolute())
+    writer.firmware(state / FOLDER)  # the state directory's own, as restore puts it back (not flash's fallback)
     if config_file is None:
         writer.absent("config", None, "no configuration file (--config, $MCP_GATEWAY_CONFIG): built-in defaults")
     writer.configuration(config_file, config)

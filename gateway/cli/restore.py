@@ -103,10 +103,10 @@ def _plan(
     args: argparse.Namespace, source: Path, manifest: Manifest, env: Mapping[str, str], places: Mapping[int, Path]
 ) -> list[Step]:
     from gateway.devices.registry import FILE_NAME, state_directory
-    from gateway.flash.firmware import default_firmware_dir
+    from gateway.flash.firmware import FOLDER
 
     state = state_directory(env).absolute()
-    firmware = default_firmware_dir(env).absolute()
+    firmware = state / FOLDER  # where backup took it from: the state directory's own
     audit = _audit_target(args, source, manifest, env)
     steps = []
     for index, entry in enumerate(manifest.files):

@@ -23,7 +23,9 @@ SUMS_FILE = "SHA256SUMS"
 APP_DIR = "mcp-gateway"
 
 
-APPLIANCE_FIRMWARE_DIR = Path("/var/lib/mcp-gateway/firmware")
+FOLDER = "firmware"
+"""The firmware directory's name in a state directory (what backup and restore carry with it)."""
+APPLIANCE_FIRMWARE_DIR = Path("/var/lib/mcp-gateway") / FOLDER
 """$STATE_DIRECTORY/firmware of the appliance's service (StateDirectory=mcp-gateway), where docs/field.md
 has technicians put the images."""
 
@@ -39,15 +41,15 @@ def firmware_dir_choice(environ: Mapping[str, str] | None = None, appliance: Pat
     appliance = APPLIANCE_FIRMWARE_DIR if appliance is None else appliance
     state_directory = env.get("STATE_DIRECTORY", "").split(":")[0]
     if state_directory:
-        return Path(state_directory) / "firmware", "$STATE_DIRECTORY/firmware"
+        return Path(state_directory) / FOLDER, "$STATE_DIRECTORY/firmware"
     if _present(appliance):
         return appliance, "the appliance's: $STATE_DIRECTORY is not set and this directory is there"
     unset = f"$STATE_DIRECTORY is not set and there is no {appliance}"
     xdg = env.get("XDG_STATE_HOME", "")
     if xdg and Path(xdg).is_absolute():
-        return Path(xdg) / APP_DIR / "firmware", f"$XDG_STATE_HOME/{APP_DIR}/firmware: {unset}"
+        return Path(xdg) / APP_DIR / FOLDER, f"$XDG_STATE_HOME/{APP_DIR}/firmware: {unset}"
     home = env.get("HOME") or str(Path.home())
-    return Path(home) / ".local" / "state" / APP_DIR / "firmware", f"this user's: {unset}"
+    return Path(home) / ".local" / "state" / APP_DIR / FOLDER, f"this user's: {unset}"
 
 
 def _present(directory: Path) -> bool:
