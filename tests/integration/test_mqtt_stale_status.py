@@ -111,9 +111,10 @@ async def test_a_stored_status_of_a_board_that_is_gone_is_tried_once_then_waits_
     assert plain is not None and plain.reattach.status() == {}
     stale = warnings_of(caplog, "gateway.mqtt", "a retained status of device")
     assert stale == [
-        f"MQTT broker {mosquitto.url}: slot {SLOT}: a retained status of device {DEVICE!r} from before the broker "
-        "restarted: the board does not answer; waiting for it to publish a new status; a broker with persistence "
-        "keeps such statuses: docs/mqtt-broker.md"
+        f"MQTT broker {mosquitto.url}: slot {SLOT}: a retained status of device {DEVICE!r} the broker stored "
+        "(before a restart of the broker or the gateway, or of a board gone without a last will): the board does "
+        "not answer; waiting for it to publish a new status; a broker with persistence keeps such statuses: "
+        "docs/mqtt-broker.md"
     ]
     assert warnings_of(caplog, "gateway.slots", "push each other off") == []
     # Not connected, and a caller is told why.

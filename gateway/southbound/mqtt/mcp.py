@@ -461,9 +461,10 @@ class McpProfile:
         self.parked.add(key)
         address = link.address
         reason = (
-            f"a retained presence of MCP server {_shown(address.server_name)} ({_shown(address.server_id)}) from "
-            "before the broker restarted: the server does not answer; waiting for it to announce itself again; a "
-            "broker with persistence keeps such presences: docs/mqtt-broker.md"
+            f"a retained presence of MCP server {_shown(address.server_name)} ({_shown(address.server_id)}) the "
+            "broker stored (before a restart of the broker or the gateway, or of a server gone without a last "
+            "will): the server does not answer; waiting for it to announce itself again; a broker with "
+            "persistence keeps such presences: docs/mqtt-broker.md"
         )
         self.broker.gateway.registry.left_with_broker(link.slot, link.info, reason)
         if key in self.stale_warned:

@@ -453,9 +453,9 @@ class PlainProfile:
         registration = self.announced.get(slot)
         device_id = _device_id(registration.hello) if registration is not None else None
         reason = (
-            f"a retained status of device {device_id!r} from before the broker restarted: the board does not "
-            f"answer; waiting for it to publish a new status; a broker with persistence keeps such statuses: "
-            f"docs/mqtt-broker.md"
+            f"a retained status of device {device_id!r} the broker stored (before a restart of the broker or "
+            f"the gateway, or of a board gone without a last will): the board does not answer; waiting for it to "
+            f"publish a new status; a broker with persistence keeps such statuses: docs/mqtt-broker.md"
         )
         self.broker.gateway.registry.left_with_broker(slot, link.info, reason)
         if slot in self.stale_warned:
