@@ -22,10 +22,12 @@ even when its firmware declares no bound at all. In order:
 Nothing is changed in place: the caller's arguments come back as the same object when nothing was
 clamped, and as a new dict when something was.
 
-A limit on an argument its tool's inputSchema does not take (its properties leave it out) checks
-nothing on that tool's calls (`_may_take`): a provider version that renamed the argument escapes the
-limit so. `UntakenLimits` makes that visible: a warning once per (slot, tool, rule), and the rule in
-the governance status (`limits.arguments_not_taken`) for broker_diagnose.
+A limit on an argument its tool's inputSchema does not take (its properties leave it out, and nothing
+else in it can name it: `_may_take`) lets that tool's calls without it pass: a provider version that
+renamed the argument escapes the limit so. `UntakenLimits` makes that visible: a warning once per
+(slot, tool, rule), and the rule in the governance status (`limits.arguments_not_taken`) for
+broker_diagnose. A schema that may take it (a `$ref`, `allOf`, a matching `patternProperties`, an
+explicit `additionalProperties`) holds the tool to the limit: no warning, and `missing` applies.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, NoReturn
 
+import regex
 from fastjsonschema import JsonSchemaValueException
 
 from gateway.core.json_words import json_type
-from gateway.policy.patterns import PatternTimeout
+from gateway.policy.patterns import DEFAULT_MAX_PATTERN_MS, PatternBudget, PatternTimeout, any_match
 from gateway.policy.schemas import (
     SchemaCache,
     SchemaCheckTimeout,
@@ -69,6 +72,13 @@ MAX_NOT_TAKEN = 256
 """(slot, tool, rule) triples kept whose tool takes no argument of the rule's name; past it the oldest goes."""
 SHOWN_PROPERTIES = 20
 """The tool's own argument names kept with such a triple, at most."""
+MAX_SCHEMA_DEPTH = 8
+"""allOf/anyOf/oneOf/if/then/else/dependentSchemas nesting `_may_take` follows; deeper may take the argument."""
+_REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
+"""Keywords whose target may take any argument (and a draft-07 `$ref` sets its siblings aside)."""
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
+_SUBSCHEMAS = ("if", "then", "else")
+_SUBSCHEMA_MAPS = ("dependentSchemas", "dependencies")
 
 log = logging.getLogger("gateway.policy")
 
@@ -162,17 +172,30 @@ class UntakenLimits:
     def __init__(self, most: int = MAX_NOT_TAKEN) -> None:
         self.most = most
         self.kept: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._rules: dict[tuple[str, str], set[str]] = {}
+        """The rules kept per (slot, tool): a call of a tool with none kept looks no further."""
 
     def check(self, slot: str, tool: Mapping[str, Any] | None, limits: Sequence[ArgumentLimit]) -> None:
-        """`slot`'s `tool` is called under `limits`: note each limit it takes no argument for."""
+        """`slot`'s `tool` is called under `limits` (none: no rule bounds it any more): note each limit it
+        takes no argument for, and drop what this call shows mended (the argument taken again, the rule gone)."""
         name = str(tool.get("name")) if tool is not None else ""
-        if self.kept:  # what this call shows mended: the argument taken again, the rule gone after a reload
-            untaken = {limit.rule or limit.set_by for limit in limits if not _may_take(tool, limit.argument)}
-            for key in [key for key in self.kept if key[:2] == (slot, name) and key[2] not in untaken]:
-                del self.kept[key]
-        for limit in limits:
-            if not _may_take(tool, limit.argument):
-                self._untaken(slot, name, tool, limit)
+        untaken = {limit.rule or limit.set_by: limit for limit in limits if not _may_take(tool, limit.argument)}
+        for rule in [rule for rule in self._rules.get((slot, name), ()) if rule not in untaken]:
+            self._drop((slot, name, rule))
+        for limit in untaken.values():
+            self._untaken(slot, name, tool, limit)
+
+    def clear(self) -> None:
+        """Forget every entry: a reloaded policy's rule ids may name other rules (its next calls tell again)."""
+        self.kept.clear()
+        self._rules.clear()
+
+    def _drop(self, key: tuple[str, str, str]) -> None:
+        del self.kept[key]
+        rules = self._rules[key[:2]]
+        rules.discard(key[2])
+        if not rules:
+            del self._rules[key[:2]]
 
     def _untaken(self, slot: str, name: str, tool: Mapping[str, Any] | None, limit: ArgumentLimit) -> None:
         rule = limit.rule or limit.set_by
@@ -193,7 +216,8 @@ class UntakenLimits:
             ", ".join(shown(key) for key in takes) or "none",
         )
         if len(self.kept) >= self.most:
-            del self.kept[next(iter(self.kept))]
+            self._drop(next(iter(self.kept)))
+        self._rules.setdefault((slot, name), set()).add(rule)
         self.kept[(slot, name, rule)] = {
             "slot": slot,
             "tool": name,
@@ -221,7 +245,7 @@ def check_arguments(
     `resource` (the slot's resource path) goes into the limits' messages: "set by policy limits[0]
     for /site1/line2/pump-1"; `untaken`, the slot called and where a limit its tool takes no argument for
     is noted."""
-    if untaken is not None and limits:
+    if untaken is not None and (limits or untaken[1].kept):  # kept: a rule gone may mend an entry
         slot, noted = untaken
         if noted.kept or not all(_may_take(tool, limit.argument) for limit in limits):
             noted.check(slot, tool, limits)
@@ -472,13 +496,73 @@ def _refuse(limit: ArgumentLimit, value: Any, resource: str, words: str) -> NoRe
 
 
 def _may_take(tool: Mapping[str, Any] | None, argument: str) -> bool:
-    """Whether `tool` may take `argument`: its inputSchema names it, or says nothing of its properties (or
-    the tool is not listed). A tool whose schema lists properties without it has no such argument, so no
-    value of the device's own can stand in for one left out: a limit written for another device's tool of
-    the same name (a policy's `resources = ["/**"]`) does not refuse its calls."""
+    """Whether `tool` may take `argument`: no, only when its inputSchema says which arguments it takes and
+    no part of it can name this one. A tool that does not take it has no value of its own to stand in for
+    one left out: a limit written for another device's tool of the same name (a policy's
+    `resources = ["/**"]`) does not refuse its calls, and is reported (`UntakenLimits`).
+
+    Taken: the schema's `properties` or `required` name it, or it says nothing of its properties (no
+    `properties`, and no `additionalProperties: false`), or the tool is not listed. Not taken: `properties`
+    lists others and nothing else can name it (`_names`), as MCP SDKs write a function's parameters."""
     schema = tool.get("inputSchema") if tool is not None else None
-    properties = schema.get("properties") if isinstance(schema, dict) else None
-    return not isinstance(properties, dict) or argument in properties
+    if not isinstance(schema, dict):
+        return True
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        if argument in properties:
+            return True
+    elif schema.get("additionalProperties") is not False:
+        return True
+    return _names(schema, argument, 0)
+
+
+def _names(schema: Any, argument: str, depth: int) -> bool:
+    """Whether `schema` (the inputSchema or a part of it that checks the same arguments) can take `argument`
+    by more than its own `properties`: `required`, a matching `patternProperties`, an `additionalProperties`
+    other than false, a `$ref`, or a part (allOf, anyOf, oneOf, if, then, else, dependentSchemas) that can.
+    An `additionalProperties: false` refuses the name whatever its parts say (only a `$ref` sets it aside).
+    What cannot be read for certain (a pattern that does not compile or match in time, nesting past
+    MAX_SCHEMA_DEPTH, a part not a schema) can take it."""
+    if isinstance(schema, bool):
+        return False  # true and false name nothing
+    if not isinstance(schema, dict) or depth > MAX_SCHEMA_DEPTH:
+        return True
+    properties, required = schema.get("properties"), schema.get("required")
+    if isinstance(properties, dict) and argument in properties:
+        return True
+    if isinstance(required, list) and argument in required:
+        return True
+    if any(key in schema for key in _REFERENCES):
+        return True
+    patterns = schema.get("patternProperties")
+    if patterns is not None and (not isinstance(patterns, dict) or _matched(patterns, argument)):
+        return True
+    if "additionalProperties" in schema:
+        return schema["additionalProperties"] is not False
+    parts: list[Any] = [schema[key] for key in _SUBSCHEMAS if key in schema]
+    for key in _SUBSCHEMA_LISTS:
+        if key in schema:
+            listed_parts = schema[key]
+            parts.extend(listed_parts if isinstance(listed_parts, list) else [None])
+    for key in _SUBSCHEMA_MAPS:
+        if key in schema:
+            mapped = schema[key]
+            # dependencies' arrays of names (draft 7) require, and add no argument: only its schemas can.
+            parts.extend(
+                [part for part in mapped.values() if not isinstance(part, list)] if isinstance(mapped, dict) else [None]
+            )
+    return any(_names(part, argument, depth + 1) for part in parts)
+
+
+def _matched(patterns: dict[Any, Any], argument: str) -> bool:
+    """Whether `argument` matches one of `patterns`' keys, as the schema check matches them; a pattern that
+    does not compile or does not finish within the bound counts as a match."""
+    if not all(isinstance(pattern, str) for pattern in patterns):
+        return True
+    try:
+        return any_match(patterns, argument, PatternBudget(DEFAULT_MAX_PATTERN_MS))
+    except (PatternTimeout, regex.error):
+        return True
 
 
 def _refuse_missing(limit: ArgumentLimit, resource: str) -> NoReturn:

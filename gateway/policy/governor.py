@@ -182,6 +182,7 @@ class Governor:
         self.limits.swap(policy.document.execution_limits)
         self.reloads += 1
         if changed:  # the same rules read again show every caller what it saw
+            self.untaken.clear()  # rule ids may name other rules now; the next calls tell again
             self.visibility_changed()
 
     def subjects(self, principal: Principal) -> frozenset[str]:

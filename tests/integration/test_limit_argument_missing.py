@@ -106,3 +106,123 @@ async def test_a_limit_on_an_argument_the_tool_does_not_take_is_warned_of_and_di
     assert problem["slot"] == "vfd-2"
     assert problem["evidence"] == 'limits[0] on "speed_rpm": tool set_speed on slot vfd-2 takes rpm'
     assert "write the [[limits]] rule for the new name" in problem["fix"]
+
+
+SCHEMA_DRIVE = """
+import json, sys
+SPEED = {"type": "integer"}
+SCHEMAS = {
+    "allof": {"type": "object", "properties": {}, "allOf": [{"properties": {"speed_rpm": SPEED}}]},
+    "ref": {"type": "object", "$ref": "#/$defs/a", "$defs": {"a": {"properties": {"speed_rpm": SPEED}}}},
+    "oneof": {"type": "object", "properties": {"mode": {}}, "oneOf": [{"properties": {"speed_rpm": SPEED}}]},
+    "addl": {"type": "object", "properties": {}, "additionalProperties": True},
+    "pattern": {"type": "object", "properties": {"note": {"type": "string"}}, "patternProperties": {"^speed": SPEED}},
+    "closed": {
+        "type": "object", "properties": {"rpm": SPEED}, "patternProperties": {"^x-": {}}, "additionalProperties": False
+    },
+}
+schema = SCHEMAS[sys.argv[1]]
+for line in sys.stdin:
+    message = json.loads(line)
+    method, ident = message.get("method"), message.get("id")
+    if ident is None:
+        continue
+    if method == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "drive", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "set_speed", "description": "Set the speed.", "inputSchema": schema}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "done " + json.dumps(message["params"].get("arguments"))}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}) + "\\n")
+    sys.stdout.flush()
+"""
+"""A drive whose set_speed has one of the inputSchemas below (argv[1]): raw JSON-RPC over stdio."""
+MAY_TAKE = ("allof", "ref", "oneof", "addl", "pattern")
+"""Schemas that take speed_rpm through more than their own properties: held to the limit."""
+LIMITED_SPEED = {"resources": ["/**"], "tool": "set_speed", "argument": "speed_rpm", "max": 1500}
+
+
+async def schema_drives(
+    gateway_factory: GatewayFactory, tmp_path: Path, kinds: tuple[str, ...], policy: dict[str, Any]
+) -> GatewayServer:
+    script = tmp_path / "schema_drive.py"
+    script.write_text(SCHEMA_DRIVE)
+    stdio = [{"name": f"vfd-{kind}", "command": [sys.executable, str(script), kind]} for kind in kinds]
+    server = await gateway_factory(
+        auth=auth(), policy=policy, audit={"path": str(tmp_path / "audit.db")}, upstreams={"stdio": stdio}
+    )
+    for kind in kinds:
+        await wait_ready_slot(server, f"vfd-{kind}", 30)
+    return server
+
+
+def not_taken(problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [problem for problem in problems if problem["id"] == "limits.argument_not_taken"]
+
+
+async def test_a_tool_that_may_take_the_argument_beyond_its_properties_is_held_to_the_limit_and_not_reported(
+    gateway_factory: GatewayFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = {**POLICY, "limits": [LIMITED_SPEED]}
+    server = await schema_drives(gateway_factory, tmp_path, (*MAY_TAKE, "closed"), policy)
+    caplog.set_level(logging.WARNING, "gateway.policy")
+
+    for kind in MAY_TAKE:
+        slot = f"vfd-{kind}"
+        assert await set_speed(server, slot, {"speed_rpm": 1200}) == (False, 'done {"speed_rpm": 1200}')
+        refused, text = await set_speed(server, slot, {"speed_rpm": 2500})
+        assert refused and "above the limit 1500" in text, (kind, text)
+        refused, text = await set_speed(server, slot, {})  # missing = "refuse": the drive would pick the speed
+        assert refused and 'Argument "speed_rpm" is left out' in text, (kind, text)
+    assert not [record for record in caplog.records if "does not apply to tool" in record.getMessage()]
+    assert not not_taken(await diagnosed(server))
+
+    # A closed schema that lists rpm and refuses any other name takes no speed_rpm: exempt, and told.
+    assert await set_speed(server, "vfd-closed", {"rpm": 2900}) == (False, 'done {"rpm": 2900}')
+    [problem] = not_taken(await diagnosed(server))
+    assert problem["evidence"] == 'limits[0] on "speed_rpm": tool set_speed on slot vfd-closed takes rpm'
+
+
+def policy_file(path: Path, *limits: dict[str, Any]) -> None:
+    text = (
+        "[roles.operator]\n"
+        'capabilities = ["mcp.tools.list", "mcp.tools.call", "tool.observe", "tool.control"]\n'
+        "[[assign]]\n"
+        'principal = "token:agent"\n'
+        'role = "operator"\n'
+        'resources = ["/**", "/_system/**"]\n'
+    )
+    for limit in limits:
+        text += "[[limits]]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in limit.items())
+    path.write_text(text)
+
+
+async def test_a_reload_that_deletes_the_rule_or_renumbers_it_leaves_no_stale_entry(
+    gateway_factory: GatewayFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy_file(policy, LIMITED_SPEED)
+    server = await schema_drives(gateway_factory, tmp_path, ("closed",), {"file": str(policy)})
+    caplog.set_level(logging.WARNING, "gateway.policy")
+    assert await set_speed(server, "vfd-closed", {"rpm": 2900}) == (False, 'done {"rpm": 2900}')
+    [problem] = not_taken(await diagnosed(server))
+    assert problem["evidence"].startswith('limits[0] on "speed_rpm"')
+
+    # The rule deleted: its entry goes with the reload, and stays gone after the tool's next call.
+    policy_file(policy)
+    assert server.reload_policy() is None
+    assert not not_taken(await diagnosed(server))
+    assert await set_speed(server, "vfd-closed", {"rpm": 2900}) == (False, 'done {"rpm": 2900}')
+    assert not not_taken(await diagnosed(server))
+
+    # Back, after another rule: the entry names the rule by its new id, and the warning comes again.
+    policy_file(policy, {**LIMITED_SPEED, "tool": "start"}, LIMITED_SPEED)
+    assert server.reload_policy() is None
+    assert await set_speed(server, "vfd-closed", {"rpm": 2900}) == (False, 'done {"rpm": 2900}')
+    [problem] = not_taken(await diagnosed(server))
+    assert problem["evidence"] == 'limits[1] on "speed_rpm": tool set_speed on slot vfd-closed takes rpm'
+    warned = [record.getMessage() for record in caplog.records if "does not apply to tool" in record.getMessage()]
+    assert [message.split(" on argument")[0] for message in warned] == ["the limit limits[0]", "the limit limits[1]"]
