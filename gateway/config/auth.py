@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from gateway.config.base import PositiveInt, Section, is_loopback_host, masked_url
-from gateway.config.credentials import MIN_PROVIDER_SECRET_CHARS, only_its_owner_writes, read_secret
+from gateway.config.credentials import MIN_PROVIDER_SECRET_CHARS, nobody_writes, only_its_owner_writes, read_secret
 from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 
 PrincipalName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]*$")]
@@ -78,12 +78,29 @@ def read_secret_file(path: str, what: str) -> str:
 
 def secret_file_readable_warning(path: Path | str, mode: int) -> str | None:
     """The warning for a secret file (whose st_mode is `mode`) others can read, or None: it holds the
-    secret itself, so whoever reads it can sign or present it."""
-    if not stat.S_ISREG(mode) or not mode & (stat.S_IRGRP | stat.S_IROTH) or mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return None  # not a file (refused as such), private, or refused anyway
+    secret itself, so whoever reads it can sign or present it. A file only its group may read is not
+    warned of: a deliberate layout (a key root owns that the service reads through its group, Debian's
+    ssl-cert), which `chmod 600` would break; the advice keeps the group's read for the same reason.
+    On a read-only file system (credentials.nobody_writes) chmod fails, so the advice says where to."""
+    if not stat.S_ISREG(mode) or not mode & stat.S_IROTH:
+        return None  # not a file (refused as such), private, or read by its group only
+    read_only = False
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        try:
+            read_only = nobody_writes(path, Path(path).stat().st_dev)
+        except (OSError, ValueError):
+            read_only = False
+        if not read_only:
+            return None  # refused anyway
+    narrower = "640" if mode & stat.S_IRGRP else "600"
+    advice = (
+        f"it is on a read-only file system: give it mode 0{narrower} where that file system is written"
+        if read_only
+        else f"run `chmod {narrower} {path}`"
+    )
     return (
         f"secret file {path} is readable by users other than its owner (mode {stat.S_IMODE(mode):04o}): "
-        f"whoever reads it holds the secret; run `chmod 600 {path}`"
+        f"whoever reads it holds the secret; {advice}"
     )
 
 

@@ -31,17 +31,59 @@ class WritableByOthers(ValueError):
     (or the key), so it is refused wherever it is read; the message names the file and its mode."""
 
 
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+def _file_system_read_only(device: int) -> bool:
+    """True when the file system of `device` (a st_dev) is read-only as a whole (its super options in
+    /proc/self/mountinfo say `ro`: a squashfs, an ISO, a partition mounted ro), so no mount of it writes.
+    False when it is writable, or not found (a btrfs subvolume's st_dev names no mount): the safe side."""
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    try:
+        with open(MOUNTINFO, encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:  # one line held at a time, however many mounts
+                fields = line.split()
+                if len(fields) > 2 and fields[2] == wanted and " - " in line:
+                    return "ro" in line.rsplit(" - ", 1)[1].split()[-1].split(",")
+    except OSError:
+        pass
+    return False
+
+
+def read_only_here(path: str | os.PathLike[str]) -> bool:
+    """True when the mount `path` is on is read-only (statvfs ST_RDONLY): chmod fails there."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def nobody_writes(path: str | os.PathLike[str], device: int) -> bool:
+    """True when no one can write the file at `path` (on the file system of `device`) whatever its mode:
+    its mount is read-only and so is its file system. A read-only mount of a writable file system (a
+    read-only bind mount, systemd's ReadOnlyPaths=, a container's :ro volume) is not enough: the file
+    is written through the file system's other mounts."""
+    return read_only_here(path) and _file_system_read_only(device)
+
+
 def only_its_owner_writes(path: str | os.PathLike[str], where: str) -> Callable[[os.stat_result], None]:
     """A read_regular_file check: WritableByOthers (`<where> is writable by users other than its owner
-    (mode 0666); run chmod 600 <path>`) for a file its group or others may write. The one rule of every
-    secret and key file: [auth] and provider secrets, [tls] key_file, [[mqtt.brokers]] key files and
-    password files. One others may only read is used and warned of (gateway/config/auth.py)."""
+    (mode 0666); run chmod 600 <path>`) for a file its group or others may write, unless nobody_writes
+    it (a read-only file system). The one rule of every secret and key file: [auth] and provider
+    secrets, [tls] key_file, [[mqtt.brokers]] key files and password files. One others may only read
+    is used and warned of (gateway/config/auth.py)."""
 
     def check(info: os.stat_result) -> None:
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return
+        mode = f"{where} is writable by users other than its owner (mode {stat.S_IMODE(info.st_mode):04o})"
+        if not read_only_here(path):
+            raise WritableByOthers(f"{mode}; run `chmod 600 {os.fspath(path)}`")
+        if not _file_system_read_only(info.st_dev):
             raise WritableByOthers(
-                f"{where} is writable by users other than its owner (mode {stat.S_IMODE(info.st_mode):04o}); "
-                f"run `chmod 600 {os.fspath(path)}`"
+                f"{mode} where its file system is mounted writable (this mount of it is read-only, so chmod "
+                "fails here); run `chmod 600` on the file there (the source of a bind mount, or the path "
+                "outside a service's ReadOnlyPaths=)"
             )
 
     return check

@@ -11,7 +11,8 @@ certificate does not touch the boards; `new_ca` makes a new one. A CA that has e
 yet, or whose key is not ca.pem's is refused. Existing files are never overwritten without `force`.
 A file replaced keeps its owner and group (root renewing files it gave to the gateway's user leaves
 them that user's); a new server.pem or server-key.pem written by root takes the owner and group of the
-directory when another user owns it. Modes are set whatever the umask: keys 0600, certificates 0644.
+directory when another user owns it. Modes are set whatever the umask: keys 0600 (a replaced key its group
+only could read keeps that: 0640 stays 0640), certificates 0644.
 Keys are ECDSA P-256: small and fast on an ESP32's mbedTLS.
 """
 
@@ -25,6 +26,7 @@ import json
 import os
 import shlex
 import socket
+import stat
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -315,6 +317,17 @@ def _owner_of(path: Path) -> os.stat_result | None:
     return folder if folder.st_uid != 0 else None
 
 
+def _key_mode(path: Path) -> int:
+    """0600 for a new key. A key replaced that its group could read and others could not keeps its
+    group's read (a root:ssl-cert 0640 key the service reads through its group stays readable by it);
+    one others could read was loosened by mistake and is tightened. Never a write bit for group or others."""
+    try:
+        old = path.stat().st_mode
+    except FileNotFoundError:
+        return 0o600
+    return 0o640 if old & stat.S_IRGRP and not old & stat.S_IROTH else 0o600
+
+
 def _staged(path: Path, data: bytes, mode: int) -> Path:
     """`data` written whole, with `mode` and the owner _owner_of gives, under a fresh temporary name
     beside `path` (a random one: a name left by a run killed meanwhile never blocks the next); the file
@@ -378,7 +391,7 @@ def _write_pairs(pairs: Sequence[Pair], force: bool) -> None:
     staged: list[Path] = []
     try:
         for key_path, key_pem, cert_path, certificate in pairs:
-            staged.append(_staged(key_path, key_pem, 0o600))
+            staged.append(_staged(key_path, key_pem, _key_mode(key_path)))
             staged.append(_staged(cert_path, _cert_pem(certificate), 0o644))
         for index, (key_path, _, cert_path, _) in enumerate(pairs):
             _place(staged[2 * index], key_path, force)

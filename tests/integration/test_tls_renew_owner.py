@@ -2,7 +2,9 @@
 directory whose server.pem and server-key.pem it gave to the gateway's user. The new files stay that
 user's (owner, group; key 0600), so a real gateway run as nobody reloads them on SIGHUP and starts
 again on them; a new server pair in a directory another user owns takes that user; the CA key stays
-root's; a user who cannot keep a file's owner is refused before anything is written.
+root's; a user who cannot keep a file's owner is refused before anything is written. A key root owns
+that the service reads through its group (root:ssl-cert 0640) keeps its group's read, so the service
+still loads it after the renewal; a new key is 0600.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +24,12 @@ import pytest
 from gateway.policy import tls_self_signed
 from gateway.policy.tls_self_signed import SelfSignedError
 from tests.integration.test_tls import serial_of, served_serial, trusting
-from tests.support.gateway_process import GatewayProcess, run_to_exit
+from tests.support.gateway_process import REPO, GatewayProcess, clean_environment, run_to_exit
 from tests.support.unprivileged import NOBODY, as_nobody, gateway_as_nobody
 
 SERVER_FILES = ("server.pem", "server-key.pem")
+SSL_CERT = 4321
+"""The group a key root owns is shared with the service through (Debian's ssl-cert); no name needed."""
 CA_FILES = ("ca.pem", "ca-key.pem")
 
 
@@ -139,3 +145,65 @@ def test_a_user_who_cannot_keep_the_owner_is_refused_and_nothing_is_written(root
     assert "run the command as root" in refused and "(nothing written)" in refused
     assert {name: (tls / name).read_bytes() for name in os.listdir(tls)} == before
     assert owner_and_mode(tls / "server-key.pem") == (0, 0, 0o600)
+
+
+def config_check_as_nobody_in(group: int, config: Path, state: Path) -> subprocess.CompletedProcess[str]:
+    """`mcp-gateway config check` as nobody with `group` as a supplementary group (setpriv, util-linux),
+    as a service given SupplementaryGroups=ssl-cert runs."""
+    setpriv = shutil.which("setpriv")
+    assert setpriv is not None, "setpriv (util-linux) is needed to run the check as nobody"
+    nobody = ("--reuid", str(NOBODY), "--regid", str(NOBODY), "--groups", str(group))
+    return subprocess.run(
+        [setpriv, *nobody, sys.executable, "-m", "gateway.cli", "config", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+        env=clean_environment({"STATE_DIRECTORY": str(state), "HOME": "/nonexistent"}),
+    )
+
+
+async def test_root_renewing_a_key_its_group_reads_keeps_the_group_read_and_the_service_loads_it(
+    root: None, public: Path
+) -> None:
+    tls = public / "tls"
+    await self_signed(tls)
+    tls.chmod(0o755)
+    os.chown(tls / "server-key.pem", 0, SSL_CERT)
+    (tls / "server-key.pem").chmod(0o640)
+    config = public / "gateway.toml"
+    config.write_text(f'port = 0\n[tls]\ncert_file = "{tls / "server.pem"}"\nkey_file = "{tls / "server-key.pem"}"\n')
+    config.chmod(0o644)
+    before = config_check_as_nobody_in(SSL_CERT, config, public / "state")
+    assert before.returncode == 0, before.stderr
+
+    first = serial_of(tls / "server.pem")
+    await self_signed(tls, "--force")  # the renewal, as root
+    assert serial_of(tls / "server.pem") != first
+    assert owner_and_mode(tls / "server-key.pem") == (0, SSL_CERT, 0o640)
+    assert owner_and_mode(tls / "server.pem") == (0, 0, 0o644)
+    assert owner_and_mode(tls / "ca-key.pem") == (0, 0, 0o600)
+    after = config_check_as_nobody_in(SSL_CERT, config, public / "state")
+    assert after.returncode == 0, after.stderr
+    # Read by its group only: a deliberate layout, not warned of (chmod 600 would lock the service out).
+    assert "server-key.pem" not in after.stderr, after.stderr
+
+
+KEY_MODES = [(0o640, 0o640), (0o440, 0o640), (0o660, 0o640), (0o644, 0o600), (0o666, 0o600), (0o604, 0o600)]
+"""The mode of a key a renewal replaces, and the mode of the new key."""
+
+
+@pytest.mark.parametrize(("mode", "kept"), KEY_MODES, ids=[f"{mode:04o}" for mode, _ in KEY_MODES])
+def test_a_replaced_key_keeps_only_its_group_s_read(mode: int, kept: int, tmp_path: Path) -> None:
+    """A key only its group could read keeps the group's read; one others could read was loosened by
+    mistake and is tightened; never a write bit for group or others, whatever the key it replaces had."""
+    tls = tmp_path / "tls"
+    tls_self_signed.create(tls, ["localhost"], ["127.0.0.1"])
+    assert stat.S_IMODE((tls / "server-key.pem").stat().st_mode) == 0o600  # a new key
+    (tls / "server-key.pem").chmod(mode)
+    (tls / "ca-key.pem").chmod(mode)
+    tls_self_signed.create(tls, ["localhost"], ["127.0.0.1"], force=True, new_ca=True)
+    assert stat.S_IMODE((tls / "server-key.pem").stat().st_mode) == kept
+    assert stat.S_IMODE((tls / "ca-key.pem").stat().st_mode) == kept
+    assert stat.S_IMODE((tls / "server.pem").stat().st_mode) == 0o644

@@ -100,6 +100,7 @@ def test_a_tls_pair_that_cannot_be_served(capsys: pytest.CaptureFixture[str], tm
     cert, key = tmp_path / "server.pem", tmp_path / "server.key"
     cert.write_text("this is not a certificate\n")
     key.write_text("nor a key\n")
+    key.chmod(0o600)  # a key others may read is warned of before the refusal
     config = write_config(tmp_path, f"[tls]\ncert_file = {json.dumps(str(cert))}\nkey_file = {json.dumps(str(key))}\n")
     message = refused_alike(capsys, "--config", config)
     assert message == f"tls.cert_file {cert}: not a PEM certificate"
