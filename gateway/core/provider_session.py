@@ -52,8 +52,8 @@ log = logging.getLogger("gateway.provider")
 
 
 class AnswerLost(errors.RpcError):
-    """The link ended (the board left, the gateway stopped) after the request's frame was written: no
-    answer comes, and the provider may have carried the request out."""
+    """The link ended (the board left, the gateway stopped) after the request's frame was written, or a remote
+    upstream's connection closed under its POST: no answer comes, and the provider may have carried it out."""
 
 
 class SessionObserver(Protocol):

@@ -4,6 +4,12 @@ A remote link is created by the upstream's manager (gateway/southbound/remote/up
 reached the server, attached to the slot, then bound to the session the registry made for it.
 Whatever ends it (the core closing it, the server gone, credentials refused) ends it once: `ended`
 is set, `end_reason` and `end_error` say why, and the manager decides when to connect again.
+
+A request counts as sent (the server may have carried it out) once its POST has begun on a connection.
+When the link ends, a pending request in `unsent` (its POST not begun, or refused: the server unreachable,
+the gateway's credentials refused, the session forgotten) is answered `not_sent`, an error, before the
+session hears of the end, which answers the rest `disconnected` (the trail's `lost`). (A legacy SSE
+POST is awaited by the core's send, whose failure tells the core the same.)
 """
 
 from __future__ import annotations
@@ -19,12 +25,22 @@ from gateway.core import jsonrpc
 from gateway.core.answer_head import answer_id
 from gateway.core.jsonrpc import JsonId, JsonObject
 from gateway.core.link import LinkInfo
-from gateway.core.provider_session import ProviderSession
+from gateway.core.provider_session import AnswerLost, ProviderSession
 from gateway.southbound.remote.auth import UpstreamError
 from gateway.southbound.remote.http import RemoteHttp
 from gateway.southbound.remote.wire import public_url, stream_broken, too_large
 
 log = logging.getLogger("gateway.remote")
+
+
+def not_sent(request_id: JsonId, upstream: str, reason: str) -> JsonObject:
+    """The answer to a pending request the server never took, when the link ends: it did not run."""
+    return jsonrpc.error_response(
+        request_id,
+        jsonrpc.UNAVAILABLE,
+        f'Provider "{upstream}" disconnected: {reason}; the server did not take the request',
+        {"slot": upstream, "reason": "not_sent", "detail": reason},
+    )
 
 
 class RemoteLink:
@@ -49,6 +65,8 @@ class RemoteLink:
         self._inbox: list[bytes] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ids = itertools.count(1)
+        self.unsent: set[JsonId] = set()
+        """Requests of the core the server has not taken: their POST not begun, or refused before it ran."""
 
     # -- the session --------------------------------------------------------------------------
 
@@ -78,6 +96,17 @@ class RemoteLink:
         request_id = reply.get("id")
         if isinstance(request_id, str | int) and self.is_pending(request_id):
             self.feed_message(reply)
+
+    def answer_lost(self, reply: JsonObject) -> None:
+        """The exchange of a request the server may have received broke (the connection closed before or
+        during its answer): no answer can come and the server may have carried it out, so its caller gets
+        the error of `reply` as AnswerLost (the trail's `lost`); the server is told the gateway gave up."""
+        request_id = reply.get("id")
+        session = self.session
+        entry = session.pending.get(request_id) if session is not None and isinstance(request_id, str | int) else None
+        if session is not None and entry is not None:
+            error = reply["error"]
+            session.fail_request(entry, AnswerLost(error["code"], error["message"], error.get("data")))
 
     def skipped_oversized(self, head: str) -> None:
         """An event over the bound was skipped (`head`: the start of its data): when that shows it answers a
@@ -128,6 +157,8 @@ class RemoteLink:
         log.warning("remote upstream %s: %s", self.name, reason, extra={"slot": self.name})
         self._cancel_tasks()
         if self.session is not None:
+            for request_id in sorted(self.unsent, key=str):
+                self.answer_if_pending(not_sent(request_id, self.name, reason))
             self.session.link_lost(reason)
         self.ended.set()
 

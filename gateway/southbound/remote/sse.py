@@ -6,6 +6,9 @@ the core are POSTed there (202); every answer and server message arrives as a `m
 stream. The server's session lives as long as that stream: when it ends, the link ends, every pending
 call is answered at once, and the upstream's manager connects again with back-off. An event larger than
 the bound is skipped, not the stream: its call (named at the start of its data) is answered at once.
+A POST that reached no server, was refused (401) or named a session the server forgot (404) ends the
+link, its request never taken (an error for its caller); one whose connection closed before the 202
+ends that request alone as lost (the server may have run it).
 """
 
 from __future__ import annotations
@@ -115,8 +118,8 @@ class LegacySseLink(RemoteLink):
             self.lose(f"the upstream is unreachable: {exc}", exc)
             raise ConnectionError(str(exc)) from exc
         except UpstreamDropped as exc:
-            if request_id is not None:
-                self.answer_if_pending(stream_broken(request_id, self.name, str(exc)))
+            if request_id is not None:  # connected, then lost: the server may have taken and run it
+                self.answer_lost(stream_broken(request_id, self.name, str(exc)))
             return
         try:
             if response.status == 404:

@@ -22,6 +22,9 @@ sends on a call's stream has no way back in this era: the call ends at once, clo
 
 In either era what a request's response stream carries is that request's: an answer on it under
 another id would reach another caller, so it is dropped, counted as unmatched, and ends the request.
+A connection that closes after the POST began and before the answer came ends the request as lost
+(the server may have carried it out); a POST that reached no server, or was refused (401, a forgotten
+session that cannot be started again), leaves it not taken (gateway/southbound/remote/link.py).
 """
 
 from __future__ import annotations
@@ -145,8 +148,10 @@ class StreamableHttpLink(RemoteLink):
         request_id = message["id"]
         task = self.spawn(self._exchange(message))
         self.inflight[request_id] = task
+        self.unsent.add(request_id)
 
         def forget(done: asyncio.Task[None]) -> None:
+            self.unsent.discard(request_id)
             if self.inflight.get(request_id) is done:
                 del self.inflight[request_id]
 
@@ -233,13 +238,15 @@ class StreamableHttpLink(RemoteLink):
                 headers = {"Accept": ACCEPT_BOTH, "Content-Type": JSON, **self._stateless_headers(message)}
             else:
                 headers = self._session_headers(str(method))
+            self.unsent.discard(request_id)  # from here on the server may receive it
             try:
                 response = await self.http.open("POST", self.url, headers, jsonrpc.dumps(message))
             except (UpstreamUnreachable, UpstreamAuthFailed) as exc:
+                self.unsent.add(request_id)  # it reached no server, or the server refused the gateway
                 self.lose(self._describe(exc), exc)
                 return
             except UpstreamDropped as exc:
-                self.answer_if_pending(stream_broken(request_id, self.name, str(exc)))
+                self.answer_lost(stream_broken(request_id, self.name, str(exc)))
                 return
             try:
                 lost_session = (
@@ -250,6 +257,7 @@ class StreamableHttpLink(RemoteLink):
                     return
             finally:
                 response.release()
+            self.unsent.add(request_id)  # refused for its session: not taken unless the retry goes out
             await self._reinitialize(sent_session)
             if self.ending():
                 return
@@ -295,7 +303,7 @@ class StreamableHttpLink(RemoteLink):
             self.answer_if_pending(stream_broken(request_id, self.name, too_large(self.max_event_bytes)))
             return
         except (aiohttp.ClientError, TimeoutError) as exc:
-            self.answer_if_pending(stream_broken(request_id, self.name, read_failure(exc)))
+            self.answer_lost(stream_broken(request_id, self.name, read_failure(exc)))
             return
         if status == 202:
             self.answer_if_pending(stream_broken(request_id, self.name, "HTTP 202 without a body"))
