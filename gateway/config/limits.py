@@ -14,6 +14,9 @@ MAX_FRAME_BYTES = 1 << 30
 """The largest max_frame_bytes: 1 GiB. aiohttp keeps its WebSocket message bound in a C unsigned int, so
 one of 4 GiB or more fails every WebSocket handshake; a message that large would not fit a gateway's
 memory anyway."""
+MAX_OUTBOX_BYTES = 1 << 30
+"""The largest max_outbox_bytes: 1 GiB, as MAX_FRAME_BYTES; one client session holding more would not fit
+a gateway's memory."""
 MAX_HEADER_BYTES = 1 << 20
 """The largest max_header_bytes: 1 MiB, a hundred times aiohttp's default. aiohttp keeps it in a C size_t:
 a larger number (a typo of extra digits) would fail every connection the gateway accepts."""
@@ -202,6 +205,11 @@ class LimitsConfig(Section):
     kept); 0 keeps vacant slots until room is needed."""
     notification_queue: PositiveInt = 256
     """Notifications buffered per client stream; a stream that falls further behind is closed."""
+    max_outbox_bytes: Annotated[int, Field(ge=MIN_MESSAGE_BYTES, le=MAX_OUTBOX_BYTES)] = 16 * 1024 * 1024
+    """JSON-encoded bytes queued for one legacy SSE session or client WebSocket (on top of
+    notification_queue); a session whose queue would pass it is ended as one that falls
+    notification_queue messages behind. One message larger than it goes out when nothing else is
+    queued. At least 1024 (MIN_MESSAGE_BYTES), at most 1 GiB (MAX_OUTBOX_BYTES)."""
     stream_write_timeout_s: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 30.0
     """How long one write to an SSE stream (a GET or listen stream, an SSE answer, a legacy SSE
     session) may wait for a client that does not read; then the stream's connection is aborted."""

@@ -8,16 +8,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from gateway.config.base import MAX_DURATION_S, PositiveFloat, PositiveInt, Section, masked_url
 from gateway.config.files import FileRefused, read_regular_file
 from gateway.config.limits import MIN_RATE_PER_S
+from gateway.core.secret_keys import is_secret_key
 
 DEFAULT_SERVICE_NAME = "mcp-gateway"
 DEFAULT_ENDPOINT = "http://localhost:4318"
 """The OTLP/HTTP port on the same host, as the OpenTelemetry SDK defaults."""
 MAX_HEADERS_FILE_BYTES = 64 * 1024
+MIN_QUEUE_BYTES = 64 * 1024
+"""providers.max_queue_bytes at least: a board's largest notification (max_items events of
+max_attributes attributes of max_string_length characters) is about that size at the defaults."""
+MAX_QUEUE_BYTES = 1024**3
+"""providers.max_queue_bytes at most: 1 GiB, more than an edge appliance can hold for telemetry."""
+SECRET_MASK = "***"
+MAX_MASK_DEPTH = 64
+"""Levels of captured arguments masked (the audit trail's depth); deeper is replaced whole."""
 MAX_DURATION_MS = MAX_DURATION_S * 1000
 """OTEL_EXPORTER_OTLP_TIMEOUT at most: the ceiling of every duration setting (export_timeout_ms too)."""
 
@@ -65,7 +74,12 @@ class ProviderTelemetryConfig(Section):
     max_string_length: PositiveInt = 256
     """Characters of a name, a unit, a body or an attribute's key or value."""
     max_queue: PositiveInt = 2048
-    """Items waiting for export, every slot together; past it new items are dropped and counted."""
+    """Items waiting for export, every slot together (a span counts 1 plus its events); past it new
+    items are dropped and counted."""
+    max_queue_bytes: Annotated[int, Field(ge=MIN_QUEUE_BYTES, le=MAX_QUEUE_BYTES)] = 16 * 1024 * 1024
+    """Estimated bytes waiting for export, every slot together (provider_telemetry.estimated_size);
+    past it new notifications are dropped and counted, as past max_queue. Bounds memory whatever the
+    size of each item."""
 
     @field_validator("rate_per_s")
     @classmethod
@@ -76,6 +90,17 @@ class ProviderTelemetryConfig(Section):
                 "to drop boards' telemetry, set telemetry.providers.enabled = false"
             )
         return rate
+
+    @model_validator(mode="after")
+    def _burst_pays_for_a_notification(self) -> ProviderTelemetryConfig:
+        # The dearest notification, a span of max_items events, costs max_items + 1: a smaller bucket
+        # could never pay for it, and every such notification would be dropped.
+        if self.burst <= self.max_items:
+            raise ValueError(
+                f"burst ({self.burst}) must be more than max_items ({self.max_items}): a span of max_items "
+                f"events costs {self.max_items + 1} items and could never be accepted; raise burst or lower max_items"
+            )
+        return self
 
 
 class TelemetryConfig(Section):
@@ -144,17 +169,41 @@ class TelemetrySettings:
     """(variable, URL) of the OTEL_EXPORTER_OTLP_(<SIGNAL>_)ENDPOINT variables set, when `endpoint` is None."""
 
     def signal_endpoint(self, signal: str) -> str | None:
-        """The URL one signal ("traces", "metrics", "logs") is sent to (None: as the SDK resolves it)."""
+        """The URL one signal ("traces", "metrics", "logs") is sent to: `endpoint` + /v1/<signal>; None
+        when an endpoint variable is set: the SDK's exporters then resolve it as the OTLP exporter
+        specification says (signal_source)."""
         if self.endpoint is None:
             return None
         return f"{self.endpoint.rstrip('/')}/v1/{signal}"
 
+    def signal_source(self, signal: str) -> tuple[str, str | None]:
+        """(the URL one signal is sent to, the variable it came from; None for `endpoint` or the default):
+        OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT as it is, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/<signal>,
+        else the OTLP default + /v1/<signal>, as the SDK's exporters resolve them."""
+        if self.endpoint is not None:
+            return f"{self.endpoint.rstrip('/')}/v1/{signal}", None
+        found = dict(self.env_endpoints)
+        own = f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
+        if own in found:
+            return found[own], own
+        if ENV_ENDPOINT in found:
+            return f"{found[ENV_ENDPOINT].rstrip('/')}/v1/{signal}", ENV_ENDPOINT
+        return f"{DEFAULT_ENDPOINT}/v1/{signal}", None
+
     def shown_endpoint(self) -> str:
-        """The endpoint for a log line: the URL (credentials masked), and the variable it came from."""
+        """The endpoint for a log line (credentials masked): the base URL and the variable it came from
+        when every signal uses it; else each signal's URL and where it came from."""
         if self.endpoint is not None:
             return masked_url(self.endpoint)
-        return ", ".join(f"{masked_url(url)} from {variable}" for variable, url in self.env_endpoints) or (
-            f"{DEFAULT_ENDPOINT}, the OTLP default"
+        sources = {signal: self.signal_source(signal) for signal in SIGNALS}
+        if all(
+            variable != f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT" for signal, (_, variable) in sources.items()
+        ):
+            base = dict(self.env_endpoints).get(ENV_ENDPOINT)
+            return f"{masked_url(base)} from {ENV_ENDPOINT}" if base else f"{DEFAULT_ENDPOINT}, the OTLP default"
+        return ", ".join(
+            f"{signal} {masked_url(url)} " + (f"from {variable}" if variable else "(the OTLP default)")
+            for signal, (url, variable) in sources.items()
         )
 
 
@@ -200,9 +249,10 @@ def resolve_telemetry(config: TelemetryConfig, environ: Mapping[str, str]) -> Te
             f"{ENV_PROTOCOL}={protocol[:40]!r}: the gateway exports OTLP over HTTP (http/protobuf) only"
         )
     endpoint = config.endpoint
-    if endpoint is None and enabled and not env_endpoint:
-        endpoint = DEFAULT_ENDPOINT
     env_endpoints = _env_endpoints(environ) if enabled and endpoint is None else ()
+    if endpoint is None and enabled and not env_endpoints:
+        # With no endpoint variable at all (not even a per-signal one): the OTLP default, explicitly.
+        endpoint = DEFAULT_ENDPOINT
     headers = read_headers_file(config.headers_file) if enabled and config.headers_file is not None else None
     if enabled and headers is None:
         _check_env_headers(environ)
@@ -288,3 +338,18 @@ def _env_sampler(environ: Mapping[str, str]) -> tuple[str, float]:
     if not 0.0 <= ratio <= 1.0:
         raise TelemetryConfigError(f"{ENV_SAMPLER_ARG}={text[:40]!r}: give a ratio from 0 to 1")
     return name, ratio
+
+
+def mask_secret_arguments(value: object, depth: int = 0) -> object:
+    """`value` with the value of every secret-looking key (is_secret_key, the audit trail's rule)
+    replaced by "***", at any depth: what `capture_arguments` puts on a span."""
+    if depth >= MAX_MASK_DEPTH:
+        return SECRET_MASK
+    if isinstance(value, dict):
+        return {
+            key: SECRET_MASK if isinstance(key, str) and is_secret_key(key) else mask_secret_arguments(item, depth + 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [mask_secret_arguments(item, depth + 1) for item in value]
+    return value

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from gateway.core import jsonrpc
@@ -31,8 +33,10 @@ from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.core.routing import Target
 from gateway.core.sessions import ClientSession
 from gateway.core.streams import MessageQueue
+from gateway.http_answers import encode_refused
 from gateway.northbound import batches, session_era
 from gateway.northbound.http_io import Admission, Refusal
+from gateway.telemetry.trace_context import combined_header
 
 Admit = Callable[[jsonrpc.Message], Refusal | None]
 """The admission step (rate limits) bound to the request that opened the channel."""
@@ -55,17 +59,88 @@ def bind_admission(admission: Admission | None, request: web.Request, target: Ta
 
 
 class Outbox(MessageQueue):
-    """The channel's outgoing queue. `on_overflow` runs once, inside the put that passed the bound, so
-    a transport can end the session then instead of when its writer, perhaps stalled on a client that
-    does not read, next looks at the queue."""
+    """The channel's outgoing queue, bounded in messages (limits.notification_queue) and in the bytes of
+    their JSON encodings (`max_bytes`, limits.max_outbox_bytes), so a client that does not read holds
+    at most that much: passing either bound closes it as an overflow, `overflow_limit` naming which.
+    One message over `max_bytes` passes when nothing is queued (the client may be reading; the largest
+    message is bounded where it comes in). Each message is encoded once, at `put`; `encoded` hands the
+    writer the encoding of the message `get` returned last.
+
+    `on_overflow` runs once, inside the put that passed a bound, so a transport can end the session
+    then instead of when its writer, perhaps stalled on a client that does not read, next looks at the
+    queue."""
 
     on_overflow: Callable[[], None] | None = None
+
+    def __init__(self, limit: int, max_bytes: int) -> None:
+        super().__init__(limit)
+        self.max_bytes = max_bytes
+        self.queued_bytes = 0
+        self.overflow_limit = "notification_queue"
+        self._encodings: deque[bytes | None] = deque()
+        self._last: tuple[JsonObject, bytes | None] | None = None
+
+    def put(self, message: JsonObject) -> bool:
+        if self.closed:
+            return False
+        try:
+            data: bytes | None = orjson.dumps(message)
+        except orjson.JSONEncodeError:
+            data = None  # `encoded` makes the writer's -32603 answer of it, or drops it
+        size = 0 if data is None else len(data)
+        if self._encodings and self.queued_bytes + size > self.max_bytes:
+            self.overflow_limit = "max_outbox_bytes"
+            self.overflowed = True
+            self.close(drop=True)
+            return False
+        if not super().put(message):
+            return False
+        self._encodings.append(data)
+        self.queued_bytes += size
+        return True
+
+    def _taken(self, message: JsonObject | None) -> JsonObject | None:
+        if message is not None:
+            data = self._encodings.popleft()
+            self.queued_bytes -= 0 if data is None else len(data)
+            self._last = (message, data)
+        return message
+
+    async def get(self, timeout: float | None = None) -> JsonObject | None:
+        return self._taken(await super().get(timeout))
+
+    def get_nowait(self) -> JsonObject | None:
+        return self._taken(super().get_nowait())
+
+    def encoded(self, message: JsonObject) -> bytes | None:
+        """`message` as JSON: the encoding `put` made when it is the message taken last, else a new one.
+        One the encoder refuses is an answer's -32603 error, or None for a notification or request
+        (http_answers.encode_refused): the writer counts and drops it."""
+        last = self._last
+        self._last = None
+        if last is not None and last[0] is message and last[1] is not None:
+            return last[1]
+        try:
+            return orjson.dumps(message)
+        except orjson.JSONEncodeError as exc:
+            return encode_refused(message, exc)
 
     def close(self, drop: bool = False) -> None:
         fresh = not self.closed
         super().close(drop)
+        if drop:
+            self._encodings.clear()
+            self.queued_bytes = 0
+            self._last = None
         if fresh and self.overflowed and self.on_overflow is not None:
             self.on_overflow()
+
+    @property
+    def overflow_reason(self) -> str:
+        """Why the outbox overflowed: a close reason, or a stream's last comment."""
+        if self.overflow_limit == "max_outbox_bytes":
+            return f"Client too slow: more than {self.max_bytes} bytes waiting (limits.max_outbox_bytes)"
+        return f"Client too slow: more than {self.limit} messages waiting (limits.notification_queue)"
 
 
 def _client_id(value: Any) -> Any:
@@ -92,7 +167,8 @@ class ClientChannel:
         self.session = session
         self.admit = admit
         self.on_response = on_response
-        self.outbox = Outbox(gateway.config.limits.notification_queue)
+        limits = gateway.config.limits
+        self.outbox = Outbox(limits.notification_queue, limits.max_outbox_bytes)
         session.stream = self.outbox
         session.transport = transport
         gateway.client_streams.add(self.outbox)
@@ -247,8 +323,8 @@ class ClientChannel:
             transport=session.transport,
             tracing=self.gateway.telemetry.tracing,
             traceparent=headers.get("traceparent"),
-            tracestate=headers.get("tracestate"),
-            baggage=headers.get("baggage"),
+            tracestate=combined_header(headers, "tracestate"),
+            baggage=combined_header(headers, "baggage"),
         )
         try:
             self.send(await session_era.run_request(session, self.target, ctx, body))

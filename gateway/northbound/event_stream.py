@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import orjson
 from aiohttp import web
@@ -133,6 +133,7 @@ async def pump(
     write_timeout_s: float,
     metrics: Metrics,
     watch: CredentialWatch | None = None,
+    encode: Callable[[JsonObject], bytes | None] = encode_data,
 ) -> AuthFailure | None:
     """Write queued messages as events until the queue closes; comment lines keep idle streams open.
     A message that cannot be encoded is dropped (counted), the stream goes on. A client that stops
@@ -142,7 +143,9 @@ async def pump(
     `watch`: the caller's credential is judged before a write, at most once per RECHECK_EVERY_S (a
     keepalive is a write, so an idle stream is judged at least every `keepalive_s`). When it no longer
     stands the queue is closed with what it holds dropped, nothing more is written, and the failure
-    is returned for the caller to end the stream with."""
+    is returned for the caller to end the stream with.
+
+    `encode`: a message's JSON (None: dropped), e.g. the encoding the queue made when it took it."""
     try:
         while True:
             message = await queue.get(timeout=keepalive_s)
@@ -154,11 +157,11 @@ async def pump(
             if message is None:
                 await write(request, response, KEEPALIVE, write_timeout_s, metrics)
                 continue
-            event = encode_event(message)
-            if not event:
+            data = encode(message)
+            if data is None:
                 metrics.unencodable.inc()
                 continue
-            await write(request, response, event, write_timeout_s, metrics)
+            await write(request, response, as_event(data), write_timeout_s, metrics)
     except StreamStalled:
         queue.close(drop=True)
     return None

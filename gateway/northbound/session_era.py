@@ -50,14 +50,18 @@ def create_session(
         if exc.limit == "max_sessions_per_principal":
             # The caller's own quota (others still get sessions): 429, like a rate limit, but
             # without Retry-After; sessions free up when their owner ends them or they idle out.
+            held = streamed_sessions(gateway, owner)
+            if held is None:
+                advice = f"{how_to_end}, or wait: one idle for {limits.session_idle_when_full_s:g} s makes room"
+            else:
+                advice = f"held by sessions with open streams, which never idle out: {held}"
             return Refusal(
                 429,
                 jsonrpc.error_response(
                     request_id,
                     jsonrpc.UNAVAILABLE,
                     f"Too many sessions for {describe(owner)} (limit {exc.value}, "
-                    f"limits.max_sessions_per_principal); {how_to_end}, or wait: one idle for "
-                    f"{limits.session_idle_when_full_s:g} s makes room",
+                    f"limits.max_sessions_per_principal); {advice}",
                     {"reason": "session_limit", "limit": "max_sessions_per_principal", "value": exc.value},
                 ),
             )
@@ -70,6 +74,44 @@ def create_session(
                 {"reason": "session_limit", "limit": "max_sessions", "value": exc.value},
             ),
         )
+
+
+STREAM_KINDS = {
+    "websocket": ("open WebSocket session", "open WebSocket sessions", "close WebSocket connections you no longer use"),
+    "sse": ("open legacy SSE session", "open legacy SSE sessions", "close SSE streams you no longer use"),
+    "streamable-http": (
+        "Streamable HTTP session with an open GET stream",
+        "Streamable HTTP sessions with an open GET stream",
+        "end sessions you no longer use with DELETE on their endpoint (Mcp-Session-Id header)",
+    ),
+}
+"""How a 429 at max_sessions_per_principal names the sessions of each transport holding the cap, and
+how the caller ends one (each transport's own HOW_TO_END)."""
+
+
+def streamed_sessions(gateway: Gateway, owner: Any) -> str | None:
+    """When every session of `owner` has an open stream, and so never idles out: which kinds hold the
+    cap, counted, and how to end one (`1 open WebSocket session: close WebSocket connections ...`).
+    None when one of them can idle (no open stream), so waiting helps."""
+    counts: dict[str, int] = {}
+    for session in gateway.sessions.sessions.values():
+        if session.owner != owner:
+            continue
+        stream = session.stream
+        if stream is None or stream.closed:
+            return None
+        counts[session.transport] = counts.get(session.transport, 0) + 1
+    if not counts:
+        return None
+    kinds = []
+    endings = []
+    for transport, count in sorted(counts.items(), key=lambda item: -item[1]):
+        one, many, ending = STREAM_KINDS.get(
+            transport, (f"open {transport} session", f"open {transport} sessions", f"close {transport} sessions")
+        )
+        kinds.append(f"{count} {one if count == 1 else many}")
+        endings.append(ending)
+    return f"{' and '.join(kinds)}: {'; '.join(endings)}"
 
 
 def claims_session(session: ClientSession, principal: Principal, gateway: Gateway, path: str, peer: str | None) -> bool:

@@ -26,6 +26,7 @@ as the request's error.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from urllib.parse import quote, urlsplit
 
@@ -44,6 +45,7 @@ from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admi
 from gateway.northbound.credential_watch import CredentialWatch, credential_gone_comment
 from gateway.northbound.event_stream import accepts
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
+from gateway.policy.connection_limits import CUT_LIMIT_KEYS, HANDSHAKE_TIMEOUT
 from gateway.policy.request_principal import request_principal
 
 log = logging.getLogger("gateway.northbound.sse")
@@ -53,6 +55,11 @@ MESSAGES_SEGMENT = "messages"
 SESSION_PARAM = "sessionId"
 TRANSPORT = "sse"
 HOW_TO_END = "close SSE streams you no longer use"
+
+
+def no_initialize(timeout_s: float) -> str:
+    """The last comment of a stream whose session sent no initialize in time."""
+    return f"No initialize within {timeout_s:g} s (limits.connections.handshake_timeout_s): send initialize first"
 
 
 def endpoint_event(slot: str, session_id: str, relative: bool = False) -> bytes:
@@ -127,8 +134,11 @@ class LegacySseEndpoint:
         metrics = self.gateway.metrics.streams.labels(TRANSPORT)
         metrics.inc()
         response = web.StreamResponse()
+        deadline: asyncio.TimerHandle | None = None
+        expired: list[bool] = []  # the handshake deadline ended the stream
         try:
             response = await event_stream.open_stream(request)
+            deadline = self.handshake_deadline(channel, expired)
             bound = self.limits.stream_write_timeout_s
             await event_stream.write(
                 request, response, endpoint_event(slot, channel.id, self.relative_endpoint), bound, self.gateway.metrics
@@ -141,22 +151,45 @@ class LegacySseEndpoint:
                 bound,
                 self.gateway.metrics,
                 CredentialWatch.of(request, "SSE stream"),
+                channel.outbox.encoded,
             )
             if channel.outbox.overflowed:
                 self.gateway.metrics.stream_overflows.labels(TRANSPORT).inc()
-                self.gateway.metrics.limit_hit("notification_queue")
-            end = b"" if failure is None else credential_gone_comment(failure)
+                self.gateway.metrics.limit_hit(channel.outbox.overflow_limit)
+            if failure is not None:
+                end = credential_gone_comment(failure)
+            elif expired:
+                end = b": " + no_initialize(self.limits.connections.handshake_timeout_s).encode() + b"\n\n"
+            else:
+                end = b""
             await event_stream.write(request, response, end, bound, self.gateway.metrics, eof=True)
         except ConnectionError:
             log.debug("SSE client of session %s... went away", channel.id[:6])
         finally:
             # The stream is the session: closed by the client, cut by the network (a keepalive
             # write fails), or ended by the gateway (shutdown, the client fell too far behind, its
-            # credential no longer stands).
+            # credential no longer stands, no initialize came in time).
+            if deadline is not None:
+                deadline.cancel()
             metrics.dec()
             self.channels.pop(channel.id, None)
             await channel.close()
         return response
+
+    def handshake_deadline(self, channel: ClientChannel, expired: list[bool]) -> asyncio.TimerHandle:
+        """End the stream (its outbox closed, what it holds dropped) unless initialize was answered
+        limits.connections.handshake_timeout_s after it opened: a stream that never starts its session
+        is not held, as a raw WebSocket is not (gateway/websocket_limits.handshake_deadline)."""
+
+        def expire() -> None:
+            if channel.handshaken or channel.outbox.closed:
+                return
+            self.gateway.metrics.connection_cuts.labels(HANDSHAKE_TIMEOUT).inc()
+            self.gateway.metrics.limit_hit(CUT_LIMIT_KEYS[HANDSHAKE_TIMEOUT])
+            expired.append(True)
+            channel.outbox.close(drop=True)
+
+        return asyncio.get_running_loop().call_later(self.limits.connections.handshake_timeout_s, expire)
 
     # -- POST /<slot>/messages?sessionId= -------------------------------------------------------
 

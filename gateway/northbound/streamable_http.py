@@ -47,6 +47,7 @@ from gateway.policy.caller_pending import CallerPending, caller_key
 from gateway.policy.request_principal import request_principal
 from gateway.policy.verifier import AuthFailure
 from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.trace_context import combined_header
 
 log = logging.getLogger("gateway.northbound.http")
 
@@ -540,8 +541,8 @@ class StreamableHttpEndpoint:
             transport=http_transport(request.headers.get(TRANSPORT_HEADER)),
             tracing=self.gateway.telemetry.tracing,
             traceparent=request.headers.get("traceparent"),
-            tracestate=request.headers.get("tracestate"),
-            baggage=request.headers.get("baggage"),
+            tracestate=combined_header(request.headers, "tracestate"),
+            baggage=combined_header(request.headers, "baggage"),
         )
 
     def request_stream(
@@ -690,8 +691,8 @@ class StreamableHttpEndpoint:
             transport=http_transport(request.headers.get(TRANSPORT_HEADER)),
             tracing=self.gateway.telemetry.tracing,
             traceparent=request.headers.get("traceparent"),
-            tracestate=request.headers.get("tracestate"),
-            baggage=request.headers.get("baggage"),
+            tracestate=combined_header(request.headers, "tracestate"),
+            baggage=combined_header(request.headers, "baggage"),
         )
         if method == "subscriptions/listen":
             if not sse_ok:

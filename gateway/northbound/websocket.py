@@ -54,7 +54,7 @@ from gateway.core.names import SlotNameError, decode_path_segment
 from gateway.core.routing import Target
 from gateway.core.slots import SlotRefused
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION
-from gateway.http_answers import encode_refused, http_error
+from gateway.http_answers import http_error
 from gateway.northbound import session_era
 from gateway.northbound.channel import ClientChannel, ResponseHandler, bind_admission
 from gateway.northbound.credential_watch import CredentialWatch, credential_gone, credential_gone_close_reason
@@ -141,7 +141,7 @@ class ClientWebSockets:
             # writer closes with 1008 once its current frame is out, or aborts at stream_write_timeout_s.
             nonlocal ender
             self.gateway.metrics.stream_overflows.labels(TRANSPORT).inc()
-            self.gateway.metrics.limit_hit("notification_queue")
+            self.gateway.metrics.limit_hit(channel.outbox.overflow_limit)
             ender = asyncio.get_running_loop().create_task(channel.close())
 
         channel.outbox.on_overflow = overflowed
@@ -225,22 +225,15 @@ class ClientWebSockets:
                     return
                 if message is None:
                     continue  # idle: judged above, nothing to write
-                try:
-                    data = orjson.dumps(message)
-                except orjson.JSONEncodeError as exc:
-                    refused = encode_refused(message, exc)
-                    if refused is None:
-                        self.gateway.metrics.unencodable.inc()
-                        continue
-                    data = refused
+                data = outbox.encoded(message)
+                if data is None:
+                    self.gateway.metrics.unencodable.inc()
+                    continue
                 await self.send(request, ws, data)
             if ws.closed:
                 return
             if outbox.overflowed:  # counted as it happened (serve)
-                code, reason = (
-                    CLOSE_POLICY,
-                    f"Client too slow: more than {outbox.limit} messages waiting (limits.notification_queue)",
-                )
+                code, reason = CLOSE_POLICY, outbox.overflow_reason
             elif channel.closed:
                 return  # the read side ended the session and closes the socket itself
             elif not self.gateway.listening:

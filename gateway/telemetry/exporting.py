@@ -147,6 +147,7 @@ class Telemetry:
             "ratio": settings.ratio,
             "service_name": settings.service_name,
             "reloads": self.reloads,
+            "provider_queue": queued() if (queued := getattr(self.intake.sink, "queued", None)) else None,
         }
 
 

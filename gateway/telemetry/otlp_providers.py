@@ -58,6 +58,10 @@ from gateway.config import TelemetrySettings
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.provider_telemetry import Batch, MetricPoint, ProviderEvent, ProviderSpan
 
+EXPORT_BATCH_BYTES = 4 * 1024 * 1024
+"""Estimated bytes of provider items in one export request, at most (a collector's usual limit of one
+request); one notification larger than that still goes alone."""
+
 log = logging.getLogger("gateway.telemetry")
 
 SCOPE = InstrumentationScope("mcp-gateway.provider-telemetry", __version__)
@@ -82,6 +86,7 @@ class ProviderExport:
         config = settings.config
         self.metrics = metrics
         self.max_queue = config.providers.max_queue
+        self.max_queue_bytes = config.providers.max_queue_bytes
         self.batch_items = config.max_export_batch_size
         self.delay_s = config.schedule_delay_ms / 1000
         self.max_resources = max_slots
@@ -92,6 +97,9 @@ class ProviderExport:
         self.points = OTLPMetricExporter(endpoint=settings.signal_endpoint("metrics"), **options)
         self.queue: deque[Batch] = deque()
         self.queued_items = 0
+        self.queued_bytes = 0
+        self.queue_sizes: deque[tuple[int, int]] = deque()
+        """(items, estimated bytes) of each batch in `queue`, in the same order."""
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopping = False
@@ -108,13 +116,19 @@ class ProviderExport:
     # -- the event loop's side ----------------------------------------------------------------
 
     def put(self, batch: Batch) -> bool:
-        count = len(batch.items)
+        count, size = batch.cost, batch.size
         with self.lock:
-            if self.stopping or self.queued_items + count > self.max_queue:
+            if (
+                self.stopping
+                or self.queued_items + count > self.max_queue
+                or self.queued_bytes + size > self.max_queue_bytes
+            ):
                 return False
             self.queue.append(batch)
+            self.queue_sizes.append((count, size))
             self.queued_items += count
-            full = self.queued_items >= self.batch_items
+            self.queued_bytes += size
+            full = self.queued_items >= self.batch_items or self.queued_bytes >= EXPORT_BATCH_BYTES
         if full:
             self.wake.set()
         return True
@@ -139,21 +153,31 @@ class ProviderExport:
     def _drop_waiting(self) -> None:
         """At stop, what the export timeout left no time for: dropped and counted."""
         with self.lock:
-            left, self.queued_items = self.queued_items, 0
+            left, self.queued_items, self.queued_bytes = self.queued_items, 0, 0
             self.queue.clear()
+            self.queue_sizes.clear()
         if left:
             self.metrics.telemetry_dropped.labels("provider_export").inc(left)
 
     def _take(self) -> list[Batch]:
         taken: list[Batch] = []
-        items = 0
+        items = size = 0
         with self.lock:
-            while self.queue and items < self.batch_items:
-                batch = self.queue.popleft()
-                taken.append(batch)
-                items += len(batch.items)
+            while self.queue and items < self.batch_items and size < EXPORT_BATCH_BYTES:
+                if taken and size + self.queue_sizes[0][1] > EXPORT_BATCH_BYTES:
+                    break
+                taken.append(self.queue.popleft())
+                count, bytes_ = self.queue_sizes.popleft()
+                items += count
+                size += bytes_
             self.queued_items -= items
+            self.queued_bytes -= size
         return taken
+
+    def queued(self) -> dict[str, int]:
+        """Items and estimated bytes waiting for export now (the gateway's telemetry status)."""
+        with self.lock:
+            return {"items": self.queued_items, "bytes": self.queued_bytes}
 
     def _export_some(self) -> bool:
         """Export one batch of what waits; False when nothing waited. Raises nothing: the thread serves
@@ -170,7 +194,7 @@ class ProviderExport:
                 try:
                     resource = self._resource(batch.slot, batch.identity)
                     if isinstance(item, ProviderSpan):
-                        spans.append(_span(item, resource))
+                        spans.append(_span(item, resource))  # its events travel in it
                     elif isinstance(item, ProviderEvent):
                         logs.append(_log(item, resource, batch.received_ns))
                     else:
@@ -275,7 +299,7 @@ def _log(item: ProviderEvent, resource: Resource, received_ns: int) -> ReadableL
         linked = SpanContext(int(item.trace_id, 16), int(item.span_id, 16), True, SAMPLED)
         context = set_span_in_context(NonRecordingSpan(linked), context)
     record = LogRecord(
-        timestamp=item.time_ns,
+        timestamp=item.time_ns if item.time_ns is not None else received_ns,  # unset: the arrival time
         observed_timestamp=received_ns,
         context=context,
         severity_text=item.severity_text,

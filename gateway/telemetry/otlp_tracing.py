@@ -38,6 +38,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusC
 
 from gateway import __version__
 from gateway.config import TelemetrySettings
+from gateway.config.telemetry import mask_secret_arguments
 from gateway.telemetry.metrics import LATENCY_BUCKETS, Metrics, method_label
 from gateway.telemetry.trace_context import RequestTrace, caller_context
 from gateway.telemetry.tracing import RequestFacts, Tracing, run_side_by_side
@@ -239,7 +240,8 @@ class SdkTracing(Tracing):
         if isinstance(tool, str):
             attributes["mcpgw.tool"] = tool[:MAX_ATTRIBUTE_TEXT]
             if self.capture_arguments:
-                arguments = orjson.dumps(params.get("arguments"), default=str).decode()
+                # Masked as the audit trail masks them: a span leaves the appliance.
+                arguments = orjson.dumps(mask_secret_arguments(params.get("arguments")), default=str).decode()
                 attributes["mcpgw.arguments"] = arguments[:MAX_ARGUMENTS_TEXT]
         return attributes
 

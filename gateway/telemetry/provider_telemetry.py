@@ -5,7 +5,8 @@ The wire is mcp-broker's versioned envelope `{"version": 1, "signal": ..., ...}`
 one `span` (mcp-broker's own shape, what pump-1 sends), "logs" with a list of `events`, "metrics" with
 a list of `metrics` points. A notification is never answered: one that breaks a rule is dropped
 whole, counted, and logged once per slot and kind of fault. A slot's token bucket charges every item
-(a span, an event, a point), so a flood from one board is dropped and counted for that slot alone.
+(an event, a point, a span and each of its events), so a flood from one board is dropped and counted
+for that slot alone.
 Validation runs on the event loop and is bounded by the configured limits; turning items into SDK
 objects and sending them happens on the export thread (gateway/telemetry/otlp_providers.py).
 """
@@ -87,6 +88,37 @@ class MetricPoint:
 
 Item = ProviderSpan | ProviderEvent | MetricPoint
 
+ITEM_BYTES = 256
+"""Estimated bytes of one span, event or point before its texts and attributes (the objects holding it)."""
+ATTRIBUTE_BYTES = 64
+"""Estimated bytes of one attribute before its key's and string value's characters."""
+
+
+def item_cost(item: Item) -> int:
+    """What one item counts for in a slot's bucket and in the export queue: a span 1 plus its events."""
+    return 1 + len(item.events) if isinstance(item, ProviderSpan) else 1
+
+
+def _attributes_size(found: Mapping[str, Scalar]) -> int:
+    return sum(
+        ATTRIBUTE_BYTES + len(key) + (len(value) if isinstance(value, str) else 0) for key, value in found.items()
+    )
+
+
+def estimated_size(item: Item) -> int:
+    """A cheap estimate of the bytes one item holds while it waits for export (providers.max_queue_bytes):
+    ITEM_BYTES per span, event or point, its name and texts, ATTRIBUTE_BYTES plus the characters of each
+    attribute. Bounded by the limits it was parsed with, and about the size of its JSON."""
+    size = ITEM_BYTES + len(item.name) + _attributes_size(item.attributes)
+    if isinstance(item, ProviderSpan):
+        size += len(item.status_message or "")
+        size += sum(ITEM_BYTES + len(event.name) + _attributes_size(event.attributes) for event in item.events)
+    elif isinstance(item, ProviderEvent):
+        size += len(item.body or "")
+    else:
+        size += len(item.unit or "")
+    return size
+
 
 @dataclass(frozen=True, slots=True)
 class Batch:
@@ -97,12 +129,22 @@ class Batch:
     received_ns: int
     items: tuple[Item, ...]
 
+    @property
+    def cost(self) -> int:
+        """Its items as the queue counts them (item_cost)."""
+        return sum(item_cost(item) for item in self.items)
+
+    @property
+    def size(self) -> int:
+        """Its estimated bytes (estimated_size)."""
+        return sum(estimated_size(item) for item in self.items)
+
 
 class ExportSink(Protocol):
     """Where accepted batches go: the export thread's bounded queue."""
 
     def put(self, batch: Batch) -> bool:
-        """Queue one batch; False when the queue is full (the batch is dropped)."""
+        """Queue one batch; False when the queue is full, in items or in bytes (the batch is dropped)."""
         ...
 
     def shutdown(self) -> bool | None:
@@ -171,7 +213,7 @@ class ProviderTelemetry:
         except Refused as exc:
             self._refused(slot, exc)
             return
-        if not self._admit(slot, len(raw) if signal != "traces" else 1):
+        if not self._admit(slot, raw_cost(signal, raw)):
             self._count(slot, "rate_limited")
             self._warn(slot, "rate", "%s sends telemetry faster than [telemetry.providers] allows; excess dropped")
             return
@@ -182,7 +224,7 @@ class ProviderTelemetry:
             return
         if not sink.put(Batch(slot, identity, time.time_ns(), items)):
             self._count(slot, "queue_full")
-            self.metrics.telemetry_dropped.labels("provider_queue").inc(len(items))
+            self.metrics.telemetry_dropped.labels("provider_queue").inc(sum(item_cost(item) for item in items))
             return
         self._count(slot, "accepted")
 
@@ -228,8 +270,18 @@ class ProviderTelemetry:
 # -- validation -------------------------------------------------------------------------------
 
 
+def raw_cost(signal: str, raw: list[Any]) -> int:
+    """What a notification costs its slot's bucket before it is parsed (item_cost): a span 1 plus its
+    events (envelope checked their number), an event or a point 1."""
+    if signal == "traces":
+        events = raw[0].get("events")
+        return 1 + (len(events) if isinstance(events, list) else 0)
+    return len(raw)
+
+
 def envelope(params: object, max_items: int) -> tuple[str, list[Any]]:
-    """(signal, its raw items) of a notification's params; a span counts as one item."""
+    """(signal, its raw items) of a notification's params: a span's events at most max_items too, so
+    that its cost (raw_cost) is bounded before the bucket is asked."""
     if not isinstance(params, Mapping):
         raise Refused("params must be an object")
     version = params.get("version", 1)
@@ -243,6 +295,9 @@ def envelope(params: object, max_items: int) -> tuple[str, list[Any]]:
     if signal == "traces":
         if not isinstance(raw, Mapping):
             raise Refused('signal "traces" needs "span", an object')
+        events = raw.get("events")
+        if isinstance(events, list) and len(events) > max_items:
+            raise Refused(f"span.events must be a list of at most max_items ({max_items})")
         return signal, [raw]
     if not isinstance(raw, list) or not raw:
         raise Refused(f'signal "{signal}" needs "{key}", a non-empty list')

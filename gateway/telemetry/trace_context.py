@@ -135,6 +135,17 @@ def _tracestate(value: object) -> str | None:
     return value if isinstance(value, str) and value and len(value) <= MAX_TRACESTATE else None
 
 
+def combined_header(headers: Any, name: str) -> str | None:
+    """Every field line of a header the caller repeated, joined with "," as W3C tracestate and baggage
+    say (RFC 9110 5.3); None when absent. `headers` is aiohttp's multidict or a plain mapping."""
+    getall = getattr(headers, "getall", None)
+    if getall is None:
+        value = headers.get(name)
+        return value if isinstance(value, str) else None
+    values = getall(name, ())
+    return ",".join(values) if values else None
+
+
 def header_baggage(meta: object, header: str) -> str | None:
     """The HTTP `baggage` header to pass on: only when `_meta` carries no baggage (the caller's `_meta`
     travels as it is and wins, as its traceparent does), and at most MAX_BAGGAGE characters."""

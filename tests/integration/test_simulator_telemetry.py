@@ -94,7 +94,7 @@ async def test_a_flooding_pump_is_held_to_its_own_bucket_and_the_other_is_untouc
     # 5 items a second with a burst of 14 (two samples of 7 gauges): a sample every 100 ms (about 70
     # items a second) is far past it; a sample every 2 s (3.5 items a second) is well within it, even
     # when two of its samples arrive together after a stall.
-    server = await gateway_factory(telemetry=telemetry(receiver, rate_per_s=5, burst=14))
+    server = await gateway_factory(telemetry=telemetry(receiver, rate_per_s=5, burst=14, max_items=7))
     async with plant(server, 1, 0.01), plant(server, 2, 2.0):
         began = time.monotonic()
         await wait_for(lambda: counted(server, "pump-1", "rate_limited") >= 5, 30, "pump-1 held to its bucket")

@@ -188,7 +188,7 @@ def test_off_upstreams_and_a_full_queue_are_counted() -> None:
 
 
 def test_buckets_stay_bounded_by_the_slot_count() -> None:
-    telemetry, _ = intake(Sink(), rate_per_s=1000, burst=10)
+    telemetry, _ = intake(Sink(), rate_per_s=1000, burst=10, max_items=4)
     for number in range(50):
         telemetry.accept(f"pump-{number}", None, events(1))
     assert len(telemetry.buckets) <= telemetry.max_slots
