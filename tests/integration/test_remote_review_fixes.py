@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives.serialization import Encoding
@@ -133,10 +134,12 @@ async def test_a_legacy_sse_stream_without_its_endpoint_event_is_a_named_failure
 
 
 def session_server(
-    get: Handler, calls: Callable[[dict[str, Any], web.Request], web.StreamResponse] | None = None
+    get: Handler,
+    calls: Callable[[dict[str, Any], web.Request], web.StreamResponse] | None = None,
+    tools: Callable[[], list[str]] = lambda: ["echo"],
 ) -> Handler:
-    """A hand-written session-era MCP server: initialize opens a session, tools/list names one tool `echo`;
-    a GET with the session goes to `get`; a tools/call to `calls` when given."""
+    """A hand-written session-era MCP server: initialize opens a session, tools/list names the tools of
+    `tools()` (`echo`); a GET with the session goes to `get`; a tools/call to `calls` when given."""
     session = secrets.token_hex(8)
 
     async def mcp(request: web.Request) -> web.StreamResponse:
@@ -151,7 +154,7 @@ def session_server(
         if method == "initialize":
             result = {
                 "protocolVersion": "2025-06-18",
-                "capabilities": {"tools": {}},
+                "capabilities": {"tools": {"listChanged": True}},
                 "serverInfo": {"name": "hand-written", "version": "1"},
             }
             reply = {"jsonrpc": "2.0", "id": request_id, "result": result}
@@ -159,8 +162,8 @@ def session_server(
         if request_id is None:
             return web.Response(status=202)
         if method == "tools/list":
-            tool = {"name": "echo", "inputSchema": {"type": "object"}}
-            return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": {"tools": [tool]}})
+            listed = [{"name": name, "inputSchema": {"type": "object"}} for name in tools()]
+            return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": {"tools": listed}})
         if method == "tools/call" and calls is not None:
             return calls(body, request)
         content = [{"type": "text", "text": "echoed"}]
@@ -169,21 +172,73 @@ def session_server(
     return mcp
 
 
-async def test_a_get_stream_whose_headers_never_come_is_opened_again(gateway_factory: GatewayFactory) -> None:
+async def test_a_get_stream_whose_headers_come_late_delivers_the_servers_notifications(
+    gateway_factory: GatewayFactory,
+) -> None:
+    """A proxy holding the GET stream's headers until the server's first bytes: they come long after
+    connect_timeout_s, and the list_changed on that stream still reaches the client."""
+    tools = ["echo"]
     gets = 0
 
-    async def get(request: web.Request) -> web.StreamResponse:
+    async def late(request: web.Request) -> web.StreamResponse:
         nonlocal gets
         gets += 1
-        return await forever(request)
+        await asyncio.sleep(1.2)  # four times connect_timeout_s
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b": keep-alive\n\n")
+        tools.append("new_tool")
+        notification = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+        await response.write(b"event: message\ndata: " + json.dumps(notification).encode() + b"\n\n")
+        await asyncio.sleep(3600)
+        return response
 
-    async with http_server({"/mcp": session_server(get)}) as base:
-        server = await start_gateway(gateway_factory, entry(f"{base}/mcp", connect_timeout_s=0.3))
+    changes: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changes.append("tools")
+
+    async with http_server({"/mcp": session_server(late, tools=lambda: tools)}) as base:
+        server = await start_gateway(
+            gateway_factory, entry(f"{base}/mcp", transport="streamable-http", connect_timeout_s=0.3)
+        )
         await wait_ready_slot(server, SLOT)
-        await wait_for(lambda: gets >= 2, what="the GET stream tried again")
+        async with Client(slot_url(server), mode="legacy", message_handler=on_message) as client:
+            await wait_for(lambda: bool(changes), timeout=8, what="tools/list_changed at the client")
+            assert "new_tool" in {tool.name for tool in (await client.list_tools()).tools}
         status = upstream(server)
-        assert status["get_stream"] == "reconnecting"
-        assert "no answer within 0.3s (connect_timeout_s)" in status["last_stream_error"]
+        assert status["get_stream"] == "open" and status["stream_opens"] == 1
+        assert gets == 1  # waited for, not given up and opened again
+
+
+async def test_a_get_stream_that_keeps_failing_to_open_is_warned_of_once(
+    gateway_factory: GatewayFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    gets = 0
+
+    async def busy(request: web.Request) -> web.StreamResponse:
+        nonlocal gets
+        gets += 1
+        return web.Response(status=503, text="busy")
+
+    async with http_server({"/mcp": session_server(busy)}) as base:
+        server = await start_gateway(gateway_factory, entry(f"{base}/mcp", transport="streamable-http"))
+        await wait_ready_slot(server, SLOT)
+        await wait_for(lambda: gets >= 6, timeout=8, what="the GET stream tried again and again")
+        warnings = [
+            record.getMessage()
+            for record in caplog.records
+            if record.levelno == logging.WARNING and "GET stream failed to open" in record.getMessage()
+        ]
+        assert warnings == [
+            f"remote upstream {SLOT}: the GET stream failed to open 3 times in a row, last: GET answered HTTP 503 "
+            "text/plain; the server's notifications (list_changed) are lost until it opens (provider_status: "
+            "get_stream, last_stream_error)"
+        ]
+        status = upstream(server)
+        assert status["get_stream"] == "reconnecting" and status["stream_opens"] == 0
         async with Client(slot_url(server), mode="legacy") as client:
             assert text(await client.call_tool("echo", {})) == "echoed"
 
@@ -260,7 +315,7 @@ async def test_headers_file_values_quoted_in_a_401_reach_no_caller_status_or_log
     gateway_factory: GatewayFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    key, tenant = secrets.token_urlsafe(18), f"tenant-{secrets.token_hex(6)}"
+    key, tenant = secrets.token_urlsafe(18), f"tenant-{secrets.token_hex(6)}"  # a routing value: shown
     headers = tmp_path / "headers.txt"
     headers.write_text(f"X-Api-Key: {key}\nX-Tenant: {tenant}\n")
     headers.chmod(0o600)
@@ -271,7 +326,8 @@ async def test_headers_file_values_quoted_in_a_401_reach_no_caller_status_or_log
     async with http_server({"/mcp": mcp}) as base:
         server = await start_gateway(gateway_factory, entry(f"{base}/mcp", headers_file=str(headers)))
         await wait_for(lambda: upstream(server)["state"] == "auth_failed", what="the 401")
-        await assert_nowhere(server, caplog, key, tenant)
+        error = await assert_nowhere(server, caplog, key)
+        assert f"X-Tenant: {tenant}" in error
 
 
 @pytest.mark.parametrize("auth_method", ["client_secret_post", "client_secret_basic"])

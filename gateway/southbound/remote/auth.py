@@ -24,6 +24,7 @@ import orjson
 
 from gateway.config import RemoteOAuthConfig, RemoteUpstreamConfig
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.secret_keys import is_secret_argument, key_words
 from gateway.http_body import BodyTooLarge, read_body, read_prefix
 from gateway.policy.ssrf import UpstreamPlace, learned_url_refusal, origin_of
 from gateway.southbound.remote.wire import public_url, snippet, www_authenticate_params
@@ -38,6 +39,17 @@ MAX_SHOWN_VALUE = 120
 """Longest piece of a foreign metadata value quoted in an error (the value is the server's, any length)."""
 DEFAULT_PORTS = {"http": 80, "https": 443}
 REDACTED = "***"
+MIN_MASKED_CHARS = 8
+"""A secret (or a part of one) shorter than this is not masked in quoted text: "2" would hit every 2 of
+an error page. A credential that short is weak anyway."""
+AUTH_SCHEMES = frozenset(
+    {"basic", "bearer", "digest", "token", "dpop", "gnap", "hoba", "mutual", "negotiate", "ntlm", "oauth"}
+    | {"apikey", "api-key", "privatetoken", "concealed", "scram-sha-1", "scram-sha-256", "vapid", "aws4-hmac-sha256"}
+)
+"""First words of an Authorization-style value that name its scheme (the IANA HTTP authentication scheme
+registry and common API-key forms): only such a value's parameter is a secret on its own."""
+CREDENTIAL_HEADER_PARTS = ("session", "signature", "authentication")
+"""Parts of a header name's words that make it a credential header beyond the command-argument rule."""
 MAX_TOKENS_REMEMBERED = 4
 """Access tokens (the current one and those before it) whose echo in an upstream's text is redacted."""
 
@@ -60,13 +72,22 @@ class UpstreamDropped(UpstreamError):
     """The connection broke during one exchange (the server may still be up): that request fails, the link stays."""
 
 
+def credential_header(name: str) -> bool:
+    """Whether a header named `name` carries a credential, whose value is masked where upstream text is
+    quoted: the command-argument rule of gateway/core/secret_keys.py (Authorization, Proxy-Authorization,
+    Cookie, X-Api-Key, X-Auth-Token, ...) or a word holding one of CREDENTIAL_HEADER_PARTS (X-Session-Id,
+    X-Hub-Signature). Routing values (X-Api-Version, X-Site, X-Tenant) are not credentials."""
+    return is_secret_argument(name) or any(part in word for word in key_words(name) for part in CREDENTIAL_HEADER_PARTS)
+
+
 def secret_forms(value: str) -> set[str]:
     """`value` as an upstream may quote it: as sent, JSON-escaped, form-encoded; for a credential that
-    names its scheme ("Bearer x", "Basic x") its parameter alone too, and a Basic one decoded with its
-    password alone."""
+    names a known scheme ("Bearer x", "Basic x") its parameter alone too, and a Basic one decoded with its
+    password alone. A form shorter than MIN_MASKED_CHARS is left out: masking it would garble any text
+    that happens to contain it."""
     forms = {value}
     scheme, _, parameter = value.partition(" ")
-    if parameter.strip():
+    if parameter.strip() and scheme.lower() in AUTH_SCHEMES:
         forms.add(parameter.strip())
         if scheme.lower() == "basic":
             try:
@@ -74,16 +95,17 @@ def secret_forms(value: str) -> set[str]:
             except (ValueError, UnicodeDecodeError):
                 decoded = ""
             forms.update(part for part in (decoded, decoded.partition(":")[2]) if part)
+    forms = {form for form in forms if len(form) >= MIN_MASKED_CHARS}
     for form in list(forms):
         forms.add(orjson.dumps(form).decode()[1:-1])
         forms.add(quote_plus(form))
-    return {form for form in forms if form}
+    return forms
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` from an upstream (an error page, a challenge) with every form of every secret replaced by
-    ***, longest first so that a whole header value goes before its parts: whatever quotes upstream text
-    to callers, status, diagnosis or the log passes it through here first."""
+    """`text` from an upstream (an error page, a challenge, a string of a JSON-RPC error) with every form of
+    every secret replaced by ***, longest first so that a whole header value goes before its parts: whatever
+    quotes upstream text to callers, status, diagnosis or the log passes it through here first."""
     forms: set[str] = set()
     for secret in secrets:
         forms |= secret_forms(secret)
@@ -121,6 +143,8 @@ class StaticCredentials:
     def __init__(self, config: RemoteUpstreamConfig) -> None:
         self._headers = config.static_headers
         self.kind = "static header" if self._headers else "none"
+        # `secret` is a credential whatever header carries it; of headers_file only credential headers.
+        self._secret_names = {name for name in self._headers if config.secret is not None or credential_header(name)}
 
     async def headers(self) -> dict[str, str]:
         return {name: value.get_secret_value() for name, value in self._headers.items()}
@@ -129,7 +153,7 @@ class StaticCredentials:
         return False  # the same header would be refused again
 
     def secrets(self) -> list[str]:
-        return [value.get_secret_value() for value in self._headers.values()]
+        return [value.get_secret_value() for name, value in self._headers.items() if name in self._secret_names]
 
     def status(self) -> JsonObject:
         return {"kind": self.kind, "headers": sorted(self._headers)}

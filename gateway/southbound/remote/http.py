@@ -6,19 +6,22 @@ a redirect is followed only within the upstream's origin (MAX_REDIRECTS at most,
 307/308, which keep the method and body); a 401 gets one retry with a fresh credential, then
 `UpstreamAuthFailed`; a failure to connect (DNS, refused, TLS, timeout) is `UpstreamUnreachable`.
 Whatever of the upstream's text is quoted (an error page, a challenge) is read within the link's
-connect_timeout_s and at most MAX_ERROR_BODY bytes, and passes `redacted` first: no configured secret
-reaches a caller, status, diagnosis or the log through an upstream that echoes it.
+connect_timeout_s and at most MAX_ERROR_BODY bytes, and passes `redacted` first (a JSON-RPC error after it
+is parsed, inside its strings): no configured credential reaches a caller, status, diagnosis or the log
+through an upstream that echoes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import Any
 
 import aiohttp
 from aiohttp.http_exceptions import ContentEncodingError
 
 from gateway.config.mqtt_tls import TlsFilesError, client_context
+from gateway.core.jsonrpc import JsonObject
 from gateway.policy.ssrf import MAX_REDIRECTS, SsrfRefused, same_origin_url
 from gateway.southbound.remote.auth import (
     Credentials,
@@ -26,9 +29,8 @@ from gateway.southbound.remote.auth import (
     UpstreamDropped,
     UpstreamUnreachable,
     redact,
-    redact_bytes,
 )
-from gateway.southbound.remote.wire import public_url, snippet
+from gateway.southbound.remote.wire import http_failure, public_url, quoted_text
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 METHOD_KEEPING_REDIRECTS = frozenset({307, 308})
@@ -92,12 +94,18 @@ class RemoteHttp:
         """Upstream text with the configured secrets replaced by ***, before anything quotes it."""
         return redact(text, self.credentials.secrets())
 
-    def redacted_body(self, body: bytes) -> bytes:
-        return redact_bytes(body, self.credentials.secrets())
+    def quoted(self, body: bytes) -> str:
+        """The start of an upstream's text as status and errors quote it, secrets redacted."""
+        return quoted_text(body, self.redacted)
+
+    def failure(self, request_id: Any, status: int, body: bytes) -> JsonObject:
+        """The answer to a request the server refused at the HTTP level (wire.http_failure), redacted."""
+        return http_failure(request_id, self.name, status, body, self.redacted)
 
     async def error_body(self, response: aiohttp.ClientResponse) -> bytes:
-        """The start of an error page to quote: at most MAX_ERROR_BODY bytes, whatever arrived within
-        timeout_s (a server that sends headers and then stalls costs no more), secrets redacted."""
+        """The start of an error page, as sent: at most MAX_ERROR_BODY bytes, whatever arrived within
+        timeout_s (a server that sends headers and then stalls costs no more). Quote it only through
+        `quoted` or `failure`, which parse it first and redact what they show."""
         chunks: list[bytes] = []
         size = 0
         try:
@@ -110,11 +118,12 @@ class RemoteHttp:
                     size += len(chunk)
         except (TimeoutError, aiohttp.ClientError):
             pass  # quoted as far as it came
-        return self.redacted_body(b"".join(chunks))
+        return b"".join(chunks)
 
     async def open_within(self, method: str, url: str, headers: dict[str, str]) -> aiohttp.ClientResponse:
-        """`open` for a long-lived stream: its headers must arrive within timeout_s (connect_timeout_s),
-        its body is then read without a bound in time. UpstreamUnreachable when the headers do not come."""
+        """`open` for a stream whose headers belong to the handshake (legacy SSE): they must arrive within
+        timeout_s (connect_timeout_s), its body is then read without a bound in time. UpstreamUnreachable
+        when the headers do not come."""
         try:
             return await self.open(method, url, headers, headers_within_s=self.timeout_s)
         except TimeoutError:
@@ -143,7 +152,7 @@ class RemoteHttp:
             if response.status != 401:
                 return response
             challenge = response.headers.get("WWW-Authenticate")
-            detail = snippet(await self.error_body(response))
+            detail = self.quoted(await self.error_body(response))
             response.release()
             if attempt == 0 and await self.credentials.rejected(challenge):
                 self.auth_retries += 1

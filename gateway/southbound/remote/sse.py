@@ -24,7 +24,7 @@ from gateway.southbound.remote.auth import UpstreamAuthFailed, UpstreamDropped, 
 from gateway.southbound.remote.http import STREAM_CLOSED, RemoteHttp, read_failure
 from gateway.southbound.remote.link import RemoteLink
 from gateway.southbound.remote.sse_events import SseEvent, read_events
-from gateway.southbound.remote.wire import ERA_LEGACY_SSE, http_failure, public_url, stream_broken
+from gateway.southbound.remote.wire import ERA_LEGACY_SSE, public_url, stream_broken
 
 EVENT_STREAM = "text/event-stream"
 
@@ -127,7 +127,7 @@ class LegacySseLink(RemoteLink):
                 raise ConnectionError(self.end_reason)
             if response.status >= 300 and request_id is not None:
                 body = await self.http.error_body(response)
-                self.answer_if_pending(http_failure(request_id, self.name, response.status, body))
+                self.answer_if_pending(self.http.failure(request_id, response.status, body))
         finally:
             response.release()
 

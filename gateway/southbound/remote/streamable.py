@@ -54,7 +54,6 @@ from gateway.southbound.remote.wire import (
     SESSION_ID,
     answer_to_another,
     answered_another_id,
-    http_failure,
     related_to,
     request_out_of_era,
     request_to_client,
@@ -71,6 +70,8 @@ JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
 TOOLS_CHANGED = jsonrpc.notification("notifications/tools/list_changed")
 STREAM_RETRY_INITIAL_S = 0.5
+STREAM_FAILURES_WARNED = 3
+"""GET stream attempts in a row that do not open it before the link warns (once) in the log."""
 
 
 class ReinitializeFailed(UpstreamError):
@@ -111,6 +112,8 @@ class StreamableHttpLink(RemoteLink):
         self.stream_opens = 0
         self.stream_drops = 0
         self.last_stream_error = ""
+        self.stream_failures_in_a_row = 0
+        """GET stream attempts since it last opened that did not open it (STREAM_FAILURES_WARNED warns)."""
         # State a client asked the server to keep, replayed on a new session (session era).
         self.log_level: str | None = None
         self.subscriptions: set[str] = set()
@@ -266,7 +269,7 @@ class StreamableHttpLink(RemoteLink):
         status = response.status
         if status >= 300:
             body = await self.http.error_body(response)
-            self.answer_if_pending(http_failure(request_id, self.name, status, body))
+            self.answer_if_pending(self.http.failure(request_id, status, body))
             return
         if method == "initialize" and not self.stateless:
             self.session_id = response.headers.get(SESSION_ID) or None
@@ -435,11 +438,12 @@ class StreamableHttpLink(RemoteLink):
                     except BodyTooLarge:
                         raise SseTooLarge(too_large(self.max_event_bytes)) from None
                     if response.status >= 300:
-                        data = self.http.redacted_body(data)
+                        # Parsed before anything is masked: a JSON-RPC error keeps its code and its JSON.
+                        return self.http.failure(request_id, response.status, data), response.headers
                     parsed = jsonrpc.parse(data)
                     if parsed.kind is Kind.RESPONSE:
                         return parsed.body, response.headers
-                    return http_failure(request_id, self.name, response.status, data), response.headers
+                    return self.http.failure(request_id, response.status, data), response.headers
                 if kind == EVENT_STREAM:
                     async for event in read_events(response.content.iter_any(), self.max_event_bytes):
                         if not event.data:
@@ -458,7 +462,12 @@ class StreamableHttpLink(RemoteLink):
             response.release()
 
     async def _get_stream(self) -> None:
-        """The server's own messages (session era): one GET stream, reopened with back-off when it drops."""
+        """The server's own messages (session era): one GET stream, reopened with back-off when it drops.
+
+        Its headers are awaited without a bound in time, as its events are: a proxy may hold them until the
+        first event, which can come much later than connect_timeout_s (connecting itself stays bounded by
+        it). A server that is gone is found by the heartbeat (a ping POSTed each
+        providers.heartbeat_interval_s), which ends the link and this stream with it."""
         backoff = Backoff(STREAM_RETRY_INITIAL_S, self.stream_retry_max_s)
         last_event_id: str | None = None
         while not self.ending():
@@ -471,10 +480,9 @@ class StreamableHttpLink(RemoteLink):
                 headers[PROTOCOL_VERSION] = self.protocol_version
             if last_event_id is not None:
                 headers[LAST_EVENT_ID] = last_event_id
+            opened = self.stream_opens
             try:
-                # The headers within connect_timeout_s (a server that never answers is tried again with
-                # back-off); the stream itself is read without a bound in time.
-                response = await self.http.open_within("GET", self.url, headers)
+                response = await self.http.open("GET", self.url, headers)
             except UpstreamAuthFailed as exc:
                 self.lose(self._describe(exc), exc)
                 return
@@ -511,9 +519,30 @@ class StreamableHttpLink(RemoteLink):
                     response.release()
             if self.ending():
                 return
+            self._count_open_failure(opened)
             self.get_stream = "reconnecting"
             self.stream_drops += 1
             await asyncio.sleep(backoff.next_delay())
+
+    def _count_open_failure(self, opens_before: int) -> None:
+        """After an attempt at the GET stream: STREAM_FAILURES_WARNED attempts in a row that never opened it
+        are warned of once per link (the server's notifications are lost meanwhile); status counts the rest."""
+        if self.stream_opens != opens_before:
+            self.stream_failures_in_a_row = 0
+            return
+        self.stream_failures_in_a_row += 1
+        if self.stream_failures_in_a_row != STREAM_FAILURES_WARNED:
+            return
+        text = (
+            "remote upstream %s: the GET stream failed to open %d times in a row, last: %s; the server's "
+            "notifications (list_changed) are lost until it opens (provider_status: get_stream, "
+            "last_stream_error)"
+        )
+        args = (self.name, self.stream_failures_in_a_row, self.last_stream_error)
+        if self.session is not None:
+            self.session.warn_once("get_stream_failing", text, *args)
+        else:
+            log.warning(text, *args, extra={"slot": self.name})
 
     async def goodbye(self) -> None:
         if self.stateless or self.session_id is None:

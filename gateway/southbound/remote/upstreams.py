@@ -51,7 +51,6 @@ from gateway.southbound.remote.wire import (
     METHOD,
     PROTOCOL_VERSION,
     public_url,
-    snippet,
 )
 
 log = logging.getLogger("gateway.remote")
@@ -360,7 +359,7 @@ class RemoteUpstream:
         response = await self.http.open("GET", self.config.url, {"Accept": "text/event-stream"}, None, timeout)
         try:
             if response.status == 403:
-                detail = snippet(await self.http.error_body(response))
+                detail = self.http.quoted(await self.http.error_body(response))
                 raise UpstreamAuthFailed(f"{public_url(self.config.url)} answered HTTP 403 {detail}".rstrip())
         finally:
             response.release()

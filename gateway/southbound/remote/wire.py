@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -129,23 +130,50 @@ def snippet(body: bytes) -> str:
     return text if len(text) <= MAX_ERROR_SNIPPET else text[: MAX_ERROR_SNIPPET - 3] + "..."
 
 
-def http_failure(request_id: Any, upstream: str, status: int, body: bytes) -> JsonObject:
+def masked_strings(value: Any, masked: Callable[[str], str]) -> Any:
+    """`value` (a parsed JSON-RPC error) with `masked` applied to each string in it, keys and numbers as
+    they are: a secret is masked inside the texts, the structure (and the code) stays intact."""
+    if isinstance(value, str):
+        return masked(value)
+    if isinstance(value, dict):
+        return {key: masked_strings(item, masked) for key, item in value.items()}
+    if isinstance(value, list):
+        return [masked_strings(item, masked) for item in value]
+    return value
+
+
+def unmasked(text: str) -> str:
+    """No masking (a caller without secrets to hide)."""
+    return text
+
+
+def http_failure(
+    request_id: Any, upstream: str, status: int, body: bytes, masked: Callable[[str], str] = unmasked
+) -> JsonObject:
     """The JSON-RPC answer to a request the server refused at the HTTP level.
 
-    A JSON-RPC error for this request in the body (what MCP servers send with 4xx) is kept as it is;
-    anything else becomes a named -32000 error with the status and the start of the body."""
+    A JSON-RPC error for this request in the body (what MCP servers send with 4xx) is kept, its code as
+    sent and `masked` applied to its strings; anything else becomes a named -32000 error with the status
+    and the start of the body, masked as text. A link passes its redaction of configured secrets as
+    `masked` (RemoteHttp.failure). The body is parsed before anything is masked: masking never breaks
+    its JSON."""
     # Within what the link can encode again to feed it to the core, which applies limits.max_json_depth.
     parsed = jsonrpc.parse(body, jsonrpc.MAX_DEPTH_CEILING) if body else None
     if parsed is not None and parsed.kind is jsonrpc.Kind.RESPONSE and "error" in parsed.body:
-        error = jsonrpc.normalize_error(parsed.body["error"])
+        error = masked_strings(jsonrpc.normalize_error(parsed.body["error"]), masked)
         return {"jsonrpc": "2.0", "id": request_id, "error": error}
-    detail = f": {snippet(body)}" if body else ""
+    detail = f": {quoted_text(body, masked)}" if body else ""
     return jsonrpc.error_response(
         request_id,
         jsonrpc.UNAVAILABLE,
         f'Upstream "{upstream}" answered HTTP {status}{detail}',
         {"slot": upstream, "reason": "upstream_http", "status": status},
     )
+
+
+def quoted_text(body: bytes, masked: Callable[[str], str]) -> str:
+    """The start of an upstream's text (an error page) as the gateway quotes it: masked whole, then cut."""
+    return snippet(masked(body.decode("utf-8", errors="replace")).encode())
 
 
 def too_large(max_bytes: int) -> str:
