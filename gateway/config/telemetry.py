@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from gateway.config.base import MAX_DURATION_S, PositiveFloat, PositiveInt, Section, masked_url
 from gateway.config.files import FileRefused, read_regular_file
 from gateway.config.limits import MIN_RATE_PER_S
-from gateway.core.secret_keys import is_secret_key
+from gateway.core.secret_keys import mask_secrets
 
 DEFAULT_SERVICE_NAME = "mcp-gateway"
 DEFAULT_ENDPOINT = "http://localhost:4318"
@@ -24,9 +24,6 @@ MIN_QUEUE_BYTES = 64 * 1024
 max_attributes attributes of max_string_length characters) is about that size at the defaults."""
 MAX_QUEUE_BYTES = 1024**3
 """providers.max_queue_bytes at most: 1 GiB, more than an edge appliance can hold for telemetry."""
-SECRET_MASK = "***"
-MAX_MASK_DEPTH = 64
-"""Levels of captured arguments masked (the audit trail's depth); deeper is replaced whole."""
 MAX_DURATION_MS = MAX_DURATION_S * 1000
 """OTEL_EXPORTER_OTLP_TIMEOUT at most: the ceiling of every duration setting (export_timeout_ms too)."""
 
@@ -340,16 +337,7 @@ def _env_sampler(environ: Mapping[str, str]) -> tuple[str, float]:
     return name, ratio
 
 
-def mask_secret_arguments(value: object, depth: int = 0) -> object:
-    """`value` with the value of every secret-looking key (is_secret_key, the audit trail's rule)
-    replaced by "***", at any depth: what `capture_arguments` puts on a span."""
-    if depth >= MAX_MASK_DEPTH:
-        return SECRET_MASK
-    if isinstance(value, dict):
-        return {
-            key: SECRET_MASK if isinstance(key, str) and is_secret_key(key) else mask_secret_arguments(item, depth + 1)
-            for key, item in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [mask_secret_arguments(item, depth + 1) for item in value]
-    return value
+def mask_secret_arguments(value: object) -> object:
+    """`value` as the audit trail stores it (mask_secrets): what `capture_arguments` puts on a span. Here
+    because telemetry may import the configuration, not the core."""
+    return mask_secrets(value)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+from typing import Any
 
 MAX_KEYS_REMEMBERED = 4096
 """Keys whose verdict is kept (the same few keys come in every call)."""
@@ -96,3 +97,25 @@ def is_secret_argument(name: str) -> bool:
     return any(word in ARGUMENT_WORDS or word.endswith(SECRET_ENDINGS) for word in words) or any(
         pair in SECRET_PAIRS for pair in itertools.pairwise(words)
     )
+
+
+MASK = "***"
+"""What a secret-looking key's value is shown as."""
+MAX_DEPTH = 64
+"""Deeper than this, a value is shown as TOO_DEEP: the gateway bounds nesting long before, this guards the walk."""
+TOO_DEEP = "<nested too deep>"
+
+
+def mask_secrets(value: Any, depth: int = 0) -> Any:
+    """`value` with the value of every secret-looking key replaced by MASK, at any depth: what the audit
+    trail stores and what telemetry's captured arguments show."""
+    if depth >= MAX_DEPTH:
+        return TOO_DEEP
+    if isinstance(value, dict):
+        return {
+            key: MASK if isinstance(key, str) and is_secret_key(key) else mask_secrets(item, depth + 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [mask_secrets(item, depth + 1) for item in value]
+    return value

@@ -22,7 +22,8 @@ from typing import Any
 
 import orjson
 
-from gateway.policy.audit.records import cut_text, mask_secrets, masked_keys
+from gateway.core.secret_keys import mask_secrets
+from gateway.policy.audit.records import cut_text, masked_keys
 from gateway.policy.rules.subjects import identity_of
 
 DEFAULT_MAX_APPROVALS = 256

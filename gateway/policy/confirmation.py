@@ -28,9 +28,9 @@ from gateway.core.policy_interface import (
     Confirmer,
 )
 from gateway.core.relay import ClientAnswerError
+from gateway.core.secret_keys import mask_secrets
 from gateway.core.used_states import UsedStates
 from gateway.policy.approvals import Approval, Approvals, ApprovalsFull, binding_of
-from gateway.policy.audit.records import mask_secrets
 from gateway.policy.rules.compiled import ConfirmRule
 from gateway.policy.rules.subjects import ANONYMOUS, identity_of
 

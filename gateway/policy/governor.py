@@ -33,11 +33,12 @@ from gateway.core.policy_interface import (
     confirmation_effect,
 )
 from gateway.core.principal import Principal
+from gateway.core.secret_keys import mask_secrets
 from gateway.policy.approvals import Approval, ApprovalUnknown, binding_of
 from gateway.policy.arguments import PATTERN_TIMEOUT, ArgumentRefused, Checked, UntakenLimits, check_arguments
 from gateway.policy.audit.errors import AuditUnavailable
 from gateway.policy.audit.reading import AuditReadError
-from gateway.policy.audit.records import DecisionRecord, mask_secrets, now_ms
+from gateway.policy.audit.records import DecisionRecord, now_ms
 from gateway.policy.audit.trail import AuditTrail
 from gateway.policy.confirmation import (
     Answer,

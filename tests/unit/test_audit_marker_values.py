@@ -17,15 +17,9 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.config import AuditConfig
+from gateway.core.secret_keys import MASK
 from gateway.policy.audit import AuditTrail
-from gateway.policy.audit.records import (
-    EFFECTS,
-    FORWARDED_EFFECTS,
-    MASK,
-    TRUNCATED_KEY,
-    decision_row,
-    stored_arguments,
-)
+from gateway.policy.audit.records import EFFECTS, FORWARDED_EFFECTS, TRUNCATED_KEY, decision_row, stored_arguments
 from tests.conftest import wait_for
 from tests.unit.test_audit_trail import record
 

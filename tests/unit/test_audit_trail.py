@@ -17,15 +17,15 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.config import AuditConfig, GatewayConfig, load_config
+from gateway.core.secret_keys import MASK, mask_secrets
 from gateway.policy.audit import (
     AuditTrail,
     AuditUnavailable,
     DecisionRecord,
     audit_path,
     default_audit_path,
-    mask_secrets,
 )
-from gateway.policy.audit.records import MASK, now_ms
+from gateway.policy.audit.records import now_ms
 from gateway.policy.audit.store import SCHEMA_VERSION
 from tests.conftest import wait_for
 

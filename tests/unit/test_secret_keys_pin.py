@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.secret_keys import is_secret_key
-from gateway.policy.audit.records import mask_secrets, masked_keys
+from gateway.core.secret_keys import is_secret_key, mask_secrets
+from gateway.policy.audit.records import masked_keys
 
 SHOWN = ["pin", "Pin", "gpio_pin", "pin_number", "pinNumber", "led-pin", "relay_pin", "pins", "spin_rate"]
 SHOWN += ["pinned", "code", "pin_no"]

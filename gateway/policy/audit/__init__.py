@@ -3,7 +3,7 @@
 from gateway.policy.audit.errors import AuditSchemaError, AuditUnavailable
 from gateway.policy.audit.location import audit_path, default_audit_path
 from gateway.policy.audit.reading import AuditReadError, read_records
-from gateway.policy.audit.records import DecisionRecord, ResultRecord, mask_secrets
+from gateway.policy.audit.records import DecisionRecord, ResultRecord
 from gateway.policy.audit.trail import AuditTrail
 
 __all__ = [
@@ -15,6 +15,5 @@ __all__ = [
     "ResultRecord",
     "audit_path",
     "default_audit_path",
-    "mask_secrets",
     "read_records",
 ]

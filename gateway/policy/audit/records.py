@@ -12,13 +12,9 @@ from typing import Any, Literal, get_args
 
 import orjson
 
-from gateway.core.secret_keys import is_secret_key
+from gateway.core.secret_keys import MASK, MAX_DEPTH, TOO_DEEP, is_secret_key, mask_secrets
 from gateway.policy.schemas import shown
 
-MASK = "***"
-MAX_DEPTH = 64
-"""Deeper than this, a value is stored as a marker: the gateway bounds nesting long before, this guards the walk."""
-TOO_DEEP = "<nested too deep>"
 MAX_ARGUMENTS_BYTES = 16_384
 """[audit] max_arguments_bytes by default: larger arguments are stored as a marker (stored_arguments)."""
 MAX_REFUSED_ARGUMENTS_BYTES = 1024
@@ -117,20 +113,6 @@ class AnswerAfterCancel:
     time_ms: int = field(default_factory=now_ms)
     secrets: Mapping[str, Any] = field(default_factory=dict)
     """As ResultRecord.secrets."""
-
-
-def mask_secrets(value: Any, depth: int = 0) -> Any:
-    """`value` with the value of every secret-looking key replaced by "***", at any depth."""
-    if depth >= MAX_DEPTH:
-        return TOO_DEEP
-    if isinstance(value, dict):
-        return {
-            key: MASK if isinstance(key, str) and is_secret_key(key) else mask_secrets(item, depth + 1)
-            for key, item in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [mask_secrets(item, depth + 1) for item in value]
-    return value
 
 
 def masked_keys(value: Any, depth: int = 0) -> dict[str, None]:
