@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
 
 from gateway.config import DEFAULT_PORT, GatewayConfig, bind_shown, lan_sides_text, load_config
-from gateway.config.base import ENV_CLIENT_URL
+from gateway.config.base import ENV_CLIENT_URL, masked_url_and_query
 
 if TYPE_CHECKING:
     import ssl
@@ -57,9 +57,10 @@ def check_base_url(
     InvalidUrlClientError) are tracebacks, a URL with a path is joined into a wrong endpoint (404), and
     a user and password would go out as Basic credentials, which the gateway refuses."""
     parts = urlsplit(text)
+    shown = masked_url_and_query(text)  # quoted back: a query value or userinfo may be a secret
     if parts.scheme not in schemes:
         allowed = " or ".join(", ".join(f"{scheme}://" for scheme in schemes).rsplit(", ", 1))
-        raise ValueError(f"must start with {allowed}, e.g. {example}; got {text!r}")
+        raise ValueError(f"must start with {allowed}, e.g. {example}; got {shown!r}")
     if parts.username is not None or parts.password is not None:
         # Not echoed: the part before the @ may be a secret.
         credential = f", and a token with {token_flag}" if token_flag else ", without credentials"
@@ -69,11 +70,11 @@ def check_base_url(
     except ValueError:
         port = 0
     if not parts.hostname:
-        raise ValueError(f"has no host, e.g. {example}; got {text!r}")
+        raise ValueError(f"has no host, e.g. {example}; got {shown!r}")
     if port == 0 or (port is None and (require_port or parts.netloc.endswith(":"))):
-        raise ValueError(f"has no valid port (1-65535), e.g. {example}; got {text!r}")
+        raise ValueError(f"has no valid port (1-65535), e.g. {example}; got {shown!r}")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError(f"is {what}, e.g. {example}, with no path; got {text!r}")
+        raise ValueError(f"is {what}, e.g. {example}, with no path; got {shown!r}")
     return text
 
 

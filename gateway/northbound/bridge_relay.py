@@ -1,15 +1,19 @@
 """Which of the gateway's responses the stdio bridge passes on to the host: for each request of the host's
 the first response under its id, and no other response (one for an id the host never sent, a second one
 for the same request), so a host never acts on an answer it did not ask for. Also how an answer is read
-(a JSON body or SSE events), each bounded by MAX_LINE_BYTES."""
+(a JSON body or SSE events), each bounded by MAX_LINE_BYTES, and how messages are written to stdout
+(`Stdout`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import queue
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import aiohttp
 import orjson
@@ -206,3 +210,92 @@ async def sse_messages(content: aiohttp.StreamReader, ids: EventIds | None = Non
     if data:
         with contextlib.suppress(orjson.JSONDecodeError):
             yield orjson.loads(b"\n".join(data))
+
+
+class Stdout:
+    """Writes whole JSON-RPC messages, one per line, in the order they are handed over.
+
+    A daemon thread of its own writes them: a host that stopped reading blocks that thread only, never
+    the event loop nor the exit (asyncio's default executor is joined when the loop closes)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.loop = asyncio.get_running_loop()
+        self.gone = asyncio.Event()
+        """Set when the host closed its end of stdout: nobody reads answers any more."""
+        self.room = asyncio.Event()
+        self.room.set()
+        self.queued = 0
+        """Bytes handed to the writer thread and not yet written."""
+        self.lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.drained = asyncio.Event()
+        self.drained.set()
+        self.finished = threading.Event()
+        """The writer thread ended (stdout closed, or every line written after `close`)."""
+        threading.Thread(target=self._run, name="stdout", daemon=True).start()
+
+    async def write(self, message: JsonObject) -> bool:
+        """Hand `message` to the writer, waiting while MAX_STDOUT_QUEUED_BYTES are queued; whether it was
+        queued (not when stdout is gone). Queuing is the last step: a task cancelled while it waits has
+        queued nothing, one that returned has queued its message."""
+        line = orjson.dumps(message) + b"\n"
+        while not self.room.is_set():
+            await self.room.wait()
+        return self.put(line)
+
+    def put(self, line: bytes) -> bool:
+        """Queue `line` at once, whatever is queued (for the few errors written at exit)."""
+        if self.gone.is_set():
+            return False
+        self.queued += len(line)
+        if self.queued >= MAX_STDOUT_QUEUED_BYTES:
+            self.room.clear()
+        self.drained.clear()
+        self.lines.put(line)
+        return True
+
+    def close(self) -> None:
+        """No more lines: the writer thread ends once it wrote those queued."""
+        self.lines.put(None)
+
+    def _run(self) -> None:
+        try:
+            while (line := self.lines.get()) is not None:
+                try:
+                    self.stream.write(line)
+                    self.stream.flush()
+                except (OSError, ValueError):
+                    self._tell(self._gone)
+                    return
+                self._tell(self._written, len(line))
+        finally:
+            self.finished.set()
+
+    def _tell(self, callback: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits on it any more
+            self.loop.call_soon_threadsafe(callback, *args)
+
+    def _written(self, size: int) -> None:
+        self.queued -= size
+        if self.queued < MAX_STDOUT_QUEUED_BYTES:
+            self.room.set()
+        if self.queued == 0:
+            self.drained.set()
+
+    def _gone(self) -> None:
+        self.gone.set()
+        self.room.set()  # a waiting write finds stdout gone
+        self.drained.set()
+
+    async def flush(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the queued lines to be written; whether they were (or stdout is gone)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.drained.wait(), timeout)
+        return self.drained.is_set()
+
+
+MAX_STDOUT_QUEUED_BYTES = 2 * MAX_LINE_BYTES
+"""The most bytes of messages waiting for the host to read stdout; a message that meets it waits."""
+EXIT_FLUSH_S = 2.0
+"""How long the bridge, once it stops, waits for the host to read what is queued for stdout; a host
+that stopped reading does not hold it up longer (the process exits without the rest)."""

@@ -46,6 +46,35 @@ class GatewaySilent(BridgeError):
         )
 
 
+class StdinClosed:
+    """The answer of a request given up at EOF on stdin: the bridge stopped waiting after --read-timeout
+    (`read_timeout_s`; None: a signal ended the wait) while the request had no answer. The gateway may
+    have been sending meanwhile (progress), so this names the bridge's own stop, not a silence."""
+
+    def __init__(self, read_timeout_s: float | None, *, sent: bool) -> None:
+        self.read_timeout_s = read_timeout_s
+        self.sent = sent
+
+    def host_error(self, url: str) -> tuple[str, JsonObject]:
+        waited = (
+            f"stopped waiting {self.read_timeout_s:g} s (--read-timeout) after stdin closed"
+            if self.read_timeout_s is not None
+            else "was stopped by a signal after stdin closed"
+        )
+        if self.sent:
+            text = (
+                f"The bridge to the MCP gateway at {url} {waited}, and this request had no answer by then. "
+                "It reached the gateway and may be carried out: check its effect (a device's status, say) "
+                "before sending it again."
+            )
+        else:
+            text = (
+                f"The bridge to the MCP gateway at {url} {waited}, before it sent this request to the gateway: "
+                "it was not carried out."
+            )
+        return text, {"reason": "stdin_closed", "url": url, "readTimeoutS": self.read_timeout_s, "sent": self.sent}
+
+
 def too_deep(max_depth: int) -> tuple[str, JsonObject]:
     """The refusal of a host line nested deeper than the bridge's own cap (text, data)."""
     return (

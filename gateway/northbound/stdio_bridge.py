@@ -6,8 +6,9 @@ the gateway over HTTP (its requests: stdio_gateway.py). Every client message bec
 stdin order (stdio_order.py: each once the one before it went out; answers come back as JSON or SSE
 and are written out as they arrive); after `notifications/initialized` the bridge holds the session's
 GET stream open and relays its notifications (list_changed, resource updates). At EOF on stdin it
-waits for the answers on their way (up to --read-timeout), names on stderr the requests left without
-one (exit status 1), and ends the gateway session with DELETE.
+waits for the answers on their way (up to --read-timeout), answers each request left without one
+(`stdin_closed`, also those never sent) and names them on stderr (exit status 1), and ends the gateway
+session with DELETE.
 
 stdout carries JSON-RPC and nothing else, one message per line; logs go to stderr.
 
@@ -61,16 +62,17 @@ from gateway.core import jsonrpc, stateless
 from gateway.core.answer_head import message_head
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.northbound.bridge_errors import MAX_LINE_BYTES, BridgeError, RedirectRefused, SessionRefused
-from gateway.northbound.bridge_relay import Relay, id_key
+from gateway.northbound.bridge_relay import EXIT_FLUSH_S, Relay, Stdout, id_key, is_response
 from gateway.northbound.bridge_wait import (
     DEFAULT_READ_TIMEOUT_S,
     GatewaySilent,
+    StdinClosed,
     answerable_id,
     too_deep,
     unreadable_line,
 )
 from gateway.northbound.stdio_gateway import Answer, GatewayHttp, describe, is_jsonrpc, keeper
-from gateway.northbound.stdio_order import SENDING, InOrder, after_previous
+from gateway.northbound.stdio_order import SENDING, InOrder, Sending, after_previous
 from gateway.northbound.stdio_stateless import (
     MAX_LIST_PAGES,
     learn_tools,
@@ -89,31 +91,6 @@ STREAM_RETRY_S = (0.25, 5.0)
 
 
 # -- stdio ------------------------------------------------------------------------------------------
-
-
-class Stdout:
-    """Writes whole JSON-RPC messages, one per line, in the order they are handed over."""
-
-    def __init__(self, stream: BinaryIO) -> None:
-        self.stream = stream
-        self.lock = asyncio.Lock()
-        self.gone = asyncio.Event()
-        """Set when the host closed its end of stdout: nobody reads answers any more."""
-
-    async def write(self, message: JsonObject) -> None:
-        line = orjson.dumps(message) + b"\n"
-        async with self.lock:
-            if self.gone.is_set():
-                return
-            try:
-                # A thread, so a host that is slow to read stalls this writer, not the event loop.
-                await asyncio.to_thread(self._write, line)
-            except (BrokenPipeError, ValueError, OSError):
-                self.gone.set()
-
-    def _write(self, line: bytes) -> None:
-        self.stream.write(line)
-        self.stream.flush()
 
 
 TOO_LONG = b"\x00too long"
@@ -286,13 +263,16 @@ class StdioBridge(GatewayHttp):
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    async def emit(self, message: Any) -> None:
-        """Write one message from the gateway to the client; anything that is not a JSON object is dropped."""
+    async def emit(self, message: Any, sending: Sending | None = None) -> None:
+        """Write one message from the gateway to the client; anything that is not a JSON object is dropped.
+        A response written for a message (`sending`, else the running task's) marks it answered."""
         if not isinstance(message, dict):
             log.warning("dropped a non-object message from the gateway")
             return
         assert self.out is not None
-        await self.out.write(message)
+        sending = sending or SENDING.get()
+        if await self.out.write(message) and sending is not None and is_response(message):
+            sending.answered = True  # no await since it was queued: a cancel cannot come between
 
     # -- session ----------------------------------------------------------------------------
 
@@ -471,7 +451,12 @@ class StdioBridge(GatewayHttp):
         """What writes the gateway's messages for one client message out, noting its answer (and the
         tools' input schemas in a tools/list answer, for the stateless era's Mcp-Param-* headers; the
         session state a new session must be given again)."""
-        relay = Relay(self.emit, message.id if message.kind is Kind.REQUEST else None, self.drops)
+        sending = SENDING.get()
+
+        async def emit(reply: JsonObject) -> None:
+            await self.emit(reply, sending)  # also from the GET stream's task, which has no SENDING
+
+        relay = Relay(emit, message.id if message.kind is Kind.REQUEST else None, self.drops)
         relays = RELAYS.get()
         if relays is not None:
             relays.append(relay)
@@ -668,7 +653,7 @@ class StdioBridge(GatewayHttp):
                     {settled, stopping, gone}, timeout=self.read_timeout_s, return_when=asyncio.FIRST_COMPLETED
                 )
                 settled.cancel()
-                status = await self.give_up_unanswered()
+                status = await self.give_up_unanswered(sender, signalled=stop.is_set())
             gone.cancel()
             tasks = [reading, sender, stopping, *self.order.cancel(), *([self.stream_task] if self.stream_task else [])]
             for task in tasks:
@@ -676,27 +661,43 @@ class StdioBridge(GatewayHttp):
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
             await self.end_session()
+        self.out.close()
+        if not await self.out.flush(EXIT_FLUSH_S):
+            log.error(
+                "stdout: %d byte(s) still unwritten after %g s; the host reads no more of it",
+                self.out.queued,
+                EXIT_FLUSH_S,
+            )
         self.drops.summary()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signum)
         return status
 
-    async def give_up_unanswered(self) -> int:
-        """Answer the requests given up at EOF (stdout may still be read) and name them on stderr; the exit
-        status (1 when there are any)."""
-        ids, unsent = self.order.unfinished()
+    async def give_up_unanswered(self, sender: asyncio.Task[None], *, signalled: bool) -> int:
+        """At EOF, once the wait for answers ended: stop forwarding, answer the requests still without an
+        answer (stdout may still be read) and name them on stderr; the exit status (1 when there are any)."""
+        sender.cancel()
+        sendings = self.order.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(sender, *sendings, return_exceptions=True)  # no task answers after this
+        left = [s for s in sendings.values() if s.request_id is not None and not s.answered]
+        ids = [s.request_id for s in left]
+        unsent = [_line_request_id(line) for line in self.order.unsent()]
         if not ids and not unsent:
             return 0
-        if self.out is not None and not self.out.gone.is_set():
-            silent = GatewaySilent(self.read_timeout_s) if self.read_timeout_s is not None else None
-            text, data = silent.host_error(str(self.url)) if silent is not None else ("stdin closed", None)
-            for request_id in ids:
-                await self.emit(_rpc_error(request_id, jsonrpc.UNAVAILABLE, text, data))
-        waited = f"{self.read_timeout_s:g} s (--read-timeout)" if self.read_timeout_s is not None else "a signal"
+        timeout = None if signalled else self.read_timeout_s
+        # Its POST's body went out (a resend, after a 404 or 401, clears it: the first was not carried out).
+        answers = [(s.request_id, s.written.is_set()) for s in left]
+        answers += [(request_id, False) for request_id in unsent if request_id is not None]
+        for request_id, sent in answers:
+            text, data = StdinClosed(timeout, sent=sent).host_error(str(self.url))
+            if self.out is not None:
+                self.out.put(orjson.dumps(_rpc_error(request_id, jsonrpc.UNAVAILABLE, text, data)) + b"\n")
+        waited = f"{timeout:g} s (--read-timeout)" if timeout is not None else "a signal"
         shown = ", ".join(orjson.dumps(request_id).decode()[:80] for request_id in ids[:50])
         more = f" and {len(ids) - 50} more" if len(ids) > 50 else ""
-        never = f"; {unsent} more message(s) were never sent" if unsent else ""
+        never = f"; {len(unsent)} more message(s) were never sent" if unsent else ""
         log.error(
             "stdin closed; gave up after %s on %d request(s) still without an answer: id %s%s%s",
             waited,
@@ -716,6 +717,14 @@ def _relayed(relays: list[Relay]) -> bool:
     return any(relay.relayed for relay in relays)
 
 
+def _line_request_id(line: bytes) -> Any:
+    """The id of the request a stdin line holds (None for a notification, a response, or no id)."""
+    if isinstance(line, TooLong):
+        return answerable_id(message_head(line.head).get("id"))
+    message = jsonrpc.parse(line, jsonrpc.MAX_DEPTH_CEILING)
+    return answerable_id(message.id) if message.kind is Kind.REQUEST else None
+
+
 def _header_missing(answer: Answer) -> bool:
     """Whether the gateway refused a stateless-era request for a routing header (-32020)."""
     error = answer.body.get("error") if answer.status == 400 and isinstance(answer.body, dict) else None
@@ -729,4 +738,10 @@ async def _host_lines(stdin: BinaryIO) -> AsyncIterator[bytes]:
 
 
 def main(bridge: StdioBridge) -> int:
-    return asyncio.run(bridge.run(sys.stdin.buffer, sys.stdout.buffer))
+    status = asyncio.run(bridge.run(sys.stdin.buffer, sys.stdout.buffer))
+    if bridge.out is not None and not bridge.out.finished.is_set():
+        # The writer thread is stuck on a host that reads no more: the interpreter's own exit would
+        # flush stdout behind it and wait for ever.
+        sys.stderr.flush()
+        os._exit(status)
+    return status

@@ -59,6 +59,8 @@ class Sending:
     """The host's id when the message is a request: named on stderr when it is given up at EOF."""
     previous: tuple[asyncio.Task[None], Sending] | None = None
     """The message sent before it, which a message acting on an earlier one waits for."""
+    answered: bool = False
+    """A response to it was written to stdout (the gateway's or the bridge's): it has its one answer."""
 
 
 SENDING: contextvars.ContextVar[Sending | None] = contextvars.ContextVar("stdio_sending", default=None)
@@ -153,10 +155,21 @@ class InOrder:
         while self.tasks:
             await asyncio.wait(set(self.tasks))
 
-    def unfinished(self) -> tuple[list[Any], int]:
-        """The ids of the requests whose tasks have not ended, and how many lines were never sent."""
-        ids = [sending.request_id for sending in self.tasks.values() if sending.request_id is not None]
-        return ids, self.taken - self.started
+    def stop(self) -> dict[asyncio.Task[None], Sending]:
+        """Cancel the tasks of the messages on their way (the sender stopped first); they and what they
+        forward, which says whether each was answered."""
+        tasks = dict(self.tasks)
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+    def unsent(self) -> list[Any]:
+        """The lines taken from stdin whose tasks never started (the sender stopped first)."""
+        lines = []
+        while not self.queue.empty():
+            if (item := self.queue.get_nowait()) is not None:
+                lines.append(item[0])
+        return lines
 
     def cancel(self) -> list[asyncio.Task[None]]:
         tasks = list(self.tasks)

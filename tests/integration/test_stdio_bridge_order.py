@@ -190,10 +190,11 @@ async def test_at_eof_requests_left_unanswered_after_the_read_timeout_are_named(
         raw.process.stdin.close()
         assert await asyncio.wait_for(raw.process.wait(), 15) == 1
         assert time.monotonic() - started < 8
-        # stdout is still open: each request given up gets its answer, the gateway-silent error.
+        # stdout is still open: each request given up gets its answer, the stdin-closed error (it was sent).
         given_up = [await raw.receive() for _ in range(2)]
         assert sorted(answer["id"] for answer in given_up) == ["long-1", "long-2"]
-        assert all(answer["error"]["data"]["reason"] == "gateway_silent" for answer in given_up), given_up
+        assert all(answer["error"]["data"]["reason"] == "stdin_closed" for answer in given_up), given_up
+        assert all(answer["error"]["data"]["sent"] is True for answer in given_up), given_up
         stderr = await raw.stderr()
         assert "stdin closed; gave up after 1 s (--read-timeout) on 2 request(s) still without an answer" in stderr
         assert '"long-1"' in stderr and '"long-2"' in stderr
