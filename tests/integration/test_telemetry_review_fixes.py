@@ -21,9 +21,11 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.integration.test_sse_clients import LegacySse
-from tests.integration.test_telemetry_otlp import TRACE_ID, TRACEPARENT, telemetry
+from tests.integration.test_telemetry_otlp import TRACE_ID, TRACEPARENT, boards, telemetry
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.southbound import Boards
+
+__all__ = ["boards"]  # the fixture, used by name
 
 
 class TimedReceiver(OtlpReceiver):
@@ -47,13 +49,6 @@ async def receiver() -> AsyncIterator[TimedReceiver]:
     await found.start()
     yield found
     await found.stop()
-
-
-@pytest.fixture
-async def boards() -> AsyncIterator[Boards]:
-    opened = Boards()
-    yield opened
-    await opened.aclose()
 
 
 def outcome(server: GatewayServer, slot: str, name: str) -> float:
