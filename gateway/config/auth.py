@@ -13,7 +13,13 @@ from urllib.parse import urlsplit
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from gateway.config.base import PositiveInt, Section, is_loopback_host, masked_url
-from gateway.config.credentials import MIN_PROVIDER_SECRET_CHARS, nobody_writes, only_its_owner_writes, read_secret
+from gateway.config.credentials import (
+    MIN_PROVIDER_SECRET_CHARS,
+    nobody_writes,
+    only_its_owner_writes,
+    private_mode,
+    read_secret,
+)
 from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 
 PrincipalName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]*$")]
@@ -92,7 +98,7 @@ def secret_file_readable_warning(path: Path | str, mode: int) -> str | None:
             read_only = False
         if not read_only:
             return None  # refused anyway
-    narrower = "640" if mode & stat.S_IRGRP else "600"
+    narrower = private_mode(mode)
     advice = (
         f"it is on a read-only file system: give it mode 0{narrower} where that file system is written"
         if read_only

@@ -66,23 +66,31 @@ def nobody_writes(path: str | os.PathLike[str], device: int) -> bool:
     return read_only_here(path) and _file_system_read_only(device)
 
 
+def private_mode(mode: int) -> str:
+    """The mode to advise for a secret or key file whose st_mode is `mode`: 640 when its group may read
+    it, 600 otherwise. A file only its group may read is used without a word (a key root owns that the
+    service reads through its group, Debian's ssl-cert layout), and `chmod 600` would lock that service out."""
+    return "640" if mode & stat.S_IRGRP else "600"
+
+
 def only_its_owner_writes(path: str | os.PathLike[str], where: str) -> Callable[[os.stat_result], None]:
     """A read_regular_file check: WritableByOthers (`<where> is writable by users other than its owner
-    (mode 0666); run chmod 600 <path>`) for a file its group or others may write, unless nobody_writes
-    it (a read-only file system). The one rule of every secret and key file: [auth] and provider
-    secrets, [tls] key_file, [[mqtt.brokers]] key files and password files. One others may only read
-    is used and warned of (gateway/config/auth.py)."""
+    (mode 0666); run chmod 640 <path>`, private_mode's advice) for a file its group or others may write,
+    unless nobody_writes it (a read-only file system). The one rule of every secret and key file: [auth]
+    and provider secrets, [tls] key_file, [[mqtt.brokers]] key files and password files. One others may
+    only read is used and warned of (gateway/config/auth.py)."""
 
     def check(info: os.stat_result) -> None:
         if not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             return
         mode = f"{where} is writable by users other than its owner (mode {stat.S_IMODE(info.st_mode):04o})"
+        narrower = private_mode(info.st_mode)
         if not read_only_here(path):
-            raise WritableByOthers(f"{mode}; run `chmod 600 {os.fspath(path)}`")
+            raise WritableByOthers(f"{mode}; run `chmod {narrower} {os.fspath(path)}`")
         if not _file_system_read_only(info.st_dev):
             raise WritableByOthers(
                 f"{mode} where its file system is mounted writable (this mount of it is read-only, so chmod "
-                "fails here); run `chmod 600` on the file there (the source of a bind mount, or the path "
+                f"fails here); run `chmod {narrower}` on the file there (the source of a bind mount, or the path "
                 "outside a service's ReadOnlyPaths=)"
             )
 

@@ -8,7 +8,7 @@ and are written out as they arrive); after `notifications/initialized` the bridg
 GET stream open and relays its notifications (list_changed, resource updates). At EOF on stdin it
 waits for the answers on their way (up to --read-timeout), answers each request left without one
 (`stdin_closed`, also those never sent) and names them on stderr (exit status 1), and ends the gateway
-session with DELETE.
+session with DELETE. SIGTERM or SIGINT ends it at once, with exit status 128 + the signal's number.
 
 stdout carries JSON-RPC and nothing else, one message per line; logs go to stderr.
 
@@ -623,7 +623,8 @@ class StdioBridge(GatewayHttp):
 
     async def run(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
         """Serve until EOF on stdin, a signal, or the host closing stdout; the exit status (1 when
-        requests were left unanswered at EOF)."""
+        requests were left unanswered at EOF, 128 + the signal's number when a signal stopped it, as a
+        shell reports a process a signal ended, so a host's process manager tells a stop from a clean end)."""
         self.out = Stdout(stdout)
         # sock_read: the longest silence between two reads of an answer (headers, body, SSE keepalives),
         # so a gateway that took a request and then stopped is named, while a long call it keeps alive runs on.
@@ -631,10 +632,16 @@ class StdioBridge(GatewayHttp):
             total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S, sock_read=self.read_timeout_s
         )
         stop = asyncio.Event()
+        stopped_by: list[int] = []  # the signal that stopped the bridge: its exit status
+
+        def on_signal(signum: int) -> None:
+            stopped_by.append(signum)
+            stop.set()
+
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, stop.set)
+                loop.add_signal_handler(signum, on_signal, signum)
         status = 0
         # Room for every message the order lets be in flight, and the GET stream, DELETE and an open.
         connector = aiohttp.TCPConnector(limit=self.order.max_messages + 8)
@@ -672,7 +679,7 @@ class StdioBridge(GatewayHttp):
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signum)
-        return status
+        return 128 + stopped_by[0] if stopped_by else status
 
     async def give_up_unanswered(self, sender: asyncio.Task[None], *, signalled: bool) -> int:
         """At EOF, once the wait for answers ended: stop forwarding, answer the requests still without an

@@ -154,7 +154,9 @@ def check_unique(tokens: Iterable[TokenSource]) -> None:
 
 
 def check_not_writable_by_others(path: Path, mode: int) -> None:
-    """Whoever can write a token file can add a token of their own: refuse group/world-writable files."""
+    """Whoever can write a token file can add a token of their own: refuse group/world-writable files.
+    The advice is 600 even when its group may read it: unlike a key file read through its group, a
+    token file others can read is warned of (gateway/config/auth.py token_file_readable_warning)."""
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise TokenFileError(
             f"token file {path}: writable by users other than its owner (mode {stat.S_IMODE(mode):04o}); "

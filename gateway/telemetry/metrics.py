@@ -320,8 +320,8 @@ class Metrics:
         )
         self.telemetry_dropped = Counter(
             "mcpgw_telemetry_dropped",
-            "Items the OTLP export dropped, by kind (span_queue, span_export, metric_export, provider_queue, "
-            "provider_export, provider_item)",
+            "Items the OTLP export dropped, by kind (span_queue, span_export, metric_export: data points, "
+            "provider_queue, provider_export, provider_item)",
             ["kind"],
             registry=r,
         )

@@ -97,7 +97,8 @@ class CountedSpanExporter(OTLPSpanExporter):
 
 
 class CountedMetricExporter(OTLPMetricExporter):
-    """The OTLP metric exporter, counting the exports that failed."""
+    """The OTLP metric exporter, counting the data points of the exports that failed (the items of
+    `mcpgw_telemetry_dropped_total{kind="metric_export"}`)."""
 
     def __init__(self, metrics: Metrics, **options: Any) -> None:
         super().__init__(**options)
@@ -108,8 +109,18 @@ class CountedMetricExporter(OTLPMetricExporter):
     ) -> MetricExportResult:
         result = super().export(metrics_data, timeout_millis, **kwargs)
         if result is not MetricExportResult.SUCCESS:
-            self.counts.telemetry_dropped.labels("metric_export").inc()
+            self.counts.telemetry_dropped.labels("metric_export").inc(data_points(metrics_data))
         return result
+
+
+def data_points(metrics_data: MetricsData) -> int:
+    """How many data points `metrics_data` holds, over all its resources, scopes and metrics."""
+    return sum(
+        len(metric.data.data_points)
+        for resource in metrics_data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    )
 
 
 class BoundedSpans(SpanProcessor):

@@ -101,7 +101,7 @@ async def test_a_captured_request_is_not_accepted_again_after_a_restart(tmp_path
 @pytest.mark.parametrize(
     ("text", "mode", "problem"),
     [
-        (SECRET, 0o666, "is writable by users other than its owner (mode 0666); run `chmod 600 {file}`"),
+        (SECRET, 0o666, "is writable by users other than its owner (mode 0666); run `chmod 640 {file}`"),
         (SECRET, 0o620, "is writable by users other than its owner (mode 0620); run `chmod 600 {file}`"),
         (f"{SECRET}\n{SECRET[::-1]}\n", 0o600, "holds 2 non-empty lines; put the secret alone on one line"),
     ],

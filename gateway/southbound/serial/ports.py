@@ -325,6 +325,7 @@ class SerialPort:
         self.counters.opens += 1
         self.state = "open"
         self.opened_at = time.monotonic()
+        self.last_error = self.last_error_at = None  # an old error (EAGAIN) would read as why it fails now
         frames_before = self.counters.frames_in
         self._m_open.set(1)
         log.info("serial port %s open at %d baud", self.spec.path, self.spec.line.baud)
