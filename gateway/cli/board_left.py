@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from gateway.devices.registry import SlotTaken
     from gateway.provision.raw_repl import BoardGone
 
 BEFORE_THE_BOARD = "before the board was touched"
@@ -30,6 +31,8 @@ class Progress:
     config: bool = False
     """The new config.json is in place."""
     adopted: bool = False
+    broker_user: bool | None = None
+    """An MQTT install, adopted: whether the board's password is in mosquitto's password file (None: not yet asked)."""
 
 
 def restarted(repl: Any, progress: Progress) -> str:
@@ -49,10 +52,20 @@ def restarted(repl: Any, progress: Progress) -> str:
     return "; the board was reset and runs the code it holds now"
 
 
-def board_state(progress: Progress) -> str:
-    """What the board holds, from how far the command got."""
+def board_state(progress: Progress, taken: SlotTaken | None = None) -> str:
+    """What the board holds, from how far the command got; `taken`: the adoption that stopped it."""
+    if progress.adopted and progress.broker_user is False:
+        return (
+            "the board holds the new code and config.json and is adopted, but its password is not in mosquitto's "
+            "password file: run the install again once the file can be written"
+        )
     if progress.adopted:
         return "the board holds the new code and config.json and is adopted"
+    if progress.config and taken is not None:
+        return (
+            "the board holds the new code and a new config.json whose secret the registry does not know: slot "
+            f"taken by {taken.device_id} while it was written"
+        )
     if progress.config:
         return (
             "the board holds the new code and a new config.json whose secret the registry does not know: "

@@ -310,6 +310,26 @@ def _read_credential_file(path: str, what: str) -> str:
     file or a pipe (a FIFO, /dev/stdin, process substitution), of at most MAX_SECRET_FILE_BYTES; a
     device such as /dev/zero is refused (it would fill the command's memory)."""
     from gateway.config.auth import secret_from_text
+
+    return secret_from_text(_credential_text(path, what), f"{what} {path}")
+
+
+def read_passphrase_file(path: str, what: str) -> str:
+    """A passphrase file (a Wi-Fi password), read as _read_credential_file reads a file, but taken as it
+    is: blanks are part of a WPA passphrase, so only a leading byte-order mark and one final line end
+    (\\n or \\r\\n, as an editor or `echo` leaves it) go. ValueError naming `what` and the file when it is
+    empty or holds a line break."""
+    text = _credential_text(path, what).removeprefix("\ufeff")
+    text = text.removesuffix("\r\n") if text.endswith("\r\n") else text.removesuffix("\n")
+    if not text:
+        raise ValueError(f"{what} {path} is empty")
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"{what} {path} holds a line break; put the passphrase alone on one line")
+    return text
+
+
+def _credential_text(path: str, what: str) -> str:
+    """The text of a credential file or pipe (see _read_credential_file); ValueError naming `what` and the file."""
     from gateway.config.files import MAX_SECRET_FILE_BYTES, FileRefused, read_regular_file
 
     try:
@@ -324,7 +344,7 @@ def _read_credential_file(path: str, what: str) -> str:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{what} {path}: cannot be read ({exc})") from None
-    return secret_from_text(text, f"{what} {path}")
+    return text
 
 
 def _read_pipe(path: str, what: str, max_bytes: int) -> bytes | None:

@@ -4,7 +4,8 @@ install: through the board's raw REPL on PORT, the application compiled for the 
 a config.json with the board's own provider secret, which the device registry adopts for exactly one
 slot (docs/field-devices.md). An MQTT board gets its own broker credential instead: username = its
 slot, a new random password, set in the appliance's mosquitto password file (the broker's ACL confines
-that username to the slot's topics); mosquitto must then be reloaded, which the command says.
+that username to the slot's topics); mosquitto must then be reloaded, which the command says. The MQTT
+steps are gateway/cli/device_install_mqtt.py's.
 A slot has one adopted board: another board already adopted for it stops the install ([slot-taken])
 unless --replace revokes that board's identity. An MQTT install never takes the gateway's broker username
 ([gateway-user]), nor a user of the password file no adoption owns unless --replace-user ([user-exists]).
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sqlite3
 import sys
 import time
@@ -42,21 +42,26 @@ from gateway.cli.board_left import (
     restarted,
     stop_exit_code,
 )
-from gateway.cli.common import Commands, _read_credential_file, decimal_number, gateway_url_option, whole_number
+from gateway.cli.common import Commands, decimal_number, gateway_url_option, read_passphrase_file, whole_number
+from gateway.cli.device_install_mqtt import (
+    RELOAD_MOSQUITTO,
+    drop_earlier_user,
+    install_mqtt,
+    mqtt_username_problem,
+    password_file_problem,
+    user_exists_problem,
+)
 from gateway.cli.parsing import subcommands
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE, PasswordFileError
 from gateway.devices.registry import SlotTaken
 from gateway.provision.raw_repl import BoardGone
 
 if TYPE_CHECKING:
-    from gateway.devices.registry import Adopted
     from gateway.provision.bundle import Application, Bundle
 
 TRANSPORTS = {"ws": "websocket", "mqtt": "mqtt", "serial": "serial"}
 SERIAL_UARTS = ("1", "2", "console")
 """What the board takes as serial.uart (pump1/config.py): UART 1 or 2 on its own pins, or the REPL's port."""
-GATEWAY_USERNAME = "mcp-gateway"  # the gateway's broker user on the appliance (image/mosquitto/acl)
-APPLIANCE_CONFIG = Path("/etc/mcp-gateway/mcp-gateway.toml")  # image/systemd/mcp-gateway.service runs it
 PACE_MAX_MS = 1000.0
 """A longer pause per 256 bytes would make a copy of the application take hours."""
 
@@ -88,10 +93,6 @@ def _source(args: argparse.Namespace) -> Application:
     return Application.folder(Path(args.source).expanduser()) if args.source else Application.installed()
 
 
-RELOAD_MOSQUITTO = "sudo systemctl reload mosquitto"
-"""What makes the appliance's mosquitto read its password file again (SIGHUP)."""
-
-
 def _say(text: str) -> None:
     print(text, flush=True)
 
@@ -121,14 +122,14 @@ def cmd_install(args: argparse.Namespace) -> int:
         return _usage(problem)
     passwd_problem = None
     if transport == "mqtt":
-        passwd_problem = _mqtt_username_problem(args) or _password_file_problem(args)
+        passwd_problem = mqtt_username_problem(args) or password_file_problem(args)
         if passwd_problem and not args.dry_run:
             return _usage(passwd_problem)
     if bool(args.wifi_ssid) != bool(args.wifi_password_file):
         return _usage("give --wifi-ssid and --wifi-password-file together")
     try:
         wifi_password = (
-            _read_credential_file(args.wifi_password_file, "--wifi-password-file") if args.wifi_ssid else None
+            read_passphrase_file(args.wifi_password_file, "--wifi-password-file") if args.wifi_ssid else None
         )
     except ValueError as exc:
         return _usage(str(exc))
@@ -219,7 +220,7 @@ def _dry_run(
         _say(f"  {holder}: the install goes on if the board on {args.port} is {holder.device_id}; {then}")
     if transport == "mqtt":
         try:
-            problems += [] if passwd_problem else [text for text in [_user_exists_problem(args, registry)] if text]
+            problems += [] if passwd_problem else [text for text in [user_exists_problem(args, registry)] if text]
         except (sqlite3.Error, PasswordFileError) as exc:
             problems.append(str(exc))
         _say(f"would set user {args.slot} in the mosquitto password file {args.mosquitto_passwd}")
@@ -245,7 +246,7 @@ def _install(args: argparse.Namespace, registry: Any, transport: str, config_wit
     # that fails after the board got its new secret would lock the board out.
     try:
         registry.check_writable()
-        problem = _user_exists_problem(args, registry) if transport == "mqtt" else None
+        problem = user_exists_problem(args, registry) if transport == "mqtt" else None
     except PasswordFileError as exc:
         problem = str(exc)
     except sqlite3.Error as exc:
@@ -313,8 +314,9 @@ def _install_on(
     _copy(repl, bundle, progress)
     _say(f"copied {len(bundle.files)} files, {bundle.size} bytes")
     progress.step = "the config.json write"
+    earlier = registry.standing_adoption(device_id)
     if transport == "mqtt":
-        config, adopted = _install_mqtt(args, repl, registry, device_id, config_with, progress)
+        config, adopted = install_mqtt(args, repl, registry, device_id, config_with, progress)
     else:
         from gateway.devices.registry import issue_secret, secret_digest
 
@@ -327,6 +329,8 @@ def _install_on(
         progress.adopted = True
         del token, config["provider_token"]
         _say(f"adopted {device_id}: identity {adopted.identity}, slot {args.slot} (registry {registry.path})")
+    if drop_earlier_user(args, registry, device_id, earlier, transport) or transport == "mqtt":
+        _say(f"reload mosquitto so that it reads the password file again: {RELOAD_MOSQUITTO}")
     if adopted.replaced:
         _say(
             f"revoked {', '.join(adopted.replaced)} for slot {args.slot} (--replace): the gateway refuses it from its "
@@ -376,7 +380,7 @@ def _end_replaced_links(args: argparse.Namespace) -> None:
 
 def _slot_taken_text(args: argparse.Namespace, taken: SlotTaken, progress: Progress, reset: str) -> str:
     return (
-        f"{taken}, and the board on {args.port} is {progress.device_id}: {board_state(progress)}{reset}. "
+        f"{taken}, and the board on {args.port} is {progress.device_id}: {board_state(progress, taken)}{reset}. "
         f"To move {args.slot} to this board, run the install again with --replace (it revokes "
         f"{taken.device_id}'s identity for {args.slot}), or give this board another --slot [slot-taken]"
     )
@@ -399,99 +403,6 @@ def _slot_problem(slot: str) -> str | None:
     except SlotNameError as exc:
         return f"--slot {slot!r}: {exc} (the gateway refuses a board by that name)"
     return None
-
-
-def _mqtt_username_problem(args: argparse.Namespace) -> str | None:
-    """Why the slot cannot be an MQTT board's username (the ACL puts it in its topics; the gateway's own)."""
-    slot = args.slot
-    bad = [char for char in "/+#:" if char in slot]
-    if bad or not slot or any(ord(char) < 32 for char in slot):
-        shown = " or ".join(bad) if bad else "a control character"
-        return (
-            f"--slot {slot!r} cannot be an MQTT board's username (it holds {shown}): the broker's ACL puts the "
-            "username in the board's topics, mcpb/<slot>/..."
-        )
-    from gateway.config import ConfigError
-
-    try:  # the gateway's own: its password replaced, mosquitto refuses the gateway, the board reads every topic
-        config, names = _gateway_usernames(args)
-    except ConfigError as exc:
-        return f"{exc}: the gateway's own broker username cannot be learnt; give a readable --config [gateway-user]"
-    if slot in names:
-        where = f"[[mqtt.brokers]] username in {config}" if config else f"the appliance's default, {GATEWAY_USERNAME}"
-        return (
-            f"--slot {slot!r} is the gateway's own broker username ({where}): its password in "
-            f"{args.mosquitto_passwd} would be replaced, mosquitto would refuse the gateway after its reload, and "
-            "the board would read every board's topics; give the board another --slot [gateway-user]"
-        )
-    return None
-
-
-def _gateway_usernames(args: argparse.Namespace) -> tuple[str | None, set[str]]:
-    """The config file read (--config, $MCP_GATEWAY_CONFIG, the appliance's) and each [[mqtt.brokers]]
-    username there, and mcp-gateway; plain TOML, as `token create` reads it (its secrets need not be)."""
-    from gateway.config import ENV_CONFIG_FILE, read_toml
-
-    appliance = str(APPLIANCE_CONFIG) if APPLIANCE_CONFIG.is_file() else None
-    config = args.config or os.environ.get(ENV_CONFIG_FILE) or appliance
-    mqtt = read_toml(Path(config)).get("mqtt") if config else None
-    brokers = mqtt.get("brokers") if isinstance(mqtt, dict) else None
-    found = [b.get("username") for b in brokers if isinstance(b, dict)] if isinstance(brokers, list) else []
-    return config, {GATEWAY_USERNAME, *(name for name in found if isinstance(name, str))}
-
-
-def _user_exists_problem(args: argparse.Namespace, registry: Any) -> str | None:
-    """Why the slot's user is kept: no adoption of the slot owns it, no --replace-user; raises as read() does."""
-    from gateway.devices.mosquitto_passwd import read
-
-    if args.replace_user or args.slot not in read(Path(args.mosquitto_passwd), "--mosquitto-passwd"):
-        return None
-    with registry.read_only() as db:  # nothing made or changed: a dry run asks it too
-        query = "SELECT 1 FROM devices WHERE slot = ? AND adopted_at IS NOT NULL AND revoked_at IS NULL"
-        if db is not None and db.execute(query, (args.slot,)).fetchone():
-            return None
-    return (
-        f"the mosquitto password file {args.mosquitto_passwd} has a user {args.slot} that no board adopted for "
-        f"{args.slot} in the registry {registry.path} owns (made by hand, or another program's): the install would "
-        "replace its password and lock out whoever logs in with it. Give the board another --slot, or pass "
-        "--replace-user when that user may go [user-exists]"
-    )
-
-
-def _password_file_problem(args: argparse.Namespace) -> str | None:
-    from gateway.devices.mosquitto_passwd import check_writable
-
-    try:
-        check_writable(Path(args.mosquitto_passwd), "--mosquitto-passwd")
-    except PasswordFileError as exc:
-        return str(exc)
-    return None
-
-
-def _install_mqtt(
-    args: argparse.Namespace, repl: Any, registry: Any, device_id: str, config_with: Any, progress: Progress
-) -> tuple[dict[str, Any], Adopted]:
-    """The board's own broker credential: on the board first (a failed write leaves it the password it
-    had, still in the file), then in mosquitto's password file, then the adoption in the registry."""
-    from gateway.devices import mosquitto_passwd
-    from gateway.devices.registry import issue_secret
-    from gateway.provision import board
-
-    password = issue_secret()
-    config: dict[str, Any] = config_with(None, password)
-    board.write_config(repl, config)
-    progress.config = True
-    _say(f"wrote config.json: {board.shown(config)}")
-    path = Path(args.mosquitto_passwd)
-    replaced = mosquitto_passwd.set_user(path, args.slot, password, "--mosquitto-passwd")
-    del password, config["mqtt"]["password"]
-    what = "replaced its earlier password" if replaced else "a new user"
-    _say(f"set user {args.slot} in the mosquitto password file {path} ({what})")
-    adopted = registry.adopt(device_id, args.slot, "mqtt", args.port, None, replace=args.replace)
-    progress.adopted = True
-    _say(f"adopted {device_id}: MQTT username {args.slot}, slot {args.slot} (registry {registry.path})")
-    _say(f"reload mosquitto so that it reads the password file again: {RELOAD_MOSQUITTO}")
-    return config, adopted
 
 
 def _built_text(bundle: Any) -> str:

@@ -9,7 +9,8 @@ hold what boards and files said. A revoked identity is
 refused from the board's next dial (HTTP 401, "provider_identity_revoked"); the running gateway reads
 the registry at each check, so neither a restart nor a reload is needed. An MQTT board's credential is
 its user in mosquitto's password file: revoking removes that user (then mosquitto must be reloaded,
-which the command says: the gateway cannot reload mosquitto).
+which the command says: the gateway cannot reload mosquitto), unless it is no longer the board's: a
+board another one replaced (`device install --replace`) leaves the user to the slot's board now.
 
 After the registry change, revoke asks the running gateway at --url (its `_broker` tool
 broker_providers_recheck, as a client: --token-file, else $MCP_GATEWAY_TOKEN) to end at once the links
@@ -32,7 +33,8 @@ import orjson
 
 from gateway.cli.columns import aligned
 from gateway.cli.common import Commands
-from gateway.cli.device_install import RELOAD_MOSQUITTO, _registry, broker_call, gateway_options, registry_errors
+from gateway.cli.device_install import _registry, broker_call, gateway_options, registry_errors
+from gateway.cli.device_install_mqtt import RELOAD_MOSQUITTO
 from gateway.cli.devices_flashes import add_flashes, cell
 from gateway.cli.parsing import subcommands
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE
@@ -173,19 +175,40 @@ def _end_links(args: argparse.Namespace, revoked: Any, mqtt: bool) -> None:
         print(f"the gateway at {args.url}: {terminal_text(str(problem))}")
 
 
+def _user_kept_for(registry: Any, row: Any, passwd: Path) -> str | None:
+    """Why the MQTT board's slot user is not the board's to remove, else None: another board holds the
+    slot now (it replaced this one), or this board was revoked before and the user came after."""
+    from gateway.devices.mosquitto_passwd import read
+
+    holder = registry.slot_holder(row.slot, row.device_id)
+    if holder is not None:
+        return f"it is the credential of {holder.device_id}, adopted for {row.slot} now"
+    if row.revoked and row.slot in read(passwd, "--mosquitto-passwd"):
+        return (
+            f"{row.device_id} was revoked before, and no adoption owns the user (remove it by hand when it may go: "
+            f"sudo mosquitto_passwd -D {passwd} {row.slot})"
+        )
+    return None
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
     from gateway.devices.mosquitto_passwd import PasswordFileError, remove_user
 
     registry = _registry(args)
     removed: bool | None = None
+    kept: str | None = None
     try:
         rows = registry.devices() if registry.path.exists() else []
         row = next((row for row in rows if row.device_id == args.device_id and row.adopted), None)
+        # The slot's user is the board's only while no other board holds the slot: a board replaced
+        # (--replace) leaves the user to the board that holds the slot now.
         if row is not None and row.transport == "mqtt" and row.slot:
             # The broker's password file first: a board still in it could still connect, whatever the
             # registry says, so a failure here leaves the registry as it was (run the command again).
             try:
-                removed = remove_user(Path(args.mosquitto_passwd), row.slot, "--mosquitto-passwd")
+                kept = _user_kept_for(registry, row, Path(args.mosquitto_passwd))
+                if kept is None:
+                    removed = remove_user(Path(args.mosquitto_passwd), row.slot, "--mosquitto-passwd")
             except PasswordFileError as exc:
                 return _fail(f"{args.device_id} is not revoked: {exc}")
         revoked = registry.revoke(args.device_id) if row is not None else None
@@ -193,6 +216,13 @@ def cmd_revoke(args: argparse.Namespace) -> int:
         registry.close()
     if revoked is None:
         return _fail(f"{args.device_id} has no identity in {registry.path} (see mcp-gateway devices)")
+    if kept is not None:
+        print(
+            f"revoked {revoked.device_id} (slot {revoked.slot}, MQTT): user {revoked.slot} kept in the mosquitto "
+            f"password file {args.mosquitto_passwd}: {kept}"
+        )
+        _end_links(args, revoked, mqtt=False)
+        return 0
     if removed is None:
         print(f"revoked {revoked.identity} (slot {revoked.slot}): the gateway refuses it from its next connection")
         _end_links(args, revoked, mqtt=False)

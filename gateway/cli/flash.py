@@ -21,7 +21,9 @@ def flash_offset(text: str) -> int:
         value = int(text, 0)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number like 0x10000, got {text!r}") from None
-    if value < 0 or value % 0x1000:
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"the offset must not be negative (an address in the flash), got {text}")
+    if value % 0x1000:
         raise argparse.ArgumentTypeError(f"the offset must be a multiple of 0x1000 (a flash sector), got {text}")
     return value
 

@@ -10,8 +10,13 @@ kept as they are; only the line of the user changed is touched.
 A change is atomic: the whole new file is written to a temporary file in the same directory (mode
 0600 while it is written), given the old file's mode and owner, fsynced, and renamed over the old
 one, so mosquitto (which reads the file at start and at SIGHUP) sees the old file or the new one,
-never half of one. The file is not locked: an operator's `mosquitto_passwd` running at the same
-instant may lose its change or this one.
+never half of one. Each change holds an exclusive `flock` on `<file>.lock` beside the file (made
+mode 0600 when missing, and kept) from its read to its rename, so two installs at once both keep
+their user; an operator's `mosquitto_passwd`, which takes no lock, may still lose its change or this one.
+
+Usernames are compared as mosquitto reads them: the text before a line's first colon with the
+blanks at its ends trimmed (C `isspace`), so `pump-7 :...` is user pump-7. A username written here
+never starts or ends with one, nor holds a control character (check_username).
 
 API
 ---
@@ -32,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import fcntl
 import grp
 import hashlib
 import hmac
@@ -40,6 +46,7 @@ import pwd
 import secrets
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_PASSWORD_FILE = Path("/etc/mosquitto/mcp-gateway/passwd")
@@ -89,11 +96,26 @@ def verify(hashed: str, password: str) -> bool:
     return len(expected) > 0 and hmac.compare_digest(actual, expected)
 
 
+MOSQUITTO_BLANKS = " \t\n\v\f\r"
+"""What mosquitto trims from both ends of a username it reads from the file (C isspace)."""
+LOCK_SUFFIX = ".lock"
+
+
 def check_username(username: str) -> None:
-    if not username or ":" in username or username.startswith("#") or any(ord(char) < 32 for char in username):
+    if (
+        not username
+        or ":" in username
+        or username.startswith("#")
+        or any(ord(c) < 32 or ord(c) == 127 for c in username)
+    ):
         raise PasswordFileError(
             f"{username!r} cannot be a mosquitto username (it must not be empty, hold a colon or a control "
             "character, or start with #)"
+        )
+    if username != username.strip(MOSQUITTO_BLANKS):
+        raise PasswordFileError(
+            f"{username!r} cannot be a mosquitto username: it starts or ends with a blank, which mosquitto trims "
+            f"when it reads the password file, so the line would be user {username.strip(MOSQUITTO_BLANKS)!r}'s"
         )
 
 
@@ -169,7 +191,7 @@ def _username(line: str) -> str | None:
     stripped = line.strip()
     if not stripped or stripped.startswith("#"):
         return None
-    return stripped.split(":", 1)[0]
+    return stripped.split(":", 1)[0].strip(MOSQUITTO_BLANKS)
 
 
 def read(path: Path, option: str = "--mosquitto-passwd") -> dict[str, str]:
@@ -241,14 +263,37 @@ def _replace(path: Path, lines: list[str], info: os.stat_result) -> None:
             os.close(folder)
 
 
+@contextlib.contextmanager
+def _locked(target: Path) -> Iterator[None]:
+    """An exclusive flock on `<file>.lock` beside the file, held from the read to the rename: another
+    change waits instead of renaming a file that lacks this one's line (or this one lacking its)."""
+    lock = target.with_name(target.name + LOCK_SUFFIX)
+    try:
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise PasswordFileError(
+            f"cannot open the lock file {lock} of the mosquitto password file {target}: {exc.strerror}; "
+            "run the command as root (sudo)"
+        ) from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # ends the lock
+
+
 def set_user(path: Path, username: str, password: str, option: str = "--mosquitto-passwd") -> bool:
     """Give `username` this password (a new `$7$` line where its old one was, else at the end);
     True when the user was there before."""
     check_username(username)
     target = _target(path)
     check_writable(target, option)
+    with _locked(target):
+        return _set_line(target, username, f"{username}:{hash_password(password)}", option)
+
+
+def _set_line(target: Path, username: str, line: str, option: str) -> bool:
     lines, info = _lines(target, option)
-    line = f"{username}:{hash_password(password)}"
     kept: list[str] = []
     replaced = False
     for old in lines:
@@ -268,10 +313,13 @@ def remove_user(path: Path, username: str, option: str = "--mosquitto-passwd") -
     """Remove every line of `username`; False (and the file untouched) when it had none."""
     check_username(username)
     target = _target(path)
-    lines, info = _lines(target, option)
-    kept = [line for line in lines if _username(line) != username]
-    if len(kept) == len(lines):
+    if username not in read(target, option):  # nothing to change: no lock (nor a writable folder) needed
         return False
     check_writable(target, option)
-    _replace(target, kept, info)
+    with _locked(target):
+        lines, info = _lines(target, option)
+        kept = [line for line in lines if _username(line) != username]
+        if len(kept) == len(lines):
+            return False
+        _replace(target, kept, info)
     return True

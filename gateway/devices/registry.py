@@ -449,6 +449,19 @@ class DeviceRegistry:
         )
         return Adopted(device_id, row[0], True)
 
+    def standing_adoption(self, device_id: str) -> tuple[str, str] | None:
+        """The slot and transport of the board's adoption when it stands (adopted, not revoked), else None."""
+        row = (
+            self.connection()
+            .execute(
+                "SELECT slot, transport FROM devices WHERE device_id = ? AND adopted_at IS NOT NULL"
+                " AND revoked_at IS NULL",
+                (device_id,),
+            )
+            .fetchone()
+        )
+        return (row[0] or "", row[1] or "") if row else None
+
     def adopted(self, device_id: str) -> Adopted | None:
         row = (
             self.connection()
