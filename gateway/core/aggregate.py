@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, KeysView
 
 from gateway import __version__
 from gateway.core import errors, governed
@@ -11,6 +11,7 @@ from gateway.core.coalesce import CoalescedRebuild
 from gateway.core.confirmer import state_reader
 from gateway.core.endpoint_levels import EndpointLevels
 from gateway.core.jsonrpc import JsonObject, notification
+from gateway.core.listener_views import ListenerViews, View
 from gateway.core.names import ALL_SLOT
 from gateway.core.naming import RETIRED_PER_SLOT, NameBook
 from gateway.core.policy_interface import Governance, RateLimits
@@ -97,7 +98,8 @@ class AggregateTarget(Target):
         self.metrics = metrics
         self.rate_limiter = rate_limiter
         """Charges the slot a tools/call is routed to; the HTTP entry cannot, it does not know the slot."""
-        self.listeners: set[Listener] = set()
+        self.views = ListenerViews(self._view)
+        """Each listener and the view of the catalog its caller was last told of."""
         self._routes: dict[str, tuple[str, str]] = {}
         self._tools: list[JsonObject] = []
         self.catalog_hash = 0
@@ -106,7 +108,7 @@ class AggregateTarget(Target):
         self._listed: dict[tuple[str, str], tuple[JsonObject, str, JsonObject]] = {}
         """Per (slot, tool): the provider's tool dict, its name here, and the listed copy made of them."""
         self.refresh = CoalescedRebuild(
-            self._rebuild, registry.config.limits.catalog_coalesce_ms / 1000, lambda: bool(self.listeners)
+            self._rebuild, registry.config.limits.catalog_coalesce_ms / 1000, lambda: bool(self.views.listeners)
         )
         self.slot_scopes: Callable[[str], tuple[str, ...]] | None = None
         """The scopes a caller needs for each member slot, set by the composition root when client
@@ -140,10 +142,14 @@ class AggregateTarget(Target):
         # Members that changed before this listener came are rebuilt without telling it: it has
         # listed nothing yet, and its first tools/list reads the catalog as it is now.
         self.refresh.flush()
-        self.listeners.add(listener)
+        self.views.attach(listener)
 
     def detach(self, listener: Listener) -> None:
-        self.listeners.discard(listener)
+        self.views.detach(listener)
+
+    @property
+    def listeners(self) -> KeysView[Listener]:
+        return self.views.listeners
 
     def listed_tools(self) -> list[JsonObject]:
         return self.tools
@@ -166,8 +172,9 @@ class AggregateTarget(Target):
         self.refresh.flush()
 
     def _rebuild(self, noticed: frozenset[str]) -> None:
-        """Recompute the catalog from the current members; tell listeners when it changed, or when the
-        provider of a member in `noticed` announced a change of its own (it may have come and gone).
+        """Recompute the catalog from the current members; when it changed, or when the provider of a
+        member in `noticed` announced a change of its own (it may have come and gone), tell each listener
+        whose own view changed or shows a tool of such a member (listener_views.py).
 
         Names come from a NameBook, so a name keeps its meaning for the gateway's lifetime (but for the
         one case NameBook describes: a name goes to the slot it names). The listed copy of a tool is
@@ -203,8 +210,18 @@ class AggregateTarget(Target):
         if new_hash != self.catalog_hash or not noticed.isdisjoint(members):
             self.catalog_hash = new_hash
             message = notification("notifications/tools/list_changed")
-            for listener in list(self.listeners):
+            for listener in self.views.changed(noticed):
                 listener.deliver(message)
+
+    def _view(self, principal: Principal) -> View:
+        """What tools/list shows `principal` now, as listener_views.py compares it."""
+        listed = self._listed
+        every = self.slot_scopes is None and self.governance is None
+        return View(
+            (route[0], name, listed[route][0])
+            for name, route in self._routes.items()
+            if every or self.may_list(principal, name)
+        )
 
     def may_call(self, principal: Principal, slot: str) -> bool:
         return self.slot_scopes is None or principal.has_scopes(self.slot_scopes(slot))
@@ -239,7 +256,9 @@ class AggregateTarget(Target):
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         if method == "tools/list":
             errors.check_no_cursor(params)
-            return {"tools": self.tools_for(ctx.principal)}
+            tools = self.tools_for(ctx.principal)
+            self.views.listed(ctx.listener, ctx.principal)
+            return {"tools": tools}
         if method == "logging/setLevel":
             return self.levels.set_level(ctx, params)
         if method != "tools/call":

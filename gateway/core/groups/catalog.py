@@ -10,14 +10,15 @@ describes: a name goes to the slot it names).
 
 Like `_all`, a group is never a way around a slot's scopes: a caller sees and calls only tools of
 slots it could call directly, the built-in `guidance` and `search` included. Each group endpoint
-charges the slot a tools/call is routed to against that slot's rate limit, and tells its listeners
-`notifications/tools/list_changed` when its own catalog changes.
+charges the slot a tools/call is routed to against that slot's rate limit, and tells a listener
+`notifications/tools/list_changed` when its own catalog as that listener's caller sees it changes
+(listener_views.py).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, KeysView
 
 from gateway import __version__
 from gateway.core import errors, governed
@@ -39,6 +40,7 @@ from gateway.core.groups.views import (
     specs_from_config,
 )
 from gateway.core.jsonrpc import JsonObject, notification
+from gateway.core.listener_views import ListenerViews, View
 from gateway.core.naming import RETIRED_PER_SLOT, NameBook
 from gateway.core.policy_interface import Governance, RateLimits
 from gateway.core.principal import Principal
@@ -96,9 +98,9 @@ class GroupCatalog:
     def reconfigure(self, specs: list[GroupSpec]) -> None:
         """Serve `specs` from now on (a configuration reload). A group that stays keeps its target, so
         clients connected to it stay; a removed or disabled one lists no tools any more, and every endpoint
-        whose list (names, descriptions, schemas) changed tells its listeners. A group enabled or added
-        again takes back the target its clients still hold. Names stay those of the one NameBook (the
-        separator never changes while the gateway runs)."""
+        whose list (names, descriptions, schemas) changed tells each listener whose own view of it changed
+        (listener_views.py). A group enabled or added again takes back the target its clients still hold.
+        Names stay those of the one NameBook (the separator never changes while the gateway runs)."""
         self.specs = specs
         kept = self.targets
         self.targets = {}
@@ -116,7 +118,7 @@ class GroupCatalog:
             gone.tools = []
             gone._listed_from = []  # so that the group's return, with tools, is news to them
             self._retired[name] = gone
-            for listener in list(gone.listeners):
+            for listener in gone.views.changed():
                 listener.deliver(message)
 
     # -- lookup ---------------------------------------------------------------------------------
@@ -175,10 +177,11 @@ class GroupCatalog:
 
     def _rebuild(self, noticed: frozenset[str]) -> None:
         """Recompute every tool's groups and name from the ready slots; each endpoint whose own list
-        changed tells its listeners, and each that covers a slot in `noticed` (whose provider announced
-        a change of its own). Names come from one NameBook, which keeps them for the gateway's lifetime
-        (but for the one case it describes). An entry is kept from the last rebuild while its provider
-        lists the same tool dict under the same name."""
+        changed, or that covers a slot in `noticed` (whose provider announced a change of its own), tells
+        each listener whose own view changed or shows a tool of such a slot (listener_views.py). Names
+        come from one NameBook, which keeps them for the gateway's lifetime (but for the one case it
+        describes). An entry is kept from the last rebuild while its provider lists the same tool dict
+        under the same name."""
         found: list[tuple[str, JsonObject, tuple[str, ...], tuple[str, ...]]] = []
         seen: set[tuple[str, str]] = set()
         for slot_name in self.ready_slots():
@@ -213,7 +216,7 @@ class GroupCatalog:
         self._index = None
         self._by_name = {tool.name: tool for tool in tools if tool.name is not None}
         for target in (self.bridge, *self.targets.values()):
-            target.refresh(any(target.covers(slot) for slot in noticed))
+            target.refresh(frozenset(slot for slot in noticed if target.covers(slot)))
 
     def search_index(self) -> ToolIndex:
         """Every tool's words indexed, once per rebuild (a search then costs per query word, not per word of
@@ -343,7 +346,8 @@ class GroupTarget(Target):
         self.group = spec.name if spec is not None else None
         self.name = BRIDGE_TARGET if spec is None else f"{BRIDGE_TARGET}/{spec.name}"
         self.path = BRIDGE_PATH if spec is None else f"{BRIDGE_PATH}/{spec.name}"
-        self.listeners: set[Listener] = set()
+        self.views = ListenerViews(self._view)
+        """Each listener and the view of this endpoint's list its caller was last told of."""
         self.levels = EndpointLevels()
         self.tools: list[CatalogTool] = []
         self._listed_from: list[tuple[str, str | None, JsonObject]] = []
@@ -376,10 +380,14 @@ class GroupTarget(Target):
 
     def attach(self, listener: Listener) -> None:
         self.catalog.refresh.flush()  # what changed before it came is not news to it (as on _all)
-        self.listeners.add(listener)
+        self.views.attach(listener)
 
     def detach(self, listener: Listener) -> None:
-        self.listeners.discard(listener)
+        self.views.detach(listener)
+
+    @property
+    def listeners(self) -> KeysView[Listener]:
+        return self.views.listeners
 
     # -- the catalog ----------------------------------------------------------------------------
 
@@ -407,8 +415,9 @@ class GroupTarget(Target):
             return self.spec.has_slot(slot)
         return any(spec.enabled and spec.has_slot(slot) for spec in self.catalog.specs)
 
-    def refresh(self, noticed: bool = False) -> None:
-        """Take the catalog's new entries; tell listeners when this endpoint's list changed or `noticed`."""
+    def refresh(self, noticed: frozenset[str] = frozenset()) -> None:
+        """Take the catalog's new entries; when this endpoint's list changed, or the provider of a slot in
+        `noticed` announced a change, tell each listener whose view changed or shows a tool of such a slot."""
         tools = [tool for tool in self.catalog._tools if self.includes(tool)]
         # Compared by what the listed tools are made of, not by entry: a reload makes every entry anew.
         listed_from = [(tool.slot, tool.name, tool.tool) for tool in tools]
@@ -421,8 +430,18 @@ class GroupTarget(Target):
         if changed or noticed:
             self._listed_from = listed_from
             message = notification("notifications/tools/list_changed")
-            for listener in list(self.listeners):
+            for listener in self.views.changed(noticed):
                 listener.deliver(message)
+
+    def _view(self, principal: Principal) -> View:
+        """What tools/list shows `principal` now (but the built-in tools, always listed), as listener_views.py
+        compares it."""
+        may_use = self.catalog.may_use
+        return View(
+            (tool.slot, tool.name, tool.tool)
+            for tool in self.tools
+            if tool.name is not None and tool.listed is not None and may_use(principal, tool)
+        )
 
     def current(self) -> list[CatalogTool]:
         """This endpoint's tools, the catalog rebuilt first if slots changed since."""
@@ -441,7 +460,9 @@ class GroupTarget(Target):
     async def dispatch(self, ctx: ClientContext, method: str, params: JsonObject | None) -> JsonObject:
         if method == "tools/list":
             errors.check_no_cursor(params)
-            return {"tools": self.tools_for(ctx.principal)}
+            tools = self.tools_for(ctx.principal)
+            self.views.listed(ctx.listener, ctx.principal)
+            return {"tools": tools}
         if method == "logging/setLevel":
             return self.levels.set_level(ctx, params)
         if method != "tools/call":
