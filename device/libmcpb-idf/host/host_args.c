@@ -129,7 +129,7 @@ static int read_token(host_args_t *args, const char *path)
 
 int host_args_parse(host_args_t *args, int argc, char **argv)
 {
-    int i;
+    int i, baud_given = 0;
     memset(args, 0, sizeof(*args));
     args->aggregate = 1;
     args->baud = 115200;
@@ -170,7 +170,19 @@ int host_args_parse(host_args_t *args, int argc, char **argv)
         } else if (strcmp(flag, "--device-id") == 0) {
             snprintf(args->device_id, sizeof(args->device_id), "%s", value);
         } else if (strcmp(flag, "--baud") == 0) {
+            /* the speeds the POSIX port sets (port_posix.c); another would be 115200 unsaid */
+            static const char *const speeds[] = {"9600", "19200", "38400", "57600", "115200",
+                                                 "230400", "460800", "921600"};
+            size_t k = 0;
+            while (k < sizeof speeds / sizeof speeds[0] && strcmp(value, speeds[k]) != 0) {
+                k++;
+            }
+            if (k == sizeof speeds / sizeof speeds[0]) {
+                return complain("--baud must be one of 9600, 19200, 38400, 57600, 115200, 230400, 460800, "
+                                "921600", value);
+            }
             args->baud = (unsigned)strtoul(value, NULL, 10);
+            baud_given = 1;
         } else if (strcmp(flag, "--mqtt") == 0) {
             args->mqtt_url = value;
         } else if (strcmp(flag, "--mqtt-user") == 0) {
@@ -202,6 +214,16 @@ int host_args_parse(host_args_t *args, int argc, char **argv)
     }
     if ((args->mqtt_user != NULL || args->mqtt_password_file != NULL) && args->mqtt_url == NULL) {
         return complain("--mqtt-user and --mqtt-password-file go with --mqtt", NULL);
+    }
+    /* what the MQTT plain profile has no use for would be ignored: the broker credential is
+     * --mqtt-user and --mqtt-password-file, and one slot is one set of topics */
+    if (args->mqtt_url != NULL && (args->token[0] != '\0' || args->multiplex || baud_given)) {
+        return complain(args->token[0] != '\0' ? "--token-file is not available with --mqtt (the broker "
+                                                  "credential is --mqtt-user and --mqtt-password-file)"
+                        : args->multiplex ? "--multiplex is not available with --mqtt (the plain profile serves "
+                                            "one slot per connection)"
+                                          : "--baud is not available with --mqtt (it sets the --serial line's speed)",
+                        NULL);
     }
     if (args->slot_count == 0) {
         return complain("give --slot", NULL);

@@ -11,6 +11,7 @@
 #include "mqtt_posix.h"
 
 #define MQTT_DEFAULT_PORT 1883
+#define HOST_MQTT_PASSWORD_MAX 255 /* bytes of the first line of --mqtt-password-file */
 
 static int refuse(const char *what, const char *value)
 {
@@ -73,7 +74,7 @@ static void tick_pump(void *ctx, uint32_t now_ms)
 int host_mqtt_run(const host_args_t *args, mcpb_port_t *port, mcpb_pump1_t *pumps, mcpb_slot_t *slots,
                   int slot_count, volatile sig_atomic_t *stop)
 {
-    static char password[256];
+    static char password[HOST_MQTT_PASSWORD_MAX + 1];
     char host[256];
     int broker_port;
     int rc;
@@ -93,7 +94,12 @@ int host_mqtt_run(const host_args_t *args, mcpb_port_t *port, mcpb_pump1_t *pump
         if (args->mqtt_user == NULL) {
             return refuse("--mqtt-password-file needs --mqtt-user", NULL);
         }
-        if (mcpb_mqtt_read_password_file(args->mqtt_password_file, password, sizeof password) < 0) {
+        rc = mcpb_mqtt_read_password_file(args->mqtt_password_file, password, sizeof password);
+        if (rc == MCPB_MQTT_PASSWORD_TOO_LONG) {
+            return refuse("the MQTT password is longer than " HOST_STRING(HOST_MQTT_PASSWORD_MAX) " bytes",
+                          args->mqtt_password_file);
+        }
+        if (rc < 0) {
             return refuse("cannot read the MQTT password file", args->mqtt_password_file);
         }
     }

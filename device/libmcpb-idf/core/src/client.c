@@ -539,30 +539,10 @@ static int way_built_in(mcpb_way_t way)
 }
 
 #if MCPB_WITH_MULTIPLEX || MCPB_WITH_SERIAL
-/* 1 when the name is printable UTF-8: no control character, and every lead byte (none of C0, C1,
- * F5 to FF) with as many continuation bytes as it announces. The 3- and 4-byte forms' finer rules
- * (overlong forms, surrogates) are left to the gateway: a name typed as text does not hold them. */
-static int name_ok(const char *name)
-{
-    const unsigned char *s = (const unsigned char *)name;
-    unsigned c, more;
-    while ((c = *s++) != 0) {
-        /* a control, a continuation byte as a lead, C0, C1, F5 to FF */
-        if (c < 0x20 || c == 0x7F || c - 0x80u < 0x42u || c > 0xF4u) {
-            return 0;
-        }
-        for (more = (c >= 0xC0) + (c >= 0xE0) + (c >= 0xF0); more > 0; more--) {
-            if ((*s++ & 0xC0) != 0x80) {
-                return 0;
-            }
-        }
-    }
-    return 1;
-}
-
 /* On /providers and serial the slot names travel in JSON (an envelope, the register frame), where the
  * gateway drops a frame that is not UTF-8 whole as unparsable and holds a name once per link: what is
- * wrong with slot i's name (a format naming the slot), else NULL. */
+ * wrong with slot i's name (a format naming the slot), else NULL. A name it parses and refuses (a
+ * format or private-use character, mcpb_name_ok) comes back as a refusal the link events carry. */
 static const char *name_problem(const mcpb_client_t *client, size_t i)
 {
     const char *name = client->config.slots[i].name;
@@ -570,7 +550,7 @@ static const char *name_problem(const mcpb_client_t *client, size_t i)
         return NULL; /* one slot, named by the URL */
     }
     /* the first slot of that name is an earlier one: the lookup that routes envelopes finds it */
-    return !name_ok(name) ? "slots[%u] is not printable UTF-8"
+    return !mcpb_name_utf8_ok(name) ? "slots[%u] is not printable UTF-8"
            : slot_named(client, name) != i ? "slots[%u] repeats a name"
                                            : NULL;
 }

@@ -4,9 +4,10 @@
  * provider.py around it): clean session, an empty retained will on status, SUBSCRIBE to down
  * before the register frame goes out retained on status, answers on up without waiting for
  * their PUBACK. A retained or foreign message on down is dropped unread (a stale request must
- * never start a pump) and does not count as contact; only messages from the gateway do. Every
- * link that ends, also one the gateway left silent, clears the status before it goes, and the
- * next dial announces anew.
+ * never start a pump) and does not count as contact; only messages from the gateway do, and of
+ * those not its refusals (an error with id null, logged as gateway_error as dispatcher.py logs
+ * it). Every link that ends, also one the gateway left silent, clears the status before it goes,
+ * and the next dial announces anew.
  */
 #include "mcpb/mqtt.h"
 
@@ -40,40 +41,22 @@ static void note(const mcpb_mqtt *m, int level, const char *event, const char *d
     m->port->log(m->port->ctx, level, line);
 }
 
-/* Format (Cf) and bidirectional characters of the Latin-1 supplement and general punctuation
- * blocks, plus C1 controls and the byte order mark: the ones a slot copied from a document
- * carries in practice. */
-static size_t invisible_at(const unsigned char *s)
-{
-    if (s[0] == 0xC2 && ((s[1] >= 0x80 && s[1] <= 0x9F) || s[1] == 0xAD)) {
-        return 2;
-    }
-    if (s[0] == 0xE2 && s[1] == 0x80 && ((s[2] >= 0x8B && s[2] <= 0x8F) || (s[2] >= 0xAA && s[2] <= 0xAE))) {
-        return 3;
-    }
-    if (s[0] == 0xE2 && s[1] == 0x81 && s[2] >= 0xA0 && s[2] <= 0xAF) {
-        return 3;
-    }
-    if (s[0] == 0xEF && s[1] == 0xBB && s[2] == 0xBF) {
-        return 3;
-    }
-    return 0;
-}
-
-/* The rules of gateway/southbound/mqtt/topics.py for a slot that is one topic level. */
-static int slot_ok(const char *slot)
+/* The rules of gateway/southbound/mqtt/topics.py for a slot that is one topic level, the slot-name
+ * rules of every way in among them: what is wrong with the slot, else NULL. */
+static const char *slot_problem(const char *slot)
 {
     size_t len = slot == NULL ? 0 : strlen(slot);
-    const unsigned char *s = (const unsigned char *)slot;
-    if (len == 0 || len > 64 || slot[0] == '_' || strcmp(slot, ".") == 0 || strcmp(slot, "..") == 0) {
-        return 0;
+    if (len == 0 || len > MCPB_SLOT_MAX || slot[0] == '_' || strcmp(slot, ".") == 0 || strcmp(slot, "..") == 0) {
+        return "slot must be 1 to 64 bytes, not \".\" or \"..\", and not start with _";
     }
-    for (; *s != '\0'; s++) {
-        if (*s < 0x20 || *s == 0x7F || *s == '/' || *s == '+' || *s == '#' || invisible_at(s) != 0) {
-            return 0;
-        }
+    if (strpbrk(slot, "/+#") != NULL) {
+        return "slot holds /, + or #, which no topic level can";
     }
-    return 1;
+    if (!mcpb_name_ok(slot)) {
+        return "slot is not printable UTF-8 (a control, format, separator, private-use or unassigned "
+               "character, or bytes no UTF-8 text holds), which the gateway refuses";
+    }
+    return NULL;
 }
 
 static int prefix_ok(const char *prefix)
@@ -119,6 +102,8 @@ int mcpb_mqtt_init(mcpb_mqtt *m, const mcpb_mqtt_config *config, const mcpb_mqtt
                    char *in, size_t in_cap, char *out, size_t out_cap)
 {
     const char *prefix = config->prefix != NULL ? config->prefix : MCPB_MQTT_DEFAULT_PREFIX;
+    const char *problem;
+    size_t id_len = config->client_id != NULL ? strlen(config->client_id) : 0;
     memset(m, 0, sizeof *m);
     m->config = config;
     m->port = port;
@@ -127,23 +112,27 @@ int mcpb_mqtt_init(mcpb_mqtt *m, const mcpb_mqtt_config *config, const mcpb_mqtt
     m->out = out;
     m->out_cap = out_cap;
     mcpb_backoff_init(&m->backoff, config->backoff_min_ms, config->backoff_max_ms);
-    if (!slot_ok(config->slot) || !prefix_ok(prefix) || in_cap == 0 || out_cap == 0) {
-        return MCPB_MQTT_E_CONFIG;
+    if ((problem = slot_problem(config->slot)) == NULL) {
+        if (!prefix_ok(prefix)) {
+            problem = "prefix must be topic levels: none empty, no + or #, not starting with $";
+        } else if (in_cap == 0 || out_cap == 0) {
+            problem = "the in and out buffers need room";
+        } else if (config->password != NULL && config->username == NULL) {
+            problem = "a password needs a username";
+        } else if (make_topic(m->status_topic, prefix, config->slot, "status") != MCPB_MQTT_OK ||
+                   make_topic(m->down_topic, prefix, config->slot, "down") != MCPB_MQTT_OK ||
+                   make_topic(m->up_topic, prefix, config->slot, "up") != MCPB_MQTT_OK) {
+            problem = "prefix and slot make a topic over 127 bytes";
+        } else if (config->client_id != NULL && (id_len == 0 || id_len >= sizeof m->client_id)) {
+            problem = "client_id must be 1 to 71 bytes";
+        }
     }
-    if (config->password != NULL && config->username == NULL) {
-        return MCPB_MQTT_E_CONFIG;
-    }
-    if (make_topic(m->status_topic, prefix, config->slot, "status") != MCPB_MQTT_OK ||
-        make_topic(m->down_topic, prefix, config->slot, "down") != MCPB_MQTT_OK ||
-        make_topic(m->up_topic, prefix, config->slot, "up") != MCPB_MQTT_OK) {
+    if (problem != NULL) {
+        note(m, MCPB_LOG_ERROR, "config_error", problem);
         return MCPB_MQTT_E_CONFIG;
     }
     if (config->client_id != NULL) {
-        size_t len = strlen(config->client_id);
-        if (len == 0 || len >= sizeof m->client_id) {
-            return MCPB_MQTT_E_CONFIG;
-        }
-        memcpy(m->client_id, config->client_id, len + 1);
+        memcpy(m->client_id, config->client_id, id_len + 1);
     } else {
         memcpy(m->client_id, "mcpb-", 5);
         memcpy(m->client_id + 5, config->slot, strlen(config->slot) + 1);
@@ -206,6 +195,23 @@ static void dropped(mcpb_mqtt *m, int ours)
     }
 }
 
+/* An error with id null on down is the gateway refusing the slot (held by another provider,
+ * reserved, not declared): with no close reason over MQTT, the log is where a person sees it. It
+ * is logged the first time and every hundredth, is no request for the handler, and is not
+ * contact: the gateway refusing is not the gateway serving the slot. */
+static int refused(mcpb_mqtt *m, size_t len)
+{
+    char reason[MCPB_REASON_MAX + 1];
+    if (!mcpb_refusal_in(m->in, len, reason, sizeof reason)) {
+        return 0;
+    }
+    m->refused++;
+    if (m->refused == 1 || m->refused % 100 == 0) {
+        note(m, MCPB_LOG_WARN, "gateway_error", reason);
+    }
+    return 1;
+}
+
 int mcpb_mqtt_serve(mcpb_mqtt *m, uint32_t wait_ms, mcpb_handler_fn handler, void *handler_ctx)
 {
     const mcpb_mqtt_port *p = m->port;
@@ -238,6 +244,9 @@ int mcpb_mqtt_serve(mcpb_mqtt *m, uint32_t wait_ms, mcpb_handler_fn handler, voi
     ours = message.topic_len == down_len && memcmp(message.topic, m->down_topic, down_len) == 0;
     if (!ours || message.retained) {
         dropped(m, ours);
+        return MCPB_MQTT_OK;
+    }
+    if (message.size == message.payload_len && refused(m, message.payload_len)) {
         return MCPB_MQTT_OK;
     }
     m->heard_ms = p->now_ms(p->ctx);

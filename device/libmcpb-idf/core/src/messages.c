@@ -68,6 +68,83 @@ int mcpb_refusal_in(const char *message, size_t len, char *reason, size_t reason
     return 1;
 }
 
+/* The code points gateway/core/names.py refuses, as first code points and lengths less one, merged
+ * across unassigned gaps the gateway refuses too (U+2065, U+FFF0-FFF8): plane 0, then plane 1 (its
+ * low 16 bits). Private use and the surrogates before it, the noncharacters U+xFFFE-xFFFF and
+ * planes 4 to 16 are spans of their own in refused_code_point. */
+#define PLANE_0_RANGES 15
+static const uint16_t refused_from[] = {
+    0x0080, 0x00AD, 0x0600, 0x061C, 0x06DD, 0x070F, 0x0890, 0x08E2, 0x180E, 0x200B, 0x2028, 0x2060,
+    0xFDD0, 0xFEFF, 0xFFF0, /* plane 1 */ 0x10BD, 0x10CD, 0x3430, 0xBCA0, 0xD173,
+};
+static const uint8_t refused_span[] = {
+    0x1F, 0, 5, 0, 0, 0, 1, 0, 0, 4, 6, 0xF, 0x1F, 0, 0xB, /* plane 1 */ 0, 0, 0xF, 3, 7,
+};
+
+static int refused_code_point(uint32_t cp)
+{
+    size_t i = cp < 0x10000u ? 0 : PLANE_0_RANGES;
+    size_t end = cp < 0x10000u ? PLANE_0_RANGES : sizeof(refused_span);
+    /* surrogates and private use; noncharacters; planes 4 to 16 but the variation selectors */
+    if (cp - 0xD800u < 0x2100u || (cp & 0xFFFEu) == 0xFFFEu || (cp >= 0x40000u && cp - 0xE0100u > 0xEFu)) {
+        return 1;
+    }
+    for (; cp < 0x20000u && i < end; i++) {
+        if ((cp & 0xFFFFu) - refused_from[i] <= refused_span[i]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The code point at *at, moving past it; NOT_NAME_CHAR for a control (C0, DEL, C1) or bytes no UTF-8
+ * text holds (a continuation byte as a lead, C0, C1, F5 to FF, a lead byte without its continuation
+ * bytes, an overlong 3- or 4-byte form). Surrogates and code points past U+10FFFF pass here. */
+#define NOT_NAME_CHAR 0xFFFFFFFFu
+static uint32_t name_char(const unsigned char **at)
+{
+    const unsigned char *s = *at;
+    unsigned c = *s++, more, n;
+    uint32_t cp;
+    if (c < 0x20 || c == 0x7F || c - 0x80u < 0x42u || c > 0xF4u) {
+        return NOT_NAME_CHAR;
+    }
+    more = (c >= 0xC0) + (c >= 0xE0) + (c >= 0xF0);
+    cp = c & (0x7Fu >> more);
+    for (n = more; n > 0; n--) {
+        if ((*s & 0xC0) != 0x80) {
+            return NOT_NAME_CHAR;
+        }
+        cp = cp << 6 | (*s++ & 0x3Fu);
+    }
+    *at = s;
+    /* an overlong form (2-byte ones start with C0 or C1, refused above), a C1 control */
+    return cp < (1u << (5 * more + 1)) || cp - 0x80u < 0x20u ? NOT_NAME_CHAR : cp;
+}
+
+int mcpb_name_utf8_ok(const char *name)
+{
+    const unsigned char *s = (const unsigned char *)name;
+    while (*s != 0) {
+        if (name_char(&s) == NOT_NAME_CHAR) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int mcpb_name_ok(const char *name)
+{
+    const unsigned char *s = (const unsigned char *)name;
+    while (*s != 0) {
+        uint32_t cp = name_char(&s);
+        if (cp == NOT_NAME_CHAR || refused_code_point(cp)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int mcpb_is_register_request(const char *message, size_t len)
 {
     size_t at, value_len;

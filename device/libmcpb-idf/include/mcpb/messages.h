@@ -34,6 +34,23 @@ size_t mcpb_envelope_prefix(char *out, size_t out_cap, const char *slot);
 int mcpb_envelope_parse(const char *message, size_t len, char slot[MCPB_SLOT_MAX + 1], size_t *payload_at,
                         size_t *payload_len);
 
+/* 1 when a slot name is printable UTF-8: no C0 or C1 control, and every lead byte (none of C0, C1,
+ * F5 to FF) with as many continuation bytes as it announces, in no overlong form. What
+ * mcpb_client_init checks on /providers and serial, where a name the gateway cannot parse would cost
+ * the frame; the gateway's refusal of a name it parses reaches the link events there. */
+int mcpb_name_utf8_ok(const char *name);
+
+/* 1 when a slot name holds only characters the gateway takes in a name (gateway/core/names.py):
+ * mcpb_name_utf8_ok, no surrogate or code point past U+10FFFF, and none of: the format characters
+ * (Cf: soft hyphen, zero-width characters and joiners, the bidirectional controls, the byte order mark, U+0600-0605, U+061C, U+06DD, U+070F, U+0890-0891,
+ * U+08E2, U+180E, U+2060-206F, U+FFF9-FFFB, U+110BD, U+110CD, U+13430-1343F, U+1BCA0-1BCA3,
+ * U+1D173-1D17A, the tags U+E0000-E007F), U+2028 and U+2029, private use (U+E000-F8FF, planes 15
+ * and 16) and, of the unassigned code points (Cn), the noncharacters (U+FDD0-FDEF and the last two
+ * of every plane), U+FFF0-FFF8 and planes 4 to 14 outside the variation selectors
+ * U+E0100-E01EF. Other unassigned code points are left to the gateway, which knows its Unicode
+ * version: a small table cannot. */
+int mcpb_name_ok(const char *name);
+
 /* 1 when the message is the notification {"jsonrpc":"2.0","method":"broker/register"} (any spacing). */
 int mcpb_is_register_request(const char *message, size_t len);
 

@@ -116,13 +116,16 @@ typedef struct mcpb_mqtt {
     mcpb_backoff_t backoff;
     uint32_t links;
     uint32_t dropped;            /* messages on down not handed on (retained, foreign topic) */
+    uint32_t refused;            /* errors with id null on down: the gateway refusing the slot */
 } mcpb_mqtt;
 
 /* Port-independent defaults of mqtt.py: port 1883, keepalive 60 s, aggregate, silence 90 s,
  * back-off 1 s to 30 s, tick every 100 ms. */
 void mcpb_mqtt_config_defaults(mcpb_mqtt_config *config);
 
-/* Checks the names, builds the topics. in and out hold one request and one answer. */
+/* Checks the names, builds the topics. in and out hold one request and one answer. A slot,
+ * prefix, client id or credential it cannot use is MCPB_MQTT_E_CONFIG, after a `config_error`
+ * log line naming it; a slot must be one the gateway takes (mcpb_name_ok, no "/", "+" or "#"). */
 int mcpb_mqtt_init(mcpb_mqtt *m, const mcpb_mqtt_config *config, const mcpb_mqtt_port *port,
                    char *in, size_t in_cap, char *out, size_t out_cap);
 
@@ -130,7 +133,8 @@ int mcpb_mqtt_init(mcpb_mqtt *m, const mcpb_mqtt_config *config, const mcpb_mqtt
 int mcpb_mqtt_open(mcpb_mqtt *m);
 
 /* Waits up to wait_ms for one message and serves it. MCPB_MQTT_OK, or a negative result when
- * the link has to go (MCPB_MQTT_E_LINK, MCPB_MQTT_E_SILENT). */
+ * the link has to go (MCPB_MQTT_E_LINK, MCPB_MQTT_E_SILENT). An error with id null (the gateway
+ * refusing the slot) is logged as `gateway_error <message>`, not handed on and not contact. */
 int mcpb_mqtt_serve(mcpb_mqtt *m, uint32_t wait_ms, mcpb_handler_fn handler, void *handler_ctx);
 
 /* Publishes the empty retained status (what the will would say), then DISCONNECT and close. */

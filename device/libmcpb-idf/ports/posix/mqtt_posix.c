@@ -33,6 +33,8 @@
 #define HOST_FRAME 4096
 #define SLOW_PACKET "mqtt error: a packet from the broker took longer than io_timeout_ms (3 s by default) to arrive"
 #define SLOW_SUBACK "mqtt error: no SUBACK from the broker within connect_timeout_ms (10 s by default)"
+#define CLOSED_BEFORE_CONNACK "mqtt error: the broker closed the connection before CONNACK (check client id and ACL)"
+#define SLOW_CONNACK "mqtt error: no CONNACK from the broker within connect_timeout_ms (10 s by default)"
 
 #ifdef MSG_NOSIGNAL
 #define SEND_FLAGS MSG_NOSIGNAL
@@ -538,6 +540,7 @@ static int port_connect(void *ctx, const mcpb_mqtt_connect_options *options)
     uint8_t answer[4];
     int len = mcpb_mqtt_encode_connect(packet, sizeof packet, options);
     int code;
+    uint32_t deadline;
     drop(c);
     if (len < 0) {
         note(c, "mqtt error: the CONNECT packet does not fit (client id, will or credential too long)");
@@ -549,9 +552,10 @@ static int port_connect(void *ctx, const mcpb_mqtt_connect_options *options)
     if (c->fd < 0) {
         return MCPB_MQTT_E_LINK;
     }
-    if (write_all(c, packet, (size_t)len) != 0 ||
-        read_exact(c, answer, sizeof answer, now_ms(c) + c->connect_timeout_ms) != 0) {
-        note(c, "mqtt error: the broker closed the connection before CONNACK (check client id and ACL)");
+    deadline = now_ms(c) + c->connect_timeout_ms;
+    if (write_all(c, packet, (size_t)len) != 0 || read_exact(c, answer, sizeof answer, deadline) != 0) {
+        /* past the deadline the connection is open: the broker said nothing, it did not hang up */
+        note(c, (int32_t)(now_ms(c) - deadline) >= 0 ? SLOW_CONNACK : CLOSED_BEFORE_CONNACK);
         drop(c);
         return MCPB_MQTT_E_LINK;
     }
@@ -786,8 +790,17 @@ int mcpb_mqtt_read_password_file(const char *path, char *buf, size_t cap)
         fclose(f);
         return -1;
     }
-    fclose(f);
     len = strcspn(buf, "\r\n");
+    if (buf[len] == '\0' && len == cap - 1) {
+        /* the line filled buf: it fits only when it ends here */
+        int next = fgetc(f);
+        if (next != EOF && next != '\n' && next != '\r') {
+            fclose(f);
+            memset(buf, 0, cap);
+            return MCPB_MQTT_PASSWORD_TOO_LONG;
+        }
+    }
+    fclose(f);
     buf[len] = '\0';
     return (int)len;
 }
@@ -814,8 +827,7 @@ int mcpb_mqtt_host_serve(const mcpb_mqtt_host_options *options)
     config.hello = options->hello;
     rc = mcpb_mqtt_init(&m, &config, &port, in, sizeof in, answer, sizeof answer);
     if (rc != MCPB_MQTT_OK) {
-        note(&client, "mqtt config_error: the slot cannot be a topic level, or a password has no user");
-        return rc;
+        return rc; /* init logged what it cannot use */
     }
     return mcpb_mqtt_run(&m, options->handler, options->handler_ctx, options->tick, options->tick_ctx,
                          options->stop);

@@ -78,7 +78,10 @@ typedef struct mcpb_mqtt_posix {
 /* Readies client and fills port with its functions (log goes to stderr). */
 void mcpb_mqtt_posix_port(mcpb_mqtt_posix *client, mcpb_mqtt_port *port);
 
-/* The first line of a password file, without its line end, into buf: its length, or -1. */
+/* The first line of a password file, without its line end, into buf: its length, -1 when the file
+ * cannot be read, or MCPB_MQTT_PASSWORD_TOO_LONG when the line does not fit in cap - 1 bytes (buf
+ * is cleared then: a cut password would only be refused by the broker, as a wrong one). */
+#define MCPB_MQTT_PASSWORD_TOO_LONG (-2)
 int mcpb_mqtt_read_password_file(const char *path, char *buf, size_t cap);
 
 typedef struct mcpb_mqtt_host_options {

@@ -369,6 +369,11 @@ static void test_slot_names_checked_at_init(void **state)
     assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
     slots[1].name = "valve\xc3"; /* a lead byte without its continuation */
     assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    slots[1].name = "valve\xc2\x85" "1"; /* U+0085, a C1 control: shows as "valve1" */
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
+    assert_string_equal(fake.last_log, "slots[1] is not printable UTF-8");
+    slots[1].name = "valve\xe0\x80\xaf"; /* an overlong "/" */
+    assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);
     slots[0].name = "valve\n1";
     slots[1].name = "valve-2";
     assert_int_equal(mcpb_client_init(&client, &config, &port, &buffers), -1);

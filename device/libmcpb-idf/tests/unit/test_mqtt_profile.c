@@ -276,6 +276,78 @@ static void test_names_that_cannot_be_topic_levels(void **state)
     assert_int_equal(mcpb_mqtt_init(&r->m, &r->config, &r->port, r->in, sizeof r->in, r->out, sizeof r->out), 0);
 }
 
+/* Names the gateway refuses in a slot (gateway/core/names.py): init refuses them too, with a
+ * config_error line naming the slot, instead of announcing a slot the gateway never attaches. */
+static void test_slots_the_gateway_refuses_are_refused_at_init(void **state)
+{
+    static const char *const slots[] = {
+        "ls\xe2\x80\xa8x",         /* U+2028 line separator */
+        "ps\xe2\x80\xa9x",         /* U+2029 paragraph separator */
+        "pu\xee\x80\x80x",         /* U+E000 private use */
+        "pu\xef\xa3\xbf",          /* U+F8FF, the last of the BMP's private use */
+        "pu\xf3\xb0\x80\x80",     /* U+F0000, plane 15 private use */
+        "alm\xd8\x9c",             /* U+061C Arabic letter mark */
+        "mvs\xe1\xa0\x8e",         /* U+180E Mongolian vowel separator */
+        "ann\xef\xbf\xb9",         /* U+FFF9 interlinear annotation anchor */
+        "ann\xef\xbf\xbb",         /* U+FFFB */
+        "tag\xf3\xa0\x80\x81",     /* U+E0001 language tag */
+        "tag\xf3\xa0\x81\xbf",     /* U+E007F cancel tag */
+        "wj\xe2\x81\xa0",          /* U+2060 word joiner */
+        "isol\xe2\x81\xa6",        /* U+2066 left-to-right isolate */
+        "num\xd8\x80",             /* U+0600 Arabic number sign */
+        "egy\xf0\x93\x90\xb0",     /* U+13430 Egyptian hieroglyph format control */
+        "mus\xf0\x9d\x85\xb3",     /* U+1D173 musical symbol begin beam */
+        "kai\xf0\x91\x82\xbd",     /* U+110BD Kaithi number sign */
+        "non\xef\xb7\x90",         /* U+FDD0 noncharacter */
+        "non\xef\xbf\xbe",         /* U+FFFE noncharacter */
+        "non\xf0\x9f\xbf\xbf",     /* U+1FFFF noncharacter */
+        "res\xef\xbf\xb0",         /* U+FFF0 unassigned */
+        "un\xf1\x80\x80\x80",      /* U+40000, plane 4: unassigned */
+        "bad\xffx",                 /* no UTF-8 text holds 0xFF */
+        "cut\xe2\x80",             /* a lead byte without all its continuation bytes */
+        "over\xe0\x80\xaf",        /* an overlong "/" */
+        "sur\xed\xa0\x80",         /* U+D800, a surrogate */
+        "big\xf4\x90\x80\x80",     /* past U+10FFFF */
+    };
+    rig *r = new_rig();
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        r->config.slot = slots[i];
+        r->f.last_log[0] = '\0';
+        assert_int_equal(mcpb_mqtt_init(&r->m, &r->config, &r->port, r->in, sizeof r->in, r->out, sizeof r->out),
+                         MCPB_MQTT_E_CONFIG);
+        assert_non_null(strstr(r->f.last_log, "mqtt config_error: slot is not printable UTF-8"));
+    }
+}
+
+/* What the gateway takes in a name stays allowed: letters of any script, spaces, symbols, emoji,
+ * the variation selectors, CJK beyond the BMP. */
+static void test_printable_slots_outside_ascii_are_taken(void **state)
+{
+    static const char *const slots[] = {
+        "caf\xc3\xa9",                /* U+00E9 */
+        "Cell 3",                      /* a space */
+        "\xd0\xbd\xd0\xb0\xd1\x81\xd0\xbe\xd1\x81", /* Cyrillic */
+        "pump\xe2\x80\x90" "1",      /* U+2010 hyphen, next to the zero-width characters */
+        "pump\xe2\x80\xaf" "1",      /* U+202F narrow no-break space (Zs), after the bidi controls */
+        "\xef\xbf\xbd",              /* U+FFFD replacement character, between FFFB and FFFE */
+        "\xef\xbb\xbe",              /* U+FEFE, next to the byte order mark */
+        "\xe1\x82\xbd",              /* U+10BD Georgian, the low 16 bits of U+110BD */
+        "\xf0\x9f\x92\xa7",          /* U+1F4A7 droplet */
+        "\xf0\xa0\x80\x80",          /* U+20000 CJK extension B */
+        "vs\xf3\xa0\x84\x80",        /* U+E0100 variation selector 17 */
+        "\xe4\xb8\xad\xe6\x96\x87", /* U+4E2D U+6587 */
+    };
+    rig *r = new_rig();
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        r->config.slot = slots[i];
+        assert_int_equal(mcpb_mqtt_init(&r->m, &r->config, &r->port, r->in, sizeof r->in, r->out, sizeof r->out), 0);
+    }
+}
+
 static void test_open_sets_will_subscribes_then_announces(void **state)
 {
     rig *r = new_rig();
@@ -361,6 +433,46 @@ static void test_retained_and_foreign_messages_are_dropped(void **state)
     assert_int_equal(r->f.publishes, 1);
     assert_int_equal(r->m.dropped, 3);
     assert_int_equal(r->m.carried, 0); /* not contact from the gateway */
+}
+
+/* The gateway refusing the slot (another provider holds it): an error with id null on down. Over
+ * MQTT no close reason carries it, so the board logs it (the first and every hundredth, as
+ * mqtt_dropped), hands it to no handler, and does not take it for contact from the gateway. */
+static void test_the_gateways_refusal_is_logged_and_is_not_contact(void **state)
+{
+    static const char refusal[] = "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,\"message\":"
+                                  "\"Slot already held by a live provider; stop it first\"}}";
+    rig *r = new_rig();
+    uint32_t heard;
+    int i;
+    (void)state;
+    assert_int_equal(start(r), 0);
+    heard = r->m.heard_ms;
+    push(r, "mcpb/pump-1/down", refusal, 0, 0);
+    assert_int_equal(mcpb_mqtt_serve(&r->m, 100, echo_handler, &r->e), 0);
+    assert_string_equal(r->f.last_log, "mqtt gateway_error: Slot already held by a live provider; stop it first");
+    assert_int_equal(r->e.calls, 0);
+    assert_int_equal(r->f.publishes, 1); /* the register frame alone: no answer on up */
+    assert_int_equal(r->m.carried, 0);
+    assert_int_equal(r->m.heard_ms, heard);
+    assert_int_equal(r->m.refused, 1);
+    r->f.logs = 0;
+    for (i = 2; i <= 200; i++) {
+        r->f.inbox_len = r->f.inbox_next = 0;
+        push(r, "mcpb/pump-1/down", refusal, 0, 0);
+        assert_int_equal(mcpb_mqtt_serve(&r->m, 100, echo_handler, &r->e), 0);
+    }
+    assert_int_equal(r->f.logs, 2); /* the 100th and the 200th */
+    assert_int_equal(r->m.heard_ms, heard);
+    /* refusals alone: the link goes silent and ends, and the next dial announces anew */
+    r->f.clock = heard + r->config.silence_ms;
+    assert_int_equal(mcpb_mqtt_serve(&r->m, 100, echo_handler, &r->e), MCPB_MQTT_E_SILENT);
+    /* an answer to a request of its own would carry an id: that is no refusal, it goes on */
+    assert_int_equal(start(r), 0);
+    push(r, "mcpb/pump-1/down", "{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":-1,\"message\":\"x\"}}", 0, 0);
+    assert_int_equal(mcpb_mqtt_serve(&r->m, 100, echo_handler, &r->e), 0);
+    assert_int_equal(r->e.calls, 1);
+    assert_int_equal(r->m.carried, 1);
 }
 
 static void test_oversize_request_is_refused_under_its_id(void **state)
@@ -549,11 +661,14 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topics_and_client_id),
         cmocka_unit_test(test_names_that_cannot_be_topic_levels),
+        cmocka_unit_test(test_slots_the_gateway_refuses_are_refused_at_init),
+        cmocka_unit_test(test_printable_slots_outside_ascii_are_taken),
         cmocka_unit_test(test_open_sets_will_subscribes_then_announces),
         cmocka_unit_test(test_refused_subscription_fails_the_dial),
         cmocka_unit_test(test_request_on_down_is_answered_on_up),
         cmocka_unit_test(test_notification_gets_no_answer),
         cmocka_unit_test(test_retained_and_foreign_messages_are_dropped),
+        cmocka_unit_test(test_the_gateways_refusal_is_logged_and_is_not_contact),
         cmocka_unit_test(test_oversize_request_is_refused_under_its_id),
         cmocka_unit_test(test_answer_too_large_for_out_becomes_an_error),
         cmocka_unit_test(test_answer_length_past_out_cap_becomes_an_error),
