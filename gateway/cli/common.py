@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
 
 from gateway.config import DEFAULT_PORT, GatewayConfig, bind_shown, lan_sides_text, load_config
-from gateway.config.base import ENV_CLIENT_URL, masked_url_and_query
+from gateway.config.base import ENV_CLIENT_URL, masked_url, masked_url_and_query
 
 if TYPE_CHECKING:
     import ssl
@@ -57,7 +58,7 @@ def check_base_url(
     InvalidUrlClientError) are tracebacks, a URL with a path is joined into a wrong endpoint (404), and
     a user and password would go out as Basic credentials, which the gateway refuses."""
     parts = urlsplit(text)
-    shown = masked_url_and_query(text)  # quoted back: a query value or userinfo may be a secret
+    shown = shown_url(text)  # quoted back: a query value or userinfo may be a secret
     if parts.scheme not in schemes:
         allowed = " or ".join(", ".join(f"{scheme}://" for scheme in schemes).rsplit(", ", 1))
         raise ValueError(f"must start with {allowed}, e.g. {example}; got {shown!r}")
@@ -73,9 +74,42 @@ def check_base_url(
         raise ValueError(f"has no host, e.g. {example}; got {shown!r}")
     if port == 0 or (port is None and (require_port or parts.netloc.endswith(":"))):
         raise ValueError(f"has no valid port (1-65535), e.g. {example}; got {shown!r}")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError(f"is {what}, e.g. {example}, with no path; got {shown!r}")
+    extra = [
+        name
+        for name, present in (
+            ("path", parts.path not in ("", "/")),
+            ("query (?...)", bool(parts.query)),
+            ("anchor (#...)", bool(parts.fragment)),
+        )
+        if present
+    ]
+    if extra:
+        raise ValueError(f"is {what}, e.g. {example}, with no {' or '.join(extra)}; got {shown!r}")
     return text
+
+
+_SCHEME_LEAD = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*[:/]+)?")
+"""What a URL without `://` may start with ahead of a user and password: `https//`, `http:/`."""
+
+
+def shown_url(text: str) -> str:
+    """`text` as a refusal quotes it, with the password of its userinfo, every query value and the
+    fragment masked (masked_url_and_query) whatever the parse: without `://`, what stands before an `@`
+    ahead of the query is taken for a user and password all the same."""
+    end = min((index for index in map(text.find, "?#") if index >= 0), default=len(text))
+    head, tail = text[:end], text[end:]
+    userinfo, at, host = head.rpartition("@")
+    if "://" in head:
+        head = masked_url(head)
+    elif at:
+        lead = _SCHEME_LEAD.match(userinfo)
+        start = lead.end() if lead else 0
+        user, colon, _ = userinfo[start:].partition(":")
+        head = f"{userinfo[:start]}{user + ':***' if colon else '***'}@{host}"
+    query, hashmark, fragment = tail.partition("#")
+    # The query's values masked as those of any URL.
+    query = masked_url_and_query(f"x://h{query}").removeprefix("x://h") if query else ""
+    return f"{head}{query}{hashmark}{'***' if fragment else ''}"
 
 
 def _url_flag(what: str, example: str, token_flag: str | None) -> Callable[[str], str]:

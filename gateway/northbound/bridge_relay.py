@@ -224,9 +224,14 @@ class Stdout:
         self.gone = asyncio.Event()
         """Set when the host closed its end of stdout: nobody reads answers any more."""
         self.room = asyncio.Event()
-        self.room.set()
+        """Set whenever the host read some of what is queued (a waiting write looks again)."""
         self.queued = 0
         """Bytes handed to the writer thread and not yet written."""
+        self.waiting = 0
+        """Writes waiting for room (or for a write before them to get it)."""
+        self.turn = asyncio.Lock()
+        self.read_at = self.loop.time()
+        """When the host last read some of stdout (a chunk written), or nothing was queued."""
         self.lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self.drained = asyncio.Event()
         self.drained.set()
@@ -235,24 +240,38 @@ class Stdout:
         threading.Thread(target=self._run, name="stdout", daemon=True).start()
 
     async def write(self, message: JsonObject) -> bool:
-        """Hand `message` to the writer, waiting while MAX_STDOUT_QUEUED_BYTES are queued; whether it was
+        """Hand `message` to the writer, waiting while it would take the bytes queued past
+        MAX_STDOUT_QUEUED_BYTES (a message larger than that passes an empty queue, alone); whether it was
         queued (not when stdout is gone). Queuing is the last step: a task cancelled while it waits has
         queued nothing, one that returned has queued its message."""
         line = orjson.dumps(message) + b"\n"
-        while not self.room.is_set():
-            await self.room.wait()
-        return self.put(line)
+        self.waiting += 1
+        try:
+            async with self.turn:  # in the order handed over: a small message does not pass a large one
+                while self.queued and self.queued + len(line) > MAX_STDOUT_QUEUED_BYTES and not self.gone.is_set():
+                    self.room.clear()
+                    await self.room.wait()
+                return self.put(line)
+        finally:
+            self.waiting -= 1
 
     def put(self, line: bytes) -> bool:
-        """Queue `line` at once, whatever is queued (for the few errors written at exit)."""
+        """Queue `line` at once, whatever is queued (for the few messages written at exit)."""
         if self.gone.is_set():
             return False
+        if not self.queued:
+            self.read_at = self.loop.time()  # the host is behind from now on, not from its last read
         self.queued += len(line)
-        if self.queued >= MAX_STDOUT_QUEUED_BYTES:
-            self.room.clear()
         self.drained.clear()
         self.lines.put(line)
         return True
+
+    def unread_for(self, since: float) -> float:
+        """Seconds the host has read nothing of stdout while a write waits for room, counted from
+        `since` at the earliest (a loop time); 0 when no write waits."""
+        if not self.waiting or self.gone.is_set():
+            return 0.0
+        return self.loop.time() - max(since, self.read_at)
 
     def close(self) -> None:
         """No more lines: the writer thread ends once it wrote those queued."""
@@ -261,13 +280,17 @@ class Stdout:
     def _run(self) -> None:
         try:
             while (line := self.lines.get()) is not None:
-                try:
-                    self.stream.write(line)
-                    self.stream.flush()
-                except (OSError, ValueError):
-                    self._tell(self._gone)
-                    return
-                self._tell(self._written, len(line))
+                view = memoryview(line)
+                for start in range(0, len(line), WRITE_CHUNK_BYTES):
+                    # In chunks: each one the host reads counts as reading (a long line takes a while).
+                    chunk = view[start : start + WRITE_CHUNK_BYTES]
+                    try:
+                        self.stream.write(chunk)
+                        self.stream.flush()
+                    except (OSError, ValueError):
+                        self._tell(self._gone)
+                        return
+                    self._tell(self._written, len(chunk))
         finally:
             self.finished.set()
 
@@ -277,8 +300,8 @@ class Stdout:
 
     def _written(self, size: int) -> None:
         self.queued -= size
-        if self.queued < MAX_STDOUT_QUEUED_BYTES:
-            self.room.set()
+        self.read_at = self.loop.time()
+        self.room.set()
         if self.queued == 0:
             self.drained.set()
 
@@ -295,7 +318,14 @@ class Stdout:
 
 
 MAX_STDOUT_QUEUED_BYTES = 2 * MAX_LINE_BYTES
-"""The most bytes of messages waiting for the host to read stdout; a message that meets it waits."""
+"""The most bytes of messages waiting for the host to read stdout: a message that would take the queue
+past it waits, unless the queue is empty (a single message larger than it passes alone, as the
+gateway's outbox lets one through). At exit the answers held for room
+are queued past it (EXIT_FLUSH_S bounds their wait)."""
+WRITE_CHUNK_BYTES = 64 * 1024
+"""How much of a line the writer thread writes at a time (a pipe's buffer): each chunk the host takes
+counts as reading, so a host slowly reading a long line is not taken for one that stopped."""
 EXIT_FLUSH_S = 2.0
 """How long the bridge, once it stops, waits for the host to read what is queued for stdout; a host
-that stopped reading does not hold it up longer (the process exits without the rest)."""
+that stopped reading does not hold it up longer (the process exits without the rest). After EOF on
+stdin, answers that came but wait for room wait as long for the host to read any of stdout."""

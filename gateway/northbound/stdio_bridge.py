@@ -6,9 +6,10 @@ the gateway over HTTP (its requests: stdio_gateway.py). Every client message bec
 stdin order (stdio_order.py: each once the one before it went out; answers come back as JSON or SSE
 and are written out as they arrive); after `notifications/initialized` the bridge holds the session's
 GET stream open and relays its notifications (list_changed, resource updates). At EOF on stdin it
-waits for the answers on their way (up to --read-timeout), answers each request left without one
-(`stdin_closed`, also those never sent) and names them on stderr (exit status 1), and ends the gateway
-session with DELETE. SIGTERM or SIGINT ends it at once, with exit status 128 + the signal's number.
+waits for the answers on their way (up to --read-timeout; an answer that came but waits for room on
+stdout is the request's answer: await_answers), answers each request left without one (`stdin_closed`,
+also those never sent) and names them on stderr (exit status 1), and ends the gateway session with
+DELETE. SIGTERM or SIGINT ends it at once, with exit status 128 + the signal's number.
 
 stdout carries JSON-RPC and nothing else, one message per line; logs go to stderr.
 
@@ -88,6 +89,8 @@ __all__ = ["BearerToken", "Credentials", "HmacKey", "NoCredentials", "StdioBridg
 CONNECT_TIMEOUT_S = 5.0
 STREAM_RETRY_S = (0.25, 5.0)
 """First and longest pause before the GET stream is opened again after it ended."""
+EOF_POLL_S = 0.05
+"""How often the wait for answers at EOF looks at the messages still on their way and at stdout."""
 
 
 # -- stdio ------------------------------------------------------------------------------------------
@@ -260,19 +263,28 @@ class StdioBridge(GatewayHttp):
         """The params of the host's last accepted logging/setLevel, set again on a new session."""
         self.subscriptions: dict[str, JsonObject] = {}
         """The host's accepted resources/subscribe params by URI, made again on a new session."""
+        self.held: dict[int, JsonObject] = {}
+        """Answers that came from the gateway and wait for room on stdout, by their message's seq: at EOF
+        they are written whatever the room (they are the answer)."""
 
     # -- plumbing ---------------------------------------------------------------------------
 
     async def emit(self, message: Any, sending: Sending | None = None) -> None:
         """Write one message from the gateway to the client; anything that is not a JSON object is dropped.
-        A response written for a message (`sending`, else the running task's) marks it answered."""
+        A response written for a message (`sending`, else the running task's) marks it answered; while it
+        waits for room on stdout it is held (`held`): it came, whatever the host reads."""
         if not isinstance(message, dict):
             log.warning("dropped a non-object message from the gateway")
             return
         assert self.out is not None
         sending = sending or SENDING.get()
-        if await self.out.write(message) and sending is not None and is_response(message):
+        answer = sending is not None and is_response(message)
+        if sending is not None and answer:
+            self.held[sending.seq] = message  # before the wait: a cancel there leaves it to give_up_unanswered
+        if await self.out.write(message) and sending is not None and answer:
             sending.answered = True  # no await since it was queued: a cancel cannot come between
+        if sending is not None and answer:
+            self.held.pop(sending.seq, None)
 
     # -- session ----------------------------------------------------------------------------
 
@@ -655,11 +667,7 @@ class StdioBridge(GatewayHttp):
             if reading.done() and not stop.is_set() and not self.out.gone.is_set():
                 # EOF: what the host sent is still forwarded and answered, for as long as a request may
                 # take (--read-timeout); what is left then is named.
-                settled = loop.create_task(self.order.settled(sender))
-                await asyncio.wait(
-                    {settled, stopping, gone}, timeout=self.read_timeout_s, return_when=asyncio.FIRST_COMPLETED
-                )
-                settled.cancel()
+                await self.await_answers(sender, {stopping, gone})
                 status = await self.give_up_unanswered(sender, signalled=stop.is_set())
             gone.cancel()
             tasks = [reading, sender, stopping, *self.order.cancel(), *([self.stream_task] if self.stream_task else [])]
@@ -681,14 +689,44 @@ class StdioBridge(GatewayHttp):
                 loop.remove_signal_handler(signum)
         return 128 + stopped_by[0] if stopped_by else status
 
+    async def await_answers(self, sender: asyncio.Task[None], stops: set[asyncio.Task[Any]]) -> None:
+        """At EOF: until every message taken is done or one of `stops` ends, for up to --read-timeout
+        while a message waits on the gateway. Once none does (every request has its answer), answers held
+        for room on stdout wait for the host only: until it has read nothing for EXIT_FLUSH_S (counted
+        from EOF), since stdout's back-pressure is the host's, never a silence of the gateway."""
+        assert self.out is not None
+        loop = asyncio.get_running_loop()
+        eof = loop.time()
+        settled = loop.create_task(self.order.settled(sender))
+        try:
+            while not settled.done() and not any(task.done() for task in stops):
+                on_gateway = not sender.done() or any(
+                    not s.answered and s.seq not in self.held for s in self.order.tasks.values()
+                )
+                if on_gateway and self.read_timeout_s is not None and loop.time() - eof >= self.read_timeout_s:
+                    return
+                if not on_gateway and (not self.held or self.out.unread_for(eof) >= EXIT_FLUSH_S):
+                    return
+                await asyncio.wait({settled, *stops}, timeout=EOF_POLL_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            settled.cancel()
+
     async def give_up_unanswered(self, sender: asyncio.Task[None], *, signalled: bool) -> int:
-        """At EOF, once the wait for answers ended: stop forwarding, answer the requests still without an
-        answer (stdout may still be read) and name them on stderr; the exit status (1 when there are any)."""
+        """At EOF, once the wait for answers ended: stop forwarding, write the answers held for room,
+        answer the requests still without one (stdout may still be read) and name them on stderr; the
+        exit status (1 when there are any)."""
         sender.cancel()
         sendings = self.order.stop()
+        stream = [self.stream_task] if self.stream_task is not None else []
+        for task in stream:
+            task.cancel()  # it may hold an answer too
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(sender, *sendings, return_exceptions=True)  # no task answers after this
-        left = [s for s in sendings.values() if s.request_id is not None and not s.answered]
+            await asyncio.gather(sender, *sendings, *stream, return_exceptions=True)  # no task answers after this
+        assert self.out is not None
+        for seq in sorted(self.held):
+            self.out.put(orjson.dumps(self.held[seq]) + b"\n")
+        delivered, self.held = set(self.held), {}
+        left = [s for s in sendings.values() if s.request_id is not None and not s.answered and s.seq not in delivered]
         ids = [s.request_id for s in left]
         unsent = [_line_request_id(line) for line in self.order.unsent()]
         if not ids and not unsent:
@@ -699,8 +737,7 @@ class StdioBridge(GatewayHttp):
         answers += [(request_id, False) for request_id in unsent if request_id is not None]
         for request_id, sent in answers:
             text, data = StdinClosed(timeout, sent=sent).host_error(str(self.url))
-            if self.out is not None:
-                self.out.put(orjson.dumps(_rpc_error(request_id, jsonrpc.UNAVAILABLE, text, data)) + b"\n")
+            self.out.put(orjson.dumps(_rpc_error(request_id, jsonrpc.UNAVAILABLE, text, data)) + b"\n")
         waited = f"{timeout:g} s (--read-timeout)" if timeout is not None else "a signal"
         shown = ", ".join(orjson.dumps(request_id).decode()[:80] for request_id in ids[:50])
         more = f" and {len(ids) - 50} more" if len(ids) > 50 else ""

@@ -303,7 +303,7 @@ def test_a_refused_url_does_not_echo_its_query() -> None:
     code, out, err = cli("call", "pump-1", "get_status", "--url", "http://127.0.0.1:1/?token=s3cret#frag")
     assert (code, out) == (2, "")
     assert "s3cret" not in err and "frag" not in err
-    assert err.endswith("with no path; got 'http://127.0.0.1:1/?***'\n")
+    assert err.endswith("with no query (?...) or anchor (#...); got 'http://127.0.0.1:1/?***'\n")
 
 
 def cli(*args: str) -> tuple[int, str, str]:

@@ -37,7 +37,7 @@ BAD_URLS = [
         "http://127.0.0.1:3170/pump-3/mcp",
         "is the gateway's base URL, e.g. http://HOST:PORT, with no path; got 'http://127.0.0.1:3170/pump-3/mcp'",
     ),
-    ("http://127.0.0.1:3170?x=1", "is the gateway's base URL, e.g. http://HOST:PORT, with no path"),
+    ("http://127.0.0.1:3170?x=1", "is the gateway's base URL, e.g. http://HOST:PORT, with no query (?...)"),
     (
         "http://agent:s3cret@127.0.0.1:3170",  # the message does not repeat it: it may be a secret
         "carries a user or password (user@ before the host); give the gateway's base URL as http://HOST:PORT, "
