@@ -33,7 +33,7 @@ from gateway.config.providers import ProvidersConfig
 from gateway.config.serial import SerialConfig
 from gateway.config.slots import SlotConfig, SlotsConfig
 from gateway.config.systemd import SystemdConfig
-from gateway.config.telemetry import TelemetryConfig
+from gateway.config.telemetry import TelemetryConfig, telemetry_warnings
 from gateway.config.tls import TlsConfig
 from gateway.config.upstreams import ENV_NAME, StdioUpstreamConfig, UpstreamsConfig
 from gateway.core.secret_keys import is_secret_argument
@@ -234,7 +234,8 @@ class GatewayConfig(Section):
     def warnings(self) -> list[str]:
         """What `config check`, the start of `run` and every reload that is not refused warn of: entries
         and bounds that load but do (next to) nothing (config_warnings), token and secret files users
-        other than their owner can read, and stdio upstreams whose program this machine does not have."""
+        other than their owner can read, stdio upstreams whose program this machine does not have, and
+        telemetry settings refused only once boards' telemetry is exported."""
         return [
             *config_warnings(self),
             *self._ignored_toggles,
@@ -243,6 +244,7 @@ class GatewayConfig(Section):
             *self.tls.key_file_warnings(),
             *self.unapprovable_confirmations(),
             *self.upstreams.command_warnings(os.environ),
+            *telemetry_warnings(self.telemetry),
         ]
 
     def unapprovable_confirmations(self) -> list[str]:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from gateway.config.base import MAX_DURATION_S, PositiveFloat, PositiveInt, Section, masked_url
 from gateway.config.files import FileRefused, read_regular_file
@@ -63,7 +63,8 @@ class ProviderTelemetryConfig(Section):
     """Items (events, metric points, spans) one slot may send per second, on average; at least
     MIN_RATE_PER_S, the floor of limits.rate (a refused item's wait, 1 / rate_per_s, stays bounded)."""
     burst: PositiveInt = 100
-    """Items one slot may send at once after a quiet spell (its token bucket's size)."""
+    """Items one slot may send at once after a quiet spell (its token bucket's size); more than max_items
+    while boards' telemetry is exported, else refused (`burst_shortfall`), warned of while it is not."""
     max_items: PositiveInt = 32
     """Events or metric points in one notification, and events in one span; more refuses it whole."""
     max_attributes: PositiveInt = 64
@@ -88,16 +89,30 @@ class ProviderTelemetryConfig(Section):
             )
         return rate
 
-    @model_validator(mode="after")
-    def _burst_pays_for_a_notification(self) -> ProviderTelemetryConfig:
-        # The dearest notification, a span of max_items events, costs max_items + 1: a smaller bucket
-        # could never pay for it, and every such notification would be dropped.
-        if self.burst <= self.max_items:
-            raise ValueError(
-                f"burst ({self.burst}) must be more than max_items ({self.max_items}): a span of max_items "
-                f"events costs {self.max_items + 1} items and could never be accepted; raise burst or lower max_items"
-            )
-        return self
+
+def burst_shortfall(providers: ProviderTelemetryConfig) -> str | None:
+    """Why providers.burst cannot pay for the dearest notification, or None. A span of max_items events
+    costs max_items + 1: a smaller bucket could never pay for it, and every such notification would be
+    dropped. Refused when boards' telemetry is exported (resolve_telemetry), warned of otherwise."""
+    if providers.burst > providers.max_items:
+        return None
+    return (
+        f"telemetry.providers.burst ({providers.burst}) must be more than max_items ({providers.max_items}): "
+        f"a span of max_items events costs {providers.max_items + 1} items and could never be accepted; "
+        "raise burst or lower max_items"
+    )
+
+
+def telemetry_warnings(config: TelemetryConfig) -> list[str]:
+    """What [telemetry] loads with but refuses once boards' telemetry is exported (`config check` and each
+    start and reload warn of it; resolve_telemetry refuses it when export is on)."""
+    shortfall = burst_shortfall(config.providers)
+    if shortfall is None:
+        return []
+    return [
+        f"{shortfall} (ignored while boards' telemetry is not exported; refused when [telemetry] export is on "
+        "with telemetry.providers.enabled)"
+    ]
 
 
 class TelemetryConfig(Section):
@@ -240,6 +255,9 @@ def resolve_telemetry(config: TelemetryConfig, environ: Mapping[str, str]) -> Te
         enabled = True
     else:
         enabled = bool(env_endpoint) and _flag(environ, ENV_SDK_DISABLED).lower() != "true"
+    shortfall = burst_shortfall(config.providers)
+    if enabled and config.providers.enabled and shortfall is not None:
+        raise TelemetryConfigError(shortfall)
     protocol = _flag(environ, ENV_PROTOCOL)
     if enabled and protocol and protocol != "http/protobuf":
         raise TelemetryConfigError(

@@ -449,10 +449,10 @@ class RetriedInitializeLines(logging.Filter):
             record.msg = f"{record.getMessage()} ({left_out} more like it since the last line)"
         else:
             record.msg = (
-                f"{record.getMessage()}; tried again with back-off while its MQTT announcement stands, unless "
-                "that is a stored copy the device does not answer (a warning of its own says so; broker_info "
-                "mqtt[].plain.reattaching and mqtt[].mcp.reattaching list the slots tried again), this line once "
-                "per logging.repeat_interval_s"
+                f"{record.getMessage()}; tried again with back-off while its MQTT announcement stands (a stored "
+                "copy nobody answers on a slower one, up to logging.repeat_interval_s apart; a warning of its own "
+                "says so; broker_info mqtt[].plain.reattaching, mqtt[].mcp.reattaching and mqtt[].mcp.parked list "
+                "the slots tried again), this line once per logging.repeat_interval_s"
             )
         record.args = None
         record.repeats_left_out = left_out

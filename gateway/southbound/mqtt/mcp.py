@@ -20,7 +20,10 @@ shutdown) the gateway says `notifications/disconnected` on the RPC topic and uns
 
 Coming back: while an instance's presence stands and its slot is not served (the core let it go, or
 refused it because another provider holds the slot), the slot is bridged again, to the next instance
-of it first: with back-off, and at once when the slot frees (mqtt_reattach.py).
+of it first: with back-off, and at once when the slot frees (mqtt_reattach.py). An instance known only
+from a retained presence that fails its handshake unheard is parked: tried again on a slower back-off
+of its own (`PARKED_FIRST_S`, doubling, up to logging.repeat_interval_s), its RPC topic kept subscribed
+so that any message from it there ends the parking at once.
 
 The specification's mcp-client-id is the MQTT client id, so one connection serving every server
 cannot take a new one per `initialize`, and a failed ping ends that server's session on its RPC
@@ -54,6 +57,10 @@ DISCONNECTED = jsonrpc.dumps(jsonrpc.notification(mqtt_topics.METHOD_DISCONNECTE
 SHARED_NAMED = 8
 """Other slots of a shared server-id named in a warning and in provider_status (the count says the rest)."""
 SHOWN_CHARS = 120
+PARKED_FIRST_S = 10.0
+"""First ceiling of a parked instance's back-off (a wait of half of it to all of it), doubled per failure up
+to logging.repeat_interval_s: a live server slow to start comes back, a dead one's stored presence costs
+one handshake per interval (the retry in a 3 s window would be a tight loop at reconnect_initial_s)."""
 """A server-id or server-name in a log line is cut to this many characters (MQTT allows 65,535 bytes)."""
 
 log = logging.getLogger("gateway.mqtt")
@@ -135,7 +142,6 @@ class McpLink(MqttLink):
             self.broker.client.publish(self.rpc, DISCONNECTED, user_properties=self.users)
         profile = self.profile
         if profile is not None:
-            profile.release(self)
             profile.link_closed(self)
 
     def status_extra(self) -> dict[str, object]:
@@ -194,8 +200,17 @@ class McpProfile:
         """Instances whose presence came retained (the broker's stored copy, not a publication since the
         gateway subscribed) and that were not heard from since."""
         self.parked: set[InstanceKey] = set()
-        """Instances of a retained presence whose handshake failed with nothing heard from them: not bridged
-        again until they announce themselves anew, or the broker's connection comes back (`_stale`)."""
+        """Instances of a retained presence whose handshake failed with nothing heard from them: left out of
+        the normal back-off and tried on `parked_retry`'s until heard from (`_stale`)."""
+        self.parked_topics: dict[InstanceKey, str] = {}
+        """The RPC topic kept subscribed for each parked instance (a late answer there is a sign of life)."""
+        self.parked_retry = Reattach(
+            broker.gateway.registry,
+            PARKED_FIRST_S,
+            max(PARKED_FIRST_S, broker.gateway.config.logging.repeat_interval_s),
+            self._retry_parked,
+        )
+        self._parked_running = False
         self.stale_warned: dict[InstanceKey, None] = {}
         """Instances whose unanswered retained presence was warned of, until heard from again (at most
         max_instances, oldest first out): one warning per server, however often the broker restarts."""
@@ -226,6 +241,8 @@ class McpProfile:
         self.reattach.clear()
         self.retained.clear()  # the stored presences arrive again, and each is tried once more
         self.parked.clear()
+        self.parked_topics.clear()  # a clean start: the broker dropped the subscriptions
+        self.parked_retry.clear()
         for link in links:
             link.released = True
             link.lost(f"MQTT broker {self.broker.label} {reason}")
@@ -291,7 +308,7 @@ class McpProfile:
         key = (slot, address.server_id)
         if not payload:
             self.retained.discard(key)
-            self.parked.discard(key)
+            self._unpark(key)
             known = self.instances.get(key)
             if known is not None and known.address == address:
                 self._remove(key)
@@ -431,12 +448,20 @@ class McpProfile:
             self._activate_next(slot)
 
     def link_closed(self, link: McpLink) -> None:
-        """The core let go of `link` (missed heartbeat, failed initialize, takeover): while an instance of
-        its slot is announced, bridge it again later, the next instance first."""
+        """The core let go of `link` (missed heartbeat, failed initialize, takeover): release it and, while
+        an instance of its slot is announced, bridge it again later, the next instance first."""
+        key = (link.slot, link.address.server_id)
+        stale = (
+            not self.broker.is_halted()
+            and self._announced(link.slot)
+            and key in self.retained
+            and not link.was_ready()
+            and not link.released
+        )
+        self.release(link, keep_rpc=stale)
         if self.broker.is_halted() or not self._announced(link.slot):
             return
-        key = (link.slot, link.address.server_id)
-        if key in self.retained and not link.was_ready():
+        if stale:
             self._stale(link)
         instance = self._remove(key)
         if instance is not None:
@@ -449,23 +474,59 @@ class McpProfile:
     def _heard(self, key: InstanceKey) -> None:
         """The server instance `key` published something since the gateway subscribed: it is there."""
         self.retained.discard(key)
-        self.parked.discard(key)
+        self._unpark(key)
         self.stale_warned.pop(key, None)
+
+    def _unpark(self, key: InstanceKey, *, retrying: bool = False) -> None:
+        """`key` is no longer parked: drop its kept RPC subscription and, when none of its slot is parked
+        any more, the slot's slow back-off (kept while `retrying`: failing again waits longer)."""
+        self.parked.discard(key)
+        topic = self.parked_topics.pop(key, None)
+        if topic is not None:
+            with contextlib.suppress(ConnectionError):
+                self.broker.client.unsubscribe([topic])
+        slot = key[0]
+        if not retrying and not any(other.key in self.parked for other in self.of_slot.get(slot, {}).values()):
+            self.parked_retry.forget(slot)
+
+    def _retry_parked(self, slot: str) -> None:
+        """The slow back-off of a slot whose announced instances are all parked: bridge the first again (it
+        stays retained: failing unheard parks it again, with a longer wait)."""
+        if self.broker.is_halted():
+            return
+        parked = [instance for instance in self.of_slot.get(slot, {}).values() if instance.key in self.parked]
+        if not parked:
+            self.parked_retry.forget(slot)
+            return
+        if slot in self.by_slot:  # another instance serves it: ask again later
+            self.parked_retry.later(slot, "another instance of the slot is bridged")
+            return
+        instance = parked[0]
+        self._unpark(instance.key, retrying=True)
+        address = instance.address
+        self._activate(mqtt_topics.server_presence_topic(address.server_id, address.server_name), slot, instance)
 
     def _stale(self, link: McpLink) -> None:
         """`link`, bridged for a retained presence, failed its handshake and nothing came from the server:
-        the presence is the broker's stored copy of a server that is gone (it went while the broker was
-        down, so no will emptied it). Parked until it announces itself anew; its slot's leave reason says
-        why, and the leave does not count as the slot flapping (the plain profile's rule for a status)."""
+        the presence may be the broker's stored copy of a server that is gone (no will emptied it), or the
+        server is slow to start; the evidence cannot tell. Parked: tried again on the slow back-off, at
+        once when it speaks on its RPC topic or announces itself anew; its slot's leave reason says why,
+        and the leave does not count as the slot flapping (the plain profile's rule for a status)."""
         key = (link.slot, link.address.server_id)
         self.parked.add(key)
         address = link.address
+        ceiling = self.parked_retry.max_s
         reason = (
-            f"a retained presence of MCP server {_shown(address.server_name)} ({_shown(address.server_id)}) the "
-            "broker stored (before a restart of the broker or the gateway, or of a server gone without a last "
-            "will): the server does not answer; waiting for it to announce itself again; a broker with "
-            "persistence keeps such presences: docs/mqtt-broker.md"
+            f"a retained presence of MCP server {_shown(address.server_name)} ({_shown(address.server_id)}) went "
+            "unanswered: the server did not answer initialize and has published nothing since the gateway "
+            "subscribed (a server gone without a last will, or one slow to start); waiting for it to announce "
+            "itself again or to speak on its RPC topic, and trying it again with a slower back-off, "
+            f"{PARKED_FIRST_S:g} s doubling to {ceiling:g} s (logging.repeat_interval_s): docs/mqtt-broker.md"
         )
+        self.parked_retry.later(link.slot, reason)
+        if not self._parked_running:
+            self._parked_running = True
+            self.broker.spawn(self.parked_retry.run())
         self.broker.gateway.registry.left_with_broker(link.slot, link.info, reason)
         if key in self.stale_warned:
             return
@@ -524,8 +585,9 @@ class McpProfile:
         if self.reattach.first_refusal(link.slot, announced=self._announced(link.slot)):
             self.broker.drops.count("refused", link.rpc, reason, link.slot)
 
-    def release(self, link: McpLink) -> None:
-        """Forget `link` (it no longer serves its slot) and unsubscribe its topics."""
+    def release(self, link: McpLink, *, keep_rpc: bool = False) -> None:
+        """Forget `link` (it no longer serves its slot) and unsubscribe its topics; `keep_rpc`: its instance
+        is being parked, and a message on its RPC topic would end that (`parked_topics`)."""
         if link.released:
             return
         link.released = True
@@ -533,13 +595,18 @@ class McpProfile:
             del self.by_server[link.address]
         if self.by_slot.get(link.slot) is link:
             del self.by_slot[link.slot]
-        self.broker.client.unsubscribe([link.rpc, link.capability])
+        if keep_rpc:
+            self.parked_topics[(link.slot, link.address.server_id)] = link.rpc
+            self.broker.client.unsubscribe([link.capability])
+        else:
+            self.broker.client.unsubscribe([link.rpc, link.capability])
 
     # -- RPC --------------------------------------------------------------------------------------
 
     def _rpc(self, topic: str, address: ServerAddress, payload: bytes) -> None:
         link = self.by_server.get(address)
         if link is None or link.session is None:
+            self._heard_unbridged(address, payload)
             self.broker.drops.count("unregistered", topic, "no bridged server instance answers on this topic")
             return
         message = jsonrpc.parse(payload, link.session.settings.max_json_depth)
@@ -557,6 +624,27 @@ class McpProfile:
         self._heard((link.slot, address.server_id))
         link.deliver(topic, message)
 
+    def _heard_unbridged(self, address: ServerAddress, payload: bytes) -> None:
+        """A message from an announced instance on its RPC topic while no session of it runs (a late answer
+        to a handshake that timed out, or one in flight): the server is there. A parked one is bridged at
+        once when its slot is free; `notifications/disconnected` says it is offline (the link's rule)."""
+        key = (slot_for(address.server_name, self.rule), address.server_id)
+        instance = self.instances.get(key)
+        if instance is None or instance.address != address:
+            return
+        was_parked = key in self.parked
+        self._heard(key)
+        message = jsonrpc.parse(payload, self.broker.gateway.config.limits.max_json_depth)
+        slot = instance.slot
+        if message.kind is jsonrpc.Kind.NOTIFICATION and message.method == mqtt_topics.METHOD_DISCONNECTED:
+            if address not in self.by_server:
+                self._remove(key)
+                self._forget_if_gone(slot)
+            return
+        if was_parked and slot not in self.by_slot and not self.broker.is_halted():
+            self.reattach.now(slot, new_announcement=False)
+            self._activate(mqtt_topics.server_presence_topic(address.server_id, address.server_name), slot, instance)
+
     def status(self) -> JsonObject:
         return {
             "server_filters": list(self.server_filters),
@@ -564,4 +652,5 @@ class McpProfile:
             "shared_server_ids": sum(1 for slots in self.of_server.values() if len(slots) > 1),
             "bridged": sorted(self.by_slot),
             "reattaching": self.reattach.status(),
+            "parked": self.parked_retry.status(),
         }

@@ -10,6 +10,11 @@ When the link ends, a pending request in `unsent` (its POST not begun, or refuse
 the gateway's credentials refused, the session forgotten) is answered `not_sent`, an error, before the
 session hears of the end, which answers the rest `disconnected` (the trail's `lost`). (A legacy SSE
 POST is awaited by the core's send, whose failure tells the core the same.)
+
+An HTTP failure answering a POST that was sent (`http_refused`) is an error, not taken (401, 403, 404,
+405, 400, 413, 429, 503: refused before anything ran), except HTTP 500, 502 and 504 without a JSON-RPC
+error for the request in the body: a server that failed while handling it, or a proxy whose upstream
+sent no valid answer or none in time, may have run it, so it ends `lost` (`MAYBE_RUN_STATUSES`).
 """
 
 from __future__ import annotations
@@ -28,9 +33,13 @@ from gateway.core.link import LinkInfo
 from gateway.core.provider_session import AnswerLost, ProviderSession
 from gateway.southbound.remote.auth import UpstreamError
 from gateway.southbound.remote.http import RemoteHttp
-from gateway.southbound.remote.wire import public_url, stream_broken, too_large
+from gateway.southbound.remote.wire import carries_error_answer, public_url, stream_broken, too_large
 
 log = logging.getLogger("gateway.remote")
+
+MAYBE_RUN_STATUSES = frozenset({500, 502, 504})
+"""HTTP statuses after which the request may have run behind the answering server or proxy (503, Service
+Unavailable, says the request was not handled: RFC 9110, 15.6.4)."""
 
 
 def not_sent(request_id: JsonId, upstream: str, reason: str) -> JsonObject:
@@ -96,6 +105,15 @@ class RemoteLink:
         request_id = reply.get("id")
         if isinstance(request_id, str | int) and self.is_pending(request_id):
             self.feed_message(reply)
+
+    def http_refused(self, request_id: JsonId, status: int, body: bytes) -> None:
+        """A POST of `request_id` answered with HTTP `status` >= 300: the caller gets the failure, `lost` for
+        MAYBE_RUN_STATUSES unless the body is the server's own JSON-RPC error answer (see the module)."""
+        reply = self.http.failure(request_id, status, body)
+        if status in MAYBE_RUN_STATUSES and not carries_error_answer(body):
+            self.answer_lost(reply)
+        else:
+            self.answer_if_pending(reply)
 
     def answer_lost(self, reply: JsonObject) -> None:
         """The exchange of a request the server may have received broke (the connection closed before or

@@ -126,8 +126,7 @@ class LegacySseLink(RemoteLink):
                 self.lose("the upstream no longer knows this SSE session (HTTP 404)")
                 raise ConnectionError(self.end_reason)
             if response.status >= 300 and request_id is not None:
-                body = await self.http.error_body(response)
-                self.answer_if_pending(self.http.failure(request_id, response.status, body))
+                self.http_refused(request_id, response.status, await self.http.error_body(response))
         finally:
             response.release()
 

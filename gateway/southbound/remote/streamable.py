@@ -24,7 +24,8 @@ In either era what a request's response stream carries is that request's: an ans
 another id would reach another caller, so it is dropped, counted as unmatched, and ends the request.
 A connection that closes after the POST began and before the answer came ends the request as lost
 (the server may have carried it out); a POST that reached no server, or was refused (401, a forgotten
-session that cannot be started again), leaves it not taken (gateway/southbound/remote/link.py).
+session that cannot be started again), leaves it not taken, and so does an HTTP error status except
+500, 502 and 504, which end it as lost (gateway/southbound/remote/link.py).
 """
 
 from __future__ import annotations
@@ -268,8 +269,7 @@ class StreamableHttpLink(RemoteLink):
     async def _read_answer(self, request_id: JsonId, method: Any, response: aiohttp.ClientResponse) -> None:
         status = response.status
         if status >= 300:
-            body = await self.http.error_body(response)
-            self.answer_if_pending(self.http.failure(request_id, status, body))
+            self.http_refused(request_id, status, await self.http.error_body(response))
             return
         if method == "initialize" and not self.stateless:
             self.session_id = response.headers.get(SESSION_ID) or None

@@ -147,6 +147,12 @@ def unmasked(text: str) -> str:
     return text
 
 
+def carries_error_answer(body: bytes) -> bool:
+    """Whether an HTTP error page is a JSON-RPC error answer (the server's own, kept by http_failure)."""
+    parsed = jsonrpc.parse(body, jsonrpc.MAX_DEPTH_CEILING) if body else None
+    return parsed is not None and parsed.kind is jsonrpc.Kind.RESPONSE and "error" in parsed.body
+
+
 def http_failure(
     request_id: Any, upstream: str, status: int, body: bytes, masked: Callable[[str], str] = unmasked
 ) -> JsonObject:
