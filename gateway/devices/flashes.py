@@ -136,9 +136,9 @@ def flash_history(registry: DeviceRegistry, device_id: str | None = None) -> lis
 
 
 def last_flashes(registry: DeviceRegistry) -> dict[str, FlashRecord]:
-    """Each board's newest flash, by device id (through the registry's open connection)."""
-    db = registry.connection()
-    if not _has_table(db):
-        return {}
-    newest = "WHERE id IN (SELECT MAX(id) FROM flashes GROUP BY device_id)"
-    return {row.device_id: row for row in _rows(db, newest)}
+    """Each board's newest flash, by device id, read-only (a full disk leaves the listing working)."""
+    with registry.read_only() as db:
+        if db is None or not _has_table(db):
+            return {}
+        newest = "WHERE id IN (SELECT MAX(id) FROM flashes GROUP BY device_id)"
+        return {row.device_id: row for row in _rows(db, newest)}

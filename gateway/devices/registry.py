@@ -19,6 +19,14 @@ The state directory is one gateway's: `run` locks it (gateway/cli/state_lock.py)
 takes these boards for its own; the CLI's commands read and write the file beside the gateway.
 WAL mode: the gateway's readers never wait for a writer (the CLI, the sightings thread).
 
+Lookups and listings only read: queries only (query_only), no schema statement, no journal change, nothing
+made (no file: no boards), so a full disk leaves them working. There, a WAL file's `-shm` that cannot grow
+(SQLITE_IOERR_SHMSIZE, SHMMAP) is done without: the file is read with its WAL index in the heap (exclusive
+locking, held for the one read). Writes open it as ever, schema and journal set (on a full disk with the
+WAL index in the heap too, so a command that reads through its connection still reads); one refused for
+want of room (SQLITE_FULL, ENOSPC, an I/O error with no block free) says the file system is full and what
+is free.
+
 A command run as root (`sudo mcp-gateway flash … --registry`) reaches a file in a directory the gateway's
 user may write: the file is made with O_EXCL and O_NOFOLLOW, its mode set through its descriptor, and a
 registry that is a symbolic link in a directory another user may write is refused, never followed (a link
@@ -30,18 +38,26 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import secrets
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NotRequired, TypedDict, Unpack
+from typing import Any, Concatenate, NotRequired, ParamSpec, TypedDict, TypeVar, Unpack
 
-from gateway.devices.sqlite_journal import connect_reader, exclusive_first, full_disk_note, journal_for, set_journal
+from gateway.devices.sqlite_journal import (
+    connect_reader,
+    exclusive_first,
+    full_disk_note,
+    journal_for,
+    set_journal,
+    shm_unsafe,
+)
 
 FILE_NAME = "devices.db"
 APP_DIR = "mcp-gateway"
@@ -73,6 +89,13 @@ _COLUMNS = (
     " version, schema, seen_slot, seen_transport"
 )
 """Every column the registry reads: a file whose devices table lacks one cannot be used."""
+READ_TIMEOUT_S = 5.0
+"""How long a read waits for a lock (a rollback journal's writer, or a reader holding the WAL index in its heap)."""
+SHM_CANNOT_GROW = frozenset({sqlite3.SQLITE_IOERR_SHMSIZE, sqlite3.SQLITE_IOERR_SHMMAP})
+"""SQLite's I/O errors of a `-shm` it cannot extend or map: a full file system under a WAL file."""
+_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 KEPT_BY_OPERATOR = "adopted_at IS NOT NULL OR revoked_at IS NOT NULL OR digest IS NOT NULL OR slot IS NOT NULL"
 """Rows an operator's command wrote (`mcp-gateway device install` adopts, `devices revoke` stamps): never
 forgotten to make room for a board heard, since a revocation forgotten would admit the board again."""
@@ -157,7 +180,83 @@ def _os_reason(path: Path, exc: OSError) -> str:
         for folder in reversed(path.parents):
             if folder.exists() and not folder.is_dir():
                 return f"{folder} is {_kind(folder)}, not a directory"
-    return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)
+    said = f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)
+    return said + (_room(path) if exc.errno == errno.ENOSPC else "")
+
+
+def _room(path: Path) -> str:
+    """What is free on the file system holding `path`: " (the file system is full: N bytes free of M in FOLDER)"."""
+    folder = next((folder for folder in Path(os.path.abspath(path)).parents if folder.exists()), Path("/"))
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return " (the file system is full)"
+    unit = found.f_frsize or found.f_bsize
+    return f" (the file system is full: {found.f_bavail * unit} bytes free of {found.f_blocks * unit} in {folder})"
+
+
+def full_disk_text(exc: BaseException, path: Path) -> str:
+    """_room's words when `exc` is a write refused for want of room: SQLITE_FULL, ENOSPC, or SQLite's I/O
+    error while the file system has no block free for this user (full_disk_note's rule); else ""."""
+    if isinstance(exc, OSError):
+        return _room(path) if exc.errno == errno.ENOSPC else ""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(exc, sqlite3.Error) and isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_FULL:
+        return _room(path)
+    return _room(path) if full_disk_note(exc, path) else ""
+
+
+def _shm_cannot_grow(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) in SHM_CANNOT_GROW
+
+
+def _heap_index_reader(path: Path) -> sqlite3.Connection:
+    """A connection that reads a WAL file without its `-shm`: the WAL index in the heap (exclusive locking
+    mode, set before the first read), queries only. Its lock is held until it is closed."""
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True, timeout=READ_TIMEOUT_S)
+    try:
+        db.execute("PRAGMA locking_mode = EXCLUSIVE")
+        db.execute("PRAGMA query_only = 1")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _connect_reader(path: Path) -> sqlite3.Connection:
+    """A connection whose statements only read (query_only), to a file that must exist: never made, no schema
+    statement, no journal change. Opened read-write where SQLite may (else read-only, as mode=rw does), so
+    the last connection to close still folds the write-ahead log into the file and leaves no `-wal`
+    (a copy of devices.db alone stays whole); mode=ro could not. A WAL file whose `-shm` may have holes:
+    connect_reader's heap index."""
+    if shm_unsafe(path):
+        return connect_reader(path, READ_TIMEOUT_S)
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True, timeout=READ_TIMEOUT_S)
+    try:
+        db.execute("PRAGMA query_only = 1")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _open_reader(path: Path) -> tuple[sqlite3.Connection, bool]:
+    """`path` opened to read (_connect_reader), and whether it holds the devices table. A `-shm` that cannot
+    grow (a full disk) is done without, where this user may write the file (_heap_index_reader)."""
+    db = _connect_reader(path)
+    try:
+        tables = db.execute(_TABLES).fetchall()
+    except sqlite3.Error as exc:
+        db.close()
+        if not _shm_cannot_grow(exc) or not os.access(path, os.W_OK):
+            raise
+        db = _heap_index_reader(path)
+        try:
+            tables = db.execute(_TABLES).fetchall()
+        except BaseException:
+            db.close()
+            raise
+    return db, ("devices",) in tables
 
 
 def roll_back(db: sqlite3.Connection) -> None:
@@ -272,12 +371,32 @@ class DeviceRow:
     seen_transport: str | None
 
 
+def _writes(method: Callable[Concatenate[DeviceRegistry, _P], _R]) -> Callable[Concatenate[DeviceRegistry, _P], _R]:
+    """`method`, with a write refused for want of room raised as RegistryUnusable saying so (full_disk_text)."""
+
+    @functools.wraps(method)
+    def write(registry: DeviceRegistry, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(registry, *args, **kwargs)
+        except RegistryUnusable:
+            raise
+        except sqlite3.Error as exc:
+            note = full_disk_text(exc, registry.path)
+            if not note:
+                raise
+            raise RegistryUnusable(f"{exc}{note}") from exc
+
+    return write
+
+
 class DeviceRegistry:
     """The registry file, opened (and created, mode 0700 directory) on first use."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: sqlite3.Connection | None = None
+        self._full_disk: str | None = None
+        """Why the connection keeps its WAL index in the heap (a full disk), for check_writable to say."""
 
     def connection(self) -> sqlite3.Connection:
         if self._db is None:
@@ -285,25 +404,44 @@ class DeviceRegistry:
                 _private_directory(self.path.parent)
                 self._refuse_planted_link()
                 _private_file(self.path)
-            except OSError as exc:  # a part of the path is a file, no permission, a read-only file system
+            except OSError as exc:  # a part of the path is a file, no permission, a read-only file system, full
                 raise RegistryUnusable(_os_reason(self.path, exc)) from None
-            # After the mode: SQLite gives the -wal and -shm files the database file's mode.
-            db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
             # WAL, or a rollback journal where WAL's memory-mapped index could die of SIGBUS on a full disk.
             journal = journal_for(self.path.absolute().parent)
             try:
-                exclusive_first(db, journal)
-                set_journal(db, journal)
-                db.execute("PRAGMA synchronous=NORMAL")
-                db.execute(_SCHEMA)
+                try:
+                    self._db = self._set_up(journal, heap_index=False)
+                except sqlite3.Error as exc:
+                    # A full disk under a WAL file: its -shm cannot grow, so the WAL index goes in the heap
+                    # (exclusive locking, released at close); reads work, and each write fails with SQLITE_FULL.
+                    if not _shm_cannot_grow(exc) or not full_disk_note(exc, self.path):
+                        raise
+                    self._db = self._set_up(journal, heap_index=True)
+                    self._full_disk = f"{exc}{full_disk_text(exc, self.path)}"
             except sqlite3.Error as exc:
-                db.close()
-                note = full_disk_note(exc, self.path)
+                note = full_disk_text(exc, self.path)
                 if note:
                     raise RegistryUnusable(f"{exc}{note}") from exc
                 raise
-            self._db = db
         return self._db
+
+    def _set_up(self, journal: str, *, heap_index: bool) -> sqlite3.Connection:
+        """The file opened read-write, its journal, synchronous mode and schema set; `heap_index`: in
+        exclusive locking mode from the first access, so a WAL file's index is kept in the heap, no -shm."""
+        # After the mode: SQLite gives the -wal and -shm files the database file's mode.
+        db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
+        try:
+            if heap_index:
+                db.execute("PRAGMA locking_mode = EXCLUSIVE")
+            else:
+                exclusive_first(db, journal)
+            set_journal(db, journal)
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(_SCHEMA)
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def _refuse_planted_link(self) -> None:
         """RegistryUnusable when the registry is a symbolic link in a directory another user may write:
@@ -320,11 +458,14 @@ class DeviceRegistry:
             "link: remove the link (check where it leads), or name the file itself with --registry"
         )
 
+    @_writes
     def check_writable(self) -> None:
         """Open the registry (made if missing), read its table and write to it in a transaction that
         is rolled back: RegistryUnusable (or another sqlite3 error) when any of it fails."""
         db = self.connection()
         db.execute(f"SELECT {_COLUMNS} FROM devices LIMIT 1").fetchall()
+        if self._full_disk is not None:  # a rolled-back write in the heap's WAL index never reaches the disk
+            raise RegistryUnusable(self._full_disk)
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute("INSERT INTO devices (device_id) VALUES (?)", ("(a write check, rolled back)",))
@@ -352,6 +493,18 @@ class DeviceRegistry:
     def read_only(self) -> Iterator[sqlite3.Connection | None]:
         """The file opened read-only, nothing made or changed; None when it has no devices table yet
         (or no file). RegistryUnusable when it cannot be read."""
+        try:
+            with self._reading() as db:
+                yield db
+        except RegistryUnusable:
+            raise
+        except sqlite3.Error as exc:
+            raise RegistryUnusable(str(exc)) from None
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection | None]:
+        """read_only's connection (_open_reader), closed at the end. An error is SQLite's own, or
+        RegistryUnusable when the file is not one (a link, a directory) or the file system is full."""
         self._refuse_planted_link()
         if not self.path.exists():
             yield None
@@ -359,21 +512,32 @@ class DeviceRegistry:
         if not self.path.is_file():
             raise RegistryUnusable(f"{self.path} is {_kind(self.path)}, not a database file")
         try:
-            db = connect_reader(self.path, 5.0)
+            db, tabled = _open_reader(self.path)
         except sqlite3.Error as exc:
-            raise RegistryUnusable(f"{exc}{full_disk_note(exc, self.path)}") from None
+            note = full_disk_note(exc, self.path)
+            if note:
+                raise RegistryUnusable(f"{exc}{note}") from None
+            raise
         try:
-            tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-            yield db if ("devices",) in tables else None
+            yield db if tabled else None
         except sqlite3.Error as exc:
-            raise RegistryUnusable(f"{exc}{full_disk_note(exc, self.path)}") from None
+            note = full_disk_note(exc, self.path)
+            if note:
+                raise RegistryUnusable(f"{exc}{note}") from None
+            raise
         finally:
             db.close()
+
+    def _row(self, query: str, parameters: tuple[str, ...]) -> tuple[object, ...] | None:
+        """The first row `query` finds, read-only (_reading); None when there is no registry yet."""
+        with self._reading() as db:
+            return db.execute(query, parameters).fetchone() if db is not None else None
 
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
             self._db = None
+            self._full_disk = None
 
     # -- adoption -------------------------------------------------------------------------------
 
@@ -391,6 +555,7 @@ class DeviceRegistry:
             row = self.connection().execute(query, (slot, device_id)).fetchone()
         return SlotTaken(slot, row[0], row[1]) if row else None
 
+    @_writes
     def adopt(
         self,
         device_id: str,
@@ -435,6 +600,7 @@ class DeviceRegistry:
         db.execute("COMMIT")
         return Adopted(device_id, slot, False, tuple(other for other, _ in others))
 
+    @_writes
     def revoke(self, device_id: str) -> Adopted | None:
         """Stamp the board's adoption revoked; None when it has none (never adopted)."""
         row = (
@@ -450,47 +616,32 @@ class DeviceRegistry:
         return Adopted(device_id, row[0], True)
 
     def standing_adoption(self, device_id: str) -> tuple[str, str] | None:
-        """The slot and transport of the board's adoption when it stands (adopted, not revoked), else None."""
-        row = (
-            self.connection()
-            .execute(
-                "SELECT slot, transport FROM devices WHERE device_id = ? AND adopted_at IS NOT NULL"
-                " AND revoked_at IS NULL",
-                (device_id,),
-            )
-            .fetchone()
+        """The slot and transport of the board's standing adoption (adopted, not revoked), else None; read-only."""
+        row = self._row(
+            "SELECT slot, transport FROM devices WHERE device_id = ? AND adopted_at IS NOT NULL AND revoked_at IS NULL",
+            (device_id,),
         )
-        return (row[0] or "", row[1] or "") if row else None
+        return (str(row[0] or ""), str(row[1] or "")) if row else None
 
     def adopted(self, device_id: str) -> Adopted | None:
-        row = (
-            self.connection()
-            .execute(
-                "SELECT device_id, slot, revoked_at FROM devices WHERE device_id = ? AND digest IS NOT NULL",
-                (device_id,),
-            )
-            .fetchone()
+        """The board's adoption with a secret (revoked or not), read-only; None when it has none."""
+        row = self._row(
+            "SELECT device_id, slot, revoked_at FROM devices WHERE device_id = ? AND digest IS NOT NULL", (device_id,)
         )
-        return Adopted(row[0], row[1], row[2] is not None) if row else None
+        return Adopted(str(row[0]), str(row[1]), row[2] is not None) if row else None
 
     def revocation(self, device_id: str) -> Adopted | None:
         """The board's revoked adoption, whatever its transport (an MQTT board has no digest), else None."""
-        row = (
-            self.connection()
-            .execute("SELECT device_id, slot FROM devices WHERE device_id = ? AND revoked_at IS NOT NULL", (device_id,))
-            .fetchone()
+        row = self._row(
+            "SELECT device_id, slot FROM devices WHERE device_id = ? AND revoked_at IS NOT NULL", (device_id,)
         )
-        return Adopted(row[0], row[1] or "", True) if row else None
+        return Adopted(str(row[0]), str(row[1] or ""), True) if row else None
 
     def by_digest(self, digest: str) -> Adopted | None:
         """The adopted board whose secret has this hex SHA-256 digest (the index finds it; only the digest,
-        never the secret, decides the lookup's time)."""
-        row = (
-            self.connection()
-            .execute("SELECT device_id, slot, revoked_at FROM devices WHERE digest = ?", (digest,))
-            .fetchone()
-        )
-        return Adopted(row[0], row[1], row[2] is not None) if row else None
+        never the secret, decides the lookup's time), read-only."""
+        row = self._row("SELECT device_id, slot, revoked_at FROM devices WHERE digest = ?", (digest,))
+        return Adopted(str(row[0]), str(row[1]), row[2] is not None) if row else None
 
     def for_slot(self, slot: str) -> DeviceRow | None:
         """The board adopted for `slot` (the latest adoption), else the one last seen serving it."""
@@ -500,6 +651,7 @@ class DeviceRegistry:
 
     # -- sightings ------------------------------------------------------------------------------
 
+    @_writes
     def record(self, device_id: str, **hello: Unpack[Hello]) -> None:
         """One hello heard: count it and keep what it said."""
         now = _heard_at(hello)
@@ -513,6 +665,7 @@ class DeviceRegistry:
             (device_id, now, now, *_columns(hello)),
         )
 
+    @_writes
     def record_within(
         self,
         device_id: str,
@@ -582,15 +735,17 @@ class DeviceRegistry:
         return Census(int(rows), int(kept))
 
     def devices(self) -> list[DeviceRow]:
-        rows = (
-            self.connection()
-            .execute(
-                "SELECT device_id, slot, transport, port, adopted_at IS NOT NULL, revoked_at IS NOT NULL, seen,"
-                " first_seen, last_seen, firmware, version, schema, seen_slot, seen_transport"
-                " FROM devices ORDER BY device_id"
+        """Every row, by device id, read-only; none when there is no registry yet."""
+        with self._reading() as db:
+            rows: list[Any] = (
+                db.execute(
+                    "SELECT device_id, slot, transport, port, adopted_at IS NOT NULL, revoked_at IS NOT NULL, seen,"
+                    " first_seen, last_seen, firmware, version, schema, seen_slot, seen_transport"
+                    " FROM devices ORDER BY device_id"
+                ).fetchall()
+                if db is not None
+                else []
             )
-            .fetchall()
-        )
         return [
             DeviceRow(
                 row[0],

@@ -28,6 +28,7 @@ from gateway.config import ProviderAuthConfig
 from gateway.core.broker.problems import STANDING, Problem
 from gateway.core.names import SlotNameError, check_slot_name
 from gateway.devices.adopted import AdoptedIdentities
+from gateway.devices.registry import IDENTITY_PREFIX
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.policy.provider_auth")
@@ -120,20 +121,45 @@ class ProviderAuthPolicy:
     def standing(self, previous: ProviderAuthPolicy, identity: str | None) -> ProviderCredential | None:
         """What a link `previous` admitted as `identity` may publish under this policy (a reload swapped it
         in); None when its credential no longer stands: its identity is gone, its secret changed, or the
-        mode now asks for a secret it never showed."""
+        mode now asks for a secret it never showed. An adopted identity whose registry cannot be read now
+        keeps the slot it was admitted for (a warning): unreadable is not revoked."""
         if self.mode == "none":
             return ProviderCredential(identity)
         if identity is None:
             return None
         adopted = self._adopted.standing(identity) if self._adopted is not None else None
-        self._registry_problem()
+        unreadable = self._registry_problem()
         if adopted is not None:
             return ProviderCredential(adopted.identity, (_exactly(adopted.slot),))
+        held = self._held(previous, identity, unreadable)
+        if held is not None:
+            return held
         before = next((entry for entry in previous._identities if entry.name == identity), None)
         now = next((entry for entry in self._identities if entry.name == identity), None)
         if before is None or now is None or not hmac.compare_digest(before.digest, now.digest):
             return None
         return ProviderCredential(identity) if self.mode == "shared" else ProviderCredential(identity, now.patterns)
+
+    def _held(self, previous: ProviderAuthPolicy, identity: str, unreadable: str | None) -> ProviderCredential | None:
+        """The credential an adopted `identity` keeps while the registry cannot be read (`unreadable`): the
+        slot `previous` (or this policy) admitted it for; None when it is no adopted identity known here."""
+        adopted = self._adopted
+        if unreadable is None or adopted is None or not identity.startswith(IDENTITY_PREFIX):
+            return None
+        known = [found._adopted for found in (previous, self) if found._adopted is not None]
+        slot = next((slot for slot in (ids.held_slot(identity) for ids in known) if slot is not None), None)
+        if slot is None:
+            return None
+        adopted.remember(identity, slot)  # the next reload finds it here
+        log.warning(
+            "device registry %s cannot be read (%s): %s keeps its link for slot %s; whether it was revoked is "
+            "checked once the registry can be read (at its next dial, or mcp-gateway devices revoke)",
+            adopted.path,
+            unreadable,
+            identity,
+            slot,
+        )
+        return ProviderCredential(identity, (_exactly(slot),))
 
     def authenticate(self, headers: Mapping[str, str]) -> ProviderCredential | ProviderAuthRefusal:
         """Admit or refuse a provider connection from its upgrade request's headers."""
@@ -178,7 +204,7 @@ class ProviderAuthPolicy:
                 f"The provider secret sent in {TOKEN_HEADER} is none of [providers.auth] on this gateway, and the "
                 "gateway's device registry, which holds the secrets of boards adopted with mcp-gateway device "
                 f"install, cannot be read ({unreadable}): adopted boards are refused whatever their secret. If this "
-                "device was adopted, its secret is not at fault: the gateway's operator must mend the registry "
+                f"device was adopted, its secret is not at fault: the gateway's operator must {self._remedy()} "
                 f"(broker_diagnose shows {REGISTRY_UNREADABLE}), and the device is admitted at its next dial once "
                 "the registry can be read. Otherwise check the secret on the device against [providers.auth].",
                 "registry_unreadable",
@@ -205,6 +231,10 @@ class ProviderAuthPolicy:
             return ProviderCredential(SHARED_IDENTITY)
         return ProviderCredential(match.name, match.patterns)
 
+    def _remedy(self) -> str:
+        """What the operator does about the unreadable registry (AdoptedIdentities.remedy)."""
+        return self._adopted.remedy if self._adopted is not None and self._adopted.remedy else "mend the registry"
+
     def _registry_problem(self) -> str | None:
         """Why the device registry could not be read at the last lookup (None when it could), kept in
         broker_diagnose as devices.registry_unreadable until a lookup reads it again."""
@@ -227,7 +257,8 @@ class ProviderAuthPolicy:
                 'damaged file ("file is not a database", "malformed"): put back a copy, or move it aside with its '
                 "-wal and -shm files and adopt the boards again (mcp-gateway device install; a new file is made at "
                 "the path). A permission or a read-only file system: make the file readable and writable by the "
-                "gateway's user. Each board's next dial reads it again; no restart is needed.",
+                "gateway's user. A full file system: free space on it. Each board's next dial reads it again; no "
+                "restart is needed; links up now are kept.",
             ),
         )
         return adopted.unreadable
