@@ -33,8 +33,8 @@ def add_reload(commands: Commands) -> None:
         "from the same file, environment and flags it started with, as SIGHUP does. Prints what changed. A "
         "configuration with a mistake, or a change that needs a restart (the port, the address), is refused "
         "whole: nothing changes, the answer names every reason, and the command exits 1. Without a [policy] "
-        "only a gateway bound to loopback serves this; with one, the policy must grant broker_reload (an "
-        "action on /_system/broker).",
+        "only a gateway bound to loopback serves this (with [auth], to a token holding _broker's required_scopes); "
+        "with one, the policy must grant broker_reload (an action on /_system/broker).",
     )
     gateway_url_option(reload)
     reload.add_argument(

@@ -531,7 +531,10 @@ async def test_a_reload_refuses_a_token_file_made_writable_by_others_as_a_start_
     ops = create_token(tokens, "ops", ["admin"])
     token_file = tmp_path / "ops"
     token_file.write_text(ops)
-    server = await reloadable(f"port = 0\n[auth]\ntoken_files = [{json.dumps(str(tokens))}]\n")
+    # The ops token is an operator of _broker (its required scopes), so it may run broker_reload.
+    server = await reloadable(
+        f'port = 0\n[auth]\ntoken_files = [{json.dumps(str(tokens))}]\n[auth.required_scopes]\n"_broker" = ["admin"]\n'
+    )
     tokens.chmod(0o666)  # the configuration is unchanged; the file is not
     refusal = (
         f"auth.token_files: token file {tokens}: writable by users other than its owner (mode 0666); "

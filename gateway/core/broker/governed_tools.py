@@ -16,6 +16,10 @@ from gateway.core.policy_interface import Governance
 MAX_RECENT = 500
 """Most decisions broker_audit_recent returns at once (`mcp-gateway audit` reads any number)."""
 DEFAULT_RECENT = 50
+MAX_PATTERN = 256
+"""Longest slot or tool pattern broker_audit_recent takes (SQLite refuses long GLOB patterns as too complex)."""
+MAX_APPROVAL_ID = 64
+"""Longest approval id broker_approve takes (the gateway's ids are 8 hex digits)."""
 
 READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
@@ -39,7 +43,12 @@ APPROVE: JsonObject = {
     "inputSchema": {
         "type": "object",
         "properties": {
-            "id": {"type": "string", "description": "The approval id, e.g. 3f9a01c2"},
+            "id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_APPROVAL_ID,
+                "description": "The approval id, e.g. 3f9a01c2",
+            },
             "approve": {"type": "boolean", "description": "true approves (default), false denies", "default": True},
         },
         "required": ["id"],
@@ -57,8 +66,18 @@ AUDIT_RECENT: JsonObject = {
         "type": "object",
         "properties": {
             "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RECENT, "default": DEFAULT_RECENT},
-            "slot": {"type": "string", "description": "Only this slot (wildcards * ? allowed)"},
-            "tool": {"type": "string", "description": "Only this tool (wildcards * ? allowed)"},
+            "slot": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_PATTERN,
+                "description": "Only this slot (wildcards * ? allowed)",
+            },
+            "tool": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_PATTERN,
+                "description": "Only this tool (wildcards * ? allowed)",
+            },
         },
         "additionalProperties": False,
     },

@@ -18,7 +18,9 @@ class GuideInput:
     info: JsonObject  # broker_info
     providers: Sequence[JsonObject]  # providers_list()["providers"]
     problems: Sequence[Problem]
-    config: JsonObject  # masked effective configuration
+    config: JsonObject  # masked effective configuration (rights.guide_config's part of it for a non-operator)
+    config_shown: bool = True
+    """Whether the index page shows the configuration: to an operator of `_broker` only (rights.py)."""
 
 
 def json_text(value: Any) -> str:
@@ -107,6 +109,14 @@ def slots_table(data: GuideInput, *, for_providers: bool = False) -> list[str]:
 
 
 def effective_configuration(data: GuideInput) -> list[str]:
+    if not data.config_shown:
+        return [
+            "## Effective configuration",
+            "",
+            "Shown to operators of `_broker` only (docs/security-auth.md); `mcp-gateway config show` prints it "
+            "on the gateway's machine.",
+            "",
+        ]
     return [
         "## Effective configuration",
         "",

@@ -10,7 +10,7 @@ whose links were ended, per slot why and how.
 
 Who may call it: as broker_reload (gateway/core/broker/reload_tool.py). Under [policy] the policy
 decides (an action on /_system/broker: tool.control). Without a policy it is never listed and is
-served only by a gateway bound to loopback, where every caller is on the gateway's own machine.
+served only to an operator of `_broker` (gateway/core/broker/rights.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.core import errors
+from gateway.core.broker import rights
 from gateway.core.broker.results import json_result, text_result
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.principal import Principal
 
 if TYPE_CHECKING:
     from gateway.core.broker.view import BrokerView
@@ -45,10 +47,11 @@ NOT_ON_THE_NETWORK = (
 )
 
 
-async def call(gateway: BrokerView, governed: bool) -> JsonObject:
-    """Run one recheck for a caller already let through (`governed`: by the policy); the links ended as the result."""
-    if not governed and not gateway.config.is_loopback:
-        raise errors.forbidden(NOT_ON_THE_NETWORK, {"tool": NAME})
+async def call(gateway: BrokerView, governed: bool, principal: Principal) -> JsonObject:
+    """Run one recheck for `principal`, already let through when `governed` (by the policy); the links ended."""
+    refusal = None if governed else rights.operator_refusal(gateway, principal, NAME, NOT_ON_THE_NETWORK)
+    if refusal is not None:
+        raise errors.forbidden(refusal, {"tool": NAME})
     recheck = gateway.provider_recheck
     if recheck is None:
         text = "this gateway cannot recheck its provider links (it was built without its ways in)"

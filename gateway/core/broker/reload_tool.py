@@ -3,8 +3,9 @@
 
 Who may call it: under [policy] the policy decides, as for broker_policy_reload (an action on
 /_system/broker: tool.control). Without a policy it is never listed (agents are not offered it) and is
-served only by a gateway bound to loopback, where every caller is on the gateway's own machine; a
-gateway on the network reloads on SIGHUP (`systemctl reload`) or through a policy that grants the tool.
+served only to an operator of `_broker` (gateway/core/broker/rights.py): on a gateway bound to loopback,
+holding `_broker`'s required scopes when [auth] is configured; a gateway on the network reloads on
+SIGHUP (`systemctl reload`) or through a policy that grants the tool.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import TYPE_CHECKING
 import orjson
 
 from gateway.core import errors
+from gateway.core.broker import rights
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.principal import Principal
 
 if TYPE_CHECKING:
     from gateway.core.broker.view import BrokerView
@@ -49,10 +52,10 @@ def may_call_ungoverned(gateway: BrokerView) -> str | None:
     return None
 
 
-async def call(gateway: BrokerView, governed: bool) -> JsonObject:
-    """Run one reload for a caller already let through (`governed`: by the policy); its report as the result."""
+async def call(gateway: BrokerView, governed: bool, principal: Principal) -> JsonObject:
+    """Run one reload for `principal`, already let through when `governed` (by the policy); its report as the result."""
     if not governed:
-        refusal = may_call_ungoverned(gateway)
+        refusal = may_call_ungoverned(gateway) or rights.operator_refusal(gateway, principal, NAME, NOT_ON_THE_NETWORK)
         if refusal is not None:
             raise errors.forbidden(refusal, {"tool": NAME})
     reloading = gateway.reloading

@@ -3,7 +3,8 @@ the gateway let go of a serial port for the flash and take it back after (docs/f
 
 Who may call them: as broker_reload (gateway/core/broker/reload_tool.py). Under [policy] the policy
 decides (an action on /_system/broker: tool.control). Without a policy they are never listed and are
-served only by a gateway bound to loopback, where every caller is on the gateway's own machine.
+served only to an operator of `_broker` (gateway/core/broker/rights.py) who also holds the scopes of
+every slot the port carries now or has carried.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.core import errors
+from gateway.core.broker import rights
 from gateway.core.broker.results import json_result, text_result
 from gateway.core.jsonrpc import JsonObject
+from gateway.core.principal import Principal
 
 if TYPE_CHECKING:
     from gateway.core.broker.view import BrokerView
@@ -20,9 +23,18 @@ if TYPE_CHECKING:
 RELEASE = "broker_serial_release"
 RESUME = "broker_serial_resume"
 NAMES = frozenset({RELEASE, RESUME})
+MAX_PORT_CHARACTERS = 4096
+"""PATH_MAX on Linux: no longer name is a port."""
 _PORT = {
     "type": "object",
-    "properties": {"port": {"type": "string", "description": "the port's path, e.g. /dev/ttyUSB0"}},
+    "properties": {
+        "port": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_PORT_CHARACTERS,
+            "description": "the port's path, e.g. /dev/ttyUSB0",
+        }
+    },
     "required": ["port"],
     "additionalProperties": False,
 }
@@ -53,14 +65,22 @@ NOT_ON_THE_NETWORK = (
 )
 
 
-async def call(gateway: BrokerView, name: str, arguments: JsonObject, governed: bool) -> JsonObject:
-    """Run one for a caller already let through (`governed`: by the policy); the port's state as the result."""
-    if not governed and not gateway.config.is_loopback:
-        raise errors.forbidden(NOT_ON_THE_NETWORK.format(tool=name), {"tool": name})
+async def call(
+    gateway: BrokerView, name: str, arguments: JsonObject, governed: bool, principal: Principal
+) -> JsonObject:
+    """Run one for `principal`, already let through when `governed` (by the policy); the port's state."""
+    refusal = (
+        None if governed else rights.operator_refusal(gateway, principal, name, NOT_ON_THE_NETWORK.format(tool=name))
+    )
+    if refusal is not None:
+        raise errors.forbidden(refusal, {"tool": name})
     handover = gateway.serial_handover
     port = arguments.get("port")
     if not isinstance(port, str) or not port:
         return _refused(f'{name}: "port" must name a serial port, e.g. /dev/ttyUSB0')
+    refusal = None if governed else rights.port_refusal(gateway, principal, name, port)
+    if refusal is not None:
+        raise errors.forbidden(refusal, {"tool": name, "reason": "slot_scopes"})
     if handover is None:
         return _refused("this gateway serves no serial ports ([serial] configures none)")
     try:

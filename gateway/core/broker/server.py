@@ -17,7 +17,7 @@ import orjson
 from gateway import __version__
 from gateway.config import masked_dump
 from gateway.core import errors, governed, jsonrpc
-from gateway.core.broker import governed_tools, recheck_tool, reload_tool, serial_tools, status
+from gateway.core.broker import arguments, governed_tools, recheck_tool, reload_tool, rights, serial_tools, status
 from gateway.core.broker.diagnose import diagnose, worst
 from gateway.core.broker.guide import TOPICS, render
 from gateway.core.broker.guide_text import GuideInput
@@ -26,8 +26,9 @@ from gateway.core.broker.results import BadArguments, dumps, json_result, text_r
 from gateway.core.client_context import ClientContext
 from gateway.core.confirmer import QuestionRead
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.names import BROKER_SLOT
+from gateway.core.names import BROKER_SLOT, MAX_SLOT_BYTES
 from gateway.core.policy_interface import QUESTION_READ_REASON, REFUSED_META_KEY, Governance
+from gateway.core.principal import Principal
 from gateway.core.routing import Target
 from gateway.core.slots import Listener
 from gateway.core.timestamps import iso
@@ -271,7 +272,12 @@ TOOLS: list[JsonObject] = [
         "inputSchema": {
             "type": "object",
             "properties": {
-                "name": {"type": "string", "description": "The slot name, e.g. pump-1 (see providers_list)"}
+                "name": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_SLOT_BYTES,
+                    "description": "The slot name, e.g. pump-1 (see providers_list)",
+                }
             },
             "required": ["name"],
             "additionalProperties": False,
@@ -288,7 +294,14 @@ TOOLS: list[JsonObject] = [
         "only; a name never seen is reported as slot.unknown. Start here when a device or a call does not work.",
         "inputSchema": {
             "type": "object",
-            "properties": {"slot": {"type": "string", "description": "Only problems of this slot"}},
+            "properties": {
+                "slot": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_SLOT_BYTES,
+                    "description": "Only problems of this slot",
+                }
+            },
             "additionalProperties": False,
         },
         "outputSchema": DIAGNOSIS_SCHEMA,
@@ -325,7 +338,9 @@ GOVERNED_TOOLS = [
     *serial_tools.TOOLS,
     *governed_tools.TOOLS,
 ]
-TOOL_ARGUMENTS = {tool["name"]: set(tool["inputSchema"]["properties"]) for tool in GOVERNED_TOOLS}
+TOOL_SCHEMAS: dict[str, JsonObject] = {tool["name"]: tool["inputSchema"] for tool in GOVERNED_TOOLS}
+OPERATOR_TOOLS = [POLICY_RELOAD, reload_tool.TOOL, recheck_tool.TOOL, *serial_tools.TOOLS]
+"""The actions that make an operator under [policy]: a caller the policy grants one reads the configuration."""
 
 STATIC_RESOURCES: list[JsonObject] = [
     {
@@ -467,13 +482,15 @@ class BrokerTarget(Target):
     def broker_info(self) -> JsonObject:
         return status.broker_info(self.gateway)
 
-    def providers_list(self) -> JsonObject:
-        return status.providers_list(self.gateway)
+    def providers_list(self, principal: Principal) -> JsonObject:
+        return rights.providers_list(self.gateway, principal)
 
-    def provider_status(self, name: str) -> JsonObject:
+    def provider_status(self, name: str, principal: Principal) -> JsonObject:
+        may_call = rights.slot_filter(self.gateway, principal)
         slot = self.gateway.registry.slots.get(name)
-        if slot is None:
-            known = sorted(self.gateway.registry.slots)
+        if slot is None or (may_call is not None and not may_call(name)):
+            # A slot the caller may not call is answered as one never seen, and not listed.
+            known = [known for known in sorted(self.gateway.registry.slots) if may_call is None or may_call(known)]
             raise BadArguments(
                 f'Unknown provider: "{name}". Known slots: {", ".join(known) or "none yet"}; call providers_list '
                 "for details, or broker_diagnose with this slot to learn why it is missing.",
@@ -482,11 +499,12 @@ class BrokerTarget(Target):
             )
         return status.provider_status(self.gateway, slot)
 
-    def problems(self, slot: str | None = None) -> list[Problem]:
-        return diagnose(status.diagnosis_view(self.gateway), slot)
+    def problems(self, slot: str | None = None, *, principal: Principal | None = None) -> list[Problem]:
+        """What is wrong, as `principal` may be told it (None: the whole gateway, as the gateway reads it)."""
+        return rights.diagnose_for(self.gateway, principal, diagnose, slot)
 
-    def diagnosis(self, slot: str | None = None) -> JsonObject:
-        problems = self.problems(slot)
+    def diagnosis(self, slot: str | None = None, *, principal: Principal | None = None) -> JsonObject:
+        problems = self.problems(slot, principal=principal)
         result: JsonObject = {"status": worst(problems), "checked_at": iso(time.time())}
         if slot is not None:
             result["slot"] = slot
@@ -499,13 +517,15 @@ class BrokerTarget(Target):
             result["governed"] = True
         return result
 
-    def guide(self, topic: str) -> str:
-        providers = status.providers_list(self.gateway)["providers"]
+    def guide(self, topic: str, principal: Principal) -> str:
+        operator = rights.is_operator(self.gateway, principal, OPERATOR_TOOLS)
+        config = masked_dump(self.gateway.config)
         data = GuideInput(
             info=status.broker_info(self.gateway),
-            providers=providers,
-            problems=self.problems(),
-            config=masked_dump(self.gateway.config),
+            providers=rights.providers_list(self.gateway, principal)["providers"],
+            problems=self.problems(principal=principal),
+            config=config if operator else rights.guide_config(config),
+            config_shown=operator,
         )
         return render(topic, data)
 
@@ -520,25 +540,25 @@ class BrokerTarget(Target):
             return {"tools": TOOLS}
         if method == "tools/call":
             try:
-                return await self._call_ungoverned(params or {})
+                return await self._call_ungoverned(params or {}, ctx.principal)
             except BadArguments as exc:
                 return exc.result()
-        return self._resources(method, params)
+        return self._resources(method, params, ctx.principal)
 
-    async def _call_ungoverned(self, params: JsonObject) -> JsonObject:
+    async def _call_ungoverned(self, params: JsonObject, principal: Principal) -> JsonObject:
         name = params.get("name")
         if name == POLICY_RELOAD["name"] or name in governed_tools.NAMES:
             raise errors.unknown_tool(str(name), "_broker")
-        if name == reload_tool.NAME:  # not listed without a policy; see reload_tool for who may call it
+        if name == reload_tool.NAME:  # not listed without a policy; rights.py says who may call it
             self._check_arguments(name, params.get("arguments"))
-            return await reload_tool.call(self.gateway, governed=False)
+            return await reload_tool.call(self.gateway, False, principal)
         if name in serial_tools.NAMES:  # the same
-            arguments = self._check_arguments(str(name), params.get("arguments"))
-            return await serial_tools.call(self.gateway, str(name), arguments, governed=False)
+            given = self._check_arguments(str(name), params.get("arguments"))
+            return await serial_tools.call(self.gateway, str(name), given, False, principal)
         if name == recheck_tool.NAME:  # the same
             self._check_arguments(name, params.get("arguments"))
-            return await recheck_tool.call(self.gateway, governed=False)
-        return self.call_tool(params)
+            return await recheck_tool.call(self.gateway, False, principal)
+        return self.call_tool(params, principal)
 
     async def _governed(
         self, governance: Governance, ctx: ClientContext, method: str, params: JsonObject | None
@@ -583,7 +603,7 @@ class BrokerTarget(Target):
             read_as = resource_call(uri)
             if read_as is not None:
                 return await self._governed_read(governance, ctx, uri, read_as)
-        return self._resources(method, params)
+        return self._resources(method, params, ctx.principal)
 
     async def _governed_read(
         self, governance: Governance, ctx: ClientContext, uri: str, call: JsonObject
@@ -596,7 +616,7 @@ class BrokerTarget(Target):
 
         async def forward(admitted: JsonObject) -> JsonObject:
             try:
-                return self._read_answer(uri, admitted)
+                return self._read_answer(uri, admitted, ctx.principal)
             except BadArguments as exc:  # an unknown provider: a protocol error, as any unknown URI
                 raise invalid(exc.message, **exc.data) from None
 
@@ -622,16 +642,16 @@ class BrokerTarget(Target):
             uri, call, f"the policy refuses that call: {text}", refused if isinstance(refused, dict) else {}
         )
 
-    def _read_answer(self, uri: str, admitted: JsonObject) -> JsonObject:
+    def _read_answer(self, uri: str, admitted: JsonObject, principal: Principal) -> JsonObject:
         """The resource `uri`, made from the tools/call the policy admitted (with its arguments as admitted)."""
-        arguments = admitted.get("arguments")
-        arguments = arguments if isinstance(arguments, dict) else {}
-        if admitted.get("name") == "provider_status":
-            return self._json_contents(uri, self.provider_status(str(arguments.get("name"))))
-        if admitted.get("name") == "broker_guide":
-            text = self.guide(str(arguments.get("topic")))
+        name = str(admitted.get("name"))
+        given = arguments.check(name, TOOL_SCHEMAS[name], admitted.get("arguments"))
+        if name == "provider_status":
+            return self._json_contents(uri, self.provider_status(given["name"], principal))
+        if name == "broker_guide":
+            text = self.guide(given["topic"], principal)
             return {"contents": [{"uri": uri, "mimeType": MARKDOWN_TYPE, "text": text}]}
-        return self.read_resource({"uri": uri})
+        return self.read_resource({"uri": uri}, principal)
 
     async def _call_governed(self, governance: Governance, ctx: ClientContext, admitted: JsonObject) -> JsonObject:
         name = admitted.get("name")
@@ -639,17 +659,17 @@ class BrokerTarget(Target):
             return self.reload_policy(governance)
         if name == reload_tool.NAME:
             self._check_arguments(name, admitted.get("arguments"))
-            return await reload_tool.call(self.gateway, governed=True)
+            return await reload_tool.call(self.gateway, True, ctx.principal)
         if name in serial_tools.NAMES:
-            arguments = self._check_arguments(str(name), admitted.get("arguments"))
-            return await serial_tools.call(self.gateway, str(name), arguments, governed=True)
+            given = self._check_arguments(str(name), admitted.get("arguments"))
+            return await serial_tools.call(self.gateway, str(name), given, True, ctx.principal)
         if name == recheck_tool.NAME:
             self._check_arguments(name, admitted.get("arguments"))
-            return await recheck_tool.call(self.gateway, governed=True)
+            return await recheck_tool.call(self.gateway, True, ctx.principal)
         if name in governed_tools.NAMES:
-            self._check_arguments(str(name), admitted.get("arguments"))
-            return await governed_tools.call(governance, ctx, str(name), admitted.get("arguments"))
-        return self.call_tool(admitted)
+            given = self._check_arguments(str(name), admitted.get("arguments"))
+            return await governed_tools.call(governance, ctx, str(name), given)
+        return self.call_tool(admitted, ctx.principal)
 
     @staticmethod
     def reload_policy(governance: Governance) -> JsonObject:
@@ -661,7 +681,7 @@ class BrokerTarget(Target):
             "isError": True,
         }
 
-    def _resources(self, method: str, params: JsonObject | None) -> JsonObject:
+    def _resources(self, method: str, params: JsonObject | None, principal: Principal) -> JsonObject:
         if method == "resources/list":
             errors.check_no_cursor(params, "resources")
             return {"resources": STATIC_RESOURCES}
@@ -670,66 +690,46 @@ class BrokerTarget(Target):
             return {"resourceTemplates": RESOURCE_TEMPLATES}
         if method == "resources/read":
             try:
-                return self.read_resource(params or {})
+                return self.read_resource(params or {}, principal)
             except BadArguments as exc:  # an unknown provider's URI: a protocol error, as any unknown URI
                 raise invalid(exc.message, **exc.data) from None
         raise errors.method_not_found(method, "_broker (it serves tools and resources)")
 
     @staticmethod
-    def _check_arguments(name: str, arguments: object) -> dict[str, Any]:
-        if arguments is None:
-            arguments = {}
-        if not isinstance(arguments, dict):
-            raise invalid(f'{name}: "arguments" must be an object')
-        unexpected = sorted(set(arguments) - TOOL_ARGUMENTS[name])
-        if unexpected:
-            allowed = ", ".join(sorted(TOOL_ARGUMENTS[name])) or "none"
-            raise BadArguments(f"{name}: unexpected argument(s) {', '.join(unexpected)}; allowed: {allowed}")
-        return arguments
+    def _check_arguments(name: str, given: object) -> dict[str, Any]:
+        """`given` as the tool's inputSchema takes it (arguments.py), for every `_broker` tool alike."""
+        return arguments.check(name, TOOL_SCHEMAS[name], given)
 
-    def call_tool(self, params: JsonObject) -> JsonObject:
+    def call_tool(self, params: JsonObject, principal: Principal) -> JsonObject:
         name = params.get("name")
-        if not isinstance(name, str) or name not in TOOL_ARGUMENTS:
+        if not isinstance(name, str) or name not in TOOL_SCHEMAS:
             raise errors.unknown_tool(str(name), "_broker")
-        arguments = self._check_arguments(name, params.get("arguments"))
+        given = self._check_arguments(name, params.get("arguments"))
         if name == "broker_info":
             return json_result(self.broker_info())
         if name == "providers_list":
-            return json_result(self.providers_list())
+            return json_result(self.providers_list(principal))
         if name == "provider_status":
-            slot = arguments.get("name")
-            if not isinstance(slot, str) or not slot:
-                raise BadArguments(
-                    'provider_status needs "name", the slot name (a string); call providers_list for names'
-                )
-            return json_result(self.provider_status(slot))
+            return json_result(self.provider_status(given["name"], principal))
         if name == "broker_diagnose":
-            slot = arguments.get("slot")
-            if slot is not None and (not isinstance(slot, str) or not slot):
-                raise BadArguments('broker_diagnose: "slot" must be a non-empty string, or left out for every slot')
-            return json_result(self.diagnosis(slot))
-        topic = arguments.get("topic", "index")
-        if topic not in TOPICS:
-            raise BadArguments(
-                f"broker_guide: unknown topic {topic!r}; topics: {', '.join(TOPICS)}", topics=list(TOPICS)
-            )
-        return text_result(self.guide(topic))
+            return json_result(self.diagnosis(given.get("slot"), principal=principal))
+        return text_result(self.guide(given.get("topic", "index"), principal))
 
-    def read_resource(self, params: JsonObject) -> JsonObject:
+    def read_resource(self, params: JsonObject, principal: Principal) -> JsonObject:
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise invalid('resources/read needs "uri", e.g. broker://info')
         if uri == "broker://info":
             return self._json_contents(uri, self.broker_info())
         if uri == "broker://providers":
-            return self._json_contents(uri, self.providers_list())
+            return self._json_contents(uri, self.providers_list(principal))
         if uri == "broker://diagnose":
-            return self._json_contents(uri, self.diagnosis())
+            return self._json_contents(uri, self.diagnosis(principal=principal))
         if uri.startswith(PROVIDER_PREFIX) and len(uri) > len(PROVIDER_PREFIX):
-            name = unquote(uri[len(PROVIDER_PREFIX) :])
-            return self._json_contents(uri, self.provider_status(name))
+            given = self._check_arguments("provider_status", {"name": unquote(uri[len(PROVIDER_PREFIX) :])})
+            return self._json_contents(uri, self.provider_status(given["name"], principal))
         if uri.startswith(GUIDE_PREFIX) and uri[len(GUIDE_PREFIX) :] in TOPICS:
-            text = self.guide(uri[len(GUIDE_PREFIX) :])
+            text = self.guide(uri[len(GUIDE_PREFIX) :], principal)
             return {"contents": [{"uri": uri, "mimeType": MARKDOWN_TYPE, "text": text}]}
         raise invalid(
             f"Unknown resource: {uri}. _broker serves broker://info, broker://providers, broker://providers/<name>, "
