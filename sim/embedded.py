@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import ssl
 import sys
+from dataclasses import dataclass
 
 from gateway.app import GatewayServer, serve
 from gateway.config import GatewayConfig
@@ -18,6 +19,26 @@ from sim.link import LinkSecurity, provider_token
 from sim.simulator import Simulator, SimulatorSettings
 
 log = logging.getLogger("sim")
+
+
+def with_room_for(config: GatewayConfig, pumps: int) -> GatewayConfig:
+    """`config` with limits.max_slots_per_peer at least `pumps`: the pumps dial from this process, one
+    peer, and a lower cap would refuse those past it (0, no cap, stays)."""
+    cap = config.limits.max_slots_per_peer
+    if cap == 0 or cap >= pumps:
+        return config
+    limits = config.limits.model_copy(update={"max_slots_per_peer": pumps})
+    return config.model_copy(update={"limits": limits})
+
+
+@dataclass(frozen=True)
+class SimulatorSource(ConfigSource):
+    """A ConfigSource whose every reload keeps the room for the simulator's pumps (with_room_for)."""
+
+    pumps: int = 0
+
+    def load(self) -> GatewayConfig:
+        return with_room_for(super().load(), self.pumps)
 
 
 def own_listener_security(config: GatewayConfig) -> LinkSecurity:
@@ -41,7 +62,11 @@ def own_listener_security(config: GatewayConfig) -> LinkSecurity:
 async def serve_with_simulator(
     config: GatewayConfig, pumps: int, control_port: int, source: ConfigSource | None = None
 ) -> None:
-    """`source`: where `config` came from, for reloads (gateway/reload/)."""
+    """`source`: where `config` came from, for reloads (gateway/reload/). Both are taken with
+    limits.max_slots_per_peer raised to `pumps` when it is lower (with_room_for)."""
+    config = with_room_for(config, pumps)
+    if source is not None:
+        source = SimulatorSource(source.path, source.flags, source.environ, pumps=pumps)
     # own_gateway: when this gateway shuts down, its pumps do not dial it again.
     try:
         security = own_listener_security(config)

@@ -9,17 +9,43 @@ they are Any, and the simulator types the few values it takes from them at this 
 
 from __future__ import annotations
 
+import importlib.util
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pump1
-from mcpdevice import dispatcher, provider, schema_index, telemetry, websocket
+from mcpdevice import dispatcher, provider, schema_index, websocket
+from mcpdevice import telemetry as board_telemetry
 from pump1 import controller, hardware_sim, physics, tools
 
 from gateway.core.schema_hash import tools_hash
 
+
+class _NoCollect:
+    """The `gc` of the simulator's copy of mcpdevice.telemetry. Its report() collects after each send
+    to keep a board's small heap in one piece; under CPython a full collection per notification costs
+    the simulator 20-40 times the CPU of the rest of its telemetry, and CPython collects on its own."""
+
+    @staticmethod
+    def collect() -> int:
+        return 0
+
+
+def _simulator_telemetry() -> Any:
+    """mcpdevice.telemetry loaded once more, as the simulator's own module, its gc _NoCollect: the
+    board's code unchanged (its heap has little room for a check), the shared module untouched."""
+    spec = importlib.util.spec_from_file_location("sim.board_telemetry", board_telemetry.__file__)
+    assert spec is not None and spec.loader is not None, board_telemetry.__file__
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.gc = _NoCollect  # type: ignore[attr-defined]
+    return module
+
+
+telemetry: Any = _simulator_telemetry()
+"""mcpdevice.telemetry as the simulator runs it (_simulator_telemetry)."""
 FAULT_CONDITIONS: tuple[str, ...] = tuple(physics.FAULTS)  # dry_run, sensor_failure, overtemp
 TRIP_C: float = float(physics.TRIP_C)
 SERVER_INFO: dict[str, str] = {"name": str(pump1.SERVER_NAME), "version": str(pump1.FIRMWARE_VERSION)}

@@ -34,6 +34,7 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -310,8 +311,11 @@ async def run(
     security: LinkSecurity | None = None,
     mqtt: MqttTarget | None = None,
     serial: SerialTarget | None = None,
+    held: Sequence[int] | None = None,
 ) -> None:
-    """`mcp-gateway sim`: publish the pumps and serve the control endpoint until SIGTERM or SIGINT."""
+    """`mcp-gateway sim`: publish the pumps and serve the control endpoint until SIGTERM or SIGINT.
+    `held`: the signals that came before the loop (gateway.cli.run.hold_signals, whose handlers these
+    replace), acted on now."""
     # The handlers first: a signal during start-up stops the simulator cleanly (exit 0), not by the
     # default action (killed, 143).
     stop = asyncio.Event()
@@ -319,6 +323,12 @@ async def run(
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stop.set)
+    if held is not None and callable(signal.getsignal(signal.SIGHUP)):
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a hang-up ends the simulator (129), held or not
+        if signal.SIGHUP in held:
+            signal.raise_signal(signal.SIGHUP)
+    if held and (signal.SIGTERM in held or signal.SIGINT in held):
+        stop.set()
     simulator = Simulator(gateway_url, settings, security, mqtt, serial)
     control = await simulator.start_control(control_port)
     failed = False

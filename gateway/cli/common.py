@@ -234,7 +234,17 @@ def serial_port_flag(text: str) -> dict[str, Any]:
         )
     if not path.strip():
         raise argparse.ArgumentTypeError(f"expected PATH[@BAUD], e.g. /dev/ttyUSB0@921600, got {text!r}")
+    # The bounds of [[serial.ports]] baud, checked before int() meets a number of any length.
+    if baud and (len(baud) > 8 or not SERIAL_BAUD_MIN <= int(baud) <= SERIAL_BAUD_MAX):
+        raise argparse.ArgumentTypeError(
+            f"BAUD must be from {SERIAL_BAUD_MIN} to {SERIAL_BAUD_MAX}, e.g. /dev/ttyUSB0@921600, got {text!r}"
+        )
     return {"path": path.strip(), **({"baud": int(baud)} if baud else {})}
+
+
+SERIAL_BAUD_MIN = 50
+SERIAL_BAUD_MAX = 12_000_000
+"""--serial PATH@BAUD's bounds: those of [[serial.ports]] baud (gateway/config/serial.py)."""
 
 
 def whole_number(minimum: int, maximum: int | None = None, meaning: str = "") -> Callable[[str], int]:
@@ -307,6 +317,14 @@ def mqtt_url_flag(text: str) -> str:
     """--mqtt URL: mqtt://HOST[:PORT] or mqtts://HOST[:PORT]."""
     if not text.startswith(("mqtt://", "mqtts://")):
         raise argparse.ArgumentTypeError(f"expected mqtt://HOST[:PORT] or mqtts://HOST[:PORT], got {text!r}")
+    try:
+        port = urlsplit(text).port
+    except ValueError:
+        port = None  # out of range: the broker's own check names it
+    if port == 0:  # the client would dial 1883 (8883), not the port written
+        raise argparse.ArgumentTypeError(
+            f"port 0 is no broker's port: give 1 to 65535, or none for 1883 (8883 with mqtts), got {masked_url(text)!r}"
+        )
     return text
 
 

@@ -142,7 +142,7 @@ def add_run(commands: Commands) -> None:
         default=0,
         metavar="N",
         help=f"also publish N simulated pumps (pump-1 ... pump-N, at most {SIM_MAX_PUMPS}) into this gateway over "
-        "WebSocket (default 0)",
+        "WebSocket, with limits.max_slots_per_peer raised to N when it is lower (default 0)",
     )
     run.add_argument(
         "--sim-control-port",

@@ -22,14 +22,22 @@ from gateway.cli.common import (
     trusted_ca,
 )
 from gateway.cli.numbers import finite_number
+from gateway.cli.run import hold_signals
 from gateway.config.base import ENV_SIM_CONTROL_URL
+from gateway.config.limits import LimitsConfig
 from gateway.core.names import MAX_SLOT_BYTES
 from sim import DEFAULT_CONTROL_PORT as SIM_CONTROL_PORT
 from sim import FAULT_NAMES, MAX_OFFLINE_S, MAX_PUMPS, max_first
 
+MAX_PERIOD_S = 86400
+"""The most --deadman-s, --dry-run-s and --telemetry-period-s take: a day, as the C board and the
+MicroPython config bound them (the board's millisecond counters stay small)."""
+MAX_SLOTS_PER_PEER_DEFAULT = LimitsConfig.model_fields["max_slots_per_peer"].default
+
 
 def cmd_sim(args: argparse.Namespace) -> int:
     """Publish simulated pumps (pump-<first> ...) into a gateway, or through an MQTT broker, until SIGTERM or SIGINT."""
+    signals = hold_signals()  # first: a stop while the imports below load is acted on once the loop runs (exit 0)
     mqtt_options = (args.mqtt_username, args.mqtt_password_file, args.mqtt_cert_file, args.mqtt_key_file)
     if args.mqtt is None and (args.profile is not None or any(mqtt_options)):
         print("mcp-gateway sim: --profile and --mqtt-* options need --mqtt URL", file=sys.stderr)
@@ -73,17 +81,28 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 f"at most {max_first(max(args.pumps, 1))} with --pumps {args.pumps}: the last slot, "
                 f"pump-<first + pumps - 1>, must fit the gateway's {MAX_SLOT_BYTES}-byte slot names",
             ),
-            ("--deadman-s", args.deadman_s, args.deadman_s > 0, "greater than 0"),
-            ("--dry-run-s", args.dry_run_s, args.dry_run_s > 0, "greater than 0"),
+            ("--deadman-s", args.deadman_s, 0 < args.deadman_s <= MAX_PERIOD_S, f"above 0 and at most {MAX_PERIOD_S}"),
+            ("--dry-run-s", args.dry_run_s, 0 < args.dry_run_s <= MAX_PERIOD_S, f"above 0 and at most {MAX_PERIOD_S}"),
+            (
+                "--telemetry-period-s",
+                args.telemetry_period_s,
+                0 <= args.telemetry_period_s <= MAX_PERIOD_S,
+                f"0 (no samples) or more, at most {MAX_PERIOD_S}",
+            ),
         )
         if not fine
     ]
     if out_of_range:  # each bad value named, not every rule listed
         print(f"mcp-gateway sim: {'; '.join(out_of_range)}", file=sys.stderr)
         return 2
-    if args.telemetry_period_s < 0:
-        print("mcp-gateway sim: --telemetry-period-s must be 0 (no samples) or more", file=sys.stderr)
-        return 2
+    if args.pumps > MAX_SLOTS_PER_PEER_DEFAULT and args.mqtt is None and args.serial is None and not args.serial_pty:
+        # The gateway's value is not known here; its default refuses the pumps past it, which retry forever.
+        print(
+            f"mcp-gateway sim: warning: --pumps {args.pumps} is over the {MAX_SLOTS_PER_PEER_DEFAULT} slots a gateway "
+            "admits from one peer by default: raise limits.max_slots_per_peer in the gateway's configuration to at "
+            f"least {args.pumps}, or the pumps past it are refused and retry",
+            file=sys.stderr,
+        )
     from gateway.config.credentials import header_safe
     from gateway.logs import setup_logging
     from sim.link import LinkSecurity, provider_token
@@ -144,7 +163,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from sim.serial_line import SerialLinkError
 
     try:
-        asyncio.run(run(args.gateway, settings, args.control_port, LinkSecurity(token, trust), mqtt, serial))
+        asyncio.run(run(args.gateway, settings, args.control_port, LinkSecurity(token, trust), mqtt, serial, signals))
     except SerialLinkError as exc:  # the path was taken between the check above and the link
         print(f"mcp-gateway sim: {exc}", file=sys.stderr)
         return 2
@@ -161,7 +180,7 @@ def cmd_sim_fault(args: argparse.Namespace) -> int:
     """Inject or clear a fault on a simulated pump through the simulator's control endpoint; print its state."""
     from gateway.cli.calls import refused_as_not_utf8
     from gateway.client import terminal_text
-    from sim.control_client import NotASimulator, post_fault
+    from sim.control_client import ControlUnreachable, NotASimulator, post_fault
 
     if refused_as_not_utf8("sim-fault", [("the slot", args.slot), ("--control", args.control)]):
         return 2
@@ -184,7 +203,7 @@ def cmd_sim_fault(args: argparse.Namespace) -> int:
         return 2
     try:
         status, body = asyncio.run(post_fault(args.control, args.slot, args.fault, args.clear, args.seconds))
-    except NotASimulator as exc:
+    except (NotASimulator, ControlUnreachable) as exc:  # named by the command, not the bare program
         print(f"mcp-gateway sim-fault: {terminal_text(str(exc))}", file=sys.stderr)
         return 1
     # What the endpoint wrote reaches the terminal escaped where it does not print: the same JSON.
@@ -198,13 +217,13 @@ def cmd_sim_fault(args: argparse.Namespace) -> int:
 def cmd_sim_status(args: argparse.Namespace) -> int:
     from gateway.cli.calls import refused_as_not_utf8
     from gateway.client import terminal_text
-    from sim.control_client import NotASimulator, get_pumps, render_pumps
+    from sim.control_client import ControlUnreachable, NotASimulator, get_pumps, render_pumps
 
     if refused_as_not_utf8("sim-status", [("--control", args.control)]):
         return 2
     try:
         status, body = asyncio.run(get_pumps(args.control))
-    except NotASimulator as exc:
+    except (NotASimulator, ControlUnreachable) as exc:
         print(f"mcp-gateway sim-status: {terminal_text(str(exc))}", file=sys.stderr)
         return 1
     if status != 200:

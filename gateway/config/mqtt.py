@@ -96,9 +96,11 @@ class MqttBrokerConfig(Section):
         if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
             raise ValueError(f"{what}: a broker URL has no path, query or fragment")
         try:
-            parsed.port  # noqa: B018 (raises ValueError for a port out of range)
+            port = parsed.port  # raises ValueError for a port out of range
         except ValueError as exc:
             raise ValueError(f"{what}: {exc}") from None
+        if port == 0:  # urlsplit gives 0, and `port or 1883` would dial another port than the one written
+            raise ValueError(f"{what}: port 0 is no broker's port; give 1 to 65535, or none for 1883 (8883 with mqtts)")
         if not self.profiles:
             raise ValueError(f"{what}: profiles is empty; enable plain, mcp or both")
         if self.protocol == "3.1.1" and "mcp" in self.profiles:

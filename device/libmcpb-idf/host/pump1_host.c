@@ -96,14 +96,16 @@ static void on_event(void *ctx, const mcpb_link_event_t *event)
     }
 }
 
-/* mcpb_pump1_handle, and with --verbose a debug line for a request answered from the repeat cache
+/* mcpb_pump1_handle at the time now, and with --verbose a debug line for a request answered from the repeat cache
  * (the pump counts it and says nothing: its code is what a board flashes). */
 static int handle(void *ctx, const char *in, size_t in_len, char *out, size_t out_cap)
 {
     static const char head[] = "{\"jsonrpc\":\"2.0\",\"id\":"; /* an answer's start, then its id */
     mcpb_pump1_t *pump = (mcpb_pump1_t *)ctx;
     uint32_t duplicates = mcpb_pump1_counts(pump)->duplicates;
-    int n = mcpb_pump1_handle(pump, in, in_len, out, out_cap);
+    int n;
+    mcpb_pump1_clock(pump, pump_set.port->now_ms(pump_set.port->ctx)); /* a command acts at this time, not the last tick's */
+    n = mcpb_pump1_handle(pump, in, in_len, out, out_cap);
     if (mcpb_pump1_counts(pump)->duplicates != duplicates && n > (int)sizeof head) {
         const char *id = out + sizeof head - 1, *end = id;
         char line[200]; /* a slot name and an id of up to 64 bytes each */

@@ -119,8 +119,8 @@ class PumpController:
         if self.state in (STARTING, RUNNING) and _clock.ticks_diff(now, self._heard_ms) > self.deadman_ms:
             self._trip(
                 "link_lost",
-                "No request or ping from the gateway for %d s while the motor turned, so the device stopped it. "
-                "Check the network and the gateway, then call reset_fault and start." % (self.deadman_ms // 1000),
+                "No request or ping from the gateway for %g s while the motor turned, so the device stopped it. "
+                "Check the network and the gateway, then call reset_fault and start." % (self.deadman_ms / 1000),
             )
         target = self.setpoint_rpm if self.state in (STARTING, RUNNING) else 0
         self.speed = ramp_toward(self.speed, target, dt_s)

@@ -11,7 +11,8 @@
  *     mcpb_pump1_t pump;                       (about 2.7 KB; static storage on a board)
  *     mcpb_pump1_init(&pump, NULL);            (NULL: the MicroPython config defaults)
  *     every ~100 ms:   mcpb_pump1_tick(&pump, now_ms);
- *     every message:   n = mcpb_pump1_handle(&pump, in, in_len, out, out_cap);
+ *     every message:   mcpb_pump1_clock(&pump, now_ms);  (the time the message is handled)
+ *                      n = mcpb_pump1_handle(&pump, in, in_len, out, out_cap);
  *                      n > 0: send out[0..n); n == 0: nothing to send; n < 0: out holds less than -n
  *     a WebSocket ping from the gateway:  mcpb_pump1_heard(&pump);
  *     a new WebSocket connection:         mcpb_pump1_new_link(&pump);  (not serial, not MQTT)
@@ -118,7 +119,7 @@ typedef struct mcpb_pump1_cache_entry {
 typedef struct mcpb_pump1 {
     mcpb_pump1_config_t config;
     mcpb_pump1_physics_t physics;
-    uint32_t now_ms;             /* the time of the last tick */
+    uint32_t now_ms;             /* the time of the last tick or mcpb_pump1_clock */
     uint32_t last_ms;            /* the time the model was last advanced to */
     uint32_t heard_ms;           /* the last message from the gateway */
     int clock_started;
@@ -161,6 +162,14 @@ int mcpb_pump1_oversize(void *pump, size_t size, const char *head, size_t head_l
 
 /* Advance ramp, sensors, counters, fault detection and dead-man to now_ms (wraps, 32 bit). */
 void mcpb_pump1_tick(void *pump, uint32_t now_ms);
+
+/*
+ * The time now, told right before mcpb_pump1_handle: the command it carries brings the model up to
+ * now_ms (counting as contact first, as controller.py does) instead of to the last tick, so two
+ * commands in one tick answer as the MicroPython board does. Does not advance the model itself; told
+ * before the first tick, it sets the time base as that tick would.
+ */
+void mcpb_pump1_clock(void *pump, uint32_t now_ms);
 
 /* A sign of life from the gateway that is no message (a WebSocket ping): feeds the dead-man. */
 void mcpb_pump1_heard(void *pump);

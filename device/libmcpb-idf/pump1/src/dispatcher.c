@@ -160,7 +160,7 @@ static void call_result(const mcpb_pump1_t *pump, const void *context, json_out_
 {
     const pump_refusal_t *refusal = (const pump_refusal_t *)context;
     json_sink_t raw, text;
-    pump_text_args_t args = {NULL, {NULL, 0}, 0};
+    pump_text_args_t args = {NULL, {NULL, 0}, 0, 0};
     args.pump = pump;
     args.value = refusal->value;
     p1_json_sink_init(&raw, out, 0);

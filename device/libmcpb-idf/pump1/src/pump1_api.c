@@ -69,16 +69,21 @@ void mcpb_pump1_init(mcpb_pump1_t *pump, const mcpb_pump1_config_t *config)
     p1_pump_controller_init(pump);
 }
 
-void mcpb_pump1_tick(void *pump_object, uint32_t now_ms)
+void mcpb_pump1_clock(void *pump_object, uint32_t now_ms)
 {
     mcpb_pump1_t *pump = (mcpb_pump1_t *)pump_object;
     if (!pump->clock_started) {
-        /* the first tick sets the time base: the board may have been up for a while */
+        /* the first time told (a tick or a command) sets the time base: the board may have been up a while */
         pump->clock_started = 1;
         pump->last_ms = pump->heard_ms = now_ms;
     }
     pump->now_ms = now_ms;
-    p1_pump_advance(pump);
+}
+
+void mcpb_pump1_tick(void *pump_object, uint32_t now_ms)
+{
+    mcpb_pump1_clock(pump_object, now_ms);
+    p1_pump_advance((mcpb_pump1_t *)pump_object);
 }
 
 void mcpb_pump1_new_link(void *pump_object)

@@ -54,11 +54,12 @@ static int sensors_failed(const mcpb_pump1_t *pump)
 /* Latches a fault; its text is written now, with the values of this moment. */
 static void trip(mcpb_pump1_t *pump, int fault, const char *text)
 {
-    pump_text_args_t args = {NULL, {NULL, 0}, 0};
+    pump_text_args_t args = {NULL, {NULL, 0}, 0, 0};
     json_out_t out;
     json_sink_t sink;
     args.pump = pump;
-    args.number = pump->deadman_ms / 1000;
+    args.number = pump->deadman_ms; /* link_lost's dead-man: 2.5 s reads "2.5", as controller.py writes it */
+    args.number_ms = 1;
     p1_json_out_init(&out, pump->fault_text, sizeof pump->fault_text - 1);
     p1_json_sink_init(&sink, &out, 0);
     p1_pump_write_text(&sink, text, &args);

@@ -1,7 +1,8 @@
 /*
  * The pump-1 state machine of device/micropython/pump1/controller.py: setpoint, ramp, faults and
  * dead-man (its status object is the text P1_STATUS, pump_refusal.h). Commands first bring the
- * model up to the last time the pump was told (mcpb_pump1_tick) and count as contact with the gateway.
+ * model up to the last time the pump was told (mcpb_pump1_tick, mcpb_pump1_clock) and count as
+ * contact with the gateway.
  */
 #ifndef MCPB_PUMP1_CONTROLLER_H
 #define MCPB_PUMP1_CONTROLLER_H

@@ -1,6 +1,7 @@
 /* The device's texts (pump_refusal.h). */
 #include "pump_refusal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "json_number.h"
@@ -84,7 +85,13 @@ void p1_pump_write_text(json_sink_t *sink, const char *text, const pump_text_arg
             p1_json_number_as_int(sink, args->value);
             break;
         case T_NUMBER:
-            p1_json_sink_unsigned(sink, args->number);
+            if (args->number_ms) {
+                char seconds[24]; /* "%g" of a 32-bit count of ms: at most "4.29497e+06" */
+                snprintf(seconds, sizeof seconds, "%g", args->number / 1000.0);
+                p1_json_sink_text(sink, seconds);
+            } else {
+                p1_json_sink_unsigned(sink, args->number);
+            }
             break;
         case T_TOOLS:
             for (i = 0; i < PUMP1_TOOL_COUNT; i++) {

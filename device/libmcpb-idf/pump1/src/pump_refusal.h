@@ -17,6 +17,7 @@ typedef struct pump_text_args {
     const mcpb_pump1_t *pump;
     json_span_t value;
     unsigned long number;
+    int number_ms;             /* 1: number is milliseconds, written as seconds the way Python's "%g" writes them */
 } pump_text_args_t;
 
 /* Writes `text` with its codes replaced (the sink's limit cuts it, as for any text). */

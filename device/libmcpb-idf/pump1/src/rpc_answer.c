@@ -31,7 +31,7 @@ P1_NOINLINE static size_t write_message(json_out_t *out, const char *text, const
 void p1_rpc_error(mcpb_pump1_t *pump, json_span_t id, int code, const char *text, const json_span_t *value,
                   unsigned long number, json_out_t *out)
 {
-    pump_text_args_t args = {NULL, {NULL, 0}, 0};
+    pump_text_args_t args = {NULL, {NULL, 0}, 0, 0};
     json_out_t measure;
     size_t frame_max = pump->config.frame_max, head, kept, answer;
     int cut = 0;

@@ -114,6 +114,29 @@ static void any_message_or_ping_feeds_the_dead_man(void **state)
     assert_answer_has(f, "No request or ping from the gateway for 10 s while the motor turned");
 }
 
+static void a_command_acts_at_the_time_it_is_handled(void **state)
+{
+    F;
+    call_tool(f, 1, "start", "{\"speed_rpm\":1500}");
+    mcpb_pump1_clock(&f->pump, 1050); /* 50 ms later, no tick between: the ramp has begun */
+    call_tool(f, 2, "stop", NULL);
+    assert_answer_has(f, "\"structuredContent\":{\"state\":\"stopping\",");
+}
+
+static void the_dead_man_text_writes_its_seconds_as_percent_g(void **state)
+{
+    mcpb_pump1_config_t config;
+    F;
+    mcpb_pump1_config_default(&config);
+    config.deadman_s = 2.5;
+    mcpb_pump1_init(&f->pump, &config);
+    mcpb_pump1_tick(&f->pump, 0);
+    call_tool(f, 1, "start", NULL);
+    run_for(f, 2600);
+    call_tool(f, 2, "get_status", NULL);
+    assert_answer_has(f, "No request or ping from the gateway for 2.5 s while the motor turned");
+}
+
 static void a_stopped_pump_never_trips_the_dead_man(void **state)
 {
     F;
@@ -133,6 +156,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(the_dead_man_stops_a_silent_pump, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(any_message_or_ping_feeds_the_dead_man, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(a_stopped_pump_never_trips_the_dead_man, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(a_command_acts_at_the_time_it_is_handled, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(the_dead_man_text_writes_its_seconds_as_percent_g, fixture_setup,
+                                        fixture_teardown),
     };
     return cmocka_run_group_tests_name("pump1 physics", tests, NULL, NULL);
 }

@@ -42,6 +42,13 @@ static void pick_device_id(void)
              mac[4], mac[5]);
 }
 
+/* mcpb_pump1_handle at the time now: a command brings the model up to it, not to the last tick. */
+static int handle_now(void *ctx, const char *in, size_t in_len, char *out, size_t out_cap)
+{
+    mcpb_pump1_clock(ctx, mcpb_esp_now_ms(NULL));
+    return mcpb_pump1_handle(ctx, in, in_len, out, out_cap);
+}
+
 #if CONFIG_MCPB_TRANSPORT_MQTT
 static void serve_mqtt(void)
 {
@@ -72,7 +79,7 @@ static void serve_mqtt(void)
         ESP_LOGE(TAG, "config_error: check the MQTT slot, prefix and credential in menuconfig");
         return;
     }
-    mcpb_mqtt_run(&m, mcpb_pump1_handle, &pump, mcpb_pump1_tick, &pump, &stop);
+    mcpb_mqtt_run(&m, handle_now, &pump, mcpb_pump1_tick, &pump, &stop);
 }
 #else
 /* Set when the gateway let the slot go (or refused it) on /providers, where its pings go on while the
@@ -116,7 +123,7 @@ static void serve_link(void)
     slot.name = CONFIG_MCPB_SLOT;
     slot.aggregate = 1;
     slot.schema = mcpb_pump1_schema_hash();
-    slot.handler = mcpb_pump1_handle;
+    slot.handler = handle_now;
     slot.handler_ctx = &pump;
     memset(&config, 0, sizeof config);
 #if CONFIG_MCPB_TRANSPORT_SERIAL
