@@ -54,6 +54,7 @@ from gateway.devices.sqlite_journal import (
     connect_reader,
     exclusive_first,
     full_disk_note,
+    heap_index_reader,
     journal_for,
     set_journal,
     shm_unsafe,
@@ -210,19 +211,6 @@ def _shm_cannot_grow(exc: sqlite3.Error) -> bool:
     return getattr(exc, "sqlite_errorcode", None) in SHM_CANNOT_GROW
 
 
-def _heap_index_reader(path: Path) -> sqlite3.Connection:
-    """A connection that reads a WAL file without its `-shm`: the WAL index in the heap (exclusive locking
-    mode, set before the first read), queries only. Its lock is held until it is closed."""
-    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True, timeout=READ_TIMEOUT_S)
-    try:
-        db.execute("PRAGMA locking_mode = EXCLUSIVE")
-        db.execute("PRAGMA query_only = 1")
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
 def _connect_reader(path: Path) -> sqlite3.Connection:
     """A connection whose statements only read (query_only), to a file that must exist: never made, no schema
     statement, no journal change. Opened read-write where SQLite may (else read-only, as mode=rw does), so
@@ -242,7 +230,7 @@ def _connect_reader(path: Path) -> sqlite3.Connection:
 
 def _open_reader(path: Path) -> tuple[sqlite3.Connection, bool]:
     """`path` opened to read (_connect_reader), and whether it holds the devices table. A `-shm` that cannot
-    grow (a full disk) is done without, where this user may write the file (_heap_index_reader)."""
+    grow (a full disk) is done without, where this user may write the file (heap_index_reader)."""
     db = _connect_reader(path)
     try:
         tables = db.execute(_TABLES).fetchall()
@@ -250,7 +238,7 @@ def _open_reader(path: Path) -> tuple[sqlite3.Connection, bool]:
         db.close()
         if not _shm_cannot_grow(exc) or not os.access(path, os.W_OK):
             raise
-        db = _heap_index_reader(path)
+        db = heap_index_reader(path, READ_TIMEOUT_S)
         try:
             tables = db.execute(_TABLES).fetchall()
         except BaseException:

@@ -90,10 +90,15 @@ def connect_reader(path: Path, timeout_s: float) -> sqlite3.Connection:
     `-shm` may have holes (shm_unsafe) is read with its WAL index in the heap: opened read-write in exclusive
     locking mode, queries only, its lock held until it is closed (it waits `timeout_s` for a writer, and a
     writer waits for it). Any other file: SQLite's read-only mode."""
-    uri = path.resolve().as_uri()
     if not shm_unsafe(path) or not os.access(path, os.W_OK):
-        return sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout_s)
-    conn = sqlite3.connect(f"{uri}?mode=rw", uri=True, timeout=timeout_s)
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout_s)
+    return heap_index_reader(path, timeout_s)
+
+
+def heap_index_reader(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A connection that reads a WAL file without its `-shm`: the WAL index in the heap (opened read-write in
+    exclusive locking mode, set before the first read), queries only. Its lock is held until it is closed."""
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True, timeout=timeout_s)
     try:
         conn.execute("PRAGMA locking_mode = EXCLUSIVE")
         conn.execute("PRAGMA query_only = 1")
