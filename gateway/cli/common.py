@@ -88,28 +88,29 @@ def check_base_url(
     return text
 
 
-_SCHEME_LEAD = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*[:/]+)?")
-"""What a URL without `://` may start with ahead of a user and password: `https//`, `http:/`."""
+_SCHEME_LEAD = re.compile(r"(?:(?:[A-Za-z][A-Za-z0-9+.-]*:?)?/+)?")
+"""What a URL may start with ahead of a user and password: `https://`, or without `://`, `https//`, `http:/`."""
 
 
 def shown_url(text: str) -> str:
     """`text` as a refusal quotes it, with the password of its userinfo, every query value and the
-    fragment masked (masked_url_and_query) whatever the parse: without `://`, what stands before an `@`
-    ahead of the query is taken for a user and password all the same."""
-    end = min((index for index in map(text.find, "?#") if index >= 0), default=len(text))
-    head, tail = text[:end], text[end:]
-    userinfo, at, host = head.rpartition("@")
-    if "://" in head:
-        head = masked_url(head)
-    elif at:
-        lead = _SCHEME_LEAD.match(userinfo)
-        start = lead.end() if lead else 0
-        user, colon, _ = userinfo[start:].partition(":")
-        head = f"{userinfo[:start]}{user + ':***' if colon else '***'}@{host}"
-    query, hashmark, fragment = tail.partition("#")
+    fragment masked whatever the parse. The userinfo ends at the LAST `@` of the text, even one after a
+    `/`, `?` or `#`: a password may hold those, and urlsplit (which ends the userinfo at the first of
+    them) would leave its start in view. A userinfo without a password, or whose user holds one of
+    them, is masked whole (a lone user name is often a token)."""
+    lead = _SCHEME_LEAD.match(text)
+    start = lead.end() if lead else 0
+    userinfo, at, rest = text[start:].rpartition("@")
+    if not at:
+        rest = text[start:]
+    user, colon, _ = userinfo.partition(":")
+    shown_user = f"{user}:***" if colon and not any(mark in user for mark in "/?#") else "***"
+    end = min((index for index in map(rest.find, "?#") if index >= 0), default=len(rest))
+    query, hashmark, fragment = rest[end:].partition("#")
     # The query's values masked as those of any URL.
     query = masked_url_and_query(f"x://h{query}").removeprefix("x://h") if query else ""
-    return f"{head}{query}{hashmark}{'***' if fragment else ''}"
+    head = f"{text[:start]}{shown_user}@" if at else text[:start]
+    return f"{head}{rest[:end]}{query}{hashmark}{'***' if fragment else ''}"
 
 
 def _url_flag(what: str, example: str, token_flag: str | None) -> Callable[[str], str]:

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import queue
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -37,6 +37,12 @@ def id_key(value: Any) -> tuple[type, Any] | None:
 
 def is_response(message: Any) -> bool:
     return isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message)
+
+
+def answers_request(message: Any) -> bool:
+    """Whether `message` is the answer to one of the host's requests: a response under an id (an error
+    under id null, for a line that was no request, answers none)."""
+    return is_response(message) and message.get("id") is not None
 
 
 def _shown(value: Any) -> str:
@@ -233,6 +239,8 @@ class Stdout:
         self.read_at = self.loop.time()
         """When the host last read some of stdout (a chunk written), or nothing was queued."""
         self.lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.unwritten: deque[bool] = deque()
+        """Per line queued and not yet written whole, in order: whether it answers a request (answers_request)."""
         self.drained = asyncio.Event()
         self.drained.set()
         self.finished = threading.Event()
@@ -251,17 +259,19 @@ class Stdout:
                 while self.queued and self.queued + len(line) > MAX_STDOUT_QUEUED_BYTES and not self.gone.is_set():
                     self.room.clear()
                     await self.room.wait()
-                return self.put(line)
+                return self.put(line, answer=answers_request(message))
         finally:
             self.waiting -= 1
 
-    def put(self, line: bytes) -> bool:
-        """Queue `line` at once, whatever is queued (for the few messages written at exit)."""
+    def put(self, line: bytes, *, answer: bool) -> bool:
+        """Queue `line` at once, whatever is queued (for the few messages written at exit); `answer`:
+        whether it answers a request, counted apart when it is left unwritten."""
         if self.gone.is_set():
             return False
         if not self.queued:
             self.read_at = self.loop.time()  # the host is behind from now on, not from its last read
         self.queued += len(line)
+        self.unwritten.append(answer)
         self.drained.clear()
         self.lines.put(line)
         return True
@@ -291,6 +301,7 @@ class Stdout:
                         self._tell(self._gone)
                         return
                     self._tell(self._written, len(chunk))
+                self._tell(self._line_written)
         finally:
             self.finished.set()
 
@@ -305,6 +316,10 @@ class Stdout:
         if self.queued == 0:
             self.drained.set()
 
+    def _line_written(self) -> None:
+        if self.unwritten:
+            self.unwritten.popleft()
+
     def _gone(self) -> None:
         self.gone.set()
         self.room.set()  # a waiting write finds stdout gone
@@ -315,6 +330,22 @@ class Stdout:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.drained.wait(), timeout)
         return self.drained.is_set()
+
+    async def flush_at_exit(self, timeout: float) -> bool:
+        """`flush`, naming on stderr what the host is left without when it reads no more; whether no
+        answer was left unwritten (a line written in part counts as unwritten: the host cannot parse it)."""
+        if await self.flush(timeout):
+            return True
+        answers = sum(self.unwritten)
+        log.error(
+            "stdout: %d answer(s) and %d other message(s) (%d byte(s)) still unwritten after %g s; "
+            "the host reads no more of it",
+            answers,
+            len(self.unwritten) - answers,
+            self.queued,
+            timeout,
+        )
+        return not answers
 
 
 MAX_STDOUT_QUEUED_BYTES = 2 * MAX_LINE_BYTES

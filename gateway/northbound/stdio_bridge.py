@@ -63,7 +63,7 @@ from gateway.core import jsonrpc, stateless
 from gateway.core.answer_head import message_head
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.northbound.bridge_errors import MAX_LINE_BYTES, BridgeError, RedirectRefused, SessionRefused
-from gateway.northbound.bridge_relay import EXIT_FLUSH_S, Relay, Stdout, id_key, is_response
+from gateway.northbound.bridge_relay import EXIT_FLUSH_S, Relay, Stdout, answers_request, id_key, is_response
 from gateway.northbound.bridge_wait import (
     DEFAULT_READ_TIMEOUT_S,
     GatewaySilent,
@@ -635,8 +635,9 @@ class StdioBridge(GatewayHttp):
 
     async def run(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
         """Serve until EOF on stdin, a signal, or the host closing stdout; the exit status (1 when
-        requests were left unanswered at EOF, 128 + the signal's number when a signal stopped it, as a
-        shell reports a process a signal ended, so a host's process manager tells a stop from a clean end)."""
+        requests were left unanswered at EOF or answers left unwritten on stdout at exit, 128 + the
+        signal's number when a signal stopped it, as a shell reports a process a signal ended, so a
+        host's process manager tells a stop from a clean end)."""
         self.out = Stdout(stdout)
         # sock_read: the longest silence between two reads of an answer (headers, body, SSE keepalives),
         # so a gateway that took a request and then stopped is named, while a long call it keeps alive runs on.
@@ -677,12 +678,8 @@ class StdioBridge(GatewayHttp):
                 await asyncio.gather(*tasks, return_exceptions=True)
             await self.end_session()
         self.out.close()
-        if not await self.out.flush(EXIT_FLUSH_S):
-            log.error(
-                "stdout: %d byte(s) still unwritten after %g s; the host reads no more of it",
-                self.out.queued,
-                EXIT_FLUSH_S,
-            )
+        if not await self.out.flush_at_exit(EXIT_FLUSH_S):
+            status = 1  # answers the host never got: not a clean end
         self.drops.summary()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -724,7 +721,7 @@ class StdioBridge(GatewayHttp):
             await asyncio.gather(sender, *sendings, *stream, return_exceptions=True)  # no task answers after this
         assert self.out is not None
         for seq in sorted(self.held):
-            self.out.put(orjson.dumps(self.held[seq]) + b"\n")
+            self.out.put(orjson.dumps(self.held[seq]) + b"\n", answer=answers_request(self.held[seq]))
         delivered, self.held = set(self.held), {}
         left = [s for s in sendings.values() if s.request_id is not None and not s.answered and s.seq not in delivered]
         ids = [s.request_id for s in left]
@@ -737,7 +734,7 @@ class StdioBridge(GatewayHttp):
         answers += [(request_id, False) for request_id in unsent if request_id is not None]
         for request_id, sent in answers:
             text, data = StdinClosed(timeout, sent=sent).host_error(str(self.url))
-            self.out.put(orjson.dumps(_rpc_error(request_id, jsonrpc.UNAVAILABLE, text, data)) + b"\n")
+            self.out.put(orjson.dumps(_rpc_error(request_id, jsonrpc.UNAVAILABLE, text, data)) + b"\n", answer=True)
         waited = f"{timeout:g} s (--read-timeout)" if timeout is not None else "a signal"
         shown = ", ".join(orjson.dumps(request_id).decode()[:80] for request_id in ids[:50])
         more = f" and {len(ids) - 50} more" if len(ids) > 50 else ""

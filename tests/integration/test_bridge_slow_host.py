@@ -1,7 +1,8 @@
 """The stdio bridge and a host that reads stdout slowly, or stops reading it (docs/stdio-bridge.md): an
 answer the gateway delivered is written to the host, never replaced by a `stdin_closed` error, the
-bridge exits within its flush bounds however little the host reads, and what it queues for stdout
-keeps to MAX_STDOUT_QUEUED_BYTES.
+bridge exits within its flush bounds however little the host reads (exit status 1, naming how many
+answers the host did not get, when it read too little), and what it queues for stdout keeps to
+MAX_STDOUT_QUEUED_BYTES.
 
 A real gateway (in this process) with the ordinary SDK server of test_big_catalog_answers.py behind it,
 and the bridge as its own process, driven line by line."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -136,9 +138,59 @@ async def test_a_host_that_never_reads_again_does_not_hold_the_exit_for_the_read
     finally:
         stop(process)
     assert took < 3 * EXIT_FLUSH_S, took
-    assert status == 0, stderr  # every request was answered: the host just did not read the answers
-    assert f"still unwritten after {EXIT_FLUSH_S:g} s; the host reads no more of it" in stderr, stderr
+    # Every request was answered, but the host got none of the answers: not a clean end.
+    assert status == 1, stderr
+    assert unwritten(stderr)[0] == CALLS, stderr
     assert "without an answer" not in stderr, stderr
+
+
+def unwritten(stderr: str) -> tuple[int, int]:
+    """The answers and other messages the bridge names as left unwritten on stdout at exit."""
+    found = re.search(
+        rf"stdout: (\d+) answer\(s\) and (\d+) other message\(s\) \(\d+ byte\(s\)\) still unwritten after "
+        rf"{EXIT_FLUSH_S:g} s; the host reads no more of it",
+        stderr,
+    )
+    assert found is not None, stderr
+    return int(found[1]), int(found[2])
+
+
+SMALL_CALLS = 12
+SMALL_ANSWER_BYTES = 512 * 1024
+"""Twelve answers of 512 KiB: all of them fit the stdout queue, far more than a pipe's buffer."""
+
+
+@pytest.mark.timeout(120)
+async def test_a_host_that_reads_only_after_the_exit_is_told_how_many_answers_it_missed(
+    big_answers: GatewayServer,
+) -> None:
+    """Each request gets its answer from the gateway, but the host reads stdout only once the bridge
+    has exited: the answers left in the bridge are counted on stderr and the exit status is 1."""
+    process = start_bridge(big_answers, "--read-timeout", "3")
+    try:
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        await send(process, INITIALIZE)
+        first = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), 15)
+        assert orjson.loads(first)["id"] == 1
+        await send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for index in range(SMALL_CALLS):
+            params = {"name": "tool_00", "arguments": {"size": SMALL_ANSWER_BYTES}}
+            await send(process, {"jsonrpc": "2.0", "id": 10 + index, "method": "tools/call", "params": params})
+        process.stdin.close()
+        status = await ended(process, 3 + 4 * EXIT_FLUSH_S + 10)  # the host reads nothing until then
+        lines = await asyncio.wait_for(asyncio.to_thread(read_all, process.stdout), 15)
+        stderr = process.stderr.read().decode()
+    finally:
+        stop(process)
+    whole = [orjson.loads(line) for line in lines if line.endswith(b"\n")]
+    got = sorted(message["id"] for message in whole if "id" in message)
+    assert got == [10 + index for index in range(len(got))], (got, stderr)
+    for message in whole:
+        assert message["result"]["content"][0]["text"] == "y" * SMALL_ANSWER_BYTES, str(message)[:300]
+    answers, _ = unwritten(stderr)
+    assert answers >= 1 and len(got) + answers == SMALL_CALLS, (len(got), stderr)
+    assert status == 1, stderr
+    assert "without an answer" not in stderr and "stdin_closed" not in stderr, stderr
 
 
 # -- the stdout queue's bound -------------------------------------------------------------------------

@@ -27,7 +27,24 @@ REPO = Path(__file__).resolve().parents[2]
         ("http://u:hunter2@h:1/?a=hunter2", "http://u:***@h:1/?a=***"),
         ("http://h:1#hunter2", "http://h:1#***"),  # an anchor without a query
         ("127.0.0.1:3170", "127.0.0.1:3170"),
-        ("http://h/p@x", "http://h/p@x"),  # after the authority: no userinfo
+        # The userinfo ends at the last @, whatever stands before it: a password may hold / ? # @.
+        ("http://h/p@x", "http://***@x"),  # a user holding a / is masked whole
+        ("http://admin:s3cr/et@gw:3000", "http://admin:***@gw:3000"),
+        ("http://admin:hun?ter2@gw:3000", "http://admin:***@gw:3000"),
+        ("http://admin:hun#ter2@gw:3000", "http://admin:***@gw:3000"),
+        ("http://admin:hun@ter2@gw:3000", "http://admin:***@gw:3000"),
+        ("http://admin:a/b?c#d@e@gw:3000/?x=hunter2#top", "http://admin:***@gw:3000/?x=***#***"),
+        ("https//admin:s3cr/et@gw:3000", "https//admin:***@gw:3000"),
+        ("https//admin:hun?ter2@gw:3000", "https//admin:***@gw:3000"),
+        ("https//admin:hun#ter2@gw:3000", "https//admin:***@gw:3000"),
+        ("https//admin:hun@ter2@gw:3000", "https//admin:***@gw:3000"),
+        ("admin:hun?ter2@gw:3000", "admin:***@gw:3000"),
+        ("admin:hun:ter2@gw", "admin:***@gw"),  # a colon in the password: not taken for a scheme
+        ("https//ghp_hun?ter2@gw", "https//***@gw"),
+        ("http://h:1/?token=hun:ter2@x", "http://h:***@x"),  # an @ in a query value ends a userinfo too
+        ("admin:hunter2@gw?u=http://x", "admin:***@gw?u=***"),  # a :// after the @ is no scheme
+        ("http://[::1]:3000", "http://[::1]:3000"),
+        ("http://u:hunter2@[::1]:3000/?a=b&c#d", "http://u:***@[::1]:3000/?a=***&***#***"),
     ],
 )
 def test_a_quoted_url_shows_no_secret_whatever_its_parse(text: str, shown: str) -> None:
@@ -49,9 +66,18 @@ def test_the_refusal_names_the_part_that_is_wrong(text: str, problem: str) -> No
     assert str(refused.value) == f"is the gateway's base URL, e.g. http://HOST:PORT, {problem}"
 
 
-def test_the_stdio_bridge_does_not_print_a_password_from_a_url_without_its_colon() -> None:
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        ("https//admin:hunter2@gw:3000", "https//admin:***@gw:3000"),
+        ("https//admin:hun?ter2@gw:3000", "https//admin:***@gw:3000"),
+        ("http://admin:s3cr/et@gw:3000", "http://admin:***@gw:3000"),
+        ("http://admin:hun#ter2@gw:3000", "http://admin:***@gw:3000"),
+    ],
+)
+def test_the_stdio_bridge_does_not_print_a_password_of_a_refused_url(text: str, quoted: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "stdio", "--url", "https//admin:hunter2@gw:3000"],
+        [sys.executable, "-m", "gateway.cli", "stdio", "--url", text],
         capture_output=True,
         stdin=subprocess.DEVNULL,
         cwd=str(REPO),
@@ -61,5 +87,7 @@ def test_the_stdio_bridge_does_not_print_a_password_from_a_url_without_its_colon
     )
     err = done.stderr.decode()
     assert (done.returncode, done.stdout) == (2, b""), err
-    assert "hunter2" not in err, err
-    assert "must start with http:// or https://" in err and "got 'https//admin:***@gw:3000'" in err, err
+    password = text.split("admin:", 1)[1].rsplit("@", 1)[0]
+    for piece in (password, password[:3], password[-3:]):
+        assert piece not in err, err
+    assert "mcp-gateway stdio: --url " in err and f"got {quoted!r}" in err, err
