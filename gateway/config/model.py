@@ -244,7 +244,7 @@ class GatewayConfig(Section):
             *self.tls.key_file_warnings(),
             *self.unapprovable_confirmations(),
             *self.upstreams.command_warnings(os.environ),
-            *telemetry_warnings(self.telemetry),
+            *telemetry_warnings(self.telemetry, os.environ),
         ]
 
     def unapprovable_confirmations(self) -> list[str]:

@@ -103,11 +103,11 @@ def burst_shortfall(providers: ProviderTelemetryConfig) -> str | None:
     )
 
 
-def telemetry_warnings(config: TelemetryConfig) -> list[str]:
+def telemetry_warnings(config: TelemetryConfig, environ: Mapping[str, str]) -> list[str]:
     """What [telemetry] loads with but refuses once boards' telemetry is exported (`config check` and each
-    start and reload warn of it; resolve_telemetry refuses it when export is on)."""
+    start and reload warn of it; resolve_telemetry refuses it when export is on, so it is not warned of then)."""
     shortfall = burst_shortfall(config.providers)
-    if shortfall is None:
+    if shortfall is None or (export_on(config, environ) and config.providers.enabled):
         return []
     return [
         f"{shortfall} (ignored while boards' telemetry is not exported; refused when [telemetry] export is on "
@@ -245,16 +245,20 @@ def _flag(environ: Mapping[str, str], name: str) -> str:
     return environ.get(name, "").strip()
 
 
+def export_on(config: TelemetryConfig, environ: Mapping[str, str]) -> bool:
+    """Whether the export is on: `enabled` decides alone when set; else an `endpoint`, else
+    OTEL_EXPORTER_OTLP_ENDPOINT unless OTEL_SDK_DISABLED is true."""
+    if config.enabled is not None:
+        return config.enabled
+    if config.endpoint is not None:
+        return True
+    return bool(_flag(environ, ENV_ENDPOINT)) and _flag(environ, ENV_SDK_DISABLED).lower() != "true"
+
+
 def resolve_telemetry(config: TelemetryConfig, environ: Mapping[str, str]) -> TelemetrySettings:
     """[telemetry] with OTEL_* filling what it leaves unset, as the OpenTelemetry SDK reads them; the
     keys win. Raises TelemetryConfigError for a value that cannot be used (the gateway fails closed)."""
-    env_endpoint = _flag(environ, ENV_ENDPOINT)
-    if config.enabled is not None:
-        enabled = config.enabled
-    elif config.endpoint is not None:
-        enabled = True
-    else:
-        enabled = bool(env_endpoint) and _flag(environ, ENV_SDK_DISABLED).lower() != "true"
+    enabled = export_on(config, environ)
     shortfall = burst_shortfall(config.providers)
     if enabled and config.providers.enabled and shortfall is not None:
         raise TelemetryConfigError(shortfall)

@@ -23,7 +23,7 @@ def test_a_small_burst_loads_and_is_warned_of_while_export_is_off(tmp_path: Path
     config = load_config(write_config(tmp_path, section()), environ={})
     settings = resolve_telemetry(config.telemetry, {})
     assert not settings.enabled
-    [warning] = telemetry_warnings(config.telemetry)
+    [warning] = telemetry_warnings(config.telemetry, {})
     assert warning.startswith(SHORT) and "refused when [telemetry] export is on" in warning
 
 
@@ -49,13 +49,13 @@ def test_a_small_burst_is_refused_when_boards_telemetry_is_exported(
 def test_boards_telemetry_off_needs_no_burst() -> None:
     config = TelemetryConfig.model_validate({"enabled": True, "providers": {"enabled": False, "burst": 20}})
     assert resolve_telemetry(config, {}).enabled
-    assert len(telemetry_warnings(config)) == 1
+    assert len(telemetry_warnings(config, {})) == 1
 
 
 def test_a_burst_above_max_items_is_neither_warned_of_nor_refused() -> None:
     config = TelemetryConfig.model_validate({"enabled": True, "providers": {"burst": 33, "max_items": 32}})
     assert resolve_telemetry(config, {}).enabled
-    assert telemetry_warnings(config) == []
+    assert telemetry_warnings(config, {}) == []
 
 
 def test_config_check_passes_with_export_off_and_refuses_with_it_on(tmp_path: Path) -> None:
@@ -67,3 +67,4 @@ def test_config_check_passes_with_export_off_and_refuses_with_it_on(tmp_path: Pa
     on = config_check(tmp_path / "on", section("enabled = true"))
     assert on.returncode == 2, on.stderr
     assert SHORT in on.stderr and "Traceback" not in on.stderr
+    assert "warning" not in on.stderr  # refused, not also warned of as ignored
