@@ -6,7 +6,10 @@ so while one is open the entry gate's own check runs again on the request that o
 verifiers and required scopes in force now (ClientAuth.recheck; a refusal is counted there, in
 mcpgw_auth_failures_total{reason}). It runs at most once per RECHECK_EVERY_S per connection: before a
 request or a frame on a WebSocket (and when it has been idle for limits.sse_keepalive_s), before a
-write (a message or a keepalive) on a stream. Callers whose
+write (a message or a keepalive) on a stream; and at the first of these after a configuration reload
+whatever the time (`stale`), so the scopes a reload changed are taken (`adopt`) before anything more is
+written. A listen stream is also judged when `_all` or a tool group compares its view after a reload
+(listen_stream.py). Callers whose
 connection is not judged again: anonymous ones (no [auth]: nobody to judge) and HMAC-signed ones (a
 signature vouches for one request and its nonce cannot be presented twice). A judgement the gateway
 cannot make (503: the authorization server's keys cannot be loaded) leaves the connection open, but not
@@ -79,6 +82,8 @@ class CredentialWatch:
         self.transport = transport
         self.clock = clock
         self.checked_at = clock()
+        self.judged_under: object = auth.config if auth is not None else None
+        """The configuration in force at the last judgement: a reload (another one) makes the next one due."""
         self.unjudged_since: float | None = None
         """When (by `clock`) the judgements the gateway could not make (503) began; None after one it made."""
         self.wall_clock: Callable[[], float] = time.time
@@ -86,8 +91,9 @@ class CredentialWatch:
         # A WebSocket's reader and writer may both ask at once: one judgement, counted and logged once.
         self.judging = asyncio.Lock()
         self.adopt: Callable[[Principal], None] | None = None
-        """Told the caller as judged again, when it still stands: a raw WebSocket's session takes its scopes
-        as granted now (a reload may have changed them; _all and the tool groups filter by them)."""
+        """Told the caller as judged again, when it still stands: a raw WebSocket's session and a listen
+        stream take its scopes as granted now (a reload may have changed them; _all and the tool groups
+        filter by them)."""
 
     @classmethod
     def of(cls, request: web.Request, transport: str) -> CredentialWatch:
@@ -96,7 +102,11 @@ class CredentialWatch:
 
     def due(self) -> bool:
         """Whether `failure` would judge now: one time comparison, cheap enough for every write."""
-        return self.auth is not None and self.clock() - self.checked_at >= RECHECK_EVERY_S
+        return self.stale() or (self.auth is not None and self.clock() - self.checked_at >= RECHECK_EVERY_S)
+
+    def stale(self) -> bool:
+        """Whether the configuration changed (a reload) since the credential was last judged."""
+        return self.auth is not None and self.auth.config is not self.judged_under
 
     async def failure(self) -> AuthFailure | None:
         """Why the credential no longer stands; None while it does (or was judged less than a second ago).
@@ -107,8 +117,9 @@ class CredentialWatch:
             if self.failed is not None or not self.due():
                 return self.failed  # judged while this caller waited
             assert self.auth is not None  # due() says so
-            now = self.clock()
+            now, config = self.clock(), self.auth.config
             outcome = await self.auth.recheck(self.request)
+            self.judged_under = config
             if not isinstance(outcome, AuthFailure):
                 self.checked_at, self.unjudged_since = now, None
                 if outcome is not None and self.adopt is not None:

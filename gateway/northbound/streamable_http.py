@@ -43,6 +43,7 @@ from gateway.northbound.credential_watch import CredentialWatch, credential_gone
 from gateway.northbound.event_stream import accepts, lists_sse
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
 from gateway.northbound.listen_quota import ListenQuota
+from gateway.northbound.listen_stream import SubscriptionStream
 from gateway.policy.caller_pending import CallerPending, caller_key
 from gateway.policy.request_principal import request_principal
 from gateway.policy.verifier import AuthFailure
@@ -189,44 +190,6 @@ class BatchStream(RequestStream):
 Stream = TypeVar("Stream", bound=RequestStream)
 
 
-class SubscriptionStream:
-    """One stateless-era `subscriptions/listen` stream: only the notification kinds asked for."""
-
-    KIND_BY_METHOD = {
-        "notifications/tools/list_changed": "toolsListChanged",
-        "notifications/prompts/list_changed": "promptsListChanged",
-        "notifications/resources/list_changed": "resourcesListChanged",
-    }
-
-    def __init__(self, subscription_id: Any, honored: JsonObject, queue_limit: int, principal: Principal) -> None:
-        self.subscription_id = subscription_id
-        self.principal = principal  # under a policy, the slot delivers only what this caller may know of
-        self.honored = honored
-        self.uris = set(honored.get("resourceSubscriptions") or ())
-        self.queue = MessageQueue(queue_limit)
-
-    def deliver(self, message: JsonObject) -> None:
-        method = message.get("method")
-        params = message.get("params")
-        params = dict(params) if isinstance(params, dict) else {}
-        if method == "notifications/resources/updated":
-            if params.get("uri") not in self.uris:
-                return
-        else:
-            kind = self.KIND_BY_METHOD.get(str(method))
-            if kind is None or not self.honored.get(kind):
-                return
-        meta = params.get("_meta")
-        params["_meta"] = {
-            **(meta if isinstance(meta, dict) else {}),
-            META_SUBSCRIPTION_ID: self.subscription_id,
-        }
-        self.queue.put(jsonrpc.notification(str(method), params))
-
-    def slot_reclaimed(self) -> None:
-        self.queue.close()  # the slot went to a provider (SlotRegistry._reclaim_client_names)
-
-
 class StreamableHttpEndpoint:
     def __init__(self, gateway: Gateway, admission: Admission | None = None) -> None:
         self.gateway = gateway
@@ -359,10 +322,16 @@ class StreamableHttpEndpoint:
         return self.limits.stream_write_timeout_s, self.gateway.metrics
 
     async def pump(
-        self, request: web.Request, response: web.StreamResponse, queue: MessageQueue, kind: str
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        queue: MessageQueue,
+        kind: str,
+        watch: CredentialWatch | None = None,
     ) -> AuthFailure | None:
-        """Write a stream the client holds open (`kind`, for the log); why its credential no longer stands, if so."""
-        watch = CredentialWatch.of(request, kind)
+        """Write a stream the client holds open (`kind`, for the log); why its credential no longer stands, if
+        so. `watch`: the stream's own (default: one made here)."""
+        watch = watch or CredentialWatch.of(request, kind)
         return await event_stream.pump(
             request, response, queue, self.limits.sse_keepalive_s, *self.write_bound(), watch
         )
@@ -734,6 +703,8 @@ class StreamableHttpEndpoint:
         if crowded is not None:
             return json_response(crowded)
         stream = SubscriptionStream(request_id, honored, self.limits.notification_queue, ctx.principal)
+        watch = CredentialWatch.of(request, "subscriptions/listen stream")
+        stream.watched_by(watch)
         ctx.listener = stream
         target.attach(stream)
         self.gateway.client_streams.add(stream.queue)
@@ -750,7 +721,8 @@ class StreamableHttpEndpoint:
                 {"notifications": honored, "_meta": {META_SUBSCRIPTION_ID: request_id}},
             )
             await event_stream.write(request, response, event_stream.encode_event(ack), *self.write_bound())
-            failure = await self.pump(request, response, stream.queue, "subscriptions/listen stream")
+            kind = "subscriptions/listen stream"
+            failure = await self.pump(request, response, stream.queue, kind, watch) or watch.failed
             end = b""
             if failure is not None:  # the listen request's own answer says why
                 end = event_stream.encode_event(credential_gone(request_id, failure))
@@ -769,9 +741,9 @@ class StreamableHttpEndpoint:
         finally:
             metrics.dec()
             self.listens.leave(caller)
-            stream.queue.close()
-            self.gateway.client_streams.discard(stream.queue)
             target.detach(stream)
+            stream.close()
+            self.gateway.client_streams.discard(stream.queue)
 
     @staticmethod
     def honored_filter(target: Target, wanted: JsonObject) -> JsonObject:
