@@ -220,8 +220,8 @@ async def test_sim_command_refuses_a_url_it_cannot_dial() -> None:
     assert "--gateway is the gateway's base URL, e.g. http://HOST:PORT, with no path" in err
     for flags, named in (
         (("--pumps", "0"), "sim: --pumps must be between 1 and 1000, got 0\n"),
-        (("--deadman-s", "0"), "sim: --deadman-s must be greater than 0, got 0\n"),
-        (("--first", "-1", "--dry-run-s", "-2"), "--first must be 0 or more, got -1; --dry-run-s must be greater"),
+        (("--deadman-s", "0"), "sim: --deadman-s must be above 0 and at most 86400, got 0\n"),
+        (("--first", "-1", "--dry-run-s", "-2"), "--first must be 0 or more, got -1; --dry-run-s must be above 0"),
     ):
         code, _, err = await cli("sim", *flags)
         assert code == 2
