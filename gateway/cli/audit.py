@@ -24,6 +24,8 @@ TABLE_LIMIT = 1000
 ENV_AUDIT_PATH = "MCP_GATEWAY_AUDIT__PATH"
 DAMAGED = "damaged"
 """A record's key naming its columns whose stored JSON cannot be read (gateway/policy/audit/reading.py)."""
+MAX_PRINCIPAL_CHARS = 512
+"""Longest --principal: a subject's kind and an access token's longest subject (256 characters) fit in it."""
 DAMAGED_IDS_SHOWN = 20
 """The note on stderr names at most this many damaged records by id, and counts the rest."""
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -291,6 +293,22 @@ def _missing_hint(args: argparse.Namespace, path: Path) -> str:
     return f" ({SYSTEMD_TRAIL_HINT}, or --config FILE when the gateway's configuration names an [audit] path)"
 
 
+def _pattern_too_long(args: argparse.Namespace) -> str | None:
+    """Why --slot, --tool or --principal is refused for its length, or None: SQLite refuses a long GLOB
+    pattern as too complex, which would read as a trail that cannot be read. The bound of --slot and --tool
+    is the one of _broker's broker_audit_recent; the value itself is never echoed."""
+    from gateway.core.broker.governed_tools import MAX_PATTERN
+
+    for flag, value, most in (
+        ("--slot", args.slot, MAX_PATTERN),
+        ("--tool", args.tool, MAX_PATTERN),
+        ("--principal", args.principal, MAX_PRINCIPAL_CHARS),
+    ):
+        if value is not None and len(value) > most:
+            return f"{flag} is {len(value)} characters long; it takes a name or pattern of at most {most} characters"
+    return None
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     """Print the audit trail's decisions with their results, oldest first: every matching one as jsonl or
     csv, the newest TABLE_LIMIT as a table; --limit N keeps the newest N, and a cut is said on stderr."""
@@ -302,6 +320,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     if args.effect is not None and args.effect not in EFFECTS:
         print(f"mcp-gateway audit: --effect {args.effect!r} is none of {', '.join(EFFECTS)}", file=sys.stderr)
+        return 2
+    too_long = _pattern_too_long(args)
+    if too_long is not None:
+        print(f"mcp-gateway audit: {too_long}", file=sys.stderr)
         return 2
     if args.since is not None and args.until is not None and args.since >= args.until:
         # Nothing lies between them: say so rather than print an empty table.

@@ -3,8 +3,8 @@ the gateway let go of a serial port for the flash and take it back after (docs/f
 
 Who may call them: as broker_reload (gateway/core/broker/reload_tool.py). Under [policy] the policy
 decides (an action on /_system/broker: tool.control). Without a policy they are never listed and are
-served only to an operator of `_broker` (gateway/core/broker/rights.py) who also holds the scopes of
-every slot the port carries now or has carried.
+served only to an operator of `_broker` (gateway/core/broker/rights.py). Either way the caller must also
+be one that may call every slot the port carries now or has carried (rights.port_refusal).
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ async def call(
     port = arguments.get("port")
     if not isinstance(port, str) or not port:
         return _refused(f'{name}: "port" must name a serial port, e.g. /dev/ttyUSB0')
-    refusal = None if governed else rights.port_refusal(gateway, principal, name, port)
+    # With or without a policy: who may not call a slot on the port may not take its board away either.
+    refusal = rights.port_refusal(gateway, principal, name, port)
     if refusal is not None:
         raise errors.forbidden(refusal, {"tool": name, "reason": "slot_scopes"})
     if handover is None:

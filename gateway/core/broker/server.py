@@ -479,8 +479,9 @@ class BrokerTarget(Target):
 
     # -- data ---------------------------------------------------------------------------------
 
-    def broker_info(self) -> JsonObject:
-        return status.broker_info(self.gateway)
+    def broker_info(self, principal: Principal | None = None) -> JsonObject:
+        """broker_info as `principal` may be shown it (None: all of it, as the gateway reads it)."""
+        return rights.broker_info(self.gateway, principal)
 
     def providers_list(self, principal: Principal) -> JsonObject:
         return rights.providers_list(self.gateway, principal)
@@ -501,7 +502,8 @@ class BrokerTarget(Target):
 
     def problems(self, slot: str | None = None, *, principal: Principal | None = None) -> list[Problem]:
         """What is wrong, as `principal` may be told it (None: the whole gateway, as the gateway reads it)."""
-        return rights.diagnose_for(self.gateway, principal, diagnose, slot)
+        operator = principal is not None and rights.is_operator(self.gateway, principal, OPERATOR_TOOLS)
+        return rights.diagnose_for(self.gateway, principal, diagnose, slot, operator)
 
     def diagnosis(self, slot: str | None = None, *, principal: Principal | None = None) -> JsonObject:
         problems = self.problems(slot, principal=principal)
@@ -521,7 +523,7 @@ class BrokerTarget(Target):
         operator = rights.is_operator(self.gateway, principal, OPERATOR_TOOLS)
         config = masked_dump(self.gateway.config)
         data = GuideInput(
-            info=status.broker_info(self.gateway),
+            info=self.broker_info(principal),
             providers=rights.providers_list(self.gateway, principal)["providers"],
             problems=self.problems(principal=principal),
             config=config if operator else rights.guide_config(config),
@@ -706,7 +708,7 @@ class BrokerTarget(Target):
             raise errors.unknown_tool(str(name), "_broker")
         given = self._check_arguments(name, params.get("arguments"))
         if name == "broker_info":
-            return json_result(self.broker_info())
+            return json_result(self.broker_info(principal))
         if name == "providers_list":
             return json_result(self.providers_list(principal))
         if name == "provider_status":
@@ -720,7 +722,7 @@ class BrokerTarget(Target):
         if not isinstance(uri, str):
             raise invalid('resources/read needs "uri", e.g. broker://info')
         if uri == "broker://info":
-            return self._json_contents(uri, self.broker_info())
+            return self._json_contents(uri, self.broker_info(principal))
         if uri == "broker://providers":
             return self._json_contents(uri, self.providers_list(principal))
         if uri == "broker://diagnose":
