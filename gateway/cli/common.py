@@ -92,15 +92,30 @@ _SCHEME_LEAD = re.compile(r"(?:(?:[A-Za-z][A-Za-z0-9+.-]*:?)?/+)?")
 """What a URL may start with ahead of a user and password: `https://`, or without `://`, `https//`, `http:/`."""
 
 
+_HOST_PORT = re.compile(r"(?:\[[^\]/?#@]*\]|[^:\[\]/?#@]*):(?P<port>[0-9]{1,5})")
+"""An authority that is a host with a port (`127.0.0.1:3000`, `[::1]:3000`): no userinfo in it."""
+
+
 def shown_url(text: str) -> str:
     """`text` as a refusal quotes it, with the password of its userinfo, every query value and the
-    fragment masked whatever the parse. The userinfo ends at the LAST `@` of the text, even one after a
-    `/`, `?` or `#`: a password may hold those, and urlsplit (which ends the userinfo at the first of
-    them) would leave its start in view. A userinfo without a password, or whose user holds one of
-    them, is masked whole (a lone user name is often a token)."""
+    fragment masked whatever the parse.
+
+    Where the userinfo ends: an authority (the text after the scheme up to the first `/`, `?` or `#`)
+    that is a host with a port (0-65535) has none, so an `@` after it is in the path, query or fragment
+    (`http://h:1/x@y` names host h; so does `http://admin:1234/x@y`, whose digits cannot be told from
+    a port). Any other text before an `@` is taken for a userinfo ending at the LAST `@` of the text:
+    a password may hold `/ ? # @` (`admin:s3cr/et@gw`, whose `s3cr` is no port), and urlsplit (which
+    ends the userinfo at the first of them) would leave its start in view; so may a lone user name
+    (`http://tok/en@gw`). A userinfo without a password, or whose user holds one of them, is masked
+    whole (a lone user name is often a token)."""
     lead = _SCHEME_LEAD.match(text)
     start = lead.end() if lead else 0
-    userinfo, at, rest = text[start:].rpartition("@")
+    authority = re.split(r"[/?#]", text[start:], maxsplit=1)[0]
+    host_port = _HOST_PORT.fullmatch(authority)
+    if host_port and int(host_port["port"]) <= 65535:
+        userinfo, at, rest = "", "", text[start:]
+    else:
+        userinfo, at, rest = text[start:].rpartition("@")
     if not at:
         rest = text[start:]
     user, colon, _ = userinfo.partition(":")

@@ -520,10 +520,13 @@ def _update(args: argparse.Namespace, port: str, before: dict[str, Any], applica
             handover.resume(port)
             raise
         if not released:
+            # The gateway's refusal (a token that is no operator of _broker) is what to act on: quoted.
+            why = handover.why_not.get(port)
+            advice = "Do as it says, or stop the gateway" if why else "Stop the gateway"
             _fail(
                 f"{args.slot} is connected through the gateway's serial way in on {port}, and the gateway at "
-                f"{args.url} did not let go of it (broker_serial_release; see docs/field.md): stop the gateway, "
-                "then update"
+                f"{args.url} {why or 'did not let go of it (broker_serial_release; see docs/field.md)'}. "
+                f"{advice}, then update"
             )
             return None
         _say(f"{args.slot}: the gateway let go of {port} for the update")

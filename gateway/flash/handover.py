@@ -9,7 +9,10 @@ flash asks the gateway's `_broker` provider, over the same MCP endpoint `mcp-gat
   broker_serial_resume  {"port": "<path>"}   open it again now (the board re-registers)
 
 A gateway that is not running, refuses, or does not have these tools (older versions) counts as "did
-not release": the flash then reports port-in-use.
+not release": the flash then reports port-in-use, and when the gateway was asked for a port whose lock
+another process is seen to hold, the message ends with its answer ("the gateway at --url URL refused to let go of it:
+<its refusal>"), so that a refusal such as a token that is no operator of `_broker` is not taken for a
+busy port.
 
 The call carries the client token, so it goes only to the gateway that may hold the port: the port is
 local, so that gateway is a local process (gateway/flash/peer.py finds who listens at the URL). When
@@ -44,6 +47,8 @@ from typing import Any, Protocol
 
 RELEASE_TOOL = "broker_serial_release"
 RESUME_TOOL = "broker_serial_resume"
+REFUSAL_CHARS = 2000
+"""The most characters of the gateway's answer a refusal quotes (its own refusals are a few hundred)."""
 
 
 @dataclass(frozen=True)
@@ -58,8 +63,9 @@ class Release:
 class Handover(Protocol):
     def let_go(self, port: str) -> Release | None:
         """The release when the holder let go of `port`, None when it did not (or was not asked); a
-        FlashError port-in-use that says why when the holder was not asked because the gateway it
-        reaches is not the one holding the port."""
+        FlashError port-in-use that says why when another process holds the port and the holder was
+        not asked (the gateway it reaches is not the one holding the port), or refused (its answer
+        quoted)."""
         ...
 
     def resume(self, port: str) -> None: ...
@@ -77,38 +83,54 @@ class GatewayHandover:
         """Whether a process (by pid) is the gateway: by default, whether it runs as `mcp-gateway run`."""
         self.asked: set[str] = set()
         """The ports this command asked the gateway to let go of: the only ones it asks to take back."""
+        self.why_not: dict[str, str] = {}
+        """Why the gateway did not let go of a port it was asked for, as the end of a sentence naming it:
+        "refused to let go of it: <its answer>", or "did not let go of it: <what failed>"."""
 
-    def _call(self, tool: str, port: str) -> dict[str, Any] | None:
-        """The tool's result, None when the gateway could not be reached or refused."""
-        from gateway.client import GatewayCallError, GatewayClient
+    def _call(self, tool: str, port: str) -> dict[str, Any]:
+        """The tool's result (isError too); GatewayCallError when the gateway refused the call (a
+        JSON-RPC error, an HTTP refusal) or could not be reached, OSError or TimeoutError."""
+        from gateway.client import GatewayClient
 
         async def go() -> dict[str, Any]:
             async with GatewayClient(self.url, "_broker", timeout_s=10.0, token=self.token) as client:
                 return await client.call_tool(tool, {"port": port})
 
-        try:
-            result = asyncio.run(go())
-        except (GatewayCallError, OSError, TimeoutError):
-            return None
-        return None if result.get("isError") else result
+        return asyncio.run(go())
 
     def let_go(self, port: str) -> Release | None:
-        if not self._may_ask(port):
-            return None
-        self.asked.add(port)
-        result = self._call(RELEASE_TOOL, port)
-        if result is None:
-            return None
-        return Release(already_held=_answer(result).get("already_held") is True)
-
-    def _may_ask(self, port: str) -> bool:
-        """Whether the gateway at the URL may be asked to let go of `port` (the module's rules); raises
-        port-in-use when another process holds the port and the URL does not lead to it."""
-        from gateway.flash.peer import listener
+        from gateway.client import GatewayCallError
         from gateway.flash.port import holders, in_use_error, lock_holder_pids, lock_holders
 
-        found = listener(self.url)
         holder_pids = lock_holder_pids(port)
+        # Said only when another process is seen holding the port: this command may hold it (a
+        # takeover, where a gateway that does not serve the port rightly refuses) unless the lock says not.
+        quiet = holder_pids is None or os.getpid() in holder_pids
+        if not self._may_ask(port, holder_pids):
+            return None
+        self.asked.add(port)
+        self.why_not.pop(port, None)
+        try:
+            result = self._call(RELEASE_TOOL, port)
+        except (GatewayCallError, OSError, TimeoutError) as exc:
+            self.why_not[port] = _why_not(exc)
+        else:
+            if not result.get("isError"):
+                return Release(already_held=_answer(result).get("already_held") is True)
+            self.why_not[port] = f"refused to let go of it: {_shown(_error_text(result))}"
+        if quiet:
+            return None
+        said = f"The gateway at --url {self.url} {self.why_not[port]}"
+        raise in_use_error(port, lock_holders(port) or holders(port), said)
+
+    def _may_ask(self, port: str, holder_pids: list[int] | None) -> bool:
+        """Whether the gateway at the URL may be asked to let go of `port`, whose lock `holder_pids`
+        hold (the module's rules); raises port-in-use when another process holds the port and the URL
+        does not lead to it."""
+        from gateway.flash.peer import listener
+        from gateway.flash.port import holders, in_use_error, lock_holders
+
+        found = listener(self.url)
         if holder_pids is not None and os.getpid() in holder_pids:  # this command has the port: a takeover
             return found.is_gateway(self.runs_gateway)
         if found.nobody:
@@ -133,8 +155,37 @@ class GatewayHandover:
             return False
 
     def resume(self, port: str) -> None:
+        from gateway.client import GatewayCallError
+
         if port in self.asked:
-            self._call(RESUME_TOOL, port)
+            # Not held (the release was refused) or not reached: there is nothing to take back here.
+            with contextlib.suppress(GatewayCallError, OSError, TimeoutError):
+                self._call(RESUME_TOOL, port)
+
+
+def _why_not(exc: BaseException) -> str:
+    """Why the gateway did not let go, as the end of a sentence about it: "refused" for its JSON-RPC
+    error; for anything else (an HTTP refusal such as a bad token, no answer) what the client says."""
+    from gateway.client import GatewayCallError
+
+    text = _shown(str(exc) or type(exc).__name__)
+    if isinstance(exc, GatewayCallError) and exc.code is not None:
+        return f"refused to let go of it: {text}"
+    return f"did not let go of it: {text}"
+
+
+def _shown(text: str) -> str:
+    """The gateway's words on the user's terminal: what does not print escaped, bounded."""
+    from gateway.flash.shown import printable
+
+    return printable(text, REFUSAL_CHARS)
+
+
+def _error_text(result: dict[str, Any]) -> str:
+    """The text of a tool's isError result (its content's text parts)."""
+    content = result.get("content")
+    parts = [item.get("text") for item in content if isinstance(item, dict)] if isinstance(content, list) else []
+    return " ".join(part for part in parts if isinstance(part, str)) or "the tool answered isError without a text"
 
 
 def _answer(result: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """A refused --url is quoted back with its user's password, its query values and its anchor masked, also
-when it is too malformed to parse as a URL, and the refusal names what is wrong with it (docs/cli.md)."""
+when it is too malformed to parse as a URL, and the refusal names what is wrong with it (docs/cli.md); an
+`@` after a host with a port is in the path, query or fragment, so the quote names the host given."""
 
 from __future__ import annotations
 
@@ -41,7 +42,17 @@ REPO = Path(__file__).resolve().parents[2]
         ("admin:hun?ter2@gw:3000", "admin:***@gw:3000"),
         ("admin:hun:ter2@gw", "admin:***@gw"),  # a colon in the password: not taken for a scheme
         ("https//ghp_hun?ter2@gw", "https//***@gw"),
-        ("http://h:1/?token=hun:ter2@x", "http://h:***@x"),  # an @ in a query value ends a userinfo too
+        # After a host with a port, an @ is in the path, query or fragment: no other host is quoted.
+        ("http://h:1/?token=hun:ter2@x", "http://h:1/?token=***"),
+        ("http://127.0.0.1:58744/x@evil.example", "http://127.0.0.1:58744/x@evil.example"),
+        ("http://127.0.0.1:58744/?a=b@c", "http://127.0.0.1:58744/?a=***"),
+        ("http://h:1#a@b", "http://h:1#***"),
+        ("http://[::1]:3000/a@b?c=d@e", "http://[::1]:3000/a@b?c=***"),
+        ("127.0.0.1:3170/x@y", "127.0.0.1:3170/x@y"),
+        # A "port" that is none (not digits, or past 65535) is a password cut short by its / ? #.
+        ("http://admin:99999/et@gw:3000", "http://admin:***@gw:3000"),
+        ("http://admin:1x/et@gw:3000/?q=a@b", "http://admin:***@b"),
+        ("http://tok/en@gw:3000", "http://***@gw:3000"),  # a lone name before a /: a token may hold one
         ("admin:hunter2@gw?u=http://x", "admin:***@gw?u=***"),  # a :// after the @ is no scheme
         ("http://[::1]:3000", "http://[::1]:3000"),
         ("http://u:hunter2@[::1]:3000/?a=b&c#d", "http://u:***@[::1]:3000/?a=***&***#***"),
@@ -91,3 +102,25 @@ def test_the_stdio_bridge_does_not_print_a_password_of_a_refused_url(text: str, 
     for piece in (password, password[:3], password[-3:]):
         assert piece not in err, err
     assert "mcp-gateway stdio: --url " in err and f"got {quoted!r}" in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        ("http://127.0.0.1:58920/x@evil.example", "with no path; got 'http://127.0.0.1:58920/x@evil.example'"),
+        ("http://127.0.0.1:58920/?a=b@c", "with no query (?...); got 'http://127.0.0.1:58920/?a=***'"),
+    ],
+)
+def test_the_stdio_bridge_quotes_the_host_it_was_given_when_an_at_follows_it(text: str, quoted: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "stdio", "--url", text],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        cwd=str(REPO),
+        env={k: v for k, v in os.environ.items() if k != "MCP_GATEWAY_URL"},
+        timeout=60,
+        check=False,
+    )
+    err = done.stderr.decode()
+    assert (done.returncode, done.stdout) == (2, b""), err
+    assert err.rstrip().endswith(quoted), err
