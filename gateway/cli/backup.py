@@ -576,7 +576,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(manifest.as_json()).decode() + "\n")
         return 0
     total = sum(entry.size for entry in manifest.files)
-    print(f"backed up {len(manifest.files)} files, {total} bytes, to {dest} (listed in {dest / MANIFEST})")
+    count = len(manifest.files)
+    files = "1 file" if count == 1 else f"{count} files"
+    print(f"backed up {files}, {total} bytes, to {dest} (listed in {dest / MANIFEST})")
     for item in manifest.absent:
         print(f"  not in the backup: {item['kind']} {item['original'] or ''} ({item['why']})".replace("  (", " ("))
     return 0

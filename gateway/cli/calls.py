@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import codecs
 import io
+import os
+import stat
 import sys
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,11 @@ from gateway.cli.common import (
 from gateway.cli.parsing import intermixed
 from gateway.client import GatewayCallError
 from gateway.config import ConfigError
+from gateway.config.files import FileRefused, read_regular_file
+
+SCHEMA_FILE_MAX_BYTES = 8 << 20
+"""schema-hash FILE reads at most 8 MiB: eight times a slot's default tools/list bound
+(limits.max_tool_list_bytes_per_slot), so /dev/zero or an endless pipe ends in a named refusal."""
 
 if TYPE_CHECKING:
     from gateway.client import GatewayClient
@@ -184,6 +191,19 @@ def cmd_call(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def _read_schema_file(path: str) -> bytes:
+    """The schema file's bytes, at most SCHEMA_FILE_MAX_BYTES: a regular file or a character device through
+    the configuration's bounded reader, a pipe (`... | schema-hash /dev/stdin`) until its writer closes it.
+    FileRefused past the bound or for any other kind of file; the OSError of stat, open or read as it is."""
+    if stat.S_ISFIFO(os.stat(path).st_mode):
+        with open(path, "rb") as pipe:  # blocking: the read returns at the bound or at the writer's end
+            data = pipe.read(SCHEMA_FILE_MAX_BYTES + 1)
+        if len(data) > SCHEMA_FILE_MAX_BYTES:
+            raise FileRefused("schema file", path, f"larger than {SCHEMA_FILE_MAX_BYTES} bytes, the bound for it")
+        return data
+    return read_regular_file(path, "schema file", SCHEMA_FILE_MAX_BYTES, devices=True)
+
+
 def cmd_schema_hash(args: argparse.Namespace) -> int:
     """The canonical tools hash (docs/pump-1.md, "Schema hash") of a schema file, or of what a live slot lists."""
     from gateway.core.schema_hash import tools_hash
@@ -195,14 +215,22 @@ def cmd_schema_hash(args: argparse.Namespace) -> int:
         return 2
     if args.file is not None:
         try:
-            with open(args.file, "rb") as f:
-                document = orjson.loads(f.read())
+            document = orjson.loads(_read_schema_file(args.file))
         except FileNotFoundError:
             # `schema-hash pump-1` reads a file named pump-1; a live slot is named with --slot. Exit 2
             # as for any file named that cannot be read. A path or a .json name is no slot's: no hint.
             looks_like_a_file = "/" in args.file or args.file.endswith(".json")
             hint = "" if looks_like_a_file else f" (to hash the tools a live slot lists, use --slot {args.file})"
             print(f"mcp-gateway schema-hash: no such file: {args.file}{hint}", file=sys.stderr)
+            return 2
+        except IsADirectoryError:
+            print(f"mcp-gateway schema-hash: {args.file} is a directory; give the schema file", file=sys.stderr)
+            return 2
+        except FileRefused as exc:  # a device, a socket, or more than SCHEMA_FILE_MAX_BYTES
+            print(f"mcp-gateway schema-hash: {args.file}: {exc.reason}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"mcp-gateway schema-hash: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
             return 2
         except orjson.JSONDecodeError as exc:
             print(f"mcp-gateway schema-hash: {args.file} is not valid JSON: {exc}", file=sys.stderr)

@@ -356,9 +356,9 @@ def refuse_insecure_bind(config: GatewayConfig) -> str | None:
     what, risk = lan_sides_text(missing)
     return (
         f"refusing to listen on {bind_shown(config.host)} without {what}: anyone on the network could {risk}. "
-        "A LAN bind needs both: client authentication ([auth] tokens, token_files or oauth) and provider "
-        'authentication ([providers.auth] mode = "shared" or "identities"). Configure what is missing, '
-        "bind to 127.0.0.1, or pass --insecure-lan to accept the risk."
+        "A LAN bind needs both: client authentication ([auth] tokens, token_files or oauth, or [auth.hmac] keys) "
+        'and provider authentication ([providers.auth] mode = "shared" or "identities"). Configure what is '
+        "missing, bind to 127.0.0.1, or pass --insecure-lan to accept the risk."
     )
 
 

@@ -6,11 +6,14 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from gateway.config.base import PositiveFloat, Section
+from gateway.config.base import Section
 from gateway.core.names import hidden_character
 
 MDNS_INSTANCE_NAME_BYTES = 63
 """A DNS-SD instance name is one DNS label: at most 63 bytes of UTF-8."""
+MIN_REFRESH_S = 0.05
+"""refresh_s at least: each refresh reads every interface address, so a tiny value spins the event loop.
+As the retry back-offs' floor, since a failure is retried at this interval."""
 
 
 class MdnsConfig(Section):
@@ -25,7 +28,7 @@ class MdnsConfig(Section):
     interfaces: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     """Advertise only on these interfaces (names such as "eth0", or addresses the listener serves); default every
     interface the listener serves. A loopback-bound gateway is never advertised."""
-    refresh_s: PositiveFloat = 30.0
+    refresh_s: Annotated[float, Field(ge=MIN_REFRESH_S)] = 30.0
     """How often the interface addresses are read again: a changed address is re-advertised, a failure retried."""
 
     @field_validator("instance_name")

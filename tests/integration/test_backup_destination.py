@@ -77,7 +77,7 @@ async def test_a_second_backup_into_the_destination_a_first_writes_is_refused_an
         assert sorted(path.name for path in dest.iterdir()) == sorted([CLAIM, "databases"])
         assert (dest / "databases" / "devices.db").exists()
     assert first.process.returncode == 0, first.err
-    assert first.out.startswith(f"backed up 1 files, {first.registry.stat().st_size} bytes, to {dest}")
+    assert first.out.startswith(f"backed up 1 file, {first.registry.stat().st_size} bytes, to {dest}")
     assert sorted(path.name for path in dest.iterdir()) == ["databases", "manifest.json"]
     fresh = tmp_path / "fresh"
     code, _out, err = await run_to_exit("restore", str(dest), env={"STATE_DIRECTORY": str(fresh)})
@@ -428,7 +428,7 @@ async def test_a_destination_of_this_user_in_a_sticky_directory_others_may_write
         dest.mkdir()
     code, out, err = await run_to_exit("backup", str(dest), env=env)
     assert code == 0, err
-    assert out.startswith("backed up 1 files, "), out
+    assert out.startswith("backed up 1 file, "), out
     assert sorted(path.name for path in dest.iterdir()) == ["databases", "manifest.json"]
 
 

@@ -38,7 +38,7 @@ def _gateway_problems(view: GatewayView) -> list[Problem]:
                 "The gateway listens on the network without client authentication (--insecure-lan)",
                 f"bound to {view.host} with insecure_lan = true and no [auth]; anyone who can reach {view.url} can "
                 "call every device",
-                "Configure client authentication ([auth] tokens, token_files or oauth; "
+                "Configure client authentication ([auth] tokens, token_files or oauth, or [auth.hmac] keys; "
                 "docs/security-auth.md#client-authentication), or bind to "
                 '127.0.0.1 (host = "127.0.0.1") behind a reverse proxy that authenticates, or restrict the network '
                 "with a firewall; drop --insecure-lan once client and provider authentication are configured.",
