@@ -60,15 +60,18 @@ class NameBook:
     again only after more than `max_retired` distinct slots each hold departed names.
 
     The exception: a name `<S><separator><rest>` belongs to the slot S with the longest name among the
-    present slots whose name, then the separator, starts it. Slot names are the operator's and tool
-    names the provider's, so a tool never takes a name in another slot's namespace: clients build
-    `<slot><separator><tool>` from the documented rule and must reach that slot (slot `pump` with tool
-    `1-stop` and slot `pump-1` with tool `stop` both read `pump-1-stop`, which is pump-1's). A new pair
-    whose name lies in a longer present slot's namespace is named after that slot's pairs, so it is
-    the one suffixed. And when a name is held by a pair of a shorter slot (named while the longer slot
-    was absent, or had no such tool) and a present pair of the longer slot wants exactly that name,
-    the holder gives it up and is named again with a suffix: for that one case a name changes meaning,
-    so that the rule's name reaches the slot it names.
+    present slots whose name, then the separator, starts it (names as written, name_part). Slot names
+    are the operator's and tool names the provider's, so a tool never takes a name in another slot's
+    namespace: clients build `<slot><separator><tool>` from the documented rule and must reach that
+    slot (slot `pump` with tool `1-stop` and slot `pump-1` with tool `stop` both read `pump-1-stop`,
+    which is pump-1's). Of slots written alike (`lab_1`, `lab.1` and `lab 1` all read `lab_1`) the one
+    whose name is written unchanged owns their namespace, else the one first in sorted order, so the
+    name a client builds from `lab_1` reaches lab_1 whichever joined first (_ranks_before). A new pair
+    whose name lies in a present slot's namespace that outranks its own is named after that slot's
+    pairs, so it is the one suffixed. And when a name is held by a pair of an outranked slot (named
+    while the owner was absent, or had no such tool) and a present pair of the owner wants exactly that
+    name, the holder gives it up and is named again with a suffix: for that one case a name changes
+    meaning, so that the rule's name reaches the slot it names.
     """
 
     def __init__(self, separator: str = "-", max_retired: int = 4096) -> None:
@@ -87,12 +90,12 @@ class NameBook:
         pairs = list(entries)
         unsettled = [pair for pair in pairs if pair not in self.by_pair or pair in self.displaced]
         if unsettled:
-            self._settle(dict.fromkeys(unsettled), {name_part(slot) for slot in {pair[0] for pair in pairs}})
+            self._settle(dict.fromkeys(unsettled), _owners({pair[0] for pair in pairs}))
         current = {self.by_pair[pair]: pair for pair in pairs}
         self._forget_retired(current)
         return current
 
-    def _settle(self, unsettled: Iterable[tuple[str, str]], present: set[str]) -> None:
+    def _settle(self, unsettled: Iterable[tuple[str, str]], present: dict[str, str]) -> None:
         """Name the new pairs and move displaced ones to their rule's name where its holder must give it
         up. Pairs whose name is their own slot's come first, so an intruding pair takes the suffix."""
         owners: list[tuple[tuple[str, str], str]] = []
@@ -110,10 +113,14 @@ class NameBook:
             if pair not in self.by_pair:
                 self._assign(pair, self._new_name(base), base)
 
-    def _intrudes(self, slot: str, name: str, present: set[str]) -> bool:
-        """Whether `name` lies in the namespace of a present slot longer than `slot`."""
+    def _intrudes(self, slot: str, name: str, present: dict[str, str]) -> bool:
+        """Whether `name` lies in the namespace of a present slot that outranks `slot`: one written alike
+        that ranks before it, or a longer one. `present` maps each written slot name to its owner."""
         separator = self.separator
-        cut = name.find(separator, len(name_part(slot)) + 1)
+        own = name_part(slot)
+        if present.get(own, slot) != slot and name.startswith(own + separator):
+            return True
+        cut = name.find(separator, len(own) + 1)
         while cut != -1:
             if name[:cut] in present:
                 return True
@@ -123,7 +130,12 @@ class NameBook:
     def _must_yield(self, holder_slot: str, owner_slot: str, name: str) -> bool:
         """Whether a pair of `holder_slot` holding `name` gives it up to a (present) pair of `owner_slot`."""
         owner = name_part(owner_slot)
-        return len(name_part(holder_slot)) < len(owner) and name.startswith(owner + self.separator)
+        if not name.startswith(owner + self.separator):
+            return False
+        holder = name_part(holder_slot)
+        if len(holder) != len(owner):
+            return len(holder) < len(owner)
+        return holder == owner and _ranks_before(owner_slot, holder_slot)
 
     def _take_over(self, pair: tuple[str, str], name: str, holder: tuple[str, str]) -> None:
         self._assign(pair, name, name)
@@ -181,12 +193,31 @@ class NameBook:
             self.displaced.discard(pair)
 
 
+def _ranks_before(slot: str, other: str) -> bool:
+    """Of two slots written alike, whether `slot` owns their namespace rather than `other`: a name written
+    unchanged (`lab_1`) before one that cleaning changed (`lab.1`, `lab 1`), then the first in sorted
+    order, so that which owns it never depends on which joined first."""
+    return (name_part(slot) != slot, slot) < (name_part(other) != other, other)
+
+
+def _owners(slots: Iterable[str]) -> dict[str, str]:
+    """Each written slot name among `slots` to the slot that owns its namespace (_ranks_before)."""
+    owners: dict[str, str] = {}
+    for slot in slots:
+        written = name_part(slot)
+        held = owners.get(written)
+        if held is None or _ranks_before(slot, held):
+            owners[written] = slot
+    return owners
+
+
 def aggregate_names(entries: Iterable[tuple[str, str]], separator: str = "-") -> dict[str, tuple[str, str]]:
     """Names for one membership seen fresh: (slot, tool) pairs in the given order to unique names.
 
     The caller fixes the order (slots sorted by name, tools in provider order), so the same
     membership always yields the same names. In a collision the pair of the slot whose namespace the
-    name lies in keeps it (see NameBook), else the first does; the others are suffixed -2, -3, ...
-    cut so that the whole name still fits in 64 characters.
+    name lies in keeps it (see NameBook: of slots written alike, the one written unchanged, else the
+    first in sorted order), else the first does; the others are suffixed -2, -3, ... cut so that the
+    whole name still fits in 64 characters.
     """
     return NameBook(separator).names_for(entries)

@@ -55,11 +55,11 @@ async def test_renaming_provider_never_passes_a_departed_devices_name_to_another
 ) -> None:
     server = await gateway_factory(limits={"max_slots": MAX_SLOTS}, groups=EVERYTHING)
     all_url, groups_url = f"{server.url}/_all/mcp", f"{server.url}/mcp"
-    first = await board(boards, server, "a.b", ["stop"])
+    first = await board(boards, server, "a_b", ["stop"])
     assert await names_at(all_url) == ["a_b-stop"]
     assert await names_at(groups_url) == ["guidance", "search", "a_b__stop"]
     await first.close()
-    await wait_for(lambda: server.gateway.registry.slots["a.b"].live is None, what="a.b to leave")
+    await wait_for(lambda: server.gateway.registry.slots["a_b"].live is None, what="a_b to leave")
 
     # One provider renames all its tools, each time past the books' bound of departed names.
     churn = await board(boards, server, "churn", [f"t0_{index}" for index in range(CHURN_TOOLS)])
@@ -70,18 +70,18 @@ async def test_renaming_provider_never_passes_a_departed_devices_name_to_another
         assert f"churn__{tools[0]}" in await names_at(groups_url)
     await churn.close()
 
-    # Another device whose slot reads alike joins with the same tool: it must not take a.b's name.
-    other = await board(boards, server, "a_b", ["stop"])
+    # Another device whose slot reads alike joins with the same tool: it must not take a_b's name.
+    other = await board(boards, server, "a.b", ["stop"])
     assert await names_at(all_url) == ["a_b-stop-2"]
     assert await names_at(groups_url) == ["guidance", "search", "a_b__stop-2"]
     async with Client(all_url, mode="legacy") as client:
         with pytest.raises(MCPError) as refused:
             await client.call_tool("a_b-stop", {})
-        assert refused.value.message.startswith('Provider "a.b" not connected')
+        assert refused.value.message.startswith('Provider "a_b" not connected')
     async with Client(groups_url, mode="legacy") as client:
         with pytest.raises(MCPError) as refused:
             await client.call_tool("a_b__stop", {})
-        assert refused.value.message.startswith('Provider "a.b" not connected')
+        assert refused.value.message.startswith('Provider "a_b" not connected')
     assert not [message for _, message in other.received if message.get("method") == "tools/call"]
 
 

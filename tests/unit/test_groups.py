@@ -93,10 +93,10 @@ def test_colliding_names_go_to_the_slot_whose_namespace_they_lie_in() -> None:
     assert names == {"a__b__c-2": ("a", "b__c"), "a__b__c": ("a__b", "c")}
 
 
-def test_colliding_names_of_equal_slots_get_a_suffix_in_first_seen_order() -> None:
-    # "a.b" and "a_b" read alike and are as long: neither namespace is the other's.
+def test_colliding_names_of_slots_written_alike_go_to_the_one_written_unchanged() -> None:
+    # "a.b" and "a_b" read alike: a_b's own name is the rule's, so it owns the name though seen second.
     names = NameBook("__").names_for([("a.b", "c"), ("a_b", "c")])
-    assert names == {"a_b__c": ("a.b", "c"), "a_b__c-2": ("a_b", "c")}
+    assert names == {"a_b__c": ("a_b", "c"), "a_b__c-2": ("a.b", "c")}
 
 
 def test_a_group_name_held_by_a_shorter_slot_goes_to_the_slot_it_names() -> None:

@@ -131,15 +131,16 @@ def test_hash_is_of_the_unsanitised_pair() -> None:
     assert base_name("a.b" + "s" * 60, "t") != base_name("a_b" + "s" * 60, "t")
 
 
-def test_collision_keeps_the_first_and_numbers_the_rest_in_order() -> None:
+def test_collision_goes_to_the_slot_written_unchanged_and_numbers_the_rest_in_order() -> None:
+    # a_b is written as it is named and owns the namespace both read as; a.b is suffixed though first.
     names = aggregate_names([("a.b", "c"), ("a_b", "c"), ("a-b", "c"), ("a", "b-c")])
     assert names == {
-        "a_b-c": ("a.b", "c"),
-        "a_b-c-2": ("a_b", "c"),
+        "a_b-c": ("a_b", "c"),
+        "a_b-c-2": ("a.b", "c"),
         "a-b-c": ("a-b", "c"),
         "a-b-c-2": ("a", "b-c"),
     }
-    assert list(names) == ["a_b-c", "a_b-c-2", "a-b-c", "a-b-c-2"]
+    assert list(names) == ["a_b-c-2", "a_b-c", "a-b-c", "a-b-c-2"]
 
 
 def test_third_collision_gets_dash_3() -> None:

@@ -207,6 +207,18 @@ def name_to_call(tool: CatalogTool, view: CatalogView) -> tuple[str, str]:
     return tool.original, view.slot_url(tool.slot)
 
 
+def _whole_number(value: object) -> int | None:
+    """`value` as an int when JSON Schema counts it an integer (5, and 5.0 as a client's JSON may write it);
+    None for anything else (True, 5.5, a string)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
 def call_search(arguments: JsonObject, view: CatalogView) -> JsonObject:
     query = arguments.get("query")
     if not isinstance(query, str) or not query.strip():
@@ -218,8 +230,8 @@ def call_search(arguments: JsonObject, view: CatalogView) -> JsonObject:
         return text_result(
             f"search: the query is {len(query)} characters; use at most {MAX_QUERY_CHARS}", is_error=True
         )
-    limit = arguments.get("limit", DEFAULT_LIMIT)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+    limit = _whole_number(arguments.get("limit", DEFAULT_LIMIT))
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
         return text_result(f'search: "limit" must be an integer from 1 to {MAX_LIMIT}', is_error=True)
     matches, total = view.search(query, limit)
     results: list[JsonObject] = []
