@@ -62,8 +62,10 @@ CallerId = tuple[str, str, str | None]
 def caller_id(principal: Principal, peer: str | None) -> CallerId:
     """The caller a held call belongs to. Anonymous callers are told apart by peer address, as
     limits.max_pending_per_client counts them: without it, any host could continue (and answer the
-    questions of) another anonymous host's call, and one host's held calls would count as everyone's."""
-    return (principal.kind, principal.name, peer if principal.kind == "anonymous" else None)
+    questions of) another anonymous host's call, and one host's held calls would count as everyone's. An
+    OAuth subject is told apart by its issuer (Principal.key): another authorization server's "alice" is
+    another caller."""
+    return (principal.kind, principal.name, peer if principal.kind == "anonymous" else principal.issuer)
 
 
 NotificationSink = Callable[[JsonObject], None]

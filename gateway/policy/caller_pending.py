@@ -23,9 +23,10 @@ CallerKey = tuple[str, str, str | None]
 
 
 def caller_key(principal: Principal, peer: str | None) -> CallerKey:
-    """Whose requests in flight count together: the principal; an anonymous one per peer address."""
+    """Whose requests in flight count together: the principal (an OAuth subject with its issuer, as
+    Principal.key); an anonymous one per peer address."""
     kind = principal.kind  # principal.key spelled out: one call less on every stateless request
-    return (kind, principal.name, peer if kind == "anonymous" else None)
+    return (kind, principal.name, peer if kind == "anonymous" else principal.issuer)
 
 
 def describe(caller: CallerKey) -> str:

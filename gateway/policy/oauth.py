@@ -8,10 +8,12 @@ authentication step's rule, installed as `audience_matches`), so a token obtaine
 open pump-2. Scopes come from `scope` (space-separated) or `scp` (list).
 
 The key set is fetched at start, again every `jwks_refresh_s`, and when a token names a key id the
-set does not hold (key rotation). That last refetch happens at most once per `jwks_refetch_min_s`
-and concurrent askers share one fetch, so tokens with made-up key ids cannot make the gateway hammer
-the authorization server. Each fetch replaces the set, an empty one (`"keys": []`) included; a failed
-refresh (unreachable, unparsable, or no entry usable here) keeps the keys already held.
+set does not hold or its signature verifies with none of the keys held (key rotation, also without a
+new key id: tokens without `kid`, or a `kid` reused for new key material). That last refetch happens
+at most once per `jwks_refetch_min_s` and concurrent askers share one fetch, so tokens with made-up
+key ids or signatures cannot make the gateway hammer the authorization server. Each fetch replaces
+the set, an empty one (`"keys": []`) included; a failed refresh (unreachable, unparsable, or no entry
+usable here) keeps the keys already held.
 
 Everything here is policy; the core never imports a JOSE library.
 """
@@ -19,6 +21,7 @@ Everything here is policy; the core never imports a JOSE library.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import math
@@ -55,10 +58,8 @@ RETRY_AFTER_FAILURE_S = 30.0
 MAX_CANDIDATE_KEYS = 8
 """A token without a key id is tried against at most this many keys of its algorithm."""
 MAX_SUBJECT_CHARS = 256
-MAX_AUDIENCES = 32
 SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
 """An RFC 6749 scope token, as config/auth.py's Scope reads it: printable ASCII, no space, quote or backslash."""
-"""Audiences of one access token looked at; a longer `aud` array is judged by its first ones."""
 
 NUMERIC_DATES = ("exp", "nbf", "iat")
 RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
@@ -264,11 +265,64 @@ def failure_for(exc: Exception, settings: OAuthConfig, audience: str) -> AuthFai
         )
     if isinstance(exc, jwt.MissingRequiredClaimError):
         return AuthFailure("invalid", f"The access token lacks the {exc.claim!r} claim.")
-    if isinstance(exc, jwt.InvalidSignatureError):
-        return AuthFailure(
-            "invalid", "The access token's signature does not verify with the authorization server's keys."
-        )
+    if isinstance(exc, jwt.exceptions.InvalidSubjectError):
+        return SUBJECT_NOT_A_STRING
+    if isinstance(exc, jwt.InvalidIssuedAtError):
+        return not_a_number("iat")
+    if isinstance(exc, jwt.exceptions.InvalidJTIError):
+        return AuthFailure("invalid", "The access token's jti claim is not a string.")
     return AuthFailure("invalid", "The access token is not valid.")
+
+
+SUBJECT_NOT_A_STRING = AuthFailure("invalid_subject", "The access token's subject (sub) is not a string.")
+KID_NOT_A_STRING = AuthFailure("malformed", "The access token's key id (kid) is not a string.")
+UNDECODABLE_HEADER = AuthFailure("malformed", "The bearer token looks like a JWT but its header cannot be decoded.")
+
+
+def not_a_number(name: str) -> AuthFailure:
+    return AuthFailure("invalid", f"The access token's {name} claim is not a number (NumericDate).")
+
+
+def unverified_part(token: str, index: int) -> dict[str, Any]:
+    """One JSON part of a JWT (0: the header, 1: the claims) read without any check; {} when unreadable.
+    Only to name what is wrong with a token PyJWT refused."""
+    segment = token.split(".")[index]
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
+    except ValueError:  # binascii.Error and orjson.JSONDecodeError are ValueErrors
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def header_failure(header: dict[str, Any]) -> AuthFailure:
+    """Why PyJWT refused a header that decodes (it checks `kid` and `crit`, RFC 7515 section 4.1)."""
+    if "kid" in header and not isinstance(header["kid"], str):
+        return KID_NOT_A_STRING
+    crit = header.get("crit")
+    if "crit" in header:
+        if not isinstance(crit, list) or not crit or not all(isinstance(name, str) for name in crit):
+            return AuthFailure("malformed", "The access token's crit header is not a non-empty array of names.")
+        # The names are not echoed: they are the sender's text.
+        return AuthFailure(
+            "invalid",
+            f"The access token's crit header marks {len(crit)} extension(s) critical that this gateway does not "
+            "support (or the header lacks), so it refuses the token (RFC 7515 section 4.1.11).",
+        )
+    return UNDECODABLE_HEADER
+
+
+def malformed_claim(claims: dict[str, Any]) -> AuthFailure | None:
+    """A claim of the wrong JSON type, named; None when each present has its type. PyJWT lets
+    "exp": "9999999999" pass as a number and reports a `sub` of 123 or null vaguely."""
+    for name in NUMERIC_DATES:
+        value = claims.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return not_a_number(name)
+    if "sub" in claims and not isinstance(claims["sub"], str):
+        return SUBJECT_NOT_A_STRING
+    if "jti" in claims and not isinstance(claims["jti"], str):
+        return AuthFailure("invalid", "The access token's jti claim is not a string.")
+    return None
 
 
 def protected_resource_metadata(
@@ -289,12 +343,15 @@ def protected_resource_metadata(
 
 
 def audiences_of(claims: dict[str, Any]) -> list[str]:
-    """The `aud` claim as a list (RFC 7519: one string or an array of strings); [] when it is neither."""
+    """The `aud` claim as a list (RFC 7519: one string or an array of strings); [] when it is neither.
+
+    Every entry counts, once each: the Authorization header's bound (verifier.MAX_BEARER_CHARS) bounds
+    the array, and only a token whose signature verified gets here."""
     audience = claims.get("aud")
     if isinstance(audience, str):
         return [audience]
     if isinstance(audience, list) and all(isinstance(item, str) for item in audience):
-        return audience[:MAX_AUDIENCES]
+        return list(dict.fromkeys(audience))
     return []
 
 
@@ -388,7 +445,13 @@ class JwksCache:
 
     def _why(self, exc: Exception) -> str:
         """What a failed fetch logs: the error without the URL's credentials (aiohttp quotes the URL)."""
-        text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, JwksError) else str(exc)
+        if isinstance(exc, JwksError):
+            text = str(exc)
+        elif isinstance(exc, TimeoutError):  # aiohttp's total timeout says nothing of its own
+            detail = f" ({type(exc).__name__}: {exc})" if str(exc) else ""
+            text = f"no complete answer within {FETCH_TIMEOUT_S:g} s{detail}"
+        else:
+            text = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} (no further detail)"
         url = self.settings.jwks_url
         if url is not None:
             for spelling in {url, str(yarl.URL(url, encoded=True)), str(yarl.URL(url))}:
@@ -466,8 +529,8 @@ class JwksCache:
                 return None
         found = self.find(kid, alg)
         # Perhaps the authorization server rotated its keys since the last fetch: a key id it does not
-        # hold, or one held for other algorithms (a key id reused for a new key).
-        if not found and kid is not None and await self.refresh_on_demand():
+        # hold, one held for other algorithms (a key id reused for a new key), or no key of the algorithm.
+        if not found and await self.refresh_on_demand():
             found = self.find(kid, alg)
         return found[:MAX_CANDIDATE_KEYS]
 
@@ -548,8 +611,10 @@ class OAuthVerifier:
 
         try:
             header = jwt.get_unverified_header(token)
+        except jwt.DecodeError:
+            return UNDECODABLE_HEADER
         except jwt.PyJWTError:
-            return AuthFailure("malformed", "The bearer token looks like a JWT but its header cannot be decoded.")
+            return header_failure(unverified_part(token, 0))
         alg = header.get("alg")
         if not isinstance(alg, str) or alg not in self.keys.allowed:
             return AuthFailure(
@@ -559,7 +624,8 @@ class OAuthVerifier:
             )
         kid = header.get("kid")
         if kid is not None and not isinstance(kid, str):
-            return AuthFailure("malformed", "The access token's key id (kid) is not a string.")
+            return KID_NOT_A_STRING
+        fetched_at = self.keys.fetched_at
         candidates = await self.keys.candidates(kid, alg)
         if candidates is None:
             return AuthFailure(
@@ -569,17 +635,60 @@ class OAuthVerifier:
                 status=503,
                 error="temporarily_unavailable",
             )
-        if not candidates:
-            published = [key for key in self.keys.keys if kid is not None and key.kid == kid]
-            if published:
-                return AuthFailure(
-                    "invalid",
-                    f"The access token is signed with {alg}, which is not accepted for the key it names: the "
-                    f"authorization server publishes that key for {', '.join(sorted(published[0].algorithms))}.",
-                )
-            return AuthFailure(
-                "unknown_key", "The access token is signed with a key the authorization server does not publish."
+        outcome = self.decode(token, candidates, kid, alg, audience)
+        if outcome is not None:
+            return outcome
+        # No key held verifies the signature. The authorization server may have rotated its keys without
+        # a new key id (tokens without kid, a kid reused for new key material): fetch them once more.
+        if self.keys.fetched_at == fetched_at:
+            if not await self.keys.refresh_on_demand():
+                return self.unverified_with_keys_held()
+            outcome = self.decode(token, self.keys.find(kid, alg)[:MAX_CANDIDATE_KEYS], kid, alg, audience)
+            if outcome is not None:
+                return outcome
+        return AuthFailure(
+            "invalid",
+            "The access token's signature does not verify with the authorization server's keys (fetched again "
+            "just now).",
+        )
+
+    def unverified_with_keys_held(self) -> AuthFailure:
+        """A signature no key held verifies, when the keys could not be fetched again for it."""
+        if self.keys.last_failed:
+            why = "fetching them again failed just now (operators: see the gateway log and mcpgw_jwks_fetches)"
+        else:
+            why = (
+                f"they are fetched again for such a token at most every {self.settings.jwks_refetch_min_s:g} s "
+                "(jwks_refetch_min_s): if the authorization server has just rotated its keys, retry after that"
             )
+        return AuthFailure(
+            "invalid",
+            "The access token's signature does not verify with the authorization server's keys the gateway "
+            f"holds; {why}.",
+        )
+
+    def no_key(self, kid: str | None, alg: str) -> AuthFailure:
+        """The refusal of a token no key held may have signed (after the refetch candidates may make)."""
+        published = [key for key in self.keys.keys if kid is not None and key.kid == kid]
+        if published:
+            return AuthFailure(
+                "invalid",
+                f"The access token is signed with {alg}, which is not accepted for the key it names: the "
+                f"authorization server publishes that key for {', '.join(sorted(published[0].algorithms))}.",
+            )
+        return AuthFailure(
+            "unknown_key", "The access token is signed with a key the authorization server does not publish."
+        )
+
+    def decode(
+        self, token: str, candidates: list[SigningKey], kid: str | None, alg: str, audience: str
+    ) -> Principal | AuthFailure | None:
+        """The caller `token` names when one of `candidates` verifies it, or why it is refused; None when
+        every candidate refuses its signature (and only that)."""
+        import jwt
+
+        if not candidates:
+            return self.no_key(kid, alg)
         failure: AuthFailure | None = None
         for key in candidates:
             try:
@@ -592,18 +701,20 @@ class OAuthVerifier:
                     # The audience is checked below, by audience_matches rather than by string equality.
                     options={"require": ["exp", "iss", "aud", "sub"], "verify_aud": False},
                 )
-            except jwt.InvalidSignatureError as exc:
-                failure = failure_for(exc, self.settings, audience)
+            except jwt.InvalidSignatureError:
                 continue  # without a kid, another key of the set may have signed it
-            except jwt.PyJWTError as exc:
+            except (jwt.InvalidAlgorithmError, jwt.InvalidKeyError) as exc:
                 return failure_for(exc, self.settings, audience)
+            except jwt.PyJWTError as exc:
+                # PyJWT checks the claims only once the signature verified, and names a claim of the
+                # wrong type vaguely or not at all (a `sub` of null "lacks" it): named here.
+                return malformed_claim(unverified_part(token, 1)) or failure_for(exc, self.settings, audience)
             except (TypeError, ValueError):
                 failure = AuthFailure("invalid", "The access token is not valid.")
                 continue
-            for name in NUMERIC_DATES:
-                if name in claims and (isinstance(claims[name], bool) or not isinstance(claims[name], int | float)):
-                    # PyJWT reads "exp": "9999999999" as a number; RFC 7519 says a NumericDate is one.
-                    return AuthFailure("invalid", f"The access token's {name} claim is not a number (NumericDate).")
+            problem = malformed_claim(claims)
+            if problem is not None:
+                return problem
             if not any(self.audience_matches(item, audience) for item in audiences_of(claims)):
                 return failure_for(jwt.InvalidAudienceError("Audience doesn't match"), self.settings, audience)
             subject = subject_from_claims(claims)
@@ -614,8 +725,15 @@ class OAuthVerifier:
             except ClaimsRefused as exc:
                 # Refused, not cut: a [[deny]] naming a group past the cut would not apply.
                 return AuthFailure("invalid_subject", str(exc))
-            return Principal(subject, self.kind, scopes_from_claims(claims), groups=groups, client=client)
-        return failure or AuthFailure("invalid", "The access token is not valid.")
+            return Principal(
+                subject,
+                self.kind,
+                scopes_from_claims(claims),
+                groups=groups,
+                client=client,
+                issuer=self.settings.issuer,
+            )
+        return failure
 
     def posture(self) -> dict[str, Any]:
         return {"oauth": self.settings.issuer}
