@@ -101,6 +101,16 @@ def _valid_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+INTEGER_BOUND = "integers from -2^63 to 2^64-1 (64 bits)"
+"""The integers the JSON parser (orjson) reads exactly; a longer one comes back as a float."""
+
+
+def _past_64_bits(value: Any) -> bool:
+    # What orjson made of an integer literal it cannot hold (or a float that large): echoed back it
+    # would no longer be the number the sender wrote.
+    return type(value) is float and abs(value) >= 2**63
+
+
 def classify(value: Any) -> Message:
     """Classify an already-decoded JSON value as one JSON-RPC message."""
     if isinstance(value, list):
@@ -118,6 +128,8 @@ def classify(value: Any) -> Message:
         if not has_id:
             return Message(Kind.NOTIFICATION, value)
         if not _valid_id(value["id"]):
+            if _past_64_bits(value["id"]):
+                return Message(Kind.INVALID, value, f'"id" must be a string or an integer, one of {INTEGER_BOUND}')
             return Message(Kind.INVALID, value, '"id" must be a string or an integer')
         return Message(Kind.REQUEST, value)
     if has_id and ("result" in value or "error" in value):
@@ -156,6 +168,11 @@ def classify_client(value: Any) -> Message:
 def _held_to_version(message: Message) -> Message:
     if message.kind in (Kind.REQUEST, Kind.NOTIFICATION, Kind.RESPONSE) and message.body.get("jsonrpc") != "2.0":
         return Message(Kind.INVALID, message.body, 'the "jsonrpc" member must be "2.0"')
+    if message.kind is Kind.REQUEST:
+        meta = (message.params or {}).get("_meta")
+        if isinstance(meta, dict) and _past_64_bits(meta.get("progressToken")):
+            token = f'"params._meta.progressToken" must be a string or an integer, one of {INTEGER_BOUND}'
+            return Message(Kind.INVALID, message.body, token)
     if message.kind is Kind.RESPONSE:
         problem = response_shape_problem(message.body)
         if problem is not None:

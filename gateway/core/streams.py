@@ -14,9 +14,10 @@ class MessageQueue:
     """A bounded FIFO a producer fills without waiting; a consumer that falls behind loses the stream.
 
     Dropping single messages would silently lose a result or a list_changed, so when the bound is
-    reached the queue closes instead and the client sees its stream end (and re-opens it). That close
-    drops what is queued at once: the consumer sees the end next, and a client that stopped reading
-    holds none of the messages in memory while its writer waits.
+    reached `put` closes the queue instead and the client sees its stream end (and re-opens it). That
+    close drops what is queued at once: the consumer sees the end next, and a client that stopped
+    reading holds none of the messages in memory while its writer waits. `offer` drops the one message
+    instead, for a stream that cannot be re-opened and must still carry its answer.
     """
 
     def __init__(self, limit: int) -> None:
@@ -32,6 +33,19 @@ class MessageQueue:
         if len(self._items) >= self.limit:
             self.overflowed = True
             self.close(drop=True)
+            return False
+        self._items.append(message)
+        self._wake()
+        return True
+
+    def offer(self, message: JsonObject, bound: int) -> bool:
+        """Queue `message` while fewer than `bound` (at most `limit`) wait; past it, drop this message
+        alone (`overflowed` set, the queue stays open), for a stream whose last message (an answer)
+        must still go out after the ones it could not hold."""
+        if self.closed:
+            return False
+        if len(self._items) >= min(bound, self.limit):
+            self.overflowed = True
             return False
         self._items.append(message)
         self._wake()

@@ -38,12 +38,13 @@ from gateway.core.stateless import Rejection
 from gateway.core.streams import MessageQueue
 from gateway.core.versions import DEFAULT_HEADERLESS_VERSION, HANDSHAKE_VERSIONS, STATELESS_VERSIONS, is_known
 from gateway.http_answers import http_error, json_response, rpc_error
-from gateway.northbound import batches, event_stream, http_io, session_era, whole_answers
+from gateway.northbound import batches, event_stream, http_io, session_era
 from gateway.northbound.credential_watch import CredentialWatch, credential_gone, credential_gone_comment
 from gateway.northbound.event_stream import accepts, lists_sse
 from gateway.northbound.http_io import NO_SUCH_ENDPOINT, WELL_KNOWN_SEGMENT, Admission, Refusal
 from gateway.northbound.listen_quota import ListenQuota
 from gateway.northbound.listen_stream import SubscriptionStream
+from gateway.northbound.request_stream import BatchStream, RequestStream, SwitchClock
 from gateway.policy.caller_pending import CallerPending, caller_key
 from gateway.policy.request_principal import request_principal
 from gateway.policy.verifier import AuthFailure
@@ -53,138 +54,12 @@ from gateway.telemetry.trace_context import combined_header
 log = logging.getLogger("gateway.northbound.http")
 
 SESSION_HEADER = "Mcp-Session-Id"
+CAPABILITY_METHODS = {"completion/complete": "completions"}
+"""Stateless-era methods a slot answers only when its provider declares the capability named."""
 HOW_TO_END = "end sessions you no longer use with DELETE on their endpoint (Mcp-Session-Id header)"
 
 __all__ = ["Admission", "StreamableHttpEndpoint", "http_error", "json_response", "rpc_error"]
 """Admission and the JSON answers are defined in http_io.py and importable from here too."""
-
-
-SwitchClock = DueQueue["RequestStream"]
-"""Commits every answer still running after the keepalive interval to SSE, so keepalives hold its
-connection open through proxies (gateway/core/due.py: one timer for all in-flight answers)."""
-
-
-class RequestStream:
-    """The HTTP answer to one request: JSON, or (`sse_answer`) one SSE event, JSON again when that
-    event would be over `max_sse_answer_bytes`; a streamed SSE response as soon as notifications arrive
-    or the answer runs past the keepalive interval, which carries the answer as one event of any size."""
-
-    def __init__(
-        self,
-        request: web.Request,
-        headers: dict[str, str],
-        queue_limit: int,
-        write_timeout_s: float,
-        clock: SwitchClock,
-        metrics: Metrics,
-        sse_allowed: bool,
-        sse_answer: bool = False,
-        max_sse_answer_bytes: int = 0,
-    ) -> None:
-        self.request = request
-        self.headers = headers
-        self.metrics = metrics
-        self.keepalive_s = clock.interval
-        self.write_timeout_s = write_timeout_s
-        self.sse_allowed = sse_allowed
-        self.sse_answer = sse_answer and sse_allowed
-        self.max_sse_answer_bytes = max_sse_answer_bytes
-        self.queue = MessageQueue(queue_limit)
-        self.response: web.StreamResponse | None = None
-        self.final: JsonObject | None = None
-        self._writer: asyncio.Task[None] | None = None
-        self._clock: SwitchClock | None = None
-        if sse_allowed:
-            # A long call commits to SSE so keepalives hold the connection open through proxies.
-            self._clock = clock
-            clock.watch(self)
-
-    def sink(self, message: JsonObject) -> None:
-        if not self.sse_allowed or self.final is not None:
-            return
-        if self.queue.put(message):
-            self.start_sse()
-
-    def send_request(self, message: JsonObject) -> bool:
-        """Put a request to the client on this stream (forcing SSE); False when it cannot carry one."""
-        if not self.sse_allowed or self.final is not None or not self.queue.put(message):
-            return False
-        self.start_sse()
-        return True
-
-    def start_sse(self) -> None:
-        if self._writer is None and self.final is None:
-            self._unwatch()
-            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-
-    def _unwatch(self) -> None:
-        if self._clock is not None:
-            self._clock.forget(self)
-            self._clock = None
-
-    async def _write_loop(self) -> None:
-        try:
-            self.response = await event_stream.open_stream(self.request, self.headers)
-            await event_stream.pump(
-                self.request, self.response, self.queue, self.keepalive_s, self.write_timeout_s, self.metrics
-            )
-            # The answer and the end of the stream in one write.
-            end = event_stream.encode_event(self.final) if self.final is not None else b""
-            await event_stream.write(self.request, self.response, end, self.write_timeout_s, self.metrics, eof=True)
-        except ConnectionError as exc:
-            # The client went away (it closed the stream, e.g. instead of answering a question on it):
-            # nobody reads this answer any more, and the request's own handler ends with the connection.
-            log.debug("client stream closed while it was written: %s", exc)
-
-    async def finish(self, final: JsonObject, status: int = 200) -> web.StreamResponse:
-        self.final = final
-        self._unwatch()
-        if self._writer is None:
-            if self.sse_answer:
-                return whole_answers.whole(
-                    self.request, [final], self.headers, self.max_sse_answer_bytes, batch=False, status=status
-                )
-            return json_response(final, status=status, headers=self.headers)
-        self.queue.close()
-        await self._writer
-        if self.response is None:
-            # The client left before the stream opened: aiohttp drops this answer quietly.
-            return json_response(final, status=status, headers=self.headers)
-        return self.response
-
-    def abort(self) -> None:
-        self._unwatch()
-        if self._writer is not None and not self._writer.done():
-            self._writer.cancel()
-
-
-class BatchStream(RequestStream):
-    """The HTTP answer to a JSON-RPC batch: the responses to its requests, in the order they are
-    ready, as one JSON array or (`sse_answer`) one SSE event each; a streamed SSE response that ends
-    after the last of them as soon as a notification arrives or an answer runs past the keepalive
-    interval, exactly as for one request."""
-
-    def answer(self, response: JsonObject) -> None:
-        # Queued either way: a streamed answer writes it at once, a whole answer takes every one at
-        # the end. The queue's bound leaves room for every response of the batch (see `session_batch`).
-        self.queue.put(response)
-
-    async def finish_all(self) -> web.StreamResponse:
-        self._unwatch()
-        if self._writer is None:
-            answers = []
-            while (answer := self.queue.get_nowait()) is not None:
-                answers.append(answer)
-            self.queue.close()  # nothing more goes out: a late notification cannot start a stream now
-            if self.sse_answer:
-                return whole_answers.whole(self.request, answers, self.headers, self.max_sse_answer_bytes, batch=True)
-            return json_response(answers, headers=self.headers)
-        self.queue.close()
-        await self._writer
-        if self.response is None:
-            # The client left before the stream opened: aiohttp drops this answer quietly.
-            return json_response([], headers=self.headers)
-        return self.response
 
 
 Stream = TypeVar("Stream", bound=RequestStream)
@@ -295,7 +170,7 @@ class StreamableHttpEndpoint:
             finally:
                 self.pending.leave(caller)
             status = stateless.http_status(answer["error"]["code"]) if "error" in answer else 200
-            return self.counted(await stream.finish(answer, status), stream.queue, "request")
+            return await stream.finish(answer, status)
         # Session era: answered as one SSE event when the client lists text/event-stream, as the
         # SDK's own server answers (unless session_answers = "json").
         stream = self.request_stream(RequestStream, request, self.context_headers(session), sse_ok, sse_answer)
@@ -315,7 +190,7 @@ class StreamableHttpEndpoint:
         except BaseException:
             stream.abort()
             raise
-        return self.counted(await stream.finish(answer), stream.queue, "request")
+        return await stream.finish(answer)
 
     def write_bound(self) -> tuple[float, Metrics]:
         """`event_stream.write`'s bound and where it counts a stalled write."""
@@ -337,7 +212,8 @@ class StreamableHttpEndpoint:
         )
 
     def counted(self, response: web.StreamResponse, queue: MessageQueue, kind: str) -> web.StreamResponse:
-        """Count a stream that notification_queue cut off (the client fell too far behind)."""
+        """Count a stream that notification_queue cut off (the client fell too far behind); a request's
+        answer stream counts its own overflow as it happens (request_stream.py)."""
         if queue.overflowed:
             self.gateway.metrics.stream_overflows.labels(kind).inc()
             self.gateway.metrics.limit_hit("notification_queue")
@@ -444,6 +320,7 @@ class StreamableHttpEndpoint:
             room=len(members),  # every response of the batch, on top of the notifications a stream may buffer
         )
         requests: list[JsonObject] = []
+        ids: set[Any] = set()  # the batch's own ids: a later duplicate is refused before any member runs
         answered = False
         for member in members:
             kind = member.kind
@@ -461,7 +338,10 @@ class StreamableHttpEndpoint:
                     stream.answer(refusal.error)
                 elif member.method == "initialize":
                     stream.answer(batches.initialize_refused(member.id))
+                elif member.id in ids:
+                    stream.answer(session_era.id_in_flight(member.id))
                 else:
+                    ids.add(member.id)
                     requests.append(member.body)
         if not answered:
             stream.abort()
@@ -475,7 +355,7 @@ class StreamableHttpEndpoint:
         except BaseException:
             stream.abort()
             raise
-        return self.counted(await stream.finish_all(), stream.queue, "request")
+        return await stream.finish_all()
 
     async def batch_member(
         self,
@@ -488,8 +368,8 @@ class StreamableHttpEndpoint:
     ) -> None:
         """Answer one request of a batch on the batch's stream, checked as a request alone is."""
         request_id = body["id"]
-        # Checked in the task, right before run_request registers the id: an earlier member of the
-        # same batch with this id is in flight by now.
+        # Checked in the task, right before run_request registers the id (the batch's own duplicates
+        # were refused before any member started).
         refused = session_era.not_runnable(self.gateway, session.in_flight, request_id)
         if refused is not None:
             stream.answer(refused)
@@ -535,6 +415,7 @@ class StreamableHttpEndpoint:
             sse_ok,
             sse_answer,
             self.limits.max_sse_answer_bytes,
+            self.limits.notification_queue,
         )
 
     def answers_as_sse(self, request: web.Request, json_ok: bool, sse_ok: bool) -> bool:
@@ -649,6 +530,9 @@ class StreamableHttpEndpoint:
                 body,
                 Rejection(jsonrpc.METHOD_NOT_FOUND, "initialize does not exist in 2026-07-28; just send requests"),
             )
+        undeclared = self.undeclared(target, method)
+        if undeclared is not None:
+            return self.rejection(body, Rejection(undeclared.code, undeclared.message))
         ctx = ClientContext(
             era=STATELESS,
             protocol_version=verdict.protocol_version,
@@ -669,6 +553,19 @@ class StreamableHttpEndpoint:
             return await self.listen(request, target, ctx, body)
         # A client that takes no JSON gets its answer as SSE, one event.
         return await self.exchange(request, target, ctx, body, None, sse_ok, not json_ok)
+
+    @staticmethod
+    def undeclared(target: Target, method: str) -> errors.RpcError | None:
+        """-32601 for a method of an MCP capability the slot's provider does not declare: relayed, a
+        board's own not-found text would name its session-era methods (initialize, ping) to a
+        2026-07-28 caller. prompts/* and resources/* are checked so at the slot (routing.py)."""
+        capability = CAPABILITY_METHODS.get(method)
+        if capability is None or not isinstance(target, SlotTarget):
+            return None
+        session = target.slot.session
+        if session is None or not session.ready or capability in session.capabilities:
+            return None  # relayed: an offline slot answers that it is not connected
+        return errors.method_not_found(method, f'"{target.name}" (its provider declares no {capability} capability)')
 
     def rejection(self, body: JsonObject, rejection: Rejection) -> web.Response:
         return rpc_error(

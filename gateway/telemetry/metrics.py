@@ -258,7 +258,8 @@ class Metrics:
         )
         self.stream_overflows = Counter(
             "mcpgw_client_stream_overflows",
-            "Client streams closed because the client fell limits.notification_queue messages behind",
+            "Client streams that fell limits.notification_queue messages behind: closed, or for an SSE answer its "
+            "notifications dropped until the answer",
             ["kind"],  # get, listen, request
             registry=r,
         )

@@ -30,7 +30,7 @@ from gateway.app import GatewayServer
 from tests.conftest import GatewayFactory, Publishers, wait_for, wait_ready_slot
 from tests.integration.test_metrics import scrape
 from tests.support.asking_server import asking_server
-from tests.support.southbound import Boards, ScriptedBoard
+from tests.support.southbound import Boards, Message, ScriptedBoard
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
@@ -242,11 +242,20 @@ async def next_event(response: aiohttp.ClientResponse) -> JsonObject:
                 return decoded
 
 
+class CompletingBoard(ScriptedBoard):
+    """A scripted board that declares completions, so a stateless completion/complete is relayed to it."""
+
+    @staticmethod
+    def _initialize_result(request: Message) -> Message:
+        result = ScriptedBoard._initialize_result(request)
+        return {**result, "capabilities": {**result["capabilities"], "completions": {}}}
+
+
 @pytest.fixture
 async def board(gateway: GatewayServer) -> AsyncIterator[ScriptedBoard]:
     """A hand-written provider at slot "board": the test reads and writes its frames."""
     boards = Boards()
-    scripted = await boards.connect(gateway.url, "/provider/board")
+    scripted = await boards.connect(gateway.url, "/provider/board", CompletingBoard)
     await wait_ready_slot(gateway, "board")
     yield scripted
     await boards.aclose()
