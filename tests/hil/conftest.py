@@ -11,9 +11,10 @@ import ast
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx2
 import pytest
 
-from tests.hil.rig import Rig, bench_token
+from tests.hil.rig import ATTACH_TIMEOUT_S, GATEWAY_CYCLE_S, Rig, bench_token
 from tests.hil.targets import (
     BENCH_DEADMAN_S,
     CAPABILITIES,
@@ -25,8 +26,11 @@ from tests.hil.targets import (
 )
 
 HERE = Path(__file__).parent
-SETUP_ALLOWANCE_S = 60.0
-"""A check's timeout: this, plus four dead-man times (a real board's 90 s dead-man needs longer)."""
+CHECK_ALLOWANCE_S = 30.0
+"""A check's timeout: a gateway cycle and an attach wait for its set-up, one more of each for every gateway
+restart (the `restart_gateway` checks restart it once), four dead-man times and this."""
+PROBE_TIMEOUT_S = 5.0
+"""How long --gateway-url gets to answer /healthz before the run starts."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,7 +56,56 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "needs(*capabilities): the target capabilities a hil check needs")
+    config.addinivalue_line(
+        "markers", "board_deadman(seconds): the dead-man at least, for a board the suite boots (fresh_boot)"
+    )
     targets_of(config)  # a wrong --target or --deadman-s is a usage error before anything runs
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A serial port that is not there, or a --gateway-url that is no mcp-gateway, fails the run once, at
+    the start, instead of each check after its 60 s attach wait."""
+    targets = targets_of(session.config)
+    for target in targets:
+        if target.kind == "serial" and not Path(target.location).exists():
+            raise pytest.UsageError(f"--target {target.spec}: {target.location} does not exist (no such serial port)")
+    if any(target.kind == "ws" for target in targets):
+        url = str(session.config.getoption("--gateway-url")).rstrip("/")
+        problem = gateway_problem(url)
+        if problem is not None:
+            raise pytest.UsageError(f"--gateway-url {url}: {problem}")
+
+
+def gateway_problem(url: str) -> str | None:
+    """Why `url` is not a running mcp-gateway (its /healthz answers {"status": "alive", ...}), or None."""
+    try:
+        answer = httpx2.get(f"{url}/healthz", timeout=PROBE_TIMEOUT_S)
+    except httpx2.HTTPError as exc:
+        return f"nothing answers there ({type(exc).__name__}: {exc}): check the URL and that the gateway runs"
+    try:
+        alive = answer.status_code == 200 and answer.json().get("status") == "alive"
+    except (ValueError, AttributeError):
+        alive = False
+    if not alive:
+        return f"answers, but is not an mcp-gateway: its /healthz gave HTTP {answer.status_code} {answer.text[:80]!r}"
+    return None
+
+
+def deadman_of(target: Target, check: pytest.Item) -> float:
+    """The board's dead-man for one check: the target's, or the check's `board_deadman` when longer and the
+    suite boots the board (a real board keeps the one it is configured with)."""
+    marker = check.get_closest_marker("board_deadman")
+    if marker is None or "fresh_boot" not in target.capabilities:
+        return target.deadman_s
+    return max(target.deadman_s, float(marker.args[0]))
+
+
+def budget_s(target: Target, item: pytest.Item) -> float:
+    """A check's pytest-timeout: every wait the rig may make, so a board that never attaches ends in the
+    rig's "not attached" message, not in a timeout."""
+    restarts = 1 if "restart_gateway" in needs_of(getattr(item, "function", None)) else 0
+    waits = (1 + restarts) * (GATEWAY_CYCLE_S + ATTACH_TIMEOUT_S)
+    return waits + 4 * deadman_of(target, item) + CHECK_ALLOWANCE_S
 
 
 def targets_of(config: pytest.Config) -> list[Target]:
@@ -97,7 +150,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             left_out.append(item)
             continue
         kept.append(item)
-        item.add_marker(pytest.mark.timeout(SETUP_ALLOWANCE_S + 4 * target.deadman_s))
+        item.add_marker(pytest.mark.timeout(budget_s(target, item)))
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = kept
@@ -141,7 +194,7 @@ async def rig(target: Target, request: pytest.FixtureRequest, tmp_path: Path) ->
         slot, gateway_url, token = str(request.config.getoption("--slot")), "", ""
         if target.kind in ("sim", "micropython", "c-host"):
             slot = DEFAULT_SLOT
-    rig = Rig(target, slot, tmp_path, gateway_url.rstrip("/"), token)
+    rig = Rig(target, slot, tmp_path, gateway_url.rstrip("/"), token, deadman_of(target, request.node))
     try:
         await rig.start()
         if "fresh_boot" not in target.capabilities:

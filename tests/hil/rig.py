@@ -33,6 +33,14 @@ TOOL_NAMES = ("get_status", "start", "set_speed", "stop", "reset_fault")
 ATTACH_TIMEOUT_S = 60.0
 """How long a board gets to (re)attach: a serial board counts each check's short-lived gateway as a failed
 dial, so its back-off climbs to its longest (30 s by default) and it ignores broker/register meanwhile."""
+GATEWAY_CYCLE_S = 35.0
+"""The longest a gateway start (20 s for its "listening on" line) and stop (15 s) take together."""
+STOP_TIMEOUT_S = 10.0
+"""How long the teardown's `stop` on a board that outlives the check (serial:, ws:) may take."""
+REFUSALS = {
+    401: "the gateway refused the caller (401): set MCP_GATEWAY_TOKEN to a token it accepts",
+    403: "the gateway refused the caller (403): its token lacks the scopes of the slot",
+}
 
 
 @functools.cache
@@ -44,8 +52,12 @@ def pump1_host() -> Path:
 class Rig:
     """A target, ready: `client()` speaks MCP to its slot through the gateway."""
 
-    def __init__(self, target: Target, slot: str, work: Path, gateway_url: str = "", token: str = "") -> None:
+    def __init__(
+        self, target: Target, slot: str, work: Path, gateway_url: str = "", token: str = "", deadman_s: float = 0
+    ) -> None:
         self.target = target
+        self.deadman_s = deadman_s or target.deadman_s
+        """The board's dead-man: a check may boot its board with a longer one than the target's."""
         self.slot = slot
         self.work = work
         self.gateway_url = gateway_url
@@ -61,11 +73,17 @@ class Rig:
         return f"{self.gateway_url}/{self.slot}/mcp"
 
     @contextlib.asynccontextmanager
-    async def client(self, mode: str = "legacy") -> AsyncIterator[Client]:
-        """An MCP SDK client of the slot, with the gateway's token when the target has one."""
+    async def client(self, mode: str = "legacy", statuses: list[int] | None = None) -> AsyncIterator[Client]:
+        """An MCP SDK client of the slot, with the gateway's token when the target has one; `statuses`
+        collects the HTTP status of every answer (the SDK's errors do not carry it)."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        seen = statuses if statuses is not None else []
+
+        async def record(response: httpx2.Response) -> None:
+            seen.append(response.status_code)
+
         async with (
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30)) as http,
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30), event_hooks={"response": [record]}) as http,
             Client(streamable_http_client(self.slot_url, http_client=http), mode=mode) as client,
         ):
             yield client
@@ -94,7 +112,7 @@ class Rig:
             self.gateway = None
 
     async def start_board(self) -> None:
-        deadman = self.target.deadman_s
+        deadman = self.deadman_s
         ws_url = self.gateway_url.replace("http://", "ws://", 1)
         if self.target.kind == "sim":
             settings = SimulatorSettings(
@@ -126,8 +144,9 @@ class Rig:
         deadline = time.monotonic() + timeout
         last: object = None
         while time.monotonic() < deadline:
+            statuses: list[int] = []
             try:
-                async with self.client() as client:
+                async with self.client(statuses=statuses) as client:
                     listed = await client.list_tools()
                 names = tuple(sorted(tool.name for tool in listed.tools))
                 if names == tuple(sorted(TOOL_NAMES)):
@@ -141,13 +160,22 @@ class Rig:
                 last = names
             except Exception as exc:  # not attached yet: the last failure is shown
                 last = exc
-                refused = _refused_at_the_door(exc)
+                refused = _refused_at_the_door(exc, statuses)
                 if refused is not None and self.target.kind == "ws":
                     pytest.fail(f"{self.target.spec} at {self.gateway_url}: {refused}")
             await asyncio.sleep(0.2)
         pytest.fail(
             f"slot {self.slot} of {self.target.spec} not attached after {timeout} s ({last!r}):\n{self.output()}"
         )
+
+    async def stop_pump(self) -> None:
+        """A board that outlives the check (serial:, ws:) is left with its motor stopping, also when the check
+        failed or was interrupted: best effort, bounded (the board may be the reason the check failed)."""
+        if not self.gateway_url:
+            return
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(STOP_TIMEOUT_S), self.client() as client:
+                await client.call_tool("stop", {})
 
     async def restart_gateway(self, down_s: float) -> None:
         """Stop the gateway, keep it down `down_s` seconds, start it again on the same port."""
@@ -177,6 +205,8 @@ class Rig:
         return "\n".join(parts)
 
     async def stop(self) -> None:
+        if "fresh_boot" not in self.target.capabilities:
+            await self.stop_pump()
         if self.simulator is not None:
             await self.simulator.stop()
         if self.device is not None:
@@ -191,13 +221,26 @@ def bench_token() -> str:
     return os.environ.get("MCP_GATEWAY_TOKEN", "")
 
 
-def _refused_at_the_door(exc: BaseException) -> str | None:
-    """What a running gateway's refusal means for a ws: target (no use waiting for it), or None."""
-    text = repr(exc)
-    if "401" in text or "Unauthorized" in text:
-        return "the gateway refused the caller (401): set MCP_GATEWAY_TOKEN to a token it accepts"
-    if "403" in text or "Forbidden" in text:
-        return "the gateway refused the caller (403): its token lacks the scopes of the slot"
-    if "All connection attempts failed" in text or "Connection refused" in text:
+def _refused_at_the_door(exc: BaseException, statuses: list[int]) -> str | None:
+    """What a running gateway's refusal means for a ws: target (no use waiting for it), or None: from the
+    HTTP status of its answers, never from the error's text (a trace id's hex digits can spell 401)."""
+    for status in statuses:
+        if status in REFUSALS:
+            return REFUSALS[status]
+    if any(isinstance(error, httpx2.ConnectError) for error in _causes(exc)):
         return "nothing answers there: check --gateway-url and that the gateway runs"
     return None
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The exception, the ones grouped in it and the ones it was raised from, each once."""
+    found: list[BaseException] = []
+    pending = [exc]
+    while pending and len(found) < 100:  # bound: a cycle of contexts is possible
+        error = pending.pop()
+        if any(error is seen for seen in found):
+            continue
+        found.append(error)
+        pending.extend(getattr(error, "exceptions", ()))
+        pending.extend(cause for cause in (error.__cause__, error.__context__) if cause is not None)
+    return found

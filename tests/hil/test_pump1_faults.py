@@ -3,6 +3,9 @@ suite runs, and faults injected through the simulator's control endpoint (the si
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
 from tests.hil.checks import poll, ramp_time_s, refusal_of, status_of
@@ -11,6 +14,15 @@ from tests.hil.rig import Rig
 SPEED = 900
 DOWN_MARGIN_S = 1.0
 """The gateway stays down this much longer than the dead-man and the ramp down together."""
+SHORT_OUTAGE_S = 0.3
+"""A gateway restart far shorter than any dead-man."""
+SHORT_OUTAGE_DEADMAN_S = 20.0
+"""The dead-man of a board the suite boots for the short-outage check. pump1-host redials about 1, 3, 7 and
+15 s after its link drops (its own back-off, doubling from 1 s) and the gateway takes a second or two to
+stop and start, so it is back about 4 s after a 0.3 s outage, 8 s on a slow machine: over the suite's 2 s
+dead-man, well under this one."""
+IDLE_MARGIN_S = 1.0
+"""The idle check stays quiet this much longer than the dead-man."""
 
 
 @pytest.mark.needs("restart_gateway")
@@ -18,7 +30,7 @@ async def test_the_dead_man_stops_a_running_pump_when_the_gateway_goes_silent(ri
     async with rig.client() as client:
         await status_of(client, "start", {"speed_rpm": SPEED})
         await poll(client, lambda s: s["state"] == "running", timeout=ramp_time_s(0, SPEED) + 3)
-    down_s = rig.target.deadman_s + ramp_time_s(SPEED, 0) + DOWN_MARGIN_S
+    down_s = rig.deadman_s + ramp_time_s(SPEED, 0) + DOWN_MARGIN_S
     await rig.restart_gateway(down_s)
     async with rig.client() as client:
         back = await status_of(client)
@@ -39,6 +51,45 @@ async def test_the_dead_man_stops_a_running_pump_when_the_gateway_goes_silent(ri
         assert (cleared["state"], cleared["fault"], cleared["speed_rpm"]) == ("stopped", None, 0), cleared
         restarted = await status_of(client, "start", {"speed_rpm": SPEED})
         assert restarted["state"] == "starting", "the cleared pump starts again"
+        await status_of(client, "stop")
+
+
+@pytest.mark.needs("restart_gateway")
+@pytest.mark.board_deadman(SHORT_OUTAGE_DEADMAN_S)
+async def test_an_outage_shorter_than_the_dead_man_leaves_the_pump_running(rig: Rig) -> None:
+    """link_lost only after deadman_s of silence: a link that drops and comes back in time changes nothing."""
+    async with rig.client() as client:
+        await status_of(client, "start", {"speed_rpm": SPEED})
+        await poll(client, lambda s: s["state"] == "running", timeout=ramp_time_s(0, SPEED) + 3)
+    silent_from = time.monotonic()
+    await rig.restart_gateway(SHORT_OUTAGE_S)
+    async with rig.client() as client:
+        back = await status_of(client)
+    silent_s = time.monotonic() - silent_from
+    assert silent_s < rig.deadman_s, (
+        f"the board took {silent_s:.1f} s to attach again, not less than its {rig.deadman_s:g} s dead-man: "
+        "the check needs a board configured with a longer one (--deadman-s)"
+    )
+    assert (back["state"], back["speed_rpm"], back["fault"]) == ("running", SPEED, None), (
+        f"a {SHORT_OUTAGE_S} s outage ({silent_s:.1f} s without a link) stopped a pump whose dead-man is "
+        f"{rig.deadman_s:g} s: {back}"
+    )
+    async with rig.client() as client:
+        await status_of(client, "stop")
+
+
+async def test_gateway_pings_alone_keep_a_running_pump_alive(rig: Rig) -> None:
+    """The gateway's heartbeat pings feed the dead-man: no tool call for longer than it stops nothing."""
+    async with rig.client() as client:
+        await status_of(client, "start", {"speed_rpm": SPEED})
+        await poll(client, lambda s: s["state"] == "running", timeout=ramp_time_s(0, SPEED) + 3)
+        idle_s = rig.deadman_s + IDLE_MARGIN_S
+        await asyncio.sleep(idle_s)
+        after = await status_of(client)
+        assert (after["state"], after["speed_rpm"], after["fault"]) == ("running", SPEED, None), (
+            f"{idle_s:g} s without a tool call, the gateway pinging, stopped a pump whose dead-man is "
+            f"{rig.deadman_s:g} s: {after}"
+        )
         await status_of(client, "stop")
 
 

@@ -9,6 +9,7 @@ at most 600 rpm/s times (the time from the first request to the second answer pl
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 
 import pytest
@@ -64,6 +65,7 @@ async def test_ramp_up_and_down_at_most_600_rpm_per_s_with_starting_and_stopping
         assert took >= ramp_time_s(0, target) - 2 * TICK_S - (up[0][1] - up[0][0]), f"reached {target} in {took:.2f} s"
         assert took <= ramp_time_s(0, target) + RAMP_SLACK_S, f"took {took:.2f} s to reach {target} rpm"
 
+        asked_stop = time.monotonic()
         stopping = await status_of(client, "stop")
         assert stopping["state"] == "stopping", stopping
         down = await timed_samples(
@@ -76,6 +78,10 @@ async def test_ramp_up_and_down_at_most_600_rpm_per_s_with_starting_and_stopping
             assert status["state"] == "stopping" and status["speed_rpm"] > 0, status
         assert (down[-1][2]["state"], down[-1][2]["speed_rpm"]) == ("stopped", 0), down[-1]
         assert down[-1][2]["setpoint_rpm"] == target, "stop keeps the setpoint"
+        took = down[-1][1] - asked_stop
+        # From stop's request to the answer that read 0 rpm: as long as the ramp, at most RAMP_SLACK_S more.
+        assert took >= ramp_time_s(target, 0) - 2 * TICK_S, f"stopped from {target} rpm in {took:.2f} s"
+        assert took <= ramp_time_s(target, 0) + RAMP_SLACK_S, f"took {took:.2f} s to stop from {target} rpm"
 
 
 @pytest.mark.needs("ungoverned")  # a policy bounding speed_rpm refuses a start without one
