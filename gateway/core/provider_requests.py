@@ -4,6 +4,12 @@ the client request it belongs to, relayed to that client, and answered under the
 A provider's ping is answered here too, and its `broker/*` requests go to the provider broker
 (gateway/core/provider_broker.py); any other method is refused. A relayed request ends with the
 client request it belongs to, and the provider hears why at once (docs/protocol-clients.md).
+
+The gateway's answers to one provider wait for its link (a serial port's single writer, a WebSocket
+the provider stopped reading): while limits.max_pending_per_slot of them wait, a new request from the
+provider is dropped unanswered and counted (mcpgw_limit_hits_total{limit="max_pending_per_slot"}, and
+the link's own drop counter where it has one: a serial port's `backlog`), so a provider that sends
+faster than it reads cannot grow the gateway's memory without bound.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -18,7 +25,7 @@ from gateway.core import errors, jsonrpc
 from gateway.core.jsonrpc import JsonId, JsonObject
 from gateway.core.link import ProviderLink
 from gateway.core.provider_broker import BROKER_PREFIX, DECLARE, ProviderBroker, strip_caller
-from gateway.core.provider_state import Pending, Relayed, SessionCounters, is_gateway_id
+from gateway.core.provider_state import Pending, Relayed, SessionCounters, SessionSettings, is_gateway_id
 from gateway.core.relay import (
     RELATED_REQUEST_KEY,
     RELAYED_METHODS,
@@ -31,6 +38,12 @@ from gateway.core.relay import (
 from gateway.core.request_notices import GivenUpRequests, client_of
 
 log = logging.getLogger("gateway.provider")
+
+ANSWERS_LIMIT = "max_pending_per_slot"
+"""The bound of the answers waiting per provider: its key under [limits] (mcpgw_limit_hits_total)."""
+DROP_WARN_INTERVAL_S = 60.0
+"""At most one warning per provider in this long about requests dropped for answers waiting (one per
+burst, a burst ending once every answer was written); the rest are counted and logged at debug."""
 
 
 class RelayingSession(Protocol):
@@ -50,6 +63,9 @@ class RelayingSession(Protocol):
 
     @property
     def counters(self) -> SessionCounters: ...
+
+    @property
+    def settings(self) -> SessionSettings: ...
 
     @property
     def given_up(self) -> GivenUpRequests: ...
@@ -75,6 +91,12 @@ class ProviderRequests:
         self.declared = False
         """A declaration of this link was accepted: requests forwarded to it carry a caller reference."""
         self._broker_requests: dict[JsonId, asyncio.Task[None]] = {}
+        self.dropped = 0
+        """Requests of the provider dropped unanswered while limits.max_pending_per_slot answers waited."""
+        self._burst_dropped = 0
+        """Of those, dropped since the answers last all left (0: no burst going on)."""
+        self._warned_at: float | None = None
+        self._burst_warned = False
 
     def end_relays(self, owner: Pending, why: str) -> None:
         """The client request `owner` ended: its relayed requests end too, and the provider gets `why`
@@ -87,7 +109,7 @@ class ProviderRequests:
                 record.task.cancel()
                 if self.session.state != "closed":
                     reply = jsonrpc.error_response(request_id, jsonrpc.UNAVAILABLE, why, {"reason": record.ended})
-                    self.answer(reply)
+                    self._start_answer(reply)  # bounded already: one per request being relayed
 
     def cancel_all(self) -> None:
         """The link is gone: nobody is left to answer."""
@@ -103,6 +125,9 @@ class ProviderRequests:
         the client request it belongs to, anything else is refused under the provider's id."""
         method = body["method"]
         request_id = body["id"]
+        if self._answers_full():
+            self._drop(method)
+            return
         if method == "ping":
             reply = jsonrpc.result_response(request_id, {})
         elif method.startswith(BROKER_PREFIX):
@@ -215,10 +240,58 @@ class ProviderRequests:
         )
 
     def answer(self, reply: JsonObject) -> None:
-        """Send an answer to a request of the provider without waiting for the send."""
+        """Send an answer to a request of the provider without waiting for the send; dropped (and
+        counted) while limits.max_pending_per_slot answers wait for the link already."""
+        if self._answers_full():
+            self._drop("a batch or a request nested too deep")
+            return
+        self._start_answer(reply)
+
+    def _start_answer(self, reply: JsonObject) -> None:
         task = asyncio.get_running_loop().create_task(self._reply(reply))
         self._answers.add(task)
-        task.add_done_callback(self._answers.discard)
+        task.add_done_callback(self._answer_done)
+
+    def _answer_done(self, task: asyncio.Task[None]) -> None:
+        self._answers.discard(task)
+        if self._burst_dropped and not self._answers:
+            log.log(
+                logging.INFO if self._burst_warned else logging.DEBUG,
+                "slot %s: its answers are written again; %d of its requests were dropped meanwhile",
+                self.session.slot,
+                self._burst_dropped,
+                extra={"slot": self.session.slot},
+            )
+            self._burst_dropped = 0
+            self._burst_warned = False
+
+    def _answers_full(self) -> bool:
+        return len(self._answers) >= self.session.settings.max_pending
+
+    def _drop(self, what: str) -> None:
+        """A request of the provider dropped unanswered: the answers before it still wait for the link."""
+        self.dropped += 1
+        self._burst_dropped += 1
+        if self.metrics is not None:
+            self.metrics.metrics.limit_hit(ANSWERS_LIMIT)
+        dropped = getattr(self.session.link, "request_dropped", None)
+        if callable(dropped):
+            dropped()  # the link's own drop counter (a serial port's backlog)
+        slot = self.session.slot
+        now = time.monotonic()
+        if self._burst_dropped == 1 and (self._warned_at is None or now - self._warned_at >= DROP_WARN_INTERVAL_S):
+            self._warned_at = now
+            self._burst_warned = True
+            log.warning(
+                "slot %s: drops the provider's requests unanswered (the first: %s) while %d answers to it wait "
+                "for its link (limits.max_pending_per_slot): it sends requests faster than it reads the answers",
+                slot,
+                what,
+                len(self._answers),
+                extra={"slot": slot, "fault": "answers_waiting"},
+            )
+        else:
+            log.debug("slot %s: dropped a request (%d answers wait)", slot, len(self._answers), extra={"slot": slot})
 
     def attribute(self, method: str, params: JsonObject | None) -> Pending | errors.RpcError:
         """The client request a provider request belongs to (docs/protocol-clients.md, "Attribution"): the

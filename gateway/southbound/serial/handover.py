@@ -130,6 +130,7 @@ class SerialPortHandover:
             # held port, and the board stays let go of when it comes back.
             absent = found
             self._hold(absent.path, absent.names | {port}, absent.stable_id, absent.since)
+            self._log_release(absent.path, "while unplugged")
             answer: JsonObject = {"port": absent.path, "state": ABSENT, "closed": True, "already_held": True}
             return {**answer, **self._hold_status(absent.path)}
         path = found.spec.path
@@ -142,6 +143,7 @@ class SerialPortHandover:
         stable_id = found.spec.stable_id if found.spec.source == "hotplug" else None
         self._hold(path, names, stable_id, since)
         found.let_go("released for another program (broker_serial_release)")
+        self._log_release(path, "again" if already_held else "")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(found.shut.wait(), CLOSE_WAIT_S)
         return {
@@ -156,6 +158,7 @@ class SerialPortHandover:
         found = self._locate(port)
         if isinstance(found, Hold):
             self._forget(found.path)
+            log.info("serial port %s: taken back (broker_serial_resume) while unplugged; opened when back", found.path)
             # Unplugged while held: ended here, so that the board is opened when it is plugged back.
             return {"port": found.path, "state": ABSENT, "closed": True}
         self._forget(found.spec.path)
@@ -169,7 +172,21 @@ class SerialPortHandover:
         answer: JsonObject = {"port": found.spec.path, "state": found.state, "closed": found.shut.is_set()}
         if answer["closed"] and found.last_error:
             answer["last_error"] = found.last_error
+        log.info(
+            "serial port %s: taken back (broker_serial_resume); %s",
+            found.spec.path,
+            f"{found.state}: {found.last_error}" if answer["closed"] and found.last_error else found.state,
+        )
         return answer
+
+    def _log_release(self, path: str, how: str) -> None:
+        log.info(
+            "serial port %s: released for another program (broker_serial_release)%s; taken back at the latest "
+            "in %gs (serial.max_hold_s) without broker_serial_resume",
+            path,
+            f" {how}" if how else "",
+            self.max_hold_s,
+        )
 
     def adopt(self, port: SerialPort) -> bool:
         """A hot-plugged port just added (not yet run): True when it inherits a hold and is let go of.

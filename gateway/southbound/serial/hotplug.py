@@ -317,10 +317,15 @@ class HotplugPorts:
                 del self.lines.ports[port.device]
                 self._spawn(served.stop("unplugged"))
             return
+        configured = self.lines.configured(port.device)
+        if configured is not None and configured.state == "backoff":
+            # Its supervision waits out a back-off of up to serial.retry_max_s: open it now instead.
+            log.info("serial hot-plug: %s (%s) plugged in; opening it (configured)", port.device, port.vid_pid)
+            configured.wake()
         if port.vid_pid not in self.wanted:
             self.ignored[port.device] = f"VID:PID {port.vid_pid} is not in serial.hotplug.vid_pid"
             return
-        if self.lines.configured(port.device):
+        if configured is not None:
             self.ignored[port.device] = "configured under [[serial.ports]]"
             return
         spec = PortSpec(

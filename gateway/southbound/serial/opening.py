@@ -2,12 +2,19 @@
 and never asserted (HeldLinesSerial), and what went wrong in words (describe), for the supervision in
 gateway/southbound/serial/ports.py.
 
+Exclusive twice over: an advisory flock(2), which `mcp-gateway flash`, device installs and esptool
+take too (and /proc/locks shows, naming the holder), and the tty's exclusive mode (TIOCEXCL), which
+makes the kernel refuse any other open of it (EBUSY) to all but root: `cat` or `screen` cannot read
+the board's frames meanwhile. The mode is cleared (TIOCNXCL) before the port is closed: a
+pseudo-terminal whose other end stays open keeps it past the close, and would refuse the next open.
+
 A path that is not a terminal (a regular file, a FIFO, /dev/null) opens but cannot be configured:
 open_port names that (NotATerminal) instead of pyserial's "Could not configure port: (25, ...)".
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -44,13 +51,20 @@ class HeldLinesSerial(serial.Serial):
         """Nothing to do: _update_dtr_state cleared RTS together with DTR."""
         self._refuse_asserting()
 
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):  # gone (unplugged): nothing to clear
+                fcntl.ioctl(self.fd, termios.TIOCNXCL)
+        super().close()
+
     def _refuse_asserting(self) -> None:
         if self.dtr or self.rts:
             raise ValueError("this port never asserts DTR or RTS (see HeldLinesSerial)")
 
 
 def open_port(path: str, baud: int) -> serial.Serial:
-    """Open `path` raw at `baud`, non-blocking, exclusively, with DTR and RTS de-asserted together at once.
+    """Open `path` raw at `baud`, non-blocking, exclusively (flock and TIOCEXCL), with DTR and RTS
+    de-asserted together at once.
 
     The line states are set before open() so that open() clears them (HeldLinesSerial: one ioctl for
     both, so that opening never resets a board); a tty without modem lines (a pseudo-terminal)
@@ -69,6 +83,8 @@ def open_port(path: str, baud: int) -> serial.Serial:
         if _not_a_terminal(exc):
             raise NotATerminal(path) from exc
         raise
+    with contextlib.suppress(OSError):  # the tty core serves it for every tty; the flock holds anyway
+        fcntl.ioctl(port.fileno(), termios.TIOCEXCL)
     return port
 
 

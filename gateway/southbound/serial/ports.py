@@ -36,11 +36,10 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import serial
-from prometheus_client import Counter, Gauge
 
 from gateway.config import SERIAL_LIMIT_KEYS, SerialConfig, SerialLineConfig
 from gateway.core import jsonrpc
@@ -56,9 +55,10 @@ from gateway.core.slots import SlotRefused
 from gateway.core.timestamps import iso
 from gateway.southbound import envelope
 from gateway.southbound.serial import framing
+from gateway.southbound.serial.counting import PORT_DROP_REASONS as PORT_DROP_REASONS  # noqa: PLC0414
+from gateway.southbound.serial.counting import PortCounters, SerialMetrics
 from gateway.southbound.serial.opening import describe as describe  # noqa: PLC0414 (re-exported: sim)
 from gateway.southbound.serial.opening import open_port as open_port  # noqa: PLC0414 (re-exported: sim, tests)
-from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.southbound.serial")
 
@@ -66,39 +66,12 @@ READ_CHUNK = 4096
 REGISTER_REQUEST = b'{"jsonrpc":"2.0","method":"broker/register"}'
 """Sent to a port whose board has not registered: 'send your register frame (again)'."""
 TRANSPORT = "serial"
-PORT_DROP_REASONS = (*framing.DROP_REASONS, "unregistered", "refused", "backlog")
-"""framing's reasons, and: unregistered (a valid message from a board that has not registered),
-refused (a register frame for a slot the port may not publish, over its max_slots, or that the core
-refused), backlog (more than serial.backlog_messages messages unread, or waiting behind attaches)."""
 WARNED_KINDS_MAX = 32
 """Kinds of fault (drop reasons, refused slot names) a port warns about once each; beyond, only counted."""
 SLOTS_SEEN_MAX = 64
 """Slot names a port remembers having carried (for provider_url and fix texts after the board left)."""
 
 Queued = tuple[jsonrpc.Message, envelope.Envelope | None]  # a message read, and its envelope if any
-
-
-class SerialMetrics:
-    """The serial series, registered once per gateway on its own registry."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        r = metrics.registry
-        self.open = Gauge("mcpgw_serial_port_open", "1 while the serial port is open", ["port"], registry=r)
-        self.failures = Counter(
-            "mcpgw_serial_port_failures",
-            "Serial ports that could not be opened, failed or disappeared",
-            ["port"],
-            registry=r,
-        )
-        self.frames = Counter(
-            "mcpgw_serial_frames", "Valid serial frames by direction (in, out)", ["port", "direction"], registry=r
-        )
-        self.dropped = Counter(
-            "mcpgw_serial_dropped_frames",
-            "Serial frames dropped: " + ", ".join(PORT_DROP_REASONS),
-            ["port", "reason"],
-            registry=r,
-        )
 
 
 @dataclass(frozen=True)
@@ -120,21 +93,6 @@ class PortSpec:
     @property
     def identity(self) -> str:
         return f"serial:{self.stable_id or self.path}"
-
-
-@dataclass
-class PortCounters:
-    opens: int = 0
-    failures: int = 0
-    frames_in: int = 0
-    frames_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    unregistered: int = 0
-    refused: int = 0
-    backlog: int = 0
-    register_requests: int = 0
-    dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(framing.DROP_REASONS, 0))
 
 
 class SerialSlotLink:
@@ -169,6 +127,11 @@ class SerialSlotLink:
 
     def send_ping(self) -> None:
         """Serial links use JSON-RPC ping (info.native_ping is false)."""
+
+    def request_dropped(self) -> None:
+        """The core dropped a request of this slot's board: its answers wait for the port (counted as backlog)."""
+        self.port.counters.backlog += 1
+        self.port.metrics.dropped.labels(self.port.spec.path, "backlog").inc()
 
     async def close(self, code: int, reason: str) -> None:
         # The core let go of the slot (a missed heartbeat, a takeover, shutdown); the port stays
@@ -231,6 +194,7 @@ class SerialPort:
         self.slots_seen: dict[str, float] = {}
         """Slot names attached on this port since start -> when last (Unix time), oldest first, bounded."""
         self._metrics = gateway.metrics
+        self.metrics = metrics
         self._m_dropped = {reason: metrics.dropped.labels(spec.path, reason) for reason in PORT_DROP_REASONS}
         self._m_frames_in = metrics.frames.labels(spec.path, "in")
         self._m_frames_out = metrics.frames.labels(spec.path, "out")
@@ -267,6 +231,11 @@ class SerialPort:
     def take_back(self) -> None:
         """Open the port again now, after let_go()."""
         self._held = False
+        self.backoff.reset()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Try to open it now, its back-off started over (its USB device appeared); a held port stays held."""
         self.backoff.reset()
         self._wake.set()
 
@@ -754,18 +723,18 @@ class SerialLines:
         for port in self.ports.values():
             port.start()
 
-    def configured(self, path: str) -> bool:
-        """A path the configuration names (hot-plug leaves it alone), compared by real path too."""
-        if path in self.ports and self.ports[path].spec.source == "config":
-            return True
+    def configured(self, path: str) -> SerialPort | None:
+        """The port of a path the configuration names (hot-plug leaves it alone), compared by real path too."""
+        port = self.ports.get(path)
+        if port is not None and port.spec.source == "config":
+            return port
         real = os.path.realpath(path)
-        return any(
-            port.spec.source == "config" and os.path.realpath(port.spec.path) == real for port in self.ports.values()
-        )
+        configured = (port for port in self.ports.values() if port.spec.source == "config")
+        return next((port for port in configured if os.path.realpath(port.spec.path) == real), None)
 
     def add(self, spec: PortSpec) -> SerialPort | None:
         """Serve a port that appeared (hot-plug); None when it is already served or shutdown has begun."""
-        if self._halted or spec.path in self.ports or self.configured(spec.path):
+        if self._halted or spec.path in self.ports or self.configured(spec.path) is not None:
             return None
         port = SerialPort(self.gateway, spec, self.settings, self.metrics)
         self.ports[spec.path] = port
