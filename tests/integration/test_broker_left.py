@@ -244,3 +244,20 @@ async def test_audit_refuses_a_name_pattern_longer_than_broker_audit_recent_take
         assert code == 2, (flag, err)
         assert f"mcp-gateway audit: {flag} is {len(value)} characters long" in err, err
         assert "too complex" not in err and "audit trail" not in err and value not in err and out == "", err[:300]
+
+
+async def test_a_pattern_matching_broker_guards_it_but_makes_no_operator(tmp_path: Path) -> None:
+    # "*" requires the scope admin of every slot, _broker's endpoint included; an operator needs _broker's
+    # own entry, so the admin token, which holds admin, may read _broker but not reload the gateway.
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'port = 0\n[auth]\ntokens = [{ name = "admin", scopes = ["admin"], env = "ADMIN_TOKEN" }]\n'
+        '[auth.required_scopes]\n"*" = ["admin"]\n'
+    )
+    async with gateway_process("--config", str(path), env={**ENV, "STATE_DIRECTORY": str(tmp_path)}) as gateway:
+        assert not (await call(gateway.url, ADMIN, "broker_info")).is_error
+        message = await refused(gateway.url, ADMIN, "broker_reload", {})
+        assert message.startswith("broker_reload: no caller is an operator of _broker here"), message
+    path.write_text(path.read_text() + '"_broker" = ["admin"]\n')
+    async with gateway_process("--config", str(path), env={**ENV, "STATE_DIRECTORY": str(tmp_path)}) as gateway:
+        assert not (await call(gateway.url, ADMIN, "broker_reload", {})).is_error

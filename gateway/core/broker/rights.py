@@ -3,7 +3,8 @@
 An operator of `_broker` may run its action tools (broker_reload, broker_providers_recheck,
 broker_serial_release/resume) on a gateway without [policy], and reads the effective configuration in
 `broker_guide index`. Without [policy]: when [auth] is configured, `[auth] required_scopes` gives
-`_broker` scopes and the caller holds them (no `_broker` entry: no authenticated caller is an operator);
+`_broker` scopes by its own entry and the caller holds them (no `_broker` entry, even with a pattern such as
+"*" matching it: no authenticated caller is an operator);
 with no [auth], every caller; the action tools are served besides only by a gateway bound to loopback.
 Under [policy]: a caller the policy grants one of `_broker`'s action tools (tool.control on
 /_system/broker).
@@ -62,11 +63,12 @@ def operator_refusal(gateway: BrokerView, principal: Principal, tool: str, off_l
 
 
 def _caller_refusal(gateway: BrokerView, principal: Principal, tool: str) -> str | None:
-    """The caller's part of the rule: `_broker`'s required scopes configured and held."""
-    scopes_of = gateway.aggregate.slot_scopes
-    if scopes_of is None:  # no [auth]: every caller of a loopback gateway is on its own machine
+    """The caller's part of the rule: `_broker`'s own required scopes configured and held. Its own entry
+    only: a pattern such as "*" guards the endpoint too, but was written for devices and makes no
+    operator (who may reload the gateway and take boards off their ports)."""
+    if gateway.aggregate.slot_scopes is None:  # no [auth]: every caller of a loopback gateway is on its own machine
         return None
-    needed = scopes_of(BROKER_SLOT)
+    needed = tuple(gateway.config.auth.required_scopes.get(BROKER_SLOT) or ())
     if not needed:
         return NO_OPERATOR_SCOPES.format(tool=tool)
     if not principal.has_scopes(needed):
