@@ -101,9 +101,11 @@ def shown_url(text: str) -> str:
     fragment masked whatever the parse.
 
     Where the userinfo ends: an authority (the text after the scheme up to the first `/`, `?` or `#`)
-    that is a host with a port (0-65535) has none, so an `@` after it is in the path, query or fragment
-    (`http://h:1/x@y` names host h; so does `http://admin:1234/x@y`, whose digits cannot be told from
-    a port). Any other text before an `@` is taken for a userinfo ending at the LAST `@` of the text:
+    that is a host with a port (0-65535) has none. An `@` after it may be in the path, query or
+    fragment (`http://h:1/x@y` names host h), or end a password that starts with digits
+    (`http://admin:1234/x@y`): the two cannot be told apart, so such a text shows its host and masks
+    the rest from the port on (`http://h:***`, `http://admin:***`), never naming a host after the `@`
+    nor a password's start. Any other text before an `@` is taken for a userinfo ending at the LAST `@` of the text:
     a password may hold `/ ? # @` (`admin:s3cr/et@gw`, whose `s3cr` is no port), and urlsplit (which
     ends the userinfo at the first of them) would leave its start in view; so may a lone user name
     (`http://tok/en@gw`). A userinfo without a password, or whose user holds one of them, is masked
@@ -113,6 +115,9 @@ def shown_url(text: str) -> str:
     authority = re.split(r"[/?#]", text[start:], maxsplit=1)[0]
     host_port = _HOST_PORT.fullmatch(authority)
     if host_port and int(host_port["port"]) <= 65535:
+        if "@" in text[start + len(authority) :]:
+            # `admin:1234/x@gw` reads as host admin, port 1234, yet may be a password: show neither.
+            return f"{text[:start]}{authority.rpartition(':')[0]}:***"
         userinfo, at, rest = "", "", text[start:]
     else:
         userinfo, at, rest = text[start:].rpartition("@")

@@ -175,10 +175,11 @@ def _why_not(exc: BaseException) -> str:
 
 
 def _shown(text: str) -> str:
-    """The gateway's words on the user's terminal: what does not print escaped, bounded."""
+    """The gateway's words on the user's terminal, on one line (its line breaks as spaces): what does
+    not print escaped, bounded."""
     from gateway.flash.shown import printable
 
-    return printable(text, REFUSAL_CHARS)
+    return printable(" ".join(text.split()), REFUSAL_CHARS)
 
 
 def _error_text(result: dict[str, Any]) -> str:

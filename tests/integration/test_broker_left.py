@@ -41,7 +41,8 @@ from tests.support.gateway_process import GatewayProcess, gateway_process, run_c
 from tests.support.serial_ports import PtyPair, SerialRelay
 
 TECH = "tech-token-0123456789abcdef0"
-ENV = {"ADMIN_TOKEN": ADMIN, "AGENT_TOKEN": AGENT, "OPS_TOKEN": OPS, "TECH_TOKEN": TECH}
+BOARD = "board-token-0123456789abcdef"
+ENV = {"ADMIN_TOKEN": ADMIN, "AGENT_TOKEN": AGENT, "OPS_TOKEN": OPS, "TECH_TOKEN": TECH, "BOARD_TOKEN": BOARD}
 
 Gateway = tuple[GatewayProcess, str, Path]
 
@@ -66,11 +67,16 @@ resources = ["/_system/**", "/hid-1"]
 principal = "token:agent"
 role = "observer"
 resources = ["/_system/**", "/pump-1"]
+[[policy.assign]]
+principal = "token:board"
+role = "observer"
+resources = ["/_system/**", "/cboard"]
 """
 
 
 def config(port_path: str, audit: Path | None) -> str:
-    """Tokens: admin (every scope), agent (pump-1), ops (admin: not cboard's cb), tech (cb and admin);
+    """Tokens: admin (every scope), agent (pump-1), ops (admin: not cboard's cb), tech (cb and admin), board
+    (cb: cboard only);
     no `_broker` entry; a tool group over every slot; with `audit`, the policy above and its trail."""
     text = f"""port = 0
 [auth]
@@ -79,6 +85,7 @@ tokens = [
   {{ name = "agent", scopes = ["pump-1"], env = "AGENT_TOKEN" }},
   {{ name = "ops", scopes = ["admin"], env = "OPS_TOKEN" }},
   {{ name = "tech", scopes = ["cb", "admin"], env = "TECH_TOKEN" }},
+  {{ name = "board", scopes = ["cb"], env = "BOARD_TOKEN" }},
 ]
 [auth.required_scopes]
 "pump-1" = ["pump-1"]
@@ -220,6 +227,13 @@ async def test_gateway_wide_problems_naming_ports_are_withheld_from_a_caller_tha
         text = json.dumps(shown)
         for hidden in (port, SERIAL_SLOT, HIDDEN_SLOT, str(tmp_path)):
             assert hidden not in text, hidden
+        # board may call cboard, the port's only slot, but not hid-1: its own port's finding is shown whole,
+        # as broker_info shows it the port.
+        own = {problem["id"]: problem for problem in await problems(url, BOARD)}
+        for key in ("summary", "fix"):  # the evidence counts down the hold
+            assert own["serial.port_held"][key] == full["serial.port_held"][key], own["serial.port_held"]
+        assert "withheld" not in own["serial.port_held"]["evidence"]
+        assert [entry["path"] for entry in (await info(url, BOARD))["serial"]["ports"]] == [port]
         resumed = await call(url, ADMIN, "broker_serial_resume", {"port": port})
         assert not resumed.is_error, text_of(resumed)
 
@@ -258,6 +272,7 @@ async def test_a_pattern_matching_broker_guards_it_but_makes_no_operator(tmp_pat
         assert not (await call(gateway.url, ADMIN, "broker_info")).is_error
         message = await refused(gateway.url, ADMIN, "broker_reload", {})
         assert message.startswith("broker_reload: no caller is an operator of _broker here"), message
+        assert "a pattern of [auth] required_scopes guards _broker but makes no operator" in message
     path.write_text(path.read_text() + '"_broker" = ["admin"]\n')
     async with gateway_process("--config", str(path), env={**ENV, "STATE_DIRECTORY": str(tmp_path)}) as gateway:
         assert not (await call(gateway.url, ADMIN, "broker_reload", {})).is_error

@@ -39,6 +39,12 @@ NO_OPERATOR_SCOPES = (
     'e.g. "_broker" = ["admin"] under [auth.required_scopes] and give the operators\' tokens that scope, or give '
     "the gateway a policy that grants {tool} (tool.control on /_system/broker); see docs/security-auth.md"
 )
+PATTERN_ONLY = (
+    "{tool}: no caller is an operator of _broker here: a pattern of [auth] required_scopes guards _broker but "
+    'makes no operator; add an entry of its own, e.g. "_broker" = ["admin"], and give the operators\' tokens '
+    "that scope, or give the gateway a policy that grants {tool} (tool.control on /_system/broker); see "
+    "docs/security-auth.md"
+)
 NOT_HELD = (
     "{tool}: this caller is not an operator of _broker: it needs the scope(s) {needed} "
     '([auth] required_scopes "_broker"); see docs/security-auth.md'
@@ -70,6 +76,8 @@ def _caller_refusal(gateway: BrokerView, principal: Principal, tool: str) -> str
         return None
     needed = tuple(gateway.config.auth.required_scopes.get(BROKER_SLOT) or ())
     if not needed:
+        if gateway.aggregate.slot_scopes(BROKER_SLOT):
+            return PATTERN_ONLY.format(tool=tool)
         return NO_OPERATOR_SCOPES.format(tool=tool)
     if not principal.has_scopes(needed):
         return NOT_HELD.format(tool=tool, needed=" ".join(needed))
@@ -156,7 +164,14 @@ def diagnose_for(
     shown = [problem for problem in diagnose(view, slot) if problem.slot in (None, slot) or may_call(problem.slot)]
     if operator or every_slot:
         return shown
-    return withheld(shown, view)
+    return withheld(shown, view, _shown_ports(gateway, may_call))
+
+
+def _shown_ports(gateway: BrokerView, may_call: Callable[[str], bool]) -> frozenset[str]:
+    """The serial ports broker_info shows the caller (_port_shown): their problems name nothing hidden."""
+    status = gateway.serial_status() if gateway.serial_status is not None else {}
+    ports = [port for port in status.get("ports") or [] if isinstance(port, dict)]
+    return frozenset(str(port.get("path")) for port in ports if _port_shown(port, may_call))
 
 
 PUBLIC_PROBLEMS = frozenset(
@@ -216,21 +231,29 @@ AUDIT_PATH = "<[audit] path>"
 AUDIT_DIRECTORY = "<the [audit] path's directory>"
 
 
-def withheld(problems: list[Problem], view: GatewayView) -> list[Problem]:
+def withheld(problems: list[Problem], view: GatewayView, ports: frozenset[str] = frozenset()) -> list[Problem]:
     """`problems` as a caller that may not call every slot and is no operator is shown them: a slot's as
-    they are, a gateway-wide one that names nothing (PUBLIC_PROBLEMS) as it is, any other once per id
+    they are, a gateway-wide one that names nothing (PUBLIC_PROBLEMS) as it is, one of a serial port in
+    `ports` (carrying only slots it may call, as broker_info shows it) as it is, any other once per id
     with its worst severity, a summary that names nothing and no evidence, so that the health of
     the gateway stays visible without its ports, addresses, slots or configuration. The audit trail's
     error is kept (a full disk concerns every governed caller), its file and directory left out."""
     shown: list[Problem] = []
     seen: set[str] = set()
     for problem in problems:  # worst first: the first of an id carries its worst severity
-        if problem.slot is not None or problem.id in PUBLIC_PROBLEMS:
+        if problem.slot is not None or problem.id in PUBLIC_PROBLEMS or _of_ports(problem, ports):
             shown.append(problem)
         elif problem.id not in seen:  # one per id: their number would count ports or brokers
             seen.add(problem.id)
             shown.append(_withheld(problem, view))
     return shown
+
+
+def _of_ports(problem: Problem, ports: frozenset[str]) -> bool:
+    """Whether `problem` is a serial port's (its summary starts "Serial port <path> ") among `ports`."""
+    if not problem.id.startswith("serial."):
+        return False
+    return any(problem.summary.startswith(f"Serial port {path} ") for path in ports)
 
 
 def _withheld(problem: Problem, view: GatewayView) -> Problem:
@@ -254,13 +277,14 @@ def _withheld(problem: Problem, view: GatewayView) -> Problem:
     )
 
 
-def broker_info(gateway: BrokerView, principal: Principal | None) -> JsonObject:
-    """broker_info as `principal` is shown it (None: all of it): tool groups' members, serial ports and the
-    slots MQTT brokers carry only as far as they are slots it may call; a port that carries or carried a
-    slot it may not call is left out, its path naming a board it may not see."""
+def broker_info(gateway: BrokerView, principal: Principal | None, operator: bool = False) -> JsonObject:
+    """broker_info as `principal` is shown it (None, an `operator`, a caller that may call every slot: all
+    of it): tool groups' members, serial ports and the slots MQTT brokers carry only as far as they are
+    slots it may call; a port that carries or carried a slot it may not call is left out, its path naming
+    a board it may not see."""
     info = status.broker_info(gateway)
-    may_call = None if principal is None else slot_filter(gateway, principal)
-    if may_call is None:
+    may_call = None if principal is None or operator else slot_filter(gateway, principal)
+    if may_call is None or all(may_call(slot) for slot in gateway.registry.slots):
         return info
     groups = dict(info["groups"])
     groups["configured"] = [

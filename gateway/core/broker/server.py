@@ -481,7 +481,8 @@ class BrokerTarget(Target):
 
     def broker_info(self, principal: Principal | None = None) -> JsonObject:
         """broker_info as `principal` may be shown it (None: all of it, as the gateway reads it)."""
-        return rights.broker_info(self.gateway, principal)
+        operator = principal is not None and rights.is_operator(self.gateway, principal, OPERATOR_TOOLS)
+        return rights.broker_info(self.gateway, principal, operator)
 
     def providers_list(self, principal: Principal) -> JsonObject:
         return rights.providers_list(self.gateway, principal)
