@@ -1,7 +1,8 @@
 """Findings of a serial review: a provider that sends requests faster than it reads their answers (a
 serial board, a WebSocket provider) holds at most limits.max_pending_per_slot answers in the gateway,
 the rest of its requests dropped and counted; a released or resumed port is logged; a configured port
-whose USB device appears is opened at once; the open port is in the tty's exclusive mode (TIOCEXCL).
+whose USB device appears is opened at once; a pseudo-terminal is held by the flock alone (no TIOCEXCL,
+which a killed gateway would leave set).
 
 Real gateways, real pseudo-terminals (tests/support/serial_ports.py), a real WebSocket provider
 (`websockets`), real MCP clients.
@@ -10,7 +11,6 @@ Real gateways, real pseudo-terminals (tests/support/serial_ports.py), a real Web
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import time
@@ -25,6 +25,7 @@ from mcp import Client
 from gateway.app import GatewayServer
 from gateway.config import GatewayConfig
 from gateway.core.broker.status import serial_status
+from gateway.southbound.serial import opening
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.integration.test_metrics import scrape
 from tests.integration.test_provider_stops_reading import provider_that_stops_reading
@@ -200,21 +201,25 @@ def open_as_nobody(path: str) -> dict[str, Any]:
     return as_nobody(work)
 
 
-async def test_the_open_port_refuses_other_programs_and_is_free_once_released(
+async def test_a_pseudo_terminal_is_held_by_the_flock_alone_so_a_killed_gateway_leaves_it_usable(
     root: None, gateway_factory: GatewayFactory, ptys: Any
 ) -> None:
+    # A pseudo-terminal keeps TIOCEXCL past its last close while its other end is open: a gateway killed
+    # with it set would leave it refusing the restarted gateway (run as a service user) for good.
     pair = ptys()
-    os.chmod(pair.path, 0o666)  # nobody may open it, but for the gateway's exclusive mode
+    os.chmod(pair.path, 0o666)
     server = await gateway_factory(serial={"ports": [{"path": pair.path}], "max_hold_s": 120, **FAST_RETRY})
     await wait_for(lambda: port_status(server, pair.path)["state"] == "open", what="the port open")
-    assert open_as_nobody(pair.path) == {"errno": errno.EBUSY}  # `cat`, `screen`: refused by the kernel
-
+    assert open_as_nobody(pair.path) == {"errno": 0}
+    fd = os.open(pair.path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        assert opening.is_pseudo_terminal(fd)  # a USB adapter's or UART's tty is no pseudo-terminal
+    finally:
+        os.close(fd)
     await broker_call(server, "broker_serial_release", {"port": pair.path})
-    # Closed, its exclusive mode cleared (a pseudo-terminal whose other end stays open would keep it).
     assert open_as_nobody(pair.path) == {"errno": 0}
     resumed = await broker_call(server, "broker_serial_resume", {"port": pair.path})
     assert resumed["state"] == "open"
-    assert open_as_nobody(pair.path) == {"errno": errno.EBUSY}
 
 
 async def test_a_release_and_a_resume_are_logged(

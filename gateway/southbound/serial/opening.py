@@ -5,8 +5,10 @@ gateway/southbound/serial/ports.py.
 Exclusive twice over: an advisory flock(2), which `mcp-gateway flash`, device installs and esptool
 take too (and /proc/locks shows, naming the holder), and the tty's exclusive mode (TIOCEXCL), which
 makes the kernel refuse any other open of it (EBUSY) to all but root: `cat` or `screen` cannot read
-the board's frames meanwhile. The mode is cleared (TIOCNXCL) before the port is closed: a
-pseudo-terminal whose other end stays open keeps it past the close, and would refuse the next open.
+the board's frames meanwhile (a device the kernel frees at its last close: a USB adapter, a UART).
+A pseudo-terminal gets the flock alone: it keeps the mode past its last close while its other end is
+open, so a gateway killed (SIGKILL, out of memory) would leave it refusing the restarted gateway.
+The mode is cleared (TIOCNXCL) before a port is closed all the same.
 
 A path that is not a terminal (a regular file, a FIFO, /dev/null) opens but cannot be configured:
 open_port names that (NotATerminal) instead of pyserial's "Could not configure port: (25, ...)".
@@ -83,9 +85,22 @@ def open_port(path: str, baud: int) -> serial.Serial:
         if _not_a_terminal(exc):
             raise NotATerminal(path) from exc
         raise
-    with contextlib.suppress(OSError):  # the tty core serves it for every tty; the flock holds anyway
-        fcntl.ioctl(port.fileno(), termios.TIOCEXCL)
+    if not is_pseudo_terminal(port.fileno()):
+        with contextlib.suppress(OSError):  # the tty core serves it for every tty; the flock holds anyway
+            fcntl.ioctl(port.fileno(), termios.TIOCEXCL)
     return port
+
+
+PTY_SLAVE_MAJORS = range(136, 144)
+"""The device majors of Unix98 pseudo-terminal slaves (/dev/pts/N; Documentation/admin-guide/devices.txt)."""
+
+
+def is_pseudo_terminal(fd: int) -> bool:
+    """Whether the open tty `fd` is a pseudo-terminal's slave (no TIOCEXCL for it: see the module)."""
+    try:
+        return os.major(os.fstat(fd).st_rdev) in PTY_SLAVE_MAJORS
+    except OSError:
+        return False
 
 
 class NotATerminal(serial.SerialException):
