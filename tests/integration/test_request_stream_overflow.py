@@ -178,11 +178,16 @@ async def test_an_sdk_client_behind_a_burst_still_gets_its_answer(
     async with Client(url_of(gateway), mode=mode) as client:
         result = await asyncio.wait_for(client.call_tool("burst", {"n": BURST}, progress_callback=slow_handler), 60)
     assert result.content[0].text == f"burst {BURST} done"  # type: ignore[union-attr]
-    assert 0 < len(seen) < BURST
-    assert overflows(gateway) == 1
+    assert 0 < len(seen) <= BURST and seen == sorted(seen)
+    # Whether this client fell behind depends on how fast its transport reads: when it did, the
+    # overflow is counted once and logged once (the raw clients below fall behind for certain).
     dropped = [r.getMessage() for r in caplog.records if "notifications for one request dropped" in r.getMessage()]
-    assert len(dropped) == 1, dropped  # one line for the stream, however many were dropped
-    assert "(limits.notification_queue)" in dropped[0]
+    if len(seen) < BURST:
+        assert overflows(gateway) == 1
+        assert len(dropped) == 1, dropped  # one line for the stream, however many were dropped
+        assert "(limits.notification_queue)" in dropped[0]
+    else:
+        assert overflows(gateway) == 0 and not dropped
 
 
 async def test_a_raw_session_era_client_behind_a_burst_still_gets_its_answer(gateway: GatewayServer) -> None:
