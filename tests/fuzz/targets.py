@@ -684,6 +684,7 @@ async def check_oauth(token: str) -> None:
         "not_yet_valid",
         "wrong_issuer",
         "wrong_audience",
+        "invalid_subject",
         "keys_unavailable",
     )
     assert outcome.status in (401, 503)
