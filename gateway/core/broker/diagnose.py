@@ -180,6 +180,7 @@ def held_port_problems(view: GatewayView) -> list[Problem]:
                 f"{port.get('held_since') or 'an unknown time'}{back}",
                 f"When the flash or update is over, or was killed, take the port back now: broker_serial_resume "
                 f'{{"port": "{path}"}}; otherwise the gateway takes it back when serial.max_hold_s has passed.',
+                port=path,
             )
         )
     return problems

@@ -202,6 +202,7 @@ def _serial_port_unavailable(port: Mapping[str, Any]) -> Problem | None:
         + (f", next in {retry:g}s" if isinstance(retry, int | float) else "")
         + f" ({port.get('source')} port, {port.get('opens', 0)} opens since start)",
         f"{cause} The gateway keeps retrying with back-off up to serial.retry_max_s.",
+        port=path,
     )
 
 
@@ -223,6 +224,7 @@ def _serial_line_damage(port: Mapping[str, Any]) -> Problem | None:
         "TX crossed to RX, RX to TX and GND connected: a mismatch loses every frame. Frames lost now and then are "
         "noise: a shorter wire, a ground beside the signals, or a lower baud rate. A damaged frame never delivers "
         "a wrong message; it costs the call it carried (the caller gets a deadline error).",
+        port=port.get("path"),
     )
 
 
@@ -238,6 +240,7 @@ def _serial_oversize(port: Mapping[str, Any]) -> Problem | None:
         f"{oversize} messages over frame_cap {port.get('frame_cap')} bytes since the gateway started "
         f'(mcpgw_limit_hits_total{{limit="{key}"}})',
         f"Raise {key}, or lower the board's frame_max_bytes so that its pages and answers fit.",
+        port=port.get("path"),
     )
 
 
@@ -279,6 +282,7 @@ def _serial_no_board(port: Mapping[str, Any]) -> Problem | None:
         f"sent; dropped: unregistered {dropped.get('unregistered', 0)}, refused {dropped.get('refused', 0)}, "
         f"text {dropped.get('text', 0)}",
         fix,
+        port=port.get("path"),
     )
 
 

@@ -109,6 +109,8 @@ class Problem:
     evidence: str
     fix: str
     slot: str | None = None
+    port: str | None = None
+    """The serial port's path a problem is about: a caller shown that port (broker_info) is shown it whole."""
 
     def to_json(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"id": self.id, "severity": self.severity}

@@ -250,10 +250,8 @@ def withheld(problems: list[Problem], view: GatewayView, ports: frozenset[str] =
 
 
 def _of_ports(problem: Problem, ports: frozenset[str]) -> bool:
-    """Whether `problem` is a serial port's (its summary starts "Serial port <path> ") among `ports`."""
-    if not problem.id.startswith("serial."):
-        return False
-    return any(problem.summary.startswith(f"Serial port {path} ") for path in ports)
+    """Whether `problem` is about one of the serial ports in `ports`."""
+    return problem.port is not None and problem.port in ports
 
 
 def _withheld(problem: Problem, view: GatewayView) -> Problem:
