@@ -74,8 +74,7 @@ def build_app(
     if client_auth is not None:
         checks.append(client_auth.check)
         gateway.auth_posture = client_auth.posture
-        gateway.aggregate.slot_scopes = client_auth.required.for_slot
-        gateway.groups.slot_scopes = client_auth.required.for_slot
+        client_auth.install_scopes()
         # A reload that changes [auth] required_scopes changes who sees which slot's tools, as a policy
         # reload with other rules does: every listener is told the same way.
         client_auth.scopes_changed = lambda: announce_tools_changed(gateway)

@@ -114,6 +114,9 @@ class AggregateTarget(Target):
         """The scopes a caller needs for each member slot, set by the composition root when client
         authentication is configured: `_all` shows and routes a slot's tools only to callers who
         could call that slot directly, so the aggregate is never a way around a slot's scopes."""
+        self.exact_scopes: Callable[[str], tuple[str, ...]] | None = None
+        """The scopes of a slot's own [auth] required_scopes entry, patterns left out (set with
+        slot_scopes): `_broker`'s own entry is what makes an operator (gateway/core/broker/rights.py)."""
         registry.membership_listeners.append(self.refresh.changed)
         self.levels = EndpointLevels()
 

@@ -170,6 +170,10 @@ class RequiredScopes:
                 return pattern_scopes
         return ()
 
+    def exact_for(self, slot: str) -> tuple[str, ...]:
+        """The scopes of `slot`'s own key, patterns left out (none: ())."""
+        return self.exact.get(slot, ())
+
     def supported(self, endpoint: Endpoint) -> tuple[str, ...]:
         """The scopes a client should ask for to use `endpoint` fully: its metadata's scopes_supported.
 
@@ -312,13 +316,19 @@ class ClientAuth:
         self.names = own_names(config)
         self._origins = {}
         self._install_hooks()
-        self.gateway.aggregate.slot_scopes = self.required.for_slot
-        self.gateway.groups.slot_scopes = self.required.for_slot
+        self.install_scopes()
         if (
             list(config.auth.required_scopes.items()) != list(scopes_before.items())  # patterns match in order
             or regranted(grants_before, self.token_grants())
         ):
             self.scopes_changed()
+
+    def install_scopes(self) -> None:
+        """Point the scope hooks of `_all`, the tool groups and `_broker`'s operator rule at the required
+        scopes in force."""
+        self.gateway.aggregate.slot_scopes = self.required.for_slot
+        self.gateway.aggregate.exact_scopes = self.required.exact_for
+        self.gateway.groups.slot_scopes = self.required.for_slot
 
     def token_grants(self) -> dict[str, frozenset[str]]:
         """Which static token caller holds which scopes (a reload that changes them is announced)."""

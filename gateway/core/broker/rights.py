@@ -72,11 +72,12 @@ def _caller_refusal(gateway: BrokerView, principal: Principal, tool: str) -> str
     """The caller's part of the rule: `_broker`'s own required scopes configured and held. Its own entry
     only: a pattern such as "*" guards the endpoint too, but was written for devices and makes no
     operator (who may reload the gateway and take boards off their ports)."""
-    if gateway.aggregate.slot_scopes is None:  # no [auth]: every caller of a loopback gateway is on its own machine
+    slot_scopes, exact_scopes = gateway.aggregate.slot_scopes, gateway.aggregate.exact_scopes
+    if slot_scopes is None or exact_scopes is None:  # no [auth]: every caller of a loopback gateway is on its machine
         return None
-    needed = tuple(gateway.config.auth.required_scopes.get(BROKER_SLOT) or ())
+    needed = exact_scopes(BROKER_SLOT)
     if not needed:
-        if gateway.aggregate.slot_scopes(BROKER_SLOT):
+        if slot_scopes(BROKER_SLOT):
             return PATTERN_ONLY.format(tool=tool)
         return NO_OPERATOR_SCOPES.format(tool=tool)
     if not principal.has_scopes(needed):
