@@ -91,7 +91,9 @@ class LinkInfo:
 
 
 class ProviderLink(Protocol):
-    """A connected provider for one slot. Transports translate bytes; the core does the rest."""
+    """A connected provider for one slot. Transports translate bytes; the core does the rest.
+
+    Each transport's link subclasses this, so it inherits the members with a default behaviour."""
 
     info: LinkInfo
 
@@ -107,3 +109,8 @@ class ProviderLink(Protocol):
     async def close(self, code: int, reason: str) -> None:
         """Detach this slot from the peer with a close code and a short actionable reason."""
         ...
+
+    def request_dropped(self) -> None:
+        """The core dropped a request of the provider unanswered, its answers waiting for this link
+        (gateway/core/provider_requests.py): a link with a drop counter of its own counts it there."""
+        return None

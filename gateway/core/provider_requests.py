@@ -162,7 +162,7 @@ class ProviderRequests:
                 )
                 self.relayed[request_id] = Relayed(task, owner)
                 return
-        self.answer(reply)
+        self.answer(reply, method)
 
     def _broker_request(self, request_id: JsonId, method: str, params: Any) -> JsonObject | None:
         """The answer to a `broker/*` request now (a refusal), or None while the policy layer works it out."""
@@ -224,7 +224,7 @@ class ProviderRequests:
         provider is told at once instead of waiting for answers; one error per batch, under id null."""
         if self.session.state != "closed":
             message = "JSON-RPC batches are not supported: nothing in this batch was read; send one message at a time"
-            self.answer(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, message, {"reason": "batch"}))
+            self.answer(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, message, {"reason": "batch"}), "a batch")
 
     def refuse_too_deep(self, message: jsonrpc.Message) -> None:
         """A request nested deeper than limits.max_json_depth whose id and method were still read: answered
@@ -236,14 +236,16 @@ class ProviderRequests:
         self.answer(
             jsonrpc.error_response(
                 message.id, jsonrpc.INVALID_REQUEST, f"Invalid JSON-RPC: {message.problem}", {"limit": message.limit}
-            )
+            ),
+            f"{message.method} nested deeper than limits.max_json_depth",
         )
 
-    def answer(self, reply: JsonObject) -> None:
-        """Send an answer to a request of the provider without waiting for the send; dropped (and
-        counted) while limits.max_pending_per_slot answers wait for the link already."""
+    def answer(self, reply: JsonObject, what: str) -> None:
+        """Send an answer to `what` the provider sent (its method, or what was wrong with it) without
+        waiting for the send; dropped (and counted) while limits.max_pending_per_slot answers wait for
+        the link already."""
         if self._answers_full():
-            self._drop("a batch or a request nested too deep")
+            self._drop(what)
             return
         self._start_answer(reply)
 
@@ -274,9 +276,7 @@ class ProviderRequests:
         self._burst_dropped += 1
         if self.metrics is not None:
             self.metrics.metrics.limit_hit(ANSWERS_LIMIT)
-        dropped = getattr(self.session.link, "request_dropped", None)
-        if callable(dropped):
-            dropped()  # the link's own drop counter (a serial port's backlog)
+        self.session.link.request_dropped()
         slot = self.session.slot
         now = time.monotonic()
         if self._burst_dropped == 1 and (self._warned_at is None or now - self._warned_at >= DROP_WARN_INTERVAL_S):

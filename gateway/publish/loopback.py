@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 
 from gateway.core.gateway import Gateway
-from gateway.core.link import CLOSE_NORMAL, LinkInfo
+from gateway.core.link import CLOSE_NORMAL, LinkInfo, ProviderLink
 from gateway.core.provider_session import ProviderSession
 from gateway.publish.sdk_bridge import SdkServer, SdkSession
 
@@ -36,7 +36,7 @@ async def start_session(session: SdkSession) -> asyncio.Task[None]:
     return task
 
 
-class LoopbackLink:
+class LoopbackLink(ProviderLink):
     def __init__(self) -> None:
         self.info = LinkInfo(transport="loopback", remote="in-process")
         self.session: SdkSession | None = None

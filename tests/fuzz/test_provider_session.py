@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.link import CLOSE_POLICY, LinkInfo
+from gateway.core.link import CLOSE_POLICY, LinkInfo, ProviderLink
 from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import SessionSettings
 from gateway.core.relay import RELATED_REQUEST_KEY
@@ -33,7 +33,7 @@ INIT_RESULT = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {"list
 TOOLS = {"tools": [{"name": "add", "inputSchema": {"type": "object"}}]}
 
 
-class MemoryLink:
+class MemoryLink(ProviderLink):
     """A provider link whose far end is the test: what the session sends lands in `outbox`."""
 
     def __init__(self, numeric_ids: bool) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.core import errors
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.link import CLOSE_POLICY, LinkInfo, MessageRefused
+from gateway.core.link import CLOSE_POLICY, LinkInfo, MessageRefused, ProviderLink
 from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import SessionSettings
 from gateway.core.relay import RELATED_REQUEST_KEY
@@ -36,7 +36,7 @@ INIT_RESULT = {
 }
 
 
-class MemoryLink:
+class MemoryLink(ProviderLink):
     """A provider link whose far end is the test: what the core sends lands in `outbox`."""
 
     def __init__(
@@ -906,3 +906,44 @@ async def test_a_caller_that_leaves_while_its_send_waits_is_forgotten_at_once() 
     cancel = await link.next()
     cancel = cancel if cancel.get("method") == "notifications/cancelled" else await link.next()
     assert cancel["params"]["reason"] == "client disconnected"
+
+
+class CountingStalledLink(StalledLink):
+    """A stalled link with a drop counter of its own, as a serial port has (its `backlog`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+
+    def request_dropped(self) -> None:
+        self.dropped += 1
+
+
+@pytest.mark.parametrize(
+    ("dropped", "named"),
+    [
+        (b'[{"jsonrpc":"2.0","id":"p-3","method":"ping"}]', "a batch"),
+        (
+            b'{"jsonrpc":"2.0","id":"p-3","method":"roots/list","params":' + nested(40) + b"}",
+            "roots/list nested deeper than limits.max_json_depth",
+        ),
+        (b'{"jsonrpc":"2.0","id":"p-3","method":"roots/list"}', "roots/list"),
+    ],
+)
+async def test_what_is_dropped_while_answers_wait_is_named_and_counted_on_the_link(
+    dropped: bytes, named: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "gateway.provider")
+    link = CountingStalledLink()
+    session, _, _ = make_session(link, max_pending=2, max_json_depth=32)
+    session.receive(b'{"jsonrpc":"2.0","id":"p-1","method":"ping"}')
+    session.receive(b'{"jsonrpc":"2.0","id":"p-2","method":"ping"}')  # two answers wait: the bound
+    session.receive(dropped)
+    session.receive(b'{"jsonrpc":"2.0","id":"p-4","method":"ping"}')
+    assert link.dropped == 2 and session.requests.dropped == 2
+    [warning] = [record.getMessage() for record in caplog.records if "faster than it reads" in record.getMessage()]
+    assert f"(the first: {named})" in warning, warning
+    link.flow.set()
+    assert [(await link.next())["id"] for _ in range(2)] == ["p-1", "p-2"]
+    await asyncio.sleep(0.01)
+    assert link.drain() == []  # nothing dropped is answered later

@@ -13,7 +13,7 @@ from gateway.core import errors, jsonrpc
 from gateway.core.answer_head import answer_id
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.link import LinkInfo, MessageRefused
+from gateway.core.link import LinkInfo, MessageRefused, ProviderLink
 from gateway.core.provider_session import ProviderSession
 from gateway.southbound.mqtt.client import BrokerClient, PacketTooLarge, UserProperties
 from gateway.southbound.mqtt.drops import DropCounter, MqttMetrics
@@ -48,7 +48,7 @@ class BrokerContext(Protocol):
         ...
 
 
-class MqttLink:
+class MqttLink(ProviderLink):
     """A provider link over a broker: publish to reach the provider; the profile feeds what it sends."""
 
     def __init__(self, broker: BrokerContext, slot: str, info: LinkInfo) -> None:

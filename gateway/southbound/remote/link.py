@@ -29,7 +29,7 @@ from typing import Any
 from gateway.core import jsonrpc
 from gateway.core.answer_head import answer_id
 from gateway.core.jsonrpc import JsonId, JsonObject
-from gateway.core.link import LinkInfo
+from gateway.core.link import LinkInfo, ProviderLink
 from gateway.core.provider_session import AnswerLost, ProviderSession
 from gateway.southbound.remote.auth import UpstreamError
 from gateway.southbound.remote.http import RemoteHttp
@@ -52,7 +52,7 @@ def not_sent(request_id: JsonId, upstream: str, reason: str) -> JsonObject:
     )
 
 
-class RemoteLink:
+class RemoteLink(ProviderLink):
     """Base of the Streamable HTTP and legacy SSE links (gateway.core.link.ProviderLink)."""
 
     transport = "remote"

@@ -49,7 +49,7 @@ from gateway.core.clock import wall_time_of
 from gateway.core.eras import SESSION_ERA
 from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
-from gateway.core.link import LinkInfo
+from gateway.core.link import LinkInfo, ProviderLink
 from gateway.core.provider_session import ProviderSession
 from gateway.core.slots import SlotRefused
 from gateway.core.timestamps import iso
@@ -95,7 +95,7 @@ class PortSpec:
         return f"serial:{self.stable_id or self.path}"
 
 
-class SerialSlotLink:
+class SerialSlotLink(ProviderLink):
     """One slot on a serial port (the core's provider link)."""
 
     def __init__(self, port: SerialPort, slot: str, enveloped: bool) -> None:

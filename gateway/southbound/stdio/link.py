@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from gateway.core import jsonrpc
 from gateway.core.answer_head import HEAD_BYTES, answer_id
-from gateway.core.link import LinkInfo
+from gateway.core.link import LinkInfo, ProviderLink
 from gateway.core.provider_session import ProviderSession
 from gateway.core.provider_state import is_gateway_id
 from gateway.telemetry.metrics import Metrics
@@ -267,7 +267,7 @@ class Child:
         return f"pid {self.pid} exited with code {code}"
 
 
-class StdioLink:
+class StdioLink(ProviderLink):
     """The provider link to one child: a message is one line on its stdin, one line on its stdout.
 
     `close` (the core dropping the link: a missed heartbeat, a failed initialize, shutdown) and a

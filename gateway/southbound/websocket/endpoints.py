@@ -25,6 +25,7 @@ from gateway.core.link import (
     CLOSE_TOO_BIG,
     MAX_CLOSE_REASON_BYTES,
     LinkInfo,
+    ProviderLink,
     close_reason,
     close_reason_quoting,
 )
@@ -79,7 +80,7 @@ def refused_close_reason(last_refused: str) -> str:
     return f"{REFUSED_EVERY_SLOT}; {REFUSALS_SENT}"
 
 
-class WebSocketLink:
+class WebSocketLink(ProviderLink):
     """One dedicated WebSocket carrying one slot."""
 
     def __init__(self, ws: web.WebSocketResponse, info: LinkInfo, sender: SocketSender) -> None:
@@ -136,7 +137,7 @@ class MultiplexedSocket:
             session.link_lost(reason)
 
 
-class MultiplexedSlotLink:
+class MultiplexedSlotLink(ProviderLink):
     """One slot on a multiplexed socket."""
 
     def __init__(self, socket: MultiplexedSocket, slot: str, info: LinkInfo) -> None:
