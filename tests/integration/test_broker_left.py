@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -106,7 +107,7 @@ retry_max_s = 0.3
 
 
 @contextlib.asynccontextmanager
-async def plant(
+async def a_plant(
     tmp_path: Path,
     c_boards: CBoardFactory,  # noqa: F811
     ptys: Callable[[], PtyPair],  # noqa: F811
@@ -127,6 +128,20 @@ async def plant(
         yield gateway, gateway_side.path, audit
 
 
+Plant = Callable[..., contextlib.AbstractAsyncContextManager[Gateway]]
+"""plant(policy=...): a_plant on the test's own directory, boards and pseudo-terminals."""
+
+
+@pytest.fixture
+def plant(
+    tmp_path: Path,
+    c_boards: CBoardFactory,  # noqa: F811
+    ptys: Callable[[], PtyPair],  # noqa: F811
+    relays: Callable[[PtyPair, PtyPair], SerialRelay],  # noqa: F811
+) -> Plant:
+    return functools.partial(a_plant, tmp_path, c_boards, ptys, relays)
+
+
 async def _not_connected(url: str, slot: str) -> bool:
     return not await connected(url, slot)
 
@@ -144,12 +159,9 @@ async def problems(url: str, token: str) -> list[dict[str, Any]]:
 
 
 async def test_under_a_policy_release_and_resume_need_the_right_to_call_every_slot_on_the_port(
-    tmp_path: Path,
-    c_boards: CBoardFactory,  # noqa: F811
-    ptys: Callable[[], PtyPair],  # noqa: F811
-    relays: Callable[[PtyPair, PtyPair], SerialRelay],  # noqa: F811
+    plant: Plant,
 ) -> None:
-    async with plant(tmp_path, c_boards, ptys, relays, policy=True) as (gateway, port, _):
+    async with plant(policy=True) as (gateway, port, _):
         url = gateway.url
         # ops lacks cboard's scope; tech holds it, but the policy lets it list no tool of cboard. The
         # policy grants both the action itself (tool.control on /_system/broker).
@@ -173,12 +185,9 @@ async def test_under_a_policy_release_and_resume_need_the_right_to_call_every_sl
 
 
 async def test_broker_info_shows_group_members_and_serial_ports_only_as_far_as_the_caller_may_call_them(
-    tmp_path: Path,
-    c_boards: CBoardFactory,  # noqa: F811
-    ptys: Callable[[], PtyPair],  # noqa: F811
-    relays: Callable[[PtyPair, PtyPair], SerialRelay],  # noqa: F811
+    plant: Plant,
 ) -> None:
-    async with plant(tmp_path, c_boards, ptys, relays, policy=False) as (gateway, port, _):
+    async with plant(policy=False) as (gateway, port, _):
         url = gateway.url
         everything = await info(url, ADMIN)  # admin may call every slot: all of it, as before
         (group,) = everything["groups"]["configured"]
@@ -202,12 +211,9 @@ async def test_broker_info_shows_group_members_and_serial_ports_only_as_far_as_t
 
 
 async def test_gateway_wide_problems_naming_ports_are_withheld_from_a_caller_that_is_no_operator(
-    tmp_path: Path,
-    c_boards: CBoardFactory,  # noqa: F811
-    ptys: Callable[[], PtyPair],  # noqa: F811
-    relays: Callable[[PtyPair, PtyPair], SerialRelay],  # noqa: F811
+    plant: Plant, tmp_path: Path
 ) -> None:
-    async with plant(tmp_path, c_boards, ptys, relays, policy=True) as (gateway, port, _):
+    async with plant(policy=True) as (gateway, port, _):
         url = gateway.url
         released = await call(url, ADMIN, "broker_serial_release", {"port": port})
         assert not released.is_error, text_of(released)
@@ -239,12 +245,9 @@ async def test_gateway_wide_problems_naming_ports_are_withheld_from_a_caller_tha
 
 
 async def test_audit_refuses_a_name_pattern_longer_than_broker_audit_recent_takes(
-    tmp_path: Path,
-    c_boards: CBoardFactory,  # noqa: F811
-    ptys: Callable[[], PtyPair],  # noqa: F811
-    relays: Callable[[PtyPair, PtyPair], SerialRelay],  # noqa: F811
+    plant: Plant,
 ) -> None:
-    async with plant(tmp_path, c_boards, ptys, relays, policy=True) as (gateway, _, audit):
+    async with plant(policy=True) as (gateway, _, audit):
         async with (
             httpx2.AsyncClient(headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30) as http,
             Client(streamable_http_client(f"{gateway.url}/{HIDDEN_SLOT}/mcp", http_client=http)) as client,

@@ -24,7 +24,7 @@ from gateway.config import GatewayConfig
 from gateway.core.broker.status import serial_status
 from gateway.southbound.serial.hotplug import UsbPort
 from tests.conftest import wait_for
-from tests.integration.test_serial_boards import FAST_RETRY, broker_call
+from tests.integration.test_serial_boards import FAST_RETRY, broker_call, ptys  # noqa: F401 (fixture)
 from tests.support.serial_ports import PtyEnumerator, PtyPair
 
 BOARD = {"vid_pid": "303a:1001", "serial_number": "F4:12:FA:00:00:01"}
@@ -65,19 +65,6 @@ async def hotplug_gateway(max_hold_s: float = 900) -> AsyncIterator[tuple[Gatewa
         await server.stop()
 
 
-@pytest.fixture
-def ptys() -> Any:
-    made: list[PtyPair] = []
-
-    def make() -> PtyPair:
-        made.append(PtyPair())
-        return made[-1]
-
-    yield make
-    for pair in made:
-        pair.close()
-
-
 async def plugged_and_open(server: GatewayServer, enumerator: PtyEnumerator, cable: PtyPair) -> None:
     enumerator.plug(cable, **BOARD)
     await wait_for(lambda: state(server, cable.path) == "open", what="the hot-plugged port to open")
@@ -85,7 +72,8 @@ async def plugged_and_open(server: GatewayServer, enumerator: PtyEnumerator, cab
 
 
 async def test_a_released_port_that_re_enumerates_stays_held_until_max_hold_s_from_the_release(
-    ptys: Any, caplog: pytest.LogCaptureFixture
+    ptys: Any,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, "gateway.southbound.serial")
     async with hotplug_gateway(max_hold_s=2.0) as (server, enumerator):
@@ -114,7 +102,9 @@ async def test_a_released_port_that_re_enumerates_stays_held_until_max_hold_s_fr
         assert any("taken back after serial.max_hold_s" in record.getMessage() for record in caplog.records)
 
 
-async def test_a_released_port_back_under_another_name_stays_held_and_resumes_by_its_old_name(ptys: Any) -> None:
+async def test_a_released_port_back_under_another_name_stays_held_and_resumes_by_its_old_name(
+    ptys: Any,  # noqa: F811
+) -> None:
     async with hotplug_gateway() as (server, enumerator):
         first = ptys()
         await plugged_and_open(server, enumerator, first)
@@ -133,7 +123,9 @@ async def test_a_released_port_back_under_another_name_stays_held_and_resumes_by
         assert locked(second.path)
 
 
-async def test_a_port_resumed_while_unplugged_opens_when_it_comes_back(ptys: Any) -> None:
+async def test_a_port_resumed_while_unplugged_opens_when_it_comes_back(
+    ptys: Any,  # noqa: F811
+) -> None:
     async with hotplug_gateway() as (server, enumerator):
         cable = ptys()
         await plugged_and_open(server, enumerator, cable)
@@ -153,7 +145,9 @@ async def test_a_port_resumed_while_unplugged_opens_when_it_comes_back(ptys: Any
         assert released["already_held"] is False
 
 
-async def test_a_node_that_names_another_board_in_one_batch_of_events_serves_the_new_board(ptys: Any) -> None:
+async def test_a_node_that_names_another_board_in_one_batch_of_events_serves_the_new_board(
+    ptys: Any,  # noqa: F811
+) -> None:
     async with hotplug_gateway() as (server, enumerator):
         cable = ptys()
         await plugged_and_open(server, enumerator, cable)

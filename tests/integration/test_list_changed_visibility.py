@@ -13,25 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import secrets
-import signal
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2
-import mcp_types as types
-from mcp import Client
-from mcp.client.session import IncomingMessage, MessageHandlerFnT
-from mcp.client.streamable_http import streamable_http_client
 
 from sim.pump import PumpSettings
 from sim.simulator import Simulator, SimulatorSettings
 from tests.conftest import wait_for
 from tests.support.gateway_process import GatewayProcess, gateway_process
+from tests.support.listening_callers import Listeners, eventually, listening, reload, token_entry
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = secrets.token_urlsafe(32)
@@ -42,11 +36,6 @@ PATHS = ("/_all/mcp", "/mcp/pumps")
 CALLERS = {"full": FULL, "limited": LIMITED}
 QUIET_S = 1.0
 """Long past limits.catalog_coalesce_ms (50 ms): what would have been announced has been by then."""
-
-
-def token_entry(name: str, token: str, scopes: list[str]) -> str:
-    digest = hashlib.sha256(token.encode()).hexdigest()
-    return f'[[auth.tokens]]\nname = "{name}"\nsha256 = "{digest}"\nscopes = {json.dumps(scopes)}\n'
 
 
 def policy_text(limited_slots: list[str]) -> str:
@@ -83,22 +72,6 @@ def config_text(pump_2_scopes: list[str] | None) -> str:
     )
 
 
-def counter(heard: dict[str, int], key: str) -> MessageHandlerFnT:
-    async def on_message(message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            heard[key] += 1
-
-    return on_message
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 @contextlib.asynccontextmanager
 async def board(gateway: GatewayProcess, number: int) -> AsyncIterator[Simulator]:
     """The simulator's pump-<number> attached to the gateway; detached (its link closed) at the end."""
@@ -111,19 +84,8 @@ async def board(gateway: GatewayProcess, number: int) -> AsyncIterator[Simulator
         await simulator.stop()
 
 
-class Callers:
+class Callers(Listeners):
     """Both callers' SDK clients on both endpoints, counting the list_changed each stream hears."""
-
-    def __init__(self, gateway: GatewayProcess, clients: dict[str, Client], heard: dict[str, int]) -> None:
-        self.gateway = gateway
-        self.clients = clients
-        self.heard = heard
-
-    def reset(self) -> None:
-        self.heard.update(dict.fromkeys(self.heard, 0))
-
-    async def names(self, key: str) -> list[str]:
-        return [tool.name for tool in (await self.clients[key].list_tools()).tools]
 
     async def sees(self, key: str, slot: str) -> bool:
         return any(name.startswith(slot) for name in await self.names(key))
@@ -140,52 +102,10 @@ def keys(caller: str) -> list[str]:
     return [f"{caller} {path}" for path in PATHS]
 
 
-async def open_get_streams(gateway: GatewayProcess, http: httpx2.AsyncClient) -> int:
-    response = await http.get(f"{gateway.url}/metrics", headers={"Authorization": f"Bearer {FULL}"})
-    for line in response.text.splitlines():
-        if line.startswith('mcpgw_client_streams{kind="get"}'):
-            return int(float(line.split()[-1]))
-    return 0
-
-
 @contextlib.asynccontextmanager
 async def callers(gateway: GatewayProcess) -> AsyncIterator[Callers]:
-    heard = {key: 0 for caller in CALLERS for key in keys(caller)}
-    async with contextlib.AsyncExitStack() as stack:
-        clients: dict[str, Client] = {}
-        for caller, token in CALLERS.items():
-            http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=60))
-            )
-            for path in PATHS:
-                key = f"{caller} {path}"
-                clients[key] = await stack.enter_async_context(
-                    Client(
-                        streamable_http_client(f"{gateway.url}{path}", http_client=http),
-                        mode="legacy",
-                        message_handler=counter(heard, key),
-                    )
-                )
-        metrics = await stack.enter_async_context(httpx2.AsyncClient(timeout=10))
-
-        async def streams_open() -> bool:
-            return await open_get_streams(gateway, metrics) == len(clients)
-
-        await eventually(streams_open, "every GET stream")
+    async with listening(gateway, CALLERS, PATHS, FULL) as (clients, heard):
         yield Callers(gateway, clients, heard)
-
-
-def rewrite(config: Path, text: str) -> None:
-    config.write_text(text)
-
-
-async def reload(gateway: GatewayProcess, path: Path, text: str) -> None:
-    """`path` (the configuration or the policy file) rewritten with `text`, then SIGHUP and its applied reload."""
-    rewrite(path, text)
-    mark = len(gateway.lines)
-    gateway.process.send_signal(signal.SIGHUP)
-    line = await gateway.wait_line("configuration reload", after=mark)
-    assert "configuration reloaded" in line, gateway.log
 
 
 async def test_a_caller_hears_nothing_of_a_board_hidden_from_it_and_everything_of_its_own_view(

@@ -13,26 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import secrets
-import signal
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
-from mcp.client.session import IncomingMessage, MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 
 from tests.conftest import wait_for
 from tests.support.gateway_process import GatewayProcess, gateway_process
+from tests.support.listening_callers import Listeners, eventually, listening, reload, token_entry
 
 REPO = Path(__file__).resolve().parents[2]
 SLOT_VARIABLE = "NAMING_TEST_SLOT"
@@ -59,11 +56,6 @@ def child() -> MCPServer:
     return server
 
 
-def token_entry(name: str, token: str, scopes: list[str]) -> str:
-    digest = hashlib.sha256(token.encode()).hexdigest()
-    return f'[[auth.tokens]]\nname = "{name}"\nsha256 = "{digest}"\nscopes = {json.dumps(scopes)}\n'
-
-
 def config_text(slots: list[str], owner: str) -> str:
     """Group `lab` over every `lab*` slot; each of `slots` a stdio upstream in `_all` too; `owner` needs a
     scope only the full caller holds."""
@@ -82,42 +74,9 @@ def config_text(slots: list[str], owner: str) -> str:
     )
 
 
-def counter(heard: dict[str, int], key: str) -> MessageHandlerFnT:
-    async def on_message(message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            heard[key] += 1
-
-    return on_message
-
-
-async def open_get_streams(gateway: GatewayProcess, http: httpx2.AsyncClient) -> int:
-    response = await http.get(f"{gateway.url}/metrics", headers={"Authorization": f"Bearer {FULL}"})
-    for line in response.text.splitlines():
-        if line.startswith('mcpgw_client_streams{kind="get"}'):
-            return int(float(line.split()[-1]))
-    return 0
-
-
-async def poll(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 30.0) -> None:
-    """Await `check()` until it holds; fail (never hang) after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-class Callers:
+class Callers(Listeners):
     """The full and the limited caller's SDK clients on /mcp and /_all/mcp, counting the list_changed each
     stream hears; keys are "<caller> <path>"."""
-
-    def __init__(self, gateway: GatewayProcess, clients: dict[str, Client], heard: dict[str, int]) -> None:
-        self.gateway = gateway
-        self.clients = clients
-        self.heard = heard
-
-    async def names(self, key: str) -> list[str]:
-        return [tool.name for tool in (await self.clients[key].list_tools()).tools]
 
     async def answer(self, key: str, name: str) -> str:
         result = await self.clients[key].call_tool(name, {})
@@ -133,49 +92,13 @@ class Callers:
             names = await self.names(key)
             return [name for name in names if name not in ("guidance", "search")] == expected
 
-        await poll(listed, f"{key} to list {expected}")
-
-    def reset(self) -> None:
-        self.heard.update(dict.fromkeys(self.heard, 0))
+        await eventually(listed, f"{key} to list {expected}")
 
 
 @contextlib.asynccontextmanager
 async def callers(gateway: GatewayProcess) -> AsyncIterator[Callers]:
-    heard = {f"{caller} {path}": 0 for caller in CALLERS for path in PATHS}
-    async with contextlib.AsyncExitStack() as stack:
-        clients: dict[str, Client] = {}
-        for caller, token in CALLERS.items():
-            http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=60))
-            )
-            for path in PATHS:
-                key = f"{caller} {path}"
-                clients[key] = await stack.enter_async_context(
-                    Client(
-                        streamable_http_client(f"{gateway.url}{path}", http_client=http),
-                        mode="legacy",
-                        message_handler=counter(heard, key),
-                    )
-                )
-        metrics = await stack.enter_async_context(httpx2.AsyncClient(timeout=10))
-
-        async def streams_open() -> bool:
-            return await open_get_streams(gateway, metrics) == len(clients)
-
-        await poll(streams_open, "every GET stream")
+    async with listening(gateway, CALLERS, PATHS, FULL) as (clients, heard):
         yield Callers(gateway, clients, heard)
-
-
-def rewrite(config: Path, text: str) -> None:
-    config.write_text(text)
-
-
-async def reload(gateway: GatewayProcess, config: Path, text: str) -> None:
-    rewrite(config, text)
-    mark = len(gateway.lines)
-    gateway.process.send_signal(signal.SIGHUP)
-    line = await gateway.wait_line("configuration reload", after=mark)
-    assert "configuration reloaded" in line, gateway.log
 
 
 def rule_name(slot_written: str, separator: str, suffix: str = "") -> str:

@@ -29,8 +29,8 @@ from gateway.southbound.serial import opening
 from tests.conftest import GatewayFactory, wait_for, wait_ready_slot
 from tests.integration.test_metrics import scrape
 from tests.integration.test_provider_stops_reading import provider_that_stops_reading
-from tests.integration.test_serial_boards import FAST_RETRY, broker_call
-from tests.support.serial_ports import FramedBoard, PtyEnumerator, PtyPair
+from tests.integration.test_serial_boards import FAST_RETRY, broker_call, ptys  # noqa: F401 (fixture)
+from tests.support.serial_ports import FramedBoard, PtyEnumerator
 from tests.support.unprivileged import as_nobody
 
 pytestmark = pytest.mark.timeout(90)
@@ -46,19 +46,6 @@ LONG_ID = "x" * 1500
 def request(index: int) -> dict[str, Any]:
     # sampling/createMessage with no client request pending: the gateway answers it itself (-32603 / refusal).
     return {"jsonrpc": "2.0", "id": f"{LONG_ID}-{index}", "method": "sampling/createMessage", "params": {}}
-
-
-@pytest.fixture
-def ptys() -> Any:
-    made: list[PtyPair] = []
-
-    def make() -> PtyPair:
-        made.append(PtyPair())
-        return made[-1]
-
-    yield make
-    for pair in made:
-        pair.close()
 
 
 def port_status(server: GatewayServer, path: str) -> dict[str, Any]:
@@ -83,7 +70,9 @@ async def settled(server: GatewayServer) -> float:
 
 
 async def test_a_serial_board_that_sends_requests_faster_than_it_reads_holds_a_bounded_number_of_answers(
-    gateway_factory: GatewayFactory, ptys: Any, caplog: pytest.LogCaptureFixture
+    gateway_factory: GatewayFactory,
+    ptys: Any,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, "gateway.provider")
     pair = ptys()
@@ -157,7 +146,9 @@ async def test_a_websocket_provider_that_sends_requests_faster_than_it_reads_hol
 
 
 async def test_a_configured_port_whose_usb_device_appears_is_opened_at_once(
-    ptys: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ptys: Any,  # noqa: F811
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, "gateway.southbound.hotplug")
     link = tmp_path / "ttyUSB-board"
@@ -202,7 +193,9 @@ def open_as_nobody(path: str) -> dict[str, Any]:
 
 
 async def test_a_pseudo_terminal_is_held_by_the_flock_alone_so_a_killed_gateway_leaves_it_usable(
-    root: None, gateway_factory: GatewayFactory, ptys: Any
+    root: None,
+    gateway_factory: GatewayFactory,
+    ptys: Any,  # noqa: F811
 ) -> None:
     # A pseudo-terminal keeps TIOCEXCL past its last close while its other end is open: a gateway killed
     # with it set would leave it refusing the restarted gateway (run as a service user) for good.
@@ -223,7 +216,9 @@ async def test_a_pseudo_terminal_is_held_by_the_flock_alone_so_a_killed_gateway_
 
 
 async def test_a_release_and_a_resume_are_logged(
-    gateway_factory: GatewayFactory, ptys: Any, caplog: pytest.LogCaptureFixture
+    gateway_factory: GatewayFactory,
+    ptys: Any,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, "gateway.southbound.serial")
     pair = ptys()
