@@ -377,6 +377,8 @@ class JwksCache:
         and a reload that carries the keys over carries these too, so it never postpones a refresh."""
         self.skipped: list[str] = []
         """The entries the last fetch skipped, and why (logged when they change)."""
+        self.last_error: str | None = None
+        """Why the last fetch failed (no credential of the URL in it); None after a fetch that succeeded."""
         self.fetches = 0
         self.last_on_demand = -math.inf
         self._inflight: asyncio.Future[bool] | None = None
@@ -401,6 +403,7 @@ class JwksCache:
         if self.loaded or not previous.loaded or not self.same_source(previous):
             return
         self.keys, self.loaded, self.last_failed = previous.keys, True, previous.last_failed
+        self.last_error = previous.last_error
         self.skipped, self.last_on_demand = previous.skipped, previous.last_on_demand
         self.fetched_at, self.failed_at = previous.fetched_at, previous.failed_at
 
@@ -465,12 +468,13 @@ class JwksCache:
             keys = parse_jwks(await self._document(), self.allowed, skipped)
         except Exception as exc:  # any document that cannot be read or used is a failed refresh
             self.last_failed, self.failed_at = True, self.clock()
+            self.last_error = self._why(exc)
             self.metrics.jwks_fetches.labels("error").inc()
             log.warning(
                 "cannot load the authorization server's keys from %s (keeping %d): %s",
                 self.source,
                 len(self.keys),
-                self._why(exc),
+                self.last_error,
             )
             return False
         self.metrics.jwks_fetches.labels("ok").inc()
@@ -483,7 +487,7 @@ class JwksCache:
             log.info("authorization server keys loaded from %s: %d keys", self.source, len(keys))
         self.keys, self.skipped = keys, skipped
         self.loaded = True
-        self.last_failed, self.fetched_at = False, self.clock()
+        self.last_failed, self.fetched_at, self.last_error = False, self.clock(), None
         return True
 
     async def refresh(self) -> bool:
@@ -533,6 +537,20 @@ class JwksCache:
         if not found and await self.refresh_on_demand():
             found = self.find(kid, alg)
         return found[:MAX_CANDIDATE_KEYS]
+
+    def status(self) -> dict[str, Any]:
+        """For broker_info and broker_diagnose: where the keys come from, how many are held, and how the
+        last fetch went (never a credential of the URL)."""
+        now = self.clock()
+        return {
+            "source": self.source,
+            "loaded": self.loaded,
+            "keys": len(self.keys),
+            "last_fetch_failed": self.last_failed,
+            "last_error": self.last_error,
+            "fetched_ago_s": round(now - self.fetched_at, 1) if self.loaded else None,
+            "next_fetch_in_s": round(self.next_refresh_in(), 1),
+        }
 
     def next_refresh_in(self) -> float:
         """The wait before the next scheduled fetch, counted from the last fetch (0 before any): sooner
@@ -736,7 +754,7 @@ class OAuthVerifier:
         return failure
 
     def posture(self) -> dict[str, Any]:
-        return {"oauth": self.settings.issuer}
+        return {"oauth": self.settings.issuer, "oauth_keys": self.keys.status()}
 
     async def start(self) -> None:
         self.keys.start()

@@ -720,7 +720,13 @@ async def test_the_broker_shows_the_auth_posture_and_no_secret(gateway_factory: 
     async with sdk_client(f"{server.url}/_broker/mcp", OPS, SESSION_ERA) as client:
         info = (await client.call_tool("broker_info", {})).structured_content
         assert info is not None
-        assert info["security"]["auth"] == {"static_tokens": 2, "oauth": ISSUER, "hmac_keys": 0}
+        auth = info["security"]["auth"]
+        assert {name: auth[name] for name in ("static_tokens", "oauth", "hmac_keys")} == {
+            "static_tokens": 2,
+            "oauth": ISSUER,
+            "hmac_keys": 0,
+        }
+        assert auth["oauth_keys"]["source"] == f"file {keys}" and auth["oauth_keys"]["keys"] == 1, auth
         assert info["security"]["authentication"] == "static_tokens+oauth"
         texts.append(orjson.dumps(info).decode())
         for tool in ("providers_list", "broker_diagnose"):

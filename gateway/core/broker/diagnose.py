@@ -28,8 +28,52 @@ from gateway.core.broker.problems import (
 )
 
 
+def _oauth_key_problems(view: GatewayView) -> list[Problem]:
+    """[auth.oauth] holds no key to check a token with (every OAuth caller refused), or holds keys its last
+    fetch could not refresh (a rotation since is refused). Static tokens, HMAC and boards work either way,
+    so /readyz does not depend on the authorization server; this is where an operator learns of it."""
+    keys = view.oauth_keys
+    if not keys:
+        return []
+    source, error = keys.get("source"), keys.get("last_error") or "no error recorded"
+    retry = keys.get("next_fetch_in_s")
+    retry_text = f"; the next fetch is in {retry:g}s" if isinstance(retry, int | float) else ""
+    fix = (
+        "Check that the gateway reaches auth.oauth.jwks_url (curl it from the gateway's machine: DNS, proxy, "
+        "firewall, TLS trust) and that it serves a JSON Web Key Set with keys of auth.oauth.algorithms, or fix "
+        "auth.oauth.jwks_file; the gateway fetches it again by itself (docs/security-auth.md#oauth)."
+    )
+    if not keys.get("loaded") or not keys.get("keys"):
+        never = not keys.get("loaded")
+        return [
+            Problem(
+                "auth.oauth_keys_unavailable",
+                "error",
+                "The gateway holds no key of the authorization server: every OAuth access token is refused",
+                (f"no key set loaded from {source} yet: {error}" if never else f"the key set at {source} holds no key")
+                + retry_text,
+                fix,
+            )
+        ]
+    if keys.get("last_fetch_failed"):
+        ago = keys.get("fetched_ago_s")
+        since = f" fetched {ago:g}s ago" if isinstance(ago, int | float) else ""
+        return [
+            Problem(
+                "auth.oauth_keys_stale",
+                "warning",
+                "The authorization server's keys could not be refreshed: a token signed by a key rotated in since "
+                "is refused",
+                f"the last fetch from {source} failed: {error}; tokens are checked against the {keys.get('keys')} "
+                f"keys{since}{retry_text}",
+                fix,
+            )
+        ]
+    return []
+
+
 def _gateway_problems(view: GatewayView) -> list[Problem]:
-    problems: list[Problem] = []
+    problems: list[Problem] = _oauth_key_problems(view)
     if view.insecure_lan and not view.is_loopback:
         problems.append(
             Problem(

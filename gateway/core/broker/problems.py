@@ -78,6 +78,8 @@ class GatewayView:
     """[providers.auth] mode: none, shared or identities."""
     static_tokens: int = 0
     """Static client tokens configured ([auth] tokens and token files)."""
+    oauth_keys: Mapping[str, Any] | None = None
+    """The authorization server's key set as the OAuth verifier holds it (None: no [auth.oauth])."""
     tls: bool = False
     """Whether the listener serves TLS."""
     heartbeat_interval_s: float = 30.0

@@ -194,6 +194,8 @@ PUBLIC_PROBLEMS = frozenset(
 PLAIN_SUMMARIES = frozenset(
     {
         "audit.unavailable",
+        "auth.oauth_keys_unavailable",
+        "auth.oauth_keys_stale",
         "governance.approvals_unanswerable",
         "limits.refused",
         "limits.ledger_full",
@@ -294,7 +296,22 @@ def broker_info(gateway: BrokerView, principal: Principal | None, operator: bool
     serial["ports"] = [port for port in serial.get("ports") or [] if _port_shown(port, may_call)]
     info["groups"], info["serial"] = groups, serial
     info["mqtt"] = [_mqtt_shown(broker, may_call) for broker in info["mqtt"]]
+    info["security"] = _security_shown(info["security"])
     return info
+
+
+OAUTH_KEYS_SHOWN = ("loaded", "keys", "last_fetch_failed")
+"""What a filtered caller is shown of the OAuth key set: its health, not where it comes from or the error
+of the last fetch (a host name or address of the plant's network)."""
+
+
+def _security_shown(security: JsonObject) -> JsonObject:
+    auth = security.get("auth")
+    keys = auth.get("oauth_keys") if isinstance(auth, dict) else None
+    if not isinstance(auth, dict) or not isinstance(keys, dict):
+        return security
+    shown = {name: keys.get(name) for name in OAUTH_KEYS_SHOWN}
+    return {**security, "auth": {**auth, "oauth_keys": shown}}
 
 
 def _port_shown(port: JsonObject, may_call: Callable[[str], bool]) -> bool:

@@ -367,6 +367,7 @@ def diagnosis_view(gateway: BrokerView) -> GatewayView:
                 tools_hash=session.tools_hash if session else "",
             )
         )
+    auth = client_auth(gateway)
     return GatewayView(
         url=gateway.base_url(),
         host=config.host,
@@ -375,7 +376,8 @@ def diagnosis_view(gateway: BrokerView) -> GatewayView:
         public_url=config.public_url,
         allowed_origins=tuple(config.allowed_origins),
         provider_auth=config.providers.auth.mode,
-        static_tokens=int(client_auth(gateway).get("static_tokens") or 0),
+        static_tokens=int(auth.get("static_tokens") or 0),
+        oauth_keys=auth.get("oauth_keys"),
         tls=config.tls.enabled,
         heartbeat_interval_s=config.providers.heartbeat_interval_s,
         initialize_timeout_ms=config.providers.initialize_timeout_ms,
