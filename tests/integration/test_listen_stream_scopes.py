@@ -19,9 +19,10 @@ import orjson
 
 from tests.conftest import wait_for
 from tests.integration.test_http_stateless_era import request, routing_headers
-from tests.integration.test_list_changed_visibility import QUIET_S, board, reload, token_entry
+from tests.integration.test_list_changed_visibility import QUIET_S, board
 from tests.integration.test_streams_credential import Recorder
 from tests.support.gateway_process import GatewayProcess, gateway_process
+from tests.support.listening_callers import reload, token_entry
 
 TOKEN = secrets.token_urlsafe(32)
 CHANGED = "notifications/tools/list_changed"
