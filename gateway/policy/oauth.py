@@ -569,8 +569,9 @@ class JwksCache:
     async def _scheduled_refresh(self) -> None:
         try:
             await self.refresh()
-        except Exception:  # the schedule outlives any one fetch: withdrawn keys must still leave
+        except Exception as exc:  # the schedule outlives any one fetch: withdrawn keys must still leave
             self.last_failed, self.failed_at = True, self.clock()
+            self.last_error = f"the refresh failed ({type(exc).__name__}); the gateway's log has the traceback"
             log.exception("refreshing the authorization server's keys from %s failed", self.source)
 
     def start(self) -> None:

@@ -41,7 +41,7 @@ def _oauth_key_problems(view: GatewayView) -> list[Problem]:
     fix = (
         "Check that the gateway reaches auth.oauth.jwks_url (curl it from the gateway's machine: DNS, proxy, "
         "firewall, TLS trust) and that it serves a JSON Web Key Set with keys of auth.oauth.algorithms, or fix "
-        "auth.oauth.jwks_file; the gateway fetches it again by itself (docs/security-auth.md#oauth)."
+        "auth.oauth.jwks_file; the gateway fetches it again by itself (docs/security-auth.md#oauth-21-resource-server)."
     )
     if not keys.get("loaded") or not keys.get("keys"):
         never = not keys.get("loaded")
