@@ -13,7 +13,8 @@ Before the board is written to, the source is built whole and the registry is op
 rolled-back transaction), so that neither can fail after the board holds a secret the registry does not
 know ([registry-unusable]).
 update: new code onto the board that serves SLOT, its config.json kept, refused while a call to SLOT
-is in flight; waits until the board is back with the new version.
+is in flight, and stopped before anything is written when the board on the port is another board than
+SLOT's ([wrong-board]); waits until the board is back with the new version.
 A failure after the board was interrupted resets it, so that it runs the code it holds again, and so
 does an install stopped by Ctrl-C, SIGTERM or SIGHUP ([interrupted]); a board that goes away midway
 is said as such ([board-gone]), with what it may hold.
@@ -46,12 +47,14 @@ from gateway.cli.common import Commands, decimal_number, gateway_url_option, rea
 from gateway.cli.device_install_mqtt import (
     RELOAD_MOSQUITTO,
     drop_earlier_user,
+    drop_replaced_user,
     install_mqtt,
     mqtt_username_problem,
     password_file_problem,
     user_exists_problem,
 )
 from gateway.cli.parsing import subcommands
+from gateway.cli.slot_board import WrongBoard, slot_board
 from gateway.devices.mosquitto_passwd import DEFAULT_PASSWORD_FILE, PasswordFileError
 from gateway.devices.registry import SlotTaken
 from gateway.provision.raw_repl import BoardGone
@@ -329,7 +332,9 @@ def _install_on(
         progress.adopted = True
         del token, config["provider_token"]
         _say(f"adopted {device_id}: identity {adopted.identity}, slot {args.slot} (registry {registry.path})")
-    if drop_earlier_user(args, registry, device_id, earlier, transport) or transport == "mqtt":
+    dropped = drop_earlier_user(args, registry, device_id, earlier, transport)
+    dropped = drop_replaced_user(args, registry, adopted.replaced, transport) or dropped
+    if dropped or transport == "mqtt":
         _say(f"reload mosquitto so that it reads the password file again: {RELOAD_MOSQUITTO}")
     if adopted.replaced:
         _say(
@@ -489,9 +494,10 @@ def cmd_update(args: argparse.Namespace) -> int:
             f"{args.slot} has {before['pending']} call(s) in flight: update refused (the board would stop mid-call); "
             "try again when they are done"
         )
+    expected = slot_board(args, registry, known, before)
     try:
         with stop_signals():  # SIGTERM and SIGHUP end it as Ctrl-C does: a released port is given back
-            bundle = _update(args, port, before, application)
+            bundle = _update(args, port, before, application, expected)
     except Stopped as stopped:
         return stopped.exit_code
     if bundle is None:
@@ -500,7 +506,13 @@ def cmd_update(args: argparse.Namespace) -> int:
     return asyncio.run(_wait_back(args, before, bundle.version))
 
 
-def _update(args: argparse.Namespace, port: str, before: dict[str, Any], application: Application) -> Bundle | None:
+def _update(
+    args: argparse.Namespace,
+    port: str,
+    before: dict[str, Any],
+    application: Application,
+    expected: tuple[str, str] | None,
+) -> Bundle | None:
     """The update on the board, the port handed over by the gateway when it serves the board on it:
     what the board now runs, or None when it failed (said)."""
     from gateway.provision.bundle import ProvisionError
@@ -541,9 +553,20 @@ def _update(args: argparse.Namespace, port: str, before: dict[str, Any], applica
         repl = RawRepl(line, name=f"the board on {port}", pace_s=args.pace_ms / 1000)
         try:
             repl.enter()
-            bundle = _update_on(args, port, repl, application, progress)
+            bundle = _update_on(args, port, repl, application, progress, expected)
         except BoardGone as exc:
             _fail(gone_text(port, exc, progress, "update"))
+            return None
+        except WrongBoard as wrong:
+            from gateway.core.terminal_text import terminal_text
+
+            # Both ids are what boards said (the probe's answer, a hello): escaped where they do not print.
+            found, theirs = terminal_text(wrong.found), terminal_text(wrong.expected)
+            _fail(
+                f"the board on {port} is {found}, not {args.slot}'s board {theirs} ({wrong.source}): "
+                f"{board_state(progress)}{restarted(repl, progress)}. Give the --port of {args.slot}'s board "
+                "[wrong-board]"
+            )
             return None
         except (BoardError, ProvisionError) as exc:
             after = restarted(repl, progress) if progress.step != "opening the raw REPL" else ""
@@ -560,8 +583,15 @@ def _update(args: argparse.Namespace, port: str, before: dict[str, Any], applica
     return bundle
 
 
-def _update_on(args: argparse.Namespace, port: str, repl: Any, application: Application, progress: Progress) -> Bundle:
-    """The update, the raw REPL entered: probe, build for the board, copy, reset."""
+def _update_on(
+    args: argparse.Namespace,
+    port: str,
+    repl: Any,
+    application: Application,
+    progress: Progress,
+    expected: tuple[str, str] | None,
+) -> Bundle:
+    """The update, the raw REPL entered: probe, the slot's board (WrongBoard), build for the board, copy, reset."""
     from gateway.provision import board
     from gateway.provision.bundle import build
 
@@ -569,6 +599,8 @@ def _update_on(args: argparse.Namespace, port: str, repl: Any, application: Appl
     info = board.probe(repl)
     progress.device_id = info.device_id(args.slot)
     _say(f"{args.slot}: MicroPython on {port} ({info.describe()}), device id {progress.device_id}")
+    if expected is not None and progress.device_id != expected[0]:
+        raise WrongBoard(progress.device_id, expected)
     bundle = build(application, info, compile_modules=not args.no_compile)
     _say(_built_text(bundle))
     _copy(repl, bundle, progress)

@@ -7,7 +7,8 @@ is not the gateway's own broker user ([gateway-user]), and a user of that name i
 a board adopted for the slot unless --replace-user ([user-exists]).
 The install: config.json on the board, then the adoption in the registry (an install that lost the
 slot to another meanwhile stops there, [slot-taken], its password never in the file), then the user's
-line. A board adopted over MQTT that moves to another slot or transport loses its earlier user.
+line. A board adopted over MQTT that moves to another slot or transport loses its earlier user, and so
+does an MQTT board that --replace revokes for a board on another transport (no new line replaces it).
 """
 
 from __future__ import annotations
@@ -166,4 +167,32 @@ def drop_earlier_user(
         _say(f"removed user {slot} (this board's earlier MQTT slot) from the mosquitto password file {path}")
     else:
         _say(f"user {slot} (this board's earlier MQTT slot) was not in the mosquitto password file {path}")
+    return removed
+
+
+def drop_replaced_user(args: argparse.Namespace, registry: Any, replaced: tuple[str, ...], transport: str) -> bool:
+    """Remove the slot's broker user when --replace revoked a board adopted for it over MQTT and this board
+    is on another transport: no new password replaces that user's line, so the revoked board would still
+    log in and publish the slot's topics (as `devices revoke` removes it). True when the file was changed."""
+    from gateway.devices.mosquitto_passwd import remove_user
+
+    if transport == "mqtt" or not replaced:  # an MQTT install's own line replaced the revoked board's password
+        return False
+    earlier = [row.device_id for row in registry.devices() if row.device_id in replaced and row.transport == "mqtt"]
+    if not earlier:
+        return False
+    path, who = Path(args.mosquitto_passwd), ", ".join(earlier)
+    try:
+        removed = remove_user(path, args.slot, "--mosquitto-passwd")
+    except PasswordFileError as exc:
+        raise PasswordFileError(
+            f"{exc}; user {args.slot}, the MQTT credential of {who}, which this install replaced, stays in the file "
+            f"and its password still logs in: remove it (sudo mosquitto_passwd -D {path} {args.slot}) and reload "
+            "mosquitto"
+        ) from None
+    if removed:
+        _say(
+            f"removed user {args.slot} (the MQTT credential of {who}, which this install replaced) from the mosquitto "
+            f"password file {path}"
+        )
     return removed

@@ -13,6 +13,8 @@ one, so mosquitto (which reads the file at start and at SIGHUP) sees the old fil
 never half of one. Each change holds an exclusive `flock` on `<file>.lock` beside the file (made
 mode 0600 when missing, and kept) from its read to its rename, so two installs at once both keep
 their user; an operator's `mosquitto_passwd`, which takes no lock, may still lose its change or this one.
+A lock held longer than LOCK_WAIT_S (a change takes a fraction of a second) is a stuck holder: the change
+is refused, naming the lock and who holds it, instead of waiting without end.
 
 Usernames are compared as mosquitto reads them: the text before a line's first colon with the
 blanks at its ends trimmed (C `isspace`), so `pump-7 :...` is user pump-7. A username written here
@@ -46,6 +48,7 @@ import pwd
 import secrets
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,6 +60,8 @@ ITERATIONS = 101
 nothing against guessing; mosquitto computes the hash at every CONNECT, so it costs at each one."""
 SALT_BYTES = 12
 HASH_BYTES = 64
+LOCK_WAIT_S = 30.0
+"""How long a change waits for the lock another one holds before it is refused."""
 MAX_FILE_BYTES = 4 * 1024 * 1024
 """A password file larger than this is refused (a board's line is about 130 bytes)."""
 
@@ -276,10 +281,32 @@ def _locked(target: Path) -> Iterator[None]:
             "run the command as root (sudo)"
         ) from None
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        _wait_for_lock(descriptor, lock, target)
         yield
     finally:
         os.close(descriptor)  # ends the lock
+
+
+def _wait_for_lock(descriptor: int, lock: Path, target: Path) -> None:
+    """Take the exclusive flock on `descriptor`, retried up to LOCK_WAIT_S; PasswordFileError past it."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+    from gateway.flash.port import lock_holders
+
+    holders = [holder for holder in lock_holders(str(lock)) or [] if f"(pid {os.getpid()})" not in holder]
+    who = ", ".join(holders) if holders else "another program"
+    raise PasswordFileError(
+        f"the lock {lock} of the mosquitto password file {target} is held by {who} for more than {LOCK_WAIT_S:g} s "
+        "(another install or revoke takes it for a fraction of a second): the file was not changed; end that "
+        "program, or run the command again once it has ended"
+    )
 
 
 def set_user(path: Path, username: str, password: str, option: str = "--mosquitto-passwd") -> bool:

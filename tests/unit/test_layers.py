@@ -36,7 +36,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "client": frozenset({ROOT, "core", "tls_probe", "client_answers"}),
     "client_answers": frozenset({ROOT, "core"}),  # gateway/client.py's answer reading, the same layer
     "tls_probe": frozenset({ROOT}),
-    "devices": frozenset({ROOT}),
+    "devices": frozenset({ROOT, "flash"}),  # flash/port.py: who holds the password file's lock, named
     "provision": frozenset({ROOT, "flash"}),  # flash/port.py: one diagnosis of a serial port
     "flash": frozenset({ROOT, "client"}),
     # The composition root and the command line build everything: app, cli, entry, listener; reload
