@@ -31,7 +31,8 @@ from mcp import Client
 
 from gateway.southbound.mqtt import drops as mqtt_drops
 from gateway.southbound.mqtt.brokers import MqttBroker
-from gateway.southbound.mqtt.client import InboundMessage, max_packet_bytes
+from gateway.southbound.mqtt.client import InboundMessage
+from gateway.southbound.mqtt.packet_size import max_packet_bytes
 from sim.mqtt import MqttTarget
 from sim.simulator import Simulator, SimulatorSettings
 from tests.fuzz import strategies as fz

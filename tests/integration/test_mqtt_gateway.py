@@ -24,8 +24,8 @@ from mcp import Client, MCPError
 from bench.ports import free_port
 from gateway.app import GatewayServer
 from gateway.southbound.mqtt import topics as mqtt_topics
-from gateway.southbound.mqtt.client import PACKET_HEADROOM_BYTES
 from gateway.southbound.mqtt.drops import DropCounter
+from gateway.southbound.mqtt.packet_size import PACKET_HEADROOM_BYTES
 from sim import firmware
 from sim.mqtt import MqttProfile, MqttPumpLink, MqttTarget
 from sim.pump import PumpSettings, SimulatedPump

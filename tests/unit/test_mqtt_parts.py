@@ -14,18 +14,10 @@ from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.core.broker.scrape import mqtt_limit_values
 from gateway.core.slots import SlotRegistry
 from gateway.southbound.mqtt import topics as mqtt_topics
-from gateway.southbound.mqtt.client import (
-    LOST_UNSPECIFIED,
-    PACKET_HEADROOM_BYTES,
-    BrokerClient,
-    ClientEvents,
-    ConnectOptions,
-    PacketTooLarge,
-    max_packet_bytes,
-    publish_packet_bytes_at_most,
-)
+from gateway.southbound.mqtt.client import LOST_UNSPECIFIED, BrokerClient, ClientEvents, ConnectOptions, PacketTooLarge
 from gateway.southbound.mqtt.connack import ConnackLimits, read_connack
 from gateway.southbound.mqtt.mcp import slot_for
+from gateway.southbound.mqtt.packet_size import PACKET_HEADROOM_BYTES, max_packet_bytes, publish_packet_bytes_at_most
 from gateway.southbound.mqtt.reattach import Reattach
 
 

@@ -61,18 +61,17 @@ from gateway.core.timestamps import iso
 from gateway.southbound.mqtt import anonymous as mqtt_anonymous
 from gateway.southbound.mqtt import topics as mqtt_topics
 from gateway.southbound.mqtt.client import (
-    MQTT_MAX_PACKET_BYTES,
     BrokerClient,
     ConnectOptions,
     InboundMessage,
+    NoSuback,
     NotConnected,
     Outbound,
-    max_packet_bytes,
-    outbound_limit,
 )
 from gateway.southbound.mqtt.connack import ConnackLimits
 from gateway.southbound.mqtt.drops import DropCounter, MqttMetrics
 from gateway.southbound.mqtt.mcp import McpProfile
+from gateway.southbound.mqtt.packet_size import MQTT_MAX_PACKET_BYTES, max_packet_bytes, outbound_limit
 from gateway.southbound.mqtt.plain import PlainProfile
 
 log = logging.getLogger("gateway.mqtt")
@@ -102,6 +101,8 @@ class MqttBroker:
         self._checking = False
         self._check_stop = threading.Event()
         self._anonymous_warned = False
+        self._suback_warned = False
+        """A SUBSCRIBE the broker did not answer was warned of, until one is answered."""
         self.same_broker_as: list[str] = []
         """Other entries that resolve to this broker's address and port (warned of at start)."""
 
@@ -255,8 +256,17 @@ class MqttBroker:
                 codes = await self.client.subscribe(chosen)
                 for (topic, _), code in zip(chosen, codes, strict=False):
                     (refused if code >= 0x80 else subscribed).append(topic)
+        except NoSuback as exc:
+            # Connected but subscribed to nothing: no board would ever attach, so connect again (the
+            # loss names why: last_error, broker_diagnose's mqtt.broker_unreachable meanwhile).
+            if not self._suback_warned:  # a broker that never answers: one warning, not one per connection
+                self._suback_warned = True
+                log.warning("MQTT broker %s: %s: nothing subscribed; connecting again", self.label, exc)
+            self.client.drop(str(exc))
+            return
         except NotConnected:
             return
+        self._suback_warned = False
         self.subscribed = subscribed
         problems = []
         if refused:

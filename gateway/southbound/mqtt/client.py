@@ -69,45 +69,15 @@ from gateway.southbound.mqtt import paho_select
 from gateway.southbound.mqtt import tls as mqtt_tls
 from gateway.southbound.mqtt import topics as mqtt_topics
 from gateway.southbound.mqtt.connack import ConnackLimits, read_connack
+from gateway.southbound.mqtt.packet_size import (
+    UserProperties,
+    max_packet_bytes,
+    outbound_limit,
+    publish_packet_bytes_at_most,
+)
 from gateway.southbound.mqtt.puback import PublishAcks, is_refusal
 
 log = logging.getLogger("gateway.mqtt")
-
-UserProperties = Sequence[tuple[str, str]]
-
-PACKET_HEADROOM_BYTES = 16_384
-"""What a PUBLISH holds besides its payload: fixed header, topic, packet id and properties."""
-MQTT_MAX_PACKET_BYTES = 268_435_455
-"""The largest packet MQTT can express (a four-byte Remaining Length)."""
-
-
-def max_packet_bytes(max_payload_bytes: int) -> int:
-    """The Maximum Packet Size the gateway announces in CONNECT (MQTT 5) for a payload cap."""
-    return min(max_payload_bytes + PACKET_HEADROOM_BYTES, MQTT_MAX_PACKET_BYTES)
-
-
-def publish_packet_bytes_at_most(
-    topic: str, payload_bytes: int, user_properties: UserProperties = (), expiry: bool = False
-) -> int:
-    """An upper bound of an MQTT 5 QoS 1 PUBLISH's size (as mqtt_topics.publish_packet_bytes counts it)
-    that packs nothing: every character of the topic and of the user properties as 4 UTF-8 bytes (the
-    most one takes), the Remaining Length and the properties' length field as 4 bytes each (their
-    most). The properties are what `BrokerClient.publish` sets: user properties (identifier and two
-    length-prefixed strings each) and the message expiry (identifier and a four-byte integer)."""
-    properties = 4 + (5 if expiry else 0)
-    for key, value in user_properties:
-        properties += 1 + 2 + 4 * len(key) + 2 + 4 * len(value)
-    return 1 + 4 + 2 + 4 * len(topic) + 2 + properties + payload_bytes
-
-
-def outbound_limit(config: MqttBrokerConfig, limits: ConnackLimits) -> tuple[int, str]:
-    """The most a connection may publish, and what it is measured on: MQTT 5, the whole packet ("packet")
-    against the CONNACK's Maximum Packet Size (absent: MQTT's own limit); MQTT 3.1.1, whose CONNACK says
-    nothing, the payload ("payload") against max_payload_bytes (the appliance's mosquitto allows a packet
-    1 KiB above the default, room for the topic and header)."""
-    if config.protocol == "5":
-        return limits.maximum_packet_size or MQTT_MAX_PACKET_BYTES, "packet"
-    return config.max_payload_bytes, "payload"
 
 
 @dataclass(frozen=True)
@@ -156,6 +126,10 @@ class ClientEvents(Protocol):
 
 class NotConnected(ConnectionError):
     pass
+
+
+class NoSuback(NotConnected):
+    """The broker did not answer a SUBSCRIBE within connect_timeout_s; the connection is still up."""
 
 
 class PacketTooLarge(ValueError):
@@ -271,6 +245,8 @@ class BrokerClient:
         self.hold_until: float | None = None
         """time.monotonic() until which no connection is attempted (`cut(hold_s)`)."""
         self._redial_now = False
+        self._drop_reason = ""
+        """Why `drop` ended the current connection: its loss is named so, not as the network's."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -321,6 +297,13 @@ class BrokerClient:
         if isinstance(sock, socket.socket):  # an SSLSocket too
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+    def drop(self, reason: str) -> None:
+        """End a connection that is of no use (the broker did not answer its SUBSCRIBE) as `cut` does, its
+        loss named `reason`; the next connection, after the back-off, subscribes anew."""
+        if self.connected:
+            self._drop_reason = reason
+            self.cut()
 
     def redial(self) -> None:
         """Connect again now: ends a hold or a back-off wait (a connection that is up stays up)."""
@@ -503,6 +486,7 @@ class BrokerClient:
         self.state = "connecting"
         self.attempts += 1
         self._paho_errors.latest = ""
+        self._drop_reason = ""
         try:
             client = self._new_client(generation)
         except TlsFilesError as exc:
@@ -619,6 +603,9 @@ class BrokerClient:
                 self._ended.set()
             return
         paho_error, self._paho_errors.latest = self._paho_errors.latest, ""
+        if self._drop_reason:
+            reason, self._drop_reason = self._drop_reason, ""
+            paho_error = ""
         if reason == LOST_UNSPECIFIED and paho_error and _is_tls_text(paho_error) and not self.connected:
             # The broker ended the connection with a TLS alert before its CONNACK (e.g. it requires a
             # client certificate). After one, a TLS error is how a stopping broker's close reads.
@@ -755,8 +742,8 @@ class BrokerClient:
             return await asyncio.wait_for(future, self.config.connect_timeout_s)
         except TimeoutError:
             self._subacks.pop(mid, None)
-            raise NotConnected(
-                f"no SUBACK from MQTT broker {self.label} within {self.config.connect_timeout_s:g}s"
+            raise NoSuback(
+                f"no SUBACK from MQTT broker {self.label} within {self.config.connect_timeout_s:g}s (connect_timeout_s)"
             ) from None
 
     def unsubscribe(self, topics: Sequence[str]) -> None:

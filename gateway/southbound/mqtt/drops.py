@@ -43,6 +43,9 @@ RETAINED_DETAIL = (
 MAX_TRACKED_SLOTS = 1024
 """Per-slot counts are kept for this many names; past that, only the broker's totals count (a noisy
 publisher inventing slot names cannot grow the gateway's memory)."""
+MAX_WARNED = 64
+"""(reason, slot) pairs whose first drop is warned of; past them once per reason, so that a publisher
+cycling through slot names cannot flood the log."""
 
 
 class MqttMetrics:
@@ -79,7 +82,7 @@ class MqttMetrics:
 
 
 class DropCounter:
-    """One broker's dropped messages: totals, per slot (bounded), metric, and a warning per reason."""
+    """One broker's dropped messages: totals, per slot (bounded), metric, and a warning per reason and slot."""
 
     def __init__(self, broker: str, metrics: MqttMetrics) -> None:
         self.broker = broker
@@ -88,7 +91,9 @@ class DropCounter:
         self.per_slot: dict[str, dict[str, int]] = {}
         self.last: dict[str, str] = {}
         """The latest example of each reason (topic and what was wrong), for broker_diagnose."""
-        self._warned: set[str] = set()
+        self._warned: set[tuple[str, str | None]] = set()
+        """(reason, slot) pairs warned of: a board's drop is news even when another board's of the same
+        reason was warned of (each board is its own misconfiguration, as each serial port is)."""
 
     def count(
         self, reason: str, topic: str, detail: str, slot: str | None = None, times: int = 1, *, warn: bool = True
@@ -104,9 +109,11 @@ class DropCounter:
                 counts = self.per_slot[slot] = {}
             if counts is not None:
                 counts[reason] = counts.get(reason, 0) + times
-        if warn and reason not in self._warned:
-            # Once per reason and broker: a misconfigured board repeats itself; the counters carry the rest.
-            self._warned.add(reason)
+        # Once per reason and slot: a misconfigured board repeats itself; the counters carry the rest.
+        # Past MAX_WARNED pairs, once per reason (the set grows by at most len(REASONS) more).
+        key = (reason, slot if len(self._warned) < MAX_WARNED else "*")
+        if warn and key not in self._warned:
+            self._warned.add(key)
             extra = {"slot": slot} if slot is not None else None  # the journal's SLOT= field
             log.warning("MQTT broker %s: dropped a message (%s) on %s", self.broker, reason, example, extra=extra)
 

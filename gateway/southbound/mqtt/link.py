@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
@@ -15,8 +17,22 @@ from gateway.core.gateway import Gateway
 from gateway.core.jsonrpc import JsonObject
 from gateway.core.link import LinkInfo, MessageRefused, ProviderLink
 from gateway.core.provider_session import ProviderSession
-from gateway.southbound.mqtt.client import BrokerClient, PacketTooLarge, UserProperties
+from gateway.core.provider_state import NO_DEADLINE
+from gateway.southbound.mqtt.client import BrokerClient, PacketTooLarge
 from gateway.southbound.mqtt.drops import DropCounter, MqttMetrics
+from gateway.southbound.mqtt.packet_size import UserProperties
+
+_REQUEST_HEAD = re.compile(rb'\{"jsonrpc":"2\.0","id":(-?[0-9]{1,20}|"[^"\\]{0,256}")')
+"""How the gateway's own messages begin (jsonrpc.dumps of {"jsonrpc", "id", ...}, compact, in that order)."""
+
+
+def _request_id(data: bytes) -> jsonrpc.JsonId | None:
+    """The id of a message the gateway serialized, read from its head (no parse of the whole message)."""
+    match = _REQUEST_HEAD.match(data)
+    if match is None:
+        return None
+    token = match.group(1)
+    return token[1:-1].decode("utf-8", "replace") if token.startswith(b'"') else int(token)
 
 
 class BrokerContext(Protocol):
@@ -60,15 +76,27 @@ class MqttLink(ProviderLink):
         self.close_reason = ""
         self.with_broker = False
         """Its provider left with the broker's connection (`left_with_broker`), not on its own."""
-        # A request is never delivered after the caller's deadline: the broker discards it (MQTT 5
-        # message expiry; a board that was away reconnecting must not start a pump minutes later).
-        self.expiry_s = math.ceil(broker.gateway.config.providers.request_timeout_ms / 1000)
+
+    def expiry_s(self, data: bytes) -> int:
+        """The MQTT 5 message expiry of `data`: a request is never delivered after its caller's deadline,
+        the broker discards it (a board that was away reconnecting must not start a pump minutes later).
+        A pending request's own deadline (the slot's request_timeout_ms, a tool's tool_timeouts_ms entry,
+        initialize_timeout_ms), what is left of it when published again; anything else the slot's deadline."""
+        session = self.session
+        if session is None:
+            return math.ceil(self.broker.gateway.config.providers.request_timeout_ms / 1000)
+        request_id = _request_id(data)
+        entry = session.pending.get(request_id) if request_id is not None else None
+        if entry is not None and entry.timeout_ms != NO_DEADLINE:
+            left_s = entry.started + entry.timeout_ms / 1000 - time.monotonic()
+            return max(math.ceil(left_s), 1)  # 1 s at least: an expiry of 0 is no expiry for some brokers
+        return math.ceil(session.settings.request_timeout_ms / 1000)
 
     def publish(self, topic: str, data: bytes, user_properties: UserProperties = ()) -> None:
         if self.closed:
             raise ConnectionError(f"the MQTT link of slot {self.slot} is closed ({self.close_reason})")
         try:
-            self.broker.client.publish(topic, data, user_properties=user_properties, expiry_s=self.expiry_s)
+            self.broker.client.publish(topic, data, user_properties=user_properties, expiry_s=self.expiry_s(data))
         except PacketTooLarge as exc:
             raise self._too_large(exc) from None
         self.broker.metrics.messages.labels(self.broker.label, "out").inc()

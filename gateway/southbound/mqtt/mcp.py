@@ -57,11 +57,11 @@ DISCONNECTED = jsonrpc.dumps(jsonrpc.notification(mqtt_topics.METHOD_DISCONNECTE
 SHARED_NAMED = 8
 """Other slots of a shared server-id named in a warning and in provider_status (the count says the rest)."""
 SHOWN_CHARS = 120
+"""A server-id or server-name in a log line is cut to this many characters (MQTT allows 65,535 bytes)."""
 PARKED_FIRST_S = 10.0
 """First ceiling of a parked instance's back-off (a wait of half of it to all of it), doubled per failure up
 to logging.repeat_interval_s: a live server slow to start comes back, a dead one's stored presence costs
 one handshake per interval (the retry in a 3 s window would be a tight loop at reconnect_initial_s)."""
-"""A server-id or server-name in a log line is cut to this many characters (MQTT allows 65,535 bytes)."""
 
 log = logging.getLogger("gateway.mqtt")
 
