@@ -267,6 +267,7 @@ class Stdout:
         """Queue `line` at once, whatever is queued (for the few messages written at exit); `answer`:
         whether it answers a request, counted apart when it is left unwritten."""
         if self.gone.is_set():
+            self.unwritten.append(answer)  # lost with stdout: named at exit, as the lines it cut off are
             return False
         if not self.queued:
             self.read_at = self.loop.time()  # the host is behind from now on, not from its last read
@@ -332,11 +333,19 @@ class Stdout:
         return self.drained.is_set()
 
     async def flush_at_exit(self, timeout: float) -> bool:
-        """`flush`, naming on stderr what the host is left without when it reads no more; whether no
-        answer was left unwritten (a line written in part counts as unwritten: the host cannot parse it)."""
-        if await self.flush(timeout):
+        """`flush`, naming on stderr what the host is left without when it reads no more or closed stdout;
+        whether no answer was left unwritten (a line written in part counts as unwritten: the host cannot
+        parse it)."""
+        if await self.flush(timeout) and not (self.gone.is_set() and self.unwritten):
             return True
         answers = sum(self.unwritten)
+        if self.gone.is_set():
+            log.error(
+                "stdout: the host closed it with %d answer(s) and %d other message(s) unwritten",
+                answers,
+                len(self.unwritten) - answers,
+            )
+            return not answers
         log.error(
             "stdout: %d answer(s) and %d other message(s) (%d byte(s)) still unwritten after %g s; "
             "the host reads no more of it",

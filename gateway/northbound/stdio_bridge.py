@@ -40,17 +40,13 @@ gateway's responses passes on only the first to each of the host's requests (bri
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
-import io
 import logging
 import os
 import signal
 import ssl
-import stat
 import sys
-import threading
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
 from urllib.parse import quote
@@ -64,6 +60,7 @@ from gateway.core.answer_head import message_head
 from gateway.core.jsonrpc import JsonObject, Kind
 from gateway.northbound.bridge_errors import MAX_LINE_BYTES, BridgeError, RedirectRefused, SessionRefused
 from gateway.northbound.bridge_relay import EXIT_FLUSH_S, Relay, Stdout, answers_request, id_key, is_response
+from gateway.northbound.bridge_stdin import TooLong, stdin_lines
 from gateway.northbound.bridge_wait import (
     DEFAULT_READ_TIMEOUT_S,
     GatewaySilent,
@@ -91,121 +88,6 @@ STREAM_RETRY_S = (0.25, 5.0)
 """First and longest pause before the GET stream is opened again after it ended."""
 EOF_POLL_S = 0.05
 """How often the wait for answers at EOF looks at the messages still on their way and at stdout."""
-
-
-# -- stdio ------------------------------------------------------------------------------------------
-
-
-TOO_LONG = b"\x00too long"
-"""Stands for a stdin line over MAX_LINE_BYTES (no JSON text starts with a NUL byte)."""
-LINE_HEAD_BYTES = 4096
-"""How much of a stdin line over MAX_LINE_BYTES is kept, to answer it under the id at its head."""
-
-
-class TooLong(bytes):
-    """TOO_LONG (equal to it), carrying the first LINE_HEAD_BYTES of the line it stands for."""
-
-    head: bytes
-
-    @classmethod
-    def of(cls, head: bytes) -> TooLong:
-        marker = cls(TOO_LONG)
-        marker.head = head[:LINE_HEAD_BYTES]
-        return marker
-
-
-async def stdin_lines(stream: BinaryIO) -> AsyncIterator[bytes]:
-    """Lines of stdin (without the newline) until EOF; a line over MAX_LINE_BYTES comes out as TOO_LONG.
-
-    A pipe or socket is read by the event loop. Anything else is read in a thread: epoll refuses
-    regular files and devices such as /dev/null (EPERM), and the loop's reader would set O_NONBLOCK
-    on a terminal, which stdout, stderr and the shell share with stdin."""
-    loop = asyncio.get_running_loop()
-    if _pipe_or_socket(stream):
-        reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
-        try:
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stream)
-        except (ValueError, OSError) as exc:
-            log.debug("stdin cannot be watched by the event loop (%s): reading it in a thread", exc)
-        else:
-            async for line in _reader_lines(reader):
-                yield line
-            return
-    async for line in _thread_lines(stream):
-        yield line
-
-
-def _pipe_or_socket(stream: BinaryIO) -> bool:
-    try:
-        mode = os.fstat(stream.fileno()).st_mode
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
-
-
-async def _reader_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-    while True:
-        try:
-            line = await reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial.strip():
-                yield exc.partial
-            return
-        except asyncio.LimitOverrunError as exc:
-            head = await reader.readexactly(min(exc.consumed, LINE_HEAD_BYTES))  # consumed: about the limit
-            await _skip_line(reader)
-            yield TooLong.of(head)
-            continue
-        yield line.rstrip(b"\r\n")
-
-
-_EOF = b""
-
-
-async def _thread_lines(stream: BinaryIO) -> AsyncIterator[bytes]:
-    """Lines read by a daemon thread: a read blocked on a terminal must not hold up the exit
-    (asyncio's default executor is joined when the loop closes)."""
-    loop = asyncio.get_running_loop()
-    lines: asyncio.Queue[bytes] = asyncio.Queue(maxsize=4)  # a few lines ahead, then the thread waits
-
-    def hand_over(line: bytes) -> bool:
-        try:
-            asyncio.run_coroutine_threadsafe(lines.put(line), loop).result()
-        except (RuntimeError, concurrent.futures.CancelledError):  # the loop is closing
-            return False
-        return True
-
-    def read() -> None:
-        try:
-            while line := stream.readline(MAX_LINE_BYTES + 1):
-                if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                    while (rest := stream.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
-                        pass  # skip the rest of the long line without holding it
-                    line = TooLong.of(line)
-                else:
-                    line = line.rstrip(b"\r\n")
-                    if not line:
-                        continue
-                if not hand_over(line):
-                    return
-        except (OSError, ValueError) as exc:
-            log.warning("reading stdin failed: %s", exc)
-        hand_over(_EOF)
-
-    threading.Thread(target=read, name="stdin", daemon=True).start()
-    while line := await lines.get():
-        yield line
-
-
-async def _skip_line(reader: asyncio.StreamReader) -> None:
-    while True:
-        try:
-            await reader.readuntil(b"\n")
-            return
-        except asyncio.LimitOverrunError as exc:
-            await reader.readexactly(exc.consumed)
-        except asyncio.IncompleteReadError:
-            return
 
 
 # -- the gateway side -------------------------------------------------------------------------------
@@ -251,6 +133,8 @@ class StdioBridge(GatewayHttp):
         self.order = InOrder(self.handle_line)
         self.silent_upto = 0
         """The stdin lines taken before an open of the session last met a silent gateway (by seq)."""
+        self.session_lost = False
+        """The gateway forgot the session and the host has not yet been told of the one replacing it."""
         self.stream_task: asyncio.Task[None] | None = None
         self.tool_schemas: dict[str, Any] = {}
         """Input schemas from the tools/list answers relayed so far, by tool name."""
@@ -323,9 +207,17 @@ class StdioBridge(GatewayHttp):
             if self.session_id != stale or self.init_params is None:
                 return
             self.session_id = None
+            self.session_lost = True
             await self._open_session()
-        # The new session may see other tools (a restarted gateway, providers that came or went).
-        await self.emit(jsonrpc.notification("notifications/tools/list_changed"))
+        await self.tell_if_renewed()
+
+    async def tell_if_renewed(self) -> None:
+        """Once a session replaces one the gateway forgot (whichever attempt opened it: the first may
+        have been refused, a gateway still starting), the host hears `notifications/tools/list_changed`:
+        the new session may see other tools (a restarted gateway, providers that came or went)."""
+        if self.session_lost and self.session_id is not None:
+            self.session_lost = False  # before the await: told once, however many tasks get here
+            await self.emit(jsonrpc.notification("notifications/tools/list_changed"))
 
     async def current_session(self) -> tuple[str | None, bool]:
         """The session to use, and whether it was opened just now: when the client sent initialize
@@ -339,8 +231,11 @@ class StdioBridge(GatewayHttp):
                     self.silent_upto = self.order.taken
                     raise
                 self.start_stream()
-                return self.session_id, True
-            return self.session_id, False
+                session_id = self.session_id
+            else:
+                return self.session_id, False
+        await self.tell_if_renewed()
+        return session_id, True
 
     def _refuse_if_silent_before(self) -> None:
         """A message taken from stdin before an open of the session met a silent gateway is answered at
@@ -506,6 +401,17 @@ class StdioBridge(GatewayHttp):
                     {"reason": "stream_ended"},
                 )
             )
+        elif message.kind is Kind.REQUEST and 200 < answer.status < 300 and not relay.answered:
+            # Taken with no answer (202, 204: what a notification gets): without this the host waits for ever.
+            await self.emit(
+                _rpc_error(
+                    message.id,
+                    jsonrpc.UNAVAILABLE,
+                    f"The gateway at {self.url} took the request (HTTP {answer.status}) without answering it; "
+                    "it may have been carried out: check its effect before sending it again",
+                    {"reason": "no_response", "httpStatus": answer.status},
+                )
+            )
         await self.relay_refusal(message, answer)
 
     async def forward_stateless(self, message: jsonrpc.Message) -> None:
@@ -553,6 +459,7 @@ class StdioBridge(GatewayHttp):
         params = body.get("params")
         async with self.session_lock:
             self.init_params = params if isinstance(params, dict) else {}
+            self.session_lost = False  # a host starting afresh lists its tools anyway
             if self.session_id is not None:
                 await self.end_session()
             message = jsonrpc.Message(Kind.REQUEST, body)
@@ -606,20 +513,42 @@ class StdioBridge(GatewayHttp):
     async def stream_loop(self) -> None:
         """Hold the session's GET stream open and relay what comes on it, reopening it when it ends."""
         pause = STREAM_RETRY_S[0]
+        refused: int | None = None  # the refusal last named on stderr, named again only when it changes
+        signed_again = 0  # refusals in a row the credentials answered by signing afresh
         while True:
             try:
                 session_id, _ = await self.current_session()
                 if session_id is None:
                     return
-                status = await self.listen(session_id)
+                answer = await self.listen(session_id)
+                status = answer.status
                 if status == 404:
                     await self.renew(session_id)
                     continue
                 if status in (405, 406):
                     log.info("the gateway offers no GET stream (HTTP %d); notifications come with answers only", status)
                     return
-                if status == 200:
-                    pause = STREAM_RETRY_S[0]
+                if status == 200 and answer.body is None:
+                    if refused is not None:
+                        log.warning("the gateway accepts the session's GET stream again")
+                    pause, refused, signed_again = STREAM_RETRY_S[0], None, 0
+                elif self.credentials.resend_after(status, answer.body, signed_again) is not None:
+                    # Signed before a restarted gateway started, a rotated secret: the next attempt signs afresh
+                    # (as often as a POST is sent again; a refusal after that is named below).
+                    signed_again += 1
+                    log.debug("GET stream refused (HTTP %d), to be signed again: %s", status, describe(answer.body))
+                elif status != refused:
+                    # A revoked token, a quota, a page that is no stream: the host hears no list change
+                    # nor resource update meanwhile.
+                    refused = status
+                    log.warning(
+                        "the gateway did not open the session's GET stream (HTTP %d), so the host hears no "
+                        "notification of the gateway's (list changes, resource updates) until it accepts it "
+                        "(asked again every %g s at most). The gateway said: %s",
+                        status,
+                        STREAM_RETRY_S[1],
+                        describe(answer.body),
+                    )
             except RedirectRefused as exc:
                 log.warning("%s; the bridge holds no GET stream on this session", exc.log_text("GET", str(self.url)))
                 return
@@ -676,6 +605,7 @@ class StdioBridge(GatewayHttp):
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
+            self.queue_held()  # stopped by a signal (or stdout gone): they are answers all the same
             await self.end_session()
         self.out.close()
         if not await self.out.flush_at_exit(EXIT_FLUSH_S):
@@ -708,6 +638,16 @@ class StdioBridge(GatewayHttp):
         finally:
             settled.cancel()
 
+    def queue_held(self) -> set[int]:
+        """Queue the answers that came from the gateway and waited for room on stdout, whatever the room
+        (they are their requests' answers: EXIT_FLUSH_S bounds the wait for the host to read them); the
+        seqs of their messages."""
+        assert self.out is not None
+        for seq in sorted(self.held):
+            self.out.put(orjson.dumps(self.held[seq]) + b"\n", answer=answers_request(self.held[seq]))
+        delivered, self.held = set(self.held), {}
+        return delivered
+
     async def give_up_unanswered(self, sender: asyncio.Task[None], *, signalled: bool) -> int:
         """At EOF, once the wait for answers ended: stop forwarding, write the answers held for room,
         answer the requests still without one (stdout may still be read) and name them on stderr; the
@@ -719,10 +659,8 @@ class StdioBridge(GatewayHttp):
             task.cancel()  # it may hold an answer too
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(sender, *sendings, *stream, return_exceptions=True)  # no task answers after this
+        delivered = self.queue_held()
         assert self.out is not None
-        for seq in sorted(self.held):
-            self.out.put(orjson.dumps(self.held[seq]) + b"\n", answer=answers_request(self.held[seq]))
-        delivered, self.held = set(self.held), {}
         left = [s for s in sendings.values() if s.request_id is not None and not s.answered and s.seq not in delivered]
         ids = [s.request_id for s in left]
         unsent = [_line_request_id(line) for line in self.order.unsent()]

@@ -123,8 +123,9 @@ class GatewayHttp:
         sending = own_message(message)
         with self.pending.awaiting(on_message):
             while True:
-                # The host's own message says when it went out: the next one is sent only then.
-                data = SentPayload(body, sending) if sending is not None and attempt == 0 else body
+                # The host's own message says when it went out: the next one is sent only then. A resend
+                # says it too (the refused attempt cleared it), else what waits for it waits for its end.
+                data = SentPayload(body, sending) if sending is not None else body
                 answer = await self._post_once(body, data, session_id, on_message, extra_headers)
                 if answer.status < 400:
                     return answer
@@ -188,9 +189,10 @@ class GatewayHttp:
             await on_message(answer.body)
         return answer
 
-    async def listen(self, session_id: str) -> int:
-        """Read the session's GET stream until it ends; its HTTP status. Opened again on the same session,
-        it asks for the events after the last one read (Last-Event-ID), which a resumable server replays."""
+    async def listen(self, session_id: str) -> Answer:
+        """Read the session's GET stream until it ends; its HTTP status (and a refusal's body, also for a 200
+        that is no event stream). Opened again on the same session, it asks for the events after the last
+        one read (Last-Event-ID), which a resumable server replays."""
         assert self.http is not None
         if session_id != self.stream_session:
             self.stream_session, self.stream_ids = session_id, EventIds()
@@ -206,12 +208,20 @@ class GatewayHttp:
                 self.url, headers=headers, ssl=self.ssl or True, allow_redirects=False, timeout=timeout
             ) as response:
                 _refuse_redirect(response)
+                content_type = response.headers.get("Content-Type", "")
+                if response.status == 200 and not content_type.startswith("text/event-stream"):
+                    # Not a stream (a proxy's page, say): a refusal, or the bridge would ask again at once.
+                    shown = content_type[:80] or "no Content-Type"
+                    return Answer(200, {"error": "not_an_event_stream", "error_description": f"it answered {shown}"})
                 if response.status != 200:
-                    return response.status
+                    answer = Answer(response.status)
+                    with contextlib.suppress(orjson.JSONDecodeError, AnswerUnreadable):
+                        answer.body = orjson.loads(await read_answer(response.content) or b"null")
+                    return answer
                 _keep_alive(response)
                 async for event in sse_messages(response.content, self.stream_ids):
                     await self.pending.from_stream(event, self.emit)
-                return 200
+                return Answer(200)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             raise self._unreachable(exc) from exc
 

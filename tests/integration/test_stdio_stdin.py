@@ -17,8 +17,8 @@ import orjson
 import pytest
 
 from bench.ports import free_port
-from gateway.northbound import stdio_bridge
-from gateway.northbound.stdio_bridge import TOO_LONG, stdin_lines
+from gateway.northbound import bridge_stdin
+from gateway.northbound.bridge_stdin import TOO_LONG, stdin_lines
 
 REPO = Path(__file__).resolve().parents[2]
 EXIT_WITHIN_S = 15.0
@@ -89,7 +89,7 @@ def test_a_terminal_is_read_until_ctrl_d() -> None:
 async def test_a_line_over_the_cap_in_a_file_is_skipped_as_too_long(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stdio_bridge, "MAX_LINE_BYTES", 16)
+    monkeypatch.setattr(bridge_stdin, "MAX_LINE_BYTES", 16)
     lines = tmp_path / "lines"
     lines.write_bytes(b"short\r\n" + b"x" * 40 + b"\n" + b"y" * 16 + b"\n" + b"z" * 17 + b"\nlast")
     with lines.open("rb") as stream:
