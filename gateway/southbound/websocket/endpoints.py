@@ -168,6 +168,13 @@ class MultiplexedSlotLink(ProviderLink):
                 await self.socket.sender.close(code, reason)
 
 
+WITHDRAWN = (
+    "Provider credential withdrawn while this link was being attached ([providers.auth] reloaded, or the device "
+    "revoked); reconnect with a current one"
+)
+"""Why a link whose credential no longer stands once attached is closed (1008)."""
+
+
 class ProviderWebSockets:
     """aiohttp handlers for both provider WebSocket paths."""
 
@@ -262,10 +269,22 @@ class ProviderWebSockets:
 
     # -- /provider/<slot> ---------------------------------------------------------------------
 
+    def _stands(self, admitted_by: ProviderAuthPolicy, identity: str | None, slot: str, info: LinkInfo) -> bool:
+        """Whether a link `admitted_by` admitted as `identity` may still publish `slot` once attached. Its
+        upgrade and a takeover probe are awaited after the credential was checked, and a reload or a
+        revocation meanwhile finds no session of it to close (gateway/reload/parts/providers.py): it is
+        judged again here, as the links it found are."""
+        credential = self.auth.standing(admitted_by, identity)
+        if credential is not None and credential.allows(slot):
+            return True
+        self.refusals.refused(slot, "withdrawn", WITHDRAWN, info.transport, info.remote)
+        return False
+
     async def dedicated(self, request: web.Request) -> web.StreamResponse:
         await self.pacer.turn()
         # Authentication first: a peer without a valid secret learns nothing about paths or slots.
-        credential = self.auth.authenticate(request.headers)
+        admitted_by = self.auth
+        credential = admitted_by.authenticate(request.headers)
         if isinstance(credential, ProviderAuthRefusal):
             return self._refused_at_door(request, credential, self._asked_slot(request))
         try:
@@ -303,6 +322,8 @@ class ProviderWebSockets:
         reason = PEER_CLOSED
         close_code: int | None = None  # the code the gateway closed with, when it did
         first = True
+        if not self._stands(admitted_by, credential.identity, slot, info):
+            await session.close(CLOSE_POLICY, WITHDRAWN)  # the loop below then reads only the close
         try:
             async for msg in ws:
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
@@ -480,7 +501,8 @@ class ProviderWebSockets:
             session.counters.unparsable += 1
 
     async def _claim(self, socket: MultiplexedSocket, frame: envelope.Envelope) -> ProviderSession | None:
-        forbidden = self.auth.slot_refusal(socket.credential, frame.provider)
+        admitted_by, identity = self.auth, socket.credential.identity
+        forbidden = admitted_by.slot_refusal(socket.credential, frame.provider)
         if forbidden is not None:
             # Only this slot is refused; the socket keeps the slots it may publish.
             socket.last_refused = frame.provider
@@ -510,6 +532,9 @@ class ProviderWebSockets:
             socket.last_refused = frame.provider
             with contextlib.suppress(Exception):
                 await socket.sender.send(envelope.error_envelope(frame.provider, exc.code, exc.reason))
+            return None
+        if not self._stands(admitted_by, identity, frame.provider, info):
+            await session.close(CLOSE_POLICY, WITHDRAWN)
             return None
         socket.served = True
         socket.sessions[frame.provider] = session
