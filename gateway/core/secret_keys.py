@@ -35,6 +35,9 @@ SECRET_WORDS = frozenset(
         "authorization",
         "apikey",
         "privatekey",
+        "psk",
+        "otp",
+        "jwt",
     }
 )
 """A key holding one of these words is secret-looking: `db_password`, `passcode`, not `tokenizer`. A bare
@@ -46,12 +49,20 @@ PIN_CODE_WORDS = frozenset(
 )
 """Words that, before `pin`, make it a PIN code rather than a GPIO pin: `unlock_pin`, `alarmPin`, `sim_pin`
 (`led_pin`, `gpio_pin` and `relay_pin` are pins)."""
+KEY_KINDS = frozenset(
+    {"api", "private", "session", "access", "auth", "hmac", "signing", "encryption", "aes", "ssh", "wifi", "wpa"}
+)
+"""Words that, before `key`, make it a secret key rather than a name or an index (`valve_key`, `key`)."""
+PASS_KINDS = frozenset({"wifi", "wpa", "mqtt", "db", "user", "admin", "login", "root", "ftp", "smtp"})
+"""Words that, before `pass`, make it a password (`mqtt_pass`) rather than a count (`pass`, `pass_count`)."""
 SECRET_PAIRS = frozenset(
-    {("api", "key"), ("private", "key"), ("session", "key"), ("access", "key"), ("pin", "code"), ("pin", "hash")}
+    {("pin", "code"), ("pin", "hash")}
+    | {(word, "key") for word in KEY_KINDS}
+    | {(word, "pass") for word in PASS_KINDS}
     | {(word, "pin") for word in PIN_CODE_WORDS}
 )
-"""Two words in a row that make a key secret-looking: `api_key`, `X-Api-Key`, `privateKey`, `pin_code`,
-`pin_hash`, `userPIN`, `door_pin`; not `gpio_pin` or `pin_number`."""
+"""Two words in a row that make a key secret-looking: `api_key`, `X-Api-Key`, `privateKey`, `hmac_key`,
+`mqtt_pass`, `pin_code`, `pin_hash`, `userPIN`, `door_pin`; not `gpio_pin`, `pin_number` or `valve_key`."""
 CAPITAL_PIN = "PIN"
 """`pin` written in capitals is a PIN code (`PIN`, `PIN_2`): a GPIO pin is written as a word (`pin`, `Pin`)."""
 

@@ -9,10 +9,11 @@ from gateway.core.secret_keys import is_secret_key, mask_secrets
 from gateway.policy.audit.records import masked_keys
 
 SHOWN = ["pin", "Pin", "gpio_pin", "pin_number", "pinNumber", "led-pin", "relay_pin", "pins", "spin_rate"]
-SHOWN += ["pinned", "code", "pin_no"]
+SHOWN += ["pinned", "code", "pin_no", "key", "valve_key", "pass", "pass_count", "bypass", "keypad", "pw_us"]
 MASKED = ["pin_code", "pinCode", "PIN-CODE", "userPIN", "user_pin", "sim_pin", "SIM-PIN", "adminPin"]
 MASKED += ["pincode", "PINCODE", "passcode", "door_passcode", "password", "api_key"]
 MASKED += ["PIN", "unlock_pin", "door_pin", "master_pin", "card_pin", "alarmPin", "pin_hash", "PIN_2"]
+MASKED += ["psk", "wifi_psk", "wpaPsk", "mqtt_pass", "db_pass", "hmac_key", "signingKey", "aes_key", "otp", "jwt"]
 
 
 @pytest.mark.parametrize("key", SHOWN)
