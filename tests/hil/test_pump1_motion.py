@@ -57,8 +57,10 @@ async def test_ramp_up_and_down_at_most_600_rpm_per_s_with_starting_and_stopping
             client, lambda s: s["state"] != "starting", timeout=ramp_time_s(0, target) + RAMP_SLACK_S + 2
         )
         assert_ramp_rate(up)
+        # speed_rpm is reported rounded: the last tick before the target can leave less than half an rpm
+        # to go, which reads as the target while the state is still starting (and as 0 while stopping).
         for _, _, status in up[:-1]:
-            assert status["state"] == "starting" and status["speed_rpm"] < target, status
+            assert status["state"] == "starting" and status["speed_rpm"] <= target, status
         assert (up[-1][2]["state"], up[-1][2]["speed_rpm"]) == ("running", target), up[-1]
         took = up[-1][1] - up[0][0]
         # The first sample was asked right after start's answer: the ramp cannot have ended sooner.
@@ -75,7 +77,7 @@ async def test_ramp_up_and_down_at_most_600_rpm_per_s_with_starting_and_stopping
         speeds = [status["speed_rpm"] for _, _, status in down]
         assert speeds == sorted(speeds, reverse=True), f"a stop only slows down: {speeds}"
         for _, _, status in down[:-1]:
-            assert status["state"] == "stopping" and status["speed_rpm"] > 0, status
+            assert status["state"] == "stopping" and status["speed_rpm"] >= 0, status
         assert (down[-1][2]["state"], down[-1][2]["speed_rpm"]) == ("stopped", 0), down[-1]
         assert down[-1][2]["setpoint_rpm"] == target, "stop keeps the setpoint"
         took = down[-1][1] - asked_stop
